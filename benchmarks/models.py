@@ -1,0 +1,1 @@
+"""Rows of the benchmarks app (filled by its own issue)."""

@@ -1,0 +1,63 @@
+"""Roles and the permission rule every API view, page and websocket uses.
+
+Roles (Django groups of the same name; a superuser is always ``admin``):
+
+* ``viewer``   read everything except secrets' values (which nobody can read back);
+* ``operator`` viewer + create/edit recipes, deploy, stop, run sweeps and kernel jobs;
+* ``admin``    operator + nodes, secrets and users.
+
+A signed-in user in no group has no role and is refused (403) everywhere.
+"""
+from __future__ import annotations
+
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+
+ROLE_ORDER = {"viewer": 1, "operator": 2, "admin": 3}
+ROLES = tuple(ROLE_ORDER)
+
+
+def user_role(user) -> str | None:
+    """Return the highest role of ``user`` (``None`` for anonymous or role-less users)."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    if user.is_superuser:
+        return "admin"
+    cached = getattr(user, "_ceiling_role", "__unset__")
+    if cached != "__unset__":
+        return cached
+    names = set(user.groups.values_list("name", flat=True))
+    role = None
+    for name in ROLES:
+        if name in names:
+            role = name
+    user._ceiling_role = role
+    return role
+
+
+def has_role(user, needed: str) -> bool:
+    """True when ``user``'s role is at least ``needed``."""
+    role = user_role(user)
+    return role is not None and ROLE_ORDER[role] >= ROLE_ORDER[needed]
+
+
+class RolePermission(BasePermission):
+    """Reads need ``viewer``; writes need the view's ``write_role`` (default ``operator``).
+
+    Views may set ``read_role`` / ``write_role`` or map actions in ``action_roles``
+    (e.g. ``{"revert": "operator"}``).
+    """
+
+    message = "Your role does not allow this."
+
+    def has_permission(self, request, view) -> bool:
+        if not request.user or not request.user.is_authenticated:
+            return False
+        action_roles = getattr(view, "action_roles", {}) or {}
+        action = getattr(view, "action", None)
+        if action in action_roles:
+            needed = action_roles[action]
+        elif request.method in SAFE_METHODS:
+            needed = getattr(view, "read_role", "viewer")
+        else:
+            needed = getattr(view, "write_role", "operator")
+        return has_role(request.user, needed)

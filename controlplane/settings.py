@@ -1,0 +1,192 @@
+"""Ceiling settings: one file, driven by the environment.
+
+Embedded defaults (laptop, CI): SQLite in ``var/``, Redis on localhost, DEBUG on.
+Production: set ``CEILING_ENV=production``; then ``SECRET_KEY`` and ``ALLOWED_HOSTS`` are
+required and DEBUG defaults to off.
+
+Variables
+---------
+DATABASE_URL        e.g. ``postgres://user@127.0.0.1:5432/ceiling`` (default: SQLite file)
+REDIS_URL           Celery broker and channel layer (default ``redis://127.0.0.1:6379/0``)
+CEILING_MODEL_ROOTS comma/colon-separated directories a recipe's model path must lie under
+CEILING_VAR_DIR     where logs, the SQLite file and generated models live (default ``var/``)
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import dj_database_url
+
+from controlplane.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("CEILING_VAR_DIR", str(BASE_DIR / "var")))
+
+CEILING_ENV = env_str("CEILING_ENV", "local")
+PRODUCTION = CEILING_ENV == "production"
+
+DEBUG = env_bool("DEBUG", default=not PRODUCTION)
+SECRET_KEY = env_str("SECRET_KEY", required=PRODUCTION) or "ceiling-local-insecure-key-change-me"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "testserver"])
+if PRODUCTION and not ALLOWED_HOSTS:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured("ALLOWED_HOSTS is required when CEILING_ENV=production")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "simple_history",
+    "channels",
+    "controlplane",
+    "deployments",
+    "benchmarks",
+    "kernels",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "simple_history.middleware.HistoryRequestMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+WSGI_APPLICATION = "controlplane.wsgi.application"
+ASGI_APPLICATION = "controlplane.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "controlplane.context_processors.ceiling",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'ceiling.sqlite3'}"),
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 0),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes (web, worker, beat) share the file: wait for locks instead of failing.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+# Third-party front-end libraries come from npm (package-lock.json) at setup time and are
+# served from node_modules under a "vendor/" prefix; nothing of theirs is committed.
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
+    ("vendor/uplot", BASE_DIR / "node_modules" / "uplot" / "dist"),
+]
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 200, "expiry": 30},
+    }
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE: dict = {}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "controlplane.auth.BearerOrTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.RolePermission"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "controlplane.api.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Ceiling API",
+    "DESCRIPTION": "Recipes, deployments, benchmark sweeps and kernel variants for LLM serving.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"redact": {"()": "controlplane.logging.RedactSecretsFilter"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# --- Ceiling -------------------------------------------------------------------------------
+CEILING_VERSION = "0.1.0"
+CEILING_NODE_NAME = env_str("CEILING_NODE_NAME", "local")
+CEILING_MODEL_ROOTS = [
+    str(Path(p).resolve()) for p in env_list("CEILING_MODEL_ROOTS", ["/models", str(VAR_DIR / "models")])
+]
+CEILING_LOG_DIR = Path(env_str("CEILING_LOG_DIR", str(VAR_DIR / "logs")))
+# Executables a launch plan may put in argv[0]; nothing else is ever executed.
+CEILING_EXECUTABLES = {
+    "python": env_str("CEILING_ENGINE_PYTHON", sys.executable),
+    "numactl": env_str("CEILING_NUMACTL", "/usr/bin/numactl"),
+    "vllm": env_str("CEILING_VLLM", "vllm"),
+    "vllm-router": env_str("CEILING_VLLM_ROUTER", "vllm-router"),
+}
+CEILING_HEARTBEAT_TIMEOUT_S = env_float("CEILING_HEARTBEAT_TIMEOUT_S", 30.0)
+CEILING_UI_URL = env_str("CEILING_UI_URL", "http://127.0.0.1:8000/")

@@ -1,0 +1,232 @@
+"""Rows of the deployments app: nodes and their topology, secrets, recipes (versioned),
+deployments and their server processes.
+
+Rows are the truth: every long-running thing has a status column driven by services; Celery
+state is never consulted.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+from simple_history.models import HistoricalRecords
+
+from deployments.choices import DeploymentStatus, Engine, ProcessStatus, Role, Topology
+
+slug_validator = RegexValidator(
+    r"^[a-z0-9][a-z0-9._-]{0,62}$",
+    "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit.",
+)
+
+
+class Node(models.Model):
+    """A GPU host (or a CPU-only host) with a node agent consuming the queue ``node.<name>``.
+
+    ``topology`` keeps the raw discovery result (for audit); the normalised facts live in the
+    related :class:`Gpu` and :class:`NumaNode` rows and in ``tools``.
+    """
+
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    hostname = models.CharField(max_length=255, blank=True)
+    cpu_count = models.PositiveIntegerField(default=0)
+    memory_total_bytes = models.BigIntegerField(default=0)
+    tools = models.JSONField(default=dict, blank=True, help_text="e.g. {'numactl': '/usr/bin/numactl', 'nvcc': null}")
+    driver_version = models.CharField(max_length=64, blank=True)
+    cuda_version = models.CharField(max_length=32, blank=True)
+    topology = models.JSONField(default=dict, blank=True)
+    discovered_at = models.DateTimeField(null=True, blank=True)
+    agent_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    agent_pid = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def queue_name(self) -> str:
+        """Celery queue of this node's agent."""
+        return f"node.{self.name}"
+
+    @property
+    def agent_online(self) -> bool:
+        """True when the agent heartbeated within ``CEILING_HEARTBEAT_TIMEOUT_S`` seconds."""
+        if self.agent_heartbeat_at is None:
+            return False
+        age = (timezone.now() - self.agent_heartbeat_at).total_seconds()
+        return age <= settings.CEILING_HEARTBEAT_TIMEOUT_S
+
+    def has_tool(self, name: str) -> bool:
+        return bool((self.tools or {}).get(name))
+
+
+class NumaNode(models.Model):
+    """One NUMA node of a host: its index, CPU list (kernel list syntax, e.g. ``0-31,64-95``)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="numa_nodes")
+    index = models.PositiveIntegerField()
+    cpus = models.CharField(max_length=1024, help_text="kernel cpulist syntax, e.g. 0-31")
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="uniq_numa_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/numa{self.index}"
+
+
+class Gpu(models.Model):
+    """One GPU of a host as NVML enumerates it (``index`` is NVML's / nvidia-smi's index)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveIntegerField()
+    uuid = models.CharField(max_length=64, blank=True)
+    name = models.CharField(max_length=128, blank=True)
+    memory_total_bytes = models.BigIntegerField(null=True, blank=True)
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    numa_node = models.IntegerField(null=True, blank=True, help_text="NUMA affinity; null when unknown")
+    compute_capability = models.CharField(max_length=8, blank=True, help_text="e.g. 9.0")
+    cpu_affinity = models.CharField(max_length=1024, blank=True, help_text="cpulist from nvidia-smi topo -m")
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="uniq_gpu_per_node")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+
+class Secret(models.Model):
+    """A named secret (e.g. a Hugging Face token). Its value is write-only: no page, API
+    response, log line or rendered argv ever shows it; recipes reference it by name."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    value = models.TextField()
+    description = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Recipe(models.Model):
+    """A deployment recipe: engine, topology, target node and a typed ``spec`` (see
+    :mod:`deployments.recipes` for its schema). Every save is a new version in history;
+    ``version`` counts them from 1."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    description = models.TextField(blank=True)
+    engine = models.CharField(max_length=16, choices=Engine.choices)
+    topology = models.CharField(max_length=16, choices=Topology.choices)
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="recipes")
+    spec = models.JSONField(default=dict)
+    version = models.PositiveIntegerField(default=1)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    history = HistoricalRecords(excluded_fields=["updated_at"])
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Deployment(models.Model):
+    """One deployment of a recipe version on its node.
+
+    States: pending → starting → ready → stopping → stopped, or failed (``reason`` says why).
+    ``cancel_requested`` is set first by a stop so workers can see it before acting.
+    """
+
+    recipe = models.ForeignKey(Recipe, on_delete=models.PROTECT, related_name="deployments")
+    recipe_version = models.PositiveIntegerField()
+    spec_snapshot = models.JSONField(default=dict, help_text="the recipe spec at deploy time")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="deployments")
+    status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING)
+    reason = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status"])]
+
+    def __str__(self) -> str:
+        return f"{self.recipe.name}#{self.pk}"
+
+
+class ServerProcess(models.Model):
+    """One engine process (prefill, decode, router or single server) of a deployment.
+
+    Identity is (``pid``, ``start_ticks``: field 22 of ``/proc/<pid>/stat``), never a bare pid.
+    States: pending → spawned → ready → exited | killed | failed.
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="processes")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    ordinal = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=ProcessStatus.choices, default=ProcessStatus.PENDING)
+    reason = models.TextField(blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    pgid = models.IntegerField(null=True, blank=True)
+    start_ticks = models.BigIntegerField(null=True, blank=True, help_text="/proc/<pid>/stat field 22")
+    argv = models.JSONField(default=list)
+    env_redacted = models.JSONField(default=dict)
+    cpus = models.CharField(max_length=1024, blank=True, help_text="intended CPU list")
+    numa_node = models.IntegerField(null=True, blank=True)
+    mem_nodes = models.CharField(max_length=64, blank=True)
+    gpu_ids = models.JSONField(default=list)
+    ports = models.JSONField(default=dict)
+    pin_method = models.CharField(max_length=32, blank=True)
+    effective_cpus = models.CharField(max_length=1024, blank=True)
+    effective_mems = models.CharField(max_length=64, blank=True)
+    pinning_verified = models.BooleanField(null=True)
+    health_url = models.CharField(max_length=255, blank=True)
+    log_path = models.CharField(max_length=1024, blank=True)
+    restart_count = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    end_reason = models.CharField(max_length=255, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["deployment", "role", "ordinal"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}/{self.role}{self.ordinal}"
+
+
+class ProcessEvent(models.Model):
+    """A timestamped transition on a deployment's timeline (process or deployment level)."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
+    process = models.ForeignKey(ServerProcess, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=32)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class KernelsConfig(AppConfig):
+    name = "kernels"
+    verbose_name = "Kernels"

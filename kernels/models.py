@@ -1,0 +1,1 @@
+"""Rows of the kernels app (filled by its own issue)."""
