@@ -1,0 +1,69 @@
+"""Shared test fixtures: named personas (admin, operator, viewer, outsider), API clients,
+and nodes (a CPU-only local node and the 8-GPU seed node)."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group, User
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+
+def _user(username: str, role: str | None) -> User:
+    user = User.objects.create_user(username=username, password="correct-horse-battery")
+    if role:
+        group, _ = Group.objects.get_or_create(name=role)
+        user.groups.add(group)
+    return user
+
+
+@pytest.fixture
+def admin_user(db) -> User:
+    return _user("alice-admin", "admin")
+
+
+@pytest.fixture
+def operator(db) -> User:
+    return _user("oscar-operator", "operator")
+
+
+@pytest.fixture
+def viewer(db) -> User:
+    return _user("vera-viewer", "viewer")
+
+
+@pytest.fixture
+def outsider(db) -> User:
+    """Signed in, but in no role group: refused everywhere."""
+    return _user("otto-outsider", None)
+
+
+def _token_client(user: User) -> APIClient:
+    client = APIClient()
+    token, _ = Token.objects.get_or_create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def anon_api() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def admin_api(admin_user) -> APIClient:
+    return _token_client(admin_user)
+
+
+@pytest.fixture
+def operator_api(operator) -> APIClient:
+    return _token_client(operator)
+
+
+@pytest.fixture
+def viewer_api(viewer) -> APIClient:
+    return _token_client(viewer)
+
+
+@pytest.fixture
+def outsider_api(outsider) -> APIClient:
+    return _token_client(outsider)
