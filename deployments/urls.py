@@ -1,8 +1,25 @@
-"""Pages of the deployments app."""
+"""Pages of the deployments app: recipes, deployments and nodes.
+
+Names live in the ``deployments`` namespace (``deployments:recipe-list``) because the API
+router registers the bare ``recipe-list`` / ``node-detail`` names for its own routes.
+"""
 from django.urls import path
 
 from deployments import views
 
+app_name = "deployments"
+
 urlpatterns = [
     path("recipes/", views.recipe_list, name="recipe-list"),
+    path("recipes/new/", views.recipe_create, name="recipe-create"),
+    path("recipes/validate/", views.recipe_validate_partial, name="recipe-validate"),
+    path("recipes/<int:pk>/", views.recipe_detail, name="recipe-detail"),
+    path("recipes/<int:pk>/edit/", views.recipe_edit, name="recipe-edit"),
+    path("recipes/<int:pk>/history/", views.recipe_history, name="recipe-history"),
+    path("recipes/<int:pk>/diff/", views.recipe_diff_partial, name="recipe-diff"),
+    path("recipes/<int:pk>/revert/<int:version>/", views.recipe_revert, name="recipe-revert"),
+    path("recipes/<int:pk>/dry-run/", views.recipe_dry_run, name="recipe-dry-run"),
+    path("deployments/", views.deployment_list, name="deployment-list"),
+    path("nodes/", views.node_list, name="node-list"),
+    path("nodes/<str:name>/", views.node_detail, name="node-detail"),
 ]

@@ -1,0 +1,53 @@
+# Ceiling: two commands on a fresh machine.
+#   make demo   install everything, start Redis (if none answers), web + worker + beat, seed, print URL + login
+#   make test   install everything and run the whole suite
+# Other targets: setup, stop, status, bench-*, clean.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: demo test setup system stop status clean check
+
+setup: system $(VENV)/.installed node_modules/.installed
+
+# OS packages the node needs (numactl for pinning). Installed with apt when missing and we are root.
+system:
+	@bash scripts/system-deps.sh
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -U pip
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+demo: setup
+	@bash scripts/ensure-redis.sh
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) manage.py seed
+	@$(PY) scripts/services.py start
+	$(PY) manage.py demo
+
+test: setup
+	@bash scripts/ensure-redis.sh
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+check: setup
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+
+stop:
+	@$(PY) scripts/services.py stop
+
+status:
+	@$(PY) scripts/services.py status
+
+clean: stop
+	rm -rf $(VENV) node_modules staticfiles var

@@ -1,0 +1,250 @@
+"""Django admin of the deployments app: every model, for admins who need to look under the
+hood. Changes that carry domain rules go through :mod:`deployments.services` here as well:
+
+* Recipe: :class:`simple_history.admin.SimpleHistoryAdmin`, so the admin shows every version
+  (who, when, change reason). Saving, including "Revert" from a history entry, calls
+  ``recipe_create`` / ``recipe_update``, so the spec is validated and a new version is
+  recorded exactly as from the recipe pages.
+* Secret: the value is write-only; no admin page ever renders it (see
+  :class:`deployments.forms.SecretAdminForm`), and saving goes through ``secret_create`` /
+  ``secret_update`` so the redactor learns the value.
+* Deployment / ServerProcess / ProcessEvent: rows written by the node agent; shown read-only.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from simple_history.admin import SimpleHistoryAdmin
+
+from controlplane.errors import CeilingError, InvalidInput
+from deployments import services
+from deployments.forms import RecipeAdminForm, SecretAdminForm
+from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess
+
+GIB = 1024**3
+
+
+def _gib(value: int | None) -> str:
+    return f"{value / GIB:.1f}" if value else "—"
+
+
+# --- nodes ----------------------------------------------------------------------------------
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    fields = ["index", "name", "memory_total_bytes", "pci_bus_id", "numa_node", "compute_capability", "cpu_affinity", "uuid"]
+
+
+class NumaNodeInline(admin.TabularInline):
+    model = NumaNode
+    extra = 0
+    fields = ["index", "cpus", "memory_total_bytes"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    """Nodes with their GPUs and NUMA nodes inline. Discovery normally writes these rows."""
+
+    list_display = ["name", "hostname", "gpu_count", "cpu_count", "memory_gib", "queue_name", "agent_online", "agent_heartbeat_at"]
+    search_fields = ["name", "hostname"]
+    readonly_fields = ["queue_name", "agent_online", "created_at", "updated_at"]
+    inlines = [GpuInline, NumaNodeInline]
+
+    @admin.display(description="GPUs")
+    def gpu_count(self, obj: Node) -> int:
+        return obj.gpus.count()
+
+    @admin.display(description="Memory (GiB)")
+    def memory_gib(self, obj: Node) -> str:
+        return _gib(obj.memory_total_bytes)
+
+    @admin.display(boolean=True, description="Agent online")
+    def agent_online(self, obj: Node) -> bool:
+        return obj.agent_online
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "node", "index", "name", "memory_gib", "pci_bus_id", "numa_node", "compute_capability"]
+    list_filter = ["node"]
+    list_select_related = ["node"]
+
+    @admin.display(description="Memory (GiB)")
+    def memory_gib(self, obj: Gpu) -> str:
+        return _gib(obj.memory_total_bytes)
+
+
+@admin.register(NumaNode)
+class NumaNodeAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "node", "index", "cpus", "memory_gib"]
+    list_filter = ["node"]
+    list_select_related = ["node"]
+
+    @admin.display(description="Memory (GiB)")
+    def memory_gib(self, obj: NumaNode) -> str:
+        return _gib(obj.memory_total_bytes)
+
+
+# --- secrets --------------------------------------------------------------------------------
+
+
+@admin.register(Secret)
+class SecretAdmin(admin.ModelAdmin):
+    """Secrets by name. The value column is never listed, searched or rendered."""
+
+    form = SecretAdminForm
+    list_display = ["name", "description", "updated_at"]
+    search_fields = ["name", "description"]
+    readonly_fields = ["created_at", "updated_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Secret | None = None) -> list[str]:
+        # Recipes reference secrets by name, so a stored secret keeps its name.
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields + ["name"] if obj is not None else fields
+
+    def save_model(self, request: HttpRequest, obj: Secret, form: SecretAdminForm, change: bool) -> None:
+        value = form.cleaned_data.get("value") or None
+        try:
+            saved = self._save_secret(request, obj, form, change, value)
+        except InvalidInput as exc:
+            self.message_user(request, f"Not saved: {exc}", level=messages.ERROR)
+            return
+        obj.pk = saved.pk
+        obj.refresh_from_db()
+
+    def _save_secret(self, request: HttpRequest, obj: Secret, form: SecretAdminForm, change: bool, value: str | None) -> Secret:
+        if change:
+            return services.secret_update(
+                secret=obj, user=request.user, value=value, description=form.cleaned_data.get("description", "")
+            )
+        return services.secret_create(
+            user=request.user, name=obj.name, value=value or "", description=form.cleaned_data.get("description", "")
+        )
+
+    def delete_model(self, request: HttpRequest, obj: Secret) -> None:
+        try:
+            services.secret_delete(secret=obj, user=request.user)
+        except CeilingError as exc:
+            self.message_user(request, str(exc), level=messages.ERROR)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Secret]) -> None:
+        for secret in queryset:
+            self.delete_model(request, secret)
+
+
+# --- recipes --------------------------------------------------------------------------------
+
+
+@admin.register(Recipe)
+class RecipeAdmin(SimpleHistoryAdmin):
+    """Recipes with their version history (simple-history's History page lists every
+    version with user and change reason)."""
+
+    form = RecipeAdminForm
+    list_display = ["name", "engine", "topology", "node", "version", "updated_at"]
+    list_filter = ["engine", "topology", "node"]
+    search_fields = ["name", "description"]
+    list_select_related = ["node"]
+    readonly_fields = ["version", "created_by", "created_at", "updated_at"]
+    history_list_display = ["version", "engine", "topology"]
+
+    def save_form(self, request: HttpRequest, form: RecipeAdminForm, change: bool) -> Recipe:
+        # The service writes the row; here only the in-memory instance is prepared.
+        return form.save(commit=False)
+
+    def _content(self, form: RecipeAdminForm) -> dict[str, Any]:
+        data = form.cleaned_data
+        return {
+            "name": data["name"],
+            "description": data.get("description", ""),
+            "engine": data["engine"],
+            "topology": data["topology"],
+            "node": data["node"],
+            "spec": data["spec"],
+        }
+
+    def save_model(self, request: HttpRequest, obj: Recipe, form: RecipeAdminForm, change: bool) -> None:
+        """Save through the services so the spec is validated and a version recorded.
+        :class:`RecipeAdminForm` already showed domain errors on the form; one that appears
+        only now (a concurrent edit) is reported as a message and nothing is saved.
+
+        Saving from a history entry (simple-history's "Revert") records the reason
+        ``"Reverted to version N in admin"``; ``obj.version`` is then the entry's version
+        because ``version`` is read-only on the form."""
+        content = self._content(form)
+        reverting = (getattr(request.resolver_match, "url_name", "") or "").endswith("_simple_history")
+        try:
+            if change and obj.pk:
+                current = Recipe.objects.get(pk=obj.pk)
+                reason = f"Reverted to version {obj.version} in admin" if reverting else "Edited in admin"
+                saved = services.recipe_update(recipe=current, user=request.user, change_reason=reason, **content)
+            else:
+                saved = services.recipe_create(user=request.user, change_reason="Created in admin", **content)
+        except (InvalidInput, DjangoValidationError) as exc:
+            self.message_user(request, f"Not saved: {exc}", level=messages.ERROR)
+            if obj.pk:
+                obj.refresh_from_db()
+            return
+        obj.pk = saved.pk
+        obj.refresh_from_db()
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        initial = super().get_changeform_initial_data(request)
+        initial.setdefault("spec", "{}")
+        return initial
+
+
+# --- deployments ----------------------------------------------------------------------------
+
+
+class ServerProcessInline(admin.TabularInline):
+    model = ServerProcess
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ["role", "ordinal", "status", "pid", "gpu_ids", "cpus", "numa_node", "pin_method", "pinning_verified", "restart_count", "exit_code"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the node agent owns: viewable, never edited by hand (their state machines would
+    no longer match reality). Deleting stays possible for clean-up."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Deployment)
+class DeploymentAdmin(ReadOnlyAdmin):
+    list_display = ["__str__", "recipe", "recipe_version", "node", "status", "created_at", "ready_at", "ended_at"]
+    list_filter = ["status", "node"]
+    list_select_related = ["recipe", "node"]
+    search_fields = ["recipe__name", "reason"]
+    inlines = [ServerProcessInline]
+
+
+@admin.register(ServerProcess)
+class ServerProcessAdmin(ReadOnlyAdmin):
+    list_display = ["__str__", "deployment", "role", "ordinal", "status", "pid", "numa_node", "cpus", "pin_method", "restart_count"]
+    list_filter = ["role", "status"]
+    list_select_related = ["deployment", "deployment__recipe"]
+
+
+@admin.register(ProcessEvent)
+class ProcessEventAdmin(ReadOnlyAdmin):
+    list_display = ["at", "deployment", "process", "kind", "message"]
+    list_filter = ["kind"]
+    list_select_related = ["deployment", "deployment__recipe", "process"]
+    search_fields = ["message"]

@@ -1,0 +1,343 @@
+"""Serializers of the deployments API.
+
+Input serializers only check shapes and types (a JSON object where one is expected, an
+integer in range, a known node name); every domain rule is enforced by the service the view
+calls, through :func:`deployments.recipes.recipe_validate`. Errors from both come back in one
+shape: ``{"<dotted.field.path>": ["message", ...]}``, e.g. ``{"spec.roles.prefill.gpus": [...]}``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from controlplane.redaction import redact_text
+from deployments.choices import DeploymentStatus, Engine, Role, Topology
+from deployments.models import Deployment, Gpu, Node, NumaNode, Recipe, Secret, ServerProcess
+from deployments.services import DESCRIPTION_MAX_LENGTH
+
+# Largest integer accepted for a version or id parameter: PostgreSQL's ``integer`` range, so a
+# huge number is a 400 rather than a database overflow.
+MAX_INT = 2**31 - 1
+
+ERROR_SHAPE_HELP = (
+    "Errors: HTTP 400 with a JSON object mapping a dotted field path to a list of messages, "
+    'e.g. {"spec.roles.prefill.gpus": ["GPU 3 is also used by decode."]}.'
+)
+
+
+class ValidationErrorSerializer(serializers.Serializer):
+    """Documents the 400 body: keys are dotted field paths, values lists of messages."""
+
+    # A free-form object; the schema explains the shape in the description.
+    errors = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text=ERROR_SHAPE_HELP,
+    )
+
+
+class DetailSerializer(serializers.Serializer):
+    """Documents 401/403/404/409 bodies: ``{"detail": "...", "code": "..."}``."""
+
+    detail = serializers.CharField()
+    code = serializers.CharField(required=False)
+
+
+# --- nodes ---------------------------------------------------------------------------------
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Gpu
+        fields = [
+            "index",
+            "uuid",
+            "name",
+            "memory_total_bytes",
+            "pci_bus_id",
+            "numa_node",
+            "compute_capability",
+            "cpu_affinity",
+        ]
+
+
+class NumaNodeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = NumaNode
+        fields = ["index", "cpus", "memory_total_bytes"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    """A GPU (or CPU-only) host: its GPUs (NVML index, NUMA affinity), NUMA nodes (CPU lists
+    in kernel cpulist syntax), tools and agent liveness. Memory in bytes."""
+
+    gpus = GpuSerializer(many=True, read_only=True)
+    numa_nodes = NumaNodeSerializer(many=True, read_only=True)
+    agent_online = serializers.BooleanField(read_only=True)
+    queue_name = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "name",
+            "hostname",
+            "cpu_count",
+            "memory_total_bytes",
+            "tools",
+            "driver_version",
+            "cuda_version",
+            "gpus",
+            "numa_nodes",
+            "discovered_at",
+            "agent_heartbeat_at",
+            "agent_online",
+            "queue_name",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+# --- recipes -------------------------------------------------------------------------------
+
+
+class RecipeSerializer(serializers.ModelSerializer):
+    """A recipe as the API shows it; ``node`` is the node's name, ``version`` its current
+    version (1 on creation, +1 on every change)."""
+
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Recipe
+        fields = [
+            "id",
+            "name",
+            "description",
+            "engine",
+            "topology",
+            "node",
+            "spec",
+            "version",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class RecipeWriteSerializer(serializers.Serializer):
+    """Input for creating (all of ``name``, ``engine``, ``topology``, ``node``, ``spec``) or
+    updating (any subset with PATCH) a recipe. ``node`` is a node name. ``change_reason`` is
+    stored in the version history; ``expected_version`` makes an update fail with 409 when the
+    recipe moved on since the client read it. """
+
+    name = serializers.CharField(max_length=63)
+    description = serializers.CharField(max_length=DESCRIPTION_MAX_LENGTH, allow_blank=True, required=False)
+    engine = serializers.ChoiceField(choices=Engine.choices)
+    topology = serializers.ChoiceField(choices=Topology.choices)
+    node = serializers.SlugRelatedField(slug_field="name", queryset=Node.objects.all())
+    spec = serializers.JSONField(help_text="The typed recipe spec; see deployments.recipes for its schema.")
+    change_reason = serializers.CharField(max_length=100, required=False, allow_blank=True, write_only=True)
+    expected_version = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, write_only=True)
+
+    def validate_spec(self, value: Any) -> dict:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("Must be a JSON object.")
+        return value
+
+
+class RecipeVersionSerializer(serializers.Serializer):
+    """One version of a recipe: who changed it (``user``, a username), when (``at``), why
+    (``change_reason``) and how (``change``: created or changed)."""
+
+    version = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    user = serializers.CharField(allow_null=True)
+    change_reason = serializers.CharField(allow_null=True)
+    change = serializers.CharField(help_text="created or changed")
+
+
+class RecipeVersionDetailSerializer(RecipeVersionSerializer):
+    """A version with the recipe's content at that version (``node`` by name)."""
+
+    name = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    engine = serializers.CharField()
+    topology = serializers.CharField()
+    node = serializers.CharField(allow_null=True)
+    spec = serializers.JSONField()
+
+
+class VersionQuerySerializer(serializers.Serializer):
+    """``?version=<n>`` (optional: the current version when absent)."""
+
+    version = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+
+
+class DiffQuerySerializer(serializers.Serializer):
+    """``?a=<n>&b=<m>``: the two versions to compare (old, new)."""
+
+    a = serializers.IntegerField(min_value=1, max_value=MAX_INT)
+    b = serializers.IntegerField(min_value=1, max_value=MAX_INT)
+
+
+class DiffEntrySerializer(serializers.Serializer):
+    """One difference: ``path`` is a field or dotted spec path, e.g.
+    ``spec.roles.decode.flags.mem-fraction-static``; ``change`` is added/removed/changed."""
+
+    path = serializers.CharField()
+    change = serializers.CharField(help_text="added, removed or changed")
+    old = serializers.JSONField(allow_null=True)
+    new = serializers.JSONField(allow_null=True)
+
+
+class RecipeDiffSerializer(serializers.Serializer):
+    a = serializers.IntegerField()
+    b = serializers.IntegerField()
+    changes = DiffEntrySerializer(many=True)
+
+
+class RevertSerializer(serializers.Serializer):
+    """Body of ``POST /api/recipes/<id>/revert/``."""
+
+    version = serializers.IntegerField(min_value=1, max_value=MAX_INT)
+    expected_version = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+
+
+class LaunchPlanSerializer(serializers.Serializer):
+    """Documents the dry-run body: the launch plan's JSON form (argv lists, env with secrets
+    redacted, GPU ids, CPU lists, NUMA nodes, ports per process)."""
+
+    recipe = serializers.IntegerField()
+    version = serializers.IntegerField()
+    plan = serializers.JSONField()
+
+
+class RecipeFilterSerializer(serializers.Serializer):
+    """Optional filters of ``GET /api/recipes/``."""
+
+    engine = serializers.ChoiceField(choices=Engine.choices, required=False)
+    topology = serializers.ChoiceField(choices=Topology.choices, required=False)
+    node = serializers.CharField(max_length=63, required=False)
+
+
+# --- secrets -------------------------------------------------------------------------------
+
+
+class SecretSerializer(serializers.ModelSerializer):
+    """A named secret. ``value`` is write-only: required on create, optional on update, never
+    returned by any endpoint."""
+
+    value = serializers.CharField(write_only=True, trim_whitespace=False, max_length=8192)
+
+    class Meta:
+        model = Secret
+        fields = ["id", "name", "description", "value", "created_at", "updated_at"]
+        read_only_fields = ["id", "created_at", "updated_at"]
+        # Uniqueness is reported by the service with the same message on every path.
+        extra_kwargs = {"name": {"validators": []}}
+
+
+class SecretUpdateSerializer(serializers.Serializer):
+    """PATCH/PUT body for a secret: a new value and/or description; the name is fixed."""
+
+    value = serializers.CharField(write_only=True, trim_whitespace=False, max_length=8192, required=False)
+    description = serializers.CharField(max_length=255, allow_blank=True, required=False)
+
+
+# --- deployments and processes -------------------------------------------------------------
+
+
+class DeploymentSerializer(serializers.ModelSerializer):
+    """A deployment of one recipe version on a node; ``status`` follows pending → starting →
+    ready → stopping → stopped, or failed with ``reason``."""
+
+    recipe_name = serializers.CharField(source="recipe.name", read_only=True)
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Deployment
+        fields = [
+            "id",
+            "recipe",
+            "recipe_name",
+            "recipe_version",
+            "node",
+            "status",
+            "reason",
+            "cancel_requested",
+            "spec_snapshot",
+            "created_by",
+            "created_at",
+            "started_at",
+            "ready_at",
+            "ended_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class ServerProcessSerializer(serializers.ModelSerializer):
+    """One engine process (prefill, decode, router or single). ``argv`` and ``env_redacted``
+    pass through the redactor once more on the way out, as a second line of defence."""
+
+    argv = serializers.SerializerMethodField()
+    env_redacted = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ServerProcess
+        fields = [
+            "id",
+            "deployment",
+            "role",
+            "ordinal",
+            "status",
+            "reason",
+            "pid",
+            "pgid",
+            "start_ticks",
+            "argv",
+            "env_redacted",
+            "cpus",
+            "numa_node",
+            "mem_nodes",
+            "gpu_ids",
+            "ports",
+            "pin_method",
+            "effective_cpus",
+            "effective_mems",
+            "pinning_verified",
+            "health_url",
+            "log_path",
+            "restart_count",
+            "exit_code",
+            "end_reason",
+            "started_at",
+            "ready_at",
+            "ended_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_argv(self, proc: ServerProcess) -> list[str]:
+        return [redact_text(str(a)) for a in (proc.argv or [])]
+
+    def get_env_redacted(self, proc: ServerProcess) -> dict[str, str]:
+        return {str(k): redact_text(str(v)) for k, v in (proc.env_redacted or {}).items()}
+
+
+class DeploymentFilterSerializer(serializers.Serializer):
+    """Optional filters of ``GET /api/deployments/``."""
+
+    recipe = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    status = serializers.ChoiceField(choices=DeploymentStatus.choices, required=False)
+
+
+class ProcessFilterSerializer(serializers.Serializer):
+    """Optional filters of ``GET /api/processes/``."""
+
+    deployment = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    role = serializers.ChoiceField(choices=Role.choices, required=False)

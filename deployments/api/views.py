@@ -1,0 +1,310 @@
+"""Viewsets of the deployments API: nodes, recipes (with versions, diff, revert, dry-run),
+secrets, deployments and server processes.
+
+Each view checks the input's shape with a serializer, calls one service or selector and
+serialises the result. Roles come from :class:`controlplane.permissions.RolePermission`:
+reads need ``viewer``, recipe writes ``operator``, node writes and anything about secrets
+``admin``. Domain errors become HTTP responses in :func:`controlplane.api.exception_handler`.
+"""
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from rest_framework.parsers import FormParser, MultiPartParser
+
+from controlplane.api import SafeJSONParser
+from deployments import selectors, services
+from deployments.api import serializers as s
+from deployments.models import Node, Recipe, Secret
+
+PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
+
+ERRORS_400 = OpenApiResponse(s.ValidationErrorSerializer, description=s.ERROR_SHAPE_HELP)
+ERROR_404 = OpenApiResponse(s.DetailSerializer, description="No such object (or version).")
+ERROR_409 = OpenApiResponse(s.DetailSerializer, description="The change conflicts with current state.")
+
+
+def _query(serializer_class, request: Request) -> dict:
+    """Validate query parameters with ``serializer_class``; a bad value is a 400 naming it."""
+    ser = serializer_class(data=request.query_params)
+    ser.is_valid(raise_exception=True)
+    return ser.validated_data
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List nodes with their GPUs and NUMA nodes"),
+    retrieve=extend_schema(summary="One node"),
+    destroy=extend_schema(
+        summary="Remove a node (admin)",
+        description="Refused with 409 while recipes or deployments reference the node.",
+        responses={204: None, 409: ERROR_409},
+    ),
+)
+class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
+    """Nodes are registered by their agents' discovery; through the API they are read by
+    everyone with a role and removed only by an admin."""
+
+    serializer_class = s.NodeSerializer
+    write_role = "admin"
+    parser_classes = PARSERS
+
+    def get_queryset(self):
+        return selectors.node_list()
+
+    def perform_destroy(self, instance: Node) -> None:
+        services.node_delete(node=instance, user=self.request.user)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List recipes",
+        parameters=[
+            OpenApiParameter("engine", OpenApiTypes.STR, description="only this engine"),
+            OpenApiParameter("topology", OpenApiTypes.STR, description="only this topology (single, pd)"),
+            OpenApiParameter("node", OpenApiTypes.STR, description="only recipes for this node name"),
+        ],
+    ),
+    retrieve=extend_schema(summary="One recipe (current version)"),
+    create=extend_schema(
+        summary="Create a recipe (operator)",
+        description="Validates the spec against the node's GPUs, NUMA nodes and tools. " + s.ERROR_SHAPE_HELP,
+        request=s.RecipeWriteSerializer,
+        responses={201: s.RecipeSerializer, 400: ERRORS_400},
+    ),
+    update=extend_schema(
+        summary="Replace a recipe's content as a new version (operator)",
+        description="Every change bumps `version` and is kept in history. " + s.ERROR_SHAPE_HELP,
+        request=s.RecipeWriteSerializer,
+        responses={200: s.RecipeSerializer, 400: ERRORS_400, 409: ERROR_409},
+    ),
+    partial_update=extend_schema(
+        summary="Change some of a recipe's fields as a new version (operator)",
+        description="Every change bumps `version` and is kept in history. " + s.ERROR_SHAPE_HELP,
+        request=s.RecipeWriteSerializer,
+        responses={200: s.RecipeSerializer, 400: ERRORS_400, 409: ERROR_409},
+    ),
+    destroy=extend_schema(
+        summary="Delete a recipe (operator)",
+        description="Refused with 409 while deployments reference it.",
+        responses={204: None, 409: ERROR_409},
+    ),
+)
+class RecipeViewSet(viewsets.ModelViewSet):
+    """Deployment recipes, versioned: every change is a new version with who, when and why."""
+
+    serializer_class = s.RecipeSerializer
+    parser_classes = PARSERS
+
+    def get_queryset(self):
+        if self.action != "list":
+            return selectors.recipe_list()
+        q = _query(s.RecipeFilterSerializer, self.request)
+        return selectors.recipe_list(engine=q.get("engine"), topology=q.get("topology"), node=q.get("node"))
+
+    def get_serializer_class(self):
+        if self.action in {"create", "update", "partial_update"}:
+            return s.RecipeWriteSerializer
+        return s.RecipeSerializer
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        ser = s.RecipeWriteSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = dict(ser.validated_data)
+        data.pop("expected_version", None)
+        recipe = services.recipe_create(user=request.user, **data)
+        return Response(s.RecipeSerializer(recipe).data, status=status.HTTP_201_CREATED)
+
+    def update(self, request: Request, *args, **kwargs) -> Response:
+        partial = kwargs.pop("partial", False)
+        recipe = self.get_object()
+        ser = s.RecipeWriteSerializer(data=request.data, partial=partial)
+        ser.is_valid(raise_exception=True)
+        data = dict(ser.validated_data)
+        recipe = services.recipe_update(
+            recipe=recipe,
+            user=request.user,
+            change_reason=data.pop("change_reason", None) or None,
+            expected_version=data.pop("expected_version", None),
+            **data,
+        )
+        return Response(s.RecipeSerializer(recipe).data)
+
+    def perform_destroy(self, instance: Recipe) -> None:
+        services.recipe_delete(recipe=instance, user=self.request.user)
+
+    @extend_schema(
+        summary="List a recipe's versions: who, when, why",
+        responses={200: s.RecipeVersionSerializer(many=True)},
+    )
+    @action(detail=True, methods=["get"], url_path="versions")
+    def versions(self, request: Request, pk=None) -> Response:
+        recipe = self.get_object()
+        rows = selectors.recipe_versions_list(recipe=recipe)
+        page = self.paginate_queryset(rows)
+        if page is not None:
+            data = [selectors.recipe_version_meta(row) for row in page]
+            return self.get_paginated_response(s.RecipeVersionSerializer(data, many=True).data)
+        data = [selectors.recipe_version_meta(row) for row in rows]
+        return Response(s.RecipeVersionSerializer(data, many=True).data)
+
+    @extend_schema(
+        summary="One version of a recipe, with its content",
+        parameters=[OpenApiParameter("version", OpenApiTypes.INT, OpenApiParameter.PATH)],
+        responses={200: s.RecipeVersionDetailSerializer, 404: ERROR_404},
+    )
+    @action(detail=True, methods=["get"], url_path=r"versions/(?P<version>[0-9]{1,10})")
+    def version_detail(self, request: Request, pk=None, version: str = "") -> Response:
+        recipe = self.get_object()
+        number = s.VersionQuerySerializer(data={"version": version})
+        number.is_valid(raise_exception=True)
+        data = services.recipe_version_get(recipe=recipe, version=number.validated_data["version"])
+        return Response(s.RecipeVersionDetailSerializer(data).data)
+
+    @extend_schema(
+        summary="Diff two versions of a recipe",
+        description=(
+            "Changes from version `a` to version `b`; spec paths are dotted, e.g. "
+            "`spec.roles.decode.flags.mem-fraction-static`."
+        ),
+        parameters=[
+            OpenApiParameter("a", OpenApiTypes.INT, required=True, description="old version"),
+            OpenApiParameter("b", OpenApiTypes.INT, required=True, description="new version"),
+        ],
+        responses={200: s.RecipeDiffSerializer, 400: ERRORS_400, 404: ERROR_404},
+    )
+    @action(detail=True, methods=["get"], url_path="diff")
+    def diff(self, request: Request, pk=None) -> Response:
+        recipe = self.get_object()
+        q = _query(s.DiffQuerySerializer, request)
+        changes = services.recipe_diff(recipe=recipe, a=q["a"], b=q["b"])
+        return Response({"a": q["a"], "b": q["b"], "changes": changes})
+
+    @extend_schema(
+        summary="Revert a recipe to an earlier version (operator)",
+        description="Writes a new version whose content equals the given one; history is kept. "
+        + s.ERROR_SHAPE_HELP,
+        request=s.RevertSerializer,
+        responses={200: s.RecipeSerializer, 400: ERRORS_400, 404: ERROR_404, 409: ERROR_409},
+    )
+    @action(detail=True, methods=["post"], url_path="revert")
+    def revert(self, request: Request, pk=None) -> Response:
+        recipe = self.get_object()
+        ser = s.RevertSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        recipe = services.recipe_revert(
+            recipe=recipe,
+            user=request.user,
+            version=ser.validated_data["version"],
+            expected_version=ser.validated_data.get("expected_version"),
+        )
+        return Response(s.RecipeSerializer(recipe).data)
+
+    @extend_schema(
+        summary="Dry-run: render the launch plan without starting anything",
+        description="Argv lists, env (secrets redacted), GPU ids, CPU lists, NUMA binding and ports "
+        "of every process, for the current version or `?version=`.",
+        parameters=[OpenApiParameter("version", OpenApiTypes.INT, description="default: current version")],
+        responses={200: s.LaunchPlanSerializer, 400: ERRORS_400, 404: ERROR_404},
+    )
+    @action(detail=True, methods=["get"], url_path="dry-run")
+    def dry_run(self, request: Request, pk=None) -> Response:
+        recipe = self.get_object()
+        version = _query(s.VersionQuerySerializer, request).get("version")
+        plan = services.recipe_plan(recipe=recipe, version=version)
+        return Response({"recipe": recipe.pk, "version": version or recipe.version, "plan": plan.to_dict()})
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List secrets (admin; values are never returned)"),
+    retrieve=extend_schema(summary="One secret (admin; value never returned)"),
+    create=extend_schema(summary="Store a secret (admin)", responses={201: s.SecretSerializer, 400: ERRORS_400}),
+    update=extend_schema(
+        summary="Replace a secret's value or description (admin)",
+        request=s.SecretUpdateSerializer,
+        responses={200: s.SecretSerializer, 400: ERRORS_400},
+    ),
+    partial_update=extend_schema(
+        summary="Change a secret's value or description (admin)",
+        request=s.SecretUpdateSerializer,
+        responses={200: s.SecretSerializer, 400: ERRORS_400},
+    ),
+    destroy=extend_schema(
+        summary="Delete a secret (admin)",
+        description="Refused with 409 while a recipe references it.",
+        responses={204: None, 409: ERROR_409},
+    ),
+)
+class SecretViewSet(viewsets.ModelViewSet):
+    """Named secrets, admin only; recipes reference them by name."""
+
+    serializer_class = s.SecretSerializer
+    queryset = Secret.objects.order_by("name")
+    read_role = "admin"
+    write_role = "admin"
+    parser_classes = PARSERS
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        ser = s.SecretSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        secret = services.secret_create(user=request.user, **ser.validated_data)
+        return Response(s.SecretSerializer(secret).data, status=status.HTTP_201_CREATED)
+
+    def update(self, request: Request, *args, **kwargs) -> Response:
+        kwargs.pop("partial", None)
+        secret = self.get_object()
+        ser = s.SecretUpdateSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        secret = services.secret_update(secret=secret, user=request.user, **ser.validated_data)
+        return Response(s.SecretSerializer(secret).data)
+
+    def perform_destroy(self, instance: Secret) -> None:
+        services.secret_delete(secret=instance, user=self.request.user)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List deployments, newest first",
+        parameters=[
+            OpenApiParameter("recipe", OpenApiTypes.INT, description="only this recipe id"),
+            OpenApiParameter("status", OpenApiTypes.STR, description="only this status"),
+        ],
+    ),
+    retrieve=extend_schema(summary="One deployment"),
+)
+class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
+    """Deployments (read-only here; deploy and stop are separate operator actions)."""
+
+    serializer_class = s.DeploymentSerializer
+
+    def get_queryset(self):
+        if self.action != "list":
+            return selectors.deployment_list()
+        q = _query(s.DeploymentFilterSerializer, self.request)
+        return selectors.deployment_list(recipe_id=q.get("recipe"), status=q.get("status"))
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List server processes",
+        parameters=[
+            OpenApiParameter("deployment", OpenApiTypes.INT, description="only this deployment id"),
+            OpenApiParameter("role", OpenApiTypes.STR, description="prefill, decode, router or single"),
+        ],
+    ),
+    retrieve=extend_schema(summary="One server process"),
+)
+class ServerProcessViewSet(viewsets.ReadOnlyModelViewSet):
+    """Engine processes of deployments: pid identity, pinning, GPUs, ports, argv (redacted)."""
+
+    serializer_class = s.ServerProcessSerializer
+
+    def get_queryset(self):
+        if self.action != "list":
+            return selectors.process_list()
+        q = _query(s.ProcessFilterSerializer, self.request)
+        return selectors.process_list(deployment_id=q.get("deployment"), role=q.get("role"))

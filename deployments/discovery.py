@@ -1,0 +1,503 @@
+"""Node topology discovery: sysfs, NVML and ``nvidia-smi topo -m`` → :class:`NodeFacts`.
+
+Sources, in the order they are trusted:
+
+* **sysfs** (Linux ABI, ``Documentation/ABI/stable/sysfs-devices-node`` and
+  ``Documentation/ABI/testing/sysfs-bus-pci``): NUMA nodes and their CPU lists
+  (``devices/system/node/node<N>/cpulist``), their memory (``node<N>/meminfo``, ``MemTotal`` in
+  kB, which the kernel means as KiB), online CPUs (``devices/system/cpu/online``) and each PCI
+  device's NUMA affinity (``bus/pci/devices/<bus id>/numa_node``, ``-1`` = unknown) and local
+  CPUs (``local_cpulist``).
+* **NVML** through ``pynvml`` (PyPI package ``nvidia-ml-py``): GPU count, name, UUID, memory,
+  PCI bus id, compute capability, driver and CUDA versions. A host without the library or the
+  driver is a CPU-only node, not an error.
+* **``nvidia-smi topo -m``**: each GPU row's "CPU Affinity" and "NUMA Affinity" columns. They
+  fill in what sysfs leaves unknown, which happens in VMs whose firmware gives no PCI
+  proximity information (the captured 2x H200 VM reports ``-1``).
+
+``nvidia-smi -q -x`` output can stand in for NVML (:func:`parse_nvidia_smi_xml`), so a node can
+be registered from captured files on a machine without its GPUs.
+
+Everything here is plain Python (no Django), so it can run on a bare host.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import socket
+import subprocess
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from deployments.topology import GpuFacts, NodeFacts, NumaFacts, format_cpulist, parse_cpulist
+
+logger = logging.getLogger(__name__)
+
+#: Tools whose absolute path discovery records in ``NodeFacts.tools`` (None when absent).
+TOOLS: tuple[str, ...] = ("numactl", "nvcc", "nvidia-smi")
+
+#: Wall-clock limit for ``nvidia-smi topo -m``; it answers in well under a second on a healthy
+#: host, and a wedged driver must not hang node registration.
+NVIDIA_SMI_TIMEOUT_S = 20.0
+
+_NODE_DIR = re.compile(r"^node(\d+)$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_MEM_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
+
+
+class DiscoveryError(RuntimeError):
+    """A discovery source exists but cannot be read as documented (e.g. a malformed cpulist).
+
+    The message names the file and the offending text, so an operator can look at the host.
+    """
+
+
+@dataclass(frozen=True)
+class TopoRow:
+    """One GPU row of ``nvidia-smi topo -m``: ``cpu_affinity`` as cpulist text ("" when
+    ``N/A``), ``numa_node`` None when ``N/A``."""
+
+    index: int
+    cpu_affinity: str
+    numa_node: int | None
+
+
+class _UseRealNvml:
+    """Marker default for ``discover_node(nvml=...)``: import ``pynvml`` if it is installed."""
+
+
+_REAL_NVML: Any = _UseRealNvml()
+
+
+# --------------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------------
+
+
+def discover_node(
+    *,
+    name: str,
+    sysfs_root: Path = Path("/sys"),
+    nvml: Any = _REAL_NVML,
+    topo_text: str | None = None,
+    which: Callable[[str], str | None] = shutil.which,
+    nvidia_smi_xml: str | None = None,
+    hostname: str | None = None,
+) -> NodeFacts:
+    """Discover this host's (or a captured host's) topology.
+
+    Args:
+        name: the node's name in Ceiling (its agent consumes queue ``node.<name>``).
+        sysfs_root: root of a sysfs tree; ``/sys`` on a live host, a fixture directory in tests.
+        nvml: an object exposing the ``pynvml`` functions used here (the ``pynvml`` module by
+            default; None = no NVML, i.e. no GPUs from NVML).
+        topo_text: ``nvidia-smi topo -m`` output. When None and some GPU's NUMA node is unknown
+            from sysfs, ``nvidia-smi topo -m`` is run if ``which`` finds it.
+        which: tool lookup (``shutil.which`` signature), injectable for fixture hosts.
+        nvidia_smi_xml: ``nvidia-smi -q -x`` output; when given, GPUs and driver/CUDA versions
+            come from it and NVML is not used.
+        hostname: recorded host name; default ``socket.gethostname()``.
+
+    Returns:
+        :class:`NodeFacts` with CPU count (online CPUs), memory in bytes (sum of NUMA nodes),
+        NUMA nodes sorted by index, GPUs sorted by NVML index with their NUMA node and CPU
+        affinity resolved (sysfs, then ``topo -m``, then the only NUMA node if there is one),
+        and ``tools`` for :data:`TOOLS`.
+
+    Raises:
+        DiscoveryError: a sysfs file or the ``topo -m`` text is present but malformed.
+    """
+    sysfs_root = Path(sysfs_root)
+    numa_nodes = read_numa_nodes(sysfs_root=sysfs_root)
+    online = read_online_cpus(sysfs_root=sysfs_root)
+    if not numa_nodes:
+        # Kernels built without CONFIG_NUMA have no node directory: the whole machine is one node.
+        numa_nodes = [NumaFacts(index=0, cpus=tuple(online), memory_total_bytes=None)]
+    if not online:
+        online = sorted({c for n in numa_nodes for c in n.cpus})
+
+    tools = {tool: which(tool) for tool in TOOLS}
+    if nvidia_smi_xml is not None:
+        gpus = parse_nvidia_smi_xml(nvidia_smi_xml)
+        driver_version, cuda_version = parse_nvidia_smi_xml_versions(nvidia_smi_xml)
+    else:
+        gpus, driver_version, cuda_version = read_nvml_gpus(nvml=nvml)
+
+    gpus = [_with_sysfs_locality(gpu, sysfs_root=sysfs_root) for gpu in gpus]
+    if any(g.numa_node is None for g in gpus):
+        if topo_text is None and tools.get("nvidia-smi"):
+            topo_text = run_nvidia_smi_topo(executable=str(tools["nvidia-smi"]))
+        if topo_text:
+            rows = parse_nvidia_smi_topo(topo_text)
+            gpus = [_with_topo_locality(g, rows.get(g.index)) for g in gpus]
+    gpus = [_with_fallback_locality(g, numa_nodes=numa_nodes) for g in gpus]
+
+    memory = sum(n.memory_total_bytes or 0 for n in numa_nodes)
+    return NodeFacts(
+        name=name,
+        hostname=hostname if hostname is not None else socket.gethostname(),
+        cpu_count=len(online),
+        memory_total_bytes=memory,
+        gpus=sorted(gpus, key=lambda g: g.index),
+        numa_nodes=numa_nodes,
+        tools=tools,
+        driver_version=driver_version,
+        cuda_version=cuda_version,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# sysfs
+# --------------------------------------------------------------------------------------------
+
+
+def read_cpulist_file(path: Path) -> list[int]:
+    """Read a kernel cpulist file (``0-31,64-95``) into sorted CPU ids.
+
+    Raises:
+        DiscoveryError: the file holds something that is not cpulist syntax; the message
+            gives the path and the text.
+    """
+    text = path.read_text().strip()
+    try:
+        return parse_cpulist(text)
+    except ValueError as exc:
+        raise DiscoveryError(f"{path}: malformed CPU list {text!r}: {exc}") from exc
+
+
+def read_online_cpus(*, sysfs_root: Path) -> list[int]:
+    """Online CPU ids from ``<sysfs_root>/devices/system/cpu/online``; [] when the file is absent."""
+    path = sysfs_root / "devices" / "system" / "cpu" / "online"
+    if not path.is_file():
+        return []
+    return read_cpulist_file(path)
+
+
+def read_numa_nodes(*, sysfs_root: Path) -> list[NumaFacts]:
+    """NUMA nodes from ``<sysfs_root>/devices/system/node/node<N>/``, sorted by index.
+
+    CPUs come from ``cpulist`` and memory (bytes) from the ``MemTotal`` line of ``meminfo``
+    (kB there means KiB, see ``drivers/base/node.c``). A node without CPUs (memory-only, e.g.
+    CXL or HBM exposed as NUMA memory) is kept with an empty CPU tuple. Returns [] when the
+    directory does not exist (kernel without NUMA support).
+
+    Raises:
+        DiscoveryError: a malformed ``cpulist`` or ``meminfo``.
+    """
+    base = sysfs_root / "devices" / "system" / "node"
+    if not base.is_dir():
+        return []
+    nodes: list[NumaFacts] = []
+    for entry in base.iterdir():
+        match = _NODE_DIR.match(entry.name)
+        if not match or not entry.is_dir():
+            continue
+        cpulist = entry / "cpulist"
+        cpus = read_cpulist_file(cpulist) if cpulist.is_file() else []
+        nodes.append(
+            NumaFacts(index=int(match.group(1)), cpus=tuple(cpus), memory_total_bytes=_read_node_memtotal(entry))
+        )
+    return sorted(nodes, key=lambda n: n.index)
+
+
+def _read_node_memtotal(node_dir: Path) -> int | None:
+    path = node_dir / "meminfo"
+    if not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        # "Node 0 MemTotal:       263604308 kB"
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == "MemTotal:":
+            if not fields[3].isdigit() or (len(fields) > 4 and fields[4] != "kB"):
+                raise DiscoveryError(f"{path}: malformed MemTotal line {line.strip()!r}")
+            return int(fields[3]) * 1024
+    return None
+
+
+def sysfs_pci_address(bus_id: str) -> str:
+    """Turn an NVML / nvidia-smi PCI bus id (``00000000:2A:00.0``, 32-bit domain, upper case)
+    into the sysfs device directory name (``0000:2a:00.0``: the kernel prints the domain with
+    ``%04x``, see ``drivers/pci/probe.c``).
+
+    Raises:
+        ValueError: not ``domain:bus:device.function``.
+    """
+    parts = bus_id.strip().split(":")
+    if len(parts) != 3 or "." not in parts[2]:
+        raise ValueError(f"not a PCI bus id: {bus_id!r}")
+    domain, bus, devfn = parts
+    dev, _, fn = devfn.partition(".")
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{int(fn, 16):x}"
+
+
+def read_pci_locality(*, sysfs_root: Path, bus_id: str) -> tuple[int | None, str]:
+    """NUMA node and local CPU list of a PCI device from sysfs.
+
+    Returns ``(numa_node, local_cpulist)``: numa_node None when the device is absent or the
+    kernel reports ``-1`` (no proximity information); local_cpulist "" when absent.
+
+    Raises:
+        DiscoveryError: ``numa_node`` or ``local_cpulist`` present but malformed.
+    """
+    try:
+        device = sysfs_root / "bus" / "pci" / "devices" / sysfs_pci_address(bus_id)
+    except ValueError:
+        return None, ""
+    numa: int | None = None
+    numa_path = device / "numa_node"
+    if numa_path.is_file():
+        text = numa_path.read_text().strip()
+        try:
+            value = int(text)
+        except ValueError as exc:
+            raise DiscoveryError(f"{numa_path}: expected an integer, got {text!r}") from exc
+        numa = value if value >= 0 else None
+    local = ""
+    local_path = device / "local_cpulist"
+    if local_path.is_file():
+        local = format_cpulist(read_cpulist_file(local_path))
+    return numa, local
+
+
+def _with_sysfs_locality(gpu: GpuFacts, *, sysfs_root: Path) -> GpuFacts:
+    if not gpu.pci_bus_id:
+        return gpu
+    numa, local = read_pci_locality(sysfs_root=sysfs_root, bus_id=gpu.pci_bus_id)
+    return replace(
+        gpu,
+        numa_node=gpu.numa_node if numa is None else numa,
+        cpu_affinity=gpu.cpu_affinity or local,
+    )
+
+
+def _with_topo_locality(gpu: GpuFacts, row: TopoRow | None) -> GpuFacts:
+    if row is None:
+        return gpu
+    # When sysfs knew the node, the topo row only adds a missing CPU affinity.
+    if gpu.numa_node is not None:
+        return replace(gpu, cpu_affinity=gpu.cpu_affinity or row.cpu_affinity)
+    return replace(gpu, numa_node=row.numa_node, cpu_affinity=row.cpu_affinity or gpu.cpu_affinity)
+
+
+def _with_fallback_locality(gpu: GpuFacts, *, numa_nodes: list[NumaFacts]) -> GpuFacts:
+    numa = gpu.numa_node
+    if numa is None and len(numa_nodes) == 1:
+        # With one NUMA node every device is local to it; no source is needed to say so.
+        numa = numa_nodes[0].index
+    affinity = gpu.cpu_affinity
+    if not affinity and numa is not None:
+        node = next((n for n in numa_nodes if n.index == numa), None)
+        affinity = format_cpulist(node.cpus) if node else ""
+    return replace(gpu, numa_node=numa, cpu_affinity=affinity)
+
+
+# --------------------------------------------------------------------------------------------
+# NVML
+# --------------------------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    # nvidia-ml-py before 11.5 returned bytes for strings; current releases return str.
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def read_nvml_gpus(*, nvml: Any = _REAL_NVML) -> tuple[list[GpuFacts], str, str]:
+    """GPUs and driver/CUDA versions from NVML.
+
+    ``nvml`` is the ``pynvml`` module (default; None when it is not installed) or an object
+    with the same functions: ``nvmlInit``, ``nvmlShutdown``, ``nvmlDeviceGetCount``,
+    ``nvmlDeviceGetHandleByIndex``, ``nvmlDeviceGetName``, ``nvmlDeviceGetUUID``,
+    ``nvmlDeviceGetMemoryInfo`` (``.total`` in bytes), ``nvmlDeviceGetPciInfo`` (``.busId``),
+    ``nvmlDeviceGetCudaComputeCapability`` (``(major, minor)``), ``nvmlSystemGetDriverVersion``,
+    ``nvmlSystemGetCudaDriverVersion`` (``major*1000 + minor*10``, NVML's encoding) and the
+    ``NVMLError`` exception class.
+
+    Returns ``(gpus, driver_version, cuda_version)``; ``([], "", "")`` when NVML is absent or
+    cannot initialise (library not found, driver not loaded, no permission): that is a CPU-only
+    node. A GPU whose per-device queries fail is kept with the fields that could be read, so
+    indices stay aligned with ``nvidia-smi`` and ``CUDA_VISIBLE_DEVICES``.
+    """
+    if isinstance(nvml, _UseRealNvml):
+        try:
+            import pynvml as nvml  # noqa: PLC0415 - optional on CPU-only hosts
+        except ImportError:
+            nvml = None
+    if nvml is None:
+        return [], "", ""
+    nvml_error: type[BaseException] = getattr(nvml, "NVMLError", Exception)
+    try:
+        nvml.nvmlInit()
+    except nvml_error as exc:
+        logger.info("NVML unavailable (%s): treating this host as CPU-only", exc)
+        return [], "", ""
+    try:
+        driver = _optional(nvml_error, lambda: _text(nvml.nvmlSystemGetDriverVersion()), "")
+        cuda = _optional(nvml_error, lambda: _cuda_version(int(nvml.nvmlSystemGetCudaDriverVersion())), "")
+        gpus = [_nvml_gpu(nvml, nvml_error, index) for index in range(int(nvml.nvmlDeviceGetCount()))]
+    finally:
+        _optional(nvml_error, nvml.nvmlShutdown, None)
+    return gpus, driver, cuda
+
+
+def _optional(error: type[BaseException], call: Callable[[], Any], default: Any) -> Any:
+    try:
+        return call()
+    except error as exc:
+        logger.warning("NVML query failed: %s", exc)
+        return default
+
+
+def _cuda_version(encoded: int) -> str:
+    # NVML_CUDA_DRIVER_VERSION_MAJOR/MINOR in nvml.h: 13000 → "13.0", 12040 → "12.4".
+    return f"{encoded // 1000}.{(encoded % 1000) // 10}"
+
+
+def _nvml_gpu(nvml: Any, error: type[BaseException], index: int) -> GpuFacts:
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    except error as exc:
+        logger.warning("NVML cannot open GPU %d: %s", index, exc)
+        return GpuFacts(index=index)
+    cc = _optional(error, lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle), None)
+    return GpuFacts(
+        index=index,
+        uuid=_optional(error, lambda: _text(nvml.nvmlDeviceGetUUID(handle)), ""),
+        name=_optional(error, lambda: _text(nvml.nvmlDeviceGetName(handle)), ""),
+        memory_total_bytes=_optional(error, lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total), None),
+        pci_bus_id=_optional(error, lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId), ""),
+        compute_capability=f"{cc[0]}.{cc[1]}" if cc else "",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# nvidia-smi
+# --------------------------------------------------------------------------------------------
+
+
+def run_nvidia_smi_topo(*, executable: str) -> str | None:
+    """Run ``<executable> topo -m`` (argv list, no shell) and return its stdout.
+
+    Returns None (and logs why) when it fails or exceeds :data:`NVIDIA_SMI_TIMEOUT_S`: this
+    source only refines NUMA affinity, so its absence must not stop discovery.
+    """
+    try:
+        done = subprocess.run(
+            [executable, "topo", "-m"], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        logger.warning("nvidia-smi topo -m failed: %s", exc)
+        return None
+    if done.returncode != 0:
+        logger.warning("nvidia-smi topo -m exited %d: %s", done.returncode, done.stderr.strip()[:500])
+        return None
+    return done.stdout
+
+
+def _split_topo_line(line: str) -> list[str]:
+    # Cells are tab-separated; some driver releases pad with spaces instead.
+    cells = line.split("\t") if "\t" in line else re.split(r"\s{2,}", line)
+    return [c.strip() for c in cells]
+
+
+def parse_nvidia_smi_topo(text: str) -> dict[int, TopoRow]:
+    """Parse the GPU rows of ``nvidia-smi topo -m`` into ``{gpu index: TopoRow}``.
+
+    The header names the device columns (``GPU0``, ``NIC0``, ``mlx5_0`` …) and then
+    ``CPU Affinity`` and ``NUMA Affinity`` (newer drivers add ``GPU NUMA ID``). Rows are aligned
+    by counting device columns, then taking the next non-empty cells, because drivers emit an
+    extra empty cell before ``GPU NUMA ID``. Terminal escape codes (the header is underlined)
+    are ignored; ``N/A`` means unknown. Text after the matrix (legend, other commands' output)
+    is ignored.
+
+    Raises:
+        DiscoveryError: a GPU row's CPU Affinity or NUMA Affinity is neither ``N/A`` nor valid
+            (cpulist / integer).
+    """
+    rows: dict[int, TopoRow] = {}
+    n_devices: int | None = None
+    for raw in _ANSI.sub("", text).splitlines():
+        cells = _split_topo_line(raw)
+        named = [c for c in cells if c]
+        if n_devices is None:
+            if "CPU Affinity" in named:
+                n_devices = named.index("CPU Affinity")
+            continue
+        match = re.fullmatch(r"GPU(\d+)", cells[0]) if cells else None
+        if not match:
+            if raw.strip().startswith("Legend"):
+                break
+            continue
+        tail = [c for c in cells[1 + n_devices :] if c]
+        cpu_text = tail[0] if tail else "N/A"
+        numa_text = tail[1] if len(tail) > 1 else "N/A"
+        index = int(match.group(1))
+        cpu_affinity = ""
+        if cpu_text != "N/A":
+            try:
+                cpu_affinity = format_cpulist(parse_cpulist(cpu_text))
+            except ValueError as exc:
+                raise DiscoveryError(f"nvidia-smi topo -m, GPU{index}: bad CPU Affinity {cpu_text!r}: {exc}") from exc
+        numa: int | None = None
+        if numa_text != "N/A":
+            if not numa_text.isdigit():
+                raise DiscoveryError(f"nvidia-smi topo -m, GPU{index}: bad NUMA Affinity {numa_text!r}")
+            numa = int(numa_text)
+        rows[index] = TopoRow(index=index, cpu_affinity=cpu_affinity, numa_node=numa)
+    return rows
+
+
+def _memory_bytes(text: str) -> int | None:
+    # nvidia-smi writes "143771 MiB"; units are binary (MiB = 2**20 bytes).
+    fields = text.split()
+    if len(fields) != 2 or not fields[0].isdigit() or fields[1] not in _MEM_UNITS:
+        return None
+    return int(fields[0]) * _MEM_UNITS[fields[1]]
+
+
+def _xml_root(text: str) -> ET.Element:
+    try:
+        return ET.fromstring(text)
+    except ET.ParseError as exc:
+        raise DiscoveryError(f"nvidia-smi -q -x output is not XML: {exc}") from exc
+
+
+def parse_nvidia_smi_xml(text: str) -> list[GpuFacts]:
+    """GPUs from ``nvidia-smi -q -x`` output, in document order (= nvidia-smi index order).
+
+    Fields: ``product_name`` → name, ``uuid``, ``fb_memory_usage/total`` ("143771 MiB") → bytes,
+    ``pci/pci_bus_id``. The document carries neither NUMA affinity nor compute capability, so
+    those stay unknown here (discovery fills NUMA from sysfs or ``topo -m``). The external DTD
+    named in the DOCTYPE is never fetched.
+
+    Raises:
+        DiscoveryError: the text is not XML or not an ``nvidia_smi_log`` document.
+    """
+    root = _xml_root(text)
+    if root.tag != "nvidia_smi_log":
+        raise DiscoveryError(f"expected an <nvidia_smi_log> document, got <{root.tag}>")
+    gpus = []
+    for index, gpu in enumerate(root.findall("gpu")):
+        gpus.append(
+            GpuFacts(
+                index=index,
+                uuid=(gpu.findtext("uuid") or "").strip(),
+                name=(gpu.findtext("product_name") or "").strip(),
+                memory_total_bytes=_memory_bytes(gpu.findtext("fb_memory_usage/total") or ""),
+                pci_bus_id=(gpu.findtext("pci/pci_bus_id") or gpu.get("id") or "").strip(),
+            )
+        )
+    return gpus
+
+
+def parse_nvidia_smi_xml_versions(text: str) -> tuple[str, str]:
+    """``(driver_version, cuda_version)`` from ``nvidia-smi -q -x`` output ("" when absent).
+
+    Raises:
+        DiscoveryError: the text is not XML.
+    """
+    root = _xml_root(text)
+    return (root.findtext("driver_version") or "").strip(), (root.findtext("cuda_version") or "").strip()

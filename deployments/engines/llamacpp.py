@@ -1,0 +1,88 @@
+"""llama.cpp adapter through llama-cpp-python's server: ``python -m llama_cpp.server``.
+
+Argv (single topology only; the engine runs on CPUs)::
+
+    python -m llama_cpp.server --model /path/model.gguf --model_alias N --host H --port P
+        --n_threads T [allowlisted flags, sorted by name]
+
+llama-cpp-python builds its CLI from the pydantic fields of ``llama_cpp.server.settings``,
+so flags use underscores and booleans take a value (``--use_mmap false``).
+``--n_threads`` defaults to the number of CPUs the process is pinned to, because llama.cpp
+otherwise sizes its thread pool from all host cores and oversubscribes the pinned set.
+The server has no ``/health`` route; ``/v1/models`` answering shows the HTTP server is up and
+readiness additionally needs a one-token completion.
+"""
+from __future__ import annotations
+
+from deployments.engines.base import EngineAdapter, FlagSpec, RenderContext, RenderedCommand, flags_argv
+
+WORKER_FLAGS: dict[str, FlagSpec] = {
+    "n_ctx": FlagSpec("int", "context length in tokens", 1, 10_000_000),
+    "n_batch": FlagSpec("int", "prompt batch size", 1, 1_000_000),
+    "n_ubatch": FlagSpec("int", "physical batch size", 1, 1_000_000),
+    "n_threads": FlagSpec("int", "generation threads (default: pinned CPU count)", 1, 4096),
+    "n_threads_batch": FlagSpec("int", "prompt-processing threads", 1, 4096),
+    "seed": FlagSpec("int", "RNG seed", 0, 2**32 - 1),
+    "chat_format": FlagSpec("name", "chat template name (llama-2, chatml, ...)"),
+    "use_mmap": FlagSpec("bool", "mmap the model file", bool_style="value"),
+    "use_mlock": FlagSpec("bool", "lock the model in RAM", bool_style="value"),
+    "flash_attn": FlagSpec("bool", "flash attention kernels", bool_style="value"),
+    "verbose": FlagSpec("bool", "print llama.cpp's own logs", bool_style="value"),
+    "cache": FlagSpec("bool", "prompt cache", bool_style="value"),
+    "cache_type": FlagSpec("choice", "prompt cache storage", choices=("ram", "disk")),
+    "cache_size": FlagSpec("int", "prompt cache size in bytes", 0, 2**40),
+    "rope_freq_base": FlagSpec("float", "RoPE base frequency", 0.0, 1e9),
+    "rope_freq_scale": FlagSpec("float", "RoPE frequency scale", 0.0, 1e3),
+}
+
+_ROLE_FIELD = "spec.roles.single"
+WORKER_RESERVED: dict[str, str] = {
+    "model": "spec.model",
+    "model_alias": "spec.served_model_name",
+    "host": f"{_ROLE_FIELD}.host",
+    "port": f"{_ROLE_FIELD}.port",
+    "api_key": "spec.secrets",
+    "config_file": "spec (the recipe is the configuration)",
+    "n_gpu_layers": f"{_ROLE_FIELD}.gpus (llama.cpp recipes run on CPUs)",
+    "main_gpu": f"{_ROLE_FIELD}.gpus (llama.cpp recipes run on CPUs)",
+    "tensor_split": f"{_ROLE_FIELD}.gpus (llama.cpp recipes run on CPUs)",
+    "numa": f"{_ROLE_FIELD}.numa_node",
+}
+
+
+class LlamaCppAdapter(EngineAdapter):
+    """llama.cpp via llama-cpp-python on CPUs; single server only."""
+
+    name = "llamacpp"
+    uses_gpus = False
+    topologies = ("single",)
+    worker_flags = WORKER_FLAGS
+    worker_reserved = WORKER_RESERVED
+    default_ports = {"single": 8080}
+
+    def render_worker(self, ctx: RenderContext) -> RenderedCommand:
+        role, spec = ctx.role, ctx.spec
+        flags = dict(role["flags"])
+        if "n_threads" not in flags and ctx.cpu_count:
+            flags["n_threads"] = ctx.cpu_count
+        argv = [
+            ctx.executables["python"], "-m", "llama_cpp.server",
+            "--model", spec["model"]["path"],
+            "--model_alias", spec["served_model_name"],
+            "--host", role["host"],
+            "--port", str(role["port"]),
+        ]
+        argv += flags_argv(flags, WORKER_FLAGS)
+        return RenderedCommand(
+            argv=argv,
+            ports={"http": role["port"]},
+            health_path="/v1/models",
+            generate={
+                "method": "POST",
+                "path": "/v1/completions",
+                "json": {"model": spec["served_model_name"], "prompt": "Hello", "max_tokens": 1, "temperature": 0},
+            },
+        )
+
+
+ADAPTER = LlamaCppAdapter()

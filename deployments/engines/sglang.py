@@ -1,0 +1,268 @@
+"""SGLang adapter: ``python -m sglang.launch_server`` workers and the ``sglang-router``.
+
+Worker argv (single or PD role)::
+
+    python -m sglang.launch_server --model-path M --served-model-name N --host H --port P
+        --tp-size T [--dp-size D] [--ep-size E] --base-gpu-id 0
+        [--disaggregation-mode prefill|decode --disaggregation-transfer-backend nixl|mooncake
+         [--disaggregation-bootstrap-port B]]  (PD only; the bootstrap port on prefill only)
+        [allowlisted flags, sorted by name]
+
+``--base-gpu-id`` is always 0 because the process only sees the GPUs in its
+``CUDA_VISIBLE_DEVICES``, which CUDA renumbers from 0; the physical ids stay in the plan's
+``gpu_ids``. Router argv (PD)::
+
+    python -m sglang_router.launch_router --pd-disaggregation
+        --prefill http://H:P BOOTSTRAP --decode http://H:P --host H --port P [flags]
+
+Flag names and choices follow ``sglang/srt/server_args.py`` and
+``python -m sglang_router.launch_router --help`` (sglang-router 0.3.x).
+"""
+from __future__ import annotations
+
+from deployments.engines.base import (
+    EngineAdapter,
+    FlagSpec,
+    RenderContext,
+    RenderedCommand,
+    flags_argv,
+    http_url,
+)
+
+PD_ROLES = frozenset({"prefill", "decode"})
+
+WORKER_FLAGS: dict[str, FlagSpec] = {
+    "mem-fraction-static": FlagSpec("float", "fraction of GPU memory for weights + KV cache", 0.01, 1.0),
+    "max-running-requests": FlagSpec("int", "cap on concurrently running requests", 1, 1_000_000),
+    "max-total-tokens": FlagSpec("int", "KV cache pool size in tokens", 1, 100_000_000),
+    "max-prefill-tokens": FlagSpec("int", "tokens per prefill batch", 1, 10_000_000),
+    "chunked-prefill-size": FlagSpec("int", "chunk size for long prefills (-1 disables)", -1, 10_000_000),
+    "context-length": FlagSpec("int", "maximum context length in tokens", 1, 100_000_000),
+    "page-size": FlagSpec("int", "tokens per KV cache page", 1, 4096),
+    "kv-cache-dtype": FlagSpec("choice", "KV cache data type", choices=("auto", "fp8_e5m2", "fp8_e4m3", "bf16")),
+    "dtype": FlagSpec("choice", "weight/activation dtype", choices=("auto", "half", "float16", "bfloat16", "float", "float32")),
+    "quantization": FlagSpec("name", "quantisation method (fp8, awq, gptq, ...)"),
+    "load-format": FlagSpec("name", "weight loading format"),
+    "attention-backend": FlagSpec("name", "attention kernel backend (flashinfer, triton, fa3, flashmla, ...)"),
+    "prefill-attention-backend": FlagSpec("name", "attention backend for prefill batches"),
+    "decode-attention-backend": FlagSpec("name", "attention backend for decode batches"),
+    "nsa-prefill-backend": FlagSpec("name", "native sparse attention backend for prefill"),
+    "nsa-decode-backend": FlagSpec("name", "native sparse attention backend for decode"),
+    "sampling-backend": FlagSpec("choice", "sampling kernels", choices=("flashinfer", "pytorch")),
+    "moe-a2a-backend": FlagSpec("name", "MoE all-to-all backend (none, deepep, ...)"),
+    "deepep-mode": FlagSpec("choice", "DeepEP dispatch mode", choices=("normal", "low_latency", "auto")),
+    "enable-dp-attention": FlagSpec("bool", "data-parallel attention inside the TP group (GPUs = tp)"),
+    "enable-dp-lm-head": FlagSpec("bool", "vocabulary-parallel LM head across DP attention ranks"),
+    "enable-eplb": FlagSpec("bool", "expert-parallel load balancer"),
+    "trust-remote-code": FlagSpec("bool", "allow the model repository's Python code"),
+    "disable-cuda-graph": FlagSpec("bool", "run decode without CUDA graphs"),
+    "cuda-graph-max-bs": FlagSpec("int", "largest batch size captured in a CUDA graph", 1, 4096),
+    "disable-radix-cache": FlagSpec("bool", "turn off prefix (radix) caching"),
+    "enable-torch-compile": FlagSpec("bool", "torch.compile the model"),
+    "torch-compile-max-bs": FlagSpec("int", "largest batch size compiled", 1, 4096),
+    "enable-mixed-chunk": FlagSpec("bool", "mix prefill chunks with decode batches"),
+    "schedule-policy": FlagSpec("choice", "request scheduling policy", choices=("lpm", "random", "fcfs", "dfs-weight", "lof")),
+    "schedule-conservativeness": FlagSpec("float", "how conservatively to admit requests", 0.0, 100.0),
+    "stream-interval": FlagSpec("int", "decode steps between streamed chunks", 1, 10_000),
+    "random-seed": FlagSpec("int", "sampling RNG seed", 0, 2**31 - 1),
+    "watchdog-timeout": FlagSpec("float", "seconds before a hung batch kills the server", 1.0, 86_400.0),
+    "skip-server-warmup": FlagSpec("bool", "skip the warm-up request at start-up"),
+    "log-level": FlagSpec("choice", "server log level", choices=("debug", "info", "warning", "error", "critical")),
+    "log-requests": FlagSpec("bool", "log every request"),
+    "enable-metrics": FlagSpec("bool", "expose Prometheus /metrics"),
+    "enable-cache-report": FlagSpec("bool", "report cached tokens in usage"),
+    "decode-log-interval": FlagSpec("int", "decode steps between log lines", 1, 1_000_000),
+    "chat-template": FlagSpec("path", "chat template file"),
+    "tokenizer-path": FlagSpec("path", "tokenizer directory, if not the model's"),
+    "reasoning-parser": FlagSpec("name", "reasoning output parser"),
+    "tool-call-parser": FlagSpec("name", "tool call parser"),
+    "speculative-algorithm": FlagSpec("choice", "speculative decoding", choices=("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")),
+    "speculative-num-steps": FlagSpec("int", "draft steps", 1, 64),
+    "speculative-eagle-topk": FlagSpec("int", "EAGLE top-k", 1, 64),
+    "speculative-num-draft-tokens": FlagSpec("int", "draft tokens verified per step", 1, 256),
+    "disaggregation-ib-device": FlagSpec("name", "RDMA device(s) for KV transfer, e.g. mlx5_0", roles=PD_ROLES),
+    "num-reserved-decode-tokens": FlagSpec("int", "tokens reserved per decode request", 0, 1_000_000, roles=frozenset({"decode"})),
+}
+
+_ROLE_FIELD = "spec.roles.<role>"
+WORKER_RESERVED: dict[str, str] = {
+    "model-path": "spec.model",
+    "model": "spec.model",
+    "served-model-name": "spec.served_model_name",
+    "host": f"{_ROLE_FIELD}.host",
+    "port": f"{_ROLE_FIELD}.port",
+    "tp-size": f"{_ROLE_FIELD}.tp",
+    "tp": f"{_ROLE_FIELD}.tp",
+    "tensor-parallel-size": f"{_ROLE_FIELD}.tp",
+    "dp-size": f"{_ROLE_FIELD}.dp",
+    "dp": f"{_ROLE_FIELD}.dp",
+    "data-parallel-size": f"{_ROLE_FIELD}.dp",
+    "ep-size": f"{_ROLE_FIELD}.ep",
+    "ep": f"{_ROLE_FIELD}.ep",
+    "expert-parallel-size": f"{_ROLE_FIELD}.ep",
+    "base-gpu-id": f"{_ROLE_FIELD}.gpus",
+    "gpu-id-step": f"{_ROLE_FIELD}.gpus",
+    "device": f"{_ROLE_FIELD}.gpus",
+    "disaggregation-mode": "spec.roles (the role's name)",
+    "disaggregation-transfer-backend": "spec.transfer_backend",
+    "disaggregation-bootstrap-port": "spec.roles.prefill.bootstrap_port",
+    "api-key": "spec.secrets",
+    "nnodes": "spec.roles (one node per recipe)",
+    "node-rank": "spec.roles (one node per recipe)",
+    "dist-init-addr": "spec.roles (one node per recipe)",
+}
+
+ROUTER_POLICIES = ("random", "round_robin", "cache_aware", "power_of_two", "manual")
+ROUTER_FLAGS: dict[str, FlagSpec] = {
+    "policy": FlagSpec("choice", "load-balancing policy", choices=ROUTER_POLICIES),
+    "prefill-policy": FlagSpec("choice", "policy for prefill workers", choices=ROUTER_POLICIES + ("bucket",)),
+    "decode-policy": FlagSpec("choice", "policy for decode workers", choices=ROUTER_POLICIES),
+    "cache-threshold": FlagSpec("float", "cache-aware match threshold", 0.0, 1.0),
+    "balance-abs-threshold": FlagSpec("int", "absolute load imbalance threshold", 0, 1_000_000),
+    "balance-rel-threshold": FlagSpec("float", "relative load imbalance threshold", 0.0, 1000.0),
+    "eviction-interval-secs": FlagSpec("int", "radix tree eviction interval", 1, 86_400),
+    "max-tree-size": FlagSpec("int", "radix tree size cap", 1, 2**40),
+    "max-payload-size": FlagSpec("int", "request body cap in bytes", 1, 2**40),
+    "worker-startup-timeout-secs": FlagSpec("int", "seconds to wait for workers", 1, 86_400),
+    "worker-startup-check-interval": FlagSpec("int", "seconds between worker checks", 1, 3600),
+    "request-timeout-secs": FlagSpec("int", "per-request timeout", 1, 86_400),
+    "max-concurrent-requests": FlagSpec("int", "concurrency cap (-1 = none)", -1, 1_000_000),
+    "queue-size": FlagSpec("int", "pending request queue size", 0, 1_000_000),
+    "queue-timeout-secs": FlagSpec("int", "seconds a request may queue", 1, 86_400),
+    "retry-max-retries": FlagSpec("int", "retries per request", 0, 100),
+    "disable-retries": FlagSpec("bool", "no retries"),
+    "disable-circuit-breaker": FlagSpec("bool", "no circuit breaker"),
+    "health-check-interval-secs": FlagSpec("int", "seconds between worker health checks", 1, 3600),
+    "health-check-timeout-secs": FlagSpec("int", "worker health check timeout", 1, 3600),
+    "health-failure-threshold": FlagSpec("int", "failed checks before a worker is out", 1, 1000),
+    "dp-aware": FlagSpec("bool", "route to DP ranks individually"),
+    "log-level": FlagSpec("choice", "router log level", choices=("debug", "info", "warn", "error")),
+    "prometheus-port": FlagSpec("port", "port of the router's Prometheus endpoint"),
+}
+
+ROUTER_RESERVED: dict[str, str] = {
+    "host": "spec.roles.router.host",
+    "port": "spec.roles.router.port",
+    "pd-disaggregation": "spec.topology",
+    "prefill": "spec.roles.prefill",
+    "decode": "spec.roles.decode",
+    "worker-urls": "spec.roles",
+    "api-key": "spec.secrets",
+    "log-dir": "the process log file Ceiling manages",
+}
+
+
+def sglang_generate_check() -> dict:
+    """One-token generation against SGLang's native ``/generate`` (greedy, 1 new token)."""
+    return {
+        "method": "POST",
+        "path": "/generate",
+        "json": {"text": "Hello", "sampling_params": {"max_new_tokens": 1, "temperature": 0}},
+    }
+
+
+def sglang_router_render(ctx: RenderContext, *, python: str) -> RenderedCommand:
+    """Argv of ``sglang_router.launch_router`` in PD mode over the recipe's prefill and decode
+    roles (shared by the SGLang and ``sim`` engines, whose workers speak the same protocol)."""
+    roles = ctx.spec["roles"]
+    prefill, decode, router = roles["prefill"], roles["decode"], ctx.role
+    argv = [
+        python, "-m", "sglang_router.launch_router",
+        "--pd-disaggregation",
+        "--prefill", http_url(prefill["host"], prefill["port"]), str(prefill["bootstrap_port"]),
+        "--decode", http_url(decode["host"], decode["port"]),
+        "--host", router["host"],
+        "--port", str(router["port"]),
+    ]
+    argv += flags_argv(router["flags"], ROUTER_FLAGS)
+    ports = {"http": router["port"]}
+    if "prometheus-port" in router["flags"]:
+        ports["metrics"] = router["flags"]["prometheus-port"]
+    return RenderedCommand(
+        argv=argv,
+        ports=ports,
+        health_path="/health",
+        generate=sglang_generate_check(),
+        extra_readiness=[
+            {
+                "kind": "router_workers",
+                "method": "GET",
+                "path": "/workers",
+                "expect": {"prefill": 1, "decode": 1},
+                "description": "the router lists one prefill and one decode worker",
+            }
+        ],
+    )
+
+
+class SGLangAdapter(EngineAdapter):
+    """SGLang (``sglang.launch_server``) on GPUs, single server or PD with NIXL or Mooncake."""
+
+    name = "sglang"
+    uses_gpus = True
+    topologies = ("single", "pd")
+    # SGLang's --disaggregation-transfer-backend choices that Ceiling supports.
+    transfer_backends = ("nixl", "mooncake")
+    worker_flags = WORKER_FLAGS
+    router_flags = ROUTER_FLAGS
+    worker_reserved = WORKER_RESERVED
+    router_reserved = ROUTER_RESERVED
+    # SGLang's own defaults: --port 30000, --disaggregation-bootstrap-port 8998.
+    default_ports = {"single": 30000, "prefill": 30000, "decode": 30001, "router": 8000}
+    default_bootstrap_port = 8998
+
+    def expected_gpu_count(self, role: dict) -> tuple[int, str]:
+        """With ``enable-dp-attention`` the DP ranks live inside the TP group (GPUs = tp);
+        otherwise every DP replica has its own TP group (GPUs = tp × dp)."""
+        if role["flags"].get("enable-dp-attention"):
+            return role["tp"], f"tp = {role['tp']} (enable-dp-attention puts DP inside the TP group)"
+        return super().expected_gpu_count(role)
+
+    def parallel_problems(self, role: dict) -> dict[str, str]:
+        """SGLang carves MoE expert groups out of the TP group, so ``ep`` must divide ``tp``;
+        with DP attention, ``dp`` must divide ``tp`` too."""
+        problems: dict[str, str] = {}
+        tp, dp, ep = role["tp"], role["dp"], role["ep"]
+        if tp % ep:
+            problems["ep"] = f"ep {ep} must divide tp {tp} (SGLang splits the TP group into expert groups)"
+        if role["flags"].get("enable-dp-attention") and tp % dp:
+            problems["dp"] = f"dp {dp} must divide tp {tp} when enable-dp-attention is set"
+        return problems
+
+    def render_worker(self, ctx: RenderContext) -> RenderedCommand:
+        role, spec = ctx.role, ctx.spec
+        argv = [
+            ctx.executables["python"], "-m", "sglang.launch_server",
+            "--model-path", spec["model"]["path"] or spec["model"]["name"],
+            "--served-model-name", spec["served_model_name"],
+            "--host", role["host"],
+            "--port", str(role["port"]),
+            "--tp-size", str(role["tp"]),
+        ]
+        if role["dp"] != 1:
+            argv += ["--dp-size", str(role["dp"])]
+        if role["ep"] != 1:
+            argv += ["--ep-size", str(role["ep"])]
+        # CUDA_VISIBLE_DEVICES renumbers the role's GPUs from 0, so the base id is always 0.
+        argv += ["--base-gpu-id", "0"]
+        ports = {"http": role["port"]}
+        if ctx.role_name in PD_ROLES:
+            argv += [
+                "--disaggregation-mode", ctx.role_name,
+                "--disaggregation-transfer-backend", spec["transfer_backend"],
+            ]
+            if ctx.role_name == "prefill":
+                argv += ["--disaggregation-bootstrap-port", str(role["bootstrap_port"])]
+                ports["bootstrap"] = role["bootstrap_port"]
+        argv += flags_argv(role["flags"], WORKER_FLAGS)
+        # A PD worker cannot serve a generation on its own (the prefill needs a decode peer
+        # and bootstrap fields from the router), so its readiness is /health; the end-to-end
+        # generation is checked through the router.
+        generate = None if ctx.role_name in PD_ROLES else sglang_generate_check()
+        return RenderedCommand(argv=argv, ports=ports, health_path="/health", generate=generate)
+
+    def render_router(self, ctx: RenderContext) -> RenderedCommand:
+        return sglang_router_render(ctx, python=ctx.executables["python"])
+
+
+ADAPTER = SGLangAdapter()

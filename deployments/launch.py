@@ -1,0 +1,309 @@
+"""Launch plans: a recipe on a node rendered into the exact processes to start (dry-run).
+
+:func:`launch_plan_render` is pure: no database, no filesystem, no network. It re-validates
+the spec with :func:`deployments.recipes.recipe_validate` (so a raw or stale spec is
+normalised, and a recipe that no longer fits its node fails with :class:`InvalidInput`), then
+asks the engine adapter (:mod:`deployments.engines`) for each role's bare argv and wraps it
+with the pinning the node supports:
+
+* numactl present (``node.tools["numactl"]``): ``[numactl, --physcpubind=CPUS | --cpunodebind=N,
+  --membind=N | --localalloc, --, engine argv...]``, pin method ``numactl``; argv[0] is
+  ``settings.CEILING_EXECUTABLES["numactl"]``, never a path from the node row.
+* numactl absent: the bare engine argv; the supervisor applies ``cpus`` with
+  ``sched_setaffinity`` (pin method ``sched_setaffinity``) and cannot apply a memory policy,
+  which the plan records in ``warnings``.
+
+Processes come in start order: prefill, decode, then the router (it needs its workers), or
+the single server. Each process's ``env`` holds only what Ceiling sets (GPU selection, the
+engine's own variables, the recipe's env and, only when ``secret_values`` is given, the
+secrets); ``env_redacted`` and :meth:`ProcessSpec.to_dict` always mask secrets.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from controlplane.errors import InvalidInput
+from controlplane.redaction import REDACTED
+from deployments.engines import engine_get
+from deployments.engines.base import RenderContext, http_url
+from deployments.recipes import recipe_validate
+from deployments.topology import NodeFacts, format_cpulist, parse_cpulist
+
+START_ORDER = ("prefill", "decode", "router", "single")
+
+
+@dataclass
+class ProcessSpec:
+    """One process of a launch plan.
+
+    ``argv``: the full argv list (pinning wrapper + engine argv; ``wrapper`` is the wrapper part
+    alone, empty without numactl). ``env``: variables Ceiling sets on top of the agent's
+    environment, with secret values only when the plan was rendered with ``secret_values``;
+    ``env_redacted``: the same with secrets as ``***redacted***`` (what pages, logs and rows
+    store); ``secret_env``: env name → secret name. ``cpus``: intended CPU list (cpulist
+    syntax, "" = unpinned); ``mem_nodes``: intended memory NUMA nodes ("" = no policy);
+    ``numa_node``: the NUMA node the process lives on, when there is one; ``pin_method``:
+    ``numactl`` | ``sched_setaffinity`` | ``none``. ``gpu_ids``: physical (NVML) GPU indices,
+    which ``CUDA_VISIBLE_DEVICES`` lists. ``ports``: ``{"http": P, "bootstrap": B,
+    "side_channel": S, "metrics": M}`` as applicable. ``readiness``: ordered checks, each a
+    dict with ``kind`` (``process_alive``, ``http``, ``generate``, ``router_workers``) and,
+    for HTTP kinds, ``method``/``url``/``json``/``expect``.
+    """
+
+    role: str
+    ordinal: int
+    argv: list[str]
+    env: dict[str, str]
+    env_redacted: dict[str, str]
+    secret_env: dict[str, str]
+    wrapper: list[str]
+    cpus: str
+    mem_nodes: str
+    numa_node: int | None
+    pin_method: str
+    gpu_ids: list[int]
+    ports: dict[str, int]
+    host: str
+    health_url: str
+    generate_url: str
+    readiness: list[dict]
+    startup_timeout_s: int
+    stop_grace_s: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view for pages, the API and logs: ``env`` is the redacted env."""
+        return {
+            "role": self.role,
+            "ordinal": self.ordinal,
+            "argv": list(self.argv),
+            "argv_shell": shlex.join(self.argv),
+            "env": dict(self.env_redacted),
+            "secret_env": dict(self.secret_env),
+            "wrapper": list(self.wrapper),
+            "cpus": self.cpus,
+            "mem_nodes": self.mem_nodes,
+            "numa_node": self.numa_node,
+            "pin_method": self.pin_method,
+            "gpu_ids": list(self.gpu_ids),
+            "ports": dict(self.ports),
+            "host": self.host,
+            "health_url": self.health_url,
+            "generate_url": self.generate_url,
+            "readiness": [dict(r) for r in self.readiness],
+            "startup_timeout_s": self.startup_timeout_s,
+            "stop_grace_s": self.stop_grace_s,
+        }
+
+
+@dataclass
+class LaunchPlan:
+    """Everything needed to start a recipe on a node: processes in start order, the URL
+    clients use (router or single server), restart policy, timeouts and warnings (e.g. a
+    memory binding that cannot be applied without numactl)."""
+
+    engine: str
+    topology: str
+    node: str
+    served_model_name: str
+    entry_url: str
+    processes: list[ProcessSpec]
+    restart: dict
+    startup_timeout_s: int
+    stop_grace_s: int
+    warnings: list[str] = field(default_factory=list)
+
+    def process(self, role: str) -> ProcessSpec:
+        """The (first) process of ``role``; ``KeyError`` when the plan has none."""
+        for p in self.processes:
+            if p.role == role:
+                return p
+        raise KeyError(role)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, always redacted."""
+        return {
+            "engine": self.engine,
+            "topology": self.topology,
+            "node": self.node,
+            "served_model_name": self.served_model_name,
+            "entry_url": self.entry_url,
+            "processes": [p.to_dict() for p in self.processes],
+            "restart": dict(self.restart),
+            "startup_timeout_s": self.startup_timeout_s,
+            "stop_grace_s": self.stop_grace_s,
+            "warnings": list(self.warnings),
+        }
+
+
+def launch_plan_render(
+    *,
+    engine: str,
+    topology: str,
+    spec: dict,
+    node: NodeFacts,
+    secret_values: dict[str, str] | None = None,
+) -> LaunchPlan:
+    """Render ``spec`` (normalised or raw) for ``engine``/``topology`` on ``node`` into a plan.
+
+    ``secret_values`` maps a secret *name* to its value; when given, every secret the spec
+    references must be present (else :class:`InvalidInput` at ``spec.secrets.<ENV>``) and the
+    values appear in :attr:`ProcessSpec.env` of the engine workers (never of the router, which
+    needs none) and nowhere else. Callers that log or display should use ``to_dict`` /
+    ``env_redacted`` and register values with
+    :func:`controlplane.redaction.register_secret_value` before starting processes.
+    Raises :class:`InvalidInput` for a spec that does not validate on ``node``.
+    """
+    norm = recipe_validate(engine=engine, topology=topology, spec=spec, node=node)
+    adapter = engine_get(engine)
+    executables = dict(settings.CEILING_EXECUTABLES)
+    warnings: list[str] = []
+
+    secret_env = norm["secrets"]
+    if secret_values is not None:
+        missing = {env: name for env, name in secret_env.items() if name not in secret_values}
+        if missing:
+            raise InvalidInput({f"spec.secrets.{env}": [f"secret {name!r} has no value"] for env, name in missing.items()})
+
+    processes: list[ProcessSpec] = []
+    for role_name in START_ORDER:
+        role = norm["roles"].get(role_name)
+        if role is None:
+            continue
+        is_router = role_name == "router"
+        cpus, mem_nodes, numa_node, mode_argv = _pinning_intent(role, node)
+        ctx = RenderContext(spec=norm, topology=topology, role_name=role_name, role=role,
+                            executables=executables, cpu_count=len(parse_cpulist(cpus)) if cpus else 0)
+        rendered = adapter.render_router(ctx) if is_router else adapter.render_worker(ctx)
+
+        wrapper: list[str] = []
+        if cpus or mode_argv:
+            if node.has_tool("numactl"):
+                wrapper = [executables["numactl"], *mode_argv, "--"]
+                pin_method = "numactl"
+            else:
+                pin_method = "sched_setaffinity" if cpus else "none"
+                # Local allocation is the kernel's default policy, so only an explicit
+                # binding is lost without numactl.
+                if mem_nodes and role.get("membind") != "local":
+                    warnings.append(f"{role_name}: numactl is not installed on node {node.name}; "
+                                    f"memory binding to NUMA node(s) {mem_nodes} is not applied")
+                    mem_nodes = ""
+        else:
+            pin_method = "none"
+
+        env: dict[str, str] = {}
+        if not is_router:
+            if adapter.uses_gpus:
+                # PCI bus order makes CUDA's numbering match NVML's / nvidia-smi's indices.
+                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in role["gpus"])
+            else:
+                # A CPU engine must not grab a GPU even when its wheel was built with CUDA.
+                env["CUDA_VISIBLE_DEVICES"] = ""
+            env.update(norm["env"])
+        env.update(rendered.env)
+        env.update(role["env"])
+        redacted = dict(env)
+        role_secrets = {} if is_router else dict(secret_env)
+        for env_name, secret_name in role_secrets.items():
+            redacted[env_name] = REDACTED
+            if secret_values is not None:
+                env[env_name] = secret_values[secret_name]
+
+        health_url = http_url(role["host"], role["port"], rendered.health_path)
+        generate_url = http_url(role["host"], role["port"], rendered.generate["path"]) if rendered.generate else ""
+        readiness: list[dict] = [
+            {"kind": "process_alive", "description": "the process (and its group) is running"},
+            {"kind": "http", "method": "GET", "url": health_url, "expect": {"status": 200},
+             "description": f"{rendered.health_path} answers 200"},
+        ]
+        for extra in rendered.extra_readiness:
+            check = {k: v for k, v in extra.items() if k != "path"}
+            check["url"] = http_url(role["host"], role["port"], extra["path"])
+            readiness.append(check)
+        if rendered.generate:
+            readiness.append({
+                "kind": "generate", "method": rendered.generate["method"], "url": generate_url,
+                "json": rendered.generate["json"], "expect": {"status": 200},
+                "description": "a one-token generation succeeds",
+            })
+
+        processes.append(ProcessSpec(
+            role=role_name,
+            ordinal=0,
+            argv=wrapper + rendered.argv,
+            env=dict(sorted(env.items())),
+            env_redacted=dict(sorted(redacted.items())),
+            secret_env=role_secrets,
+            wrapper=wrapper,
+            cpus=cpus,
+            mem_nodes=mem_nodes,
+            numa_node=numa_node,
+            pin_method=pin_method,
+            gpu_ids=list(role["gpus"]),
+            ports=dict(rendered.ports),
+            host=role["host"],
+            health_url=health_url,
+            generate_url=generate_url,
+            readiness=readiness,
+            startup_timeout_s=norm["startup_timeout_s"],
+            stop_grace_s=norm["stop_grace_s"],
+        ))
+
+    entry_role = norm["roles"]["router"] if topology == "pd" else norm["roles"]["single"]
+    return LaunchPlan(
+        engine=engine,
+        topology=topology,
+        node=node.name,
+        served_model_name=norm["served_model_name"],
+        entry_url=http_url(entry_role["host"], entry_role["port"]),
+        processes=processes,
+        restart=dict(norm["restart"]),
+        startup_timeout_s=norm["startup_timeout_s"],
+        stop_grace_s=norm["stop_grace_s"],
+        warnings=warnings,
+    )
+
+
+def _pinning_intent(role: dict, node: NodeFacts) -> tuple[str, str, int | None, list[str]]:
+    """What a role asks for: ``(cpus, mem_nodes, numa_node, numactl options)``.
+
+    An explicit CPU list wins over the NUMA node for CPU placement (``--physcpubind``);
+    a NUMA node alone means all its CPUs (``--cpunodebind``). ``membind`` ``numa`` binds
+    memory to the role's NUMA node (or the one holding all its CPUs), ``local`` allocates on
+    the node of the running CPU (``--localalloc``), a list binds to those nodes.
+    """
+    numa = role.get("numa_node")
+    opts: list[str] = []
+    cpu_ids: list[int] = []
+    if role.get("cpus"):
+        cpu_ids = parse_cpulist(role["cpus"])
+        opts.append(f"--physcpubind={role['cpus']}")
+    elif numa is not None:
+        facts = node.numa(numa)
+        cpu_ids = list(facts.cpus) if facts else []
+        opts.append(f"--cpunodebind={numa}")
+    home = numa
+    if home is None and cpu_ids:
+        for n in node.numa_nodes:
+            if set(cpu_ids) <= set(n.cpus):
+                home = n.index
+                break
+
+    membind = role.get("membind", "none")
+    mem_nodes = ""
+    if membind == "numa" and home is not None:
+        mem_nodes = str(home)
+        opts.append(f"--membind={home}")
+    elif membind == "local":
+        holding = sorted({n.index for n in node.numa_nodes if set(cpu_ids) & set(n.cpus)})
+        mem_nodes = format_cpulist(holding)
+        opts.append("--localalloc")
+    elif isinstance(membind, list) and membind:
+        mem_nodes = format_cpulist(membind)
+        opts.append(f"--membind={mem_nodes}")
+    return format_cpulist(cpu_ids), mem_nodes, home, opts

@@ -1,0 +1,70 @@
+"""``manage.py dryrun <recipe> [--version N] [--json]``: print a recipe's launch plan.
+
+Thin over :func:`deployments.services.recipe_plan`: nothing is started, no secret value is
+read, and every env shown is redacted. Text output gives, per process, the role, argv as one
+shell-quoted line (for reading) and as a JSON list (exact), env, pinning, GPUs, ports and
+health URL; ``--json`` prints the plan's ``to_dict()`` instead.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from controlplane.errors import CeilingError, InvalidInput
+from deployments.models import Recipe
+from deployments.services import recipe_plan
+
+
+class Command(BaseCommand):
+    help = "Render a recipe's launch plan (argv, env redacted, pinning, GPUs, ports) without starting anything."
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs) -> CommandParser:
+        # Django gives every command --version (its own version); here --version is the
+        # recipe version, so later definitions must win over the base one.
+        kwargs.setdefault("conflict_handler", "resolve")
+        return super().create_parser(prog_name, subcommand, **kwargs)
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("recipe", help="recipe name")
+        parser.add_argument("--version", type=int, default=None, help="recipe version (default: current)")
+        parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+    def handle(self, *args, **options) -> None:
+        recipe = Recipe.objects.select_related("node").filter(name=options["recipe"]).first()
+        if recipe is None:
+            raise CommandError(f"no recipe named {options['recipe']!r}")
+        version = options["version"]
+        try:
+            plan = recipe_plan(recipe=recipe, version=version)
+        except InvalidInput as exc:
+            lines = [f"{path}: {msg}" for path, msgs in exc.errors.items() for msg in msgs]
+            raise CommandError(f"recipe {recipe.name} does not render on node {recipe.node.name}:\n" + "\n".join(lines))
+        except CeilingError as exc:
+            raise CommandError(str(exc))
+        shown_version = version or recipe.version
+        if options["json"]:
+            data = {"recipe": recipe.name, "version": shown_version, "plan": plan.to_dict()}
+            self.stdout.write(json.dumps(data, indent=2))
+            return
+        out = self.stdout
+        out.write(f"recipe {recipe.name} v{shown_version}: engine {plan.engine}, topology {plan.topology}, "
+                  f"node {plan.node}, model {plan.served_model_name}")
+        out.write(f"entry {plan.entry_url}; startup timeout {plan.startup_timeout_s} s; "
+                  f"stop grace {plan.stop_grace_s} s; restart {plan.restart['policy']}")
+        for warning in plan.warnings:
+            out.write(f"warning: {warning}")
+        for proc in plan.processes:
+            out.write("")
+            out.write(f"[{proc.role} #{proc.ordinal}]")
+            out.write(f"  $ {shlex.join(proc.argv)}")
+            out.write(f"  argv: {json.dumps(proc.argv)}")
+            for name, value in proc.env_redacted.items():
+                out.write(f"  env {name}={value}")
+            numa = proc.numa_node if proc.numa_node is not None else "-"
+            out.write(f"  pinning: {proc.pin_method}; cpus {proc.cpus or '-'}; NUMA node {numa}; "
+                      f"memory nodes {proc.mem_nodes or '-'}")
+            out.write(f"  gpus: {','.join(str(g) for g in proc.gpu_ids) or '-'}")
+            out.write(f"  ports: {', '.join(f'{k}={v}' for k, v in proc.ports.items())}")
+            out.write(f"  health: {proc.health_url}" + (f"; generate: {proc.generate_url}" if proc.generate_url else ""))

@@ -1,0 +1,144 @@
+"""Node services: register a host's discovered topology, record agent heartbeats, and load
+the seed machine's facts.
+
+A :class:`~deployments.models.Node` row per GPU (or CPU-only) host; its agent consumes the
+Celery queue ``node.<name>`` (:attr:`Node.queue_name`). The normalised facts live in the node's
+:class:`~deployments.models.Gpu` and :class:`~deployments.models.NumaNode` rows; the full
+discovery result is kept in ``Node.topology`` for audit.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from controlplane.errors import InvalidInput, NotFound
+from deployments.discovery import discover_node
+from deployments.models import Gpu, Node, NumaNode, slug_validator
+from deployments.topology import NodeFacts, format_cpulist
+
+#: The seed machine (the project's motivating 8-GPU host), as discovery would report it.
+SEED_FACTS_PATH = Path(__file__).resolve().parent / "data" / "seed-8gpu.json"
+
+
+def _facts_errors(facts: NodeFacts) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    try:
+        slug_validator(facts.name)
+    except ValidationError as exc:
+        errors["name"] = list(exc.messages)
+    gpu_indices = [g.index for g in facts.gpus]
+    if len(set(gpu_indices)) != len(gpu_indices):
+        errors["gpus"] = [f"duplicate GPU indices in {sorted(gpu_indices)}"]
+    numa_indices = [n.index for n in facts.numa_nodes]
+    if len(set(numa_indices)) != len(numa_indices):
+        errors["numa_nodes"] = [f"duplicate NUMA node indices in {sorted(numa_indices)}"]
+    for gpu in facts.gpus:
+        if gpu.numa_node is not None and gpu.numa_node not in set(numa_indices):
+            errors.setdefault(f"gpus.{gpu.index}.numa_node", []).append(
+                f"NUMA node {gpu.numa_node} is not one of this node's NUMA nodes {sorted(numa_indices)}"
+            )
+    return errors
+
+
+def node_register(*, facts: NodeFacts) -> Node:
+    """Create or update the Node named ``facts.name`` from discovered facts.
+
+    In one transaction: upserts the Node (hostname, CPU count, memory in bytes, tools, driver and
+    CUDA versions, ``topology = facts.to_dict()``, ``discovered_at = now``), upserts one Gpu row
+    per GPU index and one NumaNode row per NUMA index, and deletes the rows of GPUs and NUMA
+    nodes no longer present. Rows are matched by index, so registering the same facts twice
+    leaves the same rows (same primary keys) behind. Agent heartbeat fields are untouched.
+
+    Raises:
+        InvalidInput: the name is not a node slug, GPU or NUMA indices repeat, or a GPU names a
+            NUMA node the host does not have (keys ``name``, ``gpus``, ``numa_nodes``,
+            ``gpus.<index>.numa_node``).
+    """
+    errors = _facts_errors(facts)
+    if errors:
+        raise InvalidInput(errors)
+    with transaction.atomic():
+        node, _ = Node.objects.update_or_create(
+            name=facts.name,
+            defaults={
+                "hostname": facts.hostname,
+                "cpu_count": facts.cpu_count,
+                "memory_total_bytes": facts.memory_total_bytes,
+                "tools": dict(facts.tools),
+                "driver_version": facts.driver_version,
+                "cuda_version": facts.cuda_version,
+                "topology": facts.to_dict(),
+                "discovered_at": timezone.now(),
+            },
+        )
+        node.numa_nodes.exclude(index__in=[n.index for n in facts.numa_nodes]).delete()
+        for numa in facts.numa_nodes:
+            NumaNode.objects.update_or_create(
+                node=node,
+                index=numa.index,
+                defaults={"cpus": format_cpulist(numa.cpus), "memory_total_bytes": numa.memory_total_bytes},
+            )
+        node.gpus.exclude(index__in=[g.index for g in facts.gpus]).delete()
+        for gpu in facts.gpus:
+            Gpu.objects.update_or_create(
+                node=node,
+                index=gpu.index,
+                defaults={
+                    "uuid": gpu.uuid,
+                    "name": gpu.name,
+                    "memory_total_bytes": gpu.memory_total_bytes,
+                    "pci_bus_id": gpu.pci_bus_id,
+                    "numa_node": gpu.numa_node,
+                    "compute_capability": gpu.compute_capability,
+                    "cpu_affinity": gpu.cpu_affinity,
+                },
+            )
+    return node
+
+
+def node_heartbeat(*, name: str, pid: int) -> None:
+    """Record that the agent of node ``name`` (process ``pid``) is alive now.
+
+    One conditional UPDATE: it never moves ``agent_heartbeat_at`` backwards, so a delayed
+    heartbeat message arriving after a newer one changes nothing. ``updated_at`` is left alone
+    (a heartbeat is not an edit of the node).
+
+    Raises:
+        NotFound: no node has that name.
+    """
+    now = timezone.now()
+    updated = (
+        Node.objects.filter(name=name)
+        .filter(Q(agent_heartbeat_at__isnull=True) | Q(agent_heartbeat_at__lte=now))
+        .update(agent_heartbeat_at=now, agent_pid=pid)
+    )
+    if not updated and not Node.objects.filter(name=name).exists():
+        raise NotFound(f"no node named {name!r}")
+
+
+def node_local_register() -> Node:
+    """Discover this host (sysfs, NVML, ``nvidia-smi topo -m``) and register it as node
+    ``settings.CEILING_NODE_NAME``.
+
+    Raises:
+        deployments.discovery.DiscoveryError: this host's sysfs is malformed.
+        InvalidInput: ``CEILING_NODE_NAME`` is not a valid node name.
+    """
+    return node_register(facts=discover_node(name=settings.CEILING_NODE_NAME))
+
+
+def seed_node_facts() -> NodeFacts:
+    """Facts of the seed machine ``seed-8gpu`` from ``deployments/data/seed-8gpu.json``.
+
+    The machine of the project's motivating story: 8x NVIDIA RTX PRO 6000 Blackwell Server
+    Edition (compute capability 12.0, 97887 MiB each), GPU0-3 and CPUs 0-31 on NUMA node 0,
+    GPU4-7 and CPUs 32-63 on NUMA node 1. The sysfs fixture ``deployments/tests/fixtures/seed8``
+    describes the same host, and a test keeps the two in agreement.
+    """
+    return NodeFacts.from_dict(json.loads(SEED_FACTS_PATH.read_text()))

@@ -1,0 +1,230 @@
+"""Verifying where a spawned process actually runs: CPUs, memory nodes and GPUs.
+
+CPU binding is read from ``Cpus_allowed_list`` in ``/proc/<pid>/status``. Memory binding needs
+two sources: ``Mems_allowed_list`` is the cpuset's node list and does *not* change under
+``numactl --membind`` (that sets the task's memory policy instead), so the policy is read from
+the first line of ``/proc/<pid>/numa_maps`` (``bind:0``, ``interleave:0-1``, ``default``...).
+The effective memory nodes are the policy's nodes for ``bind`` and ``interleave``, else the
+cpuset's list. Both raw values are kept so the row can show them.
+
+GPU placement is checked against NVML's per-process list (``nvmlDeviceGetComputeRunningProcesses``)
+through ``nvidia-ml-py``. NVML reports pids of the host's pid namespace; inside a container
+without the host pid namespace those pids do not match ``/proc`` and the check reports the GPUs
+as missing the process, which the reason then says.
+"""
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from deployments.supervisor import ProcessHandle, handle_alive, process_descendants
+from deployments.supervisor.procfs import proc_exe_name
+from deployments.topology import format_cpulist, parse_cpulist
+
+EXEC_WAIT_S = 5.0
+_POLICY_RE = re.compile(
+    r"^\S+\s+(weighted interleave|prefer \(many\)|default|local|prefer|bind|interleave)"
+    r"(?:=[a-z|]+)?(?::([0-9,\-]+))?(?:\s|$)"
+)
+
+
+@dataclass(frozen=True)
+class EffectiveBinding:
+    """Where one process may run: ``cpus`` (cpulist of ``Cpus_allowed_list``), ``mems``
+    (effective memory nodes, cpulist syntax), ``mems_allowed`` (the cpuset's
+    ``Mems_allowed_list``) and ``mem_policy`` (e.g. ``bind:0``; "" when unreadable)."""
+
+    cpus: str
+    mems: str
+    mems_allowed: str = ""
+    mem_policy: str = ""
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of :func:`pinning_verify`: ``ok``; ``effective`` binding of the main process
+    (None when it is not running); ``per_pid`` binding of it and each descendant read; and
+    ``reason`` naming each offending pid with expected and effective values ("" when ok)."""
+
+    ok: bool
+    effective: EffectiveBinding | None
+    per_pid: dict[int, EffectiveBinding] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class GpuVerifyResult:
+    """Outcome of :func:`gpu_verify`: ``ok`` is None when NVML is unavailable (nothing could be
+    checked); ``per_gpu`` maps GPU index → pids of this process tree seen on it."""
+
+    ok: bool | None
+    per_gpu: dict[int, list[int]] = field(default_factory=dict)
+    reason: str = ""
+
+
+def _status_field(text: str, name: str) -> str:
+    for line in text.splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+def _mem_policy(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/numa_maps", encoding="ascii", errors="replace") as fh:
+            first = fh.readline()
+    except OSError:
+        return ""  # kernel without NUMA support, or not ours to read
+    match = _POLICY_RE.match(first)
+    if not match:
+        return ""
+    return f"{match.group(1)}:{match.group(2)}" if match.group(2) else match.group(1)
+
+
+def pinning_read(pid: int) -> EffectiveBinding:
+    """Read the effective CPU and memory binding of ``pid`` from ``/proc``.
+
+    Raises ``ProcessLookupError`` when the process does not exist.
+    """
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            status = fh.read()
+    except (FileNotFoundError, ProcessLookupError) as exc:
+        raise ProcessLookupError(pid) from exc
+    cpus = format_cpulist(parse_cpulist(_status_field(status, "Cpus_allowed_list")))
+    mems_allowed = format_cpulist(parse_cpulist(_status_field(status, "Mems_allowed_list")))
+    policy = _mem_policy(pid)
+    name, _, nodes = policy.partition(":")
+    mems = nodes if nodes and name in ("bind", "interleave", "weighted interleave") else mems_allowed
+    return EffectiveBinding(
+        cpus=cpus, mems=format_cpulist(parse_cpulist(mems)), mems_allowed=mems_allowed, mem_policy=policy
+    )
+
+
+def _wait_past_numactl(pid: int, timeout_s: float) -> bool:
+    """``numactl`` binds itself and then execs the engine under the same pid; its own binding
+    is only final once the exec happened. True when the process no longer runs numactl."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        name = proc_exe_name(pid)
+        if name != "numactl":
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def pinning_verify(
+    handle: ProcessHandle,
+    *,
+    expected_cpus: str,
+    expected_mems: str | None,
+    exec_wait_s: float = EXEC_WAIT_S,
+    strict_descendants: bool = False,
+) -> VerifyResult:
+    """Check the process and every descendant against the recipe's binding.
+
+    ``expected_cpus`` and ``expected_mems`` are cpulists; ``expected_mems=None`` skips the
+    memory check (the ``sched_setaffinity`` method cannot bind memory). The main process must
+    match exactly. Descendants must stay *within* the expected sets unless
+    ``strict_descendants``: engines commonly narrow a worker to a subset (one core per
+    scheduler), which is still on the intended NUMA node. Waits up to ``exec_wait_s`` for a
+    ``numactl`` wrapper to exec the engine. A point-in-time check: workers started later are
+    seen only by a later call. Never raises for a vanished process; it is reported instead.
+    """
+    want_cpus = set(parse_cpulist(expected_cpus))
+    want_mems = set(parse_cpulist(expected_mems)) if expected_mems is not None else None
+    if not handle_alive(handle):
+        return VerifyResult(ok=False, effective=None, reason=f"pid {handle.pid} is not running")
+    if not _wait_past_numactl(handle.pid, exec_wait_s):
+        return VerifyResult(
+            ok=False, effective=None,
+            reason=f"pid {handle.pid} still runs numactl after {exec_wait_s:g}s; binding not final",
+        )
+    per_pid: dict[int, EffectiveBinding] = {}
+    problems: list[str] = []
+    for proc in [handle, *process_descendants(handle)]:
+        try:
+            binding = pinning_read(proc.pid)
+        except ProcessLookupError:
+            continue  # exited between listing and reading: nothing left to misplace
+        per_pid[proc.pid] = binding
+        main = proc.pid == handle.pid
+        got_cpus = set(parse_cpulist(binding.cpus))
+        cpus_ok = got_cpus == want_cpus if (main or strict_descendants) else bool(got_cpus) and got_cpus <= want_cpus
+        mems_ok = True
+        if want_mems is not None:
+            got_mems = set(parse_cpulist(binding.mems))
+            mems_ok = got_mems == want_mems if (main or strict_descendants) else bool(got_mems) and got_mems <= want_mems
+        if not cpus_ok or not mems_ok:
+            who = f"pid {proc.pid} ({proc_exe_name(proc.pid) or '?'})" + ("" if main else " descendant")
+            parts = []
+            if not cpus_ok:
+                parts.append(f"expected CPUs {format_cpulist(want_cpus) or '-'}, effective {binding.cpus or '-'}")
+            if not mems_ok:
+                parts.append(
+                    f"expected memory nodes {format_cpulist(want_mems or ())}, effective {binding.mems or '-'}"
+                    f" (policy {binding.mem_policy or 'unknown'}, cpuset {binding.mems_allowed or '-'})"
+                )
+            problems.append(f"{who}: " + "; ".join(parts))
+    main_binding = per_pid.get(handle.pid)
+    if main_binding is None:
+        return VerifyResult(ok=False, effective=None, per_pid=per_pid, reason=f"pid {handle.pid} exited during the check")
+    return VerifyResult(ok=not problems, effective=main_binding, per_pid=per_pid, reason="; ".join(problems))
+
+
+def gpu_processes_nvml(gpu_indices: Iterable[int] | None = None) -> dict[int, list[int]] | None:
+    """GPU index → sorted pids with a compute context on it, from NVML; all GPUs when
+    ``gpu_indices`` is None. Returns None when NVML cannot initialise (no driver, no GPU).
+    Raises ``pynvml.NVMLError`` for an index that does not exist."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        indices = list(range(pynvml.nvmlDeviceGetCount())) if gpu_indices is None else list(gpu_indices)
+        out: dict[int, list[int]] = {}
+        for index in indices:
+            device = pynvml.nvmlDeviceGetHandleByIndex(index)
+            out[index] = sorted({p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(device)})
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def gpu_verify(
+    handle: ProcessHandle, *, gpu_ids: Iterable[int], nvml: dict[int, list[int]] | None = None
+) -> GpuVerifyResult:
+    """Check that the process tree uses exactly the GPUs in ``gpu_ids`` (NVML indices).
+
+    Fails when a tree pid holds a context on another GPU, or an expected GPU shows none of
+    the tree's pids. Meant for after readiness: an engine opens its CUDA contexts while
+    loading. ``nvml`` may pass a :func:`gpu_processes_nvml` result already read; ``ok`` is
+    None when NVML is unavailable.
+    """
+    table = gpu_processes_nvml() if nvml is None else nvml
+    if table is None:
+        return GpuVerifyResult(ok=None, reason="NVML unavailable; GPU placement not checked")
+    expected = sorted(set(int(g) for g in gpu_ids))
+    ours = {handle.pid} | {d.pid for d in process_descendants(handle)}
+    per_gpu = {gpu: sorted(ours.intersection(pids)) for gpu, pids in table.items()}
+    stray = {gpu: pids for gpu, pids in per_gpu.items() if pids and gpu not in expected}
+    missing = [gpu for gpu in expected if not per_gpu.get(gpu)]
+    problems = []
+    if stray:
+        problems.append("on unexpected GPUs " + ", ".join(f"{g} (pids {p})" for g, p in sorted(stray.items())))
+    if missing:
+        note = ""
+        if any(table.get(gpu) for gpu in missing):
+            note = " (other pids are listed there; NVML reports host pid-namespace pids)"
+        problems.append(f"no process of the tree on expected GPUs {missing}{note}")
+    reason = ""
+    if problems:
+        reason = f"expected GPUs {expected}; " + "; ".join(problems)
+    return GpuVerifyResult(ok=not problems, per_gpu=per_gpu, reason=reason)

@@ -1,0 +1,783 @@
+"""Recipe spec schema and validation.
+
+A recipe is ``(engine, topology, node, spec)``; :func:`recipe_validate` checks ``spec`` against
+the engine's allowlists and the node's hardware facts and returns the normalised spec (defaults
+filled in), or raises :class:`controlplane.errors.InvalidInput` whose ``errors`` map a dotted
+field path (``spec.roles.prefill.gpus``, or ``engine`` / ``topology``) to messages that name
+the field and the bad value. All problems are collected before raising; no input raises
+anything else.
+
+Spec shape (JSON; keys not listed here are rejected)::
+
+    model:              {"path": "/models/X"} or {"name": "org/Model"}   (exactly one; llama.cpp
+                        needs a .gguf path; a path must lie under settings.CEILING_MODEL_ROOTS)
+    served_model_name:  str, default: the model name, or the path's last segment
+    roles:              topology "single": {"single": Role}
+                        topology "pd":     {"prefill": Role, "decode": Role, "router": RouterRole}
+    transfer_backend:   "nixl" | "mooncake"  (pd only; default "nixl"; vLLM supports nixl)
+    env:                {NAME: value}  for every engine process (not the router)
+    secrets:            {ENV_NAME: secret_name}  resolved at launch, never shown back
+    startup_timeout_s:  int 1-86400, default 1800 (large models load for many minutes)
+    stop_grace_s:       int 1-3600, default 30 (SIGTERM → SIGKILL grace)
+    restart:            {"policy": "never"|"on-failure" (default never), "max_failures": 3,
+                         "window_s": 600, "backoff_initial_s": 1, "backoff_max_s": 60}
+    sim:                {"profile": "seed-sm120-fallback"}  (sim engine only)
+
+    Role:       {"gpus": [int], "tp": int, "dp": 1, "ep": 1,
+                 "numa_node": int | null, "cpus": "0-31" | null,
+                 "membind": "numa" | "local" | "none" | [int],
+                 "host": "127.0.0.1", "port": int,
+                 "bootstrap_port": int   (PD prefill of sglang/sim),
+                 "side_channel_port": int (PD prefill/decode of vLLM),
+                 "flags": {flag: value}, "env": {NAME: value}}
+    RouterRole: {"numa_node", "cpus", "membind", "host", "port", "flags", "env"}
+
+Rules, with where they come from:
+
+* GPU engines (sglang, vllm): every worker role needs GPUs that exist on the node, no GPU in
+  two roles, and exactly the count its parallelism implies (tp × dp; SGLang with
+  ``enable-dp-attention``: tp). ``tp`` defaults to ``len(gpus) // dp``. llama.cpp and sim take
+  no GPUs and run with tp = dp = ep = 1.
+* Ports are 1024-65535 (no privileged ports) and unique across all roles, including bootstrap,
+  side-channel (a block of tp × dp ports, see :mod:`deployments.engines.vllm`) and
+  port-typed flags. Defaults are the engine's own (SGLang 30000/8998, vLLM 8000).
+* ``numa_node`` must exist; ``cpus`` is kernel cpulist syntax of CPUs that exist and, when
+  ``numa_node`` is also given, lie in that node. ``membind`` defaults to ``numa`` (bind memory
+  to ``numa_node``) when a node is given, ``local`` when only CPUs are, else ``none``.
+* Paths are absolute, normalised, without ``..``; no path, name or string flag starts with
+  ``-`` (so it can never be read as an option).
+* Flags come from the engine's typed allowlist (:mod:`deployments.engines`); flags Ceiling
+  renders itself are refused with the recipe field to use instead.
+* Environment names must match :data:`ENV_ALLOWED_NAMES` or :data:`ENV_ALLOWED_PREFIXES` and
+  never :data:`ENV_DENIED_NAMES` / :data:`ENV_DENIED_PREFIXES` / :data:`ENV_DENIED_SUFFIXES`,
+  which win: they change what code or which shared library a process loads (the
+  ``LD_PRELOAD`` family, Python start-up hooks, NCCL/UCX plugin loaders). Values are strings
+  of at most 4096 characters without NUL or line breaks.
+"""
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import posixpath
+import re
+from typing import Any
+
+from django.conf import settings
+
+from controlplane.errors import InvalidInput
+from deployments.engines import ENGINES
+from deployments.engines.base import EngineAdapter, FlagSpec, flag_value_check, path_problem
+from deployments.engines.sim import DEFAULT_PROFILE
+from deployments.topology import NodeFacts, format_cpulist, parse_cpulist
+
+TOPOLOGY_ROLES: dict[str, tuple[str, ...]] = {
+    "single": ("single",),
+    "pd": ("prefill", "decode", "router"),
+}
+WORKER_ROLES = ("single", "prefill", "decode")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_STARTUP_TIMEOUT_S = 1800
+DEFAULT_STOP_GRACE_S = 30
+DEFAULT_RESTART = {
+    "policy": "never",
+    "max_failures": 3,
+    "window_s": 600,
+    "backoff_initial_s": 1.0,
+    "backoff_max_s": 60.0,
+}
+MEMBIND_MODES = ("numa", "local", "none")
+MAX_PARALLEL = 1024
+MAX_ENV_VALUE = 4096
+
+ENV_ALLOWED_NAMES = frozenset({
+    "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HOME", "HF_HUB_OFFLINE", "HF_HUB_ENABLE_HF_TRANSFER",
+    "HF_HUB_DISABLE_XET", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+    "CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING",
+    "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "TZ",
+})
+ENV_ALLOWED_PREFIXES = (
+    "SGLANG_", "SGL_", "VLLM_", "NCCL_", "UCX_", "NIXL_", "MC_", "TORCH_", "PYTORCH_",
+    "TRITON_", "FLASHINFER_", "DG_", "NVSHMEM_", "CUTLASS_", "LLAMA_", "GGML_", "CEILING_SIM_",
+)
+ENV_DENIED_NAMES = frozenset({
+    "PATH", "BASH_ENV", "ENV", "IFS", "SHELL", "HOME", "CDPATH",
+    "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN",
+    "UCX_MODULE_DIR", "NIXL_PLUGIN_DIR", "TORCH_EXTENSIONS_DIR", "VLLM_PLUGINS",
+})
+ENV_DENIED_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GCONV_", "MALLOC_")
+ENV_DENIED_SUFFIXES = ("_PLUGIN", "_PLUGIN_DIR", "_PLUGIN_PATH", "_MODULE_DIR", "_LIBRARY_PATH")
+# Set by the renderer from recipe fields; a recipe naming them is pointed at the field.
+ENV_RENDERER_OWNED = {
+    "CUDA_VISIBLE_DEVICES": "spec.roles.<role>.gpus",
+    "CUDA_DEVICE_ORDER": "spec.roles.<role>.gpus (Ceiling always uses PCI_BUS_ID order)",
+    "VLLM_NIXL_SIDE_CHANNEL_PORT": "spec.roles.<role>.side_channel_port",
+    "VLLM_NIXL_SIDE_CHANNEL_HOST": "spec.roles.<role>.host",
+}
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+SECRET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+SERVED_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+HOSTNAME_RE = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
+CPULIST_RE = re.compile(r"^\d{1,5}(?:-\d{1,5})?(?:,\d{1,5}(?:-\d{1,5})?)*$")
+
+TOP_KEYS = ("model", "served_model_name", "roles", "transfer_backend", "env", "secrets",
+            "startup_timeout_s", "stop_grace_s", "restart", "sim")
+WORKER_KEYS = ("gpus", "tp", "dp", "ep", "numa_node", "cpus", "membind", "host", "port",
+               "bootstrap_port", "side_channel_port", "flags", "env")
+ROUTER_KEYS = ("gpus", "numa_node", "cpus", "membind", "host", "port", "flags", "env")
+
+
+class _Errors:
+    """Collects ``path → [messages]`` so every problem is reported at once."""
+
+    def __init__(self) -> None:
+        self.errors: dict[str, list[str]] = {}
+
+    def add(self, path: str, message: str) -> None:
+        self.errors.setdefault(path, []).append(message)
+
+    def has_under(self, prefix: str) -> bool:
+        return any(p == prefix or p.startswith(prefix + ".") for p in self.errors)
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise InvalidInput(self.errors)
+
+
+def recipe_validate(
+    *,
+    engine: str,
+    topology: str,
+    spec: Any,
+    node: NodeFacts,
+    secret_names: set[str] | None = None,
+) -> dict:
+    """Validate a recipe spec for ``engine`` / ``topology`` on ``node``; return it normalised.
+
+    ``node`` gives the GPUs, NUMA nodes and CPUs that may be referenced. ``secret_names``,
+    when given, is the set of existing :class:`deployments.models.Secret` names every
+    ``spec.secrets`` reference must be in (pass None to skip that check, e.g. for a preview).
+    The result has every default filled (see the module docstring) and is what the launch
+    plan renderer consumes. Raises :class:`InvalidInput` with all problems found, keyed by
+    dotted field path; never raises anything else, whatever ``spec`` holds.
+    """
+    errs = _Errors()
+    adapter = ENGINES.get(engine) if isinstance(engine, str) else None
+    if adapter is None:
+        errs.add("engine", f"unknown engine {_show(engine)}; choose one of {', '.join(ENGINES)}")
+    if not isinstance(topology, str) or topology not in TOPOLOGY_ROLES:
+        errs.add("topology", f"unknown topology {_show(topology)}; choose one of single, pd")
+    elif adapter is not None and topology not in adapter.topologies:
+        errs.add("topology", f"engine {engine} supports topology {', '.join(adapter.topologies)} only, not {topology}")
+    if not isinstance(spec, dict):
+        errs.add("spec", f"must be an object, got {type(spec).__name__}")
+    errs.raise_if_any()
+    try:
+        result = _spec_validate(errs, adapter, topology, spec, node, secret_names)
+    except InvalidInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the contract is InvalidInput for any input
+        errs.add("spec", f"could not be validated ({type(exc).__name__})")
+        result = None
+    errs.raise_if_any()
+    assert result is not None
+    return result
+
+
+def _spec_validate(
+    errs: _Errors,
+    adapter: EngineAdapter,
+    topology: str,
+    spec: dict,
+    node: NodeFacts,
+    secret_names: set[str] | None,
+) -> dict:
+    for key in spec:
+        if key not in TOP_KEYS:
+            errs.add(f"spec.{key}", f"unknown field {_show(key)}; allowed: {', '.join(TOP_KEYS)}")
+
+    model = _model_check(errs, adapter, spec.get("model"))
+    served = _served_name_check(errs, spec.get("served_model_name"), model)
+
+    out: dict[str, Any] = {"model": model, "served_model_name": served}
+    out["roles"] = _roles_check(errs, adapter, topology, spec.get("roles"), node)
+
+    backend = spec.get("transfer_backend")
+    if topology == "pd":
+        if backend is None:
+            backend = adapter.transfer_backends[0] if adapter.transfer_backends else None
+        elif backend not in adapter.transfer_backends:
+            errs.add("spec.transfer_backend",
+                     f"{_show(backend)} is not a {adapter.name} transfer backend; choose one of {', '.join(adapter.transfer_backends)}")
+        out["transfer_backend"] = backend
+    elif backend is not None:
+        errs.add("spec.transfer_backend", "only applies to topology pd")
+
+    env = _env_check(errs, "spec.env", spec.get("env"))
+    out["env"] = env
+    out["secrets"] = _secrets_check(errs, spec.get("secrets"), secret_names, env, out["roles"])
+    out["startup_timeout_s"] = _int_field(errs, "spec.startup_timeout_s", spec.get("startup_timeout_s"),
+                                          DEFAULT_STARTUP_TIMEOUT_S, 1, 86_400)
+    out["stop_grace_s"] = _int_field(errs, "spec.stop_grace_s", spec.get("stop_grace_s"), DEFAULT_STOP_GRACE_S, 1, 3600)
+    out["restart"] = _restart_check(errs, spec.get("restart"))
+
+    sim = spec.get("sim")
+    if adapter.name == "sim":
+        out["sim"] = _sim_check(errs, sim)
+    elif sim is not None:
+        errs.add("spec.sim", "only applies to engine sim")
+    _ports_unique(errs, out["roles"], adapter)
+    _gpus_disjoint(errs, out["roles"])
+    return out
+
+
+# --- model -------------------------------------------------------------------------------
+
+def _model_check(errs: _Errors, adapter: EngineAdapter, model: Any) -> dict:
+    norm: dict[str, str | None] = {"path": None, "name": None}
+    if not isinstance(model, dict):
+        errs.add("spec.model", 'is required: {"path": "/models/X"} or {"name": "org/Model"}')
+        return norm
+    for key in model:
+        if key not in ("path", "name"):
+            errs.add(f"spec.model.{key}", f"unknown field {_show(key)}; use path or name")
+    path, name = model.get("path"), model.get("name")
+    if (path is None) == (name is None):
+        errs.add("spec.model", "give exactly one of path or name")
+        return norm
+    if path is not None:
+        problem = path_problem(path)
+        if problem:
+            errs.add("spec.model.path", f"model path {problem}")
+            return norm
+        clean = posixpath.normpath(path)
+        roots = [posixpath.normpath(str(r)) for r in settings.CEILING_MODEL_ROOTS]
+        if not any(clean.startswith(r.rstrip("/") + "/") for r in roots):
+            errs.add("spec.model.path", f"{clean!r} is not under a model root ({', '.join(roots) or 'none configured'})")
+            return norm
+        if adapter.name == "llamacpp" and not clean.endswith(".gguf"):
+            errs.add("spec.model.path", f"llama.cpp needs a .gguf file, got {clean!r}")
+        norm["path"] = clean
+    else:
+        if adapter.name == "llamacpp":
+            errs.add("spec.model.name", "llama.cpp needs a model path (a .gguf file), not a name")
+        elif not isinstance(name, str):
+            errs.add("spec.model.name", f"must be a string, got {_show(name)}")
+        elif name.startswith("-"):
+            errs.add("spec.model.name", f"must not start with '-', got {_show(name)}")
+        elif not MODEL_NAME_RE.match(name):
+            errs.add("spec.model.name", f"must look like org/name (letters, digits, . _ -), got {_show(name)}")
+        else:
+            norm["name"] = name
+    return norm
+
+
+def _served_name_check(errs: _Errors, served: Any, model: dict) -> str:
+    if served is None:
+        if model["name"]:
+            return model["name"]
+        if model["path"]:
+            base = posixpath.basename(model["path"])
+            return base[:-5] if base.endswith(".gguf") else base
+        return ""
+    if not isinstance(served, str):
+        errs.add("spec.served_model_name", f"must be a string, got {_show(served)}")
+    elif served.startswith("-"):
+        errs.add("spec.served_model_name", f"must not start with '-', got {_show(served)}")
+    elif not SERVED_NAME_RE.match(served):
+        errs.add("spec.served_model_name", f"must be 1-128 letters, digits or . _ : / - characters, got {_show(served)}")
+    else:
+        return served
+    return ""
+
+
+# --- roles -------------------------------------------------------------------------------
+
+def _roles_check(errs: _Errors, adapter: EngineAdapter, topology: str, roles: Any, node: NodeFacts) -> dict:
+    expected = TOPOLOGY_ROLES[topology]
+    if not isinstance(roles, dict):
+        errs.add("spec.roles", f"must be an object with roles {', '.join(expected)}")
+        return {}
+    for name in roles:
+        if name not in expected:
+            errs.add(f"spec.roles.{name}", f"unknown role {_show(name)} for topology {topology}; expected {', '.join(expected)}")
+    out: dict[str, dict] = {}
+    for name in expected:
+        role = roles.get(name)
+        path = f"spec.roles.{name}"
+        if role is None:
+            errs.add(path, f"role {name} is required for topology {topology}")
+            continue
+        if not isinstance(role, dict):
+            errs.add(path, f"must be an object, got {type(role).__name__}")
+            continue
+        if name == "router":
+            out[name] = _router_check(errs, adapter, path, role, node)
+        else:
+            out[name] = _worker_check(errs, adapter, topology, name, path, role, node)
+    return out
+
+
+def _worker_check(errs: _Errors, adapter: EngineAdapter, topology: str, name: str, path: str,
+                  role: dict, node: NodeFacts) -> dict:
+    for key in role:
+        if key not in WORKER_KEYS:
+            errs.add(f"{path}.{key}", f"unknown field {_show(key)}; allowed: {', '.join(WORKER_KEYS)}")
+    gpus = _gpus_check(errs, adapter, f"{path}.gpus", role.get("gpus"), node)
+    dp = _int_field(errs, f"{path}.dp", role.get("dp"), 1, 1, MAX_PARALLEL)
+    default_tp = len(gpus) // dp if adapter.uses_gpus and gpus and dp and len(gpus) % dp == 0 else 1
+    tp = _int_field(errs, f"{path}.tp", role.get("tp"), default_tp, 1, MAX_PARALLEL)
+    ep = _int_field(errs, f"{path}.ep", role.get("ep"), 1, 1, MAX_PARALLEL)
+    out: dict[str, Any] = {"gpus": gpus, "tp": tp, "dp": dp, "ep": ep}
+    out.update(_pinning_check(errs, path, role, node))
+    out["host"] = _host_check(errs, f"{path}.host", role.get("host"))
+    out["port"] = _port_field(errs, f"{path}.port", role.get("port"), adapter.default_ports.get(name))
+
+    wants_bootstrap = topology == "pd" and name == "prefill" and adapter.default_bootstrap_port is not None
+    out["bootstrap_port"] = None
+    if wants_bootstrap:
+        out["bootstrap_port"] = _port_field(errs, f"{path}.bootstrap_port", role.get("bootstrap_port"),
+                                            adapter.default_bootstrap_port)
+    elif role.get("bootstrap_port") is not None:
+        errs.add(f"{path}.bootstrap_port", "only applies to the prefill role of a PD recipe on sglang or sim")
+    wants_side = topology == "pd" and name in adapter.default_side_channel_ports
+    out["side_channel_port"] = None
+    if wants_side:
+        out["side_channel_port"] = _port_field(errs, f"{path}.side_channel_port", role.get("side_channel_port"),
+                                               adapter.default_side_channel_ports[name])
+    elif role.get("side_channel_port") is not None:
+        errs.add(f"{path}.side_channel_port", "only applies to prefill and decode roles of a vLLM PD recipe")
+
+    out["flags"] = _flags_check(errs, f"{path}.flags", role.get("flags"), adapter.worker_flags,
+                                adapter.worker_reserved, adapter.name, name)
+    out["env"] = _env_check(errs, f"{path}.env", role.get("env"))
+
+    if not errs.has_under(f"{path}.tp") and not errs.has_under(f"{path}.dp") and not errs.has_under(f"{path}.ep") \
+            and not errs.has_under(f"{path}.gpus") and not errs.has_under(f"{path}.flags"):
+        _parallel_check(errs, adapter, path, out)
+    return out
+
+
+def _parallel_check(errs: _Errors, adapter: EngineAdapter, path: str, role: dict) -> None:
+    if not adapter.uses_gpus:
+        for key in ("tp", "dp", "ep"):
+            if role[key] != 1:
+                errs.add(f"{path}.{key}", f"{adapter.name} runs on CPUs; {key} must be 1, got {role[key]}")
+        return
+    expected, rule = adapter.expected_gpu_count(role)
+    have = len(role["gpus"])
+    if have and have != expected:
+        errs.add(f"{path}.tp", f"{rule} GPUs expected, but {path}.gpus lists {have} ({_ids(role['gpus'])})")
+    for key, message in adapter.parallel_problems(role).items():
+        errs.add(f"{path}.{key}", message)
+
+
+def _router_check(errs: _Errors, adapter: EngineAdapter, path: str, role: dict, node: NodeFacts) -> dict:
+    for key in role:
+        if key not in ROUTER_KEYS:
+            errs.add(f"{path}.{key}", f"unknown field {_show(key)}; allowed: {', '.join(ROUTER_KEYS)}")
+    gpus = role.get("gpus")
+    if gpus not in (None, []):
+        errs.add(f"{path}.gpus", f"the router takes no GPUs, got {_show(gpus)}")
+    out: dict[str, Any] = {"gpus": []}
+    out.update(_pinning_check(errs, path, role, node))
+    out["host"] = _host_check(errs, f"{path}.host", role.get("host"))
+    out["port"] = _port_field(errs, f"{path}.port", role.get("port"), adapter.default_ports.get("router"))
+    out["flags"] = _flags_check(errs, f"{path}.flags", role.get("flags"), adapter.router_flags,
+                                adapter.router_reserved, f"{adapter.name} router", "router")
+    out["env"] = _env_check(errs, f"{path}.env", role.get("env"))
+    return out
+
+
+def _gpus_check(errs: _Errors, adapter: EngineAdapter, path: str, gpus: Any, node: NodeFacts) -> list[int]:
+    if not adapter.uses_gpus:
+        if gpus not in (None, []):
+            errs.add(path, f"{adapter.name} runs on CPUs and takes no GPUs, got {_show(gpus)}")
+        return []
+    if gpus is None:
+        errs.add(path, f"is required: the GPU ids this role runs on (node {node.name} has {_ids(sorted(node.gpu_indices())) or 'no GPUs'})")
+        return []
+    if not isinstance(gpus, list) or not gpus:
+        errs.add(path, f"must be a non-empty list of GPU ids, got {_show(gpus)}")
+        return []
+    have = node.gpu_indices()
+    out: list[int] = []
+    for i, g in enumerate(gpus):
+        if isinstance(g, bool) or not isinstance(g, int):
+            errs.add(path, f"item {i} must be an integer GPU id, got {_show(g)}")
+        elif g in out:
+            errs.add(path, f"GPU {g} is listed twice")
+        elif g not in have:
+            errs.add(path, f"GPU {_show(g)} does not exist on node {node.name} (it has {_ids(sorted(have)) or 'no GPUs'})")
+        else:
+            out.append(g)
+    return out
+
+
+def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dict:
+    out: dict[str, Any] = {"numa_node": None, "cpus": None}
+    numa = role.get("numa_node")
+    if numa is not None:
+        if isinstance(numa, bool) or not isinstance(numa, int):
+            errs.add(f"{path}.numa_node", f"must be an integer NUMA node id, got {_show(numa)}")
+        elif numa not in node.numa_indices():
+            errs.add(f"{path}.numa_node",
+                     f"NUMA node {numa} does not exist on node {node.name} (it has {_ids(sorted(node.numa_indices())) or 'none'})")
+        else:
+            out["numa_node"] = numa
+    cpus_raw = role.get("cpus")
+    cpus: list[int] | None = None
+    if cpus_raw not in (None, ""):
+        cpus = _cpulist_check(errs, f"{path}.cpus", cpus_raw, node)
+        if cpus is not None:
+            if out["numa_node"] is not None:
+                outside = sorted(set(cpus) - set(node.numa(out["numa_node"]).cpus))
+                if outside:
+                    errs.add(f"{path}.cpus", f"CPUs {format_cpulist(outside)} are not on NUMA node {out['numa_node']} "
+                                             f"(its CPUs are {format_cpulist(node.numa(out['numa_node']).cpus)})")
+            out["cpus"] = format_cpulist(cpus)
+
+    membind = role.get("membind")
+    if membind is None:
+        membind = "numa" if out["numa_node"] is not None else ("local" if out["cpus"] else "none")
+        if numa is not None and out["numa_node"] is None:
+            membind = "none"  # the numa_node error is already reported
+    if isinstance(membind, str):
+        if membind not in MEMBIND_MODES:
+            errs.add(f"{path}.membind", f"must be one of {', '.join(MEMBIND_MODES)} or a list of NUMA node ids, got {_show(membind)}")
+        elif membind == "numa" and out["numa_node"] is None and numa is None:
+            if cpus is None or _numa_of(cpus, node) is None:
+                errs.add(f"{path}.membind", "'numa' binds memory to the role's NUMA node: set numa_node, or cpus within one NUMA node")
+    elif isinstance(membind, list):
+        nodes: list[int] = []
+        for i, n in enumerate(membind):
+            if isinstance(n, bool) or not isinstance(n, int):
+                errs.add(f"{path}.membind", f"item {i} must be a NUMA node id, got {_show(n)}")
+            elif n not in node.numa_indices():
+                errs.add(f"{path}.membind", f"NUMA node {n} does not exist on node {node.name}")
+            elif n not in nodes:
+                nodes.append(n)
+        if not membind:
+            errs.add(f"{path}.membind", "an explicit node list must not be empty")
+        membind = sorted(nodes)
+    else:
+        errs.add(f"{path}.membind", f"must be a string or a list of NUMA node ids, got {_show(membind)}")
+    out["membind"] = membind
+    return out
+
+
+def _cpulist_check(errs: _Errors, path: str, value: Any, node: NodeFacts) -> list[int] | None:
+    if isinstance(value, list):
+        if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 65536 for c in value):
+            errs.add(path, f"must be a cpulist string like '0-31' or a list of CPU ids, got {_show(value)}")
+            return None
+        cpus = sorted(set(value))
+    elif isinstance(value, str):
+        text = value.replace(" ", "")
+        # The regex bounds every id to 5 digits, so a hostile range cannot expand to billions.
+        if len(text) > 1024 or not CPULIST_RE.match(text):
+            errs.add(path, f"must be kernel cpulist syntax like '0-31,64-95', got {_show(value)}")
+            return None
+        try:
+            cpus = parse_cpulist(text)
+        except ValueError as exc:
+            errs.add(path, f"{exc}")
+            return None
+    else:
+        errs.add(path, f"must be a cpulist string like '0-31', got {_show(value)}")
+        return None
+    if not cpus:
+        errs.add(path, "must name at least one CPU")
+        return None
+    known = node.all_cpus()
+    missing = sorted(set(cpus) - known)
+    if missing:
+        errs.add(path, f"CPUs {format_cpulist(missing)} do not exist on node {node.name} (it has {format_cpulist(known) or 'none'})")
+        return None
+    return cpus
+
+
+def _numa_of(cpus: list[int], node: NodeFacts) -> int | None:
+    """The NUMA node holding all of ``cpus``, or None when they span nodes or are unknown."""
+    for n in node.numa_nodes:
+        if set(cpus) <= set(n.cpus):
+            return n.index
+    return None
+
+
+def _host_check(errs: _Errors, path: str, host: Any) -> str:
+    if host is None:
+        return DEFAULT_HOST
+    if not isinstance(host, str):
+        errs.add(path, f"must be a string, got {_show(host)}")
+        return DEFAULT_HOST
+    if host.startswith("-"):
+        errs.add(path, f"must not start with '-', got {_show(host)}")
+        return DEFAULT_HOST
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if not HOSTNAME_RE.match(host):
+        errs.add(path, f"must be an IP address or host name, got {_show(host)}")
+        return DEFAULT_HOST
+    return host
+
+
+def _port_field(errs: _Errors, path: str, value: Any, default: int | None) -> int | None:
+    if value is None:
+        if default is None:
+            errs.add(path, "is required")
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        errs.add(path, f"must be an integer port, got {_show(value)}")
+        return None
+    if not 1024 <= value <= 65535:
+        errs.add(path, f"must be between 1024 and 65535, got {_show(value)}")
+        return None
+    return value
+
+
+def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec], reserved: dict[str, str],
+                 what: str, role_name: str) -> dict:
+    if flags is None:
+        return {}
+    if not isinstance(flags, dict):
+        errs.add(path, f"must be an object of flag: value, got {_show(flags)}")
+        return {}
+    out: dict[str, Any] = {}
+    for raw, value in flags.items():
+        if not isinstance(raw, str) or not raw.strip("-"):
+            errs.add(path, f"flag names must be non-empty strings, got {_show(raw)}")
+            continue
+        # "--mem-fraction-static" and "mem-fraction-static" name the same flag.
+        name = raw.lstrip("-")
+        fpath = f"{path}.{name}"
+        if name in reserved:
+            field = reserved[name].replace("<role>", role_name)
+            errs.add(fpath, f"--{name} is set by Ceiling from {field}; set that instead")
+            continue
+        spec = allow.get(name)
+        if spec is None:
+            close = difflib.get_close_matches(name, list(allow), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            errs.add(fpath, f"unknown {what} flag {name!r}: not in the allowlist{hint}")
+            continue
+        if spec.roles is not None and role_name not in spec.roles:
+            errs.add(fpath, f"--{name} only applies to role {', '.join(sorted(spec.roles))}")
+            continue
+        clean, message = flag_value_check(spec, value)
+        if message:
+            errs.add(fpath, f"--{name} {message}")
+            continue
+        out[name] = clean
+    return dict(sorted(out.items()))
+
+
+# --- env and secrets -----------------------------------------------------------------------
+
+def env_name_problem(name: str) -> str | None:
+    """Why ``name`` may not be set in an engine's environment, or None when it may.
+
+    The deny lists are checked first and always win (see the module docstring for why).
+    """
+    if not isinstance(name, str) or not ENV_NAME_RE.match(name):
+        return f"{_show(name)} is not a valid variable name (letters, digits, _; not starting with a digit)"
+    upper = name.upper()
+    if upper in ENV_RENDERER_OWNED:
+        return f"{name} is set by Ceiling from {ENV_RENDERER_OWNED[upper]}"
+    if (upper in ENV_DENIED_NAMES or upper.startswith(ENV_DENIED_PREFIXES) or upper.endswith(ENV_DENIED_SUFFIXES)):
+        return f"{name} is not allowed: it changes which code or libraries the process loads"
+    if name in ENV_ALLOWED_NAMES or name.startswith(ENV_ALLOWED_PREFIXES):
+        return None
+    return (f"{name} is not in the allowlist (names {', '.join(sorted(ENV_ALLOWED_NAMES))}; "
+            f"prefixes {', '.join(ENV_ALLOWED_PREFIXES)})")
+
+
+def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        errs.add(path, f"must be an object of NAME: value, got {_show(env)}")
+        return {}
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        key = f"{path}.{name}" if isinstance(name, str) and ENV_NAME_RE.match(name) else path
+        problem = env_name_problem(name)
+        if problem:
+            errs.add(key, problem)
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            errs.add(key, f"value must be a string, got {_show(value)}")
+            continue
+        text = str(value)
+        if any(c in text for c in "\x00\n\r"):
+            errs.add(key, "value must not contain NUL or line breaks")
+        elif len(text) > MAX_ENV_VALUE:
+            errs.add(key, f"value is {len(text)} characters; at most {MAX_ENV_VALUE}")
+        else:
+            out[name] = text
+    return dict(sorted(out.items()))
+
+
+def _secrets_check(errs: _Errors, secrets: Any, secret_names: set[str] | None, env: dict, roles: dict) -> dict[str, str]:
+    if secrets is None:
+        return {}
+    if not isinstance(secrets, dict):
+        errs.add("spec.secrets", f"must be an object of ENV_NAME: secret name, got {_show(secrets)}")
+        return {}
+    out: dict[str, str] = {}
+    role_env_names = {n for r in roles.values() for n in r.get("env", {})}
+    for name, secret in secrets.items():
+        key = f"spec.secrets.{name}" if isinstance(name, str) and ENV_NAME_RE.match(name) else "spec.secrets"
+        problem = env_name_problem(name)
+        if problem:
+            errs.add(key, problem)
+            continue
+        if name in env or name in role_env_names:
+            errs.add(key, f"{name} is also set as a plain env variable; keep it in secrets only")
+            continue
+        if not isinstance(secret, str) or not SECRET_NAME_RE.match(secret):
+            errs.add(key, f"must name a secret (lowercase letters, digits, . _ -), got {_show(secret)}")
+            continue
+        if secret_names is not None and secret not in secret_names:
+            errs.add(key, f"secret {secret!r} does not exist")
+            continue
+        out[name] = secret
+    return dict(sorted(out.items()))
+
+
+# --- scalars -------------------------------------------------------------------------------
+
+def _int_field(errs: _Errors, path: str, value: Any, default: int, lo: int, hi: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        errs.add(path, f"must be an integer, got {_show(value)}")
+        return default
+    if not lo <= value <= hi:
+        errs.add(path, f"must be between {lo} and {hi}, got {_show(value)}")
+        return default
+    return value
+
+
+def _num_field(errs: _Errors, path: str, value: Any, default: float, lo: float, hi: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        errs.add(path, f"must be a number, got {_show(value)}")
+        return default
+    if not lo <= value <= hi:
+        errs.add(path, f"must be between {lo:g} and {hi:g}, got {_show(value)}")
+        return default
+    return float(value)
+
+
+def _restart_check(errs: _Errors, restart: Any) -> dict:
+    out = dict(DEFAULT_RESTART)
+    if restart is None:
+        return out
+    if not isinstance(restart, dict):
+        errs.add("spec.restart", f"must be an object, got {_show(restart)}")
+        return out
+    for key in restart:
+        if key not in DEFAULT_RESTART:
+            errs.add(f"spec.restart.{key}", f"unknown field {_show(key)}; allowed: {', '.join(DEFAULT_RESTART)}")
+    policy = restart.get("policy", out["policy"])
+    if policy not in ("never", "on-failure"):
+        errs.add("spec.restart.policy", f"must be never or on-failure, got {_show(policy)}")
+    else:
+        out["policy"] = policy
+    out["max_failures"] = _int_field(errs, "spec.restart.max_failures", restart.get("max_failures"), out["max_failures"], 1, 100)
+    out["window_s"] = _int_field(errs, "spec.restart.window_s", restart.get("window_s"), out["window_s"], 1, 86_400)
+    out["backoff_initial_s"] = _num_field(errs, "spec.restart.backoff_initial_s", restart.get("backoff_initial_s"),
+                                          out["backoff_initial_s"], 0.1, 3600)
+    out["backoff_max_s"] = _num_field(errs, "spec.restart.backoff_max_s", restart.get("backoff_max_s"),
+                                      out["backoff_max_s"], 0.1, 3600)
+    if out["backoff_max_s"] < out["backoff_initial_s"]:
+        errs.add("spec.restart.backoff_max_s",
+                 f"must be at least backoff_initial_s ({out['backoff_initial_s']:g}), got {out['backoff_max_s']:g}")
+    return out
+
+
+def _sim_check(errs: _Errors, sim: Any) -> dict:
+    if sim is None:
+        return {"profile": DEFAULT_PROFILE}
+    if not isinstance(sim, dict):
+        errs.add("spec.sim", f"must be an object, got {_show(sim)}")
+        return {"profile": DEFAULT_PROFILE}
+    for key in sim:
+        if key != "profile":
+            errs.add(f"spec.sim.{key}", f"unknown field {_show(key)}; allowed: profile")
+    profile = sim.get("profile", DEFAULT_PROFILE)
+    if not isinstance(profile, str) or not PROFILE_RE.match(profile):
+        errs.add("spec.sim.profile", f"must be a profile name (lowercase letters, digits, . _ -), got {_show(profile)}")
+        return {"profile": DEFAULT_PROFILE}
+    return {"profile": profile}
+
+
+# --- cross-role rules ---------------------------------------------------------------------
+
+def role_port_blocks(role_name: str, role: dict, adapter: EngineAdapter) -> list[tuple[str, int, int]]:
+    """Ports a normalised role occupies as ``(field path, first port, count)``.
+
+    The vLLM side channel takes ``tp × dp`` consecutive ports because vLLM offsets the
+    NIXL listener per rank; every other port is a single port.
+    """
+    path = f"spec.roles.{role_name}"
+    blocks: list[tuple[str, int, int]] = []
+    if role.get("port") is not None:
+        blocks.append((f"{path}.port", role["port"], 1))
+    if role.get("bootstrap_port") is not None:
+        blocks.append((f"{path}.bootstrap_port", role["bootstrap_port"], 1))
+    if role.get("side_channel_port") is not None:
+        blocks.append((f"{path}.side_channel_port", role["side_channel_port"], role.get("tp", 1) * role.get("dp", 1)))
+    allow = adapter.router_flags if role_name == "router" else adapter.worker_flags
+    for name, value in role.get("flags", {}).items():
+        spec = allow.get(name)
+        if spec is not None and spec.kind == "port":
+            blocks.append((f"{path}.flags.{name}", value, 1))
+    return blocks
+
+
+def _ports_unique(errs: _Errors, roles: dict, adapter: EngineAdapter) -> None:
+    blocks = [b for name, role in roles.items() for b in role_port_blocks(name, role, adapter)]
+    for path, start, count in blocks:
+        if start + count - 1 > 65535:
+            errs.add(path, f"ports {start}-{start + count - 1} (tp × dp = {count}) run past 65535")
+    for i, (path_a, start_a, count_a) in enumerate(blocks):
+        for path_b, start_b, count_b in blocks[i + 1:]:
+            lo, hi = max(start_a, start_b), min(start_a + count_a, start_b + count_b) - 1
+            if lo <= hi:
+                which = f"port {lo}" if lo == hi else f"ports {lo}-{hi}"
+                errs.add(path_b, f"{which} also used by {path_a}")
+                errs.add(path_a, f"{which} also used by {path_b}")
+
+
+def _gpus_disjoint(errs: _Errors, roles: dict) -> None:
+    names = list(roles)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            shared = sorted(set(roles[a].get("gpus", [])) & set(roles[b].get("gpus", [])))
+            for g in shared:
+                errs.add(f"spec.roles.{a}.gpus", f"GPU {g} is also used by role {b}")
+                errs.add(f"spec.roles.{b}.gpus", f"GPU {g} is also used by role {a}")
+
+
+def _ids(ids: list[int]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+def _show(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a hostile __repr__ must not escape
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,0 +1,87 @@
+"""Non-trivial reads of the deployments app, shared by the API, pages and admin.
+
+Each selector returns a queryset (lazy, further filterable) with the joins its callers need,
+so a list page or API list costs a fixed number of queries however many rows it shows.
+"""
+from __future__ import annotations
+
+from django.db.models import OuterRef, QuerySet, Subquery
+
+from deployments.models import Deployment, Node, Recipe, ServerProcess
+
+HISTORY_TYPE_NAMES = {"+": "created", "~": "changed", "-": "deleted"}
+
+
+def node_list() -> QuerySet[Node]:
+    """All nodes by name, with their GPU and NUMA rows prefetched."""
+    return Node.objects.prefetch_related("gpus", "numa_nodes").order_by("name")
+
+
+def recipe_list(*, engine: str | None = None, topology: str | None = None, node: str | None = None) -> QuerySet[Recipe]:
+    """Recipes by name, optionally filtered by ``engine``, ``topology`` or node name, with
+    node and author joined."""
+    qs = Recipe.objects.select_related("node", "created_by").order_by("name")
+    if engine:
+        qs = qs.filter(engine=engine)
+    if topology:
+        qs = qs.filter(topology=topology)
+    if node:
+        qs = qs.filter(node__name=node)
+    return qs
+
+
+def recipe_versions_list(*, recipe: Recipe) -> QuerySet:
+    """One history row per version of ``recipe``, newest version first.
+
+    Each row (a simple-history ``HistoricalRecipe``) has ``version``, ``history_date`` (when),
+    ``history_user`` (who; joined), ``history_change_reason`` and ``history_type`` (``+``
+    created, ``~`` changed; see :data:`HISTORY_TYPE_NAMES`) plus the recipe's content at that
+    version. Should a version have several rows (a save that did not bump the version), the
+    latest one stands for it, matching :func:`deployments.services.recipe_version_get`.
+    """
+    history = recipe.history.model.objects
+    latest_of_version = (
+        history.filter(id=OuterRef("id"), version=OuterRef("version"))
+        .exclude(history_type="-")
+        .order_by("-history_date", "-history_id")
+        .values("history_id")[:1]
+    )
+    return (
+        recipe.history.exclude(history_type="-")
+        .filter(history_id=Subquery(latest_of_version))
+        .select_related("history_user")
+        .order_by("-version", "-history_date")
+    )
+
+
+def recipe_version_meta(row) -> dict:
+    """Who/when/why of one history row from :func:`recipe_versions_list`:
+    ``{"version", "at", "user", "change_reason", "change"}`` (``user`` is a username or None)."""
+    return {
+        "version": row.version,
+        "at": row.history_date,
+        "user": row.history_user.username if row.history_user_id else None,
+        "change_reason": row.history_change_reason,
+        "change": HISTORY_TYPE_NAMES.get(row.history_type, row.history_type),
+    }
+
+
+def deployment_list(*, recipe_id: int | None = None, status: str | None = None) -> QuerySet[Deployment]:
+    """Deployments, newest first, optionally of one recipe or in one status."""
+    qs = Deployment.objects.select_related("recipe", "node", "created_by").order_by("-created_at", "-id")
+    if recipe_id is not None:
+        qs = qs.filter(recipe_id=recipe_id)
+    if status:
+        qs = qs.filter(status=status)
+    return qs
+
+
+def process_list(*, deployment_id: int | None = None, role: str | None = None) -> QuerySet[ServerProcess]:
+    """Server processes (prefill, decode, router, single) grouped by deployment, then role
+    and ordinal; optionally of one deployment or one role."""
+    qs = ServerProcess.objects.select_related("deployment").order_by("deployment_id", "role", "ordinal")
+    if deployment_id is not None:
+        qs = qs.filter(deployment_id=deployment_id)
+    if role:
+        qs = qs.filter(role=role)
+    return qs

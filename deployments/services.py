@@ -1,0 +1,500 @@
+"""Business logic of the deployments app: recipes (versioned) and secrets.
+
+Every write goes through a function here; views, the admin, the API and management commands
+only call these. Functions are keyword-only and raise domain errors from
+:mod:`controlplane.errors` (``InvalidInput`` with dotted field paths, ``Conflict``, ``NotFound``),
+which each edge maps to its own response in one place.
+
+Recipe versioning
+-----------------
+``Recipe.version`` counts content changes from 1; each change writes exactly one
+django-simple-history row carrying that version, the acting user (``history_user``) and a
+change reason (``history_change_reason``). Content is the tuple of :data:`RECIPE_CONTENT_FIELDS`;
+an update that changes none of them writes nothing and keeps the version. Updates lock the row
+(``select_for_update``) so two concurrent edits cannot both become version N+1.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
+
+from controlplane.errors import Conflict, InvalidInput, NotFound
+from controlplane.redaction import register_secret_value
+from deployments.choices import Engine, Topology
+from deployments.launch import LaunchPlan, launch_plan_render
+from deployments.models import Node, Recipe, Secret, slug_validator
+from deployments.recipes import recipe_validate
+from deployments.topology import node_facts_from_row
+
+# The fields that make up a recipe version; everything else (ids, timestamps, author) is
+# bookkeeping and neither diffed nor reverted.
+RECIPE_CONTENT_FIELDS: tuple[str, ...] = ("name", "description", "engine", "topology", "node", "spec")
+
+# Bounds on a stored spec. Real recipes nest about five levels (spec.roles.decode.flags.x) and
+# weigh a few KiB; the limits keep a hostile payload from exhausting recursion or the database.
+SPEC_MAX_DEPTH = 16
+SPEC_MAX_STRING = 8192
+DESCRIPTION_MAX_LENGTH = 4000
+# Versions are PositiveIntegerField; PostgreSQL's ``integer`` tops out at 2**31 - 1.
+MAX_VERSION = 2**31 - 1
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: int = 0) -> None:
+    """Reject JSON no database column can hold safely: NUL characters (PostgreSQL refuses
+    them in ``jsonb``), lone UTF-16 surrogates (not encodable as UTF-8), and absurd depth."""
+    if depth > SPEC_MAX_DEPTH:
+        errors.setdefault(path, []).append(f"Nested more than {SPEC_MAX_DEPTH} levels deep.")
+        return
+    if isinstance(value, str):
+        problem = _string_problem(value)
+        if problem:
+            errors.setdefault(path, []).append(problem)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            sub = f"{path}.{key}" if isinstance(key, str) and not _string_problem(key) else f"{path}.<key>"
+            if not isinstance(key, str) or _string_problem(key):
+                errors.setdefault(sub, []).append("Keys must be printable text.")
+                continue
+            _check_json_tree(item, sub, errors, depth + 1)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json_tree(item, f"{path}.{i}", errors, depth + 1)
+
+
+def _string_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "Must not contain NUL characters."
+    if len(text) > SPEC_MAX_STRING:
+        return f"Longer than {SPEC_MAX_STRING} characters."
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "Must be valid Unicode text."
+    return None
+
+
+def secret_names() -> set[str]:
+    """Names of all stored secrets (never their values); what recipe validation checks
+    ``secret`` references against."""
+    return set(Secret.objects.values_list("name", flat=True))
+
+
+def _validate_recipe_content(content: dict[str, Any]) -> dict[str, Any]:
+    """Validate a full recipe content dict (see :data:`RECIPE_CONTENT_FIELDS`).
+
+    Returns the content with ``spec`` replaced by its normalised form. Raises
+    :class:`InvalidInput` with keys ``name``, ``description``, ``engine``, ``topology``,
+    ``node`` or dotted ``spec.…`` paths. Spec rules live in :func:`deployments.recipes.recipe_validate`
+    and are checked against the node's facts and the existing secret names.
+    """
+    errors: dict[str, list[str]] = {}
+    name = content.get("name")
+    if not isinstance(name, str) or not name:
+        errors["name"] = ["A name is required."]
+    else:
+        try:
+            slug_validator(name)
+        except DjangoValidationError as exc:
+            errors["name"] = list(exc.messages)
+    description = content.get("description", "")
+    if not isinstance(description, str):
+        errors["description"] = ["Must be text."]
+    elif len(description) > DESCRIPTION_MAX_LENGTH:
+        errors["description"] = [f"At most {DESCRIPTION_MAX_LENGTH} characters."]
+    elif _string_problem(description):
+        errors["description"] = [_string_problem(description)]
+    if content.get("engine") not in Engine.values:
+        errors["engine"] = [f"Unknown engine; one of {', '.join(Engine.values)}."]
+    if content.get("topology") not in Topology.values:
+        errors["topology"] = [f"Unknown topology; one of {', '.join(Topology.values)}."]
+    node = content.get("node")
+    if not isinstance(node, Node):
+        errors["node"] = ["A registered node is required."]
+    spec = content.get("spec")
+    if not isinstance(spec, dict):
+        errors["spec"] = ["Must be a JSON object."]
+    else:
+        _check_json_tree(spec, "spec", errors)
+    if errors:
+        # Spec rules need a known engine, topology and node; report the basics first.
+        raise InvalidInput(errors)
+    normalised = recipe_validate(
+        engine=content["engine"],
+        topology=content["topology"],
+        spec=spec,
+        node=node_facts_from_row(node),
+        secret_names=secret_names(),
+    )
+    return {**content, "spec": normalised}
+
+
+def _check_name_free(name: str, *, exclude_pk: int | None = None) -> None:
+    qs = Recipe.objects.filter(name=name)
+    if exclude_pk is not None:
+        qs = qs.exclude(pk=exclude_pk)
+    if qs.exists():
+        raise InvalidInput({"name": [f"A recipe named {name!r} already exists."]})
+
+
+def _save_with_history(recipe: Recipe, *, user, change_reason: str) -> None:
+    """Save ``recipe`` so that its history row names ``user`` and ``change_reason``.
+
+    ``_history_user`` is set explicitly because token-authenticated API requests are
+    authenticated inside DRF, after simple-history's middleware has already captured an
+    anonymous request user.
+    """
+    recipe._history_user = user if getattr(user, "is_authenticated", False) else None
+    recipe._change_reason = change_reason
+    try:
+        recipe.save()
+    except IntegrityError as exc:
+        # A concurrent create/rename took the name between our check and the insert.
+        raise InvalidInput({"name": ["A recipe with this name already exists."]}) from exc
+
+
+def _content_of(recipe: Recipe) -> dict[str, Any]:
+    return {
+        "name": recipe.name,
+        "description": recipe.description,
+        "engine": recipe.engine,
+        "topology": recipe.topology,
+        "node": recipe.node,
+        "spec": recipe.spec,
+    }
+
+
+# --- recipes -------------------------------------------------------------------------------
+
+
+def recipe_create(
+    *,
+    user,
+    name: str,
+    description: str = "",
+    engine: str,
+    topology: str,
+    node: Node,
+    spec: dict,
+    change_reason: str | None = None,
+) -> Recipe:
+    """Validate and store a new recipe as version 1.
+
+    ``spec`` is validated (and normalised) by :func:`deployments.recipes.recipe_validate`
+    against ``node``'s facts and the stored secret names. The history row records ``user``
+    and ``change_reason`` (default ``"Created"``).
+
+    Raises :class:`InvalidInput` (keys ``name``, ``engine``, ``topology``, ``node``, ``spec.…``)
+    when anything is invalid or the name is taken.
+    """
+    content = _validate_recipe_content(
+        {"name": name, "description": description or "", "engine": engine, "topology": topology, "node": node, "spec": spec}
+    )
+    with transaction.atomic():
+        _check_name_free(content["name"])
+        recipe = Recipe(
+            **content,
+            version=1,
+            created_by=user if getattr(user, "is_authenticated", False) else None,
+        )
+        _save_with_history(recipe, user=user, change_reason=change_reason or "Created")
+    return recipe
+
+
+def recipe_update(
+    *,
+    recipe: Recipe,
+    user,
+    change_reason: str | None = None,
+    expected_version: int | None = None,
+    **fields: Any,
+) -> Recipe:
+    """Apply ``fields`` (any of :data:`RECIPE_CONTENT_FIELDS`) to ``recipe`` as a new version.
+
+    The merged content is validated as a whole (a new ``node`` re-checks the spec against
+    that node's GPUs and NUMA nodes). The row is locked for the read-modify-write, so
+    concurrent edits serialise; with ``expected_version`` set, an edit based on a stale
+    version raises :class:`Conflict` (HTTP 409) instead of silently overwriting.
+
+    If nothing changes, no version is written and the recipe is returned as it is.
+    Returns the refreshed recipe. Raises :class:`InvalidInput` for unknown fields or invalid
+    content, :class:`NotFound` if the recipe was deleted meanwhile.
+    """
+    unknown = sorted(set(fields) - set(RECIPE_CONTENT_FIELDS))
+    if unknown:
+        raise InvalidInput({key: ["Not a recipe field."] for key in unknown})
+    with transaction.atomic():
+        try:
+            locked = Recipe.objects.select_for_update().select_related("node").get(pk=recipe.pk)
+        except Recipe.DoesNotExist as exc:
+            raise NotFound(f"Recipe {recipe.pk} no longer exists.") from exc
+        if expected_version is not None and locked.version != expected_version:
+            raise Conflict(
+                f"Recipe {locked.name!r} is at version {locked.version}, not {expected_version}; "
+                "reload it and apply the change again."
+            )
+        current = _content_of(locked)
+        merged = {**current, **fields}
+        if merged.get("description") is None:
+            merged["description"] = ""
+        content = _validate_recipe_content(merged)
+        if _same_content(current, content):
+            return locked
+        if content["name"] != locked.name:
+            _check_name_free(content["name"], exclude_pk=locked.pk)
+        for key, value in content.items():
+            setattr(locked, key, value)
+        locked.version = locked.version + 1
+        _save_with_history(locked, user=user, change_reason=change_reason or "Edited")
+    return locked
+
+
+def _same_content(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(
+        (_node_key(a[k]) == _node_key(b[k])) if k == "node" else (a[k] == b[k]) for k in RECIPE_CONTENT_FIELDS
+    )
+
+
+def _node_key(node: Node | None) -> int | None:
+    return node.pk if node is not None else None
+
+
+def recipe_delete(*, recipe: Recipe, user) -> None:
+    """Delete ``recipe``; its history keeps a deletion row naming ``user``.
+
+    Raises :class:`Conflict` when deployments still reference it (they keep the recipe
+    for audit; ``Deployment.recipe`` is ``PROTECT``).
+    """
+    recipe._history_user = user if getattr(user, "is_authenticated", False) else None
+    recipe._change_reason = "Deleted"
+    try:
+        with transaction.atomic():
+            recipe.delete()
+    except ProtectedError as exc:
+        raise Conflict(f"Recipe {recipe.name!r} has deployments; it cannot be deleted.") from exc
+
+
+def _history_row(recipe: Recipe, version: int):
+    """Latest history row of ``recipe`` carrying ``version`` (ignoring the deletion row)."""
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise InvalidInput({"version": ["Must be a positive integer."]})
+    if version > MAX_VERSION:
+        # Beyond any stored version; also keeps the query inside the database's integer range.
+        raise NotFound(f"Recipe {recipe.name!r} has no version {version}.")
+    row = (
+        recipe.history.filter(version=version)
+        .exclude(history_type="-")
+        .order_by("-history_date", "-history_id")
+        .first()
+    )
+    if row is None:
+        raise NotFound(f"Recipe {recipe.name!r} has no version {version}.")
+    return row
+
+
+def recipe_version_get(*, recipe: Recipe, version: int) -> dict[str, Any]:
+    """Content of ``recipe`` at ``version``.
+
+    Returns ``{"version", "name", "description", "engine", "topology", "node", "spec"}``
+    where ``node`` is the node's name (``None`` if that node row is gone), plus who and when:
+    ``at`` (datetime, UTC), ``user`` (username or ``None``), ``change_reason`` and ``change``
+    (``created`` or ``changed``). Raises :class:`NotFound` for a version that does not
+    exist, :class:`InvalidInput` for a non-positive one.
+    """
+    row = _history_row(recipe, version)
+    node = Node.objects.filter(pk=row.node_id).first()
+    return {
+        "version": row.version,
+        "at": row.history_date,
+        "user": row.history_user.username if row.history_user_id else None,
+        "change_reason": row.history_change_reason,
+        "change": "created" if row.history_type == "+" else "changed",
+        "name": row.name,
+        "description": row.description,
+        "engine": row.engine,
+        "topology": row.topology,
+        "node": node.name if node else None,
+        "spec": row.spec,
+    }
+
+
+_MISSING = object()
+
+
+def _diff_values(path: str, old: Any, new: Any, out: list[dict[str, Any]]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            _diff_values(f"{path}.{key}", old.get(key, _MISSING), new.get(key, _MISSING), out)
+        return
+    if old == new and type(old) is type(new):
+        return
+    if old is _MISSING:
+        out.append({"path": path, "change": "added", "old": None, "new": new})
+    elif new is _MISSING:
+        out.append({"path": path, "change": "removed", "old": old, "new": None})
+    else:
+        out.append({"path": path, "change": "changed", "old": old, "new": new})
+
+
+def recipe_diff(*, recipe: Recipe, a: int, b: int) -> list[dict[str, Any]]:
+    """What changed from version ``a`` to version ``b`` of ``recipe``.
+
+    Returns a list of ``{"path", "change", "old", "new"}`` sorted by path, where ``path`` is
+    a top-level field (``name``, ``node``, …) or a dotted path into the spec
+    (``spec.roles.decode.flags.mem-fraction-static``); objects are compared key by key, lists
+    and scalars as whole values; ``change`` is ``added``, ``removed`` or ``changed`` (``old``
+    or ``new`` is ``None`` for an added or removed key). ``a`` may be greater than ``b``
+    (a reverse diff). Equal versions give ``[]``. Raises :class:`NotFound` for a missing
+    version.
+    """
+    old = recipe_version_get(recipe=recipe, version=a)
+    new = recipe_version_get(recipe=recipe, version=b)
+    out: list[dict[str, Any]] = []
+    for field in RECIPE_CONTENT_FIELDS:
+        _diff_values(field, old[field], new[field], out)
+    return out
+
+
+def recipe_revert(*, recipe: Recipe, user, version: int, expected_version: int | None = None) -> Recipe:
+    """Make ``recipe``'s content equal to ``version`` again, as a new version.
+
+    History is never rewritten: reverting v3 to v1 writes v4 whose content equals v1, with
+    change reason ``"Reverted to version 1"``. The old content is re-validated against the
+    node's current facts and secrets, so a version that is no longer deployable is refused
+    with :class:`InvalidInput`. Raises :class:`NotFound` for a missing version or node.
+    """
+    content = recipe_version_get(recipe=recipe, version=version)
+    node = Node.objects.filter(name=content["node"]).first() if content["node"] else None
+    if node is None:
+        raise InvalidInput({"node": [f"The node of version {version} no longer exists."]})
+    fields = {k: content[k] for k in RECIPE_CONTENT_FIELDS if k != "node"}
+    return recipe_update(
+        recipe=recipe,
+        user=user,
+        change_reason=f"Reverted to version {version}",
+        expected_version=expected_version,
+        node=node,
+        **fields,
+    )
+
+
+def recipe_plan(*, recipe: Recipe, version: int | None = None) -> LaunchPlan:
+    """Render the launch plan of ``recipe`` (its current version, or ``version``) on its
+    current node, without starting anything and without resolving secret values.
+
+    Returns a :class:`deployments.launch.LaunchPlan` (``to_dict()`` is JSON-safe and
+    redacted). The content is re-validated first, so an old version that no longer fits the
+    node raises :class:`InvalidInput` rather than rendering a plan that would fail.
+    """
+    if version is None or version == recipe.version:
+        content = _content_of(recipe)
+    else:
+        stored = recipe_version_get(recipe=recipe, version=version)
+        content = {**stored, "node": recipe.node}
+    validated = _validate_recipe_content(content)
+    return launch_plan_render(
+        engine=validated["engine"],
+        topology=validated["topology"],
+        spec=validated["spec"],
+        node=node_facts_from_row(validated["node"]),
+        secret_values=None,
+    )
+
+
+# --- nodes ---------------------------------------------------------------------------------
+
+
+def node_delete(*, node: Node, user) -> None:
+    """Remove a node row with its GPU and NUMA rows (admin only at the edges).
+
+    Registration and refresh belong to :func:`deployments.nodes.node_register`; deletion is
+    here because it must respect what references the node. Raises :class:`Conflict` while
+    recipes or deployments reference it (both ``PROTECT`` the node).
+    """
+    try:
+        with transaction.atomic():
+            node.delete()
+    except ProtectedError as exc:
+        raise Conflict(f"Node {node.name!r} is used by recipes or deployments; it cannot be removed.") from exc
+
+
+# --- secrets -------------------------------------------------------------------------------
+
+
+def _validate_secret_fields(*, name: str | None = None, value: str | None = None, description: str | None = None) -> None:
+    errors: dict[str, list[str]] = {}
+    if name is not None:
+        try:
+            slug_validator(name)
+        except DjangoValidationError as exc:
+            errors["name"] = list(exc.messages)
+    if value is not None:
+        if not isinstance(value, str) or not value:
+            errors["value"] = ["A non-empty value is required."]
+        elif "\x00" in value or _string_problem(value):
+            errors["value"] = ["Must be printable text without NUL characters."]
+    if description is not None:
+        if not isinstance(description, str) or len(description) > 255:
+            errors["description"] = ["At most 255 characters of text."]
+        elif _string_problem(description):
+            errors["description"] = [_string_problem(description)]
+    if errors:
+        raise InvalidInput(errors)
+
+
+def secret_create(*, user, name: str, value: str, description: str = "") -> Secret:
+    """Store a new secret. ``value`` is registered with the redactor at once, so it is
+    masked in every later log line of this process. Raises :class:`InvalidInput` on a bad or
+    taken name or an empty value. ``user`` is accepted for audit symmetry with recipes."""
+    _validate_secret_fields(name=name, value=value, description=description or "")
+    with transaction.atomic():
+        if Secret.objects.filter(name=name).exists():
+            raise InvalidInput({"name": [f"A secret named {name!r} already exists."]})
+        try:
+            secret = Secret.objects.create(name=name, value=value, description=description or "")
+        except IntegrityError as exc:
+            raise InvalidInput({"name": ["A secret with this name already exists."]}) from exc
+    register_secret_value(value)
+    return secret
+
+
+def secret_update(*, secret: Secret, user, value: str | None = None, description: str | None = None) -> Secret:
+    """Replace a secret's value and/or description (``None`` leaves a field as it is).
+    The name is fixed because recipes reference secrets by name."""
+    _validate_secret_fields(value=value, description=description)
+    with transaction.atomic():
+        locked = Secret.objects.select_for_update().get(pk=secret.pk)
+        if value is not None:
+            locked.value = value
+        if description is not None:
+            locked.description = description
+        locked.save()
+    if value is not None:
+        register_secret_value(value)
+    return locked
+
+
+def secret_delete(*, secret: Secret, user) -> None:
+    """Delete a secret unless a recipe still references it by name.
+
+    Raises :class:`Conflict` naming the referencing recipes (a recipe whose secret vanished
+    could no longer be validated or deployed).
+    """
+    users = [r.name for r in Recipe.objects.only("name", "spec") if secret.name in _secret_refs(r.spec)]
+    if users:
+        raise Conflict(f"Secret {secret.name!r} is used by recipe(s): {', '.join(sorted(users))}.")
+    secret.delete()
+
+
+def _secret_refs(spec: Any) -> set[str]:
+    """Secret names a spec references: the values of ``spec.secrets`` (``{ENV_NAME: secret
+    name}``, the only place :mod:`deployments.recipes` accepts a secret reference)."""
+    secrets = spec.get("secrets") if isinstance(spec, dict) else None
+    if not isinstance(secrets, dict):
+        return set()
+    return {name for name in secrets.values() if isinstance(name, str)}

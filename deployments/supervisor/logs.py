@@ -1,0 +1,32 @@
+"""Reading the end of a process log written by the shim (``<log>`` plus rotated ``<log>.1``)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _read_end(path: Path, max_bytes: int) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - max_bytes))
+            return fh.read(max_bytes)
+    except OSError:
+        return b""
+
+
+def log_tail(path: Path | str, *, max_bytes: int = 65536, lines: int = 50) -> str:
+    """The last ``lines`` lines of the log at ``path``, reading at most ``max_bytes`` bytes.
+
+    When the current file holds fewer bytes than ``max_bytes`` the end of the rotated ``.1``
+    file is read first, so a tail straddling a rotation is complete. Undecodable bytes are
+    replaced (logs are UTF-8 by convention, not by guarantee); a missing log gives "".
+    The first line may be partial when ``max_bytes`` cut into it.
+    """
+    path = Path(path)
+    data = _read_end(path, max_bytes)
+    if len(data) < max_bytes:
+        data = _read_end(Path(f"{path}.1"), max_bytes - len(data)) + data
+    text = data.decode("utf-8", errors="replace")
+    kept = text.splitlines()[-lines:] if lines > 0 else []
+    return "\n".join(kept)

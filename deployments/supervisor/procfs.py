@@ -1,0 +1,130 @@
+"""Reading process facts from Linux ``/proc`` (see ``man 5 proc``).
+
+Everything here is read-only and works from any process of the same user (or root), which is
+what lets a restarted node agent find engines started by its predecessor.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+TAG_ENV = "CEILING_PROC_ID"
+"""Environment variable set on every spawned process; descendants inherit it through exec."""
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One row of ``/proc/<pid>/stat``: ids, state letter (``R``, ``S``, ``Z``...), and
+    ``start_ticks`` (field 22, clock ticks after boot; with the pid it identifies a process)."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    state: str
+    start_ticks: int
+    comm: str
+
+    @property
+    def running(self) -> bool:
+        """False for zombies (``Z``) and dead entries (``X``): they can no longer do anything."""
+        return self.state not in ("Z", "X")
+
+
+def proc_stat(pid: int) -> ProcInfo | None:
+    """Parse ``/proc/<pid>/stat``; None when the process does not exist (or vanished mid-read).
+
+    The command name (field 2) may contain spaces and parentheses, so fields are split after
+    the *last* ``)``, as ``proc(5)`` recommends.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    except OSError:
+        return None
+    close = raw.rfind(b")")
+    rest = raw[close + 2:].split()
+    if close < 0 or len(rest) < 20:
+        return None
+    return ProcInfo(
+        pid=pid,
+        ppid=int(rest[1]),
+        pgid=int(rest[2]),
+        sid=int(rest[3]),
+        state=rest[0].decode(),
+        start_ticks=int(rest[19]),
+        comm=raw[raw.find(b"(") + 1:close].decode(errors="replace"),
+    )
+
+
+def proc_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks after boot (``/proc/<pid>/stat`` field 22), or None."""
+    info = proc_stat(pid)
+    return info.start_ticks if info else None
+
+
+def proc_pids() -> list[int]:
+    """Every pid currently listed in ``/proc`` (threads are not listed at this level)."""
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def proc_scan() -> dict[int, ProcInfo]:
+    """One pass over ``/proc``: pid → :class:`ProcInfo` for every process that could be read.
+
+    A scan is used instead of ``/proc/<pid>/task/*/children`` because that file only exists
+    on kernels built with ``CONFIG_PROC_CHILDREN`` (not all are) and misses nothing here.
+    """
+    table: dict[int, ProcInfo] = {}
+    for pid in proc_pids():
+        info = proc_stat(pid)
+        if info is not None:
+            table[pid] = info
+    return table
+
+
+def proc_has_tag(pid: int, tag: str) -> bool:
+    """True when ``/proc/<pid>/environ`` holds exactly ``CEILING_PROC_ID=<tag>``.
+
+    ``environ`` is the environment the process was exec'd with; it needs the same user or
+    root to read (``ptrace`` access mode), and is empty for kernel threads and zombies.
+    Unreadable counts as untagged, so a process of another user is never claimed.
+    """
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            environ = fh.read()
+    except OSError:
+        return False
+    return (b"\0" + f"{TAG_ENV}={tag}".encode() + b"\0") in (b"\0" + environ + b"\0")
+
+
+def proc_tagged(tag: str, table: dict[int, ProcInfo] | None = None) -> set[int]:
+    """Pids of live (non-zombie) processes whose environment carries ``tag``."""
+    table = proc_scan() if table is None else table
+    return {pid for pid, info in table.items() if info.running and proc_has_tag(pid, tag)}
+
+
+def proc_subtree(root: int, table: dict[int, ProcInfo]) -> set[int]:
+    """Pids of every descendant of ``root`` in ``table`` (not ``root`` itself), by parent links."""
+    children: dict[int, list[int]] = {}
+    for info in table.values():
+        children.setdefault(info.ppid, []).append(info.pid)
+    found: set[int] = set()
+    stack = list(children.get(root, ()))
+    while stack:
+        pid = stack.pop()
+        if pid in found or pid == root:
+            continue
+        found.add(pid)
+        stack.extend(children.get(pid, ()))
+    return found
+
+
+def proc_exe_name(pid: int) -> str:
+    """Base name of the executable (``/proc/<pid>/exe``), falling back to ``comm``; "" if gone."""
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        info = proc_stat(pid)
+        return info.comm if info else ""

@@ -1,0 +1,230 @@
+"""Per-process shim: the session leader that execs one engine process and owns its log.
+
+Run as a program, never imported by the control plane (it uses the standard library only, so
+it can start with ``python -I -S`` and ignore the engine's ``PYTHONPATH``)::
+
+    python -I -S shim.py --log LOG --max-bytes N --exit-file FILE --report-fd FD [--cpus LIST] -- ARGV...
+
+What it does, in order:
+
+1. Marks itself a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``, Linux >= 3.4), so a
+   descendant whose parent dies is reparented here rather than to init and stays findable
+   through the process tree.
+2. Forks one child, which points stdout and stderr at a pipe, restores the signal dispositions
+   Python changed (``SIGPIPE``, ``SIGXFSZ``), applies ``sched_setaffinity`` when ``--cpus`` is
+   given (so the engine and all its descendants inherit the CPU list) and execs ``ARGV`` with
+   ``execvp``; the environment is the shim's own, which the spawner built.
+3. Reports ``ok <pid> <start_ticks>`` (or ``err <message>``) on ``--report-fd`` once the exec
+   has happened: the classic close-on-exec error pipe tells success (EOF, no data) from failure.
+4. Copies the pipe into ``LOG``, rotating to ``LOG.1`` before a write would push ``LOG`` past
+   ``--max-bytes``: each file stays at or below the cap, so at most twice the cap is on disk.
+   The shim lives in the engine's session, so the cap holds whoever started it and whether or
+   not that process still runs.
+5. When the engine exits, writes ``--exit-file`` atomically (JSON: pid, start_ticks, returncode,
+   signal, ended_at) and a closing line in the log; it keeps draining until the pipe is closed by
+   every holder and no reparented descendant is left, then exits 0.
+
+``SIGTERM``, ``SIGINT`` and ``SIGHUP`` are ignored here so that a stop signalled to the whole
+process group lets the shim record the engine's last words and exit status; ``SIGKILL`` still
+ends it. If the shim itself is killed first, the engine's next write to stdout fails
+(``EPIPE``/``SIGPIPE``), the same trade-off every log-owning shim (e.g. conmon) makes.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36  # include/uapi/linux/prctl.h
+READ_CHUNK = 65536
+_IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class CappedLog:
+    """Append-only log file of at most ``max_bytes`` bytes with one rotated predecessor ``.1``."""
+
+    def __init__(self, path: str, max_bytes: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.fd = -1
+        self.size = 0
+        self._open()
+
+    def _open(self) -> None:
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
+        self.size = os.fstat(self.fd).st_size
+
+    def _rotate(self) -> None:
+        os.close(self.fd)
+        os.replace(self.path, self.path + ".1")
+        self._open()
+
+    def write(self, data: bytes) -> None:
+        # A single chunk larger than the cap only keeps its newest bytes; writing the older
+        # part would be rotated away at once anyway.
+        if len(data) > self.max_bytes:
+            data = data[-self.max_bytes:]
+        if self.size and self.size + len(data) > self.max_bytes:
+            self._rotate()
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self.fd, view)
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                return  # disk full or similar: dropping output beats killing the engine
+            view = view[n:]
+            self.size += n
+
+    def note(self, text: str) -> None:
+        """Write one line of the shim's own, marked so readers can tell it from the engine's."""
+        self.write(f"[ceiling-shim {time.strftime('%Y-%m-%dT%H:%M:%S%z')}] {text}\n".encode())
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2:].split()
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def _parse_cpus(text: str) -> set[int]:
+    cpus: set[int] = set()
+    for item in text.split(","):
+        lo, _, hi = item.strip().partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def _write_exit_file(path: str, pid: int, ticks: int | None, status: int) -> None:
+    record = {
+        "pid": pid,
+        "start_ticks": ticks,
+        "returncode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "ended_at": time.time(),
+    }
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, path)
+
+
+def _child(argv: list[str], out_fd: int, err_w: int, cpus: str | None, close: list[int]) -> None:
+    """Runs in the forked child; never returns (execs or ``_exit(127)``)."""
+    try:
+        for fd in close:
+            os.close(fd)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        for sig in (*_IGNORED, signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        if cpus:
+            os.sched_setaffinity(0, _parse_cpus(cpus))
+        os.execvp(argv[0], argv)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+        try:
+            os.write(err_w, f"{type(exc).__name__}: {exc}".encode()[:4000])
+        finally:
+            os._exit(127)
+
+
+def main(args: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ceiling-shim")
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--max-bytes", type=int, required=True)
+    parser.add_argument("--exit-file", required=True)
+    parser.add_argument("--report-fd", type=int, required=True)
+    parser.add_argument("--cpus", default=None)
+    parser.add_argument("argv", nargs=argparse.REMAINDER)
+    opts = parser.parse_args(args)
+    argv = opts.argv[1:] if opts.argv[:1] == ["--"] else opts.argv
+    report_fd = opts.report_fd
+
+    def report(line: str) -> None:
+        try:
+            os.write(report_fd, (line + "\n").encode())
+            os.close(report_fd)
+        except OSError:
+            pass  # the spawner gave up waiting; the log still says what happened
+
+    log = CappedLog(opts.log, opts.max_bytes)
+    if not argv:
+        log.note("no command given")
+        report("err no command given")
+        return 2
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # descendants are still found by their environment tag
+    for sig in _IGNORED:
+        signal.signal(sig, signal.SIG_IGN)
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()  # both ends close-on-exec (PEP 446)
+    pid = os.fork()
+    if pid == 0:
+        _child(argv, out_w, err_w, opts.cpus, [out_r, err_r, report_fd, log.fd])
+    os.close(out_w)
+    os.close(err_w)
+    failure = b""
+    while chunk := os.read(err_r, 4096):
+        failure += chunk
+    os.close(err_r)
+    if failure:
+        os.waitpid(pid, 0)
+        message = failure.decode(errors="replace")
+        log.note(f"could not start {argv[0]}: {message}")
+        report(f"err {message}")
+        return 127
+    ticks = _start_ticks(pid)  # still readable: the child is not reaped before this line
+    report(f"ok {pid} {ticks if ticks is not None else -1}")
+
+    eof = False
+    main_done = False
+    while True:
+        if not eof:
+            ready, _, _ = select.select([out_r], [], [], 0.25)
+            if ready:
+                chunk = os.read(out_r, READ_CHUNK)
+                if chunk:
+                    log.write(chunk)
+                else:
+                    eof = True
+                    os.close(out_r)
+        while True:
+            try:
+                # Blocking once the pipe is closed: only reparented descendants remain.
+                got, status = os.waitpid(-1, 0 if eof else os.WNOHANG)
+            except ChildProcessError:
+                got, status = -1, 0
+            except InterruptedError:
+                continue
+            if got <= 0:
+                break
+            if got == pid and not main_done:
+                main_done = True
+                _write_exit_file(opts.exit_file, pid, ticks, status)
+                how = (
+                    f"exit code {os.WEXITSTATUS(status)}" if os.WIFEXITED(status)
+                    else f"signal {os.WTERMSIG(status)}"
+                )
+                log.note(f"process {pid} ended with {how}")
+        if eof and got < 0:
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,535 @@
+"""Recipe spec validation (deployments.recipes.recipe_validate), rule by rule, at the pure
+function level: every refusal is asserted with the field path it is reported under."""
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+from controlplane.errors import InvalidInput
+from deployments.examples import example_node_facts, example_recipe, example_recipes, seed_node_facts_example
+from deployments.recipes import recipe_validate
+
+
+@pytest.fixture(autouse=True)
+def _model_roots(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    settings.CEILING_MODEL_ROOTS = ["/models", str(tmp_path / "models")]
+
+
+def seed_pd_spec() -> dict:
+    return example_recipe("seed-v4-flash-pd")["spec"]
+
+
+def validate(spec: dict, *, engine: str = "sglang", topology: str = "pd", node=None, **kw) -> dict:
+    return recipe_validate(engine=engine, topology=topology, spec=spec, node=node or seed_node_facts_example(), **kw)
+
+
+def errors_of(spec, **kw) -> dict[str, list[str]]:
+    with pytest.raises(InvalidInput) as info:
+        validate(spec, **kw)
+    return info.value.errors
+
+
+# --- accepted recipes --------------------------------------------------------------------
+
+def test_it_accepts_every_example_and_fills_defaults():
+    for recipe in example_recipes():
+        out = recipe_validate(engine=recipe["engine"], topology=recipe["topology"], spec=recipe["spec"],
+                              node=example_node_facts(recipe["node"]))
+        assert out["startup_timeout_s"] == recipe["spec"]["startup_timeout_s"]
+        assert out["restart"] == {"policy": "never", "max_failures": 3, "window_s": 600,
+                                  "backoff_initial_s": 1.0, "backoff_max_s": 60.0}
+    out = validate(seed_pd_spec())
+    assert out["roles"]["prefill"] == {
+        "gpus": [0, 1, 2, 3], "tp": 4, "dp": 1, "ep": 1, "numa_node": 0, "cpus": None, "membind": "numa",
+        "host": "127.0.0.1", "port": 30000, "bootstrap_port": 8998, "side_channel_port": None, "flags": {}, "env": {},
+    }
+    assert out["roles"]["router"]["host"] == "0.0.0.0"
+    assert out["transfer_backend"] == "nixl"
+    assert out["env"] == {"SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": "1"}
+    assert out["model"] == {"path": "/models/DeepSeek-V4-Flash", "name": None}
+
+
+def test_it_is_idempotent_on_its_own_output():
+    for recipe in example_recipes():
+        node = example_node_facts(recipe["node"])
+        once = recipe_validate(engine=recipe["engine"], topology=recipe["topology"], spec=recipe["spec"], node=node)
+        twice = recipe_validate(engine=recipe["engine"], topology=recipe["topology"], spec=copy.deepcopy(once), node=node)
+        assert twice == once
+
+
+def test_it_defaults_tp_to_the_gpu_count_over_dp():
+    spec = seed_pd_spec()
+    del spec["roles"]["prefill"]["tp"]
+    spec["roles"]["decode"].pop("tp")
+    spec["roles"]["decode"]["dp"] = 2
+    out = validate(spec)
+    assert (out["roles"]["prefill"]["tp"], out["roles"]["decode"]["tp"], out["roles"]["decode"]["dp"]) == (4, 2, 2)
+
+
+def test_it_normalises_model_path_cpus_and_flag_spelling():
+    spec = seed_pd_spec()
+    spec["model"] = {"path": "/models//DeepSeek-V4-Flash/"}
+    spec["roles"]["prefill"]["cpus"] = "3,0-2, 4"
+    spec["roles"]["prefill"]["flags"] = {"--mem-fraction-static": 0.8, "trust-remote-code": True}
+    out = validate(spec)
+    assert out["model"]["path"] == "/models/DeepSeek-V4-Flash"
+    assert out["served_model_name"] == "DeepSeek-V4-Flash"
+    assert out["roles"]["prefill"]["cpus"] == "0-4"
+    assert out["roles"]["prefill"]["flags"] == {"mem-fraction-static": 0.8, "trust-remote-code": True}
+
+
+# --- engine and topology -----------------------------------------------------------------
+
+def test_it_rejects_unknown_engine_topology_and_non_dict_spec():
+    with pytest.raises(InvalidInput) as info:
+        recipe_validate(engine="tgi", topology="ring", spec=[], node=seed_node_facts_example())
+    assert set(info.value.errors) == {"engine", "topology", "spec"}
+    assert "unknown engine 'tgi'" in info.value.errors["engine"][0]
+    assert "unknown topology 'ring'" in info.value.errors["topology"][0]
+
+
+def test_it_rejects_llamacpp_pd():
+    errs = errors_of(seed_pd_spec(), engine="llamacpp", topology="pd")
+    assert errs["topology"] == ["engine llamacpp supports topology single only, not pd"]
+
+
+def test_it_requires_the_roles_of_the_topology():
+    spec = seed_pd_spec()
+    del spec["roles"]["router"]
+    spec["roles"]["single"] = {"gpus": [0]}
+    errs = errors_of(spec)
+    assert errs["spec.roles.router"] == ["role router is required for topology pd"]
+    assert "unknown role 'single' for topology pd" in errs["spec.roles.single"][0]
+
+
+def test_it_rejects_unknown_fields_at_every_level():
+    spec = seed_pd_spec()
+    spec["colour"] = "blue"
+    spec["roles"]["prefill"]["gpu"] = [0]
+    spec["restart"] = {"policy": "never", "retries": 3}
+    spec["model"]["revision"] = "main"
+    errs = errors_of(spec)
+    assert {"spec.colour", "spec.roles.prefill.gpu", "spec.restart.retries", "spec.model.revision"} <= set(errs)
+
+
+# --- GPUs and parallelism ----------------------------------------------------------------
+
+def test_it_rejects_overlapping_gpus_between_roles():
+    spec = seed_pd_spec()
+    spec["roles"]["decode"]["gpus"] = [3, 4, 5, 6]
+    errs = errors_of(spec)
+    assert errs["spec.roles.prefill.gpus"] == ["GPU 3 is also used by role decode"]
+    assert errs["spec.roles.decode.gpus"] == ["GPU 3 is also used by role prefill"]
+
+
+def test_it_rejects_tp_not_matching_the_gpu_count():
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["tp"] = 2
+    errs = errors_of(spec)
+    assert errs == {"spec.roles.prefill.tp": [
+        "tp × dp = 2 × 1 = 2 GPUs expected, but spec.roles.prefill.gpus lists 4 (0,1,2,3)"]}
+
+
+def test_it_counts_gpus_as_tp_with_sglang_dp_attention():
+    spec = seed_pd_spec()
+    spec["roles"]["decode"].update({"dp": 4, "flags": {"enable-dp-attention": True}})
+    assert validate(spec)["roles"]["decode"]["dp"] == 4
+    spec["roles"]["decode"]["flags"] = {}
+    errs = errors_of(spec)
+    assert errs["spec.roles.decode.tp"][0].startswith("tp × dp = 4 × 4 = 16 GPUs expected")
+
+
+def test_it_applies_each_engines_ep_rule():
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["ep"] = 3
+    assert errors_of(spec)["spec.roles.prefill.ep"] == [
+        "ep 3 must divide tp 4 (SGLang splits the TP group into expert groups)"]
+    spec["roles"]["prefill"]["ep"] = 2
+    errs = errors_of(spec, engine="vllm")
+    assert errs["spec.roles.prefill.ep"][0].startswith("ep must be 1 or tp × dp = 4")
+    spec["roles"]["prefill"]["ep"] = 4
+    spec["roles"]["prefill"].pop("bootstrap_port")
+    assert validate(spec, engine="vllm")["roles"]["prefill"]["ep"] == 4
+
+
+def test_it_rejects_gpus_the_node_does_not_have_and_bad_ids():
+    spec = seed_pd_spec()
+    spec["roles"]["decode"]["gpus"] = [4, 5, 6, 8]
+    spec["roles"]["prefill"]["gpus"] = [0, 0, True, "1"]
+    errs = errors_of(spec)
+    assert errs["spec.roles.decode.gpus"] == ["GPU 8 does not exist on node seed-8gpu (it has 0,1,2,3,4,5,6,7)"]
+    assert errs["spec.roles.prefill.gpus"] == [
+        "GPU 0 is listed twice", "item 2 must be an integer GPU id, got True", "item 3 must be an integer GPU id, got '1'"]
+
+
+def test_it_requires_gpus_for_gpu_engines_and_refuses_them_for_cpu_engines():
+    spec = seed_pd_spec()
+    del spec["roles"]["prefill"]["gpus"]
+    spec["roles"]["router"]["gpus"] = [7]
+    errs = errors_of(spec)
+    assert errs["spec.roles.prefill.gpus"][0].startswith("is required: the GPU ids this role runs on")
+    assert errs["spec.roles.router.gpus"] == ["the router takes no GPUs, got [7]"]
+
+    sim = example_recipe("local-sim-pd")["spec"]
+    sim["roles"]["prefill"]["gpus"] = [0]
+    sim["roles"]["decode"]["tp"] = 2
+    errs = errors_of(sim, engine="sim", node=example_node_facts("local"))
+    assert errs["spec.roles.prefill.gpus"] == ["sim runs on CPUs and takes no GPUs, got [0]"]
+    assert errs["spec.roles.decode.tp"] == ["sim runs on CPUs; tp must be 1, got 2"]
+
+
+# --- ports -------------------------------------------------------------------------------
+
+def test_it_rejects_duplicate_ports_across_roles_including_bootstrap():
+    spec = seed_pd_spec()
+    spec["roles"]["decode"]["port"] = 30000
+    spec["roles"]["router"]["port"] = 8998
+    errs = errors_of(spec)
+    assert errs["spec.roles.decode.port"] == ["port 30000 also used by spec.roles.prefill.port"]
+    assert errs["spec.roles.prefill.port"] == ["port 30000 also used by spec.roles.decode.port"]
+    assert errs["spec.roles.router.port"] == ["port 8998 also used by spec.roles.prefill.bootstrap_port"]
+
+
+def test_it_reserves_a_tp_x_dp_block_for_vllm_side_channels():
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"].pop("bootstrap_port")
+    spec["roles"]["prefill"]["side_channel_port"] = 5600
+    spec["roles"]["decode"]["side_channel_port"] = 5602
+    errs = errors_of(spec, engine="vllm")
+    assert errs["spec.roles.decode.side_channel_port"] == ["ports 5602-5603 also used by spec.roles.prefill.side_channel_port"]
+    spec["roles"]["decode"]["side_channel_port"] = 5604
+    out = validate(spec, engine="vllm")
+    assert (out["roles"]["prefill"]["side_channel_port"], out["roles"]["decode"]["side_channel_port"]) == (5600, 5604)
+
+
+def test_it_counts_port_typed_flags_in_uniqueness():
+    spec = seed_pd_spec()
+    spec["roles"]["router"]["flags"] = {"prometheus-port": 30001}
+    errs = errors_of(spec)
+    assert errs["spec.roles.router.flags.prometheus-port"] == ["port 30001 also used by spec.roles.decode.port"]
+
+
+@pytest.mark.parametrize("port, message", [
+    (80, "must be between 1024 and 65535, got 80"),
+    (70000, "must be between 1024 and 65535, got 70000"),
+    pytest.param(10**5000, "must be between 1024 and 65535, got <int>", id="huge-int"),
+    (True, "must be an integer port, got True"),
+    ("8000", "must be an integer port, got '8000'"),
+    (8000.0, "must be an integer port, got 8000.0"),
+])
+def test_it_rejects_bad_ports(port, message):
+    spec = seed_pd_spec()
+    spec["roles"]["router"]["port"] = port
+    assert errors_of(spec)["spec.roles.router.port"] == [message]
+
+
+def test_it_rejects_ports_and_bootstrap_on_the_wrong_roles():
+    spec = seed_pd_spec()
+    spec["roles"]["decode"]["bootstrap_port"] = 9000
+    spec["roles"]["decode"]["side_channel_port"] = 5700
+    errs = errors_of(spec)
+    assert errs["spec.roles.decode.bootstrap_port"] == ["only applies to the prefill role of a PD recipe on sglang or sim"]
+    assert errs["spec.roles.decode.side_channel_port"] == ["only applies to prefill and decode roles of a vLLM PD recipe"]
+
+
+# --- NUMA and CPUs -----------------------------------------------------------------------
+
+def test_it_rejects_a_numa_node_the_node_does_not_have():
+    spec = seed_pd_spec()
+    spec["roles"]["decode"]["numa_node"] = 2
+    errs = errors_of(spec)
+    assert errs == {"spec.roles.decode.numa_node": ["NUMA node 2 does not exist on node seed-8gpu (it has 0,1)"]}
+
+
+def test_it_requires_cpus_to_exist_and_lie_in_the_numa_node():
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["cpus"] = "28-35"
+    spec["roles"]["decode"]["cpus"] = "60-70"
+    errs = errors_of(spec)
+    assert errs["spec.roles.prefill.cpus"] == ["CPUs 32-35 are not on NUMA node 0 (its CPUs are 0-31)"]
+    assert errs["spec.roles.decode.cpus"] == ["CPUs 64-70 do not exist on node seed-8gpu (it has 0-63)"]
+
+
+@pytest.mark.parametrize("cpus", ["3-1", "a", "0-99999999999", "1,,2", "-1", 7, {"0": 1}])
+def test_it_rejects_malformed_cpu_lists(cpus):
+    spec = seed_pd_spec()
+    spec["roles"]["router"]["cpus"] = cpus
+    errs = errors_of(spec)
+    assert list(errs) == ["spec.roles.router.cpus"]
+
+
+def test_it_checks_membind_modes():
+    spec = seed_pd_spec()
+    spec["roles"]["router"]["membind"] = "numa"
+    spec["roles"]["decode"]["membind"] = [1, 5]
+    spec["roles"]["prefill"]["membind"] = "interleave"
+    errs = errors_of(spec)
+    assert errs["spec.roles.router.membind"] == [
+        "'numa' binds memory to the role's NUMA node: set numa_node, or cpus within one NUMA node"]
+    assert errs["spec.roles.decode.membind"] == ["NUMA node 5 does not exist on node seed-8gpu"]
+    assert errs["spec.roles.prefill.membind"][0].startswith("must be one of numa, local, none")
+    spec = seed_pd_spec()
+    spec["roles"]["router"].update({"cpus": "40-41", "membind": "numa"})
+    assert validate(spec)["roles"]["router"]["membind"] == "numa"
+
+
+# --- model, names, paths -----------------------------------------------------------------
+
+@pytest.mark.parametrize("model, path, fragment", [
+    ({"path": "/etc/passwd"}, "spec.model.path", "'/etc/passwd' is not under a model root"),
+    ({"path": "/models/../etc/shadow"}, "spec.model.path", "must not contain a '..' segment"),
+    ({"path": "models/x"}, "spec.model.path", "must be an absolute path"),
+    ({"path": "--help"}, "spec.model.path", "must not start with '-'"),
+    ({"path": "/models"}, "spec.model.path", "is not under a model root"),
+    ({"path": "/modelsX/y"}, "spec.model.path", "is not under a model root"),
+    ({"name": "-rf/x"}, "spec.model.name", "must not start with '-'"),
+    ({"name": "no-org"}, "spec.model.name", "must look like org/name"),
+    ({"path": "/models/a", "name": "o/n"}, "spec.model", "give exactly one of path or name"),
+    ("DeepSeek", "spec.model", "is required"),
+])
+def test_it_rejects_bad_model_references(model, path, fragment):
+    spec = seed_pd_spec()
+    spec["model"] = model
+    errs = errors_of(spec)
+    assert fragment in " ".join(errs[path])
+
+
+def test_it_accepts_a_model_name_and_paths_under_any_root(settings, tmp_path):
+    spec = seed_pd_spec()
+    spec["model"] = {"name": "deepseek-ai/DeepSeek-V4-Flash"}
+    del spec["served_model_name"]
+    assert validate(spec)["served_model_name"] == "deepseek-ai/DeepSeek-V4-Flash"
+    spec["model"] = {"path": str(tmp_path / "models" / "m")}
+    assert validate(spec)["model"]["path"] == str(tmp_path / "models" / "m")
+
+
+def test_it_requires_a_gguf_path_for_llamacpp():
+    spec = example_recipe("local-llamacpp")["spec"]
+    spec["model"] = {"path": "/models/llama.bin"}
+    errs = errors_of(spec, engine="llamacpp", topology="single", node=example_node_facts("local"))
+    assert errs["spec.model.path"] == ["llama.cpp needs a .gguf file, got '/models/llama.bin'"]
+
+
+@pytest.mark.parametrize("field, value", [("served_model_name", "-x"), ("served_model_name", "a b")])
+def test_it_rejects_bad_served_model_names(field, value):
+    spec = seed_pd_spec()
+    spec[field] = value
+    assert list(errors_of(spec)) == [f"spec.{field}"]
+
+
+@pytest.mark.parametrize("host", ["-h", "a b", "", 127001, "x" * 300])
+def test_it_rejects_bad_hosts(host):
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["host"] = host
+    assert list(errors_of(spec)) == ["spec.roles.prefill.host"]
+
+
+# --- flags -------------------------------------------------------------------------------
+
+def test_it_rejects_unknown_flags_naming_them():
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["flags"] = {"mem-fraction-statik": 0.8, "enable-everything": True}
+    errs = errors_of(spec)
+    assert errs["spec.roles.prefill.flags.mem-fraction-statik"] == [
+        "unknown sglang flag 'mem-fraction-statik': not in the allowlist; did you mean 'mem-fraction-static'?"]
+    assert errs["spec.roles.prefill.flags.enable-everything"][0].startswith("unknown sglang flag 'enable-everything'")
+
+
+def test_it_points_renderer_owned_flags_at_their_recipe_field():
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["flags"] = {"port": 1, "--tp-size": 8, "base-gpu-id": 4, "model-path": "/x",
+                                         "disaggregation-mode": "decode", "api-key": "k"}
+    spec["roles"]["router"]["flags"] = {"prefill": "http://x"}
+    errs = errors_of(spec)
+    assert errs["spec.roles.prefill.flags.port"] == ["--port is set by Ceiling from spec.roles.prefill.port; set that instead"]
+    assert errs["spec.roles.prefill.flags.tp-size"] == ["--tp-size is set by Ceiling from spec.roles.prefill.tp; set that instead"]
+    assert errs["spec.roles.prefill.flags.base-gpu-id"] == [
+        "--base-gpu-id is set by Ceiling from spec.roles.prefill.gpus; set that instead"]
+    assert errs["spec.roles.prefill.flags.model-path"] == ["--model-path is set by Ceiling from spec.model; set that instead"]
+    assert errs["spec.roles.prefill.flags.api-key"] == ["--api-key is set by Ceiling from spec.secrets; set that instead"]
+    assert "spec.roles.prefill.flags.disaggregation-mode" in errs
+    assert errs["spec.roles.router.flags.prefill"] == [
+        "--prefill is set by Ceiling from spec.roles.prefill; set that instead"]
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("mem-fraction-static", "0.8", "--mem-fraction-static must be a number, got '0.8'"),
+    ("mem-fraction-static", 1.5, "--mem-fraction-static must be between 0.01 and 1, got 1.5"),
+    ("mem-fraction-static", float("nan"), "--mem-fraction-static must be a finite number, got nan"),
+    ("max-running-requests", 0, "--max-running-requests must be between 1 and 1000000, got 0"),
+    ("max-running-requests", True, "--max-running-requests must be an integer, got True"),
+    ("trust-remote-code", "yes", "--trust-remote-code must be true or false, got 'yes'"),
+    ("kv-cache-dtype", "fp16", "--kv-cache-dtype must be one of auto, fp8_e5m2, fp8_e4m3, bf16; got 'fp16'"),
+    ("attention-backend", "--evil", "--attention-backend must not start with '-', got '--evil'"),
+    ("chat-template", "/models/../etc/passwd", "--chat-template must not contain a '..' segment, got '/models/../etc/passwd'"),
+    ("chat-template", "-t", "--chat-template must not start with '-', got '-t'"),
+])
+def test_it_type_checks_flag_values(flag, value, message):
+    spec = seed_pd_spec()
+    spec["roles"]["decode"]["flags"] = {flag: value}
+    assert errors_of(spec) == {f"spec.roles.decode.flags.{flag}": [message]}
+
+
+def test_it_limits_role_specific_flags_to_their_roles():
+    spec = example_recipe("seed-v4-flash-tp4")["spec"]
+    spec["roles"]["single"]["flags"] = {"num-reserved-decode-tokens": 512}
+    errs = errors_of(spec, topology="single")
+    assert errs == {"spec.roles.single.flags.num-reserved-decode-tokens": ["--num-reserved-decode-tokens only applies to role decode"]}
+
+
+# --- env and secrets ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, fragment", [
+    ("LD_PRELOAD", "not allowed: it changes which code or libraries the process loads"),
+    ("ld_preload", "not allowed"),
+    ("LD_LIBRARY_PATH", "not allowed"),
+    ("PYTHONPATH", "not allowed"),
+    ("PYTHONSTARTUP", "not allowed"),
+    ("PATH", "not allowed"),
+    ("BASH_ENV", "not allowed"),
+    ("DYLD_INSERT_LIBRARIES", "not allowed"),
+    ("NCCL_NET_PLUGIN", "not allowed"),
+    ("UCX_MODULE_DIR", "not allowed"),
+    ("CUDA_VISIBLE_DEVICES", "set by Ceiling from spec.roles.<role>.gpus"),
+    ("VLLM_NIXL_SIDE_CHANNEL_PORT", "set by Ceiling from spec.roles.<role>.side_channel_port"),
+    ("FOO", "FOO is not in the allowlist"),
+])
+def test_it_refuses_env_names_outside_the_allowlist_or_on_the_deny_list(name, fragment):
+    spec = seed_pd_spec()
+    spec["env"] = {name: "1"}
+    errs = errors_of(spec)
+    assert fragment in errs[f"spec.env.{name}"][0]
+
+
+def test_it_accepts_allowlisted_env_and_checks_values():
+    spec = seed_pd_spec()
+    spec["env"] = {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": 8, "HF_HUB_OFFLINE": "1"}
+    spec["roles"]["decode"]["env"] = {"UCX_TLS": "rc,cuda_copy"}
+    out = validate(spec)
+    assert out["env"] == {"HF_HUB_OFFLINE": "1", "NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "8"}
+    assert out["roles"]["decode"]["env"] == {"UCX_TLS": "rc,cuda_copy"}
+    spec["env"] = {"NCCL_DEBUG": "INFO\nLD_PRELOAD=/tmp/x.so", "NCCL_ALGO": "x" * 5000, "SGLANG_X": None, "1BAD": "1"}
+    errs = errors_of(spec)
+    assert errs["spec.env.NCCL_DEBUG"] == ["value must not contain NUL or line breaks"]
+    assert errs["spec.env.NCCL_ALGO"] == ["value is 5000 characters; at most 4096"]
+    assert errs["spec.env.SGLANG_X"] == ["value must be a string, got None"]
+    assert errs["spec.env"][0].startswith("'1BAD' is not a valid variable name")
+
+
+def test_it_checks_secret_references():
+    spec = seed_pd_spec()
+    spec["secrets"] = {"HF_TOKEN": "hf-token"}
+    assert validate(spec)["secrets"] == {"HF_TOKEN": "hf-token"}
+    assert validate(spec, secret_names={"hf-token"})["secrets"] == {"HF_TOKEN": "hf-token"}
+    assert errors_of(spec, secret_names={"other"}) == {"spec.secrets.HF_TOKEN": ["secret 'hf-token' does not exist"]}
+    spec["secrets"] = {"HF_TOKEN": "Bad Name", "LD_PRELOAD": "x", "SGLANG_KEY": "k"}
+    spec["roles"]["prefill"]["env"] = {"SGLANG_KEY": "plain"}
+    errs = errors_of(spec)
+    assert errs["spec.secrets.HF_TOKEN"][0].startswith("must name a secret")
+    assert "not allowed" in errs["spec.secrets.LD_PRELOAD"][0]
+    assert errs["spec.secrets.SGLANG_KEY"] == ["SGLANG_KEY is also set as a plain env variable; keep it in secrets only"]
+
+
+# --- scalars, engine-specific sections ---------------------------------------------------
+
+def test_it_checks_timeouts_restart_and_transfer_backend():
+    spec = seed_pd_spec()
+    spec.update({"startup_timeout_s": 0, "stop_grace_s": "30", "transfer_backend": "rdma",
+                 "restart": {"policy": "always", "backoff_initial_s": 10, "backoff_max_s": 5}})
+    errs = errors_of(spec)
+    assert errs["spec.startup_timeout_s"] == ["must be between 1 and 86400, got 0"]
+    assert errs["spec.stop_grace_s"] == ["must be an integer, got '30'"]
+    assert errs["spec.transfer_backend"] == ["'rdma' is not a sglang transfer backend; choose one of nixl, mooncake"]
+    assert errs["spec.restart.policy"] == ["must be never or on-failure, got 'always'"]
+    assert errs["spec.restart.backoff_max_s"] == ["must be at least backoff_initial_s (10), got 5"]
+    spec = seed_pd_spec()
+    spec["transfer_backend"] = "mooncake"
+    assert errors_of(spec, engine="vllm")["spec.transfer_backend"] == [
+        "'mooncake' is not a vllm transfer backend; choose one of nixl"]
+    single = example_recipe("seed-v4-flash-tp4")["spec"]
+    single["transfer_backend"] = "nixl"
+    assert errors_of(single, topology="single") == {"spec.transfer_backend": ["only applies to topology pd"]}
+
+
+def test_it_keeps_the_sim_section_to_the_sim_engine():
+    spec = seed_pd_spec()
+    spec["sim"] = {"profile": "x"}
+    assert errors_of(spec) == {"spec.sim": ["only applies to engine sim"]}
+    sim = example_recipe("local-sim-pd")["spec"]
+    sim["sim"] = {"profile": "../etc"}
+    errs = errors_of(sim, engine="sim", node=example_node_facts("local"))
+    assert errs["spec.sim.profile"][0].startswith("must be a profile name")
+    del sim["sim"]
+    out = validate(sim, engine="sim", node=example_node_facts("local"))
+    assert out["sim"] == {"profile": "seed-sm120-fallback"}
+
+
+def test_it_collects_every_error_at_once():
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["numa_node"] = 9
+    spec["roles"]["decode"]["port"] = 80
+    spec["env"] = {"LD_PRELOAD": "/x.so"}
+    spec["model"] = {"path": "/tmp/m"}
+    assert set(errors_of(spec)) == {"spec.roles.prefill.numa_node", "spec.roles.decode.port", "spec.env.LD_PRELOAD", "spec.model.path"}
+
+
+# --- fuzz --------------------------------------------------------------------------------
+
+class _Hostile:
+    def __repr__(self):
+        raise RuntimeError("no repr for you")
+
+
+GARBAGE = [None, True, False, 0, -1, 10**30, 10**5000, 1.5, float("nan"), float("inf"), "", "-", "--x",
+           "../../x", "\x00", "a" * 10_000, [], [None], [[[]]], {}, {"a": {"b": {"c": []}}}, {1: 2}, {None: None},
+           ("t",), _Hostile(), b"bytes", {"gpus": {"0": 1}}]
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, prefix + (i,))
+
+
+def _replace(obj, path, value):
+    if not path:
+        return value
+    obj = copy.deepcopy(obj)
+    cur = obj
+    for key in path[:-1]:
+        cur = cur[key]
+    cur[path[-1]] = value
+    return obj
+
+
+@pytest.mark.parametrize("name", ["seed-v4-flash-pd", "seed-v4-flash-tp4", "local-sim-pd", "local-llamacpp"])
+def test_it_raises_only_invalid_input_for_garbage_anywhere(name):
+    recipe = example_recipe(name)
+    node = example_node_facts(recipe["node"])
+    rng = random.Random(20240601)
+    paths = list(_paths(recipe["spec"]))
+    for path in paths:
+        for value in GARBAGE:
+            spec = _replace(recipe["spec"], path, value)
+            try:
+                recipe_validate(engine=recipe["engine"], topology=recipe["topology"], spec=spec, node=node)
+            except InvalidInput as exc:
+                assert exc.errors and all(isinstance(k, str) and v for k, v in exc.errors.items())
+    for _ in range(200):
+        spec = recipe["spec"]
+        for _ in range(3):
+            spec = _replace(spec, rng.choice(list(_paths(spec))), rng.choice(GARBAGE))
+        try:
+            recipe_validate(engine=recipe["engine"], topology=recipe["topology"], spec=spec, node=node)
+        except InvalidInput:
+            pass
+    for engine, topology in [(None, None), (1, "pd"), ("sglang", ["pd"]), ({}, {})]:
+        with pytest.raises(InvalidInput):
+            recipe_validate(engine=engine, topology=topology, spec=recipe["spec"], node=node)

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Start, stop and show Ceiling's long-running processes for the embedded default.
+
+Processes: ``web`` (daphne: HTTP + websockets), ``worker`` (Celery worker on the control
+queue and this node's queue), ``beat`` (Celery beat). Each starts detached in its own session
+with its output in ``var/logs/<name>.log``; ``var/run/<name>.pid`` records the pid *and* its
+start time (field 22 of ``/proc/<pid>/stat``) so a reused pid is never signalled.
+
+Usage: ``services.py start|stop|status``. ``start`` restarts what is already running so code
+changes are picked up, then waits until the web server answers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VAR = Path(os.environ.get("CEILING_VAR_DIR", ROOT / "var"))
+RUN = VAR / "run"
+LOGS = VAR / "logs"
+BIN = ROOT / ".venv" / "bin"
+PORT = int(os.environ.get("CEILING_PORT", "8000"))
+HOST = os.environ.get("CEILING_HOST", "127.0.0.1")
+NODE = os.environ.get("CEILING_NODE_NAME", "local")
+
+
+def commands() -> dict[str, list[str]]:
+    return {
+        "web": [str(BIN / "daphne"), "-b", HOST, "-p", str(PORT), "controlplane.asgi:application"],
+        "worker": [
+            str(BIN / "celery"), "-A", "controlplane", "worker", "-l", "info",
+            "-Q", f"control,node.{NODE}", "-n", f"ceiling-{NODE}@%h", "--concurrency", "2",
+        ],
+        "beat": [
+            str(BIN / "celery"), "-A", "controlplane", "beat", "-l", "info",
+            "-s", str(VAR / "celerybeat-schedule"),
+        ],
+    }
+
+
+def start_ticks(pid: int) -> int | None:
+    """Field 22 (starttime, clock ticks since boot) of /proc/<pid>/stat, or None if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rindex(")") + 2:].split()
+    return int(fields[19])
+
+
+def read_pidfile(name: str) -> dict | None:
+    try:
+        return json.loads((RUN / f"{name}.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def alive(name: str) -> int | None:
+    rec = read_pidfile(name)
+    if not rec:
+        return None
+    ticks = start_ticks(rec["pid"])
+    if ticks is None or ticks != rec["start_ticks"]:
+        return None
+    return rec["pid"]
+
+
+def stop(name: str, grace: float = 10.0) -> None:
+    pid = alive(name)
+    if pid is None:
+        (RUN / f"{name}.pid").unlink(missing_ok=True)
+        return
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and alive(name):
+        time.sleep(0.1)
+    if alive(name):
+        os.killpg(pid, signal.SIGKILL)
+    (RUN / f"{name}.pid").unlink(missing_ok=True)
+    print(f"stopped {name} (pid {pid})")
+
+
+def start(name: str, argv: list[str]) -> None:
+    RUN.mkdir(parents=True, exist_ok=True)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = open(LOGS / f"{name}.log", "ab")
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    ticks = None
+    for _ in range(50):
+        ticks = start_ticks(proc.pid)
+        if ticks is not None:
+            break
+        time.sleep(0.01)
+    (RUN / f"{name}.pid").write_text(json.dumps({"pid": proc.pid, "start_ticks": ticks, "argv": argv}))
+    print(f"started {name} (pid {proc.pid}), log {LOGS / (name + '.log')}")
+
+
+def wait_web(timeout: float = 60.0) -> bool:
+    url = f"http://{HOST}:{PORT}/login/"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive("web") is None:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.25)
+    return False
+
+
+def main(argv: list[str]) -> int:
+    action = argv[1] if len(argv) > 1 else "status"
+    cmds = commands()
+    if action == "stop":
+        for name in reversed(list(cmds)):
+            stop(name)
+        return 0
+    if action == "status":
+        for name in cmds:
+            pid = alive(name)
+            print(f"{name:7s} {'running (pid %d)' % pid if pid else 'stopped'}")
+        return 0
+    if action == "start":
+        for name, cmd in cmds.items():
+            stop(name)
+            start(name, cmd)
+        if not wait_web():
+            sys.stderr.write(f"error: the web server did not answer on {HOST}:{PORT}; see {LOGS / 'web.log'}\n")
+            sys.stderr.write((LOGS / "web.log").read_text()[-3000:] + "\n")
+            return 1
+        return 0
+    sys.stderr.write(__doc__ + "\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
