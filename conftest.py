@@ -8,6 +8,12 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Personas need real logins but not 1M PBKDF2 rounds each: hash with MD5 in tests only."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 def _user(username: str, role: str | None) -> User:
     user = User.objects.create_user(username=username, password="correct-horse-battery")
     if role:

@@ -1,7 +1,9 @@
 """One place that maps domain errors to HTTP responses for the whole API.
 
-Every error body is JSON. Validation errors keep DRF's shape (``{"field": ["message"]}``,
-nested paths as ``"roles.prefill.gpus"``); domain errors become ``{"detail": ..., "code": ...}``.
+Every error body is JSON. Validation errors are one flat object mapping a dotted field path to
+its messages (``{"spec.roles.prefill.gpus": ["..."]}``), whether they come from a serializer
+(nested errors are flattened by :func:`flatten_errors`) or a service's ``InvalidInput``; domain
+errors become ``{"detail": ..., "code": ...}``.
 """
 from __future__ import annotations
 

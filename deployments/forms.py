@@ -19,7 +19,7 @@ def spec_parse(text: str) -> dict:
 
     Raises ``forms.ValidationError`` with ``"invalid JSON at line L column C (reason)"`` on a
     syntax error (line and column are 1-based, from :class:`json.JSONDecodeError`), or when the
-    top level is not an object.
+    top level is not an object, or nesting deep enough to exhaust Python's recursion limit.
     """
     try:
         value = json.loads(text or "")
@@ -27,6 +27,9 @@ def spec_parse(text: str) -> dict:
         raise forms.ValidationError(
             f"invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})", code="invalid_json"
         ) from None
+    except RecursionError:
+        # json's decoder recurses once per nesting level; thousands of "[" exhaust the stack.
+        raise forms.ValidationError("invalid JSON: nested too deeply", code="too_deep") from None
     if not isinstance(value, dict):
         raise forms.ValidationError("must be a JSON object ({...})", code="not_object")
     return value
@@ -40,7 +43,8 @@ def spec_pretty(spec: dict | None) -> str:
 class RecipeForm(forms.Form):
     """Create/edit form of a recipe. ``cleaned_data["spec"]`` is a dict, ``["node"]`` a Node.
 
-    Pass ``editing=True`` to add the optional change reason recorded in the recipe's history.
+    Pass ``editing=True`` to add the optional change reason recorded in the recipe's history
+    and the hidden ``expected_version`` the edit is based on.
     """
 
     name = forms.CharField(max_length=63, help_text="lowercase letters, digits, '.', '_' or '-'")
@@ -59,6 +63,9 @@ class RecipeForm(forms.Form):
             self.fields["change_reason"] = forms.CharField(
                 max_length=100, required=False, help_text="shown in the version history"
             )
+            # The version the edit started from: saving over a newer version is refused
+            # (HTTP 409) instead of silently discarding someone else's change.
+            self.fields["expected_version"] = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
 
     def clean_spec(self) -> dict:
         return spec_parse(self.cleaned_data.get("spec", ""))

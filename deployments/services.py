@@ -37,6 +37,9 @@ RECIPE_CONTENT_FIELDS: tuple[str, ...] = ("name", "description", "engine", "topo
 # weigh a few KiB; the limits keep a hostile payload from exhausting recursion or the database.
 SPEC_MAX_DEPTH = 16
 SPEC_MAX_STRING = 8192
+# No list or object in a spec needs more entries than the largest parallelism recipes allow
+# (``deployments.recipes.MAX_PARALLEL``); beyond that it is an attack or a mistake.
+SPEC_MAX_ITEMS = 1024
 DESCRIPTION_MAX_LENGTH = 4000
 # Versions are PositiveIntegerField; PostgreSQL's ``integer`` tops out at 2**31 - 1.
 MAX_VERSION = 2**31 - 1
@@ -47,9 +50,14 @@ MAX_VERSION = 2**31 - 1
 
 def _check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: int = 0) -> None:
     """Reject JSON no database column can hold safely: NUL characters (PostgreSQL refuses
-    them in ``jsonb``), lone UTF-16 surrogates (not encodable as UTF-8), and absurd depth."""
+    them in ``jsonb``), lone UTF-16 surrogates (not encodable as UTF-8), absurd depth, and
+    lists or objects too large to be a recipe. Adds messages to ``errors`` under the dotted
+    path where the problem sits."""
     if depth > SPEC_MAX_DEPTH:
         errors.setdefault(path, []).append(f"Nested more than {SPEC_MAX_DEPTH} levels deep.")
+        return
+    if isinstance(value, (dict, list)) and len(value) > SPEC_MAX_ITEMS:
+        errors.setdefault(path, []).append(f"Has {len(value)} entries; at most {SPEC_MAX_ITEMS}.")
         return
     if isinstance(value, str):
         problem = _string_problem(value)
@@ -57,11 +65,11 @@ def _check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth:
             errors.setdefault(path, []).append(problem)
     elif isinstance(value, dict):
         for key, item in value.items():
-            sub = f"{path}.{key}" if isinstance(key, str) and not _string_problem(key) else f"{path}.<key>"
             if not isinstance(key, str) or _string_problem(key):
-                errors.setdefault(sub, []).append("Keys must be printable text.")
+                # The bad key itself cannot be echoed safely, so the error sits on its parent.
+                errors.setdefault(path, []).append("Keys must be valid text without NUL characters.")
                 continue
-            _check_json_tree(item, sub, errors, depth + 1)
+            _check_json_tree(item, f"{path}.{key}", errors, depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
             _check_json_tree(item, f"{path}.{i}", errors, depth + 1)
@@ -436,8 +444,8 @@ def _validate_secret_fields(*, name: str | None = None, value: str | None = None
     if value is not None:
         if not isinstance(value, str) or not value:
             errors["value"] = ["A non-empty value is required."]
-        elif "\x00" in value or _string_problem(value):
-            errors["value"] = ["Must be printable text without NUL characters."]
+        elif _string_problem(value):
+            errors["value"] = [_string_problem(value)]
     if description is not None:
         if not isinstance(description, str) or len(description) > 255:
             errors["description"] = ["At most 255 characters of text."]

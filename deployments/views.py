@@ -25,7 +25,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from controlplane.errors import CeilingError, InvalidInput, NotFound
+from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 from controlplane.permissions import has_role
 from controlplane.redaction import redact_text
 from deployments import selectors, services
@@ -307,11 +307,13 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
 @role_page(read="operator")
 def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
     """Edit a recipe. POST calls :func:`deployments.services.recipe_update`, which records a
-    new version; errors re-render the form (HTTP 400)."""
+    new version; errors re-render the form (HTTP 400, or 409 when the recipe moved on since
+    the form was loaded)."""
     recipe = get_object_or_404(Recipe.objects.select_related("node"), pk=pk)
     if request.method == "POST":
         form = RecipeForm(request.POST, editing=True)
         spec_errors: dict[str, list[str]] = {}
+        status = 400
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -319,6 +321,7 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
                     recipe=recipe,
                     user=request.user,
                     change_reason=data.get("change_reason") or None,
+                    expected_version=data.get("expected_version"),
                     name=data["name"],
                     description=data["description"],
                     engine=data["engine"],
@@ -330,6 +333,9 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
                 spec_errors = _apply_domain_errors(form, exc.errors)
             except DjangoValidationError as exc:
                 spec_errors = _apply_domain_errors(form, _django_errors(exc))
+            except Conflict as exc:
+                form.add_error(None, str(exc))
+                status = 409
             except CeilingError as exc:
                 form.add_error(None, str(exc))
             else:
@@ -339,7 +345,7 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
             request,
             "deployments/recipe_form.html",
             _form_context(form, spec_errors, recipe=recipe, creating=False),
-            status=400,
+            status=status,
         )
     form = RecipeForm(
         editing=True,
@@ -350,6 +356,7 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
             "topology": recipe.topology,
             "node": recipe.node_id,
             "spec": spec_pretty(recipe.spec),
+            "expected_version": recipe.version,
         },
     )
     return render(request, "deployments/recipe_form.html", _form_context(form, None, recipe=recipe, creating=False))
@@ -466,7 +473,8 @@ def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
     recipe = get_object_or_404(Recipe, pk=pk)
     if request.method == "POST":
         try:
-            recipe = services.recipe_revert(recipe=recipe, user=request.user, version=version)
+            expected = _version_param(request, "expected_version")
+            recipe = services.recipe_revert(recipe=recipe, user=request.user, version=version, expected_version=expected)
         except NotFound as exc:
             raise Http404(str(exc)) from None
         except InvalidInput as exc:

@@ -170,15 +170,21 @@ def test_it_enforces_csrf_on_forms(operator, seed_node):
     assert not Recipe.objects.exists()
 
 
-def test_it_shows_role_and_admin_link_only_to_staff_admins(viewer_client, admin_user):
+def test_it_shows_role_and_admin_link_to_every_role(viewer_client, outsider, admin_user):
     page = _html(viewer_client.get(reverse("deployments:recipe-list")))
     assert "vera-viewer" in page and ">viewer<" in page
-    assert 'href="/admin/"' not in page
-    admin_user.is_staff = True
-    admin_user.save()
-    page = _html(_client(admin_user).get(reverse("deployments:recipe-list")))
     assert 'href="/admin/"' in page
-    assert 'href="/api/docs/"' in page
+    # Admin follows the role: a viewer reads recipes there but cannot add one or see secrets.
+    assert viewer_client.get("/admin/").status_code == 200
+    assert viewer_client.get("/admin/deployments/recipe/").status_code == 200
+    assert viewer_client.get("/admin/deployments/recipe/add/").status_code == 403
+    assert viewer_client.get("/admin/deployments/secret/").status_code == 403
+    # A signed-in user without a role is sent to the admin login, never shown admin.
+    response = _client(outsider).get("/admin/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+    # The admin role needs no is_staff flag.
+    assert admin_user.is_staff is False
+    assert _client(admin_user).get("/admin/deployments/secret/add/").status_code == 200
 
 
 # --- create and edit ------------------------------------------------------------------------
@@ -228,6 +234,15 @@ def test_it_reports_bad_json_with_line_and_column(operator_client, seed_node):
     assert response.status_code == 400
     assert "must be a JSON object" in _html(response)
 
+    response = operator_client.post(reverse("deployments:recipe-create"), dict(data, spec="[" * 100_000))
+    assert response.status_code == 400
+    assert "nested too deeply" in _html(response)
+
+    deep = '{"model": ' * 40 + "1" + "}" * 40
+    response = operator_client.post(reverse("deployments:recipe-create"), dict(data, spec=deep))
+    assert response.status_code == 400
+    assert "Nested more than 16 levels deep." in _html(response)
+
 
 def test_it_shows_spec_errors_next_to_their_path(operator_client, seed_node):
     ex = example_recipe("seed-v4-flash-pd")
@@ -249,6 +264,18 @@ def test_it_puts_field_errors_on_the_field(operator_client, seed_pd, seed_node):
     response = operator_client.post(reverse("deployments:recipe-create"), _form_data(ex, seed_node, name="Bad Name"))
     assert response.status_code == 400
     assert 'id="field-name"' in _html(response) and "has-error" in _html(response)
+
+
+def test_it_refuses_an_edit_based_on_a_stale_version(operator_client, operator, seed_pd, seed_node):
+    edit_page = _html(operator_client.get(reverse("deployments:recipe-edit", args=[seed_pd.pk])))
+    assert 'name="expected_version" value="1"' in edit_page
+    recipe_update(recipe=seed_pd, user=operator, description="someone else's edit")
+    data = _form_data(example_recipe("seed-v4-flash-pd"), seed_node, description="mine", expected_version="1")
+    response = operator_client.post(reverse("deployments:recipe-edit", args=[seed_pd.pk]), data)
+    assert response.status_code == 409
+    assert "is at version 2, not 1" in _html(response)
+    seed_pd.refresh_from_db()
+    assert (seed_pd.version, seed_pd.description) == (2, "someone else's edit")
 
 
 def test_it_does_not_bump_the_version_of_an_unchanged_save(operator_client, seed_pd, seed_node):
@@ -348,7 +375,8 @@ def test_it_reverts_after_confirmation(operator_client, seed_pd, operator):
     recipe.refresh_from_db()
     assert recipe.version == 3  # GET changes nothing
 
-    response = operator_client.post(url)
+    assert 'name="expected_version" value="3"' in html
+    response = operator_client.post(url, {"expected_version": "3"})
     assert response.status_code == 302
     recipe.refresh_from_db()
     assert recipe.version == 4
@@ -356,6 +384,12 @@ def test_it_reverts_after_confirmation(operator_client, seed_pd, operator):
     history = _html(operator_client.get(response["Location"]))
     assert "Reverted to version 1" in history
     assert "reverted to version 1 (now version 4)" in history
+
+    # Confirming a page that is out of date (the recipe is now v4) changes nothing.
+    response = operator_client.post(url, {"expected_version": "3"}, follow=True)
+    assert "is at version 4, not 3" in _html(response)
+    recipe.refresh_from_db()
+    assert recipe.version == 4
 
 
 # --- dry-run --------------------------------------------------------------------------------

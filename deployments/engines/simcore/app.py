@@ -232,8 +232,9 @@ async def model_info(request: web.Request) -> web.Response:
     """SGLang's ``/get_model_info`` shape."""
     state = request.app[STATE_KEY]
     return web.json_response({
-        "model_path": state.model_name,
-        "tokenizer_path": state.model_name,
+        # No model_path / tokenizer_path: sglang-router would try to fetch a tokenizer for them
+        # from the Hugging Face hub; the served name is what it routes by.
+        "served_model_name": state.model_name,
         "is_generation": True,
         "preferred_sampling_params": None,
         "weight_version": "default",
@@ -299,15 +300,15 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if (gate := _gate(state)) or (gate := _submit(state, req)):
         return gate
 
-    def payload(start: int, finish: str | None) -> dict[str, Any]:
+    def payload(start: int, upto: int, finish: str | None) -> dict[str, Any]:
         return {
-            "text": _tokens_text(req, 0, req.generated),
-            "output_ids": [output_token(req.digest, i)[0] for i in range(start, req.generated)],
+            "text": _tokens_text(req, 0, upto),
+            "output_ids": [output_token(req.digest, i)[0] for i in range(start, upto)],
             "meta_info": {
                 "id": req.rid,
                 "finish_reason": _finish_reason_native(req, finish) if finish else None,
                 "prompt_tokens": req.prompt_tokens,
-                "completion_tokens": req.generated,
+                "completion_tokens": upto,
                 "cached_tokens": 0,
                 "e2e_latency": round(time.monotonic() - req.arrived, 6),
             },
@@ -323,15 +324,15 @@ async def generate(request: web.Request) -> web.StreamResponse:
             break
         if not stream:
             if event[0] == "done":
-                return web.json_response(payload(0, event[1]))
+                return web.json_response(payload(0, req.generated, event[1]))
             continue
         if resp is None:
             resp = await _open_stream(request)
         if event[0] == "token":
-            await resp.write(_sse(payload(sent, None)))
-            sent = req.generated
+            await resp.write(_sse(payload(sent, event[1], None)))
+            sent = event[1]
         else:
-            await resp.write(_sse(payload(sent, event[1])))
+            await resp.write(_sse(payload(sent, req.generated, event[1])))
     assert resp is not None
     await resp.write(_sse("[DONE]"))
     await resp.write_eof()
@@ -419,8 +420,8 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
             if chat:
                 await resp.write(_sse(chunk([choice(None, None, role=True)])))
         if event[0] == "token":
-            await resp.write(_sse(chunk([choice(_tokens_text(req, sent, req.generated), None)])))
-            sent = req.generated
+            await resp.write(_sse(chunk([choice(_tokens_text(req, sent, event[1]), None)])))
+            sent = event[1]
         else:
             await resp.write(_sse(chunk([choice(None, event[1])])))
             if include_usage:

@@ -124,7 +124,7 @@ class SimEngine:
         self.kv_used = 0
         self.kv_fetch_count = 0
         self._wake = asyncio.Event()
-        self._link = asyncio.Lock()
+        self._link_free = 0.0
         self._cursor: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._labels = (metrics.model_name,)
@@ -316,7 +316,7 @@ class SimEngine:
     async def _decode_step(self) -> None:
         d = self.profile.decode
         batch = list(self.running)
-        seconds = self._model_s(d.step_time_s(len(batch), self.kv_used))
+        seconds = self._model_s(d.step_time_s(len(batch), sum(r.kv_held for r in batch)))
         self._gauges()
         now = await self._busy(seconds)
         self.metrics.gen_throughput.labels(*self._labels).set(len(batch) / seconds if seconds > 0 else 0.0)
@@ -431,9 +431,11 @@ class SimEngine:
             record = await self.kv_fetch(req.bootstrap_host, req.bootstrap_port, int(req.bootstrap_room or 0))
             tokens = int(record.get("prompt_tokens", req.prompt_tokens))
             started = time.monotonic()
-            async with self._link:
-                await asyncio.sleep(self._model_s(kv.wire_time_s(tokens)))
-            await asyncio.sleep(self._model_s(kv.fixed_s))
+            # One link: the bandwidth term queues behind earlier transfers; the fixed latency does
+            # not. Absolute deadlines keep timer overshoot from adding up.
+            self._link_free = max(started, self._link_free) + self._model_s(kv.wire_time_s(tokens))
+            done = self._link_free + self._model_s(kv.fixed_s)
+            await asyncio.sleep(max(0.0, done - time.monotonic()))
         except asyncio.CancelledError:
             self.fetching.discard(req)
             self._release(req)

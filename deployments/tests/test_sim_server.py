@@ -1,0 +1,276 @@
+"""The sim engine as real processes on loopback: single server, PD through the real router, faults.
+
+Every process runs in its own session and is killed at teardown; ports come from the kernel.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = REPO / "deployments" / "data" / "sim_profiles"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    """A child process with its log file."""
+
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        with open(log, "wb") as out:
+            self.popen = subprocess.Popen(
+                argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **(env or {})},
+            )
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    yield started
+    for proc in started:
+        proc.kill()
+
+
+def start_sim(procs: list[Proc], tmp_path: Path, role: str, *, profile: str = "demo-fast", delay: float = 0.0,
+              scale: float = 1.0, env: dict[str, str] | None = None, bootstrap: int | None = None) -> tuple[str, Proc]:
+    port = free_port()
+    argv = [sys.executable, "-m", "deployments.engines.sim_server", "--role", role, "--host", "127.0.0.1",
+            "--port", str(port), "--model-name", "sim-model", "--profile", profile,
+            "--startup-delay-s", str(delay), "--time-scale", str(scale)]
+    if bootstrap is not None:
+        argv += ["--bootstrap-port", str(bootstrap)]
+    proc = Proc(argv, tmp_path / f"{role}-{port}.log", env)
+    procs.append(proc)
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: httpx.get(f"{base}/v1/models", timeout=1).status_code == 200, proc)
+    return base, proc
+
+
+def wait_for(check, proc: Proc | None = None, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.popen.poll() is not None:
+            raise AssertionError(f"process exited early:\n{proc.text()}")
+        try:
+            if check():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def sse_events(resp: httpx.Response) -> list[dict | str]:
+    out: list[dict | str] = []
+    for line in resp.iter_lines():
+        if line.startswith("data:"):
+            data = line[5:].strip()
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def metric(base: str, name: str) -> float:
+    for line in httpx.get(f"{base}/metrics", timeout=5).text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def test_it_streams_completions_chat_and_generate_with_exact_usage(procs: list[Proc], tmp_path: Path) -> None:
+    base, _ = start_sim(procs, tmp_path, "single")
+    with httpx.Client(timeout=30) as client:
+        with client.stream("POST", f"{base}/v1/completions", json={
+            "model": "sim-model", "prompt": "abcd efgh ij", "max_tokens": 7, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True},
+        }) as resp:
+            assert resp.status_code == 200
+            events = sse_events(resp)
+        assert events[-1] == "[DONE]"
+        usage_chunk = events[-2]
+        assert usage_chunk["choices"] == [] and usage_chunk["usage"] == {
+            "prompt_tokens": 3, "completion_tokens": 7, "total_tokens": 10}
+        texts = [e["choices"][0]["text"] for e in events[:-2] if e["choices"][0]["text"]]
+        assert len(texts) == 7
+        assert events[-3]["choices"][0]["finish_reason"] == "length"
+
+        with client.stream("POST", f"{base}/v1/chat/completions", json={
+            "model": "sim-model", "messages": [{"role": "user", "content": "hello there"}],
+            "max_completion_tokens": 5, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+        }) as resp:
+            events = sse_events(resp)
+        assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+        contents = [e["choices"][0]["delta"]["content"] for e in events[1:-2] if e["choices"][0]["delta"].get("content")]
+        assert len(contents) == 5 and all(c.startswith(" ") for c in contents)
+        # "hello there" is 2 + 2 tokens (5-letter words are two 4-character chunks) plus the template.
+        assert events[-2]["usage"] == {"prompt_tokens": 3 + 3 + 4, "completion_tokens": 5, "total_tokens": 15}
+
+        body = client.post(f"{base}/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4, "ignore_eos": True}).json()
+        assert body["object"] == "chat.completion" and body["usage"]["completion_tokens"] == 4
+        assert len(body["choices"][0]["message"]["content"].split()) == 4
+
+        native = client.post(f"{base}/generate", json={
+            "input_ids": [5, 6, 7, 8], "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}}).json()
+        assert native["meta_info"]["prompt_tokens"] == 4
+        assert native["meta_info"]["completion_tokens"] == 6 == len(native["output_ids"])
+        assert native["meta_info"]["finish_reason"] == {"type": "length", "length": 6}
+
+        with client.stream("POST", f"{base}/generate", json={
+                "text": "one two", "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}, "stream": True}) as resp:
+            events = sse_events(resp)
+        assert events[-1] == "[DONE]"
+        assert [e["meta_info"]["completion_tokens"] for e in events[:-1]] == [1, 2, 3, 3]
+        assert events[-2]["text"] == events[-3]["text"] and len(events[-2]["text"].split()) == 3
+
+        # Without ignore_eos the pseudo-EOS ends the same prompt at the same place every time.
+        runs = [client.post(f"{base}/v1/completions", json={"prompt": "stop early", "max_tokens": 1000}).json()
+                for _ in range(2)]
+        assert runs[0]["choices"][0]["finish_reason"] == "stop"
+        assert runs[0]["usage"]["completion_tokens"] == runs[1]["usage"]["completion_tokens"] <= 64
+
+        assert client.post(f"{base}/v1/completions", json={"prompt": "x", "n": 2}).status_code == 400
+        assert client.post(f"{base}/generate", json={"sampling_params": {}}).status_code == 400
+        assert client.get(f"{base}/health_generate").status_code == 200
+        info = client.get(f"{base}/get_server_info").json()
+        assert info["version"].startswith("sim-") and info["sim"]["role"] == "single"
+        assert info["sim"]["profile"]["name"] == "demo-fast" and info["disaggregation_mode"] == "null"
+    assert metric(base, "sglang:generation_tokens_total") >= 7 + 5 + 4 + 6 + 3
+    assert metric(base, "sglang:time_to_first_token_seconds_count") >= 6
+
+
+def test_it_answers_503_on_health_while_starting_but_lists_models(procs: list[Proc], tmp_path: Path) -> None:
+    base, _ = start_sim(procs, tmp_path, "single", delay=3.0)
+    assert httpx.get(f"{base}/health").status_code == 503
+    assert httpx.get(f"{base}/health_generate").status_code == 503
+    models = httpx.get(f"{base}/v1/models").json()
+    assert models["data"][0]["id"] == "sim-model"
+    assert httpx.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 1}).status_code == 503
+    wait_for(lambda: httpx.get(f"{base}/health").status_code == 200, timeout=10)
+    assert httpx.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 1}).status_code == 200
+
+
+def test_it_fails_every_generation_with_fail_generate(procs: list[Proc], tmp_path: Path) -> None:
+    base, _ = start_sim(procs, tmp_path, "single", env={"CEILING_SIM_FAIL_GENERATE": "1"})
+    assert httpx.get(f"{base}/health").status_code == 200
+    assert httpx.get(f"{base}/v1/models").status_code == 200
+    assert httpx.get(f"{base}/health_generate").status_code == 503
+    for path, body in (("/generate", {"text": "hi"}), ("/v1/completions", {"prompt": "hi"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
+        resp = httpx.post(f"{base}{path}", json=body)
+        assert resp.status_code == 500
+        assert "CEILING_SIM_FAIL_GENERATE" in resp.json()["message"]
+
+
+def test_it_ignores_sigterm_only_when_told(procs: list[Proc], tmp_path: Path) -> None:
+    _, stubborn = start_sim(procs, tmp_path, "single", env={"CEILING_SIM_IGNORE_SIGTERM": "1"})
+    _, polite = start_sim(procs, tmp_path, "single")
+    stubborn.popen.send_signal(signal.SIGTERM)
+    polite.popen.send_signal(signal.SIGTERM)
+    assert polite.popen.wait(timeout=10) == 0
+    time.sleep(0.5)
+    assert stubborn.popen.poll() is None
+
+
+def test_it_serves_pd_through_the_real_router(procs: list[Proc], tmp_path: Path) -> None:
+    bootstrap = free_port()
+    prefill, prefill_proc = start_sim(procs, tmp_path, "prefill", bootstrap=bootstrap)
+    decode, decode_proc = start_sim(procs, tmp_path, "decode")
+    router_port, prom_port = free_port(), free_port()
+    router = Proc([
+        sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
+        "--prefill", prefill, str(bootstrap), "--decode", decode, "--host", "127.0.0.1",
+        "--port", str(router_port), "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom_port),
+        "--log-level", "warn",
+    ], tmp_path / "router.log")
+    procs.append(router)
+    base = f"http://127.0.0.1:{router_port}"
+
+    def workers_ready() -> bool:
+        workers = httpx.get(f"{base}/workers", timeout=2).json()["workers"]
+        return sorted(w["worker_type"] for w in workers if w["is_healthy"]) == ["decode", "prefill"]
+
+    wait_for(workers_ready, router)
+    with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=30, json={
+        "model": "sim-model", "messages": [{"role": "user", "content": "tell me about prefill"}],
+        "max_tokens": 12, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+    }) as resp:
+        assert resp.status_code == 200
+        events = sse_events(resp)
+    contents = [e["choices"][0]["delta"].get("content") for e in events if isinstance(e, dict) and e["choices"]]
+    assert len([c for c in contents if c]) == 12
+    assert events[-2]["usage"]["completion_tokens"] == 12 and events[-1] == "[DONE]"
+
+    native = httpx.post(f"{base}/generate", timeout=30, json={
+        "text": "one two three", "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}).json()
+    assert native["meta_info"]["completion_tokens"] == 4
+
+    assert metric(decode, "sim:kv_fetch_total") == 2
+    assert metric(prefill, "sim:kv_served_total") == 2
+    assert metric(prefill, "sglang:prompt_tokens_total") == (3 + 3 + 6) + 4  # chat template + "one two three"
+    assert metric(decode, "sglang:generation_tokens_total") == 16
+    fetched = [line for line in decode_proc.text().splitlines() if "kv fetched room=" in line]
+    assert len(fetched) == 2 and f"from=127.0.0.1:{bootstrap}" in fetched[0]
+    room = fetched[0].split("room=")[1].split()[0]
+    assert f"kv served room={room}" in prefill_proc.text()
+    assert httpx.get(f"{decode}/get_server_info").json()["disaggregation_mode"] == "decode"
+
+
+def test_it_queues_when_the_kv_cache_is_full(procs: list[Proc], tmp_path: Path) -> None:
+    raw = json.loads((PROFILES / "demo-fast.json").read_text())
+    raw["name"] = "tiny-kv"
+    # Room for two 256-token prompts (plus their 16-token reserve and growth), not three.
+    raw["decode"].update(kv_capacity_tokens=600, admission_reserve_tokens=16, fixed_s=0.02, per_seq_s=0.0)
+    raw["startup_delay_s"] = 0
+    profile = tmp_path / "tiny-kv.json"
+    profile.write_text(json.dumps(raw))
+    base, _ = start_sim(procs, tmp_path, "single", profile=str(profile))
+    prompt = " ".join(["word"] * 256)
+    results: dict[int, dict] = {}
+
+    def send(i: int) -> None:
+        t0 = time.monotonic()
+        body = httpx.post(f"{base}/v1/completions", timeout=30, json={
+            "prompt": prompt, "max_tokens": 30, "ignore_eos": True}).json()
+        results[i] = {"elapsed": time.monotonic() - t0, "tokens": body["usage"]["completion_tokens"]}
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    time.sleep(0.2)
+    running, queued = metric(base, "sglang:num_running_reqs"), metric(base, "sglang:num_queue_reqs")
+    usage = metric(base, "sglang:token_usage")
+    for t in threads:
+        t.join(timeout=30)
+    assert (running, queued) == (2.0, 1.0)
+    assert usage > 0.85
+    assert all(r["tokens"] == 30 for r in results.values())
+    # 30 tokens at >= 20 ms a step is >= 0.6 s; the third request waited for one of the first two.
+    assert results[2]["elapsed"] > results[0]["elapsed"] + 0.4
