@@ -11,11 +11,11 @@ back to back. Metrics follow ``/work/shared/design/metrics.md``: TTFT to the fir
 text, TPOT = (E2E - TTFT) / (output_tokens - 1) averaged over requests, output tokens from the
 server's ``usage.completion_tokens``, tok/s = output tokens / (first start to last end).
 
-The servers run with ``--time-scale F`` (default 0.2, five times faster than the profile), and every
+The servers run with ``--time-scale F`` (default 0.25, four times faster than the profile), and every
 measured time is divided by ``F`` (tok/s multiplied) before it is compared, so the table is in the
 modelled system's units. Usage::
 
-    .venv/bin/python benchmarks/scripts/sim_seed_reproduction.py [--time-scale 0.2] [--rounds 2]
+    .venv/bin/python benchmarks/scripts/sim_seed_reproduction.py [--time-scale 0.25] [--rounds 2]
 """
 from __future__ import annotations
 
@@ -162,13 +162,13 @@ async def one_request(session: aiohttp.ClientSession, base: str, index: int) -> 
     return Result(start=start, ttft=first - start, e2e=last - start, output_tokens=usage["completion_tokens"])
 
 
-async def closed_loop(base: str, concurrency: int, rounds: int) -> list[Result]:
+async def closed_loop(base: str, concurrency: int, rounds: int, via_router: bool) -> list[Result]:
     """``concurrency`` slots, each sending ``rounds`` requests back to back."""
     # One connection per request: on a reused keep-alive connection the router's first SSE event
     # was seen arriving ~40 ms after its headers on every other request (the Nagle/delayed-ACK
     # signature); a fresh connection starts in quick-ACK mode. Under --time-scale that wall-clock
     # artifact would be multiplied by 1/F, so it is kept out of the comparison.
-    conn = aiohttp.TCPConnector(limit=concurrency + 4, force_close=True)
+    conn = aiohttp.TCPConnector(limit=concurrency + 4, force_close=via_router)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
     async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
         await wait_ready(session, base)
@@ -209,11 +209,12 @@ async def run(args: argparse.Namespace) -> dict[str, tuple[float, float, float]]
                 "--request-timeout-secs", "3600", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(m_port),
             ])
             if not args.skip_single:
-                res = await closed_loop(f"http://127.0.0.1:{s_port}", 1, args.rounds + 1)
+                res = await closed_loop(f"http://127.0.0.1:{s_port}", 1, args.rounds + 1, via_router=False)
                 measured["single c=1"] = summarise(res, args.time_scale)
                 print(f"single c=1 done: {measured['single c=1']}", flush=True)
             for c in args.concurrency:
-                res = await closed_loop(f"http://127.0.0.1:{r_port}", c, args.rounds + (1 if c == 1 else 0))
+                res = await closed_loop(f"http://127.0.0.1:{r_port}", c, args.rounds + (1 if c == 1 else 0),
+                                        via_router=True)
                 measured[f"PD c={c}"] = summarise(res, args.time_scale)
                 print(f"PD c={c} done: {measured[f'PD c={c}']}", flush=True)
         finally:
@@ -243,7 +244,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default="seed-sm120-fallback")
     ap.add_argument("--single-profile", default="seed-sm120-fallback-tp4")
-    ap.add_argument("--time-scale", type=float, default=0.2)
+    ap.add_argument("--time-scale", type=float, default=0.25)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
     ap.add_argument("--skip-single", action="store_true")

@@ -6,9 +6,16 @@ import copy
 
 import pytest
 
+from controlplane.redaction import register_secret_value
 from deployments.examples import example_recipe
 from deployments.models import Recipe
-from deployments.tests.factories import cpu_node_create, deployment_row_create, secret_row_create, seed_node_create
+from deployments.tests.factories import (
+    cpu_node_create,
+    deployment_row_create,
+    recipe_row_create,
+    secret_row_create,
+    seed_node_create,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -251,9 +258,6 @@ def test_it_shows_deployments_and_their_processes_read_only(viewer_api, operator
 
 
 def test_it_redacts_secret_values_in_process_rows_on_the_way_out(viewer_api, node):
-    from controlplane.redaction import register_secret_value
-    from deployments.tests.factories import recipe_row_create
-
     deployment = deployment_row_create(recipe=recipe_row_create(node=node))
     proc = deployment.processes.get()
     register_secret_value("leaked-value-123")

@@ -241,15 +241,14 @@ def test_it_never_gives_two_concurrent_edits_the_same_version(operator, node):
     failures: list[BaseException] = []
 
     def edit(i: int) -> None:
-        from django.db import connection as thread_connection
-
         try:
             barrier.wait()
             services.recipe_update(recipe=recipe, user=operator, description=f"edit {i}", change_reason=f"edit {i}")
         except BaseException as exc:  # noqa: BLE001 - reported to the main thread below
             failures.append(exc)
         finally:
-            thread_connection.close()
+            # ``connection`` is per thread: this closes the worker thread's own connection.
+            connection.close()
 
     threads = [threading.Thread(target=edit, args=(i,)) for i in range(4)]
     for t in threads:
