@@ -5,6 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane import views
+from controlplane.token_views import TokenObtainView
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -13,6 +14,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/auth/token/", TokenObtainView.as_view(), name="api-token"),
     path("api/", include("controlplane.api_urls")),
     path("", include("deployments.urls")),
 ]

@@ -1,0 +1,21 @@
+"""The token endpoint: a person gets a token with their password and uses it on the API."""
+from rest_framework.test import APIClient
+
+
+def test_it_exchanges_a_password_for_a_token_that_works(viewer):
+    client = APIClient()
+    response = client.post("/api/auth/token/", {"username": "vera-viewer", "password": "correct-horse-battery"}, format="json")
+    assert response.status_code == 200
+    token = response.json()["token"]
+    assert len(token) == 40
+    again = client.post("/api/auth/token/", {"username": "vera-viewer", "password": "correct-horse-battery"}, format="json")
+    assert again.json()["token"] == token
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert api.get("/api/recipes/").status_code == 200
+
+
+def test_it_refuses_a_wrong_password_with_400_and_no_token(viewer):
+    response = APIClient().post("/api/auth/token/", {"username": "vera-viewer", "password": "nope"}, format="json")
+    assert response.status_code == 400
+    assert "token" not in response.json()
