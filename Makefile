@@ -9,6 +9,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 export PATH := $(abspath $(BIN)):$(PATH)
+# llama-cpp-python compiles llama.cpp when pip installs it: a portable x86-64 build (AVX2/FMA/F16C,
+# no host-specific extensions such as AVX-512) so the wheel pip caches runs on any such CPU.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
 .PHONY: demo test setup system stop status clean check
 
@@ -23,6 +26,13 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
 	@touch $@
+
+# The tiny random-weight GGUF model the local-llamacpp example serves: generated, never downloaded
+# (manage.py make_tiny_gguf is idempotent, so a re-run only checks the file).
+TINY_GGUF := var/models/tiny-random.gguf
+$(TINY_GGUF): $(VENV)/.installed deployments/engines/tiny_gguf.py
+	$(PY) manage.py make_tiny_gguf
+demo test: $(TINY_GGUF)
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error

@@ -13,6 +13,7 @@ CEILING_VAR_DIR     where logs, the SQLite file and generated models live (defau
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -46,6 +47,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "simple_history",
     "channels",
     "controlplane",
@@ -94,8 +96,13 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (web, worker, beat) share the file: wait for locks instead of failing.
-    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # The file holds secrets and tokens: directory 0700, so no other local user can read it.
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
+    # Tests that start a real node agent share the test database with it, so the test
+    # database is a file rather than SQLite's in-memory default; the pid keeps concurrent
+    # test runs in one checkout apart.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-ceiling-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -148,6 +155,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE: dict = {
     "nodes-heartbeat": {"task": "deployments.tasks.nodes_heartbeat_fanout", "schedule": 10.0},
+    # Each node agent compares its process rows with /proc on start-up and every tick; this
+    # periodic pass is the backstop for anything a tick missed.
+    "nodes-reconcile": {"task": "deployments.tasks.nodes_reconcile_fanout", "schedule": 60.0},
 }
 
 REST_FRAMEWORK = {
@@ -169,6 +179,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI from the sidecar wheel, served locally: the docs work on a machine without internet.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 LOGGING = {
@@ -197,3 +211,19 @@ CEILING_EXECUTABLES = {
 }
 CEILING_HEARTBEAT_TIMEOUT_S = env_float("CEILING_HEARTBEAT_TIMEOUT_S", 30.0)
 CEILING_UI_URL = env_str("CEILING_UI_URL", "http://127.0.0.1:8000/")
+
+# Node agent (manage.py node_agent): seconds between monitor ticks and heartbeats, worker
+# threads for deploy/stop tasks, how long a pending deployment waits for its task message
+# before the agent takes it from the row (a message lost with a Redis restart), liveness
+# period and the consecutive /health failures that count as a crash.
+CEILING_AGENT_TICK_S = env_float("CEILING_AGENT_TICK_S", 0.5)
+CEILING_AGENT_HEARTBEAT_S = env_float("CEILING_AGENT_HEARTBEAT_S", 5.0)
+CEILING_AGENT_CONCURRENCY = env_int("CEILING_AGENT_CONCURRENCY", 4)
+CEILING_AGENT_PENDING_GRACE_S = env_float("CEILING_AGENT_PENDING_GRACE_S", 5.0)
+CEILING_LIVENESS_PERIOD_S = env_float("CEILING_LIVENESS_PERIOD_S", 10.0)
+CEILING_LIVENESS_FAILURES = env_int("CEILING_LIVENESS_FAILURES", 3)
+# Per-process log cap (bytes); one rotated ".1" file is kept next to it.
+CEILING_PROCESS_LOG_MAX_BYTES = env_int("CEILING_PROCESS_LOG_MAX_BYTES", 64 * 1024 * 1024)
+# Fault injection for the recovery tests: seconds the agent sleeps after an engine was spawned
+# and before its pid is recorded. Always 0 outside those tests.
+CEILING_FAULT_PAUSE_AFTER_SPAWN_S = env_float("CEILING_FAULT_PAUSE_AFTER_SPAWN_S", 0.0)

@@ -12,7 +12,7 @@ from django.db import models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
-from deployments.choices import DeploymentStatus, Engine, ProcessStatus, Role, Topology
+from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, ProcessStatus, Role, Topology
 
 slug_validator = RegexValidator(
     r"^[a-z0-9][a-z0-9._-]{0,62}$",
@@ -149,7 +149,12 @@ class Deployment(models.Model):
     """One deployment of a recipe version on its node.
 
     States: pending → starting → ready → stopping → stopped, or failed (``reason`` says why).
+    A ready deployment whose process crashed and is being restarted goes back to starting.
     ``cancel_requested`` is set first by a stop so workers can see it before acting.
+    ``entry_url`` is where clients send requests (the router for PD, else the single server).
+    At most one deployment per (recipe, node) is active (pending, starting, ready or stopping);
+    the partial unique index ``uniq_active_deployment_per_recipe_node`` enforces it, so two
+    concurrent deploy requests cannot both insert.
     """
 
     recipe = models.ForeignKey(Recipe, on_delete=models.PROTECT, related_name="deployments")
@@ -159,6 +164,7 @@ class Deployment(models.Model):
     status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING)
     reason = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
+    entry_url = models.CharField(max_length=255, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -171,6 +177,13 @@ class Deployment(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["status"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["recipe", "node"],
+                condition=models.Q(status__in=sorted(DEPLOYMENT_ACTIVE)),
+                name="uniq_active_deployment_per_recipe_node",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.recipe.name}#{self.pk}"
@@ -180,7 +193,15 @@ class ServerProcess(models.Model):
     """One engine process (prefill, decode, router or single server) of a deployment.
 
     Identity is (``pid``, ``start_ticks``: field 22 of ``/proc/<pid>/stat``), never a bare pid.
-    States: pending → spawned → ready → exited | killed | failed.
+    States: pending → spawned → ready → exited | killed | failed. A crashed process that the
+    restart policy restarts goes back to pending with ``next_restart_at`` set and
+    ``restart_count`` incremented; ``failure_times`` (epoch seconds) feeds the policy's window.
+
+    ``tag`` is written *before* the spawn and is inherited by every process of the tree as
+    ``CEILING_PROC_ID``, so an engine spawned by an agent that died before recording its pid is
+    found and adopted instead of being started twice. ``readiness`` holds the ordered checks of
+    the launch plan (see :class:`deployments.launch.ProcessSpec`); ``probe_detail`` the outcome of
+    the last readiness or liveness probe and ``probe_failures`` consecutive liveness failures.
     """
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="processes")
@@ -203,6 +224,17 @@ class ServerProcess(models.Model):
     effective_mems = models.CharField(max_length=64, blank=True)
     pinning_verified = models.BooleanField(null=True)
     health_url = models.CharField(max_length=255, blank=True)
+    generate_url = models.CharField(max_length=255, blank=True)
+    readiness = models.JSONField(default=list, blank=True)
+    startup_timeout_s = models.PositiveIntegerField(default=1800, help_text="seconds from spawn to ready")
+    stop_grace_s = models.PositiveIntegerField(default=30, help_text="seconds between SIGTERM and SIGKILL")
+    tag = models.CharField(max_length=128, blank=True, db_index=True, help_text="CEILING_PROC_ID of the tree")
+    gpu_verified = models.BooleanField(null=True, help_text="NVML check; null when not checked")
+    last_probe_at = models.DateTimeField(null=True, blank=True)
+    probe_detail = models.TextField(blank=True)
+    probe_failures = models.PositiveIntegerField(default=0)
+    failure_times = models.JSONField(default=list, blank=True, help_text="epoch seconds of failures")
+    next_restart_at = models.DateTimeField(null=True, blank=True)
     log_path = models.CharField(max_length=1024, blank=True)
     restart_count = models.PositiveIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)
@@ -214,6 +246,9 @@ class ServerProcess(models.Model):
 
     class Meta:
         ordering = ["deployment", "role", "ordinal"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "role", "ordinal"], name="uniq_process_per_role"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.deployment_id}/{self.role}{self.ordinal}"

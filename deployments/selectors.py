@@ -5,9 +5,9 @@ so a list page or API list costs a fixed number of queries however many rows it 
 """
 from __future__ import annotations
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Case, IntegerField, OuterRef, QuerySet, Subquery, Value, When
 
-from deployments.models import Deployment, Node, Recipe, ServerProcess
+from deployments.models import Deployment, Node, ProcessEvent, Recipe, ServerProcess
 
 HISTORY_TYPE_NAMES = {"+": "created", "~": "changed", "-": "deleted"}
 
@@ -84,4 +84,26 @@ def process_list(*, deployment_id: int | None = None, role: str | None = None) -
         qs = qs.filter(deployment_id=deployment_id)
     if role:
         qs = qs.filter(role=role)
+    return qs
+
+
+def deployment_processes(*, deployment: Deployment) -> QuerySet[ServerProcess]:
+    """The server processes of ``deployment`` in start order (prefill, decode, router or
+    single; then ordinal)."""
+    order = Case(
+        *(When(role=role, then=Value(i)) for i, role in enumerate(("prefill", "decode", "router", "single"))),
+        default=Value(9),
+        output_field=IntegerField(),
+    )
+    return ServerProcess.objects.filter(deployment=deployment).annotate(_start_order=order).order_by(
+        "_start_order", "ordinal"
+    )
+
+
+def deployment_events(*, deployment: Deployment, process: ServerProcess | None = None) -> QuerySet[ProcessEvent]:
+    """The timeline of ``deployment`` (or only ``process``'s entries), oldest first, each with
+    ``at`` (UTC), ``kind``, ``message`` and the process joined."""
+    qs = ProcessEvent.objects.filter(deployment=deployment).select_related("process").order_by("at", "id")
+    if process is not None:
+        qs = qs.filter(process=process)
     return qs

@@ -1,4 +1,4 @@
-"""Business logic of the deployments app: recipes (versioned) and secrets.
+"""Business logic of the deployments app: recipes (versioned), secrets and deployments.
 
 Every write goes through a function here; views, the admin, the API and management commands
 only call these. Functions are keyword-only and raise domain errors from
@@ -12,20 +12,32 @@ django-simple-history row carrying that version, the acting user (``history_user
 change reason (``history_change_reason``). Content is the tuple of :data:`RECIPE_CONTENT_FIELDS`;
 an update that changes none of them writes nothing and keeps the version. Updates lock the row
 (``select_for_update``) so two concurrent edits cannot both become version N+1.
+
+Deployments (control-plane side)
+--------------------------------
+:func:`deployment_create` inserts a pending row and, on commit, sends
+``deployment_start_task`` to the node's queue ``node.<name>``; :func:`deployment_stop` cancels
+a pending deployment on the spot or flags a running one and sends ``deployment_stop_task``.
+Everything that touches processes runs on the node, in :mod:`deployments.agent`.
 """
 from __future__ import annotations
 
 from typing import Any
 
+import logging
+from pathlib import Path
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
+from django.utils import timezone
 
 from controlplane.errors import Conflict, InvalidInput, NotFound
-from controlplane.redaction import register_secret_value
-from deployments.choices import Engine, Topology
+from controlplane.redaction import redact_text, register_secret_value
+from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
 from deployments.launch import LaunchPlan, launch_plan_render
-from deployments.models import Node, Recipe, Secret, slug_validator
+from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, slug_validator
+from deployments.supervisor import log_tail
 from deployments.recipes import recipe_validate
 from deployments.topology import node_facts_from_row
 
@@ -44,6 +56,8 @@ DESCRIPTION_MAX_LENGTH = 4000
 # Versions are PositiveIntegerField; PostgreSQL's ``integer`` tops out at 2**31 - 1.
 MAX_VERSION = 2**31 - 1
 
+
+log = logging.getLogger(__name__)
 
 # --- helpers -------------------------------------------------------------------------------
 
@@ -506,3 +520,164 @@ def _secret_refs(spec: Any) -> set[str]:
     if not isinstance(secrets, dict):
         return set()
     return {name for name in secrets.values() if isinstance(name, str)}
+
+
+# --- deployments ---------------------------------------------------------------------------
+
+CANCELLED_BEFORE_START = "cancelled before start"
+LOG_TAIL_MAX_LINES = 2000
+# A log tail reads at most this many bytes from the end of the file (2 MiB): enough for
+# LOG_TAIL_MAX_LINES lines of ordinary engine output, bounded whatever the lines look like.
+LOG_TAIL_MAX_BYTES = 2 * 1024 * 1024
+
+
+def deployment_event_add(*, deployment: Deployment, kind: str, message: str = "", process: ServerProcess | None = None) -> ProcessEvent:
+    """Append one timestamped entry (``at`` = now, UTC) to ``deployment``'s timeline.
+
+    ``kind`` is a short machine word (``created``, ``spawned``, ``ready``, ``crashed``,
+    ``restarting``, ``stopped``...), ``message`` human text; secret values are masked
+    before storing. Returns the new :class:`ProcessEvent`.
+    """
+    return ProcessEvent.objects.create(
+        deployment=deployment, process=process, kind=kind[:32], message=redact_text(message or "")
+    )
+
+
+def _send_to_node(task, deployment: Deployment) -> None:
+    """Send ``task(deployment.id)`` to the deployment's node queue once the transaction commits.
+
+    A broker outage must not undo a committed row: the failure is logged and the node agent's
+    monitor picks up the row by itself (see :mod:`deployments.agent`), so the message is only
+    a prompt wake-up, never the system of record.
+    """
+    deployment_id, queue = deployment.pk, deployment.node.queue_name
+
+    def send() -> None:
+        try:
+            task.apply_async(args=[deployment_id], queue=queue, retry=False)
+        except Exception:  # noqa: BLE001 - any broker error; the row stays the truth
+            log.warning("could not enqueue %s for deployment %s on %s; the agent will find the row",
+                        task.name, deployment_id, queue, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def deployment_create(*, recipe: Recipe, user) -> Deployment:
+    """Deploy ``recipe``'s current version on its node: insert a ``pending`` deployment and,
+    once the transaction commits, send ``deployment_start_task`` to ``node.<name>``.
+
+    The recipe is re-validated and its launch plan rendered first (without secret values), so
+    a recipe that no longer fits its node fails here with :class:`InvalidInput` instead of on
+    the node. ``spec_snapshot`` keeps the normalised spec of this version; ``entry_url`` the URL
+    clients use. Works whether or not the node's agent is running: the row waits as pending
+    (pages show "waiting for node agent") and can be cancelled with :func:`deployment_stop`.
+
+    Raises :class:`Conflict` (HTTP 409) when the recipe already has an active deployment on
+    that node; the partial unique index ``uniq_active_deployment_per_recipe_node`` decides,
+    so of two concurrent requests exactly one inserts.
+    """
+    plan = recipe_plan(recipe=recipe)
+    normalised = _validate_recipe_content(_content_of(recipe))["spec"]
+    try:
+        with transaction.atomic():
+            deployment = Deployment.objects.create(
+                recipe=recipe,
+                recipe_version=recipe.version,
+                spec_snapshot=normalised,
+                node=recipe.node,
+                status=DeploymentStatus.PENDING,
+                entry_url=plan.entry_url,
+                created_by=user if getattr(user, "is_authenticated", False) else None,
+            )
+    except IntegrityError as exc:
+        active = (
+            Deployment.objects.filter(recipe=recipe, node=recipe.node, status__in=DEPLOYMENT_ACTIVE)
+            .values_list("pk", "status")
+            .first()
+        )
+        where = f" (#{active[0]}, {active[1]})" if active else ""
+        raise Conflict(
+            f"Recipe {recipe.name!r} already has an active deployment on node {recipe.node.name!r}{where}; "
+            "stop it first."
+        ) from exc
+    with transaction.atomic():
+        who = getattr(user, "username", "") or "someone"
+        deployment_event_add(
+            deployment=deployment, kind="created",
+            message=f"{who} deployed {recipe.name} v{recipe.version} on node {recipe.node.name}",
+        )
+        from deployments.tasks import deployment_start_task
+
+        _send_to_node(deployment_start_task, deployment)
+    return deployment
+
+
+def deployment_stop(*, deployment: Deployment, user) -> Deployment:
+    """Stop (or cancel) ``deployment``; idempotent.
+
+    * pending: cancelled at once with one conditional UPDATE (pending → stopped, reason
+      ``"cancelled before start"``); a start task that runs later sees the terminal row and
+      does nothing. Works while the node agent is down.
+    * starting or ready: ``cancel_requested`` is set (so a launch in progress stops spawning)
+      and ``deployment_stop_task`` goes to the node queue; the agent stops the processes
+      (router, then decode, then prefill; SIGTERM, the recipe's grace period, then SIGKILL)
+      and sets stopped.
+    * stopping, stopped or failed: nothing changes.
+
+    Returns the refreshed deployment. Raises :class:`NotFound` when the row is gone.
+    """
+    who = getattr(user, "username", "") or "someone"
+    now = timezone.now()
+    with transaction.atomic():
+        cancelled = Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.PENDING).update(
+            status=DeploymentStatus.STOPPED, cancel_requested=True, reason=CANCELLED_BEFORE_START,
+            ended_at=now, updated_at=now,
+        )
+        if cancelled:
+            deployment_event_add(deployment=deployment, kind="cancelled", message=f"{who} cancelled before start")
+        else:
+            flagged = Deployment.objects.filter(
+                pk=deployment.pk, status__in=[DeploymentStatus.STARTING, DeploymentStatus.READY],
+                cancel_requested=False,
+            ).update(cancel_requested=True, updated_at=now)
+            if flagged:
+                deployment_event_add(deployment=deployment, kind="stop-requested", message=f"{who} requested a stop")
+                from deployments.tasks import deployment_stop_task
+
+                _send_to_node(deployment_stop_task, Deployment.objects.select_related("node").get(pk=deployment.pk))
+    try:
+        return Deployment.objects.select_related("recipe", "node").get(pk=deployment.pk)
+    except Deployment.DoesNotExist as exc:
+        raise NotFound(f"Deployment {deployment.pk} no longer exists.") from exc
+
+
+def deployment_waiting_reason(*, deployment: Deployment) -> str:
+    """Why a deployment is not moving, for pages and the API; "" when it is not waiting.
+
+    A pending (or stop-requested) deployment whose node agent has not heartbeated within
+    ``CEILING_HEARTBEAT_TIMEOUT_S`` reads ``"waiting for node agent <name> (last heartbeat
+    <ISO time> | never)"``.
+    """
+    node = deployment.node
+    waiting = deployment.status == DeploymentStatus.PENDING or (
+        deployment.cancel_requested and deployment.status in (DeploymentStatus.STARTING, DeploymentStatus.READY)
+    )
+    if not waiting or node.agent_online:
+        return ""
+    seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"
+    return f"waiting for node agent {node.name} (last heartbeat {seen})"
+
+
+def process_log_tail(*, process: ServerProcess, lines: int = 100) -> str:
+    """The last ``lines`` lines (1-2000) of ``process``'s log, secrets masked.
+
+    Reads the file on this host (the node and the control plane share a filesystem in the
+    embedded setup; elsewhere an absent file gives ""), including the rotated ``.1`` file when
+    the tail straddles a rotation, and at most 2 MiB. Raises :class:`InvalidInput` at
+    ``lines`` for a count out of range.
+    """
+    if isinstance(lines, bool) or not isinstance(lines, int) or not 1 <= lines <= LOG_TAIL_MAX_LINES:
+        raise InvalidInput({"lines": [f"Must be an integer from 1 to {LOG_TAIL_MAX_LINES}."]})
+    if not process.log_path:
+        return ""
+    return redact_text(log_tail(Path(process.log_path), max_bytes=LOG_TAIL_MAX_BYTES, lines=lines))

@@ -1,16 +1,19 @@
 """Celery tasks of the deployments app: thin wrappers taking ids/names, calling services.
 
-Node-bound tasks run on the queue ``node.<name>`` so they execute on the host they concern.
+Node-bound tasks run on the queue ``node.<name>`` so they execute on the host they concern,
+inside that node's agent (``manage.py node_agent``, see :mod:`deployments.agent`). Every task is
+safe to run twice: it claims its work with a conditional UPDATE on the row's status and does
+nothing for a terminal row. Tasks only spawn or stop and return; readiness is followed by the
+agent's monitor loop, so a long model load never holds a worker thread.
 """
 from __future__ import annotations
 
 import os
 
 from celery import shared_task
-from celery.signals import worker_ready
-from django.conf import settings
 
 HEARTBEAT_PERIOD_S = 10.0
+RECONCILE_PERIOD_S = 60.0
 
 
 @shared_task(ignore_result=True)
@@ -26,7 +29,8 @@ def nodes_heartbeat_fanout() -> int:
     """Beat task: send a heartbeat request to every registered node's queue.
 
     Each message expires after one period, so a node whose agent is down does not pile up
-    work; its ``agent_heartbeat_at`` simply ages and the UI shows it offline.
+    work; its ``agent_heartbeat_at`` simply ages and the UI shows it offline. (The agent also
+    heartbeats by itself from its monitor loop; this is the broker-path check.)
     Returns the number of nodes asked.
     """
     from deployments.models import Node
@@ -37,13 +41,40 @@ def nodes_heartbeat_fanout() -> int:
     return len(names)
 
 
-@worker_ready.connect
-def _register_local_node_on_start(sender=None, **kwargs) -> None:
-    """A worker that consumes this host's node queue registers the host's topology at start."""
-    queues = {q.name for q in getattr(sender.app.amqp, "queues", {}).values()} if sender else set()
-    if f"node.{settings.CEILING_NODE_NAME}" not in queues:
-        return
-    from deployments.nodes import node_heartbeat, node_local_register
+@shared_task(ignore_result=True, acks_late=True)
+def deployment_start_task(deployment_id: int) -> None:
+    """Start deployment ``deployment_id`` on this node: claim pending → starting, then spawn
+    each missing process (see :func:`deployments.agent.deployment_launch`). A cancelled,
+    stopped or failed row is left alone; a row already starting is resumed idempotently."""
+    from deployments.agent import deployment_launch
 
-    node = node_local_register()
-    node_heartbeat(name=node.name, pid=os.getpid())
+    deployment_launch(deployment_id=deployment_id)
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def deployment_stop_task(deployment_id: int) -> None:
+    """Stop deployment ``deployment_id`` on this node (see
+    :func:`deployments.agent.deployment_teardown`); a terminal row is left alone."""
+    from deployments.agent import deployment_teardown
+
+    deployment_teardown(deployment_id=deployment_id)
+
+
+@shared_task(ignore_result=True)
+def node_reconcile_task(node_name: str) -> None:
+    """Compare this node's process rows with ``/proc`` (see :func:`deployments.agent.node_reconcile`)."""
+    from deployments.agent import node_reconcile
+
+    node_reconcile(node_name=node_name)
+
+
+@shared_task(ignore_result=True)
+def nodes_reconcile_fanout() -> int:
+    """Beat task: ask every node's agent to reconcile; each message expires after one period
+    so an agent that is down does not find a backlog. Returns the number of nodes asked."""
+    from deployments.models import Node
+
+    names = list(Node.objects.values_list("name", flat=True))
+    for name in names:
+        node_reconcile_task.apply_async(args=[name], queue=f"node.{name}", expires=RECONCILE_PERIOD_S)
+    return len(names)

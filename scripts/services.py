@@ -2,7 +2,9 @@
 """Start, stop and show Ceiling's long-running processes for the embedded default.
 
 Processes: ``web`` (daphne: HTTP + websockets), ``worker`` (Celery worker on the control
-queue and this node's queue), ``beat`` (Celery beat). Each starts detached in its own session
+queue), ``agent`` (``manage.py node_agent``: this node's agent, a Celery worker on
+``node.<name>`` that owns the engine processes), ``beat`` (Celery beat). Stopping the agent
+leaves the engines running; the next agent adopts them. Each starts detached in its own session
 with its output in ``var/logs/<name>.log``; ``var/run/<name>.pid`` records the pid *and* its
 start time (field 22 of ``/proc/<pid>/stat``) so a reused pid is never signalled.
 
@@ -35,8 +37,9 @@ def commands() -> dict[str, list[str]]:
         "web": [str(BIN / "daphne"), "-b", HOST, "-p", str(PORT), "controlplane.asgi:application"],
         "worker": [
             str(BIN / "celery"), "-A", "controlplane", "worker", "-l", "info",
-            "-Q", f"control,node.{NODE}", "-n", f"ceiling-{NODE}@%h", "--concurrency", "2",
+            "-Q", "control", "-n", "ceiling-control@%h", "--concurrency", "2",
         ],
+        "agent": [str(BIN / "python"), str(ROOT / "manage.py"), "node_agent", "--name", NODE],
         "beat": [
             str(BIN / "celery"), "-A", "controlplane", "beat", "-l", "info",
             "-s", str(VAR / "celerybeat-schedule"),

@@ -195,7 +195,9 @@ async def run(args: argparse.Namespace) -> dict[str, tuple[float, float, float]]
     """Start the processes, run every configuration, stop the processes; returns measurements."""
     measured: dict[str, tuple[float, float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="sim-seed-") as tmp:
-        procs = Processes(Path(tmp))
+        log_dir = Path(args.log_dir) if args.log_dir else Path(tmp)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        procs = Processes(log_dir)
         try:
             p_port, b_port, d_port, r_port, s_port, m_port = (free_port() for _ in range(6))
             procs.start("prefill", sim_argv("prefill", p_port, args.profile, args.time_scale, b_port))
@@ -216,6 +218,9 @@ async def run(args: argparse.Namespace) -> dict[str, tuple[float, float, float]]
                 res = await closed_loop(f"http://127.0.0.1:{r_port}", c, args.rounds + (1 if c == 1 else 0),
                                         via_router=True)
                 measured[f"PD c={c}"] = summarise(res, args.time_scale)
+                if args.verbose:
+                    for r in sorted(res, key=lambda x: x.start):
+                        print(f"  start {r.start:.3f} ttft {r.ttft / args.time_scale:.3f} e2e {r.e2e / args.time_scale:.2f}")
                 print(f"PD c={c} done: {measured[f'PD c={c}']}", flush=True)
         finally:
             procs.stop()
@@ -248,6 +253,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
     ap.add_argument("--skip-single", action="store_true")
+    ap.add_argument("--log-dir", default=None, help="keep the servers' and router's logs here")
+    ap.add_argument("--verbose", action="store_true", help="print every request's TTFT and E2E")
     args = ap.parse_args()
     measured = asyncio.run(run(args))
     print(table(measured))

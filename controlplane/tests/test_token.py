@@ -19,3 +19,11 @@ def test_it_refuses_a_wrong_password_with_400_and_no_token(viewer):
     response = APIClient().post("/api/auth/token/", {"username": "vera-viewer", "password": "nope"}, format="json")
     assert response.status_code == 400
     assert "token" not in response.json()
+
+
+def test_it_serves_the_api_docs_from_local_static_files_to_signed_in_users(viewer, client):
+    assert client.get("/api/docs/").status_code == 302  # to the login page, not a bare 401
+    client.force_login(viewer)
+    page = client.get("/api/docs/").content.decode()
+    assert "cdn.jsdelivr.net" not in page
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page

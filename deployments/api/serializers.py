@@ -13,8 +13,8 @@ from rest_framework import serializers
 
 from controlplane.redaction import redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
-from deployments.models import Deployment, Gpu, Node, NumaNode, Recipe, Secret, ServerProcess
-from deployments.services import DESCRIPTION_MAX_LENGTH
+from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess
+from deployments.services import DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, deployment_waiting_reason
 
 # Largest integer accepted for a version or id parameter: PostgreSQL's ``integer`` range, so a
 # huge number is a 400 rather than a database overflow.
@@ -257,6 +257,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
     recipe_name = serializers.CharField(source="recipe.name", read_only=True)
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    waiting_reason = serializers.SerializerMethodField(
+        help_text='e.g. "waiting for node agent local (last heartbeat never)"; "" when not waiting'
+    )
 
     class Meta:
         model = Deployment
@@ -269,6 +272,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "status",
             "reason",
             "cancel_requested",
+            "waiting_reason",
+            "entry_url",
             "spec_snapshot",
             "created_by",
             "created_at",
@@ -278,6 +283,42 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = fields
+
+    def get_waiting_reason(self, deployment: Deployment) -> str:
+        return deployment_waiting_reason(deployment=deployment)
+
+
+class DeploymentCreateSerializer(serializers.Serializer):
+    """Body of ``POST /api/deployments/``: the recipe (id) whose current version to deploy."""
+
+    recipe = serializers.PrimaryKeyRelatedField(queryset=Recipe.objects.select_related("node"))
+
+
+class ProcessEventSerializer(serializers.ModelSerializer):
+    """One entry of a deployment's timeline: ``at`` (UTC), ``kind`` (``created``, ``spawned``,
+    ``ready``, ``crashed``, ``restarting``, ``stopped``...), the process role when the entry
+    concerns one process, and a message."""
+
+    process_role = serializers.CharField(source="process.role", read_only=True, default=None)
+
+    class Meta:
+        model = ProcessEvent
+        fields = ["id", "at", "kind", "process", "process_role", "message"]
+        read_only_fields = fields
+
+
+class ProcessLogQuerySerializer(serializers.Serializer):
+    """``?lines=<n>``: how many trailing log lines (1-2000, default 100)."""
+
+    lines = serializers.IntegerField(min_value=1, max_value=LOG_TAIL_MAX_LINES, required=False, default=100)
+
+
+class ProcessLogSerializer(serializers.Serializer):
+    """A process log tail: the process id, the line count asked for and the text (secrets masked)."""
+
+    process = serializers.IntegerField()
+    lines = serializers.IntegerField()
+    text = serializers.CharField(allow_blank=True)
 
 
 class ServerProcessSerializer(serializers.ModelSerializer):
@@ -310,7 +351,16 @@ class ServerProcessSerializer(serializers.ModelSerializer):
             "effective_cpus",
             "effective_mems",
             "pinning_verified",
+            "gpu_verified",
             "health_url",
+            "generate_url",
+            "readiness",
+            "startup_timeout_s",
+            "stop_grace_s",
+            "last_probe_at",
+            "probe_detail",
+            "probe_failures",
+            "next_restart_at",
             "log_path",
             "restart_count",
             "exit_code",

@@ -275,17 +275,71 @@ class SecretViewSet(viewsets.ModelViewSet):
         ],
     ),
     retrieve=extend_schema(summary="One deployment"),
+    create=extend_schema(
+        summary="Deploy a recipe's current version (operator)",
+        description="Inserts a pending deployment and sends the start task to the node's queue. "
+        "409 when the recipe already has an active deployment on its node. A node whose agent is "
+        "down leaves the deployment pending (`waiting_reason` says so); it can be cancelled.",
+        request=s.DeploymentCreateSerializer,
+        responses={201: s.DeploymentSerializer, 400: ERRORS_400, 409: ERROR_409},
+    ),
 )
-class DeploymentViewSet(viewsets.ReadOnlyModelViewSet):
-    """Deployments (read-only here; deploy and stop are separate operator actions)."""
+class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Deployments: list and read (viewer), deploy, stop and cancel (operator)."""
 
     serializer_class = s.DeploymentSerializer
+    parser_classes = PARSERS
 
     def get_queryset(self):
         if self.action != "list":
             return selectors.deployment_list()
         q = _query(s.DeploymentFilterSerializer, self.request)
         return selectors.deployment_list(recipe_id=q.get("recipe"), status=q.get("status"))
+
+    def get_serializer_class(self):
+        return s.DeploymentCreateSerializer if self.action == "create" else s.DeploymentSerializer
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        ser = s.DeploymentCreateSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        deployment = services.deployment_create(recipe=ser.validated_data["recipe"], user=request.user)
+        deployment = selectors.deployment_list().get(pk=deployment.pk)
+        return Response(s.DeploymentSerializer(deployment).data, status=status.HTTP_201_CREATED)
+
+    def _stop(self, request: Request) -> Response:
+        deployment = services.deployment_stop(deployment=self.get_object(), user=request.user)
+        return Response(s.DeploymentSerializer(deployment).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(
+        summary="Stop a deployment (operator)",
+        description="Pending: cancelled at once. Starting or ready: the node agent stops the processes "
+        "(router, decode, prefill; SIGTERM, the recipe's grace period, SIGKILL); poll `status`. "
+        "Idempotent.",
+        request=None,
+        responses={202: s.DeploymentSerializer},
+    )
+    @action(detail=True, methods=["post"], url_path="stop")
+    def stop(self, request: Request, pk=None) -> Response:
+        return self._stop(request)
+
+    @extend_schema(
+        summary="Cancel a deployment (operator)",
+        description="The same as stop; named for a deployment still waiting for its node agent.",
+        request=None,
+        responses={202: s.DeploymentSerializer},
+    )
+    @action(detail=True, methods=["post"], url_path="cancel")
+    def cancel(self, request: Request, pk=None) -> Response:
+        return self._stop(request)
+
+    @extend_schema(summary="A deployment's timeline, oldest first", responses={200: s.ProcessEventSerializer(many=True)})
+    @action(detail=True, methods=["get"], url_path="events")
+    def events(self, request: Request, pk=None) -> Response:
+        rows = selectors.deployment_events(deployment=self.get_object())
+        page = self.paginate_queryset(rows)
+        if page is not None:
+            return self.get_paginated_response(s.ProcessEventSerializer(page, many=True).data)
+        return Response(s.ProcessEventSerializer(rows, many=True).data)
 
 
 @extend_schema_view(
@@ -308,3 +362,15 @@ class ServerProcessViewSet(viewsets.ReadOnlyModelViewSet):
             return selectors.process_list()
         q = _query(s.ProcessFilterSerializer, self.request)
         return selectors.process_list(deployment_id=q.get("deployment"), role=q.get("role"))
+
+    @extend_schema(
+        summary="The end of a process's log (secrets masked)",
+        parameters=[OpenApiParameter("lines", OpenApiTypes.INT, description="1-2000, default 100")],
+        responses={200: s.ProcessLogSerializer, 400: ERRORS_400},
+    )
+    @action(detail=True, methods=["get"], url_path="log")
+    def log(self, request: Request, pk=None) -> Response:
+        process = self.get_object()
+        lines = _query(s.ProcessLogQuerySerializer, request)["lines"]
+        text = services.process_log_tail(process=process, lines=lines)
+        return Response({"process": process.pk, "lines": lines, "text": text})

@@ -153,7 +153,8 @@ async def serve(args: argparse.Namespace, profile: SimProfile) -> None:
         seed=args.seed, started_at_wall=time.time(),
     )
     engine.start()
-    runners = [web.AppRunner(http_app(state), access_log=None)]
+    # handler_cancellation: a client (or the router) that hangs up aborts its request, as in SGLang.
+    runners = [web.AppRunner(http_app(state), access_log=None, handler_cancellation=True)]
     if store is not None:
         runners.append(web.AppRunner(bootstrap_app(store), access_log=None))
     ports = [args.port] + ([args.bootstrap_port] if store is not None else [])

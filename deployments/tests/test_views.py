@@ -516,3 +516,17 @@ def test_it_shows_gpus_numa_nodes_and_tools_of_a_node(viewer_client, seed_node):
     assert "node.seed-8gpu" in html
     assert "agent online" in html and "pid 4242" in html
     assert viewer_client.get(reverse("deployments:node-detail", args=["nope"])).status_code == 404
+
+
+def test_it_never_shows_tokens_or_users_to_a_viewer_in_admin(viewer_client, admin_user):
+    from rest_framework.authtoken.models import Token
+
+    key = Token.objects.create(user=admin_user).key
+    assert viewer_client.get("/admin/authtoken/tokenproxy/").status_code == 403
+    for url in ("/admin/authtoken/tokenproxy/", "/admin/authtoken/token/", "/admin/auth/user/",
+                f"/admin/auth/user/{admin_user.pk}/change/", "/admin/auth/group/"):
+        response = viewer_client.get(url)
+        assert response.status_code in (403, 404), url
+        assert key not in response.content.decode()
+    index = viewer_client.get("/admin/").content.decode()
+    assert "authtoken" not in index and "/admin/auth/" not in index

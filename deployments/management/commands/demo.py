@@ -23,7 +23,11 @@ class Command(BaseCommand):
         out = self.stdout
         out.write("")
         out.write(f"Ceiling is up: {base}/")
-        out.write(f"  login:     {username} / {password}   (kept in {settings.VAR_DIR}/demo-login.json)")
+        if password:
+            out.write(f"  login:     {username} / {password}   (kept in {settings.VAR_DIR}/demo-login.json)")
+        else:
+            out.write(f"  login:     {username} / (the password you set; delete {settings.VAR_DIR}/demo-login.json "
+                      "and re-run to get a new one)")
         out.write(f"  API docs:  {base}/api/docs/     admin: {base}/admin/")
         out.write("")
         out.write("Recipes:")

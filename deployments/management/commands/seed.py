@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from controlplane.permissions import ROLES
-from deployments.examples import EXAMPLE_RECIPES
+from deployments.examples import example_recipes
 from deployments.models import Node, Recipe
 from deployments.nodes import node_local_register, node_register, seed_node_facts
 from deployments.services import recipe_create
@@ -31,8 +31,13 @@ def demo_login_path() -> Path:
     return Path(settings.VAR_DIR) / "demo-login.json"
 
 
-def demo_login_ensure() -> tuple[str, str]:
-    """Return (username, password) of the demo admin, creating user and password file once."""
+def demo_login_ensure() -> tuple[str, str | None]:
+    """Return (username, password) of the demo admin.
+
+    The password is generated once and kept in ``var/demo-login.json`` (mode 0600). A password
+    changed later (admin, ``changepassword``) is respected: then the password returned is None
+    and nothing is reset. Deleting the file makes the next run generate and set a new one.
+    """
     path = demo_login_path()
     password = None
     if path.exists():
@@ -40,18 +45,21 @@ def demo_login_ensure() -> tuple[str, str]:
             password = json.loads(path.read_text())["password"]
         except (ValueError, KeyError):
             password = None
-    if not password:
+    fresh = not password
+    if fresh:
         password = secrets.token_urlsafe(12)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"username": DEMO_USERNAME, "password": password}, f)
-    user, _ = User.objects.get_or_create(username=DEMO_USERNAME, defaults={"is_staff": True, "is_superuser": True})
-    if not user.check_password(password) or not user.is_superuser:
+    user, created = User.objects.get_or_create(username=DEMO_USERNAME, defaults={"is_staff": True, "is_superuser": True})
+    if created or fresh:
         user.is_staff = user.is_superuser = True
         user.set_password(password)
         user.save()
-    user.groups.add(Group.objects.get(name="admin"))
+    elif not user.check_password(password):
+        password = None  # changed by a person since: keep theirs
+    user.groups.add(Group.objects.get_or_create(name="admin")[0])
     return DEMO_USERNAME, password
 
 
@@ -68,7 +76,7 @@ class Command(BaseCommand):
                           f"{seed.name} ({seed.gpus.count()} GPUs, {seed.numa_nodes.count()} NUMA nodes)")
         user = User.objects.get(username=username)
         created = []
-        for example in EXAMPLE_RECIPES:
+        for example in example_recipes():
             if Recipe.objects.filter(name=example["name"]).exists():
                 continue
             with transaction.atomic():

@@ -1,0 +1,779 @@
+"""The node agent: owns every engine process on one node.
+
+``manage.py node_agent`` runs :class:`NodeAgent`: it registers the node (discovery), reconciles
+the node's process rows with ``/proc`` (adopting what still runs), starts the monitor thread and
+then runs a Celery worker consuming ``node.<name>`` in the same process. Deploy and stop tasks
+call :func:`deployment_launch` and :func:`deployment_teardown`; both only spawn or stop and
+return. The monitor thread (:func:`agent_tick`, every ``CEILING_AGENT_TICK_S``) does the rest:
+
+* heartbeat (``Node.agent_heartbeat_at``) every ``CEILING_AGENT_HEARTBEAT_S``;
+* per non-terminal process: identity check (pid + start ticks), crash detection from the
+  shim's exit record, restart per the recipe's policy with capped exponential back-off
+  (:class:`deployments.supervisor.RestartPolicy`), readiness probing until the recipe's startup
+  timeout, liveness of ready processes every ``CEILING_LIVENESS_PERIOD_S``;
+* per deployment: ready once every process is ready (for PD that includes the router's
+  worker list and a streamed request through it), back to starting while a crashed process is
+  restarted, failed when the policy gives up;
+* rows the queue never delivered: a pending deployment older than
+  ``CEILING_AGENT_PENDING_GRACE_S`` is launched from the row, a stop-requested one stopped.
+
+Concurrency: every action on one deployment holds that deployment's lock in this process.
+Tasks wait for it; the monitor never waits (it skips a busy deployment until the next tick) and
+probes over HTTP without holding it, re-checking the row before writing what it saw. Engines run
+under the supervisor's shim in their own session, so they outlive this process; a restarted
+agent adopts them by identity or by their ``CEILING_PROC_ID`` tag (:func:`node_reconcile`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Iterator
+
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from controlplane.errors import InvalidInput
+from controlplane.redaction import register_secret_value
+from deployments.choices import (
+    DEPLOYMENT_TERMINAL,
+    PROCESS_TERMINAL,
+    DeploymentStatus,
+    ProcessStatus,
+)
+from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render
+from deployments.models import Deployment, Node, Secret, ServerProcess
+from deployments.pinning import gpu_verify, pinning_read, pinning_verify
+from deployments.readiness import process_liveness, process_readiness
+from deployments.services import deployment_event_add
+from deployments.supervisor import (
+    ProcessHandle,
+    RestartPolicy,
+    SpawnError,
+    log_tail,
+    new_tag,
+    process_exit_info,
+    process_find_by_tag,
+    process_identity,
+    process_spawn,
+    process_stop,
+)
+from deployments.supervisor.procfs import proc_scan, proc_stat
+from deployments.topology import node_facts_from_row
+
+log = logging.getLogger("ceiling.agent")
+
+WANTED = (DeploymentStatus.STARTING, DeploymentStatus.READY)
+# Stop order: the router first (clients stop arriving), then decode, then prefill (decode may
+# still pull KV cache from prefill while it drains).
+STOP_ORDER = {"router": 0, "decode": 1, "single": 2, "prefill": 3}
+FAILED_LOG_LINES = 20
+
+_locks_guard = threading.Lock()
+_locks: dict[int, threading.Lock] = {}
+
+
+@contextmanager
+def _deployment_lock(deployment_id: int, *, blocking: bool = True) -> Iterator[bool]:
+    """Hold the per-deployment lock of this process; yields False when ``blocking`` is off
+    and another thread holds it."""
+    with _locks_guard:
+        lock = _locks.setdefault(deployment_id, threading.Lock())
+    got = lock.acquire(blocking=blocking)
+    try:
+        yield got
+    finally:
+        if got:
+            lock.release()
+
+
+# --- rows and plans ------------------------------------------------------------------------
+
+
+def _handle(row: ServerProcess) -> ProcessHandle | None:
+    if row.pid is None or row.start_ticks is None:
+        return None
+    return ProcessHandle(pid=row.pid, start_ticks=row.start_ticks, pgid=row.pgid or row.pid,
+                         sid=row.pgid or row.pid, tag=row.tag)
+
+
+def _plan_for(deployment: Deployment, *, with_secrets: bool) -> LaunchPlan:
+    """Render the deployment's snapshot on its node. Secret values are read from ``Secret``
+    rows only here, at spawn time, and registered with the redactor at once."""
+    secret_values = None
+    if with_secrets:
+        names = set((deployment.spec_snapshot.get("secrets") or {}).values())
+        secret_values = dict(Secret.objects.filter(name__in=names).values_list("name", "value"))
+        for value in secret_values.values():
+            register_secret_value(value)
+    return launch_plan_render(
+        engine=deployment.recipe.engine,
+        topology=deployment.recipe.topology,
+        spec=deployment.spec_snapshot,
+        node=node_facts_from_row(deployment.node),
+        secret_values=secret_values,
+    )
+
+
+def _log_path(deployment: Deployment, spec: ProcessSpec) -> Path:
+    return Path(settings.CEILING_LOG_DIR) / f"deployment-{deployment.pk}" / f"{spec.role}{spec.ordinal}.log"
+
+
+def _process_row(deployment: Deployment, spec: ProcessSpec) -> ServerProcess:
+    """The row of ``spec`` (created with a fresh tag when missing): the row and its tag exist
+    before anything is spawned, which is what lets a restarted agent adopt instead of respawn."""
+    row, _ = ServerProcess.objects.get_or_create(
+        deployment=deployment,
+        role=spec.role,
+        ordinal=spec.ordinal,
+        defaults={
+            "argv": list(spec.argv),
+            "env_redacted": dict(spec.env_redacted),
+            "cpus": spec.cpus,
+            "numa_node": spec.numa_node,
+            "mem_nodes": spec.mem_nodes,
+            "gpu_ids": list(spec.gpu_ids),
+            "ports": dict(spec.ports),
+            "pin_method": spec.pin_method,
+            "health_url": spec.health_url,
+            "generate_url": spec.generate_url,
+            "readiness": [dict(c) for c in spec.readiness],
+            "startup_timeout_s": spec.startup_timeout_s,
+            "stop_grace_s": spec.stop_grace_s,
+            "log_path": str(_log_path(deployment, spec)),
+            "tag": new_tag(),
+        },
+    )
+    return row
+
+
+def _engine_by_tag(tag: str) -> ProcessHandle | None:
+    """The engine process of a tree from its tag: the child of the tree's shim (the tagged
+    session and group leader). The shim is found by the tag rather than the engine itself
+    because an engine may overwrite its environment (see :func:`_identity`). None when
+    nothing of the tree runs."""
+    if not tag:
+        return None
+    leaders = [h for h in process_find_by_tag(tag) if h.pid == h.pgid == h.sid]
+    if not leaders:
+        return None
+    table = proc_scan()
+    for leader in leaders:
+        children = sorted(p for p, info in table.items() if info.ppid == leader.pid and info.running)
+        if children:
+            info = table[children[0]]
+            return ProcessHandle(pid=info.pid, start_ticks=info.start_ticks, pgid=leader.pid, sid=leader.pid, tag=tag)
+    return None
+
+
+def _identity(handle: ProcessHandle) -> str:
+    """:func:`process_identity` on the identity the rows store, (pid, start ticks): ``running``,
+    ``zombie``, ``gone`` or ``mismatch`` (the pid is another process now).
+
+    The supervisor also asks for the ``CEILING_PROC_ID`` tag in ``/proc/<pid>/environ``; some
+    engines overwrite that memory to retitle themselves (sglang-router shows up as
+    ``sglang::router`` with an empty environment), and a process releases it while exiting. Pid
+    and start ticks together already name one process for the life of the boot, so a running
+    process that matches both is ours with or without a readable tag.
+    """
+    state = process_identity(handle)
+    if state != "mismatch":
+        return state
+    info = proc_stat(handle.pid)
+    if info is None:
+        return "gone"
+    if info.start_ticks != handle.start_ticks:
+        return "mismatch"
+    return "running" if info.running else "zombie"
+
+
+def _event(row: ServerProcess, kind: str, message: str) -> None:
+    deployment_event_add(deployment=row.deployment, process=row, kind=kind, message=f"{row.role}: {message}")
+
+
+# --- launch --------------------------------------------------------------------------------
+
+
+def deployment_launch(*, deployment_id: int) -> str:
+    """Start a deployment on this node; safe to run twice and after a crash of the agent.
+
+    Claims the row with one conditional UPDATE (pending → starting, only when no stop was
+    requested); a row already starting is resumed. For each process of the launch plan in start
+    order (prefill, decode, router, or the single server): the row is created with its tag
+    first; a row with a pid is left alone; an engine found carrying the row's tag (spawned by an
+    agent that died before recording it) is adopted; otherwise the process is spawned, its pid,
+    start ticks and group recorded and its CPU/memory binding verified from ``/proc``. Returns
+    what happened: ``launched``, ``skipped (<status>)``, ``cancelled`` or ``failed``.
+    """
+    with _deployment_lock(deployment_id):
+        now = timezone.now()
+        claimed = Deployment.objects.filter(
+            pk=deployment_id, status=DeploymentStatus.PENDING, cancel_requested=False
+        ).update(status=DeploymentStatus.STARTING, started_at=now, updated_at=now)
+        deployment = Deployment.objects.select_related("recipe", "node").filter(pk=deployment_id).first()
+        if deployment is None or (not claimed and deployment.status != DeploymentStatus.STARTING):
+            return f"skipped ({deployment.status if deployment else 'missing'})"
+        if claimed:
+            deployment_event_add(deployment=deployment, kind="starting",
+                                 message=f"node agent {deployment.node.name} took the deployment")
+        try:
+            plan = _plan_for(deployment, with_secrets=True)
+        except InvalidInput as exc:
+            _deployment_fail(deployment, f"the recipe no longer renders on this node: {exc}")
+            return "failed"
+        for spec in plan.processes:
+            if Deployment.objects.filter(pk=deployment_id, cancel_requested=True).exists():
+                return "cancelled"
+            row = _process_row(deployment, spec)
+            if row.status in PROCESS_TERMINAL or row.pid is not None:
+                continue
+            if row.next_restart_at is not None:
+                continue  # a restart waiting for its back-off; the monitor spawns it when due
+            if not _process_start(row, spec):
+                return "failed"
+        return "launched"
+
+
+def _process_start(row: ServerProcess, spec: ProcessSpec) -> bool:
+    """Adopt the engine carrying ``row.tag`` or spawn ``spec``; record identity and verify the
+    binding. Returns False when the process (and with it the deployment) failed."""
+    adopted = _engine_by_tag(row.tag)
+    if adopted is not None:
+        handle = adopted
+        _event(row, "adopted", f"found pid {handle.pid} carrying its tag; adopted instead of spawning again")
+    else:
+        try:
+            handle = process_spawn(spec=spec, log_path=Path(row.log_path),
+                                   log_max_bytes=settings.CEILING_PROCESS_LOG_MAX_BYTES, tag=row.tag)
+        except SpawnError as exc:
+            _process_give_up(row, f"could not start: {exc}")
+            return False
+        if settings.CEILING_FAULT_PAUSE_AFTER_SPAWN_S > 0:
+            time.sleep(settings.CEILING_FAULT_PAUSE_AFTER_SPAWN_S)
+    now = timezone.now()
+    row.pid, row.start_ticks, row.pgid = handle.pid, handle.start_ticks, handle.pgid
+    row.status = ProcessStatus.SPAWNED
+    row.started_at = row.started_at if adopted is not None and row.started_at else now
+    row.ready_at = None
+    row.next_restart_at = None
+    row.exit_code = None
+    row.end_reason = ""
+    row.probe_failures = 0
+    row.probe_detail = ""
+    row.save()
+    if adopted is None:
+        _event(row, "spawned", f"pid {handle.pid} (group {handle.pgid}), log {row.log_path}")
+    return _verify_binding(row, handle)
+
+
+def _verify_binding(row: ServerProcess, handle: ProcessHandle) -> bool:
+    """Store the effective CPU and memory binding; a mismatch with the recipe fails the
+    process with both values in the reason (no restart: the same launch would misplace it
+    again)."""
+    if row.cpus:
+        # sched_setaffinity cannot set a memory policy, so only numactl's is checked.
+        expected_mems = row.mem_nodes if (row.pin_method == "numactl" and row.mem_nodes) else None
+        result = pinning_verify(handle, expected_cpus=row.cpus, expected_mems=expected_mems)
+        if result.effective is not None:
+            row.effective_cpus, row.effective_mems = result.effective.cpus, result.effective.mems
+        row.pinning_verified = result.ok
+        row.save(update_fields=["effective_cpus", "effective_mems", "pinning_verified", "updated_at"])
+        if not result.ok:
+            if "not running" in result.reason or "exited during" in result.reason:
+                return True  # it died at once; crash detection and the restart policy handle it
+            _process_give_up(row, f"pinning mismatch: {result.reason}")
+            return False
+        _event(row, "pinned", f"CPUs {row.effective_cpus}, memory nodes {row.effective_mems or '-'}")
+        return True
+    try:
+        binding = pinning_read(handle.pid)
+    except ProcessLookupError:
+        return True
+    row.effective_cpus, row.effective_mems = binding.cpus, binding.mems
+    row.save(update_fields=["effective_cpus", "effective_mems", "updated_at"])
+    return True
+
+
+# --- stop ----------------------------------------------------------------------------------
+
+
+def deployment_teardown(*, deployment_id: int) -> str:
+    """Stop a deployment on this node; safe to run twice.
+
+    Claims starting/ready → stopping with one conditional UPDATE (a row already stopping is
+    resumed), stops the processes router first, then decode, then prefill (each: SIGTERM to
+    its group and escaped descendants, the recipe's grace period, then SIGKILL; see
+    :func:`deployments.supervisor.process_stop`), records how each ended, and sets stopped.
+    Returns ``stopped`` or ``skipped (<status>)``.
+    """
+    with _deployment_lock(deployment_id):
+        now = timezone.now()
+        claimed = Deployment.objects.filter(pk=deployment_id, status__in=WANTED).update(
+            status=DeploymentStatus.STOPPING, cancel_requested=True, updated_at=now
+        )
+        deployment = Deployment.objects.select_related("recipe", "node").filter(pk=deployment_id).first()
+        if deployment is None or deployment.status != DeploymentStatus.STOPPING:
+            return f"skipped ({deployment.status if deployment else 'missing'})"
+        if claimed:
+            deployment_event_add(deployment=deployment, kind="stopping", message="stopping processes")
+        started = time.monotonic()
+        _stop_all(deployment)
+        now = timezone.now()
+        Deployment.objects.filter(pk=deployment_id, status=DeploymentStatus.STOPPING).update(
+            status=DeploymentStatus.STOPPED, ended_at=now, updated_at=now
+        )
+        deployment_event_add(deployment=deployment, kind="stopped",
+                             message=f"all processes stopped in {time.monotonic() - started:.2f}s")
+        return "stopped"
+
+
+def _stop_all(deployment: Deployment, *, note: str = "") -> None:
+    rows = sorted(
+        ServerProcess.objects.filter(deployment=deployment).exclude(status__in=PROCESS_TERMINAL),
+        key=lambda r: (STOP_ORDER.get(r.role, 9), r.ordinal),
+    )
+    for row in rows:
+        _process_stop(row, note=note)
+
+
+def _process_stop(row: ServerProcess, *, note: str = "") -> None:
+    """Stop one process tree and record the outcome on its row (``end_reason``:
+    ``terminated``, ``killed after grace``, ``exited``, ``not running`` or ``pid reused``)."""
+    handle = _handle(row) or _engine_by_tag(row.tag)
+    if handle is None and row.tag:
+        leftovers = process_find_by_tag(row.tag)
+        handle = leftovers[0] if leftovers else None
+    if handle is None:
+        outcome, reason, duration = "not_running", "never started", 0.0
+        result = None
+    else:
+        result = process_stop(handle, grace_s=float(row.stop_grace_s), log_path=row.log_path or None)
+        outcome, reason, duration = result.outcome, result.reason, result.duration_s
+    status, end_reason = {
+        "terminated": (ProcessStatus.EXITED, "terminated"),
+        "killed": (ProcessStatus.KILLED, "killed after grace"),
+        "exited": (ProcessStatus.EXITED, "exited"),
+        "not_running": (ProcessStatus.EXITED, "not running"),
+        "identity_mismatch": (ProcessStatus.EXITED, "pid reused"),
+    }[outcome]
+    row.status = status
+    row.end_reason = end_reason
+    row.exit_code = result.exit_code if result and result.exit_code is not None else row.exit_code
+    row.ended_at = timezone.now()
+    row.next_restart_at = None
+    if note:
+        row.reason = note
+    row.save()
+    _event(row, "killed" if status == ProcessStatus.KILLED else "stopped",
+           f"{end_reason} in {duration:.2f}s (grace {row.stop_grace_s}s): {reason}")
+
+
+def _deployment_fail(deployment: Deployment, reason: str) -> None:
+    """Stop what still runs of ``deployment`` and mark it failed with ``reason``."""
+    _stop_all(deployment, note=f"stopped because the deployment failed: {reason}")
+    now = timezone.now()
+    Deployment.objects.filter(pk=deployment.pk).exclude(status__in=DEPLOYMENT_TERMINAL).update(
+        status=DeploymentStatus.FAILED, reason=reason, ended_at=now, updated_at=now
+    )
+    deployment_event_add(deployment=deployment, kind="failed", message=reason)
+
+
+# --- failures and restarts -----------------------------------------------------------------
+
+
+def _exit_text(row: ServerProcess, handle: ProcessHandle | None) -> tuple[str, int | None]:
+    info = process_exit_info(handle, log_path=row.log_path) if handle and row.log_path else None
+    if info is None:
+        return "ended (no exit record)", None
+    if info.signal is not None:
+        return f"killed by signal {info.signal}", -int(info.signal)
+    return f"exited with code {info.returncode}", info.returncode
+
+
+def _process_failed(row: ServerProcess, reason: str, *, exit_code: int | None = None) -> None:
+    """A process of a wanted deployment died or stopped answering: clean up its tree, then
+    restart it per the recipe's policy or give up (failing the deployment)."""
+    handle = _handle(row)
+    if handle is not None:
+        # Leftovers of the tree (helpers, an escaped child) would hold ports; identity-checked.
+        process_stop(handle, grace_s=float(row.stop_grace_s), log_path=row.log_path or None)
+    row.exit_code = exit_code
+    row.failure_times = [*row.failure_times, time.time()]
+    _event(row, "crashed", reason)
+    deployment = row.deployment
+    policy = RestartPolicy.from_dict(deployment.spec_snapshot.get("restart") or {})
+    action, value = policy.next_action(row.failure_times, time.time())
+    if action == "give_up":
+        _process_give_up(row, f"{reason}; {value}")
+        return
+    delay = float(value)
+    row.status = ProcessStatus.PENDING
+    row.reason = reason
+    row.restart_count += 1
+    row.next_restart_at = timezone.now() + timedelta(seconds=delay)
+    row.pid = row.start_ticks = row.pgid = None
+    row.ready_at = None
+    row.tag = new_tag()
+    row.save()
+    _event(row, "restarting", f"restart {row.restart_count} in {delay:g}s ({reason})")
+    if Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.READY).update(
+        status=DeploymentStatus.STARTING, updated_at=timezone.now()
+    ):
+        deployment_event_add(deployment=deployment, kind="degraded",
+                             message=f"{row.role} is being restarted; not ready until it is back")
+
+
+def _process_give_up(row: ServerProcess, reason: str) -> None:
+    """Fail the process with ``reason`` and its last log lines, then fail the deployment."""
+    tail = log_tail(row.log_path, lines=FAILED_LOG_LINES) if row.log_path else ""
+    row.status = ProcessStatus.FAILED
+    row.reason = reason + (f"\nlast log lines:\n{tail}" if tail else "")
+    row.ended_at = timezone.now()
+    row.next_restart_at = None
+    row.save()
+    _event(row, "failed", reason)
+    handle = _handle(row)
+    if handle is not None:
+        process_stop(handle, grace_s=float(row.stop_grace_s), log_path=row.log_path or None)
+    _deployment_fail(row.deployment, f"{row.role} failed: {reason}")
+
+
+# --- monitoring ----------------------------------------------------------------------------
+
+
+def _observe(row: ServerProcess) -> tuple[str, str, int | None]:
+    """Probe one row without holding any lock. Returns ``(verdict, detail, exit_code)`` with
+    verdict ``ok`` (nothing to record), ``ready``, ``not_ready``, ``timeout``, ``dead``,
+    ``reused``, ``unhealthy``, ``restart_due``."""
+    now = timezone.now()
+    if row.status == ProcessStatus.PENDING:
+        due = row.next_restart_at is not None and row.next_restart_at <= now
+        return ("restart_due" if due else "ok"), "", None
+    handle = _handle(row)
+    if handle is None:
+        return "ok", "", None
+    identity = _identity(handle)
+    if identity == "mismatch":
+        return "reused", f"pid {row.pid} now belongs to another process (not signalled)", None
+    if identity != "running":
+        text, code = _exit_text(row, handle)
+        return "dead", text, code
+    if row.status == ProcessStatus.SPAWNED:
+        result = process_readiness(checks=row.readiness, alive=True, role=row.role)
+        if result.ok:
+            return "ready", result.detail, None
+        age = (now - row.started_at).total_seconds() if row.started_at else 0.0
+        if age > row.startup_timeout_s:
+            return "timeout", f"not ready after {row.startup_timeout_s}s: {result.detail}", None
+        return "not_ready", result.detail, None
+    if row.status == ProcessStatus.READY:
+        last = row.last_probe_at
+        if last is not None and (now - last).total_seconds() < settings.CEILING_LIVENESS_PERIOD_S:
+            return "ok", "", None
+        result = process_liveness(checks=row.readiness, alive=True)
+        return ("ready" if result.ok else "unhealthy"), result.detail, None
+    return "ok", "", None
+
+
+def deployment_check(*, deployment_id: int) -> None:
+    """One monitor pass over a starting or ready deployment: probe each process, apply what
+    was seen (ready, crash → restart or give up, startup timeout, liveness failures, due
+    restarts), then set the deployment ready when every process is. Skips the deployment when
+    a task holds it; a row that changed while it was probed is left for the next pass."""
+    rows = list(ServerProcess.objects.filter(deployment_id=deployment_id).exclude(status__in=PROCESS_TERMINAL))
+    seen = [(row, *_observe(row)) for row in rows]
+    with _deployment_lock(deployment_id, blocking=False) as got:
+        if not got:
+            return
+        deployment = Deployment.objects.select_related("recipe", "node").filter(pk=deployment_id).first()
+        if deployment is None or deployment.status not in WANTED or deployment.cancel_requested:
+            return
+        for row, verdict, detail, exit_code in seen:
+            fresh = ServerProcess.objects.filter(pk=row.pk).first()
+            if fresh is None or (fresh.status, fresh.pid, fresh.tag) != (row.status, row.pid, row.tag):
+                continue
+            fresh.deployment = deployment
+            _apply(fresh, verdict, detail, exit_code)
+            deployment.refresh_from_db(fields=["status"])
+            if deployment.status not in WANTED:
+                return
+        _deployment_maybe_ready(deployment)
+
+
+def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None) -> None:
+    now = timezone.now()
+    if verdict == "ready":
+        was_spawned = row.status == ProcessStatus.SPAWNED
+        row.status = ProcessStatus.READY
+        row.last_probe_at, row.probe_detail, row.probe_failures = now, detail, 0
+        if was_spawned:
+            row.ready_at = now
+        row.save()
+        if was_spawned:
+            took = (now - row.started_at).total_seconds() if row.started_at else 0.0
+            _event(row, "ready", f"ready {took:.2f}s after spawn ({detail})")
+            _check_gpus(row)
+    elif verdict == "not_ready":
+        if detail != row.probe_detail:
+            _event(row, "probe", detail)
+        row.last_probe_at, row.probe_detail = now, detail
+        row.save(update_fields=["last_probe_at", "probe_detail", "updated_at"])
+    elif verdict == "timeout":
+        row.probe_detail = detail
+        _process_give_up(row, detail)
+    elif verdict == "dead":
+        row.ended_at = now
+        _process_failed(row, detail, exit_code=exit_code)
+    elif verdict == "reused":
+        # The engine is gone and its pid names an unrelated process: forget the pid so
+        # nothing can ever signal it, then treat the engine as crashed.
+        row.pid = row.start_ticks = None
+        row.end_reason = "pid reused"
+        _process_failed(row, detail)
+    elif verdict == "unhealthy":
+        row.probe_failures += 1
+        row.last_probe_at, row.probe_detail = now, detail
+        row.save(update_fields=["probe_failures", "last_probe_at", "probe_detail", "updated_at"])
+        _event(row, "liveness", f"failed ({row.probe_failures}/{settings.CEILING_LIVENESS_FAILURES}): {detail}")
+        if row.probe_failures >= settings.CEILING_LIVENESS_FAILURES:
+            _process_failed(row, f"liveness failed {row.probe_failures} times: {detail}")
+    elif verdict == "restart_due":
+        plan = _plan_for(row.deployment, with_secrets=True)
+        spec = next((p for p in plan.processes if (p.role, p.ordinal) == (row.role, row.ordinal)), None)
+        if spec is None:
+            _process_give_up(row, "the recipe no longer has this process")
+            return
+        _process_start(row, spec)
+
+
+def _check_gpus(row: ServerProcess) -> None:
+    """NVML placement check once a GPU process is ready; a mismatch fails the process."""
+    handle = _handle(row)
+    if not row.gpu_ids or handle is None:
+        return
+    result = gpu_verify(handle, gpu_ids=row.gpu_ids)
+    row.gpu_verified = result.ok
+    row.save(update_fields=["gpu_verified", "updated_at"])
+    if result.ok is None:
+        _event(row, "gpu-check", result.reason)
+    elif not result.ok:
+        _process_give_up(row, f"GPU placement mismatch: {result.reason}")
+    else:
+        _event(row, "gpu-check", f"NVML shows the process on GPUs {sorted(g for g, p in result.per_gpu.items() if p)}")
+
+
+def _deployment_maybe_ready(deployment: Deployment) -> None:
+    if deployment.status != DeploymentStatus.STARTING:
+        return
+    expected = len(_plan_for(deployment, with_secrets=False).processes)
+    statuses = list(ServerProcess.objects.filter(deployment=deployment).values_list("status", flat=True))
+    if len(statuses) != expected or any(s != ProcessStatus.READY for s in statuses):
+        return
+    now = timezone.now()
+    if Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING, cancel_requested=False).update(
+        status=DeploymentStatus.READY, ready_at=now, updated_at=now
+    ):
+        took = (now - deployment.created_at).total_seconds()
+        deployment_event_add(deployment=deployment, kind="ready",
+                             message=f"all {expected} processes ready, {took:.2f}s after the deploy request")
+
+
+# --- reconcile -----------------------------------------------------------------------------
+
+
+def node_reconcile(*, node_name: str, at_startup: bool = False) -> dict[str, int]:
+    """Compare the node's process rows with ``/proc`` and act on the difference.
+
+    Per non-terminal row: identity (pid, start ticks, tag) still running → kept (recorded as
+    ``adopted`` when ``at_startup``), unless its deployment is over, then stopped; a row
+    without pid whose tag is found → adopted; gone or reused → treated as a crash of a wanted
+    deployment (restart policy) or marked exited otherwise. A reused pid is never signalled.
+    Then deployments of the node are driven forward: starting ones resumed (missing
+    processes spawned), stopping or stop-requested ones stopped, and pending ones launched
+    (at start-up, or once older than ``CEILING_AGENT_PENDING_GRACE_S``: their task message
+    may be lost). Returns counts ``{"adopted", "exited", "stopped", "launched"}``.
+    """
+    counts = {"adopted": 0, "exited": 0, "stopped": 0, "launched": 0}
+    rows = ServerProcess.objects.filter(deployment__node__name=node_name).exclude(
+        status__in=PROCESS_TERMINAL
+    ).select_related("deployment", "deployment__recipe", "deployment__node")
+    for row in rows:
+        with _deployment_lock(row.deployment_id, blocking=False) as got:
+            if not got:
+                continue
+            row.refresh_from_db()
+            if row.status in PROCESS_TERMINAL:
+                continue
+            deployment = Deployment.objects.select_related("recipe", "node").get(pk=row.deployment_id)
+            row.deployment = deployment
+            wanted = deployment.status in WANTED and not deployment.cancel_requested
+            handle = _handle(row)
+            if handle is None:
+                found = _engine_by_tag(row.tag) if row.status == ProcessStatus.PENDING else None
+                if found is not None and wanted:
+                    row.pid, row.start_ticks, row.pgid = found.pid, found.start_ticks, found.pgid
+                    row.status = ProcessStatus.SPAWNED
+                    row.started_at = row.started_at or timezone.now()
+                    row.save()
+                    _event(row, "adopted", f"pid {found.pid} found by its tag after an agent restart")
+                    _verify_binding(row, found)
+                    counts["adopted"] += 1
+                elif deployment.status in DEPLOYMENT_TERMINAL:
+                    _process_stop(row, note=f"deployment is {deployment.status}")
+                    counts["exited"] += 1
+                continue
+            identity = _identity(handle)
+            if identity == "running":
+                if deployment.status in DEPLOYMENT_TERMINAL:
+                    _process_stop(row, note=f"stopped by reconcile: deployment is {deployment.status}")
+                    counts["stopped"] += 1
+                elif at_startup:
+                    _event(row, "adopted", f"pid {row.pid} still running; adopted by the restarted agent")
+                    counts["adopted"] += 1
+                continue
+            counts["exited"] += 1
+            if identity == "mismatch":
+                row.pid = row.start_ticks = None
+                row.end_reason = "pid reused"
+                detail, code = f"pid {handle.pid} now belongs to another process (not signalled)", None
+            else:
+                detail, code = _exit_text(row, handle)
+            if wanted:
+                row.ended_at = timezone.now()
+                _process_failed(row, f"{detail} while the agent was away" if at_startup else detail, exit_code=code)
+            else:
+                row.status = ProcessStatus.EXITED
+                row.end_reason = row.end_reason or "exited"
+                row.exit_code = code
+                row.ended_at = timezone.now()
+                row.save()
+                _event(row, "exited", detail)
+
+    grace = timedelta(seconds=settings.CEILING_AGENT_PENDING_GRACE_S)
+    now = timezone.now()
+    for deployment in Deployment.objects.filter(node__name=node_name).exclude(status__in=DEPLOYMENT_TERMINAL):
+        if deployment.status == DeploymentStatus.STOPPING or (
+            deployment.cancel_requested and deployment.status in WANTED
+        ):
+            if _try_locked(deployment.pk):
+                deployment_teardown(deployment_id=deployment.pk)
+                counts["stopped"] += 1
+        elif deployment.status == DeploymentStatus.STARTING or (
+            deployment.status == DeploymentStatus.PENDING and (at_startup or now - deployment.created_at > grace)
+        ):
+            if _try_locked(deployment.pk) and deployment_launch(deployment_id=deployment.pk) == "launched":
+                counts["launched"] += deployment.status == DeploymentStatus.PENDING
+    return counts
+
+
+def _try_locked(deployment_id: int) -> bool:
+    """True when no other thread works on the deployment right now (the check is advisory;
+    the called function takes the lock itself and is idempotent)."""
+    with _deployment_lock(deployment_id, blocking=False) as got:
+        return got
+
+
+def agent_tick(*, node_name: str) -> None:
+    """One monitor pass of the node's agent: every starting or ready deployment checked
+    (:func:`deployment_check`); rows the queue did not deliver handled by
+    :func:`node_reconcile` (stop-requested, stopping, pending past the grace period)."""
+    ids = list(Deployment.objects.filter(node__name=node_name, status__in=WANTED, cancel_requested=False)
+               .values_list("pk", flat=True))
+    for deployment_id in ids:
+        deployment_check(deployment_id=deployment_id)
+    grace = timezone.now() - timedelta(seconds=settings.CEILING_AGENT_PENDING_GRACE_S)
+    stale = Deployment.objects.filter(node__name=node_name).exclude(status__in=DEPLOYMENT_TERMINAL).filter(
+        status=DeploymentStatus.STOPPING
+    ) | Deployment.objects.filter(node__name=node_name, status__in=WANTED, cancel_requested=True,
+                                  updated_at__lt=grace) | Deployment.objects.filter(
+        node__name=node_name, status=DeploymentStatus.PENDING, created_at__lt=grace
+    )
+    for deployment_id in stale.values_list("pk", flat=True):
+        if not _try_locked(deployment_id):
+            continue
+        deployment = Deployment.objects.get(pk=deployment_id)
+        if deployment.status == DeploymentStatus.PENDING:
+            deployment_launch(deployment_id=deployment_id)
+        elif deployment.status in (DeploymentStatus.STOPPING, *WANTED):
+            deployment_teardown(deployment_id=deployment_id)
+
+
+# --- the agent process ---------------------------------------------------------------------
+
+
+class NodeAgent:
+    """The node agent of node ``name``: registration, start-up reconcile, the monitor thread
+    and a Celery worker on ``node.<name>`` (thread pool of ``concurrency`` threads, so a
+    deploy never waits behind a long stop and vice versa)."""
+
+    def __init__(self, *, name: str, concurrency: int | None = None) -> None:
+        self.name = name
+        self.concurrency = concurrency or settings.CEILING_AGENT_CONCURRENCY
+        self.stopping = threading.Event()
+        self.monitor: threading.Thread | None = None
+
+    @property
+    def queue(self) -> str:
+        """The Celery queue this agent consumes."""
+        return f"node.{self.name}"
+
+    def register(self) -> Node:
+        """Discover this host and register it as node ``name``; heartbeat once."""
+        from deployments.discovery import discover_node
+        from deployments.nodes import node_heartbeat, node_register
+
+        node = node_register(facts=discover_node(name=self.name))
+        node_heartbeat(name=self.name, pid=os.getpid())
+        return node
+
+    def monitor_loop(self) -> None:
+        """Run :func:`agent_tick` every ``CEILING_AGENT_TICK_S`` and heartbeat every
+        ``CEILING_AGENT_HEARTBEAT_S`` until :attr:`stopping` is set; errors are logged and
+        the loop goes on (one bad row must not stop supervision of the others)."""
+        from deployments.nodes import node_heartbeat
+
+        last_beat = 0.0
+        while not self.stopping.is_set():
+            started = time.monotonic()
+            try:
+                close_old_connections()
+                if started - last_beat >= settings.CEILING_AGENT_HEARTBEAT_S:
+                    node_heartbeat(name=self.name, pid=os.getpid())
+                    last_beat = started
+                agent_tick(node_name=self.name)
+            except Exception:  # noqa: BLE001 - logged; the next tick retries
+                log.exception("monitor tick failed")
+            self.stopping.wait(max(0.05, settings.CEILING_AGENT_TICK_S - (time.monotonic() - started)))
+
+    def run(self) -> int:
+        """Register, reconcile, start monitoring, then run the worker in this thread until it
+        is told to stop (SIGTERM/SIGINT). Returns the worker's exit code."""
+        from controlplane.celery import app
+
+        self.register()
+        counts = node_reconcile(node_name=self.name, at_startup=True)
+        log.info("node agent %s (pid %s) reconciled: %s", self.name, os.getpid(), counts)
+        self.monitor = threading.Thread(target=self.monitor_loop, name=f"monitor-{self.name}", daemon=True)
+        self.monitor.start()
+        worker = app.Worker(
+            queues=[self.queue],
+            pool_cls="threads",
+            concurrency=self.concurrency,
+            hostname=f"agent-{self.name}@{socket.gethostname()}",
+            loglevel=settings.LOGGING.get("root", {}).get("level", "INFO"),
+            without_gossip=True,
+            without_mingle=True,
+            optimization="fair",
+        )
+        try:
+            worker.start()
+        finally:
+            self.stopping.set()
+            self.monitor.join(timeout=10)
+        return int(worker.exitcode or 0)

@@ -1,0 +1,36 @@
+"""``manage.py node_agent [--name NAME] [--concurrency N]``: run this host's node agent.
+
+Registers the host (discovery) as node ``NAME`` (default ``CEILING_NODE_NAME``), adopts engine
+processes that survived a previous agent and marks the rest exited, starts the monitor
+thread (heartbeat, crash detection, restarts, readiness, liveness) and runs a Celery worker
+on the queue ``node.<NAME>`` until SIGTERM or SIGINT. Engines keep running when the agent
+stops; the next agent adopts them. See :mod:`deployments.agent`.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from controlplane.errors import InvalidInput
+from deployments.agent import NodeAgent
+
+
+class Command(BaseCommand):
+    help = "Run the node agent: register this host, supervise its engine processes, consume node.<name>."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--name", default=None, help="node name (default: CEILING_NODE_NAME)")
+        parser.add_argument("--concurrency", type=int, default=None,
+                            help="worker threads for deploy/stop tasks (default: CEILING_AGENT_CONCURRENCY)")
+
+    def handle(self, *args, **options) -> None:
+        name = options["name"] or settings.CEILING_NODE_NAME
+        concurrency = options["concurrency"]
+        if concurrency is not None and concurrency < 1:
+            raise CommandError("--concurrency must be at least 1")
+        try:
+            code = NodeAgent(name=name, concurrency=concurrency).run()
+        except InvalidInput as exc:
+            raise CommandError(f"cannot register node {name!r}: {exc}") from exc
+        if code:
+            raise SystemExit(code)

@@ -1,0 +1,50 @@
+"""``manage.py seed`` and ``manage.py demo``: idempotent seeding and an honest demo login."""
+import io
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+
+from deployments.models import Node, Recipe
+
+
+@pytest.fixture
+def var_dir(settings, tmp_path):
+    settings.VAR_DIR = tmp_path
+    settings.CEILING_MODEL_ROOTS = ["/models", str(tmp_path / "models")]
+    return tmp_path
+
+
+def _run(name: str) -> str:
+    out = io.StringIO()
+    call_command(name, stdout=out)
+    return out.getvalue()
+
+
+def test_it_seeds_nodes_recipes_and_a_working_login_once(db, var_dir):
+    _run("seed")
+    assert set(Node.objects.values_list("name", flat=True)) >= {"local", "seed-8gpu"}
+    assert Node.objects.get(name="seed-8gpu").gpus.count() == 8
+    names = set(Recipe.objects.values_list("name", flat=True))
+    assert names == {"seed-v4-flash-pd", "seed-v4-flash-tp4", "local-sim-pd", "local-llamacpp"}
+    login = json.loads((var_dir / "demo-login.json").read_text())
+    assert (var_dir / "demo-login.json").stat().st_mode & 0o777 == 0o600
+    assert User.objects.get(username="admin").check_password(login["password"])
+    # A second run changes nothing: same recipes at version 1, same password.
+    _run("seed")
+    assert Recipe.objects.count() == 4
+    assert set(Recipe.objects.values_list("version", flat=True)) == {1}
+    assert json.loads((var_dir / "demo-login.json").read_text()) == login
+
+
+def test_it_keeps_a_password_a_person_changed(db, var_dir):
+    _run("seed")
+    user = User.objects.get(username="admin")
+    user.set_password("my-own-long-password")
+    user.save()
+    out = _run("demo")
+    user.refresh_from_db()
+    assert user.check_password("my-own-long-password")
+    assert "the password you set" in out
+    assert "local-sim-pd" in out and "sglang_router.launch_router" in out

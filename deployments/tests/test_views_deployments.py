@@ -1,0 +1,434 @@
+"""Deployment pages: deploying from the recipe page (and the 409 for a second deploy), the
+deployment list, one deployment's header, process table, timeline and live log tail, the log
+download, and stop/cancel, seen by each persona."""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from deployments.choices import DeploymentStatus, ProcessStatus, Role
+from deployments.examples import example_recipe
+from deployments.models import Deployment, ProcessEvent, Recipe, ServerProcess
+from deployments.nodes import node_register, seed_node_facts
+from deployments.services import deployment_create, recipe_create, secret_create
+
+SECRET_VALUE = "s3cr3t-DeploymentViewsToken-0451"
+POLL = 'hx-trigger="every 2s"'
+
+
+def _client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _html(response) -> str:
+    return response.content.decode()
+
+
+@pytest.fixture
+def operator_client(operator) -> Client:
+    return _client(operator)
+
+
+@pytest.fixture
+def viewer_client(viewer) -> Client:
+    return _client(viewer)
+
+
+@pytest.fixture
+def seed_node(db):
+    return node_register(facts=seed_node_facts())
+
+
+@pytest.fixture
+def seed_pd(seed_node, operator) -> Recipe:
+    ex = example_recipe("seed-v4-flash-pd")
+    return recipe_create(
+        user=operator,
+        name=ex["name"],
+        description=ex["description"],
+        engine=ex["engine"],
+        topology=ex["topology"],
+        node=seed_node,
+        spec=ex["spec"],
+    )
+
+
+@pytest.fixture
+def log_dir(settings, tmp_path) -> Path:
+    root = tmp_path / "logs"
+    root.mkdir()
+    settings.CEILING_LOG_DIR = root
+    return root
+
+
+def _ready_deployment(recipe: Recipe, **process_fields) -> tuple[Deployment, ServerProcess]:
+    """A ready PD-style deployment row with one decode process started 1 h 02 min 05 s ago."""
+    now = timezone.now()
+    deployment = Deployment.objects.create(
+        recipe=recipe,
+        recipe_version=recipe.version,
+        spec_snapshot=recipe.spec,
+        node=recipe.node,
+        status=DeploymentStatus.READY,
+        entry_url="http://127.0.0.1:8000",
+        started_at=now - timedelta(seconds=3725),
+        ready_at=now - timedelta(seconds=3600),
+    )
+    fields = {
+        "deployment": deployment,
+        "role": Role.DECODE,
+        "status": ProcessStatus.READY,
+        "pid": 31337,
+        "pgid": 31337,
+        "argv": ["/usr/bin/numactl", "--cpunodebind=1", "--membind=1", "python", "-m", "sglang.launch_server"],
+        "env_redacted": {"CUDA_VISIBLE_DEVICES": "4,5,6,7"},
+        "cpus": "32-63",
+        "numa_node": 1,
+        "mem_nodes": "1",
+        "gpu_ids": [4, 5, 6, 7],
+        "ports": {"http": 30001, "bootstrap": 8999},
+        "pin_method": "numactl",
+        "effective_cpus": "32-63",
+        "effective_mems": "1",
+        "pinning_verified": True,
+        "health_url": "http://127.0.0.1:30001/health",
+        "restart_count": 2,
+        "started_at": now - timedelta(seconds=3725),
+        "ready_at": now - timedelta(seconds=3600),
+    }
+    fields.update(process_fields)
+    process = ServerProcess.objects.create(**fields)
+    return deployment, process
+
+
+# --- deploy -------------------------------------------------------------------------------
+
+
+def test_it_deploys_for_an_operator_and_redirects_to_the_deployment(operator_client, operator, seed_pd):
+    detail = _html(operator_client.get(reverse("deployments:recipe-detail", args=[seed_pd.pk])))
+    assert f'action="{reverse("deployments:recipe-deploy", args=[seed_pd.pk])}"' in detail
+
+    response = operator_client.post(reverse("deployments:recipe-deploy", args=[seed_pd.pk]))
+
+    deployment = Deployment.objects.get(recipe=seed_pd)
+    assert response.status_code == 302
+    assert response["Location"] == reverse("deployments:deployment-detail", args=[deployment.pk])
+    assert deployment.status == DeploymentStatus.PENDING
+    assert deployment.recipe_version == 1
+    assert deployment.created_by == operator
+    page = _html(operator_client.get(response["Location"]))
+    assert f"Deployment #{deployment.pk} of seed-v4-flash-pd v1 created." in page
+    # No agent has ever heartbeated for the seed node: the page says what it waits for.
+    assert "Waiting for node agent seed-8gpu (last heartbeat never)" in page
+    assert "node.seed-8gpu" in page
+    assert "Cancel deployment" in page
+    assert '<span class="tag bad">agent offline</span>' in page
+    assert "created" in page and "oscar-operator deployed seed-v4-flash-pd v1 on node seed-8gpu" in page
+
+
+def test_it_answers_a_second_deploy_with_409_and_links_the_active_deployment(operator_client, operator, seed_pd):
+    first = deployment_create(recipe=seed_pd, user=operator)
+
+    response = operator_client.post(reverse("deployments:recipe-deploy", args=[seed_pd.pk]))
+
+    assert response.status_code == 409
+    html = _html(response)
+    assert "Not deployed." in html
+    assert "already has an active deployment on node" in html
+    assert f'href="{reverse("deployments:deployment-detail", args=[first.pk])}">#{first.pk} (pending, v1)</a>' in html
+    assert Deployment.objects.filter(recipe=seed_pd).count() == 1
+
+
+def test_it_deploys_again_once_the_first_deployment_was_cancelled(operator_client, operator, seed_pd):
+    first = deployment_create(recipe=seed_pd, user=operator)
+    assert operator_client.post(reverse("deployments:deployment-stop", args=[first.pk])).status_code == 302
+    first.refresh_from_db()
+    assert first.status == DeploymentStatus.STOPPED
+
+    response = operator_client.post(reverse("deployments:recipe-deploy", args=[seed_pd.pk]))
+
+    second = Deployment.objects.exclude(pk=first.pk).get(recipe=seed_pd)
+    assert response["Location"] == reverse("deployments:deployment-detail", args=[second.pk])
+
+
+def test_it_shows_viewers_no_buttons_and_refuses_their_posts(viewer_client, operator, seed_pd):
+    deployment = deployment_create(recipe=seed_pd, user=operator)
+    recipe_page = _html(viewer_client.get(reverse("deployments:recipe-detail", args=[seed_pd.pk])))
+    deployment_page = viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))
+
+    assert deployment_page.status_code == 200
+    assert reverse("deployments:recipe-deploy", args=[seed_pd.pk]) not in recipe_page
+    assert reverse("deployments:deployment-stop", args=[deployment.pk]) not in _html(deployment_page)
+    assert "Cancel deployment" not in _html(deployment_page)
+    assert viewer_client.post(reverse("deployments:recipe-deploy", args=[seed_pd.pk])).status_code == 403
+    assert viewer_client.post(reverse("deployments:deployment-stop", args=[deployment.pk])).status_code == 403
+    deployment.refresh_from_db()
+    assert deployment.status == DeploymentStatus.PENDING
+    assert Deployment.objects.filter(recipe=seed_pd).count() == 1
+
+
+@pytest.mark.parametrize("name", ["deployment-detail", "deployment-live", "deployment-logs"])
+def test_it_sends_anonymous_visitors_to_login(client, operator, seed_pd, name):
+    deployment, _ = _ready_deployment(seed_pd)
+    url = reverse(f"deployments:{name}", args=[deployment.pk])
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"] == f"{reverse('login')}?next={url}"
+
+
+def test_it_refuses_signed_in_users_without_a_role(outsider, seed_pd):
+    deployment, process = _ready_deployment(seed_pd)
+    client = _client(outsider)
+    assert client.get(reverse("deployments:deployment-detail", args=[deployment.pk])).status_code == 403
+    assert client.get(reverse("deployments:process-log", args=[deployment.pk, process.pk])).status_code == 403
+
+
+# --- the deployment page --------------------------------------------------------------------
+
+
+def test_it_shows_each_process_with_pid_pinning_ports_and_the_timeline(viewer_client, seed_pd):
+    deployment, process = _ready_deployment(seed_pd)
+    base = timezone.now() - timedelta(minutes=70)
+    ProcessEvent.objects.create(deployment=deployment, at=base, kind="created", message="oscar deployed it")
+    ProcessEvent.objects.create(
+        deployment=deployment, process=process, at=base + timedelta(seconds=5), kind="spawned", message="pid 31337"
+    )
+    ProcessEvent.objects.create(
+        deployment=deployment, process=process, at=base + timedelta(seconds=90), kind="ready", message="health ok"
+    )
+
+    response = viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))
+
+    assert response.status_code == 200
+    html = _html(response)
+    assert '<span class="tag ok">ready</span>' in html
+    assert '<td class="num mono">31337</td>' in html
+    assert "CPUs 32-63" in html and "(32 CPUs)" in html
+    assert "mem 1" in html and "(NUMA node 1)" in html
+    assert "✓ verified" in html
+    assert "4, 5, 6, 7" in html and "CUDA_VISIBLE_DEVICES=4,5,6,7" in html
+    assert "bootstrap 8999<br>http 30001" in html
+    assert '<td class="num">2</td>' in html  # restarts
+    assert "1 h 02 min" in html  # uptime from started_at
+    assert "http://127.0.0.1:8000" in html  # entry URL
+    assert "http://127.0.0.1:30001/health" in html
+    assert "healthy" in html
+    assert f'href="{reverse("deployments:recipe-detail", args=[seed_pd.pk])}?version=1">seed-v4-flash-pd v1</a>' in html
+    # Timeline: oldest first, newest last, with UTC ISO times.
+    assert html.index("oscar deployed it") < html.index("pid 31337") < html.index("health ok")
+    assert base.strftime("%Y-%m-%dT%H:%M:%SZ") in html
+    # Live while not terminal: the header/table and the log panel poll.
+    assert html.count(POLL) == 2
+    assert reverse("deployments:deployment-live", args=[deployment.pk]) in html
+
+
+def test_it_explains_a_failed_pinning(viewer_client, seed_pd):
+    deployment, _ = _ready_deployment(seed_pd, effective_cpus="0-63", pinning_verified=False)
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    assert "✗ CPUs 0-63 ≠ intended 32-63" in html
+    assert "✓ verified" not in html
+
+
+def test_it_shows_a_pending_restart_and_a_crash(viewer_client, seed_pd):
+    deployment, _ = _ready_deployment(
+        seed_pd,
+        status=ProcessStatus.PENDING,
+        next_restart_at=timezone.now() + timedelta(seconds=30),
+        probe_detail="GET /health: connection refused",
+    )
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    assert "restart pending" in html
+    assert re.search(r"restart due \d{4}-\d\d-\d\dT[\d:]{8}Z \(in 2\d s\)", html)  # 30 s ahead, minus the render
+    assert "GET /health: connection refused" in html
+
+
+def test_it_stops_polling_and_hides_stop_once_terminal(operator_client, seed_pd):
+    deployment, process = _ready_deployment(seed_pd, status=ProcessStatus.EXITED, exit_code=0, ended_at=timezone.now())
+    Deployment.objects.filter(pk=deployment.pk).update(
+        status=DeploymentStatus.STOPPED, ended_at=timezone.now(), reason="stopped by oscar"
+    )
+
+    html = _html(operator_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    partial = _html(operator_client.get(reverse("deployments:process-log", args=[deployment.pk, process.pk])))
+
+    assert POLL not in html and POLL not in partial
+    assert reverse("deployments:deployment-stop", args=[deployment.pk]) not in html
+    assert '<span class="tag">stopped</span>' in html
+    assert "stopped by oscar" in html
+    assert "Ran for" in html
+    assert "down (exit code 0)" in html
+
+
+def test_it_refreshes_the_live_part_and_announces_new_processes(viewer_client, seed_pd):
+    deployment, process = _ready_deployment(seed_pd)
+    url = reverse("deployments:deployment-live", args=[deployment.pk])
+
+    stale = viewer_client.get(url, {"known": ""}, HTTP_HX_REQUEST="true")
+    current = viewer_client.get(url, {"known": str(process.pk)}, HTTP_HX_REQUEST="true")
+
+    assert stale.status_code == 200
+    assert stale["HX-Trigger"] == "processes-changed"
+    assert "HX-Trigger" not in current
+    html = _html(current)
+    assert '<div id="deployment-live"' in html
+    assert "<html" not in html
+    assert "31337" in html and POLL in html
+    assert f'"known": "{process.pk}"' in html
+    logs = _html(viewer_client.get(reverse("deployments:deployment-logs", args=[deployment.pk])))
+    assert 'hx-trigger="processes-changed from:body"' in logs
+    assert "decode #0" in logs
+
+
+def test_it_lists_deployments_with_badges_agent_state_and_duration(viewer_client, seed_pd):
+    deployment, _ = _ready_deployment(seed_pd)
+    html = _html(viewer_client.get(reverse("deployments:deployment-list")))
+    assert f"<td>{deployment.pk}</td>" in html
+    assert '<span class="tag ok">ready</span>' in html
+    assert f'{reverse("deployments:recipe-detail", args=[seed_pd.pk])}?version=1">v1</a>' in html
+    assert '<span class="tag bad">offline</span>' in html
+    assert "1 h 02 min" in html and "(running)" in html
+    assert reverse("deployments:deployment-detail", args=[deployment.pk]) in html
+
+
+def test_it_shows_the_agent_online_once_it_heartbeats(viewer_client, seed_pd):
+    seed_pd.node.agent_heartbeat_at = timezone.now()
+    seed_pd.node.save(update_fields=["agent_heartbeat_at"])
+    deployment, _ = _ready_deployment(seed_pd)
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    assert '<span class="tag ok">agent online</span>' in html
+    assert "Waiting for node agent" not in html
+
+
+# --- stop and cancel ------------------------------------------------------------------------
+
+
+def test_it_requests_a_stop_of_a_ready_deployment(operator_client, seed_pd):
+    deployment, _ = _ready_deployment(seed_pd)
+    page = _html(operator_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    assert "Stop deployment" in page and "data-confirm=" in page
+
+    response = operator_client.post(reverse("deployments:deployment-stop", args=[deployment.pk]))
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("deployments:deployment-detail", args=[deployment.pk])
+    deployment.refresh_from_db()
+    assert deployment.cancel_requested is True
+    html = _html(operator_client.get(response["Location"]))
+    assert f"Stop requested for deployment #{deployment.pk}" in html
+    assert '<span class="tag warn">stop requested</span>' in html
+    assert "oscar-operator requested a stop" in html
+
+
+def test_it_cancels_a_deployment_waiting_for_its_agent(operator_client, operator, seed_pd):
+    deployment = deployment_create(recipe=seed_pd, user=operator)
+
+    response = operator_client.post(reverse("deployments:deployment-stop", args=[deployment.pk]))
+
+    deployment.refresh_from_db()
+    assert deployment.status == DeploymentStatus.STOPPED
+    assert deployment.reason == "cancelled before start"
+    html = _html(operator_client.get(response["Location"]))
+    assert f"Cancelled deployment #{deployment.pk} (stopped)." in html
+    assert "Waiting for node agent" not in html
+    assert POLL not in html
+
+
+# --- logs -----------------------------------------------------------------------------------
+
+
+def _write_log(path: Path, count: int, *, secret_every: int | None = None) -> list[str]:
+    """Write ``count`` numbered lines; every ``secret_every``-th line carries the secret value
+    (so some of them sit across any fixed-size read boundary). Returns the lines as they
+    must be shown: secret masked."""
+    shown = []
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(1, count + 1):
+            if secret_every and i % secret_every == 0:
+                fh.write(f"line {i:04d} using key {SECRET_VALUE} for the hub\n")
+                shown.append(f"line {i:04d} using key ***redacted*** for the hub")
+            else:
+                fh.write(f"line {i:04d} decode step batch=8\n")
+                shown.append(f"line {i:04d} decode step batch=8")
+    return shown
+
+
+def test_it_tails_the_last_lines_of_the_log_with_secrets_redacted(viewer_client, operator, seed_pd, log_dir):
+    secret_create(user=operator, name="hub-key", value=SECRET_VALUE)
+    log_path = log_dir / "deployment-1" / "decode-0.log"
+    log_path.parent.mkdir()
+    _write_log(log_path, 300, secret_every=299)
+    deployment, process = _ready_deployment(seed_pd, log_path=str(log_path))
+
+    response = viewer_client.get(reverse("deployments:process-log", args=[deployment.pk, process.pk]))
+
+    html = _html(response)
+    assert response.status_code == 200
+    assert "line 0300 decode step" in html
+    assert "line 0101 decode step" in html  # the last 200 of 300 lines
+    assert "line 0100 decode step" not in html
+    assert SECRET_VALUE not in html
+    assert "line 0299 using key ***redacted*** for the hub" in html
+    assert f'<pre class="log-tail" id="log-text-{process.pk}">' in html
+    assert POLL in html
+    assert reverse("deployments:process-log-download", args=[deployment.pk, process.pk]) in html
+    page = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    assert "line 0300 decode step" in page and SECRET_VALUE not in page
+
+
+def test_it_downloads_the_full_log_redacted_including_the_rotated_part(viewer_client, operator, seed_pd, log_dir):
+    secret_create(user=operator, name="hub-key", value=SECRET_VALUE)
+    log_path = log_dir / "decode-0.log"
+    Path(f"{log_path}.1").write_text("older line 1\nolder line 2\n", encoding="utf-8")
+    lines = _write_log(log_path, 5000, secret_every=7)
+    deployment, process = _ready_deployment(seed_pd, log_path=str(log_path))
+
+    response = viewer_client.get(reverse("deployments:process-log-download", args=[deployment.pk, process.pk]))
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response["Content-Disposition"] == f'attachment; filename="deployment-{deployment.pk}-decode-0.log"'
+    body = b"".join(response.streaming_content).decode()
+    expected = ["older line 1", "older line 2", *lines]
+    assert "line 0007 using key ***redacted*** for the hub" in expected
+    assert body == "\n".join(expected) + "\n"
+    assert SECRET_VALUE not in body
+
+
+def test_it_refuses_to_serve_a_log_path_outside_the_log_dir(viewer_client, seed_pd, log_dir, tmp_path):
+    outside = tmp_path / "elsewhere" / "passwd.log"
+    outside.parent.mkdir()
+    outside.write_text("root:x:0:0:outside the log directory\n", encoding="utf-8")
+    (log_dir / "link.log").symlink_to(outside)
+    candidates = [str(outside), f"{log_dir}/../elsewhere/passwd.log", str(log_dir / "link.log"), "passwd.log"]
+    deployment, process = _ready_deployment(seed_pd)
+
+    for path in candidates:
+        ServerProcess.objects.filter(pk=process.pk).update(log_path=path)
+        download = viewer_client.get(reverse("deployments:process-log-download", args=[deployment.pk, process.pk]))
+        tail = _html(viewer_client.get(reverse("deployments:process-log", args=[deployment.pk, process.pk])))
+        assert download.status_code == 404, path
+        assert "The log path lies outside the log directory; not shown." in tail, path
+        assert "root:x:0:0" not in tail, path
+
+
+def test_it_answers_404_for_a_missing_log_or_a_process_of_another_deployment(viewer_client, seed_pd, log_dir):
+    deployment, process = _ready_deployment(seed_pd, log_path=str(log_dir / "never-written.log"))
+    other = Deployment.objects.create(
+        recipe=seed_pd, recipe_version=1, node=seed_pd.node, status=DeploymentStatus.STOPPED
+    )
+
+    missing = viewer_client.get(reverse("deployments:process-log-download", args=[deployment.pk, process.pk]))
+    crossed = viewer_client.get(reverse("deployments:process-log", args=[other.pk, process.pk]))
+    tail = _html(viewer_client.get(reverse("deployments:process-log", args=[deployment.pk, process.pk])))
+
+    assert missing.status_code == 404
+    assert crossed.status_code == 404
+    assert "The log file does not exist (yet)." in tail
