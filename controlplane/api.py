@@ -3,16 +3,19 @@
 Every error body is JSON. Validation errors are one flat object mapping a dotted field path to
 its messages (``{"spec.roles.prefill.gpus": ["..."]}``), whether they come from a serializer
 (nested errors are flattened by :func:`flatten_errors`) or a service's ``InvalidInput``; domain
-errors become ``{"detail": ..., "code": ...}``.
+errors become ``{"detail": ..., "code": ...}``. JSON bodies are size-limited by
+:class:`SafeJSONParser` (``CEILING_API_MAX_BODY_BYTES``, default 1 MiB).
 """
 from __future__ import annotations
 
+import io
 import logging
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import status
-from rest_framework.exceptions import ParseError, ValidationError
+from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -22,16 +25,57 @@ from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 log = logging.getLogger(__name__)
 
 
-class SafeJSONParser(JSONParser):
-    """JSON parser that turns a pathologically nested body into a 400.
+# Default cap on a JSON request body. The largest legitimate body is a recipe, a few KiB, so
+# 1 MiB leaves ample room without letting a client make the server buffer and parse tens of
+# MiB (json.loads of 20 MiB holds several times that in memory for seconds).
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 
-    Python's ``json`` module raises ``RecursionError`` (not ``ValueError``) for bodies nested
-    a few thousand levels deep, which DRF's parser would let through as a 500.
+
+class RequestTooLarge(APIException):
+    """A request body over ``settings.CEILING_API_MAX_BODY_BYTES``: HTTP 413, refused before
+    the body is read (or, without a usable Content-Length, as soon as the limit is passed)."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "Request body too large."
+    default_code = "too_large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"Request body too large: at most {limit} bytes are accepted.")
+        self.limit = limit
+
+
+def api_max_body_bytes() -> int:
+    """The JSON body limit in bytes: ``settings.CEILING_API_MAX_BODY_BYTES`` (environment
+    variable of the same name), else :data:`DEFAULT_MAX_BODY_BYTES`."""
+    return int(getattr(settings, "CEILING_API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
+
+
+class SafeJSONParser(JSONParser):
+    """JSON parser with a body size limit that turns a pathologically nested body into a 400.
+
+    Size: a declared ``Content-Length`` over :func:`api_max_body_bytes` is refused with 413
+    before a byte is read; otherwise at most limit + 1 bytes are read, and more than the
+    limit is refused the same way, so the parser never sees an oversized body.
+
+    Nesting: Python's ``json`` module raises ``RecursionError`` (not ``ValueError``) for
+    bodies nested a few thousand levels deep, which DRF's parser would let through as a 500.
     """
 
     def parse(self, stream, media_type=None, parser_context=None):
+        limit = api_max_body_bytes()
+        request = (parser_context or {}).get("request")
+        meta = getattr(request, "META", {}) or {}
         try:
-            return super().parse(stream, media_type, parser_context)
+            declared = int(meta.get("CONTENT_LENGTH") or 0)
+        except (TypeError, ValueError):
+            declared = 0
+        if declared > limit:
+            raise RequestTooLarge(limit)
+        body = stream.read(limit + 1)
+        if len(body) > limit:
+            raise RequestTooLarge(limit)
+        try:
+            return super().parse(io.BytesIO(body), media_type, parser_context)
         except RecursionError as exc:
             raise ParseError("JSON parse error - nested too deeply.") from exc
 
@@ -63,7 +107,8 @@ def flatten_errors(detail, prefix: str = "") -> dict[str, list]:
 
 
 def exception_handler(exc, context):
-    """DRF exception handler: domain errors → 400/404/409, Django validation → 400.
+    """DRF exception handler: domain errors → 400/404/409, Django validation → 400, a body
+    over the size limit → 413 ``{"detail", "code": "too_large", "limit_bytes"}``.
 
     Every 400 from validation has the same body: ``{"<dotted.path>": ["message", ...]}``.
     """
@@ -75,6 +120,9 @@ def exception_handler(exc, context):
         exc = Http404(str(exc))
     elif isinstance(exc, Conflict):
         return Response({"detail": str(exc), "code": "conflict"}, status=status.HTTP_409_CONFLICT)
+    elif isinstance(exc, RequestTooLarge):
+        return Response({"detail": str(exc.detail), "code": "too_large", "limit_bytes": exc.limit},
+                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     elif isinstance(exc, CeilingError):
         return Response({"detail": str(exc), "code": exc.code}, status=exc.http_status)
     response = drf_exception_handler(exc, context)

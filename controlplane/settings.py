@@ -171,7 +171,16 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # JSON through the size-limited parser everywhere; form parsers are capped by Django's
+    # DATA_UPLOAD_MAX_MEMORY_SIZE.
+    "DEFAULT_PARSER_CLASSES": [
+        "controlplane.api.SafeJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
+# Largest JSON request body the API parses, in bytes; a larger one is answered 413 unread.
+CEILING_API_MAX_BODY_BYTES = env_int("CEILING_API_MAX_BODY_BYTES", 1024 * 1024)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Ceiling API",
     "DESCRIPTION": "Recipes, deployments, benchmark sweeps and kernel variants for LLM serving.",
@@ -188,11 +197,24 @@ SPECTACULAR_SETTINGS = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "controlplane.logging.RedactSecretsFilter"}},
+    "filters": {
+        "redact": {"()": "controlplane.logging.RedactSecretsFilter"},
+        "client_errors_one_line": {"()": "controlplane.logging.ClientErrorOneLineFilter"},
+    },
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Django's default config gives "django" its own DEBUG-only console handler without the
+        # redaction filter, and the record then reaches the root handler too: every line twice.
+        # No handlers here: records go to the root console, once, redacted.
+        "django": {"level": "INFO", "handlers": [], "propagate": True},
+        # A 403/404 raised as an exception is logged with its traceback by Django; for 4xx
+        # that is noise (web.log filled with PermissionDenied stacks). One line for 4xx,
+        # tracebacks kept for 5xx.
+        "django.request": {"level": "INFO", "filters": ["client_errors_one_line"], "propagate": True},
+    },
 }
 
 # --- Ceiling -------------------------------------------------------------------------------

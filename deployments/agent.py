@@ -227,6 +227,7 @@ def deployment_launch(*, deployment_id: int) -> str:
         except InvalidInput as exc:
             _deployment_fail(deployment, f"the recipe no longer renders on this node: {exc}")
             return "failed"
+        started: list[ServerProcess] = []
         for spec in plan.processes:
             if Deployment.objects.filter(pk=deployment_id, cancel_requested=True).exists():
                 return "cancelled"
@@ -235,14 +236,22 @@ def deployment_launch(*, deployment_id: int) -> str:
                 continue
             if row.next_restart_at is not None:
                 continue  # a restart waiting for its back-off; the monitor spawns it when due
-            if not _process_start(row, spec):
+            if not _process_start(row, spec, verify=False):
+                return "failed"
+            started.append(row)
+        # Bindings are verified once everything is spawned, so the last process does not wait
+        # for the first one's numactl to exec.
+        for row in started:
+            handle = _handle(row)
+            if handle is not None and not _verify_binding(row, handle):
                 return "failed"
         return "launched"
 
 
-def _process_start(row: ServerProcess, spec: ProcessSpec) -> bool:
-    """Adopt the engine carrying ``row.tag`` or spawn ``spec``; record identity and verify the
-    binding. Returns False when the process (and with it the deployment) failed."""
+def _process_start(row: ServerProcess, spec: ProcessSpec, *, verify: bool = True) -> bool:
+    """Adopt the engine carrying ``row.tag`` or spawn ``spec``; record identity and (unless
+    ``verify`` is off, for a caller that verifies later) the binding. Returns False when the
+    process (and with it the deployment) failed."""
     adopted = _engine_by_tag(row.tag)
     if adopted is not None:
         handle = adopted
@@ -269,7 +278,7 @@ def _process_start(row: ServerProcess, spec: ProcessSpec) -> bool:
     row.save()
     if adopted is None:
         _event(row, "spawned", f"pid {handle.pid} (group {handle.pgid}), log {row.log_path}")
-    return _verify_binding(row, handle)
+    return _verify_binding(row, handle) if verify else True
 
 
 def _verify_binding(row: ServerProcess, handle: ProcessHandle) -> bool:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 
 from django import forms
+from django.conf import settings
+from django.utils.functional import cached_property
 
 from controlplane.errors import InvalidInput
 from deployments.choices import Engine, Topology
+from deployments.examples import example_recipes
 from deployments.models import Node, Recipe, Secret
 
 
@@ -59,6 +62,7 @@ class RecipeForm(forms.Form):
 
     def __init__(self, *args, editing: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["spec"].help_text = spec_help_text()
         if editing:
             self.fields["change_reason"] = forms.CharField(
                 max_length=100, required=False, help_text="shown in the version history"
@@ -69,6 +73,50 @@ class RecipeForm(forms.Form):
 
     def clean_spec(self) -> dict:
         return spec_parse(self.cleaned_data.get("spec", ""))
+
+    @cached_property
+    def examples(self) -> list[dict]:
+        """The example recipes the page offers as starting points, see :func:`recipe_examples_for_form`."""
+        return recipe_examples_for_form()
+
+
+def spec_help_text() -> str:
+    """The spec field's help: the rules a new recipe trips over first, and where the full
+    reference lives (:data:`deployments.recipes.RECIPE_DOC_PATH`). Model roots come from the
+    current settings."""
+    from deployments.recipes import RECIPE_DOC_PATH
+
+    roots = ", ".join(str(r) for r in settings.CEILING_MODEL_ROOTS) or "none configured"
+    return (
+        'JSON object. Key rules: "model" is {"path": ...} under a model root (' + roots + ') or '
+        '{"name": "org/Model"}; "roles" holds "single", or "prefill", "decode" and "router" for pd; '
+        'a GPU role lists its "gpus" (tp × dp of them, none shared) and, to pin it, the "numa_node" '
+        'those GPUs sit on ("allow_cross_numa": true to pin elsewhere anyway); ports are 1024-65535 '
+        'and unique; "flags" come from the engine\'s allowlist (choices, names, or paths under a model '
+        'root); secrets are {"ENV_NAME": "secret-name"} in "secrets". Every field, default and flag: '
+        + RECIPE_DOC_PATH + " in the repository."
+    )
+
+
+def recipe_examples_for_form() -> list[dict]:
+    """The example recipes of :func:`deployments.examples.example_recipes` as the recipe form's
+    "start from an example" select uses them: ``{name, description, engine, topology,
+    node_name, node (the Node's pk, or None when no node of that name is registered), spec
+    (pretty JSON text)}``, in the examples' order. One query."""
+    examples = example_recipes()
+    pks = dict(Node.objects.filter(name__in={e["node"] for e in examples}).values_list("name", "pk"))
+    return [
+        {
+            "name": e["name"],
+            "description": e["description"],
+            "engine": e["engine"],
+            "topology": e["topology"],
+            "node_name": e["node"],
+            "node": pks.get(e["node"]),
+            "spec": spec_pretty(e["spec"]),
+        }
+        for e in examples
+    ]
 
 
 class RecipeAdminForm(forms.ModelForm):

@@ -30,7 +30,7 @@ from controlplane.errors import InvalidInput
 from controlplane.redaction import REDACTED
 from deployments.engines import engine_get
 from deployments.engines.base import RenderContext, http_url
-from deployments.recipes import recipe_validate
+from deployments.recipes import recipe_validate, recipe_warnings
 from deployments.topology import NodeFacts, format_cpulist, parse_cpulist
 
 START_ORDER = ("prefill", "decode", "router", "single")
@@ -102,8 +102,11 @@ class ProcessSpec:
 @dataclass
 class LaunchPlan:
     """Everything needed to start a recipe on a node: processes in start order, the URL
-    clients use (router or single server), restart policy, timeouts and warnings (e.g. a
-    memory binding that cannot be applied without numactl)."""
+    clients use (router or single server), restart policy, timeouts and warnings: settings
+    the recipe opted into that cost something (GPUs on another NUMA node under
+    ``allow_cross_numa``, ``trust-remote-code``; see
+    :func:`deployments.recipes.recipe_warnings`), then a memory binding that cannot be applied
+    without numactl."""
 
     engine: str
     topology: str
@@ -160,7 +163,9 @@ def launch_plan_render(
     norm = recipe_validate(engine=engine, topology=topology, spec=spec, node=node)
     adapter = engine_get(engine)
     executables = dict(settings.CEILING_EXECUTABLES)
-    warnings: list[str] = []
+    # Accepted-but-costly settings (cross-NUMA GPUs, trust-remote-code) come first; the
+    # pinning loop below adds what the node cannot apply.
+    warnings: list[str] = recipe_warnings(spec=norm, node=node)
 
     secret_env = norm["secrets"]
     if secret_values is not None:

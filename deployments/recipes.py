@@ -26,6 +26,7 @@ Spec shape (JSON; keys not listed here are rejected)::
     Role:       {"gpus": [int], "tp": int, "dp": 1, "ep": 1,
                  "numa_node": int | null, "cpus": "0-31" | null,
                  "membind": "numa" | "local" | "none" | [int],
+                 "allow_cross_numa": false  (kept in the normalised spec only when true),
                  "host": "127.0.0.1", "port": int,
                  "bootstrap_port": int   (PD prefill of sglang/sim),
                  "side_channel_port": int (PD prefill/decode of vLLM),
@@ -44,10 +45,18 @@ Rules, with where they come from:
 * ``numa_node`` must exist; ``cpus`` is kernel cpulist syntax of CPUs that exist and, when
   ``numa_node`` is also given, lie in that node. ``membind`` defaults to ``numa`` (bind memory
   to ``numa_node``) when a node is given, ``local`` when only CPUs are, else ``none``.
-* Paths are absolute, normalised, without ``..``; no path, name or string flag starts with
+* A worker's GPUs must sit on the NUMA node it is bound to (``numa_node``, else the nodes of
+  its ``cpus``, else a ``membind`` list), as discovery reports them (GPUs of unknown NUMA node
+  are not checked); ``allow_cross_numa: true`` turns the error into a plan warning
+  (:func:`role_numa_mismatch`, :func:`recipe_warnings`).
+* Paths are absolute, normalised, without ``..`` and under ``settings.CEILING_MODEL_ROOTS``
+  (the model and every path-typed flag alike); no path, name or string flag starts with
   ``-`` (so it can never be read as an option).
-* Flags come from the engine's typed allowlist (:mod:`deployments.engines`); flags Ceiling
-  renders itself are refused with the recipe field to use instead.
+* Flags come from the engine's typed allowlist (:mod:`deployments.engines`): fixed lists are
+  choices, registry lookups are names, files are paths under the model roots. An unknown flag
+  is answered with the closest allowed spellings or the whole list, and a pointer to
+  :data:`RECIPE_DOC_PATH`; flags Ceiling renders itself are refused with the recipe field to
+  use instead.
 * Environment names must match :data:`ENV_ALLOWED_NAMES` or :data:`ENV_ALLOWED_PREFIXES` and
   never :data:`ENV_DENIED_NAMES` / :data:`ENV_DENIED_PREFIXES` / :data:`ENV_DENIED_SUFFIXES`,
   which win: they change what code or which shared library a process loads (the
@@ -60,15 +69,27 @@ import difflib
 import ipaddress
 import posixpath
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
 from controlplane.errors import InvalidInput
 from deployments.engines import ENGINES
-from deployments.engines.base import EngineAdapter, FlagSpec, flag_value_check, path_problem
+from deployments.engines.base import (
+    REPO_ID_RE,
+    EngineAdapter,
+    FlagSpec,
+    flag_type_text,
+    flag_value_check,
+    path_problem,
+    path_under_roots_problem,
+)
 from deployments.engines.sim import DEFAULT_PROFILE
 from deployments.topology import NodeFacts, format_cpulist, parse_cpulist
+
+# The recipe spec reference, relative to the repository root; error messages point at it.
+RECIPE_DOC_PATH = "docs/recipes.md"
 
 TOPOLOGY_ROLES: dict[str, tuple[str, ...]] = {
     "single": ("single",),
@@ -118,7 +139,7 @@ ENV_RENDERER_OWNED = {
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 SECRET_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+MODEL_NAME_RE = REPO_ID_RE
 SERVED_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 HOSTNAME_RE = re.compile(
@@ -128,7 +149,7 @@ CPULIST_RE = re.compile(r"^\d{1,5}(?:-\d{1,5})?(?:,\d{1,5}(?:-\d{1,5})?)*$")
 
 TOP_KEYS = ("model", "served_model_name", "roles", "transfer_backend", "env", "secrets",
             "startup_timeout_s", "stop_grace_s", "restart", "sim")
-WORKER_KEYS = ("gpus", "tp", "dp", "ep", "numa_node", "cpus", "membind", "host", "port",
+WORKER_KEYS = ("gpus", "tp", "dp", "ep", "numa_node", "cpus", "membind", "allow_cross_numa", "host", "port",
                "bootstrap_port", "side_channel_port", "flags", "env")
 ROUTER_KEYS = ("gpus", "numa_node", "cpus", "membind", "host", "port", "flags", "env")
 
@@ -256,11 +277,11 @@ def _model_check(errs: _Errors, adapter: EngineAdapter, model: Any) -> dict:
         if problem:
             errs.add("spec.model.path", f"model path {problem}")
             return norm
-        clean = posixpath.normpath(path)
-        roots = [posixpath.normpath(str(r)) for r in settings.CEILING_MODEL_ROOTS]
-        if not any(clean.startswith(r.rstrip("/") + "/") for r in roots):
-            errs.add("spec.model.path", f"{clean!r} is not under a model root ({', '.join(roots) or 'none configured'})")
+        problem = path_under_roots_problem(path, settings.CEILING_MODEL_ROOTS)
+        if problem:
+            errs.add("spec.model.path", problem)
             return norm
+        clean = posixpath.normpath(path)
         if adapter.name == "llamacpp" and not clean.endswith(".gguf"):
             errs.add("spec.model.path", f"llama.cpp needs a .gguf file, got {clean!r}")
         norm["path"] = clean
@@ -336,6 +357,14 @@ def _worker_check(errs: _Errors, adapter: EngineAdapter, topology: str, name: st
     ep = _int_field(errs, f"{path}.ep", role.get("ep"), 1, 1, MAX_PARALLEL)
     out: dict[str, Any] = {"gpus": gpus, "tp": tp, "dp": dp, "ep": ep}
     out.update(_pinning_check(errs, path, role, node))
+    cross = role.get("allow_cross_numa")
+    if cross is not None and not isinstance(cross, bool):
+        errs.add(f"{path}.allow_cross_numa", f"must be true or false, got {_show(cross)}")
+    elif cross and not adapter.uses_gpus:
+        errs.add(f"{path}.allow_cross_numa", f"{adapter.name} runs on CPUs; allow_cross_numa only applies to roles with GPUs")
+    elif cross:
+        # Only stored when set, so specs saved before the field existed normalise unchanged.
+        out["allow_cross_numa"] = True
     out["host"] = _host_check(errs, f"{path}.host", role.get("host"))
     out["port"] = _port_field(errs, f"{path}.port", role.get("port"), adapter.default_ports.get(name))
 
@@ -361,7 +390,117 @@ def _worker_check(errs: _Errors, adapter: EngineAdapter, topology: str, name: st
     if not errs.has_under(f"{path}.tp") and not errs.has_under(f"{path}.dp") and not errs.has_under(f"{path}.ep") \
             and not errs.has_under(f"{path}.gpus") and not errs.has_under(f"{path}.flags"):
         _parallel_check(errs, adapter, path, out)
+    if not any(errs.has_under(f"{path}.{key}") for key in ("gpus", "numa_node", "cpus", "membind", "allow_cross_numa")):
+        mismatch = role_numa_mismatch(out, node)
+        if mismatch is not None and not out.get("allow_cross_numa"):
+            errs.add(f"{path}.{mismatch.field}",
+                     f"{mismatch.fact}; {mismatch.fix}, or set allow_cross_numa: true to keep this binding "
+                     f"(every host-GPU copy then crosses the link between NUMA nodes)")
     return out
+
+
+@dataclass(frozen=True)
+class NumaMismatch:
+    """GPUs of a role that sit on another NUMA node than the role is bound to.
+
+    ``field``: the role field that binds it (``numa_node``, else ``cpus``, else a ``membind``
+    list); ``fact``: the finding as a clause (``"GPUs 4,5,6,7 are on NUMA node 1, not 0"``);
+    ``fix``: how to line them up, as a clause.
+    """
+
+    field: str
+    fact: str
+    fix: str
+
+
+def role_numa_mismatch(role: dict, node: NodeFacts) -> NumaMismatch | None:
+    """Compare a normalised worker role's GPUs with its CPU/memory binding on ``node``.
+
+    The binding is the role's ``numa_node`` when set, else the NUMA nodes holding its
+    ``cpus``, else an explicit ``membind`` list; a role with none of these is not pinned and
+    cannot mismatch. A GPU whose NUMA node is unknown (``GpuFacts.numa_node`` None: single
+    socket hosts, or firmware that reports -1) never counts. Returns None when every GPU with
+    a known NUMA node lies inside the binding. Why it matters: a process pinned away from its
+    GPUs' socket sends every host-to-GPU copy (weights at load, KV cache transfer buffers,
+    sampling results) over the inter-socket link and allocates pinned memory on the wrong
+    node, which is what ``nvidia-smi topo -m``'s "NUMA Affinity" column exists to prevent.
+    """
+    gpu_node = {g.index: g.numa_node for g in node.gpus}
+    known = {g: gpu_node[g] for g in role.get("gpus") or [] if gpu_node.get(g) is not None}
+    if not known:
+        return None
+    numa = role.get("numa_node")
+    membind = role.get("membind")
+    if numa is not None:
+        field, allowed = "numa_node", {numa}
+    elif role.get("cpus"):
+        cpus = set(parse_cpulist(role["cpus"]))
+        field, allowed = "cpus", {n.index for n in node.numa_nodes if cpus & set(n.cpus)}
+    elif isinstance(membind, list) and membind:
+        field, allowed = "membind", set(membind)
+    else:
+        return None
+    if not allowed:
+        return None
+    foreign: dict[int, list[int]] = {}
+    for gpu, gpu_numa in sorted(known.items()):
+        if gpu_numa not in allowed:
+            foreign.setdefault(gpu_numa, []).append(gpu)
+    if not foreign:
+        return None
+    groups = " and ".join(
+        f"{'GPU' if len(gpus) == 1 else 'GPUs'} {_ids(gpus)} {'is' if len(gpus) == 1 else 'are'} on NUMA node {n}"
+        for n, gpus in sorted(foreign.items())
+    )
+    bound = format_cpulist(allowed)
+    if field == "numa_node":
+        fact = f"{groups}, not {numa}"
+    elif field == "cpus":
+        fact = f"{groups}, but cpus {role['cpus']} are on NUMA node {bound}"
+    else:
+        fact = f"{groups}, but membind binds memory to NUMA node {bound}"
+    homes = sorted(set(known.values()))
+    if len(homes) > 1:
+        fix = (f"the role's GPUs span NUMA nodes {format_cpulist(homes)}: leave {field} unset or split the GPUs "
+               f"into roles per NUMA node")
+    elif field == "numa_node":
+        fix = f"set numa_node to {homes[0]} (and cpus, if given, within it)"
+    elif field == "cpus":
+        facts = node.numa(homes[0])
+        where = f" ({format_cpulist(facts.cpus)})" if facts else ""
+        fix = f"pick cpus on NUMA node {homes[0]}{where}"
+    else:
+        fix = f"bind memory to NUMA node {homes[0]}"
+    return NumaMismatch(field=field, fact=fact, fix=fix)
+
+
+def recipe_warnings(*, spec: dict, node: NodeFacts) -> list[str]:
+    """Warnings a launch plan of the normalised ``spec`` on ``node`` carries, in role order.
+
+    * a role with ``allow_cross_numa`` whose GPUs sit on another NUMA node than its binding
+      (see :func:`role_numa_mismatch`): the cost is accepted, but shown;
+    * ``trust-remote-code`` on any role: the engine imports and runs Python files that come
+      with the model (``modeling_*.py`` in the model directory or repository) with the node
+      agent's privileges, so the model's origin must be trusted.
+
+    Pure; returns ``[]`` for a spec without such settings.
+    """
+    warnings: list[str] = []
+    roles = spec.get("roles") or {}
+    for name, role in roles.items():
+        if not role.get("allow_cross_numa"):
+            continue
+        mismatch = role_numa_mismatch(role, node)
+        if mismatch is not None:
+            warnings.append(f"{name}: {mismatch.fact} (allowed by allow_cross_numa); every host-GPU copy crosses "
+                            f"the link between NUMA nodes")
+    trusting = [name for name, role in roles.items() if (role.get("flags") or {}).get("trust-remote-code")]
+    if trusting:
+        model = spec.get("model") or {}
+        source = f"the model directory {model['path']}" if model.get("path") else f"the repository {model.get('name')}"
+        warnings.append(f"{', '.join(trusting)}: trust-remote-code runs the Python code shipped in {source} "
+                        f"with the node agent's privileges; use it only for a model whose origin you trust")
+    return warnings
 
 
 def _parallel_check(errs: _Errors, adapter: EngineAdapter, path: str, role: dict) -> None:
@@ -566,19 +705,35 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
             continue
         spec = allow.get(name)
         if spec is None:
-            close = difflib.get_close_matches(name, list(allow), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            errs.add(fpath, f"unknown {what} flag {name!r}: not in the allowlist{hint}")
+            errs.add(fpath, unknown_flag_message(name, allow, what))
             continue
         if spec.roles is not None and role_name not in spec.roles:
             errs.add(fpath, f"--{name} only applies to role {', '.join(sorted(spec.roles))}")
             continue
-        clean, message = flag_value_check(spec, value)
+        clean, message = flag_value_check(spec, value, model_roots=settings.CEILING_MODEL_ROOTS)
         if message:
             errs.add(fpath, f"--{name} {message}")
             continue
         out[name] = clean
     return dict(sorted(out.items()))
+
+
+def unknown_flag_message(name: str, allow: dict[str, FlagSpec], what: str) -> str:
+    """The error for a flag outside ``allow``: the closest allowed spellings when there are
+    some (``difflib`` ratio >= 0.6), else every allowed flag, and where the types are listed.
+
+    ``what`` names the allowlist (``"sglang"``, ``"sglang router"``), as in the reference's
+    section titles of :data:`RECIPE_DOC_PATH`.
+    """
+    close = difflib.get_close_matches(name, list(allow), n=3)
+    where = f"see {RECIPE_DOC_PATH}, section '{what} flags', for every allowed flag and its type"
+    if close:
+        options = " or ".join(repr(c) for c in close)
+        return f"unknown {what} flag {name!r}: not in the allowlist; did you mean {options}? ({where})"
+    if not allow:
+        return f"unknown {what} flag {name!r}: {what} takes no flags"
+    return (f"unknown {what} flag {name!r}: not in the allowlist; allowed: {', '.join(sorted(allow))} "
+            f"({where})")
 
 
 # --- env and secrets -----------------------------------------------------------------------
@@ -769,6 +924,53 @@ def _gpus_disjoint(errs: _Errors, roles: dict) -> None:
             for g in shared:
                 errs.add(f"spec.roles.{a}.gpus", f"GPU {g} is also used by role {b}")
                 errs.add(f"spec.roles.{b}.gpus", f"GPU {g} is also used by role {a}")
+
+
+# --- the recipe reference (docs/recipes.md) -----------------------------------------------
+
+FLAG_TABLE_RE = re.compile(
+    r"(<!-- BEGIN flags (?P<engine>[a-z]+) (?P<kind>worker|router) -->\n).*?(<!-- END flags (?P=engine) (?P=kind) -->)",
+    re.DOTALL,
+)
+
+
+def flag_table_render(*, engine: str, kind: str) -> str:
+    """Markdown tables of one allowlist: every flag of ``engine``'s ``kind`` (``worker`` or
+    ``router``) with its type, roles and meaning, sorted by name, then the flags Ceiling sets
+    itself with the recipe field to use instead. ``KeyError`` for an unknown engine.
+
+    This is the generated part of :data:`RECIPE_DOC_PATH`; :func:`recipe_doc_render` puts it
+    between the ``<!-- BEGIN flags ENGINE KIND -->`` / ``<!-- END ... -->`` markers.
+    """
+    adapter = ENGINES[engine]
+    allow = adapter.router_flags if kind == "router" else adapter.worker_flags
+    reserved = adapter.router_reserved if kind == "router" else adapter.worker_reserved
+    lines = ["| Flag | Type | Roles | What it sets |", "|---|---|---|---|"]
+    for name in sorted(allow):
+        spec = allow[name]
+        roles = ", ".join(sorted(spec.roles)) if spec.roles else ("router" if kind == "router" else "all")
+        lines.append(f"| `--{name}` | {flag_type_text(spec)} | {roles} | {spec.help.replace('|', '/')} |")
+    if reserved:
+        lines += ["", "Set by Ceiling, refused in `flags` (set the recipe field instead):", "",
+                  "| Flag | Recipe field |", "|---|---|"]
+        lines += [f"| `--{name}` | `{field}` |" for name, field in sorted(reserved.items())]
+    return "\n".join(lines) + "\n"
+
+
+def recipe_doc_render(text: str) -> str:
+    """``text`` (the reference document) with every generated flag table replaced by the
+    current allowlists (:func:`flag_table_render`); everything outside the markers is kept.
+
+    A test asserts the committed document is a fixed point of this function. To regenerate
+    after changing an allowlist::
+
+        .venv/bin/python -c "import pathlib; from deployments.recipes import recipe_doc_render as r; \\
+            p = pathlib.Path('docs/recipes.md'); p.write_text(r(p.read_text()))"
+    """
+    def table(match: re.Match) -> str:
+        return match.group(1) + flag_table_render(engine=match["engine"], kind=match["kind"]) + match.group(4)
+
+    return FLAG_TABLE_RE.sub(table, text)
 
 
 def _ids(ids: list[int]) -> str:

@@ -5,7 +5,10 @@ Each engine module (``sglang``, ``vllm``, ``llamacpp``, ``sim``) declares
 * ``WORKER_FLAGS`` / ``ROUTER_FLAGS``: the allowlist of engine flags a recipe may set, keyed by
   the flag's spelling on the engine's command line without the leading ``--``
   (``"mem-fraction-static"`` for SGLang, ``"n_ctx"`` for llama-cpp-python), each a
-  :class:`FlagSpec` saying its type and range;
+  :class:`FlagSpec` saying its type and range. Every string-valued flag is typed as tightly
+  as its engine allows: a ``choice`` where the engine has a fixed list, a ``name`` (short
+  identifier) where it looks a name up in a registry of its own, and a path kind where it
+  opens a file, which must then lie under the model roots like the model itself;
 * ``WORKER_RESERVED`` / ``ROUTER_RESERVED``: flags the renderer sets itself, mapped to the
   recipe field that controls them, so validation can point a person at the right field;
 * an :class:`EngineAdapter` instance ``ADAPTER`` that turns a validated role into argv.
@@ -17,26 +20,43 @@ from __future__ import annotations
 import math
 import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-FlagKind = Literal["int", "float", "bool", "choice", "name", "path", "port"]
+FlagKind = Literal["int", "float", "bool", "choice", "name", "names", "path", "template", "model", "port"]
 
-# Names (parser names, attention backends, quantisation methods...) are short identifiers;
-# the first character may not be "-" so a value can never be read as another option.
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:/+@-]{0,255}$")
+# Names (parser names, quantisation methods, chat template names...) are short identifiers
+# looked up in a registry of the engine. No "/" (a name must never be read as a path), no
+# ":" or "@" (URLs, user@host) and the first character may not be "-", so a value can never
+# be read as another option.
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}$")
+# Hugging Face repository ids ("org/name"); the same rule as a recipe's spec.model.name.
+REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 MAX_PATH_LEN = 4096
+MAX_NAMES = 32
 
 
 @dataclass(frozen=True)
 class FlagSpec:
     """One allowed engine flag.
 
-    ``kind``: ``int``/``float`` (inclusive ``min``/``max``), ``bool`` (a switch rendered as
-    ``--flag`` when true and omitted when false; ``bool_style="value"`` renders
-    ``--flag true|false`` for parsers that take a value), ``choice`` (one of ``choices``),
-    ``name`` (an identifier matching :data:`NAME_RE`), ``path`` (absolute, normalised, no
-    ``..``) or ``port`` (1024-65535, counted in the recipe's port-uniqueness check).
+    ``kind``:
+
+    * ``int`` / ``float``: inclusive ``min`` / ``max``; floats must be finite;
+    * ``bool``: a switch rendered as ``--flag`` when true and omitted when false
+      (``bool_style="value"`` renders ``--flag true|false`` for parsers that take a value);
+    * ``choice``: exactly one of ``choices`` (case-sensitive, the engine's own spelling);
+    * ``name``: an identifier matching :data:`NAME_RE`, for values the engine resolves in a
+      registry whose contents change between releases (parsers, quantisation methods);
+    * ``names``: a comma-separated list of such names (``mlx5_0,mlx5_1``);
+    * ``path``: a file or directory the engine opens: absolute, normalised, no ``..``, and
+      under one of the model roots (``settings.CEILING_MODEL_ROOTS``, the rule of
+      ``spec.model.path``);
+    * ``template``: a built-in template name (:data:`NAME_RE`) or a ``path`` as above;
+    * ``model``: a ``path`` as above or a Hugging Face repository id (``org/name``);
+    * ``port``: 1024-65535, counted in the recipe's port-uniqueness check.
+
     ``roles`` limits the flag to some worker roles (None = every role of its kind).
     """
 
@@ -49,11 +69,13 @@ class FlagSpec:
     bool_style: Literal["switch", "value"] = "switch"
 
 
-def flag_value_check(spec: FlagSpec, value: Any) -> tuple[Any, str | None]:
+def flag_value_check(spec: FlagSpec, value: Any, *, model_roots: Sequence[str] = ()) -> tuple[Any, str | None]:
     """Check one flag value against its spec.
 
-    Returns ``(normalised_value, None)`` or ``(None, message)``; never raises. Booleans are
-    not accepted as ints (JSON ``true`` is not ``1``), and floats must be finite.
+    ``model_roots`` are the directories a path-typed value must lie under (pass
+    ``settings.CEILING_MODEL_ROOTS``); with none, every path is refused. Returns
+    ``(normalised_value, None)`` or ``(None, message)``; never raises. Booleans are not
+    accepted as ints (JSON ``true`` is not ``1``), and floats must be finite.
     """
     kind = spec.kind
     if kind == "bool":
@@ -82,18 +104,60 @@ def flag_value_check(spec: FlagSpec, value: Any) -> tuple[Any, str | None]:
         if value not in spec.choices:
             return None, f"must be one of {', '.join(spec.choices)}; got {_show(value)}"
         return value, None
+    if value.startswith("-"):
+        return None, f"must not start with '-', got {_show(value)}"
     if kind == "name":
-        if value.startswith("-"):
-            return None, f"must not start with '-', got {_show(value)}"
         if not NAME_RE.match(value):
-            return None, f"must be 1-256 letters, digits or _.:/+@- characters, got {_show(value)}"
+            return None, f"must be a name of 1-64 letters, digits or _ . + - characters, got {_show(value)}"
+        return value, None
+    if kind == "names":
+        items = value.split(",")
+        if len(items) > MAX_NAMES or not all(NAME_RE.match(item) for item in items):
+            return None, (f"must be up to {MAX_NAMES} comma-separated names (letters, digits, _ . + -), "
+                          f"got {_show(value)}")
         return value, None
     if kind == "path":
-        message = path_problem(value)
-        if message:
-            return None, message
-        return posixpath.normpath(value), None
+        return _under_roots(value, model_roots)
+    if kind == "template":
+        if value.startswith("/"):
+            return _under_roots(value, model_roots)
+        if not NAME_RE.match(value):
+            return None, (f"must be a built-in template name (letters, digits, _ . + -) or an absolute path "
+                          f"under a model root, got {_show(value)}")
+        return value, None
+    if kind == "model":
+        if value.startswith("/"):
+            return _under_roots(value, model_roots)
+        if not REPO_ID_RE.match(value):
+            return None, (f"must be an absolute path under a model root or a repository id like org/name, "
+                          f"got {_show(value)}")
+        return value, None
     return None, f"unsupported flag kind {kind}"  # pragma: no cover - specs are static
+
+
+def _under_roots(value: str, model_roots: Sequence[str]) -> tuple[str | None, str | None]:
+    message = path_under_roots_problem(value, model_roots)
+    if message:
+        return None, message
+    return posixpath.normpath(value), None
+
+
+def path_under_roots_problem(value: Any, model_roots: Sequence[str]) -> str | None:
+    """Why ``value`` is not an acceptable path under one of ``model_roots``, or None.
+
+    The lexical rules of :func:`path_problem`, then: the normalised path lies strictly inside
+    one of the roots (a root itself is not a model). This is the rule of ``spec.model.path``
+    and of every path-typed flag, so a recipe can only point an engine at files below the
+    directories an operator configured (``CEILING_MODEL_ROOTS``), never at ``/etc/shadow``.
+    """
+    message = path_problem(value)
+    if message:
+        return message
+    clean = posixpath.normpath(value)
+    roots = [posixpath.normpath(str(r)) for r in model_roots]
+    if not any(clean.startswith(r.rstrip("/") + "/") for r in roots):
+        return f"{clean!r} is not under a model root ({', '.join(roots) or 'none configured'})"
+    return None
 
 
 def path_problem(value: str) -> str | None:
@@ -116,6 +180,29 @@ def path_problem(value: str) -> str | None:
     if ".." in value.split("/"):
         return f"must not contain a '..' segment, got {_show(value)}"
     return None
+
+
+def flag_type_text(spec: FlagSpec) -> str:
+    """One-line description of what ``spec`` accepts, for the recipe reference
+    (``docs/recipes.md``) and error messages: ``"float 0.01-1"``, ``"one of: a, b"``..."""
+    kind = spec.kind
+    if kind in ("int", "float"):
+        if spec.min is None and spec.max is None:
+            return kind
+        return f"{kind} in [{_num(spec.min)}, {_num(spec.max)}]"
+    if kind == "bool":
+        return "bool (true renders `--flag true`, false `--flag false`)" if spec.bool_style == "value" else \
+            "bool (true adds the switch)"
+    if kind == "choice":
+        return "one of: " + ", ".join(f"`{c}`" for c in spec.choices)
+    return {
+        "name": "name (letters, digits, `_ . + -`)",
+        "names": "comma-separated names",
+        "path": "absolute path under a model root",
+        "template": "built-in template name, or absolute path under a model root",
+        "model": "absolute path under a model root, or repository id `org/name`",
+        "port": "port 1024-65535 (unique across the recipe)",
+    }[kind]
 
 
 def flag_argv(name: str, spec: FlagSpec, value: Any) -> list[str]:

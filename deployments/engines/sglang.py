@@ -15,8 +15,9 @@ Worker argv (single or PD role)::
     python -m sglang_router.launch_router --pd-disaggregation
         --prefill http://H:P BOOTSTRAP --decode http://H:P --host H --port P [flags]
 
-Flag names and choices follow ``sglang/srt/server_args.py`` and
-``python -m sglang_router.launch_router --help`` (sglang-router 0.3.x).
+Flag names and choices follow ``sglang/srt/server_args.py`` (0.5.x) and
+``python -m sglang_router.launch_router --help`` (sglang-router 0.3.x). The table of every
+allowed flag with its type is in ``docs/recipes.md``, generated from these dicts.
 """
 from __future__ import annotations
 
@@ -31,6 +32,39 @@ from deployments.engines.base import (
 
 PD_ROLES = frozenset({"prefill", "decode"})
 
+# Choice lists follow the argparse choices of sglang/srt/server_args.py across the 0.5.x
+# releases (the union, so a recipe written for one 0.5 release validates for the next; the
+# engine still refuses a value its own build lacks, at start-up).
+ATTENTION_BACKENDS = (
+    "triton", "torch_native", "flex_attention", "nsa", "dsa", "dsv4", "compressed",
+    "cutlass_mla", "fa3", "fa4", "flashinfer", "flashmla", "trtllm_mla", "trtllm_mha",
+    "cutedsl_mla", "tokenspeed_mla", "dual_chunk_flash_attn", "hpc_ops",
+    "minicpm_flashattn", "minicpm_flashinfer",
+    "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
+)
+# Native sparse attention (DeepSeek V3.2 / V4 indexer) kernels: NSA_CHOICES / DSA_CHOICES.
+NSA_BACKENDS = (
+    "flashmla_prefill", "flashmla_decode", "flashmla_sparse", "flashmla_sparse_q8", "flashmla_kv",
+    "flashmla_auto", "flashinfer_sparse_mla", "fa3", "tilelang", "aiter", "trtllm",
+)
+KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16", "fp4_e2m1")
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+# LOAD_FORMAT_CHOICES minus the formats that fetch weights from somewhere other than the
+# model path (remote, remote_instance, private, runai_streamer): weights come from under the
+# model roots or from spec.model.name, nowhere else.
+LOAD_FORMATS = (
+    "auto", "pt", "safetensors", "npcache", "dummy", "sharded_state", "presharded", "gguf",
+    "bitsandbytes", "layered", "mistral", "fastsafetensors",
+)
+MOE_A2A_BACKENDS = (
+    "none", "deepep", "deepep_v2", "mooncake", "nixl", "mori", "flashinfer", "megamoe", "pplx",
+    "ascend_fuseep", "ascend_tp",
+)
+SCHEDULE_POLICIES = (
+    "lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "routing-key", "hrrn", "shortest-prefill-first",
+)
+SPECULATIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH")
+
 WORKER_FLAGS: dict[str, FlagSpec] = {
     "mem-fraction-static": FlagSpec("float", "fraction of GPU memory for weights + KV cache", 0.01, 1.0),
     "max-running-requests": FlagSpec("int", "cap on concurrently running requests", 1, 1_000_000),
@@ -39,29 +73,29 @@ WORKER_FLAGS: dict[str, FlagSpec] = {
     "chunked-prefill-size": FlagSpec("int", "chunk size for long prefills (-1 disables)", -1, 10_000_000),
     "context-length": FlagSpec("int", "maximum context length in tokens", 1, 100_000_000),
     "page-size": FlagSpec("int", "tokens per KV cache page", 1, 4096),
-    "kv-cache-dtype": FlagSpec("choice", "KV cache data type", choices=("auto", "fp8_e5m2", "fp8_e4m3", "bf16")),
-    "dtype": FlagSpec("choice", "weight/activation dtype", choices=("auto", "half", "float16", "bfloat16", "float", "float32")),
-    "quantization": FlagSpec("name", "quantisation method (fp8, awq, gptq, ...)"),
-    "load-format": FlagSpec("name", "weight loading format"),
-    "attention-backend": FlagSpec("name", "attention kernel backend (flashinfer, triton, fa3, flashmla, ...)"),
-    "prefill-attention-backend": FlagSpec("name", "attention backend for prefill batches"),
-    "decode-attention-backend": FlagSpec("name", "attention backend for decode batches"),
-    "nsa-prefill-backend": FlagSpec("name", "native sparse attention backend for prefill"),
-    "nsa-decode-backend": FlagSpec("name", "native sparse attention backend for decode"),
+    "kv-cache-dtype": FlagSpec("choice", "KV cache data type", choices=KV_CACHE_DTYPES),
+    "dtype": FlagSpec("choice", "weight/activation dtype", choices=DTYPES),
+    "quantization": FlagSpec("name", "quantisation method (fp8, awq, gptq, modelopt_fp4, ...)"),
+    "load-format": FlagSpec("choice", "weight file format", choices=LOAD_FORMATS),
+    "attention-backend": FlagSpec("choice", "attention kernel backend", choices=ATTENTION_BACKENDS),
+    "prefill-attention-backend": FlagSpec("choice", "attention backend for prefill batches", choices=ATTENTION_BACKENDS),
+    "decode-attention-backend": FlagSpec("choice", "attention backend for decode batches", choices=ATTENTION_BACKENDS),
+    "nsa-prefill-backend": FlagSpec("choice", "native sparse attention kernel for prefill", choices=NSA_BACKENDS),
+    "nsa-decode-backend": FlagSpec("choice", "native sparse attention kernel for decode", choices=NSA_BACKENDS),
     "sampling-backend": FlagSpec("choice", "sampling kernels", choices=("flashinfer", "pytorch")),
-    "moe-a2a-backend": FlagSpec("name", "MoE all-to-all backend (none, deepep, ...)"),
+    "moe-a2a-backend": FlagSpec("choice", "MoE all-to-all backend", choices=MOE_A2A_BACKENDS),
     "deepep-mode": FlagSpec("choice", "DeepEP dispatch mode", choices=("normal", "low_latency", "auto")),
     "enable-dp-attention": FlagSpec("bool", "data-parallel attention inside the TP group (GPUs = tp)"),
     "enable-dp-lm-head": FlagSpec("bool", "vocabulary-parallel LM head across DP attention ranks"),
     "enable-eplb": FlagSpec("bool", "expert-parallel load balancer"),
-    "trust-remote-code": FlagSpec("bool", "allow the model repository's Python code"),
+    "trust-remote-code": FlagSpec("bool", "run the Python code shipped in the model directory (plan warns)"),
     "disable-cuda-graph": FlagSpec("bool", "run decode without CUDA graphs"),
     "cuda-graph-max-bs": FlagSpec("int", "largest batch size captured in a CUDA graph", 1, 4096),
     "disable-radix-cache": FlagSpec("bool", "turn off prefix (radix) caching"),
     "enable-torch-compile": FlagSpec("bool", "torch.compile the model"),
     "torch-compile-max-bs": FlagSpec("int", "largest batch size compiled", 1, 4096),
     "enable-mixed-chunk": FlagSpec("bool", "mix prefill chunks with decode batches"),
-    "schedule-policy": FlagSpec("choice", "request scheduling policy", choices=("lpm", "random", "fcfs", "dfs-weight", "lof")),
+    "schedule-policy": FlagSpec("choice", "request scheduling policy", choices=SCHEDULE_POLICIES),
     "schedule-conservativeness": FlagSpec("float", "how conservatively to admit requests", 0.0, 100.0),
     "stream-interval": FlagSpec("int", "decode steps between streamed chunks", 1, 10_000),
     "random-seed": FlagSpec("int", "sampling RNG seed", 0, 2**31 - 1),
@@ -72,15 +106,16 @@ WORKER_FLAGS: dict[str, FlagSpec] = {
     "enable-metrics": FlagSpec("bool", "expose Prometheus /metrics"),
     "enable-cache-report": FlagSpec("bool", "report cached tokens in usage"),
     "decode-log-interval": FlagSpec("int", "decode steps between log lines", 1, 1_000_000),
-    "chat-template": FlagSpec("path", "chat template file"),
-    "tokenizer-path": FlagSpec("path", "tokenizer directory, if not the model's"),
-    "reasoning-parser": FlagSpec("name", "reasoning output parser"),
-    "tool-call-parser": FlagSpec("name", "tool call parser"),
-    "speculative-algorithm": FlagSpec("choice", "speculative decoding", choices=("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")),
+    # SGLang takes a built-in template name (chatml, llama-3-instruct, ...) or a file path.
+    "chat-template": FlagSpec("template", "chat template: built-in name or a file under a model root"),
+    "tokenizer-path": FlagSpec("model", "tokenizer directory or repository, if not the model's"),
+    "reasoning-parser": FlagSpec("name", "reasoning output parser (deepseek-r1, qwen3, ...)"),
+    "tool-call-parser": FlagSpec("name", "tool call parser (deepseekv3, qwen25, llama3, ...)"),
+    "speculative-algorithm": FlagSpec("choice", "speculative decoding", choices=SPECULATIVE_ALGORITHMS),
     "speculative-num-steps": FlagSpec("int", "draft steps", 1, 64),
     "speculative-eagle-topk": FlagSpec("int", "EAGLE top-k", 1, 64),
     "speculative-num-draft-tokens": FlagSpec("int", "draft tokens verified per step", 1, 256),
-    "disaggregation-ib-device": FlagSpec("name", "RDMA device(s) for KV transfer, e.g. mlx5_0", roles=PD_ROLES),
+    "disaggregation-ib-device": FlagSpec("names", "RDMA device(s) for KV transfer, e.g. mlx5_0,mlx5_1", roles=PD_ROLES),
     "num-reserved-decode-tokens": FlagSpec("int", "tokens reserved per decode request", 0, 1_000_000, roles=frozenset({"decode"})),
 }
 

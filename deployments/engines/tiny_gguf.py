@@ -29,6 +29,11 @@ overwhelming probability. Greedy decoding (temperature 0) therefore
   a completion run up to 3 tokens past ``max_tokens``;
 * produces printable text. Prompts may still use any byte: the embedding rows are all random.
 
+Sampling with a top-k cut (llama-cpp-python's server defaults to ``top_k`` 40) keeps the same
+guarantees, because about half of the ~350 tokens greedy decoding may pick have a positive logit
+at every step, so the zero-logit tokens never make the cut; only ``top_k: 0`` at a temperature
+above 0 can reach them.
+
 The generation parameters are stored in the file under :data:`PARAMS_KEY`; a file is "valid" for
 a set of parameters when it parses as GGUF and carries exactly those parameters, which is what
 makes :func:`tiny_gguf_write` idempotent.

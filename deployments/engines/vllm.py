@@ -19,7 +19,8 @@ Router argv (PD)::
 
     vllm-router --pd-disaggregation --prefill http://H:P --decode http://H:P --host H --port P
 
-Flag names follow ``vllm serve --help`` (vLLM 0.10/0.11) and the vllm-router README.
+Flag names follow ``vllm serve --help`` (vLLM 0.10 and later) and the vllm-router README; the
+table of every allowed flag with its type is in ``docs/recipes.md``.
 """
 from __future__ import annotations
 
@@ -40,29 +41,51 @@ PD_ROLES = frozenset({"prefill", "decode"})
 # both the prefill and the decode instance.
 KV_TRANSFER_CONFIG = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 
+# AttentionBackendEnum member names (vllm/v1/attention/backends/registry.py), the values of
+# ``--attention-backend`` in the vLLM releases that have it (older ones read the same names
+# from VLLM_ATTENTION_BACKEND). TORCH_SDPA (vision encoders only), NO_ATTENTION and CUSTOM
+# (a plug-in slot) are not server choices.
+ATTENTION_BACKENDS = (
+    "FLASH_ATTN", "FLASH_ATTN_DIFFKV", "TRITON_ATTN", "TRITON_FLASH_ATTN", "FLASHINFER",
+    "FLASHINFER_MLA", "FLASHINFER_MLA_SPARSE", "TRITON_MLA", "CUTLASS_MLA", "FLASHMLA",
+    "FLASHMLA_SPARSE", "FLASH_ATTN_MLA", "FLEX_ATTENTION", "TREE_ATTN", "CPU_ATTN",
+    "ROCM_ATTN", "ROCM_AITER_MLA", "ROCM_AITER_TRITON_MLA", "ROCM_AITER_FA", "ROCM_AITER_MLA_SPARSE",
+    "ROCM_AITER_UNIFIED_ATTN", "XPU_MLA_SPARSE",
+)
+# CacheDType in vllm/config/cache.py.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+# vLLM's LoadFormats minus those that fetch weights from elsewhere than the model path
+# (tensorizer URIs, runai_streamer object stores).
+LOAD_FORMATS = ("auto", "pt", "safetensors", "npcache", "dummy", "sharded_state", "gguf", "bitsandbytes",
+                "mistral", "fastsafetensors")
+
 WORKER_FLAGS: dict[str, FlagSpec] = {
     "gpu-memory-utilization": FlagSpec("float", "fraction of GPU memory vLLM may use", 0.01, 1.0),
     "max-model-len": FlagSpec("int", "maximum context length in tokens", 1, 100_000_000),
     "max-num-seqs": FlagSpec("int", "maximum sequences per batch", 1, 1_000_000),
     "max-num-batched-tokens": FlagSpec("int", "maximum tokens per batch", 1, 100_000_000),
     "block-size": FlagSpec("int", "tokens per KV cache block", 1, 1024),
-    "kv-cache-dtype": FlagSpec("choice", "KV cache data type", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2")),
-    "dtype": FlagSpec("choice", "weight/activation dtype", choices=("auto", "half", "float16", "bfloat16", "float", "float32")),
-    "quantization": FlagSpec("name", "quantisation method"),
-    "load-format": FlagSpec("name", "weight loading format"),
+    "kv-cache-dtype": FlagSpec("choice", "KV cache data type", choices=KV_CACHE_DTYPES),
+    "dtype": FlagSpec("choice", "weight/activation dtype", choices=DTYPES),
+    "quantization": FlagSpec("name", "quantisation method (fp8, awq, gptq_marlin, ...)"),
+    "load-format": FlagSpec("choice", "weight file format", choices=LOAD_FORMATS),
+    "attention-backend": FlagSpec("choice", "attention kernel backend", choices=ATTENTION_BACKENDS),
     "enforce-eager": FlagSpec("bool", "no CUDA graphs"),
     "enable-prefix-caching": FlagSpec("bool", "prefix caching on"),
     "no-enable-prefix-caching": FlagSpec("bool", "prefix caching off"),
     "enable-chunked-prefill": FlagSpec("bool", "chunked prefill on"),
     "async-scheduling": FlagSpec("bool", "overlap scheduling with execution"),
     "enable-eplb": FlagSpec("bool", "expert-parallel load balancer"),
-    "trust-remote-code": FlagSpec("bool", "allow the model repository's Python code"),
+    "trust-remote-code": FlagSpec("bool", "run the Python code shipped in the model directory (plan warns)"),
     "swap-space": FlagSpec("float", "CPU swap space per GPU in GiB", 0.0, 1024.0),
     "seed": FlagSpec("int", "RNG seed", 0, 2**31 - 1),
-    "tokenizer": FlagSpec("path", "tokenizer directory, if not the model's"),
-    "chat-template": FlagSpec("path", "chat template file"),
-    "reasoning-parser": FlagSpec("name", "reasoning output parser"),
-    "tool-call-parser": FlagSpec("name", "tool call parser"),
+    "tokenizer": FlagSpec("model", "tokenizer directory or repository, if not the model's"),
+    # vLLM has no built-in template names: the value is a file, or (refused here) an inline
+    # Jinja template, which would put free text on the command line.
+    "chat-template": FlagSpec("path", "chat template file (Jinja) under a model root"),
+    "reasoning-parser": FlagSpec("name", "reasoning output parser (deepseek_r1, qwen3, ...)"),
+    "tool-call-parser": FlagSpec("name", "tool call parser (hermes, llama3_json, ...)"),
     "enable-auto-tool-choice": FlagSpec("bool", "let the model choose tools"),
     "disable-log-stats": FlagSpec("bool", "no periodic stats logging"),
     "uvicorn-log-level": FlagSpec("choice", "HTTP server log level", choices=("debug", "info", "warning", "error", "critical", "trace")),

@@ -151,6 +151,65 @@ def test_it_refuses_unknown_flags(api):
     assert "mem-fraction-static" in messages[0]
 
 
+def test_it_points_an_unknown_flag_at_the_recipe_reference(api):
+    def mutate(spec):
+        roles(spec)["decode"]["flags"] = {"totally-unknown": 1}
+
+    messages = assert_field_error(post_spec(api, mutate), "spec.roles.decode.flags.totally-unknown", "allowed: ")
+    assert "mem-fraction-static" in messages[0] and "docs/recipes.md" in messages[0]
+
+
+def test_it_refuses_a_role_pinned_to_another_numa_node_than_its_gpus(api):
+    def mutate(spec):
+        roles(spec)["decode"]["numa_node"] = 0
+
+    messages = assert_field_error(post_spec(api, mutate), "spec.roles.decode.numa_node",
+                                  "GPUs 4,5,6,7 are on NUMA node 1, not 0")
+    assert "allow_cross_numa: true" in messages[0]
+
+
+def test_it_accepts_the_cross_numa_role_that_opts_in_and_warns_in_the_dry_run(api):
+    def mutate(spec):
+        roles(spec)["decode"].update(numa_node=0, allow_cross_numa=True)
+
+    response = post_spec(api, mutate)
+    assert response.status_code == 201, response.content[:500]
+    assert response.json()["spec"]["roles"]["decode"]["allow_cross_numa"] is True
+    plan = api.get(f"/api/recipes/{response.json()['id']}/dry-run/").json()["plan"]
+    decode = next(p for p in plan["processes"] if p["role"] == "decode")
+    assert decode["wrapper"][1:] == ["--cpunodebind=0", "--membind=0", "--"]
+    assert decode["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert plan["warnings"] == [
+        "decode: GPUs 4,5,6,7 are on NUMA node 1, not 0 (allowed by allow_cross_numa); every host-GPU copy crosses "
+        "the link between NUMA nodes"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "fragment"),
+    [
+        ("attention-backend", "evil", "must be one of triton, torch_native"),
+        ("chat-template", "/etc/shadow", "'/etc/shadow' is not under a model root (/models)"),
+        ("tokenizer-path", "/etc", "'/etc' is not under a model root"),
+        ("reasoning-parser", "a/b", "must be a name"),
+    ],
+)
+def test_it_refuses_flag_values_outside_their_type(api, flag, value, fragment):
+    def mutate(spec):
+        roles(spec)["decode"]["flags"] = {flag: value}
+
+    assert_field_error(post_spec(api, mutate), f"spec.roles.decode.flags.{flag}", fragment)
+
+
+def test_it_accepts_a_built_in_chat_template_name(api):
+    def mutate(spec):
+        roles(spec)["decode"]["flags"] = {"chat-template": "chatml", "attention-backend": "flashmla"}
+
+    response = post_spec(api, mutate)
+    assert response.status_code == 201, response.content[:500]
+    assert response.json()["spec"]["roles"]["decode"]["flags"] == {"attention-backend": "flashmla",
+                                                                   "chat-template": "chatml"}
+
+
 def test_it_refuses_flags_ceiling_renders_itself(api):
     def mutate(spec):
         roles(spec)["prefill"]["flags"] = {"tp-size": 8}
@@ -270,7 +329,8 @@ GARBAGE = [
     ("NUL in an env value", payload(lambda s: s.update(env={"NCCL_DEBUG": "IN\u0000FO"})), "spec.env.NCCL_DEBUG"),
     ("NUL in a key", payload(lambda s: s.update(env={"NCCL_\u0000DEBUG": "INFO"})), "spec.env"),
     ("a very long string", payload(lambda s: s.update(served_model_name="m" * 100_000)), "spec.served_model_name"),
-    ("a huge GPU list", payload(lambda s: roles(s)["prefill"].update(gpus=list(range(200_000)))),
+    # 100k ids (~600 KiB) stays under the 1 MiB body limit, so the spec rules answer it.
+    ("a huge GPU list", payload(lambda s: roles(s)["prefill"].update(gpus=list(range(100_000)))),
      "spec.roles.prefill.gpus"),
     ("deeply nested spec", payload(lambda s: s.update(sim=json.loads("[" * 40 + "]" * 40))),
      "spec.sim" + ".0" * 16),
@@ -370,3 +430,36 @@ def test_it_never_answers_odd_query_strings_with_a_500(admin_api, url):
     response = admin_api.get(url)
     assert response.status_code in (200, 400, 404), (url, response.status_code)
     assert isinstance(response.json(), dict)
+
+
+# --- body size -----------------------------------------------------------------------------------
+
+
+def test_it_refuses_a_20_mib_body_with_413_before_parsing_it(api):
+    # Not even valid JSON: a 400 would mean the parser ran.
+    body = b'{"name": "' + b"x" * (20 * 1024 * 1024)
+    response = api.generic("POST", "/api/recipes/", body, content_type="application/json")
+    assert response.status_code == 413
+    assert response.json() == {"detail": "Request body too large: at most 1048576 bytes are accepted.",
+                               "code": "too_large", "limit_bytes": 1048576}
+    assert Recipe.objects.count() == 0
+
+
+def test_it_applies_the_configured_body_limit(api, settings):
+    settings.CEILING_API_MAX_BODY_BYTES = 4096
+    data = payload()
+    data["description"] = "d" * 5000
+    response = api.post("/api/recipes/", data, format="json")
+    assert response.status_code == 413
+    assert response.json()["limit_bytes"] == 4096
+    data["description"] = "fits"
+    assert api.post("/api/recipes/", data, format="json").status_code == 201
+
+
+def test_it_refuses_a_body_longer_than_its_declared_length_at_the_limit(api, settings):
+    settings.CEILING_API_MAX_BODY_BYTES = 64
+    body = json.dumps(payload()).encode()
+    # A client that under-declares cannot slip more than the limit past the parser.
+    response = api.generic("POST", "/api/recipes/", body, content_type="application/json", CONTENT_LENGTH="60")
+    assert response.status_code == 400
+    assert Recipe.objects.count() == 0

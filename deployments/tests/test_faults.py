@@ -46,6 +46,13 @@ def _generate(url_base: str) -> httpx.Response:
                       timeout=10, trust_env=False)
 
 
+def _status(url: str) -> int | None:
+    try:
+        return httpx.get(url, timeout=2, trust_env=False).status_code
+    except httpx.HTTPError:
+        return None
+
+
 def _row(deployment: Deployment, role: str = "single") -> ServerProcess:
     return ServerProcess.objects.get(deployment=deployment, role=role)
 
@@ -227,14 +234,16 @@ def own_redis(tmp_path):
             proc.wait(timeout=10)
 
     def use(broker: str) -> None:
-        app.conf.broker_url = broker
-        app.pool.force_close_all()
+        # Fresh pools for the new URL; the old ones are left open for whoever still holds them.
+        # The app reads Django settings under the CELERY namespace, so the key carries it.
+        app.conf["CELERY_BROKER_URL"] = broker
         app._pool = None
         app.amqp._producer_pool = None
 
     start()
     old = app.conf.broker_url
     use(url)
+    assert app.connection_for_write().as_uri() == url
     yield type("Redis", (), {"url": url, "port": port, "start": staticmethod(start), "stop": staticmethod(stop)})
     use(old)
     stop()
@@ -312,9 +321,8 @@ def test_it_never_calls_ready_an_engine_that_lists_models_but_fails_generation(a
     row = wait_for(lambda: ServerProcess.objects.filter(deployment=deployment, pid__isnull=False).first(),
                    timeout_s=20, what="the spawn")
     base = f"http://127.0.0.1:{row.ports['http']}"
-    wait_for(lambda: httpx.get(f"{base}/health", timeout=2, trust_env=False).status_code == 200, timeout_s=10,
-             what="/health")
-    assert httpx.get(f"{base}/v1/models", timeout=2, trust_env=False).status_code == 200
+    wait_for(lambda: _status(f"{base}/health") == 200, timeout_s=10, what="/health")
+    assert _status(f"{base}/v1/models") == 200
     assert _generate(base).status_code == 500
 
     wait_status(deployment, "failed", timeout_s=30)

@@ -77,6 +77,43 @@ def test_it_renders_no_wrapper_for_an_unpinned_role_even_with_numactl():
 
 # --- secrets -----------------------------------------------------------------------------
 
+def test_it_refuses_to_render_a_role_pinned_away_from_its_gpus():
+    spec = example_recipe("seed-v4-flash-pd")["spec"]
+    spec["roles"]["decode"]["numa_node"] = 0
+    with pytest.raises(InvalidInput) as info:
+        render("seed-v4-flash-pd", spec=spec)
+    assert list(info.value.errors) == ["spec.roles.decode.numa_node"]
+    assert info.value.errors["spec.roles.decode.numa_node"][0].startswith("GPUs 4,5,6,7 are on NUMA node 1, not 0;")
+
+
+def test_it_renders_an_allowed_cross_numa_role_with_a_warning():
+    spec = example_recipe("seed-v4-flash-pd")["spec"]
+    spec["roles"]["decode"].update({"numa_node": 0, "allow_cross_numa": True})
+    plan = render("seed-v4-flash-pd", spec=spec)
+    decode = plan.process("decode")
+    assert decode.wrapper == [NUMACTL, "--cpunodebind=0", "--membind=0", "--"]
+    assert decode.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert plan.warnings == [
+        "decode: GPUs 4,5,6,7 are on NUMA node 1, not 0 (allowed by allow_cross_numa); every host-GPU copy crosses "
+        "the link between NUMA nodes"]
+    assert plan.to_dict()["warnings"] == plan.warnings
+    assert render("seed-v4-flash-pd").warnings == []
+
+
+def test_it_warns_that_trust_remote_code_runs_the_models_code():
+    spec = example_recipe("seed-v4-flash-pd")["spec"]
+    for role in ("prefill", "decode"):
+        spec["roles"][role]["flags"] = {"trust-remote-code": True}
+    plan = render("seed-v4-flash-pd", spec=spec)
+    assert "--trust-remote-code" in plan.process("prefill").argv
+    assert plan.warnings == [
+        "prefill, decode: trust-remote-code runs the Python code shipped in the model directory "
+        "/models/DeepSeek-V4-Flash with the node agent's privileges; use it only for a model whose origin you trust"]
+    spec["roles"]["decode"]["flags"] = {"trust-remote-code": False}
+    spec["roles"]["prefill"]["flags"] = {}
+    assert render("seed-v4-flash-pd", spec=spec).warnings == []
+
+
 def test_it_redacts_secrets_everywhere_a_person_or_log_sees_them():
     spec = example_recipe("seed-v4-flash-pd")["spec"]
     spec["secrets"] = {"HF_TOKEN": "hf-token"}

@@ -205,7 +205,7 @@ def test_it_generates_then_keeps_the_model_from_the_command(settings, tmp_path: 
     out = StringIO()
     call_command("make_tiny_gguf", stdout=out)
     first = out.getvalue()
-    assert first.startswith(f"wrote in ")
+    assert first.startswith("wrote in ")
     assert f"{expected} (868096 bytes, 0.87 MB; 426624 weights; seed=0 n_vocab=512 n_embd=128 n_layer=2" in first
     inode = expected.stat().st_ino
 
@@ -261,6 +261,43 @@ def test_it_loads_in_llama_cpp_and_round_trips_text_through_the_tokenizer(tmp_pa
         assert first["choices"][0]["text"] == second["choices"][0]["text"]
     finally:
         llm.close()
+
+
+def test_it_renders_every_allowlisted_flag_in_a_form_the_real_server_parses(settings) -> None:
+    import argparse
+
+    from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
+    from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
+
+    from deployments.engines.llamacpp import WORKER_FLAGS
+    from deployments.examples import example_recipe, local_node_facts_example
+    from deployments.launch import launch_plan_render
+
+    settings.CEILING_MODEL_ROOTS = ["/models"]
+    flags = {"n_ctx": 512, "n_batch": 64, "n_ubatch": 32, "n_threads": 1, "n_threads_batch": 2, "seed": 7,
+             "chat_format": "chatml", "use_mmap": False, "use_mlock": False, "flash_attn": True, "verbose": False,
+             "cache": True, "cache_type": "disk", "cache_size": 1024, "rope_freq_base": 10000.0,
+             "rope_freq_scale": 0.5}
+    assert set(flags) == set(WORKER_FLAGS)
+    spec = example_recipe("local-llamacpp")["spec"]
+    spec["model"]["path"] = "/models/tiny.gguf"
+    spec["roles"]["single"]["flags"] = flags
+    plan = launch_plan_render(engine="llamacpp", topology="single", spec=spec,
+                              node=local_node_facts_example(cpu_count=2, numactl=False))
+    argv = plan.process("single").argv
+    assert argv[1:3] == ["-m", "llama_cpp.server"]
+
+    # The server builds its command line from these pydantic models (llama_cpp/server/__main__.py).
+    parser = argparse.ArgumentParser()
+    add_args_from_model(parser, Settings)
+    parser.add_argument("--config_file", type=str)
+    args = parser.parse_args(argv[3:])
+    model = parse_model_from_args(ModelSettings, args)
+    server = parse_model_from_args(ServerSettings, args)
+
+    assert model.model == "/models/tiny.gguf" and model.model_alias == "tiny-random"
+    assert (server.host, server.port) == ("127.0.0.1", 31090)
+    assert {name: getattr(model, name) for name in flags} == flags
 
 
 # --- the real server -------------------------------------------------------------------------------
@@ -368,6 +405,21 @@ def test_it_completes_exactly_max_tokens_deterministically(server: Server) -> No
     assert data["usage"] == {"prompt_tokens": len(tokenized["tokens"]), "completion_tokens": 8,
                              "total_tokens": len(tokenized["tokens"]) + 8}
     assert second.json()["choices"][0]["text"] == data["choices"][0]["text"]
+    assert all(ch.isprintable() or ch == "\n" for ch in data["choices"][0]["text"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_it_samples_exactly_max_tokens_with_the_default_top_k(server: Server) -> None:
+    texts = set()
+    for seed in range(5):
+        data = httpx.post(server.base_url + "/v1/completions", timeout=REQUEST_TIMEOUT_S,
+                          json={"prompt": "Sample", "max_tokens": 16, "temperature": 1.0, "seed": seed}).json()
+        assert data["usage"]["completion_tokens"] == 16
+        assert data["choices"][0]["finish_reason"] == "length"
+        assert data["choices"][0]["text"].isascii()
+        texts.add(data["choices"][0]["text"])
+    assert len(texts) == 5
 
 
 @pytest.mark.slow

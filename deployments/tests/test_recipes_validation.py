@@ -3,11 +3,14 @@ function level: every refusal is asserted with the field path it is reported und
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 
 import pytest
 
 from controlplane.errors import InvalidInput
+from deployments.engines import ENGINES
+from deployments.engines.base import NAME_RE, flag_value_check
 from deployments.examples import example_node_facts, example_recipe, example_recipes, seed_node_facts_example
 from deployments.recipes import recipe_validate
 
@@ -276,6 +279,70 @@ def test_it_checks_membind_modes():
     assert validate(spec)["roles"]["router"]["membind"] == "numa"
 
 
+def test_it_refuses_gpus_on_another_numa_node_than_the_role():
+    spec = seed_pd_spec()
+    spec["roles"]["decode"]["numa_node"] = 0
+    errs = errors_of(spec)
+    assert errs == {"spec.roles.decode.numa_node": [
+        "GPUs 4,5,6,7 are on NUMA node 1, not 0; set numa_node to 1 (and cpus, if given, within it), or set "
+        "allow_cross_numa: true to keep this binding (every host-GPU copy then crosses the link between NUMA nodes)"]}
+
+
+def test_it_checks_gpus_against_the_numa_node_of_the_cpus_or_the_membind_list():
+    spec = seed_pd_spec()
+    del spec["roles"]["prefill"]["numa_node"]
+    spec["roles"]["prefill"]["cpus"] = "40-47"
+    del spec["roles"]["decode"]["numa_node"]
+    spec["roles"]["decode"]["membind"] = [0]
+    errs = errors_of(spec)
+    assert errs["spec.roles.prefill.cpus"] == [
+        "GPUs 0,1,2,3 are on NUMA node 0, but cpus 40-47 are on NUMA node 1; pick cpus on NUMA node 0 (0-31), or set "
+        "allow_cross_numa: true to keep this binding (every host-GPU copy then crosses the link between NUMA nodes)"]
+    assert errs["spec.roles.decode.membind"][0].startswith(
+        "GPUs 4,5,6,7 are on NUMA node 1, but membind binds memory to NUMA node 0; bind memory to NUMA node 1, or")
+
+
+def test_it_names_each_foreign_gpu_of_a_role_spanning_numa_nodes():
+    spec = example_recipe("seed-v4-flash-tp4")["spec"]
+    spec["roles"]["single"]["gpus"] = [2, 3, 4, 5]
+    errs = errors_of(spec, topology="single")
+    assert errs["spec.roles.single.numa_node"][0].startswith(
+        "GPUs 4,5 are on NUMA node 1, not 0; the role's GPUs span NUMA nodes 0-1: leave numa_node unset or split "
+        "the GPUs into roles per NUMA node, or set allow_cross_numa: true")
+    del spec["roles"]["single"]["numa_node"]
+    assert validate(spec, topology="single")["roles"]["single"]["numa_node"] is None
+
+
+def test_it_accepts_a_cross_numa_role_that_opts_in():
+    spec = seed_pd_spec()
+    spec["roles"]["decode"].update({"numa_node": 0, "allow_cross_numa": True})
+    out = validate(spec)
+    assert out["roles"]["decode"]["allow_cross_numa"] is True
+    assert out["roles"]["decode"]["numa_node"] == 0
+    assert "allow_cross_numa" not in out["roles"]["prefill"]
+    assert validate(copy.deepcopy(out)) == out
+    spec["roles"]["decode"]["allow_cross_numa"] = "yes"
+    assert errors_of(spec) == {"spec.roles.decode.allow_cross_numa": ["must be true or false, got 'yes'"]}
+
+
+def test_it_does_not_count_gpus_of_unknown_numa_node():
+    node = seed_node_facts_example()
+    node.gpus = [dataclasses.replace(g, numa_node=None) if g.index >= 4 else g for g in node.gpus]
+    spec = seed_pd_spec()
+    spec["roles"]["decode"]["numa_node"] = 0
+    assert validate(spec, node=node)["roles"]["decode"]["numa_node"] == 0
+
+
+def test_it_refuses_allow_cross_numa_on_cpu_engines_and_the_router():
+    sim = example_recipe("local-sim-pd")["spec"]
+    sim["roles"]["decode"]["allow_cross_numa"] = True
+    sim["roles"]["router"]["allow_cross_numa"] = True
+    errs = errors_of(sim, engine="sim", node=example_node_facts("local"))
+    assert errs["spec.roles.decode.allow_cross_numa"] == [
+        "sim runs on CPUs; allow_cross_numa only applies to roles with GPUs"]
+    assert errs["spec.roles.router.allow_cross_numa"][0].startswith("unknown field 'allow_cross_numa'")
+
+
 # --- model, names, paths -----------------------------------------------------------------
 
 @pytest.mark.parametrize("model, path, fragment", [
@@ -334,8 +401,23 @@ def test_it_rejects_unknown_flags_naming_them():
     spec["roles"]["prefill"]["flags"] = {"mem-fraction-statik": 0.8, "enable-everything": True}
     errs = errors_of(spec)
     assert errs["spec.roles.prefill.flags.mem-fraction-statik"] == [
-        "unknown sglang flag 'mem-fraction-statik': not in the allowlist; did you mean 'mem-fraction-static'?"]
+        "unknown sglang flag 'mem-fraction-statik': not in the allowlist; did you mean 'mem-fraction-static'? "
+        "(see docs/recipes.md, section 'sglang flags', for every allowed flag and its type)"]
     assert errs["spec.roles.prefill.flags.enable-everything"][0].startswith("unknown sglang flag 'enable-everything'")
+
+
+def test_it_lists_every_allowed_flag_when_nothing_is_close():
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["flags"] = {"zzz": 1}
+    spec["roles"]["router"]["flags"] = {"polcy": "random"}
+    errs = errors_of(spec)
+    message = errs["spec.roles.prefill.flags.zzz"][0]
+    assert message.startswith("unknown sglang flag 'zzz': not in the allowlist; allowed: attention-backend, chat-template, chunked-prefill-size, ")
+    assert all(name in message for name in ENGINES["sglang"].worker_flags)
+    assert message.endswith("(see docs/recipes.md, section 'sglang flags', for every allowed flag and its type)")
+    assert errs["spec.roles.router.flags.polcy"][0].startswith(
+        "unknown sglang router flag 'polcy': not in the allowlist; did you mean 'policy'")
+    assert "section 'sglang router flags'" in errs["spec.roles.router.flags.polcy"][0]
 
 
 def test_it_points_renderer_owned_flags_at_their_recipe_field():
@@ -362,15 +444,80 @@ def test_it_points_renderer_owned_flags_at_their_recipe_field():
     ("max-running-requests", 0, "--max-running-requests must be between 1 and 1000000, got 0"),
     ("max-running-requests", True, "--max-running-requests must be an integer, got True"),
     ("trust-remote-code", "yes", "--trust-remote-code must be true or false, got 'yes'"),
-    ("kv-cache-dtype", "fp16", "--kv-cache-dtype must be one of auto, fp8_e5m2, fp8_e4m3, bf16; got 'fp16'"),
-    ("attention-backend", "--evil", "--attention-backend must not start with '-', got '--evil'"),
+    ("kv-cache-dtype", "fp16", "--kv-cache-dtype must be one of auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, "
+     "fp4_mx_block16, fp4_e2m1; got 'fp16'"),
+    ("attention-backend", "--evil", "--attention-backend must be one of triton, torch_native, flex_attention, nsa, dsa, "
+     "dsv4, compressed, cutlass_mla, fa3, fa4, flashinfer, flashmla, trtllm_mla, trtllm_mha, cutedsl_mla, tokenspeed_mla, "
+     "dual_chunk_flash_attn, hpc_ops, minicpm_flashattn, minicpm_flashinfer, aiter, wave, intel_amx, ascend, intel_xpu; "
+     "got '--evil'"),
     ("chat-template", "/models/../etc/passwd", "--chat-template must not contain a '..' segment, got '/models/../etc/passwd'"),
     ("chat-template", "-t", "--chat-template must not start with '-', got '-t'"),
+    ("chat-template", "/etc/shadow", "--chat-template '/etc/shadow' is not under a model root (/models, {tmp}/models)"),
+    ("chat-template", "templates/x.jinja", "--chat-template must be a built-in template name (letters, digits, _ . + -) "
+     "or an absolute path under a model root, got 'templates/x.jinja'"),
+    ("tokenizer-path", "/root/tok", "--tokenizer-path '/root/tok' is not under a model root (/models, {tmp}/models)"),
+    ("tokenizer-path", "just-a-name", "--tokenizer-path must be an absolute path under a model root or a repository id "
+     "like org/name, got 'just-a-name'"),
+    ("reasoning-parser", "../x", "--reasoning-parser must be a name of 1-64 letters, digits or _ . + - characters, got '../x'"),
+    ("tool-call-parser", "http://x", "--tool-call-parser must be a name of 1-64 letters, digits or _ . + - characters, "
+     "got 'http://x'"),
+    ("quantization", "fp8 --trust-remote-code", "--quantization must be a name of 1-64 letters, digits or _ . + - "
+     "characters, got 'fp8 --trust-remote-code'"),
+    ("disaggregation-ib-device", "mlx5_0;reboot", "--disaggregation-ib-device must be up to 32 comma-separated names "
+     "(letters, digits, _ . + -), got 'mlx5_0;reboot'"),
+    ("load-format", "remote", "--load-format must be one of auto, pt, safetensors, npcache, dummy, sharded_state, "
+     "presharded, gguf, bitsandbytes, layered, mistral, fastsafetensors; got 'remote'"),
 ])
-def test_it_type_checks_flag_values(flag, value, message):
+def test_it_type_checks_flag_values(flag, value, message, tmp_path):
     spec = seed_pd_spec()
     spec["roles"]["decode"]["flags"] = {flag: value}
-    assert errors_of(spec) == {f"spec.roles.decode.flags.{flag}": [message]}
+    assert errors_of(spec) == {f"spec.roles.decode.flags.{flag}": [message.format(tmp=tmp_path)]}
+
+
+def test_it_accepts_real_choices_names_and_paths_under_the_model_roots():
+    spec = seed_pd_spec()
+    spec["roles"]["decode"]["flags"] = {
+        "attention-backend": "flashmla", "nsa-decode-backend": "flashmla_kv", "kv-cache-dtype": "fp8_e4m3",
+        "chat-template": "chatml", "tokenizer-path": "deepseek-ai/DeepSeek-V4-Flash", "reasoning-parser": "deepseek-r1",
+        "disaggregation-ib-device": "mlx5_0,mlx5_1", "quantization": "modelopt_fp4",
+    }
+    spec["roles"]["prefill"]["flags"] = {"chat-template": "/models//DeepSeek-V4-Flash/tmpl.jinja",
+                                         "tokenizer-path": "/models/DeepSeek-V4-Flash"}
+    out = validate(spec)
+    assert out["roles"]["decode"]["flags"]["chat-template"] == "chatml"
+    assert out["roles"]["decode"]["flags"]["disaggregation-ib-device"] == "mlx5_0,mlx5_1"
+    assert out["roles"]["prefill"]["flags"] == {"chat-template": "/models/DeepSeek-V4-Flash/tmpl.jinja",
+                                                "tokenizer-path": "/models/DeepSeek-V4-Flash"}
+
+
+def test_it_takes_vllm_chat_templates_as_files_only_and_its_own_backend_names():
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"].pop("bootstrap_port")
+    spec["roles"]["decode"]["flags"] = {"chat-template": "chatml", "attention-backend": "flashinfer"}
+    errs = errors_of(spec, engine="vllm")
+    assert errs["spec.roles.decode.flags.chat-template"] == ["--chat-template must be an absolute path, got 'chatml'"]
+    assert errs["spec.roles.decode.flags.attention-backend"][0].startswith(
+        "--attention-backend must be one of FLASH_ATTN, FLASH_ATTN_DIFFKV, TRITON_ATTN,")
+    spec["roles"]["decode"]["flags"] = {"chat-template": "/models/t/chat.jinja", "attention-backend": "FLASHINFER",
+                                        "tokenizer": "/models/t"}
+    assert validate(spec, engine="vllm")["roles"]["decode"]["flags"]["attention-backend"] == "FLASHINFER"
+
+
+HOSTILE_STRINGS = ["/etc/shadow", "../../etc/passwd", "evil value", "-x", "http://evil.example/x", "a" * 300, ""]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "llamacpp", "sim"])
+def test_it_types_every_string_flag_of_every_allowlist(engine):
+    """No flag of any allowlist takes a path outside the model roots, a relative path, free
+    text, an option-looking value or a URL; every choice list is a list of plain values."""
+    adapter = ENGINES[engine]
+    for allow in (adapter.worker_flags, adapter.router_flags):
+        for name, spec in allow.items():
+            for value in HOSTILE_STRINGS:
+                clean, message = flag_value_check(spec, value, model_roots=["/models"])
+                assert message and clean is None, f"{engine} --{name} ({spec.kind}) accepted {value!r}"
+            if spec.kind == "choice":
+                assert spec.choices and all(NAME_RE.match(c) for c in spec.choices), name
 
 
 def test_it_limits_role_specific_flags_to_their_roles():
