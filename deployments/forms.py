@@ -15,6 +15,7 @@ from controlplane.errors import InvalidInput
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
 from deployments.models import Node, Recipe, Secret
+from deployments.recipes import RECIPE_DOC_PATH
 
 
 def spec_parse(text: str) -> dict:
@@ -84,8 +85,6 @@ def spec_help_text() -> str:
     """The spec field's help: the rules a new recipe trips over first, and where the full
     reference lives (:data:`deployments.recipes.RECIPE_DOC_PATH`). Model roots come from the
     current settings."""
-    from deployments.recipes import RECIPE_DOC_PATH
-
     roots = ", ".join(str(r) for r in settings.CEILING_MODEL_ROOTS) or "none configured"
     return (
         'JSON object. Key rules: "model" is {"path": ...} under a model root (' + roots + ') or '

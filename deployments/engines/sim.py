@@ -8,6 +8,8 @@ Command-line contract of the simulator (the server module implements exactly the
         --profile NAME              (performance profile, e.g. seed-sm120-fallback)
         [--seed S] [--time-scale X] (RNG seed for service-time jitter; multiplier on every
                                      modelled duration, <1 runs faster than the profile)
+        [--startup-delay-s X]       (wall seconds before the server answers; overrides the
+                                     profile's start-up delay)
 
 It speaks SGLang's HTTP API (``/health``, ``/generate``, OpenAI routes, ``/metrics``), so PD
 deployments use the real ``sglang_router.launch_router`` in front of it. It takes no GPUs.
@@ -23,6 +25,7 @@ DEFAULT_PROFILE = "seed-sm120-fallback"
 WORKER_FLAGS: dict[str, FlagSpec] = {
     "seed": FlagSpec("int", "RNG seed for service-time jitter", 0, 2**31 - 1),
     "time-scale": FlagSpec("float", "multiplier on every modelled duration", 0.001, 1000.0),
+    "startup-delay-s": FlagSpec("float", "wall seconds before the server answers (overrides the profile)", 0.0, 3600.0),
 }
 
 _ROLE_FIELD = "spec.roles.<role>"

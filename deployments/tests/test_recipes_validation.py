@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import random
+import re
+from pathlib import Path
 
 import pytest
 
 from controlplane.errors import InvalidInput
 from deployments.engines import ENGINES
-from deployments.engines.base import NAME_RE, flag_value_check
+from deployments.engines.base import NAME_RE, flag_type_text, flag_value_check
 from deployments.examples import example_node_facts, example_recipe, example_recipes, seed_node_facts_example
-from deployments.recipes import recipe_validate
+from deployments.recipes import RECIPE_DOC_PATH, flag_table_render, recipe_doc_render, recipe_validate
 
 
 @pytest.fixture(autouse=True)
@@ -680,3 +683,53 @@ def test_it_raises_only_invalid_input_for_garbage_anywhere(name):
     for engine, topology in [(None, None), (1, "pd"), ("sglang", ["pd"]), ({}, {})]:
         with pytest.raises(InvalidInput):
             recipe_validate(engine=engine, topology=topology, spec=recipe["spec"], node=node)
+
+
+# --- the reference document --------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parents[2] / RECIPE_DOC_PATH
+
+
+def _doc_block(text: str, engine: str, kind: str) -> str:
+    begin, end = f"<!-- BEGIN flags {engine} {kind} -->", f"<!-- END flags {engine} {kind} -->"
+    assert begin in text and end in text, f"{RECIPE_DOC_PATH} lacks the {engine} {kind} flag table"
+    return text[text.index(begin):text.index(end)]
+
+
+def test_it_documents_every_allowed_flag():
+    text = DOC.read_text()
+    for engine, adapter in ENGINES.items():
+        for kind, allow in (("worker", adapter.worker_flags), ("router", adapter.router_flags)):
+            if not allow:
+                continue
+            assert f"### {engine} {'router ' if kind == 'router' else ''}flags" in text
+            block = _doc_block(text, engine, kind)
+            for name, spec in allow.items():
+                assert f"| `--{name}` | {flag_type_text(spec)} |" in block, f"{engine} {kind} --{name}"
+
+
+def test_it_keeps_the_generated_flag_tables_in_sync_with_the_allowlists():
+    text = DOC.read_text()
+    assert recipe_doc_render(text) == text, (
+        f"{RECIPE_DOC_PATH} is out of date; regenerate it with the command at the end of the document")
+
+
+def test_it_validates_every_example_in_the_reference():
+    examples = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", DOC.read_text(), re.DOTALL)]
+    combos = set()
+    for recipe in examples:
+        out = recipe_validate(engine=recipe["engine"], topology=recipe["topology"], spec=recipe["spec"],
+                              node=example_node_facts(recipe["node"]))
+        assert out["roles"], recipe["name"]
+        combos.add((recipe["engine"], recipe["topology"]))
+    assert combos == {(name, topology) for name, adapter in ENGINES.items() for topology in adapter.topologies}
+
+
+def test_it_renders_a_flag_table_per_allowlist():
+    table = flag_table_render(engine="sim", kind="worker")
+    assert table.splitlines()[:3] == [
+        "| Flag | Type | Roles | What it sets |",
+        "|---|---|---|---|",
+        "| `--seed` | int in [0, 2147483647] | all | RNG seed for service-time jitter |",
+    ]
+    assert "| `--profile` | `spec.sim.profile` |" in table

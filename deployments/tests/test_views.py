@@ -530,3 +530,84 @@ def test_it_never_shows_tokens_or_users_to_a_viewer_in_admin(viewer_client, admi
         assert key not in response.content.decode()
     index = viewer_client.get("/admin/").content.decode()
     assert "authtoken" not in index and "/admin/auth/" not in index
+
+
+# --- recipe form: examples and reference ------------------------------------------------------
+
+
+def test_it_offers_the_example_recipes_on_the_new_recipe_form(operator_client, seed_node):
+    response = operator_client.get(reverse("deployments:recipe-create"))
+    html = _html(response)
+    assert response.status_code == 200
+    assert '<select id="example-pick">' in html
+    assert '<option value="seed-v4-flash-pd">seed-v4-flash-pd (sglang, pd, node seed-8gpu)</option>' in html
+    start = html.index('<script id="recipe-examples" type="application/json">') + len(
+        '<script id="recipe-examples" type="application/json">')
+    examples = {e["name"]: e for e in json.loads(html[start:html.index("</script>", start)])}
+    assert list(examples) == ["seed-v4-flash-pd", "seed-v4-flash-tp4", "local-sim-pd", "local-llamacpp"]
+    seed = examples["seed-v4-flash-pd"]
+    assert (seed["engine"], seed["topology"], seed["node"], seed["node_name"]) == ("sglang", "pd", seed_node.pk, "seed-8gpu")
+    assert json.loads(seed["spec"]) == example_recipe("seed-v4-flash-pd")["spec"]
+    # No "local" node is registered in this test: the page says so instead of guessing one.
+    assert examples["local-sim-pd"]["node"] is None
+    assert "docs/recipes.md" in html
+
+
+def test_it_puts_the_key_rules_and_the_reference_in_the_spec_help(operator_client, seed_node, settings):
+    settings.CEILING_MODEL_ROOTS = ["/models", "/srv/weights"]
+    html = _html(operator_client.get(reverse("deployments:recipe-create")))
+    help_start = html.index('id="field-spec"')
+    help_text = html[help_start:html.index("</div>", html.index('class="help"', help_start))]
+    assert "under a model root (/models, /srv/weights)" in help_text
+    assert escape('"allow_cross_numa": true') in help_text
+    assert escape('{"ENV_NAME": "secret-name"}') in help_text
+    assert "docs/recipes.md" in help_text
+
+
+def test_it_does_not_offer_examples_when_editing(operator_client, seed_pd):
+    html = _html(operator_client.get(reverse("deployments:recipe-edit", args=[seed_pd.pk])))
+    assert "example-pick" not in html and "recipe-examples" not in html
+
+
+# --- request logging ----------------------------------------------------------------------------
+
+
+def _console_handler():
+    """The console handler settings.LOGGING installs on the root logger (the one web.log gets)."""
+    import logging
+
+    from controlplane.logging import RedactSecretsFilter
+
+    return next(h for h in logging.getLogger().handlers if any(isinstance(f, RedactSecretsFilter) for f in h.filters))
+
+
+def test_it_logs_a_403_as_one_line_without_a_traceback(viewer_client, seed_node, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="django.request")
+    response = viewer_client.post(reverse("deployments:recipe-create"), {"name": "x"})
+    assert response.status_code == 403
+    records = [r for r in caplog.records if r.name == "django.request"]
+    assert [(r.levelname, r.status_code, r.exc_info) for r in records] == [("WARNING", 403, None)]
+    assert records[0].getMessage() == (
+        "Forbidden (Permission denied): /recipes/new/ [PermissionDenied: Your role does not allow this.]")
+    formatted = _console_handler().format(records[0])
+    assert "\n" not in formatted and "Traceback" not in formatted
+
+
+def test_it_keeps_the_traceback_of_a_server_error(rf, caplog):
+    import logging
+
+    from django.http import HttpResponse
+    from django.utils.log import log_response
+
+    caplog.set_level(logging.INFO, logger="django.request")
+    try:
+        raise RuntimeError("engine table corrupt")
+    except RuntimeError as exc:
+        log_response("Internal Server Error: %s", "/x/", response=HttpResponse(status=500),
+                     request=rf.get("/x/"), exception=exc)
+    record = next(r for r in caplog.records if r.name == "django.request")
+    assert record.exc_info is not None and record.exc_info[0] is RuntimeError
+    formatted = _console_handler().format(record)
+    assert "Traceback (most recent call last)" in formatted and "RuntimeError: engine table corrupt" in formatted
