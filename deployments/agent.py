@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Iterator
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections
 from django.utils import timezone
 
 from controlplane.errors import InvalidInput
@@ -697,11 +697,11 @@ def agent_tick(*, node_name: str) -> None:
     for deployment_id in ids:
         deployment_check(deployment_id=deployment_id)
     grace = timezone.now() - timedelta(seconds=settings.CEILING_AGENT_PENDING_GRACE_S)
-    stale = Deployment.objects.filter(node__name=node_name).exclude(status__in=DEPLOYMENT_TERMINAL).filter(
-        status=DeploymentStatus.STOPPING
-    ) | Deployment.objects.filter(node__name=node_name, status__in=WANTED, cancel_requested=True,
-                                  updated_at__lt=grace) | Deployment.objects.filter(
-        node__name=node_name, status=DeploymentStatus.PENDING, created_at__lt=grace
+    here = Deployment.objects.filter(node__name=node_name)
+    stale = (
+        here.filter(status=DeploymentStatus.STOPPING)
+        | here.filter(status__in=WANTED, cancel_requested=True, updated_at__lt=grace)
+        | here.filter(status=DeploymentStatus.PENDING, created_at__lt=grace)
     )
     for deployment_id in stale.values_list("pk", flat=True):
         if not _try_locked(deployment_id):

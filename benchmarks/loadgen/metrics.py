@@ -1,0 +1,240 @@
+"""Per-run summary of a load-generator run, by the formulas of ``/work/shared/design/metrics.md``.
+
+Per request (successes only; failures contribute no tokens and no latency):
+TTFT = first output event − start; E2E = last output event − start; TPOT = (E2E − TTFT) /
+(output_tokens − 1) for output_tokens ≥ 2; ITL = gaps between consecutive output events (per event),
+and per token (gap / k repeated k times) when every event's token count k is known from
+cumulative usage. Per run: duration = first start → last end of the measured requests (warmup and
+dataset generation are outside, case C11); throughputs over that duration; percentiles p50/p90/p99
+with linear interpolation over successes plus mean and std (population); an error-adjusted view
+with failures as +inf and the nearest-rank method; goodput and SLO attainment (over all requests
+sent); achieved concurrency (time-weighted mean requests in flight at the server side, i.e. after
+any connection-pool wait, and the maximum) and achieved rate; flags.
+
+Times in the summary are seconds (floats); rates per second.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .driver import CPU_BOUND_FRACTION, RunResult
+from .records import RecordStore
+
+__all__ = ["Slo", "run_summary", "distribution", "nearest_rank", "in_flight"]
+
+PERCENTILES = (50, 90, 99)
+# Shortfall tolerances. Concurrency: the target must be reached at least once (max in flight);
+# the time-weighted mean always falls below it by ramp-up and tail. Rate: a realised rate 5% below
+# the schedule's own rate is beyond timer jitter on a busy host.
+RATE_SHORTFALL_FRACTION = 0.95
+# metrics.md: client tok/s vs the server's generation_tokens_total delta, more than 2% apart.
+SERVER_TOKEN_TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Service-level objectives in seconds; None means not constrained."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+
+def distribution(values: np.ndarray) -> dict[str, float | None]:
+    """mean, std (population), p50/p90/p99 (linear interpolation) of finite ``values``; None if empty."""
+    if values.size == 0:
+        return {"mean": None, "std": None, **{f"p{p}": None for p in PERCENTILES}, "count": 0}
+    pct = np.percentile(values, PERCENTILES, method="linear")
+    return {"mean": float(values.mean()), "std": float(values.std()),
+            **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}, "count": int(values.size)}
+
+
+def nearest_rank(values: np.ndarray, p: float) -> float:
+    """Nearest-rank percentile: the ⌈p/100·n⌉-th smallest value (1-based); may be +inf. NaN if empty."""
+    if values.size == 0:
+        return math.nan
+    rank = max(1, math.ceil(p / 100.0 * values.size))
+    return float(np.sort(values)[rank - 1])
+
+
+def in_flight(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[float, int]:
+    """Time-weighted mean and maximum of intervals [start, end) open at once, within [lo, hi] (ns)."""
+    if starts.size == 0 or hi <= lo:
+        return 0.0, 0
+    s = np.clip(starts, lo, hi)
+    e = np.clip(ends, lo, hi)
+    mean = float((e - s).sum()) / (hi - lo)
+    # An end at the same instant as a start is counted first, so back-to-back requests do not overlap.
+    times = np.concatenate([ends, starts])
+    steps = np.concatenate([np.full(ends.size, -1), np.full(starts.size, 1)])
+    order = np.lexsort((steps, times))
+    return mean, int(np.cumsum(steps[order]).max())
+
+
+def _ns(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64) / 1e9
+
+
+def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
+    """Summary dict of ``result`` (JSON-serialisable; keys documented inline below).
+
+    Flags (booleans, each with its evidence elsewhere in the dict): ``concurrency_shortfall``,
+    ``rate_shortfall``, ``output_length_mismatch`` (fixed-length runs), ``tokens_estimated``,
+    ``server_token_mismatch``, ``client_cpu_bound``.
+    """
+    rec: RecordStore = result.records
+    cfg = result.config
+    n = len(rec)
+    ok = rec.column("ok").astype(bool)
+    start, end, first, last = (rec.column(c) for c in ("start", "end", "first", "last"))
+    sched, pool = rec.column("scheduled"), rec.column("pool_wait")
+    out_tok = rec.column("output_tokens").astype(np.int64)
+    in_tok = rec.column("input_tokens").astype(np.int64)
+    req_in, req_out = rec.column("requested_input"), rec.column("requested_output")
+    s: dict[str, Any] = {"requests": n, "successes": int(ok.sum()), "failures": int(n - ok.sum())}
+    lo = int(start.min()) if n else 0
+    hi = int(end.max()) if n else 0
+    duration = (hi - lo) / 1e9
+    s["duration_s"] = duration
+
+    # ---------------------------------------------------------------- per request (successes)
+    ttft = _ns(first[ok] - start[ok])
+    e2e = _ns(last[ok] - start[ok])
+    out_ok = out_tok[ok]
+    multi = out_ok >= 2
+    tpot = (e2e[multi] - ttft[multi]) / (out_ok[multi] - 1)
+    itl_event, itl_token, per_token_known = _itls(rec, np.flatnonzero(ok))
+    s["ttft_s"] = distribution(ttft)
+    s["tpot_s"] = distribution(tpot)
+    s["e2e_s"] = distribution(e2e)
+    s["itl_s"] = distribution(itl_event)
+    s["itl_kind"] = "per_event"
+    s["itl_per_token_s"] = distribution(itl_token) if per_token_known else None
+    s["queue_s"] = distribution(_ns(start - sched))
+    s["pool_wait_s"] = distribution(_ns(pool))
+
+    # error-adjusted view: failures as +inf, nearest rank (never interpolate with inf)
+    def adjusted(values: np.ndarray, mask: np.ndarray | None = None) -> dict[str, float]:
+        fails = int(n - ok.sum())
+        allv = np.concatenate([values, np.full(fails, np.inf)])
+        return {f"p{p}": nearest_rank(allv, p) for p in PERCENTILES}
+
+    s["error_adjusted"] = {"ttft_s": adjusted(ttft), "e2e_s": adjusted(e2e)}
+
+    # ---------------------------------------------------------------- throughput
+    total_out = int(out_ok.sum())
+    known_in = in_tok[ok]
+    total_in = int(known_in[known_in >= 0].sum())
+    s["output_tokens"] = total_out
+    s["input_tokens"] = total_in if (known_in >= 0).any() else None
+    s["output_throughput_tok_s"] = total_out / duration if duration > 0 else None
+    s["request_throughput_req_s"] = int(ok.sum()) / duration if duration > 0 else None
+    s["total_token_throughput_tok_s"] = (total_out + total_in) / duration if duration > 0 else None
+    s["input_tokens_requested_mean"] = float(req_in[req_in >= 0].mean()) if (req_in >= 0).any() else None
+    s["input_tokens_actual_mean"] = float(known_in[known_in >= 0].mean()) if (known_in >= 0).any() else None
+    s["output_tokens_mean"] = float(out_ok.mean()) if out_ok.size else None
+
+    # ---------------------------------------------------------------- goodput
+    if slo is not None:
+        met = np.ones(int(ok.sum()), dtype=bool)
+        if slo.ttft_s is not None:
+            met &= ttft <= slo.ttft_s
+        if slo.e2e_s is not None:
+            met &= e2e <= slo.e2e_s
+        if slo.tpot_s is not None:
+            # TPOT is undefined for one-token outputs; with no inter-token time there is nothing to miss.
+            tp = np.zeros(out_ok.size)
+            tp[multi] = tpot
+            met &= tp <= slo.tpot_s
+        good = int(met.sum())
+        s["goodput_req_s"] = good / duration if duration > 0 else None
+        s["slo_attainment"] = good / n if n else None
+        s["slo"] = {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}
+
+    # ---------------------------------------------------------------- achieved load
+    sent = start + pool
+    mean_c, max_c = in_flight(sent, end, lo, hi)
+    s["achieved_concurrency_mean"] = mean_c
+    s["achieved_concurrency_max"] = max_c
+    s["achieved_rate_req_s"] = (n - 1) / ((sent.max() - sent.min()) / 1e9) if n >= 2 and sent.max() > sent.min() else None
+    s["target_concurrency"] = cfg.concurrency
+    s["target_rate_req_s"] = cfg.rate
+    s["scheduled_rate_req_s"] = result.scheduled_rate
+    flags: dict[str, bool] = {}
+    reachable = min(cfg.concurrency, n) if cfg.concurrency else None
+    flags["concurrency_shortfall"] = bool(reachable is not None and cfg.rate is None and max_c < reachable)
+    flags["rate_shortfall"] = bool(
+        result.scheduled_rate is not None and s["achieved_rate_req_s"] is not None
+        and s["achieved_rate_req_s"] < RATE_SHORTFALL_FRACTION * result.scheduled_rate
+    )
+
+    # ---------------------------------------------------------------- output length
+    if cfg.fixed_output:
+        mismatch = ok & (out_tok != req_out)
+        s["output_length_mismatch_count"] = int(mismatch.sum())
+        s["output_length_requested"] = int(req_out[0]) if n else None
+        flags["output_length_mismatch"] = bool(mismatch.any())
+    else:
+        flags["output_length_mismatch"] = False
+    est = rec.column("tokens_estimated").astype(bool) & ok
+    flags["tokens_estimated"] = bool(est.any())
+    s["tokens_estimated_count"] = int(est.sum())
+
+    # ---------------------------------------------------------------- server cross-check
+    delta = None
+    if result.server_tokens_before is not None and result.server_tokens_after is not None:
+        delta = result.server_tokens_after - result.server_tokens_before
+    s["server_generation_tokens_delta"] = delta
+    s["server_output_throughput_tok_s"] = delta / duration if delta is not None and duration > 0 else None
+    all_tokens = int(np.where(out_tok > 0, out_tok, 0)[ok].sum())
+    flags["server_token_mismatch"] = bool(
+        delta is not None and (abs(all_tokens - delta) > SERVER_TOKEN_TOLERANCE * max(delta, 1.0))
+    )
+    s["server_scrape_errors"] = list(result.server_scrape_errors)
+
+    # ---------------------------------------------------------------- client CPU
+    cpu = sum(w.cpu_ns for w in result.workers)
+    events = sum(w.events for w in result.workers)
+    s["client_workers"] = len(result.workers)
+    s["client_cpu_s"] = cpu / 1e9
+    s["client_events"] = events
+    s["client_cpu_us_per_event"] = cpu / events / 1e3 if events else None
+    s["client_cpu_fraction_max"] = max((w.cpu_fraction for w in result.workers), default=0.0)
+    flags["client_cpu_bound"] = s["client_cpu_fraction_max"] > CPU_BOUND_FRACTION
+    s["flags"] = flags
+    s["errors"] = _error_counts(rec)
+    return s
+
+
+def _itls(rec: RecordStore, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Per-event ITLs (s) of requests ``idx`` and per-token ITLs when every event's k is known."""
+    ev = rec.column("ev_time")
+    tok = rec.column("ev_tokens")
+    off, ln = rec.column("ev_off"), rec.column("ev_len")
+    per_event, per_token, known = [], [], True
+    for i in idx:
+        o, k = int(off[i]), int(ln[i])
+        if k < 2:
+            continue
+        gaps = np.diff(ev[o:o + k])
+        per_event.append(gaps)
+        ks = tok[o + 1:o + k].astype(np.int64)
+        if known and (ks > 0).all():
+            per_token.append(np.repeat(gaps / ks, ks))
+        else:
+            known = False
+    e = _ns(np.concatenate(per_event)) if per_event else np.array([])
+    t = _ns(np.concatenate(per_token)) if (known and per_token) else np.array([])
+    return e, t, known and bool(per_token)
+
+
+def _error_counts(rec: RecordStore) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for msg in rec.errors.values():
+        key = msg[:200]
+        counts[key] = counts.get(key, 0) + 1
+    return counts
