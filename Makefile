@@ -54,6 +54,7 @@ check: setup
 	$(PY) manage.py makemigrations --check --dry-run
 
 stop:
+	@if [ -f var/run/agent.pid ]; then $(PY) manage.py undeploy --wait 30; fi
 	@$(PY) scripts/services.py stop
 
 status:

@@ -113,7 +113,9 @@ def _local_sim_pd() -> dict:
             "roles": {
                 "prefill": {"cpus": "0", "host": "127.0.0.1", "port": 31000, "bootstrap_port": 31998},
                 "decode": {"cpus": "1", "host": "127.0.0.1", "port": 31001},
-                "router": {"host": "127.0.0.1", "port": 31080},
+                # The router serves Prometheus on 29000 unless told otherwise; a second
+                # router on the host would then fail to start.
+                "router": {"host": "127.0.0.1", "port": 31080, "flags": {"prometheus-port": 31081}},
             },
             "sim": {"profile": SIM_PROFILE},
             "startup_timeout_s": 60,

@@ -1,21 +1,30 @@
-"""``manage.py demo``: report what the running demo offers (URL, login, recipes, a dry-run).
+"""``manage.py demo``: the main job on the embedded default, printed as it happens.
 
-Run by ``make demo`` after the services are up; it reads rows only and changes nothing.
+Run by ``make demo`` once the services (web, worker, beat, node agent) are up. It prints the
+URL and login, deploys the local PD recipe (sim prefill + sim decode + the real sglang-router)
+and the llama.cpp recipe through the same service as the UI, waits for the node agent to prove
+them ready, sends one streamed request through each entry URL, and prints what it observed.
+Exit status 1 when a deployment did not become ready or its request failed.
 """
 from __future__ import annotations
 
-import shlex
-
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandError
 
-from deployments.management.commands.seed import demo_login_ensure
+from deployments.demo import DeployProof, demo_deploy_and_prove
+from deployments.management.commands.seed import DEMO_USERNAME, demo_login_ensure
 from deployments.models import Recipe
-from deployments.services import recipe_plan
+
+DEMO_RECIPES = ("local-sim-pd", "local-llamacpp")
 
 
 class Command(BaseCommand):
-    help = "Print the demo's URL, login, recipes and the local PD recipe's launch plan."
+    help = "Deploy the local demo recipes, prove them ready with a streamed request, and print the results."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--no-deploy", action="store_true", help="only print the URL, login and recipes")
+        parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each deployment")
 
     def handle(self, *args, **options):
         base = settings.CEILING_UI_URL.rstrip("/")
@@ -34,13 +43,46 @@ class Command(BaseCommand):
         for recipe in Recipe.objects.select_related("node").order_by("name"):
             out.write(f"  {recipe.name:20s} {recipe.engine:8s} {recipe.topology:6s} node={recipe.node.name:10s} "
                       f"v{recipe.version}  {base}/recipes/{recipe.pk}/dry-run/")
-        pd = Recipe.objects.filter(name="local-sim-pd").first()
-        if pd is not None:
-            out.write("")
-            out.write(f"Dry-run of {pd.name} v{pd.version} on node {pd.node.name}:")
-            for proc in recipe_plan(recipe=pd).processes:
-                out.write(f"  [{proc.role}] cpus={proc.cpus or '-'} numa={proc.numa_node} pin={proc.pin_method} "
-                          f"gpus={proc.gpu_ids or '-'} ports={proc.ports}")
-                out.write(f"    $ {shlex.join(proc.argv)}")
+        if options["no_deploy"]:
+            return
+        user = User.objects.get(username=DEMO_USERNAME)
+        proofs: list[DeployProof] = []
+        out.write("")
+        out.write("Deploying (the node agent starts, pins and probes each process):")
+        for name in DEMO_RECIPES:
+            recipe = Recipe.objects.filter(name=name).first()
+            if recipe is None:
+                out.write(f"  {name}: not found (run `manage.py seed`)")
+                continue
+            proofs.append(demo_deploy_and_prove(recipe=recipe, user=user, timeout_s=options["timeout"], progress=out.write))
+        for proof in proofs:
+            self._report(proof, base)
+        failed = [p.recipe for p in proofs if not p.ok]
         out.write("")
         out.write("Stop everything with: make stop")
+        if failed:
+            raise CommandError(f"not proven: {', '.join(failed)} (see the deployment pages and var/logs/)")
+
+    def _report(self, proof: DeployProof, base: str) -> None:
+        out = self.stdout
+        out.write("")
+        ready = f"ready after {proof.ready_after_s:.1f} s" if proof.ready_after_s is not None else proof.status
+        out.write(f"{proof.recipe}: deployment #{proof.deployment_id} {ready}"
+                  + (f" — {proof.reason}" if proof.reason and proof.status != "ready" else "")
+                  + f"   {base}/deployments/{proof.deployment_id}/")
+        out.write(f"  {'role':8s} {'pid':>7s}  {'status':8s} {'pinned (recipe)':16s} {'effective CPUs':15s} "
+                  f"{'mems':5s} verified")
+        for p in proof.processes:
+            mark = {True: "yes", False: "NO", None: "-"}[p["pinning_verified"]]
+            out.write(f"  {p['role']:8s} {p['pid'] or '-':>7}  {p['status']:8s} {(p['cpus'] or 'any'):16s} "
+                      f"{(p['effective_cpus'] or '-'):15s} {(p['effective_mems'] or '-'):5s} {mark}")
+        s = proof.stream
+        if s is None:
+            out.write("  streamed request: not sent (deployment not ready)")
+        elif s.error:
+            out.write(f"  streamed request: FAILED — {s.error}")
+        else:
+            out.write(f"  streamed request through the entry URL: HTTP {s.status}, TTFT {s.ttft_s * 1000:.0f} ms, "
+                      f"{s.events} content events, usage.completion_tokens={s.completion_tokens}, "
+                      f"E2E {s.e2e_s * 1000:.0f} ms")
+            out.write(f"    text: {s.text[:100]!r}")
