@@ -115,9 +115,12 @@ class StreamingClient:
                 if not 200 <= resp.status < 300:
                     raw = await resp.content.read(_ERROR_BODY_BYTES)
                     error = f"HTTP {resp.status}: {raw.decode('utf-8', 'replace').strip()}"
+                    out.end = perf()
                 else:
                     content = resp.content
-                    seen = 0
+                    eof = [0]
+                    content.on_eof(lambda: eof.__setitem__(0, perf()))
+                    seen, t = 0, 0
                     while error is None:
                         chunk = await content.readany()
                         if not chunk:
@@ -145,6 +148,11 @@ class StreamingClient:
                                 clean = True
                                 if info.finish_reason is not None:
                                     out.finish_reason = info.finish_reason
+                    # The end is when the body's terminator was parsed (the on_eof callback runs
+                    # inside the read, right after aiohttp returns the connection to the pool):
+                    # when many responses finish at once this loop can see them milliseconds
+                    # later, and a request waiting in a capped pool must not appear to overlap.
+                    out.end = eof[0] or perf()
                     self.events_seen += seen
                     if error is None and parser.pending and parser.pending > 0 and not clean:
                         error = f"stream ended inside an event ({parser.pending} bytes unterminated)"
@@ -152,7 +160,8 @@ class StreamingClient:
             error = f"timed out after {self.timeout_s:g} s"
         except aiohttp.ClientError as exc:
             error = f"{type(exc).__name__}: {exc}"
-        out.end = perf()
+        if out.end == 0:
+            out.end = perf()
         out.pool_wait = max(pool[0], 0)
         if keep_text:
             out.text = "".join(texts)
