@@ -206,6 +206,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # One INFO line per probe or request would drown the agent's and the demo's output.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
         # Django's default config gives "django" its own DEBUG-only console handler without the
         # redaction filter, and the record then reaches the root handler too: every line twice.
         # No handlers here: records go to the root console, once, redacted.

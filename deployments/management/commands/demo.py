@@ -83,6 +83,8 @@ class Command(BaseCommand):
             out.write(f"  streamed request: FAILED — {s.error}")
         else:
             out.write(f"  streamed request through the entry URL: HTTP {s.status}, TTFT {s.ttft_s * 1000:.0f} ms, "
-                      f"{s.events} content events, usage.completion_tokens={s.completion_tokens}, "
-                      f"E2E {s.e2e_s * 1000:.0f} ms")
+                      f"{s.events} content events, "
+                      + (f"usage.completion_tokens={s.completion_tokens}, " if s.completion_tokens is not None
+                         else "no usage from the server (tokens counted from events), ")
+                      + f"E2E {s.e2e_s * 1000:.0f} ms")
             out.write(f"    text: {s.text[:100]!r}")

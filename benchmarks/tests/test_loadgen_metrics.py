@@ -1,0 +1,84 @@
+"""Run summary arithmetic on hand-made records (formulas of metrics.md)."""
+from __future__ import annotations
+
+import math
+from array import array
+
+import numpy as np
+import pytest
+
+from benchmarks.loadgen import (
+    Api, LoadConfig, RecordStore, RequestOutcome, RunResult, Slo, WorkerStats, distribution, in_flight,
+    nearest_rank, run_summary,
+)
+
+MS = 1_000_000
+
+
+def result_of(outcomes: list[RequestOutcome], **cfg: object) -> RunResult:
+    store = RecordStore()
+    for o in outcomes:
+        store.add(o)
+    config = LoadConfig(base_url="http://x", api=Api.CHAT, model="m", concurrency=2, **cfg)  # type: ignore[arg-type]
+    return RunResult(records=store, config=config, t0=0, workers=[WorkerStats(0, 1 * MS, 100 * MS, 100, len(outcomes))])
+
+
+def req(start_ms: int, events_ms: list[int], end_ms: int, tokens: int, ok: bool = True,
+        ev_tokens: list[int] | None = None) -> RequestOutcome:
+    return RequestOutcome(scheduled=start_ms * MS, start=start_ms * MS, end=end_ms * MS,
+                          events=array("q", [e * MS for e in events_ms]),
+                          event_tokens=array("H", ev_tokens or [0] * len(events_ms)), output_tokens=tokens,
+                          input_tokens=10, ok=ok, error=None if ok else "boom")
+
+
+def test_it_computes_ttft_tpot_e2e_and_throughput() -> None:
+    r = result_of([req(0, [100, 200, 300], 310, 3), req(100, [150, 250], 400, 2), req(0, [], 50, 0, ok=False)])
+    s = run_summary(r, slo=Slo(ttft_s=0.08))
+    assert s["ttft_s"]["mean"] == pytest.approx((0.1 + 0.05) / 2)
+    assert s["tpot_s"]["mean"] == pytest.approx((0.1 + 0.1) / 2)
+    assert s["e2e_s"]["p50"] == pytest.approx(0.225)
+    assert s["duration_s"] == pytest.approx(0.4)
+    assert s["output_throughput_tok_s"] == pytest.approx(5 / 0.4)
+    assert s["request_throughput_req_s"] == pytest.approx(2 / 0.4)
+    assert s["total_token_throughput_tok_s"] == pytest.approx((5 + 20) / 0.4)
+    assert s["goodput_req_s"] == pytest.approx(1 / 0.4)
+    assert s["slo_attainment"] == pytest.approx(1 / 3)  # over all requests sent, the failure included
+    assert s["error_adjusted"]["ttft_s"]["p99"] == math.inf
+    assert s["error_adjusted"]["ttft_s"]["p50"] == pytest.approx(0.1)
+
+
+def test_it_gives_per_token_itl_when_chunks_carry_known_token_counts() -> None:
+    s = run_summary(result_of([req(0, [10, 30, 70], 80, 7, ev_tokens=[1, 2, 4])]))
+    assert s["itl_s"]["count"] == 2 and s["itl_s"]["mean"] == pytest.approx(0.03)
+    assert s["itl_per_token_s"]["count"] == 6
+    assert s["itl_per_token_s"]["mean"] == pytest.approx((2 * 0.01 + 4 * 0.01) / 6)
+
+
+def test_it_uses_linear_interpolation_and_nearest_rank() -> None:
+    d = distribution(np.array([1.0, 2.0, 3.0, 4.0]))
+    assert (d["p50"], d["p90"]) == pytest.approx((2.5, 3.7))
+    assert d["std"] == pytest.approx(np.sqrt(1.25))
+    assert nearest_rank(np.array([1.0, 2.0, 3.0, np.inf]), 50) == 2.0
+    assert nearest_rank(np.array([1.0, 2.0, 3.0, np.inf]), 90) == math.inf
+
+
+def test_it_measures_time_weighted_and_peak_concurrency() -> None:
+    mean, peak = in_flight(np.array([0, 0, 50]), np.array([100, 50, 100]), 0, 100)
+    assert mean == pytest.approx(2.0)
+    assert peak == 2  # the request ending at 50 and the one starting at 50 do not overlap
+
+
+def test_it_flags_a_server_token_count_that_disagrees_by_more_than_2_percent() -> None:
+    r = result_of([req(0, [10, 20], 30, 100)])
+    r.server_tokens_before, r.server_tokens_after = 1000.0, 1103.0
+    assert run_summary(r)["flags"]["server_token_mismatch"] is True
+    r.server_tokens_after = 1101.0
+    assert run_summary(r)["flags"]["server_token_mismatch"] is False
+
+
+def test_it_flags_a_cpu_bound_client() -> None:
+    r = result_of([req(0, [10, 20], 30, 2)])
+    r.workers = [WorkerStats(0, cpu_ns=95 * MS, wall_ns=100 * MS, events=10, requests=1)]
+    s = run_summary(r)
+    assert s["flags"]["client_cpu_bound"] is True
+    assert s["client_cpu_us_per_event"] == pytest.approx(9500.0)

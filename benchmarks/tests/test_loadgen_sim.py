@@ -1,0 +1,80 @@
+"""The load generator against the built-in ``sim`` engine (a real server process)."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchmarks.loadgen import Api, LoadConfig, dataset_calibrate_text, loadgen_run, random_dataset, run_summary
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("sim") / "sim.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deployments.engines.sim_server", "--role", "single", "--port", str(port),
+             "--profile", "demo-fast", "--model-name", "m", "--startup-delay-s", "0"],
+            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    yield base
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("api", [Api.GENERATE, Api.COMPLETIONS])
+def test_it_runs_exact_lengths_against_sim_and_agrees_with_its_metrics(sim: str, api: Api) -> None:
+    specs = random_dataset(num=16, input_len=64, output_len=32, seed=5)
+    cfg = LoadConfig(base_url=sim, api=api, model="m", concurrency=4, warmup=4, ignore_eos=True, fixed_output=True,
+                     metrics_urls=[f"{sim}/metrics"])
+    result = loadgen_run(config=cfg, specs=specs)
+    s = run_summary(result)
+    assert s["successes"] == 16
+    assert set(result.records.column("input_tokens").tolist()) == {64}
+    assert set(result.records.column("output_tokens").tolist()) == {32}
+    assert s["server_generation_tokens_delta"] == 16 * 32
+    assert s["flags"] == {"concurrency_shortfall": False, "rate_shortfall": False, "output_length_mismatch": False,
+                          "tokens_estimated": False, "server_token_mismatch": False, "client_cpu_bound": False}
+    if api is Api.GENERATE:  # /generate reports cumulative completion_tokens: per-token ITL is known
+        assert s["itl_per_token_s"] is not None and s["itl_per_token_s"]["count"] == 16 * 31
+
+
+def test_it_calibrates_chat_prompts_to_the_servers_token_count(sim: str) -> None:
+    cal = asyncio.run(dataset_calibrate_text(base_url=sim, api=Api.CHAT, model="m"))
+    specs = random_dataset(num=6, input_len=200, output_len=8, range_ratio=0.1, token_ids=False, calibration=cal,
+                           chat=True, seed=2)
+    cfg = LoadConfig(base_url=sim, api=Api.CHAT, model="m", concurrency=3)
+    result = loadgen_run(config=cfg, specs=specs)
+    assert result.records.column("input_tokens").tolist() == [sp.input_len for sp in specs]
+    assert run_summary(result)["input_tokens_requested_mean"] == run_summary(result)["input_tokens_actual_mean"]
+
+
+def test_it_flags_a_fixed_length_run_without_ignore_eos_on_sim(sim: str) -> None:
+    specs = random_dataset(num=8, input_len=16, output_len=200, seed=1)
+    cfg = LoadConfig(base_url=sim, api=Api.GENERATE, model="m", concurrency=4, ignore_eos=False, fixed_output=True)
+    s = run_summary(loadgen_run(config=cfg, specs=specs))
+    assert s["flags"]["output_length_mismatch"] is True
+    assert s["output_tokens_mean"] < 65  # demo-fast stops between 8 and 64 tokens
