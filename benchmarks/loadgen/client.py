@@ -89,10 +89,10 @@ class StreamingClient:
             await self._session.close()
             self._session = None
 
-    async def send(self, spec: RequestSpec, *, scheduled: int, ignore_eos: bool = False) -> RequestOutcome:
+    async def send(self, spec: RequestSpec, *, scheduled: int, ignore_eos: bool = False, index: int = -1) -> RequestOutcome:
         """Send ``spec`` now; ``scheduled`` is when it was due (ns). Never raises for request faults.
 
-        ``start`` is taken just before the request is handed to aiohttp; connection-pool waits go
+        ``index`` is the request's position in the dataset (kept in the record). ``start`` is taken just before the request is handed to aiohttp; connection-pool waits go
         to ``pool_wait``. Transport errors and timeouts become failed outcomes with the reason.
         """
         assert self._session is not None, "use StreamingClient as an async context manager"
@@ -100,7 +100,7 @@ class StreamingClient:
                             max_tokens=spec.output_len, ignore_eos=ignore_eos, extra=self.extra_body)
         events = array("q")
         ev_tokens = array("H")
-        out = RequestOutcome(scheduled=scheduled, start=0, end=0, events=events, event_tokens=ev_tokens,
+        out = RequestOutcome(scheduled=scheduled, start=0, end=0, index=index, events=events, event_tokens=ev_tokens,
                              requested_input=spec.input_len, requested_output=spec.output_len)
         pool = [0]
         api, keep_text = self.api, self.keep_text

@@ -160,7 +160,7 @@ async def _warmup(client: StreamingClient, cfg: LoadConfig, specs: list[RequestS
 
 async def _measured(
     client: StreamingClient, cfg: LoadConfig, specs: list[RequestSpec], due: list[int] | None,
-    slots: int | None, t0: int, worker: int,
+    slots: int | None, t0: int, worker: int, indices: list[int] | None = None,
 ) -> tuple[RecordStore, WorkerStats]:
     store = RecordStore()
     perf = time.perf_counter_ns
@@ -168,32 +168,33 @@ async def _measured(
     if delay > 0:
         await asyncio.sleep(delay)
     events0, cpu0, wall0 = client.events_seen, time.process_time_ns(), perf()
+    idx = indices if indices is not None else list(range(len(specs)))
     if due is None:
-        queue = list(reversed(specs))
+        queue = list(reversed(list(zip(idx, specs))))
 
         async def slot() -> None:
             while queue:
-                spec = queue.pop()
+                i, spec = queue.pop()
                 now = perf()
-                store.add(await client.send(spec, scheduled=now, ignore_eos=cfg.ignore_eos), worker)
+                store.add(await client.send(spec, scheduled=now, ignore_eos=cfg.ignore_eos, index=i), worker)
 
         await asyncio.gather(*(slot() for _ in range(max(1, min(slots or 1, len(specs))))))
     else:
         sem = asyncio.Semaphore(slots) if slots else None
 
-        async def one(spec: RequestSpec, when: int) -> None:
+        async def one(i: int, spec: RequestSpec, when: int) -> None:
             if sem is None:
-                store.add(await client.send(spec, scheduled=when, ignore_eos=cfg.ignore_eos), worker)
+                store.add(await client.send(spec, scheduled=when, ignore_eos=cfg.ignore_eos, index=i), worker)
                 return
             async with sem:
-                store.add(await client.send(spec, scheduled=when, ignore_eos=cfg.ignore_eos), worker)
+                store.add(await client.send(spec, scheduled=when, ignore_eos=cfg.ignore_eos, index=i), worker)
 
         tasks = []
-        for spec, when in zip(specs, due):
+        for i, spec, when in zip(idx, specs, due):
             wait = (when - perf()) / 1e9
             if wait > 0:
                 await asyncio.sleep(wait)
-            tasks.append(asyncio.ensure_future(one(spec, when)))
+            tasks.append(asyncio.ensure_future(one(i, spec, when)))
         await asyncio.gather(*tasks)
     stats = WorkerStats(worker=worker, cpu_ns=time.process_time_ns() - cpu0, wall_ns=perf() - wall0,
                         events=client.events_seen - events0, requests=len(store))
@@ -220,7 +221,7 @@ def _schedule(cfg: LoadConfig, n: int) -> list[float] | None:
 
 # ---------------------------------------------------------------------- worker processes
 def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offsets: list[float] | None,
-                 slots: int | None, warmup_specs: list[RequestSpec], worker: int) -> None:
+                 slots: int | None, warmup_specs: list[RequestSpec], worker: int, indices: list[int]) -> None:
     """Body of one worker process: warm up, report ready, wait for t0, run, send records back."""
 
     async def main() -> None:
@@ -230,7 +231,7 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
             conn.send(("ready", None))
             t0 = conn.recv()
             due = None if due_offsets is None else [t0 + int(o * 1e9) for o in due_offsets]
-            store, stats = await _measured(client, cfg, specs, due, slots, t0, worker)
+            store, stats = await _measured(client, cfg, specs, due, slots, t0, worker, indices)
         conn.send(("done", (store, stats)))
 
     try:
@@ -252,7 +253,8 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
         due = offsets[i::n] if offsets is not None else None
         parent, child = ctx.Pipe()
         p = ctx.Process(target=_worker_main, args=(child, cfg, mine, due, conc_parts[i],
-                                                   warmup[w0:w0 + warm_parts[i]], i), daemon=True)
+                                                   warmup[w0:w0 + warm_parts[i]], i,
+                                                   list(range(len(specs)))[i::n]), daemon=True)
         w0 += warm_parts[i]
         p.start()
         child.close()

@@ -3,7 +3,8 @@
 Layout (all times are ``time.perf_counter_ns()`` values, i.e. CLOCK_MONOTONIC nanoseconds, which
 is one clock for every process on a Linux host, so records of worker processes merge directly):
 
-- per request (one entry each, ``n`` requests): ``scheduled`` (when the arrival process wanted it
+- per request (one entry each, ``n`` requests, in completion order): ``index`` (position of the
+  request in the run's dataset), ``scheduled`` (when the arrival process wanted it
   sent; for closed loop the moment it started waiting for a slot), ``start`` (just before the
   request is sent, after the concurrency slot; metrics.md), ``pool_wait`` (ns spent waiting for a
   connection from the HTTP pool after ``start``; non-zero only when the pool is capped),
@@ -19,7 +20,7 @@ is one clock for every process on a Linux host, so records of worker processes m
   request in ``finish``; -1 when none was sent), ``texts`` (request index -> output text, only when
   the run kept text).
 
-Memory: 90 bytes per request (7 int64, 8 int32, 2 int8 columns) plus 10 bytes per output event;
+Memory: 94 bytes per request (7 int64, 9 int32, 2 int8 columns) plus 10 bytes per output event;
 100k requests x 256 events is about 265 MB in memory and much less in a compressed ``.npz``.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 __all__ = ["RecordStore", "RequestOutcome"]
 
 _INT_COLUMNS = ("scheduled", "start", "pool_wait", "first", "last", "end", "ev_off")
-_I32_COLUMNS = ("output_tokens", "input_tokens", "requested_input", "requested_output", "http_status",
+_I32_COLUMNS = ("index", "output_tokens", "input_tokens", "requested_input", "requested_output", "http_status",
                 "ev_len", "finish", "worker")
 _I8_COLUMNS = ("ok", "tokens_estimated")
 FORMAT_VERSION = 1
@@ -51,6 +52,7 @@ class RequestOutcome:
     scheduled: int
     start: int
     end: int
+    index: int = -1
     pool_wait: int = 0
     events: array = field(default_factory=lambda: array("q"))
     event_tokens: array = field(default_factory=lambda: array("H"))
@@ -89,6 +91,7 @@ class RecordStore:
     def add(self, o: RequestOutcome, worker: int = 0) -> int:
         """Append one request; returns its index. Counts are clamped to the column types."""
         i = len(self)
+        self.index.append(o.index)  # type: ignore[attr-defined]
         self.scheduled.append(o.scheduled)  # type: ignore[attr-defined]
         self.start.append(o.start)  # type: ignore[attr-defined]
         self.pool_wait.append(o.pool_wait)  # type: ignore[attr-defined]

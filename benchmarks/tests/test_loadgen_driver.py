@@ -77,6 +77,7 @@ def test_it_splits_load_over_worker_processes(server: ReplayProcess) -> None:
     s = run_summary(result)
     assert s["successes"] == 30
     assert sorted(set(result.records.column("worker").tolist())) == [0, 1, 2]
+    assert sorted(result.records.column("index").tolist()) == list(range(30))
     assert s["achieved_concurrency_max"] == 6
     assert server.stats()["requests"] == 33
 

@@ -68,7 +68,9 @@ def test_it_calibrates_chat_prompts_to_the_servers_token_count(sim: str) -> None
                            chat=True, seed=2)
     cfg = LoadConfig(base_url=sim, api=Api.CHAT, model="m", concurrency=3)
     result = loadgen_run(config=cfg, specs=specs)
-    assert result.records.column("input_tokens").tolist() == [sp.input_len for sp in specs]
+    order = result.records.column("index").tolist()
+    assert sorted(order) == list(range(6))
+    assert result.records.column("input_tokens").tolist() == [specs[i].input_len for i in order]
     assert run_summary(result)["input_tokens_requested_mean"] == run_summary(result)["input_tokens_actual_mean"]
 
 

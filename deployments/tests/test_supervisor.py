@@ -376,3 +376,11 @@ def test_it_rejects_a_bad_policy():
         RestartPolicy(policy="always")
     with pytest.raises(ValueError, match="backoff"):
         RestartPolicy(backoff_initial_s=10, backoff_max_s=5)
+
+
+def test_it_strips_terminal_colours_from_a_log_tail(tmp_path):
+    from deployments.supervisor.logs import log_tail
+
+    log = tmp_path / "router0.log"
+    log.write_bytes(b"\x1b[2m2026-11-30\x1b[0m \x1b[32m INFO\x1b[0m \x1b[1mhttp_request\x1b[0m method=POST\n")
+    assert log_tail(log, lines=5) == "2026-11-30  INFO http_request method=POST"
