@@ -1,1 +1,125 @@
-"""Rows of the benchmarks app (filled by its own issue)."""
+"""Rows of the benchmarks app: a sweep (one deployment, one grid) and its runs (one grid point each).
+
+Rows are the truth: status columns are driven by :mod:`benchmarks.services`; Celery state is never
+consulted. Per-request records live in ``.npz`` files under ``VAR_DIR/benchmarks/`` (see
+:class:`benchmarks.loadgen.RecordStore`), never in the database; summaries are JSON columns plus a
+few indexed scalars for sorting.
+"""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
+
+
+class BenchmarkSweep(models.Model):
+    """A benchmark sweep: one deployment driven through a grid of points, point by point.
+
+    ``grid`` is the validated grid (see :func:`benchmarks.sweeps.grid_validate`): concurrencies,
+    ``[input_len, output_len]`` pairs, optional request rates, requests per point, SLOs (seconds)
+    and the wait for ready (seconds). ``deployment`` is null for sweeps made of imported runs.
+    Progress columns are for the UI: points and requests done / total and the current output
+    tok/s, written at most every 0.5 s. ``snapshot`` is what was running when the sweep started
+    (recipe version, argv, env redacted, engine versions, pinning, node, client host, Ceiling
+    version); ``analysis`` the ceiling report stored when the sweep finished; ``num_gpus`` the GPU
+    count used for per-GPU numbers (from the recipe, or ``spec.sim.gpus_modelled`` for sim).
+    ``served_model_name`` and ``topology`` are copied so comparisons need no join.
+    """
+
+    deployment = models.ForeignKey(
+        "deployments.Deployment", null=True, blank=True, on_delete=models.SET_NULL, related_name="sweeps"
+    )
+    name = models.CharField(max_length=200, blank=True)
+    grid = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=SweepStatus.choices, default=SweepStatus.PENDING)
+    reason = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    points_total = models.PositiveIntegerField(default=0)
+    points_done = models.PositiveIntegerField(default=0)
+    requests_total = models.PositiveIntegerField(default=0)
+    requests_done = models.PositiveIntegerField(default=0)
+    current_tok_s = models.FloatField(null=True, blank=True, help_text="output tok/s of the running point")
+    current_point = models.CharField(max_length=64, blank=True)
+    num_gpus = models.PositiveIntegerField(null=True, blank=True)
+    served_model_name = models.CharField(max_length=255, blank=True, db_index=True)
+    topology = models.CharField(max_length=16, blank=True)
+    engine = models.CharField(max_length=16, blank=True)
+    analysis = models.JSONField(default=dict, blank=True)
+    snapshot = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status"])]
+
+    def __str__(self) -> str:
+        return self.name or f"sweep #{self.pk}"
+
+
+class BenchmarkRun(models.Model):
+    """One grid point of a sweep (or one imported run).
+
+    Point parameters: ``concurrency`` (closed-loop slots, null for open loop), ``request_rate``
+    (requests/s, null for closed loop), ``input_len`` / ``output_len`` (requested tokens; null when
+    an imported run's lengths varied), ``num_requests``, ``api`` (``generate``, ``completions``,
+    ``chat``). ``summary`` is :func:`benchmarks.loadgen.run_summary` (seconds) for measured runs
+    and :meth:`benchmarks.importers.ImportedRun.as_dict` mapped to the same keys for imported ones.
+    ``flags`` lists the raised flags (``output_length_mismatch`` ...). Indexed scalars copy the
+    summary for sorting: ``output_tok_s`` (tok/s), ``ttft_p99_ms`` / ``tpot_mean_ms`` (ms).
+    ``records_path`` is the ``.npz`` of per-request records (measured runs only). Imported runs
+    keep the whole original file in ``original_text`` and its name in ``original_filename``.
+    """
+
+    sweep = models.ForeignKey(BenchmarkSweep, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
+    ordinal = models.PositiveIntegerField(default=0, help_text="position in the sweep's grid")
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    reason = models.TextField(blank=True)
+    source = models.CharField(max_length=16, choices=RunSource.choices, default=RunSource.MEASURED)
+    import_format = models.CharField(max_length=32, choices=ImportFormat.choices, blank=True)
+    original_filename = models.CharField(max_length=255, blank=True)
+    original_text = models.TextField(blank=True)
+    source_line = models.PositiveIntegerField(null=True, blank=True)
+    concurrency = models.PositiveIntegerField(null=True, blank=True)
+    request_rate = models.FloatField(null=True, blank=True, help_text="requests/s; null = closed loop")
+    input_len = models.PositiveIntegerField(null=True, blank=True)
+    output_len = models.PositiveIntegerField(null=True, blank=True)
+    num_requests = models.PositiveIntegerField(null=True, blank=True)
+    api = models.CharField(max_length=16, blank=True)
+    served_model_name = models.CharField(max_length=255, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    flags = models.JSONField(default=list, blank=True)
+    num_gpus = models.PositiveIntegerField(null=True, blank=True)
+    snapshot = models.JSONField(default=dict, blank=True)
+    records_path = models.CharField(max_length=1024, blank=True)
+    output_tok_s = models.FloatField(null=True, blank=True, db_index=True)
+    request_rate_achieved = models.FloatField(null=True, blank=True, help_text="successful requests/s")
+    ttft_p99_ms = models.FloatField(null=True, blank=True, db_index=True)
+    tpot_mean_ms = models.FloatField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["sweep_id", "ordinal", "id"]
+        indexes = [models.Index(fields=["source", "status"])]
+
+    def __str__(self) -> str:
+        return f"run #{self.pk}"
+
+    @property
+    def label(self) -> str:
+        """``c=8 256/256`` or ``2 req/s 256/256``: the point in words."""
+        load = f"c={self.concurrency}" if self.concurrency is not None else (
+            f"{self.request_rate:g} req/s" if self.request_rate is not None else "unbounded")
+        lengths = f"{self.input_len}/{self.output_len}" if self.input_len and self.output_len else "variable lengths"
+        return f"{load} {lengths}"

@@ -18,4 +18,5 @@ urlpatterns = [
     path("api/auth/token/", TokenObtainView.as_view(), name="api-token"),
     path("api/", include("controlplane.api_urls")),
     path("", include("deployments.urls")),
+    path("", include("benchmarks.urls")),
 ]

@@ -117,7 +117,27 @@ def _local_sim_pd() -> dict:
                 # router on the host would then fail to start.
                 "router": {"host": "127.0.0.1", "port": 31080, "flags": {"prometheus-port": 31081}},
             },
-            "sim": {"profile": SIM_PROFILE},
+            # The seed PD used 4 GPUs for prefill and 4 for decode; per-GPU numbers follow that.
+            "sim": {"profile": SIM_PROFILE, "gpus_modelled": {"prefill": 4, "decode": 4}},
+            "startup_timeout_s": 60,
+            "stop_grace_s": 10,
+        },
+    }
+
+
+def _local_sim_single() -> dict:
+    return {
+        "name": "local-sim-single",
+        "description": "The seed single-node TP4 baseline on the built-in simulator: one sim server on "
+                       "CPU 0, profile fitted to the seed's TP4 numbers (4 GPUs modelled).",
+        "engine": "sim",
+        "topology": "single",
+        "node": LOCAL_NODE,
+        "spec": {
+            "model": {"name": "deepseek-ai/DeepSeek-V4-Flash"},
+            "served_model_name": SEED_SERVED_NAME,
+            "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31100}},
+            "sim": {"profile": SIM_PROFILE + "-tp4", "gpus_modelled": 4},
             "startup_timeout_s": 60,
             "stop_grace_s": 10,
         },
@@ -142,8 +162,9 @@ def _local_llamacpp() -> dict:
 
 
 def example_recipes() -> list[dict]:
-    """All example recipes, in seeding order: seed PD, seed TP4, local sim PD, local llama.cpp."""
-    return [_seed_pd(), _seed_tp4(), _local_sim_pd(), _local_llamacpp()]
+    """All example recipes, in seeding order: seed PD, seed TP4, local sim PD, local llama.cpp,
+    local sim single (the PD-vs-single baseline for the demo's ceiling comparison)."""
+    return [_seed_pd(), _seed_tp4(), _local_sim_pd(), _local_llamacpp(), _local_sim_single()]
 
 
 def example_recipe(name: str) -> dict:

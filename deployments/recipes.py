@@ -21,7 +21,8 @@ Spec shape (JSON; keys not listed here are rejected)::
     stop_grace_s:       int 1-3600, default 30 (SIGTERM → SIGKILL grace)
     restart:            {"policy": "never"|"on-failure" (default never), "max_failures": 3,
                          "window_s": 600, "backoff_initial_s": 1, "backoff_max_s": 60}
-    sim:                {"profile": "seed-sm120-fallback"}  (sim engine only)
+    sim:                {"profile": "seed-sm120-fallback", "gpus_modelled": {"prefill": 4, "decode": 4}}
+                        (sim engine only; gpus_modelled optional, int or per worker role)
 
     Role:       {"gpus": [int], "tp": int, "dp": 1, "ep": 1,
                  "numa_node": int | null, "cpus": "0-31" | null,
@@ -250,7 +251,7 @@ def _spec_validate(
 
     sim = spec.get("sim")
     if adapter.name == "sim":
-        out["sim"] = _sim_check(errs, sim)
+        out["sim"] = _sim_check(errs, sim, [r for r in (out["roles"] or {}) if r != "router"])
     elif sim is not None:
         errs.add("spec.sim", "only applies to engine sim")
     _ports_unique(errs, out["roles"], adapter)
@@ -862,20 +863,44 @@ def _restart_check(errs: _Errors, restart: Any) -> dict:
     return out
 
 
-def _sim_check(errs: _Errors, sim: Any) -> dict:
+def _sim_check(errs: _Errors, sim: Any, worker_roles: list[str]) -> dict:
+    """``spec.sim``: ``profile`` (a profile name) and optional ``gpus_modelled``, the GPUs the
+    profile stands for (the simulator takes none), used for per-GPU benchmark numbers: an integer
+    1..1024 for the whole deployment, or ``{role: int}`` over the recipe's worker roles (e.g.
+    ``{"prefill": 4, "decode": 4}`` for the seed PD profile)."""
     if sim is None:
         return {"profile": DEFAULT_PROFILE}
     if not isinstance(sim, dict):
         errs.add("spec.sim", f"must be an object, got {_show(sim)}")
         return {"profile": DEFAULT_PROFILE}
     for key in sim:
-        if key != "profile":
-            errs.add(f"spec.sim.{key}", f"unknown field {_show(key)}; allowed: profile")
+        if key not in ("profile", "gpus_modelled"):
+            errs.add(f"spec.sim.{key}", f"unknown field {_show(key)}; allowed: profile, gpus_modelled")
     profile = sim.get("profile", DEFAULT_PROFILE)
     if not isinstance(profile, str) or not PROFILE_RE.match(profile):
         errs.add("spec.sim.profile", f"must be a profile name (lowercase letters, digits, . _ -), got {_show(profile)}")
         return {"profile": DEFAULT_PROFILE}
-    return {"profile": profile}
+    out: dict = {"profile": profile}
+    if "gpus_modelled" in sim:
+        modelled = sim["gpus_modelled"]
+
+        def count_ok(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024
+
+        if isinstance(modelled, dict):
+            for role, v in modelled.items():
+                if role not in worker_roles:
+                    errs.add(f"spec.sim.gpus_modelled.{role}",
+                             f"not a worker role of this recipe; allowed: {', '.join(worker_roles)}")
+                elif not count_ok(v):
+                    errs.add(f"spec.sim.gpus_modelled.{role}", f"must be an integer 1..1024, got {_show(v)}")
+            out["gpus_modelled"] = dict(modelled)
+        elif count_ok(modelled):
+            out["gpus_modelled"] = modelled
+        else:
+            errs.add("spec.sim.gpus_modelled",
+                     f"must be an integer 1..1024 or an object {{role: integer}}, got {_show(modelled)}")
+    return out
 
 
 # --- cross-role rules ---------------------------------------------------------------------

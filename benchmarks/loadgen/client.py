@@ -34,14 +34,10 @@ _MAX_EVENT_TOKENS = 65535  # ev_tokens is uint16
 _ERROR_BODY_BYTES = 2000
 
 
-async def _on_queued_start(session: Any, ctx: SimpleNamespace, params: Any) -> None:
-    if ctx.trace_request_ctx is not None:
-        ctx.trace_request_ctx[0] -= time.perf_counter_ns()
-
-
 async def _on_queued_end(session: Any, ctx: SimpleNamespace, params: Any) -> None:
+    # The instant a request that queued for a pooled connection got one.
     if ctx.trace_request_ctx is not None:
-        ctx.trace_request_ctx[0] += time.perf_counter_ns()
+        ctx.trace_request_ctx[0] = time.perf_counter_ns()
 
 
 class StreamingClient:
@@ -73,7 +69,6 @@ class StreamingClient:
 
     async def __aenter__(self) -> StreamingClient:
         trace = aiohttp.TraceConfig()
-        trace.on_connection_queued_start.append(_on_queued_start)
         trace.on_connection_queued_end.append(_on_queued_end)
         connector = aiohttp.TCPConnector(
             limit=self.connection_limit, limit_per_host=0, force_close=self.force_close, ttl_dns_cache=None,
@@ -162,7 +157,9 @@ class StreamingClient:
             error = f"{type(exc).__name__}: {exc}"
         if out.end == 0:
             out.end = perf()
-        out.pool_wait = max(pool[0], 0)
+        # From start (not from the queue entry, which can be much later when many requests start
+        # at once) to the connection grant, so start + pool_wait is when the request really left.
+        out.pool_wait = max(pool[0] - out.start, 0) if pool[0] else 0
         if keep_text:
             out.text = "".join(texts)
         out.input_tokens = prompt_tokens

@@ -118,7 +118,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["pool_wait_s"] = distribution(_ns(pool))
 
     # error-adjusted view: failures as +inf, nearest rank (never interpolate with inf)
-    def adjusted(values: np.ndarray, mask: np.ndarray | None = None) -> dict[str, float]:
+    def adjusted(values: np.ndarray) -> dict[str, float]:
         fails = int(n - ok.sum())
         allv = np.concatenate([values, np.full(fails, np.inf)])
         return {f"p{p}": nearest_rank(allv, p) for p in PERCENTILES}

@@ -6,8 +6,8 @@ is one clock for every process on a Linux host, so records of worker processes m
 - per request (one entry each, ``n`` requests, in completion order): ``index`` (position of the
   request in the run's dataset), ``scheduled`` (when the arrival process wanted it
   sent; for closed loop the moment it started waiting for a slot), ``start`` (just before the
-  request is sent, after the concurrency slot; metrics.md), ``pool_wait`` (ns spent waiting for a
-  connection from the HTTP pool after ``start``; non-zero only when the pool is capped),
+  request is sent, after the concurrency slot; metrics.md), ``pool_wait`` (ns from ``start`` until a
+  connection from a capped HTTP pool was granted, 0 when the request did not queue for one),
   ``first`` (first output event, -1 if none), ``last`` (last output event, -1), ``end`` (response
   fully read or failed), ``output_tokens`` (server usage, or the output-event count when the server
   gave none, see ``tokens_estimated``), ``input_tokens`` (server usage, -1 when unknown),

@@ -8,7 +8,6 @@ other tests running); counts are exact.
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path

@@ -27,13 +27,13 @@ def test_it_seeds_nodes_recipes_and_a_working_login_once(db, var_dir):
     assert set(Node.objects.values_list("name", flat=True)) >= {"local", "seed-8gpu"}
     assert Node.objects.get(name="seed-8gpu").gpus.count() == 8
     names = set(Recipe.objects.values_list("name", flat=True))
-    assert names == {"seed-v4-flash-pd", "seed-v4-flash-tp4", "local-sim-pd", "local-llamacpp"}
+    assert names == {"seed-v4-flash-pd", "seed-v4-flash-tp4", "local-sim-pd", "local-llamacpp", "local-sim-single"}
     login = json.loads((var_dir / "demo-login.json").read_text())
     assert (var_dir / "demo-login.json").stat().st_mode & 0o777 == 0o600
     assert User.objects.get(username="admin").check_password(login["password"])
     # A second run changes nothing: same recipes at version 1, same password.
     _run("seed")
-    assert Recipe.objects.count() == 4
+    assert Recipe.objects.count() == 5
     assert set(Recipe.objects.values_list("version", flat=True)) == {1}
     assert json.loads((var_dir / "demo-login.json").read_text()) == login
 

@@ -544,7 +544,7 @@ def test_it_offers_the_example_recipes_on_the_new_recipe_form(operator_client, s
     start = html.index('<script id="recipe-examples" type="application/json">') + len(
         '<script id="recipe-examples" type="application/json">')
     examples = {e["name"]: e for e in json.loads(html[start:html.index("</script>", start)])}
-    assert list(examples) == ["seed-v4-flash-pd", "seed-v4-flash-tp4", "local-sim-pd", "local-llamacpp"]
+    assert list(examples) == ["seed-v4-flash-pd", "seed-v4-flash-tp4", "local-sim-pd", "local-llamacpp", "local-sim-single"]
     seed = examples["seed-v4-flash-pd"]
     assert (seed["engine"], seed["topology"], seed["node"], seed["node_name"]) == ("sglang", "pd", seed_node.pk, "seed-8gpu")
     assert json.loads(seed["spec"]) == example_recipe("seed-v4-flash-pd")["spec"]

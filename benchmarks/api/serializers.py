@@ -1,0 +1,106 @@
+"""Serializers of the benchmarks API: shapes in and out; no business rules (those are in
+:mod:`benchmarks.services`)."""
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+
+
+class SweepSerializer(serializers.ModelSerializer):
+    """A sweep with its grid, status, progress columns, GPU count and snapshot; ``run_ids`` in
+    grid order. The analysis is served by ``/api/sweeps/<id>/analysis/``."""
+
+    run_ids = serializers.SerializerMethodField()
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = BenchmarkSweep
+        fields = ["id", "name", "deployment", "grid", "status", "reason", "cancel_requested", "points_total",
+                  "points_done", "requests_total", "requests_done", "current_tok_s", "current_point", "num_gpus",
+                  "served_model_name", "topology", "engine", "snapshot", "created_by", "created_at", "started_at",
+                  "ended_at", "run_ids"]
+        read_only_fields = fields
+
+    def get_run_ids(self, obj: BenchmarkSweep) -> list[int]:
+        return [r.pk for r in obj.runs.all()]
+
+
+class SweepCreateSerializer(serializers.Serializer):
+    """``{"deployment": id, "grid": {...}, "name": optional}``; the grid's own rules are checked by
+    :func:`benchmarks.sweeps.grid_validate` (errors name ``grid.<field>``)."""
+
+    deployment = serializers.IntegerField(min_value=1)
+    grid = serializers.JSONField()
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+
+class RunSerializer(serializers.ModelSerializer):
+    """A run: point parameters, status, source, summary (seconds for measured runs, the
+    importer's ms fields for imported ones), flags, ``metrics`` (one vocabulary, ms), snapshot.
+    The original imported file is served by ``/api/runs/<id>/original/``."""
+
+    metrics = serializers.SerializerMethodField()
+    label = serializers.CharField(read_only=True)
+    has_records = serializers.SerializerMethodField()
+
+    class Meta:
+        model = BenchmarkRun
+        fields = ["id", "sweep", "ordinal", "label", "status", "reason", "source", "import_format",
+                  "original_filename", "source_line", "concurrency", "request_rate", "input_len", "output_len",
+                  "num_requests", "api", "served_model_name", "num_gpus", "flags", "output_tok_s", "ttft_p99_ms",
+                  "tpot_mean_ms", "metrics", "summary", "snapshot", "has_records", "created_at", "started_at",
+                  "ended_at"]
+        read_only_fields = fields
+
+    def get_metrics(self, obj: BenchmarkRun) -> dict:
+        from benchmarks.services import run_metrics
+
+        return run_metrics(run=obj)
+
+    def get_has_records(self, obj: BenchmarkRun) -> bool:
+        return bool(obj.records_path)
+
+
+class RunImportSerializer(serializers.Serializer):
+    """Either a multipart ``file`` or JSON ``{"text": ..., "filename": ...}``."""
+
+    file = serializers.FileField(required=False)
+    text = serializers.CharField(required=False, trim_whitespace=False, allow_blank=False)
+    filename = serializers.CharField(required=False, max_length=255, allow_blank=True)
+
+    def validate(self, attrs: dict) -> dict:
+        if bool(attrs.get("file")) == bool(attrs.get("text")):
+            raise serializers.ValidationError({"file": ["give a file (multipart) or text (JSON), exactly one"]})
+        return attrs
+
+
+class ExportQuerySerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=["csv", "json"], default="json")
+
+
+class RecordsQuerySerializer(serializers.Serializer):
+    offset = serializers.IntegerField(min_value=0, default=0)
+    limit = serializers.IntegerField(min_value=1, max_value=5000, default=1000)
+
+
+class CompareQuerySerializer(serializers.Serializer):
+    """``ids=1,2,3`` (runs) and/or ``sweeps=4,5`` (all runs of those sweeps)."""
+
+    ids = serializers.CharField(required=False, allow_blank=True)
+    sweeps = serializers.CharField(required=False, allow_blank=True)
+
+    def _ints(self, value: str, field: str) -> list[int]:
+        try:
+            return [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            raise serializers.ValidationError({field: ["must be comma-separated integer ids"]}) from None
+
+    def validate(self, attrs: dict) -> dict:
+        attrs["ids"] = self._ints(attrs.get("ids") or "", "ids")
+        attrs["sweeps"] = self._ints(attrs.get("sweeps") or "", "sweeps")
+        if len(attrs["ids"]) + len(attrs["sweeps"]) == 0:
+            raise serializers.ValidationError({"ids": ["give run ids (ids=1,2) or sweep ids (sweeps=3,4)"]})
+        if len(attrs["ids"]) > 100 or len(attrs["sweeps"]) > 20:
+            raise serializers.ValidationError({"ids": ["at most 100 runs and 20 sweeps"]})
+        return attrs

@@ -1,0 +1,170 @@
+"""Viewsets of the benchmarks API: sweeps (list, create, retrieve, cancel, analysis, export) and
+runs (list, retrieve, records, export, original file, import, compare).
+
+Thin edges: validate the input's shape, call one service or selector, serialise. Roles come from
+:class:`controlplane.permissions.RolePermission`: reads need ``viewer``; creating, cancelling and
+importing need ``operator``. Domain errors map to HTTP in :func:`controlplane.api.exception_handler`.
+"""
+from __future__ import annotations
+
+from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from benchmarks import selectors, services
+from benchmarks.api import serializers as s
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from controlplane.api import SafeJSONParser
+from controlplane.errors import InvalidInput, NotFound
+
+PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
+
+
+def _query(serializer_class, request: Request) -> dict:
+    ser = serializer_class(data=request.query_params)
+    ser.is_valid(raise_exception=True)
+    return ser.validated_data
+
+
+def _download(body: str, *, content_type: str, filename: str) -> HttpResponse:
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List benchmark sweeps (filters: deployment, status, model)"),
+    retrieve=extend_schema(summary="One sweep with live progress columns"),
+    create=extend_schema(summary="Create a sweep of a deployment (operator); it runs on the control worker",
+                         request=s.SweepCreateSerializer, responses={201: s.SweepSerializer}),
+)
+class SweepViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+    """Sweeps: one deployment driven through a grid of concurrency x lengths."""
+
+    serializer_class = s.SweepSerializer
+    parser_classes = PARSERS
+    action_roles = {"cancel": "operator", "analysis": "viewer", "export": "viewer"}
+
+    def get_queryset(self):
+        q = self.request.query_params
+        dep = q.get("deployment")
+        return selectors.sweep_list(deployment_id=int(dep) if dep and dep.isdigit() else None,
+                                    status=q.get("status") or None, served_model_name=q.get("model") or None)
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        from deployments.models import Deployment
+
+        ser = s.SweepCreateSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        deployment = Deployment.objects.select_related("recipe").filter(pk=ser.validated_data["deployment"]).first()
+        if deployment is None:
+            raise InvalidInput({"deployment": [f"no deployment with id {ser.validated_data['deployment']}"]})
+        sweep = services.sweep_create(deployment=deployment, user=request.user, grid=ser.validated_data["grid"],
+                                      name=ser.validated_data.get("name", ""))
+        return Response(s.SweepSerializer(sweep).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(summary="Cancel a sweep (operator): the running point finishes, no further point starts",
+                   request=None, responses={200: s.SweepSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        sweep = services.sweep_cancel(sweep=self.get_object(), user=request.user)
+        return Response(s.SweepSerializer(sweep).data)
+
+    @extend_schema(summary="The ceiling analysis (stored when the sweep finished; provisional before)")
+    @action(detail=True, methods=["get"])
+    def analysis(self, request: Request, pk: str | None = None) -> Response:
+        return Response(services.sweep_analysis(sweep=self.get_object()))
+
+    @extend_schema(summary="Export the sweep's runs: ?format=csv|json", parameters=[s.ExportQuerySerializer])
+    @action(detail=True, methods=["get"])
+    def export(self, request: Request, pk: str | None = None) -> HttpResponse:
+        fmt = _query(s.ExportQuerySerializer, request)["format"]
+        sweep: BenchmarkSweep = self.get_object()
+        if fmt == "csv":
+            return _download(services.sweep_export_csv(sweep=sweep), content_type="text/csv",
+                             filename=f"sweep-{sweep.pk}.csv")
+        return _download(services.sweep_export_json(sweep=sweep), content_type="application/json",
+                         filename=f"sweep-{sweep.pk}.json")
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List runs (filters: sweep, source, status; order)"),
+    retrieve=extend_schema(summary="One run: point, summary, flags, metrics (ms), snapshot"),
+)
+class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Runs: grid points of sweeps, and runs imported from other harnesses' files."""
+
+    serializer_class = s.RunSerializer
+    parser_classes = PARSERS
+    action_roles = {"import_results": "operator", "records": "viewer", "export": "viewer", "original": "viewer",
+                    "compare": "viewer"}
+
+    def get_queryset(self):
+        q = self.request.query_params
+        sweep = q.get("sweep")
+        return selectors.run_list(sweep_id=int(sweep) if sweep and sweep.isdigit() else None,
+                                  source=q.get("source") or None, status=q.get("status") or None,
+                                  order=q.get("order") or None)
+
+    @extend_schema(summary="Per-request records (paginated: offset, limit <= 5000)",
+                   parameters=[s.RecordsQuerySerializer])
+    @action(detail=True, methods=["get"])
+    def records(self, request: Request, pk: str | None = None) -> Response:
+        q = _query(s.RecordsQuerySerializer, request)
+        return Response(services.run_records_rows(run=self.get_object(), offset=q["offset"], limit=q["limit"]))
+
+    @extend_schema(summary="Export the run: ?format=csv|json", parameters=[s.ExportQuerySerializer])
+    @action(detail=True, methods=["get"])
+    def export(self, request: Request, pk: str | None = None) -> HttpResponse:
+        fmt = _query(s.ExportQuerySerializer, request)["format"]
+        run: BenchmarkRun = self.get_object()
+        if fmt == "csv":
+            return _download(services.run_export_csv(run=run), content_type="text/csv", filename=f"run-{run.pk}.csv")
+        return _download(services.run_export_json(run=run), content_type="application/json",
+                         filename=f"run-{run.pk}.json")
+
+    @extend_schema(summary="The original file an imported run came from, verbatim")
+    @action(detail=True, methods=["get"])
+    def original(self, request: Request, pk: str | None = None) -> HttpResponse:
+        run: BenchmarkRun = self.get_object()
+        if not run.original_text:
+            raise NotFound(f"run #{run.pk} was not imported; it has no original file")
+        return _download(run.original_text, content_type="application/octet-stream",
+                         filename=(run.original_filename or f"run-{run.pk}.json").replace('"', "_"))
+
+    @extend_schema(summary="Import SGLang bench_serving JSONL or vLLM bench serve JSON (operator)",
+                   request=s.RunImportSerializer, responses={201: s.RunSerializer(many=True)})
+    @action(detail=False, methods=["post"], url_path="import")
+    def import_results(self, request: Request) -> Response:
+        ser = s.RunImportSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        upload = ser.validated_data.get("file")
+        if upload is not None:
+            raw = upload.read(services.MAX_IMPORT_BYTES + 1)
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InvalidInput({"file": [f"not UTF-8 text (byte {exc.start})"]}) from None
+            filename = ser.validated_data.get("filename") or upload.name
+        else:
+            text = ser.validated_data["text"]
+            filename = ser.validated_data.get("filename") or "pasted.json"
+        runs = services.run_import(text=text, filename=filename, user=request.user)
+        return Response(s.RunSerializer(runs, many=True).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5",
+                   parameters=[s.CompareQuerySerializer])
+    @action(detail=False, methods=["get"])
+    def compare(self, request: Request) -> Response:
+        q = _query(s.CompareQuerySerializer, request)
+        ids = list(q["ids"])
+        for sweep_id in q["sweeps"]:
+            sweep = BenchmarkSweep.objects.filter(pk=sweep_id).first()
+            if sweep is None:
+                raise NotFound(f"no sweep with id {sweep_id}")
+            ids += [r.pk for r in selectors.sweep_runs(sweep=sweep)]
+        return Response(services.runs_compare(runs=selectors.runs_by_ids(ids=list(dict.fromkeys(ids)))))

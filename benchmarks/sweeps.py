@@ -1,0 +1,247 @@
+"""Pure helpers of benchmark sweeps: grid validation, grid points, the GPU count of a recipe, the
+conversion of a stored run into the analysis vocabulary, and the plain-text results table.
+
+No database access here; :mod:`benchmarks.services` stores what these compute.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from benchmarks.loadgen import Api
+from controlplane.errors import InvalidInput
+
+# Bounds that keep one sweep a sweep and not a denial of service on the client or the database.
+MAX_POINTS = 200
+MAX_REQUESTS_PER_POINT = 100_000
+MAX_LEN = 1_000_000
+# Extra seconds on top of the deployment's startup timeout before a sweep gives up waiting for
+# ready (the sweep may be created while the processes are still loading).
+WAIT_READY_MARGIN_S = 60
+DEFAULT_API = {"sim": Api.GENERATE.value, "sglang": Api.GENERATE.value, "vllm": Api.COMPLETIONS.value,
+               "llamacpp": Api.COMPLETIONS.value}
+GRID_KEYS = ("concurrency", "lengths", "request_rates", "requests", "requests_per_concurrency", "warmup", "slo",
+             "api", "wait_ready_s", "seed")
+WORKER_ROLES = ("prefill", "decode", "single")
+
+
+def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 1800 + WAIT_READY_MARGIN_S) -> dict[str, Any]:
+    """Validate and normalise a sweep grid.
+
+    Input keys (others are refused): ``concurrency`` list of ints >= 1 (closed-loop points);
+    ``lengths`` list of ``[input_len, output_len]`` pairs or ``"in:out"`` strings (tokens, required);
+    ``request_rates`` optional list of requests/s > 0 (open-loop points, in addition to the
+    concurrency points); ``requests`` fixed requests per point, or ``requests_per_concurrency``
+    (requests = max(1, ceil(k * c)); rate points use ``requests``); ``warmup`` requests per point
+    before measuring (default 0); ``slo`` ``{"ttft_s", "tpot_s", "e2e_s"}`` seconds for goodput;
+    ``api`` one of :class:`benchmarks.loadgen.Api` (default per engine: ``sglang-generate`` for
+    sglang/sim, ``openai-completions`` otherwise); ``wait_ready_s`` seconds to wait for the
+    deployment (default its startup timeout + 60 s); ``seed`` for the dataset.
+
+    Returns the normalised dict with every key present. Raises :class:`InvalidInput` with field
+    paths such as ``grid.lengths.1``.
+    """
+    errors: dict[str, list[str]] = {}
+
+    def err(path: str, msg: str) -> None:
+        errors.setdefault(path, []).append(msg)
+
+    if not isinstance(raw, Mapping):
+        raise InvalidInput({"grid": ["must be an object"]})
+    for key in raw:
+        if key not in GRID_KEYS:
+            err(f"grid.{key}", f"unknown field; allowed: {', '.join(GRID_KEYS)}")
+    conc = _int_list(raw.get("concurrency", []), "grid.concurrency", err, lo=1, hi=100_000)
+    rates: list[float] = []
+    for i, r in enumerate(raw.get("request_rates") or []):
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+            err(f"grid.request_rates.{i}", f"must be a number of requests/s > 0, got {r!r}")
+        else:
+            rates.append(float(r))
+    if not conc and not rates:
+        err("grid.concurrency", "give at least one concurrency (or a request rate)")
+    lengths: list[list[int]] = []
+    raw_lengths = raw.get("lengths")
+    if not isinstance(raw_lengths, list) or not raw_lengths:
+        err("grid.lengths", "give at least one [input_len, output_len] pair, e.g. [[256, 256]]")
+    else:
+        for i, pair in enumerate(raw_lengths):
+            parsed = length_pair_parse(pair)
+            if parsed is None:
+                err(f"grid.lengths.{i}", f"must be [input_len, output_len] or 'in:out' with 1..{MAX_LEN} tokens, got {pair!r}")
+            else:
+                lengths.append(list(parsed))
+    requests = raw.get("requests")
+    per_c = raw.get("requests_per_concurrency")
+    if requests is not None and per_c is not None:
+        err("grid.requests", "give requests or requests_per_concurrency, not both")
+    if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int)
+                                 or not 1 <= requests <= MAX_REQUESTS_PER_POINT):
+        err("grid.requests", f"must be an integer 1..{MAX_REQUESTS_PER_POINT}, got {requests!r}")
+    if per_c is not None and (isinstance(per_c, bool) or not isinstance(per_c, (int, float)) or not 0 < per_c <= 1000):
+        err("grid.requests_per_concurrency", f"must be a number in (0, 1000], got {per_c!r}")
+    if requests is None and per_c is None:
+        per_c = 4
+    if rates and requests is None:
+        err("grid.requests", "open-loop points (request_rates) need a fixed number of requests")
+    warmup = raw.get("warmup", 0)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 10_000:
+        err("grid.warmup", f"must be an integer 0..10000, got {warmup!r}")
+    slo = raw.get("slo") or {}
+    norm_slo: dict[str, float] = {}
+    if not isinstance(slo, Mapping):
+        err("grid.slo", "must be an object {ttft_s, tpot_s, e2e_s}")
+    else:
+        for key, value in slo.items():
+            if key not in ("ttft_s", "tpot_s", "e2e_s"):
+                err(f"grid.slo.{key}", "unknown SLO; allowed: ttft_s, tpot_s, e2e_s (seconds)")
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                err(f"grid.slo.{key}", f"must be seconds > 0, got {value!r}")
+            else:
+                norm_slo[key] = float(value)
+    api = raw.get("api") or DEFAULT_API.get(engine, Api.COMPLETIONS.value)
+    if api not in {a.value for a in Api}:
+        err("grid.api", f"must be one of {', '.join(a.value for a in Api)}, got {api!r}")
+    wait = raw.get("wait_ready_s", default_wait_ready_s)
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 86_400:
+        err("grid.wait_ready_s", f"must be seconds 0..86400, got {wait!r}")
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
+        err("grid.seed", f"must be an integer 0..2^31-1, got {seed!r}")
+    if errors:
+        raise InvalidInput(errors)
+    grid = {"concurrency": conc, "lengths": lengths, "request_rates": rates, "requests": requests,
+            "requests_per_concurrency": per_c if requests is None else None, "warmup": warmup, "slo": norm_slo,
+            "api": api, "wait_ready_s": float(wait), "seed": seed}
+    if len(grid_points(grid)) > MAX_POINTS:
+        raise InvalidInput({"grid": [f"{len(grid_points(grid))} points; at most {MAX_POINTS} per sweep"]})
+    return grid
+
+
+def length_pair_parse(pair: Any) -> tuple[int, int] | None:
+    """``[256, 256]``, ``(256, 256)`` or ``"256:256"`` → ``(256, 256)``; None when malformed."""
+    if isinstance(pair, str):
+        parts = pair.split(":")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            return None
+        pair = [int(p) for p in parts]
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+        return None
+    if not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_LEN for x in pair):
+        return None
+    return int(pair[0]), int(pair[1])
+
+
+def _int_list(value: Any, path: str, err, *, lo: int, hi: int) -> list[int]:
+    if not isinstance(value, list):
+        err(path, "must be a list of integers")
+        return []
+    out = []
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            err(f"{path}.{i}", f"must be an integer {lo}..{hi}, got {v!r}")
+        else:
+            out.append(v)
+    return out
+
+
+def grid_points(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The points of a normalised grid, in run order: for each length pair, the concurrencies
+    ascending, then the request rates ascending. Each point is ``{"concurrency", "request_rate",
+    "input_len", "output_len", "num_requests"}``."""
+    points = []
+    for in_len, out_len in grid["lengths"]:
+        for c in sorted(set(grid["concurrency"])):
+            n = grid["requests"] or max(1, math.ceil(grid["requests_per_concurrency"] * c))
+            points.append({"concurrency": c, "request_rate": None, "input_len": in_len, "output_len": out_len,
+                           "num_requests": n})
+        for r in sorted(set(grid["request_rates"])):
+            points.append({"concurrency": None, "request_rate": r, "input_len": in_len, "output_len": out_len,
+                           "num_requests": grid["requests"]})
+    return points
+
+
+def recipe_gpu_count(*, spec: Mapping[str, Any], engine: str) -> int | None:
+    """GPUs a recipe's worker roles use (prefill + decode, or single; the router uses none).
+
+    For ``sim`` (which takes no GPUs) it is ``spec.sim.gpus_modelled``: an int, or a per-role
+    dict summed over roles; None when the recipe does not say. For other engines: the length of
+    each worker role's ``gpus`` list, None when no role lists GPUs (llama.cpp on CPUs).
+    """
+    if engine == "sim":
+        modelled = (spec.get("sim") or {}).get("gpus_modelled")
+        if isinstance(modelled, int) and not isinstance(modelled, bool):
+            return modelled
+        if isinstance(modelled, Mapping):
+            return sum(int(v) for v in modelled.values()) or None
+        return None
+    roles = spec.get("roles") or {}
+    total = sum(len((roles.get(r) or {}).get("gpus") or []) for r in WORKER_ROLES)
+    return total or None
+
+
+def _ms(dist: Mapping[str, Any] | None) -> dict[str, float | None] | None:
+    if not dist:
+        return None
+    return {k: (v * 1000.0 if isinstance(v, (int, float)) and k != "count" else v) for k, v in dist.items()
+            if k in ("mean", "std", "p50", "p90", "p99")}
+
+
+def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, request_rate: float | None,
+                  input_len: int | None, output_len: int | None, num_gpus: int | None,
+                  flags: Iterable[str]) -> dict[str, Any]:
+    """One stored run as the dict :meth:`benchmarks.analysis.SweepPoint.from_summary` reads.
+
+    Measured summaries hold latencies in seconds (``ttft_s``); the analysis wants ms (``ttft_ms``).
+    Imported summaries already hold ``*_ms`` keys and pass through.
+    """
+    out: dict[str, Any] = {"concurrency": concurrency, "request_rate": request_rate, "input_len": input_len,
+                           "output_len": output_len, "num_gpus": num_gpus, "flags": list(flags),
+                           "output_throughput_tok_s": summary.get("output_throughput_tok_s")}
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        out[f"{metric}_ms"] = summary.get(f"{metric}_ms") or _ms(summary.get(f"{metric}_s"))
+    out["request_throughput"] = summary.get("request_throughput_req_s")
+    out["completed"] = summary.get("successes", summary.get("completed"))
+    out["failed"] = summary.get("failures", summary.get("failed"))
+    return out
+
+
+def _fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
+    if v is None:
+        return "-"
+    return f"{v * scale:.{digits}f}"
+
+
+TABLE_COLUMNS = ("c", "requests", "out tok/s", "tok/s/GPU", "TTFT p50 ms", "TTFT p99 ms", "TPOT mean ms",
+                 "ITL p99 ms", "E2E p50 s", "failures", "flags")
+
+
+def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[list[str]]:
+    """Rows (strings) of the results table for ``runs`` (BenchmarkRun-like objects with
+    ``concurrency``, ``request_rate``, ``num_requests``, ``summary``, ``flags``); per-GPU column
+    is ``-`` when ``num_gpus`` is unknown. Latencies read from the seconds-based summary."""
+    rows = []
+    for run in runs:
+        s = run.summary or {}
+        p = summary_point(summary=s, concurrency=run.concurrency, request_rate=run.request_rate,
+                          input_len=run.input_len, output_len=run.output_len, num_gpus=num_gpus, flags=run.flags)
+        tok = p["output_throughput_tok_s"]
+        load = str(run.concurrency) if run.concurrency is not None else f"{run.request_rate:g}/s"
+        rows.append([
+            load, str(s.get("requests", run.num_requests or "-")), _fmt(tok),
+            _fmt(tok / num_gpus if tok is not None and num_gpus else None, digits=2),
+            _fmt((p["ttft_ms"] or {}).get("p50"), digits=0), _fmt((p["ttft_ms"] or {}).get("p99"), digits=0),
+            _fmt((p["tpot_ms"] or {}).get("mean")), _fmt((p["itl_ms"] or {}).get("p99")),
+            _fmt((p["e2e_ms"] or {}).get("p50"), scale=0.001, digits=2),
+            str(s.get("failures", "-")), ",".join(run.flags) or "-",
+        ])
+    return rows
+
+
+def results_table(runs: Iterable[Any], *, num_gpus: int | None) -> str:
+    """The results table as aligned plain text (header + one line per run)."""
+    rows = [list(TABLE_COLUMNS)] + results_table_rows(runs, num_gpus=num_gpus)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
+    return "\n".join("  ".join(cell.rjust(w) if i < len(widths) - 1 else cell for i, (cell, w) in enumerate(zip(r, widths)))
+                     for r in rows)

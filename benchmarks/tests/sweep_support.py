@@ -1,0 +1,63 @@
+"""Test support for sweep tests: a real ``sim`` server process and a ready deployment row that
+points at it (no node agent involved: the tests own the process)."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from deployments.choices import DeploymentStatus, ProcessStatus, Role
+from deployments.models import Deployment, Node, Recipe, ServerProcess
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sim_start(log: Path, *, profile: str = "demo-fast", model: str = "sim-model") -> tuple[str, subprocess.Popen]:
+    """Start ``python -m deployments.engines.sim_server --role single`` on a free port; wait for /health."""
+    port = free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deployments.engines.sim_server", "--role", "single", "--host", "127.0.0.1",
+             "--port", str(port), "--profile", profile, "--model-name", model, "--startup-delay-s", "0"],
+            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                return base, proc
+        except httpx.HTTPError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+
+
+def sim_deployment_create(*, base_url: str, status: str = DeploymentStatus.READY, model: str = "sim-model",
+                          recipe_name: str = "sim-single", gpus_modelled: int | None = 4,
+                          topology: str = "single") -> Deployment:
+    """A deployment row of a sim single-server recipe whose process row points at ``base_url``."""
+    node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2})
+    sim: dict = {"profile": "demo-fast"}
+    if gpus_modelled is not None:
+        sim["gpus_modelled"] = gpus_modelled
+    spec = {"served_model_name": model, "model": {"name": model}, "sim": sim, "startup_timeout_s": 5,
+            "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": int(base_url.rsplit(":", 1)[1])}}}
+    recipe = Recipe.objects.create(name=recipe_name, engine="sim", topology=topology, node=node, spec=spec)
+    deployment = Deployment.objects.create(recipe=recipe, recipe_version=1, spec_snapshot=spec, node=node,
+                                           status=status, entry_url=base_url if status == DeploymentStatus.READY else "")
+    ServerProcess.objects.create(deployment=deployment, role=Role.SINGLE, status=ProcessStatus.READY,
+                                 argv=["python", "-m", "deployments.engines.sim_server", "--role", "single"],
+                                 env_redacted={"HF_TOKEN": "***"}, cpus="0", effective_cpus="0", pin_method="none",
+                                 health_url=f"{base_url}/health", generate_url=f"{base_url}/generate")
+    return deployment

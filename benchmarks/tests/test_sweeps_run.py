@@ -1,0 +1,123 @@
+"""Sweeps end to end against a real ``sim`` server process: stored runs, records files, progress,
+snapshot, analysis; a deployment that never becomes ready (C14); cancellation; running twice."""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.choices import RunStatus, SweepStatus
+from benchmarks.models import BenchmarkSweep
+from benchmarks.services import run_records, sweep_cancel, sweep_create, sweep_execute
+from benchmarks.tests.sweep_support import sim_deployment_create, sim_start
+from deployments.choices import DeploymentStatus
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    base, proc = sim_start(tmp_path_factory.mktemp("sim") / "sim.log")
+    yield base
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def _var_dir(settings, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+
+
+def test_it_runs_every_point_and_stores_exact_token_counts(sim_url: str, operator) -> None:
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [1, 4], "lengths": ["32:16"], "requests_per_concurrency": 2,
+                               "warmup": 1, "slo": {"ttft_s": 10.0}})
+    assert sweep.num_gpus == 4 and sweep.points_total == 2 and sweep.requests_total == 2 + 8
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
+    sweep.refresh_from_db()
+    assert (sweep.points_done, sweep.requests_done) == (2, 10)
+    runs = list(sweep.runs.order_by("ordinal"))
+    assert [(r.concurrency, r.num_requests, r.status) for r in runs] == [(1, 2, RunStatus.DONE), (4, 8, RunStatus.DONE)]
+    for run in runs:
+        s = run.summary
+        assert s["successes"] == run.num_requests and s["failures"] == 0
+        assert s["output_tokens"] == run.num_requests * 16 and s["input_tokens"] == run.num_requests * 32
+        assert s["server_generation_tokens_delta"] == run.num_requests * 16
+        assert s["goodput_req_s"] is not None and s["slo_attainment"] == 1.0
+        assert run.flags == [] and run.output_tok_s == pytest.approx(s["output_throughput_tok_s"])
+        assert run.ttft_p99_ms == pytest.approx(s["ttft_s"]["p99"] * 1000)
+        rec = run_records(run=run)
+        assert len(rec) == run.num_requests
+        assert rec.column("output_tokens").tolist() == [16] * run.num_requests
+        assert Path(run.records_path).parent == Path(str(run.records_path)).parent  # a file under VAR_DIR
+        assert Path(run.records_path).name == f"run-{run.pk}.npz"
+    snap = runs[0].snapshot
+    assert snap["recipe"] == "sim-single" and snap["recipe_version"] == 1
+    assert snap["processes"][0]["env_redacted"] == {"HF_TOKEN": "***"}
+    assert snap["server_info"]["entry"]["sim_profile"] == "demo-fast" and snap["server_info"]["entry"]["version"]
+    assert snap["client_host"] and snap["ceiling_version"]
+    assert sweep.analysis["findings"] and "1/1" not in sweep.analysis["lengths"]
+    assert list(sweep.analysis["lengths"]) == ["32/16"]
+
+
+def test_it_fails_with_the_reason_when_the_deployment_never_becomes_ready(operator) -> None:
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [1], "lengths": [[8, 8]], "wait_ready_s": 1.0})
+    start = time.monotonic()
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.FAILED
+    assert time.monotonic() - start < 5
+    sweep.refresh_from_db()
+    assert sweep.reason == f"deployment #{deployment.pk} was not ready after 1 s of waiting (status starting)"
+    assert sweep.runs.count() == 0
+
+
+def test_it_fails_at_once_for_a_failed_deployment(operator) -> None:
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING)
+    sweep = sweep_create(deployment=deployment, user=operator, grid={"concurrency": [1], "lengths": [[8, 8]]})
+    deployment.status, deployment.reason = DeploymentStatus.FAILED, "decode exited with code 1"
+    deployment.save()
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.FAILED
+    sweep.refresh_from_db()
+    assert sweep.reason == (f"deployment #{deployment.pk} is failed: decode exited with code 1; nothing to benchmark")
+
+
+def test_it_default_wait_is_the_startup_timeout_plus_a_minute(sim_url: str, operator) -> None:
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator, grid={"concurrency": [1], "lengths": [[8, 8]]})
+    assert sweep.grid["wait_ready_s"] == 5 + 60
+
+
+def test_it_cancels_between_points_and_a_second_run_does_nothing(sim_url: str, operator) -> None:
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [1, 2, 4], "lengths": [[16, 64]], "requests": 4})
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=sweep.pk)))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not sweep.runs.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    sweep_cancel(sweep=BenchmarkSweep.objects.get(pk=sweep.pk), user=operator)
+    thread.join(60)
+    assert result["status"] == SweepStatus.CANCELLED
+    sweep.refresh_from_db()
+    assert sweep.reason == "cancelled on request" and sweep.cancel_requested
+    assert sweep.runs.count() == 1 and sweep.runs.get().status == RunStatus.CANCELLED
+    # a second delivery of the task finds a terminal row and leaves it alone
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.CANCELLED
+    assert sweep.runs.count() == 1
+
+
+def test_it_cancels_a_pending_sweep_at_once(operator) -> None:
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING)
+    sweep = sweep_create(deployment=deployment, user=operator, grid={"concurrency": [1], "lengths": [[8, 8]]})
+    sweep = sweep_cancel(sweep=sweep, user=operator)
+    assert sweep.status == SweepStatus.CANCELLED and sweep.reason == "cancelled by oscar-operator"
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.CANCELLED
+

@@ -1,0 +1,433 @@
+"""Benchmark pages seen by each persona: the index with the import form, the sweep form, a sweep
+with its live progress partial, results, charts and findings, a run with CDFs and the tok/s
+timeline built from a real records file, the comparison view with its highlighted differences
+and the refusal to rank a length-mismatched run (case C10), exports, and 404s for unknown ids.
+
+Rows are written directly; the records file is a real :class:`RecordStore` saved under a
+temporary ``VAR_DIR``."""
+from __future__ import annotations
+
+import json
+import re
+from array import array
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
+
+from benchmarks.choices import RunSource, RunStatus, SweepStatus
+from benchmarks.loadgen.records import RecordStore, RequestOutcome
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from deployments.choices import DeploymentStatus
+from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
+
+DATA = Path(__file__).parent / "data"
+MS = 1_000_000  # ns per ms
+T0 = 50_000_000_000  # an arbitrary perf_counter_ns origin: records store absolute clock values
+
+
+def _client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _html(response) -> str:
+    return response.content.decode()
+
+
+def _json_script(html: str, element_id: str) -> dict:
+    match = re.search(rf'<script id="{re.escape(element_id)}" type="application/json">(.*?)</script>', html, re.S)
+    assert match, f"no json_script #{element_id}"
+    return json.loads(match.group(1))
+
+
+@pytest.fixture
+def viewer_client(viewer) -> Client:
+    return _client(viewer)
+
+
+@pytest.fixture
+def operator_client(operator) -> Client:
+    return _client(operator)
+
+
+@pytest.fixture
+def var_dir(settings, tmp_path) -> Path:
+    settings.VAR_DIR = tmp_path
+    (tmp_path / "benchmarks").mkdir()
+    return tmp_path
+
+
+@pytest.fixture
+def deployment(db):
+    node = cpu_node_create()
+    recipe = recipe_row_create(node=node, name="local-sim-single", spec={"sim": {"gpus_modelled": 4}})
+    return deployment_row_create(recipe=recipe, status=DeploymentStatus.READY)
+
+
+def _records_file(directory: Path) -> Path:
+    """Four requests with known times: three succeed (TTFT 100, 200, 300 ms; E2E 200, 1300,
+    500 ms), one fails with HTTP 500. Output events: 4 tokens in the first second of the run,
+    4 in the second."""
+    store = RecordStore()
+
+    def ok(start_ms: int, events_ms: list[int], index: int) -> RequestOutcome:
+        return RequestOutcome(
+            scheduled=T0 + start_ms * MS, start=T0 + start_ms * MS, end=T0 + events_ms[-1] * MS + MS, index=index,
+            events=array("q", [T0 + e * MS for e in events_ms]), event_tokens=array("H", [1] * len(events_ms)),
+            output_tokens=len(events_ms), input_tokens=256, requested_input=256, requested_output=len(events_ms),
+            http_status=200, ok=True, finish_reason="length",
+        )
+
+    store.add(ok(0, [100, 150, 200], 0))
+    store.add(ok(0, [200, 1300], 1))
+    store.add(ok(1000, [1300, 1400, 1500], 2))
+    store.add(RequestOutcome(scheduled=T0 + 1000 * MS, start=T0 + 1000 * MS, end=T0 + 1010 * MS, index=3,
+                             requested_input=256, requested_output=3, http_status=500, error="HTTP 500: engine overloaded"))
+    return store.save(directory / "benchmarks" / "run-test.npz")
+
+
+def _summary(*, tok_s: float, ttft_p99_s: float, out_mean: float = 256.0, flags: dict | None = None) -> dict:
+    """A run summary in the load generator's vocabulary (seconds, per-second rates)."""
+    dist = {"mean": 0.2, "std": 0.08, "p50": 0.2, "p90": 0.28, "p99": ttft_p99_s, "count": 3}
+    return {
+        "requests": 4, "successes": 3, "failures": 1, "duration_s": 1.51,
+        "output_throughput_tok_s": tok_s, "request_throughput_req_s": 1.987,
+        "ttft_s": dist, "tpot_s": {"mean": 0.05, "std": 0.0, "p50": 0.05, "p90": 0.05, "p99": 0.05, "count": 3},
+        "e2e_s": dist, "itl_s": {"mean": 0.05, "std": 0.0, "p50": 0.05, "p90": 0.05, "p99": 0.05, "count": 4},
+        "output_tokens_mean": out_mean, "output_length_requested": 256,
+        "flags": flags or {}, "errors": {"HTTP 500: engine overloaded": 1},
+    }
+
+
+@pytest.fixture
+def sweep(deployment, var_dir) -> BenchmarkSweep:
+    """A running sweep, 12 of 48 requests done, with one finished point whose records exist."""
+    sweep = BenchmarkSweep.objects.create(
+        deployment=deployment, name="local-sim-single c=1,8", status=SweepStatus.RUNNING,
+        grid={"concurrency": [1, 8], "lengths": [[256, 256]], "requests": 24},
+        points_total=2, points_done=1, requests_total=48, requests_done=12, current_tok_s=187.26,
+        current_point="c=8 256/256", num_gpus=4, served_model_name="local-sim-single", topology="single",
+        engine="sim", snapshot={"recipe_version": 3, "argv": ["python", "-m", "deployments.engines.sim_server"]},
+    )
+    BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=0, status=RunStatus.DONE, concurrency=1, input_len=256, output_len=256,
+        num_requests=4, num_gpus=4, summary=_summary(tok_s=123.4, ttft_p99_s=0.298),
+        records_path=str(_records_file(var_dir)), output_tok_s=123.4,
+    )
+    return sweep
+
+
+@pytest.fixture
+def mismatch_sweep(deployment) -> tuple[BenchmarkRun, BenchmarkRun]:
+    """Two finished runs at 256/256: c=1 clean, c=8 with an output length mismatch (mean 241.5)."""
+    sweep = BenchmarkSweep.objects.create(deployment=deployment, status=SweepStatus.DONE, points_total=2,
+                                          points_done=2, num_gpus=4)
+    clean = BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=0, status=RunStatus.DONE, concurrency=1, input_len=256, output_len=256, num_requests=4,
+        num_gpus=4, summary=_summary(tok_s=100.0, ttft_p99_s=0.1),
+    )
+    short = BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=1, status=RunStatus.DONE, concurrency=8, input_len=256, output_len=256,
+        num_requests=32, num_gpus=4, flags=["output_length_mismatch"],
+        summary=_summary(tok_s=400.0, ttft_p99_s=0.4, out_mean=241.5, flags={"output_length_mismatch": True}),
+    )
+    return clean, short
+
+
+# --- access -----------------------------------------------------------------------------------
+
+
+def test_it_renders_every_page_for_a_viewer(viewer_client, sweep, mismatch_sweep):
+    run = sweep.runs.get()
+    clean, short = mismatch_sweep
+    urls = [
+        reverse("benchmarks:index"),
+        reverse("benchmarks:sweep-detail", args=[sweep.pk]),
+        reverse("benchmarks:sweep-progress", args=[sweep.pk]),
+        reverse("benchmarks:sweep-results", args=[sweep.pk]),
+        reverse("benchmarks:run-detail", args=[run.pk]),
+        reverse("benchmarks:compare") + f"?runs={clean.pk},{short.pk}&sweeps={sweep.pk}",
+        reverse("benchmarks:run-export", args=[run.pk, "csv"]),
+        reverse("benchmarks:sweep-export", args=[sweep.pk, "json"]),
+    ]
+    for url in urls:
+        assert viewer_client.get(url).status_code == 200, url
+
+
+def test_it_refuses_operator_actions_to_a_viewer(viewer_client, sweep, deployment):
+    create = reverse("benchmarks:sweep-create") + f"?deployment={deployment.pk}"
+    assert viewer_client.get(create).status_code == 403
+    assert viewer_client.post(reverse("benchmarks:sweep-create"),
+                              {"deployment": deployment.pk, "concurrency": "1", "lengths": "8:8"}).status_code == 403
+    assert viewer_client.post(reverse("benchmarks:sweep-cancel", args=[sweep.pk])).status_code == 403
+    upload = SimpleUploadedFile("vllm.json", (DATA / "vllm-bench-serve.json").read_bytes())
+    assert viewer_client.post(reverse("benchmarks:run-import"), {"file": upload}).status_code == 403
+    sweep.refresh_from_db()
+    assert sweep.cancel_requested is False
+    assert BenchmarkSweep.objects.count() == 1
+    assert not BenchmarkRun.objects.filter(source=RunSource.IMPORTED).exists()
+    page = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+    assert "Cancel sweep" not in page
+
+
+def test_it_sends_anonymous_visitors_to_login(client, sweep):
+    response = client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk]))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_it_answers_404_for_unknown_ids_and_formats(viewer_client, operator_client, sweep):
+    run = sweep.runs.get()
+    for url in (
+        reverse("benchmarks:sweep-detail", args=[9999]),
+        reverse("benchmarks:sweep-progress", args=[9999]),
+        reverse("benchmarks:run-detail", args=[9999]),
+        reverse("benchmarks:run-export", args=[9999, "csv"]),
+        reverse("benchmarks:run-export", args=[run.pk, "xml"]),
+        reverse("benchmarks:run-original", args=[run.pk]),  # measured, nothing was imported
+        reverse("benchmarks:compare") + f"?runs={run.pk},9999",
+        reverse("benchmarks:compare") + "?sweeps=4242",
+        reverse("benchmarks:compare") + "?runs=1;drop",
+    ):
+        assert viewer_client.get(url).status_code == 404, url
+    assert operator_client.get(reverse("benchmarks:sweep-create") + "?deployment=9999").status_code == 404
+    assert operator_client.post(reverse("benchmarks:sweep-cancel", args=[9999])).status_code == 404
+
+
+# --- sweep page -------------------------------------------------------------------------------
+
+
+def test_it_shows_live_progress_and_polls_every_second_while_running(viewer_client, sweep):
+    response = viewer_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk]), {"points": "1"})
+    html = _html(response)
+    assert "12 / 48 requests" in html
+    assert "1 / 2 points" in html
+    assert "187.3 tok/s" in html
+    assert "at c=8 256/256" in html
+    assert 'hx-trigger="every 1s"' in html
+    assert 'style="width: 25.0%"' in html
+    # the page already shows the one finished point: no reload of the results
+    assert "HX-Trigger" not in response
+
+
+def test_it_reloads_results_when_a_point_finishes_and_stops_polling_when_done(viewer_client, sweep):
+    stale = viewer_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk]), {"points": "0"})
+    assert stale["HX-Trigger"] == "sweep-points-changed"
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.DONE, points_done=2, requests_done=48)
+    done = viewer_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk]), {"points": "2"})
+    html = _html(done)
+    assert "48 / 48 requests" in html
+    assert "every 1s" not in html
+    assert done["HX-Trigger"] == "sweep-points-changed"
+    assert "—" in html.split("Current output")[1][:120]  # nothing running: no tok/s, not 0
+
+
+def test_it_shows_results_with_units_charts_findings_and_snapshot(viewer_client, sweep):
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(analysis={
+        "findings": ["Throughput stops growing at c=8: 412 tok/s (103 tok/s per GPU)."], "errors": {}, "notes": []})
+    html = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+    assert "Throughput stops growing at c=8: 412 tok/s (103 tok/s per GPU)." in html
+    for header in ("Output (tok/s)", "Per GPU (tok/s)", "Requests (req/s)", "Goodput (req/s)", "TTFT (ms)",
+                   "TPOT (ms)", "ITL (ms)", "E2E (ms)", "Failures (requests)"):
+        assert header in html
+    assert "123.4" in html  # output tok/s
+    assert "30.85" in html  # 123.4 tok/s over 4 GPUs
+    assert "298.0" in html  # TTFT p99 0.298 s in ms
+    assert "1 × HTTP 500: engine overloaded" in html
+    # no SLO was given: goodput is unavailable, not zero
+    row = html.split('id="run-')[1].split("</tr>")[0]
+    assert "<td class=\"num\">—</td>" in row
+    chart = _json_script(html, "chart-sweep-tok-s")
+    assert chart["x"] == {"label": "concurrency", "unit": "requests", "log": True}
+    assert chart["y"]["unit"] == "tok/s"
+    assert chart["series"] == [{"label": "256/256", "points": [[1.0, 123.4]]}]
+    ttft = _json_script(html, "chart-sweep-ttft")
+    assert [s["label"] for s in ttft["series"]] == ["256/256 p50", "256/256 p90", "256/256 p99"]
+    assert ttft["series"][2]["points"] == [[1.0, pytest.approx(298.0)]]
+    assert "deployments.engines.sim_server" in html  # snapshot argv, collapsed
+    assert reverse("benchmarks:sweep-export", args=[sweep.pk, "csv"]) in html
+
+
+def test_it_cancels_a_running_sweep_for_an_operator(operator_client, sweep):
+    page = _html(operator_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+    assert "Cancel sweep" in page
+    response = operator_client.post(reverse("benchmarks:sweep-cancel", args=[sweep.pk]))
+    assert response.status_code == 302
+    sweep.refresh_from_db()
+    assert sweep.cancel_requested is True
+    html = _html(operator_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])))
+    assert "cancel requested" in html
+
+
+def test_it_exports_the_sweep_as_csv_and_json(viewer_client, sweep):
+    csv_response = viewer_client.get(reverse("benchmarks:sweep-export", args=[sweep.pk, "csv"]))
+    assert csv_response["Content-Disposition"] == f'attachment; filename="sweep-{sweep.pk}.csv"'
+    header, row = csv_response.content.decode().splitlines()[:2]
+    values = dict(zip(header.split(","), row.split(",")))
+    assert values["output_throughput_tok_s"] == "123.4"
+    assert values["goodput_req_s"] == ""
+    body = json.loads(viewer_client.get(reverse("benchmarks:sweep-export", args=[sweep.pk, "json"])).content)
+    assert body["sweep"]["id"] == sweep.pk
+    assert body["runs"][0]["metrics"]["ttft_ms"]["p99"] == pytest.approx(298.0)
+
+
+# --- sweep form -------------------------------------------------------------------------------
+
+
+def test_it_creates_a_sweep_from_the_form(operator_client, operator, deployment):
+    form = reverse("benchmarks:sweep-create") + f"?deployment={deployment.pk}"
+    assert "Start sweep" in _html(operator_client.get(form))
+    response = operator_client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": deployment.pk, "concurrency": "1, 8", "lengths": "256:256, 64:32", "requests": "6",
+        "rates": "", "slo_ttft_ms": "500", "slo_tpot_ms": "", "slo_e2e_ms": "",
+    })
+    sweep = BenchmarkSweep.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("benchmarks:sweep-detail", args=[sweep.pk])
+    assert sweep.grid["concurrency"] == [1, 8]
+    assert sweep.grid["lengths"] == [[256, 256], [64, 32]]
+    assert sweep.grid["requests"] == 6
+    assert sweep.grid["slo"] == {"ttft_s": 0.5}
+    assert (sweep.points_total, sweep.requests_total) == (4, 24)
+    assert sweep.created_by == operator
+    assert sweep.num_gpus == 4
+
+
+def test_it_shows_form_errors_next_to_the_fields(operator_client, deployment):
+    response = operator_client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": deployment.pk, "concurrency": "1,x", "lengths": "256", "requests": "-2",
+    })
+    assert response.status_code == 400
+    html = _html(response)
+    assert "&#x27;x&#x27; is not a positive whole number." in html
+    assert "&#x27;256&#x27; is not input:output, e.g. 256:256." in html
+    assert "must be a positive whole number." in html
+    assert not BenchmarkSweep.objects.exists()
+
+
+def test_it_refuses_to_sweep_a_stopped_deployment(operator_client, deployment):
+    deployment.status = DeploymentStatus.STOPPED
+    deployment.save()
+    response = operator_client.post(reverse("benchmarks:sweep-create"),
+                                    {"deployment": deployment.pk, "concurrency": "1", "lengths": "8:8"})
+    assert response.status_code == 400
+    assert f"deployment #{deployment.pk} is stopped" in _html(response)
+
+
+def test_it_offers_a_sweep_on_a_ready_deployment_page_to_operators_only(operator_client, viewer_client, deployment):
+    url = reverse("deployments:deployment-detail", args=[deployment.pk])
+    button = reverse("benchmarks:sweep-create") + f"?deployment={deployment.pk}"
+    assert button in _html(operator_client.get(url))
+    assert button not in _html(viewer_client.get(url))
+    assert 'href="/benchmarks/"' in _html(viewer_client.get(url))  # the nav item
+
+
+# --- run page ---------------------------------------------------------------------------------
+
+
+def test_it_draws_cdfs_and_the_timeline_from_the_raw_records(viewer_client, sweep):
+    run = sweep.runs.get()
+    html = _html(viewer_client.get(reverse("benchmarks:run-detail", args=[run.pk])))
+    ttft = _json_script(html, "chart-cdf-ttft")
+    assert ttft["x"] == {"label": "TTFT", "unit": "ms", "log": False}
+    assert ttft["series"][0]["points"] == [[100.0, 0.333333], [200.0, 0.666667], [300.0, 1.0]]
+    e2e = _json_script(html, "chart-cdf-e2e")["series"][0]["points"]
+    assert e2e == [[200.0, 0.333333], [500.0, 0.666667], [1300.0, 1.0]]
+    # TPOT = (E2E - TTFT) / (tokens - 1): 50, 1100, 100 ms
+    assert [p[0] for p in _json_script(html, "chart-cdf-tpot")["series"][0]["points"]] == [50.0, 100.0, 1100.0]
+    # ITL gaps of the successful requests: 50, 50, 1100, 100, 100 ms
+    itl = _json_script(html, "chart-cdf-itl")["series"][0]["points"]
+    assert [p[0] for p in itl] == [50.0, 50.0, 100.0, 100.0, 1100.0]
+    timeline = _json_script(html, "chart-timeline")
+    assert timeline["series"][0]["points"] == [[0.0, 4.0], [1.0, 4.0]]
+    assert timeline["y"]["unit"] == "tok/s"
+    assert "HTTP 500: engine overloaded" in html
+    assert 'data-chart="chart-cdf-ttft"' in html
+    assert "vendor/uplot/uPlot.iife.min.js" in html
+
+
+def test_it_says_when_the_records_file_is_gone(viewer_client, sweep):
+    run = sweep.runs.get()
+    Path(run.records_path).unlink()
+    html = _html(viewer_client.get(reverse("benchmarks:run-detail", args=[run.pk])))
+    assert "records file of this run is missing" in html
+    assert _json_script(html, "chart-cdf-ttft")["series"][0]["points"] == []
+    assert "123.40" in html  # the stored summary is still shown
+
+
+def test_it_marks_a_length_mismatch_with_the_measured_mean(viewer_client, mismatch_sweep):
+    _, short = mismatch_sweep
+    html = _html(viewer_client.get(reverse("benchmarks:run-detail", args=[short.pk])))
+    assert "Output length mismatch: measured mean 241.5 tokens per request vs 256 requested" in html
+
+
+# --- comparison -------------------------------------------------------------------------------
+
+
+def test_it_compares_runs_highlighting_differences_and_refusing_to_rank_a_mismatch(viewer_client, mismatch_sweep):
+    clean, short = mismatch_sweep
+    html = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": f"{clean.pk},{short.pk}"}))
+    assert re.search(r'<tr class="config differs"><td>concurrency <span class="tag warn small">differs</span></td>'
+                     r'<td class="num mono small">1</td><td class="num mono small">8</td>', html)
+    assert '<tr class="config"><td>input_len</td>' in html  # same lengths: not highlighted
+    assert f"Run #{short.pk} is not ranked: output_length_mismatch" in html
+    assert "not ranked</div>" in html
+    # the mismatched run has 4x the tok/s but is not crowned; with one rankable run nothing is
+    assert 'class="num best"' not in html
+    assert "measured mean 241.5 tokens" in html
+    tok = _json_script(html, "chart-compare-tok-s")
+    assert tok["series"] == [{"label": f"sweep #{clean.sweep_id} 256/256", "points": [[1.0, 100.0], [8.0, 400.0]]}]
+
+
+def test_it_ranks_comparable_runs_and_overlays_cdfs_of_a_sweep(viewer_client, sweep, mismatch_sweep):
+    clean, _ = mismatch_sweep
+    run = sweep.runs.get()
+    html = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk), "sweeps": str(sweep.pk)}))
+    # output tok/s: 123.4 (sweep run) beats 100.0
+    assert re.search(r'<td>output throughput \(tok/s\)</td><td class="num">100\.00</td><td class="num best">123\.40</td>',
+                     html)
+    cdf = _json_script(html, "chart-compare-ttft-cdf")
+    assert cdf["series"] == [{"label": f"run #{run.pk} {run.label}", "step": True,
+                              "points": [[100.0, 0.333333], [200.0, 0.666667], [300.0, 1.0]]}]
+
+
+def test_it_asks_for_a_second_run(viewer_client, mismatch_sweep):
+    clean, _ = mismatch_sweep
+    html = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk)}))
+    assert "a comparison needs two runs" in html
+
+
+# --- import -----------------------------------------------------------------------------------
+
+
+def test_it_imports_a_vllm_file_that_keeps_its_original(operator_client, viewer_client):
+    original = (DATA / "vllm-bench-serve.json").read_bytes()
+    response = operator_client.post(reverse("benchmarks:run-import"),
+                                    {"file": SimpleUploadedFile("vllm-bench-serve.json", original)})
+    run = BenchmarkRun.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("benchmarks:run-detail", args=[run.pk])
+    html = _html(viewer_client.get(response["Location"]))
+    assert "vLLM bench serve JSON" in html
+    assert "125.79" in html  # output tok/s from the file
+    goodput = html.split("Goodput (req/s)</td>")[1][:40]
+    assert "—" in goodput  # "request_goodput": null stays unavailable
+    assert "no per-request records" in html
+    download = viewer_client.get(reverse("benchmarks:run-original", args=[run.pk]))
+    assert download.content == original
+    assert download["Content-Disposition"] == 'attachment; filename="vllm-bench-serve.json"'
+
+
+def test_it_shows_import_errors_with_the_line_and_key(operator_client):
+    bad = b'{"backend": "sglang", "random_input_len": 1024, "completed": "many", "duration": 3.0}\n'
+    response = operator_client.post(reverse("benchmarks:run-import"), {"file": SimpleUploadedFile("x.jsonl", bad)})
+    assert response.status_code == 400
+    html = _html(response)
+    assert "<code>line 1.completed</code>: expected a number, got &#x27;many&#x27;" in html
+    assert not BenchmarkRun.objects.exists()
+    missing = operator_client.post(reverse("benchmarks:run-import"), {})
+    assert "Choose a result file to import." in _html(missing)
