@@ -743,3 +743,51 @@ def run_import(*, text: str, filename: str, user) -> list[BenchmarkRun]:
             created.append(run)
     return created
 
+
+
+# ---------------------------------------------------------------------------------------- CLI helpers
+
+
+def sweep_wait(*, sweep: BenchmarkSweep, timeout_s: float, progress=None, poll_s: float = 1.0) -> BenchmarkSweep:
+    """Poll ``sweep``'s row until it is terminal or ``timeout_s`` passes; ``progress(text)`` gets a
+    line whenever the status, point or requests-done count changes. Returns the refreshed row."""
+    start = time.monotonic()
+    last = None
+    while True:
+        sweep.refresh_from_db()
+        line = (f"  sweep #{sweep.pk}: {sweep.status}"
+                + (f", point {sweep.points_done + (sweep.status == SweepStatus.RUNNING)}/{sweep.points_total}"
+                   f" ({sweep.current_point})" if sweep.current_point else "")
+                + (f", requests {sweep.requests_done}/{sweep.requests_total}" if sweep.status == SweepStatus.RUNNING else "")
+                + (f", {sweep.current_tok_s:.1f} tok/s" if sweep.current_tok_s is not None
+                   and sweep.status == SweepStatus.RUNNING else ""))
+        if progress and line != last:
+            progress(line)
+        last = line
+        if sweep.status in SWEEP_TERMINAL or time.monotonic() - start > timeout_s:
+            return sweep
+        time.sleep(poll_s)
+
+
+def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
+    """The sweep as plain text: a heading, the results table (:func:`benchmarks.sweeps.results_table`)
+    and the ceiling findings (or the failure reason)."""
+    from benchmarks.sweeps import results_table
+
+    sweep.refresh_from_db()
+    gpus = f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.engine == "sim" else "") if sweep.num_gpus else "GPUs: none"
+    lines = [f"Sweep #{sweep.pk} {sweep.name} — {sweep.status}" + (f" ({sweep.reason})" if sweep.reason else ""),
+             f"  model {sweep.served_model_name}, {sweep.engine} {sweep.topology}, {gpus}; "
+             f"client host {(sweep.snapshot or {}).get('client_host', '-')}"]
+    runs = list(sweep.runs.order_by("ordinal"))
+    if runs:
+        lines += ["  " + row for row in results_table(runs, num_gpus=sweep.num_gpus).splitlines()]
+    analysis = sweep.analysis or {}
+    if analysis.get("findings"):
+        lines.append("  Ceiling findings:")
+        lines += [f"   - {f}" for f in analysis["findings"]]
+    for key, err in (analysis.get("errors") or {}).items():
+        lines.append(f"  analysis {key}: {err}")
+    for note in analysis.get("notes") or []:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)

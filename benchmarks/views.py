@@ -33,6 +33,7 @@ from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.permissions import has_role
+from controlplane.redaction import redact_text
 from deployments.choices import DeploymentStatus
 from deployments.models import Deployment
 from deployments.views import role_page
@@ -181,7 +182,10 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
 
 
 def _json_text(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, default=str)
+    """Pretty JSON for a collapsed block. Snapshots store env already redacted; this second pass
+    guards against a token pasted into a flag or an argv element the snapshot did not know was
+    secret (the same rule as the deployment pages)."""
+    return redact_text(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
 # --- charts -----------------------------------------------------------------------------------
@@ -352,14 +356,15 @@ def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "") -> dict[st
 def benchmark_index(request: HttpRequest) -> HttpResponse:
     """Sweeps (newest first, with status and progress), the most recent runs, and the import
     form for SGLang ``bench_serving`` JSONL and vLLM ``bench serve`` JSON files."""
+    return render(request, "benchmarks/index.html", _index_context(request, import_errors={}))
+
+
+def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]]) -> dict[str, Any]:
     sweeps = list(BenchmarkSweep.objects.select_related("deployment", "deployment__recipe", "created_by")[:100])
-    runs = [run_row(r) for r in BenchmarkRun.objects.select_related("sweep").order_by("-created_at", "-id")
-            [:INDEX_RECENT_RUNS]]
-    ready = list(Deployment.objects.filter(status=DeploymentStatus.READY).select_related("recipe")[:20])
-    return render(request, "benchmarks/index.html", {
-        "sweeps": sweeps, "runs": runs, "ready_deployments": ready, "can_write": _can_write(request),
-        "import_errors": {},
-    })
+    recent = BenchmarkRun.objects.select_related("sweep").order_by("-created_at", "-id")[:INDEX_RECENT_RUNS]
+    ready = Deployment.objects.filter(status=DeploymentStatus.READY).select_related("recipe")[:20]
+    return {"sweeps": sweeps, "runs": [run_row(r) for r in recent], "ready_deployments": list(ready),
+            "can_write": _can_write(request), "import_errors": import_errors}
 
 
 @role_page()
@@ -391,13 +396,7 @@ def run_import_view(request: HttpRequest) -> HttpResponse:
                     return redirect("benchmarks:run-detail", pk=runs[0].pk)
                 ids = ",".join(str(r.pk) for r in runs)
                 return redirect(reverse("benchmarks:compare") + f"?runs={ids}")
-    sweeps = list(BenchmarkSweep.objects.select_related("deployment", "deployment__recipe", "created_by")[:100])
-    runs_rows = [run_row(r) for r in BenchmarkRun.objects.select_related("sweep").order_by("-created_at", "-id")
-                 [:INDEX_RECENT_RUNS]]
-    return render(request, "benchmarks/index.html", {
-        "sweeps": sweeps, "runs": runs_rows, "can_write": True, "import_errors": errors,
-        "ready_deployments": list(Deployment.objects.filter(status=DeploymentStatus.READY).select_related("recipe")[:20]),
-    }, status=400)
+    return render(request, "benchmarks/index.html", _index_context(request, import_errors=errors), status=400)
 
 
 # --- sweep form -------------------------------------------------------------------------------
@@ -487,7 +486,8 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
 
 # Service error paths that name a grid key, mapped to the form field showing them.
 _GRID_FIELD = {"concurrency": "concurrency", "concurrencies": "concurrency", "lengths": "lengths",
-               "request_rates": "rates", "rates": "rates", "requests_per_concurrency": "requests", "requests": "requests",
+               "request_rates": "rates", "rates": "rates", "requests_per_concurrency": "requests",
+               "requests": "requests",
                "slo.ttft_s": "slo_ttft_ms", "slo.tpot_s": "slo_tpot_ms", "slo.e2e_s": "slo_e2e_ms"}
 
 

@@ -36,13 +36,21 @@ def _download(body: str, *, content_type: str, filename: str) -> HttpResponse:
     return response
 
 
+class _ExportFormatMixin:
+    """``?format=csv|json`` names the export's file format, not a DRF renderer; negotiation must
+    not turn an unknown renderer name into a 404 for the export action."""
+
+    def perform_content_negotiation(self, request, force=False):
+        return super().perform_content_negotiation(request, force=force or self.action == "export")
+
+
 @extend_schema_view(
     list=extend_schema(summary="List benchmark sweeps (filters: deployment, status, model)"),
     retrieve=extend_schema(summary="One sweep with live progress columns"),
     create=extend_schema(summary="Create a sweep of a deployment (operator); it runs on the control worker",
                          request=s.SweepCreateSerializer, responses={201: s.SweepSerializer}),
 )
-class SweepViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+class SweepViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
     """Sweeps: one deployment driven through a grid of concurrency x lengths."""
 
     serializer_class = s.SweepSerializer
@@ -95,7 +103,7 @@ class SweepViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Crea
     list=extend_schema(summary="List runs (filters: sweep, source, status; order)"),
     retrieve=extend_schema(summary="One run: point, summary, flags, metrics (ms), snapshot"),
 )
-class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class RunViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Runs: grid points of sweeps, and runs imported from other harnesses' files."""
 
     serializer_class = s.RunSerializer

@@ -31,7 +31,7 @@ def test_it_imports_the_sglang_line_with_its_measured_input_mean(operator) -> No
     assert round(run.summary["input_tokens_actual_mean"], 1) == 508.7
     assert run.summary["successes"] == line["completed"]
     assert run.output_tok_s == line["output_throughput"]
-    assert run.ttft_p99_ms == line["p99_ttft_ms"]
+    assert run.summary["ttft_ms"]["p50"] == line["median_ttft_ms"] and run.ttft_p99_ms is None
     assert run.original_text == SGLANG and run.original_filename == "h200.jsonl" and run.source_line == 1
     # lengths drawn from [1, 1024]: not a fixed-length run, so no lengths and a flag saying why
     assert (run.input_len, run.output_len) == (None, None) and "variable_lengths" in run.flags
@@ -118,3 +118,13 @@ def test_it_refuses_to_rank_a_length_mismatched_run_and_says_so() -> None:
     assert {"field": "concurrency", "values": [8, 8, 16]} in result["config_differs"]
     tok = next(f for f in result["fields"] if f["key"] == "output_throughput_tok_s")
     assert tok["values"] == [24.5, 80.0, 25.0]
+
+
+def test_it_imports_through_the_management_command() -> None:
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("import_results", str(DATA / "vllm-bench-serve.json"), stdout=out)
+    run = BenchmarkRun.objects.get()
+    assert out.getvalue().startswith(f"run #{run.pk} (vllm-bench-serve, line ")
+    assert run.original_filename == "vllm-bench-serve.json"

@@ -121,3 +121,19 @@ def test_it_cancels_a_pending_sweep_at_once(operator) -> None:
     assert sweep.status == SweepStatus.CANCELLED and sweep.reason == "cancelled by oscar-operator"
     assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.CANCELLED
 
+
+
+def test_it_sweeps_from_the_command_line_and_prints_the_table_and_findings(sim_url: str) -> None:
+    import io
+
+    from django.core.management import call_command
+
+    deployment = sim_deployment_create(base_url=sim_url, recipe_name="cli-sim")
+    out = io.StringIO()
+    call_command("sweep", "cli-sim", "--concurrency", "1,2,4", "--lengths", "16:8", "--requests", "4",
+                 "--warmup", "1", "--here", stdout=out)
+    text = out.getvalue()
+    sweep = BenchmarkSweep.objects.get(deployment=deployment)
+    assert sweep.status == SweepStatus.DONE
+    assert f"Sweep #{sweep.pk}" in text and "out tok/s" in text and "Ceiling findings:" in text
+    assert sweep.analysis["findings"][0] in text

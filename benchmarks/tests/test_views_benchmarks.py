@@ -86,7 +86,8 @@ def _records_file(directory: Path) -> Path:
     store.add(ok(0, [200, 1300], 1))
     store.add(ok(1000, [1300, 1400, 1500], 2))
     store.add(RequestOutcome(scheduled=T0 + 1000 * MS, start=T0 + 1000 * MS, end=T0 + 1010 * MS, index=3,
-                             requested_input=256, requested_output=3, http_status=500, error="HTTP 500: engine overloaded"))
+                             requested_input=256, requested_output=3, http_status=500,
+                             error="HTTP 500: engine overloaded"))
     return store.save(directory / "benchmarks" / "run-test.npz")
 
 
@@ -111,7 +112,8 @@ def sweep(deployment, var_dir) -> BenchmarkSweep:
         grid={"concurrency": [1, 8], "lengths": [[256, 256]], "requests": 24},
         points_total=2, points_done=1, requests_total=48, requests_done=12, current_tok_s=187.26,
         current_point="c=8 256/256", num_gpus=4, served_model_name="local-sim-single", topology="single",
-        engine="sim", snapshot={"recipe_version": 3, "argv": ["python", "-m", "deployments.engines.sim_server"]},
+        engine="sim", snapshot={"recipe_version": 3, "argv": ["python", "-m", "deployments.engines.sim_server",
+                                                              "--api-key", "hf_PastedIntoAnArgvByMistake42"]},
     )
     BenchmarkRun.objects.create(
         sweep=sweep, ordinal=0, status=RunStatus.DONE, concurrency=1, input_len=256, output_len=256,
@@ -249,6 +251,8 @@ def test_it_shows_results_with_units_charts_findings_and_snapshot(viewer_client,
     assert [s["label"] for s in ttft["series"]] == ["256/256 p50", "256/256 p90", "256/256 p99"]
     assert ttft["series"][2]["points"] == [[1.0, pytest.approx(298.0)]]
     assert "deployments.engines.sim_server" in html  # snapshot argv, collapsed
+    assert "hf_PastedIntoAnArgvByMistake42" not in html
+    assert "***redacted***" in html
     assert reverse("benchmarks:sweep-export", args=[sweep.pk, "csv"]) in html
 
 
@@ -388,8 +392,8 @@ def test_it_ranks_comparable_runs_and_overlays_cdfs_of_a_sweep(viewer_client, sw
     run = sweep.runs.get()
     html = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk), "sweeps": str(sweep.pk)}))
     # output tok/s: 123.4 (sweep run) beats 100.0
-    assert re.search(r'<td>output throughput \(tok/s\)</td><td class="num">100\.00</td><td class="num best">123\.40</td>',
-                     html)
+    assert re.search(r'<td>output throughput \(tok/s\)</td>'
+                     r'<td class="num">100\.00</td><td class="num best">123\.40</td>', html)
     cdf = _json_script(html, "chart-compare-ttft-cdf")
     assert cdf["series"] == [{"label": f"run #{run.pk} {run.label}", "step": True,
                               "points": [[100.0, 0.333333], [200.0, 0.666667], [300.0, 1.0]]}]
@@ -431,3 +435,16 @@ def test_it_shows_import_errors_with_the_line_and_key(operator_client):
     assert not BenchmarkRun.objects.exists()
     missing = operator_client.post(reverse("benchmarks:run-import"), {})
     assert "Choose a result file to import." in _html(missing)
+
+
+def test_it_lists_sweeps_and_runs_with_the_import_form_for_operators(operator_client, viewer_client, sweep):
+    html = _html(operator_client.get(reverse("benchmarks:index")))
+    assert reverse("benchmarks:sweep-detail", args=[sweep.pk]) in html
+    assert "12 / 48" in html
+    run = sweep.runs.get()
+    assert f'name="run" value="{run.pk}"' in html  # pick for comparison
+    assert 'enctype="multipart/form-data"' in html
+    assert reverse("benchmarks:sweep-create") + f"?deployment={sweep.deployment_id}" in html
+    viewer_html = _html(viewer_client.get(reverse("benchmarks:index")))
+    assert 'enctype="multipart/form-data"' not in viewer_html
+    assert "Importing results needs the operator role." in viewer_html

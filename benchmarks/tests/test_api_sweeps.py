@@ -1,0 +1,117 @@
+"""REST API of sweeps and runs: roles, creation, import through the API (original kept and
+downloadable), export, records, compare, cancel."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from benchmarks.choices import SweepStatus
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.tests.sweep_support import sim_deployment_create
+from deployments.choices import DeploymentStatus
+
+DATA = Path(__file__).parent / "data"
+SGLANG = (DATA / "sglang-bench-serving-h200.jsonl").read_text()
+VLLM = (DATA / "vllm-bench-serve.json").read_text()
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def deployment():
+    return sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING)
+
+
+GRID = {"concurrency": [1, 8, 16], "lengths": ["256:256"], "requests_per_concurrency": 2}
+
+
+def test_it_needs_a_token(anon_api) -> None:
+    assert anon_api.get("/api/sweeps/").status_code == 401
+    assert anon_api.get("/api/runs/").status_code == 401
+
+
+def test_it_lets_a_viewer_read_but_not_create_or_import(viewer_api, outsider_api, deployment) -> None:
+    assert viewer_api.get("/api/sweeps/").status_code == 200
+    assert viewer_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json").status_code == 403
+    assert viewer_api.post("/api/runs/import/", {"text": VLLM}, format="json").status_code == 403
+    assert outsider_api.get("/api/runs/").status_code == 403
+
+
+def test_it_creates_a_sweep_for_an_operator(operator_api, deployment, django_capture_on_commit_callbacks) -> None:
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["status"] == "pending" and body["points_total"] == 3 and body["requests_total"] == 2 + 16 + 32
+    assert body["grid"]["lengths"] == [[256, 256]] and body["num_gpus"] == 4 and body["created_by"] == "oscar-operator"
+    assert len(callbacks) == 1  # the task is sent only after the commit
+
+
+def test_it_names_the_bad_grid_field(operator_api, deployment) -> None:
+    response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk,
+                                                  "grid": {"concurrency": [0], "lengths": ["256x256"]}}, format="json")
+    assert response.status_code == 400
+    text = json.dumps(response.json())
+    assert "grid.concurrency.0" in text and "grid.lengths.0" in text
+
+
+def test_it_cancels_a_pending_sweep(operator_api, viewer_api, deployment, django_capture_on_commit_callbacks) -> None:
+    with django_capture_on_commit_callbacks(execute=False):
+        sweep_id = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID},
+                                     format="json").json()["id"]
+    assert viewer_api.post(f"/api/sweeps/{sweep_id}/cancel/").status_code == 403
+    response = operator_api.post(f"/api/sweeps/{sweep_id}/cancel/")
+    assert response.status_code == 200 and response.json()["status"] == SweepStatus.CANCELLED
+    assert operator_api.post(f"/api/sweeps/{sweep_id}/cancel/").status_code == 409
+
+
+def test_it_imports_both_fixtures_and_serves_the_original_file(operator_api, viewer_api) -> None:
+    upload = SimpleUploadedFile("h200.jsonl", SGLANG.encode(), content_type="application/jsonl")
+    response = operator_api.post("/api/runs/import/", {"file": upload}, format="multipart")
+    assert response.status_code == 201, response.json()
+    [sg] = response.json()
+    assert round(sg["metrics"]["input_tokens_mean"], 1) == 508.7 and sg["source"] == "imported"
+    response = operator_api.post("/api/runs/import/", {"text": VLLM, "filename": "vllm.json"}, format="json")
+    assert response.status_code == 201
+    [vl] = response.json()
+    assert vl["metrics"]["goodput_req_s"] is None and vl["original_filename"] == "vllm.json"
+    original = viewer_api.get(f"/api/runs/{sg['id']}/original/")
+    assert original.status_code == 200 and original.content.decode() == SGLANG
+    assert 'filename="h200.jsonl"' in original["Content-Disposition"]
+    records = viewer_api.get(f"/api/runs/{sg['id']}/records/")
+    assert records.status_code == 400 and "imported" in json.dumps(records.json())
+
+
+def test_it_names_the_line_of_a_malformed_import(operator_api) -> None:
+    response = operator_api.post("/api/runs/import/", {"text": SGLANG.strip() + "\n[1, 2]\n"}, format="json")
+    assert response.status_code == 400
+    assert "line 2" in json.dumps(response.json())
+    assert BenchmarkRun.objects.count() == 0
+
+
+def test_it_exports_and_compares_through_the_api(operator_api, viewer_api) -> None:
+    a = operator_api.post("/api/runs/import/", {"text": VLLM}, format="json").json()[0]
+    b = operator_api.post("/api/runs/import/", {"text": SGLANG}, format="json").json()[0]
+    csv_response = viewer_api.get(f"/api/runs/{a['id']}/export/?format=csv")
+    assert csv_response.status_code == 200 and csv_response["Content-Type"] == "text/csv"
+    [row] = list(csv.DictReader(io.StringIO(csv_response.content.decode())))
+    assert float(row["output_throughput_tok_s"]) == json.loads(VLLM)["output_throughput"]
+    assert viewer_api.get(f"/api/runs/{a['id']}/export/?format=xml").status_code == 400
+    compare = viewer_api.get(f"/api/runs/compare/?ids={a['id']},{b['id']}")
+    assert compare.status_code == 200
+    body = compare.json()
+    assert [r["id"] for r in body["runs"]] == [a["id"], b["id"]]
+    assert any(d["field"] == "import_format" for d in body["config_differs"])
+    assert viewer_api.get("/api/runs/compare/?ids=999999,1").status_code == 404
+
+
+def test_it_exports_a_sweep_and_serves_its_analysis(viewer_api) -> None:
+    sweep = BenchmarkSweep.objects.create(name="s", grid={}, status="done", analysis={"findings": ["x"]})
+    assert viewer_api.get(f"/api/sweeps/{sweep.pk}/analysis/").json()["findings"] == ["x"]
+    response = viewer_api.get(f"/api/sweeps/{sweep.pk}/export/?format=json")
+    assert response.status_code == 200 and json.loads(response.content)["sweep"]["id"] == sweep.pk
