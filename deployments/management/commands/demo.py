@@ -4,7 +4,13 @@ Run by ``make demo`` once the services (web, worker, beat, node agent) are up. I
 URL and login, deploys the local PD recipe (sim prefill + sim decode + the real sglang-router)
 and the llama.cpp recipe through the same service as the UI, waits for the node agent to prove
 them ready, sends one streamed request through each entry URL, and prints what it observed.
-Exit status 1 when a deployment did not become ready or its request failed.
+Then it sweeps the proven deployments (plus ``local-sim-single``, the single-node baseline for
+the PD-vs-single comparison) at c = 1, 8, 16 and prints one results table per sweep and the
+ceiling findings; the sweeps stay in the UI and API. Sim sweeps: 256 in / 256 out, c requests per
+point (one request per slot: the seed profile's TPOT is 94-510 ms, so one 256-token request takes
+24-130 s and each sim sweep about 4 minutes), time-scale 1.0 (the profile's real-time numbers). llama.cpp: 64 in / 64 out, because
+the tiny model on 2 CPU cores makes 256/256 at c = 16 take minutes.
+Exit status 1 when a deployment did not become ready, its request failed, or a sweep failed.
 """
 from __future__ import annotations
 
@@ -17,6 +23,14 @@ from deployments.management.commands.seed import DEMO_USERNAME, demo_login_ensur
 from deployments.models import Recipe
 
 DEMO_RECIPES = ("local-sim-pd", "local-llamacpp")
+# (recipe, lengths, requests per concurrency, why): the demo's sweeps, in order. local-sim-single is
+# deployed for the sweep only (its numbers are the baseline of the PD-vs-single comparison).
+DEMO_SWEEPS = (
+    ("local-sim-pd", "256:256", 1, "sim PD, the seed profile in real time"),
+    ("local-sim-single", "256:256", 1, "sim single-node TP4 baseline, same profile family"),
+    ("local-llamacpp", "64:64", 2, "64/64: the tiny model on 2 CPU cores would need minutes for 256/256 at c=16"),
+)
+DEMO_CONCURRENCY = [1, 8, 16]
 
 
 class Command(BaseCommand):
@@ -25,6 +39,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--no-deploy", action="store_true", help="only print the URL, login and recipes")
         parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each deployment")
+        parser.add_argument("--no-sweep", action="store_true", help="deploy and prove only; skip the sweeps")
+        parser.add_argument("--sweep-timeout", type=float, default=600.0, help="seconds to follow each sweep")
 
     def handle(self, *args, **options):
         base = settings.CEILING_UI_URL.rstrip("/")
@@ -58,10 +74,55 @@ class Command(BaseCommand):
         for proof in proofs:
             self._report(proof, base)
         failed = [p.recipe for p in proofs if not p.ok]
+        if not options["no_sweep"] and not failed:
+            failed += self._sweeps(user=user, base=base, timeout_s=options["timeout"],
+                                   sweep_timeout_s=options["sweep_timeout"])
         out.write("")
         out.write("Stop everything with: make stop")
         if failed:
-            raise CommandError(f"not proven: {', '.join(failed)} (see the deployment pages and var/logs/)")
+            raise CommandError(f"not proven: {', '.join(failed)} (see the deployment and sweep pages and var/logs/)")
+
+    def _sweeps(self, *, user, base: str, timeout_s: float, sweep_timeout_s: float) -> list[str]:
+        """Sweep each demo recipe (deploying ``local-sim-single`` first), print the tables and
+        findings; returns the names of recipes whose sweep did not finish."""
+        from benchmarks.services import sweep_create, sweep_report_text, sweep_wait
+        from deployments.choices import DeploymentStatus
+        from deployments.models import Deployment
+
+        out = self.stdout
+        failed: list[str] = []
+        out.write("")
+        out.write(f"Benchmark sweeps at c = {', '.join(map(str, DEMO_CONCURRENCY))} "
+                  "(run by the control worker; live progress on the sweep pages):")
+        sweeps = []
+        for name, lengths, per_c, why in DEMO_SWEEPS:
+            recipe = Recipe.objects.filter(name=name).first()
+            if recipe is None:
+                out.write(f"  {name}: not found (run `manage.py seed`)")
+                failed.append(name)
+                continue
+            deployment = Deployment.objects.filter(recipe=recipe, status=DeploymentStatus.READY).first()
+            if deployment is None:
+                proof = demo_deploy_and_prove(recipe=recipe, user=user, timeout_s=timeout_s, progress=out.write)
+                if not proof.ok:
+                    self._report(proof, base)
+                    failed.append(name)
+                    continue
+                deployment = Deployment.objects.get(pk=proof.deployment_id)
+            out.write(f"  {name}: {lengths} in/out tokens, {per_c} x c requests per point ({why})")
+            sweep = sweep_create(deployment=deployment, user=user,
+                                 grid={"concurrency": DEMO_CONCURRENCY, "lengths": [lengths],
+                                       "requests_per_concurrency": per_c})
+            # One at a time: concurrent sweeps on a 2-core host would measure each other.
+            sweep = sweep_wait(sweep=sweep, timeout_s=sweep_timeout_s, progress=out.write, poll_s=2.0)
+            sweeps.append(sweep)
+            if sweep.status != "done":
+                failed.append(f"{name} sweep ({sweep.status}: {sweep.reason or 'timed out'})")
+        for sweep in sweeps:
+            out.write("")
+            out.write(sweep_report_text(sweep=sweep))
+            out.write(f"  {base}/api/sweeps/{sweep.pk}/   {base}/api/sweeps/{sweep.pk}/analysis/")
+        return failed
 
     def _report(self, proof: DeployProof, base: str) -> None:
         out = self.stdout
