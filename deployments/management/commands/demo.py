@@ -4,12 +4,14 @@ Run by ``make demo`` once the services (web, worker, beat, node agent) are up. I
 URL and login, deploys the local PD recipe (sim prefill + sim decode + the real sglang-router)
 and the llama.cpp recipe through the same service as the UI, waits for the node agent to prove
 them ready, sends one streamed request through each entry URL, and prints what it observed.
-Then it sweeps the proven deployments (plus ``local-sim-single``, the single-node baseline for
-the PD-vs-single comparison) at c = 1, 8, 16 and prints one results table per sweep and the
-ceiling findings; the sweeps stay in the UI and API. Sim sweeps: 256 in / 256 out, c requests per
-point (one request per slot: the seed profile's TPOT is 94-510 ms, so one 256-token request takes
-24-130 s and each sim sweep about 4 minutes), time-scale 1.0 (the profile's real-time numbers). llama.cpp: 64 in / 64 out, because
-the tiny model on 2 CPU cores makes 256/256 at c = 16 take minutes.
+Then it sweeps: ``local-sim-single`` at c = 1 (the single-node baseline; the seed measured its
+single-node run at bs = 1 only), ``local-sim-pd`` at c = 1, 8, 16 (its analysis then compares PD
+with that baseline per GPU) and ``local-llamacpp`` at c = 1, 8, 16, printing one results table per
+sweep and the ceiling findings; the sweeps stay in the UI and API. Sim sweeps: 256 in / 256 out,
+c requests per point (one request per slot: the seed profile's TPOT is 94-510 ms, so a 256-token
+request takes 24-130 s), time-scale 1.0 (the profile's real-time numbers). llama.cpp: 64 in /
+64 out, 2 x c requests per point, because the tiny model on 2 CPU cores makes 256/256 at c = 16
+take minutes.
 Exit status 1 when a deployment did not become ready, its request failed, or a sweep failed.
 """
 from __future__ import annotations
@@ -23,14 +25,16 @@ from deployments.management.commands.seed import DEMO_USERNAME, demo_login_ensur
 from deployments.models import Recipe
 
 DEMO_RECIPES = ("local-sim-pd", "local-llamacpp")
-# (recipe, lengths, requests per concurrency, why): the demo's sweeps, in order. local-sim-single is
-# deployed for the sweep only (its numbers are the baseline of the PD-vs-single comparison).
+# (recipe, lengths, concurrencies, requests per concurrency, why): the demo's sweeps, in order.
+# local-sim-single goes first and only at c = 1 (the seed measured its single-node TP4 run at
+# bs = 1 only): it is the baseline the PD sweep's analysis compares against, so it must be
+# finished before the PD sweep is analysed.
 DEMO_SWEEPS = (
-    ("local-sim-pd", "256:256", 1, "sim PD, the seed profile in real time"),
-    ("local-sim-single", "256:256", 1, "sim single-node TP4 baseline, same profile family"),
-    ("local-llamacpp", "64:64", 2, "64/64: the tiny model on 2 CPU cores would need minutes for 256/256 at c=16"),
+    ("local-sim-single", "256:256", [1], 1, "sim single-node TP4 baseline for the PD-vs-single comparison"),
+    ("local-sim-pd", "256:256", [1, 8, 16], 1, "sim PD, the seed profile in real time"),
+    ("local-llamacpp", "64:64", [1, 8, 16], 2,
+     "64/64: the tiny model on 2 CPU cores would need minutes for 256/256 at c=16"),
 )
-DEMO_CONCURRENCY = [1, 8, 16]
 
 
 class Command(BaseCommand):
@@ -92,10 +96,9 @@ class Command(BaseCommand):
         out = self.stdout
         failed: list[str] = []
         out.write("")
-        out.write(f"Benchmark sweeps at c = {', '.join(map(str, DEMO_CONCURRENCY))} "
-                  "(run by the control worker; live progress on the sweep pages):")
+        out.write("Benchmark sweeps (run by the control worker; live progress on the sweep pages):")
         sweeps = []
-        for name, lengths, per_c, why in DEMO_SWEEPS:
+        for name, lengths, concurrency, per_c, why in DEMO_SWEEPS:
             recipe = Recipe.objects.filter(name=name).first()
             if recipe is None:
                 out.write(f"  {name}: not found (run `manage.py seed`)")
@@ -109,9 +112,10 @@ class Command(BaseCommand):
                     failed.append(name)
                     continue
                 deployment = Deployment.objects.get(pk=proof.deployment_id)
-            out.write(f"  {name}: {lengths} in/out tokens, {per_c} x c requests per point ({why})")
+            out.write(f"  {name}: c = {', '.join(map(str, concurrency))}, {lengths} in/out tokens, "
+                      f"{per_c} x c requests per point ({why})")
             sweep = sweep_create(deployment=deployment, user=user,
-                                 grid={"concurrency": DEMO_CONCURRENCY, "lengths": [lengths],
+                                 grid={"concurrency": concurrency, "lengths": [lengths],
                                        "requests_per_concurrency": per_c})
             # One at a time: concurrent sweeps on a 2-core host would measure each other.
             sweep = sweep_wait(sweep=sweep, timeout_s=sweep_timeout_s, progress=out.write, poll_s=2.0)
