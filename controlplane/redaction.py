@@ -18,7 +18,11 @@ _known_values: set[str] = set()
 _PATTERNS = [
     re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
-    re.compile(r"(?i)((?:api[_-]?key|token|password|secret)\s*[=:]\s*)[^\s,;'\"]{4,}"),
+    # A key name standing alone (``token=...``, ``HF_TOKEN: ...``, ``api-key ...``), not the tail of a
+    # longer identifier: ``eos_token: <|endoftext|>`` in an engine log is vocabulary, not a secret.
+    # Environment-style names (upper case) ending in a secret word: HF_TOKEN=, DB_PASSWORD=.
+    re.compile(r"(\b[A-Z0-9_]*(?:TOKEN|PASSWORD|SECRET|API_KEY)\s*[=:]\s*)[^\s,;'\"]{4,}"),
+    re.compile(r"(?i)(\b(?:(?:hf|access|auth|api)[_-])?(?:api[_-]?key|token|password|secret)\s*[=:]\s*)[^\s,;'\"]{4,}"),
 ]
 
 
