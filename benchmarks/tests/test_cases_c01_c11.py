@@ -288,7 +288,9 @@ def test_it_reaches_128_requests_in_flight_c9(replay: Replay, workers: int) -> N
     assert s["achieved_concurrency_max"] == 128
     assert s["client_workers"] == workers
     assert s["flags"]["concurrency_shortfall"] is False
-    assert s["e2e_s"]["p50"] == pytest.approx(2.0, abs=0.2)  # opening 128 connections at once costs time
+    # The server holds each request 2 s; opening 128 connections at once on a loaded 2-core
+    # machine adds a few hundred ms on top, never less than the hold.
+    assert 1.99 <= s["e2e_s"]["p50"] < 3.0
 
 
 def test_it_flags_a_client_capped_below_the_target_c9(replay: Replay) -> None:
