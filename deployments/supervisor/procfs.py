@@ -128,3 +128,81 @@ def proc_exe_name(pid: int) -> str:
     except OSError:
         info = proc_stat(pid)
         return info.comm if info else ""
+
+
+# TCP state code of a listening socket in ``/proc/net/tcp`` (``include/net/tcp_states.h``).
+_TCP_LISTEN = "0A"
+
+
+def tcp_listen_inodes(port: int) -> set[int]:
+    """Socket inodes of every TCP socket in LISTEN state on local ``port`` (any address),
+    read from ``/proc/net/tcp`` and ``/proc/net/tcp6`` of this network namespace.
+
+    Row format (``proc(5)``): ``sl local_address rem_address st ... uid timeout inode``, the
+    local address as ``HEXADDR:HEXPORT``; the inode is the tenth field. A missing file (no IPv6)
+    contributes nothing.
+    """
+    found: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii", errors="replace") as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _TCP_LISTEN:
+                continue
+            try:
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                inode = int(fields[9])
+            except (IndexError, ValueError):
+                continue
+            if local_port == port and inode:
+                found.add(inode)
+    return found
+
+
+def proc_socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets ``pid`` holds open: the ``socket:[<inode>]`` targets of
+    ``/proc/<pid>/fd/*``. Empty when the process is gone or its fds are unreadable (another
+    user's process without root)."""
+    inodes: set[int] = set()
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return inodes
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target.endswith("]"):
+            try:
+                inodes.add(int(target[8:-1]))
+            except ValueError:
+                continue
+    return inodes
+
+
+def port_listeners(port: int, table: dict[int, ProcInfo] | None = None) -> tuple[set[int], set[int]]:
+    """Who listens on TCP ``port``: ``(inodes, pids)``, the LISTEN socket inodes (see
+    :func:`tcp_listen_inodes`) and the pids holding one of them open. ``pids`` can be empty
+    while ``inodes`` is not when the holder's fds are unreadable (another user)."""
+    inodes = tcp_listen_inodes(port)
+    if not inodes:
+        return inodes, set()
+    table = proc_scan() if table is None else table
+    pids = {pid for pid in table if proc_socket_inodes(pid) & inodes}
+    return inodes, pids
+
+
+def port_listener_text(port: int) -> str:
+    """A short human description of the listener(s) of ``port``, e.g. ``"pid 4121 (python3)"``;
+    ``""`` when nobody listens or the holder cannot be told."""
+    _inodes, pids = port_listeners(port)
+    parts = []
+    for pid in sorted(pids):
+        info = proc_stat(pid)
+        parts.append(f"pid {pid} ({info.comm})" if info else f"pid {pid}")
+    return ", ".join(parts)
