@@ -748,23 +748,32 @@ def run_import(*, text: str, filename: str, user) -> list[BenchmarkRun]:
 # ---------------------------------------------------------------------------------------- CLI helpers
 
 
+# A line every 15 s while nothing but tok/s changes: alive, without flooding a terminal.
+PROGRESS_HEARTBEAT_S = 15.0
+
+
 def sweep_wait(*, sweep: BenchmarkSweep, timeout_s: float, progress=None, poll_s: float = 1.0) -> BenchmarkSweep:
     """Poll ``sweep``'s row until it is terminal or ``timeout_s`` passes; ``progress(text)`` gets a
-    line whenever the status, point or requests-done count changes. Returns the refreshed row."""
+    line whenever the status, point or requests-done count changes, and otherwise at most every
+    ``PROGRESS_HEARTBEAT_S`` seconds with the current tok/s. Returns the refreshed row."""
     start = time.monotonic()
-    last = None
+    last_key = None
+    last_said = 0.0
     while True:
         sweep.refresh_from_db()
+        key = (sweep.status, sweep.points_done, sweep.current_point, sweep.requests_done)
         line = (f"  sweep #{sweep.pk}: {sweep.status}"
                 + (f", point {sweep.points_done + (sweep.status == SweepStatus.RUNNING)}/{sweep.points_total}"
                    f" ({sweep.current_point})" if sweep.current_point else "")
                 + (f", requests {sweep.requests_done}/{sweep.requests_total}" if sweep.status == SweepStatus.RUNNING else "")
                 + (f", {sweep.current_tok_s:.1f} tok/s" if sweep.current_tok_s is not None
                    and sweep.status == SweepStatus.RUNNING else ""))
-        if progress and line != last:
+        now = time.monotonic()
+        if progress and (key != last_key or now - last_said >= PROGRESS_HEARTBEAT_S):
             progress(line)
-        last = line
-        if sweep.status in SWEEP_TERMINAL or time.monotonic() - start > timeout_s:
+            last_said = now
+        last_key = key
+        if sweep.status in SWEEP_TERMINAL or now - start > timeout_s:
             return sweep
         time.sleep(poll_s)
 

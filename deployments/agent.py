@@ -25,8 +25,10 @@ agent adopts them by identity or by their ``CEILING_PROC_ID`` tag (:func:`node_r
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -40,7 +42,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from controlplane.errors import InvalidInput
-from controlplane.redaction import register_secret_value
+from controlplane.redaction import redact_text, register_secret_value
 from deployments.choices import (
     DEPLOYMENT_TERMINAL,
     PROCESS_TERMINAL,
@@ -48,9 +50,9 @@ from deployments.choices import (
     ProcessStatus,
 )
 from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render
-from deployments.models import Deployment, Node, Secret, ServerProcess
+from deployments.models import Deployment, Node, ProcessEvent, Secret, ServerProcess
 from deployments.pinning import gpu_verify, pinning_read, pinning_verify
-from deployments.readiness import process_liveness, process_readiness
+from deployments.readiness import ProbeResult, process_liveness, process_readiness
 from deployments.services import deployment_event_add
 from deployments.supervisor import (
     ProcessHandle,
@@ -64,7 +66,14 @@ from deployments.supervisor import (
     process_spawn,
     process_stop,
 )
-from deployments.supervisor.procfs import proc_scan, proc_stat
+from deployments.supervisor.procfs import (
+    port_listener_text,
+    port_listeners,
+    proc_scan,
+    proc_socket_inodes,
+    proc_stat,
+    proc_subtree,
+)
 from deployments.topology import node_facts_from_row
 
 log = logging.getLogger("ceiling.agent")
@@ -74,6 +83,10 @@ WANTED = (DeploymentStatus.STARTING, DeploymentStatus.READY)
 # still pull KV cache from prefill while it drains).
 STOP_ORDER = {"router": 0, "decode": 1, "single": 2, "prefill": 3}
 FAILED_LOG_LINES = 20
+# Log lines that say why an engine died; the last one in the tail is usually the final
+# exception (Python) or fatal message (Rust, C++) and names the cause better than an exit code.
+_LOG_CAUSE = re.compile(r"(?i)(address already in use|errno|error|exception|fatal|panicked|killed)")
+_LOG_NOISE = re.compile(r"(?i)^\s*(traceback \(most recent call last\)|file \"|during handling)")
 
 _locks_guard = threading.Lock()
 _locks: dict[int, threading.Lock] = {}
@@ -197,6 +210,92 @@ def _event(row: ServerProcess, kind: str, message: str) -> None:
     deployment_event_add(deployment=row.deployment, process=row, kind=kind, message=f"{row.role}: {message}")
 
 
+# --- ports ---------------------------------------------------------------------------------
+
+
+def port_busy_reason(*, host: str, port: int) -> str:
+    """Whether TCP ``port`` can be bound on ``host`` of this machine right now: ``""`` when it
+    can, else ``"port P on H is already in use"`` followed by the holder (``by pid X (comm)``)
+    when ``/proc/net/tcp{,6}`` and ``/proc/*/fd`` tell it.
+
+    The probe socket binds with ``SO_REUSEADDR`` off and is closed at once. Linux also refuses
+    such a bind while only ``TIME_WAIT`` remnants of an earlier server hold the port; engines
+    (uvicorn, aiohttp, sglang-router) bind with ``SO_REUSEADDR`` on and start fine then, so a
+    refused bind with no LISTEN socket on the port is retried with ``SO_REUSEADDR`` on, which
+    fails only for a live listener or an exclusive bind (``socket(7)``). A host name that does
+    not resolve is left to the engine to report.
+    """
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return ""
+    family, kind, proto, _name, address = infos[0]
+
+    def bind(reuse: bool) -> int:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1 if reuse else 0)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                return exc.errno or -1
+        return 0
+
+    code = bind(False)
+    if code == errno.EADDRINUSE and not port_listeners(port)[0]:
+        code = bind(True)
+    if code == 0:
+        return ""
+    if code != errno.EADDRINUSE:
+        return f"port {port} on {host} cannot be bound: {os.strerror(code) if code > 0 else 'error'}"
+    holder = port_listener_text(port)
+    return f"port {port} on {host} is already in use" + (f" by {holder}" if holder else "")
+
+
+def _ports_busy(spec: ProcessSpec) -> str:
+    """The first of ``spec``'s ports (http, bootstrap, side channel, metrics) that cannot be
+    bound on its host, as :func:`port_busy_reason` words it; ``""`` when all are free."""
+    for name, port in sorted(spec.ports.items(), key=lambda item: (item[0] != "http", item[0])):
+        reason = port_busy_reason(host=spec.host, port=int(port))
+        if reason:
+            return reason if name == "http" else f"{name} {reason}"
+    return ""
+
+
+def _port_owner_problem(row: ServerProcess) -> str:
+    """``""`` when the LISTEN socket of ``row``'s http port belongs to the process, its shim
+    or a descendant of either (socket inodes from ``/proc/net/tcp{,6}`` matched against
+    ``/proc/<pid>/fd``), else why not, e.g. ``"port 31080 is served by pid 812 (python3), not by
+    this process"``. No LISTEN socket visible at all (another network namespace) is not held
+    against the process: the HTTP probe that passed is all that can be known then."""
+    port = (row.ports or {}).get("http") if isinstance(row.ports, dict) else None
+    if not port or row.pid is None:
+        return ""
+    inodes, _ = port_listeners(int(port), table={})
+    if not inodes:
+        return ""
+    table = proc_scan()
+    tree = {row.pid, *proc_subtree(row.pid, table)}
+    if row.pgid:
+        tree |= {row.pgid, *proc_subtree(row.pgid, table)}
+    if any(proc_socket_inodes(pid) & inodes for pid in tree):
+        return ""
+    holder = port_listener_text(int(port))
+    return f"port {port} is served by {holder or 'another process'}, not by this process"
+
+
+def _log_cause(row: ServerProcess) -> str:
+    """The last line of the process's log tail that says why it ended (an error, exception or
+    fatal message, secrets masked), or ``""``."""
+    if not row.log_path:
+        return ""
+    tail = log_tail(row.log_path, lines=FAILED_LOG_LINES)
+    for line in reversed(tail.splitlines()):
+        line = line.strip()
+        if line and _LOG_CAUSE.search(line) and not _LOG_NOISE.match(line):
+            return redact_text(line[:300])
+    return ""
+
+
 # --- launch --------------------------------------------------------------------------------
 
 
@@ -257,6 +356,10 @@ def _process_start(row: ServerProcess, spec: ProcessSpec, *, verify: bool = True
         handle = adopted
         _event(row, "adopted", f"found pid {handle.pid} carrying its tag; adopted instead of spawning again")
     else:
+        busy = _ports_busy(spec)
+        if busy:
+            _process_give_up(row, busy)
+            return False
         try:
             handle = process_spawn(spec=spec, log_path=Path(row.log_path),
                                    log_max_bytes=settings.CEILING_PROCESS_LOG_MAX_BYTES, tag=row.tag)
@@ -402,7 +505,25 @@ def _exit_text(row: ServerProcess, handle: ProcessHandle | None) -> tuple[str, i
         return "ended (no exit record)", None
     if info.signal is not None:
         return f"killed by signal {info.signal}", -int(info.signal)
-    return f"exited with code {info.returncode}", info.returncode
+    cause = _log_cause(row) if info.returncode else ""
+    return f"exited with code {info.returncode}" + (f": {_cause_text(cause)}" if cause else ""), info.returncode
+
+
+# An engine's own words for a port clash: Python's "[Errno 98] error while attempting to bind on
+# address ('127.0.0.1', 31000): address already in use", or "127.0.0.1:31000 ... in use".
+_BIND_TUPLE = re.compile(r"\('\[?([0-9A-Za-z.:_-]+?)\]?',\s*(\d+)")
+_BIND_HOSTPORT = re.compile(r"\b([0-9]{1,3}(?:\.[0-9]{1,3}){3}|localhost|\[[0-9a-fA-F:]+\]):(\d{2,5})\b")
+
+
+def _cause_text(line: str) -> str:
+    """A log line as a reason: a bind failure becomes ``port P on H already in use``; any
+    other line is kept as written."""
+    if "address already in use" in line.lower():
+        match = _BIND_TUPLE.search(line) or _BIND_HOSTPORT.search(line)
+        if match:
+            return f"port {match.group(2)} on {match.group(1)} already in use"
+        return "address already in use"
+    return line
 
 
 def _process_failed(row: ServerProcess, reason: str, *, exit_code: int | None = None) -> None:
@@ -450,7 +571,23 @@ def _process_give_up(row: ServerProcess, reason: str) -> None:
     handle = _handle(row)
     if handle is not None:
         process_stop(handle, grace_s=float(row.stop_grace_s), log_path=row.log_path or None)
-    _deployment_fail(row.deployment, f"{row.role} failed: {reason}")
+    _deployment_fail(row.deployment, f"{row.role} failed: {_first_reason(row, reason)}")
+
+
+def _first_reason(row: ServerProcess, reason: str) -> str:
+    """What the deployment's ``reason`` says of a process that failed with ``reason``: the
+    first crash of this process that named a cause (a port clash, an engine error) leads,
+    followed by the final verdict, so "exited with code 1; restart policy ..." after a few
+    restarts still says why it kept dying. Crash causes come from the ``crashed`` events the
+    timeline keeps."""
+    crashes = ProcessEvent.objects.filter(process=row, kind="crashed").order_by("at", "id")
+    prefix = f"{row.role}: "
+    for message in crashes.values_list("message", flat=True):
+        text = message[len(prefix):] if message.startswith(prefix) else message
+        head, _, cause = text.partition(": ")
+        if cause and head.startswith("exited with code") and cause not in reason:
+            return f"{cause} ({reason})"
+    return reason
 
 
 # --- monitoring ----------------------------------------------------------------------------
@@ -476,7 +613,12 @@ def _observe(row: ServerProcess) -> tuple[str, str, int | None]:
     if row.status == ProcessStatus.SPAWNED:
         result = process_readiness(checks=row.readiness, alive=True, role=row.role)
         if result.ok:
-            return "ready", result.detail, None
+            # Only an answer from the process itself counts: another server on the same port
+            # (a clash the engine is about to die of) must not make this one ready.
+            problem = _port_owner_problem(row)
+            if not problem:
+                return "ready", result.detail, None
+            result = ProbeResult(False, "port_owner", problem)
         age = (now - row.started_at).total_seconds() if row.started_at else 0.0
         if age > row.startup_timeout_s:
             return "timeout", f"not ready after {row.startup_timeout_s}s: {result.detail}", None
@@ -523,6 +665,9 @@ def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None)
         row.last_probe_at, row.probe_detail, row.probe_failures = now, detail, 0
         if was_spawned:
             row.ready_at = now
+            # The crash that led to this (re)start stays in the timeline; a ready process
+            # showing "killed by signal 9" as its reason reads as if it were still down.
+            row.reason = ""
         row.save()
         if was_spawned:
             took = (now - row.started_at).total_seconds() if row.started_at else 0.0
@@ -588,9 +733,17 @@ def _deployment_maybe_ready(deployment: Deployment) -> None:
     if Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING, cancel_requested=False).update(
         status=DeploymentStatus.READY, ready_at=now, updated_at=now
     ):
-        took = (now - deployment.created_at).total_seconds()
-        deployment_event_add(deployment=deployment, kind="ready",
-                             message=f"all {expected} processes ready, {took:.2f}s after the deploy request")
+        crash = (ProcessEvent.objects.filter(deployment=deployment, kind="crashed", at__gte=deployment.ready_at)
+                 .order_by("-at", "-id").first() if deployment.ready_at else None)
+        if crash is not None:
+            # Back from a restart: the time since the deploy request would count the hours it
+            # served before the crash.
+            took = (now - crash.at).total_seconds()
+            message = f"ready again after restart, {took:.2f}s after the crash"
+        else:
+            took = (now - deployment.created_at).total_seconds()
+            message = f"all {expected} processes ready, {took:.2f}s after the deploy request"
+        deployment_event_add(deployment=deployment, kind="ready", message=message)
 
 
 # --- reconcile -----------------------------------------------------------------------------

@@ -562,6 +562,50 @@ def _send_to_node(task, deployment: Deployment) -> None:
     transaction.on_commit(send)
 
 
+def deployment_ports_in_use(*, node: Node, exclude_recipe: Recipe | None = None) -> dict[int, tuple[Deployment, str]]:
+    """TCP ports taken on ``node`` by its active (pending, starting, ready, stopping)
+    deployments: port → (deployment, role). A deployment's ports are those its process rows
+    record plus those its ``spec_snapshot`` renders to on the node now (a pending deployment
+    has no rows yet); every kind counts (http, bootstrap, side channel, metrics), whatever the
+    host, since a process bound to ``0.0.0.0`` clashes with one on any address.
+    ``exclude_recipe``'s deployments are left out (one active deployment per recipe is already
+    enforced by the unique index)."""
+    taken: dict[int, tuple[Deployment, str]] = {}
+    active = Deployment.objects.filter(node=node, status__in=DEPLOYMENT_ACTIVE).select_related("recipe", "node")
+    if exclude_recipe is not None:
+        active = active.exclude(recipe=exclude_recipe)
+    for other in active.order_by("pk"):
+        for role, ports in ServerProcess.objects.filter(deployment=other).values_list("role", "ports"):
+            for port in (ports or {}).values() if isinstance(ports, dict) else ():
+                taken.setdefault(int(port), (other, role))
+        try:
+            rendered = launch_plan_render(
+                engine=other.recipe.engine, topology=other.recipe.topology, spec=other.spec_snapshot,
+                node=node_facts_from_row(node), secret_values=None,
+            )
+        except InvalidInput:
+            continue  # the node changed under it; its process rows (above) still count
+        for spec in rendered.processes:
+            for port in spec.ports.values():
+                taken.setdefault(int(port), (other, spec.role))
+    return taken
+
+
+def _check_ports_free(*, plan: LaunchPlan, recipe: Recipe) -> None:
+    """Raise :class:`Conflict` naming the first port of ``plan`` that an active deployment of
+    another recipe on the same node already uses (see :func:`deployment_ports_in_use`)."""
+    taken = deployment_ports_in_use(node=recipe.node, exclude_recipe=recipe)
+    for spec in plan.processes:
+        for kind, port in sorted(spec.ports.items()):
+            if int(port) in taken:
+                other, role = taken[int(port)]
+                raise Conflict(
+                    f"Port {port} ({spec.role} {kind} port) is already used by the {role} of deployment "
+                    f"#{other.pk} (recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}; "
+                    "stop that deployment or choose another port."
+                )
+
+
 def deployment_create(*, recipe: Recipe, user) -> Deployment:
     """Deploy ``recipe``'s current version on its node: insert a ``pending`` deployment and,
     once the transaction commits, send ``deployment_start_task`` to ``node.<name>``.
@@ -574,12 +618,19 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
 
     Raises :class:`Conflict` (HTTP 409) when the recipe already has an active deployment on
     that node; the partial unique index ``uniq_active_deployment_per_recipe_node`` decides,
-    so of two concurrent requests exactly one inserts.
+    so of two concurrent requests exactly one inserts. Also raises :class:`Conflict` when any
+    port of the plan (http, bootstrap, side channel, metrics) is used by an active deployment
+    of another recipe on the node (:func:`deployment_ports_in_use`); the node agent checks
+    again that each port is free before it spawns.
     """
     plan = recipe_plan(recipe=recipe)
     normalised = _validate_recipe_content(_content_of(recipe))["spec"]
     try:
         with transaction.atomic():
+            # Serialise deploys per node (PostgreSQL row lock; SQLite serialises writers
+            # anyway) so two recipes cannot both pass the port check below at once.
+            Node.objects.select_for_update().filter(pk=recipe.node_id).first()
+            _check_ports_free(plan=plan, recipe=recipe)
             deployment = Deployment.objects.create(
                 recipe=recipe,
                 recipe_version=recipe.version,

@@ -578,6 +578,9 @@ TIMELINE_MAX_EVENTS = 500
 DOWNLOAD_CHUNK_BYTES = 64 * 1024
 DOWNLOAD_LINE_MAX_BYTES = 1024 * 1024
 POLL_TRIGGER = "every 2s"
+# A running process's health is "stale" once its last probe is older than this many liveness
+# periods: the agent probes every period, so missing two in a row means it is not probing.
+STALE_PROBE_FACTOR = 3
 
 
 def _active_deployment(recipe: Recipe) -> Deployment | None:
@@ -684,7 +687,11 @@ def _pinning_view(process: ServerProcess) -> dict[str, Any]:
             problems.append(f"CPUs {process.effective_cpus} ≠ intended {process.cpus}")
         if process.mem_nodes and process.effective_mems and not _same_cpulist(process.mem_nodes, process.effective_mems):
             problems.append(f"memory nodes {process.effective_mems} ≠ intended {process.mem_nodes}")
-        reason = "; ".join(problems) or process.reason or "pinning could not be verified"
+        reason = "; ".join(problems) or redact_text(process.reason) or "pinning could not be verified"
+    elif not process.cpus:
+        # Nothing to verify: a role without a CPU list (a router, usually) runs wherever the
+        # scheduler puts it, and "not checked yet" would never change.
+        state = "unpinned"
     else:
         state = "unchecked"
     return {
@@ -711,9 +718,18 @@ def _health_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
     """What the supervisor's probes last concluded: a badge (``class``, ``text``) from the
     process status (a process is ``ready`` only after every readiness check of its launch plan
     passed), the last probe's outcome and time, consecutive liveness failures and, for a
-    crashed process waiting to be restarted, when the restart is due."""
+    crashed process waiting to be restarted, when the restart is due. A running process whose
+    last probe is older than :data:`STALE_PROBE_FACTOR` liveness periods
+    (``CEILING_LIVENESS_PERIOD_S``) is shown as ``stale (agent offline?)``: only the node agent
+    probes, so an old answer means nobody is watching. An ended process shows its terminal
+    state alone."""
     status = process.status
-    if status == ProcessStatus.READY:
+    stale = False
+    if status in (ProcessStatus.READY, ProcessStatus.SPAWNED) and process.last_probe_at is not None:
+        stale = (now - process.last_probe_at).total_seconds() > STALE_PROBE_FACTOR * settings.CEILING_LIVENESS_PERIOD_S
+    if stale:
+        badge = ("warn", "stale (agent offline?)")
+    elif status == ProcessStatus.READY:
         badge = ("warn", "degraded") if process.probe_failures else ("ok", "healthy")
     elif status == ProcessStatus.SPAWNED:
         badge = ("warn", "starting: not yet healthy")
@@ -722,6 +738,10 @@ def _health_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
     else:
         detail = f"exit code {process.exit_code}" if process.exit_code is not None else status
         badge = ("" if status == ProcessStatus.EXITED else "bad", f"down ({detail})")
+        # A process that ended shows only how it ended: its last probe answer ("answered 200,
+        # probed 9 s ago") describes a process that no longer exists.
+        return {"class": badge[0], "text": badge[1], "detail": "", "probed": None, "failures": 0,
+                "restart_at": None, "stale": False}
     return {
         "class": badge[0],
         "text": badge[1],
@@ -729,6 +749,7 @@ def _health_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
         "probed": _when(process.last_probe_at, now),
         "failures": process.probe_failures,
         "restart_at": _when(process.next_restart_at, now) if status == ProcessStatus.PENDING else None,
+        "stale": stale,
     }
 
 
@@ -792,7 +813,8 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "live": not terminal,
         "poll_trigger": POLL_TRIGGER,
         "agent": agent,
-        "waiting_reason": services.deployment_waiting_reason(deployment=deployment),
+        "waiting_reason": redact_text(services.deployment_waiting_reason(deployment=deployment)),
+        "reason": redact_text(deployment.reason),
         "entry_url": _entry_url(deployment, processes),
         "created": _when(deployment.created_at, now),
         "started": _when(deployment.started_at, now),
@@ -824,6 +846,8 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
     rows = []
     for d in selectors.deployment_list().annotate(process_count=Count("processes"))[:200]:
         terminal = d.status in DEPLOYMENT_TERMINAL
+        # The row is only rendered, never saved: a reason can quote engine log lines.
+        d.reason = redact_text(d.reason)
         began = d.started_at or d.created_at
         until = d.ended_at if terminal and d.ended_at else now
         rows.append(

@@ -250,6 +250,20 @@ class SecretUpdateSerializer(serializers.Serializer):
 # --- deployments and processes -------------------------------------------------------------
 
 
+class RedactedTextField(serializers.CharField):
+    """A read-only text that can carry engine log lines or probe answers (reasons, probe
+    details, event messages): it goes out through :func:`controlplane.redaction.redact_text`,
+    as the pages' log tail does."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("read_only", True)
+        kwargs.setdefault("allow_blank", True)
+        super().__init__(**kwargs)
+
+    def to_representation(self, value: Any) -> str:
+        return redact_text(str(value)) if value else ("" if value is None else str(value))
+
+
 class DeploymentSerializer(serializers.ModelSerializer):
     """A deployment of one recipe version on a node; ``status`` follows pending → starting →
     ready → stopping → stopped, or failed with ``reason``."""
@@ -260,6 +274,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
     waiting_reason = serializers.SerializerMethodField(
         help_text='e.g. "waiting for node agent local (last heartbeat never)"; "" when not waiting'
     )
+    reason = RedactedTextField(help_text='why it failed or stopped, e.g. "prefill failed: port 31000 on '
+                                         '127.0.0.1 is already in use by pid 812 (python3)"; secrets masked')
 
     class Meta:
         model = Deployment
@@ -285,7 +301,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_waiting_reason(self, deployment: Deployment) -> str:
-        return deployment_waiting_reason(deployment=deployment)
+        return redact_text(deployment_waiting_reason(deployment=deployment))
 
 
 class DeploymentCreateSerializer(serializers.Serializer):
@@ -300,6 +316,7 @@ class ProcessEventSerializer(serializers.ModelSerializer):
     concerns one process, and a message."""
 
     process_role = serializers.CharField(source="process.role", read_only=True, default=None)
+    message = RedactedTextField()
 
     class Meta:
         model = ProcessEvent
@@ -327,6 +344,9 @@ class ServerProcessSerializer(serializers.ModelSerializer):
 
     argv = serializers.SerializerMethodField()
     env_redacted = serializers.SerializerMethodField()
+    reason = RedactedTextField(help_text="why it is not running, with its last log lines when it failed")
+    probe_detail = RedactedTextField(help_text="what the last readiness or liveness probe saw")
+    end_reason = RedactedTextField()
 
     class Meta:
         model = ServerProcess

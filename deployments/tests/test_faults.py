@@ -5,8 +5,10 @@ signals. Each test states the outcome it asserts and bounds every wait.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -80,6 +82,56 @@ def test_it_restarts_an_engine_killed_with_sigkill_within_the_stated_time(agents
     assert any(k == "restarting" and "restart 1 in 0.5s" in m for k, m in kinds)
     assert _generate(deployment.entry_url).status_code == 200
     assert engines_under(tmp_path) == [row.pid]
+    # Back to ready: the crash lives on in the timeline, not as the ready process's reason.
+    assert row.reason == ""
+    ready_messages = list(deployment.events.filter(kind="ready", process=None).values_list("message", flat=True))
+    assert ready_messages[0].startswith("all 1 processes ready, ")
+    assert re.fullmatch(r"ready again after restart, \d+\.\d\ds after the crash", ready_messages[-1])
+
+
+def test_it_fails_at_once_when_another_program_holds_the_port(agents, deployer, tmp_path):
+    agent = agents()
+    recipe = sim_single_recipe(node=node_of(agent), user=deployer,
+                               restart={"policy": "on-failure", "backoff_initial_s": 0.5, "backoff_max_s": 2})
+    port = recipe.spec["roles"]["single"]["port"]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        deployment = wait_status(services.deployment_create(recipe=recipe, user=deployer), "failed")
+        assert engines_under(tmp_path) == []
+
+    me = f"pid {os.getpid()} ({proc_stat(os.getpid()).comm})"
+    assert deployment.reason == f"single failed: port {port} on 127.0.0.1 is already in use by {me}"
+    row = _row(deployment)
+    assert row.status == ProcessStatus.FAILED and row.pid is None
+    kinds = [k for k, in deployment.events.values_list("kind")]
+    assert "ready" not in kinds and "spawned" not in kinds
+    assert ("failed", f"single: port {port} on 127.0.0.1 is already in use by {me}") in \
+        list(deployment.events.filter(process=row).values_list("kind", "message"))
+
+
+def test_it_never_reports_ready_when_the_port_answers_for_another_server(agents, deployer, tmp_path):
+    # Another sim server (not a deployment, so no 409) answers /health and /generate on the
+    # port; the deployed engine dies of the clash. Before it is spawned the agent sees the port
+    # taken; should the holder appear only after that check, readiness still refuses an answer
+    # from a socket outside the process tree (unit-tested in test_agent_ports).
+    agent = agents()
+    recipe = sim_single_recipe(node=node_of(agent), user=deployer)
+    port = recipe.spec["roles"]["single"]["port"]
+    squatter = subprocess.Popen(
+        [sys.executable, "-m", "deployments.engines.sim_server", "--role", "single", "--host", "127.0.0.1",
+         "--port", str(port), "--model-name", "tiny", "--profile", "demo-fast", "--time-scale", "0.05"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _status(f"http://127.0.0.1:{port}/health") == 200, timeout_s=20, what="the squatter")
+        deployment = wait_status(services.deployment_create(recipe=recipe, user=deployer), "failed")
+        assert f"single failed: port {port} on 127.0.0.1 is already in use by pid {squatter.pid}" in deployment.reason
+        assert not deployment.events.filter(kind="ready").exists()
+        assert engines_under(tmp_path) == []
+    finally:
+        squatter.kill()
+        squatter.wait()
 
 
 def test_it_kills_an_engine_that_ignores_sigterm_after_the_grace_period(agents, deployer, tmp_path):

@@ -432,3 +432,73 @@ def test_it_answers_404_for_a_missing_log_or_a_process_of_another_deployment(vie
     assert missing.status_code == 404
     assert crossed.status_code == 404
     assert "The log file does not exist (yet)." in tail
+
+
+# --- stale and terminal texts ---------------------------------------------------------------
+
+
+def _process_cell(html: str, process: ServerProcess) -> str:
+    match = re.search(rf'<tr id="process-{process.pk}">(.*?)</tr>', html, re.S)
+    assert match, "process row missing"
+    return match.group(1)
+
+
+def test_it_marks_health_stale_when_the_last_probe_is_older_than_three_periods(viewer_client, seed_pd, settings):
+    settings.CEILING_LIVENESS_PERIOD_S = 10.0
+    deployment, process = _ready_deployment(
+        seed_pd, last_probe_at=timezone.now() - timedelta(seconds=55),
+        probe_detail="http://127.0.0.1:30001/health answered 200",
+    )
+    cell = _process_cell(_html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))), process)
+    assert "stale (agent offline?)" in cell
+    assert "healthy" not in cell
+    assert re.search(r"last probed 5\d s ago", cell)
+
+    ServerProcess.objects.filter(pk=process.pk).update(last_probe_at=timezone.now() - timedelta(seconds=5))
+    cell = _process_cell(_html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))), process)
+    assert "healthy" in cell and "stale" not in cell
+
+
+def test_it_shows_only_the_terminal_state_of_a_stopped_process(viewer_client, seed_pd):
+    deployment, process = _ready_deployment(
+        seed_pd, status=ProcessStatus.EXITED, end_reason="terminated", exit_code=0,
+        last_probe_at=timezone.now() - timedelta(seconds=9),
+        probe_detail="http://127.0.0.1:30001/health answered 200",
+    )
+    cell = _process_cell(_html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))), process)
+    assert "down (exit code 0)" in cell
+    assert "answered 200" not in cell and "probed" not in cell
+
+
+def test_it_says_a_role_without_cpus_is_not_pinned(viewer_client, seed_pd):
+    deployment, process = _ready_deployment(
+        seed_pd, role=Role.ROUTER, cpus="", mem_nodes="", numa_node=None, pin_method="none",
+        effective_cpus="0-63", effective_mems="0-1", pinning_verified=None, gpu_ids=[],
+    )
+    cell = _process_cell(_html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))), process)
+    assert "not pinned (recipe sets no CPUs)" in cell
+    assert "not checked yet" not in cell
+
+
+def test_it_redacts_log_lines_in_reasons_on_pages_and_in_the_api(viewer_client, viewer_api, seed_pd):
+    leaked = "HF_TOKEN=hf_abcdefghijklmnopqrstuv"
+    deployment, process = _ready_deployment(
+        seed_pd, status=ProcessStatus.FAILED, reason=f"exited with code 1\nlast log lines:\n{leaked}",
+        probe_detail=f"answered 500: {leaked}",
+    )
+    Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.FAILED,
+                                                       reason=f"decode failed: {leaked}")
+    ProcessEvent.objects.create(deployment=deployment, process=process, kind="crashed", message=f"decode: {leaked}")
+
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    listing = _html(viewer_client.get(reverse("deployments:deployment-list")))
+    body = viewer_api.get(f"/api/processes/{process.pk}/").json()
+    dep = viewer_api.get(f"/api/deployments/{deployment.pk}/").json()
+    events = viewer_api.get(f"/api/deployments/{deployment.pk}/events/").json()["results"]
+
+    for text in (html, listing, body["reason"], body["probe_detail"], dep["reason"], events[-1]["message"]):
+        assert "hf_abcdefghijklmnopqrstuv" not in text
+    assert body["reason"] == "exited with code 1\nlast log lines:\nHF_TOKEN=***redacted***"
+    assert dep["reason"] == "decode failed: HF_TOKEN=***redacted***"
+    assert events[-1]["message"] == "decode: HF_TOKEN=***redacted***"
+    assert "decode failed: HF_TOKEN=***redacted***" in html
