@@ -20,6 +20,13 @@ definitions in ``/work/shared/design/metrics.md``). :func:`ceiling_analyse` retu
   single node), like with like: the same concurrency and lengths, saying what was compared;
 * ``findings``: short plain sentences with the numbers, units and the fit's quality.
 
+Points where more than ``MAX_FAILED_FRACTION`` of the requests failed are left out of all of the
+above (their latency and throughput describe the failures, not the engine) and named in a finding.
+A fit whose per-sequence or fixed cost comes out negative is not a decode cost
+(:attr:`DecodeFit.is_decode_cost`): it is reported as "the step time does not grow with the running
+batch", and it neither bounds the ceiling nor makes decode the bottleneck. Throughput that falls as
+load rises is reported as falling (failures or overload), never as a ceiling above the best point.
+
 Thresholds (all named constants below) are judgement calls, not taken from a harness: they are
 chosen so that a measured sweep with a few percent of noise is classified the same way twice.
 """
@@ -54,6 +61,11 @@ TPOT_GROWTH = 1.25
 CEILING_REACHED_FRACTION = 0.90
 # Per-GPU ratios inside [1 - x, 1 + x] are "about the same".
 SAME_PER_GPU = 0.05
+# A point where more than this fraction of the requests failed (failed / (completed + failed)) is left
+# out of the fit, the ceiling, the queueing and the bottleneck. A rejected request never enters the
+# decode batch and ends fast, so the survivors' tok/s, TPOT and TTFT describe a lighter load than the
+# point's concurrency; a few percent of failures barely moves them, a tenth or more does.
+MAX_FAILED_FRACTION = 0.10
 
 
 @dataclass(frozen=True)
@@ -186,7 +198,10 @@ class DecodeFit:
 
     ``possible`` False means no fit was made, with ``reason`` saying why; the numbers are then None
     (never invented). ``r_squared`` is None when TPOT is the same at every point (nothing to
-    explain). ``residuals_ms`` are measured minus fitted TPOT per point, in ``labels`` order.
+    explain). ``residuals_ms`` are measured minus fitted TPOT per point, in ``labels`` order and
+    ``tpot_ms`` holds the measured TPOT there. ``is_decode_cost`` is True only when the line is a
+    physical decode cost (``per_seq_ms > 0`` and ``fixed_ms >= 0``); otherwise the step time does
+    not grow with the running batch over the measured range and the numbers are not a cost.
     """
 
     possible: bool
@@ -195,10 +210,17 @@ class DecodeFit:
     n_points: int
     labels: list[str] = field(default_factory=list)
     running_batch: list[float] = field(default_factory=list)
+    tpot_ms: list[float] = field(default_factory=list)
     fixed_ms: float | None = None
     per_seq_ms: float | None = None
     r_squared: float | None = None
     residuals_ms: list[float] = field(default_factory=list)
+
+    @property
+    def is_decode_cost(self) -> bool:
+        """True when a fit was made and both costs are physical (per sequence > 0, fixed >= 0)."""
+        return (self.possible and self.fixed_ms is not None and self.per_seq_ms is not None
+                and self.per_seq_ms > 0 and self.fixed_ms >= 0)
 
     def step_ms(self, batch: float) -> float:
         """The fitted decode step time at ``batch`` running sequences (ms); requires a fit."""
@@ -216,6 +238,9 @@ class Ceiling:
     in sight. ``reached`` is whether an observed point got to ``CEILING_REACHED_FRACTION`` of it;
     ``reached_at_label`` names the first such point. ``batch_for_fraction`` is the fit's running
     batch needed for that fraction when no point reached it (a concurrency of at least that many).
+    ``falls`` is True when the heaviest point is below ``PLATEAU_FRACTION`` of the best one, that is
+    throughput fell as load rose past ``observed_max_label``: failures or overload, not a ceiling
+    above the best point.
     """
 
     tok_s: float | None
@@ -231,6 +256,7 @@ class Ceiling:
     plateau_min_tok_s: float | None
     plateau_max_tok_s: float | None
     batch_for_fraction: float | None
+    falls: bool = False
 
 
 @dataclass
@@ -286,7 +312,12 @@ class TopologyComparison:
 
 @dataclass
 class CeilingReport:
-    """Everything :func:`ceiling_analyse` concluded, plus ``findings`` as plain sentences."""
+    """Everything :func:`ceiling_analyse` concluded, plus ``findings`` as plain sentences.
+
+    ``points`` are the analysed points only. ``excluded`` names every point left out, with why
+    (``c=32 (no successful output)``, ``c=8 (15 of 16 requests failed)``); ``failed_excluded`` is
+    the labels of those left out for more than ``MAX_FAILED_FRACTION`` failed requests.
+    """
 
     topology: Topology
     num_gpus: int
@@ -302,6 +333,7 @@ class CeilingReport:
     bottleneck_reason: str
     comparison: TopologyComparison | None
     findings: list[str]
+    failed_excluded: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (floats stay floats; no infinities are produced)."""
@@ -322,7 +354,8 @@ def ceiling_analyse(
     """Analyse one sweep (one input/output length pair) for its throughput ceiling and bottleneck.
 
     ``points``: the sweep's runs in any order; runs without successful output (``completed`` 0,
-    or zero tok/s) are left out and listed in ``excluded``. ``num_gpus``: GPUs the deployment used
+    or zero tok/s) and runs where more than ``MAX_FAILED_FRACTION`` of the requests failed are left
+    out of every conclusion and listed in ``excluded``. ``num_gpus``: GPUs the deployment used
     (all roles together for PD). ``compare_with`` / ``compare_num_gpus`` / ``compare_topology``: an
     optional second sweep of the same model on another topology; all three are needed for the
     per-GPU comparison. ``max_running_batch``: the engine's cap on running sequences
@@ -331,18 +364,19 @@ def ceiling_analyse(
     ``concurrency`` (assume every request is in the decode batch).
 
     Returns a :class:`CeilingReport`. Raises :class:`InvalidInput` (field path ``points`` etc.) for
-    an empty sweep, mixed input/output lengths, a non-positive GPU count or a half-given comparison.
+    an empty sweep, a sweep where no point is left to analyse, mixed input/output lengths, a
+    non-positive GPU count or a half-given comparison.
     """
     _validate(points, num_gpus=num_gpus, compare_with=compare_with, compare_num_gpus=compare_num_gpus,
               compare_topology=compare_topology, max_running_batch=max_running_batch)
-    usable, excluded = _usable(points)
+    usable, excluded, failed = _usable(points)
     if not usable:
-        raise InvalidInput({"points": ["no point has successful output; nothing to analyse"]})
+        raise InvalidInput({"points": [_nothing_left(excluded, failed)]})
     analysed = [_point_analysis(p, num_gpus=num_gpus, batch_source=batch_source) for p in usable]
-    fit = _decode_fit(analysed, batch_source=batch_source)
+    fit = _decode_fit(analysed, batch_source=batch_source, failed_excluded=[p.label for p in failed])
     ceiling = _ceiling(usable, fit, max_running_batch=max_running_batch)
     steps = _queueing_steps(usable)
-    bottleneck, reason = _bottleneck(usable, analysed, steps)
+    bottleneck, reason = _bottleneck(usable, analysed, steps, fit, ceiling)
     comparison = None
     if compare_with is not None and compare_num_gpus is not None and compare_topology is not None:
         comparison = _compare(usable, num_gpus=num_gpus, topology=topology, other=compare_with,
@@ -351,9 +385,9 @@ def ceiling_analyse(
         topology=topology, num_gpus=num_gpus, input_len=usable[0].input_len, output_len=usable[0].output_len,
         points=analysed, excluded=excluded, fit=fit, ceiling=ceiling, queueing=steps,
         queueing_detected=any(s.queueing for s in steps), bottleneck=bottleneck, bottleneck_reason=reason,
-        comparison=comparison, findings=[],
+        comparison=comparison, findings=[], failed_excluded=[p.label for p in failed],
     )
-    report.findings = _findings(report, usable)
+    report.findings = _findings(report, usable, failed)
     return report
 
 
@@ -385,17 +419,44 @@ def _validate(points: Sequence[SweepPoint], *, num_gpus: int, compare_with: Sequ
         raise InvalidInput(errors)
 
 
-def _usable(points: Iterable[SweepPoint]) -> tuple[list[SweepPoint], list[str]]:
-    """Points with output, sorted by load; and the labels of those left out, with why."""
+def _failed_fraction(p: SweepPoint) -> float | None:
+    """failed / (completed + failed), or None when the run did not count both."""
+    if p.failed is None or p.completed is None or p.completed + p.failed <= 0:
+        return None
+    return p.failed / (p.completed + p.failed)
+
+
+def _failures_of(p: SweepPoint) -> str:
+    """``15 of 16 requests failed``."""
+    total = (p.completed or 0) + (p.failed or 0)
+    return f"{p.failed} of {total} request{'s' if total != 1 else ''} failed"
+
+
+def _usable(points: Iterable[SweepPoint]) -> tuple[list[SweepPoint], list[str], list[SweepPoint]]:
+    """Points with output and at most MAX_FAILED_FRACTION failed requests, sorted by load; the
+    labels of all those left out, with why; and the points left out for failures, sorted by load."""
     usable: list[SweepPoint] = []
     excluded: list[str] = []
+    failed: list[SweepPoint] = []
     for p in points:
+        fraction = _failed_fraction(p)
         if p.completed == 0 or p.output_throughput_tok_s <= 0:
             excluded.append(f"{p.label} (no successful output)")
+        elif fraction is not None and fraction > MAX_FAILED_FRACTION:
+            excluded.append(f"{p.label} ({_failures_of(p)})")
+            failed.append(p)
         else:
             usable.append(p)
     usable.sort(key=lambda p: p.load)
-    return usable, excluded
+    failed.sort(key=lambda p: p.load)
+    return usable, excluded, failed
+
+
+def _nothing_left(excluded: list[str], failed: list[SweepPoint]) -> str:
+    if failed:
+        return (f"no point is left to analyse: {', '.join(excluded)}; more than {MAX_FAILED_FRACTION:.0%} "
+                f"failed requests make a point's latency unreadable, so fix the failures first")
+    return "no point has successful output; nothing to analyse"
 
 
 def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource) -> PointAnalysis:
@@ -429,17 +490,24 @@ def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource) 
 # --- decode fit and ceiling -----------------------------------------------------------------------
 
 
-def _decode_fit(points: list[PointAnalysis], *, batch_source: BatchSource) -> DecodeFit:
+def _decode_fit(points: list[PointAnalysis], *, batch_source: BatchSource,
+                failed_excluded: Sequence[str] = ()) -> DecodeFit:
+    """Least-squares line through (running batch, TPOT) of the analysed points; ``failed_excluded``
+    (labels left out for failed requests) only goes into the reason when too few points remain."""
     pairs = [(a.label, a.running_batch, a.tpot_ms) for a in points
              if a.running_batch is not None and a.tpot_ms is not None]
     fit = DecodeFit(possible=False, reason=None, batch_source=batch_source, n_points=len(pairs),
-                    labels=[lb for lb, _, _ in pairs], running_batch=[b for _, b, _ in pairs])
+                    labels=[lb for lb, _, _ in pairs], running_batch=[b for _, b, _ in pairs],
+                    tpot_ms=[t for _, _, t in pairs])
     distinct = len({round(b, 1) for _, b, _ in pairs})
     if len(pairs) < MIN_FIT_POINTS or distinct < MIN_FIT_POINTS:
         missing = len(points) - len(pairs)
         why = f"{distinct} distinct running batch size{'s' if distinct != 1 else ''}"
         if missing:
             why += f" ({missing} point{'s' if missing != 1 else ''} without TPOT)"
+        if failed_excluded:
+            why += f" once {', '.join(failed_excluded)} {'is' if len(failed_excluded) == 1 else 'are'} excluded " \
+                   f"for failed requests"
         fit.reason = f"{why}; at least {MIN_FIT_POINTS} are needed for a line whose quality can be judged"
         return fit
     xs = [b for _, b, _ in pairs]
@@ -483,7 +551,8 @@ def _ceiling(points: list[SweepPoint], fit: DecodeFit, *, max_running_batch: int
     best_point = max(points, key=lambda p: p.output_throughput_tok_s)
     observed = best_point.output_throughput_tok_s
     asymptote = capped = None
-    if fit.possible and fit.per_seq_ms is not None and fit.per_seq_ms > 0 and _tpot_grows(points):
+    # Only a physical cost bounds the ceiling: a negative fixed or per-sequence cost is no decode path.
+    if fit.is_decode_cost and fit.per_seq_ms is not None and _tpot_grows(points):
         asymptote = 1000.0 / fit.per_seq_ms
         if max_running_batch is not None and fit.step_ms(max_running_batch) > 0:
             capped = 1000.0 * max_running_batch / fit.step_ms(max_running_batch)
@@ -519,6 +588,7 @@ def _ceiling(points: list[SweepPoint], fit: DecodeFit, *, max_running_batch: int
         plateau_min_tok_s=min(p.output_throughput_tok_s for p in plateau) if plateau else None,
         plateau_max_tok_s=max(p.output_throughput_tok_s for p in plateau) if plateau else None,
         batch_for_fraction=batch_needed,
+        falls=start is None and points[-1].output_throughput_tok_s < PLATEAU_FRACTION * observed,
     )
 
 
@@ -545,17 +615,24 @@ def _queueing_steps(points: list[SweepPoint]) -> list[QueueingStep]:
     return steps
 
 
-def _bottleneck(points: list[SweepPoint], analysed: list[PointAnalysis],
-                steps: list[QueueingStep]) -> tuple[Bottleneck, str]:
+def _bottleneck(points: list[SweepPoint], analysed: list[PointAnalysis], steps: list[QueueingStep],
+                fit: DecodeFit, ceiling: Ceiling) -> tuple[Bottleneck, str]:
     """Classify at the heaviest point: decode-bound when decode time dominates E2E and TPOT grows
-    with load; prefill-bound when TTFT dominates without queueing; queueing when TTFT dominates and
-    grows while throughput is flat; none when decode dominates but TPOT stays flat."""
+    with load (and a fit, when one was made, gives a physical per-sequence cost); prefill-bound when
+    TTFT dominates without queueing; queueing when TTFT dominates and grows while throughput is
+    flat; none when decode dominates but TPOT stays flat and throughput does not fall. Unknown when
+    TPOT grows but the fit says the step time does not grow with the running batch, or when
+    throughput falls with load and nothing else explains it."""
     hi = analysed[-1]
     if len(points) < 2:
         return "unknown", "one point: how TPOT and TTFT grow with load cannot be judged"
     grows = _tpot_grows(points)
     queueing = any(s.queueing for s in steps)
     share = hi.decode_share
+    if grows and fit.possible and not fit.is_decode_cost and (share is None or share >= 0.5):
+        return "unknown", (f"TPOT rises from {_ms(analysed[0].tpot_ms)} at {analysed[0].label} to "
+                           f"{_ms(hi.tpot_ms)} at {hi.label}, but the step time does not grow with the running "
+                           f"batch ({_no_growth_numbers(fit)}), so decode is not named the bottleneck")
     if share is None:
         if grows:
             return "decode", "TPOT grows with load (E2E unknown, so its share is not checked)"
@@ -563,6 +640,10 @@ def _bottleneck(points: list[SweepPoint], analysed: list[PointAnalysis],
     if share >= 0.5:
         if grows:
             return "decode", f"decode is {share:.0%} of E2E at {hi.label} and TPOT grows with load"
+        if ceiling.falls:
+            return "unknown", (f"throughput falls after {ceiling.observed_max_label} "
+                               f"({_falls_numbers(points)}) while TPOT does not grow: failures or overload, "
+                               f"not a bottleneck this sweep can name")
         return "none", f"decode is {share:.0%} of E2E at {hi.label} but TPOT stays flat: not saturated"
     if queueing:
         return "queueing", f"TTFT is {1 - share:.0%} of E2E at {hi.label} and grows while throughput is flat"
@@ -574,9 +655,9 @@ def _bottleneck(points: list[SweepPoint], analysed: list[PointAnalysis],
 
 def _compare(points: list[SweepPoint], *, num_gpus: int, topology: Topology, other: Sequence[SweepPoint],
              other_num_gpus: int, other_topology: Topology) -> TopologyComparison:
-    others, _ = _usable(other)
+    others, other_excluded, other_failed = _usable(other)
     if not others:
-        raise InvalidInput({"compare_with": ["no point has successful output"]})
+        raise InvalidInput({"compare_with": [_nothing_left(other_excluded, other_failed)]})
     best = max(points, key=lambda p: p.output_throughput_tok_s)
     other_best = max(others, key=lambda p: p.output_throughput_tok_s)
     cmp = TopologyComparison(
@@ -618,9 +699,13 @@ def _compare(points: list[SweepPoint], *, num_gpus: int, topology: Topology, oth
 # --- findings -------------------------------------------------------------------------------------
 
 
-def _findings(r: CeilingReport, points: list[SweepPoint]) -> list[str]:
+def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoint]) -> list[str]:
     out: list[str] = []
     lengths = f"{r.input_len}/{r.output_len} tokens in/out" if r.input_len and r.output_len else None
+    for p in failed:
+        out.append(f"{p.label} excluded: {_failures_of(p)} — fix the failures before reading its latency "
+                   f"(more than {MAX_FAILED_FRACTION:.0%} failed, so it is left out of the fit, the ceiling, "
+                   f"the queueing and the bottleneck).")
     out.append(_fit_sentence(r.fit))
     out.append(_bottleneck_sentence(r, points))
     out.extend(_ceiling_sentences(r, points))
@@ -636,8 +721,10 @@ def _findings(r: CeilingReport, points: list[SweepPoint]) -> list[str]:
             notes.append(f"had {p.failed} failed request{'s' if p.failed != 1 else ''} of {total}")
         if notes:
             out.append(f"{p.label} {' and '.join(notes)}; its numbers are used as measured.")
-    if r.excluded:
-        out.append(f"Left out: {', '.join(r.excluded)}.")
+    failed_labels = {p.label for p in failed}
+    others = [e for e in r.excluded if e.split(" (", 1)[0] not in failed_labels]
+    if others:
+        out.append(f"Left out: {', '.join(others)}.")
     return [s for s in out if s]
 
 
@@ -645,6 +732,11 @@ def _fit_sentence(fit: DecodeFit) -> str:
     if not fit.possible:
         return f"The decode step-time fit is not possible: {fit.reason}."
     assert fit.fixed_ms is not None and fit.per_seq_ms is not None
+    if not fit.is_decode_cost:
+        return (f"Decode step time does not grow with the running batch over the measured range: "
+                f"{_no_growth_numbers(fit)}; a straight line through these points has a negative "
+                f"{'per-sequence' if fit.per_seq_ms <= 0 else 'fixed'} cost ({_r2(fit)}), which no decode "
+                f"step has, so no decode cost is read from it.")
     how = ("Little's law (running batch = tok/s x TPOT, capped at the concurrency)"
            if fit.batch_source == "littles_law" else "the concurrency (every request assumed in the batch)")
     batches = ", ".join(f"{b:.1f} at {lb}" for lb, b in zip(fit.labels, fit.running_batch, strict=True))
@@ -658,7 +750,7 @@ def _bottleneck_sentence(r: CeilingReport, points: list[SweepPoint]) -> str:
     lo, hi = r.points[0], r.points[-1]
     fit = r.fit
     fit_txt = (f" (fit {_ms(fit.fixed_ms)} + {fit.per_seq_ms:.1f} ms per running sequence, {_r2(fit)})"
-               if fit.possible and fit.fixed_ms is not None and fit.per_seq_ms is not None else "")
+               if fit.is_decode_cost and fit.fixed_ms is not None and fit.per_seq_ms is not None else "")
     share = (f", and decode takes {hi.decode_share:.0%} of E2E at {hi.label}"
              if hi.decode_share is not None else "")
     if r.bottleneck == "decode":
@@ -672,11 +764,9 @@ def _bottleneck_sentence(r: CeilingReport, points: list[SweepPoint]) -> str:
         return (f"Requests queue for admission: TTFT is {_ms(hi.ttft_ms)} of {_ms(hi.e2e_ms)} E2E at "
                 f"{hi.label} and grows while throughput is flat; more concurrency only adds waiting.")
     if r.bottleneck == "none":
-        growth = hi.output_throughput_tok_s / lo.output_throughput_tok_s
-        load = points[-1].load / points[0].load if points[0].load > 0 else math.nan
         tpots = _vals(r, "tpot_ms")
         return (f"No bottleneck is reached: TPOT {_span_ms(min(tpots), max(tpots), moving='stays')} from "
-                f"{lo.label} to {hi.label}, and throughput grows x{growth:.1f} for x{load:.1f} load.")
+                f"{lo.label} to {hi.label}, and throughput {_throughput_change(points[0], points[-1])}.")
     return f"The bottleneck cannot be classified: {r.bottleneck_reason}."
 
 
@@ -713,17 +803,30 @@ def _ceiling_sentences(r: CeilingReport, points: list[SweepPoint]) -> list[str]:
             out.append(f"{CEILING_REACHED_FRACTION:.0%} of the ceiling needs a running batch of about {need:.0f} "
                        f"sequences (so a concurrency of at least {math.ceil(need)}), beyond this sweep: "
                        f"an extrapolation.")
+        if c.falls:
+            out.append(_falls_sentence(c, points))
         return out
-    if len(points) >= 2:
+    if c.falls:
+        out.append(_falls_sentence(c, points))
+    elif len(points) >= 2:
         first, last = points[0], points[-1]
         growth = last.output_throughput_tok_s / first.output_throughput_tok_s
-        load = last.load / first.load if first.load > 0 and math.isfinite(last.load) else math.nan
-        out.append(f"No ceiling is reached: throughput grows x{growth:.1f} from {first.label} to {last.label} "
-                   f"(x{load:.1f} load), so the ceiling is above the best observed {_num(c.observed_max_tok_s)} tok/s "
-                   f"at {c.observed_max_label}.")
+        if growth >= 1:
+            out.append(f"No ceiling is reached: throughput grows x{growth:.1f} from {first.label} to {last.label} "
+                       f"(x{_load_ratio(first, last):.1f} load), so the ceiling is above the best observed "
+                       f"{_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}.")
+        else:
+            out.append(f"Throughput does not grow with load: it {_throughput_change(first, last)} from {first.label} "
+                       f"to {last.label}; this points at failures or overload, not at a ceiling above the best point "
+                       f"({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
     else:
         out.append(f"One point ({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}) cannot show a ceiling.")
     return out
+
+
+def _falls_sentence(c: Ceiling, points: list[SweepPoint]) -> str:
+    return (f"Throughput falls as load rises: {_falls_numbers(points)}; this points at failures or overload, "
+            f"not at a ceiling above the best point ({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
 
 
 def _queueing_sentences(r: CeilingReport) -> list[str]:
@@ -768,6 +871,40 @@ def _comparison_sentences(c: TopologyComparison, lengths: str | None) -> list[st
 
 
 # --- formatting -----------------------------------------------------------------------------------
+
+
+def _load_ratio(first: SweepPoint, last: SweepPoint) -> float:
+    return last.load / first.load if first.load > 0 and math.isfinite(last.load) else math.nan
+
+
+def _throughput_change(first: SweepPoint, last: SweepPoint) -> str:
+    """``grows x8.0 for x8.0 load`` when it grew, ``falls from 40.0 to 12.0 tok/s (x0.30) for x16.0
+    load`` when it fell: a factor below one is never called growth."""
+    a, b = first.output_throughput_tok_s, last.output_throughput_tok_s
+    load = _load_ratio(first, last)
+    if b >= a:
+        return f"grows x{b / a:.1f} for x{load:.1f} load"
+    return f"falls from {_num(a)} to {_num(b)} tok/s (x{b / a:.2f}) for x{load:.1f} load"
+
+
+def _falls_numbers(points: list[SweepPoint]) -> str:
+    """``42.0 tok/s at c=2, the best, down to 12.0 tok/s at c=16 (x0.29 for x8.0 load)``, or from the
+    first point when it is the best."""
+    best = max(points, key=lambda p: p.output_throughput_tok_s)
+    last = points[-1]
+    ratio = last.output_throughput_tok_s / best.output_throughput_tok_s
+    where = "the best" if best is not points[0] else "the lightest and best"
+    return (f"{_num(best.output_throughput_tok_s)} tok/s at {best.label} ({where}) down to "
+            f"{_num(last.output_throughput_tok_s)} tok/s at {last.label} (x{ratio:.2f} for "
+            f"x{_load_ratio(best, last):.1f} load)")
+
+
+def _no_growth_numbers(fit: DecodeFit) -> str:
+    """The measured TPOT at the smallest and largest running batch of the fit."""
+    pairs = sorted(zip(fit.running_batch, fit.tpot_ms, fit.labels, strict=True))
+    (b0, t0, l0), (b1, t1, l1) = pairs[0], pairs[-1]
+    return (f"TPOT is {_ms(t0)} at {b0:.1f} running sequences ({l0}) and {_ms(t1)} at {b1:.1f} "
+            f"({l1})")
 
 
 def _vals(r: CeilingReport, attr: str) -> list[float]:

@@ -43,6 +43,7 @@ from benchmarks.loadgen import Api, LoadConfig, RecordStore, Slo, loadgen_run, r
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import WAIT_READY_MARGIN_S, grid_points, grid_validate, recipe_gpu_count, summary_point
 from controlplane.errors import Conflict, InvalidInput
+from controlplane.jsonsafe import json_safe
 from controlplane.redaction import redact_text
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,7 @@ def sweep_execute(*, sweep_id: int) -> str:
     try:
         deployment = _wait_ready(sweep)
         snapshot = sweep_snapshot(sweep=sweep, deployment=deployment)
-        BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.RUNNING, snapshot=snapshot)
+        BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.RUNNING, snapshot=json_safe(snapshot))
         for ordinal, point in enumerate(grid_points(sweep.grid)):
             _check_cancel(sweep.pk)
             _run_point(sweep, deployment, ordinal, point, snapshot)
@@ -180,7 +181,7 @@ class _SweepFailed(Exception):
 def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = None) -> None:
     fields: dict[str, Any] = {"status": status, "reason": reason, "ended_at": timezone.now(), "current_point": ""}
     if analysis is not None:
-        fields["analysis"] = analysis
+        fields["analysis"] = json_safe(analysis)
     BenchmarkSweep.objects.filter(pk=sweep_id, status__in=SWEEP_ACTIVE).update(**fields)
     BenchmarkRun.objects.filter(sweep_id=sweep_id, status=RunStatus.RUNNING).update(
         status=RunStatus.CANCELLED if status == SweepStatus.CANCELLED else RunStatus.FAILED,
@@ -308,7 +309,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         defaults=dict(status=RunStatus.RUNNING, concurrency=point["concurrency"], request_rate=point["request_rate"],
                       input_len=point["input_len"], output_len=point["output_len"],
                       num_requests=point["num_requests"], api=api.value, served_model_name=sweep.served_model_name,
-                      num_gpus=sweep.num_gpus, snapshot=snapshot, started_at=timezone.now(),
+                      num_gpus=sweep.num_gpus, snapshot=json_safe(snapshot), started_at=timezone.now(),
                       created_by=sweep.created_by),
     )
     BenchmarkSweep.objects.filter(pk=sweep.pk).update(current_point=label, current_tok_s=None)
@@ -380,6 +381,7 @@ def records_dir() -> Path:
 
 def _store_summary(run: BenchmarkRun, summary: dict[str, Any]) -> None:
     """Copy the summary and its sortable scalars onto ``run`` (not saved)."""
+    summary = json_safe(summary)
     run.summary = summary
     flags = summary.get("flags") or {}
     run.flags = sorted(k for k, v in flags.items() if v) if isinstance(flags, dict) else list(flags)

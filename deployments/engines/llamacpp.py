@@ -47,6 +47,7 @@ WORKER_RESERVED: dict[str, str] = {
     "main_gpu": f"{_ROLE_FIELD}.gpus (llama.cpp recipes run on CPUs)",
     "tensor_split": f"{_ROLE_FIELD}.gpus (llama.cpp recipes run on CPUs)",
     "numa": f"{_ROLE_FIELD}.numa_node",
+    "interrupt_requests": "Ceiling (always false: the server queues concurrent requests)",
 }
 
 
@@ -71,6 +72,10 @@ class LlamaCppAdapter(EngineAdapter):
             "--model_alias", spec["served_model_name"],
             "--host", role["host"],
             "--port", str(role["port"]),
+            # llama-cpp-python's server serves one request at a time and by default aborts the
+            # running one when another arrives; a benchmark at c > 1 would then measure aborted
+            # streams. Queue instead (ServerSettings.interrupt_requests, default True).
+            "--interrupt_requests", "false",
         ]
         argv += flags_argv(flags, WORKER_FLAGS)
         return RenderedCommand(

@@ -161,7 +161,7 @@ def test_it_renders_the_llamacpp_plan_with_threads_from_the_pinned_cpus(tmp_path
     assert single.argv == [
         PY, "-m", "llama_cpp.server",
         "--model", model, "--model_alias", "tiny-random",
-        "--host", "127.0.0.1", "--port", "31090",
+        "--host", "127.0.0.1", "--port", "31090", "--interrupt_requests", "false",
         "--n_ctx", "512", "--n_threads", "2",
     ]
     assert single.env == {"CUDA_VISIBLE_DEVICES": ""}

@@ -520,7 +520,7 @@ def test_it_starts_the_rendered_local_llamacpp_plan(settings, tmp_path: Path) ->
 
     engine_argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(tiny_gguf_default_path()),
                    "--model_alias", "tiny-random", "--host", "127.0.0.1", "--port", str(port),
-                   "--n_ctx", "512", "--n_threads", "2"]
+                   "--interrupt_requests", "false", "--n_ctx", "512", "--n_threads", "2"]
     if numactl:
         assert proc.pin_method == "numactl"
         assert proc.wrapper[0] == settings.CEILING_EXECUTABLES["numactl"]
