@@ -200,8 +200,9 @@ class DecodeFit:
     (never invented). ``r_squared`` is None when TPOT is the same at every point (nothing to
     explain). ``residuals_ms`` are measured minus fitted TPOT per point, in ``labels`` order and
     ``tpot_ms`` holds the measured TPOT there. ``is_decode_cost`` is True only when the line is a
-    physical decode cost (``per_seq_ms > 0`` and ``fixed_ms >= 0``); otherwise the step time does
-    not grow with the running batch over the measured range and the numbers are not a cost.
+    physical decode cost (``per_seq_ms > 0`` and ``fixed_ms >= 0``); otherwise the numbers are kept
+    but are not a cost: with ``per_seq_ms <= 0`` the step time does not grow with the running batch
+    over the measured range, with ``fixed_ms < 0`` it is not a fixed plus a per-sequence cost there.
     """
 
     possible: bool
@@ -215,6 +216,11 @@ class DecodeFit:
     per_seq_ms: float | None = None
     r_squared: float | None = None
     residuals_ms: list[float] = field(default_factory=list)
+
+    def running_batch_at_zero(self) -> float:
+        """The running batch where the fitted line gives a zero step time; requires a sloped fit."""
+        assert self.fixed_ms is not None and self.per_seq_ms
+        return -self.fixed_ms / self.per_seq_ms
 
     @property
     def is_decode_cost(self) -> bool:
@@ -506,8 +512,8 @@ def _decode_fit(points: list[PointAnalysis], *, batch_source: BatchSource,
         if missing:
             why += f" ({missing} point{'s' if missing != 1 else ''} without TPOT)"
         if failed_excluded:
-            why += f" once {', '.join(failed_excluded)} {'is' if len(failed_excluded) == 1 else 'are'} excluded " \
-                   f"for failed requests"
+            verb = "is" if len(failed_excluded) == 1 else "are"
+            why += f" once {', '.join(failed_excluded)} {verb} excluded for failed requests"
         fit.reason = f"{why}; at least {MIN_FIT_POINTS} are needed for a line whose quality can be judged"
         return fit
     xs = [b for _, b, _ in pairs]
@@ -630,9 +636,15 @@ def _bottleneck(points: list[SweepPoint], analysed: list[PointAnalysis], steps: 
     queueing = any(s.queueing for s in steps)
     share = hi.decode_share
     if grows and fit.possible and not fit.is_decode_cost and (share is None or share >= 0.5):
-        return "unknown", (f"TPOT rises from {_ms(analysed[0].tpot_ms)} at {analysed[0].label} to "
-                           f"{_ms(hi.tpot_ms)} at {hi.label}, but the step time does not grow with the running "
-                           f"batch ({_no_growth_numbers(fit)}), so decode is not named the bottleneck")
+        assert fit.per_seq_ms is not None and fit.fixed_ms is not None
+        lo = analysed[0]
+        rises = f"TPOT rises from {_ms(lo.tpot_ms)} at {lo.label} to {_ms(hi.tpot_ms)} at {hi.label}"
+        if fit.per_seq_ms <= 0:
+            return "unknown", (f"{rises}, but not with the running batch: {_no_growth_numbers(fit)}; so decode is "
+                               f"not named the bottleneck")
+        return "unknown", (f"{rises}, but the line through TPOT against the running batch has a negative fixed "
+                           f"cost ({_ms(fit.fixed_ms)}), which is no decode cost, so decode is not named the "
+                           f"bottleneck")
     if share is None:
         if grows:
             return "decode", "TPOT grows with load (E2E unknown, so its share is not checked)"
@@ -641,9 +653,8 @@ def _bottleneck(points: list[SweepPoint], analysed: list[PointAnalysis], steps: 
         if grows:
             return "decode", f"decode is {share:.0%} of E2E at {hi.label} and TPOT grows with load"
         if ceiling.falls:
-            return "unknown", (f"throughput falls after {ceiling.observed_max_label} "
-                               f"({_falls_numbers(points)}) while TPOT does not grow: failures or overload, "
-                               f"not a bottleneck this sweep can name")
+            return "unknown", (f"throughput falls as load rises, {_falls_numbers(points)}, while TPOT does not "
+                               f"grow: failures or overload, not a bottleneck this sweep can name")
         return "none", f"decode is {share:.0%} of E2E at {hi.label} but TPOT stays flat: not saturated"
     if queueing:
         return "queueing", f"TTFT is {1 - share:.0%} of E2E at {hi.label} and grows while throughput is flat"
@@ -733,10 +744,14 @@ def _fit_sentence(fit: DecodeFit) -> str:
         return f"The decode step-time fit is not possible: {fit.reason}."
     assert fit.fixed_ms is not None and fit.per_seq_ms is not None
     if not fit.is_decode_cost:
-        return (f"Decode step time does not grow with the running batch over the measured range: "
-                f"{_no_growth_numbers(fit)}; a straight line through these points has a negative "
-                f"{'per-sequence' if fit.per_seq_ms <= 0 else 'fixed'} cost ({_r2(fit)}), which no decode "
-                f"step has, so no decode cost is read from it.")
+        if fit.per_seq_ms <= 0:
+            return (f"Decode step time does not grow with the running batch over the measured range: "
+                    f"{_no_growth_numbers(fit)}; a straight line through these points falls "
+                    f"({_r2(fit)}), which no decode step does, so no per-sequence decode cost is read from it.")
+        return (f"Decode step time is not a fixed plus a per-sequence cost over the measured range: "
+                f"{_no_growth_numbers(fit)}, but a straight line through these points crosses zero at "
+                f"{fit.running_batch_at_zero():.1f} running sequences (a negative fixed cost, {_r2(fit)}), which "
+                f"no decode step has, so no decode cost is read from it.")
     how = ("Little's law (running batch = tok/s x TPOT, capped at the concurrency)"
            if fit.batch_source == "littles_law" else "the concurrency (every request assumed in the batch)")
     batches = ", ".join(f"{b:.1f} at {lb}" for lb, b in zip(fit.labels, fit.running_batch, strict=True))
@@ -816,16 +831,16 @@ def _ceiling_sentences(r: CeilingReport, points: list[SweepPoint]) -> list[str]:
                        f"(x{_load_ratio(first, last):.1f} load), so the ceiling is above the best observed "
                        f"{_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}.")
         else:
-            out.append(f"Throughput does not grow with load: it {_throughput_change(first, last)} from {first.label} "
-                       f"to {last.label}; this points at failures or overload, not at a ceiling above the best point "
-                       f"({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
+            out.append(f"Throughput does not grow with load: from {first.label} to {last.label} it "
+                       f"{_throughput_change(first, last)}; this points at failures or overload, not at a ceiling "
+                       f"above the best point ({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
     else:
         out.append(f"One point ({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}) cannot show a ceiling.")
     return out
 
 
 def _falls_sentence(c: Ceiling, points: list[SweepPoint]) -> str:
-    return (f"Throughput falls as load rises: {_falls_numbers(points)}; this points at failures or overload, "
+    return (f"Throughput falls as load rises, {_falls_numbers(points)}; this points at failures or overload, "
             f"not at a ceiling above the best point ({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
 
 
@@ -888,15 +903,13 @@ def _throughput_change(first: SweepPoint, last: SweepPoint) -> str:
 
 
 def _falls_numbers(points: list[SweepPoint]) -> str:
-    """``42.0 tok/s at c=2, the best, down to 12.0 tok/s at c=16 (x0.29 for x8.0 load)``, or from the
-    first point when it is the best."""
+    """``from 42.0 tok/s at c=2, the best point, to 12.0 tok/s at c=16, x0.29 for x8.0 load``."""
     best = max(points, key=lambda p: p.output_throughput_tok_s)
     last = points[-1]
     ratio = last.output_throughput_tok_s / best.output_throughput_tok_s
-    where = "the best" if best is not points[0] else "the lightest and best"
-    return (f"{_num(best.output_throughput_tok_s)} tok/s at {best.label} ({where}) down to "
-            f"{_num(last.output_throughput_tok_s)} tok/s at {last.label} (x{ratio:.2f} for "
-            f"x{_load_ratio(best, last):.1f} load)")
+    return (f"from {_num(best.output_throughput_tok_s)} tok/s at {best.label}, the best point, to "
+            f"{_num(last.output_throughput_tok_s)} tok/s at {last.label}, x{ratio:.2f} for "
+            f"x{_load_ratio(best, last):.1f} load")
 
 
 def _no_growth_numbers(fit: DecodeFit) -> str:

@@ -232,3 +232,106 @@ def test_it_reads_a_load_generator_summary() -> None:
     assert p.flags == ("concurrency_not_reached",) and p.label == "c=8"
     report = ceiling_analyse(SEED_PD, num_gpus=8, topology="pd")
     assert json.loads(json.dumps(report.as_dict()))["ceiling"]["tok_s"] == 25.0
+
+
+# A sweep against a server that rejected concurrent requests: c=8 and c=16 answered almost nothing,
+# so their survivors saw no load (TPOT 6 and 5 ms, a running batch of 0.1).
+REJECTING = [point(1, 40.0, 24.0, 80.0, completed=16, failed=0), point(2, 76.0, 25.0, 90.0, completed=16, failed=0),
+             point(4, 140.0, 27.0, 110.0, completed=16, failed=1), point(8, 9.0, 6.0, 20.0, completed=1, failed=15),
+             point(16, 12.0, 5.0, 25.0, completed=2, failed=14)]
+
+
+def test_it_excludes_points_with_too_many_failed_requests_from_every_conclusion() -> None:
+    r = ceiling_analyse(REJECTING, num_gpus=1, topology="single")
+    assert r.excluded == ["c=8 (15 of 16 requests failed)", "c=16 (14 of 16 requests failed)"]
+    assert r.failed_excluded == ["c=8", "c=16"]
+    assert [a.label for a in r.points] == ["c=1", "c=2", "c=4"]  # c=4: 1 of 17 failed (6%) stays
+    assert r.fit.labels == ["c=1", "c=2", "c=4"]
+    assert r.fit.fixed_ms == pytest.approx(23.0, abs=0.1) and r.fit.per_seq_ms == pytest.approx(1.06, abs=0.01)
+    assert r.ceiling.observed_max_label == "c=4" and r.ceiling.observed_max_tok_s == 140.0
+    assert [(s.from_label, s.to_label) for s in r.queueing] == [("c=1", "c=2"), ("c=2", "c=4")]
+    assert r.bottleneck == "none"
+    assert r.findings[:2] == [
+        "c=8 excluded: 15 of 16 requests failed — fix the failures before reading its latency (more than 10% "
+        "failed, so it is left out of the fit, the ceiling, the queueing and the bottleneck).",
+        "c=16 excluded: 14 of 16 requests failed — fix the failures before reading its latency (more than 10% "
+        "failed, so it is left out of the fit, the ceiling, the queueing and the bottleneck).",
+    ]
+    assert ("No ceiling is reached: throughput grows x3.5 from c=1 to c=4 (x4.0 load), so the ceiling is above "
+            "the best observed 140 tok/s at c=4.") in r.findings
+    assert "c=4 had 1 failed request of 17; its numbers are used as measured." in r.findings
+    assert not any("c=8 had" in f or "c=16 had" in f or f.startswith("Left out") for f in r.findings)
+
+
+def test_it_says_the_fit_is_not_possible_when_too_few_points_survive_the_failures() -> None:
+    r = ceiling_analyse([REJECTING[0], REJECTING[1], REJECTING[3], REJECTING[4]], num_gpus=1, topology="single")
+    assert not r.fit.possible and r.fit.fixed_ms is None and r.fit.n_points == 2
+    assert r.findings[2] == ("The decode step-time fit is not possible: 2 distinct running batch sizes once c=8, "
+                             "c=16 are excluded for failed requests; at least 3 are needed for a line whose quality "
+                             "can be judged.")
+    # 2 of 16 failed (12.5%) is over the 10% threshold; 3 of 32 (9.4%) in the seed test is not.
+    two = ceiling_analyse([*SEED_PD[:2], point(16, 25.0, 510, 8800, completed=14, failed=2)], num_gpus=8,
+                          topology="pd")
+    assert two.excluded == ["c=16 (2 of 16 requests failed)"] and not two.fit.possible
+    with pytest.raises(InvalidInput) as exc:
+        ceiling_analyse(REJECTING[3:], num_gpus=1, topology="single")
+    assert exc.value.errors["points"] == [
+        "no point is left to analyse: c=8 (15 of 16 requests failed), c=16 (14 of 16 requests failed); more than "
+        "10% failed requests make a point's latency unreadable, so fix the failures first"]
+
+
+def test_it_never_reports_a_negative_per_sequence_cost_as_a_decode_cost() -> None:
+    # TPOT rises from c=1 to c=4, but the running batch at c=4 is 0.3: against the batch, TPOT falls.
+    sweep = [point(1, 40.0, 24.0, 80.0), point(2, 80.0, 20.0, 85.0), point(4, 10.0, 31.0, 90.0)]
+    r = ceiling_analyse(sweep, num_gpus=1, topology="single")
+    assert r.fit.possible and r.fit.per_seq_ms == pytest.approx(-8.5, abs=0.1)
+    assert not r.fit.is_decode_cost
+    assert r.bottleneck == "unknown"
+    assert r.ceiling.asymptote_tok_s is None
+    assert r.findings[0] == ("Decode step time does not grow with the running batch over the measured range: TPOT "
+                             "is 31 ms at 0.3 running sequences (c=4) and 20 ms at 1.6 (c=2); a straight line "
+                             "through these points falls (R² 0.977), which no decode step does, so no per-sequence "
+                             "decode cost is read from it.")
+    assert r.findings[1] == ("The bottleneck cannot be classified: TPOT rises from 24 ms at c=1 to 31 ms at c=4, "
+                             "but not with the running batch: TPOT is 31 ms at 0.3 running sequences (c=4) and 20 ms "
+                             "at 1.6 (c=2); so decode is not named the bottleneck.")
+    assert not any("per running sequence" in f or "Decode is the bottleneck" in f for f in r.findings)
+
+
+def test_it_never_reports_a_negative_fixed_cost_as_a_decode_cost() -> None:
+    # TPOT = -10 + 10 * c: grows with the batch, but no decode step costs -10 ms at zero sequences.
+    sweep = [point(2, 150.0, 10.0, 50.0, output_len=128), point(4, 160.0, 30.0, 50.0, output_len=128),
+             point(8, 170.0, 70.0, 50.0, output_len=128)]
+    r = ceiling_analyse(sweep, num_gpus=1, topology="single", batch_source="concurrency")
+    assert (r.fit.fixed_ms, r.fit.per_seq_ms) == (pytest.approx(-10.0), pytest.approx(10.0))
+    assert not r.fit.is_decode_cost and r.ceiling.asymptote_tok_s is None
+    assert r.bottleneck == "unknown"
+    assert r.findings[0] == ("Decode step time is not a fixed plus a per-sequence cost over the measured range: "
+                             "TPOT is 10 ms at 2.0 running sequences (c=2) and 70 ms at 8.0 (c=8), but a straight "
+                             "line through these points crosses zero at 1.0 running sequences (a negative fixed "
+                             "cost, R² 1.000), which no decode step has, so no decode cost is read from it.")
+    assert r.bottleneck_reason == ("TPOT rises from 10 ms at c=2 to 70 ms at c=8, but the line through TPOT against "
+                                   "the running batch has a negative fixed cost (-10 ms), which is no decode cost, so "
+                                   "decode is not named the bottleneck")
+
+
+def test_it_says_throughput_falls_instead_of_growing_below_one() -> None:
+    sweep = [point(1, 40.0, 24.0, 80.0), point(2, 42.0, 24.5, 85.0), point(4, 30.0, 25.0, 90.0),
+             point(8, 12.0, 25.0, 95.0)]
+    r = ceiling_analyse(sweep, num_gpus=1, topology="single")
+    assert r.ceiling.falls and r.ceiling.source is None and r.ceiling.observed_max_label == "c=2"
+    assert r.bottleneck == "unknown"
+    assert ("Throughput falls as load rises, from 42.0 tok/s at c=2, the best point, to 12.0 tok/s at c=8, x0.29 "
+            "for x4.0 load; this points at failures or overload, not at a ceiling above the best point (42.0 tok/s "
+            "at c=2).") in r.findings
+    assert not any("grows x0" in f or "No ceiling is reached" in f for f in r.findings)
+    # A small fall over too little load for a plateau: still "falls", with the numbers.
+    small = ceiling_analyse([point(4, 100.0, 24.0, 80.0), point(5, 95.0, 24.5, 85.0)], num_gpus=1, topology="single")
+    assert not small.ceiling.falls and small.bottleneck == "none"
+    assert small.findings[1:3] == [
+        "No bottleneck is reached: TPOT stays at 24 ms from c=4 to c=5, and throughput falls from 100 to 95.0 tok/s "
+        "(x0.95) for x1.2 load.",
+        "Throughput does not grow with load: from c=4 to c=5 it falls from 100 to 95.0 tok/s (x0.95) for x1.2 load; "
+        "this points at failures or overload, not at a ceiling above the best point (100 tok/s at c=4).",
+    ]
+    assert not any("grows x0" in f for f in small.findings)
