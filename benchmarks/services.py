@@ -81,12 +81,17 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     The GPU count for per-GPU numbers comes from the deployment's spec snapshot
     (:func:`benchmarks.sweeps.recipe_gpu_count`). The task is sent after the transaction commits.
     Raises :class:`InvalidInput` for a bad grid and :class:`Conflict` for a stopped or failed
-    deployment.
+    deployment or one that already has an active sweep.
     """
     from deployments.choices import DEPLOYMENT_TERMINAL
 
     if deployment.status in DEPLOYMENT_TERMINAL:
         raise Conflict(f"deployment #{deployment.pk} is {deployment.status}; deploy it again to sweep it")
+    # Two sweeps against one deployment at once would each measure the other's load.
+    busy = BenchmarkSweep.objects.filter(deployment=deployment, status__in=SWEEP_ACTIVE).order_by("pk").first()
+    if busy is not None:
+        raise Conflict(f"sweep #{busy.pk} is already {busy.status} on deployment #{deployment.pk}; "
+                       "wait for it or cancel it first (concurrent sweeps would skew each other)")
     spec = deployment.spec_snapshot or {}
     engine = deployment.recipe.engine
     startup = int(spec.get("startup_timeout_s") or 1800)

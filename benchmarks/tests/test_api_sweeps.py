@@ -52,6 +52,16 @@ def test_it_creates_a_sweep_for_an_operator(operator_api, deployment, django_cap
     assert len(callbacks) == 1  # the task is sent only after the commit
 
 
+def test_it_refuses_a_second_sweep_while_one_is_active_on_the_deployment(
+        operator_api, deployment, django_capture_on_commit_callbacks) -> None:
+    with django_capture_on_commit_callbacks(execute=False):
+        first = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json")
+        second = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json")
+    assert first.status_code == 201
+    assert second.status_code == 409
+    assert f"sweep #{first.json()['id']} is already pending" in second.json()["detail"]
+
+
 def test_it_names_the_bad_grid_field(operator_api, deployment) -> None:
     response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk,
                                                   "grid": {"concurrency": [0], "lengths": ["256x256"]}}, format="json")
