@@ -160,7 +160,12 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     mean_c, max_c = in_flight(sent, end, lo, hi)
     s["achieved_concurrency_mean"] = mean_c
     s["achieved_concurrency_max"] = max_c
-    s["achieved_rate_req_s"] = (n - 1) / ((sent.max() - sent.min()) / 1e9) if n >= 2 and sent.max() > sent.min() else None
+    # The send rate is what an open-loop run promises; a closed loop sends as slots free up (all
+    # c at once at the start), so its "rate" would only measure that first burst: no value.
+    open_loop = cfg.rate is not None
+    s["achieved_rate_req_s"] = (
+        (n - 1) / ((sent.max() - sent.min()) / 1e9) if open_loop and n >= 2 and sent.max() > sent.min() else None
+    )
     s["target_concurrency"] = cfg.concurrency
     s["target_rate_req_s"] = cfg.rate
     s["scheduled_rate_req_s"] = result.scheduled_rate

@@ -87,3 +87,13 @@ def test_it_decides_the_worker_count_from_the_warmup(server: ReplayProcess) -> N
     result = loadgen_run(config=cfg, specs=specs(6))
     assert result.warmup_cpu_fraction is not None and result.warmup_cpu_fraction < 0.5
     assert len(result.workers) == 1
+
+
+def test_it_gives_no_send_rate_for_a_closed_loop_run(server: ReplayProcess) -> None:
+    # A closed loop sends c requests at once and then one per freed slot: a "rate" from the send
+    # times would only measure that first burst, so the summary leaves it empty and reports
+    # request throughput instead.
+    cfg = LoadConfig(base_url=server.url, api=Api.COMPLETIONS, model="m", concurrency=4)
+    s = run_summary(loadgen_run(config=cfg, specs=specs(8)))
+    assert s["achieved_rate_req_s"] is None
+    assert s["request_throughput_req_s"] > 0
