@@ -319,3 +319,16 @@ def _num(value: float | None) -> str:
     if float(value).is_integer():
         return str(int(value))
     return str(value)
+
+
+# Router flags every PD router renderer sets itself (sglang-router and its fork vllm-router take
+# the same names), mapped to the recipe field that controls each.
+PD_ROUTER_RESERVED: dict[str, str] = {
+    "host": "spec.roles.router.host",
+    "port": "spec.roles.router.port",
+    "pd-disaggregation": "spec.topology",
+    "prefill": "spec.roles.prefill",
+    "decode": "spec.roles.decode",
+    "worker-urls": "spec.roles",
+    "api-key": "spec.secrets",
+}

@@ -22,6 +22,7 @@ allowed flag with its type is in ``docs/recipes.md``, generated from these dicts
 from __future__ import annotations
 
 from deployments.engines.base import (
+    PD_ROUTER_RESERVED,
     EngineAdapter,
     FlagSpec,
     RenderContext,
@@ -176,13 +177,7 @@ ROUTER_FLAGS: dict[str, FlagSpec] = {
 }
 
 ROUTER_RESERVED: dict[str, str] = {
-    "host": "spec.roles.router.host",
-    "port": "spec.roles.router.port",
-    "pd-disaggregation": "spec.topology",
-    "prefill": "spec.roles.prefill",
-    "decode": "spec.roles.decode",
-    "worker-urls": "spec.roles",
-    "api-key": "spec.secrets",
+    **PD_ROUTER_RESERVED,
     "log-dir": "the process log file Ceiling manages",
 }
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 
 from deployments.engines.base import (
+    PD_ROUTER_RESERVED,
     EngineAdapter,
     FlagSpec,
     RenderContext,
@@ -118,15 +119,7 @@ ROUTER_FLAGS: dict[str, FlagSpec] = {
     "prometheus-port": FlagSpec("port", "port of the router's Prometheus endpoint"),
 }
 
-ROUTER_RESERVED: dict[str, str] = {
-    "host": "spec.roles.router.host",
-    "port": "spec.roles.router.port",
-    "pd-disaggregation": "spec.topology",
-    "prefill": "spec.roles.prefill",
-    "decode": "spec.roles.decode",
-    "worker-urls": "spec.roles",
-    "api-key": "spec.secrets",
-}
+ROUTER_RESERVED: dict[str, str] = dict(PD_ROUTER_RESERVED)
 
 
 def vllm_generate_check(served_model_name: str) -> dict:
