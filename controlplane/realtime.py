@@ -1,0 +1,198 @@
+"""One realtime vocabulary: group names and the single broadcast helper.
+
+Every live message in Ceiling goes through :func:`broadcast` (sync code: node agent, Celery tasks)
+or :func:`abroadcast` (async code) to a channel-layer group named by one of the ``*_group``
+functions below. A message on the wire is ``{"type": <str>, "seq": <int>, "group": <str>,
+"ts": <float, unix seconds>, "data": <JSON object>}``; ``seq`` increases by one per message of a
+group (kept in Redis with ``INCR``, so several producers share one sequence), which is what lets a
+browser detect a gap and re-sync from the REST API.
+
+Rates are bounded here, per group and message type: a message that arrives sooner than
+``CEILING_REALTIME_MIN_INTERVAL_S`` after the last one of the same (group, type) is dropped unless
+``force=True`` (state changes such as health transitions are always forced). Group names use only
+letters, digits, ``-``, ``_`` and ``.`` (the channel layer's rule, ``channels.layers``
+``group_name_regex``), so a name is validated before use.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "node_group", "deployment_group", "sweep_group", "kernel_job_group", "group_kind",
+    "broadcast", "abroadcast", "message_build", "CONSUMER_EVENT", "current_seq", "latest_messages",
+]
+
+_GROUP_RE = re.compile(r"^[A-Za-z0-9._-]{1,90}$")
+#: The consumer method the channel layer calls for every broadcast (``{"type": "realtime.message"}``).
+CONSUMER_EVENT = "realtime.message"
+_KINDS = ("node", "deployment", "sweep", "kernel-job")
+
+_last_sent: dict[tuple[str, str], float] = {}
+_last_lock = threading.Lock()
+_redis_client: Any = None
+
+
+def _checked(name: str) -> str:
+    if not _GROUP_RE.match(name):
+        raise ValueError(f"invalid group name {name!r}: letters, digits, '-', '_', '.' only, 1-90 characters")
+    return name
+
+
+def node_group(name: str) -> str:
+    """Group for a node's samples (``node-<name>``). Raises ValueError on a name the layer refuses."""
+    return _checked(f"node-{name}")
+
+
+def deployment_group(deployment_id: int) -> str:
+    """Group for a deployment's process telemetry, health changes and state (``deployment-<id>``)."""
+    return _checked(f"deployment-{int(deployment_id)}")
+
+
+def sweep_group(sweep_id: int) -> str:
+    """Group for a sweep's progress and completed points (``sweep-<id>``)."""
+    return _checked(f"sweep-{int(sweep_id)}")
+
+
+def kernel_job_group(job_id: int) -> str:
+    """Group for a kernel job's build and benchmark progress (``kernel-job-<id>``)."""
+    return _checked(f"kernel-job-{int(job_id)}")
+
+
+def group_kind(group: str) -> tuple[str, str] | None:
+    """Split a group name into (kind, key), e.g. ``("deployment", "12")``; None if it is not one of ours."""
+    if not _GROUP_RE.match(group or ""):
+        return None
+    for kind in sorted(_KINDS, key=len, reverse=True):
+        prefix = kind + "-"
+        if group.startswith(prefix) and len(group) > len(prefix):
+            return kind, group[len(prefix):]
+    return None
+
+
+def _redis() -> Any:
+    global _redis_client
+    if _redis_client is None:
+        import redis
+
+        _redis_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2.0)
+    return _redis_client
+
+
+def _next_seq(group: str) -> int:
+    try:
+        return int(_redis().incr(f"ceiling:rt:seq:{group}"))
+    except Exception:  # noqa: BLE001 - a sequence is best effort; the message still goes out
+        log.warning("realtime: no sequence for %s (Redis unavailable)", group)
+        return 0
+
+
+def _rate_ok(group: str, type_: str, force: bool) -> bool:
+    interval = float(getattr(settings, "CEILING_REALTIME_MIN_INTERVAL_S", 0.05))
+    now = time.monotonic()
+    with _last_lock:
+        last = _last_sent.get((group, type_))
+        if not force and last is not None and now - last < interval:
+            return False
+        _last_sent[(group, type_)] = now
+    return True
+
+
+_LAST_TTL_S = 3600
+
+
+def _keep_last(group: str, msg: dict[str, Any]) -> None:
+    # The last message of each type per group, so a client that reconnects or sees a gap can
+    # re-sync from REST without waiting for the next sample (``latest_messages``).
+    import json
+
+    try:
+        key = f"ceiling:rt:last:{group}"
+        pipe = _redis().pipeline()
+        pipe.hset(key, msg["type"], json.dumps(msg, separators=(",", ":")))
+        pipe.expire(key, _LAST_TTL_S)
+        pipe.execute()
+    except Exception:  # noqa: BLE001 - best effort, like the sequence
+        log.debug("realtime: could not keep the last %s of %s", msg.get("type"), group)
+
+
+def current_seq(group: str) -> int:
+    """The sequence number of the last message sent to ``group`` (0 if none or Redis is down)."""
+    _checked(group)
+    try:
+        raw = _redis().get(f"ceiling:rt:seq:{group}")
+    except Exception:  # noqa: BLE001
+        return 0
+    return int(raw or 0)
+
+
+def latest_messages(group: str) -> dict[str, dict[str, Any]]:
+    """The last message of each type sent to ``group`` within the past hour, keyed by type."""
+    import json
+
+    _checked(group)
+    try:
+        raw = _redis().hgetall(f"ceiling:rt:last:{group}")
+    except Exception:  # noqa: BLE001
+        return {}
+    return {k.decode(): json.loads(v) for k, v in raw.items()}
+
+
+def message_build(*, group: str, type_: str, data: dict[str, Any], seq: int, ts: float | None = None) -> dict[str, Any]:
+    """The wire form of one message (see the module docstring)."""
+    return {"type": type_, "seq": seq, "group": group, "ts": time.time() if ts is None else ts, "data": data}
+
+
+def broadcast(group: str, type_: str, data: dict[str, Any], *, force: bool = False) -> bool:
+    """Send one message to ``group`` from sync code; return False if rate-limited or the layer failed.
+
+    Never raises for a transport problem (telemetry must not take the node agent down); a bad
+    group name raises ValueError. ``data`` must be JSON-serialisable (numbers, strings, lists,
+    dicts, None).
+    """
+    _checked(group)
+    if not _rate_ok(group, type_, force):
+        return False
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    msg = message_build(group=group, type_=type_, data=data, seq=_next_seq(group))
+    _keep_last(group, msg)
+    try:
+        async_to_sync(layer.group_send)(group, {"type": CONSUMER_EVENT, "message": msg})
+    except Exception:  # noqa: BLE001
+        log.warning("realtime: broadcast to %s failed", group, exc_info=True)
+        return False
+    return True
+
+
+async def abroadcast(group: str, type_: str, data: dict[str, Any], *, force: bool = False) -> bool:
+    """Async twin of :func:`broadcast` (same rules, same return value)."""
+    _checked(group)
+    if not _rate_ok(group, type_, force):
+        return False
+    from asgiref.sync import sync_to_async
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    seq = await sync_to_async(_next_seq, thread_sensitive=False)(group)
+    msg = message_build(group=group, type_=type_, data=data, seq=seq)
+    await sync_to_async(_keep_last, thread_sensitive=False)(group, msg)
+    try:
+        await layer.group_send(group, {"type": CONSUMER_EVENT, "message": msg})
+    except Exception:  # noqa: BLE001
+        log.warning("realtime: broadcast to %s failed", group, exc_info=True)
+        return False
+    return True
