@@ -1,0 +1,78 @@
+"""The realtime vocabulary: group names, sequenced broadcasts through the real channel layer."""
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.test import override_settings
+
+from controlplane import realtime
+
+
+def test_it_names_groups_the_way_the_channel_layer_accepts():
+    assert realtime.node_group("gpu-node.1_a") == "node-gpu-node.1_a"
+    assert realtime.deployment_group(12) == "deployment-12"
+    assert realtime.sweep_group("7") == "sweep-7"
+    assert realtime.kernel_job_group(3) == "kernel-job-3"
+    with pytest.raises(ValueError, match="invalid group name"):
+        realtime.node_group("bad name/with spaces")
+
+
+def test_it_splits_a_group_into_kind_and_key():
+    assert realtime.group_kind("kernel-job-3") == ("kernel-job", "3")
+    assert realtime.group_kind("deployment-12") == ("deployment", "12")
+    assert realtime.group_kind("node-a-b") == ("node", "a-b")
+    assert realtime.group_kind("secret-1") is None
+    assert realtime.group_kind("node-") is None
+
+
+@override_settings(CEILING_REALTIME_MIN_INTERVAL_S=0.0)
+def test_it_delivers_sequenced_messages_and_keeps_the_last_of_each_type():
+    layer = get_channel_layer()
+    group = realtime.node_group(f"t{uuid.uuid4().hex[:10]}")
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group, channel)
+    try:
+        assert realtime.broadcast(group, "node.sample", {"n": 1})
+        assert realtime.broadcast(group, "node.sample", {"n": 2})
+        first = async_to_sync(layer.receive)(channel)
+        second = async_to_sync(layer.receive)(channel)
+        assert first["type"] == realtime.CONSUMER_EVENT
+        assert [first["message"]["data"]["n"], second["message"]["data"]["n"]] == [1, 2]
+        assert second["message"]["seq"] == first["message"]["seq"] + 1
+        assert realtime.current_seq(group) == second["message"]["seq"]
+        assert realtime.latest_messages(group)["node.sample"]["data"] == {"n": 2}
+    finally:
+        async_to_sync(layer.group_discard)(group, channel)
+
+
+@override_settings(CEILING_REALTIME_MIN_INTERVAL_S=10.0)
+def test_it_drops_same_type_messages_faster_than_the_bound_unless_forced():
+    group = realtime.deployment_group(int(uuid.uuid4().int % 10**9))
+    assert realtime.broadcast(group, "deployment.sample", {"n": 1})
+    assert not realtime.broadcast(group, "deployment.sample", {"n": 2})
+    assert realtime.broadcast(group, "health.change", {"to": "ready"})  # another type has its own bound
+    assert realtime.broadcast(group, "deployment.sample", {"n": 3}, force=True)
+    assert realtime.latest_messages(group)["deployment.sample"]["data"] == {"n": 3}
+
+
+@override_settings(CEILING_REALTIME_MIN_INTERVAL_S=0.0)
+def test_it_broadcasts_from_async_code_too():
+    layer = get_channel_layer()
+    group = realtime.sweep_group(int(uuid.uuid4().int % 10**9))
+
+    async def scenario():
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        try:
+            assert await realtime.abroadcast(group, "sweep.progress", {"done": 5})
+            got = await asyncio.wait_for(layer.receive(channel), 5)
+            return got["message"]
+        finally:
+            await layer.group_discard(group, channel)
+
+    msg = async_to_sync(scenario)()
+    assert msg["type"] == "sweep.progress" and msg["data"] == {"done": 5} and msg["seq"] >= 1
