@@ -17,10 +17,12 @@ class BenchmarkSweep(models.Model):
     """A benchmark sweep: one deployment driven through a grid of points, point by point.
 
     ``grid`` is the validated grid (see :func:`benchmarks.sweeps.grid_validate`): concurrencies,
-    ``[input_len, output_len]`` pairs, optional request rates, requests per point, SLOs (seconds)
-    and the wait for ready (seconds). ``deployment`` is null for sweeps made of imported runs.
-    Progress columns are for the UI: points and requests done / total and the current output
-    tok/s, written at most every 0.5 s. ``snapshot`` is what was running when the sweep started
+    ``[input_len, output_len]`` pairs, optional request rates, requests and/or a duration (seconds)
+    per point, SLOs (seconds) and the wait for ready (seconds). ``deployment`` is null for sweeps made of imported runs.
+    Progress columns are for the UI: points and requests done / total (for points limited by time
+    alone the total grows as they finish: how many requests fit is not known in advance) and the
+    running point's output tok/s, from the load generator's own counts, written at most once a
+    second. ``snapshot`` is what was running when the sweep started
     (recipe version, argv, env redacted, engine versions, pinning, node, client host, Ceiling
     version); ``analysis`` the ceiling report stored when the sweep finished; ``num_gpus`` the GPU
     count used for per-GPU numbers (from the recipe, or ``spec.sim.gpus_modelled`` for sim).
@@ -68,13 +70,22 @@ class BenchmarkRun(models.Model):
 
     Point parameters: ``concurrency`` (closed-loop slots, null for open loop), ``request_rate``
     (requests/s, null for closed loop), ``input_len`` / ``output_len`` (requested tokens; null when
-    an imported run's lengths varied), ``num_requests``, ``api`` (``generate``, ``completions``,
+    an imported run's lengths varied), ``num_requests`` (requests sent, once the run is done),
+    ``api`` (``generate``, ``completions``,
     ``chat``). ``summary`` is :func:`benchmarks.loadgen.run_summary` (seconds) for measured runs
     and :meth:`benchmarks.importers.ImportedRun.as_dict` mapped to the same keys for imported ones.
     ``flags`` lists the raised flags (``output_length_mismatch`` ...). Indexed scalars copy the
     summary for sorting: ``output_tok_s`` (tok/s), ``ttft_p99_ms`` / ``tpot_mean_ms`` (ms).
     ``records_path`` is the ``.npz`` of per-request records (measured runs only). Imported runs
-    keep the whole original file in ``original_text`` and its name in ``original_filename``.
+    keep the whole original file in ``original_text``, its name in ``original_filename`` and the
+    SHA-256 of its UTF-8 bytes in ``original_sha256`` (hex; how a second import of the same file
+    is recognised, :func:`benchmarks.services.run_import`).
+
+    ``duration_s`` is the point's time limit in seconds (null: it ends when its requests are
+    done; with both, whichever comes first). ``progress`` is the live state of a running point as
+    the load generator reports it: ``{"done", "total", "failed", "output_tokens", "elapsed_s",
+    "tok_s", "duration_s", "updated_at"}`` (counts of measured requests, seconds, output tok/s
+    over the last report interval, ISO time of the write), written at most once per second.
     """
 
     sweep = models.ForeignKey(BenchmarkSweep, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")
@@ -85,12 +96,15 @@ class BenchmarkRun(models.Model):
     import_format = models.CharField(max_length=32, choices=ImportFormat.choices, blank=True)
     original_filename = models.CharField(max_length=255, blank=True)
     original_text = models.TextField(blank=True)
+    original_sha256 = models.CharField(max_length=64, blank=True, db_index=True,
+                                       help_text="SHA-256 (hex) of the imported file's UTF-8 bytes")
     source_line = models.PositiveIntegerField(null=True, blank=True)
     concurrency = models.PositiveIntegerField(null=True, blank=True)
     request_rate = models.FloatField(null=True, blank=True, help_text="requests/s; null = closed loop")
     input_len = models.PositiveIntegerField(null=True, blank=True)
     output_len = models.PositiveIntegerField(null=True, blank=True)
     num_requests = models.PositiveIntegerField(null=True, blank=True)
+    duration_s = models.FloatField(null=True, blank=True, help_text="time limit of the point in seconds")
     api = models.CharField(max_length=16, blank=True)
     served_model_name = models.CharField(max_length=255, blank=True)
     summary = models.JSONField(default=dict, blank=True)
@@ -98,6 +112,7 @@ class BenchmarkRun(models.Model):
     num_gpus = models.PositiveIntegerField(null=True, blank=True)
     snapshot = models.JSONField(default=dict, blank=True)
     records_path = models.CharField(max_length=1024, blank=True)
+    progress = models.JSONField(default=dict, blank=True)
     output_tok_s = models.FloatField(null=True, blank=True, db_index=True)
     request_rate_achieved = models.FloatField(null=True, blank=True, help_text="successful requests/s")
     ttft_p99_ms = models.FloatField(null=True, blank=True, db_index=True)

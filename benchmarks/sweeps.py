@@ -19,10 +19,24 @@ MAX_LEN = 1_000_000
 # Extra seconds on top of the deployment's startup timeout before a sweep gives up waiting for
 # ready (the sweep may be created while the processes are still loading).
 WAIT_READY_MARGIN_S = 60
+# The longest time limit of one point: a day. Longer is a soak test, not a sweep point.
+MAX_DURATION_S = 86_400
+# Prompts are generated before the measured window starts (case C11: generating them inside it
+# would lower the measured throughput), so a point limited by time needs its prompts made in
+# advance. The load generator cycles through them when the time outlasts them, and a repeated
+# prompt is a prefix-cache hit on SGLang and vLLM (faster than a new one), so the pool is made as
+# large as is cheap: the smallest of MAX_REQUESTS_PER_POINT; prompts worth
+# DURATION_POOL_PROMPT_TOKENS input tokens (about 70 MB of token ids and 1-2 s of generation on
+# one core); for closed loop, one request per DURATION_MIN_REQUEST_S per slot (a streamed request
+# with output over loopback takes longer than 1 ms on every engine Ceiling drives); for open loop,
+# the Poisson arrivals of the duration plus four standard deviations (short with probability
+# < 1e-4). A run that had to reuse prompts says so (``prompts_reused``).
+DURATION_POOL_PROMPT_TOKENS = 2_000_000
+DURATION_MIN_REQUEST_S = 0.001
 DEFAULT_API = {"sim": Api.GENERATE.value, "sglang": Api.GENERATE.value, "vllm": Api.COMPLETIONS.value,
                "llamacpp": Api.COMPLETIONS.value}
-GRID_KEYS = ("concurrency", "lengths", "request_rates", "requests", "requests_per_concurrency", "warmup", "slo",
-             "api", "wait_ready_s", "seed")
+GRID_KEYS = ("concurrency", "lengths", "request_rates", "requests", "requests_per_concurrency", "duration_s",
+             "warmup", "slo", "api", "wait_ready_s", "seed")
 WORKER_ROLES = ("prefill", "decode", "single")
 
 
@@ -33,8 +47,12 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     ``lengths`` list of ``[input_len, output_len]`` pairs or ``"in:out"`` strings (tokens, required);
     ``request_rates`` optional list of requests/s > 0 (open-loop points, in addition to the
     concurrency points); ``requests`` fixed requests per point, or ``requests_per_concurrency``
-    (requests = max(1, ceil(k * c)); rate points use ``requests``); ``warmup`` requests per point
-    before measuring (default 0); ``slo`` ``{"ttft_s", "tpot_s", "e2e_s"}`` seconds for goodput;
+    (requests = max(1, ceil(k * c)); rate points use ``requests``); ``duration_s`` a time limit per
+    point in seconds (> 0, at most :data:`MAX_DURATION_S`), instead of or together with a request
+    count (together: whichever ends first; alone: the point sends until the time is up, from a pool
+    of :func:`duration_prompt_pool` prompts); with neither, ``requests_per_concurrency`` defaults
+    to 4;
+    ``warmup`` requests per point before measuring (default 0); ``slo`` ``{"ttft_s", "tpot_s", "e2e_s"}`` seconds for goodput;
     ``api`` one of :class:`benchmarks.loadgen.Api` (default per engine: ``sglang-generate`` for
     sglang/sim, ``openai-completions`` otherwise); ``wait_ready_s`` seconds to wait for the
     deployment (default its startup timeout + 60 s); ``seed`` for the dataset.
@@ -81,10 +99,17 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         err("grid.requests", f"must be an integer 1..{MAX_REQUESTS_PER_POINT}, got {requests!r}")
     if per_c is not None and (isinstance(per_c, bool) or not isinstance(per_c, (int, float)) or not 0 < per_c <= 1000):
         err("grid.requests_per_concurrency", f"must be a number in (0, 1000], got {per_c!r}")
-    if requests is None and per_c is None:
+    duration = raw.get("duration_s")
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))
+                                 or not math.isfinite(duration) or not 0 < duration <= MAX_DURATION_S):
+        err("grid.duration_s", f"must be seconds > 0 and at most {MAX_DURATION_S} (24 h), got {duration!r}")
+        duration = None
+    elif duration is not None:
+        duration = float(duration)
+    if requests is None and per_c is None and raw.get("duration_s") is None:
         per_c = 4
-    if rates and requests is None:
-        err("grid.requests", "open-loop points (request_rates) need a fixed number of requests")
+    if rates and requests is None and raw.get("duration_s") is None:
+        err("grid.requests", "open-loop points (request_rates) need a fixed number of requests or a duration_s")
     warmup = raw.get("warmup", 0)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 10_000:
         err("grid.warmup", f"must be an integer 0..10000, got {warmup!r}")
@@ -112,8 +137,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     if errors:
         raise InvalidInput(errors)
     grid = {"concurrency": conc, "lengths": lengths, "request_rates": rates, "requests": requests,
-            "requests_per_concurrency": per_c if requests is None else None, "warmup": warmup, "slo": norm_slo,
-            "api": api, "wait_ready_s": float(wait), "seed": seed}
+            "requests_per_concurrency": per_c if requests is None else None, "duration_s": duration,
+            "warmup": warmup, "slo": norm_slo, "api": api, "wait_ready_s": float(wait), "seed": seed}
     if len(grid_points(grid)) > MAX_POINTS:
         raise InvalidInput({"grid": [f"{len(grid_points(grid))} points; at most {MAX_POINTS} per sweep"]})
     return grid
@@ -146,20 +171,54 @@ def _int_list(value: Any, path: str, err, *, lo: int, hi: int) -> list[int]:
     return out
 
 
+def duration_prompt_pool(*, duration_s: float, input_len: int, concurrency: int | None = None,
+                         request_rate: float | None = None) -> int:
+    """Distinct prompts generated in advance for a point limited only by ``duration_s`` (seconds);
+    the load generator cycles through them if the time outlasts them.
+
+    The smallest of :data:`MAX_REQUESTS_PER_POINT`, ``DURATION_POOL_PROMPT_TOKENS // input_len``
+    and, for closed loop, ``concurrency * duration_s / DURATION_MIN_REQUEST_S``; for open loop at
+    ``request_rate`` (req/s), ``ceil(r*d + 4*sqrt(r*d)) + 1`` (Poisson arrivals of the duration and
+    four standard deviations). Never fewer than ``concurrency`` (every slot gets a prompt) nor 1.
+    Why these bounds: see the constants' comment.
+    """
+    by_tokens = max(1, DURATION_POOL_PROMPT_TOKENS // max(1, input_len))
+    if request_rate is not None:
+        mean = request_rate * duration_s
+        by_load = math.ceil(mean + 4 * math.sqrt(mean)) + 1
+    else:
+        by_load = math.ceil((concurrency or 1) * duration_s / DURATION_MIN_REQUEST_S)
+    return max(concurrency or 1, min(MAX_REQUESTS_PER_POINT, by_tokens, by_load))
+
+
 def grid_points(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The points of a normalised grid, in run order: for each length pair, the concurrencies
     ascending, then the request rates ascending. Each point is ``{"concurrency", "request_rate",
-    "input_len", "output_len", "num_requests"}``."""
+    "input_len", "output_len", "num_requests", "max_requests", "duration_s"}``: ``max_requests``
+    is the point's request count (None for a point limited by time alone), ``duration_s`` its time
+    limit in seconds (None without one), ``num_requests`` the prompts to generate for it (the
+    request count, or for a time-only point :func:`duration_prompt_pool`)."""
     points = []
+    duration = grid.get("duration_s")
+    per_c = grid.get("requests_per_concurrency")
     for in_len, out_len in grid["lengths"]:
         for c in sorted(set(grid["concurrency"])):
-            n = grid["requests"] or max(1, math.ceil(grid["requests_per_concurrency"] * c))
+            cap = grid["requests"] or (max(1, math.ceil(per_c * c)) if per_c else None)
+            n = cap or duration_prompt_pool(duration_s=duration, input_len=in_len, concurrency=c)
             points.append({"concurrency": c, "request_rate": None, "input_len": in_len, "output_len": out_len,
-                           "num_requests": n})
+                           "num_requests": n, "max_requests": cap, "duration_s": duration})
         for r in sorted(set(grid["request_rates"])):
+            cap = grid["requests"]
+            n = cap or duration_prompt_pool(duration_s=duration, input_len=in_len, request_rate=r)
             points.append({"concurrency": None, "request_rate": r, "input_len": in_len, "output_len": out_len,
-                           "num_requests": grid["requests"]})
+                           "num_requests": n, "max_requests": cap, "duration_s": duration})
     return points
+
+
+def grid_requests_total(points: Iterable[Mapping[str, Any]]) -> int:
+    """The requests a sweep of ``points`` will send as far as known in advance: the sum of the
+    points' request counts (a point limited by time alone adds 0 until it has run)."""
+    return sum(p.get("max_requests") or 0 for p in points)
 
 
 def recipe_gpu_count(*, spec: Mapping[str, Any], engine: str) -> int | None:

@@ -4,6 +4,10 @@
 the node agent to report it ready (polling the rows: rows are the truth), then sends one real
 streamed chat completion to the deployment's entry URL (the router for PD) and measures it. What
 it returns is what was observed, including failures with their reasons; nothing is assumed.
+
+``demo_cpu_sharing`` says, before a recipe is swept, whether its CPU pinning overlaps the other
+deployments on its node and whether the node has CPUs nobody is pinned to (on the 2-CPU demo
+host it has none: the sims hold CPU 0 and CPU 1, so llama.cpp shares them).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus
 from deployments.models import Deployment, Recipe
 from deployments.selectors import deployment_processes
 from deployments.services import deployment_create
+from deployments.topology import format_cpulist, parse_cpulist
 
 
 @dataclass
@@ -145,3 +150,61 @@ def demo_deploy_and_prove(*, recipe: Recipe, user, timeout_s: float, progress=No
         model = (deployment.spec_snapshot or {}).get("served_model_name") or recipe.name
         proof.stream = stream_chat(url=deployment.entry_url, model=model)
     return proof
+
+
+def _cpus(text: str) -> set[int]:
+    try:
+        return set(parse_cpulist(text))
+    except ValueError:
+        return set()
+
+
+def demo_cpu_sharing(*, recipe: Recipe) -> str | None:
+    """One line on whether ``recipe``'s pinned CPUs are shared with the other active deployments
+    on its node, or None when the recipe pins no CPU.
+
+    The recipe's CPUs are the union of ``spec.roles.<role>.cpus``; the node's CPUs come from its
+    NUMA nodes (else ``0 .. cpu_count - 1``); another deployment uses what its processes were
+    pinned to (``effective_cpus`` read back from ``/proc``, else the intended ``cpus``; an
+    unpinned process, like the router, is not counted as holding a CPU). Three outcomes: no
+    overlap; overlap while some node CPUs are held by nobody (the line names them, with the spec
+    field to change); overlap with no CPU to spare, as on the 2-CPU demo host. Sweeps run one at a
+    time in the demo, so the deployments that share serve no requests while this one is measured.
+    """
+    roles = (recipe.spec or {}).get("roles") or {}
+    mine: set[int] = set()
+    for role in roles.values():
+        if isinstance(role, dict) and isinstance(role.get("cpus"), str):
+            mine |= _cpus(role["cpus"])
+    if not mine:
+        return None
+    node = recipe.node
+    node_cpus: set[int] = set()
+    for numa in node.numa_nodes.all():
+        node_cpus |= _cpus(numa.cpus)
+    node_cpus = node_cpus or set(range(node.cpu_count))
+    others = (Deployment.objects.filter(node=node, status__in=DEPLOYMENT_ACTIVE).exclude(recipe=recipe)
+              .select_related("recipe").order_by("recipe__name", "pk"))
+    held: set[int] = set()
+    sharers: list[str] = []
+    for other in others:
+        parts = []
+        for process in deployment_processes(deployment=other):
+            cpus = _cpus(process.effective_cpus or process.cpus)
+            held |= cpus
+            if cpus & mine:
+                parts.append(f"{process.role} on CPU{'s' if len(cpus) > 1 else ''} {format_cpulist(cpus)}")
+        if parts:
+            sharers.append(f"{other.recipe.name} ({', '.join(parts)})")
+    label = f"{recipe.name} ({'sim' if recipe.engine == 'sim' else recipe.get_engine_display()})"
+    if not sharers:
+        return f"{label} is pinned to CPUs {format_cpulist(mine)}, which no other deployment on {node.name} uses."
+    shared = format_cpulist(mine & held)
+    free = node_cpus - held
+    line = f"{label} shares CPU{'s' if len(mine & held) > 1 else ''} {shared} with {' and '.join(sharers)}"
+    if free:
+        role = next(iter(roles)) if len(roles) == 1 else "<role>"
+        return (f"{line}; CPUs {format_cpulist(free)} of {node.name} are pinned to nothing: set "
+                f"spec.roles.{role}.cpus to them to measure it alone.")
+    return (f"{line}: {node.name} has {len(node_cpus)} CPU{'s' if len(node_cpus) != 1 else ''} and none is free "
+            f"of them, so they share; sweeps run one at a time, so those serve no requests meanwhile.")

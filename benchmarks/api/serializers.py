@@ -36,9 +36,11 @@ class SweepCreateSerializer(serializers.Serializer):
 
 
 class RunSerializer(serializers.ModelSerializer):
-    """A run: point parameters, status, source, summary (seconds for measured runs, the
-    importer's ms fields for imported ones), flags, ``metrics`` (one vocabulary, ms), snapshot.
-    The original imported file is served by ``/api/runs/<id>/original/``."""
+    """A run: point parameters (``duration_s``: the point's time limit, seconds), status, source,
+    summary (seconds for measured runs, the importer's ms fields for imported ones), flags,
+    ``metrics`` (one vocabulary, ms), snapshot, ``progress`` (the running point's live counts, see
+    :class:`benchmarks.models.BenchmarkRun`). The original imported file is served by
+    ``/api/runs/<id>/original/``; ``original_sha256`` is its hash."""
 
     metrics = serializers.SerializerMethodField()
     label = serializers.CharField(read_only=True)
@@ -47,10 +49,10 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = BenchmarkRun
         fields = ["id", "sweep", "ordinal", "label", "status", "reason", "source", "import_format",
-                  "original_filename", "source_line", "concurrency", "request_rate", "input_len", "output_len",
-                  "num_requests", "api", "served_model_name", "num_gpus", "flags", "output_tok_s", "ttft_p99_ms",
-                  "tpot_mean_ms", "metrics", "summary", "snapshot", "has_records", "created_at", "started_at",
-                  "ended_at"]
+                  "original_filename", "original_sha256", "source_line", "concurrency", "request_rate", "input_len",
+                  "output_len", "num_requests", "duration_s", "api", "served_model_name", "num_gpus", "flags",
+                  "output_tok_s", "ttft_p99_ms", "tpot_mean_ms", "metrics", "summary", "snapshot", "progress",
+                  "has_records", "created_at", "started_at", "ended_at"]
         read_only_fields = fields
 
     def get_metrics(self, obj: BenchmarkRun) -> dict:
@@ -63,11 +65,13 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class RunImportSerializer(serializers.Serializer):
-    """Either a multipart ``file`` or JSON ``{"text": ..., "filename": ...}``."""
+    """Either a multipart ``file`` or JSON ``{"text": ..., "filename": ...}``; ``allow_duplicate``
+    (default false) imports a file whose content was imported before instead of answering 409."""
 
     file = serializers.FileField(required=False)
     text = serializers.CharField(required=False, trim_whitespace=False, allow_blank=False)
     filename = serializers.CharField(required=False, max_length=255, allow_blank=True)
+    allow_duplicate = serializers.BooleanField(required=False, default=False)
 
     def validate(self, attrs: dict) -> dict:
         if bool(attrs.get("file")) == bool(attrs.get("text")):

@@ -144,7 +144,8 @@ class RunViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModel
         return _download(run.original_text, content_type="application/octet-stream",
                          filename=(run.original_filename or f"run-{run.pk}.json").replace('"', "_"))
 
-    @extend_schema(summary="Import SGLang bench_serving JSONL or vLLM bench serve JSON (operator)",
+    @extend_schema(summary="Import SGLang bench_serving JSONL or vLLM bench serve JSON (operator); "
+                           "409 names the runs of an earlier import of the same content unless allow_duplicate",
                    request=s.RunImportSerializer, responses={201: s.RunSerializer(many=True)})
     @action(detail=False, methods=["post"], url_path="import")
     def import_results(self, request: Request) -> Response:
@@ -161,7 +162,8 @@ class RunViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModel
         else:
             text = ser.validated_data["text"]
             filename = ser.validated_data.get("filename") or "pasted.json"
-        runs = services.run_import(text=text, filename=filename, user=request.user)
+        runs = services.run_import(text=text, filename=filename, user=request.user,
+                                   allow_duplicate=ser.validated_data["allow_duplicate"])
         return Response(s.RunSerializer(runs, many=True).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5",

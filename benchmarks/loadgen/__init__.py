@@ -9,25 +9,30 @@ Typical use::
     cfg = LoadConfig(base_url="http://127.0.0.1:30000", api=Api.GENERATE, model="m", concurrency=16,
                      warmup=16, ignore_eos=True, fixed_output=True,
                      metrics_urls=["http://127.0.0.1:30000/metrics"])
-    result = loadgen_run(config=cfg, specs=specs)
+    result = loadgen_run(config=cfg, specs=specs, progress=print)   # progress: optional, ~2 calls/s
     summary = run_summary(result, slo=Slo(ttft_s=1.0, tpot_s=0.05))
     result.records.save("run.npz")
+
+A duration-limited point instead of one pass: ``LoadConfig(..., duration_s=60.0)`` cycles through
+``specs`` for 60 s (``max_requests`` caps it as well); ``result.duration_limited`` says so.
 """
 from .arrivals import arrival_offsets, scheduled_rate
 from .calibrate import dataset_calibrate_text
-from .client import StreamingClient
+from .client import TRANSPORTS, StreamingClient
 from .datasets import (
     RequestSpec, TextCalibration, length_draws, prompts_file_dataset, random_dataset, sharegpt_dataset,
     text_calibration_fit,
 )
-from .driver import LoadConfig, RunResult, WorkerStats, loadgen_run, loadgen_run_async, server_generation_tokens
+from .driver import (
+    LoadConfig, Progress, RunResult, WorkerStats, loadgen_run, loadgen_run_async, server_generation_tokens,
+)
 from .metrics import Slo, distribution, in_flight, nearest_rank, run_summary
 from .protocol import Api, EventInfo, event_inspect, request_body
 from .records import RecordStore, RequestOutcome
 from .sse import SseParser
 
 __all__ = [
-    "Api", "EventInfo", "LoadConfig", "RecordStore", "RequestOutcome", "RequestSpec", "RunResult", "Slo",
+    "TRANSPORTS", "Api", "EventInfo", "LoadConfig", "Progress", "RecordStore", "RequestOutcome", "RequestSpec", "RunResult", "Slo",
     "SseParser", "StreamingClient", "TextCalibration", "WorkerStats", "arrival_offsets", "dataset_calibrate_text",
     "distribution", "event_inspect", "in_flight", "length_draws", "loadgen_run", "loadgen_run_async",
     "nearest_rank", "prompts_file_dataset", "random_dataset", "request_body", "run_summary", "scheduled_rate",

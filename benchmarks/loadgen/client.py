@@ -1,17 +1,32 @@
 """The streaming HTTP client: sends one request, times every streamed event, returns the outcome.
 
-aiohttp with a raw-bytes SSE parser (:mod:`.sse`): the body is read with ``readany()`` (whatever
-bytes arrived, no line-length limit) and the timestamp of a read is taken right after it returns,
-before any parsing. The connection pool is uncapped by default (``limit=0``): aiohttp's default
-cap of 100 connections silently queues the 101st request of a concurrency-128 run (case C9). Any
-wait for a pooled connection is measured through aiohttp's trace hooks and kept as the request's
-``pool_wait``, so a capped client is visible in the records instead of inflating TTFT unseen.
-aiohttp sets ``TCP_NODELAY`` on every connection it opens (``aiohttp.base_protocol``), which keeps
-Nagle's algorithm from holding back small request writes on reused connections.
+Two transports behind one interface (:class:`StreamingClient`), chosen from the URL:
+
+- ``http://`` (every local and in-cluster engine): Ceiling's own HTTP/1.1 client on
+  ``asyncio.Protocol`` (:mod:`.http1`). The receive time of every network read is
+  ``time.perf_counter_ns()`` taken first thing in ``data_received``, before any parsing and before
+  any other connection's bytes of the same loop wake-up are parsed; the HTTP framing (chunked,
+  ``Content-Length`` or close-delimited), the SSE parser (:mod:`.sse`) and the event
+  classification run right after, in one deferred callback per loop iteration, and the request's
+  coroutine wakes once, when the response is complete. A read's timestamp is therefore the time
+  the loop saw the bytes, not the time a task got round to them (with aiohttp's ``readany()``
+  that difference reached 11 ms at p99 with 64 streams: ``benchmarks/scripts/client_bench.py``).
+  Keep-alive connections are reused, ``TCP_NODELAY`` is set on every socket, redirects are not
+  followed (a 3xx is a failed request that names the target), and no compression is asked for.
+- anything else (``https://``): aiohttp with the same SSE parser and event handling; a read's
+  timestamp is taken right after ``readany()`` returns. aiohttp sets ``TCP_NODELAY`` on its
+  connections (``aiohttp.base_protocol``).
+
+Both: the connection pool is uncapped by default (``connection_limit`` 0): a cap such as aiohttp's
+default of 100 connections silently queues the 101st request of a concurrency-128 run (case C9).
+Any wait for a pooled connection is kept as the request's ``pool_wait``, so a capped client is
+visible in the records instead of inflating TTFT unseen. ``timeout_s`` bounds a whole request
+(pool wait, connect, response).
 
 Request outcomes follow ``/work/shared/design/metrics.md``: success needs HTTP 2xx, no error object
 anywhere in the stream, at least one output event and a clean end (``finish_reason`` or
-``[DONE]``); a failure keeps its reason.
+``[DONE]``); a failure keeps its reason (HTTP status and body excerpt, connection refused or reset,
+server closed the connection mid-body, timeout, stream ended inside an event, ...).
 """
 from __future__ import annotations
 
@@ -20,54 +35,243 @@ import time
 from array import array
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from .datasets import RequestSpec
+from .http1 import Http1Connection, Http1Pool, http_request_head
 from .protocol import Api, event_inspect, request_body, request_path
 from .records import RequestOutcome
 from .sse import SseParser
 
-__all__ = ["StreamingClient"]
+__all__ = ["TRANSPORTS", "StreamingClient"]
+
+TRANSPORTS = ("auto", "http1", "aiohttp")
 
 _MAX_EVENT_TOKENS = 65535  # ev_tokens is uint16
 _ERROR_BODY_BYTES = 2000
+_perf = time.perf_counter_ns
 
 
 async def _on_queued_end(session: Any, ctx: SimpleNamespace, params: Any) -> None:
-    # The instant a request that queued for a pooled connection got one.
+    # The instant a request that queued for a pooled aiohttp connection got one.
     if ctx.trace_request_ctx is not None:
         ctx.trace_request_ctx[0] = time.perf_counter_ns()
 
 
+class _Exchange:
+    """One request's response as it streams in: the sink both transports feed raw body bytes to.
+
+    Output-event times go straight into ``events`` (int64 ns) with their token counts; nothing is
+    awaited per event. ``future`` (protocol transport only) completes when the response ends or
+    fails. ``error`` is an in-stream error or an HTTP status error; ``failure`` a transport fault.
+    """
+
+    __slots__ = ("client", "api", "keep_text", "parser", "events", "ev_tokens", "texts", "completion",
+                 "prompt_tokens", "clean", "error", "failure", "seen", "finish_reason", "status", "content_type",
+                 "location", "excerpt", "end_t", "future")
+
+    def __init__(self, client: StreamingClient, future: asyncio.Future[None] | None) -> None:
+        self.client = client
+        self.api = client.api
+        self.keep_text = client.keep_text
+        self.parser = SseParser()
+        self.events = array("q")
+        self.ev_tokens = array("H")
+        self.texts: list[str] = []
+        self.completion = -1
+        self.prompt_tokens = -1
+        self.clean = False
+        self.error: str | None = None
+        self.failure: str | None = None
+        self.seen = 0
+        self.finish_reason: str | None = None
+        self.status = 0
+        self.content_type = ""
+        self.location = ""
+        self.excerpt = b""
+        self.end_t = 0
+        self.future = future
+
+    # -------------------------------------------------------------- ResponseSink
+    def head(self, status: int, headers: dict[str, str], t: int) -> None:
+        """The final status and headers arrived."""
+        self.status = status
+        self.content_type = headers.get("content-type", "")
+        self.location = headers.get("location", "")
+
+    def body(self, data: bytes, t: int) -> bool:
+        """Body bytes of one network read received at ``t`` (ns); False once the stream failed."""
+        if not 200 <= self.status < 300:
+            room = _ERROR_BODY_BYTES - len(self.excerpt)
+            if room > 0:
+                self.excerpt += data[:room]
+            return True
+        payloads = self.parser.feed(data)
+        if not payloads:
+            return True
+        api, keep_text, events, ev_tokens = self.api, self.keep_text, self.events, self.ev_tokens
+        completion = self.completion
+        tokens = 0
+        for payload in payloads:
+            self.seen += 1
+            info = event_inspect(api, payload, completion, keep_text)
+            if info.error is not None:
+                self.error = info.error
+                self.completion = completion
+                self.client.tokens_seen += tokens
+                self._done(t)
+                return False
+            if info.output:
+                events.append(t)
+                k = info.tokens
+                ev_tokens.append(k if k <= _MAX_EVENT_TOKENS else _MAX_EVENT_TOKENS)
+                tokens += k or 1
+                if info.text is not None:
+                    if api is Api.GENERATE:
+                        self.texts[:] = [info.text]
+                    else:
+                        self.texts.append(info.text)
+            if info.completion_tokens >= 0:
+                completion = info.completion_tokens
+            if info.prompt_tokens >= 0:
+                self.prompt_tokens = info.prompt_tokens
+            if info.finished:
+                self.clean = True
+                if info.finish_reason is not None:
+                    self.finish_reason = info.finish_reason
+        self.completion = completion
+        self.client.tokens_seen += tokens
+        return True
+
+    def end(self, t: int) -> None:
+        """The body is complete (its terminator was read at ``t``)."""
+        self._done(t)
+
+    def fail(self, reason: str, t: int) -> None:
+        """The transport failed at ``t`` with ``reason``."""
+        if self.failure is None:
+            self.failure = reason
+        self._done(t)
+
+    def _done(self, t: int) -> None:
+        if not self.end_t:
+            self.end_t = t
+        fut = self.future
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    # -------------------------------------------------------------- outcome
+    def outcome(self, out: RequestOutcome) -> RequestOutcome:
+        """Fill ``out`` (start, scheduled, pool_wait already set) with what the response said."""
+        out.http_status = self.status
+        out.end = self.end_t or _perf()
+        out.events = self.events
+        out.event_tokens = self.ev_tokens
+        out.finish_reason = self.finish_reason
+        out.input_tokens = self.prompt_tokens
+        self.client.events_seen += self.seen
+        if self.keep_text:
+            out.text = "".join(self.texts)
+        pending = self.parser.pending
+        error = None
+        if self.status and not 200 <= self.status < 300:
+            error = f"HTTP {self.status}"
+            if 300 <= self.status < 400 and self.location:
+                error += f" (redirect to {self.location}, not followed)"
+            error += f": {self.excerpt.decode('utf-8', 'replace').strip()}"
+        elif self.error is not None:
+            error = self.error
+        elif self.failure is not None:
+            error = self.failure
+            if pending and not self.clean:
+                error += f" (inside an event: {pending} bytes unterminated)"
+        elif pending and not self.clean:
+            error = f"stream ended inside an event ({pending} bytes unterminated)"
+        if error is None and not self.events:
+            error = "no output"
+            if self.content_type and "text/event-stream" not in self.content_type:
+                error += f" (response Content-Type {self.content_type!r}, not text/event-stream)"
+        if error is None and not self.clean:
+            error = "stream ended without finish_reason or [DONE]"
+        completion = self.completion
+        if error is not None:
+            out.error = error
+            out.ok = False
+            out.output_tokens = completion if completion >= 0 else len(self.events)
+            return out
+        out.ok = True
+        if completion >= 0:
+            out.output_tokens = completion
+        else:
+            out.output_tokens = len(self.events)
+            out.tokens_estimated = True
+        return out
+
+
 class StreamingClient:
-    """One aiohttp session speaking ``api`` to ``base_url``; use as ``async with``.
+    """One connection pool speaking ``api`` to ``base_url``; use as ``async with``.
 
     ``headers`` (e.g. ``Authorization``) are sent with every request and never recorded or logged.
     ``connection_limit`` 0 means no pool cap (the default; a cap exists only to reproduce capped
-    clients). ``timeout_s`` bounds a whole request. ``keep_text`` keeps each request's output text
-    in the outcome (tests and spot checks; off for large runs). ``events_seen`` counts every SSE
-    event parsed (output or not), the denominator of the client CPU per event.
+    clients). ``force_close`` opens a new connection per request. ``timeout_s`` bounds a whole
+    request. ``keep_text`` keeps each request's output text in the outcome (tests and spot checks;
+    off for large runs). ``events_seen`` counts every SSE event parsed (output or not) of finished
+    requests, the denominator of the client CPU per event; ``tokens_seen`` counts output tokens as
+    they stream (the server's per-event count when it gives one, else one per output event), for
+    live progress. ``transport``: ``"auto"`` (the default) picks ``"http1"`` (Ceiling's own) for
+    ``http://`` and ``"aiohttp"`` for anything else; naming one forces it (the client benchmark
+    compares both); afterwards the attribute holds the transport in use. Raises ``ValueError``
+    for an unknown transport, ``http1`` with a URL it cannot speak, or a header that would break
+    the request framing (CR, LF or NUL).
     """
 
     def __init__(
         self, *, base_url: str, api: Api, model: str, headers: dict[str, str] | None = None,
         connection_limit: int = 0, force_close: bool = False, timeout_s: float = 600.0,
-        keep_text: bool = False, extra_body: dict[str, Any] | None = None,
+        keep_text: bool = False, extra_body: dict[str, Any] | None = None, transport: str = "auto",
     ) -> None:
         self.url = base_url.rstrip("/") + request_path(api)
         self.api = api
         self.model = model
-        self.headers = {"Content-Type": "application/json", "Accept": "text/event-stream", **(headers or {})}
+        merged = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        for name, value in (headers or {}).items():
+            for known in [k for k in merged if k.lower() == name.lower()]:
+                del merged[known]
+            merged[name] = value
+        self.headers = merged
         self.connection_limit = connection_limit
         self.force_close = force_close
         self.timeout_s = timeout_s
         self.keep_text = keep_text
         self.extra_body = extra_body
         self.events_seen = 0
+        self.tokens_seen = 0
+        parts = urlsplit(self.url)
+        # Credentials in the URL (user:pass@host) become Basic auth in aiohttp; the own transport
+        # does not do that, so such a URL goes to aiohttp.
+        plain = parts.scheme == "http" and bool(parts.hostname) and parts.username is None
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {transport!r}")
+        if transport == "http1" and not plain:
+            raise ValueError(f"the http1 transport speaks plain http:// only, not {base_url!r}")
+        self.transport = "http1" if transport == "http1" or (transport == "auto" and plain) else "aiohttp"
         self._session: aiohttp.ClientSession | None = None
+        self._pool: Http1Pool | None = None
+        self._head = b""
+        if self.transport == "http1":
+            self._host, self._port = parts.hostname or "", parts.port or 80
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            self._head = http_request_head(method="POST", host=parts.netloc, path=path,
+                                           headers={**self.headers, "User-Agent": "ceiling-loadgen"},
+                                           close=force_close)
 
     async def __aenter__(self) -> StreamingClient:
+        if self.transport == "http1":
+            self._pool = Http1Pool(host=self._host, port=self._port, limit=self.connection_limit,
+                                   force_close=self.force_close)
+            return self
         trace = aiohttp.TraceConfig()
         trace.on_connection_queued_end.append(_on_queued_end)
         connector = aiohttp.TCPConnector(
@@ -80,102 +284,94 @@ class StreamingClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         if self._session is not None:
             await self._session.close()
             self._session = None
 
+    @property
+    def connections_opened(self) -> int:
+        """Connections opened so far by the ``http1`` transport (keep-alive reuse keeps it low); -1 for aiohttp."""
+        return self._pool.opened if self._pool is not None else -1
+
     async def send(self, spec: RequestSpec, *, scheduled: int, ignore_eos: bool = False, index: int = -1) -> RequestOutcome:
         """Send ``spec`` now; ``scheduled`` is when it was due (ns). Never raises for request faults.
 
-        ``index`` is the request's position in the dataset (kept in the record). ``start`` is taken just before the request is handed to aiohttp; connection-pool waits go
-        to ``pool_wait``. Transport errors and timeouts become failed outcomes with the reason.
+        ``index`` is the request's position in the dataset (kept in the record). ``start`` is taken
+        just before the connection is requested; a wait for a capped pool goes to ``pool_wait``.
+        Transport errors and timeouts become failed outcomes with the reason.
         """
-        assert self._session is not None, "use StreamingClient as an async context manager"
         body = request_body(api=self.api, model=self.model, prompt=spec.prompt, messages=spec.messages,
                             max_tokens=spec.output_len, ignore_eos=ignore_eos, extra=self.extra_body)
-        events = array("q")
-        ev_tokens = array("H")
-        out = RequestOutcome(scheduled=scheduled, start=0, end=0, index=index, events=events, event_tokens=ev_tokens,
+        out = RequestOutcome(scheduled=scheduled, start=0, end=0, index=index,
                              requested_input=spec.input_len, requested_output=spec.output_len)
-        pool = [0]
-        api, keep_text = self.api, self.keep_text
-        texts: list[str] = []
-        completion, prompt_tokens, clean, error = -1, -1, False, None
-        parser = SseParser()
-        perf = time.perf_counter_ns
-        out.start = perf()
+        if self._pool is not None:
+            return await self._send_http1(body, out)
+        assert self._session is not None, "use StreamingClient as an async context manager"
+        return await self._send_aiohttp(body, out)
+
+    async def _send_http1(self, body: bytes, out: RequestOutcome) -> RequestOutcome:
+        pool = self._pool
+        assert pool is not None
+        request = self._head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        ex = _Exchange(self, pool.loop.create_future())
+        conn: Http1Connection | None = None
+        out.start = _perf()
         try:
-            async with self._session.post(self.url, data=body, headers=self.headers, trace_request_ctx=pool) as resp:
-                out.http_status = resp.status
+            async with asyncio.timeout(self.timeout_s):
+                conn, granted = await pool.acquire()
+                if granted:
+                    out.pool_wait = max(granted - out.start, 0)
+                conn.begin(ex, request)
+                await ex.future
+        except TimeoutError:
+            fut = ex.future  # the timeout cancels it while it is awaited: cancelled means incomplete
+            if fut.cancelled() or not fut.done():  # a response complete right at the deadline stays so
+                if conn is not None and conn.sink is ex:
+                    conn.abort()
+                ex.fail(f"timed out after {self.timeout_s:g} s", _perf())
+        except OSError as exc:
+            ex.fail(f"cannot connect to {self._host}:{self._port}: {type(exc).__name__}: {exc}", _perf())
+        except asyncio.CancelledError:
+            if conn is not None and conn.sink is ex:
+                conn.abort()
+            raise
+        return ex.outcome(out)
+
+    async def _send_aiohttp(self, body: bytes, out: RequestOutcome) -> RequestOutcome:
+        assert self._session is not None
+        ex = _Exchange(self, None)
+        pool = [0]
+        out.start = _perf()
+        try:
+            async with self._session.post(self.url, data=body, headers=self.headers, trace_request_ctx=pool,
+                                          allow_redirects=False) as resp:
+                ex.head(resp.status, {k.lower(): v for k, v in resp.headers.items()}, _perf())
+                content = resp.content
                 if not 200 <= resp.status < 300:
-                    raw = await resp.content.read(_ERROR_BODY_BYTES)
-                    error = f"HTTP {resp.status}: {raw.decode('utf-8', 'replace').strip()}"
-                    out.end = perf()
+                    ex.body(await content.read(_ERROR_BODY_BYTES), _perf())
+                    ex.end(_perf())
                 else:
-                    content = resp.content
                     eof = [0]
-                    content.on_eof(lambda: eof.__setitem__(0, perf()))
-                    seen, t = 0, 0
-                    while error is None:
+                    content.on_eof(lambda: eof.__setitem__(0, _perf()))
+                    while True:
                         chunk = await content.readany()
                         if not chunk:
                             break
-                        t = perf()
-                        for data in parser.feed(chunk):
-                            seen += 1
-                            info = event_inspect(api, data, completion, keep_text)
-                            if info.error is not None:
-                                error = info.error
-                                break
-                            if info.output:
-                                events.append(t)
-                                ev_tokens.append(min(info.tokens, _MAX_EVENT_TOKENS))
-                                if info.text is not None:
-                                    if api is Api.GENERATE:
-                                        texts[:] = [info.text]
-                                    else:
-                                        texts.append(info.text)
-                            if info.completion_tokens >= 0:
-                                completion = info.completion_tokens
-                            if info.prompt_tokens >= 0:
-                                prompt_tokens = info.prompt_tokens
-                            if info.finished:
-                                clean = True
-                                if info.finish_reason is not None:
-                                    out.finish_reason = info.finish_reason
+                        if not ex.body(chunk, _perf()):
+                            break
                     # The end is when the body's terminator was parsed (the on_eof callback runs
-                    # inside the read, right after aiohttp returns the connection to the pool):
-                    # when many responses finish at once this loop can see them milliseconds
-                    # later, and a request waiting in a capped pool must not appear to overlap.
-                    out.end = eof[0] or perf()
-                    self.events_seen += seen
-                    if error is None and parser.pending and parser.pending > 0 and not clean:
-                        error = f"stream ended inside an event ({parser.pending} bytes unterminated)"
+                    # inside the read): when many responses finish at once this loop can see them
+                    # milliseconds later, and a request waiting in a capped pool must not appear to
+                    # overlap.
+                    ex.end(eof[0] or _perf())
         except asyncio.TimeoutError:
-            error = f"timed out after {self.timeout_s:g} s"
+            ex.fail(f"timed out after {self.timeout_s:g} s", _perf())
         except aiohttp.ClientError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        if out.end == 0:
-            out.end = perf()
+            ex.fail(f"{type(exc).__name__}: {exc}", _perf())
         # From start (not from the queue entry, which can be much later when many requests start
         # at once) to the connection grant, so start + pool_wait is when the request really left.
         out.pool_wait = max(pool[0] - out.start, 0) if pool[0] else 0
-        if keep_text:
-            out.text = "".join(texts)
-        out.input_tokens = prompt_tokens
-        if error is None and not events:
-            error = "no output"
-        if error is None and not clean:
-            error = "stream ended without finish_reason or [DONE]"
-        if error is not None:
-            out.error = error
-            out.ok = False
-            out.output_tokens = completion if completion >= 0 else len(events)
-            return out
-        out.ok = True
-        if completion >= 0:
-            out.output_tokens = completion
-        else:
-            out.output_tokens = len(events)
-            out.tokens_estimated = True
-        return out
+        return ex.outcome(out)

@@ -8,23 +8,38 @@ Protocol of one run (one grid point):
    send their next request as soon as the previous one ends. Open loop: request i is due at
    ``t0 + offset_i`` (:func:`.arrivals.arrival_offsets`); with ``concurrency`` set as well it is a
    cap, and the wait for a free slot is the request's client queue time (``start - scheduled``).
+   A duration-limited run (``duration_s``) cycles through the dataset and sends nothing at or after
+   ``t0 + duration_s``; requests already in flight then finish (each bounded by ``timeout_s``).
 4. ``generation_tokens_total`` is scraped again; the delta is compared with the client's tokens.
 
 Dataset generation happens before :func:`loadgen_run` is called and never inside the measured
-window (case C11). Workers: one process is usually enough (about 30-40 µs of CPU per streamed
-event); when the warmup shows the client's core more than :data:`CPU_BUSY_FRACTION` busy, or when
-``workers`` says so, the load is split over N processes (``multiprocessing`` spawn, each with its own
-event loop and connection pool): slots are divided, open-loop arrivals dealt round-robin from one
-global schedule, and every process starts at the same ``t0`` (perf_counter is CLOCK_MONOTONIC,
-shared by all processes of the host). Their records are merged.
+window (case C11). During the measured phase the garbage collector is kept quiet
+(:func:`_quiet_gc`): everything allocated before ``t0`` is frozen out of collections and the
+young-generation threshold is raised, so a collection pass cannot stall the event loop between a
+network read and its timestamp; the previous settings are restored afterwards.
+
+Workers: one process is usually enough (about 10-25 µs of CPU per streamed event, see
+``benchmarks/scripts/client_bench.py``: one core carries ~50 000 events/s); when the warmup shows the client's core more than
+:data:`CPU_BUSY_FRACTION` busy, or when ``workers`` says so, the load is split over N processes
+(``multiprocessing`` spawn, each with its own event loop and connection pool): slots are divided,
+open-loop arrivals dealt round-robin from one global schedule, and every process starts at the same
+``t0`` (perf_counter is CLOCK_MONOTONIC, shared by all processes of the host). Their records are
+merged. Workers report their running counts to the parent through their pipe every
+:data:`WORKER_REPORT_S`, which feeds the optional ``progress`` callback.
 """
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,20 +47,36 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from .arrivals import arrival_offsets, scheduled_rate
-from .client import StreamingClient
+from .client import TRANSPORTS, StreamingClient
 from .datasets import RequestSpec
 from .protocol import Api
-from .records import RecordStore
+from .records import RecordStore, RequestOutcome
 
-__all__ = ["LoadConfig", "RunResult", "WorkerStats", "loadgen_run", "loadgen_run_async", "server_generation_tokens"]
+__all__ = ["LoadConfig", "Progress", "RunResult", "WorkerStats", "loadgen_run", "loadgen_run_async",
+           "server_generation_tokens"]
 
-# Above this share of one core during warmup, the event loop starts delaying reads (timestamps
-# get late); half a core leaves room for bursts. Chosen from the client benchmark
-# (benchmarks/scripts/client_bench.py): ITL error grows once a process passes ~60% CPU.
-CPU_BUSY_FRACTION = 0.5
+logger = logging.getLogger("benchmarks.loadgen")
+
+# Above this share of one core during warmup the load is split over more processes. With the
+# receive time taken in data_received, one process at 0.76 of a core still measured p99 ITL error
+# 0.6 ms (256 streams, benchmarks/scripts/client_bench.py on an idle 16-core host); past ~0.7 the
+# loop has little slack for bursts, so that is where a second process starts.
+CPU_BUSY_FRACTION = 0.7
 # A worker whose measured-phase CPU use exceeds this share of a core is flagged client_cpu_bound.
 CPU_BOUND_FRACTION = 0.9
 START_DELAY_S = 0.05  # lead time for every worker to see t0 before it passes
+# The progress callback runs at most this often (the brief of the sweep progress display: ~2/s).
+PROGRESS_PERIOD_S = 0.5
+# How often a worker process sends its counts to the parent (twice per progress period, so the
+# parent's view is never more than ~0.25 s old).
+WORKER_REPORT_S = 0.25
+# Young-generation threshold during the measured phase (CPython's default is 700 net allocations
+# of container objects). A gen-0 pass over 10 000 live young objects took 0.07 ms on the 2-core
+# development host (0.03 ms at 700, 0.6 ms at 50 000): 14x fewer passes than the default while
+# each stays far below the 1 ms ITL-error target. Full passes skip the frozen setup objects.
+MEASURED_GC_GEN0 = 10_000
+
+Progress = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -57,6 +88,13 @@ class LoadConfig:
     requested ``output_len`` (sent with ``ignore_eos``; checked by the summary). ``workers``: a
     process count, or None to decide from the warmup's CPU use. ``metrics_urls``: the servers'
     Prometheus endpoints to cross-check token counts (decode servers for PD, not the router).
+    ``duration_s`` (seconds, > 0): a duration-limited point instead of one pass over the dataset:
+    requests cycle through the specs until ``duration_s`` has passed since the measured phase's
+    first request, then sending stops and the requests in flight finish (bounded by
+    ``timeout_s``). An open-loop duration run needs a finite ``rate``. ``max_requests`` (>= 1):
+    at most that many measured requests are sent (the first ones of the dataset; with
+    ``duration_s``, whichever limit comes first ends the run). ``transport``: the
+    client's transport (:class:`.client.StreamingClient`; ``"auto"`` unless comparing them).
     """
 
     base_url: str
@@ -77,6 +115,9 @@ class LoadConfig:
     workers: int | None = 1
     metrics_urls: list[str] = field(default_factory=list)
     extra_body: dict[str, Any] | None = None
+    duration_s: float | None = None
+    max_requests: int | None = None
+    transport: str = "auto"
 
     def validate(self) -> None:
         """Raise ``ValueError`` for an inconsistent config."""
@@ -88,6 +129,16 @@ class LoadConfig:
             raise ValueError("workers must be >= 1")
         if self.connection_limit < 0:
             raise ValueError("connection_limit must be >= 0 (0 = no cap)")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise ValueError(f"max_requests must be >= 1, got {self.max_requests}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
+        if self.duration_s is not None:
+            if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
+                raise ValueError(f"duration_s must be a finite number of seconds > 0, got {self.duration_s!r}")
+            if self.rate is not None and math.isinf(self.rate):
+                raise ValueError("a duration-limited run cannot use an infinite rate (it would send without end); "
+                                 "use a closed loop with concurrency instead")
 
 
 @dataclass
@@ -112,7 +163,8 @@ class RunResult:
 
     ``t0`` (perf_counter ns) is the measured phase's start; ``scheduled_rate`` the rate the open-loop
     schedule itself realises (None for closed loop); ``server_tokens_before``/``after`` the summed
-    ``generation_tokens_total`` (None when not scraped or not exposed).
+    ``generation_tokens_total`` (None when not scraped or not exposed). ``duration_limited``: the
+    run was bounded by ``config.duration_s`` rather than by the dataset's length.
     """
 
     records: RecordStore
@@ -124,6 +176,7 @@ class RunResult:
     server_tokens_before: float | None = None
     server_tokens_after: float | None = None
     server_scrape_errors: list[str] = field(default_factory=list)
+    duration_limited: bool = False
 
 
 def server_generation_tokens(urls: list[str], timeout_s: float = 10.0) -> tuple[float | None, list[str]]:
@@ -146,6 +199,109 @@ def server_generation_tokens(urls: list[str], timeout_s: float = 10.0) -> tuple[
     return (total if found else None), errors
 
 
+# ---------------------------------------------------------------------- garbage collector
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_saved: tuple[tuple[int, int, int], bool] | None = None
+
+
+@contextmanager
+def _quiet_gc() -> Iterator[None]:
+    """Freeze the objects that exist now and raise the gen-0 threshold; restore both on exit.
+
+    Process-wide (the collector is); nested or concurrent uses (two runs in threads of one
+    process) share one saved state and the last one out restores it. Cycles made during the
+    measured phase are still collected, only less often (:data:`MEASURED_GC_GEN0`).
+    """
+    global _gc_depth, _gc_saved  # noqa: PLW0603 - the collector's state is process-global too
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_saved = (gc.get_threshold(), gc.isenabled())
+            gc.collect()
+            gc.freeze()
+            t = _gc_saved[0]
+            gc.set_threshold(max(t[0], MEASURED_GC_GEN0), t[1], t[2])
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_saved is not None:
+                gc.set_threshold(*_gc_saved[0])
+                gc.unfreeze()
+                _gc_saved = None
+
+
+# ---------------------------------------------------------------------- progress
+class _Tally:
+    """Running counts of one event loop's measured phase, read by the progress reporter.
+
+    Plain ints updated by the loop's thread only; another thread reading them sees a value that
+    is at most one update old (the GIL makes each read atomic). ``t0`` is 0 until the measured
+    phase has a start instant.
+    """
+
+    __slots__ = ("t0", "done", "failed", "total", "client", "tokens0")
+
+    def __init__(self, total: int) -> None:
+        self.t0 = 0
+        self.done = 0
+        self.failed = 0
+        self.total = total
+        self.client: StreamingClient | None = None
+        self.tokens0 = 0  # the client's counter at t0 (warmup tokens are not progress)
+
+    @property
+    def tokens(self) -> int:
+        """Output tokens streamed in the measured phase so far (in-flight requests included)."""
+        return self.client.tokens_seen - self.tokens0 if self.client is not None and self.t0 else 0
+
+    def add(self, outcome: RequestOutcome) -> None:
+        """Count one finished request."""
+        self.done += 1
+        if not outcome.ok:
+            self.failed += 1
+
+
+class _Reporter:
+    """Turns running counts into ``progress`` calls at most every :data:`PROGRESS_PERIOD_S`.
+
+    ``tok_s`` is the output tokens streamed during the window since the previous call, divided by
+    that window's length (the first window starts at ``t0``). A callback that raises is logged
+    once and not called again: the measurement goes on (a broken display must not cost the run).
+    """
+
+    def __init__(self, callback: Progress) -> None:
+        self.callback: Progress | None = callback
+        self.last_t = 0
+        self.last_tokens = 0
+        self.calls = 0
+
+    def report(self, *, t0: int, done: int, total: int, failed: int, tokens: int, final: bool = False) -> None:
+        """Call the callback if a period has passed since the last call (always when ``final``)."""
+        if self.callback is None or t0 <= 0:
+            return
+        now = time.perf_counter_ns()
+        if now < t0:
+            return
+        start = self.last_t or t0
+        if not final and self.calls and now - start < PROGRESS_PERIOD_S * 1e9:
+            return
+        if not final and not self.calls and now - t0 < PROGRESS_PERIOD_S * 1e9:
+            return
+        window = (now - start) / 1e9
+        info = {"done": done, "total": max(total, done), "failed": failed, "output_tokens": tokens,
+                "elapsed_s": (now - t0) / 1e9, "tok_s": (tokens - self.last_tokens) / window if window > 0 else 0.0}
+        self.last_t, self.last_tokens = now, tokens
+        self.calls += 1
+        try:
+            self.callback(info)
+        except Exception:  # noqa: BLE001 - see the class docstring
+            logger.exception("load generator progress callback failed; no further progress calls for this run")
+            self.callback = None
+
+
 # ---------------------------------------------------------------------- one event loop
 async def _warmup(client: StreamingClient, cfg: LoadConfig, specs: list[RequestSpec], conc: int) -> None:
     queue = list(reversed(specs))
@@ -160,41 +316,77 @@ async def _warmup(client: StreamingClient, cfg: LoadConfig, specs: list[RequestS
 
 async def _measured(
     client: StreamingClient, cfg: LoadConfig, specs: list[RequestSpec], due: list[int] | None,
-    slots: int | None, t0: int, worker: int, indices: list[int] | None = None,
+    slots: int | None, t0: int, worker: int, indices: list[int] | None = None, tally: _Tally | None = None,
+    cap: int | None = None,
 ) -> tuple[RecordStore, WorkerStats]:
+    """The measured phase of one event loop: closed loop (``due`` None) or open loop (``due`` ns).
+
+    Open loop: ``specs[j]`` (dataset position ``indices[j]``) is due at ``due[j]``.
+
+    Duration-limited (``cfg.duration_s``): closed-loop slots cycle through ``specs`` and stop
+    starting requests at ``t0 + duration_s`` or after ``cap`` requests; open-loop ``due`` already
+    ends before that instant, and a request still waiting for a capped slot then is not sent.
+    """
     store = RecordStore()
+    tally = tally if tally is not None else _Tally(len(specs) if due is None else len(due))
+    tally.client = client
     perf = time.perf_counter_ns
+    deadline = t0 + int(cfg.duration_s * 1e9) if cfg.duration_s is not None else None
+    idx = indices if indices is not None else list(range(len(specs)))
+    ignore_eos = cfg.ignore_eos
+
+    def keep(outcome: RequestOutcome) -> None:
+        store.add(outcome, worker)
+        tally.add(outcome)
+
     delay = (t0 - perf()) / 1e9
     if delay > 0:
         await asyncio.sleep(delay)
+    tally.tokens0 = client.tokens_seen
+    tally.t0 = t0
     events0, cpu0, wall0 = client.events_seen, time.process_time_ns(), perf()
-    idx = indices if indices is not None else list(range(len(specs)))
-    if due is None:
+    if due is None and deadline is None:
         queue = list(reversed(list(zip(idx, specs))))
 
         async def slot() -> None:
             while queue:
                 i, spec = queue.pop()
-                now = perf()
-                store.add(await client.send(spec, scheduled=now, ignore_eos=cfg.ignore_eos, index=i), worker)
+                keep(await client.send(spec, scheduled=perf(), ignore_eos=ignore_eos, index=i))
 
         await asyncio.gather(*(slot() for _ in range(max(1, min(slots or 1, len(specs))))))
+    elif due is None:
+        n, sent = len(specs), [0]
+
+        async def cycling_slot() -> None:
+            while specs:
+                now = perf()
+                if now >= deadline or (cap is not None and sent[0] >= cap):
+                    return
+                j = sent[0] % n
+                sent[0] += 1
+                tally.total = sent[0]
+                keep(await client.send(specs[j], scheduled=now, ignore_eos=ignore_eos, index=idx[j]))
+
+        await asyncio.gather(*(cycling_slot() for _ in range(max(1, slots or 1))))
     else:
         sem = asyncio.Semaphore(slots) if slots else None
 
-        async def one(i: int, spec: RequestSpec, when: int) -> None:
+        async def one(j: int, when: int) -> None:
             if sem is None:
-                store.add(await client.send(spec, scheduled=when, ignore_eos=cfg.ignore_eos, index=i), worker)
+                keep(await client.send(specs[j], scheduled=when, ignore_eos=ignore_eos, index=idx[j]))
                 return
             async with sem:
-                store.add(await client.send(spec, scheduled=when, ignore_eos=cfg.ignore_eos, index=i), worker)
+                if deadline is not None and perf() >= deadline:
+                    tally.total -= 1  # due in time but no slot before the end: not sent
+                    return
+                keep(await client.send(specs[j], scheduled=when, ignore_eos=ignore_eos, index=idx[j]))
 
         tasks = []
-        for i, spec, when in zip(idx, specs, due):
+        for j, when in enumerate(due):
             wait = (when - perf()) / 1e9
             if wait > 0:
                 await asyncio.sleep(wait)
-            tasks.append(asyncio.ensure_future(one(i, spec, when)))
+            tasks.append(asyncio.ensure_future(one(j, when)))
         await asyncio.gather(*tasks)
     stats = WorkerStats(worker=worker, cpu_ns=time.process_time_ns() - cpu0, wall_ns=perf() - wall0,
                         events=client.events_seen - events0, requests=len(store))
@@ -205,7 +397,7 @@ def _client(cfg: LoadConfig) -> StreamingClient:
     return StreamingClient(
         base_url=cfg.base_url, api=cfg.api, model=cfg.model, headers=cfg.headers,
         connection_limit=cfg.connection_limit, force_close=cfg.force_close, timeout_s=cfg.timeout_s,
-        keep_text=cfg.keep_text, extra_body=cfg.extra_body,
+        keep_text=cfg.keep_text, extra_body=cfg.extra_body, transport=cfg.transport,
     )
 
 
@@ -214,24 +406,86 @@ def _split(n: int, parts: int) -> list[int]:
 
 
 def _schedule(cfg: LoadConfig, n: int) -> list[float] | None:
+    """Open-loop offsets (s): one per spec, or for a duration run every arrival before ``duration_s``.
+
+    A duration run's schedule is drawn with the same seed and cut at ``duration_s``; it is drawn
+    longer and longer until it passes that instant (a seeded draw of n + k arrivals starts with the
+    draw of n, so the cut does not depend on the first guess).
+    """
     if cfg.rate is None:
         return None
-    return arrival_offsets(n=n, rate=cfg.rate, burstiness=cfg.burstiness, seed=cfg.seed)
+    if cfg.duration_s is None:
+        return arrival_offsets(n=n, rate=cfg.rate, burstiness=cfg.burstiness, seed=cfg.seed)
+    count = max(16, int(cfg.rate * cfg.duration_s * 1.25) + 16)
+    while True:
+        offsets = arrival_offsets(n=count, rate=cfg.rate, burstiness=cfg.burstiness, seed=cfg.seed)
+        if offsets[-1] >= cfg.duration_s:
+            return [o for o in offsets if o < cfg.duration_s][:cfg.max_requests]
+        count *= 2
+
+
+def _due(t0: int, offsets: list[float] | None) -> list[int] | None:
+    return None if offsets is None else [t0 + int(o * 1e9) for o in offsets]
+
+
+def _capped(cfg: LoadConfig, specs: list[RequestSpec]) -> list[RequestSpec]:
+    """A one-pass run sends at most ``max_requests`` specs (a duration run counts as it sends).
+
+    Raises ``ValueError`` for a duration-limited run without any spec.
+    """
+    if not specs and cfg.duration_s is not None:
+        raise ValueError("a duration-limited run needs at least one request spec to cycle through")
+    return specs[:cfg.max_requests] if cfg.max_requests is not None and cfg.duration_s is None else specs
+
+
+def _plan(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[float] | None,
+          ) -> tuple[list[RequestSpec], list[int]]:
+    """The requests to send and their dataset positions: the dataset itself, or for an open-loop
+    duration run one spec per scheduled arrival, cycling through the dataset (references, not copies)."""
+    if offsets is not None and cfg.duration_s is not None:
+        idx = [g % len(specs) for g in range(len(offsets))]
+        return [specs[i] for i in idx], idx
+    return specs, list(range(len(specs)))
+
+
+def _initial_total(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[float] | None) -> int:
+    if offsets is not None:
+        return len(offsets)
+    return 0 if cfg.duration_s is not None else len(specs)
 
 
 # ---------------------------------------------------------------------- worker processes
 def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offsets: list[float] | None,
-                 slots: int | None, warmup_specs: list[RequestSpec], worker: int, indices: list[int]) -> None:
-    """Body of one worker process: warm up, report ready, wait for t0, run, send records back."""
+                 slots: int | None, warmup_specs: list[RequestSpec], worker: int, indices: list[int],
+                 cap: int | None = None) -> None:
+    """Body of one worker process: warm up, report ready, wait for t0, run, send records back.
+
+    While measuring it sends ``("progress", (done, failed, output_tokens, total))`` every
+    :data:`WORKER_REPORT_S`; at the end ``("done", (records, stats))`` or ``("error", text)``.
+    """
+
+    async def report(tally: _Tally) -> None:
+        while True:
+            await asyncio.sleep(WORKER_REPORT_S)
+            conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total)))
 
     async def main() -> None:
         async with _client(cfg) as client:
             if warmup_specs:
                 await _warmup(client, cfg, warmup_specs, slots or cfg.concurrency or 1)
-            conn.send(("ready", None))
-            t0 = conn.recv()
-            due = None if due_offsets is None else [t0 + int(o * 1e9) for o in due_offsets]
-            store, stats = await _measured(client, cfg, specs, due, slots, t0, worker, indices)
+            # Collect and freeze before "ready", so that pass never eats into t0's lead time.
+            with _quiet_gc():
+                conn.send(("ready", None))
+                t0 = conn.recv()
+                tally = _Tally(_initial_total(cfg, specs, due_offsets))
+                tally.client = client
+                reporter = asyncio.ensure_future(report(tally))
+                try:
+                    store, stats = await _measured(client, cfg, specs, _due(t0, due_offsets), slots, t0, worker,
+                                                   indices, tally, cap)
+                finally:
+                    reporter.cancel()
+        conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total)))
         conn.send(("done", (store, stats)))
 
     try:
@@ -243,23 +497,31 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
 
 
 def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[RequestSpec], n: int,
-                   offsets: list[float] | None) -> tuple[RecordStore, list[WorkerStats], int, tuple[float | None, list[str]]]:
+                   offsets: list[float] | None, progress: Progress | None,
+                   ) -> tuple[RecordStore, list[WorkerStats], int, tuple[float | None, list[str]]]:
     ctx = multiprocessing.get_context("spawn")
     conc_parts = _split(cfg.concurrency, n) if cfg.concurrency else [None] * n
     warm_parts = _split(len(warmup), n)
     procs, conns, w0 = [], [], 0
+    planned, positions = _plan(cfg, specs, offsets)
+    caps = _split(cfg.max_requests, n) if cfg.max_requests is not None else [None] * n
     for i in range(n):
-        mine = specs[i::n]
+        if cfg.duration_s is not None and offsets is None:
+            # A duration-limited closed loop cycles: every worker gets the whole dataset, each
+            # starting at its own place, so a dataset smaller than the worker count still works.
+            mine, where = specs[i:] + specs[:i], positions[i:] + positions[:i]
+        else:
+            mine, where = planned[i::n], positions[i::n]
         due = offsets[i::n] if offsets is not None else None
         parent, child = ctx.Pipe()
         p = ctx.Process(target=_worker_main, args=(child, cfg, mine, due, conc_parts[i],
-                                                   warmup[w0:w0 + warm_parts[i]], i,
-                                                   list(range(len(specs)))[i::n]), daemon=True)
+                                                   warmup[w0:w0 + warm_parts[i]], i, where, caps[i]), daemon=True)
         w0 += warm_parts[i]
         p.start()
         child.close()
         procs.append(p)
         conns.append(parent)
+    reporter = _Reporter(progress) if progress is not None else None
     try:
         for c in conns:
             kind, payload = c.recv()
@@ -269,57 +531,130 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
         t0 = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
         for c in conns:
             c.send(t0)
-        stores, stats = [], []
-        for c in conns:
-            kind, payload = c.recv()
-            if kind == "error":
-                raise RuntimeError(f"load worker failed: {payload}")
-            stores.append(payload[0])
-            stats.append(payload[1])
+        # Latest counts per worker: done, failed, output tokens, total.
+        counts = {i: (0, 0, 0, len(offsets[i::n]) if offsets is not None else
+                      (0 if cfg.duration_s is not None else len(specs[i::n]))) for i in range(n)}
+        results: dict[int, tuple[RecordStore, WorkerStats]] = {}
+        pending = dict(enumerate(conns))
+        while pending:
+            ready = multiprocessing.connection.wait(list(pending.values()), timeout=PROGRESS_PERIOD_S / 2)
+            for c in ready:
+                i = next(k for k, v in pending.items() if v is c)
+                try:
+                    kind, payload = c.recv()
+                except EOFError:
+                    raise RuntimeError(f"load worker {i} exited without sending its records "
+                                       f"(exit code {procs[i].exitcode})") from None
+                if kind == "error":
+                    raise RuntimeError(f"load worker failed: {payload}")
+                if kind == "progress":
+                    counts[i] = payload
+                elif kind == "done":
+                    store, stats = payload
+                    results[i] = payload
+                    counts[i] = (len(store), len(store.errors), counts[i][2], len(store))
+                    del pending[i]
+            if reporter is not None:
+                sums = [sum(c[k] for c in counts.values()) for k in range(4)]
+                reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3],
+                                final=not pending)
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
+    stores = [results[i][0] for i in range(n)]
+    stats = [results[i][1] for i in range(n)]
     return RecordStore.merge(stores), stats, t0, before
 
 
 # ---------------------------------------------------------------------- entry points
-async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
-                            warmup_specs: list[RequestSpec] | None = None) -> RunResult:
-    """Run ``specs`` in this process's event loop (one worker; ``config.workers`` is ignored).
-
-    ``warmup_specs`` default to the first ``config.warmup`` specs (reused, not consumed). Scrapes
-    ``metrics_urls`` from a thread so the loop keeps running.
-    """
-    config.validate()
-    warmup = warmup_specs if warmup_specs is not None else specs[:config.warmup]
-    offsets = _schedule(config, len(specs))
+async def _one_loop(config: LoadConfig, specs: list[RequestSpec], warmup: list[RequestSpec],
+                    offsets: list[float] | None, tally: _Tally) -> tuple[RecordStore, WorkerStats, int, tuple, tuple]:
+    """Warmup, scrape, measured phase and scrape again in the running event loop."""
+    planned, positions = _plan(config, specs, offsets)
     async with _client(config) as client:
+        tally.client = client
         if warmup:
             await _warmup(client, config, warmup, config.concurrency or 1)
         before = (await asyncio.to_thread(server_generation_tokens, config.metrics_urls)
                   if config.metrics_urls else (None, []))
-        t0 = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
-        due = None if offsets is None else [t0 + int(o * 1e9) for o in offsets]
-        store, stats = await _measured(client, config, specs, due, config.concurrency, t0, 0)
+        with _quiet_gc():
+            t0 = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
+            store, stats = await _measured(client, config, planned, _due(t0, offsets), config.concurrency, t0, 0,
+                                           positions, tally, config.max_requests)
     after = (await asyncio.to_thread(server_generation_tokens, config.metrics_urls)
              if config.metrics_urls else (None, []))
-    return RunResult(records=store, config=config, t0=t0, workers=[stats],
-                     scheduled_rate=scheduled_rate(offsets) if offsets else None,
+    return store, stats, t0, before, after
+
+
+def _result(config: LoadConfig, store: RecordStore, stats: list[WorkerStats], t0: int, offsets: list[float] | None,
+            before: tuple, after: tuple, warm_fraction: float | None = None) -> RunResult:
+    return RunResult(records=store, config=replace(config), t0=t0, workers=stats,
+                     scheduled_rate=scheduled_rate(offsets) if offsets else None, warmup_cpu_fraction=warm_fraction,
                      server_tokens_before=before[0], server_tokens_after=after[0],
-                     server_scrape_errors=before[1] + after[1])
+                     server_scrape_errors=before[1] + after[1], duration_limited=config.duration_s is not None)
 
 
-def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: list[RequestSpec] | None = None) -> RunResult:
+def _report_final(reporter: _Reporter | None, tally: _Tally) -> None:
+    if reporter is not None:
+        reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
+                        final=True)
+
+
+async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
+                            warmup_specs: list[RequestSpec] | None = None,
+                            progress: Progress | None = None) -> RunResult:
+    """Run ``specs`` in this process's event loop (one worker; ``config.workers`` is ignored).
+
+    ``warmup_specs`` default to the first ``config.warmup`` specs (reused, not consumed). Scrapes
+    ``metrics_urls`` from a thread so the loop keeps running. ``progress`` (optional) is called
+    from this event loop at most every :data:`PROGRESS_PERIOD_S` during the measured phase and
+    once at its end with ``{"done", "total", "failed", "output_tokens", "elapsed_s", "tok_s"}``:
+    requests finished / to send (for a duration-limited closed loop, which cannot know, the number
+    started so far) / failed, output tokens streamed so far (in-flight requests included: the
+    server's per-event count when it sends one, else one per output event), seconds since ``t0``,
+    and output tokens/s over the window since the previous call. Keep it quick: it runs between
+    the network reads it is reporting on.
+    """
+    config.validate()
+    warmup = warmup_specs if warmup_specs is not None else specs[:config.warmup]
+    specs = _capped(config, specs)
+    offsets = _schedule(config, len(specs))
+    tally = _Tally(_initial_total(config, specs, offsets))
+    reporter = _Reporter(progress) if progress is not None else None
+
+    async def report() -> None:
+        assert reporter is not None
+        while True:
+            await asyncio.sleep(PROGRESS_PERIOD_S / 2)
+            reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens)
+
+    task = asyncio.ensure_future(report()) if reporter is not None else None
+    try:
+        store, stats, t0, before, after = await _one_loop(config, specs, warmup, offsets, tally)
+    finally:
+        if task is not None:
+            task.cancel()
+    _report_final(reporter, tally)
+    return _result(config, store, [stats], t0, offsets, before, after)
+
+
+def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: list[RequestSpec] | None = None,
+                progress: Progress | None = None) -> RunResult:
     """Run ``specs`` with ``config`` (blocking; call it outside a running event loop).
 
     ``workers`` = 1: one event loop here. ``workers`` = N: N spawned processes. ``workers`` None:
     the warmup runs here first and its CPU use decides N (at most the CPU count); with no warmup,
-    one process. Raises ``ValueError`` for a bad config and ``RuntimeError`` when a worker fails.
+    one process. ``progress``: as for :func:`loadgen_run_async` (same dict), but always called from
+    the thread that called this function, never from the measuring event loop: with one worker
+    the loop then runs in a helper thread of this process, with N workers the counts come from
+    the workers' pipes. Raises ``ValueError`` for a bad config and ``RuntimeError`` when a worker
+    fails.
     """
     config.validate()
     warmup = warmup_specs if warmup_specs is not None else specs[:config.warmup]
+    specs = _capped(config, specs)
     n = config.workers
     warm_fraction = None
     if n is None:
@@ -327,17 +662,35 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
         if warmup:
             warm_fraction = asyncio.run(_measure_warmup(config, warmup))
             n = max(1, min(os.cpu_count() or 1, math.ceil(warm_fraction / CPU_BUSY_FRACTION)))
-    if n == 1:
-        result = asyncio.run(loadgen_run_async(config=config, specs=specs, warmup_specs=warmup))
-        result.warmup_cpu_fraction = warm_fraction
-        return result
     offsets = _schedule(config, len(specs))
-    store, stats, t0, before = _run_processes(config, specs, warmup, n, offsets)
-    after = server_generation_tokens(config.metrics_urls) if config.metrics_urls else (None, [])
-    return RunResult(records=store, config=replace(config), t0=t0, workers=stats,
-                     scheduled_rate=scheduled_rate(offsets) if offsets else None, warmup_cpu_fraction=warm_fraction,
-                     server_tokens_before=before[0], server_tokens_after=after[0],
-                     server_scrape_errors=before[1] + after[1])
+    if n > 1:
+        store, stats, t0, before = _run_processes(config, specs, warmup, n, offsets, progress)
+        after = server_generation_tokens(config.metrics_urls) if config.metrics_urls else (None, [])
+        return _result(config, store, stats, t0, offsets, before, after, warm_fraction)
+    tally = _Tally(_initial_total(config, specs, offsets))
+    if progress is None:
+        store, one, t0, before, after = asyncio.run(_one_loop(config, specs, warmup, offsets, tally))
+        return _result(config, store, [one], t0, offsets, before, after, warm_fraction)
+    reporter = _Reporter(progress)
+    box: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            box["out"] = asyncio.run(_one_loop(config, specs, warmup, offsets, tally))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread below
+            box["error"] = exc
+
+    thread = threading.Thread(target=body, name="loadgen-loop", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(PROGRESS_PERIOD_S / 2)
+        if thread.is_alive():
+            reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens)
+    if "error" in box:
+        raise box["error"]
+    _report_final(reporter, tally)
+    store, one, t0, before, after = box["out"]
+    return _result(config, store, [one], t0, offsets, before, after, warm_fraction)
 
 
 async def _measure_warmup(cfg: LoadConfig, warmup: list[RequestSpec]) -> float:

@@ -100,6 +100,8 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     hi = int(end.max()) if n else 0
     duration = (hi - lo) / 1e9
     s["duration_s"] = duration
+    # A duration-limited point (LoadConfig.duration_s) ran for a time, not over the whole dataset.
+    s["duration_limited"] = bool(getattr(result, "duration_limited", False))
 
     # ---------------------------------------------------------------- per request (successes)
     ttft = _ns(first[ok] - start[ok])

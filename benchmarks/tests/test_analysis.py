@@ -59,18 +59,18 @@ def test_it_concludes_decode_bound_plateau_and_no_pd_gain_on_the_seed_table() ->
     assert cmp.matched[0].other_tok_s_per_gpu == pytest.approx(2.55)
     assert cmp.per_gpu_ratio == pytest.approx(0.488, abs=0.001)
     assert r.findings == [
-        "Decode step time fits 54 ms + 35.2 ms per running sequence (R² 0.996 over 3 points, largest residual "
-        "15 ms); the running batch comes from Little's law (running batch = tok/s x TPOT, capped at the "
-        "concurrency): 0.9 at c=1, 6.9 at c=8, 12.8 at c=16.",
-        "Decode is the bottleneck: TPOT grows from 94 ms at c=1 to 510 ms at c=16 (fit 54 ms + 35.2 ms per "
-        "running sequence, R² 0.996), and decode takes 94% of E2E at c=16.",
+        "Decode step time (mean TPOT) fits 54 ms + 35.2 ms per running sequence (R² 0.996 over 3 points, largest "
+        "residual 15 ms); the running batch comes from Little's law (running batch = tok/s x mean TPOT, capped at "
+        "the concurrency): 0.9 at c=1, 6.9 at c=8, 12.8 at c=16.",
+        "Decode is the bottleneck: mean TPOT grows from 94 ms at c=1 to 510 ms at c=16 (fit 54 ms + 35.2 ms per "
+        "running sequence, R² 0.996), and decode takes 94% of mean E2E at c=16.",
         "Throughput plateaus at 24.5-25.0 tok/s from c=8: going to c=16 (x2.0 load) changes it by +2% "
         "(24.5 -> 25.0 tok/s).",
         "The ceiling is about 25.0 tok/s (observed at c=16, 3.12 tok/s per GPU on 8 GPUs); 90% of it is reached "
         "by c=8.",
         "The fit's asymptote, 28.4 tok/s (1000 / 35.2 ms per sequence), bounds what any batch size could give "
         "on this decode path.",
-        "Queueing from c=8 to c=16: TTFT grows x4.4 while throughput changes x1.02 (x2.0 load).",
+        "Queueing from c=8 to c=16: mean TTFT grows x4.4 while throughput changes x1.02 (x2.0 load).",
         "At c=1, 256/256 tokens in/out: PD gives 9.95 tok/s on 8 GPUs (1.24 tok/s per GPU); single-node gives "
         "10.2 tok/s on 4 GPUs (2.55 tok/s per GPU): x0.49 per GPU for PD.",
         "PD gives no gain per GPU over single-node, compared at the same concurrency (c=1).",
@@ -91,7 +91,7 @@ def test_it_reaches_the_same_conclusions_on_a_measured_sim_sweep_of_the_seed_pro
     assert r.fit.r_squared > 0.99
     assert r.comparison is not None and r.comparison.verdict == "no_gain"
     assert r.comparison.per_gpu_ratio == pytest.approx(0.495, abs=0.005)
-    assert "Decode is the bottleneck: TPOT grows from 94 ms at c=1 to 489 ms at c=16" in r.findings[1]
+    assert "Decode is the bottleneck: mean TPOT grows from 94 ms at c=1 to 489 ms at c=16" in r.findings[1]
     assert r.findings[2].startswith("Throughput plateaus at 25.4-27.0 tok/s from c=8")
     assert "PD gives no gain per GPU over single-node, compared at the same concurrency (c=1)." in r.findings
 
@@ -146,8 +146,8 @@ def test_it_classifies_a_prefill_bound_sweep() -> None:
     assert r.bottleneck == "prefill"
     assert not r.queueing_detected
     assert r.points[-1].e2e_estimated and r.points[-1].e2e_ms == pytest.approx(2000 + 31 * 15.1)
-    assert r.findings[1] == ("Prefill is the bottleneck: TTFT is 2.0 s of 2.5 s E2E at c=4 (81%), growing from "
-                             "800 ms at c=1 while throughput still grows; TPOT stays at 15 ms.")
+    assert r.findings[1] == ("Prefill is the bottleneck: mean TTFT is 2.0 s of 2.5 s mean E2E at c=4 (81%), growing "
+                             "from 800 ms at c=1 while throughput still grows; mean TPOT stays at 15 ms.")
 
 
 def test_it_classifies_queueing_when_ttft_grows_and_throughput_is_flat() -> None:
@@ -166,7 +166,7 @@ def test_it_says_no_ceiling_is_reached_on_a_linear_sweep() -> None:
     assert not r.queueing_detected
     assert ("No ceiling is reached: throughput grows x8.0 from c=1 to c=8 (x8.0 load), so the ceiling is above "
             "the best observed 395 tok/s at c=8.") in r.findings
-    assert ("No bottleneck is reached: TPOT stays at 20 ms from c=1 to c=8, and throughput grows x8.0 for x8.0 "
+    assert ("No bottleneck is reached: mean TPOT stays at 20 ms from c=1 to c=8, and throughput grows x8.0 for x8.0 "
             "load.") in r.findings
 
 
@@ -288,13 +288,13 @@ def test_it_never_reports_a_negative_per_sequence_cost_as_a_decode_cost() -> Non
     assert not r.fit.is_decode_cost
     assert r.bottleneck == "unknown"
     assert r.ceiling.asymptote_tok_s is None
-    assert r.findings[0] == ("Decode step time does not grow with the running batch over the measured range: TPOT "
-                             "is 31 ms at 0.3 running sequences (c=4) and 20 ms at 1.6 (c=2); a straight line "
-                             "through these points falls (R² 0.977), which no decode step does, so no per-sequence "
-                             "decode cost is read from it.")
-    assert r.findings[1] == ("The bottleneck cannot be classified: TPOT rises from 24 ms at c=1 to 31 ms at c=4, "
-                             "but not with the running batch: TPOT is 31 ms at 0.3 running sequences (c=4) and 20 ms "
-                             "at 1.6 (c=2); so decode is not named the bottleneck.")
+    assert r.findings[0] == ("Decode step time (mean TPOT) does not grow with the running batch over the measured "
+                             "range: mean TPOT is 31 ms at 0.3 running sequences (c=4) and 20 ms at 1.6 (c=2); a "
+                             "straight line through these points falls (R² 0.977), which no decode step does, so no "
+                             "per-sequence decode cost is read from it.")
+    assert r.findings[1] == ("The bottleneck cannot be classified: mean TPOT rises from 24 ms at c=1 to 31 ms at "
+                             "c=4, but not with the running batch: mean TPOT is 31 ms at 0.3 running sequences (c=4) "
+                             "and 20 ms at 1.6 (c=2); so decode is not named the bottleneck.")
     assert not any("per running sequence" in f or "Decode is the bottleneck" in f for f in r.findings)
 
 
@@ -306,13 +306,14 @@ def test_it_never_reports_a_negative_fixed_cost_as_a_decode_cost() -> None:
     assert (r.fit.fixed_ms, r.fit.per_seq_ms) == (pytest.approx(-10.0), pytest.approx(10.0))
     assert not r.fit.is_decode_cost and r.ceiling.asymptote_tok_s is None
     assert r.bottleneck == "unknown"
-    assert r.findings[0] == ("Decode step time is not a fixed plus a per-sequence cost over the measured range: "
-                             "TPOT is 10 ms at 2.0 running sequences (c=2) and 70 ms at 8.0 (c=8), but a straight "
-                             "line through these points crosses zero at 1.0 running sequences (a negative fixed "
-                             "cost, R² 1.000), which no decode step has, so no decode cost is read from it.")
-    assert r.bottleneck_reason == ("TPOT rises from 10 ms at c=2 to 70 ms at c=8, but the line through TPOT against "
-                                   "the running batch has a negative fixed cost (-10 ms), which is no decode cost, so "
-                                   "decode is not named the bottleneck")
+    assert r.findings[0] == ("Decode step time (mean TPOT) is not a fixed plus a per-sequence cost over the "
+                             "measured range: mean TPOT is 10 ms at 2.0 running sequences (c=2) and 70 ms at 8.0 "
+                             "(c=8), but a straight line through these points crosses zero at 1.0 running sequences "
+                             "(a negative fixed cost, R² 1.000), which no decode step has, so no decode cost is read "
+                             "from it.")
+    assert r.bottleneck_reason == ("mean TPOT rises from 10 ms at c=2 to 70 ms at c=8, but the line through mean "
+                                   "TPOT against the running batch has a negative fixed cost (-10 ms), which is no "
+                                   "decode cost, so decode is not named the bottleneck")
 
 
 def test_it_says_throughput_falls_instead_of_growing_below_one() -> None:
@@ -322,16 +323,61 @@ def test_it_says_throughput_falls_instead_of_growing_below_one() -> None:
     assert r.ceiling.falls and r.ceiling.source is None and r.ceiling.observed_max_label == "c=2"
     assert r.bottleneck == "unknown"
     assert ("Throughput falls as load rises, from 42.0 tok/s at c=2, the best point, to 12.0 tok/s at c=8, x0.29 "
-            "for x4.0 load; this points at failures or overload, not at a ceiling above the best point (42.0 tok/s "
-            "at c=2).") in r.findings
+            "for x4.0 load; this points at overload (no request failed), not at a ceiling above the best point "
+            "(42.0 tok/s at c=2).") in r.findings
     assert not any("grows x0" in f or "No ceiling is reached" in f for f in r.findings)
     # A small fall over too little load for a plateau: still "falls", with the numbers.
     small = ceiling_analyse([point(4, 100.0, 24.0, 80.0), point(5, 95.0, 24.5, 85.0)], num_gpus=1, topology="single")
     assert not small.ceiling.falls and small.bottleneck == "none"
     assert small.findings[1:3] == [
-        "No bottleneck is reached: TPOT stays at 24 ms from c=4 to c=5, and throughput falls from 100 to 95.0 tok/s "
-        "(x0.95) for x1.2 load.",
+        "No bottleneck is reached: mean TPOT stays at 24 ms from c=4 to c=5, and throughput falls from 100 to "
+        "95.0 tok/s (x0.95) for x1.2 load.",
         "Throughput does not grow with load: from c=4 to c=5 it falls from 100 to 95.0 tok/s (x0.95) for x1.2 load; "
-        "this points at failures or overload, not at a ceiling above the best point (100 tok/s at c=4).",
+        "this points at overload (no request failed), not at a ceiling above the best point (100 tok/s at c=4).",
     ]
     assert not any("grows x0" in f for f in small.findings)
+    assert not any("failures" in f for f in r.findings + small.findings)
+
+
+def test_it_puts_falling_throughput_down_to_failures_only_when_requests_failed() -> None:
+    sweep = [point(1, 40.0, 24.0, 80.0, completed=8, failed=0), point(2, 42.0, 24.5, 85.0, completed=8, failed=0),
+             point(4, 30.0, 25.0, 90.0, completed=16, failed=1), point(8, 12.0, 25.0, 95.0, completed=31, failed=1)]
+    r = ceiling_analyse(sweep, num_gpus=1, topology="single")
+    assert r.failed_requests == 2 and r.ceiling.falls
+    assert ("Throughput falls as load rises, from 42.0 tok/s at c=2, the best point, to 12.0 tok/s at c=8, x0.29 "
+            "for x4.0 load; this points at failures (2 failed requests) or overload, not at a ceiling above the "
+            "best point (42.0 tok/s at c=2).") in r.findings
+    assert r.bottleneck_reason.endswith("failures (2 failed requests) or overload, not a bottleneck this sweep can "
+                                        "name")
+    # Failures in a point left out of the analysis still count: they are what the heavier load did.
+    excluded = ceiling_analyse([*sweep[:3], point(8, 12.0, 25.0, 95.0, completed=4, failed=12)], num_gpus=1,
+                               topology="single")
+    assert excluded.failed_requests == 13
+    clean = ceiling_analyse([point(c, t, 24.0, 80.0, completed=8, failed=0) for c, t in ((1, 40.0), (2, 42.0),
+                                                                                         (4, 30.0), (8, 12.0))],
+                            num_gpus=1, topology="single")
+    assert clean.failed_requests == 0
+    assert "overload (no request failed)" in clean.bottleneck_reason
+    assert not any("failures" in f for f in clean.findings)
+
+
+def test_it_names_the_statistic_of_every_latency_it_quotes() -> None:
+    # Imported runs may carry only the median: the sentences then say p50, never an unqualified TPOT.
+    medians = [SweepPoint(concurrency=c, output_throughput_tok_s=t, tpot_ms=LatencyStats(p50=tp),
+                          ttft_ms=LatencyStats(p50=tt), input_len=256, output_len=256)
+               for c, t, tp, tt in ((1, 9.95, 94, 893), (8, 24.5, 282, 2000), (16, 25.0, 510, 8800))]
+    r = ceiling_analyse(medians, num_gpus=8, topology="pd")
+    assert [a.tpot_stat for a in r.points] == ["p50", "p50", "p50"]
+    assert r.findings[0].startswith("Decode step time (p50 TPOT) fits 54 ms")
+    assert r.findings[1].startswith("Decode is the bottleneck: p50 TPOT grows from 94 ms at c=1 to 510 ms at c=16")
+    assert "Queueing from c=8 to c=16: p50 TTFT grows x4.4" in " ".join(r.findings)
+    mixed = ceiling_analyse([SEED_PD[0], *medians[1:]], num_gpus=8, topology="pd")
+    assert mixed.findings[1].startswith("Decode is the bottleneck: TPOT (mean, or p50 where a run recorded no mean) "
+                                        "grows from 94 ms")
+    for report in (r, mixed, ceiling_analyse(SEED_PD, num_gpus=8, topology="pd")):
+        for sentence in report.findings:
+            for metric in ("TTFT", "TPOT", "E2E"):
+                for i in [j for j in range(len(sentence)) if sentence.startswith(metric, j)]:
+                    before, after = sentence[max(0, i - 5):i], sentence[i + len(metric):i + len(metric) + 7]
+                    assert (before.endswith(("mean ", "p50 ")) or after.startswith(" (mean")
+                            or sentence[i + len(metric):].startswith("(")), sentence

@@ -3,6 +3,7 @@ downloadable), export, records, compare, cancel."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -125,3 +126,48 @@ def test_it_exports_a_sweep_and_serves_its_analysis(viewer_api) -> None:
     assert viewer_api.get(f"/api/sweeps/{sweep.pk}/analysis/").json()["findings"] == ["x"]
     response = viewer_api.get(f"/api/sweeps/{sweep.pk}/export/?format=json")
     assert response.status_code == 200 and json.loads(response.content)["sweep"]["id"] == sweep.pk
+
+
+def test_it_refuses_a_duplicate_import_with_409_naming_the_run(operator_api) -> None:
+    [first] = operator_api.post("/api/runs/import/", {"text": VLLM, "filename": "vllm.json"}, format="json").json()
+    again = operator_api.post("/api/runs/import/", {"text": VLLM, "filename": "copy.json"}, format="json")
+    assert again.status_code == 409
+    body = again.json()
+    assert body["code"] == "conflict"
+    assert body["detail"].startswith(f"this file was already imported as run #{first['id']} (vllm.json) on ")
+    assert body["detail"].endswith("set allow_duplicate to import it again")
+    assert first["original_sha256"] in {hashlib.sha256(VLLM.encode()).hexdigest()}
+    assert first["original_sha256"][:12] in body["detail"]
+    # the same bytes as a multipart upload are the same file
+    upload = SimpleUploadedFile("vllm.json", VLLM.encode(), content_type="application/json")
+    assert operator_api.post("/api/runs/import/", {"file": upload}, format="multipart").status_code == 409
+    assert BenchmarkRun.objects.count() == 1
+    kept = operator_api.post("/api/runs/import/", {"text": VLLM, "allow_duplicate": True}, format="json")
+    assert kept.status_code == 201 and BenchmarkRun.objects.count() == 2
+    # every line of a multi-run file is named
+    many = "\n".join([SGLANG.strip(), SGLANG.strip()]) + "\n"
+    runs = operator_api.post("/api/runs/import/", {"text": many}, format="json").json()
+    refused = operator_api.post("/api/runs/import/", {"text": many}, format="json").json()["detail"]
+    assert f"runs #{runs[0]['id']}, #{runs[1]['id']} (pasted.json)" in refused
+
+
+def test_it_validates_the_duration_per_point_with_dotted_paths(operator_api, deployment,
+                                                               django_capture_on_commit_callbacks) -> None:
+    for bad, why in ((0, "must be seconds > 0 and at most 86400 (24 h), got 0"),
+                     (86_401, "got 86401"), ("60", "got '60'"), (True, "got True")):
+        response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk,
+                                                      "grid": {**GRID, "duration_s": bad}}, format="json")
+        assert response.status_code == 400, bad
+        [message] = response.json()["grid.duration_s"]
+        assert why in message
+    rates = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
+        "concurrency": [], "lengths": ["8:8"], "request_rates": [2.0]}}, format="json")
+    assert rates.json()["grid.requests"] == [
+        "open-loop points (request_rates) need a fixed number of requests or a duration_s"]
+    with django_capture_on_commit_callbacks(execute=False):
+        timed = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
+            "concurrency": [1, 4], "lengths": ["8:8"], "request_rates": [2.0], "duration_s": 30}}, format="json")
+    assert timed.status_code == 201, timed.json()
+    body = timed.json()
+    assert body["grid"]["duration_s"] == 30.0 and body["grid"]["requests_per_concurrency"] is None
+    assert body["points_total"] == 3 and body["requests_total"] == 0  # known only once the points ran

@@ -3,6 +3,7 @@ and CSV/JSON export of runs and sweeps."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -128,3 +129,23 @@ def test_it_imports_through_the_management_command() -> None:
     run = BenchmarkRun.objects.get()
     assert out.getvalue().startswith(f"run #{run.pk} (vllm-bench-serve, line ")
     assert run.original_filename == "vllm-bench-serve.json"
+
+
+def test_it_refuses_a_second_import_of_the_same_file_unless_told_and_the_command_says_why(operator, tmp_path) -> None:
+    from django.core.management import CommandError, call_command
+
+    from controlplane.errors import Conflict
+
+    [first] = run_import(text=VLLM, filename="vllm.json", user=operator)
+    assert first.original_sha256 == hashlib.sha256(VLLM.encode("utf-8")).hexdigest()
+    with pytest.raises(Conflict) as exc:
+        run_import(text=VLLM, filename="again.json", user=operator)
+    assert f"already imported as run #{first.pk} (vllm.json)" in str(exc.value)
+    path = tmp_path / "vllm.json"
+    path.write_text(VLLM)
+    with pytest.raises(CommandError, match=f"vllm.json: this file was already imported as run #{first.pk}"):
+        call_command("import_results", str(path))
+    out = io.StringIO()
+    call_command("import_results", str(path), "--allow-duplicate", stdout=out)
+    assert BenchmarkRun.objects.filter(original_sha256=first.original_sha256).count() == 2
+    assert out.getvalue().startswith("run #")

@@ -309,8 +309,56 @@ def test_it_shows_form_errors_next_to_the_fields(operator_client, deployment):
     html = _html(response)
     assert "&#x27;x&#x27; is not a positive whole number." in html
     assert "&#x27;256&#x27; is not input:output, e.g. 256:256." in html
-    assert "must be a positive whole number." in html
+    assert "&#x27;-2&#x27; is not a positive whole number." in html
     assert not BenchmarkSweep.objects.exists()
+
+
+def test_it_refuses_numbers_a_browser_would_silently_drop_with_a_message(operator_client, deployment):
+    # A type="number" input turns 1e400 into "" in the browser, which reads as "not given": the
+    # form uses text inputs, so the server sees what was typed and refuses it by name.
+    form = _html(operator_client.get(reverse("benchmarks:sweep-create") + f"?deployment={deployment.pk}"))
+    assert 'type="number"' not in form
+    assert 'name="slo_ttft_ms"' in form and 'inputmode="decimal"' in form and 'name="duration"' in form
+    response = operator_client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": deployment.pk, "concurrency": "1", "lengths": "8:8", "slo_ttft_ms": "1e400",
+        "slo_tpot_ms": "nan", "slo_e2e_ms": "-5", "rates": "inf", "duration": "90000",
+    })
+    assert response.status_code == 400
+    html = _html(response)
+    assert "&#x27;1e400&#x27; is not a finite number (too large, or not a number at all)." in html
+    assert "&#x27;nan&#x27; is not a finite number" in html
+    assert "&#x27;-5&#x27; must be more than 0 ms." in html
+    assert "&#x27;inf&#x27; is not a finite number" in html
+    assert "&#x27;90000&#x27; is more than the limit of 86400 s." in html
+    assert 'value="1e400"' in html  # the form comes back with what was typed
+    assert not BenchmarkSweep.objects.exists()
+
+
+def test_it_creates_a_time_limited_sweep_from_the_form(operator_client, deployment):
+    response = operator_client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": deployment.pk, "concurrency": "2", "lengths": "16:8", "requests": "", "duration": "2.5",
+    })
+    assert response.status_code == 302
+    sweep = BenchmarkSweep.objects.get()
+    assert sweep.grid["duration_s"] == 2.5 and sweep.grid["requests"] is None
+    assert sweep.grid["requests_per_concurrency"] is None
+    # how many requests fit in 2.5 s is not known in advance: the total grows as points run
+    assert sweep.requests_total == 0
+    page = _html(operator_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+    assert "2.5 s per point" in page
+    both = operator_client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": deployment.pk, "concurrency": "1", "lengths": "16:8", "requests": "3", "duration": "60",
+    })
+    assert both.status_code == 400  # one sweep at a time on a deployment
+    sweep.status = SweepStatus.DONE
+    sweep.save()
+    both = operator_client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": deployment.pk, "concurrency": "1", "lengths": "16:8", "requests": "3", "duration": "60",
+    })
+    second = BenchmarkSweep.objects.exclude(pk=sweep.pk).get()
+    assert both.status_code == 302 and (second.grid["requests"], second.grid["duration_s"]) == (3, 60.0)
+    assert "60 s per point or its requests, whichever ends first" in _html(
+        operator_client.get(reverse("benchmarks:sweep-detail", args=[second.pk])))
 
 
 def test_it_refuses_to_sweep_a_stopped_deployment(operator_client, deployment):
@@ -448,3 +496,131 @@ def test_it_lists_sweeps_and_runs_with_the_import_form_for_operators(operator_cl
     viewer_html = _html(viewer_client.get(reverse("benchmarks:index")))
     assert 'enctype="multipart/form-data"' not in viewer_html
     assert "Importing results needs the operator role." in viewer_html
+
+
+# --- charts that would mislead: one sample, a few huge outliers ---------------------------------
+
+
+def _stream(start_ms: int, events_ms: list[int], index: int) -> RequestOutcome:
+    return RequestOutcome(
+        scheduled=T0 + start_ms * MS, start=T0 + start_ms * MS, end=T0 + events_ms[-1] * MS + MS, index=index,
+        events=array("q", [T0 + e * MS for e in events_ms]), event_tokens=array("H", [1] * len(events_ms)),
+        output_tokens=len(events_ms), input_tokens=16, requested_input=16, requested_output=len(events_ms),
+        http_status=200, ok=True, finish_reason="length",
+    )
+
+
+def _measured_run(sweep: BenchmarkSweep, store: RecordStore, path: Path, **fields) -> BenchmarkRun:
+    return BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=sweep.runs.count() + 1, status=RunStatus.DONE, concurrency=1, input_len=16,
+        output_len=fields.pop("output_len", 3), num_requests=len(store), num_gpus=4,
+        summary=_summary(tok_s=10.0, ttft_p99_s=0.1), records_path=str(store.save(path)), **fields)
+
+
+def test_it_draws_a_one_request_run_as_a_single_marked_step_with_a_note(viewer_client, sweep, var_dir):
+    store = RecordStore()
+    store.add(_stream(0, [120, 170, 220], 0))
+    run = _measured_run(sweep, store, var_dir / "benchmarks" / "one.npz")
+    html = _html(viewer_client.get(reverse("benchmarks:run-detail", args=[run.pk])))
+    ttft = _json_script(html, "chart-cdf-ttft")
+    assert ttft["series"][0]["points"] == [[120.0, 1.0]]
+    assert ttft["note"] == ("one sample: the CDF is a single step to 1.0 at 120 ms; a curve needs at least 2 "
+                            "samples (2 requests for TTFT, TPOT and E2E).")
+    assert _json_script(html, "chart-cdf-e2e")["series"][0]["points"] == [[220.0, 1.0]]
+    # the two gaps of the one request are two ITL samples: a real curve, no note
+    itl = _json_script(html, "chart-cdf-itl")
+    assert itl["series"][0]["points"] == [[50.0, 0.5], [50.0, 1.0]] and "note" not in itl
+
+
+def test_it_caps_the_itl_axis_at_p99_9_and_counts_the_points_beyond(viewer_client, sweep, var_dir):
+    # 2 requests x 1500 gaps of 10 ms, plus 3 stalls of 4 s, 5 s and 6 s: a linear axis to 6 s would
+    # squeeze every other gap into its first pixel.
+    store = RecordStore()
+    for index in range(2):
+        times = [100 + 10 * k for k in range(1501)]
+        if index == 1:  # three stalls: the gaps after events 300, 700 and 1100 grow by 4, 5 and 6 s
+            for cut, stall_ms in ((300, 3990), (700, 4990), (1100, 5990)):
+                times = times[:cut] + [t + stall_ms for t in times[cut:]]
+        store.add(_stream(0, times, index))
+    run = _measured_run(sweep, store, var_dir / "benchmarks" / "stalls.npz", output_len=1501)
+    html = _html(viewer_client.get(reverse("benchmarks:run-detail", args=[run.pk])))
+    itl = _json_script(html, "chart-cdf-itl")
+    assert itl["title"] == "ITL CDF (x-axis capped at p99.9)"
+    assert itl["x"]["max"] == 10.0
+    assert itl["note"] == ("3 points beyond 10 ms (p99.9) not drawn; the largest is 6000 ms. The curve ends at "
+                           "the fraction of samples drawn.")
+    points = itl["series"][0]["points"]
+    assert max(p[0] for p in points) == 10.0
+    assert points[-1][1] == pytest.approx(2997 / 3000)
+    # TTFT of two requests: nothing to cap, every sample drawn
+    ttft = _json_script(html, "chart-cdf-ttft")
+    assert "max" not in ttft["x"] and "note" not in ttft and len(ttft["series"][0]["points"]) == 2
+
+
+def test_it_explains_client_cpu_in_microseconds_per_streamed_event(viewer_client, sweep):
+    run = sweep.runs.get()
+    run.summary = {**run.summary, "client_cpu_us_per_event": 34.5}
+    run.save()
+    html = _html(viewer_client.get(reverse("benchmarks:run-detail", args=[run.pk])))
+    row = html.split("Client CPU per streamed event")[1].split("</tr>")[0]
+    assert row.startswith(" (µs per event)")
+    assert '<td class="num">34.50</td>' in row
+    assert "divided by the server-sent events they parsed" in row
+    assert 'title="CPU time the load generator' in html.split("Client CPU per streamed event")[0][-400:]
+    assert "(ms)" not in row
+
+
+# --- live progress of the running point -------------------------------------------------------
+
+
+def test_it_shows_the_running_points_progress_from_its_row(viewer_client, sweep):
+    running = BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=1, status=RunStatus.RUNNING, concurrency=8, input_len=256, output_len=256,
+        num_requests=24, progress={"done": 9, "total": 24, "failed": 1, "output_tokens": 2304, "elapsed_s": 12.5,
+                                   "tok_s": 184.3, "duration_s": None, "source": "client"})
+    html = _html(viewer_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk]), {"points": "1"}))
+    live = html.split('class="run-progress"')[1].split("</dd>")[0]
+    assert reverse("benchmarks:run-detail", args=[running.pk]) in live
+    assert "9 / 24 requests done" in live and "1 failed" in live
+    assert "184.3 tok/s" in live and "12.5 s elapsed" in live
+    assert "counted by the load generator" in live
+
+
+def test_it_measures_a_time_limited_sweep_by_points_and_elapsed_time(viewer_client, sweep):
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(grid={**sweep.grid, "duration_s": 60.0, "requests": None})
+    BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=1, status=RunStatus.RUNNING, concurrency=8, input_len=256, output_len=256,
+        num_requests=7812, duration_s=60.0,
+        progress={"done": 40, "total": 7812, "failed": 0, "elapsed_s": 30.0, "tok_s": 150.0, "duration_s": 60.0})
+    html = _html(viewer_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk]), {"points": "1"}))
+    # 1 of 2 points done, the running one half way through its 60 s: 75 %
+    assert 'style="width: 75.0%"' in html
+    assert "30.0 s of 60 s elapsed" in html
+    assert "time-limited points send what fits in their time" in html
+
+
+# --- duplicate imports ------------------------------------------------------------------------
+
+
+def test_it_refuses_a_duplicate_import_naming_the_run_unless_asked_to_keep_both(operator_client):
+    original = (DATA / "vllm-bench-serve.json").read_bytes()
+    first = operator_client.post(reverse("benchmarks:run-import"),
+                                 {"file": SimpleUploadedFile("vllm-bench-serve.json", original)})
+    run = BenchmarkRun.objects.get()
+    assert first.status_code == 302
+    again = operator_client.post(reverse("benchmarks:run-import"),
+                                 {"file": SimpleUploadedFile("renamed.json", original)})
+    assert again.status_code == 409
+    html = _html(again)
+    assert f"This file was already imported as run #{run.pk} (vllm-bench-serve.json) on" in html
+    assert "set allow_duplicate to import it again" in html
+    assert f'<a href="{reverse("benchmarks:run-detail", args=[run.pk])}">run #{run.pk}</a>' in html
+    assert 'name="allow_duplicate"' in html
+    assert BenchmarkRun.objects.count() == 1
+    kept = operator_client.post(reverse("benchmarks:run-import"),
+                                {"file": SimpleUploadedFile("renamed.json", original), "allow_duplicate": "1"})
+    assert kept.status_code == 302 and BenchmarkRun.objects.count() == 2
+    # one changed byte is another file
+    changed = operator_client.post(reverse("benchmarks:run-import"),
+                                   {"file": SimpleUploadedFile("v2.json", original.replace(b"}", b"}\n", 1))})
+    assert changed.status_code == 302 and BenchmarkRun.objects.count() == 3

@@ -7,12 +7,18 @@
 //
 // The embedded object is
 //   { "title": str,
-//     "x": {"label": str, "unit": str, "log": bool},
+//     "x": {"label": str, "unit": str, "log": bool, "max": number (optional: where the axis ends)},
 //     "y": {"label": str, "unit": str, "log": bool},
-//     "series": [{"label": str, "points": [[x, y], ...], "step": bool}] }
+//     "series": [{"label": str, "points": [[x, y], ...], "step": bool}],
+//     "empty": str (optional: shown instead of a chart without points),
+//     "note": str (optional: printed under the chart, e.g. what lies beyond a capped axis) }
 // Series may have different x values (CDFs of several runs): they are aligned on the union of
 // x values with uPlot.join, and a series has no point where it had no sample. Nulls in y are
 // gaps. Charts are drawn on page load and again whenever htmx swaps in content holding one.
+//
+// Axes never repeat a tick label: a flat series (every value equal) gets a range around its value
+// instead of a zero-height one, and linear ticks are printed with as many decimals as the tick
+// step needs. A series of one point is drawn as a marked point.
 (function () {
   "use strict";
 
@@ -20,6 +26,10 @@
   // colour across the charts of one page.
   var PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"];
   var HEIGHT_PX = 280;
+  // A flat series is drawn in a band of +/- this share of its value (or +/- 1 around zero).
+  var FLAT_PAD = 0.1;
+  // Most decimals a tick label gets; finer steps are printed in exponent form.
+  var MAX_DECIMALS = 6;
 
   function axisTitle(axis) {
     if (!axis) return "";
@@ -36,9 +46,64 @@
     return v.toFixed(a >= 1 ? 2 : 3);
   }
 
+  // Decimals needed to print multiples of a tick step exactly (0.25 -> 2, 5 -> 0, 2e-4 -> 4).
+  function decimalsFor(step) {
+    if (!(step > 0) || !isFinite(step)) return 0;
+    for (var d = 0; d <= MAX_DECIMALS; d++) {
+      var scaled = step * Math.pow(10, d);
+      var whole = Math.round(scaled);
+      if (whole >= 1 && Math.abs(scaled - whole) < 1e-6 * scaled) return d;
+    }
+    return MAX_DECIMALS + 1;
+  }
+
+  // Tick labels of a linear axis: every tick with the decimals its step needs, so two different
+  // ticks never print the same text. uPlot passes the step it chose (foundIncr).
+  function linearTickLabels(u, ticks, axisIdx, foundSpace, foundIncr) {
+    var step = foundIncr;
+    if (!(step > 0) && ticks.length > 1) step = Math.abs(ticks[1] - ticks[0]);
+    var d = decimalsFor(step);
+    var big = ticks.some(function (v) { return v !== null && Math.abs(v) >= 1e9; });
+    return ticks.map(function (v) {
+      if (v === null || v === undefined) return "";
+      if (d > MAX_DECIMALS || big) return v.toExponential(Math.min(MAX_DECIMALS, Math.max(2, d - 1)));
+      return (Math.abs(v) < Math.pow(10, -d) / 2 ? 0 : v).toFixed(d);
+    });
+  }
+
   // uPlot leaves the minor ticks of a log axis unlabelled (null): an empty label, not a dash.
-  function tickLabels(u, ticks) {
+  function logTickLabels(u, ticks) {
     return ticks.map(function (v) { return v === null || v === undefined ? "" : formatNumber(v); });
+  }
+
+  // The y range: uPlot's own for data that varies; a band around a flat series (min == max),
+  // which would otherwise give a zero-height range whose ticks all round to the same label.
+  // Data that is all >= 0 keeps a range that starts at >= 0.
+  function flatRange(min, max) {
+    if (min === null || max === null || !isFinite(min) || !isFinite(max)) return [0, 1];
+    if (max > min) return null;
+    var pad = min === 0 ? 1 : Math.abs(min) * FLAT_PAD;
+    var lo = min - pad;
+    if (min >= 0 && lo < 0) lo = 0;
+    return [lo, max + pad];
+  }
+
+  function yRange(u, min, max) {
+    var flat = flatRange(min, max);
+    if (flat) return flat;
+    return uPlot.rangeNum(min, max, 0.1, true);
+  }
+
+  // The x range: ends at spec.x.max when the page capped the axis (outliers are listed in the
+  // chart's note); a single x value gets a band around it like a flat y series.
+  function xRangeFor(spec) {
+    var cap = spec.x && typeof spec.x.max === "number" ? spec.x.max : null;
+    return function (u, min, max) {
+      if (cap !== null && (max === null || max > cap)) max = cap;
+      var flat = flatRange(min, max);
+      if (flat) return flat;
+      return [min, max];
+    };
   }
 
   // Turn the per-series [[x, y], ...] lists into uPlot's aligned columns.
@@ -54,21 +119,30 @@
   function buildOptions(spec, width) {
     var xUnit = spec.x && spec.x.unit ? " " + spec.x.unit : "";
     var yUnit = spec.y && spec.y.unit ? " " + spec.y.unit : "";
+    var xLog = !!(spec.x && spec.x.log);
+    var yLog = !!(spec.y && spec.y.log);
     var series = [{
       label: axisTitle(spec.x),
       value: function (u, v) { return v === null || v === undefined ? "—" : formatNumber(v) + xUnit; }
     }];
     spec.series.forEach(function (s, i) {
+      var n = (s.points || []).length;
       series.push({
         label: s.label,
         stroke: PALETTE[i % PALETTE.length],
+        fill: n === 1 ? PALETTE[i % PALETTE.length] : undefined,
         width: 2,
         spanGaps: true,
-        points: { show: !s.step && (s.points || []).length <= 40 },
+        // A single point has no line to draw: mark it. Step series (CDFs) draw no markers otherwise.
+        points: { show: n === 1 || (!s.step && n <= 40), size: n === 1 ? 9 : 5 },
         paths: s.step && uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined,
         value: function (u, v) { return v === null || v === undefined ? "—" : formatNumber(v) + yUnit; }
       });
     });
+    var xScale = { time: false, distr: xLog ? 3 : 1, log: 2 };
+    if (!xLog) xScale.range = xRangeFor(spec);
+    var yScale = { distr: yLog ? 3 : 1, log: 2 };
+    if (!yLog) yScale.range = yRange;
     return {
       title: spec.title || "",
       width: width,
@@ -76,16 +150,24 @@
       series: series,
       scales: {
         // Base 2 on a log axis: load grids double (1, 2, 4, 8, ...), so every point gets a tick.
-        x: { time: false, distr: spec.x && spec.x.log ? 3 : 1, log: 2 },
-        y: { distr: spec.y && spec.y.log ? 3 : 1, log: 2 }
+        x: xScale,
+        y: yScale
       },
       axes: [
-        { label: axisTitle(spec.x), values: tickLabels },
-        { label: axisTitle(spec.y), size: 64, values: tickLabels }
+        { label: axisTitle(spec.x), values: xLog ? logTickLabels : linearTickLabels },
+        { label: axisTitle(spec.y), size: 64, values: yLog ? logTickLabels : linearTickLabels }
       ],
       legend: { live: true },
       cursor: { drag: { x: true, y: false } }
     };
+  }
+
+  function addNote(container, spec) {
+    if (!spec.note) return;
+    var note = document.createElement("p");
+    note.className = "muted small chart-note";
+    note.textContent = spec.note;
+    container.appendChild(note);
   }
 
   function draw(container) {
@@ -104,6 +186,7 @@
     }
     var width = Math.max(320, container.clientWidth || 560);
     var chart = new uPlot(buildOptions(spec, width), alignedData(spec.series), container);
+    addNote(container, spec);
     // Follow the container's width (the grid of charts reflows with the window).
     if (typeof ResizeObserver !== "undefined") {
       new ResizeObserver(function () {
@@ -119,7 +202,10 @@
     if (root.matches && root.matches("[data-chart]")) draw(root);
   }
 
-  window.CeilingCharts = { drawAll: drawAll, alignedData: alignedData, formatNumber: formatNumber };
+  window.CeilingCharts = {
+    drawAll: drawAll, alignedData: alignedData, formatNumber: formatNumber, buildOptions: buildOptions,
+    decimalsFor: decimalsFor, linearTickLabels: linearTickLabels, flatRange: flatRange, xRangeFor: xRangeFor
+  };
   document.addEventListener("DOMContentLoaded", function () { drawAll(document); });
   document.addEventListener("htmx:load", function (event) { drawAll(event.detail.elt); });
 })();

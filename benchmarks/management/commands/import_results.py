@@ -17,6 +17,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("file")
         parser.add_argument("--user", default=None, help="username recorded as importer")
+        parser.add_argument("--allow-duplicate", action="store_true",
+                            help="import even if a file with the same content was imported before")
 
     def handle(self, *args, **o):
         path = Path(o["file"])
@@ -26,7 +28,7 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {path}: {exc}") from None
         user = User.objects.filter(username=o["user"]).first() if o["user"] else None
         try:
-            runs = run_import(text=text, filename=path.name, user=user)
+            runs = run_import(text=text, filename=path.name, user=user, allow_duplicate=o["allow_duplicate"])
         except CeilingError as exc:
             raise CommandError(f"{path.name}: {exc}") from None
         for run in runs:

@@ -3,6 +3,7 @@
 Creates a sweep through :func:`benchmarks.services.sweep_create` (the same service as the API and
 UI). The sweep runs on the ``control`` worker; ``--wait`` follows it and prints the results table
 and the ceiling findings; ``--here`` runs it in this process instead (no worker needed).
+``--duration S`` limits each point to S seconds (with ``--requests``, whichever ends first).
 """
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ class Command(BaseCommand):
         parser.add_argument("--lengths", default="256:256", help="input:output token pairs, comma-separated")
         parser.add_argument("--requests", type=int, default=None, help="requests per point (default 4 x c)")
         parser.add_argument("--requests-per-concurrency", type=float, default=None, help="requests = k x c")
+        parser.add_argument("--duration", type=float, default=None,
+                            help="seconds per point (with --requests: whichever ends first)")
         parser.add_argument("--warmup", type=int, default=0, help="warmup requests per point")
         parser.add_argument("--api", default=None, help="sglang-generate, openai-completions or openai-chat")
         parser.add_argument("--wait", action="store_true", help="follow the sweep and print its results")
@@ -54,6 +57,8 @@ class Command(BaseCommand):
             grid["requests"] = o["requests"]
         if o["requests_per_concurrency"] is not None:
             grid["requests_per_concurrency"] = o["requests_per_concurrency"]
+        if o["duration"] is not None:
+            grid["duration_s"] = o["duration"]
         if o["api"]:
             grid["api"] = o["api"]
         user = User.objects.filter(username=o["user"]).first() if o["user"] else None
@@ -61,7 +66,9 @@ class Command(BaseCommand):
             sweep = sweep_create(deployment=deployment, user=user, grid=grid)
         except CeilingError as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"sweep #{sweep.pk} created: {sweep.points_total} points, {sweep.requests_total} requests")
+        requests = (f"{sweep.requests_total} requests" if sweep.requests_total
+                    else f"as many requests as fit in {sweep.grid['duration_s']:g} s per point")
+        self.stdout.write(f"sweep #{sweep.pk} created: {sweep.points_total} points, {requests}")
         if o["here"]:
             sweep_execute(sweep_id=sweep.pk)
         elif o["wait"]:

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 
-from deployments.demo import DeployProof, demo_deploy_and_prove
+from deployments.demo import DeployProof, demo_cpu_sharing, demo_deploy_and_prove
 from deployments.management.commands.seed import DEMO_USERNAME, demo_login_ensure
 from deployments.models import Recipe
 
@@ -114,6 +114,9 @@ class Command(BaseCommand):
                 deployment = Deployment.objects.get(pk=proof.deployment_id)
             out.write(f"  {name}: c = {', '.join(map(str, concurrency))}, {lengths} in/out tokens, "
                       f"{per_c} x c requests per point ({why})")
+            sharing = demo_cpu_sharing(recipe=recipe)
+            if sharing:
+                out.write(f"    {sharing}")
             sweep = sweep_create(deployment=deployment, user=user,
                                  grid={"concurrency": concurrency, "lengths": [lengths],
                                        "requests_per_concurrency": per_c})

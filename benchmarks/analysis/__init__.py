@@ -1,0 +1,74 @@
+"""Ceiling analysis of a benchmark sweep: where throughput stops growing, and why.
+
+Pure functions over plain dataclasses (no database). The input is one :class:`SweepPoint` per grid
+point of a sweep at one input/output length pair, as the load generator summarises a run
+(field names and units follow its summary: ``output_throughput_tok_s``, ``ttft_ms``, ...; metric
+definitions in ``/work/shared/design/metrics.md``). :func:`ceiling_analyse` returns a
+:class:`CeilingReport` holding:
+
+* a least-squares fit of the decode step time against the running batch,
+  ``TPOT(b) = fixed_ms + per_seq_ms * b``, where the running batch ``b`` is estimated with
+  Little's law (``b = output tok/s * TPOT``: each sequence in the decode batch yields one token
+  per step) instead of assuming ``b = concurrency``; at high concurrency part of the requests
+  wait for prefill or admission and are not in the decode batch;
+* the throughput ceiling: the observed plateau when throughput stopped growing, else the fit's
+  asymptote ``lim b / TPOT(b) = 1000 / per_seq_ms`` tok/s (or ``cap / TPOT(cap)`` when the
+  engine's maximum running batch is given), else "not reached";
+* queueing steps: TTFT growing with load while throughput stays flat;
+* a bottleneck class (decode, prefill, queueing, none reached, unknown);
+* an optional per-GPU comparison with a sweep of the same model on another topology (PD vs a
+  single node), like with like: the same concurrency and lengths, saying what was compared;
+* ``findings``: short plain sentences with the numbers, units and the fit's quality.
+
+Points where more than ``MAX_FAILED_FRACTION`` of the requests failed are left out of all of the
+above (their latency and throughput describe the failures, not the engine) and named in a finding.
+A fit whose per-sequence or fixed cost comes out negative is not a decode cost
+(:attr:`DecodeFit.is_decode_cost`): it is reported as "the step time does not grow with the running
+batch", and it neither bounds the ceiling nor makes decode the bottleneck. Throughput that falls as
+load rises is reported as falling, never as a ceiling above the best point: put down to overload
+when no request of the sweep failed, to failures or overload when some did.
+
+Latencies are per-point means (a run that recorded only the median, as some imported files do,
+contributes its p50 instead); every finding that quotes TTFT, TPOT or E2E names the statistic
+("mean TPOT", "p50 TTFT").
+
+The package: :mod:`.model` (thresholds, input and report dataclasses), :mod:`.compute` (the
+analysis), :mod:`.findings` (the sentences) and :mod:`.wording` (numbers in words). Everything
+public is importable from ``benchmarks.analysis``.
+
+Thresholds (all named constants in :mod:`.model`) are judgement calls, not taken from a harness: they are
+chosen so that a measured sweep with a few percent of noise is classified the same way twice.
+"""
+from benchmarks.analysis.compute import ceiling_analyse
+from benchmarks.analysis.model import (
+    BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, LatencyStats, MatchedPair, PointAnalysis,
+    QueueingStep, Stat, SweepPoint, Topology, TopologyComparison, CEILING_REACHED_FRACTION,
+    FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PLATEAU_FRACTION, PLATEAU_MIN_LOAD_GROWTH,
+    SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
+)
+
+__all__ = [
+    "BatchSource",
+    "Bottleneck",
+    "CEILING_REACHED_FRACTION",
+    "Ceiling",
+    "CeilingReport",
+    "DecodeFit",
+    "FLAT_THROUGHPUT_GROWTH",
+    "LatencyStats",
+    "MAX_FAILED_FRACTION",
+    "MIN_FIT_POINTS",
+    "MatchedPair",
+    "PLATEAU_FRACTION",
+    "PLATEAU_MIN_LOAD_GROWTH",
+    "PointAnalysis",
+    "QueueingStep",
+    "SAME_PER_GPU",
+    "Stat",
+    "SweepPoint",
+    "TPOT_GROWTH",
+    "TTFT_GROWTH",
+    "Topology",
+    "TopologyComparison",
+    "ceiling_analyse",
+]

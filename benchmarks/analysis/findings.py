@@ -1,0 +1,198 @@
+"""The findings of a ceiling report: plain sentences with their numbers, units and the statistic
+of every latency they quote."""
+from __future__ import annotations
+
+import math
+
+from benchmarks.analysis.model import (
+    CEILING_REACHED_FRACTION, MAX_FAILED_FRACTION, Ceiling, CeilingReport, DecodeFit, SweepPoint,
+    TopologyComparison, _num,
+)
+from benchmarks.analysis.wording import (
+    _failures_of, _falls_cause, _falls_numbers, _load_ratio, _metric, _ms, _no_growth_numbers, _r2, _span_ms,
+    _throughput_change, _tok, _vals,
+)
+
+
+def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoint]) -> list[str]:
+    out: list[str] = []
+    lengths = f"{r.input_len}/{r.output_len} tokens in/out" if r.input_len and r.output_len else None
+    for p in failed:
+        out.append(f"{p.label} excluded: {_failures_of(p)} — fix the failures before reading its latency "
+                   f"(more than {MAX_FAILED_FRACTION:.0%} failed, so it is left out of the fit, the ceiling, "
+                   f"the queueing and the bottleneck).")
+    out.append(_fit_sentence(r.fit))
+    out.append(_bottleneck_sentence(r, points))
+    out.extend(_ceiling_sentences(r, points))
+    out.extend(_queueing_sentences(r))
+    if r.comparison is not None:
+        out.extend(_comparison_sentences(r.comparison, lengths))
+    for p in points:
+        notes = []
+        if p.flags:
+            notes.append(f"is flagged ({', '.join(p.flags)})")
+        if p.failed:
+            total = (p.completed or 0) + p.failed
+            notes.append(f"had {p.failed} failed request{'s' if p.failed != 1 else ''} of {total}")
+        if notes:
+            out.append(f"{p.label} {' and '.join(notes)}; its numbers are used as measured.")
+    failed_labels = {p.label for p in failed}
+    others = [e for e in r.excluded if e.split(" (", 1)[0] not in failed_labels]
+    if others:
+        out.append(f"Left out: {', '.join(others)}.")
+    return [s for s in out if s]
+
+
+def _fit_sentence(fit: DecodeFit) -> str:
+    if not fit.possible:
+        return f"The decode step-time fit is not possible: {fit.reason}."
+    assert fit.fixed_ms is not None and fit.per_seq_ms is not None
+    tpot = _metric("TPOT", fit.tpot_stats)
+    if not fit.is_decode_cost:
+        if fit.per_seq_ms <= 0:
+            return (f"Decode step time ({tpot}) does not grow with the running batch over the measured range: "
+                    f"{_no_growth_numbers(fit)}; a straight line through these points falls "
+                    f"({_r2(fit)}), which no decode step does, so no per-sequence decode cost is read from it.")
+        return (f"Decode step time ({tpot}) is not a fixed plus a per-sequence cost over the measured range: "
+                f"{_no_growth_numbers(fit)}, but a straight line through these points crosses zero at "
+                f"{fit.running_batch_at_zero():.1f} running sequences (a negative fixed cost, {_r2(fit)}), which "
+                f"no decode step has, so no decode cost is read from it.")
+    how = (f"Little's law (running batch = tok/s x {tpot}, capped at the concurrency)"
+           if fit.batch_source == "littles_law" else "the concurrency (every request assumed in the batch)")
+    batches = ", ".join(f"{b:.1f} at {lb}" for lb, b in zip(fit.labels, fit.running_batch, strict=True))
+    worst = max(abs(x) for x in fit.residuals_ms)
+    return (f"Decode step time ({tpot}) fits {_ms(fit.fixed_ms)} + {fit.per_seq_ms:.1f} ms per running sequence "
+            f"({_r2(fit)} over {fit.n_points} points, largest residual {_ms(worst)}); the running batch "
+            f"comes from {how}: {batches}.")
+
+
+def _bottleneck_sentence(r: CeilingReport, points: list[SweepPoint]) -> str:
+    lo, hi = r.points[0], r.points[-1]
+    fit = r.fit
+    tpot = _metric("TPOT", [a.tpot_stat for a in r.points])
+    ttft = _metric("TTFT", [a.ttft_stat for a in r.points])
+    e2e = _metric("E2E", [a.e2e_stat for a in r.points])
+    fit_txt = (f" (fit {_ms(fit.fixed_ms)} + {fit.per_seq_ms:.1f} ms per running sequence, {_r2(fit)})"
+               if fit.is_decode_cost and fit.fixed_ms is not None and fit.per_seq_ms is not None else "")
+    share = (f", and decode takes {hi.decode_share:.0%} of {e2e} at {hi.label}"
+             if hi.decode_share is not None else "")
+    if r.bottleneck == "decode":
+        return (f"Decode is the bottleneck: {tpot} grows from {_ms(lo.tpot_ms)} at {lo.label} to "
+                f"{_ms(hi.tpot_ms)} at {hi.label}{fit_txt}{share}.")
+    if r.bottleneck == "prefill":
+        return (f"Prefill is the bottleneck: {ttft} is {_ms(hi.ttft_ms)} of {_ms(hi.e2e_ms)} {e2e} at {hi.label} "
+                f"({1 - (hi.decode_share or 0):.0%}), growing from {_ms(lo.ttft_ms)} at {lo.label} while "
+                f"throughput still grows; {tpot} {_span_ms(lo.tpot_ms, hi.tpot_ms, moving='goes')}.")
+    if r.bottleneck == "queueing":
+        return (f"Requests queue for admission: {ttft} is {_ms(hi.ttft_ms)} of {_ms(hi.e2e_ms)} {e2e} at "
+                f"{hi.label} and grows while throughput is flat; more concurrency only adds waiting.")
+    if r.bottleneck == "none":
+        tpots = _vals(r, "tpot_ms")
+        return (f"No bottleneck is reached: {tpot} {_span_ms(min(tpots), max(tpots), moving='stays')} from "
+                f"{lo.label} to {hi.label}, and throughput {_throughput_change(points[0], points[-1])}.")
+    return f"The bottleneck cannot be classified: {r.bottleneck_reason}."
+
+
+def _ceiling_sentences(r: CeilingReport, points: list[SweepPoint]) -> list[str]:
+    c = r.ceiling
+    out: list[str] = []
+    if c.source == "observed_plateau":
+        assert c.plateau_min_tok_s is not None and c.plateau_max_tok_s is not None
+        first = next(p for p in points if p.label == c.plateau_from_label)
+        last = points[-1]
+        growth = last.output_throughput_tok_s / first.output_throughput_tok_s - 1
+        out.append(f"Throughput plateaus at {_tok(c.plateau_min_tok_s, c.plateau_max_tok_s)} from "
+                   f"{c.plateau_from_label}: going to {last.label} (x{last.load / first.load:.1f} load) changes it "
+                   f"by {growth:+.0%} ({_num(first.output_throughput_tok_s)} -> {_num(last.output_throughput_tok_s)} "
+                   f"tok/s).")
+        out.append(f"The ceiling is about {_num(c.observed_max_tok_s)} tok/s (observed at {c.observed_max_label}, "
+                   f"{_num(c.observed_max_tok_s / r.num_gpus)} tok/s per GPU on {r.num_gpus} GPUs); "
+                   f"{CEILING_REACHED_FRACTION:.0%} of it is reached by {c.reached_at_label}.")
+        if c.asymptote_tok_s is not None and r.fit.per_seq_ms is not None:
+            out.append(f"The fit's asymptote, {_num(c.asymptote_tok_s)} tok/s (1000 / {r.fit.per_seq_ms:.1f} ms "
+                       f"per sequence), bounds what any batch size could give on this decode path.")
+        return out
+    if c.source in ("fit_asymptote", "fit_capped") and c.tok_s is not None:
+        assert r.fit.per_seq_ms is not None
+        how = (f"{c.cap_batch} / TPOT({c.cap_batch}) with the engine's cap of {c.cap_batch} running sequences"
+               if c.source == "fit_capped" else f"1000 / {r.fit.per_seq_ms:.1f} ms per sequence")
+        out.append(f"The fit puts the ceiling at {_num(c.tok_s)} tok/s ({how}); the best observed is "
+                   f"{_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label} "
+                   f"({c.observed_max_tok_s / c.tok_s:.0%} of it).")
+        if c.reached_at_label:
+            out.append(f"{CEILING_REACHED_FRACTION:.0%} of the ceiling is reached by {c.reached_at_label}.")
+        elif c.batch_for_fraction is not None:
+            need = c.batch_for_fraction
+            out.append(f"{CEILING_REACHED_FRACTION:.0%} of the ceiling needs a running batch of about {need:.0f} "
+                       f"sequences (so a concurrency of at least {math.ceil(need)}), beyond this sweep: "
+                       f"an extrapolation.")
+        if c.falls:
+            out.append(_falls_sentence(c, points, r.failed_requests))
+        return out
+    if c.falls:
+        out.append(_falls_sentence(c, points, r.failed_requests))
+    elif len(points) >= 2:
+        first, last = points[0], points[-1]
+        growth = last.output_throughput_tok_s / first.output_throughput_tok_s
+        if growth >= 1:
+            out.append(f"No ceiling is reached: throughput grows x{growth:.1f} from {first.label} to {last.label} "
+                       f"(x{_load_ratio(first, last):.1f} load), so the ceiling is above the best observed "
+                       f"{_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}.")
+        else:
+            out.append(f"Throughput does not grow with load: from {first.label} to {last.label} it "
+                       f"{_throughput_change(first, last)}; this points at {_falls_cause(r.failed_requests)}, "
+                       f"not at a ceiling "
+                       f"above the best point ({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
+    else:
+        out.append(f"One point ({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}) cannot show a ceiling.")
+    return out
+
+
+def _falls_sentence(c: Ceiling, points: list[SweepPoint], failed_requests: int) -> str:
+    return (f"Throughput falls as load rises, {_falls_numbers(points)}; this points at "
+            f"{_falls_cause(failed_requests)}, not at a ceiling above the best point "
+            f"({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
+
+
+def _queueing_sentences(r: CeilingReport) -> list[str]:
+    out = []
+    ttft = _metric("TTFT", [a.ttft_stat for a in r.points])
+    for s in r.queueing:
+        if s.queueing and s.ttft_growth is not None:
+            out.append(f"Queueing from {s.from_label} to {s.to_label}: {ttft} grows x{s.ttft_growth:.1f} while "
+                       f"throughput changes x{s.throughput_growth:.2f} (x{s.load_growth:.1f} load).")
+    if not out and len(r.points) > 1:
+        out.append(f"No queueing: {ttft} never grows while throughput stays flat between neighbouring points.")
+    return out
+
+
+def _comparison_sentences(c: TopologyComparison, lengths: str | None) -> list[str]:
+    name = {"pd": "PD", "single": "single-node"}
+    me, them = name[c.topology], name[c.other_topology]
+    if c.basis == "not_comparable":
+        return [f"{me} and {them} sweeps ran different input/output lengths, so their tok/s per GPU is not compared."]
+    out: list[str] = []
+    verdict = {"gain": "a gain", "no_gain": "no gain", "mixed": "a mixed result"}[c.verdict or "mixed"]
+    at = f", {lengths}" if lengths else ""
+    if c.basis == "same_concurrency":
+        for m in c.matched:
+            out.append(f"At {m.label}{at}: {me} gives {_num(m.tok_s)} tok/s on {c.num_gpus} GPUs "
+                       f"({_num(m.tok_s_per_gpu)} tok/s per GPU); {them} gives {_num(m.other_tok_s)} tok/s on "
+                       f"{c.other_num_gpus} GPUs ({_num(m.other_tok_s_per_gpu)} tok/s per GPU): "
+                       f"x{m.per_gpu_ratio:.2f} per GPU for {me}.")
+        labels = ", ".join(m.label for m in c.matched)
+        out.append(f"{me} gives {verdict} per GPU over {them}, compared at the same concurrency ({labels}).")
+        matched = {m.label for m in c.matched}
+        if c.best_label not in matched:
+            out.append(f"{me}'s best, {_num(c.best_tok_s)} tok/s at {c.best_label} "
+                       f"({_num(c.best_tok_s / c.num_gpus)} tok/s per GPU), has no {them} run at that concurrency, "
+                       f"so it is not compared.")
+        return out
+    out.append(f"No concurrency was run on both: comparing best points at different loads, {me} gives "
+               f"{_num(c.best_tok_s)} tok/s at {c.best_label} on {c.num_gpus} GPUs "
+               f"({_num(c.best_tok_s / c.num_gpus)} tok/s per GPU) and {them} {_num(c.other_best_tok_s)} tok/s at "
+               f"{c.other_best_label} on {c.other_num_gpus} GPUs ({_num(c.other_best_tok_s / c.other_num_gpus)} tok/s "
+               f"per GPU): {verdict} per GPU for {me} (x{c.per_gpu_ratio:.2f}).")
+    return out
+
+

@@ -1,0 +1,353 @@
+"""The vocabulary of the ceiling analysis: its thresholds (each a named judgement call, with
+why), the input :class:`SweepPoint` and its :class:`LatencyStats`, and the dataclasses of the
+report :func:`benchmarks.analysis.ceiling_analyse` returns."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from controlplane.errors import InvalidInput
+
+Topology = Literal["pd", "single"]
+BatchSource = Literal["littles_law", "concurrency"]
+Bottleneck = Literal["decode", "prefill", "queueing", "none", "unknown"]
+Stat = Literal["mean", "p50"]
+
+# A straight line through fewer than three distinct batch sizes always fits, so its R² says nothing.
+MIN_FIT_POINTS = 3
+# Throughput within this fraction of the best point counts as "on the plateau" (10 %: larger than
+# the run-to-run noise of a closed-loop sweep, smaller than one doubling of load on a rising curve).
+PLATEAU_FRACTION = 0.90
+# Load must grow at least this much across the plateau for "throughput stopped growing" to mean
+# anything (one step of a 1, 2, 4, ... grid is 2x).
+PLATEAU_MIN_LOAD_GROWTH = 1.5
+# Throughput that grows by less than this factor between two points is "flat".
+FLAT_THROUGHPUT_GROWTH = 1.10
+# TTFT that grows by at least this factor between two points is "growing".
+TTFT_GROWTH = 1.5
+# TPOT that grows by at least this factor from the lightest to the heaviest point "grows with batch".
+TPOT_GROWTH = 1.25
+# The fraction of the ceiling whose concurrency is reported ("where the ceiling is reached").
+CEILING_REACHED_FRACTION = 0.90
+# Per-GPU ratios inside [1 - x, 1 + x] are "about the same".
+SAME_PER_GPU = 0.05
+# A point where more than this fraction of the requests failed (failed / (completed + failed)) is left
+# out of the fit, the ceiling, the queueing and the bottleneck. A rejected request never enters the
+# decode batch and ends fast, so the survivors' tok/s, TPOT and TTFT describe a lighter load than the
+# point's concurrency; a few percent of failures barely moves them, a tenth or more does.
+MAX_FAILED_FRACTION = 0.10
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Summary of one latency metric over the successful requests of a run, in milliseconds.
+
+    ``mean`` and the percentiles (linear interpolation, metrics.md) are None when the run did not
+    measure them. The analysis uses ``mean`` and falls back to ``p50`` when only the median exists.
+    """
+
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None) -> LatencyStats:
+        """Build from ``{"mean": .., "p50": .., "p90": .., "p99": ..}`` (missing keys stay None;
+        ``median`` is accepted for ``p50``)."""
+        if not raw:
+            return cls()
+        p50 = raw.get("p50", raw.get("median"))
+        return cls(mean=_opt_float(raw.get("mean")), p50=_opt_float(p50),
+                   p90=_opt_float(raw.get("p90")), p99=_opt_float(raw.get("p99")))
+
+    def central(self) -> float | None:
+        """The mean, or the median when no mean was recorded (ms)."""
+        return self.mean if self.mean is not None else self.p50
+
+    def central_stat(self) -> Stat | None:
+        """Which statistic :meth:`central` returns: ``"mean"``, ``"p50"``, or None when neither."""
+        if self.mean is not None:
+            return "mean"
+        return "p50" if self.p50 is not None else None
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One grid point (one run) of a sweep, in the load generator's summary vocabulary.
+
+    ``concurrency`` is the closed-loop slot count (None for an open-loop run driven by
+    ``request_rate`` in requests/s; None there means unbounded). ``input_len`` / ``output_len`` are
+    the requested tokens per request. ``output_throughput_tok_s`` = output tokens of successful
+    requests / run duration; ``request_throughput`` in requests/s. Latencies in ms (TTFT, TPOT =
+    (E2E - TTFT) / (output tokens - 1), ITL gaps, E2E). ``num_gpus`` is informational; the GPU count
+    used for per-GPU numbers is the one passed to :func:`ceiling_analyse`. ``flags`` are the run's
+    warnings (e.g. ``concurrency_not_reached``, ``output_length_mismatch``).
+    """
+
+    concurrency: int | None
+    output_throughput_tok_s: float
+    ttft_ms: LatencyStats
+    tpot_ms: LatencyStats
+    request_rate: float | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    request_throughput: float | None = None
+    itl_ms: LatencyStats = field(default_factory=LatencyStats)
+    e2e_ms: LatencyStats = field(default_factory=LatencyStats)
+    num_gpus: int | None = None
+    completed: int | None = None
+    failed: int | None = None
+    flags: tuple[str, ...] = ()
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> SweepPoint:
+        """Build from a load-generator run summary dict (the field names of this class; latency
+        fields are ``{"mean", "p50", "p90", "p99"}`` dicts). Unknown keys are ignored.
+
+        Raises :class:`InvalidInput` naming the field when ``output_throughput_tok_s`` is missing.
+        """
+        if summary.get("output_throughput_tok_s") is None:
+            raise InvalidInput({"output_throughput_tok_s": ["is required for the analysis"]})
+        flags = summary.get("flags") or ()
+        if isinstance(flags, Mapping):  # {"flag": true, ...} as well as ["flag", ...]
+            flags = [k for k, v in flags.items() if v]
+        return cls(
+            concurrency=_opt_int(summary.get("concurrency")),
+            output_throughput_tok_s=float(summary["output_throughput_tok_s"]),
+            ttft_ms=LatencyStats.from_mapping(summary.get("ttft_ms")),
+            tpot_ms=LatencyStats.from_mapping(summary.get("tpot_ms")),
+            request_rate=_opt_float(summary.get("request_rate")),
+            input_len=_opt_int(summary.get("input_len")),
+            output_len=_opt_int(summary.get("output_len")),
+            request_throughput=_opt_float(summary.get("request_throughput")),
+            itl_ms=LatencyStats.from_mapping(summary.get("itl_ms")),
+            e2e_ms=LatencyStats.from_mapping(summary.get("e2e_ms")),
+            num_gpus=_opt_int(summary.get("num_gpus")),
+            completed=_opt_int(summary.get("completed")),
+            failed=_opt_int(summary.get("failed")),
+            flags=tuple(str(f) for f in flags),
+        )
+
+    @property
+    def label(self) -> str:
+        """``c=8`` for a closed-loop point, ``2 req/s`` for an open-loop one."""
+        if self.concurrency is not None:
+            return f"c={self.concurrency}"
+        if self.request_rate is not None and math.isfinite(self.request_rate):
+            return f"{_num(self.request_rate)} req/s"
+        return "unbounded rate"
+
+    @property
+    def load(self) -> float:
+        """The load axis used for ordering and growth ratios: concurrency, else request rate."""
+        if self.concurrency is not None:
+            return float(self.concurrency)
+        if self.request_rate is not None:
+            return self.request_rate
+        return math.inf
+
+
+@dataclass
+class PointAnalysis:
+    """Derived numbers for one point: TTFT, TPOT and E2E (ms) as the statistic named in
+    ``ttft_stat`` / ``tpot_stat`` / ``e2e_stat`` (``mean``, or ``p50`` for a run that recorded only
+    the median; None when absent), the estimated running decode batch (sequences) and where it came
+    from, E2E (measured, or TTFT + TPOT * (output_len - 1) when ``e2e_estimated``), the decode share
+    of E2E ((E2E - TTFT) / E2E, 0..1) and output tok/s per GPU."""
+
+    label: str
+    concurrency: int | None
+    request_rate: float | None
+    output_throughput_tok_s: float
+    ttft_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float | None
+    e2e_estimated: bool
+    running_batch: float | None
+    running_batch_source: BatchSource | None
+    decode_share: float | None
+    tok_s_per_gpu: float
+    ttft_stat: Stat | None = None
+    tpot_stat: Stat | None = None
+    e2e_stat: Stat | None = None
+
+
+@dataclass
+class DecodeFit:
+    """Least-squares fit ``TPOT_ms = fixed_ms + per_seq_ms * running_batch``.
+
+    ``possible`` False means no fit was made, with ``reason`` saying why; the numbers are then None
+    (never invented). ``r_squared`` is None when TPOT is the same at every point (nothing to
+    explain). ``residuals_ms`` are measured minus fitted TPOT per point, in ``labels`` order and
+    ``tpot_ms`` holds the measured TPOT there. ``is_decode_cost`` is True only when the line is a
+    physical decode cost (``per_seq_ms > 0`` and ``fixed_ms >= 0``); otherwise the numbers are kept
+    but are not a cost: with ``per_seq_ms <= 0`` the step time does not grow with the running batch
+    over the measured range, with ``fixed_ms < 0`` it is not a fixed plus a per-sequence cost there.
+    ``tpot_stats`` names the TPOT statistic of each fitted point (``mean``, or ``p50`` where a run
+    recorded no mean).
+    """
+
+    possible: bool
+    reason: str | None
+    batch_source: BatchSource
+    n_points: int
+    labels: list[str] = field(default_factory=list)
+    running_batch: list[float] = field(default_factory=list)
+    tpot_ms: list[float] = field(default_factory=list)
+    fixed_ms: float | None = None
+    per_seq_ms: float | None = None
+    r_squared: float | None = None
+    residuals_ms: list[float] = field(default_factory=list)
+    tpot_stats: list[str] = field(default_factory=list)
+
+    def running_batch_at_zero(self) -> float:
+        """The running batch where the fitted line gives a zero step time; requires a sloped fit."""
+        assert self.fixed_ms is not None and self.per_seq_ms
+        return -self.fixed_ms / self.per_seq_ms
+
+    @property
+    def is_decode_cost(self) -> bool:
+        """True when a fit was made and both costs are physical (per sequence > 0, fixed >= 0)."""
+        return (self.possible and self.fixed_ms is not None and self.per_seq_ms is not None
+                and self.per_seq_ms > 0 and self.fixed_ms >= 0)
+
+    def step_ms(self, batch: float) -> float:
+        """The fitted decode step time at ``batch`` running sequences (ms); requires a fit."""
+        assert self.fixed_ms is not None and self.per_seq_ms is not None
+        return self.fixed_ms + self.per_seq_ms * batch
+
+
+@dataclass
+class Ceiling:
+    """The throughput ceiling in output tok/s.
+
+    ``source``: ``observed_plateau`` (throughput stopped growing: the best observed point is the
+    ceiling), ``fit_asymptote`` (1000 / per_seq_ms, the limit of b / TPOT(b) as b grows),
+    ``fit_capped`` (cap / TPOT(cap) for the given maximum running batch), or None when no ceiling is
+    in sight. ``reached`` is whether an observed point got to ``CEILING_REACHED_FRACTION`` of it;
+    ``reached_at_label`` names the first such point. ``batch_for_fraction`` is the fit's running
+    batch needed for that fraction when no point reached it (a concurrency of at least that many).
+    ``falls`` is True when the heaviest point is below ``PLATEAU_FRACTION`` of the best one, that is
+    throughput fell as load rose past ``observed_max_label``: overload (or failures, when requests
+    failed), not a ceiling above the best point.
+    """
+
+    tok_s: float | None
+    source: Literal["observed_plateau", "fit_asymptote", "fit_capped"] | None
+    reached: bool
+    reached_at_label: str | None
+    observed_max_tok_s: float
+    observed_max_label: str
+    asymptote_tok_s: float | None
+    capped_tok_s: float | None
+    cap_batch: int | None
+    plateau_from_label: str | None
+    plateau_min_tok_s: float | None
+    plateau_max_tok_s: float | None
+    batch_for_fraction: float | None
+    falls: bool = False
+
+
+@dataclass
+class QueueingStep:
+    """Growth between two consecutive points (by load): ratios of TTFT, output tok/s and load.
+    ``queueing`` is TTFT growing by at least ``TTFT_GROWTH`` while throughput stays under
+    ``FLAT_THROUGHPUT_GROWTH``: the extra requests wait instead of being served."""
+
+    from_label: str
+    to_label: str
+    load_growth: float
+    ttft_growth: float | None
+    throughput_growth: float
+    queueing: bool
+
+
+@dataclass
+class MatchedPair:
+    """One like-for-like pair: the same concurrency (and lengths) in both sweeps, tok/s and per-GPU."""
+
+    label: str
+    tok_s: float
+    tok_s_per_gpu: float
+    other_tok_s: float
+    other_tok_s_per_gpu: float
+    per_gpu_ratio: float
+
+
+@dataclass
+class TopologyComparison:
+    """Output tok/s per GPU of the analysed sweep against ``compare_with``.
+
+    ``basis``: ``same_concurrency`` (ratios over the concurrencies both sweeps ran),
+    ``best_observed`` (no common concurrency: best point of each, at different loads), or
+    ``not_comparable`` (different input/output lengths; no verdict). ``per_gpu_ratio`` is this
+    sweep's tok/s per GPU over the other's (at the matched points: their geometric mean).
+    ``verdict``: ``gain`` / ``no_gain`` / ``mixed`` for this sweep against the other, or None.
+    """
+
+    topology: Topology
+    num_gpus: int
+    other_topology: Topology
+    other_num_gpus: int
+    basis: Literal["same_concurrency", "best_observed", "not_comparable"]
+    matched: list[MatchedPair]
+    best_tok_s: float
+    best_label: str
+    other_best_tok_s: float
+    other_best_label: str
+    per_gpu_ratio: float | None
+    verdict: Literal["gain", "no_gain", "mixed"] | None
+
+
+@dataclass
+class CeilingReport:
+    """Everything :func:`ceiling_analyse` concluded, plus ``findings`` as plain sentences.
+
+    ``points`` are the analysed points only. ``excluded`` names every point left out, with why
+    (``c=32 (no successful output)``, ``c=8 (15 of 16 requests failed)``); ``failed_excluded`` is
+    the labels of those left out for more than ``MAX_FAILED_FRACTION`` failed requests;
+    ``failed_requests`` the failed requests over every point given (analysed or not), which decides
+    whether falling throughput is put down to failures or to overload.
+    """
+
+    topology: Topology
+    num_gpus: int
+    input_len: int | None
+    output_len: int | None
+    points: list[PointAnalysis]
+    excluded: list[str]
+    fit: DecodeFit
+    ceiling: Ceiling
+    queueing: list[QueueingStep]
+    queueing_detected: bool
+    bottleneck: Bottleneck
+    bottleneck_reason: str
+    comparison: TopologyComparison | None
+    findings: list[str]
+    failed_excluded: list[str] = field(default_factory=list)
+    failed_requests: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready nested dict (floats stay floats; no infinities are produced)."""
+        return asdict(self)
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _num(x: float) -> str:
+    """Three significant figures for tok/s and rates (9.95, 24.5, 125); used by point labels and
+    the findings."""
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.2f}"

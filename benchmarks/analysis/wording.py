@@ -1,0 +1,99 @@
+"""Numbers and latencies in words, shared by the bottleneck reasons and the findings: ``94 ms``,
+``2.0 s``, ``24.5-25.0 tok/s``, ``mean TPOT``, what falling throughput points at."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from benchmarks.analysis.model import CeilingReport, DecodeFit, SweepPoint, _num
+
+
+def _failures_of(p: SweepPoint) -> str:
+    """``15 of 16 requests failed``."""
+    total = (p.completed or 0) + (p.failed or 0)
+    return f"{p.failed} of {total} request{'s' if total != 1 else ''} failed"
+
+
+def _falls_cause(failed_requests: int) -> str:
+    """What falling throughput points at: ``overload (no request failed)`` when every request
+    succeeded, ``failures (3 failed requests) or overload`` when some failed."""
+    if failed_requests <= 0:
+        return "overload (no request failed)"
+    return f"failures ({failed_requests} failed request{'s' if failed_requests != 1 else ''}) or overload"
+
+
+def _load_ratio(first: SweepPoint, last: SweepPoint) -> float:
+    return last.load / first.load if first.load > 0 and math.isfinite(last.load) else math.nan
+
+
+def _throughput_change(first: SweepPoint, last: SweepPoint) -> str:
+    """``grows x8.0 for x8.0 load`` when it grew, ``falls from 40.0 to 12.0 tok/s (x0.30) for x16.0
+    load`` when it fell: a factor below one is never called growth."""
+    a, b = first.output_throughput_tok_s, last.output_throughput_tok_s
+    load = _load_ratio(first, last)
+    if b >= a:
+        return f"grows x{b / a:.1f} for x{load:.1f} load"
+    return f"falls from {_num(a)} to {_num(b)} tok/s (x{b / a:.2f}) for x{load:.1f} load"
+
+
+def _falls_numbers(points: list[SweepPoint]) -> str:
+    """``from 42.0 tok/s at c=2, the best point, to 12.0 tok/s at c=16, x0.29 for x8.0 load``."""
+    best = max(points, key=lambda p: p.output_throughput_tok_s)
+    last = points[-1]
+    ratio = last.output_throughput_tok_s / best.output_throughput_tok_s
+    return (f"from {_num(best.output_throughput_tok_s)} tok/s at {best.label}, the best point, to "
+            f"{_num(last.output_throughput_tok_s)} tok/s at {last.label}, x{ratio:.2f} for "
+            f"x{_load_ratio(best, last):.1f} load")
+
+
+def _no_growth_numbers(fit: DecodeFit) -> str:
+    """The measured TPOT (its statistic named) at the smallest and largest running batch of the fit."""
+    pairs = sorted(zip(fit.running_batch, fit.tpot_ms, fit.labels, strict=True))
+    (b0, t0, l0), (b1, t1, l1) = pairs[0], pairs[-1]
+    return (f"{_metric('TPOT', fit.tpot_stats)} is {_ms(t0)} at {b0:.1f} running sequences ({l0}) and {_ms(t1)} "
+            f"at {b1:.1f} ({l1})")
+
+
+def _metric(name: str, stats: Iterable[str | None]) -> str:
+    """A latency named with the statistic the numbers are: ``mean TPOT``, ``p50 TPOT`` (runs that
+    recorded only the median, e.g. some imported files), or ``TPOT (mean, or p50 where a run
+    recorded no mean)`` when the points differ."""
+    used = {s for s in stats if s}
+    if used == {"p50"}:
+        return f"p50 {name}"
+    if used == {"mean", "p50"}:
+        return f"{name} (mean, or p50 where a run recorded no mean)"
+    return f"mean {name}"
+
+
+def _vals(r: CeilingReport, attr: str) -> list[float]:
+    return [v for v in (getattr(a, attr) for a in r.points) if v is not None]
+
+
+def _tok(lo: float, hi: float) -> str:
+    return f"{_num(lo)} tok/s" if _num(lo) == _num(hi) else f"{_num(lo)}-{_num(hi)} tok/s"
+
+
+def _ms(x: float | None) -> str:
+    """A duration given in ms: ``94 ms`` below a second, ``2.0 s`` above."""
+    if x is None:
+        return "unknown"
+    if abs(x) < 1000:
+        return f"{x:.0f} ms"
+    return f"{x / 1000:.1f} s"
+
+
+def _span_ms(a: float | None, b: float | None, *, moving: str) -> str:
+    """``stays at 20 ms`` when both round the same, else ``<moving> from 15 ms to 30 ms`` (or
+    ``stays between`` for an unordered min/max pair)."""
+    if _ms(a) == _ms(b):
+        return f"stays at {_ms(a)}"
+    if moving == "stays":
+        return f"stays between {_ms(a)} and {_ms(b)}"
+    return f"{moving} from {_ms(a)} to {_ms(b)}"
+
+
+def _r2(fit: DecodeFit) -> str:
+    return f"R² {fit.r_squared:.3f}" if fit.r_squared is not None else "R² undefined: TPOT is the same everywhere"
+
+

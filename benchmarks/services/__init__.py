@@ -1,0 +1,93 @@
+"""Business logic of benchmark sweeps and runs, in two modules:
+
+* :mod:`benchmarks.services.sweeps`: create, cancel and execute sweeps (the task body: wait for
+  the deployment, snapshot, run each point with live progress, store it), analyse them, follow one
+  from a terminal;
+* :mod:`benchmarks.services.runs`: per-request records, headline metrics, comparison, CSV/JSON
+  export, and the import of other harnesses' files.
+
+Every public name is importable from ``benchmarks.services`` itself.
+"""
+from benchmarks.services.runs import (
+    records_dir,
+    run_records,
+    run_records_rows,
+    run_metrics,
+    runs_compare,
+    run_export_dict,
+    run_export_csv,
+    run_export_json,
+    sweep_export_csv,
+    sweep_export_json,
+    run_import,
+    import_digest,
+    run_import_duplicates,
+    import_duplicate_message,
+    LENGTH_FLAGS,
+    COMPARE_FIELDS,
+    EXPORT_COLUMNS,
+    MAX_IMPORT_BYTES,
+)
+from benchmarks.services.sweeps import (
+    sweep_create,
+    sweep_enqueue,
+    sweep_cancel,
+    sweep_execute,
+    sweep_snapshot,
+    snapshot_versions,
+    server_info_fetch,
+    point_limits,
+    sweep_analyse,
+    sweep_analysis,
+    sweep_wait,
+    sweep_report_text,
+    PROGRESS_PERIOD_S,
+    RUN_PROGRESS_WRITE_S,
+    WAIT_POLL_S,
+    SERVER_INFO_TIMEOUT_S,
+    TOKEN_ID_ENGINES,
+    SERVER_INFO_ROUTES,
+    PROGRESS_KEYS,
+    PROGRESS_HEARTBEAT_S,
+)
+
+__all__ = [
+    "COMPARE_FIELDS",
+    "EXPORT_COLUMNS",
+    "LENGTH_FLAGS",
+    "MAX_IMPORT_BYTES",
+    "PROGRESS_HEARTBEAT_S",
+    "PROGRESS_KEYS",
+    "PROGRESS_PERIOD_S",
+    "RUN_PROGRESS_WRITE_S",
+    "SERVER_INFO_ROUTES",
+    "SERVER_INFO_TIMEOUT_S",
+    "TOKEN_ID_ENGINES",
+    "WAIT_POLL_S",
+    "import_digest",
+    "import_duplicate_message",
+    "point_limits",
+    "records_dir",
+    "run_export_csv",
+    "run_export_dict",
+    "run_export_json",
+    "run_import",
+    "run_import_duplicates",
+    "run_metrics",
+    "run_records",
+    "run_records_rows",
+    "runs_compare",
+    "server_info_fetch",
+    "snapshot_versions",
+    "sweep_analyse",
+    "sweep_analysis",
+    "sweep_cancel",
+    "sweep_create",
+    "sweep_enqueue",
+    "sweep_execute",
+    "sweep_export_csv",
+    "sweep_export_json",
+    "sweep_report_text",
+    "sweep_snapshot",
+    "sweep_wait",
+]

@@ -1,0 +1,690 @@
+"""Sweeps: create, cancel, execute (the body of the sweep task: wait for ready, snapshot, run the
+points with live progress, store them), analyse, and follow one from a terminal.
+
+Rules and where they come from:
+
+* A sweep runs only when its deployment is ready; it waits at most ``grid.wait_ready_s`` (default:
+  the deployment's startup timeout + 60 s) and then fails with the reason (issue case C14).
+* Points run one after the other; ``cancel_requested`` is checked before each point, at each
+  progress tick and while waiting.
+* Live progress is the load generator's own count of requests and output tokens (the servers'
+  counters do not exist on every engine: llama.cpp has none). Each report is broadcast to the
+  sweep's realtime group (``sweep.progress``); it is written to the run row and the sweep's
+  progress columns at most every :data:`RUN_PROGRESS_WRITE_S` seconds. A finished point is
+  broadcast as ``sweep.point``, the end of the sweep as ``sweep.status`` (both forced).
+* Fixed-length points send ``ignore_eos`` and check every request's length
+  (``/work/shared/design/metrics.md``).
+* A point may be limited by time (``duration_s``), alone or with a request count (whichever ends
+  first, :func:`point_limits`).
+* The ceiling analysis (:mod:`benchmarks.analysis`) is stored on the sweep when it finishes,
+  compared with the latest finished sweep of the same served model and lengths on the other
+  topology (PD vs single) when one exists.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from benchmarks.analysis import SweepPoint, ceiling_analyse
+from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
+from benchmarks.loadgen import Api, LoadConfig, Slo, arrival_offsets, loadgen_run, random_dataset, run_summary
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.services.runs import _store_summary, records_dir
+from benchmarks.sweeps import (
+    WAIT_READY_MARGIN_S, grid_points, grid_requests_total, grid_validate, recipe_gpu_count, summary_point,
+)
+from controlplane.errors import Conflict, InvalidInput
+from controlplane.jsonsafe import json_safe
+from controlplane.redaction import redact_text
+
+log = logging.getLogger(__name__)
+
+# Seconds between the sweep thread's ticks while a point runs: cancel checks, and broadcasts of
+# the load generator's newest progress report.
+PROGRESS_PERIOD_S = 0.5
+# The running point's progress is written to its run row at most this often (seconds); the
+# load generator reports up to twice a second and every report is broadcast.
+RUN_PROGRESS_WRITE_S = 1.0
+# Seconds between deployment-row polls while a sweep waits for ready.
+WAIT_POLL_S = 0.5
+SERVER_INFO_TIMEOUT_S = 5.0
+# Engines whose servers take a prompt as token ids (exact input lengths); others get text.
+TOKEN_ID_ENGINES = ("sim", "sglang", "vllm")
+
+
+# ---------------------------------------------------------------------------------------- create
+
+
+def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSweep:
+    """Create a sweep of ``deployment`` over ``grid`` and enqueue it on the ``control`` queue.
+
+    ``grid`` is validated by :func:`benchmarks.sweeps.grid_validate` (the deployment's engine
+    picks the default API; the default wait for ready is the recipe's ``startup_timeout_s`` + 60 s).
+    The GPU count for per-GPU numbers comes from the deployment's spec snapshot
+    (:func:`benchmarks.sweeps.recipe_gpu_count`). The task is sent after the transaction commits.
+    Raises :class:`InvalidInput` for a bad grid and :class:`Conflict` for a stopped or failed
+    deployment or one that already has an active sweep.
+    """
+    from deployments.choices import DEPLOYMENT_TERMINAL
+
+    if deployment.status in DEPLOYMENT_TERMINAL:
+        raise Conflict(f"deployment #{deployment.pk} is {deployment.status}; deploy it again to sweep it")
+    # Two sweeps against one deployment at once would each measure the other's load.
+    busy = BenchmarkSweep.objects.filter(deployment=deployment, status__in=SWEEP_ACTIVE).order_by("pk").first()
+    if busy is not None:
+        raise Conflict(f"sweep #{busy.pk} is already {busy.status} on deployment #{deployment.pk}; "
+                       "wait for it or cancel it first (concurrent sweeps would skew each other)")
+    spec = deployment.spec_snapshot or {}
+    engine = deployment.recipe.engine
+    startup = int(spec.get("startup_timeout_s") or 1800)
+    norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S)
+    points = grid_points(norm)
+    sweep = BenchmarkSweep.objects.create(
+        deployment=deployment, grid=norm, created_by=user if getattr(user, "pk", None) else None,
+        name=name or f"{deployment.recipe.name} c={','.join(map(str, norm['concurrency']))} "
+                     f"{' '.join(f'{a}/{b}' for a, b in norm['lengths'])}"
+                     + (f" {norm['duration_s']:g} s/point" if norm.get("duration_s") else ""),
+        points_total=len(points), requests_total=grid_requests_total(points),
+        num_gpus=recipe_gpu_count(spec=spec, engine=engine),
+        served_model_name=spec.get("served_model_name") or deployment.recipe.name,
+        topology=deployment.recipe.topology, engine=engine,
+    )
+    sweep_enqueue(sweep=sweep)
+    return sweep
+
+
+def sweep_enqueue(*, sweep: BenchmarkSweep) -> None:
+    """Send ``sweep_run_task(sweep.id)`` to the ``control`` queue once the current transaction commits."""
+    from benchmarks.tasks import sweep_run_task
+
+    sweep_id = sweep.pk
+    transaction.on_commit(lambda: sweep_run_task.apply_async(args=[sweep_id], queue="control"))
+
+
+def sweep_cancel(*, sweep: BenchmarkSweep, user) -> BenchmarkSweep:
+    """Request cancellation: sets ``cancel_requested`` first (the running task sees it at its next
+    progress tick or between points); a sweep no task has claimed yet becomes ``cancelled`` at
+    once. Raises :class:`Conflict` for a sweep that already ended."""
+    if sweep.status in SWEEP_TERMINAL:
+        raise Conflict(f"sweep #{sweep.pk} is already {sweep.status}")
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(cancel_requested=True)
+    BenchmarkSweep.objects.filter(pk=sweep.pk, status=SweepStatus.PENDING).update(
+        status=SweepStatus.CANCELLED, reason=_by("cancelled", user), ended_at=timezone.now())
+    sweep.refresh_from_db()
+    return sweep
+
+
+def _by(what: str, user) -> str:
+    return f"{what} by {user.get_username()}" if getattr(user, "pk", None) else what
+
+
+# ---------------------------------------------------------------------------------------- execute
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def sweep_execute(*, sweep_id: int) -> str:
+    """Run sweep ``sweep_id`` here (the body of :func:`benchmarks.tasks.sweep_run_task`); blocking.
+
+    Claims pending → waiting with a conditional UPDATE, so a second delivery of the same task
+    returns without doing anything. Waits for the deployment to be ready, stores the snapshot,
+    runs every grid point with the load generator (one :class:`BenchmarkRun` each, records in a
+    file), then stores the ceiling analysis. Ends done, failed (``reason``) or cancelled.
+    Returns the final status.
+    """
+    now = timezone.now()
+    claimed = BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=False).update(
+        status=SweepStatus.WAITING, started_at=now)
+    if not claimed:
+        BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=True).update(
+            status=SweepStatus.CANCELLED, reason="cancelled before it started", ended_at=now)
+        return BenchmarkSweep.objects.filter(pk=sweep_id).values_list("status", flat=True).first() or "missing"
+    sweep = BenchmarkSweep.objects.select_related("deployment__recipe", "deployment__node").get(pk=sweep_id)
+    try:
+        deployment = _wait_ready(sweep)
+        snapshot = sweep_snapshot(sweep=sweep, deployment=deployment)
+        BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.RUNNING, snapshot=json_safe(snapshot))
+        for ordinal, point in enumerate(grid_points(sweep.grid)):
+            _check_cancel(sweep.pk)
+            run = _run_point(sweep, deployment, ordinal, point, snapshot)
+            BenchmarkSweep.objects.filter(pk=sweep.pk).update(points_done=F("points_done") + 1)
+            _broadcast_point(sweep.pk, run)
+        sweep.refresh_from_db()
+        analysis = sweep_analyse(sweep=sweep)
+        _finish(sweep.pk, SweepStatus.DONE, "", analysis=analysis)
+    except _Cancelled:
+        _finish(sweep.pk, SweepStatus.CANCELLED, "cancelled on request")
+    except Exception as exc:  # the row must say why; the error is also logged with its traceback
+        log.exception("sweep %s failed", sweep_id)
+        _finish(sweep.pk, SweepStatus.FAILED, redact_text(f"{type(exc).__name__}: {exc}"
+                                                          if not isinstance(exc, _SweepFailed) else str(exc)))
+    return BenchmarkSweep.objects.get(pk=sweep_id).status
+
+
+class _SweepFailed(Exception):
+    pass
+
+
+def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = None) -> None:
+    fields: dict[str, Any] = {"status": status, "reason": reason, "ended_at": timezone.now(), "current_point": ""}
+    if analysis is not None:
+        fields["analysis"] = json_safe(analysis)
+    BenchmarkSweep.objects.filter(pk=sweep_id, status__in=SWEEP_ACTIVE).update(**fields)
+    BenchmarkRun.objects.filter(sweep_id=sweep_id, status=RunStatus.RUNNING).update(
+        status=RunStatus.CANCELLED if status == SweepStatus.CANCELLED else RunStatus.FAILED,
+        reason=reason or status, ended_at=timezone.now())
+    _broadcast(sweep_id, "sweep.status", {"sweep_id": sweep_id, "status": status, "reason": reason}, force=True)
+
+
+def _broadcast(sweep_id: int, type_: str, data: dict[str, Any], *, force: bool = False) -> None:
+    """Send one message to the sweep's realtime group (``sweep-<id>``); a transport problem never
+    stops a sweep (the rows stay the truth and the pages poll them)."""
+    from controlplane.realtime import broadcast, sweep_group
+
+    try:
+        broadcast(sweep_group(sweep_id), type_, json_safe(data), force=force)
+    except Exception:  # noqa: BLE001 - best effort by design
+        log.warning("sweep %s: %s broadcast failed", sweep_id, type_, exc_info=True)
+
+
+def _broadcast_point(sweep_id: int, run: BenchmarkRun) -> None:
+    """``sweep.point`` (forced: a state change) once a point is stored: ``{"sweep_id", "run_id",
+    "point_index", "points_done", "points_total", "summary"}``, the summary being the run's label,
+    status, request counts, headline numbers (tok/s; TTFT p99 and TPOT mean in ms) and, for a
+    time-limited point, what ended it."""
+    row = BenchmarkSweep.objects.filter(pk=sweep_id).values_list("points_done", "points_total").first()
+    done, total = row or (0, 0)
+    s = run.summary or {}
+    _broadcast(sweep_id, "sweep.point", {
+        "sweep_id": sweep_id, "run_id": run.pk, "point_index": run.ordinal, "points_done": done, "points_total": total,
+        "summary": {"label": run.label, "status": run.status, "concurrency": run.concurrency,
+                    "request_rate": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
+                    "requests": s.get("requests"), "successes": s.get("successes"), "failures": s.get("failures"),
+                    "output_tok_s": run.output_tok_s, "ttft_p99_ms": run.ttft_p99_ms, "tpot_mean_ms": run.tpot_mean_ms,
+                    "duration_s": s.get("duration_s"), "ended_by": s.get("ended_by"), "flags": list(run.flags)},
+    }, force=True)
+
+
+def _check_cancel(sweep_id: int) -> None:
+    if BenchmarkSweep.objects.filter(pk=sweep_id, cancel_requested=True).exists():
+        raise _Cancelled()
+
+
+def _wait_ready(sweep: BenchmarkSweep):
+    """Poll the deployment row until ready; raise :class:`_SweepFailed` with the reason (C14)."""
+    from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
+
+    deployment = sweep.deployment
+    if deployment is None:
+        raise _SweepFailed("the sweep has no deployment")
+    limit = float(sweep.grid.get("wait_ready_s", 0))
+    start = time.monotonic()
+    while True:
+        deployment.refresh_from_db()
+        if deployment.status == DeploymentStatus.READY and deployment.entry_url:
+            return deployment
+        if deployment.status in DEPLOYMENT_TERMINAL or deployment.status == DeploymentStatus.STOPPING:
+            raise _SweepFailed(f"deployment #{deployment.pk} is {deployment.status}"
+                               + (f": {deployment.reason}" if deployment.reason else "") + "; nothing to benchmark")
+        waited = time.monotonic() - start
+        if waited >= limit:
+            raise _SweepFailed(f"deployment #{deployment.pk} was not ready after {limit:.0f} s of waiting "
+                               f"(status {deployment.status}" + (f": {deployment.reason}" if deployment.reason else "")
+                               + ")")
+        _check_cancel(sweep.pk)
+        time.sleep(min(WAIT_POLL_S, max(0.01, limit - waited)))
+
+
+def sweep_snapshot(*, sweep: BenchmarkSweep, deployment) -> dict[str, Any]:
+    """What was running, taken when the sweep starts: recipe name and version, the spec snapshot,
+    each process's role, argv and env (already redacted by the agent), GPU ids, intended and
+    effective pinning; what each server says about itself (:func:`server_info_fetch` of the entry
+    URL and of each worker, under ``server_info``); ``engine_version`` and ``router_version`` with
+    where each came from (:func:`snapshot_versions`: for PD the router reports no engine version,
+    so it comes from the workers); the node; the client host (this worker's
+    ``socket.gethostname()``) and Ceiling's version."""
+    processes = []
+    versions: dict[str, Any] = {}
+    for p in deployment.processes.order_by("role", "ordinal"):
+        processes.append({
+            "role": p.role, "ordinal": p.ordinal, "argv": list(p.argv), "env_redacted": dict(p.env_redacted),
+            "gpu_ids": list(p.gpu_ids), "cpus": p.cpus, "numa_node": p.numa_node, "mem_nodes": p.mem_nodes,
+            "pin_method": p.pin_method, "effective_cpus": p.effective_cpus, "effective_mems": p.effective_mems,
+            "pinning_verified": p.pinning_verified, "ports": dict(p.ports),
+        })
+        if p.health_url and p.role != "router":
+            # The server's origin, not the health route's folder: llama.cpp's health route is /v1/models.
+            base = urlsplit(p.health_url)._replace(path="", query="", fragment="").geturl()
+            versions[f"{p.role}{p.ordinal}"] = server_info_fetch(base_url=base)
+    versions["entry"] = server_info_fetch(base_url=deployment.entry_url)
+    topology = deployment.recipe.topology
+    return {
+        "deployment_id": deployment.pk, "recipe": deployment.recipe.name, "recipe_id": deployment.recipe_id,
+        "recipe_version": deployment.recipe_version, "engine": deployment.recipe.engine,
+        "topology": topology, "spec": deployment.spec_snapshot, "entry_url": deployment.entry_url,
+        "processes": processes, "server_info": versions, **snapshot_versions(server_info=versions, topology=topology),
+        "node": {"name": deployment.node.name, "hostname": deployment.node.hostname},
+        "client_host": socket.gethostname(), "ceiling_version": settings.CEILING_VERSION,
+        "taken_at": timezone.now().isoformat(),
+    }
+
+
+def snapshot_versions(*, server_info: Mapping[str, Mapping[str, Any]], topology: str) -> dict[str, Any]:
+    """``{"engine_version", "engine_version_source", "router_version", "router_version_source"}``
+    from the per-server info of :func:`sweep_snapshot` (keys ``entry``, ``prefill0``,
+    ``decode0``, ``single0`` ...).
+
+    PD: the entry URL is the router. Its own ``version`` (when it reports one; sglang-router 0.3.2's
+    ``/get_server_info`` answers ``{"router_manager": true, ...}`` without one) is the router
+    version, never the engine's; the engine version comes from the decode workers, else the
+    prefill workers. When workers disagree, every distinct version is kept, ``role0=version``
+    joined by ``, ``. Single: the entry's version, else the single worker's. Sources name the
+    server key the value came from; versions are None (source None) when nothing reported one.
+    """
+    def version_of(key: str) -> str | None:
+        v = (server_info.get(key) or {}).get("version")
+        return str(v) if v not in (None, "") else None
+
+    out: dict[str, Any] = {"engine_version": None, "engine_version_source": None, "router_version": None,
+                           "router_version_source": None}
+    if topology == "pd":
+        if version_of("entry"):
+            out["router_version"], out["router_version_source"] = version_of("entry"), "entry"
+        for role in ("decode", "prefill"):
+            found = {k: version_of(k) for k in sorted(server_info) if k.startswith(role) and version_of(k)}
+            if not found:
+                continue
+            distinct = sorted(set(found.values()))
+            out["engine_version"] = (distinct[0] if len(distinct) == 1
+                                     else ", ".join(f"{k}={v}" for k, v in found.items()))
+            out["engine_version_source"] = ", ".join(found)
+            break
+        return out
+    for key in ["entry"] + sorted(k for k in server_info if k != "entry"):
+        if version_of(key):
+            out["engine_version"], out["engine_version_source"] = version_of(key), key
+            break
+    return out
+
+
+# Routes asked, in order, for what a server says about itself: SGLang's (and the sim's and the
+# router's) ``/get_server_info``, newer SGLang's ``/server_info``, vLLM's ``/version``.
+SERVER_INFO_ROUTES = ("/get_server_info", "/server_info", "/version")
+
+
+def server_info_fetch(*, base_url: str) -> dict[str, Any]:
+    """What the server at ``base_url`` says about itself, from the first of
+    :data:`SERVER_INFO_ROUTES` that answers 200 with a JSON object: ``{"version", "model",
+    "disaggregation_mode", "sim_profile", "route"}`` (absent values None). When none does:
+    ``{"version": None, "error": "<what each route answered>"}``. Each request times out after
+    :data:`SERVER_INFO_TIMEOUT_S` seconds; nothing is raised."""
+    if not base_url:
+        return {"version": None, "error": "no URL"}
+    errors = []
+    for route in SERVER_INFO_ROUTES:
+        url = base_url.rstrip("/") + route
+        try:
+            resp = httpx.get(url, timeout=SERVER_INFO_TIMEOUT_S)
+            if resp.status_code != 200:
+                errors.append(f"HTTP {resp.status_code} from {route}")
+                continue
+            info = resp.json()
+        except httpx.TransportError as exc:
+            # The server is not answering at all: asking the other routes would only wait again.
+            errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            break
+        except (httpx.HTTPError, ValueError) as exc:
+            errors.append(f"{route}: {type(exc).__name__}: {exc}"[:300])
+            continue
+        if not isinstance(info, dict):
+            errors.append(f"{route}: not a JSON object")
+            continue
+        sim = info.get("sim") if isinstance(info.get("sim"), dict) else {}
+        return {"version": info.get("version"), "model": info.get("served_model_name") or info.get("model_path"),
+                "disaggregation_mode": info.get("disaggregation_mode"),
+                "sim_profile": (sim.get("profile") or {}).get("name") if isinstance(sim.get("profile"), dict) else None,
+                "route": route}
+    return {"version": None, "error": "; ".join(errors)}
+
+
+def _metrics_urls(deployment) -> list[str]:
+    """Prometheus endpoints whose generation counters cover the run: decode servers for PD,
+    the single server otherwise (the router would double count). llama.cpp exposes none."""
+    if deployment.recipe.engine == "llamacpp":
+        return []
+    roles = ("decode",) if deployment.recipe.topology == "pd" else ("single",)
+    return [p.health_url.rsplit("/", 1)[0] + "/metrics"
+            for p in deployment.processes.filter(role__in=roles) if p.health_url]
+
+
+def _point_label(point: Mapping[str, Any]) -> str:
+    label = (f"c={point['concurrency']}" if point["concurrency"] is not None else f"{point['request_rate']:g} req/s")
+    return label + f" {point['input_len']}/{point['output_len']}"
+
+
+# Keys of the load generator's progress report (``loadgen_run(progress=...)``), kept on the run row.
+PROGRESS_KEYS = ("done", "total", "failed", "output_tokens", "elapsed_s", "tok_s")
+
+
+class _PointProgress:
+    """The running point's progress as the load generator counts it (every engine, llama.cpp
+    included, whatever counters the servers expose).
+
+    The load generator calls :meth:`report` (at most twice a second, from the thread that runs
+    it); the sweep's thread calls :meth:`tick` every :data:`PROGRESS_PERIOD_S` seconds, which
+    broadcasts a new report as ``sweep.progress`` at once and writes it to the run row and the
+    sweep's progress columns at most every :data:`RUN_PROGRESS_WRITE_S` seconds (``final`` always
+    writes). Database writes stay in the sweep's thread.
+    """
+
+    def __init__(self, sweep: BenchmarkSweep, run: BenchmarkRun, point: Mapping[str, Any], done_before: int) -> None:
+        self.sweep_id, self.run_id, self.ordinal = sweep.pk, run.pk, run.ordinal
+        self.points_total = sweep.points_total
+        self.label, self.duration_s, self.done_before = _point_label(point), point.get("duration_s"), done_before
+        self._lock = threading.Lock()
+        self._latest: dict[str, Any] | None = None
+        self._new = False
+        self._written_at = 0.0
+
+    def report(self, snapshot: Mapping[str, Any]) -> None:
+        """The load generator's callback: keep the newest ``{"done", "total", "failed",
+        "output_tokens", "elapsed_s", "tok_s"}`` (counts, seconds, output tok/s over its window)."""
+        clean = {k: snapshot.get(k) for k in PROGRESS_KEYS}
+        with self._lock:
+            self._latest, self._new = clean, True
+
+    def tick(self, *, final: bool = False) -> None:
+        """Broadcast a new report, and store it when the last write is old enough (or ``final``)."""
+        with self._lock:
+            latest, new = self._latest, self._new
+            self._new = False
+        if latest is None or not (new or final):
+            return
+        requests_done = self.done_before + int(latest.get("done") or 0)
+        if new:
+            _broadcast(self.sweep_id, "sweep.progress", {
+                "sweep_id": self.sweep_id, "run_id": self.run_id, "point_index": self.ordinal,
+                "points_total": self.points_total, **latest, "point": self.label, "duration_s": self.duration_s,
+                "requests_done": requests_done})
+        now = time.monotonic()
+        if final or now - self._written_at >= RUN_PROGRESS_WRITE_S:
+            self._written_at = now
+            BenchmarkRun.objects.filter(pk=self.run_id).update(progress=json_safe(
+                {**latest, "duration_s": self.duration_s, "updated_at": timezone.now().isoformat()}))
+            fields: dict[str, Any] = {"requests_done": requests_done}
+            if latest.get("tok_s") is not None:
+                fields["current_tok_s"] = latest["tok_s"]
+            BenchmarkSweep.objects.filter(pk=self.sweep_id).update(**fields)
+
+
+def point_limits(*, point: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """How the load generator is told to end ``point`` (a :func:`benchmarks.sweeps.grid_points`
+    entry): ``{"duration_s": seconds | None, "max_requests": count | None, "specs": prompts to
+    generate, "ends_by": "requests" | "duration" | "first"}``.
+
+    Without a time limit the point is one pass over ``max_requests`` prompts. A time limit alone
+    is the load generator's duration mode (it cycles through the prompt pool until the time is
+    up). With both, whichever ends first: an open-loop point's arrival times are known in advance
+    (:func:`benchmarks.loadgen.arrival_offsets`, same seed as the run), so it becomes one pass when
+    all its ``max_requests`` arrivals fall inside the time, else the duration mode over those
+    prompts (fewer arrivals than prompts, so none repeats). A closed-loop point cannot know its
+    end in advance: it runs in duration mode with the load generator's request cap
+    (``LoadConfig.max_requests``) where the load generator has one (``ends_by`` "first"); where it
+    has none the time limit applies and the request count only sizes the pool, which the run's
+    summary says (``request_cap_applied`` false).
+    """
+    cap, duration = point.get("max_requests"), point.get("duration_s")
+    if duration is None:
+        return {"duration_s": None, "max_requests": cap, "specs": point["num_requests"], "ends_by": "requests"}
+    if cap is None:
+        return {"duration_s": duration, "max_requests": None, "specs": point["num_requests"], "ends_by": "duration"}
+    if point.get("request_rate") is not None:
+        offsets = arrival_offsets(n=cap, rate=point["request_rate"], burstiness=1.0, seed=seed)
+        if offsets and offsets[-1] < duration:
+            return {"duration_s": None, "max_requests": cap, "specs": cap, "ends_by": "requests"}
+        return {"duration_s": duration, "max_requests": None, "specs": cap, "ends_by": "duration"}
+    return {"duration_s": duration, "max_requests": cap, "specs": cap, "ends_by": "first"}
+
+
+def _loadconfig_has(name: str) -> bool:
+    return any(f.name == name for f in dataclasses.fields(LoadConfig))
+
+
+def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, snapshot: dict) -> BenchmarkRun:
+    """Run one grid point and store it. Live progress comes from the load generator's own counts
+    (:class:`_PointProgress`). A point with ``duration_s`` ends after that many seconds, or with
+    a request count as well whichever comes first (:func:`point_limits`); its summary says what
+    ended it (``ended_by``: ``duration`` or ``requests``)."""
+    grid = sweep.grid
+    api = Api(grid["api"])
+    engine = deployment.recipe.engine
+    seed = grid.get("seed", 0)
+    limits = point_limits(point=point, seed=seed)
+    run, _ = BenchmarkRun.objects.update_or_create(
+        sweep=sweep, ordinal=ordinal,
+        defaults=dict(status=RunStatus.RUNNING, concurrency=point["concurrency"], request_rate=point["request_rate"],
+                      input_len=point["input_len"], output_len=point["output_len"],
+                      num_requests=point.get("max_requests"), duration_s=point.get("duration_s"), api=api.value,
+                      served_model_name=sweep.served_model_name, num_gpus=sweep.num_gpus,
+                      snapshot=json_safe(snapshot), started_at=timezone.now(), created_by=sweep.created_by,
+                      progress={}),
+    )
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(current_point=_point_label(point), current_tok_s=None)
+    token_ids = engine in TOKEN_ID_ENGINES and api is not Api.CHAT
+    specs = random_dataset(num=limits["specs"], input_len=point["input_len"], output_len=point["output_len"],
+                           seed=seed + ordinal, token_ids=token_ids, chat=api is Api.CHAT)
+    warmup = random_dataset(num=grid.get("warmup", 0), input_len=point["input_len"], output_len=point["output_len"],
+                            seed=seed + 10_000 + ordinal, token_ids=token_ids, chat=api is Api.CHAT)
+    extra: dict[str, Any] = {}
+    if limits["duration_s"] is not None:
+        extra["duration_s"] = limits["duration_s"]
+    cap_applied = limits["ends_by"] != "first" or _loadconfig_has("max_requests")
+    if limits["ends_by"] == "first" and cap_applied:
+        extra["max_requests"] = limits["max_requests"]
+    cfg = LoadConfig(base_url=deployment.entry_url, api=api, model=sweep.served_model_name,
+                     concurrency=point["concurrency"], rate=point["request_rate"], seed=seed,
+                     warmup=len(warmup), ignore_eos=True, fixed_output=True, metrics_urls=_metrics_urls(deployment),
+                     **extra)
+    done_before = BenchmarkSweep.objects.filter(pk=sweep.pk).values_list("requests_done", flat=True).first() or 0
+    progress = _PointProgress(sweep, run, point, done_before)
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["result"] = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=progress.report)
+        except BaseException as exc:  # re-raised in the sweep's thread below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=work, name=f"sweep-{sweep.pk}-point-{ordinal}", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(PROGRESS_PERIOD_S)
+        if not thread.is_alive():
+            break
+        if BenchmarkSweep.objects.filter(pk=sweep.pk, cancel_requested=True).exists():
+            # The load generator cannot be interrupted mid-point; the point finishes (bounded by its
+            # request count or duration) and is stored as cancelled, and no further point starts.
+            thread.join()
+            break
+        progress.tick()
+    if "error" in outcome:
+        raise outcome["error"]
+    result = outcome["result"]
+    slo = Slo(**grid["slo"]) if grid.get("slo") else None
+    summary = run_summary(result, slo=slo)
+    sent = int(summary.get("requests") or 0)
+    if point.get("duration_s") is not None:
+        cap = point.get("max_requests")
+        # Without the load generator's cap a closed loop may send past the count: time ended it.
+        summary["ended_by"] = "requests" if cap is not None and cap_applied and sent >= cap else "duration"
+        summary["prompt_pool"] = limits["specs"]
+        summary["prompts_reused"] = sent > limits["specs"]
+        if cap is not None:
+            summary["request_cap_applied"] = cap_applied
+    path = records_dir() / f"run-{run.pk}.npz"
+    result.records.save(path)
+    progress.tick(final=True)
+    run.refresh_from_db(fields=["progress"])
+    _store_summary(run, summary)
+    run.records_path = str(path)
+    run.num_requests = sent
+    cancelled = BenchmarkSweep.objects.filter(pk=sweep.pk, cancel_requested=True).exists()
+    run.status = RunStatus.CANCELLED if cancelled else RunStatus.DONE
+    run.reason = "sweep cancelled while this point ran" if cancelled else ""
+    run.ended_at = timezone.now()
+    run.save()
+    # The sweep's totals follow what was sent: a time-limited point adds what fitted in its time.
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(
+        requests_done=done_before + sent, current_tok_s=summary.get("output_throughput_tok_s"),
+        requests_total=F("requests_total") + sent - (point.get("max_requests") or 0))
+    if cancelled:
+        _broadcast_point(sweep.pk, run)
+        raise _Cancelled()
+    return run
+
+
+# ---------------------------------------------------------------------------------------- analysis
+
+
+def _points_of(runs: Iterable[BenchmarkRun], num_gpus: int | None) -> list[SweepPoint]:
+    out = []
+    for run in runs:
+        if run.status != RunStatus.DONE or not run.summary:
+            continue
+        d = summary_point(summary=run.summary, concurrency=run.concurrency, request_rate=run.request_rate,
+                          input_len=run.input_len, output_len=run.output_len, num_gpus=num_gpus, flags=run.flags)
+        if d["output_throughput_tok_s"] is None:
+            continue
+        out.append(SweepPoint.from_summary(d))
+    return out
+
+
+def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
+    """Compute the ceiling report of ``sweep`` (not stored; :func:`sweep_execute` stores it).
+
+    One report per input/output length pair: ``{"lengths": {"256/256": report-dict, ...},
+    "findings": [sentence, ...], "compared_with": sweep id | None, "errors": {...}}``. The
+    comparison sweep is the latest done sweep of the same served model on the other topology
+    (PD vs single) with a report for the same lengths. GPU count: ``sweep.num_gpus``, else 1 with
+    a note (per-GPU numbers are then per server).
+    """
+    num_gpus = sweep.num_gpus or 1
+    topology = sweep.topology if sweep.topology in ("pd", "single") else "single"
+    runs = list(sweep.runs.all())
+    by_len: dict[tuple[int | None, int | None], list[BenchmarkRun]] = {}
+    for run in runs:
+        by_len.setdefault((run.input_len, run.output_len), []).append(run)
+    other = None
+    if sweep.served_model_name and topology in ("pd", "single"):
+        other = (BenchmarkSweep.objects.filter(served_model_name=sweep.served_model_name, status=SweepStatus.DONE)
+                 .exclude(pk=sweep.pk).exclude(topology=topology).exclude(topology="")
+                 .order_by("-ended_at", "-id").first())
+    out: dict[str, Any] = {"lengths": {}, "findings": [], "compared_with": None, "errors": {}, "notes": []}
+    if not sweep.num_gpus:
+        out["notes"].append("the GPU count is unknown; per-GPU numbers are per deployment (1)")
+    for (in_len, out_len), group in sorted(by_len.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
+        key = f"{in_len}/{out_len}"
+        points = _points_of(group, sweep.num_gpus)
+        if not points:
+            out["errors"][key] = "no finished point with output"
+            continue
+        kwargs: dict[str, Any] = {}
+        if other is not None:
+            other_points = _points_of(other.runs.filter(input_len=in_len, output_len=out_len), other.num_gpus)
+            if other_points:
+                kwargs = {"compare_with": other_points, "compare_num_gpus": other.num_gpus or 1,
+                          "compare_topology": other.topology}
+                out["compared_with"] = other.pk
+        try:
+            report = ceiling_analyse(points, num_gpus=num_gpus, topology=topology, **kwargs).as_dict()
+        except InvalidInput as exc:
+            out["errors"][key] = str(exc)
+            continue
+        out["lengths"][key] = report
+        prefix = f"[{key}] " if len(by_len) > 1 else ""
+        out["findings"].extend(prefix + f for f in report["findings"])
+    return out
+
+
+def sweep_analysis(*, sweep: BenchmarkSweep) -> dict[str, Any]:
+    """The ceiling report of ``sweep``: the stored one when the sweep finished, else computed now
+    from the runs stored so far (``"provisional": true``). Shape: :func:`sweep_analyse`."""
+    if sweep.analysis:
+        return {**sweep.analysis, "provisional": False}
+    if not sweep.runs.filter(status=RunStatus.DONE).exists():
+        return {"lengths": {}, "findings": [], "compared_with": None, "errors": {}, "notes": ["no finished run yet"],
+                "provisional": True}
+    return {**sweep_analyse(sweep=sweep), "provisional": True}
+
+
+# ---------------------------------------------------------------------------------------- CLI helpers
+
+
+# A line every 15 s while nothing but tok/s changes: alive, without flooding a terminal.
+PROGRESS_HEARTBEAT_S = 15.0
+
+
+def sweep_wait(*, sweep: BenchmarkSweep, timeout_s: float, progress=None, poll_s: float = 1.0) -> BenchmarkSweep:
+    """Poll ``sweep``'s row until it is terminal or ``timeout_s`` passes; ``progress(text)`` gets a
+    line whenever the status, point or requests-done count changes, and otherwise at most every
+    ``PROGRESS_HEARTBEAT_S`` seconds with the current tok/s. Returns the refreshed row."""
+    start = time.monotonic()
+    last_key = None
+    last_said = 0.0
+    while True:
+        sweep.refresh_from_db()
+        key = (sweep.status, sweep.points_done, sweep.current_point, sweep.requests_done)
+        line = (f"  sweep #{sweep.pk}: {sweep.status}"
+                + (f", point {sweep.points_done + (sweep.status == SweepStatus.RUNNING)}/{sweep.points_total}"
+                   f" ({sweep.current_point})" if sweep.current_point else "")
+                + (f", requests {sweep.requests_done}"
+                   + (f"/{sweep.requests_total}" if sweep.requests_total else " sent")
+                   if sweep.status == SweepStatus.RUNNING else "")
+                + (f", {sweep.current_tok_s:.1f} tok/s" if sweep.current_tok_s is not None
+                   and sweep.status == SweepStatus.RUNNING else ""))
+        now = time.monotonic()
+        if progress and (key != last_key or now - last_said >= PROGRESS_HEARTBEAT_S):
+            progress(line)
+            last_said = now
+        last_key = key
+        if sweep.status in SWEEP_TERMINAL or now - start > timeout_s:
+            return sweep
+        time.sleep(poll_s)
+
+
+def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
+    """The sweep as plain text: a heading, the results table (:func:`benchmarks.sweeps.results_table`)
+    and the ceiling findings (or the failure reason)."""
+    from benchmarks.sweeps import results_table
+
+    sweep.refresh_from_db()
+    gpus = f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.engine == "sim" else "") if sweep.num_gpus else "GPUs: none"
+    lines = [f"Sweep #{sweep.pk} {sweep.name} — {sweep.status}" + (f" ({sweep.reason})" if sweep.reason else ""),
+             f"  model {sweep.served_model_name}, {sweep.engine} {sweep.topology}, {gpus}; "
+             f"client host {(sweep.snapshot or {}).get('client_host', '-')}"]
+    runs = list(sweep.runs.order_by("ordinal"))
+    if runs:
+        lines += ["  " + row for row in results_table(runs, num_gpus=sweep.num_gpus).splitlines()]
+    analysis = sweep.analysis or {}
+    if analysis.get("findings"):
+        lines.append("  Ceiling findings:")
+        lines += [f"   - {f}" for f in analysis["findings"]]
+    for key, err in (analysis.get("errors") or {}).items():
+        lines.append(f"  analysis {key}: {err}")
+    for note in analysis.get("notes") or []:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""The chart script's axis rules, run by Node.js on the real ``static/ceiling/charts.js`` and the
+real uPlot from ``node_modules`` (what the browser loads): flat and near-flat series never get
+repeated tick labels, a capped CDF axis ends where the page said, and a one-point series is
+marked instead of drawn as an invisible line."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+NODE = shutil.which("node")
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (make demo installs it for npm)")
+
+# Loads charts.js into a sandbox with uPlot and a document that only records listeners, then runs
+# the scenario given on stdin and prints its JSON result.
+HARNESS = r"""
+const fs = require("fs"), vm = require("vm");
+const uPlot = require(process.argv[1] + "/node_modules/uplot/dist/uPlot.cjs.js");
+const sandbox = {window: {}, uPlot, document: {addEventListener() {}}, console, Math, JSON, Number, isFinite};
+vm.createContext(sandbox);
+vm.runInContext(fs.readFileSync(process.argv[1] + "/static/ceiling/charts.js", "utf8"), sandbox);
+const C = sandbox.window.CeilingCharts;
+const scenario = fs.readFileSync(0, "utf8");
+const result = new Function("C", "uPlot", scenario)(C, uPlot);
+process.stdout.write(JSON.stringify(result));
+"""
+
+
+def _node(scenario: str) -> object:
+    done = subprocess.run([NODE, "-e", HARNESS, str(REPO)], input=scenario, capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+# The ticks uPlot draws are the multiples of a step inside the scale's range; these helpers build
+# them the same way for a given range and step.
+TICKS = """
+function ticks(lo, hi, step) {
+  const out = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.round(v / step) * step);
+  return out;
+}
+"""
+
+
+def test_it_prints_distinct_tick_labels_for_a_near_flat_overlay() -> None:
+    # Three runs at 25.00, 25.02 and 25.04 tok/s: uPlot's own range is a few hundredths wide.
+    result = _node(TICKS + """
+      const [lo, hi] = uPlot.rangeNum(25.0, 25.04, 0.1, true);
+      const out = {};
+      for (const step of [0.005, 0.01, 0.02]) {
+        const t = ticks(lo, hi, step);
+        out[step] = {old: t.map(C.formatNumber), now: C.linearTickLabels(null, t, 1, 50, step)};
+      }
+      return out;
+    """)
+    for step, labels in result.items():
+        assert len(labels["now"]) >= 3, step
+        assert len(set(labels["now"])) == len(labels["now"]), (step, labels["now"])
+        # the magnitude-based format alone repeats itself here: what the axis used to show
+        assert len(set(labels["old"])) < len(labels["old"]), (step, labels["old"])
+    assert result["0.01"]["now"] == ["25.00", "25.01", "25.02", "25.03", "25.04"]
+
+
+def test_it_gives_an_exactly_flat_series_a_band_around_its_value() -> None:
+    result = _node(TICKS + """
+      const r = C.flatRange(123.4, 123.4), z = C.flatRange(0, 0), neg = C.flatRange(-5, -5);
+      return {r, z, neg, varying: C.flatRange(1, 2),
+              labels: C.linearTickLabels(null, ticks(r[0], r[1], 5), 1, 50, 5)};
+    """)
+    assert result["r"] == [pytest.approx(111.06), pytest.approx(135.74)]
+    assert result["z"] == [0, 1]  # non-negative data keeps a range starting at 0
+    assert result["neg"] == [pytest.approx(-5.5), pytest.approx(-4.5)]
+    assert result["varying"] is None  # uPlot's own range is used when the values differ
+    assert result["labels"] == ["115", "120", "125", "130", "135"]
+
+
+def test_it_chooses_decimals_from_the_tick_step() -> None:
+    result = _node("return [5, 0.5, 0.25, 0.02, 0.0002, 2.5e-9].map(C.decimalsFor);")
+    assert result == [0, 1, 2, 2, 4, 7]
+    labels = _node("return C.linearTickLabels(null, [0, 2.5e-9, 5e-9], 1, 50, 2.5e-9);")
+    assert len(set(labels)) == 3 and all("e" in lab for lab in labels[1:])
+
+
+def test_it_ends_a_capped_axis_where_the_page_said_and_marks_a_single_point() -> None:
+    result = _node("""
+      const capped = {title: "ITL CDF", x: {label: "ITL", unit: "ms", log: false, max: 62.5},
+                      y: {label: "fraction", unit: "", log: false},
+                      series: [{label: "ITL", points: [[10, 0.5], [62.5, 0.999]], step: true}]};
+      const one = {title: "TTFT CDF", x: {label: "TTFT", unit: "ms", log: false},
+                   y: {label: "fraction", unit: "", log: false},
+                   series: [{label: "TTFT", points: [[412.5, 1.0]], step: true}]};
+      const a = C.buildOptions(capped, 600), b = C.buildOptions(one, 600);
+      return {capped: a.scales.x.range(null, 10, 5000), single: b.scales.x.range(null, 412.5, 412.5),
+              singlePoints: b.series[1].points.show, curvePoints: a.series[1].points.show};
+    """)
+    assert result["capped"] == [10, 62.5]
+    assert result["single"] == [pytest.approx(371.25), pytest.approx(453.75)]
+    assert result["singlePoints"] is True and result["curvePoints"] is False

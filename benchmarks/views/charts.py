@@ -1,0 +1,245 @@
+"""Chart data for the benchmark pages, as plain dicts in the format :file:`static/ceiling/charts.js`
+documents (embedded with ``json_script``): CDFs of a run's latencies from its raw records (one
+sample and outlier-flattened curves are said on the chart, never drawn misleadingly), the tok/s
+timeline, and a sweep's numbers against load."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from benchmarks.loadgen.records import RecordStore
+from benchmarks.models import BenchmarkRun
+from benchmarks.views.common import LATENCIES, _opt_float
+
+
+# A CDF drawn with more points than a chart is wide adds nothing but page weight; quantiles
+# at this many evenly spaced levels keep the curve's shape exactly at the ends (min and max kept).
+CDF_MAX_POINTS = 400
+# A few huge gaps (a stalled stream, a retraction) squeeze the rest of an ITL CDF against the
+# y-axis. When the largest value is more than CDF_OUTLIER_FACTOR times the p99.9 (taken as the
+# largest sample at or below the 99.9th percentile, so the axis ends on a measured value), the
+# x-axis ends there and the chart says how many points lie beyond and the largest of them: nothing
+# is dropped silently. Only from CDF_CAP_MIN_SAMPLES samples on, so what is left off the axis is
+# at most about 0.1 % of them (with 3 samples, one is a third of the distribution, not an outlier).
+CDF_AXIS_QUANTILE = 0.999
+CDF_OUTLIER_FACTOR = 4.0
+CDF_CAP_MIN_SAMPLES = 1000
+# The tok/s timeline buckets output events per second of run time (the issue's "per 1 s").
+TIMELINE_BUCKET_S = 1.0
+
+# --- charts -----------------------------------------------------------------------------------
+
+
+def chart_spec(*, title: str, x: tuple[str, str], y: tuple[str, str], series: list[dict[str, Any]],
+               x_log: bool = False, empty: str | None = None, note: str | None = None) -> dict[str, Any]:
+    """A chart for :file:`static/ceiling/charts.js`: ``x``/``y`` are ``(label, unit)``; each
+    series is ``{"label": str, "points": [[x, y], ...]}`` (``"step": True`` for a CDF). ``empty``
+    is shown instead of a chart without points; ``note`` is printed under a drawn chart (what is
+    not drawn, and why)."""
+    spec: dict[str, Any] = {
+        "title": title,
+        "x": {"label": x[0], "unit": x[1], "log": x_log},
+        "y": {"label": y[0], "unit": y[1], "log": False},
+        "series": series,
+    }
+    if empty:
+        spec["empty"] = empty
+    if note:
+        spec["note"] = note
+    return spec
+
+
+def cdf_points(values: np.ndarray, *, max_points: int = CDF_MAX_POINTS,
+               x_max: float | None = None) -> list[list[float]]:
+    """Empirical CDF of ``values`` as ``[[value, fraction ≤ value], ...]`` (fraction in 0-1).
+
+    With n ≤ ``max_points`` every sorted sample is a point (fraction i/n). Past that, the curve is
+    sampled at ``max_points`` evenly spaced ranks, always keeping the first and last sample, so
+    the tails (p99, max) stay exact. Values are rounded to 4 significant digits of ms, finer than
+    any clock this measures. ``x_max``: samples above it are not drawn (their fractions still
+    count, so the curve ends below 1.0; the caller says so on the chart).
+    """
+    finite = np.sort(values[np.isfinite(values)])
+    n = int(finite.size)
+    if n == 0:
+        return []
+    shown = n if x_max is None else int(np.searchsorted(finite, x_max, side="right"))
+    if shown <= max_points:
+        ranks = np.arange(shown)
+    else:
+        ranks = np.unique(np.linspace(0, shown - 1, max_points).round().astype(int))
+    return [[float(f"{finite[i]:.4g}"), round((int(i) + 1) / n, 6)] for i in ranks]
+
+
+def cdf_axis_cap(values: np.ndarray) -> dict[str, Any] | None:
+    """Where a CDF's x-axis should end, or None to draw every sample.
+
+    Returns ``{"x_max": p99.9 (ms), "beyond": samples above it, "largest": the largest (ms)}``
+    when there are at least :data:`CDF_CAP_MIN_SAMPLES` samples and the largest exceeds
+    :data:`CDF_OUTLIER_FACTOR` times the :data:`CDF_AXIS_QUANTILE` quantile (the largest sample at
+    or below it), i.e. when a few outliers would flatten the curve.
+    """
+    finite = values[np.isfinite(values)]
+    if finite.size < CDF_CAP_MIN_SAMPLES:
+        return None
+    cap = float(np.quantile(finite, CDF_AXIS_QUANTILE, method="lower"))
+    largest = float(finite.max())
+    if cap <= 0 or largest <= CDF_OUTLIER_FACTOR * cap:
+        return None
+    return {"x_max": float(f"{cap:.4g}"), "beyond": int((finite > float(f"{cap:.4g}")).sum()),
+            "largest": float(f"{largest:.4g}")}
+
+
+def cdf_chart(values: np.ndarray | None, *, label: str, empty: str) -> dict[str, Any]:
+    """The CDF chart of one latency (``values`` in ms; None when there are no records).
+
+    Two cases are said on the chart instead of drawing something misleading: one sample (a single
+    step to 1.0 at that value, drawn as one marked point, with a note that a curve needs at least
+    two requests), and outliers that would flatten the curve (the axis ends at the p99.9 and the
+    note says ``N points beyond X ms not drawn (largest Y ms)``, :func:`cdf_axis_cap`).
+    """
+    title = f"{label} CDF"
+    x_axis = (label, "ms")
+    if values is None or not np.isfinite(values).any():
+        return chart_spec(title=title, x=x_axis, y=("fraction of requests", ""),
+                          series=[{"label": label, "points": [], "step": True}], empty=empty)
+    finite = values[np.isfinite(values)]
+    cap = cdf_axis_cap(finite)
+    pts = cdf_points(finite, x_max=cap["x_max"] if cap else None)
+    note = None
+    if finite.size == 1:
+        note = (f"one sample: the CDF is a single step to 1.0 at {_fmt_ms(float(finite[0]))} ms; "
+                f"a curve needs at least 2 samples (2 requests for TTFT, TPOT and E2E).")
+    elif cap:
+        title += " (x-axis capped at p99.9)"
+        note = (f"{cap['beyond']} point{'s' if cap['beyond'] != 1 else ''} beyond {_fmt_ms(cap['x_max'])} ms "
+                f"(p99.9) not drawn; the largest is {_fmt_ms(cap['largest'])} ms. The curve ends at the fraction "
+                f"of samples drawn.")
+    spec = chart_spec(title=title, x=x_axis, y=("fraction of requests", ""),
+                      series=[{"label": label, "points": pts, "step": True}], note=note)
+    if cap:
+        spec["x"]["max"] = cap["x_max"]
+    return spec
+
+
+def _fmt_ms(value: float) -> str:
+    return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
+
+
+def record_arrays(records: RecordStore) -> dict[str, np.ndarray]:
+    """Per-request latencies (ms, successful requests only; metrics.md formulas) from raw records:
+    ``ttft``, ``e2e``, ``tpot`` (requests with ≥ 2 output tokens), ``itl`` (per-event gaps of all
+    successful requests)."""
+    ok = records.column("ok").astype(bool)
+    start, first, last = (records.column(c).astype(np.int64) for c in ("start", "first", "last"))
+    out_tok = records.column("output_tokens").astype(np.int64)
+    ttft = (first[ok] - start[ok]) / 1e6
+    e2e = (last[ok] - start[ok]) / 1e6
+    multi = out_tok[ok] >= 2
+    tpot = (e2e[multi] - ttft[multi]) / (out_tok[ok][multi] - 1)
+    ev = records.column("ev_time").astype(np.int64)
+    off, ln = records.column("ev_off"), records.column("ev_len")
+    gaps = [np.diff(ev[int(off[i]):int(off[i]) + int(ln[i])]) for i in np.flatnonzero(ok) if ln[i] >= 2]
+    itl = np.concatenate(gaps) / 1e6 if gaps else np.array([], dtype=float)
+    return {"ttft": ttft, "e2e": e2e, "tpot": tpot, "itl": itl}
+
+
+def timeline_points(records: RecordStore, *, bucket_s: float = TIMELINE_BUCKET_S) -> tuple[list[list[float]], bool]:
+    """Output tok/s per ``bucket_s`` of run time, from the event times of successful requests.
+
+    Returns ``(points, estimated)``: ``points`` is ``[[seconds since the first request's start,
+    tok/s], ...]`` (one point per bucket, empty buckets as 0 because nothing streamed);
+    ``estimated`` is True when some events carried no token count (the server sent no cumulative
+    usage) and counted as one token each.
+    """
+    ok = records.column("ok").astype(bool)
+    if not ok.any():
+        return [], False
+    start = records.column("start")
+    ev = records.column("ev_time").astype(np.int64)
+    tok = records.column("ev_tokens").astype(np.int64)
+    off, ln = records.column("ev_off"), records.column("ev_len")
+    picks = [np.arange(int(off[i]), int(off[i]) + int(ln[i])) for i in np.flatnonzero(ok) if ln[i] > 0]
+    if not picks:
+        return [], False
+    idx = np.concatenate(picks)
+    t0 = int(start.min())
+    counts = tok[idx]
+    estimated = bool((counts == 0).any())
+    weights = np.where(counts > 0, counts, 1)
+    bucket = ((ev[idx] - t0) / 1e9 // bucket_s).astype(np.int64)
+    sums = np.bincount(bucket, weights=weights)
+    return [[round(float(i * bucket_s), 3), float(v) / bucket_s] for i, v in enumerate(sums)], estimated
+
+
+def run_charts(records: RecordStore | None) -> dict[str, Any]:
+    """The run page's charts: ``cdf_ttft``, ``cdf_tpot``, ``cdf_itl``, ``cdf_e2e`` (one series
+    each) and ``timeline`` (tok/s per second). Empty series when there are no records."""
+    arrays = record_arrays(records) if records is not None else {}
+    empty = "no per-request records (imported runs keep the source's summary only)." if records is None else None
+    charts: dict[str, Any] = {}
+    for stem, label in LATENCIES:
+        why = empty or ("no request produced 2 output events, so there is no gap to draw." if stem == "itl"
+                        else "no request with 2 or more output tokens." if stem == "tpot"
+                        else "no successful requests.")
+        charts[f"cdf_{stem}"] = cdf_chart(arrays.get(stem), label=label, empty=why)
+    points, estimated = timeline_points(records) if records is not None else ([], False)
+    charts["timeline"] = chart_spec(
+        title="Output throughput during the run" + (" (some events counted as 1 token)" if estimated else ""),
+        x=("time since first request", "s"), y=("output", "tok/s"),
+        series=[{"label": "output tok/s", "points": points}], empty=empty or "no output events.",
+    )
+    return charts
+
+
+def _load_x(run: BenchmarkRun) -> float | None:
+    return float(run.concurrency) if run.concurrency is not None else _opt_float(run.request_rate)
+
+
+def _lengths(run: BenchmarkRun) -> str:
+    return f"{run.input_len}/{run.output_len}" if run.input_len and run.output_len else "variable"
+
+
+def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "") -> dict[str, Any]:
+    """Charts of a set of result rows (:func:`run_row`) against load: output tok/s, TTFT and
+    TPOT percentiles vs concurrency (or request rate for open-loop points). One series per
+    input/output length pair (and per ``prefix`` group on the comparison page). Load axis is
+    logarithmic: grids double (1, 2, 4, ...)."""
+    closed = [r for r in rows if r["run"].concurrency is not None]
+    use = closed if closed else rows
+    axis = ("concurrency", "requests") if closed else ("request rate", "req/s")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in use:
+        if _load_x(r["run"]) is None:
+            continue
+        groups.setdefault(f"{prefix}{_lengths(r['run'])}", []).append(r)
+
+    def series(key: str, stat: str | None = None, tag: str = "") -> list[dict[str, Any]]:
+        out = []
+        for name, rs in groups.items():
+            pts = []
+            for r in rs:
+                val = r[key] if stat is None else r[key][stat]
+                pts.append([_load_x(r["run"]), val])
+            out.append({"label": f"{name}{tag}", "points": pts})
+        return out
+
+    positive = all((_load_x(r["run"]) or 0) > 0 for rs in groups.values() for r in rs)
+    tok = chart_spec(title="Output throughput vs load", x=axis, y=("output", "tok/s"),
+                     series=series("output_tok_s"), x_log=positive)
+    per_gpu = chart_spec(title="Output throughput per GPU vs load", x=axis, y=("output per GPU", "tok/s"),
+                         series=series("tok_s_per_gpu"), x_log=positive,
+                         empty="GPU count unknown.")
+    if not any(p[1] is not None for s in per_gpu["series"] for p in s["points"]):
+        per_gpu["series"] = []
+    lat = {}
+    for stem, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E")):
+        lat[stem] = chart_spec(
+            title=f"{label} percentiles vs load", x=axis, y=(label, "ms"), x_log=positive,
+            series=[s for stat in ("p50", "p90", "p99") for s in series(stem, stat, f" {stat}")],
+        )
+    return {"tok_s": tok, "tok_s_per_gpu": per_gpu, "ttft": lat["ttft"], "tpot": lat["tpot"], "e2e": lat["e2e"]}
+
+

@@ -1,0 +1,199 @@
+"""What every benchmark page shares: the statistics and latencies shown, plain-words flag
+explanations, one run's numbers in display units (:func:`run_row`), redacted JSON blocks, record
+loading that never fails a page, and downloads. Units: summaries store seconds (``ttft_s``); pages
+show latencies in ms and throughputs per second, with the unit in every column header. A value
+that was not measured is ``None`` and renders as "—", never 0."""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+
+from benchmarks import services
+from benchmarks.choices import RunSource
+from benchmarks.loadgen.records import RecordStore
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from controlplane.errors import InvalidInput
+from controlplane.permissions import has_role
+from controlplane.redaction import redact_text
+
+# Percentiles shown everywhere: the load generator's (metrics.md: p50, p90, p99 plus mean).
+STATS = ("mean", "p50", "p90", "p99")
+# Latency metrics in table order: summary key stem -> label. ITL is the per-event gap
+# (metrics.md); the per-token variant is named separately where it exists.
+LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+# Runs whose records are drawn as overlaid CDFs on the comparison page: more lines than the
+# palette has colours are unreadable.
+COMPARE_MAX_CDF_RUNS = 8
+# Recent runs listed on the index page.
+INDEX_RECENT_RUNS = 20
+# Import uploads: the service's own cap, checked before the file is read into memory.
+IMPORT_MAX_BYTES = services.MAX_IMPORT_BYTES
+
+# Plain-words explanations of the load generator's and the importers' flags (metrics.md).
+FLAG_TEXT: dict[str, str] = {
+    "output_length_mismatch": "output length mismatch: a fixed-length run where some requests produced a "
+                              "different number of tokens than requested; it is not ranked against "
+                              "fixed-length runs.",
+    "concurrency_shortfall": "the client never had the target number of requests in flight at once "
+                             "(connection-pool cap or client CPU), so the point measured less load than its label.",
+    "rate_shortfall": "the achieved request rate stayed more than 5 % below the scheduled rate.",
+    "tokens_estimated": "the server sent no usage for some requests; their output tokens were counted from "
+                        "streamed events and are an estimate.",
+    "server_token_mismatch": "the client's output token count and the server's generation_tokens_total delta "
+                             "differ by more than 2 %.",
+    "client_cpu_bound": "a load-generator worker was busy on CPU most of the run; latencies may include "
+                        "client time.",
+    "variable_lengths": "request lengths were drawn from a range, so this is not a fixed-length run.",
+    "lengths_unknown": "the result file does not record the request lengths.",
+}
+
+
+# --- small helpers ----------------------------------------------------------------------------
+
+
+def _can_write(request: HttpRequest) -> bool:
+    return has_role(request.user, "operator")
+
+
+def _opt_float(value: Any) -> float | None:
+    """A finite float, or None for absent, null, NaN, infinite or non-numeric values."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _ids_param(request: HttpRequest, name: str) -> list[int]:
+    """``?runs=1,2,3`` (or ``?run=1&run=2``) as a list of ints (order kept, duplicates dropped); 404 on anything else,
+    because an id that cannot exist names no page."""
+    # The index page's checkboxes send ``?run=1&run=2``; links send ``?runs=1,2``.
+    parts = request.GET.get(name, "").split(",") + request.GET.getlist(name.removesuffix("s"))
+    out: list[int] = []
+    for part in parts:
+        part = part.strip()
+        if not part:
+            continue
+        if not part.isdigit():
+            raise Http404(f"{name} must be a comma-separated list of ids")
+        if int(part) not in out:
+            out.append(int(part))
+    return out
+
+
+def _first(summary: Mapping[str, Any], *keys: str) -> float | None:
+    for key in keys:
+        value = _opt_float(summary.get(key))
+        if value is not None:
+            return value
+    return None
+
+
+def _flags(run: BenchmarkRun) -> list[str]:
+    """Raised flags of a run: the ``flags`` column, else the summary's ``{"flag": bool}`` map."""
+    if run.flags:
+        return [str(f) for f in run.flags]
+    raw = (run.summary or {}).get("flags") or {}
+    if isinstance(raw, Mapping):
+        return [k for k, v in raw.items() if v]
+    return [str(f) for f in raw]
+
+
+def _latency(dist: Any) -> dict[str, float | None]:
+    return {k: _opt_float(dist.get(k)) if isinstance(dist, Mapping) else None for k in STATS}
+
+
+def run_row(run: BenchmarkRun) -> dict[str, Any]:
+    """One run's numbers for a results table, in display units, from
+    :func:`benchmarks.services.run_metrics` (one vocabulary for measured and imported runs).
+
+    Keys: ``run`` (the row), ``label``, ``output_tok_s`` and ``tok_s_per_gpu`` (tok/s; per GPU
+    uses the run's GPU count, else its sweep's), ``request_s`` and ``goodput_req_s``
+    (requests/s), ``slo_attainment`` (fraction 0-1), ``ttft``/``tpot``/``itl``/``e2e`` (dicts of
+    mean/p50/p90/p99 in ms), ``requests``, ``successes``, ``failures`` (counts), ``errors``
+    (``[(reason, count)]``, most frequent first), ``flags`` (``[(flag, explanation)]``),
+    ``length_mismatch`` (None, or ``{"requested", "measured_mean", "count"}`` in tokens and
+    requests), ``num_gpus``, ``duration_s``. Absent values are None.
+    """
+    s: Mapping[str, Any] = run.summary or {}
+    m = services.run_metrics(run=run)
+    num_gpus = run.num_gpus or (run.sweep.num_gpus if run.sweep_id and run.sweep else None)
+    out_tok_s = _opt_float(m.get("output_throughput_tok_s"))
+    if out_tok_s is None:
+        out_tok_s = _opt_float(run.output_tok_s)
+    errors = m.get("errors") or {}
+    error_rows = sorted(((str(k), int(v)) for k, v in errors.items()), key=lambda kv: (-kv[1], kv[0])) \
+        if isinstance(errors, Mapping) else []
+    flags = _flags(run)
+    mismatch = None
+    if "output_length_mismatch" in flags:
+        mismatch = {
+            "requested": s.get("output_length_requested", run.output_len),
+            "measured_mean": _opt_float(m.get("output_tokens_mean")),
+            "count": s.get("output_length_mismatch_count"),
+        }
+    return {
+        "run": run,
+        "label": run.label,
+        "output_tok_s": out_tok_s,
+        "tok_s_per_gpu": out_tok_s / num_gpus if out_tok_s is not None and num_gpus else None,
+        "request_s": _opt_float(m.get("request_throughput_req_s")),
+        "goodput_req_s": _first(s, "goodput_req_s", "request_goodput_req_s"),
+        "slo_attainment": _opt_float(m.get("slo_attainment")),
+        **{stem: _latency(m.get(f"{stem}_ms")) for stem, _ in LATENCIES},
+        "requests": m.get("requests") if m.get("requests") is not None else run.num_requests,
+        "successes": m.get("successes"),
+        "failures": m.get("failures"),
+        "errors": error_rows,
+        "flags": [(f, FLAG_TEXT.get(f, f.replace("_", " "))) for f in flags],
+        "length_mismatch": mismatch,
+        "num_gpus": num_gpus,
+        "duration_s": _opt_float(m.get("duration_s")),
+    }
+
+
+def _json_text(value: Any) -> str:
+    """Pretty JSON for a collapsed block. Snapshots store env already redacted; this second pass
+    guards against a token pasted into a flag or an argv element the snapshot did not know was
+    secret (the same rule as the deployment pages)."""
+    return redact_text(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def _load_records(run: BenchmarkRun) -> RecordStore | None:
+    """The run's records (:func:`benchmarks.services.run_records`), or None for imported runs and
+    for a missing or unreadable file (the page says so instead of failing)."""
+    if run.source != RunSource.MEASURED or not run.records_path:
+        return None
+    try:
+        return services.run_records(run=run)
+    except (InvalidInput, OSError, ValueError, KeyError):
+        return None
+
+
+def _sweep_runs(sweep: BenchmarkSweep) -> list[BenchmarkRun]:
+    return list(sweep.runs.select_related("sweep").order_by("ordinal", "id"))
+
+
+def _status_class(status: str) -> str:
+    return {"done": "ok", "failed": "bad", "cancelled": "warn", "running": "", "waiting": "warn"}.get(status, "")
+
+
+def _download(body: str | bytes, *, content_type: str, filename: str) -> HttpResponse:
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+_EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
+
+
+def _export_body(value: Any) -> str | bytes:
+    return value if isinstance(value, (str, bytes)) else json.dumps(value, indent=2, default=str)
+
+

@@ -1,0 +1,402 @@
+"""Sweep pages: the benchmarks index with the import form, the sweep form, one sweep (live
+progress polled by htmx, results table, charts, ceiling findings, snapshot, cancel) and its export."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from benchmarks import services
+from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.views.charts import sweep_charts
+from benchmarks.views.common import (
+    IMPORT_MAX_BYTES, INDEX_RECENT_RUNS, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
+    _opt_float, _status_class, _sweep_runs,
+)
+from controlplane.errors import Conflict, InvalidInput
+from deployments.choices import DeploymentStatus
+from deployments.models import Deployment
+from deployments.views import role_page
+
+
+# --- index and import -------------------------------------------------------------------------
+
+
+@role_page()
+def benchmark_index(request: HttpRequest) -> HttpResponse:
+    """Sweeps (newest first, with status and progress), the most recent runs, and the import
+    form for SGLang ``bench_serving`` JSONL and vLLM ``bench serve`` JSON files."""
+    return render(request, "benchmarks/index.html", _index_context(request, import_errors={}))
+
+
+def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
+                   duplicate_of: Sequence[BenchmarkRun] = ()) -> dict[str, Any]:
+    sweeps = list(BenchmarkSweep.objects.select_related("deployment", "deployment__recipe", "created_by")[:100])
+    recent = BenchmarkRun.objects.select_related("sweep").order_by("-created_at", "-id")[:INDEX_RECENT_RUNS]
+    ready = Deployment.objects.filter(status=DeploymentStatus.READY).select_related("recipe")[:20]
+    return {"sweeps": sweeps, "runs": [run_row(r) for r in recent], "ready_deployments": list(ready),
+            "can_write": _can_write(request), "import_errors": import_errors, "duplicate_of": list(duplicate_of)}
+
+
+@role_page()
+@require_POST
+def run_import_view(request: HttpRequest) -> HttpResponse:
+    """Import an uploaded result file (field ``file``) as runs that keep the original; redirect
+    to the single run, or to the index listing them. Errors name the line and key and are shown
+    on the index page with status 400. A file whose content was imported before is refused with
+    status 409 and links to the runs it became, unless ``allow_duplicate`` is ticked."""
+    upload = request.FILES.get("file")
+    allow_duplicate = request.POST.get("allow_duplicate") in ("1", "on", "true")
+    errors: dict[str, list[str]] = {}
+    duplicate_of: list[BenchmarkRun] = []
+    if upload is None:
+        errors = {"file": ["Choose a result file to import."]}
+    elif upload.size > IMPORT_MAX_BYTES:
+        errors = {"file": [f"The file is {upload.size} bytes; the limit is {IMPORT_MAX_BYTES} bytes."]}
+    else:
+        try:
+            text = upload.read().decode("utf-8")
+        except UnicodeDecodeError:
+            errors = {"file": ["The file is not UTF-8 text."]}
+        else:
+            try:
+                runs = services.run_import(text=text, filename=upload.name or "", user=request.user,
+                                           allow_duplicate=allow_duplicate)
+            except InvalidInput as exc:
+                errors = exc.errors
+            except Conflict as exc:
+                errors = {"file": [str(exc)[:1].upper() + str(exc)[1:] + "."]}
+                duplicate_of = services.run_import_duplicates(digest=services.import_digest(text=text))
+            else:
+                messages.success(request, f"Imported {len(runs)} run{'s' if len(runs) != 1 else ''} "
+                                          f"from {upload.name}.")
+                if len(runs) == 1:
+                    return redirect("benchmarks:run-detail", pk=runs[0].pk)
+                ids = ",".join(str(r.pk) for r in runs)
+                return redirect(reverse("benchmarks:compare") + f"?runs={ids}")
+    return render(request, "benchmarks/index.html",
+                  _index_context(request, import_errors=errors, duplicate_of=duplicate_of),
+                  status=409 if duplicate_of else 400)
+
+
+# --- sweep form -------------------------------------------------------------------------------
+
+
+# The form's inputs are text, not type="number": a browser silently turns a number field it cannot
+# represent (1e400, 1,5 in some locales) into an empty string, and an empty optional field means
+# "not given", so a bad value would vanish instead of being refused. Text arrives as typed and is
+# judged here, with a message that quotes it.
+
+
+def _number(raw: str) -> tuple[float | None, str | None]:
+    """``(value, None)`` for a finite decimal number, else ``(None, why)`` quoting ``raw``."""
+    try:
+        value = float(raw)
+    except ValueError:
+        return None, f"'{raw}' is not a number."
+    if not math.isfinite(value):
+        return None, f"'{raw}' is not a finite number (too large, or not a number at all)."
+    return value, None
+
+
+def _int_list(raw: str, field: str, errors: dict[str, list[str]], *, positive: bool = True) -> list[int]:
+    out: list[int] = []
+    for part in raw.replace(" ", "").split(","):
+        if not part:
+            continue
+        if not part.isdigit() or (positive and int(part) <= 0):
+            errors.setdefault(field, []).append(f"'{part}' is not a positive whole number.")
+            continue
+        out.append(int(part))
+    return out
+
+
+def _float_list(raw: str, field: str, errors: dict[str, list[str]], *, unit: str) -> list[float]:
+    out: list[float] = []
+    for part in raw.replace(" ", "").split(","):
+        if not part:
+            continue
+        value, why = _number(part)
+        if why or value is None or value <= 0:
+            errors.setdefault(field, []).append(why or f"'{part}' must be more than 0 {unit}.")
+            continue
+        out.append(value)
+    return out
+
+
+def _length_pairs(raw: str, errors: dict[str, list[str]]) -> list[list[int]]:
+    pairs: list[list[int]] = []
+    for part in raw.replace(" ", "").split(","):
+        if not part:
+            continue
+        a, sep, b = part.partition(":")
+        if not sep or not a.isdigit() or not b.isdigit() or int(a) <= 0 or int(b) <= 0:
+            errors.setdefault("lengths", []).append(f"'{part}' is not input:output, e.g. 256:256.")
+            continue
+        pairs.append([int(a), int(b)])
+    return pairs
+
+
+def _positive(raw: str, field: str, errors: dict[str, list[str]], *, unit: str,
+              maximum: float | None = None) -> float | None:
+    """An optional positive number typed in ``unit``: None when blank; an error quoting the text
+    when it is not a finite number, not above 0, or above ``maximum``."""
+    raw = raw.strip()
+    if not raw:
+        return None
+    value, why = _number(raw)
+    if why or value is None:
+        errors.setdefault(field, []).append(why or f"'{raw}' is not a number.")
+        return None
+    if value <= 0:
+        errors.setdefault(field, []).append(f"'{raw}' must be more than 0 {unit}.")
+        return None
+    if maximum is not None and value > maximum:
+        errors.setdefault(field, []).append(f"'{raw}' is more than the limit of {maximum:g} {unit}.")
+        return None
+    return value
+
+
+def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The grid dict :func:`benchmarks.services.sweep_create` takes, from the form's text fields.
+
+    Fields: ``concurrency`` ("1,8,16"), ``lengths`` ("256:256, 1024:128"), ``requests`` (per point;
+    blank leaves the service's default of a few requests per concurrency slot, or, with a
+    duration, only the duration), ``duration`` (optional time limit per point, seconds, at most
+    24 h; with requests, whichever ends first), ``rates`` (optional requests/s list, open loop),
+    ``slo_ttft_ms`` / ``slo_tpot_ms`` / ``slo_e2e_ms`` (optional, ms in the form, seconds in the
+    grid as the summary uses). Every field is text and every value that is not a finite positive
+    number is refused with a message quoting it. Returns ``(grid, errors)``; the service validates
+    the grid again and its errors win.
+    """
+    from benchmarks.sweeps import MAX_DURATION_S
+
+    errors: dict[str, list[str]] = {}
+    grid: dict[str, Any] = {
+        "concurrency": _int_list(data.get("concurrency", ""), "concurrency", errors),
+        "lengths": _length_pairs(data.get("lengths", ""), errors),
+    }
+    rates = _float_list(data.get("rates", ""), "rates", errors, unit="req/s")
+    if rates:
+        grid["request_rates"] = rates
+    requests = data.get("requests", "").strip()
+    if requests:
+        if requests.isdigit() and int(requests) > 0:
+            grid["requests"] = int(requests)
+        else:
+            errors.setdefault("requests", []).append(f"'{requests}' is not a positive whole number.")
+    duration = _positive(data.get("duration", ""), "duration", errors, unit="s", maximum=MAX_DURATION_S)
+    if duration is not None:
+        grid["duration_s"] = duration
+    slo = {k: _positive(data.get(f"slo_{k}_ms", ""), f"slo_{k}_ms", errors, unit="ms") for k in ("ttft", "tpot", "e2e")}
+    if any(v is not None for v in slo.values()):
+        grid["slo"] = {f"{k}_s": v / 1e3 for k, v in slo.items() if v is not None}
+    if not grid["concurrency"] and not rates and "concurrency" not in errors:
+        errors["concurrency"] = ["Give at least one concurrency (or a request rate)."]
+    if not grid["lengths"] and "lengths" not in errors:
+        errors["lengths"] = ["Give at least one input:output length pair."]
+    return grid, errors
+
+
+# Service error paths that name a grid key, mapped to the form field showing them.
+_GRID_FIELD = {"concurrency": "concurrency", "concurrencies": "concurrency", "lengths": "lengths",
+               "request_rates": "rates", "rates": "rates", "requests_per_concurrency": "requests",
+               "requests": "requests", "duration_s": "duration",
+               "slo.ttft_s": "slo_ttft_ms", "slo.tpot_s": "slo_tpot_ms", "slo.e2e_s": "slo_e2e_ms"}
+
+
+def _field_errors(errors: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for path, msgs in errors.items():
+        key = str(path).removeprefix("grid.")
+        field = _GRID_FIELD.get(key) or _GRID_FIELD.get(key.split(".")[0]) or "detail"
+        if field == "detail" and key not in ("detail", "__all__", "non_field_errors"):
+            msgs = [f"{key}: {m}" for m in msgs]
+        out.setdefault(field, []).extend(str(m) for m in msgs)
+    return out
+
+
+@role_page(read="operator")
+def sweep_create_view(request: HttpRequest) -> HttpResponse:
+    """Operator form for a new sweep of one ready deployment (``?deployment=<id>``): concurrency
+    list, length pairs, requests and/or a duration per point, optional rates and SLOs. POST calls
+    :func:`benchmarks.services.sweep_create` and redirects to the sweep page."""
+    raw_id = request.POST.get("deployment") or request.GET.get("deployment") or ""
+    if not raw_id.isdigit():
+        raise Http404("Choose a deployment to sweep.")
+    deployment = get_object_or_404(Deployment.objects.select_related("recipe", "node"), pk=int(raw_id))
+    defaults = {"concurrency": "1,8,16", "lengths": "256:256", "requests": "", "duration": "", "rates": "",
+                "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
+    errors: dict[str, list[str]] = {}
+    values = dict(defaults)
+    status = 200
+    if request.method == "POST":
+        values = {k: request.POST.get(k, "").strip() for k in defaults}
+        grid, errors = sweep_grid_from_form(values)
+        if not errors:
+            try:
+                sweep = services.sweep_create(deployment=deployment, user=request.user, grid=grid)
+            except InvalidInput as exc:
+                errors = _field_errors(exc.errors)
+            except Conflict as exc:
+                errors = {"detail": [str(exc)]}
+            else:
+                messages.success(request, f"Sweep #{sweep.pk} queued.")
+                return redirect("benchmarks:sweep-detail", pk=sweep.pk)
+        status = 400
+    return render(request, "benchmarks/sweep_form.html", {
+        "deployment": deployment, "values": values, "errors": errors,
+        "ready": deployment.status == DeploymentStatus.READY,
+    }, status=status)
+
+
+# --- sweep page -------------------------------------------------------------------------------
+
+
+def _get_sweep(pk: int) -> BenchmarkSweep:
+    return get_object_or_404(
+        BenchmarkSweep.objects.select_related("deployment", "deployment__recipe", "deployment__node", "created_by"),
+        pk=pk,
+    )
+
+
+def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
+    """Progress of a sweep for the live partial: ``points_done``/``points_total``,
+    ``requests_done``/``requests_total`` (counts), ``percent`` (0-100), ``current_tok_s`` (tok/s
+    of the running point, None when none), ``active`` (still moving), ``current_point`` (e.g.
+    ``c=8 256/256``) and ``run`` (:func:`run_progress` of the running point, None when none runs).
+
+    ``percent`` counts requests, or, when the grid limits points by time (``duration_s``, where the
+    request total is only a budget), finished points plus the running point's share: the larger
+    of its requests done / total and its elapsed / duration.
+    """
+    running = sweep.runs.filter(status=RunStatus.RUNNING).order_by("-ordinal").first() \
+        if sweep.status == SweepStatus.RUNNING else None
+    live = run_progress(running) if running is not None else None
+    timed = bool((sweep.grid or {}).get("duration_s"))
+    if timed and sweep.points_total:
+        share = (live or {}).get("fraction") or 0.0
+        percent = 100.0 * (sweep.points_done + share) / sweep.points_total
+    elif sweep.requests_total:
+        percent = 100.0 * sweep.requests_done / sweep.requests_total
+    elif sweep.points_total:
+        percent = 100.0 * sweep.points_done / sweep.points_total
+    else:
+        percent = 0.0
+    active = sweep.status in SWEEP_ACTIVE
+    return {
+        "points_done": sweep.points_done, "points_total": sweep.points_total,
+        "requests_done": sweep.requests_done, "requests_total": sweep.requests_total, "timed": timed,
+        "percent": round(min(percent, 100.0), 1),
+        "current_tok_s": sweep.current_tok_s if sweep.status == SweepStatus.RUNNING else None,
+        "current_point": sweep.current_point if sweep.status == SweepStatus.RUNNING else "",
+        "active": active, "run": live,
+    }
+
+
+def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
+    """The running point's live progress from its row (the load generator's reports, written at
+    most once a second): ``run`` (the row), ``done``/``total``/``failed`` (requests), ``tok_s``
+    (output tok/s, None before the first report), ``elapsed_s`` and ``duration_s`` (seconds, None
+    when unknown or not time-limited), ``fraction`` (0-1: the larger of done / total and elapsed /
+    duration), ``source`` (``client`` or ``server_counters``). None when nothing was reported yet."""
+    p = run.progress or {}
+    if not p:
+        return None
+    done, total = p.get("done"), p.get("total") or run.num_requests
+    elapsed, duration = _opt_float(p.get("elapsed_s")), _opt_float(p.get("duration_s") or run.duration_s)
+    fractions = [0.0]
+    if isinstance(done, (int, float)) and total:
+        fractions.append(done / total)
+    if elapsed is not None and duration:
+        fractions.append(elapsed / duration)
+    return {"run": run, "done": done, "total": total, "failed": p.get("failed"), "tok_s": _opt_float(p.get("tok_s")),
+            "elapsed_s": elapsed, "duration_s": duration, "fraction": min(1.0, max(fractions)),
+            "source": p.get("source", "client")}
+
+
+def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:
+    runs = _sweep_runs(sweep)
+    rows = [run_row(r) for r in runs]
+    analysis: Mapping[str, Any] = sweep.analysis or {}
+    findings = analysis.get("findings") if isinstance(analysis, Mapping) else None
+    errors = analysis.get("errors") if isinstance(analysis, Mapping) else None
+    return {
+        "sweep": sweep, "rows": rows, "charts": sweep_charts([r for r in rows if r["run"].status == RunStatus.DONE]),
+        "findings": [str(f) for f in findings or []],
+        "analysis_errors": [f"{k}: {v}" for k, v in errors.items()] if isinstance(errors, Mapping) else [],
+        "analysis_notes": [str(n) for n in (analysis.get("notes") or [])] if isinstance(analysis, Mapping) else [],
+        "points_done": sweep.points_done,
+    }
+
+
+@role_page()
+def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One sweep: status, live progress (polled every 1 s while active), results table,
+    charts, ceiling findings, the snapshot (collapsed), export links and the cancel button."""
+    sweep = _get_sweep(pk)
+    context = _sweep_results_context(sweep)
+    context.update({
+        "progress": sweep_progress(sweep), "status_class": _status_class(sweep.status),
+        "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL,
+        "snapshot_text": _json_text(sweep.snapshot) if sweep.snapshot else "",
+        "grid_text": _json_text(sweep.grid) if sweep.grid else "",
+    })
+    return render(request, "benchmarks/sweep_detail.html", context)
+
+
+@role_page()
+def sweep_progress_partial(request: HttpRequest, pk: int) -> HttpResponse:
+    """htmx partial: the status line and progress bar. The request carries ``points`` (points
+    done when the page last drew its results); when that changed, the response fires
+    ``sweep-points-changed`` so the results section reloads. A terminal sweep's partial has no
+    poll trigger, which ends the polling."""
+    sweep = _get_sweep(pk)
+    context = {"sweep": sweep, "progress": sweep_progress(sweep), "status_class": _status_class(sweep.status),
+               "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL}
+    response = render(request, "benchmarks/_sweep_progress.html", context)
+    known = request.GET.get("points", "")
+    if known != str(sweep.points_done) or sweep.status in SWEEP_TERMINAL:
+        response["HX-Trigger"] = "sweep-points-changed"
+    return response
+
+
+@role_page()
+def sweep_results_partial(request: HttpRequest, pk: int) -> HttpResponse:
+    """htmx partial: results table, charts and findings, reloaded when a point finishes."""
+    sweep = _get_sweep(pk)
+    return render(request, "benchmarks/_sweep_results.html", _sweep_results_context(sweep))
+
+
+@role_page()
+@require_POST
+def sweep_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Request cancellation (operator); the worker stops between points or at the next progress
+    tick. A sweep that already ended answers with a message, not an error page."""
+    sweep = _get_sweep(pk)
+    try:
+        services.sweep_cancel(sweep=sweep, user=request.user)
+    except Conflict as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Cancellation of sweep #{sweep.pk} requested.")
+    return redirect("benchmarks:sweep-detail", pk=sweep.pk)
+
+
+@role_page()
+def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    """Download the sweep's runs as CSV (one row per run) or JSON (sweep, grid, runs, analysis)."""
+    if fmt not in _EXPORT_TYPES:
+        raise Http404("export format is csv or json")
+    sweep = _get_sweep(pk)
+    body = services.sweep_export_csv(sweep=sweep) if fmt == "csv" else services.sweep_export_json(sweep=sweep)
+    return _download(_export_body(body), content_type=_EXPORT_TYPES[fmt], filename=f"sweep-{sweep.pk}.{fmt}")
+
+
