@@ -1,4 +1,12 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels (authenticated)."""
+"""ASGI entry point: HTTP through Django, websockets through Channels.
+
+A websocket passes three gates before any consumer code runs: ``AllowedHostsOriginValidator``
+refuses an ``Origin`` header that is missing or not one of ``ALLOWED_HOSTS`` (a page of another
+site cannot open a socket with the user's cookie), ``AuthMiddlewareStack`` resolves the session
+cookie to ``scope["user"]``, and the URL router refuses every path but those of
+:mod:`controlplane.routing`. The consumer itself then checks the user's role and each
+subscription before accepting (:mod:`controlplane.consumers`).
+"""
 from __future__ import annotations
 
 import os

@@ -158,7 +158,13 @@ CELERY_BEAT_SCHEDULE: dict = {
     # Each node agent compares its process rows with /proc on start-up and every tick; this
     # periodic pass is the backstop for anything a tick missed.
     "nodes-reconcile": {"task": "deployments.tasks.nodes_reconcile_fanout", "schedule": 60.0},
+    # Telemetry rollups older than CEILING_TELEMETRY_RETENTION_DAYS are deleted hourly.
+    "telemetry-prune": {"task": "deployments.telemetry.tasks.telemetry_prune_task", "schedule": 3600.0},
+    # Kernel jobs whose node agent died mid-build are failed after the step timeout + 10 min.
+    "kernel-jobs-reap": {"task": "kernels.tasks.kernel_jobs_reap_task", "schedule": 300.0},
 }
+# Task modules outside an app's tasks.py (autodiscovery finds only those).
+CELERY_IMPORTS = ("deployments.telemetry.tasks",)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -233,7 +239,13 @@ CEILING_EXECUTABLES = {
     "numactl": env_str("CEILING_NUMACTL", "/usr/bin/numactl"),
     "vllm": env_str("CEILING_VLLM", "vllm"),
     "vllm-router": env_str("CEILING_VLLM_ROUTER", "vllm-router"),
+    # Fallback GPU reader of the telemetry sampler when NVML cannot be used.
+    "nvidia-smi": env_str("CEILING_NVIDIA_SMI", "nvidia-smi"),
 }
+# The interpreter that runs the kernel runner (``python -m kernels.runner``): the engine's Python
+# on a GPU node (with torch and Triton); seconds one compile or benchmark step may take.
+CEILING_KERNEL_PYTHON = env_str("CEILING_KERNEL_PYTHON", sys.executable)
+CEILING_KERNEL_STEP_TIMEOUT_S = env_float("CEILING_KERNEL_STEP_TIMEOUT_S", 3600.0)
 CEILING_HEARTBEAT_TIMEOUT_S = env_float("CEILING_HEARTBEAT_TIMEOUT_S", 30.0)
 CEILING_UI_URL = env_str("CEILING_UI_URL", "http://127.0.0.1:8000/")
 
@@ -252,3 +264,22 @@ CEILING_PROCESS_LOG_MAX_BYTES = env_int("CEILING_PROCESS_LOG_MAX_BYTES", 64 * 10
 # Fault injection for the recovery tests: seconds the agent sleeps after an engine was spawned
 # and before its pid is recorded. Always 0 outside those tests.
 CEILING_FAULT_PAUSE_AFTER_SPAWN_S = env_float("CEILING_FAULT_PAUSE_AFTER_SPAWN_S", 0.0)
+
+# Live telemetry (deployments/telemetry): whether the node agent runs the sampler, its rate in
+# Hz (0.1-20; 2 by default, 10 is fine), the shortest gap between two realtime messages of one
+# (group, type) in seconds (state changes are never dropped; keep it below 1 / CEILING_SAMPLER_HZ
+# or samples are dropped), how long 1 s rollups are kept in days, and how often the sampler
+# writes them, in seconds.
+CEILING_SAMPLER_ENABLED = env_bool("CEILING_SAMPLER_ENABLED", True)
+CEILING_SAMPLER_HZ = env_float("CEILING_SAMPLER_HZ", 2.0)
+if not 0.1 <= CEILING_SAMPLER_HZ <= 20.0:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"CEILING_SAMPLER_HZ={CEILING_SAMPLER_HZ} is outside 0.1-20 (Hz)")
+CEILING_REALTIME_MIN_INTERVAL_S = env_float("CEILING_REALTIME_MIN_INTERVAL_S", 0.05)
+CEILING_TELEMETRY_RETENTION_DAYS = env_float("CEILING_TELEMETRY_RETENTION_DAYS", 7.0)
+if CEILING_TELEMETRY_RETENTION_DAYS <= 0:
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(f"CEILING_TELEMETRY_RETENTION_DAYS={CEILING_TELEMETRY_RETENTION_DAYS} must be > 0 (days)")
+CEILING_TELEMETRY_FLUSH_S = env_float("CEILING_TELEMETRY_FLUSH_S", 5.0)

@@ -19,4 +19,5 @@ urlpatterns = [
     path("api/", include("controlplane.api_urls")),
     path("", include("deployments.urls")),
     path("", include("benchmarks.urls")),
+    path("", include("kernels.urls")),
 ]

@@ -2,8 +2,9 @@
 
 ``manage.py node_agent`` runs :class:`NodeAgent`: it registers the node (discovery), reconciles
 the node's process rows with ``/proc`` (adopting what still runs), starts the monitor thread and
-then runs a Celery worker consuming ``node.<name>`` in the same process. Deploy and stop tasks
-call :func:`deployment_launch` and :func:`deployment_teardown`; both only spawn or stop and
+the telemetry sampler (:mod:`deployments.telemetry.sampler`), then runs a Celery worker
+consuming ``node.<name>`` in the same process. Deploy and stop tasks call
+:func:`deployment_launch` and :func:`deployment_teardown`; both only spawn or stop and
 return. The monitor thread (:func:`agent_tick`, every ``CEILING_AGENT_TICK_S``) does the rest:
 
 * heartbeat (``Node.agent_heartbeat_at``) every ``CEILING_AGENT_HEARTBEAT_S``;
@@ -74,6 +75,7 @@ from deployments.supervisor.procfs import (
     proc_stat,
     proc_subtree,
 )
+from deployments.telemetry.events import deployment_status_broadcast, health_change_broadcast, row_health
 from deployments.topology import node_facts_from_row
 
 log = logging.getLogger("ceiling.agent")
@@ -163,6 +165,7 @@ def _process_row(deployment: Deployment, spec: ProcessSpec) -> ServerProcess:
             "tag": new_tag(),
         },
     )
+    _health_seed(row)
     return row
 
 
@@ -208,6 +211,45 @@ def _identity(handle: ProcessHandle) -> str:
 
 def _event(row: ServerProcess, kind: str, message: str) -> None:
     deployment_event_add(deployment=row.deployment, process=row, kind=kind, message=f"{row.role}: {message}")
+    _health_note(row, message)
+
+
+# Last health this agent saw or broadcast per process id, so a ``health.change`` carries where
+# it came from (see :mod:`deployments.telemetry.events` for the health words).
+_health_seen: dict[int, str] = {}
+_health_guard = threading.Lock()
+
+
+def _health_seed(row: ServerProcess) -> None:
+    """Remember ``row``'s current health unless one is known already (rows the monitor reads)."""
+    with _health_guard:
+        _health_seen.setdefault(row.pk, row_health(row))
+
+
+def _health_note(row: ServerProcess, detail: str) -> None:
+    """Broadcast ``health.change`` (forced) when ``row``'s health differs from the last one seen."""
+    now = row_health(row)
+    with _health_guard:
+        before = _health_seen.get(row.pk)
+        if before == now:
+            return
+        _health_seen[row.pk] = now
+    health_change_broadcast(deployment_id=row.deployment_id, process_id=row.pk, role=row.role,
+                            before=before, after=now, detail=detail)
+
+
+#: Timeline kinds that record a deployment status change, and the status each one means.
+_STATUS_OF_KIND = {"starting": "starting", "ready": "ready", "degraded": "starting",
+                   "stopping": "stopping", "stopped": "stopped", "failed": "failed"}
+
+
+def _deployment_event(deployment: Deployment, kind: str, message: str) -> None:
+    """Add a deployment-level event to the timeline and, for a status change, broadcast
+    ``deployment.status`` (forced) with the message as the reason."""
+    deployment_event_add(deployment=deployment, kind=kind, message=message)
+    status = _STATUS_OF_KIND.get(kind)
+    if status is not None:
+        deployment_status_broadcast(deployment_id=deployment.pk, status=status, reason=message)
 
 
 # --- ports ---------------------------------------------------------------------------------
@@ -319,8 +361,7 @@ def deployment_launch(*, deployment_id: int) -> str:
         if deployment is None or (not claimed and deployment.status != DeploymentStatus.STARTING):
             return f"skipped ({deployment.status if deployment else 'missing'})"
         if claimed:
-            deployment_event_add(deployment=deployment, kind="starting",
-                                 message=f"node agent {deployment.node.name} took the deployment")
+            _deployment_event(deployment, "starting", f"node agent {deployment.node.name} took the deployment")
         try:
             plan = _plan_for(deployment, with_secrets=True)
         except InvalidInput as exc:
@@ -433,15 +474,14 @@ def deployment_teardown(*, deployment_id: int) -> str:
         if deployment is None or deployment.status != DeploymentStatus.STOPPING:
             return f"skipped ({deployment.status if deployment else 'missing'})"
         if claimed:
-            deployment_event_add(deployment=deployment, kind="stopping", message="stopping processes")
+            _deployment_event(deployment, "stopping", "stopping processes")
         started = time.monotonic()
         _stop_all(deployment)
         now = timezone.now()
         Deployment.objects.filter(pk=deployment_id, status=DeploymentStatus.STOPPING).update(
             status=DeploymentStatus.STOPPED, ended_at=now, updated_at=now
         )
-        deployment_event_add(deployment=deployment, kind="stopped",
-                             message=f"all processes stopped in {time.monotonic() - started:.2f}s")
+        _deployment_event(deployment, "stopped", f"all processes stopped in {time.monotonic() - started:.2f}s")
         return "stopped"
 
 
@@ -493,7 +533,7 @@ def _deployment_fail(deployment: Deployment, reason: str) -> None:
     Deployment.objects.filter(pk=deployment.pk).exclude(status__in=DEPLOYMENT_TERMINAL).update(
         status=DeploymentStatus.FAILED, reason=reason, ended_at=now, updated_at=now
     )
-    deployment_event_add(deployment=deployment, kind="failed", message=reason)
+    _deployment_event(deployment, "failed", reason)
 
 
 # --- failures and restarts -----------------------------------------------------------------
@@ -555,8 +595,7 @@ def _process_failed(row: ServerProcess, reason: str, *, exit_code: int | None = 
     if Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.READY).update(
         status=DeploymentStatus.STARTING, updated_at=timezone.now()
     ):
-        deployment_event_add(deployment=deployment, kind="degraded",
-                             message=f"{row.role} is being restarted; not ready until it is back")
+        _deployment_event(deployment, "degraded", f"{row.role} is being restarted; not ready until it is back")
 
 
 def _process_give_up(row: ServerProcess, reason: str) -> None:
@@ -638,6 +677,8 @@ def deployment_check(*, deployment_id: int) -> None:
     restarts), then set the deployment ready when every process is. Skips the deployment when
     a task holds it; a row that changed while it was probed is left for the next pass."""
     rows = list(ServerProcess.objects.filter(deployment_id=deployment_id).exclude(status__in=PROCESS_TERMINAL))
+    for row in rows:
+        _health_seed(row)
     seen = [(row, *_observe(row)) for row in rows]
     with _deployment_lock(deployment_id, blocking=False) as got:
         if not got:
@@ -673,6 +714,8 @@ def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None)
             took = (now - row.started_at).total_seconds() if row.started_at else 0.0
             _event(row, "ready", f"ready {took:.2f}s after spawn ({detail})")
             _check_gpus(row)
+        else:
+            _health_note(row, detail)  # back to healthy after failed liveness checks
     elif verdict == "not_ready":
         if detail != row.probe_detail:
             _event(row, "probe", detail)
@@ -743,7 +786,7 @@ def _deployment_maybe_ready(deployment: Deployment) -> None:
         else:
             took = (now - deployment.created_at).total_seconds()
             message = f"all {expected} processes ready, {took:.2f}s after the deploy request"
-        deployment_event_add(deployment=deployment, kind="ready", message=message)
+        _deployment_event(deployment, "ready", message)
 
 
 # --- reconcile -----------------------------------------------------------------------------
@@ -772,6 +815,7 @@ def node_reconcile(*, node_name: str, at_startup: bool = False) -> dict[str, int
             row.refresh_from_db()
             if row.status in PROCESS_TERMINAL:
                 continue
+            _health_seed(row)
             deployment = Deployment.objects.select_related("recipe", "node").get(pk=row.deployment_id)
             row.deployment = deployment
             wanted = deployment.status in WANTED and not deployment.cancel_requested
@@ -870,15 +914,17 @@ def agent_tick(*, node_name: str) -> None:
 
 
 class NodeAgent:
-    """The node agent of node ``name``: registration, start-up reconcile, the monitor thread
-    and a Celery worker on ``node.<name>`` (thread pool of ``concurrency`` threads, so a
-    deploy never waits behind a long stop and vice versa)."""
+    """The node agent of node ``name``: registration, start-up reconcile, the monitor thread,
+    the telemetry sampler thread (:mod:`deployments.telemetry.sampler`, unless
+    ``CEILING_SAMPLER_ENABLED`` is off) and a Celery worker on ``node.<name>`` (thread pool of
+    ``concurrency`` threads, so a deploy never waits behind a long stop and vice versa)."""
 
     def __init__(self, *, name: str, concurrency: int | None = None) -> None:
         self.name = name
         self.concurrency = concurrency or settings.CEILING_AGENT_CONCURRENCY
         self.stopping = threading.Event()
         self.monitor: threading.Thread | None = None
+        self.sampler: threading.Thread | None = None
 
     @property
     def queue(self) -> str:
@@ -923,6 +969,10 @@ class NodeAgent:
         log.info("node agent %s (pid %s) reconciled: %s", self.name, os.getpid(), counts)
         self.monitor = threading.Thread(target=self.monitor_loop, name=f"monitor-{self.name}", daemon=True)
         self.monitor.start()
+        if settings.CEILING_SAMPLER_ENABLED:
+            from deployments.telemetry.sampler import sampler_thread_start
+
+            self.sampler = sampler_thread_start(node_name=self.name, stop=self.stopping)
         worker = app.Worker(
             queues=[self.queue],
             pool_cls="threads",
@@ -938,4 +988,6 @@ class NodeAgent:
         finally:
             self.stopping.set()
             self.monitor.join(timeout=10)
+            if self.sampler is not None:
+                self.sampler.join(timeout=10)
         return int(worker.exitcode or 0)

@@ -2,7 +2,8 @@
 
 :func:`launch_plan_render` is pure: no database, no filesystem, no network. It re-validates
 the spec with :func:`deployments.recipes.recipe_validate` (so a raw or stale spec is
-normalised, and a recipe that no longer fits its node fails with :class:`InvalidInput`), then
+normalised, and a recipe that no longer fits its node fails with :class:`InvalidInput`; a spec
+with ``kernels`` references reads the registered kernel packages for that), then
 asks the engine adapter (:mod:`deployments.engines`) for each role's bare argv and wraps it
 with the pinning the node supports:
 
@@ -32,6 +33,7 @@ from deployments.engines import engine_get
 from deployments.engines.base import RenderContext, http_url
 from deployments.recipes import recipe_validate, recipe_warnings
 from deployments.topology import NodeFacts, format_cpulist, parse_cpulist
+from kernels.references import kernel_refs_apply
 
 START_ORDER = ("prefill", "decode", "router", "single")
 
@@ -212,6 +214,8 @@ def launch_plan_render(
             env.update(norm["env"])
         env.update(rendered.env)
         env.update(role["env"])
+        kernel_env, kernel_argv = kernel_refs_apply(norm.get("kernels") or [], role_name=role_name)
+        env.update(kernel_env)
         redacted = dict(env)
         role_secrets = {} if is_router else dict(secret_env)
         for env_name, secret_name in role_secrets.items():
@@ -240,7 +244,7 @@ def launch_plan_render(
         processes.append(ProcessSpec(
             role=role_name,
             ordinal=0,
-            argv=wrapper + rendered.argv,
+            argv=wrapper + rendered.argv + kernel_argv,
             env=dict(sorted(env.items())),
             env_redacted=dict(sorted(redacted.items())),
             secret_env=role_secrets,

@@ -265,3 +265,53 @@ class ProcessEvent(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+
+class NodeTelemetry(models.Model):
+    """One second of a node's telemetry: the ``node.sample`` messages of that second rolled up.
+
+    ``at`` is the start of the second (UTC, whole seconds); ``samples`` how many samples went
+    into it. ``data`` (see :mod:`deployments.telemetry.history` for the rules) holds
+    ``{"gpus": {"<index>": {"memory_used_bytes", "memory_total_bytes", "utilization_pct",
+    "memory_utilization_pct", "power_w", "temperature_c", "sm_clock_mhz"}}, "host_cpu_pct",
+    "host_memory_used_bytes", "cpu_pct_per_numa": {"<numa>": pct}}``: rates and utilisations
+    are the mean over the second, memory the last value; null where no sample of the second had
+    a value. Rows older than ``CEILING_TELEMETRY_RETENTION_DAYS`` are pruned hourly.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="telemetry")
+    at = models.DateTimeField()
+    samples = models.PositiveSmallIntegerField(default=1)
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["node", "at"]
+        constraints = [models.UniqueConstraint(fields=["node", "at"], name="uniq_node_telemetry_second")]
+        indexes = [models.Index(fields=["at"], name="node_telemetry_at")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}@{self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class DeploymentTelemetry(models.Model):
+    """One second of a deployment's telemetry (its ``deployment.sample`` messages rolled up).
+
+    ``data``: ``{"status", "tok_s", "processes": {"<process id>": {"gen_tok_s", "prompt_tok_s",
+    "running", "queued", "kv_usage", "gpu_memory_bytes", "cpu_pct", "rss_bytes", "health"}}}``;
+    tok/s, request counts, KV usage and CPU are means over the second, memory and states the
+    last value. Kept with the deployment after it ends, so a past deployment or sweep can show
+    its telemetry next to its results, until pruned by age.
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="telemetry")
+    at = models.DateTimeField()
+    samples = models.PositiveSmallIntegerField(default=1)
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["deployment", "at"]
+        constraints = [models.UniqueConstraint(fields=["deployment", "at"], name="uniq_deployment_telemetry_second")]
+        indexes = [models.Index(fields=["at"], name="deployment_telemetry_at")]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}@{self.at:%Y-%m-%d %H:%M:%S}"

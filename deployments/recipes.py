@@ -23,6 +23,8 @@ Spec shape (JSON; keys not listed here are rejected)::
                          "window_s": 600, "backoff_initial_s": 1, "backoff_max_s": 60}
     sim:                {"profile": "seed-sm120-fallback", "gpus_modelled": {"prefill": 4, "decode": 4}}
                         (sim engine only; gpus_modelled optional, int or per worker role)
+    kernels:            [{"package": name, "config": path | best-variant id, "roles": [...]}]
+                        (optional; chosen kernel builds, see :mod:`kernels.references`)
 
     Role:       {"gpus": [int], "tp": int, "dp": 1, "ep": 1,
                  "numa_node": int | null, "cpus": "0-31" | null,
@@ -149,7 +151,7 @@ HOSTNAME_RE = re.compile(
 CPULIST_RE = re.compile(r"^\d{1,5}(?:-\d{1,5})?(?:,\d{1,5}(?:-\d{1,5})?)*$")
 
 TOP_KEYS = ("model", "served_model_name", "roles", "transfer_backend", "env", "secrets",
-            "startup_timeout_s", "stop_grace_s", "restart", "sim")
+            "startup_timeout_s", "stop_grace_s", "restart", "sim", "kernels")
 WORKER_KEYS = ("gpus", "tp", "dp", "ep", "numa_node", "cpus", "membind", "allow_cross_numa", "host", "port",
                "bootstrap_port", "side_channel_port", "flags", "env")
 ROUTER_KEYS = ("gpus", "numa_node", "cpus", "membind", "host", "port", "flags", "env")
@@ -254,6 +256,15 @@ def _spec_validate(
         out["sim"] = _sim_check(errs, sim, [r for r in (out["roles"] or {}) if r != "router"])
     elif sim is not None:
         errs.add("spec.sim", "only applies to engine sim")
+    if spec.get("kernels") is not None:
+        # Chosen kernel builds (kernels app): validated against the registered packages there.
+        from kernels.references import kernel_refs_validate
+
+        out["kernels"], kernel_errors = kernel_refs_validate(spec["kernels"], adapter=adapter,
+                                                             roles=out["roles"] or {}, spec_env=env)
+        for path, messages in kernel_errors.items():
+            for message in messages:
+                errs.add(path, message)
     _ports_unique(errs, out["roles"], adapter)
     _gpus_disjoint(errs, out["roles"])
     return out

@@ -1,5 +1,5 @@
 """Pages of the deployments app: recipes, deployments (with their htmx partials and log
-downloads) and nodes.
+downloads), nodes and the wall display.
 
 Names live in the ``deployments`` namespace (``deployments:recipe-list``) because the API
 router registers the bare ``recipe-list`` / ``node-detail`` names for its own routes.
@@ -38,4 +38,6 @@ urlpatterns = [
     ),
     path("nodes/", views.node_list, name="node-list"),
     path("nodes/<str:name>/", views.node_detail, name="node-detail"),
+    path("wall/", views.wall, name="wall"),
+    path("wall/tiles/", views.wall_tiles_partial, name="wall-tiles"),
 ]

@@ -411,3 +411,47 @@ class ProcessFilterSerializer(serializers.Serializer):
 
     deployment = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
     role = serializers.ChoiceField(choices=Role.choices, required=False)
+
+
+class TelemetryQuerySerializer(serializers.Serializer):
+    """``?since=<unix s>&until=<unix s>&fields=a,b`` of the telemetry re-sync endpoints."""
+
+    since = serializers.FloatField(required=False, min_value=0, help_text="unix seconds; default: 10 minutes ago")
+    until = serializers.FloatField(required=False, min_value=0, help_text="unix seconds; default: now")
+    fields = serializers.CharField(required=False, allow_blank=True, max_length=500,
+                                   help_text="comma-separated series names (node history only)")
+
+    def validate(self, attrs: dict) -> dict:
+        if "since" in attrs and "until" in attrs and attrs["since"] > attrs["until"]:
+            raise serializers.ValidationError({"since": ["must not be after until"]})
+        if attrs.get("fields"):
+            attrs["fields"] = [f.strip() for f in attrs["fields"].split(",") if f.strip()]
+        else:
+            attrs.pop("fields", None)
+        return attrs
+
+
+class NodeTelemetrySerializer(serializers.Serializer):
+    """Documents ``GET /api/nodes/<name>/telemetry/``: the group, its current sequence number,
+    the last ``node.sample`` message (or null) and the 1 s history as aligned series."""
+
+    group = serializers.CharField(help_text="node-<name>")
+    seq = serializers.IntegerField(help_text="sequence number of the group's last message (0: none)")
+    latest = serializers.JSONField(help_text='{"node.sample": <wire message or null>}')
+    history = serializers.JSONField(
+        help_text='{"t": [unix s], "gpus": {"<index>": {"memory_used_bytes": [bytes], "utilization_pct": [%], '
+                  '"power_w": [W], "temperature_c": [°C]}}, "host_cpu_pct": [%], "resolution_s": seconds per point}'
+    )
+
+
+class DeploymentTelemetrySerializer(serializers.Serializer):
+    """Documents ``GET /api/deployments/<id>/telemetry/``."""
+
+    group = serializers.CharField(help_text="deployment-<id>")
+    seq = serializers.IntegerField(help_text="sequence number of the group's last message (0: none)")
+    latest = serializers.JSONField(help_text='{"deployment.sample": <message or null>, "deployment.status": <message or null>}')
+    history = serializers.JSONField(
+        help_text='{"t": [unix s], "tok_s": [tok/s], "processes": {"<process id>": {"gen_tok_s": [tok/s], '
+                  '"running": [requests], "queued": [requests], "kv_usage": [0..1], "gpu_memory_bytes": [bytes], '
+                  '"cpu_pct": [% of one core]}}, "resolution_s": seconds per point}'
+    )

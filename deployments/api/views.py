@@ -1,5 +1,6 @@
 """Viewsets of the deployments API: nodes, recipes (with versions, diff, revert, dry-run),
-secrets, deployments and server processes.
+secrets, deployments and server processes, and the live-telemetry re-sync endpoints
+(``/api/nodes/<name>/telemetry/``, ``/api/deployments/<id>/telemetry/``).
 
 Each view checks the input's shape with a serializer, calls one service or selector and
 serialises the result. Roles come from :class:`controlplane.permissions.RolePermission`:
@@ -8,21 +9,28 @@ reads need ``viewer``, recipe writes ``operator``, node writes and anything abou
 """
 from __future__ import annotations
 
+import time
+
+from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from rest_framework.parsers import FormParser, MultiPartParser
-
 from controlplane.api import SafeJSONParser
+from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
 from deployments.api import serializers as s
 from deployments.models import Node, Recipe, Secret
+from deployments.telemetry import selectors as telemetry_selectors
 
 PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
+#: History window of the telemetry endpoints when ``since`` is not given, in seconds.
+TELEMETRY_DEFAULT_WINDOW_S = 600.0
 
 ERRORS_400 = OpenApiResponse(s.ValidationErrorSerializer, description=s.ERROR_SHAPE_HELP)
 ERROR_404 = OpenApiResponse(s.DetailSerializer, description="No such object (or version).")
@@ -58,6 +66,38 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Destr
 
     def perform_destroy(self, instance: Node) -> None:
         services.node_delete(node=instance, user=self.request.user)
+
+    @extend_schema(
+        summary="A node's live telemetry for re-sync: last sample, sequence number, 1 s history",
+        description="For a client that connects or sees a gap in `seq`: `latest` holds the last `node.sample` "
+        "message of group `node-<name>` (null when none in the past hour) and `history` the stored 1 s "
+        "rollups from `since` (default: 10 minutes ago) to `until` (default: now). `fields` picks series: "
+        + ", ".join(telemetry_selectors.NODE_GPU_FIELDS + telemetry_selectors.NODE_HOST_FIELDS)
+        + f" (default: {', '.join(telemetry_selectors.NODE_GPU_DEFAULT + telemetry_selectors.NODE_HOST_DEFAULT)}).",
+        parameters=[
+            OpenApiParameter("name", OpenApiTypes.STR, OpenApiParameter.PATH, description="node name"),
+            OpenApiParameter("since", OpenApiTypes.NUMBER, description="unix seconds"),
+            OpenApiParameter("until", OpenApiTypes.NUMBER, description="unix seconds"),
+            OpenApiParameter("fields", OpenApiTypes.STR, description="comma-separated series names"),
+        ],
+        responses={200: s.NodeTelemetrySerializer, 400: ERRORS_400, 404: ERROR_404},
+    )
+    @action(detail=False, methods=["get"], url_path=r"(?P<name>[a-z0-9][a-z0-9._-]{0,62})/telemetry",
+            pagination_class=None, filter_backends=[])
+    def telemetry(self, request: Request, name: str = "") -> Response:
+        node = get_object_or_404(Node, name=name)
+        q = _query(s.TelemetryQuerySerializer, request)
+        until = q.get("until")
+        since = q.get("since", (until or time.time()) - TELEMETRY_DEFAULT_WINDOW_S)
+        try:
+            history = telemetry_selectors.telemetry_for_node(node_id=node.pk, since=since, until=until,
+                                                             fields=q.get("fields"))
+        except ValueError as exc:
+            raise ValidationError({"fields": [str(exc)]}) from exc
+        group = node_group(node.name)
+        latest = latest_messages(group)
+        return Response({"group": group, "seq": current_seq(group),
+                         "latest": {"node.sample": latest.get("node.sample")}, "history": history})
 
 
 @extend_schema_view(
@@ -331,6 +371,35 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"], url_path="cancel")
     def cancel(self, request: Request, pk=None) -> Response:
         return self._stop(request)
+
+    @extend_schema(
+        summary="A deployment's live telemetry for re-sync: last messages, sequence number, 1 s history",
+        description="`latest` holds the last `deployment.sample` and `deployment.status` messages of group "
+        "`deployment-<id>` (null when none in the past hour); `history` the stored 1 s rollups from `since` to "
+        "`until` (unix seconds; default: the 10 minutes before now, or before the deployment ended).",
+        parameters=[
+            OpenApiParameter("since", OpenApiTypes.NUMBER, description="unix seconds"),
+            OpenApiParameter("until", OpenApiTypes.NUMBER, description="unix seconds"),
+        ],
+        responses={200: s.DeploymentTelemetrySerializer, 400: ERRORS_400, 404: ERROR_404},
+    )
+    @action(detail=True, methods=["get"], url_path="telemetry")
+    def telemetry(self, request: Request, pk=None) -> Response:
+        deployment = self.get_object()
+        q = _query(s.TelemetryQuerySerializer, request)
+        until = q.get("until")
+        end = until or (deployment.ended_at.timestamp() if deployment.ended_at else time.time())
+        since = q.get("since", end - TELEMETRY_DEFAULT_WINDOW_S)
+        history = telemetry_selectors.telemetry_for_deployment(deployment_id=deployment.pk, since=since, until=until)
+        group = deployment_group(deployment.pk)
+        latest = latest_messages(group)
+        return Response({
+            "group": group,
+            "seq": current_seq(group),
+            "latest": {"deployment.sample": latest.get("deployment.sample"),
+                       "deployment.status": latest.get("deployment.status")},
+            "history": history,
+        })
 
     @extend_schema(summary="A deployment's timeline, oldest first", responses={200: s.ProcessEventSerializer(many=True)})
     @action(detail=True, methods=["get"], url_path="events")

@@ -93,3 +93,8 @@ class Command(BaseCommand):
             created.append(example["name"])
         total = Recipe.objects.count()
         self.stdout.write(f"recipes: {total} in total" + (f", created {', '.join(created)}" if created else ""))
+        from kernels.services import kernel_packages_register_all
+
+        packages, refused = kernel_packages_register_all()
+        self.stdout.write(f"kernel packages: {', '.join(p.name for p in packages) or 'none'}"
+                          + (f"; refused {', '.join(refused)}" if refused else ""))

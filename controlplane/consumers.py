@@ -1,0 +1,449 @@
+"""The one websocket endpoint for live data: ``ws/live/``.
+
+A browser opens ``ws/live/?sub=node-local&sub=deployment-3`` with its session cookie. Everything
+is decided in :meth:`LiveConsumer.connect`, *before* the handshake is accepted:
+
+* an anonymous user is refused (``CLOSE_UNAUTHENTICATED``); a wrong ``Origin`` never reaches
+  this class (``AllowedHostsOriginValidator`` in :mod:`controlplane.asgi` refuses it first);
+* a signed-in user without at least the ``viewer`` role is refused (``CLOSE_FORBIDDEN``);
+* every ``sub`` must name a group of :mod:`controlplane.realtime` whose object exists (node by
+  name, deployment / sweep / kernel job by id; kernel jobs only once ``kernels.models`` has a
+  ``KernelJob``) and that the user may see; one refused subscription refuses the socket.
+
+A refusal before ``accept()`` is an HTTP 403 to the browser; the reason is logged on the server.
+After accepting, the consumer sends ``live.subscribed`` with, per group, the current sequence
+number and the last message of each type (:func:`controlplane.realtime.latest_messages`), so a
+page shows the current state at once and knows where the sequence stands.
+
+Client → server messages (JSON text frames, ``{"action": ...}``):
+
+* ``{"action": "ack", "count": N}``: the client has processed N broadcast messages since it
+  connected (control messages, ``live.*``, are not counted);
+* ``{"action": "ping"}`` → ``{"type": "live.pong", "t": unix_s}`` (lets the client notice a dead
+  connection that TCP has not reported yet);
+* ``{"action": "subscribe", "groups": [...]}`` → ``live.subscribed`` for the new groups; a
+  refused one gets ``live.error`` with the reason and the socket is closed (``CLOSE_FORBIDDEN``);
+* ``{"action": "unsubscribe", "groups": [...]}`` → ``live.unsubscribed``;
+* ``{"action": "resync", "groups": [...]}`` → ``live.snapshot`` (sequence + last messages) for
+  subscribed groups, after the client saw a gap in a group's ``seq``.
+
+Anything else gets ``live.error`` and ``CLOSE_BAD_REQUEST``.
+
+Fan-out: the sockets of one server process share one channel-layer membership per group
+(:class:`LiveHub`): a broadcast costs one Redis message per server process, not one per open
+socket, and the hub hands it to every local socket of the group without waiting on any of them.
+The hub re-joins its groups after a Redis error (a restarted Redis forgets memberships) and
+renews them hourly (channels_redis forgets a member after ``group_expiry``).
+
+Flow control (a client that does not read must not slow the others): the producers never wait
+on a socket (``channel_layer.group_send`` skips a channel that is full instead of blocking,
+and the hub drains its channel at once), but daphne buffers outgoing frames without a
+bound when a client stops reading. So the client acknowledges: it sends ``ack`` at least every
+``CEILING_LIVE_ACK_EVERY`` messages. The socket is closed with ``CLOSE_NOT_READING`` when more
+than ``CEILING_LIVE_WINDOW`` messages are unacknowledged, or when an acknowledgement has been
+due (``ack_every`` or more unacknowledged) for longer than ``CEILING_LIVE_ACK_TIMEOUT_S``. The
+server's memory per slow client is therefore bounded by a window of messages, and the other
+clients' sends never wait for it.
+
+Settings (all optional, read at connect time): ``CEILING_LIVE_ACK_EVERY`` (16 messages),
+``CEILING_LIVE_WINDOW`` (256 messages: at the sampler's 2 Hz per group that is about a minute
+of a wall subscribed to two nodes and a deployment), ``CEILING_LIVE_ACK_TIMEOUT_S`` (15 s),
+``CEILING_LIVE_MAX_GROUPS`` (256 subscriptions per socket).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import weakref
+from typing import Any
+from urllib.parse import parse_qs
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from django.apps import apps
+from django.conf import settings
+from django.db import DatabaseError
+
+from controlplane.permissions import has_role
+from controlplane.realtime import current_seq, group_kind, latest_messages
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "LiveConsumer", "LiveHub", "subscription_refusal", "subscriptions_from_query",
+    "CLOSE_UNAUTHENTICATED", "CLOSE_FORBIDDEN", "CLOSE_BAD_REQUEST", "CLOSE_NOT_READING", "CLOSE_TOO_MANY",
+]
+
+# Close codes (4000-4999 is the range RFC 6455 leaves to applications); the HTTP-like last
+# three digits say what went wrong.
+CLOSE_BAD_REQUEST = 4400
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_READING = 4408
+CLOSE_TOO_MANY = 4413
+
+# channels_redis forgets a group member after its ``group_expiry`` (one day by default); a wall
+# stays open for weeks, so the hub renews its memberships this often (seconds).
+GROUP_RENEW_S = 3600.0
+# Seconds the hub waits before retrying after a channel-layer (Redis) error.
+HUB_RETRY_S = 1.0
+# A client frame larger than this is not one of ours.
+MAX_CLIENT_FRAME_CHARS = 64 * 1024
+
+_ID_KINDS = {
+    "deployment": ("deployments", "Deployment"),
+    "sweep": ("benchmarks", "BenchmarkSweep"),
+    "kernel-job": ("kernels", "KernelJob"),
+}
+
+
+def _setting(name: str, default: Any, cast: type) -> Any:
+    return cast(getattr(settings, name, default))
+
+
+def subscriptions_from_query(query_string: bytes | str) -> list[str]:
+    """The ``sub`` values of a websocket URL's query string, in order, without repeats
+    (``b"sub=node-a&sub=deployment-3&sub=node-a"`` → ``["node-a", "deployment-3"]``)."""
+    if isinstance(query_string, bytes):
+        query_string = query_string.decode("latin-1")
+    out: list[str] = []
+    for value in parse_qs(query_string, keep_blank_values=True).get("sub", []):
+        if value not in out:
+            out.append(value)
+    return out
+
+
+def subscription_refusal(user, group: str) -> str | None:
+    """Why ``user`` may not subscribe to ``group``, or None when they may.
+
+    The rule: the user needs the ``viewer`` role (every role can read every live object in
+    Ceiling, as on the pages and the API) and the object must exist: a node by name, a
+    deployment, sweep or kernel job by id. A kind whose model does not exist yet (kernel jobs
+    before ``kernels.models.KernelJob``) is refused as unknown. Reads the database.
+    """
+    if not has_role(user, "viewer"):
+        return "your account has no role that may read live data (viewer or above)"
+    parsed = group_kind(group)
+    if parsed is None:
+        return (f"{group!r} is not a live group: use node-<name>, deployment-<id>, sweep-<id> "
+                "or kernel-job-<id>")
+    kind, key = parsed
+    if kind == "node":
+        model = apps.get_model("deployments", "Node")
+        return None if model.objects.filter(name=key).exists() else f"no node named {key!r}"
+    app_label, model_name = _ID_KINDS[kind]
+    try:
+        model = apps.get_model(app_label, model_name)
+    except LookupError:
+        return f"live data of kind {kind!r} is not available on this server"
+    if not key.isdigit() or len(key) > 18:
+        return f"{kind} ids are numbers, not {key!r}"
+    try:
+        exists = model.objects.filter(pk=int(key)).exists()
+    except DatabaseError:
+        # The model is there but its table is not (a migration not applied yet).
+        return f"live data of kind {kind!r} is not available on this server"
+    return None if exists else f"no {kind} with id {key}"
+
+
+def _refusals(user, groups: list[str]) -> dict[str, str]:
+    """Refusal reason per group that ``user`` may not join (empty when all are allowed)."""
+    out = {}
+    for group in groups:
+        reason = subscription_refusal(user, group)
+        if reason:
+            out[group] = reason
+    return out
+
+
+def _snapshot(groups: list[str]) -> dict[str, dict[str, Any]]:
+    """``{group: {"seq": current sequence, "latest": {type: last wire message}}}`` from Redis."""
+    return {g: {"seq": current_seq(g), "latest": latest_messages(g)} for g in groups}
+
+
+class LiveHub:
+    """One channel-layer channel per event loop (one per server process) that is a member of
+    every group some local socket subscribed to, and forwards each broadcast to those sockets.
+
+    ``join``/``leave`` keep ``members`` (group -> set of consumers) and the channel layer's
+    membership in step: the first local subscriber of a group adds the hub's channel, the last
+    one to leave discards it. Delivery calls :meth:`LiveConsumer.realtime_message` of each member
+    in turn; that never waits on a client (daphne queues the frame), so a slow socket cannot
+    hold up the others.
+    """
+
+    _by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __init__(self, layer) -> None:
+        self.layer = layer
+        self.channel: str | None = None
+        self.members: dict[str, set[LiveConsumer]] = {}
+        self.task: asyncio.Task | None = None
+        self.renewer: asyncio.Task | None = None
+        self._ready = asyncio.Lock()
+
+    @classmethod
+    def get(cls) -> "LiveHub":
+        """The hub of the running event loop (created on first use)."""
+        loop = asyncio.get_running_loop()
+        hub = cls._by_loop.get(loop)
+        if hub is None:
+            hub = cls._by_loop[loop] = cls(get_channel_layer())
+        return hub
+
+    async def _start(self) -> None:
+        async with self._ready:
+            if self.task is None or self.task.done():
+                if self.channel is None:
+                    # The default prefix: channels_redis reads every process-local channel of a
+                    # loop through one Redis key, and a channel with another prefix would wait
+                    # behind the reader of that key forever.
+                    self.channel = await self.layer.new_channel()
+                self.task = asyncio.get_running_loop().create_task(self._run(), name="live-hub")
+                self.renewer = asyncio.get_running_loop().create_task(self._renew(), name="live-hub-renew")
+
+    async def join(self, group: str, consumer: "LiveConsumer") -> None:
+        """Add ``consumer`` to ``group`` (joining the channel-layer group on the first one)."""
+        await self._start()
+        members = self.members.setdefault(group, set())
+        if not members:
+            await self.layer.group_add(group, self.channel)
+        members.add(consumer)
+
+    async def leave(self, group: str, consumer: "LiveConsumer") -> None:
+        """Remove ``consumer`` from ``group`` (leaving the channel-layer group with the last one)."""
+        members = self.members.get(group)
+        if not members or consumer not in members:
+            return
+        members.discard(consumer)
+        if not members:
+            del self.members[group]
+            try:
+                await self.layer.group_discard(group, self.channel)
+            except Exception:  # noqa: BLE001 - Redis away: the membership expires by itself
+                log.warning("live hub: could not leave %s", group, exc_info=True)
+
+    async def _rejoin(self) -> None:
+        for group in list(self.members):
+            await self.layer.group_add(group, self.channel)
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(GROUP_RENEW_S)
+            try:
+                await self._rejoin()
+            except Exception:  # noqa: BLE001 - the receive loop re-joins after the error it sees
+                log.warning("live hub: could not renew group memberships", exc_info=True)
+
+    async def _run(self) -> None:
+        failed = False
+        while True:
+            try:
+                if failed:
+                    await self._rejoin()
+                    failed = False
+                event = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - Redis restarting: retry, then join the groups again
+                log.warning("live hub: channel layer error; retrying in %.1f s", HUB_RETRY_S, exc_info=True)
+                failed = True
+                await asyncio.sleep(HUB_RETRY_S)
+                continue
+            group = (event.get("message") or {}).get("group")
+            for consumer in list(self.members.get(group, ())):
+                try:
+                    await consumer.realtime_message(event)
+                except Exception:  # noqa: BLE001 - one broken socket must not stop the others
+                    log.warning("live hub: delivery to a socket failed", exc_info=True)
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    """Streams the broadcasts of :mod:`controlplane.realtime` to one browser (see the module
+    docstring for the protocol, the authorisation rule and the flow control)."""
+
+    async def connect(self) -> None:
+        """Authenticate, authorise every subscription of the URL, join the groups, accept, and
+        send ``live.subscribed``; refuse (close before accept) on any failure."""
+        self.live_closing = False
+        self.sent = 0
+        self.acked = 0
+        self.ack_due_since: float | None = None
+        self.live_groups: list[str] = []
+        self.ack_every = max(1, _setting("CEILING_LIVE_ACK_EVERY", 16, int))
+        self.window = max(self.ack_every, _setting("CEILING_LIVE_WINDOW", 256, int))
+        self.ack_timeout_s = _setting("CEILING_LIVE_ACK_TIMEOUT_S", 15.0, float)
+        self.max_groups = _setting("CEILING_LIVE_MAX_GROUPS", 256, int)
+        user = self.scope.get("user")
+        self.who = getattr(user, "username", "") or "anonymous"
+        if user is None or not user.is_authenticated:
+            await self._refuse(CLOSE_UNAUTHENTICATED, "not signed in")
+            return
+        wanted = subscriptions_from_query(self.scope.get("query_string", b""))
+        if len(wanted) > self.max_groups:
+            await self._refuse(CLOSE_TOO_MANY, f"{len(wanted)} subscriptions, at most {self.max_groups}")
+            return
+        allowed = await database_sync_to_async(has_role)(user, "viewer")
+        if not allowed:
+            await self._refuse(CLOSE_FORBIDDEN, "no viewer role")
+            return
+        refused = await database_sync_to_async(_refusals)(user, wanted)
+        if refused:
+            await self._refuse(CLOSE_FORBIDDEN, "; ".join(f"{g}: {r}" for g, r in refused.items()))
+            return
+        hub = LiveHub.get()
+        for group in wanted:
+            await hub.join(group, self)
+            self.live_groups.append(group)
+        await self.accept()
+        await self._send_control("live.subscribed", {
+            "groups": await sync_to_async(_snapshot, thread_sensitive=False)(wanted),
+            "ack_every": self.ack_every,
+            "window": self.window,
+        })
+
+    async def _refuse(self, code: int, reason: str) -> None:
+        log.info("live: refused a socket of %s before accepting it (%s): %s", self.who, code, reason)
+        await self.close(code=code)
+
+    async def _send_control(self, type_: str, body: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps({"type": type_, **body}, separators=(",", ":")))
+
+    async def _fail(self, code: int, reason: str) -> None:
+        """Tell the client why (``live.error``), then close the accepted socket with ``code``."""
+        if self.live_closing:
+            return
+        self.live_closing = True
+        log.info("live: closing the socket of %s (%s): %s", self.who, code, reason)
+        await self._send_control("live.error", {"code": code, "error": reason})
+        await self.close(code=code, reason=reason[:120])
+
+    async def disconnect(self, code: int) -> None:
+        """Leave the hub's groups (the socket is gone)."""
+        self.live_closing = True
+        hub = LiveHub.get()
+        for group in getattr(self, "live_groups", []):
+            await hub.leave(group, self)
+        self.live_groups = []
+
+    # --- channel layer -> client --------------------------------------------------------------
+
+    async def realtime_message(self, event: dict[str, Any]) -> None:
+        """One broadcast (``{"type": "realtime.message", "message": <wire message>}``): forward
+        it unless the socket is closing or the group was left; enforce the ack window."""
+        message = event.get("message") or {}
+        if self.live_closing or message.get("group") not in self.live_groups:
+            return
+        self.sent += 1
+        unacked = self.sent - self.acked
+        now = time.monotonic()
+        if unacked > self.window:
+            await self._fail(CLOSE_NOT_READING,
+                             f"not reading: {unacked} messages unacknowledged, the window is {self.window}")
+            return
+        if unacked >= self.ack_every:
+            if self.ack_due_since is None:
+                self.ack_due_since = now
+            elif now - self.ack_due_since > self.ack_timeout_s:
+                await self._fail(CLOSE_NOT_READING,
+                                 f"not reading: no acknowledgement for {now - self.ack_due_since:.0f} s "
+                                 f"with {unacked} messages outstanding")
+                return
+        await self.send(text_data=json.dumps(message, separators=(",", ":")))
+
+    # --- client -> server ----------------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Dispatch one client frame (see the module docstring for the actions)."""
+        if self.live_closing:
+            return
+        if text_data is None or len(text_data) > MAX_CLIENT_FRAME_CHARS:
+            await self._fail(CLOSE_BAD_REQUEST, "frames must be JSON text of at most 64 KiB")
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError:
+            await self._fail(CLOSE_BAD_REQUEST, "frames must be JSON objects")
+            return
+        action = content.get("action") if isinstance(content, dict) else None
+        handler = {
+            "ack": self._on_ack, "ping": self._on_ping, "subscribe": self._on_subscribe,
+            "unsubscribe": self._on_unsubscribe, "resync": self._on_resync,
+        }.get(action) if isinstance(action, str) else None
+        if handler is None:
+            await self._fail(CLOSE_BAD_REQUEST,
+                             f"unknown action {action!r}: use ack, ping, subscribe, unsubscribe or resync")
+            return
+        await handler(content)
+
+    async def _on_ack(self, content: dict[str, Any]) -> None:
+        count = content.get("count")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0 or count > self.sent:
+            await self._fail(CLOSE_BAD_REQUEST,
+                             f"ack count must be a whole number between 0 and {self.sent} (messages sent)")
+            return
+        self.acked = max(self.acked, count)
+        # Any progress restarts the clock: a client that reads, however slowly, is not stuck.
+        self.ack_due_since = time.monotonic() if self.sent - self.acked >= self.ack_every else None
+
+    async def _on_ping(self, content: dict[str, Any]) -> None:
+        await self._send_control("live.pong", {"t": time.time()})
+
+    def _groups_of(self, content: dict[str, Any]) -> list[str] | None:
+        groups = content.get("groups")
+        if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+            return None
+        return list(dict.fromkeys(groups))
+
+    async def _on_subscribe(self, content: dict[str, Any]) -> None:
+        groups = self._groups_of(content)
+        if groups is None:
+            await self._fail(CLOSE_BAD_REQUEST, "subscribe needs groups: a list of group names")
+            return
+        new = [g for g in groups if g not in self.live_groups]
+        if len(self.live_groups) + len(new) > self.max_groups:
+            await self._fail(CLOSE_TOO_MANY, f"at most {self.max_groups} subscriptions per socket")
+            return
+        refused = await database_sync_to_async(_refusals)(self.scope["user"], new)
+        if refused:
+            await self._fail(CLOSE_FORBIDDEN, "; ".join(f"{g}: {r}" for g, r in refused.items()))
+            return
+        hub = LiveHub.get()
+        for group in new:
+            await hub.join(group, self)
+            self.live_groups.append(group)
+        await self._send_control("live.subscribed", {
+            "groups": await sync_to_async(_snapshot, thread_sensitive=False)(new),
+            "ack_every": self.ack_every,
+            "window": self.window,
+        })
+
+    async def _on_unsubscribe(self, content: dict[str, Any]) -> None:
+        groups = self._groups_of(content)
+        if groups is None:
+            await self._fail(CLOSE_BAD_REQUEST, "unsubscribe needs groups: a list of group names")
+            return
+        left = [g for g in groups if g in self.live_groups]
+        hub = LiveHub.get()
+        for group in left:
+            await hub.leave(group, self)
+            self.live_groups.remove(group)
+        await self._send_control("live.unsubscribed", {"groups": left})
+
+    async def _on_resync(self, content: dict[str, Any]) -> None:
+        groups = self._groups_of(content)
+        if groups is None:
+            await self._fail(CLOSE_BAD_REQUEST, "resync needs groups: a list of group names")
+            return
+        unknown = [g for g in groups if g not in self.live_groups]
+        if unknown:
+            await self._fail(CLOSE_BAD_REQUEST, f"resync of groups not subscribed: {', '.join(unknown)}")
+            return
+        await self._send_control("live.snapshot", {
+            "groups": await sync_to_async(_snapshot, thread_sensitive=False)(groups),
+        })
+

@@ -1,0 +1,29 @@
+"""``manage.py prune_telemetry [--older-than-days N]``: delete telemetry rollups older than N
+days (default ``CEILING_TELEMETRY_RETENTION_DAYS``). Beat runs the same pass hourly; see
+:func:`deployments.telemetry.history.telemetry_prune`."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from deployments.telemetry.history import telemetry_prune
+
+
+class Command(BaseCommand):
+    help = "Delete node and deployment telemetry rollups older than the retention."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--older-than-days", type=float, default=None,
+            help=f"age in days (default CEILING_TELEMETRY_RETENTION_DAYS = {settings.CEILING_TELEMETRY_RETENTION_DAYS:g})",
+        )
+
+    def handle(self, *args, **options) -> None:
+        days = options["older_than_days"]
+        try:
+            counts = telemetry_prune(older_than_days=days)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        days = settings.CEILING_TELEMETRY_RETENTION_DAYS if days is None else days
+        self.stdout.write(f"deleted {counts['node_rows']} node and {counts['deployment_rows']} deployment "
+                          f"telemetry rows older than {days:g} days")

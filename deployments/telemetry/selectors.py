@@ -1,0 +1,124 @@
+"""Reads of the telemetry history as chart series (for the REST re-sync endpoints and for pages
+that show a past deployment's or sweep's telemetry next to its results).
+
+A series is a list aligned with ``t`` (unix seconds, one entry per stored second), with None
+where that second had no value (a GPU not sampled, a process not running yet): charts draw a
+gap, never a drop to 0. Long windows are thinned to at most ``max_points`` entries by averaging
+consecutive rows (``resolution_s`` in the result says how many seconds one entry covers).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import datetime, timezone as dt_timezone
+from typing import Any
+
+from deployments.models import DeploymentTelemetry, NodeTelemetry
+
+#: Per-GPU series a node history can return (the ``fields`` query parameter picks among them).
+NODE_GPU_FIELDS = ("memory_used_bytes", "utilization_pct", "power_w", "temperature_c",
+                   "memory_utilization_pct", "sm_clock_mhz", "memory_total_bytes")
+#: The GPU series returned when ``fields`` is not given (the contract's default set).
+NODE_GPU_DEFAULT = ("memory_used_bytes", "utilization_pct", "power_w", "temperature_c")
+#: Host-level series a node history can return.
+NODE_HOST_FIELDS = ("host_cpu_pct", "host_memory_used_bytes")
+NODE_HOST_DEFAULT = ("host_cpu_pct",)
+#: Per-process series of a deployment history.
+PROCESS_FIELDS = ("gen_tok_s", "running", "queued", "kv_usage", "gpu_memory_bytes", "cpu_pct")
+#: Default largest number of points of one series.
+MAX_POINTS = 3600
+
+
+def _dt(unix_s: float | None) -> datetime | None:
+    return None if unix_s is None else datetime.fromtimestamp(unix_s, tz=dt_timezone.utc)
+
+
+def _mean(values: list[Any]) -> Any:
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if numbers:
+        return round(sum(numbers) / len(numbers), 4)
+    return next((v for v in reversed(values) if v is not None), None)
+
+
+def _thin(t: list[float], series: list[list[Any]], max_points: int) -> tuple[list[float], list[list[Any]], int]:
+    """Average runs of ``step`` consecutive entries so no series is longer than ``max_points``."""
+    if len(t) <= max_points:
+        return t, series, 1
+    step = math.ceil(len(t) / max_points)
+    new_t = [t[i] for i in range(0, len(t), step)]
+    new_series = [[_mean(s[i:i + step]) for i in range(0, len(s), step)] for s in series]
+    return new_t, new_series, step
+
+
+def _window(qs, since: float | None, until: float | None):
+    if since is not None:
+        qs = qs.filter(at__gte=_dt(since))
+    if until is not None:
+        qs = qs.filter(at__lte=_dt(until))
+    return qs
+
+
+def telemetry_for_node(*, node_id: int, since: float | None = None, until: float | None = None,
+                       fields: Iterable[str] | None = None, max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """A node's stored history between ``since`` and ``until`` (unix seconds, inclusive; None =
+    unbounded) as ``{"t": [...], "gpus": {"<index>": {field: [...]}}, "<host field>": [...],
+    "resolution_s": int}``.
+
+    ``fields`` picks series among :data:`NODE_GPU_FIELDS` and :data:`NODE_HOST_FIELDS` (default
+    :data:`NODE_GPU_DEFAULT` + :data:`NODE_HOST_DEFAULT`). Units: bytes, percent (0-100), watts,
+    °C, MHz.
+
+    Raises:
+        ValueError: an unknown field name (the message lists the known ones).
+    """
+    wanted = list(fields) if fields else [*NODE_GPU_DEFAULT, *NODE_HOST_DEFAULT]
+    unknown = [f for f in wanted if f not in NODE_GPU_FIELDS and f not in NODE_HOST_FIELDS]
+    if unknown:
+        raise ValueError(f"unknown field(s) {', '.join(unknown)}; known: "
+                         f"{', '.join((*NODE_GPU_FIELDS, *NODE_HOST_FIELDS))}")
+    gpu_fields = [f for f in wanted if f in NODE_GPU_FIELDS]
+    host_fields = [f for f in wanted if f in NODE_HOST_FIELDS]
+    rows = list(_window(NodeTelemetry.objects.filter(node_id=node_id), since, until)
+                .order_by("at").values_list("at", "data"))
+    t = [at.timestamp() for at, _ in rows]
+    indices = sorted({int(i) for _, data in rows for i in (data.get("gpus") or {})})
+    keys: list[tuple[str | None, str]] = [(str(i), f) for i in indices for f in gpu_fields]
+    keys += [(None, f) for f in host_fields]
+    series: list[list[Any]] = []
+    for gpu, name in keys:
+        if gpu is None:
+            series.append([data.get(name) for _, data in rows])
+        else:
+            series.append([((data.get("gpus") or {}).get(gpu) or {}).get(name) for _, data in rows])
+    t, series, step = _thin(t, series, max_points)
+    out: dict[str, Any] = {"t": t, "gpus": {}, "resolution_s": step}
+    for (gpu, name), values in zip(keys, series):
+        if gpu is None:
+            out[name] = values
+        else:
+            out["gpus"].setdefault(gpu, {})[name] = values
+    for name in host_fields:
+        out.setdefault(name, [])
+    return out
+
+
+def telemetry_for_deployment(*, deployment_id: int, since: float | None = None, until: float | None = None,
+                             max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """A deployment's stored history between ``since`` and ``until`` (unix seconds, inclusive)
+    as ``{"t": [...], "tok_s": [...], "processes": {"<process id>": {"gen_tok_s", "running",
+    "queued", "kv_usage", "gpu_memory_bytes", "cpu_pct"}}, "resolution_s": int}``. tok/s is
+    generated tokens per second; ``kv_usage`` a fraction 0..1; ``cpu_pct`` percent of one core;
+    memory in bytes."""
+    rows = list(_window(DeploymentTelemetry.objects.filter(deployment_id=deployment_id), since, until)
+                .order_by("at").values_list("at", "data"))
+    t = [at.timestamp() for at, _ in rows]
+    pids = sorted({int(p) for _, data in rows for p in (data.get("processes") or {})})
+    keys = [(str(p), f) for p in pids for f in PROCESS_FIELDS]
+    series = [[data.get("tok_s") for _, data in rows]]
+    for pid, name in keys:
+        series.append([((data.get("processes") or {}).get(pid) or {}).get(name) for _, data in rows])
+    t, series, step = _thin(t, series, max_points)
+    out: dict[str, Any] = {"t": t, "tok_s": series[0], "processes": {}, "resolution_s": step}
+    for (pid, name), values in zip(keys, series[1:]):
+        out["processes"].setdefault(pid, {})[name] = values
+    return out

@@ -1,0 +1,117 @@
+"""Helpers every page of the deployments app shares: the role decorator (:func:`role_page`),
+times as UTC ISO plus "3 min 05 s ago", durations with units, status badge classes, the node
+agent's state and bytes in GiB.
+
+:func:`role_page` is also used by the benchmarks pages, so one authorisation rule covers every
+server-rendered page.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import datetime
+from datetime import timezone as dt_timezone
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+from controlplane.permissions import has_role
+from deployments.models import Node
+
+GIB = 1024**3
+
+
+# --- authorisation --------------------------------------------------------------------------
+
+
+def role_page(read: str = "viewer", write: str = "operator") -> Callable:
+    """Decorate a page view: anonymous users go to the login page; a signed-in user needs
+    role ``read`` for GET/HEAD and ``write`` for any other method, else 403 (the same rule as
+    :class:`controlplane.permissions.RolePermission`)."""
+
+    def decorator(view: Callable) -> Callable:
+        @functools.wraps(view)
+        @login_required
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            needed = read if request.method in ("GET", "HEAD", "OPTIONS") else write
+            if not has_role(request.user, needed):
+                raise PermissionDenied("Your role does not allow this.")
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+def _can_write(request: HttpRequest) -> bool:
+    return has_role(request.user, "operator")
+
+
+def _is_htmx(request: HttpRequest) -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+# --- times, durations and badges ----------------------------------------------------------
+
+
+def _utc_iso(value: datetime) -> str:
+    """``2025-06-01T12:00:05Z``: second precision, always UTC."""
+    return value.astimezone(dt_timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _duration_text(seconds: float) -> str:
+    """A human duration with units, two parts at most: ``42 s``, ``3 min 05 s``,
+    ``2 h 07 min``, ``3 d 04 h``. Negative input (clock skew) counts as 0 s."""
+    total = max(0, int(seconds))
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours:02d} h"
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+def _when(value: datetime | None, now: datetime) -> dict[str, str] | None:
+    """``{"iso": UTC ISO 8601, "ago": "3 min 05 s ago"}`` for a timestamp (``"in 20 s"`` for
+    one in the future, such as a scheduled restart), None when unset."""
+    if value is None:
+        return None
+    age = (now - value).total_seconds()
+    if abs(age) < 1:
+        relative = "just now"
+    elif age > 0:
+        relative = f"{_duration_text(age)} ago"
+    else:
+        relative = f"in {_duration_text(-age)}"
+    return {"iso": _utc_iso(value), "ago": relative}
+
+
+def _status_class(status: str) -> str:
+    """CSS modifier of a status badge: ``ok`` for ready, ``bad`` for failed/killed, ``warn``
+    for the transient states, none for a clean end (stopped, exited)."""
+    if status == "ready":
+        return "ok"
+    if status in ("failed", "killed"):
+        return "bad"
+    if status in ("pending", "starting", "stopping", "spawned"):
+        return "warn"
+    return ""
+
+
+def _agent_view(node: Node, now: datetime) -> dict[str, Any]:
+    """Whether the node agent answers (heartbeat within ``CEILING_HEARTBEAT_TIMEOUT_S``) and
+    when it last did."""
+    return {"online": node.agent_online, "heartbeat": _when(node.agent_heartbeat_at, now)}
+
+
+def _gib(value: int | None) -> str:
+    """Bytes → GiB with one decimal (``150754820096`` → ``"140.4"``), ``"—"`` when unknown."""
+    if not value:
+        return "—"
+    return f"{value / GIB:.1f}"

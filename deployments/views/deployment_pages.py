@@ -1,0 +1,450 @@
+"""Deployment pages: the list; one deployment's header, processes, timeline and live log tail
+(polled by htmx), its live telemetry panel (websocket) or, once it ended, its stored telemetry
+and sweeps; stop/cancel; log download.
+
+Views are thin: they authorise (:func:`deployments.views.common.role_page`), call one service or
+selector and render.
+"""
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.contrib import messages
+from django.db.models import Count
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from controlplane.errors import Conflict, NotFound
+from controlplane.realtime import deployment_group
+from controlplane.redaction import redact_text
+from deployments import selectors, services
+from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL, DeploymentStatus, ProcessStatus, Role
+from deployments.models import Deployment, ServerProcess
+from deployments.topology import parse_cpulist
+from deployments.views.common import _agent_view, _can_write, _duration_text, _status_class, _when, role_page
+
+# --- deployments ------------------------------------------------------------------------------
+
+# How many log lines the page shows per process; the full file is one click away (download).
+LOG_TAIL_LINES = 200
+# Timeline rows shown on the page; a process that restarts in a loop can write thousands.
+TIMELINE_MAX_EVENTS = 500
+# A download is redacted in pieces of about 64 KiB, each extended to the end of its line; a
+# line longer than 1 MiB is cut there (only such a pathological line could split a secret).
+DOWNLOAD_CHUNK_BYTES = 64 * 1024
+DOWNLOAD_LINE_MAX_BYTES = 1024 * 1024
+POLL_TRIGGER = "every 2s"
+# A running process's health is "stale" once its last probe is older than this many liveness
+# periods: the agent probes every period, so missing two in a row means it is not probing.
+STALE_PROBE_FACTOR = 3
+
+
+def _log_file(process: ServerProcess) -> Path | None:
+    """The process's log file if its recorded path lies inside ``settings.CEILING_LOG_DIR``
+    (after resolving ``..`` and symlinks), else None.
+
+    ``log_path`` is a database value: pages read or serve a file only when it is one of the
+    supervisor's own logs, never an arbitrary path written into the row.
+    """
+    if not process.log_path or not os.path.isabs(process.log_path):
+        return None
+    try:
+        root = Path(settings.CEILING_LOG_DIR).resolve()
+        path = Path(process.log_path).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    if path == root or not path.is_relative_to(root):
+        return None
+    return path
+
+
+def _log_parts(path: Path) -> list[Path]:
+    """The files making up one log, oldest first: the rotated ``<log>.1`` (the shim keeps one)
+    then ``<log>``; only regular files that exist."""
+    return [p for p in (Path(f"{path}.1"), path) if p.is_file()]
+
+
+def _pinning_view(process: ServerProcess) -> dict[str, Any]:
+    """Effective CPU list / memory NUMA nodes (as read back from ``/proc/<pid>/status``, or the
+    intended ones until then) and the verification verdict: ``state`` is ``verified``,
+    ``failed`` (``reason`` says what differs) or ``unchecked``."""
+    cpus = process.effective_cpus or process.cpus
+    try:
+        cpu_count: int | None = len(parse_cpulist(cpus)) if cpus else None
+    except ValueError:
+        cpu_count = None
+    reason = ""
+    if process.pinning_verified is True:
+        state = "verified"
+    elif process.pinning_verified is False:
+        state = "failed"
+        problems = []
+        if process.cpus and process.effective_cpus and not _same_cpulist(process.cpus, process.effective_cpus):
+            problems.append(f"CPUs {process.effective_cpus} ≠ intended {process.cpus}")
+        if process.mem_nodes and process.effective_mems and not _same_cpulist(process.mem_nodes, process.effective_mems):
+            problems.append(f"memory nodes {process.effective_mems} ≠ intended {process.mem_nodes}")
+        reason = "; ".join(problems) or redact_text(process.reason) or "pinning could not be verified"
+    elif not process.cpus:
+        # Nothing to verify: a role without a CPU list (a router, usually) runs wherever the
+        # scheduler puts it, and "not checked yet" would never change.
+        state = "unpinned"
+    else:
+        state = "unchecked"
+    return {
+        "cpus": cpus,
+        "cpu_count": cpu_count,
+        "cpus_effective": bool(process.effective_cpus),
+        "mems": process.effective_mems or process.mem_nodes,
+        "mems_effective": bool(process.effective_mems),
+        "numa_node": process.numa_node,
+        "method": process.pin_method,
+        "state": state,
+        "reason": reason,
+    }
+
+
+def _same_cpulist(a: str, b: str) -> bool:
+    try:
+        return set(parse_cpulist(a)) == set(parse_cpulist(b))
+    except ValueError:
+        return a.strip() == b.strip()
+
+
+def _health_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
+    """What the supervisor's probes last concluded: a badge (``class``, ``text``) from the
+    process status (a process is ``ready`` only after every readiness check of its launch plan
+    passed), the last probe's outcome and time, consecutive liveness failures and, for a
+    crashed process waiting to be restarted, when the restart is due. A running process whose
+    last probe is older than :data:`STALE_PROBE_FACTOR` liveness periods
+    (``CEILING_LIVENESS_PERIOD_S``) is shown as ``stale (agent offline?)``: only the node agent
+    probes, so an old answer means nobody is watching. An ended process shows its terminal
+    state alone."""
+    status = process.status
+    stale = False
+    if status in (ProcessStatus.READY, ProcessStatus.SPAWNED) and process.last_probe_at is not None:
+        stale = (now - process.last_probe_at).total_seconds() > STALE_PROBE_FACTOR * settings.CEILING_LIVENESS_PERIOD_S
+    if stale:
+        badge = ("warn", "stale (agent offline?)")
+    elif status == ProcessStatus.READY:
+        badge = ("warn", "degraded") if process.probe_failures else ("ok", "healthy")
+    elif status == ProcessStatus.SPAWNED:
+        badge = ("warn", "starting: not yet healthy")
+    elif status == ProcessStatus.PENDING:
+        badge = ("warn", "restart pending") if process.next_restart_at else ("", "not started")
+    else:
+        detail = f"exit code {process.exit_code}" if process.exit_code is not None else status
+        badge = ("" if status == ProcessStatus.EXITED else "bad", f"down ({detail})")
+        # A process that ended shows only how it ended: its last probe answer ("answered 200,
+        # probed 9 s ago") describes a process that no longer exists.
+        return {"class": badge[0], "text": badge[1], "detail": "", "probed": None, "failures": 0,
+                "restart_at": None, "stale": False}
+    return {
+        "class": badge[0],
+        "text": badge[1],
+        "detail": redact_text(process.probe_detail),
+        "probed": _when(process.last_probe_at, now),
+        "failures": process.probe_failures,
+        "restart_at": _when(process.next_restart_at, now) if status == ProcessStatus.PENDING else None,
+        "stale": stale,
+    }
+
+
+def _server_process_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
+    """One row of the process table: role, status, pid, uptime (from ``started_at`` to now,
+    or to ``ended_at`` once it ended), restarts, pinning, GPU ids, ports and health."""
+    uptime = None
+    if process.started_at is not None:
+        until = process.ended_at if process.status in PROCESS_TERMINAL and process.ended_at else now
+        uptime = _duration_text((until - process.started_at).total_seconds())
+    ports = sorted(process.ports.items()) if isinstance(process.ports, dict) else []
+    env = process.env_redacted if isinstance(process.env_redacted, dict) else {}
+    return {
+        "row": process,
+        "label": f"{process.role} #{process.ordinal}",
+        "status_class": _status_class(process.status),
+        "uptime": uptime,
+        "ended": process.status in PROCESS_TERMINAL,
+        "started": _when(process.started_at, now),
+        "ready": _when(process.ready_at, now),
+        "pinning": _pinning_view(process),
+        "gpu_ids": list(process.gpu_ids or []),
+        "cuda_visible_devices": redact_text(str(env["CUDA_VISIBLE_DEVICES"])) if "CUDA_VISIBLE_DEVICES" in env else None,
+        "ports": ports,
+        "gpu_verified": process.gpu_verified,
+        "health": _health_view(process, now),
+        "has_log": _log_file(process) is not None,
+    }
+
+
+def _entry_url(deployment: Deployment, processes: list[ServerProcess]) -> str:
+    """Where clients connect: the URL recorded at deploy time (the router for PD, the single
+    server otherwise); for a row without one, the scheme and host:port of that process's
+    health URL; "" when neither is known."""
+    if deployment.entry_url:
+        return deployment.entry_url
+    for role in (Role.ROUTER, Role.SINGLE):
+        for p in processes:
+            if p.role == role and p.health_url:
+                parts = urlsplit(p.health_url)
+                if parts.scheme and parts.netloc:
+                    return f"{parts.scheme}://{parts.netloc}"
+    return ""
+
+
+def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]:
+    """Everything the deployment page's live part shows: header facts, the process table and
+    the timeline (oldest first, at most :data:`TIMELINE_MAX_EVENTS` of the newest)."""
+    processes = list(selectors.deployment_processes(deployment=deployment))
+    terminal = deployment.status in DEPLOYMENT_TERMINAL
+    agent = _agent_view(deployment.node, now)
+    events_qs = selectors.deployment_events(deployment=deployment)
+    event_total = events_qs.count()
+    events = list(events_qs.order_by("-at", "-id")[:TIMELINE_MAX_EVENTS])[::-1]
+    began = deployment.started_at or deployment.created_at
+    until = deployment.ended_at if terminal and deployment.ended_at else now
+    return {
+        "deployment": deployment,
+        "status_class": _status_class(deployment.status),
+        "terminal": terminal,
+        "live": not terminal,
+        "poll_trigger": POLL_TRIGGER,
+        "agent": agent,
+        "waiting_reason": redact_text(services.deployment_waiting_reason(deployment=deployment)),
+        "reason": redact_text(deployment.reason),
+        "entry_url": _entry_url(deployment, processes),
+        "created": _when(deployment.created_at, now),
+        "started": _when(deployment.started_at, now),
+        "ready": _when(deployment.ready_at, now),
+        "ended": _when(deployment.ended_at, now),
+        "duration": _duration_text((until - began).total_seconds()),
+        "processes": [_server_process_view(p, now) for p in processes],
+        "process_ids": ",".join(str(p.pk) for p in processes),
+        "events": [{"row": e, "at": _when(e.at, now), "message": redact_text(e.message)} for e in events],
+        "events_hidden": max(0, event_total - len(events)),
+    }
+
+
+def _get_deployment(pk: int) -> Deployment:
+    return get_object_or_404(Deployment.objects.select_related("recipe", "node", "created_by"), pk=pk)
+
+
+def _get_process(deployment_pk: int, process_pk: int) -> ServerProcess:
+    return get_object_or_404(
+        ServerProcess.objects.select_related("deployment"), pk=process_pk, deployment_id=deployment_pk
+    )
+
+
+@role_page()
+def deployment_list(request: HttpRequest) -> HttpResponse:
+    """Deployment rows, newest first: status badge, recipe and version, node with agent
+    state, created/ready times (UTC ISO and relative) and duration."""
+    now = timezone.now()
+    rows = []
+    for d in selectors.deployment_list().annotate(process_count=Count("processes"))[:200]:
+        terminal = d.status in DEPLOYMENT_TERMINAL
+        # The row is only rendered, never saved: a reason can quote engine log lines.
+        d.reason = redact_text(d.reason)
+        began = d.started_at or d.created_at
+        until = d.ended_at if terminal and d.ended_at else now
+        rows.append(
+            {
+                "d": d,
+                "status_class": _status_class(d.status),
+                "agent": _agent_view(d.node, now),
+                "created": _when(d.created_at, now),
+                "ready": _when(d.ready_at, now),
+                "duration": _duration_text((until - began).total_seconds()),
+                "running": not terminal,
+            }
+        )
+    return render(request, "deployments/deployment_list.html", {"deployments": rows, "can_write": _can_write(request)})
+
+
+@role_page()
+def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One deployment: header (status, reason, node and agent state, recipe version, entry
+    URL), the process table, the timeline and a live log tail per process. The live parts
+    poll every 2 s (htmx) until the deployment is stopped or failed."""
+    deployment = _get_deployment(pk)
+    context = _deployment_context(deployment, timezone.now())
+    context["can_write"] = _can_write(request)
+    context["logs"] = [_process_log_context(p["row"], deployment) for p in context["processes"]]
+    context["telemetry"] = _telemetry_context(deployment, [p["row"] for p in context["processes"]])
+    return render(request, "deployments/deployment_detail.html", context)
+
+
+# Sweeps listed next to a deployment's telemetry (newest first).
+SWEEPS_SHOWN = 20
+
+
+def _telemetry_context(deployment: Deployment, processes: list[ServerProcess]) -> dict[str, Any]:
+    """What the telemetry panel needs: the live group (``deployment-<id>``) while the
+    deployment runs, or, once it ended, the window of its stored telemetry in unix seconds
+    (``since``/``until``, from the REST history endpoint) and its benchmark sweeps; plus one row
+    per process (id, role, label) for the live table."""
+    began = deployment.started_at or deployment.created_at
+    from benchmarks.selectors import sweep_list  # the benchmarks app builds on this one: import late
+
+    sweeps = list(sweep_list(deployment_id=deployment.pk)[:SWEEPS_SHOWN])
+    return {
+        "group": deployment_group(deployment.pk),
+        "live": deployment.status not in DEPLOYMENT_TERMINAL,
+        "since": int(began.timestamp()) if began else None,
+        "until": int(deployment.ended_at.timestamp()) if deployment.ended_at else None,
+        "processes": [
+            {"id": p.pk, "role": p.role, "label": f"{p.role} #{p.ordinal}"}
+            for p in processes if p.status not in PROCESS_TERMINAL or deployment.status in DEPLOYMENT_TERMINAL
+        ],
+        "sweeps": sweeps,
+    }
+
+
+@role_page()
+def deployment_live_partial(request: HttpRequest, pk: int) -> HttpResponse:
+    """htmx partial: header, process table and timeline of one deployment. The request
+    carries ``known`` (process ids the page already shows log panels for); when the set
+    changed, the response fires the ``processes-changed`` event so the log section reloads."""
+    deployment = _get_deployment(pk)
+    context = _deployment_context(deployment, timezone.now())
+    context["can_write"] = _can_write(request)
+    response = render(request, "deployments/_deployment_live.html", context)
+    if request.GET.get("known", "") != context["process_ids"]:
+        response["HX-Trigger"] = "processes-changed"
+    return response
+
+
+@role_page()
+def deployment_logs_partial(request: HttpRequest, pk: int) -> HttpResponse:
+    """htmx partial: the log panel of every process of the deployment (re-fetched when the
+    set of processes changes)."""
+    deployment = _get_deployment(pk)
+    processes = list(selectors.deployment_processes(deployment=deployment))
+    context = {
+        "deployment": deployment,
+        "process_ids": ",".join(str(p.pk) for p in processes),
+        "logs": [_process_log_context(p, deployment) for p in processes],
+    }
+    return render(request, "deployments/_deployment_logs.html", context)
+
+
+def _process_log_context(process: ServerProcess, deployment: Deployment) -> dict[str, Any]:
+    """The last :data:`LOG_TAIL_LINES` lines of one process's log with secret values
+    redacted, plus whether the panel keeps polling (until the deployment is terminal)."""
+    path = _log_file(process)
+    text = ""
+    note = ""
+    if path is None:
+        note = "No log file recorded yet." if not process.log_path else "The log path lies outside the log directory; not shown."
+    elif not _log_parts(path):
+        note = "The log file does not exist (yet)."
+    else:
+        # Redacted here as well: the tail may include lines written before a secret value
+        # was registered with the redactor in this process.
+        text = redact_text(services.process_log_tail(process=process, lines=LOG_TAIL_LINES))
+    return {
+        "process": process,
+        "label": f"{process.role} #{process.ordinal}",
+        "text": text,
+        "note": note,
+        "downloadable": path is not None and bool(_log_parts(path)),
+        "live": deployment.status not in DEPLOYMENT_TERMINAL,
+        "poll_trigger": POLL_TRIGGER,
+        "lines": LOG_TAIL_LINES,
+    }
+
+
+@role_page()
+def process_log_partial(request: HttpRequest, pk: int, process_pk: int) -> HttpResponse:
+    """htmx partial: one process's log tail in a ``<pre>``, polled every 2 s while the
+    deployment is not terminal (the terminal response drops the trigger, ending the poll)."""
+    process = _get_process(pk, process_pk)
+    return render(
+        request, "deployments/_process_log.html", {"log": _process_log_context(process, process.deployment)}
+    )
+
+
+class _RedactedLogReader:
+    """A read-only file-like view of a log's parts (rotated then current) that passes the text
+    through :func:`controlplane.redaction.redact_text` before it leaves the server.
+
+    Each read returns about :data:`DOWNLOAD_CHUNK_BYTES`, extended to the end of the line so a
+    secret (one token, never spanning a newline) is always redacted whole; ``size`` is only a
+    hint, which suits :class:`~django.http.FileResponse`'s read loop. Bytes round-trip through
+    ``surrogateescape`` so non-UTF-8 output reaches the download unchanged except where a
+    secret was masked. There is no ``seek``/``tell``, so no Content-Length is sent (redaction
+    changes the length).
+    """
+
+    def __init__(self, parts: list[Path]):
+        self._parts = list(parts)
+        self._fh: Any = None
+
+    def read(self, size: int = -1) -> bytes:
+        while self._fh is not None or self._parts:
+            if self._fh is None:
+                try:
+                    self._fh = open(self._parts.pop(0), "rb")  # noqa: SIM115 - closed at EOF or in close()
+                except OSError:
+                    continue
+            chunk = self._fh.read(DOWNLOAD_CHUNK_BYTES)
+            if not chunk:
+                self._fh.close()
+                self._fh = None
+                continue
+            if not chunk.endswith(b"\n"):
+                chunk += self._fh.readline(DOWNLOAD_LINE_MAX_BYTES)
+            text = chunk.decode("utf-8", errors="surrogateescape")
+            return redact_text(text).encode("utf-8", errors="surrogateescape")
+        return b""
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        self._parts = []
+
+
+@role_page()
+def process_log_download(request: HttpRequest, pk: int, process_pk: int) -> FileResponse:
+    """The full log of one process (rotated part first) as a text attachment, streamed with
+    secret values redacted. 404 unless the recorded path lies inside
+    ``settings.CEILING_LOG_DIR`` and the file exists."""
+    process = _get_process(pk, process_pk)
+    path = _log_file(process)
+    parts = _log_parts(path) if path is not None else []
+    if not parts:
+        raise Http404("No log file for this process.")
+    filename = f"deployment-{process.deployment_id}-{process.role}-{process.ordinal}.log"
+    return FileResponse(
+        _RedactedLogReader(parts),
+        as_attachment=True,
+        filename=filename,
+        content_type="text/plain; charset=utf-8",
+    )
+
+
+@require_POST
+@role_page(write="operator")
+def deployment_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    """Stop (or, while it still waits for its node agent, cancel) a deployment through
+    :func:`deployments.services.deployment_stop`, then back to its page. A deployment that
+    already ended is reported, not an error page."""
+    deployment = _get_deployment(pk)
+    was_pending = deployment.status == DeploymentStatus.PENDING
+    try:
+        deployment = services.deployment_stop(deployment=deployment, user=request.user)
+    except Conflict as exc:
+        messages.error(request, f"Deployment #{pk} cannot be stopped: {exc}")
+    except NotFound as exc:
+        raise Http404(str(exc)) from None
+    else:
+        verb = "Cancelled" if was_pending else "Stop requested for"
+        messages.success(request, f"{verb} deployment #{pk} ({deployment.status}).")
+    return redirect("deployments:deployment-detail", pk=pk)

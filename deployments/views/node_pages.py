@@ -1,0 +1,73 @@
+"""Node pages: the list of registered nodes and one node's GPUs, NUMA nodes, tools and recipes,
+with its live GPU tiles and host panel (websocket)."""
+from __future__ import annotations
+
+from django.db.models import Prefetch
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from controlplane.realtime import node_group
+from deployments import selectors
+from deployments.models import Gpu, Node, NumaNode
+from deployments.topology import parse_cpulist
+from deployments.views.common import _gib, role_page
+
+
+@role_page()
+def node_list(request: HttpRequest) -> HttpResponse:
+    """Registered nodes with GPU and NUMA counts, queue name and agent status."""
+    rows = [
+        {
+            "node": n,
+            "gpu_count": len(n.gpus.all()),
+            "numa_count": len(n.numa_nodes.all()),
+            "gpu_names": sorted({g.name for g in n.gpus.all() if g.name}),
+            "memory_gib": _gib(n.memory_total_bytes),
+        }
+        for n in selectors.node_list()
+    ]
+    return render(request, "deployments/node_list.html", {"rows": rows})
+
+
+@role_page()
+def node_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """One node: live tiles (per GPU: memory bar, utilization, power and temperature with
+    sparklines, its processes; the host's CPU per NUMA node and memory) filled over the websocket
+    from group ``node-<name>``; then the GPUs (index, name, memory in GiB, PCI bus id, NUMA
+    node, compute capability), NUMA nodes with CPU lists, tools, queue name and agent status."""
+    node = get_object_or_404(
+        Node.objects.prefetch_related(
+            Prefetch("gpus", queryset=Gpu.objects.order_by("index")),
+            Prefetch("numa_nodes", queryset=NumaNode.objects.order_by("index")),
+        ),
+        name=name,
+    )
+    gpus = [{"gpu": g, "memory_gib": _gib(g.memory_total_bytes)} for g in node.gpus.all()]
+    numa = []
+    for n in node.numa_nodes.all():
+        try:
+            cpu_count: int | None = len(parse_cpulist(n.cpus))
+        except ValueError:
+            cpu_count = None
+        numa.append(
+            {
+                "numa": n,
+                "cpu_count": cpu_count,
+                "memory_gib": _gib(n.memory_total_bytes),
+                "gpu_indices": [g.index for g in node.gpus.all() if g.numa_node == n.index],
+            }
+        )
+    tools = sorted((node.tools or {}).items())
+    return render(
+        request,
+        "deployments/node_detail.html",
+        {
+            "node": node,
+            "gpus": gpus,
+            "numa": numa,
+            "tools": tools,
+            "memory_gib": _gib(node.memory_total_bytes),
+            "recipes": node.recipes.order_by("name"),
+            "live_group": node_group(node.name),
+        },
+    )

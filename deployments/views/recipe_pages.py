@@ -1,0 +1,547 @@
+"""Recipe pages: list, detail (with Deploy), create/edit with an htmx validate-and-preview
+partial, version history with diff and revert, and the dry-run of any version.
+
+Views are thin: they authorise (:func:`deployments.views.common.role_page`), parse the form, call
+one service and render. Validation, versioning and launch-plan rendering live in
+:mod:`deployments.recipes`, :mod:`deployments.services` and :mod:`deployments.launch`; domain
+errors are shown next to the fields they name, never as a 500.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import NoReverseMatch, reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
+from controlplane.redaction import redact_text
+from deployments import selectors, services
+from deployments.choices import DEPLOYMENT_ACTIVE
+from deployments.forms import RecipeForm, spec_pretty
+from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render
+from deployments.models import Deployment, Node, Recipe
+from deployments.recipes import recipe_validate
+from deployments.topology import node_facts_from_row, parse_cpulist
+from deployments.views.common import _can_write, _is_htmx, role_page
+
+# Form fields a domain error path can name directly; any other path (``spec.roles...``) is
+# listed under the spec textarea.
+FORM_FIELDS = ("name", "description", "engine", "topology", "node")
+
+
+# --- helpers shared by the recipe pages -----------------------------------------------------
+
+
+def _apply_domain_errors(form: RecipeForm, errors: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Attach errors whose path is a form field to that field; return the rest (dotted spec
+    paths such as ``spec.roles.prefill.gpus``) for display under the spec textarea."""
+    rest: dict[str, list[str]] = {}
+    for path, msgs in errors.items():
+        msgs = [str(m) for m in (msgs if isinstance(msgs, (list, tuple)) else [msgs])]
+        if path in FORM_FIELDS and path in form.fields:
+            for m in msgs:
+                form.add_error(path, m)
+        elif path in ("detail", "non_field_errors", "__all__"):
+            for m in msgs:
+                form.add_error(None, m)
+        else:
+            rest.setdefault(path, []).extend(msgs)
+    return rest
+
+
+def _django_errors(exc: DjangoValidationError) -> dict[str, list[str]]:
+    if hasattr(exc, "error_dict"):
+        return {k: list(v) for k, v in exc.message_dict.items()}
+    return {"detail": list(exc.messages)}
+
+
+def _process_view(process: ProcessSpec) -> dict[str, Any]:
+    """Flatten one launch-plan process for the template. ``argv`` is the plan's own list and
+    ``argv_line`` its ``shlex.join``: the page shows exactly what would be executed."""
+    # The plan already redacts; this second pass only guards against a token pasted into an
+    # env value the plan did not know was secret.
+    env = {k: redact_text(v) for k, v in process.env_redacted.items()}
+    ports = list(process.ports.items())
+    try:
+        cpu_count: int | None = len(parse_cpulist(process.cpus))
+    except ValueError:
+        cpu_count = None
+    return {
+        "role": process.role,
+        "ordinal": process.ordinal,
+        "host": process.host,
+        "ports": ports,
+        "endpoints": [f"{process.host}:{port}" for _, port in ports],
+        "gpu_ids": list(process.gpu_ids),
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"),
+        "cpus": process.cpus,
+        "cpu_count": cpu_count,
+        "numa_node": process.numa_node,
+        "mem_nodes": process.mem_nodes,
+        "pin_method": process.pin_method,
+        "argv": list(process.argv),
+        "argv_line": shlex.join(process.argv),
+        "env": sorted(env.items()),
+        "secret_env": dict(process.secret_env),
+        "wrapper": list(process.wrapper),
+        "health_url": process.health_url,
+    }
+
+
+def _plan_view(plan: LaunchPlan) -> list[dict[str, Any]]:
+    return [_process_view(p) for p in plan.processes]
+
+
+def _plan_summary(plan: LaunchPlan) -> dict[str, Any]:
+    """Plan-wide facts shown above the process cards: the URL clients use, the served model
+    name, timeouts in seconds, restart policy and renderer warnings."""
+    return {
+        "entry_url": plan.entry_url,
+        "served_model_name": plan.served_model_name,
+        "startup_timeout_s": plan.startup_timeout_s,
+        "stop_grace_s": plan.stop_grace_s,
+        "restart_policy": (plan.restart or {}).get("policy", ""),
+        "warnings": list(plan.warnings),
+    }
+
+
+def _api_dry_run_url(recipe: Recipe, version: int | None) -> str | None:
+    """URL of the API's dry-run of ``recipe`` (JSON), or None while the API lacks the route."""
+    try:
+        url = reverse("recipe-dry-run", kwargs={"pk": recipe.pk})
+    except NoReverseMatch:
+        return None
+    return f"{url}?version={version}" if version else url
+
+
+def _json_text(value: Any) -> str:
+    """Compact JSON for one value in a diff cell (``—`` stands for an absent key)."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _diff_rows(recipe: Recipe, a: int, b: int) -> list[dict[str, Any]]:
+    """Rows of :func:`deployments.services.recipe_diff` with old/new as JSON text; an added
+    key has no old text and a removed key no new text."""
+    out = []
+    for row in services.recipe_diff(recipe=recipe, a=a, b=b):
+        change = row.get("change", "changed")
+        out.append(
+            {
+                "path": row["path"],
+                "change": change,
+                "old": "" if change == "added" else _json_text(row.get("old")),
+                "new": "" if change == "removed" else _json_text(row.get("new")),
+            }
+        )
+    return out
+
+
+def _versions(recipe: Recipe) -> list[int]:
+    """Every version number in the recipe's history, oldest first."""
+    versions = set(recipe.history.exclude(history_type="-").values_list("version", flat=True))
+    versions.add(recipe.version)
+    return sorted(versions)
+
+
+def _version_param(request: HttpRequest, name: str) -> int | None:
+    raw = request.GET.get(name) or request.POST.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        raise Http404(f"{name} must be a version number") from None
+    if value < 1:
+        raise Http404(f"{name} must be a version number")
+    return value
+
+
+# --- recipes ----------------------------------------------------------------------------------
+
+
+@role_page()
+def recipe_list(request: HttpRequest) -> HttpResponse:
+    """All recipes with engine, topology, node and current version."""
+    recipes = selectors.recipe_list().annotate(deployment_count=Count("deployments"))
+    return render(request, "deployments/recipe_list.html", {"recipes": recipes, "can_write": _can_write(request)})
+
+
+@role_page()
+def recipe_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """Summary, pretty spec and deployments of one recipe, with the Deploy button for
+    operators. ``?version=N`` shows version N's stored fields (from
+    :func:`deployments.services.recipe_version_get`)."""
+    recipe = get_object_or_404(Recipe.objects.select_related("node", "created_by"), pk=pk)
+    return _recipe_detail_response(request, recipe, version=_version_param(request, "version"))
+
+
+def _recipe_detail_response(
+    request: HttpRequest,
+    recipe: Recipe,
+    *,
+    version: int | None = None,
+    status: int = 200,
+    deploy_error: dict[str, Any] | None = None,
+) -> HttpResponse:
+    """Render the recipe page; ``deploy_error`` (``{"message", "errors", "active"}``) explains
+    a refused deploy next to the button, with ``status`` 409 or 400."""
+    shown: dict[str, Any] = {
+        "name": recipe.name,
+        "description": recipe.description,
+        "engine": recipe.engine,
+        "topology": recipe.topology,
+        "node": recipe.node.name,
+        "spec": recipe.spec,
+        "version": recipe.version,
+    }
+    if version is not None and version != recipe.version:
+        try:
+            data = services.recipe_version_get(recipe=recipe, version=version)
+        except NotFound as exc:
+            raise Http404(str(exc)) from None
+        shown.update({k: data[k] for k in ("name", "description", "engine", "topology", "spec")})
+        shown["node"] = data["node"] or "(node deleted)"
+        shown["version"] = version
+    deployments = selectors.deployment_list(recipe_id=recipe.pk)[:50]
+    return render(
+        request,
+        "deployments/recipe_detail.html",
+        {
+            "recipe": recipe,
+            "shown": shown,
+            "spec_json": spec_pretty(shown["spec"]),
+            "is_current": shown["version"] == recipe.version,
+            "deployments": deployments,
+            "active_deployment": _active_deployment(recipe),
+            "deploy_error": deploy_error,
+            "can_write": _can_write(request),
+            "api_dry_run_url": _api_dry_run_url(recipe, None),
+        },
+        status=status,
+    )
+
+
+def _form_context(form: RecipeForm, spec_errors: dict[str, list[str]] | None, **extra: Any) -> dict[str, Any]:
+    return {"form": form, "spec_errors": spec_errors or {}, **extra}
+
+
+@role_page(read="operator")
+def recipe_create(request: HttpRequest) -> HttpResponse:
+    """Create a recipe. GET shows the form (optionally pre-filled from ``?from=<recipe id>``);
+    POST calls :func:`deployments.services.recipe_create` and redirects to the new recipe, or
+    re-renders the form with errors (HTTP 400)."""
+    if request.method == "POST":
+        form = RecipeForm(request.POST)
+        spec_errors: dict[str, list[str]] = {}
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                recipe = services.recipe_create(
+                    user=request.user,
+                    name=data["name"],
+                    description=data["description"],
+                    engine=data["engine"],
+                    topology=data["topology"],
+                    node=data["node"],
+                    spec=data["spec"],
+                )
+            except InvalidInput as exc:
+                spec_errors = _apply_domain_errors(form, exc.errors)
+            except DjangoValidationError as exc:
+                spec_errors = _apply_domain_errors(form, _django_errors(exc))
+            except CeilingError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Recipe {recipe.name} created (version {recipe.version}).")
+                return redirect("deployments:recipe-detail", pk=recipe.pk)
+        return render(
+            request,
+            "deployments/recipe_form.html",
+            _form_context(form, spec_errors, creating=True),
+            status=400,
+        )
+    initial: dict[str, Any] = {"spec": spec_pretty({})}
+    source_id = request.GET.get("from")
+    if source_id and source_id.isdigit():
+        source = Recipe.objects.filter(pk=int(source_id)).first()
+        if source is not None:
+            initial = {
+                "name": f"{source.name}-copy"[:63],
+                "description": source.description,
+                "engine": source.engine,
+                "topology": source.topology,
+                "node": source.node_id,
+                "spec": spec_pretty(source.spec),
+            }
+    form = RecipeForm(initial=initial)
+    return render(request, "deployments/recipe_form.html", _form_context(form, None, creating=True))
+
+
+@role_page(read="operator")
+def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    """Edit a recipe. POST calls :func:`deployments.services.recipe_update`, which records a
+    new version; errors re-render the form (HTTP 400, or 409 when the recipe moved on since
+    the form was loaded)."""
+    recipe = get_object_or_404(Recipe.objects.select_related("node"), pk=pk)
+    if request.method == "POST":
+        form = RecipeForm(request.POST, editing=True)
+        spec_errors: dict[str, list[str]] = {}
+        status = 400
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                recipe = services.recipe_update(
+                    recipe=recipe,
+                    user=request.user,
+                    change_reason=data.get("change_reason") or None,
+                    expected_version=data.get("expected_version"),
+                    name=data["name"],
+                    description=data["description"],
+                    engine=data["engine"],
+                    topology=data["topology"],
+                    node=data["node"],
+                    spec=data["spec"],
+                )
+            except InvalidInput as exc:
+                spec_errors = _apply_domain_errors(form, exc.errors)
+            except DjangoValidationError as exc:
+                spec_errors = _apply_domain_errors(form, _django_errors(exc))
+            except Conflict as exc:
+                form.add_error(None, str(exc))
+                status = 409
+            except CeilingError as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Recipe {recipe.name} saved as version {recipe.version}.")
+                return redirect("deployments:recipe-detail", pk=recipe.pk)
+        return render(
+            request,
+            "deployments/recipe_form.html",
+            _form_context(form, spec_errors, recipe=recipe, creating=False),
+            status=status,
+        )
+    form = RecipeForm(
+        editing=True,
+        initial={
+            "name": recipe.name,
+            "description": recipe.description,
+            "engine": recipe.engine,
+            "topology": recipe.topology,
+            "node": recipe.node_id,
+            "spec": spec_pretty(recipe.spec),
+            "expected_version": recipe.version,
+        },
+    )
+    return render(request, "deployments/recipe_form.html", _form_context(form, None, recipe=recipe, creating=False))
+
+
+@require_POST
+@role_page(write="operator")
+def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
+    """htmx partial behind the form's Validate button: field errors per dotted path, or, when
+    the recipe is valid, the dry-run preview of every process. Always HTTP 200 so htmx swaps
+    the result in; ``valid`` in the context says which it was."""
+    form = RecipeForm(request.POST)
+    spec_errors: dict[str, list[str]] = {}
+    processes: list[dict[str, Any]] = []
+    summary: dict[str, Any] | None = None
+    field_errors: dict[str, list[str]] = {}
+    if form.is_valid():
+        data = form.cleaned_data
+        node = Node.objects.prefetch_related("gpus", "numa_nodes").get(pk=data["node"].pk)
+        facts = node_facts_from_row(node)
+        try:
+            spec = recipe_validate(
+                engine=data["engine"],
+                topology=data["topology"],
+                spec=data["spec"],
+                node=facts,
+                secret_names=services.secret_names(),
+            )
+            # Secret values are never resolved for a preview; the plan shows references only.
+            plan = launch_plan_render(
+                engine=data["engine"], topology=data["topology"], spec=spec, node=facts, secret_values=None
+            )
+            processes = _plan_view(plan)
+            summary = _plan_summary(plan)
+        except InvalidInput as exc:
+            spec_errors = _apply_domain_errors(form, exc.errors)
+        except CeilingError as exc:
+            form.add_error(None, str(exc))
+    for name, errs in form.errors.items():
+        field_errors[name if name != "__all__" else "form"] = [str(e) for e in errs]
+    valid = not field_errors and not spec_errors
+    return render(
+        request,
+        "deployments/_recipe_validate.html",
+        {
+            "valid": valid,
+            "field_errors": field_errors,
+            "spec_errors": spec_errors,
+            "processes": processes,
+            "summary": summary,
+        },
+    )
+
+
+@role_page()
+def recipe_history(request: HttpRequest, pk: int) -> HttpResponse:
+    """Version history of a recipe (version, when, who, change reason) with a two-version
+    diff picker. ``?a=&b=`` renders the diff inline (the htmx picker loads the same table
+    from :func:`recipe_diff_partial`)."""
+    recipe = get_object_or_404(Recipe, pk=pk)
+    records = selectors.recipe_versions_list(recipe=recipe)
+    versions = _versions(recipe)
+    a = _version_param(request, "a")
+    b = _version_param(request, "b")
+    diff_rows = None
+    if a is not None and b is not None:
+        try:
+            diff_rows = _diff_rows(recipe, a, b)
+        except NotFound as exc:
+            raise Http404(str(exc)) from None
+    if a is None:
+        a = versions[-2] if len(versions) > 1 else versions[0]
+    if b is None:
+        b = versions[-1]
+    return render(
+        request,
+        "deployments/recipe_history.html",
+        {
+            "recipe": recipe,
+            "records": records,
+            "versions": versions,
+            "a": a,
+            "b": b,
+            "diff_rows": diff_rows,
+            "can_write": _can_write(request),
+        },
+    )
+
+
+@role_page()
+def recipe_diff_partial(request: HttpRequest, pk: int) -> HttpResponse:
+    """The diff table between versions ``?a=`` and ``?b=`` (rows of path, old, new from
+    :func:`deployments.services.recipe_diff`). A full page when not requested by htmx."""
+    recipe = get_object_or_404(Recipe, pk=pk)
+    a = _version_param(request, "a")
+    b = _version_param(request, "b")
+    if a is None or b is None:
+        raise Http404("pick two versions")
+    if not _is_htmx(request):
+        return redirect(f"{reverse('deployments:recipe-history', kwargs={'pk': recipe.pk})}?a={a}&b={b}")
+    try:
+        rows = _diff_rows(recipe, a, b)
+    except NotFound as exc:
+        raise Http404(str(exc)) from None
+    return render(request, "deployments/_recipe_diff.html", {"recipe": recipe, "a": a, "b": b, "diff_rows": rows})
+
+
+@require_http_methods(["GET", "POST"])
+@role_page(read="operator")
+def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
+    """Revert a recipe to ``version``. GET asks for confirmation and shows what changes
+    (current → target); POST calls :func:`deployments.services.recipe_revert`, which records
+    the old content as a new version."""
+    recipe = get_object_or_404(Recipe, pk=pk)
+    if request.method == "POST":
+        try:
+            expected = _version_param(request, "expected_version")
+            recipe = services.recipe_revert(recipe=recipe, user=request.user, version=version, expected_version=expected)
+        except NotFound as exc:
+            raise Http404(str(exc)) from None
+        except InvalidInput as exc:
+            problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in exc.errors.items())
+            messages.error(request, f"Version {version} cannot be restored: {problems}")
+            return redirect("deployments:recipe-history", pk=pk)
+        except CeilingError as exc:
+            messages.error(request, f"Version {version} cannot be restored: {exc}")
+            return redirect("deployments:recipe-history", pk=pk)
+        messages.success(request, f"Recipe {recipe.name} reverted to version {version} (now version {recipe.version}).")
+        return redirect("deployments:recipe-history", pk=pk)
+    try:
+        rows = _diff_rows(recipe, recipe.version, version)
+    except NotFound as exc:
+        raise Http404(str(exc)) from None
+    return render(
+        request,
+        "deployments/recipe_revert.html",
+        {"recipe": recipe, "version": version, "diff_rows": rows, "a": recipe.version, "b": version},
+    )
+
+
+@role_page()
+def recipe_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
+    """Every process the recipe would start: role, host:ports, GPUs and
+    ``CUDA_VISIBLE_DEVICES``, CPU list / NUMA node / memory binding / pin method, argv (one
+    ``shlex.join`` line and the list), redacted env and health URL, all taken from
+    :func:`deployments.services.recipe_plan` (the same plan the node agent executes).
+    ``?version=N`` renders version N. A recipe no longer valid for its node shows its errors
+    (HTTP 200)."""
+    recipe = get_object_or_404(Recipe.objects.select_related("node"), pk=pk)
+    version = _version_param(request, "version")
+    errors: dict[str, list[str]] = {}
+    processes: list[dict[str, Any]] = []
+    summary: dict[str, Any] | None = None
+    try:
+        plan = services.recipe_plan(recipe=recipe, version=version)
+        processes = _plan_view(plan)
+        summary = _plan_summary(plan)
+    except NotFound as exc:
+        raise Http404(str(exc)) from None
+    except InvalidInput as exc:
+        errors = {k: [str(m) for m in v] for k, v in exc.errors.items()}
+    except CeilingError as exc:
+        errors = {"detail": [str(exc)]}
+    return render(
+        request,
+        "deployments/recipe_dry_run.html",
+        {
+            "recipe": recipe,
+            "version": version or recipe.version,
+            "versions": _versions(recipe),
+            "processes": processes,
+            "summary": summary,
+            "errors": errors,
+            "api_dry_run_url": _api_dry_run_url(recipe, version),
+        },
+    )
+
+
+def _active_deployment(recipe: Recipe) -> Deployment | None:
+    """The newest not-yet-terminal deployment of ``recipe`` (what a second deploy conflicts
+    with), or None."""
+    return selectors.deployment_list(recipe_id=recipe.pk).filter(status__in=DEPLOYMENT_ACTIVE).first()
+
+
+@require_POST
+@role_page(write="operator")
+def recipe_deploy(request: HttpRequest, pk: int) -> HttpResponse:
+    """Deploy the recipe's current version: :func:`deployments.services.deployment_create`,
+    then redirect to the new deployment's page. A recipe with an active deployment gets the
+    recipe page back with HTTP 409 and a link to that deployment; a recipe no longer valid for
+    its node gets HTTP 400 with the errors."""
+    recipe = get_object_or_404(Recipe.objects.select_related("node", "created_by"), pk=pk)
+    try:
+        deployment = services.deployment_create(recipe=recipe, user=request.user)
+    except NotFound as exc:
+        raise Http404(str(exc)) from None
+    except Conflict as exc:
+        error = {"message": str(exc), "errors": {}, "active": _active_deployment(recipe)}
+        return _recipe_detail_response(request, recipe, status=409, deploy_error=error)
+    except InvalidInput as exc:
+        errors = {k: [str(m) for m in v] for k, v in exc.errors.items()}
+        error = {"message": "The recipe cannot be deployed as it stands.", "errors": errors, "active": None}
+        return _recipe_detail_response(request, recipe, status=400, deploy_error=error)
+    except CeilingError as exc:
+        error = {"message": str(exc), "errors": {}, "active": None}
+        return _recipe_detail_response(request, recipe, status=400, deploy_error=error)
+    messages.success(request, f"Deployment #{deployment.pk} of {recipe.name} v{deployment.recipe_version} created.")
+    return redirect("deployments:deployment-detail", pk=deployment.pk)

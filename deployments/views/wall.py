@@ -1,0 +1,95 @@
+"""The wall display (``/wall/``): every node and every running deployment at a glance, for a
+screen across the room.
+
+The page is a dark, full-screen skeleton of tiles (one per node with a bar per GPU, one per
+deployment with its status, health per role, tok/s and running requests) that
+``static/ceiling/dashboards.js`` fills from the live websocket. Every 10 s the page re-fetches
+:func:`wall_tiles_partial`; when its ``data-roster`` (the nodes, the deployments with their
+status and processes, the agents' state) changed, the tiles are swapped and the socket's
+subscriptions follow, so a new deployment appears without a reload.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.db.models import Prefetch, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from controlplane.realtime import deployment_group, node_group
+from controlplane.redaction import redact_text
+from deployments import selectors
+from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_TERMINAL, PROCESS_TERMINAL
+from deployments.models import ServerProcess
+from deployments.views.common import _gib, _status_class, role_page
+from deployments.views.deployment_pages import _health_view
+
+# An ended deployment stays on the wall this long (a failure should be seen, then go).
+WALL_ENDED_VISIBLE = timedelta(minutes=15)
+# At most this many deployment tiles (newest first): a wall is read at a glance.
+WALL_MAX_DEPLOYMENTS = 24
+
+
+def _node_tiles() -> list[dict[str, Any]]:
+    tiles = []
+    for node in selectors.node_list():
+        gpus = sorted(node.gpus.all(), key=lambda g: g.index)
+        tiles.append({
+            "node": node,
+            "group": node_group(node.name),
+            "gpus": [{"gpu": g, "memory_gib": _gib(g.memory_total_bytes)} for g in gpus],
+            "numa": sorted(n.index for n in node.numa_nodes.all()),
+            "memory_gib": _gib(node.memory_total_bytes),
+        })
+    return tiles
+
+
+def _deployment_tiles(now) -> list[dict[str, Any]]:
+    processes = ServerProcess.objects.order_by("role", "ordinal", "id")
+    rows = (
+        selectors.deployment_list()
+        .filter(Q(status__in=DEPLOYMENT_ACTIVE) | Q(ended_at__gte=now - WALL_ENDED_VISIBLE))
+        .prefetch_related(Prefetch("processes", queryset=processes))[:WALL_MAX_DEPLOYMENTS]
+    )
+    tiles = []
+    for d in rows:
+        ended = d.status in DEPLOYMENT_TERMINAL
+        shown = [] if ended else [p for p in d.processes.all() if p.status not in PROCESS_TERMINAL]
+        tiles.append({
+            "deployment": d,
+            "group": deployment_group(d.pk),
+            "ended": ended,
+            "status_class": _status_class(d.status),
+            "reason": redact_text(d.reason),
+            "processes": [{"row": p, "health": _health_view(p, now)} for p in shown],
+        })
+    return tiles
+
+
+def _wall_context() -> dict[str, Any]:
+    """Tiles of every node and of the deployments that run or ended in the last
+    :data:`WALL_ENDED_VISIBLE`, plus the roster string the page compares to notice changes."""
+    now = timezone.now()
+    nodes = _node_tiles()
+    deployments = _deployment_tiles(now)
+    roster = [f"n:{t['node'].name}:{int(t['node'].agent_online)}:{len(t['gpus'])}" for t in nodes]
+    roster += [
+        f"d:{t['deployment'].pk}:{t['deployment'].status}:" + ",".join(str(p["row"].pk) for p in t["processes"])
+        for t in deployments
+    ]
+    return {"nodes": nodes, "deployments": deployments, "roster": "|".join(roster)}
+
+
+@role_page()
+def wall(request: HttpRequest) -> HttpResponse:
+    """The wall display: a full-screen dark page of node and deployment tiles, live over the
+    websocket, recovering by itself after a network drop or a server restart."""
+    return render(request, "deployments/wall.html", _wall_context())
+
+
+@role_page()
+def wall_tiles_partial(request: HttpRequest) -> HttpResponse:
+    """The wall's tiles alone (what the page re-fetches every 10 s to follow new deployments)."""
+    return render(request, "deployments/_wall_tiles.html", _wall_context())

@@ -1,0 +1,118 @@
+"""Serializers of the kernels API: shapes in and out; no business rules (those are in
+:mod:`kernels.services`). Units are in field names: ``_us`` µs, ``_s`` s, ``_bytes`` bytes,
+``gbps`` GB/s, ``tflops`` TFLOP/s; ``roofline_fraction`` is 0-1."""
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
+
+
+class PackageSerializer(serializers.ModelSerializer):
+    """A registered package with its validated manifest and the grid's size after constraints
+    (``grid``: variants, combinations, pruned per constraint)."""
+
+    grid = serializers.SerializerMethodField()
+
+    class Meta:
+        model = KernelPackage
+        fields = ["id", "name", "title", "language", "description", "manifest", "source_hash", "path", "grid",
+                  "registered_at", "updated_at"]
+        read_only_fields = fields
+
+    def get_grid(self, obj: KernelPackage) -> dict:
+        from kernels.services import package_grid
+
+        return package_grid(package=obj).as_dict()
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A kernel job: target, status, progress, counts, timings and the device calibration
+    snapshot measured by the benchmark (HBM GB/s, dense bf16 TFLOP/s)."""
+
+    package = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = KernelJob
+        fields = ["id", "package", "package_hash", "node", "target_cc", "params_subset", "shapes", "batches",
+                  "grid_summary", "status", "reason", "note", "cancel_requested", "phase", "progress_done",
+                  "progress_total", "variants_total", "builds_ok", "builds_failed", "builds_discarded",
+                  "benchmarks_total", "benchmarks_correct", "benchmarks_wrong", "compiler", "device_name",
+                  "device_cc", "sm_count", "l2_bytes", "hbm_gbps", "bf16_tflops", "driver_version", "cuda_version",
+                  "torch_version", "triton_version", "config_paths", "created_by", "created_at", "started_at",
+                  "built_at", "ended_at", "build_s", "bench_s"]
+        read_only_fields = fields
+
+
+class JobCreateSerializer(serializers.Serializer):
+    """``{"package": name, "node": name, "cc": "9.0" (optional when the node has a GPU),
+    "params": {param: [values]} (optional grid subset), "shapes": [...], "batches": [...]}``."""
+
+    package = serializers.CharField(max_length=63)
+    node = serializers.CharField(max_length=63)
+    cc = serializers.CharField(max_length=8, required=False, allow_blank=True)
+    params = serializers.DictField(child=serializers.JSONField(), required=False)
+    shapes = serializers.ListField(child=serializers.CharField(max_length=63), required=False, max_length=32)
+    batches = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=32)
+
+
+class BuildSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = KernelBuild
+        fields = ["ok", "error", "registers", "spills_bytes", "shared_bytes", "tensor_core", "tensor_core_evidence",
+                  "build_s", "compiler", "discarded", "discard_reason"]
+        read_only_fields = fields
+
+
+class VariantTableQuerySerializer(serializers.Serializer):
+    """Filters and sort of the variant table: ``batch``, ``state`` (all, built, failed,
+    discarded, correct, wrong, timed), ``sort`` (``ordinal``, ``key``, ``registers``,
+    ``spills_bytes``, ``shared_bytes``, ``build_s``, ``param:<name>``, ``us:<shape>``,
+    ``roof:<shape>``; ``-`` prefix for descending), ``limit``; parameter filters as
+    ``p.<name>=<value>``."""
+
+    batch = serializers.IntegerField(min_value=1, required=False)
+    state = serializers.ChoiceField(choices=["all", "built", "failed", "discarded", "correct", "wrong", "timed"],
+                                    default="all")
+    sort = serializers.CharField(max_length=80, default="ordinal")
+    limit = serializers.IntegerField(min_value=1, max_value=2000, default=500)
+
+
+class ExportQuerySerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=["csv", "json"], default="json")
+
+
+class BestSerializer(serializers.ModelSerializer):
+    """The best variant of one bucket (device, cc, shape, batch, compiler): its parameters, median
+    (µs), roofline fraction, the baseline's median and the speedup over it, the exported file."""
+
+    package = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    params = serializers.JSONField(source="variant.params", read_only=True)
+    key = serializers.CharField(source="variant.key", read_only=True)
+    shape_bucket = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = KernelBest
+        fields = ["id", "package", "device_name", "cc", "shape", "batch", "shape_bucket", "compiler", "job",
+                  "variant", "key", "params", "median_us", "roofline_fraction", "baseline_us", "speedup",
+                  "config_path", "package_hash", "selected_at"]
+        read_only_fields = fields
+
+
+class WhatIfQuerySerializer(serializers.Serializer):
+    """``sweep`` id, ``share`` of the decode step time the kernel takes (0-1, default 0.63, the
+    seed's), and either ``speedup`` (×) or ``best`` (a best-variant id whose speedup over the
+    baseline is used)."""
+
+    sweep = serializers.IntegerField(min_value=1)
+    share = serializers.FloatField(min_value=0.0, max_value=1.0, default=0.63)
+    speedup = serializers.FloatField(required=False, min_value=0.0)
+    best = serializers.IntegerField(required=False, min_value=1)
+
+    def validate(self, attrs: dict) -> dict:
+        if ("speedup" in attrs) == ("best" in attrs):
+            raise serializers.ValidationError({"speedup": ["give speedup (a number) or best (a best-variant id), "
+                                                           "exactly one"]})
+        return attrs

@@ -1,0 +1,195 @@
+"""Viewsets of the kernels API: packages (list, retrieve by name), jobs (list, create, retrieve,
+cancel, variant table, chart data, export), best variants (list, retrieve, config file) and the
+what-if projection of a sweep.
+
+Thin edges: validate the input's shape, call one service or selector, serialise. Roles come from
+:class:`controlplane.permissions.RolePermission`: reads need ``viewer``; starting and cancelling
+jobs need ``operator``. Domain errors map to HTTP in :func:`controlplane.api.exception_handler`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.errors import InvalidInput, NotFound
+from kernels import selectors, services
+from kernels.api import serializers as s
+from kernels.models import KernelBest, KernelJob, KernelPackage
+
+
+def _query(serializer_class, request: Request) -> dict:
+    ser = serializer_class(data=request.query_params)
+    ser.is_valid(raise_exception=True)
+    return ser.validated_data
+
+
+def _download(body: str, *, content_type: str, filename: str) -> HttpResponse:
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Registered kernel packages (manifest, grid size after constraints)"),
+    retrieve=extend_schema(summary="One kernel package by name"),
+)
+class PackageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Kernel packages registered from ``kernels/packages/`` (``manage.py kernel_register``)."""
+
+    serializer_class = s.PackageSerializer
+    lookup_field = "name"
+    lookup_value_regex = r"[a-z0-9][a-z0-9_]{0,62}"
+
+    def get_queryset(self):
+        return KernelPackage.objects.order_by("name")
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Kernel jobs (filters: package, status, node)"),
+    retrieve=extend_schema(summary="One kernel job with progress, counts and the device calibration"),
+    create=extend_schema(summary="Start a kernel job on a node (operator); it runs on the node's queue",
+                         request=s.JobCreateSerializer, responses={201: s.JobSerializer}),
+)
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+    """Build-and-benchmark jobs of kernel packages."""
+
+    serializer_class = s.JobSerializer
+    action_roles = {"cancel": "operator", "variants": "viewer", "chart": "viewer", "export": "viewer",
+                    "best": "viewer"}
+
+    def get_queryset(self):
+        q = self.request.query_params
+        return selectors.job_list(package=q.get("package") or None, status=q.get("status") or None,
+                                  node=q.get("node") or None)
+
+    def perform_content_negotiation(self, request, force=False):
+        # ``?format=csv|json`` names the export file's format, not a DRF renderer.
+        return super().perform_content_negotiation(request, force=force or self.action == "export")
+
+    def create(self, request: Request, *args, **kwargs) -> Response:
+        from deployments.models import Node
+
+        ser = s.JobCreateSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        package = KernelPackage.objects.filter(name=data["package"]).first()
+        node = Node.objects.filter(name=data["node"]).first()
+        errors: dict[str, list[str]] = {}
+        if package is None:
+            errors["package"] = [f"no registered kernel package named {data['package']!r}"]
+        if node is None:
+            errors["node"] = [f"no node named {data['node']!r}"]
+        if errors:
+            raise InvalidInput(errors)
+        job = services.kernel_job_create(package=package, node=node, cc=data.get("cc") or None,
+                                         params_subset=data.get("params") or None, shapes=data.get("shapes"),
+                                         batches=data.get("batches"), user=request.user)
+        return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(summary="Cancel a kernel job (operator): the runner is stopped within a second",
+                   request=None, responses={200: s.JobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        job = services.kernel_job_cancel(job=self.get_object(), user=request.user)
+        return Response(s.JobSerializer(job).data)
+
+    @extend_schema(summary="The variant table: build facts, correctness, µs and roofline per shape at one batch",
+                   parameters=[s.VariantTableQuerySerializer,
+                               OpenApiParameter("p.<param>", str, description="filter on a parameter value")])
+    @action(detail=True, methods=["get"])
+    def variants(self, request: Request, pk: str | None = None) -> Response:
+        q = _query(s.VariantTableQuerySerializer, request)
+        params = {k[2:]: v for k, v in request.query_params.items() if k.startswith("p.")}
+        table = selectors.variant_table(job=self.get_object(), batch=q.get("batch"), state=q["state"],
+                                        params=params, sort=q["sort"], limit=q["limit"])
+        return Response(asdict(table))
+
+    @extend_schema(summary="Time (µs) vs batch per implementation and the roofline, for one shape",
+                   parameters=[OpenApiParameter("shape", str, required=True)])
+    @action(detail=True, methods=["get"])
+    def chart(self, request: Request, pk: str | None = None) -> Response:
+        job: KernelJob = self.get_object()
+        shape = request.query_params.get("shape") or ""
+        names = [sh["name"] for sh in (job.manifest or {}).get("shapes", [])]
+        if shape not in names:
+            raise InvalidInput({"shape": [f"{shape!r} is not a shape of this job ({', '.join(names)})"]})
+        return Response(selectors.job_time_chart(job=job, shape=shape))
+
+    @extend_schema(summary="The best variants this job holds")
+    @action(detail=True, methods=["get"])
+    def best(self, request: Request, pk: str | None = None) -> Response:
+        rows = selectors.best_list(job=self.get_object().pk)
+        return Response(s.BestSerializer(rows, many=True).data)
+
+    @extend_schema(summary="Export every measurement of the job: ?format=csv|json",
+                   parameters=[s.ExportQuerySerializer])
+    @action(detail=True, methods=["get"])
+    def export(self, request: Request, pk: str | None = None) -> HttpResponse:
+        fmt = _query(s.ExportQuerySerializer, request)["format"]
+        job: KernelJob = self.get_object()
+        if fmt == "csv":
+            return _download(services.kernel_job_export_csv(job=job), content_type="text/csv",
+                             filename=f"kernel-job-{job.pk}.csv")
+        return _download(services.kernel_job_export_json(job=job), content_type="application/json",
+                         filename=f"kernel-job-{job.pk}.json")
+
+
+@extend_schema_view(
+    list=extend_schema(summary="Best variants per (device, cc, shape, batch, compiler); filters: package, device, shape"),
+    retrieve=extend_schema(summary="One best variant"),
+)
+class BestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """The chosen variants, and the exported config files engines read."""
+
+    serializer_class = s.BestSerializer
+    action_roles = {"config": "viewer"}
+
+    def get_queryset(self):
+        q = self.request.query_params
+        return selectors.best_list(package=q.get("package") or None, device=q.get("device") or None,
+                                   shape=q.get("shape") or None)
+
+    @extend_schema(summary="The exported config JSON (keyed by batch) this best variant is part of")
+    @action(detail=True, methods=["get"])
+    def config(self, request: Request, pk: str | None = None) -> HttpResponse:
+        best: KernelBest = self.get_object()
+        from pathlib import Path
+
+        path = Path(best.config_path) if best.config_path else None
+        if path is None or not path.is_file():
+            raise NotFound(f"best variant #{best.pk} has no exported config file")
+        return _download(path.read_text(encoding="utf-8"), content_type="application/json", filename=path.name)
+
+
+class WhatIfViewSet(viewsets.ViewSet):
+    """``GET /api/kernel-whatif/?sweep=<id>&share=0.63&speedup=<x>`` (or ``&best=<id>``): the
+    sweep's projected tok/s and TPOT per concurrency with a faster kernel
+    (:func:`kernels.whatif.whatif_compute`)."""
+
+    @extend_schema(summary="Project a sweep with a faster kernel (decode step × ((1 − share) + share / speedup))",
+                   parameters=[s.WhatIfQuerySerializer])
+    def list(self, request: Request) -> Response:
+        from benchmarks.models import BenchmarkSweep
+        from kernels.whatif import whatif_compute
+
+        q = _query(s.WhatIfQuerySerializer, request)
+        sweep = BenchmarkSweep.objects.filter(pk=q["sweep"]).first()
+        if sweep is None:
+            raise NotFound(f"no sweep with id {q['sweep']}")
+        speedup, source = q.get("speedup"), "given"
+        if "best" in q:
+            best = services.kernel_best_for(best_id=q["best"])
+            if not best.speedup:
+                raise InvalidInput({"best": [f"best variant #{best.pk} has no measured speedup over a baseline"]})
+            speedup, source = best.speedup, f"best variant #{best.pk} ({best.package.name} {best.shape_bucket} on "\
+                                            f"{best.device_name})"
+        result = whatif_compute(sweep=sweep, share=q["share"], speedup=speedup)
+        result["speedup_source"] = source
+        return Response(json.loads(json.dumps(result, default=str)))

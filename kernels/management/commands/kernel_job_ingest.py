@@ -1,0 +1,57 @@
+"""``manage.py kernel_job_ingest <job_id> [results.json] [--builds builds.json]``: store builds and
+results measured elsewhere through the same services a job run here uses."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from controlplane.errors import CeilingError, InvalidInput
+from kernels.models import KernelBest, KernelJob
+from kernels.services import kernel_job_ingest
+
+
+class Command(BaseCommand):
+    help = "Store a kernel job's builds.json and/or results.json measured on another machine."
+
+    def add_arguments(self, parser):
+        parser.add_argument("job_id", type=int)
+        parser.add_argument("results", nargs="?", help="the runner's results.json")
+        parser.add_argument("--builds", help="the runner's builds.json")
+
+    def _read(self, path: str):
+        try:
+            return json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"{path}: {exc}") from None
+
+    def handle(self, *args, **options):
+        job = KernelJob.objects.filter(pk=options["job_id"]).first()
+        if job is None:
+            raise CommandError(f"no kernel job with id {options['job_id']}")
+        if not options["results"] and not options["builds"]:
+            raise CommandError("give results.json and/or --builds builds.json")
+        results = self._read(options["results"]) if options["results"] else None
+        builds = self._read(options["builds"]) if options["builds"] else None
+        try:
+            out = kernel_job_ingest(job=job, results=results, builds=builds)
+        except InvalidInput as exc:
+            for path, msgs in exc.errors.items():
+                for m in msgs:
+                    self.stderr.write(f"{path}: {m}")
+            raise CommandError("nothing was stored") from None
+        except CeilingError as exc:
+            raise CommandError(str(exc)) from None
+        job.refresh_from_db()
+        self.stdout.write(f"kernel job #{job.pk}: {out['status']}; " + "; ".join(
+            f"{k}: {v}" for k, v in out.items() if k != "status"))
+        if job.device_name:
+            self.stdout.write(f"  device {job.device_name} (cc {job.device_cc}): HBM {job.hbm_gbps or 0:.0f} GB/s, "
+                              f"bf16 {job.bf16_tflops or 0:.1f} TFLOP/s (measured)")
+        for best in KernelBest.objects.filter(job=job).order_by("shape", "batch"):
+            speed = f", {best.speedup:.2f}x over baseline" if best.speedup else ""
+            roof = f", {100 * best.roofline_fraction:.0f}% of roofline" if best.roofline_fraction else ""
+            self.stdout.write(f"  best {best.shape} batch {best.batch}: {best.median_us:.2f} us{speed}{roof}")
+        for path in job.config_paths or []:
+            self.stdout.write(f"  config: {path}")

@@ -1,0 +1,178 @@
+"""A recipe's references to chosen kernel builds (``spec.kernels``), validated for
+:mod:`deployments.recipes` and applied by :mod:`deployments.launch`.
+
+Shape in a recipe spec (optional; at most :data:`MAX_REFS` entries)::
+
+    "kernels": [{"package": "sparse_mla_decode",
+                 "config": "/abs/path/device_name=NVIDIA_H200,shape=v4-flash,dtype=bf16.json" | <KernelBest id>,
+                 "roles": ["decode"]}]          (optional: default every worker role)
+
+Normalised entry: ``{"package", "config": <absolute path>, "best": <KernelBest id> | None, "env",
+"flag", "roles"}``. ``env`` and ``flag`` come from the package's manifest (``[engine]``), never from
+the recipe (a recipe that repeats them must repeat the manifest's values). A KernelBest id is
+resolved to the config file that id was exported to, once, so re-validating a normalised spec
+needs only the package row. Rules:
+
+* the package must be registered (a :class:`kernels.models.KernelPackage` row);
+* its env variable must pass the manifest rule (:func:`kernels.manifest.engine_env_problem`) and
+  the recipe env denylist (:func:`deployments.recipes.env_name_problem` is not used as is: the
+  ``CEILING_<NAME>_CONFIG`` names are allowed here and only here), and must not also be set in
+  ``spec.env`` or a role's env;
+* its flag, when it has one, must be one of the engine's worker flags and not set in the role's
+  flags;
+* a config path is absolute, normalised, a ``.json`` file, under the export directory
+  (:func:`kernels.services.configs_dir`) or one of ``settings.CEILING_MODEL_ROOTS``; the file is
+  read by the engine on its node, so its presence is not checked here.
+"""
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+MAX_REFS = 8
+REF_KEYS = ("package", "config", "best", "roles", "env", "flag")
+
+
+def _roots() -> list[str]:
+    from kernels.services import configs_dir
+
+    roots = [str(configs_dir().resolve())]
+    roots += [str(Path(r).resolve()) for r in getattr(settings, "CEILING_MODEL_ROOTS", [])]
+    return roots
+
+
+def _path_problem(path: str) -> str | None:
+    if not path.startswith("/"):
+        return f"{path!r} must be an absolute path"
+    if posixpath.normpath(path) != path or "/../" in path + "/":
+        return f"{path!r} must be a normalised path (no '..', no '//', no trailing '/')"
+    if not path.endswith(".json"):
+        return f"{path!r} must be a .json config file"
+    roots = _roots()
+    if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
+        return f"{path!r} is not under the kernel config directory or a model root ({', '.join(roots)})"
+    return None
+
+
+def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) -> tuple[list[dict], dict[str, list[str]]]:
+    """Check ``spec.kernels`` for a recipe of engine ``adapter`` whose normalised ``roles`` and
+    ``spec_env`` are given. Returns ``(normalised entries, errors)``; errors map
+    ``spec.kernels.<i>.<field>`` paths to messages naming the bad value. Reads
+    :class:`kernels.models.KernelPackage` (and :class:`KernelBest` for an id reference)."""
+    from deployments.recipes import ENV_DENIED_NAMES, ENV_DENIED_PREFIXES, ENV_DENIED_SUFFIXES, ENV_RENDERER_OWNED
+    from kernels.manifest import engine_env_problem
+    from kernels.models import KernelBest, KernelPackage
+
+    errors: dict[str, list[str]] = {}
+
+    def add(path: str, msg: str) -> None:
+        errors.setdefault(path, []).append(msg)
+
+    if not isinstance(value, list):
+        add("spec.kernels", f"must be a list of {{package, config}} objects, got {type(value).__name__}")
+        return [], errors
+    if len(value) > MAX_REFS:
+        add("spec.kernels", f"{len(value)} entries; at most {MAX_REFS}")
+        return [], errors
+    worker_roles = [r for r in roles if r != "router"]
+    out: list[dict] = []
+    seen_packages: set[str] = set()
+    seen_env: set[str] = set()
+    for i, ref in enumerate(value):
+        path = f"spec.kernels.{i}"
+        if not isinstance(ref, dict):
+            add(path, f"must be an object {{package, config}}, got {ref!r}"[:200])
+            continue
+        for key in ref:
+            if key not in REF_KEYS:
+                add(f"{path}.{key}", f"unknown field {key!r}; allowed: package, config, roles")
+        name = ref.get("package")
+        pkg = KernelPackage.objects.filter(name=name).first() if isinstance(name, str) else None
+        if pkg is None:
+            known = ", ".join(KernelPackage.objects.values_list("name", flat=True)) or "none registered"
+            add(f"{path}.package", f"{name!r} is not a registered kernel package (known: {known})")
+            continue
+        if name in seen_packages:
+            add(f"{path}.package", f"{name!r} is referenced twice")
+        seen_packages.add(name)
+        engine = (pkg.manifest or {}).get("engine") or {}
+        env, flag = engine.get("env") or "", engine.get("flag") or ""
+        for key, actual in (("env", env), ("flag", flag)):
+            if key in ref and ref[key] != actual:
+                add(f"{path}.{key}", f"is set by package {name}'s manifest ({actual!r}); leave it out")
+        # Config: a path, or a KernelBest id resolved to the file it was exported to.
+        config, best_id = ref.get("config"), ref.get("best")
+        if isinstance(config, str) and config.startswith("best:") and config[5:].isdigit():
+            best_id, config = int(config[5:]), None
+        elif isinstance(config, int) and not isinstance(config, bool):
+            best_id, config = config, None
+        if config is None and best_id is not None:
+            best = KernelBest.objects.filter(pk=best_id).first() if isinstance(best_id, int) else None
+            if best is None:
+                add(f"{path}.config", f"no best kernel variant with id {best_id!r}")
+                continue
+            if best.package_id != pkg.pk:
+                add(f"{path}.config", f"best variant #{best_id} belongs to package {best.package.name}, not {name}")
+                continue
+            if not best.config_path:
+                add(f"{path}.config", f"best variant #{best_id} has no exported config file yet")
+                continue
+            config = best.config_path
+        if not isinstance(config, str) or not config:
+            add(f"{path}.config", "give the exported config's path or a best-variant id (an integer or 'best:<id>')")
+            continue
+        problem = _path_problem(config)
+        if problem:
+            add(f"{path}.config", problem)
+        # Roles.
+        wanted = ref.get("roles", worker_roles)
+        if not isinstance(wanted, list) or not wanted or not all(isinstance(r, str) for r in wanted):
+            add(f"{path}.roles", f"must be a non-empty list of worker roles ({', '.join(worker_roles)})")
+            wanted = []
+        for r in wanted:
+            if r not in worker_roles:
+                add(f"{path}.roles", f"{r!r} is not a worker role of this recipe ({', '.join(worker_roles)})")
+        wanted = [r for r in worker_roles if r in wanted]
+        # Hand-over: env variable and flag.
+        if env:
+            problem = engine_env_problem(env)
+            upper = env.upper()
+            if problem:
+                add(f"{path}.package", f"package {name}: {problem}")
+            elif (upper in ENV_DENIED_NAMES or upper.startswith(ENV_DENIED_PREFIXES)
+                  or upper.endswith(ENV_DENIED_SUFFIXES) or upper in ENV_RENDERER_OWNED):
+                add(f"{path}.package", f"package {name} names {env}, which a recipe may not set")
+            if env in spec_env or any(env in (roles[r].get("env") or {}) for r in wanted):
+                add(f"{path}.package", f"{env} is set by this kernel reference; remove it from the recipe's env")
+            if env in seen_env:
+                add(f"{path}.package", f"{env} is set by two kernel references")
+            seen_env.add(env)
+        if flag:
+            bare = flag[2:]
+            if bare not in adapter.worker_flags:
+                add(f"{path}.package", f"package {name} hands its config over with {flag}, which engine "
+                                       f"{adapter.name} does not take")
+            for r in wanted:
+                if bare in (roles[r].get("flags") or {}):
+                    add(f"spec.roles.{r}.flags.{bare}", f"is set by the kernel reference spec.kernels.{i}; remove it")
+        out.append({"package": name, "config": config, "best": best_id, "env": env, "flag": flag, "roles": wanted})
+    return out, errors
+
+
+def kernel_refs_apply(refs: list[dict], *, role_name: str) -> tuple[dict[str, str], list[str]]:
+    """What normalised ``refs`` add to one worker process: ``(env, argv tail)``; the env maps each
+    package's variable to the config path, the argv tail is ``[flag, path]`` per package with a
+    flag. Pure (no database)."""
+    env: dict[str, str] = {}
+    argv: list[str] = []
+    for ref in refs:
+        if role_name not in ref.get("roles", []):
+            continue
+        if ref.get("env"):
+            env[ref["env"]] = ref["config"]
+        if ref.get("flag"):
+            argv += [ref["flag"], ref["config"]]
+    return env, argv

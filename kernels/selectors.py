@@ -1,0 +1,216 @@
+"""Non-trivial reads of the kernels app: the variant table of a job (filtered and sorted on the
+server), the time-vs-batch chart data, the best variants, package summaries.
+
+Units: times in µs, bandwidth in GB/s (1e9 bytes/s), compute in TFLOP/s, memory in bytes; the
+roofline fraction is 0-1 (pages show it as %).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count, QuerySet
+
+from kernels.models import KernelBenchmark, KernelBest, KernelJob, KernelPackage, KernelVariant
+
+# States a variant row can be filtered by (``?state=``).
+STATES = ("all", "built", "failed", "discarded", "correct", "wrong", "timed")
+# Largest number of rows the table returns at once (``limit``).
+MAX_ROWS = 2000
+# Build-fact columns sortable by name; per-shape columns are ``us:<shape>`` and ``roof:<shape>``.
+BUILD_SORTS = ("ordinal", "key", "registers", "spills_bytes", "shared_bytes", "build_s", "tensor_core")
+
+
+def package_list() -> QuerySet[KernelPackage]:
+    """Packages with their job count (``n_jobs``), by name."""
+    return KernelPackage.objects.annotate(n_jobs=Count("jobs")).order_by("name")
+
+
+def job_list(*, package: str | None = None, status: str | None = None, node: str | None = None) -> QuerySet[KernelJob]:
+    """Jobs newest first, optionally by package name, status and node name."""
+    qs = KernelJob.objects.select_related("package", "node", "created_by")
+    if package:
+        qs = qs.filter(package__name=package)
+    if status:
+        qs = qs.filter(status=status)
+    if node:
+        qs = qs.filter(node__name=node)
+    return qs.order_by("-created_at", "-id")
+
+
+def best_list(*, package: str | None = None, device: str | None = None, shape: str | None = None,
+              job: int | None = None) -> QuerySet[KernelBest]:
+    """Best variants by package, device (case-insensitive substring), shape and job."""
+    qs = KernelBest.objects.select_related("package", "variant", "job", "benchmark")
+    if package:
+        qs = qs.filter(package__name=package)
+    if device:
+        qs = qs.filter(device_name__icontains=device)
+    if shape:
+        qs = qs.filter(shape=shape)
+    if job:
+        qs = qs.filter(job_id=job)
+    return qs.order_by("package__name", "device_name", "shape", "batch")
+
+
+@dataclass
+class VariantTable:
+    """One page of a job's variant table: ``rows`` (dicts, see :func:`variant_table`), the
+    ``batch`` the per-shape columns show, ``shapes`` (column groups), ``params`` (parameter
+    columns), the applied ``filters`` and ``sort``, ``total`` rows before the limit, and the
+    values each parameter takes (for filter menus)."""
+
+    rows: list[dict[str, Any]]
+    batch: int | None
+    batches: list[int]
+    shapes: list[str]
+    params: list[str]
+    param_values: dict[str, list[Any]]
+    filters: dict[str, Any] = field(default_factory=dict)
+    sort: str = "ordinal"
+    total: int = 0
+
+
+def _sort_value(row: dict[str, Any], key: str) -> tuple[int, Any]:
+    """Sort key with absent values last whatever the direction is handled by the caller."""
+    if key.startswith("us:") or key.startswith("roof:"):
+        kind, shape = key.split(":", 1)
+        cell = row["shapes"].get(shape) or {}
+        v = cell.get("median_us" if kind == "us" else "roofline_fraction")
+    elif key.startswith("param:"):
+        v = row["params"].get(key[6:])
+    elif key in ("key", "ordinal"):
+        v = row[key]
+    else:
+        v = (row.get("build") or {}).get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return (1, 0)
+    if isinstance(v, bool):
+        return (0, int(v))
+    if isinstance(v, (int, float)):
+        return (0, v)
+    return (0, str(v))
+
+
+def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all", params: dict[str, str] | None = None,
+                  sort: str = "ordinal", limit: int = 500) -> VariantTable:
+    """The job's variants as table rows, filtered and sorted on the server.
+
+    Row: ``id``, ``ordinal``, ``key``, ``params``, ``build`` (ok, error, registers, spills_bytes,
+    shared_bytes, tensor_core, tensor_core_evidence, build_s, discarded, discard_reason; None
+    before the build), ``state`` (pending, failed, discarded, built, correct, wrong, partial),
+    ``shapes``: ``{shape: {"correct", "median_us", "p10_us", "p90_us", "gbps", "tflops",
+    "roofline_us", "roofline_fraction", "bound", "error"}}`` at ``batch`` (default: the smallest
+    batch measured), and ``best_in`` (shapes where this row is the job's best at that batch).
+
+    ``state`` is one of :data:`STATES`; ``params`` filters parameter values (``{"impl":
+    "split_k"}``, compared as text); ``sort`` is ``ordinal``, ``key``, a build fact
+    (:data:`BUILD_SORTS`), ``param:<name>``, ``us:<shape>`` or ``roof:<shape>``, ``-`` in front
+    for descending (absent values always last). Unknown sorts fall back to ``ordinal``.
+    """
+    from kernels.services import job_manifest
+
+    manifest = job_manifest(job)
+    shapes = [s.name for s in manifest.shapes if not job.shapes or s.name in job.shapes]
+    measured = sorted(set(KernelBenchmark.objects.filter(variant__job=job).values_list("batch", flat=True)))
+    declared = sorted({b for s in manifest.shapes for b in s.batches})
+    batches = measured or declared
+    if batch is None or batch not in batches:
+        batch = batches[0] if batches else None
+    benches: dict[int, dict[str, KernelBenchmark]] = {}
+    if batch is not None:
+        for b in KernelBenchmark.objects.filter(variant__job=job, batch=batch):
+            benches.setdefault(b.variant_id, {})[b.shape] = b
+    best_at = {(r.shape, r.variant_id) for r in KernelBest.objects.filter(job=job, batch=batch)}
+    params = {k: str(v) for k, v in (params or {}).items() if k in manifest.grid and v not in (None, "")}
+    rows: list[dict[str, Any]] = []
+    for v in KernelVariant.objects.filter(job=job).select_related("build").order_by("ordinal"):
+        if any(str(v.params.get(k)) != val for k, val in params.items()):
+            continue
+        b = getattr(v, "build", None)
+        build = None if b is None else {
+            "ok": b.ok, "error": b.error, "registers": b.registers, "spills_bytes": b.spills_bytes,
+            "shared_bytes": b.shared_bytes, "tensor_core": b.tensor_core, "tensor_core_evidence": b.tensor_core_evidence,
+            "build_s": b.build_s, "discarded": b.discarded, "discard_reason": b.discard_reason, "compiler": b.compiler,
+        }
+        cells = {}
+        for shape, m in benches.get(v.pk, {}).items():
+            cells[shape] = {"correct": m.correct, "median_us": m.median_us, "p10_us": m.p10_us, "p90_us": m.p90_us,
+                            "min_us": m.min_us, "gbps": m.gbps, "tflops": m.tflops, "roofline_us": m.roofline_us,
+                            "roofline_fraction": m.roofline_fraction, "bound": m.bound, "error": m.error,
+                            "max_abs_err": m.max_abs_err, "max_rel_err": m.max_rel_err, "reps": m.reps,
+                            "timing": m.timing}
+        all_cells = list(cells.values())
+        if b is None:
+            row_state = "pending"
+        elif not b.ok:
+            row_state = "failed"
+        elif b.discarded:
+            row_state = "discarded"
+        elif not all_cells:
+            row_state = "built"
+        elif all(c["correct"] is True for c in all_cells):
+            row_state = "correct"
+        elif any(c["correct"] is False for c in all_cells):
+            row_state = "wrong"
+        else:
+            row_state = "partial"
+        rows.append({"id": v.pk, "ordinal": v.ordinal, "key": v.key, "params": v.params, "build": build,
+                     "state": row_state, "shapes": cells,
+                     "best_in": [s for s in shapes if (s, v.pk) in best_at]})
+    if state == "built":
+        rows = [r for r in rows if r["build"] and r["build"]["ok"] and not r["build"]["discarded"]]
+    elif state == "timed":
+        rows = [r for r in rows if any(c.get("median_us") is not None for c in r["shapes"].values())]
+    elif state in ("failed", "discarded", "correct", "wrong"):
+        rows = [r for r in rows if r["state"] == state]
+    desc = sort.startswith("-")
+    key = sort.lstrip("-")
+    valid = (key in BUILD_SORTS or (key.startswith("param:") and key[6:] in manifest.grid)
+             or (key.split(":", 1)[0] in ("us", "roof") and key.split(":", 1)[-1] in shapes))
+    if not valid:
+        key, desc = "ordinal", False
+    present = [r for r in rows if _sort_value(r, key)[0] == 0]
+    absent = [r for r in rows if _sort_value(r, key)[0] == 1]
+    present.sort(key=lambda r: _sort_value(r, key)[1], reverse=desc)
+    rows = present + absent
+    total = len(rows)
+    limit = max(1, min(int(limit), MAX_ROWS))
+    return VariantTable(
+        rows=rows[:limit], batch=batch, batches=batches, shapes=shapes, params=list(manifest.grid),
+        param_values={k: list(v) for k, v in manifest.grid.items()},
+        filters={"state": state, **{f"p.{k}": v for k, v in params.items()}},
+        sort=("-" if desc else "") + key, total=total,
+    )
+
+
+def job_time_chart(*, job: KernelJob, shape: str) -> dict[str, Any]:
+    """Time vs batch for one shape: per implementation (the ``impl`` parameter, or one series
+    when the grid has none) the fastest correct median (µs) at each batch, plus the roofline
+    (µs, from the job's measured HBM bandwidth and bf16 rate). Returns ``{"batches": [...],
+    "series": [{"label", "points": [[batch, us], ...]}], "roofline": [[batch, us], ...]}``."""
+    from kernels.services import job_manifest, roofline_point
+
+    manifest = job_manifest(job)
+    benches = (KernelBenchmark.objects.filter(variant__job=job, shape=shape, correct=True, median_us__isnull=False)
+               .exclude(variant__build__discarded=True).select_related("variant"))
+    best: dict[str, dict[int, float]] = {}
+    for b in benches:
+        impl = str(b.variant.params.get("impl", "best variant"))
+        cur = best.setdefault(impl, {})
+        if b.batch not in cur or b.median_us < cur[b.batch]:
+            cur[b.batch] = b.median_us
+    try:
+        batches = list(manifest.shape(shape).batches)
+    except KeyError:
+        batches = []
+    order = [str(v) for v in manifest.grid.get("impl", [])]
+    labels = sorted(best, key=lambda k: (order.index(k) if k in order else len(order), k))
+    series = [{"label": impl, "points": [[bb, best[impl][bb]] for bb in sorted(best[impl])]} for impl in labels]
+    roof = []
+    for bb in batches:
+        us, _ = roofline_point(manifest, shape, bb, job.hbm_gbps, job.bf16_tflops)
+        if us is not None:
+            roof.append([bb, us])
+    return {"batches": batches, "series": series, "roofline": roof}

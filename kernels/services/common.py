@@ -1,0 +1,144 @@
+"""Shared pieces of the kernel services: directories, limits and constants, the stored manifests
+of packages and jobs, and the runner's ``variants.json``.
+
+Part of :mod:`kernels.services`, which lists the rules and where they come from.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from controlplane.errors import InvalidInput
+from kernels.manifest import GridExpansion, Manifest, ManifestError, grid_expand, manifest_from_stored
+from kernels.models import KernelJob, KernelPackage
+
+
+log = logging.getLogger(__name__)
+
+
+# Largest shared memory one thread block may use, in bytes, per compute capability: "Maximum
+# amount of shared memory per thread block" in the technical specifications table of NVIDIA's
+# CUDA C++ Programming Guide (compute capabilities section); KB there are 1024 bytes.
+SHARED_MEM_LIMIT_BYTES: dict[str, int] = {
+    "7.0": 96 * 1024, "7.2": 96 * 1024, "7.5": 64 * 1024,
+    "8.0": 163 * 1024, "8.6": 99 * 1024, "8.7": 163 * 1024, "8.9": 99 * 1024,
+    "9.0": 227 * 1024, "10.0": 227 * 1024, "12.0": 99 * 1024,
+}
+
+
+CC_RE = re.compile(r"^\d{1,2}\.\d$")
+
+
+# Most variants one job may hold: each is a compile, and the variant table must stay usable.
+MAX_JOB_VARIANTS = 5000
+
+
+# Progress rows are written at most this often (seconds); the last line is always written.
+PROGRESS_PERIOD_S = 0.5
+
+
+# Build logs kept per variant (characters).
+BUILD_LOG_CHARS = 4000
+
+
+DEFAULT_STEP_TIMEOUT_S = 3600.0
+
+
+NO_GPU_NOTE = "no GPU on node {node}: builds only"
+
+
+def packages_dir() -> Path:
+    """Where packages live: ``settings.CEILING_KERNEL_PACKAGES_DIR``, else ``kernels/packages``."""
+    return Path(getattr(settings, "CEILING_KERNEL_PACKAGES_DIR", None) or Path(settings.BASE_DIR) / "kernels" / "packages")
+
+
+def configs_dir() -> Path:
+    """Where best configs are exported: ``settings.CEILING_KERNEL_CONFIG_DIR``, else
+    ``VAR_DIR/kernels/configs``."""
+    return Path(getattr(settings, "CEILING_KERNEL_CONFIG_DIR", None) or Path(settings.VAR_DIR) / "kernels" / "configs")
+
+
+def jobs_dir() -> Path:
+    """Work directories of jobs (``variants.json``, runner output and log): ``VAR_DIR/kernels/jobs``."""
+    return Path(settings.VAR_DIR) / "kernels" / "jobs"
+
+
+def _invalid(exc: ManifestError, prefix: str = "manifest") -> InvalidInput:
+    return InvalidInput({f"{prefix}.{k}" if prefix and not k.startswith(prefix) else k: v
+                         for k, v in exc.errors.items()})
+
+
+def package_dir_of(package: KernelPackage) -> Path:
+    """The package's directory: ``package.path`` (relative to the repository root, or absolute).
+    Raises :class:`InvalidInput` when it is not inside :func:`packages_dir`."""
+    path = Path(package.path)
+    if not path.is_absolute():
+        path = Path(settings.BASE_DIR) / path
+    root = packages_dir().resolve()
+    resolved = path.resolve()
+    if not resolved.is_relative_to(root):
+        raise InvalidInput({"path": [f"package {package.name} lives outside {root}"]})
+    return resolved
+
+
+def package_manifest(package: KernelPackage) -> Manifest:
+    """The package's stored manifest as a :class:`Manifest` (no file access)."""
+    try:
+        return manifest_from_stored(package.manifest)
+    except ManifestError as exc:
+        raise _invalid(exc) from None
+
+
+def job_manifest(job: KernelJob) -> Manifest:
+    """The manifest a job was created with (a copy on the row, so later edits do not move it)."""
+    try:
+        return manifest_from_stored(job.manifest or job.package.manifest)
+    except ManifestError as exc:
+        raise _invalid(exc) from None
+
+
+def package_grid(*, package: KernelPackage, subset: dict | None = None) -> GridExpansion:
+    """The package's grid expanded (optionally restricted to ``subset``); see
+    :func:`kernels.manifest.grid_expand`. Raises :class:`InvalidInput` (``params.<param>``)."""
+    try:
+        return grid_expand(package_manifest(package), subset)
+    except ManifestError as exc:
+        raise _invalid(exc, prefix="") from None
+
+
+def node_gpu_names(*, node, cc: str) -> list[str]:
+    """Names of the node's GPUs of compute capability ``cc`` (from its ``Gpu`` rows)."""
+    if node is None:
+        return []
+    return list(node.gpus.filter(compute_capability=cc).values_list("name", flat=True))
+
+
+def _step_timeout() -> float:
+    return float(getattr(settings, "CEILING_KERNEL_STEP_TIMEOUT_S", DEFAULT_STEP_TIMEOUT_S))
+
+
+def variants_payload(*, job: KernelJob, only_buildable: bool = False) -> list[dict[str, Any]]:
+    """The runner's ``variants.json`` for ``job``: ``[{"variant_id": <row id>, "params": {...}}]``
+    in grid order. ``only_buildable`` keeps variants whose build succeeded and was not discarded
+    (and variants with no build row, for jobs whose builds were made elsewhere)."""
+    qs = job.variants.select_related("build").order_by("ordinal")
+    out = []
+    for v in qs:
+        build = getattr(v, "build", None)
+        if only_buildable and build is not None and (not build.ok or build.discarded):
+            continue
+        out.append({"variant_id": v.pk, "params": v.params})
+    return out
+
+
+def _write_json(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False), encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,220 @@
+"""Kernel jobs: create (the grid expanded into variants, the task enqueued on the node's queue after
+commit), cancel (a column), execute (the task body: the runner's ``compile``, then ``bench`` on a
+node with a GPU of the target), and reaping of jobs whose agent died.
+
+Part of :mod:`kernels.services`, which lists the rules and where they come from.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.errors import Conflict, InvalidInput
+from controlplane.redaction import redact_text
+from kernels.choices import JOB_RUNNING, JOB_TERMINAL, KernelJobStatus
+from kernels.manifest import ManifestError, grid_expand, variant_key
+from kernels.models import KernelJob, KernelPackage, KernelVariant
+from kernels.runnercall import RunnerError, RunnerStopped, runner_argv, runner_run
+from kernels.services.common import (
+    CC_RE,
+    MAX_JOB_VARIANTS,
+    NO_GPU_NOTE,
+    _step_timeout,
+    _write_json,
+    jobs_dir,
+    log,
+    node_gpu_names,
+    package_dir_of,
+    package_manifest,
+    variants_payload,
+)
+from kernels.services.progress import (
+    _broadcast,
+    _Cancelled,
+    _check_cancel,
+    _finish,
+    _progress,
+    _status,
+    _transition,
+)
+from kernels.services.results import kernel_builds_store, kernel_results_store
+
+
+def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, params_subset: dict | None = None,
+                      shapes: list[str] | None = None, batches: list[int] | None = None, user=None,
+                      dispatch: bool = True) -> KernelJob:
+    """Create a job of ``package`` for compute capability ``cc`` on ``node`` and enqueue it.
+
+    ``cc`` defaults to the compute capability of the node's first GPU; a node without GPUs needs
+    it given (builds for a named target need no GPU). ``params_subset`` restricts the grid
+    (``{"impl": ["split_k"]}``), ``shapes`` and ``batches`` the benchmark (default: all the
+    manifest declares). The grid is expanded now: one :class:`KernelVariant` per surviving
+    combination. With ``dispatch`` the task goes to the node's queue ``node.<name>`` after the
+    transaction commits; without it (or with ``node`` None) the job waits for builds and results
+    measured elsewhere (:func:`kernel_job_ingest`).
+
+    Raises :class:`InvalidInput` with keys ``cc``, ``params.<param>``, ``shapes``, ``batches``,
+    ``node`` or ``variants`` (an empty or too large grid).
+    """
+    manifest = package_manifest(package)
+    errors: dict[str, list[str]] = {}
+    if cc in (None, ""):
+        first = node.gpus.exclude(compute_capability="").order_by("index").first() if node is not None else None
+        if first is None:
+            errors["cc"] = ["give the target compute capability (e.g. 9.0): "
+                            + (f"node {node.name} has no GPU to take it from" if node is not None else "no node")]
+        else:
+            cc = first.compute_capability
+    elif not isinstance(cc, str) or not CC_RE.match(cc):
+        errors["cc"] = [f"{cc!r} is not a compute capability such as 9.0 or 12.0"]
+    shape_names = [s.name for s in manifest.shapes]
+    shapes = list(shapes or [])
+    for s in shapes:
+        if s not in shape_names:
+            errors.setdefault("shapes", []).append(f"{s!r} is not a shape of {package.name} ({', '.join(shape_names)})")
+    all_batches = sorted({b for s in manifest.shapes for b in s.batches})
+    batches = sorted(set(batches or []))
+    for b in batches:
+        if not isinstance(b, int) or isinstance(b, bool) or b not in all_batches:
+            errors.setdefault("batches", []).append(f"{b!r} is not a batch size of the manifest ({all_batches})")
+    if dispatch and node is None:
+        errors["node"] = ["a job that runs here needs a node (or create it for results measured elsewhere)"]
+    try:
+        expansion = grid_expand(manifest, params_subset or None)
+    except ManifestError as exc:
+        errors.update(exc.errors)
+        expansion = None
+    if expansion is not None:
+        if not expansion.variants:
+            errors["variants"] = ["the grid (with this subset) leaves no variant: every combination breaks a constraint"]
+        elif len(expansion.variants) > MAX_JOB_VARIANTS:
+            errors["variants"] = [f"{len(expansion.variants)} variants; at most {MAX_JOB_VARIANTS} per job "
+                                  "(restrict the grid with params)"]
+    if errors:
+        raise InvalidInput(errors)
+    assert expansion is not None
+    with transaction.atomic():
+        job = KernelJob.objects.create(
+            package=package, package_hash=package.source_hash, manifest=package.manifest, node=node,
+            target_cc=cc, params_subset=expansion.subset or {}, shapes=shapes, batches=batches,
+            grid_summary=expansion.as_dict(), variants_total=len(expansion.variants),
+            created_by=user if getattr(user, "pk", None) else None,
+            note="" if dispatch and node is not None else
+            "waiting for builds and results measured elsewhere (manage.py kernel_job_export / kernel_job_ingest)",
+        )
+        KernelVariant.objects.bulk_create([
+            KernelVariant(job=job, ordinal=i, key=variant_key(p), params=p) for i, p in enumerate(expansion.variants)
+        ])
+        if dispatch and node is not None:
+            kernel_job_enqueue(job=job)
+    return job
+
+
+def kernel_job_enqueue(*, job: KernelJob) -> None:
+    """Send ``kernel_job_run_task(job.id)`` to ``node.<name>`` once the current transaction commits."""
+    from kernels.tasks import kernel_job_run_task
+
+    job_id, queue = job.pk, job.node.queue_name
+    transaction.on_commit(lambda: kernel_job_run_task.apply_async(args=[job_id], queue=queue))
+
+
+def kernel_job_cancel(*, job: KernelJob, user=None) -> KernelJob:
+    """Request cancellation: ``cancel_requested`` is set first (the running task ends the runner
+    within :data:`kernels.runnercall.POLL_S` s and marks the job cancelled); a job no task has
+    claimed yet is cancelled at once. Raises :class:`Conflict` for a job that already ended."""
+    if job.status in JOB_TERMINAL:
+        raise Conflict(f"kernel job #{job.pk} is already {job.status}")
+    KernelJob.objects.filter(pk=job.pk).update(cancel_requested=True)
+    who = f" by {user.get_username()}" if getattr(user, "pk", None) else ""
+    KernelJob.objects.filter(pk=job.pk, status=KernelJobStatus.PENDING).update(
+        status=KernelJobStatus.CANCELLED, reason=f"cancelled{who} before it started", ended_at=timezone.now())
+    job.refresh_from_db()
+    _broadcast(job.pk, force=True)
+    return job
+
+
+def kernel_job_execute(*, job_id: int) -> str:
+    """Run job ``job_id`` here (the body of :func:`kernels.tasks.kernel_job_run_task`); blocking.
+
+    Claims pending → building with a conditional UPDATE (a second delivery does nothing), writes
+    ``variants.json`` in the job's work directory, runs the runner's ``compile`` for the job's
+    target (progress on the row and broadcast on ``kernel-job-<id>``), stores the build facts
+    (:func:`kernel_builds_store`). Then, when the node has a GPU of the target compute capability,
+    building → benchmarking, runs ``bench`` over the variants that built and were not discarded,
+    and stores the results (:func:`kernel_results_store`: best variants and exported configs);
+    otherwise it ends done with the note "no GPU on node <name>: builds only". Ends done, failed
+    (``reason``: the runner's error and last lines) or cancelled. Returns the final status.
+    """
+    now = timezone.now()
+    claimed = KernelJob.objects.filter(pk=job_id, status=KernelJobStatus.PENDING, cancel_requested=False).update(
+        status=KernelJobStatus.BUILDING, started_at=now, phase="compile", progress_done=0, reason="")
+    if not claimed:
+        KernelJob.objects.filter(pk=job_id, status=KernelJobStatus.PENDING, cancel_requested=True).update(
+            status=KernelJobStatus.CANCELLED, reason="cancelled before it started", ended_at=now)
+        return KernelJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
+    _broadcast(job_id, force=True)
+    job = KernelJob.objects.select_related("package", "node").get(pk=job_id)
+    work = jobs_dir() / str(job.pk)
+    stop = lambda: KernelJob.objects.filter(pk=job_id, cancel_requested=True).exists()  # noqa: E731
+    try:
+        package_dir = package_dir_of(job.package)
+        variants_file = _write_json(work / "variants.json", variants_payload(job=job))
+        total = job.variants_total
+        _progress(job.pk, "compile", 0, total, force=True)
+        outcome = runner_run(
+            runner_argv("compile", package_dir=package_dir, variants=variants_file, out=work / "builds.json",
+                        target=job.target),
+            out=work / "builds.json", timeout_s=_step_timeout(), should_stop=stop, log_path=work / "runner.log",
+            on_progress=lambda d, t: _progress(job.pk, "compile", d, t))
+        KernelJob.objects.filter(pk=job.pk).update(build_s=round(outcome.wall_s, 3), built_at=timezone.now())
+        counts = kernel_builds_store(job_id=job.pk, payload=outcome.payload)
+        _progress(job.pk, "compile", total, total, force=True)
+        _check_cancel(job.pk)
+        if not node_gpu_names(node=job.node, cc=job.target_cc):
+            note = NO_GPU_NOTE.format(node=job.node.name)
+            if job.node.gpus.exists():
+                ccs = sorted(set(job.node.gpus.values_list("compute_capability", flat=True)))
+                note += f" (its GPUs are compute capability {', '.join(ccs)}, the target is {job.target_cc})"
+            _finish(job.pk, KernelJobStatus.DONE, "", note=note)
+            return _status(job.pk)
+        if counts["ok"] - counts["discarded"] <= 0:
+            _finish(job.pk, KernelJobStatus.FAILED,
+                    f"no variant is left to benchmark: {counts['failed']} failed to build, "
+                    f"{counts['discarded']} discarded")
+            return _status(job.pk)
+        if not _transition(job.pk, {KernelJobStatus.BUILDING}, KernelJobStatus.BENCHMARKING, phase="bench",
+                           progress_done=0):
+            return _status(job.pk)
+        bench_file = _write_json(work / "variants-bench.json", variants_payload(job=job, only_buildable=True))
+        outcome = runner_run(
+            runner_argv("bench", package_dir=package_dir, variants=bench_file, out=work / "results.json",
+                        shapes=job.shapes or None, batches=job.batches or None),
+            out=work / "results.json", timeout_s=_step_timeout(), should_stop=stop, log_path=work / "runner.log",
+            on_progress=lambda d, t: _progress(job.pk, "bench", d, t))
+        KernelJob.objects.filter(pk=job.pk).update(bench_s=round(outcome.wall_s, 3))
+        kernel_results_store(job_id=job.pk, payload=outcome.payload)
+        _finish(job.pk, KernelJobStatus.DONE, "")
+    except (_Cancelled, RunnerStopped):
+        _finish(job.pk, KernelJobStatus.CANCELLED, "cancelled on request")
+    except RunnerError as exc:
+        _finish(job.pk, KernelJobStatus.FAILED, redact_text(str(exc)))
+    except InvalidInput as exc:
+        _finish(job.pk, KernelJobStatus.FAILED, redact_text(f"the runner's output was refused: {exc}"))
+    except Exception as exc:  # the row must say why; the traceback goes to the log
+        log.exception("kernel job %s failed", job_id)
+        _finish(job.pk, KernelJobStatus.FAILED, redact_text(f"{type(exc).__name__}: {exc}"))
+    return _status(job.pk)
+
+
+def kernel_jobs_reap(*, stale_after_s: float | None = None) -> int:
+    """Fail jobs stuck in building or benchmarking whose row has not changed for
+    ``stale_after_s`` seconds (default: the step timeout + 10 minutes), e.g. after the node agent
+    running them died. Returns how many were failed."""
+    limit = stale_after_s if stale_after_s is not None else _step_timeout() + 600
+    cutoff = timezone.now() - timedelta(seconds=limit)
+    ids = list(KernelJob.objects.filter(status__in=list(JOB_RUNNING), updated_at__lt=cutoff).values_list("pk", flat=True))
+    for job_id in ids:
+        _finish(job_id, KernelJobStatus.FAILED, f"no progress for {limit:.0f} s: the node agent running it stopped")
+    return len(ids)

@@ -1,0 +1,82 @@
+"""Job rows as the truth: conditional status transitions (the claim), progress columns written at a
+bounded rate, and the ``kernel.progress`` broadcast on ``kernel-job-<id>``.
+
+Part of :mod:`kernels.services`, which lists the rules and where they come from.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from django.utils import timezone
+
+from controlplane.realtime import broadcast, kernel_job_group
+from kernels.choices import JOB_ACTIVE
+from kernels.models import KernelJob
+from kernels.services.common import PROGRESS_PERIOD_S
+
+
+_progress_lock = threading.Lock()
+
+
+_progress_last: dict[int, float] = {}
+
+
+def job_progress_data(job: KernelJob) -> dict[str, Any]:
+    """The live view of a job (what ``kernel.progress`` messages carry and the REST API returns):
+    status, reason, note, phase, done/total of the phase, build and benchmark counts."""
+    return {
+        "job": job.pk, "status": job.status, "reason": job.reason, "note": job.note, "phase": job.phase,
+        "done": job.progress_done, "total": job.progress_total, "variants": job.variants_total,
+        "builds_ok": job.builds_ok, "builds_failed": job.builds_failed, "builds_discarded": job.builds_discarded,
+        "benchmarks": job.benchmarks_total, "benchmarks_correct": job.benchmarks_correct,
+        "benchmarks_wrong": job.benchmarks_wrong, "cancel_requested": job.cancel_requested,
+    }
+
+
+def _broadcast(job_id: int, *, force: bool = False) -> None:
+    job = KernelJob.objects.filter(pk=job_id).first()
+    if job is not None:
+        broadcast(kernel_job_group(job_id), "kernel.progress", job_progress_data(job), force=force)
+
+
+def _progress(job_id: int, phase: str, done: int, total: int, *, force: bool = False) -> None:
+    """Write ``phase``/``done``/``total`` on the row at most every :data:`PROGRESS_PERIOD_S`
+    seconds (always when ``force`` or when the phase is complete) and broadcast it."""
+    now = time.monotonic()
+    with _progress_lock:
+        last = _progress_last.get(job_id, 0.0)
+        if not force and done < total and now - last < PROGRESS_PERIOD_S:
+            return
+        _progress_last[job_id] = now
+    KernelJob.objects.filter(pk=job_id).update(phase=phase, progress_done=done, progress_total=total)
+    _broadcast(job_id, force=force or done >= total)
+
+
+def _transition(job_id: int, from_states: set[str] | tuple[str, ...], to: str, **fields: Any) -> bool:
+    """Conditional UPDATE of the status (the claim): True when this caller moved the row."""
+    moved = KernelJob.objects.filter(pk=job_id, status__in=list(from_states)).update(status=to, **fields)
+    if moved:
+        _broadcast(job_id, force=True)
+    return bool(moved)
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def _check_cancel(job_id: int) -> None:
+    if KernelJob.objects.filter(pk=job_id, cancel_requested=True).exists():
+        raise _Cancelled()
+
+
+def _status(job_id: int) -> str:
+    return KernelJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
+
+
+def _finish(job_id: int, status: str, reason: str, *, note: str | None = None) -> None:
+    fields: dict[str, Any] = {"reason": reason[:8000], "ended_at": timezone.now()}
+    if note is not None:
+        fields["note"] = note
+    _transition(job_id, JOB_ACTIVE, status, **fields)

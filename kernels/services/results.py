@@ -1,0 +1,392 @@
+"""The runner's output stored: build facts with discard reasons, benchmark results with derived
+numbers, the best variant per bucket, and the exported engine-style config files.
+
+Part of :mod:`kernels.services`, which lists the rules and where they come from.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from django.db import transaction
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from controlplane.errors import InvalidInput
+from kernels.manifest import Manifest
+from kernels.models import KernelBenchmark, KernelBest, KernelBuild, KernelJob, KernelVariant
+from kernels.services.common import (
+    BUILD_LOG_CHARS,
+    CC_RE,
+    SHARED_MEM_LIMIT_BYTES,
+    _write_json,
+    configs_dir,
+    job_manifest,
+    log,
+)
+from kernels.services.progress import _broadcast
+
+
+class _BuildFact(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    variant_id: StrictInt | StrictStr
+    ok: StrictBool
+    error: str | None = None
+    registers: StrictInt | None = Field(default=None, ge=0)
+    spills_bytes: StrictInt | None = Field(default=None, ge=0)
+    shared_bytes: StrictInt | None = Field(default=None, ge=0)
+    tensor_core: StrictBool | None = None
+    tensor_core_evidence: str | None = None
+    build_s: float | None = Field(default=None, ge=0)
+    compiler: str | None = None
+    log: str | None = None
+
+
+class _Device(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: StrictStr = Field(min_length=1, max_length=128)
+    cc: StrictStr
+    sm_count: StrictInt | None = None
+    l2_bytes: StrictInt | None = None
+    hbm_gbps: float | None = None
+    bf16_tflops: float | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    variant_id: StrictInt | StrictStr
+    shape: StrictStr
+    batch: StrictInt = Field(ge=1)
+    correct: StrictBool | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    error: str | None = None
+    median_us: float | None = Field(default=None, ge=0)
+    p10_us: float | None = Field(default=None, ge=0)
+    p90_us: float | None = Field(default=None, ge=0)
+    min_us: float | None = Field(default=None, ge=0)
+    reps: StrictInt | None = Field(default=None, ge=0)
+    gbps: float | None = None
+    tflops: float | None = None
+    roofline_us: float | None = None
+    roofline_fraction: float | None = None
+    bound: str | None = None
+    timing: str | None = None
+
+
+class _Results(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    device: _Device
+    results: list[_Result]
+
+
+def _pydantic_errors(exc: ValidationError, prefix: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for e in exc.errors():
+        loc = ".".join(str(p) for p in e["loc"] if str(p) not in ("int", "str", "float", "bool"))
+        key = ".".join(p for p in (prefix, loc) if p) or "payload"
+        out.setdefault(key, []).append(
+            "is required" if e["type"] == "missing" else e["msg"])
+    return out
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
+
+
+def _variants_by_id(job: KernelJob) -> dict[int, KernelVariant]:
+    return {v.pk: v for v in job.variants.all()}
+
+
+def _variant_of(raw: int | str, variants: dict[int, KernelVariant], path: str,
+                errors: dict[str, list[str]]) -> KernelVariant | None:
+    try:
+        vid = int(raw)
+    except (TypeError, ValueError):
+        vid = None
+    variant = variants.get(vid) if vid is not None else None
+    if variant is None:
+        errors.setdefault(path, []).append(f"variant_id {raw!r} is not a variant of this job")
+    return variant
+
+
+def shared_limit_bytes(cc: str) -> int | None:
+    """Shared memory per block allowed on compute capability ``cc`` (bytes), None when unknown."""
+    return SHARED_MEM_LIMIT_BYTES.get(cc)
+
+
+def build_discard_reason(*, cc: str, spills_bytes: int | None, shared_bytes: int | None) -> str:
+    """Why a successful build may not be benchmarked ("" when it may): it spills registers to local
+    memory, or its shared memory per block exceeds the target's limit (:data:`SHARED_MEM_LIMIT_BYTES`)."""
+    if spills_bytes:
+        return f"spills {spills_bytes} bytes of registers to local memory"
+    limit = shared_limit_bytes(cc)
+    if shared_bytes is not None and limit is not None and shared_bytes > limit:
+        return (f"needs {shared_bytes / 1024:.1f} KiB of shared memory per block; compute capability {cc} "
+                f"allows {limit // 1024} KiB")
+    return ""
+
+
+def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
+    """Store the runner's ``builds.json`` for job ``job_id`` (idempotent: a variant's build row is
+    replaced). ``payload`` is the list of build facts of the contract (``{"variant_id", "ok",
+    "error", "registers", "spills_bytes", "shared_bytes", "tensor_core", "tensor_core_evidence",
+    "build_s", "compiler", "log"}``), or an object with that list under ``"builds"``.
+
+    A successful build that spills or exceeds the target's shared memory is stored discarded with
+    the reason (:func:`build_discard_reason`). Updates the job's counts and ``compiler`` (the most
+    common compiler string). Returns ``{"stored", "ok", "failed", "discarded"}``. Raises
+    :class:`InvalidInput` (``builds.<i>.<field>``) for a malformed payload or an unknown variant;
+    nothing is stored then.
+    """
+    job = KernelJob.objects.get(pk=job_id)
+    items = payload.get("builds") if isinstance(payload, dict) else payload
+    if not isinstance(items, list):
+        raise InvalidInput({"builds": ["must be a list of build facts (or an object with a 'builds' list)"]})
+    variants = _variants_by_id(job)
+    errors: dict[str, list[str]] = {}
+    facts: list[tuple[KernelVariant, _BuildFact]] = []
+    for i, item in enumerate(items):
+        try:
+            fact = _BuildFact.model_validate(item)
+        except ValidationError as exc:
+            errors.update(_pydantic_errors(exc, f"builds.{i}"))
+            continue
+        if fact.tensor_core_evidence not in (None, "wgmma", "mma", "none"):
+            errors.setdefault(f"builds.{i}.tensor_core_evidence", []).append(
+                f"{fact.tensor_core_evidence!r} must be wgmma, mma or none")
+        variant = _variant_of(fact.variant_id, variants, f"builds.{i}.variant_id", errors)
+        if variant is not None:
+            facts.append((variant, fact))
+    if errors:
+        raise InvalidInput(errors)
+    compilers: dict[str, int] = {}
+    with transaction.atomic():
+        for variant, f in facts:
+            reason = build_discard_reason(cc=job.target_cc, spills_bytes=f.spills_bytes,
+                                          shared_bytes=f.shared_bytes) if f.ok else ""
+            if f.compiler:
+                compilers[f.compiler] = compilers.get(f.compiler, 0) + 1
+            KernelBuild.objects.update_or_create(variant=variant, defaults=dict(
+                ok=f.ok, error=(f.error or "")[:8000] if not f.ok else (f.error or ""), registers=f.registers,
+                spills_bytes=f.spills_bytes, shared_bytes=f.shared_bytes, tensor_core=f.tensor_core,
+                tensor_core_evidence=f.tensor_core_evidence or "", build_s=_finite(f.build_s),
+                compiler=(f.compiler or "")[:64], log=(f.log or "")[-BUILD_LOG_CHARS:], discarded=bool(reason),
+                discard_reason=reason,
+            ))
+        counts = _build_counts(job)
+        update: dict[str, Any] = {"builds_ok": counts["ok"], "builds_failed": counts["failed"],
+                                  "builds_discarded": counts["discarded"]}
+        if compilers:
+            update["compiler"] = max(compilers.items(), key=lambda kv: kv[1])[0]
+        notes = []
+        if shared_limit_bytes(job.target_cc) is None and counts["ok"]:
+            notes.append(f"the shared-memory limit of compute capability {job.target_cc} is not known here: "
+                         "shared memory was not checked")
+        if notes and notes[0] not in job.note:
+            update["note"] = "; ".join(filter(None, [job.note, *notes]))
+        KernelJob.objects.filter(pk=job.pk).update(**update)
+    _broadcast(job.pk)
+    return {"stored": len(facts), **counts}
+
+
+def _build_counts(job: KernelJob) -> dict[str, int]:
+    builds = KernelBuild.objects.filter(variant__job=job)
+    return {"ok": builds.filter(ok=True).count(), "failed": builds.filter(ok=False).count(),
+            "discarded": builds.filter(ok=True, discarded=True).count()}
+
+
+def roofline_point(manifest: Manifest, shape: str, batch: int, hbm_gbps: float | None,
+              bf16_tflops: float | None) -> tuple[float | None, str]:
+    """Roofline time of one call (µs) and which term bounds it: max(bytes / HBM bandwidth,
+    FLOPs / bf16 rate), both measured on the device; (None, "") without both rates."""
+    if not hbm_gbps or not bf16_tflops:
+        return None, ""
+    nbytes, flops = manifest.cost(shape, batch)
+    mem_us = nbytes / (hbm_gbps * 1e9) * 1e6
+    cmp_us = flops / (bf16_tflops * 1e12) * 1e6
+    return (mem_us, "memory") if mem_us >= cmp_us else (cmp_us, "compute")
+
+
+def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
+    """Store the runner's ``results.json`` for job ``job_id`` and pick and export the best variants.
+
+    ``payload`` = ``{"device": {"name", "cc", "sm_count", "l2_bytes", "hbm_gbps", "bf16_tflops",
+    "driver", "cuda", "torch", "triton"}, "results": [{"variant_id", "shape", "batch", "correct",
+    "max_abs_err", "max_rel_err", "error", "median_us", "p10_us", "p90_us", "min_us", "reps",
+    "gbps", "tflops", "roofline_us", "roofline_fraction", "bound"}]}`` (the contract's shape). The
+    device block becomes the job's calibration snapshot. A result with ``correct`` not true keeps
+    no timing. Missing derived numbers are computed from the manifest's cost formulas and the
+    measured rates (GB/s, TFLOP/s, roofline µs and fraction, bound). A result for a variant whose
+    build failed or was discarded is refused. Re-storing replaces the same (variant, shape, batch).
+
+    Then :func:`kernel_best_select` and :func:`kernel_best_export` run. Returns ``{"stored",
+    "correct", "wrong", "best"}``. Raises :class:`InvalidInput` (``device.<field>``,
+    ``results.<i>.<field>``) for a malformed payload; nothing is stored then.
+    """
+    job = KernelJob.objects.select_related("package").get(pk=job_id)
+    manifest = job_manifest(job)
+    try:
+        parsed = _Results.model_validate(payload)
+    except ValidationError as exc:
+        raise InvalidInput(_pydantic_errors(exc, "")) from None
+    errors: dict[str, list[str]] = {}
+    dev = parsed.device
+    if not CC_RE.match(dev.cc):
+        errors["device.cc"] = [f"{dev.cc!r} is not a compute capability such as 9.0"]
+    for key in ("hbm_gbps", "bf16_tflops"):
+        value = getattr(dev, key)
+        if value is not None and (not math.isfinite(value) or value <= 0):
+            errors[f"device.{key}"] = [f"must be a positive number, got {value!r}"]
+    variants = _variants_by_id(job)
+    builds = {b.variant_id: b for b in KernelBuild.objects.filter(variant__job=job)}
+    shape_batches = {s.name: set(s.batches) for s in manifest.shapes}
+    rows: list[tuple[KernelVariant, _Result]] = []
+    for i, r in enumerate(parsed.results):
+        path = f"results.{i}"
+        variant = _variant_of(r.variant_id, variants, f"{path}.variant_id", errors)
+        if r.shape not in shape_batches:
+            errors.setdefault(f"{path}.shape", []).append(f"{r.shape!r} is not a shape of {job.package.name}")
+        elif r.batch not in shape_batches[r.shape]:
+            errors.setdefault(f"{path}.batch", []).append(f"{r.batch} is not a batch of shape {r.shape}")
+        if r.bound not in (None, "", "memory", "compute"):
+            errors.setdefault(f"{path}.bound", []).append(f"{r.bound!r} must be memory or compute")
+        if variant is not None:
+            b = builds.get(variant.pk)
+            if b is not None and (not b.ok or b.discarded):
+                errors.setdefault(f"{path}.variant_id", []).append(
+                    f"variant {variant.key} was not benchmarkable: "
+                    + (b.discard_reason if b.ok else f"its build failed ({(b.error or '')[:200]})"))
+            rows.append((variant, r))
+    if errors:
+        raise InvalidInput(errors)
+    hbm, tfl = _finite(dev.hbm_gbps), _finite(dev.bf16_tflops)
+    with transaction.atomic():
+        KernelJob.objects.filter(pk=job.pk).update(
+            device_name=dev.name, device_cc=dev.cc, sm_count=dev.sm_count, l2_bytes=dev.l2_bytes, hbm_gbps=hbm,
+            bf16_tflops=tfl, driver_version=(dev.driver or "")[:64], cuda_version=(dev.cuda or "")[:32],
+            torch_version=(dev.torch or "")[:64], triton_version=(dev.triton or "")[:64],
+        )
+        for variant, r in rows:
+            timed = r.correct is True and r.median_us is not None
+            roof_us, bound = roofline_point(manifest, r.shape, r.batch, hbm, tfl)
+            fields: dict[str, Any] = dict(
+                correct=r.correct, max_abs_err=_finite(r.max_abs_err), max_rel_err=_finite(r.max_rel_err),
+                error=(r.error or "")[:8000], reps=r.reps if timed else None,
+                median_us=_finite(r.median_us) if timed else None, p10_us=_finite(r.p10_us) if timed else None,
+                p90_us=_finite(r.p90_us) if timed else None, min_us=_finite(r.min_us) if timed else None,
+                roofline_us=_finite(r.roofline_us) if r.roofline_us is not None else roof_us,
+                bound=(r.bound or bound or ""), timing=(r.timing or "")[:255],
+            )
+            if timed and fields["median_us"]:
+                nbytes, flops = manifest.cost(r.shape, r.batch)
+                med = fields["median_us"]
+                fields["gbps"] = _finite(r.gbps) if r.gbps is not None else nbytes / (med * 1e-6) / 1e9
+                fields["tflops"] = _finite(r.tflops) if r.tflops is not None else flops / (med * 1e-6) / 1e12
+                frac = _finite(r.roofline_fraction)
+                if frac is None and fields["roofline_us"]:
+                    frac = fields["roofline_us"] / med
+                fields["roofline_fraction"] = frac
+            else:
+                fields.update(gbps=None, tflops=None, roofline_fraction=None)
+            KernelBenchmark.objects.update_or_create(variant=variant, shape=r.shape, batch=r.batch, defaults=fields)
+        benches = KernelBenchmark.objects.filter(variant__job=job)
+        correct = benches.filter(correct=True).count()
+        wrong = benches.filter(correct=False).count()
+        KernelJob.objects.filter(pk=job.pk).update(benchmarks_total=benches.count(), benchmarks_correct=correct,
+                                                   benchmarks_wrong=wrong)
+    job.refresh_from_db()
+    if not job.compiler:
+        version = dev.triton if manifest.language == "triton" else dev.cuda
+        if version:
+            KernelJob.objects.filter(pk=job.pk).update(
+                compiler=f"{'triton' if manifest.language == 'triton' else 'nvcc'} {version}"[:64])
+            job.refresh_from_db()
+    best = kernel_best_select(job=job)
+    if best:
+        kernel_best_export(job=job)
+    _broadcast(job.pk, force=True)
+    return {"stored": len(rows), "correct": correct, "wrong": wrong, "best": len(best)}
+
+
+def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
+    """Pick the fastest correct variant of ``job`` per (shape, batch) and store it as the
+    :class:`KernelBest` of (package, device name, cc, shape, batch, compiler) when it beats the
+    stored one (lower median), the stored one came from other sources (package hash), or the
+    stored one is this job's. Discarded or failed builds never qualify. ``baseline_us`` and
+    ``speedup`` compare with the fastest variant whose ``impl`` parameter is ``"baseline"`` for
+    the same (shape, batch). Returns the rows this job now holds."""
+    if not job.device_name or not job.device_cc:
+        return []
+    compiler = job.compiler or "unknown"
+    benches = (KernelBenchmark.objects.filter(variant__job=job, correct=True, median_us__isnull=False)
+               .exclude(variant__build__discarded=True).exclude(variant__build__ok=False)
+               .select_related("variant").order_by("shape", "batch", "median_us", "variant__ordinal"))
+    best: dict[tuple[str, int], KernelBenchmark] = {}
+    baseline: dict[tuple[str, int], float] = {}
+    for b in benches:
+        key = (b.shape, b.batch)
+        best.setdefault(key, b)
+        if b.variant.params.get("impl") == "baseline":
+            baseline.setdefault(key, b.median_us)
+    held: list[KernelBest] = []
+    with transaction.atomic():
+        for (shape, batch), b in best.items():
+            lookup = dict(package=job.package, device_name=job.device_name, cc=job.device_cc, shape=shape,
+                          batch=batch, compiler=compiler)
+            current = KernelBest.objects.select_for_update().filter(**lookup).first()
+            if (current is not None and current.job_id != job.pk and current.package_hash == job.package_hash
+                    and current.median_us <= b.median_us):
+                continue
+            base = baseline.get((shape, batch))
+            row, _ = KernelBest.objects.update_or_create(**lookup, defaults=dict(
+                job=job, variant=b.variant, benchmark=b, package_hash=job.package_hash, median_us=b.median_us,
+                roofline_fraction=b.roofline_fraction, baseline_us=base,
+                speedup=(base / b.median_us) if base and b.median_us else None,
+            ))
+            held.append(row)
+    return held
+
+
+def config_filename(*, device_name: str, shape: str, dtype: str) -> str:
+    """``device_name=NVIDIA_H200,shape=v4-flash,dtype=bf16.json``: SGLang's and vLLM's naming of
+    tuned-config files (device name with spaces as underscores), with the shape in place of
+    their ``E=..,N=..`` MoE dimensions."""
+    dev = re.sub(r"[^A-Za-z0-9_.-]", "_", device_name.replace(" ", "_"))
+    return f"device_name={dev},shape={shape},dtype={dtype}.json"
+
+
+def kernel_best_export(*, job: KernelJob) -> list[str]:
+    """Write the best configs of ``job``'s device as JSON files, one per shape, and record the
+    paths (``KernelBest.config_path``, ``job.config_paths``).
+
+    Each file (:func:`config_filename`, under ``configs_dir()/<package>/``) maps a batch size to
+    the chosen variant's parameters, ``{"1": {"impl": "split_k", "BLOCK_H": 64, ...}, "8": {...}}``
+    (keys sorted numerically), over every stored best of (package, device, cc, compiler) for that
+    shape, so buckets won by an earlier job are kept. Returns the written paths.
+    """
+    manifest = job_manifest(job)
+    compiler = job.compiler or "unknown"
+    rows = list(KernelBest.objects.filter(package=job.package, device_name=job.device_name, cc=job.device_cc,
+                                          compiler=compiler).select_related("variant"))
+    by_shape: dict[str, list[KernelBest]] = {}
+    for r in rows:
+        by_shape.setdefault(r.shape, []).append(r)
+    out_dir = configs_dir() / job.package.name
+    paths: list[str] = []
+    for shape, items in sorted(by_shape.items()):
+        body = {str(r.batch): r.variant.params for r in sorted(items, key=lambda r: r.batch)}
+        path = out_dir / config_filename(device_name=job.device_name, shape=shape, dtype=manifest.dtype)
+        _write_json(path, body)
+        KernelBest.objects.filter(pk__in=[r.pk for r in items]).update(config_path=str(path))
+        paths.append(str(path))
+    KernelJob.objects.filter(pk=job.pk).update(config_paths=paths)
+    return paths

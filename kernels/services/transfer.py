@@ -1,0 +1,188 @@
+"""Jobs that travel: export for a machine without Django and ingest of what it measured (through
+the same store functions), and a job's measurements as CSV or JSON.
+
+Part of :mod:`kernels.services`, which lists the rules and where they come from.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from django.utils import timezone
+
+from controlplane.errors import Conflict, InvalidInput, NotFound
+from controlplane.jsonsafe import json_safe
+from kernels.choices import JOB_RUNNING, KernelJobStatus
+from kernels.models import KernelBest, KernelJob
+from kernels.services.common import _write_json, job_manifest, package_dir_of, variants_payload
+from kernels.services.progress import _broadcast, _finish, _transition
+from kernels.services.results import kernel_builds_store, kernel_results_store
+
+
+def kernel_job_export(*, job: KernelJob, out_dir: str | Path) -> dict[str, str]:
+    """Write what a machine without Django needs to build and benchmark ``job``: ``variants.json``
+    (every variant, less those whose build here failed or was discarded), ``package/<name>/`` (the manifest and the files it lists, copied from the
+    package directory), and ``job.json`` (job id, package, target, shapes and batches, and the
+    runner command lines to run there). Returns ``{"variants", "package", "job"}`` paths. Raises
+    :class:`InvalidInput` when ``out_dir`` exists and is not an empty directory."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InvalidInput({"out": [f"{out} exists and is not an empty directory"]})
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = job_manifest(job)
+    src = package_dir_of(job.package)
+    dest = out / "package" / job.package.name
+    files = {"manifest.toml", *manifest.sources, manifest.reference.partition(":")[0], manifest.entry}
+    for rel in sorted(files):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / rel, target)
+    # Variants whose build failed or was discarded here are not sent: they are never benchmarked.
+    variants = _write_json(out / "variants.json", variants_payload(job=job, only_buildable=True))
+    pkg_arg = f"package/{job.package.name}"
+    shapes = f" --shapes {','.join(job.shapes)}" if job.shapes else ""
+    batches = f" --batches {','.join(map(str, job.batches))}" if job.batches else ""
+    info = {
+        "job": job.pk, "package": job.package.name, "package_hash": job.package_hash, "target": job.target,
+        "target_cc": job.target_cc, "shapes": job.shapes, "batches": job.batches,
+        "commands": [
+            f"python -m kernels.runner compile --package {pkg_arg} --variants variants.json --target {job.target} "
+            "--out builds.json",
+            f"python -m kernels.runner bench --package {pkg_arg} --variants variants.json --out results.json"
+            f"{shapes}{batches}",
+            f"manage.py kernel_job_ingest {job.pk} results.json --builds builds.json",
+        ],
+    }
+    job_file = _write_json(out / "job.json", info)
+    return {"variants": str(variants), "package": str(dest), "job": str(job_file)}
+
+
+def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None) -> dict[str, Any]:
+    """Store builds and/or results measured elsewhere for ``job`` through the same code path as a
+    job run here (:func:`kernel_builds_store`, :func:`kernel_results_store`).
+
+    A pending job waiting for external results is claimed (pending → building → benchmarking →
+    done); a done job (e.g. builds only) takes the results and stays done with a note naming the
+    device. Raises :class:`Conflict` for a job a task is running or one that failed or was
+    cancelled, and :class:`InvalidInput` for malformed payloads (nothing is stored then).
+    """
+    if results is None and builds is None:
+        raise InvalidInput({"detail": ["give results and/or builds to ingest"]})
+    job.refresh_from_db()
+    if job.status in JOB_RUNNING:
+        raise Conflict(f"kernel job #{job.pk} is {job.status} on node {job.node}; wait for it or cancel it first")
+    if job.status in (KernelJobStatus.FAILED, KernelJobStatus.CANCELLED):
+        raise Conflict(f"kernel job #{job.pk} is {job.status}; create a new job for new measurements")
+    was_pending = job.status == KernelJobStatus.PENDING
+    if was_pending and not _transition(job.pk, {KernelJobStatus.PENDING}, KernelJobStatus.BUILDING,
+                                       started_at=timezone.now()):
+        raise Conflict(f"kernel job #{job.pk} was claimed by a task meanwhile")
+    out: dict[str, Any] = {}
+    try:
+        if builds is not None:
+            out["builds"] = kernel_builds_store(job_id=job.pk, payload=builds)
+            KernelJob.objects.filter(pk=job.pk, built_at__isnull=True).update(built_at=timezone.now())
+        if results is not None:
+            if was_pending:
+                _transition(job.pk, {KernelJobStatus.BUILDING}, KernelJobStatus.BENCHMARKING)
+            out["results"] = kernel_results_store(job_id=job.pk, payload=results)
+    except Exception:
+        if was_pending:  # back to waiting: a malformed file must not strand the job
+            KernelJob.objects.filter(pk=job.pk, status__in=list(JOB_RUNNING)).update(
+                status=KernelJobStatus.PENDING, started_at=None)
+        raise
+    job.refresh_from_db()
+    if results is not None:
+        note = f"results measured on {job.device_name} (cc {job.device_cc}) were ingested"
+        if was_pending:
+            _finish(job.pk, KernelJobStatus.DONE, "", note=note)
+        else:
+            KernelJob.objects.filter(pk=job.pk).update(note="; ".join(filter(None, [job.note, note])))
+    elif was_pending:
+        KernelJob.objects.filter(pk=job.pk, status=KernelJobStatus.BUILDING).update(
+            status=KernelJobStatus.PENDING, note="builds ingested; waiting for results measured elsewhere")
+    _broadcast(job.pk, force=True)
+    job.refresh_from_db()
+    out["status"] = job.status
+    return out
+
+
+def kernel_job_export_rows(*, job: KernelJob) -> list[dict[str, Any]]:
+    """One flat row per (variant, shape, batch) measurement, plus one row per variant without a
+    measurement: variant id, key, params (``param.<name>``), build facts, discard reason, and the
+    benchmark (correctness, errors, times in µs, GB/s, TFLOP/s, roofline µs and fraction, bound)."""
+    manifest = job_manifest(job)
+    rows: list[dict[str, Any]] = []
+    variants = job.variants.select_related("build").prefetch_related("benchmarks").order_by("ordinal")
+    for v in variants:
+        build = getattr(v, "build", None)
+        base: dict[str, Any] = {"variant_id": v.pk, "key": v.key}
+        base.update({f"param.{p}": v.params.get(p) for p in manifest.params})
+        base.update({
+            "build_ok": build.ok if build else None, "build_error": build.error if build else None,
+            "registers": build.registers if build else None, "spills_bytes": build.spills_bytes if build else None,
+            "shared_bytes": build.shared_bytes if build else None,
+            "tensor_core": build.tensor_core if build else None,
+            "tensor_core_evidence": build.tensor_core_evidence if build else None,
+            "build_s": build.build_s if build else None, "compiler": build.compiler if build else None,
+            "discarded": build.discarded if build else None, "discard_reason": build.discard_reason if build else None,
+        })
+        benches = list(v.benchmarks.all())
+        if not benches:
+            rows.append({**base, **{k: None for k in BENCH_COLUMNS}})
+        for b in benches:
+            rows.append({**base, **{k: getattr(b, k) for k in BENCH_COLUMNS}})
+    return rows
+
+
+BENCH_COLUMNS = ("shape", "batch", "correct", "max_abs_err", "max_rel_err", "error", "median_us", "p10_us",
+                 "p90_us", "min_us", "reps", "gbps", "tflops", "roofline_us", "roofline_fraction", "bound", "timing")
+
+
+def kernel_job_export_csv(*, job: KernelJob) -> str:
+    """The job's measurements as CSV (:func:`kernel_job_export_rows`; empty cells for absent values;
+    times µs, GB/s, TFLOP/s, bytes)."""
+    rows = kernel_job_export_rows(job=job)
+    buf = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: "" if v is None else v for k, v in r.items()})
+    return buf.getvalue()
+
+
+def kernel_job_export_json(*, job: KernelJob) -> str:
+    """The job as indented JSON: ``{"job": {...status, target, device calibration...}, "grid":
+    {...}, "best": [...], "rows": [...]}`` (rows as :func:`kernel_job_export_rows`)."""
+    body = {
+        "job": {
+            "id": job.pk, "package": job.package.name, "package_hash": job.package_hash, "status": job.status,
+            "reason": job.reason, "note": job.note, "target_cc": job.target_cc, "node": job.node.name if job.node else None,
+            "compiler": job.compiler,
+            "device": {"name": job.device_name, "cc": job.device_cc, "sm_count": job.sm_count,
+                       "l2_bytes": job.l2_bytes, "hbm_gbps": job.hbm_gbps, "bf16_tflops": job.bf16_tflops,
+                       "driver": job.driver_version, "cuda": job.cuda_version, "torch": job.torch_version,
+                       "triton": job.triton_version},
+            "build_s": job.build_s, "bench_s": job.bench_s, "config_paths": job.config_paths,
+        },
+        "grid": job.grid_summary,
+        "best": [{"shape": b.shape, "batch": b.batch, "variant_id": b.variant_id, "key": b.variant.key,
+                  "median_us": b.median_us, "speedup": b.speedup, "roofline_fraction": b.roofline_fraction,
+                  "config_path": b.config_path}
+                 for b in KernelBest.objects.filter(job=job).select_related("variant")],
+        "rows": kernel_job_export_rows(job=job),
+    }
+    return json.dumps(json_safe(body), indent=2, default=str)
+
+
+def kernel_best_for(*, best_id: int) -> KernelBest:
+    """The :class:`KernelBest` row ``best_id``; :class:`NotFound` when there is none."""
+    row = KernelBest.objects.select_related("package", "variant").filter(pk=best_id).first()
+    if row is None:
+        raise NotFound(f"no best kernel variant with id {best_id}")
+    return row

@@ -1,0 +1,186 @@
+"""Fixtures of the control-plane kernel tests: a packages directory holding a small test package
+written per test, nodes with and without a GPU, and JSON payloads shaped like the runner's
+``builds.json`` / ``results.json`` (the runner's own contract, issue #6)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+REPO = Path(settings.BASE_DIR)
+REAL_PACKAGES = REPO / "kernels" / "packages"
+
+TEST_MANIFEST = '''
+name = "toy_attn"
+title = "A toy package for the control-plane tests"
+language = "triton"
+description = "Two implementations, a small grid."
+sources = ["kernel.py", "reference.py"]
+reference = "reference.py:reference"
+entry = "kernel.py"
+
+[grid]
+impl = ["baseline", "tiled"]
+BLOCK = [16, 32, 64]
+num_warps = [4, 8]
+constraints = [
+  "impl != 'baseline' or BLOCK == 16",
+  "BLOCK * num_warps <= 256",
+]
+
+[[shapes]]
+name = "small"
+heads = 8
+d_qk = 64
+d_v = 64
+topk = 128
+batches = [1, 4]
+
+[[shapes]]
+name = "wide"
+heads = 16
+d_qk = 128
+d_v = 128
+topk = 256
+batches = [1, 4]
+
+[tolerance]
+atol = 0.02
+rtol = 0.02
+
+[cost]
+bytes = "batch * topk * d_qk * 2 + batch * heads * (d_qk + d_v) * 2"
+flops = "2 * batch * heads * topk * (d_qk + d_v)"
+
+[engine]
+env = "CEILING_TOY_ATTN_CONFIG"
+flag = ""
+'''
+
+
+def write_package(root: Path, name: str = "toy_attn", manifest: str = TEST_MANIFEST) -> Path:
+    """Write a package directory ``root/name`` with ``manifest`` and two small source files."""
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "manifest.toml").write_text(manifest)
+    (d / "kernel.py").write_text("def launch(params, inputs):\n    return None\n")
+    (d / "reference.py").write_text("def reference(inputs):\n    return None\n")
+    return d
+
+
+@pytest.fixture
+def packages_root(tmp_path, settings) -> Path:
+    """A packages directory of this test (``CEILING_KERNEL_PACKAGES_DIR``) with ``toy_attn`` in it;
+    exported configs go to the test's own directory too."""
+    root = tmp_path / "packages"
+    write_package(root)
+    settings.CEILING_KERNEL_PACKAGES_DIR = str(root)
+    settings.CEILING_KERNEL_CONFIG_DIR = str(tmp_path / "configs")
+    settings.VAR_DIR = tmp_path / "var"
+    return root
+
+
+@pytest.fixture
+def real_packages(tmp_path, settings) -> Path:
+    """The repository's packages (the real runner needs their sources), exported configs and job
+    work directories under the test's directory."""
+    settings.CEILING_KERNEL_PACKAGES_DIR = str(REAL_PACKAGES)
+    settings.CEILING_KERNEL_CONFIG_DIR = str(tmp_path / "configs")
+    settings.VAR_DIR = tmp_path / "var"
+    return REAL_PACKAGES
+
+
+@pytest.fixture
+def toy_package(db, packages_root):
+    from kernels.services import kernel_package_register
+
+    return kernel_package_register(path=packages_root / "toy_attn")
+
+
+@pytest.fixture
+def cpu_node(db):
+    from deployments.tests.factories import cpu_node_create
+
+    return cpu_node_create(name="cpu-box")
+
+
+@pytest.fixture
+def h200_node(db):
+    """A node with two H200 GPUs (compute capability 9.0), as the fixture host's nvidia-smi shows."""
+    from deployments.models import Gpu, Node, NumaNode
+
+    node = Node.objects.create(name="h200-box", hostname="h200-box", cpu_count=32, memory_total_bytes=256 * 2**30)
+    NumaNode.objects.create(node=node, index=0, cpus="0-31")
+    for i in range(2):
+        Gpu.objects.create(node=node, index=i, name="NVIDIA H200", compute_capability="9.0",
+                           memory_total_bytes=143771 * 2**20, numa_node=0)
+    return node
+
+
+def build_fact(variant_id, *, ok=True, registers=128, spills=0, shared=32768, evidence="mma", error=None):
+    """One item of the runner's builds.json."""
+    return {"variant_id": variant_id, "ok": ok, "error": error, "registers": registers if ok else None,
+            "spills_bytes": spills if ok else None, "shared_bytes": shared if ok else None,
+            "tensor_core": (evidence != "none") if ok else None, "tensor_core_evidence": evidence,
+            "build_s": 1.25, "compiler": "triton 3.6.0", "log": "ptxas info: ..."}
+
+
+def result_row(variant_id, shape, batch, *, median_us, correct=True, **extra):
+    """One item of the runner's results.json ``results`` list (times in µs)."""
+    row = {"variant_id": variant_id, "shape": shape, "batch": batch, "correct": correct, "max_abs_err": 0.004,
+           "max_rel_err": 0.01, "error": None, "median_us": median_us if correct else None,
+           "p10_us": median_us * 0.98 if correct else None, "p90_us": median_us * 1.05 if correct else None,
+           "min_us": median_us * 0.95 if correct else None, "reps": 200 if correct else None,
+           "gbps": None, "tflops": None, "roofline_us": None, "roofline_fraction": None, "bound": None}
+    row.update(extra)
+    return row
+
+
+H200_DEVICE = {"name": "NVIDIA H200", "cc": "9.0", "sm_count": 132, "l2_bytes": 52428800, "hbm_gbps": 4000.0,
+               "bf16_tflops": 700.0, "driver": "580.159.04", "cuda": "13.0", "torch": "2.9.0", "triton": "3.6.0"}
+
+
+@pytest.fixture
+def copy_real_package(tmp_path):
+    """Copy one of the repository's packages into a directory of this test (to edit it)."""
+
+    def copy(name: str, dest_root: Path) -> Path:
+        dest = dest_root / name
+        shutil.copytree(REAL_PACKAGES / name, dest)
+        return dest
+
+    return copy
+
+
+BASE = "impl=baseline,BLOCK=16,num_warps=4"
+T32 = "impl=tiled,BLOCK=32,num_warps=4"
+T64 = "impl=tiled,BLOCK=64,num_warps=4"
+
+
+@pytest.fixture
+def measured_job(toy_package, h200_node):
+    """A done job of toy_attn on the H200 node: builds (one discarded for spilling, one failed) and
+    results for both shapes at batches 1 and 4 (tiled BLOCK 32 fastest, 4x the baseline; one
+    variant wrong at small/1)."""
+    from kernels.models import KernelJob
+    from kernels.services import kernel_builds_store, kernel_job_create, kernel_results_store
+
+    job = kernel_job_create(package=toy_package, node=h200_node, dispatch=False)
+    ids = {v.key: v.pk for v in job.variants.all()}
+    facts = [build_fact(pk) for key, pk in ids.items() if key not in (T64, "impl=tiled,BLOCK=16,num_warps=8")]
+    facts += [build_fact(ids[T64], spills=64), build_fact(ids["impl=tiled,BLOCK=16,num_warps=8"], ok=False,
+                                                             error="CompilationError: boom")]
+    kernel_builds_store(job_id=job.pk, payload=facts)
+    rows = []
+    for shape in ("small", "wide"):
+        for batch, scale in ((1, 1.0), (4, 3.0)):
+            rows += [result_row(ids[BASE], shape, batch, median_us=40.0 * scale),
+                     result_row(ids[T32], shape, batch, median_us=10.0 * scale),
+                     result_row(ids["impl=tiled,BLOCK=32,num_warps=8"], shape, batch, median_us=12.0 * scale)]
+    rows.append(result_row(ids["impl=tiled,BLOCK=16,num_warps=4"], "small", 1, median_us=1.0, correct=False))
+    kernel_results_store(job_id=job.pk, payload={"device": H200_DEVICE, "results": rows})
+    KernelJob.objects.filter(pk=job.pk).update(status="done")
+    job.refresh_from_db()
+    return job

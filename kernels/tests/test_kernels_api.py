@@ -1,0 +1,131 @@
+"""The kernels REST API: viewers read, operators start and cancel jobs, outsiders and anonymous
+clients are refused; the variant table filters and sorts on the server; exports and the what-if."""
+import csv
+import io
+import json
+
+import pytest
+
+from kernels.models import KernelBest
+from kernels.tests.conftest import BASE, T32, T64
+
+
+def test_anonymous_and_role_less_users_are_refused(anon_api, outsider_api, measured_job):
+    for url in ("/api/kernel-packages/", "/api/kernel-jobs/", f"/api/kernel-jobs/{measured_job.pk}/variants/",
+                "/api/kernel-best/", "/api/kernel-whatif/?sweep=1&speedup=2"):
+        assert anon_api.get(url).status_code == 401, url
+        assert outsider_api.get(url).status_code == 403, url
+    assert outsider_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box"}, format="json").status_code == 403
+
+
+def test_viewers_read_packages_jobs_and_best_variants(viewer_api, measured_job):
+    pkgs = viewer_api.get("/api/kernel-packages/").json()["results"]
+    assert [p["name"] for p in pkgs] == ["toy_attn"] and pkgs[0]["grid"]["variants"] == 7
+    one = viewer_api.get("/api/kernel-packages/toy_attn/").json()
+    assert one["grid"]["pruned"][0] == {"index": 0, "constraint": "impl != 'baseline' or BLOCK == 16", "pruned": 4}
+    job = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/").json()
+    assert job["device_name"] == "NVIDIA H200" and job["hbm_gbps"] == 4000.0 and job["builds_discarded"] == 1
+    best = viewer_api.get("/api/kernel-best/?package=toy_attn&shape=small").json()["results"]
+    assert [(b["batch"], b["key"], b["speedup"]) for b in best] == [(1, T32, 4.0), (4, T32, 4.0)]
+    assert viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/best/").json()[0]["device_name"] == "NVIDIA H200"
+    cfg = viewer_api.get(f"/api/kernel-best/{best[0]['id']}/config/")
+    assert cfg.status_code == 200 and json.loads(cfg.content)["1"] == {"impl": "tiled", "BLOCK": 32, "num_warps": 4}
+
+
+def test_viewers_cannot_start_or_cancel_jobs(viewer_api, measured_job):
+    assert viewer_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box"}, format="json").status_code == 403
+    assert viewer_api.post(f"/api/kernel-jobs/{measured_job.pk}/cancel/").status_code == 403
+
+
+def test_operators_start_and_cancel_jobs(operator_api, toy_package, h200_node, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        resp = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box",
+                                                       "params": {"impl": ["tiled"]}, "batches": [1]}, format="json")
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    assert body["target_cc"] == "9.0" and body["variants_total"] == 5 and body["status"] == "pending"
+    assert body["created_by"] == "oscar-operator" and len(callbacks) == 1
+    resp = operator_api.post(f"/api/kernel-jobs/{body['id']}/cancel/")
+    assert resp.status_code == 200 and resp.json()["status"] == "cancelled"
+    assert operator_api.post(f"/api/kernel-jobs/{body['id']}/cancel/").status_code == 409
+
+
+def test_job_creation_errors_name_the_field(operator_api, toy_package, cpu_node):
+    resp = operator_api.post("/api/kernel-jobs/", {"package": "nope", "node": "nowhere"}, format="json")
+    assert resp.status_code == 400
+    assert resp.json() == {"package": ["no registered kernel package named 'nope'"], "node": ["no node named 'nowhere'"]}
+    resp = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "cpu-box",
+                                                   "params": {"BLOCK": [48]}}, format="json")
+    assert resp.status_code == 400
+    body = resp.json()
+    assert body["params.BLOCK"] == ["48 is not one of the grid's values [16, 32, 64]"]
+    assert "cc" in body  # a node without GPUs needs the target named
+
+
+def test_the_variant_table_filters_and_sorts_on_the_server(viewer_api, measured_job):
+    url = f"/api/kernel-jobs/{measured_job.pk}/variants/"
+    table = viewer_api.get(url, {"batch": 4, "sort": "us:small"}).json()
+    assert table["batch"] == 4 and table["shapes"] == ["small", "wide"]
+    timed = [r["key"] for r in table["rows"] if r["shapes"].get("small", {}).get("median_us") is not None]
+    assert timed == [T32, "impl=tiled,BLOCK=32,num_warps=8", BASE]  # fastest first; untimed rows after
+    desc = viewer_api.get(url, {"batch": 4, "sort": "-us:small"}).json()["rows"]
+    assert desc[0]["key"] == BASE
+    discarded = viewer_api.get(url, {"state": "discarded"}).json()["rows"]
+    assert [(r["key"], r["build"]["discard_reason"]) for r in discarded] == [
+        (T64, "spills 64 bytes of registers to local memory")]
+    failed = viewer_api.get(url, {"state": "failed"}).json()["rows"]
+    assert failed[0]["build"]["error"] == "CompilationError: boom"
+    wrong = viewer_api.get(url, {"state": "wrong", "batch": 1}).json()["rows"]
+    assert [r["key"] for r in wrong] == ["impl=tiled,BLOCK=16,num_warps=4"]
+    only_base = viewer_api.get(url, {"p.impl": "baseline"}).json()
+    assert only_base["total"] == 2 and {r["params"]["impl"] for r in only_base["rows"]} == {"baseline"}
+    assert only_base["rows"][0]["best_in"] == []
+    best_row = viewer_api.get(url, {"p.impl": "tiled", "p.BLOCK": "32", "p.num_warps": "4", "batch": 1}).json()["rows"][0]
+    assert best_row["best_in"] == ["small", "wide"]
+    assert viewer_api.get(url, {"state": "sideways"}).status_code == 400
+
+
+def test_it_exports_the_job_as_csv_and_json(viewer_api, measured_job):
+    resp = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/export/?format=csv")
+    assert resp.status_code == 200 and resp["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(resp.content.decode())))
+    timed = [r for r in rows if r["median_us"]]
+    assert len(timed) == 12 and {"param.impl", "registers", "roofline_fraction", "gbps"} <= set(rows[0])
+    body = json.loads(viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/export/?format=json").content)
+    assert body["job"]["device"]["bf16_tflops"] == 700.0 and len(body["best"]) == 4
+
+
+def test_the_chart_endpoint_gives_time_per_implementation_and_the_roofline(viewer_api, measured_job):
+    data = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/chart/?shape=wide").json()
+    assert [s["label"] for s in data["series"]] == ["baseline", "tiled"]
+    assert data["series"][1]["points"] == [[1, 10.0], [4, 30.0]]
+    nbytes = 4 * 256 * 128 * 2 + 4 * 16 * 256 * 2
+    assert data["roofline"][1] == [4, pytest.approx(nbytes / 4000e9 * 1e6)]
+    assert viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/chart/?shape=huge").status_code == 400
+
+
+def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_job):
+    from benchmarks.models import BenchmarkRun, BenchmarkSweep
+
+    sweep = BenchmarkSweep.objects.create(name="s", engine="sim", topology="pd", status="done",
+                                          snapshot={"spec": {"sim": {"profile": "seed-sm120-fallback"}}})
+    BenchmarkRun.objects.create(sweep=sweep, status="done", concurrency=1, input_len=256, output_len=256,
+                                summary={"output_throughput_tok_s": 9.95, "ttft_ms": {"mean": 893.0},
+                                         "tpot_ms": {"mean": 94.0}})
+    resp = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": 0.63, "speedup": 3})
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["lengths"]["256/256"][0]["projected_tpot_ms"] == pytest.approx(94.0 * 0.58)
+    best = KernelBest.objects.filter(job=measured_job, shape="small", batch=1).get()
+    resp = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "best": best.pk})
+    body = resp.json()
+    assert body["speedup"] == pytest.approx(4.0) and body["speedup_source"].startswith(f"best variant #{best.pk}")
+    assert body["factor"] == pytest.approx(0.37 + 0.63 / 4)
+    assert viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk}).status_code == 400
+    assert viewer_api.get("/api/kernel-whatif/", {"sweep": 999999, "speedup": 2}).status_code == 404
+
+
+def test_the_openapi_schema_lists_the_kernel_endpoints(admin_api):
+    schema = admin_api.get("/api/schema/?format=json").json()
+    paths = set(schema["paths"])
+    assert {"/api/kernel-jobs/", "/api/kernel-jobs/{id}/variants/", "/api/kernel-whatif/",
+            "/api/kernel-packages/{name}/"} <= paths

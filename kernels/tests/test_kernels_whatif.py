@@ -1,0 +1,92 @@
+"""The what-if projection (kernels.whatif): a kernel taking a share of the decode step made
+faster, projected onto a measured sweep; numbers checked against hand computations from the sim
+profile's formulas and from a ceiling-analysis fit."""
+import pytest
+
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from controlplane.errors import InvalidInput
+from kernels.whatif import decode_factor, whatif_compute
+
+SEED = "seed-sm120-fallback"
+
+
+def _sweep(*, engine="sim", topology="pd", points, analysis=None, profile=SEED):
+    sweep = BenchmarkSweep.objects.create(name="t", engine=engine, topology=topology, status="done",
+                                          snapshot={"spec": {"sim": {"profile": profile}}} if engine == "sim" else {},
+                                          analysis=analysis or {})
+    for i, (c, tok, tpot_ms, ttft_ms) in enumerate(points):
+        BenchmarkRun.objects.create(sweep=sweep, ordinal=i, status="done", concurrency=c, input_len=256,
+                                    output_len=256, num_requests=4 * c, summary={
+                                        "output_throughput_tok_s": tok, "ttft_ms": {"mean": ttft_ms},
+                                        "tpot_ms": {"mean": tpot_ms}, "successes": 4 * c, "failures": 0})
+    return sweep
+
+
+def test_the_decode_factor_is_amdahls_law_on_one_step():
+    assert decode_factor(share=0.63, speedup=3.0) == pytest.approx(0.37 + 0.21)
+    assert decode_factor(share=1.0, speedup=4.0) == pytest.approx(0.25)
+    with pytest.raises(InvalidInput) as err:
+        decode_factor(share=1.5, speedup=0)
+    assert set(err.value.errors) == {"share", "speedup"}
+
+
+def test_it_projects_a_sim_sweep_from_the_profiles_formulas(db):
+    # The seed's PD c=1 row: 9.95 tok/s, TPOT 94 ms, TTFT 893 ms; 256 in / 256 out.
+    sweep = _sweep(points=[(1, 9.95, 94.0, 893.0), (8, 24.5, 282.0, 2000.0)])
+    out = whatif_compute(sweep=sweep, share=0.63, speedup=3.0)
+    assert out["model"] == "sim-profile" and out["profile"] == SEED and out["factor"] == pytest.approx(0.58)
+    c1, c8 = out["lengths"]["256/256"]
+    # By hand from seed-sm120-fallback.json: kv = 256 + 128 = 384 tokens; b = 1
+    step = 0.0632 + 0.0306 * 1 + 7e-07 * 1 * 384                  # 0.0940688 s
+    prefill = 0.607 + 0.000347 * 256                               # 0.695832 s
+    transfer = 0.0017 + 256 * 70272 / 177600000.0                  # 0.1029930 s
+    ttft, ttft_fast = prefill + transfer + step, prefill + transfer + 0.58 * step
+    tok = 1 * 256 / (ttft + 255 * step)
+    tok_fast = 1 * 256 / (ttft_fast + 255 * 0.58 * step)
+    assert c1["model_tpot_ms"] == pytest.approx(step * 1e3) and c1["model_fast_tpot_ms"] == pytest.approx(0.58 * step * 1e3)
+    assert c1["model_tok_s"] == pytest.approx(tok) and c1["model_fast_tok_s"] == pytest.approx(tok_fast)
+    assert c1["model_tok_s"] == pytest.approx(10.289, abs=1e-3)      # the profile reproduces the seed row
+    assert c1["projected_tpot_ms"] == pytest.approx(94.0 * 0.58)
+    assert c1["projected_tok_s"] == pytest.approx(9.95 * tok_fast / tok)
+    assert c1["projected_tok_s"] == pytest.approx(16.77, abs=0.01)
+    # c = 8: 8 x 384 = 3072 KV tokens fit the 5376-token cache, so all 8 run: b = 8
+    step8 = 0.0632 + 0.0306 * 8 + 7e-07 * 8 * 384
+    assert c8["running_batch"] == 8 and c8["model_tpot_ms"] == pytest.approx(step8 * 1e3)
+    assert c8["projected_tpot_ms"] == pytest.approx(282.0 * 0.58)
+
+
+def test_it_caps_the_running_batch_by_the_kv_capacity(db):
+    sweep = _sweep(points=[(16, 25.0, 510.0, 8800.0)])
+    row = whatif_compute(sweep=sweep, share=0.63, speedup=2.0)["lengths"]["256/256"][0]
+    b = 5376 // 384                                                # 14 sequences fit; 16 take turns
+    step = 0.0632 + 0.0306 * b + 7e-07 * b * 384
+    assert row["running_batch"] == b
+    assert row["model_tpot_ms"] == pytest.approx(step * 16 / b * 1e3)
+
+
+def test_it_projects_other_engines_with_the_ceiling_fit(db):
+    analysis = {"lengths": {"256/256": {"fit": {"possible": True, "fixed_ms": 50.0, "per_seq_ms": 10.0,
+                                                "r_squared": 0.99, "labels": ["c=1", "c=4"],
+                                                "running_batch": [1.0, 3.5]}}}}
+    sweep = _sweep(engine="sglang", topology="single", analysis=analysis,
+                   points=[(1, 16.0, 60.0, 150.0), (4, 44.0, 86.0, 200.0)])
+    out = whatif_compute(sweep=sweep, share=0.63, speedup=2.0)
+    f = 0.37 + 0.63 / 2
+    assert out["model"] == "ceiling-fit" and out["fit"]["256/256"]["per_seq_ms"] == 10.0
+    c1, c4 = out["lengths"]["256/256"]
+    # c = 4 by hand: TPOT(3.5) = 50 + 10 * 3.5 = 85 ms; TTFT held at the measured 200 ms.
+    tok = 4 * 256 / ((200 + 255 * 85) / 1e3)
+    tok_fast = 4 * 256 / ((200 + 255 * 85 * f) / 1e3)
+    assert c4["model_tpot_ms"] == pytest.approx(85.0) and c4["model_fast_tpot_ms"] == pytest.approx(85 * f)
+    assert c4["projected_tpot_ms"] == pytest.approx(86.0 * f)
+    assert c4["projected_tok_s"] == pytest.approx(44.0 * tok_fast / tok)
+    assert c4["tok_s_gain"] == pytest.approx(tok_fast / tok)
+
+
+def test_it_says_why_a_sweep_cannot_be_projected(db):
+    with pytest.raises(InvalidInput, match="has no decode cost fit"):
+        whatif_compute(sweep=_sweep(engine="vllm", points=[(1, 10.0, 90.0, 100.0)]), speedup=2.0)
+    with pytest.raises(InvalidInput, match="unknown profile 'no-such-profile'"):
+        whatif_compute(sweep=_sweep(points=[(1, 10.0, 90.0, 100.0)], profile="no-such-profile"), speedup=2.0)
+    with pytest.raises(InvalidInput, match="no finished closed-loop run"):
+        whatif_compute(sweep=_sweep(points=[]), speedup=2.0)

@@ -1,0 +1,407 @@
+"""Server-rendered pages of the kernels app: the index (packages, jobs, best variants), one
+package (manifest, grid with constraints and prune counts, shapes with bytes and FLOPs, the
+start-a-job form), one job (live progress, device calibration, the variant table filtered and
+sorted on the server, time-vs-batch charts against the roofline, best variants, exports), and the
+what-if projection of a sweep with a faster kernel.
+
+Views are thin: they authorise (:func:`deployments.views.role_page`: viewers read, operators
+start and cancel), parse the request, call one function of :mod:`kernels.services`,
+:mod:`kernels.selectors` or :mod:`kernels.whatif`, and shape numbers for the templates. Charts
+use the format of :file:`static/ceiling/charts.js` (``benchmarks.views.chart_spec``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from controlplane.errors import Conflict, InvalidInput, NotFound
+from controlplane.permissions import has_role
+from deployments.models import Node
+from deployments.views import role_page
+from kernels import selectors, services
+from kernels.choices import JOB_ACTIVE, JOB_TERMINAL
+from kernels.models import KernelBest, KernelJob, KernelPackage
+from kernels.whatif import DEFAULT_SHARE, whatif_compute
+
+# Jobs and best rows listed on the index page.
+INDEX_JOBS = 50
+# Best rows on a package page.
+PACKAGE_BEST = 200
+
+
+def _can_write(request: HttpRequest) -> bool:
+    return has_role(request.user, "operator")
+
+
+def chart_spec(*, title: str, x: tuple[str, str], y: tuple[str, str], series: list[dict[str, Any]],
+               x_log: bool = False, y_log: bool = False, empty: str | None = None) -> dict[str, Any]:
+    """A chart for :file:`static/ceiling/charts.js`: ``x``/``y`` are ``(label, unit)``; each
+    series ``{"label", "points": [[x, y], ...]}``."""
+    spec: dict[str, Any] = {"title": title, "x": {"label": x[0], "unit": x[1], "log": x_log},
+                            "y": {"label": y[0], "unit": y[1], "log": y_log}, "series": series}
+    if empty:
+        spec["empty"] = empty
+    return spec
+
+
+def _pct(x: float | None) -> float | None:
+    return None if x is None else 100.0 * x
+
+
+# --- index and packages -------------------------------------------------------------------------
+
+
+@role_page()
+def kernel_index(request: HttpRequest) -> HttpResponse:
+    """Registered packages (grid size after constraints), recent jobs with status and progress,
+    and the best variants per device."""
+    packages = []
+    for pkg in selectors.package_list():
+        try:
+            grid = services.package_grid(package=pkg).as_dict()
+        except InvalidInput:
+            grid = None
+        packages.append({"pkg": pkg, "grid": grid})
+    jobs = list(selectors.job_list()[:INDEX_JOBS])
+    best = list(selectors.best_list()[:PACKAGE_BEST])
+    return render(request, "kernels/index.html", {"packages": packages, "jobs": jobs, "best": best,
+                                                  "can_write": _can_write(request)})
+
+
+def _shape_costs(manifest) -> list[dict[str, Any]]:
+    rows = []
+    for shape in manifest.shapes:
+        cells = []
+        for b in shape.batches:
+            nbytes, flops = manifest.cost(shape, b)
+            cells.append({"batch": b, "mib": nbytes / 2**20, "gflop": flops / 1e9,
+                          "intensity": flops / nbytes if nbytes else None})
+        rows.append({"shape": shape, "cells": cells})
+    return rows
+
+
+def _package_context(request: HttpRequest, pkg: KernelPackage, *, form: dict | None = None,
+                     errors: dict | None = None) -> dict[str, Any]:
+    manifest = services.package_manifest(pkg)
+    grid = services.package_grid(package=pkg)
+    nodes = list(Node.objects.prefetch_related("gpus").order_by("name"))
+    node_ccs = {n.name: sorted({g.compute_capability for g in n.gpus.all() if g.compute_capability}) for n in nodes}
+    return {
+        "pkg": pkg, "manifest": manifest, "manifest_text": json.dumps(pkg.manifest, indent=2), "grid": grid,
+        "shape_costs": _shape_costs(manifest), "jobs": list(selectors.job_list(package=pkg.name)[:INDEX_JOBS]),
+        "best": list(selectors.best_list(package=pkg.name)[:PACKAGE_BEST]), "nodes": nodes, "node_ccs": node_ccs,
+        "can_write": _can_write(request), "form": form or {}, "errors": errors or {},
+        "history": list(pkg.history.order_by("-history_date")[:10]),
+    }
+
+
+@role_page()
+def package_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """One package: manifest, grid parameters and constraints with how many combinations each
+    pruned, shapes with bytes (MiB) and FLOPs (GFLOP) per batch, jobs, best variants and (for
+    operators) the form that starts a job."""
+    pkg = get_object_or_404(KernelPackage, name=name)
+    return render(request, "kernels/package_detail.html", _package_context(request, pkg))
+
+
+def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
+    """``impl=split_k,head_tiled; BLOCK_H=32`` → ``{"impl": ["split_k", "head_tiled"], "BLOCK_H": [32]}``."""
+    out: dict[str, list] = {}
+    for part in text.replace("\n", ";").split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, values = part.partition("=")
+        if not sep or not name.strip():
+            errors.setdefault("params", []).append(f"'{part}' is not PARAM=value[,value...]")
+            continue
+        out[name.strip()] = [int(v) if v.strip().lstrip("-").isdigit() else v.strip()
+                             for v in values.split(",") if v.strip()]
+    return out
+
+
+@role_page()
+@require_POST
+def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
+    """Start a job of the package (operator): node, target compute capability (default: the
+    node's GPU), an optional grid subset (``PARAM=v1,v2; PARAM2=v``), shapes and batches.
+    Redirects to the job page; errors re-render the package page with status 400."""
+    pkg = get_object_or_404(KernelPackage, name=name)
+    form = {k: request.POST.get(k, "").strip() for k in ("node", "cc", "params", "batches")}
+    form["shapes"] = request.POST.getlist("shapes")
+    errors: dict[str, list[str]] = {}
+    node = Node.objects.filter(name=form["node"]).first()
+    if node is None:
+        errors["node"] = ["Choose a registered node."]
+    subset = _parse_subset(form["params"], errors)
+    batches: list[int] = []
+    for part in form["batches"].replace(" ", "").split(","):
+        if not part:
+            continue
+        if not part.isdigit():
+            errors.setdefault("batches", []).append(f"'{part}' is not a positive whole number.")
+        else:
+            batches.append(int(part))
+    if not errors:
+        try:
+            job = services.kernel_job_create(package=pkg, node=node, cc=form["cc"] or None,
+                                             params_subset=subset or None, shapes=form["shapes"] or None,
+                                             batches=batches or None, user=request.user)
+        except InvalidInput as exc:
+            errors = exc.errors
+        else:
+            messages.success(request, f"Kernel job #{job.pk} queued on node {node.name}: "
+                                      f"{job.variants_total} variants for compute capability {job.target_cc}.")
+            return redirect("kernels:job-detail", pk=job.pk)
+    return render(request, "kernels/package_detail.html", _package_context(request, pkg, form=form, errors=errors),
+                  status=400)
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+
+def _progress_context(job: KernelJob) -> dict[str, Any]:
+    total = job.progress_total or job.variants_total or 0
+    done = min(job.progress_done, total) if total else 0
+    percent = 100 if job.status in JOB_TERMINAL else (round(100 * done / total) if total else 0)
+    return {"job": job, "active": job.status in JOB_ACTIVE, "terminal": job.status in JOB_TERMINAL,
+            "done": done, "total": total, "percent": percent,
+            "status_class": {"done": "ok", "failed": "bad", "cancelled": "warn"}.get(job.status, "")}
+
+
+def _table_params(request: HttpRequest) -> tuple[int | None, str, dict[str, str], str]:
+    batch_raw = request.GET.get("batch", "")
+    batch = int(batch_raw) if batch_raw.isdigit() else None
+    state = request.GET.get("state", "all")
+    if state not in selectors.STATES:
+        state = "all"
+    params = {k[2:]: v for k, v in request.GET.items() if k.startswith("p.") and v}
+    sort = request.GET.get("sort", "ordinal")[:80]
+    return batch, state, params, sort
+
+
+def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
+    batch, state, params, sort = _table_params(request)
+    table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort)
+    base_query = {"batch": table.batch or "", "state": state, **{f"p.{k}": v for k, v in params.items()}}
+
+    def sort_link(key: str) -> str:
+        current = table.sort.lstrip("-")
+        desc = table.sort.startswith("-")
+        new = ("-" + key) if current == key and not desc else key
+        from urllib.parse import urlencode
+
+        return "?" + urlencode({**base_query, "sort": new})
+
+    columns = [{"key": "ordinal", "label": "#", "unit": ""}]
+    columns += [{"key": f"param:{p}", "label": p, "unit": ""} for p in table.params]
+    columns += [{"key": "registers", "label": "registers", "unit": "/thread"},
+                {"key": "spills_bytes", "label": "spills", "unit": "B"},
+                {"key": "shared_bytes", "label": "shared", "unit": "KiB"},
+                {"key": "tensor_core", "label": "tensor cores", "unit": ""},
+                {"key": "build_s", "label": "build", "unit": "s"}]
+    shape_cols = []
+    for shape in table.shapes:
+        shape_cols.append({"shape": shape, "us": f"us:{shape}", "roof": f"roof:{shape}"})
+    for col in columns:
+        col["link"] = sort_link(col["key"])
+        col["sorted"] = table.sort.lstrip("-") == col["key"]
+        col["desc"] = table.sort.startswith("-")
+    for col in shape_cols:
+        col["us_link"], col["roof_link"] = sort_link(col["us"]), sort_link(col["roof"])
+        col["us_sorted"] = table.sort.lstrip("-") == col["us"]
+        col["roof_sorted"] = table.sort.lstrip("-") == col["roof"]
+    for row in table.rows:
+        row["cells"] = [dict((row["shapes"].get(sh) or {}), shape=sh,
+                             roof_pct=_pct((row["shapes"].get(sh) or {}).get("roofline_fraction")))
+                        for sh in table.shapes]
+        row["param_values"] = [row["params"].get(p) for p in table.params]
+        if row["build"] and row["build"]["shared_bytes"] is not None:
+            row["build"]["shared_kib"] = row["build"]["shared_bytes"] / 1024
+    param_filters = [{"name": name, "options": [{"value": v, "selected": params.get(name) == str(v)} for v in values]}
+                     for name, values in table.param_values.items()]
+    return {"table": table, "columns": columns, "shape_cols": shape_cols, "param_filters": param_filters,
+            "state": state, "sort": table.sort, "job": job}
+
+
+def _job_charts(job: KernelJob) -> list[dict[str, Any]]:
+    charts = []
+    for shape in (job.manifest or {}).get("shapes", []):
+        name = shape["name"]
+        if job.shapes and name not in job.shapes:
+            continue
+        data = selectors.job_time_chart(job=job, shape=name)
+        series = list(data["series"])
+        if data["roofline"]:
+            series.append({"label": "roofline (measured HBM GB/s, bf16 TFLOP/s)", "points": data["roofline"]})
+        charts.append({"id": f"chart-time-{name}", "chart": chart_spec(
+            title=f"{name}: time per call vs batch (fastest correct variant per implementation)",
+            x=("batch", "requests"), y=("median time", "µs"), series=series, x_log=True, y_log=True,
+            empty="no correct timed variant yet (timing needs a GPU of the target's compute capability).")})
+    return charts
+
+
+@role_page()
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """One job: status and live progress (htmx every 2 s, and the ``kernel-job-<id>`` websocket
+    group where the live client is present), target, device calibration (GB/s, TFLOP/s measured on
+    the device), the variant table, time-vs-batch charts against the roofline, the best variants
+    and exported config files, CSV/JSON export, cancel (operator)."""
+    job = get_object_or_404(KernelJob.objects.select_related("package", "node", "created_by"), pk=pk)
+    ctx = {**_progress_context(job), **_table_context(request, job), "charts": _job_charts(job),
+           "best": list(selectors.best_list(job=job.pk)), "can_write": _can_write(request),
+           "grid": job.grid_summary or {}, "group": f"kernel-job-{job.pk}",
+           "config_paths": [Path(p).name for p in job.config_paths or []]}
+    return render(request, "kernels/job_detail.html", ctx)
+
+
+@role_page()
+def job_progress_partial(request: HttpRequest, pk: int) -> HttpResponse:
+    """The progress panel alone (htmx polls it every 2 s while the job is active; a terminal
+    job's panel carries no trigger, which ends the polling)."""
+    job = get_object_or_404(KernelJob.objects.select_related("package", "node"), pk=pk)
+    return render(request, "kernels/_job_progress.html", {**_progress_context(job), "can_write": _can_write(request)})
+
+
+@role_page()
+def job_variants_partial(request: HttpRequest, pk: int) -> HttpResponse:
+    """The variant table alone, for htmx swaps when a filter or sort changes."""
+    job = get_object_or_404(KernelJob.objects.select_related("package"), pk=pk)
+    return render(request, "kernels/_variant_table.html", _table_context(request, job))
+
+
+@role_page()
+@require_POST
+def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel the job (operator); redirect back to its page with what happened."""
+    job = get_object_or_404(KernelJob, pk=pk)
+    try:
+        services.kernel_job_cancel(job=job, user=request.user)
+        messages.success(request, f"Cancellation of kernel job #{job.pk} requested.")
+    except Conflict as exc:
+        messages.error(request, str(exc))
+    return redirect("kernels:job-detail", pk=pk)
+
+
+@role_page()
+def job_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    """Download every measurement of the job as ``csv`` or ``json``."""
+    job = get_object_or_404(KernelJob.objects.select_related("package", "node"), pk=pk)
+    if fmt == "csv":
+        body, ctype = services.kernel_job_export_csv(job=job), "text/csv"
+    elif fmt == "json":
+        body, ctype = services.kernel_job_export_json(job=job), "application/json"
+    else:
+        raise Http404("export format must be csv or json")
+    response = HttpResponse(body, content_type=ctype)
+    response["Content-Disposition"] = f'attachment; filename="kernel-job-{job.pk}.{fmt}"'
+    return response
+
+
+@role_page()
+def best_config(request: HttpRequest, pk: int) -> HttpResponse:
+    """Download the exported config file a best variant belongs to."""
+    best = get_object_or_404(KernelBest, pk=pk)
+    path = Path(best.config_path) if best.config_path else None
+    if path is None or not path.is_file():
+        raise Http404("no exported config file for this best variant")
+    response = HttpResponse(path.read_text(encoding="utf-8"), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{path.name}"'
+    return response
+
+
+# --- what-if ------------------------------------------------------------------------------------
+
+
+def _float_param(request: HttpRequest, name: str, errors: dict[str, list[str]]) -> float | None:
+    raw = request.GET.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        errors.setdefault(name, []).append(f"'{raw}' is not a number.")
+        return None
+    if not math.isfinite(value):
+        errors.setdefault(name, []).append(f"'{raw}' is not a finite number.")
+        return None
+    return value
+
+
+@role_page()
+def whatif_view(request: HttpRequest) -> HttpResponse:
+    """``/kernels/whatif/?sweep=<id>&share=0.63&speedup=<x>`` (or ``&best=<id>``): the sweep's
+    measured tok/s and TPOT per concurrency next to the projection with a faster kernel (table and
+    charts); the form picks the sweep, the share and the speedup or a best variant."""
+    from benchmarks.models import BenchmarkSweep
+
+    errors: dict[str, list[str]] = {}
+    sweeps = list(BenchmarkSweep.objects.filter(status="done").order_by("-created_at", "-id")[:100])
+    bests = list(KernelBest.objects.filter(speedup__isnull=False).select_related("package")
+                 .order_by("package__name", "device_name", "shape", "batch")[:300])
+    share = _float_param(request, "share", errors)
+    speedup = _float_param(request, "speedup", errors)
+    sweep_raw, best_raw = request.GET.get("sweep", ""), request.GET.get("best", "")
+    form = {"sweep": sweep_raw, "share": share if share is not None else DEFAULT_SHARE,
+            "speedup": "" if speedup is None else speedup, "best": best_raw}
+    result = None
+    charts: list[dict[str, Any]] = []
+    source = ""
+    if sweep_raw:
+        sweep = BenchmarkSweep.objects.filter(pk=int(sweep_raw)).first() if sweep_raw.isdigit() else None
+        if sweep is None:
+            errors["sweep"] = [f"No sweep with id {sweep_raw!r}."]
+        if best_raw and speedup is None:
+            try:
+                best = services.kernel_best_for(best_id=int(best_raw)) if best_raw.isdigit() else None
+            except NotFound:
+                best = None
+            if best is None or not best.speedup:
+                errors["best"] = ["Choose a best variant with a measured speedup over its baseline."]
+            else:
+                speedup = best.speedup
+                source = (f"best variant #{best.pk}: {best.package.name} {best.shape_bucket} on {best.device_name}, "
+                          f"{best.speedup:.2f}× over the baseline")
+        elif speedup is None:
+            errors["speedup"] = ["Give a speedup (×) or choose a best variant."]
+        if not errors and sweep is not None and speedup is not None:
+            try:
+                result = whatif_compute(sweep=sweep, share=share if share is not None else DEFAULT_SHARE,
+                                        speedup=speedup)
+            except InvalidInput as exc:
+                errors = exc.errors
+            else:
+                source = source or f"{speedup:g}× given"
+                charts = _whatif_charts(result)
+    return render(request, "kernels/whatif.html", {"sweeps": sweeps, "bests": bests, "form": form, "errors": errors,
+                                                   "result": result, "charts": charts, "source": source})
+
+
+def _whatif_charts(result: dict[str, Any]) -> list[dict[str, Any]]:
+    charts = []
+    for key, rows in result["lengths"].items():
+        tok = [{"label": "measured", "points": [[r["concurrency"], r["measured_tok_s"]] for r in rows]},
+               {"label": "projected", "points": [[r["concurrency"], r["projected_tok_s"]] for r in rows]}]
+        tpot = [{"label": "measured", "points": [[r["concurrency"], r["measured_tpot_ms"]] for r in rows]},
+                {"label": "projected", "points": [[r["concurrency"], r["projected_tpot_ms"]] for r in rows]}]
+        safe = key.replace("/", "-")
+        charts.append({"id": f"whatif-tok-{safe}", "chart": chart_spec(
+            title=f"{key}: output throughput vs concurrency", x=("concurrency", "requests"), y=("output", "tok/s"),
+            series=tok, x_log=True)})
+        charts.append({"id": f"whatif-tpot-{safe}", "chart": chart_spec(
+            title=f"{key}: TPOT vs concurrency", x=("concurrency", "requests"), y=("TPOT", "ms"), series=tpot,
+            x_log=True)})
+    return charts
+
+
+def job_url(job: KernelJob) -> str:
+    """The job page's URL."""
+    return reverse("kernels:job-detail", args=[job.pk])

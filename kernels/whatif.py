@@ -1,0 +1,221 @@
+"""What-if: a faster kernel in a measured sweep. Projected tok/s and TPOT per concurrency.
+
+A kernel that takes ``share`` of the decode step time (0.63 for the seed's sparse-attention
+fallback) and becomes ``speedup`` times faster scales the decode step cost by
+
+    factor = (1 - share) + share / speedup            (Amdahl's law on one step)
+
+The decode step model comes from the sweep's deployment:
+
+* ``sim`` engine: the sim profile of the deployment (``spec.sim.profile``; formulas in
+  :mod:`deployments.engines.simcore.profile`). For a closed-loop point of concurrency ``c`` with
+  ``n_in``/``n_out`` tokens: mean KV per decoding sequence ``kv = n_in + n_out / 2``; running batch
+  ``b = min(c, max_running_requests, floor(kv_capacity_tokens / kv))`` (at least 1); step
+  ``s = factor * (fixed_s + per_seq_s * b + per_kv_token_s * b * kv)``; TPOT ``= s * c / b``
+  (sequences waiting for KV take turns); TTFT ``= prefill.fixed_s + prefill.per_token_s * n_in``,
+  plus for PD the KV hand-over ``kv_transfer.fixed_s + n_in * bytes_per_token /
+  bandwidth_bytes_per_s`` and the first decode step; output tok/s ``= c * n_out / (TTFT +
+  (n_out - 1) * TPOT)`` (Little's law over a closed loop). Prefill queueing inside a burst is not
+  modelled (the sim profile's own derivation explains where it matters).
+* any other engine: the ceiling analysis' fit of the sweep (:func:`benchmarks.services.sweep_analysis`),
+  ``TPOT(b) = fixed_ms + per_seq_ms * b`` with the running batch ``b`` it estimated per point
+  (Little's law), scaled by ``factor``; TTFT is the measured mean (the kernel is a decode kernel).
+
+The projection shown next to the measured numbers is calibrated on them: projected TPOT =
+measured TPOT × (model TPOT with the faster kernel / model TPOT as is), and likewise for tok/s, so
+whatever the model leaves out stays as measured. The model's own numbers are returned as well.
+Open-loop points (request rate instead of concurrency) are left out with a note.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from controlplane.errors import InvalidInput
+
+# The seed's measured share of decode step time spent in the sparse-attention kernel (issue #6).
+DEFAULT_SHARE = 0.63
+MAX_SPEEDUP = 1000.0
+
+
+def decode_factor(*, share: float, speedup: float) -> float:
+    """``(1 - share) + share / speedup``: the decode step cost relative to now when a kernel taking
+    ``share`` (0 < share <= 1) of it becomes ``speedup`` (> 0) times faster. Raises
+    :class:`InvalidInput` (``share``, ``speedup``) outside those ranges."""
+    errors: dict[str, list[str]] = {}
+    if not isinstance(share, (int, float)) or not math.isfinite(share) or not 0 < share <= 1:
+        errors["share"] = [f"must be a fraction in (0, 1], got {share!r}"]
+    if not isinstance(speedup, (int, float)) or not math.isfinite(speedup) or not 0 < speedup <= MAX_SPEEDUP:
+        errors["speedup"] = [f"must be a number in (0, {MAX_SPEEDUP:g}], got {speedup!r}"]
+    if errors:
+        raise InvalidInput(errors)
+    return (1.0 - share) + share / speedup
+
+
+@dataclass
+class ModelPoint:
+    """The model's numbers for one point: TTFT and TPOT (ms), output tok/s, running batch."""
+
+    ttft_ms: float
+    tpot_ms: float
+    tok_s: float
+    running_batch: float
+
+
+def sim_point(profile, *, concurrency: int, input_len: int, output_len: int, topology: str,
+              factor: float = 1.0) -> ModelPoint:
+    """The sim-profile model of one closed-loop point (formulas in the module docstring).
+    ``profile`` is a :class:`deployments.engines.simcore.profile.SimProfile`."""
+    d, p, kv_t = profile.decode, profile.prefill, profile.kv_transfer
+    kv = input_len + output_len / 2.0
+    b = max(1, min(concurrency, d.max_running_requests, int(d.kv_capacity_tokens // kv)))
+    step = factor * (d.fixed_s + d.per_seq_s * b + d.per_kv_token_s * b * kv)
+    tpot = step * concurrency / b
+    ttft = p.fixed_s + p.per_token_s * input_len
+    if topology == "pd":
+        ttft += kv_t.fixed_s + input_len * kv_t.bytes_per_token / kv_t.bandwidth_bytes_per_s + step
+    e2e = ttft + (output_len - 1) * tpot
+    return ModelPoint(ttft_ms=ttft * 1e3, tpot_ms=tpot * 1e3, tok_s=concurrency * output_len / e2e,
+                      running_batch=float(b))
+
+
+def fit_point(*, fixed_ms: float, per_seq_ms: float, running_batch: float, concurrency: int, output_len: int,
+              ttft_ms: float, factor: float = 1.0) -> ModelPoint:
+    """The fitted-line model of one closed-loop point: TPOT = factor × (fixed + per_seq × b) (ms),
+    TTFT as measured, tok/s = c × n_out / (TTFT + (n_out − 1) × TPOT)."""
+    tpot = factor * (fixed_ms + per_seq_ms * running_batch)
+    e2e_s = (ttft_ms + (output_len - 1) * tpot) / 1e3
+    return ModelPoint(ttft_ms=ttft_ms, tpot_ms=tpot, tok_s=concurrency * output_len / e2e_s,
+                      running_batch=running_batch)
+
+
+@dataclass
+class WhatIfRow:
+    """One concurrency of the sweep: measured tok/s, TPOT and TTFT (means, ms); the model as is
+    and with the faster kernel; the calibrated projection (``projected_*``) and its gain."""
+
+    run_id: int
+    concurrency: int
+    input_len: int
+    output_len: int
+    measured_tok_s: float | None
+    measured_tpot_ms: float | None
+    measured_ttft_ms: float | None
+    model_tok_s: float
+    model_tpot_ms: float
+    model_fast_tok_s: float
+    model_fast_tpot_ms: float
+    projected_tok_s: float | None
+    projected_tpot_ms: float | None
+    tok_s_gain: float | None
+    running_batch: float
+
+
+def _central(dist: Any) -> float | None:
+    if not isinstance(dist, dict):
+        return None
+    for key in ("mean", "p50"):
+        v = dist.get(key)
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+def _profile_name(sweep) -> str | None:
+    spec = (sweep.snapshot or {}).get("spec") or (sweep.deployment.spec_snapshot if sweep.deployment else {}) or {}
+    sim = spec.get("sim") if isinstance(spec, dict) else None
+    if isinstance(sim, dict) and isinstance(sim.get("profile"), str):
+        return sim["profile"]
+    return None
+
+
+def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float) -> dict[str, Any]:
+    """Project ``sweep`` (a :class:`benchmarks.models.BenchmarkSweep`) with a kernel taking
+    ``share`` of the decode step made ``speedup`` times faster (see the module docstring).
+
+    Returns ``{"sweep", "engine", "topology", "share", "speedup", "factor", "model": "sim-profile"
+    | "ceiling-fit", "profile", "fit", "lengths": {"256/256": [WhatIfRow as dict, ...]}, "notes"}``
+    (rows by concurrency). Raises :class:`InvalidInput` for a bad share or speedup, a sweep with
+    no finished closed-loop run, a sim sweep whose profile cannot be loaded, or a non-sim sweep
+    whose analysis has no usable decode fit.
+    """
+    from benchmarks.services import run_metrics, sweep_analysis
+
+    factor = decode_factor(share=share, speedup=speedup)
+    engine = sweep.engine or ((sweep.snapshot or {}).get("engine") or "")
+    topology = sweep.topology if sweep.topology in ("pd", "single") else "single"
+    notes: list[str] = []
+    runs = [r for r in sweep.runs.filter(status="done").order_by("input_len", "output_len", "concurrency", "ordinal")]
+    open_loop = [r for r in runs if r.concurrency is None]
+    runs = [r for r in runs if r.concurrency and r.input_len and r.output_len]
+    if open_loop:
+        notes.append(f"{len(open_loop)} open-loop point(s) (request rate) are not projected: the model is a closed loop")
+    if not runs:
+        raise InvalidInput({"sweep": [f"sweep #{sweep.pk} has no finished closed-loop run with fixed lengths"]})
+    out: dict[str, Any] = {"sweep": sweep.pk, "engine": engine, "topology": topology, "share": share,
+                           "speedup": speedup, "factor": factor, "profile": None, "fit": None,
+                           "lengths": {}, "notes": notes}
+    profile = None
+    fits: dict[str, dict] = {}
+    if engine == "sim":
+        from deployments.engines.simcore.profile import ProfileError, profile_load
+
+        name = _profile_name(sweep)
+        if not name:
+            raise InvalidInput({"sweep": [f"sweep #{sweep.pk} is a sim sweep without a profile in its snapshot"]})
+        try:
+            profile = profile_load(name)
+        except ProfileError as exc:
+            raise InvalidInput({"sweep": [f"sim profile of sweep #{sweep.pk}: {exc}"]}) from None
+        out["model"], out["profile"] = "sim-profile", profile.name
+        out["decode"] = {"fixed_s": profile.decode.fixed_s, "per_seq_s": profile.decode.per_seq_s,
+                         "per_kv_token_s": profile.decode.per_kv_token_s,
+                         "kv_capacity_tokens": profile.decode.kv_capacity_tokens,
+                         "max_running_requests": profile.decode.max_running_requests}
+    else:
+        out["model"] = "ceiling-fit"
+        analysis = sweep_analysis(sweep=sweep)
+        for key, report in (analysis.get("lengths") or {}).items():
+            fit = report.get("fit") or {}
+            if fit.get("possible") and fit.get("fixed_ms") is not None and (fit.get("per_seq_ms") or 0) > 0 \
+                    and fit["fixed_ms"] >= 0:
+                batches = dict(zip(fit.get("labels") or [], fit.get("running_batch") or []))
+                fits[key] = {"fixed_ms": fit["fixed_ms"], "per_seq_ms": fit["per_seq_ms"],
+                             "r_squared": fit.get("r_squared"), "batches": batches}
+        if not fits:
+            raise InvalidInput({"sweep": [f"the ceiling analysis of sweep #{sweep.pk} has no decode cost fit "
+                                          "(it needs at least 3 points whose TPOT grows with the running batch)"]})
+        out["fit"] = {k: {kk: vv for kk, vv in v.items() if kk != "batches"} for k, v in fits.items()}
+    for run in runs:
+        key = f"{run.input_len}/{run.output_len}"
+        m = run_metrics(run=run)
+        tok = m.get("output_throughput_tok_s")
+        tpot = _central(m.get("tpot_ms"))
+        ttft = _central(m.get("ttft_ms"))
+        if profile is not None:
+            base = sim_point(profile, concurrency=run.concurrency, input_len=run.input_len,
+                             output_len=run.output_len, topology=topology)
+            fast = sim_point(profile, concurrency=run.concurrency, input_len=run.input_len,
+                             output_len=run.output_len, topology=topology, factor=factor)
+        else:
+            fit = fits.get(key)
+            if fit is None or ttft is None:
+                notes.append(f"{key} c={run.concurrency}: no decode fit or TTFT for this length pair; not projected")
+                continue
+            b = fit["batches"].get(f"c={run.concurrency}") or float(run.concurrency)
+            base = fit_point(fixed_ms=fit["fixed_ms"], per_seq_ms=fit["per_seq_ms"], running_batch=b,
+                             concurrency=run.concurrency, output_len=run.output_len, ttft_ms=ttft)
+            fast = fit_point(fixed_ms=fit["fixed_ms"], per_seq_ms=fit["per_seq_ms"], running_batch=b,
+                             concurrency=run.concurrency, output_len=run.output_len, ttft_ms=ttft, factor=factor)
+        proj_tpot = tpot * fast.tpot_ms / base.tpot_ms if tpot is not None else None
+        proj_tok = tok * fast.tok_s / base.tok_s if tok is not None else None
+        row = WhatIfRow(
+            run_id=run.pk, concurrency=run.concurrency, input_len=run.input_len, output_len=run.output_len,
+            measured_tok_s=tok, measured_tpot_ms=tpot, measured_ttft_ms=ttft, model_tok_s=base.tok_s,
+            model_tpot_ms=base.tpot_ms, model_fast_tok_s=fast.tok_s, model_fast_tpot_ms=fast.tpot_ms,
+            projected_tok_s=proj_tok, projected_tpot_ms=proj_tpot,
+            tok_s_gain=(proj_tok / tok) if proj_tok is not None and tok else None, running_batch=base.running_batch,
+        )
+        out["lengths"].setdefault(key, []).append(asdict(row))
+    return out

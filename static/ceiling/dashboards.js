@@ -1,0 +1,665 @@
+// Live dashboards drawn from the websocket (live.js): the node page, the deployment page (live,
+// or the stored telemetry of a past deployment), the sweep page's live progress and the wall.
+//
+// The server renders each page's skeleton (one tile per GPU, one row per process, ...) with
+// data-* hooks; this file fills in the numbers as messages arrive. Rules it keeps:
+// * a number that is unknown (null in a sample) is shown as "unavailable" with the raw reason in
+//   its tooltip, never as 0;
+// * numbers carry their unit (GiB, %, W, °C, MHz, tok/s);
+// * a sample older than 3 sampling intervals (at least 5 s) is marked stale with its time, and
+//   while the socket is down every live number is greyed under "reconnecting… stale since";
+// * charts use uPlot (served from npm under static/vendor/uplot); a null is a gap, not a zero.
+(function () {
+  "use strict";
+
+  var GIB = 1024 * 1024 * 1024;
+  var HISTORY_WINDOW_S = 600;       // sparklines keep the last 10 minutes
+  var STALE_MIN_S = 5;
+  var TICK_MS = 1000;
+
+  // --- formatting ---------------------------------------------------------------------------
+
+  function isNum(v) { return typeof v === "number" && isFinite(v); }
+  function gib(bytes) { return isNum(bytes) ? (bytes / GIB).toFixed(1) : null; }
+  function fixed(v, digits) { return isNum(v) ? v.toFixed(digits) : null; }
+  // Bytes in GiB (one decimal) from 1 GiB up, in MiB below: "0.0 GiB" says nothing.
+  function size(bytes) {
+    if (!isNum(bytes)) return null;
+    return bytes >= GIB ? (bytes / GIB).toFixed(1) + " GiB" : Math.round(bytes / (1024 * 1024)) + " MiB";
+  }
+  function sum(values) {
+    var known = values.filter(isNum);
+    if (!known.length) return null;
+    return known.reduce(function (a, b) { return a + b; }, 0);
+  }
+  function ago(seconds) {
+    if (!isNum(seconds)) return "";
+    if (seconds < 1) return "just now";
+    if (seconds < 120) return Math.round(seconds) + " s ago";
+    return Math.round(seconds / 60) + " min ago";
+  }
+
+  function field(root, name) { return root ? root.querySelector('[data-f="' + name + '"]') : null; }
+
+  // Write a value with its unit, or "unavailable" (with the reason as tooltip) when unknown.
+  function show(el, text, unit, reason) {
+    if (!el) return;
+    if (text === null || text === undefined) {
+      el.textContent = "unavailable";
+      el.classList.add("na");
+      el.title = reason ? "unavailable: " + reason : "unavailable";
+    } else {
+      el.textContent = unit ? text + " " + unit : String(text);
+      el.classList.remove("na");
+      el.title = "";
+    }
+  }
+  function set(root, name, text, unit, reason) { show(field(root, name), text, unit, reason); }
+
+  function bar(el, fraction) {
+    if (!el) return;
+    if (!isNum(fraction)) { el.style.width = "0"; el.parentNode.classList.add("na"); return; }
+    el.parentNode.classList.remove("na");
+    var pct = Math.max(0, Math.min(1, fraction)) * 100;
+    el.style.width = pct.toFixed(1) + "%";
+    el.parentNode.classList.toggle("high", pct >= 90);
+  }
+
+  function healthClass(text) {
+    var t = String(text || "").toLowerCase();
+    if (/^(healthy|ready|ok)/.test(t)) return "ok";
+    if (/^(down|failed|killed|exited|unhealthy|dead)/.test(t)) return "bad";
+    if (/^(starting|degraded|stale|pending|spawned|restart|stopping)/.test(t)) return "warn";
+    return "";
+  }
+
+  function statusClass(status) {
+    if (status === "ready") return "ok";
+    if (status === "failed" || status === "killed") return "bad";
+    if (status === "pending" || status === "starting" || status === "stopping" || status === "spawned") return "warn";
+    return "";
+  }
+
+  function setBadge(el, text, cls) {
+    if (!el) return;
+    el.textContent = text;
+    el.className = el.className.replace(/\b(ok|warn|bad)\b/g, "").trim();
+    if (cls) el.classList.add(cls);
+  }
+
+  // --- charts (uPlot) -----------------------------------------------------------------------
+
+  // A small line over time: values pushed as they arrive, the last 10 minutes kept.
+  function Spark(el, options) {
+    this.el = el;
+    this.options = options || {};
+    this.xs = [];
+    this.ys = [];
+    this.u = null;
+  }
+  Spark.prototype.push = function (t, v) {
+    if (!isNum(t)) return;
+    if (this.xs.length && t <= this.xs[this.xs.length - 1]) return;
+    this.xs.push(t);
+    this.ys.push(isNum(v) ? v : null);
+    this._trim();
+    this.draw();
+  };
+  Spark.prototype.load = function (ts, vs) {
+    if (!ts || !vs) return;
+    var xs = [], ys = [];
+    for (var i = 0; i < ts.length; i++) {
+      if (!isNum(ts[i])) continue;
+      xs.push(ts[i]);
+      ys.push(isNum(vs[i]) ? vs[i] : null);
+    }
+    // History first, then whatever arrived live after its last point.
+    var lastHist = xs.length ? xs[xs.length - 1] : -Infinity;
+    for (var j = 0; j < this.xs.length; j++) {
+      if (this.xs[j] > lastHist) { xs.push(this.xs[j]); ys.push(this.ys[j]); }
+    }
+    this.xs = xs;
+    this.ys = ys;
+    this._trim();
+    this.draw();
+  };
+  Spark.prototype._trim = function () {
+    if (!this.xs.length) return;
+    var cutoff = this.xs[this.xs.length - 1] - (this.options.windowS || HISTORY_WINDOW_S);
+    while (this.xs.length && this.xs[0] < cutoff) { this.xs.shift(); this.ys.shift(); }
+  };
+  Spark.prototype.draw = function () {
+    if (typeof uPlot === "undefined" || !this.el || this.xs.length < 2) return;
+    var data = [this.xs.slice(), this.ys.slice()];
+    if (this.u) { this.u.setData(data); return; }
+    var big = !!this.options.axes;
+    var unit = this.options.unit || "";
+    var width = Math.max(60, this.el.clientWidth || 100);
+    var opts = {
+      width: width,
+      height: this.options.height || (big ? 180 : 38),
+      legend: { show: false },
+      cursor: { show: big, drag: { x: false, y: false } },
+      scales: { x: { time: true }, y: { range: this.options.range || function (u, min, max) {
+        var lo = Math.min(0, isNum(min) ? min : 0);
+        var hi = isNum(max) && max > lo ? max * 1.1 : lo + 1;
+        return [lo, hi];
+      } } },
+      axes: big ? [{ values: function (u, ticks) { return ticks.map(function (t) { return CeilingLive.clock(t); }); } },
+                   { size: 70, values: function (u, ticks) { return ticks.map(function (v) { return v + (unit ? " " + unit : ""); }); } }]
+                : [{ show: false }, { show: false }],
+      series: [{}, {
+        label: this.options.label || "",
+        stroke: this.options.color || "#1f5fbf",
+        fill: this.options.fill || "rgba(31,95,191,0.10)",
+        width: big ? 2 : 1.5,
+        spanGaps: false,
+        points: { show: false },
+        value: function (u, v) { return isNum(v) ? (Math.round(v * 10) / 10) + (unit ? " " + unit : "") : "—"; }
+      }]
+    };
+    this.u = new uPlot(opts, data, this.el);
+    var self = this;
+    if (typeof ResizeObserver !== "undefined") {
+      new ResizeObserver(function () {
+        var w = Math.max(60, self.el.clientWidth);
+        if (self.u && Math.abs(w - self.u.width) > 4) self.u.setSize({ width: w, height: self.u.height });
+      }).observe(this.el);
+    }
+  };
+
+  function sparkOf(root, name, options) {
+    var el = root.querySelector('[data-spark="' + name + '"]');
+    if (!el) return null;
+    if (!el._spark) el._spark = new Spark(el, options);
+    return el._spark;
+  }
+
+  // --- sample freshness ---------------------------------------------------------------------
+
+  // Marks a root "sample-stale" once its last sample is older than 3 intervals (>= 5 s) and
+  // writes the sample time; called from a 1 s ticker.
+  function freshness(root, t, interval) {
+    var el = field(root, "sample-age");
+    if (!isNum(t)) {
+      if (el) el.textContent = "no sample yet";
+      root.classList.add("sample-stale");
+      return;
+    }
+    var age = Date.now() / 1000 - t;
+    var limit = Math.max(STALE_MIN_S, 3 * (isNum(interval) ? interval : 0.5));
+    var stale = age > limit;
+    root.classList.toggle("sample-stale", stale);
+    if (el) el.textContent = stale ? "no sample since " + CeilingLive.clock(t) + " (" + ago(age) + ")"
+                                   : "sample at " + CeilingLive.clock(t);
+  }
+
+  // --- node ---------------------------------------------------------------------------------
+
+  function processLabel(p) {
+    if (p.owner === "ceiling" && p.deployment_id !== null && p.deployment_id !== undefined) {
+      return "deployment #" + p.deployment_id + (p.role ? " " + p.role : "");
+    }
+    return "other process";
+  }
+
+  function renderGpu(tile, gpu, t, sparks) {
+    var reasons = gpu.unavailable || {};
+    var mem = gpu.memory || {};
+    var used = mem.used_bytes, total = mem.total_bytes;
+    bar(field(tile, "mem-fill"), isNum(used) && isNum(total) && total > 0 ? used / total : null);
+    var memText = isNum(used) && isNum(total) ? gib(used) + " / " + gib(total) : null;
+    set(tile, "mem", memText, "GiB", reasons["memory.used"] || reasons.memory || reasons.memory_used);
+    set(tile, "util", isNum(gpu.utilization_pct) ? gpu.utilization_pct : null, "%", reasons.utilization_pct || reasons.utilization);
+    set(tile, "memutil", isNum(gpu.memory_utilization_pct) ? gpu.memory_utilization_pct : null, "%", reasons.memory_utilization_pct);
+    var power = isNum(gpu.power_w) ? gpu.power_w.toFixed(0) + (isNum(gpu.power_limit_w) ? " / " + gpu.power_limit_w.toFixed(0) : "") : null;
+    set(tile, "power", power, "W", reasons.power_w || reasons.power);
+    set(tile, "temp", isNum(gpu.temperature_c) ? gpu.temperature_c : null, "°C", reasons.temperature_c || reasons.temperature);
+    set(tile, "clock", isNum(gpu.sm_clock_mhz) ? gpu.sm_clock_mhz : null, "MHz", reasons.sm_clock_mhz);
+    var mig = field(tile, "mig");
+    if (mig) mig.textContent = gpu.mig_mode === true ? "MIG on" : gpu.mig_mode === false ? "" : "";
+    var name = field(tile, "name");
+    if (name && gpu.name && !name.textContent.trim()) name.textContent = gpu.name;
+    if (sparks) {
+      var s;
+      if ((s = sparkOf(tile, "util", { unit: "%", range: [0, 100] }))) s.push(t, gpu.utilization_pct);
+      if ((s = sparkOf(tile, "power", { unit: "W", color: "#9a6700", fill: "rgba(154,103,0,0.10)" }))) s.push(t, gpu.power_w);
+      if ((s = sparkOf(tile, "temp", { unit: "°C", color: "#b42318", fill: "rgba(180,35,24,0.08)" }))) s.push(t, gpu.temperature_c);
+    }
+    var procs = field(tile, "procs");
+    if (procs) {
+      procs.textContent = "";
+      (gpu.processes || []).forEach(function (p) {
+        var li = document.createElement("li");
+        li.className = p.owner === "ceiling" ? "ceiling" : "other";
+        li.textContent = "pid " + p.pid + " · " + (isNum(p.used_bytes) ? gib(p.used_bytes) + " GiB" : "memory unavailable") + " · " + processLabel(p);
+        procs.appendChild(li);
+      });
+      if (!(gpu.processes || []).length) {
+        var none = document.createElement("li");
+        none.className = "muted";
+        none.textContent = "no processes";
+        procs.appendChild(none);
+      }
+    }
+  }
+
+  function renderHost(root, host, t, sparks) {
+    if (!host) return;
+    set(root, "cpu", fixed(host.cpu_pct, 0), "%");
+    var mem = host.memory || {};
+    set(root, "hostmem", isNum(mem.used_bytes) && isNum(mem.total_bytes) ? gib(mem.used_bytes) + " / " + gib(mem.total_bytes) : null, "GiB");
+    bar(field(root, "hostmem-fill"), isNum(mem.used_bytes) && isNum(mem.total_bytes) && mem.total_bytes > 0 ? mem.used_bytes / mem.total_bytes : null);
+    set(root, "load", Array.isArray(host.loadavg) ? host.loadavg.map(function (v) { return isNum(v) ? v.toFixed(2) : "?"; }).join(" ") : null, "");
+    var numa = field(root, "numa");
+    if (numa) {
+      var per = host.cpu_pct_per_numa || {};
+      Object.keys(per).sort(function (a, b) { return +a - +b; }).forEach(function (k) {
+        var row = numa.querySelector('[data-numa="' + k + '"]');
+        if (!row) {
+          row = document.createElement("div");
+          row.className = "numa-row";
+          row.setAttribute("data-numa", k);
+          row.innerHTML = '<span class="numa-label"></span><span class="bar"><span class="fill"></span></span><span class="live-value numa-pct"></span>';
+          row.querySelector(".numa-label").textContent = "NUMA " + k;
+          numa.appendChild(row);
+        }
+        bar(row.querySelector(".fill"), isNum(per[k]) ? per[k] / 100 : null);
+        show(row.querySelector(".numa-pct"), fixed(per[k], 0), "%");
+      });
+    }
+    if (sparks) {
+      var s = sparkOf(root, "cpu", { unit: "%", range: [0, 100] });
+      if (s) s.push(t, host.cpu_pct);
+    }
+  }
+
+  function gpuTile(root, gpu) {
+    var tile = root.querySelector('[data-gpu-index="' + gpu.index + '"]');
+    if (tile) return tile;
+    // A GPU the database does not know (yet): add a tile from the template.
+    var tpl = root.querySelector("template[data-gpu-template]");
+    var holder = root.querySelector("[data-gpus]");
+    if (!tpl || !holder) return null;
+    tile = tpl.content.firstElementChild.cloneNode(true);
+    tile.setAttribute("data-gpu-index", gpu.index);
+    var label = field(tile, "index");
+    if (label) label.textContent = "GPU " + gpu.index;
+    holder.appendChild(tile);
+    var empty = root.querySelector("[data-no-gpu]");
+    if (empty && !empty.hasAttribute("data-keep")) empty.hidden = true;
+    return tile;
+  }
+
+  function renderNode(root, data, sparks) {
+    var t = data.t;
+    root._sample = { t: t, interval: data.interval_s };
+    var nvml = field(root, "nvml");
+    if (nvml) {
+      nvml.textContent = data.nvml === "ok" ? "" : "NVML unavailable: " + (data.nvml || "no reason given");
+      nvml.hidden = data.nvml === "ok";
+      // On a host without GPUs that is expected, not a warning.
+      var expected = !root.querySelector("[data-gpu-index]:not(template)");
+      nvml.classList.toggle("warn", !expected);
+      nvml.classList.toggle("expected", expected);
+    }
+    (data.gpus || []).forEach(function (gpu) {
+      var tile = gpuTile(root, gpu);
+      if (tile) renderGpu(tile, gpu, t, sparks);
+    });
+    renderHost(root, data.host, t, sparks);
+    freshness(root, t, data.interval_s);
+  }
+
+  function nodeHistory(root, body) {
+    var h = body && body.history;
+    if (!h || !h.t) return;
+    var gpus = h.gpus || {};
+    Object.keys(gpus).forEach(function (index) {
+      var tile = root.querySelector('[data-gpu-index="' + index + '"]');
+      if (!tile) return;
+      var series = gpus[index] || {};
+      var s;
+      if ((s = sparkOf(tile, "util", { unit: "%", range: [0, 100] }))) s.load(h.t, series.utilization_pct);
+      if ((s = sparkOf(tile, "power", { unit: "W", color: "#9a6700", fill: "rgba(154,103,0,0.10)" }))) s.load(h.t, series.power_w);
+      if ((s = sparkOf(tile, "temp", { unit: "°C", color: "#b42318", fill: "rgba(180,35,24,0.08)" }))) s.load(h.t, series.temperature_c);
+    });
+    var cpu = sparkOf(root, "cpu", { unit: "%", range: [0, 100] });
+    if (cpu) cpu.load(h.t, h.host_cpu_pct);
+  }
+
+  // --- deployment ---------------------------------------------------------------------------
+
+  function deploymentTotals(data) {
+    var procs = data.processes || [];
+    var serving = procs.filter(function (p) { return p.role === "decode" || p.role === "single"; });
+    var engines = procs.filter(function (p) { return p.role !== "router"; });
+    return {
+      // Requests being generated: the decode side of PD or the single server (a PD request
+      // also passes through prefill; counting both would count it twice).
+      running: sum(serving.map(function (p) { return p.engine ? p.engine.running : null; })),
+      // Requests waiting anywhere before generation (prefill queue included).
+      queued: sum(engines.map(function (p) { return p.engine ? p.engine.queued : null; }))
+    };
+  }
+
+  function processRow(root, p) {
+    var row = root.querySelector('[data-process-id="' + p.id + '"]');
+    if (row) return row;
+    var tpl = root.querySelector("template[data-process-template]");
+    var body = root.querySelector("tbody[data-processes]");
+    if (!tpl || !body) return null;
+    row = tpl.content.firstElementChild.cloneNode(true);
+    row.setAttribute("data-process-id", p.id);
+    var label = field(row, "label");
+    if (label) label.textContent = p.role;
+    body.appendChild(row);
+    var empty = root.querySelector("[data-no-processes]");
+    if (empty) empty.hidden = true;
+    labelProcesses(root);
+    return row;
+  }
+
+  // Rows added from a sample know only the role; the process list of the API gives the
+  // ordinal, so they read "decode #0" like the rest of the page. At most one request a second.
+  function labelProcesses(root) {
+    var id = root.getAttribute("data-live-deployment");
+    if (!id || root._labelling) return;
+    root._labelling = true;
+    setTimeout(function () {
+      fetch("/api/processes/?deployment=" + encodeURIComponent(id) + "&limit=500",
+            { credentials: "same-origin", headers: { Accept: "application/json" } })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (body) {
+          root._labelling = false;
+          var rows = body && (body.results || body);
+          if (!Array.isArray(rows)) return;
+          rows.forEach(function (p) {
+            var label = root.querySelector('[data-process-id="' + p.id + '"] [data-f="label"]');
+            if (label) label.textContent = p.role + " #" + p.ordinal;
+          });
+        })
+        .catch(function () { root._labelling = false; });
+    }, 1000);
+  }
+
+  function renderDeployment(root, data, sparks) {
+    var t = data.t;
+    root._sample = { t: t, interval: data.interval_s || 0.5 };
+    set(root, "tok_s", fixed(data.tok_s, 1), "tok/s");
+    var totals = deploymentTotals(data);
+    set(root, "total_running", isNum(totals.running) ? Math.round(totals.running) : null, "");
+    set(root, "total_queued", isNum(totals.queued) ? Math.round(totals.queued) : null, "");
+    if (data.status) setBadge(field(root, "status"), data.status, statusClass(data.status));
+    if (sparks) {
+      var s = sparkOf(root, "tok_s", { unit: "tok/s", axes: true, label: "output tok/s", height: 170 });
+      if (s) s.push(t, data.tok_s);
+    }
+    (data.processes || []).forEach(function (p) {
+      var row = processRow(root, p);
+      if (!row) return;
+      var e = p.engine || {};
+      var reason = e.metrics_error || "";
+      setBadge(field(row, "health"), p.health || p.status || "unknown", healthClass(p.health || p.status));
+      set(row, "status", p.status || null, "");
+      set(row, "gen_tok_s", fixed(e.gen_tok_s, 1), "tok/s", reason);
+      set(row, "running", isNum(e.running) ? Math.round(e.running) : null, "", reason);
+      set(row, "queued", isNum(e.queued) ? Math.round(e.queued) : null, "", reason);
+      set(row, "kv", isNum(e.kv_usage) ? (e.kv_usage * 100).toFixed(0) : null, "%", reason);
+      set(row, "gpumem", size(p.gpu_memory_bytes), "", p.gpu_memory_bytes === null ? "no GPU memory reported for this process" : "");
+      set(row, "cpu", fixed(p.cpu_pct, 0), "%");
+      set(row, "cpu_pinned", fixed(p.cpu_pct_pinned_set, 0), "%");
+      set(row, "rss", size(p.rss_bytes), "");
+      var err = field(row, "metrics_error");
+      if (err) err.textContent = e.metrics_error ? "metrics: " + e.metrics_error : "";
+      if (sparks) {
+        var sp = sparkOf(row, "gen_tok_s", { unit: "tok/s" });
+        if (sp) sp.push(t, e.gen_tok_s);
+      }
+    });
+    freshness(root, t, root._sample.interval);
+  }
+
+  function applyHealthChange(root, data) {
+    var item = root.querySelector('[data-process-id="' + data.process_id + '"]');
+    if (!item) return;
+    setBadge(field(item, "health"), data.to, healthClass(data.to));
+    var detail = field(item, "health-detail");
+    if (detail) {
+      var text = data.detail || "";
+      detail.textContent = text.length > 90 ? text.slice(0, 87) + "…" : text;
+      detail.title = text;
+    }
+  }
+
+  function deploymentHistory(root, body) {
+    var h = body && body.history;
+    if (!h || !h.t) return;
+    var s = sparkOf(root, "tok_s", { unit: "tok/s", axes: true, label: "output tok/s", height: 170 });
+    if (s) s.load(h.t, h.tok_s);
+    var procs = h.processes || {};
+    Object.keys(procs).forEach(function (pid) {
+      var row = root.querySelector('tr[data-process-id="' + pid + '"]');
+      var sp = row && sparkOf(row, "gen_tok_s", { unit: "tok/s" });
+      if (sp) sp.load(h.t, procs[pid].gen_tok_s);
+    });
+  }
+
+  // Ask htmx to re-fetch the server-rendered live part (status, health, timeline) now instead
+  // of at its next 2 s poll.
+  function refreshHtmx(selector) {
+    var el = document.querySelector(selector);
+    if (!el || typeof htmx === "undefined" || !el.getAttribute("hx-get")) return;
+    var values = {};
+    try { values = JSON.parse(el.getAttribute("hx-vals") || "{}"); } catch (err) { values = {}; }
+    htmx.ajax("GET", el.getAttribute("hx-get"), { source: el, target: el, swap: "outerHTML", values: values });
+  }
+
+  // --- stored telemetry of a past deployment -----------------------------------------------
+
+  function drawHistoryCharts(root, body) {
+    var holder = root.querySelector("[data-history-charts]");
+    var note = field(root, "history-note");
+    var h = body && body.history;
+    if (!holder) return;
+    if (!h || !h.t || !h.t.length) {
+      if (note) note.textContent = "No stored telemetry for this deployment.";
+      return;
+    }
+    if (note) note.textContent = h.t.length + " stored samples, " + CeilingLive.clock(h.t[0]) + " – " + CeilingLive.clock(h.t[h.t.length - 1]) + " (1 s rollups).";
+    function chart(title, ts, vs, unit, color) {
+      if (!vs || !vs.some(isNum)) return;
+      var box = document.createElement("div");
+      box.className = "history-chart";
+      var h3 = document.createElement("h3");
+      h3.textContent = title;
+      var plot = document.createElement("div");
+      box.appendChild(h3);
+      box.appendChild(plot);
+      holder.appendChild(box);
+      var s = new Spark(plot, { unit: unit, axes: true, label: title, height: 160, color: color, windowS: 1e12 });
+      s.load(ts, vs);
+    }
+    chart("Output (tok/s)", h.t, h.tok_s, "tok/s");
+    var labels = {};
+    Array.prototype.forEach.call(root.querySelectorAll("[data-process-label]"), function (el) {
+      labels[el.getAttribute("data-process-label")] = el.textContent;
+    });
+    var procs = h.processes || {};
+    Object.keys(procs).forEach(function (pid) {
+      var p = procs[pid];
+      var who = labels[pid] || "process " + pid;
+      chart(who + ": generation (tok/s)", h.t, p.gen_tok_s, "tok/s", "#009E73");
+      chart(who + ": running requests", h.t, p.running, "", "#E69F00");
+      chart(who + ": queued requests", h.t, p.queued, "", "#CC79A7");
+      chart(who + ": KV cache usage (%)", h.t, (p.kv_usage || []).map(function (v) { return isNum(v) ? v * 100 : null; }), "%", "#D55E00");
+      chart(who + ": GPU memory (GiB)", h.t, (p.gpu_memory_bytes || []).map(function (v) { return isNum(v) ? v / GIB : null; }), "GiB", "#56B4E9");
+      chart(who + ": CPU (%)", h.t, p.cpu_pct, "%", "#0072B2");
+    });
+    if (!holder.children.length && note) note.textContent = "No stored telemetry for this deployment.";
+  }
+
+  function initHistory(root) {
+    var id = root.getAttribute("data-telemetry-history");
+    var since = root.getAttribute("data-since");
+    var url = "/api/deployments/" + encodeURIComponent(id) + "/telemetry/" + (since ? "?since=" + encodeURIComponent(since) : "");
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) {
+        if (!r.ok) throw new Error("HTTP " + r.status);
+        return r.json();
+      })
+      .then(function (body) { drawHistoryCharts(root, body); })
+      .catch(function (err) {
+        var note = field(root, "history-note");
+        if (note) note.textContent = "Stored telemetry could not be loaded (" + err.message + ").";
+      });
+  }
+
+  // --- sweep --------------------------------------------------------------------------------
+
+  function renderSweepProgress(root, data) {
+    root.hidden = false;
+    var total = data.total, done = data.done;
+    set(root, "point", isNum(data.point_index) && isNum(data.points_total)
+      ? (data.point_index + 1) + " of " + data.points_total + (data.point ? " · " + data.point : "") : null, "");
+    set(root, "requests", isNum(done) && isNum(total) ? done + " / " + total : null, "requests");
+    set(root, "failed", isNum(data.failed) ? data.failed : null, "failed");
+    set(root, "tok_s", fixed(data.tok_s, 1), "tok/s");
+    // A time-limited point ends by its duration (its request total is only a budget).
+    set(root, "elapsed", isNum(data.elapsed_s) ? data.elapsed_s.toFixed(1) + (isNum(data.duration_s) ? " / " + data.duration_s : "") : null, "s");
+    bar(field(root, "fill"), isNum(done) && isNum(total) && total > 0 ? done / total : null);
+    root._sample = { t: Date.now() / 1000, interval: 1 };
+    var age = field(root, "sample-age");
+    if (age) age.textContent = "updated " + CeilingLive.clock(new Date());
+  }
+
+  function initSweep(root) {
+    var id = root.getAttribute("data-live-sweep");
+    var group = "sweep-" + id;
+    CeilingLive.open({
+      groups: [group],
+      onMessage: function (msg, meta) {
+        var badge = field(root, "status");
+        if (msg.type === "sweep.progress") {
+          if (!meta.replayed || msg.data.done !== msg.data.total) renderSweepProgress(root, msg.data);
+          if (badge && !/^(done|failed|cancelled)$/.test(badge.textContent)) setBadge(badge, "running", "warn");
+        } else if (msg.type === "sweep.status") {
+          setBadge(badge, msg.data.status, statusClass(msg.data.status) || (msg.data.status === "done" ? "ok" : ""));
+        }
+        if ((msg.type === "sweep.point" || msg.type === "sweep.status") && !meta.replayed) {
+          // A point finished or the sweep changed state: the results (table, charts, findings)
+          // and the status line reload from the server.
+          if (typeof htmx !== "undefined") htmx.trigger(document.body, "sweep-points-changed");
+          refreshHtmx("#sweep-progress");
+        }
+      }
+    });
+  }
+
+  // --- node page ----------------------------------------------------------------------------
+
+  function initNode(root) {
+    var group = root.getAttribute("data-group");
+    CeilingLive.open({
+      groups: [group],
+      onMessage: function (msg) { if (msg.type === "node.sample") renderNode(root, msg.data, true); },
+      onHistory: function (g, body) { nodeHistory(root, body); }
+    });
+    setInterval(function () { var s = root._sample; freshness(root, s && s.t, s && s.interval); }, TICK_MS);
+  }
+
+  // --- deployment page ----------------------------------------------------------------------
+
+  function initDeployment(root) {
+    var group = root.getAttribute("data-group");
+    CeilingLive.open({
+      groups: [group],
+      onMessage: function (msg, meta) {
+        if (msg.type === "deployment.sample") renderDeployment(root, msg.data, true);
+        else if (msg.type === "health.change") { applyHealthChange(root, msg.data); if (!meta.replayed) refreshHtmx("#deployment-live"); }
+        else if (msg.type === "deployment.status") {
+          setBadge(field(root, "status"), msg.data.status, statusClass(msg.data.status));
+          if (!meta.replayed) refreshHtmx("#deployment-live");
+        }
+      },
+      onHistory: function (g, body) { deploymentHistory(root, body); }
+    });
+    setInterval(function () { var s = root._sample; freshness(root, s && s.t, s && s.interval); }, TICK_MS);
+  }
+
+  // --- wall ---------------------------------------------------------------------------------
+
+  function initWall(root) {
+    var latest = {};   // group -> {type: data}
+    function tiles() { return root.querySelector("[data-wall-tiles]"); }
+    function groupsOnWall() {
+      return Array.prototype.map.call(tiles().querySelectorAll("[data-group]"), function (el) { return el.getAttribute("data-group"); });
+    }
+    function tileOf(group) { return tiles().querySelector('[data-group="' + group + '"]'); }
+    function render(group) {
+      var tile = tileOf(group);
+      var seen = latest[group];
+      if (!tile || !seen) return;
+      if (seen["node.sample"]) renderNode(tile, seen["node.sample"], false);
+      if (seen["deployment.sample"]) renderDeployment(tile, seen["deployment.sample"], false);
+      if (seen["deployment.status"]) setBadge(field(tile, "status"), seen["deployment.status"].status, statusClass(seen["deployment.status"].status));
+      (seen["health.change"] ? [seen["health.change"]] : []).forEach(function (d) { applyHealthChange(tile, d); });
+    }
+    var live = CeilingLive.open({
+      groups: groupsOnWall(),
+      onMessage: function (msg) {
+        (latest[msg.group] = latest[msg.group] || {})[msg.type] = msg.data;
+        if (msg.type === "deployment.status") {
+          var s = latest[msg.group]["deployment.sample"];
+          if (s) s.status = msg.data.status;
+        }
+        render(msg.group);
+      }
+    });
+    // New deployments and nodes appear (and ended ones go) without a reload: the tiles are
+    // re-fetched every 10 s, swapped in when the roster changed, and the socket's
+    // subscriptions follow.
+    var url = root.getAttribute("data-tiles-url");
+    function refreshRoster() {
+      fetch(url, { credentials: "same-origin", cache: "no-store" })
+        .then(function (r) { return r.ok && !r.redirected ? r.text() : null; })
+        .then(function (html) {
+          if (!html) return;
+          var doc = new DOMParser().parseFromString(html, "text/html");
+          var fresh = doc.querySelector("[data-wall-tiles]");
+          var current = tiles();
+          if (!fresh || fresh.getAttribute("data-roster") === current.getAttribute("data-roster")) return;
+          var before = groupsOnWall();
+          current.replaceWith(document.importNode(fresh, true));
+          var after = groupsOnWall();
+          live.unsubscribe(before.filter(function (g) { return after.indexOf(g) < 0; }));
+          live.subscribe(after.filter(function (g) { return before.indexOf(g) < 0; }));
+          after.forEach(render);
+        })
+        .catch(function () { /* server away: the status line already says so */ });
+    }
+    setInterval(refreshRoster, 10000);
+    var clockEl = root.querySelector("[data-wall-clock]");
+    if (clockEl) clockEl.textContent = CeilingLive.clock(new Date());
+    setInterval(function () {
+      if (clockEl) clockEl.textContent = CeilingLive.clock(new Date());
+      Array.prototype.forEach.call(tiles().querySelectorAll("[data-group]"), function (tile) {
+        var s = tile._sample;
+        freshness(tile, s && s.t, s && s.interval);
+      });
+    }, TICK_MS);
+  }
+
+  function init() {
+    if (typeof CeilingLive === "undefined") return;
+    Array.prototype.forEach.call(document.querySelectorAll("[data-live-node]"), initNode);
+    Array.prototype.forEach.call(document.querySelectorAll("[data-live-deployment]"), initDeployment);
+    Array.prototype.forEach.call(document.querySelectorAll("[data-telemetry-history]"), initHistory);
+    Array.prototype.forEach.call(document.querySelectorAll("[data-live-sweep]"), initSweep);
+    Array.prototype.forEach.call(document.querySelectorAll("[data-wall]"), initWall);
+  }
+
+  window.CeilingDashboards = { renderNode: renderNode, renderDeployment: renderDeployment, deploymentTotals: deploymentTotals };
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

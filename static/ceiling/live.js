@@ -1,0 +1,309 @@
+// The live-data client: one websocket to /ws/live/ per page, plain JS, no build step.
+//
+//   var live = CeilingLive.open({
+//     groups: ["node-local", "deployment-3"],      // subscriptions, checked by the server
+//     onMessage: function (msg, meta) {},          // a wire message {type, seq, group, ts, data};
+//                                                  // meta.replayed is true for a re-synced one
+//     onHistory: function (group, body) {},        // the REST re-sync answer of a group
+//     onState: function (state, live) {}           // "connecting" | "live" | "reconnecting" | "signed-out"
+//   });
+//   live.subscribe(["deployment-4"]); live.unsubscribe(["deployment-3"]);
+//
+// What it guarantees a page:
+// * Messages of one (group, type) are delivered in time order; an older or repeated one (a
+//   replay from a re-sync that the stream already passed) is dropped.
+// * A gap in a group's seq, and every (re)connect, re-syncs: the server's snapshot (the last
+//   message of each type, sent with "live.subscribed"/"live.snapshot") and the REST endpoint of
+//   the group (history for charts, via onHistory).
+// * It reconnects by itself with capped exponential back-off and jitter (0.5 s doubling to
+//   15 s), also when the connection is silently dead (no frame for PING + PONG_WAIT).
+// * While not live, the page is told (onState, and <html data-live-state="...">, and every
+//   [data-live-status] element says "reconnecting… stale since hh:mm:ss"), so numbers on screen
+//   are never presented as live when they are not.
+// * It acknowledges what it processed ({"action": "ack"} every ack_every messages or 1 s), which
+//   the server requires: a socket that stops acknowledging is closed (code 4408).
+(function () {
+  "use strict";
+
+  var BACKOFF_MS = [500, 1000, 2000, 4000, 8000, 15000];
+  var SIGNED_OUT_RETRY_MS = 30000;
+  var PING_EVERY_MS = 10000;
+  var PONG_WAIT_MS = 8000;
+  var ACK_IDLE_MS = 1000;
+
+  function pad2(n) { return (n < 10 ? "0" : "") + n; }
+
+  // Local wall-clock time of a Date (or unix seconds) as hh:mm:ss.
+  function clock(when) {
+    var d = typeof when === "number" ? new Date(when * 1000) : when;
+    if (!d) return "—";
+    return pad2(d.getHours()) + ":" + pad2(d.getMinutes()) + ":" + pad2(d.getSeconds());
+  }
+
+  // The REST endpoint a group re-syncs from (the contract of the telemetry API).
+  function restUrl(group) {
+    var m;
+    if ((m = /^node-(.+)$/.exec(group))) return "/api/nodes/" + encodeURIComponent(m[1]) + "/telemetry/";
+    if ((m = /^deployment-(\d+)$/.exec(group))) return "/api/deployments/" + m[1] + "/telemetry/";
+    if ((m = /^sweep-(\d+)$/.exec(group))) return "/api/sweeps/" + m[1] + "/";
+    return null;
+  }
+
+  function Live(options) {
+    this.options = options || {};
+    this.groups = [];
+    (this.options.groups || []).forEach(function (g) { if (this.groups.indexOf(g) < 0) this.groups.push(g); }, this);
+    this.state = "connecting";
+    this.staleSince = null;     // Date the data on screen stopped being live (null while live)
+    this.lastError = "";        // the server's last live.error text
+    this.lastSeq = {};          // group -> last seq seen
+    this.lastTs = {};           // group -> ts of that message
+    this.applied = {};          // "group type" -> ts of the last message handed to the page
+    this.received = 0;          // broadcast messages since this socket opened
+    this.acked = 0;
+    this.ackEvery = 16;
+    this.ackTimer = null;
+    this.attempt = 0;
+    this.ws = null;
+    this.opened = false;
+    this.lastFrameAt = 0;
+    this.closedByUs = false;
+    this.retryTimer = null;
+    var self = this;
+    this.pingTimer = setInterval(function () { self._ping(); }, PING_EVERY_MS);
+    window.addEventListener("pagehide", function () { self.close(); });
+    this._connect();
+  }
+
+  Live.prototype._url = function () {
+    var scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+    var query = this.groups.map(function (g) { return "sub=" + encodeURIComponent(g); }).join("&");
+    return scheme + "//" + window.location.host + "/ws/live/" + (query ? "?" + query : "");
+  };
+
+  Live.prototype._setState = function (state) {
+    if (state !== "live" && !this.staleSince) this.staleSince = new Date();
+    if (state === "live") this.staleSince = null;
+    this.state = state;
+    document.documentElement.setAttribute("data-live-state", state);
+    paintStatus(this);
+    if (this.options.onState) this.options.onState(state, this);
+  };
+
+  Live.prototype._connect = function () {
+    var self = this;
+    this.retryTimer = null;
+    this.opened = false;
+    this.received = 0;
+    this.acked = 0;
+    var ws;
+    try {
+      ws = new WebSocket(this._url());
+    } catch (err) {
+      this._scheduleRetry();
+      return;
+    }
+    this.ws = ws;
+    ws.onopen = function () { self.opened = true; self.lastFrameAt = Date.now(); };
+    ws.onmessage = function (event) { if (ws === self.ws) self._frame(event.data); };
+    ws.onclose = function (event) {
+      if (ws !== self.ws) return;
+      self.ws = null;
+      if (self.closedByUs) return;
+      if (event.reason) self.lastError = event.reason;
+      if (!self.opened) {
+        // Refused during the handshake (HTTP 403): signed out, or the server is down.
+        self._probeSession();
+      } else {
+        self._setState("reconnecting");
+        self._scheduleRetry();
+      }
+    };
+  };
+
+  // After a refused handshake: a page request answered with the login page means the session
+  // ended (retry slowly, say so); anything else is a server that is away (back off and retry).
+  Live.prototype._probeSession = function () {
+    var self = this;
+    fetch(window.location.pathname, { method: "HEAD", credentials: "same-origin", cache: "no-store" })
+      .then(function (response) {
+        if (response.redirected && /\/login\//.test(response.url)) {
+          self._setState("signed-out");
+          self.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);
+        } else {
+          self._setState("reconnecting");
+          self._scheduleRetry();
+        }
+      })
+      .catch(function () { self._setState("reconnecting"); self._scheduleRetry(); });
+  };
+
+  Live.prototype._scheduleRetry = function () {
+    if (this.retryTimer || this.closedByUs) return;
+    var base = BACKOFF_MS[Math.min(this.attempt, BACKOFF_MS.length - 1)];
+    this.attempt += 1;
+    var delay = base * (0.75 + Math.random() * 0.5);
+    var self = this;
+    this.retryTimer = setTimeout(function () { self._connect(); }, delay);
+  };
+
+  Live.prototype._send = function (obj) {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(obj));
+  };
+
+  Live.prototype._ping = function () {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return;
+    if (this.lastFrameAt && Date.now() - this.lastFrameAt > PING_EVERY_MS + PONG_WAIT_MS) {
+      // Nothing at all (not even a pong) for too long: the connection is dead without TCP
+      // having said so (a dropped network). Close it and reconnect.
+      var dead = this.ws;
+      this.ws = null;
+      try { dead.close(); } catch (err) { /* already closing */ }
+      this._setState("reconnecting");
+      this._scheduleRetry();
+      return;
+    }
+    this._send({ action: "ping" });
+  };
+
+  Live.prototype._frame = function (text) {
+    this.lastFrameAt = Date.now();
+    var msg;
+    try { msg = JSON.parse(text); } catch (err) { return; }
+    if (!msg || typeof msg !== "object") return;
+    if (msg.group !== undefined && msg.seq !== undefined) { this._broadcast(msg); return; }
+    if (msg.type === "live.subscribed" || msg.type === "live.snapshot") {
+      if (msg.ack_every) this.ackEvery = msg.ack_every;
+      var groups = msg.groups || {};
+      var names = Object.keys(groups);
+      names.forEach(function (g) { this._applySnapshot(g, groups[g]); }, this);
+      if (msg.type === "live.subscribed" && this.state !== "live") {
+        this.attempt = 0;
+        this.lastError = "";
+        this._setState("live");
+      }
+      names.forEach(function (g) { this._restResync(g); }, this);
+    } else if (msg.type === "live.error") {
+      this.lastError = msg.error || "";
+      if (window.console) console.warn("live: " + this.lastError);
+    }
+  };
+
+  Live.prototype._applySnapshot = function (group, snap) {
+    if (!snap) return;
+    if (typeof snap.seq === "number") { this.lastSeq[group] = snap.seq; }
+    var latest = snap.latest || {};
+    Object.keys(latest).forEach(function (type) {
+      var m = latest[type];
+      if (m && typeof m.ts === "number" && (this.lastTs[group] === undefined || m.ts > this.lastTs[group])) this.lastTs[group] = m.ts;
+      this._deliver(m, true);
+    }, this);
+  };
+
+  Live.prototype._broadcast = function (msg) {
+    this.received += 1;
+    var g = msg.group;
+    var last = this.lastSeq[g];
+    if (msg.seq > 0 && last !== undefined && last > 0) {
+      if (msg.seq <= last && !(msg.ts > (this.lastTs[g] || 0) + 1)) {
+        this._ack();
+        return;  // a repeat of something already seen
+      }
+      if (msg.seq > last + 1) this._resync(g);
+    }
+    this.lastSeq[g] = msg.seq;
+    this.lastTs[g] = msg.ts;
+    this._deliver(msg, false);
+    this._ack();
+  };
+
+  Live.prototype._deliver = function (msg, replayed) {
+    if (!msg || !msg.group || !msg.type) return;
+    var key = msg.group + " " + msg.type;
+    var before = this.applied[key];
+    if (before !== undefined && typeof msg.ts === "number" && msg.ts < before) return;
+    if (replayed && before !== undefined && msg.ts === before) return;
+    if (typeof msg.ts === "number") this.applied[key] = msg.ts;
+    if (this.options.onMessage) {
+      try { this.options.onMessage(msg, { replayed: !!replayed }); } catch (err) { if (window.console) console.error(err); }
+    }
+  };
+
+  Live.prototype._ack = function () {
+    var self = this;
+    if (this.received - this.acked >= this.ackEvery) {
+      this.acked = this.received;
+      this._send({ action: "ack", count: this.received });
+      if (this.ackTimer) { clearTimeout(this.ackTimer); this.ackTimer = null; }
+    } else if (!this.ackTimer && this.received > this.acked) {
+      this.ackTimer = setTimeout(function () {
+        self.ackTimer = null;
+        if (self.received > self.acked) { self.acked = self.received; self._send({ action: "ack", count: self.received }); }
+      }, ACK_IDLE_MS);
+    }
+  };
+
+  // A gap in seq: ask the server for the group's snapshot and fetch its REST state.
+  Live.prototype._resync = function (group) {
+    this._send({ action: "resync", groups: [group] });
+  };
+
+  Live.prototype._restResync = function (group) {
+    var url = restUrl(group);
+    var self = this;
+    if (!url) return;
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" }, cache: "no-store" })
+      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (body) {
+        if (!body) return;
+        var latest = body.latest || {};
+        Object.keys(latest).forEach(function (type) { self._deliver(latest[type], true); });
+        if (self.options.onHistory) self.options.onHistory(group, body);
+      })
+      .catch(function () { /* the stream and the snapshot still carry the state */ });
+  };
+
+  Live.prototype.subscribe = function (groups) {
+    var added = (groups || []).filter(function (g) { return this.groups.indexOf(g) < 0; }, this);
+    if (!added.length) return;
+    this.groups = this.groups.concat(added);
+    this._send({ action: "subscribe", groups: added });
+  };
+
+  Live.prototype.unsubscribe = function (groups) {
+    var gone = (groups || []).filter(function (g) { return this.groups.indexOf(g) >= 0; }, this);
+    if (!gone.length) return;
+    this.groups = this.groups.filter(function (g) { return gone.indexOf(g) < 0; });
+    gone.forEach(function (g) { delete this.lastSeq[g]; delete this.lastTs[g]; }, this);
+    this._send({ action: "unsubscribe", groups: gone });
+  };
+
+  Live.prototype.close = function () {
+    this.closedByUs = true;
+    clearInterval(this.pingTimer);
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    if (this.ws) { try { this.ws.close(1000); } catch (err) { /* closing anyway */ } }
+  };
+
+  Live.prototype.isLive = function () { return this.state === "live"; };
+
+  // Every [data-live-status] element shows the connection state in words.
+  function paintStatus(live) {
+    var text;
+    if (live.state === "live") text = "live";
+    else if (live.state === "connecting") text = "connecting…";
+    else if (live.state === "signed-out") text = "signed out: log in again to see live data" + (live.staleSince ? " (stale since " + clock(live.staleSince) + ")" : "");
+    else text = "reconnecting… stale since " + clock(live.staleSince);
+    Array.prototype.forEach.call(document.querySelectorAll("[data-live-status]"), function (el) {
+      el.textContent = text;
+      el.setAttribute("data-state", live.state);
+      el.title = live.lastError || "";
+    });
+  }
+
+  window.CeilingLive = {
+    open: function (options) { return new Live(options); },
+    restUrl: restUrl,
+    clock: clock
+  };
+})();
