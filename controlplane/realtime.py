@@ -100,7 +100,8 @@ def _rate_ok(group: str, type_: str, force: bool) -> bool:
     now = time.monotonic()
     with _last_lock:
         last = _last_sent.get((group, type_))
-        if not force and last is not None and now - last < interval:
+        # 10% slack: a producer ticking at exactly 1 / interval jitters a little early sometimes.
+        if not force and last is not None and now - last < interval * 0.9:
             return False
         _last_sent[(group, type_)] = now
     return True
@@ -122,6 +123,12 @@ def _keep_last(group: str, msg: dict[str, Any]) -> None:
         pipe.execute()
     except Exception:  # noqa: BLE001 - best effort, like the sequence
         log.debug("realtime: could not keep the last %s of %s", msg.get("type"), group)
+
+
+def _sequenced(group: str, type_: str, data: dict[str, Any]) -> dict[str, Any]:
+    msg = message_build(group=group, type_=type_, data=data, seq=_next_seq(group))
+    _keep_last(group, msg)
+    return msg
 
 
 def current_seq(group: str) -> int:
@@ -166,8 +173,7 @@ def broadcast(group: str, type_: str, data: dict[str, Any], *, force: bool = Fal
     layer = get_channel_layer()
     if layer is None:
         return False
-    msg = message_build(group=group, type_=type_, data=data, seq=_next_seq(group))
-    _keep_last(group, msg)
+    msg = _sequenced(group, type_, data)
     try:
         async_to_sync(layer.group_send)(group, {"type": CONSUMER_EVENT, "message": msg})
     except Exception:  # noqa: BLE001
@@ -187,9 +193,8 @@ async def abroadcast(group: str, type_: str, data: dict[str, Any], *, force: boo
     layer = get_channel_layer()
     if layer is None:
         return False
-    seq = await sync_to_async(_next_seq, thread_sensitive=False)(group)
-    msg = message_build(group=group, type_=type_, data=data, seq=seq)
-    await sync_to_async(_keep_last, thread_sensitive=False)(group, msg)
+    # One thread hop for the sequence number and the kept copy (each hop costs ~0.2 ms).
+    msg = await sync_to_async(_sequenced, thread_sensitive=False)(group, type_, data)
     try:
         await layer.group_send(group, {"type": CONSUMER_EVENT, "message": msg})
     except Exception:  # noqa: BLE001

@@ -233,7 +233,12 @@ def _health_note(row: ServerProcess, detail: str) -> None:
         before = _health_seen.get(row.pk)
         if before == now:
             return
-        _health_seen[row.pk] = now
+        if now in ("stopped", "failed"):
+            # A terminal row changes no more (a restart goes through "restarting"); forgetting it
+            # keeps the map bounded and a later row that reuses the id starts clean.
+            _health_seen.pop(row.pk, None)
+        else:
+            _health_seen[row.pk] = now
     health_change_broadcast(deployment_id=row.deployment_id, process_id=row.pk, role=row.role,
                             before=before, after=now, detail=detail)
 

@@ -53,6 +53,9 @@ PARAMS = [
     {"impl": "head_tiled", "BLOCK_H": 32, "BLOCK_N": 32},
     {"impl": "split_k", "BLOCK_H": 16, "BLOCK_N": 16, "NUM_SPLITS": "auto"},
     {"impl": "split_k", "BLOCK_H": 16, "BLOCK_N": 16, "NUM_SPLITS": 2},
+    # d_v split over 2 and 4 programs that each recompute the full q.k
+    {"impl": "head_tiled", "BLOCK_H": 16, "BLOCK_N": 16, "BLOCK_DV": 32},
+    {"impl": "split_k", "BLOCK_H": 32, "BLOCK_N": 16, "BLOCK_DV": 16, "NUM_SPLITS": 2},
 ]
 
 
@@ -94,6 +97,11 @@ def test_it_plans_splits_to_fill_the_gpu_twice():
     # 16-head tiles at batch 64: 512 programs already fill two waves
     assert module.split_plan(dict(auto, BLOCK_H=16), v32, 64, 132) == (1, 2048)
     assert module.split_plan(dict(auto, NUM_SPLITS=4), v32, 64, 132) == (4, 512)
+    # two d_v slices double the programs: v32, batch 8: 32 programs, ceil(264 / 32) = 9 splits of
+    # ceil(64 / 9) = 8 tiles -> 8 splits (16 with whole rows, above)
+    assert module.split_plan(dict(auto, BLOCK_DV=256), v32, 8, 132) == (8, 256)
+    with pytest.raises(ValueError, match="BLOCK_DV = 96 must be"):
+        module.split_plan(dict(auto, BLOCK_DV=96), v32, 1, 132)
     with pytest.raises(ValueError, match="impl must be one of"):
         module.launch({"impl": "nope"}, {})
     with pytest.raises(ValueError, match="NUM_SPLITS must be"):

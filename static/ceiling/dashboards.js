@@ -209,7 +209,7 @@
     var used = mem.used_bytes, total = mem.total_bytes;
     bar(field(tile, "mem-fill"), isNum(used) && isNum(total) && total > 0 ? used / total : null);
     var memText = isNum(used) && isNum(total) ? gib(used) + " / " + gib(total) : null;
-    set(tile, "mem", memText, "GiB", reasons["memory.used"] || reasons.memory || reasons.memory_used);
+    set(tile, "mem", memText, "GiB", reasons["memory.used_bytes"] || reasons["memory.total_bytes"] || reasons.memory);
     set(tile, "util", isNum(gpu.utilization_pct) ? gpu.utilization_pct : null, "%", reasons.utilization_pct || reasons.utilization);
     set(tile, "memutil", isNum(gpu.memory_utilization_pct) ? gpu.memory_utilization_pct : null, "%", reasons.memory_utilization_pct);
     var power = isNum(gpu.power_w) ? gpu.power_w.toFixed(0) + (isNum(gpu.power_limit_w) ? " / " + gpu.power_limit_w.toFixed(0) : "") : null;
@@ -217,7 +217,7 @@
     set(tile, "temp", isNum(gpu.temperature_c) ? gpu.temperature_c : null, "°C", reasons.temperature_c || reasons.temperature);
     set(tile, "clock", isNum(gpu.sm_clock_mhz) ? gpu.sm_clock_mhz : null, "MHz", reasons.sm_clock_mhz);
     var mig = field(tile, "mig");
-    if (mig) mig.textContent = gpu.mig_mode === true ? "MIG on" : gpu.mig_mode === false ? "" : "";
+    if (mig) mig.textContent = gpu.mig_mode === true ? "MIG-partitioned" : gpu.mig_mode === false ? "" : "MIG mode unknown";
     var name = field(tile, "name");
     if (name && gpu.name && !name.textContent.trim()) name.textContent = gpu.name;
     if (sparks) {
