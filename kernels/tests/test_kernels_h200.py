@@ -13,7 +13,8 @@ from kernels.tests.conftest import REAL_PACKAGES
 
 DATA = Path(__file__).parent / "data"
 # The grid subset of the measured job (its 23 variants that built without spilling for sm_90).
-SUBSET = {"BLOCK_H": [16, 32, 64], "BLOCK_N": [32], "num_stages": [1, 2], "NUM_SPLITS": ["auto", 4]}
+SUBSET = {"BLOCK_H": [16, 32, 64], "BLOCK_N": [32], "num_stages": [1, 2], "NUM_SPLITS": ["auto", 4],
+          "BLOCK_DV": [512]}  # that job predates BLOCK_DV: its variants hold all d_v columns
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def ingested(real_packages, db):
     pkg = kernel_package_register(path=real_packages / "sparse_mla_decode")
     job = kernel_job_create(package=pkg, node=None, cc="9.0", params_subset=SUBSET, dispatch=False)
     by_key = {v.key: v.pk for v in job.variants.all()}
-    measured = {v["variant_id"]: by_key[variant_key(v["params"])]
+    measured = {v["variant_id"]: by_key[variant_key({**v["params"], "BLOCK_DV": 512})]
                 for v in json.loads((DATA / "h200_sparse_mla_variants.json").read_text())}
     results = json.loads((DATA / "h200_sparse_mla_results.json").read_text())
     raw = json.loads(json.dumps(results))
