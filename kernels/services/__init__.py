@@ -105,4 +105,5 @@ from kernels.services.transfer import (  # noqa: F401
     kernel_job_export_json,
     kernel_job_export_rows,
     kernel_job_ingest,
+    kernel_job_from_measurement,
 )

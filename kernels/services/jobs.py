@@ -44,7 +44,7 @@ from kernels.services.results import kernel_builds_store, kernel_results_store
 
 def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, params_subset: dict | None = None,
                       shapes: list[str] | None = None, batches: list[int] | None = None, user=None,
-                      dispatch: bool = True) -> KernelJob:
+                      dispatch: bool = True, only: list[dict] | None = None) -> KernelJob:
     """Create a job of ``package`` for compute capability ``cc`` on ``node`` and enqueue it.
 
     ``cc`` defaults to the compute capability of the node's first GPU; a node without GPUs needs
@@ -55,8 +55,12 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
     transaction commits; without it (or with ``node`` None) the job waits for builds and results
     measured elsewhere (:func:`kernel_job_ingest`).
 
+    ``only`` (a list of param dicts) keeps exactly those variants of the (subset) grid, in that
+    order: a measured set brought back from another machine. A param set the grid does not hold
+    (unknown value, missing parameter, refused by a constraint) is an error naming it.
+
     Raises :class:`InvalidInput` with keys ``cc``, ``params.<param>``, ``shapes``, ``batches``,
-    ``node`` or ``variants`` (an empty or too large grid).
+    ``node`` or ``variants`` (an empty or too large grid, or an ``only`` entry outside the grid).
     """
     manifest = package_manifest(package)
     errors: dict[str, list[str]] = {}
@@ -86,6 +90,18 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
     except ManifestError as exc:
         errors.update(exc.errors)
         expansion = None
+    if expansion is not None and only is not None:
+        grid = {variant_key(p): p for p in expansion.variants}
+        kept, seen = [], set()
+        for i, params in enumerate(only):
+            key = variant_key(params) if isinstance(params, dict) else None
+            if key is None or key not in grid:
+                errors.setdefault("variants", []).append(
+                    f"variant {i} ({params!r}) is not in {package.name}'s grid (or a constraint refuses it)")
+            elif key not in seen:
+                seen.add(key)
+                kept.append(grid[key])
+        expansion.variants = kept
     if expansion is not None:
         if not expansion.variants:
             errors["variants"] = ["the grid (with this subset) leaves no variant: every combination breaks a constraint"]

@@ -186,3 +186,43 @@ def kernel_best_for(*, best_id: int) -> KernelBest:
     if row is None:
         raise NotFound(f"no best kernel variant with id {best_id}")
     return row
+
+
+def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds: Any = None, user=None) -> KernelJob:
+    """Create a job holding exactly the variants of a ``variants.json`` run elsewhere (the runner's
+    input: ``[{"variant_id", "params"}]``) and store that run's ``results.json`` (and
+    ``builds.json``) through :func:`kernel_job_ingest`, so measurements from a GPU host without
+    Django land exactly as a job run on a node would store them.
+
+    The runner's variant ids are mapped to this database's rows by their params (the variant key).
+    Raises :class:`InvalidInput` for a malformed ``variants`` list or a param set outside the
+    package's grid; nothing is stored then.
+    """
+    from kernels.manifest import variant_key
+    from kernels.services.jobs import kernel_job_create
+
+    if not isinstance(variants, list) or not all(
+            isinstance(v, dict) and isinstance(v.get("params"), dict) and "variant_id" in v for v in variants):
+        raise InvalidInput({"variants": ['expected the runner\'s variants.json: [{"variant_id": ..., "params": {...}}]']})
+    job = kernel_job_create(package=package, node=None, cc=None if not isinstance(results, dict) else
+                            str((results.get("device") or {}).get("cc") or "") or None,
+                            only=[v["params"] for v in variants], dispatch=False, user=user)
+    rows = {v.key: v.pk for v in job.variants.all()}
+    ids = {str(v["variant_id"]): rows[variant_key(v["params"])] for v in variants}
+
+    def remap(payload: Any, key: str) -> Any:
+        if not isinstance(payload, dict) or not isinstance(payload.get(key), list):
+            return payload
+        out = dict(payload)
+        out[key] = [{**r, "variant_id": ids.get(str(r.get("variant_id")), r.get("variant_id"))}
+                    if isinstance(r, dict) else r for r in payload[key]]
+        return out
+
+    if isinstance(builds, list):
+        builds = [{**b, "variant_id": ids.get(str(b.get("variant_id")), b.get("variant_id"))}
+                  if isinstance(b, dict) else b for b in builds]
+    else:
+        builds = remap(builds, "builds")
+    kernel_job_ingest(job=job, results=remap(results, "results"), builds=builds)
+    job.refresh_from_db()
+    return job

@@ -16,8 +16,11 @@ Exit status 1 when a deployment did not become ready, its request failed, or a s
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from deployments.demo import DeployProof, demo_cpu_sharing, demo_deploy_and_prove
@@ -81,10 +84,35 @@ class Command(BaseCommand):
         if not options["no_sweep"] and not failed:
             failed += self._sweeps(user=user, base=base, timeout_s=options["timeout"],
                                    sweep_timeout_s=options["sweep_timeout"])
+        self._kernels(base)
         out.write("")
+        out.write(f"Live: the wall display {base}/wall/, node page {base}/nodes/, deployment pages above "
+                  "(GPU memory, health, tok/s streamed over a websocket while the engines run).")
         out.write("Stop everything with: make stop")
         if failed:
             raise CommandError(f"not proven: {', '.join(failed)} (see the deployment and sweep pages and var/logs/)")
+
+    def _kernels(self, base: str) -> None:
+        """Store the flagship kernel package's H200 job (measured on a GPU host by the runner,
+        ``kernels/packages/sparse_mla_decode/results/``) through ``kernel_job_ingest --new`` once,
+        so its variant table and best configs are in the UI; a host with a GPU can run its own."""
+        from django.conf import settings as dj_settings
+
+        from kernels.models import KernelJob
+
+        results = Path(dj_settings.BASE_DIR) / "kernels" / "packages" / "sparse_mla_decode" / "results"
+        out = self.stdout
+        out.write("")
+        job = KernelJob.objects.filter(package__name="sparse_mla_decode", device_name="NVIDIA H200",
+                                       status="done").order_by("-pk").first()
+        if job is None and (results / "h200-results.json").exists():
+            out.write("Kernel results: the sparse MLA decode job measured on an NVIDIA H200 (stored files):")
+            call_command("kernel_job_ingest", str(results / "h200-results.json"), new="sparse_mla_decode",
+                         variants=str(results / "h200-variants.json"), builds=str(results / "sm90a-builds.json"),
+                         stdout=out)
+            job = KernelJob.objects.filter(package__name="sparse_mla_decode").order_by("-pk").first()
+        if job is not None:
+            out.write(f"  kernel job #{job.pk}: {base}/kernels/jobs/{job.pk}/   what-if: {base}/kernels/whatif/")
 
     def _sweeps(self, *, user, base: str, timeout_s: float, sweep_timeout_s: float) -> list[str]:
         """Sweep each demo recipe (deploying ``local-sim-single`` first), print the tables and

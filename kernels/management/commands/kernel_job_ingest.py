@@ -1,5 +1,9 @@
 """``manage.py kernel_job_ingest <job_id> [results.json] [--builds builds.json]``: store builds and
-results measured elsewhere through the same services a job run here uses."""
+results measured elsewhere through the same services a job run here uses.
+
+``manage.py kernel_job_ingest --new <package> --variants variants.json results.json [--builds ...]``
+creates the job from the runner's ``variants.json`` first (exactly those variants, ids mapped by
+params), e.g. for ``kernels/packages/sparse_mla_decode/results/`` measured on an H200."""
 from __future__ import annotations
 
 import json
@@ -8,17 +12,19 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.errors import CeilingError, InvalidInput
-from kernels.models import KernelBest, KernelJob
-from kernels.services import kernel_job_ingest
+from kernels.models import KernelBest, KernelJob, KernelPackage
+from kernels.services import kernel_job_from_measurement, kernel_job_ingest
 
 
 class Command(BaseCommand):
     help = "Store a kernel job's builds.json and/or results.json measured on another machine."
 
     def add_arguments(self, parser):
-        parser.add_argument("job_id", type=int)
+        parser.add_argument("job_id", nargs="?", help="the job to store into (or use --new)")
         parser.add_argument("results", nargs="?", help="the runner's results.json")
         parser.add_argument("--builds", help="the runner's builds.json")
+        parser.add_argument("--new", metavar="PACKAGE", help="create a job of PACKAGE from --variants first")
+        parser.add_argument("--variants", help="with --new: the runner's variants.json the results were measured from")
 
     def _read(self, path: str):
         try:
@@ -27,7 +33,30 @@ class Command(BaseCommand):
             raise CommandError(f"{path}: {exc}") from None
 
     def handle(self, *args, **options):
-        job = KernelJob.objects.filter(pk=options["job_id"]).first()
+        if options["new"]:
+            # With --new the one positional argument is the results file.
+            results_path = options["results"] or options["job_id"]
+            if not results_path or not options["variants"]:
+                raise CommandError("--new PACKAGE needs --variants variants.json and results.json")
+            package = KernelPackage.objects.filter(name=options["new"]).first()
+            if package is None:
+                raise CommandError(f"no kernel package {options['new']!r} (run manage.py kernel_register)")
+            try:
+                job = kernel_job_from_measurement(
+                    package=package, variants=self._read(options["variants"]), results=self._read(results_path),
+                    builds=self._read(options["builds"]) if options["builds"] else None)
+            except InvalidInput as exc:
+                for path, msgs in exc.errors.items():
+                    for m in msgs:
+                        self.stderr.write(f"{path}: {m}")
+                raise CommandError("nothing was stored") from None
+            except CeilingError as exc:
+                raise CommandError(str(exc)) from None
+            self._report(job, {"status": job.status, "variants": job.variants.count()})
+            return
+        if not options["job_id"] or not str(options["job_id"]).isdigit():
+            raise CommandError("give a job id (or --new PACKAGE --variants variants.json results.json)")
+        job = KernelJob.objects.filter(pk=int(options["job_id"])).first()
         if job is None:
             raise CommandError(f"no kernel job with id {options['job_id']}")
         if not options["results"] and not options["builds"]:
@@ -43,6 +72,9 @@ class Command(BaseCommand):
             raise CommandError("nothing was stored") from None
         except CeilingError as exc:
             raise CommandError(str(exc)) from None
+        self._report(job, out)
+
+    def _report(self, job, out):
         job.refresh_from_db()
         self.stdout.write(f"kernel job #{job.pk}: {out['status']}; " + "; ".join(
             f"{k}: {v}" for k, v in out.items() if k != "status"))
