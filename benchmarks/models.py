@@ -105,7 +105,7 @@ class BenchmarkRun(models.Model):
     output_len = models.PositiveIntegerField(null=True, blank=True)
     num_requests = models.PositiveIntegerField(null=True, blank=True)
     duration_s = models.FloatField(null=True, blank=True, help_text="time limit of the point in seconds")
-    api = models.CharField(max_length=16, blank=True)
+    api = models.CharField(max_length=32, blank=True)
     served_model_name = models.CharField(max_length=255, blank=True)
     summary = models.JSONField(default=dict, blank=True)
     flags = models.JSONField(default=list, blank=True)

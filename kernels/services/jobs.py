@@ -91,10 +91,12 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
         errors.update(exc.errors)
         expansion = None
     if expansion is not None and only is not None:
-        grid = {variant_key(p): p for p in expansion.variants}
+        # Matched on sorted params: a manifest read back from PostgreSQL's jsonb has its grid in
+        # another key order than the file the variants were written from.
+        grid = {_canonical(p): p for p in expansion.variants}
         kept, seen = [], set()
         for i, params in enumerate(only):
-            key = variant_key(params) if isinstance(params, dict) else None
+            key = _canonical(params) if isinstance(params, dict) else None
             if key is None or key not in grid:
                 errors.setdefault("variants", []).append(
                     f"variant {i} ({params!r}) is not in {package.name}'s grid (or a constraint refuses it)")
@@ -102,7 +104,7 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
                 seen.add(key)
                 kept.append(grid[key])
         expansion.variants = kept
-    if expansion is not None:
+    if expansion is not None and "variants" not in errors:
         if not expansion.variants:
             errors["variants"] = ["the grid (with this subset) leaves no variant: every combination breaks a constraint"]
         elif len(expansion.variants) > MAX_JOB_VARIANTS:
@@ -126,6 +128,13 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
         if dispatch and node is not None:
             kernel_job_enqueue(job=job)
     return job
+
+
+def _canonical(params: dict) -> str:
+    """Order-independent identity of a param set (JSON with sorted keys)."""
+    import json
+
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
 def kernel_job_enqueue(*, job: KernelJob) -> None:

@@ -198,7 +198,6 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     Raises :class:`InvalidInput` for a malformed ``variants`` list or a param set outside the
     package's grid; nothing is stored then.
     """
-    from kernels.manifest import variant_key
     from kernels.services.jobs import kernel_job_create
 
     if not isinstance(variants, list) or not all(
@@ -207,8 +206,10 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     job = kernel_job_create(package=package, node=None, cc=None if not isinstance(results, dict) else
                             str((results.get("device") or {}).get("cc") or "") or None,
                             only=[v["params"] for v in variants], dispatch=False, user=user)
-    rows = {v.key: v.pk for v in job.variants.all()}
-    ids = {str(v["variant_id"]): rows[variant_key(v["params"])] for v in variants}
+    from kernels.services.jobs import _canonical
+
+    rows = {_canonical(v.params): v.pk for v in job.variants.all()}
+    ids = {str(v["variant_id"]): rows[_canonical(v["params"])] for v in variants}
 
     def remap(payload: Any, key: str) -> Any:
         if not isinstance(payload, dict) or not isinstance(payload.get(key), list):
