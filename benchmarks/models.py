@@ -27,6 +27,9 @@ class BenchmarkSweep(models.Model):
     version); ``analysis`` the ceiling report stored when the sweep finished; ``num_gpus`` the GPU
     count used for per-GPU numbers (from the recipe, or ``spec.sim.gpus_modelled`` for sim).
     ``served_model_name`` and ``topology`` are copied so comparisons need no join.
+    ``worker`` is ``host:pid`` of the process running the sweep (set when a task claims it) and
+    ``heartbeat_at`` the last time that process said it was alive (every few seconds while it
+    waits or runs); :func:`benchmarks.services.sweeps_reconcile` fails a sweep whose worker is gone.
     """
 
     deployment = models.ForeignKey(
@@ -43,6 +46,8 @@ class BenchmarkSweep(models.Model):
     requests_done = models.PositiveIntegerField(default=0)
     current_tok_s = models.FloatField(null=True, blank=True, help_text="output tok/s of the running point")
     current_point = models.CharField(max_length=64, blank=True)
+    worker = models.CharField(max_length=255, blank=True, help_text="host:pid of the process running it")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     num_gpus = models.PositiveIntegerField(null=True, blank=True)
     served_model_name = models.CharField(max_length=255, blank=True, db_index=True)
     topology = models.CharField(max_length=16, blank=True)

@@ -13,8 +13,24 @@ from benchmarks.loadgen import Api
 from controlplane.errors import InvalidInput
 
 # Bounds that keep one sweep a sweep and not a denial of service on the client or the database.
+# Every point's prompts are built in the control worker's memory before it starts (case C11), and
+# every closed-loop slot is one open connection and one task in the client:
+# * MAX_CONCURRENCY: 4096 slots. Past the engine's running batch, more slots only queue inside
+#   the server; 4096 connections still fit a raised open-files limit on one client process, while
+#   100 000 slots once grew the control worker from 2.5 GB to 6 GB RSS without sending a request.
+# * MAX_REQUESTS_PER_POINT: 100 000 requests per point, whichever way the count is given
+#   (``requests`` or ``requests_per_concurrency`` x c).
+# * MAX_REQUESTS_PER_SWEEP: 1 000 000 requests in the whole sweep (the per-request records of a
+#   point are kept in memory until it is stored; a sweep is hours at most, not a soak test).
+# * MAX_PROMPT_TOKENS_PER_POINT: (requests + warmup) x input_len <= 10 000 000 tokens. Measured
+#   with tracemalloc on the development host, a token-id prompt costs about 41 bytes per token
+#   (a list of Python ints) and a text prompt about 4.3 bytes (characters), so the largest prompt
+#   set is about 0.4 GB of token ids (0.04 GB of text) and a few seconds of generation.
 MAX_POINTS = 200
+MAX_CONCURRENCY = 4096
 MAX_REQUESTS_PER_POINT = 100_000
+MAX_REQUESTS_PER_SWEEP = 1_000_000
+MAX_PROMPT_TOKENS_PER_POINT = 10_000_000
 MAX_LEN = 1_000_000
 # Extra seconds on top of the deployment's startup timeout before a sweep gives up waiting for
 # ready (the sweep may be created while the processes are still loading).
@@ -70,14 +86,14 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     for key in raw:
         if key not in GRID_KEYS:
             err(f"grid.{key}", f"unknown field; allowed: {', '.join(GRID_KEYS)}")
-    conc = _int_list(raw.get("concurrency", []), "grid.concurrency", err, lo=1, hi=100_000)
+    conc = _int_list(raw.get("concurrency", []), "grid.concurrency", err, lo=1, hi=MAX_CONCURRENCY)
     rates: list[float] = []
     for i, r in enumerate(raw.get("request_rates") or []):
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
             err(f"grid.request_rates.{i}", f"must be a number of requests/s > 0, got {r!r}")
         else:
             rates.append(float(r))
-    if not conc and not rates:
+    if not raw.get("concurrency") and not raw.get("request_rates"):
         err("grid.concurrency", "give at least one concurrency (or a request rate)")
     lengths: list[list[int]] = []
     raw_lengths = raw.get("lengths")
@@ -139,9 +155,41 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     grid = {"concurrency": conc, "lengths": lengths, "request_rates": rates, "requests": requests,
             "requests_per_concurrency": per_c if requests is None else None, "duration_s": duration,
             "warmup": warmup, "slo": norm_slo, "api": api, "wait_ready_s": float(wait), "seed": seed}
-    if len(grid_points(grid)) > MAX_POINTS:
-        raise InvalidInput({"grid": [f"{len(grid_points(grid))} points; at most {MAX_POINTS} per sweep"]})
+    points = grid_points(grid)
+    if len(points) > MAX_POINTS:
+        raise InvalidInput({"grid": [f"{len(points)} points; at most {MAX_POINTS} per sweep"]})
+    _grid_size_check(grid, points)
     return grid
+
+
+def _grid_size_check(grid: Mapping[str, Any], points: list[dict[str, Any]]) -> None:
+    """Refuse a grid whose requests or prompts do not fit the bounds above (see the constants'
+    comment): per point at most :data:`MAX_REQUESTS_PER_POINT` requests and
+    :data:`MAX_PROMPT_TOKENS_PER_POINT` prompt tokens (warmup included), per sweep at most
+    :data:`MAX_REQUESTS_PER_SWEEP` requests. Raises :class:`InvalidInput` naming the first
+    offending point and the numbers."""
+    errors: dict[str, list[str]] = {}
+    warmup = int(grid.get("warmup") or 0)
+    for p in points:
+        label = (f"c={p['concurrency']}" if p["concurrency"] is not None else f"{p['request_rate']:g} req/s") \
+            + f" {p['input_len']}/{p['output_len']}"
+        cap = p.get("max_requests")
+        if cap is not None and cap > MAX_REQUESTS_PER_POINT:
+            field = "grid.requests_per_concurrency" if grid.get("requests_per_concurrency") else "grid.requests"
+            errors.setdefault(field, []).append(
+                f"point {label} would send {cap:,} requests; at most {MAX_REQUESTS_PER_POINT:,} per point")
+            break
+        tokens = (p["num_requests"] + warmup) * p["input_len"]
+        if tokens > MAX_PROMPT_TOKENS_PER_POINT:
+            errors.setdefault("grid.lengths", []).append(
+                f"point {label} needs {tokens:,} prompt tokens ((requests + warmup) x input_len); at most "
+                f"{MAX_PROMPT_TOKENS_PER_POINT:,} per point, so its prompts fit in the client's memory")
+            break
+    total = grid_requests_total(points)
+    if not errors and total > MAX_REQUESTS_PER_SWEEP:
+        errors["grid"] = [f"the sweep would send {total:,} requests; at most {MAX_REQUESTS_PER_SWEEP:,} per sweep"]
+    if errors:
+        raise InvalidInput(errors)
 
 
 def length_pair_parse(pair: Any) -> tuple[int, int] | None:

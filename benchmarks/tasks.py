@@ -16,3 +16,12 @@ def sweep_run_task(sweep_id: int) -> str:
     from benchmarks.services import sweep_execute
 
     return sweep_execute(sweep_id=sweep_id)
+
+
+@shared_task(ignore_result=True)
+def sweeps_reconcile_task() -> int:
+    """Periodic (``CELERY_BEAT_SCHEDULE``, every 60 s): fail waiting/running sweeps whose worker
+    is gone (see :func:`benchmarks.services.sweeps_reconcile`); returns how many were failed."""
+    from benchmarks.services import sweeps_reconcile
+
+    return sweeps_reconcile()

@@ -1,8 +1,9 @@
 """ASGI entry point: HTTP through Django, websockets through Channels.
 
-A websocket passes three gates before any consumer code runs: ``AllowedHostsOriginValidator``
-refuses an ``Origin`` header that is missing or not one of ``ALLOWED_HOSTS`` (a page of another
-site cannot open a socket with the user's cookie), ``AuthMiddlewareStack`` resolves the session
+A websocket passes three gates before any consumer code runs: ``SameOriginValidator``
+refuses an ``Origin`` header that is missing or whose scheme, host and port differ from the
+request's own (``Host`` header), unless listed in ``CEILING_WS_ALLOWED_ORIGINS`` (a page of
+another site or another port cannot open a socket with the user's cookie), ``AuthMiddlewareStack`` resolves the session
 cookie to ``scope["user"]``, and the URL router refuses every path but those of
 :mod:`controlplane.routing`. The consumer itself then checks the user's role and each
 subscription before accepting (:mod:`controlplane.consumers`).
@@ -18,13 +19,12 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-
+from controlplane.consumers import SameOriginValidator  # noqa: E402
 from controlplane.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

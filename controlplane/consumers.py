@@ -4,7 +4,7 @@ A browser opens ``ws/live/?sub=node-local&sub=deployment-3`` with its session co
 is decided in :meth:`LiveConsumer.connect`, *before* the handshake is accepted:
 
 * an anonymous user is refused (``CLOSE_UNAUTHENTICATED``); a wrong ``Origin`` never reaches
-  this class (``AllowedHostsOriginValidator`` in :mod:`controlplane.asgi` refuses it first);
+  this class (:class:`SameOriginValidator` in :mod:`controlplane.asgi` refuses it first);
 * a signed-in user without at least the ``viewer`` role is refused (``CLOSE_FORBIDDEN``);
 * every ``sub`` must name a group of :mod:`controlplane.realtime` whose object exists (node by
   name, deployment / sweep / kernel job by id; kernel jobs only once ``kernels.models`` has a
@@ -74,7 +74,8 @@ from controlplane.realtime import current_seq, group_kind, latest_messages
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "LiveConsumer", "LiveHub", "subscription_refusal", "subscriptions_from_query",
+    "LiveConsumer", "LiveHub", "SameOriginValidator", "UnknownPathConsumer", "origin_refusal",
+    "subscription_refusal", "subscriptions_from_query",
     "CLOSE_UNAUTHENTICATED", "CLOSE_FORBIDDEN", "CLOSE_BAD_REQUEST", "CLOSE_NOT_READING", "CLOSE_TOO_MANY",
 ]
 
@@ -142,12 +143,105 @@ def subscription_refusal(user, group: str) -> str | None:
         return f"live data of kind {kind!r} is not available on this server"
     if not key.isdigit() or len(key) > 18:
         return f"{kind} ids are numbers, not {key!r}"
+    if str(int(key)) != key:
+        # Broadcasts go to the canonical name (deployment-4), never to deployment-0004.
+        return f"write {kind} ids without leading zeros: {kind}-{int(key)}, not {group!r}"
     try:
         exists = model.objects.filter(pk=int(key)).exists()
     except DatabaseError:
         # The model is there but its table is not (a migration not applied yet).
         return f"live data of kind {kind!r} is not available on this server"
     return None if exists else f"no {kind} with id {key}"
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_tuple(scheme: str, netloc: str) -> tuple[str, str, int] | None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(f"{scheme}://{netloc}")
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname or scheme not in _DEFAULT_PORTS:
+        return None
+    return scheme, parts.hostname.lower(), port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def origin_refusal(scope: dict[str, Any]) -> str | None:
+    """Why a websocket handshake's ``Origin`` is refused, or None when it is accepted.
+
+    Rule (same-origin, RFC 6454): the ``Origin`` header's scheme, host and port must equal those
+    of the request itself (the ``Host`` header, with the port implied by the scheme when it has
+    none; ``ws`` pairs with ``http``, ``wss`` with ``https``) and the host must be one of
+    ``ALLOWED_HOSTS``; or the Origin must be listed in ``CEILING_WS_ALLOWED_ORIGINS``
+    (``scheme://host[:port]`` strings, e.g. for a TLS-terminating proxy). A missing Origin or
+    Host is refused. ``AllowedHostsOriginValidator`` compares hosts only, so a page on another
+    port of the same host would pass it; this does not. No side effects.
+    """
+    from django.http.request import split_domain_port, validate_host
+
+    headers = {k.lower(): v for k, v in scope.get("headers", [])}
+    raw_origin = headers.get(b"origin", b"").decode("latin-1").strip()
+    if not raw_origin or raw_origin == "null":
+        return "no Origin header"
+    scheme, _, rest = raw_origin.partition("://")
+    origin = _origin_tuple(scheme.lower(), rest.rstrip("/"))
+    if origin is None:
+        return f"unreadable Origin {raw_origin!r}"
+    for allowed in getattr(settings, "CEILING_WS_ALLOWED_ORIGINS", []) or []:
+        a_scheme, _, a_rest = str(allowed).partition("://")
+        if _origin_tuple(a_scheme.lower(), a_rest.rstrip("/")) == origin:
+            return None
+    host = headers.get(b"host", b"").decode("latin-1").strip()
+    if not host and scope.get("server"):
+        server_host, server_port = scope["server"][0], scope["server"][1]
+        host = f"{server_host}:{server_port}" if server_port else str(server_host)
+    if not host:
+        return "no Host header"
+    request_scheme = "https" if scope.get("scheme") in ("wss", "https") else "http"
+    request = _origin_tuple(request_scheme, host)
+    if request is None:
+        return f"unreadable Host {host!r}"
+    domain, _port = split_domain_port(host.lower())
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return f"host {host!r} is not in ALLOWED_HOSTS"
+    if origin != request:
+        return (f"Origin {raw_origin!r} is not this server ({request[0]}://{request[1]}:{request[2]}); "
+                "list it in CEILING_WS_ALLOWED_ORIGINS to allow it")
+    return None
+
+
+class SameOriginValidator:
+    """ASGI middleware: refuse a websocket handshake whose ``Origin`` fails
+    :func:`origin_refusal` (close before accept, an HTTP 403 to the browser), before any
+    session lookup or consumer code runs. Other scope types pass through."""
+
+    def __init__(self, application) -> None:
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        """Check the scope and either hand it on or refuse it (logs the reason)."""
+        if scope.get("type") == "websocket":
+            reason = origin_refusal(scope)
+            if reason:
+                log.info("live: refused a websocket before accepting it: %s", reason)
+                from channels.security.websocket import WebsocketDenier
+
+                return await WebsocketDenier()(scope, receive, send)
+        return await self.application(scope, receive, send)
+
+
+class UnknownPathConsumer(AsyncWebsocketConsumer):
+    """The router's fallback: a websocket to any path but ``ws/live/`` is refused before accept
+    (HTTP 403 to the browser) with one log line, instead of a routing error and a traceback."""
+
+    async def connect(self) -> None:
+        """Refuse the handshake."""
+        log.info("live: refused a websocket to unknown path %r", self.scope.get("path"))
+        await self.close(code=CLOSE_BAD_REQUEST)
 
 
 def _refusals(user, groups: list[str]) -> dict[str, str]:

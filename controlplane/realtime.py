@@ -12,11 +12,20 @@ Rates are bounded here, per group and message type: a message that arrives soone
 ``force=True`` (state changes such as health transitions are always forced). Group names use only
 letters, digits, ``-``, ``_`` and ``.`` (the channel layer's rule, ``channels.layers``
 ``group_name_regex``), so a name is validated before use.
+
+Namespacing: several Ceiling installations (another checkout, a test run) may share one Redis.
+Every Redis key of this module and every channel-layer group and channel carry the
+installation's namespace (:func:`realtime_namespace`): ``CEILING_REALTIME_PREFIX`` when set,
+otherwise a hash of the database identity (engine + name, the resolved file path for SQLite), so
+two installations with different databases never see each other's live data, and each test
+run (its own per-pid SQLite file) is kept apart from the others and from the demo.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+from pathlib import Path
 import threading
 import time
 from typing import Any
@@ -29,6 +38,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "node_group", "deployment_group", "sweep_group", "kernel_job_group", "group_kind",
     "broadcast", "abroadcast", "message_build", "CONSUMER_EVENT", "current_seq", "latest_messages",
+    "realtime_namespace", "NamespacedRedisChannelLayer",
 ]
 
 _GROUP_RE = re.compile(r"^[A-Za-z0-9._-]{1,90}$")
@@ -39,6 +49,52 @@ _KINDS = ("node", "deployment", "sweep", "kernel-job")
 _last_sent: dict[tuple[str, str], float] = {}
 _last_lock = threading.Lock()
 _redis_client: Any = None
+
+
+def realtime_namespace() -> str:
+    """This installation's namespace for live-data Redis keys and channel-layer names.
+
+    ``settings.CEILING_REALTIME_PREFIX`` when it is set (letters, digits, ``-``, ``_``, ``.``),
+    otherwise ``db-`` + the first 12 hex digits of the SHA-256 of the database identity: the
+    engine and the database name (for SQLite the resolved file path). It is read from the live
+    connection, so a test run that switched to its test database gets that database's
+    namespace, the same one a subprocess pointed at that database derives. No side effects.
+    """
+    configured = str(getattr(settings, "CEILING_REALTIME_PREFIX", "") or "")
+    if configured:
+        if not re.match(r"^[A-Za-z0-9._-]{1,40}$", configured):
+            raise ValueError(f"CEILING_REALTIME_PREFIX {configured!r}: letters, digits, '-', '_', '.' only, "
+                             "1-40 characters")
+        return configured
+    from django.db import connections
+
+    sd = connections["default"].settings_dict
+    engine = str(sd.get("ENGINE", ""))
+    name = str(sd.get("NAME", ""))
+    if engine.endswith("sqlite3") and name and name != ":memory:" and "mode=memory" not in name:
+        name = str(Path(name).resolve())
+    return "db-" + hashlib.sha256(f"{engine}|{name}".encode()).hexdigest()[:12]
+
+
+def _key(kind: str, group: str) -> str:
+    return f"ceiling:{realtime_namespace()}:rt:{kind}:{group}"
+
+
+try:
+    from channels_redis.core import RedisChannelLayer as _RedisChannelLayer
+except ImportError:  # pragma: no cover - channels_redis is a requirement; keeps the module importable
+    _RedisChannelLayer = object  # type: ignore[assignment,misc]
+
+
+class NamespacedRedisChannelLayer(_RedisChannelLayer):  # type: ignore[misc,valid-type]
+    """channels_redis's layer with its ``prefix`` option defaulting to this installation's
+    namespace (``ceiling:<realtime_namespace()>:asgi``), so groups and channels of two
+    installations sharing a Redis never meet. An explicit ``prefix`` in ``CHANNEL_LAYERS``
+    CONFIG wins. The namespace is read when the layer is created (first ``get_channel_layer()``),
+    i.e. after a test run has switched to its test database."""
+
+    def __init__(self, *args: Any, prefix: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, prefix=prefix or f"ceiling:{realtime_namespace()}:asgi", **kwargs)
 
 
 def _checked(name: str) -> str:
@@ -89,7 +145,12 @@ def _redis() -> Any:
 
 def _next_seq(group: str) -> int:
     try:
-        return int(_redis().incr(f"ceiling:rt:seq:{group}"))
+        key = _key("seq", group)
+        pipe = _redis().pipeline()
+        pipe.incr(key)
+        # Kept a day after the last message (a client re-syncs from REST after a gap anyway).
+        pipe.expire(key, _SEQ_TTL_S)
+        return int(pipe.execute()[0])
     except Exception:  # noqa: BLE001 - a sequence is best effort; the message still goes out
         log.warning("realtime: no sequence for %s (Redis unavailable)", group)
         return 0
@@ -108,6 +169,8 @@ def _rate_ok(group: str, type_: str, force: bool) -> bool:
 
 
 _LAST_TTL_S = 3600
+#: Seconds a group's sequence counter outlives its last message (one day).
+_SEQ_TTL_S = 86400
 
 
 def _keep_last(group: str, msg: dict[str, Any]) -> None:
@@ -116,7 +179,7 @@ def _keep_last(group: str, msg: dict[str, Any]) -> None:
     import json
 
     try:
-        key = f"ceiling:rt:last:{group}"
+        key = _key("last", group)
         pipe = _redis().pipeline()
         pipe.hset(key, msg["type"], json.dumps(msg, separators=(",", ":")))
         pipe.expire(key, _LAST_TTL_S)
@@ -135,7 +198,7 @@ def current_seq(group: str) -> int:
     """The sequence number of the last message sent to ``group`` (0 if none or Redis is down)."""
     _checked(group)
     try:
-        raw = _redis().get(f"ceiling:rt:seq:{group}")
+        raw = _redis().get(_key("seq", group))
     except Exception:  # noqa: BLE001
         return 0
     return int(raw or 0)
@@ -147,7 +210,7 @@ def latest_messages(group: str) -> dict[str, dict[str, Any]]:
 
     _checked(group)
     try:
-        raw = _redis().hgetall(f"ceiling:rt:last:{group}")
+        raw = _redis().hgetall(_key("last", group))
     except Exception:  # noqa: BLE001
         return {}
     return {k.decode(): json.loads(v) for k, v in raw.items()}

@@ -136,9 +136,15 @@ WHITENOISE_AUTOREFRESH = DEBUG
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
+# Live data of installations sharing one Redis is kept apart by a namespace
+# (controlplane.realtime.realtime_namespace): CEILING_REALTIME_PREFIX, or a hash of the
+# database identity. The layer below applies it as channels_redis's ``prefix``.
+CEILING_REALTIME_PREFIX = env_str("CEILING_REALTIME_PREFIX", "")
+# Websocket Origins accepted besides the page's own (scheme://host:port, same-origin rule).
+CEILING_WS_ALLOWED_ORIGINS = [o.strip() for o in env_str("CEILING_WS_ALLOWED_ORIGINS", "").split(",") if o.strip()]
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "controlplane.realtime.NamespacedRedisChannelLayer",
         "CONFIG": {"hosts": [REDIS_URL], "capacity": 200, "expiry": 30},
     }
 }
@@ -162,6 +168,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     "telemetry-prune": {"task": "deployments.telemetry.tasks.telemetry_prune_task", "schedule": 3600.0},
     # Kernel jobs whose node agent died mid-build are failed after the step timeout + 10 min.
     "kernel-jobs-reap": {"task": "kernels.tasks.kernel_jobs_reap_task", "schedule": 300.0},
+    # Sweeps whose worker died (no heartbeat for 2 min, or its pid is gone) are failed.
+    "sweeps-reconcile": {"task": "benchmarks.tasks.sweeps_reconcile_task", "schedule": 60.0},
 }
 # Task modules outside an app's tasks.py (autodiscovery finds only those).
 CELERY_IMPORTS = ("deployments.telemetry.tasks",)

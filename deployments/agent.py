@@ -790,7 +790,7 @@ def _deployment_maybe_ready(deployment: Deployment) -> None:
             message = f"ready again after restart, {took:.2f}s after the crash"
         else:
             took = (now - deployment.created_at).total_seconds()
-            message = f"all {expected} processes ready, {took:.2f}s after the deploy request"
+            message = (f"all {expected} processes ready" if expected != 1 else "the 1 process is ready") + f", {took:.2f}s after the deploy request"
         _deployment_event(deployment, "ready", message)
 
 

@@ -93,6 +93,12 @@ def _sort_value(row: dict[str, Any], key: str) -> tuple[int, Any]:
     return (0, str(v))
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages that echo input back."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all", params: dict[str, str] | None = None,
                   sort: str = "ordinal", limit: int = 500) -> VariantTable:
     """The job's variants as table rows, filtered and sorted on the server.
@@ -107,17 +113,41 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     ``state`` is one of :data:`STATES`; ``params`` filters parameter values (``{"impl":
     "split_k"}``, compared as text); ``sort`` is ``ordinal``, ``key``, a build fact
     (:data:`BUILD_SORTS`), ``param:<name>``, ``us:<shape>`` or ``roof:<shape>``, ``-`` in front
-    for descending (absent values always last). Unknown sorts fall back to ``ordinal``.
+    for descending (absent values always last).
+
+    Raises :class:`controlplane.errors.InvalidInput` naming the valid choices for a ``batch`` the
+    job neither measured nor declared, a ``params`` key that is not a grid parameter, or an
+    unknown ``sort`` key (``batch`` None means the smallest batch).
     """
     from kernels.services import job_manifest
+
+    from controlplane.errors import InvalidInput
 
     manifest = job_manifest(job)
     shapes = [s.name for s in manifest.shapes if not job.shapes or s.name in job.shapes]
     measured = sorted(set(KernelBenchmark.objects.filter(variant__job=job).values_list("batch", flat=True)))
     declared = sorted({b for s in manifest.shapes for b in s.batches})
     batches = measured or declared
+    errors: dict[str, list[str]] = {}
+    if batch is not None and batch not in batches:
+        errors["batch"] = [f"{_short(batch)} is not a batch of this job; batches: "
+                           f"{', '.join(str(b) for b in batches) or 'none'}"]
     if batch is None or batch not in batches:
         batch = batches[0] if batches else None
+    unknown = [k for k in (params or {}) if k not in manifest.grid]
+    if unknown:
+        errors["params"] = [f"{', '.join(_short(k) for k in unknown)}: not a parameter of this job; parameters: "
+                            f"{', '.join(manifest.grid)} (filter as p.<parameter>=<value>)"]
+    desc = sort.startswith("-")
+    key = sort[1:] if desc else sort
+    valid = (key in BUILD_SORTS or (key.startswith("param:") and key[6:] in manifest.grid)
+             or (key.split(":", 1)[0] in ("us", "roof") and key.split(":", 1)[-1] in shapes))
+    if not valid:
+        errors["sort"] = [f"{_short(sort)} is not a sort key; keys: {', '.join(BUILD_SORTS)}, "
+                          f"{', '.join('param:' + p for p in manifest.grid)}, "
+                          f"{', '.join('us:' + sh + ', roof:' + sh for sh in shapes)} ('-' in front: descending)"]
+    if errors:
+        raise InvalidInput(errors)
     benches: dict[int, dict[str, KernelBenchmark]] = {}
     if batch is not None:
         for b in KernelBenchmark.objects.filter(variant__job=job, batch=batch):
@@ -165,12 +195,6 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
         rows = [r for r in rows if any(c.get("median_us") is not None for c in r["shapes"].values())]
     elif state in ("failed", "discarded", "correct", "wrong"):
         rows = [r for r in rows if r["state"] == state]
-    desc = sort.startswith("-")
-    key = sort.lstrip("-")
-    valid = (key in BUILD_SORTS or (key.startswith("param:") and key[6:] in manifest.grid)
-             or (key.split(":", 1)[0] in ("us", "roof") and key.split(":", 1)[-1] in shapes))
-    if not valid:
-        key, desc = "ordinal", False
     present = [r for r in rows if _sort_value(r, key)[0] == 0]
     absent = [r for r in rows if _sort_value(r, key)[0] == 1]
     present.sort(key=lambda r: _sort_value(r, key)[1], reverse=desc)

@@ -112,28 +112,59 @@ def package_detail(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "kernels/package_detail.html", _package_context(request, pkg))
 
 
+# The two forms the grid-subset field takes, named in its help and in every message about it.
+SUBSET_FORMS = 'PARAM=v1,v2; PARAM2=v (e.g. impl=split_k; BLOCK_H=32,64) or the API\'s JSON (e.g. {"BLOCK_H": [64]})'
+# Longest grid-subset text read (characters); a longer one is refused without being echoed back.
+MAX_SUBSET_CHARS = 10_000
+
+
 def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
-    """``impl=split_k,head_tiled; BLOCK_H=32`` → ``{"impl": ["split_k", "head_tiled"], "BLOCK_H": [32]}``."""
+    """The grid subset of the job form, in either accepted form (:data:`SUBSET_FORMS`):
+    ``impl=split_k,head_tiled; BLOCK_H=32`` or JSON ``{"impl": ["split_k"], "BLOCK_H": 32}``, both
+    giving ``{"impl": [...], "BLOCK_H": [32]}``. Problems go to ``errors["params"]``, echoing at
+    most 80 characters of the input."""
     out: dict[str, list] = {}
+    if len(text) > MAX_SUBSET_CHARS:
+        errors.setdefault("params", []).append(
+            f"the grid subset is {len(text)} characters long; at most {MAX_SUBSET_CHARS} are read")
+        return out
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            errors.setdefault("params", []).append(f"'{_short(text)}' is not valid JSON ({exc}); accepted: {SUBSET_FORMS}")
+            return out
+        if not isinstance(data, dict):
+            errors.setdefault("params", []).append(f"the JSON must be an object of parameter lists; accepted: {SUBSET_FORMS}")
+            return out
+        for name, values in data.items():
+            out[str(name)] = list(values) if isinstance(values, list) else [values]
+        return out
     for part in text.replace("\n", ";").split(";"):
         part = part.strip()
         if not part:
             continue
         name, sep, values = part.partition("=")
         if not sep or not name.strip():
-            errors.setdefault("params", []).append(f"'{part}' is not PARAM=value[,value...]")
+            errors.setdefault("params", []).append(f"'{_short(part)}' is neither of the accepted forms: {SUBSET_FORMS}")
             continue
         out[name.strip()] = [int(v) if v.strip().lstrip("-").isdigit() else v.strip()
                              for v in values.split(",") if v.strip()]
     return out
 
 
+def _short_errors(errors: dict[str, list[str]], limit: int = 300) -> dict[str, list[str]]:
+    """``errors`` with each message cut to ``limit`` characters (a message may quote the input)."""
+    return {k: [_short(str(m), limit) for m in msgs] for k, msgs in errors.items()}
+
+
 @role_page()
 @require_POST
 def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
     """Start a job of the package (operator): node, target compute capability (default: the
-    node's GPU), an optional grid subset (``PARAM=v1,v2; PARAM2=v``), shapes and batches.
-    Redirects to the job page; errors re-render the package page with status 400."""
+    node's GPU), an optional grid subset (``PARAM=v1,v2; PARAM2=v`` or JSON, :func:`_parse_subset`),
+    shapes and batches. Redirects to the job page; errors re-render the package page with status
+    400, a summary of them at the top and messages cut to 300 characters."""
     pkg = get_object_or_404(KernelPackage, name=name)
     form = {k: request.POST.get(k, "").strip() for k in ("node", "cc", "params", "batches")}
     form["shapes"] = request.POST.getlist("shapes")
@@ -147,7 +178,7 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
         if not part:
             continue
         if not part.isdigit():
-            errors.setdefault("batches", []).append(f"'{part}' is not a positive whole number.")
+            errors.setdefault("batches", []).append(f"'{_short(part)}' is not a positive whole number.")
         else:
             batches.append(int(part))
     if not errors:
@@ -161,8 +192,11 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
             messages.success(request, f"Kernel job #{job.pk} queued on node {node.name}: "
                                       f"{job.variants_total} variants for compute capability {job.target_cc}.")
             return redirect("kernels:job-detail", pk=job.pk)
-    return render(request, "kernels/package_detail.html", _package_context(request, pkg, form=form, errors=errors),
-                  status=400)
+    for k in ("cc", "params", "batches"):
+        if len(form[k]) > MAX_SUBSET_CHARS:
+            form[k] = ""  # never written back into the page
+    return render(request, "kernels/package_detail.html",
+                  _package_context(request, pkg, form=form, errors=_short_errors(errors)), status=400)
 
 
 # --- jobs ---------------------------------------------------------------------------------------
@@ -173,24 +207,49 @@ def _progress_context(job: KernelJob) -> dict[str, Any]:
     done = min(job.progress_done, total) if total else 0
     percent = 100 if job.status in JOB_TERMINAL else (round(100 * done / total) if total else 0)
     return {"job": job, "active": job.status in JOB_ACTIVE, "terminal": job.status in JOB_TERMINAL,
+            "waiting_reason": services.kernel_job_waiting_reason(job=job),
             "done": done, "total": total, "percent": percent,
             "status_class": {"done": "ok", "failed": "bad", "cancelled": "warn"}.get(job.status, "")}
 
 
-def _table_params(request: HttpRequest) -> tuple[int | None, str, dict[str, str], str]:
-    batch_raw = request.GET.get("batch", "")
-    batch = int(batch_raw) if batch_raw.isdigit() else None
-    state = request.GET.get("state", "all")
+def _short(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters (messages never echo a whole input back)."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None, str, dict[str, str], str]:
+    """Batch, state, parameter filters and sort from the query string; what cannot be read is
+    appended to ``problems`` (shown above the table) and left at its default."""
+    batch_raw = request.GET.get("batch", "").strip()
+    batch = int(batch_raw) if batch_raw.isdigit() and int(batch_raw) > 0 else None
+    if batch_raw and batch is None:
+        problems.append(f"batch: '{_short(batch_raw)}' is not a positive whole number.")
+    state = request.GET.get("state", "all") or "all"
     if state not in selectors.STATES:
+        problems.append(f"state: '{_short(state)}' is not one of {', '.join(selectors.STATES)}.")
         state = "all"
     params = {k[2:]: v for k, v in request.GET.items() if k.startswith("p.") and v}
-    sort = request.GET.get("sort", "ordinal")[:80]
+    sort = request.GET.get("sort", "ordinal") or "ordinal"
     return batch, state, params, sort
 
 
 def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
-    batch, state, params, sort = _table_params(request)
-    table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort)
+    """The variant table's context; a query the table refuses (unknown sort key, parameter or
+    batch) shows the reason above the table, which then falls back to its defaults."""
+    problems: list[str] = []
+    batch, state, params, sort = _table_params(request, problems)
+    try:
+        table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort)
+    except InvalidInput as exc:
+        for field_name, msgs in exc.errors.items():
+            problems += [f"{field_name}: {m}" for m in msgs]
+        if "batch" in exc.errors:
+            batch = None
+        if "params" in exc.errors:
+            params = {}
+        if "sort" in exc.errors:
+            sort = "ordinal"
+        table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort)
     base_query = {"batch": table.batch or "", "state": state, **{f"p.{k}": v for k, v in params.items()}}
 
     def sort_link(key: str) -> str:
@@ -199,7 +258,7 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
         new = ("-" + key) if current == key and not desc else key
         from urllib.parse import urlencode
 
-        return "?" + urlencode({**base_query, "sort": new})
+        return "?" + urlencode({**base_query, "sort": new}) + "#variant-table"
 
     columns = [{"key": "ordinal", "label": "#", "unit": ""}]
     columns += [{"key": f"param:{p}", "label": p, "unit": ""} for p in table.params]
@@ -229,7 +288,7 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
     param_filters = [{"name": name, "options": [{"value": v, "selected": params.get(name) == str(v)} for v in values]}
                      for name, values in table.param_values.items()]
     return {"table": table, "columns": columns, "shape_cols": shape_cols, "param_filters": param_filters,
-            "state": state, "sort": table.sort, "job": job}
+            "state": state, "sort": table.sort, "job": job, "table_problems": problems}
 
 
 def _job_charts(job: KernelJob) -> list[dict[str, Any]]:
@@ -359,7 +418,11 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
         sweep = BenchmarkSweep.objects.filter(pk=int(sweep_raw)).first() if sweep_raw.isdigit() else None
         if sweep is None:
             errors["sweep"] = [f"No sweep with id {sweep_raw!r}."]
-        if best_raw and speedup is None:
+        if best_raw and request.GET.get("speedup", "").strip():
+            # The API's rule (WhatIfQuerySerializer): exactly one source of the speedup.
+            errors.setdefault("speedup", []).append(
+                "Give speedup (a number) or best (a best-variant id), exactly one: both were given.")
+        elif best_raw and "speedup" not in errors:
             try:
                 best = services.kernel_best_for(best_id=int(best_raw)) if best_raw.isdigit() else None
             except NotFound:
@@ -370,7 +433,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
                 speedup = best.speedup
                 source = (f"best variant #{best.pk}: {best.package.name} {best.shape_bucket} on {best.device_name}, "
                           f"{best.speedup:.2f}× over the baseline")
-        elif speedup is None:
+        elif speedup is None and "speedup" not in errors:
             errors["speedup"] = ["Give a speedup (×) or choose a best variant."]
         if not errors and sweep is not None and speedup is not None:
             try:

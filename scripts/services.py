@@ -8,8 +8,11 @@ leaves the engines running; the next agent adopts them. Each starts detached in 
 with its output in ``var/logs/<name>.log``; ``var/run/<name>.pid`` records the pid *and* its
 start time (field 22 of ``/proc/<pid>/stat``) so a reused pid is never signalled.
 
-Usage: ``services.py start|stop|status``. ``start`` restarts what is already running so code
-changes are picked up, then waits until the web server answers.
+Usage: ``services.py start|stop|status`` or ``services.py restart <name>...`` (e.g.
+``restart web`` restarts only the web server). ``start`` restarts what is already running so
+code changes are picked up, then waits until the web server answers. After starting, each
+service must still be running :data:`SETTLE_S` seconds later; one that exited (a bad setting,
+e.g. ``CEILING_SAMPLER_HZ``) is reported with the last lines of its log and a non-zero exit.
 """
 from __future__ import annotations
 
@@ -30,6 +33,9 @@ BIN = ROOT / ".venv" / "bin"
 PORT = int(os.environ.get("CEILING_PORT", "8000"))
 HOST = os.environ.get("CEILING_HOST", "127.0.0.1")
 NODE = os.environ.get("CEILING_NODE_NAME", "local")
+#: Seconds a started service must stay up before it counts as started (a bad setting makes a
+#: Django command exit within about a second).
+SETTLE_S = 2.0
 
 
 def commands() -> dict[str, list[str]]:
@@ -90,7 +96,8 @@ def stop(name: str, grace: float = 10.0) -> None:
     print(f"stopped {name} (pid {pid})")
 
 
-def start(name: str, argv: list[str]) -> None:
+def start(name: str, argv: list[str]) -> subprocess.Popen:
+    """Start ``name`` detached with ``argv``, record its pid file; return the process."""
     RUN.mkdir(parents=True, exist_ok=True)
     LOGS.mkdir(parents=True, exist_ok=True)
     log = open(LOGS / f"{name}.log", "ab")
@@ -105,6 +112,21 @@ def start(name: str, argv: list[str]) -> None:
         time.sleep(0.01)
     (RUN / f"{name}.pid").write_text(json.dumps({"pid": proc.pid, "start_ticks": ticks, "argv": argv}))
     print(f"started {name} (pid {proc.pid}), log {LOGS / (name + '.log')}")
+    return proc
+
+
+def settle(procs: dict[str, subprocess.Popen]) -> list[str]:
+    """Wait :data:`SETTLE_S` seconds and return the names of started services that exited,
+    writing each one's exit status and the last 20 lines of its log to stderr."""
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline and all(p.poll() is None for p in procs.values()):
+        time.sleep(0.1)
+    dead = [name for name, p in procs.items() if p.poll() is not None]
+    for name in dead:
+        tail = (LOGS / f"{name}.log").read_text(errors="replace").splitlines()[-20:]
+        sys.stderr.write(f"error: {name} exited at once with status {procs[name].returncode}; "
+                         f"last lines of {LOGS / (name + '.log')}:\n" + "\n".join(tail) + "\n")
+    return dead
 
 
 def wait_web(timeout: float = 60.0) -> bool:
@@ -135,11 +157,20 @@ def main(argv: list[str]) -> int:
             pid = alive(name)
             print(f"{name:7s} {'running (pid %d)' % pid if pid else 'stopped'}")
         return 0
-    if action == "start":
-        for name, cmd in cmds.items():
+    if action in ("start", "restart"):
+        names = list(cmds) if action == "start" else argv[2:]
+        unknown = [n for n in names if n not in cmds]
+        if not names or unknown:
+            sys.stderr.write(f"error: restart needs service names out of {', '.join(cmds)}"
+                             + (f"; unknown: {', '.join(unknown)}" if unknown else "") + "\n")
+            return 2
+        procs = {}
+        for name in names:
             stop(name)
-            start(name, cmd)
-        if not wait_web():
+            procs[name] = start(name, cmds[name])
+        if settle(procs):
+            return 1
+        if "web" in names and not wait_web():
             sys.stderr.write(f"error: the web server did not answer on {HOST}:{PORT}; see {LOGS / 'web.log'}\n")
             sys.stderr.write((LOGS / "web.log").read_text()[-3000:] + "\n")
             return 1

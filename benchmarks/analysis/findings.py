@@ -43,6 +43,13 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
     return [s for s in out if s]
 
 
+def _all_points(fit: DecodeFit) -> str:
+    """``all 3 points (c=2, c=4, c=8)``: every point the fit used, named (the sentence that quotes
+    a fit shows only the first and last point's numbers)."""
+    labels = list(fit.labels or [])
+    return f"all {len(labels)} points ({', '.join(labels)})" if labels else f"the {fit.n_points} points"
+
+
 def _fit_sentence(fit: DecodeFit) -> str:
     if not fit.possible:
         return f"The decode step-time fit is not possible: {fit.reason}."
@@ -51,10 +58,10 @@ def _fit_sentence(fit: DecodeFit) -> str:
     if not fit.is_decode_cost:
         if fit.per_seq_ms <= 0:
             return (f"Decode step time ({tpot}) does not grow with the running batch over the measured range: "
-                    f"{_no_growth_numbers(fit)}; a straight line through these points falls "
+                    f"{_no_growth_numbers(fit)}; a straight line through {_all_points(fit)} falls "
                     f"({_r2(fit)}), which no decode step does, so no per-sequence decode cost is read from it.")
         return (f"Decode step time ({tpot}) is not a fixed plus a per-sequence cost over the measured range: "
-                f"{_no_growth_numbers(fit)}, but a straight line through these points crosses zero at "
+                f"{_no_growth_numbers(fit)}, but a straight line through {_all_points(fit)} crosses zero at "
                 f"{fit.running_batch_at_zero():.1f} running sequences (a negative fixed cost, {_r2(fit)}), which "
                 f"no decode step has, so no decode cost is read from it.")
     how = (f"Little's law (running batch = tok/s x {tpot}, capped at the concurrency)"

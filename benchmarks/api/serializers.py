@@ -8,7 +8,8 @@ from benchmarks.models import BenchmarkRun, BenchmarkSweep
 
 
 class SweepSerializer(serializers.ModelSerializer):
-    """A sweep with its grid, status, progress columns, GPU count and snapshot; ``run_ids`` in
+    """A sweep with its grid, status, progress columns, GPU count and snapshot; ``worker``
+    (``host:pid`` running it) and ``heartbeat_at`` (its last sign of life); ``run_ids`` in
     grid order. The analysis is served by ``/api/sweeps/<id>/analysis/``."""
 
     run_ids = serializers.SerializerMethodField()
@@ -19,7 +20,7 @@ class SweepSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "deployment", "grid", "status", "reason", "cancel_requested", "points_total",
                   "points_done", "requests_total", "requests_done", "current_tok_s", "current_point", "num_gpus",
                   "served_model_name", "topology", "engine", "snapshot", "created_by", "created_at", "started_at",
-                  "ended_at", "run_ids"]
+                  "ended_at", "worker", "heartbeat_at", "run_ids"]
         read_only_fields = fields
 
     def get_run_ids(self, obj: BenchmarkSweep) -> list[int]:

@@ -24,7 +24,7 @@ from .datasets import (
     text_calibration_fit,
 )
 from .driver import (
-    LoadConfig, Progress, RunResult, WorkerStats, loadgen_run, loadgen_run_async, server_generation_tokens,
+    LoadConfig, LoadgenStopped, Progress, RunResult, WorkerStats, loadgen_run, loadgen_run_async, server_generation_tokens,
 )
 from .metrics import Slo, distribution, in_flight, nearest_rank, run_summary
 from .protocol import Api, EventInfo, event_inspect, request_body
@@ -32,7 +32,7 @@ from .records import RecordStore, RequestOutcome
 from .sse import SseParser
 
 __all__ = [
-    "TRANSPORTS", "Api", "EventInfo", "LoadConfig", "Progress", "RecordStore", "RequestOutcome", "RequestSpec", "RunResult", "Slo",
+    "TRANSPORTS", "Api", "EventInfo", "LoadConfig", "LoadgenStopped", "Progress", "RecordStore", "RequestOutcome", "RequestSpec", "RunResult", "Slo",
     "SseParser", "StreamingClient", "TextCalibration", "WorkerStats", "arrival_offsets", "dataset_calibrate_text",
     "distribution", "event_inspect", "in_flight", "length_draws", "loadgen_run", "loadgen_run_async",
     "nearest_rank", "prompts_file_dataset", "random_dataset", "request_body", "run_summary", "scheduled_rate",

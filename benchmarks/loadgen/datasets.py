@@ -106,13 +106,16 @@ def random_dataset(
     *, num: int, input_len: int, output_len: int, range_ratio: float = 0.0, output_range_ratio: float = 0.0,
     seed: int = 0, token_ids: bool = True, token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE,
     calibration: TextCalibration | None = None, chat: bool = False,
+    should_stop: Callable[[], bool] | None = None,
 ) -> list[RequestSpec]:
     """``num`` seeded random requests.
 
     ``token_ids=True``: prompts are lists of ids uniform in ``token_id_range`` of exactly the drawn
     length (the server counts them as given). Otherwise text from :data:`WORDS`, with the word count
     from ``calibration`` (one word per token without one); ``chat=True`` wraps the text as one user
-    message. Same arguments, same requests.
+    message. Same arguments, same requests. ``should_stop`` (optional) is asked before each
+    prompt; when it returns true :class:`benchmarks.loadgen.LoadgenStopped` is raised (a large
+    prompt set takes seconds to build and must not outlive a cancel).
     """
     rng = random.Random(seed)
     ins = length_draws(n=num, length=input_len, range_ratio=range_ratio, rng=rng)
@@ -120,6 +123,10 @@ def random_dataset(
     specs: list[RequestSpec] = []
     lo, hi = token_id_range
     for n_in, n_out in zip(ins, outs):
+        if should_stop is not None and should_stop():
+            from .driver import LoadgenStopped
+
+            raise LoadgenStopped(f"stopped while building prompts ({len(specs)} of {num} built)")
         if token_ids and not chat:
             specs.append(RequestSpec(prompt=[rng.randrange(lo, hi) for _ in range(n_in)], input_len=n_in, output_len=n_out))
             continue

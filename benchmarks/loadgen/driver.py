@@ -77,6 +77,15 @@ WORKER_REPORT_S = 0.25
 MEASURED_GC_GEN0 = 10_000
 
 Progress = Callable[[dict[str, Any]], None]
+# How often a run's ``should_stop`` callback is asked, and how often the measuring event loop
+# looks at the stop flag it sets (seconds): a stop takes effect within about a quarter second,
+# the same period as the progress polling it rides along with.
+STOP_POLL_S = PROGRESS_PERIOD_S / 2
+
+
+class LoadgenStopped(RuntimeError):
+    """A run ended early because its ``should_stop`` callback said so: no new request was sent
+    after that, in-flight requests were aborted (their connections closed), and no result exists."""
 
 
 @dataclass
@@ -498,6 +507,7 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
 
 def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[RequestSpec], n: int,
                    offsets: list[float] | None, progress: Progress | None,
+                   should_stop: Callable[[], bool] | None = None,
                    ) -> tuple[RecordStore, list[WorkerStats], int, tuple[float | None, list[str]]]:
     ctx = multiprocessing.get_context("spawn")
     conc_parts = _split(cfg.concurrency, n) if cfg.concurrency else [None] * n
@@ -522,8 +532,18 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
         procs.append(p)
         conns.append(parent)
     reporter = _Reporter(progress) if progress is not None else None
+    stopped = False
+
+    def check_stop() -> None:
+        nonlocal stopped
+        if should_stop is not None and should_stop():
+            stopped = True
+            raise LoadgenStopped("the run was stopped before it finished")
+
     try:
         for c in conns:
+            while not c.poll(STOP_POLL_S):
+                check_stop()
             kind, payload = c.recv()
             if kind == "error":
                 raise RuntimeError(f"load worker failed during warmup: {payload}")
@@ -537,6 +557,7 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
         results: dict[int, tuple[RecordStore, WorkerStats]] = {}
         pending = dict(enumerate(conns))
         while pending:
+            check_stop()
             ready = multiprocessing.connection.wait(list(pending.values()), timeout=PROGRESS_PERIOD_S / 2)
             for c in ready:
                 i = next(k for k, v in pending.items() if v is c)
@@ -560,6 +581,8 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
                                 final=not pending)
     finally:
         for p in procs:
+            if stopped:  # abort the requests in flight: the workers' sockets close with them
+                p.kill()
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
@@ -569,6 +592,26 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
 
 
 # ---------------------------------------------------------------------- entry points
+async def _until_stopped(coro: Any, stop: threading.Event | None) -> Any:
+    """Await ``coro``; when ``stop`` is set first, cancel it (which closes its client and so
+    aborts the requests in flight) and raise :class:`LoadgenStopped`. Checked every
+    :data:`STOP_POLL_S` seconds."""
+    if stop is None:
+        return await coro
+    task = asyncio.ensure_future(coro)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=STOP_POLL_S)
+        if done:
+            return task.result()
+        if stop.is_set():
+            task.cancel()
+            try:
+                await task
+            except BaseException:  # noqa: BLE001 - the cancellation itself, or what it interrupted
+                pass
+            raise LoadgenStopped("the run was stopped before it finished")
+
+
 async def _one_loop(config: LoadConfig, specs: list[RequestSpec], warmup: list[RequestSpec],
                     offsets: list[float] | None, tally: _Tally) -> tuple[RecordStore, WorkerStats, int, tuple, tuple]:
     """Warmup, scrape, measured phase and scrape again in the running event loop."""
@@ -641,7 +684,7 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
 
 
 def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: list[RequestSpec] | None = None,
-                progress: Progress | None = None) -> RunResult:
+                progress: Progress | None = None, should_stop: Callable[[], bool] | None = None) -> RunResult:
     """Run ``specs`` with ``config`` (blocking; call it outside a running event loop).
 
     ``workers`` = 1: one event loop here. ``workers`` = N: N spawned processes. ``workers`` None:
@@ -649,8 +692,12 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
     one process. ``progress``: as for :func:`loadgen_run_async` (same dict), but always called from
     the thread that called this function, never from the measuring event loop: with one worker
     the loop then runs in a helper thread of this process, with N workers the counts come from
-    the workers' pipes. Raises ``ValueError`` for a bad config and ``RuntimeError`` when a worker
-    fails.
+    the workers' pipes. ``should_stop`` (optional) is called from that same thread every
+    :data:`STOP_POLL_S` seconds (warmup included); once it returns true no new request is sent,
+    the requests in flight are aborted (one worker: its event loop's tasks are cancelled and the
+    client closed; N workers: the processes are killed) and :class:`LoadgenStopped` is raised
+    within about a second. Raises ``ValueError`` for a bad config and ``RuntimeError`` when a
+    worker fails.
     """
     config.validate()
     warmup = warmup_specs if warmup_specs is not None else specs[:config.warmup]
@@ -663,28 +710,35 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
             warm_fraction = asyncio.run(_measure_warmup(config, warmup))
             n = max(1, min(os.cpu_count() or 1, math.ceil(warm_fraction / CPU_BUSY_FRACTION)))
     offsets = _schedule(config, len(specs))
+    if should_stop is not None and should_stop():
+        raise LoadgenStopped("the run was stopped before it started")
     if n > 1:
-        store, stats, t0, before = _run_processes(config, specs, warmup, n, offsets, progress)
+        store, stats, t0, before = _run_processes(config, specs, warmup, n, offsets, progress, should_stop)
         after = server_generation_tokens(config.metrics_urls) if config.metrics_urls else (None, [])
         return _result(config, store, stats, t0, offsets, before, after, warm_fraction)
     tally = _Tally(_initial_total(config, specs, offsets))
-    if progress is None:
+    if progress is None and should_stop is None:
         store, one, t0, before, after = asyncio.run(_one_loop(config, specs, warmup, offsets, tally))
         return _result(config, store, [one], t0, offsets, before, after, warm_fraction)
-    reporter = _Reporter(progress)
+    reporter = _Reporter(progress) if progress is not None else None
+    stop = threading.Event() if should_stop is not None else None
     box: dict[str, Any] = {}
 
     def body() -> None:
         try:
-            box["out"] = asyncio.run(_one_loop(config, specs, warmup, offsets, tally))
+            box["out"] = asyncio.run(_until_stopped(_one_loop(config, specs, warmup, offsets, tally), stop))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread below
             box["error"] = exc
 
     thread = threading.Thread(target=body, name="loadgen-loop", daemon=True)
     thread.start()
     while thread.is_alive():
-        thread.join(PROGRESS_PERIOD_S / 2)
-        if thread.is_alive():
+        thread.join(STOP_POLL_S)
+        if not thread.is_alive():
+            break
+        if stop is not None and not stop.is_set() and should_stop():
+            stop.set()
+        if reporter is not None:
             reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens)
     if "error" in box:
         raise box["error"]

@@ -5,8 +5,16 @@ Rules and where they come from:
 
 * A sweep runs only when its deployment is ready; it waits at most ``grid.wait_ready_s`` (default:
   the deployment's startup timeout + 60 s) and then fails with the reason (issue case C14).
-* Points run one after the other; ``cancel_requested`` is checked before each point, at each
-  progress tick and while waiting.
+* Points run one after the other. The sweep stops when ``cancel_requested`` is set (cancelled) or
+  its deployment is no longer ready (failed, with the deployment's status): both are read at most
+  once per :data:`STOP_CHECK_S` while waiting, while the prompts are built and while a point runs,
+  and a running point is stopped at once (the load generator's ``should_stop``: nothing new is
+  sent, the requests in flight are aborted, the point is stored cancelled or failed, without a
+  summary).
+* The process running a sweep records itself (``worker``: ``host:pid``) and a heartbeat every
+  :data:`HEARTBEAT_S`. A sweep whose worker is gone (the pid no longer exists on this host, or no
+  heartbeat for :data:`HEARTBEAT_STALE_S`) is failed "worker lost: ..." by the redelivered task or
+  by :func:`sweeps_reconcile` (celery beat, every minute); cancelling it ends it at once.
 * Live progress is the load generator's own count of requests and output tokens (the servers'
   counters do not exist on every engine: llama.cpp has none). Each report is broadcast to the
   sweep's realtime group (``sweep.progress``); it is written to the run row and the sweep's
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import socket
 import threading
 import time
@@ -39,7 +48,7 @@ from django.utils import timezone
 
 from benchmarks.analysis import SweepPoint, ceiling_analyse
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
-from benchmarks.loadgen import Api, LoadConfig, Slo, arrival_offsets, loadgen_run, random_dataset, run_summary
+from benchmarks.loadgen import Api, LoadConfig, LoadgenStopped, Slo, arrival_offsets, loadgen_run, random_dataset, run_summary
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
@@ -62,6 +71,18 @@ WAIT_POLL_S = 0.5
 SERVER_INFO_TIMEOUT_S = 5.0
 # Engines whose servers take a prompt as token ids (exact input lengths); others get text.
 TOKEN_ID_ENGINES = ("sim", "sglang", "vllm")
+# The running sweep reads its cancel flag and its deployment's status at most this often
+# (seconds): one or two small SELECTs a second, and a cancel takes effect within about a second.
+STOP_CHECK_S = 1.0
+# Seconds between heartbeats of the process running a sweep (one UPDATE each).
+HEARTBEAT_S = 5.0
+# A waiting or running sweep without a heartbeat for this long has lost its worker (seconds):
+# 24 missed heartbeats, far beyond a slow database write, and short enough that a dead worker's
+# sweep stops blocking its deployment within ~3 minutes (this plus the minute of the beat pass).
+HEARTBEAT_STALE_S = 120.0
+# Seconds the sweep waits for the load generator's thread after telling it to stop (it stops
+# within about a second; a thread still alive after this is left behind as a daemon).
+STOP_JOIN_S = 30.0
 
 
 # ---------------------------------------------------------------------------------------- create
@@ -123,7 +144,57 @@ def sweep_cancel(*, sweep: BenchmarkSweep, user) -> BenchmarkSweep:
     BenchmarkSweep.objects.filter(pk=sweep.pk, status=SweepStatus.PENDING).update(
         status=SweepStatus.CANCELLED, reason=_by("cancelled", user), ended_at=timezone.now())
     sweep.refresh_from_db()
+    lost = sweep_worker_lost(sweep=sweep)
+    if lost:  # nobody is left to see the flag: end it here
+        _finish(sweep.pk, SweepStatus.CANCELLED, f"{_by('cancelled', user)} ({lost})")
+        sweep.refresh_from_db()
     return sweep
+
+
+def _worker_id() -> str:
+    """``host:pid`` of this process, as stored in ``BenchmarkSweep.worker``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_worker_lost(*, sweep: BenchmarkSweep) -> str | None:
+    """Why no live process runs the waiting/running ``sweep`` ("worker lost: ..."), or None when
+    one may (or the sweep is not waiting/running). Lost: its ``worker`` is a pid of this host that
+    no longer exists, or its last heartbeat (else its start) is older than
+    :data:`HEARTBEAT_STALE_S` seconds. Reads only the row given; no side effects."""
+    if sweep.status not in (SweepStatus.WAITING, SweepStatus.RUNNING):
+        return None
+    host, _, pid = (sweep.worker or "").rpartition(":")
+    if host and host == socket.gethostname() and pid.isdigit() and not _pid_alive(int(pid)):
+        return f"worker lost: process {pid} on {host} is gone"
+    last = sweep.heartbeat_at or sweep.started_at or sweep.created_at
+    age = (timezone.now() - last).total_seconds() if last else HEARTBEAT_STALE_S + 1
+    if age > HEARTBEAT_STALE_S:
+        return f"worker lost: no heartbeat from {sweep.worker or 'its worker'} for {age:.0f} s"
+    return None
+
+
+def sweeps_reconcile() -> int:
+    """Fail every waiting/running sweep whose worker is gone (:func:`sweep_worker_lost`), with
+    that reason; its running point is failed too and the end is broadcast. The body of the
+    periodic ``sweeps_reconcile_task`` (every 60 s, ``CELERY_BEAT_SCHEDULE``). Returns how many."""
+    failed = 0
+    for sweep in BenchmarkSweep.objects.filter(status__in=(SweepStatus.WAITING, SweepStatus.RUNNING)):
+        lost = sweep_worker_lost(sweep=sweep)
+        if lost:
+            log.warning("sweep %s: %s", sweep.pk, lost)
+            _finish(sweep.pk, SweepStatus.FAILED, lost)
+            failed += 1
+    return failed
 
 
 def _by(what: str, user) -> str:
@@ -148,19 +219,25 @@ def sweep_execute(*, sweep_id: int) -> str:
     """
     now = timezone.now()
     claimed = BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=False).update(
-        status=SweepStatus.WAITING, started_at=now)
+        status=SweepStatus.WAITING, started_at=now, worker=_worker_id(), heartbeat_at=now)
     if not claimed:
         BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=True).update(
             status=SweepStatus.CANCELLED, reason="cancelled before it started", ended_at=now)
+        row = BenchmarkSweep.objects.filter(pk=sweep_id).first()
+        lost = sweep_worker_lost(sweep=row) if row is not None else None
+        if lost:  # a redelivery after the worker running it died (WorkerLostError)
+            log.warning("sweep %s: %s", sweep_id, lost)
+            _finish(sweep_id, SweepStatus.FAILED, lost)
         return BenchmarkSweep.objects.filter(pk=sweep_id).values_list("status", flat=True).first() or "missing"
     sweep = BenchmarkSweep.objects.select_related("deployment__recipe", "deployment__node").get(pk=sweep_id)
+    watch = _Watch(sweep.pk, sweep.deployment_id)
     try:
-        deployment = _wait_ready(sweep)
+        deployment = _wait_ready(sweep, watch)
         snapshot = sweep_snapshot(sweep=sweep, deployment=deployment)
         BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.RUNNING, snapshot=json_safe(snapshot))
         for ordinal, point in enumerate(grid_points(sweep.grid)):
-            _check_cancel(sweep.pk)
-            run = _run_point(sweep, deployment, ordinal, point, snapshot)
+            watch.check(force=True)
+            run = _run_point(sweep, deployment, ordinal, point, snapshot, watch)
             BenchmarkSweep.objects.filter(pk=sweep.pk).update(points_done=F("points_done") + 1)
             _broadcast_point(sweep.pk, run)
         sweep.refresh_from_db()
@@ -224,7 +301,39 @@ def _check_cancel(sweep_id: int) -> None:
         raise _Cancelled()
 
 
-def _wait_ready(sweep: BenchmarkSweep):
+class _Watch:
+    """What stops a running sweep, read from its thread: :meth:`check` writes the heartbeat
+    (every :data:`HEARTBEAT_S`), then raises :class:`_Cancelled` when ``cancel_requested`` is set
+    and, with ``deployment=True``, :class:`_SweepFailed` when the deployment is no longer ready.
+    Reads at most once per :data:`STOP_CHECK_S` unless ``force``."""
+
+    def __init__(self, sweep_id: int, deployment_id: int | None) -> None:
+        self.sweep_id, self.deployment_id = sweep_id, deployment_id
+        self.worker = _worker_id()
+        self._checked = self._beat = time.monotonic()
+
+    def check(self, *, force: bool = False, deployment: bool = True) -> None:
+        now = time.monotonic()
+        if not force and now - self._checked < STOP_CHECK_S:
+            return
+        self._checked = now
+        if now - self._beat >= HEARTBEAT_S:
+            self._beat = now
+            BenchmarkSweep.objects.filter(pk=self.sweep_id).update(heartbeat_at=timezone.now(), worker=self.worker)
+        _check_cancel(self.sweep_id)
+        if deployment and self.deployment_id is not None:
+            from deployments.choices import DeploymentStatus
+            from deployments.models import Deployment
+
+            row = Deployment.objects.filter(pk=self.deployment_id).values_list("status", "reason").first()
+            if row is None:
+                raise _SweepFailed(f"deployment #{self.deployment_id} was deleted; the sweep stopped")
+            if row[0] != DeploymentStatus.READY:
+                raise _SweepFailed(f"deployment #{self.deployment_id} is {row[0]}" + (f": {row[1]}" if row[1] else "")
+                                   + "; the sweep stopped")
+
+
+def _wait_ready(sweep: BenchmarkSweep, watch: _Watch | None = None):
     """Poll the deployment row until ready; raise :class:`_SweepFailed` with the reason (C14)."""
     from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
 
@@ -245,6 +354,8 @@ def _wait_ready(sweep: BenchmarkSweep):
             raise _SweepFailed(f"deployment #{deployment.pk} was not ready after {limit:.0f} s of waiting "
                                f"(status {deployment.status}" + (f": {deployment.reason}" if deployment.reason else "")
                                + ")")
+        if watch is not None:
+            watch.check(deployment=False)
         _check_cancel(sweep.pk)
         time.sleep(min(WAIT_POLL_S, max(0.01, limit - waited)))
 
@@ -464,11 +575,16 @@ def _loadconfig_has(name: str) -> bool:
     return any(f.name == name for f in dataclasses.fields(LoadConfig))
 
 
-def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, snapshot: dict) -> BenchmarkRun:
+def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, snapshot: dict,
+               watch: _Watch | None = None) -> BenchmarkRun:
     """Run one grid point and store it. Live progress comes from the load generator's own counts
     (:class:`_PointProgress`). A point with ``duration_s`` ends after that many seconds, or with
     a request count as well whichever comes first (:func:`point_limits`); its summary says what
-    ended it (``ended_by``: ``duration`` or ``requests``)."""
+    ended it (``ended_by``: ``duration`` or ``requests``). The prompts are built and the load
+    generator run in a helper thread; this thread ticks the progress and asks ``watch`` (cancel,
+    deployment no longer ready, heartbeat): when it raises, the helper is told to stop (prompt
+    building and sending end within about a second, in-flight requests are aborted) and the
+    exception propagates, so the point keeps no summary."""
     grid = sweep.grid
     api = Api(grid["api"])
     engine = deployment.recipe.engine
@@ -485,10 +601,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     )
     BenchmarkSweep.objects.filter(pk=sweep.pk).update(current_point=_point_label(point), current_tok_s=None)
     token_ids = engine in TOKEN_ID_ENGINES and api is not Api.CHAT
-    specs = random_dataset(num=limits["specs"], input_len=point["input_len"], output_len=point["output_len"],
-                           seed=seed + ordinal, token_ids=token_ids, chat=api is Api.CHAT)
-    warmup = random_dataset(num=grid.get("warmup", 0), input_len=point["input_len"], output_len=point["output_len"],
-                            seed=seed + 10_000 + ordinal, token_ids=token_ids, chat=api is Api.CHAT)
+    stop = threading.Event()
     extra: dict[str, Any] = {}
     if limits["duration_s"] is not None:
         extra["duration_s"] = limits["duration_s"]
@@ -497,7 +610,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         extra["max_requests"] = limits["max_requests"]
     cfg = LoadConfig(base_url=deployment.entry_url, api=api, model=sweep.served_model_name,
                      concurrency=point["concurrency"], rate=point["request_rate"], seed=seed,
-                     warmup=len(warmup), ignore_eos=True, fixed_output=True, metrics_urls=_metrics_urls(deployment),
+                     warmup=int(grid.get("warmup", 0)), ignore_eos=True, fixed_output=True, metrics_urls=_metrics_urls(deployment),
                      **extra)
     done_before = BenchmarkSweep.objects.filter(pk=sweep.pk).values_list("requests_done", flat=True).first() or 0
     progress = _PointProgress(sweep, run, point, done_before)
@@ -505,7 +618,14 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
 
     def work() -> None:
         try:
-            outcome["result"] = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=progress.report)
+            specs = random_dataset(num=limits["specs"], input_len=point["input_len"], output_len=point["output_len"],
+                                   seed=seed + ordinal, token_ids=token_ids, chat=api is Api.CHAT,
+                                   should_stop=stop.is_set)
+            warmup = random_dataset(num=grid.get("warmup", 0), input_len=point["input_len"],
+                                    output_len=point["output_len"], seed=seed + 10_000 + ordinal,
+                                    token_ids=token_ids, chat=api is Api.CHAT, should_stop=stop.is_set)
+            outcome["result"] = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=progress.report,
+                                            should_stop=stop.is_set)
         except BaseException as exc:  # re-raised in the sweep's thread below
             outcome["error"] = exc
 
@@ -515,12 +635,18 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         thread.join(PROGRESS_PERIOD_S)
         if not thread.is_alive():
             break
-        if BenchmarkSweep.objects.filter(pk=sweep.pk, cancel_requested=True).exists():
-            # The load generator cannot be interrupted mid-point; the point finishes (bounded by its
-            # request count or duration) and is stored as cancelled, and no further point starts.
-            thread.join()
-            break
+        try:
+            if watch is not None:
+                watch.check()
+            else:
+                _check_cancel(sweep.pk)
+        except (_Cancelled, _SweepFailed):
+            stop.set()  # no new request, in-flight ones aborted; the point is not stored
+            thread.join(STOP_JOIN_S)
+            raise
         progress.tick()
+    if isinstance(outcome.get("error"), LoadgenStopped):
+        raise _Cancelled()
     if "error" in outcome:
         raise outcome["error"]
     result = outcome["result"]
@@ -648,14 +774,7 @@ def sweep_wait(*, sweep: BenchmarkSweep, timeout_s: float, progress=None, poll_s
     while True:
         sweep.refresh_from_db()
         key = (sweep.status, sweep.points_done, sweep.current_point, sweep.requests_done)
-        line = (f"  sweep #{sweep.pk}: {sweep.status}"
-                + (f", point {sweep.points_done + (sweep.status == SweepStatus.RUNNING)}/{sweep.points_total}"
-                   f" ({sweep.current_point})" if sweep.current_point else "")
-                + (f", requests {sweep.requests_done}"
-                   + (f"/{sweep.requests_total}" if sweep.requests_total else " sent")
-                   if sweep.status == SweepStatus.RUNNING else "")
-                + (f", {sweep.current_tok_s:.1f} tok/s" if sweep.current_tok_s is not None
-                   and sweep.status == SweepStatus.RUNNING else ""))
+        line = sweep_progress_line(sweep=sweep)
         now = time.monotonic()
         if progress and (key != last_key or now - last_said >= PROGRESS_HEARTBEAT_S):
             progress(line)
@@ -664,6 +783,30 @@ def sweep_wait(*, sweep: BenchmarkSweep, timeout_s: float, progress=None, poll_s
         if sweep.status in SWEEP_TERMINAL or now - start > timeout_s:
             return sweep
         time.sleep(poll_s)
+
+
+def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
+    """One line of a sweep's progress for a terminal, e.g. ``sweep #7: running, point 1/3
+    (c=1 256/256): 12/25 requests of this point, 12/225 of the sweep, 41.0 tok/s now``. The point's
+    counts come from its run row's progress (the load generator's own); the sweep's from its
+    columns (a point limited by time adds its requests to the sweep's total as they are sent, and
+    a time-only point has no total: "sent"). tok/s is the running point's rate over the last
+    report window (about 0.5 s), not a stored result."""
+    running = sweep.status == SweepStatus.RUNNING
+    line = f"  sweep #{sweep.pk}: {sweep.status}"
+    if sweep.current_point:
+        line += f", point {sweep.points_done + running}/{sweep.points_total} ({sweep.current_point})"
+    if running:
+        run = sweep.runs.filter(status=RunStatus.RUNNING).order_by("-ordinal").first()
+        prog = (run.progress or {}) if run is not None else {}
+        if run is not None:
+            total = prog.get("total") or run.num_requests
+            line += f": {int(prog.get('done') or 0)}" + (f"/{total}" if total else " sent") + " requests of this point"
+        line += (f", {sweep.requests_done}" + (f"/{sweep.requests_total}" if sweep.requests_total else " sent")
+                 + " of the sweep")
+        if sweep.current_tok_s is not None:
+            line += f", {sweep.current_tok_s:.1f} tok/s now"
+    return line
 
 
 def sweep_report_text(*, sweep: BenchmarkSweep) -> str:

@@ -290,7 +290,7 @@ def test_it_never_reports_a_negative_per_sequence_cost_as_a_decode_cost() -> Non
     assert r.ceiling.asymptote_tok_s is None
     assert r.findings[0] == ("Decode step time (mean TPOT) does not grow with the running batch over the measured "
                              "range: mean TPOT is 31 ms at 0.3 running sequences (c=4) and 20 ms at 1.6 (c=2); a "
-                             "straight line through these points falls (R² 0.977), which no decode step does, so no "
+                             "straight line through all 3 points (c=1, c=2, c=4) falls (R² 0.977), which no decode step does, so no "
                              "per-sequence decode cost is read from it.")
     assert r.findings[1] == ("The bottleneck cannot be classified: mean TPOT rises from 24 ms at c=1 to 31 ms at "
                              "c=4, but not with the running batch: mean TPOT is 31 ms at 0.3 running sequences (c=4) "
@@ -308,7 +308,8 @@ def test_it_never_reports_a_negative_fixed_cost_as_a_decode_cost() -> None:
     assert r.bottleneck == "unknown"
     assert r.findings[0] == ("Decode step time (mean TPOT) is not a fixed plus a per-sequence cost over the "
                              "measured range: mean TPOT is 10 ms at 2.0 running sequences (c=2) and 70 ms at 8.0 "
-                             "(c=8), but a straight line through these points crosses zero at 1.0 running sequences "
+                             "(c=8), but a straight line through all 3 points (c=2, c=4, c=8) crosses zero at 1.0 "
+                             "running sequences "
                              "(a negative fixed cost, R² 1.000), which no decode step has, so no decode cost is read "
                              "from it.")
     assert r.bottleneck_reason == ("mean TPOT rises from 10 ms at c=2 to 70 ms at c=8, but the line through mean "

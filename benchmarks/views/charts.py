@@ -202,11 +202,13 @@ def _lengths(run: BenchmarkRun) -> str:
     return f"{run.input_len}/{run.output_len}" if run.input_len and run.output_len else "variable"
 
 
-def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "") -> dict[str, Any]:
+def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: int | None = None) -> dict[str, Any]:
     """Charts of a set of result rows (:func:`run_row`) against load: output tok/s, TTFT and
     TPOT percentiles vs concurrency (or request rate for open-loop points). One series per
     input/output length pair (and per ``prefix`` group on the comparison page). Load axis is
-    logarithmic: grids double (1, 2, 4, ...)."""
+    logarithmic: grids double (1, 2, 4, ...). ``num_gpus`` is the sweep's GPU count: an empty
+    per-GPU chart then says there is no finished point yet rather than that the count is unknown
+    (the page's facts show the same count)."""
     closed = [r for r in rows if r["run"].concurrency is not None]
     use = closed if closed else rows
     axis = ("concurrency", "requests") if closed else ("request rate", "req/s")
@@ -227,11 +229,12 @@ def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "") -> dict[st
         return out
 
     positive = all((_load_x(r["run"]) or 0) > 0 for rs in groups.values() for r in rs)
+    gpus_known = bool(num_gpus) or any(r.get("num_gpus") for r in rows)
     tok = chart_spec(title="Output throughput vs load", x=axis, y=("output", "tok/s"),
                      series=series("output_tok_s"), x_log=positive)
     per_gpu = chart_spec(title="Output throughput per GPU vs load", x=axis, y=("output per GPU", "tok/s"),
                          series=series("tok_s_per_gpu"), x_log=positive,
-                         empty="GPU count unknown.")
+                         empty=("No finished point with output tok/s yet." if gpus_known else "GPU count unknown."))
     if not any(p[1] is not None for s in per_gpu["series"] for p in s["points"]):
         per_gpu["series"] = []
     lat = {}

@@ -36,6 +36,7 @@ from deployments.tests.factories import cpu_node_create, deployment_row_create, 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 ORIGIN = (b"origin", b"http://testserver")
+HOST = (b"host", b"testserver")
 
 
 def _cookie_of(user) -> bytes:
@@ -44,12 +45,15 @@ def _cookie_of(user) -> bytes:
     return f"{django_settings.SESSION_COOKIE_NAME}={client.cookies[django_settings.SESSION_COOKIE_NAME].value}".encode()
 
 
-async def _socket(user=None, subs: list[str] = (), origin: tuple[bytes, bytes] | None = ORIGIN) -> WebsocketCommunicator:
+async def _socket(user=None, subs: list[str] = (), origin: tuple[bytes, bytes] | None = ORIGIN,
+                  host: tuple[bytes, bytes] | None = HOST, path: str = "/ws/live/") -> WebsocketCommunicator:
     headers = [origin] if origin else []
+    if host:
+        headers.append(host)
     if user is not None:
         headers.append((b"cookie", await sync_to_async(_cookie_of)(user)))
     query = "&".join(f"sub={s}" for s in subs)
-    return WebsocketCommunicator(application, f"/ws/live/?{query}", headers=headers)
+    return WebsocketCommunicator(application, f"{path}?{query}", headers=headers)
 
 
 async def _open(user, subs: list[str]) -> tuple[WebsocketCommunicator, dict]:
@@ -118,6 +122,59 @@ async def test_it_refuses_a_foreign_or_missing_origin_before_accepting(viewer, n
     ws = await _socket(viewer, [node_group(node.name)], origin=origin)
     connected, _code = await ws.connect(timeout=5)
     assert connected is False
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("origin, host", [
+    (b"http://127.0.0.1:9999", b"127.0.0.1:8000"),   # same host, another port
+    (b"http://localhost:8000", b"127.0.0.1:8000"),   # another host name, same port
+    (b"https://127.0.0.1:8000", b"127.0.0.1:8000"),  # another scheme
+    (b"http://127.0.0.1", b"127.0.0.1:8000"),        # port 80 implied
+])
+async def test_it_refuses_an_origin_whose_scheme_host_or_port_differs_from_the_request(viewer, node, origin, host):
+    ws = await _socket(viewer, [node_group(node.name)], origin=(b"origin", origin), host=(b"host", host))
+    connected, _code = await ws.connect(timeout=5)
+    assert connected is False
+
+
+@pytest.mark.asyncio
+async def test_it_accepts_the_same_origin_with_its_port(viewer, node):
+    ws = await _socket(viewer, [node_group(node.name)], origin=(b"origin", b"http://127.0.0.1:8000"),
+                       host=(b"host", b"127.0.0.1:8000"))
+    connected, code = await ws.connect(timeout=5)
+    assert connected, f"refused with {code}"
+    await ws.disconnect()
+
+
+@pytest.mark.asyncio
+async def test_it_accepts_an_origin_listed_in_ceiling_ws_allowed_origins(viewer, node, settings):
+    settings.CEILING_WS_ALLOWED_ORIGINS = ["https://ceiling.example.org"]
+    ws = await _socket(viewer, [node_group(node.name)], origin=(b"origin", b"https://ceiling.example.org"),
+                       host=(b"host", b"127.0.0.1:8000"))
+    connected, code = await ws.connect(timeout=5)
+    assert connected, f"refused with {code}"
+    await ws.disconnect()
+    other = await _socket(viewer, [node_group(node.name)], origin=(b"origin", b"https://ceiling.example.org:8443"),
+                          host=(b"host", b"127.0.0.1:8000"))
+    assert (await other.connect(timeout=5))[0] is False
+
+
+@pytest.mark.asyncio
+async def test_it_refuses_an_unknown_websocket_path_without_a_routing_error(viewer, node, caplog):
+    ws = await _socket(viewer, [node_group(node.name)], path="/ws/nothing/")
+    assert await ws.connect(timeout=5) == (False, CLOSE_BAD_REQUEST)
+    assert not [r for r in caplog.records if r.exc_info]
+    assert any("unknown path '/ws/nothing/'" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.asyncio
+async def test_it_refuses_an_id_with_leading_zeros_before_accepting(viewer, node):
+    recipe = await sync_to_async(recipe_row_create)(node=node, name=f"z-{node.name}")
+    deployment = await sync_to_async(deployment_row_create)(recipe=recipe)
+    ws = await _socket(viewer, [f"deployment-{deployment.pk:04d}"])
+    assert await ws.connect(timeout=5) == (False, CLOSE_FORBIDDEN)
+    reason = await sync_to_async(subscription_refusal)(viewer, f"deployment-{deployment.pk:04d}")
+    assert reason and f"deployment-{deployment.pk}" in reason and "leading zeros" in reason
 
 
 @pytest.mark.asyncio
@@ -366,10 +423,12 @@ async def test_it_joins_a_group_once_per_server_process_however_many_sockets_sub
     group = node_group(node.name)
     members = redis.Redis.from_url(django_settings.REDIS_URL)
     sockets = [(await _open(viewer, [group]))[0] for _ in range(20)]
-    assert members.zcard(f"asgi:group:{group}") == 1
+    key = get_channel_layer()._group_key(group)  # namespaced: ceiling:<installation>:asgi:group:<group>
+    assert key.startswith(b"ceiling:db-")
+    assert members.zcard(key) == 1
     await abroadcast(group, "node.sample", _sample(node.name, 5))
     for ws in sockets:
         assert (await _next_broadcast(ws))["data"]["i"] == 5
     for ws in sockets:
         await ws.disconnect()
-    assert members.zcard(f"asgi:group:{group}") == 0
+    assert members.zcard(key) == 0

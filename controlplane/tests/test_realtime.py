@@ -76,3 +76,62 @@ def test_it_broadcasts_from_async_code_too():
 
     msg = async_to_sync(scenario)()
     assert msg["type"] == "sweep.progress" and msg["data"] == {"done": 5} and msg["seq"] >= 1
+
+
+def _redis():
+    import redis
+    from django.conf import settings
+
+    return redis.Redis.from_url(settings.REDIS_URL)
+
+
+@pytest.mark.django_db
+@override_settings(CEILING_REALTIME_MIN_INTERVAL_S=0.0)
+def test_it_namespaces_keys_by_database_so_installations_sharing_redis_never_meet():
+    from django.db import connection
+
+    group = realtime.deployment_group(7)  # ids are reused by every installation and test run
+    ns = realtime.realtime_namespace()
+    assert ns.startswith("db-") and len(ns) == 15
+    # A foreign installation (another database) left a kept message and a sequence in the same Redis.
+    foreign = "db-" + "f" * 12
+    r = _redis()
+    r.hset(f"ceiling:{foreign}:rt:last:{group}", "deployment.sample", '{"type":"deployment.sample","seq":9}')
+    r.set(f"ceiling:{foreign}:rt:seq:{group}", 9)
+    try:
+        before = realtime.current_seq(group)
+        assert "deployment.sample" not in realtime.latest_messages(group) or \
+            realtime.latest_messages(group)["deployment.sample"]["seq"] != 9
+        assert realtime.broadcast(group, "deployment.status", {"status": "starting"}, force=True)
+        assert realtime.current_seq(group) == before + 1
+        # The sequence counter expires too (a day), like the kept messages (an hour).
+        assert 0 < r.ttl(f"ceiling:{ns}:rt:seq:{group}") <= 86400
+        assert 0 < r.ttl(f"ceiling:{ns}:rt:last:{group}") <= 3600
+    finally:
+        r.delete(f"ceiling:{foreign}:rt:last:{group}", f"ceiling:{foreign}:rt:seq:{group}",
+                 f"ceiling:{ns}:rt:last:{group}", f"ceiling:{ns}:rt:seq:{group}")
+    # The namespace follows the database the connection uses (a test database here).
+    sd = connection.settings_dict
+    with override_settings(CEILING_REALTIME_PREFIX="site-b"):
+        assert realtime.realtime_namespace() == "site-b"
+    original = sd["NAME"]
+    try:
+        sd["NAME"] = str(original) + ".other"
+        assert realtime.realtime_namespace() != ns
+    finally:
+        sd["NAME"] = original
+    assert realtime.realtime_namespace() == ns
+
+
+@pytest.mark.django_db
+def test_it_namespaces_channel_layer_groups_with_the_same_prefix():
+    layer = get_channel_layer()
+    assert isinstance(layer, realtime.NamespacedRedisChannelLayer)
+    assert layer.prefix == f"ceiling:{realtime.realtime_namespace()}:asgi"
+    assert layer._group_key("deployment-7") == f"ceiling:{realtime.realtime_namespace()}:asgi:group:deployment-7".encode()
+
+
+def test_it_refuses_a_prefix_the_keys_cannot_carry():
+    with override_settings(CEILING_REALTIME_PREFIX="bad prefix/with spaces"):
+        with pytest.raises(ValueError, match="CEILING_REALTIME_PREFIX"):
+            realtime.realtime_namespace()

@@ -7,6 +7,8 @@ shape: ``{"<dotted.field.path>": ["message", ...]}``, e.g. ``{"spec.roles.prefil
 """
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from rest_framework import serializers
@@ -416,10 +418,30 @@ class ProcessFilterSerializer(serializers.Serializer):
 class TelemetryQuerySerializer(serializers.Serializer):
     """``?since=<unix s>&until=<unix s>&fields=a,b`` of the telemetry re-sync endpoints."""
 
-    since = serializers.FloatField(required=False, min_value=0, help_text="unix seconds; default: 10 minutes ago")
-    until = serializers.FloatField(required=False, min_value=0, help_text="unix seconds; default: now")
+    # The last second of year 9999 UTC: Python's datetime cannot hold a later instant.
+    MAX_UNIX_S = 253402300799.0
+
+    since = serializers.FloatField(required=False, min_value=0, max_value=MAX_UNIX_S,
+                                   help_text="unix seconds; default: 10 minutes ago")
+    until = serializers.FloatField(required=False, min_value=0, max_value=MAX_UNIX_S,
+                                   help_text="unix seconds; default: now")
     fields = serializers.CharField(required=False, allow_blank=True, max_length=500,
                                    help_text="comma-separated series names (node history only)")
+
+    @staticmethod
+    def _finite(value: float) -> float:
+        # nan passes min/max comparisons (every comparison with nan is false), so say it here.
+        if not math.isfinite(value):
+            raise serializers.ValidationError(f"must be a finite number of unix seconds, not {value}")
+        return value
+
+    def validate_since(self, value: float) -> float:
+        """Refuse nan and infinities (a 400 on ``since`` with the reason)."""
+        return self._finite(value)
+
+    def validate_until(self, value: float) -> float:
+        """Refuse nan and infinities (a 400 on ``until`` with the reason)."""
+        return self._finite(value)
 
     def validate(self, attrs: dict) -> dict:
         if "since" in attrs and "until" in attrs and attrs["since"] > attrs["until"]:

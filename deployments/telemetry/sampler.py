@@ -194,8 +194,12 @@ class NodeSampler:
         Returns ``(node_data, {deployment id: deployment_data})``, the ``data`` objects of the
         ``node.sample`` and ``deployment.sample`` messages.
         """
+        ended: list[dict[str, Any]] = []
         if time.monotonic() - self._rows_at >= ROWS_REFRESH_S:
+            before = set(self._deployments)
             self.refresh_rows()
+            gone = sorted(before - set(self._deployments))
+            ended = self._final_samples(gone) if gone else []
         t = time.time()
         live = {p.id: p for p in self._procs if p.alive}
 
@@ -256,6 +260,7 @@ class NodeSampler:
         if self.publish:
             messages = [(node_group(self.name), "node.sample", node_data)]
             messages += [(deployment_group(dep_id), "deployment.sample", data) for dep_id, data in deployments.items()]
+            messages += [(deployment_group(data["deployment_id"]), "deployment.sample", data) for data in ended]
             try:
                 # Waiting costs no CPU and keeps each group's messages in sample order.
                 self._loop.run(self._publish(messages), timeout_s=max(1.0, self.interval_s))
@@ -269,10 +274,36 @@ class NodeSampler:
         self.samples += 1
         return node_data, deployments
 
+    def _final_samples(self, deployment_ids: list[int]) -> list[dict[str, Any]]:
+        """The last ``deployment.sample`` of each deployment that stopped being sampled (it became
+        stopped, failed, ...): its status and its processes' status and health as the database
+        has them now, every measurement null (nothing runs any more). Without it a page would
+        keep showing the last sample taken while the deployment was still up. One query."""
+        from deployments.models import Deployment
+
+        t = time.time()
+        statuses = dict(Deployment.objects.filter(pk__in=deployment_ids).values_list("pk", "status"))
+        out: dict[int, dict[str, Any]] = {
+            dep_id: {"deployment_id": dep_id, "t": t, "status": status, "tok_s": None, "processes": [], "final": True}
+            for dep_id, status in statuses.items()}
+        rows = (ServerProcess.objects.filter(deployment_id__in=list(out))
+                .order_by("deployment_id", "role", "ordinal")
+                .values_list("pk", "deployment_id", "role", "status", "probe_failures", "next_restart_at"))
+        for pk, dep_id, role, status, failures, restart_at in rows:
+            out[dep_id]["processes"].append({
+                "id": pk, "role": role, "status": status,
+                "health": process_health(status=status, probe_failures=failures or 0, next_restart_at=restart_at),
+                "pid": None, "cpu_pct": None, "cpu_pct_pinned_set": None, "rss_bytes": None,
+                "gpu_memory_bytes": None,
+                "engine": EngineReading.unavailable(f"process is {status}").as_dict(),
+            })
+        return list(out.values())
+
     @staticmethod
     async def _publish(messages: list[tuple[str, str, dict[str, Any]]]) -> None:
         for group, type_, data in messages:
-            await abroadcast(group, type_, data)
+            # The final sample of an ended deployment must not be dropped by the rate bound.
+            await abroadcast(group, type_, data, force=bool(data.get("final")))
 
     # -- the thread ----------------------------------------------------------------------------
 

@@ -85,7 +85,7 @@ def test_it_restarts_an_engine_killed_with_sigkill_within_the_stated_time(agents
     # Back to ready: the crash lives on in the timeline, not as the ready process's reason.
     assert row.reason == ""
     ready_messages = list(deployment.events.filter(kind="ready", process=None).values_list("message", flat=True))
-    assert ready_messages[0].startswith("all 1 processes ready, ")
+    assert ready_messages[0].startswith("the 1 process is ready, ")
     assert re.fullmatch(r"ready again after restart, \d+\.\d\ds after the crash", ready_messages[-1])
 
 

@@ -87,7 +87,7 @@ def test_it_broadcasts_status_and_health_changes_as_the_agent_makes_them(recipe,
                                  "detail": "failed (1/3): GET /health: HTTP 500"}
     ready = next(m for m in messages if m["type"] == "deployment.status" and m["data"]["status"] == "ready")
     assert ready["data"]["deployment_id"] == deployment.pk
-    assert ready["data"]["reason"].startswith("all 1 processes ready")
+    assert ready["data"]["reason"].startswith("the 1 process is ready")
     seqs = [m["seq"] for m in messages]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
 

@@ -70,6 +70,18 @@ def test_it_answers_400_with_the_reason_for_bad_parameters(viewer_api, node):
     assert resp.status_code == 400 and resp.json()["since"] == ["must not be after until"]
 
 
+@pytest.mark.parametrize("query", [{"since": "inf"}, {"since": "1e400"}, {"until": "inf"}, {"since": "nan"},
+                                   {"until": "-inf"}, {"since": "nan", "until": "nan"}])
+def test_it_answers_400_on_since_or_until_for_non_finite_times(viewer_api, node, query):
+    deployment = deployment_row_create(recipe=recipe_row_create(node=node))
+    for url in (f"/api/nodes/{node.name}/telemetry/", f"/api/deployments/{deployment.pk}/telemetry/"):
+        resp = viewer_api.get(url, query)
+        assert resp.status_code == 400, (url, query, resp.status_code)
+        body = resp.json()
+        assert set(body) <= {"since", "until"} and body, body
+        assert all(isinstance(m, str) and m for msgs in body.values() for m in msgs)
+
+
 def test_it_answers_404_for_an_unknown_node(viewer_api, db):
     assert viewer_api.get("/api/nodes/no-such-node/telemetry/").status_code == 404
 
@@ -85,7 +97,7 @@ def test_it_serves_a_deployments_last_messages_and_history(viewer_api, node):
     group = realtime.deployment_group(deployment.pk)
     realtime.broadcast(group, "deployment.sample", {"deployment_id": deployment.pk, "tok_s": 42.5})
     realtime.broadcast(group, "deployment.status", {"deployment_id": deployment.pk, "status": "ready",
-                                                    "reason": "all 1 processes ready"}, force=True)
+                                                    "reason": "the 1 process is ready"}, force=True)
     body = viewer_api.get(f"/api/deployments/{deployment.pk}/telemetry/").json()
     assert body["group"] == group and body["seq"] == realtime.current_seq(group)
     assert body["latest"]["deployment.sample"]["data"]["tok_s"] == 42.5

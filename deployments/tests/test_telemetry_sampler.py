@@ -283,3 +283,32 @@ def test_it_runs_in_its_own_thread_at_the_configured_rate_and_stops_cleanly(tran
     rows = NodeTelemetry.objects.filter(node=node)
     assert rows.count() >= 2
     assert sum(r.samples for r in rows) >= len(samples) - 2
+
+
+def test_it_sends_a_final_sample_with_the_stopped_state_when_a_deployment_ends(db, launcher):
+    """A page open while a deployment is stopped must not keep the last "ready / healthy" sample:
+    the agent sends one last sample with the state the database now holds, every reading null."""
+    node = node_create()
+    deployment = deployment_create(node, engine="llamacpp")
+    helper_pid, _ = launcher
+    row = process_row(deployment, role="single", pid=helper_pid, port=1, cpus="")
+    inbox = Inbox(realtime.deployment_group(deployment.pk))
+    sampler = NodeSampler(node_name=node.name, hz=2.0, nvml=None, nvidia_smi=None, history=False)
+    try:
+        _, first = sampler.sample_once()
+        assert first[deployment.pk]["status"] == "ready"
+        assert first[deployment.pk]["processes"][0]["health"] == "healthy"
+        Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STOPPED)
+        ServerProcess.objects.filter(pk=row.pk).update(status=ProcessStatus.EXITED, pid=None)
+        sampler._rows_at = float("-inf")  # the next sample re-reads the rows
+        _, after = sampler.sample_once()
+        assert deployment.pk not in after  # sampling of the ended deployment stops ...
+        got = inbox.take(lambda m: m["data"].get("final"))
+    finally:
+        sampler.close()
+        inbox.close()
+    final = got[-1]["data"]  # ... after one final sample saying so
+    assert final["final"] is True and final["status"] == "stopped" and final["tok_s"] is None
+    (proc,) = final["processes"]
+    assert proc["id"] == row.pk and proc["status"] == "exited" and proc["health"] == "stopped"
+    assert proc["pid"] is None and proc["engine"]["metrics_error"] == "process is exited"

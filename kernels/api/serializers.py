@@ -33,17 +33,24 @@ class JobSerializer(serializers.ModelSerializer):
     package = serializers.SlugRelatedField(slug_field="name", read_only=True)
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    waiting_reason = serializers.SerializerMethodField(
+        help_text='e.g. "waiting for node agent local (last heartbeat never)"; "" when not waiting')
 
     class Meta:
         model = KernelJob
         fields = ["id", "package", "package_hash", "node", "target_cc", "params_subset", "shapes", "batches",
-                  "grid_summary", "status", "reason", "note", "cancel_requested", "phase", "progress_done",
+                  "grid_summary", "status", "reason", "waiting_reason", "note", "cancel_requested", "phase", "progress_done",
                   "progress_total", "variants_total", "builds_ok", "builds_failed", "builds_discarded",
                   "benchmarks_total", "benchmarks_correct", "benchmarks_wrong", "compiler", "device_name",
                   "device_cc", "sm_count", "l2_bytes", "hbm_gbps", "bf16_tflops", "driver_version", "cuda_version",
                   "torch_version", "triton_version", "config_paths", "created_by", "created_at", "started_at",
                   "built_at", "ended_at", "build_s", "bench_s"]
         read_only_fields = fields
+
+    def get_waiting_reason(self, job: KernelJob) -> str:
+        from kernels.services import kernel_job_waiting_reason
+
+        return kernel_job_waiting_reason(job=job)
 
 
 class JobCreateSerializer(serializers.Serializer):
@@ -69,9 +76,10 @@ class BuildSerializer(serializers.ModelSerializer):
 class VariantTableQuerySerializer(serializers.Serializer):
     """Filters and sort of the variant table: ``batch``, ``state`` (all, built, failed,
     discarded, correct, wrong, timed), ``sort`` (``ordinal``, ``key``, ``registers``,
-    ``spills_bytes``, ``shared_bytes``, ``build_s``, ``param:<name>``, ``us:<shape>``,
-    ``roof:<shape>``; ``-`` prefix for descending), ``limit``; parameter filters as
-    ``p.<name>=<value>``."""
+    ``spills_bytes``, ``shared_bytes``, ``tensor_core``, ``build_s``, ``param:<name>``,
+    ``us:<shape>``, ``roof:<shape>``; ``-`` prefix for descending), ``limit``; parameter filters as
+    ``p.<name>=<value>``. An unknown sort key or parameter, or a batch the job does not hold, is a
+    400 naming the valid ones."""
 
     batch = serializers.IntegerField(min_value=1, required=False)
     state = serializers.ChoiceField(choices=["all", "built", "failed", "discarded", "correct", "wrong", "timed"],

@@ -5,7 +5,8 @@
     python -m kernels.runner bench --package kernels/packages/<name> --variants variants.json \\
         --out results.json [--shapes v4-flash,v32] [--batches 1,8,64] [--calibrate-only] [--jobs N]
 
-Both write their JSON result only to ``--out`` and progress lines ``{"progress": {"done": n,
+Both write their JSON result only to ``--out`` (``compile`` also appends each build as a JSON line
+to ``<out>.partial`` while it works, removed at the end) and progress lines ``{"progress": {"done": n,
 "total": m}}`` to stdout; errors that stop the whole command go to stderr with exit status 2.
 ``compile`` needs no GPU; ``bench`` needs one (see ``bench.py`` for what it measures).
 """
@@ -34,15 +35,28 @@ def main_compile(args) -> int:
         sys.stderr.write(f"compile: {exc}\n")
         return 2
     builds = []
+    out = Path(args.out)
+    partial = partial_path(out)
     emit_progress(0, len(variants))
-    with tempfile.TemporaryDirectory(prefix="ceiling-triton-cache-") as cache:
+    with tempfile.TemporaryDirectory(prefix="ceiling-triton-cache-") as cache, \
+            open(partial, "w", encoding="utf-8") as lines:
         os.environ["TRITON_CACHE_DIR"] = cache
         for i, variant in enumerate(variants, 1):
             builds.append(build_variant(package, variant, cc))
+            # Written before the progress line, so whoever reads "done: i" finds i builds here.
+            lines.write(json.dumps(builds[-1]) + "\n")
+            lines.flush()
             emit_progress(i, len(variants))
-    out = Path(args.out)
     out.write_text(json.dumps(builds, indent=1))
+    partial.unlink(missing_ok=True)
     return 0
+
+
+def partial_path(out: Path) -> Path:
+    """Where ``compile`` appends each variant's build facts as one JSON line as soon as it is
+    built (``<out>.partial``): a run ended early (cancel, timeout) leaves the builds done so far
+    there. Removed once ``--out`` is written."""
+    return out.with_name(out.name + ".partial")
 
 
 def parser() -> argparse.ArgumentParser:

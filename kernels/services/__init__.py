@@ -37,6 +37,7 @@ from kernels.services.common import (  # noqa: F401
     BUILD_LOG_CHARS,
     CC_RE,
     DEFAULT_STEP_TIMEOUT_S,
+    KNOWN_CCS,
     MAX_JOB_VARIANTS,
     NO_GPU_NOTE,
     PROGRESS_PERIOD_S,
@@ -61,6 +62,7 @@ from kernels.services.packages import (  # noqa: F401
 )
 from kernels.services.progress import (  # noqa: F401
     job_progress_data,
+    kernel_job_waiting_reason,
     _Cancelled,
     _broadcast,
     _check_cancel,

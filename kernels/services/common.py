@@ -21,13 +21,25 @@ from kernels.models import KernelJob, KernelPackage
 log = logging.getLogger(__name__)
 
 
+# Compute capabilities a job may target: the ones NVIDIA lists for shipped GPUs in "CUDA GPUs -
+# Compute Capability" (developer.nvidia.com/cuda-gpus) and in the "Compute Capabilities" appendix
+# of the CUDA C++ Programming Guide: Volta 7.0 and 7.2 (Xavier), Turing 7.5, Ampere 8.0, 8.6 and
+# 8.7 (Orin), Ada 8.9, Hopper 9.0, Blackwell 10.0 (B200), 10.3 (B300), 11.0 (Thor; 10.1 before
+# CUDA 13), 12.0 (RTX 50, RTX PRO) and 12.1 (GB10). Anything else fails in the compiler
+# ("'sm_999a' is not a recognized processor"), so it is refused when the job is created.
+KNOWN_CCS: tuple[str, ...] = ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.1", "10.3",
+                              "11.0", "12.0", "12.1")
+
+
 # Largest shared memory one thread block may use, in bytes, per compute capability: "Maximum
 # amount of shared memory per thread block" in the technical specifications table of NVIDIA's
-# CUDA C++ Programming Guide (compute capabilities section); KB there are 1024 bytes.
+# CUDA C++ Programming Guide (compute capabilities section); KB there are 1024 bytes. Covers
+# every entry of :data:`KNOWN_CCS`.
 SHARED_MEM_LIMIT_BYTES: dict[str, int] = {
     "7.0": 96 * 1024, "7.2": 96 * 1024, "7.5": 64 * 1024,
     "8.0": 163 * 1024, "8.6": 99 * 1024, "8.7": 163 * 1024, "8.9": 99 * 1024,
-    "9.0": 227 * 1024, "10.0": 227 * 1024, "12.0": 99 * 1024,
+    "9.0": 227 * 1024, "10.0": 227 * 1024, "10.1": 227 * 1024, "10.3": 227 * 1024, "11.0": 227 * 1024,
+    "12.0": 99 * 1024, "12.1": 99 * 1024,
 }
 
 

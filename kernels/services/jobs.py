@@ -6,6 +6,8 @@ Part of :mod:`kernels.services`, which lists the rules and where they come from.
 """
 from __future__ import annotations
 
+import json
+import time
 from datetime import timedelta
 
 from django.db import transaction
@@ -19,8 +21,10 @@ from kernels.models import KernelJob, KernelPackage, KernelVariant
 from kernels.runnercall import RunnerError, RunnerStopped, runner_argv, runner_run
 from kernels.services.common import (
     CC_RE,
+    KNOWN_CCS,
     MAX_JOB_VARIANTS,
     NO_GPU_NOTE,
+    PROGRESS_PERIOD_S,
     _step_timeout,
     _write_json,
     jobs_dir,
@@ -59,6 +63,9 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
     order: a measured set brought back from another machine. A param set the grid does not hold
     (unknown value, missing parameter, refused by a constraint) is an error naming it.
 
+    ``cc`` must be one of :data:`kernels.services.common.KNOWN_CCS` (a made-up one such as 99.9
+    would only fail later in the compiler).
+
     Raises :class:`InvalidInput` with keys ``cc``, ``params.<param>``, ``shapes``, ``batches``,
     ``node`` or ``variants`` (an empty or too large grid, or an ``only`` entry outside the grid).
     """
@@ -72,7 +79,10 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
         else:
             cc = first.compute_capability
     elif not isinstance(cc, str) or not CC_RE.match(cc):
-        errors["cc"] = [f"{cc!r} is not a compute capability such as 9.0 or 12.0"]
+        errors["cc"] = [f"{str(cc)[:80]!r} is not a compute capability such as 9.0 or 12.0"]
+    elif cc not in KNOWN_CCS:
+        errors["cc"] = [f"{cc!r} is not a known compute capability; known (NVIDIA's CUDA GPUs list): "
+                        f"{', '.join(KNOWN_CCS)}"]
     shape_names = [s.name for s in manifest.shapes]
     shapes = list(shapes or [])
     for s in shapes:
@@ -166,7 +176,8 @@ def kernel_job_execute(*, job_id: int) -> str:
     Claims pending → building with a conditional UPDATE (a second delivery does nothing), writes
     ``variants.json`` in the job's work directory, runs the runner's ``compile`` for the job's
     target (progress on the row and broadcast on ``kernel-job-<id>``), stores the build facts
-    (:func:`kernel_builds_store`). Then, when the node has a GPU of the target compute capability,
+    (:func:`kernel_builds_store`) as they finish (:class:`_PartialBuilds`; a cancelled or failed
+    compile keeps the builds done so far) and then from the whole ``builds.json``. Then, when the node has a GPU of the target compute capability,
     building → benchmarking, runs ``bench`` over the variants that built and were not discarded,
     and stores the results (:func:`kernel_results_store`: best variants and exported configs);
     otherwise it ends done with the note "no GPU on node <name>: builds only". Ends done, failed
@@ -188,11 +199,22 @@ def kernel_job_execute(*, job_id: int) -> str:
         variants_file = _write_json(work / "variants.json", variants_payload(job=job))
         total = job.variants_total
         _progress(job.pk, "compile", 0, total, force=True)
-        outcome = runner_run(
-            runner_argv("compile", package_dir=package_dir, variants=variants_file, out=work / "builds.json",
-                        target=job.target),
-            out=work / "builds.json", timeout_s=_step_timeout(), should_stop=stop, log_path=work / "runner.log",
-            on_progress=lambda d, t: _progress(job.pk, "compile", d, t))
+        partial = _PartialBuilds(job.pk, work / "builds.json.partial")
+
+        def on_compile(done: int, total_: int) -> None:
+            _progress(job.pk, "compile", done, total_)
+            partial.store()
+
+        try:
+            outcome = runner_run(
+                runner_argv("compile", package_dir=package_dir, variants=variants_file, out=work / "builds.json",
+                            target=job.target),
+                out=work / "builds.json", timeout_s=_step_timeout(), should_stop=stop, log_path=work / "runner.log",
+                on_progress=on_compile)
+        except (RunnerStopped, RunnerError):
+            partial.store(force=True)  # a cancelled or failed compile keeps the builds it finished
+            raise
+        partial.discard()
         KernelJob.objects.filter(pk=job.pk).update(build_s=round(outcome.wall_s, 3), built_at=timezone.now())
         counts = kernel_builds_store(job_id=job.pk, payload=outcome.payload)
         _progress(job.pk, "compile", total, total, force=True)
@@ -231,6 +253,54 @@ def kernel_job_execute(*, job_id: int) -> str:
         log.exception("kernel job %s failed", job_id)
         _finish(job.pk, KernelJobStatus.FAILED, redact_text(f"{type(exc).__name__}: {exc}"))
     return _status(job.pk)
+
+
+class _PartialBuilds:
+    """Builds stored while the runner's ``compile`` still works: it appends one JSON line per
+    finished variant to ``builds.json.partial`` (:func:`kernels.runner.__main__.partial_path`);
+    :meth:`store` reads the lines added since the last call and stores them
+    (:func:`kernel_builds_store`, idempotent), at most every :data:`PROGRESS_PERIOD_S` seconds
+    unless ``force``. So the variant table fills as builds finish, and a cancelled job keeps them."""
+
+    def __init__(self, job_id: int, path) -> None:
+        self.job_id, self.path, self.offset, self.last = job_id, path, 0, 0.0
+
+    def store(self, *, force: bool = False) -> int:
+        """Store the complete lines added since the last call; returns how many were stored.
+        Never raises: a line the store refuses is logged (the final ``builds.json`` still counts)."""
+        now = time.monotonic()
+        if not force and now - self.last < PROGRESS_PERIOD_S:
+            return 0
+        self.last = now
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return 0
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        items = []
+        for line in data[:end].splitlines():
+            try:
+                items.append(json.loads(line))
+            except ValueError:
+                log.warning("kernel job %s: unreadable line in %s", self.job_id, self.path)
+        if not items:
+            return 0
+        try:
+            kernel_builds_store(job_id=self.job_id, payload=items)
+        except InvalidInput as exc:
+            log.warning("kernel job %s: partial builds refused: %s", self.job_id, exc)
+            return 0
+        return len(items)
+
+    def discard(self) -> None:
+        """Remove the partial file once the whole ``builds.json`` was read."""
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
 
 
 def kernel_jobs_reap(*, stale_after_s: float | None = None) -> int:

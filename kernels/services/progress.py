@@ -12,7 +12,7 @@ from typing import Any
 from django.utils import timezone
 
 from controlplane.realtime import broadcast, kernel_job_group
-from kernels.choices import JOB_ACTIVE
+from kernels.choices import JOB_ACTIVE, KernelJobStatus
 from kernels.models import KernelJob
 from kernels.services.common import PROGRESS_PERIOD_S
 
@@ -25,14 +25,28 @@ _progress_last: dict[int, float] = {}
 
 def job_progress_data(job: KernelJob) -> dict[str, Any]:
     """The live view of a job (what ``kernel.progress`` messages carry and the REST API returns):
-    status, reason, note, phase, done/total of the phase, build and benchmark counts."""
+    status, reason, note, phase, done/total of the phase, build and benchmark counts, and why a
+    pending job waits (:func:`kernel_job_waiting_reason`)."""
     return {
         "job": job.pk, "status": job.status, "reason": job.reason, "note": job.note, "phase": job.phase,
         "done": job.progress_done, "total": job.progress_total, "variants": job.variants_total,
         "builds_ok": job.builds_ok, "builds_failed": job.builds_failed, "builds_discarded": job.builds_discarded,
         "benchmarks": job.benchmarks_total, "benchmarks_correct": job.benchmarks_correct,
         "benchmarks_wrong": job.benchmarks_wrong, "cancel_requested": job.cancel_requested,
+        "waiting_reason": kernel_job_waiting_reason(job=job),
     }
+
+
+def kernel_job_waiting_reason(*, job: KernelJob) -> str:
+    """Why a pending job does not start, "" when nothing is known to hold it: a job dispatched to
+    a node whose agent has not heartbeated within ``CEILING_HEARTBEAT_TIMEOUT_S`` reads "waiting
+    for node agent <name> (last heartbeat <ISO time> | never)", as deployments say it
+    (:func:`deployments.services.deployment_waiting_reason`)."""
+    node = job.node
+    if job.status != KernelJobStatus.PENDING or node is None or job.note or node.agent_online:
+        return ""
+    seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"
+    return f"waiting for node agent {node.name} (last heartbeat {seen})"
 
 
 def _broadcast(job_id: int, *, force: bool = False) -> None:

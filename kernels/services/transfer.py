@@ -67,7 +67,8 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
 
     A pending job waiting for external results is claimed (pending → building → benchmarking →
     done); a done job (e.g. builds only) takes the results and stays done with a note naming the
-    device. Raises :class:`Conflict` for a job a task is running or one that failed or was
+    device. The progress columns say what was ingested (compile: builds of the variants; bench: the
+    measurements), as a job run here leaves them. Raises :class:`Conflict` for a job a task is running or one that failed or was
     cancelled, and :class:`InvalidInput` for malformed payloads (nothing is stored then).
     """
     if results is None and builds is None:
@@ -86,10 +87,15 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
         if builds is not None:
             out["builds"] = kernel_builds_store(job_id=job.pk, payload=builds)
             KernelJob.objects.filter(pk=job.pk, built_at__isnull=True).update(built_at=timezone.now())
+            built = out["builds"]["ok"] + out["builds"]["failed"]
+            KernelJob.objects.filter(pk=job.pk).update(phase="compile", progress_done=built,
+                                                       progress_total=max(built, job.variants_total))
         if results is not None:
             if was_pending:
                 _transition(job.pk, {KernelJobStatus.BUILDING}, KernelJobStatus.BENCHMARKING)
             out["results"] = kernel_results_store(job_id=job.pk, payload=results)
+            measured = out["results"]["stored"]
+            KernelJob.objects.filter(pk=job.pk).update(phase="bench", progress_done=measured, progress_total=measured)
     except Exception:
         if was_pending:  # back to waiting: a malformed file must not strand the job
             KernelJob.objects.filter(pk=job.pk, status__in=list(JOB_RUNNING)).update(

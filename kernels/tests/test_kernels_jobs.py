@@ -134,7 +134,8 @@ def test_it_measures_and_picks_a_best_variant_on_a_gpu(real_packages, h200_node)
 
 @pytest.mark.slow
 @needs_nvcc
-def test_cancelling_a_running_job_stops_the_runner(real_packages, cpu_node, transactional_db):
+def test_cancelling_a_running_job_stops_the_runner_and_keeps_its_builds(real_packages, cpu_node, transactional_db,
+                                                                        settings):
     pkg = kernel_package_register(path=real_packages / "sparse_mla_decode_cuda")
     job = kernel_job_create(package=pkg, node=cpu_node, cc="9.0", dispatch=False)
     assert job.variants_total >= 20  # long enough to be cancelled in the middle
@@ -156,7 +157,15 @@ def test_cancelling_a_running_job_stops_the_runner(real_packages, cpu_node, tran
     job.refresh_from_db()
     assert outcome["status"] == "cancelled" and job.status == "cancelled"
     assert job.reason == "cancelled on request" and took < 15
-    assert job.builds_ok == 0  # the runner wrote nothing: nothing half-built was stored
+    # The builds finished before the cancel are kept (stored as they completed), not thrown away.
+    stored = KernelBuild.objects.filter(variant__job=job)
+    assert 1 <= stored.count() < job.variants_total
+    assert (job.builds_ok + job.builds_failed) == stored.count()
+    from kernels.selectors import variant_table
+
+    assert variant_table(job=job, state="built").total == stored.filter(ok=True, discarded=False).count()
+    work = settings.VAR_DIR / "kernels" / "jobs" / str(job.pk)
+    assert (work / "builds.json.partial").is_file() and not (work / "builds.json").exists()
     with pytest.raises(Conflict, match="already cancelled"):
         kernel_job_cancel(job=job)
 

@@ -45,7 +45,8 @@
   function show(el, text, unit, reason) {
     if (!el) return;
     if (text === null || text === undefined) {
-      el.textContent = "unavailable";
+      // Big-number slots (the wall's tiles) get a compact "n/a"; the reason is the tooltip.
+      el.textContent = el.closest && el.closest(".wall-figures, [data-compact-na]") ? "n/a" : "unavailable";
       el.classList.add("na");
       el.title = reason ? "unavailable: " + reason : "unavailable";
     } else {
@@ -88,6 +89,9 @@
   }
 
   // --- charts (uPlot) -----------------------------------------------------------------------
+
+  // Tick steps of time axes, seconds: whole seconds to hours.
+  var TIME_INCRS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
   // A small line over time: values pushed as they arrive, the last 10 minutes kept.
   function Spark(el, options) {
@@ -145,7 +149,10 @@
         var hi = isNum(max) && max > lo ? max * 1.1 : lo + 1;
         return [lo, hi];
       } } },
-      axes: big ? [{ values: function (u, ticks) { return ticks.map(function (t) { return CeilingLive.clock(t); }); } },
+      // Time ticks at least 80 px apart on whole seconds, minutes or hours, so labels never
+      // repeat or touch; hh:mm:ss shows the seconds a short window needs.
+      axes: big ? [{ space: 80, incrs: TIME_INCRS_S,
+                     values: function (u, ticks) { return ticks.map(function (t) { return CeilingLive.clock(t); }); } },
                    { size: 70, values: function (u, ticks) { return ticks.map(function (v) { return v + (unit ? " " + unit : ""); }); } }]
                 : [{ show: false }, { show: false }],
       series: [{}, {
@@ -383,8 +390,12 @@
     }, 1000);
   }
 
+  var TERMINAL = /^(stopped|failed|killed)$/;
+
   function renderDeployment(root, data, sparks) {
     var t = data.t;
+    // After a stop, only a sample that says so (the agent's final one) may still change the panel.
+    if (root._ended && !TERMINAL.test(data.status || "")) return;
     root._sample = { t: t, interval: data.interval_s || 0.5 };
     set(root, "tok_s", fixed(data.tok_s, 1), "tok/s");
     var totals = deploymentTotals(data);
@@ -395,12 +406,21 @@
       var s = sparkOf(root, "tok_s", { unit: "tok/s", axes: true, label: "output tok/s", height: 170 });
       if (s) s.push(t, data.tok_s);
     }
+    // Rows of processes missing from the newest sample (stale or foreign) go.
+    var ids = (data.processes || []).map(function (p) { return String(p.id); });
+    Array.prototype.forEach.call(root.querySelectorAll("tbody[data-processes] [data-process-id]"), function (row) {
+      if (ids.indexOf(row.getAttribute("data-process-id")) < 0) row.remove();
+    });
     (data.processes || []).forEach(function (p) {
       var row = processRow(root, p);
       if (!row) return;
       var e = p.engine || {};
       var reason = e.metrics_error || "";
-      setBadge(field(row, "health"), p.health || p.status || "unknown", healthClass(p.health || p.status));
+      // A health change is newer news than a sample taken from rows read up to 1 s earlier.
+      var changed = row._healthChangeTs;
+      if (!(typeof changed === "number" && t <= changed + 2)) {
+        setBadge(field(row, "health"), p.health || p.status || "unknown", healthClass(p.health || p.status));
+      }
       set(row, "status", p.status || null, "");
       set(row, "gen_tok_s", fixed(e.gen_tok_s, 1), "tok/s", reason);
       set(row, "running", isNum(e.running) ? Math.round(e.running) : null, "", reason);
@@ -420,9 +440,10 @@
     freshness(root, t, root._sample.interval);
   }
 
-  function applyHealthChange(root, data) {
+  function applyHealthChange(root, data, ts) {
     var item = root.querySelector('[data-process-id="' + data.process_id + '"]');
     if (!item) return;
+    if (typeof ts === "number") item._healthChangeTs = ts;
     setBadge(field(item, "health"), data.to, healthClass(data.to));
     var detail = field(item, "health-detail");
     if (detail) {
@@ -525,6 +546,8 @@
     set(root, "requests", isNum(done) && isNum(total) ? done + " / " + total : null, "requests");
     set(root, "failed", isNum(data.failed) ? data.failed : null, "failed");
     set(root, "tok_s", fixed(data.tok_s, 1), "tok/s");
+    var tokLabel = field(root, "tok_s-label");
+    if (tokLabel) tokLabel.textContent = "Output, current rate (last 0.5 s)";
     // A time-limited point ends by its duration (its request total is only a budget).
     set(root, "elapsed", isNum(data.elapsed_s) ? data.elapsed_s.toFixed(1) + (isNum(data.duration_s) ? " / " + data.duration_s : "") : null, "s");
     bar(field(root, "fill"), isNum(done) && isNum(total) && total > 0 ? done / total : null);
@@ -538,11 +561,17 @@
     var group = "sweep-" + id;
     CeilingLive.open({
       groups: [group],
+      notBefore: notBefore(root, group),
       onMessage: function (msg, meta) {
         var badge = field(root, "status");
         if (msg.type === "sweep.progress") {
           if (!meta.replayed || msg.data.done !== msg.data.total) renderSweepProgress(root, msg.data);
           if (badge && !/^(done|failed|cancelled)$/.test(badge.textContent)) setBadge(badge, "running", "warn");
+        } else if (msg.type === "sweep.point" && msg.data.summary) {
+          // The point is stored: its measured result replaces the windowed live rate.
+          set(root, "tok_s", fixed(msg.data.summary.output_tok_s, 1), "tok/s");
+          var stored = field(root, "tok_s-label");
+          if (stored) stored.textContent = "Output of " + (msg.data.summary.label || "the point") + " (stored result)";
         } else if (msg.type === "sweep.status") {
           setBadge(badge, msg.data.status, statusClass(msg.data.status) || (msg.data.status === "done" ? "ok" : ""));
         }
@@ -570,18 +599,40 @@
 
   // --- deployment page ----------------------------------------------------------------------
 
+  // {group: unix s of the object's creation} from the root's data-created, for CeilingLive's
+  // notBefore: a kept message older than the object belongs to something else.
+  function notBefore(root, group) {
+    var out = {};
+    var created = parseFloat(root.getAttribute("data-created") || "");
+    if (isNum(created)) out[group] = created;
+    return out;
+  }
+
   function initDeployment(root) {
     var group = root.getAttribute("data-group");
     CeilingLive.open({
       groups: [group],
       onMessage: function (msg, meta) {
         if (msg.type === "deployment.sample") renderDeployment(root, msg.data, true);
-        else if (msg.type === "health.change") { applyHealthChange(root, msg.data); if (!meta.replayed) refreshHtmx("#deployment-live"); }
+        else if (msg.type === "health.change") { applyHealthChange(root, msg.data, msg.ts); if (!meta.replayed) refreshHtmx("#deployment-live"); }
         else if (msg.type === "deployment.status") {
-          setBadge(field(root, "status"), msg.data.status, statusClass(msg.data.status));
+          var st = msg.data.status;
+          setBadge(field(root, "status"), st, statusClass(st));
+          root._ended = TERMINAL.test(st || "") ? st : null;
+          if (root._ended) {
+            // Nothing runs any more: say so on every row until the final sample fills in the rest.
+            Array.prototype.forEach.call(root.querySelectorAll("tbody[data-processes] [data-process-id]"), function (row) {
+              var h = field(row, "health");
+              if (h && !/^(failed|stopped)$/.test(h.textContent)) setBadge(h, "stopped", "");
+            });
+            set(root, "tok_s", null, "", "the deployment is " + st);
+            set(root, "total_running", null, "", "the deployment is " + st);
+            set(root, "total_queued", null, "", "the deployment is " + st);
+          }
           if (!meta.replayed) refreshHtmx("#deployment-live");
         }
       },
+      notBefore: notBefore(root, group),
       onHistory: function (g, body) { deploymentHistory(root, body); }
     });
     setInterval(function () { var s = root._sample; freshness(root, s && s.t, s && s.interval); }, TICK_MS);
@@ -604,6 +655,8 @@
       if (seen["deployment.sample"]) renderDeployment(tile, seen["deployment.sample"], false);
       if (seen["deployment.status"]) setBadge(field(tile, "status"), seen["deployment.status"].status, statusClass(seen["deployment.status"].status));
       (seen["health.change"] ? [seen["health.change"]] : []).forEach(function (d) { applyHealthChange(tile, d); });
+      var created = parseFloat(tile.getAttribute("data-created") || "");
+      if (isNum(created)) tile._created = created;
     }
     var live = CeilingLive.open({
       groups: groupsOnWall(),
@@ -646,6 +699,14 @@
       Array.prototype.forEach.call(tiles().querySelectorAll("[data-group]"), function (tile) {
         var s = tile._sample;
         freshness(tile, s && s.t, s && s.interval);
+        // No recent sample (the agent died): the status badge greys out like the health badges,
+        // and says since when it has not been confirmed.
+        var badge = field(tile, "status");
+        if (badge) {
+          var stale = tile.classList.contains("sample-stale");
+          badge.classList.toggle("unconfirmed", stale);
+          badge.title = stale ? (s && isNum(s.t) ? "no sample since " + CeilingLive.clock(s.t) : "no sample yet") : "";
+        }
       });
     }, TICK_MS);
   }

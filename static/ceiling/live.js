@@ -5,7 +5,11 @@
 //     onMessage: function (msg, meta) {},          // a wire message {type, seq, group, ts, data};
 //                                                  // meta.replayed is true for a re-synced one
 //     onHistory: function (group, body) {},        // the REST re-sync answer of a group
-//     onState: function (state, live) {}           // "connecting" | "live" | "reconnecting" | "signed-out"
+//     onState: function (state, live) {},          // "connecting" | "live" | "reconnecting" | "signed-out"
+//     notBefore: {"deployment-3": 1718000000}      // unix s per group: a kept (replayed) message
+//                                                  // older than this (the object's creation) is
+//                                                  // dropped, e.g. one left by another object
+//                                                  // that had the same id
 //   });
 //   live.subscribe(["deployment-4"]); live.unsubscribe(["deployment-3"]);
 //
@@ -219,6 +223,8 @@
 
   Live.prototype._deliver = function (msg, replayed) {
     if (!msg || !msg.group || !msg.type) return;
+    var notBefore = (this.options.notBefore || {})[msg.group];
+    if (replayed && typeof notBefore === "number" && !(typeof msg.ts === "number" && msg.ts >= notBefore)) return;
     var key = msg.group + " " + msg.type;
     var before = this.applied[key];
     if (before !== undefined && typeof msg.ts === "number" && msg.ts < before) return;
@@ -290,7 +296,8 @@
   // Every [data-live-status] element shows the connection state in words.
   function paintStatus(live) {
     var text;
-    if (live.state === "live") text = "live";
+    // The connection's state, not the freshness of any node or sample (that is shown per tile).
+    if (live.state === "live") text = "socket live";
     else if (live.state === "connecting") text = "connecting…";
     else if (live.state === "signed-out") text = "signed out: log in again to see live data" + (live.staleSince ? " (stale since " + clock(live.staleSince) + ")" : "");
     else text = "reconnecting… stale since " + clock(live.staleSince);

@@ -1,0 +1,229 @@
+"""Sweeps that must end early or not start at all: grid size limits (clear 400s), a cancel or a
+stopped deployment taking effect during a point (the load generator stops and aborts in-flight
+requests), and sweeps whose worker process died (failed "worker lost", cancel ends them at once).
+
+Against a real ``sim`` server process and real (dead) processes; no Celery worker is needed: the
+behaviour lives in the services the task calls."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from benchmarks.choices import RunStatus, SweepStatus
+from benchmarks.loadgen import Api, LoadConfig, LoadgenStopped, loadgen_run, random_dataset
+from benchmarks.models import BenchmarkSweep
+from benchmarks.services import sweep_cancel, sweep_create, sweep_execute, sweeps_reconcile
+from benchmarks.sweeps import (
+    MAX_CONCURRENCY, MAX_PROMPT_TOKENS_PER_POINT, MAX_REQUESTS_PER_POINT, MAX_REQUESTS_PER_SWEEP, grid_validate,
+)
+from benchmarks.tests.sweep_support import sim_deployment_create, sim_start
+from controlplane.errors import InvalidInput
+from deployments.choices import DeploymentStatus
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    base, proc = sim_start(tmp_path_factory.mktemp("sim") / "sim.log")
+    yield base
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def _var_dir(settings, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+
+
+# ------------------------------------------------------------------------------------ limits
+
+
+def _refusal(grid: dict) -> str:
+    with pytest.raises(InvalidInput) as info:
+        grid_validate(grid)
+    return str(info.value)
+
+
+def test_it_refuses_grids_past_the_documented_limits() -> None:
+    assert MAX_CONCURRENCY == 4096 and MAX_REQUESTS_PER_POINT == 100_000 and MAX_REQUESTS_PER_SWEEP == 1_000_000
+    assert "grid.concurrency.0: must be an integer 1..4096, got 100000" in _refusal(
+        {"concurrency": [100000], "lengths": [[256, 256]]})
+    assert "would send 4,096,000 requests; at most 100,000 per point" in _refusal(
+        {"concurrency": [4096], "lengths": [[16, 16]], "requests_per_concurrency": 1000})
+    text = _refusal({"concurrency": [64], "lengths": [[100000, 100000]], "requests": 1000})
+    assert "needs 100,000,000 prompt tokens" in text and f"at most {MAX_PROMPT_TOKENS_PER_POINT:,} per point" in text
+    assert "the sweep would send 1,300,000 requests; at most 1,000,000 per sweep" in _refusal(
+        {"concurrency": [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096], "lengths": [[16, 16]],
+         "requests": 100_000})
+    # at the limits it is accepted
+    assert grid_validate({"concurrency": [4096], "lengths": [[100, 16]], "requests": 100_000})["requests"] == 100_000
+
+
+@pytest.mark.django_db
+def test_it_answers_the_trial_s_huge_grid_with_a_400_naming_the_limit(operator_api) -> None:
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING)
+    response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
+        "concurrency": [4096], "lengths": [[100000, 100000]], "requests_per_concurrency": 1000}}, format="json")
+    assert response.status_code == 400
+    assert "at most 100,000 per point" in json.dumps(response.json())
+    assert not BenchmarkSweep.objects.exists()
+
+
+# ------------------------------------------------------------------------------------ stop signal
+
+
+def test_it_stops_building_prompts_when_asked() -> None:
+    calls = {"n": 0}
+
+    def should_stop() -> bool:
+        calls["n"] += 1
+        return calls["n"] > 10
+
+    with pytest.raises(LoadgenStopped, match="stopped while building prompts \\(10 of 100000 built\\)"):
+        random_dataset(num=100_000, input_len=64, output_len=8, should_stop=should_stop)
+
+
+def test_it_stops_the_load_generator_mid_run_and_aborts_what_is_in_flight(sim_url: str) -> None:
+    specs = random_dataset(num=400, input_len=16, output_len=512, seed=3)
+    cfg = LoadConfig(base_url=sim_url, api=Api.GENERATE, model="sim-model", concurrency=4, ignore_eos=True)
+    seen: list[dict] = []
+    asked = threading.Event()
+    stop_at: list[float] = []
+
+    def progress(info: dict) -> None:
+        seen.append(info)
+        if info["output_tokens"] > 0 and not stop_at:
+            stop_at.append(time.monotonic())
+            asked.set()
+
+    with pytest.raises(LoadgenStopped):
+        loadgen_run(config=cfg, specs=specs, progress=progress, should_stop=asked.is_set)
+    took = time.monotonic() - stop_at[0]
+    assert took < 2.0, f"took {took:.2f} s to stop"
+    assert seen[-1]["done"] < 400
+
+
+# ------------------------------------------------------------------------------------ sweeps
+
+
+def _start(sweep_id: int) -> tuple[threading.Thread, dict]:
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=sweep_id)))
+    thread.start()
+    return thread, result
+
+
+def _wait_for_requests(sweep: BenchmarkSweep) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        run = sweep.runs.first()
+        if run is not None and (run.progress or {}).get("output_tokens"):
+            return
+        assert time.monotonic() < deadline, "the point never reported progress"
+        time.sleep(0.05)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_cancels_a_sweep_during_a_point_within_seconds(sim_url: str, operator) -> None:
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [2, 4], "lengths": [[16, 512]], "requests": 400})
+    thread, result = _start(sweep.pk)
+    _wait_for_requests(sweep)
+    asked = time.monotonic()
+    sweep_cancel(sweep=BenchmarkSweep.objects.get(pk=sweep.pk), user=operator)
+    thread.join(30)
+    took = time.monotonic() - asked
+    assert result["status"] == SweepStatus.CANCELLED and took < 5.0, f"took {took:.2f} s"
+    sweep.refresh_from_db()
+    assert sweep.reason == "cancelled on request" and sweep.points_done == 0
+    run = sweep.runs.get()
+    assert run.status == RunStatus.CANCELLED and run.summary == {}
+    assert run.progress["done"] < 400
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_stops_a_sweep_whose_deployment_stops_with_that_reason(sim_url: str, operator) -> None:
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [2], "lengths": [[16, 512]], "requests": 400})
+    thread, result = _start(sweep.pk)
+    _wait_for_requests(sweep)
+    deployment.status = DeploymentStatus.STOPPING
+    deployment.save(update_fields=["status"])
+    thread.join(30)
+    assert result["status"] == SweepStatus.FAILED
+    sweep.refresh_from_db()
+    assert sweep.reason == f"deployment #{deployment.pk} is stopping; the sweep stopped"
+    assert sweep.runs.get().status == RunStatus.FAILED
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=10)
+    return proc.pid
+
+
+def _running_sweep(operator, *, worker: str, heartbeat_age_s: float = 0.0) -> BenchmarkSweep:
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9")
+    sweep = sweep_create(deployment=deployment, user=operator, grid={"concurrency": [1], "lengths": [[8, 8]]})
+    now = timezone.now()
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(
+        status=SweepStatus.RUNNING, started_at=now - dt.timedelta(seconds=heartbeat_age_s), worker=worker,
+        heartbeat_at=now - dt.timedelta(seconds=heartbeat_age_s), cancel_requested=False)
+    sweep.refresh_from_db()
+    return sweep
+
+
+@pytest.mark.django_db
+def test_it_fails_a_redelivered_sweep_whose_worker_process_is_gone(operator) -> None:
+    pid = _dead_pid()
+    host = socket.gethostname()
+    sweep = _running_sweep(operator, worker=f"{host}:{pid}")
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.FAILED
+    sweep.refresh_from_db()
+    assert sweep.reason == f"worker lost: process {pid} on {host} is gone"
+    # the deployment takes a new sweep again
+    again = sweep_create(deployment=sweep.deployment, user=operator, grid={"concurrency": [1], "lengths": [[8, 8]]})
+    assert again.status == SweepStatus.PENDING
+
+
+@pytest.mark.django_db
+def test_it_leaves_a_sweep_with_a_live_worker_alone_on_redelivery(operator) -> None:
+    import os
+
+    sweep = _running_sweep(operator, worker=f"{socket.gethostname()}:{os.getpid()}")
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.RUNNING
+    assert sweeps_reconcile() == 0
+
+
+@pytest.mark.django_db
+def test_it_reconciles_sweeps_whose_heartbeat_stopped(operator) -> None:
+    stale = _running_sweep(operator, worker="other-host:4242", heartbeat_age_s=180)
+    assert sweeps_reconcile() == 1
+    stale.refresh_from_db()
+    assert stale.status == SweepStatus.FAILED
+    assert stale.reason == "worker lost: no heartbeat from other-host:4242 for 180 s"
+
+
+@pytest.mark.django_db
+def test_it_ends_a_cancelled_sweep_at_once_when_no_live_worker_owns_it(operator_api, operator) -> None:
+    pid = _dead_pid()
+    sweep = _running_sweep(operator, worker=f"{socket.gethostname()}:{pid}")
+    response = operator_api.post(f"/api/sweeps/{sweep.pk}/cancel/")
+    assert response.status_code == 200
+    sweep.refresh_from_db()
+    assert sweep.status == SweepStatus.CANCELLED
+    assert sweep.reason == f"cancelled by {operator.get_username()} (worker lost: process {pid} on " \
+                           f"{socket.gethostname()} is gone)"
