@@ -41,17 +41,9 @@ class Command(BaseCommand):
             package = KernelPackage.objects.filter(name=options["new"]).first()
             if package is None:
                 raise CommandError(f"no kernel package {options['new']!r} (run manage.py kernel_register)")
-            try:
-                job = kernel_job_from_measurement(
-                    package=package, variants=self._read(options["variants"]), results=self._read(results_path),
-                    builds=self._read(options["builds"]) if options["builds"] else None)
-            except InvalidInput as exc:
-                for path, msgs in exc.errors.items():
-                    for m in msgs:
-                        self.stderr.write(f"{path}: {m}")
-                raise CommandError("nothing was stored") from None
-            except CeilingError as exc:
-                raise CommandError(str(exc)) from None
+            job = self._stored(lambda: kernel_job_from_measurement(
+                package=package, variants=self._read(options["variants"]), results=self._read(results_path),
+                builds=self._read(options["builds"]) if options["builds"] else None))
             self._report(job, {"status": job.status, "variants": job.variants.count()})
             return
         if not options["job_id"] or not str(options["job_id"]).isdigit():
@@ -63,8 +55,13 @@ class Command(BaseCommand):
             raise CommandError("give results.json and/or --builds builds.json")
         results = self._read(options["results"]) if options["results"] else None
         builds = self._read(options["builds"]) if options["builds"] else None
+        out = self._stored(lambda: kernel_job_ingest(job=job, results=results, builds=builds))
+        self._report(job, out)
+
+    def _stored(self, store):
+        """Run ``store()``; a refused payload prints every reason with its path, then stops."""
         try:
-            out = kernel_job_ingest(job=job, results=results, builds=builds)
+            return store()
         except InvalidInput as exc:
             for path, msgs in exc.errors.items():
                 for m in msgs:
@@ -72,7 +69,6 @@ class Command(BaseCommand):
             raise CommandError("nothing was stored") from None
         except CeilingError as exc:
             raise CommandError(str(exc)) from None
-        self._report(job, out)
 
     def _report(self, job, out):
         job.refresh_from_db()
