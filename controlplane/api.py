@@ -13,8 +13,8 @@ import logging
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
-from rest_framework import status
+from django.http import Http404, HttpResponse
+from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
@@ -128,4 +128,36 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is not None and isinstance(exc, ValidationError):
         response.data = flatten_errors(response.data)
+    return response
+
+
+# --- helpers shared by the apps' viewsets ------------------------------------------------------
+
+
+class ExportQuerySerializer(serializers.Serializer):
+    """``?format=csv|json`` of an export action (default json)."""
+
+    format = serializers.ChoiceField(choices=["csv", "json"], default="json")
+
+
+class ExportFormatMixin:
+    """For viewsets with an ``export`` action: ``?format=csv|json`` names the export's file format,
+    not a DRF renderer, so content negotiation must not turn it into a 404 for that action."""
+
+    def perform_content_negotiation(self, request, force=False):
+        return super().perform_content_negotiation(request, force=force or self.action == "export")
+
+
+def query_validated(serializer_class, request) -> dict:
+    """Validate ``request.query_params`` with ``serializer_class``; a bad value is a 400 through
+    the API's one exception handler (dotted field paths)."""
+    ser = serializer_class(data=request.query_params)
+    ser.is_valid(raise_exception=True)
+    return ser.validated_data
+
+
+def attachment(body: str, *, content_type: str, filename: str) -> HttpResponse:
+    """An HTTP response that downloads ``body`` as ``filename``."""
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response

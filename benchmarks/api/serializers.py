@@ -80,10 +80,6 @@ class RunImportSerializer(serializers.Serializer):
         return attrs
 
 
-class ExportQuerySerializer(serializers.Serializer):
-    format = serializers.ChoiceField(choices=["csv", "json"], default="json")
-
-
 class RecordsQuerySerializer(serializers.Serializer):
     offset = serializers.IntegerField(min_value=0, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=5000, default=1000)

@@ -18,30 +18,10 @@ from rest_framework.response import Response
 from benchmarks import selectors, services
 from benchmarks.api import serializers as s
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from controlplane.api import SafeJSONParser
+from controlplane.api import ExportFormatMixin, ExportQuerySerializer, SafeJSONParser, attachment, query_validated
 from controlplane.errors import InvalidInput, NotFound
 
 PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
-
-
-def _query(serializer_class, request: Request) -> dict:
-    ser = serializer_class(data=request.query_params)
-    ser.is_valid(raise_exception=True)
-    return ser.validated_data
-
-
-def _download(body: str, *, content_type: str, filename: str) -> HttpResponse:
-    response = HttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
-
-
-class _ExportFormatMixin:
-    """``?format=csv|json`` names the export's file format, not a DRF renderer; negotiation must
-    not turn an unknown renderer name into a 404 for the export action."""
-
-    def perform_content_negotiation(self, request, force=False):
-        return super().perform_content_negotiation(request, force=force or self.action == "export")
 
 
 @extend_schema_view(
@@ -50,7 +30,7 @@ class _ExportFormatMixin:
     create=extend_schema(summary="Create a sweep of a deployment (operator); it runs on the control worker",
                          request=s.SweepCreateSerializer, responses={201: s.SweepSerializer}),
 )
-class SweepViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
     """Sweeps: one deployment driven through a grid of concurrency x lengths."""
 
     serializer_class = s.SweepSerializer
@@ -87,15 +67,15 @@ class SweepViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMod
     def analysis(self, request: Request, pk: str | None = None) -> Response:
         return Response(services.sweep_analysis(sweep=self.get_object()))
 
-    @extend_schema(summary="Export the sweep's runs: ?format=csv|json", parameters=[s.ExportQuerySerializer])
+    @extend_schema(summary="Export the sweep's runs: ?format=csv|json", parameters=[ExportQuerySerializer])
     @action(detail=True, methods=["get"])
     def export(self, request: Request, pk: str | None = None) -> HttpResponse:
-        fmt = _query(s.ExportQuerySerializer, request)["format"]
+        fmt = query_validated(ExportQuerySerializer, request)["format"]
         sweep: BenchmarkSweep = self.get_object()
         if fmt == "csv":
-            return _download(services.sweep_export_csv(sweep=sweep), content_type="text/csv",
+            return attachment(services.sweep_export_csv(sweep=sweep), content_type="text/csv",
                              filename=f"sweep-{sweep.pk}.csv")
-        return _download(services.sweep_export_json(sweep=sweep), content_type="application/json",
+        return attachment(services.sweep_export_json(sweep=sweep), content_type="application/json",
                          filename=f"sweep-{sweep.pk}.json")
 
 
@@ -103,7 +83,7 @@ class SweepViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMod
     list=extend_schema(summary="List runs (filters: sweep, source, status; order)"),
     retrieve=extend_schema(summary="One run: point, summary, flags, metrics (ms), snapshot"),
 )
-class RunViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Runs: grid points of sweeps, and runs imported from other harnesses' files."""
 
     serializer_class = s.RunSerializer
@@ -122,17 +102,17 @@ class RunViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModel
                    parameters=[s.RecordsQuerySerializer])
     @action(detail=True, methods=["get"])
     def records(self, request: Request, pk: str | None = None) -> Response:
-        q = _query(s.RecordsQuerySerializer, request)
+        q = query_validated(s.RecordsQuerySerializer, request)
         return Response(services.run_records_rows(run=self.get_object(), offset=q["offset"], limit=q["limit"]))
 
-    @extend_schema(summary="Export the run: ?format=csv|json", parameters=[s.ExportQuerySerializer])
+    @extend_schema(summary="Export the run: ?format=csv|json", parameters=[ExportQuerySerializer])
     @action(detail=True, methods=["get"])
     def export(self, request: Request, pk: str | None = None) -> HttpResponse:
-        fmt = _query(s.ExportQuerySerializer, request)["format"]
+        fmt = query_validated(ExportQuerySerializer, request)["format"]
         run: BenchmarkRun = self.get_object()
         if fmt == "csv":
-            return _download(services.run_export_csv(run=run), content_type="text/csv", filename=f"run-{run.pk}.csv")
-        return _download(services.run_export_json(run=run), content_type="application/json",
+            return attachment(services.run_export_csv(run=run), content_type="text/csv", filename=f"run-{run.pk}.csv")
+        return attachment(services.run_export_json(run=run), content_type="application/json",
                          filename=f"run-{run.pk}.json")
 
     @extend_schema(summary="The original file an imported run came from, verbatim")
@@ -141,7 +121,7 @@ class RunViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModel
         run: BenchmarkRun = self.get_object()
         if not run.original_text:
             raise NotFound(f"run #{run.pk} was not imported; it has no original file")
-        return _download(run.original_text, content_type="application/octet-stream",
+        return attachment(run.original_text, content_type="application/octet-stream",
                          filename=(run.original_filename or f"run-{run.pk}.json").replace('"', "_"))
 
     @extend_schema(summary="Import SGLang bench_serving JSONL or vLLM bench serve JSON (operator); "
@@ -170,7 +150,7 @@ class RunViewSet(_ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModel
                    parameters=[s.CompareQuerySerializer])
     @action(detail=False, methods=["get"])
     def compare(self, request: Request) -> Response:
-        q = _query(s.CompareQuerySerializer, request)
+        q = query_validated(s.CompareQuerySerializer, request)
         ids = list(q["ids"])
         for sweep_id in q["sweeps"]:
             sweep = BenchmarkSweep.objects.filter(pk=sweep_id).first()

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,19 +25,11 @@ from benchmarks.services import sweep_cancel, sweep_create, sweep_execute, sweep
 from benchmarks.sweeps import (
     MAX_CONCURRENCY, MAX_PROMPT_TOKENS_PER_POINT, MAX_REQUESTS_PER_POINT, MAX_REQUESTS_PER_SWEEP, grid_validate,
 )
-from benchmarks.tests.sweep_support import sim_deployment_create, sim_start
+from benchmarks.tests.sweep_support import sim_deployment_create
 from controlplane.errors import InvalidInput
 from deployments.choices import DeploymentStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-
-
-@pytest.fixture(scope="module")
-def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    base, proc = sim_start(tmp_path_factory.mktemp("sim") / "sim.log")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 @pytest.fixture(autouse=True)

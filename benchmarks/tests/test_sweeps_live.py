@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import (
     point_limits, server_info_fetch, snapshot_versions, sweep_create, sweep_execute, sweep_snapshot,
 )
-from benchmarks.tests.sweep_support import REPO, sim_deployment_create, sim_start
+from benchmarks.tests.sweep_support import REPO, sim_deployment_create
 from controlplane.realtime import sweep_group
 from deployments.choices import ProcessStatus, Role
 from deployments.engines.sim_server import sim_version
@@ -32,14 +31,6 @@ from deployments.models import Deployment, ServerProcess
 from deployments.tests.test_agent_support import free_ports, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    base, proc = sim_start(tmp_path_factory.mktemp("sim") / "sim.log")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,18 +11,10 @@ import pytest
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkSweep
 from benchmarks.services import run_records, sweep_cancel, sweep_create, sweep_execute
-from benchmarks.tests.sweep_support import sim_deployment_create, sim_start
+from benchmarks.tests.sweep_support import sim_deployment_create
 from deployments.choices import DeploymentStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(scope="module")
-def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    base, proc = sim_start(tmp_path_factory.mktemp("sim") / "sim.log")
-    yield base
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 @pytest.fixture(autouse=True)

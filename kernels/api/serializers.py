@@ -88,10 +88,6 @@ class VariantTableQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=2000, default=500)
 
 
-class ExportQuerySerializer(serializers.Serializer):
-    format = serializers.ChoiceField(choices=["csv", "json"], default="json")
-
-
 class BestSerializer(serializers.ModelSerializer):
     """The best variant of one bucket (device, cc, shape, batch, compiler): its parameters, median
     (µs), roofline fraction, the baseline's median and the speedup over it, the exported file."""

@@ -18,22 +18,11 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.api import ExportFormatMixin, ExportQuerySerializer, attachment, query_validated
 from controlplane.errors import InvalidInput, NotFound
 from kernels import selectors, services
 from kernels.api import serializers as s
 from kernels.models import KernelBest, KernelJob, KernelPackage
-
-
-def _query(serializer_class, request: Request) -> dict:
-    ser = serializer_class(data=request.query_params)
-    ser.is_valid(raise_exception=True)
-    return ser.validated_data
-
-
-def _download(body: str, *, content_type: str, filename: str) -> HttpResponse:
-    response = HttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
 
 
 @extend_schema_view(
@@ -57,7 +46,7 @@ class PackageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     create=extend_schema(summary="Start a kernel job on a node (operator); it runs on the node's queue",
                          request=s.JobCreateSerializer, responses={201: s.JobSerializer}),
 )
-class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
+class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
     """Build-and-benchmark jobs of kernel packages."""
 
     serializer_class = s.JobSerializer
@@ -69,9 +58,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         return selectors.job_list(package=q.get("package") or None, status=q.get("status") or None,
                                   node=q.get("node") or None)
 
-    def perform_content_negotiation(self, request, force=False):
-        # ``?format=csv|json`` names the export file's format, not a DRF renderer.
-        return super().perform_content_negotiation(request, force=force or self.action == "export")
 
     def create(self, request: Request, *args, **kwargs) -> Response:
         from deployments.models import Node
@@ -105,7 +91,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
                                OpenApiParameter("p.<param>", str, description="filter on a parameter value")])
     @action(detail=True, methods=["get"])
     def variants(self, request: Request, pk: str | None = None) -> Response:
-        q = _query(s.VariantTableQuerySerializer, request)
+        q = query_validated(s.VariantTableQuerySerializer, request)
         params = {k[2:]: v for k, v in request.query_params.items() if k.startswith("p.")}
         table = selectors.variant_table(job=self.get_object(), batch=q.get("batch"), state=q["state"],
                                         params=params, sort=q["sort"], limit=q["limit"])
@@ -129,15 +115,15 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Create
         return Response(s.BestSerializer(rows, many=True).data)
 
     @extend_schema(summary="Export every measurement of the job: ?format=csv|json",
-                   parameters=[s.ExportQuerySerializer])
+                   parameters=[ExportQuerySerializer])
     @action(detail=True, methods=["get"])
     def export(self, request: Request, pk: str | None = None) -> HttpResponse:
-        fmt = _query(s.ExportQuerySerializer, request)["format"]
+        fmt = query_validated(ExportQuerySerializer, request)["format"]
         job: KernelJob = self.get_object()
         if fmt == "csv":
-            return _download(services.kernel_job_export_csv(job=job), content_type="text/csv",
+            return attachment(services.kernel_job_export_csv(job=job), content_type="text/csv",
                              filename=f"kernel-job-{job.pk}.csv")
-        return _download(services.kernel_job_export_json(job=job), content_type="application/json",
+        return attachment(services.kernel_job_export_json(job=job), content_type="application/json",
                          filename=f"kernel-job-{job.pk}.json")
 
 
@@ -165,7 +151,7 @@ class BestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         path = Path(best.config_path) if best.config_path else None
         if path is None or not path.is_file():
             raise NotFound(f"best variant #{best.pk} has no exported config file")
-        return _download(path.read_text(encoding="utf-8"), content_type="application/json", filename=path.name)
+        return attachment(path.read_text(encoding="utf-8"), content_type="application/json", filename=path.name)
 
 
 class WhatIfViewSet(viewsets.ViewSet):
@@ -179,7 +165,7 @@ class WhatIfViewSet(viewsets.ViewSet):
         from benchmarks.models import BenchmarkSweep
         from kernels.whatif import whatif_compute
 
-        q = _query(s.WhatIfQuerySerializer, request)
+        q = query_validated(s.WhatIfQuerySerializer, request)
         sweep = BenchmarkSweep.objects.filter(pk=q["sweep"]).first()
         if sweep is None:
             raise NotFound(f"no sweep with id {q['sweep']}")

@@ -45,16 +45,12 @@ from kernels.services.common import (  # noqa: F401
     configs_dir,
     job_manifest,
     jobs_dir,
-    log,
     node_gpu_names,
     package_dir_of,
     package_grid,
     package_manifest,
     packages_dir,
     variants_payload,
-    _invalid,
-    _step_timeout,
-    _write_json,
 )
 from kernels.services.packages import (  # noqa: F401
     kernel_package_register,
@@ -63,15 +59,6 @@ from kernels.services.packages import (  # noqa: F401
 from kernels.services.progress import (  # noqa: F401
     job_progress_data,
     kernel_job_waiting_reason,
-    _Cancelled,
-    _broadcast,
-    _check_cancel,
-    _finish,
-    _progress,
-    _progress_last,
-    _progress_lock,
-    _status,
-    _transition,
 )
 from kernels.services.jobs import (  # noqa: F401
     kernel_job_cancel,
@@ -89,15 +76,6 @@ from kernels.services.results import (  # noqa: F401
     kernel_results_store,
     roofline_point,
     shared_limit_bytes,
-    _BuildFact,
-    _Device,
-    _Result,
-    _Results,
-    _build_counts,
-    _finite,
-    _pydantic_errors,
-    _variant_of,
-    _variants_by_id,
 )
 from kernels.services.transfer import (  # noqa: F401
     BENCH_COLUMNS,
