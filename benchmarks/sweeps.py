@@ -97,6 +97,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         err("grid.concurrency", "give at least one concurrency (or a request rate)")
     lengths: list[list[int]] = []
     raw_lengths = raw.get("lengths")
+    if isinstance(raw_lengths, str) and raw_lengths.strip():
+        raw_lengths = [raw_lengths]  # one "in:out" pair given on its own
     if not isinstance(raw_lengths, list) or not raw_lengths:
         err("grid.lengths", "give at least one [input_len, output_len] pair, e.g. [[256, 256]]")
     else:
@@ -126,6 +128,14 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         per_c = 4
     if rates and requests is None and raw.get("duration_s") is None:
         err("grid.requests", "open-loop points (request_rates) need a fixed number of requests or a duration_s")
+    elif rates and duration is None and isinstance(requests, int) and not isinstance(requests, bool):
+        # Without a time limit an open-loop point lasts about requests / rate: bound it like a
+        # duration, so a rate such as 1e-9 req/s cannot hold a worker for decades.
+        for i, r in enumerate(rates):
+            if requests / r > MAX_DURATION_S:
+                err(f"grid.request_rates.{i}", f"{requests} requests at {r:g} req/s take about "
+                    f"{requests / r:,.0f} s; at most {MAX_DURATION_S} s (24 h) per point: raise the rate "
+                    "or give duration_s")
     warmup = raw.get("warmup", 0)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 10_000:
         err("grid.warmup", f"must be an integer 0..10000, got {warmup!r}")

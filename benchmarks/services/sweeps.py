@@ -102,19 +102,23 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
 
     if deployment.status in DEPLOYMENT_TERMINAL:
         raise Conflict(f"deployment #{deployment.pk} is {deployment.status}; deploy it again to sweep it")
+    spec = deployment.spec_snapshot or {}
+    engine = deployment.recipe.engine
+    startup = int(spec.get("startup_timeout_s") or 1800)
+    # A bad grid is a 400 whatever else is running: validate before the conflict check.
+    norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S)
     # Two sweeps against one deployment at once would each measure the other's load.
     busy = BenchmarkSweep.objects.filter(deployment=deployment, status__in=SWEEP_ACTIVE).order_by("pk").first()
     if busy is not None:
         raise Conflict(f"sweep #{busy.pk} is already {busy.status} on deployment #{deployment.pk}; "
                        "wait for it or cancel it first (concurrent sweeps would skew each other)")
-    spec = deployment.spec_snapshot or {}
-    engine = deployment.recipe.engine
-    startup = int(spec.get("startup_timeout_s") or 1800)
-    norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S)
     points = grid_points(norm)
+    load = (f"c={','.join(map(str, norm['concurrency']))}" if norm["concurrency"] else "")
+    if norm.get("request_rates"):
+        load = " ".join(x for x in (load, f"{','.join(f'{r:g}' for r in norm['request_rates'])} req/s") if x)
     sweep = BenchmarkSweep.objects.create(
         deployment=deployment, grid=norm, created_by=user if getattr(user, "pk", None) else None,
-        name=name or f"{deployment.recipe.name} c={','.join(map(str, norm['concurrency']))} "
+        name=name or f"{deployment.recipe.name} {load} "
                      f"{' '.join(f'{a}/{b}' for a, b in norm['lengths'])}"
                      + (f" {norm['duration_s']:g} s/point" if norm.get("duration_s") else ""),
         points_total=len(points), requests_total=grid_requests_total(points),

@@ -218,3 +218,27 @@ def test_it_ends_a_cancelled_sweep_at_once_when_no_live_worker_owns_it(operator_
     assert sweep.status == SweepStatus.CANCELLED
     assert sweep.reason == f"cancelled by {operator.get_username()} (worker lost: process {pid} on " \
                            f"{socket.gethostname()} is gone)"
+
+
+def test_it_bounds_an_open_loop_point_by_time_when_it_has_no_duration() -> None:
+    with pytest.raises(InvalidInput) as err:
+        grid_validate({"lengths": [[32, 16]], "request_rates": [1e-9], "requests": 2})
+    assert "take about 2,000,000,000 s; at most 86400 s" in err.value.errors["grid.request_rates.0"][0]
+    # a duration bounds it, and an ordinary rate is fine
+    assert grid_validate({"lengths": [[32, 16]], "request_rates": [1e-9], "requests": 2, "duration_s": 10})
+    assert grid_validate({"lengths": [[32, 16]], "request_rates": [2.0], "requests": 20})["request_rates"] == [2.0]
+
+
+def test_it_takes_one_length_pair_given_as_a_bare_string() -> None:
+    assert grid_validate({"concurrency": [1], "lengths": "32:16"})["lengths"] == [[32, 16]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_answers_a_bad_grid_with_400_even_while_another_sweep_is_active(sim_url: str, operator) -> None:
+    deployment = sim_deployment_create(base_url=sim_url)
+    first = sweep_create(deployment=deployment, user=operator,
+                         grid={"request_rates": [0.5], "lengths": [[8, 4]], "requests": 2})
+    assert first.name.endswith("0.5 req/s 8/4")  # named by its rate, not "c= "
+    with pytest.raises(InvalidInput):
+        sweep_create(deployment=deployment, user=operator,
+                     grid={"concurrency": [1], "lengths": [[10_000_000_000, 16]]})
