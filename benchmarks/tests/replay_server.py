@@ -22,7 +22,12 @@ client as separate network reads when the writes are a few milliseconds apart. C
 kept alive.
 
 Other routes: ``GET /_stats`` → ``{"requests", "in_flight", "max_in_flight", "connections",
-"max_connections"}`` (counted since start or the last ``POST /_reset``); ``GET /metrics`` →
+"max_connections"}`` (counted since start or the last ``POST /_reset``); ``GET /_log`` → one entry
+per scripted request in arrival order, ``{"path", "received_ns", "writes_ns", "end_ns"}``: the
+``time.perf_counter_ns()`` instants (CLOCK_MONOTONIC, the load generator's clock on the same host)
+when the request was read and when each scripted write (in time order) was handed to the socket,
+so a test can assert what the client should have measured even when a loaded host makes the server
+late (the last 10,000 requests are kept); ``GET /metrics`` →
 Prometheus text with ``replay:generation_tokens_total`` (the scripted ``tokens`` of every response
 fully sent, times ``metrics_token_factor``, to fake a disagreeing server). Exits on SIGTERM.
 """
@@ -38,6 +43,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +58,7 @@ class Replay:
         self.cursor: dict[str, int] = {}
         self.factor = float(script.get("metrics_token_factor", 1.0))
         self.tokens = 0.0
+        self.log: deque[dict[str, Any]] = deque(maxlen=10_000)
         self.reset()
 
     def reset(self) -> None:
@@ -102,7 +109,7 @@ def _simple(writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str =
     writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
 
 
-async def _replay(writer: asyncio.StreamWriter, resp: dict[str, Any], received: float) -> None:
+async def _replay(writer: asyncio.StreamWriter, resp: dict[str, Any], received: float, entry: dict[str, Any]) -> None:
     writer.write(f"HTTP/1.1 {resp['status']} X\r\nContent-Type: {resp['content_type']}\r\n"
                  "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
     await writer.drain()
@@ -114,12 +121,14 @@ async def _replay(writer: asyncio.StreamWriter, resp: dict[str, Any], received: 
         if data:
             writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             await writer.drain()
+        entry["writes_ns"].append(time.perf_counter_ns())
     last = resp["writes"][-1][0] if resp["writes"] else 0.0
     delay = received + last + resp["hold_s"] - loop.time()
     if delay > 0:
         await asyncio.sleep(delay)
     writer.write(b"0\r\n\r\n")
     await writer.drain()
+    entry["end_ns"] = time.perf_counter_ns()
 
 
 async def serve(port: int, script: dict[str, Any], backlog: int) -> None:
@@ -139,9 +148,12 @@ async def serve(port: int, script: dict[str, Any], backlog: int) -> None:
                 if req is None:
                     return
                 received = loop.time()
+                received_ns = time.perf_counter_ns()
                 method, path, _ = req
                 if method == "GET" and path == "/_stats":
                     _simple(writer, 200, json.dumps(state.stats()).encode())
+                elif method == "GET" and path == "/_log":
+                    _simple(writer, 200, json.dumps(list(state.log)).encode())
                 elif method == "POST" and path == "/_reset":
                     state.reset()
                     _simple(writer, 200, b"{}")
@@ -156,10 +168,13 @@ async def serve(port: int, script: dict[str, Any], backlog: int) -> None:
                         _simple(writer, 404, b'{"error": {"message": "no scripted response"}}')
                     else:
                         state.requests += 1
+                        entry: dict[str, Any] = {"path": path, "received_ns": received_ns, "writes_ns": [],
+                                                 "end_ns": None}
+                        state.log.append(entry)
                         state.in_flight += 1
                         state.max_in_flight = max(state.max_in_flight, state.in_flight)
                         try:
-                            await _replay(writer, resp, received)
+                            await _replay(writer, resp, received, entry)
                             state.tokens += resp["tokens"] * state.factor
                         finally:
                             state.in_flight -= 1
@@ -226,6 +241,11 @@ class ReplayProcess:
     def stats(self) -> dict[str, int]:
         """The server's ``/_stats`` counters."""
         with urllib.request.urlopen(f"{self.url}/_stats", timeout=5) as resp:
+            return json.loads(resp.read())
+
+    def request_log(self) -> list[dict[str, Any]]:
+        """The server's ``/_log``: per scripted request, when it was read and each write was sent (ns)."""
+        with urllib.request.urlopen(f"{self.url}/_log", timeout=5) as resp:
             return json.loads(resp.read())
 
     def stop(self) -> None:
