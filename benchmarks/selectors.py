@@ -57,3 +57,46 @@ def runs_by_ids(*, ids: list[int]) -> list[BenchmarkRun]:
 def sweep_latest_for_recipe(*, recipe_name: str) -> BenchmarkSweep | None:
     """The newest sweep of any deployment of the recipe named ``recipe_name``, or None."""
     return sweep_list().filter(deployment__recipe__name=recipe_name).first()
+
+
+# A pending sweep nobody picked up for this long, with nothing ahead of it, points at a missing
+# control worker rather than a queue (a free worker takes a task within a second or two).
+QUEUE_STALL_S = 15.0
+
+
+def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
+    """Why an active sweep is not measuring yet, in one sentence; ``""`` when it is running or over.
+
+    * ``pending``: queued for a benchmark (``control``) worker. Names the active sweeps ahead of it
+      (waiting or running ones, and pending ones created earlier) because each holds a worker slot;
+      with none ahead and more than :data:`QUEUE_STALL_S` seconds in the queue it says the control
+      worker may be down (``make status``).
+    * ``waiting``: names the deployment, its status and how long the sweep waits for it
+      (``grid.wait_ready_s``, seconds) before failing with the reason.
+    """
+    from django.db.models import Q
+    from django.utils import timezone
+
+    from benchmarks.choices import SweepStatus
+
+    if sweep.status == SweepStatus.WAITING:
+        dep = sweep.deployment
+        limit = (sweep.grid or {}).get("wait_ready_s")
+        state = f"deployment #{dep.pk} is {dep.status}" if dep is not None else "its deployment is gone"
+        return (f"waiting for the deployment to be ready: {state}"
+                + (f"; the sweep fails after {float(limit):.0f} s of waiting" if limit else ""))
+    if sweep.status != SweepStatus.PENDING:
+        return ""
+    ahead = list(BenchmarkSweep.objects.filter(
+        Q(status__in=(SweepStatus.WAITING, SweepStatus.RUNNING))
+        | Q(status=SweepStatus.PENDING, pk__lt=sweep.pk)).exclude(pk=sweep.pk).order_by("pk")
+        .values_list("pk", "status")[:6])
+    if ahead:
+        named = ", ".join(f"#{pk} {status}" for pk, status in ahead[:5]) + (", ..." if len(ahead) > 5 else "")
+        return (f"queued for a benchmark worker behind {len(ahead) if len(ahead) <= 5 else 'more than 5'} "
+                f"active sweep{'s' if len(ahead) != 1 else ''} ({named}); it starts when a worker slot frees up")
+    age = ((now or timezone.now()) - sweep.created_at).total_seconds() if sweep.created_at else 0.0
+    if age > QUEUE_STALL_S:
+        return (f"queued for a benchmark worker for {age:.0f} s with no sweep ahead of it: the control worker "
+                "may not be running (see `make status`)")
+    return "queued for a benchmark worker"

@@ -10,9 +10,12 @@ from benchmarks.models import BenchmarkRun, BenchmarkSweep
 class SweepSerializer(serializers.ModelSerializer):
     """A sweep with its grid, status, progress columns, GPU count and snapshot; ``worker``
     (``host:pid`` running it) and ``heartbeat_at`` (its last sign of life); ``run_ids`` in
-    grid order. The analysis is served by ``/api/sweeps/<id>/analysis/``."""
+    grid order; ``queue_note``: why an active sweep is not measuring yet
+    (:func:`benchmarks.selectors.sweep_queue_note`, empty once it runs). The analysis is served by
+    ``/api/sweeps/<id>/analysis/``."""
 
     run_ids = serializers.SerializerMethodField()
+    queue_note = serializers.SerializerMethodField()
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
@@ -20,8 +23,13 @@ class SweepSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "deployment", "grid", "status", "reason", "cancel_requested", "points_total",
                   "points_done", "requests_total", "requests_done", "current_tok_s", "current_point", "num_gpus",
                   "served_model_name", "topology", "engine", "snapshot", "created_by", "created_at", "started_at",
-                  "ended_at", "worker", "heartbeat_at", "run_ids"]
+                  "ended_at", "worker", "heartbeat_at", "run_ids", "queue_note"]
         read_only_fields = fields
+
+    def get_queue_note(self, obj: BenchmarkSweep) -> str:
+        from benchmarks.selectors import sweep_queue_note
+
+        return sweep_queue_note(sweep=obj)
 
     def get_run_ids(self, obj: BenchmarkSweep) -> list[int]:
         return [r.pk for r in obj.runs.all()]

@@ -800,6 +800,10 @@ def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
     line = f"  sweep #{sweep.pk}: {sweep.status}"
     if sweep.current_point:
         line += f", point {sweep.points_done + running}/{sweep.points_total} ({sweep.current_point})"
+    if sweep.status in (SweepStatus.PENDING, SweepStatus.WAITING):
+        from benchmarks.selectors import sweep_queue_note
+
+        line += f" ({sweep_queue_note(sweep=sweep)})"
     if running:
         run = sweep.runs.filter(status=RunStatus.RUNNING).order_by("-ordinal").first()
         prog = (run.progress or {}) if run is not None else {}

@@ -63,6 +63,35 @@ def test_it_refuses_a_second_sweep_while_one_is_active_on_the_deployment(
     assert f"sweep #{first.json()['id']} is already pending" in second.json()["detail"]
 
 
+def test_it_says_why_a_pending_sweep_has_not_started(operator_api, deployment,
+                                                     django_capture_on_commit_callbacks) -> None:
+    from datetime import timedelta
+
+    other = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING, recipe_name="sim-other")
+    with django_capture_on_commit_callbacks(execute=False):
+        first = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json").json()
+        second = operator_api.post("/api/sweeps/", {"deployment": other.pk, "grid": GRID}, format="json").json()
+    assert first["queue_note"] == "queued for a benchmark worker"
+    assert second["queue_note"] == (f"queued for a benchmark worker behind 1 active sweep (#{first['id']} pending); "
+                                    "it starts when a worker slot frees up")
+    # Nothing ahead and nobody took it for a minute: the control worker is the suspect.
+    BenchmarkSweep.objects.filter(pk=first["id"]).update(created_at=first_created(first) - timedelta(seconds=60))
+    note = operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"]
+    assert note.startswith("queued for a benchmark worker for 6") and "control worker may not be running" in note
+    # Waiting: the deployment, its status and the limit.
+    BenchmarkSweep.objects.filter(pk=first["id"]).update(status=SweepStatus.WAITING)
+    note = operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"]
+    wait = BenchmarkSweep.objects.get(pk=first["id"]).grid["wait_ready_s"]
+    assert note == (f"waiting for the deployment to be ready: deployment #{deployment.pk} is starting; "
+                    f"the sweep fails after {wait:.0f} s of waiting")
+    BenchmarkSweep.objects.filter(pk=first["id"]).update(status=SweepStatus.DONE)
+    assert operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"] == ""
+
+
+def first_created(body: dict):
+    return BenchmarkSweep.objects.get(pk=body["id"]).created_at
+
+
 def test_it_names_the_bad_grid_field(operator_api, deployment) -> None:
     response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk,
                                                   "grid": {"concurrency": [0], "lengths": ["256x256"]}}, format="json")

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 from benchmarks import services
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.selectors import sweep_queue_note
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
     IMPORT_MAX_BYTES, INDEX_RECENT_RUNS, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
@@ -297,7 +298,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
         "percent": round(min(percent, 100.0), 1),
         "current_tok_s": sweep.current_tok_s if sweep.status == SweepStatus.RUNNING else None,
         "current_point": sweep.current_point if sweep.status == SweepStatus.RUNNING else "",
-        "active": active, "run": live,
+        "active": active, "run": live, "queue_note": sweep_queue_note(sweep=sweep) if active else "",
     }
 
 

@@ -179,6 +179,7 @@ ROUTER_FLAGS: dict[str, FlagSpec] = {
 ROUTER_RESERVED: dict[str, str] = {
     **PD_ROUTER_RESERVED,
     "log-dir": "the process log file Ceiling manages",
+    "prometheus-host": "spec.roles.router.host (the metrics server binds where the router does)",
 }
 
 
@@ -208,6 +209,9 @@ def sglang_router_render(ctx: RenderContext, *, python: str) -> RenderedCommand:
     ports = {"http": router["port"]}
     if "prometheus-port" in router["flags"]:
         ports["metrics"] = router["flags"]["prometheus-port"]
+        # The router binds its metrics server to 0.0.0.0 unless told otherwise: keep it on the
+        # router's own address (the node agent scrapes it there).
+        argv += ["--prometheus-host", router["host"]]
     return RenderedCommand(
         argv=argv,
         ports=ports,

@@ -16,6 +16,19 @@ prompt tokens      ``sglang:prompt_tokens_total``   ``vllm:prompt_tokens_total``
 generated tokens   ``sglang:generation_tokens_total`` ``vllm:generation_tokens_total``
 =================  ===============================  =========================================
 
+**The router** (``sglang-router``, whose exposition is served on its ``--prometheus-port``) has no
+token counters (it forwards its workers' tokens) and no live count of the requests it holds
+(``smg_worker_requests_active`` counts a PD request once on its prefill and once on its decode
+worker, and ``smg_http_inflight_request_age_count`` is refreshed only every ~20 s), so its
+``running``, ``queued`` and KV usage stay None. Its reading has the counters
+``smg_router_requests_total`` (requests routed, summed over route labels) and the 5xx
+part of ``smg_http_responses_total`` (by its ``status_code`` label) turned into ``req_s`` and
+``error_5xx_s``, and ``workers_healthy`` / ``workers_total`` from ``smg_worker_health`` (1 =
+healthy, one series per worker URL). Requests end in whole units seconds apart, so their rates are
+taken over the last :data:`REQUEST_RATE_WINDOW_S` seconds of scrapes rather than between two
+scrapes half a second apart (which would read 0 or 2 req/s at a steady 0.7). Names as sglang-router 0.3.2 exports them (read off a real
+router in front of ``sim`` workers); engines export none of them, so one normaliser serves all.
+
 Sources: SGLang ``docs/references/production_metrics.md`` and vLLM ``docs/design/metrics.md``
 (excerpts in ``/work/shared/fixtures/engine-metrics/``); the ``sim`` engine exports SGLang's names
 (:mod:`deployments.engines.simcore.metrics`). KV usage is a fraction 0..1 in both engines (vLLM's
@@ -57,14 +70,20 @@ from deployments.telemetry.loop import LoopThread
 SCRAPE_TIMEOUT_S = 0.5
 #: A process is scraped at most this often (seconds), whatever the sampler's rate.
 SCRAPE_MIN_PERIOD_S = 0.5
+#: Seconds of past scrapes a router's request and 5xx rates are averaged over.
+REQUEST_RATE_WINDOW_S = 5.0
 
 RUNNING = ("sglang:num_running_reqs", "vllm:num_requests_running")
 QUEUED = ("sglang:num_queue_reqs", "vllm:num_requests_waiting")
 KV_USAGE = ("sglang:token_usage", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 PROMPT_TOKENS = ("sglang:prompt_tokens_total", "vllm:prompt_tokens_total")
 GENERATION_TOKENS = ("sglang:generation_tokens_total", "vllm:generation_tokens_total")
+ROUTER_REQUESTS = ("smg_router_requests_total",)
+ROUTER_RESPONSES = "smg_http_responses_total"
+ROUTER_WORKER_HEALTH = "smg_worker_health"
 SHARD_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank"})
-_WANTED = frozenset((*RUNNING, *QUEUED, *KV_USAGE, *PROMPT_TOKENS, *GENERATION_TOKENS))
+_WANTED = frozenset((*RUNNING, *QUEUED, *KV_USAGE, *PROMPT_TOKENS, *GENERATION_TOKENS, *ROUTER_REQUESTS,
+                     ROUTER_RESPONSES, ROUTER_WORKER_HEALTH))
 
 _FAMILIES = sorted({n[: -len("_total")] if n.endswith("_total") else n for n in _WANTED}, key=len, reverse=True)
 _PREFIXES = (*_FAMILIES, *(f"# TYPE {n}" for n in _FAMILIES))
@@ -89,6 +108,12 @@ class EngineReading:
     generation_tokens_total: float | None = None
     gen_tok_s: float | None = None
     prompt_tok_s: float | None = None
+    requests_total: float | None = None
+    req_s: float | None = None
+    errors_5xx_total: float | None = None
+    error_5xx_s: float | None = None
+    workers_healthy: int | None = None
+    workers_total: int | None = None
     metrics_error: str | None = None
     scraped_at: float | None = field(default=None, compare=False)
 
@@ -120,21 +145,32 @@ def relevant_lines(text: str) -> str:
 
 
 def normalise_metrics(text: str) -> dict[str, float | None]:
-    """The five normalised quantities of a Prometheus text exposition (see the module doc):
-    ``{"running", "queued", "kv_usage", "prompt_tokens_total", "generation_tokens_total"}``,
-    None for each quantity the text does not carry.
+    """The normalised quantities of a Prometheus text exposition (see the module doc):
+    ``{"running", "queued", "kv_usage", "prompt_tokens_total", "generation_tokens_total",
+    "requests_total", "errors_5xx_total", "workers_healthy", "workers_total"}`` (the last four
+    from a router's series), None for each quantity the text does not carry.
 
     Raises:
         ValueError: the text is not Prometheus exposition format (the parser's message).
     """
     # name → replica key → largest value over shards of that replica
     by_name: dict[str, dict[tuple, float]] = {}
+    errors_5xx: float | None = None
+    health: dict[str, float] = {}
     for family in text_string_to_metric_families(relevant_lines(text)):
         for sample in family.samples:
             if sample.name not in _WANTED:
                 continue
             value = _finite(float(sample.value))
             if value is None:
+                continue
+            if sample.name == ROUTER_RESPONSES:
+                # Present from the router's first response on: 0 until a 5xx was answered.
+                errors_5xx = (errors_5xx or 0.0) + (value if str(sample.labels.get("status_code", "")).startswith("5")
+                                                    else 0.0)
+                continue
+            if sample.name == ROUTER_WORKER_HEALTH:
+                health[sample.labels.get("worker", "")] = value
                 continue
             replica = tuple(sorted((k, v) for k, v in sample.labels.items() if k not in SHARD_LABELS))
             per = by_name.setdefault(sample.name, {})
@@ -153,6 +189,10 @@ def normalise_metrics(text: str) -> dict[str, float | None]:
         "kv_usage": pick(KV_USAGE, mean=True),
         "prompt_tokens_total": pick(PROMPT_TOKENS),
         "generation_tokens_total": pick(GENERATION_TOKENS),
+        "requests_total": pick(ROUTER_REQUESTS),
+        "errors_5xx_total": errors_5xx,
+        "workers_healthy": sum(1 for v in health.values() if v >= 1) if health else None,
+        "workers_total": len(health) if health else None,
     }
 
 
@@ -177,10 +217,17 @@ class ScrapeTarget:
 
 
 class _CounterState:
-    __slots__ = ("identity", "t", "prompt", "gen")
+    __slots__ = ("identity", "t", "prompt", "gen", "window")
 
-    def __init__(self, identity: tuple, t: float, prompt: float | None, gen: float | None) -> None:
-        self.identity, self.t, self.prompt, self.gen = identity, t, prompt, gen
+    def __init__(self, identity: tuple, t: float, values: dict[str, float | None],
+                 window: list[tuple[float, float | None, float | None]] | None = None) -> None:
+        self.identity, self.t = identity, t
+        self.prompt, self.gen = values.get("prompt_tokens_total"), values.get("generation_tokens_total")
+        # (t, requests_total, errors_5xx_total) of the scrapes of the last REQUEST_RATE_WINDOW_S
+        # seconds, oldest first, this one last.
+        self.window = [*(window or []), (t, values.get("requests_total"), values.get("errors_5xx_total"))]
+        while len(self.window) > 2 and t - self.window[1][0] >= REQUEST_RATE_WINDOW_S:
+            self.window.pop(0)
 
 
 def reading_from_text(text: str, *, t: float, identity: tuple, state: dict[Hashable, _CounterState],
@@ -200,12 +247,20 @@ def reading_from_values(values: dict[str, float | None], *, t: float, identity: 
     """:func:`reading_from_text` after parsing: rates of ``values`` (from
     :func:`normalise_metrics`) against ``state[key]``, which is then replaced by this scrape."""
     prev = state.get(key)
-    gen_rate = prompt_rate = None
-    if prev is not None and prev.identity == identity:
-        gen_rate = counter_rate(prev.gen, values["generation_tokens_total"], t - prev.t)
-        prompt_rate = counter_rate(prev.prompt, values["prompt_tokens_total"], t - prev.t)
-    state[key] = _CounterState(identity, t, values["prompt_tokens_total"], values["generation_tokens_total"])
-    return EngineReading(**values, gen_tok_s=gen_rate, prompt_tok_s=prompt_rate, scraped_at=t)
+    rates: dict[str, float | None] = {"gen_tok_s": None, "prompt_tok_s": None, "req_s": None, "error_5xx_s": None}
+    same = prev is not None and prev.identity == identity
+    if same:
+        dt = t - prev.t
+        rates["gen_tok_s"] = counter_rate(prev.gen, values.get("generation_tokens_total"), dt)
+        rates["prompt_tok_s"] = counter_rate(prev.prompt, values.get("prompt_tokens_total"), dt)
+        # Over the window: the oldest scrape kept (at most REQUEST_RATE_WINDOW_S old, or the last one).
+        t0, req0, err0 = prev.window[0]
+        rates["req_s"] = counter_rate(req0, values.get("requests_total"), t - t0)
+        # The 5xx series appears with the router's first response: before it, no error was counted.
+        err0 = err0 if err0 is not None or values.get("errors_5xx_total") is None else 0.0
+        rates["error_5xx_s"] = counter_rate(err0, values.get("errors_5xx_total"), t - t0)
+    state[key] = _CounterState(identity, t, values, prev.window if same else None)
+    return EngineReading(**values, **rates, scraped_at=t)
 
 
 def _error_text(target: ScrapeTarget, exc: BaseException, timeout_s: float) -> str:

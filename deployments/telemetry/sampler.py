@@ -58,7 +58,8 @@ ROWS_REFRESH_S = 1.0
 #: tokens, and prefill produces only the first token of each request in PD).
 TOK_S_ROLES = ("decode", "single")
 _LIVE = (ProcessStatus.SPAWNED, ProcessStatus.READY)
-_ROUTER_NOTE = "router: not scraped; token counts come from its prefill and decode workers"
+_ROUTER_NOTE = ("router: no prometheus-port in the recipe's router flags, so it is not scraped; token counts "
+                "come from its prefill and decode workers")
 _USE_SETTINGS: Any = object()
 
 
@@ -89,9 +90,17 @@ def _json(value: Any) -> Any:
     return value
 
 
-def metrics_url(*, health_url: str, ports: dict | None) -> str:
+def metrics_url(*, health_url: str, ports: dict | None, role: str = "") -> str:
     """``/metrics`` of a process: the scheme and host:port of its health URL, else
-    ``http://127.0.0.1:<http port>``; "" when neither is known."""
+    ``http://127.0.0.1:<http port>``; "" when neither is known. A ``router`` serves its metrics on
+    its own port (``ports["metrics"]``, from the router's ``prometheus-port`` flag) on the host of
+    its health URL; "" without that port."""
+    if role == "router":
+        port = (ports or {}).get("metrics") if isinstance(ports, dict) else None
+        if not port:
+            return ""
+        host = (urlsplit(health_url).hostname if health_url else None) or "127.0.0.1"
+        return f"http://{host}:{int(port)}/metrics"
     if health_url:
         parts = urlsplit(health_url)
         if parts.scheme and parts.netloc:
@@ -170,7 +179,8 @@ class NodeSampler:
                 id=pk, deployment_id=dep_id, role=role, status=status,
                 health=process_health(status=status, probe_failures=failures or 0, next_restart_at=restart_at),
                 pid=pid, alive=alive, cpus=cpus, engine=engine,
-                metrics_url=metrics_url(health_url=health_url, ports=_json(ports)), identity=(pid, start_ticks),
+                metrics_url=metrics_url(health_url=health_url, ports=_json(ports), role=role),
+                identity=(pid, start_ticks),
             ))
         self._procs, self._deployments = procs, deployments
         self._rows_at = time.monotonic()
@@ -178,9 +188,9 @@ class NodeSampler:
     # -- one sample ----------------------------------------------------------------------------
 
     def _engine(self, proc: _Proc) -> EngineReading:
-        if proc.role == "router":
+        if proc.role == "router" and not proc.metrics_url:
             return EngineReading.unavailable(_ROUTER_NOTE)
-        if proc.engine in NO_METRICS:
+        if proc.engine in NO_METRICS and proc.role != "router":
             return EngineReading.unavailable(NO_METRICS[proc.engine])
         if not proc.alive:
             return EngineReading.unavailable(f"process is {proc.status}")
@@ -206,7 +216,7 @@ class NodeSampler:
         # Engines first: the scrapes run while the GPUs and the host are read.
         targets = [ScrapeTarget(key=p.id, url=p.metrics_url, engine=p.engine, identity=p.identity)
                    for p in live.values()
-                   if p.role != "router" and p.engine not in NO_METRICS and p.metrics_url]
+                   if p.metrics_url and (p.role == "router" or p.engine not in NO_METRICS)]
         if targets:
             self.scraper.request(targets)
 

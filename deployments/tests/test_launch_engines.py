@@ -198,7 +198,7 @@ def test_it_renders_the_sim_pd_plan_with_the_real_router():
     assert router.argv == [
         PY, "-m", "sglang_router.launch_router", "--pd-disaggregation",
         "--prefill", "http://127.0.0.1:31000", "31998", "--decode", "http://127.0.0.1:31001",
-        "--host", "127.0.0.1", "--port", "31080", "--prometheus-port", "31081",
+        "--host", "127.0.0.1", "--port", "31080", "--prometheus-port", "31081", "--prometheus-host", "127.0.0.1",
     ]
     assert (prefill.cpus, prefill.pin_method, decode.cpus) == ("0", "sched_setaffinity", "1")
     assert plan.entry_url == "http://127.0.0.1:31080"

@@ -179,5 +179,6 @@ def test_it_renders_parallelism_and_flags_in_a_stable_order():
         "--enable-dp-attention",
         "--mem-fraction-static", "0.85",
     ]
-    assert router.argv[-4:] == ["--policy", "round_robin", "--prometheus-port", "29000"]
+    host = spec["roles"]["router"]["host"]
+    assert router.argv[-6:] == ["--policy", "round_robin", "--prometheus-port", "29000", "--prometheus-host", host]
     assert router.ports == {"http": 8000, "metrics": 29000}

@@ -17,18 +17,21 @@ from deployments.telemetry.engine import (
     MetricsScraper,
     ScrapeTarget,
     counter_rate,
+    REQUEST_RATE_WINDOW_S,
     normalise_metrics,
     reading_from_text,
 )
 from deployments.tests.test_sim_server import procs, start_sim  # noqa: F401 - fixture
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "engine-metrics"
+#: What an engine's exposition says of the router-only quantities: nothing.
+NO_ROUTER = {"requests_total": None, "errors_5xx_total": None, "workers_healthy": None, "workers_total": None}
 
 
 def test_it_normalises_sglangs_documented_metrics():
     values = normalise_metrics((FIXTURES / "sglang-docs-sample.prom").read_text())
     assert values == {"running": 162.0, "queued": 2826.0, "kv_usage": 0.28,
-                      "prompt_tokens_total": 8.128902e06, "generation_tokens_total": 7.557572e06}
+                      "prompt_tokens_total": 8.128902e06, "generation_tokens_total": 7.557572e06, **NO_ROUTER}
 
 
 def test_it_normalises_vllms_older_names():
@@ -42,7 +45,7 @@ def test_it_normalises_vllms_older_names():
     )
     values = normalise_metrics(text)
     assert values == {"running": 8.0, "queued": 3.0, "kv_usage": 0.4,
-                      "prompt_tokens_total": 140000.0, "generation_tokens_total": 27453.0}
+                      "prompt_tokens_total": 140000.0, "generation_tokens_total": 27453.0, **NO_ROUTER}
 
 
 VLLM_V1 = """\
@@ -71,7 +74,71 @@ vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 3.0
 
 def test_it_sums_vllms_engines_and_averages_their_kv_usage():
     assert normalise_metrics(VLLM_V1) == {"running": 8.0, "queued": 1.0, "kv_usage": 0.5,
-                                          "prompt_tokens_total": 1500.0, "generation_tokens_total": 1000.0}
+                                          "prompt_tokens_total": 1500.0, "generation_tokens_total": 1000.0,
+                                          **NO_ROUTER}
+
+
+def test_it_reads_the_routers_requests_workers_and_active_requests():
+    values = normalise_metrics((FIXTURES / "sglang-router-0.3.2-pd.prom").read_text())
+    assert values == {"running": None, "queued": None, "kv_usage": None, "prompt_tokens_total": None,
+                      "generation_tokens_total": None, "requests_total": 4.0, "errors_5xx_total": 0.0,
+                      "workers_healthy": 2, "workers_total": 2}
+
+
+ROUTER_FAILING = """\
+# TYPE smg_http_responses_total counter
+smg_http_responses_total{status_code="200",error_code=""} 4
+smg_http_responses_total{status_code="503",error_code="server_selection_failed"} 4
+smg_http_responses_total{status_code="500",error_code="decode_internal_error"} 1
+# TYPE smg_router_requests_total counter
+smg_router_requests_total{router_type="http",backend_type="pd",connection_mode="http",model="m",endpoint="generate",streaming="false"} 9
+# TYPE smg_worker_requests_active gauge
+smg_worker_requests_active{worker="http://127.0.0.1:31100"} 3
+smg_worker_requests_active{worker="http://127.0.0.1:31101"} 3
+# TYPE smg_http_inflight_request_age_count gauge
+smg_http_inflight_request_age_count{gt="0",le="30"} 2
+smg_http_inflight_request_age_count{gt="30",le="60"} 1
+smg_http_inflight_request_age_count{gt="60",le="180"} 0
+# TYPE smg_worker_health gauge
+smg_worker_health{worker="http://127.0.0.1:31101"} 0
+smg_worker_health{worker="http://127.0.0.1:31100"} 1
+"""
+
+
+def test_it_counts_a_routers_5xx_answers_and_unhealthy_workers_and_rates_them():
+    values = normalise_metrics(ROUTER_FAILING)
+    # No live in-flight count: the per-worker counts hold a PD request twice (3 + 3 for 3 requests).
+    assert (values["errors_5xx_total"], values["requests_total"], values["running"]) == (5.0, 9.0, None)
+    assert (values["workers_healthy"], values["workers_total"]) == (1, 2)
+    state: dict = {}
+    reading_from_text((FIXTURES / "sglang-router-0.3.2-pd.prom").read_text(), t=1.0, identity=(7, 1),
+                      state=state, key="r")
+    later = reading_from_text(ROUTER_FAILING, t=3.0, identity=(7, 1), state=state, key="r")
+    assert later.req_s == 2.5 and later.error_5xx_s == 2.5  # (9 - 4) / 2 s and (5 - 0) / 2 s
+    assert later.gen_tok_s is None  # a router has no token counters
+
+
+def test_it_rates_router_requests_over_a_window_not_between_two_scrapes():
+    # One request ends every 1.5 s; scrapes every 0.5 s would read 0 or 2 req/s between two.
+    state: dict = {}
+    readings = []
+    for i in range(40):
+        t = 0.5 * i
+        text = f"smg_router_requests_total{{endpoint=\"generate\"}} {int(t / 1.5)}\n"
+        readings.append(reading_from_text(text, t=t, identity=(7, 1), state=state, key="r"))
+    steady = [r.req_s for r in readings[12:]]  # once the window holds REQUEST_RATE_WINDOW_S of scrapes
+    assert all(0.5 <= v <= 0.85 for v in steady), steady
+    assert len(state["r"].window) <= int(REQUEST_RATE_WINDOW_S / 0.5) + 2  # the window stays bounded
+
+
+def test_it_counts_no_5xx_rate_before_a_routers_first_answer():
+    state: dict = {}
+    idle = "# TYPE smg_worker_health gauge\nsmg_worker_health{worker=\"http://w\"} 1\n"
+    first = reading_from_text(idle, t=1.0, identity=(7, 1), state=state, key="r")
+    assert first.errors_5xx_total is None and first.workers_healthy == 1
+    answered = 'smg_http_responses_total{status_code="200",error_code=""} 3\n'
+    after = reading_from_text(idle + answered, t=2.0, identity=(7, 1), state=state, key="r")
+    assert after.errors_5xx_total == 0.0 and after.error_5xx_s == 0.0
 
 
 def test_it_prefers_the_current_vllm_kv_name_when_both_are_exported():
@@ -136,6 +203,8 @@ def test_it_reports_llamacpp_as_having_no_metrics_with_the_reason():
     reading = EngineReading.unavailable("llama-cpp-python's server exposes no /metrics")
     assert reading.as_dict() == {"running": None, "queued": None, "kv_usage": None, "prompt_tokens_total": None,
                                  "generation_tokens_total": None, "gen_tok_s": None, "prompt_tok_s": None,
+                                 "requests_total": None, "req_s": None, "errors_5xx_total": None,
+                                 "error_5xx_s": None, "workers_healthy": None, "workers_total": None,
                                  "metrics_error": "llama-cpp-python's server exposes no /metrics"}
 
 
@@ -265,3 +334,56 @@ def test_it_says_why_a_scrape_failed(procs, tmp_path, scraper):  # noqa: F811
         f"GET http://127.0.0.1:{closed_port}/metrics: cannot connect")
     scraper.forget(["404"])
     assert scraper.latest("refused") is None and scraper.latest("404") is not None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_it_scrapes_the_real_router_in_front_of_sim_workers(scraper):
+    """The real sglang-router in PD mode (its own Prometheus port) in front of real sim prefill and
+    decode workers: after requests through it, the scraper reads requests, their rate and the
+    healthy workers."""
+    import subprocess
+    import sys
+
+    from deployments.tests.test_agent_support import free_ports
+
+    p_http, boot, d_http, r_http, prom = free_ports(5)
+    sim = [sys.executable, "-m", "deployments.engines.sim_server", "--model-name", "tiny", "--profile", "demo-fast",
+           "--startup-delay-s", "0"]
+    argvs = [[*sim, "--role", "prefill", "--port", str(p_http), "--bootstrap-port", str(boot)],
+             [*sim, "--role", "decode", "--port", str(d_http)],
+             [sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
+              "--prefill", f"http://127.0.0.1:{p_http}", str(boot), "--decode", f"http://127.0.0.1:{d_http}",
+              "--host", "127.0.0.1", "--port", str(r_http), "--prometheus-port", str(prom),
+              "--prometheus-host", "127.0.0.1"]]
+    started = [subprocess.Popen(a, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for a in argvs]
+    try:
+        base = f"http://127.0.0.1:{r_http}"
+        target = ScrapeTarget(key="router", url=f"http://127.0.0.1:{prom}/metrics", engine="sim",
+                              identity=(started[2].pid, 0))
+        deadline = time.monotonic() + 60
+        while True:  # ready: the router answers a generation through both workers
+            try:
+                if httpx.post(f"{base}/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 2}},
+                              timeout=10, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the router never answered a generation"
+            time.sleep(0.25)
+        scraper.scrape_now([target])
+        before = scraper.latest("router")
+        assert before.metrics_error is None, before.metrics_error
+        for _ in range(3):
+            _generate(base, 4)
+        scraper.scrape_now([target])
+        after = scraper.latest("router")
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert (after.workers_healthy, after.workers_total) == (2, 2)
+    assert after.requests_total - before.requests_total == 3.0
+    seconds = after.scraped_at - before.scraped_at
+    assert after.req_s == pytest.approx(3.0 / seconds, rel=1e-3)
+    assert after.running is None and after.error_5xx_s == 0.0

@@ -36,7 +36,8 @@ DEPLOYMENT_KEYS = {"deployment_id", "t", "status", "tok_s", "processes"}
 PROCESS_KEYS = {"id", "role", "status", "health", "pid", "cpu_pct", "cpu_pct_pinned_set", "rss_bytes",
                 "gpu_memory_bytes", "engine"}
 ENGINE_KEYS = {"running", "queued", "kv_usage", "prompt_tokens_total", "generation_tokens_total", "gen_tok_s",
-               "prompt_tok_s", "metrics_error"}
+               "prompt_tok_s", "requests_total", "req_s", "errors_5xx_total", "error_5xx_s", "workers_healthy",
+               "workers_total", "metrics_error"}
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -130,6 +131,15 @@ def test_it_derives_the_metrics_url_from_the_health_url_or_the_port():
     assert metrics_url(health_url="", ports={}) == ""
 
 
+def test_it_scrapes_a_router_on_its_prometheus_port_only():
+    # The router's /metrics is on its own port (recipe flag prometheus-port), never its HTTP port.
+    assert metrics_url(health_url="http://10.0.0.5:8000/health", ports={"http": 8000, "metrics": 29000},
+                       role="router") == "http://10.0.0.5:29000/metrics"
+    assert metrics_url(health_url="", ports={"http": 8000, "metrics": 29000},
+                       role="router") == "http://127.0.0.1:29000/metrics"
+    assert metrics_url(health_url="http://10.0.0.5:8000/health", ports={"http": 8000}, role="router") == ""
+
+
 @pytest.mark.slow
 def test_it_samples_gpus_host_and_a_real_engine_and_broadcasts_the_contract_shapes(db, procs, tmp_path, launcher):  # noqa: F811
     base, sim = start_sim(procs, tmp_path, "single", delay=0.0)
@@ -191,7 +201,7 @@ def test_it_samples_gpus_host_and_a_real_engine_and_broadcasts_the_contract_shap
     gone = procs_by_id[stopped.pk]
     assert gone["status"] == "exited" and gone["health"] == "stopped"
     assert (gone["pid"], gone["cpu_pct"], gone["rss_bytes"], gone["gpu_memory_bytes"]) == (None, None, None, None)
-    assert gone["engine"]["metrics_error"].startswith("router: not scraped")
+    assert gone["engine"]["metrics_error"].startswith("router: no prometheus-port in the recipe")
 
     types = [m["type"] for m in messages]
     assert "node.sample" in types and "deployment.sample" in types

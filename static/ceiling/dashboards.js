@@ -350,6 +350,16 @@
     };
   }
 
+  // The router's own figures (its Prometheus port): requests routed per second, healthy workers
+  // and 5xx answers per second, e.g. "router: 4.0 req/s · workers 2/2 healthy · 5xx 0.0/s".
+  function routerLine(e) {
+    var parts = [];
+    if (isNum(e.req_s)) parts.push(e.req_s.toFixed(1) + " req/s");
+    if (isNum(e.workers_total)) parts.push("workers " + e.workers_healthy + "/" + e.workers_total + " healthy");
+    if (isNum(e.error_5xx_s)) parts.push("5xx " + e.error_5xx_s.toFixed(1) + "/s");
+    return parts.length ? "router: " + parts.join(" · ") : "";
+  }
+
   function processRow(root, p) {
     var row = root.querySelector('[data-process-id="' + p.id + '"]');
     if (row) return row;
@@ -416,22 +426,24 @@
       if (!row) return;
       var e = p.engine || {};
       var reason = e.metrics_error || "";
+      // A router has no token counters, KV cache or queue of its own: say so instead of a blank.
+      var routerWhy = p.role === "router" && !reason ? "a router forwards its workers' tokens; see its line below" : "";
       // A health change is newer news than a sample taken from rows read up to 1 s earlier.
       var changed = row._healthChangeTs;
       if (!(typeof changed === "number" && t <= changed + 2)) {
         setBadge(field(row, "health"), p.health || p.status || "unknown", healthClass(p.health || p.status));
       }
       set(row, "status", p.status || null, "");
-      set(row, "gen_tok_s", fixed(e.gen_tok_s, 1), "tok/s", reason);
-      set(row, "running", isNum(e.running) ? Math.round(e.running) : null, "", reason);
-      set(row, "queued", isNum(e.queued) ? Math.round(e.queued) : null, "", reason);
-      set(row, "kv", isNum(e.kv_usage) ? (e.kv_usage * 100).toFixed(0) : null, "%", reason);
+      set(row, "gen_tok_s", fixed(e.gen_tok_s, 1), "tok/s", reason || routerWhy);
+      set(row, "running", isNum(e.running) ? Math.round(e.running) : null, "", reason || (p.role === "router" && !reason ? "the router exports no live count of the requests it holds" : ""));
+      set(row, "queued", isNum(e.queued) ? Math.round(e.queued) : null, "", reason || routerWhy);
+      set(row, "kv", isNum(e.kv_usage) ? (e.kv_usage * 100).toFixed(0) : null, "%", reason || routerWhy);
       set(row, "gpumem", size(p.gpu_memory_bytes), "", p.gpu_memory_bytes === null ? "no GPU memory reported for this process" : "");
       set(row, "cpu", fixed(p.cpu_pct, 0), "%");
       set(row, "cpu_pinned", fixed(p.cpu_pct_pinned_set, 0), "%");
       set(row, "rss", size(p.rss_bytes), "");
       var err = field(row, "metrics_error");
-      if (err) err.textContent = e.metrics_error ? "metrics: " + e.metrics_error : "";
+      if (err) err.textContent = e.metrics_error ? "metrics: " + e.metrics_error : routerLine(e);
       if (sparks) {
         var sp = sparkOf(row, "gen_tok_s", { unit: "tok/s" });
         if (sp) sp.push(t, e.gen_tok_s);

@@ -173,6 +173,11 @@ def test_it_shows_live_data_a_sweep_and_the_wall_and_recovers_after_a_server_res
     )
     tok_s = float(TOK_S.match(_text(dep_page, f'{telemetry} [data-f="tok_s"]')).group(1))
     assert tok_s > 0
+    # The router's own Prometheus port is scraped too: requests routed per second, both workers up.
+    dep_page.wait_for_function(
+        "([sel, pat]) => [...document.querySelectorAll(sel + ' [data-f=\"metrics_error\"]')]"
+        ".some(e => new RegExp(pat).test(e.textContent.trim()))",
+        arg=[rows, r"^router: \d+\.\d req/s · workers 2/2 healthy · 5xx 0\.0/s$"], timeout=20_000, polling=100)
     _shot(dep_page, "deployment-during-sweep")
     dep_page.locator(telemetry).screenshot(path=str(SCREENSHOTS / "deployment-telemetry-during-sweep.png"))
     dep_page.close()
