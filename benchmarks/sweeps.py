@@ -134,7 +134,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         for i, r in enumerate(rates):
             if requests / r > MAX_DURATION_S:
                 err(f"grid.request_rates.{i}", f"{requests} requests at {r:g} req/s take about "
-                    f"{requests / r:,.0f} s; at most {MAX_DURATION_S} s (24 h) per point: raise the rate "
+                    f"{_seconds_text(requests / r)} s; at most {MAX_DURATION_S} s (24 h) per point: raise the rate "
                     "or give duration_s")
     warmup = raw.get("warmup", 0)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 10_000:
@@ -170,6 +170,12 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         raise InvalidInput({"grid": [f"{len(points)} points; at most {MAX_POINTS} per sweep"]})
     _grid_size_check(grid, points)
     return grid
+
+
+def _seconds_text(seconds: float) -> str:
+    """A duration in seconds as short text: ``2,000,000,000`` below 10^12, ``2e+300`` above (a tiny
+    rate must not give a 300-digit message), ``inf`` when the division overflowed."""
+    return f"{seconds:,.0f}" if seconds < 1e12 else f"{seconds:.3g}"
 
 
 def _grid_size_check(grid: Mapping[str, Any], points: list[dict[str, Any]]) -> None:

@@ -3,12 +3,18 @@
 ``POST /api/auth/token/`` with ``{"username": ..., "password": ...}`` → ``{"token": ...}``.
 The same user always gets the same token (DRF's ``authtoken`` keeps one per user); deleting it
 in admin revokes it. Wrong credentials → 400 with a message, never a hint which part was wrong.
+Right credentials of a user in no role group → 403 ``{"detail": ..., "code": "no_role"}`` and
+no token is created (such a token would be refused everywhere).
 """
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers
+from rest_framework import serializers, status
+from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
+
+from controlplane.permissions import user_role
 
 
 class TokenThrottle(AnonRateThrottle):
@@ -24,9 +30,23 @@ class TokenObtainView(ObtainAuthToken):
 
     @extend_schema(
         request=inline_serializer("TokenRequest", {"username": serializers.CharField(), "password": serializers.CharField()}),
-        responses=inline_serializer("TokenResponse", {"token": serializers.CharField()}),
+        responses={
+            200: inline_serializer("TokenResponse", {"token": serializers.CharField()}),
+            403: inline_serializer("TokenNoRole", {"detail": serializers.CharField(), "code": serializers.CharField()}),
+        },
         description="Exchange a username and password for the user's API token "
-        "(send it as `Authorization: Token <token>` or `Bearer <token>`).",
+        "(send it as `Authorization: Token <token>` or `Bearer <token>`). "
+        "A user in no role group (viewer, operator, admin) gets 403 and no token.",
     )
     def post(self, request, *args, **kwargs):
-        return super().post(request, *args, **kwargs)
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        user = serializer.validated_data["user"]
+        if user_role(user) is None:
+            return Response(
+                {"detail": f"User {user.get_username()!r} has no role: ask an admin to add them to "
+                 "the viewer, operator or admin group.", "code": "no_role"},
+                status=status.HTTP_403_FORBIDDEN,
+            )
+        token, _ = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key})

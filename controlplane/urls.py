@@ -1,20 +1,30 @@
-"""Top-level URL map: pages, the REST API under /api/, OpenAPI schema and docs, admin."""
+"""Top-level URL map: pages, the REST API under /api/, OpenAPI schema and docs, admin.
+
+The schema and the docs need the viewer role like every other read: the schema answers 401
+without credentials, the docs send an anonymous visitor to the login page, and both answer 403
+to a signed-in user in no role group.
+"""
 from django.contrib import admin
-from django.contrib.auth.decorators import login_required
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane import views
+from controlplane.permissions import RolePermission
 from controlplane.token_views import TokenObtainView
+from deployments.views.common import role_page
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", login_required(SpectacularSwaggerView.as_view(url_name="api-schema")), name="api-docs"),
+    path("api/schema/", SpectacularAPIView.as_view(permission_classes=[RolePermission]), name="api-schema"),
+    path(
+        "api/docs/",
+        role_page(read="viewer")(SpectacularSwaggerView.as_view(url_name="api-schema", permission_classes=[RolePermission])),
+        name="api-docs",
+    ),
     path("api/auth/token/", TokenObtainView.as_view(), name="api-token"),
     path("api/", include("controlplane.api_urls")),
     path("", include("deployments.urls")),

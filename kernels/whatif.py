@@ -149,10 +149,16 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float) -> di
     runs = [r for r in sweep.runs.filter(status="done").order_by("input_len", "output_len", "concurrency", "ordinal")]
     open_loop = [r for r in runs if r.concurrency is None]
     runs = [r for r in runs if r.concurrency and r.input_len and r.output_len]
+    # A point where no request succeeded has nothing measured to stand beside a projection.
+    empty = [r for r in runs if not (r.summary or {}).get("successes") and (r.summary or {}).get("requests")]
+    runs = [r for r in runs if r not in empty]
+    if empty:
+        notes.append(f"{len(empty)} point(s) without a successful request are not projected")
     if open_loop:
         notes.append(f"{len(open_loop)} open-loop point(s) (request rate) are not projected: the model is a closed loop")
     if not runs:
-        raise InvalidInput({"sweep": [f"sweep #{sweep.pk} has no finished closed-loop run with fixed lengths"]})
+        raise InvalidInput({"sweep": [f"sweep #{sweep.pk} has no finished closed-loop run with fixed lengths"
+                                      + (" and a successful request" if empty else "")]})
     out: dict[str, Any] = {"sweep": sweep.pk, "engine": engine, "topology": topology, "share": share,
                            "speedup": speedup, "factor": factor, "profile": None, "fit": None,
                            "lengths": {}, "notes": notes}

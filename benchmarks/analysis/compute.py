@@ -29,6 +29,7 @@ def ceiling_analyse(
     compare_topology: Topology | None = None,
     max_running_batch: int | None = None,
     batch_source: BatchSource = "littles_law",
+    gpus_known: bool = True,
 ) -> CeilingReport:
     """Analyse one sweep (one input/output length pair) for its throughput ceiling and bottleneck.
 
@@ -40,7 +41,9 @@ def ceiling_analyse(
     per-GPU comparison. ``max_running_batch``: the engine's cap on running sequences
     (``--max-running-requests``) when known, to bound the fitted ceiling. ``batch_source``:
     ``littles_law`` (default; running batch = tok/s * TPOT, capped at the concurrency) or
-    ``concurrency`` (assume every request is in the decode batch).
+    ``concurrency`` (assume every request is in the decode batch). ``gpus_known``: False when
+    ``num_gpus`` is a stand-in (a CPU engine, a recipe without a GPU count): the findings then
+    quote no per-GPU figure.
 
     Returns a :class:`CeilingReport`. Raises :class:`InvalidInput` (field path ``points`` etc.) for
     an empty sweep, a sweep where no point is left to analyse, mixed input/output lengths, a
@@ -66,7 +69,7 @@ def ceiling_analyse(
         points=analysed, excluded=excluded, fit=fit, ceiling=ceiling, queueing=steps,
         queueing_detected=any(s.queueing for s in steps), bottleneck=bottleneck, bottleneck_reason=reason,
         comparison=comparison, findings=[], failed_excluded=[p.label for p in failed],
-        failed_requests=failed_requests,
+        failed_requests=failed_requests, gpus_known=gpus_known,
     )
     report.findings = _findings(report, usable, failed)
     return report

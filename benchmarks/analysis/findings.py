@@ -112,9 +112,10 @@ def _ceiling_sentences(r: CeilingReport, points: list[SweepPoint]) -> list[str]:
                    f"{c.plateau_from_label}: going to {last.label} (x{last.load / first.load:.1f} load) changes it "
                    f"by {growth:+.0%} ({_num(first.output_throughput_tok_s)} -> {_num(last.output_throughput_tok_s)} "
                    f"tok/s).")
-        out.append(f"The ceiling is about {_num(c.observed_max_tok_s)} tok/s (observed at {c.observed_max_label}, "
-                   f"{_num(c.observed_max_tok_s / r.num_gpus)} tok/s per GPU on {r.num_gpus} GPUs); "
-                   f"{CEILING_REACHED_FRACTION:.0%} of it is reached by {c.reached_at_label}.")
+        per_gpu = (f", {_num(c.observed_max_tok_s / r.num_gpus)} tok/s per GPU on {r.num_gpus} GPUs"
+                   if r.gpus_known else "")
+        out.append(f"The ceiling is about {_num(c.observed_max_tok_s)} tok/s (observed at {c.observed_max_label}"
+                   f"{per_gpu}); {CEILING_REACHED_FRACTION:.0%} of it is reached by {c.reached_at_label}.")
         if c.asymptote_tok_s is not None and r.fit.per_seq_ms is not None:
             out.append(f"The fit's asymptote, {_num(c.asymptote_tok_s)} tok/s (1000 / {r.fit.per_seq_ms:.1f} ms "
                        f"per sequence), bounds what any batch size could give on this decode path.")

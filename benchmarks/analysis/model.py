@@ -310,7 +310,8 @@ class CeilingReport:
     (``c=32 (no successful output)``, ``c=8 (15 of 16 requests failed)``); ``failed_excluded`` is
     the labels of those left out for more than ``MAX_FAILED_FRACTION`` failed requests;
     ``failed_requests`` the failed requests over every point given (analysed or not), which decides
-    whether falling throughput is put down to failures or to overload.
+    whether falling throughput is put down to failures or to overload. ``gpus_known`` is False
+    when ``num_gpus`` was a stand-in (no per-GPU figure is quoted).
     """
 
     topology: Topology
@@ -329,6 +330,7 @@ class CeilingReport:
     findings: list[str]
     failed_excluded: list[str] = field(default_factory=list)
     failed_requests: int = 0
+    gpus_known: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (floats stay floats; no infinities are produced)."""

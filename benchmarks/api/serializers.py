@@ -2,6 +2,9 @@
 :mod:`benchmarks.services`)."""
 from __future__ import annotations
 
+import math
+from typing import Any
+
 from rest_framework import serializers
 
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
@@ -35,12 +38,51 @@ class SweepSerializer(serializers.ModelSerializer):
         return [r.pk for r in obj.runs.all()]
 
 
+def _first_non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
+    """``(dotted path, value)`` of the first float in ``value`` (dicts and lists walked in order)
+    that is not finite, else ``None``; the path is relative (``duration_s``, ``request_rates.0``)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, item in items:
+        found = _first_non_finite(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+class FiniteJSONField(serializers.JSONField):
+    """A JSON object or array whose numbers are all finite.
+
+    A JSON number too large for a double (``1e400``) parses as ``inf``, which DRF's ``JSONField``
+    refuses only as "Value must be valid JSON."; this field names where it is instead:
+    ``{"grid.duration_s": ["must be a finite number, got inf (too large for a 64-bit float)"]}``
+    once the API flattens the error. (``NaN`` and ``Infinity`` literals never get here: the JSON
+    parser refuses them with 400.)
+    """
+
+    def to_internal_value(self, data):
+        found = _first_non_finite(data)
+        if found is not None:
+            path, number = found
+            why = "not a number" if math.isnan(number) else "too large for a 64-bit float"
+            message = f"must be a finite number, got {number!r} ({why})"
+            raise serializers.ValidationError({path: [message]} if path else [message])
+        return super().to_internal_value(data)
+
+
 class SweepCreateSerializer(serializers.Serializer):
     """``{"deployment": id, "grid": {...}, "name": optional}``; the grid's own rules are checked by
-    :func:`benchmarks.sweeps.grid_validate` (errors name ``grid.<field>``)."""
+    :func:`benchmarks.sweeps.grid_validate` (errors name ``grid.<field>``). A number in the grid
+    that is not finite (``1e400``) is a 400 naming its path (``grid.duration_s``)."""
 
     deployment = serializers.IntegerField(min_value=1)
-    grid = serializers.JSONField()
+    grid = FiniteJSONField()
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
 

@@ -33,6 +33,10 @@ PERCENTILES = (50, 90, 99)
 RATE_SHORTFALL_FRACTION = 0.95
 # metrics.md: client tok/s vs the server's generation_tokens_total delta, more than 2% apart.
 SERVER_TOKEN_TOLERANCE = 0.02
+# Fewest streamed events over which client CPU per event is reported (and a run can be flagged
+# client_cpu_bound). Below this a sweep worker's own background work (progress writes, heartbeats:
+# ~0.1 s of CPU over a 10 s point) outweighs the parsing: 1 ms+ "per event" on a 128-event point.
+MIN_EVENTS_FOR_CPU = 1000
 
 
 @dataclass(frozen=True)
@@ -209,9 +213,19 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["client_workers"] = len(result.workers)
     s["client_cpu_s"] = cpu / 1e9
     s["client_events"] = events
-    s["client_cpu_us_per_event"] = cpu / events / 1e3 if events else None
+    # Process CPU includes whatever else the process does (a sweep's worker also writes progress
+    # and heartbeats): over a few hundred events that background, not the client's parsing, is
+    # most of it, so the per-event figure needs enough events to mean something.
+    enough = events >= MIN_EVENTS_FOR_CPU
+    s["client_cpu_us_per_event"] = cpu / events / 1e3 if enough else None
+    if not enough:
+        s["client_cpu_note"] = (f"{events} streamed event{'s' if events != 1 else ''}: too few (< "
+                                f"{MIN_EVENTS_FOR_CPU}) to attribute the client's CPU per event")
     s["client_cpu_fraction_max"] = max((w.cpu_fraction for w in result.workers), default=0.0)
-    flags["client_cpu_bound"] = s["client_cpu_fraction_max"] > CPU_BOUND_FRACTION
+    # A client spinning through refused connections is busy but measures nothing: only a run
+    # that streamed output can have been slowed by its client.
+    flags["client_cpu_bound"] = bool(s["client_cpu_fraction_max"] > CPU_BOUND_FRACTION and s["successes"] > 0
+                                     and enough)
     s["flags"] = flags
     s["errors"] = _error_counts(rec)
     return s

@@ -665,6 +665,8 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         summary["prompts_reused"] = sent > limits["specs"]
         if cap is not None:
             summary["request_cap_applied"] = cap_applied
+    else:
+        summary["ended_by"] = "requests"  # a point without a time limit runs its request count out
     path = records_dir() / f"run-{run.pk}.npz"
     result.records.save(path)
     progress.tick(final=True)
@@ -673,8 +675,13 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     run.records_path = str(path)
     run.num_requests = sent
     cancelled = BenchmarkSweep.objects.filter(pk=sweep.pk, cancel_requested=True).exists()
-    run.status = RunStatus.CANCELLED if cancelled else RunStatus.DONE
-    run.reason = "sweep cancelled while this point ran" if cancelled else ""
+    # Not one request succeeded: the engine behind the entry URL stopped answering (or refuses
+    # every request). The numbers of the later points would only repeat that, so the sweep ends
+    # here, failed, with the commonest error, instead of "done" with empty points.
+    all_failed = not cancelled and sent > 0 and int(summary.get("successes") or 0) == 0
+    run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED if all_failed else RunStatus.DONE
+    run.reason = ("sweep cancelled while this point ran" if cancelled
+                  else _all_failed_reason(summary, _point_label(point), deployment) if all_failed else "")
     run.ended_at = timezone.now()
     run.save()
     # The sweep's totals follow what was sent: a time-limited point adds what fitted in its time.
@@ -684,7 +691,22 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     if cancelled:
         _broadcast_point(sweep.pk, run)
         raise _Cancelled()
+    if all_failed:
+        _broadcast_point(sweep.pk, run)
+        raise _SweepFailed(run.reason + "; the later points were not run")
     return run
+
+
+def _all_failed_reason(summary: Mapping[str, Any], label: str, deployment) -> str:
+    """``every request of point c=2 32/32 failed (2 x cannot connect to ...; deployment #4 is
+    ready)``: the commonest error of the point and the deployment's status as its row says now."""
+    errors = summary.get("errors") or {}
+    n = int(summary.get("requests") or 0)
+    top = max(errors.items(), key=lambda kv: kv[1]) if isinstance(errors, Mapping) and errors else None
+    what = f"{top[1]} x {top[0]}" if top else "no error text"
+    status = type(deployment).objects.filter(pk=deployment.pk).values_list("status", flat=True).first()
+    return (f"every request of point {label} failed ({n} sent; commonest: {what}; deployment #{deployment.pk} "
+            f"is {status or 'gone'})")
 
 
 # ---------------------------------------------------------------------------------------- analysis
@@ -709,8 +731,9 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
     One report per input/output length pair: ``{"lengths": {"256/256": report-dict, ...},
     "findings": [sentence, ...], "compared_with": sweep id | None, "errors": {...}}``. The
     comparison sweep is the latest done sweep of the same served model on the other topology
-    (PD vs single) with a report for the same lengths. GPU count: ``sweep.num_gpus``, else 1 with
-    a note (per-GPU numbers are then per server).
+    (PD vs single) with a report for the same lengths, when both GPU counts are known; a
+    comparison whose other side has no usable point is left out with a note and this sweep's own
+    report stands. GPU count: ``sweep.num_gpus``; without one, no per-GPU figure (a note says so).
     """
     num_gpus = sweep.num_gpus or 1
     topology = sweep.topology if sweep.topology in ("pd", "single") else "single"
@@ -719,13 +742,14 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
     for run in runs:
         by_len.setdefault((run.input_len, run.output_len), []).append(run)
     other = None
-    if sweep.served_model_name and topology in ("pd", "single"):
+    if sweep.served_model_name and topology in ("pd", "single") and sweep.num_gpus:
         other = (BenchmarkSweep.objects.filter(served_model_name=sweep.served_model_name, status=SweepStatus.DONE)
                  .exclude(pk=sweep.pk).exclude(topology=topology).exclude(topology="")
+                 .exclude(num_gpus__isnull=True).exclude(num_gpus=0)
                  .order_by("-ended_at", "-id").first())
     out: dict[str, Any] = {"lengths": {}, "findings": [], "compared_with": None, "errors": {}, "notes": []}
     if not sweep.num_gpus:
-        out["notes"].append("the GPU count is unknown; per-GPU numbers are per deployment (1)")
+        out["notes"].append("the GPU count is unknown: no per-GPU figure is given and no per-GPU comparison made")
     for (in_len, out_len), group in sorted(by_len.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
         key = f"{in_len}/{out_len}"
         points = _points_of(group, sweep.num_gpus)
@@ -738,12 +762,26 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
             if other_points:
                 kwargs = {"compare_with": other_points, "compare_num_gpus": other.num_gpus or 1,
                           "compare_topology": other.topology}
-                out["compared_with"] = other.pk
         try:
-            report = ceiling_analyse(points, num_gpus=num_gpus, topology=topology, **kwargs).as_dict()
+            report = ceiling_analyse(points, num_gpus=num_gpus, topology=topology, gpus_known=bool(sweep.num_gpus),
+                                     **kwargs).as_dict()
         except InvalidInput as exc:
-            out["errors"][key] = str(exc)
-            continue
+            if not (kwargs and set(exc.errors) == {"compare_with"}):
+                out["errors"][key] = str(exc)
+                continue
+            # The other sweep's points are unusable (e.g. its only point failed): this sweep's own
+            # analysis stands; only the comparison is left out, with the reason.
+            out["notes"].append(f"{key}: no {other.topology}-vs-{topology} comparison with sweep #{other.pk}: "
+                                f"{' '.join(exc.errors['compare_with'])}")
+            kwargs = {}
+            try:
+                report = ceiling_analyse(points, num_gpus=num_gpus, topology=topology,
+                                         gpus_known=bool(sweep.num_gpus)).as_dict()
+            except InvalidInput as again:
+                out["errors"][key] = str(again)
+                continue
+        if kwargs:
+            out["compared_with"] = other.pk
         out["lengths"][key] = report
         prefix = f"[{key}] " if len(by_len) > 1 else ""
         out["findings"].extend(prefix + f for f in report["findings"])

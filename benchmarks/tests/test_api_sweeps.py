@@ -200,3 +200,39 @@ def test_it_validates_the_duration_per_point_with_dotted_paths(operator_api, dep
     body = timed.json()
     assert body["grid"]["duration_s"] == 30.0 and body["grid"]["requests_per_concurrency"] is None
     assert body["points_total"] == 3 and body["requests_total"] == 0  # known only once the points ran
+
+
+def test_it_names_a_number_too_large_for_a_double_in_the_grid(operator_api, deployment) -> None:
+    for grid, path in (('{"concurrency": [1], "lengths": ["32:32"], "duration_s": 1e400}', "grid.duration_s"),
+                       ('{"concurrency": [1], "lengths": ["32:32"], "request_rates": [2, -1e400], "requests": 4}',
+                        "grid.request_rates.1"),
+                       ('{"concurrency": [1], "lengths": ["32:32"], "slo": {"ttft_s": 1e999}}', "grid.slo.ttft_s")):
+        body = '{"deployment": %d, "grid": %s}' % (deployment.pk, grid)
+        response = operator_api.post("/api/sweeps/", body, content_type="application/json")
+        assert response.status_code == 400, grid
+        errors = response.json()
+        assert list(errors) == [path], errors
+        [message] = errors[path]
+        assert "must be a finite number, got" in message and "inf" in message
+        assert "too large for a 64-bit float" in message
+    assert not BenchmarkSweep.objects.exists()
+
+
+def test_it_refuses_nan_and_infinity_literals_in_a_grid_as_a_parse_error(operator_api, deployment) -> None:
+    for literal in ("NaN", "Infinity", "-Infinity"):
+        body = '{"deployment": %d, "grid": {"concurrency": [1], "lengths": ["32:32"], "duration_s": %s}}' % (
+            deployment.pk, literal)
+        response = operator_api.post("/api/sweeps/", body, content_type="application/json")
+        assert response.status_code == 400, literal
+        assert literal.lstrip("-") in response.json()["detail"]
+    assert not BenchmarkSweep.objects.exists()
+
+
+def test_it_gives_the_time_of_a_very_slow_open_loop_point_in_a_short_message(operator_api, deployment) -> None:
+    for rate, seconds in ((1e-300, "4e+300 s"), (5e-324, "inf s"), (1e-9, "4,000,000,000 s")):
+        response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
+            "concurrency": [], "lengths": ["8:8"], "request_rates": [rate], "requests": 4}}, format="json")
+        assert response.status_code == 400, rate
+        [message] = response.json()["grid.request_rates.0"]
+        assert f"4 requests at {rate:g} req/s take about {seconds}; at most 86400 s" in message
+        assert len(message) < 160, message

@@ -43,7 +43,8 @@ def test_it_keeps_warmup_out_of_records_and_server_delta(server: ReplayProcess) 
     assert s["server_generation_tokens_delta"] == 80.0
     assert s["output_tokens"] == 80
     assert s["flags"]["server_token_mismatch"] is False
-    assert s["client_cpu_us_per_event"] > 0
+    assert s["client_cpu_us_per_event"] is None and 0 < s["client_events"] < 1000  # too few for a figure
+    assert s["client_cpu_s"] > 0
 
 
 @pytest.mark.parametrize("server", [1.1], indirect=True)

@@ -55,6 +55,26 @@ def test_it_runs_every_point_and_stores_exact_token_counts(sim_url: str, operato
     assert list(sweep.analysis["lengths"]) == ["32/16"]
 
 
+def test_it_fails_the_sweep_when_its_engine_stops_answering_and_runs_no_later_point(tmp_path: Path,
+                                                                                      operator) -> None:
+    from benchmarks.tests.sweep_support import sim_start
+
+    base, proc = sim_start(tmp_path / "sim.log")
+    deployment = sim_deployment_create(base_url=base)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [1, 2], "lengths": ["16:8"], "requests_per_concurrency": 2})
+    proc.kill()  # the engine dies; its deployment row still says ready (the agent has not noticed yet)
+    proc.wait(timeout=10)
+
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.FAILED
+    sweep.refresh_from_db()
+    [run] = sweep.runs.all()  # the c=2 point never ran
+    assert run.status == RunStatus.FAILED and run.summary["successes"] == 0 and run.summary["failures"] == 2
+    assert sweep.reason.startswith("every request of point c=1 16/8 failed (2 sent; commonest: 2 x cannot connect")
+    assert sweep.reason.endswith(f"deployment #{deployment.pk} is ready); the later points were not run")
+    assert run.reason in sweep.reason and sweep.points_done == 0
+
+
 def test_it_fails_with_the_reason_when_the_deployment_never_becomes_ready(operator) -> None:
     deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING)
     sweep = sweep_create(deployment=deployment, user=operator,

@@ -447,6 +447,18 @@ def test_it_ranks_comparable_runs_and_overlays_cdfs_of_a_sweep(viewer_client, sw
                               "points": [[100.0, 0.333333], [200.0, 0.666667], [300.0, 1.0]]}]
 
 
+def test_it_takes_ids_as_an_alias_of_runs_like_the_api(viewer_client, mismatch_sweep):
+    clean, short = mismatch_sweep
+    html = _html(viewer_client.get(reverse("benchmarks:compare"), {"ids": f"{clean.pk},{short.pk}"}))
+    assert "Choose runs or sweeps to compare." not in html
+    assert f"Run #{short.pk} is not ranked: output_length_mismatch" in html
+    assert f'name="runs" value="{clean.pk},{short.pk}"' in html
+    # both names together are merged, each run once
+    both = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk), "ids": f"{short.pk},{clean.pk}"}))
+    assert f'name="runs" value="{clean.pk},{short.pk}"' in both
+    assert viewer_client.get(reverse("benchmarks:compare"), {"ids": "8;drop"}).status_code == 404
+
+
 def test_it_asks_for_a_second_run(viewer_client, mismatch_sweep):
     clean, _ = mismatch_sweep
     html = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk)}))

@@ -71,7 +71,9 @@ def _extra_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
         ("Output tokens (mean per request)", _first(s, "output_tokens_mean", "mean_output_tokens"), "tokens", ""),
         ("Input tokens (mean per request)", _first(s, "input_tokens_actual_mean", "mean_input_tokens"), "tokens", ""),
         ("Server output throughput", _first(s, "server_output_throughput_tok_s"), "tok/s", ""),
-        ("Client CPU per streamed event", _first(s, "client_cpu_us_per_event"), "µs per event", CLIENT_CPU_HELP),
+        ("Client CPU per streamed event", _first(s, "client_cpu_us_per_event"), "µs per event",
+         CLIENT_CPU_HELP if _first(s, "client_cpu_us_per_event") is not None or not s.get("client_cpu_note")
+         else f"{s['client_cpu_note']}. {CLIENT_CPU_HELP}"),
     ]
     if ended_by:
         facts.append(("Distinct prompts of the time-limited point", _first(s, "prompt_pool"), "prompts",
@@ -110,8 +112,9 @@ def compare(request: HttpRequest) -> HttpResponse:
     """Side-by-side comparison of ``?runs=1,2`` and every run of ``?sweeps=3``: one column per
     run, differing config fields highlighted, refusal notes for length-mismatched runs (never
     ranked silently against fixed-length runs), and overlay charts (tok/s and TTFT p99 vs load
-    per sweep, TTFT CDFs per run where records exist). Unknown ids are 404."""
-    run_ids = _ids_param(request, "runs")
+    per sweep, TTFT CDFs per run where records exist). ``?ids=`` is accepted as an alias of
+    ``?runs=`` (the API's name for it); both together are merged. Unknown ids are 404."""
+    run_ids = list(dict.fromkeys(_ids_param(request, "runs") + _ids_param(request, "ids")))
     sweep_ids = _ids_param(request, "sweeps")
     runs_by_id = {r.pk: r for r in BenchmarkRun.objects.select_related("sweep").filter(pk__in=run_ids)}
     missing = [i for i in run_ids if i not in runs_by_id]

@@ -27,3 +27,34 @@ def test_it_serves_the_api_docs_from_local_static_files_to_signed_in_users(viewe
     page = client.get("/api/docs/").content.decode()
     assert "cdn.jsdelivr.net" not in page
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page
+
+
+def test_it_refuses_a_token_to_a_user_in_no_role_group_with_403_and_creates_none(outsider):
+    from rest_framework.authtoken.models import Token
+
+    response = APIClient().post("/api/auth/token/", {"username": "otto-outsider", "password": "correct-horse-battery"}, format="json")
+    assert response.status_code == 403
+    body = response.json()
+    assert "token" not in body
+    assert body["code"] == "no_role"
+    assert "no role" in body["detail"]
+    assert not Token.objects.filter(user=outsider).exists()
+
+
+def test_it_still_answers_a_wrong_password_of_a_user_in_no_role_group_with_400(outsider):
+    response = APIClient().post("/api/auth/token/", {"username": "otto-outsider", "password": "nope"}, format="json")
+    assert response.status_code == 400
+
+
+def test_it_refuses_the_api_docs_and_schema_to_a_user_in_no_role_group(outsider, client, outsider_api):
+    client.force_login(outsider)
+    docs = client.get("/api/docs/")
+    assert docs.status_code == 403
+    assert "swagger-ui-bundle.js" not in docs.content.decode()
+    assert client.get("/api/schema/").status_code == 403
+    assert outsider_api.get("/api/schema/").status_code == 403
+
+
+def test_it_keeps_the_schema_at_401_without_credentials_and_serves_it_to_a_viewer(anon_api, viewer_api):
+    assert anon_api.get("/api/schema/").status_code == 401
+    assert viewer_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").status_code == 200

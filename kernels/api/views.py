@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict
 
 from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -160,7 +161,7 @@ class WhatIfViewSet(viewsets.ViewSet):
     (:func:`kernels.whatif.whatif_compute`)."""
 
     @extend_schema(summary="Project a sweep with a faster kernel (decode step × ((1 − share) + share / speedup))",
-                   parameters=[s.WhatIfQuerySerializer])
+                   parameters=[s.WhatIfQuerySerializer], responses={200: OpenApiTypes.OBJECT})
     def list(self, request: Request) -> Response:
         from benchmarks.models import BenchmarkSweep
         from kernels.whatif import whatif_compute

@@ -90,3 +90,11 @@ def test_it_says_why_a_sweep_cannot_be_projected(db):
         whatif_compute(sweep=_sweep(points=[(1, 10.0, 90.0, 100.0)], profile="no-such-profile"), speedup=2.0)
     with pytest.raises(InvalidInput, match="no finished closed-loop run"):
         whatif_compute(sweep=_sweep(points=[]), speedup=2.0)
+
+
+def test_it_projects_no_point_where_every_request_failed(db):
+    sweep = _sweep(points=[(1, 0.0, 90.0, 100.0)])
+    BenchmarkRun.objects.filter(sweep=sweep).update(summary={"output_throughput_tok_s": 0.0, "requests": 1,
+                                                             "successes": 0, "failures": 1})
+    with pytest.raises(InvalidInput, match="no finished closed-loop run with fixed lengths and a successful request"):
+        whatif_compute(sweep=sweep, speedup=2.0)
