@@ -67,14 +67,15 @@ QUEUE_STALL_S = 15.0
 def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
     """Why an active sweep is not measuring yet, in one sentence; ``""`` when it is running or over.
 
-    * ``pending``: queued for a benchmark (``control``) worker. Names the active sweeps ahead of it
-      (waiting or running ones, and pending ones created earlier) because each holds a worker slot;
-      with none ahead and more than :data:`QUEUE_STALL_S` seconds in the queue it says the control
-      worker may be down (``make status``).
+    * ``pending``: queued for a benchmark (``control``) worker, which runs
+      ``settings.CEILING_CONTROL_CONCURRENCY`` sweeps at once. When that many are waiting or
+      running, it names them (it starts when one ends); otherwise it names the pending sweeps
+      created before it, if any. A sweep nobody took for more than :data:`QUEUE_STALL_S` seconds
+      while a slot is free says the control worker may be down (``make status``).
     * ``waiting``: names the deployment, its status and how long the sweep waits for it
       (``grid.wait_ready_s``, seconds) before failing with the reason.
     """
-    from django.db.models import Q
+    from django.conf import settings
     from django.utils import timezone
 
     from benchmarks.choices import SweepStatus
@@ -87,16 +88,23 @@ def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
                 + (f"; the sweep fails after {float(limit):.0f} s of waiting" if limit else ""))
     if sweep.status != SweepStatus.PENDING:
         return ""
-    ahead = list(BenchmarkSweep.objects.filter(
-        Q(status__in=(SweepStatus.WAITING, SweepStatus.RUNNING))
-        | Q(status=SweepStatus.PENDING, pk__lt=sweep.pk)).exclude(pk=sweep.pk).order_by("pk")
-        .values_list("pk", "status")[:6])
-    if ahead:
-        named = ", ".join(f"#{pk} {status}" for pk, status in ahead[:5]) + (", ..." if len(ahead) > 5 else "")
-        return (f"queued for a benchmark worker behind {len(ahead) if len(ahead) <= 5 else 'more than 5'} "
-                f"active sweep{'s' if len(ahead) != 1 else ''} ({named}); it starts when a worker slot frees up")
+    slots = int(getattr(settings, "CEILING_CONTROL_CONCURRENCY", 2))
+    busy = list(BenchmarkSweep.objects.filter(status__in=(SweepStatus.WAITING, SweepStatus.RUNNING))
+                .order_by("pk").values_list("pk", "status")[:slots + 1])
+    ahead = list(BenchmarkSweep.objects.filter(status=SweepStatus.PENDING, pk__lt=sweep.pk)
+                 .order_by("pk").values_list("pk", flat=True)[:6])
+
+    def named(items: list[str]) -> str:
+        return ", ".join(items[:5]) + (", ..." if len(items) > 5 else "")
+
+    queue = (f"; {len(ahead) if len(ahead) <= 5 else 'more than 5'} pending sweep{'s' if len(ahead) != 1 else ''} "
+             f"before it ({named([f'#{pk}' for pk in ahead])})") if ahead else ""
+    if len(busy) >= slots:
+        return (f"queued for a benchmark worker: its {slots} slot{'s' if slots != 1 else ''} "
+                f"{'are' if slots != 1 else 'is'} busy ({named([f'#{pk} {st}' for pk, st in busy])}){queue}; "
+                "it starts when one ends")
     age = ((now or timezone.now()) - sweep.created_at).total_seconds() if sweep.created_at else 0.0
     if age > QUEUE_STALL_S:
-        return (f"queued for a benchmark worker for {age:.0f} s with no sweep ahead of it: the control worker "
-                "may not be running (see `make status`)")
-    return "queued for a benchmark worker"
+        return (f"queued for a benchmark worker for {age:.0f} s while a worker slot is free{queue}: the control "
+                "worker may not be running (see `make status`)")
+    return "queued for a benchmark worker" + queue

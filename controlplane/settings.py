@@ -279,6 +279,12 @@ CEILING_FAULT_PAUSE_AFTER_SPAWN_S = env_float("CEILING_FAULT_PAUSE_AFTER_SPAWN_S
 # or samples are dropped), how long 1 s rollups are kept in days, and how often the sampler
 # writes them, in seconds.
 CEILING_SAMPLER_ENABLED = env_bool("CEILING_SAMPLER_ENABLED", True)
+# Sweeps one control worker runs at once (its Celery --concurrency; scripts/services.py and
+# docker-compose.yml start it with this many): a pending sweep behind fewer active ones than this
+# is waiting for nothing but a worker to take it.
+CEILING_CONTROL_CONCURRENCY = int(os.environ.get("CEILING_CONTROL_CONCURRENCY", "2"))
+if CEILING_CONTROL_CONCURRENCY < 1:
+    raise ImproperlyConfigured(f"CEILING_CONTROL_CONCURRENCY={CEILING_CONTROL_CONCURRENCY} must be >= 1")
 CEILING_SAMPLER_HZ = env_float("CEILING_SAMPLER_HZ", 2.0)
 if not 0.1 <= CEILING_SAMPLER_HZ <= 20.0:
     from django.core.exceptions import ImproperlyConfigured

@@ -43,7 +43,8 @@ def commands() -> dict[str, list[str]]:
         "web": [str(BIN / "daphne"), "-b", HOST, "-p", str(PORT), "controlplane.asgi:application"],
         "worker": [
             str(BIN / "celery"), "-A", "controlplane", "worker", "-l", "info",
-            "-Q", "control", "-n", "ceiling-control@%h", "--concurrency", "2",
+            "-Q", "control", "-n", "ceiling-control@%h", "--concurrency",
+            os.environ.get("CEILING_CONTROL_CONCURRENCY", "2"),
         ],
         "agent": [str(BIN / "python"), str(ROOT / "manage.py"), "node_agent", "--name", NODE],
         "beat": [

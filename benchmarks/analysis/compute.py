@@ -55,7 +55,8 @@ def ceiling_analyse(
     if not usable:
         raise InvalidInput({"points": [_nothing_left(excluded, failed)]})
     failed_requests = sum(p.failed or 0 for p in points)
-    analysed = [_point_analysis(p, num_gpus=num_gpus, batch_source=batch_source) for p in usable]
+    analysed = [_point_analysis(p, num_gpus=num_gpus, batch_source=batch_source, gpus_known=gpus_known)
+                for p in usable]
     fit = _decode_fit(analysed, batch_source=batch_source, failed_excluded=[p.label for p in failed])
     ceiling = _ceiling(usable, fit, max_running_batch=max_running_batch)
     steps = _queueing_steps(usable)
@@ -137,7 +138,8 @@ def _nothing_left(excluded: list[str], failed: list[SweepPoint]) -> str:
     return "no point has successful output; nothing to analyse"
 
 
-def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource) -> PointAnalysis:
+def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource,
+                    gpus_known: bool = True) -> PointAnalysis:
     ttft = p.ttft_ms.central()
     tpot = p.tpot_ms.central()
     e2e = p.e2e_ms.central()
@@ -161,7 +163,7 @@ def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource) 
         label=p.label, concurrency=p.concurrency, request_rate=p.request_rate,
         output_throughput_tok_s=p.output_throughput_tok_s, ttft_ms=ttft, tpot_ms=tpot, e2e_ms=e2e,
         e2e_estimated=estimated, running_batch=running, running_batch_source=source, decode_share=share,
-        tok_s_per_gpu=p.output_throughput_tok_s / num_gpus, ttft_stat=p.ttft_ms.central_stat(),
+        tok_s_per_gpu=p.output_throughput_tok_s / num_gpus if gpus_known else None, ttft_stat=p.ttft_ms.central_stat(),
         tpot_stat=p.tpot_ms.central_stat(), e2e_stat=_estimated_stat(p) if estimated else p.e2e_ms.central_stat(),
     )
 

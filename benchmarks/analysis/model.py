@@ -169,7 +169,7 @@ class PointAnalysis:
     running_batch: float | None
     running_batch_source: BatchSource | None
     decode_share: float | None
-    tok_s_per_gpu: float
+    tok_s_per_gpu: float | None  # None when the GPU count is unknown
     ttft_stat: Stat | None = None
     tpot_stat: Stat | None = None
     e2e_stat: Stat | None = None

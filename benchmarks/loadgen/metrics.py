@@ -33,8 +33,7 @@ PERCENTILES = (50, 90, 99)
 RATE_SHORTFALL_FRACTION = 0.95
 # metrics.md: client tok/s vs the server's generation_tokens_total delta, more than 2% apart.
 SERVER_TOKEN_TOLERANCE = 0.02
-# Fewest streamed events over which client CPU per event is reported (and a run can be flagged
-# client_cpu_bound). Below this a sweep worker's own background work (progress writes, heartbeats:
+# Fewest streamed events over which client CPU per event is reported. Below this a sweep worker's own background work (progress writes, heartbeats:
 # ~0.1 s of CPU over a 10 s point) outweighs the parsing: 1 ms+ "per event" on a 128-event point.
 MIN_EVENTS_FOR_CPU = 1000
 
@@ -224,8 +223,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["client_cpu_fraction_max"] = max((w.cpu_fraction for w in result.workers), default=0.0)
     # A client spinning through refused connections is busy but measures nothing: only a run
     # that streamed output can have been slowed by its client.
-    flags["client_cpu_bound"] = bool(s["client_cpu_fraction_max"] > CPU_BOUND_FRACTION and s["successes"] > 0
-                                     and enough)
+    flags["client_cpu_bound"] = bool(s["client_cpu_fraction_max"] > CPU_BOUND_FRACTION and s["successes"] > 0)
     s["flags"] = flags
     s["errors"] = _error_counts(rec)
     return s

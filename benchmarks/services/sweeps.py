@@ -675,13 +675,17 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     run.records_path = str(path)
     run.num_requests = sent
     cancelled = BenchmarkSweep.objects.filter(pk=sweep.pk, cancel_requested=True).exists()
-    # Not one request succeeded: the engine behind the entry URL stopped answering (or refuses
-    # every request). The numbers of the later points would only repeat that, so the sweep ends
-    # here, failed, with the commonest error, instead of "done" with empty points.
-    all_failed = not cancelled and sent > 0 and int(summary.get("successes") or 0) == 0
+    # Not one request succeeded and the entry server no longer answers its health check: the
+    # engine stopped (its row may still say ready until the agent notices). The later points would
+    # only repeat that, so the sweep ends here, failed, with the commonest error, instead of "done"
+    # with empty points. A healthy server that failed every request (overload, timeouts) is a
+    # measurement: that point is kept and the sweep goes on.
+    nothing_ok = not cancelled and sent > 0 and int(summary.get("successes") or 0) == 0
+    healthy, health = entry_health(deployment=deployment) if nothing_ok else (None, "")
+    all_failed = nothing_ok and healthy is False
     run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED if all_failed else RunStatus.DONE
     run.reason = ("sweep cancelled while this point ran" if cancelled
-                  else _all_failed_reason(summary, _point_label(point), deployment) if all_failed else "")
+                  else _all_failed_reason(summary, _point_label(point), deployment, health) if all_failed else "")
     run.ended_at = timezone.now()
     run.save()
     # The sweep's totals follow what was sent: a time-limited point adds what fitted in its time.
@@ -697,16 +701,40 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     return run
 
 
-def _all_failed_reason(summary: Mapping[str, Any], label: str, deployment) -> str:
-    """``every request of point c=2 32/32 failed (2 x cannot connect to ...; deployment #4 is
-    ready)``: the commonest error of the point and the deployment's status as its row says now."""
+#: Seconds the health check of the entry server may take after a point where every request failed.
+ENTRY_HEALTH_TIMEOUT_S = 3.0
+
+
+def entry_health(*, deployment) -> tuple[bool | None, str]:
+    """Ask the deployment's entry server (the router of a PD deployment, else the single server)
+    for its health now: ``(True, detail)`` on HTTP 200, ``(False, detail)`` on another status or
+    no answer within :data:`ENTRY_HEALTH_TIMEOUT_S` s, ``(None, why)`` when the entry process has
+    no health URL recorded."""
+    from deployments.models import ServerProcess
+
+    row = (ServerProcess.objects.filter(deployment=deployment, role__in=("router", "single"))
+           .exclude(health_url="").order_by("ordinal").values_list("health_url", flat=True).first())
+    if not row:
+        return None, "no health URL recorded for the entry process"
+    try:
+        resp = httpx.get(row, timeout=ENTRY_HEALTH_TIMEOUT_S, trust_env=False)
+    except httpx.HTTPError as exc:
+        return False, f"GET {row}: {type(exc).__name__}: {exc}"
+    return resp.status_code == 200, f"GET {row} answered {resp.status_code}"
+
+
+def _all_failed_reason(summary: Mapping[str, Any], label: str, deployment, health: str) -> str:
+    """``every request of point c=2 32/32 failed (2 sent; commonest: 2 x cannot connect to ...;
+    GET .../health: ConnectError ...; deployment #4 is ready)``: the commonest error of the point,
+    what the entry server's health check said (``health``) and the deployment's status as its row
+    says now (redacted)."""
     errors = summary.get("errors") or {}
     n = int(summary.get("requests") or 0)
     top = max(errors.items(), key=lambda kv: kv[1]) if isinstance(errors, Mapping) and errors else None
     what = f"{top[1]} x {top[0]}" if top else "no error text"
     status = type(deployment).objects.filter(pk=deployment.pk).values_list("status", flat=True).first()
-    return (f"every request of point {label} failed ({n} sent; commonest: {what}; deployment #{deployment.pk} "
-            f"is {status or 'gone'})")
+    return redact_text(f"every request of point {label} failed ({n} sent; commonest: {what}; {health}; "
+                       f"deployment #{deployment.pk} is {status or 'gone'})")
 
 
 # ---------------------------------------------------------------------------------------- analysis

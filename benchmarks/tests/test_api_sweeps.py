@@ -63,20 +63,26 @@ def test_it_refuses_a_second_sweep_while_one_is_active_on_the_deployment(
     assert f"sweep #{first.json()['id']} is already pending" in second.json()["detail"]
 
 
-def test_it_says_why_a_pending_sweep_has_not_started(operator_api, deployment,
+def test_it_says_why_a_pending_sweep_has_not_started(operator_api, deployment, settings,
                                                      django_capture_on_commit_callbacks) -> None:
     from datetime import timedelta
 
-    other = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING, recipe_name="sim-other")
+    settings.CEILING_CONTROL_CONCURRENCY = 1
+    other = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING,
+                                  recipe_name="sim-other")
     with django_capture_on_commit_callbacks(execute=False):
         first = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json").json()
         second = operator_api.post("/api/sweeps/", {"deployment": other.pk, "grid": GRID}, format="json").json()
     assert first["queue_note"] == "queued for a benchmark worker"
-    assert second["queue_note"] == (f"queued for a benchmark worker behind 1 active sweep (#{first['id']} pending); "
-                                    "it starts when a worker slot frees up")
-    # Nothing ahead and nobody took it for a minute: the control worker is the suspect.
-    BenchmarkSweep.objects.filter(pk=first["id"]).update(created_at=first_created(first) - timedelta(seconds=60))
-    note = operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"]
+    assert second["queue_note"] == f"queued for a benchmark worker; 1 pending sweep before it (#{first['id']})"
+    # The one worker slot is taken: the second waits for it, and that is no sign of a dead worker.
+    BenchmarkSweep.objects.filter(pk=first["id"]).update(status=SweepStatus.RUNNING)
+    BenchmarkSweep.objects.filter(pk=second["id"]).update(created_at=first_created(second) - timedelta(seconds=60))
+    assert operator_api.get(f"/api/sweeps/{second['id']}/").json()["queue_note"] == (
+        f"queued for a benchmark worker: its 1 slot is busy (#{first['id']} running); it starts when one ends")
+    # A free slot and nobody took it for a minute: the control worker is the suspect.
+    settings.CEILING_CONTROL_CONCURRENCY = 2
+    note = operator_api.get(f"/api/sweeps/{second['id']}/").json()["queue_note"]
     assert note.startswith("queued for a benchmark worker for 6") and "control worker may not be running" in note
     # Waiting: the deployment, its status and the limit.
     BenchmarkSweep.objects.filter(pk=first["id"]).update(status=SweepStatus.WAITING)

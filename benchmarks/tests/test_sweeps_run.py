@@ -71,8 +71,31 @@ def test_it_fails_the_sweep_when_its_engine_stops_answering_and_runs_no_later_po
     [run] = sweep.runs.all()  # the c=2 point never ran
     assert run.status == RunStatus.FAILED and run.summary["successes"] == 0 and run.summary["failures"] == 2
     assert sweep.reason.startswith("every request of point c=1 16/8 failed (2 sent; commonest: 2 x cannot connect")
+    assert f"GET {base}/health: ConnectError" in sweep.reason
     assert sweep.reason.endswith(f"deployment #{deployment.pk} is ready); the later points were not run")
     assert run.reason in sweep.reason and sweep.points_done == 0
+
+
+def test_it_keeps_going_when_a_healthy_server_fails_every_request_of_a_point(tmp_path: Path, operator,
+                                                                             monkeypatch) -> None:
+    # The sim fails every generation but answers /health: an overloaded or refusing engine is a
+    # measurement, not a dead deployment, so both points run and are kept.
+    from benchmarks.tests.sweep_support import sim_start
+
+    monkeypatch.setenv("CEILING_SIM_FAIL_GENERATE", "1")
+    base, proc = sim_start(tmp_path / "sim.log")
+    try:
+        deployment = sim_deployment_create(base_url=base)
+        sweep = sweep_create(deployment=deployment, user=operator,
+                             grid={"concurrency": [1, 2], "lengths": ["16:8"], "requests_per_concurrency": 1})
+        assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    runs = list(sweep.runs.order_by("ordinal"))
+    assert [(r.status, r.summary["successes"], r.summary["failures"]) for r in runs] == [
+        (RunStatus.DONE, 0, 1), (RunStatus.DONE, 0, 2)]
+    assert "simulated generation failure" in " ".join(runs[0].summary["errors"])
 
 
 def test_it_fails_with_the_reason_when_the_deployment_never_becomes_ready(operator) -> None:

@@ -206,12 +206,12 @@ def sglang_router_render(ctx: RenderContext, *, python: str) -> RenderedCommand:
         "--port", str(router["port"]),
     ]
     argv += flags_argv(router["flags"], ROUTER_FLAGS)
+    # The router starts a metrics server whether asked or not (sglang-router 0.3: port 29000 on
+    # 0.0.0.0 by default): keep it on the router's own address, where the node agent scrapes it.
+    argv += ["--prometheus-host", router["host"]]
     ports = {"http": router["port"]}
     if "prometheus-port" in router["flags"]:
         ports["metrics"] = router["flags"]["prometheus-port"]
-        # The router binds its metrics server to 0.0.0.0 unless told otherwise: keep it on the
-        # router's own address (the node agent scrapes it there).
-        argv += ["--prometheus-host", router["host"]]
     return RenderedCommand(
         argv=argv,
         ports=ports,

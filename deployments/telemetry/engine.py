@@ -253,10 +253,12 @@ def reading_from_values(values: dict[str, float | None], *, t: float, identity: 
         dt = t - prev.t
         rates["gen_tok_s"] = counter_rate(prev.gen, values.get("generation_tokens_total"), dt)
         rates["prompt_tok_s"] = counter_rate(prev.prompt, values.get("prompt_tokens_total"), dt)
-        # Over the window: the oldest scrape kept (at most REQUEST_RATE_WINDOW_S old, or the last one).
+        # Over the window: from the oldest scrape kept (the newest one at least
+        # REQUEST_RATE_WINDOW_S old, or the previous scrape while the window fills up).
         t0, req0, err0 = prev.window[0]
+        # Both series appear with the router's first request / response: before, the count was 0.
+        req0 = req0 if req0 is not None or values.get("requests_total") is None else 0.0
         rates["req_s"] = counter_rate(req0, values.get("requests_total"), t - t0)
-        # The 5xx series appears with the router's first response: before it, no error was counted.
         err0 = err0 if err0 is not None or values.get("errors_5xx_total") is None else 0.0
         rates["error_5xx_s"] = counter_rate(err0, values.get("errors_5xx_total"), t - t0)
     state[key] = _CounterState(identity, t, values, prev.window if same else None)

@@ -39,6 +39,7 @@ from django.db import close_old_connections, connection
 
 from controlplane.realtime import abroadcast, deployment_group, node_group
 from deployments.choices import DEPLOYMENT_TERMINAL, ProcessStatus
+from deployments.engines.base import url_host
 from deployments.models import Node, ServerProcess
 from deployments.supervisor.procfs import proc_start_ticks
 from deployments.telemetry.engine import NO_METRICS, EngineReading, MetricsScraper, ScrapeTarget
@@ -100,7 +101,7 @@ def metrics_url(*, health_url: str, ports: dict | None, role: str = "") -> str:
         if not port:
             return ""
         host = (urlsplit(health_url).hostname if health_url else None) or "127.0.0.1"
-        return f"http://{host}:{int(port)}/metrics"
+        return f"http://{url_host(host)}:{int(port)}/metrics"
     if health_url:
         parts = urlsplit(health_url)
         if parts.scheme and parts.netloc:
@@ -214,7 +215,8 @@ class NodeSampler:
         live = {p.id: p for p in self._procs if p.alive}
 
         # Engines first: the scrapes run while the GPUs and the host are read.
-        targets = [ScrapeTarget(key=p.id, url=p.metrics_url, engine=p.engine, identity=p.identity)
+        targets = [ScrapeTarget(key=p.id, url=p.metrics_url, engine="router" if p.role == "router" else p.engine,
+                                identity=p.identity)
                    for p in live.values()
                    if p.metrics_url and (p.role == "router" or p.engine not in NO_METRICS)]
         if targets:

@@ -65,6 +65,7 @@ def test_it_renders_the_seed_sglang_pd_plan():
         "--prefill", "http://127.0.0.1:30000", "8998",
         "--decode", "http://127.0.0.1:30001",
         "--host", "0.0.0.0", "--port", "8000",
+        "--prometheus-host", "0.0.0.0",  # where the router binds: the recipe put it on every interface
     ]
     assert prefill.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
                            "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": "1"}

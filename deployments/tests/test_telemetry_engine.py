@@ -131,6 +131,16 @@ def test_it_rates_router_requests_over_a_window_not_between_two_scrapes():
     assert len(state["r"].window) <= int(REQUEST_RATE_WINDOW_S / 0.5) + 2  # the window stays bounded
 
 
+def test_it_rates_the_routers_first_requests_from_zero():
+    # smg_router_requests_total appears only with the first request: before it the count was 0.
+    state: dict = {}
+    idle = "smg_worker_health{worker=\"http://w\"} 1\n"
+    reading_from_text(idle, t=0.0, identity=(7, 1), state=state, key="r")
+    later = reading_from_text(idle + 'smg_router_requests_total{endpoint="generate"} 2\n', t=1.0, identity=(7, 1),
+                              state=state, key="r")
+    assert later.req_s == 2.0
+
+
 def test_it_counts_no_5xx_rate_before_a_routers_first_answer():
     state: dict = {}
     idle = "# TYPE smg_worker_health gauge\nsmg_worker_health{worker=\"http://w\"} 1\n"
@@ -385,5 +395,5 @@ def test_it_scrapes_the_real_router_in_front_of_sim_workers(scraper):
     assert (after.workers_healthy, after.workers_total) == (2, 2)
     assert after.requests_total - before.requests_total == 3.0
     seconds = after.scraped_at - before.scraped_at
-    assert after.req_s == pytest.approx(3.0 / seconds, rel=1e-3)
+    assert after.req_s == pytest.approx(3.0 / seconds, abs=2e-3)  # the rate is rounded to 3 decimals
     assert after.running is None and after.error_5xx_s == 0.0
