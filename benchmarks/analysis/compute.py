@@ -219,7 +219,12 @@ def _decode_fit(points: list[PointAnalysis], *, batch_source: BatchSource,
 
 def _plateau(points: list[SweepPoint]) -> tuple[int | None, float]:
     """Index of the first point from which every later point stays within PLATEAU_FRACTION of the
-    best, provided load grew by PLATEAU_MIN_LOAD_GROWTH over that stretch; and the best tok/s."""
+    best, provided load grew by PLATEAU_MIN_LOAD_GROWTH over that stretch; and the best tok/s.
+
+    A sweep whose last point is within PLATEAU_FRACTION of its first (either way) over that much
+    load growth, with no point below PLATEAU_FRACTION² of the best, is flat from its first point
+    even when one point in between dips (a busy host's noise, e.g. 385, 337, 391 tok/s at c=1, 8,
+    16): more load bought nothing, so the ceiling was already reached, not "still above"."""
     best = max(p.output_throughput_tok_s for p in points)
     floor = PLATEAU_FRACTION * best
     start = len(points)
@@ -227,12 +232,18 @@ def _plateau(points: list[SweepPoint]) -> tuple[int | None, float]:
         if points[i].output_throughput_tok_s < floor:
             break
         start = i
-    if start >= len(points) - 1:
-        return None, best
-    first, last = points[start].load, points[-1].load
-    if not math.isfinite(last) or first <= 0 or last / first < PLATEAU_MIN_LOAD_GROWTH:
-        return None, best
-    return start, best
+
+    def grew_enough(i: int) -> bool:
+        first, last = points[i].load, points[-1].load
+        return math.isfinite(last) and first > 0 and last / first >= PLATEAU_MIN_LOAD_GROWTH
+
+    if start < len(points) - 1 and grew_enough(start):
+        return start, best
+    head, tail = points[0].output_throughput_tok_s, points[-1].output_throughput_tok_s
+    if (len(points) > 1 and head > 0 and PLATEAU_FRACTION <= tail / head <= 1 / PLATEAU_FRACTION
+            and min(p.output_throughput_tok_s for p in points) >= PLATEAU_FRACTION ** 2 * best and grew_enough(0)):
+        return 0, best
+    return None, best
 
 
 def _ceiling(points: list[SweepPoint], fit: DecodeFit, *, max_running_batch: int | None) -> Ceiling:

@@ -158,6 +158,22 @@ def test_it_classifies_queueing_when_ttft_grows_and_throughput_is_flat() -> None
     assert r.ceiling.source == "observed_plateau" and r.ceiling.plateau_from_label == "c=4"
 
 
+def test_it_calls_a_flat_sweep_with_one_dip_a_plateau_from_its_first_point() -> None:
+    # llama.cpp (one sequence at a time) on a busy 2-core host: 385, 337, 391 tok/s at c=1, 8, 16.
+    sweep = [point(1, 385.2, 2.5, 9.0, output_len=64), point(8, 337.3, 2.9, 1270.0, output_len=64),
+             point(16, 391.3, 2.4, 2408.0, output_len=64)]
+    r = ceiling_analyse(sweep, num_gpus=1, topology="single")
+    assert r.ceiling.source == "observed_plateau" and r.ceiling.plateau_from_label == "c=1"
+    assert r.ceiling.reached_at_label == "c=1"
+    assert ("Throughput plateaus at 337-391 tok/s from c=1: going to c=16 (x16.0 load) changes it by +2% "
+            "(385 -> 391 tok/s).") in r.findings
+    assert not any("No ceiling is reached" in f for f in r.findings)
+    # A deeper dip is not noise: no plateau is claimed from it.
+    deep = [point(1, 385.2, 2.5, 9.0, output_len=64), point(8, 250.0, 2.9, 1270.0, output_len=64),
+            point(16, 391.3, 2.4, 2408.0, output_len=64)]
+    assert ceiling_analyse(deep, num_gpus=1, topology="single").ceiling.source != "observed_plateau"
+
+
 def test_it_says_no_ceiling_is_reached_on_a_linear_sweep() -> None:
     sweep = [point(c, c * 49.4, tpot, 50.0, output_len=128) for c, tpot in ((1, 20.0), (2, 20.2), (4, 20.1), (8, 20.4))]
     r = ceiling_analyse(sweep, num_gpus=1, topology="single")
