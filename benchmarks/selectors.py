@@ -81,7 +81,11 @@ def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
     from benchmarks.choices import SweepStatus
 
     if sweep.status == SweepStatus.WAITING:
+        from deployments.choices import DeploymentStatus
+
         dep = sweep.deployment
+        if dep is not None and dep.status == DeploymentStatus.READY:
+            return f"starting: deployment #{dep.pk} is ready"  # the next second it runs
         limit = (sweep.grid or {}).get("wait_ready_s")
         state = f"deployment #{dep.pk} is {dep.status}" if dep is not None else "its deployment is gone"
         return (f"waiting for the deployment to be ready: {state}"
@@ -90,7 +94,7 @@ def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
         return ""
     slots = int(getattr(settings, "CEILING_CONTROL_CONCURRENCY", 2))
     busy = list(BenchmarkSweep.objects.filter(status__in=(SweepStatus.WAITING, SweepStatus.RUNNING))
-                .order_by("pk").values_list("pk", "status")[:slots + 1])
+                .exclude(pk=sweep.pk).order_by("pk").values_list("pk", "status")[:slots + 1])
     ahead = list(BenchmarkSweep.objects.filter(status=SweepStatus.PENDING, pk__lt=sweep.pk)
                  .order_by("pk").values_list("pk", flat=True)[:6])
 

@@ -419,13 +419,25 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None) -> LaunchPlan:
         stored = recipe_version_get(recipe=recipe, version=version)
         content = {**stored, "node": recipe.node}
     validated = _validate_recipe_content(content)
-    return launch_plan_render(
+    plan = launch_plan_render(
         engine=validated["engine"],
         topology=validated["topology"],
         spec=validated["spec"],
         node=node_facts_from_row(validated["node"]),
         secret_values=None,
     )
+    # What a deploy would refuse now (409) is worth saying before: ports an active deployment of
+    # another recipe on the node holds (a warning here; the deploy checks again at its time).
+    taken = deployment_ports_in_use(node=recipe.node, exclude_recipe=recipe)
+    for spec in plan.processes:
+        for kind, port in sorted(spec.ports.items()):
+            if int(port) in taken:
+                other, role = taken[int(port)]
+                plan.warnings.append(
+                    f"port {port} ({spec.role} {kind} port) is in use by the {role} of deployment #{other.pk} "
+                    f"(recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}: a deploy now "
+                    "would be refused")
+    return plan
 
 
 # --- nodes ---------------------------------------------------------------------------------

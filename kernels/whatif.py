@@ -29,9 +29,11 @@ Open-loop points (request rate instead of concurrency) are left out with a note.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from benchmarks.analysis.model import MAX_FAILED_FRACTION
 from controlplane.errors import InvalidInput
 
 # The seed's measured share of decode step time spent in the sparse-attention kernel (issue #6).
@@ -130,6 +132,42 @@ def _profile_name(sweep) -> str | None:
     return None
 
 
+def _unreadable(summary: dict[str, Any]) -> bool:
+    requests = summary.get("requests")
+    if not requests:
+        return False  # an imported or hand-made summary without counts is taken as measured
+    failures = summary.get("failures") or 0
+    return not summary.get("successes") or failures / requests > MAX_FAILED_FRACTION
+
+
+def _label(run) -> str:
+    return f"c={run.concurrency} {run.input_len}/{run.output_len}"
+
+
+def best_speedup_notes(*, best, sweep) -> list[str]:
+    """What a projection with best variant ``best`` (a :class:`kernels.models.KernelBest`) should
+    say about where its speedup comes from: the batch it was measured at next to the same job's
+    best speedups at the other batches of that shape (a decode step's batch decides which
+    applies), and a warning when the shape's name does not appear in the sweep's model name."""
+    from kernels.models import KernelBest
+
+    notes = []
+    same = list(KernelBest.objects.filter(job_id=best.job_id, package_id=best.package_id, shape=best.shape,
+                                          device_name=best.device_name, compiler=best.compiler,
+                                          speedup__isnull=False).order_by("batch").values_list("batch", "speedup"))
+    if len(same) > 1:
+        spread = ", ".join(f"{sp:.1f}x at batch {b}" for b, sp in same)
+        notes.append(f"the speedup {best.speedup:.1f}x was measured at batch {best.batch} of shape {best.shape}; "
+                     f"the same job's best variants give {spread}: the decode batch of a point decides which "
+                     "applies, so pick the best variant of the batch you care about")
+    flat = re.sub(r"[^a-z0-9]", "", (best.shape or "").lower())
+    model = re.sub(r"[^a-z0-9]", "", (sweep.served_model_name or "").lower())
+    if flat and model and flat not in model:
+        notes.append(f"the kernel's shape '{best.shape}' is not named in the sweep's model "
+                     f"'{sweep.served_model_name}': check that this model runs that shape")
+    return notes
+
+
 def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float) -> dict[str, Any]:
     """Project ``sweep`` (a :class:`benchmarks.models.BenchmarkSweep`) with a kernel taking
     ``share`` of the decode step made ``speedup`` times faster (see the module docstring).
@@ -149,11 +187,13 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float) -> di
     runs = [r for r in sweep.runs.filter(status="done").order_by("input_len", "output_len", "concurrency", "ordinal")]
     open_loop = [r for r in runs if r.concurrency is None]
     runs = [r for r in runs if r.concurrency and r.input_len and r.output_len]
-    # A point where no request succeeded has nothing measured to stand beside a projection.
-    empty = [r for r in runs if not (r.summary or {}).get("successes") and (r.summary or {}).get("requests")]
+    # A point the ceiling analysis leaves out (no successful request, or more than
+    # MAX_FAILED_FRACTION of its requests failed) has no measurement to stand beside a projection.
+    empty = [r for r in runs if _unreadable(r.summary or {})]
     runs = [r for r in runs if r not in empty]
     if empty:
-        notes.append(f"{len(empty)} point(s) without a successful request are not projected")
+        notes.append(f"{len(empty)} point(s) not projected: no successful request, or more than "
+                     f"{MAX_FAILED_FRACTION:.0%} of the requests failed ({', '.join(_label(r) for r in empty)})")
     if open_loop:
         notes.append(f"{len(open_loop)} open-loop point(s) (request rate) are not projected: the model is a closed loop")
     if not runs:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from benchmarks.analysis.model import (
-    CEILING_REACHED_FRACTION, MAX_FAILED_FRACTION, Ceiling, CeilingReport, DecodeFit, SweepPoint,
-    TopologyComparison, _num,
+    CEILING_REACHED_FRACTION, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, TTFT_GROWTH, Ceiling, CeilingReport,
+    DecodeFit, SweepPoint, TopologyComparison, _num,
 )
 from benchmarks.analysis.wording import (
     _failures_of, _falls_cause, _falls_numbers, _load_ratio, _metric, _ms, _no_growth_numbers, _r2, _span_ms,
@@ -91,8 +91,12 @@ def _bottleneck_sentence(r: CeilingReport, points: list[SweepPoint]) -> str:
                 f"({1 - (hi.decode_share or 0):.0%}), growing from {_ms(lo.ttft_ms)} at {lo.label} while "
                 f"throughput still grows; {tpot} {_span_ms(lo.tpot_ms, hi.tpot_ms, moving='goes')}.")
     if r.bottleneck == "queueing":
+        tput = hi.output_throughput_tok_s / lo.output_throughput_tok_s if lo.output_throughput_tok_s else None
+        how = ("stays flat" if tput is None or abs(tput - 1) < 0.05 else
+               f"{'falls' if tput < 1 else 'grows only'} x{tput:.2f}")
         return (f"Requests queue for admission: {ttft} is {_ms(hi.ttft_ms)} of {_ms(hi.e2e_ms)} {e2e} at "
-                f"{hi.label} and grows while throughput is flat; more concurrency only adds waiting.")
+                f"{hi.label} and grows while throughput {how} from {lo.label}; more concurrency only adds "
+                "waiting.")
     if r.bottleneck == "none":
         tpots = _vals(r, "tpot_ms")
         return (f"No bottleneck is reached: {tpot} {_span_ms(min(tpots), max(tpots), moving='stays')} from "
@@ -170,7 +174,17 @@ def _queueing_sentences(r: CeilingReport) -> list[str]:
             out.append(f"Queueing from {s.from_label} to {s.to_label}: {ttft} grows x{s.ttft_growth:.1f} while "
                        f"throughput changes x{s.throughput_growth:.2f} (x{s.load_growth:.1f} load).")
     if not out and len(r.points) > 1:
-        out.append(f"No queueing: {ttft} never grows while throughput stays flat between neighbouring points.")
+        rule = (f"{ttft} growing x{TTFT_GROWTH:g} or more while throughput grows less than "
+                f"x{FLAT_THROUGHPUT_GROWTH:.2f} between neighbouring points")
+        flat = [s for s in r.queueing if s.ttft_growth is not None and s.throughput_growth < FLAT_THROUGHPUT_GROWTH]
+        if not flat:
+            out.append(f"No queueing by the rule ({rule}): throughput grew x{FLAT_THROUGHPUT_GROWTH:.2f} or more "
+                       "at every step where TTFT could be compared.")
+        else:
+            # 4 significant digits: x1.499 must not print as x1.5, the rule's own threshold.
+            near = max(flat, key=lambda s: s.ttft_growth)
+            out.append(f"No queueing by the rule ({rule}); the nearest: {near.from_label} to {near.to_label}, "
+                       f"{ttft} x{near.ttft_growth:.4g} with throughput x{near.throughput_growth:.3g}.")
     return out
 
 

@@ -333,8 +333,12 @@ class CeilingReport:
     gpus_known: bool = True
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready nested dict (floats stay floats; no infinities are produced)."""
-        return asdict(self)
+        """JSON-ready nested dict (floats stay floats; no infinities are produced). ``num_gpus`` is
+        None when the count was a stand-in (``gpus_known`` False)."""
+        out = asdict(self)
+        if not self.gpus_known:
+            out["num_gpus"] = None
+        return out
 
 
 def _opt_float(v: Any) -> float | None:

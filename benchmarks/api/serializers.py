@@ -32,6 +32,10 @@ class SweepSerializer(serializers.ModelSerializer):
     def get_queue_note(self, obj: BenchmarkSweep) -> str:
         from benchmarks.selectors import sweep_queue_note
 
+        # A worker may have taken the sweep since this row was read (a create's response is
+        # serialised after the task was sent): the note follows the row as it is now.
+        if obj.status == "pending":
+            obj.status = BenchmarkSweep.objects.filter(pk=obj.pk).values_list("status", flat=True).first() or obj.status
         return sweep_queue_note(sweep=obj)
 
     def get_run_ids(self, obj: BenchmarkSweep) -> list[int]:

@@ -36,6 +36,9 @@ SERVER_TOKEN_TOLERANCE = 0.02
 # Fewest streamed events over which client CPU per event is reported. Below this a sweep worker's own background work (progress writes, heartbeats:
 # ~0.1 s of CPU over a 10 s point) outweighs the parsing: 1 ms+ "per event" on a 128-event point.
 MIN_EVENTS_FOR_CPU = 1000
+# ... and the slowest event rate: at 26 events/s (a sim decode at c=16) the same background work
+# read as 440 µs per event over 4096 events. At 500 events/s it is ~20 µs of each event's cost.
+MIN_EVENT_RATE_FOR_CPU = 500.0
 
 
 @dataclass(frozen=True)
@@ -215,11 +218,15 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     # Process CPU includes whatever else the process does (a sweep's worker also writes progress
     # and heartbeats): over a few hundred events that background, not the client's parsing, is
     # most of it, so the per-event figure needs enough events to mean something.
-    enough = events >= MIN_EVENTS_FOR_CPU
+    wall = max((w.wall_ns for w in result.workers), default=0) / 1e9
+    rate = events / wall if wall > 0 else 0.0
+    enough = events >= MIN_EVENTS_FOR_CPU and rate >= MIN_EVENT_RATE_FOR_CPU
+    s["client_events_per_s"] = rate
     s["client_cpu_us_per_event"] = cpu / events / 1e3 if enough else None
     if not enough:
-        s["client_cpu_note"] = (f"{events} streamed event{'s' if events != 1 else ''}: too few (< "
-                                f"{MIN_EVENTS_FOR_CPU}) to attribute the client's CPU per event")
+        s["client_cpu_note"] = (f"{events} streamed event{'s' if events != 1 else ''} at {rate:.0f} events/s: too "
+                                f"few (< {MIN_EVENTS_FOR_CPU}) or too sparse (< {MIN_EVENT_RATE_FOR_CPU:.0f}/s) to "
+                                "attribute the client's CPU per event")
     s["client_cpu_fraction_max"] = max((w.cpu_fraction for w in result.workers), default=0.0)
     # A client spinning through refused connections is busy but measures nothing: only a run
     # that streamed output can have been slowed by its client.

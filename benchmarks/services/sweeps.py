@@ -335,6 +335,26 @@ class _Watch:
             if row[0] != DeploymentStatus.READY:
                 raise _SweepFailed(f"deployment #{self.deployment_id} is {row[0]}" + (f": {row[1]}" if row[1] else "")
                                    + "; the sweep stopped")
+            down = process_down(deployment_id=self.deployment_id)
+            if down:
+                # The agent marks the process first and the deployment a few seconds later: a
+                # point must not go on measuring a half-dead deployment meanwhile.
+                raise _SweepFailed(f"{down} while deployment #{self.deployment_id} was still marked ready; "
+                                   "the sweep stopped")
+
+
+def process_down(*, deployment_id: int) -> str:
+    """``"decode #0 is failed: killed by signal 9 ..."`` for the first process of the deployment
+    that ended (exited, killed or failed), or ``""`` when none has."""
+    from deployments.choices import PROCESS_TERMINAL
+    from deployments.models import ServerProcess
+
+    row = (ServerProcess.objects.filter(deployment_id=deployment_id, status__in=PROCESS_TERMINAL)
+           .order_by("ordinal", "role").values_list("role", "ordinal", "status", "reason").first())
+    if row is None:
+        return ""
+    role, ordinal, status, reason = row
+    return redact_text(f"{role} #{ordinal} is {status}" + (f": {reason[:200]}" if reason else ""))
 
 
 def _wait_ready(sweep: BenchmarkSweep, watch: _Watch | None = None):
@@ -680,12 +700,17 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     # only repeat that, so the sweep ends here, failed, with the commonest error, instead of "done"
     # with empty points. A healthy server that failed every request (overload, timeouts) is a
     # measurement: that point is kept and the sweep goes on.
-    nothing_ok = not cancelled and sent > 0 and int(summary.get("successes") or 0) == 0
-    healthy, health = entry_health(deployment=deployment) if nothing_ok else (None, "")
-    all_failed = nothing_ok and healthy is False
-    run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED if all_failed else RunStatus.DONE
+    # Any failed request: is the deployment still whole? A process that ended, or an entry server
+    # that fails its health check, means the engine went down under the point (its row may still
+    # say ready until the agent notices): the point's numbers are not a measurement of the
+    # deployment, and the later points would only repeat that.
+    had_failures = not cancelled and sent > 0 and int(summary.get("failures") or 0) > 0
+    down = process_down(deployment_id=deployment.pk) if had_failures else ""
+    healthy, health = entry_health(deployment=deployment) if had_failures and not down else (None, down)
+    went_down = had_failures and (bool(down) or healthy is False)
+    run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED if went_down else RunStatus.DONE
     run.reason = ("sweep cancelled while this point ran" if cancelled
-                  else _all_failed_reason(summary, _point_label(point), deployment, health) if all_failed else "")
+                  else _went_down_reason(summary, _point_label(point), deployment, health) if went_down else "")
     run.ended_at = timezone.now()
     run.save()
     # The sweep's totals follow what was sent: a time-limited point adds what fitted in its time.
@@ -695,9 +720,10 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     if cancelled:
         _broadcast_point(sweep.pk, run)
         raise _Cancelled()
-    if all_failed:
+    if went_down:
         _broadcast_point(sweep.pk, run)
-        raise _SweepFailed(run.reason + "; the later points were not run")
+        raise _SweepFailed(run.reason + "; its numbers are not kept as a measurement and the later points were "
+                           "not run")
     return run
 
 
@@ -723,18 +749,20 @@ def entry_health(*, deployment) -> tuple[bool | None, str]:
     return resp.status_code == 200, f"GET {row} answered {resp.status_code}"
 
 
-def _all_failed_reason(summary: Mapping[str, Any], label: str, deployment, health: str) -> str:
-    """``every request of point c=2 32/32 failed (2 sent; commonest: 2 x cannot connect to ...;
-    GET .../health: ConnectError ...; deployment #4 is ready)``: the commonest error of the point,
-    what the entry server's health check said (``health``) and the deployment's status as its row
+def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, health: str) -> str:
+    """``point c=2 32/32: 2 of 2 requests failed (commonest: 2 x cannot connect to ...) and the
+    deployment went down under it (GET .../health: ConnectError ...; deployment #4 is ready)``:
+    the point's failures and commonest error, what showed the deployment down (``health``: a
+    process that ended or the entry server's health check) and the deployment's status as its row
     says now (redacted)."""
     errors = summary.get("errors") or {}
     n = int(summary.get("requests") or 0)
+    failed = int(summary.get("failures") or 0)
     top = max(errors.items(), key=lambda kv: kv[1]) if isinstance(errors, Mapping) and errors else None
     what = f"{top[1]} x {top[0]}" if top else "no error text"
     status = type(deployment).objects.filter(pk=deployment.pk).values_list("status", flat=True).first()
-    return redact_text(f"every request of point {label} failed ({n} sent; commonest: {what}; {health}; "
-                       f"deployment #{deployment.pk} is {status or 'gone'})")
+    return redact_text(f"point {label}: {failed} of {n} requests failed (commonest: {what}) and the deployment "
+                       f"went down under it ({health}; deployment #{deployment.pk} is {status or 'gone'})")
 
 
 # ---------------------------------------------------------------------------------------- analysis

@@ -174,6 +174,25 @@ def test_it_calls_a_flat_sweep_with_one_dip_a_plateau_from_its_first_point() -> 
     assert ceiling_analyse(deep, num_gpus=1, topology="single").ceiling.source != "observed_plateau"
 
 
+def test_it_names_the_nearest_miss_instead_of_saying_ttft_never_grows() -> None:
+    # The demo's PD sweep on a busy host: mean TTFT x1.499 from c=8 to c=16, just under the rule.
+    sweep = [point(1, 10.3, 94.1, 906.0), point(8, 25.2, 305.8, 2395.6), point(16, 26.4, 504.6, 3590.6)]
+    r = ceiling_analyse(sweep, num_gpus=8, topology="pd")
+    assert not r.queueing_detected
+    assert ("No queueing by the rule (mean TTFT growing x1.5 or more while throughput grows less than x1.10 "
+            "between neighbouring points); the nearest: c=8 to c=16, mean TTFT x1.499 with throughput x1.05.") \
+        in r.findings
+    assert not any("never grows" in f for f in r.findings)
+
+
+def test_it_says_throughput_falls_when_requests_queue_and_it_falls() -> None:
+    sweep = [point(1, 385.0, 2.5, 9.0, output_len=64), point(8, 340.0, 2.9, 1270.0, output_len=64),
+             point(16, 316.0, 2.4, 2408.0, output_len=64)]
+    r = ceiling_analyse(sweep, num_gpus=1, topology="single")
+    queue = [f for f in r.findings if f.startswith("Requests queue for admission")]
+    assert queue and "while throughput falls x0.82 from c=1" in queue[0], r.findings
+
+
 def test_it_says_no_ceiling_is_reached_on_a_linear_sweep() -> None:
     sweep = [point(c, c * 49.4, tpot, 50.0, output_len=128) for c, tpot in ((1, 20.0), (2, 20.2), (4, 20.1), (8, 20.4))]
     r = ceiling_analyse(sweep, num_gpus=1, topology="single")

@@ -84,12 +84,26 @@ def test_it_says_why_a_pending_sweep_has_not_started(operator_api, deployment, s
     settings.CEILING_CONTROL_CONCURRENCY = 2
     note = operator_api.get(f"/api/sweeps/{second['id']}/").json()["queue_note"]
     assert note.startswith("queued for a benchmark worker for 6") and "control worker may not be running" in note
+    # A sweep never counts itself among the busy slots (a worker may take it before its own row is read).
+    BenchmarkSweep.objects.filter(pk=second["id"]).update(status=SweepStatus.PENDING)
+    BenchmarkSweep.objects.filter(pk=first["id"]).update(status=SweepStatus.PENDING)
+    settings.CEILING_CONTROL_CONCURRENCY = 1
+    BenchmarkSweep.objects.filter(pk=second["id"]).update(status=SweepStatus.WAITING)
+    from benchmarks.selectors import sweep_queue_note
+    row = BenchmarkSweep.objects.get(pk=second["id"])
+    row.status = SweepStatus.PENDING  # as a create's response still holds it
+    assert "busy" not in sweep_queue_note(sweep=row)
+    BenchmarkSweep.objects.filter(pk=second["id"]).update(status=SweepStatus.DONE)
     # Waiting: the deployment, its status and the limit.
     BenchmarkSweep.objects.filter(pk=first["id"]).update(status=SweepStatus.WAITING)
     note = operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"]
     wait = BenchmarkSweep.objects.get(pk=first["id"]).grid["wait_ready_s"]
     assert note == (f"waiting for the deployment to be ready: deployment #{deployment.pk} is starting; "
                     f"the sweep fails after {wait:.0f} s of waiting")
+    deployment.status = DeploymentStatus.READY
+    deployment.save(update_fields=["status"])
+    assert operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"] == (
+        f"starting: deployment #{deployment.pk} is ready")
     BenchmarkSweep.objects.filter(pk=first["id"]).update(status=SweepStatus.DONE)
     assert operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"] == ""
 

@@ -90,7 +90,12 @@ def test_it_gives_no_cpu_per_event_over_too_few_events_and_no_cpu_flag_without_o
     r.workers = [WorkerStats(0, cpu_ns=95 * MS, wall_ns=100 * MS, events=128, requests=1)]
     s = run_summary(r)
     assert s["client_cpu_us_per_event"] is None
-    assert s["client_cpu_note"] == "128 streamed events: too few (< 1000) to attribute the client's CPU per event"
+    assert s["client_cpu_note"] == ("128 streamed events at 1280 events/s: too few (< 1000) or too sparse (< 500/s) "
+                                    "to attribute the client's CPU per event")
+    # Enough events, but sparse: 4096 events over 160 s (a sim decode at c=16).
+    sparse = result_of([req(0, [10, 20], 30, 2)])
+    sparse.workers = [WorkerStats(0, cpu_ns=1800 * MS, wall_ns=160_000 * MS, events=4096, requests=16)]
+    assert run_summary(sparse)["client_cpu_us_per_event"] is None
     assert s["flags"]["client_cpu_bound"] is True  # the share of a core is measured whatever the event count
     # Refused connections in a tight loop: busy, but nothing streamed, so nothing was slowed.
     failed = result_of([req(0, [], 30, 0, ok=False)])

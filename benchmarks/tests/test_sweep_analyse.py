@@ -56,5 +56,6 @@ def test_it_quotes_no_per_gpu_figure_when_the_gpu_count_is_unknown() -> None:
     assert "6.38 tok/s per GPU on 4 GPUs" in with_gpus
     assert "per GPU" not in " ".join(without["findings"])
     assert [p["tok_s_per_gpu"] for p in without["lengths"]["256/256"]["points"]] == [None, None, None]
+    assert without["lengths"]["256/256"]["num_gpus"] is None and without["lengths"]["256/256"]["gpus_known"] is False
     assert any("The ceiling is about 25.5 tok/s (observed at c=16)" in f for f in without["findings"])
     assert without["notes"] == ["the GPU count is unknown: no per-GPU figure is given and no per-GPU comparison made"]

@@ -70,10 +70,31 @@ def test_it_fails_the_sweep_when_its_engine_stops_answering_and_runs_no_later_po
     sweep.refresh_from_db()
     [run] = sweep.runs.all()  # the c=2 point never ran
     assert run.status == RunStatus.FAILED and run.summary["successes"] == 0 and run.summary["failures"] == 2
-    assert sweep.reason.startswith("every request of point c=1 16/8 failed (2 sent; commonest: 2 x cannot connect")
-    assert f"GET {base}/health: ConnectError" in sweep.reason
-    assert sweep.reason.endswith(f"deployment #{deployment.pk} is ready); the later points were not run")
+    assert sweep.reason.startswith("point c=1 16/8: 2 of 2 requests failed (commonest: 2 x cannot connect")
+    assert f"and the deployment went down under it (GET {base}/health: ConnectError" in sweep.reason
+    assert sweep.reason.endswith(f"deployment #{deployment.pk} is ready); its numbers are not kept as a "
+                                 "measurement and the later points were not run")
     assert run.reason in sweep.reason and sweep.points_done == 0
+
+
+def test_it_stops_when_a_process_ended_though_the_deployment_is_still_marked_ready(sim_url: str,
+                                                                                   operator) -> None:
+    # The agent marks a dead process at once and the deployment seconds later: the sweep must not
+    # measure the half-dead deployment meanwhile.
+    from deployments.choices import ProcessStatus
+    from deployments.models import ServerProcess
+
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [1], "lengths": ["16:8"], "requests_per_concurrency": 1})
+    ServerProcess.objects.filter(deployment=deployment).update(
+        status=ProcessStatus.FAILED, reason="killed by signal 9; restart policy is 'never'")
+
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.FAILED
+    sweep.refresh_from_db()
+    assert sweep.reason == (f"single #0 is failed: killed by signal 9; restart policy is 'never' while deployment "
+                            f"#{deployment.pk} was still marked ready; the sweep stopped")
+    assert sweep.runs.count() == 0
 
 
 def test_it_keeps_going_when_a_healthy_server_fails_every_request_of_a_point(tmp_path: Path, operator,

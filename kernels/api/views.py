@@ -164,7 +164,7 @@ class WhatIfViewSet(viewsets.ViewSet):
                    parameters=[s.WhatIfQuerySerializer], responses={200: OpenApiTypes.OBJECT})
     def list(self, request: Request) -> Response:
         from benchmarks.models import BenchmarkSweep
-        from kernels.whatif import whatif_compute
+        from kernels.whatif import best_speedup_notes, whatif_compute
 
         q = query_validated(s.WhatIfQuerySerializer, request)
         sweep = BenchmarkSweep.objects.filter(pk=q["sweep"]).first()
@@ -178,5 +178,7 @@ class WhatIfViewSet(viewsets.ViewSet):
             speedup, source = best.speedup, f"best variant #{best.pk} ({best.package.name} {best.shape_bucket} on "\
                                             f"{best.device_name})"
         result = whatif_compute(sweep=sweep, share=q["share"], speedup=speedup)
+        if "best" in q:
+            result["notes"] += best_speedup_notes(best=best, sweep=sweep)
         result["speedup_source"] = source
         return Response(json.loads(json.dumps(result, default=str)))

@@ -108,6 +108,7 @@ def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_
     from benchmarks.models import BenchmarkRun, BenchmarkSweep
 
     sweep = BenchmarkSweep.objects.create(name="s", engine="sim", topology="pd", status="done",
+                                          served_model_name="DeepSeek-V4-Flash",
                                           snapshot={"spec": {"sim": {"profile": "seed-sm120-fallback"}}})
     BenchmarkRun.objects.create(sweep=sweep, status="done", concurrency=1, input_len=256, output_len=256,
                                 summary={"output_throughput_tok_s": 9.95, "ttft_ms": {"mean": 893.0},
@@ -120,6 +121,13 @@ def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_
     body = resp.json()
     assert body["speedup"] == pytest.approx(4.0) and body["speedup_source"].startswith(f"best variant #{best.pk}")
     assert body["factor"] == pytest.approx(0.37 + 0.63 / 4)
+    # Where the speedup comes from, and a shape that is not the sweep's model, are said.
+    assert body["notes"] == [
+        "the speedup 4.0x was measured at batch 1 of shape small; the same job's best variants give 4.0x at "
+        "batch 1, 4.0x at batch 4: the decode batch of a point decides which applies, so pick the best variant "
+        "of the batch you care about",
+        "the kernel's shape 'small' is not named in the sweep's model 'DeepSeek-V4-Flash': check that this model "
+        "runs that shape"]
     assert viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk}).status_code == 400
     assert viewer_api.get("/api/kernel-whatif/", {"sweep": 999999, "speedup": 2}).status_code == 404
 

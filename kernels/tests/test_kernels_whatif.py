@@ -98,3 +98,15 @@ def test_it_projects_no_point_where_every_request_failed(db):
                                                              "successes": 0, "failures": 1})
     with pytest.raises(InvalidInput, match="no finished closed-loop run with fixed lengths and a successful request"):
         whatif_compute(sweep=sweep, speedup=2.0)
+
+
+def test_it_leaves_out_points_the_ceiling_analysis_leaves_out(db):
+    # 3 of 4 requests failed at c=1 (the engine died under it): not a measurement to project from.
+    sweep = _sweep(points=[(1, 4.06, 90.0, 100.0), (2, 18.0, 110.0, 120.0)])
+    first = BenchmarkRun.objects.get(sweep=sweep, concurrency=1)
+    first.summary = {**first.summary, "requests": 4, "successes": 1, "failures": 3}
+    first.save()
+    result = whatif_compute(sweep=sweep, speedup=2.0)
+    assert [r["concurrency"] for r in result["lengths"]["256/256"]] == [2]
+    assert result["notes"] == ["1 point(s) not projected: no successful request, or more than 10% of the "
+                               "requests failed (c=1 256/256)"]
