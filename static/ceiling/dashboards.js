@@ -407,7 +407,13 @@
     // After a stop, only a sample that says so (the agent's final one) may still change the panel.
     if (root._ended && !TERMINAL.test(data.status || "")) return;
     root._sample = { t: t, interval: data.interval_s || 0.5 };
-    set(root, "tok_s", fixed(data.tok_s, 1), "tok/s");
+    // Why there is no output figure (e.g. llama.cpp has no /metrics), said where it is missing:
+    // on the wall a tooltip cannot be read from across the room.
+    var serving = (data.processes || []).filter(function (p) { return p.role === "decode" || p.role === "single"; });
+    var naWhy = serving.map(function (p) { return (p.engine || {}).metrics_error; }).filter(Boolean)[0] || "";
+    set(root, "tok_s", fixed(data.tok_s, 1), "tok/s", naWhy);
+    var naLine = field(root, "na-reason");
+    if (naLine) naLine.textContent = isNum(data.tok_s) || !naWhy ? "" : "no live figures: " + naWhy;
     var totals = deploymentTotals(data);
     set(root, "total_running", isNum(totals.running) ? Math.round(totals.running) : null, "");
     set(root, "total_queued", isNum(totals.queued) ? Math.round(totals.queued) : null, "");
