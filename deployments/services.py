@@ -405,13 +405,15 @@ def recipe_revert(*, recipe: Recipe, user, version: int, expected_version: int |
     )
 
 
-def recipe_plan(*, recipe: Recipe, version: int | None = None) -> LaunchPlan:
+def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool = False) -> LaunchPlan:
     """Render the launch plan of ``recipe`` (its current version, or ``version``) on its
     current node, without starting anything and without resolving secret values.
 
     Returns a :class:`deployments.launch.LaunchPlan` (``to_dict()`` is JSON-safe and
     redacted). The content is re-validated first, so an old version that no longer fits the
-    node raises :class:`InvalidInput` rather than rendering a plan that would fail.
+    node raises :class:`InvalidInput` rather than rendering a plan that would fail. With
+    ``warn_ports`` (the dry-run) the plan's warnings also name ports an active deployment of
+    another recipe on the node holds (what a deploy now would refuse with 409).
     """
     if version is None or version == recipe.version:
         content = _content_of(recipe)
@@ -428,7 +430,7 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None) -> LaunchPlan:
     )
     # What a deploy would refuse now (409) is worth saying before: ports an active deployment of
     # another recipe on the node holds (a warning here; the deploy checks again at its time).
-    taken = deployment_ports_in_use(node=recipe.node, exclude_recipe=recipe)
+    taken = deployment_ports_in_use(node=recipe.node, exclude_recipe=recipe) if warn_ports else {}
     for spec in plan.processes:
         for kind, port in sorted(spec.ports.items()):
             if int(port) in taken:

@@ -133,11 +133,16 @@ def _profile_name(sweep) -> str | None:
 
 
 def _unreadable(summary: dict[str, Any]) -> bool:
-    requests = summary.get("requests")
-    if not requests:
-        return False  # an imported or hand-made summary without counts is taken as measured
-    failures = summary.get("failures") or 0
-    return not summary.get("successes") or failures / requests > MAX_FAILED_FRACTION
+    """The ceiling analysis's rule for leaving a point out: zero output tok/s, no successful
+    request, or more than MAX_FAILED_FRACTION of the finished requests (successes + failures)
+    failed. A summary without counts (imported, hand-made) is taken as measured."""
+    tok_s = summary.get("output_throughput_tok_s")
+    if tok_s is not None and tok_s <= 0:
+        return True
+    ok, failed = summary.get("successes"), summary.get("failures") or 0
+    if ok is None:
+        return False
+    return not ok or failed / (ok + failed) > MAX_FAILED_FRACTION
 
 
 def _label(run) -> str:

@@ -29,13 +29,16 @@ class SweepSerializer(serializers.ModelSerializer):
                   "ended_at", "worker", "heartbeat_at", "run_ids", "queue_note"]
         read_only_fields = fields
 
+    def to_representation(self, instance: BenchmarkSweep):
+        # A worker may have taken a pending sweep since this row was read (a create's response is
+        # serialised after the task was sent): read it again so status and queue_note agree.
+        if instance.status == "pending":
+            instance.refresh_from_db()
+        return super().to_representation(instance)
+
     def get_queue_note(self, obj: BenchmarkSweep) -> str:
         from benchmarks.selectors import sweep_queue_note
 
-        # A worker may have taken the sweep since this row was read (a create's response is
-        # serialised after the task was sent): the note follows the row as it is now.
-        if obj.status == "pending":
-            obj.status = BenchmarkSweep.objects.filter(pk=obj.pk).values_list("status", flat=True).first() or obj.status
         return sweep_queue_note(sweep=obj)
 
     def get_run_ids(self, obj: BenchmarkSweep) -> list[int]:

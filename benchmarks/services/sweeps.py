@@ -47,6 +47,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from benchmarks.analysis import SweepPoint, ceiling_analyse
+from benchmarks.analysis.model import MAX_FAILED_FRACTION
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.loadgen import Api, LoadConfig, LoadgenStopped, Slo, arrival_offsets, loadgen_run, random_dataset, run_summary
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
@@ -349,11 +350,13 @@ def process_down(*, deployment_id: int) -> str:
     from deployments.choices import PROCESS_TERMINAL
     from deployments.models import ServerProcess
 
-    row = (ServerProcess.objects.filter(deployment_id=deployment_id, status__in=PROCESS_TERMINAL)
-           .order_by("ordinal", "role").values_list("role", "ordinal", "status", "reason").first())
-    if row is None:
+    rows = list(ServerProcess.objects.filter(deployment_id=deployment_id, status__in=PROCESS_TERMINAL)
+                .values_list("role", "ordinal", "status", "reason"))
+    if not rows:
         return ""
-    role, ordinal, status, reason = row
+    # The one that failed, not a sibling the agent then stopped because of it.
+    rank = {"failed": 0, "killed": 1, "exited": 2}
+    role, ordinal, status, reason = min(rows, key=lambda r: (rank.get(r[2], 3), r[1], r[0]))
     return redact_text(f"{role} #{ordinal} is {status}" + (f": {reason[:200]}" if reason else ""))
 
 
@@ -695,18 +698,18 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     run.records_path = str(path)
     run.num_requests = sent
     cancelled = BenchmarkSweep.objects.filter(pk=sweep.pk, cancel_requested=True).exists()
-    # Not one request succeeded and the entry server no longer answers its health check: the
-    # engine stopped (its row may still say ready until the agent notices). The later points would
-    # only repeat that, so the sweep ends here, failed, with the commonest error, instead of "done"
-    # with empty points. A healthy server that failed every request (overload, timeouts) is a
-    # measurement: that point is kept and the sweep goes on.
-    # Any failed request: is the deployment still whole? A process that ended, or an entry server
-    # that fails its health check, means the engine went down under the point (its row may still
-    # say ready until the agent notices): the point's numbers are not a measurement of the
-    # deployment, and the later points would only repeat that.
-    had_failures = not cancelled and sent > 0 and int(summary.get("failures") or 0) > 0
-    down = process_down(deployment_id=deployment.pk) if had_failures else ""
-    healthy, health = entry_health(deployment=deployment) if had_failures and not down else (None, down)
+    # Any failed request: is the deployment still whole? A process that ended, the deployment no
+    # longer ready, or (where failures are many) an entry server that keeps failing its health
+    # check means the engine went down under the point (its row may still say ready until the
+    # agent notices): the point's numbers are not a measurement of the deployment, and the later
+    # points would only repeat that. A healthy server that fails requests (overload, timeouts) is
+    # a measurement: the point is kept and the sweep goes on.
+    failures = int(summary.get("failures") or 0)
+    had_failures = not cancelled and sent > 0 and failures > 0
+    down = _deployment_down(deployment) if had_failures else ""
+    many = had_failures and failures / sent > MAX_FAILED_FRACTION
+    healthy, health = (entry_health(deployment=deployment, attempts=ENTRY_HEALTH_ATTEMPTS) if many and not down
+                       else (None, down))
     went_down = had_failures and (bool(down) or healthy is False)
     run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED if went_down else RunStatus.DONE
     run.reason = ("sweep cancelled while this point ran" if cancelled
@@ -727,26 +730,52 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     return run
 
 
-#: Seconds the health check of the entry server may take after a point where every request failed.
+#: Seconds one health check of the entry server may take, and how many checks (2 s apart) must all
+#: fail before a point with many failed requests counts as "the deployment went down".
 ENTRY_HEALTH_TIMEOUT_S = 3.0
+ENTRY_HEALTH_ATTEMPTS = 3
+ENTRY_HEALTH_GAP_S = 2.0
 
 
-def entry_health(*, deployment) -> tuple[bool | None, str]:
+def _deployment_down(deployment) -> str:
+    """Why the deployment is no longer whole, from its rows: a process that ended
+    (:func:`process_down`), or the deployment no longer ready (e.g. a worker waiting for its
+    restart, which moves it to starting); ``""`` when neither."""
+    from deployments.choices import DeploymentStatus
+    from deployments.models import Deployment
+
+    down = process_down(deployment_id=deployment.pk)
+    if down:
+        return down
+    status = Deployment.objects.filter(pk=deployment.pk).values_list("status", flat=True).first()
+    return "" if status == DeploymentStatus.READY else f"the deployment became {status or 'gone'}"
+
+
+def entry_health(*, deployment, attempts: int = 1) -> tuple[bool | None, str]:
     """Ask the deployment's entry server (the router of a PD deployment, else the single server)
-    for its health now: ``(True, detail)`` on HTTP 200, ``(False, detail)`` on another status or
-    no answer within :data:`ENTRY_HEALTH_TIMEOUT_S` s, ``(None, why)`` when the entry process has
-    no health URL recorded."""
+    for its health: ``(True, detail)`` as soon as one of ``attempts`` checks (each at most
+    :data:`ENTRY_HEALTH_TIMEOUT_S` s, :data:`ENTRY_HEALTH_GAP_S` s apart) answers HTTP 200,
+    ``(False, detail of the last)`` when none does, ``(None, why)`` when the entry process has no
+    health URL recorded."""
     from deployments.models import ServerProcess
 
     row = (ServerProcess.objects.filter(deployment=deployment, role__in=("router", "single"))
            .exclude(health_url="").order_by("ordinal").values_list("health_url", flat=True).first())
     if not row:
         return None, "no health URL recorded for the entry process"
-    try:
-        resp = httpx.get(row, timeout=ENTRY_HEALTH_TIMEOUT_S, trust_env=False)
-    except httpx.HTTPError as exc:
-        return False, f"GET {row}: {type(exc).__name__}: {exc}"
-    return resp.status_code == 200, f"GET {row} answered {resp.status_code}"
+    detail = ""
+    for attempt in range(max(1, attempts)):
+        if attempt:
+            time.sleep(ENTRY_HEALTH_GAP_S)
+        try:
+            resp = httpx.get(row, timeout=ENTRY_HEALTH_TIMEOUT_S, trust_env=False)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            detail = f"GET {row}: {type(exc).__name__}: {exc}"
+            continue
+        if resp.status_code == 200:
+            return True, f"GET {row} answered 200"
+        detail = f"GET {row} answered {resp.status_code}"
+    return False, detail + (f" ({attempts} checks {ENTRY_HEALTH_GAP_S:g} s apart)" if attempts > 1 else "")
 
 
 def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, health: str) -> str:

@@ -255,7 +255,7 @@ class RecipeViewSet(viewsets.ModelViewSet):
     def dry_run(self, request: Request, pk=None) -> Response:
         recipe = self.get_object()
         version = _query(s.VersionQuerySerializer, request).get("version")
-        plan = services.recipe_plan(recipe=recipe, version=version)
+        plan = services.recipe_plan(recipe=recipe, version=version, warn_ports=True)
         return Response({"recipe": recipe.pk, "version": version or recipe.version, "plan": plan.to_dict()})
 
 

@@ -491,7 +491,7 @@ def recipe_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
     processes: list[dict[str, Any]] = []
     summary: dict[str, Any] | None = None
     try:
-        plan = services.recipe_plan(recipe=recipe, version=version)
+        plan = services.recipe_plan(recipe=recipe, version=version, warn_ports=True)
         processes = _plan_view(plan)
         summary = _plan_summary(plan)
     except NotFound as exc:

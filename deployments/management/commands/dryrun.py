@@ -37,7 +37,7 @@ class Command(BaseCommand):
             raise CommandError(f"no recipe named {options['recipe']!r}")
         version = options["version"]
         try:
-            plan = recipe_plan(recipe=recipe, version=version)
+            plan = recipe_plan(recipe=recipe, version=version, warn_ports=True)
         except InvalidInput as exc:
             lines = [f"{path}: {msg}" for path, msgs in exc.errors.items() for msg in msgs]
             raise CommandError(f"recipe {recipe.name} does not render on node {recipe.node.name}:\n" + "\n".join(lines))
