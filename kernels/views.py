@@ -29,7 +29,7 @@ from deployments.views import role_page
 from kernels import selectors, services
 from kernels.choices import JOB_ACTIVE, JOB_TERMINAL
 from kernels.models import KernelBest, KernelJob, KernelPackage
-from kernels.whatif import DEFAULT_SHARE, best_speedup_notes, whatif_compute
+from kernels.whatif import DEFAULT_SHARE, whatif_compute
 
 # Jobs and best rows listed on the index page.
 INDEX_JOBS = 50
@@ -438,13 +438,11 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
         if not errors and sweep is not None and speedup is not None:
             try:
                 result = whatif_compute(sweep=sweep, share=share if share is not None else DEFAULT_SHARE,
-                                        speedup=speedup)
+                                        speedup=speedup, best=best if best_raw else None)
             except InvalidInput as exc:
                 errors = exc.errors
             else:
                 source = source or f"{speedup:g}× given"
-                if best_raw and best is not None:
-                    result["notes"] += best_speedup_notes(best=best, sweep=sweep)
                 charts = _whatif_charts(result)
     return render(request, "kernels/whatif.html", {"sweeps": sweeps, "bests": bests, "form": form, "errors": errors,
                                                    "result": result, "charts": charts, "source": source})

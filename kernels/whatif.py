@@ -173,9 +173,11 @@ def best_speedup_notes(*, best, sweep) -> list[str]:
     return notes
 
 
-def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float) -> dict[str, Any]:
+def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=None) -> dict[str, Any]:
     """Project ``sweep`` (a :class:`benchmarks.models.BenchmarkSweep`) with a kernel taking
     ``share`` of the decode step made ``speedup`` times faster (see the module docstring).
+    ``best``: the :class:`kernels.models.KernelBest` the speedup was taken from, if any; its
+    :func:`best_speedup_notes` join the notes.
 
     Returns ``{"sweep", "engine", "topology", "share", "speedup", "factor", "model": "sim-profile"
     | "ceiling-fit", "profile", "fit", "lengths": {"256/256": [WhatIfRow as dict, ...]}, "notes"}``
@@ -269,4 +271,6 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float) -> di
             tok_s_gain=(proj_tok / tok) if proj_tok is not None and tok else None, running_batch=base.running_batch,
         )
         out["lengths"].setdefault(key, []).append(asdict(row))
+    if best is not None:
+        notes += best_speedup_notes(best=best, sweep=sweep)
     return out

@@ -164,21 +164,19 @@ class WhatIfViewSet(viewsets.ViewSet):
                    parameters=[s.WhatIfQuerySerializer], responses={200: OpenApiTypes.OBJECT})
     def list(self, request: Request) -> Response:
         from benchmarks.models import BenchmarkSweep
-        from kernels.whatif import best_speedup_notes, whatif_compute
+        from kernels.whatif import whatif_compute
 
         q = query_validated(s.WhatIfQuerySerializer, request)
         sweep = BenchmarkSweep.objects.filter(pk=q["sweep"]).first()
         if sweep is None:
             raise NotFound(f"no sweep with id {q['sweep']}")
-        speedup, source = q.get("speedup"), "given"
+        speedup, source, best = q.get("speedup"), "given", None
         if "best" in q:
             best = services.kernel_best_for(best_id=q["best"])
             if not best.speedup:
                 raise InvalidInput({"best": [f"best variant #{best.pk} has no measured speedup over a baseline"]})
             speedup, source = best.speedup, f"best variant #{best.pk} ({best.package.name} {best.shape_bucket} on "\
                                             f"{best.device_name})"
-        result = whatif_compute(sweep=sweep, share=q["share"], speedup=speedup)
-        if "best" in q:
-            result["notes"] += best_speedup_notes(best=best, sweep=sweep)
+        result = whatif_compute(sweep=sweep, share=q["share"], speedup=speedup, best=best)
         result["speedup_source"] = source
         return Response(json.loads(json.dumps(result, default=str)))

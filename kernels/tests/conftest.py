@@ -184,3 +184,18 @@ def measured_job(toy_package, h200_node):
     KernelJob.objects.filter(pk=job.pk).update(status="done")
     job.refresh_from_db()
     return job
+
+
+@pytest.fixture
+def seed_pd_sweep(db):
+    """A finished sim PD sweep of the seed profile (DeepSeek-V4-Flash) with its one c=1 256/256
+    point as the seed measured it: 9.95 tok/s, mean TTFT 893 ms, mean TPOT 94 ms."""
+    from benchmarks.models import BenchmarkRun, BenchmarkSweep
+
+    sweep = BenchmarkSweep.objects.create(name="seed pd", engine="sim", topology="pd", status="done",
+                                          served_model_name="DeepSeek-V4-Flash",
+                                          snapshot={"spec": {"sim": {"profile": "seed-sm120-fallback"}}})
+    BenchmarkRun.objects.create(sweep=sweep, status="done", concurrency=1, input_len=256, output_len=256,
+                                summary={"output_throughput_tok_s": 9.95, "ttft_ms": {"mean": 893.0},
+                                         "tpot_ms": {"mean": 94.0}})
+    return sweep

@@ -104,15 +104,8 @@ def test_the_chart_endpoint_gives_time_per_implementation_and_the_roofline(viewe
     assert viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/chart/?shape=huge").status_code == 400
 
 
-def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_job):
-    from benchmarks.models import BenchmarkRun, BenchmarkSweep
-
-    sweep = BenchmarkSweep.objects.create(name="s", engine="sim", topology="pd", status="done",
-                                          served_model_name="DeepSeek-V4-Flash",
-                                          snapshot={"spec": {"sim": {"profile": "seed-sm120-fallback"}}})
-    BenchmarkRun.objects.create(sweep=sweep, status="done", concurrency=1, input_len=256, output_len=256,
-                                summary={"output_throughput_tok_s": 9.95, "ttft_ms": {"mean": 893.0},
-                                         "tpot_ms": {"mean": 94.0}})
+def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_job, seed_pd_sweep):
+    sweep = seed_pd_sweep
     resp = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": 0.63, "speedup": 3})
     assert resp.status_code == 200, resp.content
     assert resp.json()["lengths"]["256/256"][0]["projected_tpot_ms"] == pytest.approx(94.0 * 0.58)

@@ -6,7 +6,6 @@ import re
 
 from django.test import Client
 
-from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from kernels.models import KernelBest, KernelJob
 from kernels.services import (
     KNOWN_CCS,
@@ -161,12 +160,9 @@ def test_an_ingested_job_shows_what_was_ingested_as_its_progress(toy_package, h2
     assert (job.status, job.phase, job.progress_done, job.progress_total) == ("done", "bench", 2, 2)
 
 
-def test_the_whatif_page_refuses_both_sources_and_says_why_a_speedup_is_refused(viewer, measured_job):
-    sweep = BenchmarkSweep.objects.create(name="seed pd", engine="sim", topology="pd", status="done",
-                                          snapshot={"spec": {"sim": {"profile": "seed-sm120-fallback"}}})
-    BenchmarkRun.objects.create(sweep=sweep, status="done", concurrency=1, input_len=256, output_len=256,
-                                summary={"output_throughput_tok_s": 9.95, "ttft_ms": {"mean": 893.0},
-                                         "tpot_ms": {"mean": 94.0}})
+def test_the_whatif_page_refuses_both_sources_and_says_why_a_speedup_is_refused(viewer, measured_job,
+                                                                               seed_pd_sweep):
+    sweep = seed_pd_sweep
     best = KernelBest.objects.filter(job=measured_job, shape="small", batch=1).get()
     c = _client(viewer)
     both = c.get(f"/kernels/whatif/?sweep={sweep.pk}&speedup=3&best={best.pk}").content.decode()

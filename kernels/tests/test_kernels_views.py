@@ -1,7 +1,6 @@
 """The kernels pages: who may see and do what, and that the numbers arrive with their units."""
 from django.test import Client
 
-from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from kernels.models import KernelJob
 
 
@@ -90,12 +89,8 @@ def test_exports_and_config_downloads(viewer, measured_job):
     assert "device_name=NVIDIA_H200,shape=small,dtype=bf16.json" in cfg["Content-Disposition"]
 
 
-def test_the_whatif_page_shows_measured_and_projected_numbers(viewer, db):
-    sweep = BenchmarkSweep.objects.create(name="seed pd", engine="sim", topology="pd", status="done",
-                                          snapshot={"spec": {"sim": {"profile": "seed-sm120-fallback"}}})
-    BenchmarkRun.objects.create(sweep=sweep, status="done", concurrency=1, input_len=256, output_len=256,
-                                summary={"output_throughput_tok_s": 9.95, "ttft_ms": {"mean": 893.0},
-                                         "tpot_ms": {"mean": 94.0}})
+def test_the_whatif_page_shows_measured_and_projected_numbers(viewer, seed_pd_sweep):
+    sweep = seed_pd_sweep
     c = _client(viewer)
     form = c.get("/kernels/whatif/").content.decode()
     assert f'<option value="{sweep.pk}"' in form
