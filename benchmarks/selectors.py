@@ -59,7 +59,7 @@ def sweep_latest_for_recipe(*, recipe_name: str) -> BenchmarkSweep | None:
     return sweep_list().filter(deployment__recipe__name=recipe_name).first()
 
 
-# A pending sweep nobody picked up for this long, with nothing ahead of it, points at a missing
+# A pending sweep nobody picked up for this long while a worker slot is free points at a missing
 # control worker rather than a queue (a free worker takes a task within a second or two).
 QUEUE_STALL_S = 15.0
 
@@ -92,7 +92,7 @@ def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
                 + (f"; the sweep fails after {float(limit):.0f} s of waiting" if limit else ""))
     if sweep.status != SweepStatus.PENDING:
         return ""
-    slots = int(getattr(settings, "CEILING_CONTROL_CONCURRENCY", 2))
+    slots = settings.CEILING_CONTROL_CONCURRENCY
     busy = list(BenchmarkSweep.objects.filter(status__in=(SweepStatus.WAITING, SweepStatus.RUNNING))
                 .exclude(pk=sweep.pk).order_by("pk").values_list("pk", "status")[:slots + 1])
     ahead = list(BenchmarkSweep.objects.filter(status=SweepStatus.PENDING, pk__lt=sweep.pk)
