@@ -11,7 +11,10 @@ of issue #6's shared contract::
     [tolerance]  atol, rtol
     [cost]       bytes = "expr", flops = "expr"   (per call, over shape fields and ``batch``)
     [engine]     env = "NAME", flag = "--flag"    (how a recipe hands the exported config over)
-    [cuda]       kernel, nvcc_flags, defines, harness (language "cuda" only; harness: the Python
+    [cuda]       kernel, nvcc_flags, defines, harness, dynamic_shared (language "cuda" only;
+                 dynamic_shared: an expression over the grid parameters giving the bytes of dynamic
+                 shared memory a variant's largest launch asks for, added to ptxas's static figure
+                 in the build facts so the shared-memory discard sees it; harness: the Python
                  file that launches the built cubin when benchmarking)
 
 :func:`manifest_load` reports every problem at once as :class:`ManifestError`, whose ``errors``
@@ -106,6 +109,7 @@ class _Cuda(_Strict):
     nvcc_flags: list[StrictStr] = []
     defines: list[StrictStr] = []
     harness: StrictStr | None = None
+    dynamic_shared: StrictStr | None = None
 
 
 class _Shape(BaseModel):
@@ -412,6 +416,12 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
                 if typed.cuda.harness not in typed.sources:
                     errs.add("cuda.harness", f"{typed.cuda.harness!r} must also be listed in sources")
                 cuda["harness"] = typed.cuda.harness
+            if typed.cuda.dynamic_shared is not None:
+                try:
+                    expr_compile(typed.cuda.dynamic_shared, names=set(grid_raw))
+                except ExpressionError as exc:
+                    errs.add("cuda.dynamic_shared", str(exc))
+                cuda["dynamic_shared"] = typed.cuda.dynamic_shared
     elif typed.cuda is not None:
         errs.add("cuda", "only applies to language 'cuda'")
 

@@ -385,6 +385,8 @@ def run_bench(package: Package, variants: list[dict], out: Path, *, shapes: list
     reference = package.reference_fn()
     jobs = jobs if jobs > 0 else min(8, os.cpu_count() or 1)
     warm_compile(package, variants, selected, [b for _, b in combos], jobs)
+    if hasattr(run_for, "prebuild"):
+        run_for.prebuild(variants, jobs)
 
     done = 0
     for shape, batch in combos:
@@ -432,24 +434,37 @@ def _bench_module(package: Package):
     nvcc = find_tool("nvcc")
     workdir = Path(tempfile.mkdtemp(prefix="ceiling-cubin-"))
 
-    def run_for(variant):
+    def build(variant) -> tuple[Path, str | None]:
+        """The variant's cubin path and, if nvcc failed, its message (built once per workdir)."""
         cubin = workdir / ("v" + re.sub(r"[^A-Za-z0-9_-]", "_", str(variant["variant_id"])) + ".cubin")
         if nvcc is None:
-            def fail(inputs):
-                raise RuntimeError("nvcc not found: cannot build the cubin")
-            return fail
+            return cubin, "nvcc not found: cannot build the cubin"
         if not cubin.exists():
             proc = subprocess.run(nvcc_argv(package, variant["params"], cc, nvcc, cubin), capture_output=True,
                                   text=True, timeout=900, cwd=package.root)
             if proc.returncode != 0:
-                message = proc.stderr.strip()[-1500:]
+                cubin.unlink(missing_ok=True)
+                return cubin, f"nvcc failed: {proc.stderr.strip()[-1500:]}"
+        return cubin, None
 
-                def fail(inputs, message=message):
-                    raise RuntimeError(f"nvcc failed: {message}")
-                return fail
+    def run_for(variant):
+        cubin, message = build(variant)
+        if message:
+            def fail(inputs, message=message):
+                raise RuntimeError(message)
+            return fail
         params = dict(variant["params"], cubin=str(cubin))
         return lambda inputs: module.launch(params, inputs)
 
+    def prebuild(variants: list[dict], jobs: int) -> None:
+        """Build every variant's cubin up front, ``jobs`` nvcc processes at a time (failures are
+        reported when the variant is run)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            list(pool.map(build, variants))
+
+    run_for.prebuild = prebuild
     return module, run_for
 
 

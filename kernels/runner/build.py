@@ -22,7 +22,9 @@ For each variant the result is one dict (the ``builds.json`` item of the runner 
 * CUDA: ``nvcc -cubin -gencode arch=compute_XX,code=sm_XX`` (``90a`` for cc 9.0 and later, which
   ``wgmma`` needs) with ``[cuda].nvcc_flags``, ``-D<NAME>=<value>`` for each grid parameter listed
   in ``[cuda].defines`` and ``-Xptxas -v``; the ptxas report of the function named by
-  ``[cuda].kernel`` gives registers, spills and static shared memory, and ``cuobjdump -sass``
+  ``[cuda].kernel`` (or, if no symbol has that exact name, the heaviest entry point whose name contains
+  it) gives registers, spills and static shared memory (plus ``[cuda].dynamic_shared`` evaluated on
+  the variant's parameters, the dynamic shared memory its launch asks for), and ``cuobjdump -sass``
   (``HGMMA`` / ``HMMA``) the tensor-core evidence, or the PTX (``nvcc -ptx``) where no cuobjdump is
   found.
 
@@ -309,8 +311,11 @@ def build_cuda(package: Package, variant: dict, cc: int) -> dict:
             result["build_s"] = round(time.perf_counter() - started, 3)
             return result
         funcs = parse_ptxas(log)
-        facts = next((f for name, f in funcs.items() if name == kernel), None) \
-            or next((f for name, f in funcs.items() if kernel in name), None)
+        # the exact symbol, else every entry point whose name contains it (a package that builds one
+        # kernel per head dim reports the heaviest: most registers, then spills, then shared memory)
+        matching = [f for name, f in funcs.items() if name == kernel] \
+            or [f for name, f in funcs.items() if kernel in name]
+        facts = max(matching, key=lambda f: (f["registers"] or 0, f["spill_stores"], f["smem"]), default=None)
         if facts is None:
             result["error"] = f"ptxas reported no function named {kernel!r} (saw: {', '.join(funcs) or 'none'})"
             result["build_s"] = round(time.perf_counter() - started, 3)
@@ -326,8 +331,18 @@ def build_cuda(package: Package, variant: dict, cc: int) -> dict:
                            text=True, timeout=900, cwd=package.root)
             evidence_text = ptx.read_text() if ptx.exists() else ""
         evidence = tensor_core_evidence(evidence_text)
+        shared = facts["smem"]
+        if package.cuda.get("dynamic_shared"):
+            from .expr import ExprError, evaluate
+
+            try:
+                shared += int(evaluate(package.cuda["dynamic_shared"], dict(params)))
+            except (ExprError, TypeError, ValueError) as exc:
+                result["error"] = f"[cuda] dynamic_shared: {exc}"
+                result["build_s"] = round(time.perf_counter() - started, 3)
+                return result
         result.update({"ok": True, "registers": facts["registers"], "spills_bytes": facts["spill_stores"],
-                       "shared_bytes": facts["smem"], "tensor_core": evidence != "none",
+                       "shared_bytes": shared, "tensor_core": evidence != "none",
                        "tensor_core_evidence": evidence})
     result["build_s"] = round(time.perf_counter() - started, 3)
     return result

@@ -80,7 +80,8 @@ def test_it_builds_triton_variants_on_a_node_without_a_gpu_and_says_so(real_pack
 def test_it_builds_the_cuda_package_with_nvcc(real_packages, cpu_node):
     pkg = kernel_package_register(path=real_packages / "sparse_mla_decode_cuda")
     job = kernel_job_create(package=pkg, node=cpu_node, cc="9.0", dispatch=False,
-                            params_subset={"BLOCK_N": [32], "VEC": [4], "num_warps": [2, 8]})
+                            params_subset={"impl": ["baseline"], "BLOCK_N": [32], "VEC": [4], "num_warps": [2, 8]})
+    assert job.variants_total == 2
     assert kernel_job_execute(job_id=job.pk) == "done"
     job.refresh_from_db()
     assert job.compiler.startswith("nvcc ") and job.builds_ok == 2
@@ -90,6 +91,47 @@ def test_it_builds_the_cuda_package_with_nvcc(real_packages, cpu_node):
         assert 0 < b.registers <= 255 and b.spills_bytes == 0
         assert b.tensor_core is False and b.tensor_core_evidence == "none"
         assert "-gencode arch=compute_90a,code=sm_90a" in b.log and "-DBLOCK_N=32" in b.log
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_it_builds_the_tiled_cuda_kernels_for_sm_90a_with_wgmma(real_packages, cpu_node):
+    """The head-tiled and split-K kernels (tiled_sm90.cuh) go through nvcc for cc 9.0 as sm_90a and
+    their facts are those of the heaviest tiled entry point: wgmma in the SASS, a register budget
+    near the 255 cap (the 64 x 256 fp32 accumulator half is 128 registers a thread) and no spills;
+    the baseline of the same job stays on the CUDA cores."""
+    from kernels.manifest import grid_expand, manifest_load
+    from kernels.runner.build import parse_ptxas
+
+    pkg = kernel_package_register(path=real_packages / "sparse_mla_decode_cuda")
+    # one variant per implementation: baseline (8 warps, 1 stage), head_tiled and split_k (2 stages)
+    subset = {"impl": ["baseline", "head_tiled", "split_k"], "BLOCK_N": [64], "num_warps": [8], "VEC": [8],
+              "STAGES": [1, 2], "NUM_SPLITS": ["auto"]}
+    expected = grid_expand(manifest_load(real_packages / "sparse_mla_decode_cuda"), subset).variants
+    assert sorted((v["impl"], v["STAGES"]) for v in expected) == [("baseline", 1), ("head_tiled", 2), ("split_k", 2)]
+    job = kernel_job_create(package=pkg, node=cpu_node, cc="9.0", dispatch=False, params_subset=subset)
+    assert job.variants_total == 3
+    assert kernel_job_execute(job_id=job.pk) == "done"
+    job.refresh_from_db()
+    assert job.compiler.startswith("nvcc ") and (job.builds_ok, job.builds_failed, job.builds_discarded) == (3, 0, 0)
+    builds = {b.variant.params["impl"]: b for b in KernelBuild.objects.filter(variant__job=job).select_related("variant")}
+    assert sorted(builds) == ["baseline", "head_tiled", "split_k"]
+    base = builds["baseline"]
+    assert base.ok and base.tensor_core is False and base.tensor_core_evidence == "none"
+    assert 0 < base.registers <= 255 and base.spills_bytes == 0 and "-Dimpl=baseline" in base.log
+    for impl in ("head_tiled", "split_k"):
+        b = builds[impl]
+        assert b.ok and not b.discarded, (impl, b.error, b.discard_reason)
+        assert b.tensor_core is True and b.tensor_core_evidence in ("wgmma", "mma"), (impl, b.tensor_core_evidence)
+        assert 128 <= b.registers <= 255 and b.spills_bytes == 0, (impl, b.registers, b.spills_bytes)
+        assert "-gencode arch=compute_90a,code=sm_90a" in b.log and f"-Dimpl={impl}" in b.log
+        assert "-DBLOCK_N=64" in b.log and "-DSTAGES=2" in b.log
+        # the facts are the heavier tiled entry point's (d512 / d576), not the split-K combine kernel's
+        funcs = parse_ptxas(b.log)
+        tiled = [funcs[f"sparse_mla_decode_tiled_d{d}"] for d in (512, 576)]
+        assert b.registers == max(f["registers"] for f in tiled)
+        assert b.registers > funcs["sparse_mla_combine_splits"]["registers"]
+    assert "-Dimpl=head_tiled" in builds["head_tiled"].log
 
 
 @pytest.mark.slow

@@ -37,7 +37,11 @@ def test_it_loads_the_flagship_and_the_cuda_packages():
     assert nbytes == 640 * 512 * 2 + 64 * 512 * 2 + 64 * 512 * 2 + 640 * 4
     assert flops == 2 * 64 * 640 * (512 + 512)
     cuda = manifest_load(REAL_PACKAGES / "sparse_mla_decode_cuda")
-    assert cuda.language == "cuda" and cuda.cuda["defines"] == ["BLOCK_N", "num_warps", "VEC"]
+    assert cuda.language == "cuda" and cuda.cuda["defines"] == ["impl", "BLOCK_N", "num_warps", "VEC", "STAGES"]
+    assert cuda.cuda["kernel"] == "sparse_mla_decode" and cuda.cuda["harness"] == "harness.py"
+    # every define is a grid parameter (NUM_SPLITS is a launch argument, not a define)
+    assert set(cuda.cuda["defines"]) < set(cuda.params) and "NUM_SPLITS" in cuda.params
+    assert cuda.grid["impl"] == ["baseline", "head_tiled", "split_k"]
 
 
 def test_it_expands_the_grid_and_counts_what_each_constraint_pruned(tmp_path):

@@ -96,26 +96,29 @@ class Command(BaseCommand):
             raise CommandError(f"not proven: {', '.join(failed)} (see the deployment and sweep pages and var/logs/)")
 
     def _kernels(self, base: str) -> None:
-        """Store the flagship kernel package's H200 job (measured on a GPU host by the runner,
-        ``kernels/packages/sparse_mla_decode/results/``) through ``kernel_job_ingest --new`` once,
-        so its variant table and best configs are in the UI; a host with a GPU can run its own."""
+        """Store the sparse MLA decode packages' H200 jobs (measured on a GPU host by the runner,
+        ``kernels/packages/<name>/results/``: the Triton flagship and the CUDA wgmma package) through
+        ``kernel_job_ingest --new`` once each, so their variant tables and best configs are in the
+        UI; a host with a GPU can run its own."""
         from django.conf import settings as dj_settings
 
         from kernels.models import KernelJob
 
-        results = Path(dj_settings.BASE_DIR) / "kernels" / "packages" / "sparse_mla_decode" / "results"
         out = self.stdout
         out.write("")
-        job = KernelJob.objects.filter(package__name="sparse_mla_decode", device_name="NVIDIA H200",
-                                       status="done").order_by("-pk").first()
-        if job is None and (results / "h200-results.json").exists():
-            out.write("Kernel results: the sparse MLA decode job measured on an NVIDIA H200 (stored files):")
-            call_command("kernel_job_ingest", str(results / "h200-results.json"), new="sparse_mla_decode",
-                         variants=str(results / "h200-variants.json"), builds=str(results / "sm90a-builds.json"),
-                         stdout=out)
-            job = KernelJob.objects.filter(package__name="sparse_mla_decode").order_by("-pk").first()
-        if job is not None:
-            out.write(f"  kernel job #{job.pk}: {base}/kernels/jobs/{job.pk}/   what-if: {base}/kernels/whatif/")
+        for name, what in (("sparse_mla_decode", "Triton"), ("sparse_mla_decode_cuda", "CUDA, wgmma")):
+            results = Path(dj_settings.BASE_DIR) / "kernels" / "packages" / name / "results"
+            job = KernelJob.objects.filter(package__name=name, device_name="NVIDIA H200",
+                                           status="done").order_by("-pk").first()
+            if job is None and (results / "h200-results.json").exists():
+                out.write(f"Kernel results: the {name} job ({what}) measured on an NVIDIA H200 (stored files):")
+                call_command("kernel_job_ingest", str(results / "h200-results.json"), new=name,
+                             variants=str(results / "h200-variants.json"), builds=str(results / "sm90a-builds.json"),
+                             stdout=out)
+                job = KernelJob.objects.filter(package__name=name).order_by("-pk").first()
+            if job is not None:
+                out.write(f"  kernel job #{job.pk} ({name}): {base}/kernels/jobs/{job.pk}/")
+        out.write(f"  what-if: {base}/kernels/whatif/")
 
     def _sweeps(self, *, user, base: str, timeout_s: float, sweep_timeout_s: float) -> list[str]:
         """Sweep each demo recipe (deploying ``local-sim-single`` first), print the tables and

@@ -1,7 +1,8 @@
 """Quick timing probe of candidate variants at a few shapes and batches, on one GPU.
 
     python3 kernels/packages/sparse_mla_decode/probe.py --variants candidates.json \\
-        --points v4-flash:8,v4-flash:32,v32:64 --out probe.json [--seconds 0.02] [--jobs 16]
+        --points v4-flash:8,v4-flash:32,v32:64 --out probe.json [--seconds 0.02] [--jobs 16] \\
+        [--package kernels/packages/sparse_mla_decode_cuda]
 
 ``candidates.json`` is a runner variants file (``[{"variant_id", "params"}]``). For each point
 (``shape:batch``) the probe builds the same rotated input sets as ``python -m kernels.runner
@@ -10,7 +11,9 @@ with the runner's own CUDA-graph loop, only with a shorter timed window per vari
 default 0.02 s instead of the bench's 0.05 s). It skips the ceiling calibration and the points
 the final job would add. It writes every row (the bench's result fields) to ``--out`` after each
 point and prints, per point, the fastest correct variants with their median in microseconds.
-Compiles are spread over ``--jobs`` processes first (the runner's ``warm_compile``).
+Compiles are spread over ``--jobs`` processes first (the runner's ``warm_compile``; a CUDA
+package's cubins are built with nvcc as the bench builds them). ``--package`` probes another
+package with the same shapes (default: this one).
 
 The probe exists to choose the variants of the final job cheaply; its numbers are not stored
 results (use the runner's ``bench`` for those).
@@ -54,13 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=0.02, help="timed window per variant and point (s)")
     ap.add_argument("--jobs", type=int, default=8, help="compile processes before timing")
     ap.add_argument("--top", type=int, default=12, help="rows printed per point")
+    ap.add_argument("--package", default=str(PACKAGE), help="package directory (default: this one)")
     args = ap.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
         sys.stderr.write("probe: no CUDA GPU is visible to PyTorch\n")
         return 2
-    package = load_package(PACKAGE)
+    package = load_package(args.package)
     variants = load_variants(args.variants)
     try:
         points = parse_points(args.points)
@@ -76,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     module, run_for = bench._bench_module(package)
     reference = package.reference_fn()
     bench.warm_compile(package, variants, list(shapes.values()), sorted({b for _, b in points}), args.jobs)
+    if hasattr(run_for, "prebuild"):
+        run_for.prebuild(variants, args.jobs)
     rows: list[dict] = []
     out = Path(args.out)
     for name, batch in points:

@@ -1,13 +1,30 @@
-// Sparse MLA decode attention, baseline: one thread block per (request, head), CUDA cores only.
+// Sparse MLA decode attention in CUDA C++: three implementations behind the -Dimpl define.
 //
-// Layout (see reference.py): q [batch, heads, d_qk] bf16, kv [rows, d_qk] bf16 (a row's first d_v
-// columns are its key's latent part and its value), indices [batch, topk] int32 (-1 = padding),
-// out [batch, heads, d_v] bf16. Launch: grid (batch, heads), block num_warps * 32 threads.
+//   impl=baseline    one thread block per (request, head), CUDA cores only (this file, below);
+//   impl=head_tiled  64 heads per block on the Hopper tensor cores (tiled_sm90.cuh);
+//   impl=split_k     head_tiled with the selected tokens split over blocks and a log-sum-exp
+//                    combine kernel (same file; the split count is a launch argument).
+//
+// Baseline layout (see reference.py): q [batch, heads, d_qk] bf16, kv [rows, d_qk] bf16 (a row's
+// first d_v columns are its key's latent part and its value), indices [batch, topk] int32 (-1 =
+// padding), out [batch, heads, d_v] bf16. Launch: grid (batch, heads), block num_warps * 32 threads.
 //
 // Tuning parameters arrive as -D defines from the package grid: BLOCK_N (selected tokens per
-// tile), num_warps (warps per block), VEC (columns a lane handles per step of the score loop).
-// The softmax is an fp32 online softmax over tiles (running max and sum, accumulator rescaled when
-// the max grows), so any topk works with fixed shared memory.
+// tile), num_warps (warps per block), VEC (columns a lane handles per step of the baseline's score
+// loop), STAGES (depth of the tiled kernels' gather ring). The softmax is an fp32 online softmax
+// over tiles (running max and sum, accumulator rescaled when the max grows), so any topk works
+// with fixed shared memory.
+#define IMPL_baseline 0
+#define IMPL_head_tiled 1
+#define IMPL_split_k 2
+#define IMPL_CAT_(a, b) a##b
+#define IMPL_CAT(a, b) IMPL_CAT_(a, b)
+#ifndef impl
+#define impl baseline
+#endif
+#if IMPL_CAT(IMPL_, impl) != IMPL_baseline
+#include "tiled_sm90.cuh"
+#else
 #include <cuda_bf16.h>
 #include <math.h>
 
@@ -118,3 +135,4 @@ sparse_mla_decode_baseline(const __nv_bfloat16* __restrict__ q, const __nv_bfloa
         if (d < d_v) op[d] = __float2bfloat16(acc[k] * inv);
     }
 }
+#endif

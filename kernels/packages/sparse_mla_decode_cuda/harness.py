@@ -1,0 +1,204 @@
+"""GPU harness of the CUDA sparse MLA decode package: inputs and launches for the runner's bench.
+
+``make_inputs`` / ``make_rotation`` are the Triton flagship's (``../sparse_mla_decode/kernel.py``:
+same generator, same seeds), so both packages are measured on identical inputs and their rows
+compare one to one. ``launch(params, inputs)`` loads the variant's cubin (``params["cubin"]``, built
+by the runner with nvcc for this GPU) through the CUDA driver API (``libcuda`` via ctypes, into
+PyTorch's current context) and launches it on PyTorch's current stream, so CUDA-graph capture
+works as for any PyTorch kernel.
+
+Launch geometry:
+
+* ``baseline``: grid ``(batch, heads)``, ``num_warps * 32`` threads, static shared memory.
+* ``head_tiled`` / ``split_k``: grid ``(heads / 64 * splits, batch)``, 256 threads,
+  ``tiled_smem_bytes`` of dynamic shared memory; ``heads`` must be a multiple of 64 and ``d_v``
+  512. ``split_k`` adds ``sparse_mla_combine_splits`` (grid ``(heads, batch)``, 128 threads) when it
+  splits. ``NUM_SPLITS = "auto"``: see ``split_plan``.
+
+Errors: ValueError for a shape the kernels cannot take or bad parameters; RuntimeError with the
+driver's error name when a driver call fails.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from pathlib import Path
+
+HEAD_TILE = 64
+TILED_THREADS = 256
+TILED_DV = 512
+MAX_SHARED_BYTES = 232448   # the most dynamic shared memory a block may opt into on sm_90 (227 KiB)
+_FLAGSHIP = Path(__file__).resolve().parent.parent / "sparse_mla_decode" / "kernel.py"
+
+
+def _flagship():
+    import importlib.util
+    import sys
+
+    name = "_ceiling_sparse_mla_flagship_inputs"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _FLAGSHIP)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def make_inputs(shape: dict, batch: int, device, seed: int, *, padding: int = 0) -> dict:
+    """One decode step's inputs; see the flagship's ``make_inputs`` (the same tensors)."""
+    return _flagship().make_inputs(shape, batch, device, seed, padding=padding)
+
+
+def make_rotation(shape: dict, batch: int, device, seed: int, copies: int, *, padding: int = 0) -> list[dict]:
+    """``copies`` input sets over one cache pool for cold-L2 timing; see the flagship's."""
+    return _flagship().make_rotation(shape, batch, device, seed, copies, padding=padding)
+
+
+def tiled_smem_bytes(d_qk: int, block_n: int, stages: int) -> int:
+    """Dynamic shared memory of a tiled block in bytes (``TILED_SMEM_BYTES`` in tiled_sm90.cuh): the
+    64-head q tile, ``stages`` gathered tiles of ``block_n`` rows, the bf16 P tile (64 x 128 B), two
+    [2][64] fp32 reductions, the per-stage row flags and 1 KiB of alignment slack."""
+    return HEAD_TILE * d_qk * 2 + stages * block_n * d_qk * 2 + HEAD_TILE * 128 + 4 * HEAD_TILE * 4 + block_n * stages * 4 + 1024
+
+
+def split_plan(params: dict, shape: dict, batch: int, sm_count: int) -> tuple[int, int]:
+    """``(num_splits, tokens_per_split)`` of a tiled launch: 1 split for ``head_tiled``; for
+    ``split_k`` the explicit ``NUM_SPLITS`` or, for ``"auto"``, the most blocks that still fit one
+    wave, ``floor(sm_count / (batch * heads / 64))`` (at least 1: a block fills an SM's shared
+    memory, so a second wave would run the whole kernel time again); capped at one ``BLOCK_N`` tile per split and recomputed so
+    no split is empty."""
+    block_n = int(params.get("BLOCK_N", 64))
+    topk = int(shape["topk"])
+    n_tiles = math.ceil(topk / block_n)
+    if params.get("impl") != "split_k":
+        return 1, n_tiles * block_n
+    want = params.get("NUM_SPLITS", "auto")
+    if want == "auto":
+        splits = max(1, sm_count // (batch * (int(shape["heads"]) // HEAD_TILE)))
+    else:
+        splits = int(want)
+        if splits < 1:
+            raise ValueError(f"NUM_SPLITS must be >= 1 or 'auto', got {want!r}")
+    splits = max(1, min(splits, n_tiles))
+    per_split = math.ceil(n_tiles / splits) * block_n
+    return math.ceil(topk / per_split), per_split
+
+
+# --------------------------------------------------------------------------------------------
+# CUDA driver API through ctypes
+# --------------------------------------------------------------------------------------------
+_LIB = None
+_MODULES: dict = {}
+_WORKSPACE: dict = {}
+_SM_COUNT: dict = {}
+_ATTR_MAX_DYNAMIC_SHARED = 8   # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
+def _driver():
+    global _LIB
+    if _LIB is None:
+        _LIB = ctypes.CDLL("libcuda.so.1")
+    return _LIB
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        name = ctypes.c_char_p()
+        _driver().cuGetErrorName(status, ctypes.byref(name))
+        raise RuntimeError(f"{what} failed: {name.value.decode() if name.value else status}")
+
+
+def _function(cubin: str, name: str, shared_bytes: int):
+    """The kernel ``name`` of ``cubin`` in PyTorch's current context, with ``shared_bytes`` of
+    dynamic shared memory allowed (cached per context, cubin and name)."""
+    lib = _driver()
+    ctx = ctypes.c_void_p()
+    _check(lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+    if not ctx.value:
+        raise RuntimeError("no current CUDA context: initialise PyTorch's CUDA first")
+    key = (ctx.value, cubin, name)
+    if key not in _MODULES:
+        module = ctypes.c_void_p()
+        _check(lib.cuModuleLoad(ctypes.byref(module), str(cubin).encode()), f"cuModuleLoad({cubin})")
+        fn = ctypes.c_void_p()
+        _check(lib.cuModuleGetFunction(ctypes.byref(fn), module, name.encode()), f"cuModuleGetFunction({name})")
+        _MODULES[key] = [fn, 0]
+    fn, allowed = _MODULES[key]
+    if shared_bytes > 48 * 1024 and shared_bytes > allowed:
+        _check(lib.cuFuncSetAttribute(fn, _ATTR_MAX_DYNAMIC_SHARED, ctypes.c_int(shared_bytes)),
+               f"cuFuncSetAttribute({name}, {shared_bytes} B shared)")
+        _MODULES[key][1] = shared_bytes
+    return fn
+
+
+def _launch(fn, grid: tuple, threads: int, shared_bytes: int, stream: int, args: list) -> None:
+    holders = []
+    for value in args:
+        if isinstance(value, ctypes._SimpleCData):
+            holders.append(value)
+        elif hasattr(value, "data_ptr"):
+            holders.append(ctypes.c_void_p(value.data_ptr()))
+        else:
+            raise TypeError(f"unsupported kernel argument {value!r}")
+    params = (ctypes.c_void_p * len(holders))(*[ctypes.cast(ctypes.byref(h), ctypes.c_void_p) for h in holders])
+    gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+    _check(_driver().cuLaunchKernel(fn, gx, gy, gz, threads, 1, 1, shared_bytes, ctypes.c_void_p(stream), params, None),
+           "cuLaunchKernel")
+
+
+def _sm_count(torch, device) -> int:
+    key = str(device)
+    if key not in _SM_COUNT:
+        _SM_COUNT[key] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SM_COUNT[key]
+
+
+def launch(params: dict, inputs: dict):
+    """Run one decode step with the variant ``params`` (its grid values plus ``cubin``) on
+    ``inputs`` (from ``make_inputs``); returns ``inputs["out"]`` ([batch, heads, d_v] bf16)."""
+    import torch
+
+    q, kv, idx, out = inputs["q"], inputs["kv"], inputs["indices"], inputs["out"]
+    batch, heads, d_qk = q.shape
+    d_v, topk = int(inputs["d_v"]), idx.shape[1]
+    cubin = params.get("cubin")
+    if not cubin:
+        raise ValueError("params has no 'cubin' (the runner adds the path of the variant's build)")
+    impl = params.get("impl", "baseline")
+    if impl == "baseline":
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        fn = _function(cubin, "sparse_mla_decode_baseline", 0)
+        _launch(fn, (batch, heads), int(params["num_warps"]) * 32, 0, stream,
+                [q, kv, idx, out, ctypes.c_int(heads), ctypes.c_int(d_qk), ctypes.c_int(d_v), ctypes.c_int(topk),
+                 ctypes.c_float(float(inputs["sm_scale"]))])
+        return out
+    if impl not in ("head_tiled", "split_k"):
+        raise ValueError(f"impl must be baseline, head_tiled or split_k, got {impl!r}")
+    if heads % HEAD_TILE or d_v != TILED_DV or d_qk not in (512, 576):
+        raise ValueError(f"the tiled kernels need heads % 64 == 0, d_v == 512 and d_qk 512 or 576; got heads "
+                         f"{heads}, d_v {d_v}, d_qk {d_qk}")
+    block_n, stages = int(params["BLOCK_N"]), int(params["STAGES"])
+    shared = tiled_smem_bytes(d_qk, block_n, stages)
+    if shared > MAX_SHARED_BYTES:
+        raise ValueError(f"BLOCK_N {block_n} x STAGES {stages} needs {shared} B of shared memory for d_qk {d_qk}; "
+                         f"a block may have {MAX_SHARED_BYTES}")
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    splits, per_split = split_plan(params, {"topk": topk, "heads": heads}, batch, _sm_count(torch, q.device))
+    if splits > 1:
+        key = (str(q.device), batch, splits, heads)
+        if key not in _WORKSPACE:
+            _WORKSPACE[key] = (torch.empty((batch, splits, heads, d_v), dtype=torch.float32, device=q.device),
+                               torch.empty((batch, splits, heads), dtype=torch.float32, device=q.device))
+        o_part, lse = _WORKSPACE[key]   # one pair per size, as an engine shares it across layers:
+        # launches of one size on one stream never overlap (two concurrent streams would need their own)
+    else:
+        o_part = lse = out                      # not written when there is one split
+    fn = _function(cubin, f"sparse_mla_decode_tiled_d{d_qk}", shared)
+    scale_log2 = float(inputs["sm_scale"]) * math.log2(math.e)
+    _launch(fn, (heads // HEAD_TILE * splits, batch), TILED_THREADS, shared, stream,
+            [q, kv, idx, out, o_part, lse, ctypes.c_int(heads), ctypes.c_int(topk), ctypes.c_int(per_split),
+             ctypes.c_int(splits), ctypes.c_float(scale_log2)])
+    if splits > 1:
+        combine = _function(cubin, "sparse_mla_combine_splits", 0)
+        _launch(combine, (heads, batch), 128, 0, stream, [o_part, lse, out, ctypes.c_int(heads), ctypes.c_int(splits)])
+    return out

@@ -1,0 +1,356 @@
+// Sparse MLA decode attention, head-tiled on the Hopper tensor cores (wgmma), with an optional
+// split of the selected tokens over blocks (split-K) and a log-sum-exp combine kernel.
+//
+// One block of 256 threads (two warp groups) serves 64 heads of one request (the wgmma M) over one
+// split of its selected tokens. Per tile of BLOCK_N selected rows:
+//   1. every thread gathers 16-byte chunks of the rows BLOCK_N tiles ahead with cp.async into a
+//      STAGES-deep ring (rows stored 128-byte swizzled, the layout wgmma reads without bank
+//      conflicts; a -1 index zero-fills its row and is masked);
+//   2. warp group w scores its half of the tile, S_w[64 x BLOCK_N/2] = q . k^T over all d_qk
+//      columns (q and the rows both read from shared memory by wgmma);
+//   3. the two halves' row maxima meet in shared memory; each group forms P_w = exp2(S_w - m)
+//      (fp32, base-2 online softmax) and writes it as bf16 into one shared P tile [64 x BLOCK_N];
+//   4. warp group w accumulates O_w[64 x 256] += P . V[:, 256w : 256w + 256], V being the first
+//      d_v columns of the same gathered rows (read transposed by wgmma): the q.k products are
+//      computed once per block and the fp32 output accumulator (64 x 512) is split in two halves
+//      of 128 registers a thread.
+// Every selected row is read from HBM once per 64-head tile (V3.2's 128 heads: the two head tiles
+// of a request are neighbouring blocks, the second one reads the rows from L2).
+//
+// Layout: q [batch, heads, D_QK] bf16, kv [rows, D_QK] bf16, indices [batch, topk] int32 (-1 =
+// padding), out [batch, heads, 512] bf16; split-K: o_part [batch, splits, heads, 512] fp32 (each
+// split's normalised output) and lse [batch, splits, heads] fp32 (base-2 log-sum-exp of the scaled
+// scores, -inf for a split with no valid row). heads must be a multiple of 64; d_v is 512.
+// Grid: x = head_tiles * num_splits (head tile fastest), y = batch. Dynamic shared memory:
+// tiled_smem_bytes(D_QK). Needs sm_90a (wgmma).
+#pragma once
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "wgmma_sm90.cuh"
+
+#ifndef STAGES
+#define STAGES 2
+#endif
+
+#define HEAD_TILE 64
+#define TILED_THREADS 256
+#define TILED_DV 512
+
+static_assert(BLOCK_N == 32 || BLOCK_N == 64, "the tiled kernel takes BLOCK_N 32 or 64");
+static_assert(STAGES >= 2 && STAGES <= 4, "the tiled kernel takes STAGES 2..4");
+
+// Bytes of dynamic shared memory for d_qk: q tile, the row ring, the P tile, two small reductions
+// and 1 KiB to align the base to the 1024-byte swizzle atom.
+#define TILED_SMEM_BYTES(d_qk) (HEAD_TILE * (d_qk) * 2 + STAGES * BLOCK_N * (d_qk) * 2 + HEAD_TILE * 128 + \
+                                4 * HEAD_TILE * 4 + BLOCK_N * STAGES * 4 + 1024)
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; src_bytes 0 writes zeros (a padded row).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+// Make this thread's generic-proxy shared-memory writes (cp.async, st.shared) visible to wgmma.
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format") for a 128-byte
+// swizzled operand: start address, leading and stride byte offsets (all >> 4), swizzle mode 1.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+    return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16) |
+           (static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+// Byte offset of 16-byte chunk `chunk` (of 8 per 128-byte row) of row `row` in a 128B-swizzled
+// block whose rows are 128 bytes apart (Swizzle<3,4,3>: chunk ^= row % 8).
+__device__ __forceinline__ uint32_t sw128_offset(int row, int chunk) {
+    return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+template <int NQ>
+struct QkMma;
+template <>
+struct QkMma<16> {
+    static __device__ __forceinline__ void run(float (&d)[8], uint64_t a, uint64_t b, int s) { wgmma_m64n16k16_ss(d, a, b, s); }
+};
+template <>
+struct QkMma<32> {
+    static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b, int s) { wgmma_m64n32k16_ss(d, a, b, s); }
+};
+
+template <int D_QK>
+__device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
+                                           const int* __restrict__ indices, __nv_bfloat16* __restrict__ out,
+                                           float* __restrict__ o_part, float* __restrict__ lse, int heads, int topk,
+                                           int tokens_per_split, int num_splits, float sm_scale_log2) {
+    static_assert(D_QK % 64 == 0, "d_qk must be a multiple of 64");
+    constexpr int CHUNKS = D_QK / 8;             // 16-byte chunks of a row
+    constexpr int Q_BYTES = HEAD_TILE * D_QK * 2;
+    constexpr int STAGE_BYTES = BLOCK_N * D_QK * 2;
+    constexpr int NQ = BLOCK_N / 2;              // tokens each warp group scores per tile
+    constexpr int SREG = NQ / 2;                 // fp32 score registers a thread (m64nNQ)
+
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw = smem_addr(smem_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    unsigned char* gbase = smem_raw + (base - raw);
+    const uint32_t q_s = base;
+    const uint32_t kv_s = q_s + Q_BYTES;
+    const uint32_t p_s = kv_s + STAGES * STAGE_BYTES;
+    float* red_max = reinterpret_cast<float*>(gbase + (p_s - base) + HEAD_TILE * 128);   // [2][64]
+    float* red_sum = red_max + 2 * HEAD_TILE;                                            // [2][64]
+    int* tok_ok = reinterpret_cast<int*>(red_sum + 2 * HEAD_TILE);                       // [STAGES][BLOCK_N]
+
+    const int tid = threadIdx.x;
+    const int wg = tid / 128;
+    const int lane = tid % 32;
+    const int row0 = ((tid % 128) / 32) * 16 + lane / 4;   // this thread's rows: row0, row0 + 8
+    const int head_tiles = heads / HEAD_TILE;
+    const int h0 = (blockIdx.x % head_tiles) * HEAD_TILE;
+    const int split = blockIdx.x / head_tiles;
+    const int b = blockIdx.y;
+    const int t_begin = split * tokens_per_split;
+    const int t_end = min(topk, t_begin + tokens_per_split);
+    const int n_tiles = t_end > t_begin ? (t_end - t_begin + BLOCK_N - 1) / BLOCK_N : 0;
+    const int* idx = indices + static_cast<size_t>(b) * topk;
+
+    // q tile: 64 heads x D_QK, swizzled column blocks of 64 rows x 128 bytes
+    for (int id = tid; id < HEAD_TILE * CHUNKS; id += TILED_THREADS) {
+        const int r = id / CHUNKS, c = id - r * CHUNKS;
+        const __nv_bfloat16* src = q + (static_cast<size_t>(b) * heads + h0 + r) * D_QK + c * 8;
+        cp_async_16(q_s + (c >> 3) * (HEAD_TILE * 128) + sw128_offset(r, c & 7), src, 16);
+    }
+    // Gather of one tile: warp wq copies rows wq, wq + 8, ...; its lanes take the row's 16-byte
+    // chunks. The row ids of a tile are read one tile ahead (fetch_rows), so no copy waits on an
+    // index load.
+    constexpr int ROWS_PER_WARP = BLOCK_N / 8;
+    const int wq = tid / 32;
+    auto fetch_rows = [&](int tile, int (&rows)[ROWS_PER_WARP]) {
+        const int t0 = t_begin + tile * BLOCK_N;
+#pragma unroll
+        for (int j = 0; j < ROWS_PER_WARP; ++j) {
+            const int tok = t0 + wq + 8 * j;
+            rows[j] = (tile < n_tiles && tok < t_end) ? __ldg(idx + tok) : -1;
+        }
+    };
+    auto load_tile = [&](int stage, const int (&rows)[ROWS_PER_WARP]) {
+        const uint32_t dst0 = kv_s + stage * STAGE_BYTES;
+#pragma unroll
+        for (int j = 0; j < ROWS_PER_WARP; ++j) {
+            const int r = wq + 8 * j;
+            const int row = rows[j];
+            const __nv_bfloat16* src_row = kv + static_cast<size_t>(row < 0 ? 0 : row) * D_QK;
+#pragma unroll
+            for (int k = 0; k < (CHUNKS + 31) / 32; ++k) {
+                const int c = lane + 32 * k;
+                if (c < CHUNKS)
+                    cp_async_16(dst0 + (c >> 3) * (BLOCK_N * 128) + sw128_offset(r, c & 7), src_row + c * 8,
+                                row >= 0 ? 16 : 0);
+            }
+            if (lane == 0) tok_ok[stage * BLOCK_N + r] = row >= 0;
+        }
+    };
+    int rows_next[ROWS_PER_WARP];
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < n_tiles) {
+            fetch_rows(s, rows_next);
+            load_tile(s, rows_next);
+        }
+        cp_async_commit();
+    }
+    fetch_rows(STAGES - 1, rows_next);
+
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY};
+    float l_run[2] = {0.0f, 0.0f};
+
+    for (int it = 0; it < n_tiles; ++it) {
+        cp_async_wait<STAGES - 2>();
+        fence_async_shared();
+        __syncthreads();   // tile `it` is in; every thread is done with tile it - 1 (its stage and P)
+        const int stage = it % STAGES;
+        const uint32_t kv_t = kv_s + stage * STAGE_BYTES;
+
+        // 2. S_w = q . k^T for this warp group's NQ rows of the tile (asynchronous: the next
+        //    tile's gather is issued while the tensor cores work)
+        float s[SREG];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D_QK / 16; ++kk) {
+            const uint64_t da = sw128_desc(q_s + (kk >> 2) * (HEAD_TILE * 128) + (kk & 3) * 32, 16, 1024);
+            const uint64_t db = sw128_desc(kv_t + (kk >> 2) * (BLOCK_N * 128) + wg * NQ * 128 + (kk & 3) * 32, 16, 1024);
+#ifndef ABL_NO_QK
+            QkMma<NQ>::run(s, da, db, kk > 0 ? 1 : 0);
+#else
+            if (kk == 0) QkMma<NQ>::run(s, da, db, 0);
+#endif
+        }
+        wgmma_commit();
+        {
+            const int next = it + STAGES - 1;
+#ifndef ABL_NO_LOAD
+            if (next < n_tiles) load_tile(next % STAGES, rows_next);
+#endif
+            cp_async_commit();
+            fetch_rows(next + 1, rows_next);
+        }
+        wgmma_wait<0>();
+
+        // 3. online softmax over the whole tile (both halves), base 2
+        const int* ok = tok_ok + stage * BLOCK_N + wg * NQ;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < NQ / 8; ++i) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const bool valid = ok[8 * i + 2 * (lane & 3) + e] != 0;
+                s[4 * i + e] = valid ? s[4 * i + e] * sm_scale_log2 : -INFINITY;
+                s[4 * i + 2 + e] = valid ? s[4 * i + 2 + e] * sm_scale_log2 : -INFINITY;
+                mx[0] = fmaxf(mx[0], s[4 * i + e]);
+                mx[1] = fmaxf(mx[1], s[4 * i + 2 + e]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        }
+        if ((lane & 3) == 0) {
+            red_max[wg * HEAD_TILE + row0] = mx[0];
+            red_max[wg * HEAD_TILE + row0 + 8] = mx[1];
+        }
+        __syncthreads();
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = row0 + 8 * r;
+            const float m_new = fmaxf(m_run[r], fmaxf(red_max[row], red_max[HEAD_TILE + row]));
+            m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
+            alpha[r] = exp2f(m_run[r] - m_use[r]);
+            m_run[r] = m_new;
+            l_run[r] *= alpha[r];
+        }
+        unsigned char* p_g = gbase + (p_s - base);
+#pragma unroll
+        for (int i = 0; i < NQ / 8; ++i) {
+            const int col = wg * NQ + 8 * i + 2 * (lane & 3);   // token within the tile (even)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float p0 = exp2f(s[4 * i + 2 * r] - m_use[r]);
+                const float p1 = exp2f(s[4 * i + 2 * r + 1] - m_use[r]);
+                l_run[r] += p0 + p1;
+                const int row = row0 + 8 * r;
+                __nv_bfloat162 pk = __floats2bfloat162_rn(p0, p1);
+                *reinterpret_cast<__nv_bfloat162*>(p_g + sw128_offset(row, col >> 3) + (col & 7) * 2) = pk;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            o[4 * i + 0] *= alpha[0];
+            o[4 * i + 1] *= alpha[0];
+            o[4 * i + 2] *= alpha[1];
+            o[4 * i + 3] *= alpha[1];
+        }
+        fence_async_shared();
+        __syncthreads();   // P complete
+
+        // 4. O_w += P . V[:, 256 wg : 256 wg + 256]
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+            const uint64_t da = sw128_desc(p_s + kk * 32, 16, 1024);
+            const uint64_t db = sw128_desc(kv_t + (wg * 4) * (BLOCK_N * 128) + kk * 16 * 128, BLOCK_N * 128, 1024);
+#ifndef ABL_NO_PV
+            wgmma_m64n256k16_ss_vt(o, da, db, 1);
+#else
+            if (kk == 0) wgmma_m64n256k16_ss_vt(o, da, db, 1);
+#endif
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+    }
+    cp_async_wait<0>();
+
+    // row sums: this thread's columns -> its quad -> both warp groups
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+    __syncthreads();
+    if ((lane & 3) == 0) {
+        red_sum[wg * HEAD_TILE + row0] = l_run[0];
+        red_sum[wg * HEAD_TILE + row0 + 8] = l_run[1];
+    }
+    __syncthreads();
+    const int dv0 = wg * 256 + 2 * (lane & 3);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 8 * r;
+        const float l = red_sum[row] + red_sum[HEAD_TILE + row];
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const size_t h = static_cast<size_t>(b) * heads + h0 + row;
+        if (num_splits == 1) {
+            __nv_bfloat16* op = out + h * TILED_DV + dv0;
+#pragma unroll
+            for (int i = 0; i < 32; ++i)
+                *reinterpret_cast<__nv_bfloat162*>(op + 8 * i) =
+                    __floats2bfloat162_rn(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+        } else {
+            const size_t ph = (static_cast<size_t>(b) * num_splits + split) * heads + h0 + row;
+            float* op = o_part + ph * TILED_DV + dv0;
+#pragma unroll
+            for (int i = 0; i < 32; ++i)
+                *reinterpret_cast<float2*>(op + 8 * i) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+            if (wg == 0 && (lane & 3) == 0) lse[ph] = l > 0.0f ? m_run[r] + log2f(l) : -INFINITY;
+        }
+    }
+}
+
+#define TILED_ARGS                                                                                              \
+    const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ kv, const int *__restrict__ indices, \
+        __nv_bfloat16 *__restrict__ out, float *__restrict__ o_part, float *__restrict__ lse, int heads, int topk, \
+        int tokens_per_split, int num_splits, float sm_scale_log2
+
+extern "C" __global__ void __launch_bounds__(TILED_THREADS, 1) sparse_mla_decode_tiled_d512(TILED_ARGS) {
+    tiled_body<512>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2);
+}
+extern "C" __global__ void __launch_bounds__(TILED_THREADS, 1) sparse_mla_decode_tiled_d576(TILED_ARGS) {
+    tiled_body<576>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2);
+}
+
+// Split-K combine: out[b, h, :] = sum_s 2^(lse_s - M) o_part[b, s, h, :] / sum_s 2^(lse_s - M), M the
+// largest lse (zeros when no split saw a valid row). Grid (heads, batch), 128 threads x 4 columns.
+extern "C" __global__ void __launch_bounds__(128) sparse_mla_combine_splits(const float* __restrict__ o_part,
+                                                                            const float* __restrict__ lse,
+                                                                            __nv_bfloat16* __restrict__ out, int heads,
+                                                                            int num_splits) {
+    const int h = blockIdx.x, b = blockIdx.y;
+    const float* l = lse + static_cast<size_t>(b) * num_splits * heads + h;
+    float m = -INFINITY;
+    for (int s = 0; s < num_splits; ++s) m = fmaxf(m, l[static_cast<size_t>(s) * heads]);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.0f;
+    if (m != -INFINITY) {
+        for (int s = 0; s < num_splits; ++s) {
+            const float w = exp2f(l[static_cast<size_t>(s) * heads] - m);
+            wsum += w;
+            const float4 v = reinterpret_cast<const float4*>(
+                o_part + ((static_cast<size_t>(b) * num_splits + s) * heads + h) * TILED_DV)[threadIdx.x];
+            acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+        }
+    }
+    const float inv = wsum > 0.0f ? 1.0f / wsum : 0.0f;
+    __nv_bfloat162* op = reinterpret_cast<__nv_bfloat162*>(out + (static_cast<size_t>(b) * heads + h) * TILED_DV) + 2 * threadIdx.x;
+    op[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+    op[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+}

@@ -1,0 +1,198 @@
+"""The CUDA package's harness (``kernels/packages/sparse_mla_decode_cuda/harness.py``).
+
+On a GPU: a head-tiled and a split-K variant built with nvcc for the GPU's compute capability
+(``kernels.runner.build.nvcc_argv``, as the runner builds them) and launched through the harness
+(CUDA driver API via ctypes) on small inputs of both shapes, with ``-1`` padding, against the
+package reference within the manifest tolerance. Skipped where PyTorch sees no CUDA GPU, the GPU
+cannot run sm_90a code, or nvcc is missing.
+
+Without a GPU: the launch plan (``split_plan``), the shared-memory budget (``tiled_smem_bytes``)
+against the manifest's constraint, and the harness's refusals that come before any driver call."""
+from __future__ import annotations
+
+import math
+import subprocess
+import types
+from pathlib import Path
+
+import pytest
+
+from kernels.runner.package import load_package
+
+# Only the runner (no Django) at import time: the GPU tests run in an engine's Python too.
+CUDA_PACKAGE = Path(__file__).resolve().parents[1] / "packages" / "sparse_mla_decode_cuda"
+HEAD_TILED = {"impl": "head_tiled", "BLOCK_N": 64, "num_warps": 8, "VEC": 8, "STAGES": 2, "NUM_SPLITS": "auto"}
+SPLIT_K = {"impl": "split_k", "BLOCK_N": 32, "num_warps": 8, "VEC": 8, "STAGES": 3, "NUM_SPLITS": "auto"}
+
+
+@pytest.fixture(scope="module")
+def pkg():
+    return load_package(CUDA_PACKAGE)
+
+
+@pytest.fixture(scope="module")
+def harness(pkg):
+    return pkg.load_module(pkg.cuda["harness"])
+
+
+# --------------------------------------------------------------------------------------------
+# CPU: launch plan and shared memory
+# --------------------------------------------------------------------------------------------
+def test_split_plan_fills_one_wave_for_split_k_auto(pkg, harness):
+    flash, v32 = pkg.shape("v4-flash"), pkg.shape("v32")
+    # v4-flash at batch 64: 64 blocks of 64 heads, so 132 SMs take 2 splits of 10 / 2 tiles each
+    for block_n in (32, 64):
+        assert harness.split_plan({**SPLIT_K, "BLOCK_N": block_n}, flash, 64, 132) == (2, 320)
+    # batch 1: 132 blocks would want 132 splits, capped at one BLOCK_N tile per split
+    assert harness.split_plan({**SPLIT_K, "BLOCK_N": 64}, flash, 1, 132) == (10, 64)
+    # v32 has two head tiles: batch 32 is 64 blocks, 2 splits of 1024 tokens; batch 64 fills a wave alone
+    assert harness.split_plan(SPLIT_K, v32, 32, 132) == (2, 1024)
+    assert harness.split_plan(SPLIT_K, v32, 64, 132) == (1, 2048)
+
+
+def test_split_plan_honours_explicit_splits_and_never_leaves_a_split_empty(pkg, harness):
+    flash = pkg.shape("v4-flash")
+    assert harness.split_plan({**SPLIT_K, "BLOCK_N": 64, "NUM_SPLITS": 4}, flash, 64, 132) == (4, 192)
+    # 640 tokens in 64-token tiles: 8 requested splits of 2 tiles each leave only 5 non-empty ones
+    assert harness.split_plan({**SPLIT_K, "BLOCK_N": 64, "NUM_SPLITS": 8}, flash, 1, 132) == (5, 128)
+    with pytest.raises(ValueError, match="NUM_SPLITS"):
+        harness.split_plan({**SPLIT_K, "NUM_SPLITS": 0}, flash, 1, 132)
+    for shape in pkg.shapes:
+        for batch in shape["batches"]:
+            for params in ({**SPLIT_K, "NUM_SPLITS": n} for n in ("auto", 2, 4, 8)):
+                splits, per_split = harness.split_plan(params, shape, batch, 132)
+                assert splits >= 1 and per_split % params["BLOCK_N"] == 0
+                # every split has a token, and together they cover topk
+                assert (splits - 1) * per_split < shape["topk"] <= splits * per_split
+
+
+def test_split_plan_is_one_split_for_head_tiled(pkg, harness):
+    for shape in pkg.shapes:
+        for batch in (1, 64):
+            splits, per_split = harness.split_plan(HEAD_TILED, shape, batch, 132)
+            assert splits == 1 and per_split >= shape["topk"]
+            assert per_split == math.ceil(shape["topk"] / HEAD_TILED["BLOCK_N"]) * HEAD_TILED["BLOCK_N"]
+
+
+def test_tiled_smem_bytes_fits_sm_90_for_every_tiled_variant_of_the_grid(harness):
+    assert harness.MAX_SHARED_BYTES == 232448
+    assert harness.tiled_smem_bytes(576, 64, 2) <= harness.MAX_SHARED_BYTES
+    assert harness.tiled_smem_bytes(576, 32, 4) <= harness.MAX_SHARED_BYTES
+    assert harness.tiled_smem_bytes(576, 64, 3) > harness.MAX_SHARED_BYTES
+    # the q tile plus the ring dominate: 64 heads x d_qk and STAGES x BLOCK_N rows, bf16
+    assert harness.tiled_smem_bytes(512, 32, 2) > (64 + 2 * 32) * 512 * 2
+    assert harness.tiled_smem_bytes(576, 32, 2) > harness.tiled_smem_bytes(512, 32, 2)
+    # the manifest's shared-memory constraint admits exactly the tiled variants the harness can launch
+    pytest.importorskip("pydantic")  # the control plane's manifest validation
+    from kernels.manifest import grid_expand, manifest_load
+
+    manifest = manifest_load(CUDA_PACKAGE)
+    tiled = [v for v in grid_expand(manifest).variants if v["impl"] != "baseline"]
+    assert tiled
+    for v in tiled:
+        assert harness.tiled_smem_bytes(576, v["BLOCK_N"], v["STAGES"]) <= harness.MAX_SHARED_BYTES, v
+    pruned = [(bn, st) for bn in manifest.grid["BLOCK_N"] if bn in (32, 64) for st in manifest.grid["STAGES"]
+              if st >= 2 and not any(v["BLOCK_N"] == bn and v["STAGES"] == st for v in tiled)]
+    assert pruned and all(harness.tiled_smem_bytes(576, bn, st) > harness.MAX_SHARED_BYTES for bn, st in pruned)
+
+
+def test_launch_refuses_what_the_tiled_kernels_cannot_take_before_any_driver_call(pkg, harness, monkeypatch):
+    """Shape and parameter checks raise ValueError before the module is loaded; the CUDA stream
+    query that precedes them is replaced, so this needs no GPU."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0))
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the harness reached the driver for a launch it should have refused")
+
+    monkeypatch.setattr(harness, "_function", loaded)
+    monkeypatch.setattr(harness, "_sm_count", loaded)
+    small = dict(pkg.shape("v4-flash"), kv_len=1024)
+    inputs = harness.make_inputs(small, 1, "cpu", 0)
+    with pytest.raises(ValueError, match="cubin"):
+        harness.launch(HEAD_TILED, inputs)
+    with pytest.raises(ValueError, match="heads % 64 == 0"):
+        harness.launch(dict(HEAD_TILED, cubin="k.cubin"), harness.make_inputs(dict(small, heads=32), 1, "cpu", 0))
+    with pytest.raises(ValueError, match="impl must be"):
+        harness.launch(dict(HEAD_TILED, impl="wide", cubin="k.cubin"), inputs)
+    wide = harness.make_inputs(dict(pkg.shape("v32"), kv_len=2048), 1, "cpu", 0)
+    with pytest.raises(ValueError, match="shared memory"):
+        harness.launch(dict(SPLIT_K, BLOCK_N=64, STAGES=3, cubin="k.cubin"), wide)
+
+
+# --------------------------------------------------------------------------------------------
+# GPU: build with nvcc, launch through the harness, compare with the reference
+# --------------------------------------------------------------------------------------------
+def _gpu_cc():
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_capability(0)
+
+
+@pytest.fixture(scope="module")
+def built(pkg, tmp_path_factory):
+    """``{impl: cubin path}`` for HEAD_TILED and SPLIT_K, built for the GPU's cc."""
+    from kernels.runner.build import find_tool, nvcc_argv
+
+    cc = _gpu_cc()
+    if cc is None:
+        pytest.skip("no CUDA GPU visible to PyTorch")
+    if cc != (9, 0):
+        pytest.skip(f"the tiled kernels are sm_90a code (wgmma); this GPU is compute capability {cc[0]}.{cc[1]}")
+    nvcc = find_tool("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed (CUDA toolkit)")
+    out_dir = tmp_path_factory.mktemp("cuda-harness")
+    cubins = {}
+    for params in (HEAD_TILED, SPLIT_K):
+        cubin = out_dir / f"{params['impl']}.cubin"
+        argv = nvcc_argv(pkg, params, cc[0] * 10 + cc[1], nvcc, cubin)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=pkg.root)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        cubins[params["impl"]] = str(cubin)
+    return cubins
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", [HEAD_TILED, SPLIT_K, dict(SPLIT_K, NUM_SPLITS=4)],
+                         ids=["head_tiled", "split_k-auto", "split_k-4"])
+@pytest.mark.parametrize("shape_name", ["v4-flash", "v32"])
+def test_the_tiled_kernels_match_the_reference_through_the_harness(pkg, harness, built, params, shape_name):
+    import torch
+
+    from kernels.runner.bench import compare
+
+    reference = pkg.reference_fn()
+    shape = dict(pkg.shape(shape_name), kv_len=4096)
+    inputs = harness.make_inputs(shape, 3, "cuda", 7, padding=100)
+    assert bool((inputs["indices"] == -1).any())
+    out = harness.launch(dict(params, cubin=built[params["impl"]]), inputs)
+    torch.cuda.synchronize()
+    assert out is inputs["out"] and tuple(out.shape) == (3, shape["heads"], shape["d_v"])
+    ok, max_abs, _, reason = compare(torch, out, reference(inputs), pkg.tolerance["atol"], pkg.tolerance["rtol"])
+    assert ok, f"{params} on {shape_name}: {reason}"
+
+
+@pytest.mark.gpu
+def test_a_request_with_only_padding_gives_zeros(pkg, harness, built):
+    import torch
+
+    shape = dict(pkg.shape("v4-flash"), kv_len=4096)
+    inputs = harness.make_inputs(shape, 2, "cuda", 3, padding=shape["topk"])
+    assert bool((inputs["indices"] == -1).all())
+    for params in (HEAD_TILED, SPLIT_K):
+        inputs["out"].fill_(1.0)
+        out = harness.launch(dict(params, cubin=built[params["impl"]]), inputs)
+        torch.cuda.synchronize()
+        assert bool((out == 0).all()), params["impl"]
+
+
+@pytest.mark.gpu
+def test_the_harness_refuses_heads_not_a_multiple_of_64_on_the_gpu(pkg, harness, built):
+    inputs = harness.make_inputs(dict(pkg.shape("v4-flash"), heads=32, kv_len=1024), 1, "cuda", 0)
+    with pytest.raises(ValueError, match="heads % 64 == 0"):
+        harness.launch(dict(HEAD_TILED, cubin=built["head_tiled"]), inputs)
