@@ -3,26 +3,29 @@
 //
 // One block of 256 threads (two warp groups) serves 64 heads of one request (the wgmma M) over one
 // split of its selected tokens. Per tile of BLOCK_N selected rows:
-//   1. every thread gathers 16-byte chunks of the rows BLOCK_N tiles ahead with cp.async into a
-//      STAGES-deep ring (rows stored 128-byte swizzled, the layout wgmma reads without bank
-//      conflicts; a -1 index zero-fills its row and is masked);
-//   2. warp group w scores its half of the tile, S_w[64 x BLOCK_N/2] = q . k^T over all d_qk
-//      columns (q and the rows both read from shared memory by wgmma);
-//   3. the two halves' row maxima meet in shared memory; each group forms P_w = exp2(S_w - m)
-//      (fp32, base-2 online softmax) and writes it as bf16 into one shared P tile [64 x BLOCK_N];
-//   4. warp group w accumulates O_w[64 x 256] += P . V[:, 256w : 256w + 256], V being the first
-//      d_v columns of the same gathered rows (read transposed by wgmma): the q.k products are
-//      computed once per block and the fp32 output accumulator (64 x 512) is split in two halves
-//      of 128 registers a thread.
-// Every selected row is read from HBM once per 64-head tile (V3.2's 128 heads: the two head tiles
-// of a request are neighbouring blocks, the second one reads the rows from L2).
+//   * warp group 1 gathers the rows STAGES - 1 tiles ahead: 16-byte cp.async copies into a
+//     STAGES-deep ring, each row stored 128-byte swizzled (the layout wgmma reads without bank
+//     conflicts); a -1 index zero-fills its row and is masked. The row ids are read one tile ahead.
+//   * meanwhile warp group 0 scores the whole tile, S[64 x BLOCK_N] = q . k^T over all d_qk columns
+//     (wgmma m64nBLOCK_Nk16, q and the rows read from shared memory), runs the fp32 online softmax
+//     in base 2 and writes P = exp2(S - m) as bf16 into a shared P tile and each row's rescale
+//     factor into shared memory;
+//   * then warp group w accumulates O_w[64 x 256] += P . V[:, 256w : 256w + 256], V being the
+//     first d_v columns of the same gathered rows (read transposed by wgmma m64n256k16).
+// q.k^T is computed once per block, the fp32 output accumulator (64 x 512) is split in two halves
+// of 128 registers a thread, and every selected row is gathered once per 64-head tile (V3.2's 128
+// heads: the two head tiles of a request are neighbouring blocks; the second reads the rows from L2).
 //
 // Layout: q [batch, heads, D_QK] bf16, kv [rows, D_QK] bf16, indices [batch, topk] int32 (-1 =
 // padding), out [batch, heads, 512] bf16; split-K: o_part [batch, splits, heads, 512] fp32 (each
 // split's normalised output) and lse [batch, splits, heads] fp32 (base-2 log-sum-exp of the scaled
 // scores, -inf for a split with no valid row). heads must be a multiple of 64; d_v is 512.
 // Grid: x = head_tiles * num_splits (head tile fastest), y = batch. Dynamic shared memory:
-// tiled_smem_bytes(D_QK). Needs sm_90a (wgmma).
+// TILED_SMEM_BYTES(D_QK) (harness.tiled_smem_bytes). Needs sm_90a (wgmma).
+//
+// Compile-time switches for measuring the loop (tuning/ablate.py; results are wrong with them):
+// ABL_NO_LOAD (no gather after the prologue), ABL_NO_QK / ABL_NO_PV (one wgmma instead of the
+// product's chain), ABL_TIMING (block (0, 0)'s SM clocks per phase written over its output).
 #pragma once
 #include <cuda_bf16.h>
 #include <math.h>
@@ -73,15 +76,15 @@ __device__ __forceinline__ uint32_t sw128_offset(int row, int chunk) {
     return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
 }
 
-template <int NQ>
+template <int N>
 struct QkMma;
-template <>
-struct QkMma<16> {
-    static __device__ __forceinline__ void run(float (&d)[8], uint64_t a, uint64_t b, int s) { wgmma_m64n16k16_ss(d, a, b, s); }
-};
 template <>
 struct QkMma<32> {
     static __device__ __forceinline__ void run(float (&d)[16], uint64_t a, uint64_t b, int s) { wgmma_m64n32k16_ss(d, a, b, s); }
+};
+template <>
+struct QkMma<64> {
+    static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, int s) { wgmma_m64n64k16_ss(d, a, b, s); }
 };
 
 template <int D_QK>
@@ -93,8 +96,8 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
     constexpr int CHUNKS = D_QK / 8;             // 16-byte chunks of a row
     constexpr int Q_BYTES = HEAD_TILE * D_QK * 2;
     constexpr int STAGE_BYTES = BLOCK_N * D_QK * 2;
-    constexpr int NQ = BLOCK_N / 2;              // tokens each warp group scores per tile
-    constexpr int SREG = NQ / 2;                 // fp32 score registers a thread (m64nNQ)
+    constexpr int SREG = BLOCK_N / 2;            // fp32 score registers a thread of warp group 0 (m64nBLOCK_N)
+    constexpr int ROWS_PER_WARP = BLOCK_N / 4;   // rows of a tile each warp of warp group 1 gathers
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = smem_addr(smem_raw);
@@ -103,8 +106,8 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
     const uint32_t q_s = base;
     const uint32_t kv_s = q_s + Q_BYTES;
     const uint32_t p_s = kv_s + STAGES * STAGE_BYTES;
-    float* red_max = reinterpret_cast<float*>(gbase + (p_s - base) + HEAD_TILE * 128);   // [2][64]
-    float* red_sum = red_max + 2 * HEAD_TILE;                                            // [2][64]
+    float* alpha_s = reinterpret_cast<float*>(gbase + (p_s - base) + HEAD_TILE * 128);   // [64] (+64 spare)
+    float* red_sum = alpha_s + 2 * HEAD_TILE;                                            // [64] (+64 spare)
     int* tok_ok = reinterpret_cast<int*>(red_sum + 2 * HEAD_TILE);                       // [STAGES][BLOCK_N]
 
     const int tid = threadIdx.x;
@@ -120,22 +123,14 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
     const int n_tiles = t_end > t_begin ? (t_end - t_begin + BLOCK_N - 1) / BLOCK_N : 0;
     const int* idx = indices + static_cast<size_t>(b) * topk;
 
-    // q tile: 64 heads x D_QK, swizzled column blocks of 64 rows x 128 bytes
-    for (int id = tid; id < HEAD_TILE * CHUNKS; id += TILED_THREADS) {
-        const int r = id / CHUNKS, c = id - r * CHUNKS;
-        const __nv_bfloat16* src = q + (static_cast<size_t>(b) * heads + h0 + r) * D_QK + c * 8;
-        cp_async_16(q_s + (c >> 3) * (HEAD_TILE * 128) + sw128_offset(r, c & 7), src, 16);
-    }
-    // Gather of one tile: warp wq copies rows wq, wq + 8, ...; its lanes take the row's 16-byte
-    // chunks. The row ids of a tile are read one tile ahead (fetch_rows), so no copy waits on an
-    // index load.
-    constexpr int ROWS_PER_WARP = BLOCK_N / 8;
-    const int wq = tid / 32;
+    // Warp group 1 gathers: its warp wq copies rows wq, wq + 4, ... of a tile, the lanes taking a
+    // row's 16-byte chunks; the row ids are read one tile ahead so no copy waits on an index load.
+    const int wq = (tid % 128) / 32;
     auto fetch_rows = [&](int tile, int (&rows)[ROWS_PER_WARP]) {
         const int t0 = t_begin + tile * BLOCK_N;
 #pragma unroll
         for (int j = 0; j < ROWS_PER_WARP; ++j) {
-            const int tok = t0 + wq + 8 * j;
+            const int tok = t0 + wq + 4 * j;
             rows[j] = (tile < n_tiles && tok < t_end) ? __ldg(idx + tok) : -1;
         }
     };
@@ -143,7 +138,7 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
         const uint32_t dst0 = kv_s + stage * STAGE_BYTES;
 #pragma unroll
         for (int j = 0; j < ROWS_PER_WARP; ++j) {
-            const int r = wq + 8 * j;
+            const int r = wq + 4 * j;
             const int row = rows[j];
             const __nv_bfloat16* src_row = kv + static_cast<size_t>(row < 0 ? 0 : row) * D_QK;
 #pragma unroll
@@ -156,16 +151,28 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
             if (lane == 0) tok_ok[stage * BLOCK_N + r] = row >= 0;
         }
     };
+
+    // prologue: warp group 0 loads the q tile (64 heads x D_QK, swizzled column blocks of 64 rows
+    // x 128 bytes), warp group 1 the first STAGES - 1 tiles
     int rows_next[ROWS_PER_WARP];
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < n_tiles) {
-            fetch_rows(s, rows_next);
-            load_tile(s, rows_next);
+    if (wg == 0) {
+        for (int id = tid; id < HEAD_TILE * CHUNKS; id += 128) {
+            const int r = id / CHUNKS, c = id - r * CHUNKS;
+            const __nv_bfloat16* src = q + (static_cast<size_t>(b) * heads + h0 + r) * D_QK + c * 8;
+            cp_async_16(q_s + (c >> 3) * (HEAD_TILE * 128) + sw128_offset(r, c & 7), src, 16);
         }
         cp_async_commit();
+    } else {
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < n_tiles) {
+                fetch_rows(s, rows_next);
+                load_tile(s, rows_next);
+            }
+            cp_async_commit();
+        }
+        fetch_rows(STAGES - 1, rows_next);
     }
-    fetch_rows(STAGES - 1, rows_next);
 
     float o[128];
 #pragma unroll
@@ -173,97 +180,105 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
     float m_run[2] = {-INFINITY, -INFINITY};
     float l_run[2] = {0.0f, 0.0f};
 
+#ifdef ABL_TIMING
+    long long phase[7] = {0, 0, 0, 0, 0, 0, 0};
+    long long tprev = clock64();
+#define ABL_MARK(i) do { const long long tnow = clock64(); phase[i] += tnow - tprev; tprev = tnow; } while (0)
+#else
+#define ABL_MARK(i) do { } while (0)
+#endif
     for (int it = 0; it < n_tiles; ++it) {
-        cp_async_wait<STAGES - 2>();
+        // warp group 0 waits for q (first pass only), warp group 1 for tile `it`
+        if (wg == 0) cp_async_wait<0>(); else cp_async_wait<STAGES - 2>();
         fence_async_shared();
+        ABL_MARK(0);
         __syncthreads();   // tile `it` is in; every thread is done with tile it - 1 (its stage and P)
+        ABL_MARK(1);
         const int stage = it % STAGES;
         const uint32_t kv_t = kv_s + stage * STAGE_BYTES;
 
-        // 2. S_w = q . k^T for this warp group's NQ rows of the tile (asynchronous: the next
-        //    tile's gather is issued while the tensor cores work)
-        float s[SREG];
-        wgmma_fence();
+        if (wg == 0) {
+            // S = q . k^T over the whole tile, then the online softmax (base 2) and P (bf16)
+            float s[SREG];
+            wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < D_QK / 16; ++kk) {
-            const uint64_t da = sw128_desc(q_s + (kk >> 2) * (HEAD_TILE * 128) + (kk & 3) * 32, 16, 1024);
-            const uint64_t db = sw128_desc(kv_t + (kk >> 2) * (BLOCK_N * 128) + wg * NQ * 128 + (kk & 3) * 32, 16, 1024);
+            for (int kk = 0; kk < D_QK / 16; ++kk) {
+                const uint64_t da = sw128_desc(q_s + (kk >> 2) * (HEAD_TILE * 128) + (kk & 3) * 32, 16, 1024);
+                const uint64_t db = sw128_desc(kv_t + (kk >> 2) * (BLOCK_N * 128) + (kk & 3) * 32, 16, 1024);
 #ifndef ABL_NO_QK
-            QkMma<NQ>::run(s, da, db, kk > 0 ? 1 : 0);
+                QkMma<BLOCK_N>::run(s, da, db, kk > 0 ? 1 : 0);
 #else
-            if (kk == 0) QkMma<NQ>::run(s, da, db, 0);
+                if (kk == 0) QkMma<BLOCK_N>::run(s, da, db, 0);
 #endif
-        }
-        wgmma_commit();
-        {
+            }
+            wgmma_commit();
+            ABL_MARK(2);
+            wgmma_wait<0>();
+            ABL_MARK(3);
+            const int* ok = tok_ok + stage * BLOCK_N;
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int i = 0; i < BLOCK_N / 8; ++i) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const bool valid = ok[8 * i + 2 * (lane & 3) + e] != 0;
+                    s[4 * i + e] = valid ? s[4 * i + e] * sm_scale_log2 : -INFINITY;
+                    s[4 * i + 2 + e] = valid ? s[4 * i + 2 + e] * sm_scale_log2 : -INFINITY;
+                    mx[0] = fmaxf(mx[0], s[4 * i + e]);
+                    mx[1] = fmaxf(mx[1], s[4 * i + 2 + e]);
+                }
+            }
+            float m_use[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float m_new = fmaxf(m_run[r], mx[r]);
+                m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
+                const float alpha = exp2f(m_run[r] - m_use[r]);
+                m_run[r] = m_new;
+                l_run[r] *= alpha;
+                if ((lane & 3) == 0) alpha_s[row0 + 8 * r] = alpha;
+            }
+            ABL_MARK(4);
+            unsigned char* p_g = gbase + (p_s - base);
+#pragma unroll
+            for (int i = 0; i < BLOCK_N / 8; ++i) {
+                const int col = 8 * i + 2 * (lane & 3);   // token within the tile (even)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float p0 = exp2f(s[4 * i + 2 * r] - m_use[r]);
+                    const float p1 = exp2f(s[4 * i + 2 * r + 1] - m_use[r]);
+                    l_run[r] += p0 + p1;
+                    const int row = row0 + 8 * r;
+                    *reinterpret_cast<__nv_bfloat162*>(p_g + sw128_offset(row, col >> 3) + (col & 7) * 2) =
+                        __floats2bfloat162_rn(p0, p1);
+                }
+            }
+            fence_async_shared();
+        } else {
+            // the next tile's gather, issued while warp group 0 scores this one
             const int next = it + STAGES - 1;
 #ifndef ABL_NO_LOAD
             if (next < n_tiles) load_tile(next % STAGES, rows_next);
 #endif
             cp_async_commit();
             fetch_rows(next + 1, rows_next);
+            ABL_MARK(2);
         }
-        wgmma_wait<0>();
-
-        // 3. online softmax over the whole tile (both halves), base 2
-        const int* ok = tok_ok + stage * BLOCK_N + wg * NQ;
-        float mx[2] = {-INFINITY, -INFINITY};
+        __syncthreads();   // P and the rescale factors are complete
+        ABL_MARK(5);
+        {
+            const float a0 = alpha_s[row0], a1 = alpha_s[row0 + 8];
 #pragma unroll
-        for (int i = 0; i < NQ / 8; ++i) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const bool valid = ok[8 * i + 2 * (lane & 3) + e] != 0;
-                s[4 * i + e] = valid ? s[4 * i + e] * sm_scale_log2 : -INFINITY;
-                s[4 * i + 2 + e] = valid ? s[4 * i + 2 + e] * sm_scale_log2 : -INFINITY;
-                mx[0] = fmaxf(mx[0], s[4 * i + e]);
-                mx[1] = fmaxf(mx[1], s[4 * i + 2 + e]);
+            for (int i = 0; i < 32; ++i) {
+                o[4 * i + 0] *= a0;
+                o[4 * i + 1] *= a0;
+                o[4 * i + 2] *= a1;
+                o[4 * i + 3] *= a1;
             }
         }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        }
-        if ((lane & 3) == 0) {
-            red_max[wg * HEAD_TILE + row0] = mx[0];
-            red_max[wg * HEAD_TILE + row0 + 8] = mx[1];
-        }
-        __syncthreads();
-        float alpha[2], m_use[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = row0 + 8 * r;
-            const float m_new = fmaxf(m_run[r], fmaxf(red_max[row], red_max[HEAD_TILE + row]));
-            m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
-            alpha[r] = exp2f(m_run[r] - m_use[r]);
-            m_run[r] = m_new;
-            l_run[r] *= alpha[r];
-        }
-        unsigned char* p_g = gbase + (p_s - base);
-#pragma unroll
-        for (int i = 0; i < NQ / 8; ++i) {
-            const int col = wg * NQ + 8 * i + 2 * (lane & 3);   // token within the tile (even)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const float p0 = exp2f(s[4 * i + 2 * r] - m_use[r]);
-                const float p1 = exp2f(s[4 * i + 2 * r + 1] - m_use[r]);
-                l_run[r] += p0 + p1;
-                const int row = row0 + 8 * r;
-                __nv_bfloat162 pk = __floats2bfloat162_rn(p0, p1);
-                *reinterpret_cast<__nv_bfloat162*>(p_g + sw128_offset(row, col >> 3) + (col & 7) * 2) = pk;
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            o[4 * i + 0] *= alpha[0];
-            o[4 * i + 1] *= alpha[0];
-            o[4 * i + 2] *= alpha[1];
-            o[4 * i + 3] *= alpha[1];
-        }
-        fence_async_shared();
-        __syncthreads();   // P complete
-
-        // 4. O_w += P . V[:, 256 wg : 256 wg + 256]
+        // O_w += P . V[:, 256 wg : 256 wg + 256]
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
@@ -277,26 +292,30 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
         }
         wgmma_commit();
         wgmma_wait<0>();
+        ABL_MARK(6);
     }
     cp_async_wait<0>();
 
-    // row sums: this thread's columns -> its quad -> both warp groups
+    // row sums: warp group 0's threads -> their quad -> shared memory for both groups
+    if (wg == 0) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-    }
-    __syncthreads();
-    if ((lane & 3) == 0) {
-        red_sum[wg * HEAD_TILE + row0] = l_run[0];
-        red_sum[wg * HEAD_TILE + row0 + 8] = l_run[1];
+        for (int r = 0; r < 2; ++r) {
+            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+            l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+        }
+        if ((lane & 3) == 0) {
+            red_sum[row0] = l_run[0];
+            red_sum[row0 + 8] = l_run[1];
+            alpha_s[HEAD_TILE + row0] = m_run[0];
+            alpha_s[HEAD_TILE + row0 + 8] = m_run[1];
+        }
     }
     __syncthreads();
     const int dv0 = wg * 256 + 2 * (lane & 3);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int row = row0 + 8 * r;
-        const float l = red_sum[row] + red_sum[HEAD_TILE + row];
+        const float l = red_sum[row];
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         const size_t h = static_cast<size_t>(b) * heads + h0 + row;
         if (num_splits == 1) {
@@ -311,9 +330,18 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
 #pragma unroll
             for (int i = 0; i < 32; ++i)
                 *reinterpret_cast<float2*>(op + 8 * i) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
-            if (wg == 0 && (lane & 3) == 0) lse[ph] = l > 0.0f ? m_run[r] + log2f(l) : -INFINITY;
+            if (wg == 0 && (lane & 3) == 0) lse[ph] = l > 0.0f ? alpha_s[HEAD_TILE + row] + log2f(l) : -INFINITY;
         }
     }
+#ifdef ABL_TIMING
+    // per-phase SM clocks of block (0, 0), written over its output (the numbers are wrong then)
+    __syncthreads();
+    if (blockIdx.x == 0 && blockIdx.y == 0 && (tid == 0 || tid == 128)) {
+        long long* dst = reinterpret_cast<long long*>(num_splits == 1 ? static_cast<void*>(out) : static_cast<void*>(o_part));
+        for (int i = 0; i < 7; ++i) dst[(tid / 128) * 8 + i] = phase[i];
+        dst[(tid / 128) * 8 + 7] = n_tiles;
+    }
+#endif
 }
 
 #define TILED_ARGS                                                                                              \

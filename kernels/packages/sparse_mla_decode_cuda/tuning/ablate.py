@@ -1,3 +1,14 @@
+"""Time tiled variants of the CUDA package with parts of the loop compiled out, on one GPU.
+
+    python3 kernels/packages/sparse_mla_decode_cuda/tuning/ablate.py "" ABL_NO_LOAD ABL_TIMING ...
+
+Each argument is a comma-separated list of defines (``""``: none); for each, five configurations
+(V3.2 batch 64 head_tiled, V3.2 batch 32 split 2, V4-Flash batch 64 split 2 and head_tiled,
+V4-Flash batch 32 split 4) are built with nvcc and timed as the bench does (CUDA graph over six
+rotated input sets). With ``ABL_TIMING`` the head_tiled runs also print block (0, 0)'s SM clocks
+per tile and phase for each warp group. The outputs are wrong with any ``ABL_`` define: these
+numbers say where the loop's time goes, they are not results.
+"""
 import sys, subprocess, torch
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
@@ -37,4 +48,12 @@ for flags in extra:
         for _ in range(20): g.replay()
         e1.record(); torch.cuda.synchronize()
         us = e0.elapsed_time(e1) * 1e3 / 20 / len(sets[key])
+        if "ABL_TIMING" in fl and params["impl"] == "head_tiled":
+            ph = sets[key][0]["out"].view(torch.int64).flatten()[:16].tolist()
+            names = {0: ["wait q/tile", "barrier", "q.k issue", "q.k wait", "max", "P + barrier", "rescale + p.v"],
+                     1: ["wait tile", "barrier", "gather issue", "-", "-", "barrier", "rescale + p.v"]}
+            for w in (0, 1):
+                n = max(ph[8 * w + 7], 1)
+                print(f"   warp group {w}, block 0, {n} tiles, clocks per tile: " +
+                      ", ".join(f"{nm} {ph[8 * w + i] / n:.0f}" for i, nm in enumerate(names[w]) if nm != "-"), flush=True)
         print(f"{flags or 'full':28s} {shape_name:9s} b{batch:<3d} {params['impl']:10s} S{params['NUM_SPLITS']!s:5s} {us:8.1f} us", flush=True)
