@@ -434,17 +434,31 @@ def _bench_module(package: Package):
     nvcc = find_tool("nvcc")
     workdir = Path(tempfile.mkdtemp(prefix="ceiling-cubin-"))
 
+    failures: dict[str, str] = {}
+
     def build(variant) -> tuple[Path, str | None]:
-        """The variant's cubin path and, if nvcc failed, its message (built once per workdir)."""
-        cubin = workdir / ("v" + re.sub(r"[^A-Za-z0-9_-]", "_", str(variant["variant_id"])) + ".cubin")
+        """The variant's cubin path and, if it could not be built, why (built, or refused, once per
+        workdir: the result is remembered). nvcc writes to a temporary name that is renamed only
+        after it succeeds, so a cubin on disk is always complete."""
+        stem = "v" + re.sub(r"[^A-Za-z0-9_-]", "_", str(variant["variant_id"]))
+        cubin = workdir / (stem + ".cubin")
         if nvcc is None:
             return cubin, "nvcc not found: cannot build the cubin"
+        if stem in failures:
+            return cubin, failures[stem]
         if not cubin.exists():
-            proc = subprocess.run(nvcc_argv(package, variant["params"], cc, nvcc, cubin), capture_output=True,
-                                  text=True, timeout=900, cwd=package.root)
+            partial = workdir / (stem + ".partial.cubin")
+            try:
+                proc = subprocess.run(nvcc_argv(package, variant["params"], cc, nvcc, partial), capture_output=True,
+                                      text=True, timeout=900, cwd=package.root)
+            except (ValueError, OSError, subprocess.TimeoutExpired) as exc:
+                failures[stem] = f"nvcc could not run: {type(exc).__name__}: {exc}"[:1600]
+                return cubin, failures[stem]
             if proc.returncode != 0:
-                cubin.unlink(missing_ok=True)
-                return cubin, f"nvcc failed: {proc.stderr.strip()[-1500:]}"
+                partial.unlink(missing_ok=True)
+                failures[stem] = f"nvcc failed: {proc.stderr.strip()[-1500:]}"
+                return cubin, failures[stem]
+            partial.replace(cubin)
         return cubin, None
 
     def run_for(variant):

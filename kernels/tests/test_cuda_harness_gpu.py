@@ -7,7 +7,8 @@ package reference within the manifest tolerance. Skipped where PyTorch sees no C
 cannot run sm_90a code, or nvcc is missing.
 
 Without a GPU: the launch plan (``split_plan``), the shared-memory budget (``tiled_smem_bytes``)
-against the manifest's constraint, and the harness's refusals that come before any driver call."""
+against the manifest's constraint, the harness's refusals that come before any driver call, and
+its inputs being the Triton package's value for value."""
 from __future__ import annotations
 
 import math
@@ -96,9 +97,31 @@ def test_tiled_smem_bytes_fits_sm_90_for_every_tiled_variant_of_the_grid(harness
     assert pruned and all(harness.tiled_smem_bytes(576, bn, st) > harness.MAX_SHARED_BYTES for bn, st in pruned)
 
 
+def test_launch_refuses_tensors_the_kernels_cannot_read_before_any_driver_call(pkg, harness, monkeypatch):
+    """dtype, layout, device and shape checks raise ValueError before anything touches CUDA."""
+    torch = pytest.importorskip("torch")
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the harness reached the driver for a launch it should have refused")
+
+    monkeypatch.setattr(harness, "_function", loaded)
+    small = dict(pkg.shape("v4-flash"), kv_len=1024)
+    inputs = harness.make_inputs(small, 2, "cpu", 0)
+    with pytest.raises(ValueError, match="one CUDA device"):
+        harness.launch(dict(HEAD_TILED, cubin="k.cubin"), inputs)
+    for field, bad, message in (("indices", inputs["indices"].long(), "torch.int32"),
+                                ("q", inputs["q"].float(), "torch.bfloat16"),
+                                ("kv", inputs["kv"].t(), "contiguous"),
+                                ("out", inputs["out"][:, :, :256].contiguous(), r"must be \[batch, heads, d_v\]"),
+                                ("kv", inputs["kv"][:, :256].contiguous(), "shapes do not fit")):
+        with pytest.raises(ValueError, match=message):
+            harness._check_inputs(torch, *[bad if f == field else inputs[f] for f in ("q", "kv", "indices", "out")],
+                                  inputs["d_v"])
+
+
 def test_launch_refuses_what_the_tiled_kernels_cannot_take_before_any_driver_call(pkg, harness, monkeypatch):
-    """Shape and parameter checks raise ValueError before the module is loaded; the CUDA stream
-    query that precedes them is replaced, so this needs no GPU."""
+    """Shape and parameter checks of the launch itself raise ValueError before the module is
+    loaded; the CUDA stream query is replaced, so this needs no GPU."""
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0))
 
@@ -110,14 +133,38 @@ def test_launch_refuses_what_the_tiled_kernels_cannot_take_before_any_driver_cal
     small = dict(pkg.shape("v4-flash"), kv_len=1024)
     inputs = harness.make_inputs(small, 1, "cpu", 0)
     with pytest.raises(ValueError, match="cubin"):
-        harness.launch(HEAD_TILED, inputs)
+        harness._launch_variant(torch, HEAD_TILED, inputs)
     with pytest.raises(ValueError, match="heads % 64 == 0"):
-        harness.launch(dict(HEAD_TILED, cubin="k.cubin"), harness.make_inputs(dict(small, heads=32), 1, "cpu", 0))
+        harness._launch_variant(torch, dict(HEAD_TILED, cubin="k.cubin"),
+                                harness.make_inputs(dict(small, heads=32), 1, "cpu", 0))
     with pytest.raises(ValueError, match="impl must be"):
-        harness.launch(dict(HEAD_TILED, impl="wide", cubin="k.cubin"), inputs)
+        harness._launch_variant(torch, dict(HEAD_TILED, impl="wide", cubin="k.cubin"), inputs)
     wide = harness.make_inputs(dict(pkg.shape("v32"), kv_len=2048), 1, "cpu", 0)
     with pytest.raises(ValueError, match="shared memory"):
-        harness.launch(dict(SPLIT_K, BLOCK_N=64, STAGES=3, cubin="k.cubin"), wide)
+        harness._launch_variant(torch, dict(SPLIT_K, BLOCK_N=64, STAGES=3, cubin="k.cubin"), wide)
+    with pytest.raises(ValueError, match="d_qk <= 1024"):
+        harness._launch_variant(torch, {"impl": "baseline", "num_warps": 4, "cubin": "k.cubin"},
+                                harness.make_inputs(dict(small, d_qk=1088, d_v=512), 1, "cpu", 0))
+
+
+def test_split_plan_of_an_empty_selection_is_one_empty_split(harness):
+    assert harness.split_plan({"impl": "split_k", "BLOCK_N": 64}, {"topk": 0, "heads": 64}, 4, 132) == (1, 0)
+
+
+def test_its_inputs_are_the_triton_packages_value_for_value(pkg, harness):
+    """Both packages are benchmarked on the same tensors (same generator and draw order), so their
+    stored rows compare one to one; the CUDA package keeps its own copy (an exported job carries
+    only its own sources)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    flagship = load_package(CUDA_PACKAGE.parent / "sparse_mla_decode").load_module("kernel.py")
+    for name in ("v4-flash", "v32"):
+        shape = dict(pkg.shape(name), kv_len=pkg.shape(name)["topk"] * 2)
+        ours = harness.make_rotation(shape, 3, "cpu", 5, 2, padding=7)
+        theirs = flagship.make_rotation(shape, 3, "cpu", 5, 2, padding=7)
+        for a, b in zip(ours, theirs):
+            assert all(torch.equal(a[k], b[k]) for k in ("q", "kv", "indices"))
+            assert a["sm_scale"] == b["sm_scale"] and a["d_v"] == b["d_v"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,9 +180,17 @@ def _gpu_cc():
     return torch.cuda.get_device_capability(0)
 
 
+TILED_PAIRS = [(32, 2), (32, 3), (32, 4), (64, 2)]   # every (BLOCK_N, STAGES) the grid allows
+
+
+def _key(params):
+    return (params["impl"], params["BLOCK_N"], params["STAGES"])
+
+
 @pytest.fixture(scope="module")
 def built(pkg, tmp_path_factory):
-    """``{impl: cubin path}`` for HEAD_TILED and SPLIT_K, built for the GPU's cc."""
+    """``{(impl, BLOCK_N, STAGES): cubin path}`` for both tiled impls at every pair, built for the
+    GPU's cc."""
     from kernels.runner.build import find_tool, nvcc_argv
 
     cc = _gpu_cc()
@@ -148,13 +203,39 @@ def built(pkg, tmp_path_factory):
         pytest.skip("nvcc is not installed (CUDA toolkit)")
     out_dir = tmp_path_factory.mktemp("cuda-harness")
     cubins = {}
-    for params in (HEAD_TILED, SPLIT_K):
-        cubin = out_dir / f"{params['impl']}.cubin"
-        argv = nvcc_argv(pkg, params, cc[0] * 10 + cc[1], nvcc, cubin)
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=pkg.root)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        cubins[params["impl"]] = str(cubin)
+    for impl in ("head_tiled", "split_k"):
+        for bn, st in TILED_PAIRS:
+            params = dict(HEAD_TILED, impl=impl, BLOCK_N=bn, STAGES=st)
+            cubin = out_dir / f"{impl}-{bn}-{st}.cubin"
+            argv = nvcc_argv(pkg, params, cc[0] * 10 + cc[1], nvcc, cubin)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=pkg.root)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            cubins[_key(params)] = str(cubin)
     return cubins
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pair", TILED_PAIRS, ids=lambda p: f"BLOCK_N{p[0]}-STAGES{p[1]}")
+@pytest.mark.parametrize("topk, splits", [(100, "auto"), (1000, 3), (1000, "auto")])
+@pytest.mark.parametrize("shape_name", ["v4-flash", "v32"])
+def test_ragged_selections_match_the_reference_at_every_tile_and_ring_size(pkg, harness, built, pair, topk, splits,
+                                                                             shape_name):
+    """topk not a multiple of the tile (the last tile of a split is partly past its end), with
+    padding, for both implementations at every (BLOCK_N, STAGES) the grid allows."""
+    import torch
+
+    from kernels.runner.bench import compare
+
+    reference = pkg.reference_fn()
+    shape = dict(pkg.shape(shape_name), topk=topk, kv_len=2048)
+    inputs = harness.make_inputs(shape, 3, "cuda", 13, padding=topk // 7)
+    expected = reference(inputs)
+    for impl in ("head_tiled", "split_k"):
+        params = dict(HEAD_TILED, impl=impl, BLOCK_N=pair[0], STAGES=pair[1], NUM_SPLITS=splits if impl == "split_k" else "auto")
+        out = harness.launch(dict(params, cubin=built[_key(params)]), inputs)
+        torch.cuda.synchronize()
+        ok, _, _, reason = compare(torch, out, expected, pkg.tolerance["atol"], pkg.tolerance["rtol"])
+        assert ok, f"{impl} {pair} topk {topk} splits {splits} on {shape_name}: {reason}"
 
 
 @pytest.mark.gpu
@@ -170,7 +251,7 @@ def test_the_tiled_kernels_match_the_reference_through_the_harness(pkg, harness,
     shape = dict(pkg.shape(shape_name), kv_len=4096)
     inputs = harness.make_inputs(shape, 3, "cuda", 7, padding=100)
     assert bool((inputs["indices"] == -1).any())
-    out = harness.launch(dict(params, cubin=built[params["impl"]]), inputs)
+    out = harness.launch(dict(params, cubin=built[_key(params)]), inputs)
     torch.cuda.synchronize()
     assert out is inputs["out"] and tuple(out.shape) == (3, shape["heads"], shape["d_v"])
     ok, max_abs, _, reason = compare(torch, out, reference(inputs), pkg.tolerance["atol"], pkg.tolerance["rtol"])
@@ -186,7 +267,7 @@ def test_a_request_with_only_padding_gives_zeros(pkg, harness, built):
     assert bool((inputs["indices"] == -1).all())
     for params in (HEAD_TILED, SPLIT_K):
         inputs["out"].fill_(1.0)
-        out = harness.launch(dict(params, cubin=built[params["impl"]]), inputs)
+        out = harness.launch(dict(params, cubin=built[_key(params)]), inputs)
         torch.cuda.synchronize()
         assert bool((out == 0).all()), params["impl"]
 
@@ -195,4 +276,4 @@ def test_a_request_with_only_padding_gives_zeros(pkg, harness, built):
 def test_the_harness_refuses_heads_not_a_multiple_of_64_on_the_gpu(pkg, harness, built):
     inputs = harness.make_inputs(dict(pkg.shape("v4-flash"), heads=32, kv_len=1024), 1, "cuda", 0)
     with pytest.raises(ValueError, match="heads % 64 == 0"):
-        harness.launch(dict(HEAD_TILED, cubin=built["head_tiled"]), inputs)
+        harness.launch(dict(HEAD_TILED, cubin=built[_key(HEAD_TILED)]), inputs)

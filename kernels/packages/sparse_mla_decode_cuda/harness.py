@@ -1,8 +1,8 @@
 """GPU harness of the CUDA sparse MLA decode package: inputs and launches for the runner's bench.
 
-``make_inputs`` / ``make_rotation`` are the Triton flagship's (``../sparse_mla_decode/kernel.py``:
-same generator, same seeds), so both packages are measured on identical inputs and their rows
-compare one to one. ``launch(params, inputs)`` loads the variant's cubin (``params["cubin"]``, built
+``make_inputs`` / ``make_rotation`` come from this package's ``inputs.py``, which draws the Triton
+package's tensors value for value (same generator, same seeds), so both packages are measured on
+identical inputs and their rows compare one to one. ``launch(params, inputs)`` loads the variant's cubin (``params["cubin"]``, built
 by the runner with nvcc for this GPU) through the CUDA driver API (``libcuda`` via ctypes, into
 PyTorch's current context) and launches it on PyTorch's current stream, so CUDA-graph capture
 works as for any PyTorch kernel.
@@ -28,16 +28,16 @@ HEAD_TILE = 64
 TILED_THREADS = 256
 TILED_DV = 512
 MAX_SHARED_BYTES = 232448   # the most dynamic shared memory a block may opt into on sm_90 (227 KiB)
-_FLAGSHIP = Path(__file__).resolve().parent.parent / "sparse_mla_decode" / "kernel.py"
 
 
-def _flagship():
+def _inputs():
+    """This package's ``inputs.py`` (loaded by path: the runner loads the harness as a file)."""
     import importlib.util
     import sys
 
-    name = "_ceiling_sparse_mla_flagship_inputs"
+    name = "_ceiling_sparse_mla_cuda_inputs"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, _FLAGSHIP)
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "inputs.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
@@ -45,19 +45,20 @@ def _flagship():
 
 
 def make_inputs(shape: dict, batch: int, device, seed: int, *, padding: int = 0) -> dict:
-    """One decode step's inputs; see the flagship's ``make_inputs`` (the same tensors)."""
-    return _flagship().make_inputs(shape, batch, device, seed, padding=padding)
+    """One decode step's inputs (``inputs.make_inputs``: the Triton package's tensors, value for value)."""
+    return _inputs().make_inputs(shape, batch, device, seed, padding=padding)
 
 
 def make_rotation(shape: dict, batch: int, device, seed: int, copies: int, *, padding: int = 0) -> list[dict]:
-    """``copies`` input sets over one cache pool for cold-L2 timing; see the flagship's."""
-    return _flagship().make_rotation(shape, batch, device, seed, copies, padding=padding)
+    """``copies`` input sets over one cache pool for cold-L2 timing (``inputs.make_rotation``)."""
+    return _inputs().make_rotation(shape, batch, device, seed, copies, padding=padding)
 
 
 def tiled_smem_bytes(d_qk: int, block_n: int, stages: int) -> int:
     """Dynamic shared memory of a tiled block in bytes (``TILED_SMEM_BYTES`` in tiled_sm90.cuh): the
-    64-head q tile, ``stages`` gathered tiles of ``block_n`` rows, the bf16 P tile (64 x 128 B), two
-    [2][64] fp32 reductions, the per-stage row flags and 1 KiB of alignment slack."""
+    64-head q tile, ``stages`` gathered tiles of ``block_n`` rows, the bf16 P tile (64 x 128 B),
+    two [2][64] fp32 arrays (rescale factors, row sums), the per-stage row flags and 1 KiB of
+    alignment slack."""
     return HEAD_TILE * d_qk * 2 + stages * block_n * d_qk * 2 + HEAD_TILE * 128 + 4 * HEAD_TILE * 4 + block_n * stages * 4 + 1024
 
 
@@ -70,6 +71,8 @@ def split_plan(params: dict, shape: dict, batch: int, sm_count: int) -> tuple[in
     block_n = int(params.get("BLOCK_N", 64))
     topk = int(shape["topk"])
     n_tiles = math.ceil(topk / block_n)
+    if n_tiles == 0:
+        return 1, 0
     if params.get("impl") != "split_k":
         return 1, n_tiles * block_n
     want = params.get("NUM_SPLITS", "auto")
@@ -159,6 +162,33 @@ def launch(params: dict, inputs: dict):
     import torch
 
     q, kv, idx, out = inputs["q"], inputs["kv"], inputs["indices"], inputs["out"]
+    _check_inputs(torch, q, kv, idx, out, int(inputs["d_v"]))
+    with torch.cuda.device(q.device):    # the cubin loads into, and launches on, q's device
+        return _launch_variant(torch, params, inputs)
+
+
+def _check_inputs(torch, q, kv, idx, out, d_v: int) -> None:
+    """ValueError unless the tensors are what the kernels read: contiguous, on one CUDA device,
+    bf16 (int32 indices), with matching shapes."""
+    named = {"q": q, "kv": kv, "indices": idx, "out": out}
+    for name, t in named.items():
+        want = torch.int32 if name == "indices" else torch.bfloat16
+        if t.dtype != want:
+            raise ValueError(f"{name} must be {want}, got {t.dtype}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    if q.dim() != 3 or kv.dim() != 2 or idx.dim() != 2 or kv.shape[1] != q.shape[2] or idx.shape[0] != q.shape[0]:
+        raise ValueError(f"shapes do not fit: q {tuple(q.shape)} [batch, heads, d_qk], kv {tuple(kv.shape)} "
+                         f"[rows, d_qk], indices {tuple(idx.shape)} [batch, topk]")
+    if tuple(out.shape) != (q.shape[0], q.shape[1], d_v):
+        raise ValueError(f"out {tuple(out.shape)} must be [batch, heads, d_v] = {(q.shape[0], q.shape[1], d_v)}")
+    for name, t in named.items():
+        if t.device != q.device or t.device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}; every tensor must be on one CUDA device (q: {q.device})")
+
+
+def _launch_variant(torch, params: dict, inputs: dict):
+    q, kv, idx, out = inputs["q"], inputs["kv"], inputs["indices"], inputs["out"]
     batch, heads, d_qk = q.shape
     d_v, topk = int(inputs["d_v"]), idx.shape[1]
     cubin = params.get("cubin")
@@ -166,6 +196,8 @@ def launch(params: dict, inputs: dict):
         raise ValueError("params has no 'cubin' (the runner adds the path of the variant's build)")
     impl = params.get("impl", "baseline")
     if impl == "baseline":
+        if d_qk > 1024 or d_v > 512 or d_v > d_qk:
+            raise ValueError(f"the baseline takes d_qk <= 1024 and d_v <= min(512, d_qk); got d_qk {d_qk}, d_v {d_v}")
         stream = torch.cuda.current_stream(q.device).cuda_stream
         fn = _function(cubin, "sparse_mla_decode_baseline", 0)
         _launch(fn, (batch, heads), int(params["num_warps"]) * 32, 0, stream,

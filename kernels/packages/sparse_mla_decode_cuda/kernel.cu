@@ -14,16 +14,18 @@
 // loop), STAGES (depth of the tiled kernels' gather ring). The softmax is an fp32 online softmax
 // over tiles (running max and sum, accumulator rescaled when the max grows), so any topk works
 // with fixed shared memory.
-#define IMPL_baseline 0
-#define IMPL_head_tiled 1
-#define IMPL_split_k 2
+#define IMPL_baseline 1   // non-zero: an unknown name (0 in #if) is refused below
+#define IMPL_head_tiled 2
+#define IMPL_split_k 3
 #define IMPL_CAT_(a, b) a##b
 #define IMPL_CAT(a, b) IMPL_CAT_(a, b)
 #ifndef impl
 #define impl baseline
 #endif
-#if IMPL_CAT(IMPL_, impl) != IMPL_baseline
+#if IMPL_CAT(IMPL_, impl) == IMPL_head_tiled || IMPL_CAT(IMPL_, impl) == IMPL_split_k
 #include "tiled_sm90.cuh"
+#elif IMPL_CAT(IMPL_, impl) != IMPL_baseline
+#error "impl must be baseline, head_tiled or split_k"
 #else
 #include <cuda_bf16.h>
 #include <math.h>

@@ -27,6 +27,9 @@
 // ABL_NO_LOAD (no gather after the prologue), ABL_NO_QK / ABL_NO_PV (one wgmma instead of the
 // product's chain), ABL_TIMING (block (0, 0)'s SM clocks per phase written over its output).
 #pragma once
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the tiled kernels use wgmma, which only sm_90a has: build them for cc 9.0 (-gencode arch=compute_90a,code=sm_90a)"
+#endif
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>

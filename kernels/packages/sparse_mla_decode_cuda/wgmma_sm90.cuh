@@ -3,7 +3,8 @@
 // The accumulator fragment of m64nNk16 (PTX ISA, "wgmma register fragments"): warp w of the warp
 // group holds rows 16w + lane/4 and 16w + lane/4 + 8; for each 8-column group i, d[4i], d[4i+1]
 // are (row, 8i + 2*(lane%4) + {0, 1}) and d[4i+2], d[4i+3] the same columns of row + 8.
-// Generated for the N values the kernels use; scale_d = 0 overwrites D instead of accumulating.
+// Generated for N = 16, 32, 64 (K-major B) and 128, 256 (transposed B); the kernels use 32, 64 and
+// 256. scale_d = 0 overwrites D instead of accumulating.
 #pragma once
 #include <stdint.h>
 

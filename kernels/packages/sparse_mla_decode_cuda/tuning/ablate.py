@@ -9,7 +9,13 @@ rotated input sets). With ``ABL_TIMING`` the head_tiled runs also print block (0
 per tile and phase for each warp group. The outputs are wrong with any ``ABL_`` define: these
 numbers say where the loop's time goes, they are not results.
 """
-import sys, subprocess, torch
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+
+import torch
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 from kernels.runner.package import load_package
@@ -17,6 +23,8 @@ from kernels.runner.build import nvcc_argv, find_tool
 pkg = load_package(Path(__file__).resolve().parents[1])
 mod = pkg.load_module("harness.py")
 nvcc = find_tool("nvcc")
+WORK = Path(tempfile.mkdtemp(prefix="ceiling-ablate-"))
+source = "".join((pkg.root / name).read_text() for name in ("kernel.cu", "tiled_sm90.cuh", "wgmma_sm90.cuh"))
 extra = sys.argv[1:] or [""]
 cases = [("v32", 64, dict(impl="head_tiled", BLOCK_N=64, num_warps=8, VEC=8, STAGES=2, NUM_SPLITS="auto")),
          ("v32", 32, dict(impl="split_k", BLOCK_N=64, num_warps=8, VEC=8, STAGES=2, NUM_SPLITS=2)),
@@ -27,7 +35,9 @@ sets = {}
 for flags in extra:
     fl = [f for f in flags.split(",") if f]
     for shape_name, batch, params in cases:
-        cub = Path(f"/tmp/a_{params['impl']}_{'_'.join(fl)}.cubin")
+        # one cubin per parameters, defines and source text, in this run's own directory
+        key = hashlib.sha256(json.dumps([params, fl, source], sort_keys=True).encode()).hexdigest()[:16]
+        cub = WORK / f"{key}.cubin"
         argv = nvcc_argv(pkg, params, 90, nvcc, cub)
         argv = argv[:-3] + [f"-D{f}" for f in fl] + argv[-3:]
         if not cub.exists():
