@@ -21,7 +21,8 @@ needs only the package row. Rules:
 * its flag, when it has one, must be one of the engine's worker flags and not set in the role's
   flags;
 * a config path is absolute, normalised, a ``.json`` file, under the export directory
-  (:func:`kernels.services.configs_dir`) or one of ``settings.CEILING_MODEL_ROOTS``; the file is
+  (:func:`kernels.services.configs_dir`; there, under the referenced package's own directory) or
+  one of ``settings.CEILING_MODEL_ROOTS``; the file is
   read by the engine on its node, so its presence is not checked here.
 """
 from __future__ import annotations
@@ -54,6 +55,20 @@ def _path_problem(path: str) -> str | None:
     roots = _roots()
     if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
         return f"{path!r} is not under the kernel config directory or a model root ({', '.join(roots)})"
+    return None
+
+
+def _other_package_problem(path: str, package: str) -> str | None:
+    """A file in a package's directory of the export directory (``<root>/<package>/...``) must be
+    the referenced package's (another package's tuned parameters mean nothing to its kernel)."""
+    from kernels.services import configs_dir
+
+    root = str(configs_dir().resolve()).rstrip("/") + "/"
+    if path.startswith(root):
+        parts = path[len(root):].split("/", 1)
+        owner = parts[0]
+        if len(parts) == 2 and owner != package:
+            return f"{path!r} is in the config directory of package {owner!r}, not {package!r}"
     return None
 
 
@@ -105,7 +120,10 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
                 add(f"{path}.{key}", f"is set by package {name}'s manifest ({actual!r}); leave it out")
         # Config: a path, or a KernelBest id resolved to the file it was exported to.
         config, best_id = ref.get("config"), ref.get("best")
-        if isinstance(config, str) and config.startswith("best:") and config[5:].isdigit():
+        if isinstance(config, str) and config.startswith("best:"):
+            if not config[5:].isdigit():
+                add(f"{path}.config", f"{config!r}: 'best:<id>' needs a best-variant id, an integer")
+                continue
             best_id, config = int(config[5:]), None
         elif isinstance(config, int) and not isinstance(config, bool):
             best_id, config = config, None
@@ -124,7 +142,7 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
         if not isinstance(config, str) or not config:
             add(f"{path}.config", "give the exported config's path or a best-variant id (an integer or 'best:<id>')")
             continue
-        problem = _path_problem(config)
+        problem = _path_problem(config) or _other_package_problem(config, name)
         if problem:
             add(f"{path}.config", problem)
         # Roles.

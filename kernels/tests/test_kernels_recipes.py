@@ -63,6 +63,7 @@ def test_recipes_without_kernel_references_render_as_before(db):
     ({"package": "toy_attn", "config": 999999}, "spec.kernels.0.config", "no best kernel variant with id 999999"),
     ({"package": "toy_attn", "config": "best:999999"}, "spec.kernels.0.config", "no best kernel variant"),
     ({"package": "toy_attn", "config": None}, "spec.kernels.0.config", "give the exported config's path"),
+    ({"package": "toy_attn", "config": "best:abc"}, "spec.kernels.0.config", "'best:<id>' needs a best-variant id"),
     ({"package": "toy_attn", "config": "/x.json", "roles": ["router"]}, "spec.kernels.0.roles",
      "'router' is not a worker role"),
     ({"package": "toy_attn", "config": "/x.json", "env": "LD_PRELOAD"}, "spec.kernels.0.env",
@@ -129,3 +130,14 @@ def test_a_recipe_with_a_kernel_reference_is_stored_through_the_recipe_service(m
     stored = recipe_create(user=admin_user, name="pd-with-kernel", engine=recipe["engine"], topology=recipe["topology"],
                            node=node, spec=recipe["spec"])
     assert stored.spec["kernels"][0]["config"] == best.config_path and stored.spec["kernels"][0]["best"] == best.pk
+
+
+def test_a_config_file_of_another_package_is_refused(toy_package, settings):
+    """A file in another package's export directory holds that package's tuned parameters."""
+    spec = _seed_pd()["spec"]
+    other = f"{settings.CEILING_KERNEL_CONFIG_DIR}/sparse_mla_decode/device_name=NVIDIA_H200,shape=v32,dtype=bf16.json"
+    spec["kernels"] = [{"package": "toy_attn", "config": other}]
+    with pytest.raises(InvalidInput) as err:
+        recipe_validate(engine="sglang", topology="pd", spec=spec, node=seed_node_facts_example())
+    assert err.value.errors["spec.kernels.0.config"] == [
+        f"{other!r} is in the config directory of package 'sparse_mla_decode', not 'toy_attn'"]
