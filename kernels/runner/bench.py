@@ -314,6 +314,16 @@ def _warm_worker(package_root: str, variants: list[dict], shapes: list[dict], ba
     return count
 
 
+def prepare_builds(package: Package, run_for, variants: list[dict], shapes: list[dict], batches: list[int],
+                   jobs: int) -> None:
+    """Compile every variant before timing starts, ``jobs`` at a time: Triton kernels through
+    :func:`warm_compile`, a CUDA package's cubins through the ``prebuild`` of ``run_for`` (from
+    :func:`_bench_module`)."""
+    warm_compile(package, variants, shapes, batches, jobs)
+    if hasattr(run_for, "prebuild"):
+        run_for.prebuild(variants, jobs)
+
+
 def warm_compile(package: Package, variants: list[dict], shapes: list[dict], batches: list[int], jobs: int) -> None:
     """Spread the Triton compiles of all variants over ``jobs`` processes before timing starts
     (compiling 100+ kernels one after another costs minutes of GPU-machine time). Each process
@@ -384,9 +394,7 @@ def run_bench(package: Package, variants: list[dict], out: Path, *, shapes: list
     module, run_for = _bench_module(package)
     reference = package.reference_fn()
     jobs = jobs if jobs > 0 else min(8, os.cpu_count() or 1)
-    warm_compile(package, variants, selected, [b for _, b in combos], jobs)
-    if hasattr(run_for, "prebuild"):
-        run_for.prebuild(variants, jobs)
+    prepare_builds(package, run_for, variants, selected, [b for _, b in combos], jobs)
 
     done = 0
     for shape, batch in combos:

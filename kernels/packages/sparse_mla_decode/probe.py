@@ -11,8 +11,8 @@ with the runner's own CUDA-graph loop, only with a shorter timed window per vari
 default 0.02 s instead of the bench's 0.05 s). It skips the ceiling calibration and the points
 the final job would add. It writes every row (the bench's result fields) to ``--out`` after each
 point and prints, per point, the fastest correct variants with their median in microseconds.
-Compiles are spread over ``--jobs`` processes first (the runner's ``warm_compile``; a CUDA
-package's cubins are built with nvcc as the bench builds them). ``--package`` probes another
+Compiles are spread over ``--jobs`` processes first (the runner's ``prepare_builds``: Triton
+kernels and a CUDA package's cubins alike). ``--package`` probes another
 package with the same shapes (default: this one).
 
 The probe exists to choose the variants of the final job cheaply; its numbers are not stored
@@ -79,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.time_launches.__defaults__ = (args.seconds,)
     module, run_for = bench._bench_module(package)
     reference = package.reference_fn()
-    bench.warm_compile(package, variants, list(shapes.values()), sorted({b for _, b in points}), args.jobs)
-    if hasattr(run_for, "prebuild"):
-        run_for.prebuild(variants, args.jobs)
+    bench.prepare_builds(package, run_for, variants, list(shapes.values()), sorted({b for _, b in points}), args.jobs)
     rows: list[dict] = []
     out = Path(args.out)
     for name, batch in points:
