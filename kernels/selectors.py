@@ -116,8 +116,9 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     for descending (absent values always last).
 
     Raises :class:`controlplane.errors.InvalidInput` naming the valid choices for a ``batch`` the
-    job neither measured nor declared, a ``params`` key that is not a grid parameter, or an
-    unknown ``sort`` key (``batch`` None means the smallest batch).
+    job neither measured nor declared, a ``params`` key that is not a grid parameter or a value
+    outside that parameter's grid values (compared as text), or an unknown ``sort`` key (``batch``
+    None means the smallest batch).
     """
     from kernels.services import job_manifest
 
@@ -138,6 +139,11 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     if unknown:
         errors["params"] = [f"{', '.join(_short(k) for k in unknown)}: not a parameter of this job; parameters: "
                             f"{', '.join(manifest.grid)} (filter as p.<parameter>=<value>)"]
+    for k, v in (params or {}).items():
+        allowed = [str(x) for x in manifest.grid.get(k, [])]
+        if k in manifest.grid and v not in (None, "") and str(v) not in allowed:
+            errors.setdefault("params", []).append(
+                f"p.{k}: {_short(str(v))} is not one of {k}'s values in this job's grid: {', '.join(allowed)}")
     desc = sort.startswith("-")
     key = sort[1:] if desc else sort
     valid = (key in BUILD_SORTS or (key.startswith("param:") and key[6:] in manifest.grid)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,9 @@ from deployments.models import Node
 from deployments.views import role_page
 from kernels import selectors, services
 from kernels.choices import JOB_ACTIVE, JOB_TERMINAL
-from kernels.models import KernelBest, KernelJob, KernelPackage
-from kernels.whatif import DEFAULT_SHARE, whatif_compute
+from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
+from kernels.runner.build import arch_name
+from kernels.whatif import DEFAULT_SHARE, whatif_compute, whatif_input_errors
 
 # Jobs and best rows listed on the index page.
 INDEX_JOBS = 50
@@ -158,13 +160,26 @@ def _short_errors(errors: dict[str, list[str]], limit: int = 300) -> dict[str, l
     return {k: [_short(str(m), limit) for m in msgs] for k, msgs in errors.items()}
 
 
+def _merge_errors(errors: dict[str, list[str]], checked: dict[str, list[str]], skip: set[str]) -> None:
+    """Add the service's reasons (:func:`kernels.services.kernel_job_check`) to the form's own
+    ``errors``, but for the fields in ``skip`` (those whose reason would only follow from a field
+    the form could not read)."""
+    for key, msgs in checked.items():
+        if key in skip:
+            continue
+        have = errors.setdefault(key, [])
+        have += [m for m in msgs if m not in have]
+
+
 @role_page()
 @require_POST
 def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
     """Start a job of the package (operator): node, target compute capability (default: the
     node's GPU), an optional grid subset (``PARAM=v1,v2; PARAM2=v`` or JSON, :func:`_parse_subset`),
     shapes and batches. Redirects to the job page; errors re-render the package page with status
-    400, a summary of them at the top and messages cut to 300 characters."""
+    400, a summary of them at the top and messages cut to 300 characters: every field's at once
+    (what the form could read is checked by :func:`kernels.services.kernel_job_check` even when
+    another field could not be read)."""
     pkg = get_object_or_404(KernelPackage, name=name)
     form = {k: request.POST.get(k, "").strip() for k in ("node", "cc", "params", "batches")}
     form["shapes"] = request.POST.getlist("shapes")
@@ -181,7 +196,17 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
             errors.setdefault("batches", []).append(f"'{_short(part)}' is not a positive whole number.")
         else:
             batches.append(int(part))
-    if not errors:
+    if errors:
+        # What could be read is checked too, so that every field's problems come in this response;
+        # without a node there is no GPU to take the target from, and without a readable subset
+        # the size of the whole grid says nothing.
+        skip = {"node", *(() if form["cc"] else ("cc",))} if node is None else set()
+        if "params" in errors:
+            skip.add("variants")
+        _merge_errors(errors, services.kernel_job_check(
+            package=pkg, node=node, cc=form["cc"] or None, params_subset=subset or None,
+            shapes=form["shapes"] or None, batches=batches or None), skip)
+    else:
         try:
             job = services.kernel_job_create(package=pkg, node=node, cc=form["cc"] or None,
                                              params_subset=subset or None, shapes=form["shapes"] or None,
@@ -308,15 +333,57 @@ def _job_charts(job: KernelJob) -> list[dict[str, Any]]:
     return charts
 
 
+# The architecture an nvcc build was made for, from the command line its log starts with
+# (``-gencode arch=compute_90a,code=sm_90a``).
+GENCODE_RE = re.compile(r"-gencode\s+arch=compute_\w+,code=(sm_\w+)")
+
+
+def _job_language(job: KernelJob) -> str:
+    """``triton`` or ``cuda``: the language of the manifest the job was created with."""
+    return (job.manifest or {}).get("language") or job.package.language
+
+
+def _target_context(job: KernelJob) -> dict[str, Any]:
+    """How the job page names what was built and with what.
+
+    ``target_label``: ``"cc 9.0, sm_90a"``: the target compute capability and the GPU architecture
+    of the binaries. For a CUDA package, the ``code=sm_XX`` of the nvcc command line its builds
+    logged; where no build logged one (Triton builds, or nothing built yet), the runner's choice for
+    the target (:func:`kernels.runner.build.arch_name`, what Triton's ptxas and nvcc are given).
+
+    ``software``: the driver, CUDA (PyTorch's runtime) and torch versions of the device facts, and
+    the toolchain of the package's language only: nvcc (the builds' compiler) for CUDA, Triton
+    (the benchmark host's, else the builds' compiler version) for Triton. "—" for what is unknown.
+    """
+    logged = (KernelBuild.objects.filter(variant__job=job, log__contains="-gencode")
+              .values_list("log", flat=True).first())
+    match = GENCODE_RE.search(logged or "")
+    if match:
+        arch = match.group(1)
+    else:
+        major, _, minor = job.target_cc.partition(".")
+        arch = arch_name(int(major) * 10 + int(minor or 0)) if major.isdigit() and minor.isdigit() else "?"
+    language = _job_language(job)
+    compiler = job.compiler or ""
+    if language == "cuda":
+        toolchain = f"nvcc {compiler.split(' ', 1)[1]}" if compiler.startswith("nvcc ") else "nvcc —"
+    else:
+        version = job.triton_version or (compiler.split(" ", 1)[1] if compiler.startswith("triton ") else "")
+        toolchain = f"Triton {version or '—'}"
+    software = [f"driver {job.driver_version or '—'}", f"CUDA {job.cuda_version or '—'}",
+                f"torch {job.torch_version or '—'}", toolchain]
+    return {"target_label": f"cc {job.target_cc}, {arch}", "language": language, "software": software}
+
+
 @role_page()
 def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One job: status and live progress (htmx every 2 s, and the ``kernel-job-<id>`` websocket
-    group where the live client is present), target, device calibration (GB/s, TFLOP/s measured on
+    group where the live client is present), target (:func:`_target_context`), device calibration (GB/s, TFLOP/s measured on
     the device), the variant table, time-vs-batch charts against the roofline, the best variants
     and exported config files, CSV/JSON export, cancel (operator)."""
     job = get_object_or_404(KernelJob.objects.select_related("package", "node", "created_by"), pk=pk)
-    ctx = {**_progress_context(job), **_table_context(request, job), "charts": _job_charts(job),
-           "best": list(selectors.best_list(job=job.pk)), "can_write": _can_write(request),
+    ctx = {**_progress_context(job), **_table_context(request, job), **_target_context(job),
+           "charts": _job_charts(job), "best": list(selectors.best_list(job=job.pk)), "can_write": _can_write(request),
            "grid": job.grid_summary or {}, "group": f"kernel-job-{job.pk}",
            "config_paths": [Path(p).name for p in job.config_paths or []]}
     return render(request, "kernels/job_detail.html", ctx)
@@ -408,6 +475,8 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
                  .order_by("package__name", "device_name", "shape", "batch")[:300])
     share = _float_param(request, "share", errors)
     speedup = _float_param(request, "speedup", errors)
+    # Out of range: the same message as the API's, whatever the value (kernels.whatif.SHARE_RANGE).
+    errors.update(whatif_input_errors(**{k: v for k, v in (("share", share), ("speedup", speedup)) if v is not None}))
     sweep_raw, best_raw = request.GET.get("sweep", ""), request.GET.get("best", "")
     form = {"sweep": sweep_raw, "share": share if share is not None else DEFAULT_SHARE,
             "speedup": "" if speedup is None else speedup, "best": best_raw}

@@ -40,16 +40,35 @@ from controlplane.errors import InvalidInput
 DEFAULT_SHARE = 0.63
 MAX_SPEEDUP = 1000.0
 
+# The one message for a share or speedup outside its range, whatever the value and wherever it is
+# checked (this module, the API's query serializer, the what-if page).
+SHARE_RANGE = ("must be a fraction in (0, 1]: the part of the decode step time the kernel takes "
+               "(0.63 = 63%; at 0 there is nothing to speed up)")
+SPEEDUP_RANGE = (f"must be a number in (0, {MAX_SPEEDUP:g}]: how many times faster the kernel becomes "
+                 "(2 = twice as fast, half its time; 1 = as it is; below 1 = slower)")
+_RANGES = {"share": (1.0, SHARE_RANGE), "speedup": (MAX_SPEEDUP, SPEEDUP_RANGE)}
+
+
+def whatif_input_errors(**values: float) -> dict[str, list[str]]:
+    """Check the ``share`` and/or ``speedup`` given (keyword arguments; only those are checked)
+    against 0 < share <= 1 and 0 < speedup <= :data:`MAX_SPEEDUP`: ``{"share": [SHARE_RANGE],
+    "speedup": [SPEEDUP_RANGE]}`` for those outside (a value that is not a finite number
+    included), ``{}`` when all are in range."""
+    errors: dict[str, list[str]] = {}
+    for name, value in values.items():
+        top, message = _RANGES[name]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or not 0 < value <= top:
+            errors[name] = [message]
+    return errors
+
 
 def decode_factor(*, share: float, speedup: float) -> float:
     """``(1 - share) + share / speedup``: the decode step cost relative to now when a kernel taking
-    ``share`` (0 < share <= 1) of it becomes ``speedup`` (> 0) times faster. Raises
-    :class:`InvalidInput` (``share``, ``speedup``) outside those ranges."""
-    errors: dict[str, list[str]] = {}
-    if not isinstance(share, (int, float)) or not math.isfinite(share) or not 0 < share <= 1:
-        errors["share"] = [f"must be a fraction in (0, 1], got {share!r}"]
-    if not isinstance(speedup, (int, float)) or not math.isfinite(speedup) or not 0 < speedup <= MAX_SPEEDUP:
-        errors["speedup"] = [f"must be a number in (0, {MAX_SPEEDUP:g}], got {speedup!r}"]
+    ``share`` (0 < share <= 1) of it becomes ``speedup`` (0 < speedup <= :data:`MAX_SPEEDUP`) times
+    faster. Raises :class:`InvalidInput` (``share``, ``speedup``: :data:`SHARE_RANGE`,
+    :data:`SPEEDUP_RANGE`) outside those ranges."""
+    errors = whatif_input_errors(share=share, speedup=speedup)
     if errors:
         raise InvalidInput(errors)
     return (1.0 - share) + share / speedup

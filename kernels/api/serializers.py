@@ -6,6 +6,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
+from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, whatif_input_errors
 
 
 class PackageSerializer(serializers.ModelSerializer):
@@ -78,8 +79,8 @@ class VariantTableQuerySerializer(serializers.Serializer):
     discarded, correct, wrong, timed), ``sort`` (``ordinal``, ``key``, ``registers``,
     ``spills_bytes``, ``shared_bytes``, ``tensor_core``, ``build_s``, ``param:<name>``,
     ``us:<shape>``, ``roof:<shape>``; ``-`` prefix for descending), ``limit``; parameter filters as
-    ``p.<name>=<value>``. An unknown sort key or parameter, or a batch the job does not hold, is a
-    400 naming the valid ones."""
+    ``p.<name>=<value>``. An unknown sort key or parameter, a parameter value outside the grid, or
+    a batch the job does not hold, is a 400 naming the valid ones."""
 
     batch = serializers.IntegerField(min_value=1, required=False)
     state = serializers.ChoiceField(choices=["all", "built", "failed", "discarded", "correct", "wrong", "timed"],
@@ -106,17 +107,34 @@ class BestSerializer(serializers.ModelSerializer):
 
 
 class WhatIfQuerySerializer(serializers.Serializer):
-    """``sweep`` id, ``share`` of the decode step time the kernel takes (0-1, default 0.63, the
-    seed's), and either ``speedup`` (×) or ``best`` (a best-variant id whose speedup over the
-    baseline is used)."""
+    """``sweep`` id, ``share`` of the decode step time the kernel takes (0 < share <= 1, default
+    0.63, the seed's), and either ``speedup`` (×, 0 < speedup <= 1000) or ``best`` (a best-variant
+    id whose speedup over the baseline is used). A share or speedup out of range gets the one
+    message :mod:`kernels.whatif` gives for it (:data:`kernels.whatif.SHARE_RANGE`,
+    :data:`kernels.whatif.SPEEDUP_RANGE`), whatever the value."""
 
     sweep = serializers.IntegerField(min_value=1)
-    share = serializers.FloatField(min_value=0.0, max_value=1.0, default=0.63)
-    speedup = serializers.FloatField(required=False, min_value=0.0)
+    share = serializers.FloatField(default=DEFAULT_SHARE, help_text="0 < share <= 1")
+    speedup = serializers.FloatField(required=False, help_text=f"0 < speedup <= {MAX_SPEEDUP:g}")
     best = serializers.IntegerField(required=False, min_value=1)
+
+    def validate_share(self, value: float) -> float:
+        return _in_range("share", value)
+
+    def validate_speedup(self, value: float) -> float:
+        return _in_range("speedup", value)
 
     def validate(self, attrs: dict) -> dict:
         if ("speedup" in attrs) == ("best" in attrs):
             raise serializers.ValidationError({"speedup": ["give speedup (a number) or best (a best-variant id), "
                                                            "exactly one"]})
         return attrs
+
+
+def _in_range(name: str, value: float) -> float:
+    """``value`` of the what-if's ``share`` or ``speedup``; a ValidationError with
+    :func:`kernels.whatif.whatif_input_errors`' message when it is out of range."""
+    errors = whatif_input_errors(**{name: value})
+    if errors:
+        raise serializers.ValidationError(errors[name])
+    return value

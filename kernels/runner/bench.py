@@ -4,9 +4,15 @@
 
     {"device": {"name", "cc", "sm_count", "l2_bytes", "hbm_gbps", "bf16_tflops", "driver", "cuda",
                 "torch", "triton"},
+     "variants_sha256": "<64 hex digits>",
      "results": [{"variant_id", "shape", "batch", "correct", "max_abs_err", "max_rel_err", "error",
                   "median_us", "p10_us", "p90_us", "min_us", "reps", "gbps", "tflops",
                   "roofline_us", "roofline_fraction", "bound", "timing"}]}
+
+``variants_sha256`` fingerprints the variants list the run measured
+(:func:`kernels.runner.package.variants_sha256` of the list as read from ``--variants``; absent
+when no variants were given), so that the control plane can refuse to store the results against a
+job whose variant ids mean other parameters.
 
 How each number is obtained:
 
@@ -53,7 +59,7 @@ import sys
 import time
 from pathlib import Path
 
-from .package import Package, PackageError, load_package, load_variants
+from .package import Package, PackageError, load_package, load_variants, variants_sha256
 
 ROTATE_FACTOR = 3           # input copies touch at least this many times the L2 size per rotation
 MAX_COPIES = 512
@@ -367,8 +373,11 @@ def run_bench(package: Package, variants: list[dict], out: Path, *, shapes: list
     """Calibrate the GPU, then check and time every variant on every selected shape and batch.
 
     ``shapes``/``batches`` restrict the manifest's lists (None: all). Writes the results JSON to
-    ``out`` (also partially, after each shape and batch) and returns it. Raises BenchError when no
-    CUDA GPU or no PyTorch is available, or the package lacks ``launch``/``make_inputs``."""
+    ``out`` (also partially, after each shape and batch), with the ``variants_sha256`` of
+    ``variants`` when there are any, and returns it. Raises BenchError when no CUDA GPU or no
+    PyTorch is available, or the package lacks ``launch``/``make_inputs``."""
+    # Fingerprinted before anything runs: the list exactly as read from the variants file.
+    fingerprint = variants_sha256(variants) if variants else None
     try:
         import torch
     except ImportError:
@@ -379,7 +388,7 @@ def run_bench(package: Package, variants: list[dict], out: Path, *, shapes: list
     device = device_facts(torch, 0)
     device["hbm_gbps"] = measure_hbm_gbps(torch)
     device["bf16_tflops"] = measure_bf16_tflops(torch)
-    payload = {"device": device, "results": []}
+    payload = {"device": device, **({"variants_sha256": fingerprint} if fingerprint else {}), "results": []}
     _write(out, payload)
     if calibrate_only:
         return payload

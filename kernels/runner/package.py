@@ -14,6 +14,7 @@ what the runner relies on and raises :class:`PackageError` with the field and th
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -187,3 +188,16 @@ def load_variants(path: str | Path) -> list[dict]:
             raise PackageError(f"{path}: variant_id {vid!r} appears twice")
         seen.add(vid)
     return data
+
+
+def variants_sha256(variants: list[dict]) -> str:
+    """Fingerprint of a variants list: the sha256 hex digest of its canonical JSON, a list of
+    ``{"params": {...}, "variant_id": ...}`` objects written with sorted keys and separators
+    ``(",", ":")``, the objects ordered by that text so that the order of the file does not matter.
+    Only ``variant_id`` and ``params`` count (keys a runner adds to a variant, such as a cubin path,
+    do not). ``bench`` writes it into ``results.json`` as ``variants_sha256``; the control plane
+    computes it from a job's own variants to refuse results measured from another variants list.
+    Raises KeyError for an entry without ``variant_id`` or ``params``."""
+    entries = sorted(json.dumps({"params": v["params"], "variant_id": v["variant_id"]}, sort_keys=True,
+                                separators=(",", ":")) for v in variants)
+    return hashlib.sha256(("[" + ",".join(entries) + "]").encode("utf-8")).hexdigest()

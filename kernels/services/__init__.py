@@ -62,6 +62,7 @@ from kernels.services.progress import (  # noqa: F401
 )
 from kernels.services.jobs import (  # noqa: F401
     kernel_job_cancel,
+    kernel_job_check,
     kernel_job_create,
     kernel_job_enqueue,
     kernel_job_execute,
@@ -79,6 +80,7 @@ from kernels.services.results import (  # noqa: F401
 )
 from kernels.services.transfer import (  # noqa: F401
     BENCH_COLUMNS,
+    job_variants_sha256,
     kernel_best_for,
     kernel_job_export,
     kernel_job_export_csv,

@@ -69,6 +69,46 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
     Raises :class:`InvalidInput` with keys ``cc``, ``params.<param>``, ``shapes``, ``batches``,
     ``node`` or ``variants`` (an empty or too large grid, or an ``only`` entry outside the grid).
     """
+    cc, shapes, batches, expansion, errors = _job_plan(
+        package=package, node=node, cc=cc, params_subset=params_subset, shapes=shapes, batches=batches,
+        dispatch=dispatch, only=only)
+    if errors:
+        raise InvalidInput(errors)
+    assert expansion is not None
+    with transaction.atomic():
+        job = KernelJob.objects.create(
+            package=package, package_hash=package.source_hash, manifest=package.manifest, node=node,
+            target_cc=cc, params_subset=expansion.subset or {}, shapes=shapes, batches=batches,
+            grid_summary=expansion.as_dict(), variants_total=len(expansion.variants),
+            created_by=user if getattr(user, "pk", None) else None,
+            note="" if dispatch and node is not None else
+            "waiting for builds and results measured elsewhere (manage.py kernel_job_export / kernel_job_ingest)",
+        )
+        KernelVariant.objects.bulk_create([
+            KernelVariant(job=job, ordinal=i, key=variant_key(p), params=p) for i, p in enumerate(expansion.variants)
+        ])
+        if dispatch and node is not None:
+            kernel_job_enqueue(job=job)
+    return job
+
+
+def kernel_job_check(*, package: KernelPackage, node, cc: str | None = None, params_subset: dict | None = None,
+                     shapes: list[str] | None = None, batches: list[int] | None = None,
+                     dispatch: bool = True) -> dict[str, list[str]]:
+    """Every reason :func:`kernel_job_create` would refuse these arguments for, without creating
+    anything: ``{field: [messages]}`` with the keys it raises (``cc``, ``params.<param>``,
+    ``shapes``, ``batches``, ``node``, ``variants``), ``{}`` when the job can be created. For forms
+    that must report all their problems at once, including when some fields could not be read."""
+    return _job_plan(package=package, node=node, cc=cc, params_subset=params_subset, shapes=shapes,
+                     batches=batches, dispatch=dispatch, only=None)[4]
+
+
+def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: dict | None,
+              shapes: list[str] | None, batches: list[int] | None, dispatch: bool, only: list[dict] | None):
+    """Validate a job's arguments (the rules of :func:`kernel_job_create`) and expand its grid.
+    Returns ``(cc, shapes, batches, expansion, errors)``: the target (the node's GPU when none was
+    given), the sorted shapes and batches, the :class:`~kernels.manifest.GridExpansion` (None when
+    the subset is refused) and every problem found."""
     manifest = package_manifest(package)
     errors: dict[str, list[str]] = {}
     if cc in (None, ""):
@@ -120,24 +160,7 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
         elif len(expansion.variants) > MAX_JOB_VARIANTS:
             errors["variants"] = [f"{len(expansion.variants)} variants; at most {MAX_JOB_VARIANTS} per job "
                                   "(restrict the grid with params)"]
-    if errors:
-        raise InvalidInput(errors)
-    assert expansion is not None
-    with transaction.atomic():
-        job = KernelJob.objects.create(
-            package=package, package_hash=package.source_hash, manifest=package.manifest, node=node,
-            target_cc=cc, params_subset=expansion.subset or {}, shapes=shapes, batches=batches,
-            grid_summary=expansion.as_dict(), variants_total=len(expansion.variants),
-            created_by=user if getattr(user, "pk", None) else None,
-            note="" if dispatch and node is not None else
-            "waiting for builds and results measured elsewhere (manage.py kernel_job_export / kernel_job_ingest)",
-        )
-        KernelVariant.objects.bulk_create([
-            KernelVariant(job=job, ordinal=i, key=variant_key(p), params=p) for i, p in enumerate(expansion.variants)
-        ])
-        if dispatch and node is not None:
-            kernel_job_enqueue(job=job)
-    return job
+    return cc, shapes, batches, expansion, errors
 
 
 def _canonical(params: dict) -> str:

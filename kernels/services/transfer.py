@@ -8,16 +8,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_safe
 from kernels.choices import JOB_RUNNING, KernelJobStatus
 from kernels.models import KernelBest, KernelJob
+from kernels.runner.package import variants_sha256
 from kernels.services.common import _write_json, job_manifest, package_dir_of, variants_payload
 from kernels.services.progress import _broadcast, _finish, _transition
 from kernels.services.results import kernel_builds_store, kernel_results_store
@@ -26,8 +29,9 @@ from kernels.services.results import kernel_builds_store, kernel_results_store
 def kernel_job_export(*, job: KernelJob, out_dir: str | Path) -> dict[str, str]:
     """Write what a machine without Django needs to build and benchmark ``job``: ``variants.json``
     (every variant, less those whose build here failed or was discarded), ``package/<name>/`` (the manifest and the files it lists, copied from the
-    package directory), and ``job.json`` (job id, package, target, shapes and batches, and the
-    runner command lines to run there). Returns ``{"variants", "package", "job"}`` paths. Raises
+    package directory), and ``job.json`` (job id, package, target, shapes and batches, the
+    ``variants_sha256`` fingerprint of ``variants.json`` that ``bench`` writes into its results, and
+    the runner command lines to run there). Returns ``{"variants", "package", "job"}`` paths. Raises
     :class:`InvalidInput` when ``out_dir`` exists and is not an empty directory."""
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -42,13 +46,15 @@ def kernel_job_export(*, job: KernelJob, out_dir: str | Path) -> dict[str, str]:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / rel, target)
     # Variants whose build failed or was discarded here are not sent: they are never benchmarked.
-    variants = _write_json(out / "variants.json", variants_payload(job=job, only_buildable=True))
+    sent = variants_payload(job=job, only_buildable=True)
+    variants = _write_json(out / "variants.json", sent)
     pkg_arg = f"package/{job.package.name}"
     shapes = f" --shapes {','.join(job.shapes)}" if job.shapes else ""
     batches = f" --batches {','.join(map(str, job.batches))}" if job.batches else ""
     info = {
         "job": job.pk, "package": job.package.name, "package_hash": job.package_hash, "target": job.target,
         "target_cc": job.target_cc, "shapes": job.shapes, "batches": job.batches,
+        "variants_sha256": variants_sha256(sent),
         "commands": [
             f"python -m kernels.runner compile --package {pkg_arg} --variants variants.json --target {job.target} "
             "--out builds.json",
@@ -61,6 +67,54 @@ def kernel_job_export(*, job: KernelJob, out_dir: str | Path) -> dict[str, str]:
     return {"variants": str(variants), "package": str(dest), "job": str(job_file)}
 
 
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _fingerprint_of(results: Any) -> str | None:
+    """The ``variants_sha256`` a results payload carries (None when it has none: results written
+    before the runner recorded it). Raises :class:`InvalidInput` (``variants_sha256``) when the
+    value is not a sha256 hex digest."""
+    if not isinstance(results, dict) or results.get("variants_sha256") is None:
+        return None
+    given = results["variants_sha256"]
+    if not isinstance(given, str) or not SHA256_RE.match(given):
+        raise InvalidInput({"variants_sha256": [
+            f"must be the sha256 hex digest (64 lowercase hex digits) of the variants the results were "
+            f"measured from, got {str(given)[:80]!r}"]})
+    return given
+
+
+def job_variants_sha256(*, job: KernelJob) -> list[str]:
+    """The fingerprints (:func:`kernels.runner.package.variants_sha256`) a ``results.json``
+    measured from one of ``job``'s exported variants files can carry: first that of every variant
+    of the job, then, when it differs, that of the variants :func:`kernel_job_export` sends once
+    some builds failed or were discarded here."""
+    every = variants_sha256(variants_payload(job=job))
+    buildable = variants_sha256(variants_payload(job=job, only_buildable=True))
+    return [every] if buildable == every else [every, buildable]
+
+
+def _check_results_fingerprint(*, job: KernelJob, results: Any) -> None:
+    """Refuse results whose ``variants_sha256`` is not one of :func:`job_variants_sha256`: their
+    variant ids number another variants list, and would pair with other parameters here. Results
+    without the key are let through (their rows are still matched to this job's variant ids, and
+    an id the job does not hold is refused by :func:`kernel_results_store`). Raises
+    :class:`InvalidInput` (``variants_sha256``) naming both fingerprints."""
+    given = _fingerprint_of(results)
+    if given is None:
+        return
+    expected = job_variants_sha256(job=job)
+    if given in expected:
+        return
+    ours = expected[0] + (f" ({expected[1]} without the variants whose build failed or was discarded)"
+                          if len(expected) > 1 else "")
+    raise InvalidInput({"variants_sha256": [
+        f"the results file was measured from a different variants list: it carries variants_sha256 {given}, "
+        f"while the variants of kernel job #{job.pk} give {ours}. Its variant ids belong to that other list "
+        "and would be stored against the wrong parameters; ingest it into the job whose export wrote its "
+        "variants.json, or create a job from that file (kernel_job_ingest --new PACKAGE --variants variants.json)"]})
+
+
 def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None) -> dict[str, Any]:
     """Store builds and/or results measured elsewhere for ``job`` through the same code path as a
     job run here (:func:`kernel_builds_store`, :func:`kernel_results_store`).
@@ -68,8 +122,15 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
     A pending job waiting for external results is claimed (pending → building → benchmarking →
     done); a done job (e.g. builds only) takes the results and stays done with a note naming the
     device. The progress columns say what was ingested (compile: builds of the variants; bench: the
-    measurements), as a job run here leaves them. Raises :class:`Conflict` for a job a task is running or one that failed or was
-    cancelled, and :class:`InvalidInput` for malformed payloads (nothing is stored then).
+    measurements), as a job run here leaves them.
+
+    Results carrying ``variants_sha256`` (the runner's fingerprint of the variants it measured)
+    must come from this job's variants (:func:`job_variants_sha256`); results without it are paired
+    by ``variant_id`` alone, and a row whose id is not a variant of this job is refused.
+
+    Raises :class:`Conflict` for a job a task is running or one that failed or was cancelled, and
+    :class:`InvalidInput` for malformed payloads or results of another variants list (nothing is
+    stored then).
     """
     if results is None and builds is None:
         raise InvalidInput({"detail": ["give results and/or builds to ingest"]})
@@ -78,6 +139,9 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
         raise Conflict(f"kernel job #{job.pk} is {job.status} on node {job.node}; wait for it or cancel it first")
     if job.status in (KernelJobStatus.FAILED, KernelJobStatus.CANCELLED):
         raise Conflict(f"kernel job #{job.pk} is {job.status}; create a new job for new measurements")
+    if results is not None:
+        # Before the builds are stored: they may change which variants the export would have sent.
+        _check_results_fingerprint(job=job, results=results)
     was_pending = job.status == KernelJobStatus.PENDING
     if was_pending and not _transition(job.pk, {KernelJobStatus.PENDING}, KernelJobStatus.BUILDING,
                                        started_at=timezone.now()):
@@ -201,26 +265,51 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     Django land exactly as a job run on a node would store them.
 
     The runner's variant ids are mapped to this database's rows by their params (the variant key).
-    Raises :class:`InvalidInput` for a malformed ``variants`` list or a param set outside the
-    package's grid; nothing is stored then.
+    Raises :class:`InvalidInput` for a malformed ``variants`` list, a param set outside the
+    package's grid, results whose ``variants_sha256`` is not that of ``variants`` (they were
+    measured from another list), or a result or build whose ``variant_id`` is not in ``variants``;
+    nothing is stored then.
     """
     from kernels.services.jobs import kernel_job_create
 
     if not isinstance(variants, list) or not all(
             isinstance(v, dict) and isinstance(v.get("params"), dict) and "variant_id" in v for v in variants):
         raise InvalidInput({"variants": ['expected the runner\'s variants.json: [{"variant_id": ..., "params": {...}}]']})
-    job = kernel_job_create(package=package, node=None, cc=None if not isinstance(results, dict) else
-                            str((results.get("device") or {}).get("cc") or "") or None,
-                            only=[v["params"] for v in variants], dispatch=False, user=user)
+    given, listed = _fingerprint_of(results), variants_sha256(variants)
+    if given is not None and given != listed:
+        raise InvalidInput({"variants_sha256": [
+            f"the results file was measured from a different variants list: it carries variants_sha256 {given}, "
+            f"while the variants file given has {listed}; give the variants.json the results were measured from"]})
+    known = {str(v["variant_id"]) for v in variants}
+    unknown: dict[str, list[str]] = {}
+    for key, rows in (("results", results.get("results") if isinstance(results, dict) else None),
+                      ("builds", builds if isinstance(builds, list) else
+                       builds.get("builds") if isinstance(builds, dict) else None)):
+        for i, row in enumerate(rows if isinstance(rows, list) else []):
+            if isinstance(row, dict) and "variant_id" in row and str(row["variant_id"]) not in known:
+                unknown[f"{key}.{i}.variant_id"] = [
+                    f"variant_id {str(row['variant_id'])[:80]!r} is not in the variants file"]
+    with transaction.atomic():  # a refused file leaves no job behind
+        try:
+            job = kernel_job_create(package=package, node=None, cc=None if not isinstance(results, dict) else
+                                    str((results.get("device") or {}).get("cc") or "") or None,
+                                    only=[v["params"] for v in variants], dispatch=False, user=user)
+        except InvalidInput as exc:
+            raise InvalidInput({**exc.errors, **unknown}) from None
+        if unknown:
+            raise InvalidInput(unknown)
     from kernels.services.jobs import _canonical
 
     rows = {_canonical(v.params): v.pk for v in job.variants.all()}
     ids = {str(v["variant_id"]): rows[_canonical(v["params"])] for v in variants}
 
     def remap(payload: Any, key: str) -> Any:
-        if not isinstance(payload, dict) or not isinstance(payload.get(key), list):
+        if not isinstance(payload, dict):
             return payload
-        out = dict(payload)
+        # The fingerprint names the runner's ids (checked above); the remapped rows carry this job's.
+        out = {k: v for k, v in payload.items() if k != "variants_sha256"}
+        if not isinstance(payload.get(key), list):
+            return out
         out[key] = [{**r, "variant_id": ids.get(str(r.get("variant_id")), r.get("variant_id"))}
                     if isinstance(r, dict) else r for r in payload[key]]
         return out

@@ -5,6 +5,7 @@ import io
 import json
 
 import pytest
+from django.test import Client
 
 from kernels.models import KernelBest
 from kernels.tests.conftest import BASE, T32, T64
@@ -83,6 +84,27 @@ def test_the_variant_table_filters_and_sorts_on_the_server(viewer_api, measured_
     best_row = viewer_api.get(url, {"p.impl": "tiled", "p.BLOCK": "32", "p.num_warps": "4", "batch": 1}).json()["rows"][0]
     assert best_row["best_in"] == ["small", "wide"]
     assert viewer_api.get(url, {"state": "sideways"}).status_code == 400
+
+
+def test_a_parameter_filter_outside_the_grid_is_a_400_listing_the_values(viewer_api, viewer, measured_job):
+    url = f"/api/kernel-jobs/{measured_job.pk}/variants/"
+    for params in ({"p.BLOCK": "48"}, {"p.BLOCK": "48", "p.impl": "tiled"}):
+        resp = viewer_api.get(url, params)
+        assert resp.status_code == 400, params
+        assert resp.json() == {"params": ["p.BLOCK: '48' is not one of BLOCK's values in this job's grid: 16, 32, 64"]}
+    resp = viewer_api.get(url, {"p.impl": "fused", "p.nope": "1"})
+    assert resp.status_code == 400 and resp.json()["params"] == [
+        "'nope': not a parameter of this job; parameters: impl, BLOCK, num_warps (filter as p.<parameter>=<value>)",
+        "p.impl: 'fused' is not one of impl's values in this job's grid: baseline, tiled"]
+    # values of the grid that match no row (a constraint keeps the baseline at BLOCK 16) are an
+    # empty table, not an error
+    empty = viewer_api.get(url, {"p.impl": "baseline", "p.BLOCK": "32"})
+    assert empty.status_code == 200 and empty.json()["total"] == 0
+    # the page says why the filter was not applied, and shows the whole table
+    page = Client()
+    page.force_login(viewer)
+    html = page.get(f"/kernels/jobs/{measured_job.pk}/?p.BLOCK=48").content.decode()
+    assert "p.BLOCK: &#x27;48&#x27; is not one of BLOCK&#x27;s values in this job&#x27;s grid: 16, 32, 64" in html
 
 
 def test_it_exports_the_job_as_csv_and_json(viewer_api, measured_job):

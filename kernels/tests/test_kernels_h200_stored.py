@@ -80,11 +80,43 @@ def test_it_refuses_a_variant_the_grid_does_not_hold_and_stores_nothing(package)
     variants = _load(package.name, "h200-variants.json")[:2]
     # BLOCK_N 48 is in neither package's grid
     variants[1] = {"variant_id": variants[1]["variant_id"], "params": {**variants[1]["params"], "BLOCK_N": 48}}
+    # without the stored fingerprint (which names the whole list) the grid check is what refuses
+    results = {k: v for k, v in _load(package.name, "h200-results.json").items() if k != "variants_sha256"}
     with pytest.raises(InvalidInput) as err:
-        kernel_job_from_measurement(package=package, variants=variants,
-                                    results=_load(package.name, "h200-results.json"))
+        kernel_job_from_measurement(package=package, variants=variants, results=results)
     assert f"not in {package.name}'s grid" in str(err.value.errors["variants"])
     assert not KernelJob.objects.exists()
+
+
+def test_new_checks_the_results_fingerprint_against_the_variants_file_and_refuses_unknown_ids(package, tmp_path):
+    from controlplane.errors import InvalidInput
+    from kernels.runner.package import variants_sha256
+
+    variants, results = _load(package.name, "h200-variants.json"), _load(package.name, "h200-results.json")
+    # a stored run made since bench records the fingerprint names its variants file; an older one
+    # has none and is paired by variant_id
+    assert results.get("variants_sha256", variants_sha256(variants)) == variants_sha256(variants)
+    results = {k: v for k, v in results.items() if k != "variants_sha256"}
+    # a results file whose fingerprint is another variants list's: refused before any job exists
+    wrong = {**results, "variants_sha256": variants_sha256(variants[1:])}
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=variants, results=wrong)
+    message = err.value.errors["variants_sha256"][0]
+    assert variants_sha256(variants[1:]) in message and variants_sha256(variants) in message
+    # a row measured for a variant the file does not hold is refused, not paired with a row id
+    stray = {**results, "results": [*results["results"], {**results["results"][0], "variant_id": 987654}]}
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=variants, results=stray)
+    assert err.value.errors == {f"results.{len(results['results'])}.variant_id": [
+        "variant_id '987654' is not in the variants file"]}
+    assert not KernelJob.objects.exists()
+    # the fingerprint bench writes for this very file goes through the command
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({**results, "variants_sha256": variants_sha256(variants)}))
+    call_command("kernel_job_ingest", str(path), new=package.name,
+                 variants=str(_results_dir(package.name) / "h200-variants.json"), stdout=StringIO())
+    job = KernelJob.objects.get()
+    assert job.status == "done" and KernelBenchmark.objects.filter(variant__job=job).count() == len(results["results"])
 
 
 # --- the CUDA package's stored run ------------------------------------------------------------

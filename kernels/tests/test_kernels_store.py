@@ -2,10 +2,11 @@
 the best variant per bucket, the exported config JSON, and moving a job to a machine without
 Django and back (export / ingest)."""
 import json
+from io import StringIO
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from controlplane.errors import Conflict, InvalidInput
 from kernels.models import KernelBenchmark, KernelBest, KernelBuild, KernelJob
@@ -13,12 +14,14 @@ from kernels.services import (
     SHARED_MEM_LIMIT_BYTES,
     build_discard_reason,
     config_filename,
+    job_variants_sha256,
     kernel_builds_store,
     kernel_job_create,
     kernel_job_export,
     kernel_job_ingest,
     kernel_results_store,
 )
+from kernels.runner.package import load_variants, variants_sha256
 from kernels.tests.conftest import BASE, H200_DEVICE, T32, T64, build_fact, result_row
 
 
@@ -210,6 +213,71 @@ def test_it_exports_a_job_and_ingests_what_another_machine_measured(toy_package,
     assert job.note == "results measured on NVIDIA H200 (cc 9.0) were ingested"
     best = KernelBest.objects.get(job=job)
     assert best.variant.key == T32 and best.speedup == pytest.approx(3.0)
+
+
+def test_ingest_refuses_results_measured_from_another_variants_list(toy_package, tmp_path):
+    job, other = _job(toy_package, shapes=["small"], batches=[1]), _job(toy_package)
+    out = kernel_job_export(job=job, out_dir=tmp_path / "export")
+    # the runner's fingerprint of the exported file is the job's own, and job.json names it
+    ours = variants_sha256(load_variants(out["variants"]))
+    assert job_variants_sha256(job=job) == [ours]
+    assert json.loads(Path(out["job"]).read_text())["variants_sha256"] == ours
+    ids = _ids(job)
+    rows = [result_row(ids[T32], "small", 1, median_us=9.0), result_row(ids[BASE], "small", 1, median_us=27.0)]
+    # A variants list numbered like this job's but meaning other parameters (another database's
+    # job): without the fingerprint its rows would land on the wrong variants.
+    exported = json.loads(Path(out["variants"]).read_text())
+    shuffled = [{"variant_id": v["variant_id"], "params": w["params"]} for v, w in zip(exported, exported[::-1])]
+    theirs = variants_sha256(load_variants(kernel_job_export(job=other, out_dir=tmp_path / "other")["variants"]))
+    for foreign in (variants_sha256(shuffled), theirs):
+        path = tmp_path / "foreign-results.json"
+        path.write_text(json.dumps({"device": H200_DEVICE, "variants_sha256": foreign, "results": rows}))
+        with pytest.raises(CommandError) as err:
+            call_command("kernel_job_ingest", str(job.pk), str(path), stderr=StringIO())
+        message = str(err.value)
+        assert message.startswith("nothing was stored: variants_sha256: the results file was measured from a "
+                                  "different variants list")
+        assert foreign in message and ours in message and "would be stored against the wrong parameters" in message
+    assert not KernelBenchmark.objects.exists()
+    job.refresh_from_db()
+    assert job.status == "pending"
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results={"device": H200_DEVICE, "variants_sha256": "abc", "results": rows})
+    assert "64 lowercase hex digits" in err.value.errors["variants_sha256"][0]
+    # the file bench wrote from this job's own variants.json goes in
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"device": H200_DEVICE, "variants_sha256": ours, "results": rows}))
+    call_command("kernel_job_ingest", str(job.pk), str(path), stdout=StringIO())
+    job.refresh_from_db()
+    assert job.status == "done" and job.benchmarks_correct == 2
+
+
+def test_ingest_matches_the_variants_the_export_sent_once_builds_were_refused(toy_package, tmp_path):
+    job = _job(toy_package, shapes=["small"], batches=[1])
+    ids = _ids(job)
+    kernel_builds_store(job_id=job.pk, payload=[build_fact(pk) for key, pk in ids.items() if key != T64]
+                        + [build_fact(ids[T64], spills=8)])
+    sent = load_variants(kernel_job_export(job=job, out_dir=tmp_path / "export")["variants"])
+    assert len(sent) == 6 and job_variants_sha256(job=job)[1] == variants_sha256(sent)
+    out = kernel_job_ingest(job=job, results={"device": H200_DEVICE, "variants_sha256": variants_sha256(sent),
+                                              "results": [result_row(ids[T32], "small", 1, median_us=9.0)]})
+    assert out["results"]["stored"] == 1
+
+
+def test_results_without_a_fingerprint_still_pair_by_id_and_refuse_ids_the_job_lacks(toy_package, tmp_path):
+    job, other = _job(toy_package, shapes=["small"], batches=[1]), _job(toy_package)
+    ids, other_ids = _ids(job), _ids(other)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"device": H200_DEVICE, "results": [
+        result_row(ids[T32], "small", 1, median_us=9.0), result_row(other_ids[BASE], "small", 1, median_us=27.0)]}))
+    err_out = StringIO()
+    with pytest.raises(CommandError, match=f"nothing was stored: results.1.variant_id: variant_id {other_ids[BASE]} "
+                                           "is not a variant of this job"):
+        call_command("kernel_job_ingest", str(job.pk), str(path), stderr=err_out)
+    assert not KernelBenchmark.objects.exists()
+    path.write_text(json.dumps({"device": H200_DEVICE, "results": [result_row(ids[T32], "small", 1, median_us=9.0)]}))
+    call_command("kernel_job_ingest", str(job.pk), str(path), stdout=StringIO())
+    assert KernelBenchmark.objects.get().variant.key == T32
 
 
 def test_it_does_not_ingest_into_a_running_failed_or_cancelled_job(toy_package):

@@ -1,7 +1,10 @@
 """The kernels pages: who may see and do what, and that the numbers arrive with their units."""
+import json
+
 from django.test import Client
 
-from kernels.models import KernelJob
+from kernels.models import KernelBuild, KernelJob
+from kernels.services import kernel_job_from_measurement, kernel_package_register
 
 
 def _client(user) -> Client:
@@ -47,6 +50,29 @@ def test_operators_start_a_job_from_the_package_page(operator, viewer, toy_packa
     assert bad.status_code == 400 and "48 is not one of the grid&#x27;s values" in bad.content.decode()
 
 
+def test_the_job_form_reports_every_fields_errors_in_one_response(operator, toy_package, h200_node):
+    c = _client(operator)
+    resp = c.post("/kernels/packages/toy_attn/jobs/new/", {"node": "h200-box", "cc": "99.9", "params": "BLOCK=48",
+                                                          "batches": "1,x,3", "shapes": ["huge"]})
+    html = resp.content.decode()
+    assert resp.status_code == 400 and not KernelJob.objects.exists()
+    for expected in ("&#x27;x&#x27; is not a positive whole number.",          # read by the form
+                     "3 is not a batch size of the manifest ([1, 4])",          # checked by the service
+                     "&#x27;99.9&#x27; is not a known compute capability",
+                     "48 is not one of the grid&#x27;s values [16, 32, 64]",
+                     "&#x27;huge&#x27; is not a shape of toy_attn"):
+        assert expected in html, expected
+    summary = html.split('id="job-form-errors"', 1)[1].split("</div>", 1)[0]
+    assert "(4 fields to fix)" in summary  # batches, cc, params.BLOCK, shapes
+    # an unknown node: its own message, and the other fields still checked
+    html = c.post("/kernels/packages/toy_attn/jobs/new/", {"node": "nowhere", "cc": "", "params": "BLOCK 32",
+                                                          "batches": "2"}).content.decode()
+    assert "Choose a registered node." in html and "is neither of the accepted forms" in html
+    assert "2 is not a batch size of the manifest ([1, 4])" in html
+    assert "give the target compute capability" not in html  # it would come from the node's GPU
+    assert not KernelJob.objects.exists()
+
+
 def test_the_job_page_shows_calibration_table_charts_and_best(viewer, measured_job):
     html = _client(viewer).get(f"/kernels/jobs/{measured_job.pk}/?batch=4&sort=-us:small").content.decode()
     assert "4000 GB/s" in html and "700.0 TFLOP/s" in html and "NVIDIA H200" in html
@@ -58,6 +84,37 @@ def test_the_job_page_shows_calibration_table_charts_and_best(viewer, measured_j
     # the sorted table puts the slowest small-shape variant first
     body = html.split('<table class="variants results">', 1)[1]
     assert body.index("baseline") < body.index(">32<")
+
+
+def _facts(html: str, term: str) -> str:
+    return html.split(f"<dt>{term}</dt><dd>", 1)[1].split("</dd>", 1)[0]
+
+
+def test_the_job_page_names_the_built_architecture_and_only_the_languages_toolchain(viewer, measured_job,
+                                                                                 real_packages):
+    c = _client(viewer)
+    # Triton: no command line in the build logs, so the runner's architecture for cc 9.0
+    html = c.get(f"/kernels/jobs/{measured_job.pk}/").content.decode()
+    assert _facts(html, "Target") == "cc 9.0, sm_90a, built with triton 3.6.0"
+    assert _facts(html, "Software") == "driver 580.159.04, CUDA 13.0, torch 2.9.0, Triton 3.6.0"
+    assert "nvcc" not in _facts(html, "Software") and "cuda:90" not in html
+    # CUDA: the stored H200 job, built by nvcc with -gencode arch=compute_90a,code=sm_90a
+    results = real_packages / "sparse_mla_decode_cuda" / "results"
+    job = kernel_job_from_measurement(
+        package=kernel_package_register(path=real_packages / "sparse_mla_decode_cuda"),
+        variants=json.loads((results / "h200-variants.json").read_text()),
+        results=json.loads((results / "h200-results.json").read_text()),
+        builds=json.loads((results / "sm90a-builds.json").read_text()))
+    html = c.get(f"/kernels/jobs/{job.pk}/").content.decode()
+    assert _facts(html, "Target") == "cc 9.0, sm_90a, built with nvcc 13.0"
+    assert _facts(html, "Software") == "driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130, nvcc 13.0"
+    assert "Triton" not in _facts(html, "Software")
+    # the label is what the builds logged, not a rule of the page
+    for build in KernelBuild.objects.filter(variant__job=job):
+        build.log = build.log.replace("compute_90a,code=sm_90a", "compute_90,code=sm_90")
+        build.save(update_fields=["log"])
+    html = c.get(f"/kernels/jobs/{job.pk}/").content.decode()
+    assert _facts(html, "Target") == "cc 9.0, sm_90, built with nvcc 13.0"
 
 
 def test_the_progress_panel_polls_while_active_and_stops_when_done(viewer, operator, measured_job):

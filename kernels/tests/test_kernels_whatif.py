@@ -1,11 +1,14 @@
 """The what-if projection (kernels.whatif): a kernel taking a share of the decode step made
 faster, projected onto a measured sweep; numbers checked against hand computations from the sim
 profile's formulas and from a ceiling-analysis fit."""
+import html
+
 import pytest
+from django.test import Client
 
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from controlplane.errors import InvalidInput
-from kernels.whatif import decode_factor, whatif_compute
+from kernels.whatif import SHARE_RANGE, SPEEDUP_RANGE, decode_factor, whatif_compute
 
 SEED = "seed-sm120-fallback"
 
@@ -28,6 +31,46 @@ def test_the_decode_factor_is_amdahls_law_on_one_step():
     with pytest.raises(InvalidInput) as err:
         decode_factor(share=1.5, speedup=0)
     assert set(err.value.errors) == {"share", "speedup"}
+
+
+BAD_SPEEDUPS = ("-3", "0", "-0.0", "1001", "nan", "inf")
+BAD_SHARES = ("-1", "0", "1.5", "nan")
+
+
+def test_an_out_of_range_share_or_speedup_gets_one_message_whatever_the_value():
+    assert SPEEDUP_RANGE.startswith("must be a number in (0, 1000]: how many times faster the kernel becomes")
+    assert SHARE_RANGE.startswith("must be a fraction in (0, 1]: the part of the decode step time the kernel takes")
+    for raw in BAD_SPEEDUPS:
+        with pytest.raises(InvalidInput) as err:
+            decode_factor(share=0.63, speedup=float(raw))
+        assert err.value.errors == {"speedup": [SPEEDUP_RANGE]}, raw
+    for raw in BAD_SHARES:
+        with pytest.raises(InvalidInput) as err:
+            decode_factor(share=float(raw), speedup=2.0)
+        assert err.value.errors == {"share": [SHARE_RANGE]}, raw
+    assert decode_factor(share=1.0, speedup=1000.0) == pytest.approx(0.001)  # both ends included
+
+
+def test_the_api_and_the_page_refuse_an_out_of_range_value_with_that_message(viewer_api, viewer, seed_pd_sweep):
+    sweep = seed_pd_sweep
+    page = Client()
+    page.force_login(viewer)
+    for raw in BAD_SPEEDUPS:
+        resp = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "speedup": raw})
+        assert resp.status_code == 400 and resp.json() == {"speedup": [SPEEDUP_RANGE]}, raw
+        if raw not in ("nan", "inf"):  # the page says those are not finite numbers before any range
+            body = page.get(f"/kernels/whatif/?sweep={sweep.pk}&speedup={raw}").content.decode()
+            assert html.escape(SPEEDUP_RANGE) in body and "Projected (tok/s)" not in body, raw
+    for raw in BAD_SHARES:
+        resp = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": raw, "speedup": 2})
+        assert resp.status_code == 400 and resp.json() == {"share": [SHARE_RANGE]}, raw
+        if raw != "nan":
+            body = page.get(f"/kernels/whatif/?sweep={sweep.pk}&share={raw}&speedup=2").content.decode()
+            assert html.escape(SHARE_RANGE) in body and "Projected (tok/s)" not in body, raw
+    # both at once, and next to another problem of the form
+    body = page.get("/kernels/whatif/?sweep=999999&share=0&speedup=-3").content.decode()
+    assert html.escape(SHARE_RANGE) in body and html.escape(SPEEDUP_RANGE) in body and "No sweep with id" in body
+    assert viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": 1, "speedup": 1000}).status_code == 200
 
 
 def test_it_projects_a_sim_sweep_from_the_profiles_formulas(db):

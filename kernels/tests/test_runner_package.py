@@ -1,15 +1,18 @@
 """Manifest parsing by the runner, the flagship's cost formulas against hand-computed numbers,
 and the pure functions of the bench (roofline, percentiles, rotation, comparison)."""
+import hashlib
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from kernels.runner import bench
 from kernels.runner.build import arch_name, parse_ptxas, parse_target, tensor_core_evidence
-from kernels.runner.package import PackageError, load_package, load_variants
+from kernels.runner.package import PackageError, load_package, load_variants, variants_sha256
 
 FLAGSHIP = Path(__file__).resolve().parents[1] / "packages" / "sparse_mla_decode"
 
@@ -82,6 +85,42 @@ def test_it_reads_variants_and_refuses_duplicates(tmp_path):
     path.write_text(json.dumps({"variant_id": 1}))
     with pytest.raises(PackageError, match="JSON list"):
         load_variants(path)
+
+
+def test_the_variants_fingerprint_is_the_sha256_of_the_canonical_list(tmp_path):
+    variants = [{"variant_id": 2, "params": {"impl": "split_k", "BLOCK_H": 64}},
+                {"variant_id": 1, "params": {"BLOCK_H": 16, "impl": "baseline"}}]
+    canonical = ('[{"params":{"BLOCK_H":16,"impl":"baseline"},"variant_id":1},'
+                 '{"params":{"BLOCK_H":64,"impl":"split_k"},"variant_id":2}]')
+    assert variants_sha256(variants) == hashlib.sha256(canonical.encode()).hexdigest()
+    # the order of the file and keys a runner adds (a CUDA variant's cubin path) do not count
+    assert variants_sha256(variants[::-1]) == variants_sha256(variants)
+    assert variants_sha256([dict(v, cubin="/tmp/v1.cubin") for v in variants]) == variants_sha256(variants)
+    # the same ids meaning other parameters do
+    swapped = [{"variant_id": 1, "params": variants[0]["params"]}, {"variant_id": 2, "params": variants[1]["params"]}]
+    assert variants_sha256(swapped) != variants_sha256(variants)
+    path = tmp_path / "variants.json"
+    path.write_text(json.dumps(variants, indent=2))
+    assert variants_sha256(load_variants(path)) == variants_sha256(variants)
+
+
+def test_the_bench_records_the_fingerprint_of_the_variants_it_measured(tmp_path, monkeypatch):
+    """``results.json`` carries ``variants_sha256`` of the list read from ``--variants``, from the
+    first write on (a GPU-less stand-in for torch; calibration only, so nothing is launched)."""
+    fake_torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: True, set_device=lambda i: None))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(bench, "device_facts", lambda torch, index=0: {"name": "NVIDIA H200", "cc": "9.0"})
+    monkeypatch.setattr(bench, "measure_hbm_gbps", lambda torch: 4000.0)
+    monkeypatch.setattr(bench, "measure_bf16_tflops", lambda torch: 700.0)
+    path = tmp_path / "variants.json"
+    path.write_text(json.dumps([{"variant_id": 7, "params": {"impl": "baseline", "BLOCK_H": 16}}]))
+    out = tmp_path / "results.json"
+    bench.run_bench(load_package(FLAGSHIP), load_variants(path), out, calibrate_only=True)
+    written = json.loads(out.read_text())
+    assert written["variants_sha256"] == variants_sha256(load_variants(path))
+    assert written["device"]["hbm_gbps"] == 4000.0 and written["results"] == []
+    bench.run_bench(load_package(FLAGSHIP), [], out, calibrate_only=True)
+    assert "variants_sha256" not in json.loads(out.read_text())  # no variants, nothing to fingerprint
 
 
 def test_it_takes_the_longer_of_the_memory_and_compute_times_as_the_roofline():

@@ -3,7 +3,12 @@ results measured elsewhere through the same services a job run here uses.
 
 ``manage.py kernel_job_ingest --new <package> --variants variants.json results.json [--builds ...]``
 creates the job from the runner's ``variants.json`` first (exactly those variants, ids mapped by
-params), e.g. for ``kernels/packages/sparse_mla_decode/results/`` measured on an H200."""
+params), e.g. for ``kernels/packages/sparse_mla_decode/results/`` measured on an H200.
+
+A ``results.json`` carrying ``variants_sha256`` (written by the runner's ``bench``) is refused
+unless it matches the variants it is stored against: the job's own (those ``kernel_job_export``
+wrote) or, with ``--new``, the ``--variants`` file. Older results without it are paired by
+``variant_id``, and a row naming a variant the job (or the ``--variants`` file) lacks is refused."""
 from __future__ import annotations
 
 import json
@@ -59,14 +64,17 @@ class Command(BaseCommand):
         self._report(job, out)
 
     def _stored(self, store):
-        """Run ``store()``; a refused payload prints every reason with its path, then stops."""
+        """Run ``store()``; a refused payload prints every reason with its path, then stops with
+        the reason itself when there is one (e.g. results measured from another variants list:
+        both fingerprints), else with how many there are."""
         try:
             return store()
         except InvalidInput as exc:
-            for path, msgs in exc.errors.items():
-                for m in msgs:
-                    self.stderr.write(f"{path}: {m}")
-            raise CommandError("nothing was stored") from None
+            reasons = [f"{path}: {m}" for path, msgs in exc.errors.items() for m in msgs]
+            for line in reasons:
+                self.stderr.write(line)
+            raise CommandError("nothing was stored: " + (reasons[0] if len(reasons) == 1 else
+                                                         f"{len(reasons)} problems, listed above")) from None
         except CeilingError as exc:
             raise CommandError(str(exc)) from None
 

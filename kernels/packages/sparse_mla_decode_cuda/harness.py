@@ -134,7 +134,30 @@ def _function(cubin: str, name: str, shared_bytes: int):
     return fn
 
 
-def _launch(fn, grid: tuple, threads: int, shared_bytes: int, stream: int, args: list) -> None:
+class _LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute`` (cuda.h): the attribute id, padding to 8 bytes, the 64-byte value union
+    (as 16 ints: the attributes used here take one int)."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_int), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig`` (cuda.h) for ``cuLaunchKernelEx``."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION = 6   # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+# Programmatic dependent launch for the tiled kernels and the combine (CUDA programming guide,
+# "Programmatic Dependent Launch"): a launch may be scheduled while the previous kernel on the
+# stream finishes; the kernels wait (griddepcontrol.wait) before their first global-memory access,
+# so only launch latency overlaps, as in an engine that enables it. False: plain launches.
+PDL = True
+
+
+def _launch(fn, grid: tuple, threads: int, shared_bytes: int, stream: int, args: list, *, pdl: bool = False) -> None:
+    """Launch ``fn`` on ``stream`` with ``args`` (tensors by data pointer, ctypes scalars as they
+    are); ``pdl`` allows programmatic dependent launch (``cuLaunchKernelEx``). RuntimeError with
+    the driver's error name when the launch is refused."""
     holders = []
     for value in args:
         if isinstance(value, ctypes._SimpleCData):
@@ -145,8 +168,15 @@ def _launch(fn, grid: tuple, threads: int, shared_bytes: int, stream: int, args:
             raise TypeError(f"unsupported kernel argument {value!r}")
     params = (ctypes.c_void_p * len(holders))(*[ctypes.cast(ctypes.byref(h), ctypes.c_void_p) for h in holders])
     gx, gy, gz = (tuple(grid) + (1, 1))[:3]
-    _check(_driver().cuLaunchKernel(fn, gx, gy, gz, threads, 1, 1, shared_bytes, ctypes.c_void_p(stream), params, None),
-           "cuLaunchKernel")
+    if not pdl:
+        _check(_driver().cuLaunchKernel(fn, gx, gy, gz, threads, 1, 1, shared_bytes, ctypes.c_void_p(stream), params,
+                                        None), "cuLaunchKernel")
+        return
+    attr = _LaunchAttribute(id=_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attr.value[0] = 1
+    config = _LaunchConfig((ctypes.c_uint * 3)(gx, gy, gz), (ctypes.c_uint * 3)(threads, 1, 1), shared_bytes,
+                           ctypes.c_void_p(stream), ctypes.pointer(attr), 1)
+    _check(_driver().cuLaunchKernelEx(ctypes.byref(config), fn, params, None), "cuLaunchKernelEx")
 
 
 def _sm_count(torch, device) -> int:
@@ -229,8 +259,9 @@ def _launch_variant(torch, params: dict, inputs: dict):
     scale_log2 = float(inputs["sm_scale"]) * math.log2(math.e)
     _launch(fn, (heads // HEAD_TILE * splits, batch), TILED_THREADS, shared, stream,
             [q, kv, idx, out, o_part, lse, ctypes.c_int(heads), ctypes.c_int(topk), ctypes.c_int(per_split),
-             ctypes.c_int(splits), ctypes.c_float(scale_log2)])
+             ctypes.c_int(splits), ctypes.c_float(scale_log2)], pdl=PDL)
     if splits > 1:
         combine = _function(cubin, "sparse_mla_combine_splits", 0)
-        _launch(combine, (heads, batch), 128, 0, stream, [o_part, lse, out, ctypes.c_int(heads), ctypes.c_int(splits)])
+        _launch(combine, (heads, batch), 128, 0, stream, [o_part, lse, out, ctypes.c_int(heads), ctypes.c_int(splits)],
+                pdl=PDL)
     return out

@@ -63,6 +63,11 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int s
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+// Programmatic dependent launch (PTX ISA "griddepcontrol"; no-ops when the launch did not allow
+// it): wait until the grids this one depends on have completed and their writes are visible, and
+// let the next grid on the stream be scheduled.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
 // Make this thread's generic-proxy shared-memory writes (cp.async, st.shared) visible to wgmma.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -154,6 +159,8 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
             if (lane == 0) tok_ok[stage * BLOCK_N + r] = row >= 0;
         }
     };
+
+    grid_dependency_wait();   // inputs may come from the kernel before this one (PDL)
 
     // prologue: warp group 0 loads the q tile (64 heads x D_QK, swizzled column blocks of 64 rows
     // x 128 bytes), warp group 1 the first STAGES - 1 tiles
@@ -298,6 +305,7 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
         ABL_MARK(6);
     }
     cp_async_wait<0>();
+    launch_dependents();   // the combine (or the next step's kernel) may be scheduled; it waits for this grid
 
     // row sums: warp group 0's threads -> their quad -> shared memory for both groups
     if (wg == 0) {
@@ -361,10 +369,12 @@ extern "C" __global__ void __launch_bounds__(TILED_THREADS, 1) sparse_mla_decode
 
 // Split-K combine: out[b, h, :] = sum_s 2^(lse_s - M) o_part[b, s, h, :] / sum_s 2^(lse_s - M), M the
 // largest lse (zeros when no split saw a valid row). Grid (heads, batch), 128 threads x 4 columns.
-extern "C" __global__ void __launch_bounds__(128) sparse_mla_combine_splits(const float* __restrict__ o_part,
+extern "C" __global__ void __launch_bounds__(128, 8) sparse_mla_combine_splits(const float* __restrict__ o_part,
                                                                             const float* __restrict__ lse,
                                                                             __nv_bfloat16* __restrict__ out, int heads,
                                                                             int num_splits) {
+    grid_dependency_wait();   // the partials of the tiled kernel before it (PDL)
+    launch_dependents();
     const int h = blockIdx.x, b = blockIdx.y;
     const float* l = lse + static_cast<size_t>(b) * num_splits * heads + h;
     float m = -INFINITY;
