@@ -6,6 +6,7 @@ No database access here; :mod:`benchmarks.services` stores what these compute.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -37,6 +38,9 @@ MAX_LEN = 1_000_000
 WAIT_READY_MARGIN_S = 60
 # The longest time limit of one point: a day. Longer is a soak test, not a sweep point.
 MAX_DURATION_S = 86_400
+# A whole number as forms, query strings and length pairs take it: ASCII digits only
+# (``str.isdigit`` also accepts "²", which ``int`` refuses, and other scripts' digits).
+DIGITS_RE = re.compile(r"[0-9]+")
 # Prompts are generated before the measured window starts (case C11: generating them inside it
 # would lower the measured throughput), so a point limited by time needs its prompts made in
 # advance. The load generator cycles through them when the time outlasts them, and a repeated
@@ -212,7 +216,7 @@ def length_pair_parse(pair: Any) -> tuple[int, int] | None:
     """``[256, 256]``, ``(256, 256)`` or ``"256:256"`` → ``(256, 256)``; None when malformed."""
     if isinstance(pair, str):
         parts = pair.split(":")
-        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        if len(parts) != 2 or not all(DIGITS_RE.fullmatch(p.strip()) for p in parts):
             return None
         pair = [int(p) for p in parts]
     if not isinstance(pair, (list, tuple)) or len(pair) != 2:

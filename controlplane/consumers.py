@@ -141,7 +141,7 @@ def subscription_refusal(user, group: str) -> str | None:
         model = apps.get_model(app_label, model_name)
     except LookupError:
         return f"live data of kind {kind!r} is not available on this server"
-    if not key.isdigit() or len(key) > 18:
+    if not (key.isascii() and key.isdigit()) or len(key) > 18:
         return f"{kind} ids are numbers, not {key!r}"
     if str(int(key)) != key:
         # Broadcasts go to the canonical name (deployment-4), never to deployment-0004.

@@ -95,6 +95,13 @@ class KernelJob(models.Model):
     torch_version = models.CharField(max_length=64, blank=True)
     triton_version = models.CharField(max_length=64, blank=True)
     config_paths = models.JSONField(default=list, blank=True)
+    source_variants_sha256 = models.CharField(
+        max_length=64, blank=True,
+        help_text="variants_sha256 of the variants file a job created from measurements was made from")
+    source_variant_ids = models.JSONField(
+        default=dict, blank=True,
+        help_text="that file's variant ids -> this job's variant ids (results and builds carrying the "
+                  "file's fingerprint are renumbered with it)")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

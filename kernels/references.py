@@ -28,6 +28,7 @@ needs only the package row. Rules:
 from __future__ import annotations
 
 import posixpath
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ from django.conf import settings
 
 MAX_REFS = 8
 REF_KEYS = ("package", "config", "best", "roles", "env", "flag")
+# The id of ``config = "best:<id>"``: ASCII digits only (``str.isdigit`` also takes "²").
+BEST_ID_RE = re.compile(r"[0-9]+")
 
 
 def _roots() -> list[str]:
@@ -121,7 +124,7 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
         # Config: a path, or a KernelBest id resolved to the file it was exported to.
         config, best_id = ref.get("config"), ref.get("best")
         if isinstance(config, str) and config.startswith("best:"):
-            if not config[5:].isdigit():
+            if not BEST_ID_RE.fullmatch(config[5:]):
                 add(f"{path}.config", f"{config!r}: 'best:<id>' needs a best-variant id, an integer")
                 continue
             best_id, config = int(config[5:]), None

@@ -72,8 +72,12 @@ class VariantTable:
     total: int = 0
 
 
-def _sort_value(row: dict[str, Any], key: str) -> tuple[int, Any]:
-    """Sort key with absent values last whatever the direction is handled by the caller."""
+def _sort_value(row: dict[str, Any], key: str) -> tuple[int, tuple[int, Any]]:
+    """Sort key of ``row`` for the column ``key``: ``(0, (0, number))`` for a number (a bool
+    counts as 0/1), ``(0, (1, text))`` for anything else, ``(1, (0, 0))`` for an absent value
+    (None or NaN). So a column mixing numbers and text (``NUM_SPLITS = ["auto", 2, 4, 8]``) sorts
+    numbers in numeric order, then text in text order, and never compares a number with a string;
+    the caller keeps absent values last whatever the direction."""
     if key.startswith("us:") or key.startswith("roof:"):
         kind, shape = key.split(":", 1)
         cell = row["shapes"].get(shape) or {}
@@ -85,12 +89,12 @@ def _sort_value(row: dict[str, Any], key: str) -> tuple[int, Any]:
     else:
         v = (row.get("build") or {}).get(key)
     if v is None or (isinstance(v, float) and math.isnan(v)):
-        return (1, 0)
+        return (1, (0, 0))
     if isinstance(v, bool):
-        return (0, int(v))
+        return (0, (0, int(v)))
     if isinstance(v, (int, float)):
-        return (0, v)
-    return (0, str(v))
+        return (0, (0, v))
+    return (0, (1, str(v)))
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -113,7 +117,11 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     ``state`` is one of :data:`STATES`; ``params`` filters parameter values (``{"impl":
     "split_k"}``, compared as text); ``sort`` is ``ordinal``, ``key``, a build fact
     (:data:`BUILD_SORTS`), ``param:<name>``, ``us:<shape>`` or ``roof:<shape>``, ``-`` in front
-    for descending (absent values always last).
+    for descending (absent values always last; a column mixing numbers and text sorts the numbers
+    in numeric order before the text in text order, and the reverse of that descending).
+
+    ``batches`` (the batch menu) are the batches measured; before any measurement, those the job
+    selected (``job.batches``), else every batch the manifest declares for the job's shapes.
 
     Raises :class:`controlplane.errors.InvalidInput` naming the valid choices for a ``batch`` the
     job neither measured nor declared, a ``params`` key that is not a grid parameter or a value
@@ -127,7 +135,8 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     manifest = job_manifest(job)
     shapes = [s.name for s in manifest.shapes if not job.shapes or s.name in job.shapes]
     measured = sorted(set(KernelBenchmark.objects.filter(variant__job=job).values_list("batch", flat=True)))
-    declared = sorted({b for s in manifest.shapes for b in s.batches})
+    declared = sorted({b for s in manifest.shapes if s.name in shapes for b in s.batches
+                       if not job.batches or b in job.batches})
     batches = measured or declared
     errors: dict[str, list[str]] = {}
     if batch is not None and batch not in batches:
@@ -218,7 +227,8 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
 def job_time_chart(*, job: KernelJob, shape: str) -> dict[str, Any]:
     """Time vs batch for one shape: per implementation (the ``impl`` parameter, or one series
     when the grid has none) the fastest correct median (µs) at each batch, plus the roofline
-    (µs, from the job's measured HBM bandwidth and bf16 rate). Returns ``{"batches": [...],
+    (µs, from the job's measured HBM bandwidth and bf16 rate) at the shape's batches the job
+    selected (all of the shape's when it selected none). Returns ``{"batches": [...],
     "series": [{"label", "points": [[batch, us], ...]}], "roofline": [[batch, us], ...]}``."""
     from kernels.services import job_manifest, roofline_point
 
@@ -232,7 +242,7 @@ def job_time_chart(*, job: KernelJob, shape: str) -> dict[str, Any]:
         if b.batch not in cur or b.median_us < cur[b.batch]:
             cur[b.batch] = b.median_us
     try:
-        batches = list(manifest.shape(shape).batches)
+        batches = [b for b in manifest.shape(shape).batches if not job.batches or b in job.batches]
     except KeyError:
         batches = []
     order = [str(v) for v in manifest.grid.get("impl", [])]

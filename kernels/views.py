@@ -33,6 +33,12 @@ from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
 from kernels.runner.build import arch_name
 from kernels.whatif import DEFAULT_SHARE, whatif_compute, whatif_input_errors
 
+# A whole number as the query string and forms take it: ASCII digits only (``str.isdigit`` also
+# accepts "²" or "٣", which ``int`` then refuses or reads as another number).
+DIGITS_RE = re.compile(r"[0-9]+")
+# A grid value typed in the job form that is read as an integer (else it stays text).
+INT_RE = re.compile(r"-?[0-9]+")
+
 # Jobs and best rows listed on the index page.
 INDEX_JOBS = 50
 # Best rows on a package page.
@@ -150,7 +156,7 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
         if not sep or not name.strip():
             errors.setdefault("params", []).append(f"'{_short(part)}' is neither of the accepted forms: {SUBSET_FORMS}")
             continue
-        out[name.strip()] = [int(v) if v.strip().lstrip("-").isdigit() else v.strip()
+        out[name.strip()] = [int(v.strip()) if INT_RE.fullmatch(v.strip()) else v.strip()
                              for v in values.split(",") if v.strip()]
     return out
 
@@ -192,7 +198,7 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
     for part in form["batches"].replace(" ", "").split(","):
         if not part:
             continue
-        if not part.isdigit():
+        if not DIGITS_RE.fullmatch(part):
             errors.setdefault("batches", []).append(f"'{_short(part)}' is not a positive whole number.")
         else:
             batches.append(int(part))
@@ -246,7 +252,7 @@ def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None
     """Batch, state, parameter filters and sort from the query string; what cannot be read is
     appended to ``problems`` (shown above the table) and left at its default."""
     batch_raw = request.GET.get("batch", "").strip()
-    batch = int(batch_raw) if batch_raw.isdigit() and int(batch_raw) > 0 else None
+    batch = int(batch_raw) if DIGITS_RE.fullmatch(batch_raw) and int(batch_raw) > 0 else None
     if batch_raw and batch is None:
         problems.append(f"batch: '{_short(batch_raw)}' is not a positive whole number.")
     state = request.GET.get("state", "all") or "all"
@@ -362,7 +368,8 @@ def _target_context(job: KernelJob) -> dict[str, Any]:
         arch = match.group(1)
     else:
         major, _, minor = job.target_cc.partition(".")
-        arch = arch_name(int(major) * 10 + int(minor or 0)) if major.isdigit() and minor.isdigit() else "?"
+        readable = DIGITS_RE.fullmatch(major) and DIGITS_RE.fullmatch(minor)
+        arch = arch_name(int(major) * 10 + int(minor)) if readable else "?"
     language = _job_language(job)
     compiler = job.compiler or ""
     if language == "cuda":
@@ -484,7 +491,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     charts: list[dict[str, Any]] = []
     source = ""
     if sweep_raw:
-        sweep = BenchmarkSweep.objects.filter(pk=int(sweep_raw)).first() if sweep_raw.isdigit() else None
+        sweep = BenchmarkSweep.objects.filter(pk=int(sweep_raw)).first() if DIGITS_RE.fullmatch(sweep_raw) else None
         if sweep is None:
             errors["sweep"] = [f"No sweep with id {sweep_raw!r}."]
         if best_raw and request.GET.get("speedup", "").strip():
@@ -493,7 +500,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
                 "Give speedup (a number) or best (a best-variant id), exactly one: both were given.")
         elif best_raw and "speedup" not in errors:
             try:
-                best = services.kernel_best_for(best_id=int(best_raw)) if best_raw.isdigit() else None
+                best = services.kernel_best_for(best_id=int(best_raw)) if DIGITS_RE.fullmatch(best_raw) else None
             except NotFound:
                 best = None
             if best is None or not best.speedup:

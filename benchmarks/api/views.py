@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from benchmarks import selectors, services
 from benchmarks.api import serializers as s
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import ExportFormatMixin, ExportQuerySerializer, SafeJSONParser, attachment, query_validated
 from controlplane.errors import InvalidInput, NotFound
 
@@ -40,7 +41,7 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
     def get_queryset(self):
         q = self.request.query_params
         dep = q.get("deployment")
-        return selectors.sweep_list(deployment_id=int(dep) if dep and dep.isdigit() else None,
+        return selectors.sweep_list(deployment_id=int(dep) if dep and DIGITS_RE.fullmatch(dep) else None,
                                     status=q.get("status") or None, served_model_name=q.get("model") or None)
 
     def create(self, request: Request, *args, **kwargs) -> Response:
@@ -94,7 +95,7 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     def get_queryset(self):
         q = self.request.query_params
         sweep = q.get("sweep")
-        return selectors.run_list(sweep_id=int(sweep) if sweep and sweep.isdigit() else None,
+        return selectors.run_list(sweep_id=int(sweep) if sweep and DIGITS_RE.fullmatch(sweep) else None,
                                   source=q.get("source") or None, status=q.get("status") or None,
                                   order=q.get("order") or None)
 

@@ -256,3 +256,14 @@ def test_it_gives_the_time_of_a_very_slow_open_loop_point_in_a_short_message(ope
         [message] = response.json()["grid.request_rates.0"]
         assert f"4 requests at {rate:g} req/s take about {seconds}; at most 86400 s" in message
         assert len(message) < 160, message
+
+
+def test_it_refuses_non_ascii_digits_like_any_malformed_number(operator_api, viewer_api, deployment) -> None:
+    # "²".isdigit() is true, but int("²") raises: a 400 (or an ignored filter), never a 500
+    response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
+        "concurrency": [1], "lengths": ["\u00b2:8"], "requests": 4}}, format="json")
+    assert response.status_code == 400
+    assert response.json()["grid.lengths.0"] == [
+        "must be [input_len, output_len] or 'in:out' with 1..1000000 tokens, got '\u00b2:8'"]
+    for url in ("/api/sweeps/?deployment=%C2%B2", "/api/runs/?sweep=%C2%B2"):
+        assert viewer_api.get(url).status_code == 200, url  # like ?deployment=x: no filter

@@ -636,3 +636,17 @@ def test_it_refuses_a_duplicate_import_naming_the_run_unless_asked_to_keep_both(
     changed = operator_client.post(reverse("benchmarks:run-import"),
                                    {"file": SimpleUploadedFile("v2.json", original.replace(b"}", b"}\n", 1))})
     assert changed.status_code == 302 and BenchmarkRun.objects.count() == 3
+
+
+def test_it_refuses_non_ascii_digits_like_any_malformed_number(viewer_client, operator_client, deployment):
+    # "²".isdigit() is true, but int("²") raises: the same 404 or form error as "x", never a 500
+    assert viewer_client.get(reverse("benchmarks:compare"), {"runs": "1,\u00b2"}).status_code == 404
+    assert operator_client.get(reverse("benchmarks:sweep-create") + "?deployment=%C2%B2").status_code == 404
+    response = operator_client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": deployment.pk, "concurrency": "1,\u00b2", "lengths": "\u00b2:8", "requests": "\u00b2",
+    })
+    assert response.status_code == 400
+    html = _html(response)
+    assert html.count("&#x27;\u00b2&#x27; is not a positive whole number.") == 2  # concurrency and requests
+    assert "&#x27;\u00b2:8&#x27; is not input:output, e.g. 256:256." in html
+    assert not BenchmarkSweep.objects.exists()

@@ -16,6 +16,7 @@ from benchmarks import services
 from benchmarks.choices import RunSource
 from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.sweeps import DIGITS_RE
 from controlplane.errors import InvalidInput
 from controlplane.permissions import has_role
 from controlplane.redaction import redact_text
@@ -80,7 +81,7 @@ def _ids_param(request: HttpRequest, name: str) -> list[int]:
         part = part.strip()
         if not part:
             continue
-        if not part.isdigit():
+        if not DIGITS_RE.fullmatch(part):
             raise Http404(f"{name} must be a comma-separated list of ids")
         if int(part) not in out:
             out.append(int(part))

@@ -18,7 +18,7 @@ from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
-    IMPORT_MAX_BYTES, INDEX_RECENT_RUNS, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
+    DIGITS_RE, IMPORT_MAX_BYTES, INDEX_RECENT_RUNS, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
     _opt_float, _status_class, _sweep_runs,
 )
 from controlplane.errors import Conflict, InvalidInput
@@ -112,7 +112,7 @@ def _int_list(raw: str, field: str, errors: dict[str, list[str]], *, positive: b
     for part in raw.replace(" ", "").split(","):
         if not part:
             continue
-        if not part.isdigit() or (positive and int(part) <= 0):
+        if not DIGITS_RE.fullmatch(part) or (positive and int(part) <= 0):
             errors.setdefault(field, []).append(f"'{part}' is not a positive whole number.")
             continue
         out.append(int(part))
@@ -138,7 +138,7 @@ def _length_pairs(raw: str, errors: dict[str, list[str]]) -> list[list[int]]:
         if not part:
             continue
         a, sep, b = part.partition(":")
-        if not sep or not a.isdigit() or not b.isdigit() or int(a) <= 0 or int(b) <= 0:
+        if not sep or not DIGITS_RE.fullmatch(a) or not DIGITS_RE.fullmatch(b) or int(a) <= 0 or int(b) <= 0:
             errors.setdefault("lengths", []).append(f"'{part}' is not input:output, e.g. 256:256.")
             continue
         pairs.append([int(a), int(b)])
@@ -189,7 +189,7 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
         grid["request_rates"] = rates
     requests = data.get("requests", "").strip()
     if requests:
-        if requests.isdigit() and int(requests) > 0:
+        if DIGITS_RE.fullmatch(requests) and int(requests) > 0:
             grid["requests"] = int(requests)
         else:
             errors.setdefault("requests", []).append(f"'{requests}' is not a positive whole number.")
@@ -230,7 +230,7 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     list, length pairs, requests and/or a duration per point, optional rates and SLOs. POST calls
     :func:`benchmarks.services.sweep_create` and redirects to the sweep page."""
     raw_id = request.POST.get("deployment") or request.GET.get("deployment") or ""
-    if not raw_id.isdigit():
+    if not DIGITS_RE.fullmatch(raw_id):
         raise Http404("Choose a deployment to sweep.")
     deployment = get_object_or_404(Deployment.objects.select_related("recipe", "node"), pk=int(raw_id))
     defaults = {"concurrency": "1,8,16", "lengths": "256:256", "requests": "", "duration": "", "rates": "",

@@ -207,6 +207,8 @@ def test_it_explains_each_refusal(viewer, outsider, node):
     assert subscription_refusal(viewer, "node-nope") == "no node named 'nope'"
     assert subscription_refusal(viewer, "deployment-424242") == "no deployment with id 424242"
     assert subscription_refusal(viewer, "sweep-x1") == "sweep ids are numbers, not 'x1'"
+    # '²' passes str.isdigit() but is no number int() reads: a refusal, not an error
+    assert subscription_refusal(viewer, "sweep-\u00b2")
     assert "is not a live group" in subscription_refusal(viewer, "metrics-1")
     assert "no role" in subscription_refusal(outsider, node_group(node.name))
     # Kernel jobs are refused as unknown until the kernels app has its KernelJob table.

@@ -9,6 +9,7 @@ errors are shown next to the fields they name, never as a 500.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from typing import Any
 
@@ -269,7 +270,7 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
         )
     initial: dict[str, Any] = {"spec": spec_pretty({})}
     source_id = request.GET.get("from")
-    if source_id and source_id.isdigit():
+    if source_id and re.fullmatch(r"[0-9]+", source_id):
         source = Recipe.objects.filter(pk=int(source_id)).first()
         if source is not None:
             initial = {

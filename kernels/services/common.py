@@ -43,7 +43,9 @@ SHARED_MEM_LIMIT_BYTES: dict[str, int] = {
 }
 
 
-CC_RE = re.compile(r"^\d{1,2}\.\d$")
+# A compute capability as written (9.0, 12.0): ASCII digits only (``\d`` would take any script's
+# digits) and nothing after them (``$`` would take a trailing newline).
+CC_RE = re.compile(r"^[0-9]{1,2}\.[0-9]\Z")
 
 
 # Most variants one job may hold: each is a compile, and the variant table must stay usable.

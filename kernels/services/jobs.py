@@ -54,7 +54,8 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
     ``cc`` defaults to the compute capability of the node's first GPU; a node without GPUs needs
     it given (builds for a named target need no GPU). ``params_subset`` restricts the grid
     (``{"impl": ["split_k"]}``), ``shapes`` and ``batches`` the benchmark (default: all the
-    manifest declares). The grid is expanded now: one :class:`KernelVariant` per surviving
+    manifest declares; a name or size given twice is kept once, shapes in the order first given,
+    batches sorted). The grid is expanded now: one :class:`KernelVariant` per surviving
     combination. With ``dispatch`` the task goes to the node's queue ``node.<name>`` after the
     transaction commits; without it (or with ``node`` None) the job waits for builds and results
     measured elsewhere (:func:`kernel_job_ingest`).
@@ -107,7 +108,7 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
               shapes: list[str] | None, batches: list[int] | None, dispatch: bool, only: list[dict] | None):
     """Validate a job's arguments (the rules of :func:`kernel_job_create`) and expand its grid.
     Returns ``(cc, shapes, batches, expansion, errors)``: the target (the node's GPU when none was
-    given), the sorted shapes and batches, the :class:`~kernels.manifest.GridExpansion` (None when
+    given), the shapes (each once, in the order first given) and the sorted batches (each once), the :class:`~kernels.manifest.GridExpansion` (None when
     the subset is refused) and every problem found."""
     manifest = package_manifest(package)
     errors: dict[str, list[str]] = {}
@@ -124,7 +125,7 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
         errors["cc"] = [f"{cc!r} is not a known compute capability; known (NVIDIA's CUDA GPUs list): "
                         f"{', '.join(KNOWN_CCS)}"]
     shape_names = [s.name for s in manifest.shapes]
-    shapes = list(shapes or [])
+    shapes = _first_seen(shapes or [])
     for s in shapes:
         if s not in shape_names:
             errors.setdefault("shapes", []).append(f"{s!r} is not a shape of {package.name} ({', '.join(shape_names)})")
@@ -161,6 +162,16 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
             errors["variants"] = [f"{len(expansion.variants)} variants; at most {MAX_JOB_VARIANTS} per job "
                                   "(restrict the grid with params)"]
     return cc, shapes, batches, expansion, errors
+
+
+def _first_seen(items: list) -> list:
+    """``items`` with repeats dropped, in the order each first appears (``["v32", "v32", "v8"]``
+    gives ``["v32", "v8"]``); items need not be hashable."""
+    out: list = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
 
 
 def _canonical(params: dict) -> str:

@@ -18,6 +18,7 @@ from kernels.models import KernelBenchmark, KernelBest, KernelBuild, KernelJob, 
 from kernels.services.common import (
     BUILD_LOG_CHARS,
     CC_RE,
+    KNOWN_CCS,
     SHARED_MEM_LIMIT_BYTES,
     _write_json,
     configs_dir,
@@ -68,10 +69,11 @@ class _Result(BaseModel):
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     error: str | None = None
-    median_us: float | None = Field(default=None, ge=0)
-    p10_us: float | None = Field(default=None, ge=0)
-    p90_us: float | None = Field(default=None, ge=0)
-    min_us: float | None = Field(default=None, ge=0)
+    # a kernel launch takes time: 0 µs is a broken measurement, and would win every bucket
+    median_us: float | None = Field(default=None, gt=0)
+    p10_us: float | None = Field(default=None, gt=0)
+    p90_us: float | None = Field(default=None, gt=0)
+    min_us: float | None = Field(default=None, gt=0)
     reps: StrictInt | None = Field(default=None, ge=0)
     gbps: float | None = None
     tflops: float | None = None
@@ -147,7 +149,8 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
     :class:`InvalidInput` (``builds.<i>.<field>``) for a malformed payload or an unknown variant;
     nothing is stored then.
     """
-    job = KernelJob.objects.get(pk=job_id)
+    job = KernelJob.objects.select_related("package").get(pk=job_id)
+    language = job_manifest(job).language
     items = payload.get("builds") if isinstance(payload, dict) else payload
     if not isinstance(items, list):
         raise InvalidInput({"builds": ["must be a list of build facts (or an object with a 'builds' list)"]})
@@ -163,6 +166,11 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
         if fact.tensor_core_evidence not in (None, "wgmma", "mma", "none"):
             errors.setdefault(f"builds.{i}.tensor_core_evidence", []).append(
                 f"{fact.tensor_core_evidence!r} must be wgmma, mma or none")
+        want = COMPILER_OF_LANGUAGE.get(language)
+        if fact.compiler and want and not fact.compiler.lower().startswith(want):
+            errors.setdefault(f"builds.{i}.compiler", []).append(
+                f"{fact.compiler[:64]!r} did not build {job.package.name}: a {language} package is built by {want} "
+                "(this builds file belongs to another package's job)")
         variant = _variant_of(fact.variant_id, variants, f"builds.{i}.variant_id", errors)
         if variant is not None:
             facts.append((variant, fact))
@@ -196,6 +204,36 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
         KernelJob.objects.filter(pk=job.pk).update(**update)
     _broadcast(job.pk)
     return {"stored": len(facts), **counts}
+
+
+#: The compiler a build fact of a package in each language names (its ``compiler`` starts with it).
+COMPILER_OF_LANGUAGE = {"triton": "triton", "cuda": "nvcc"}
+
+
+def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str, list[str]]:
+    """Why results measured on ``dev`` do not belong to ``job``: a compute capability that is not a
+    known one, or not the one the job's variants were built for; a device other than the one whose
+    results the job already holds (a job is one device's measurement: its best rows and config
+    files are keyed by it); a Triton version other than the one that built the job's variants."""
+    errors: dict[str, list[str]] = {}
+    if not CC_RE.match(dev.cc):
+        errors["device.cc"] = [f"{dev.cc!r} is not a compute capability such as 9.0"]
+    elif dev.cc not in KNOWN_CCS:
+        errors["device.cc"] = [f"{dev.cc!r} is not a compute capability of an NVIDIA GPU "
+                               f"({', '.join(KNOWN_CCS)})"]
+    elif job.target_cc and dev.cc != job.target_cc:
+        errors["device.cc"] = [f"kernel job #{job.pk} built its variants for compute capability {job.target_cc}; "
+                               f"these results were measured on {dev.cc}: create a job for that target"]
+    held = KernelBenchmark.objects.filter(variant__job=job).exists()
+    if held and job.device_name and (job.device_name, job.device_cc) != (dev.name, dev.cc):
+        errors["device.name"] = [f"kernel job #{job.pk} holds results measured on {job.device_name} (cc "
+                                 f"{job.device_cc}); these were measured on {dev.name} (cc {dev.cc}): ingest them "
+                                 "into a job of their own (kernel_job_ingest --new)"]
+    if (language == "triton" and dev.triton and job.compiler.startswith("triton ")
+            and job.compiler != f"triton {dev.triton}"):
+        errors["device.triton"] = [f"kernel job #{job.pk}'s variants were compiled by {job.compiler}; these results "
+                                   f"were measured with triton {dev.triton}: ingest them into a job of their own"]
+    return errors
 
 
 def _build_counts(job: KernelJob) -> dict[str, int]:
@@ -238,10 +276,8 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
         parsed = _Results.model_validate(payload)
     except ValidationError as exc:
         raise InvalidInput(_pydantic_errors(exc, "")) from None
-    errors: dict[str, list[str]] = {}
     dev = parsed.device
-    if not CC_RE.match(dev.cc):
-        errors["device.cc"] = [f"{dev.cc!r} is not a compute capability such as 9.0"]
+    errors = _device_problems(job, dev, manifest.language)
     for key in ("hbm_gbps", "bf16_tflops"):
         value = getattr(dev, key)
         if value is not None and (not math.isfinite(value) or value <= 0):
@@ -250,9 +286,16 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
     builds = {b.variant_id: b for b in KernelBuild.objects.filter(variant__job=job)}
     shape_batches = {s.name: set(s.batches) for s in manifest.shapes}
     rows: list[tuple[KernelVariant, _Result]] = []
+    seen: dict[tuple[int, str, int], int] = {}
     for i, r in enumerate(parsed.results):
         path = f"results.{i}"
         variant = _variant_of(r.variant_id, variants, f"{path}.variant_id", errors)
+        if variant is not None:
+            first = seen.setdefault((variant.pk, r.shape, r.batch), i)
+            if first != i:
+                errors.setdefault(path, []).append(
+                    f"repeats results.{first} (variant {variant.pk}, shape {r.shape}, batch {r.batch}): one "
+                    "measurement per variant, shape and batch")
         if r.shape not in shape_batches:
             errors.setdefault(f"{path}.shape", []).append(f"{r.shape!r} is not a shape of {job.package.name}")
         elif r.batch not in shape_batches[r.shape]:
@@ -338,7 +381,11 @@ def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
         if b.variant.params.get("impl") == "baseline":
             baseline.setdefault(key, b.median_us)
     held: list[KernelBest] = []
+    stale = (KernelBest.objects.filter(job=job)
+             .exclude(device_name=job.device_name, cc=job.device_cc, compiler=compiler))
+    stale_buckets = set(stale.values_list("device_name", "cc", "compiler"))
     with transaction.atomic():
+        stale.delete()  # a bucket this job no longer measures (its device or compiler changed)
         for (shape, batch), b in best.items():
             lookup = dict(package=job.package, device_name=job.device_name, cc=job.device_cc, shape=shape,
                           batch=batch, compiler=compiler)
@@ -353,6 +400,9 @@ def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
                 speedup=(base / b.median_us) if base and b.median_us else None,
             ))
             held.append(row)
+    manifest = job_manifest(job)
+    for device_name, cc, comp in stale_buckets:
+        _export_bucket(package=job.package, device_name=device_name, cc=cc, compiler=comp, dtype=manifest.dtype)
     return held
 
 
@@ -364,29 +414,52 @@ def config_filename(*, device_name: str, shape: str, dtype: str) -> str:
     return f"device_name={dev},shape={shape},dtype={dtype}.json"
 
 
-def kernel_best_export(*, job: KernelJob) -> list[str]:
-    """Write the best configs of ``job``'s device as JSON files, one per shape, and record the
-    paths (``KernelBest.config_path``, ``job.config_paths``).
+def config_dirname(*, compiler: str, cc: str) -> str:
+    """``compiler=triton_3.6.0,cc=9.0``: the directory of one (compiler, compute capability) bucket
+    under a package's config directory, so that a config tuned with another compiler or for another
+    target never replaces this one's file (vLLM keeps its tuned configs per Triton version the same
+    way)."""
+    comp = re.sub(r"[^A-Za-z0-9_.-]", "_", (compiler or "unknown").replace(" ", "_"))
+    return f"compiler={comp},cc={cc}"
 
-    Each file (:func:`config_filename`, under ``configs_dir()/<package>/``) maps a batch size to
-    the chosen variant's parameters, ``{"1": {"impl": "split_k", "BLOCK_H": 64, ...}, "8": {...}}``
-    (keys sorted numerically), over every stored best of (package, device, cc, compiler) for that
-    shape, so buckets won by an earlier job are kept. Returns the written paths.
-    """
-    manifest = job_manifest(job)
-    compiler = job.compiler or "unknown"
-    rows = list(KernelBest.objects.filter(package=job.package, device_name=job.device_name, cc=job.device_cc,
+
+def _export_bucket(*, package, device_name: str, cc: str, compiler: str, dtype: str) -> list[str]:
+    """(Re)write the config files of one (package, device, cc, compiler) bucket from its stored
+    best rows, one file per shape, and record each row's path; a shape left with no rows has its
+    file removed. Returns the written paths."""
+    out_dir = configs_dir() / package.name / config_dirname(compiler=compiler, cc=cc)
+    rows = list(KernelBest.objects.filter(package=package, device_name=device_name, cc=cc,
                                           compiler=compiler).select_related("variant"))
     by_shape: dict[str, list[KernelBest]] = {}
     for r in rows:
         by_shape.setdefault(r.shape, []).append(r)
-    out_dir = configs_dir() / job.package.name
     paths: list[str] = []
     for shape, items in sorted(by_shape.items()):
         body = {str(r.batch): r.variant.params for r in sorted(items, key=lambda r: r.batch)}
-        path = out_dir / config_filename(device_name=job.device_name, shape=shape, dtype=manifest.dtype)
+        path = out_dir / config_filename(device_name=device_name, shape=shape, dtype=dtype)
         _write_json(path, body)
         KernelBest.objects.filter(pk__in=[r.pk for r in items]).update(config_path=str(path))
         paths.append(str(path))
+    if out_dir.is_dir():
+        prefix = config_filename(device_name=device_name, shape="", dtype=dtype).split(",shape=")[0] + ",shape="
+        for old in out_dir.glob(prefix + "*.json"):
+            if str(old) not in paths:
+                old.unlink(missing_ok=True)
+    return paths
+
+
+def kernel_best_export(*, job: KernelJob) -> list[str]:
+    """Write the best configs of ``job``'s device as JSON files, one per shape, and record the
+    paths (``KernelBest.config_path``, ``job.config_paths``).
+
+    Each file (:func:`config_filename`, under
+    ``configs_dir()/<package>/<config_dirname(compiler, cc)>/``) maps a batch size to the chosen
+    variant's parameters, ``{"1": {"impl": "split_k", "BLOCK_H": 64, ...}, "8": {...}}`` (keys
+    sorted numerically), over every stored best of (package, device, cc, compiler) for that shape,
+    so buckets won by an earlier job are kept and other compilers' or targets' files are not
+    touched. Returns the written paths.
+    """
+    paths = _export_bucket(package=job.package, device_name=job.device_name, cc=job.device_cc,
+                           compiler=job.compiler or "unknown", dtype=job_manifest(job).dtype)
     KernelJob.objects.filter(pk=job.pk).update(config_paths=paths)
     return paths

@@ -115,7 +115,31 @@ def _check_results_fingerprint(*, job: KernelJob, results: Any) -> None:
         "variants.json, or create a job from that file (kernel_job_ingest --new PACKAGE --variants variants.json)"]})
 
 
-def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None) -> dict[str, Any]:
+def _renumber(payload: Any, key: str | None, ids: dict[str, int], errors: dict[str, list[str]]) -> Any:
+    """``payload`` with each row's ``variant_id`` replaced through ``ids`` (the source file's id ->
+    this job's); ``key`` names the list in an object payload (None: the payload is the list). An id
+    ``ids`` lacks goes into ``errors`` (``<key>.<i>.variant_id``). The fingerprint is dropped: the
+    renumbered rows carry this job's ids."""
+    rows = payload.get(key) if isinstance(payload, dict) and key else payload
+    if not isinstance(rows, list):
+        return payload
+    out_rows = []
+    for i, r in enumerate(rows):
+        if isinstance(r, dict) and "variant_id" in r:
+            vid = ids.get(str(r["variant_id"]))
+            if vid is None:
+                errors.setdefault(f"{key or 'builds'}.{i}.variant_id", []).append(
+                    f"variant_id {str(r['variant_id'])[:80]!r} is not in the variants file this job was created from")
+            else:
+                r = {**r, "variant_id": vid}
+        out_rows.append(r)
+    if isinstance(payload, dict) and key:
+        return {**{k: v for k, v in payload.items() if k != "variants_sha256"}, key: out_rows}
+    return out_rows
+
+
+def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None,
+                      ids_from_source: bool = False) -> dict[str, Any]:
     """Store builds and/or results measured elsewhere for ``job`` through the same code path as a
     job run here (:func:`kernel_builds_store`, :func:`kernel_results_store`).
 
@@ -125,8 +149,13 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
     measurements), as a job run here leaves them.
 
     Results carrying ``variants_sha256`` (the runner's fingerprint of the variants it measured)
-    must come from this job's variants (:func:`job_variants_sha256`); results without it are paired
-    by ``variant_id`` alone, and a row whose id is not a variant of this job is refused.
+    must come from this job's variants (:func:`job_variants_sha256`) or, for a job created from
+    measurements (:func:`kernel_job_from_measurement`), from the variants file it was made from:
+    those rows, and the builds given with them, are renumbered to this job's ids. Results without
+    it are paired by ``variant_id`` alone, and a row whose id is not a variant of this job is
+    refused; for a job whose ids differ from its source file's, results without it and builds
+    without such results are refused (their ids could be either). ``ids_from_source``: the
+    payloads use the source file's ids (the creating call).
 
     Raises :class:`Conflict` for a job a task is running or one that failed or was cancelled, and
     :class:`InvalidInput` for malformed payloads or results of another variants list (nothing is
@@ -139,9 +168,27 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
         raise Conflict(f"kernel job #{job.pk} is {job.status} on node {job.node}; wait for it or cancel it first")
     if job.status in (KernelJobStatus.FAILED, KernelJobStatus.CANCELLED):
         raise Conflict(f"kernel job #{job.pk} is {job.status}; create a new job for new measurements")
-    if results is not None:
+    mapping = {str(k): int(v) for k, v in (job.source_variant_ids or {}).items()}
+    given = _fingerprint_of(results) if results is not None else None
+    from_source = ids_from_source or (bool(mapping) and given is not None and given == job.source_variants_sha256)
+    if results is not None and not from_source:
         # Before the builds are stored: they may change which variants the export would have sent.
         _check_results_fingerprint(job=job, results=results)
+    if not from_source and any(k != str(v) for k, v in mapping.items()) and given is None:
+        what = "results" if results is not None else "builds"
+        raise InvalidInput({what: [
+            f"kernel job #{job.pk} was created from a variants file whose ids are not the job's own "
+            f"(variants_sha256 {job.source_variants_sha256}); {what} without a variants_sha256 could use either "
+            "numbering: give results that carry that fingerprint (the runner writes it) with their builds, or "
+            "create a job from the file they were measured from (kernel_job_ingest --new PACKAGE --variants ...)"]})
+    if from_source:
+        errors: dict[str, list[str]] = {}
+        if results is not None:
+            results = _renumber(results, "results", mapping, errors)
+        if builds is not None:
+            builds = _renumber(builds, "builds" if isinstance(builds, dict) else None, mapping, errors)
+        if errors:
+            raise InvalidInput(errors)
     was_pending = job.status == KernelJobStatus.PENDING
     if was_pending and not _transition(job.pk, {KernelJobStatus.PENDING}, KernelJobStatus.BUILDING,
                                        started_at=timezone.now()):
@@ -171,7 +218,8 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
         if was_pending:
             _finish(job.pk, KernelJobStatus.DONE, "", note=note)
         else:
-            KernelJob.objects.filter(pk=job.pk).update(note="; ".join(filter(None, [job.note, note])))
+            if note not in (job.note or ""):  # the same device's results ingested again add nothing new
+                KernelJob.objects.filter(pk=job.pk).update(note="; ".join(filter(None, [job.note, note])))
     elif was_pending:
         KernelJob.objects.filter(pk=job.pk, status=KernelJobStatus.BUILDING).update(
             status=KernelJobStatus.PENDING, note="builds ingested; waiting for results measured elsewhere")
@@ -264,7 +312,9 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     ``builds.json``) through :func:`kernel_job_ingest`, so measurements from a GPU host without
     Django land exactly as a job run on a node would store them.
 
-    The runner's variant ids are mapped to this database's rows by their params (the variant key).
+    The runner's variant ids are mapped to this database's rows by their params (the variant key);
+    the job keeps that mapping and the file's fingerprint, so results or builds of the same file
+    ingested later are renumbered the same way (:func:`kernel_job_ingest`).
     Raises :class:`InvalidInput` for a malformed ``variants`` list, a param set outside the
     package's grid, results whose ``variants_sha256`` is not that of ``variants`` (they were
     measured from another list), or a result or build whose ``variant_id`` is not in ``variants``;
@@ -298,27 +348,13 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
             raise InvalidInput({**exc.errors, **unknown}) from None
         if unknown:
             raise InvalidInput(unknown)
-    from kernels.services.jobs import _canonical
+        from kernels.services.jobs import _canonical
 
-    rows = {_canonical(v.params): v.pk for v in job.variants.all()}
-    ids = {str(v["variant_id"]): rows[_canonical(v["params"])] for v in variants}
-
-    def remap(payload: Any, key: str) -> Any:
-        if not isinstance(payload, dict):
-            return payload
-        # The fingerprint names the runner's ids (checked above); the remapped rows carry this job's.
-        out = {k: v for k, v in payload.items() if k != "variants_sha256"}
-        if not isinstance(payload.get(key), list):
-            return out
-        out[key] = [{**r, "variant_id": ids.get(str(r.get("variant_id")), r.get("variant_id"))}
-                    if isinstance(r, dict) else r for r in payload[key]]
-        return out
-
-    if isinstance(builds, list):
-        builds = [{**b, "variant_id": ids.get(str(b.get("variant_id")), b.get("variant_id"))}
-                  if isinstance(b, dict) else b for b in builds]
-    else:
-        builds = remap(builds, "builds")
-    kernel_job_ingest(job=job, results=remap(results, "results"), builds=builds)
+        rows = {_canonical(v.params): v.pk for v in job.variants.all()}
+        ids = {str(v["variant_id"]): rows[_canonical(v["params"])] for v in variants}
+        # The file's ids stay usable: later results or builds carrying its fingerprint are renumbered.
+        KernelJob.objects.filter(pk=job.pk).update(source_variants_sha256=listed, source_variant_ids=ids)
+        job.refresh_from_db()
+        kernel_job_ingest(job=job, results=results, builds=builds, ids_from_source=True)
     job.refresh_from_db()
     return job

@@ -99,6 +99,22 @@ def toy_package(db, packages_root):
     return kernel_package_register(path=packages_root / "toy_attn")
 
 
+# toy_attn with a parameter whose values mix text and numbers, as sparse_mla_decode's NUM_SPLITS
+# does: the baseline runs with "auto" only; the tiled kernel with every value (10 variants).
+SPLIT_MANIFEST = (TEST_MANIFEST.replace('name = "toy_attn"', 'name = "split_attn"')
+                  .replace("num_warps = [4, 8]", 'NUM_SPLITS = ["auto", 2, 8]')
+                  .replace('"BLOCK * num_warps <= 256"', '"impl == \'tiled\' or NUM_SPLITS == \'auto\'"')
+                  .replace("CEILING_TOY_ATTN_CONFIG", "CEILING_SPLIT_ATTN_CONFIG"))
+
+
+@pytest.fixture
+def split_package(db, packages_root):
+    """``split_attn`` (:data:`SPLIT_MANIFEST`) registered next to toy_attn."""
+    from kernels.services import kernel_package_register
+
+    return kernel_package_register(path=write_package(packages_root, "split_attn", SPLIT_MANIFEST))
+
+
 @pytest.fixture
 def cpu_node(db):
     from deployments.tests.factories import cpu_node_create

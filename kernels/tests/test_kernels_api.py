@@ -152,3 +152,60 @@ def test_the_openapi_schema_lists_the_kernel_endpoints(admin_api):
     paths = set(schema["paths"])
     assert {"/api/kernel-jobs/", "/api/kernel-jobs/{id}/variants/", "/api/kernel-whatif/",
             "/api/kernel-packages/{name}/"} <= paths
+
+
+def test_a_parameter_mixing_numbers_and_text_sorts_numbers_first_then_text_absent_last(viewer_api, split_package):
+    from kernels.services import kernel_job_create
+
+    job = kernel_job_create(package=split_package, node=None, cc="9.0", dispatch=False)
+    assert job.variants_total == 10
+    # a variant without the parameter (a job made before it was added to the grid) sorts last
+    last = job.variants.get(ordinal=0)
+    last.params = {k: v for k, v in last.params.items() if k != "NUM_SPLITS"}
+    last.save()
+    url = f"/api/kernel-jobs/{job.pk}/variants/"
+    resp = viewer_api.get(url, {"sort": "param:NUM_SPLITS"})
+    assert resp.status_code == 200, resp.content
+    assert [r["params"].get("NUM_SPLITS") for r in resp.json()["rows"]] == [2, 2, 2, 8, 8, 8, "auto", "auto", "auto",
+                                                                            None]
+    resp = viewer_api.get(url, {"sort": "-param:NUM_SPLITS"})
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["sort"] == "-param:NUM_SPLITS"
+    assert [r["params"].get("NUM_SPLITS") for r in resp.json()["rows"]] == ["auto", "auto", "auto", 8, 8, 8, 2, 2, 2,
+                                                                            None]
+
+
+def test_non_ascii_digits_are_a_400_like_any_malformed_number(viewer_api, measured_job, seed_pd_sweep):
+    # "²".isdigit() is true, but int("²") raises: these must be refused, never a 500
+    resp = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/variants/", {"batch": "\u00b2"})
+    assert resp.status_code == 400 and "batch" in resp.json()
+    resp = viewer_api.get("/api/kernel-whatif/", {"sweep": "\u00b2", "speedup": 3})
+    assert resp.status_code == 400 and "sweep" in resp.json()
+    resp = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "best": "\u00b2"})
+    assert resp.status_code == 400 and "best" in resp.json()
+
+
+def test_job_creation_keeps_each_shape_once_in_the_order_given(operator_api, toy_package, h200_node,
+                                                                django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        resp = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box",
+                                                       "shapes": ["wide", "small", "wide"], "batches": [4, 1, 4]},
+                                 format="json")
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["shapes"] == ["wide", "small"] and resp.json()["batches"] == [1, 4]
+
+
+def test_the_variant_table_of_an_unmeasured_job_offers_only_its_batches_and_shapes(viewer_api, toy_package,
+                                                                                   h200_node):
+    from kernels.services import kernel_job_create
+
+    job = kernel_job_create(package=toy_package, node=h200_node, shapes=["wide"], batches=[4], dispatch=False)
+    table = viewer_api.get(f"/api/kernel-jobs/{job.pk}/variants/").json()
+    assert table["batches"] == [4] and table["batch"] == 4 and table["shapes"] == ["wide"]
+    resp = viewer_api.get(f"/api/kernel-jobs/{job.pk}/variants/", {"batch": 1})
+    assert resp.status_code == 400 and resp.json()["batch"] == ["1 is not a batch of this job; batches: 4"]
+    roofline = viewer_api.get(f"/api/kernel-jobs/{job.pk}/chart/?shape=wide").json()
+    assert roofline["batches"] == [4]
+    # a job that selected none shows every batch the manifest declares
+    every = kernel_job_create(package=toy_package, node=h200_node, dispatch=False)
+    assert viewer_api.get(f"/api/kernel-jobs/{every.pk}/variants/").json()["batches"] == [1, 4]

@@ -64,6 +64,9 @@ def test_recipes_without_kernel_references_render_as_before(db):
     ({"package": "toy_attn", "config": "best:999999"}, "spec.kernels.0.config", "no best kernel variant"),
     ({"package": "toy_attn", "config": None}, "spec.kernels.0.config", "give the exported config's path"),
     ({"package": "toy_attn", "config": "best:abc"}, "spec.kernels.0.config", "'best:<id>' needs a best-variant id"),
+    # str.isdigit() takes a superscript two, which int() refuses
+    ({"package": "toy_attn", "config": "best:\u00b2"}, "spec.kernels.0.config", "'best:<id>' needs a best-variant id"),
+    ({"package": "toy_attn", "config": "best:99999999999999999999"}, "spec.kernels.0.config", "no best kernel variant"),
     ({"package": "toy_attn", "config": "/x.json", "roles": ["router"]}, "spec.kernels.0.roles",
      "'router' is not a worker role"),
     ({"package": "toy_attn", "config": "/x.json", "env": "LD_PRELOAD"}, "spec.kernels.0.env",

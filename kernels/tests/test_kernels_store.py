@@ -56,6 +56,14 @@ def test_it_refuses_a_job_with_a_bad_target_shape_or_subset(toy_package, cpu_nod
     assert err.value.errors == {"cc": ["'sm_90' is not a compute capability such as 9.0 or 12.0"]}
 
 
+def test_it_keeps_each_shape_and_batch_once_shapes_in_the_order_first_given(toy_package):
+    job = _job(toy_package, shapes=["wide", "small", "wide", "small"], batches=[4, 1, 4])
+    assert job.shapes == ["wide", "small"] and job.batches == [1, 4]
+    with pytest.raises(InvalidInput) as err:
+        _job(toy_package, shapes=["huge", "huge"])
+    assert err.value.errors["shapes"] == ["'huge' is not a shape of toy_attn (small, wide)"]
+
+
 def test_it_takes_the_target_from_the_nodes_gpu(toy_package, h200_node, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         job = kernel_job_create(package=toy_package, node=h200_node)
@@ -139,7 +147,8 @@ def test_it_stores_results_picks_the_best_and_exports_engine_style_configs(toy_p
     assert best[1].variant.key == T64 and best[4].variant.key == T32
     assert best[1].baseline_us == 30.0 and best[1].speedup == pytest.approx(3.0)
     assert best[4].speedup == pytest.approx(5.0) and best[4].compiler == "triton 3.6.0"
-    path = Path(settings.CEILING_KERNEL_CONFIG_DIR) / "toy_attn" / "device_name=NVIDIA_H200,shape=small,dtype=bf16.json"
+    path = (Path(settings.CEILING_KERNEL_CONFIG_DIR) / "toy_attn" / "compiler=triton_3.6.0,cc=9.0"
+            / "device_name=NVIDIA_H200,shape=small,dtype=bf16.json")
     assert job.config_paths == [str(path)] and best[1].config_path == str(path)
     assert json.loads(path.read_text()) == {
         "1": {"impl": "tiled", "BLOCK": 64, "num_warps": 4},
@@ -213,6 +222,32 @@ def test_it_exports_a_job_and_ingests_what_another_machine_measured(toy_package,
     assert job.note == "results measured on NVIDIA H200 (cc 9.0) were ingested"
     best = KernelBest.objects.get(job=job)
     assert best.variant.key == T32 and best.speedup == pytest.approx(3.0)
+
+
+def test_the_ingest_report_tells_this_files_rows_from_the_jobs_totals(toy_package, tmp_path):
+    job = _job(toy_package, shapes=["small"], batches=[1])
+    ids = _ids(job)
+    (tmp_path / "builds.json").write_text(json.dumps([build_fact(pk) for pk in ids.values()]))
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"device": H200_DEVICE, "results": [
+        result_row(ids[T32], "small", 1, median_us=9.0), result_row(ids[BASE], "small", 1, median_us=27.0),
+        result_row(ids[T64], "small", 1, median_us=1.0, correct=False)]}))
+    out = StringIO()
+    call_command("kernel_job_ingest", str(job.pk), str(results), "--builds", str(tmp_path / "builds.json"), stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == [
+        f"kernel job #{job.pk}: done",
+        "  builds: stored 7 rows from this file; the job now holds 7 built (0 of them discarded), 0 failed",
+        "  results: stored 3 rows from this file; the job now holds 3 measurements: 2 correct, 1 wrong"]
+    # an empty results file stores nothing, and says so next to what the job already holds
+    results.write_text(json.dumps({"device": H200_DEVICE, "results": []}))
+    out = StringIO()
+    call_command("kernel_job_ingest", str(job.pk), str(results), stdout=out)
+    assert out.getvalue().splitlines()[:2] == [
+        f"kernel job #{job.pk}: done",
+        "  results: stored 0 rows from this file; the job now holds 3 measurements: 2 correct, 1 wrong"]
+    with pytest.raises(CommandError, match="give a job id"):
+        call_command("kernel_job_ingest", "\u00b2", str(results))
 
 
 def test_ingest_refuses_results_measured_from_another_variants_list(toy_package, tmp_path):

@@ -1,5 +1,6 @@
 """The kernels pages: who may see and do what, and that the numbers arrive with their units."""
 import json
+import re
 
 from django.test import Client
 
@@ -158,3 +159,52 @@ def test_the_whatif_page_shows_measured_and_projected_numbers(viewer, seed_pd_sw
     err = c.get(f"/kernels/whatif/?sweep={sweep.pk}&share=2&speedup=3").content.decode()
     assert "must be a fraction in (0, 1]" in err
     assert "Give a speedup" in c.get(f"/kernels/whatif/?sweep={sweep.pk}").content.decode()
+
+
+def test_the_job_page_sorts_on_a_parameter_mixing_numbers_and_text_from_its_header(viewer, split_package):
+    from kernels.services import kernel_job_create
+
+    job = kernel_job_create(package=split_package, node=None, cc="9.0", dispatch=False)
+    c = _client(viewer)
+    html = c.get(f"/kernels/jobs/{job.pk}/").content.decode()
+    link = "sort=param%3ANUM_SPLITS#variant-table"
+    assert link in html  # the NUM_SPLITS column header
+    ascending = ["2"] * 3 + ["8"] * 3 + ["auto"] * 4  # numbers in numeric order, then text
+    for sort, expected in (("param:NUM_SPLITS", ascending), ("-param:NUM_SPLITS", ascending[::-1])):
+        for url in (f"/kernels/jobs/{job.pk}/", f"/kernels/jobs/{job.pk}/variants/"):
+            resp = c.get(url, {"sort": sort})
+            assert resp.status_code == 200, (url, sort)
+            body = resp.content.decode()
+            assert "This table view was not applied" not in body
+            rows = re.findall(r'<tr class="state-[^"]*" data-variant="\d+">(.*?)</tr>', body, re.S)
+            # the parameter cells follow the state cell: impl, BLOCK, NUM_SPLITS
+            assert [re.findall(r"<td>([^<]*)</td>", row)[2] for row in rows] == expected, (url, sort)
+
+
+def test_non_ascii_digits_in_the_query_or_the_form_are_refused_like_any_malformed_number(
+        viewer, operator, measured_job, seed_pd_sweep, h200_node):
+    c = _client(viewer)
+    for url in (f"/kernels/jobs/{measured_job.pk}/", f"/kernels/jobs/{measured_job.pk}/variants/"):
+        resp = c.get(url + "?batch=%C2%B2")
+        assert resp.status_code == 200
+        assert "batch: &#x27;\u00b2&#x27; is not a positive whole number." in resp.content.decode()
+    html = c.get("/kernels/whatif/?sweep=%C2%B2&speedup=3").content.decode()
+    assert "No sweep with id &#x27;\u00b2&#x27;." in html and "Projected (tok/s)" not in html
+    html = c.get(f"/kernels/whatif/?sweep={seed_pd_sweep.pk}&best=%C2%B2").content.decode()
+    assert "Choose a best variant with a measured speedup over its baseline." in html
+    resp = _client(operator).post("/kernels/packages/toy_attn/jobs/new/", {
+        "node": "h200-box", "cc": "", "params": "BLOCK=\u00b2", "batches": "1,\u00b2", "shapes": ["small"]})
+    body = resp.content.decode()
+    assert resp.status_code == 400 and KernelJob.objects.count() == 1  # the measured job only
+    assert "&#x27;\u00b2&#x27; is not a positive whole number." in body
+    assert "&#x27;\u00b2&#x27; is not one of the grid&#x27;s values [16, 32, 64]" in body
+
+
+def test_the_batch_menu_of_an_unmeasured_job_lists_only_the_batches_it_selected(viewer, toy_package, h200_node):
+    from kernels.services import kernel_job_create
+
+    job = kernel_job_create(package=toy_package, node=h200_node, shapes=["small"], batches=[1], dispatch=False)
+    html = _client(viewer).get(f"/kernels/jobs/{job.pk}/").content.decode()
+    menu = re.search(r'<select name="batch">(.*?)</select>', html, re.S).group(1)
+    assert re.findall(r'<option value="(\d+)"', menu) == ["1"]
+    assert "small at batch 1" in html and "wide at batch" not in html

@@ -44,7 +44,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         target = o["target"]
-        if target.isdigit():
+        if target.isascii() and target.isdigit():
             deployment = Deployment.objects.select_related("recipe").filter(pk=int(target)).first()
         else:
             deployment = (Deployment.objects.select_related("recipe")

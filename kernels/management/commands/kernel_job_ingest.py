@@ -12,6 +12,7 @@ wrote) or, with ``--new``, the ``--variants`` file. Older results without it are
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -49,9 +50,9 @@ class Command(BaseCommand):
             job = self._stored(lambda: kernel_job_from_measurement(
                 package=package, variants=self._read(options["variants"]), results=self._read(results_path),
                 builds=self._read(options["builds"]) if options["builds"] else None))
-            self._report(job, {"status": job.status, "variants": job.variants.count()})
+            self._report(job, {"variants": job.variants.count()})
             return
-        if not options["job_id"] or not str(options["job_id"]).isdigit():
+        if not options["job_id"] or not re.fullmatch(r"[0-9]+", str(options["job_id"])):
             raise CommandError("give a job id (or --new PACKAGE --variants variants.json results.json)")
         job = KernelJob.objects.filter(pk=int(options["job_id"])).first()
         if job is None:
@@ -79,9 +80,26 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
     def _report(self, job, out):
+        """Print what this ingest stored next to what the job holds now, never mixed in one
+        count: ``out`` is :func:`kernel_job_ingest`'s answer (``builds``/``results``: the rows
+        of this file under ``stored``) or, with ``--new``, ``{"variants": <created>}``; the
+        totals come from the job's row."""
         job.refresh_from_db()
-        self.stdout.write(f"kernel job #{job.pk}: {out['status']}; " + "; ".join(
-            f"{k}: {v}" for k, v in out.items() if k != "status"))
+        self.stdout.write(f"kernel job #{job.pk}: {job.status}")
+        if "variants" in out:
+            self.stdout.write(f"  created with {out['variants']} variants (those of the --variants file)")
+        if "builds" in out:
+            self.stdout.write(f"  builds: stored {_rows(out['builds']['stored'])} from this file; the job now holds "
+                              f"{job.builds_ok} built ({job.builds_discarded} of them discarded), "
+                              f"{job.builds_failed} failed")
+        if "results" in out:
+            self.stdout.write(f"  results: stored {_rows(out['results']['stored'])} from this file; the job now "
+                              f"holds {job.benchmarks_total} measurements: {job.benchmarks_correct} correct, "
+                              f"{job.benchmarks_wrong} wrong")
+        elif "variants" in out:
+            self.stdout.write(f"  the job holds {job.builds_ok} built ({job.builds_discarded} of them discarded), "
+                              f"{job.builds_failed} failed; {job.benchmarks_total} measurements: "
+                              f"{job.benchmarks_correct} correct, {job.benchmarks_wrong} wrong")
         if job.device_name:
             self.stdout.write(f"  device {job.device_name} (cc {job.device_cc}): HBM {job.hbm_gbps or 0:.0f} GB/s, "
                               f"bf16 {job.bf16_tflops or 0:.1f} TFLOP/s (measured)")
@@ -91,3 +109,7 @@ class Command(BaseCommand):
             self.stdout.write(f"  best {best.shape} batch {best.batch}: {best.median_us:.2f} us{speed}{roof}")
         for path in job.config_paths or []:
             self.stdout.write(f"  config: {path}")
+
+
+def _rows(n: int) -> str:
+    return f"{n} row" + ("" if n == 1 else "s")

@@ -41,7 +41,7 @@ def parse_points(text: str) -> list[tuple[str, int]]:
     points = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, batch = item.rpartition(":")
-        if not sep or not batch.isdigit() or int(batch) < 1:
+        if not sep or not (batch.isascii() and batch.isdigit()) or int(batch) < 1:
             raise ValueError(f"point {item!r} must be shape:batch with a positive batch")
         points.append((name, int(batch)))
     return points

@@ -1,0 +1,135 @@
+"""Results and builds that do not belong to a job are refused, and one bucket's choice never
+replaces another's file (the stored H200 runs of ``kernels/packages/*/results/`` as inputs):
+
+* config files are kept per (compiler, compute capability): results of another Triton version
+  write their own file, and ``best:<id>`` resolves to its own bucket's file;
+* a builds file of a package in another language (nvcc builds into a Triton job) is refused;
+* a 0 µs timing, a repeated (variant, shape, batch) row, an unknown compute capability, a cc other
+  than the job's target and a device other than the one whose results the job holds are refused;
+* a job created from a variants file with other ids (``--new``) renumbers later files carrying that
+  file's fingerprint and refuses files without one (their ids could be either numbering)."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from controlplane.errors import InvalidInput
+from kernels.models import KernelBenchmark, KernelBest, KernelJob
+from kernels.runner.package import variants_sha256
+from kernels.services import kernel_job_from_measurement, kernel_job_ingest, kernel_package_register
+from kernels.services.results import kernel_builds_store
+from kernels.tests.conftest import REAL_PACKAGES
+
+TRITON, CUDA = "sparse_mla_decode", "sparse_mla_decode_cuda"
+
+
+def _load(name: str, file: str):
+    return json.loads((REAL_PACKAGES / name / "results" / file).read_text())
+
+
+@pytest.fixture
+def triton(db, settings, tmp_path):
+    settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
+    return kernel_package_register(path=REAL_PACKAGES / TRITON)
+
+
+def _new_job(package, results=None, builds=None):
+    return kernel_job_from_measurement(package=package, variants=_load(package.name, "h200-variants.json"),
+                                       results=results if results is not None else _load(package.name, "h200-results.json"),
+                                       builds=builds)
+
+
+def test_another_compilers_results_write_their_own_config_file(triton):
+    first = _new_job(triton)
+    v4 = KernelBest.objects.get(job=first, shape="v4-flash", batch=1)
+    before = Path(v4.config_path).read_text()
+    assert "compiler=triton_3.6.0,cc=9.0" in v4.config_path
+    slower = copy.deepcopy(_load(TRITON, "h200-results.json"))
+    slower["device"]["triton"] = "3.5.0"
+    variants = {v["variant_id"]: v["params"] for v in _load(TRITON, "h200-variants.json")}
+    for r in slower["results"]:
+        if variants[r["variant_id"]]["impl"] != "baseline" and r.get("median_us"):
+            for key in ("median_us", "p10_us", "p90_us", "min_us"):
+                r[key] = r[key] * 100 if r.get(key) else r.get(key)
+            r.pop("roofline_fraction", None), r.pop("gbps", None), r.pop("tflops", None)
+    second = _new_job(triton, results=slower)
+    other = KernelBest.objects.get(job=second, shape="v4-flash", batch=1)
+    assert other.compiler == "triton 3.5.0" and "compiler=triton_3.5.0,cc=9.0" in other.config_path
+    assert json.loads(Path(other.config_path).read_text())["1"]["impl"] == "baseline"
+    v4.refresh_from_db()
+    assert Path(v4.config_path).read_text() == before            # the 3.6.0 file is untouched
+    assert json.loads(before)["1"]["impl"] != "baseline"
+
+
+def test_builds_of_a_package_in_another_language_are_refused(triton):
+    job = _new_job(triton)
+    # an nvcc build fact numbered with this job's own ids: refused for what built it
+    fact = {**_load(CUDA, "sm90a-builds.json")[0], "variant_id": job.variants.order_by("pk").first().pk}
+    with pytest.raises(InvalidInput) as err:
+        kernel_builds_store(job_id=job.pk, payload=[fact])
+    assert "is built by triton" in err.value.errors["builds.0.compiler"][0]
+    job.refresh_from_db()
+    assert job.compiler == "triton 3.6.0"
+
+
+def _marked(payload: dict) -> dict:
+    """``payload`` carrying the fingerprint of the variants file the job was made from."""
+    return {**payload, "variants_sha256": variants_sha256(_load(TRITON, "h200-variants.json"))}
+
+
+def test_a_zero_timing_and_a_repeated_row_are_refused(triton):
+    job = _new_job(triton)
+    first = _load(TRITON, "h200-variants.json")[0]["variant_id"]
+    row = {"variant_id": first, "shape": "v4-flash", "batch": 1, "correct": True, "median_us": 0.0}
+    device = _load(TRITON, "h200-results.json")["device"]
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results=_marked({"device": device, "results": [row]}))
+    assert "greater than 0" in err.value.errors["results.0.median_us"][0]
+    twice = [{**row, "median_us": 50.0}, {**row, "median_us": 1.0}]
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results=_marked({"device": device, "results": twice}))
+    assert "repeats results.0" in err.value.errors["results.1"][0]
+    best = KernelBest.objects.get(job=job, shape="v4-flash", batch=1)
+    assert best.median_us > 1.0
+
+
+@pytest.mark.parametrize("change, key, words", [
+    ({"cc": "7.7"}, "device.cc", "not a compute capability of an NVIDIA GPU"),
+    ({"cc": "8.0"}, "device.cc", "built its variants for compute capability 9.0"),
+    ({"name": "NVIDIA H100 80GB HBM3"}, "device.name", "holds results measured on NVIDIA H200"),
+    ({"triton": "3.5.0"}, "device.triton", "compiled by triton 3.6.0"),
+])
+def test_results_of_another_device_target_or_compiler_are_refused(triton, change, key, words):
+    job = _new_job(triton)
+    bests = set(KernelBest.objects.values_list("pk", "median_us"))
+    other = copy.deepcopy(_load(TRITON, "h200-results.json"))
+    other["device"].update(change)
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results=_marked(other))
+    assert words in " ".join(err.value.errors[key])
+    assert set(KernelBest.objects.values_list("pk", "median_us")) == bests
+
+
+def test_a_job_made_from_a_variants_file_renumbers_that_files_results_and_refuses_unmarked_ones(triton):
+    variants, results = _load(TRITON, "h200-variants.json"), _load(TRITON, "h200-results.json")
+    job = _new_job(triton)
+    assert job.source_variants_sha256 == variants_sha256(variants)
+    ids = job.source_variant_ids
+    assert any(k != str(v) for k, v in ids.items())                # the file's ids have gaps; the job's do not
+    before = {(b.variant.params["impl"], b.shape, b.batch, b.median_us) for b in
+              KernelBenchmark.objects.filter(variant__job=job).select_related("variant")}
+    # the stored file has no fingerprint: its ids could be the file's or the job's
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results=results)
+    assert "could use either numbering" in err.value.errors["results"][0]
+    with pytest.raises(InvalidInput):
+        kernel_job_ingest(job=job, builds=_load(TRITON, "sm90a-builds.json"))
+    # with the file's fingerprint the rows are renumbered and land on the same variants
+    kernel_job_ingest(job=job, results=_marked(results), builds=_load(TRITON, "sm90a-builds.json"))
+    after = {(b.variant.params["impl"], b.shape, b.batch, b.median_us) for b in
+             KernelBenchmark.objects.filter(variant__job=job).select_related("variant")}
+    assert after == before
+    assert KernelJob.objects.count() == 1
