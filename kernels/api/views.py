@@ -73,6 +73,14 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             errors["package"] = [f"no registered kernel package named {data['package']!r}"]
         if node is None:
             errors["node"] = [f"no node named {data['node']!r}"]
+        if errors and package is not None:
+            # every other field's problems in the same answer (a cc is only missing given a node)
+            others = services.kernel_job_check(package=package, node=None, cc=data.get("cc") or None,
+                                               params_subset=data.get("params") or None, shapes=data.get("shapes"),
+                                               batches=data.get("batches"))
+            if not data.get("cc"):
+                others.pop("cc", None)
+            errors = {**{k: v for k, v in others.items() if k != "node"}, **errors}
         if errors:
             raise InvalidInput(errors)
         job = services.kernel_job_create(package=package, node=node, cc=data.get("cc") or None,

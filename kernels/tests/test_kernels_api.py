@@ -61,6 +61,12 @@ def test_job_creation_errors_name_the_field(operator_api, toy_package, cpu_node)
     body = resp.json()
     assert body["params.BLOCK"] == ["48 is not one of the grid's values [16, 32, 64]"]
     assert "cc" in body  # a node without GPUs needs the target named
+    # an unknown node does not hide the other fields' problems
+    resp = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "nowhere", "cc": "7.7",
+                                                   "params": {"bogus": [1]}, "shapes": ["x"], "batches": [3]},
+                             format="json")
+    assert resp.status_code == 400
+    assert set(resp.json()) >= {"node", "cc", "params.bogus", "shapes", "batches"}, resp.json()
 
 
 def test_the_variant_table_filters_and_sorts_on_the_server(viewer_api, measured_job):
