@@ -40,14 +40,18 @@ class _BuildFact(BaseModel):
     tensor_core: StrictBool | None = None
     tensor_core_evidence: str | None = None
     build_s: float | None = Field(default=None, ge=0)
-    compiler: str | None = None
+    # "nvcc 13.0", "triton 3.6.0": a name, a space, a version (the config directory's name is
+    # made from it, so two spellings must not map to one directory)
+    compiler: str | None = Field(default=None, pattern=r"^[a-z]+ [0-9][0-9A-Za-z.+-]{0,40}$")
     log: str | None = None
 
 
 class _Device(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    name: StrictStr = Field(min_length=1, max_length=128)
+    # NVIDIA's device names ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB") have no underscore:
+    # config files name the device with its spaces as underscores, so one must not be allowed
+    name: StrictStr = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9 .()/-]*$")
     cc: StrictStr
     sm_count: StrictInt | None = None
     l2_bytes: StrictInt | None = None
@@ -70,10 +74,10 @@ class _Result(BaseModel):
     max_rel_err: float | None = None
     error: str | None = None
     # a kernel launch takes time: 0 µs is a broken measurement, and would win every bucket
-    median_us: float | None = Field(default=None, gt=0)
-    p10_us: float | None = Field(default=None, gt=0)
-    p90_us: float | None = Field(default=None, gt=0)
-    min_us: float | None = Field(default=None, gt=0)
+    median_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    p10_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    p90_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    min_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     reps: StrictInt | None = Field(default=None, ge=0)
     gbps: float | None = None
     tflops: float | None = None
@@ -354,10 +358,42 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
                 compiler=f"{'triton' if manifest.language == 'triton' else 'nvcc'} {version}"[:64])
             job.refresh_from_db()
     best = kernel_best_select(job=job)
-    if best:
+    if job.device_name and job.device_cc:
+        # also when this job holds no entry now: a re-pick may have removed one from its bucket
         kernel_best_export(job=job)
     _broadcast(job.pk, force=True)
     return {"stored": len(rows), "correct": correct, "wrong": wrong, "best": len(best)}
+
+
+def _qualifying(**filters) -> Any:
+    """Correct, timed benchmarks of variants whose build neither failed nor was discarded, fastest
+    first (``filters`` narrow :class:`KernelBenchmark`)."""
+    return (KernelBenchmark.objects.filter(correct=True, median_us__isnull=False, **filters)
+            .exclude(variant__build__discarded=True).exclude(variant__build__ok=False)
+            .select_related("variant", "variant__job").order_by("median_us", "variant__job_id", "variant__ordinal"))
+
+
+def _repick(*, package, device_name: str, cc: str, compiler: str, shape: str, batch: int) -> None:
+    """Set the :class:`KernelBest` of one (package, device, cc, compiler, shape, batch) to the
+    fastest qualifying measurement of any job of that bucket, or delete it when none qualifies
+    (after the job that held it was re-measured, lost a build or moved to another bucket)."""
+    job_filter = dict(variant__job__package=package, variant__job__device_name=device_name,
+                      variant__job__device_cc=cc)
+    if compiler == "unknown":
+        job_filter["variant__job__compiler__in"] = ["", "unknown"]
+    else:
+        job_filter["variant__job__compiler"] = compiler
+    lookup = dict(package=package, device_name=device_name, cc=cc, shape=shape, batch=batch, compiler=compiler)
+    b = _qualifying(shape=shape, batch=batch, **job_filter).first()
+    if b is None:
+        KernelBest.objects.filter(**lookup).delete()
+        return
+    base = (_qualifying(shape=shape, batch=batch, variant__job=b.variant.job, variant__params__impl="baseline")
+            .values_list("median_us", flat=True).first())
+    KernelBest.objects.update_or_create(**lookup, defaults=dict(
+        job=b.variant.job, variant=b.variant, benchmark=b, package_hash=b.variant.job.package_hash,
+        median_us=b.median_us, roofline_fraction=b.roofline_fraction, baseline_us=base,
+        speedup=(base / b.median_us) if base and b.median_us else None))
 
 
 def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
@@ -381,11 +417,16 @@ def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
         if b.variant.params.get("impl") == "baseline":
             baseline.setdefault(key, b.median_us)
     held: list[KernelBest] = []
-    stale = (KernelBest.objects.filter(job=job)
-             .exclude(device_name=job.device_name, cc=job.device_cc, compiler=compiler))
-    stale_buckets = set(stale.values_list("device_name", "cc", "compiler"))
+    # Entries this job holds that it can no longer back: another bucket (its device or compiler
+    # changed), or a (shape, batch) where none of its variants qualifies any more (re-measured
+    # wrong, build discarded). Each is re-picked from every job of its bucket.
+    stale = [(r.device_name, r.cc, r.compiler, r.shape, r.batch) for r in KernelBest.objects.filter(job=job)
+             if (r.device_name, r.cc, r.compiler) != (job.device_name, job.device_cc, compiler)
+             or (r.shape, r.batch) not in best]
+    stale_buckets = {key[:3] for key in stale}
     with transaction.atomic():
-        stale.delete()  # a bucket this job no longer measures (its device or compiler changed)
+        for device_name, cc, comp, shape, batch in stale:
+            _repick(package=job.package, device_name=device_name, cc=cc, compiler=comp, shape=shape, batch=batch)
         for (shape, batch), b in best.items():
             lookup = dict(package=job.package, device_name=job.device_name, cc=job.device_cc, shape=shape,
                           batch=batch, compiler=compiler)
@@ -401,7 +442,7 @@ def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
             ))
             held.append(row)
     manifest = job_manifest(job)
-    for device_name, cc, comp in stale_buckets:
+    for device_name, cc, comp in stale_buckets - {(job.device_name, job.device_cc, compiler)}:
         _export_bucket(package=job.package, device_name=device_name, cc=cc, compiler=comp, dtype=manifest.dtype)
     return held
 

@@ -77,6 +77,8 @@ def _fingerprint_of(results: Any) -> str | None:
     if not isinstance(results, dict) or results.get("variants_sha256") is None:
         return None
     given = results["variants_sha256"]
+    if isinstance(given, str):
+        given = given.lower()   # hex digits: the case carries nothing
     if not isinstance(given, str) or not SHA256_RE.match(given):
         raise InvalidInput({"variants_sha256": [
             f"must be the sha256 hex digest (64 lowercase hex digits) of the variants the results were "
@@ -195,18 +197,19 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
         raise Conflict(f"kernel job #{job.pk} was claimed by a task meanwhile")
     out: dict[str, Any] = {}
     try:
-        if builds is not None:
-            out["builds"] = kernel_builds_store(job_id=job.pk, payload=builds)
-            KernelJob.objects.filter(pk=job.pk, built_at__isnull=True).update(built_at=timezone.now())
-            built = out["builds"]["ok"] + out["builds"]["failed"]
-            KernelJob.objects.filter(pk=job.pk).update(phase="compile", progress_done=built,
-                                                       progress_total=max(built, job.variants_total))
-        if results is not None:
-            if was_pending:
-                _transition(job.pk, {KernelJobStatus.BUILDING}, KernelJobStatus.BENCHMARKING)
-            out["results"] = kernel_results_store(job_id=job.pk, payload=results)
-            measured = out["results"]["stored"]
-            KernelJob.objects.filter(pk=job.pk).update(phase="bench", progress_done=measured, progress_total=measured)
+        with transaction.atomic():  # results refused after the builds were stored: nothing stays
+            if builds is not None:
+                out["builds"] = kernel_builds_store(job_id=job.pk, payload=builds)
+                KernelJob.objects.filter(pk=job.pk, built_at__isnull=True).update(built_at=timezone.now())
+                built = out["builds"]["ok"] + out["builds"]["failed"]
+                KernelJob.objects.filter(pk=job.pk).update(phase="compile", progress_done=built,
+                                                           progress_total=max(built, job.variants_total))
+            if results is not None:
+                if was_pending:
+                    _transition(job.pk, {KernelJobStatus.BUILDING}, KernelJobStatus.BENCHMARKING)
+                out["results"] = kernel_results_store(job_id=job.pk, payload=results)
+                measured = out["results"]["stored"]
+                KernelJob.objects.filter(pk=job.pk).update(phase="bench", progress_done=measured, progress_total=measured)
     except Exception:
         if was_pending:  # back to waiting: a malformed file must not strand the job
             KernelJob.objects.filter(pk=job.pk, status__in=list(JOB_RUNNING)).update(
@@ -325,6 +328,12 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     if not isinstance(variants, list) or not all(
             isinstance(v, dict) and isinstance(v.get("params"), dict) and "variant_id" in v for v in variants):
         raise InvalidInput({"variants": ['expected the runner\'s variants.json: [{"variant_id": ..., "params": {...}}]']})
+    seen_ids: dict[str, int] = {}
+    for i, v in enumerate(variants):
+        first = seen_ids.setdefault(str(v["variant_id"]), i)
+        if first != i:
+            raise InvalidInput({f"variants.{i}.variant_id": [
+                f"variant_id {str(v['variant_id'])[:80]!r} repeats variants.{first}: each variant needs its own id"]})
     given, listed = _fingerprint_of(results), variants_sha256(variants)
     if given is not None and given != listed:
         raise InvalidInput({"variants_sha256": [

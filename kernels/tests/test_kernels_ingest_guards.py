@@ -133,3 +133,90 @@ def test_a_job_made_from_a_variants_file_renumbers_that_files_results_and_refuse
              KernelBenchmark.objects.filter(variant__job=job).select_related("variant")}
     assert after == before
     assert KernelJob.objects.count() == 1
+
+
+@pytest.fixture
+def cuda(db, settings, tmp_path):
+    settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
+    return kernel_package_register(path=REAL_PACKAGES / CUDA)
+
+
+def _cuda_new(package, results):
+    return kernel_job_from_measurement(package=package, variants=_load(CUDA, "h200-variants.json"), results=results)
+
+
+def test_results_refused_after_their_builds_leave_the_builds_as_they_were(cuda):
+    job = _cuda_new(cuda, _load(CUDA, "h200-results.json"))
+    before = (job.compiler, job.builds_discarded)
+    builds = copy.deepcopy(_load(CUDA, "sm90a-builds.json"))
+    for b in builds:
+        b["compiler"] = "nvcc 12.8"
+    builds[0]["spills_bytes"] = 64
+    bad = copy.deepcopy(_load(CUDA, "h200-results.json"))
+    bad["results"][0]["median_us"] = 0.0
+    with pytest.raises(InvalidInput):
+        kernel_job_ingest(job=job, results=bad, builds=builds)
+    job.refresh_from_db()
+    assert (job.compiler, job.builds_discarded) == before
+    kernel_job_ingest(job=job, results=_load(CUDA, "h200-results.json"))   # still takes the good file
+
+
+def test_a_best_that_is_no_longer_correct_is_re_picked_from_the_jobs_of_its_bucket(cuda):
+    results = _load(CUDA, "h200-results.json")
+    first = _cuda_new(cuda, results)
+    faster = copy.deepcopy(results)
+    v32_1 = [r for r in faster["results"] if r["shape"] == "v32" and r["batch"] == 1 and r.get("median_us")]
+    v32_1[-1]["median_us"] = 2.0
+    for key in ("p10_us", "p90_us", "min_us", "roofline_fraction", "gbps", "tflops"):
+        v32_1[-1].pop(key, None)
+    second = _cuda_new(cuda, faster)
+    row = KernelBest.objects.get(shape="v32", batch=1)
+    assert row.job == second and row.median_us == 2.0
+    # the second job's v32 batch 1 turns out wrong: the first job's fastest takes the entry back
+    wrong = copy.deepcopy(faster)
+    for r in wrong["results"]:
+        if r["shape"] == "v32" and r["batch"] == 1:
+            r.update(correct=False, median_us=None, p10_us=None, p90_us=None, min_us=None)
+    kernel_job_ingest(job=second, results=wrong)
+    row = KernelBest.objects.get(shape="v32", batch=1)
+    expected = min(r["median_us"] for r in results["results"] if r["shape"] == "v32" and r["batch"] == 1
+                   and r["correct"] and r.get("median_us"))
+    assert row.job == first and row.median_us == pytest.approx(expected)
+    assert "1" in json.loads(Path(row.config_path).read_text())
+    # and where no job of the bucket has a correct variant left, the entry and its batch go
+    for job, payload in ((first, results), (second, wrong)):
+        none = copy.deepcopy(payload)
+        for r in none["results"]:
+            if r["shape"] == "v32" and r["batch"] == 64:
+                r.update(correct=False, median_us=None, p10_us=None, p90_us=None, min_us=None)
+        kernel_job_ingest(job=job, results=none)
+    assert not KernelBest.objects.filter(shape="v32", batch=64).exists()
+    assert "64" not in json.loads(Path(row.config_path).read_text())
+
+
+def test_names_that_would_share_a_config_file_and_odd_numbers_are_refused(cuda):
+    variants, results = _load(CUDA, "h200-variants.json"), _load(CUDA, "h200-results.json")
+    twice = copy.deepcopy(variants)
+    twice[-1]["variant_id"] = twice[0]["variant_id"]
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=cuda, variants=twice, results={k: v for k, v in results.items()
+                                                                          if k != "variants_sha256"})
+    assert f"repeats variants.0" in err.value.errors[f"variants.{len(twice) - 1}.variant_id"][0]
+    underscored = copy.deepcopy(results)
+    underscored["device"]["name"] = "NVIDIA_H200"
+    with pytest.raises(InvalidInput) as err:
+        _cuda_new(cuda, underscored)
+    assert "device.name" in err.value.errors
+    endless = copy.deepcopy(results)
+    endless["results"][3]["median_us"] = float("inf")
+    with pytest.raises(InvalidInput) as err:
+        _cuda_new(cuda, endless)
+    assert "results.3.median_us" in err.value.errors
+    assert not KernelJob.objects.exists()
+    job = _cuda_new(cuda, {**results, "variants_sha256": results["variants_sha256"].upper()})
+    assert job.status == "done"
+    builds = [{**_load(CUDA, "sm90a-builds.json")[0], "compiler": "nvcc_13.0",
+               "variant_id": job.variants.order_by("pk").first().pk}]
+    with pytest.raises(InvalidInput) as err:
+        kernel_builds_store(job_id=job.pk, payload=builds)
+    assert "builds.0.compiler" in err.value.errors
