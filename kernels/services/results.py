@@ -229,7 +229,7 @@ def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str,
         errors["device.cc"] = [f"kernel job #{job.pk} built its variants for compute capability {job.target_cc}; "
                                f"these results were measured on {dev.cc}: create a job for that target"]
     held = KernelBenchmark.objects.filter(variant__job=job).exists()
-    if held and job.device_name and (job.device_name, job.device_cc) != (dev.name, dev.cc):
+    if "device.cc" not in errors and held and job.device_name and (job.device_name, job.device_cc) != (dev.name, dev.cc):
         errors["device.name"] = [f"kernel job #{job.pk} holds results measured on {job.device_name} (cc "
                                  f"{job.device_cc}); these were measured on {dev.name} (cc {dev.cc}): ingest them "
                                  "into a job of their own (kernel_job_ingest --new)"]
@@ -316,6 +316,12 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
     if errors:
         raise InvalidInput(errors)
     hbm, tfl = _finite(dev.hbm_gbps), _finite(dev.bf16_tflops)
+    if not rows:
+        # nothing measured: the job's device snapshot (and its best entries) stay as they were
+        benches = KernelBenchmark.objects.filter(variant__job=job)
+        return {"stored": 0, "correct": benches.filter(correct=True).count(),
+                "wrong": benches.filter(correct=False).count(),
+                "best": KernelBest.objects.filter(job=job).count()}
     with transaction.atomic():
         KernelJob.objects.filter(pk=job.pk).update(
             device_name=dev.name, device_cc=dev.cc, sm_count=dev.sm_count, l2_bytes=dev.l2_bytes, hbm_gbps=hbm,

@@ -217,7 +217,8 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
         raise
     job.refresh_from_db()
     if results is not None:
-        note = f"results measured on {job.device_name} (cc {job.device_cc}) were ingested"
+        note = (f"results measured on {job.device_name} (cc {job.device_cc}) were ingested" if job.device_name
+                else "a results file without measurements was ingested")
         if was_pending:
             _finish(job.pk, KernelJobStatus.DONE, "", note=note)
         else:

@@ -220,3 +220,19 @@ def test_names_that_would_share_a_config_file_and_odd_numbers_are_refused(cuda):
     with pytest.raises(InvalidInput) as err:
         kernel_builds_store(job_id=job.pk, payload=builds)
     assert "builds.0.compiler" in err.value.errors
+
+
+def test_an_empty_results_list_changes_nothing_and_a_cc_mismatch_is_reported_once(cuda):
+    results = _load(CUDA, "h200-results.json")
+    job = _cuda_new(cuda, results)
+    before = (job.device_name, job.hbm_gbps, job.bf16_tflops, KernelBest.objects.count())
+    empty = {**results, "device": {**results["device"], "hbm_gbps": 1.0}, "results": []}
+    out = kernel_job_ingest(job=job, results=empty)
+    job.refresh_from_db()
+    assert out["results"]["stored"] == 0
+    assert (job.device_name, job.hbm_gbps, job.bf16_tflops, KernelBest.objects.count()) == before
+    other = copy.deepcopy(results)
+    other["device"]["cc"] = "8.0"
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results=other)
+    assert "device.cc" in err.value.errors and "device.name" not in err.value.errors
