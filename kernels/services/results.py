@@ -379,6 +379,13 @@ def _qualifying(**filters) -> Any:
             .select_related("variant", "variant__job").order_by("median_us", "variant__job_id", "variant__ordinal"))
 
 
+def _best_fields(b: KernelBenchmark, base: float | None) -> dict[str, Any]:
+    """The :class:`KernelBest` fields for measurement ``b`` with the baseline ``base`` (µs)."""
+    return dict(job=b.variant.job, variant=b.variant, benchmark=b, package_hash=b.variant.job.package_hash,
+                median_us=b.median_us, roofline_fraction=b.roofline_fraction, baseline_us=base,
+                speedup=(base / b.median_us) if base and b.median_us else None)
+
+
 def _repick(*, package, device_name: str, cc: str, compiler: str, shape: str, batch: int) -> None:
     """Set the :class:`KernelBest` of one (package, device, cc, compiler, shape, batch) to the
     fastest qualifying measurement of any job of that bucket, or delete it when none qualifies
@@ -396,10 +403,7 @@ def _repick(*, package, device_name: str, cc: str, compiler: str, shape: str, ba
         return
     base = (_qualifying(shape=shape, batch=batch, variant__job=b.variant.job, variant__params__impl="baseline")
             .values_list("median_us", flat=True).first())
-    KernelBest.objects.update_or_create(**lookup, defaults=dict(
-        job=b.variant.job, variant=b.variant, benchmark=b, package_hash=b.variant.job.package_hash,
-        median_us=b.median_us, roofline_fraction=b.roofline_fraction, baseline_us=base,
-        speedup=(base / b.median_us) if base and b.median_us else None))
+    KernelBest.objects.update_or_create(**lookup, defaults=_best_fields(b, base))
 
 
 def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
@@ -412,9 +416,7 @@ def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
     if not job.device_name or not job.device_cc:
         return []
     compiler = job.compiler or "unknown"
-    benches = (KernelBenchmark.objects.filter(variant__job=job, correct=True, median_us__isnull=False)
-               .exclude(variant__build__discarded=True).exclude(variant__build__ok=False)
-               .select_related("variant").order_by("shape", "batch", "median_us", "variant__ordinal"))
+    benches = _qualifying(variant__job=job).order_by("shape", "batch", "median_us", "variant__ordinal")
     best: dict[tuple[str, int], KernelBenchmark] = {}
     baseline: dict[tuple[str, int], float] = {}
     for b in benches:
@@ -440,12 +442,8 @@ def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
             if (current is not None and current.job_id != job.pk and current.package_hash == job.package_hash
                     and current.median_us <= b.median_us):
                 continue
-            base = baseline.get((shape, batch))
-            row, _ = KernelBest.objects.update_or_create(**lookup, defaults=dict(
-                job=job, variant=b.variant, benchmark=b, package_hash=job.package_hash, median_us=b.median_us,
-                roofline_fraction=b.roofline_fraction, baseline_us=base,
-                speedup=(base / b.median_us) if base and b.median_us else None,
-            ))
+            row, _ = KernelBest.objects.update_or_create(
+                **lookup, defaults=_best_fields(b, baseline.get((shape, batch))))
             held.append(row)
     manifest = job_manifest(job)
     for device_name, cc, comp in stale_buckets - {(job.device_name, job.device_cc, compiler)}:
