@@ -262,6 +262,11 @@ def _spec_validate(
 
         out["kernels"], kernel_errors = kernel_refs_validate(spec["kernels"], adapter=adapter,
                                                              roles=out["roles"] or {}, spec_env=env)
+        if not kernel_errors:
+            # a config tuned for another compute capability than the GPUs it goes to
+            from kernels.references import kernel_refs_device_errors
+
+            kernel_errors = kernel_refs_device_errors(out["kernels"], roles=out["roles"] or {}, node=node)
         for path, messages in kernel_errors.items():
             for message in messages:
                 errs.add(path, message)
@@ -494,8 +499,11 @@ def recipe_warnings(*, spec: dict, node: NodeFacts) -> list[str]:
     * ``trust-remote-code`` on any role: the engine imports and runs Python files that come
       with the model (``modeling_*.py`` in the model directory or repository) with the node
       agent's privileges, so the model's origin must be trusted.
+    * a kernel reference whose config was tuned on a device of the same compute capability
+      under another name, or whose sim profile models another GPU
+      (:func:`kernels.references.kernel_refs_warnings`).
 
-    Pure; returns ``[]`` for a spec without such settings.
+    Reads no database (a sim profile file at most); returns ``[]`` for a spec without such settings.
     """
     warnings: list[str] = []
     roles = spec.get("roles") or {}
@@ -512,7 +520,25 @@ def recipe_warnings(*, spec: dict, node: NodeFacts) -> list[str]:
         source = f"the model directory {model['path']}" if model.get("path") else f"the repository {model.get('name')}"
         warnings.append(f"{', '.join(trusting)}: trust-remote-code runs the Python code shipped in {source} "
                         f"with the node agent's privileges; use it only for a model whose origin you trust")
+    if spec.get("kernels"):
+        from kernels.references import kernel_refs_warnings
+
+        warnings += kernel_refs_warnings(spec["kernels"], roles=roles, node=node,
+                                         sim_hardware=_sim_hardware(spec.get("sim")))
     return warnings
+
+
+def _sim_hardware(sim: Any) -> str:
+    """The ``hardware`` text of a normalised ``spec.sim``'s profile ("8x sm_120 GPU, TP4 per
+    role"), "" when there is none or it does not load."""
+    if not isinstance(sim, dict) or not isinstance(sim.get("profile"), str):
+        return ""
+    from deployments.engines.simcore.profile import ProfileError, profile_load
+
+    try:
+        return profile_load(sim["profile"]).hardware
+    except (ProfileError, OSError):
+        return ""
 
 
 def _parallel_check(errs: _Errors, adapter: EngineAdapter, path: str, role: dict) -> None:

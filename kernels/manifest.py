@@ -15,7 +15,11 @@ of issue #6's shared contract::
                  dynamic_shared: an expression over the grid parameters giving the bytes of dynamic
                  shared memory a variant's largest launch asks for, added to ptxas's static figure
                  in the build facts so the shared-memory discard sees it; harness: the Python
-                 file that launches the built cubin when benchmarking)
+                 file that launches the built cubin when benchmarking; requires: an expression
+                 over the grid parameters and ``cc``, the target compute capability as an integer
+                 (90 for 9.0), true where a variant can be built for that target, e.g.
+                 ``"impl == 'baseline' or cc == 90"`` for sm_90a-only wgmma code: a job for another
+                 target leaves the others out before building, see :func:`grid_for_target`)
 
 :func:`manifest_load` reports every problem at once as :class:`ManifestError`, whose ``errors``
 map a dotted field path (``grid.BLOCK_H.1``, ``shapes.0.heads``, ``cost.bytes``) to messages that
@@ -41,7 +45,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
-from kernels.safeexpr import ExpressionError, SafeExpr, expr_compile
+from kernels.safeexpr import ExpressionError, SafeExpr, expr_compile, expr_evaluate
 
 MANIFEST_FILE = "manifest.toml"
 PACKAGE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,62}$")
@@ -110,6 +114,7 @@ class _Cuda(_Strict):
     defines: list[StrictStr] = []
     harness: StrictStr | None = None
     dynamic_shared: StrictStr | None = None
+    requires: StrictStr | None = None
 
 
 class _Shape(BaseModel):
@@ -422,6 +427,14 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
                 except ExpressionError as exc:
                     errs.add("cuda.dynamic_shared", str(exc))
                 cuda["dynamic_shared"] = typed.cuda.dynamic_shared
+            if typed.cuda.requires is not None:
+                if "cc" in grid_raw:
+                    errs.add("cuda.requires", "names the target as cc: rename the grid parameter 'cc'")
+                try:
+                    expr_compile(typed.cuda.requires, names=set(grid_raw) | {"cc"})
+                except ExpressionError as exc:
+                    errs.add("cuda.requires", str(exc))
+                cuda["requires"] = typed.cuda.requires
     elif typed.cuda is not None:
         errs.add("cuda", "only applies to language 'cuda'")
 
@@ -589,6 +602,30 @@ def grid_expand(manifest: Manifest, subset: dict[str, list[Value]] | None = None
             variants.append(params)
     pruned = [{"index": i, "constraint": c.text, "pruned": counts[i]} for i, c in enumerate(manifest.constraints)]
     return GridExpansion(variants=variants, combinations=combinations, pruned=pruned, subset=subset)
+
+
+def grid_for_target(manifest: Manifest, expansion: GridExpansion, cc: str) -> GridExpansion:
+    """Leave out of ``expansion`` (in place, and return it) the variants ``[cuda].requires`` refuses
+    for compute capability ``cc`` (``"9.0"``; bound as the integer 90), counted as one more
+    ``pruned`` entry (``"index": "cuda.requires"``). A manifest without ``requires`` keeps every
+    variant. Raises :class:`ManifestError` at ``cuda.requires`` when the expression cannot be
+    evaluated for a variant."""
+    text = (manifest.cuda or {}).get("requires")
+    if not text:
+        return expansion
+    target = int(cc.replace(".", ""))
+    kept = []
+    for params in expansion.variants:
+        try:
+            ok = expr_evaluate(text, {**params, "cc": target})
+        except ExpressionError as exc:
+            raise ManifestError({"cuda.requires": [f"{exc} for {variant_key(params)}"]}) from None
+        if ok:
+            kept.append(params)
+    expansion.pruned.append({"index": "cuda.requires", "constraint": f"{text} (target cc {cc})",
+                             "pruned": len(expansion.variants) - len(kept)})
+    expansion.variants = kept
+    return expansion
 
 
 def variant_key(params: dict[str, Value]) -> str:

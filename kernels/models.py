@@ -98,6 +98,10 @@ class KernelJob(models.Model):
     source_variants_sha256 = models.CharField(
         max_length=64, blank=True,
         help_text="variants_sha256 of the variants file a job created from measurements was made from")
+    source_results_sha256 = models.CharField(
+        max_length=64, blank=True, db_index=True,
+        help_text="sha256 of the canonical JSON of the results file a job created from measurements stored "
+                  "(the same file is refused a second job)")
     source_variant_ids = models.JSONField(
         default=dict, blank=True,
         help_text="that file's variant ids -> this job's variant ids (results and builds carrying the "

@@ -23,7 +23,13 @@ needs only the package row. Rules:
 * a config path is absolute, normalised, a ``.json`` file, under the export directory
   (:func:`kernels.services.configs_dir`; there, under the referenced package's own directory) or
   one of ``settings.CEILING_MODEL_ROOTS``; the file is
-  read by the engine on its node, so its presence is not checked here.
+  read by the engine on its node, so its presence is not checked here;
+* a config the export directory names by device (``compiler=…,cc=9.0/device_name=NVIDIA_H200,…``,
+  or a best-variant id) was tuned on that device: a role it goes to whose GPUs have another
+  compute capability is an error (the variant was built for its target: an ``sm_90a`` cubin does
+  not run on ``sm_120``); GPUs of the same compute capability under another name are a plan
+  warning (:func:`kernel_refs_warnings`), and so is a sim recipe whose profile models another
+  ``sm_XX``.
 """
 from __future__ import annotations
 
@@ -59,6 +65,82 @@ def _path_problem(path: str) -> str | None:
     if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
         return f"{path!r} is not under the kernel config directory or a model root ({', '.join(roots)})"
     return None
+
+
+# ``compiler=nvcc_13.0,cc=9.0/device_name=NVIDIA_H200,shape=v4-flash,dtype=bf16.json``
+# (kernels.services.results.config_dirname / config_filename)
+_CONFIG_CC_RE = re.compile(r"(?:^|,)cc=([0-9]{1,2}\.[0-9])(?:,|$)")
+_CONFIG_DEVICE_RE = re.compile(r"^device_name=([^,]+),")
+_SM_RE = re.compile(r"\bsm_?([0-9]{2,3})a?\b", re.IGNORECASE)
+
+
+def config_tuned_on(path: str) -> tuple[str | None, str | None]:
+    """``(device name, compute capability)`` an exported config's path names, e.g.
+    ``("NVIDIA H200", "9.0")`` for ``…/compiler=nvcc_13.0,cc=9.0/device_name=NVIDIA_H200,shape=…json``
+    (the file name's underscores stand for the device name's spaces); None for a part the path
+    does not name (a file under a model root may be called anything)."""
+    parent, name = posixpath.split(path)
+    cc = _CONFIG_CC_RE.search(posixpath.basename(parent))
+    dev = _CONFIG_DEVICE_RE.match(name)
+    return (dev.group(1).replace("_", " ") if dev else None), (cc.group(1) if cc else None)
+
+
+def _sm_of(cc: str) -> str:
+    """``"9.0"`` → ``"sm_90"``."""
+    return "sm_" + cc.replace(".", "")
+
+
+def _ref_gpus(ref: dict, roles: dict, node) -> list[tuple[str, Any]]:
+    """``(role, GpuFacts)`` of every GPU a reference's roles run on (known to ``node``)."""
+    by_index = {g.index: g for g in getattr(node, "gpus", None) or []}
+    return [(r, by_index[i]) for r in ref.get("roles") or [] for i in (roles.get(r) or {}).get("gpus") or []
+            if i in by_index]
+
+
+def kernel_refs_device_errors(refs: list[dict], *, roles: dict, node) -> dict[str, list[str]]:
+    """``{spec.kernels.<i>.config: [message]}`` for each normalised reference whose config was
+    tuned for another compute capability than a GPU (of ``node``, a
+    :class:`deployments.topology.NodeFacts`) of a role it goes to. Pure."""
+    errors: dict[str, list[str]] = {}
+    for i, ref in enumerate(refs):
+        device, cc = config_tuned_on(ref.get("config") or "")
+        if cc is None:
+            continue
+        wrong = [(r, g) for r, g in _ref_gpus(ref, roles, node) if g.compute_capability and g.compute_capability != cc]
+        if wrong:
+            runs = []
+            for role in dict.fromkeys(r for r, _ in wrong):
+                gpus = [g for r, g in wrong if r == role]
+                kinds = sorted({(g.name, g.compute_capability) for g in gpus})
+                what = ", ".join(f"{n} (compute capability {c})" if n else f"compute capability {c}" for n, c in kinds)
+                runs.append(f"{role} runs on GPU{'s' if len(gpus) > 1 else ''} "
+                            f"{', '.join(str(g.index) for g in gpus)} of node {node.name}: {what}")
+            errors[f"spec.kernels.{i}.config"] = [
+                f"tuned on {device or 'a GPU'} (compute capability {cc}); {'; '.join(runs)}. A variant built for "
+                f"{_sm_of(cc)} does not run there: reference a config tuned on that GPU"]
+    return errors
+
+
+def kernel_refs_warnings(refs: list[dict], *, roles: dict, node, sim_hardware: str = "") -> list[str]:
+    """Plan warnings for normalised references whose config was tuned on another device than the
+    one they are used with: GPUs of the same compute capability under another name (the tuned
+    parameters are valid there and may not be the best), or a sim profile whose ``hardware``
+    names another ``sm_XX`` than the config's (the sim stands for that GPU). Pure."""
+    out: list[str] = []
+    for ref in refs:
+        device, cc = config_tuned_on(ref.get("config") or "")
+        if device is None and cc is None:
+            continue
+        names = sorted({g.name for _, g in _ref_gpus(ref, roles, node)
+                        if g.name and g.name != device and (cc is None or g.compute_capability in ("", cc))})
+        if device and names:
+            out.append(f"kernel {ref['package']}: its config was tuned on {device}; {', '.join(ref['roles'])} run on "
+                       f"{', '.join(names)}: the parameters are valid there and may not be the fastest")
+        sms = {m.group(1) for m in _SM_RE.finditer(sim_hardware or "")}
+        if cc is not None and sms and cc.replace(".", "") not in sms:
+            out.append(f"kernel {ref['package']}: its config was tuned on {device or 'a GPU'} ({_sm_of(cc)}); the sim "
+                       f"profile models {sim_hardware}: a variant built for {_sm_of(cc)} does not run there")
+    return out
 
 
 def _other_package_problem(path: str, package: str) -> str | None:

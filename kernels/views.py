@@ -392,7 +392,10 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     ctx = {**_progress_context(job), **_table_context(request, job), **_target_context(job),
            "charts": _job_charts(job), "best": list(selectors.best_list(job=job.pk)), "can_write": _can_write(request),
            "grid": job.grid_summary or {}, "group": f"kernel-job-{job.pk}",
-           "config_paths": [Path(p).name for p in job.config_paths or []]}
+           "config_paths": [Path(p).name for p in job.config_paths or []],
+           # variants the target cannot build (the manifest's [cuda].requires), left out before building
+           "target_left_out": next((p for p in (job.grid_summary or {}).get("pruned") or []
+                                    if p.get("index") == "cuda.requires" and p.get("pruned")), None)}
     return render(request, "kernels/job_detail.html", ctx)
 
 

@@ -151,6 +151,25 @@ def _profile_name(sweep) -> str | None:
     return None
 
 
+def _sweep_hardware(sweep) -> str:
+    """What the sweep's engine ran on, naming its ``sm_XX``: a sim profile's ``hardware`` text
+    ("8x sm_120 GPU, TP4 per role"), or the GPUs of the deployment's node ("NVIDIA H200 (sm_90)");
+    "" when unknown."""
+    name = _profile_name(sweep)
+    if name:
+        from deployments.engines.simcore.profile import ProfileError, profile_load
+
+        try:
+            return profile_load(name).hardware
+        except (ProfileError, OSError):
+            return ""
+    node = getattr(getattr(sweep, "deployment", None), "node", None)
+    if node is None:
+        return ""
+    gpus = sorted({(g.name, g.compute_capability) for g in node.gpus.exclude(compute_capability="")})
+    return ", ".join(f"{n or 'GPU'} (sm_{cc.replace('.', '')})" for n, cc in gpus)
+
+
 def _unreadable(summary: dict[str, Any]) -> bool:
     """The ceiling analysis's rule for leaving a point out: zero output tok/s, no successful
     request, or more than MAX_FAILED_FRACTION of the finished requests (successes + failures)
@@ -172,7 +191,9 @@ def best_speedup_notes(*, best, sweep) -> list[str]:
     """What a projection with best variant ``best`` (a :class:`kernels.models.KernelBest`) should
     say about where its speedup comes from: the batch it was measured at next to the same job's
     best speedups at the other batches of that shape (a decode step's batch decides which
-    applies), and a warning when the shape's name does not appear in the sweep's model name."""
+    applies), a note when it was measured on another ``sm_XX`` than the sweep's GPUs (or the GPU
+    its sim profile models), and a warning when the shape's name does not appear in the sweep's
+    model name."""
     from kernels.models import KernelBest
 
     notes = []
@@ -184,6 +205,14 @@ def best_speedup_notes(*, best, sweep) -> list[str]:
         notes.append(f"the speedup {best.speedup:.1f}x was measured at batch {best.batch} of shape {best.shape}; "
                      f"the same job's best variants give {spread}: the decode batch of a point decides which "
                      "applies, so pick the best variant of the batch you care about")
+    where = _sweep_hardware(sweep)
+    if where and best.cc:
+        sm = best.cc.replace(".", "")
+        sms = set(re.findall(r"(?i)\bsm_?([0-9]{2,3})a?\b", where))
+        if sms and sm not in sms:
+            notes.append(f"the speedup was measured on {best.device_name} (sm_{sm}); the sweep ran on {where}: "
+                         f"a kernel's speedup on another GPU differs, so read the projection as what sm_{sm}'s "
+                         "speedup would give there")
     flat = re.sub(r"[^a-z0-9]", "", (best.shape or "").lower())
     model = re.sub(r"[^a-z0-9]", "", (sweep.served_model_name or "").lower())
     if flat and model and flat not in model:

@@ -16,7 +16,7 @@ from django.utils import timezone
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.redaction import redact_text
 from kernels.choices import JOB_RUNNING, JOB_TERMINAL, KernelJobStatus
-from kernels.manifest import ManifestError, grid_expand, variant_key
+from kernels.manifest import ManifestError, grid_expand, grid_for_target, variant_key
 from kernels.models import KernelJob, KernelPackage, KernelVariant
 from kernels.runnercall import RunnerError, RunnerStopped, runner_argv, runner_run
 from kernels.services.common import (
@@ -65,7 +65,9 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
     (unknown value, missing parameter, refused by a constraint) is an error naming it.
 
     ``cc`` must be one of :data:`kernels.services.common.KNOWN_CCS` (a made-up one such as 99.9
-    would only fail later in the compiler).
+    would only fail later in the compiler). Variants the manifest's ``[cuda].requires`` refuses
+    for ``cc`` (e.g. sm_90a-only wgmma code for a 12.0 target) are left out, counted in the grid
+    summary's ``pruned``.
 
     Raises :class:`InvalidInput` with keys ``cc``, ``params.<param>``, ``shapes``, ``batches``,
     ``node`` or ``variants`` (an empty or too large grid, or an ``only`` entry outside the grid).
@@ -138,6 +140,9 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
         errors["node"] = ["a job that runs here needs a node (or create it for results measured elsewhere)"]
     try:
         expansion = grid_expand(manifest, params_subset or None)
+        if cc and "cc" not in errors:
+            # variants the target cannot build (the manifest's [cuda].requires), left out before building
+            grid_for_target(manifest, expansion, cc)
     except ManifestError as exc:
         errors.update(exc.errors)
         expansion = None
@@ -150,14 +155,18 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
             key = _canonical(params) if isinstance(params, dict) else None
             if key is None or key not in grid:
                 errors.setdefault("variants", []).append(
-                    f"variant {i} ({params!r}) is not in {package.name}'s grid (or a constraint refuses it)")
+                    f"variant {i} ({params!r}) is not in {package.name}'s grid (or a constraint refuses it"
+                    + (f", or it cannot be built for compute capability {cc}" if (manifest.cuda or {}).get("requires")
+                       else "") + ")")
             elif key not in seen:
                 seen.add(key)
                 kept.append(grid[key])
         expansion.variants = kept
     if expansion is not None and "variants" not in errors:
         if not expansion.variants:
-            errors["variants"] = ["the grid (with this subset) leaves no variant: every combination breaks a constraint"]
+            req = (manifest.cuda or {}).get("requires")
+            errors["variants"] = ["the grid (with this subset) leaves no variant: every combination breaks a constraint"
+                                  + (f" or [cuda].requires ({req}) for compute capability {cc}" if req else "")]
         elif len(expansion.variants) > MAX_JOB_VARIANTS:
             errors["variants"] = [f"{len(expansion.variants)} variants; at most {MAX_JOB_VARIANTS} per job "
                                   "(restrict the grid with params)"]

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from django.db import transaction
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr, ValidationError
 
 from controlplane.errors import InvalidInput
 from kernels.manifest import Manifest
@@ -28,6 +28,10 @@ from kernels.services.common import (
 from kernels.services.progress import _broadcast
 
 
+#: A number written as a JSON number: the string "7.5" or true is refused, not read as one.
+Num = Annotated[float, Strict()]
+
+
 class _BuildFact(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -39,7 +43,7 @@ class _BuildFact(BaseModel):
     shared_bytes: StrictInt | None = Field(default=None, ge=0)
     tensor_core: StrictBool | None = None
     tensor_core_evidence: str | None = None
-    build_s: float | None = Field(default=None, ge=0)
+    build_s: Num | None = Field(default=None, ge=0)
     # "nvcc 13.0", "triton 3.6.0": a name, a space, a version (the config directory's name is
     # made from it, so two spellings must not map to one directory)
     compiler: str | None = Field(default=None, pattern=r"^[a-z]+ [0-9][0-9A-Za-z.+-]{0,40}$")
@@ -55,8 +59,8 @@ class _Device(BaseModel):
     cc: StrictStr
     sm_count: StrictInt | None = None
     l2_bytes: StrictInt | None = None
-    hbm_gbps: float | None = None
-    bf16_tflops: float | None = None
+    hbm_gbps: Num | None = None
+    bf16_tflops: Num | None = None
     driver: str | None = None
     cuda: str | None = None
     torch: str | None = None
@@ -70,19 +74,19 @@ class _Result(BaseModel):
     shape: StrictStr
     batch: StrictInt = Field(ge=1)
     correct: StrictBool | None = None
-    max_abs_err: float | None = None
-    max_rel_err: float | None = None
+    max_abs_err: Num | None = None
+    max_rel_err: Num | None = None
     error: str | None = None
     # a kernel launch takes time: 0 µs is a broken measurement, and would win every bucket
-    median_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    p10_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    p90_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    min_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    median_us: Num | None = Field(default=None, gt=0, allow_inf_nan=False)
+    p10_us: Num | None = Field(default=None, gt=0, allow_inf_nan=False)
+    p90_us: Num | None = Field(default=None, gt=0, allow_inf_nan=False)
+    min_us: Num | None = Field(default=None, gt=0, allow_inf_nan=False)
     reps: StrictInt | None = Field(default=None, ge=0)
-    gbps: float | None = None
-    tflops: float | None = None
-    roofline_us: float | None = None
-    roofline_fraction: float | None = None
+    gbps: Num | None = None
+    tflops: Num | None = None
+    roofline_us: Num | None = None
+    roofline_fraction: Num | None = None
     bound: str | None = None
     timing: str | None = None
 
@@ -218,7 +222,8 @@ def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str,
     """Why results measured on ``dev`` do not belong to ``job``: a compute capability that is not a
     known one, or not the one the job's variants were built for; a device other than the one whose
     results the job already holds (a job is one device's measurement: its best rows and config
-    files are keyed by it); a Triton version other than the one that built the job's variants."""
+    files are keyed by it); for a Triton package, no Triton version or another one than the one that
+    built the job's variants."""
     errors: dict[str, list[str]] = {}
     if not CC_RE.match(dev.cc):
         errors["device.cc"] = [f"{dev.cc!r} is not a compute capability such as 9.0"]
@@ -233,7 +238,10 @@ def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str,
         errors["device.name"] = [f"kernel job #{job.pk} holds results measured on {job.device_name} (cc "
                                  f"{job.device_cc}); these were measured on {dev.name} (cc {dev.cc}): ingest them "
                                  "into a job of their own (kernel_job_ingest --new)"]
-    if (language == "triton" and dev.triton and job.compiler.startswith("triton ")
+    if language == "triton" and not dev.triton:
+        errors["device.triton"] = ["is required for a Triton package: the Triton version the results were measured "
+                                   "with (the runner's bench writes it) decides which compiler's configs they are"]
+    elif (language == "triton" and job.compiler.startswith("triton ")
             and job.compiler != f"triton {dev.triton}"):
         errors["device.triton"] = [f"kernel job #{job.pk}'s variants were compiled by {job.compiler}; these results "
                                    f"were measured with triton {dev.triton}: ingest them into a job of their own"]

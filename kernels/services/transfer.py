@@ -6,6 +6,7 @@ Part of :mod:`kernels.services`, which lists the rules and where they come from.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import re
@@ -68,6 +69,14 @@ def kernel_job_export(*, job: KernelJob, out_dir: str | Path) -> dict[str, str]:
 
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def results_sha256(results: Any) -> str:
+    """sha256 hex digest of a results payload's canonical JSON (sorted keys, ``(",", ":")``
+    separators): the identity of a measurement file, whatever its whitespace or key order.
+    Values JSON cannot carry (NaN) are written as Python's ``json`` writes them."""
+    text = json.dumps(results, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _fingerprint_of(results: Any) -> str | None:
@@ -321,8 +330,9 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     ingested later are renumbered the same way (:func:`kernel_job_ingest`).
     Raises :class:`InvalidInput` for a malformed ``variants`` list, a param set outside the
     package's grid, results whose ``variants_sha256`` is not that of ``variants`` (they were
-    measured from another list), or a result or build whose ``variant_id`` is not in ``variants``;
-    nothing is stored then.
+    measured from another list), a result or build whose ``variant_id`` is not in ``variants``, or
+    a results file already stored as a job of this package (same canonical JSON,
+    :func:`results_sha256`); nothing is stored then.
     """
     from kernels.services.jobs import kernel_job_create
 
@@ -336,6 +346,13 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
             raise InvalidInput({f"variants.{i}.variant_id": [
                 f"variant_id {str(v['variant_id'])[:80]!r} repeats variants.{first}: each variant needs its own id"]})
     given, listed = _fingerprint_of(results), variants_sha256(variants)
+    digest = results_sha256(results)
+    earlier = KernelJob.objects.filter(package=package, source_results_sha256=digest).order_by("pk").first()
+    if earlier is not None:
+        raise InvalidInput({"results": [
+            f"this results file is already stored as kernel job #{earlier.pk} ({earlier.status}); a second job would "
+            f"hold the same measurements twice: to store it again into that job, run "
+            f"kernel_job_ingest {earlier.pk} results.json"]})
     if given is not None and given != listed:
         raise InvalidInput({"variants_sha256": [
             f"the results file was measured from a different variants list: it carries variants_sha256 {given}, "
@@ -363,7 +380,8 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
         rows = {_canonical(v.params): v.pk for v in job.variants.all()}
         ids = {str(v["variant_id"]): rows[_canonical(v["params"])] for v in variants}
         # The file's ids stay usable: later results or builds carrying its fingerprint are renumbered.
-        KernelJob.objects.filter(pk=job.pk).update(source_variants_sha256=listed, source_variant_ids=ids)
+        KernelJob.objects.filter(pk=job.pk).update(source_variants_sha256=listed, source_variant_ids=ids,
+                                                   source_results_sha256=digest)
         job.refresh_from_db()
         kernel_job_ingest(job=job, results=results, builds=builds, ids_from_source=True)
     job.refresh_from_db()

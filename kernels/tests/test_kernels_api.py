@@ -142,11 +142,14 @@ def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_
     body = resp.json()
     assert body["speedup"] == pytest.approx(4.0) and body["speedup_source"].startswith(f"best variant #{best.pk}")
     assert body["factor"] == pytest.approx(0.37 + 0.63 / 4)
-    # Where the speedup comes from, and a shape that is not the sweep's model, are said.
+    # Where the speedup comes from (batch, and a GPU other than the one the seed profile models),
+    # and a shape that is not the sweep's model, are said.
     assert body["notes"] == [
         "the speedup 4.0x was measured at batch 1 of shape small; the same job's best variants give 4.0x at "
         "batch 1, 4.0x at batch 4: the decode batch of a point decides which applies, so pick the best variant "
         "of the batch you care about",
+        "the speedup was measured on NVIDIA H200 (sm_90); the sweep ran on 8x sm_120 GPU, TP4 per role: a "
+        "kernel's speedup on another GPU differs, so read the projection as what sm_90's speedup would give there",
         "the kernel's shape 'small' is not named in the sweep's model 'DeepSeek-V4-Flash': check that this model "
         "runs that shape"]
     assert viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk}).status_code == 400

@@ -236,3 +236,35 @@ def test_an_empty_results_list_changes_nothing_and_a_cc_mismatch_is_reported_onc
     with pytest.raises(InvalidInput) as err:
         kernel_job_ingest(job=job, results=other)
     assert "device.cc" in err.value.errors and "device.name" not in err.value.errors
+
+
+def test_the_same_results_file_is_refused_a_second_job(triton):
+    job = _new_job(triton)
+    jobs = KernelJob.objects.count()
+    spaced = json.loads(json.dumps(_load(TRITON, "h200-results.json"), indent=3))   # same content, other layout
+    with pytest.raises(InvalidInput) as err:
+        _new_job(triton, results=spaced)
+    assert err.value.errors == {"results": [
+        f"this results file is already stored as kernel job #{job.pk} (done); a second job would hold the same "
+        f"measurements twice: to store it again into that job, run kernel_job_ingest {job.pk} results.json"]}
+    assert KernelJob.objects.count() == jobs
+
+
+@pytest.mark.parametrize("key, value", [("median_us", "7.5"), ("median_us", True), ("max_abs_err", "0.01")])
+def test_a_number_written_as_a_string_or_a_boolean_is_refused(triton, key, value):
+    job = _new_job(triton)
+    first = _load(TRITON, "h200-variants.json")[0]["variant_id"]
+    row = {"variant_id": first, "shape": "v4-flash", "batch": 1, "correct": True, "median_us": 50.0, key: value}
+    device = _load(TRITON, "h200-results.json")["device"]
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results=_marked({"device": device, "results": [row]}))
+    assert err.value.errors == {f"results.0.{key}": ["Input should be a valid number"]}
+
+
+def test_triton_results_without_a_triton_version_are_refused(triton):
+    results = copy.deepcopy(_load(TRITON, "h200-results.json"))
+    del results["device"]["triton"]
+    with pytest.raises(InvalidInput) as err:
+        _new_job(triton, results=results)
+    assert "is required for a Triton package" in err.value.errors["device.triton"][0]
+    assert not KernelJob.objects.exists()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from controlplane.errors import Conflict
+from controlplane.errors import Conflict, InvalidInput
 from kernels.models import KernelBuild, KernelJob
 from kernels.services import (
     kernel_job_cancel,
@@ -243,3 +243,38 @@ def test_it_fails_with_a_clear_reason_when_the_runner_python_is_misconfigured(to
     assert kernel_job_execute(job_id=job.pk) == "failed"
     job.refresh_from_db()
     assert job.reason == "CEILING_KERNEL_PYTHON 'python3' is not an absolute path to an executable"
+
+
+def test_a_cuda_job_for_another_target_leaves_out_the_variants_that_need_sm_90a(db, settings, tmp_path, viewer):
+    """The CUDA package's tiled kernels are sm_90a wgmma code (``[cuda].requires``): a job for
+    cc 12.0 builds the baseline variants alone and says how many it left out; an explicit
+    variant list naming a tiled one is refused for that target."""
+    from kernels.services import kernel_job_create, kernel_package_register
+    from kernels.tests.conftest import REAL_PACKAGES
+
+    settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
+    pkg = kernel_package_register(path=REAL_PACKAGES / "sparse_mla_decode_cuda")
+    hopper = kernel_job_create(package=pkg, node=None, cc="9.0", dispatch=False)
+    blackwell = kernel_job_create(package=pkg, node=None, cc="12.0", dispatch=False)
+    impls = {v.params["impl"] for v in blackwell.variants.all()}
+    assert impls == {"baseline"}
+    assert {v.params["impl"] for v in hopper.variants.all()} == {"baseline", "head_tiled", "split_k"}
+    baseline = sum(1 for v in hopper.variants.all() if v.params["impl"] == "baseline")
+    assert blackwell.variants.count() == baseline
+    left_out = [p for p in blackwell.grid_summary["pruned"] if p["index"] == "cuda.requires"]
+    assert left_out == [{"index": "cuda.requires", "constraint": "impl == 'baseline' or cc == 90 (target cc 12.0)",
+                         "pruned": hopper.variants.count() - baseline}]
+    tiled = next(v.params for v in hopper.variants.all() if v.params["impl"] == "head_tiled")
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_create(package=pkg, node=None, cc="12.0", dispatch=False, only=[tiled])
+    assert "cannot be built for compute capability 12.0" in err.value.errors["variants"][0]
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_create(package=pkg, node=None, cc="12.0", dispatch=False, params_subset={"impl": ["split_k"]})
+    assert "[cuda].requires (impl == 'baseline' or cc == 90) for compute capability 12.0" in err.value.errors["variants"][0]
+    from django.test import Client
+
+    page = Client()
+    page.force_login(viewer)
+    html = page.get(f"/kernels/jobs/{blackwell.pk}/").content.decode()
+    assert (f"{hopper.variants.count() - baseline} left out: this target cannot build them (<code>impl == "
+            "&#x27;baseline&#x27; or cc == 90 (target cc 12.0)</code>)") in html

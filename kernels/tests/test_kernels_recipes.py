@@ -2,6 +2,7 @@
 checks the package and its hand-over, and the launch plan puts the config path into the variable
 the package's manifest names, for the roles asked."""
 import copy
+import dataclasses
 
 import pytest
 
@@ -16,28 +17,78 @@ def _seed_pd() -> dict:
     return copy.deepcopy(next(r for r in example_recipes() if r["name"] == "seed-v4-flash-pd"))
 
 
-def _render(spec):
+def _render(spec, node=None):
     recipe = _seed_pd()
     return launch_plan_render(engine=recipe["engine"], topology=recipe["topology"], spec=spec,
-                              node=seed_node_facts_example())
+                              node=node or seed_node_facts_example())
+
+
+def _seed_layout_with(name: str, cc: str):
+    """The seed machine's layout (8 GPUs over two NUMA nodes) with GPUs ``name`` of compute
+    capability ``cc`` in place of its sm_120 ones."""
+    facts = seed_node_facts_example()
+    return dataclasses.replace(facts, gpus=[dataclasses.replace(g, name=name, compute_capability=cc)
+                                            for g in facts.gpus])
 
 
 def test_a_best_variant_reference_reaches_the_decode_process_env(measured_job):
     best = KernelBest.objects.get(job=measured_job, shape="small", batch=1)
+    h200s = _seed_layout_with("NVIDIA H200", "9.0")
     spec = _seed_pd()["spec"]
     spec["kernels"] = [{"package": "toy_attn", "config": best.pk, "roles": ["decode"]}]
-    plan = _render(spec)
+    plan = _render(spec, h200s)
     decode, prefill = plan.process("decode"), plan.process("prefill")
     assert decode.env["CEILING_TOY_ATTN_CONFIG"] == best.config_path
-    assert best.config_path.endswith("device_name=NVIDIA_H200,shape=small,dtype=bf16.json")
+    assert best.config_path.endswith("compiler=triton_3.6.0,cc=9.0/device_name=NVIDIA_H200,shape=small,dtype=bf16.json")
     assert "CEILING_TOY_ATTN_CONFIG" not in prefill.env
     assert decode.to_dict()["env"]["CEILING_TOY_ATTN_CONFIG"] == best.config_path
-    norm = recipe_validate(engine="sglang", topology="pd", spec=spec, node=seed_node_facts_example())
+    assert not [w for w in plan.warnings if "kernel" in w]   # tuned on the GPUs it runs on
+    norm = recipe_validate(engine="sglang", topology="pd", spec=spec, node=h200s)
     assert norm["kernels"] == [{"package": "toy_attn", "config": best.config_path, "best": best.pk,
                                 "env": "CEILING_TOY_ATTN_CONFIG", "flag": "", "roles": ["decode"]}]
     # the normalised spec validates again to itself (the id was resolved once)
-    again = recipe_validate(engine="sglang", topology="pd", spec=copy.deepcopy(norm), node=seed_node_facts_example())
+    again = recipe_validate(engine="sglang", topology="pd", spec=copy.deepcopy(norm), node=h200s)
     assert again["kernels"] == norm["kernels"]
+
+
+def test_a_config_tuned_for_another_compute_capability_is_refused_for_the_roles_it_goes_to(measured_job):
+    """The seed machine's GPUs are sm_120: a config the H200 (cc 9.0) job exported names variants
+    built for sm_90a, which do not run there."""
+    best = KernelBest.objects.get(job=measured_job, shape="small", batch=1)
+    spec = _seed_pd()["spec"]
+    spec["kernels"] = [{"package": "toy_attn", "config": best.pk, "roles": ["decode"]}]
+    with pytest.raises(InvalidInput) as err:
+        recipe_validate(engine="sglang", topology="pd", spec=spec, node=seed_node_facts_example())
+    assert err.value.errors == {"spec.kernels.0.config": [
+        "tuned on NVIDIA H200 (compute capability 9.0); decode runs on GPUs 4, 5, 6, 7 of node seed-8gpu: "
+        "compute capability 12.0. A variant built for sm_90 does not run there: reference a config tuned on that GPU"]}
+    # the same file given by path is read the same way
+    spec["kernels"] = [{"package": "toy_attn", "config": best.config_path}]
+    with pytest.raises(InvalidInput) as err:
+        recipe_validate(engine="sglang", topology="pd", spec=spec, node=seed_node_facts_example())
+    assert "prefill runs on GPUs 0, 1, 2, 3" in err.value.errors["spec.kernels.0.config"][0]
+
+
+def test_a_config_tuned_on_another_gpu_of_the_same_compute_capability_is_a_plan_warning(measured_job):
+    best = KernelBest.objects.get(job=measured_job, shape="small", batch=1)
+    spec = _seed_pd()["spec"]
+    spec["kernels"] = [{"package": "toy_attn", "config": best.pk, "roles": ["decode"]}]
+    plan = _render(spec, _seed_layout_with("NVIDIA H100 80GB HBM3", "9.0"))
+    assert plan.process("decode").env["CEILING_TOY_ATTN_CONFIG"] == best.config_path
+    assert "kernel toy_attn: its config was tuned on NVIDIA H200; decode run on NVIDIA H100 80GB HBM3: the " \
+           "parameters are valid there and may not be the fastest" in plan.warnings
+
+
+def test_a_sim_recipe_whose_profile_models_another_gpu_warns_about_the_config(measured_job):
+    from deployments.launch import launch_plan_render as render
+
+    best = KernelBest.objects.get(job=measured_job, shape="small", batch=1)
+    local = next(r for r in example_recipes() if r["name"] == "local-sim-pd")
+    spec = copy.deepcopy(local["spec"])
+    spec["kernels"] = [{"package": "toy_attn", "config": best.pk}]
+    plan = render(engine="sim", topology="pd", spec=spec, node=seed_node_facts_example())
+    assert ("kernel toy_attn: its config was tuned on NVIDIA H200 (sm_90); the sim profile models 8x sm_120 GPU, "
+            "TP4 per role: a variant built for sm_90 does not run there") in plan.warnings
 
 
 def test_a_path_reference_goes_to_every_worker_role_by_default(toy_package, settings):
@@ -126,7 +177,7 @@ def test_a_recipe_with_a_kernel_reference_is_stored_through_the_recipe_service(m
     from deployments.nodes import node_register
     from deployments.services import recipe_create
 
-    node = node_register(facts=seed_node_facts_example())
+    node = node_register(facts=_seed_layout_with("NVIDIA H200", "9.0"))
     best = KernelBest.objects.get(job=measured_job, shape="wide", batch=4)
     recipe = _seed_pd()
     recipe["spec"]["kernels"] = [{"package": "toy_attn", "config": f"best:{best.pk}", "roles": ["decode"]}]

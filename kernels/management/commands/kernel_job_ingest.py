@@ -8,7 +8,8 @@ params), e.g. for ``kernels/packages/sparse_mla_decode/results/`` measured on an
 A ``results.json`` carrying ``variants_sha256`` (written by the runner's ``bench``) is refused
 unless it matches the variants it is stored against: the job's own (those ``kernel_job_export``
 wrote) or, with ``--new``, the ``--variants`` file. Older results without it are paired by
-``variant_id``, and a row naming a variant the job (or the ``--variants`` file) lacks is refused."""
+``variant_id``, and a row naming a variant the job (or the ``--variants`` file) lacks is refused. ``--new`` refuses a results file
+already stored as a job of the package (it names that job)."""
 from __future__ import annotations
 
 import json
