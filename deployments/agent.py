@@ -939,9 +939,9 @@ class NodeAgent:
     def register(self) -> Node:
         """Discover this host and register it as node ``name``; heartbeat once."""
         from deployments.discovery import discover_node
-        from deployments.nodes import node_heartbeat, node_register
+        from deployments.nodes import node_heartbeat, node_register, with_engine_python
 
-        node = node_register(facts=discover_node(name=self.name))
+        node = node_register(facts=with_engine_python(discover_node(name=self.name)))
         node_heartbeat(name=self.name, pid=os.getpid())
         return node
 

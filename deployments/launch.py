@@ -165,6 +165,10 @@ def launch_plan_render(
     norm = recipe_validate(engine=engine, topology=topology, spec=spec, node=node)
     adapter = engine_get(engine)
     executables = dict(settings.CEILING_EXECUTABLES)
+    if node.tools.get("python"):
+        # the interpreter the node's agent runs Python engines with (recorded at its registration):
+        # a plan rendered here for another host shows what that host will run
+        executables["python"] = node.tools["python"]
     # Accepted-but-costly settings (cross-NUMA GPUs, trust-remote-code) come first; the
     # pinning loop below adds what the node cannot apply.
     warnings: list[str] = recipe_warnings(spec=norm, node=node)

@@ -130,7 +130,16 @@ def node_local_register() -> Node:
         deployments.discovery.DiscoveryError: this host's sysfs is malformed.
         InvalidInput: ``CEILING_NODE_NAME`` is not a valid node name.
     """
-    return node_register(facts=discover_node(name=settings.CEILING_NODE_NAME))
+    return node_register(facts=with_engine_python(discover_node(name=settings.CEILING_NODE_NAME)))
+
+
+def with_engine_python(facts: NodeFacts) -> NodeFacts:
+    """``facts`` with ``tools["python"]`` set to the interpreter this host's agent starts Python
+    engines with (``settings.CEILING_EXECUTABLES["python"]``, i.e. ``CEILING_ENGINE_PYTHON``), so a
+    launch plan rendered elsewhere (the control plane's dry run of a remote node) shows the argv
+    the node's agent will run, not the control plane's own interpreter."""
+    facts.tools = {**facts.tools, "python": settings.CEILING_EXECUTABLES["python"]}
+    return facts
 
 
 def seed_node_facts() -> NodeFacts:

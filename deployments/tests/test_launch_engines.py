@@ -261,3 +261,22 @@ def test_it_prints_json_for_a_given_version_from_the_dryrun_command(seed_recipe,
 def test_it_fails_the_dryrun_command_for_an_unknown_recipe(db):
     with pytest.raises(CommandError, match="no recipe named 'nope'"):
         call_command("dryrun", "nope")
+
+
+def test_a_plan_for_another_host_runs_the_interpreter_its_agent_registered(db, settings):
+    """The control plane's dry run of a remote node shows the argv that node's agent will run:
+    the interpreter the agent recorded at registration (``tools["python"]``), not this one's."""
+    from deployments.nodes import node_register, with_engine_python
+    from deployments.topology import node_facts_from_row
+
+    remote_python = "/srv/engines/.venv/bin/python"
+    settings.CEILING_EXECUTABLES = {**settings.CEILING_EXECUTABLES, "python": remote_python}
+    facts = with_engine_python(dataclasses.replace(seed_node_facts_example(), tools={"numactl": NUMACTL}))
+    row = node_register(facts=facts)
+    settings.CEILING_EXECUTABLES = {**settings.CEILING_EXECUTABLES, "python": PY}   # the control plane's own
+    plan = render("seed-v4-flash-pd", node=node_facts_from_row(row))
+    assert plan.process("decode").argv[plan.process("decode").argv.index("--") + 1] == remote_python
+    assert plan.process("router").argv[0] == remote_python           # the router is not pinned
+    # a node whose agent recorded none (the seed machine's captured facts) falls back to this one's
+    plan = render("seed-v4-flash-pd")
+    assert plan.process("decode").argv[plan.process("decode").argv.index("--") + 1] == PY
