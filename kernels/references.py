@@ -188,7 +188,8 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
             continue
         for key in ref:
             if key not in REF_KEYS:
-                add(f"{path}.{key}", f"unknown field {key!r}; allowed: package, config, roles")
+                add(f"{path}.{key}", f"unknown field {key!r}; allowed: package, config, roles (and best, env, "
+                                     "flag as a normalised spec carries them)")
         name = ref.get("package")
         pkg = KernelPackage.objects.filter(name=name).first() if isinstance(name, str) else None
         if pkg is None:

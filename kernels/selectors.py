@@ -109,7 +109,9 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
 
     Row: ``id``, ``ordinal``, ``key``, ``params``, ``build`` (ok, error, registers, spills_bytes,
     shared_bytes, tensor_core, tensor_core_evidence, build_s, discarded, discard_reason; None
-    before the build), ``state`` (pending, failed, discarded, built, correct, wrong, partial),
+    before the build), ``state`` (pending, failed, discarded, built, correct, wrong, partial;
+    measured without a stored build, as results ingested without their builds file are, a row
+    takes its measurements' state),
     ``shapes``: ``{shape: {"correct", "median_us", "p10_us", "p90_us", "gbps", "tflops",
     "roofline_us", "roofline_fraction", "bound", "error"}}`` at ``batch`` (default: the smallest
     batch measured), and ``best_in`` (shapes where this row is the job's best at that batch).
@@ -187,11 +189,11 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
                             "max_abs_err": m.max_abs_err, "max_rel_err": m.max_rel_err, "reps": m.reps,
                             "timing": m.timing}
         all_cells = list(cells.values())
-        if b is None:
+        if b is None and not all_cells:
             row_state = "pending"
-        elif not b.ok:
+        elif b is not None and not b.ok:
             row_state = "failed"
-        elif b.discarded:
+        elif b is not None and b.discarded:
             row_state = "discarded"
         elif not all_cells:
             row_state = "built"

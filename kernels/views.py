@@ -461,11 +461,12 @@ def _float_param(request: HttpRequest, name: str, errors: dict[str, list[str]]) 
     raw = request.GET.get(name, "").strip()
     if not raw:
         return None
-    try:
-        value = float(raw)
-    except ValueError:
+    from kernels.whatif import NUMBER_RE
+
+    if not NUMBER_RE.fullmatch(raw):
         errors.setdefault(name, []).append(f"'{raw}' is not a number.")
         return None
+    value = float(raw)
     if not math.isfinite(value):
         errors.setdefault(name, []).append(f"'{raw}' is not a finite number.")
         return None

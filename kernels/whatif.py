@@ -49,6 +49,12 @@ SPEEDUP_RANGE = (f"must be a number in (0, {MAX_SPEEDUP:g}]: how many times fast
 _RANGES = {"share": (1.0, SHARE_RANGE), "speedup": (MAX_SPEEDUP, SPEEDUP_RANGE)}
 
 
+#: A decimal number as a query or form writes it: ASCII digits, optional sign, point and exponent,
+#: or nan / inf (read, then refused by the range check with its one message); ``float()`` alone
+#: also takes ``1_000`` and other scripts' digits.
+NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:[+-]?(?:nan|inf|infinity))")
+
+
 def whatif_input_errors(**values: float) -> dict[str, list[str]]:
     """Check the ``share`` and/or ``speedup`` given (keyword arguments; only those are checked)
     against 0 < share <= 1 and 0 < speedup <= :data:`MAX_SPEEDUP`: ``{"share": [SHARE_RANGE],

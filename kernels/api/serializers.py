@@ -3,10 +3,12 @@
 ``gbps`` GB/s, ``tflops`` TFLOP/s; ``roofline_fraction`` is 0-1."""
 from __future__ import annotations
 
+import re
+
 from rest_framework import serializers
 
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
-from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, whatif_input_errors
+from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, NUMBER_RE, whatif_input_errors
 
 
 class PackageSerializer(serializers.ModelSerializer):
@@ -106,6 +108,29 @@ class BestSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+INTEGER_RE = re.compile(r"[+-]?[0-9]+")
+
+
+class _DecimalTextFloatField(serializers.FloatField):
+    """A float written the way numbers are written in a query: ASCII digits, an optional sign,
+    point and exponent (:data:`kernels.whatif.NUMBER_RE`); ``float()`` alone also takes
+    ``1_000``, ``١`` and ``infinity``."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and not NUMBER_RE.fullmatch(data.strip()):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class _DecimalTextIntegerField(serializers.IntegerField):
+    """An id written in ASCII digits (``int()`` alone also takes ``1_0`` and ``１``)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and not INTEGER_RE.fullmatch(data.strip()):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class WhatIfQuerySerializer(serializers.Serializer):
     """``sweep`` id, ``share`` of the decode step time the kernel takes (0 < share <= 1, default
     0.63, the seed's), and either ``speedup`` (×, 0 < speedup <= 1000) or ``best`` (a best-variant
@@ -113,10 +138,10 @@ class WhatIfQuerySerializer(serializers.Serializer):
     message :mod:`kernels.whatif` gives for it (:data:`kernels.whatif.SHARE_RANGE`,
     :data:`kernels.whatif.SPEEDUP_RANGE`), whatever the value."""
 
-    sweep = serializers.IntegerField(min_value=1)
-    share = serializers.FloatField(default=DEFAULT_SHARE, help_text="0 < share <= 1")
-    speedup = serializers.FloatField(required=False, help_text=f"0 < speedup <= {MAX_SPEEDUP:g}")
-    best = serializers.IntegerField(required=False, min_value=1)
+    sweep = _DecimalTextIntegerField(min_value=1)
+    share = _DecimalTextFloatField(default=DEFAULT_SHARE, help_text="0 < share <= 1")
+    speedup = _DecimalTextFloatField(required=False, help_text=f"0 < speedup <= {MAX_SPEEDUP:g}")
+    best = _DecimalTextIntegerField(required=False, min_value=1)
 
     def validate_share(self, value: float) -> float:
         return _in_range("share", value)

@@ -10,7 +10,8 @@ import re
 from typing import Annotated, Any
 
 from django.db import transaction
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import (BaseModel, ConfigDict, Field, Strict, StrictBool, StrictInt, StrictStr, ValidationError,
+                      model_validator)
 
 from controlplane.errors import InvalidInput
 from kernels.manifest import Manifest
@@ -30,6 +31,10 @@ from kernels.services.progress import _broadcast
 
 #: A number written as a JSON number: the string "7.5" or true is refused, not read as one.
 Num = Annotated[float, Strict()]
+#: A compiler version ("13.0", "3.6.0", "3.4.0+git1a2b"): it becomes part of a directory name.
+VERSION_RE = r"^[0-9][0-9A-Za-z.+-]{0,40}$"
+#: Counts stored in 32-bit columns.
+INT32_MAX = 2**31 - 1
 
 
 class _BuildFact(BaseModel):
@@ -46,7 +51,7 @@ class _BuildFact(BaseModel):
     build_s: Num | None = Field(default=None, ge=0)
     # "nvcc 13.0", "triton 3.6.0": a name, a space, a version (the config directory's name is
     # made from it, so two spellings must not map to one directory)
-    compiler: str | None = Field(default=None, pattern=r"^[a-z]+ [0-9][0-9A-Za-z.+-]{0,40}$")
+    compiler: str | None = Field(default=None, pattern=r"^[a-z]+ " + VERSION_RE[1:])
     log: str | None = None
 
 
@@ -55,16 +60,21 @@ class _Device(BaseModel):
 
     # NVIDIA's device names ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB") have no underscore:
     # config files name the device with its spaces as underscores, so one must not be allowed
-    name: StrictStr = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9 .()/-]*$")
+    # and no other character the file name would change ("/", "(" ...): "NVIDIA/H200" and "NVIDIA
+    # H200" must not share a file
+    name: StrictStr = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9 .-]*$")
     cc: StrictStr
-    sm_count: StrictInt | None = None
-    l2_bytes: StrictInt | None = None
-    hbm_gbps: Num | None = None
-    bf16_tflops: Num | None = None
+    sm_count: StrictInt | None = Field(default=None, ge=1, le=100_000)
+    l2_bytes: StrictInt | None = Field(default=None, ge=0, le=2**40)
+    # measured ceilings: GB/s and TFLOP/s within what a GPU can be (a roofline from 1e-300 GB/s is
+    # not a measurement)
+    hbm_gbps: Num | None = Field(default=None, ge=1, le=1e6, allow_inf_nan=False)
+    bf16_tflops: Num | None = Field(default=None, ge=0.01, le=1e6, allow_inf_nan=False)
     driver: str | None = None
-    cuda: str | None = None
+    # the Triton or CUDA version names the compiler (and its config directory) when no builds do
+    cuda: str | None = Field(default=None, pattern=VERSION_RE)
     torch: str | None = None
-    triton: str | None = None
+    triton: str | None = Field(default=None, pattern=VERSION_RE)
 
 
 class _Result(BaseModel):
@@ -72,8 +82,9 @@ class _Result(BaseModel):
 
     variant_id: StrictInt | StrictStr
     shape: StrictStr
-    batch: StrictInt = Field(ge=1)
+    batch: StrictInt = Field(ge=1, le=INT32_MAX)
     correct: StrictBool | None = None
+    # NaN or infinite for an output with NaN or Inf values or of the wrong shape; never negative
     max_abs_err: Num | None = None
     max_rel_err: Num | None = None
     error: str | None = None
@@ -82,13 +93,27 @@ class _Result(BaseModel):
     p10_us: Num | None = Field(default=None, gt=0, allow_inf_nan=False)
     p90_us: Num | None = Field(default=None, gt=0, allow_inf_nan=False)
     min_us: Num | None = Field(default=None, gt=0, allow_inf_nan=False)
-    reps: StrictInt | None = Field(default=None, ge=0)
-    gbps: Num | None = None
-    tflops: Num | None = None
-    roofline_us: Num | None = None
-    roofline_fraction: Num | None = None
+    reps: StrictInt | None = Field(default=None, ge=0, le=INT32_MAX)
+    gbps: Num | None = Field(default=None, ge=0, allow_inf_nan=False)
+    tflops: Num | None = Field(default=None, ge=0, allow_inf_nan=False)
+    roofline_us: Num | None = Field(default=None, gt=0, allow_inf_nan=False)
+    roofline_fraction: Num | None = Field(default=None, gt=0, allow_inf_nan=False)
     bound: str | None = None
     timing: str | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "_Result":
+        """min ≤ p10 ≤ median ≤ p90: percentiles of one set of repetitions; errors not negative."""
+        for k in ("max_abs_err", "max_rel_err"):
+            v = getattr(self, k)
+            if v is not None and v < 0:
+                raise ValueError(f"{k} {v:g} is negative: an error is an absolute value")
+        order = [(k, getattr(self, k)) for k in ("min_us", "p10_us", "median_us", "p90_us")]
+        given = [(k, v) for k, v in order if v is not None]
+        for (k1, v1), (k2, v2) in zip(given, given[1:]):
+            if v1 > v2:
+                raise ValueError(f"{k1} {v1:g} is above {k2} {v2:g}: min ≤ p10 ≤ median ≤ p90 for one set of repetitions")
+        return self
 
 
 class _Results(BaseModel):
@@ -103,8 +128,10 @@ def _pydantic_errors(exc: ValidationError, prefix: str) -> dict[str, list[str]]:
     for e in exc.errors():
         loc = ".".join(str(p) for p in e["loc"] if str(p) not in ("int", "str", "float", "bool"))
         key = ".".join(p for p in (prefix, loc) if p) or "payload"
-        out.setdefault(key, []).append(
-            "is required" if e["type"] == "missing" else e["msg"])
+        msg = "is required" if e["type"] == "missing" else e["msg"]
+        if e["type"] == "value_error":      # a validator's own sentence, without pydantic's prefix
+            msg = str((e.get("ctx") or {}).get("error") or msg)
+        out.setdefault(key, []).append(msg)
     return out
 
 
@@ -394,31 +421,47 @@ def _best_fields(b: KernelBenchmark, base: float | None) -> dict[str, Any]:
                 speedup=(base / b.median_us) if base and b.median_us else None)
 
 
-def _repick(*, package, device_name: str, cc: str, compiler: str, shape: str, batch: int) -> None:
-    """Set the :class:`KernelBest` of one (package, device, cc, compiler, shape, batch) to the
-    fastest qualifying measurement of any job of that bucket, or delete it when none qualifies
-    (after the job that held it was re-measured, lost a build or moved to another bucket)."""
-    job_filter = dict(variant__job__package=package, variant__job__device_name=device_name,
-                      variant__job__device_cc=cc)
+def _bucket_filter(*, package, device_name: str, cc: str, compiler: str) -> dict[str, Any]:
+    """:class:`KernelBenchmark` filters for the measurements of every job of one (package,
+    device, cc, compiler) bucket (``"unknown"``: jobs whose compiler was never named)."""
+    out: dict[str, Any] = dict(variant__job__package=package, variant__job__device_name=device_name,
+                               variant__job__device_cc=cc)
     if compiler == "unknown":
-        job_filter["variant__job__compiler__in"] = ["", "unknown"]
+        out["variant__job__compiler__in"] = ["", "unknown"]
     else:
-        job_filter["variant__job__compiler"] = compiler
+        out["variant__job__compiler"] = compiler
+    return out
+
+
+def _baseline_of(b: KernelBenchmark) -> float | None:
+    """The fastest qualifying baseline (``impl == "baseline"``) of ``b``'s job at ``b``'s point (µs)."""
+    return (_qualifying(shape=b.shape, batch=b.batch, variant__job=b.variant.job, variant__params__impl="baseline")
+            .values_list("median_us", flat=True).first())
+
+
+def _repick(*, package, device_name: str, cc: str, compiler: str, shape: str, batch: int,
+            package_hash: str | None = None) -> KernelBest | None:
+    """Set the :class:`KernelBest` of one (package, device, cc, compiler, shape, batch) to the
+    fastest qualifying measurement of any job of that bucket (of jobs built from sources
+    ``package_hash`` when given), or delete it when none qualifies (after the job that held it
+    was re-measured, lost a build or moved to another bucket). Returns the row, or None."""
     lookup = dict(package=package, device_name=device_name, cc=cc, shape=shape, batch=batch, compiler=compiler)
-    b = _qualifying(shape=shape, batch=batch, **job_filter).first()
+    same_sources = {"variant__job__package_hash": package_hash} if package_hash else {}
+    b = _qualifying(shape=shape, batch=batch, **same_sources,
+                    **_bucket_filter(package=package, device_name=device_name, cc=cc, compiler=compiler)).first()
     if b is None:
         KernelBest.objects.filter(**lookup).delete()
-        return
-    base = (_qualifying(shape=shape, batch=batch, variant__job=b.variant.job, variant__params__impl="baseline")
-            .values_list("median_us", flat=True).first())
-    KernelBest.objects.update_or_create(**lookup, defaults=_best_fields(b, base))
+        return None
+    row, _ = KernelBest.objects.update_or_create(**lookup, defaults=_best_fields(b, _baseline_of(b)))
+    return row
 
 
 def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
     """Pick the fastest correct variant of ``job`` per (shape, batch) and store it as the
     :class:`KernelBest` of (package, device name, cc, shape, batch, compiler) when it beats the
     stored one (lower median), the stored one came from other sources (package hash), or the
-    stored one is this job's. Discarded or failed builds never qualify. ``baseline_us`` and
+    stored one is this job's (re-measured slower, it is re-picked from every job of the bucket
+    built from the same sources). Discarded or failed builds never qualify. ``baseline_us`` and
     ``speedup`` compare with the fastest variant whose ``impl`` parameter is ``"baseline"`` for
     the same (shape, batch). Returns the rows this job now holds."""
     if not job.device_name or not job.device_cc:
@@ -449,6 +492,14 @@ def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
             current = KernelBest.objects.select_for_update().filter(**lookup).first()
             if (current is not None and current.job_id != job.pk and current.package_hash == job.package_hash
                     and current.median_us <= b.median_us):
+                continue
+            if current is not None and current.job_id == job.pk and current.median_us < b.median_us:
+                # this job's entry, re-measured slower: another job of the bucket (same sources) may
+                # hold a faster measurement than this job's next best
+                row = _repick(package=job.package, device_name=job.device_name, cc=job.device_cc,
+                              compiler=compiler, shape=shape, batch=batch, package_hash=job.package_hash)
+                if row is not None and row.job_id == job.pk:
+                    held.append(row)
                 continue
             row, _ = KernelBest.objects.update_or_create(
                 **lookup, defaults=_best_fields(b, baseline.get((shape, batch))))

@@ -23,6 +23,7 @@ from kernels.choices import JOB_RUNNING, KernelJobStatus
 from kernels.models import KernelBest, KernelJob
 from kernels.runner.package import variants_sha256
 from kernels.services.common import _write_json, job_manifest, package_dir_of, variants_payload
+from kernels.services.jobs import _canonical, kernel_job_create
 from kernels.services.progress import _broadcast, _finish, _transition
 from kernels.services.results import kernel_builds_store, kernel_results_store
 
@@ -334,17 +335,28 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     a results file already stored as a job of this package (same canonical JSON,
     :func:`results_sha256`); nothing is stored then.
     """
-    from kernels.services.jobs import kernel_job_create
-
     if not isinstance(variants, list) or not all(
             isinstance(v, dict) and isinstance(v.get("params"), dict) and "variant_id" in v for v in variants):
         raise InvalidInput({"variants": ['expected the runner\'s variants.json: [{"variant_id": ..., "params": {...}}]']})
     seen_ids: dict[str, int] = {}
+    seen_params: dict[str, int] = {}
     for i, v in enumerate(variants):
         first = seen_ids.setdefault(str(v["variant_id"]), i)
         if first != i:
             raise InvalidInput({f"variants.{i}.variant_id": [
                 f"variant_id {str(v['variant_id'])[:80]!r} repeats variants.{first}: each variant needs its own id"]})
+        first = seen_params.setdefault(_canonical(v["params"]), i)
+        if first != i:
+            raise InvalidInput({f"variants.{i}.params": [
+                f"repeat the params of variants.{first} (variant_id {str(variants[first]['variant_id'])[:80]!r}): "
+                "one variant, two ids, whose results could not be told apart"]})
+    device = results.get("device") if isinstance(results, dict) else None
+    if not isinstance(device, dict):
+        raise InvalidInput({"device" if isinstance(results, dict) else "results": [
+            'expected the runner\'s results.json: {"device": {"name", "cc", ...}, "results": [...]}']})
+    if not isinstance(device.get("cc"), str) or not device["cc"]:
+        raise InvalidInput({"device.cc": ["is required: the compute capability the results were measured on "
+                                          "(e.g. 9.0), the job's target"]})
     given, listed = _fingerprint_of(results), variants_sha256(variants)
     digest = results_sha256(results)
     earlier = KernelJob.objects.filter(package=package, source_results_sha256=digest).order_by("pk").first()
@@ -368,15 +380,12 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
                     f"variant_id {str(row['variant_id'])[:80]!r} is not in the variants file"]
     with transaction.atomic():  # a refused file leaves no job behind
         try:
-            job = kernel_job_create(package=package, node=None, cc=None if not isinstance(results, dict) else
-                                    str((results.get("device") or {}).get("cc") or "") or None,
+            job = kernel_job_create(package=package, node=None, cc=device["cc"],
                                     only=[v["params"] for v in variants], dispatch=False, user=user)
         except InvalidInput as exc:
             raise InvalidInput({**exc.errors, **unknown}) from None
         if unknown:
             raise InvalidInput(unknown)
-        from kernels.services.jobs import _canonical
-
         rows = {_canonical(v.params): v.pk for v in job.variants.all()}
         ids = {str(v["variant_id"]): rows[_canonical(v["params"])] for v in variants}
         # The file's ids stay usable: later results or builds carrying its fingerprint are renumbered.

@@ -268,3 +268,84 @@ def test_triton_results_without_a_triton_version_are_refused(triton):
         _new_job(triton, results=results)
     assert "is required for a Triton package" in err.value.errors["device.triton"][0]
     assert not KernelJob.objects.exists()
+
+
+def test_a_device_name_the_file_name_would_change_is_refused_and_leaves_the_real_devices_files(triton):
+    """"NVIDIA/H200" would be written as device_name=NVIDIA_H200, the real H200's file."""
+    job = _new_job(triton)
+    files = {p: Path(p).read_text() for p in job.config_paths}
+    other = copy.deepcopy(_load(TRITON, "h200-results.json"))
+    other["device"]["name"] = "NVIDIA/H200"
+    with pytest.raises(InvalidInput) as err:
+        _new_job(triton, results=other)
+    assert "should match pattern" in err.value.errors["device.name"][0]
+    assert {p: Path(p).read_text() for p in job.config_paths} == files
+
+
+def test_a_best_re_measured_wrong_is_re_picked_from_every_job_of_its_bucket(triton):
+    first = _new_job(triton)
+    rerun = {**copy.deepcopy(_load(TRITON, "h200-results.json")), "run": "the same variants measured again"}
+    second = _new_job(triton, results=rerun)
+    best = KernelBest.objects.get(shape="v4-flash", batch=64)
+    assert best.job_id == first.pk                         # a tie keeps the entry where it is
+    params, median = best.variant.params, best.median_us
+    file_id = next(k for k, v in first.source_variant_ids.items() if v == best.variant_id)
+    wrong = {"device": _load(TRITON, "h200-results.json")["device"], "results": [
+        {"variant_id": int(file_id), "shape": "v4-flash", "batch": 64, "correct": False, "error": "planted"}]}
+    kernel_job_ingest(job=first, results=_marked(wrong))
+    best.refresh_from_db()
+    # the second job's measurement of the same variant, not the first job's next best
+    assert (best.job_id, best.variant.params, best.median_us) == (second.pk, params, median)
+    assert json.loads(Path(best.config_path).read_text())["64"] == params
+
+
+@pytest.mark.parametrize("where, change, key, words", [
+    ("device", {"triton": "3.6.0 evil/../x"}, "device.triton", "should match pattern"),
+    ("device", {"cuda": "13.0/.."}, "device.cuda", "should match pattern"),
+    ("device", {"sm_count": -5}, "device.sm_count", "greater than or equal to 1"),
+    ("device", {"sm_count": 2**70}, "device.sm_count", "less than or equal to 100000"),
+    ("device", {"l2_bytes": -1}, "device.l2_bytes", "greater than or equal to 0"),
+    ("device", {"hbm_gbps": 1e-300}, "device.hbm_gbps", "greater than or equal to 1"),
+    ("device", {"bf16_tflops": 0.0}, "device.bf16_tflops", "greater than or equal to 0.01"),
+    ("row", {"reps": 2**70}, "results.0.reps", "less than or equal to 2147483647"),
+    ("row", {"gbps": -1.0}, "results.0.gbps", "greater than or equal to 0"),
+    ("row", {"roofline_fraction": -5.0}, "results.0.roofline_fraction", "greater than 0"),
+    ("row", {"p10_us": 1e9}, "results.0", "p10_us 1e+09 is above median_us"),
+    ("row", {"min_us": 60.0}, "results.0", "min_us 60 is above p10_us"),
+    ("row", {"max_abs_err": -0.5}, "results.0", "max_abs_err -0.5 is negative"),
+])
+def test_impossible_device_facts_and_measurements_are_refused(triton, where, change, key, words):
+    job = _new_job(triton)
+    bests = set(KernelBest.objects.values_list("pk", "median_us"))
+    first = _load(TRITON, "h200-variants.json")[0]["variant_id"]
+    device = {**_load(TRITON, "h200-results.json")["device"], **(change if where == "device" else {})}
+    row = {"variant_id": first, "shape": "v4-flash", "batch": 1, "correct": True, "median_us": 50.0,
+           "p10_us": 49.0, "p90_us": 52.0, "min_us": 48.5, **(change if where == "row" else {})}
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results=_marked({"device": device, "results": [row]}))
+    assert words in " ".join(err.value.errors[key]), err.value.errors
+    assert set(KernelBest.objects.values_list("pk", "median_us")) == bests
+
+
+@pytest.mark.parametrize("results, key", [
+    ({"device": "NVIDIA H200", "results": []}, "device"),
+    (["not", "an", "object"], "results"),
+    ({"device": {"name": "NVIDIA H200"}, "results": []}, "device.cc"),
+])
+def test_a_results_file_of_the_wrong_shape_is_refused_with_the_field(triton, results, key):
+    with pytest.raises(InvalidInput) as err:
+        _new_job(triton, results=results)
+    assert key in err.value.errors
+    assert not KernelJob.objects.exists()
+
+
+def test_a_variants_file_listing_one_variant_under_two_ids_is_refused(triton):
+    variants = copy.deepcopy(_load(TRITON, "h200-variants.json"))
+    variants.append({**variants[0], "variant_id": 999})
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=triton, variants=variants, results=_load(TRITON, "h200-results.json"))
+    first_id = variants[0]["variant_id"]
+    assert err.value.errors == {f"variants.{len(variants) - 1}.params": [
+        f"repeat the params of variants.0 (variant_id {str(first_id)!r}): one variant, two ids, whose results could not "
+        "be told apart"]}
+    assert not KernelJob.objects.exists()

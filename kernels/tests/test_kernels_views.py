@@ -208,3 +208,18 @@ def test_the_batch_menu_of_an_unmeasured_job_lists_only_the_batches_it_selected(
     menu = re.search(r'<select name="batch">(.*?)</select>', html, re.S).group(1)
     assert re.findall(r'<option value="(\d+)"', menu) == ["1"]
     assert "small at batch 1" in html and "wide at batch" not in html
+
+
+def test_rows_measured_without_a_builds_file_take_their_measurements_state(viewer_api, real_packages):
+    """Results ingested without their builds file: each measured row is correct (or wrong), not
+    pending, and the state filter finds it."""
+    results = real_packages / "sparse_mla_decode_cuda" / "results"
+    job = kernel_job_from_measurement(
+        package=kernel_package_register(path=real_packages / "sparse_mla_decode_cuda"),
+        variants=json.loads((results / "h200-variants.json").read_text()),
+        results=json.loads((results / "h200-results.json").read_text()))
+    assert not KernelBuild.objects.filter(variant__job=job).exists()
+    rows = viewer_api.get(f"/api/kernel-jobs/{job.pk}/variants/").json()["rows"]
+    assert {r["state"] for r in rows} == {"correct"} and len(rows) == 22
+    correct = viewer_api.get(f"/api/kernel-jobs/{job.pk}/variants/", {"state": "correct"}).json()["rows"]
+    assert len(correct) == 22

@@ -153,3 +153,17 @@ def test_it_leaves_out_points_the_ceiling_analysis_leaves_out(db):
     assert [r["concurrency"] for r in result["lengths"]["256/256"]] == [2]
     assert result["notes"] == ["1 point(s) not projected: no successful request, or more than 10% of the "
                                "requests failed (c=1 256/256)"]
+
+
+def test_a_number_float_alone_would_read_is_refused_as_not_a_number(viewer_api, viewer, seed_pd_sweep):
+    """``float("1_000")`` is 1000.0 and ``float("١")`` is 1.0; a query takes ASCII decimals only."""
+    page = Client()
+    page.force_login(viewer)
+    for raw in ("1_000", "\u0661", "2\u00b2", "0x10"):
+        resp = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": raw})
+        assert resp.status_code == 400 and resp.json() == {"speedup": ["A valid number is required."]}, raw
+        body = page.get("/kernels/whatif/", {"sweep": seed_pd_sweep.pk, "speedup": raw}).content.decode()
+        assert html.escape(f"'{raw}' is not a number.") in body and "Projected (tok/s)" not in body, raw
+    resp = viewer_api.get("/api/kernel-whatif/", {"sweep": "1_0", "speedup": 2})
+    assert resp.status_code == 400 and resp.json() == {"sweep": ["A valid integer is required."]}
+    assert viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": "2.5e0"}).status_code == 200
