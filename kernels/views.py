@@ -266,7 +266,8 @@ def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None
 
 def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
     """The variant table's context; a query the table refuses (unknown sort key, parameter or
-    batch) shows the reason above the table, which then falls back to its defaults."""
+    batch) shows the reason above the table, which then falls back to its defaults for what it
+    could not read (parameter filters it can read are kept)."""
     problems: list[str] = []
     batch, state, params, sort = _table_params(request, problems)
     try:
@@ -277,7 +278,9 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
         if "batch" in exc.errors:
             batch = None
         if "params" in exc.errors:
-            params = {}
+            # keep the filters that can be read (p.impl=split_k next to p.BLOCK_H=999 still filters on impl)
+            grid = services.job_manifest(job).grid
+            params = {k: v for k, v in params.items() if k in grid and v in [str(x) for x in grid[k]]}
         if "sort" in exc.errors:
             sort = "ordinal"
         table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort)

@@ -223,3 +223,12 @@ def test_rows_measured_without_a_builds_file_take_their_measurements_state(viewe
     assert {r["state"] for r in rows} == {"correct"} and len(rows) == 22
     correct = viewer_api.get(f"/api/kernel-jobs/{job.pk}/variants/", {"state": "correct"}).json()["rows"]
     assert len(correct) == 22
+
+
+def test_a_filter_that_cannot_be_read_leaves_the_others_applied(viewer, measured_job):
+    c = _client(viewer)
+    tiled = c.get(f"/kernels/jobs/{measured_job.pk}/variants/?p.impl=tiled").content.decode()
+    both = c.get(f"/kernels/jobs/{measured_job.pk}/variants/?p.impl=tiled&p.BLOCK=999").content.decode()
+    everything = c.get(f"/kernels/jobs/{measured_job.pk}/variants/").content.decode()
+    assert "p.BLOCK: &#x27;999&#x27; is not one of BLOCK&#x27;s values" in both
+    assert both.count("data-variant=") == tiled.count("data-variant=") < everything.count("data-variant=")
