@@ -6,6 +6,10 @@ from django.db.models import QuerySet
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from controlplane.errors import InvalidInput, NotFound
 
+# The largest primary key a row can have (``BigAutoField``: a signed 64-bit integer). A larger
+# id names no row, and the database cannot even compare with it (SQLite raises OverflowError).
+PK_MAX = 2**63 - 1
+
 
 def sweep_list(*, deployment_id: int | None = None, status: str | None = None,
                served_model_name: str | None = None) -> QuerySet[BenchmarkSweep]:
@@ -46,8 +50,10 @@ def run_list(*, sweep_id: int | None = None, source: str | None = None, status: 
 
 
 def runs_by_ids(*, ids: list[int]) -> list[BenchmarkRun]:
-    """The runs with ``ids``, in the order given; :class:`NotFound` names the missing ids."""
-    found = {r.pk: r for r in BenchmarkRun.objects.filter(pk__in=ids).select_related("sweep")}
+    """The runs with ``ids``, in the order given; :class:`NotFound` names the missing ids (an id
+    outside 1..:data:`PK_MAX` among them, never sent to the database)."""
+    possible = [i for i in ids if 1 <= i <= PK_MAX]
+    found = {r.pk: r for r in BenchmarkRun.objects.filter(pk__in=possible).select_related("sweep")}
     missing = [i for i in ids if i not in found]
     if missing:
         raise NotFound(f"no run with id {', '.join(map(str, missing))}")

@@ -4,12 +4,15 @@ Every error body is JSON. Validation errors are one flat object mapping a dotted
 its messages (``{"spec.roles.prefill.gpus": ["..."]}``), whether they come from a serializer
 (nested errors are flattened by :func:`flatten_errors`) or a service's ``InvalidInput``; domain
 errors become ``{"detail": ..., "code": ...}``. JSON bodies are size-limited by
-:class:`SafeJSONParser` (``CEILING_API_MAX_BODY_BYTES``, default 1 MiB).
+:class:`SafeJSONParser` (``CEILING_API_MAX_BODY_BYTES``, default 1 MiB). A path under ``/api/``
+that no route matches is answered by :class:`controlplane.notfound_views.ApiNotFoundView`: a
+JSON 404 like any other.
 """
 from __future__ import annotations
 
 import io
 import logging
+import re
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -146,6 +149,48 @@ class ExportFormatMixin:
 
     def perform_content_negotiation(self, request, force=False):
         return super().perform_content_negotiation(request, force=force or self.action == "export")
+
+
+# Largest integer accepted for an id or version parameter: PostgreSQL's ``integer`` range, so a
+# huge number is a 400 naming the parameter rather than a database overflow (SQLite raises
+# OverflowError past 64 bits).
+MAX_INT = 2**31 - 1
+
+# An integer in a query parameter: ASCII digits with an optional sign. ``int()`` also takes "１"
+# (fullwidth), "1_000" and surrounding spaces; ``str.isdigit()`` takes "²", which ``int()`` refuses.
+_INTEGER_RE = re.compile(r"[+-]?[0-9]+")
+
+
+class IdField(serializers.IntegerField):
+    """An id (or version number) given as a query parameter: ASCII digits, 1 to :data:`MAX_INT`
+    unless ``min_value``/``max_value`` say otherwise. Anything else is a 400 naming the
+    parameter (``{"deployment": ["A valid integer is required."]}``, ``["Ensure this value is
+    less than or equal to 2147483647."]``), never a filter the database cannot take."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", MAX_INT)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, str) and not _INTEGER_RE.fullmatch(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class FilterChoiceField(serializers.ChoiceField):
+    """A choice given as a query parameter (a list filter's ``status``, ``role``...): a value
+    outside the choices is a 400 naming the parameter and every allowed value
+    (``{"status": ["must be one of pending, running, done; got 'bogus'"]}``)."""
+
+    def to_internal_value(self, data):
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError:
+            shown = str(data) if len(str(data)) <= 40 else str(data)[:40] + "..."
+            raise serializers.ValidationError(
+                f"must be one of {', '.join(self.choice_strings_to_values)}; got {shown!r}",
+                code="invalid_choice") from None
 
 
 def query_validated(serializer_class, request) -> dict:

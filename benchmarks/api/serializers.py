@@ -7,7 +7,10 @@ from typing import Any
 
 from rest_framework import serializers
 
+from benchmarks.choices import RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.sweeps import DIGITS_RE
+from controlplane.api import FilterChoiceField, IdField
 
 
 class SweepSerializer(serializers.ModelSerializer):
@@ -93,6 +96,15 @@ class SweepCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
 
+class SweepFilterSerializer(serializers.Serializer):
+    """Optional filters of ``GET /api/sweeps/``: a value that cannot match is a 400 naming the
+    parameter, never a filter left out."""
+
+    deployment = IdField(required=False, help_text="only this deployment id")
+    status = FilterChoiceField(choices=SweepStatus.choices, required=False, help_text="only this status")
+    model = serializers.CharField(max_length=255, required=False, help_text="only this served model name")
+
+
 class RunSerializer(serializers.ModelSerializer):
     """A run: point parameters (``duration_s``: the point's time limit, seconds), status, source,
     summary (seconds for measured runs, the importer's ms fields for imported ones), flags,
@@ -137,20 +149,36 @@ class RunImportSerializer(serializers.Serializer):
         return attrs
 
 
+class RunFilterSerializer(serializers.Serializer):
+    """Optional filters of ``GET /api/runs/`` (``order`` is checked by
+    :func:`benchmarks.selectors.run_list`): a value that cannot match is a 400 naming the
+    parameter, never a filter left out."""
+
+    sweep = IdField(required=False, help_text="only the runs of this sweep id")
+    source = FilterChoiceField(choices=RunSource.choices, required=False, help_text="measured or imported")
+    status = FilterChoiceField(choices=RunStatus.choices, required=False, help_text="only this status")
+    order = serializers.CharField(max_length=50, required=False,
+                                  help_text="output_tok_s, ttft_p99_ms or created_at, '-' first for descending")
+
+
 class RecordsQuerySerializer(serializers.Serializer):
     offset = serializers.IntegerField(min_value=0, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=5000, default=1000)
 
 
 class CompareQuerySerializer(serializers.Serializer):
-    """``ids=1,2,3`` (runs) and/or ``sweeps=4,5`` (all runs of those sweeps)."""
+    """``ids=1,2,3`` (runs) and/or ``sweeps=4,5`` (all runs of those sweeps), ids in ASCII digits.
+    An id no row can have (however large) is not found like any other unknown id: the view's 404."""
 
     ids = serializers.CharField(required=False, allow_blank=True)
     sweeps = serializers.CharField(required=False, allow_blank=True)
 
     def _ints(self, value: str, field: str) -> list[int]:
+        parts = [x.strip() for x in value.split(",") if x.strip()]
         try:
-            return [int(x) for x in value.split(",") if x.strip()]
+            if not all(DIGITS_RE.fullmatch(x) for x in parts):
+                raise ValueError(value)
+            return [int(x) for x in parts]  # more than 4300 digits: ValueError too
         except ValueError:
             raise serializers.ValidationError({field: ["must be comma-separated integer ids"]}) from None
 

@@ -18,7 +18,6 @@ from rest_framework.response import Response
 from benchmarks import selectors, services
 from benchmarks.api import serializers as s
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import ExportFormatMixin, ExportQuerySerializer, SafeJSONParser, attachment, query_validated
 from controlplane.errors import InvalidInput, NotFound
 
@@ -26,7 +25,8 @@ PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List benchmark sweeps (filters: deployment, status, model)"),
+    list=extend_schema(summary="List benchmark sweeps (filters: deployment, status, model)",
+                       parameters=[s.SweepFilterSerializer]),
     retrieve=extend_schema(summary="One sweep with live progress columns"),
     create=extend_schema(summary="Create a sweep of a deployment (operator); it runs on the control worker",
                          request=s.SweepCreateSerializer, responses={201: s.SweepSerializer}),
@@ -39,10 +39,11 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
     action_roles = {"cancel": "operator", "analysis": "viewer", "export": "viewer"}
 
     def get_queryset(self):
-        q = self.request.query_params
-        dep = q.get("deployment")
-        return selectors.sweep_list(deployment_id=int(dep) if dep and DIGITS_RE.fullmatch(dep) else None,
-                                    status=q.get("status") or None, served_model_name=q.get("model") or None)
+        if self.action != "list":
+            return selectors.sweep_list()
+        q = query_validated(s.SweepFilterSerializer, self.request)
+        return selectors.sweep_list(deployment_id=q.get("deployment"), status=q.get("status"),
+                                    served_model_name=q.get("model"))
 
     def create(self, request: Request, *args, **kwargs) -> Response:
         from deployments.models import Deployment
@@ -81,7 +82,8 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List runs (filters: sweep, source, status; order)"),
+    list=extend_schema(summary="List runs (filters: sweep, source, status; order)",
+                       parameters=[s.RunFilterSerializer]),
     retrieve=extend_schema(summary="One run: point, summary, flags, metrics (ms), snapshot"),
 )
 class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -93,11 +95,11 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                     "compare": "viewer"}
 
     def get_queryset(self):
-        q = self.request.query_params
-        sweep = q.get("sweep")
-        return selectors.run_list(sweep_id=int(sweep) if sweep and DIGITS_RE.fullmatch(sweep) else None,
-                                  source=q.get("source") or None, status=q.get("status") or None,
-                                  order=q.get("order") or None)
+        if self.action != "list":
+            return selectors.run_list()
+        q = query_validated(s.RunFilterSerializer, self.request)
+        return selectors.run_list(sweep_id=q.get("sweep"), source=q.get("source"), status=q.get("status"),
+                                  order=q.get("order"))
 
     @extend_schema(summary="Per-request records (paginated: offset, limit <= 5000)",
                    parameters=[s.RecordsQuerySerializer])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from benchmarks.choices import SweepStatus
+from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.tests.sweep_support import sim_deployment_create
 from deployments.choices import DeploymentStatus
@@ -259,11 +259,57 @@ def test_it_gives_the_time_of_a_very_slow_open_loop_point_in_a_short_message(ope
 
 
 def test_it_refuses_non_ascii_digits_like_any_malformed_number(operator_api, viewer_api, deployment) -> None:
-    # "²".isdigit() is true, but int("²") raises: a 400 (or an ignored filter), never a 500
+    # "²".isdigit() is true, but int("²") raises: a 400 naming the field, never a 500
     response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
         "concurrency": [1], "lengths": ["\u00b2:8"], "requests": 4}}, format="json")
     assert response.status_code == 400
     assert response.json()["grid.lengths.0"] == [
         "must be [input_len, output_len] or 'in:out' with 1..1000000 tokens, got '\u00b2:8'"]
-    for url in ("/api/sweeps/?deployment=%C2%B2", "/api/runs/?sweep=%C2%B2"):
-        assert viewer_api.get(url).status_code == 200, url  # like ?deployment=x: no filter
+    for url, field in (("/api/sweeps/?deployment=%C2%B2", "deployment"), ("/api/runs/?sweep=%C2%B2", "sweep"),
+                       ("/api/sweeps/?deployment=%EF%BC%91", "deployment"), ("/api/runs/compare/?ids=%C2%B2", "ids")):
+        response = viewer_api.get(url)  # like ?deployment=x, fullwidth "１" included: a 400 naming it
+        assert response.status_code == 400, url
+        assert list(response.json()) == [field], url
+
+
+def test_it_answers_ids_too_large_for_the_database_with_a_400_or_404_never_a_500(viewer_api, deployment) -> None:
+    # 2**63 overflows SQLite's INTEGER: filters say their limit, compare says the id names no run
+    for url, field in (("/api/sweeps/?deployment=99999999999999999999999", "deployment"),
+                       ("/api/runs/?sweep=99999999999999999999999", "sweep")):
+        response = viewer_api.get(url)
+        assert response.status_code == 400, url
+        assert response.json() == {field: ["Ensure this value is less than or equal to 2147483647."]}
+    for url, detail in (("/api/runs/compare/?ids=9223372036854775808", "no run with id 9223372036854775808"),
+                        ("/api/runs/compare/?ids=9223372036854775807", "no run with id 9223372036854775807"),
+                        ("/api/runs/compare/?sweeps=9223372036854775808", "no sweep with id 9223372036854775808")):
+        response = viewer_api.get(url)
+        assert response.status_code == 404, url
+        assert response.json() == {"detail": detail}
+    assert viewer_api.get("/api/runs/compare/?ids=-1").json() == {"ids": ["must be comma-separated integer ids"]}
+    sweep = BenchmarkSweep.objects.create(deployment=deployment, name="s", grid={}, status=SweepStatus.DONE)
+    listed = viewer_api.get(f"/api/sweeps/?deployment={deployment.pk}").json()
+    assert [s["id"] for s in listed["results"]] == [sweep.pk]
+
+
+def test_it_refuses_a_list_filter_that_can_match_nothing_naming_what_is_allowed(viewer_api, deployment) -> None:
+    done = BenchmarkSweep.objects.create(deployment=deployment, name="s", grid={}, status=SweepStatus.DONE)
+    run = BenchmarkRun.objects.create(sweep=done, ordinal=0, status=RunStatus.DONE, concurrency=1, input_len=8,
+                                      output_len=8)
+    for url, field, message in (
+        ("/api/sweeps/?deployment=abc", "deployment", "A valid integer is required."),
+        ("/api/runs/?sweep=abc", "sweep", "A valid integer is required."),
+        ("/api/sweeps/?status=bogus", "status",
+         "must be one of pending, waiting, running, done, failed, cancelled; got 'bogus'"),
+        ("/api/runs/?status=bogus", "status", "must be one of running, done, failed, cancelled; got 'bogus'"),
+        ("/api/runs/?source=bogus", "source", "must be one of measured, imported; got 'bogus'"),
+    ):
+        response = viewer_api.get(url)
+        assert response.status_code == 400, url
+        assert response.json() == {field: [message]}, url
+    # valid filters still filter, and an empty one is no filter
+    assert [s["id"] for s in viewer_api.get("/api/sweeps/?status=done").json()["results"]] == [done.pk]
+    assert viewer_api.get("/api/sweeps/?status=running").json()["count"] == 0
+    assert viewer_api.get("/api/sweeps/?deployment=&status=").json()["count"] == 1
+    assert [r["id"] for r in viewer_api.get(f"/api/runs/?sweep={done.pk}&source=measured").json()["results"]] == [
+        run.pk]
+    assert viewer_api.get(f"/api/runs/?sweep={done.pk + 1}").json()["count"] == 0

@@ -200,7 +200,26 @@ def test_it_answers_404_for_unknown_ids_and_formats(viewer_client, operator_clie
     assert operator_client.post(reverse("benchmarks:sweep-cancel", args=[9999])).status_code == 404
 
 
+def test_it_answers_404_for_ids_too_large_for_the_database(viewer_client, sweep):
+    # 2**63 overflows SQLite's INTEGER: no row has such an id, so the page is not found, never a 500
+    run = sweep.runs.get()
+    for query in (f"?runs={run.pk},9223372036854775808", "?sweeps=99999999999999999999999",
+                  f"?run={run.pk}&run=000009223372036854775808", "?ids=" + "9" * 5000):
+        assert viewer_client.get(reverse("benchmarks:compare") + query).status_code == 404, query[:40]
+    largest = reverse("benchmarks:compare") + f"?runs={run.pk},0009223372036854775807"  # possible, but absent
+    assert viewer_client.get(largest).status_code == 404
+
+
 # --- sweep page -------------------------------------------------------------------------------
+
+
+def test_it_links_a_done_sweep_to_its_what_if_projection(viewer_client, sweep):
+    whatif = f'href="{reverse("kernels:whatif")}?sweep={sweep.pk}"'
+    assert whatif not in _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))  # running
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.DONE)
+    page = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+    assert whatif in page and "What-if: a faster kernel" in page
+    assert viewer_client.get(f"{reverse('kernels:whatif')}?sweep={sweep.pk}").status_code == 200
 
 
 def test_it_shows_live_progress_and_polls_every_second_while_running(viewer_client, sweep):

@@ -16,6 +16,7 @@ from benchmarks import services
 from benchmarks.choices import RunSource
 from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.errors import InvalidInput
 from controlplane.permissions import has_role
@@ -73,7 +74,8 @@ def _opt_float(value: Any) -> float | None:
 
 def _ids_param(request: HttpRequest, name: str) -> list[int]:
     """``?runs=1,2,3`` (or ``?run=1&run=2``) as a list of ints (order kept, duplicates dropped); 404 on anything else,
-    because an id that cannot exist names no page."""
+    because an id that cannot exist names no page (also one above :data:`benchmarks.selectors.PK_MAX`, which the
+    database could not even look up)."""
     # The index page's checkboxes send ``?run=1&run=2``; links send ``?runs=1,2``.
     parts = request.GET.get(name, "").split(",") + request.GET.getlist(name.removesuffix("s"))
     out: list[int] = []
@@ -83,6 +85,8 @@ def _ids_param(request: HttpRequest, name: str) -> list[int]:
             continue
         if not DIGITS_RE.fullmatch(part):
             raise Http404(f"{name} must be a comma-separated list of ids")
+        if len(part.lstrip("0")) > len(str(PK_MAX)) or int(part) > PK_MAX:
+            raise Http404(f"{name}: no row has an id that large")
         if int(part) not in out:
             out.append(int(part))
     return out

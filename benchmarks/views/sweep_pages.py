@@ -22,6 +22,7 @@ from benchmarks.views.common import (
     _opt_float, _status_class, _sweep_runs,
 )
 from controlplane.errors import Conflict, InvalidInput
+from controlplane.permissions import has_role
 from deployments.choices import DeploymentStatus
 from deployments.models import Deployment
 from deployments.views import role_page
@@ -342,12 +343,16 @@ def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:
 @role_page()
 def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One sweep: status, live progress (polled every 1 s while active), results table,
-    charts, ceiling findings, the snapshot (collapsed), export links and the cancel button."""
+    charts, ceiling findings, the snapshot (collapsed), export links, the cancel button and, once
+    the sweep is done, a link to the what-if projection of it (``/kernels/whatif/?sweep=<id>``,
+    which needs the viewer role like this page)."""
     sweep = _get_sweep(pk)
     context = _sweep_results_context(sweep)
+    whatif = sweep.status == SweepStatus.DONE and has_role(request.user, "viewer")
     context.update({
         "progress": sweep_progress(sweep), "status_class": _status_class(sweep.status),
         "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL,
+        "whatif_url": f"{reverse('kernels:whatif')}?sweep={sweep.pk}" if whatif else "",
         "snapshot_text": _json_text(sweep.snapshot) if sweep.snapshot else "",
         "grid_text": _json_text(sweep.grid) if sweep.grid else "",
     })

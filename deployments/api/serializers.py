@@ -13,14 +13,11 @@ from typing import Any
 
 from rest_framework import serializers
 
+from controlplane.api import MAX_INT, FilterChoiceField, IdField
 from controlplane.redaction import redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
 from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess
 from deployments.services import DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, deployment_waiting_reason
-
-# Largest integer accepted for a version or id parameter: PostgreSQL's ``integer`` range, so a
-# huge number is a 400 rather than a database overflow.
-MAX_INT = 2**31 - 1
 
 ERROR_SHAPE_HELP = (
     "Errors: HTTP 400 with a JSON object mapping a dotted field path to a list of messages, "
@@ -175,14 +172,14 @@ class RecipeVersionDetailSerializer(RecipeVersionSerializer):
 class VersionQuerySerializer(serializers.Serializer):
     """``?version=<n>`` (optional: the current version when absent)."""
 
-    version = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    version = IdField(required=False)
 
 
 class DiffQuerySerializer(serializers.Serializer):
     """``?a=<n>&b=<m>``: the two versions to compare (old, new)."""
 
-    a = serializers.IntegerField(min_value=1, max_value=MAX_INT)
-    b = serializers.IntegerField(min_value=1, max_value=MAX_INT)
+    a = IdField()
+    b = IdField()
 
 
 class DiffEntrySerializer(serializers.Serializer):
@@ -220,8 +217,8 @@ class LaunchPlanSerializer(serializers.Serializer):
 class RecipeFilterSerializer(serializers.Serializer):
     """Optional filters of ``GET /api/recipes/``."""
 
-    engine = serializers.ChoiceField(choices=Engine.choices, required=False)
-    topology = serializers.ChoiceField(choices=Topology.choices, required=False)
+    engine = FilterChoiceField(choices=Engine.choices, required=False)
+    topology = FilterChoiceField(choices=Topology.choices, required=False)
     node = serializers.CharField(max_length=63, required=False)
 
 
@@ -404,15 +401,15 @@ class ServerProcessSerializer(serializers.ModelSerializer):
 class DeploymentFilterSerializer(serializers.Serializer):
     """Optional filters of ``GET /api/deployments/``."""
 
-    recipe = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
-    status = serializers.ChoiceField(choices=DeploymentStatus.choices, required=False)
+    recipe = IdField(required=False)
+    status = FilterChoiceField(choices=DeploymentStatus.choices, required=False)
 
 
 class ProcessFilterSerializer(serializers.Serializer):
     """Optional filters of ``GET /api/processes/``."""
 
-    deployment = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
-    role = serializers.ChoiceField(choices=Role.choices, required=False)
+    deployment = IdField(required=False)
+    role = FilterChoiceField(choices=Role.choices, required=False)
 
 
 class TelemetryQuerySerializer(serializers.Serializer):

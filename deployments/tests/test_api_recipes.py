@@ -88,6 +88,21 @@ def test_it_refuses_an_unknown_filter_value_by_name(viewer_api, node):
     assert list(response.json()) == ["engine"]
 
 
+def test_it_names_the_allowed_values_of_a_refused_filter(viewer_api, node):
+    for url, field, message in (
+        ("/api/recipes/?engine=tensorrt", "engine", "must be one of sglang, vllm, llamacpp, sim; got 'tensorrt'"),
+        ("/api/deployments/?status=exploded", "status",
+         "must be one of pending, starting, ready, stopping, stopped, failed; got 'exploded'"),
+        ("/api/processes/?role=wizard", "role", "must be one of prefill, decode, single, router; got 'wizard'"),
+        # int() reads a fullwidth "１" as 1; an id in a query string is ASCII digits only
+        ("/api/processes/?deployment=%EF%BC%91", "deployment", "A valid integer is required."),
+        ("/api/deployments/?recipe=%EF%BC%91", "recipe", "A valid integer is required."),
+    ):
+        response = viewer_api.get(url)
+        assert response.status_code == 400, url
+        assert response.json() == {field: [message]}, url
+
+
 def test_it_bumps_the_version_on_patch_and_keeps_the_rest(operator_api, node):
     pk = create(operator_api).json()["id"]
     response = operator_api.patch(f"/api/recipes/{pk}/", {"description": "now with notes"}, format="json")
