@@ -496,11 +496,14 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
             "speedup": "" if speedup is None else speedup, "best": best_raw}
     result = None
     charts: list[dict[str, Any]] = []
-    source = ""
+    source = hint = ""
     if sweep_raw:
-        sweep = BenchmarkSweep.objects.filter(pk=int(sweep_raw)).first() if DIGITS_RE.fullmatch(sweep_raw) else None
+        sweep = (BenchmarkSweep.objects.filter(pk=int(sweep_raw)).first()
+                 if DIGITS_RE.fullmatch(sweep_raw) and len(sweep_raw) <= 18 else None)
         if sweep is None:
-            errors["sweep"] = [f"No sweep with id {sweep_raw!r}."]
+            errors["sweep"] = [f"No sweep with id {_short(sweep_raw)!r}."]
+        elif sweep not in sweeps and sweep.status == "done":
+            sweeps.insert(0, sweep)   # older than the newest 100: still the one asked for
         if best_raw and request.GET.get("speedup", "").strip():
             # The API's rule (WhatIfQuerySerializer): exactly one source of the speedup.
             errors.setdefault("speedup", []).append(
@@ -517,7 +520,10 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
                 source = (f"best variant #{best.pk}: {best.package.name} {best.shape_bucket} on {best.device_name}, "
                           f"{best.speedup:.2f}× over the baseline")
         elif speedup is None and "speedup" not in errors:
-            errors["speedup"] = ["Give a speedup (×) or choose a best variant."]
+            if "speedup" in request.GET or "best" in request.GET:
+                errors["speedup"] = ["Give a speedup (×) or choose a best variant."]
+            else:   # arriving from a sweep's page: the sweep is chosen, the speedup not yet
+                hint = "Give a speedup (×) or choose a best variant to project this sweep."
         if not errors and sweep is not None and speedup is not None:
             try:
                 result = whatif_compute(sweep=sweep, share=share if share is not None else DEFAULT_SHARE,
@@ -528,7 +534,8 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
                 source = source or f"{speedup:g}× given"
                 charts = _whatif_charts(result)
     return render(request, "kernels/whatif.html", {"sweeps": sweeps, "bests": bests, "form": form, "errors": errors,
-                                                   "result": result, "charts": charts, "source": source})
+                                                   "result": result, "charts": charts, "source": source,
+                                                   "hint": hint})
 
 
 def _whatif_charts(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -3,10 +3,11 @@
 ``gbps`` GB/s, ``tflops`` TFLOP/s; ``roofline_fraction`` is 0-1."""
 from __future__ import annotations
 
-import re
-
 from rest_framework import serializers
 
+from controlplane.api import FilterChoiceField, IdField
+
+from kernels.choices import KernelJobStatus
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
 from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, NUMBER_RE, whatif_input_errors
 
@@ -76,6 +77,15 @@ class BuildSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class JobFilterSerializer(serializers.Serializer):
+    """Optional filters of ``GET /api/kernel-jobs/``: a status that cannot match is a 400 naming
+    the allowed ones, never a filter left out (an unknown package or node name matches no job)."""
+
+    package = serializers.CharField(max_length=64, required=False, help_text="only this package name")
+    status = FilterChoiceField(choices=KernelJobStatus.choices, required=False, help_text="only this status")
+    node = serializers.CharField(max_length=63, required=False, help_text="only jobs of this node name")
+
+
 class VariantTableQuerySerializer(serializers.Serializer):
     """Filters and sort of the variant table: ``batch``, ``state`` (all, built, failed,
     discarded, correct, wrong, timed), ``sort`` (``ordinal``, ``key``, ``registers``,
@@ -84,7 +94,7 @@ class VariantTableQuerySerializer(serializers.Serializer):
     ``p.<name>=<value>``. An unknown sort key or parameter, a parameter value outside the grid, or
     a batch the job does not hold, is a 400 naming the valid ones."""
 
-    batch = serializers.IntegerField(min_value=1, required=False)
+    batch = IdField(required=False)
     state = serializers.ChoiceField(choices=["all", "built", "failed", "discarded", "correct", "wrong", "timed"],
                                     default="all")
     sort = serializers.CharField(max_length=80, default="ordinal")
@@ -108,9 +118,6 @@ class BestSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-INTEGER_RE = re.compile(r"[+-]?[0-9]+")
-
-
 class _DecimalTextFloatField(serializers.FloatField):
     """A float written the way numbers are written in a query: ASCII digits, an optional sign,
     point and exponent (:data:`kernels.whatif.NUMBER_RE`); ``float()`` alone also takes
@@ -122,15 +129,6 @@ class _DecimalTextFloatField(serializers.FloatField):
         return super().to_internal_value(data)
 
 
-class _DecimalTextIntegerField(serializers.IntegerField):
-    """An id written in ASCII digits (``int()`` alone also takes ``1_0`` and ``１``)."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, str) and not INTEGER_RE.fullmatch(data.strip()):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
 class WhatIfQuerySerializer(serializers.Serializer):
     """``sweep`` id, ``share`` of the decode step time the kernel takes (0 < share <= 1, default
     0.63, the seed's), and either ``speedup`` (×, 0 < speedup <= 1000) or ``best`` (a best-variant
@@ -138,10 +136,10 @@ class WhatIfQuerySerializer(serializers.Serializer):
     message :mod:`kernels.whatif` gives for it (:data:`kernels.whatif.SHARE_RANGE`,
     :data:`kernels.whatif.SPEEDUP_RANGE`), whatever the value."""
 
-    sweep = _DecimalTextIntegerField(min_value=1)
+    sweep = IdField()
     share = _DecimalTextFloatField(default=DEFAULT_SHARE, help_text="0 < share <= 1")
     speedup = _DecimalTextFloatField(required=False, help_text=f"0 < speedup <= {MAX_SPEEDUP:g}")
-    best = _DecimalTextIntegerField(required=False, min_value=1)
+    best = IdField(required=False)
 
     def validate_share(self, value: float) -> float:
         return _in_range("share", value)

@@ -42,7 +42,7 @@ class PackageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 
 
 @extend_schema_view(
-    list=extend_schema(summary="Kernel jobs (filters: package, status, node)"),
+    list=extend_schema(summary="Kernel jobs (filters: package, status, node)", parameters=[s.JobFilterSerializer]),
     retrieve=extend_schema(summary="One kernel job with progress, counts and the device calibration"),
     create=extend_schema(summary="Start a kernel job on a node (operator); it runs on the node's queue",
                          request=s.JobCreateSerializer, responses={201: s.JobSerializer}),
@@ -55,7 +55,9 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                     "best": "viewer"}
 
     def get_queryset(self):
-        q = self.request.query_params
+        if self.action != "list":
+            return selectors.job_list()
+        q = query_validated(s.JobFilterSerializer, self.request)
         return selectors.job_list(package=q.get("package") or None, status=q.get("status") or None,
                                   node=q.get("node") or None)
 

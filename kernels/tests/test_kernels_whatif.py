@@ -167,3 +167,24 @@ def test_a_number_float_alone_would_read_is_refused_as_not_a_number(viewer_api, 
     resp = viewer_api.get("/api/kernel-whatif/", {"sweep": "1_0", "speedup": 2})
     assert resp.status_code == 400 and resp.json() == {"sweep": ["A valid integer is required."]}
     assert viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": "2.5e0"}).status_code == 200
+
+
+def test_arriving_from_a_sweep_page_preselects_the_sweep_without_an_error(viewer, seed_pd_sweep):
+    page = Client()
+    page.force_login(viewer)
+    body = page.get(f"/kernels/whatif/?sweep={seed_pd_sweep.pk}").content.decode()
+    assert "path-errors" not in body and "Give a speedup (×) or choose a best variant to project this sweep." in body
+    assert f'<option value="{seed_pd_sweep.pk}" selected>' in body
+    # a form sent without a speedup is still told what is missing
+    body = page.get(f"/kernels/whatif/?sweep={seed_pd_sweep.pk}&speedup=&best=").content.decode()
+    assert "path-errors" in body and "Give a speedup (×) or choose a best variant." in body
+
+
+def test_the_kernel_jobs_list_refuses_a_status_that_can_match_nothing(viewer_api):
+    resp = viewer_api.get("/api/kernel-jobs/", {"status": "bogus"})
+    assert resp.status_code == 400
+    assert resp.json() == {"status": ["must be one of pending, building, benchmarking, done, failed, cancelled; "
+                                      "got 'bogus'"]}
+    assert viewer_api.get("/api/kernel-jobs/", {"status": "done"}).status_code == 200
+    resp = viewer_api.get("/api/kernel-whatif/", {"sweep": "99999999999999999999999", "speedup": 2})
+    assert resp.status_code == 400 and "sweep" in resp.json()
