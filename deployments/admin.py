@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -198,6 +199,14 @@ class RecipeAdmin(SimpleHistoryAdmin):
         initial = super().get_changeform_initial_data(request)
         initial.setdefault("spec", "{}")
         return initial
+
+    def history_form_view(self, request: HttpRequest, object_id: str, version_id: str, extra_context=None):
+        """simple-history's page of one version: anyone who may view recipes may read it, only
+        who may change them may send it (its form is a revert; simple-history asks only for the
+        view permission before saving it)."""
+        if request.method == "POST" and not self.has_change_permission(request, self.get_object(request, object_id)):
+            raise PermissionDenied("Your role does not allow reverting a recipe (operator or admin).")
+        return super().history_form_view(request, object_id, version_id, extra_context=extra_context)
 
 
 # --- deployments ----------------------------------------------------------------------------

@@ -223,3 +223,22 @@ def test_it_treats_the_secret_value_as_write_only(admin_client, db):
     assert secret.value == "hf_rotated0123456789abcdef"
     history = admin_client.get(_admin_url(Secret, "history", secret.pk)).content.decode()
     assert "hf_rotated" not in history and SECRET_VALUE not in history
+
+
+def test_a_viewer_may_read_a_history_entry_but_not_send_its_revert_form(client, recipe, superuser, viewer, operator):
+    original = json.loads(json.dumps(recipe.spec))
+    recipe_update(recipe=recipe, user=superuser, spec=dict(recipe.spec, startup_timeout_s=2400))
+    url = reverse("admin:deployments_recipe_simple_history", args=[recipe.pk, recipe.history.get(version=1).history_id])
+    viewer.is_staff = True
+    viewer.save(update_fields=["is_staff"])
+    client.force_login(viewer)
+    assert client.get(url).status_code == 200
+    assert client.post(url, _recipe_post(recipe, dict(original, startup_timeout_s=5))).status_code == 403
+    recipe.refresh_from_db()
+    assert (recipe.version, recipe.spec["startup_timeout_s"]) == (2, 2400)
+    operator.is_staff = True
+    operator.save(update_fields=["is_staff"])
+    client.force_login(operator)
+    assert client.post(url, _recipe_post(recipe, original)).status_code == 302
+    recipe.refresh_from_db()
+    assert recipe.version == 3
