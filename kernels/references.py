@@ -85,6 +85,12 @@ def config_tuned_on(path: str) -> tuple[str | None, str | None]:
     return (dev.group(1).replace("_", " ") if dev else None), (cc.group(1) if cc else None)
 
 
+def sm_numbers(text: str) -> set[str]:
+    """The ``sm_XX`` architectures a hardware description names, as digits: ``{"120"}`` for
+    "8x sm_120 GPU, TP4 per role", ``{"90"}`` for "NVIDIA H200 (sm_90a)"."""
+    return {m.group(1) for m in _SM_RE.finditer(text or "")}
+
+
 def _sm_of(cc: str) -> str:
     """``"9.0"`` → ``"sm_90"``."""
     return "sm_" + cc.replace(".", "")
@@ -136,7 +142,7 @@ def kernel_refs_warnings(refs: list[dict], *, roles: dict, node, sim_hardware: s
         if device and names:
             out.append(f"kernel {ref['package']}: its config was tuned on {device}; {', '.join(ref['roles'])} run on "
                        f"{', '.join(names)}: the parameters are valid there and may not be the fastest")
-        sms = {m.group(1) for m in _SM_RE.finditer(sim_hardware or "")}
+        sms = sm_numbers(sim_hardware)
         if cc is not None and sms and cc.replace(".", "") not in sms:
             out.append(f"kernel {ref['package']}: its config was tuned on {device or 'a GPU'} ({_sm_of(cc)}); the sim "
                        f"profile models {sim_hardware}: a variant built for {_sm_of(cc)} does not run there")

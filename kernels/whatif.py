@@ -214,7 +214,9 @@ def best_speedup_notes(*, best, sweep) -> list[str]:
     where = _sweep_hardware(sweep)
     if where and best.cc:
         sm = best.cc.replace(".", "")
-        sms = set(re.findall(r"(?i)\bsm_?([0-9]{2,3})a?\b", where))
+        from kernels.references import sm_numbers
+
+        sms = sm_numbers(where)
         if sms and sm not in sms:
             notes.append(f"the speedup was measured on {best.device_name} (sm_{sm}); the sweep ran on {where}: "
                          f"a kernel's speedup on another GPU differs, so read the projection as what sm_{sm}'s "
