@@ -28,7 +28,17 @@ Mapping, by formula (``/work/shared/design/metrics.md``):
   file does not record the requested lengths; they stay null.
 * Absent or null values stay None, never 0 (vLLM's ``"request_goodput": null``). vLLM's older key
   ``"request_goodput:"`` (trailing colon) is read as ``request_goodput``. NaN values become None with
-  a note. Keys not mapped are listed in ``unmapped_keys`` and stay in the kept original text.
+  a note (SGLang writes NaN for a statistic over no values, e.g. ``mean_ttft_ms`` of a run whose
+  requests all failed), except in ``completed`` and ``duration``, which a run cannot do without,
+  where NaN is refused. Keys not mapped are listed in ``unmapped_keys`` and stay in the kept
+  original text.
+
+Consistency checks (a file that fails one is refused, not imported with a note): the statistics
+of each latency (TTFT, TPOT, ITL, E2E) must not decrease along min <= p50 (median) <= p90 <= p95
+<= p99 <= max, over the ones present (a percentile is a non-decreasing function of its rank, by
+definition; values within a relative 1e-9 count as equal, for float rounding); and
+``completed + failed`` may not exceed ``num_prompts`` where the file has them (a request is sent
+once and ends once).
 
 Errors: :class:`ResultImportError` names the line and key (``line 3, key 'completed': ...``).
 """
@@ -92,7 +102,8 @@ class ImportedRun:
     ``input_len_range`` / ``output_len_range`` the inclusive range the lengths were drawn from
     (None when unknown); ``length_distribution_note`` says it in words. ``original_text`` is the
     whole file verbatim and ``original_record`` this run's own line/object verbatim;
-    ``source_line`` its 1-based line. ``notes`` record every derived or dropped value.
+    ``source_line`` its 1-based line. ``notes`` record every derived or dropped value;
+    ``nan_keys`` the file's keys whose value was NaN (kept as None).
     """
 
     source_format: SourceFormat
@@ -138,6 +149,7 @@ class ImportedRun:
     e2e_ms: dict[str, float | None] = field(default_factory=dict)
     unmapped_keys: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    nan_keys: list[str] = field(default_factory=list)
 
     def as_dict(self, *, with_original: bool = False) -> dict[str, Any]:
         """JSON-ready dict; the (possibly large) original text only when ``with_original``."""
@@ -153,10 +165,15 @@ class ImportedRun:
         Lengths are the requested ones only when every request had exactly that length; otherwise
         they are None with the flag ``variable_lengths`` (a range) or ``lengths_unknown`` (not
         recorded), so the run is never grouped with fixed-length runs. Raises
-        :class:`ResultImportError` when the file had no output throughput.
+        :class:`ResultImportError` naming the run's line when the file had no output throughput
+        (absent or NaN) and none could be computed from ``total_output_tokens`` / ``duration``.
         """
         if self.output_throughput_tok_s is None:
-            raise ResultImportError("no output throughput to analyse", key="output_throughput")
+            nan = [k for k in ("output_throughput", "total_output_tokens", "duration") if k in self.nan_keys]
+            why = (f"{' and '.join(nan)} {'is' if len(nan) == 1 else 'are'} NaN in the file, so "
+                   if nan else "is missing and ")
+            raise ResultImportError(f"{why}no output throughput can be read or computed (total_output_tokens / "
+                                    "duration); a run needs one", line=self.source_line, key="output_throughput")
         flags: list[str] = []
         in_len = _fixed_len(self.input_len_range)
         out_len = _fixed_len(self.output_len_range)
@@ -264,10 +281,11 @@ def _jsonl(text: str) -> list[tuple[int | None, dict[str, Any], str]]:
 class _Reader:
     """Typed access to one record's keys, remembering which were used and noting NaNs."""
 
-    def __init__(self, obj: dict[str, Any], line: int | None, notes: list[str]) -> None:
+    def __init__(self, obj: dict[str, Any], line: int | None, notes: list[str], nan_keys: list[str]) -> None:
         self.obj = obj
         self.line = line
         self.notes = notes
+        self.nan_keys = nan_keys
         self.used: set[str] = set()
 
     def _raw(self, key: str) -> Any:
@@ -282,6 +300,7 @@ class _Reader:
             raise ResultImportError(f"expected a number, got {v!r}", line=self.line, key=key)
         if math.isnan(v):
             self.notes.append(f"{key} was NaN in the file; kept as null.")
+            self.nan_keys.append(key)
             return None
         return float(v)
 
@@ -313,8 +332,12 @@ class _Reader:
 
     def required(self, *keys: str) -> None:
         for key in keys:
-            if self.obj.get(key) is None:
+            value = self.obj.get(key)
+            if value is None:
                 raise ResultImportError("is missing; a run needs it", line=self.line, key=key)
+            if isinstance(value, float) and math.isnan(value):
+                raise ResultImportError(f"{key} is NaN; a run cannot be imported without a number here",
+                                        line=self.line, key=key)
 
 
 def _common(r: _Reader, run: ImportedRun) -> None:
@@ -336,12 +359,51 @@ def _common(r: _Reader, run: ImportedRun) -> None:
         run.total_token_throughput_tok_s = r.number("total_throughput")  # SGLang's newer name
     for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         setattr(run, metric, {k: None for k in _ALWAYS_STATS})
+    sources: dict[tuple[str, str], str] = {}
     for key in list(r.obj):
         m = _STAT_KEY.match(key)
         if m:
             stat = "p50" if m.group(1) == "median" else m.group(1)
             getattr(run, _METRIC_FIELD[m.group(2)])[stat] = r.number(key)
+            sources[(_METRIC_FIELD[m.group(2)], stat)] = key
+    _percentiles_check(run, sources, r.line)
     _derive(run)
+
+
+# Order of the statistics that must not decrease; pNN in between are placed by their rank.
+_METRIC_LABEL = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}
+_PERCENTILE = re.compile(r"p(\d+(?:\.\d+)?)")
+# Relative slack for float rounding when comparing neighbouring statistics (a p99 interpolated next
+# to the maximum may land an ulp above it).
+_ORDER_SLACK = 1e-9
+
+
+def _percentiles_check(run: ImportedRun, sources: dict[tuple[str, str], str], line: int | None) -> None:
+    """Refuse statistics that decrease along min <= p50 <= ... <= p99 <= max (the ones present, per
+    latency). Raises :class:`ResultImportError` naming the key that is too small and both values."""
+    for metric, label in _METRIC_LABEL.items():
+        stats: dict[str, float | None] = getattr(run, metric)
+        ranked = sorted((float(m.group(1)), k) for k in stats if (m := _PERCENTILE.fullmatch(k)))
+        order = ["min"] + [k for _, k in ranked] + ["max"]
+        present = [k for k in order if stats.get(k) is not None]
+        for lo, hi in zip(present, present[1:]):
+            a, b = float(stats[lo]), float(stats[hi])  # type: ignore[arg-type]
+            if b < a - _ORDER_SLACK * max(abs(a), abs(b)):
+                lo_key, hi_key = sources.get((metric, lo), lo), sources.get((metric, hi), hi)
+                raise ResultImportError(
+                    f"{hi_key} = {b:g} ms is less than {lo_key} = {a:g} ms; {label} statistics must not decrease "
+                    "(min <= p50 <= p90 <= p95 <= p99 <= max)", line=line, key=hi_key)
+
+
+def _counts_check(run: ImportedRun, line: int | None) -> None:
+    """Refuse ``completed + failed > num_prompts`` (each prompt is sent once and ends once)."""
+    if run.num_prompts is None or run.completed is None:
+        return
+    failed = run.failed or 0
+    if run.completed + failed > run.num_prompts:
+        raise ResultImportError(
+            f"completed {run.completed} + failed {failed} = {run.completed + failed} is more than num_prompts "
+            f"{run.num_prompts}; every prompt is sent once and ends once", line=line, key="completed")
 
 
 def _derive(run: ImportedRun) -> None:
@@ -377,7 +439,7 @@ def _finish(r: _Reader, run: ImportedRun) -> ImportedRun:
 
 def _sglang_run(obj: dict[str, Any], raw: str, line: int | None, text: str) -> ImportedRun:
     run = ImportedRun(source_format=SGLANG_BENCH_SERVING, source_line=line, original_text=text, original_record=raw)
-    r = _Reader(obj, line, run.notes)
+    r = _Reader(obj, line, run.notes, run.nan_keys)
     _common(r, run)
     run.total_output_tokens_retokenized = r.count("total_output_tokens_retokenized")
     run.mean_concurrency = r.number("concurrency")
@@ -408,8 +470,9 @@ def _sglang_lengths(run: ImportedRun) -> None:
     r = run.range_ratio
     if r is None:
         run.length_distribution_note = (
-            "random_range_ratio is not recorded, so the length distribution is unknown: SGLang draws lengths "
-            "from [L*r, L] for its --random-range-ratio r.")
+            f"random_range_ratio is {'NaN in the file' if 'random_range_ratio' in run.nan_keys else 'not recorded'}, "
+            "so the length distribution is unknown: SGLang draws lengths from [L*r, L] for its "
+            "--random-range-ratio r.")
         run.notes.append(run.length_distribution_note)
         return
     if not 0 <= r <= 1:
@@ -438,7 +501,7 @@ def _sglang_lengths(run: ImportedRun) -> None:
 
 def _vllm_run(obj: dict[str, Any], raw: str, line: int | None, text: str) -> ImportedRun:
     run = ImportedRun(source_format=VLLM_BENCH_SERVE, source_line=line, original_text=text, original_record=raw)
-    r = _Reader(obj, line, run.notes)
+    r = _Reader(obj, line, run.notes, run.nan_keys)
     _common(r, run)
     run.model_id = r.text("model_id")
     run.tokenizer_id = r.text("tokenizer_id")
@@ -455,6 +518,7 @@ def _vllm_run(obj: dict[str, Any], raw: str, line: int | None, text: str) -> Imp
     run.request_goodput_req_s = goodput if goodput is not None else old_goodput
     if goodput is None and old_goodput is not None:
         run.notes.append('request_goodput read from the older key "request_goodput:".')
+    _counts_check(run, line)
     if run.failed is None and run.num_prompts is not None and run.completed is not None:
         run.failed = run.num_prompts - run.completed
         run.notes.append("failed is not in the file; computed as num_prompts - completed.")

@@ -77,22 +77,37 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     sglang/sim, ``openai-completions`` otherwise); ``wait_ready_s`` seconds to wait for the
     deployment (default its startup timeout + 60 s); ``seed`` for the dataset.
 
-    Returns the normalised dict with every key present. Raises :class:`InvalidInput` with field
-    paths such as ``grid.lengths.1``.
+    Returns the normalised dict with every key present. Raises :class:`InvalidInput` with every
+    error found, keyed by field path (``grid.lengths.1``), in one go: each field is judged on its
+    own, a number that is not finite (``1e400`` parses as infinity) is named once at its path
+    (``must be a finite number, got inf (too large for a 64-bit float)``), and the size bounds
+    (points, requests and prompt tokens per point and per sweep) are checked over the fields that
+    are valid whenever the fields they depend on are.
     """
     errors: dict[str, list[str]] = {}
-
-    def err(path: str, msg: str) -> None:
-        errors.setdefault(path, []).append(msg)
-
     if not isinstance(raw, Mapping):
         raise InvalidInput({"grid": ["must be an object"]})
+    non_finite = non_finite_numbers(raw, "grid")
+    for path, number in non_finite:
+        why = "not a number" if math.isnan(number) else "too large for a 64-bit float"
+        errors[path] = [f"must be a finite number, got {number!r} ({why})"]
+    named = {path for path, _ in non_finite}
+
+    def err(path: str, msg: str) -> None:
+        if path in named:
+            return  # already named as not finite; a second message about the same value adds nothing
+        errors.setdefault(path, []).append(msg)
+
     for key in raw:
         if key not in GRID_KEYS:
             err(f"grid.{key}", f"unknown field; allowed: {', '.join(GRID_KEYS)}")
     conc = _int_list(raw.get("concurrency", []), "grid.concurrency", err, lo=1, hi=MAX_CONCURRENCY)
     rates: list[float] = []
-    for i, r in enumerate(raw.get("request_rates") or []):
+    raw_rates = raw.get("request_rates") or []
+    if not isinstance(raw_rates, list):
+        err("grid.request_rates", f"must be a list of requests/s > 0, got {raw_rates!r}")
+        raw_rates = []
+    for i, r in enumerate(raw_rates):
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
             err(f"grid.request_rates.{i}", f"must be a number of requests/s > 0, got {r!r}")
         else:
@@ -156,7 +171,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
             else:
                 norm_slo[key] = float(value)
     api = raw.get("api") or DEFAULT_API.get(engine, Api.COMPLETIONS.value)
-    if api not in {a.value for a in Api}:
+    if not isinstance(api, str) or api not in {a.value for a in Api}:
         err("grid.api", f"must be one of {', '.join(a.value for a in Api)}, got {api!r}")
     wait = raw.get("wait_ready_s", default_wait_ready_s)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 86_400:
@@ -164,16 +179,45 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
         err("grid.seed", f"must be an integer 0..2^31-1, got {seed!r}")
-    if errors:
-        raise InvalidInput(errors)
     grid = {"concurrency": conc, "lengths": lengths, "request_rates": rates, "requests": requests,
             "requests_per_concurrency": per_c if requests is None else None, "duration_s": duration,
-            "warmup": warmup, "slo": norm_slo, "api": api, "wait_ready_s": float(wait), "seed": seed}
-    points = grid_points(grid)
-    if len(points) > MAX_POINTS:
-        raise InvalidInput({"grid": [f"{len(points)} points; at most {MAX_POINTS} per sweep"]})
-    _grid_size_check(grid, points)
+            "warmup": warmup, "slo": norm_slo, "api": api,
+            "wait_ready_s": wait if "grid.wait_ready_s" in errors else float(wait), "seed": seed}
+    # The size bounds need the counts; with those valid they are judged over the valid points even
+    # when other fields are wrong, so one answer lists everything to fix.
+    if not any(k in errors for k in _SIZE_INPUTS):
+        points = grid_points(grid)
+        if len(points) > MAX_POINTS:
+            errors.setdefault("grid", []).append(f"{len(points)} points; at most {MAX_POINTS} per sweep")
+        for path, messages in _grid_size_errors(grid, points).items():
+            for message in messages:
+                err(path, message)
+    if errors:
+        raise InvalidInput(errors)
     return grid
+
+
+# Fields the size bounds are computed from: when one of them is invalid the bounds are not judged.
+_SIZE_INPUTS = ("grid.requests", "grid.requests_per_concurrency", "grid.duration_s", "grid.warmup")
+
+
+def non_finite_numbers(value: Any, path: str) -> list[tuple[str, float]]:
+    """Every float in ``value`` (dicts and lists walked in order) that is not finite, as
+    ``(dotted path, value)`` under ``path`` (``grid.request_rates.1``). A JSON number too large
+    for a double (``1e400``) parses as infinity; the ``NaN``/``Infinity`` literals are refused by
+    the API's JSON parser before this."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [(path, value)]
+    if isinstance(value, Mapping):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return []
+    out: list[tuple[str, float]] = []
+    for key, item in items:
+        out += non_finite_numbers(item, f"{path}.{key}")
+    return out
 
 
 def _seconds_text(seconds: float) -> str:
@@ -182,34 +226,31 @@ def _seconds_text(seconds: float) -> str:
     return f"{seconds:,.0f}" if seconds < 1e12 else f"{seconds:.3g}"
 
 
-def _grid_size_check(grid: Mapping[str, Any], points: list[dict[str, Any]]) -> None:
-    """Refuse a grid whose requests or prompts do not fit the bounds above (see the constants'
-    comment): per point at most :data:`MAX_REQUESTS_PER_POINT` requests and
-    :data:`MAX_PROMPT_TOKENS_PER_POINT` prompt tokens (warmup included), per sweep at most
-    :data:`MAX_REQUESTS_PER_SWEEP` requests. Raises :class:`InvalidInput` naming the first
-    offending point and the numbers."""
+def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The size bounds of a grid (see the constants' comment): per point at most
+    :data:`MAX_REQUESTS_PER_POINT` requests and :data:`MAX_PROMPT_TOKENS_PER_POINT` prompt tokens
+    (warmup included), per sweep at most :data:`MAX_REQUESTS_PER_SWEEP` requests. Returns
+    ``{field path: [message]}`` naming the first offending point of each bound and its numbers
+    (empty when the grid fits)."""
     errors: dict[str, list[str]] = {}
     warmup = int(grid.get("warmup") or 0)
     for p in points:
         label = (f"c={p['concurrency']}" if p["concurrency"] is not None else f"{p['request_rate']:g} req/s") \
             + f" {p['input_len']}/{p['output_len']}"
         cap = p.get("max_requests")
-        if cap is not None and cap > MAX_REQUESTS_PER_POINT:
-            field = "grid.requests_per_concurrency" if grid.get("requests_per_concurrency") else "grid.requests"
-            errors.setdefault(field, []).append(
-                f"point {label} would send {cap:,} requests; at most {MAX_REQUESTS_PER_POINT:,} per point")
-            break
+        field = "grid.requests_per_concurrency" if grid.get("requests_per_concurrency") else "grid.requests"
+        if cap is not None and cap > MAX_REQUESTS_PER_POINT and field not in errors:
+            errors[field] = [f"point {label} would send {cap:,} requests; at most {MAX_REQUESTS_PER_POINT:,} per point"]
         tokens = (p["num_requests"] + warmup) * p["input_len"]
-        if tokens > MAX_PROMPT_TOKENS_PER_POINT:
-            errors.setdefault("grid.lengths", []).append(
+        if tokens > MAX_PROMPT_TOKENS_PER_POINT and "grid.lengths" not in errors:
+            errors["grid.lengths"] = [
                 f"point {label} needs {tokens:,} prompt tokens ((requests + warmup) x input_len); at most "
-                f"{MAX_PROMPT_TOKENS_PER_POINT:,} per point, so its prompts fit in the client's memory")
-            break
+                f"{MAX_PROMPT_TOKENS_PER_POINT:,} per point, so its prompts fit in the client's memory"]
     total = grid_requests_total(points)
-    if not errors and total > MAX_REQUESTS_PER_SWEEP:
-        errors["grid"] = [f"the sweep would send {total:,} requests; at most {MAX_REQUESTS_PER_SWEEP:,} per sweep"]
-    if errors:
-        raise InvalidInput(errors)
+    if total > MAX_REQUESTS_PER_SWEEP:
+        errors.setdefault("grid", []).append(
+            f"the sweep would send {total:,} requests; at most {MAX_REQUESTS_PER_SWEEP:,} per sweep")
+    return errors
 
 
 def length_pair_parse(pair: Any) -> tuple[int, int] | None:
@@ -346,11 +387,17 @@ TABLE_COLUMNS = ("c", "requests", "out tok/s", "tok/s/GPU", "TTFT p50 ms", "TTFT
 
 def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[list[str]]:
     """Rows (strings) of the results table for ``runs`` (BenchmarkRun-like objects with
-    ``concurrency``, ``request_rate``, ``num_requests``, ``summary``, ``flags``); per-GPU column
-    is ``-`` when ``num_gpus`` is unknown. Latencies read from the seconds-based summary."""
+    ``concurrency``, ``request_rate``, ``num_requests``, ``summary``, ``flags`` and optionally
+    ``progress``); per-GPU column is ``-`` when ``num_gpus`` is unknown. Latencies read from the
+    seconds-based summary. A point stopped before its summary was stored shows the load
+    generator's last count of failures (``3512 (live)``) rather than ``-``."""
     rows = []
     for run in runs:
         s = run.summary or {}
+        failures = s.get("failures")
+        progress = getattr(run, "progress", None) or {}
+        if failures is None and not s and isinstance(progress, Mapping) and isinstance(progress.get("failed"), int):
+            failures = f"{progress['failed']} (live)"
         p = summary_point(summary=s, concurrency=run.concurrency, request_rate=run.request_rate,
                           input_len=run.input_len, output_len=run.output_len, num_gpus=num_gpus, flags=run.flags)
         tok = p["output_throughput_tok_s"]
@@ -361,7 +408,7 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
             _fmt((p["ttft_ms"] or {}).get("p50"), digits=0), _fmt((p["ttft_ms"] or {}).get("p99"), digits=0),
             _fmt((p["tpot_ms"] or {}).get("mean")), _fmt((p["itl_ms"] or {}).get("p99")),
             _fmt((p["e2e_ms"] or {}).get("p50"), scale=0.001, digits=2),
-            str(s.get("failures", "-")), ",".join(run.flags) or "-",
+            "-" if failures is None else str(failures), ",".join(run.flags) or "-",
         ])
     return rows
 

@@ -45,37 +45,66 @@ due (``ack_every`` or more unacknowledged) for longer than ``CEILING_LIVE_ACK_TI
 server's memory per slow client is therefore bounded by a window of messages, and the other
 clients' sends never wait for it.
 
+Authorisation after the handshake (a wall stays open for weeks; its user may sign out, lose
+the role or be deactivated meanwhile): every accepted socket re-checks its user every
+``CEILING_LIVE_REAUTH_S`` seconds (:func:`live_session_refusal`, from a fresh load of the
+session the socket was opened with, never the scope's cached copy; a quarter of the period of
+jitter spreads sockets opened together) and at once when the server sends a notice to the
+user's internal group (:func:`live_user_recheck`, sent by :mod:`controlplane.signals` on
+logout, on a save or deletion of the user and on a removal from a role group). A socket whose
+user is no longer authorised gets ``live.error`` with the reason and is closed:
+
+* ``CLOSE_UNAUTHENTICATED`` (4401): the session is gone (signed out, expired, deleted), the user
+  is deactivated or deleted, or the session's auth hash no longer matches (password changed);
+* ``CLOSE_FORBIDDEN`` (4403): the user has no ``viewer`` role (or above) any more.
+
+A ``subscribe`` runs the same check before its groups are authorised. A check that fails for a
+database error keeps the socket and logs a warning (while the database is away no logout or role
+change can be recorded either); the next period checks again. The notices are the fast path,
+the period the guarantee: a notice lost with Redis, or a change no signal reports (a session
+row deleted, a role group renamed or deleted), is caught within one period. The check costs one
+session load and two or three queries per socket and period, on the database thread, never on
+the hub's delivery loop.
+
 Settings (all optional, read at connect time): ``CEILING_LIVE_ACK_EVERY`` (16 messages),
 ``CEILING_LIVE_WINDOW`` (256 messages: at the sampler's 2 Hz per group that is about a minute
 of a wall subscribed to two nodes and a deployment), ``CEILING_LIVE_ACK_TIMEOUT_S`` (15 s),
-``CEILING_LIVE_MAX_GROUPS`` (256 subscriptions per socket).
+``CEILING_LIVE_MAX_GROUPS`` (256 subscriptions per socket), ``CEILING_LIVE_REAUTH_S`` (5 s
+between authorisation re-checks of a socket; at least ``MIN_REAUTH_S``, 0.1 s).
 """
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import random
 import time
 import weakref
+from importlib import import_module
 from typing import Any
 from urllib.parse import parse_qs
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from django.apps import apps
 from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model, load_backend
+from django.core.exceptions import ValidationError
 from django.db import DatabaseError
+from django.utils.crypto import constant_time_compare
 
 from controlplane.permissions import has_role
-from controlplane.realtime import current_seq, group_kind, latest_messages
+from controlplane.realtime import current_seq, group_kind, latest_messages, live_user_group
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "LiveConsumer", "LiveHub", "SameOriginValidator", "UnknownPathConsumer", "origin_refusal",
-    "subscription_refusal", "subscriptions_from_query",
+    "subscription_refusal", "subscriptions_from_query", "live_session_refusal", "live_user_recheck",
+    "session_digest",
     "CLOSE_UNAUTHENTICATED", "CLOSE_FORBIDDEN", "CLOSE_BAD_REQUEST", "CLOSE_NOT_READING", "CLOSE_TOO_MANY",
 ]
 
@@ -94,6 +123,11 @@ GROUP_RENEW_S = 3600.0
 HUB_RETRY_S = 1.0
 # A client frame larger than this is not one of ours.
 MAX_CLIENT_FRAME_CHARS = 64 * 1024
+# The shortest authorisation re-check period a setting may ask for (seconds): each check is a
+# few queries per socket.
+MIN_REAUTH_S = 0.1
+# Channel-layer message type of the "re-check now" notice sent to a user's internal group.
+REAUTH_EVENT = "live.reauth"
 
 _ID_KINDS = {
     "deployment": ("deployments", "Deployment"),
@@ -152,6 +186,80 @@ def subscription_refusal(user, group: str) -> str | None:
         # The model is there but its table is not (a migration not applied yet).
         return f"live data of kind {kind!r} is not available on this server"
     return None if exists else f"no {kind} with id {key}"
+
+
+def session_digest(session_key: str | None) -> str:
+    """What names a session on the channel layer: the first 32 hex digits of the SHA-256 of its
+    key ('' for none), so a logout notice says which session ended without putting a credential
+    into Redis. No side effects."""
+    if not session_key:
+        return ""
+    return hashlib.sha256(session_key.encode()).hexdigest()[:32]
+
+
+def live_session_refusal(session_key: str | None, user_id: Any) -> tuple[int, str] | None:
+    """Why a live socket opened by user ``user_id`` with session ``session_key`` may no longer
+    stream, as ``(close code, reason)``; None while it still may.
+
+    The rule of Django's ``get_user`` applied to a fresh load of the session from the session
+    engine (the socket's cached copy says nothing about a logout since): the session must still
+    exist and name the same user and a configured backend, that backend must return the user
+    (``ModelBackend`` returns no inactive user), the user must be active and the session's auth
+    hash must match the user's (current secret or one of ``SECRET_KEY_FALLBACKS``; a changed
+    password changes it). Any of these failing is ``CLOSE_UNAUTHENTICATED``; a user without the
+    ``viewer`` role (or above) is ``CLOSE_FORBIDDEN``. Reads the session store and the database;
+    unlike ``get_user`` it never flushes or cycles the session (the browser's cookie must stay
+    valid for its pages). Raises what the database raises (``DatabaseError``).
+    """
+    ended = (CLOSE_UNAUTHENTICATED, "signed out: the session ended; sign in again to see live data")
+    if not session_key:
+        return ended
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    model = get_user_model()
+    try:
+        session_user_id = model._meta.pk.to_python(session[SESSION_KEY])
+        backend_path = session[BACKEND_SESSION_KEY]
+    except (KeyError, ValidationError):
+        return ended
+    if session_user_id != user_id or backend_path not in settings.AUTHENTICATION_BACKENDS:
+        return ended
+    user = load_backend(backend_path).get_user(session_user_id)
+    if user is None or not getattr(user, "is_active", True):
+        if model._default_manager.filter(pk=user_id).exists():
+            return CLOSE_UNAUTHENTICATED, "your account is deactivated"
+        return CLOSE_UNAUTHENTICATED, "your account no longer exists"
+    if hasattr(user, "get_session_auth_hash"):
+        session_hash = session.get(HASH_SESSION_KEY)
+        hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+        if not session_hash or not any(constant_time_compare(session_hash, h) for h in hashes):
+            return CLOSE_UNAUTHENTICATED, "signed out: your password changed; sign in again to see live data"
+    if not has_role(user, "viewer"):
+        return CLOSE_FORBIDDEN, "your account no longer has a role that may read live data (viewer or above)"
+    return None
+
+
+def live_user_recheck(user_id: int, *, ended_session_key: str | None = None) -> bool:
+    """Tell every open live socket of user ``user_id``, on every server process, to re-check the
+    user's authorisation now (:func:`live_session_refusal`) instead of at its next period.
+
+    ``ended_session_key`` names a session that is ending (a logout, which sends its signal before
+    it deletes the session): the sockets opened with it close with ``CLOSE_UNAUTHENTICATED``
+    without a check, so the deletion cannot race the check. For sync code (signal receivers).
+    One channel-layer message (Redis); returns False when it could not be sent, with a warning
+    logged: the sockets' periodic re-check is the fallback. Never raises for a transport problem.
+    """
+    layer = get_channel_layer()
+    if layer is None:
+        return False
+    group = live_user_group(user_id)
+    try:
+        async_to_sync(layer.group_send)(group, {"type": REAUTH_EVENT, "group": group,
+                                                "session": session_digest(ended_session_key)})
+    except Exception:  # noqa: BLE001 - Redis away: never fail the request that changed the user
+        log.warning("live: could not ask the sockets of user %s to re-check (the periodic check "
+                    "still will)", user_id, exc_info=True)
+        return False
+    return True
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -254,6 +362,18 @@ def _refusals(user, groups: list[str]) -> dict[str, str]:
     return out
 
 
+def _subscribe_refusal(session_key: str | None, user_id: Any, user, groups: list[str]) -> tuple[int, str] | None:
+    """``(close code, reason)`` when a ``subscribe`` of ``groups`` is refused: the user's fresh
+    authorisation first (:func:`live_session_refusal`), then each group."""
+    refusal = live_session_refusal(session_key, user_id)
+    if refusal:
+        return refusal
+    refused = _refusals(user, groups)
+    if refused:
+        return CLOSE_FORBIDDEN, "; ".join(f"{g}: {r}" for g, r in refused.items())
+    return None
+
+
 def _snapshot(groups: list[str]) -> dict[str, dict[str, Any]]:
     """``{group: {"seq": current sequence, "latest": {type: last wire message}}}`` from Redis."""
     return {g: {"seq": current_seq(g), "latest": latest_messages(g)} for g in groups}
@@ -267,7 +387,9 @@ class LiveHub:
     membership in step: the first local subscriber of a group adds the hub's channel, the last
     one to leave discards it. Delivery calls :meth:`LiveConsumer.realtime_message` of each member
     in turn; that never waits on a client (daphne queues the frame), so a slow socket cannot
-    hold up the others.
+    hold up the others. The internal ``live-user-<id>`` groups (one per user with a local socket)
+    carry ``REAUTH_EVENT`` notices, handed on with :meth:`LiveConsumer.reauth_soon`, which only
+    wakes the socket's re-check task.
     """
 
     _by_loop: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -348,6 +470,10 @@ class LiveHub:
                 failed = True
                 await asyncio.sleep(HUB_RETRY_S)
                 continue
+            if event.get("type") == REAUTH_EVENT:
+                for consumer in list(self.members.get(event.get("group"), ())):
+                    consumer.reauth_soon(str(event.get("session") or ""))
+                continue
             group = (event.get("message") or {}).get("group")
             for consumer in list(self.members.get(group, ())):
                 try:
@@ -358,12 +484,17 @@ class LiveHub:
 
 class LiveConsumer(AsyncWebsocketConsumer):
     """Streams the broadcasts of :mod:`controlplane.realtime` to one browser (see the module
-    docstring for the protocol, the authorisation rule and the flow control)."""
+    docstring for the protocol, the authorisation rule, the re-checks and the flow control)."""
 
     async def connect(self) -> None:
-        """Authenticate, authorise every subscription of the URL, join the groups, accept, and
-        send ``live.subscribed``; refuse (close before accept) on any failure."""
+        """Authenticate, authorise every subscription of the URL, join the groups, accept, send
+        ``live.subscribed`` and start the authorisation re-check task; refuse (close before
+        accept) on any failure."""
         self.live_closing = False
+        self.session_ended = False
+        self.reauth_wake = asyncio.Event()
+        self.reauth_task: asyncio.Task | None = None
+        self.user_group: str | None = None
         self.sent = 0
         self.acked = 0
         self.ack_due_since: float | None = None
@@ -372,6 +503,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.window = max(self.ack_every, _setting("CEILING_LIVE_WINDOW", 256, int))
         self.ack_timeout_s = _setting("CEILING_LIVE_ACK_TIMEOUT_S", 15.0, float)
         self.max_groups = _setting("CEILING_LIVE_MAX_GROUPS", 256, int)
+        self.reauth_s = max(MIN_REAUTH_S, _setting("CEILING_LIVE_REAUTH_S", 5.0, float))
         user = self.scope.get("user")
         self.who = getattr(user, "username", "") or "anonymous"
         if user is None or not user.is_authenticated:
@@ -389,7 +521,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if refused:
             await self._refuse(CLOSE_FORBIDDEN, "; ".join(f"{g}: {r}" for g, r in refused.items()))
             return
+        # The key the browser's cookie named; re-checks load that session afresh each time.
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
+        self.user_id = user.pk
         hub = LiveHub.get()
+        self.user_group = live_user_group(user.pk)
+        await hub.join(self.user_group, self)
         for group in wanted:
             await hub.join(group, self)
             self.live_groups.append(group)
@@ -399,6 +536,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             "ack_every": self.ack_every,
             "window": self.window,
         })
+        self.reauth_task = asyncio.get_running_loop().create_task(self._reauth_loop(), name="live-reauth")
 
     async def _refuse(self, code: int, reason: str) -> None:
         log.info("live: refused a socket of %s before accepting it (%s): %s", self.who, code, reason)
@@ -417,12 +555,54 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.close(code=code, reason=reason[:120])
 
     async def disconnect(self, code: int) -> None:
-        """Leave the hub's groups (the socket is gone)."""
+        """Stop the re-check task and leave the hub's groups (the socket is gone)."""
         self.live_closing = True
+        task = getattr(self, "reauth_task", None)
+        if task is not None:
+            task.cancel()
         hub = LiveHub.get()
         for group in getattr(self, "live_groups", []):
             await hub.leave(group, self)
         self.live_groups = []
+        if getattr(self, "user_group", None):
+            await hub.leave(self.user_group, self)
+            self.user_group = None
+
+    # --- authorisation re-checks --------------------------------------------------------------
+
+    def reauth_soon(self, ended_session: str) -> None:
+        """A ``REAUTH_EVENT`` notice for this socket's user (called by the hub; never waits):
+        wake the re-check task now. ``ended_session`` is the :func:`session_digest` of a session
+        that is ending ('' for none); when it is this socket's, the socket closes without a check."""
+        if ended_session and ended_session == session_digest(self.session_key):
+            self.session_ended = True
+        self.reauth_wake.set()
+
+    async def _reauth_loop(self) -> None:
+        """Re-check the user every ``reauth_s`` seconds (up to a quarter earlier, so sockets
+        opened together spread their checks) or when woken by :meth:`reauth_soon`; close the
+        socket (``live.error``, then 4401 or 4403) at the first refusal."""
+        while not self.live_closing:
+            try:
+                await asyncio.wait_for(self.reauth_wake.wait(), timeout=self.reauth_s * random.uniform(0.75, 1.0))
+            except asyncio.TimeoutError:
+                pass
+            self.reauth_wake.clear()
+            if self.live_closing:
+                return
+            if self.session_ended:
+                refusal: tuple[int, str] | None = (CLOSE_UNAUTHENTICATED,
+                                                   "signed out: sign in again to see live data")
+            else:
+                try:
+                    refusal = await database_sync_to_async(live_session_refusal)(self.session_key, self.user_id)
+                except Exception:  # noqa: BLE001 - the database away: keep the socket, check again
+                    log.warning("live: could not re-check the socket of %s; trying again in %.1f s",
+                                self.who, self.reauth_s, exc_info=True)
+                    continue
+            if refusal:
+                await self._fail(*refusal)
+                return
 
     # --- channel layer -> client --------------------------------------------------------------
 
@@ -502,9 +682,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if len(self.live_groups) + len(new) > self.max_groups:
             await self._fail(CLOSE_TOO_MANY, f"at most {self.max_groups} subscriptions per socket")
             return
-        refused = await database_sync_to_async(_refusals)(self.scope["user"], new)
-        if refused:
-            await self._fail(CLOSE_FORBIDDEN, "; ".join(f"{g}: {r}" for g, r in refused.items()))
+        refusal = await database_sync_to_async(_subscribe_refusal)(
+            self.session_key, self.user_id, self.scope["user"], new)
+        if refusal:
+            await self._fail(*refusal)
             return
         hub = LiveHub.get()
         for group in new:

@@ -36,7 +36,7 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "node_group", "deployment_group", "sweep_group", "kernel_job_group", "group_kind",
+    "node_group", "deployment_group", "sweep_group", "kernel_job_group", "group_kind", "live_user_group",
     "broadcast", "abroadcast", "message_build", "CONSUMER_EVENT", "current_seq", "latest_messages",
     "realtime_namespace", "NamespacedRedisChannelLayer",
 ]
@@ -121,6 +121,14 @@ def sweep_group(sweep_id: int) -> str:
 def kernel_job_group(job_id: int) -> str:
     """Group for a kernel job's build and benchmark progress (``kernel-job-<id>``)."""
     return _checked(f"kernel-job-{int(job_id)}")
+
+
+def live_user_group(user_id: int) -> str:
+    """Internal group of one user's open live sockets (``live-user-<id>``): the server tells them
+    to re-check the user's authorisation through it (:func:`controlplane.consumers.live_user_recheck`).
+    Never subscribable: it is not a kind :func:`group_kind` knows, so a client asking for it is
+    refused like any unknown name, and broadcasts to it never reach a browser."""
+    return _checked(f"live-user-{int(user_id)}")
 
 
 def group_kind(group: str) -> tuple[str, str] | None:

@@ -12,6 +12,10 @@ return. The monitor thread (:func:`agent_tick`, every ``CEILING_AGENT_TICK_S``) 
   shim's exit record, restart per the recipe's policy with capped exponential back-off
   (:class:`deployments.supervisor.RestartPolicy`), readiness probing until the recipe's startup
   timeout, liveness of ready processes every ``CEILING_LIVENESS_PERIOD_S``;
+* per running process, every tick and on adoption (:func:`_supervision_check`): the CPU and
+  memory binding re-read from ``/proc`` (a ``taskset -p`` after launch is recorded as drift,
+  not left behind a stale "verified"), and the log shim's liveness (a killed shim is recorded:
+  the engine's output is no longer captured);
 * per deployment: ready once every process is ready (for PD that includes the router's
   worker list and a streamed request through it), back to starting while a crashed process is
   restarted, failed when the policy gives up;
@@ -52,13 +56,14 @@ from deployments.choices import (
 )
 from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render
 from deployments.models import Deployment, Node, ProcessEvent, Secret, ServerProcess
-from deployments.pinning import gpu_verify, pinning_read, pinning_verify
+from deployments.pinning import gpu_verify, pinning_read, pinning_status_read, pinning_verify
 from deployments.readiness import ProbeResult, process_liveness, process_readiness
 from deployments.services import deployment_event_add
 from deployments.supervisor import (
     ProcessHandle,
     RestartPolicy,
     SpawnError,
+    exit_status_text,
     log_tail,
     new_tag,
     process_exit_info,
@@ -66,6 +71,8 @@ from deployments.supervisor import (
     process_identity,
     process_spawn,
     process_stop,
+    shim_gone,
+    shim_running,
 )
 from deployments.supervisor.procfs import (
     port_listener_text,
@@ -76,7 +83,7 @@ from deployments.supervisor.procfs import (
     proc_subtree,
 )
 from deployments.telemetry.events import deployment_status_broadcast, health_change_broadcast, row_health
-from deployments.topology import node_facts_from_row
+from deployments.topology import node_facts_from_row, parse_cpulist
 
 log = logging.getLogger("ceiling.agent")
 
@@ -85,6 +92,9 @@ WANTED = (DeploymentStatus.STARTING, DeploymentStatus.READY)
 # still pull KV cache from prefill while it drains).
 STOP_ORDER = {"router": 0, "decode": 1, "single": 2, "prefill": 3}
 FAILED_LOG_LINES = 20
+# The shim writes an engine's exit record right after reaping it, and it wakes at least every
+# 0.25 s to do so (deployments/supervisor/shim.py); one second covers a loaded host.
+EXIT_RECORD_WAIT_S = 1.0
 # Log lines that say why an engine died; the last one in the tail is usually the final
 # exception (Python) or fatal message (Rust, C++) and names the cause better than an exit code.
 _LOG_CAUSE = re.compile(r"(?i)(address already in use|errno|error|exception|fatal|panicked|killed)")
@@ -237,6 +247,7 @@ def _health_note(row: ServerProcess, detail: str) -> None:
             # A terminal row changes no more (a restart goes through "restarting"); forgetting it
             # keeps the map bounded and a later row that reuses the id starts clean.
             _health_seen.pop(row.pk, None)
+            _binding_seen.pop(row.pk, None)
         else:
             _health_seen[row.pk] = now
     health_change_broadcast(deployment_id=row.deployment_id, process_id=row.pk, role=row.role,
@@ -545,13 +556,31 @@ def _deployment_fail(deployment: Deployment, reason: str) -> None:
 
 
 def _exit_text(row: ServerProcess, handle: ProcessHandle | None) -> tuple[str, int | None]:
-    info = process_exit_info(handle, log_path=row.log_path) if handle and row.log_path else None
+    """How the engine of ``handle`` ended, from its shim's exit record: ``("killed by signal 9
+    (SIGKILL)", -9)``, ``("exited with code 1: <the log line naming the cause>", 1)``, or
+    ``("ended (no exit record)", None)``. The code is stored the way :mod:`subprocess` reports
+    it (``-N`` for signal N).
+
+    The engine can be seen gone (or a zombie) a moment before its shim has reaped it and
+    written the record; while the shim still runs this waits up to :data:`EXIT_RECORD_WAIT_S`
+    for the record instead of reporting a status it does not have."""
+    info = None
+    if handle is not None and row.log_path:
+        deadline = time.monotonic() + EXIT_RECORD_WAIT_S
+        while (info := process_exit_info(handle, log_path=row.log_path)) is None:
+            if not shim_running(handle):
+                info = process_exit_info(handle, log_path=row.log_path)  # written as it exited
+                break
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
     if info is None:
         return "ended (no exit record)", None
     if info.signal is not None:
-        return f"killed by signal {info.signal}", -int(info.signal)
+        return exit_status_text(returncode=None, signal_number=info.signal), -int(info.signal)
     cause = _log_cause(row) if info.returncode else ""
-    return f"exited with code {info.returncode}" + (f": {_cause_text(cause)}" if cause else ""), info.returncode
+    text = exit_status_text(returncode=info.returncode, signal_number=None)
+    return text + (f": {_cause_text(cause)}" if cause else ""), info.returncode
 
 
 # An engine's own words for a port clash: Python's "[Errno 98] error while attempting to bind on
@@ -697,6 +726,8 @@ def deployment_check(*, deployment_id: int) -> None:
                 continue
             fresh.deployment = deployment
             _apply(fresh, verdict, detail, exit_code)
+            if verdict in _RUNNING_VERDICTS:
+                _supervision_check(fresh)
             deployment.refresh_from_db(fields=["status"])
             if deployment.status not in WANTED:
                 return
@@ -794,6 +825,125 @@ def _deployment_maybe_ready(deployment: Deployment) -> None:
         _deployment_event(deployment, "ready", message)
 
 
+# --- supervision of running processes ------------------------------------------------------
+
+#: :func:`_observe` verdicts after which the process is known to be running.
+_RUNNING_VERDICTS = ("ok", "ready", "not_ready", "unhealthy")
+
+# Per process row: (pid, start ticks, Cpus_allowed_list, Mems_allowed_list) as last read, so a
+# tick re-reads the whole binding (numa_maps included) only when /proc/<pid>/status changed.
+_binding_seen: dict[int, tuple[int, int, str, str]] = {}
+
+
+def _supervision_check(row: ServerProcess) -> None:
+    """Checks of a spawned or ready process that need no HTTP: its CPU and memory binding
+    (:func:`_binding_refresh`) and its log shim (:func:`_shim_check`). Called with the
+    deployment's lock held, by the monitor on every tick and by :func:`node_reconcile`
+    (adoption after an agent restart included)."""
+    if row.status not in (ProcessStatus.SPAWNED, ProcessStatus.READY):
+        return
+    handle = _handle(row)
+    if handle is None:
+        return
+    _binding_refresh(row, handle)
+    _shim_check(row, handle)
+
+
+def _same_cpulist(a: str, b: str) -> bool:
+    try:
+        return set(parse_cpulist(a)) == set(parse_cpulist(b))
+    except ValueError:
+        return a.strip() == b.strip()
+
+
+def _binding_refresh(row: ServerProcess, handle: ProcessHandle) -> None:
+    """Re-read where the running process may run and record a change on its row.
+
+    Spawn verifies the binding once (:func:`_verify_binding`); anyone may move the process
+    later (``taskset -p``, ``sched_setaffinity``, a cpuset change). Each call reads
+    ``/proc/<pid>/status`` once (:func:`deployments.pinning.pinning_status_read`); only when
+    ``Cpus_allowed_list`` or ``Mems_allowed_list`` differ from the previous call's (or on this
+    agent's first look) is the full binding read (:func:`deployments.pinning.pinning_read`, which
+    adds the memory policy from ``numa_maps``) and compared with ``effective_cpus`` /
+    ``effective_mems``. A difference updates both, sets ``pinning_verified`` to whether the main
+    process still matches the recipe exactly (the spawn rule: its ``cpus``, and its memory
+    nodes when numactl bound them; roles without ``cpus`` stay unchecked) and adds an event:
+    ``pinning drifted: CPUs 0-3 → 0-7, intended 0-3``, ``pinning restored: ...`` once it matches
+    again, ``binding changed: ...`` otherwise. The process keeps running: it was placed right
+    at spawn, and the row (which pages and sweep snapshots read) now says where it really runs.
+    Descendants are not re-read here; spawn checked them, and reading every worker of every
+    engine each tick is not cheap.
+    """
+    try:
+        raw = pinning_status_read(handle.pid)
+    except ProcessLookupError:
+        return
+    seen = (handle.pid, handle.start_ticks, *raw)
+    if _binding_seen.get(row.pk) == seen:
+        return
+    try:
+        binding = pinning_read(handle.pid)
+    except ProcessLookupError:
+        return
+    _binding_seen[row.pk] = seen
+    before_cpus, before_mems = row.effective_cpus, row.effective_mems
+    cpus_moved = not _same_cpulist(binding.cpus, before_cpus)
+    mems_moved = not _same_cpulist(binding.mems, before_mems)
+    if not cpus_moved and not mems_moved:
+        return
+    # The rule of _verify_binding: sched_setaffinity cannot set a memory policy, so memory
+    # nodes are intended only where numactl bound them.
+    intended_mems = row.mem_nodes if (row.pin_method == "numactl" and row.mem_nodes) else ""
+    changes = []
+    if cpus_moved:
+        changes.append(f"CPUs {before_cpus or '-'} → {binding.cpus or '-'}"
+                       + (f", intended {row.cpus}" if row.cpus else ""))
+    if mems_moved:
+        changes.append(f"memory nodes {before_mems or '-'} → {binding.mems or '-'}"
+                       + (f", intended {intended_mems}" if intended_mems else ""))
+    was_verified = row.pinning_verified
+    row.effective_cpus, row.effective_mems = binding.cpus, binding.mems
+    fields = ["effective_cpus", "effective_mems", "updated_at"]
+    if row.cpus:
+        row.pinning_verified = _same_cpulist(binding.cpus, row.cpus) and (
+            not intended_mems or _same_cpulist(binding.mems, intended_mems))
+        fields.append("pinning_verified")
+    row.save(update_fields=fields)
+    if not row.cpus:
+        kind, head = "binding", "binding changed (the recipe does not pin this process)"
+    elif not row.pinning_verified:
+        kind, head = "pin-drift", "pinning drifted"
+        log.warning("%s/%s pid %s: pinning drifted: %s", row.deployment_id, row.role, handle.pid, "; ".join(changes))
+    elif was_verified is False:
+        kind, head = "pinned", "pinning restored"
+    else:
+        kind, head = "binding", "binding changed, still as intended"
+    _event(row, kind, f"{head}: " + "; ".join(changes))
+
+
+def _shim_check(row: ServerProcess, handle: ProcessHandle) -> None:
+    """Record, once per shim, that the log shim of a running engine is gone: event
+    ``log-lost`` ``log capture stopped: shim pid N was killed by signal 9 (SIGKILL); ...``
+    (:func:`deployments.supervisor.shim_gone` says how it ended when this agent started it).
+
+    The engine is left running: it still serves, and stopping it would turn a lost log into an
+    outage. Nothing can reattach the pipe it writes to, so its output is lost until it is
+    restarted and its exit status goes unrecorded ("ended (no exit record)"); an engine that
+    keeps the default ``SIGPIPE`` disposition dies at its next write instead, a crash the
+    monitor then handles like any other (Python and Rust programs ignore ``SIGPIPE``)."""
+    how = shim_gone(handle)
+    if how is None:
+        return
+    marker = f"shim pid {handle.pgid} "
+    if ProcessEvent.objects.filter(process=row, kind="log-lost", message__contains=marker).exists():
+        return
+    ended = ("was " + how) if how.startswith("killed") else (how or "exited")
+    message = (f"log capture stopped: {marker}{ended}; the engine (pid {handle.pid}) still runs, but its "
+               f"output is no longer written to {row.log_path or 'its log'}")
+    log.warning("%s/%s: %s", row.deployment_id, row.role, message)
+    _event(row, "log-lost", message)
+
+
 # --- reconcile -----------------------------------------------------------------------------
 
 
@@ -844,9 +994,13 @@ def node_reconcile(*, node_name: str, at_startup: bool = False) -> dict[str, int
                 if deployment.status in DEPLOYMENT_TERMINAL:
                     _process_stop(row, note=f"stopped by reconcile: deployment is {deployment.status}")
                     counts["stopped"] += 1
-                elif at_startup:
+                    continue
+                if at_startup:
                     _event(row, "adopted", f"pid {row.pid} still running; adopted by the restarted agent")
                     counts["adopted"] += 1
+                # What changed while no agent watched: the binding (a taskset in between) and
+                # the log shim.
+                _supervision_check(row)
                 continue
             counts["exited"] += 1
             if identity == "mismatch":

@@ -83,18 +83,27 @@ def _mem_policy(pid: int) -> str:
     return f"{match.group(1)}:{match.group(2)}" if match.group(2) else match.group(1)
 
 
-def pinning_read(pid: int) -> EffectiveBinding:
-    """Read the effective CPU and memory binding of ``pid`` from ``/proc``.
-
-    Raises ``ProcessLookupError`` when the process does not exist.
-    """
+def pinning_status_read(pid: int) -> tuple[str, str]:
+    """``(Cpus_allowed_list, Mems_allowed_list)`` of ``pid`` as the kernel writes them: one read
+    of ``/proc/<pid>/status``, the cheap part of :func:`pinning_read` (which adds the memory
+    policy from ``numa_maps``). A periodic check compares these raw values to tell whether the
+    binding can have changed. Raises ``ProcessLookupError`` when the process does not exist."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
             status = fh.read()
     except (FileNotFoundError, ProcessLookupError) as exc:
         raise ProcessLookupError(pid) from exc
-    cpus = format_cpulist(parse_cpulist(_status_field(status, "Cpus_allowed_list")))
-    mems_allowed = format_cpulist(parse_cpulist(_status_field(status, "Mems_allowed_list")))
+    return _status_field(status, "Cpus_allowed_list"), _status_field(status, "Mems_allowed_list")
+
+
+def pinning_read(pid: int) -> EffectiveBinding:
+    """Read the effective CPU and memory binding of ``pid`` from ``/proc``.
+
+    Raises ``ProcessLookupError`` when the process does not exist.
+    """
+    cpus_allowed, mems_allowed_raw = pinning_status_read(pid)
+    cpus = format_cpulist(parse_cpulist(cpus_allowed))
+    mems_allowed = format_cpulist(parse_cpulist(mems_allowed_raw))
     policy = _mem_policy(pid)
     name, _, nodes = policy.partition(":")
     mems = nodes if nodes and name in ("bind", "interleave", "weighted interleave") else mems_allowed

@@ -46,7 +46,9 @@ Rules, with where they come from:
   side-channel (a block of tp × dp ports, see :mod:`deployments.engines.vllm`) and
   port-typed flags. Defaults are the engine's own (SGLang 30000/8998, vLLM 8000).
 * ``numa_node`` must exist; ``cpus`` is kernel cpulist syntax of CPUs that exist and, when
-  ``numa_node`` is also given, lie in that node. ``membind`` defaults to ``numa`` (bind memory
+  ``numa_node`` is also given, lie in that node. Only null or a missing key leaves a role
+  unpinned: ``""`` (or blanks, or ``[]``) is refused (:data:`CPUS_EMPTY_MESSAGE`), as is an
+  empty ``membind``. ``membind`` defaults to ``numa`` (bind memory
   to ``numa_node``) when a node is given, ``local`` when only CPUs are, else ``none``.
 * A worker's GPUs must sit on the NUMA node it is bound to (``numa_node``, else the nodes of
   its ``cpus``, else a ``membind`` list), as discovery reports them (GPUs of unknown NUMA node
@@ -111,6 +113,7 @@ DEFAULT_RESTART = {
     "backoff_max_s": 60.0,
 }
 MEMBIND_MODES = ("numa", "local", "none")
+CPUS_EMPTY_MESSAGE = "empty; omit the key (or use null) for no pinning, or give a CPU list like 0-15"
 MAX_PARALLEL = 1024
 MAX_ENV_VALUE = 4096
 
@@ -610,7 +613,11 @@ def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dic
             out["numa_node"] = numa
     cpus_raw = role.get("cpus")
     cpus: list[int] | None = None
-    if cpus_raw not in (None, ""):
+    if cpus_raw in ("", []) or (isinstance(cpus_raw, str) and not cpus_raw.strip()):
+        # Only null or a missing key means "not pinned": an empty value is more likely a field
+        # left unfilled (a form, a template) than a decision, and running unpinned hides it.
+        errs.add(f"{path}.cpus", CPUS_EMPTY_MESSAGE)
+    elif cpus_raw is not None:
         cpus = _cpulist_check(errs, f"{path}.cpus", cpus_raw, node)
         if cpus is not None:
             if out["numa_node"] is not None:

@@ -8,9 +8,12 @@ leaves the engines running; the next agent adopts them. Each starts detached in 
 with its output in ``var/logs/<name>.log``; ``var/run/<name>.pid`` records the pid *and* its
 start time (field 22 of ``/proc/<pid>/stat``) so a reused pid is never signalled.
 
-Usage: ``services.py start|stop|status`` or ``services.py restart <name>...`` (e.g.
-``restart web`` restarts only the web server). ``start`` restarts what is already running so
-code changes are picked up, then waits until the web server answers. After starting, each
+Usage: ``services.py start|status``, ``services.py stop [<name>...]`` or ``services.py restart
+<name>...`` (e.g. ``restart web`` restarts only the web server, ``stop agent`` stops only the
+agent). ``stop`` without names stops every service (beat, agent, worker, then web); a name that
+is not one of the services above is refused with exit status 2 and nothing is stopped.
+``start`` restarts what is already running so code changes are picked up, then waits until the
+web server answers. After starting, each
 service must still be running :data:`SETTLE_S` seconds later; one that exited (a bad setting,
 e.g. ``CEILING_SAMPLER_HZ``) is reported with the last lines of its log and a non-zero exit.
 """
@@ -54,15 +57,20 @@ def commands() -> dict[str, list[str]]:
     }
 
 
-def start_ticks(pid: int) -> int | None:
-    """Field 22 (starttime, clock ticks since boot) of /proc/<pid>/stat, or None if gone."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3 onwards of /proc/<pid>/stat (state first), or None if the process is gone."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = raw[raw.rindex(")") + 2:].split()
-    return int(fields[19])
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """Field 22 (starttime, clock ticks since boot) of /proc/<pid>/stat, or None if gone."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
 
 
 def read_pidfile(name: str) -> dict | None:
@@ -73,16 +81,22 @@ def read_pidfile(name: str) -> dict | None:
 
 
 def alive(name: str) -> int | None:
+    """The pid of service ``name`` when its pid file names a running process: same pid and
+    start ticks, and not a zombie (state ``Z``/``X``: it has ended and only waits for its
+    parent to reap it, which must not make a stop wait out its grace period)."""
     rec = read_pidfile(name)
     if not rec:
         return None
-    ticks = start_ticks(rec["pid"])
-    if ticks is None or ticks != rec["start_ticks"]:
+    fields = _stat_fields(rec["pid"])
+    if not fields or int(fields[19]) != rec["start_ticks"] or fields[0] in ("Z", "X"):
         return None
     return rec["pid"]
 
 
 def stop(name: str, grace: float = 10.0) -> None:
+    """Stop service ``name`` if its pid file names a live process (same pid *and* start ticks):
+    SIGTERM to its process group (each service leads its own session), SIGKILL after ``grace``
+    seconds; then remove the pid file. A stale pid file is removed without signalling anyone."""
     pid = alive(name)
     if pid is None:
         (RUN / f"{name}.pid").unlink(missing_ok=True)
@@ -150,8 +164,17 @@ def main(argv: list[str]) -> int:
     action = argv[1] if len(argv) > 1 else "status"
     cmds = commands()
     if action == "stop":
+        names = argv[2:]
+        unknown = [n for n in names if n not in cmds]
+        if unknown:
+            sys.stderr.write(f"error: unknown service {', '.join(unknown)}; stop takes names out of "
+                             f"{', '.join(cmds)}, or none to stop them all\n")
+            return 2
+        # Reverse start order whichever names were given: beat and the agent go before the
+        # worker and the web server they send work to.
         for name in reversed(list(cmds)):
-            stop(name)
+            if not names or name in names:
+                stop(name)
         return 0
     if action == "status":
         for name in cmds:

@@ -2,8 +2,7 @@
 :mod:`benchmarks.services`)."""
 from __future__ import annotations
 
-import math
-from typing import Any
+import json
 
 from rest_framework import serializers
 
@@ -48,51 +47,34 @@ class SweepSerializer(serializers.ModelSerializer):
         return [r.pk for r in obj.runs.all()]
 
 
-def _first_non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
-    """``(dotted path, value)`` of the first float in ``value`` (dicts and lists walked in order)
-    that is not finite, else ``None``; the path is relative (``duration_s``, ``request_rates.0``)."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (path, value)
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    else:
-        return None
-    for key, item in items:
-        found = _first_non_finite(item, f"{path}.{key}" if path else str(key))
-        if found is not None:
-            return found
-    return None
-
-
-class FiniteJSONField(serializers.JSONField):
-    """A JSON object or array whose numbers are all finite.
+class GridField(serializers.JSONField):
+    """A sweep grid as sent: any JSON value, numbers that are not finite included.
 
     A JSON number too large for a double (``1e400``) parses as ``inf``, which DRF's ``JSONField``
-    refuses only as "Value must be valid JSON."; this field names where it is instead:
-    ``{"grid.duration_s": ["must be a finite number, got inf (too large for a 64-bit float)"]}``
-    once the API flattens the error. (``NaN`` and ``Infinity`` literals never get here: the JSON
-    parser refuses them with 400.)
+    refuses only as "Value must be valid JSON."; here it passes through to
+    :func:`benchmarks.sweeps.grid_validate`, which names it at its path
+    (``{"grid.duration_s": ["must be a finite number, got inf (too large for a 64-bit float)"]}``)
+    together with every other error of the grid. (``NaN`` and ``Infinity`` literals never get
+    here: the JSON parser refuses them with 400.)
     """
 
     def to_internal_value(self, data):
-        found = _first_non_finite(data)
-        if found is not None:
-            path, number = found
-            why = "not a number" if math.isnan(number) else "too large for a 64-bit float"
-            message = f"must be a finite number, got {number!r} ({why})"
-            raise serializers.ValidationError({path: [message]} if path else [message])
-        return super().to_internal_value(data)
+        if self.binary or getattr(data, "is_json_string", False):
+            return super().to_internal_value(data)  # a form field's JSON text: parsed as DRF does
+        try:
+            json.dumps(data, allow_nan=True)  # the check DRF makes, with inf let through
+        except (TypeError, ValueError):
+            self.fail("invalid")
+        return data
 
 
 class SweepCreateSerializer(serializers.Serializer):
     """``{"deployment": id, "grid": {...}, "name": optional}``; the grid's own rules are checked by
-    :func:`benchmarks.sweeps.grid_validate` (errors name ``grid.<field>``). A number in the grid
-    that is not finite (``1e400``) is a 400 naming its path (``grid.duration_s``)."""
+    :func:`benchmarks.sweeps.grid_validate`, which reports every bad grid field at once (errors
+    name ``grid.<field>``, a number that is not finite such as ``1e400`` included)."""
 
     deployment = serializers.IntegerField(min_value=1)
-    grid = FiniteJSONField()
+    grid = GridField()
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
 

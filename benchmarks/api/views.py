@@ -11,6 +11,7 @@ from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,10 +19,28 @@ from rest_framework.response import Response
 from benchmarks import selectors, services
 from benchmarks.api import serializers as s
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from controlplane.api import ExportFormatMixin, ExportQuerySerializer, SafeJSONParser, attachment, query_validated
+from benchmarks.sweeps import grid_validate
+from controlplane.api import (
+    ExportFormatMixin, ExportQuerySerializer, SafeJSONParser, attachment, flatten_errors, query_validated,
+)
 from controlplane.errors import InvalidInput, NotFound
 
 PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
+
+
+def _grid_errors(ser: s.SweepCreateSerializer) -> dict[str, list[str]]:
+    """The grid's own errors (:func:`benchmarks.sweeps.grid_validate`, ``{"grid.<field>": [...]}``)
+    of a create request, to answer them together with its other errors; ``{}`` when the grid is
+    valid, or absent or not JSON (the serializer names that)."""
+    field = ser.fields["grid"]
+    try:
+        grid = field.run_validation(field.get_value(ser.initial_data))
+        grid_validate(grid)
+    except ValidationError:
+        return {}
+    except InvalidInput as exc:
+        return dict(exc.errors)
+    return {}
 
 
 @extend_schema_view(
@@ -48,11 +67,14 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
     def create(self, request: Request, *args, **kwargs) -> Response:
         from deployments.models import Deployment
 
+        # Every error in one answer: the body's shape, the deployment and the whole grid.
         ser = s.SweepCreateSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
+        if not ser.is_valid():
+            raise InvalidInput({**flatten_errors(ser.errors), **_grid_errors(ser)})
         deployment = Deployment.objects.select_related("recipe").filter(pk=ser.validated_data["deployment"]).first()
         if deployment is None:
-            raise InvalidInput({"deployment": [f"no deployment with id {ser.validated_data['deployment']}"]})
+            raise InvalidInput({"deployment": [f"no deployment with id {ser.validated_data['deployment']}"],
+                                **_grid_errors(ser)})
         sweep = services.sweep_create(deployment=deployment, user=request.user, grid=ser.validated_data["grid"],
                                       name=ser.validated_data.get("name", ""))
         return Response(s.SweepSerializer(sweep).data, status=status.HTTP_201_CREATED)

@@ -15,6 +15,10 @@ Typical use::
 
 A duration-limited point instead of one pass: ``LoadConfig(..., duration_s=60.0)`` cycles through
 ``specs`` for 60 s (``max_requests`` caps it as well); ``result.duration_limited`` says so.
+
+A run whose target goes away stops sending after :data:`UNREACHABLE_FAILURES` requests in a row
+that the server never answered; ``result.stopped_early`` says why and ``result.not_sent`` how many
+planned requests were not sent (they are not failures).
 """
 from .arrivals import arrival_offsets, scheduled_rate
 from .calibrate import dataset_calibrate_text
@@ -24,7 +28,8 @@ from .datasets import (
     text_calibration_fit,
 )
 from .driver import (
-    LoadConfig, LoadgenStopped, Progress, RunResult, WorkerStats, loadgen_run, loadgen_run_async, server_generation_tokens,
+    UNREACHABLE_FAILURES, LoadConfig, LoadgenStopped, Progress, RunResult, WorkerStats, loadgen_run, loadgen_run_async,
+    server_generation_tokens,
 )
 from .metrics import Slo, distribution, in_flight, nearest_rank, run_summary
 from .protocol import Api, EventInfo, event_inspect, request_body
@@ -32,7 +37,7 @@ from .records import RecordStore, RequestOutcome
 from .sse import SseParser
 
 __all__ = [
-    "TRANSPORTS", "Api", "EventInfo", "LoadConfig", "LoadgenStopped", "Progress", "RecordStore", "RequestOutcome", "RequestSpec", "RunResult", "Slo",
+    "TRANSPORTS", "UNREACHABLE_FAILURES", "Api", "EventInfo", "LoadConfig", "LoadgenStopped", "Progress", "RecordStore", "RequestOutcome", "RequestSpec", "RunResult", "Slo",
     "SseParser", "StreamingClient", "TextCalibration", "WorkerStats", "arrival_offsets", "dataset_calibrate_text",
     "distribution", "event_inspect", "in_flight", "length_draws", "loadgen_run", "loadgen_run_async",
     "nearest_rank", "prompts_file_dataset", "random_dataset", "request_body", "run_summary", "scheduled_rate",

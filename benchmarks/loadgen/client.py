@@ -26,7 +26,10 @@ visible in the records instead of inflating TTFT unseen. ``timeout_s`` bounds a 
 Request outcomes follow ``/work/shared/design/metrics.md``: success needs HTTP 2xx, no error object
 anywhere in the stream, at least one output event and a clean end (``finish_reason`` or
 ``[DONE]``); a failure keeps its reason (HTTP status and body excerpt, connection refused or reset,
-server closed the connection mid-body, timeout, stream ended inside an event, ...).
+server closed the connection mid-body, timeout, stream ended inside an event, ...). A failure in
+which the server sent not one byte of a response (connection refused, reset or closed before any
+response byte; not a timeout, not an HTTP error status) also says so in
+``RequestOutcome.connect_error``, which the run driver counts to notice a target that is gone.
 """
 from __future__ import annotations
 
@@ -60,6 +63,17 @@ async def _on_queued_end(session: Any, ctx: SimpleNamespace, params: Any) -> Non
         ctx.trace_request_ctx[0] = time.perf_counter_ns()
 
 
+def _no_connection(exc: OSError, where: str) -> str:
+    """A short description of a connect that failed, for ``RequestOutcome.connect_error``:
+    ``connection refused to 127.0.0.1:30000`` (nothing listens there), ``connection reset by ...``,
+    else the error's type and text."""
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused to {where}"
+    if isinstance(exc, ConnectionResetError):
+        return f"connection reset by {where}"
+    return f"cannot connect to {where}: {type(exc).__name__}: {exc}"
+
+
 class _Exchange:
     """One request's response as it streams in: the sink both transports feed raw body bytes to.
 
@@ -70,7 +84,7 @@ class _Exchange:
 
     __slots__ = ("client", "api", "keep_text", "parser", "events", "ev_tokens", "texts", "completion",
                  "prompt_tokens", "clean", "error", "failure", "seen", "finish_reason", "status", "content_type",
-                 "location", "excerpt", "end_t", "future")
+                 "location", "excerpt", "end_t", "future", "unanswered")
 
     def __init__(self, client: StreamingClient, future: asyncio.Future[None] | None) -> None:
         self.client = client
@@ -93,6 +107,7 @@ class _Exchange:
         self.excerpt = b""
         self.end_t = 0
         self.future = future
+        self.unanswered: str | None = None  # why the server never answered (see fail), else None
 
     # -------------------------------------------------------------- ResponseSink
     def head(self, status: int, headers: dict[str, str], t: int) -> None:
@@ -149,10 +164,14 @@ class _Exchange:
         """The body is complete (its terminator was read at ``t``)."""
         self._done(t)
 
-    def fail(self, reason: str, t: int) -> None:
-        """The transport failed at ``t`` with ``reason``."""
+    def fail(self, reason: str, t: int, *, unanswered: bool | str = False) -> None:
+        """The transport failed at ``t`` with ``reason``. ``unanswered``: the server sent no byte of
+        a response (True, or a short description of why, e.g. ``connection refused to host:port``)."""
         if self.failure is None:
             self.failure = reason
+            if unanswered and not self.status:
+                where = f"{self.client.host}:{self.client.port}"
+                self.unanswered = unanswered if isinstance(unanswered, str) else f"{reason} ({where})"
         self._done(t)
 
     def _done(self, t: int) -> None:
@@ -199,6 +218,8 @@ class _Exchange:
         if error is not None:
             out.error = error
             out.ok = False
+            if self.unanswered is not None and error == self.failure:
+                out.connect_error = self.unanswered
             out.output_tokens = completion if completion >= 0 else len(self.events)
             return out
         out.ok = True
@@ -249,6 +270,7 @@ class StreamingClient:
         self.events_seen = 0
         self.tokens_seen = 0
         parts = urlsplit(self.url)
+        self.host, self.port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
         # Credentials in the URL (user:pass@host) become Basic auth in aiohttp; the own transport
         # does not do that, so such a URL goes to aiohttp.
         plain = parts.scheme == "http" and bool(parts.hostname) and parts.username is None
@@ -333,7 +355,8 @@ class StreamingClient:
                     conn.abort()
                 ex.fail(f"timed out after {self.timeout_s:g} s", _perf())
         except OSError as exc:
-            ex.fail(f"cannot connect to {self._host}:{self._port}: {type(exc).__name__}: {exc}", _perf())
+            ex.fail(f"cannot connect to {self._host}:{self._port}: {type(exc).__name__}: {exc}", _perf(),
+                    unanswered=_no_connection(exc, f"{self._host}:{self._port}"))
         except asyncio.CancelledError:
             if conn is not None and conn.sink is ex:
                 conn.abort()
@@ -370,7 +393,11 @@ class StreamingClient:
         except asyncio.TimeoutError:
             ex.fail(f"timed out after {self.timeout_s:g} s", _perf())
         except aiohttp.ClientError as exc:
-            ex.fail(f"{type(exc).__name__}: {exc}", _perf())
+            # Raised before the response head arrived (status still 0): the server never answered.
+            unanswered: bool | str = isinstance(exc, (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError))
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                unanswered = _no_connection(exc.os_error, f"{exc.host}:{exc.port}")
+            ex.fail(f"{type(exc).__name__}: {exc}", _perf(), unanswered=unanswered)
         # From start (not from the queue entry, which can be much later when many requests start
         # at once) to the connection grant, so start + pool_wait is when the request really left.
         out.pool_wait = max(pool[0] - out.start, 0) if pool[0] else 0

@@ -10,6 +10,11 @@ Protocol of one run (one grid point):
    cap, and the wait for a free slot is the request's client queue time (``start - scheduled``).
    A duration-limited run (``duration_s``) cycles through the dataset and sends nothing at or after
    ``t0 + duration_s``; requests already in flight then finish (each bounded by ``timeout_s``).
+   A run whose target is gone ends early: after :data:`UNREACHABLE_FAILURES` requests in a row
+   that the server never answered (connection refused, or reset/closed before any response byte,
+   with no answered request in between) nothing new is sent, the requests in flight finish, and
+   the result says why (``stopped_early``) and how many planned requests were never sent
+   (``not_sent``; they are not failures).
 4. ``generation_tokens_total`` is scraped again; the delta is compared with the client's tokens.
 
 Dataset generation happens before :func:`loadgen_run` is called and never inside the measured
@@ -76,6 +81,21 @@ WORKER_REPORT_S = 0.25
 # each stays far below the 1 ms ITL-error target. Full passes skip the frozen setup objects.
 MEASURED_GC_GEN0 = 10_000
 
+# A run stops sending once this many requests in a row failed without the server sending one
+# byte of a response (RequestOutcome.connect_error: connection refused, or reset/closed before any
+# response byte), with no answered request in between: its target is gone (the process died, the
+# port is closed). Why 32: a refused connect fails in tens of microseconds, so a closed loop whose
+# target died spins through thousands of them a second (3,500 in about 2 s in a trial where the
+# router was killed mid-point), every one a "failed request" of the point; 32 in a row is reached
+# within milliseconds of the target going away, and it covers the in-flight requests a dying
+# server resets at once for concurrencies up to 32. A transient blip (a reused keep-alive socket
+# the server had just closed, a port briefly handed from one process to the next) is a few such
+# failures among answered requests, and every answered request resets the count. Linux refuses a
+# connect only when nothing listens on the port (a full accept queue drops the SYN and the client
+# retries it), so refusals are not a sign of load. HTTP error answers (4xx, 5xx) never count: the
+# server answered, and the point measures that answer.
+UNREACHABLE_FAILURES = 32
+
 Progress = Callable[[dict[str, Any]], None]
 # How often a run's ``should_stop`` callback is asked, and how often the measuring event loop
 # looks at the stop flag it sets (seconds): a stop takes effect within about a quarter second,
@@ -104,6 +124,9 @@ class LoadConfig:
     at most that many measured requests are sent (the first ones of the dataset; with
     ``duration_s``, whichever limit comes first ends the run). ``transport``: the
     client's transport (:class:`.client.StreamingClient`; ``"auto"`` unless comparing them).
+    ``unreachable_failures`` (>= 1, default :data:`UNREACHABLE_FAILURES`; None never stops): the
+    run stops sending after that many consecutive requests the server never answered (per worker
+    process).
     """
 
     base_url: str
@@ -127,6 +150,7 @@ class LoadConfig:
     duration_s: float | None = None
     max_requests: int | None = None
     transport: str = "auto"
+    unreachable_failures: int | None = UNREACHABLE_FAILURES
 
     def validate(self) -> None:
         """Raise ``ValueError`` for an inconsistent config."""
@@ -140,6 +164,8 @@ class LoadConfig:
             raise ValueError("connection_limit must be >= 0 (0 = no cap)")
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError(f"max_requests must be >= 1, got {self.max_requests}")
+        if self.unreachable_failures is not None and self.unreachable_failures < 1:
+            raise ValueError(f"unreachable_failures must be >= 1 (None: never stop), got {self.unreachable_failures}")
         if self.transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
         if self.duration_s is not None:
@@ -152,13 +178,18 @@ class LoadConfig:
 
 @dataclass
 class WorkerStats:
-    """One worker process's measured phase: CPU and wall ns, SSE events parsed, requests sent."""
+    """One worker process's measured phase: CPU and wall ns, SSE events parsed, requests sent;
+    ``stopped_early`` why it stopped sending before its plan was done (its target unreachable),
+    else None; ``not_sent`` planned requests it never sent (0 when it was not stopped; None when
+    its plan had no count, a duration-limited closed loop without a request cap)."""
 
     worker: int
     cpu_ns: int
     wall_ns: int
     events: int
     requests: int
+    stopped_early: str | None = None
+    not_sent: int | None = 0
 
     @property
     def cpu_fraction(self) -> float:
@@ -174,6 +205,10 @@ class RunResult:
     schedule itself realises (None for closed loop); ``server_tokens_before``/``after`` the summed
     ``generation_tokens_total`` (None when not scraped or not exposed). ``duration_limited``: the
     run was bounded by ``config.duration_s`` rather than by the dataset's length.
+    ``stopped_early``: why the run stopped sending before its plan was done (``"target
+    unreachable: 32 consecutive connection failures (connection refused to 127.0.0.1:30000)"``),
+    else None; ``not_sent``: planned requests never sent because of that (not failures; 0 when
+    the run was not stopped, None when the plan had no count: a duration-limited closed loop).
     """
 
     records: RecordStore
@@ -186,6 +221,8 @@ class RunResult:
     server_tokens_after: float | None = None
     server_scrape_errors: list[str] = field(default_factory=list)
     duration_limited: bool = False
+    stopped_early: str | None = None
+    not_sent: int | None = 0
 
 
 def server_generation_tokens(urls: list[str], timeout_s: float = 10.0) -> tuple[float | None, list[str]]:
@@ -323,6 +360,46 @@ async def _warmup(client: StreamingClient, cfg: LoadConfig, specs: list[RequestS
     await asyncio.gather(*(slot() for _ in range(max(1, min(conc, len(specs))))))
 
 
+class _Reach:
+    """Whether one event loop's target still answers: counts consecutive requests the server never
+    answered (``RequestOutcome.connect_error``) and, at ``limit`` of them (None: never), records
+    why in ``reason`` and sets ``gone``. Any request the server answered (success, HTTP error, a
+    stream that broke after the head) resets the count. Created inside the running loop."""
+
+    __slots__ = ("limit", "streak", "reason", "gone")
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.streak = 0
+        self.reason: str | None = None
+        self.gone = asyncio.Event()
+
+    def see(self, outcome: RequestOutcome) -> None:
+        """Count one finished request."""
+        if outcome.connect_error is None:
+            self.streak = 0
+            return
+        self.streak += 1
+        if self.reason is None and self.limit is not None and self.streak >= self.limit:
+            self.reason = (f"target unreachable: {self.streak} consecutive connection failures "
+                           f"({outcome.connect_error})")
+            self.gone.set()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when the target is found gone meanwhile. A wait of at most
+        :data:`STOP_POLL_S` is a plain sleep, checked when it ends: an open loop waits this way
+        before every arrival, and a plain sleep costs less than a timed wait on the event."""
+        if self.reason is not None:
+            return
+        if seconds <= STOP_POLL_S:
+            await asyncio.sleep(seconds)
+            return
+        try:
+            await asyncio.wait_for(self.gone.wait(), timeout=seconds)
+        except TimeoutError:
+            pass
+
+
 async def _measured(
     client: StreamingClient, cfg: LoadConfig, specs: list[RequestSpec], due: list[int] | None,
     slots: int | None, t0: int, worker: int, indices: list[int] | None = None, tally: _Tally | None = None,
@@ -335,6 +412,9 @@ async def _measured(
     Duration-limited (``cfg.duration_s``): closed-loop slots cycle through ``specs`` and stop
     starting requests at ``t0 + duration_s`` or after ``cap`` requests; open-loop ``due`` already
     ends before that instant, and a request still waiting for a capped slot then is not sent.
+
+    Every mode stops starting requests once the target is gone (:class:`_Reach`,
+    ``cfg.unreachable_failures``); the stats say why and how many planned requests were not sent.
     """
     store = RecordStore()
     tally = tally if tally is not None else _Tally(len(specs) if due is None else len(due))
@@ -343,10 +423,13 @@ async def _measured(
     deadline = t0 + int(cfg.duration_s * 1e9) if cfg.duration_s is not None else None
     idx = indices if indices is not None else list(range(len(specs)))
     ignore_eos = cfg.ignore_eos
+    reach = _Reach(cfg.unreachable_failures)
+    not_sent: int | None = 0
 
     def keep(outcome: RequestOutcome) -> None:
         store.add(outcome, worker)
         tally.add(outcome)
+        reach.see(outcome)
 
     delay = (t0 - perf()) / 1e9
     if delay > 0:
@@ -358,16 +441,17 @@ async def _measured(
         queue = list(reversed(list(zip(idx, specs))))
 
         async def slot() -> None:
-            while queue:
+            while queue and reach.reason is None:
                 i, spec = queue.pop()
                 keep(await client.send(spec, scheduled=perf(), ignore_eos=ignore_eos, index=i))
 
         await asyncio.gather(*(slot() for _ in range(max(1, min(slots or 1, len(specs))))))
+        not_sent = len(queue)
     elif due is None:
         n, sent = len(specs), [0]
 
         async def cycling_slot() -> None:
-            while specs:
+            while specs and reach.reason is None:
                 now = perf()
                 if now >= deadline or (cap is not None and sent[0] >= cap):
                     return
@@ -377,8 +461,12 @@ async def _measured(
                 keep(await client.send(specs[j], scheduled=now, ignore_eos=ignore_eos, index=idx[j]))
 
         await asyncio.gather(*(cycling_slot() for _ in range(max(1, slots or 1))))
+        if reach.reason is not None:
+            # Time was the plan; a request cap, when given, is the count that was not reached.
+            not_sent = max(0, cap - sent[0]) if cap is not None else None
     else:
         sem = asyncio.Semaphore(slots) if slots else None
+        skipped = [0]
 
         async def one(j: int, when: int) -> None:
             if sem is None:
@@ -388,17 +476,25 @@ async def _measured(
                 if deadline is not None and perf() >= deadline:
                     tally.total -= 1  # due in time but no slot before the end: not sent
                     return
+                if reach.reason is not None:
+                    skipped[0] += 1
+                    return
                 keep(await client.send(specs[j], scheduled=when, ignore_eos=ignore_eos, index=idx[j]))
 
         tasks = []
         for j, when in enumerate(due):
             wait = (when - perf()) / 1e9
             if wait > 0:
-                await asyncio.sleep(wait)
+                await reach.sleep(wait)
+            if reach.reason is not None:
+                skipped[0] += len(due) - j
+                break
             tasks.append(asyncio.ensure_future(one(j, when)))
         await asyncio.gather(*tasks)
+        not_sent = skipped[0]
     stats = WorkerStats(worker=worker, cpu_ns=time.process_time_ns() - cpu0, wall_ns=perf() - wall0,
-                        events=client.events_seen - events0, requests=len(store))
+                        events=client.events_seen - events0, requests=len(store), stopped_early=reach.reason,
+                        not_sent=not_sent if reach.reason is not None else 0)
     return store, stats
 
 
@@ -534,10 +630,16 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
     reporter = _Reporter(progress) if progress is not None else None
     stopped = False
 
+    counts: dict[int, tuple[int, int, int, int]] = {}
+    t0 = 0
+
     def check_stop() -> None:
         nonlocal stopped
         if should_stop is not None and should_stop():
             stopped = True
+            if reporter is not None and counts:  # the counts up to the stop, for whoever shows them
+                sums = [sum(c[k] for c in counts.values()) for k in range(4)]
+                reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3], final=True)
             raise LoadgenStopped("the run was stopped before it finished")
 
     try:
@@ -633,10 +735,15 @@ async def _one_loop(config: LoadConfig, specs: list[RequestSpec], warmup: list[R
 
 def _result(config: LoadConfig, store: RecordStore, stats: list[WorkerStats], t0: int, offsets: list[float] | None,
             before: tuple, after: tuple, warm_fraction: float | None = None) -> RunResult:
+    # Workers stop on their own when their target goes; the first one's reason stands for the run.
+    stopped = [w for w in stats if w.stopped_early is not None]
+    not_sent = None if any(w.not_sent is None for w in stats) else sum(w.not_sent or 0 for w in stats)
     return RunResult(records=store, config=replace(config), t0=t0, workers=stats,
                      scheduled_rate=scheduled_rate(offsets) if offsets else None, warmup_cpu_fraction=warm_fraction,
                      server_tokens_before=before[0], server_tokens_after=after[0],
-                     server_scrape_errors=before[1] + after[1], duration_limited=config.duration_s is not None)
+                     server_scrape_errors=before[1] + after[1], duration_limited=config.duration_s is not None,
+                     stopped_early=stopped[0].stopped_early if stopped else None,
+                     not_sent=not_sent if stopped else 0)
 
 
 def _report_final(reporter: _Reporter | None, tally: _Tally) -> None:
@@ -741,6 +848,8 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
         if reporter is not None:
             reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens)
     if "error" in box:
+        if isinstance(box["error"], LoadgenStopped):
+            _report_final(reporter, tally)  # the counts up to the stop, for whoever shows them
         raise box["error"]
     _report_final(reporter, tally)
     store, one, t0, before, after = box["out"]

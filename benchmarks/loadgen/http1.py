@@ -56,7 +56,10 @@ class ResponseSink(Protocol):
     ``head`` is called once with the final (non-1xx) status and the headers (lower-case names);
     ``body`` with the decoded body bytes of each read and returns False to stop reading (the
     connection is then closed, not reused); exactly one of ``end`` (the body is complete) or
-    ``fail`` (with the reason) ends the exchange.
+    ``fail`` (with the reason) ends the exchange. ``fail``'s ``unanswered`` is True when the
+    server sent not one byte of a response before the connection ended (reset or closed before
+    any response byte, or closed before the request could be written): the server never
+    answered, as opposed to answering wrongly.
     """
 
     def head(self, status: int, headers: dict[str, str], t: int) -> None: ...
@@ -65,7 +68,7 @@ class ResponseSink(Protocol):
 
     def end(self, t: int) -> None: ...
 
-    def fail(self, reason: str, t: int) -> None: ...
+    def fail(self, reason: str, t: int, *, unanswered: bool = False) -> None: ...
 
 
 class Dispatcher:
@@ -136,6 +139,7 @@ class Http1Connection(asyncio.Protocol):
         self._reset()
 
     def _reset(self) -> None:
+        self._received = 0  # bytes of the current response read so far, headers included
         self._state = _IDLE
         self._buf = b""
         self._remaining = 0
@@ -177,7 +181,7 @@ class Http1Connection(asyncio.Protocol):
         if self._state == _UNTIL_CLOSE and exc is None:
             sink.end(t)  # the body was delimited by the close (RFC 9112 section 6.3, rule 8)
         else:
-            sink.fail(self._lost_reason(exc), t)
+            sink.fail(self._lost_reason(exc), t, unanswered=self._state == _HEAD and not self._received)
         self.pool.discard(self)
 
     def _lost_reason(self, exc: Exception | None) -> str:
@@ -198,7 +202,7 @@ class Http1Connection(asyncio.Protocol):
         self._state = _HEAD
         if self.transport is None or self.closed:
             self.sink = None
-            sink.fail("connection closed before the request was sent", _perf())
+            sink.fail("connection closed before the request was sent", _perf(), unanswered=True)
             return
         self.transport.write(request)
 
@@ -232,6 +236,7 @@ class Http1Connection(asyncio.Protocol):
     def _decode(self, data: bytes, t: int) -> None:
         sink = self.sink
         assert sink is not None
+        self._received += len(data)
         buf = self._buf + data if self._buf else data
         pos, n = 0, len(buf)
         pieces: list[bytes] = []

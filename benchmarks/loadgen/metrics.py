@@ -91,6 +91,12 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     Flags (booleans, each with its evidence elsewhere in the dict): ``concurrency_shortfall``,
     ``rate_shortfall``, ``output_length_mismatch`` (fixed-length runs), ``tokens_estimated``,
     ``server_token_mismatch``, ``client_cpu_bound``.
+
+    ``requests`` counts the requests sent (``successes`` + ``failures``). A run the driver stopped
+    early because its target was gone has ``stopped_early`` (the reason; None otherwise) and
+    ``not_sent`` (planned requests never sent: not failures, in no other count; None when the plan
+    had no count, a time-limited closed loop); concurrency shortfall is not flagged for it (the
+    client did not fall short, the target went away).
     """
     rec: RecordStore = result.records
     cfg = result.config
@@ -102,6 +108,9 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     in_tok = rec.column("input_tokens").astype(np.int64)
     req_in, req_out = rec.column("requested_input"), rec.column("requested_output")
     s: dict[str, Any] = {"requests": n, "successes": int(ok.sum()), "failures": int(n - ok.sum())}
+    stopped = getattr(result, "stopped_early", None)
+    s["stopped_early"] = stopped
+    s["not_sent"] = getattr(result, "not_sent", 0)
     lo = int(start.min()) if n else 0
     hi = int(end.max()) if n else 0
     duration = (hi - lo) / 1e9
@@ -179,7 +188,8 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["scheduled_rate_req_s"] = result.scheduled_rate
     flags: dict[str, bool] = {}
     reachable = min(cfg.concurrency, n) if cfg.concurrency else None
-    flags["concurrency_shortfall"] = bool(reachable is not None and cfg.rate is None and max_c < reachable)
+    flags["concurrency_shortfall"] = bool(reachable is not None and cfg.rate is None and max_c < reachable
+                                          and stopped is None)
     flags["rate_shortfall"] = bool(
         result.scheduled_rate is not None and s["achieved_rate_req_s"] is not None
         and s["achieved_rate_req_s"] < RATE_SHORTFALL_FRACTION * result.scheduled_rate

@@ -47,6 +47,10 @@ class RequestOutcome:
 
     Times are ``perf_counter_ns`` values (see the module docstring); ``events`` are the arrival
     times of output-carrying events and ``event_tokens`` their token counts (0 = unknown).
+    ``connect_error`` is set (a short description such as ``connection refused to
+    127.0.0.1:30000``) only for a failure in which the server sent no byte of a response: refused,
+    reset or closed before any response byte. It is not stored in a :class:`RecordStore` (``error``
+    is); the run driver counts it to stop a run whose target is gone.
     """
 
     scheduled: int
@@ -66,6 +70,7 @@ class RequestOutcome:
     finish_reason: str | None = None
     error: str | None = None
     text: str | None = None
+    connect_error: str | None = None
 
 
 class RecordStore:

@@ -6,6 +6,9 @@ Rules and where they come from:
 * Per-request records are files (``VAR_DIR/benchmarks/run-<id>.npz``), never database rows.
 * A run with ``output_length_mismatch`` (or variable or unknown lengths) is never ranked silently
   against fixed-length runs (:func:`runs_compare`, case C10).
+* A run that is not a measurement (failed, cancelled, unfinished, or without one successful
+  request) is never ranked at all: its numbers describe a deployment that went down or a point
+  that did not run (:func:`runs_compare`).
 * An imported file is kept byte for byte with its SHA-256; importing the same content again is
   refused (409) unless asked for, because two copies of one result would count twice in every
   comparison (:func:`run_import`).
@@ -171,33 +174,67 @@ def _config_fields(run: BenchmarkRun) -> dict[str, Any]:
     }
 
 
+def run_not_measured(*, run: BenchmarkRun, metrics: Mapping[str, Any] | None = None) -> str | None:
+    """Why ``run`` holds no measurement to rank, or None when it does: not done (``it failed
+    (<its reason>)``, ``it was cancelled``, ``it has not finished``), no successful request
+    (``none of its 96 requests succeeded``), or no output throughput at all. ``metrics``:
+    :func:`run_metrics` of the run when the caller has it."""
+    if run.status != RunStatus.DONE:
+        why = {RunStatus.FAILED: "it failed", RunStatus.CANCELLED: "it was cancelled"}.get(
+            run.status, f"it has not finished (status {run.status})")
+        reason = (run.reason or "").strip()
+        return why + (f" ({reason[:300]}{'…' if len(reason) > 300 else ''})" if reason else "")
+    m = metrics if metrics is not None else run_metrics(run=run)
+    if m.get("successes") == 0:
+        n = m.get("requests")
+        return f"none of its {n} requests succeeded" if isinstance(n, int) else "none of its requests succeeded"
+    if m.get("output_throughput_tok_s") is None:
+        return "it has no measured output throughput"
+    return None
+
+
 def runs_compare(*, runs: list[BenchmarkRun]) -> dict[str, Any]:
     """Side-by-side comparison of ``runs`` (any sweeps, measured or imported).
 
     Returns ``{"runs": [{"id", "label", "sweep_id", "status", "flags", "metrics", "config",
-    "rankable", "refusal"}], "fields": [{"key", "label", "unit", "values": [...]}],
+    "rankable", "refusal", "measured"}], "fields": [{"key", "label", "unit", "values": [...]}],
     "config_differs": [{"field", "values": [...]}], "best": {"output_throughput_tok_s": run id | None, ...},
-    "notes": [...]}``. A run flagged ``output_length_mismatch`` (or with variable or unknown
-    lengths) is shown but not ranked against fixed-length runs; ``refusal`` and ``notes`` say so
-    (case C10). Raises :class:`InvalidInput` for fewer than 2 runs.
+    "excluded": [{"id", "reason"}], "notes": [...]}``.
+
+    Two kinds of run are shown but never ranked, each with ``rankable`` false and its
+    ``refusal`` (also in ``notes``): a run that holds no measurement (:func:`run_not_measured`:
+    failed, cancelled, unfinished, no successful request; ``measured`` false, listed in
+    ``excluded`` with the reason, and its values in ``fields`` are null except ``failures``, so no
+    partial number from a deployment that went down reads as a result; its own ``metrics`` keep
+    what was recorded), and a run flagged ``output_length_mismatch`` (or with variable or unknown
+    lengths), which is not ranked against fixed-length runs (case C10). ``best`` names the best
+    of the rankable runs only. Raises :class:`InvalidInput` for fewer than 2 runs.
     """
     if len(runs) < 2:
         raise InvalidInput({"ids": ["give at least two runs to compare"]})
     entries = []
     notes: list[str] = []
+    excluded: list[dict[str, Any]] = []
     for run in runs:
+        metrics = run_metrics(run=run)
         length_flags = [f for f in run.flags if f in LENGTH_FLAGS]
         if run.input_len is None or run.output_len is None:
             length_flags = length_flags or ["lengths_unknown"]
+        unmeasured = run_not_measured(run=run, metrics=metrics)
         refusal = None
-        if length_flags:
+        if unmeasured:
+            refusal = f"run #{run.pk} is not ranked: {unmeasured}"
+            excluded.append({"id": run.pk, "reason": unmeasured})
+            notes.append(refusal)
+        elif length_flags:
             refusal = (f"run #{run.pk} is not ranked: {', '.join(length_flags)} — its requests did not all have the "
                        f"requested fixed lengths, so its tok/s and latencies are not comparable with fixed-length runs")
             notes.append(refusal)
         entries.append({"id": run.pk, "label": run.label, "sweep_id": run.sweep_id, "status": run.status,
-                        "flags": list(run.flags), "metrics": run_metrics(run=run), "config": _config_fields(run),
-                        "rankable": refusal is None, "refusal": refusal})
-    fields = [{"key": key, "label": label, "unit": unit, "values": [_path(e["metrics"], key) for e in entries]}
+                        "flags": list(run.flags), "metrics": metrics, "config": _config_fields(run),
+                        "rankable": refusal is None, "refusal": refusal, "measured": unmeasured is None})
+    fields = [{"key": key, "label": label, "unit": unit,
+               "values": [_path(e["metrics"], key) if e["measured"] or key == "failures" else None for e in entries]}
               for key, label, unit in COMPARE_FIELDS]
     config_keys = list(entries[0]["config"].keys())
     differs = [{"field": k, "values": [e["config"][k] for e in entries]} for k in config_keys
@@ -215,7 +252,8 @@ def runs_compare(*, runs: list[BenchmarkRun]) -> dict[str, Any]:
             best[key] = None
             continue
         best[key] = (max(vals) if higher_better else min(vals))[1]
-    return {"runs": entries, "fields": fields, "config_differs": differs, "best": best, "notes": notes}
+    return {"runs": entries, "fields": fields, "config_differs": differs, "best": best, "excluded": excluded,
+            "notes": notes}
 
 
 # ---------------------------------------------------------------------------------------- export

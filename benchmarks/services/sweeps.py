@@ -22,6 +22,12 @@ Rules and where they come from:
   broadcast as ``sweep.point``, the end of the sweep as ``sweep.status`` (both forced).
 * Fixed-length points send ``ignore_eos`` and check every request's length
   (``/work/shared/design/metrics.md``).
+* A point whose deployment went down under it (a process ended, the deployment left ready, or the
+  entry server fails its health checks), or that the load generator stopped because its target
+  stopped answering (``stopped_early``: planned requests not sent), is stored failed, not as a
+  measurement, and fails the sweep. The reason leads with what ended and how, as the node agent
+  recorded it (``router #0 killed by signal 9 (SIGKILL); ... during point c=64
+  256/256: ...``, :func:`process_down`), then the point's failures and what was not sent.
 * A point may be limited by time (``duration_s``), alone or with a request count (whichever ends
   first, :func:`point_limits`).
 * The ceiling analysis (:mod:`benchmarks.analysis`) is stored on the sweep when it finishes,
@@ -241,6 +247,7 @@ def sweep_execute(*, sweep_id: int) -> str:
         snapshot = sweep_snapshot(sweep=sweep, deployment=deployment)
         BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.RUNNING, snapshot=json_safe(snapshot))
         for ordinal, point in enumerate(grid_points(sweep.grid)):
+            watch.point = ""
             watch.check(force=True)
             run = _run_point(sweep, deployment, ordinal, point, snapshot, watch)
             BenchmarkSweep.objects.filter(pk=sweep.pk).update(points_done=F("points_done") + 1)
@@ -309,12 +316,14 @@ def _check_cancel(sweep_id: int) -> None:
 class _Watch:
     """What stops a running sweep, read from its thread: :meth:`check` writes the heartbeat
     (every :data:`HEARTBEAT_S`), then raises :class:`_Cancelled` when ``cancel_requested`` is set
-    and, with ``deployment=True``, :class:`_SweepFailed` when the deployment is no longer ready.
-    Reads at most once per :data:`STOP_CHECK_S` unless ``force``."""
+    and, with ``deployment=True``, :class:`_SweepFailed` when the deployment is no longer ready or
+    one of its processes ended (naming the process, how it ended and ``point``, the label of the
+    point running, when one is). Reads at most once per :data:`STOP_CHECK_S` unless ``force``."""
 
     def __init__(self, sweep_id: int, deployment_id: int | None) -> None:
         self.sweep_id, self.deployment_id = sweep_id, deployment_id
         self.worker = _worker_id()
+        self.point = ""
         self._checked = self._beat = time.monotonic()
 
     def check(self, *, force: bool = False, deployment: bool = True) -> None:
@@ -333,31 +342,57 @@ class _Watch:
             row = Deployment.objects.filter(pk=self.deployment_id).values_list("status", "reason").first()
             if row is None:
                 raise _SweepFailed(f"deployment #{self.deployment_id} was deleted; the sweep stopped")
+            down = process_down(deployment_id=self.deployment_id)
+            during = f" during point {self.point}" if self.point else ""
             if row[0] != DeploymentStatus.READY:
+                if down:  # a crash: the process and how it ended lead, the deployment's state follows
+                    raise _SweepFailed(f"{down}{during}; deployment #{self.deployment_id} is {row[0]}; "
+                                       "the sweep stopped")
                 raise _SweepFailed(f"deployment #{self.deployment_id} is {row[0]}" + (f": {row[1]}" if row[1] else "")
                                    + "; the sweep stopped")
-            down = process_down(deployment_id=self.deployment_id)
             if down:
                 # The agent marks the process first and the deployment a few seconds later: a
                 # point must not go on measuring a half-dead deployment meanwhile.
-                raise _SweepFailed(f"{down} while deployment #{self.deployment_id} was still marked ready; "
-                                   "the sweep stopped")
+                raise _SweepFailed(f"{down}{during} while deployment #{self.deployment_id} was still marked "
+                                   "ready; the sweep stopped")
 
 
 def process_down(*, deployment_id: int) -> str:
-    """``"decode #0 is failed: killed by signal 9 ..."`` for the first process of the deployment
-    that ended (exited, killed or failed), or ``""`` when none has."""
-    from deployments.choices import PROCESS_TERMINAL
-    from deployments.models import ServerProcess
+    """How the first process of the deployment that ended did so, from the rows the node agent
+    writes, or ``""`` when none has: ``"router #0 killed by signal 9 (SIGKILL); restart policy is
+    'never'"`` or ``"decode #0 exited with code 3 (...)"`` when the agent recorded an exit code
+    (negative: the signal, as the agent stores it), else ``"decode #0 is failed: liveness failed 3 times: ..."``. A process that
+    crashed and waits for its restart (pending with a restart time) counts as ended (``...; a
+    restart is pending``). The process that failed is named, not a sibling the agent then stopped
+    because of it. Only the first line of the agent's reason is kept (the log tail after it is
+    on the process page), at most 200 characters; redacted."""
+    from django.db.models import Q
 
-    rows = list(ServerProcess.objects.filter(deployment_id=deployment_id, status__in=PROCESS_TERMINAL)
-                .values_list("role", "ordinal", "status", "reason"))
+    from deployments.choices import PROCESS_TERMINAL, ProcessStatus
+    from deployments.models import ServerProcess
+    from deployments.supervisor import returncode_text
+
+    rows = list(ServerProcess.objects.filter(deployment_id=deployment_id)
+                .filter(Q(status__in=PROCESS_TERMINAL) | Q(status=ProcessStatus.PENDING, next_restart_at__isnull=False))
+                .values_list("role", "ordinal", "status", "reason", "exit_code"))
     if not rows:
         return ""
-    # The one that failed, not a sibling the agent then stopped because of it.
-    rank = {"failed": 0, "killed": 1, "exited": 2}
-    role, ordinal, status, reason = min(rows, key=lambda r: (rank.get(r[2], 3), r[1], r[0]))
-    return redact_text(f"{role} #{ordinal} is {status}" + (f": {reason[:200]}" if reason else ""))
+    rank = {"failed": 0, "pending": 0, "killed": 1, "exited": 2}
+    role, ordinal, status, reason, exit_code = min(rows, key=lambda r: (rank.get(r[2], 3), r[1], r[0]))
+    why = (reason or "").split("\n", 1)[0].strip()[:200]
+    if exit_code is not None:
+        how = returncode_text(int(exit_code))
+        if why.startswith(how):  # the agent's reason already leads with how it ended
+            text = f"{role} #{ordinal} {why}"
+        else:
+            text = f"{role} #{ordinal} {how}" + (f" ({why})" if why else "")
+    elif status == ProcessStatus.PENDING:
+        text = f"{role} #{ordinal} ended" + (f" ({why})" if why else "")
+    else:
+        text = f"{role} #{ordinal} is {status}" + (f": {why}" if why else "")
+    if status == ProcessStatus.PENDING:
+        text += "; a restart is pending"
+    return redact_text(text)
 
 
 def _wait_ready(sweep: BenchmarkSweep, watch: _Watch | None = None):
@@ -627,6 +662,8 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                       progress={}),
     )
     BenchmarkSweep.objects.filter(pk=sweep.pk).update(current_point=_point_label(point), current_tok_s=None)
+    if watch is not None:
+        watch.point = _point_label(point)
     token_ids = engine in TOKEN_ID_ENGINES and api is not Api.CHAT
     stop = threading.Event()
     extra: dict[str, Any] = {}
@@ -670,6 +707,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         except (_Cancelled, _SweepFailed):
             stop.set()  # no new request, in-flight ones aborted; the point is not stored
             thread.join(STOP_JOIN_S)
+            progress.tick(final=True)  # but its last counts are: what was done and failed until then
             raise
         progress.tick()
     if isinstance(outcome.get("error"), LoadgenStopped):
@@ -690,6 +728,9 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
             summary["request_cap_applied"] = cap_applied
     else:
         summary["ended_by"] = "requests"  # a point without a time limit runs its request count out
+    stopped = summary.get("stopped_early")
+    if stopped:
+        summary["ended_by"] = "target_unreachable"
     path = records_dir() / f"run-{run.pk}.npz"
     result.records.save(path)
     progress.tick(final=True)
@@ -703,17 +744,19 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     # check means the engine went down under the point (its row may still say ready until the
     # agent notices): the point's numbers are not a measurement of the deployment, and the later
     # points would only repeat that. A healthy server that fails requests (overload, timeouts) is
-    # a measurement: the point is kept and the sweep goes on.
+    # a measurement: the point is kept and the sweep goes on. A point the load generator stopped
+    # because its target stopped answering is never a measurement (most of it was not sent).
     failures = int(summary.get("failures") or 0)
     had_failures = not cancelled and sent > 0 and failures > 0
-    down = _deployment_down(deployment) if had_failures else ""
     many = had_failures and failures / sent > MAX_FAILED_FRACTION
-    healthy, health = (entry_health(deployment=deployment, attempts=ENTRY_HEALTH_ATTEMPTS) if many and not down
-                       else (None, down))
-    went_down = had_failures and (bool(down) or healthy is False)
+    down, healthy, health = "", None, ""
+    if had_failures:
+        down, healthy, health = _point_down(deployment, check_health=many or bool(stopped))
+    went_down = not cancelled and (bool(stopped) or (had_failures and (bool(down) or healthy is False)))
     run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED if went_down else RunStatus.DONE
     run.reason = ("sweep cancelled while this point ran" if cancelled
-                  else _went_down_reason(summary, _point_label(point), deployment, health) if went_down else "")
+                  else _went_down_reason(summary, _point_label(point), deployment, down=down, healthy=healthy,
+                                         health=health) if went_down else "")
     run.ended_at = timezone.now()
     run.save()
     # The sweep's totals follow what was sent: a time-limited point adds what fitted in its time.
@@ -735,6 +778,9 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
 ENTRY_HEALTH_TIMEOUT_S = 3.0
 ENTRY_HEALTH_ATTEMPTS = 3
 ENTRY_HEALTH_GAP_S = 2.0
+#: Seconds between reads of the process rows while :func:`_point_down` waits between health checks
+#: (the node agent marks a dead process within its tick, 0.5 s by default).
+DOWN_POLL_S = 0.25
 
 
 def _deployment_down(deployment) -> str:
@@ -778,20 +824,76 @@ def entry_health(*, deployment, attempts: int = 1) -> tuple[bool | None, str]:
     return False, detail + (f" ({attempts} checks {ENTRY_HEALTH_GAP_S:g} s apart)" if attempts > 1 else "")
 
 
-def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, health: str) -> str:
-    """``point c=2 32/32: 2 of 2 requests failed (commonest: 2 x cannot connect to ...) and the
-    deployment went down under it (GET .../health: ConnectError ...; deployment #4 is ready)``:
-    the point's failures and commonest error, what showed the deployment down (``health``: a
-    process that ended or the entry server's health check) and the deployment's status as its row
-    says now (redacted)."""
+def _point_down(deployment, *, check_health: bool) -> tuple[str, bool | None, str]:
+    """Whether the deployment went down under a point that had failed requests: ``(down, healthy,
+    health)``. ``down`` is :func:`_deployment_down` (a process that ended, named with how it
+    ended, or the deployment no longer ready), ``""`` when neither. With ``check_health`` and
+    nothing down yet, the entry server's health is checked up to :data:`ENTRY_HEALTH_ATTEMPTS`
+    times, :data:`ENTRY_HEALTH_GAP_S` apart (``healthy`` True as soon as one answers 200, False
+    when none does, None when the entry has no health URL; ``health`` the detail); the node agent
+    marks a dead process within its monitor tick, so the rows are read again between checks and
+    once after them, and a process found ended there is ``down``."""
+    down = _deployment_down(deployment)
+    if down or not check_health:
+        return down, None, down
+    healthy, health = None, ""
+    for attempt in range(ENTRY_HEALTH_ATTEMPTS):
+        if attempt:
+            waited = 0.0
+            while waited < ENTRY_HEALTH_GAP_S:
+                time.sleep(min(DOWN_POLL_S, ENTRY_HEALTH_GAP_S - waited))
+                waited += DOWN_POLL_S
+                down = _deployment_down(deployment)
+                if down:
+                    return down, healthy, health
+        healthy, health = entry_health(deployment=deployment, attempts=1)
+        if healthy is not False:
+            break
+    if healthy is False:
+        health += f" ({ENTRY_HEALTH_ATTEMPTS} checks {ENTRY_HEALTH_GAP_S:g} s apart)"
+        down = _deployment_down(deployment)
+    return down, healthy, health
+
+
+def _entry_name(deployment) -> str:
+    """``router #0`` (PD) or ``single #0``: the deployment's entry process, or ``the entry server``."""
+    from deployments.models import ServerProcess
+
+    row = (ServerProcess.objects.filter(deployment=deployment, role__in=("router", "single"))
+           .order_by("ordinal").values_list("role", "ordinal").first())
+    return f"{row[0]} #{row[1]}" if row else "the entry server"
+
+
+def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, *, down: str, healthy: bool | None,
+                      health: str) -> str:
+    """Why a point is not kept as a measurement, leading with what ended: ``router #0 exited with
+    code -9 (killed by signal 9; restart policy is 'never') during point c=64 256/256: 96 of 96
+    requests sent failed (commonest: 64 x cannot connect to ...), 3,904 not sent (target
+    unreachable: 32 consecutive connection failures (connection refused to 127.0.0.1:30000));
+    deployment #4 is failed``. What ended is ``down`` (:func:`process_down`, or the deployment no
+    longer ready), else the entry process that failed its health checks (``single #0 stopped
+    answering (GET .../health: ConnectError ...)``), else the load generator's own reason for
+    stopping with what the health check said. Then the point's failures and commonest error, the
+    requests never sent, and the deployment's status as its row says now. Redacted."""
     errors = summary.get("errors") or {}
     n = int(summary.get("requests") or 0)
     failed = int(summary.get("failures") or 0)
+    stopped = summary.get("stopped_early")
+    not_sent = summary.get("not_sent")
     top = max(errors.items(), key=lambda kv: kv[1]) if isinstance(errors, Mapping) and errors else None
     what = f"{top[1]} x {top[0]}" if top else "no error text"
+    if down:
+        lead = down
+    elif healthy is False:
+        lead = f"{_entry_name(deployment)} stopped answering ({health})"
+    else:
+        lead = f"the load generator stopped sending ({stopped}" + (f"; {health}" if health else "") + ")"
+    counts = f"{failed:,} of {n:,} requests{' sent' if stopped else ''} failed (commonest: {what})"
+    if stopped:
+        rest = f"{not_sent:,} not sent" if isinstance(not_sent, int) else "the rest of its time not used"
+        counts += f", {rest}" + (f" ({stopped})" if down or healthy is False else "")
     status = type(deployment).objects.filter(pk=deployment.pk).values_list("status", flat=True).first()
-    return redact_text(f"point {label}: {failed} of {n} requests failed (commonest: {what}) and the deployment "
-                       f"went down under it ({health}; deployment #{deployment.pk} is {status or 'gone'})")
+    return redact_text(f"{lead} during point {label}: {counts}; deployment #{deployment.pk} is {status or 'gone'}")
 
 
 # ---------------------------------------------------------------------------------------- analysis

@@ -313,3 +313,72 @@ def test_it_refuses_a_list_filter_that_can_match_nothing_naming_what_is_allowed(
     assert [r["id"] for r in viewer_api.get(f"/api/runs/?sweep={done.pk}&source=measured").json()["results"]] == [
         run.pk]
     assert viewer_api.get(f"/api/runs/?sweep={done.pk + 1}").json()["count"] == 0
+
+
+def test_it_answers_every_bad_grid_field_at_once(operator_api, deployment) -> None:
+    body = ('{"deployment": %d, "grid": {"concurrency": [0, 2], "lengths": ["256x256"], "warmup": -1, '
+            '"duration_s": 1e400, "request_rates": [-3], "slo": {"ttft_s": 0, "p50": 1}, "seed": "x", "api": "nope", '
+            '"colour": "red"}}' % deployment.pk)
+    response = operator_api.post("/api/sweeps/", body, content_type="application/json")
+    assert response.status_code == 400
+    errors = response.json()
+    assert sorted(errors) == ["grid.api", "grid.colour", "grid.concurrency.0", "grid.duration_s", "grid.lengths.0",
+                              "grid.request_rates.0", "grid.seed", "grid.slo.p50", "grid.slo.ttft_s", "grid.warmup"]
+    assert errors["grid.duration_s"] == ["must be a finite number, got inf (too large for a 64-bit float)"]
+    assert errors["grid.warmup"] == ["must be an integer 0..10000, got -1"]
+    # The size bounds are judged with the other errors (they need only valid counts), each bound once.
+    response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
+        "concurrency": [4096, 2048], "lengths": ["1000:8"], "requests_per_concurrency": 1000, "seed": -1}},
+        format="json")
+    errors = response.json()
+    assert sorted(errors) == ["grid", "grid.lengths", "grid.requests_per_concurrency", "grid.seed"]
+    assert errors["grid.requests_per_concurrency"] == [
+        "point c=2048 1000/8 would send 2,048,000 requests; at most 100,000 per point"]
+    assert errors["grid.lengths"][0].startswith("point c=2048 1000/8 needs 2,048,000,000 prompt tokens")
+    assert errors["grid"] == ["the sweep would send 6,144,000 requests; at most 1,000,000 per sweep"]
+    assert not BenchmarkSweep.objects.exists()
+
+
+def test_it_answers_a_bad_deployment_together_with_the_grids_errors(operator_api) -> None:
+    for deployment in (999_999, "abc"):
+        response = operator_api.post("/api/sweeps/", {"deployment": deployment, "grid": {
+            "concurrency": [0], "lengths": []}}, format="json")
+        assert response.status_code == 400
+        assert sorted(response.json()) == ["deployment", "grid.concurrency.0", "grid.lengths"], deployment
+
+
+def test_it_never_ranks_a_failed_or_metricless_run_in_the_api(operator_api, viewer_api, deployment) -> None:
+    sweep = BenchmarkSweep.objects.create(deployment=deployment, status=SweepStatus.FAILED, num_gpus=4)
+    summary = {"requests": 10, "successes": 10, "failures": 0, "duration_s": 1.0,
+               "ttft_s": {"mean": 0.2, "p50": 0.2, "p90": 0.2, "p99": 0.2}, "tpot_s": {"mean": 0.02}}
+
+    def run(ordinal: int, status: str, tok_s: float | None, **extra) -> BenchmarkRun:
+        s = {**summary, "output_throughput_tok_s": tok_s, **extra.pop("summary", {})}
+        return BenchmarkRun.objects.create(sweep=sweep, ordinal=ordinal, status=status, concurrency=8, input_len=64,
+                                           output_len=64, num_gpus=4, summary=s if tok_s is not None else {},
+                                           **extra)
+
+    good = run(0, RunStatus.DONE, 100.0)
+    better = run(1, RunStatus.DONE, 120.0)
+    crashed = run(2, RunStatus.FAILED, 900.0, reason="router #0 killed by signal 9 (SIGKILL)",
+                  summary={"failures": 36, "successes": 2, "ttft_s": {"p99": 0.001}})
+    cancelled = run(3, RunStatus.CANCELLED, None, progress={"done": 5, "failed": 0})
+    empty = run(4, RunStatus.DONE, 0.0, summary={"successes": 0, "failures": 10, "ttft_s": {}})
+    ids = [good.pk, better.pk, crashed.pk, cancelled.pk, empty.pk]
+    body = viewer_api.get(f"/api/runs/compare/?ids={','.join(map(str, ids))}").json()
+    assert body["best"] == {"output_throughput_tok_s": better.pk, "tok_s_per_gpu": better.pk,
+                            "ttft_ms.p99": good.pk, "tpot_ms.mean": good.pk}
+    assert body["excluded"] == [
+        {"id": crashed.pk, "reason": "it failed (router #0 killed by signal 9 (SIGKILL))"},
+        {"id": cancelled.pk, "reason": "it was cancelled"},
+        {"id": empty.pk, "reason": "none of its 10 requests succeeded"}]
+    by_id = {r["id"]: r for r in body["runs"]}
+    assert [by_id[i]["rankable"] for i in ids] == [True, True, False, False, False]
+    assert by_id[crashed.pk]["refusal"] == f"run #{crashed.pk} is not ranked: it failed (router #0 killed by " \
+                                           "signal 9 (SIGKILL))"
+    assert by_id[crashed.pk]["refusal"] in body["notes"]
+    fields = {f["key"]: f["values"] for f in body["fields"]}
+    assert fields["output_throughput_tok_s"] == [100.0, 120.0, None, None, None]
+    assert fields["ttft_ms.p99"] == [200.0, 200.0, None, None, None]
+    assert fields["failures"] == [0, 0, 36, None, 10]  # failures stay visible
+    assert by_id[crashed.pk]["metrics"]["output_throughput_tok_s"] == 900.0  # what was recorded, unranked

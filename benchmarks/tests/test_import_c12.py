@@ -245,3 +245,58 @@ def test_it_analyses_imported_runs_of_one_sweep() -> None:
     assert report.input_len == 512 and report.output_len == 512
     assert report.ceiling.source == "observed_plateau" and report.ceiling.plateau_from_label == "c=16"
     assert report.fit.possible
+
+
+@pytest.mark.parametrize(("text", "key", "message"), [
+    (sglang_line(p99_ttft_ms=80.0),
+     "p99_ttft_ms", "p99_ttft_ms = 80 ms is less than median_ttft_ms = 85.7451 ms; TTFT statistics must not decrease"),
+    (sglang_line(p90_e2e_latency_ms=9000.0, p99_e2e_latency_ms=8999.5),
+     "p99_e2e_latency_ms", "p99_e2e_latency_ms = 8999.5 ms is less than p90_e2e_latency_ms = 9000 ms"),
+    (sglang_line(p99_itl_ms=40.0, max_itl_ms=39.0),
+     "max_itl_ms", "max_itl_ms = 39 ms is less than p99_itl_ms = 40 ms; ITL statistics must not decrease "
+                   "(min <= p50 <= p90 <= p95 <= p99 <= max)"),
+    (vllm_obj(p95_tpot_ms=30.0, p99_tpot_ms=29.0),
+     "p99_tpot_ms", "p99_tpot_ms = 29 ms is less than p95_tpot_ms = 30 ms"),
+])
+def test_it_refuses_percentiles_that_decrease(text: str, key: str, message: str) -> None:
+    with pytest.raises(ResultImportError) as exc:
+        import_results(text)
+    assert exc.value.key == key and message in str(exc.value)
+    path = "line 1" if text.startswith("{\"backend\"") else "file"
+    assert list(exc.value.errors) == [f"{path}.{key}"]
+
+
+def test_it_takes_equal_neighbouring_percentiles_and_float_rounding() -> None:
+    [run] = import_results(sglang_line(p90_ttft_ms=90.0, p99_ttft_ms=90.0, max_ttft_ms=90.0 * (1 - 1e-12)))
+    assert run.ttft_ms["p90"] == run.ttft_ms["p99"] == 90.0
+
+
+def test_it_refuses_more_completed_and_failed_requests_than_prompts() -> None:
+    with pytest.raises(ResultImportError) as exc:
+        import_results(vllm_obj(completed=200, failed=5, num_prompts=200))
+    assert str(exc.value) == ("file, key 'completed': completed 200 + failed 5 = 205 is more than num_prompts 200; "
+                              "every prompt is sent once and ends once")
+    with pytest.raises(ResultImportError, match="completed 201 \\+ failed 0 = 201 is more than num_prompts 200"):
+        import_results(vllm_obj(completed=201, failed=..., num_prompts=200))  # failed not in the file
+    [run] = import_results(vllm_obj(completed=195, failed=5, num_prompts=200))
+    assert (run.completed, run.failed) == (195, 5)
+
+
+def test_it_says_which_key_is_nan_when_a_run_cannot_do_without_it() -> None:
+    # json.dumps writes the NaN literal, as SGLang's bench_serving (json.dumps of a float) does.
+    line = sglang_line(duration=float("nan"))
+    assert "NaN" in line
+    with pytest.raises(ResultImportError) as exc:
+        import_sglang_bench_serving(SGLANG_TEXT + line + "\n")
+    assert str(exc.value) == "line 2, key 'duration': duration is NaN; a run cannot be imported without a number here"
+    # A NaN throughput that the totals cannot replace: named with its line, not "no output throughput".
+    [run] = import_sglang_bench_serving(sglang_line(output_throughput=float("nan"), total_output_tokens=...))
+    with pytest.raises(ResultImportError) as exc:
+        run.as_sweep_point()
+    assert str(exc.value) == ("line 1, key 'output_throughput': output_throughput is NaN in the file, so no output "
+                              "throughput can be read or computed (total_output_tokens / duration); a run needs one")
+    # NaN where a null will do stays a null with a note, and says it was NaN, not absent.
+    [run] = import_sglang_bench_serving(sglang_line(random_range_ratio=float("nan")))
+    assert run.range_ratio is None and run.nan_keys == ["random_range_ratio"]
+    assert run.length_distribution_note.startswith("random_range_ratio is NaN in the file, so the length distribution "
+                                                   "is unknown")

@@ -160,6 +160,34 @@ def test_it_stops_a_sweep_whose_deployment_stops_with_that_reason(sim_url: str, 
     assert sweep.runs.get().status == RunStatus.FAILED
 
 
+@pytest.mark.django_db(transaction=True)
+def test_it_names_the_process_that_ended_during_a_point_and_the_point(sim_url: str, operator) -> None:
+    # The rows as the node agent writes them for a crash with restart policy "never": the process
+    # failed with its exit code (-9: SIGKILL) and the deployment failed after it.
+    from deployments.choices import ProcessStatus
+    from deployments.models import ServerProcess
+
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [2], "lengths": [[16, 512]], "requests": 400})
+    thread, result = _start(sweep.pk)
+    _wait_for_requests(sweep)
+    ServerProcess.objects.filter(deployment=deployment).update(
+        status=ProcessStatus.FAILED, exit_code=-9,
+        reason="killed by signal 9 (SIGKILL); restart policy is 'never'\nlast log lines:\nsim server role=single")
+    deployment.status = DeploymentStatus.FAILED
+    deployment.save(update_fields=["status"])
+    thread.join(30)
+    assert result["status"] == SweepStatus.FAILED
+    sweep.refresh_from_db()
+    assert sweep.reason == (f"single #0 killed by signal 9 (SIGKILL); restart policy is 'never' during "
+                            f"point c=2 16/512; deployment #{deployment.pk} is failed; the sweep stopped")
+    run = sweep.runs.get()
+    assert run.status == RunStatus.FAILED and run.summary == {}
+    # The point keeps the load generator's counts up to the stop (the sim still answers here).
+    assert run.progress["output_tokens"] > 0 and run.progress["failed"] == 0
+
+
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait(timeout=10)

@@ -669,3 +669,92 @@ def test_it_refuses_non_ascii_digits_like_any_malformed_number(viewer_client, op
     assert html.count("&#x27;\u00b2&#x27; is not a positive whole number.") == 2  # concurrency and requests
     assert "&#x27;\u00b2:8&#x27; is not input:output, e.g. 256:256." in html
     assert not BenchmarkSweep.objects.exists()
+
+
+# --- failed points ----------------------------------------------------------------------------
+
+CRASH = ("router #0 killed by signal 9 (SIGKILL); restart policy is 'never' during point c=64 256/256 "
+         "while deployment #1 was still marked ready; the sweep stopped")
+
+
+@pytest.fixture
+def crashed_sweep(deployment) -> tuple[BenchmarkSweep, BenchmarkRun, BenchmarkRun]:
+    """A sweep that failed when its router died: c=8 done; c=64 stopped by the crash before its summary
+    was stored, with the load generator's last count (3,512 of 3,600 finished requests failed)."""
+    sweep = BenchmarkSweep.objects.create(
+        deployment=deployment, status=SweepStatus.FAILED, reason=CRASH, points_total=3, points_done=1, num_gpus=4,
+        grid={"concurrency": [8, 64, 128], "lengths": [[256, 256]], "requests": 4000}, topology="single",
+        engine="sim")
+    done = BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=0, status=RunStatus.DONE, concurrency=8, input_len=256, output_len=256,
+        num_requests=4, num_gpus=4, summary=_summary(tok_s=123.4, ttft_p99_s=0.298), output_tok_s=123.4)
+    crashed = BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=1, status=RunStatus.FAILED, reason=CRASH, concurrency=64, input_len=256,
+        output_len=256, num_requests=4000, num_gpus=4,
+        progress={"done": 3600, "total": 4000, "failed": 3512, "output_tokens": 22528, "elapsed_s": 2.1,
+                  "tok_s": 0.0})
+    return sweep, done, crashed
+
+
+def test_it_shows_the_failed_count_of_a_point_stopped_before_its_summary(viewer_client, crashed_sweep):
+    sweep, done, crashed = crashed_sweep
+    html = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+    row = html.split(f'id="run-{crashed.pk}"')[1].split("</tr>")[0]
+    assert ('<td class="num failures"><span class="bad">3,512 failed of 3,600 finished</span>'
+            '<div class="muted small">counted while the point ran</div></td>') in row
+    assert '<td class="num">3600</td>' in row  # requests finished when it stopped, not the 4000 planned
+    done_row = html.split(f'id="run-{done.pk}"')[1].split("</tr>")[0]
+    assert '<span class="bad">1 failed of 4</span>' in done_row
+    assert CRASH.replace("'", "&#x27;") in html  # the sweep's reason names the crash
+
+    page = _html(viewer_client.get(reverse("benchmarks:run-detail", args=[crashed.pk])))
+    assert "3,512 failed of 3,600 finished" in page
+    assert "No failed requests." not in page
+    assert "counted by the load generator while the point ran" in page
+    index = _html(viewer_client.get(reverse("benchmarks:index")))
+    assert "3,512 failed of 3,600 finished" in index
+
+
+def test_it_shows_what_a_point_stopped_early_never_sent(viewer_client, crashed_sweep, var_dir):
+    sweep, _, crashed = crashed_sweep
+    BenchmarkRun.objects.filter(pk=crashed.pk).update(progress={}, summary={
+        **_summary(tok_s=3.0, ttft_p99_s=0.2), "requests": 96, "successes": 60, "failures": 36, "not_sent": 3904,
+        "stopped_early": "target unreachable: 32 consecutive connection failures (connection refused to "
+                         "127.0.0.1:30000)", "ended_by": "target_unreachable"})
+    page = _html(viewer_client.get(reverse("benchmarks:run-detail", args=[crashed.pk])))
+    assert "36 failed of 96, 3,904 not sent" in page
+    assert ("the load generator stopped sending: target unreachable: 32 consecutive connection failures "
+            "(connection refused to 127.0.0.1:30000)") in page
+
+
+def test_it_leaves_failed_and_metricless_runs_out_of_the_comparison_ranking(viewer_client, crashed_sweep,
+                                                                           mismatch_sweep):
+    sweep, done, crashed = crashed_sweep
+    clean, _ = mismatch_sweep  # 100 tok/s, TTFT p99 100 ms
+    # A failed point whose few successes look excellent must not be crowned.
+    BenchmarkRun.objects.filter(pk=crashed.pk).update(summary=_summary(tok_s=900.0, ttft_p99_s=0.001))
+    html = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": f"{clean.pk},{done.pk},{crashed.pk}"}))
+    assert re.search(r'<td>output throughput \(tok/s\)</td><td class="num">100\.00</td>'
+                     r'<td class="num best">123\.40</td><td class="num">—</td>', html)
+    assert re.search(r'<td>TTFT p99 \(ms\)</td><td class="num best">100\.00</td><td class="num">298\.00</td>'
+                     r'<td class="num">—</td>', html)
+    assert re.search(r'<td>failures \(requests\)</td><td class="num">1</td><td class="num">1</td>'
+                     r'<td class="num">1</td>', html)
+    assert f"Run #{crashed.pk} is not ranked: it failed (router #0 killed by signal 9 (SIGKILL)" in html
+    assert f'title="run #{crashed.pk} is not ranked: it failed (router #0 killed by signal 9' in html
+    tok = _json_script(html, "chart-compare-tok-s")
+    assert [p for s in tok["series"] for p in s["points"]] == [[1.0, 100.0], [8.0, 123.4]]  # no 900 at c=64
+
+
+def test_it_lists_every_grid_error_of_the_form_at_once(operator_client, deployment):
+    # The form could not read "x"; what it could read still breaks the service's bounds: both are said.
+    response = operator_client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": deployment.pk, "concurrency": "1,x", "lengths": "100000:8", "requests": "200",
+        "rates": "0.5", "duration": "",
+    })
+    assert response.status_code == 400
+    html = _html(response)
+    assert "&#x27;x&#x27; is not a positive whole number." in html
+    assert "point c=1 100000/8 needs 20,000,000 prompt tokens" in html
+    assert "200 requests at 0.5 req/s take about 400 s" not in html  # within the 24 h bound: no error
+    assert not BenchmarkSweep.objects.exists()

@@ -124,10 +124,25 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     mean/p50/p90/p99 in ms), ``requests``, ``successes``, ``failures`` (counts), ``errors``
     (``[(reason, count)]``, most frequent first), ``flags`` (``[(flag, explanation)]``),
     ``length_mismatch`` (None, or ``{"requested", "measured_mean", "count"}`` in tokens and
-    requests), ``num_gpus``, ``duration_s``. Absent values are None.
+    requests), ``num_gpus``, ``duration_s``, ``not_sent`` (planned requests never sent because the
+    target stopped answering; None when none or unknown), ``failures_text`` (``"3,512 failed of
+    4,000"``, ``""`` when no request failed or the count is unknown) and ``failures_live`` (True when
+    the counts come from the load generator's live progress because the point stopped before its
+    summary was stored: a cancelled point, or one stopped by a crash). Absent values are None.
     """
     s: Mapping[str, Any] = run.summary or {}
     m = services.run_metrics(run=run)
+    failures, successes, requests = m.get("failures"), m.get("successes"), m.get("requests")
+    live = False
+    progress = run.progress if isinstance(run.progress, Mapping) else {}
+    if failures is None and not s and isinstance(progress.get("failed"), int):
+        # No summary (the point was stopped): the load generator's last count is all there is.
+        live = True
+        failures = progress["failed"]
+        done = progress.get("done")
+        if isinstance(done, int):
+            requests, successes = done, max(0, done - failures)
+    not_sent = s.get("not_sent") if isinstance(s.get("not_sent"), int) and s.get("not_sent") else None
     num_gpus = run.num_gpus or (run.sweep.num_gpus if run.sweep_id and run.sweep else None)
     out_tok_s = _opt_float(m.get("output_throughput_tok_s"))
     if out_tok_s is None:
@@ -152,15 +167,32 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         "goodput_req_s": _first(s, "goodput_req_s", "request_goodput_req_s"),
         "slo_attainment": _opt_float(m.get("slo_attainment")),
         **{stem: _latency(m.get(f"{stem}_ms")) for stem, _ in LATENCIES},
-        "requests": m.get("requests") if m.get("requests") is not None else run.num_requests,
-        "successes": m.get("successes"),
-        "failures": m.get("failures"),
+        "requests": requests if requests is not None else run.num_requests,
+        "successes": successes,
+        "failures": failures,
+        "failures_text": _failures_text(failures, requests, not_sent=not_sent, live=live),
+        "failures_live": live,
+        "not_sent": not_sent,
         "errors": error_rows,
         "flags": [(f, FLAG_TEXT.get(f, f.replace("_", " "))) for f in flags],
         "length_mismatch": mismatch,
         "num_gpus": num_gpus,
         "duration_s": _opt_float(m.get("duration_s")),
     }
+
+
+def _failures_text(failures: Any, requests: Any, *, not_sent: int | None, live: bool) -> str:
+    """``"3,512 failed of 4,000"`` (``requests`` finished; ``"of 3,600 finished"`` for a live count,
+    ``", 3,904 not sent"`` when the load generator stopped early), ``""`` when nothing failed or
+    the count is unknown."""
+    if not isinstance(failures, int) or isinstance(failures, bool) or failures <= 0:
+        return ""
+    text = f"{failures:,} failed"
+    if isinstance(requests, int) and not isinstance(requests, bool):
+        text += f" of {requests:,}" + (" finished" if live else "")
+    if not_sent:
+        text += f", {not_sent:,} not sent"
+    return text
 
 
 def _json_text(value: Any) -> str:

@@ -46,6 +46,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "snapshot_text": _json_text(run.snapshot) if run.snapshot else "",
         "summary_text": _json_text(summary),
         "extra": _extra_facts(summary), "ended_by": summary.get("ended_by"),
+        "stopped_early": summary.get("stopped_early") or "",
         "cap_not_applied": summary.get("request_cap_applied") is False,
         "latencies": LATENCIES,
     })
@@ -75,7 +76,7 @@ def _extra_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
          CLIENT_CPU_HELP if _first(s, "client_cpu_us_per_event") is not None or not s.get("client_cpu_note")
          else f"{s['client_cpu_note']}. {CLIENT_CPU_HELP}"),
     ]
-    if ended_by:
+    if ended_by and s.get("prompt_pool") is not None:  # only a time-limited point has a pool
         facts.append(("Distinct prompts of the time-limited point", _first(s, "prompt_pool"), "prompts",
                       "made before the measured window; the point cycles through them when its time outlasts "
                       "them" + (", and it did: some prompts were sent twice (a prefix-cache hit on engines "
@@ -142,8 +143,10 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     Returns ``rows`` (:func:`run_row` per run), ``config_rows`` (``{"field", "values", "differs"}``
     for every config field, in the service's order), ``metric_rows`` (``{"label", "unit",
     "values", "best"}``; ``best`` is the column index of the run the service ranked best, None
-    when it ranked none), ``refusals`` (the service's notes: length-mismatched runs not ranked,
-    mixed lengths), ``unranked_ids`` (run ids left out of ranking) and the overlay ``charts``.
+    when it ranked none), ``refusals`` (the service's notes: runs that hold no measurement and
+    length-mismatched runs, not ranked; mixed lengths), ``unranked_ids`` (run ids left out of
+    ranking), ``unranked_reasons`` (run id -> why) and the overlay ``charts``, which draw only runs
+    that hold a measurement (a failed point's few numbers are not a point on a curve).
     """
     rows = [run_row(r) for r in runs]
     entries = list(comparison.get("runs") or [])
@@ -158,11 +161,14 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         winner = best.get(f["key"])
         metric_rows.append({"key": f["key"], "label": f["label"], "unit": f["unit"], "values": f["values"],
                             "best": index_of.get(winner) if winner is not None else None})
+    unmeasured = {e["id"] for e in entries if e.get("measured") is False}
     return {
         "rows": rows, "config_rows": config_rows, "metric_rows": metric_rows,
         "refusals": [str(n) for n in comparison.get("notes") or []],
         "unranked_ids": {e["id"] for e in entries if not e.get("rankable", True)},
-        "charts": _compare_charts(runs, rows),
+        "unranked_reasons": {e["id"]: str(e.get("refusal") or "") for e in entries if not e.get("rankable", True)},
+        "charts": _compare_charts([r for r in runs if r.pk not in unmeasured],
+                                  [r for r in rows if r["run"].pk not in unmeasured]),
     }
 
 

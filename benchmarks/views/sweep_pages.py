@@ -225,6 +225,17 @@ def _field_errors(errors: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     return out
 
 
+def _grid_rule_errors(grid: Mapping[str, Any], *, engine: str) -> dict[str, list[str]]:
+    """:func:`benchmarks.sweeps.grid_validate`'s errors for ``grid`` by form field (``{}`` when none)."""
+    from benchmarks.sweeps import grid_validate
+
+    try:
+        grid_validate(grid, engine=engine)
+    except InvalidInput as exc:
+        return _field_errors(exc.errors)
+    return {}
+
+
 @role_page(read="operator")
 def sweep_create_view(request: HttpRequest) -> HttpResponse:
     """Operator form for a new sweep of one ready deployment (``?deployment=<id>``): concurrency
@@ -242,7 +253,13 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         values = {k: request.POST.get(k, "").strip() for k in defaults}
         grid, errors = sweep_grid_from_form(values)
-        if not errors:
+        if errors:
+            # One answer lists everything to fix: what the form could read is judged by the
+            # service's rules too (size bounds, open-loop needs), for the fields the form had no
+            # complaint about.
+            for field, msgs in _grid_rule_errors(grid, engine=deployment.recipe.engine).items():
+                errors.setdefault(field, msgs)
+        else:
             try:
                 sweep = services.sweep_create(deployment=deployment, user=request.user, grid=grid)
             except InvalidInput as exc:

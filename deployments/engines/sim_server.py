@@ -11,7 +11,10 @@ Run::
 
 Environment: ``CEILING_SIM_FAIL_GENERATE=1`` keeps ``/health`` and ``/v1/models`` answering but
 fails every generation with 500; ``CEILING_SIM_IGNORE_SIGTERM=1`` ignores SIGTERM (stop tests need
-an engine that only SIGKILL ends). Otherwise SIGTERM and SIGINT stop the server cleanly.
+an engine that only SIGKILL ends). Otherwise SIGTERM and SIGINT stop the server cleanly, after
+which the process ends by that same signal (as uvicorn does since 0.29, and as the GNU C library
+manual's "Termination in Handler" asks), so whoever waits for it reads "killed by signal 15
+(SIGTERM)" rather than an exit code 0 that hides that someone stopped it.
 
 What the real ``sglang-router`` 0.3.2 does with these servers (observed by running
 ``python -m sglang_router.launch_router --pd-disaggregation --prefill http://H:P1 B1 --decode
@@ -135,8 +138,9 @@ def server_args(args: argparse.Namespace, profile: SimProfile) -> dict[str, Any]
     }
 
 
-async def serve(args: argparse.Namespace, profile: SimProfile) -> None:
-    """Run the server until SIGTERM/SIGINT (unless ignored) stops it."""
+async def serve(args: argparse.Namespace, profile: SimProfile) -> int | None:
+    """Run the server until SIGTERM/SIGINT (unless ignored) stops it; returns that signal's
+    number once the server has shut down cleanly."""
     fail_generate = env_flag("CEILING_SIM_FAIL_GENERATE")
     metrics = SimMetrics(args.model_name)
     store = KvStore(metrics) if args.role == "prefill" else None
@@ -167,10 +171,16 @@ async def serve(args: argparse.Namespace, profile: SimProfile) -> None:
         args.time_scale, delay, fail_generate,
     )
     stop = asyncio.Event()
+    caught: list[int] = []
+
+    def on_signal(sig: int) -> None:
+        caught.append(sig)
+        stop.set()
+
     loop = asyncio.get_running_loop()
     if not env_flag("CEILING_SIM_IGNORE_SIGTERM"):
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, on_signal, signal.SIGTERM)
+    loop.add_signal_handler(signal.SIGINT, on_signal, signal.SIGINT)
     if delay > 0:
         loop.call_later(delay, lambda: log.info("startup delay over; /health answers 200"))
     await stop.wait()
@@ -180,10 +190,13 @@ async def serve(args: argparse.Namespace, profile: SimProfile) -> None:
         await runner.cleanup()
     if client:
         await client.close()
+    return caught[0] if caught else None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit status (2 for a bad command line or profile)."""
+    """Entry point; returns the process exit status (2 for a bad command line or profile, 1
+    when a port cannot be bound). A server stopped by SIGTERM or SIGINT does not return: it
+    ends by that signal once shut down (see the module docstring)."""
     args = parse_args(argv)
     if env_flag("CEILING_SIM_IGNORE_SIGTERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -197,10 +210,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sim_server: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(args, profile))
+        stopped_by = asyncio.run(serve(args, profile))
     except OSError as exc:
         print(f"sim_server: cannot listen: {exc}", file=sys.stderr)
         return 1
+    if stopped_by is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(stopped_by, signal.SIG_DFL)
+        signal.raise_signal(stopped_by)
     return 0
 
 

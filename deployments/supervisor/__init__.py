@@ -9,7 +9,7 @@ subreaper) are explained in :mod:`deployments.supervisor.process` and
 
 Log cap trade-off: a pipe into the shim keeps each log file at or below the cap even when the
 node agent is dead, at the price of the engine's stdout breaking if someone kills the shim
-alone; rotating an ``O_APPEND`` file from the agent's periodic check would survive that but
+alone (the node agent notices, see :func:`shim_gone`, and records it on the process); rotating an ``O_APPEND`` file from the agent's periodic check would survive that but
 lets the file grow without bound while the agent is down, which is when logs matter most.
 """
 from deployments.supervisor.logs import log_tail
@@ -20,6 +20,7 @@ from deployments.supervisor.process import (
     SpawnError,
     StopResult,
     exit_file_for,
+    exit_status_text,
     handle_alive,
     new_tag,
     process_descendants,
@@ -28,6 +29,10 @@ from deployments.supervisor.process import (
     process_identity,
     process_spawn,
     process_stop,
+    returncode_text,
+    shim_gone,
+    shim_running,
+    signal_text,
 )
 from deployments.supervisor.restart import RestartPolicy
 
@@ -39,6 +44,7 @@ __all__ = [
     "SpawnError",
     "StopResult",
     "exit_file_for",
+    "exit_status_text",
     "handle_alive",
     "log_tail",
     "new_tag",
@@ -49,4 +55,8 @@ __all__ = [
     "process_identity",
     "process_spawn",
     "process_stop",
+    "returncode_text",
+    "shim_gone",
+    "shim_running",
+    "signal_text",
 ]

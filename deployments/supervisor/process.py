@@ -394,6 +394,62 @@ def _signal_exact(pid: int, start_ticks: int, sig: int) -> bool:
             os.close(fd)
 
 
+def signal_text(number: int) -> str:
+    """``signal 9 (SIGKILL)``: a signal number with its name from :mod:`signal`, or the number
+    alone for one Linux does not name (real-time signals, for instance)."""
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def exit_status_text(*, returncode: int | None, signal_number: int | None) -> str:
+    """How a process ended, from its wait status (``waitpid(2)``: ``WTERMSIG`` when a signal
+    ended it, else ``WEXITSTATUS``) as the shim records it: ``killed by signal 9 (SIGKILL)``,
+    ``exited with code 3``, or ``ended (no exit status)`` when neither is known."""
+    if signal_number is not None:
+        return f"killed by {signal_text(int(signal_number))}"
+    if returncode is not None:
+        return f"exited with code {int(returncode)}"
+    return "ended (no exit status)"
+
+
+def returncode_text(code: int) -> str:
+    """:func:`exit_status_text` of a code stored the way :mod:`subprocess` reports it: ``-N``
+    when signal N ended the process, else its exit code."""
+    if code < 0:
+        return exit_status_text(returncode=None, signal_number=-code)
+    return exit_status_text(returncode=code, signal_number=None)
+
+
+def shim_running(handle: ProcessHandle) -> bool:
+    """True while a process leading the handle's group and session (the shim's place) runs.
+    Only a hint (a reused pid would pass): :func:`shim_gone` is the check that counts."""
+    info = proc_stat(handle.pgid)
+    return info is not None and info.running and info.pid == info.pgid == info.sid
+
+
+def shim_gone(handle: ProcessHandle) -> str | None:
+    """None while the shim still supervises the engine; else how it ended, in words.
+
+    The engine is the shim's own child (forked, then exec'd), so the shim runs exactly as long
+    as the engine's parent is the group leader ``handle.pgid``: once the shim dies the kernel
+    reparents the engine to the nearest subreaper or init. This reads one ``/proc/<pid>/stat``
+    and cannot be fooled by a reused shim pid. None too when the engine itself no longer runs
+    (its exit is the news then). For a shim this process started, the text is its exit status
+    (``killed by signal 9 (SIGKILL)``, reaping it); for one a previous agent started the
+    status went to whoever reaped it and the text is ``""``.
+    """
+    engine = proc_stat(handle.pid)
+    if engine is None or engine.start_ticks != handle.start_ticks or not engine.running:
+        return None
+    if engine.ppid == handle.pgid:
+        return None
+    popen = _SHIMS.get(handle.pgid)
+    code = popen.poll() if popen is not None else None
+    return returncode_text(code) if code is not None else ""
+
+
 def _killpg_verified(handle: ProcessHandle, sig: int) -> bool:
     # Re-check right before signalling: only a group that still has a tagged member is ours.
     table = {p: i for p, i in proc_scan().items() if i.pgid == handle.pgid}

@@ -27,7 +27,9 @@ What it does, in order:
 ``SIGTERM``, ``SIGINT`` and ``SIGHUP`` are ignored here so that a stop signalled to the whole
 process group lets the shim record the engine's last words and exit status; ``SIGKILL`` still
 ends it. If the shim itself is killed first, the engine's next write to stdout fails
-(``EPIPE``/``SIGPIPE``), the same trade-off every log-owning shim (e.g. conmon) makes.
+(``EPIPE``/``SIGPIPE``), the same trade-off every log-owning shim (e.g. conmon) makes; nothing
+can reattach a pipe the engine holds, so the node agent records that log capture stopped
+(:func:`deployments.supervisor.process.shim_gone`) and the engine's exit goes unrecorded.
 """
 from __future__ import annotations
 
@@ -104,6 +106,14 @@ def _parse_cpus(text: str) -> set[int]:
         lo, _, hi = item.strip().partition("-")
         cpus.update(range(int(lo), int(hi or lo) + 1))
     return cpus
+
+
+def _signal_text(number: int) -> str:
+    """``signal 9 (SIGKILL)``, or the number alone for a signal Linux does not name."""
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
 
 
 def _write_exit_file(path: str, pid: int, ticks: int | None, status: int) -> None:
@@ -219,7 +229,7 @@ def main(args: list[str] | None = None) -> int:
                 _write_exit_file(opts.exit_file, pid, ticks, status)
                 how = (
                     f"exit code {os.WEXITSTATUS(status)}" if os.WIFEXITED(status)
-                    else f"signal {os.WTERMSIG(status)}"
+                    else _signal_text(os.WTERMSIG(status))
                 )
                 log.note(f"process {pid} ended with {how}")
         if eof and got < 0:

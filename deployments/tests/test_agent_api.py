@@ -123,8 +123,8 @@ def test_it_reconciles_a_dead_engine_from_the_command(recipe, operator, tmp_path
     deployment.refresh_from_db()
     # The recipe's restart policy is the default "never": the deployment fails with the reason.
     assert row.status == ProcessStatus.FAILED
-    assert row.reason.startswith("killed by signal 9; restart policy is 'never'")
-    assert deployment.status == "failed" and deployment.reason.startswith("single failed: killed by signal 9")
+    assert row.reason.startswith("killed by signal 9 (SIGKILL); restart policy is 'never'")
+    assert deployment.status == "failed" and deployment.reason.startswith("single failed: killed by signal 9 (SIGKILL)")
 
 
 def test_it_adopts_a_running_engine_at_agent_start_up(recipe, operator):

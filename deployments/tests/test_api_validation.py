@@ -64,6 +64,14 @@ def roles(spec) -> dict:
 # --- the rules ---------------------------------------------------------------------------------
 
 
+def test_it_refuses_an_empty_cpu_list_instead_of_deploying_unpinned(api):
+    def mutate(spec):
+        roles(spec)["decode"]["cpus"] = ""
+
+    messages = assert_field_error(post_spec(api, mutate), "spec.roles.decode.cpus")
+    assert messages == ["empty; omit the key (or use null) for no pinning, or give a CPU list like 0-15"]
+
+
 def test_it_refuses_gpus_shared_between_prefill_and_decode(api):
     def mutate(spec):
         roles(spec)["decode"]["gpus"] = [3, 4, 5, 6]

@@ -78,7 +78,7 @@ def test_it_restarts_an_engine_killed_with_sigkill_within_the_stated_time(agents
     assert row.restart_count == 1
     assert wait_status(deployment, "ready").status == "ready"
     kinds = list(deployment.events.filter(process=row).values_list("kind", "message"))
-    assert ("crashed", "single: killed by signal 9") in kinds
+    assert ("crashed", "single: killed by signal 9 (SIGKILL)") in kinds
     assert any(k == "restarting" and "restart 1 in 0.5s" in m for k, m in kinds)
     assert _generate(deployment.entry_url).status_code == 200
     assert engines_under(tmp_path) == [row.pid]

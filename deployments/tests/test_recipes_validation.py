@@ -267,6 +267,31 @@ def test_it_rejects_malformed_cpu_lists(cpus):
     assert list(errs) == ["spec.roles.router.cpus"]
 
 
+@pytest.mark.parametrize("cpus", ["", "  ", []])
+def test_it_refuses_empty_cpus_instead_of_reading_them_as_unpinned(cpus):
+    spec = seed_pd_spec()
+    spec["roles"]["router"]["cpus"] = cpus
+    errs = errors_of(spec)
+    assert errs == {"spec.roles.router.cpus": [
+        "empty; omit the key (or use null) for no pinning, or give a CPU list like 0-15"]}
+
+
+def test_it_leaves_a_role_unpinned_only_for_null_or_no_cpus_key():
+    spec = seed_pd_spec()
+    assert "cpus" not in spec["roles"]["router"]
+    without_key = validate(spec)["roles"]["router"]
+    spec["roles"]["router"]["cpus"] = None
+    assert validate(spec)["roles"]["router"] == without_key
+    assert (without_key["cpus"], without_key["numa_node"], without_key["membind"]) == (None, None, "none")
+
+
+@pytest.mark.parametrize("membind", ["", []])
+def test_it_refuses_an_empty_membind(membind):
+    spec = seed_pd_spec()
+    spec["roles"]["router"]["membind"] = membind
+    assert list(errors_of(spec)) == ["spec.roles.router.membind"]
+
+
 def test_it_checks_membind_modes():
     spec = seed_pd_spec()
     spec["roles"]["router"]["membind"] = "numa"

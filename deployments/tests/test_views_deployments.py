@@ -470,6 +470,16 @@ def test_it_shows_only_the_terminal_state_of_a_stopped_process(viewer_client, se
     assert "answered 200" not in cell and "probed" not in cell
 
 
+def test_it_names_the_signal_that_ended_a_process_instead_of_an_exit_code(viewer_client, seed_pd):
+    deployment, process = _ready_deployment(
+        seed_pd, status=ProcessStatus.FAILED, exit_code=-9, ended_at=timezone.now(),
+        reason="killed by signal 9 (SIGKILL); restart policy is 'never'",
+    )
+    cell = _process_cell(_html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))), process)
+    assert "down (killed by signal 9 (SIGKILL))" in cell
+    assert "exit code" not in cell
+
+
 def test_it_says_a_role_without_cpus_is_not_pinned(viewer_client, seed_pd):
     deployment, process = _ready_deployment(
         seed_pd, role=Role.ROUTER, cpus="", mem_nodes="", numa_node=None, pin_method="none",

@@ -27,6 +27,7 @@ from controlplane.redaction import redact_text
 from deployments import selectors, services
 from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL, DeploymentStatus, ProcessStatus, Role
 from deployments.models import Deployment, ServerProcess
+from deployments.supervisor import signal_text
 from deployments.topology import parse_cpulist
 from deployments.views.common import _agent_view, _can_write, _duration_text, _status_class, _when, role_page
 
@@ -139,7 +140,14 @@ def _health_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
     elif status == ProcessStatus.PENDING:
         badge = ("warn", "restart pending") if process.next_restart_at else ("", "not started")
     else:
-        detail = f"exit code {process.exit_code}" if process.exit_code is not None else status
+        # Stored codes follow subprocess: -N means signal N ended it, which is no exit code.
+        code = process.exit_code
+        if code is None:
+            detail = status
+        elif code < 0:
+            detail = f"killed by {signal_text(-code)}"
+        else:
+            detail = f"exit code {code}"
         badge = ("" if status == ProcessStatus.EXITED else "bad", f"down ({detail})")
         # A process that ended shows only how it ended: its last probe answer ("answered 200,
         # probed 9 s ago") describes a process that no longer exists.

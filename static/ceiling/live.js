@@ -6,6 +6,8 @@
 //                                                  // meta.replayed is true for a re-synced one
 //     onHistory: function (group, body) {},        // the REST re-sync answer of a group
 //     onState: function (state, live) {},          // "connecting" | "live" | "reconnecting" | "signed-out"
+//                                                  // ("signed-out" also when the account lost its
+//                                                  // role: live.forbidden is then true)
 //     notBefore: {"deployment-3": 1718000000}      // unix s per group: a kept (replayed) message
 //                                                  // older than this (the object's creation) is
 //                                                  // dropped, e.g. one left by another object
@@ -24,6 +26,10 @@
 // * While not live, the page is told (onState, and <html data-live-state="...">, and every
 //   [data-live-status] element says "reconnecting… stale since hh:mm:ss"), so numbers on screen
 //   are never presented as live when they are not.
+// * A socket the server closes because the account may no longer read live data is not
+//   retried in a loop: 4401 (signed out, session ended, deactivated, password changed) probes the
+//   page's session first (a new session cookie reconnects at once, none shows "signed out");
+//   4403 (role removed) shows it and retries only every 30 s.
 // * It acknowledges what it processed ({"action": "ack"} every ack_every messages or 1 s), which
 //   the server requires: a socket that stops acknowledging is closed (code 4408).
 (function () {
@@ -60,6 +66,7 @@
     this.state = "connecting";
     this.staleSince = null;     // Date the data on screen stopped being live (null while live)
     this.lastError = "";        // the server's last live.error text
+    this.forbidden = false;     // the server closed with 4403: the account has no role for live data
     this.lastSeq = {};          // group -> last seq seen
     this.lastTs = {};           // group -> ts of that message
     this.applied = {};          // "group type" -> ts of the last message handed to the page
@@ -115,8 +122,15 @@
       self.ws = null;
       if (self.closedByUs) return;
       if (event.reason) self.lastError = event.reason;
-      if (!self.opened) {
-        // Refused during the handshake (HTTP 403): signed out, or the server is down.
+      if (event.code === 4403) {
+        // The account lost its role: reconnecting would only be refused again.
+        self.forbidden = true;
+        self._setState("signed-out");
+        self.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);
+      } else if (!self.opened || event.code === 4401) {
+        // Refused during the handshake (HTTP 403): signed out, or the server is down; or closed
+        // because the session ended (4401), which a page request tells apart from a new one.
+        if (self.state === "live") self._setState("reconnecting");
         self._probeSession();
       } else {
         self._setState("reconnecting");
@@ -125,13 +139,17 @@
     };
   };
 
-  // After a refused handshake: a page request answered with the login page means the session
-  // ended (retry slowly, say so); anything else is a server that is away (back off and retry).
+  // After a refused handshake or a 4401 close: a page request answered with the login page means
+  // the session ended (retry slowly, say so); after a 4403 the account still has no role (the
+  // same); anything else is a server that is away or a new session (back off and retry).
   Live.prototype._probeSession = function () {
     var self = this;
     fetch(window.location.pathname, { method: "HEAD", credentials: "same-origin", cache: "no-store" })
       .then(function (response) {
         if (response.redirected && /\/login\//.test(response.url)) {
+          self._setState("signed-out");
+          self.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);
+        } else if (self.forbidden) {
           self._setState("signed-out");
           self.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);
         } else {
@@ -184,6 +202,7 @@
       if (msg.type === "live.subscribed" && this.state !== "live") {
         this.attempt = 0;
         this.lastError = "";
+        this.forbidden = false;
         this._setState("live");
       }
       names.forEach(function (g) { this._restResync(g); }, this);
@@ -299,7 +318,11 @@
     // The connection's state, not the freshness of any node or sample (that is shown per tile).
     if (live.state === "live") text = "socket live";
     else if (live.state === "connecting") text = "connecting…";
-    else if (live.state === "signed-out") text = "signed out: log in again to see live data" + (live.staleSince ? " (stale since " + clock(live.staleSince) + ")" : "");
+    else if (live.state === "signed-out") {
+      text = live.forbidden ? "no access: your account may no longer read live data (ask an admin, then reload)"
+                            : "signed out: log in again to see live data";
+      if (live.staleSince) text += " (stale since " + clock(live.staleSince) + ")";
+    }
     else text = "reconnecting… stale since " + clock(live.staleSince);
     Array.prototype.forEach.call(document.querySelectorAll("[data-live-status]"), function (el) {
       el.textContent = text;
