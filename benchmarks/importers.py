@@ -27,26 +27,40 @@ Mapping, by formula (``/work/shared/design/metrics.md``):
   (mean about 512), and the import says so instead of presenting a 1024-token run. vLLM's result
   file does not record the requested lengths; they stay null.
 * Absent or null values stay None, never 0 (vLLM's ``"request_goodput": null``). vLLM's older key
-  ``"request_goodput:"`` (trailing colon) is read as ``request_goodput``. NaN values become None with
-  a note (SGLang writes NaN for a statistic over no values, e.g. ``mean_ttft_ms`` of a run whose
-  requests all failed), except in ``completed`` and ``duration``, which a run cannot do without,
-  where NaN is refused. Keys not mapped are listed in ``unmapped_keys`` and stay in the kept
-  original text.
+  ``"request_goodput:"`` (trailing colon) is read as ``request_goodput``. Keys not mapped are listed
+  in ``unmapped_keys`` and stay in the kept original text.
+* Values that are not finite numbers: ``NaN`` (SGLang writes it for a statistic over no values,
+  e.g. ``mean_ttft_ms`` of a run whose requests all failed), ``Infinity`` / ``-Infinity`` (what
+  Python's ``json.dumps`` writes for an infinite float, e.g. a numpy rate over a zero duration)
+  and a number too large for a 64-bit float (``1e400``, which parses as infinity) are all treated
+  alike: None with a note naming the key and the value as written (``output_throughput was
+  Infinity in the file; kept as null.``), listed in ``nan_keys`` or ``inf_keys``; except in
+  ``completed`` and ``duration``, which a run cannot do without, where they are refused.
+  ``request_rate`` is the exception the other way: vLLM writes ``Infinity`` (or ``"inf"``) for
+  "all requests at once", read as ``request_rate_unbounded``.
 
 Consistency checks (a file that fails one is refused, not imported with a note): the statistics
 of each latency (TTFT, TPOT, ITL, E2E) must not decrease along min <= p50 (median) <= p90 <= p95
 <= p99 <= max, over the ones present (a percentile is a non-decreasing function of its rank, by
-definition; values within a relative 1e-9 count as equal, for float rounding); and
-``completed + failed`` may not exceed ``num_prompts`` where the file has them (a request is sent
-once and ends once).
+definition; values within a relative 1e-9 count as equal, for float rounding); latencies (ms) and
+throughputs (per second) are >= 0 and ``duration`` (s) is > 0 (a time or a rate cannot be
+negative, and a run takes time); and ``completed + failed`` may not exceed ``num_prompts`` where the file has them (a
+request is sent once and ends once). A check that needs a value which was itself refused is
+skipped for that value.
 
-Errors: :class:`ResultImportError` names the line and key (``line 3, key 'completed': ...``).
+Errors: :class:`ResultImportError` names the line and key (``line 3, key 'completed': ...``). The
+file is read to its end before it is refused (or :data:`MAX_LINES_COUNTED_AFTER_CAP` lines past the
+first problem not listed), and every problem found is reported at once, per line and key, as
+``{"line 3.duration": [...], "file.output_throughput": [...]}``: the first
+:data:`MAX_REPORTED_PROBLEMS`, then a count of the rest under ``file``.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
+import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -68,26 +82,179 @@ _SGLANG_MARKERS = {"total_output_tokens_retokenized", "random_range_ratio", "ran
                    "mean_e2e_latency_ms", "median_e2e_latency_ms", "sharegpt_output_len", "accept_length"}
 # Per-request arrays a detailed vLLM / SGLang result may carry; kept only in the original text.
 _PER_REQUEST_KEYS = {"input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors", "start_times"}
+# One run's record: its 1-based line (None for a file that is one JSON object), the object, the raw text.
+Record = tuple[int | None, dict[str, Any], str]
+
+
+# At most this many problems of one file are listed; the rest are counted (a file of a million bad
+# lines must give a readable answer, not a million messages).
+MAX_REPORTED_PROBLEMS = 50
+# Lines still read, only to count problems, after the first one not listed. Counting every line of
+# a 16 MiB file of bad lines took over two minutes on the 2-core development host (each line is
+# parsed and checked like a run); 10,000 more lines take one or two seconds there and give an
+# exact count for all but such files.
+MAX_LINES_COUNTED_AFTER_CAP = 10_000
+
+
+@dataclass(frozen=True)
+class ImportProblem:
+    """One reason a result file cannot be imported: ``line`` (1-based, None for the whole file),
+    ``key`` (None when the line or file as a whole is wrong) and the message."""
+
+    message: str
+    line: int | None = None
+    key: str | None = None
+
+    @property
+    def path(self) -> str:
+        """The API's field path: ``line 3.completed``, ``file.duration``, ``line 2``, ``file``."""
+        where = f"line {self.line}" if self.line is not None else "file"
+        return f"{where}.{self.key}" if self.key is not None else where
+
+    def __str__(self) -> str:
+        where = [f"line {self.line}" if self.line is not None else "file"]
+        if self.key is not None:
+            where.append(f"key '{self.key}'")
+        return f"{', '.join(where)}: {self.message}"
 
 
 class ResultImportError(InvalidInput):
-    """A result file that cannot be imported: not JSON, not an object, a wrong type for a known key,
-    or a missing ``completed`` / ``duration``. ``line`` (1-based, None for the whole file) and
-    ``key`` say where; maps to HTTP 400 with the field path ``line 3.completed``."""
+    """A result file that cannot be imported: not JSON, not an object, a wrong type or an
+    impossible value for a known key, statistics out of order, or a missing ``completed`` /
+    ``duration``. Maps to HTTP 400 with ``errors`` ``{path: [messages]}`` (paths as
+    :attr:`ImportProblem.path`: ``line 3.completed``, ``file.duration``) holding every problem
+    found, in file order: at most :data:`MAX_REPORTED_PROBLEMS`, then ``"… and N more …"`` under
+    ``file``. ``problems`` lists the reported ones, ``omitted`` counts the others and
+    ``stopped_at`` is the line where counting them stopped (None when the whole file was read);
+    ``line``, ``key`` and ``message`` are the first problem's; ``str()`` has a line per problem."""
 
     def __init__(self, message: str, *, line: int | None = None, key: str | None = None) -> None:
-        self.line = line
-        self.key = key
-        self.message = message
-        where = [f"line {line}" if line is not None else "file"]
-        if key is not None:
-            where.append(f"key '{key}'")
-        path = f"line {line}" if line is not None else "file"
-        super().__init__({f"{path}.{key}" if key else path: [message]})
-        self.args = (f"{', '.join(where)}: {message}",)
+        self._set([ImportProblem(message, line, key)], omitted=0, stopped_at=None)
+
+    @classmethod
+    def of(cls, problems: Iterable[ImportProblem], *, omitted: int = 0,
+           stopped_at: int | None = None) -> ResultImportError:
+        """One error reporting ``problems`` (at least one), ``omitted`` more not listed, and the
+        line ``stopped_at`` where counting stopped, if it did."""
+        exc = cls.__new__(cls)
+        exc._set(list(problems), omitted=omitted, stopped_at=stopped_at)
+        return exc
+
+    def _set(self, problems: list[ImportProblem], *, omitted: int, stopped_at: int | None) -> None:
+        first = problems[0]
+        self.problems, self.omitted, self.stopped_at = problems, omitted, stopped_at
+        self.line, self.key, self.message = first.line, first.key, first.message
+        errors: dict[str, list[str]] = {}
+        for problem in problems:
+            errors.setdefault(problem.path, []).append(problem.message)
+        more = ""
+        if omitted and stopped_at is not None:
+            more = (f"… and at least {omitted:,} more problem{'s' if omitted != 1 else ''}; counting stopped at "
+                    f"line {stopped_at:,} (the first {len(problems)} are listed)")
+        elif omitted:
+            more = (f"… and {omitted:,} more problem{'s' if omitted != 1 else ''} in this file (the first "
+                    f"{len(problems)} are listed)")
+        if more:
+            errors.setdefault("file", []).append(more)
+        InvalidInput.__init__(self, errors)
+        self.args = ("\n".join([str(p) for p in problems] + ([more] if more else [])),)
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class _Problems:
+    """The problems of one file, added in file order (whole-file ones first, then line by line):
+    the first :data:`MAX_REPORTED_PROBLEMS` are kept, later ones only counted, and
+    :meth:`keep_reading` ends the reading :data:`MAX_LINES_COUNTED_AFTER_CAP` lines after the
+    first problem not kept."""
+
+    def __init__(self) -> None:
+        self.listed: list[ImportProblem] = []
+        self.unlisted = 0
+        self.stopped_at: int | None = None
+        self._first_unlisted_line: int | None = None
+
+    def add(self, message: str, *, line: int | None = None, key: str | None = None) -> None:
+        if len(self.listed) < MAX_REPORTED_PROBLEMS:
+            self.listed.append(ImportProblem(message, line, key))
+            return
+        self.unlisted += 1
+        if self._first_unlisted_line is None:
+            self._first_unlisted_line = line or 0
+
+    def keep_reading(self, line: int) -> bool:
+        """Whether to read ``line``; False (remembering where) once the count has gone far enough."""
+        if self._first_unlisted_line is not None and line - self._first_unlisted_line > MAX_LINES_COUNTED_AFTER_CAP:
+            self.stopped_at = line
+            return False
+        return True
+
+    def clear(self) -> None:
+        """Forget everything collected (for a problem that replaces them all)."""
+        self.listed.clear()
+        self.unlisted = 0
+        self.stopped_at = self._first_unlisted_line = None
+
+    def raise_if_any(self) -> None:
+        """Raise :class:`ResultImportError` with everything collected; nothing when empty."""
+        if self.listed:
+            raise ResultImportError.of(self.listed, omitted=self.unlisted, stopped_at=self.stopped_at)
+
+
+class _NonFinite(float):
+    """A float from the file that is not finite (NaN, ±Infinity, or a number beyond a 64-bit float
+    such as ``1e400``), remembering how the file wrote it, for messages."""
+
+    written: str
+
+    def __new__(cls, value: float, written: str) -> _NonFinite:
+        obj = super().__new__(cls, value)
+        obj.written = written
+        return obj
+
+    def __repr__(self) -> str:
+        return self.written
+
+
+_CONSTANTS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+# More digits than this cannot be a finite double (1.8e308 has 309); such an int also need not be
+# parsed at all, and Python refuses to parse one of more than 4300 digits.
+_MAX_FINITE_DIGITS = 309
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    return value if math.isfinite(value) else _NonFinite(value, text)
+
+
+def _parse_int(text: str) -> int | float:
+    digits = text.lstrip("-")
+    if len(digits) <= _MAX_FINITE_DIGITS:
+        value = int(text)
+        if abs(value) <= sys.float_info.max:
+            return value
+    return _NonFinite(-math.inf if text.startswith("-") else math.inf, text)
+
+
+_DECODER = json.JSONDecoder(parse_float=_parse_float, parse_int=_parse_int,
+                            parse_constant=lambda name: _NonFinite(_CONSTANTS[name], name))
+
+
+def _loads(text: str) -> Any:
+    """``json.loads`` that keeps how a non-finite number was written (:class:`_NonFinite`) and
+    turns an integer beyond a double into one, instead of failing on it."""
+    return _DECODER.decode(text)
+
+
+def _written(value: float) -> tuple[str, str]:
+    """A non-finite value as the file wrote it (shortened past 24 characters) and, for a number
+    too large rather than a literal, the reason: ``("Infinity", "")``,
+    ``("1e400", " (too large for a 64-bit float)")``."""
+    text = getattr(value, "written", None) or ("NaN" if math.isnan(value) else
+                                               "Infinity" if value > 0 else "-Infinity")
+    short = text if len(text) <= 24 else f"{text[:12]}… ({len(text)} characters)"
+    return short, "" if text in _CONSTANTS else " (too large for a 64-bit float)"
 
 
 @dataclass
@@ -103,7 +270,8 @@ class ImportedRun:
     (None when unknown); ``length_distribution_note`` says it in words. ``original_text`` is the
     whole file verbatim and ``original_record`` this run's own line/object verbatim;
     ``source_line`` its 1-based line. ``notes`` record every derived or dropped value;
-    ``nan_keys`` the file's keys whose value was NaN (kept as None).
+    ``nan_keys`` the file's keys whose value was NaN and ``inf_keys`` those whose value was
+    ±Infinity or too large for a 64-bit float, mapped to the value as written (all kept as None).
     """
 
     source_format: SourceFormat
@@ -150,6 +318,7 @@ class ImportedRun:
     unmapped_keys: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     nan_keys: list[str] = field(default_factory=list)
+    inf_keys: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self, *, with_original: bool = False) -> dict[str, Any]:
         """JSON-ready dict; the (possibly large) original text only when ``with_original``."""
@@ -166,12 +335,15 @@ class ImportedRun:
         they are None with the flag ``variable_lengths`` (a range) or ``lengths_unknown`` (not
         recorded), so the run is never grouped with fixed-length runs. Raises
         :class:`ResultImportError` naming the run's line when the file had no output throughput
-        (absent or NaN) and none could be computed from ``total_output_tokens`` / ``duration``.
+        (absent, NaN or infinite) and none could be computed from ``total_output_tokens`` /
+        ``duration``.
         """
         if self.output_throughput_tok_s is None:
-            nan = [k for k in ("output_throughput", "total_output_tokens", "duration") if k in self.nan_keys]
-            why = (f"{' and '.join(nan)} {'is' if len(nan) == 1 else 'are'} NaN in the file, so "
-                   if nan else "is missing and ")
+            keys = ("output_throughput", "total_output_tokens", "duration")
+            nan = [k for k in keys if k in self.nan_keys]
+            said = [f"{' and '.join(nan)} {'is' if len(nan) == 1 else 'are'} NaN"] if nan else []
+            said += [f"{k} is {self.inf_keys[k]}" for k in keys if k in self.inf_keys]
+            why = f"{' and '.join(said)} in the file, so " if said else "is missing and "
             raise ResultImportError(f"{why}no output throughput can be read or computed (total_output_tokens / "
                                     "duration); a run needs one", line=self.source_line, key="output_throughput")
         flags: list[str] = []
@@ -200,33 +372,59 @@ def detect_format(text: str) -> SourceFormat:
     Decided from keys only one of them writes (vLLM: ``endpoint_type``, ``model_id``, ``*_e2el_ms``,
     ``request_goodput``; SGLang: ``*_e2e_latency_ms``, ``random_range_ratio``,
     ``total_output_tokens_retokenized``) in the whole text as one JSON object, else in its first
-    non-empty line. Raises :class:`ResultImportError` when neither matches.
+    line that is a JSON object. Raises :class:`ResultImportError` when neither matches, naming the
+    lines before it that are not JSON objects.
     """
-    records = _records(text)
-    keys = set(records[0][1])
+    problems = _Problems()
+    first = next(_records(text, problems), None)
+    fmt = _detect(first, problems) if first is not None else None
+    problems.raise_if_any()  # a file with no object line, or an unknown first record, has problems
+    return fmt  # type: ignore[return-value]
+
+
+def _detect(record: Record, problems: _Problems) -> SourceFormat | None:
+    """The format of one record by its keys; None, with the problem added, when neither matches."""
+    keys = set(record[1])
     if keys & _VLLM_MARKERS:
         return VLLM_BENCH_SERVE
     if keys & _SGLANG_MARKERS:
         return SGLANG_BENCH_SERVING
-    raise ResultImportError("not a SGLang bench_serving or vLLM bench serve result (no key either writes)",
-                            line=records[0][0])
+    problems.add("not a SGLang bench_serving or vLLM bench serve result (no key either writes)", line=record[0])
+    return None
 
 
 def import_results(text: str) -> list[ImportedRun]:
-    """Import any supported file: :func:`detect_format`, then one :class:`ImportedRun` per run."""
-    if detect_format(text) == SGLANG_BENCH_SERVING:
-        return import_sglang_bench_serving(text)
-    return [_vllm_run(obj, raw, line, text) for line, obj, raw in _records(text)]
+    """Import any supported file: the format as :func:`detect_format` decides it from the first
+    record, then one :class:`ImportedRun` per run. The file is read to its end before anything is
+    refused: :class:`ResultImportError` reports the problems of every line and key at once."""
+    problems = _Problems()
+    records = _records(text, problems)
+    first = next(records, None)
+    fmt = _detect(first, problems) if first is not None else None
+    if fmt is None:
+        problems.raise_if_any()
+    if fmt == SGLANG_BENCH_SERVING and first is not None and first[0] is None:
+        # SGLang writes JSON lines: a file of one line is line 1, as in a file of many.
+        records = _lines(text, problems)
+        first = next(records, None)
+    make = _sglang_run if fmt == SGLANG_BENCH_SERVING else _vllm_run
+    runs = [make(obj, raw, line, text, problems) for line, obj, raw in ([first] if first else [])]
+    runs += [make(obj, raw, line, text, problems) for line, obj, raw in records]
+    problems.raise_if_any()
+    return runs
 
 
 def import_sglang_bench_serving(text: str) -> list[ImportedRun]:
     """Import a SGLang ``bench_serving`` JSONL file: one run per non-empty line, in file order.
 
     Each run keeps the whole file (``original_text``) and its own line (``original_record``).
-    Raises :class:`ResultImportError` naming the line (and key) for invalid JSON, a non-object line,
-    a wrongly typed known key, or a line without ``completed`` / ``duration``.
+    Raises :class:`ResultImportError` naming every line (and key) with invalid JSON, a non-object
+    line, a wrongly typed or impossible value of a known key, or no ``completed`` / ``duration``.
     """
-    return [_sglang_run(obj, raw, line, text) for line, obj, raw in _jsonl(text)]
+    problems = _Problems()
+    runs = [_sglang_run(obj, raw, line, text, problems) for line, obj, raw in _lines(text, problems)]
+    problems.raise_if_any()
+    return runs
 
 
 def import_vllm_bench_serve(text: str) -> ImportedRun:
@@ -234,73 +432,131 @@ def import_vllm_bench_serve(text: str) -> ImportedRun:
 
     Reads both ``request_goodput`` and the older ``"request_goodput:"`` key; null stays None.
     Raises :class:`ResultImportError` for invalid JSON, several objects (use :func:`import_results`
-    for an ``--append-result`` file), a wrongly typed known key or a missing ``completed`` /
-    ``duration``.
+    for an ``--append-result`` file), or naming every wrongly typed or impossible value of a known
+    key and a missing ``completed`` / ``duration``.
     """
-    records = _records(text)
+    problems = _Problems()
+    records = list(_records(text, problems))
+    problems.raise_if_any()
     if len(records) != 1:
         raise ResultImportError(f"{len(records)} result objects; import_results reads one run per line",
                                 line=records[1][0])
     line, obj, raw = records[0]
-    return _vllm_run(obj, raw, line, text)
+    run = _vllm_run(obj, raw, line, text, problems)
+    problems.raise_if_any()
+    return run
 
 
 # --- parsing --------------------------------------------------------------------------------------
 
 
-def _records(text: str) -> list[tuple[int | None, dict[str, Any], str]]:
-    """The file as one JSON object (line None), else as JSON lines."""
+def _records(text: str, problems: _Problems) -> Iterator[Record]:
+    """The file as one JSON object (line None), else its JSON lines (:func:`_lines`). A text whose
+    first line is not JSON and that has no line that is a JSON object gets one problem, where
+    the parser stopped in the whole text: a pretty-printed object with one typo would otherwise
+    get a complaint for each of its lines. Raises at once for an empty file or a whole text that
+    is JSON but not an object."""
     if not text.strip():
         raise ResultImportError("the file is empty")
     try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
-        return _jsonl(text)
-    if not isinstance(whole, dict):
-        raise ResultImportError(f"expected a JSON object, got {_json_type(whole)}")
-    return [(None, whole, text.strip())]
+        whole = _loads(text)
+    except json.JSONDecodeError as exc:
+        whole_error = exc
+    else:
+        if not isinstance(whole, dict):
+            raise ResultImportError(f"expected a JSON object, got {_json_type(whole)}")
+        return iter([(None, whole, text.strip())])
+    return _lines(text, problems, whole_error=whole_error)
 
 
-def _jsonl(text: str) -> list[tuple[int | None, dict[str, Any], str]]:
-    out: list[tuple[int | None, dict[str, Any], str]] = []
+def _lines(text: str, problems: _Problems, *, whole_error: json.JSONDecodeError | None = None) -> Iterator[Record]:
+    """Yield ``(line, object, raw line)`` for each non-empty line that is a JSON object, adding
+    every other non-empty line to ``problems``, until :meth:`_Problems.keep_reading` says stop.
+    With ``whole_error`` (the text's own parse error), a text that yields nothing and whose first
+    line is not JSON gets that one error instead of one per line. Raises at the end for a text
+    with no non-empty line."""
+    first: str | None = None
+    yielded = False
     for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
+        if not problems.keep_reading(number):
+            break
+        first = raw if first is None else first
         try:
-            obj = json.loads(raw)
+            obj = _loads(raw)
         except json.JSONDecodeError as exc:
-            raise ResultImportError(f"not valid JSON ({exc.msg} at column {exc.colno})", line=number) from None
+            problems.add(f"not valid JSON ({exc.msg} at column {exc.colno})", line=number)
+            continue
         if not isinstance(obj, dict):
-            raise ResultImportError(f"expected a JSON object, got {_json_type(obj)}", line=number)
-        out.append((number, obj, raw))
-    if not out:
+            problems.add(f"expected a JSON object, got {_json_type(obj)}", line=number)
+            continue
+        yielded = True
+        yield number, obj, raw
+    if first is None:
         raise ResultImportError("the file is empty")
-    return out
+    if whole_error is not None and not yielded and not _is_json(first):
+        problems.clear()
+        problems.add(f"not valid JSON ({whole_error.msg} at column {whole_error.colno})", line=whole_error.lineno)
+
+
+def _is_json(raw: str) -> bool:
+    try:
+        _loads(raw)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 class _Reader:
-    """Typed access to one record's keys, remembering which were used and noting NaNs."""
+    """Typed access to one record's keys: remembers which were used, notes values that are not
+    finite, and adds a wrong value to ``problems`` (reading it as None) instead of stopping, so
+    every problem of the record is found. ``refused`` holds the keys already reported: a later read
+    of such a key, or a check that needs it, adds nothing."""
 
-    def __init__(self, obj: dict[str, Any], line: int | None, notes: list[str], nan_keys: list[str]) -> None:
+    def __init__(self, obj: dict[str, Any], line: int | None, run: ImportedRun, problems: _Problems) -> None:
         self.obj = obj
         self.line = line
-        self.notes = notes
-        self.nan_keys = nan_keys
+        self.run = run
+        self.problems = problems
         self.used: set[str] = set()
+        self.refused: set[str] = set()
+
+    def refuse(self, key: str, message: str) -> None:
+        """Report ``message`` at ``key`` of this record, once per key."""
+        if key not in self.refused:
+            self.refused.add(key)
+            self.problems.add(message, line=self.line, key=key)
 
     def _raw(self, key: str) -> Any:
         self.used.add(key)
         return self.obj.get(key)
 
-    def number(self, key: str) -> float | None:
+    def number(self, key: str, *, minimum: float | None = None, above: float | None = None,
+               unit: str = "a number") -> float | None:
+        """The key as a float; None when absent, null, refused, or not finite (NaN, ±Infinity,
+        beyond a double: with a note and the key in ``nan_keys`` / ``inf_keys``). ``minimum`` /
+        ``above`` bound it (inclusive / exclusive); ``unit`` names what it is in the refusal
+        ("a duration in seconds")."""
         v = self._raw(key)
-        if v is None:
+        if v is None or key in self.refused:
             return None
         if isinstance(v, bool) or not isinstance(v, int | float):
-            raise ResultImportError(f"expected a number, got {v!r}", line=self.line, key=key)
-        if math.isnan(v):
-            self.notes.append(f"{key} was NaN in the file; kept as null.")
-            self.nan_keys.append(key)
+            self.refuse(key, f"expected a number, got {v!r}")
+            return None
+        if not math.isfinite(v):
+            written, why = _written(v)
+            self.run.notes.append(f"{key} was {written} in the file{why}; kept as null.")
+            if math.isnan(v):
+                self.run.nan_keys.append(key)
+            else:
+                self.run.inf_keys[key] = written
+            return None
+        if minimum is not None and v < minimum:
+            self.refuse(key, f"expected {unit} >= {minimum:g}, got {v!r}")
+            return None
+        if above is not None and not v > above:
+            self.refuse(key, f"expected {unit} > {above:g}, got {v!r}")
             return None
         return float(v)
 
@@ -308,8 +564,9 @@ class _Reader:
         v = self.number(key)
         if v is None:
             return None
-        if v < 0 or not math.isfinite(v) or v != int(v):
-            raise ResultImportError(f"expected a whole number >= 0, got {self.obj[key]!r}", line=self.line, key=key)
+        if v < 0 or v != int(v):
+            self.refuse(key, f"expected a whole number >= 0, got {self.obj[key]!r}")
+            return None
         return int(v)
 
     def text(self, key: str) -> str | None:
@@ -317,27 +574,29 @@ class _Reader:
         if v is None:
             return None
         if not isinstance(v, str):
-            raise ResultImportError(f"expected a string, got {v!r}", line=self.line, key=key)
+            self.refuse(key, f"expected a string, got {v!r}")
+            return None
         return v
 
     def rate(self, key: str) -> tuple[float | None, bool]:
-        """A request rate: a number, ``Infinity`` or the string ``"inf"`` (vLLM) for unbounded."""
+        """A request rate (requests/s): a number >= 0, or ``Infinity`` (also a number too large
+        for a double) or the string ``"inf"`` (vLLM) for unbounded."""
         v = self._raw(key)
         if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
             return None, True
-        n = self.number(key)
-        if n is not None and math.isinf(n):
+        if isinstance(v, float) and v == math.inf:
             return None, True
-        return n, False
+        return self.number(key, minimum=0, unit="a rate in requests/s"), False
 
     def required(self, *keys: str) -> None:
+        """Refuse each of ``keys`` that is absent, null or not a finite number."""
         for key in keys:
             value = self.obj.get(key)
             if value is None:
-                raise ResultImportError("is missing; a run needs it", line=self.line, key=key)
-            if isinstance(value, float) and math.isnan(value):
-                raise ResultImportError(f"{key} is NaN; a run cannot be imported without a number here",
-                                        line=self.line, key=key)
+                self.refuse(key, "is missing; a run needs it")
+            elif isinstance(value, float) and not math.isfinite(value):
+                written, why = _written(value)
+                self.refuse(key, f"{key} is {written}{why}; a run cannot be imported without a number here")
 
 
 def _common(r: _Reader, run: ImportedRun) -> None:
@@ -348,15 +607,16 @@ def _common(r: _Reader, run: ImportedRun) -> None:
     run.concurrency = r.count("max_concurrency")
     run.request_rate_req_s, run.request_rate_unbounded = r.rate("request_rate")
     run.completed = r.count("completed")
-    run.duration_s = r.number("duration")
+    run.duration_s = r.number("duration", above=0, unit="a duration in seconds")
     run.total_input_tokens = r.count("total_input_tokens")
     run.total_output_tokens = r.count("total_output_tokens")
-    run.request_throughput_req_s = r.number("request_throughput")
-    run.input_throughput_tok_s = r.number("input_throughput")
-    run.output_throughput_tok_s = r.number("output_throughput")
-    run.total_token_throughput_tok_s = r.number("total_token_throughput")
+    run.request_throughput_req_s = r.number("request_throughput", minimum=0, unit="a rate in requests/s")
+    run.input_throughput_tok_s = r.number("input_throughput", minimum=0, unit="a rate in tokens/s")
+    run.output_throughput_tok_s = r.number("output_throughput", minimum=0, unit="a rate in tokens/s")
+    run.total_token_throughput_tok_s = r.number("total_token_throughput", minimum=0, unit="a rate in tokens/s")
     if run.total_token_throughput_tok_s is None:
-        run.total_token_throughput_tok_s = r.number("total_throughput")  # SGLang's newer name
+        # SGLang's newer name
+        run.total_token_throughput_tok_s = r.number("total_throughput", minimum=0, unit="a rate in tokens/s")
     for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         setattr(run, metric, {k: None for k in _ALWAYS_STATS})
     sources: dict[tuple[str, str], str] = {}
@@ -364,9 +624,9 @@ def _common(r: _Reader, run: ImportedRun) -> None:
         m = _STAT_KEY.match(key)
         if m:
             stat = "p50" if m.group(1) == "median" else m.group(1)
-            getattr(run, _METRIC_FIELD[m.group(2)])[stat] = r.number(key)
+            getattr(run, _METRIC_FIELD[m.group(2)])[stat] = r.number(key, minimum=0, unit="a latency in ms")
             sources[(_METRIC_FIELD[m.group(2)], stat)] = key
-    _percentiles_check(run, sources, r.line)
+    _percentiles_check(run, sources, r)
     _derive(run)
 
 
@@ -378,9 +638,10 @@ _PERCENTILE = re.compile(r"p(\d+(?:\.\d+)?)")
 _ORDER_SLACK = 1e-9
 
 
-def _percentiles_check(run: ImportedRun, sources: dict[tuple[str, str], str], line: int | None) -> None:
+def _percentiles_check(run: ImportedRun, sources: dict[tuple[str, str], str], r: _Reader) -> None:
     """Refuse statistics that decrease along min <= p50 <= ... <= p99 <= max (the ones present, per
-    latency). Raises :class:`ResultImportError` naming the key that is too small and both values."""
+    latency; a statistic already refused is not present), adding each to ``r``'s problems at the
+    key that is too small, with both values."""
     for metric, label in _METRIC_LABEL.items():
         stats: dict[str, float | None] = getattr(run, metric)
         ranked = sorted((float(m.group(1)), k) for k in stats if (m := _PERCENTILE.fullmatch(k)))
@@ -390,20 +651,20 @@ def _percentiles_check(run: ImportedRun, sources: dict[tuple[str, str], str], li
             a, b = float(stats[lo]), float(stats[hi])  # type: ignore[arg-type]
             if b < a - _ORDER_SLACK * max(abs(a), abs(b)):
                 lo_key, hi_key = sources.get((metric, lo), lo), sources.get((metric, hi), hi)
-                raise ResultImportError(
-                    f"{hi_key} = {b:g} ms is less than {lo_key} = {a:g} ms; {label} statistics must not decrease "
-                    "(min <= p50 <= p90 <= p95 <= p99 <= max)", line=line, key=hi_key)
+                r.refuse(hi_key, f"{hi_key} = {b:g} ms is less than {lo_key} = {a:g} ms; {label} statistics must "
+                                 "not decrease (min <= p50 <= p90 <= p95 <= p99 <= max)")
 
 
-def _counts_check(run: ImportedRun, line: int | None) -> None:
-    """Refuse ``completed + failed > num_prompts`` (each prompt is sent once and ends once)."""
-    if run.num_prompts is None or run.completed is None:
+def _counts_check(run: ImportedRun, r: _Reader) -> None:
+    """Refuse ``completed + failed > num_prompts`` (each prompt is sent once and ends once), at
+    ``completed``; skipped when one of the three was refused."""
+    if run.num_prompts is None or run.completed is None or r.refused & {"completed", "failed", "num_prompts"}:
         return
     failed = run.failed or 0
     if run.completed + failed > run.num_prompts:
-        raise ResultImportError(
+        r.problems.add(
             f"completed {run.completed} + failed {failed} = {run.completed + failed} is more than num_prompts "
-            f"{run.num_prompts}; every prompt is sent once and ends once", line=line, key="completed")
+            f"{run.num_prompts}; every prompt is sent once and ends once", line=r.line, key="completed")
 
 
 def _derive(run: ImportedRun) -> None:
@@ -437,12 +698,12 @@ def _finish(r: _Reader, run: ImportedRun) -> ImportedRun:
     return run
 
 
-def _sglang_run(obj: dict[str, Any], raw: str, line: int | None, text: str) -> ImportedRun:
+def _sglang_run(obj: dict[str, Any], raw: str, line: int | None, text: str, problems: _Problems) -> ImportedRun:
     run = ImportedRun(source_format=SGLANG_BENCH_SERVING, source_line=line, original_text=text, original_record=raw)
-    r = _Reader(obj, line, run.notes, run.nan_keys)
+    r = _Reader(obj, line, run, problems)
     _common(r, run)
     run.total_output_tokens_retokenized = r.count("total_output_tokens_retokenized")
-    run.mean_concurrency = r.number("concurrency")
+    run.mean_concurrency = r.number("concurrency", minimum=0, unit="a number of requests")
     random_in = r.count("random_input_len")
     random_out = r.count("random_output_len")
     ratio = r.number("random_range_ratio")
@@ -469,8 +730,11 @@ def _sglang_lengths(run: ImportedRun) -> None:
     """Ranges and the note for SGLang's random dataset: lengths uniform in [max(int(L*r), 1), L]."""
     r = run.range_ratio
     if r is None:
+        said = ("NaN in the file" if "random_range_ratio" in run.nan_keys else
+                f"{run.inf_keys['random_range_ratio']} in the file" if "random_range_ratio" in run.inf_keys else
+                "not recorded")
         run.length_distribution_note = (
-            f"random_range_ratio is {'NaN in the file' if 'random_range_ratio' in run.nan_keys else 'not recorded'}, "
+            f"random_range_ratio is {said}, "
             "so the length distribution is unknown: SGLang draws lengths from [L*r, L] for its "
             "--random-range-ratio r.")
         run.notes.append(run.length_distribution_note)
@@ -499,9 +763,9 @@ def _sglang_lengths(run: ImportedRun) -> None:
         run.notes.append(run.length_distribution_note)
 
 
-def _vllm_run(obj: dict[str, Any], raw: str, line: int | None, text: str) -> ImportedRun:
+def _vllm_run(obj: dict[str, Any], raw: str, line: int | None, text: str, problems: _Problems) -> ImportedRun:
     run = ImportedRun(source_format=VLLM_BENCH_SERVE, source_line=line, original_text=text, original_record=raw)
-    r = _Reader(obj, line, run.notes, run.nan_keys)
+    r = _Reader(obj, line, run, problems)
     _common(r, run)
     run.model_id = r.text("model_id")
     run.tokenizer_id = r.text("tokenizer_id")
@@ -510,16 +774,16 @@ def _vllm_run(obj: dict[str, Any], raw: str, line: int | None, text: str) -> Imp
     run.num_prompts = r.count("num_prompts")
     run.burstiness = r.number("burstiness")
     run.failed = r.count("failed")
-    run.peak_output_throughput_tok_s = r.number("max_output_tokens_per_s")
+    run.peak_output_throughput_tok_s = r.number("max_output_tokens_per_s", minimum=0, unit="a rate in tokens/s")
     run.max_concurrent_requests = r.count("max_concurrent_requests")
     # Older vLLM wrote the key with a trailing colon; the newer name wins when both are present.
-    goodput = r.number("request_goodput")
-    old_goodput = r.number("request_goodput:")
+    goodput = r.number("request_goodput", minimum=0, unit="a rate in requests/s")
+    old_goodput = r.number("request_goodput:", minimum=0, unit="a rate in requests/s")
     run.request_goodput_req_s = goodput if goodput is not None else old_goodput
     if goodput is None and old_goodput is not None:
         run.notes.append('request_goodput read from the older key "request_goodput:".')
-    _counts_check(run, line)
-    if run.failed is None and run.num_prompts is not None and run.completed is not None:
+    _counts_check(run, r)
+    if run.failed is None and "failed" not in r.refused and run.num_prompts is not None and run.completed is not None:
         run.failed = run.num_prompts - run.completed
         run.notes.append("failed is not in the file; computed as num_prompts - completed.")
     run.length_distribution_note = (

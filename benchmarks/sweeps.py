@@ -183,13 +183,17 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
             "requests_per_concurrency": per_c if requests is None else None, "duration_s": duration,
             "warmup": warmup, "slo": norm_slo, "api": api,
             "wait_ready_s": wait if "grid.wait_ready_s" in errors else float(wait), "seed": seed}
-    # The size bounds need the counts; with those valid they are judged over the valid points even
-    # when other fields are wrong, so one answer lists everything to fix.
-    if not any(k in errors for k in _SIZE_INPUTS):
-        points = grid_points(grid)
-        if len(points) > MAX_POINTS:
-            errors.setdefault("grid", []).append(f"{len(points)} points; at most {MAX_POINTS} per sweep")
-        for path, messages in _grid_size_errors(grid, points).items():
+    # Each size bound is judged, over the valid points, whenever the fields it is computed from are
+    # valid, whatever else is wrong, so one answer lists everything to fix: the number of points
+    # needs only the loads and lengths; the request bounds need the counts too; the prompt-token
+    # bound needs the warmup as well.
+    n_points = len(lengths) * (len(set(conc)) + len(set(rates)))
+    if n_points > MAX_POINTS:
+        errors.setdefault("grid", []).append(f"{n_points:,} points; at most {MAX_POINTS} per sweep")
+    if n_points <= _MAX_POINTS_SIZED and _counts_known(grid, errors):
+        sizing = {**grid, "warmup": grid["warmup"] if "grid.warmup" not in errors else 0}
+        size_errors = _grid_size_errors(sizing, grid_points(sizing), prompt_tokens="grid.warmup" not in errors)
+        for path, messages in size_errors.items():
             for message in messages:
                 err(path, message)
     if errors:
@@ -197,8 +201,20 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     return grid
 
 
-# Fields the size bounds are computed from: when one of them is invalid the bounds are not judged.
-_SIZE_INPUTS = ("grid.requests", "grid.requests_per_concurrency", "grid.duration_s", "grid.warmup")
+# Grids with more points than this are refused for their size alone: listing their points to
+# judge the request bounds too would cost more than the answer is worth (a 10,000-item length list
+# times 4,096 concurrencies is 41 million points).
+_MAX_POINTS_SIZED = 100 * MAX_POINTS
+
+
+def _counts_known(grid: Mapping[str, Any], errors: Mapping[str, list[str]]) -> bool:
+    """Whether every point's request count can be computed from ``grid``: ``requests`` and
+    ``requests_per_concurrency`` are valid, and a point limited by time alone (neither given) has
+    a valid ``duration_s`` to size its prompt pool."""
+    if "grid.requests" in errors or "grid.requests_per_concurrency" in errors:
+        return False
+    return grid["requests"] is not None or grid["requests_per_concurrency"] is not None \
+        or grid["duration_s"] is not None
 
 
 def non_finite_numbers(value: Any, path: str) -> list[tuple[str, float]]:
@@ -226,10 +242,12 @@ def _seconds_text(seconds: float) -> str:
     return f"{seconds:,.0f}" if seconds < 1e12 else f"{seconds:.3g}"
 
 
-def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]]) -> dict[str, list[str]]:
+def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]], *,
+                      prompt_tokens: bool = True) -> dict[str, list[str]]:
     """The size bounds of a grid (see the constants' comment): per point at most
-    :data:`MAX_REQUESTS_PER_POINT` requests and :data:`MAX_PROMPT_TOKENS_PER_POINT` prompt tokens
-    (warmup included), per sweep at most :data:`MAX_REQUESTS_PER_SWEEP` requests. Returns
+    :data:`MAX_REQUESTS_PER_POINT` requests and (unless ``prompt_tokens`` is False, for a grid
+    whose warmup is not known) :data:`MAX_PROMPT_TOKENS_PER_POINT` prompt tokens (warmup
+    included), per sweep at most :data:`MAX_REQUESTS_PER_SWEEP` requests. Returns
     ``{field path: [message]}`` naming the first offending point of each bound and its numbers
     (empty when the grid fits)."""
     errors: dict[str, list[str]] = {}
@@ -242,7 +260,7 @@ def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]]) -> 
         if cap is not None and cap > MAX_REQUESTS_PER_POINT and field not in errors:
             errors[field] = [f"point {label} would send {cap:,} requests; at most {MAX_REQUESTS_PER_POINT:,} per point"]
         tokens = (p["num_requests"] + warmup) * p["input_len"]
-        if tokens > MAX_PROMPT_TOKENS_PER_POINT and "grid.lengths" not in errors:
+        if prompt_tokens and tokens > MAX_PROMPT_TOKENS_PER_POINT and "grid.lengths" not in errors:
             errors["grid.lengths"] = [
                 f"point {label} needs {tokens:,} prompt tokens ((requests + warmup) x input_len); at most "
                 f"{MAX_PROMPT_TOKENS_PER_POINT:,} per point, so its prompts fit in the client's memory"]

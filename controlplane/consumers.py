@@ -595,7 +595,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
                                                    "signed out: sign in again to see live data")
             else:
                 try:
-                    refusal = await database_sync_to_async(live_session_refusal)(self.session_key, self.user_id)
+                    # Off the shared database thread: every client frame's dispatch passes through
+                    # that thread (channels closes old connections there), so a slow check on it
+                    # would hold up the acknowledgements of every socket of this process.
+                    refusal = await database_sync_to_async(live_session_refusal, thread_sensitive=False)(
+                        self.session_key, self.user_id)
                 except Exception:  # noqa: BLE001 - the database away: keep the socket, check again
                     log.warning("live: could not re-check the socket of %s; trying again in %.1f s",
                                 self.who, self.reauth_s, exc_info=True)

@@ -66,6 +66,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "simple_history.middleware.HistoryRequestMiddleware",
+    # A partial (htmx) request of a signed-out user gets a 401, not the login page to swap in.
+    "controlplane.middleware.PartialRequestMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"

@@ -45,9 +45,9 @@ Rules, with where they come from:
 * Ports are 1024-65535 (no privileged ports) and unique across all roles, including bootstrap,
   side-channel (a block of tp × dp ports, see :mod:`deployments.engines.vllm`) and
   port-typed flags. Defaults are the engine's own (SGLang 30000/8998, vLLM 8000).
-* ``numa_node`` must exist; ``cpus`` is kernel cpulist syntax of CPUs that exist and, when
-  ``numa_node`` is also given, lie in that node. Only null or a missing key leaves a role
-  unpinned: ``""`` (or blanks, or ``[]``) is refused (:data:`CPUS_EMPTY_MESSAGE`), as is an
+* ``numa_node`` must exist; ``cpus`` is kernel cpulist syntax (ids 0-:data:`CPU_ID_MAX`) of
+  CPUs that exist and, when ``numa_node`` is also given, lie in that node. Only null or a
+  missing key leaves a role unpinned: ``""`` (or blanks, or ``[]``) is refused (:data:`CPUS_EMPTY_MESSAGE`), as is an
   empty ``membind``. ``membind`` defaults to ``numa`` (bind memory
   to ``numa_node``) when a node is given, ``local`` when only CPUs are, else ``none``.
 * A worker's GPUs must sit on the NUMA node it is bound to (``numa_node``, else the nodes of
@@ -151,7 +151,14 @@ PROFILE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 HOSTNAME_RE = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
-CPULIST_RE = re.compile(r"^\d{1,5}(?:-\d{1,5})?(?:,\d{1,5}(?:-\d{1,5})?)*$")
+CPULIST_RE = re.compile(r"^\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*$")
+#: Longest ``cpus`` string accepted, in characters (the ``cpus`` columns are 1024 wide).
+CPULIST_MAX_CHARS = 1024
+#: Largest CPU id a recipe may name at all, checked before a range is expanded, so
+#: ``"0-1000000000"`` is refused by number instead of expanding to a billion ids. Far above any
+#: kernel's ``NR_CPUS`` (at most 8192 on x86-64, ``CONFIG_MAXSMP``); which CPUs a recipe may
+#: really use is the node's own list, checked after this bound.
+CPU_ID_MAX = 65535
 
 TOP_KEYS = ("model", "served_model_name", "roles", "transfer_backend", "env", "secrets",
             "startup_timeout_s", "stop_grace_s", "restart", "sim", "kernels")
@@ -656,17 +663,36 @@ def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dic
     return out
 
 
+def _cpu_out_of_range(errs: _Errors, path: str, ids: list[int], node: NodeFacts) -> bool:
+    """Report the first of ``ids`` outside 0-:data:`CPU_ID_MAX` under ``path`` (naming the
+    bound and the node's CPUs); True when one was."""
+    bad = [c for c in ids if not 0 <= c <= CPU_ID_MAX]
+    if not bad:
+        return False
+    errs.add(path, f"CPU {bad[0]} is out of range: CPU ids are 0-{CPU_ID_MAX}, and node {node.name} "
+                   f"has CPUs {format_cpulist(node.all_cpus()) or 'none'}")
+    return True
+
+
 def _cpulist_check(errs: _Errors, path: str, value: Any, node: NodeFacts) -> list[int] | None:
+    """The CPU ids of a role's ``cpus`` (a kernel cpulist string or a list of ids), sorted and
+    unique; None after adding the reason to ``errs``: malformed syntax, an id outside
+    0-:data:`CPU_ID_MAX` (before any range is expanded), an empty list, or CPUs ``node`` does
+    not have."""
     if isinstance(value, list):
-        if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 65536 for c in value):
+        if not all(isinstance(c, int) and not isinstance(c, bool) for c in value):
             errs.add(path, f"must be a cpulist string like '0-31' or a list of CPU ids, got {_show(value)}")
+            return None
+        if _cpu_out_of_range(errs, path, value, node):
             return None
         cpus = sorted(set(value))
     elif isinstance(value, str):
         text = value.replace(" ", "")
-        # The regex bounds every id to 5 digits, so a hostile range cannot expand to billions.
-        if len(text) > 1024 or not CPULIST_RE.match(text):
+        if len(text) > CPULIST_MAX_CHARS or not CPULIST_RE.match(text):
             errs.add(path, f"must be kernel cpulist syntax like '0-31,64-95', got {_show(value)}")
+            return None
+        # Bounds first: a hostile range must not expand to billions of ids.
+        if _cpu_out_of_range(errs, path, [int(n) for n in re.split(r"[,-]", text)], node):
             return None
         try:
             cpus = parse_cpulist(text)

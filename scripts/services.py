@@ -8,14 +8,17 @@ leaves the engines running; the next agent adopts them. Each starts detached in 
 with its output in ``var/logs/<name>.log``; ``var/run/<name>.pid`` records the pid *and* its
 start time (field 22 of ``/proc/<pid>/stat``) so a reused pid is never signalled.
 
-Usage: ``services.py start|status``, ``services.py stop [<name>...]`` or ``services.py restart
-<name>...`` (e.g. ``restart web`` restarts only the web server, ``stop agent`` stops only the
-agent). ``stop`` without names stops every service (beat, agent, worker, then web); a name that
-is not one of the services above is refused with exit status 2 and nothing is stopped.
-``start`` restarts what is already running so code changes are picked up, then waits until the
-web server answers. After starting, each
-service must still be running :data:`SETTLE_S` seconds later; one that exited (a bad setting,
-e.g. ``CEILING_SAMPLER_HZ``) is reported with the last lines of its log and a non-zero exit.
+Usage: ``services.py status``, ``services.py start [<name>...]``, ``services.py stop
+[<name>...]`` or ``services.py restart <name>...`` (e.g. ``restart web`` restarts only the web
+server, ``stop agent`` stops only the agent, ``start beat`` starts only beat). A name that is not
+one of the services above is refused with exit status 2 and nothing is started or stopped.
+``stop`` without names stops every service (beat, agent, worker, then web). ``start`` without
+names restarts what is already running so code changes are picked up; ``start <name>...``
+starts only the named services that are not running and leaves a running one as it is (it says
+so; ``restart`` restarts it). Whenever the web server was started, the command waits until it
+answers. After starting, each service must still be running :data:`SETTLE_S` seconds later; one
+that exited (a bad setting, e.g. ``CEILING_SAMPLER_HZ``) is reported with the last lines of its
+log and a non-zero exit.
 """
 from __future__ import annotations
 
@@ -160,15 +163,21 @@ def wait_web(timeout: float = 60.0) -> bool:
     return False
 
 
+def refused(action: str, names: list[str], cmds: dict[str, list[str]], otherwise: str) -> bool:
+    """Print why ``names`` holds a name that is no service (stderr) and return True; else False."""
+    unknown = [n for n in names if n not in cmds]
+    if unknown:
+        sys.stderr.write(f"error: unknown service {', '.join(unknown)}; {action} takes names out of "
+                         f"{', '.join(cmds)}, {otherwise}\n")
+    return bool(unknown)
+
+
 def main(argv: list[str]) -> int:
     action = argv[1] if len(argv) > 1 else "status"
     cmds = commands()
     if action == "stop":
         names = argv[2:]
-        unknown = [n for n in names if n not in cmds]
-        if unknown:
-            sys.stderr.write(f"error: unknown service {', '.join(unknown)}; stop takes names out of "
-                             f"{', '.join(cmds)}, or none to stop them all\n")
+        if refused(action, names, cmds, "or none to stop them all"):
             return 2
         # Reverse start order whichever names were given: beat and the agent go before the
         # worker and the web server they send work to.
@@ -181,7 +190,23 @@ def main(argv: list[str]) -> int:
             pid = alive(name)
             print(f"{name:7s} {'running (pid %d)' % pid if pid else 'stopped'}")
         return 0
-    if action in ("start", "restart"):
+    if action == "start" and argv[2:]:
+        names = argv[2:]
+        if refused(action, names, cmds, "or none to restart them all"):
+            return 2
+        procs = {}
+        # Start order whichever order the names came in: the web server and the worker before
+        # the agent and beat that send them work.
+        for name in cmds:
+            if name not in names:
+                continue
+            pid = alive(name)
+            if pid is not None:
+                print(f"{name} already running (pid {pid}); left as it is (restart {name} restarts it)")
+                continue
+            stop(name)  # removes a stale pid file
+            procs[name] = start(name, cmds[name])
+    elif action in ("start", "restart"):
         names = list(cmds) if action == "start" else argv[2:]
         unknown = [n for n in names if n not in cmds]
         if not names or unknown:
@@ -192,9 +217,10 @@ def main(argv: list[str]) -> int:
         for name in names:
             stop(name)
             procs[name] = start(name, cmds[name])
-        if settle(procs):
+    if action in ("start", "restart"):
+        if procs and settle(procs):
             return 1
-        if "web" in names and not wait_web():
+        if "web" in procs and not wait_web():
             sys.stderr.write(f"error: the web server did not answer on {HOST}:{PORT}; see {LOGS / 'web.log'}\n")
             sys.stderr.write((LOGS / "web.log").read_text()[-3000:] + "\n")
             return 1

@@ -150,10 +150,14 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                          filename=(run.original_filename or f"run-{run.pk}.json").replace('"', "_"))
 
     @extend_schema(summary="Import SGLang bench_serving JSONL or vLLM bench serve JSON (operator); "
+                           "400 lists every problem of the file by path; "
                            "409 names the runs of an earlier import of the same content unless allow_duplicate",
                    request=s.RunImportSerializer, responses={201: s.RunSerializer(many=True)})
     @action(detail=False, methods=["post"], url_path="import")
     def import_results(self, request: Request) -> Response:
+        """Runs created from the file (201). A file that cannot be imported answers 400 with every
+        problem found, ``{"line 3.duration": [...], "file.output_throughput": [...]}`` (at most
+        :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS`, then a count under ``file``)."""
         ser = s.RunImportSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         upload = ser.validated_data.get("file")

@@ -19,6 +19,10 @@ A duration-limited point instead of one pass: ``LoadConfig(..., duration_s=60.0)
 A run whose target goes away stops sending after :data:`UNREACHABLE_FAILURES` requests in a row
 that the server never answered; ``result.stopped_early`` says why and ``result.not_sent`` how many
 planned requests were not sent (they are not failures).
+
+A run its caller stops (``loadgen_run(should_stop=...)``, answering the reason) raises
+:class:`LoadgenStopped`; stopped while measuring, its ``result`` holds what was sent: the finished
+requests, those in flight aborted as failures ``aborted: <reason>``, ``halted`` and ``not_sent``.
 """
 from .arrivals import arrival_offsets, scheduled_rate
 from .calibrate import dataset_calibrate_text

@@ -245,7 +245,8 @@ class StreamingClient:
     ``http://`` and ``"aiohttp"`` for anything else; naming one forces it (the client benchmark
     compares both); afterwards the attribute holds the transport in use. Raises ``ValueError``
     for an unknown transport, ``http1`` with a URL it cannot speak, or a header that would break
-    the request framing (CR, LF or NUL).
+    the request framing (CR, LF or NUL). :meth:`abort_inflight` ends the requests in flight at
+    once, each returned as a failed outcome with the given reason.
     """
 
     def __init__(
@@ -281,6 +282,9 @@ class StreamingClient:
         self.transport = "http1" if transport == "http1" or (transport == "auto" and plain) else "aiohttp"
         self._session: aiohttp.ClientSession | None = None
         self._pool: Http1Pool | None = None
+        # Tasks suspended inside send(), and the abort reason of those abort_inflight() cancelled.
+        self._inflight: set[asyncio.Task[Any]] = set()
+        self._aborted: dict[asyncio.Task[Any], str] = {}
         self._head = b""
         if self.transport == "http1":
             self._host, self._port = parts.hostname or "", parts.port or 80
@@ -329,10 +333,41 @@ class StreamingClient:
                             max_tokens=spec.output_len, ignore_eos=ignore_eos, extra=self.extra_body)
         out = RequestOutcome(scheduled=scheduled, start=0, end=0, index=index,
                              requested_input=spec.input_len, requested_output=spec.output_len)
-        if self._pool is not None:
-            return await self._send_http1(body, out)
-        assert self._session is not None, "use StreamingClient as an async context manager"
-        return await self._send_aiohttp(body, out)
+        task = asyncio.current_task()
+        assert task is not None
+        self._inflight.add(task)
+        try:
+            if self._pool is not None:
+                return await self._send_http1(body, out)
+            assert self._session is not None, "use StreamingClient as an async context manager"
+            return await self._send_aiohttp(body, out)
+        finally:
+            self._inflight.discard(task)
+            self._aborted.pop(task, None)
+
+    def abort_inflight(self, reason: str) -> int:
+        """End every request in flight now (call it from the client's event loop): each one's
+        connection is dropped and its :meth:`send` returns a failed outcome whose ``error`` is
+        ``reason``, keeping the output events received until then (a response that was already
+        complete stays as it was). Requests sent later are not affected. Returns how many were
+        aborted."""
+        n = 0
+        for task in list(self._inflight):
+            if task not in self._aborted and not task.done():
+                self._aborted[task] = reason
+                task.cancel()
+                n += 1
+        return n
+
+    def _abort_reason(self) -> str | None:
+        """In a ``CancelledError`` handler of :meth:`send`: the reason when :meth:`abort_inflight`
+        (and nothing else) cancelled this task, which then carries on; None when the cancellation
+        must propagate."""
+        task = asyncio.current_task()
+        why = self._aborted.get(task) if task is not None else None
+        if why is None or task is None or task.uncancel() > 0:
+            return None
+        return why
 
     async def _send_http1(self, body: bytes, out: RequestOutcome) -> RequestOutcome:
         pool = self._pool
@@ -358,9 +393,16 @@ class StreamingClient:
             ex.fail(f"cannot connect to {self._host}:{self._port}: {type(exc).__name__}: {exc}", _perf(),
                     unanswered=_no_connection(exc, f"{self._host}:{self._port}"))
         except asyncio.CancelledError:
+            aborting = asyncio.current_task() in self._aborted
+            if aborting and conn is not None and conn.sink is ex:
+                conn.process()  # reads that arrived before the abort belong to the response
             if conn is not None and conn.sink is ex:
                 conn.abort()
-            raise
+            why = self._abort_reason()
+            if why is None:
+                raise
+            if not ex.end_t:
+                ex.fail(why, _perf())
         return ex.outcome(out)
 
     async def _send_aiohttp(self, body: bytes, out: RequestOutcome) -> RequestOutcome:
@@ -398,6 +440,12 @@ class StreamingClient:
             if isinstance(exc, aiohttp.ClientConnectorError):
                 unanswered = _no_connection(exc.os_error, f"{exc.host}:{exc.port}")
             ex.fail(f"{type(exc).__name__}: {exc}", _perf(), unanswered=unanswered)
+        except asyncio.CancelledError:
+            why = self._abort_reason()  # the response was released by the context manager
+            if why is None:
+                raise
+            if not ex.end_t:
+                ex.fail(why, _perf())
         # From start (not from the queue entry, which can be much later when many requests start
         # at once) to the connection grant, so start + pool_wait is when the request really left.
         out.pool_wait = max(pool[0] - out.start, 0) if pool[0] else 0

@@ -17,6 +17,13 @@ Protocol of one run (one grid point):
    (``not_sent``; they are not failures).
 4. ``generation_tokens_total`` is scraped again; the delta is compared with the client's tokens.
 
+A run its caller stops (``should_stop``) during the measured phase ends the same way in every mode
+(closed loop, open loop, time-limited, several worker processes): nothing new is sent, the
+requests in flight are aborted (:meth:`.client.StreamingClient.abort_inflight`) and recorded as
+failed with ``aborted: <the caller's reason>``, and :class:`LoadgenStopped` carries the partial
+:class:`RunResult` (``halted`` set, ``not_sent`` the planned requests never sent). A stop before
+the measured phase (prompts, warmup) has no result.
+
 Dataset generation happens before :func:`loadgen_run` is called and never inside the measured
 window (case C11). During the measured phase the garbage collector is kept quiet
 (:func:`_quiet_gc`): everything allocated before ``t0`` is frozen out of collections and the
@@ -101,11 +108,25 @@ Progress = Callable[[dict[str, Any]], None]
 # looks at the stop flag it sets (seconds): a stop takes effect within about a quarter second,
 # the same period as the progress polling it rides along with.
 STOP_POLL_S = PROGRESS_PERIOD_S / 2
+# Seconds a stopped run waits for its event loops (or worker processes) to hand back the records
+# of what was sent. Aborting the requests in flight takes milliseconds; the wait is only long when
+# a worker process is stuck, which then loses its records (and is killed).
+STOP_RESULTS_S = 10.0
+# The text before the caller's reason on every request a stop aborted in flight.
+ABORTED_PREFIX = "aborted: "
 
 
 class LoadgenStopped(RuntimeError):
     """A run ended early because its ``should_stop`` callback said so: no new request was sent
-    after that, in-flight requests were aborted (their connections closed), and no result exists."""
+    after that and in-flight requests were aborted (their connections closed). ``result``: the
+    partial :class:`RunResult` when the stop came during the measured phase (the requests that
+    finished, the aborted ones as failures ``aborted: <reason>``, ``halted`` and ``not_sent``);
+    None when it came before (prompts, warmup) or a worker could not hand its records back."""
+
+    def __init__(self, message: str, *, result: RunResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
+        self.partial: tuple | None = None  # one event loop's raw outcome, made a result by loadgen_run
 
 
 @dataclass
@@ -179,8 +200,8 @@ class LoadConfig:
 @dataclass
 class WorkerStats:
     """One worker process's measured phase: CPU and wall ns, SSE events parsed, requests sent;
-    ``stopped_early`` why it stopped sending before its plan was done (its target unreachable),
-    else None; ``not_sent`` planned requests it never sent (0 when it was not stopped; None when
+    ``stopped_early`` why it stopped sending before its plan was done (its target unreachable, or
+    the reason its caller stopped it with), else None; ``not_sent`` planned requests it never sent (0 when it was not stopped; None when
     its plan had no count, a duration-limited closed loop without a request cap)."""
 
     worker: int
@@ -209,6 +230,9 @@ class RunResult:
     unreachable: 32 consecutive connection failures (connection refused to 127.0.0.1:30000)"``),
     else None; ``not_sent``: planned requests never sent because of that (not failures; 0 when
     the run was not stopped, None when the plan had no count: a duration-limited closed loop).
+    ``halted``: the reason the caller gave when it stopped the run during its measured phase
+    (``should_stop``; the run is partial and ``stopped_early`` says the same unless the target had
+    already gone), else None.
     """
 
     records: RecordStore
@@ -223,6 +247,7 @@ class RunResult:
     duration_limited: bool = False
     stopped_early: str | None = None
     not_sent: int | None = 0
+    halted: str | None = None
 
 
 def server_generation_tokens(urls: list[str], timeout_s: float = 10.0) -> tuple[float | None, list[str]]:
@@ -285,10 +310,10 @@ class _Tally:
 
     Plain ints updated by the loop's thread only; another thread reading them sees a value that
     is at most one update old (the GIL makes each read atomic). ``t0`` is 0 until the measured
-    phase has a start instant.
+    phase has a start instant. :meth:`stop` (from the loop's thread) ends the measured phase early.
     """
 
-    __slots__ = ("t0", "done", "failed", "total", "client", "tokens0")
+    __slots__ = ("t0", "done", "failed", "total", "client", "tokens0", "stop_reason", "on_stop")
 
     def __init__(self, total: int) -> None:
         self.t0 = 0
@@ -297,6 +322,21 @@ class _Tally:
         self.total = total
         self.client: StreamingClient | None = None
         self.tokens0 = 0  # the client's counter at t0 (warmup tokens are not progress)
+        self.stop_reason: str | None = None
+        self.on_stop: Callable[[str], None] | None = None  # set by _measured while it runs
+
+    @property
+    def measuring(self) -> bool:
+        """The measured phase has begun (a stop now keeps what was sent)."""
+        return self.on_stop is not None
+
+    def stop(self, reason: str) -> None:
+        """Stop the measured phase: nothing new is sent, the requests in flight are aborted as
+        failures with ``reason``. Idempotent; a stop before the phase begins applies when it does."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        if self.on_stop is not None:
+            self.on_stop(self.stop_reason)
 
     @property
     def tokens(self) -> int:
@@ -385,6 +425,13 @@ class _Reach:
                            f"({outcome.connect_error})")
             self.gone.set()
 
+    def stop(self, reason: str) -> None:
+        """Stop sending because the caller said so (``reason``), as if the target were gone; a
+        reason already found (the target gone) stands."""
+        if self.reason is None:
+            self.reason = reason
+        self.gone.set()
+
     async def sleep(self, seconds: float) -> None:
         """Sleep ``seconds``, or less when the target is found gone meanwhile. A wait of at most
         :data:`STOP_POLL_S` is a plain sleep, checked when it ends: an open loop waits this way
@@ -414,7 +461,9 @@ async def _measured(
     ends before that instant, and a request still waiting for a capped slot then is not sent.
 
     Every mode stops starting requests once the target is gone (:class:`_Reach`,
-    ``cfg.unreachable_failures``); the stats say why and how many planned requests were not sent.
+    ``cfg.unreachable_failures``) or ``tally.stop`` is called (the requests in flight are then
+    aborted: failed outcomes ``aborted: <reason>``); the stats say why and how many planned
+    requests were not sent.
     """
     store = RecordStore()
     tally = tally if tally is not None else _Tally(len(specs) if due is None else len(due))
@@ -431,9 +480,16 @@ async def _measured(
         tally.add(outcome)
         reach.see(outcome)
 
+    def halt(reason: str) -> None:
+        reach.stop(reason)
+        client.abort_inflight(ABORTED_PREFIX + reason)
+
+    tally.on_stop = halt
+    if tally.stop_reason is not None:
+        halt(tally.stop_reason)
     delay = (t0 - perf()) / 1e9
     if delay > 0:
-        await asyncio.sleep(delay)
+        await reach.sleep(delay)
     tally.tokens0 = client.tokens_seen
     tally.t0 = t0
     events0, cpu0, wall0 = client.events_seen, time.process_time_ns(), perf()
@@ -567,6 +623,8 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
 
     While measuring it sends ``("progress", (done, failed, output_tokens, total))`` every
     :data:`WORKER_REPORT_S`; at the end ``("done", (records, stats))`` or ``("error", text)``.
+    A ``("stop", reason)`` from the parent during the measured phase ends it early (``_Tally.stop``:
+    nothing new sent, in-flight requests aborted) and the records so far go back as ``"done"``.
     """
 
     async def report(tally: _Tally) -> None:
@@ -584,12 +642,26 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
                 t0 = conn.recv()
                 tally = _Tally(_initial_total(cfg, specs, due_offsets))
                 tally.client = client
+                loop = asyncio.get_running_loop()
+
+                def on_message() -> None:
+                    try:
+                        kind, payload = conn.recv()
+                    except (EOFError, OSError):  # the parent is gone: stop, nobody wants the rest
+                        loop.remove_reader(conn.fileno())
+                        tally.stop("the parent process went away")
+                        return
+                    if kind == "stop":
+                        tally.stop(str(payload))
+
+                loop.add_reader(conn.fileno(), on_message)
                 reporter = asyncio.ensure_future(report(tally))
                 try:
                     store, stats = await _measured(client, cfg, specs, _due(t0, due_offsets), slots, t0, worker,
                                                    indices, tally, cap)
                 finally:
                     reporter.cancel()
+                    loop.remove_reader(conn.fileno())
         conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total)))
         conn.send(("done", (store, stats)))
 
@@ -603,8 +675,14 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
 
 def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[RequestSpec], n: int,
                    offsets: list[float] | None, progress: Progress | None,
-                   should_stop: Callable[[], bool] | None = None,
-                   ) -> tuple[RecordStore, list[WorkerStats], int, tuple[float | None, list[str]]]:
+                   should_stop: Callable[[], bool | str | None] | None = None,
+                   ) -> tuple[RecordStore, list[WorkerStats], int, tuple[float | None, list[str]], str | None,
+                              list[int]]:
+    """Run the measured phase in ``n`` spawned worker processes (:func:`_worker_main`); returns the
+    merged records, each answering worker's stats, ``t0``, the first scrape, the stop reason (None
+    unless ``should_stop`` stopped the measured phase) and the workers that never handed back
+    their records after such a stop (killed). A stop before ``t0`` kills the workers and raises
+    :class:`LoadgenStopped` without a result."""
     ctx = multiprocessing.get_context("spawn")
     conc_parts = _split(cfg.concurrency, n) if cfg.concurrency else [None] * n
     warm_parts = _split(len(warmup), n)
@@ -628,20 +706,36 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
         procs.append(p)
         conns.append(parent)
     reporter = _Reporter(progress) if progress is not None else None
-    stopped = False
+    stopped = False  # kill the workers on the way out
+    halted: str | None = None
+    halted_at = 0.0
+    missing: list[int] = []
 
     counts: dict[int, tuple[int, int, int, int]] = {}
     t0 = 0
 
-    def check_stop() -> None:
-        nonlocal stopped
-        if should_stop is not None and should_stop():
+    def check_stop() -> bool:
+        """Before t0 a stop kills the workers and raises; after it each worker is told to stop
+        (once) and True is returned once they have had :data:`STOP_RESULTS_S` to answer."""
+        nonlocal stopped, halted, halted_at
+        if halted is not None:
+            return time.monotonic() - halted_at >= STOP_RESULTS_S
+        reason = _stop_reason(should_stop()) if should_stop is not None else None
+        if reason is None:
+            return False
+        if not t0:
             stopped = True
-            if reporter is not None and counts:  # the counts up to the stop, for whoever shows them
-                sums = [sum(c[k] for c in counts.values()) for k in range(4)]
-                reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3], final=True)
             raise LoadgenStopped("the run was stopped before it finished")
+        halted, halted_at = reason, time.monotonic()
+        for c in pending.values():
+            try:
+                c.send(("stop", reason))
+            except OSError:  # that worker already ended; its records or error are in the pipe
+                pass
+        return False
 
+    pending: dict[int, Any] = {}
+    results: dict[int, tuple[RecordStore, WorkerStats]] = {}
     try:
         for c in conns:
             while not c.poll(STOP_POLL_S):
@@ -656,10 +750,12 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
         # Latest counts per worker: done, failed, output tokens, total.
         counts = {i: (0, 0, 0, len(offsets[i::n]) if offsets is not None else
                       (0 if cfg.duration_s is not None else len(specs[i::n]))) for i in range(n)}
-        results: dict[int, tuple[RecordStore, WorkerStats]] = {}
         pending = dict(enumerate(conns))
         while pending:
-            check_stop()
+            if check_stop():  # stopped, and some worker never answered: it loses its records
+                missing = sorted(pending)
+                stopped = True
+                break
             ready = multiprocessing.connection.wait(list(pending.values()), timeout=PROGRESS_PERIOD_S / 2)
             for c in ready:
                 i = next(k for k, v in pending.items() if v is c)
@@ -680,7 +776,12 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
             if reporter is not None:
                 sums = [sum(c[k] for c in counts.values()) for k in range(4)]
                 reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3],
-                                final=not pending)
+                                final=not pending or stopped)
+    except LoadgenStopped:
+        if reporter is not None and counts:  # the counts up to the stop, for whoever shows them
+            sums = [sum(c[k] for c in counts.values()) for k in range(4)]
+            reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3], final=True)
+        raise
     finally:
         for p in procs:
             if stopped:  # abort the requests in flight: the workers' sockets close with them
@@ -688,30 +789,69 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-    stores = [results[i][0] for i in range(n)]
-    stats = [results[i][1] for i in range(n)]
-    return RecordStore.merge(stores), stats, t0, before
+    stores = [results[i][0] for i in sorted(results)]
+    stats = [results[i][1] for i in sorted(results)]
+    return RecordStore.merge(stores), stats, t0, before, halted, missing
 
 
 # ---------------------------------------------------------------------- entry points
-async def _until_stopped(coro: Any, stop: threading.Event | None) -> Any:
-    """Await ``coro``; when ``stop`` is set first, cancel it (which closes its client and so
-    aborts the requests in flight) and raise :class:`LoadgenStopped`. Checked every
-    :data:`STOP_POLL_S` seconds."""
+class _StopFlag:
+    """A stop asked for from another thread, with its reason (``None`` until :meth:`set`)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def set(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+
+def _stop_reason(answer: Any) -> str | None:
+    """``should_stop``'s answer as a reason: a non-empty string is the reason, any other true value
+    ``the run was stopped``, a false one None (go on)."""
+    if not answer:
+        return None
+    return answer if isinstance(answer, str) else "the run was stopped"
+
+
+async def _until_stopped(coro: Any, stop: _StopFlag | None, tally: _Tally) -> Any:
+    """Await ``coro`` (:func:`_one_loop`), checking ``stop`` every :data:`STOP_POLL_S` seconds.
+
+    A stop before the measured phase cancels ``coro`` (which closes its client) and raises
+    :class:`LoadgenStopped` without a result. A stop during it goes through ``tally.stop``
+    (nothing new sent, in-flight requests aborted as failures), waits up to
+    :data:`STOP_RESULTS_S` for ``coro`` to return what was sent, and raises
+    :class:`LoadgenStopped` with that outcome in ``partial`` (None if it did not come back)."""
     if stop is None:
         return await coro
     task = asyncio.ensure_future(coro)
+    halted_at: float | None = None
     while True:
         done, _ = await asyncio.wait({task}, timeout=STOP_POLL_S)
         if done:
-            return task.result()
-        if stop.is_set():
-            task.cancel()
-            try:
-                await task
-            except BaseException:  # noqa: BLE001 - the cancellation itself, or what it interrupted
-                pass
-            raise LoadgenStopped("the run was stopped before it finished")
+            out = task.result()
+            if halted_at is None:
+                return out
+            exc = LoadgenStopped(f"the run was stopped: {stop.reason}")
+            exc.partial = out
+            raise exc
+        if stop.reason is None:
+            continue
+        if halted_at is None and tally.measuring:
+            tally.stop(stop.reason)
+            halted_at = time.monotonic()
+            continue
+        if halted_at is not None and time.monotonic() - halted_at < STOP_RESULTS_S:
+            continue
+        task.cancel()
+        try:
+            await task
+        except BaseException:  # noqa: BLE001 - the cancellation itself, or what it interrupted
+            pass
+        raise LoadgenStopped("the run was stopped before it finished"
+                             if halted_at is None else
+                             f"the run was stopped ({stop.reason}) and did not hand back its records "
+                             f"within {STOP_RESULTS_S:g} s")
 
 
 async def _one_loop(config: LoadConfig, specs: list[RequestSpec], warmup: list[RequestSpec],
@@ -728,22 +868,26 @@ async def _one_loop(config: LoadConfig, specs: list[RequestSpec], warmup: list[R
             t0 = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
             store, stats = await _measured(client, config, planned, _due(t0, offsets), config.concurrency, t0, 0,
                                            positions, tally, config.max_requests)
+    # A stopped run's servers may be gone: no second scrape (and no token cross-check).
     after = (await asyncio.to_thread(server_generation_tokens, config.metrics_urls)
-             if config.metrics_urls else (None, []))
+             if config.metrics_urls and tally.stop_reason is None else (None, []))
     return store, stats, t0, before, after
 
 
 def _result(config: LoadConfig, store: RecordStore, stats: list[WorkerStats], t0: int, offsets: list[float] | None,
-            before: tuple, after: tuple, warm_fraction: float | None = None) -> RunResult:
+            before: tuple, after: tuple, warm_fraction: float | None = None, *, halted: str | None = None,
+            workers_missing: bool = False) -> RunResult:
     # Workers stop on their own when their target goes; the first one's reason stands for the run.
     stopped = [w for w in stats if w.stopped_early is not None]
     not_sent = None if any(w.not_sent is None for w in stats) else sum(w.not_sent or 0 for w in stats)
+    if workers_missing:  # a worker's plan is not in the sum
+        not_sent = None
     return RunResult(records=store, config=replace(config), t0=t0, workers=stats,
                      scheduled_rate=scheduled_rate(offsets) if offsets else None, warmup_cpu_fraction=warm_fraction,
                      server_tokens_before=before[0], server_tokens_after=after[0],
                      server_scrape_errors=before[1] + after[1], duration_limited=config.duration_s is not None,
                      stopped_early=stopped[0].stopped_early if stopped else None,
-                     not_sent=not_sent if stopped else 0)
+                     not_sent=not_sent if stopped else 0, halted=halted)
 
 
 def _report_final(reporter: _Reporter | None, tally: _Tally) -> None:
@@ -791,7 +935,8 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
 
 
 def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: list[RequestSpec] | None = None,
-                progress: Progress | None = None, should_stop: Callable[[], bool] | None = None) -> RunResult:
+                progress: Progress | None = None, should_stop: Callable[[], bool | str | None] | None = None,
+                ) -> RunResult:
     """Run ``specs`` with ``config`` (blocking; call it outside a running event loop).
 
     ``workers`` = 1: one event loop here. ``workers`` = N: N spawned processes. ``workers`` None:
@@ -800,11 +945,15 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
     the thread that called this function, never from the measuring event loop: with one worker
     the loop then runs in a helper thread of this process, with N workers the counts come from
     the workers' pipes. ``should_stop`` (optional) is called from that same thread every
-    :data:`STOP_POLL_S` seconds (warmup included); once it returns true no new request is sent,
-    the requests in flight are aborted (one worker: its event loop's tasks are cancelled and the
-    client closed; N workers: the processes are killed) and :class:`LoadgenStopped` is raised
-    within about a second. Raises ``ValueError`` for a bad config and ``RuntimeError`` when a
-    worker fails.
+    :data:`STOP_POLL_S` seconds (warmup included); once it returns true (a string: the reason,
+    kept on the result and on every aborted request) no new request is sent, the requests in
+    flight are aborted and :class:`LoadgenStopped` is raised within about a second. Stopped during
+    the measured phase, the exception's ``result`` holds what was sent: the finished requests, the
+    aborted ones as failures ``aborted: <reason>``, ``halted`` and ``not_sent`` (every mode; N
+    workers are each told to stop and hand back their records, and one that does not within
+    :data:`STOP_RESULTS_S` is killed and its records lost, ``not_sent`` then None). Stopped
+    before it (prompts, warmup: one worker's loop is cancelled, N workers are killed) it has none.
+    Raises ``ValueError`` for a bad config and ``RuntimeError`` when a worker fails.
     """
     config.validate()
     warmup = warmup_specs if warmup_specs is not None else specs[:config.warmup]
@@ -820,20 +969,28 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
     if should_stop is not None and should_stop():
         raise LoadgenStopped("the run was stopped before it started")
     if n > 1:
-        store, stats, t0, before = _run_processes(config, specs, warmup, n, offsets, progress, should_stop)
-        after = server_generation_tokens(config.metrics_urls) if config.metrics_urls else (None, [])
-        return _result(config, store, stats, t0, offsets, before, after, warm_fraction)
+        store, stats, t0, before, halted, missing = _run_processes(config, specs, warmup, n, offsets, progress,
+                                                                   should_stop)
+        if halted is None:
+            after = server_generation_tokens(config.metrics_urls) if config.metrics_urls else (None, [])
+            return _result(config, store, stats, t0, offsets, before, after, warm_fraction)
+        result = _result(config, store, stats, t0, offsets, before, (None, []), warm_fraction, halted=halted,
+                         workers_missing=bool(missing))
+        raise LoadgenStopped(f"the run was stopped: {halted}" + (
+            f" (worker{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not hand back "
+            f"{'their' if len(missing) > 1 else 'its'} records within {STOP_RESULTS_S:g} s)" if missing else ""),
+            result=result)
     tally = _Tally(_initial_total(config, specs, offsets))
     if progress is None and should_stop is None:
         store, one, t0, before, after = asyncio.run(_one_loop(config, specs, warmup, offsets, tally))
         return _result(config, store, [one], t0, offsets, before, after, warm_fraction)
     reporter = _Reporter(progress) if progress is not None else None
-    stop = threading.Event() if should_stop is not None else None
+    stop = _StopFlag() if should_stop is not None else None
     box: dict[str, Any] = {}
 
     def body() -> None:
         try:
-            box["out"] = asyncio.run(_until_stopped(_one_loop(config, specs, warmup, offsets, tally), stop))
+            box["out"] = asyncio.run(_until_stopped(_one_loop(config, specs, warmup, offsets, tally), stop, tally))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread below
             box["error"] = exc
 
@@ -843,14 +1000,21 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
         thread.join(STOP_POLL_S)
         if not thread.is_alive():
             break
-        if stop is not None and not stop.is_set() and should_stop():
-            stop.set()
+        if stop is not None and stop.reason is None:
+            reason = _stop_reason(should_stop())
+            if reason is not None:
+                stop.set(reason)
         if reporter is not None:
             reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens)
     if "error" in box:
-        if isinstance(box["error"], LoadgenStopped):
+        err = box["error"]
+        if isinstance(err, LoadgenStopped):
             _report_final(reporter, tally)  # the counts up to the stop, for whoever shows them
-        raise box["error"]
+            if err.partial is not None:
+                store, one, t0, before, after = err.partial
+                err.result = _result(config, store, [one], t0, offsets, before, after, warm_fraction,
+                                     halted=stop.reason if stop is not None else None)
+        raise err
     _report_final(reporter, tally)
     store, one, t0, before, after = box["out"]
     return _result(config, store, [one], t0, offsets, before, after, warm_fraction)

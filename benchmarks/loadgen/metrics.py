@@ -16,6 +16,7 @@ Times in the summary are seconds (floats); rates per second.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ import numpy as np
 from .driver import CPU_BOUND_FRACTION, RunResult
 from .records import RecordStore
 
-__all__ = ["Slo", "run_summary", "distribution", "nearest_rank", "in_flight"]
+__all__ = ["Slo", "run_summary", "distribution", "error_kind", "nearest_rank", "in_flight"]
 
 PERCENTILES = (50, 90, 99)
 # Shortfall tolerances. Concurrency: the target must be reached at least once (max in flight);
@@ -96,7 +97,20 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     early because its target was gone has ``stopped_early`` (the reason; None otherwise) and
     ``not_sent`` (planned requests never sent: not failures, in no other count; None when the plan
     had no count, a time-limited closed loop); concurrency shortfall is not flagged for it (the
-    client did not fall short, the target went away).
+    client did not fall short, the target went away). A run its caller stopped has ``halted``
+    (the caller's reason, also ``stopped_early``; None otherwise): a partial run, whose in-flight
+    requests were aborted and count as failures.
+
+    ``server_token_mismatch``: the server's ``generation_tokens_total`` delta against the client's
+    count. The server also counts the tokens of failed requests, which the client counts only as
+    far as they streamed before the failure; so with failures the delta must lie between the
+    client's streamed tokens (successes + what the failures streamed) and that plus the rest of
+    each failed request's requested output (no upper bound when a requested length is unknown).
+    With no successful request nothing is compared (``server_token_note`` says why).
+
+    ``errors``: failure reason -> count, one entry per kind of failure: a per-request byte count in
+    the message (``after 4,312 body bytes``, ``10 bytes unterminated``) is written ``N``
+    (:func:`error_kind`); each request's own message stays in the records.
     """
     rec: RecordStore = result.records
     cfg = result.config
@@ -111,6 +125,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     stopped = getattr(result, "stopped_early", None)
     s["stopped_early"] = stopped
     s["not_sent"] = getattr(result, "not_sent", 0)
+    s["halted"] = getattr(result, "halted", None)
     lo = int(start.min()) if n else 0
     hi = int(end.max()) if n else 0
     duration = (hi - lo) / 1e9
@@ -213,10 +228,31 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
         delta = result.server_tokens_after - result.server_tokens_before
     s["server_generation_tokens_delta"] = delta
     s["server_output_throughput_tok_s"] = delta / duration if delta is not None and duration > 0 else None
-    all_tokens = int(np.where(out_tok > 0, out_tok, 0)[ok].sum())
-    flags["server_token_mismatch"] = bool(
-        delta is not None and (abs(all_tokens - delta) > SERVER_TOKEN_TOLERANCE * max(delta, 1.0))
-    )
+    streamed = np.where(out_tok > 0, out_tok, 0)
+    ok_tokens = int(streamed[ok].sum())
+    failed_streamed = int(streamed[~ok].sum())
+    lo_tokens = ok_tokens + failed_streamed
+    # What the failed requests could have made the server generate beyond what reached the client.
+    failed_req = req_out[~ok].astype(np.int64)
+    hi_tokens = (lo_tokens + int(np.maximum(failed_req - streamed[~ok], 0).sum())
+                 if (failed_req >= 0).all() else math.inf)
+    s["server_token_note"] = None
+    mismatch = False
+    if delta is not None and not ok.any():
+        s["server_token_note"] = (f"not compared: no request succeeded, and the server's count ({delta:g} tokens) "
+                                  "includes streams cut off before the client counted them")
+    elif delta is not None:
+        tol = SERVER_TOKEN_TOLERANCE * max(delta, 1.0)
+        mismatch = delta < lo_tokens - tol or delta > hi_tokens + tol
+        failed_n = n - int(ok.sum())
+        if failed_n:
+            many = f"{failed_n:,} failed request{'s' if failed_n != 1 else ''}"
+            s["server_token_note"] = (
+                f"{many}: the server's count may include up to {hi_tokens - lo_tokens:,} tokens the client did not "
+                "receive; compared with that range" if math.isfinite(hi_tokens) else
+                f"{many} of unknown requested length: the server's count was only checked not to fall short of "
+                "the tokens the client received")
+    flags["server_token_mismatch"] = bool(mismatch)
     s["server_scrape_errors"] = list(result.server_scrape_errors)
 
     # ---------------------------------------------------------------- client CPU
@@ -268,9 +304,24 @@ def _itls(rec: RecordStore, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, bo
     return e, t, known and bool(per_token)
 
 
+# Per-request byte counts in the client's failure messages (``after 4312 body bytes``, ``(inside
+# an event: 10 bytes unterminated)``): the same failure with another count is the same kind.
+_BYTE_COUNT = re.compile(r"\b\d[\d,]*( body)? bytes\b")
+# Longest failure reason kept as a key (a server's error body can be long; the records keep it all).
+ERROR_KEY_CHARS = 200
+
+
+def error_kind(message: str) -> str:
+    """The kind of failure ``message`` is, as the summary groups it: per-request byte counts
+    written ``N`` (``server closed the connection inside the response body after N body
+    bytes``), at most :data:`ERROR_KEY_CHARS` characters (longer ones end with ``…``)."""
+    key = _BYTE_COUNT.sub(lambda m: "N" + (m.group(1) or "") + " bytes", message)
+    return key if len(key) <= ERROR_KEY_CHARS else key[:ERROR_KEY_CHARS - 1] + "…"
+
+
 def _error_counts(rec: RecordStore) -> dict[str, int]:
     counts: dict[str, int] = {}
     for msg in rec.errors.values():
-        key = msg[:200]
+        key = error_kind(msg)
         counts[key] = counts.get(key, 0) + 1
     return counts

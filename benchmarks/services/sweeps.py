@@ -9,8 +9,9 @@ Rules and where they come from:
   its deployment is no longer ready (failed, with the deployment's status): both are read at most
   once per :data:`STOP_CHECK_S` while waiting, while the prompts are built and while a point runs,
   and a running point is stopped at once (the load generator's ``should_stop``: nothing new is
-  sent, the requests in flight are aborted, the point is stored cancelled or failed, without a
-  summary).
+  sent, the requests in flight are aborted). A cancelled point is stored cancelled without a
+  summary; a point stopped because its deployment went down keeps what was sent (records, a
+  summary, ``not_sent``), stored failed like any point the deployment went down under.
 * The process running a sweep records itself (``worker``: ``host:pid``) and a heartbeat every
   :data:`HEARTBEAT_S`. A sweep whose worker is gone (the pid no longer exists on this host, or no
   heartbeat for :data:`HEARTBEAT_STALE_S`) is failed "worker lost: ..." by the redelivered task or
@@ -56,6 +57,7 @@ from benchmarks.analysis import SweepPoint, ceiling_analyse
 from benchmarks.analysis.model import MAX_FAILED_FRACTION
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.loadgen import Api, LoadConfig, LoadgenStopped, Slo, arrival_offsets, loadgen_run, random_dataset, run_summary
+from benchmarks.loadgen.driver import ABORTED_PREFIX
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
@@ -265,7 +267,14 @@ def sweep_execute(*, sweep_id: int) -> str:
 
 
 class _SweepFailed(Exception):
-    pass
+    """The sweep fails with this text as its reason. ``cause``: what ended, in a few words
+    (``single #0 killed by signal 9 (SIGKILL); restart policy is 'never'``, ``deployment #4 is
+    stopping``), when the deployment went down under a running point: the point's aborted
+    requests carry it and its stored reason leads with it."""
+
+    def __init__(self, message: str, *, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = None) -> None:
@@ -341,20 +350,21 @@ class _Watch:
 
             row = Deployment.objects.filter(pk=self.deployment_id).values_list("status", "reason").first()
             if row is None:
-                raise _SweepFailed(f"deployment #{self.deployment_id} was deleted; the sweep stopped")
+                raise _SweepFailed(f"deployment #{self.deployment_id} was deleted; the sweep stopped",
+                                   cause=f"deployment #{self.deployment_id} was deleted")
             down = process_down(deployment_id=self.deployment_id)
             during = f" during point {self.point}" if self.point else ""
             if row[0] != DeploymentStatus.READY:
                 if down:  # a crash: the process and how it ended lead, the deployment's state follows
                     raise _SweepFailed(f"{down}{during}; deployment #{self.deployment_id} is {row[0]}; "
-                                       "the sweep stopped")
-                raise _SweepFailed(f"deployment #{self.deployment_id} is {row[0]}" + (f": {row[1]}" if row[1] else "")
-                                   + "; the sweep stopped")
+                                       "the sweep stopped", cause=down)
+                state = f"deployment #{self.deployment_id} is {row[0]}" + (f": {row[1]}" if row[1] else "")
+                raise _SweepFailed(state + "; the sweep stopped", cause=state)
             if down:
                 # The agent marks the process first and the deployment a few seconds later: a
                 # point must not go on measuring a half-dead deployment meanwhile.
                 raise _SweepFailed(f"{down}{during} while deployment #{self.deployment_id} was still marked "
-                                   "ready; the sweep stopped")
+                                   "ready; the sweep stopped", cause=down)
 
 
 def process_down(*, deployment_id: int) -> str:
@@ -637,16 +647,39 @@ def _loadconfig_has(name: str) -> bool:
     return any(f.name == name for f in dataclasses.fields(LoadConfig))
 
 
+class _StopAsk:
+    """The sweep thread's stop request to the point's helper thread, with its reason: the load
+    generator's ``should_stop`` (called, it answers the reason or None)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def set(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+    def is_set(self) -> bool:
+        return self.reason is not None
+
+    def __call__(self) -> str | None:
+        return self.reason
+
+
 def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, snapshot: dict,
                watch: _Watch | None = None) -> BenchmarkRun:
     """Run one grid point and store it. Live progress comes from the load generator's own counts
     (:class:`_PointProgress`). A point with ``duration_s`` ends after that many seconds, or with
     a request count as well whichever comes first (:func:`point_limits`); its summary says what
-    ended it (``ended_by``: ``duration`` or ``requests``). The prompts are built and the load
-    generator run in a helper thread; this thread ticks the progress and asks ``watch`` (cancel,
-    deployment no longer ready, heartbeat): when it raises, the helper is told to stop (prompt
-    building and sending end within about a second, in-flight requests are aborted) and the
-    exception propagates, so the point keeps no summary."""
+    ended it (``ended_by``: ``duration``, ``requests``, ``target_unreachable`` or
+    ``deployment_down``). The prompts are built and the load generator run in a helper thread;
+    this thread ticks the progress and asks ``watch`` (cancel, deployment no longer ready,
+    heartbeat): when it raises, the helper is told to stop (prompt building and sending end within
+    about a second, in-flight requests are aborted). A cancel propagates and the point keeps no
+    summary. A deployment that went down (:class:`_SweepFailed`) while requests were being sent
+    stores the point failed with what was sent (records, summary, ``not_sent``: the load
+    generator's partial result, the aborted requests failed ``aborted: <what ended>``) and fails
+    the sweep with the counts (:func:`_went_down_reason`); stopped before anything was sent
+    (prompts, warmup), the watch's reason propagates as it is."""
     grid = sweep.grid
     api = Api(grid["api"])
     engine = deployment.recipe.engine
@@ -661,11 +694,12 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                       snapshot=json_safe(snapshot), started_at=timezone.now(), created_by=sweep.created_by,
                       progress={}),
     )
-    BenchmarkSweep.objects.filter(pk=sweep.pk).update(current_point=_point_label(point), current_tok_s=None)
+    label = _point_label(point)
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(current_point=label, current_tok_s=None)
     if watch is not None:
-        watch.point = _point_label(point)
+        watch.point = label
     token_ids = engine in TOKEN_ID_ENGINES and api is not Api.CHAT
-    stop = threading.Event()
+    stop = _StopAsk()
     extra: dict[str, Any] = {}
     if limits["duration_s"] is not None:
         extra["duration_s"] = limits["duration_s"]
@@ -689,12 +723,13 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                                     output_len=point["output_len"], seed=seed + 10_000 + ordinal,
                                     token_ids=token_ids, chat=api is Api.CHAT, should_stop=stop.is_set)
             outcome["result"] = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=progress.report,
-                                            should_stop=stop.is_set)
+                                            should_stop=stop)
         except BaseException as exc:  # re-raised in the sweep's thread below
             outcome["error"] = exc
 
     thread = threading.Thread(target=work, name=f"sweep-{sweep.pk}-point-{ordinal}", daemon=True)
     thread.start()
+    went_down: _SweepFailed | None = None
     while thread.is_alive():
         thread.join(PROGRESS_PERIOD_S)
         if not thread.is_alive():
@@ -704,21 +739,36 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                 watch.check()
             else:
                 _check_cancel(sweep.pk)
-        except (_Cancelled, _SweepFailed):
-            stop.set()  # no new request, in-flight ones aborted; the point is not stored
+        except _Cancelled:
+            stop.set("the sweep was cancelled")  # no new request, in-flight ones aborted; no summary
             thread.join(STOP_JOIN_S)
-            progress.tick(final=True)  # but its last counts are: what was done and failed until then
+            progress.tick(final=True)  # but its last counts are kept: what was done and failed until then
             raise
+        except _SweepFailed as exc:
+            stop.set(exc.cause or str(exc))
+            thread.join(STOP_JOIN_S)
+            err = outcome.get("error")
+            if outcome.get("result") is None and getattr(err, "result", None) is None:
+                progress.tick(final=True)  # nothing was sent yet (or it never came back): the counts only
+                raise
+            went_down = exc
+            break
         progress.tick()
-    if isinstance(outcome.get("error"), LoadgenStopped):
+    err = outcome.get("error")
+    if went_down is not None:
+        # The load generator's partial result (or, in a close race, its complete one).
+        result = outcome["result"] if outcome.get("result") is not None else err.result
+    elif isinstance(err, LoadgenStopped):
         raise _Cancelled()
-    if "error" in outcome:
-        raise outcome["error"]
-    result = outcome["result"]
+    elif err is not None:
+        raise err
+    else:
+        result = outcome["result"]
     slo = Slo(**grid["slo"]) if grid.get("slo") else None
     summary = run_summary(result, slo=slo)
     sent = int(summary.get("requests") or 0)
-    if point.get("duration_s") is not None:
+    timed = point.get("duration_s") is not None
+    if timed:
         cap = point.get("max_requests")
         # Without the load generator's cap a closed loop may send past the count: time ended it.
         summary["ended_by"] = "requests" if cap is not None and cap_applied and sent >= cap else "duration"
@@ -731,42 +781,50 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     stopped = summary.get("stopped_early")
     if stopped:
         summary["ended_by"] = "target_unreachable"
+    if went_down is not None:
+        summary["ended_by"] = "deployment_down"
     path = records_dir() / f"run-{run.pk}.npz"
     result.records.save(path)
     progress.tick(final=True)
     run.refresh_from_db(fields=["progress"])
     _store_summary(run, summary)
     run.records_path = str(path)
-    run.num_requests = sent
-    cancelled = BenchmarkSweep.objects.filter(pk=sweep.pk, cancel_requested=True).exists()
+    if timed:
+        run.num_requests = sent  # a time-limited point's count is what fitted in its time
+    cancelled = went_down is None and BenchmarkSweep.objects.filter(pk=sweep.pk, cancel_requested=True).exists()
     # Any failed request: is the deployment still whole? A process that ended, the deployment no
     # longer ready, or (where failures are many) an entry server that keeps failing its health
     # check means the engine went down under the point (its row may still say ready until the
     # agent notices): the point's numbers are not a measurement of the deployment, and the later
     # points would only repeat that. A healthy server that fails requests (overload, timeouts) is
     # a measurement: the point is kept and the sweep goes on. A point the load generator stopped
-    # because its target stopped answering is never a measurement (most of it was not sent).
+    # because its target stopped answering is never a measurement (most of it was not sent), nor
+    # is one the sweep stopped because its deployment went down.
     failures = int(summary.get("failures") or 0)
-    had_failures = not cancelled and sent > 0 and failures > 0
+    had_failures = not cancelled and went_down is None and sent > 0 and failures > 0
     many = had_failures and failures / sent > MAX_FAILED_FRACTION
-    down, healthy, health = "", None, ""
+    down, healthy, health = (went_down.cause or str(went_down)) if went_down is not None else "", None, ""
     if had_failures:
         down, healthy, health = _point_down(deployment, check_health=many or bool(stopped))
-    went_down = not cancelled and (bool(stopped) or (had_failures and (bool(down) or healthy is False)))
-    run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED if went_down else RunStatus.DONE
+    failed = went_down is not None or (not cancelled and (bool(stopped) or (had_failures and (bool(down)
+                                                                                             or healthy is False))))
+    run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED if failed else RunStatus.DONE
     run.reason = ("sweep cancelled while this point ran" if cancelled
-                  else _went_down_reason(summary, _point_label(point), deployment, down=down, healthy=healthy,
-                                         health=health) if went_down else "")
+                  else _went_down_reason(summary, label, deployment, down=down, healthy=healthy,
+                                         health=health) if failed else "")
     run.ended_at = timezone.now()
     run.save()
-    # The sweep's totals follow what was sent: a time-limited point adds what fitted in its time.
-    BenchmarkSweep.objects.filter(pk=sweep.pk).update(
-        requests_done=done_before + sent, current_tok_s=summary.get("output_throughput_tok_s"),
-        requests_total=F("requests_total") + sent - (point.get("max_requests") or 0))
+    fields: dict[str, Any] = {"requests_done": done_before + sent,
+                              "current_tok_s": summary.get("output_throughput_tok_s")}
+    if timed:
+        # The sweep's total follows what was sent only for a time-limited point (what fitted in its
+        # time); a point with a request count keeps its planned count, sent or not.
+        fields["requests_total"] = F("requests_total") + sent - (point.get("max_requests") or 0)
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(**fields)
     if cancelled:
         _broadcast_point(sweep.pk, run)
         raise _Cancelled()
-    if went_down:
+    if failed:
         _broadcast_point(sweep.pk, run)
         raise _SweepFailed(run.reason + "; its numbers are not kept as a measurement and the later points were "
                            "not run")
@@ -781,6 +839,10 @@ ENTRY_HEALTH_GAP_S = 2.0
 #: Seconds between reads of the process rows while :func:`_point_down` waits between health checks
 #: (the node agent marks a dead process within its tick, 0.5 s by default).
 DOWN_POLL_S = 0.25
+#: Seconds a point's failure reason waits for a deployment still marked ready to be marked down
+#: after one of its processes ended (the agent marks the deployment right after the process), so
+#: the stored text names the state the deployment was going to.
+REASON_STATUS_WAIT_S = 1.0
 
 
 def _deployment_down(deployment) -> str:
@@ -864,36 +926,69 @@ def _entry_name(deployment) -> str:
     return f"{row[0]} #{row[1]}" if row else "the entry server"
 
 
+def _deployment_then(deployment, *, wait_s: float = 0.0) -> str:
+    """The deployment's status as its row says when a reason is written, in words that stay true
+    once stored: ``deployment #4 was marked failed at that moment`` or ``deployment #4 was still
+    marked ready at that moment`` (the node agent marks a process that ended first and its
+    deployment up to a few seconds later), ``deployment #4 had been deleted``. With ``wait_s``
+    (seconds) a row still marked ready is read again every :data:`DOWN_POLL_S` until it is not or
+    the time is up."""
+    from deployments.choices import DeploymentStatus
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        status = type(deployment).objects.filter(pk=deployment.pk).values_list("status", flat=True).first()
+        if status != DeploymentStatus.READY or time.monotonic() >= deadline:
+            break
+        time.sleep(DOWN_POLL_S)
+    if status is None:
+        return f"deployment #{deployment.pk} had been deleted"
+    if status == DeploymentStatus.READY:
+        return f"deployment #{deployment.pk} was still marked ready at that moment"
+    return f"deployment #{deployment.pk} was marked {status} at that moment"
+
+
 def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, *, down: str, healthy: bool | None,
                       health: str) -> str:
     """Why a point is not kept as a measurement, leading with what ended: ``router #0 exited with
     code -9 (killed by signal 9; restart policy is 'never') during point c=64 256/256: 96 of 96
     requests sent failed (commonest: 64 x cannot connect to ...), 3,904 not sent (target
     unreachable: 32 consecutive connection failures (connection refused to 127.0.0.1:30000));
-    deployment #4 is failed``. What ended is ``down`` (:func:`process_down`, or the deployment no
-    longer ready), else the entry process that failed its health checks (``single #0 stopped
-    answering (GET .../health: ConnectError ...)``), else the load generator's own reason for
-    stopping with what the health check said. Then the point's failures and commonest error, the
-    requests never sent, and the deployment's status as its row says now. Redacted."""
+    deployment #4 was marked failed at that moment``. What ended is ``down`` (:func:`process_down`,
+    the deployment no longer ready, or what the sweep's watch saw when it stopped the point),
+    else the entry process that failed its health checks (``single #0 stopped answering (GET
+    .../health: ConnectError ...)``), else the load generator's own reason for stopping with what
+    the health check said. Then the point's failures and commonest error, the requests never sent
+    (with why, unless that is what leads), and the deployment's status as its row said then
+    (:func:`_deployment_then`; read again for up to :data:`REASON_STATUS_WAIT_S` while it still
+    says ready after a process ended; left out when what leads is the deployment's status).
+    Redacted."""
     errors = summary.get("errors") or {}
     n = int(summary.get("requests") or 0)
     failed = int(summary.get("failures") or 0)
     stopped = summary.get("stopped_early")
     not_sent = summary.get("not_sent")
     top = max(errors.items(), key=lambda kv: kv[1]) if isinstance(errors, Mapping) and errors else None
-    what = f"{top[1]} x {top[0]}" if top else "no error text"
     if down:
         lead = down
     elif healthy is False:
         lead = f"{_entry_name(deployment)} stopped answering ({health})"
     else:
         lead = f"the load generator stopped sending ({stopped}" + (f"; {health}" if health else "") + ")"
-    counts = f"{failed:,} of {n:,} requests{' sent' if stopped else ''} failed (commonest: {what})"
+    what = "no error text"
+    if top:
+        # Requests the sweep aborted because of what leads need not repeat it.
+        what = f"{top[1]} x " + ("aborted in flight when the point was stopped" if top[0] == ABORTED_PREFIX + lead
+                                 else top[0])
+    counts = (f"{failed:,} of {n:,} requests{' sent' if stopped else ''} failed (commonest: {what})" if failed
+              else f"none of {n:,} requests{' sent' if stopped else ''} failed")
     if stopped:
         rest = f"{not_sent:,} not sent" if isinstance(not_sent, int) else "the rest of its time not used"
-        counts += f", {rest}" + (f" ({stopped})" if down or healthy is False else "")
-    status = type(deployment).objects.filter(pk=deployment.pk).values_list("status", flat=True).first()
-    return redact_text(f"{lead} during point {label}: {counts}; deployment #{deployment.pk} is {status or 'gone'}")
+        counts += f", {rest}" + (f" ({stopped})" if (down or healthy is False) and stopped != lead else "")
+    text = f"{lead} during point {label}: {counts}"
+    if not lead.startswith(f"deployment #{deployment.pk} "):
+        text += "; " + _deployment_then(deployment, wait_s=REASON_STATUS_WAIT_S if down else 0.0)
+    return redact_text(text)
 
 
 # ---------------------------------------------------------------------------------------- analysis

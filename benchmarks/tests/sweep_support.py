@@ -2,9 +2,11 @@
 points at it (no node agent involved: the tests own the process)."""
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,3 +63,35 @@ def sim_deployment_create(*, base_url: str, status: str = DeploymentStatus.READY
                                  env_redacted={"HF_TOKEN": "***"}, cpus="0", effective_cpus="0", pin_method="none",
                                  health_url=f"{base_url}/health", generate_url=f"{base_url}/generate")
     return deployment
+
+
+@contextlib.contextmanager
+def agent_watched_deployment(*, recipe: Recipe, user, tmp_path: Path, tick_s: float, what: str):
+    """A deployment of ``recipe`` launched by the node side's own code and watched by the agent's
+    monitor pass (:func:`deployments.agent.deployment_check`, every ``tick_s`` seconds in a thread,
+    as the agent's tick would); yields it once ready (30 s at most), then stops the watch, tears
+    the deployment down and kills every engine tree that logged under ``tmp_path``."""
+    from deployments import services as deployment_services
+    from deployments.agent import deployment_check, deployment_launch, deployment_teardown
+    from deployments.tests.test_agent_support import kill_trees_logging_under, wait_for
+
+    deployment = deployment_services.deployment_create(recipe=recipe, user=user)
+    stop = threading.Event()
+
+    def monitor() -> None:
+        while not stop.is_set():
+            deployment_check(deployment_id=deployment.pk)
+            stop.wait(tick_s)
+
+    watcher = threading.Thread(target=monitor, name="agent-monitor", daemon=True)
+    try:
+        assert deployment_launch(deployment_id=deployment.pk) == "launched"
+        watcher.start()
+        wait_for(lambda: Deployment.objects.get(pk=deployment.pk).status == "ready", timeout_s=30,
+                 what=f"{what} to be ready")
+        yield Deployment.objects.get(pk=deployment.pk)
+    finally:
+        stop.set()
+        watcher.join(15)
+        deployment_teardown(deployment_id=deployment.pk)
+        kill_trees_logging_under(tmp_path)

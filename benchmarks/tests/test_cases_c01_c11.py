@@ -328,7 +328,9 @@ def test_it_flags_a_client_capped_below_the_target_c9(replay: Replay) -> None:
     assert proc.stats()["max_in_flight"] == 100
     assert s["achieved_concurrency_max"] == 100
     assert s["flags"]["concurrency_shortfall"] is True
-    assert s["pool_wait_s"]["p99"] == pytest.approx(2.0, abs=0.1)  # the 28 that waited are visible
+    # The 28 that waited are visible: they got a connection once the first 100 (held 2 s) ended,
+    # so never before 2 s; a loaded machine only makes them later.
+    assert 1.95 <= s["pool_wait_s"]["p99"] <= 2.6
 
 
 # ---------------------------------------------------------------------- C10

@@ -127,7 +127,7 @@ def test_it_imports_through_the_management_command() -> None:
     out = io.StringIO()
     call_command("import_results", str(DATA / "vllm-bench-serve.json"), stdout=out)
     run = BenchmarkRun.objects.get()
-    assert out.getvalue().startswith(f"run #{run.pk} (vllm-bench-serve, line ")
+    assert out.getvalue().startswith(f"run #{run.pk} (vllm-bench-serve): ")  # one object: no line to name
     assert run.original_filename == "vllm-bench-serve.json"
 
 

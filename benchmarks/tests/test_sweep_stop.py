@@ -156,8 +156,16 @@ def test_it_stops_a_sweep_whose_deployment_stops_with_that_reason(sim_url: str, 
     thread.join(30)
     assert result["status"] == SweepStatus.FAILED
     sweep.refresh_from_db()
-    assert sweep.reason == f"deployment #{deployment.pk} is stopping; the sweep stopped"
-    assert sweep.runs.get().status == RunStatus.FAILED
+    run = sweep.runs.get()
+    assert run.status == RunStatus.FAILED
+    # The point keeps what was sent; the two requests in flight were aborted.
+    s = run.summary
+    assert s["ended_by"] == "deployment_down" and s["failures"] == 2
+    assert s["requests"] + s["not_sent"] == 400
+    assert sweep.reason == (f"deployment #{deployment.pk} is stopping during point c=2 16/512: 2 of {s['requests']} "
+                            f"requests sent failed (commonest: 2 x aborted in flight when the point was stopped), "
+                            f"{s['not_sent']:,} not sent; its numbers are not kept as a measurement and the later "
+                            "points were not run")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -180,12 +188,18 @@ def test_it_names_the_process_that_ended_during_a_point_and_the_point(sim_url: s
     thread.join(30)
     assert result["status"] == SweepStatus.FAILED
     sweep.refresh_from_db()
-    assert sweep.reason == (f"single #0 killed by signal 9 (SIGKILL); restart policy is 'never' during "
-                            f"point c=2 16/512; deployment #{deployment.pk} is failed; the sweep stopped")
     run = sweep.runs.get()
-    assert run.status == RunStatus.FAILED and run.summary == {}
-    # The point keeps the load generator's counts up to the stop (the sim still answers here).
-    assert run.progress["output_tokens"] > 0 and run.progress["failed"] == 0
+    s = run.summary
+    assert sweep.reason == (f"single #0 killed by signal 9 (SIGKILL); restart policy is 'never' during "
+                            f"point c=2 16/512: 2 of {s['requests']} requests sent failed (commonest: 2 x aborted in "
+                            f"flight when the point was stopped), {s['not_sent']:,} not sent; deployment "
+                            f"#{deployment.pk} was marked failed at that moment; its numbers are not kept as a "
+                            "measurement and the later points were not run")
+    assert run.status == RunStatus.FAILED and run.reason in sweep.reason
+    # The sim still answers here: the two requests in flight were aborted, and they say why.
+    assert s["failures"] == 2 and s["halted"] == "single #0 killed by signal 9 (SIGKILL); restart policy is 'never'"
+    assert set(s["errors"]) == {"aborted: " + s["halted"]}
+    assert run.progress["output_tokens"] > 0 and run.progress["failed"] == 2
 
 
 def _dead_pid() -> int:

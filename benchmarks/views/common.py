@@ -13,7 +13,7 @@ from typing import Any
 from django.http import Http404, HttpRequest, HttpResponse
 
 from benchmarks import services
-from benchmarks.choices import RunSource
+from benchmarks.choices import RunSource, RunStatus
 from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import PK_MAX
@@ -34,6 +34,10 @@ COMPARE_MAX_CDF_RUNS = 8
 INDEX_RECENT_RUNS = 20
 # Import uploads: the service's own cap, checked before the file is read into memory.
 IMPORT_MAX_BYTES = services.MAX_IMPORT_BYTES
+# Failure reasons in a results table cell: the commonest this many, each cut to this many
+# characters (the full reasons are on the run page and in the cell's tooltip).
+TABLE_ERRORS = 3
+TABLE_ERROR_CHARS = 60
 
 # Plain-words explanations of the load generator's and the importers' flags (metrics.md).
 FLAG_TEXT: dict[str, str] = {
@@ -128,7 +132,13 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     target stopped answering; None when none or unknown), ``failures_text`` (``"3,512 failed of
     4,000"``, ``""`` when no request failed or the count is unknown) and ``failures_live`` (True when
     the counts come from the load generator's live progress because the point stopped before its
-    summary was stored: a cancelled point, or one stopped by a crash). Absent values are None.
+    summary was stored: a cancelled point, or one stopped before it sent anything),
+    ``planned`` (the point's planned request count; None for a time-limited point, whose count is
+    what fitted in its time), ``requests_text`` (``"63 sent of 400 planned"`` for a failed or
+    cancelled point that sent fewer than planned, else ``""``) and ``error_lines`` (the
+    commonest :data:`TABLE_ERRORS` failure reasons cut to :data:`TABLE_ERROR_CHARS` characters
+    for a table cell, reasons that read the same once cut merged into one line: ``[{"text",
+    "count", "title"}]``, ``title`` the full reasons). Absent values are None.
     """
     s: Mapping[str, Any] = run.summary or {}
     m = services.run_metrics(run=run)
@@ -143,6 +153,11 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         if isinstance(done, int):
             requests, successes = done, max(0, done - failures)
     not_sent = s.get("not_sent") if isinstance(s.get("not_sent"), int) and s.get("not_sent") else None
+    planned = run.num_requests if run.num_requests is not None and not run.duration_s else None
+    requests_text = ""
+    if (not live and run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and isinstance(requests, int)
+            and not isinstance(requests, bool) and planned is not None and planned > requests):
+        requests_text = f"{requests:,} sent of {planned:,} planned"
     num_gpus = run.num_gpus or (run.sweep.num_gpus if run.sweep_id and run.sweep else None)
     out_tok_s = _opt_float(m.get("output_throughput_tok_s"))
     if out_tok_s is None:
@@ -173,12 +188,30 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         "failures_text": _failures_text(failures, requests, not_sent=not_sent, live=live),
         "failures_live": live,
         "not_sent": not_sent,
+        "planned": planned,
+        "requests_text": requests_text,
         "errors": error_rows,
+        "error_lines": _error_lines(error_rows),
         "flags": [(f, FLAG_TEXT.get(f, f.replace("_", " "))) for f in flags],
         "length_mismatch": mismatch,
         "num_gpus": num_gpus,
         "duration_s": _opt_float(m.get("duration_s")),
     }
+
+
+def _error_lines(rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    """The commonest :data:`TABLE_ERRORS` of ``rows`` (``[(reason, count)]``) as table-cell lines
+    ``{"text", "count", "title"}``: each reason cut to :data:`TABLE_ERROR_CHARS` characters
+    (ending "…"), reasons that read the same once cut added up into one line (so no line repeats
+    another), ``title`` the full reasons, one per line."""
+    merged: dict[str, dict[str, Any]] = {}
+    for reason, count in rows:
+        text = reason if len(reason) <= TABLE_ERROR_CHARS else reason[:TABLE_ERROR_CHARS - 1].rstrip() + "…"
+        line = merged.setdefault(text, {"text": text, "count": 0, "reasons": []})
+        line["count"] += count
+        line["reasons"].append(reason)
+    lines = sorted(merged.values(), key=lambda d: (-d["count"], d["text"]))[:TABLE_ERRORS]
+    return [{"text": d["text"], "count": d["count"], "title": "\n".join(d["reasons"])} for d in lines]
 
 
 def _failures_text(failures: Any, requests: Any, *, not_sent: int | None, live: bool) -> str:

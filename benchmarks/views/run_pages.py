@@ -46,7 +46,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "snapshot_text": _json_text(run.snapshot) if run.snapshot else "",
         "summary_text": _json_text(summary),
         "extra": _extra_facts(summary), "ended_by": summary.get("ended_by"),
-        "stopped_early": summary.get("stopped_early") or "",
+        "stopped_early": summary.get("stopped_early") or "", "halted": summary.get("halted") or "",
         "cap_not_applied": summary.get("request_cap_applied") is False,
         "latencies": LATENCIES,
     })
@@ -71,7 +71,8 @@ def _extra_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
         ("Achieved request rate", _first(s, "achieved_rate_req_s"), "req/s", ""),
         ("Output tokens (mean per request)", _first(s, "output_tokens_mean", "mean_output_tokens"), "tokens", ""),
         ("Input tokens (mean per request)", _first(s, "input_tokens_actual_mean", "mean_input_tokens"), "tokens", ""),
-        ("Server output throughput", _first(s, "server_output_throughput_tok_s"), "tok/s", ""),
+        ("Server output throughput", _first(s, "server_output_throughput_tok_s"), "tok/s",
+         str(s.get("server_token_note") or "")),
         ("Client CPU per streamed event", _first(s, "client_cpu_us_per_event"), "µs per event",
          CLIENT_CPU_HELP if _first(s, "client_cpu_us_per_event") is not None or not s.get("client_cpu_note")
          else f"{s['client_cpu_note']}. {CLIENT_CPU_HELP}"),

@@ -3,6 +3,7 @@ progress polled by htmx, results table, charts, ceiling findings, snapshot, canc
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -108,11 +109,24 @@ def _number(raw: str) -> tuple[float | None, str | None]:
     return value, None
 
 
+# List fields take items separated by commas, spaces or both ("1, 8, 16", "1 8 16"); each item is
+# judged on its own, so every bad one is named. Spaces are separators, never dropped: "1 8" is two
+# concurrencies, not 18.
+_ITEM_SEP = re.compile(r"[\s,]+")
+# Spaces around the colon of a length pair belong to the pair ("256 : 256").
+_PAIR_COLON = re.compile(r"\s*:\s*")
+
+
+def _items(raw: str) -> list[str]:
+    """The items of a list field, in order, without empty ones."""
+    return [part for part in _ITEM_SEP.split(raw) if part]
+
+
 def _int_list(raw: str, field: str, errors: dict[str, list[str]], *, positive: bool = True) -> list[int]:
+    """Whole numbers (> 0 when ``positive``) from a list field; each item that is not one adds a
+    message quoting it to ``errors[field]``."""
     out: list[int] = []
-    for part in raw.replace(" ", "").split(","):
-        if not part:
-            continue
+    for part in _items(raw):
         if not DIGITS_RE.fullmatch(part) or (positive and int(part) <= 0):
             errors.setdefault(field, []).append(f"'{part}' is not a positive whole number.")
             continue
@@ -121,10 +135,10 @@ def _int_list(raw: str, field: str, errors: dict[str, list[str]], *, positive: b
 
 
 def _float_list(raw: str, field: str, errors: dict[str, list[str]], *, unit: str) -> list[float]:
+    """Finite numbers > 0 (in ``unit``) from a list field; each item that is not one adds a message
+    quoting it to ``errors[field]``."""
     out: list[float] = []
-    for part in raw.replace(" ", "").split(","):
-        if not part:
-            continue
+    for part in _items(raw):
         value, why = _number(part)
         if why or value is None or value <= 0:
             errors.setdefault(field, []).append(why or f"'{part}' must be more than 0 {unit}.")
@@ -134,10 +148,10 @@ def _float_list(raw: str, field: str, errors: dict[str, list[str]], *, unit: str
 
 
 def _length_pairs(raw: str, errors: dict[str, list[str]]) -> list[list[int]]:
+    """``[input_len, output_len]`` pairs from "256:256, 1024:128"; each item that is not a pair of
+    positive whole numbers adds a message quoting it to ``errors["lengths"]``."""
     pairs: list[list[int]] = []
-    for part in raw.replace(" ", "").split(","):
-        if not part:
-            continue
+    for part in _items(_PAIR_COLON.sub(":", raw)):
         a, sep, b = part.partition(":")
         if not sep or not DIGITS_RE.fullmatch(a) or not DIGITS_RE.fullmatch(b) or int(a) <= 0 or int(b) <= 0:
             errors.setdefault("lengths", []).append(f"'{part}' is not input:output, e.g. 256:256.")
@@ -169,14 +183,14 @@ def _positive(raw: str, field: str, errors: dict[str, list[str]], *, unit: str,
 def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The grid dict :func:`benchmarks.services.sweep_create` takes, from the form's text fields.
 
-    Fields: ``concurrency`` ("1,8,16"), ``lengths`` ("256:256, 1024:128"), ``requests`` (per point;
+    Fields: ``concurrency`` ("1,8,16" or "1 8 16"), ``lengths`` ("256:256, 1024:128"), ``requests`` (per point;
     blank leaves the service's default of a few requests per concurrency slot, or, with a
     duration, only the duration), ``duration`` (optional time limit per point, seconds, at most
     24 h; with requests, whichever ends first), ``rates`` (optional requests/s list, open loop),
     ``slo_ttft_ms`` / ``slo_tpot_ms`` / ``slo_e2e_ms`` (optional, ms in the form, seconds in the
     grid as the summary uses). Every field is text and every value that is not a finite positive
-    number is refused with a message quoting it. Returns ``(grid, errors)``; the service validates
-    the grid again and its errors win.
+    number is refused with a message quoting it, each bad item of a list field on its own. Returns
+    ``(grid, errors)``; the service validates the grid again and its errors win.
     """
     from benchmarks.sweeps import MAX_DURATION_S
 

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import random
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -259,12 +260,37 @@ def test_it_requires_cpus_to_exist_and_lie_in_the_numa_node():
     assert errs["spec.roles.decode.cpus"] == ["CPUs 64-70 do not exist on node seed-8gpu (it has 0-63)"]
 
 
-@pytest.mark.parametrize("cpus", ["3-1", "a", "0-99999999999", "1,,2", "-1", 7, {"0": 1}])
+@pytest.mark.parametrize("cpus", ["3-1", "a", "1,,2", "-1", 7, {"0": 1}, ["0"], [True]])
 def test_it_rejects_malformed_cpu_lists(cpus):
     spec = seed_pd_spec()
     spec["roles"]["router"]["cpus"] = cpus
     errs = errors_of(spec)
     assert list(errs) == ["spec.roles.router.cpus"]
+    assert "out of range" not in errs["spec.roles.router.cpus"][0]
+
+
+@pytest.mark.parametrize(("cpus", "named"), [
+    ("0-1000000000", 1000000000),
+    ("0-99999999999", 99999999999),
+    ("4,65536", 65536),
+    ([0, 1000000000], 1000000000),
+    ([-1, 3], -1),
+])
+def test_it_says_a_cpu_id_is_out_of_range_rather_than_malformed(cpus, named):
+    spec = seed_pd_spec()
+    spec["roles"]["router"]["cpus"] = cpus
+    errs = errors_of(spec)
+    assert errs == {"spec.roles.router.cpus": [
+        f"CPU {named} is out of range: CPU ids are 0-65535, and node seed-8gpu has CPUs 0-63"]}
+
+
+def test_it_checks_the_range_before_expanding_it():
+    spec = seed_pd_spec()
+    spec["roles"]["router"]["cpus"] = ",".join(["0-9999999"] * 100)
+    started = time.monotonic()
+    errs = errors_of(spec)
+    assert time.monotonic() - started < 1.0
+    assert errs["spec.roles.router.cpus"][0].startswith("CPU 9999999 is out of range")
 
 
 @pytest.mark.parametrize("cpus", ["", "  ", []])

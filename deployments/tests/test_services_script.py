@@ -1,8 +1,10 @@
-"""``scripts/services.py stop``: the script runs as a subprocess with a private
-``CEILING_VAR_DIR``, so its pid files name throwaway ``sleep`` processes of this test and never a
-service of the machine."""
+"""``scripts/services.py stop``, ``restart`` and ``start``: the script runs as a subprocess with a
+private ``CEILING_VAR_DIR`` (or, where it would start something, in this process with every
+service's command replaced by ``sleep``), so its pid files name throwaway ``sleep`` processes of
+this test and never a service of the machine."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -97,3 +99,103 @@ def test_it_still_refuses_restart_without_a_known_name(services, tmp_path):
     assert done.returncode == 2
     assert done.stderr == "error: restart needs service names out of web, worker, agent, beat; unknown: celery\n"
     assert all(proc.poll() is None for proc in services.values())
+
+
+# --- start <name>... ---------------------------------------------------------------------------
+# Run in this process with each service's command replaced by a ``sleep`` (module attributes
+# patched), so even a faulty ``start`` can only ever launch a throwaway process.
+
+
+@pytest.fixture
+def script(tmp_path, monkeypatch):
+    """``scripts/services.py`` loaded as a module with ``var/`` at ``tmp_path``, every service
+    a ``sleep`` (web 60 s, worker 61 s, agent 62 s, beat 63 s: the argv tells them apart), a
+    0.2 s settle and a web server that always answers.
+    Whatever it started is killed (and reaped) afterwards."""
+    spec = importlib.util.spec_from_file_location("ceiling_services_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "VAR", tmp_path)
+    monkeypatch.setattr(module, "RUN", tmp_path / "run")
+    monkeypatch.setattr(module, "LOGS", tmp_path / "logs")
+    monkeypatch.setattr(module, "SETTLE_S", 0.2)
+    monkeypatch.setattr(module, "commands", lambda: {name: ["sleep", str(60 + i)] for i, name in enumerate(SERVICES)})
+    monkeypatch.setattr(module, "wait_web", lambda timeout=60.0: True)
+    before = {name: module.read_pidfile(name) for name in SERVICES}
+    yield module
+    for name in SERVICES:
+        rec = module.read_pidfile(name)
+        if rec and rec != before[name] and module.alive(name):
+            os.killpg(rec["pid"], signal.SIGKILL)
+            os.waitpid(rec["pid"], 0)
+
+
+def pid_of(tmp_path: Path, name: str) -> int | None:
+    path = tmp_path / "run" / f"{name}.pid"
+    return json.loads(path.read_text())["pid"] if path.exists() else None
+
+
+def test_it_starts_only_the_named_service(script, tmp_path, capsys):
+    assert script.main(["services.py", "start", "beat"]) == 0
+
+    out = capsys.readouterr().out
+    pid = pid_of(tmp_path, "beat")
+    assert out == f"started beat (pid {pid}), log {tmp_path / 'logs' / 'beat.log'}\n"
+    assert script.alive("beat") == pid
+    assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", b"63"]
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["beat.pid"]
+
+
+def test_it_starts_several_named_services_in_start_order(script, tmp_path, capsys):
+    assert script.main(["services.py", "start", "beat", "worker"]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == ["worker", "beat"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["beat.pid", "worker.pid"]
+
+
+def test_it_leaves_a_named_service_that_already_runs_and_says_so(script, services, tmp_path, capsys):
+    (tmp_path / "run" / "beat.pid").unlink()
+    services["beat"].kill()
+
+    assert script.main(["services.py", "start", "agent", "beat"]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"agent already running (pid {services['agent'].pid}); left as it is "
+                        "(restart agent restarts it)")
+    assert lines[1].startswith("started beat (pid ")
+    assert len(lines) == 2
+    assert services["agent"].poll() is None and pid_of(tmp_path, "agent") == services["agent"].pid
+    assert script.alive("beat") == pid_of(tmp_path, "beat") != services["beat"].pid
+    for name in ("web", "worker"):
+        assert services[name].poll() is None and pid_of(tmp_path, name) == services[name].pid
+
+
+def test_it_refuses_an_unknown_name_to_start_and_starts_nothing(script, tmp_path, capsys):
+    assert script.main(["services.py", "start", "beat", "bogus"]) == 2
+
+    captured = capsys.readouterr()
+    assert captured.err == ("error: unknown service bogus; start takes names out of web, worker, agent, beat, "
+                            "or none to restart them all\n")
+    assert captured.out == ""
+    assert not (tmp_path / "run").exists() or list((tmp_path / "run").iterdir()) == []
+
+
+def test_it_refuses_an_unknown_name_to_start_from_the_command_line(tmp_path):
+    done = run_script(tmp_path, "start", "bogus")
+
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: unknown service bogus; start takes names out of ")
+    assert not (tmp_path / "run").exists()
+
+
+def test_it_restarts_every_service_when_start_has_no_names(script, services, tmp_path, capsys):
+    assert script.main(["services.py", "start"]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] + " " + line.split()[1] for line in lines] == [
+        "stopped web", "started web", "stopped worker", "started worker",
+        "stopped agent", "started agent", "stopped beat", "started beat"]
+    for name, old in services.items():
+        assert ended(old) and old.returncode == -signal.SIGTERM
+        assert script.alive(name) == pid_of(tmp_path, name) != old.pid

@@ -1,6 +1,7 @@
 // Small page helpers shared by every page: copy-to-clipboard buttons, the CSRF header for
 // htmx requests (Django rejects unsafe requests without it), confirmation of destructive
-// forms and log tails that follow new output.
+// forms, log tails that follow new output, and the signed-out state of a page whose session
+// ended while it was open.
 (function () {
   "use strict";
 
@@ -62,4 +63,106 @@
 
   document.addEventListener("htmx:load", function (event) { placeLogTails(event.detail.elt); });
   document.addEventListener("DOMContentLoaded", function () { placeLogTails(document); });
+
+  // --- signed out while the page is open ------------------------------------------------
+  // The server answers a partial request of a signed-out session (logged out in another tab,
+  // expired) with 401 and the login URL for this page in Ceiling-Login-URL, and one whose
+  // role no longer allows it with 403 (controlplane/middleware.py). htmx swaps neither (4xx is
+  // an error in htmx.config.responseHandling, and the answers say HX-Reswap: none). The page
+  // then says so once, with a link to log in that comes back here, and its polls pause: one
+  // poll every SESSION_PROBE_MS goes through as a probe, and the first one answered 2xx (a
+  // login elsewhere) clears the state and lets them all run again. A poll that was still sent
+  // the old way and followed a redirect to the login page is never swapped in either.
+  //
+  // Other scripts report the same through a "ceiling:session-ended" event on document,
+  // detail {status: 401 | 403, loginUrl: string | null}; live.js listens to it too.
+  var SESSION_PROBE_MS = 30000;
+  var session = { state: "ok", lastProbe: 0 };
+
+  function loginPath() {
+    var meta = document.querySelector('meta[name="login-url"]');
+    return meta ? meta.getAttribute("content") : "/login/";
+  }
+
+  function loginUrlForPage() {
+    return loginPath() + "?next=" + encodeURIComponent(window.location.pathname + window.location.search);
+  }
+
+  function isLoginPage(url) {
+    if (!url) return false;
+    try { return new URL(url, window.location.href).pathname === loginPath(); } catch (err) { return false; }
+  }
+
+  function sessionNotice() {
+    var notice = document.querySelector("[data-session-state]");
+    if (notice) return notice;
+    notice = document.createElement("ul");
+    notice.className = "messages";
+    notice.setAttribute("data-session-state", "");
+    notice.setAttribute("role", "alert");
+    notice.style.cssText = "position: sticky; top: 0; z-index: 20;";
+    notice.appendChild(document.createElement("li")).className = "error";
+    var main = document.querySelector("main") || document.body;
+    main.insertBefore(notice, main.firstChild);
+    return notice;
+  }
+
+  function showSessionEnded(status, loginUrl) {
+    var state = status === 403 ? "forbidden" : "signed-out";
+    session.state = state;
+    session.lastProbe = Date.now();
+    document.documentElement.setAttribute("data-session", state);
+    var item = sessionNotice().firstChild;
+    item.textContent = "";
+    if (state === "forbidden") {
+      item.appendChild(document.createTextNode(
+        "No access: your role no longer allows this page's updates, so what it shows is no longer updated (ask an admin, then reload)."));
+      return;
+    }
+    item.appendChild(document.createTextNode(
+      "Signed out (in another tab, or the session expired): what this page shows is no longer updated. "));
+    var link = item.appendChild(document.createElement("a"));
+    link.href = loginUrl || loginUrlForPage();
+    link.textContent = "Log in again";
+  }
+
+  function sessionBack() {
+    if (session.state === "ok") return;
+    session.state = "ok";
+    document.documentElement.removeAttribute("data-session");
+    var notice = document.querySelector("[data-session-state]");
+    if (notice) notice.parentNode.removeChild(notice);
+  }
+
+  function sessionEnded(status, loginUrl) {
+    document.dispatchEvent(new CustomEvent("ceiling:session-ended", { detail: { status: status, loginUrl: loginUrl || null } }));
+  }
+
+  document.addEventListener("ceiling:session-ended", function (event) {
+    var detail = event.detail || {};
+    showSessionEnded(detail.status, detail.loginUrl);
+  });
+
+  // A poll (htmx passes no triggering event for "every Ns") while signed out: only a probe.
+  document.addEventListener("htmx:confirm", function (event) {
+    if (session.state === "ok" || event.detail.triggeringEvent) return;
+    if (Date.now() - session.lastProbe < SESSION_PROBE_MS) { event.preventDefault(); return; }
+    session.lastProbe = Date.now();
+  });
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var xhr = event.detail.xhr;
+    if (xhr.status === 401 || xhr.status === 403) {
+      event.detail.shouldSwap = false;
+      sessionEnded(xhr.status, xhr.getResponseHeader("Ceiling-Login-URL"));
+    } else if (isLoginPage(xhr.responseURL)) {
+      event.detail.shouldSwap = false;
+      event.detail.isError = true;
+      sessionEnded(401, null);
+    } else if (xhr.status >= 200 && xhr.status < 300) {
+      sessionBack();
+    }
+  });
+
+  window.CeilingSession = { ended: sessionEnded, isLoginPage: isLoginPage };
 })();

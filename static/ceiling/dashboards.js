@@ -386,7 +386,10 @@
     setTimeout(function () {
       fetch("/api/processes/?deployment=" + encodeURIComponent(id) + "&limit=500",
             { credentials: "same-origin", headers: { Accept: "application/json" } })
-        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (r) {
+          if (r.status === 401) CeilingLive.sessionEnded(401);
+          return r.ok ? r.json() : null;
+        })
         .then(function (body) {
           root._labelling = false;
           var rows = body && (body.results || body);
@@ -544,7 +547,8 @@
     var url = "/api/deployments/" + encodeURIComponent(id) + "/telemetry/" + (since ? "?since=" + encodeURIComponent(since) : "");
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (r) {
-        if (!r.ok) throw new Error("HTTP " + r.status);
+        if (r.status === 401) CeilingLive.sessionEnded(401);
+        if (!r.ok) throw new Error(r.status === 401 ? "signed out" : "HTTP " + r.status);
         return r.json();
       })
       .then(function (body) { drawHistoryCharts(root, body); })
@@ -689,11 +693,18 @@
     });
     // New deployments and nodes appear (and ended ones go) without a reload: the tiles are
     // re-fetched every 10 s, swapped in when the roster changed, and the socket's
-    // subscriptions follow.
+    // subscriptions follow. It is a partial request (HX-Request): signed out, the server
+    // answers 401 instead of the login page, and the wall says "signed out".
     var url = root.getAttribute("data-tiles-url");
     function refreshRoster() {
-      fetch(url, { credentials: "same-origin", cache: "no-store" })
-        .then(function (r) { return r.ok && !r.redirected ? r.text() : null; })
+      fetch(url, { credentials: "same-origin", cache: "no-store", headers: { "HX-Request": "true" } })
+        .then(function (r) {
+          if (r.status === 401 || CeilingLive.isLoginRedirect(r)) {
+            CeilingLive.sessionEnded(401, r.headers.get("Ceiling-Login-URL"));
+            return null;
+          }
+          return r.ok && !r.redirected ? r.text() : null;
+        })
         .then(function (html) {
           if (!html) return;
           var doc = new DOMParser().parseFromString(html, "text/html");

@@ -30,6 +30,10 @@
 //   retried in a loop: 4401 (signed out, session ended, deactivated, password changed) probes the
 //   page's session first (a new session cookie reconnects at once, none shows "signed out");
 //   4403 (role removed) shows it and retries only every 30 s.
+// * A page request that finds the session ended (an htmx partial answered 401, a fetch sent to
+//   the login page: the "ceiling:session-ended" event on document, see ceiling.js) shows
+//   "signed out" at once and closes the socket, retrying every 30 s like after a 4401; the
+//   client's own probe reports what it found through the same event.
 // * It acknowledges what it processed ({"action": "ack"} every ack_every messages or 1 s), which
 //   the server requires: a socket that stops acknowledging is closed (code 4408).
 (function () {
@@ -83,7 +87,20 @@
     var self = this;
     this.pingTimer = setInterval(function () { self._ping(); }, PING_EVERY_MS);
     window.addEventListener("pagehide", function () { self.close(); });
+    document.addEventListener("ceiling:session-ended", function (event) {
+      if ((event.detail || {}).status === 401) self.sessionEnded();
+    });
     this._connect();
+  }
+
+  // Tell every script of the page that a request found the session ended (401) or the role
+  // gone (403); loginUrl is the server's Ceiling-Login-URL when it sent one.
+  function reportSessionEnded(status, loginUrl) {
+    document.dispatchEvent(new CustomEvent("ceiling:session-ended", { detail: { status: status, loginUrl: loginUrl || null } }));
+  }
+
+  function isLoginRedirect(response) {
+    return !!response.redirected && /\/login\//.test(response.url);
   }
 
   Live.prototype._url = function () {
@@ -146,9 +163,10 @@
     var self = this;
     fetch(window.location.pathname, { method: "HEAD", credentials: "same-origin", cache: "no-store" })
       .then(function (response) {
-        if (response.redirected && /\/login\//.test(response.url)) {
+        if (isLoginRedirect(response)) {
           self._setState("signed-out");
           self.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);
+          reportSessionEnded(401, null);
         } else if (self.forbidden) {
           self._setState("signed-out");
           self.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);
@@ -158,6 +176,21 @@
         }
       })
       .catch(function () { self._setState("reconnecting"); self._scheduleRetry(); });
+  };
+
+  // The session ended, as a page request found out: say so now rather than when the server's
+  // re-check closes the socket, and reconnect only every SIGNED_OUT_RETRY_MS (a new session
+  // cookie then goes live again).
+  Live.prototype.sessionEnded = function () {
+    if (this.closedByUs || this.state === "signed-out") return;
+    if (this.retryTimer) { clearTimeout(this.retryTimer); this.retryTimer = null; }
+    var ws = this.ws;
+    this.ws = null;
+    if (ws) { try { ws.close(1000); } catch (err) { /* closing anyway */ } }
+    this.forbidden = false;
+    this._setState("signed-out");
+    var self = this;
+    this.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);
   };
 
   Live.prototype._scheduleRetry = function () {
@@ -278,7 +311,10 @@
     var self = this;
     if (!url) return;
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" }, cache: "no-store" })
-      .then(function (r) { return r.ok ? r.json() : null; })
+      .then(function (r) {
+        if (r.status === 401) reportSessionEnded(401, null);
+        return r.ok ? r.json() : null;
+      })
       .then(function (body) {
         if (!body) return;
         var latest = body.latest || {};
@@ -334,6 +370,8 @@
   window.CeilingLive = {
     open: function (options) { return new Live(options); },
     restUrl: restUrl,
-    clock: clock
+    clock: clock,
+    sessionEnded: reportSessionEnded,
+    isLoginRedirect: isLoginRedirect
   };
 })();

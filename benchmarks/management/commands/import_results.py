@@ -1,5 +1,11 @@
 """``manage.py import_results FILE``: import a SGLang ``bench_serving`` JSONL or vLLM ``bench serve``
-JSON file as runs (original file kept), through :func:`benchmarks.services.run_import`."""
+JSON file as runs (original file kept), through :func:`benchmarks.services.run_import`.
+
+Prints one line per run (``run #8 (vllm-bench-serve): ...``; a JSON-lines file also names the line).
+A file that cannot be imported fails with every problem found, one per line, each at its path
+(``line 3.duration: ...``), as the API's 400 body has them; a file imported before fails naming
+the runs it became, unless ``--allow-duplicate``.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +14,20 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 
 from benchmarks.services import run_import, run_metrics
-from controlplane.errors import CeilingError
+from controlplane.errors import CeilingError, Conflict, InvalidInput
+
+# The service's duplicate refusal names the API's flag; this command's flag is spelled differently.
+_API_FLAG_HINT = "set allow_duplicate to import it again"
+_CLI_FLAG_HINT = "pass --allow-duplicate to import it again"
+
+
+def invalid_file_message(name: str, exc: InvalidInput) -> str:
+    """The refusal of an invalid file: its name, then one indented line per message with its path
+    (``  line 3.duration: expected a number, got 'x'``), a message about the whole file (``the
+    file is empty``, ``… and 12 more problems``) without one."""
+    lines = [f"  {m}" if path in ("file", "detail") else f"  {path}: {m}"
+             for path, messages in exc.errors.items() for m in messages]
+    return "\n".join([f"{name} cannot be imported:", *lines])
 
 
 class Command(BaseCommand):
@@ -29,12 +48,17 @@ class Command(BaseCommand):
         user = User.objects.filter(username=o["user"]).first() if o["user"] else None
         try:
             runs = run_import(text=text, filename=path.name, user=user, allow_duplicate=o["allow_duplicate"])
+        except InvalidInput as exc:
+            raise CommandError(invalid_file_message(path.name, exc)) from None
+        except Conflict as exc:
+            raise CommandError(f"{path.name}: {str(exc).replace(_API_FLAG_HINT, _CLI_FLAG_HINT)}") from None
         except CeilingError as exc:
             raise CommandError(f"{path.name}: {exc}") from None
         for run in runs:
             m = run_metrics(run=run)
             tok = m["output_throughput_tok_s"]
-            self.stdout.write(f"run #{run.pk} ({run.import_format}, line {run.source_line}): {run.label}, "
+            where = f", line {run.source_line}" if run.source_line is not None else ""
+            self.stdout.write(f"run #{run.pk} ({run.import_format}{where}): {run.label}, "
                               f"{m['successes']} requests ok, "
                               + (f"{tok:.1f} output tok/s" if tok is not None else "no output tok/s")
                               + (f", flags {','.join(run.flags)}" if run.flags else ""))

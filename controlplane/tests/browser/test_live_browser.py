@@ -10,11 +10,10 @@ node page; finally stop the deployment and find its stored telemetry on its page
 go to ``var/artifacts/screenshots/``.
 
 Chromium missing: the test fails with the way to install it in CI and as root (where
-``scripts/system-deps.sh`` installs it); elsewhere it is skipped with that reason.
+``scripts/system-deps.sh`` installs it); elsewhere it is skipped with that reason (``conftest.py``).
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -28,29 +27,8 @@ from deployments.tests.test_agent_support import engines_under
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(300)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 SCREENSHOTS = Path(settings.VAR_DIR) / "artifacts" / "screenshots"
 TOK_S = re.compile(r"^(\d+(?:\.\d+)?) tok/s$")
-
-
-def _playwright_or_reason():
-    """The sync Playwright entry point, or fail / skip with how to get a browser."""
-    missing = []
-    if not os.access(CHROMIUM, os.X_OK):
-        missing.append(f"the Debian chromium package ({CHROMIUM})")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-        missing.append("the playwright package (requirements-dev.txt)")
-    if not missing:
-        return sync_playwright
-    message = ("browser tests need " + " and ".join(missing)
-               + ": run `bash scripts/system-deps.sh` as root (apt-get install chromium) and `make setup`")
-    if os.environ.get("CI") or os.geteuid() == 0:
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 @pytest.fixture
@@ -59,17 +37,6 @@ def stack(transactional_db, tmp_path):
     yield stack
     stack.close()
     assert engines_under(tmp_path) == [], "an engine outlived the test"
-
-
-@pytest.fixture
-def browser():
-    sync_playwright = _playwright_or_reason()
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def _shot(page, name: str) -> Path:

@@ -1,0 +1,96 @@
+"""A page whose session ends while it is open, in a real browser (the Debian ``chromium`` package
+driven by Playwright) against Django's live test server: a viewer has a ready deployment's page
+open (its live panel and three process log tails poll every 2 s) and logs out in another tab
+of the same browser. The page's polls are answered 401 and nothing of the login page is ever
+swapped in; the page says it is signed out with a link back to itself through the login page,
+the live status says so too, and the polls pause instead of asking every 2 s.
+
+No engines, agent or websocket server: the rows are written directly and the live client finds
+no ``/ws/live/`` (the WSGI test server has none); its session probe is held back, so the page
+learns of the logout from its polls, as in the trial.
+"""
+from __future__ import annotations
+
+import re
+import time
+from urllib.parse import quote
+
+import pytest
+from django.utils import timezone
+
+from deployments.choices import ProcessStatus, Role
+from deployments.models import ServerProcess
+from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
+
+PASSWORD = "correct-horse-battery"  # the personas' password (conftest.py)
+POLLED = re.compile(r"/deployments/\d+/(live|logs|processes/\d+/log)/")
+LOGIN_FIELD_COUNT = "() => document.querySelectorAll('#id_username').length"
+
+
+@pytest.fixture
+def ready_pd(transactional_db, viewer) -> int:
+    """A ready PD deployment with prefill, decode and router processes; its id."""
+    recipe = recipe_row_create(node=cpu_node_create(name="trial-box"), name="trial-pd", topology="pd")
+    deployment = deployment_row_create(recipe=recipe)
+    deployment.processes.all().delete()
+    now = timezone.now()
+    for role in (Role.PREFILL, Role.DECODE, Role.ROUTER):
+        ServerProcess.objects.create(deployment=deployment, role=role, status=ProcessStatus.READY,
+                                     last_probe_at=now, started_at=now)
+    return deployment.pk
+
+
+def test_it_never_swaps_the_login_page_into_a_page_signed_out_in_another_tab(live_server, ready_pd, viewer, browser):
+    base = live_server.url
+    page_path = f"/deployments/{ready_pd}/"
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    polls: list[tuple[float, int, str]] = []
+    page.on("response", lambda r: polls.append((time.monotonic(), r.status, r.url)) if POLLED.search(r.url) else None)
+
+    # The live client's own session probe (a HEAD of the page) is held back, so that the
+    # page's polls are what finds the session ended, as in the trial.
+    page.route(f"{base}{page_path}",
+               lambda route: route.abort() if route.request.method == "HEAD" else route.continue_())
+
+    page.goto(f"{base}/login/?next={page_path}", wait_until="domcontentloaded")
+    page.fill("#id_username", viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}{page_path}", wait_until="domcontentloaded")
+    assert page.locator(".log-panel").count() == 3
+    deadline = time.monotonic() + 6
+    while not any(status == 200 and "/live/" in url for _, status, url in polls) and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert any(status == 200 and "/live/" in url for _, status, url in polls), polls
+
+    # Log out in a second tab of the same browser (same session cookie).
+    other = context.new_page()
+    other.goto(f"{base}/deployments/", wait_until="domcontentloaded")
+    other.click("nav button:has-text('Log out')")
+    other.wait_for_url(re.compile(r"/login/"), wait_until="domcontentloaded")
+    logged_out_at = time.monotonic()
+
+    notice = page.locator("[data-session-state]")
+    notice.wait_for(state="visible", timeout=6000)
+    assert notice.inner_text().startswith("Signed out (in another tab, or the session expired)")
+    assert notice.locator("a").get_attribute("href") == f"/login/?next={quote(page_path, safe='')}"
+    assert page.locator("[data-live-status]").first.inner_text().startswith("signed out: log in again")
+
+    # Longer than a poll period (2 s): every poll of the page has come round since.
+    page.wait_for_timeout(2500)
+    assert page.evaluate(LOGIN_FIELD_COUNT) == 0
+    assert page.locator("#deployment-live").count() == 1 and page.locator(".log-panel").count() == 3
+    refused = [at for at, status, _ in polls if status == 401]
+    assert refused and min(refused) > logged_out_at, polls
+    after = [(at, status, url) for at, status, url in polls if at >= min(refused)]
+    assert {status for _, status, _ in after} == {401}, after
+    # Paused: what was already in flight when the first 401 came back, then nothing.
+    assert [poll for poll in after if poll[0] > min(refused) + 1.0] == [], after
+
+    context.close()
+    assert errors == [], errors
