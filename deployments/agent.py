@@ -83,7 +83,7 @@ from deployments.supervisor.procfs import (
     proc_subtree,
 )
 from deployments.telemetry.events import deployment_status_broadcast, health_change_broadcast, row_health
-from deployments.topology import node_facts_from_row, parse_cpulist
+from deployments.topology import node_facts_from_row, same_cpulist
 
 log = logging.getLogger("ceiling.agent")
 
@@ -849,12 +849,6 @@ def _supervision_check(row: ServerProcess) -> None:
     _shim_check(row, handle)
 
 
-def _same_cpulist(a: str, b: str) -> bool:
-    try:
-        return set(parse_cpulist(a)) == set(parse_cpulist(b))
-    except ValueError:
-        return a.strip() == b.strip()
-
 
 def _binding_refresh(row: ServerProcess, handle: ProcessHandle) -> None:
     """Re-read where the running process may run and record a change on its row.
@@ -887,8 +881,8 @@ def _binding_refresh(row: ServerProcess, handle: ProcessHandle) -> None:
         return
     _binding_seen[row.pk] = seen
     before_cpus, before_mems = row.effective_cpus, row.effective_mems
-    cpus_moved = not _same_cpulist(binding.cpus, before_cpus)
-    mems_moved = not _same_cpulist(binding.mems, before_mems)
+    cpus_moved = not same_cpulist(binding.cpus, before_cpus)
+    mems_moved = not same_cpulist(binding.mems, before_mems)
     if not cpus_moved and not mems_moved:
         return
     # The rule of _verify_binding: sched_setaffinity cannot set a memory policy, so memory
@@ -905,8 +899,8 @@ def _binding_refresh(row: ServerProcess, handle: ProcessHandle) -> None:
     row.effective_cpus, row.effective_mems = binding.cpus, binding.mems
     fields = ["effective_cpus", "effective_mems", "updated_at"]
     if row.cpus:
-        row.pinning_verified = _same_cpulist(binding.cpus, row.cpus) and (
-            not intended_mems or _same_cpulist(binding.mems, intended_mems))
+        row.pinning_verified = same_cpulist(binding.cpus, row.cpus) and (
+            not intended_mems or same_cpulist(binding.mems, intended_mems))
         fields.append("pinning_verified")
     row.save(update_fields=fields)
     if not row.cpus:

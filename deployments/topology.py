@@ -132,6 +132,15 @@ def parse_cpulist(text: str) -> list[int]:
     return sorted(cpus)
 
 
+def same_cpulist(a: str, b: str) -> bool:
+    """Whether two cpulists (``"0-3"``, ``"0,1,2,3"``) name the same CPUs (or memory nodes);
+    text that is not cpulist syntax is compared as written, stripped."""
+    try:
+        return set(parse_cpulist(a)) == set(parse_cpulist(b))
+    except ValueError:
+        return a.strip() == b.strip()
+
+
 def format_cpulist(cpus) -> str:
     """Format CPU ids as compact kernel cpulist syntax (``[0,1,2,3,8]`` → ``"0-3,8"``)."""
     ids = sorted(set(int(c) for c in cpus))

@@ -28,7 +28,7 @@ from deployments import selectors, services
 from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL, DeploymentStatus, ProcessStatus, Role
 from deployments.models import Deployment, ServerProcess
 from deployments.supervisor import signal_text
-from deployments.topology import parse_cpulist
+from deployments.topology import parse_cpulist, same_cpulist
 from deployments.views.common import _agent_view, _can_write, _duration_text, _status_class, _when, role_page
 
 # --- deployments ------------------------------------------------------------------------------
@@ -87,9 +87,9 @@ def _pinning_view(process: ServerProcess) -> dict[str, Any]:
     elif process.pinning_verified is False:
         state = "failed"
         problems = []
-        if process.cpus and process.effective_cpus and not _same_cpulist(process.cpus, process.effective_cpus):
+        if process.cpus and process.effective_cpus and not same_cpulist(process.cpus, process.effective_cpus):
             problems.append(f"CPUs {process.effective_cpus} ≠ intended {process.cpus}")
-        if process.mem_nodes and process.effective_mems and not _same_cpulist(process.mem_nodes, process.effective_mems):
+        if process.mem_nodes and process.effective_mems and not same_cpulist(process.mem_nodes, process.effective_mems):
             problems.append(f"memory nodes {process.effective_mems} ≠ intended {process.mem_nodes}")
         reason = "; ".join(problems) or redact_text(process.reason) or "pinning could not be verified"
     elif not process.cpus:
@@ -110,12 +110,6 @@ def _pinning_view(process: ServerProcess) -> dict[str, Any]:
         "reason": reason,
     }
 
-
-def _same_cpulist(a: str, b: str) -> bool:
-    try:
-        return set(parse_cpulist(a)) == set(parse_cpulist(b))
-    except ValueError:
-        return a.strip() == b.strip()
 
 
 def _health_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
