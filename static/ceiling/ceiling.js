@@ -75,7 +75,8 @@
   // the old way and followed a redirect to the login page is never swapped in either.
   //
   // Other scripts report the same through a "ceiling:session-ended" event on document,
-  // detail {status: 401 | 403, loginUrl: string | null}; live.js listens to it too.
+  // detail {status: 401 | 403, loginUrl: string | null}; live.js listens to it too, and sends
+  // "ceiling:session-back" once its socket is accepted again, which clears the state too.
   var SESSION_PROBE_MS = 30000;
   var session = { state: "ok", lastProbe: 0 };
 
@@ -142,6 +143,9 @@
     var detail = event.detail || {};
     showSessionEnded(detail.status, detail.loginUrl);
   });
+
+  // The live socket was accepted again (live.js): the user is signed in with a role that reads.
+  document.addEventListener("ceiling:session-back", sessionBack);
 
   // A poll (htmx passes no triggering event for "every Ns") while signed out: only a probe.
   document.addEventListener("htmx:confirm", function (event) {

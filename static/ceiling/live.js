@@ -112,6 +112,9 @@
   Live.prototype._setState = function (state) {
     if (state !== "live" && !this.staleSince) this.staleSince = new Date();
     if (state === "live") this.staleSince = null;
+    // An accepted socket proves a signed-in viewer again: ceiling.js clears its "signed out" /
+    // "no access" notice and lets the page's polls run (a page without polls has no other signal).
+    if (state === "live" && this.state !== "live") document.dispatchEvent(new CustomEvent("ceiling:session-back"));
     this.state = state;
     document.documentElement.setAttribute("data-live-state", state);
     paintStatus(this);
