@@ -561,6 +561,12 @@ class _Reader:
         return float(v)
 
     def count(self, key: str) -> int | None:
+        """The key as an int >= 0; None when absent, null, refused or not finite (as ``number``)."""
+        raw = self.obj.get(key)
+        if key not in self.refused and (isinstance(raw, bool) or (raw is not None and not isinstance(raw, int | float))):
+            self._raw(key)
+            self.refuse(key, f"expected a whole number >= 0, got {raw!r}")
+            return None
         v = self.number(key)
         if v is None:
             return None

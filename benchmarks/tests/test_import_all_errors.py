@@ -163,7 +163,7 @@ def test_it_skips_checks_that_need_a_value_already_refused() -> None:
     assert exc.errors == {"line 1.median_ttft_ms": ["expected a number, got 'fast'"]}
     # failed is refused: completed + failed > num_prompts is not judged with a guess for it
     exc = refusal(vllm_text(failed="many", num_prompts=200, completed=200))
-    assert exc.errors == {"file.failed": ["expected a number, got 'many'"]}
+    assert exc.errors == {"file.failed": ["expected a whole number >= 0, got 'many'"]}
     # a refused key is named once, not again by each reader of it
     exc = refusal(vllm_text(completed=float("nan"), num_prompts=100))
     assert exc.errors == {"file.completed": ["completed is NaN; a run cannot be imported without a number here"]}

@@ -205,7 +205,7 @@ def test_it_detects_the_format_and_imports_appended_vllm_lines() -> None:
     ('{"foo": 1}', "file: not a SGLang bench_serving or vLLM bench serve result (no key either writes)", None, None),
     (SGLANG_TEXT + '{"backend": "sglang", "completed": 3\n', "line 2: not valid JSON", 2, None),
     (SGLANG_TEXT + "[]\n", "line 2: expected a JSON object, got an array", 2, None),
-    (sglang_line(completed="300"), "line 1, key 'completed': expected a number, got '300'", 1, "completed"),
+    (sglang_line(completed="300"), "line 1, key 'completed': expected a whole number >= 0, got '300'", 1, "completed"),
     (sglang_line(completed=299.5), "line 1, key 'completed': expected a whole number >= 0, got 299.5", 1, "completed"),
     (sglang_line(total_input_tokens=-1), "line 1, key 'total_input_tokens': expected a whole number >= 0", 1,
      "total_input_tokens"),

@@ -284,6 +284,25 @@ def nvcc_argv(package: Package, params: dict, cc: int, nvcc: str, out: Path, kin
     return argv
 
 
+def _target_refusal(package: Package, params: dict, cc: int) -> str | None:
+    """Why ``params`` is not built for ``cc`` (the manifest's ``[cuda] requires`` is false for it,
+    or cannot be evaluated), or None. The control plane leaves such variants out before building
+    (``kernels.manifest.grid_for_target``); a variants file given to the runner by hand gets the
+    same rule as a build failure with this reason instead of the compiler's ``#error``."""
+    text = (package.cuda or {}).get("requires")
+    if not text:
+        return None
+    from .expr import ExprError, evaluate
+
+    try:
+        ok = evaluate(text, {**params, "cc": cc})
+    except (ExprError, TypeError, ValueError) as exc:
+        return f"[cuda] requires: {exc}"
+    if ok:
+        return None
+    return f"not built for compute capability {cc / 10:.1f}: [cuda] requires ({text}) is false for this variant"
+
+
 def build_cuda(package: Package, variant: dict, cc: int) -> dict:
     """Build facts for one CUDA C++ variant with nvcc (see the module docstring). Never raises
     for a failed build: ``ok: false`` with the compiler's message in ``error``."""
@@ -291,6 +310,10 @@ def build_cuda(package: Package, variant: dict, cc: int) -> dict:
     nvcc = find_tool("nvcc")
     result = _result(vid, nvcc_version(nvcc) if nvcc else "nvcc (not found)")
     started = time.perf_counter()
+    refusal = _target_refusal(package, params, cc)
+    if refusal:
+        result["error"] = refusal
+        return result
     if nvcc is None:
         result["error"] = "nvcc not found (set CEILING_NVCC or put CUDA's bin on PATH)"
         return result

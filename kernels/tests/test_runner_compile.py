@@ -168,6 +168,26 @@ def test_it_reports_the_compiler_error_of_a_cuda_variant(tmp_path):
     assert build["registers"] is None and build["tensor_core"] is None
 
 
+def test_it_applies_the_manifests_cuda_requires_to_a_variants_file_given_by_hand(tmp_path):
+    """The control plane leaves out the variants ``[cuda] requires`` refuses for the target; the
+    runner, given such a variant directly, records the same rule as the reason and runs no compiler."""
+    root = _cuda_package(tmp_path, CUDA_SOURCE)
+    manifest = root / "manifest.toml"
+    manifest.write_text(manifest.read_text() + 'requires = "TILE == 4 or cc == 90"\n')
+    (tmp_path / "variants.json").write_text(json.dumps([
+        {"variant_id": 1, "params": {"TILE": 8}},
+        {"variant_id": 2, "params": {"TILES": 8}},
+    ]))
+    proc = run_runner("compile", "--package", root, "--variants", tmp_path / "variants.json",
+                      "--target", "cuda:120", "--out", tmp_path / "builds.json")
+    assert proc.returncode == 0, proc.stderr
+    refused, unknown = json.loads((tmp_path / "builds.json").read_text())
+    assert refused["ok"] is False and refused["log"] == "" and refused["registers"] is None
+    assert refused["error"] == ("not built for compute capability 12.0: [cuda] requires "
+                                "(TILE == 4 or cc == 90) is false for this variant")
+    assert unknown["ok"] is False and unknown["error"].startswith("[cuda] requires: ") and "TILE" in unknown["error"]
+
+
 def test_it_refuses_to_bench_without_a_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
