@@ -257,7 +257,10 @@ CEILING_EXECUTABLES = {
 CEILING_KERNEL_PYTHON = env_str("CEILING_KERNEL_PYTHON", sys.executable)
 CEILING_KERNEL_STEP_TIMEOUT_S = env_float("CEILING_KERNEL_STEP_TIMEOUT_S", 3600.0)
 CEILING_HEARTBEAT_TIMEOUT_S = env_float("CEILING_HEARTBEAT_TIMEOUT_S", 30.0)
-CEILING_UI_URL = env_str("CEILING_UI_URL", "http://127.0.0.1:8000/")
+# The web port scripts/services.py serves on (CEILING_PORT), and the base URL printed in links
+# (demo output, notices); the URL follows the port unless given.
+CEILING_PORT = env_int("CEILING_PORT", 8000)
+CEILING_UI_URL = env_str("CEILING_UI_URL", f"http://127.0.0.1:{CEILING_PORT}/")
 
 # Node agent (manage.py node_agent): seconds between monitor ticks and heartbeats, worker
 # threads for deploy/stop tasks, how long a pending deployment waits for its task message
