@@ -510,8 +510,8 @@ def recipe_warnings(*, spec: dict, node: NodeFacts) -> list[str]:
       with the model (``modeling_*.py`` in the model directory or repository) with the node
       agent's privileges, so the model's origin must be trusted.
     * a kernel reference whose config was tuned on a device of the same compute capability
-      under another name, or whose sim profile models another GPU
-      (:func:`kernels.references.kernel_refs_warnings`).
+      under another name, whose sim profile models another GPU, or (outside sim) that goes to a
+      role without GPUs (:func:`kernels.references.kernel_refs_warnings`).
 
     Reads no database (a sim profile file at most); returns ``[]`` for a spec without such settings.
     """
@@ -534,7 +534,8 @@ def recipe_warnings(*, spec: dict, node: NodeFacts) -> list[str]:
         from kernels.references import kernel_refs_warnings
 
         warnings += kernel_refs_warnings(spec["kernels"], roles=roles, node=node,
-                                         sim_hardware=_sim_hardware(spec.get("sim")))
+                                         sim_hardware=_sim_hardware(spec.get("sim")),
+                                         simulated=isinstance(spec.get("sim"), dict))
     return warnings
 
 

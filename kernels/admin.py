@@ -1,12 +1,25 @@
 """Admin registrations of the kernels app: read-only views of packages, jobs, variants, builds,
-benchmarks and best variants (rows are written by :mod:`kernels.services`, never by hand)."""
+benchmarks and best variants (rows are written by :mod:`kernels.services`, never by hand).
+
+Nothing is deleted here either: deleting a row by hand skips the services' rules. A package a
+recipe's ``spec.kernels`` names would leave that recipe failing at launch ("not a registered
+kernel package"), and a best variant (or the job, variant or benchmark it cascades from) would
+leave its key in the exported config file that recipes hand to engines, since only
+:mod:`kernels.services` rewrites those files."""
 from django.contrib import admin
 from simple_history.admin import SimpleHistoryAdmin
 
 from kernels.models import KernelBenchmark, KernelBest, KernelBuild, KernelJob, KernelPackage, KernelVariant
 
 
-class _ReadOnly(admin.ModelAdmin):
+class _NoDelete:
+    """No delete permission (nor the "delete selected" action) for anyone, superusers included."""
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class _ReadOnly(_NoDelete, admin.ModelAdmin):
     def has_add_permission(self, request) -> bool:
         return False
 
@@ -15,7 +28,7 @@ class _ReadOnly(admin.ModelAdmin):
 
 
 @admin.register(KernelPackage)
-class KernelPackageAdmin(SimpleHistoryAdmin):
+class KernelPackageAdmin(_NoDelete, SimpleHistoryAdmin):
     """Packages with their manifest history (registered by ``manage.py kernel_register``)."""
 
     list_display = ("name", "title", "language", "source_hash", "updated_at")

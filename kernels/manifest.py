@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
-from kernels.safeexpr import ExpressionError, SafeExpr, expr_compile, expr_evaluate
+from kernels.safeexpr import ExpressionError, SafeExpr, expr_compile, expr_evaluate, number_problem
 
 MANIFEST_FILE = "manifest.toml"
 PACKAGE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,62}$")
@@ -359,6 +359,8 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
                 errs.add(f"{path}.{key}", f"{key!r} is not a usable shape field name")
             elif isinstance(value, bool) or not isinstance(value, (int, float)):
                 errs.add(f"{path}.{key}", f"shape fields must be numbers, got {value!r}")
+            elif number_problem(value):
+                errs.add(f"{path}.{key}", f"{value!r} {number_problem(value)}")
             elif value <= 0:
                 errs.add(f"{path}.{key}", f"must be > 0, got {value!r}")
             else:
@@ -382,7 +384,7 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
                 except ExpressionError as exc:
                     errs.add(f"cost.{key}", f"shape {s.name} batch {b}: {exc}")
                     break
-                if isinstance(value, (bool, str)) or not value > 0:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                     errs.add(f"cost.{key}", f"shape {s.name} batch {b}: must give a positive number, got {value!r}")
                     break
 

@@ -29,7 +29,9 @@ needs only the package row. Rules:
   compute capability is an error (the variant was built for its target: an ``sm_90a`` cubin does
   not run on ``sm_120``); GPUs of the same compute capability under another name are a plan
   warning (:func:`kernel_refs_warnings`), and so is a sim recipe whose profile models another
-  ``sm_XX``.
+  ``sm_XX``;
+* a role without GPUs that a reference goes to (outside sim) is a plan warning: its engine runs
+  no GPU kernel, so the config variable set for it does nothing.
 """
 from __future__ import annotations
 
@@ -127,13 +129,24 @@ def kernel_refs_device_errors(refs: list[dict], *, roles: dict, node) -> dict[st
     return errors
 
 
-def kernel_refs_warnings(refs: list[dict], *, roles: dict, node, sim_hardware: str = "") -> list[str]:
+def kernel_refs_warnings(refs: list[dict], *, roles: dict, node, sim_hardware: str = "",
+                         simulated: bool = False) -> list[str]:
     """Plan warnings for normalised references whose config was tuned on another device than the
     one they are used with: GPUs of the same compute capability under another name (the tuned
     parameters are valid there and may not be the best), or a sim profile whose ``hardware``
-    names another ``sm_XX`` than the config's (the sim stands for that GPU). Pure."""
+    names another ``sm_XX`` than the config's (the sim stands for that GPU). Outside a sim recipe
+    (``simulated``: the sim's roles take no GPU and its profile stands for them), a role the
+    config goes to that has no GPU is warned about too: its engine gets the config variable but
+    runs no GPU kernel, so the tuned config does nothing there. Pure."""
     out: list[str] = []
     for ref in refs:
+        gpuless = [r for r in ref.get("roles") or [] if not (roles.get(r) or {}).get("gpus")]
+        if gpuless and not simulated:
+            one = len(gpuless) == 1
+            out.append(f"kernel {ref['package']}: {', '.join(gpuless)} {'has' if one else 'have'} no GPU (no gpus in "
+                       f"the role), yet {ref.get('env') or 'its config variable'} is set for {'it' if one else 'them'}: "
+                       "a GPU kernel's config does nothing for an engine on the CPU; list only roles with GPUs in "
+                       "the reference's roles")
         device, cc = config_tuned_on(ref.get("config") or "")
         if device is None and cc is None:
             continue

@@ -9,8 +9,7 @@ one expression with :mod:`ast` and accepts only this whitelist (anything else is
 * names bound at evaluation time (grid parameters, shape fields, ``batch``); an unknown name is
   refused when the allowed names are given at compile time;
 * arithmetic ``+ - * / // % **`` and unary ``-``/``+``; ``**`` with an exponent of at most
-  :data:`MAX_POWER` and numbers bounded by :data:`MAX_ABS_VALUE`, so ``9 ** 9 ** 9`` cannot
-  exhaust memory;
+  :data:`MAX_POWER`, so ``9 ** 9 ** 9`` cannot exhaust memory;
 * comparisons ``== != < <= > >=`` (chained too), ``in``/``not in`` with a tuple or list literal
   of constants on the right;
 * ``and``, ``or``, ``not``;
@@ -20,6 +19,15 @@ Attribute access, subscripts, calls of anything else (``__import__``, ``open``),
 comprehensions, f-strings, conditional expressions and walrus assignments are refused. Evaluation
 walks the checked tree itself; no ``compile``/``eval`` is ever called. This module has no Django
 imports so the kernel runner could reuse it.
+
+Every number is real, finite and at most :data:`MAX_ABS_VALUE` in magnitude: the constants written
+(``1e999`` reads as infinity and is refused when the expression is compiled), the values bound to
+names, and the result of every operation and of ``min``/``max``. A negative number raised to a
+fractional power (``(batch - 100) ** 0.5`` for ``batch < 100``) has no real value and is refused
+before it is computed. Tiny magnitudes (``batch ** -64``) are finite and within the bound, so they
+are accepted. :func:`number_problem` and :func:`power_problem` state these rules once; the
+standalone runner's evaluator (:mod:`kernels.runner.expr`) applies them too, so an expression the
+control plane accepted is never evaluated differently on a GPU node.
 """
 from __future__ import annotations
 
@@ -36,7 +44,8 @@ MAX_LENGTH = 500
 MAX_NODES = 200
 # Largest exponent of ``**``: cost formulas need squares and cubes, never 2 ** 1000.
 MAX_POWER = 64
-# Largest magnitude of any intermediate number: byte counts of real kernels stay far below 1e30.
+# Largest magnitude of any number (constant, bound name, intermediate or final value): byte and
+# FLOP counts of real kernels stay far below 1e30.
 MAX_ABS_VALUE = 1e30
 
 Value = int | float | str | bool
@@ -131,6 +140,48 @@ def expr_evaluate(text: str, bindings: Mapping[str, Value]) -> Value:
     return expr_compile(text, names=set(bindings)).evaluate(bindings)
 
 
+def number_problem(value: Any) -> str | None:
+    """Why ``value`` may not be a number of an expression, as a clause to follow its name
+    (``"is not a finite number"``), or None when it may. Strings and booleans are never a problem.
+
+    Refused: complex numbers (``**`` of a negative base to a fractional power), infinities and NaN
+    (``1e999``, ``1e200 * 1e200``), and magnitudes above :data:`MAX_ABS_VALUE`. Values below it in
+    magnitude, however small, are accepted.
+    """
+    if isinstance(value, (bool, str)):
+        return None
+    if isinstance(value, complex):
+        return "is a complex number, not a real one"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "is not a finite number"
+    if isinstance(value, (int, float)) and abs(value) > MAX_ABS_VALUE:
+        return f"exceeds {MAX_ABS_VALUE:g} in magnitude"
+    return None
+
+
+def power_problem(base: Any, exponent: Any) -> str | None:
+    """Why ``base ** exponent`` may not be computed, as a sentence, or None when it may (or when
+    either side is not a number: the caller reports that type error itself).
+
+    Refused before computing: an exponent above :data:`MAX_POWER` in magnitude; a negative base
+    with a fractional exponent (the result would be complex); a result whose magnitude, estimated
+    from logarithms, is well above :data:`MAX_ABS_VALUE` (the exact bound is checked on the result
+    with :func:`number_problem`; the estimate only keeps floats from overflowing and integers from
+    growing without need).
+    """
+    if isinstance(exponent, (bool, str)) or not isinstance(exponent, (int, float)) or not math.isfinite(exponent) \
+            or abs(exponent) > MAX_POWER:
+        return f"the exponent must be a number of at most {MAX_POWER} in magnitude, got {exponent!r}"
+    if isinstance(base, (bool, str)) or not isinstance(base, (int, float)):
+        return None
+    power = f"({base!r}) ** {exponent!r}" if base < 0 else f"{base!r} ** {exponent!r}"
+    if base < 0 and not float(exponent).is_integer():
+        return f"{power}: a negative number raised to a fractional power is not a real number"
+    if base != 0 and abs(base) != 1 and exponent * math.log10(abs(base)) > math.log10(MAX_ABS_VALUE) + 1:
+        return f"{power} exceeds {MAX_ABS_VALUE:g} in magnitude"
+    return None
+
+
 def _source(node: ast.AST, text: str) -> str:
     try:
         return ast.get_source_segment(text.strip(), node) or type(node).__name__
@@ -143,6 +194,9 @@ def _check(node: ast.AST, text: str, used: set[str]) -> None:
     if isinstance(node, ast.Constant):
         if not isinstance(node.value, (int, float, str, bool)) or node.value is None:
             raise ExpressionError(f"{text!r}: constant {node.value!r} is not allowed (numbers and strings only)")
+        problem = number_problem(node.value)
+        if problem:
+            raise ExpressionError(f"{text!r}: the constant {_source(node, text)} {problem}")
         return
     if isinstance(node, ast.Name):
         if node.id.startswith("__"):
@@ -204,12 +258,11 @@ def _check(node: ast.AST, text: str, used: set[str]) -> None:
     raise ExpressionError(f"{text!r}: {what} ({_source(node, text)}) is not allowed")
 
 
-def _number(value: Any, text: str) -> Any:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ExpressionError(f"{text!r}: the result is not a finite number")
-        if abs(value) > MAX_ABS_VALUE:
-            raise ExpressionError(f"{text!r}: a number exceeds {MAX_ABS_VALUE:g} in magnitude")
+def _number(value: Any, text: str, node: ast.AST) -> Any:
+    """``value`` (the result of ``node``) when :func:`number_problem` accepts it."""
+    problem = number_problem(value)
+    if problem:
+        raise ExpressionError(f"{text!r}: {_source(node, text)} gives {value!r}, which {problem}")
     return value
 
 
@@ -217,21 +270,24 @@ def _eval(node: ast.AST, env: Mapping[str, Value], text: str) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
-        return env[node.id]
+        value = env[node.id]
+        problem = number_problem(value)
+        if problem:
+            raise ExpressionError(f"{text!r}: the value of {node.id} ({value!r}) {problem}")
+        return value
     if isinstance(node, ast.BinOp):
         left = _eval(node.left, env, text)
         right = _eval(node.right, env, text)
         if isinstance(node.op, ast.Pow):
-            if not isinstance(right, (int, float)) or isinstance(right, bool) or abs(right) > MAX_POWER:
-                raise ExpressionError(f"{text!r}: the exponent must be a number of at most {MAX_POWER}")
-            if isinstance(left, (int, float)) and abs(left) > 1 and abs(right) * math.log10(abs(left)) > 30:
-                raise ExpressionError(f"{text!r}: a number exceeds {MAX_ABS_VALUE:g} in magnitude")
+            problem = power_problem(left, right)
+            if problem:
+                raise ExpressionError(f"{text!r}: {problem}")
         if isinstance(left, str) or isinstance(right, str):
             if not (isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str)):
                 raise ExpressionError(f"{text!r}: cannot apply {_BINOP_TEXT[type(node.op)]} to "
                                       f"{type(left).__name__} and {type(right).__name__}")
             return left + right
-        return _number(_BINOPS[type(node.op)](left, right), text)
+        return _number(_BINOPS[type(node.op)](left, right), text, node)
     if isinstance(node, ast.UnaryOp):
         value = _eval(node.operand, env, text)
         if isinstance(node.op, ast.Not):
@@ -274,5 +330,5 @@ def _eval(node: ast.AST, env: Mapping[str, Value], text: str) -> Any:
         return True
     if isinstance(node, ast.Call):
         args = [_eval(a, env, text) for a in node.args]
-        return _FUNCS[node.func.id](*args)  # type: ignore[attr-defined]
+        return _number(_FUNCS[node.func.id](*args), text, node)  # type: ignore[attr-defined]
     raise ExpressionError(f"{text!r}: {type(node).__name__} is not allowed")  # unreachable after _check

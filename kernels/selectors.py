@@ -103,6 +103,31 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def _cut(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters, for messages that echo input back."""
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def variant_filters(query) -> tuple[dict[str, str], list[str]]:
+    """The variant table's parameter filters in a query string (a Django ``QueryDict``):
+    ``p.<parameter>=<value>`` gives ``{parameter: value}``. The table filters on one value per
+    parameter, so a parameter given more than once with a value (``p.BLOCK_N=32&p.BLOCK_N=64``)
+    is not taken (neither value, never the last one silently) and gets a message naming it in the
+    returned list; an empty value means no filter (the page's "any")."""
+    params: dict[str, str] = {}
+    problems: list[str] = []
+    for key, values in query.lists():
+        if not key.startswith("p."):
+            continue
+        given = [v for v in values if v != ""]
+        if len(given) > 1:
+            problems.append(f"{_cut(key)} is given {len(given)} times ({', '.join(_cut(v) for v in given[:8])}): "
+                            "the table filters on one value per parameter, give it once")
+            continue
+        params[key[2:]] = given[0] if given else ""
+    return params, problems
+
+
 def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all", params: dict[str, str] | None = None,
                   sort: str = "ordinal", limit: int = 500) -> VariantTable:
     """The job's variants as table rows, filtered and sorted on the server.
@@ -135,7 +160,7 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     from controlplane.errors import InvalidInput
 
     manifest = job_manifest(job)
-    shapes = [s.name for s in manifest.shapes if not job.shapes or s.name in job.shapes]
+    shapes = job_shapes(job)
     measured = sorted(set(KernelBenchmark.objects.filter(variant__job=job).values_list("batch", flat=True)))
     declared = sorted({b for s in manifest.shapes if s.name in shapes for b in s.batches
                        if not job.batches or b in job.batches})
@@ -226,14 +251,32 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     )
 
 
+def job_shapes(job: KernelJob) -> list[str]:
+    """The shapes job ``job`` benchmarks, in the manifest's order: those it selected (``job.shapes``),
+    every shape of its manifest when it selected none."""
+    from kernels.services import job_manifest
+
+    return [s.name for s in job_manifest(job).shapes if not job.shapes or s.name in job.shapes]
+
+
 def job_time_chart(*, job: KernelJob, shape: str) -> dict[str, Any]:
     """Time vs batch for one shape: per implementation (the ``impl`` parameter, or one series
     when the grid has none) the fastest correct median (µs) at each batch, plus the roofline
     (µs, from the job's measured HBM bandwidth and bf16 rate) at the shape's batches the job
     selected (all of the shape's when it selected none). Returns ``{"batches": [...],
-    "series": [{"label", "points": [[batch, us], ...]}], "roofline": [[batch, us], ...]}``."""
+    "series": [{"label", "points": [[batch, us], ...]}], "roofline": [[batch, us], ...]}``.
+
+    Raises :class:`controlplane.errors.InvalidInput` (``shape``) naming the job's shapes
+    (:func:`job_shapes`) when ``shape`` is empty or not one of them."""
     from kernels.services import job_manifest, roofline_point
 
+    from controlplane.errors import InvalidInput
+
+    names = job_shapes(job)
+    if not shape:
+        raise InvalidInput({"shape": [f"is required (one of this job's shapes: {', '.join(names)})"]})
+    if shape not in names:
+        raise InvalidInput({"shape": [f"{_cut(shape)!r} is not a shape of this job (its shapes: {', '.join(names)})"]})
     manifest = job_manifest(job)
     benches = (KernelBenchmark.objects.filter(variant__job=job, shape=shape, correct=True, median_us__isnull=False)
                .exclude(variant__build__discarded=True).select_related("variant"))

@@ -31,7 +31,7 @@ from kernels import selectors, services
 from kernels.choices import JOB_ACTIVE, JOB_TERMINAL
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
 from kernels.runner.build import arch_name
-from kernels.whatif import DEFAULT_SHARE, whatif_compute, whatif_input_errors
+from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, whatif_compute, whatif_input_errors
 
 # A whole number as the query string and forms take it: ASCII digits only (``str.isdigit`` also
 # accepts "²" or "٣", which ``int`` then refuses or reads as another number).
@@ -130,24 +130,40 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
     """The grid subset of the job form, in either accepted form (:data:`SUBSET_FORMS`):
     ``impl=split_k,head_tiled; BLOCK_H=32`` or JSON ``{"impl": ["split_k"], "BLOCK_H": 32}``, both
     giving ``{"impl": [...], "BLOCK_H": [32]}``. Problems go to ``errors["params"]``, echoing at
-    most 80 characters of the input."""
+    most 80 characters of the input; a parameter named twice is one of them (its values are
+    listed once, never merged or overwritten)."""
     out: dict[str, list] = {}
     if len(text) > MAX_SUBSET_CHARS:
         errors.setdefault("params", []).append(
             f"the grid subset is {len(text)} characters long; at most {MAX_SUBSET_CHARS} are read")
         return out
     if text.lstrip().startswith("{"):
+        twice: list[str] = []
+
+        def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+            seen: dict[str, Any] = {}
+            for key, value in items:
+                if key in seen and key not in twice:
+                    twice.append(key)
+                seen[key] = value
+            return seen
+
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=pairs)
         except ValueError as exc:
             errors.setdefault("params", []).append(f"'{_short(text)}' is not valid JSON ({exc}); accepted: {SUBSET_FORMS}")
             return out
         if not isinstance(data, dict):
             errors.setdefault("params", []).append(f"the JSON must be an object of parameter lists; accepted: {SUBSET_FORMS}")
             return out
+        for name in twice:
+            errors.setdefault("params", []).append(
+                f"'{_short(name)}' is named more than once in the JSON object: give it once, with all its values "
+                f"in one list ({{\"{_short(name)}\": [v1, v2]}})")
         for name, values in data.items():
             out[str(name)] = list(values) if isinstance(values, list) else [values]
         return out
+    given: dict[str, list[str]] = {}   # each parameter's values as written, per time it is named
     for part in text.replace("\n", ";").split(";"):
         part = part.strip()
         if not part:
@@ -156,8 +172,16 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
         if not sep or not name.strip():
             errors.setdefault("params", []).append(f"'{_short(part)}' is neither of the accepted forms: {SUBSET_FORMS}")
             continue
-        out[name.strip()] = [int(v.strip()) if INT_RE.fullmatch(v.strip()) else v.strip()
-                             for v in values.split(",") if v.strip()]
+        name = name.strip()
+        given.setdefault(name, []).append(values.strip())
+        if len(given[name]) == 1:
+            out[name] = [int(v.strip()) if INT_RE.fullmatch(v.strip()) else v.strip()
+                         for v in values.split(",") if v.strip()]
+    for name, times in given.items():
+        if len(times) > 1:
+            errors.setdefault("params", []).append(
+                f"'{_short(name)}' is named {len(times)} times: name it once, with its values comma-separated "
+                f"({_short(name + '=' + ','.join(v for v in times if v))})")
     return out
 
 
@@ -233,6 +257,21 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
 # --- jobs ---------------------------------------------------------------------------------------
 
 
+def _not_benchmarked(job: KernelJob) -> str:
+    """Why a job holds no measurement, for the progress panel: not yet (active), no GPU of the
+    target on its node (the job's "builds only" note), or the job ended before benchmarking."""
+    if job.status in JOB_ACTIVE:
+        return "none yet"
+    if services.NO_GPU_NOTE.split("{", 1)[0] in (job.note or ""):
+        node = job.node.name if job.node else "its node"
+        return f"none: not benchmarked, no GPU of compute capability {job.target_cc} on node {node} (builds only)"
+    if job.status == "cancelled":
+        return "none: the job was cancelled before any measurement was stored"
+    if job.status == "failed":
+        return "none: the job failed before any measurement was stored"
+    return "none: no measurement was stored"
+
+
 def _progress_context(job: KernelJob) -> dict[str, Any]:
     total = job.progress_total or job.variants_total or 0
     done = min(job.progress_done, total) if total else 0
@@ -240,6 +279,9 @@ def _progress_context(job: KernelJob) -> dict[str, Any]:
     return {"job": job, "active": job.status in JOB_ACTIVE, "terminal": job.status in JOB_TERMINAL,
             "waiting_reason": services.kernel_job_waiting_reason(job=job),
             "done": done, "total": total, "percent": percent,
+            # builds_ok counts every variant that built, the discarded ones (never benchmarked) included
+            "builds_kept": max(job.builds_ok - job.builds_discarded, 0),
+            "not_benchmarked": "" if job.benchmarks_total else _not_benchmarked(job),
             "status_class": {"done": "ok", "failed": "bad", "cancelled": "warn"}.get(job.status, "")}
 
 
@@ -259,7 +301,10 @@ def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None
     if state not in selectors.STATES:
         problems.append(f"state: '{_short(state)}' is not one of {', '.join(selectors.STATES)}.")
         state = "all"
-    params = {k[2:]: v for k, v in request.GET.items() if k.startswith("p.") and v}
+    # one value per parameter; one given twice is reported and not filtered on (selectors.variant_filters)
+    params, repeated = selectors.variant_filters(request.GET)
+    problems += repeated
+    params = {k: v for k, v in params.items() if v}
     sort = request.GET.get("sort", "ordinal") or "ordinal"
     return batch, state, params, sort
 
@@ -327,10 +372,7 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
 
 def _job_charts(job: KernelJob) -> list[dict[str, Any]]:
     charts = []
-    for shape in (job.manifest or {}).get("shapes", []):
-        name = shape["name"]
-        if job.shapes and name not in job.shapes:
-            continue
+    for name in selectors.job_shapes(job):
         data = selectors.job_time_chart(job=job, shape=name)
         series = list(data["series"])
         if data["roofline"]:
@@ -535,7 +577,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
                 charts = _whatif_charts(result)
     return render(request, "kernels/whatif.html", {"sweeps": sweeps, "bests": bests, "form": form, "errors": errors,
                                                    "result": result, "charts": charts, "source": source,
-                                                   "hint": hint})
+                                                   "hint": hint, "speedup_range": f"{MIN_SPEEDUP:g}–{MAX_SPEEDUP:g}×"})
 
 
 def _whatif_charts(result: dict[str, Any]) -> list[dict[str, Any]]:

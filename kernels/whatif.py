@@ -34,19 +34,27 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from benchmarks.analysis.model import MAX_FAILED_FRACTION
+from benchmarks.choices import SWEEP_TERMINAL
 from controlplane.errors import InvalidInput
 
 # The seed's measured share of decode step time spent in the sparse-attention kernel (issue #6).
 DEFAULT_SHARE = 0.63
+# The speedup range, symmetric around 1 (as it is): at most 1000 times faster, at most 1000 times
+# slower. Without a lower bound ``share / speedup`` grows without limit: 1e-300 projects a TPOT of
+# 1e301 ms, which no step model means, and below about 1e-308 it overflows to infinity (a
+# projection that cannot be written as JSON).
+MIN_SPEEDUP = 0.001
 MAX_SPEEDUP = 1000.0
 
 # The one message for a share or speedup outside its range, whatever the value and wherever it is
 # checked (this module, the API's query serializer, the what-if page).
 SHARE_RANGE = ("must be a fraction in (0, 1]: the part of the decode step time the kernel takes "
                "(0.63 = 63%; at 0 there is nothing to speed up)")
-SPEEDUP_RANGE = (f"must be a number in (0, {MAX_SPEEDUP:g}]: how many times faster the kernel becomes "
-                 "(2 = twice as fast, half its time; 1 = as it is; below 1 = slower)")
-_RANGES = {"share": (1.0, SHARE_RANGE), "speedup": (MAX_SPEEDUP, SPEEDUP_RANGE)}
+SPEEDUP_RANGE = (f"must be a number in [{MIN_SPEEDUP:g}, {MAX_SPEEDUP:g}]: how many times faster the kernel "
+                 f"becomes (2 = twice as fast, half its time; 1 = as it is; below 1 = slower, down to "
+                 f"{MIN_SPEEDUP:g} = {1 / MIN_SPEEDUP:g} times slower)")
+# name: (lowest allowed, whether the lowest is allowed itself, highest allowed, message)
+_RANGES = {"share": (0.0, False, 1.0, SHARE_RANGE), "speedup": (MIN_SPEEDUP, True, MAX_SPEEDUP, SPEEDUP_RANGE)}
 
 
 #: A decimal number as a query or form writes it: ASCII digits, optional sign, point and exponent,
@@ -57,23 +65,25 @@ NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+
 
 def whatif_input_errors(**values: float) -> dict[str, list[str]]:
     """Check the ``share`` and/or ``speedup`` given (keyword arguments; only those are checked)
-    against 0 < share <= 1 and 0 < speedup <= :data:`MAX_SPEEDUP`: ``{"share": [SHARE_RANGE],
-    "speedup": [SPEEDUP_RANGE]}`` for those outside (a value that is not a finite number
-    included), ``{}`` when all are in range."""
+    against 0 < share <= 1 and :data:`MIN_SPEEDUP` <= speedup <= :data:`MAX_SPEEDUP` (×):
+    ``{"share": [SHARE_RANGE], "speedup": [SPEEDUP_RANGE]}`` for those outside (a value that is
+    not a finite number included), ``{}`` when all are in range."""
     errors: dict[str, list[str]] = {}
     for name, value in values.items():
-        top, message = _RANGES[name]
+        low, low_included, top, message = _RANGES[name]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or not math.isfinite(value) or not 0 < value <= top:
+        in_range = number and math.isfinite(value) and (low <= value if low_included else low < value) \
+            and value <= top
+        if not in_range:
             errors[name] = [message]
     return errors
 
 
 def decode_factor(*, share: float, speedup: float) -> float:
     """``(1 - share) + share / speedup``: the decode step cost relative to now when a kernel taking
-    ``share`` (0 < share <= 1) of it becomes ``speedup`` (0 < speedup <= :data:`MAX_SPEEDUP`) times
-    faster. Raises :class:`InvalidInput` (``share``, ``speedup``: :data:`SHARE_RANGE`,
-    :data:`SPEEDUP_RANGE`) outside those ranges."""
+    ``share`` (0 < share <= 1) of it becomes ``speedup`` (:data:`MIN_SPEEDUP` <= speedup <=
+    :data:`MAX_SPEEDUP`) times faster. Raises :class:`InvalidInput` (``share``, ``speedup``:
+    :data:`SHARE_RANGE`, :data:`SPEEDUP_RANGE`) outside those ranges."""
     errors = whatif_input_errors(share=share, speedup=speedup)
     if errors:
         raise InvalidInput(errors)
@@ -237,13 +247,19 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
 
     Returns ``{"sweep", "engine", "topology", "share", "speedup", "factor", "model": "sim-profile"
     | "ceiling-fit", "profile", "fit", "lengths": {"256/256": [WhatIfRow as dict, ...]}, "notes"}``
-    (rows by concurrency). Raises :class:`InvalidInput` for a bad share or speedup, a sweep with
-    no finished closed-loop run, a sim sweep whose profile cannot be loaded, or a non-sim sweep
+    (rows by concurrency). Raises :class:`InvalidInput` for a bad share or speedup, a sweep that
+    has not finished (pending, waiting or running: its points so far are not the sweep, and the
+    what-if page lists finished sweeps only; the message says how many points are done), a sweep
+    with no finished closed-loop run, a sim sweep whose profile cannot be loaded, or a non-sim sweep
     whose analysis has no usable decode fit.
     """
     from benchmarks.services import run_metrics, sweep_analysis
 
     factor = decode_factor(share=share, speedup=speedup)
+    if sweep.status not in SWEEP_TERMINAL:
+        raise InvalidInput({"sweep": [
+            f"sweep #{sweep.pk} has not finished ({sweep.get_status_display()}, {sweep.points_done} of "
+            f"{sweep.points_total} points done): project it once it is done"]})
     engine = sweep.engine or ((sweep.snapshot or {}).get("engine") or "")
     topology = sweep.topology if sweep.topology in ("pd", "single") else "single"
     notes: list[str] = []

@@ -15,9 +15,7 @@ Rules and where they come from:
 """
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -32,6 +30,7 @@ from benchmarks.importers import import_results
 from benchmarks.loadgen import RecordStore
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import summary_point
+from controlplane.csvsafe import csv_text
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.jsonsafe import json_safe
 
@@ -286,12 +285,9 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
 
 
 def _csv(runs: Iterable[BenchmarkRun]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(EXPORT_COLUMNS), lineterminator="\n")
-    writer.writeheader()
-    for run in runs:
-        writer.writerow({k: ("" if v is None else v) for k, v in _export_row(run).items()})
-    return buf.getvalue()
+    """``runs`` as CSV (:data:`EXPORT_COLUMNS`) through :func:`controlplane.csvsafe.csv_text`: a
+    text cell a spreadsheet would read as a formula (a model name starting with ``=``) is quoted."""
+    return csv_text((_export_row(run) for run in runs), EXPORT_COLUMNS)
 
 
 def run_export_dict(*, run: BenchmarkRun) -> dict[str, Any]:

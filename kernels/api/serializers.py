@@ -9,7 +9,7 @@ from controlplane.api import FilterChoiceField, IdField
 
 from kernels.choices import KernelJobStatus
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
-from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, NUMBER_RE, whatif_input_errors
+from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, NUMBER_RE, whatif_input_errors
 
 
 class PackageSerializer(serializers.ModelSerializer):
@@ -131,14 +131,14 @@ class _DecimalTextFloatField(serializers.FloatField):
 
 class WhatIfQuerySerializer(serializers.Serializer):
     """``sweep`` id, ``share`` of the decode step time the kernel takes (0 < share <= 1, default
-    0.63, the seed's), and either ``speedup`` (×, 0 < speedup <= 1000) or ``best`` (a best-variant
+    0.63, the seed's), and either ``speedup`` (×, 0.001 <= speedup <= 1000) or ``best`` (a best-variant
     id whose speedup over the baseline is used). A share or speedup out of range gets the one
     message :mod:`kernels.whatif` gives for it (:data:`kernels.whatif.SHARE_RANGE`,
     :data:`kernels.whatif.SPEEDUP_RANGE`), whatever the value."""
 
     sweep = IdField()
     share = _DecimalTextFloatField(default=DEFAULT_SHARE, help_text="0 < share <= 1")
-    speedup = _DecimalTextFloatField(required=False, help_text=f"0 < speedup <= {MAX_SPEEDUP:g}")
+    speedup = _DecimalTextFloatField(required=False, help_text=f"{MIN_SPEEDUP:g} <= speedup <= {MAX_SPEEDUP:g}")
     best = IdField(required=False)
 
     def validate_share(self, value: float) -> float:

@@ -99,25 +99,25 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
 
     @extend_schema(summary="The variant table: build facts, correctness, µs and roofline per shape at one batch",
                    parameters=[s.VariantTableQuerySerializer,
-                               OpenApiParameter("p.<param>", str, description="filter on a parameter value")])
+                               OpenApiParameter("p.<param>", str, description="filter on a parameter value "
+                                                "(one per parameter: a parameter given twice is a 400)")])
     @action(detail=True, methods=["get"])
     def variants(self, request: Request, pk: str | None = None) -> Response:
         q = query_validated(s.VariantTableQuerySerializer, request)
-        params = {k[2:]: v for k, v in request.query_params.items() if k.startswith("p.")}
+        params, problems = selectors.variant_filters(request.query_params)
+        if problems:
+            raise InvalidInput({"params": problems})
         table = selectors.variant_table(job=self.get_object(), batch=q.get("batch"), state=q["state"],
                                         params=params, sort=q["sort"], limit=q["limit"])
         return Response(asdict(table))
 
     @extend_schema(summary="Time (µs) vs batch per implementation and the roofline, for one shape",
-                   parameters=[OpenApiParameter("shape", str, required=True)])
+                   parameters=[OpenApiParameter("shape", str, required=True,
+                                                description="one of the shapes the job benchmarks (400 otherwise)")])
     @action(detail=True, methods=["get"])
     def chart(self, request: Request, pk: str | None = None) -> Response:
         job: KernelJob = self.get_object()
-        shape = request.query_params.get("shape") or ""
-        names = [sh["name"] for sh in (job.manifest or {}).get("shapes", [])]
-        if shape not in names:
-            raise InvalidInput({"shape": [f"{shape!r} is not a shape of this job ({', '.join(names)})"]})
-        return Response(selectors.job_time_chart(job=job, shape=shape))
+        return Response(selectors.job_time_chart(job=job, shape=request.query_params.get("shape") or ""))
 
     @extend_schema(summary="The best variants this job holds")
     @action(detail=True, methods=["get"])

@@ -8,12 +8,19 @@ numbers, strings, booleans, names bound by the caller, arithmetic (``+ - * / // 
 ``x if c else y`` and the functions ``min``, ``max``, ``abs``, ``ceil``, ``floor``, ``cdiv``.
 Anything else (attributes, subscripts, other calls, lambdas, comprehensions) is refused with
 :class:`ExprError` naming the construct.
+
+Numbers follow the rules of the control plane's :mod:`kernels.safeexpr` (shared from there, no
+Django involved): every constant, bound value and result is real, finite and at most
+``MAX_ABS_VALUE`` (1e30) in magnitude, and ``**`` takes an exponent of at most ``MAX_POWER`` (64)
+and no fractional power of a negative number.
 """
 from __future__ import annotations
 
 import ast
 import math
 import operator
+
+from ..safeexpr import number_problem, power_problem
 
 __all__ = ["ExprError", "evaluate", "check"]
 
@@ -36,7 +43,6 @@ _FUNCS = {
     "min": min, "max": max, "abs": abs, "ceil": math.ceil, "floor": math.floor,
     "cdiv": lambda a, b: -(-a // b),
 }
-_MAX_POW = 64        # keeps ``2 ** huge`` from eating the machine
 
 
 def _parse(text: str) -> ast.Expression:
@@ -45,9 +51,23 @@ def _parse(text: str) -> ast.Expression:
     if len(text) > 1000:
         raise ExprError("expression longer than 1000 characters")
     try:
-        return ast.parse(text, mode="eval")
+        tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"cannot parse {text!r}: {exc.msg}") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            problem = number_problem(node.value)
+            if problem:
+                raise ExprError(f"{text!r}: the constant {ast.get_source_segment(text, node)} {problem}")
+    return tree
+
+
+def _number(value, node: ast.AST):
+    """``value`` (the result of ``node``) when :func:`kernels.safeexpr.number_problem` accepts it."""
+    problem = number_problem(value)
+    if problem:
+        raise ExprError(f"{ast.unparse(node)} gives {value!r}, which {problem}")
+    return value
 
 
 def _eval(node: ast.AST, names: dict):
@@ -59,7 +79,11 @@ def _eval(node: ast.AST, names: dict):
         raise ExprError(f"constant {node.value!r} is not allowed")
     if isinstance(node, ast.Name):
         if node.id in names:
-            return names[node.id]
+            value = names[node.id]
+            problem = number_problem(value)
+            if problem:
+                raise ExprError(f"the value of {node.id} ({value!r}) {problem}")
+            return value
         if node.id in ("True", "False"):
             return node.id == "True"
         raise ExprError(f"unknown name {node.id!r}")
@@ -67,10 +91,12 @@ def _eval(node: ast.AST, names: dict):
         return tuple(_eval(e, names) for e in node.elts)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         left, right = _eval(node.left, names), _eval(node.right, names)
-        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > _MAX_POW:
-            raise ExprError(f"exponent {right} is larger than {_MAX_POW}")
+        if isinstance(node.op, ast.Pow):
+            problem = power_problem(left, right)
+            if problem:
+                raise ExprError(f"{ast.unparse(node)}: {problem}")
         try:
-            return _BINOPS[type(node.op)](left, right)
+            return _number(_BINOPS[type(node.op)](left, right), node)
         except (ArithmeticError, TypeError) as exc:
             raise ExprError(f"{ast.unparse(node)}: {exc}") from None
     if isinstance(node, ast.UnaryOp):
@@ -115,7 +141,9 @@ def _eval(node: ast.AST, names: dict):
             and not node.keywords:
         args = [_eval(a, names) for a in node.args]
         try:
-            return _FUNCS[node.func.id](*args)
+            return _number(_FUNCS[node.func.id](*args), node)
+        except ExprError:
+            raise
         except (ArithmeticError, TypeError, ValueError) as exc:
             raise ExprError(f"{ast.unparse(node)}: {exc}") from None
     raise ExprError(f"{type(node).__name__} is not allowed in an expression ({ast.unparse(node)!r})")
@@ -124,8 +152,12 @@ def _eval(node: ast.AST, names: dict):
 def evaluate(text: str, names: dict):
     """Evaluate the expression ``text`` with the variables ``names`` (a mapping of identifier to
     int, float, str or bool). Pure: no side effects. Raises :class:`ExprError` with the reason on
-    anything the whitelist refuses or that fails to evaluate."""
-    return _eval(_parse(text), names)
+    anything the whitelist refuses or that fails to evaluate, naming ``text``."""
+    tree = _parse(text)
+    try:
+        return _eval(tree, names)
+    except ExprError as exc:
+        raise ExprError(f"{text!r}: {exc}") from None
 
 
 def check(text: str, allowed: set[str]) -> None:

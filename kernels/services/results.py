@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from typing import Annotated, Any
 
 from django.db import transaction
@@ -35,6 +36,15 @@ Num = Annotated[float, Strict()]
 VERSION_RE = r"^[0-9][0-9A-Za-z.+-]{0,40}$"
 #: Counts stored in 32-bit columns.
 INT32_MAX = 2**31 - 1
+#: The most 32-bit registers one thread may use on every NVIDIA GPU since compute capability 3.5
+#: (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability": maximum number
+#: of 32-bit registers per thread, 255).
+MAX_REGISTERS_PER_THREAD = 255
+#: Relative slack when a result row's numbers are checked against each other or against values
+#: recomputed here: the runner derives them in floating point from the same formulas (and compares
+#: outputs in fp32), so only rounding separates the two; a larger gap is a number that was not
+#: derived from the row's own measurement.
+CROSSCHECK_REL_TOL = 0.01
 
 
 class _BuildFact(BaseModel):
@@ -181,8 +191,8 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
     A successful build that spills or exceeds the target's shared memory is stored discarded with
     the reason (:func:`build_discard_reason`). Updates the job's counts and ``compiler`` (the most
     common compiler string). Returns ``{"stored", "ok", "failed", "discarded"}``. Raises
-    :class:`InvalidInput` (``builds.<i>.<field>``) for a malformed payload or an unknown variant;
-    nothing is stored then.
+    :class:`InvalidInput` (``builds.<i>.<field>``) for a malformed payload, an unknown variant or
+    more registers per thread than :data:`MAX_REGISTERS_PER_THREAD`; nothing is stored then.
     """
     job = KernelJob.objects.select_related("package").get(pk=job_id)
     language = job_manifest(job).language
@@ -201,6 +211,11 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
         if fact.tensor_core_evidence not in (None, "wgmma", "mma", "none"):
             errors.setdefault(f"builds.{i}.tensor_core_evidence", []).append(
                 f"{fact.tensor_core_evidence!r} must be wgmma, mma or none")
+        if fact.registers is not None and fact.registers > MAX_REGISTERS_PER_THREAD:
+            errors.setdefault(f"builds.{i}.registers", []).append(
+                f"{fact.registers} registers per thread: no NVIDIA GPU since compute capability 3.5 lets a thread "
+                f"use more than {MAX_REGISTERS_PER_THREAD} (CUDA C++ Programming Guide, Technical Specifications "
+                "per Compute Capability)")
         want = COMPILER_OF_LANGUAGE.get(language)
         if fact.compiler and want and not fact.compiler.lower().startswith(want):
             errors.setdefault(f"builds.{i}.compiler", []).append(
@@ -293,6 +308,158 @@ def roofline_point(manifest: Manifest, shape: str, batch: int, hbm_gbps: float |
     return (mem_us, "memory") if mem_us >= cmp_us else (cmp_us, "compute")
 
 
+def _row_name(variant: KernelVariant | None, r: _Result) -> str:
+    """``variant <key>, shape <name>, batch <n>``: a results row as error messages name it."""
+    return f"variant {variant.key if variant is not None else r.variant_id}, shape {r.shape}, batch {r.batch}"
+
+
+def _derived_problems(manifest: Manifest, dev: _Device, r: _Result, row: str) -> list[tuple[str, str]]:
+    """``(field, message)`` for each derived number of result ``r`` that is not what the runner's
+    bench derives (:mod:`kernels.runner.bench`) from the row's ``median_us`` (µs), the manifest's
+    ``[cost]`` bytes and FLOPs per call at the row's shape and batch, and the ceilings measured on
+    ``dev`` (``hbm_gbps`` GB/s, ``bf16_tflops`` TFLOP/s):
+
+    * ``roofline_us = max(bytes / hbm_gbps, FLOPs / bf16_tflops)`` (µs) and ``bound`` (the larger
+      term; either name when the two are within :data:`CROSSCHECK_REL_TOL`), on every row (both
+      are stored for every row), when the device carries both ceilings;
+    * on a timed row (correct, with ``median_us``): ``gbps = bytes / median_us`` (GB/s), ``tflops
+      = FLOPs / median_us`` (TFLOP/s), ``roofline_fraction = roofline_us / median_us``, with the
+      row's own ``roofline_us`` when the device has no ceilings (a fraction with no roofline at
+      all is refused). Untimed rows keep none of these, so they are not checked there.
+
+    A value further than :data:`CROSSCHECK_REL_TOL` (relative) from the recomputed one is a
+    problem; the message names ``row``, the field, the file's value and the recomputed one."""
+    nbytes, flops = manifest.cost(r.shape, r.batch)
+    out: list[tuple[str, str]] = []
+
+    def check(field: str, expected: float, how: str) -> None:
+        given = getattr(r, field)
+        if given is not None and not math.isclose(given, expected, rel_tol=CROSSCHECK_REL_TOL):
+            out.append((field, f"{row}: {field} is {given:.6g} in the file; {how} gives {expected:.6g}"))
+
+    roof_us = r.roofline_us
+    if dev.hbm_gbps and dev.bf16_tflops:
+        mem_us = nbytes / (dev.hbm_gbps * 1e9) * 1e6
+        cmp_us = flops / (dev.bf16_tflops * 1e12) * 1e6
+        roof_us = max(mem_us, cmp_us)
+        check("roofline_us", roof_us, f"max(bytes / hbm_gbps, FLOPs / bf16_tflops) with {nbytes:.6g} bytes and "
+              f"{flops:.6g} FLOPs per call (the manifest's [cost]) and the device's measured hbm_gbps "
+              f"{dev.hbm_gbps:.6g}, bf16_tflops {dev.bf16_tflops:.6g}")
+        bound = "memory" if mem_us >= cmp_us else "compute"
+        if (r.bound in ("memory", "compute") and r.bound != bound
+                and not math.isclose(mem_us, cmp_us, rel_tol=CROSSCHECK_REL_TOL)):
+            out.append(("bound", f"{row}: bound is {r.bound} in the file; the larger roofline term gives {bound} "
+                                 f"(bytes / hbm_gbps {mem_us:.6g} µs, FLOPs / bf16_tflops {cmp_us:.6g} µs)"))
+    if r.correct is True and r.median_us is not None:
+        med = r.median_us
+        check("gbps", nbytes / (med * 1e-6) / 1e9,
+              f"{nbytes:.6g} bytes per call (the manifest's [cost]) / median_us {med:.6g}")
+        check("tflops", flops / (med * 1e-6) / 1e12,
+              f"{flops:.6g} FLOPs per call (the manifest's [cost]) / median_us {med:.6g}")
+        if roof_us is not None:
+            check("roofline_fraction", roof_us / med, f"roofline_us {roof_us:.6g} / median_us {med:.6g}")
+        elif r.roofline_fraction is not None:
+            out.append(("roofline_fraction", f"{row}: roofline_fraction is {r.roofline_fraction:.6g} in the file with "
+                                             "no roofline to derive it from (the device has no hbm_gbps and "
+                                             "bf16_tflops, the row no roofline_us)"))
+    return out
+
+
+def _correct_problems(manifest: Manifest, r: _Result, row: str) -> list[tuple[str, str]]:
+    """``(field, message)`` for each reason result ``r``, marked ``correct``, cannot be what the
+    runner's bench writes for a correct row (:func:`kernels.runner.bench.bench_variant`); none for
+    a row not marked correct.
+
+    * Timing: bench times every row that passes its check; the only correct row without
+      ``median_us`` is one whose timing failed, and it carries the reason in ``error`` ("timing
+      failed: ..."). A correct row with neither is refused.
+    * Errors: bench passes a row when its output is finite and every element satisfies ``|out -
+      ref| <= atol + rtol * |ref|`` (the manifest's ``[tolerance]``), and writes ``max_abs_err =
+      max |out - ref|`` and ``max_rel_err = max_abs_err / max |ref|`` (infinite when the reference
+      is all zeros and the error is not). So on a correct row: ``max_abs_err`` is finite (it can
+      only be NaN or infinite against a reference that is itself NaN or infinite, which proves
+      nothing); ``max_rel_err`` is not NaN, is 0 only with ``max_abs_err`` 0, and is infinite only
+      with ``max_abs_err <= atol``; and the element with the largest error satisfies
+      ``max_abs_err <= atol + rtol * max |ref|`` with ``max |ref| = max_abs_err / max_rel_err``.
+      :data:`CROSSCHECK_REL_TOL` of slack allows for rounding.
+
+    Limits: this is all a row's two errors can prove. ``max_abs_err`` alone proves nothing (the
+    tolerance grows with ``|ref|``, which only ``max_rel_err`` reveals), so a row giving only one of
+    them, or neither, is not checked here (:func:`_reference_scale_problems` compares rows of one
+    file). A row marked wrong is taken as marked: bench also fails outputs of the wrong shape or
+    with NaN or Inf values, and a wrong row is never timed nor chosen."""
+    if r.correct is not True:
+        return []
+    out: list[tuple[str, str]] = []
+    if r.median_us is None and not (r.error or "").strip():
+        out.append(("median_us", f"{row}: marked correct but not timed: the runner times every correct row, and one "
+                                 "whose timing failed carries the reason in error (\"timing failed: ...\")"))
+    abs_err, rel_err = r.max_abs_err, r.max_rel_err
+    atol, rtol = manifest.atol, manifest.rtol
+    if abs_err is not None and not math.isfinite(abs_err):
+        out.append(("max_abs_err", f"{row}: max_abs_err is {abs_err} on a row marked correct: the runner fails "
+                                   "non-finite outputs, so only a non-finite reference gives this, and a comparison "
+                                   "with it proves nothing"))
+        return out
+    if rel_err is not None and math.isnan(rel_err):
+        out.append(("max_rel_err", f"{row}: max_rel_err is nan on a row marked correct"))
+        return out
+    if abs_err is None or rel_err is None:
+        return out
+    slack = 1 + CROSSCHECK_REL_TOL
+    if rel_err == 0 and abs_err > 0:
+        out.append(("max_rel_err", f"{row}: max_rel_err is 0 with max_abs_err {abs_err:.6g}: max_rel_err is "
+                                   "max_abs_err / max |ref|, 0 only when there is no error"))
+    elif math.isinf(rel_err):
+        if abs_err > atol * slack:
+            out.append(("max_abs_err", f"{row}: max_abs_err {abs_err:.6g} with an infinite max_rel_err (a reference "
+                                       f"of zeros, where only atol applies) exceeds atol {atol:g}: the row cannot "
+                                       "have passed the tolerance check"))
+    elif rel_err > 0:
+        max_ref = abs_err / rel_err
+        allowed = atol + rtol * max_ref
+        if abs_err > allowed * slack:
+            out.append(("max_abs_err", f"{row}: max_abs_err {abs_err:.6g} exceeds atol {atol:g} + rtol {rtol:g} x "
+                                       f"max |ref| {max_ref:.6g} (max_abs_err / max_rel_err) = {allowed:.6g}: the "
+                                       "element with that error fails the manifest's tolerance, so the row cannot "
+                                       "be correct"))
+    return out
+
+
+def _reference_scale_problems(rows: list[tuple[str, str, _Result]]) -> dict[str, list[str]]:
+    """Errors (``<path>.max_abs_err``) for the rows marked correct whose ``max |ref| = max_abs_err
+    / max_rel_err`` disagrees, by more than :data:`CROSSCHECK_REL_TOL`, with the median of the
+    other correct rows of the same shape and batch. ``rows`` are ``(path, name, result)`` of one
+    results file.
+
+    The runner's bench (:func:`kernels.runner.bench.run_bench`) computes the reference output once
+    per shape and batch and compares every variant with it, so in the file of one run every row of
+    a shape and batch divides by the same ``max |ref|``; a row that does not was not measured
+    against that reference (an edited ``max_abs_err``, say). Rows without both errors finite and
+    above 0 give no ``max |ref|`` and are left out; a shape and batch with one such row is not
+    checked (there is nothing to compare with)."""
+    groups: dict[tuple[str, int], list[tuple[str, str, float]]] = {}
+    for path, name, r in rows:
+        a, e = r.max_abs_err, r.max_rel_err
+        if r.correct is True and a is not None and e is not None and 0 < a < math.inf and 0 < e < math.inf:
+            groups.setdefault((r.shape, r.batch), []).append((path, name, a / e))
+    errors: dict[str, list[str]] = {}
+    for (shape, batch), items in groups.items():
+        if len(items) < 2:
+            continue
+        median = statistics.median(s for _, _, s in items)
+        for j, (path, name, scale) in enumerate(items):
+            if math.isclose(scale, median, rel_tol=CROSSCHECK_REL_TOL):
+                continue
+            others = statistics.median(s for k, (_, _, s) in enumerate(items) if k != j)
+            if not math.isclose(scale, others, rel_tol=CROSSCHECK_REL_TOL):
+                errors.setdefault(f"{path}.max_abs_err", []).append(
+                    f"{name}: max_abs_err / max_rel_err gives max |ref| {scale:.6g}, the other correct rows of shape "
+                    f"{shape}, batch {batch} give {others:.6g}: one run compares every variant with the same "
+                    "reference output, so the errors of this row were not measured against it")
+    return errors
+
+
 def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
     """Store the runner's ``results.json`` for job ``job_id`` and pick and export the best variants.
 
@@ -302,12 +469,18 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
     "gbps", "tflops", "roofline_us", "roofline_fraction", "bound"}]}`` (the contract's shape). The
     device block becomes the job's calibration snapshot. A result with ``correct`` not true keeps
     no timing. Missing derived numbers are computed from the manifest's cost formulas and the
-    measured rates (GB/s, TFLOP/s, roofline µs and fraction, bound). A result for a variant whose
-    build failed or was discarded is refused. Re-storing replaces the same (variant, shape, batch).
+    measured rates (GB/s, TFLOP/s, roofline µs and fraction, bound); given ones must match those
+    within :data:`CROSSCHECK_REL_TOL` (:func:`_derived_problems`). A row marked correct must be
+    timed, or say in ``error`` why its timing failed, and its errors must fit the manifest's
+    tolerance and the other rows' reference (:func:`_correct_problems`,
+    :func:`_reference_scale_problems`, which also say what cannot be checked). A result for a
+    variant whose build failed or was discarded is refused. Re-storing replaces the same (variant,
+    shape, batch).
 
     Then :func:`kernel_best_select` and :func:`kernel_best_export` run. Returns ``{"stored",
     "correct", "wrong", "best"}``. Raises :class:`InvalidInput` (``device.<field>``,
-    ``results.<i>.<field>``) for a malformed payload; nothing is stored then.
+    ``results.<i>.<field>``, every problem of the file at once) for a malformed payload or numbers
+    that contradict each other; nothing is stored then.
     """
     job = KernelJob.objects.select_related("package").get(pk=job_id)
     manifest = job_manifest(job)
@@ -325,6 +498,7 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
     builds = {b.variant_id: b for b in KernelBuild.objects.filter(variant__job=job)}
     shape_batches = {s.name: set(s.batches) for s in manifest.shapes}
     rows: list[tuple[KernelVariant, _Result]] = []
+    named: list[tuple[str, str, _Result]] = []
     seen: dict[tuple[int, str, int], int] = {}
     for i, r in enumerate(parsed.results):
         path = f"results.{i}"
@@ -348,6 +522,13 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
                     f"variant {variant.key} was not benchmarkable: "
                     + (b.discard_reason if b.ok else f"its build failed ({(b.error or '')[:200]})"))
             rows.append((variant, r))
+        if r.shape in shape_batches and r.batch in shape_batches[r.shape]:
+            name = _row_name(variant, r)
+            named.append((path, name, r))
+            for field, message in _derived_problems(manifest, dev, r, name) + _correct_problems(manifest, r, name):
+                errors.setdefault(f"{path}.{field}", []).append(message)
+    for path, messages in _reference_scale_problems(named).items():
+        errors.setdefault(path, []).extend(messages)
     if errors:
         raise InvalidInput(errors)
     hbm, tfl = _finite(dev.hbm_gbps), _finite(dev.bf16_tflops)

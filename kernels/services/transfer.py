@@ -5,9 +5,7 @@ Part of :mod:`kernels.services`, which lists the rules and where they come from.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import re
 import shutil
@@ -17,6 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane.csvsafe import csv_text
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_safe
 from kernels.choices import JOB_RUNNING, KernelJobStatus
@@ -277,15 +276,10 @@ BENCH_COLUMNS = ("shape", "batch", "correct", "max_abs_err", "max_rel_err", "err
 
 def kernel_job_export_csv(*, job: KernelJob) -> str:
     """The job's measurements as CSV (:func:`kernel_job_export_rows`; empty cells for absent values;
-    times µs, GB/s, TFLOP/s, bytes)."""
+    times µs, GB/s, TFLOP/s, bytes); text cells a spreadsheet would read as a formula (an error
+    message starting with ``=``) are quoted by :func:`controlplane.csvsafe.csv_cell`."""
     rows = kernel_job_export_rows(job=job)
-    buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: "" if v is None else v for k, v in r.items()})
-    return buf.getvalue()
+    return csv_text(rows, list(rows[0])) if rows else ""
 
 
 def kernel_job_export_json(*, job: KernelJob) -> str:

@@ -33,12 +33,12 @@ def test_the_decode_factor_is_amdahls_law_on_one_step():
     assert set(err.value.errors) == {"share", "speedup"}
 
 
-BAD_SPEEDUPS = ("-3", "0", "-0.0", "1001", "nan", "inf")
+BAD_SPEEDUPS = ("-3", "0", "-0.0", "1001", "nan", "inf", "1e-320", "1e-300", "0.0009")
 BAD_SHARES = ("-1", "0", "1.5", "nan")
 
 
 def test_an_out_of_range_share_or_speedup_gets_one_message_whatever_the_value():
-    assert SPEEDUP_RANGE.startswith("must be a number in (0, 1000]: how many times faster the kernel becomes")
+    assert SPEEDUP_RANGE.startswith("must be a number in [0.001, 1000]: how many times faster the kernel becomes")
     assert SHARE_RANGE.startswith("must be a fraction in (0, 1]: the part of the decode step time the kernel takes")
     for raw in BAD_SPEEDUPS:
         with pytest.raises(InvalidInput) as err:
@@ -49,6 +49,7 @@ def test_an_out_of_range_share_or_speedup_gets_one_message_whatever_the_value():
             decode_factor(share=float(raw), speedup=2.0)
         assert err.value.errors == {"share": [SHARE_RANGE]}, raw
     assert decode_factor(share=1.0, speedup=1000.0) == pytest.approx(0.001)  # both ends included
+    assert decode_factor(share=1.0, speedup=0.001) == pytest.approx(1000.0)
 
 
 def test_the_api_and_the_page_refuse_an_out_of_range_value_with_that_message(viewer_api, viewer, seed_pd_sweep):

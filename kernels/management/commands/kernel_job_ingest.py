@@ -66,17 +66,18 @@ class Command(BaseCommand):
         self._report(job, out)
 
     def _stored(self, store):
-        """Run ``store()``; a refused payload prints every reason with its path, then stops with
-        the reason itself when there is one (e.g. results measured from another variants list:
-        both fingerprints), else with how many there are."""
+        """Run ``store()``; a refused payload stops (non-zero exit) with the reason itself when
+        there is one (e.g. results measured from another variants list: both fingerprints), else
+        prints every reason with its path, once each, and stops with how many there are."""
         try:
             return store()
         except InvalidInput as exc:
             reasons = [f"{path}: {m}" for path, msgs in exc.errors.items() for m in msgs]
+            if len(reasons) == 1:
+                raise CommandError(f"nothing was stored: {reasons[0]}") from None
             for line in reasons:
                 self.stderr.write(line)
-            raise CommandError("nothing was stored: " + (reasons[0] if len(reasons) == 1 else
-                                                         f"{len(reasons)} problems, listed above")) from None
+            raise CommandError(f"nothing was stored: {len(reasons)} problems, listed above") from None
         except CeilingError as exc:
             raise CommandError(str(exc)) from None
 

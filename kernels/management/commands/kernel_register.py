@@ -1,5 +1,13 @@
 """``manage.py kernel_register [DIR ...]``: register kernel packages (all of ``kernels/packages/``
-when no directory is given); prints each package's grid size and any validation errors."""
+when no directory is given); prints each package's grid size and any validation errors.
+
+A package whose grid constraints leave no variant is still registered (its page shows what each
+constraint pruned, which is what one needs to fix them), with a warning on stderr naming the
+combinations and the per-constraint counts: no job can be created on it until the constraints
+change (:func:`kernels.services.kernel_job_create` refuses an empty grid). A constraint that cannot
+be evaluated for some combination (ordering a string against a number) gets the same kind of
+warning, naming the constraint and the combination.
+"""
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
@@ -26,9 +34,21 @@ class Command(BaseCommand):
         else:
             done, errors = kernel_packages_register_all()
         for pkg in done:
-            grid = package_grid(package=pkg)
+            try:
+                grid = package_grid(package=pkg)
+            except InvalidInput as exc:
+                for path, msgs in exc.errors.items():
+                    for m in msgs:
+                        self.stderr.write(f"{pkg.name}: warning: the grid cannot be expanded: {path}: {m}; no job can "
+                                          "run on this package", style_func=self.style.WARNING)
+                continue
             self.stdout.write(f"{pkg.name}: {pkg.language}, {len(grid.variants)} variants of {grid.combinations} "
                               f"combinations ({grid.pruned_total} pruned by constraints), hash {pkg.source_hash[:12]}")
+            if not grid.variants:
+                pruned = "; ".join(f"#{p['index']} {p['constraint']!r} pruned {p['pruned']}" for p in grid.pruned)
+                self.stderr.write(f"{pkg.name}: warning: the constraints leave no variant of {grid.combinations} "
+                                  f"combinations; no job can run on this package ({pruned})",
+                                  style_func=self.style.WARNING)
         for name, errs in errors.items():
             for path, msgs in errs.items():
                 for m in msgs:
