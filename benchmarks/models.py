@@ -10,7 +10,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
+from benchmarks.choices import SWEEP_ACTIVE, ImportFormat, RunSource, RunStatus, SweepStatus
+
+# Name of the partial unique index that allows one pending, waiting or running sweep per deployment.
+ONE_ACTIVE_SWEEP_CONSTRAINT = "benchmarks_one_active_sweep_per_deployment"
 
 
 class BenchmarkSweep(models.Model):
@@ -30,6 +33,8 @@ class BenchmarkSweep(models.Model):
     ``worker`` is ``host:pid`` of the process running the sweep (set when a task claims it) and
     ``heartbeat_at`` the last time that process said it was alive (every few seconds while it
     waits or runs); :func:`benchmarks.services.sweeps_reconcile` fails a sweep whose worker is gone.
+    A deployment has at most one pending, waiting or running sweep (:data:`ONE_ACTIVE_SWEEP_CONSTRAINT`,
+    enforced by the database).
     """
 
     deployment = models.ForeignKey(
@@ -65,6 +70,16 @@ class BenchmarkSweep(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["status"])]
+        constraints = [
+            # One active sweep per deployment: two at once would each measure the other's load.
+            # A partial unique index, so the database refuses the second of two concurrent
+            # creates (SQLite and PostgreSQL alike); sweep_create answers it with 409.
+            models.UniqueConstraint(
+                fields=["deployment"], condition=models.Q(status__in=sorted(s.value for s in SWEEP_ACTIVE)),
+                name=ONE_ACTIVE_SWEEP_CONSTRAINT,
+                violation_error_message="the deployment already has a pending, waiting or running sweep",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name or f"sweep #{self.pk}"

@@ -55,6 +55,17 @@ DURATION_POOL_PROMPT_TOKENS = 2_000_000
 DURATION_MIN_REQUEST_S = 0.001
 DEFAULT_API = {"sim": Api.GENERATE.value, "sglang": Api.GENERATE.value, "vllm": Api.COMPLETIONS.value,
                "llamacpp": Api.COMPLETIONS.value}
+# The load generator's APIs each engine's server answers (the routes of :func:`benchmarks.loadgen.
+# request_path`): SGLang and the sim (``deployments/engines/simcore/app.py``, which speaks SGLang's
+# API) serve ``/generate`` and the OpenAI routes; vLLM (``vllm serve``) and llama.cpp
+# (``llama_cpp.server``) serve only the OpenAI routes, so ``/generate`` answers 404 there. A PD
+# router forwards the routes of its engine.
+ENGINE_APIS: dict[str, tuple[str, ...]] = {
+    "sim": (Api.GENERATE.value, Api.COMPLETIONS.value, Api.CHAT.value),
+    "sglang": (Api.GENERATE.value, Api.COMPLETIONS.value, Api.CHAT.value),
+    "vllm": (Api.COMPLETIONS.value, Api.CHAT.value),
+    "llamacpp": (Api.COMPLETIONS.value, Api.CHAT.value),
+}
 GRID_KEYS = ("concurrency", "lengths", "request_rates", "requests", "requests_per_concurrency", "duration_s",
              "warmup", "slo", "api", "wait_ready_s", "seed")
 WORKER_ROLES = ("prefill", "decode", "single")
@@ -73,9 +84,10 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     of :func:`duration_prompt_pool` prompts); with neither, ``requests_per_concurrency`` defaults
     to 4;
     ``warmup`` requests per point before measuring (default 0); ``slo`` ``{"ttft_s", "tpot_s", "e2e_s"}`` seconds for goodput;
-    ``api`` one of :class:`benchmarks.loadgen.Api` (default per engine: ``sglang-generate`` for
-    sglang/sim, ``openai-completions`` otherwise); ``wait_ready_s`` seconds to wait for the
-    deployment (default its startup timeout + 60 s); ``seed`` for the dataset.
+    ``api`` one of :class:`benchmarks.loadgen.Api` that ``engine`` serves (:data:`ENGINE_APIS`;
+    default per engine: ``sglang-generate`` for sglang/sim, ``openai-completions`` otherwise);
+    ``wait_ready_s`` seconds to wait for the deployment (default its startup timeout + 60 s);
+    ``seed`` for the dataset.
 
     Returns the normalised dict with every key present. Raises :class:`InvalidInput` with every
     error found, keyed by field path (``grid.lengths.1``), in one go: each field is judged on its
@@ -173,6 +185,9 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     api = raw.get("api") or DEFAULT_API.get(engine, Api.COMPLETIONS.value)
     if not isinstance(api, str) or api not in {a.value for a in Api}:
         err("grid.api", f"must be one of {', '.join(a.value for a in Api)}, got {api!r}")
+    elif engine in ENGINE_APIS and api not in ENGINE_APIS[engine]:
+        err("grid.api", f"{api} is not served by this deployment's engine ({engine}); it serves "
+                        f"{', '.join(ENGINE_APIS[engine])}")
     wait = raw.get("wait_ready_s", default_wait_ready_s)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 86_400:
         err("grid.wait_ready_s", f"must be seconds 0..86400, got {wait!r}")

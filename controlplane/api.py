@@ -6,7 +6,9 @@ its messages (``{"spec.roles.prefill.gpus": ["..."]}``), whether they come from 
 errors become ``{"detail": ..., "code": ...}``. JSON bodies are size-limited by
 :class:`SafeJSONParser` (``CEILING_API_MAX_BODY_BYTES``, default 1 MiB). A path under ``/api/``
 that no route matches is answered by :class:`controlplane.notfound_views.ApiNotFoundView`: a
-JSON 404 like any other.
+JSON 404 like any other. The OpenAPI schema describes these bodies with the components
+``ValidationError`` (:class:`ValidationErrorSerializer`, the flat 400 body) and ``Detail``
+(:class:`DetailSerializer`); list endpoints page with :class:`Pagination`.
 """
 from __future__ import annotations
 
@@ -17,8 +19,13 @@ import re
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpResponse
+from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.plumbing import build_array_type, build_basic_type
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, ParseError, ValidationError
+from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -132,6 +139,73 @@ def exception_handler(exc, context):
     if response is not None and isinstance(exc, ValidationError):
         response.data = flatten_errors(response.data)
     return response
+
+
+# --- error bodies in the OpenAPI schema -------------------------------------------------------
+
+ERROR_SHAPE_HELP = (
+    "Errors: HTTP 400 with a JSON object mapping a dotted field path to a list of messages, "
+    'e.g. {"spec.roles.prefill.gpus": ["GPU 3 is also used by decode."]}.'
+)
+
+
+class ValidationErrorSerializer(serializers.Serializer):
+    """Documents every 400 body of the API (schema component ``ValidationError``): one flat
+    JSON object whose keys are dotted field paths and whose values are lists of messages,
+    ``{"spec.roles.prefill.gpus": ["..."], "name": ["..."]}``; errors not tied to one field sit
+    under ``non_field_errors`` or ``detail``. Never instantiated: :class:`ValidationErrorSchema`
+    gives its schema, as :func:`exception_handler` produces the body."""
+
+
+class ValidationErrorSchema(OpenApiSerializerExtension):
+    """The OpenAPI schema of :class:`ValidationErrorSerializer`: an object with any keys, each
+    an array of strings (a serializer cannot declare keys it does not know in advance)."""
+
+    target_class = ValidationErrorSerializer
+
+    def map_serializer(self, auto_schema, direction):
+        return {
+            **build_basic_type(OpenApiTypes.OBJECT),
+            "additionalProperties": build_array_type(build_basic_type(OpenApiTypes.STR)),
+            "description": "Keys are dotted field paths (`spec.roles.prefill.gpus`, `grid.concurrency.0`; "
+            "`non_field_errors` or `detail` for an error of the whole input), values lists of messages. "
+            "Every problem found is listed at once.",
+            "example": {"name": ["Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter "
+                                 "or digit."],
+                        "spec.roles.prefill.gpus": ["GPU 3 is also used by role decode"]},
+        }
+
+
+class DetailSerializer(serializers.Serializer):
+    """Documents 401/403/404/409/429 bodies (schema component ``Detail``):
+    ``{"detail": "...", "code": "..."}``."""
+
+    detail = serializers.CharField()
+    code = serializers.CharField(required=False)
+
+
+#: Responses for ``extend_schema(responses=...)``: a 400 with field errors, a 404, a 409.
+ERRORS_400 = OpenApiResponse(ValidationErrorSerializer, description=ERROR_SHAPE_HELP)
+ERROR_404 = OpenApiResponse(DetailSerializer, description="No such object (or version).")
+ERROR_409 = OpenApiResponse(DetailSerializer, description="The change conflicts with current state.")
+
+
+# --- pagination ------------------------------------------------------------------------------
+
+#: Most rows one page of a list endpoint returns; a larger ``?limit=`` returns this many.
+MAX_PAGE_LIMIT = 500
+
+
+class Pagination(LimitOffsetPagination):
+    """Every list endpoint: ``?limit=`` (default ``PAGE_SIZE``, 100; at most
+    :data:`MAX_PAGE_LIMIT`, a larger value is cut to it) and ``?offset=``; the body is
+    ``{"count", "next", "previous", "results"}``."""
+
+    max_limit = MAX_PAGE_LIMIT
+    limit_query_description = (
+        f"Number of results to return per page (default 100, at most {MAX_PAGE_LIMIT}; a larger value "
+        f"returns {MAX_PAGE_LIMIT})."
+    )
 
 
 # --- helpers shared by the apps' viewsets ------------------------------------------------------

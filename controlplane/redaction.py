@@ -1,21 +1,49 @@
 """Secret redaction shared by every place a person or a log can see text.
 
-Two layers: values registered at run time (a resolved secret's value is registered the moment
-it is read, so later log lines containing it are masked), and patterns for well-known token
-shapes (Hugging Face ``hf_...``, ``Bearer ...``, ``token=...``) that catch a secret pasted
-where it should not be.
+Three layers, applied by :func:`redact_text`:
+
+* stored secret values: every value of the secret store (:data:`SECRET_MODEL`) is read from the
+  database by whichever process redacts, so a freshly started web server masks the secrets of
+  engines started long before it. The read is cached: a save or deletion of a secret in this
+  process invalidates the cache at once (model signals), and a change made by another process
+  is seen within :data:`STORED_VALUES_MAX_AGE_S`. Places that serve process log text call
+  :func:`stored_secret_values_load` first, so they never rely on a stale cache;
+* values registered at run time (:func:`register_secret_value`, e.g. a secret the node agent
+  has just resolved for a launch);
+* patterns for well-known token shapes (Hugging Face ``hf_...``, ``Bearer ...``,
+  ``token=...``) that catch a secret pasted where it should not be.
+
+A value once seen stays masked for the life of the process, also after its secret was
+rotated or deleted: old logs may still hold it. A process started after the rotation never
+saw the old value; only the patterns can catch it there.
 """
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
+import time
 
 REDACTED = "***redacted***"
 
+#: The model (``app_label.ModelName``) whose ``value`` field holds the stored secrets.
+SECRET_MODEL = "deployments.Secret"
+#: Seconds a read of the stored values is reused before :func:`redact_text` reads them again.
+STORED_VALUES_MAX_AGE_S = 2.0
+# Values shorter than this are too likely to occur as ordinary text to be masked.
+MIN_VALUE_LENGTH = 4
+
 _lock = threading.Lock()
 _known_values: set[str] = set()
+# time.monotonic() of the last read (or failed attempt) of the stored values; None = read next time.
+_stored_read_at: float | None = None
+_local = threading.local()
 
 _PATTERNS = [
+    # Hugging Face access tokens: ``hf_`` and a run of letters and digits, or a run that also
+    # holds ``_`` or ``-`` and then must hold an upper-case letter or a digit, so snake_case
+    # vocabulary such as ``hf_quantization_config`` in an engine's argument dump is left alone.
+    re.compile(r"\bhf_(?=[A-Za-z0-9_-]*[A-Z0-9])[A-Za-z0-9_-]{16,}"),
     re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
     # A key name standing alone (``token=...``, ``HF_TOKEN: ...``, ``api-key ...``), not the tail of a
@@ -27,16 +55,122 @@ _PATTERNS = [
 
 
 def register_secret_value(value: str) -> None:
-    """Remember ``value`` so every later :func:`redact_text` masks it (values < 4 chars are ignored)."""
-    if value and len(value) >= 4:
+    """Remember ``value`` so every later :func:`redact_text` in this process masks it (values
+    shorter than :data:`MIN_VALUE_LENGTH` characters are ignored). A value with surrounding
+    whitespace is remembered stripped as well: a log shows it without the pasted newline."""
+    if not isinstance(value, str):
+        return
+    with _lock:
+        for candidate in {value, value.strip()}:
+            if len(candidate) >= MIN_VALUE_LENGTH:
+                _known_values.add(candidate)
+
+
+def stored_secret_values_load() -> int:
+    """Read every stored secret value (``value`` of :data:`SECRET_MODEL`) from the database and
+    remember it (:func:`register_secret_value`). Returns how many values were read.
+
+    Inside a transaction the read runs in a savepoint, so a failed read leaves the caller's
+    transaction usable.
+
+    Raises:
+        LookupError: the secret model is not installed (``django.apps`` lookup).
+        django.core.exceptions.AppRegistryNotReady: Django's apps are not loaded yet.
+        django.db.DatabaseError: the database could not be read.
+        django.core.exceptions.SynchronousOnlyOperation: called from a running event loop.
+    """
+    global _stored_read_at
+    from django.apps import apps
+    from django.db import connections, router, transaction
+
+    model = apps.get_model(SECRET_MODEL)
+    alias = router.db_for_read(model)
+    query = model._default_manager.using(alias).values_list("value", flat=True)
+    if connections[alias].in_atomic_block:
+        with transaction.atomic(using=alias):
+            values = list(query)
+    else:
+        # No transaction of our own outside one: with SQLite's IMMEDIATE mode it would take the
+        # write lock for a read.
+        values = list(query)
+    for value in values:
+        register_secret_value(value)
+    with _lock:
+        _stored_read_at = time.monotonic()
+    return len(values)
+
+
+def stored_secret_values_invalidate() -> None:
+    """Make the next :func:`redact_text` read the stored values again."""
+    global _stored_read_at
+    with _lock:
+        _stored_read_at = None
+
+
+def _stored_values_refresh() -> None:
+    """Read the stored values when the last read is older than :data:`STORED_VALUES_MAX_AGE_S`.
+
+    Never raises and never blocks an event loop: inside one, while the apps are not loaded, or
+    when the read itself logs (this module redacts log records), the cached values are used;
+    a failed read is retried after the same age."""
+    global _stored_read_at
+    with _lock:
+        read_at = _stored_read_at
+    now = time.monotonic()
+    if read_at is not None and now - read_at < STORED_VALUES_MAX_AGE_S:
+        return
+    if getattr(_local, "reading", False):
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return
+    try:
+        from django.apps import apps
+
+        if not apps.ready:
+            return
+    except Exception:  # noqa: BLE001 - Django not configured: registered values and patterns only
+        return
+    _local.reading = True
+    try:
+        stored_secret_values_load()
+    except Exception:  # noqa: BLE001 - keep masking what is known; retried after the max age
         with _lock:
-            _known_values.add(value)
+            _stored_read_at = now
+    finally:
+        _local.reading = False
+
+
+def _on_secret_change(sender, instance, **kwargs) -> None:
+    # The value of a saved or deleted secret is remembered at once (a deleted secret's value may
+    # still be in old logs); the cache is re-read on the next redaction.
+    register_secret_value(getattr(instance, "value", ""))
+    stored_secret_values_invalidate()
+
+
+def _connect_signals() -> None:
+    from django.db.models.signals import post_delete, post_save
+
+    for name, signal in (("save", post_save), ("delete", post_delete)):
+        signal.connect(_on_secret_change, sender=SECRET_MODEL, weak=False, dispatch_uid=f"controlplane.redaction.{name}")
+
+
+try:
+    _connect_signals()
+except Exception:  # noqa: BLE001 - used without Django: the max-age re-read still applies
+    pass
 
 
 def redact_text(text: str) -> str:
-    """Return ``text`` with registered secret values and token-shaped substrings masked."""
+    """Return ``text`` with stored and registered secret values and token-shaped substrings
+    masked as :data:`REDACTED` (longest value first, so a value containing another is masked
+    whole)."""
     if not text:
         return text
+    _stored_values_refresh()
     with _lock:
         values = sorted(_known_values, key=len, reverse=True)
     for value in values:

@@ -184,7 +184,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.RolePermission"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.api.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    # ?limit= (default PAGE_SIZE, at most controlplane.api.MAX_PAGE_LIMIT = 500) and ?offset=.
+    "DEFAULT_PAGINATION_CLASS": "controlplane.api.Pagination",
     "PAGE_SIZE": 100,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     # JSON through the size-limited parser everywhere; form parsers are capped by Django's

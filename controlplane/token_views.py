@@ -2,11 +2,13 @@
 
 ``POST /api/auth/token/`` with ``{"username": ..., "password": ...}`` → ``{"token": ...}``.
 The same user always gets the same token (DRF's ``authtoken`` keeps one per user); deleting it
-in admin revokes it. Wrong credentials → 400 with a message, never a hint which part was wrong.
+in admin revokes it. Wrong credentials → 400 ``{"non_field_errors": ["Unable to log in with
+provided credentials."]}``, never a hint which part was wrong; a missing field → 400 naming it.
+More than 20 attempts a minute from one address → 429.
 Right credentials of a user in no role group → 403 ``{"detail": ..., "code": "no_role"}`` and
 no token is created (such a token would be refused everywhere).
 """
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.views import ObtainAuthToken
@@ -14,6 +16,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 
+from controlplane.api import DetailSerializer, ValidationErrorSerializer
 from controlplane.permissions import user_role
 
 
@@ -32,10 +35,18 @@ class TokenObtainView(ObtainAuthToken):
         request=inline_serializer("TokenRequest", {"username": serializers.CharField(), "password": serializers.CharField()}),
         responses={
             200: inline_serializer("TokenResponse", {"token": serializers.CharField()}),
+            400: OpenApiResponse(ValidationErrorSerializer, description=(
+                'Wrong username or password (the same answer for either): {"non_field_errors": '
+                '["Unable to log in with provided credentials."]}; a field left out or blank: '
+                '{"password": ["This field is required."]}.')),
             403: inline_serializer("TokenNoRole", {"detail": serializers.CharField(), "code": serializers.CharField()}),
+            429: OpenApiResponse(DetailSerializer, description=(
+                'More than 20 attempts a minute from this address: {"detail": "Request was throttled. '
+                'Expected available in N seconds."}; the Retry-After header gives the seconds.')),
         },
         description="Exchange a username and password for the user's API token "
         "(send it as `Authorization: Token <token>` or `Bearer <token>`). "
+        "Wrong credentials get 400 (`non_field_errors`), never saying which part was wrong. "
         "A user in no role group (viewer, operator, admin) gets 403 and no token.",
     )
     def post(self, request, *args, **kwargs):

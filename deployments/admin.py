@@ -50,11 +50,13 @@ class NumaNodeInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    """Nodes with their GPUs and NUMA nodes inline. Discovery normally writes these rows."""
+    """Nodes with their GPUs and NUMA nodes inline. Discovery normally writes these rows.
+    ``tools`` is what the node's agent reported at registration: shown, never edited (the agent
+    runs only the executables of its own host configuration)."""
 
     list_display = ["name", "hostname", "gpu_count", "cpu_count", "memory_gib", "queue_name", "agent_online", "agent_heartbeat_at"]
     search_fields = ["name", "hostname"]
-    readonly_fields = ["queue_name", "agent_online", "created_at", "updated_at"]
+    readonly_fields = ["tools", "queue_name", "agent_online", "created_at", "updated_at"]
     inlines = [GpuInline, NumaNodeInline]
 
     @admin.display(description="GPUs")

@@ -54,7 +54,13 @@ from deployments.choices import (
     DeploymentStatus,
     ProcessStatus,
 )
-from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render
+from deployments.launch import (
+    LaunchPlan,
+    ProcessSpec,
+    agent_executable_allowlist,
+    agent_executables,
+    launch_plan_render,
+)
 from deployments.models import Deployment, Node, ProcessEvent, Secret, ServerProcess
 from deployments.pinning import gpu_verify, pinning_read, pinning_status_read, pinning_verify
 from deployments.readiness import ProbeResult, process_liveness, process_readiness
@@ -129,8 +135,10 @@ def _handle(row: ServerProcess) -> ProcessHandle | None:
 
 
 def _plan_for(deployment: Deployment, *, with_secrets: bool) -> LaunchPlan:
-    """Render the deployment's snapshot on its node. Secret values are read from ``Secret``
-    rows only here, at spawn time, and registered with the redactor at once."""
+    """Render the deployment's snapshot on its node with this host's own executables
+    (:func:`deployments.launch.agent_executables`; the node row's ``tools`` are what the agent
+    reported, never what it runs). Secret values are read from ``Secret`` rows only here, at
+    spawn time, and registered with the redactor at once."""
     secret_values = None
     if with_secrets:
         names = set((deployment.spec_snapshot.get("secrets") or {}).values())
@@ -143,6 +151,7 @@ def _plan_for(deployment: Deployment, *, with_secrets: bool) -> LaunchPlan:
         spec=deployment.spec_snapshot,
         node=node_facts_from_row(deployment.node),
         secret_values=secret_values,
+        executables=agent_executables(),
     )
 
 
@@ -220,6 +229,7 @@ def _identity(handle: ProcessHandle) -> str:
 
 
 def _event(row: ServerProcess, kind: str, message: str) -> None:
+    message = redact_text(message)
     deployment_event_add(deployment=row.deployment, process=row, kind=kind, message=f"{row.role}: {message}")
     _health_note(row, message)
 
@@ -261,7 +271,8 @@ _STATUS_OF_KIND = {"starting": "starting", "ready": "ready", "degraded": "starti
 
 def _deployment_event(deployment: Deployment, kind: str, message: str) -> None:
     """Add a deployment-level event to the timeline and, for a status change, broadcast
-    ``deployment.status`` (forced) with the message as the reason."""
+    ``deployment.status`` (forced) with the message (secrets masked) as the reason."""
+    message = redact_text(message)
     deployment_event_add(deployment=deployment, kind=kind, message=message)
     status = _STATUS_OF_KIND.get(kind)
     if status is not None:
@@ -419,7 +430,8 @@ def _process_start(row: ServerProcess, spec: ProcessSpec, *, verify: bool = True
             return False
         try:
             handle = process_spawn(spec=spec, log_path=Path(row.log_path),
-                                   log_max_bytes=settings.CEILING_PROCESS_LOG_MAX_BYTES, tag=row.tag)
+                                   log_max_bytes=settings.CEILING_PROCESS_LOG_MAX_BYTES, tag=row.tag,
+                                   allowed_executables=agent_executable_allowlist())
         except SpawnError as exc:
             _process_give_up(row, f"could not start: {exc}")
             return False
@@ -543,7 +555,8 @@ def _process_stop(row: ServerProcess, *, note: str = "") -> None:
 
 
 def _deployment_fail(deployment: Deployment, reason: str) -> None:
-    """Stop what still runs of ``deployment`` and mark it failed with ``reason``."""
+    """Stop what still runs of ``deployment`` and mark it failed with ``reason`` (secrets masked)."""
+    reason = redact_text(reason)
     _stop_all(deployment, note=f"stopped because the deployment failed: {reason}")
     now = timezone.now()
     Deployment.objects.filter(pk=deployment.pk).exclude(status__in=DEPLOYMENT_TERMINAL).update(
@@ -636,7 +649,7 @@ def _process_give_up(row: ServerProcess, reason: str) -> None:
     """Fail the process with ``reason`` and its last log lines, then fail the deployment."""
     tail = log_tail(row.log_path, lines=FAILED_LOG_LINES) if row.log_path else ""
     row.status = ProcessStatus.FAILED
-    row.reason = reason + (f"\nlast log lines:\n{tail}" if tail else "")
+    row.reason = redact_text(reason + (f"\nlast log lines:\n{tail}" if tail else ""))
     row.ended_at = timezone.now()
     row.next_restart_at = None
     row.save()

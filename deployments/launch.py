@@ -14,6 +14,12 @@ with the pinning the node supports:
   ``sched_setaffinity`` (pin method ``sched_setaffinity``) and cannot apply a memory policy,
   which the plan records in ``warnings``.
 
+Executables: the node agent renders with :func:`agent_executables` (this host's
+``settings.CEILING_EXECUTABLES``) and starts only programs of :func:`agent_executable_allowlist`;
+``node.tools`` is what the agent reported at registration and is never executed. A plan rendered
+without ``executables`` (a dry run, possibly of another host) shows the interpreter the node's
+agent reported (``node.tools["python"]``) so the argv reads as that host will run it.
+
 Processes come in start order: prefill, decode, then the router (it needs its workers), or
 the single server. Each process's ``env`` holds only what Ceiling sets (GPU selection, the
 engine's own variables, the recipe's env and, only when ``secret_values`` is given, the
@@ -22,6 +28,8 @@ secrets); ``env_redacted`` and :meth:`ProcessSpec.to_dict` always mask secrets.
 from __future__ import annotations
 
 import shlex
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +152,19 @@ class LaunchPlan:
         }
 
 
+def agent_executables() -> dict[str, str]:
+    """The executables the node agent renders launch plans with: a copy of this host's
+    ``settings.CEILING_EXECUTABLES``. Never a path from the database."""
+    return dict(settings.CEILING_EXECUTABLES)
+
+
+def agent_executable_allowlist() -> frozenset[str]:
+    """Programs the node agent may start (argv[0], and the program numactl wraps): the values
+    of ``settings.CEILING_EXECUTABLES`` and the agent's own interpreter (``sys.executable``).
+    :func:`deployments.supervisor.process_spawn` resolves them on the agent's ``PATH``."""
+    return frozenset({*settings.CEILING_EXECUTABLES.values(), sys.executable})
+
+
 def launch_plan_render(
     *,
     engine: str,
@@ -151,6 +172,7 @@ def launch_plan_render(
     spec: dict,
     node: NodeFacts,
     secret_values: dict[str, str] | None = None,
+    executables: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
     """Render ``spec`` (normalised or raw) for ``engine``/``topology`` on ``node`` into a plan.
 
@@ -160,15 +182,22 @@ def launch_plan_render(
     needs none) and nowhere else. Callers that log or display should use ``to_dict`` /
     ``env_redacted`` and register values with
     :func:`controlplane.redaction.register_secret_value` before starting processes.
+
+    ``executables`` (program name → path) is what argv[0] and the numactl wrapper are taken
+    from; the node agent passes :func:`agent_executables`, so what it starts never depends on
+    the node row. Without it (a dry run) ``settings.CEILING_EXECUTABLES`` is used with the
+    interpreter the node's agent reported at registration (``node.tools["python"]``): a plan
+    rendered here for another host shows what that host will run.
     Raises :class:`InvalidInput` for a spec that does not validate on ``node``.
     """
     norm = recipe_validate(engine=engine, topology=topology, spec=spec, node=node)
     adapter = engine_get(engine)
-    executables = dict(settings.CEILING_EXECUTABLES)
-    if node.tools.get("python"):
-        # the interpreter the node's agent runs Python engines with (recorded at its registration):
-        # a plan rendered here for another host shows what that host will run
-        executables["python"] = node.tools["python"]
+    if executables is not None:
+        executables = dict(executables)
+    else:
+        executables = dict(settings.CEILING_EXECUTABLES)
+        if node.tools.get("python"):
+            executables["python"] = node.tools["python"]
     # Accepted-but-costly settings (cross-NUMA GPUs, trust-remote-code) come first; the
     # pinning loop below adds what the node cannot apply.
     warnings: list[str] = recipe_warnings(spec=norm, node=node)

@@ -75,6 +75,8 @@ class NumaNode(models.Model):
     class Meta:
         ordering = ["node", "index"]
         constraints = [models.UniqueConstraint(fields=["node", "index"], name="uniq_numa_per_node")]
+        verbose_name = "NUMA node"
+        verbose_name_plural = "NUMA nodes"
 
     def __str__(self) -> str:
         return f"{self.node.name}/numa{self.index}"
@@ -96,6 +98,8 @@ class Gpu(models.Model):
     class Meta:
         ordering = ["node", "index"]
         constraints = [models.UniqueConstraint(fields=["node", "index"], name="uniq_gpu_per_node")]
+        verbose_name = "GPU"
+        verbose_name_plural = "GPUs"
 
     def __str__(self) -> str:
         return f"{self.node.name}/gpu{self.index}"
@@ -249,6 +253,8 @@ class ServerProcess(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["deployment", "role", "ordinal"], name="uniq_process_per_role"),
         ]
+        verbose_name = "server process"
+        verbose_name_plural = "server processes"
 
     def __str__(self) -> str:
         return f"{self.deployment_id}/{self.role}{self.ordinal}"

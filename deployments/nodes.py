@@ -137,7 +137,8 @@ def with_engine_python(facts: NodeFacts) -> NodeFacts:
     """``facts`` with ``tools["python"]`` set to the interpreter this host's agent starts Python
     engines with (``settings.CEILING_EXECUTABLES["python"]``, i.e. ``CEILING_ENGINE_PYTHON``), so a
     launch plan rendered elsewhere (the control plane's dry run of a remote node) shows the argv
-    the node's agent will run, not the control plane's own interpreter."""
+    the node's agent will run, not the control plane's own interpreter. Informational only: the
+    agent launches with its own settings, never with a path read back from the node row."""
     facts.tools = {**facts.tools, "python": settings.CEILING_EXECUTABLES["python"]}
     return facts
 

@@ -202,13 +202,10 @@ def recipe_validate(
     dotted field path; never raises anything else, whatever ``spec`` holds.
     """
     errs = _Errors()
+    for path, messages in engine_topology_errors(engine=engine, topology=topology).items():
+        for message in messages:
+            errs.add(path, message)
     adapter = ENGINES.get(engine) if isinstance(engine, str) else None
-    if adapter is None:
-        errs.add("engine", f"unknown engine {_show(engine)}; choose one of {', '.join(ENGINES)}")
-    if not isinstance(topology, str) or topology not in TOPOLOGY_ROLES:
-        errs.add("topology", f"unknown topology {_show(topology)}; choose one of single, pd")
-    elif adapter is not None and topology not in adapter.topologies:
-        errs.add("topology", f"engine {engine} supports topology {', '.join(adapter.topologies)} only, not {topology}")
     if not isinstance(spec, dict):
         errs.add("spec", f"must be an object, got {type(spec).__name__}")
     errs.raise_if_any()
@@ -222,6 +219,23 @@ def recipe_validate(
     errs.raise_if_any()
     assert result is not None
     return result
+
+
+def engine_topology_errors(*, engine: Any, topology: Any) -> dict[str, list[str]]:
+    """The rules on ``engine`` and ``topology`` alone, which hold whatever the spec and node:
+    each must be known, and the engine must support the topology (``llamacpp`` runs ``single``
+    only). Returns ``{"engine" | "topology": [message]}``, empty when both are fine; what
+    :func:`recipe_validate` reports first, and what the API reports next to other field errors
+    when the node is unknown and the spec cannot be checked."""
+    errors: dict[str, list[str]] = {}
+    adapter = ENGINES.get(engine) if isinstance(engine, str) else None
+    if adapter is None:
+        errors["engine"] = [f"unknown engine {_show(engine)}; choose one of {', '.join(ENGINES)}"]
+    if not isinstance(topology, str) or topology not in TOPOLOGY_ROLES:
+        errors["topology"] = [f"unknown topology {_show(topology)}; choose one of single, pd"]
+    elif adapter is not None and topology not in adapter.topologies:
+        errors["topology"] = [f"engine {engine} supports topology {', '.join(adapter.topologies)} only, not {topology}"]
+    return errors
 
 
 def _spec_validate(

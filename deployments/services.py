@@ -33,7 +33,7 @@ from django.db.models import ProtectedError
 from django.utils import timezone
 
 from controlplane.errors import Conflict, InvalidInput, NotFound
-from controlplane.redaction import redact_text, register_secret_value
+from controlplane.redaction import redact_text, register_secret_value, stored_secret_values_load
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
 from deployments.launch import LaunchPlan, launch_plan_render
 from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, slug_validator
@@ -485,8 +485,9 @@ def _validate_secret_fields(*, name: str | None = None, value: str | None = None
 
 def secret_create(*, user, name: str, value: str, description: str = "") -> Secret:
     """Store a new secret. ``value`` is registered with the redactor at once, so it is
-    masked in every later log line of this process. Raises :class:`InvalidInput` on a bad or
-    taken name or an empty value. ``user`` is accepted for audit symmetry with recipes."""
+    masked in every later log line of this process; other processes read it from the database
+    (:mod:`controlplane.redaction`). Raises :class:`InvalidInput` on a bad or taken name or an
+    empty value. ``user`` is accepted for audit symmetry with recipes."""
     _validate_secret_fields(name=name, value=value, description=description or "")
     with transaction.atomic():
         if Secret.objects.filter(name=name).exists():
@@ -738,11 +739,17 @@ def process_log_tail(*, process: ServerProcess, lines: int = 100) -> str:
 
     Reads the file on this host (the node and the control plane share a filesystem in the
     embedded setup; elsewhere an absent file gives ""), including the rotated ``.1`` file when
-    the tail straddles a rotation, and at most 2 MiB. Raises :class:`InvalidInput` at
-    ``lines`` for a count out of range.
+    the tail straddles a rotation, and at most 2 MiB. Every stored secret value is read from
+    the database first (:func:`controlplane.redaction.stored_secret_values_load`), so the
+    tail is masked whichever process serves it and however recently it started.
+
+    Raises:
+        InvalidInput: at ``lines`` for a count out of range.
+        django.db.DatabaseError: the stored secrets could not be read (nothing is shown then).
     """
     if isinstance(lines, bool) or not isinstance(lines, int) or not 1 <= lines <= LOG_TAIL_MAX_LINES:
         raise InvalidInput({"lines": [f"Must be an integer from 1 to {LOG_TAIL_MAX_LINES}."]})
     if not process.log_path:
         return ""
+    stored_secret_values_load()
     return redact_text(log_tail(Path(process.log_path), max_bytes=LOG_TAIL_MAX_BYTES, lines=lines))

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from rest_framework import serializers
 
 from benchmarks.choices import RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.services.runs import BEST_METRICS
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import FilterChoiceField, IdField
 
 
 class SweepSerializer(serializers.ModelSerializer):
-    """A sweep with its grid, status, progress columns, GPU count and snapshot; ``worker``
+    """A sweep with its grid, status, progress columns (``current_tok_s``: the running point's
+    output tok/s, null unless the sweep is running), GPU count and snapshot; ``worker``
     (``host:pid`` running it) and ``heartbeat_at`` (its last sign of life); ``run_ids`` in
     grid order; ``queue_note``: why an active sweep is not measuring yet
     (:func:`benchmarks.selectors.sweep_queue_note`, empty once it runs). The analysis is served by
@@ -36,7 +39,10 @@ class SweepSerializer(serializers.ModelSerializer):
         # serialised after the task was sent): read it again so status and queue_note agree.
         if instance.status == "pending":
             instance.refresh_from_db()
-        return super().to_representation(instance)
+        data = super().to_representation(instance)
+        if instance.status != SweepStatus.RUNNING:
+            data["current_tok_s"] = None  # a rate "now" only while a point runs, as on the sweep's page
+        return data
 
     def get_queue_note(self, obj: BenchmarkSweep) -> str:
         from benchmarks.selectors import sweep_queue_note
@@ -69,13 +75,34 @@ class GridField(serializers.JSONField):
 
 
 class SweepCreateSerializer(serializers.Serializer):
-    """``{"deployment": id, "grid": {...}, "name": optional}``; the grid's own rules are checked by
-    :func:`benchmarks.sweeps.grid_validate`, which reports every bad grid field at once (errors
-    name ``grid.<field>``, a number that is not finite such as ``1e400`` included)."""
+    """``{"deployment": id, "grid": {...}, "name": optional}``; any other key is refused at its
+    name (``{"extra": ["unknown field; allowed: deployment, grid, name"]}``), as unknown grid keys
+    are. The grid's own rules are checked by :func:`benchmarks.sweeps.grid_validate`, which
+    reports every bad grid field at once (errors name ``grid.<field>``, a number that is not
+    finite such as ``1e400`` included)."""
 
     deployment = serializers.IntegerField(min_value=1)
     grid = GridField()
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+
+    # Sent by HTML forms (the browsable API's), never a field of a sweep.
+    FORM_KEYS = ("csrfmiddlewaretoken",)
+
+    def to_internal_value(self, data):
+        unknown: dict[str, list[str]] = {}
+        if isinstance(data, Mapping):
+            allowed = ", ".join(self.fields)
+            unknown = {str(key): [f"unknown field; allowed: {allowed}"] for key in data
+                       if key not in self.fields and key not in self.FORM_KEYS}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if unknown and isinstance(exc.detail, Mapping):
+                raise serializers.ValidationError({**exc.detail, **unknown}) from None
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
 
 
 class SweepFilterSerializer(serializers.Serializer):
@@ -172,3 +199,208 @@ class CompareQuerySerializer(serializers.Serializer):
         if len(attrs["ids"]) > 100 or len(attrs["sweeps"]) > 20:
             raise serializers.ValidationError({"ids": ["at most 100 runs and 20 sweeps"]})
         return attrs
+
+
+# --- response shapes ---------------------------------------------------------------------------
+# What the actions that answer a service's dict return, for the OpenAPI schema; the views never
+# serialise through these (the services build the dicts).
+
+_LATENCY_HELP = "ms by statistic (mean, p50, p90, p99, ...); null when no request succeeded"
+# Plain strings here (the Run and Sweep components carry the enums): one choice set used by
+# several components would get a hashed enum name in the schema.
+_RUN_STATUS_HELP = f"one of {', '.join(RunStatus.values)}"
+_SWEEP_STATUS_HELP = f"one of {', '.join(SweepStatus.values)}"
+_RUN_SOURCE_HELP = f"one of {', '.join(RunSource.values)}"
+
+
+class RunMetricsSerializer(serializers.Serializer):
+    """:func:`benchmarks.services.run_metrics`: one vocabulary for measured and imported runs."""
+
+    output_throughput_tok_s = serializers.FloatField(allow_null=True, help_text="output tok/s")
+    tok_s_per_gpu = serializers.FloatField(allow_null=True, help_text="output tok/s per GPU; null without a GPU count")
+    request_throughput_req_s = serializers.FloatField(allow_null=True, help_text="successful requests/s")
+    goodput_req_s = serializers.FloatField(allow_null=True, help_text="requests/s within the SLOs")
+    slo_attainment = serializers.FloatField(allow_null=True, help_text="share of requests within the SLOs (0-1)")
+    ttft_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                    help_text=_LATENCY_HELP)
+    tpot_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                    help_text=_LATENCY_HELP)
+    itl_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                   help_text=_LATENCY_HELP)
+    e2e_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                   help_text=_LATENCY_HELP)
+    requests = serializers.IntegerField(allow_null=True)
+    successes = serializers.IntegerField(allow_null=True)
+    failures = serializers.IntegerField(allow_null=True)
+    input_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
+    output_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
+    duration_s = serializers.FloatField(allow_null=True, help_text="seconds")
+    errors = serializers.DictField(child=serializers.IntegerField(), help_text="error text -> count")
+
+
+class RunRecordSerializer(serializers.Serializer):
+    """One request of a measured run (:func:`benchmarks.services.run_records_rows`)."""
+
+    index = serializers.IntegerField(help_text="position in the point's dataset")
+    ok = serializers.BooleanField()
+    http_status = serializers.IntegerField()
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    requested_input = serializers.IntegerField()
+    requested_output = serializers.IntegerField()
+    start_ms = serializers.FloatField(help_text="ms after the run's first request started")
+    ttft_ms = serializers.FloatField(allow_null=True, help_text="ms; null for a failed request")
+    e2e_ms = serializers.FloatField(allow_null=True, help_text="ms; null for a failed request")
+    tpot_ms = serializers.FloatField(allow_null=True, help_text="ms; null below 2 output tokens or failed")
+    events = serializers.IntegerField(help_text="streamed output events")
+    finish_reason = serializers.CharField(allow_null=True)
+    error = serializers.CharField(allow_null=True)
+
+
+class RunRecordsPageSerializer(serializers.Serializer):
+    """``GET /api/runs/<id>/records/``: ``count`` requests in all, ``rows`` from ``offset``."""
+
+    count = serializers.IntegerField(help_text="requests in the run")
+    offset = serializers.IntegerField()
+    limit = serializers.IntegerField()
+    rows = RunRecordSerializer(many=True)
+
+
+class RunCompareConfigSerializer(serializers.Serializer):
+    """What a run measured (:func:`benchmarks.services.runs_compare`'s ``config``)."""
+
+    source = serializers.CharField()
+    import_format = serializers.CharField(allow_null=True)
+    served_model_name = serializers.CharField(allow_null=True)
+    engine = serializers.CharField(allow_null=True)
+    topology = serializers.CharField(allow_null=True)
+    recipe = serializers.CharField(allow_null=True)
+    recipe_version = serializers.IntegerField(allow_null=True)
+    node = serializers.CharField(allow_null=True)
+    num_gpus = serializers.IntegerField(allow_null=True)
+    concurrency = serializers.IntegerField(allow_null=True)
+    request_rate = serializers.FloatField(allow_null=True, help_text="requests/s")
+    input_len = serializers.IntegerField(allow_null=True, help_text="tokens")
+    output_len = serializers.IntegerField(allow_null=True, help_text="tokens")
+    num_requests = serializers.IntegerField(allow_null=True)
+    api = serializers.CharField(allow_null=True)
+    sim_profile = serializers.CharField(allow_null=True)
+    engine_version = serializers.CharField(allow_null=True)
+    router_version = serializers.CharField(allow_null=True)
+    ceiling_version = serializers.CharField(allow_null=True)
+    roles = serializers.DictField(allow_null=True, help_text="the recipe's roles (spec.roles)")
+    env = serializers.DictField(allow_null=True, help_text="the recipe's environment (spec.env)")
+
+
+class RunCompareEntrySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    label = serializers.CharField()
+    sweep_id = serializers.IntegerField(allow_null=True)
+    status = serializers.CharField(help_text=_RUN_STATUS_HELP)
+    flags = serializers.ListField(child=serializers.CharField())
+    metrics = RunMetricsSerializer()
+    config = RunCompareConfigSerializer()
+    rankable = serializers.BooleanField()
+    refusal = serializers.CharField(allow_null=True, help_text="why the run is not ranked")
+    measured = serializers.BooleanField(help_text="false: failed, cancelled, unfinished or no successful request")
+
+
+class RunCompareFieldSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    label = serializers.CharField()
+    unit = serializers.CharField()
+    values = serializers.ListField(child=serializers.FloatField(allow_null=True), help_text="one per run, in order")
+
+
+class RunCompareDifferenceSerializer(serializers.Serializer):
+    field = serializers.CharField()
+    values = serializers.ListField(child=serializers.JSONField(allow_null=True), help_text="one per run, in order")
+
+
+class RunCompareExcludedSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    reason = serializers.CharField()
+
+
+# One property per ranked metric, named as the answer keys it (dotted: a statistic of a latency).
+RunCompareBestSerializer = type("RunCompareBestSerializer", (serializers.Serializer,), {
+    "__doc__": "The id of the best rankable run for each metric; null when none is named (``notes`` says why).",
+    **{key: serializers.IntegerField(allow_null=True, help_text=f"{'highest' if higher else 'lowest'} wins")
+       for key, higher in BEST_METRICS},
+})
+
+
+class RunCompareSerializer(serializers.Serializer):
+    """``GET /api/runs/compare/`` (:func:`benchmarks.services.runs_compare`)."""
+
+    runs = RunCompareEntrySerializer(many=True)
+    fields = RunCompareFieldSerializer(many=True)
+    config_differs = RunCompareDifferenceSerializer(many=True)
+    best = RunCompareBestSerializer()
+    excluded = RunCompareExcludedSerializer(many=True)
+    notes = serializers.ListField(child=serializers.CharField())
+
+
+class RunExportSerializer(serializers.Serializer):
+    """One run as exported (:func:`benchmarks.services.run_export_dict`)."""
+
+    id = serializers.IntegerField()
+    sweep_id = serializers.IntegerField(allow_null=True)
+    ordinal = serializers.IntegerField()
+    status = serializers.CharField(help_text=_RUN_STATUS_HELP)
+    reason = serializers.CharField()
+    source = serializers.CharField(help_text=_RUN_SOURCE_HELP)
+    import_format = serializers.CharField(allow_null=True)
+    original_filename = serializers.CharField(allow_null=True)
+    concurrency = serializers.IntegerField(allow_null=True)
+    request_rate = serializers.FloatField(allow_null=True, help_text="requests/s")
+    input_len = serializers.IntegerField(allow_null=True, help_text="tokens")
+    output_len = serializers.IntegerField(allow_null=True, help_text="tokens")
+    num_requests = serializers.IntegerField(allow_null=True)
+    api = serializers.CharField(allow_null=True)
+    served_model_name = serializers.CharField()
+    num_gpus = serializers.IntegerField(allow_null=True)
+    flags = serializers.ListField(child=serializers.CharField())
+    metrics = RunMetricsSerializer()
+    summary = serializers.JSONField(help_text="seconds for measured runs, the importer's fields for imported ones")
+    snapshot = serializers.JSONField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+
+
+class SweepExportSweepSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    deployment_id = serializers.IntegerField(allow_null=True)
+    status = serializers.CharField(help_text=_SWEEP_STATUS_HELP)
+    reason = serializers.CharField()
+    grid = serializers.JSONField()
+    num_gpus = serializers.IntegerField(allow_null=True)
+    served_model_name = serializers.CharField()
+    topology = serializers.CharField()
+    engine = serializers.CharField()
+    points_total = serializers.IntegerField()
+    points_done = serializers.IntegerField()
+    snapshot = serializers.JSONField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+
+
+class SweepAnalysisSerializer(serializers.Serializer):
+    """The ceiling report (:func:`benchmarks.services.sweep_analysis`)."""
+
+    lengths = serializers.DictField(child=serializers.JSONField(),
+                                    help_text='one report per "input/output" length pair')
+    findings = serializers.ListField(child=serializers.CharField())
+    compared_with = serializers.IntegerField(allow_null=True, help_text="the other topology's sweep id")
+    errors = serializers.DictField(child=serializers.CharField(), help_text="length pair -> why it has no report")
+    notes = serializers.ListField(child=serializers.CharField())
+    provisional = serializers.BooleanField(help_text="computed from the runs so far: the sweep has not finished")
+
+
+class SweepExportSerializer(serializers.Serializer):
+    """``GET /api/sweeps/<id>/export/?format=json`` (:func:`benchmarks.services.sweep_export_json`)."""
+
+    sweep = SweepExportSweepSerializer()
+    runs = RunExportSerializer(many=True)
+    analysis = serializers.JSONField(allow_null=True, help_text="the stored ceiling report; null before the end")

@@ -8,7 +8,8 @@ importing need ``operator``. Domain errors map to HTTP in :func:`controlplane.ap
 from __future__ import annotations
 
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -21,23 +22,37 @@ from benchmarks.api import serializers as s
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import grid_validate
 from controlplane.api import (
-    ExportFormatMixin, ExportQuerySerializer, SafeJSONParser, attachment, flatten_errors, query_validated,
+    ERROR_404, ERRORS_400, DetailSerializer, ExportFormatMixin, ExportQuerySerializer, SafeJSONParser, attachment,
+    flatten_errors, query_validated,
 )
 from controlplane.errors import InvalidInput, NotFound
 
 PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
 
+CSV_EXPORT = OpenApiResponse(OpenApiTypes.STR, description=(
+    "?format=csv: a header row and one row per run (latencies ms, throughputs per second), as an attachment."))
 
-def _grid_errors(ser: s.SweepCreateSerializer) -> dict[str, list[str]]:
-    """The grid's own errors (:func:`benchmarks.sweeps.grid_validate`, ``{"grid.<field>": [...]}``)
-    of a create request, to answer them together with its other errors; ``{}`` when the grid is
-    valid, or absent or not JSON (the serializer names that)."""
-    field = ser.fields["grid"]
+
+def _field_value(ser: s.SweepCreateSerializer, name: str):
+    """The valid value of field ``name`` of a create request, or None when it is absent or bad
+    (the serializer's own errors name that)."""
+    field = ser.fields[name]
     try:
-        grid = field.run_validation(field.get_value(ser.initial_data))
-        grid_validate(grid)
+        return field.run_validation(field.get_value(ser.initial_data))
     except ValidationError:
+        return None
+
+
+def _grid_errors(ser: s.SweepCreateSerializer, *, engine: str | None) -> dict[str, list[str]]:
+    """The grid's own errors (:func:`benchmarks.sweeps.grid_validate`, ``{"grid.<field>": [...]}``)
+    of a create request, judged for ``engine`` (the deployment's, None when it is not known), to
+    answer them together with its other errors; ``{}`` when the grid is valid, or absent or not
+    JSON (the serializer names that)."""
+    grid = _field_value(ser, "grid")
+    if grid is None:
         return {}
+    try:
+        grid_validate(grid, **({"engine": engine} if engine else {}))
     except InvalidInput as exc:
         return dict(exc.errors)
     return {}
@@ -47,8 +62,16 @@ def _grid_errors(ser: s.SweepCreateSerializer) -> dict[str, list[str]]:
     list=extend_schema(summary="List benchmark sweeps (filters: deployment, status, model)",
                        parameters=[s.SweepFilterSerializer]),
     retrieve=extend_schema(summary="One sweep with live progress columns"),
-    create=extend_schema(summary="Create a sweep of a deployment (operator); it runs on the control worker",
-                         request=s.SweepCreateSerializer, responses={201: s.SweepSerializer}),
+    create=extend_schema(
+        summary="Create a sweep of a deployment (operator); it runs on the control worker",
+        description="400 lists every problem at once: unknown keys, the deployment, each bad grid field "
+                    "(an `api` the deployment's engine does not serve included). 409: the deployment is "
+                    "stopped or failed, or already has a pending, waiting or running sweep (one at a time: "
+                    "concurrent sweeps would skew each other).",
+        request=s.SweepCreateSerializer,
+        responses={201: s.SweepSerializer, 400: ERRORS_400,
+                   409: OpenApiResponse(DetailSerializer, description="The deployment is not sweepable now, "
+                                        "or sweep #N is already active on it.")}),
 )
 class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
     """Sweeps: one deployment driven through a grid of concurrency x lengths."""
@@ -67,31 +90,41 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
     def create(self, request: Request, *args, **kwargs) -> Response:
         from deployments.models import Deployment
 
-        # Every error in one answer: the body's shape, the deployment and the whole grid.
+        # Every error in one answer: the body's shape, the deployment and the whole grid (judged
+        # for the deployment's engine when the deployment exists).
         ser = s.SweepCreateSerializer(data=request.data)
-        if not ser.is_valid():
-            raise InvalidInput({**flatten_errors(ser.errors), **_grid_errors(ser)})
-        deployment = Deployment.objects.select_related("recipe").filter(pk=ser.validated_data["deployment"]).first()
-        if deployment is None:
-            raise InvalidInput({"deployment": [f"no deployment with id {ser.validated_data['deployment']}"],
-                                **_grid_errors(ser)})
+        errors = {} if ser.is_valid() else flatten_errors(ser.errors)
+        deployment_id = _field_value(ser, "deployment")
+        deployment = None
+        if deployment_id is not None:
+            deployment = Deployment.objects.select_related("recipe").filter(pk=deployment_id).first()
+            if deployment is None:
+                errors["deployment"] = [f"no deployment with id {deployment_id}"]
+        if errors:
+            engine = deployment.recipe.engine if deployment is not None else None
+            raise InvalidInput({**errors, **_grid_errors(ser, engine=engine)})
         sweep = services.sweep_create(deployment=deployment, user=request.user, grid=ser.validated_data["grid"],
                                       name=ser.validated_data.get("name", ""))
         return Response(s.SweepSerializer(sweep).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Cancel a sweep (operator): the running point finishes, no further point starts",
-                   request=None, responses={200: s.SweepSerializer})
+    @extend_schema(summary="Cancel a sweep (operator): the running point stops, no further point starts",
+                   request=None,
+                   responses={200: s.SweepSerializer, 404: ERROR_404,
+                              409: OpenApiResponse(DetailSerializer, description="The sweep already ended.")})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         sweep = services.sweep_cancel(sweep=self.get_object(), user=request.user)
         return Response(s.SweepSerializer(sweep).data)
 
-    @extend_schema(summary="The ceiling analysis (stored when the sweep finished; provisional before)")
+    @extend_schema(summary="The ceiling analysis (stored when the sweep finished; provisional before)",
+                   responses={200: s.SweepAnalysisSerializer, 404: ERROR_404})
     @action(detail=True, methods=["get"])
     def analysis(self, request: Request, pk: str | None = None) -> Response:
         return Response(services.sweep_analysis(sweep=self.get_object()))
 
-    @extend_schema(summary="Export the sweep's runs: ?format=csv|json", parameters=[ExportQuerySerializer])
+    @extend_schema(summary="Export the sweep's runs: ?format=csv|json", parameters=[ExportQuerySerializer],
+                   responses={(200, "application/json"): s.SweepExportSerializer, (200, "text/csv"): CSV_EXPORT,
+                              400: ERRORS_400, 404: ERROR_404})
     @action(detail=True, methods=["get"])
     def export(self, request: Request, pk: str | None = None) -> HttpResponse:
         fmt = query_validated(ExportQuerySerializer, request)["format"]
@@ -124,13 +157,18 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                                   order=q.get("order"))
 
     @extend_schema(summary="Per-request records (paginated: offset, limit <= 5000)",
-                   parameters=[s.RecordsQuerySerializer])
+                   description="400 for a run without records (imported, or its file is missing) or a bad "
+                               "offset/limit.",
+                   parameters=[s.RecordsQuerySerializer],
+                   responses={200: s.RunRecordsPageSerializer, 400: ERRORS_400, 404: ERROR_404})
     @action(detail=True, methods=["get"])
     def records(self, request: Request, pk: str | None = None) -> Response:
         q = query_validated(s.RecordsQuerySerializer, request)
         return Response(services.run_records_rows(run=self.get_object(), offset=q["offset"], limit=q["limit"]))
 
-    @extend_schema(summary="Export the run: ?format=csv|json", parameters=[ExportQuerySerializer])
+    @extend_schema(summary="Export the run: ?format=csv|json", parameters=[ExportQuerySerializer],
+                   responses={(200, "application/json"): s.RunExportSerializer, (200, "text/csv"): CSV_EXPORT,
+                              400: ERRORS_400, 404: ERROR_404})
     @action(detail=True, methods=["get"])
     def export(self, request: Request, pk: str | None = None) -> HttpResponse:
         fmt = query_validated(ExportQuerySerializer, request)["format"]
@@ -140,7 +178,10 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return attachment(services.run_export_json(run=run), content_type="application/json",
                          filename=f"run-{run.pk}.json")
 
-    @extend_schema(summary="The original file an imported run came from, verbatim")
+    @extend_schema(summary="The original file an imported run came from, verbatim",
+                   responses={(200, "application/octet-stream"): OpenApiResponse(
+                       OpenApiTypes.BINARY, description="the file's bytes, as an attachment under its name"),
+                       404: ERROR_404})
     @action(detail=True, methods=["get"])
     def original(self, request: Request, pk: str | None = None) -> HttpResponse:
         run: BenchmarkRun = self.get_object()
@@ -152,8 +193,11 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     @extend_schema(summary="Import SGLang bench_serving JSONL or vLLM bench serve JSON (operator); "
                            "400 lists every problem of the file by path; "
                            "409 names the runs of an earlier import of the same content unless allow_duplicate",
-                   request=s.RunImportSerializer, responses={201: s.RunSerializer(many=True)})
-    @action(detail=False, methods=["post"], url_path="import")
+                   request=s.RunImportSerializer,
+                   responses={201: s.RunSerializer(many=True), 400: ERRORS_400,
+                              409: OpenApiResponse(DetailSerializer, description="The same content was imported "
+                                                   "before (the runs it became are named).")})
+    @action(detail=False, methods=["post"], url_path="import", pagination_class=None)
     def import_results(self, request: Request) -> Response:
         """Runs created from the file (201). A file that cannot be imported answers 400 with every
         problem found, ``{"line 3.duration": [...], "file.output_throughput": [...]}`` (at most
@@ -176,7 +220,10 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return Response(s.RunSerializer(runs, many=True).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5",
-                   parameters=[s.CompareQuerySerializer])
+                   description="400: ids that are not comma-separated integers, or fewer than two runs. "
+                               "404 names the ids of runs or sweeps that do not exist.",
+                   parameters=[s.CompareQuerySerializer],
+                   responses={200: s.RunCompareSerializer, 400: ERRORS_400, 404: ERROR_404})
     @action(detail=False, methods=["get"])
     def compare(self, request: Request) -> Response:
         q = query_validated(s.CompareQuerySerializer, request)

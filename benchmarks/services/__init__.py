@@ -25,6 +25,7 @@ from benchmarks.services.runs import (
     run_import_duplicates,
     import_duplicate_message,
     LENGTH_FLAGS,
+    BEST_METRICS,
     COMPARE_FIELDS,
     EXPORT_COLUMNS,
     MAX_IMPORT_BYTES,
@@ -59,6 +60,7 @@ from benchmarks.services.sweeps import (
 )
 
 __all__ = [
+    "BEST_METRICS",
     "COMPARE_FIELDS",
     "EXPORT_COLUMNS",
     "LENGTH_FLAGS",

@@ -48,6 +48,9 @@ COMPARE_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("e2e_ms.mean", "E2E mean", "ms"), ("e2e_ms.p50", "E2E p50", "ms"), ("e2e_ms.p99", "E2E p99", "ms"),
     ("failures", "failures", "requests"),
 )
+# The metrics :func:`runs_compare` names a best run for (key path, whether higher is better).
+BEST_METRICS: tuple[tuple[str, bool], ...] = (
+    ("output_throughput_tok_s", True), ("tok_s_per_gpu", True), ("ttft_ms.p99", False), ("tpot_ms.mean", False))
 
 
 
@@ -168,8 +171,8 @@ def _config_fields(run: BenchmarkRun) -> dict[str, Any]:
                            or ((snap.get("server_info") or {}).get("entry") or {}).get("version")),
         "router_version": snap.get("router_version"),
         "ceiling_version": snap.get("ceiling_version"),
-        "roles": json.dumps(spec.get("roles"), sort_keys=True) if spec.get("roles") else None,
-        "env": json.dumps(spec.get("env"), sort_keys=True) if spec.get("env") else None,
+        "roles": spec.get("roles") or None,
+        "env": spec.get("env") or None,
     }
 
 
@@ -206,8 +209,12 @@ def runs_compare(*, runs: list[BenchmarkRun]) -> dict[str, Any]:
     ``excluded`` with the reason, and its values in ``fields`` are null except ``failures``, so no
     partial number from a deployment that went down reads as a result; its own ``metrics`` keep
     what was recorded), and a run flagged ``output_length_mismatch`` (or with variable or unknown
-    lengths), which is not ranked against fixed-length runs (case C10). ``best`` names the best
-    of the rankable runs only. Raises :class:`InvalidInput` for fewer than 2 runs.
+    lengths), which is not ranked against fixed-length runs (case C10). ``best`` names, for each
+    of :data:`BEST_METRICS`, the best of the rankable runs with a value for it (the only one, when
+    one run is rankable, with a note saying so); null, with a note saying why, when no run is
+    rankable, when the rankable runs have different lengths, or when none has that metric.
+    ``config`` holds ``roles`` and ``env`` (the recipe's ``spec.roles`` and ``spec.env``) as
+    objects. Raises :class:`InvalidInput` for fewer than 2 runs.
     """
     if len(runs) < 2:
         raise InvalidInput({"ids": ["give at least two runs to compare"]})
@@ -241,13 +248,19 @@ def runs_compare(*, runs: list[BenchmarkRun]) -> dict[str, Any]:
     rankable = [e for e in entries if e["rankable"]]
     lengths = {(e["config"]["input_len"], e["config"]["output_len"]) for e in rankable}
     best: dict[str, int | None] = {}
-    if len(lengths) > 1:
+    if not rankable:
+        notes.append("no run is rankable; no best run is named")
+    elif len(lengths) > 1:
         notes.append("the rankable runs have different input/output lengths "
                      f"({', '.join(f'{a}/{b}' for a, b in sorted(lengths))}); no best run is named")
-    for key, higher_better in (("output_throughput_tok_s", True), ("tok_s_per_gpu", True),
-                               ("ttft_ms.p99", False), ("tpot_ms.mean", False)):
+    elif len(rankable) == 1:
+        notes.append(f"run #{rankable[0]['id']} is the only rankable run: it is named best with no other "
+                     "run to rank it against")
+    for key, higher_better in BEST_METRICS:
         vals = [(_path(e["metrics"], key), e["id"]) for e in rankable if _path(e["metrics"], key) is not None]
-        if len(lengths) > 1 or len(vals) < 2:
+        if len(lengths) > 1 or not vals:
+            if rankable and len(lengths) == 1:
+                notes.append(f"no rankable run has a value for {key}; no best run is named for it")
             best[key] = None
             continue
         best[key] = (max(vals) if higher_better else min(vals))[1]

@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -104,8 +104,10 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     picks the default API; the default wait for ready is the recipe's ``startup_timeout_s`` + 60 s).
     The GPU count for per-GPU numbers comes from the deployment's spec snapshot
     (:func:`benchmarks.sweeps.recipe_gpu_count`). The task is sent after the transaction commits.
-    Raises :class:`InvalidInput` for a bad grid and :class:`Conflict` for a stopped or failed
-    deployment or one that already has an active sweep.
+    Raises :class:`InvalidInput` for a bad grid (an ``api`` the deployment's engine does not
+    serve included) and :class:`Conflict` for a stopped or failed deployment or one that already
+    has an active sweep, also when two creates race: the database allows one active sweep per
+    deployment (:data:`benchmarks.models.ONE_ACTIVE_SWEEP_CONSTRAINT`).
     """
     from deployments.choices import DEPLOYMENT_TERMINAL
 
@@ -117,15 +119,12 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     # A bad grid is a 400 whatever else is running: validate before the conflict check.
     norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S)
     # Two sweeps against one deployment at once would each measure the other's load.
-    busy = BenchmarkSweep.objects.filter(deployment=deployment, status__in=SWEEP_ACTIVE).order_by("pk").first()
-    if busy is not None:
-        raise Conflict(f"sweep #{busy.pk} is already {busy.status} on deployment #{deployment.pk}; "
-                       "wait for it or cancel it first (concurrent sweeps would skew each other)")
+    _refuse_if_busy(deployment)
     points = grid_points(norm)
     load = (f"c={','.join(map(str, norm['concurrency']))}" if norm["concurrency"] else "")
     if norm.get("request_rates"):
         load = " ".join(x for x in (load, f"{','.join(f'{r:g}' for r in norm['request_rates'])} req/s") if x)
-    sweep = BenchmarkSweep.objects.create(
+    fields = dict(
         deployment=deployment, grid=norm, created_by=user if getattr(user, "pk", None) else None,
         name=name or f"{deployment.recipe.name} {load} "
                      f"{' '.join(f'{a}/{b}' for a, b in norm['lengths'])}"
@@ -135,8 +134,28 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
         served_model_name=spec.get("served_model_name") or deployment.recipe.name,
         topology=deployment.recipe.topology, engine=engine,
     )
+    # The check above is for the message; the partial unique index (ONE_ACTIVE_SWEEP_CONSTRAINT)
+    # is what holds when creates race: the second insert fails and is answered like the check.
+    for attempt in range(2):
+        try:
+            with transaction.atomic():
+                sweep = BenchmarkSweep.objects.create(**fields)
+            break
+        except IntegrityError:
+            _refuse_if_busy(deployment)
+            if attempt:  # refused again with no active sweep to name: not this rule
+                raise
     sweep_enqueue(sweep=sweep)
     return sweep
+
+
+def _refuse_if_busy(deployment) -> None:
+    """Raise :class:`Conflict` naming the active (pending, waiting or running) sweep of
+    ``deployment``, if it has one."""
+    busy = BenchmarkSweep.objects.filter(deployment=deployment, status__in=SWEEP_ACTIVE).order_by("pk").first()
+    if busy is not None:
+        raise Conflict(f"sweep #{busy.pk} is already {busy.status} on deployment #{deployment.pk}; "
+                       "wait for it or cancel it first (concurrent sweeps would skew each other)")
 
 
 def sweep_enqueue(*, sweep: BenchmarkSweep) -> None:
@@ -278,7 +297,8 @@ class _SweepFailed(Exception):
 
 
 def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = None) -> None:
-    fields: dict[str, Any] = {"status": status, "reason": reason, "ended_at": timezone.now(), "current_point": ""}
+    fields: dict[str, Any] = {"status": status, "reason": reason, "ended_at": timezone.now(), "current_point": "",
+                              "current_tok_s": None}
     if analysis is not None:
         fields["analysis"] = json_safe(analysis)
     BenchmarkSweep.objects.filter(pk=sweep_id, status__in=SWEEP_ACTIVE).update(**fields)

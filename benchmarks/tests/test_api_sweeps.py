@@ -382,3 +382,103 @@ def test_it_never_ranks_a_failed_or_metricless_run_in_the_api(operator_api, view
     assert fields["ttft_ms.p99"] == [200.0, 200.0, None, None, None]
     assert fields["failures"] == [0, 0, 36, None, 10]  # failures stay visible
     assert by_id[crashed.pk]["metrics"]["output_throughput_tok_s"] == 900.0  # what was recorded, unranked
+
+
+def _llamacpp_deployment():
+    from deployments.models import Deployment, Node, Recipe
+
+    node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2})
+    spec = {"served_model_name": "tiny", "startup_timeout_s": 5, "roles": {"single": {"cpus": "0-1", "port": 8080}}}
+    recipe = Recipe.objects.create(name="local-llamacpp", engine="llamacpp", topology="single", node=node, spec=spec)
+    return Deployment.objects.create(recipe=recipe, recipe_version=1, spec_snapshot=spec, node=node,
+                                     status=DeploymentStatus.STARTING)
+
+
+def test_it_refuses_an_api_the_deployments_engine_does_not_serve(operator_api, deployment,
+                                                                   django_capture_on_commit_callbacks) -> None:
+    llama = _llamacpp_deployment()
+    grid = {"concurrency": [1], "lengths": "64:16", "requests": 4}
+    refused = operator_api.post("/api/sweeps/", {"deployment": llama.pk, "grid": {**grid, "api": "sglang-generate"}},
+                                format="json")
+    assert refused.status_code == 400
+    assert refused.json() == {"grid.api": ["sglang-generate is not served by this deployment's engine (llamacpp); "
+                                           "it serves openai-completions, openai-chat"]}
+    assert not BenchmarkSweep.objects.exists()
+    with django_capture_on_commit_callbacks(execute=False):
+        chat = operator_api.post("/api/sweeps/", {"deployment": llama.pk, "grid": {**grid, "api": "openai-chat"}},
+                                 format="json")
+        assert chat.status_code == 201 and chat.json()["grid"]["api"] == "openai-chat"
+        operator_api.post(f"/api/sweeps/{chat.json()['id']}/cancel/")
+        default = operator_api.post("/api/sweeps/", {"deployment": llama.pk, "grid": grid}, format="json")
+        assert default.status_code == 201 and default.json()["grid"]["api"] == "openai-completions"
+        # the sim speaks SGLang's API: /generate is fine there
+        sim = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {**grid, "api": "sglang-generate"}},
+                                format="json")
+        assert sim.status_code == 201 and sim.json()["grid"]["api"] == "sglang-generate"
+
+
+def test_it_refuses_unknown_top_level_fields_with_every_other_error(operator_api, deployment) -> None:
+    grid = {"concurrency": [1], "lengths": "64:16", "requests": 4}
+    response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": grid, "extra": 2},
+                                 format="json")
+    assert response.status_code == 400
+    assert response.json() == {"extra": ["unknown field; allowed: deployment, grid, name"]}
+    # together with the grid's errors, judged for the deployment's engine
+    llama = _llamacpp_deployment()
+    response = operator_api.post("/api/sweeps/", {"deployment": llama.pk, "grid": {**grid, "api": "sglang-generate",
+                                                                                   "concurrency": [0]},
+                                                  "priority": "high", "name": "x"}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "priority": ["unknown field; allowed: deployment, grid, name"],
+        "grid.concurrency.0": ["must be an integer 1..4096, got 0"],
+        "grid.api": ["sglang-generate is not served by this deployment's engine (llamacpp); it serves "
+                     "openai-completions, openai-chat"]}
+    assert not BenchmarkSweep.objects.exists()
+
+
+def _compare_run(sweep: BenchmarkSweep, ordinal: int, status: str, *, num_gpus: int | None = 4,
+                 spec: dict | None = None) -> BenchmarkRun:
+    summary = {"requests": 4, "successes": 4, "failures": 0, "duration_s": 1.0, "output_throughput_tok_s": 463.7,
+               "ttft_s": {"mean": 0.02, "p50": 0.02, "p90": 0.03, "p99": 0.031}, "tpot_s": {"mean": 0.002}}
+    return BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=ordinal, status=status, concurrency=1, input_len=64, output_len=16, num_gpus=num_gpus,
+        summary=summary if status == RunStatus.DONE else {}, snapshot={"engine": "llamacpp", "spec": spec or {}},
+        reason="" if status == RunStatus.DONE else "cancelled on request")
+
+
+def test_it_names_the_only_rankable_run_best_and_says_so(viewer_api, deployment) -> None:
+    sweep = BenchmarkSweep.objects.create(deployment=deployment, status=SweepStatus.CANCELLED)
+    done = _compare_run(sweep, 0, RunStatus.DONE)
+    cancelled = _compare_run(sweep, 1, RunStatus.CANCELLED)
+    body = viewer_api.get(f"/api/runs/compare/?ids={done.pk},{cancelled.pk}").json()
+    assert body["best"] == {"output_throughput_tok_s": done.pk, "tok_s_per_gpu": done.pk, "ttft_ms.p99": done.pk,
+                            "tpot_ms.mean": done.pk}
+    assert body["excluded"] == [{"id": cancelled.pk, "reason": "it was cancelled (cancelled on request)"}]
+    assert body["notes"] == [
+        f"run #{cancelled.pk} is not ranked: it was cancelled (cancelled on request)",
+        f"run #{done.pk} is the only rankable run: it is named best with no other run to rank it against"]
+    # a metric no rankable run has is named null, with the reason
+    no_gpus = _compare_run(sweep, 2, RunStatus.DONE, num_gpus=None)
+    body = viewer_api.get(f"/api/runs/compare/?ids={no_gpus.pk},{cancelled.pk}").json()
+    assert body["best"] == {"output_throughput_tok_s": no_gpus.pk, "tok_s_per_gpu": None,
+                            "ttft_ms.p99": no_gpus.pk, "tpot_ms.mean": no_gpus.pk}
+    assert body["notes"][-1] == "no rankable run has a value for tok_s_per_gpu; no best run is named for it"
+    # nothing rankable: nothing named, and why
+    also_cancelled = _compare_run(sweep, 3, RunStatus.CANCELLED)
+    body = viewer_api.get(f"/api/runs/compare/?ids={cancelled.pk},{also_cancelled.pk}").json()
+    assert set(body["best"].values()) == {None}
+    assert body["notes"][-1] == "no run is rankable; no best run is named"
+
+
+def test_it_returns_the_compared_roles_and_env_as_objects(viewer_api, deployment) -> None:
+    sweep = BenchmarkSweep.objects.create(deployment=deployment, status=SweepStatus.DONE)
+    roles = {"single": {"cpus": "0-1", "port": 8080, "flags": {"n_ctx": 512}}}
+    a = _compare_run(sweep, 0, RunStatus.DONE, spec={"roles": roles, "env": {"OMP_NUM_THREADS": "2"}})
+    b = _compare_run(sweep, 1, RunStatus.DONE, spec={"roles": roles})
+    body = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}").json()
+    configs = [r["config"] for r in body["runs"]]
+    assert [c["roles"] for c in configs] == [roles, roles]
+    assert [c["env"] for c in configs] == [{"OMP_NUM_THREADS": "2"}, None]
+    assert {"field": "env", "values": [{"OMP_NUM_THREADS": "2"}, None]} in body["config_differs"]
+    assert "roles" not in {d["field"] for d in body["config_differs"]}

@@ -447,8 +447,10 @@ def test_it_compares_runs_highlighting_differences_and_refusing_to_rank_a_mismat
     assert '<tr class="config"><td>input_len</td>' in html  # same lengths: not highlighted
     assert f"Run #{short.pk} is not ranked: output_length_mismatch" in html
     assert "not ranked</div>" in html
-    # the mismatched run has 4x the tok/s but is not crowned; with one rankable run nothing is
-    assert 'class="num best"' not in html
+    # the mismatched run has 4x the tok/s but is not crowned; the only rankable run is, and the page says so
+    assert re.search(r'<td>output throughput \(tok/s\)</td><td class="num best">100\.00</td>'
+                     r'<td class="num">400\.00</td>', html)
+    assert f"Run #{clean.pk} is the only rankable run: it is named best with no other run to rank it against" in html
     assert "measured mean 241.5 tokens" in html
     tok = _json_script(html, "chart-compare-tok-s")
     assert tok["series"] == [{"label": f"sweep #{clean.sweep_id} 256/256", "points": [[1.0, 100.0], [8.0, 400.0]]}]

@@ -3,6 +3,7 @@ failures, snapshot, the imported original file), its exports, and the comparison
 sweeps side by side."""
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -153,8 +154,8 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     entries = list(comparison.get("runs") or [])
     differing = {d["field"] for d in comparison.get("config_differs") or []}
     config_keys = list(entries[0]["config"].keys()) if entries else []
-    config_rows = [{"field": key, "values": [e["config"].get(key) for e in entries], "differs": key in differing}
-                   for key in config_keys]
+    config_rows = [{"field": key, "values": [_config_text(e["config"].get(key)) for e in entries],
+                    "differs": key in differing} for key in config_keys]
     index_of = {e["id"]: i for i, e in enumerate(entries)}
     best = comparison.get("best") or {}
     metric_rows = []
@@ -171,6 +172,14 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         "charts": _compare_charts([r for r in runs if r.pk not in unmeasured],
                                   [r for r in rows if r["run"].pk not in unmeasured]),
     }
+
+
+def _config_text(value: Any) -> Any:
+    """A config value as the comparison table shows it: objects (``roles``, ``env``) as JSON text
+    with sorted keys, anything else as it is."""
+    if isinstance(value, (Mapping, list)):
+        return json.dumps(value, sort_keys=True, separators=(", ", ": "))
+    return value
 
 
 def _compare_charts(runs: Sequence[BenchmarkRun], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -1,45 +1,34 @@
 """Serializers of the deployments API.
 
-Input serializers only check shapes and types (a JSON object where one is expected, an
-integer in range, a known node name); every domain rule is enforced by the service the view
-calls, through :func:`deployments.recipes.recipe_validate`. Errors from both come back in one
-shape: ``{"<dotted.field.path>": ["message", ...]}``, e.g. ``{"spec.roles.prefill.gpus": [...]}``.
+Input serializers check shapes and types (a JSON object where one is expected, an integer in
+range, a known node name); every domain rule is enforced by the service the view calls,
+through :func:`deployments.recipes.recipe_validate`. The recipe input serializer also runs
+those recipe rules, so that field errors and spec errors come back together in one 400.
+Errors come back in one shape: ``{"<dotted.field.path>": ["message", ...]}``, e.g.
+``{"spec.roles.prefill.gpus": [...]}``.
 """
 from __future__ import annotations
 
 import math
 
+from collections.abc import Mapping
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
+from rest_framework.fields import SkipField, get_error_detail
 
+# The API's shared error bodies (schema components ValidationError and Detail), importable from here too.
+from controlplane.api import ERROR_SHAPE_HELP, DetailSerializer, ValidationErrorSerializer  # noqa: F401
 from controlplane.api import MAX_INT, FilterChoiceField, IdField
+from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
-from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess
-from deployments.services import DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, deployment_waiting_reason
-
-ERROR_SHAPE_HELP = (
-    "Errors: HTTP 400 with a JSON object mapping a dotted field path to a list of messages, "
-    'e.g. {"spec.roles.prefill.gpus": ["GPU 3 is also used by decode."]}.'
-)
-
-
-class ValidationErrorSerializer(serializers.Serializer):
-    """Documents the 400 body: keys are dotted field paths, values lists of messages."""
-
-    # A free-form object; the schema explains the shape in the description.
-    errors = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()),
-        help_text=ERROR_SHAPE_HELP,
-    )
-
-
-class DetailSerializer(serializers.Serializer):
-    """Documents 401/403/404/409 bodies: ``{"detail": "...", "code": "..."}``."""
-
-    detail = serializers.CharField()
-    code = serializers.CharField(required=False)
+from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, slug_validator
+from deployments.recipes import engine_topology_errors, recipe_validate
+from deployments.services import DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, deployment_waiting_reason, secret_names
+from deployments.services import _check_json_tree as check_json_tree
+from deployments.topology import node_facts_from_row
 
 
 # --- nodes ---------------------------------------------------------------------------------
@@ -130,9 +119,13 @@ class RecipeWriteSerializer(serializers.Serializer):
     """Input for creating (all of ``name``, ``engine``, ``topology``, ``node``, ``spec``) or
     updating (any subset with PATCH) a recipe. ``node`` is a node name. ``change_reason`` is
     stored in the version history; ``expected_version`` makes an update fail with 409 when the
-    recipe moved on since the client read it. """
+    recipe moved on since the client read it. Any other top-level key is refused.
 
-    name = serializers.CharField(max_length=63)
+    Pass the recipe being updated as ``instance``: a PATCH's spec rules are then checked on
+    the merged content (the recipe's stored engine, topology, node and spec where the body
+    leaves them out). Every problem comes back at once, see :meth:`to_internal_value`."""
+
+    name = serializers.CharField(max_length=63, validators=[slug_validator])
     description = serializers.CharField(max_length=DESCRIPTION_MAX_LENGTH, allow_blank=True, required=False)
     engine = serializers.ChoiceField(choices=Engine.choices)
     topology = serializers.ChoiceField(choices=Topology.choices)
@@ -145,6 +138,94 @@ class RecipeWriteSerializer(serializers.Serializer):
         if not isinstance(value, dict):
             raise serializers.ValidationError("Must be a JSON object.")
         return value
+
+    def to_internal_value(self, data: Any) -> dict:
+        """Check the body and return its fields, or raise one ``ValidationError`` holding every
+        problem found, each under its path: unknown top-level keys (``{"foo": ["unknown field
+        'foo'; allowed: name, ..."]}``), each field's own errors (the name rule, an unknown
+        engine, topology or node, a spec that is not an object), a name another recipe has,
+        what no database column can hold in a new spec (NUL characters, nesting deeper than 16
+        levels, more than 1024 entries), and the rules of
+        :func:`deployments.recipes.recipe_validate` (``topology``, ``spec.…``) once engine,
+        topology, node and spec are known. With an unknown node the spec cannot be checked, so
+        only the engine/topology rule (:func:`deployments.recipes.engine_topology_errors`) is.
+        The service the view calls checks everything again when it saves."""
+        if not isinstance(data, Mapping):
+            return super().to_internal_value(data)
+        writable = [f.field_name for f in self._writable_fields]
+        errors: dict[str, Any] = {}
+        for key in data:
+            if key not in writable and key not in FORM_ONLY_KEYS:
+                errors[str(key)] = [f"unknown field {_shown(key)}; allowed: {', '.join(writable)}"]
+        values: dict[str, Any] = {}
+        for field in self._writable_fields:
+            check = getattr(self, f"validate_{field.field_name}", None)
+            try:
+                value = field.run_validation(field.get_value(data))
+                if check is not None:
+                    value = check(value)
+            except SkipField:
+                continue
+            except serializers.ValidationError as exc:
+                errors[field.field_name] = exc.detail
+                continue
+            except DjangoValidationError as exc:
+                errors[field.field_name] = get_error_detail(exc)
+                continue
+            values[field.field_name] = value
+        for path, messages in self._rule_errors(values, failed=set(errors)).items():
+            errors.setdefault(path, []).extend(messages)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return values
+
+    def _rule_errors(self, values: dict[str, Any], *, failed: set[str]) -> dict[str, list[str]]:
+        """Name uniqueness and the recipe rules on the content ``values`` would give, merged
+        over ``self.instance``; fields named in ``failed`` count as unknown."""
+        errors: dict[str, list[str]] = {}
+        recipe = self.instance if isinstance(self.instance, Recipe) else None
+        name = values.get("name")
+        if name is not None:
+            taken = Recipe.objects.filter(name=name)
+            if recipe is not None:
+                taken = taken.exclude(pk=recipe.pk)
+            if taken.exists():
+                errors["name"] = [f"A recipe named {name!r} already exists."]
+        content: dict[str, Any] = {}
+        if recipe is not None:
+            content = {"engine": recipe.engine, "topology": recipe.topology, "node": recipe.node, "spec": recipe.spec}
+        content.update({k: values[k] for k in ("engine", "topology", "node", "spec") if k in values})
+        for key in failed:
+            content.pop(key, None)
+        if "spec" in values:
+            # What a database column cannot hold (NUL, depth, size), as the service checks on save.
+            check_json_tree(values["spec"], "spec", errors)
+        if "engine" not in content or "topology" not in content:
+            return errors
+        if "node" not in content or "spec" not in content:
+            errors.update(engine_topology_errors(engine=content["engine"], topology=content["topology"]))
+            return errors
+        try:
+            recipe_validate(
+                engine=content["engine"],
+                topology=content["topology"],
+                spec=content["spec"],
+                node=node_facts_from_row(content["node"]),
+                secret_names=secret_names(),
+            )
+        except InvalidInput as exc:
+            for path, messages in exc.errors.items():
+                errors.setdefault(path, []).extend(messages)
+        return errors
+
+
+# Keys a browser's form post adds to the fields it sends; not recipe fields, not refused.
+FORM_ONLY_KEYS = frozenset({"csrfmiddlewaretoken"})
+
+
+def _shown(key: Any) -> str:
+    text = repr(str(key))
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class RecipeVersionSerializer(serializers.Serializer):

@@ -21,20 +21,44 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api import SafeJSONParser
+from controlplane.api import ERROR_404, ERROR_409, ERRORS_400, SafeJSONParser
+from controlplane.errors import Conflict
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
 from deployments.api import serializers as s
-from deployments.models import Node, Recipe, Secret
+from deployments.choices import DeploymentStatus
+from deployments.models import Deployment, Node, Recipe, Secret
 from deployments.telemetry import selectors as telemetry_selectors
 
 PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
 #: History window of the telemetry endpoints when ``since`` is not given, in seconds.
 TELEMETRY_DEFAULT_WINDOW_S = 600.0
+RECIPE_ERRORS_HELP = (
+    "Every problem comes back in one 400: unknown top-level fields, field errors (name, engine, topology, "
+    "node) and spec errors together. " + s.ERROR_SHAPE_HELP
+)
 
-ERRORS_400 = OpenApiResponse(s.ValidationErrorSerializer, description=s.ERROR_SHAPE_HELP)
-ERROR_404 = OpenApiResponse(s.DetailSerializer, description="No such object (or version).")
-ERROR_409 = OpenApiResponse(s.DetailSerializer, description="The change conflicts with current state.")
+
+def cancellable(deployment: Deployment) -> bool:
+    """Whether a cancel acts on ``deployment``: it has not become ready yet, i.e. it is
+    ``pending``, or ``starting`` without ever having been ready (a ready deployment restarting a
+    process is ``starting`` again, with ``ready_at`` kept: that one is live)."""
+    if deployment.status == DeploymentStatus.PENDING:
+        return True
+    return deployment.status == DeploymentStatus.STARTING and deployment.ready_at is None
+
+
+def cancel_refusal(deployment: Deployment) -> str:
+    """Why ``deployment`` cannot be cancelled (see :func:`cancellable`), and what to do
+    instead."""
+    pk = deployment.pk
+    stop = f"Use stop (POST /api/deployments/{pk}/stop/) to stop it."
+    rule = "cancel only applies to a deployment that has not become ready yet (pending or starting)."
+    if deployment.status == DeploymentStatus.READY:
+        return f"Deployment #{pk} is ready; {rule} {stop}"
+    if deployment.status == DeploymentStatus.STARTING:
+        return f"Deployment #{pk} was ready and is restarting a process; {rule} {stop}"
+    return f"Deployment #{pk} is {deployment.status}; {rule} There is nothing to cancel."
 
 
 def _query(serializer_class, request: Request) -> dict:
@@ -108,23 +132,26 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Destr
             OpenApiParameter("topology", OpenApiTypes.STR, description="only this topology (single, pd)"),
             OpenApiParameter("node", OpenApiTypes.STR, description="only recipes for this node name"),
         ],
+        responses={200: s.RecipeSerializer(many=True), 400: ERRORS_400},
     ),
     retrieve=extend_schema(summary="One recipe (current version)"),
     create=extend_schema(
         summary="Create a recipe (operator)",
-        description="Validates the spec against the node's GPUs, NUMA nodes and tools. " + s.ERROR_SHAPE_HELP,
+        description="Validates the spec against the node's GPUs, NUMA nodes and tools. " + RECIPE_ERRORS_HELP,
         request=s.RecipeWriteSerializer,
         responses={201: s.RecipeSerializer, 400: ERRORS_400},
     ),
     update=extend_schema(
         summary="Replace a recipe's content as a new version (operator)",
-        description="Every change bumps `version` and is kept in history. " + s.ERROR_SHAPE_HELP,
+        description="Every change bumps `version` and is kept in history; 409 when `expected_version` is "
+        "not the current version. " + RECIPE_ERRORS_HELP,
         request=s.RecipeWriteSerializer,
         responses={200: s.RecipeSerializer, 400: ERRORS_400, 409: ERROR_409},
     ),
     partial_update=extend_schema(
         summary="Change some of a recipe's fields as a new version (operator)",
-        description="Every change bumps `version` and is kept in history. " + s.ERROR_SHAPE_HELP,
+        description="Every change bumps `version` and is kept in history; 409 when `expected_version` is "
+        "not the current version. " + RECIPE_ERRORS_HELP,
         request=s.RecipeWriteSerializer,
         responses={200: s.RecipeSerializer, 400: ERRORS_400, 409: ERROR_409},
     ),
@@ -162,7 +189,7 @@ class RecipeViewSet(viewsets.ModelViewSet):
     def update(self, request: Request, *args, **kwargs) -> Response:
         partial = kwargs.pop("partial", False)
         recipe = self.get_object()
-        ser = s.RecipeWriteSerializer(data=request.data, partial=partial)
+        ser = s.RecipeWriteSerializer(recipe, data=request.data, partial=partial)
         ser.is_valid(raise_exception=True)
         data = dict(ser.validated_data)
         recipe = services.recipe_update(
@@ -313,6 +340,7 @@ class SecretViewSet(viewsets.ModelViewSet):
             OpenApiParameter("recipe", OpenApiTypes.INT, description="only this recipe id"),
             OpenApiParameter("status", OpenApiTypes.STR, description="only this status"),
         ],
+        responses={200: s.DeploymentSerializer(many=True), 400: ERRORS_400},
     ),
     retrieve=extend_schema(summary="One deployment"),
     create=extend_schema(
@@ -346,31 +374,47 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         deployment = selectors.deployment_list().get(pk=deployment.pk)
         return Response(s.DeploymentSerializer(deployment).data, status=status.HTTP_201_CREATED)
 
-    def _stop(self, request: Request) -> Response:
-        deployment = services.deployment_stop(deployment=self.get_object(), user=request.user)
+    def _stop(self, deployment: Deployment, request: Request) -> Response:
+        deployment = services.deployment_stop(deployment=deployment, user=request.user)
         return Response(s.DeploymentSerializer(deployment).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         summary="Stop a deployment (operator)",
         description="Pending: cancelled at once. Starting or ready: the node agent stops the processes "
         "(router, decode, prefill; SIGTERM, the recipe's grace period, SIGKILL); poll `status`. "
-        "Idempotent.",
+        "Idempotent: stopping, stopped or failed answers 202 and changes nothing.",
         request=None,
-        responses={202: s.DeploymentSerializer},
+        responses={202: s.DeploymentSerializer, 404: ERROR_404},
     )
     @action(detail=True, methods=["post"], url_path="stop")
     def stop(self, request: Request, pk=None) -> Response:
-        return self._stop(request)
+        return self._stop(self.get_object(), request)
 
     @extend_schema(
-        summary="Cancel a deployment (operator)",
-        description="The same as stop; named for a deployment still waiting for its node agent.",
+        summary="Cancel a deployment that has not become ready (operator)",
+        description="Only for a deployment that has not become ready yet: `pending` (cancelled at once, also "
+        "while its node agent is down) or `starting` for the first time (the node agent stops what it started, "
+        "as stop does). Anything else, a ready deployment or one restarting a process after being ready "
+        "included, is refused with 409 and left as it is, so a cancel never takes down a live deployment: "
+        '`{"detail": "Deployment #7 is ready; cancel only applies to a deployment that has not become ready '
+        'yet (pending or starting). Use stop (POST /api/deployments/7/stop/) to stop it.", "code": "conflict"}`.',
         request=None,
-        responses={202: s.DeploymentSerializer},
+        responses={
+            202: s.DeploymentSerializer,
+            404: ERROR_404,
+            409: OpenApiResponse(s.DetailSerializer, description="The deployment has been ready (use stop), or "
+                                 "is stopping, stopped or failed: nothing to cancel."),
+        },
     )
     @action(detail=True, methods=["post"], url_path="cancel")
     def cancel(self, request: Request, pk=None) -> Response:
-        return self._stop(request)
+        """Cancel a deployment that has not become ready (202, as stop does); otherwise raise
+        :class:`~controlplane.errors.Conflict` (409) naming its status and, for a live one,
+        pointing at stop. 404 for an unknown id."""
+        deployment = self.get_object()
+        if not cancellable(deployment):
+            raise Conflict(cancel_refusal(deployment))
+        return self._stop(deployment, request)
 
     @extend_schema(
         summary="A deployment's live telemetry for re-sync: last messages, sequence number, 1 s history",
@@ -418,6 +462,7 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             OpenApiParameter("deployment", OpenApiTypes.INT, description="only this deployment id"),
             OpenApiParameter("role", OpenApiTypes.STR, description="prefill, decode, router or single"),
         ],
+        responses={200: s.ServerProcessSerializer(many=True), 400: ERRORS_400},
     ),
     retrieve=extend_schema(summary="One server process"),
 )

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,6 +161,21 @@ def _resolve(program: str, path_var: str) -> str:
     return resolved
 
 
+def _check_allowed(program: str, resolved: str, allowed: Collection[str]) -> None:
+    """Refuse ``resolved`` (``program`` as found on ``PATH``) unless it is one of ``allowed``,
+    each resolved on the caller's own ``PATH`` (never the spawn environment's)."""
+    own_path = os.environ.get("PATH", os.defpath)
+    paths = set()
+    for entry in allowed:
+        if os.path.isabs(entry):
+            paths.add(os.path.normpath(entry))
+        elif (found := shutil.which(entry, path=own_path)):
+            paths.add(os.path.normpath(found))
+    if os.path.normpath(resolved) not in paths:
+        raise SpawnError(f"refused to run {program!r}: not an executable of this host's configuration "
+                         f"(allowed: {', '.join(sorted(paths)) or 'none'})")
+
+
 def _check_env(env: Mapping[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in env.items():
@@ -187,6 +202,7 @@ def process_spawn(
     tag: str,
     extra_env: Mapping[str, str] | None = None,
     start_timeout_s: float = 10.0,
+    allowed_executables: Collection[str] | None = None,
 ) -> ProcessHandle:
     """Start ``spec.argv`` detached and return its :class:`ProcessHandle`.
 
@@ -202,7 +218,9 @@ def process_spawn(
     (the launch plan puts it there); with ``sched_setaffinity`` the CPU list is applied in the
     child before exec. Both the program and, behind numactl, the wrapped program are resolved
     on ``PATH`` and must exist; ``numactl`` as the method without numactl in front is refused.
-    Returns once the exec has happened. Raises :class:`SpawnError`.
+    With ``allowed_executables`` (paths or names, resolved on the caller's own ``PATH``) both
+    must also be one of them, and numactl must mark the program it runs with ``--``; a refused
+    argv starts nothing. Returns once the exec has happened. Raises :class:`SpawnError`.
     """
     argv = list(_get(spec, "argv") or [])
     if not argv or not all(isinstance(a, str) and a and "\0" not in a for a in argv):
@@ -217,16 +235,24 @@ def process_spawn(
     env.update(_check_env(extra_env or {}))
     env[TAG_ENV] = tag
     path_var = env.get("PATH", os.defpath)
-    argv[0] = _resolve(argv[0], path_var)
+    program = argv[0]
+    argv[0] = _resolve(program, path_var)
+    if allowed_executables is not None:
+        _check_allowed(program, argv[0], allowed_executables)
     pin_method = _get(spec, "pin_method") or "none"
     if pin_method == "numactl" and os.path.basename(argv[0]) != "numactl":
         # Running it anyway would start the engine unpinned while the row claims otherwise.
         raise SpawnError("pin_method is numactl but argv does not start with numactl")
-    if os.path.basename(argv[0]) == "numactl" and "--" in argv:
-        wrapped = argv.index("--") + 1
-        if wrapped >= len(argv):
-            raise SpawnError("numactl argv has nothing after '--'")
-        _resolve(argv[wrapped], path_var)
+    if os.path.basename(argv[0]) == "numactl":
+        if "--" in argv:
+            wrapped = argv.index("--") + 1
+            if wrapped >= len(argv):
+                raise SpawnError("numactl argv has nothing after '--'")
+            resolved = _resolve(argv[wrapped], path_var)
+            if allowed_executables is not None:
+                _check_allowed(argv[wrapped], resolved, allowed_executables)
+        elif allowed_executables is not None:
+            raise SpawnError("refused to run numactl without '--' before the program it runs")
 
     log_path = Path(log_path)
     cpus = str(_get(spec, "cpus") or "").strip()

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_POST
 
 from controlplane.errors import Conflict, NotFound
 from controlplane.realtime import deployment_group
-from controlplane.redaction import redact_text
+from controlplane.redaction import redact_text, stored_secret_values_load
 from deployments import selectors, services
 from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL, DeploymentStatus, ProcessStatus, Role
 from deployments.models import Deployment, ServerProcess
@@ -347,9 +347,8 @@ def _process_log_context(process: ServerProcess, deployment: Deployment) -> dict
     elif not _log_parts(path):
         note = "The log file does not exist (yet)."
     else:
-        # Redacted here as well: the tail may include lines written before a secret value
-        # was registered with the redactor in this process.
-        text = redact_text(services.process_log_tail(process=process, lines=LOG_TAIL_LINES))
+        # process_log_tail masks with the stored secret values, read from the database.
+        text = services.process_log_tail(process=process, lines=LOG_TAIL_LINES)
     return {
         "process": process,
         "label": f"{process.role} #{process.ordinal}",
@@ -416,13 +415,16 @@ class _RedactedLogReader:
 @role_page()
 def process_log_download(request: HttpRequest, pk: int, process_pk: int) -> FileResponse:
     """The full log of one process (rotated part first) as a text attachment, streamed with
-    secret values redacted. 404 unless the recorded path lies inside
+    secret values redacted: every stored secret value is read from the database before the
+    first byte (:func:`controlplane.redaction.stored_secret_values_load`), so a server started
+    after the engine masks it too. 404 unless the recorded path lies inside
     ``settings.CEILING_LOG_DIR`` and the file exists."""
     process = _get_process(pk, process_pk)
     path = _log_file(process)
     parts = _log_parts(path) if path is not None else []
     if not parts:
         raise Http404("No log file for this process.")
+    stored_secret_values_load()
     filename = f"deployment-{process.deployment_id}-{process.role}-{process.ordinal}.log"
     return FileResponse(
         _RedactedLogReader(parts),

@@ -1,0 +1,218 @@
+"""The OpenAPI schema of the sweeps and runs endpoints says what they really answer: each
+operation lists the status codes it returns, and every body a real sweep against a real ``sim``
+server produces (records, exports, analysis, comparison, errors) has exactly the keys and types
+its documented response has."""
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.choices import RunStatus, SweepStatus
+from benchmarks.models import BenchmarkRun
+from benchmarks.services import sweep_execute
+from benchmarks.tests.sweep_support import sim_deployment_create
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
+
+GRID = {"concurrency": [1], "lengths": "32:16", "requests": 4}
+
+
+@pytest.fixture(autouse=True)
+def _var_dir(settings, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+
+
+def _schema(client) -> dict[str, Any]:
+    response = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        node = schema["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+def _allows_null(schema: dict[str, Any], node: dict[str, Any]) -> bool:
+    node = _resolve(schema, node)
+    return bool(node.get("nullable")) or None in node.get("enum", []) or any(
+        _allows_null(schema, sub) for sub in node.get("oneOf", []))
+
+
+def conforms(schema: dict[str, Any], value: Any, node: dict[str, Any], where: str = "body") -> None:
+    """Assert ``value`` matches the OpenAPI 3.0 ``node``: objects with declared properties hold
+    every required key and no undeclared one, recursively; scalars have the declared type; null
+    only where the schema says nullable."""
+    node = _resolve(schema, node)
+    if value is None:
+        assert _allows_null(schema, node), f"{where}: null, but the schema does not allow null: {node}"
+        return
+    for sub in node.get("allOf", []):
+        conforms(schema, value, sub, where)
+    if "oneOf" in node:
+        failures = []
+        for sub in node["oneOf"]:
+            try:
+                conforms(schema, value, sub, where)
+                break
+            except AssertionError as exc:
+                failures.append(str(exc))
+        else:
+            raise AssertionError(f"{where}: matches none of oneOf: {failures}")
+    kind = node.get("type")
+    if "enum" in node:
+        assert value in node["enum"], f"{where}: {value!r} not in {node['enum']}"
+    if kind == "object":
+        assert isinstance(value, dict), f"{where}: {value!r} is not an object"
+        props = node.get("properties")
+        if props is not None:
+            assert set(node.get("required", [])) <= set(value), \
+                f"{where}: missing {sorted(set(node.get('required', [])) - set(value))}"
+            assert set(value) <= set(props), f"{where}: undocumented {sorted(set(value) - set(props))}"
+            for key, item in value.items():
+                conforms(schema, item, props[key], f"{where}.{key}")
+        elif isinstance(node.get("additionalProperties"), dict):
+            for key, item in value.items():
+                conforms(schema, item, node["additionalProperties"], f"{where}.{key}")
+    elif kind == "array":
+        assert isinstance(value, list), f"{where}: {value!r} is not an array"
+        for i, item in enumerate(value):
+            conforms(schema, item, node.get("items", {}), f"{where}.{i}")
+    elif kind == "integer":
+        assert isinstance(value, int) and not isinstance(value, bool), f"{where}: {value!r} is not an integer"
+    elif kind == "number":
+        assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{where}: {value!r} is not a number"
+    elif kind == "string":
+        assert isinstance(value, str), f"{where}: {value!r} is not a string"
+    elif kind == "boolean":
+        assert isinstance(value, bool), f"{where}: {value!r} is not a boolean"
+
+
+def _operation(schema: dict[str, Any], path: str, method: str) -> dict[str, Any]:
+    return schema["paths"][path][method]
+
+
+def _body(schema: dict[str, Any], path: str, method: str, code: int, media: str = "application/json"):
+    return _operation(schema, path, method)["responses"][str(code)]["content"][media]["schema"]
+
+
+def check(schema: dict[str, Any], response, path: str, method: str, media: str = "application/json") -> None:
+    """The response's status is documented for the operation and its JSON body matches it."""
+    responses = _operation(schema, path, method)["responses"]
+    assert str(response.status_code) in responses, f"{method} {path}: {response.status_code} is not documented"
+    conforms(schema, response.json(), _body(schema, path, method, response.status_code, media),
+             f"{method} {path} {response.status_code}")
+
+
+def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
+    schema = _schema(viewer_api)
+    codes = {(path, method): sorted(_operation(schema, path, method)["responses"]) for path, method in (
+        ("/api/sweeps/", "post"), ("/api/sweeps/{id}/cancel/", "post"), ("/api/sweeps/{id}/analysis/", "get"),
+        ("/api/sweeps/{id}/export/", "get"), ("/api/runs/{id}/records/", "get"), ("/api/runs/{id}/export/", "get"),
+        ("/api/runs/{id}/original/", "get"), ("/api/runs/import/", "post"), ("/api/runs/compare/", "get"))}
+    assert codes == {
+        ("/api/sweeps/", "post"): ["201", "400", "409"],
+        ("/api/sweeps/{id}/cancel/", "post"): ["200", "404", "409"],
+        ("/api/sweeps/{id}/analysis/", "get"): ["200", "404"],
+        ("/api/sweeps/{id}/export/", "get"): ["200", "400", "404"],
+        ("/api/runs/{id}/records/", "get"): ["200", "400", "404"],
+        ("/api/runs/{id}/export/", "get"): ["200", "400", "404"],
+        ("/api/runs/{id}/original/", "get"): ["200", "404"],
+        ("/api/runs/import/", "post"): ["201", "400", "409"],
+        ("/api/runs/compare/", "get"): ["200", "400", "404"],
+    }
+    ref = "#/components/schemas/"
+    for path, method in (("/api/sweeps/", "post"), ("/api/runs/import/", "post"), ("/api/runs/compare/", "get")):
+        assert _body(schema, path, method, 400) == {"$ref": ref + "ValidationError"}
+    for path, method in (("/api/sweeps/", "post"), ("/api/sweeps/{id}/cancel/", "post"), ("/api/runs/import/", "post")):
+        assert _body(schema, path, method, 409) == {"$ref": ref + "Detail"}
+    # exports: JSON of their own shape (not a Run) and CSV
+    for path, component in (("/api/sweeps/{id}/export/", "SweepExport"), ("/api/runs/{id}/export/", "RunExport")):
+        content = _operation(schema, path, "get")["responses"]["200"]["content"]
+        assert content == {"application/json": {"schema": {"$ref": ref + component}},
+                           "text/csv": {"schema": {"type": "string"}}}
+    assert list(_operation(schema, "/api/runs/{id}/original/", "get")["responses"]["200"]["content"]) == [
+        "application/octet-stream"]
+    components = schema["components"]["schemas"]
+    assert list(components["RunCompare"]["properties"]) == ["runs", "fields", "config_differs", "best", "excluded",
+                                                           "notes"]
+    assert sorted(components["RunCompareBest"]["properties"]) == ["output_throughput_tok_s", "tok_s_per_gpu",
+                                                                  "tpot_ms.mean", "ttft_ms.p99"]
+    assert components["RunCompareConfig"]["properties"]["roles"]["type"] == "object"
+    assert list(components["RunRecordsPage"]["properties"]) == ["count", "offset", "limit", "rows"]
+    assert list(components["SweepExport"]["properties"]) == ["sweep", "runs", "analysis"]
+    assert _body(schema, "/api/sweeps/{id}/analysis/", "get", 200) == {"$ref": ref + "SweepAnalysis"}
+    # the import answers a plain list of runs: no pagination parameters, no paginated envelope
+    imported = _operation(schema, "/api/runs/import/", "post")
+    assert [p["name"] for p in imported.get("parameters", [])] == []
+    assert _body(schema, "/api/runs/import/", "post", 201) == {"type": "array", "items": {"$ref": ref + "Run"}}
+
+
+def test_real_answers_match_the_documented_bodies(sim_url: str, operator_api, viewer_api) -> None:
+    schema = _schema(viewer_api)
+    deployment = sim_deployment_create(base_url=sim_url)
+    created = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json")
+    assert created.status_code == 201
+    check(schema, created, "/api/sweeps/", "post")
+    sweep_id = created.json()["id"]
+    busy = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json")
+    assert busy.status_code == 409
+    check(schema, busy, "/api/sweeps/", "post")
+    bad = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {**GRID, "concurrency": [0]},
+                                             "extra": 2}, format="json")
+    assert bad.json() == {"extra": ["unknown field; allowed: deployment, grid, name"],
+                          "grid.concurrency.0": ["must be an integer 1..4096, got 0"]}
+    check(schema, bad, "/api/sweeps/", "post")
+
+    assert sweep_execute(sweep_id=sweep_id) == SweepStatus.DONE
+    [run] = BenchmarkRun.objects.filter(sweep_id=sweep_id)
+    assert run.status == RunStatus.DONE and run.summary["successes"] == 4
+
+    records = viewer_api.get(f"/api/runs/{run.pk}/records/?offset=1&limit=2")
+    check(schema, records, "/api/runs/{id}/records/", "get")
+    page = records.json()
+    assert (page["count"], page["offset"], page["limit"], len(page["rows"])) == (4, 1, 2, 2)
+    assert all(r["ok"] and r["output_tokens"] == 16 and r["ttft_ms"] > 0 for r in page["rows"])
+    check(schema, viewer_api.get(f"/api/runs/{run.pk}/records/?limit=0"), "/api/runs/{id}/records/", "get")
+    check(schema, viewer_api.get("/api/runs/999999/records/"), "/api/runs/{id}/records/", "get")
+
+    exported = viewer_api.get(f"/api/runs/{run.pk}/export/?format=json")
+    check(schema, exported, "/api/runs/{id}/export/", "get")
+    assert exported.json()["metrics"]["successes"] == 4
+    as_csv = viewer_api.get(f"/api/runs/{run.pk}/export/?format=csv")
+    assert as_csv.status_code == 200 and as_csv["Content-Type"] == "text/csv"
+    assert [r["run_id"] for r in csv.DictReader(io.StringIO(as_csv.content.decode()))] == [str(run.pk)]
+    check(schema, viewer_api.get(f"/api/runs/{run.pk}/export/?format=xml"), "/api/runs/{id}/export/", "get")
+
+    sweep_json = viewer_api.get(f"/api/sweeps/{sweep_id}/export/?format=json")
+    check(schema, sweep_json, "/api/sweeps/{id}/export/", "get")
+    assert [r["id"] for r in sweep_json.json()["runs"]] == [run.pk]
+    sweep_csv = viewer_api.get(f"/api/sweeps/{sweep_id}/export/?format=csv")
+    assert sweep_csv.status_code == 200 and sweep_csv["Content-Type"] == "text/csv"
+    analysis = viewer_api.get(f"/api/sweeps/{sweep_id}/analysis/")
+    check(schema, analysis, "/api/sweeps/{id}/analysis/", "get")
+    assert analysis.json()["provisional"] is False and list(analysis.json()["lengths"]) == ["32/16"]
+
+    done = viewer_api.get(f"/api/sweeps/{sweep_id}/")
+    assert done.json()["status"] == "done" and done.json()["current_tok_s"] is None
+    check(schema, operator_api.post(f"/api/sweeps/{sweep_id}/cancel/"), "/api/sweeps/{id}/cancel/", "post")
+    check(schema, operator_api.post("/api/sweeps/999999/cancel/"), "/api/sweeps/{id}/cancel/", "post")
+
+    # A point cancelled in a later sweep of the same deployment: shown, never ranked.
+    later = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json").json()
+    operator_api.post(f"/api/sweeps/{later['id']}/cancel/")
+    cancelled = BenchmarkRun.objects.create(sweep_id=later["id"], ordinal=0, status=RunStatus.CANCELLED,
+                                            concurrency=1, input_len=32, output_len=16, progress={"done": 1})
+    compared = viewer_api.get(f"/api/runs/compare/?ids={run.pk},{cancelled.pk}")
+    check(schema, compared, "/api/runs/compare/", "get")
+    body = compared.json()
+    assert body["best"] == {"output_throughput_tok_s": run.pk, "tok_s_per_gpu": run.pk, "ttft_ms.p99": run.pk,
+                            "tpot_ms.mean": run.pk}
+    assert body["runs"][0]["config"]["roles"] == deployment.spec_snapshot["roles"]
+    check(schema, viewer_api.get(f"/api/runs/compare/?ids={run.pk}"), "/api/runs/compare/", "get")
+    check(schema, viewer_api.get(f"/api/runs/compare/?ids={run.pk},999999"), "/api/runs/compare/", "get")

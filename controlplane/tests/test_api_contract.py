@@ -1,0 +1,91 @@
+"""The API's documented contract matches what it answers: the flat 400 body and its schema
+component, the token endpoint's 400, the 400/409 answers the deployments endpoints list, and
+the page size cap of list endpoints."""
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from deployments.models import ProcessEvent
+from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def schema(viewer_api) -> dict:
+    response = viewer_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def ref(response: dict) -> str:
+    return response["content"]["application/json"]["schema"]["$ref"]
+
+
+def test_the_validation_error_component_is_the_flat_body_the_api_answers(schema, operator_api):
+    component = schema["components"]["schemas"]["ValidationError"]
+    assert component["type"] == "object"
+    assert component["additionalProperties"] == {"type": "array", "items": {"type": "string"}}
+    assert "properties" not in component and "required" not in component
+    # A real 400 has that shape: dotted paths at the top level, no "errors" wrapper.
+    cpu_node_create()
+    body = operator_api.post("/api/recipes/", {"name": "x", "engine": "sim", "topology": "single",
+                                               "node": "cpu-box", "spec": {"stop_grace_s": 0}},
+                             format="json").json()
+    assert "errors" not in body
+    assert body["spec.stop_grace_s"] == ["must be between 1 and 3600, got 0"]
+    assert all(isinstance(v, list) and all(isinstance(m, str) for m in v) for v in body.values())
+
+
+def test_a_wrong_password_gets_the_documented_non_field_errors_body(schema, viewer):
+    response = APIClient().post("/api/auth/token/", {"username": "vera-viewer", "password": "nope"}, format="json")
+    missing = APIClient().post("/api/auth/token/", {"username": "vera-viewer"}, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {"non_field_errors": ["Unable to log in with provided credentials."]}
+    assert missing.status_code == 400
+    assert missing.json() == {"password": ["This field is required."]}
+    responses = schema["paths"]["/api/auth/token/"]["post"]["responses"]
+    assert ref(responses["400"]) == "#/components/schemas/ValidationError"
+    assert "non_field_errors" in responses["400"]["description"]
+    assert ref(responses["429"]) == "#/components/schemas/Detail"
+    assert set(responses) == {"200", "400", "403", "429"}
+
+
+def test_the_deployments_endpoints_list_the_400s_and_409s_they_answer(schema):
+    paths = schema["paths"]
+    deploy = paths["/api/deployments/"]["post"]["responses"]
+    assert ref(deploy["400"]) == "#/components/schemas/ValidationError"
+    assert ref(deploy["409"]) == "#/components/schemas/Detail"
+    cancel = paths["/api/deployments/{id}/cancel/"]["post"]
+    assert set(cancel["responses"]) == {"202", "404", "409"}
+    assert "ready" in cancel["responses"]["409"]["description"]
+    assert "is ready; cancel only applies" in cancel["description"]
+    assert set(paths["/api/deployments/{id}/stop/"]["post"]["responses"]) == {"202", "404"}
+    assert ref(paths["/api/recipes/{id}/"]["delete"]["responses"]["409"]) == "#/components/schemas/Detail"
+    for path in ("/api/deployments/", "/api/recipes/", "/api/processes/"):
+        listed = paths[path]["get"]["responses"]
+        assert ref(listed["400"]) == "#/components/schemas/ValidationError", path
+        assert listed["200"]["content"]["application/json"]["schema"]["$ref"].startswith(
+            "#/components/schemas/Paginated"), path
+    for path in ("/api/recipes/", "/api/recipes/{id}/"):
+        for method in ("post",) if path.endswith("recipes/") else ("put", "patch"):
+            assert ref(paths[path][method]["responses"]["400"]) == "#/components/schemas/ValidationError"
+    limit = next(p for p in paths["/api/deployments/"]["get"]["parameters"] if p["name"] == "limit")
+    assert "at most 500" in limit["description"]
+
+
+def test_a_list_endpoint_returns_at_most_500_rows_a_page(viewer_api):
+    deployment = deployment_row_create(recipe=recipe_row_create(node=cpu_node_create()))
+    ProcessEvent.objects.bulk_create([ProcessEvent(deployment=deployment, kind="note", message=str(i))
+                                      for i in range(501)])
+
+    page = viewer_api.get(f"/api/deployments/{deployment.pk}/events/?limit=1000000").json()
+    rest = viewer_api.get(page["next"]).json()
+    default = viewer_api.get(f"/api/deployments/{deployment.pk}/events/").json()
+
+    assert (page["count"], len(page["results"])) == (501, 500)
+    assert "limit=500" in page["next"] and "offset=500" in page["next"]
+    assert [e["message"] for e in rest["results"]] == ["500"]
+    assert len(default["results"]) == 100

@@ -1,0 +1,157 @@
+"""The recipe API's 400s: unknown top-level fields refused, and every problem of a body (field
+errors, the engine/topology rule, spec errors) in one flat ``{path: [messages]}``. On the seed
+node (8 GPUs; GPU0-3 + CPUs 0-31 on NUMA node 0, GPU4-7 + CPUs 32-63 on NUMA node 1)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from deployments.examples import example_recipe
+from deployments.models import Recipe
+from deployments.recipes import engine_topology_errors
+from deployments.tests.factories import seed_node_create
+
+pytestmark = pytest.mark.django_db
+
+NAME_RULE = "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit."
+ALLOWED = "name, description, engine, topology, node, spec, change_reason, expected_version"
+
+
+@pytest.fixture(autouse=True)
+def model_roots(settings):
+    settings.CEILING_MODEL_ROOTS = ["/models"]
+
+
+@pytest.fixture(autouse=True)
+def node(db):
+    return seed_node_create()
+
+
+def payload(**overrides) -> dict:
+    """The seed PD example (prefill TP4 on GPU0-3 / NUMA 0, decode TP4 on GPU4-7 / NUMA 1)."""
+    example = example_recipe("seed-v4-flash-pd")
+    data = copy.deepcopy({k: example[k] for k in ("name", "description", "engine", "topology", "node", "spec")})
+    data.update(overrides)
+    return data
+
+
+def bad_spec() -> dict:
+    spec = payload()["spec"]
+    spec["roles"]["decode"]["gpus"] = [3, 4, 5, 6]  # GPU 3 is prefill's too
+    spec["stop_grace_s"] = 0
+    return spec
+
+
+# --- unknown top-level fields ------------------------------------------------------------------
+
+
+def test_it_refuses_an_unknown_top_level_field_on_create_at_its_path(operator_api):
+    response = operator_api.post("/api/recipes/", payload(foo=1), format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {"foo": [f"unknown field 'foo'; allowed: {ALLOWED}"]}
+    assert Recipe.objects.count() == 0
+
+
+def test_it_refuses_an_unknown_top_level_field_on_patch_and_put_and_keeps_the_version(operator_api):
+    pk = operator_api.post("/api/recipes/", payload(), format="json").json()["id"]
+
+    patch = operator_api.patch(f"/api/recipes/{pk}/", {"description": "x", "replicas": 2}, format="json")
+    put = operator_api.put(f"/api/recipes/{pk}/", payload(description="y", foo=1), format="json")
+
+    assert patch.status_code == 400
+    assert patch.json() == {"replicas": [f"unknown field 'replicas'; allowed: {ALLOWED}"]}
+    assert put.status_code == 400
+    assert put.json() == {"foo": [f"unknown field 'foo'; allowed: {ALLOWED}"]}
+    recipe = Recipe.objects.get(pk=pk)
+    assert (recipe.version, recipe.description) == (1, payload()["description"])
+
+
+def test_it_still_accepts_the_update_only_fields(operator_api):
+    pk = operator_api.post("/api/recipes/", payload(), format="json").json()["id"]
+
+    response = operator_api.patch(
+        f"/api/recipes/{pk}/", {"description": "x", "change_reason": "why", "expected_version": 1}, format="json"
+    )
+
+    assert response.status_code == 200, response.json()
+    assert response.json()["version"] == 2
+    assert Recipe.objects.get(pk=pk).history.first().history_change_reason == "why"
+
+
+# --- every error at once -----------------------------------------------------------------------
+
+
+def test_it_answers_a_bad_name_an_unknown_node_and_an_engine_topology_mismatch_together(operator_api):
+    response = operator_api.post(
+        "/api/recipes/", payload(name="Bad Name!", node="no-such-node", engine="llamacpp"), format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "name": [NAME_RULE],
+        "node": ["Object with name=no-such-node does not exist."],
+        "topology": ["engine llamacpp supports topology single only, not pd"],
+    }
+    assert Recipe.objects.count() == 0
+
+
+def test_it_answers_a_bad_name_and_spec_errors_together(operator_api):
+    response = operator_api.post("/api/recipes/", payload(name="Bad Name!", spec=bad_spec()), format="json")
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["name"] == [NAME_RULE]
+    assert body["spec.roles.prefill.gpus"] == ["GPU 3 is also used by role decode"]
+    assert body["spec.stop_grace_s"] == ["must be between 1 and 3600, got 0"]
+    assert all(isinstance(v, list) and all(isinstance(m, str) for m in v) for v in body.values())
+    assert Recipe.objects.count() == 0
+
+
+def test_it_answers_a_taken_name_an_unknown_field_and_spec_errors_together(operator_api):
+    assert operator_api.post("/api/recipes/", payload(), format="json").status_code == 201
+
+    response = operator_api.post("/api/recipes/", payload(spec=bad_spec(), foo=1), format="json")
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["name"] == ["A recipe named 'seed-v4-flash-pd' already exists."]
+    assert body["foo"] == [f"unknown field 'foo'; allowed: {ALLOWED}"]
+    assert body["spec.roles.prefill.gpus"] == ["GPU 3 is also used by role decode"]
+    assert Recipe.objects.count() == 1
+
+
+def test_it_checks_a_patch_against_the_stored_recipe_and_reports_name_and_spec_together(operator_api):
+    pk = operator_api.post("/api/recipes/", payload(), format="json").json()["id"]
+
+    # Only the engine changes: llama.cpp does not run pd, whatever the spec says.
+    engine = operator_api.patch(f"/api/recipes/{pk}/", {"engine": "llamacpp", "name": "UPPER"}, format="json")
+    # Only the spec changes: checked against the stored engine, topology and node.
+    spec = operator_api.patch(f"/api/recipes/{pk}/", {"spec": bad_spec(), "name": "UPPER"}, format="json")
+
+    assert engine.status_code == 400
+    assert engine.json() == {"name": [NAME_RULE],
+                             "topology": ["engine llamacpp supports topology single only, not pd"]}
+    assert spec.status_code == 400
+    assert spec.json()["name"] == [NAME_RULE]
+    assert spec.json()["spec.roles.prefill.gpus"] == ["GPU 3 is also used by role decode"]
+    recipe = Recipe.objects.get(pk=pk)
+    assert (recipe.version, recipe.name, recipe.engine) == (1, "seed-v4-flash-pd", "sglang")
+
+
+def test_it_reports_a_spec_that_is_not_an_object_with_the_other_field_errors(operator_api):
+    response = operator_api.post("/api/recipes/", payload(name="-x", spec=[1]), format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {"name": [NAME_RULE], "spec": ["Must be a JSON object."]}
+
+
+def test_engine_topology_errors_names_each_problem():
+    assert engine_topology_errors(engine="sglang", topology="pd") == {}
+    assert engine_topology_errors(engine="llamacpp", topology="pd") == {
+        "topology": ["engine llamacpp supports topology single only, not pd"]}
+    assert engine_topology_errors(engine="tgi", topology="ring") == {
+        "engine": ["unknown engine 'tgi'; choose one of sglang, vllm, llamacpp, sim"],
+        "topology": ["unknown topology 'ring'; choose one of single, pd"],
+    }
