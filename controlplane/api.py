@@ -12,11 +12,9 @@ JSON 404 like any other. The OpenAPI schema describes these bodies with the comp
 """
 from __future__ import annotations
 
-import io
 import logging
 import re
 
-from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpResponse
 from drf_spectacular.extensions import OpenApiSerializerExtension
@@ -24,70 +22,16 @@ from drf_spectacular.plumbing import build_array_type, build_basic_type
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status
-from rest_framework.exceptions import APIException, ParseError, ValidationError
-from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.parsers import JSONParser
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
+    DEFAULT_MAX_BODY_BYTES, MAX_PAGE_LIMIT, Pagination, RequestTooLarge, SafeJSONParser, api_max_body_bytes,
+)
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 
 log = logging.getLogger(__name__)
-
-
-# Default cap on a JSON request body. The largest legitimate body is a recipe, a few KiB, so
-# 1 MiB leaves ample room without letting a client make the server buffer and parse tens of
-# MiB (json.loads of 20 MiB holds several times that in memory for seconds).
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-
-
-class RequestTooLarge(APIException):
-    """A request body over ``settings.CEILING_API_MAX_BODY_BYTES``: HTTP 413, refused before
-    the body is read (or, without a usable Content-Length, as soon as the limit is passed)."""
-
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "Request body too large."
-    default_code = "too_large"
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"Request body too large: at most {limit} bytes are accepted.")
-        self.limit = limit
-
-
-def api_max_body_bytes() -> int:
-    """The JSON body limit in bytes: ``settings.CEILING_API_MAX_BODY_BYTES`` (environment
-    variable of the same name), else :data:`DEFAULT_MAX_BODY_BYTES`."""
-    return int(getattr(settings, "CEILING_API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
-
-
-class SafeJSONParser(JSONParser):
-    """JSON parser with a body size limit that turns a pathologically nested body into a 400.
-
-    Size: a declared ``Content-Length`` over :func:`api_max_body_bytes` is refused with 413
-    before a byte is read; otherwise at most limit + 1 bytes are read, and more than the
-    limit is refused the same way, so the parser never sees an oversized body.
-
-    Nesting: Python's ``json`` module raises ``RecursionError`` (not ``ValueError``) for
-    bodies nested a few thousand levels deep, which DRF's parser would let through as a 500.
-    """
-
-    def parse(self, stream, media_type=None, parser_context=None):
-        limit = api_max_body_bytes()
-        request = (parser_context or {}).get("request")
-        meta = getattr(request, "META", {}) or {}
-        try:
-            declared = int(meta.get("CONTENT_LENGTH") or 0)
-        except (TypeError, ValueError):
-            declared = 0
-        if declared > limit:
-            raise RequestTooLarge(limit)
-        body = stream.read(limit + 1)
-        if len(body) > limit:
-            raise RequestTooLarge(limit)
-        try:
-            return super().parse(io.BytesIO(body), media_type, parser_context)
-        except RecursionError as exc:
-            raise ParseError("JSON parse error - nested too deeply.") from exc
 
 
 def flatten_errors(detail, prefix: str = "") -> dict[str, list]:
@@ -188,24 +132,6 @@ class DetailSerializer(serializers.Serializer):
 ERRORS_400 = OpenApiResponse(ValidationErrorSerializer, description=ERROR_SHAPE_HELP)
 ERROR_404 = OpenApiResponse(DetailSerializer, description="No such object (or version).")
 ERROR_409 = OpenApiResponse(DetailSerializer, description="The change conflicts with current state.")
-
-
-# --- pagination ------------------------------------------------------------------------------
-
-#: Most rows one page of a list endpoint returns; a larger ``?limit=`` returns this many.
-MAX_PAGE_LIMIT = 500
-
-
-class Pagination(LimitOffsetPagination):
-    """Every list endpoint: ``?limit=`` (default ``PAGE_SIZE``, 100; at most
-    :data:`MAX_PAGE_LIMIT`, a larger value is cut to it) and ``?offset=``; the body is
-    ``{"count", "next", "previous", "results"}``."""
-
-    max_limit = MAX_PAGE_LIMIT
-    limit_query_description = (
-        f"Number of results to return per page (default 100, at most {MAX_PAGE_LIMIT}; a larger value "
-        f"returns {MAX_PAGE_LIMIT})."
-    )
 
 
 # --- helpers shared by the apps' viewsets ------------------------------------------------------

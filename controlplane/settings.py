@@ -184,14 +184,14 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.RolePermission"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.api.exception_handler",
-    # ?limit= (default PAGE_SIZE, at most controlplane.api.MAX_PAGE_LIMIT = 500) and ?offset=.
-    "DEFAULT_PAGINATION_CLASS": "controlplane.api.Pagination",
+    # ?limit= (default PAGE_SIZE, at most controlplane.drf_defaults.MAX_PAGE_LIMIT = 500) and ?offset=.
+    "DEFAULT_PAGINATION_CLASS": "controlplane.drf_defaults.Pagination",
     "PAGE_SIZE": 100,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     # JSON through the size-limited parser everywhere; form parsers are capped by Django's
     # DATA_UPLOAD_MAX_MEMORY_SIZE.
     "DEFAULT_PARSER_CLASSES": [
-        "controlplane.api.SafeJSONParser",
+        "controlplane.drf_defaults.SafeJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],

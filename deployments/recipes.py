@@ -65,7 +65,8 @@ Rules, with where they come from:
 * Environment names must match :data:`ENV_ALLOWED_NAMES` or :data:`ENV_ALLOWED_PREFIXES` and
   never :data:`ENV_DENIED_NAMES` / :data:`ENV_DENIED_PREFIXES` / :data:`ENV_DENIED_SUFFIXES`,
   which win: they change what code or which shared library a process loads (the
-  ``LD_PRELOAD`` family, Python start-up hooks, NCCL/UCX plugin loaders). Values are strings
+  ``LD_PRELOAD`` family, Python start-up hooks, NCCL/UCX plugin loaders, a tool's or compiler's
+  path, a package to import, a compiled-kernel cache). Values are strings
   of at most 4096 characters without NUL or line breaks.
 """
 from __future__ import annotations
@@ -134,7 +135,12 @@ ENV_DENIED_NAMES = frozenset({
     "UCX_MODULE_DIR", "NIXL_PLUGIN_DIR", "TORCH_EXTENSIONS_DIR", "VLLM_PLUGINS",
 })
 ENV_DENIED_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GCONV_", "MALLOC_")
-ENV_DENIED_SUFFIXES = ("_PLUGIN", "_PLUGIN_DIR", "_PLUGIN_PATH", "_MODULE_DIR", "_LIBRARY_PATH")
+# Suffixes of names that point a library at code to run: plugin and module loaders, a tool's
+# path (TRITON_PTXAS_PATH, LLAMA_CPP_LIB_PATH), a compiler or binary (DG_JIT_NVCC_COMPILER), a
+# Python package to import (SGLANG_EXTERNAL_MODEL_PACKAGE), or a compiled-kernel cache a library
+# loads shared objects from (TRITON_CACHE_DIR).
+ENV_DENIED_SUFFIXES = ("_PLUGIN", "_PLUGIN_DIR", "_PLUGIN_PATH", "_MODULE_DIR", "_LIBRARY_PATH", "_PATH",
+                       "_LIB", "_COMPILER", "_BIN", "_BINARY", "_EXE", "_CACHE_DIR", "_PACKAGE", "_PACKAGES")
 # Set by the renderer from recipe fields; a recipe naming them is pointed at the field.
 ENV_RENDERER_OWNED = {
     "CUDA_VISIBLE_DEVICES": "spec.roles.<role>.gpus",

@@ -7,6 +7,8 @@ importing need ``operator``. Domain errors map to HTTP in :func:`controlplane.ap
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
@@ -92,6 +94,11 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
 
         # Every error in one answer: the body's shape, the deployment and the whole grid (judged
         # for the deployment's engine when the deployment exists).
+        if not isinstance(request.data, Mapping):
+            kind = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+                    type(None): "null"}.get(type(request.data), type(request.data).__name__)
+            raise InvalidInput({"non_field_errors": [
+                f"expected a JSON object with deployment, grid and optionally name; got {kind}"]})
         ser = s.SweepCreateSerializer(data=request.data)
         errors = {} if ser.is_valid() else flatten_errors(ser.errors)
         deployment_id = _field_value(ser, "deployment")

@@ -482,3 +482,13 @@ def test_it_returns_the_compared_roles_and_env_as_objects(viewer_api, deployment
     assert [c["env"] for c in configs] == [{"OMP_NUM_THREADS": "2"}, None]
     assert {"field": "env", "values": [{"OMP_NUM_THREADS": "2"}, None]} in body["config_differs"]
     assert "roles" not in {d["field"] for d in body["config_differs"]}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("body,kind", [("[]", "an array"), ("null", "null"), ('"x"', "a string"), ("5", "a number"),
+                                       ('[{"deployment": 2}]', "an array")])
+def test_a_sweep_body_that_is_not_an_object_is_a_400_naming_what_it_got(operator_api, body, kind):
+    r = operator_api.post("/api/sweeps/", body, content_type="application/json")
+    assert r.status_code == 400, r.content
+    assert r.json() == {"non_field_errors": [
+        f"expected a JSON object with deployment, grid and optionally name; got {kind}"]}

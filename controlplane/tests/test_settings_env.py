@@ -34,3 +34,22 @@ def test_a_port_that_is_not_a_number_is_refused_with_its_name():
                           timeout=120)
     assert proc.returncode != 0
     assert "CEILING_PORT='eighty' is not an integer" in proc.stderr
+
+
+def test_the_classes_rest_framework_settings_name_import_in_any_order():
+    """REST framework imports its settings' parser and pagination classes while
+    ``rest_framework.views`` is being imported and in its system checks (which a Celery worker
+    runs before any view module): the project's API modules must import first as well as last."""
+    orders = [
+        "import controlplane.api",
+        "import rest_framework.checks as c; c.pagination_system_check(None); import rest_framework.views",
+        "import controlplane.drf_defaults; import rest_framework.generics; import controlplane.api",
+        "import deployments.api.views, benchmarks.api.views, kernels.api.views",
+    ]
+    for order in orders:
+        code = f"import django; django.setup(); {order}; from django.core.management import call_command; " \
+               "call_command('check')"
+        env = dict(os.environ, DJANGO_SETTINGS_MODULE="controlplane.settings")
+        proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, (order, proc.stderr[-2000:])
