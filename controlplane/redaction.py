@@ -14,8 +14,9 @@ Three layers, applied by :func:`redact_text`:
   ``token=...``) that catch a secret pasted where it should not be.
 
 A value once seen stays masked for the life of the process, also after its secret was
-rotated or deleted: old logs may still hold it. A process started after the rotation never
-saw the old value; only the patterns can catch it there.
+rotated or deleted: old logs may still hold it. Earlier values are also kept in the database
+(:data:`RETIRED_MODEL`, written when a secret is changed or deleted) and read like the current
+ones, so a process started after the rotation masks them too.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ REDACTED = "***redacted***"
 
 #: The model (``app_label.ModelName``) whose ``value`` field holds the stored secrets.
 SECRET_MODEL = "deployments.Secret"
+#: The model holding earlier values of changed or deleted secrets (``value`` field), masked too.
+RETIRED_MODEL = "deployments.RetiredSecretValue"
 #: Seconds a read of the stored values is reused before :func:`redact_text` reads them again.
 STORED_VALUES_MAX_AGE_S = 2.0
 # Values shorter than this are too likely to occur as ordinary text to be masked.
@@ -67,7 +70,8 @@ def register_secret_value(value: str) -> None:
 
 
 def stored_secret_values_load() -> int:
-    """Read every stored secret value (``value`` of :data:`SECRET_MODEL`) from the database and
+    """Read every stored secret value (``value`` of :data:`SECRET_MODEL` and of
+    :data:`RETIRED_MODEL`) from the database and
     remember it (:func:`register_secret_value`). Returns how many values were read.
 
     Inside a transaction the read runs in a savepoint, so a failed read leaves the caller's
@@ -83,16 +87,18 @@ def stored_secret_values_load() -> int:
     from django.apps import apps
     from django.db import connections, router, transaction
 
-    model = apps.get_model(SECRET_MODEL)
-    alias = router.db_for_read(model)
-    query = model._default_manager.using(alias).values_list("value", flat=True)
-    if connections[alias].in_atomic_block:
-        with transaction.atomic(using=alias):
-            values = list(query)
-    else:
-        # No transaction of our own outside one: with SQLite's IMMEDIATE mode it would take the
-        # write lock for a read.
-        values = list(query)
+    values: list[str] = []
+    for label in (SECRET_MODEL, RETIRED_MODEL):
+        model = apps.get_model(label)
+        alias = router.db_for_read(model)
+        query = model._default_manager.using(alias).values_list("value", flat=True)
+        if connections[alias].in_atomic_block:
+            with transaction.atomic(using=alias):
+                values += list(query)
+        else:
+            # No transaction of our own outside one: with SQLite's IMMEDIATE mode it would take
+            # the write lock for a read.
+            values += list(query)
     for value in values:
         register_secret_value(value)
     with _lock:

@@ -122,6 +122,25 @@ class Secret(models.Model):
         return self.name
 
 
+class RetiredSecretValue(models.Model):
+    """An earlier value of a :class:`Secret` that was changed or deleted. Kept only so that
+    redaction (:mod:`controlplane.redaction`) masks it in every process, also one started after
+    the change, wherever it still appears (engine logs written while it was in use). Write-only
+    like the secret itself: not in admin, the API or any page. Rows are written by the signal
+    handlers in :mod:`deployments.signals`."""
+
+    name = models.CharField(max_length=63)
+    value = models.TextField()
+    retired_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-retired_at"]
+        verbose_name = "retired secret value"
+
+    def __str__(self) -> str:
+        return f"{self.name} (retired {self.retired_at:%Y-%m-%d %H:%M})"
+
+
 class Recipe(models.Model):
     """A deployment recipe: engine, topology, target node and a typed ``spec`` (see
     :mod:`deployments.recipes` for its schema). Every save is a new version in history;

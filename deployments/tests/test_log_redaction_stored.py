@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from controlplane import redaction
 from controlplane.redaction import REDACTED, redact_text
-from deployments.models import Secret
+from deployments.models import RetiredSecretValue, Secret
 from deployments.services import secret_create, secret_update
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
 
@@ -113,6 +113,50 @@ def test_a_deleted_value_stays_masked_in_the_process_that_deleted_it(db, fresh_p
     Secret.objects.get(name="short-lived").delete()
 
     assert redact_text("token from amber falcon 4410") == f"token from {REDACTED}"
+
+
+def _restart(monkeypatch) -> None:
+    """This process as one started now: nothing remembered, nothing read yet."""
+    monkeypatch.setattr(redaction, "_known_values", set())
+    monkeypatch.setattr(redaction, "_stored_read_at", None)
+
+
+def test_a_rotated_value_is_masked_by_a_process_started_after_the_rotation(process, admin_user, monkeypatch,
+                                                                        viewer_api):
+    secret_update(secret=Secret.objects.get(name="plain"), user=admin_user, value="new plain value 99")
+    _restart(monkeypatch)
+
+    text = viewer_api.get(f"/api/processes/{process.pk}/log/?lines=3").json()["text"]
+
+    assert PLAIN_VALUE not in text and f"login as {REDACTED} done" in text
+    assert redact_text("new plain value 99 and violet lantern quarry 58") == f"{REDACTED} and {REDACTED}"
+    retired = RetiredSecretValue.objects.get()
+    assert (retired.name, retired.value) == ("plain", PLAIN_VALUE)
+
+
+def test_a_deleted_value_is_masked_by_a_process_started_after_the_deletion(process, monkeypatch, viewer_api):
+    Secret.objects.get(name="hf-token").delete()
+    _restart(monkeypatch)
+
+    text = viewer_api.get(f"/api/processes/{process.pk}/log/?lines=3").json()["text"]
+
+    assert HF_VALUE not in text and f"fetching with credential {REDACTED}" in text
+    assert redact_text("amber SUPERSECRET_abc123XYZ") == "amber SUPERSECRET_abc123XYZ"  # no pattern, no value
+    assert redact_text(f"x {HF_VALUE} y") == f"x {REDACTED} y"
+
+
+def test_saving_a_secret_unchanged_retires_nothing_and_retired_values_are_never_served(process, admin_user,
+                                                                                   admin_api):
+    secret = Secret.objects.get(name="plain")
+    secret.description = "same value"
+    secret.save()
+    assert not RetiredSecretValue.objects.exists()
+    secret_update(secret=secret, user=admin_user, value="new plain value 99")
+
+    body = admin_api.get("/api/secrets/").content.decode()
+
+    assert RetiredSecretValue.objects.count() == 1
+    assert PLAIN_VALUE not in body and "new plain value 99" not in body
 
 
 def test_redaction_in_an_event_loop_does_not_touch_the_database(db, fresh_process):
