@@ -18,7 +18,8 @@ starts only the named services that are not running and leaves a running one as 
 so; ``restart`` restarts it). Whenever the web server was started, the command waits until it
 answers. After starting, each service must still be running :data:`SETTLE_S` seconds later; one
 that exited (a bad setting, e.g. ``CEILING_SAMPLER_HZ``) is reported with the last lines of its
-log and a non-zero exit.
+log and a non-zero exit; the Celery services (worker, agent) count as started only once their log
+says they are ready (:data:`READY_S`).
 """
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ NODE = os.environ.get("CEILING_NODE_NAME", "local")
 #: Seconds a started service must stay up before it counts as started (a bad setting makes a
 #: Django command exit within about a second).
 SETTLE_S = 2.0
+#: Celery services: started only once their log says ``<name>@<host> ready.`` (Celery's line when
+#: it consumes), which a worker that fails while importing its tasks never prints.
+CELERY_SERVICES = ("worker", "agent")
+#: Seconds a Celery service may take to get ready (imports on a loaded 2-core host take ~10 s).
+READY_S = 120.0
+# Size of each service's log when this command started it: its "ready." line comes after.
+_LOG_START: dict[str, int] = {}
 
 
 def commands() -> dict[str, list[str]]:
@@ -118,7 +126,9 @@ def start(name: str, argv: list[str]) -> subprocess.Popen:
     """Start ``name`` detached with ``argv``, record its pid file; return the process."""
     RUN.mkdir(parents=True, exist_ok=True)
     LOGS.mkdir(parents=True, exist_ok=True)
-    log = open(LOGS / f"{name}.log", "ab")
+    log_path = LOGS / f"{name}.log"
+    _LOG_START[name] = log_path.stat().st_size if log_path.exists() else 0
+    log = open(log_path, "ab")
     proc = subprocess.Popen(
         argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
@@ -145,6 +155,33 @@ def settle(procs: dict[str, subprocess.Popen]) -> list[str]:
         sys.stderr.write(f"error: {name} exited at once with status {procs[name].returncode}; "
                          f"last lines of {LOGS / (name + '.log')}:\n" + "\n".join(tail) + "\n")
     return dead
+
+
+def wait_celery_ready(procs: dict[str, subprocess.Popen], timeout: float = READY_S) -> list[str]:
+    """Wait until each started Celery service (:data:`CELERY_SERVICES`) has written Celery's
+    ``ready.`` line to its log since it was started; return the names that exited first or did
+    not get ready within ``timeout`` seconds, writing why and the last 20 lines of the log to
+    stderr."""
+    waiting = {name: p for name, p in procs.items() if name in CELERY_SERVICES}
+    deadline = time.monotonic() + timeout
+    failed: list[str] = []
+    while waiting:
+        for name, proc in list(waiting.items()):
+            with open(LOGS / f"{name}.log", "rb") as f:
+                f.seek(_LOG_START.get(name, 0))
+                text = f.read().decode(errors="replace")
+            if any(line.rstrip().endswith(" ready.") for line in text.splitlines()):
+                del waiting[name]
+            elif proc.poll() is not None or time.monotonic() > deadline:
+                why = (f"exited with status {proc.returncode} before it was ready" if proc.poll() is not None
+                       else f"did not report ready within {timeout:.0f} s")
+                sys.stderr.write(f"error: {name} {why}; last lines of {LOGS / (name + '.log')}:\n"
+                                 + "\n".join(text.splitlines()[-20:]) + "\n")
+                failed.append(name)
+                del waiting[name]
+        if waiting:
+            time.sleep(0.2)
+    return failed
 
 
 def wait_web(timeout: float = 60.0) -> bool:
@@ -219,6 +256,8 @@ def main(argv: list[str]) -> int:
             procs[name] = start(name, cmds[name])
     if action in ("start", "restart"):
         if procs and settle(procs):
+            return 1
+        if wait_celery_ready(procs):
             return 1
         if "web" in procs and not wait_web():
             sys.stderr.write(f"error: the web server did not answer on {HOST}:{PORT}; see {LOGS / 'web.log'}\n")

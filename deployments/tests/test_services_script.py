@@ -121,6 +121,7 @@ def script(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "SETTLE_S", 0.2)
     monkeypatch.setattr(module, "commands", lambda: {name: ["sleep", str(60 + i)] for i, name in enumerate(SERVICES)})
     monkeypatch.setattr(module, "wait_web", lambda timeout=60.0: True)
+    monkeypatch.setattr(module, "wait_celery_ready", lambda procs, timeout=0.0: [])
     before = {name: module.read_pidfile(name) for name in SERVICES}
     yield module
     for name in SERVICES:
@@ -199,3 +200,31 @@ def test_it_restarts_every_service_when_start_has_no_names(script, services, tmp
     for name, old in services.items():
         assert ended(old) and old.returncode == -signal.SIGTERM
         assert script.alive(name) == pid_of(tmp_path, name) != old.pid
+
+
+def test_a_celery_service_counts_as_started_only_once_its_log_says_ready(tmp_path, monkeypatch, capsys):
+    """A worker that dies while importing (after the settle time) is reported, with its log, and
+    the command fails; one that prints Celery's ready line passes."""
+    spec = importlib.util.spec_from_file_location("ceiling_services_ready", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "VAR", tmp_path)
+    monkeypatch.setattr(module, "RUN", tmp_path / "run")
+    monkeypatch.setattr(module, "LOGS", tmp_path / "logs")
+    monkeypatch.setattr(module, "SETTLE_S", 0.2)
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "worker.log").write_text("w@old ready.\n")  # an earlier start's line does not count
+    dies = ["sh", "-c", "sleep 0.6; echo 'ImportError: cannot import SafeJSONParser'; exit 1"]
+    ready = ["sh", "-c", "sleep 0.4; echo '[INFO/MainProcess] agent-local@vm ready.'; sleep 30"]
+    monkeypatch.setattr(module, "commands", lambda: {"web": ["true"], "worker": dies, "agent": ready, "beat": ["true"]})
+    try:
+        assert module.main(["services.py", "start", "worker", "agent"]) == 1
+        err = capsys.readouterr().err
+        assert "error: worker exited with status 1 before it was ready" in err
+        assert "ImportError: cannot import SafeJSONParser" in err
+        assert "agent" not in err.split("last lines")[0]
+    finally:
+        rec = module.read_pidfile("agent")
+        if rec and module.alive("agent"):
+            os.killpg(rec["pid"], signal.SIGKILL)
+            os.waitpid(rec["pid"], 0)
