@@ -106,12 +106,8 @@ def test_it_still_refuses_restart_without_a_known_name(services, tmp_path):
 # patched), so even a faulty ``start`` can only ever launch a throwaway process.
 
 
-@pytest.fixture
-def script(tmp_path, monkeypatch):
-    """``scripts/services.py`` loaded as a module with ``var/`` at ``tmp_path``, every service
-    a ``sleep`` (web 60 s, worker 61 s, agent 62 s, beat 63 s: the argv tells them apart), a
-    0.2 s settle and a web server that always answers.
-    Whatever it started is killed (and reaped) afterwards."""
+def _script_module(tmp_path, monkeypatch):
+    """``scripts/services.py`` loaded as a fresh module with ``var/`` at ``tmp_path`` and a 0.2 s settle."""
     spec = importlib.util.spec_from_file_location("ceiling_services_script", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -119,6 +115,16 @@ def script(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "RUN", tmp_path / "run")
     monkeypatch.setattr(module, "LOGS", tmp_path / "logs")
     monkeypatch.setattr(module, "SETTLE_S", 0.2)
+    return module
+
+
+@pytest.fixture
+def script(tmp_path, monkeypatch):
+    """``scripts/services.py`` loaded as a module with ``var/`` at ``tmp_path``, every service
+    a ``sleep`` (web 60 s, worker 61 s, agent 62 s, beat 63 s: the argv tells them apart), a
+    0.2 s settle and a web server that always answers.
+    Whatever it started is killed (and reaped) afterwards."""
+    module = _script_module(tmp_path, monkeypatch)
     monkeypatch.setattr(module, "commands", lambda: {name: ["sleep", str(60 + i)] for i, name in enumerate(SERVICES)})
     monkeypatch.setattr(module, "wait_web", lambda timeout=60.0: True)
     monkeypatch.setattr(module, "wait_celery_ready", lambda procs, timeout=0.0: [])
@@ -205,13 +211,7 @@ def test_it_restarts_every_service_when_start_has_no_names(script, services, tmp
 def test_a_celery_service_counts_as_started_only_once_its_log_says_ready(tmp_path, monkeypatch, capsys):
     """A worker that dies while importing (after the settle time) is reported, with its log, and
     the command fails; one that prints Celery's ready line passes."""
-    spec = importlib.util.spec_from_file_location("ceiling_services_ready", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(module, "VAR", tmp_path)
-    monkeypatch.setattr(module, "RUN", tmp_path / "run")
-    monkeypatch.setattr(module, "LOGS", tmp_path / "logs")
-    monkeypatch.setattr(module, "SETTLE_S", 0.2)
+    module = _script_module(tmp_path, monkeypatch)
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "worker.log").write_text("w@old ready.\n")  # an earlier start's line does not count
     dies = ["sh", "-c", "sleep 0.6; echo 'ImportError: cannot import SafeJSONParser'; exit 1"]
