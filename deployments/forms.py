@@ -139,24 +139,17 @@ class RecipeAdminForm(forms.ModelForm):
         return spec_parse(self.cleaned_data.get("spec", ""))
 
     def clean(self) -> dict:
-        """Check the spec against the chosen node with :func:`deployments.recipes.recipe_validate`
+        """Check the spec against the chosen node with :func:`deployments.services.recipe_spec_validate`
         (the rule the services apply on save), so problems appear on the form, each prefixed
         with its dotted path."""
-        from deployments.recipes import recipe_validate
-        from deployments.services import secret_names
-        from deployments.topology import node_facts_from_row
+        from deployments.services import recipe_spec_validate
 
         data = super().clean()
         if self.errors or not all(data.get(k) for k in ("engine", "topology", "node")) or "spec" not in data:
             return data
         try:
-            data["spec"] = recipe_validate(
-                engine=data["engine"],
-                topology=data["topology"],
-                spec=data["spec"],
-                node=node_facts_from_row(data["node"]),
-                secret_names=secret_names(),
-            )
+            data["spec"] = recipe_spec_validate(engine=data["engine"], topology=data["topology"], spec=data["spec"],
+                                                node=data["node"])
         except InvalidInput as exc:
             for path, msgs in exc.errors.items():
                 field = path if path in self.fields and path != "spec" else "spec"

@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 # --- helpers -------------------------------------------------------------------------------
 
 
-def _check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: int = 0) -> None:
+def check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: int = 0) -> None:
     """Reject JSON no database column can hold safely: NUL characters (PostgreSQL refuses
     them in ``jsonb``), lone UTF-16 surrogates (not encodable as UTF-8), absurd depth, and
     lists or objects too large to be a recipe. Adds messages to ``errors`` under the dotted
@@ -83,10 +83,10 @@ def _check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth:
                 # The bad key itself cannot be echoed safely, so the error sits on its parent.
                 errors.setdefault(path, []).append("Keys must be valid text without NUL characters.")
                 continue
-            _check_json_tree(item, f"{path}.{key}", errors, depth + 1)
+            check_json_tree(item, f"{path}.{key}", errors, depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            _check_json_tree(item, f"{path}.{i}", errors, depth + 1)
+            check_json_tree(item, f"{path}.{i}", errors, depth + 1)
 
 
 def _string_problem(text: str) -> str | None:
@@ -105,6 +105,14 @@ def secret_names() -> set[str]:
     """Names of all stored secrets (never their values); what recipe validation checks
     ``secret`` references against."""
     return set(Secret.objects.values_list("name", flat=True))
+
+
+def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node) -> dict:
+    """:func:`deployments.recipes.recipe_validate` of ``spec`` against the facts of the node row
+    ``node`` and the stored secret names: the one spec check of the service, the API and the
+    form. Returns the normalised spec; raises :class:`InvalidInput` with dotted ``spec.…`` paths."""
+    return recipe_validate(engine=engine, topology=topology, spec=spec, node=node_facts_from_row(node),
+                           secret_names=secret_names())
 
 
 def _validate_recipe_content(content: dict[str, Any]) -> dict[str, Any]:
@@ -142,17 +150,11 @@ def _validate_recipe_content(content: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(spec, dict):
         errors["spec"] = ["Must be a JSON object."]
     else:
-        _check_json_tree(spec, "spec", errors)
+        check_json_tree(spec, "spec", errors)
     if errors:
         # Spec rules need a known engine, topology and node; report the basics first.
         raise InvalidInput(errors)
-    normalised = recipe_validate(
-        engine=content["engine"],
-        topology=content["topology"],
-        spec=spec,
-        node=node_facts_from_row(node),
-        secret_names=secret_names(),
-    )
+    normalised = recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec, node=node)
     return {**content, "spec": normalised}
 
 

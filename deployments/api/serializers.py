@@ -25,10 +25,10 @@ from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
 from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, slug_validator
-from deployments.recipes import engine_topology_errors, recipe_validate
-from deployments.services import DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, deployment_waiting_reason, secret_names
-from deployments.services import _check_json_tree as check_json_tree
-from deployments.topology import node_facts_from_row
+from deployments.recipes import engine_topology_errors
+from deployments.services import (
+    DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_waiting_reason, recipe_spec_validate,
+)
 
 
 # --- nodes ---------------------------------------------------------------------------------
@@ -206,13 +206,8 @@ class RecipeWriteSerializer(serializers.Serializer):
             errors.update(engine_topology_errors(engine=content["engine"], topology=content["topology"]))
             return errors
         try:
-            recipe_validate(
-                engine=content["engine"],
-                topology=content["topology"],
-                spec=content["spec"],
-                node=node_facts_from_row(content["node"]),
-                secret_names=secret_names(),
-            )
+            recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=content["spec"],
+                                 node=content["node"])
         except InvalidInput as exc:
             for path, messages in exc.errors.items():
                 errors.setdefault(path, []).extend(messages)
