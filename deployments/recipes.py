@@ -133,14 +133,20 @@ ENV_DENIED_NAMES = frozenset({
     "PATH", "BASH_ENV", "ENV", "IFS", "SHELL", "HOME", "CDPATH",
     "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN",
     "UCX_MODULE_DIR", "NIXL_PLUGIN_DIR", "TORCH_EXTENSIONS_DIR", "VLLM_PLUGINS",
+    # caches and override folders code is loaded from, without a denied suffix
+    "TRITON_HOME", "TORCH_HOME", "TRITON_KERNEL_OVERRIDE",
 })
-ENV_DENIED_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GCONV_", "MALLOC_")
+# LLAMA_ARG_*: llama-server's environment spelling of every command-line flag, which would
+# bypass the typed flag allowlist (LLAMA_ARG_MODEL skips the model-root check).
+ENV_DENIED_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GCONV_", "MALLOC_", "LLAMA_ARG_")
 # Suffixes of names that point a library at code to run: plugin and module loaders, a tool's
 # path (TRITON_PTXAS_PATH, LLAMA_CPP_LIB_PATH), a compiler or binary (DG_JIT_NVCC_COMPILER), a
 # Python package to import (SGLANG_EXTERNAL_MODEL_PACKAGE), or a compiled-kernel cache a library
-# loads shared objects from (TRITON_CACHE_DIR).
+# loads shared objects from (TRITON_CACHE_DIR, VLLM_CACHE_ROOT), or a class to import
+# (TRITON_CACHE_MANAGER).
 ENV_DENIED_SUFFIXES = ("_PLUGIN", "_PLUGIN_DIR", "_PLUGIN_PATH", "_MODULE_DIR", "_LIBRARY_PATH", "_PATH",
-                       "_LIB", "_COMPILER", "_BIN", "_BINARY", "_EXE", "_CACHE_DIR", "_PACKAGE", "_PACKAGES")
+                       "_LIB", "_COMPILER", "_BIN", "_BINARY", "_EXE", "_CACHE_DIR", "_PACKAGE", "_PACKAGES",
+                       "_CACHE_ROOT", "_CONFIG_ROOT", "_OVERRIDE_DIR", "_CACHE_MANAGER")
 # Set by the renderer from recipe fields; a recipe naming them is pointed at the field.
 ENV_RENDERER_OWNED = {
     "CUDA_VISIBLE_DEVICES": "spec.roles.<role>.gpus",

@@ -33,7 +33,7 @@ from django.db.models import ProtectedError
 from django.utils import timezone
 
 from controlplane.errors import Conflict, InvalidInput, NotFound
-from controlplane.redaction import redact_text, register_secret_value, stored_secret_values_load
+from controlplane.redaction import MIN_VALUE_LENGTH, redact_text, register_secret_value, stored_secret_values_load
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
 from deployments.launch import LaunchPlan, launch_plan_render
 from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, slug_validator
@@ -474,6 +474,9 @@ def _validate_secret_fields(*, name: str | None = None, value: str | None = None
     if value is not None:
         if not isinstance(value, str) or not value:
             errors["value"] = ["A non-empty value is required."]
+        elif len(value.strip()) < MIN_VALUE_LENGTH:
+            # shorter values are not masked (too likely to be ordinary text), so they are not stored
+            errors["value"] = [f"At least {MIN_VALUE_LENGTH} characters: shorter values cannot be masked in logs."]
         elif _string_problem(value):
             errors["value"] = [_string_problem(value)]
     if description is not None:

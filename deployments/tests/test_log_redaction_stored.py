@@ -170,3 +170,13 @@ def test_redaction_in_an_event_loop_does_not_touch_the_database(db, fresh_proces
     # no SynchronousOnlyOperation: the cached values and the patterns are used
     assert asyncio.run(inside()) == f"HF_TOKEN={REDACTED} and copper kettle 5512"
     assert redact_text("copper kettle 5512") == REDACTED  # outside the loop it is read
+
+
+@pytest.mark.parametrize("value", ["e", "abc", "  ab \n"])
+def test_a_secret_value_too_short_to_mask_is_refused(db, admin_user, value):
+    from controlplane.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as exc:
+        secret_create(user=admin_user, name="short", value=value)
+    assert exc.value.errors == {"value": ["At least 4 characters: shorter values cannot be masked in logs."]}
+    assert not Secret.objects.filter(name="short").exists()
