@@ -8,7 +8,8 @@ errors become ``{"detail": ..., "code": ...}``. JSON bodies are size-limited by
 that no route matches is answered by :class:`controlplane.notfound_views.ApiNotFoundView`: a
 JSON 404 like any other. The OpenAPI schema describes these bodies with the components
 ``ValidationError`` (:class:`ValidationErrorSerializer`, the flat 400 body) and ``Detail``
-(:class:`DetailSerializer`); list endpoints page with :class:`Pagination`.
+(:class:`DetailSerializer`); every operation that needs credentials lists its 401 and 403 with a
+``Detail`` body (:func:`postprocess_auth_errors`); list endpoints page with :class:`Pagination`.
 """
 from __future__ import annotations
 
@@ -132,6 +133,49 @@ class DetailSerializer(serializers.Serializer):
 ERRORS_400 = OpenApiResponse(ValidationErrorSerializer, description=ERROR_SHAPE_HELP)
 ERROR_404 = OpenApiResponse(DetailSerializer, description="No such object (or version).")
 ERROR_409 = OpenApiResponse(DetailSerializer, description="The change conflicts with current state.")
+
+#: The 401 and 403 every operation that needs credentials can answer, as
+#: :func:`postprocess_auth_errors` adds them: status code → description. Both bodies are
+#: ``Detail`` (DRF's ``{"detail": "..."}``).
+AUTH_ERRORS: dict[str, str] = {
+    "401": 'No credentials, or a token or session that is not valid: `{"detail": "Authentication credentials '
+           'were not provided."}` (or `"Invalid token."`).',
+    "403": "Signed in, but the user's role does not allow this action (reads need viewer, writes operator, "
+           'nodes and secrets admin), or the user is in no role group: `{"detail": "Your role does not allow '
+           'this."}`.',
+}
+# The ``Detail`` component as drf-spectacular renders DetailSerializer, for a schema in which no
+# operation names it (a partial schema); normally the generator has put it there already.
+_DETAIL_COMPONENT = {
+    "type": "object",
+    "description": 'An error that is not about fields: `{"detail": "...", "code": "..."}`.',
+    "properties": {"detail": {"type": "string"}, "code": {"type": "string"}},
+    "required": ["detail"],
+}
+_HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
+
+
+def postprocess_auth_errors(result: dict, generator, request, public) -> dict:
+    """drf-spectacular postprocessing hook (``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]``):
+    list the 401 and 403 of :data:`AUTH_ERRORS`, body ``Detail``, on every operation that needs
+    credentials, i.e. whose ``security`` is not empty and has no ``{}`` (anonymous) entry. The
+    token endpoint, open to anyone, keeps its own responses; an operation that documents its own
+    401 or 403 keeps that one. Responses are ordered by status code. Returns ``result``, changed
+    in place."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    detail_ref = {"$ref": "#/components/schemas/Detail"}
+    for operations in result.get("paths", {}).values():
+        for method, operation in operations.items():
+            security = operation.get("security") if method in _HTTP_METHODS else None
+            if not security or {} in security:
+                continue
+            schemas.setdefault("Detail", _DETAIL_COMPONENT)
+            responses = operation.setdefault("responses", {})
+            for code, description in AUTH_ERRORS.items():
+                responses.setdefault(code, {"content": {"application/json": {"schema": dict(detail_ref)}},
+                                            "description": description})
+            operation["responses"] = dict(sorted(responses.items()))
+    return result
 
 
 # --- helpers shared by the apps' viewsets ------------------------------------------------------

@@ -17,13 +17,21 @@ A value once seen stays masked for the life of the process, also after its secre
 rotated or deleted: old logs may still hold it. Earlier values are also kept in the database
 (:data:`RETIRED_MODEL`, written when a secret is changed or deleted) and read like the current
 ones, so a process started after the rotation masks them too.
+
+Stored values are encrypted at rest (:mod:`controlplane.secretbox`) and decrypted here through
+:func:`controlplane.secretbox.secret_plaintext`. A value this process cannot decrypt (its key
+is not the one the value was stored with) cannot be masked: it is skipped, and an error naming
+the secret and the key source is logged once per value and process.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import threading
 import time
+
+from controlplane.errors import CeilingError
 
 REDACTED = "***redacted***"
 
@@ -36,8 +44,12 @@ STORED_VALUES_MAX_AGE_S = 2.0
 # Values shorter than this are too likely to occur as ordinary text to be masked.
 MIN_VALUE_LENGTH = 4
 
+log = logging.getLogger(__name__)
+
 _lock = threading.Lock()
 _known_values: set[str] = set()
+# Tokens of stored values this process could not decrypt and has already logged an error for.
+_unreadable_reported: set[str] = set()
 # time.monotonic() of the last read (or failed attempt) of the stored values; None = read next time.
 _stored_read_at: float | None = None
 _local = threading.local()
@@ -69,13 +81,35 @@ def register_secret_value(value: str) -> None:
                 _known_values.add(candidate)
 
 
-def stored_secret_values_load() -> int:
+class SecretsUnmaskable(CeilingError):
+    """Text that may hold secret values cannot be served because a stored value cannot be
+    decrypted by this process (so nothing could mask it): HTTP 503. ``names`` lists the
+    secrets."""
+
+    code = "secrets_unmaskable"
+    http_status = 503
+
+    def __init__(self, names: list[str]):
+        self.names = sorted(set(names))
+        super().__init__(
+            "not shown: the stored value of secret(s) " + ", ".join(repr(n) for n in self.names)
+            + " cannot be decrypted with this server's secrets key (CEILING_SECRETS_KEY or its key file), "
+            "so it could not be masked; run the server with the key the secrets were stored with"
+        )
+
+
+def stored_secret_values_load(*, strict: bool = False) -> int:
     """Read every stored secret value (``value`` of :data:`SECRET_MODEL` and of
-    :data:`RETIRED_MODEL`) from the database and
-    remember it (:func:`register_secret_value`). Returns how many values were read.
+    :data:`RETIRED_MODEL`) from the database, decrypt it
+    (:func:`controlplane.secretbox.secret_plaintext`) and remember it
+    (:func:`register_secret_value`). Returns how many values were read and decrypted.
 
     Inside a transaction the read runs in a savepoint, so a failed read leaves the caller's
-    transaction usable.
+    transaction usable. A value that cannot be decrypted is skipped (nothing could mask it) and
+    logged once per process as an error naming the secret and the key source. With ``strict``
+    (callers about to serve engine output, which may hold the value: log tails and downloads)
+    it then raises :class:`SecretsUnmaskable` instead of returning, so such text is never served
+    unmasked; otherwise the read does not fail on it.
 
     Raises:
         LookupError: the secret model is not installed (``django.apps`` lookup).
@@ -87,23 +121,43 @@ def stored_secret_values_load() -> int:
     from django.apps import apps
     from django.db import connections, router, transaction
 
-    values: list[str] = []
+    from controlplane.secretbox import SecretUnreadable, secret_plaintext
+
+    rows: list[tuple[str, object]] = []
     for label in (SECRET_MODEL, RETIRED_MODEL):
         model = apps.get_model(label)
         alias = router.db_for_read(model)
-        query = model._default_manager.using(alias).values_list("value", flat=True)
+        query = model._default_manager.using(alias).values_list("name", "value")
         if connections[alias].in_atomic_block:
             with transaction.atomic(using=alias):
-                values += list(query)
+                rows += list(query)
         else:
             # No transaction of our own outside one: with SQLite's IMMEDIATE mode it would take
             # the write lock for a read.
-            values += list(query)
-    for value in values:
-        register_secret_value(value)
+            rows += list(query)
+    read = 0
+    unreadable: list[SecretUnreadable] = []
+    unreadable_names: list[str] = []
+    for name, value in rows:
+        try:
+            register_secret_value(secret_plaintext(value, name=name))
+            read += 1
+        except SecretUnreadable as exc:
+            unreadable_names.append(name)
+            token = getattr(value, "token", "")
+            with _lock:
+                if token in _unreadable_reported:
+                    continue
+                _unreadable_reported.add(token)
+            unreadable.append(exc)
     with _lock:
         _stored_read_at = time.monotonic()
-    return len(values)
+    # Logged only once the read is recorded: the log filter redacts, and must not read again.
+    for exc in unreadable:
+        log.error("redaction cannot mask a stored value: %s", exc.errors["secrets"][0])
+    if strict and unreadable_names:
+        raise SecretsUnmaskable(unreadable_names)
+    return read
 
 
 def stored_secret_values_invalidate() -> None:
@@ -153,7 +207,12 @@ def _stored_values_refresh() -> None:
 def _on_secret_change(sender, instance, **kwargs) -> None:
     # The value of a saved or deleted secret is remembered at once (a deleted secret's value may
     # still be in old logs); the cache is re-read on the next redaction.
-    register_secret_value(getattr(instance, "value", ""))
+    from controlplane.secretbox import SecretUnreadable, secret_plaintext
+
+    try:
+        register_secret_value(secret_plaintext(getattr(instance, "value", None), name=getattr(instance, "name", "")))
+    except SecretUnreadable:
+        pass  # the re-read below logs it; a save or delete must not fail on it
     stored_secret_values_invalidate()
 
 

@@ -1,8 +1,8 @@
 """Ceiling settings: one file, driven by the environment.
 
 Embedded defaults (laptop, CI): SQLite in ``var/``, Redis on localhost, DEBUG on.
-Production: set ``CEILING_ENV=production``; then ``SECRET_KEY`` and ``ALLOWED_HOSTS`` are
-required and DEBUG defaults to off.
+Production: set ``CEILING_ENV=production``; then ``SECRET_KEY``, ``ALLOWED_HOSTS`` and
+``CEILING_SECRETS_KEY`` are required and DEBUG defaults to off.
 
 Variables
 ---------
@@ -10,6 +10,8 @@ DATABASE_URL        e.g. ``postgres://user@127.0.0.1:5432/ceiling`` (default: SQ
 REDIS_URL           Celery broker and channel layer (default ``redis://127.0.0.1:6379/0``)
 CEILING_MODEL_ROOTS comma/colon-separated directories a recipe's model path must lie under
 CEILING_VAR_DIR     where logs, the SQLite file and generated models live (default ``var/``)
+CEILING_SECRETS_KEY Fernet key that encrypts stored secrets (default: ``<CEILING_VAR_DIR>/secrets.key``,
+                    created on first use; see :mod:`controlplane.secretbox`)
 """
 from __future__ import annotations
 
@@ -29,6 +31,12 @@ PRODUCTION = CEILING_ENV == "production"
 
 DEBUG = env_bool("DEBUG", default=not PRODUCTION)
 SECRET_KEY = env_str("SECRET_KEY", required=PRODUCTION) or "ceiling-local-insecure-key-change-me"
+# Stored secrets are encrypted with their own key, not SECRET_KEY (rotating that must not lose
+# them): CEILING_SECRETS_KEY when set, else this file, created on first use (controlplane.secretbox).
+# Required in production: every process that reads secrets (web, workers, each host's node agent)
+# needs the same key, and a key file in one container or host is neither shared nor kept.
+CEILING_SECRETS_KEY = env_str("CEILING_SECRETS_KEY", required=PRODUCTION) or ""
+CEILING_SECRETS_KEY_FILE = VAR_DIR / "secrets.key"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost", "testserver"])
 if PRODUCTION and not ALLOWED_HOSTS:
     from django.core.exceptions import ImproperlyConfigured
@@ -205,6 +213,12 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
+    # The enum hook is drf-spectacular's default; the second lists 401/403 on every operation
+    # that needs credentials.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.api.postprocess_auth_errors",
+    ],
     # Swagger UI from the sidecar wheel, served locally: the docs work on a machine without internet.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

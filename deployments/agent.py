@@ -69,7 +69,7 @@ from deployments.supervisor import (
     ProcessHandle,
     RestartPolicy,
     SpawnError,
-    exit_status_text,
+    exit_info_text,
     log_tail,
     new_tag,
     process_exit_info,
@@ -142,7 +142,7 @@ def _plan_for(deployment: Deployment, *, with_secrets: bool) -> LaunchPlan:
     secret_values = None
     if with_secrets:
         names = set((deployment.spec_snapshot.get("secrets") or {}).values())
-        secret_values = dict(Secret.objects.filter(name__in=names).values_list("name", "value"))
+        secret_values = {secret.name: secret.plaintext() for secret in Secret.objects.filter(name__in=names)}
         for value in secret_values.values():
             register_secret_value(value)
     return launch_plan_render(
@@ -544,7 +544,10 @@ def _process_stop(row: ServerProcess, *, note: str = "") -> None:
     }[outcome]
     row.status = status
     row.end_reason = end_reason
-    row.exit_code = result.exit_code if result and result.exit_code is not None else row.exit_code
+    if result is not None and result.exit_code is not None:
+        row.exit_code = result.exit_code
+    elif result is not None and result.signal is not None:
+        row.exit_code = -int(result.signal)  # stored the way subprocess reports a signal
     row.ended_at = timezone.now()
     row.next_restart_at = None
     if note:
@@ -590,9 +593,9 @@ def _exit_text(row: ServerProcess, handle: ProcessHandle | None) -> tuple[str, i
     if info is None:
         return "ended (no exit record)", None
     if info.signal is not None:
-        return exit_status_text(returncode=None, signal_number=info.signal), -int(info.signal)
+        return exit_info_text(info), -int(info.signal)
     cause = _log_cause(row) if info.returncode else ""
-    text = exit_status_text(returncode=info.returncode, signal_number=None)
+    text = exit_info_text(info)
     return text + (f": {_cause_text(cause)}" if cause else ""), info.returncode
 
 

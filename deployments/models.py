@@ -12,6 +12,7 @@ from django.db import models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
+from controlplane.secretbox import SealedTextField, secret_plaintext
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, ProcessStatus, Role, Topology
 
 slug_validator = RegexValidator(
@@ -107,10 +108,13 @@ class Gpu(models.Model):
 
 class Secret(models.Model):
     """A named secret (e.g. a Hugging Face token). Its value is write-only: no page, API
-    response, log line or rendered argv ever shows it; recipes reference it by name."""
+    response, log line or rendered argv ever shows it; recipes reference it by name.
+
+    ``value`` is encrypted at rest (:class:`controlplane.secretbox.SealedTextField`): assign the
+    plaintext, read it back only through :meth:`plaintext`."""
 
     name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
-    value = models.TextField()
+    value = SealedTextField()
     description = models.CharField(max_length=255, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -121,16 +125,26 @@ class Secret(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def plaintext(self) -> str:
+        """The value in plain text (:func:`controlplane.secretbox.secret_plaintext`).
+
+        Raises:
+            controlplane.secretbox.SecretUnreadable: the stored value cannot be decrypted with
+                the configured key (the message names this secret and the key source).
+        """
+        return secret_plaintext(self.value, name=self.name)
+
 
 class RetiredSecretValue(models.Model):
     """An earlier value of a :class:`Secret` that was changed or deleted. Kept only so that
     redaction (:mod:`controlplane.redaction`) masks it in every process, also one started after
     the change, wherever it still appears (engine logs written while it was in use). Write-only
     like the secret itself: not in admin, the API or any page. Rows are written by the signal
-    handlers in :mod:`deployments.signals`."""
+    handlers in :mod:`deployments.signals`. ``value`` is encrypted at rest like
+    :attr:`Secret.value`."""
 
     name = models.CharField(max_length=63)
-    value = models.TextField()
+    value = SealedTextField()
     retired_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -139,6 +153,14 @@ class RetiredSecretValue(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (retired {self.retired_at:%Y-%m-%d %H:%M})"
+
+    def plaintext(self) -> str:
+        """The earlier value in plain text (:func:`controlplane.secretbox.secret_plaintext`).
+
+        Raises:
+            controlplane.secretbox.SecretUnreadable: it cannot be decrypted with the configured key.
+        """
+        return secret_plaintext(self.value, name=self.name)
 
 
 class Recipe(models.Model):

@@ -17,7 +17,9 @@ Deployments (control-plane side)
 --------------------------------
 :func:`deployment_create` inserts a pending row and, on commit, sends
 ``deployment_start_task`` to the node's queue ``node.<name>``; :func:`deployment_stop` cancels
-a pending deployment on the spot or flags a running one and sends ``deployment_stop_task``.
+a pending deployment on the spot or flags a running one and sends ``deployment_stop_task``;
+:func:`deployment_cancel` does the same only for a deployment that has not become ready, with
+conditional UPDATEs, and refuses any other (409).
 Everything that touches processes runs on the node, in :mod:`deployments.agent`.
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.redaction import MIN_VALUE_LENGTH, redact_text, register_secret_value, stored_secret_values_load
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
 from deployments.launch import LaunchPlan, launch_plan_render
+from deployments.logfiles import RedactedLogReader, log_file, log_parts
 from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, slug_validator
 from deployments.supervisor import log_tail
 from deployments.recipes import recipe_validate
@@ -683,6 +686,37 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
     return deployment
 
 
+def _cancel_pending(*, deployment: Deployment, who: str, now) -> bool:
+    """Cancel ``deployment`` if it is still pending, with one conditional UPDATE (pending →
+    stopped, ``cancel_requested`` set, reason ``"cancelled before start"``) and a ``cancelled``
+    event; True when it was. A start task that runs later sees the terminal row and does
+    nothing. Call inside a transaction."""
+    cancelled = Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.PENDING).update(
+        status=DeploymentStatus.STOPPED, cancel_requested=True, reason=CANCELLED_BEFORE_START,
+        ended_at=now, updated_at=now,
+    )
+    if cancelled:
+        deployment_event_add(deployment=deployment, kind="cancelled", message=f"{who} cancelled before start")
+    return bool(cancelled)
+
+
+def _stop_requested(*, deployment: Deployment, who: str) -> None:
+    """After ``cancel_requested`` was set on a starting or ready ``deployment``: add the
+    ``stop-requested`` event and send ``deployment_stop_task`` to the node queue on commit."""
+    deployment_event_add(deployment=deployment, kind="stop-requested", message=f"{who} requested a stop")
+    from deployments.tasks import deployment_stop_task
+
+    _send_to_node(deployment_stop_task, Deployment.objects.select_related("node").get(pk=deployment.pk))
+
+
+def _deployment_reloaded(deployment: Deployment) -> Deployment:
+    """``deployment`` as stored now (recipe and node joined); :class:`NotFound` when it is gone."""
+    try:
+        return Deployment.objects.select_related("recipe", "node").get(pk=deployment.pk)
+    except Deployment.DoesNotExist as exc:
+        raise NotFound(f"Deployment {deployment.pk} no longer exists.") from exc
+
+
 def deployment_stop(*, deployment: Deployment, user) -> Deployment:
     """Stop (or cancel) ``deployment``; idempotent.
 
@@ -700,26 +734,73 @@ def deployment_stop(*, deployment: Deployment, user) -> Deployment:
     who = getattr(user, "username", "") or "someone"
     now = timezone.now()
     with transaction.atomic():
-        cancelled = Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.PENDING).update(
-            status=DeploymentStatus.STOPPED, cancel_requested=True, reason=CANCELLED_BEFORE_START,
-            ended_at=now, updated_at=now,
-        )
-        if cancelled:
-            deployment_event_add(deployment=deployment, kind="cancelled", message=f"{who} cancelled before start")
-        else:
+        if not _cancel_pending(deployment=deployment, who=who, now=now):
             flagged = Deployment.objects.filter(
                 pk=deployment.pk, status__in=[DeploymentStatus.STARTING, DeploymentStatus.READY],
                 cancel_requested=False,
             ).update(cancel_requested=True, updated_at=now)
             if flagged:
-                deployment_event_add(deployment=deployment, kind="stop-requested", message=f"{who} requested a stop")
-                from deployments.tasks import deployment_stop_task
+                _stop_requested(deployment=deployment, who=who)
+    return _deployment_reloaded(deployment)
 
-                _send_to_node(deployment_stop_task, Deployment.objects.select_related("node").get(pk=deployment.pk))
-    try:
-        return Deployment.objects.select_related("recipe", "node").get(pk=deployment.pk)
-    except Deployment.DoesNotExist as exc:
-        raise NotFound(f"Deployment {deployment.pk} no longer exists.") from exc
+
+def deployment_cancellable(deployment: Deployment) -> bool:
+    """Whether a cancel acts on ``deployment`` as given: it has not become ready yet, i.e. it is
+    ``pending``, or ``starting`` without ever having been ready (a ready deployment restarting a
+    process is ``starting`` again, with ``ready_at`` kept: that one is live)."""
+    if deployment.status == DeploymentStatus.PENDING:
+        return True
+    return deployment.status == DeploymentStatus.STARTING and deployment.ready_at is None
+
+
+def deployment_cancel_refusal(deployment: Deployment) -> str:
+    """Why ``deployment`` cannot be cancelled (see :func:`deployment_cancellable`), and what to
+    do instead: the ``detail`` of the 409 a refused cancel answers."""
+    pk = deployment.pk
+    stop = f"Use stop (POST /api/deployments/{pk}/stop/) to stop it."
+    rule = "cancel only applies to a deployment that has not become ready yet (pending or starting)."
+    if deployment.status == DeploymentStatus.READY:
+        return f"Deployment #{pk} is ready; {rule} {stop}"
+    if deployment.status == DeploymentStatus.STARTING:
+        return f"Deployment #{pk} was ready and is restarting a process; {rule} {stop}"
+    return f"Deployment #{pk} is {deployment.status}; {rule} There is nothing to cancel."
+
+
+def deployment_cancel(*, deployment: Deployment, user) -> Deployment:
+    """Cancel ``deployment`` if it has not become ready yet; a live deployment is never touched.
+
+    The state of the row decides, not ``deployment`` as the caller read it: each transition is
+    one conditional UPDATE, so a deployment that becomes ready at the same moment is either
+    cancelled first or refused, never both.
+
+    * pending: stopped at once, as :func:`deployment_stop` does (works while the node agent is
+      down);
+    * starting and never ready (``ready_at`` null, ``cancel_requested`` not set yet):
+      ``cancel_requested`` is set and ``deployment_stop_task`` goes to the node queue. The agent
+      marks a deployment ready only while ``cancel_requested`` is unset
+      (:mod:`deployments.agent`), so a cancel that wins the race stops it before it counts as
+      ready;
+    * starting, never ready, cancel already requested: nothing changes (idempotent).
+
+    Returns the refreshed deployment. Raises :class:`Conflict` (HTTP 409) with
+    :func:`deployment_cancel_refusal`'s text for a deployment that is ready, was ready and is
+    restarting a process, or is stopping, stopped or failed (judged on the row as stored when
+    the UPDATE matched nothing); :class:`NotFound` when the row is gone.
+    """
+    who = getattr(user, "username", "") or "someone"
+    now = timezone.now()
+    with transaction.atomic():
+        if _cancel_pending(deployment=deployment, who=who, now=now):
+            pass
+        elif Deployment.objects.filter(
+            pk=deployment.pk, status=DeploymentStatus.STARTING, ready_at__isnull=True, cancel_requested=False,
+        ).update(cancel_requested=True, updated_at=now):
+            _stop_requested(deployment=deployment, who=who)
+        else:
+            current = _deployment_reloaded(deployment)
+            if not deployment_cancellable(current):
+                raise Conflict(deployment_cancel_refusal(current))
+    return _deployment_reloaded(deployment)
 
 
 def deployment_waiting_reason(*, deployment: Deployment) -> str:
@@ -744,17 +825,43 @@ def process_log_tail(*, process: ServerProcess, lines: int = 100) -> str:
 
     Reads the file on this host (the node and the control plane share a filesystem in the
     embedded setup; elsewhere an absent file gives ""), including the rotated ``.1`` file when
-    the tail straddles a rotation, and at most 2 MiB. Every stored secret value is read from
+    the tail straddles a rotation, and at most 2 MiB. Only a recorded path inside
+    ``settings.CEILING_LOG_DIR`` is read (:func:`deployments.logfiles.log_file`); any other
+    gives "". Every stored secret value is read from
     the database first (:func:`controlplane.redaction.stored_secret_values_load`), so the
     tail is masked whichever process serves it and however recently it started.
 
     Raises:
         InvalidInput: at ``lines`` for a count out of range.
         django.db.DatabaseError: the stored secrets could not be read (nothing is shown then).
+        controlplane.redaction.SecretsUnmaskable: a stored secret cannot be decrypted with this
+            process's key, so the text could not be masked (nothing is shown then).
     """
     if isinstance(lines, bool) or not isinstance(lines, int) or not 1 <= lines <= LOG_TAIL_MAX_LINES:
         raise InvalidInput({"lines": [f"Must be an integer from 1 to {LOG_TAIL_MAX_LINES}."]})
-    if not process.log_path:
+    path = log_file(process.log_path)
+    if path is None:
         return ""
-    stored_secret_values_load()
-    return redact_text(log_tail(Path(process.log_path), max_bytes=LOG_TAIL_MAX_BYTES, lines=lines))
+    stored_secret_values_load(strict=True)
+    return redact_text(log_tail(path, max_bytes=LOG_TAIL_MAX_BYTES, lines=lines))
+
+
+def process_log_download(*, process: ServerProcess) -> tuple[str, RedactedLogReader]:
+    """The whole log of ``process`` for download: ``(file name, reader)``, the reader yielding
+    the rotated part then the current file with every stored secret value masked (the values
+    are read from the database before the first byte, so a server started after the engine
+    masks them too). The file name is ``deployment-<id>-<role>-<ordinal>.log``.
+
+    Raises:
+        NotFound: no log recorded, a recorded path outside ``settings.CEILING_LOG_DIR``, or no
+            such file (any more).
+        django.db.DatabaseError: the stored secrets could not be read (nothing is served then).
+        controlplane.redaction.SecretsUnmaskable: a stored secret cannot be decrypted with this
+            process's key, so the log could not be masked (nothing is served then).
+    """
+    path = log_file(process.log_path)
+    parts = log_parts(path) if path is not None else []
+    if not parts:
+        raise NotFound("No log file for this process.")
+    stored_secret_values_load(strict=True)
+    return f"deployment-{process.deployment_id}-{process.role}-{process.ordinal}.log", RedactedLogReader(parts)

@@ -1,9 +1,15 @@
 """Signal handlers of the deployments app: a secret's earlier value is kept as a
 :class:`~deployments.models.RetiredSecretValue` when the secret is changed or deleted, so that
-redaction still masks it in logs written while it was in use (see :mod:`controlplane.redaction`)."""
+redaction still masks it in logs written while it was in use (see :mod:`controlplane.redaction`).
+
+The earlier value is copied as stored (sealed, :mod:`controlplane.secretbox`), so retiring needs
+no key; only deciding whether a value changed compares plaintexts, through
+:func:`controlplane.secretbox.secret_plaintext`."""
 from __future__ import annotations
 
 from django.db.models.signals import post_delete, pre_save
+
+from controlplane.secretbox import SealedValue, SecretUnreadable, secret_plaintext
 
 
 def _retire_changed_value(sender, instance, raw=False, **kwargs) -> None:
@@ -12,7 +18,19 @@ def _retire_changed_value(sender, instance, raw=False, **kwargs) -> None:
     if raw or instance.pk is None:
         return
     old = type(instance)._default_manager.filter(pk=instance.pk).values_list("value", flat=True).first()
-    if old and old != instance.value:
+    if not old or (isinstance(instance.value, SealedValue) and instance.value == old):
+        return  # no earlier value, or the value is the one read from the row (e.g. a description edit)
+    try:
+        old_text = secret_plaintext(old, name=instance.name)
+    except SecretUnreadable:
+        # A value this process cannot open is kept all the same: one with the right key masks it.
+        RetiredSecretValue.objects.create(name=instance.name, value=old)
+        return
+    try:
+        changed = old_text != secret_plaintext(instance.value, name=instance.name)
+    except SecretUnreadable:
+        changed = True
+    if old_text and changed:
         RetiredSecretValue.objects.create(name=instance.name, value=old)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from benchmarks.choices import RunSource, RunStatus, SweepStatus
+from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.sweeps import DIGITS_RE
@@ -114,6 +115,35 @@ class SweepFilterSerializer(serializers.Serializer):
     model = serializers.CharField(max_length=255, required=False, help_text="only this served model name")
 
 
+# Also the shape of RunSerializer.metrics, hence before it.
+_LATENCY_HELP = "ms by statistic (mean, p50, p90, p99, ...); null when no request succeeded"
+
+
+class RunMetricsSerializer(serializers.Serializer):
+    """:func:`benchmarks.services.run_metrics`: one vocabulary for measured and imported runs."""
+
+    output_throughput_tok_s = serializers.FloatField(allow_null=True, help_text="output tok/s")
+    tok_s_per_gpu = serializers.FloatField(allow_null=True, help_text="output tok/s per GPU; null without a GPU count")
+    request_throughput_req_s = serializers.FloatField(allow_null=True, help_text="successful requests/s")
+    goodput_req_s = serializers.FloatField(allow_null=True, help_text="requests/s within the SLOs")
+    slo_attainment = serializers.FloatField(allow_null=True, help_text="share of requests within the SLOs (0-1)")
+    ttft_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                    help_text=_LATENCY_HELP)
+    tpot_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                    help_text=_LATENCY_HELP)
+    itl_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                   help_text=_LATENCY_HELP)
+    e2e_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                   help_text=_LATENCY_HELP)
+    requests = serializers.IntegerField(allow_null=True)
+    successes = serializers.IntegerField(allow_null=True)
+    failures = serializers.IntegerField(allow_null=True)
+    input_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
+    output_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
+    duration_s = serializers.FloatField(allow_null=True, help_text="seconds")
+    errors = serializers.DictField(child=serializers.IntegerField(), help_text="error text -> count")
+
+
 class RunSerializer(serializers.ModelSerializer):
     """A run: point parameters (``duration_s``: the point's time limit, seconds), status, source,
     summary (seconds for measured runs, the importer's ms fields for imported ones), flags,
@@ -124,6 +154,11 @@ class RunSerializer(serializers.ModelSerializer):
     metrics = serializers.SerializerMethodField()
     label = serializers.CharField(read_only=True)
     has_records = serializers.SerializerMethodField()
+    # Declared so the schema's enum lists "" (a measured run's value): a read-only field built
+    # from the model drops ``allow_blank``, and the enum would then leave out what most runs hold.
+    import_format = serializers.ChoiceField(
+        choices=ImportFormat.choices, allow_blank=True, read_only=True,
+        help_text='The harness format an imported run was read from; "" for a run measured by a sweep.')
 
     class Meta:
         model = BenchmarkRun
@@ -134,6 +169,7 @@ class RunSerializer(serializers.ModelSerializer):
                   "has_records", "created_at", "started_at", "ended_at"]
         read_only_fields = fields
 
+    @extend_schema_field(RunMetricsSerializer)
     def get_metrics(self, obj: BenchmarkRun) -> dict:
         from benchmarks.services import run_metrics
 
@@ -205,37 +241,11 @@ class CompareQuerySerializer(serializers.Serializer):
 # What the actions that answer a service's dict return, for the OpenAPI schema; the views never
 # serialise through these (the services build the dicts).
 
-_LATENCY_HELP = "ms by statistic (mean, p50, p90, p99, ...); null when no request succeeded"
 # Plain strings here (the Run and Sweep components carry the enums): one choice set used by
 # several components would get a hashed enum name in the schema.
 _RUN_STATUS_HELP = f"one of {', '.join(RunStatus.values)}"
 _SWEEP_STATUS_HELP = f"one of {', '.join(SweepStatus.values)}"
 _RUN_SOURCE_HELP = f"one of {', '.join(RunSource.values)}"
-
-
-class RunMetricsSerializer(serializers.Serializer):
-    """:func:`benchmarks.services.run_metrics`: one vocabulary for measured and imported runs."""
-
-    output_throughput_tok_s = serializers.FloatField(allow_null=True, help_text="output tok/s")
-    tok_s_per_gpu = serializers.FloatField(allow_null=True, help_text="output tok/s per GPU; null without a GPU count")
-    request_throughput_req_s = serializers.FloatField(allow_null=True, help_text="successful requests/s")
-    goodput_req_s = serializers.FloatField(allow_null=True, help_text="requests/s within the SLOs")
-    slo_attainment = serializers.FloatField(allow_null=True, help_text="share of requests within the SLOs (0-1)")
-    ttft_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
-                                    help_text=_LATENCY_HELP)
-    tpot_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
-                                    help_text=_LATENCY_HELP)
-    itl_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
-                                   help_text=_LATENCY_HELP)
-    e2e_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
-                                   help_text=_LATENCY_HELP)
-    requests = serializers.IntegerField(allow_null=True)
-    successes = serializers.IntegerField(allow_null=True)
-    failures = serializers.IntegerField(allow_null=True)
-    input_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
-    output_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
-    duration_s = serializers.FloatField(allow_null=True, help_text="seconds")
-    errors = serializers.DictField(child=serializers.IntegerField(), help_text="error text -> count")
 
 
 class RunRecordSerializer(serializers.Serializer):

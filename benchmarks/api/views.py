@@ -67,9 +67,9 @@ def _grid_errors(ser: s.SweepCreateSerializer, *, engine: str | None) -> dict[st
     create=extend_schema(
         summary="Create a sweep of a deployment (operator); it runs on the control worker",
         description="400 lists every problem at once: unknown keys, the deployment, each bad grid field "
-                    "(an `api` the deployment's engine does not serve included). 409: the deployment is "
-                    "stopped or failed, or already has a pending, waiting or running sweep (one at a time: "
-                    "concurrent sweeps would skew each other).",
+                    "(an `api` the deployment's engine does not serve included). 409, only for a body without "
+                    "any of those problems: the deployment is stopped or failed, or already has a pending, "
+                    "waiting or running sweep (one at a time: concurrent sweeps would skew each other).",
         request=s.SweepCreateSerializer,
         responses={201: s.SweepSerializer, 400: ERRORS_400,
                    409: OpenApiResponse(DetailSerializer, description="The deployment is not sweepable now, "
@@ -93,7 +93,9 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
         from deployments.models import Deployment
 
         # Every error in one answer: the body's shape, the deployment and the whole grid (judged
-        # for the deployment's engine when the deployment exists).
+        # for the deployment's engine when the deployment exists). The body is judged in full
+        # before the deployment's state: a bad grid is a 400 even when the deployment is stopped
+        # or busy, which the service answers with 409 only for a valid body.
         if not isinstance(request.data, Mapping):
             kind = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
                     type(None): "null"}.get(type(request.data), type(request.data).__name__)
@@ -107,9 +109,10 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
             deployment = Deployment.objects.select_related("recipe").filter(pk=deployment_id).first()
             if deployment is None:
                 errors["deployment"] = [f"no deployment with id {deployment_id}"]
+        engine = deployment.recipe.engine if deployment is not None else None
+        errors = {**errors, **_grid_errors(ser, engine=engine)}
         if errors:
-            engine = deployment.recipe.engine if deployment is not None else None
-            raise InvalidInput({**errors, **_grid_errors(ser, engine=engine)})
+            raise InvalidInput(errors)
         sweep = services.sweep_create(deployment=deployment, user=request.user, grid=ser.validated_data["grid"],
                                       name=ser.validated_data.get("name", ""))
         return Response(s.SweepSerializer(sweep).data, status=status.HTTP_201_CREATED)

@@ -1,7 +1,7 @@
 """The OpenAPI schema of the sweeps and runs endpoints says what they really answer: each
-operation lists the status codes it returns, and every body a real sweep against a real ``sim``
-server produces (records, exports, analysis, comparison, errors) has exactly the keys and types
-its documented response has."""
+operation lists the status codes it returns (401 and 403 included), and every body a real sweep
+against a real ``sim`` server produces (the run, records, exports, analysis, comparison, errors)
+and every 401 and 403 has exactly the keys and types its documented response has."""
 from __future__ import annotations
 
 import csv
@@ -116,17 +116,24 @@ def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
         ("/api/sweeps/{id}/export/", "get"), ("/api/runs/{id}/records/", "get"), ("/api/runs/{id}/export/", "get"),
         ("/api/runs/{id}/original/", "get"), ("/api/runs/import/", "post"), ("/api/runs/compare/", "get"))}
     assert codes == {
-        ("/api/sweeps/", "post"): ["201", "400", "409"],
-        ("/api/sweeps/{id}/cancel/", "post"): ["200", "404", "409"],
-        ("/api/sweeps/{id}/analysis/", "get"): ["200", "404"],
-        ("/api/sweeps/{id}/export/", "get"): ["200", "400", "404"],
-        ("/api/runs/{id}/records/", "get"): ["200", "400", "404"],
-        ("/api/runs/{id}/export/", "get"): ["200", "400", "404"],
-        ("/api/runs/{id}/original/", "get"): ["200", "404"],
-        ("/api/runs/import/", "post"): ["201", "400", "409"],
-        ("/api/runs/compare/", "get"): ["200", "400", "404"],
+        ("/api/sweeps/", "post"): ["201", "400", "401", "403", "409"],
+        ("/api/sweeps/{id}/cancel/", "post"): ["200", "401", "403", "404", "409"],
+        ("/api/sweeps/{id}/analysis/", "get"): ["200", "401", "403", "404"],
+        ("/api/sweeps/{id}/export/", "get"): ["200", "400", "401", "403", "404"],
+        ("/api/runs/{id}/records/", "get"): ["200", "400", "401", "403", "404"],
+        ("/api/runs/{id}/export/", "get"): ["200", "400", "401", "403", "404"],
+        ("/api/runs/{id}/original/", "get"): ["200", "401", "403", "404"],
+        ("/api/runs/import/", "post"): ["201", "400", "401", "403", "409"],
+        ("/api/runs/compare/", "get"): ["200", "400", "401", "403", "404"],
     }
     ref = "#/components/schemas/"
+    for (path, method) in codes:
+        for code in (401, 403):
+            assert _body(schema, path, method, code) == {"$ref": ref + "Detail"}
+    # a measured run's import_format is "", an imported one's a format: the enum lists both
+    import_format = _resolve(schema, schema["components"]["schemas"]["Run"]["properties"]["import_format"])
+    assert sorted(v for sub in import_format["oneOf"] for v in _resolve(schema, sub)["enum"]) == [
+        "", "sglang-bench-serving", "vllm-bench-serve"]
     for path, method in (("/api/sweeps/", "post"), ("/api/runs/import/", "post"), ("/api/runs/compare/", "get")):
         assert _body(schema, path, method, 400) == {"$ref": ref + "ValidationError"}
     for path, method in (("/api/sweeps/", "post"), ("/api/sweeps/{id}/cancel/", "post"), ("/api/runs/import/", "post")):
@@ -172,6 +179,9 @@ def test_real_answers_match_the_documented_bodies(sim_url: str, operator_api, vi
     assert sweep_execute(sweep_id=sweep_id) == SweepStatus.DONE
     [run] = BenchmarkRun.objects.filter(sweep_id=sweep_id)
     assert run.status == RunStatus.DONE and run.summary["successes"] == 4
+    measured = viewer_api.get(f"/api/runs/{run.pk}/")
+    check(schema, measured, "/api/runs/{id}/", "get")
+    assert measured.json()["import_format"] == ""
 
     records = viewer_api.get(f"/api/runs/{run.pk}/records/?offset=1&limit=2")
     check(schema, records, "/api/runs/{id}/records/", "get")
@@ -216,3 +226,19 @@ def test_real_answers_match_the_documented_bodies(sim_url: str, operator_api, vi
     assert body["runs"][0]["config"]["roles"] == deployment.spec_snapshot["roles"]
     check(schema, viewer_api.get(f"/api/runs/compare/?ids={run.pk}"), "/api/runs/compare/", "get")
     check(schema, viewer_api.get(f"/api/runs/compare/?ids={run.pk},999999"), "/api/runs/compare/", "get")
+
+
+def test_401_and_403_answers_match_the_documented_bodies(anon_api, outsider_api, viewer_api) -> None:
+    schema = _schema(viewer_api)
+    answers = [
+        (anon_api.get("/api/sweeps/"), "/api/sweeps/", "get", 401),
+        (anon_api.post("/api/runs/import/", {"text": "{}"}, format="json"), "/api/runs/import/", "post", 401),
+        (outsider_api.get("/api/runs/compare/?ids=1,2"), "/api/runs/compare/", "get", 403),
+        (viewer_api.post("/api/sweeps/", {"deployment": 1, "grid": GRID}, format="json"), "/api/sweeps/", "post", 403),
+        (viewer_api.post("/api/sweeps/1/cancel/"), "/api/sweeps/{id}/cancel/", "post", 403),
+    ]
+    for response, path, method, code in answers:
+        assert response.status_code == code, (path, response.content)
+        check(schema, response, path, method)
+    assert answers[0][0].json() == {"detail": "Authentication credentials were not provided."}
+    assert answers[3][0].json() == {"detail": "Your role does not allow this."}

@@ -1,5 +1,6 @@
 """The API's documented contract matches what it answers: the flat 400 body and its schema
-component, the token endpoint's 400, the 400/409 answers the deployments endpoints list, and
+component, the token endpoint's 400, the 400/409 answers the deployments endpoints list, the
+401 and 403 every operation that needs credentials lists (real bodies checked against it), and
 the page size cap of list endpoints."""
 from __future__ import annotations
 
@@ -59,10 +60,10 @@ def test_the_deployments_endpoints_list_the_400s_and_409s_they_answer(schema):
     assert ref(deploy["400"]) == "#/components/schemas/ValidationError"
     assert ref(deploy["409"]) == "#/components/schemas/Detail"
     cancel = paths["/api/deployments/{id}/cancel/"]["post"]
-    assert set(cancel["responses"]) == {"202", "404", "409"}
+    assert set(cancel["responses"]) == {"202", "401", "403", "404", "409"}
     assert "ready" in cancel["responses"]["409"]["description"]
     assert "is ready; cancel only applies" in cancel["description"]
-    assert set(paths["/api/deployments/{id}/stop/"]["post"]["responses"]) == {"202", "404"}
+    assert set(paths["/api/deployments/{id}/stop/"]["post"]["responses"]) == {"202", "401", "403", "404"}
     assert ref(paths["/api/recipes/{id}/"]["delete"]["responses"]["409"]) == "#/components/schemas/Detail"
     for path in ("/api/deployments/", "/api/recipes/", "/api/processes/"):
         listed = paths[path]["get"]["responses"]
@@ -74,6 +75,69 @@ def test_the_deployments_endpoints_list_the_400s_and_409s_they_answer(schema):
             assert ref(paths[path][method]["responses"]["400"]) == "#/components/schemas/ValidationError"
     limit = next(p for p in paths["/api/deployments/"]["get"]["parameters"] if p["name"] == "limit")
     assert "at most 500" in limit["description"]
+
+
+def ref_node(response: dict) -> dict:
+    return response["content"]["application/json"]["schema"]
+
+
+def resolved(schema: dict, node: dict) -> dict:
+    while "$ref" in node:
+        node = schema["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+def assert_documented(schema: dict, response, path: str, method: str) -> None:
+    """``response``'s status is listed for the operation, and its JSON body is an object with
+    every required property of the documented schema, no undocumented one, each a string."""
+    responses = schema["paths"][path][method]["responses"]
+    code = str(response.status_code)
+    assert code in responses, f"{method} {path}: {code} is not documented"
+    body, documented = response.json(), resolved(schema, ref_node(responses[code]))
+    assert documented["type"] == "object"
+    assert set(documented.get("required", [])) <= set(body) <= set(documented["properties"]), (body, documented)
+    assert all(documented["properties"][key]["type"] == "string" and isinstance(value, str)
+               for key, value in body.items())
+
+
+def test_every_operation_that_needs_credentials_lists_its_401_and_403(schema):
+    detail = "#/components/schemas/Detail"
+    checked = 0
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            if {} in operation.get("security", [{}]):
+                continue  # open to anyone: the token endpoint
+            checked += 1
+            for code in ("401", "403"):
+                assert ref(operation["responses"][code]) == detail, (method, path, code)
+    assert checked > 50
+    token = schema["paths"]["/api/auth/token/"]["post"]
+    assert token["security"] == [{}] and "401" not in token["responses"]
+    assert "Authentication credentials were not provided" in (
+        schema["paths"]["/api/recipes/"]["get"]["responses"]["401"]["description"])
+
+
+def test_real_401_and_403_bodies_match_the_documented_ones(schema, anon_api, outsider_api, viewer_api):
+    deployment = deployment_row_create(recipe=recipe_row_create(node=cpu_node_create()))
+    bad_token = APIClient()
+    bad_token.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
+    cancel = f"/api/deployments/{deployment.pk}/cancel/"
+
+    answers = [
+        (anon_api.get("/api/deployments/"), "/api/deployments/", "get", 401),
+        (bad_token.get(f"/api/processes/{deployment.processes.get().pk}/log/"), "/api/processes/{id}/log/", "get",
+         401),
+        (anon_api.post(cancel), "/api/deployments/{id}/cancel/", "post", 401),
+        (outsider_api.get("/api/recipes/"), "/api/recipes/", "get", 403),
+        (viewer_api.post(cancel), "/api/deployments/{id}/cancel/", "post", 403),
+        (viewer_api.get("/api/secrets/"), "/api/secrets/", "get", 403),
+    ]
+
+    for response, path, method, code in answers:
+        assert response.status_code == code, (path, response.json())
+        assert_documented(schema, response, path, method)
+    assert answers[0][0].json() == {"detail": "Authentication credentials were not provided."}
+    assert answers[4][0].json() == {"detail": "Your role does not allow this."}
 
 
 def test_a_list_endpoint_returns_at_most_500_rows_a_page(viewer_api):

@@ -5,7 +5,8 @@ from deployments.api import views
 def register(router) -> None:
     """Add this app's routes to ``router`` (a DRF ``DefaultRouter``): ``nodes``, ``recipes``
     (with ``versions``, ``versions/<n>``, ``diff``, ``revert``, ``dry-run``), ``secrets``,
-    ``deployments`` and ``processes``."""
+    ``deployments`` (with ``stop``, ``cancel``, ``events``, ``telemetry``) and ``processes``
+    (with ``log`` and ``log/download``)."""
     router.register("nodes", views.NodeViewSet, basename="node")
     router.register("recipes", views.RecipeViewSet, basename="recipe")
     router.register("secrets", views.SecretViewSet, basename="secret")

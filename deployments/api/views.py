@@ -1,6 +1,7 @@
 """Viewsets of the deployments API: nodes, recipes (with versions, diff, revert, dry-run),
-secrets, deployments and server processes, and the live-telemetry re-sync endpoints
-(``/api/nodes/<name>/telemetry/``, ``/api/deployments/<id>/telemetry/``).
+secrets, deployments and server processes (with their log tail and full log download), and the
+live-telemetry re-sync endpoints (``/api/nodes/<name>/telemetry/``,
+``/api/deployments/<id>/telemetry/``).
 
 Each view checks the input's shape with a serializer, calls one service or selector and
 serialises the result. Roles come from :class:`controlplane.permissions.RolePermission`:
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import time
 
+from django.http import FileResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
@@ -22,11 +25,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api import ERROR_404, ERROR_409, ERRORS_400, SafeJSONParser
-from controlplane.errors import Conflict
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
 from deployments.api import serializers as s
-from deployments.choices import DeploymentStatus
 from deployments.models import Deployment, Node, Recipe, Secret
 from deployments.telemetry import selectors as telemetry_selectors
 
@@ -37,28 +38,6 @@ RECIPE_ERRORS_HELP = (
     "Every problem comes back in one 400: unknown top-level fields, field errors (name, engine, topology, "
     "node) and spec errors together. " + s.ERROR_SHAPE_HELP
 )
-
-
-def cancellable(deployment: Deployment) -> bool:
-    """Whether a cancel acts on ``deployment``: it has not become ready yet, i.e. it is
-    ``pending``, or ``starting`` without ever having been ready (a ready deployment restarting a
-    process is ``starting`` again, with ``ready_at`` kept: that one is live)."""
-    if deployment.status == DeploymentStatus.PENDING:
-        return True
-    return deployment.status == DeploymentStatus.STARTING and deployment.ready_at is None
-
-
-def cancel_refusal(deployment: Deployment) -> str:
-    """Why ``deployment`` cannot be cancelled (see :func:`cancellable`), and what to do
-    instead."""
-    pk = deployment.pk
-    stop = f"Use stop (POST /api/deployments/{pk}/stop/) to stop it."
-    rule = "cancel only applies to a deployment that has not become ready yet (pending or starting)."
-    if deployment.status == DeploymentStatus.READY:
-        return f"Deployment #{pk} is ready; {rule} {stop}"
-    if deployment.status == DeploymentStatus.STARTING:
-        return f"Deployment #{pk} was ready and is restarting a process; {rule} {stop}"
-    return f"Deployment #{pk} is {deployment.status}; {rule} There is nothing to cancel."
 
 
 def _query(serializer_class, request: Request) -> dict:
@@ -395,7 +374,9 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         description="Only for a deployment that has not become ready yet: `pending` (cancelled at once, also "
         "while its node agent is down) or `starting` for the first time (the node agent stops what it started, "
         "as stop does). Anything else, a ready deployment or one restarting a process after being ready "
-        "included, is refused with 409 and left as it is, so a cancel never takes down a live deployment: "
+        "included, is refused with 409 and left as it is, so a cancel never takes down a live deployment (the row "
+        "as stored decides, in one conditional update: one that becomes ready while the cancel is in flight is "
+        "refused the same way): "
         '`{"detail": "Deployment #7 is ready; cancel only applies to a deployment that has not become ready '
         'yet (pending or starting). Use stop (POST /api/deployments/7/stop/) to stop it.", "code": "conflict"}`.',
         request=None,
@@ -408,13 +389,12 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["post"], url_path="cancel")
     def cancel(self, request: Request, pk=None) -> Response:
-        """Cancel a deployment that has not become ready (202, as stop does); otherwise raise
-        :class:`~controlplane.errors.Conflict` (409) naming its status and, for a live one,
-        pointing at stop. 404 for an unknown id."""
-        deployment = self.get_object()
-        if not cancellable(deployment):
-            raise Conflict(cancel_refusal(deployment))
-        return self._stop(deployment, request)
+        """Cancel a deployment that has not become ready (202, as stop does) through
+        :func:`deployments.services.deployment_cancel`, which judges the row as stored at the
+        moment it changes it; otherwise 409 naming its status and, for a live one, pointing at
+        stop. 404 for an unknown id."""
+        deployment = services.deployment_cancel(deployment=self.get_object(), user=request.user)
+        return Response(s.DeploymentSerializer(deployment).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         summary="A deployment's live telemetry for re-sync: last messages, sequence number, 1 s history",
@@ -477,10 +457,16 @@ class ServerProcessViewSet(viewsets.ReadOnlyModelViewSet):
         q = _query(s.ProcessFilterSerializer, self.request)
         return selectors.process_list(deployment_id=q.get("deployment"), role=q.get("role"))
 
+    def perform_content_negotiation(self, request, force=False):
+        # The download answers text/plain whatever the client accepts; its errors are JSON.
+        return super().perform_content_negotiation(request, force=force or self.action == "log_download")
+
     @extend_schema(
         summary="The end of a process's log (secrets masked)",
+        description="`text` is empty while the process has no log file (yet). 404 for an unknown process id.",
         parameters=[OpenApiParameter("lines", OpenApiTypes.INT, description="1-2000, default 100")],
-        responses={200: s.ProcessLogSerializer, 400: ERRORS_400},
+        responses={200: s.ProcessLogSerializer, 400: ERRORS_400,
+                   404: OpenApiResponse(s.DetailSerializer, description="No such process.")},
     )
     @action(detail=True, methods=["get"], url_path="log")
     def log(self, request: Request, pk=None) -> Response:
@@ -488,3 +474,23 @@ class ServerProcessViewSet(viewsets.ReadOnlyModelViewSet):
         lines = _query(s.ProcessLogQuerySerializer, request)["lines"]
         text = services.process_log_tail(process=process, lines=lines)
         return Response({"process": process.pk, "lines": lines, "text": text})
+
+    @extend_schema(
+        summary="Download a process's full log (secrets masked)",
+        description="The whole log, the rotated part first, as a `text/plain` attachment named "
+        "`deployment-<deployment id>-<role>-<ordinal>.log`, masked with every stored secret value exactly as "
+        "the deployment page's download (the same code serves both). Bytes that are not UTF-8 pass unchanged. "
+        "404 for an unknown process id, and for a process with no log file: none recorded yet, a recorded "
+        "path outside the log directory, or a file that does not exist (any more).",
+        responses={
+            (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="the log, as an attachment"),
+            404: OpenApiResponse(s.DetailSerializer, description="No such process, or it has no log file."),
+        },
+    )
+    @action(detail=True, methods=["get"], url_path="log/download", url_name="log-download")
+    def log_download(self, request: Request, pk=None) -> HttpResponseBase:
+        """Stream the log through :func:`deployments.services.process_log_download`, the
+        service the page's download uses too: same file checks, same redaction, same file name."""
+        process = self.get_object()
+        filename, reader = services.process_log_download(process=process)
+        return FileResponse(reader, as_attachment=True, filename=filename, content_type="text/plain; charset=utf-8")

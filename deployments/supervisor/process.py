@@ -96,13 +96,31 @@ class ProcessHandle:
 @dataclass(frozen=True)
 class ExitInfo:
     """How the engine process ended, as recorded by its shim: ``returncode`` for a normal exit,
-    ``signal`` (number) when a signal ended it, ``ended_at`` in seconds since the epoch."""
+    ``signal`` (number) when a signal ended it, ``ended_at`` in seconds since the epoch.
+    ``stop_signal`` / ``stop_signal_at`` (number, epoch seconds): the first stop signal (SIGTERM,
+    SIGINT, SIGHUP) sent to the engine's process group before it ended, as :func:`process_stop`
+    sends it; None when none was (the engine ended on its own, or a signal reached its pid alone).
+    """
 
     pid: int
     start_ticks: int | None
     returncode: int | None
     signal: int | None
     ended_at: float
+    stop_signal: int | None = None
+    stop_signal_at: float | None = None
+
+    @property
+    def requested(self) -> bool:
+        """The engine ended after a stop was sent to its process group: it was asked to stop."""
+        return self.stop_signal is not None
+
+    @property
+    def ended_after_s(self) -> float | None:
+        """Seconds from the stop signal to the engine's end (None when not :attr:`requested`)."""
+        if self.stop_signal_at is None:
+            return None
+        return max(0.0, self.ended_at - self.stop_signal_at)
 
 
 @dataclass(frozen=True)
@@ -113,8 +131,18 @@ class StopResult:
     (SIGTERM sufficed), ``killed`` (some process of the tree needed SIGKILL), ``not_running``
     (nothing of it was found), ``identity_mismatch`` (the pid now belongs to another process,
     which was not signalled; tagged leftovers, if any, were still stopped). ``exit_code`` and
-    ``signal`` come from the shim's exit record when ``log_path`` was given. Pid tuples list
-    what received SIGTERM, what needed SIGKILL, and anything still alive at the end.
+    ``signal`` come from the shim's exit record when ``log_path`` was given: how the engine's
+    process ended, whoever asked (``exit_code`` 0 after a SIGTERM is a clean shutdown on request,
+    not an exit of its own). Pid tuples list what received SIGTERM, what needed SIGKILL, and
+    anything still alive at the end.
+
+    ``requested`` is True when this stop ended a running engine (``terminated`` or ``killed``):
+    ``stop_signal`` is the signal sent first (SIGTERM) and ``ended_after_s`` the seconds from it
+    to the engine's end (from the exit record, else as polled). ``reason`` says it in words: a
+    requested stop reads ``stopped on request: SIGTERM, ended 0.42 s after it (exit code 0)``
+    (or ``... (killed by signal 15 (SIGTERM))``, ``...; SIGKILL needed after 5s grace for pids
+    [...]``), never ``exited with code N``, which is only for an engine that ended on its own
+    (:func:`exit_info_text`).
     """
 
     outcome: str
@@ -125,6 +153,9 @@ class StopResult:
     killed: tuple[int, ...] = ()
     survivors: tuple[int, ...] = ()
     reason: str = ""
+    requested: bool = False
+    stop_signal: int | None = None
+    ended_after_s: float | None = None
 
 
 @dataclass
@@ -440,6 +471,31 @@ def exit_status_text(*, returncode: int | None, signal_number: int | None) -> st
     return "ended (no exit status)"
 
 
+def exit_info_text(info: ExitInfo) -> str:
+    """How the engine of ``info`` ended, in words that say who asked: ``stopped on request:
+    SIGTERM, ended 0.42 s after it (exit code 0)`` (or ``(killed by signal 15 (SIGTERM))``)
+    when a stop was sent to its group first (:attr:`ExitInfo.requested`), else
+    :func:`exit_status_text` (``exited with code 0``, ``killed by signal 9 (SIGKILL)``)."""
+    how = exit_status_text(returncode=info.returncode, signal_number=info.signal)
+    if not info.requested:
+        return how
+    return _requested_text(int(info.stop_signal), info.ended_after_s, how)
+
+
+def _requested_text(stop_signal: int, ended_after_s: float | None, how: str) -> str:
+    """``stopped on request: SIGTERM, ended 0.42 s after it (exit code 0)``: ``how`` is
+    :func:`exit_status_text` of the end (``exited with code N`` becomes ``exit code N`` here, an
+    answer to the request rather than an exit of its own)."""
+    try:
+        name = signal.Signals(stop_signal).name
+    except ValueError:
+        name = f"signal {stop_signal}"
+    if how.startswith("exited with code "):
+        how = "exit code " + how[len("exited with code "):]
+    after = f", ended {ended_after_s:.2f} s after it" if ended_after_s is not None else ""
+    return f"stopped on request: {name}{after} ({how})"
+
+
 def returncode_text(code: int) -> str:
     """:func:`exit_status_text` of a code stored the way :mod:`subprocess` reports it: ``-N``
     when signal N ended the process, else its exit code."""
@@ -511,12 +567,15 @@ def process_exit_info(handle: ProcessHandle, *, log_path: Path | str) -> ExitInf
         return None
     if data.get("pid") != handle.pid or data.get("start_ticks") not in (handle.start_ticks, None):
         return None
+    stop_signal, stop_at = data.get("stop_signal"), data.get("stop_signal_at")
     return ExitInfo(
         pid=int(data["pid"]),
         start_ticks=data.get("start_ticks"),
         returncode=data.get("returncode"),
         signal=data.get("signal"),
         ended_at=float(data.get("ended_at") or 0.0),
+        stop_signal=int(stop_signal) if stop_signal is not None else None,
+        stop_signal_at=float(stop_at) if stop_signal is not None and stop_at is not None else None,
     )
 
 
@@ -546,6 +605,13 @@ def process_stop(
     had_members = bool(tree.members)
     terminated: set[int] = set()
     killed: set[int] = set()
+    term_wall: float | None = None  # time.time() of the first SIGTERM
+    gone_after: float | None = None  # seconds from it until the engine was seen ended
+
+    def note_gone(t: _Tree) -> None:
+        nonlocal gone_after
+        if gone_after is None and term_wall is not None and (t.engine is None or not t.engine.running):
+            gone_after = time.time() - term_wall
 
     def term_new(members: dict[int, ProcInfo], in_group_done: bool) -> None:
         for pid, info in members.items():
@@ -557,12 +623,14 @@ def process_stop(
                 terminated.add(pid)
 
     if tree.members:
+        term_wall = time.time()
         group_done = tree.group_verified and _killpg_verified(handle, signal.SIGTERM)
         term_new(tree.members, group_done)
         deadline = started + max(0.0, grace_s)
         while time.monotonic() < deadline:
             time.sleep(POLL_S)
             tree = _tree(handle)
+            note_gone(tree)
             if not tree.members:
                 break
             term_new(tree.members, False)
@@ -573,6 +641,7 @@ def process_stop(
                     killed.add(pid)
             time.sleep(POLL_S)
             tree = _tree(handle)
+            note_gone(tree)
     survivors = tuple(sorted(tree.members))
 
     shim_deadline = time.monotonic() + shim_wait_s
@@ -586,19 +655,36 @@ def process_stop(
     _reap(handle.pgid)
 
     exit_info = process_exit_info(handle, log_path=log_path) if log_path else None
+    # An engine whose shim recorded its end before the first SIGTERM ended on its own, whatever
+    # this call then saw (it was running when the tree was read a moment earlier).
+    ended_first = (exit_info is not None and term_wall is not None and not exit_info.requested
+                   and 0 < exit_info.ended_at < term_wall)
     if mismatch:
         outcome = "identity_mismatch"
-    elif engine_was_running:
+    elif engine_was_running and not ended_first:
         outcome = "killed" if killed else "terminated"
     elif had_members or exit_info is not None or (first is not None and not first.running):
         outcome = "exited"
     else:
         outcome = "not_running"
+    requested = outcome in ("terminated", "killed") and term_wall is not None
+    ended_after = None
+    if requested:
+        # The shim's record times the end exactly; polling only bounds it (POLL_S).
+        ended_after = (max(0.0, exit_info.ended_at - term_wall) if exit_info is not None and exit_info.ended_at
+                       else gone_after)
+        how = (exit_status_text(returncode=exit_info.returncode, signal_number=exit_info.signal)
+               if exit_info is not None else "no exit record")
+        stopped = _requested_text(int(signal.SIGTERM), ended_after, how)
+    else:
+        stopped = ""
     reason = {
         "identity_mismatch": f"pid {handle.pid} now belongs to another process; it was not signalled",
-        "killed": f"SIGKILL needed after {grace_s:g}s grace for pids {sorted(killed)}",
-        "terminated": "stopped by SIGTERM",
-        "exited": "had already exited before the stop",
+        "killed": f"{stopped}; SIGKILL needed after {grace_s:g}s grace for pids {sorted(killed)}",
+        "terminated": stopped,
+        "exited": "had already exited before the stop" + (
+            f" ({exit_status_text(returncode=exit_info.returncode, signal_number=exit_info.signal)})"
+            if exit_info is not None and not exit_info.requested else ""),
         "not_running": "no process found",
     }[outcome]
     if survivors:
@@ -612,4 +698,7 @@ def process_stop(
         killed=tuple(sorted(killed)),
         survivors=survivors,
         reason=reason,
+        requested=requested,
+        stop_signal=int(signal.SIGTERM) if requested else None,
+        ended_after_s=ended_after,
     )

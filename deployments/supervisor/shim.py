@@ -21,12 +21,17 @@ What it does, in order:
    The shim lives in the engine's session, so the cap holds whoever started it and whether or
    not that process still runs.
 5. When the engine exits, writes ``--exit-file`` atomically (JSON: pid, start_ticks, returncode,
-   signal, ended_at) and a closing line in the log; it keeps draining until the pipe is closed by
-   every holder and no reparented descendant is left, then exits 0.
+   signal, ended_at, stop_signal, stop_signal_at) and a closing line in the log; it keeps draining
+   until the pipe is closed by every holder and no reparented descendant is left, then exits 0.
 
-``SIGTERM``, ``SIGINT`` and ``SIGHUP`` are ignored here so that a stop signalled to the whole
-process group lets the shim record the engine's last words and exit status; ``SIGKILL`` still
-ends it. If the shim itself is killed first, the engine's next write to stdout fails
+``SIGTERM``, ``SIGINT`` and ``SIGHUP`` do not end the shim, so that a stop signalled to the whole
+process group lets it record the engine's last words and exit status; ``SIGKILL`` still ends it.
+The first of them to arrive before the engine ended is recorded (``stop_signal``, its number, and
+``stop_signal_at``, seconds since the epoch): a stop sent to the group, as
+:func:`deployments.supervisor.process_stop` sends it, so whoever reads the record can tell an
+engine that was asked to stop and then exited with code 0 (llama.cpp's server does) from one that
+ended on its own. A signal sent to the engine's pid alone does not reach the shim and is not
+recorded. If the shim itself is killed first, the engine's next write to stdout fails
 (``EPIPE``/``SIGPIPE``), the same trade-off every log-owning shim (e.g. conmon) makes; nothing
 can reattach a pipe the engine holds, so the node agent records that log capture stopped
 (:func:`deployments.supervisor.process.shim_gone`) and the engine's exit goes unrecorded.
@@ -116,6 +121,16 @@ def _signal_text(number: int) -> str:
         return f"signal {number}"
 
 
+# The first stop signal the group received while the engine ran: [signal number, epoch seconds].
+_STOP_SEEN: list = []
+
+
+def _on_stop_signal(number: int, frame: object) -> None:
+    """Handler of :data:`_IGNORED` in the shim: note the first one, otherwise ignore it."""
+    if not _STOP_SEEN:
+        _STOP_SEEN.extend((int(number), time.time()))
+
+
 def _write_exit_file(path: str, pid: int, ticks: int | None, status: int) -> None:
     record = {
         "pid": pid,
@@ -123,6 +138,8 @@ def _write_exit_file(path: str, pid: int, ticks: int | None, status: int) -> Non
         "returncode": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         "ended_at": time.time(),
+        "stop_signal": _STOP_SEEN[0] if _STOP_SEEN else None,
+        "stop_signal_at": _STOP_SEEN[1] if _STOP_SEEN else None,
     }
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -180,7 +197,8 @@ def main(args: list[str] | None = None) -> int:
     except (OSError, AttributeError):
         pass  # descendants are still found by their environment tag
     for sig in _IGNORED:
-        signal.signal(sig, signal.SIG_IGN)
+        signal.signal(sig, _on_stop_signal)
+        signal.siginterrupt(sig, False)  # a note, not an interruption: select/read/waitpid resume
 
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()  # both ends close-on-exec (PEP 446)

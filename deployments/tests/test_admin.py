@@ -210,17 +210,17 @@ def test_it_treats_the_secret_value_as_write_only(admin_client, db):
     response = admin_client.post(_admin_url(Secret, "add"), {"name": "hf-token", "description": "hub", "value": SECRET_VALUE})
     assert response.status_code == 302
     secret = Secret.objects.get(name="hf-token")
-    assert secret.value == SECRET_VALUE
+    assert secret.plaintext() == SECRET_VALUE
 
     # A blank value keeps the stored one; a new value replaces it.
     response = admin_client.post(_admin_url(Secret, "change", secret.pk), {"description": "hub token", "value": ""})
     assert response.status_code == 302
     secret.refresh_from_db()
-    assert (secret.value, secret.description) == (SECRET_VALUE, "hub token")
+    assert (secret.plaintext(), secret.description) == (SECRET_VALUE, "hub token")
     response = admin_client.post(_admin_url(Secret, "change", secret.pk), {"description": "hub token", "value": "hf_rotated0123456789abcdef"})
     assert response.status_code == 302
     secret.refresh_from_db()
-    assert secret.value == "hf_rotated0123456789abcdef"
+    assert secret.plaintext() == "hf_rotated0123456789abcdef"
     history = admin_client.get(_admin_url(Secret, "history", secret.pk)).content.decode()
     assert "hf_rotated" not in history and SECRET_VALUE not in history
 

@@ -149,7 +149,7 @@ def test_it_keeps_secrets_away_from_non_admins(request, api_name, secret):
     assert api.patch(f"/api/secrets/{secret.pk}/", {"value": "new-value"}, format="json").status_code == 403
     assert api.delete(f"/api/secrets/{secret.pk}/").status_code == 403
     secret.refresh_from_db()
-    assert secret.value == "hf_abcdefghijklmnopqrstuvwx"
+    assert secret.plaintext() == "hf_abcdefghijklmnopqrstuvwx"
     assert Secret.objects.count() == 1
 
 
@@ -170,7 +170,7 @@ def test_it_lets_an_admin_manage_secrets_without_ever_returning_a_value(admin_ap
     patched = admin_api.patch(f"/api/secrets/{pk}/", {"value": "hf_newnewnewnewnewnewnewnew"}, format="json")
     assert patched.status_code == 200
     assert "value" not in patched.json()
-    assert Secret.objects.get(pk=pk).value == "hf_newnewnewnewnewnewnewnew"
+    assert Secret.objects.get(pk=pk).plaintext() == "hf_newnewnewnewnewnewnewnew"
 
     assert admin_api.delete(f"/api/secrets/{pk}/").status_code == 204
     assert not Secret.objects.exists()

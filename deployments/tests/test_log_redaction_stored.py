@@ -131,7 +131,7 @@ def test_a_rotated_value_is_masked_by_a_process_started_after_the_rotation(proce
     assert PLAIN_VALUE not in text and f"login as {REDACTED} done" in text
     assert redact_text("new plain value 99 and violet lantern quarry 58") == f"{REDACTED} and {REDACTED}"
     retired = RetiredSecretValue.objects.get()
-    assert (retired.name, retired.value) == ("plain", PLAIN_VALUE)
+    assert (retired.name, retired.plaintext()) == ("plain", PLAIN_VALUE)
 
 
 def test_a_deleted_value_is_masked_by_a_process_started_after_the_deletion(process, monkeypatch, viewer_api):

@@ -466,7 +466,7 @@ def test_it_shows_only_the_terminal_state_of_a_stopped_process(viewer_client, se
         probe_detail="http://127.0.0.1:30001/health answered 200",
     )
     cell = _process_cell(_html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))), process)
-    assert "down (exit code 0)" in cell
+    assert "down (stopped on request, exit code 0)" in cell
     assert "answered 200" not in cell and "probed" not in cell
 
 

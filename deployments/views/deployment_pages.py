@@ -7,7 +7,6 @@ selector and render.
 """
 from __future__ import annotations
 
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from django.views.decorators.http import require_POST
 
 from controlplane.errors import Conflict, NotFound
 from controlplane.realtime import deployment_group
-from controlplane.redaction import redact_text, stored_secret_values_load
+from controlplane.redaction import SecretsUnmaskable, redact_text
 from deployments import selectors, services
+from deployments.logfiles import log_file, log_parts
 from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL, DeploymentStatus, ProcessStatus, Role
 from deployments.models import Deployment, ServerProcess
 from deployments.supervisor import signal_text
@@ -37,10 +37,6 @@ from deployments.views.common import _agent_view, _can_write, _duration_text, _s
 LOG_TAIL_LINES = 200
 # Timeline rows shown on the page; a process that restarts in a loop can write thousands.
 TIMELINE_MAX_EVENTS = 500
-# A download is redacted in pieces of about 64 KiB, each extended to the end of its line; a
-# line longer than 1 MiB is cut there (only such a pathological line could split a secret).
-DOWNLOAD_CHUNK_BYTES = 64 * 1024
-DOWNLOAD_LINE_MAX_BYTES = 1024 * 1024
 POLL_TRIGGER = "every 2s"
 # A running process's health is "stale" once its last probe is older than this many liveness
 # periods: the agent probes every period, so missing two in a row means it is not probing.
@@ -49,27 +45,8 @@ STALE_PROBE_FACTOR = 3
 
 def _log_file(process: ServerProcess) -> Path | None:
     """The process's log file if its recorded path lies inside ``settings.CEILING_LOG_DIR``
-    (after resolving ``..`` and symlinks), else None.
-
-    ``log_path`` is a database value: pages read or serve a file only when it is one of the
-    supervisor's own logs, never an arbitrary path written into the row.
-    """
-    if not process.log_path or not os.path.isabs(process.log_path):
-        return None
-    try:
-        root = Path(settings.CEILING_LOG_DIR).resolve()
-        path = Path(process.log_path).resolve()
-    except (OSError, RuntimeError, ValueError):
-        return None
-    if path == root or not path.is_relative_to(root):
-        return None
-    return path
-
-
-def _log_parts(path: Path) -> list[Path]:
-    """The files making up one log, oldest first: the rotated ``<log>.1`` (the shim keeps one)
-    then ``<log>``; only regular files that exist."""
-    return [p for p in (Path(f"{path}.1"), path) if p.is_file()]
+    (:func:`deployments.logfiles.log_file`), else None."""
+    return log_file(process.log_path)
 
 
 def _pinning_view(process: ServerProcess) -> dict[str, Any]:
@@ -142,6 +119,9 @@ def _health_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
             detail = f"killed by {signal_text(-code)}"
         else:
             detail = f"exit code {code}"
+        if process.end_reason in ("terminated", "killed after grace"):
+            # the supervisor asked it to stop: its exit answers the request (agent._process_stop)
+            detail = f"stopped on request, {detail}" if code is not None else "stopped on request"
         badge = ("" if status == ProcessStatus.EXITED else "bad", f"down ({detail})")
         # A process that ended shows only how it ended: its last probe answer ("answered 200,
         # probed 9 s ago") describes a process that no longer exists.
@@ -344,17 +324,21 @@ def _process_log_context(process: ServerProcess, deployment: Deployment) -> dict
     note = ""
     if path is None:
         note = "No log file recorded yet." if not process.log_path else "The log path lies outside the log directory; not shown."
-    elif not _log_parts(path):
+    elif not log_parts(path):
         note = "The log file does not exist (yet)."
     else:
-        # process_log_tail masks with the stored secret values, read from the database.
-        text = services.process_log_tail(process=process, lines=LOG_TAIL_LINES)
+        # process_log_tail masks with the stored secret values, read from the database; a value
+        # this server cannot decrypt could not be masked, so nothing is shown then.
+        try:
+            text = services.process_log_tail(process=process, lines=LOG_TAIL_LINES)
+        except SecretsUnmaskable as exc:
+            note = f"The log is {exc}."
     return {
         "process": process,
         "label": f"{process.role} #{process.ordinal}",
         "text": text,
         "note": note,
-        "downloadable": path is not None and bool(_log_parts(path)),
+        "downloadable": path is not None and bool(log_parts(path)),
         "live": deployment.status not in DEPLOYMENT_TERMINAL,
         "poll_trigger": POLL_TRIGGER,
         "lines": LOG_TAIL_LINES,
@@ -371,63 +355,22 @@ def process_log_partial(request: HttpRequest, pk: int, process_pk: int) -> HttpR
     )
 
 
-class _RedactedLogReader:
-    """A read-only file-like view of a log's parts (rotated then current) that passes the text
-    through :func:`controlplane.redaction.redact_text` before it leaves the server.
-
-    Each read returns about :data:`DOWNLOAD_CHUNK_BYTES`, extended to the end of the line so a
-    secret (one token, never spanning a newline) is always redacted whole; ``size`` is only a
-    hint, which suits :class:`~django.http.FileResponse`'s read loop. Bytes round-trip through
-    ``surrogateescape`` so non-UTF-8 output reaches the download unchanged except where a
-    secret was masked. There is no ``seek``/``tell``, so no Content-Length is sent (redaction
-    changes the length).
-    """
-
-    def __init__(self, parts: list[Path]):
-        self._parts = list(parts)
-        self._fh: Any = None
-
-    def read(self, size: int = -1) -> bytes:
-        while self._fh is not None or self._parts:
-            if self._fh is None:
-                try:
-                    self._fh = open(self._parts.pop(0), "rb")  # noqa: SIM115 - closed at EOF or in close()
-                except OSError:
-                    continue
-            chunk = self._fh.read(DOWNLOAD_CHUNK_BYTES)
-            if not chunk:
-                self._fh.close()
-                self._fh = None
-                continue
-            if not chunk.endswith(b"\n"):
-                chunk += self._fh.readline(DOWNLOAD_LINE_MAX_BYTES)
-            text = chunk.decode("utf-8", errors="surrogateescape")
-            return redact_text(text).encode("utf-8", errors="surrogateescape")
-        return b""
-
-    def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-        self._parts = []
-
-
 @role_page()
-def process_log_download(request: HttpRequest, pk: int, process_pk: int) -> FileResponse:
+def process_log_download(request: HttpRequest, pk: int, process_pk: int) -> HttpResponse:
     """The full log of one process (rotated part first) as a text attachment, streamed with
     secret values redacted: every stored secret value is read from the database before the
     first byte (:func:`controlplane.redaction.stored_secret_values_load`), so a server started
     after the engine masks it too. 404 unless the recorded path lies inside
     ``settings.CEILING_LOG_DIR`` and the file exists."""
     process = _get_process(pk, process_pk)
-    path = _log_file(process)
-    parts = _log_parts(path) if path is not None else []
-    if not parts:
-        raise Http404("No log file for this process.")
-    stored_secret_values_load()
-    filename = f"deployment-{process.deployment_id}-{process.role}-{process.ordinal}.log"
+    try:
+        filename, reader = services.process_log_download(process=process)
+    except NotFound as exc:
+        raise Http404(str(exc)) from exc
+    except SecretsUnmaskable as exc:
+        return HttpResponse(f"The log is {exc}.\n", status=503, content_type="text/plain; charset=utf-8")
     return FileResponse(
-        _RedactedLogReader(parts),
+        reader,
         as_attachment=True,
         filename=filename,
         content_type="text/plain; charset=utf-8",

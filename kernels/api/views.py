@@ -13,13 +13,20 @@ from dataclasses import asdict
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api import ExportFormatMixin, ExportQuerySerializer, attachment, query_validated
+from controlplane.api import (
+    ERROR_404,
+    DetailSerializer,
+    ExportFormatMixin,
+    ExportQuerySerializer,
+    attachment,
+    query_validated,
+)
 from controlplane.errors import InvalidInput, NotFound
 from kernels import selectors, services
 from kernels.api import serializers as s
@@ -91,7 +98,8 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Cancel a kernel job (operator): the runner is stopped within a second",
-                   request=None, responses={200: s.JobSerializer})
+                   request=None, responses={200: s.JobSerializer, 404: ERROR_404,
+                                            409: OpenApiResponse(DetailSerializer, description="The job already ended.")})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = services.kernel_job_cancel(job=self.get_object(), user=request.user)

@@ -218,3 +218,11 @@ def test_the_variant_table_of_an_unmeasured_job_offers_only_its_batches_and_shap
     # a job that selected none shows every batch the manifest declares
     every = kernel_job_create(package=toy_package, node=h200_node, dispatch=False)
     assert viewer_api.get(f"/api/kernel-jobs/{every.pk}/variants/").json()["batches"] == [1, 4]
+
+
+def test_the_schema_documents_cancels_404_and_409(viewer_api):
+    schema = viewer_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    responses = schema["paths"]["/api/kernel-jobs/{id}/cancel/"]["post"]["responses"]
+
+    assert set(responses) == {"200", "401", "403", "404", "409"}
+    assert responses["409"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Detail"}
