@@ -715,6 +715,10 @@ def _sglang_run(obj: dict[str, Any], raw: str, line: int | None, text: str, prob
     ratio = r.number("random_range_ratio")
     sharegpt_out = r.count("sharegpt_output_len")
     fixed_out = r.count("fixed_output_len")
+    # bench_serving writes only how many requests completed; a failure count, where a file has
+    # one, is read, and otherwise stays None (unknown), never 0.
+    if "failed" in r.obj:
+        run.failed = r.count("failed")
     dataset = (run.dataset_name or "").lower()
     if dataset.startswith("random"):
         run.requested_input_len, run.requested_output_len, run.range_ratio = random_in, random_out, ratio

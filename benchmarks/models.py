@@ -153,8 +153,16 @@ class BenchmarkRun(models.Model):
 
     @property
     def label(self) -> str:
-        """``c=8 256/256`` or ``2 req/s 256/256``: the point in words."""
+        """``c=8 256/256`` or ``2 req/s 256/256``: the point in words. Without fixed lengths it
+        says why: ``variable lengths`` when the lengths were drawn from a range (flag
+        ``variable_lengths``), ``lengths unknown`` when the source did not record them (flag
+        ``lengths_unknown``, or no flag saying they varied)."""
         load = f"c={self.concurrency}" if self.concurrency is not None else (
             f"{self.request_rate:g} req/s" if self.request_rate is not None else "unbounded")
-        lengths = f"{self.input_len}/{self.output_len}" if self.input_len and self.output_len else "variable lengths"
+        if self.input_len and self.output_len:
+            lengths = f"{self.input_len}/{self.output_len}"
+        elif "variable_lengths" in (self.flags or []) and "lengths_unknown" not in (self.flags or []):
+            lengths = "variable lengths"
+        else:
+            lengths = "lengths unknown"
         return f"{load} {lengths}"

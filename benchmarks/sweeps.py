@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from benchmarks.analysis.model import PARTIAL_FLAG
 from benchmarks.loadgen import Api
 from controlplane.errors import InvalidInput
 
@@ -395,7 +396,10 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     """One stored run as the dict :meth:`benchmarks.analysis.SweepPoint.from_summary` reads.
 
     Measured summaries hold latencies in seconds (``ttft_s``); the analysis wants ms (``ttft_ms``).
-    Imported summaries already hold ``*_ms`` keys and pass through.
+    Imported summaries already hold ``*_ms`` keys and pass through. A measured summary's
+    ``decode_steps`` (the client-seen decode step, :func:`benchmarks.loadgen.run_summary`) becomes
+    ``decode_step_ms`` (its ``step_s`` in ms), ``decode_batch`` (``batch_mean``, sequences) and
+    ``decode_stall_share`` (``stall_share``, 0..1); all None without one.
     """
     out: dict[str, Any] = {"concurrency": concurrency, "request_rate": request_rate, "input_len": input_len,
                            "output_len": output_len, "num_gpus": num_gpus, "flags": list(flags),
@@ -405,7 +409,55 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     out["request_throughput"] = summary.get("request_throughput_req_s")
     out["completed"] = summary.get("successes", summary.get("completed"))
     out["failed"] = summary.get("failures", summary.get("failed"))
+    steps = summary.get("decode_steps")
+    steps = steps if isinstance(steps, Mapping) else {}
+    step_s = steps.get("step_s")
+    out["decode_step_ms"] = step_s * 1000.0 if isinstance(step_s, (int, float)) else None
+    out["decode_batch"] = steps.get("batch_mean")
+    out["decode_stall_share"] = steps.get("stall_share")
     return out
+
+
+def summary_mark_partial(summary: dict[str, Any], *, reason: str, planned_requests: int | None,
+                         planned_duration_s: float | None) -> dict[str, Any]:
+    """Mark ``summary`` (:func:`benchmarks.loadgen.run_summary` of a point stopped partway, e.g.
+    by a cancel; changed in place and returned) as partial, so nothing reads it as a measurement
+    of the point: ``summary["partial"] = {"reason", "completed", "sent", "planned",
+    "planned_duration_s", "aborted", "not_sent"}`` (``completed``: successful requests;
+    ``sent``: requests sent, the aborted ones included; ``planned``: the point's request count,
+    None for a point limited by time alone, whose plan is ``planned_duration_s`` seconds;
+    ``aborted``: requests the stop ended in flight; ``not_sent``: planned requests never sent,
+    None when unknown), the flag :data:`benchmarks.analysis.PARTIAL_FLAG` raised in
+    ``summary["flags"]`` (the analysis and the comparison leave such a point out) and
+    ``ended_by`` ``"cancelled"``."""
+    flags = summary.get("flags")
+    if not isinstance(flags, dict):
+        flags = {str(f): True for f in (flags or [])}
+    flags[PARTIAL_FLAG] = True
+    summary["flags"] = flags
+    summary["ended_by"] = "cancelled"
+    summary["partial"] = {
+        "reason": reason, "completed": int(summary.get("successes") or 0), "sent": int(summary.get("requests") or 0),
+        "planned": planned_requests, "planned_duration_s": planned_duration_s,
+        "aborted": int(summary.get("aborted") or 0), "not_sent": summary.get("not_sent"),
+    }
+    return summary
+
+
+def partial_text(summary: Mapping[str, Any]) -> str | None:
+    """``37/400 completed, cancelled`` (``37 completed of 30 s, cancelled`` for a point limited by
+    time alone) for a summary marked by :func:`summary_mark_partial`; None for any other."""
+    part = summary.get("partial") if isinstance(summary, Mapping) else None
+    if not isinstance(part, Mapping):
+        return None
+    done = part.get("completed", 0)
+    why = "cancelled" if str(part.get("reason") or "").startswith("cancel") or summary.get("ended_by") == "cancelled" \
+        else "stopped"
+    if part.get("planned") is not None:
+        return f"{done}/{part['planned']} completed, {why}"
+    if part.get("planned_duration_s") is not None:
+        return f"{done} completed of {part['planned_duration_s']:g} s, {why}"
+    return f"{done} completed, {why}"
 
 
 def _fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
@@ -423,7 +475,9 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
     ``concurrency``, ``request_rate``, ``num_requests``, ``summary``, ``flags`` and optionally
     ``progress``); per-GPU column is ``-`` when ``num_gpus`` is unknown. Latencies read from the
     seconds-based summary. A point stopped before its summary was stored shows the load
-    generator's last count of failures (``3512 (live)``) rather than ``-``."""
+    generator's last count of failures (``3512 (live)``) rather than ``-``. A partial point (a
+    cancelled one that kept what completed, :func:`summary_mark_partial`) shows completed vs
+    planned requests in the requests column (``37/400 completed, cancelled``) and its flag."""
     rows = []
     for run in runs:
         s = run.summary or {}
@@ -435,8 +489,9 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
                           input_len=run.input_len, output_len=run.output_len, num_gpus=num_gpus, flags=run.flags)
         tok = p["output_throughput_tok_s"]
         load = str(run.concurrency) if run.concurrency is not None else f"{run.request_rate:g}/s"
+        requests = partial_text(s) or str(s.get("requests", run.num_requests or "-"))
         rows.append([
-            load, str(s.get("requests", run.num_requests or "-")), _fmt(tok),
+            load, requests, _fmt(tok),
             _fmt(tok / num_gpus if tok is not None and num_gpus else None, digits=2),
             _fmt((p["ttft_ms"] or {}).get("p50"), digits=0), _fmt((p["ttft_ms"] or {}).get("p99"), digits=0),
             _fmt((p["tpot_ms"] or {}).get("mean")), _fmt((p["itl_ms"] or {}).get("p99")),

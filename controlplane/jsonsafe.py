@@ -3,7 +3,11 @@
 JSON has no NaN or infinity (RFC 8259 §6); SQLite's ``JSON_VALID`` check and PostgreSQL's
 ``jsonb`` both refuse them. Measurements legitimately produce them (a ratio over an empty set,
 the error-adjusted percentile of a run with failures, which is +inf by definition), so they are
-stored as null, which every reader shows as "unavailable" rather than as a number.
+stored as null, which a numeric reader treats as "no number" rather than misreading a sentinel
+as a measurement. Where a null must say more than "unavailable" (+inf because of failures versus
+no data), the producer stores the reason next to it: :func:`nonfinite_paths` lists where the
+non-finite values were, e.g. the load generator's ``error_adjusted["infinite"]``
+(``benchmarks/loadgen/metrics.py``).
 """
 from __future__ import annotations
 
@@ -29,3 +33,25 @@ def json_safe(value: Any) -> Any:
     if callable(tolist):
         return json_safe(tolist())
     return value
+
+
+def nonfinite_paths(value: Any, prefix: str = "") -> dict[str, str]:
+    """Dotted paths (``"ttft_s.p99"``; list items by index, ``"points.2"``) of every NaN or ±inf
+    float in ``value`` (dicts, lists, tuples, numpy scalars), mapped to ``"inf"``, ``"-inf"`` or
+    ``"nan"``: what :func:`json_safe` will turn into null, so a caller can store it alongside."""
+    out: dict[str, str] = {}
+    item = getattr(value, "item", None)
+    if not isinstance(value, (float, dict, list, tuple)) and callable(item) and getattr(value, "ndim", 0) == 0:
+        value = item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            out[prefix] = "nan"
+        elif math.isinf(value):
+            out[prefix] = "inf" if value > 0 else "-inf"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            out.update(nonfinite_paths(v, f"{prefix}.{k}" if prefix else str(k)))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            out.update(nonfinite_paths(v, f"{prefix}.{i}" if prefix else str(i)))
+    return out

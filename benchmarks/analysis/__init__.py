@@ -21,7 +21,9 @@ definitions in ``/work/shared/design/metrics.md``). :func:`ceiling_analyse` retu
 * ``findings``: short plain sentences with the numbers, units and the fit's quality.
 
 Points where more than ``MAX_FAILED_FRACTION`` of the requests failed are left out of all of the
-above (their latency and throughput describe the failures, not the engine) and named in a finding.
+above (their latency and throughput describe the failures, not the engine) and named in a finding;
+so are points flagged ``PARTIAL_FLAG`` (stopped partway by a cancel: what completed before the stop,
+kept for the record but no measurement of the point's load).
 A fit whose per-sequence or fixed cost comes out negative is not a decode cost
 (:attr:`DecodeFit.is_decode_cost`): it is reported as "the step time does not grow with the running
 batch", and it neither bounds the ceiling nor makes decode the bottleneck. Throughput that falls as
@@ -43,8 +45,8 @@ from benchmarks.analysis.compute import ceiling_analyse
 from benchmarks.analysis.model import (
     BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, LatencyStats, MatchedPair, PointAnalysis,
     QueueingStep, Stat, SweepPoint, Topology, TopologyComparison, CEILING_REACHED_FRACTION,
-    FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PLATEAU_FRACTION, PLATEAU_MIN_LOAD_GROWTH,
-    SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
+    FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PARTIAL_FLAG, PLATEAU_FRACTION,
+    PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
 )
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "MAX_FAILED_FRACTION",
     "MIN_FIT_POINTS",
     "MatchedPair",
+    "PARTIAL_FLAG",
     "PLATEAU_FRACTION",
     "PLATEAU_MIN_LOAD_GROWTH",
     "PointAnalysis",

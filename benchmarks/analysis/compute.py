@@ -8,7 +8,8 @@ from typing import Literal
 
 from benchmarks.analysis.findings import _findings
 from benchmarks.analysis.model import (
-    CEILING_REACHED_FRACTION, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PLATEAU_FRACTION,
+    CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS,
+    PARTIAL_FLAG, PLATEAU_FRACTION,
     PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH, BatchSource, Bottleneck, Ceiling,
     CeilingReport, DecodeFit, MatchedPair, PointAnalysis, QueueingStep, Stat, SweepPoint, Topology,
     TopologyComparison,
@@ -28,7 +29,7 @@ def ceiling_analyse(
     compare_num_gpus: int | None = None,
     compare_topology: Topology | None = None,
     max_running_batch: int | None = None,
-    batch_source: BatchSource = "littles_law",
+    batch_source: BatchSource | Literal["auto"] = "auto",
     gpus_known: bool = True,
 ) -> CeilingReport:
     """Analyse one sweep (one input/output length pair) for its throughput ceiling and bottleneck.
@@ -40,7 +41,12 @@ def ceiling_analyse(
     optional second sweep of the same model on another topology; all three are needed for the
     per-GPU comparison. ``max_running_batch``: the engine's cap on running sequences
     (``--max-running-requests``) when known, to bound the fitted ceiling. ``batch_source``:
-    ``littles_law`` (default; running batch = tok/s * TPOT, capped at the concurrency) or
+    ``auto`` (default: ``decode_events`` when every analysed point has the load generator's
+    client-seen decode step and none is flagged ``itl_coalesced``, else ``littles_law``),
+    ``decode_events`` (step time = the mean gap between output events with decode pauses left out,
+    running batch = the requests in their decode phase counted at those events: both as the engine
+    ran its steps, so prefill time inflates neither), ``littles_law`` (step time = TPOT, running
+    batch = tok/s * TPOT, capped at the concurrency: what runs without per-event records allow) or
     ``concurrency`` (assume every request is in the decode batch). ``gpus_known``: False when
     ``num_gpus`` is a stand-in (a CPU engine, a recipe without a GPU count): the findings then
     quote no per-GPU figure.
@@ -55,6 +61,8 @@ def ceiling_analyse(
     if not usable:
         raise InvalidInput({"points": [_nothing_left(excluded, failed)]})
     failed_requests = sum(p.failed or 0 for p in points)
+    if batch_source == "auto":
+        batch_source = "decode_events" if all(_has_decode_steps(p) for p in usable) else "littles_law"
     analysed = [_point_analysis(p, num_gpus=num_gpus, batch_source=batch_source, gpus_known=gpus_known)
                 for p in usable]
     fit = _decode_fit(analysed, batch_source=batch_source, failed_excluded=[p.label for p in failed])
@@ -113,13 +121,16 @@ def _failed_fraction(p: SweepPoint) -> float | None:
 
 def _usable(points: Iterable[SweepPoint]) -> tuple[list[SweepPoint], list[str], list[SweepPoint]]:
     """Points with output and at most MAX_FAILED_FRACTION failed requests, sorted by load; the
-    labels of all those left out, with why; and the points left out for failures, sorted by load."""
+    labels of all those left out, with why (a partial point, :data:`PARTIAL_FLAG`, always is);
+    and the points left out for failures, sorted by load."""
     usable: list[SweepPoint] = []
     excluded: list[str] = []
     failed: list[SweepPoint] = []
     for p in points:
         fraction = _failed_fraction(p)
-        if p.completed == 0 or p.output_throughput_tok_s <= 0:
+        if PARTIAL_FLAG in p.flags:
+            excluded.append(f"{p.label} (cancelled partway: a partial point)")
+        elif p.completed == 0 or p.output_throughput_tok_s <= 0:
             excluded.append(f"{p.label} (no successful output)")
         elif fraction is not None and fraction > MAX_FAILED_FRACTION:
             excluded.append(f"{p.label} ({_failures_of(p)})")
@@ -138,6 +149,12 @@ def _nothing_left(excluded: list[str], failed: list[SweepPoint]) -> str:
     return "no point has successful output; nothing to analyse"
 
 
+def _has_decode_steps(p: SweepPoint) -> bool:
+    """True when ``p`` carries a client-seen decode step that can be trusted: measured (step and
+    batch given) and not flagged :data:`COALESCED_FLAG` (events grouped by network reads)."""
+    return p.decode_step_ms is not None and p.decode_batch is not None and COALESCED_FLAG not in p.flags
+
+
 def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource,
                     gpus_known: bool = True) -> PointAnalysis:
     ttft = p.ttft_ms.central()
@@ -150,7 +167,12 @@ def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource,
     share = (e2e - ttft) / e2e if e2e and ttft is not None and e2e > 0 else None
     running: float | None = None
     source: BatchSource | None = None
-    if batch_source == "littles_law" and tpot is not None:
+    step = tpot
+    if batch_source == "decode_events":
+        step = None
+        if _has_decode_steps(p):
+            running, step, source = p.decode_batch, p.decode_step_ms, "decode_events"
+    elif batch_source == "littles_law" and tpot is not None:
         # tok/s x s/token-per-sequence = sequences in the decode batch, time-averaged over the run.
         running = p.output_throughput_tok_s * tpot / 1000.0
         if p.concurrency is not None:
@@ -165,6 +187,7 @@ def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource,
         e2e_estimated=estimated, running_batch=running, running_batch_source=source, decode_share=share,
         tok_s_per_gpu=p.output_throughput_tok_s / num_gpus if gpus_known else None, ttft_stat=p.ttft_ms.central_stat(),
         tpot_stat=p.tpot_ms.central_stat(), e2e_stat=_estimated_stat(p) if estimated else p.e2e_ms.central_stat(),
+        step_ms=step, stall_share=p.decode_stall_share,
     )
 
 
@@ -180,19 +203,22 @@ def _estimated_stat(p: SweepPoint) -> Stat | None:
 
 def _decode_fit(points: list[PointAnalysis], *, batch_source: BatchSource,
                 failed_excluded: Sequence[str] = ()) -> DecodeFit:
-    """Least-squares line through (running batch, TPOT) of the analysed points; ``failed_excluded``
-    (labels left out for failed requests) only goes into the reason when too few points remain."""
-    used = [a for a in points if a.running_batch is not None and a.tpot_ms is not None]
-    pairs = [(a.label, a.running_batch, a.tpot_ms) for a in used]
+    """Least-squares line through (running batch, step time) of the analysed points (see
+    :class:`DecodeFit` for what each ``batch_source`` fits); ``failed_excluded`` (labels left out
+    for failed requests) only goes into the reason when too few points remain."""
+    used = [a for a in points if a.running_batch is not None and a.step_ms is not None]
+    pairs = [(a.label, a.running_batch, a.step_ms) for a in used]
     fit = DecodeFit(possible=False, reason=None, batch_source=batch_source, n_points=len(pairs),
                     labels=[lb for lb, _, _ in pairs], running_batch=[b for _, b, _ in pairs],
-                    tpot_ms=[t for _, _, t in pairs], tpot_stats=[a.tpot_stat or "mean" for a in used])
+                    tpot_ms=[a.tpot_ms for a in used], steps_ms=[t for _, _, t in pairs],
+                    stall_shares=[a.stall_share for a in used], tpot_stats=[a.tpot_stat or "mean" for a in used])
     distinct = len({round(b, 1) for _, b, _ in pairs})
     if len(pairs) < MIN_FIT_POINTS or distinct < MIN_FIT_POINTS:
         missing = len(points) - len(pairs)
         why = f"{distinct} distinct running batch size{'s' if distinct != 1 else ''}"
         if missing:
-            why += f" ({missing} point{'s' if missing != 1 else ''} without TPOT)"
+            what = "a client-seen decode step" if batch_source == "decode_events" else "TPOT"
+            why += f" ({missing} point{'s' if missing != 1 else ''} without {what})"
         if failed_excluded:
             verb = "is" if len(failed_excluded) == 1 else "are"
             why += f" once {', '.join(failed_excluded)} {verb} excluded for failed requests"
@@ -251,7 +277,8 @@ def _ceiling(points: list[SweepPoint], fit: DecodeFit, *, max_running_batch: int
     observed = best_point.output_throughput_tok_s
     asymptote = capped = None
     # Only a physical cost bounds the ceiling: a negative fixed or per-sequence cost is no decode path.
-    if fit.is_decode_cost and fit.per_seq_ms is not None and _tpot_grows(points):
+    grows = _step_grows(fit) if fit.batch_source == "decode_events" else _tpot_grows(points)
+    if fit.is_decode_cost and fit.per_seq_ms is not None and grows:
         asymptote = 1000.0 / fit.per_seq_ms
         if max_running_batch is not None and fit.step_ms(max_running_batch) > 0:
             capped = 1000.0 * max_running_batch / fit.step_ms(max_running_batch)
@@ -289,6 +316,16 @@ def _ceiling(points: list[SweepPoint], fit: DecodeFit, *, max_running_batch: int
         batch_for_fraction=batch_needed,
         falls=start is None and points[-1].output_throughput_tok_s < PLATEAU_FRACTION * observed,
     )
+
+
+def _step_grows(fit: DecodeFit) -> bool:
+    """The fitted step time at the largest running batch is at least ``TPOT_GROWTH`` times the one
+    at the smallest (the step-time counterpart of :func:`_tpot_grows`)."""
+    if len(fit.steps_ms) < 2:
+        return False
+    pairs = sorted(zip(fit.running_batch, fit.steps_ms, strict=True))
+    lo, hi = pairs[0][1], pairs[-1][1]
+    return lo > 0 and hi / lo >= TPOT_GROWTH
 
 
 def _tpot_grows(points: list[SweepPoint]) -> bool:

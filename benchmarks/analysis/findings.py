@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 
 from benchmarks.analysis.model import (
-    CEILING_REACHED_FRACTION, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, TTFT_GROWTH, Ceiling, CeilingReport,
-    DecodeFit, SweepPoint, TopologyComparison, _num,
+    CEILING_REACHED_FRACTION, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
+    CeilingReport, DecodeFit, SweepPoint, TopologyComparison, _num,
 )
 from benchmarks.analysis.wording import (
-    _failures_of, _falls_cause, _falls_numbers, _load_ratio, _metric, _ms, _no_growth_numbers, _r2, _span_ms,
-    _throughput_change, _tok, _vals,
+    _failures_of, _falls_cause, _falls_numbers, _load_ratio, _metric, _ms, _no_growth_numbers, _per_seq, _r2,
+    _span_ms, _step_name, _throughput_change, _tok, _vals,
 )
 
 
@@ -22,6 +22,7 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
                    f"(more than {MAX_FAILED_FRACTION:.0%} failed, so it is left out of the fit, the ceiling, "
                    f"the queueing and the bottleneck).")
     out.append(_fit_sentence(r.fit))
+    out.append(_stall_sentence(r))
     out.append(_bottleneck_sentence(r, points))
     out.extend(_ceiling_sentences(r, points))
     out.extend(_queueing_sentences(r))
@@ -54,7 +55,7 @@ def _fit_sentence(fit: DecodeFit) -> str:
     if not fit.possible:
         return f"The decode step-time fit is not possible: {fit.reason}."
     assert fit.fixed_ms is not None and fit.per_seq_ms is not None
-    tpot = _metric("TPOT", fit.tpot_stats)
+    tpot = _step_name(fit)
     if not fit.is_decode_cost:
         if fit.per_seq_ms <= 0:
             return (f"Decode step time ({tpot}) does not grow with the running batch over the measured range: "
@@ -64,13 +65,29 @@ def _fit_sentence(fit: DecodeFit) -> str:
                 f"{_no_growth_numbers(fit)}, but a straight line through {_all_points(fit)} crosses zero at "
                 f"{fit.running_batch_at_zero():.1f} running sequences (a negative fixed cost, {_r2(fit)}), which "
                 f"no decode step has, so no decode cost is read from it.")
-    how = (f"Little's law (running batch = tok/s x {tpot}, capped at the concurrency)"
-           if fit.batch_source == "littles_law" else "the concurrency (every request assumed in the batch)")
+    how = {"decode_events": "the requests between their first and last output event, counted at each output event",
+           "littles_law": f"Little's law (running batch = tok/s x {tpot}, capped at the concurrency)",
+           "concurrency": "the concurrency (every request assumed in the batch)"}[fit.batch_source]
     batches = ", ".join(f"{b:.1f} at {lb}" for lb, b in zip(fit.labels, fit.running_batch, strict=True))
     worst = max(abs(x) for x in fit.residuals_ms)
-    return (f"Decode step time ({tpot}) fits {_ms(fit.fixed_ms)} + {fit.per_seq_ms:.1f} ms per running sequence "
+    return (f"Decode step time ({tpot}) fits {_ms(fit.fixed_ms)} + {_per_seq(fit.per_seq_ms)} per running sequence "
             f"({_r2(fit)} over {fit.n_points} points, largest residual {_ms(worst)}); the running batch "
             f"comes from {how}: {batches}.")
+
+
+def _stall_sentence(r: CeilingReport) -> str:
+    """Prefill interference, apart from the decode cost: the points whose decode paused for at least
+    :data:`STALL_SHARE_NOTED` of their decode time, with their mean TPOT (which includes the
+    pauses); empty when no point did or no point measured it."""
+    paused = [a for a in r.points if a.stall_share is not None and a.stall_share >= STALL_SHARE_NOTED]
+    if not paused:
+        return ""
+    tpot = _metric("TPOT", [a.tpot_stat for a in paused])
+    each = "; ".join(f"{a.stall_share:.0%} of decode time at {a.label} ({tpot} {_ms(a.tpot_ms)}"
+                     + (f" against a {_ms(a.step_ms)} step)" if a.step_ms is not None else ")") for a in paused)
+    return (f"Prefill interference: decode paused between output events (gaps over twice the median step: "
+            f"another request's prefill ran, or the sequence waited) for {each}; {tpot} includes these pauses, "
+            f"the decode step time does not.")
 
 
 def _bottleneck_sentence(r: CeilingReport, points: list[SweepPoint]) -> str:
@@ -79,7 +96,7 @@ def _bottleneck_sentence(r: CeilingReport, points: list[SweepPoint]) -> str:
     tpot = _metric("TPOT", [a.tpot_stat for a in r.points])
     ttft = _metric("TTFT", [a.ttft_stat for a in r.points])
     e2e = _metric("E2E", [a.e2e_stat for a in r.points])
-    fit_txt = (f" (fit {_ms(fit.fixed_ms)} + {fit.per_seq_ms:.1f} ms per running sequence, {_r2(fit)})"
+    fit_txt = (f" (fit {_ms(fit.fixed_ms)} + {_per_seq(fit.per_seq_ms)} per running sequence, {_r2(fit)})"
                if fit.is_decode_cost and fit.fixed_ms is not None and fit.per_seq_ms is not None else "")
     share = (f", and decode takes {hi.decode_share:.0%} of {e2e} at {hi.label}"
              if hi.decode_share is not None else "")
@@ -121,13 +138,13 @@ def _ceiling_sentences(r: CeilingReport, points: list[SweepPoint]) -> list[str]:
         out.append(f"The ceiling is about {_num(c.observed_max_tok_s)} tok/s (observed at {c.observed_max_label}"
                    f"{per_gpu}); {CEILING_REACHED_FRACTION:.0%} of it is reached by {c.reached_at_label}.")
         if c.asymptote_tok_s is not None and r.fit.per_seq_ms is not None:
-            out.append(f"The fit's asymptote, {_num(c.asymptote_tok_s)} tok/s (1000 / {r.fit.per_seq_ms:.1f} ms "
+            out.append(f"The fit's asymptote, {_num(c.asymptote_tok_s)} tok/s (1000 / {_per_seq(r.fit.per_seq_ms)} "
                        f"per sequence), bounds what any batch size could give on this decode path.")
         return out
     if c.source in ("fit_asymptote", "fit_capped") and c.tok_s is not None:
         assert r.fit.per_seq_ms is not None
         how = (f"{c.cap_batch} / TPOT({c.cap_batch}) with the engine's cap of {c.cap_batch} running sequences"
-               if c.source == "fit_capped" else f"1000 / {r.fit.per_seq_ms:.1f} ms per sequence")
+               if c.source == "fit_capped" else f"1000 / {_per_seq(r.fit.per_seq_ms)} per sequence")
         out.append(f"The fit puts the ceiling at {_num(c.tok_s)} tok/s ({how}); the best observed is "
                    f"{_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label} "
                    f"({c.observed_max_tok_s / c.tok_s:.0%} of it).")

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from controlplane.errors import InvalidInput
 
 Topology = Literal["pd", "single"]
-BatchSource = Literal["littles_law", "concurrency"]
+BatchSource = Literal["decode_events", "littles_law", "concurrency"]
 Bottleneck = Literal["decode", "prefill", "queueing", "none", "unknown"]
 Stat = Literal["mean", "p50"]
 
@@ -38,6 +38,17 @@ SAME_PER_GPU = 0.05
 # decode batch and ends fast, so the survivors' tok/s, TPOT and TTFT describe a lighter load than the
 # point's concurrency; a few percent of failures barely moves them, a tenth or more does.
 MAX_FAILED_FRACTION = 0.10
+# The flag of a point stopped partway (a sweep cancelled while it ran): its summary covers only the
+# requests that completed before the stop, at a load that was ending, so it is shown and exported
+# but never analysed or ranked (the sweep service also stores it cancelled, not done).
+PARTIAL_FLAG = "cancelled_partial"
+# The load generator's flag for a run whose output events came in few network reads: its gaps
+# between events are not the token cadence, so no decode step is read from them.
+COALESCED_FLAG = "itl_coalesced"
+# A point's decode pauses (its ``decode_stall_share``: time between output events beyond a typical
+# step, over all decode time) are named in the findings from this share up: below it they move
+# mean TPOT by less than the run-to-run noise of a point.
+STALL_SHARE_NOTED = 0.05
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,12 @@ class SweepPoint:
     (E2E - TTFT) / (output tokens - 1), ITL gaps, E2E). ``num_gpus`` is informational; the GPU count
     used for per-GPU numbers is the one passed to :func:`ceiling_analyse`. ``flags`` are the run's
     warnings (e.g. ``concurrency_not_reached``, ``output_length_mismatch``).
+
+    The decode step seen from the client (the load generator's ``decode_steps``; None for runs
+    without per-event records, e.g. imported ones): ``decode_step_ms``, the mean gap between
+    output events with decode pauses left out (ms per token); ``decode_batch``, the mean number of
+    requests in their decode phase at those events (sequences); ``decode_stall_share``, the share
+    of decode time (E2E - TTFT, summed) the pauses added (0..1).
     """
 
     concurrency: int | None
@@ -101,11 +118,15 @@ class SweepPoint:
     completed: int | None = None
     failed: int | None = None
     flags: tuple[str, ...] = ()
+    decode_step_ms: float | None = None
+    decode_batch: float | None = None
+    decode_stall_share: float | None = None
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any]) -> SweepPoint:
         """Build from a load-generator run summary dict (the field names of this class; latency
-        fields are ``{"mean", "p50", "p90", "p99"}`` dicts). Unknown keys are ignored.
+        fields are ``{"mean", "p50", "p90", "p99"}`` dicts; ``decode_step_ms``, ``decode_batch``
+        and ``decode_stall_share`` are numbers). Unknown keys are ignored.
 
         Raises :class:`InvalidInput` naming the field when ``output_throughput_tok_s`` is missing.
         """
@@ -129,6 +150,9 @@ class SweepPoint:
             completed=_opt_int(summary.get("completed")),
             failed=_opt_int(summary.get("failed")),
             flags=tuple(str(f) for f in flags),
+            decode_step_ms=_opt_float(summary.get("decode_step_ms")),
+            decode_batch=_opt_float(summary.get("decode_batch")),
+            decode_stall_share=_opt_float(summary.get("decode_stall_share")),
         )
 
     @property
@@ -156,7 +180,10 @@ class PointAnalysis:
     ``ttft_stat`` / ``tpot_stat`` / ``e2e_stat`` (``mean``, or ``p50`` for a run that recorded only
     the median; None when absent), the estimated running decode batch (sequences) and where it came
     from, E2E (measured, or TTFT + TPOT * (output_len - 1) when ``e2e_estimated``), the decode share
-    of E2E ((E2E - TTFT) / E2E, 0..1) and output tok/s per GPU."""
+    of E2E ((E2E - TTFT) / E2E, 0..1) and output tok/s per GPU. ``step_ms`` is the decode step time
+    the fit uses for the point: the client-seen step (``decode_step_ms``, pauses left out) with
+    ``running_batch_source`` ``decode_events``, else the TPOT; ``stall_share`` the share of decode
+    time spent paused (None when unknown)."""
 
     label: str
     concurrency: int | None
@@ -173,17 +200,28 @@ class PointAnalysis:
     ttft_stat: Stat | None = None
     tpot_stat: Stat | None = None
     e2e_stat: Stat | None = None
+    step_ms: float | None = None
+    stall_share: float | None = None
 
 
 @dataclass
 class DecodeFit:
-    """Least-squares fit ``TPOT_ms = fixed_ms + per_seq_ms * running_batch``.
+    """Least-squares fit ``step time (ms) = fixed_ms + per_seq_ms * running_batch`` of the decode step.
+
+    ``batch_source`` says what was fitted: ``decode_events`` (every point has the load generator's
+    client-seen decode step: the step time is the mean gap between output events with decode
+    pauses left out, ``running_batch`` the requests in their decode phase counted at those events),
+    else ``littles_law`` (the step time is the TPOT, ``running_batch`` tok/s x TPOT, capped at the
+    concurrency: a time average that also counts prefill time, so it undercounts the batch of a
+    point whose prefill takes a large share of the time, and TPOT includes decode pauses; runs
+    without per-event records, e.g. imported ones, only allow this) or ``concurrency``.
 
     ``possible`` False means no fit was made, with ``reason`` saying why; the numbers are then None
-    (never invented). ``r_squared`` is None when TPOT is the same at every point (nothing to
-    explain). ``residuals_ms`` are measured minus fitted TPOT per point, in ``labels`` order and
-    ``tpot_ms`` holds the measured TPOT there. ``is_decode_cost`` is True only when the line is a
-    physical decode cost (``per_seq_ms > 0`` and ``fixed_ms >= 0``); otherwise the numbers are kept
+    (never invented). ``r_squared`` is None when the step time is the same at every point (nothing
+    to explain). ``residuals_ms`` are measured minus fitted step time per point, in ``labels``
+    order; ``steps_ms`` holds the fitted step times, ``tpot_ms`` the points' measured TPOT and
+    ``stall_shares`` their decode-pause shares (None where unknown). ``is_decode_cost`` is True
+    only when the line is a physical decode cost (``per_seq_ms > 0`` and ``fixed_ms >= 0``); otherwise the numbers are kept
     but are not a cost: with ``per_seq_ms <= 0`` the step time does not grow with the running batch
     over the measured range, with ``fixed_ms < 0`` it is not a fixed plus a per-sequence cost there.
     ``tpot_stats`` names the TPOT statistic of each fitted point (``mean``, or ``p50`` where a run
@@ -196,7 +234,9 @@ class DecodeFit:
     n_points: int
     labels: list[str] = field(default_factory=list)
     running_batch: list[float] = field(default_factory=list)
-    tpot_ms: list[float] = field(default_factory=list)
+    tpot_ms: list[float | None] = field(default_factory=list)
+    steps_ms: list[float] = field(default_factory=list)
+    stall_shares: list[float | None] = field(default_factory=list)
     fixed_ms: float | None = None
     per_seq_ms: float | None = None
     r_squared: float | None = None

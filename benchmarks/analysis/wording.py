@@ -47,11 +47,27 @@ def _falls_numbers(points: list[SweepPoint]) -> str:
 
 
 def _no_growth_numbers(fit: DecodeFit) -> str:
-    """The measured TPOT (its statistic named) at the smallest and largest running batch of the fit."""
-    pairs = sorted(zip(fit.running_batch, fit.tpot_ms, fit.labels, strict=True))
+    """The measured step time (named, :func:`_step_name`) at the smallest and largest running batch
+    of the fit."""
+    pairs = sorted(zip(fit.running_batch, fit.steps_ms, fit.labels, strict=True))
     (b0, t0, l0), (b1, t1, l1) = pairs[0], pairs[-1]
-    return (f"{_metric('TPOT', fit.tpot_stats)} is {_ms(t0)} at {b0:.1f} running sequences ({l0}) and {_ms(t1)} "
+    name = "the step time" if fit.batch_source == "decode_events" else _step_name(fit)
+    return (f"{name} is {_ms(t0)} at {b0:.1f} running sequences ({l0}) and {_ms(t1)} "
             f"at {b1:.1f} ({l1})")
+
+
+def _step_name(fit: DecodeFit) -> str:
+    """What the fit's step times are: ``mean gap between output events, decode pauses left out``
+    for a ``decode_events`` fit, else the TPOT with its statistic (``mean TPOT``)."""
+    if fit.batch_source == "decode_events":
+        return "mean gap between output events, decode pauses left out"
+    return _metric("TPOT", fit.tpot_stats)
+
+
+def _per_seq(x: float) -> str:
+    """A per-sequence cost in ms: one decimal from 1 ms up (``35.2 ms``), two significant figures
+    below (``0.35 ms``), so a small cost never prints as ``0.0 ms``."""
+    return f"{x:.1f} ms" if abs(x) >= 1 else f"{x:.2g} ms"
 
 
 def _metric(name: str, stats: Iterable[str | None]) -> str:
@@ -75,9 +91,17 @@ def _tok(lo: float, hi: float) -> str:
 
 
 def _ms(x: float | None) -> str:
-    """A duration given in ms: ``94 ms`` below a second, ``2.0 s`` above."""
+    """A duration given in ms: ``94 ms`` from 10 ms to a second, ``4.1 ms`` from 1 ms, two
+    significant figures below (``0.027 ms``: a small residual never prints as ``0 ms``), ``2.0 s``
+    from a second."""
     if x is None:
         return "unknown"
+    if x == 0:
+        return "0 ms"
+    if abs(x) < 1:
+        return f"{x:.2g} ms"
+    if abs(x) < 10:
+        return f"{x:.1f} ms"
     if abs(x) < 1000:
         return f"{x:.0f} ms"
     return f"{x / 1000:.1f} s"

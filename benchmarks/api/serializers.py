@@ -217,6 +217,8 @@ class CompareQuerySerializer(serializers.Serializer):
 
     ids = serializers.CharField(required=False, allow_blank=True)
     sweeps = serializers.CharField(required=False, allow_blank=True)
+    baseline = serializers.CharField(required=False, allow_blank=True,
+                                     help_text="the run deltas are against (one of the compared runs; default the first)")
 
     def _ints(self, value: str, field: str) -> list[int]:
         parts = [x.strip() for x in value.split(",") if x.strip()]
@@ -230,6 +232,10 @@ class CompareQuerySerializer(serializers.Serializer):
     def validate(self, attrs: dict) -> dict:
         attrs["ids"] = self._ints(attrs.get("ids") or "", "ids")
         attrs["sweeps"] = self._ints(attrs.get("sweeps") or "", "sweeps")
+        baseline = self._ints(attrs.get("baseline") or "", "baseline")
+        if len(baseline) > 1:
+            raise serializers.ValidationError({"baseline": ["one run id"]})
+        attrs["baseline"] = baseline[0] if baseline else None
         if len(attrs["ids"]) + len(attrs["sweeps"]) == 0:
             raise serializers.ValidationError({"ids": ["give run ids (ids=1,2) or sweep ids (sweeps=3,4)"]})
         if len(attrs["ids"]) > 100 or len(attrs["sweeps"]) > 20:
@@ -254,17 +260,24 @@ class RunRecordSerializer(serializers.Serializer):
     index = serializers.IntegerField(help_text="position in the point's dataset")
     ok = serializers.BooleanField()
     http_status = serializers.IntegerField()
-    input_tokens = serializers.IntegerField()
-    output_tokens = serializers.IntegerField()
-    requested_input = serializers.IntegerField()
-    requested_output = serializers.IntegerField()
+    input_tokens = serializers.IntegerField(allow_null=True, help_text="server usage; null when it gave none")
+    output_tokens = serializers.IntegerField(allow_null=True, help_text="null when not known")
+    tokens_estimated = serializers.BooleanField(help_text="output_tokens counted from output events (no usage)")
+    requested_input = serializers.IntegerField(allow_null=True)
+    requested_output = serializers.IntegerField(allow_null=True)
     start_ms = serializers.FloatField(help_text="ms after the run's first request started")
+    end_ms = serializers.FloatField(help_text="ms after the run's first request started: response read or failed")
+    duration_ms = serializers.FloatField(help_text="end_ms - start_ms, failures included")
     ttft_ms = serializers.FloatField(allow_null=True, help_text="ms; null for a failed request")
     e2e_ms = serializers.FloatField(allow_null=True, help_text="ms; null for a failed request")
     tpot_ms = serializers.FloatField(allow_null=True, help_text="ms; null below 2 output tokens or failed")
     events = serializers.IntegerField(help_text="streamed output events")
     finish_reason = serializers.CharField(allow_null=True)
     error = serializers.CharField(allow_null=True)
+    event_ms = serializers.ListField(child=serializers.FloatField(), required=False,
+                                     help_text="each output event's time, ms after this request's start")
+    event_tokens = serializers.ListField(child=serializers.IntegerField(allow_null=True), required=False,
+                                         help_text="tokens each event carried; null where the server did not say")
 
 
 class RunRecordsPageSerializer(serializers.Serializer):
@@ -294,6 +307,8 @@ class RunCompareConfigSerializer(serializers.Serializer):
     output_len = serializers.IntegerField(allow_null=True, help_text="tokens")
     num_requests = serializers.IntegerField(allow_null=True)
     api = serializers.CharField(allow_null=True)
+    slo = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
+                                help_text="ttft_s, tpot_s, e2e_s in seconds; null: no SLO or not recorded")
     sim_profile = serializers.CharField(allow_null=True)
     engine_version = serializers.CharField(allow_null=True)
     router_version = serializers.CharField(allow_null=True)
@@ -320,6 +335,8 @@ class RunCompareFieldSerializer(serializers.Serializer):
     label = serializers.CharField()
     unit = serializers.CharField()
     values = serializers.ListField(child=serializers.FloatField(allow_null=True), help_text="one per run, in order")
+    deltas_pct = serializers.ListField(child=serializers.FloatField(allow_null=True),
+                                       help_text="each run's value vs the baseline's, % of the baseline's")
 
 
 class RunCompareDifferenceSerializer(serializers.Serializer):
@@ -347,6 +364,10 @@ class RunCompareSerializer(serializers.Serializer):
     fields = RunCompareFieldSerializer(many=True)
     config_differs = RunCompareDifferenceSerializer(many=True)
     best = RunCompareBestSerializer()
+    ties = serializers.DictField(child=serializers.ListField(child=serializers.IntegerField()),
+                                 help_text="metric -> run ids within tie_threshold_pct of the best (no best named)")
+    baseline = serializers.IntegerField(help_text="the run deltas_pct are against")
+    tie_threshold_pct = serializers.FloatField(help_text="percent of the larger value")
     excluded = RunCompareExcludedSerializer(many=True)
     notes = serializers.ListField(child=serializers.CharField())
 
@@ -376,6 +397,9 @@ class RunExportSerializer(serializers.Serializer):
     snapshot = serializers.JSONField()
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)
+    records = RunRecordSerializer(many=True, allow_null=True, required=False,
+                                  help_text="every request (run export only); null without records")
+    records_note = serializers.CharField(allow_null=True, required=False, help_text="why records is null")
 
 
 class SweepExportSweepSerializer(serializers.Serializer):

@@ -243,4 +243,5 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             if sweep is None:
                 raise NotFound(f"no sweep with id {sweep_id}")
             ids += [r.pk for r in selectors.sweep_runs(sweep=sweep)]
-        return Response(services.runs_compare(runs=selectors.runs_by_ids(ids=list(dict.fromkeys(ids)))))
+        return Response(services.runs_compare(runs=selectors.runs_by_ids(ids=list(dict.fromkeys(ids))),
+                                              baseline_id=q["baseline"]))

@@ -113,7 +113,12 @@ def random_dataset(
     ``token_ids=True``: prompts are lists of ids uniform in ``token_id_range`` of exactly the drawn
     length (the server counts them as given). Otherwise text from :data:`WORDS`, with the word count
     from ``calibration`` (one word per token without one); ``chat=True`` wraps the text as one user
-    message. Same arguments, same requests. ``should_stop`` (optional) is asked before each
+    message, whose chat template adds tokens of its own (role markers, the assistant turn: 6 on the
+    sim and on llama.cpp's default template), so a chat prompt has the requested length only with a
+    ``calibration`` fitted on chat requests to the same server
+    (:func:`benchmarks.loadgen.dataset_calibrate_text_at`, which counts the template in its
+    overhead); without one it is longer by the template's tokens, which the run's
+    ``input_length_mismatch`` check reports. Same arguments, same requests. ``should_stop`` (optional) is asked before each
     prompt; when it returns true :class:`benchmarks.loadgen.LoadgenStopped` is raised (a large
     prompt set takes seconds to build and must not outlive a cancel).
     """

@@ -24,6 +24,15 @@ failed with ``aborted: <the caller's reason>``, and :class:`LoadgenStopped` carr
 :class:`RunResult` (``halted`` set, ``not_sent`` the planned requests never sent). A stop before
 the measured phase (prompts, warmup) has no result.
 
+No record is lost to a part of the run that ignores the stop. Every event loop keeps a ledger
+(:class:`_Ledger`) of the requests it sent and of those that came back; a worker process also
+appends both to a spool file as they happen, which its parent reads whatever became of the
+worker (the records travel that way, not through the pipe). An event loop or worker process that
+has not handed back its outcome :data:`STOP_RESULTS_S` after the stop is left behind (a worker is
+killed): its records up to then are kept, and its requests still in flight are recorded as failed
+``aborted: <reason>`` ending at the stop, never as successes (``WorkerStats.unanswered``). So a
+stop returns within about ``STOP_RESULTS_S`` + :data:`STOP_LOOP_GRACE_S` whatever the workers do.
+
 Dataset generation happens before :func:`loadgen_run` is called and never inside the measured
 window (case C11). During the measured phase the garbage collector is kept quiet
 (:func:`_quiet_gc`): everything allocated before ``t0`` is frozen out of collections and the
@@ -48,6 +57,10 @@ import math
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
+import shutil
+import struct
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -110,8 +123,13 @@ Progress = Callable[[dict[str, Any]], None]
 STOP_POLL_S = PROGRESS_PERIOD_S / 2
 # Seconds a stopped run waits for its event loops (or worker processes) to hand back the records
 # of what was sent. Aborting the requests in flight takes milliseconds; the wait is only long when
-# a worker process is stuck, which then loses its records (and is killed).
+# a worker is stuck (a blocked event loop, a process stopped by SIGSTOP or starved of CPU). Its
+# records are not lost then: they come from its ledger or spool file (see the module docstring).
 STOP_RESULTS_S = 10.0
+# Seconds the calling thread gives a single-process run's event loop beyond STOP_RESULTS_S: the
+# loop itself enforces STOP_RESULTS_S, so only a loop that no longer runs at all (blocked in a
+# call that never returns) is still busy after this, and it is left behind as a daemon thread.
+STOP_LOOP_GRACE_S = 2.0
 # The text before the caller's reason on every request a stop aborted in flight.
 ABORTED_PREFIX = "aborted: "
 
@@ -202,7 +220,10 @@ class WorkerStats:
     """One worker process's measured phase: CPU and wall ns, SSE events parsed, requests sent;
     ``stopped_early`` why it stopped sending before its plan was done (its target unreachable, or
     the reason its caller stopped it with), else None; ``not_sent`` planned requests it never sent (0 when it was not stopped; None when
-    its plan had no count, a duration-limited closed loop without a request cap)."""
+    its plan had no count, a duration-limited closed loop without a request cap). ``unanswered``:
+    it did not hand back its outcome within :data:`STOP_RESULTS_S` of a stop, so its records are
+    what its ledger or spool file held (its requests then in flight recorded as aborted at the
+    stop) and ``cpu_ns``/``events`` are 0 (not measured)."""
 
     worker: int
     cpu_ns: int
@@ -211,6 +232,7 @@ class WorkerStats:
     requests: int
     stopped_early: str | None = None
     not_sent: int | None = 0
+    unanswered: bool = False
 
     @property
     def cpu_fraction(self) -> float:
@@ -232,7 +254,9 @@ class RunResult:
     the run was not stopped, None when the plan had no count: a duration-limited closed loop).
     ``halted``: the reason the caller gave when it stopped the run during its measured phase
     (``should_stop``; the run is partial and ``stopped_early`` says the same unless the target had
-    already gone), else None.
+    already gone), else None. ``unanswered_workers``: the workers (0 for a single event loop) that
+    did not hand back their outcome within :data:`STOP_RESULTS_S` of such a stop; their records
+    are what they had recorded by then, their requests in flight recorded as aborted.
     """
 
     records: RecordStore
@@ -248,19 +272,24 @@ class RunResult:
     stopped_early: str | None = None
     not_sent: int | None = 0
     halted: str | None = None
+    unanswered_workers: list[int] = field(default_factory=list)
 
 
 def server_generation_tokens(urls: list[str], timeout_s: float = 10.0) -> tuple[float | None, list[str]]:
     """Sum of every ``*generation_tokens_total`` sample at ``urls`` (SGLang, vLLM names), and errors.
 
     Parsed with ``prometheus_client.parser``; sums over label sets (one per rank in newer SGLang
-    releases). None when no URL exposed such a counter.
+    releases). A counter family that is declared (``# TYPE ... counter``) with no sample yet counts
+    0: a labelled counter has no series until its first increment, which is how SGLang and ``sim``
+    export it before they generated anything. None when no URL declared such a counter.
     """
     total, found, errors = 0.0, False, []
     for url in urls:
         try:
             text = httpx.get(url, timeout=timeout_s).raise_for_status().text
             for family in text_string_to_metric_families(text):
+                if family.type == "counter" and family.name.endswith("generation_tokens"):
+                    found = True  # declared; its samples (if any) are added below
                 for sample in family.samples:
                     if sample.name.endswith("generation_tokens_total"):
                         total += sample.value
@@ -313,7 +342,8 @@ class _Tally:
     phase has a start instant. :meth:`stop` (from the loop's thread) ends the measured phase early.
     """
 
-    __slots__ = ("t0", "done", "failed", "total", "client", "tokens0", "stop_reason", "on_stop")
+    __slots__ = ("t0", "done", "failed", "total", "client", "tokens0", "stop_reason", "on_stop", "stop_ns", "ledger",
+                 "spool", "before")
 
     def __init__(self, total: int) -> None:
         self.t0 = 0
@@ -324,6 +354,10 @@ class _Tally:
         self.tokens0 = 0  # the client's counter at t0 (warmup tokens are not progress)
         self.stop_reason: str | None = None
         self.on_stop: Callable[[str], None] | None = None  # set by _measured while it runs
+        self.stop_ns = 0  # perf_counter_ns of the first stop
+        self.ledger: _Ledger | None = None  # set by _measured while it runs
+        self.spool: int | None = None  # a worker process's spool file descriptor (see _Ledger)
+        self.before: tuple[float | None, list[str]] = (None, [])  # the first scrape
 
     @property
     def measuring(self) -> bool:
@@ -335,8 +369,24 @@ class _Tally:
         failures with ``reason``. Idempotent; a stop before the phase begins applies when it does."""
         if self.stop_reason is None:
             self.stop_reason = reason
+            self.stop_ns = time.perf_counter_ns()
         if self.on_stop is not None:
             self.on_stop(self.stop_reason)
+
+    def partial(self, reason: str, at_ns: int = 0) -> tuple | None:
+        """What this event loop recorded, for a run whose loop did not hand its outcome back after
+        a stop (``reason``): ``(records, stats, t0, first scrape, (None, []))`` in the shape
+        :func:`_one_loop` returns, the requests still in flight recorded as aborted at ``at_ns``
+        (perf_counter ns; default the stop's own instant). None before the measured phase began.
+        Callable from any thread."""
+        ledger = self.ledger
+        if ledger is None or not self.t0:
+            return None
+        at = at_ns or self.stop_ns or time.perf_counter_ns()
+        store = ledger.snapshot(reason=reason, at_ns=at)
+        stats = WorkerStats(worker=ledger.worker, cpu_ns=0, wall_ns=max(0, at - self.t0), events=0,
+                            requests=len(store), stopped_early=reason, not_sent=None, unanswered=True)
+        return store, stats, self.t0, self.before, (None, [])
 
     @property
     def tokens(self) -> int:
@@ -348,6 +398,113 @@ class _Tally:
         self.done += 1
         if not outcome.ok:
             self.failed += 1
+
+
+# Spool entries: a 4-byte little-endian length, then a pickle of ("B", token, (index, scheduled,
+# start, requested_input, requested_output)) when a request is sent or ("E", token, outcome) when
+# it came back.
+_SPOOL_HEAD = struct.Struct("<I")
+
+
+def _spool_append(fd: int, item: tuple) -> None:
+    """Append one entry with ``os.write`` (no user-space buffer: once written it is in the page
+    cache, readable by the parent even if this process is frozen or killed the next instant)."""
+    data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_SPOOL_HEAD.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _cut_off(entry: tuple, reason: str, at_ns: int) -> RequestOutcome:
+    """A request still in flight when its loop was given up on: failed ``aborted: <reason>``,
+    ending at ``at_ns`` (the stop), no output. ``entry`` is a ledger entry (index, scheduled,
+    start, requested_input, requested_output)."""
+    index, scheduled, start, req_in, req_out = entry
+    return RequestOutcome(scheduled=scheduled, start=start, end=max(start, at_ns), index=index,
+                          requested_input=req_in, requested_output=req_out, error=ABORTED_PREFIX + reason)
+
+
+def _spool_load(path: str, *, worker: int, reason: str | None = None, at_ns: int = 0) -> RecordStore:
+    """The records a worker process appended to its spool ``path``, in the order they came back.
+    With ``reason`` (a worker that did not answer a stop) the requests sent and not come back are
+    added as :func:`_cut_off` at ``at_ns``; without it they are left out (a worker that answered
+    has none). A torn last entry (the worker killed mid-write) is ignored; a missing file is an
+    empty store."""
+    store = RecordStore()
+    begun: dict[int, tuple] = {}
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below, the loop breaks out early
+    except FileNotFoundError:
+        return store
+    with fh:
+        while True:
+            head = fh.read(_SPOOL_HEAD.size)
+            if len(head) < _SPOOL_HEAD.size:
+                break
+            (size,) = _SPOOL_HEAD.unpack(head)
+            data = fh.read(size)
+            if len(data) < size:
+                break
+            kind, token, payload = pickle.loads(data)
+            if kind == "B":
+                begun[token] = payload
+            else:
+                begun.pop(token, None)
+                store.add(payload, worker)
+    if reason is not None:
+        for entry in sorted(begun.values(), key=lambda e: e[2]):
+            store.add(_cut_off(entry, reason, at_ns), worker)
+    return store
+
+
+class _Ledger:
+    """One event loop's account of its measured requests: each is entered when it is sent
+    (:meth:`begin`) and moved to the records when it comes back (:meth:`end`). With ``spool`` (a
+    worker process's file descriptor) both are also appended to that file as they happen
+    (:func:`_spool_append`: about 19 µs per request of 256 output events on the 2-core
+    development host, both entries together, about the cost of parsing one or two streamed events).
+    :meth:`snapshot` is what a run gets from a loop that ignored a stop."""
+
+    __slots__ = ("store", "worker", "spool", "inflight", "kept", "lock", "_next")
+
+    def __init__(self, store: RecordStore, worker: int, spool: int | None = None) -> None:
+        self.store = store
+        self.worker = worker
+        self.spool = spool
+        self.inflight: dict[int, tuple] = {}
+        self.kept = 0
+        self.lock = threading.Lock()  # against snapshot() from another thread; never contended otherwise
+        self._next = 0
+
+    def begin(self, spec: RequestSpec, index: int, scheduled: int) -> int:
+        """Enter a request about to be sent; returns its token for :meth:`end`."""
+        token = self._next
+        self._next += 1
+        entry = (index, scheduled, time.perf_counter_ns(), spec.input_len, spec.output_len)
+        with self.lock:
+            self.inflight[token] = entry
+        if self.spool is not None:
+            _spool_append(self.spool, ("B", token, entry))
+        return token
+
+    def end(self, token: int, outcome: RequestOutcome) -> None:
+        """Record the outcome of the request ``token``."""
+        with self.lock:
+            self.store.add(outcome, self.worker)
+            self.kept += 1
+            self.inflight.pop(token, None)
+        if self.spool is not None:
+            _spool_append(self.spool, ("E", token, outcome))
+
+    def snapshot(self, *, reason: str, at_ns: int) -> RecordStore:
+        """A copy of the records so far plus every request still in flight as :func:`_cut_off`
+        (``reason``, ending at ``at_ns``); callable from another thread."""
+        with self.lock:
+            store = self.store.head(self.kept)
+            pending = sorted(self.inflight.values(), key=lambda e: e[2])
+        for entry in pending:
+            store.add(_cut_off(entry, reason, at_ns), self.worker)
+        return store
 
 
 class _Reporter:
@@ -463,7 +620,8 @@ async def _measured(
     Every mode stops starting requests once the target is gone (:class:`_Reach`,
     ``cfg.unreachable_failures``) or ``tally.stop`` is called (the requests in flight are then
     aborted: failed outcomes ``aborted: <reason>``); the stats say why and how many planned
-    requests were not sent.
+    requests were not sent. Every request goes through the loop's :class:`_Ledger` (``tally.ledger``;
+    spooled to ``tally.spool`` in a worker process).
     """
     store = RecordStore()
     tally = tally if tally is not None else _Tally(len(specs) if due is None else len(due))
@@ -474,9 +632,13 @@ async def _measured(
     ignore_eos = cfg.ignore_eos
     reach = _Reach(cfg.unreachable_failures)
     not_sent: int | None = 0
+    ledger = _Ledger(store, worker, tally.spool)
+    tally.ledger = ledger
 
-    def keep(outcome: RequestOutcome) -> None:
-        store.add(outcome, worker)
+    async def send(spec: RequestSpec, when: int, i: int) -> None:
+        token = ledger.begin(spec, i, when)
+        outcome = await client.send(spec, scheduled=when, ignore_eos=ignore_eos, index=i)
+        ledger.end(token, outcome)
         tally.add(outcome)
         reach.see(outcome)
 
@@ -499,7 +661,7 @@ async def _measured(
         async def slot() -> None:
             while queue and reach.reason is None:
                 i, spec = queue.pop()
-                keep(await client.send(spec, scheduled=perf(), ignore_eos=ignore_eos, index=i))
+                await send(spec, perf(), i)
 
         await asyncio.gather(*(slot() for _ in range(max(1, min(slots or 1, len(specs))))))
         not_sent = len(queue)
@@ -514,7 +676,7 @@ async def _measured(
                 j = sent[0] % n
                 sent[0] += 1
                 tally.total = sent[0]
-                keep(await client.send(specs[j], scheduled=now, ignore_eos=ignore_eos, index=idx[j]))
+                await send(specs[j], now, idx[j])
 
         await asyncio.gather(*(cycling_slot() for _ in range(max(1, slots or 1))))
         if reach.reason is not None:
@@ -526,7 +688,7 @@ async def _measured(
 
         async def one(j: int, when: int) -> None:
             if sem is None:
-                keep(await client.send(specs[j], scheduled=when, ignore_eos=ignore_eos, index=idx[j]))
+                await send(specs[j], when, idx[j])
                 return
             async with sem:
                 if deadline is not None and perf() >= deadline:
@@ -535,7 +697,7 @@ async def _measured(
                 if reach.reason is not None:
                     skipped[0] += 1
                     return
-                keep(await client.send(specs[j], scheduled=when, ignore_eos=ignore_eos, index=idx[j]))
+                await send(specs[j], when, idx[j])
 
         tasks = []
         for j, when in enumerate(due):
@@ -618,13 +780,15 @@ def _initial_total(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[floa
 # ---------------------------------------------------------------------- worker processes
 def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offsets: list[float] | None,
                  slots: int | None, warmup_specs: list[RequestSpec], worker: int, indices: list[int],
-                 cap: int | None = None) -> None:
-    """Body of one worker process: warm up, report ready, wait for t0, run, send records back.
+                 cap: int | None = None, spool: str = "") -> None:
+    """Body of one worker process: warm up, report ready, wait for t0, run, report the end.
 
-    While measuring it sends ``("progress", (done, failed, output_tokens, total))`` every
-    :data:`WORKER_REPORT_S`; at the end ``("done", (records, stats))`` or ``("error", text)``.
-    A ``("stop", reason)`` from the parent during the measured phase ends it early (``_Tally.stop``:
-    nothing new sent, in-flight requests aborted) and the records so far go back as ``"done"``.
+    Every measured request is appended to the spool file ``spool`` as it is sent and again when
+    it comes back (:class:`_Ledger`): that file, not the pipe, is how the records reach the
+    parent. While measuring it sends ``("progress", (done, failed, output_tokens, total))`` every
+    :data:`WORKER_REPORT_S`; at the end ``("done", stats)`` or ``("error", text)``. A
+    ``("stop", reason)`` from the parent during the measured phase ends it early
+    (``_Tally.stop``: nothing new sent, in-flight requests aborted) and it reports ``"done"``.
     """
 
     async def report(tally: _Tally) -> None:
@@ -642,6 +806,7 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
                 t0 = conn.recv()
                 tally = _Tally(_initial_total(cfg, specs, due_offsets))
                 tally.client = client
+                tally.spool = spool_fd
                 loop = asyncio.get_running_loop()
 
                 def on_message() -> None:
@@ -663,13 +828,15 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
                     reporter.cancel()
                     loop.remove_reader(conn.fileno())
         conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total)))
-        conn.send(("done", (store, stats)))
+        conn.send(("done", stats))
 
+    spool_fd = os.open(spool, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
     try:
         asyncio.run(main())
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
+        os.close(spool_fd)
         conn.close()
 
 
@@ -679,36 +846,70 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
                    ) -> tuple[RecordStore, list[WorkerStats], int, tuple[float | None, list[str]], str | None,
                               list[int]]:
     """Run the measured phase in ``n`` spawned worker processes (:func:`_worker_main`); returns the
-    merged records, each answering worker's stats, ``t0``, the first scrape, the stop reason (None
-    unless ``should_stop`` stopped the measured phase) and the workers that never handed back
-    their records after such a stop (killed). A stop before ``t0`` kills the workers and raises
-    :class:`LoadgenStopped` without a result."""
+    merged records, each worker's stats, ``t0``, the first scrape, the stop reason (None unless
+    ``should_stop`` stopped the measured phase) and the workers that did not answer such a stop
+    within :data:`STOP_RESULTS_S` (killed; their records are what their spool files held, their
+    requests in flight recorded as aborted at the stop, their stats ``unanswered``). A stop before
+    ``t0`` kills the workers and raises :class:`LoadgenStopped` without a result. The spool files
+    live in a temporary directory removed before this returns."""
     ctx = multiprocessing.get_context("spawn")
     conc_parts = _split(cfg.concurrency, n) if cfg.concurrency else [None] * n
     warm_parts = _split(len(warmup), n)
     procs, conns, w0 = [], [], 0
     planned, positions = _plan(cfg, specs, offsets)
     caps = _split(cfg.max_requests, n) if cfg.max_requests is not None else [None] * n
-    for i in range(n):
-        if cfg.duration_s is not None and offsets is None:
-            # A duration-limited closed loop cycles: every worker gets the whole dataset, each
-            # starting at its own place, so a dataset smaller than the worker count still works.
-            mine, where = specs[i:] + specs[:i], positions[i:] + positions[:i]
-        else:
-            mine, where = planned[i::n], positions[i::n]
-        due = offsets[i::n] if offsets is not None else None
-        parent, child = ctx.Pipe()
-        p = ctx.Process(target=_worker_main, args=(child, cfg, mine, due, conc_parts[i],
-                                                   warmup[w0:w0 + warm_parts[i]], i, where, caps[i]), daemon=True)
-        w0 += warm_parts[i]
-        p.start()
-        child.close()
-        procs.append(p)
-        conns.append(parent)
+    spool_dir = tempfile.mkdtemp(prefix="ceiling-loadgen-")
+    spools = [os.path.join(spool_dir, f"worker-{i}.spool") for i in range(n)]
+    try:
+        for i in range(n):
+            if cfg.duration_s is not None and offsets is None:
+                # A duration-limited closed loop cycles: every worker gets the whole dataset, each
+                # starting at its own place, so a dataset smaller than the worker count still works.
+                mine, where = specs[i:] + specs[:i], positions[i:] + positions[:i]
+            else:
+                mine, where = planned[i::n], positions[i::n]
+            due = offsets[i::n] if offsets is not None else None
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker_main, args=(child, cfg, mine, due, conc_parts[i],
+                                                       warmup[w0:w0 + warm_parts[i]], i, where, caps[i], spools[i]),
+                            daemon=True)
+            w0 += warm_parts[i]
+            p.start()
+            child.close()
+            procs.append(p)
+            conns.append(parent)
+        stats, t0, before, halted, halted_ns, missing = _drive_processes(cfg, specs, offsets, n, procs, conns,
+                                                                         progress, should_stop)
+        stores = []
+        for i in range(n):
+            if i in missing:
+                store = _spool_load(spools[i], worker=i, reason=halted, at_ns=halted_ns)
+                stats[i] = WorkerStats(worker=i, cpu_ns=0, wall_ns=max(0, halted_ns - t0), events=0,
+                                       requests=len(store), stopped_early=halted, not_sent=None, unanswered=True)
+            else:
+                store = _spool_load(spools[i], worker=i)
+            stores.append(store)
+    finally:
+        shutil.rmtree(spool_dir, ignore_errors=True)
+    return RecordStore.merge(stores), [stats[i] for i in range(n)], t0, before, halted, missing
+
+
+def _drive_processes(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[float] | None, n: int,
+                     procs: list[Any], conns: list[Any], progress: Progress | None,
+                     should_stop: Callable[[], bool | str | None] | None,
+                     ) -> tuple[dict[int, WorkerStats], int, tuple[float | None, list[str]], str | None, int,
+                                list[int]]:
+    """The parent's side of :func:`_run_processes` once the workers are started: wait for their
+    warmups, hand out ``t0``, relay their progress, pass a stop on, collect their stats. Returns
+    ``(stats by worker, t0, first scrape, stop reason, stop instant in perf_counter ns, workers
+    that did not answer the stop)``; every worker process has ended (or been killed) when it
+    returns. Raises :class:`LoadgenStopped` for a stop before ``t0`` and ``RuntimeError`` for a
+    worker that failed (or ended without reporting while not stopped)."""
     reporter = _Reporter(progress) if progress is not None else None
     stopped = False  # kill the workers on the way out
     halted: str | None = None
     halted_at = 0.0
+    halted_ns = 0
     missing: list[int] = []
 
     counts: dict[int, tuple[int, int, int, int]] = {}
@@ -717,7 +918,7 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
     def check_stop() -> bool:
         """Before t0 a stop kills the workers and raises; after it each worker is told to stop
         (once) and True is returned once they have had :data:`STOP_RESULTS_S` to answer."""
-        nonlocal stopped, halted, halted_at
+        nonlocal stopped, halted, halted_at, halted_ns
         if halted is not None:
             return time.monotonic() - halted_at >= STOP_RESULTS_S
         reason = _stop_reason(should_stop()) if should_stop is not None else None
@@ -726,7 +927,7 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
         if not t0:
             stopped = True
             raise LoadgenStopped("the run was stopped before it finished")
-        halted, halted_at = reason, time.monotonic()
+        halted, halted_at, halted_ns = reason, time.monotonic(), time.perf_counter_ns()
         for c in pending.values():
             try:
                 c.send(("stop", reason))
@@ -735,7 +936,7 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
         return False
 
     pending: dict[int, Any] = {}
-    results: dict[int, tuple[RecordStore, WorkerStats]] = {}
+    results: dict[int, WorkerStats] = {}
     try:
         for c in conns:
             while not c.poll(STOP_POLL_S):
@@ -752,8 +953,8 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
                       (0 if cfg.duration_s is not None else len(specs[i::n]))) for i in range(n)}
         pending = dict(enumerate(conns))
         while pending:
-            if check_stop():  # stopped, and some worker never answered: it loses its records
-                missing = sorted(pending)
+            if check_stop():  # stopped, and some worker never answered: its records come from its spool
+                missing = sorted(set(missing) | set(pending))
                 stopped = True
                 break
             ready = multiprocessing.connection.wait(list(pending.values()), timeout=PROGRESS_PERIOD_S / 2)
@@ -762,6 +963,10 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
                 try:
                     kind, payload = c.recv()
                 except EOFError:
+                    if halted is not None:  # ended after the stop without answering: same as silent
+                        missing.append(i)
+                        del pending[i]
+                        continue
                     raise RuntimeError(f"load worker {i} exited without sending its records "
                                        f"(exit code {procs[i].exitcode})") from None
                 if kind == "error":
@@ -769,9 +974,7 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
                 if kind == "progress":
                     counts[i] = payload
                 elif kind == "done":
-                    store, stats = payload
                     results[i] = payload
-                    counts[i] = (len(store), len(store.errors), counts[i][2], len(store))
                     del pending[i]
             if reporter is not None:
                 sums = [sum(c[k] for c in counts.values()) for k in range(4)]
@@ -789,20 +992,23 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-    stores = [results[i][0] for i in sorted(results)]
-    stats = [results[i][1] for i in sorted(results)]
-    return RecordStore.merge(stores), stats, t0, before, halted, missing
+                p.join(timeout=10)
+    return results, t0, before, halted, halted_ns, sorted(missing)
 
 
 # ---------------------------------------------------------------------- entry points
 class _StopFlag:
-    """A stop asked for from another thread, with its reason (``None`` until :meth:`set`)."""
+    """A stop asked for from another thread, with its reason (``None`` until :meth:`set`) and
+    when: ``at`` (``time.monotonic``) and ``at_ns`` (``perf_counter_ns``)."""
 
     def __init__(self) -> None:
         self.reason: str | None = None
+        self.at = 0.0
+        self.at_ns = 0
 
     def set(self, reason: str) -> None:
         if self.reason is None:
+            self.at, self.at_ns = time.monotonic(), time.perf_counter_ns()
             self.reason = reason
 
 
@@ -821,7 +1027,10 @@ async def _until_stopped(coro: Any, stop: _StopFlag | None, tally: _Tally) -> An
     :class:`LoadgenStopped` without a result. A stop during it goes through ``tally.stop``
     (nothing new sent, in-flight requests aborted as failures), waits up to
     :data:`STOP_RESULTS_S` for ``coro`` to return what was sent, and raises
-    :class:`LoadgenStopped` with that outcome in ``partial`` (None if it did not come back)."""
+    :class:`LoadgenStopped` with that outcome in ``partial``; when ``coro`` has not returned by
+    then, ``partial`` is :meth:`_Tally.partial` (every record so far, the requests still in
+    flight recorded as aborted) and ``coro`` is cancelled without waiting more than
+    :data:`STOP_POLL_S` for it (a request that swallows its cancellation cannot hold the run)."""
     if stop is None:
         return await coro
     task = asyncio.ensure_future(coro)
@@ -843,15 +1052,17 @@ async def _until_stopped(coro: Any, stop: _StopFlag | None, tally: _Tally) -> An
             continue
         if halted_at is not None and time.monotonic() - halted_at < STOP_RESULTS_S:
             continue
+        partial = tally.partial(stop.reason) if halted_at is not None else None
         task.cancel()
-        try:
-            await task
-        except BaseException:  # noqa: BLE001 - the cancellation itself, or what it interrupted
-            pass
-        raise LoadgenStopped("the run was stopped before it finished"
-                             if halted_at is None else
-                             f"the run was stopped ({stop.reason}) and did not hand back its records "
-                             f"within {STOP_RESULTS_S:g} s")
+        await asyncio.wait({task}, timeout=STOP_POLL_S)
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: what the cancellation interrupted is not news
+        if halted_at is None:
+            raise LoadgenStopped("the run was stopped before it finished")
+        exc = LoadgenStopped(f"the run was stopped: {stop.reason} (its requests did not all end within "
+                             f"{STOP_RESULTS_S:g} s; the ones still in flight are recorded as aborted)")
+        exc.partial = partial
+        raise exc
 
 
 async def _one_loop(config: LoadConfig, specs: list[RequestSpec], warmup: list[RequestSpec],
@@ -864,6 +1075,7 @@ async def _one_loop(config: LoadConfig, specs: list[RequestSpec], warmup: list[R
             await _warmup(client, config, warmup, config.concurrency or 1)
         before = (await asyncio.to_thread(server_generation_tokens, config.metrics_urls)
                   if config.metrics_urls else (None, []))
+        tally.before = before
         with _quiet_gc():
             t0 = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
             store, stats = await _measured(client, config, planned, _due(t0, offsets), config.concurrency, t0, 0,
@@ -880,14 +1092,15 @@ def _result(config: LoadConfig, store: RecordStore, stats: list[WorkerStats], t0
     # Workers stop on their own when their target goes; the first one's reason stands for the run.
     stopped = [w for w in stats if w.stopped_early is not None]
     not_sent = None if any(w.not_sent is None for w in stats) else sum(w.not_sent or 0 for w in stats)
-    if workers_missing:  # a worker's plan is not in the sum
+    if workers_missing or any(w.unanswered for w in stats):  # a worker's plan is not in the sum
         not_sent = None
     return RunResult(records=store, config=replace(config), t0=t0, workers=stats,
                      scheduled_rate=scheduled_rate(offsets) if offsets else None, warmup_cpu_fraction=warm_fraction,
                      server_tokens_before=before[0], server_tokens_after=after[0],
                      server_scrape_errors=before[1] + after[1], duration_limited=config.duration_s is not None,
                      stopped_early=stopped[0].stopped_early if stopped else None,
-                     not_sent=not_sent if stopped else 0, halted=halted)
+                     not_sent=not_sent if stopped else 0, halted=halted,
+                     unanswered_workers=[w.worker for w in stats if w.unanswered])
 
 
 def _report_final(reporter: _Reporter | None, tally: _Tally) -> None:
@@ -950,8 +1163,12 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
     flight are aborted and :class:`LoadgenStopped` is raised within about a second. Stopped during
     the measured phase, the exception's ``result`` holds what was sent: the finished requests, the
     aborted ones as failures ``aborted: <reason>``, ``halted`` and ``not_sent`` (every mode; N
-    workers are each told to stop and hand back their records, and one that does not within
-    :data:`STOP_RESULTS_S` is killed and its records lost, ``not_sent`` then None). Stopped
+    workers are each told to stop and hand back their records). An event loop or worker that has
+    not answered within :data:`STOP_RESULTS_S` is given up on (a worker killed, a loop's thread
+    left behind) and loses nothing that came back before: its records come from its ledger or
+    spool file, its requests still in flight are recorded as aborted at the stop
+    (``unanswered_workers``, ``not_sent`` then None); so this returns within about
+    ``STOP_RESULTS_S`` + :data:`STOP_LOOP_GRACE_S` of the stop whatever the workers do. Stopped
     before it (prompts, warmup: one worker's loop is cancelled, N workers are killed) it has none.
     Raises ``ValueError`` for a bad config and ``RuntimeError`` when a worker fails.
     """
@@ -977,9 +1194,10 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
         result = _result(config, store, stats, t0, offsets, before, (None, []), warm_fraction, halted=halted,
                          workers_missing=bool(missing))
         raise LoadgenStopped(f"the run was stopped: {halted}" + (
-            f" (worker{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not hand back "
-            f"{'their' if len(missing) > 1 else 'its'} records within {STOP_RESULTS_S:g} s)" if missing else ""),
-            result=result)
+            f" (worker{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} did not answer the stop "
+            f"within {STOP_RESULTS_S:g} s: {'their' if len(missing) > 1 else 'its'} records up to then are kept, "
+            f"{'their' if len(missing) > 1 else 'its'} requests still in flight recorded as aborted)"
+            if missing else ""), result=result)
     tally = _Tally(_initial_total(config, specs, offsets))
     if progress is None and should_stop is None:
         store, one, t0, before, after = asyncio.run(_one_loop(config, specs, warmup, offsets, tally))
@@ -996,6 +1214,7 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
 
     thread = threading.Thread(target=body, name="loadgen-loop", daemon=True)
     thread.start()
+    left_behind: LoadgenStopped | None = None
     while thread.is_alive():
         thread.join(STOP_POLL_S)
         if not thread.is_alive():
@@ -1004,8 +1223,19 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
             reason = _stop_reason(should_stop())
             if reason is not None:
                 stop.set(reason)
+        if stop is not None and stop.reason is not None \
+                and time.monotonic() - stop.at >= STOP_RESULTS_S + STOP_LOOP_GRACE_S:
+            # The loop enforces STOP_RESULTS_S itself: one still busy now no longer runs at all.
+            # Keep what it recorded; the daemon thread is left behind.
+            left_behind = LoadgenStopped(f"the run was stopped: {stop.reason} (its event loop did not end within "
+                                         f"{STOP_RESULTS_S + STOP_LOOP_GRACE_S:g} s; the requests still in flight "
+                                         "are recorded as aborted)")
+            left_behind.partial = tally.partial(stop.reason, stop.at_ns)
+            break
         if reporter is not None:
             reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens)
+    if left_behind is not None:
+        box = {"error": left_behind}
     if "error" in box:
         err = box["error"]
         if isinstance(err, LoadgenStopped):

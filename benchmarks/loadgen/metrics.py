@@ -12,6 +12,13 @@ sent); achieved concurrency (time-weighted mean requests in flight at the server
 any connection-pool wait, and the maximum) and achieved rate; flags.
 
 Times in the summary are seconds (floats); rates per second.
+
+Infinity in stored JSON: the error-adjusted percentiles are +inf where failures reach the rank
+(metrics.md), and JSON has no infinity, so :func:`controlplane.jsonsafe.json_safe` stores them as
+null. ``error_adjusted["infinite"]`` lists those percentiles by name (``"ttft_s.p99"``), so a
+reader tells "infinite because of failures" (listed) from "no data" (null, not listed: no request
+was sent). A sentinel in the number's place (a string ``"inf"``, a huge float) was not chosen: a
+numeric reader would sort, chart or average it as a measurement.
 """
 from __future__ import annotations
 
@@ -22,7 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from .driver import CPU_BOUND_FRACTION, RunResult
+from controlplane.jsonsafe import nonfinite_paths
+
+from .driver import ABORTED_PREFIX, CPU_BOUND_FRACTION, RunResult
 from .records import RecordStore
 
 __all__ = ["Slo", "run_summary", "distribution", "error_kind", "nearest_rank", "in_flight"]
@@ -34,6 +43,31 @@ PERCENTILES = (50, 90, 99)
 RATE_SHORTFALL_FRACTION = 0.95
 # metrics.md: client tok/s vs the server's generation_tokens_total delta, more than 2% apart.
 SERVER_TOKEN_TOLERANCE = 0.02
+# Open loop, the sending rate against the target (``rate_off_target``). A renewal schedule of n
+# requests at rate λ with gamma gaps of shape b (b = 1: Poisson) realises (n−1)/T with T the sum of
+# n−1 gaps, mean (n−1)/λ and variance (n−1)/(λ²b): the realised rate's relative standard deviation
+# is about 1/√(b(n−1)). Beyond this many of them (|ln(sent / target)|), the point did not send at its
+# target; a correct schedule crosses it about 0.3 % of the time (normal approximation, two-sided).
+RATE_TARGET_SIGMAS = 3.0
+# metrics.md "Dataset random": prompts of exactly the requested length in the server's tokens. The
+# server's mean prompt_tokens may differ from the requested mean by this fraction or 1 token,
+# whichever is larger (a text prompt calibrated word by word can miss by one token per request)
+# before ``input_length_mismatch`` is raised.
+INPUT_LENGTH_TOLERANCE = 0.02
+INPUT_LENGTH_TOLERANCE_TOKENS = 1.0
+# Gaps between output events shorter than this are "zero": the events came in one network read
+# (the client stamps a read, not an event, with its arrival time: stamping each event as it is
+# parsed would only space them by the parser's microseconds).
+ZERO_GAP_NS = 1_000
+# ``itl_coalesced`` is raised when at least this fraction of the gaps are zero: the ITL percentiles
+# then describe how the server's writes were grouped into reads, not the token cadence (from the
+# tenth percentile up at this fraction), and the decode-step estimate is not made.
+COALESCED_GAP_FRACTION = 0.10
+# A gap between output events longer than this many typical (median) steps is a pause in decode
+# (the engine ran another request's prefill, or the sequence was retracted), not a step.
+STALL_FACTOR = 2.0
+# Fewest gaps a decode-step estimate is made from.
+MIN_DECODE_GAPS = 8
 # Fewest streamed events over which client CPU per event is reported. Below this a sweep worker's own background work (progress writes, heartbeats:
 # ~0.1 s of CPU over a 10 s point) outweighs the parsing: 1 ms+ "per event" on a 128-event point.
 MIN_EVENTS_FOR_CPU = 1000
@@ -90,8 +124,41 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     """Summary dict of ``result`` (JSON-serialisable; keys documented inline below).
 
     Flags (booleans, each with its evidence elsewhere in the dict): ``concurrency_shortfall``,
-    ``rate_shortfall``, ``output_length_mismatch`` (fixed-length runs), ``tokens_estimated``,
-    ``server_token_mismatch``, ``client_cpu_bound``.
+    ``rate_shortfall`` (sent more than 5 % slower than the run's own schedule),
+    ``rate_off_target`` (open loop: the sending rate ``achieved_send_rate_req_s`` is further from
+    the target than :data:`RATE_TARGET_SIGMAS` standard deviations of a correct schedule of that
+    many requests; ``rate_target_check`` holds the figures), ``output_length_mismatch``
+    (fixed-length runs), ``input_length_mismatch`` (the server's mean ``prompt_tokens`` differs
+    from the requested mean by more than :data:`INPUT_LENGTH_TOLERANCE` or
+    :data:`INPUT_LENGTH_TOLERANCE_TOKENS`; ``input_length_check`` holds the figures),
+    ``tokens_estimated``, ``server_token_mismatch``, ``client_cpu_bound``, ``itl_coalesced``
+    (at least :data:`COALESCED_GAP_FRACTION` of the gaps between output events are zero, i.e. the
+    events came in one network read; ``itl_zero_gap_fraction`` is the fraction), and
+    ``tpot_slo_not_applicable`` (a TPOT SLO was given and some successful requests produced one
+    output token, for which TPOT is undefined; ``slo_tpot_not_applicable`` counts them).
+
+    ``error_adjusted``: ``{"ttft_s": {"p50", "p90", "p99"}, "e2e_s": {...}, "failures": int,
+    "infinite": ["ttft_s.p99", ...]}``: failures count as +inf (nearest rank, metrics.md);
+    ``infinite`` names every percentile that is +inf because of them (stored as null, see the
+    module docstring). A percentile that is null and not listed had no request at all.
+
+    TPOT SLO rule: TPOT is undefined for a one-token output (metrics.md), so a TPOT SLO does not
+    apply to such a request and it counts as meeting it (vLLM's ``bench serve`` goodput takes TPOT
+    as 0 for outputs of at most one token; SGLang's ``bench_serving`` likewise leaves them out of
+    TPOT). ``slo_tpot_not_applicable`` counts them, so a run of one-token outputs whose TPOT SLO
+    therefore tested nothing says so.
+
+    ``decode_steps`` (None when it cannot be estimated, ``decode_steps_note`` says why): the
+    decode step seen from the client, for the ceiling analysis. Every gap between consecutive
+    output events of a successful request (per token, gap / k, when each event's k tokens are
+    known) is paired with the number of requests in their decode phase at its later event (first
+    output seen, last not yet: the running decode batch at that step, counted directly instead of
+    averaged over the run with Little's law, which counts prefill time too). Gaps longer than
+    :data:`STALL_FACTOR` times the median are decode pauses (another request's prefill ran), not
+    steps. Keys: ``step_s`` (mean of the other gaps), ``step_p50_s`` (the median gap),
+    ``batch_mean`` (mean decode batch over the same gaps), ``gaps``, ``stall_gaps``,
+    ``stall_share`` (the pauses' excess over a median step, as a fraction of all decode time
+    Σ(E2E − TTFT)), ``basis`` (``per_token`` or ``per_event``).
 
     ``requests`` counts the requests sent (``successes`` + ``failures``). A run the driver stopped
     early because its target was gone has ``stopped_early`` (the reason; None otherwise) and
@@ -99,7 +166,9 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     had no count, a time-limited closed loop); concurrency shortfall is not flagged for it (the
     client did not fall short, the target went away). A run its caller stopped has ``halted``
     (the caller's reason, also ``stopped_early``; None otherwise): a partial run, whose in-flight
-    requests were aborted and count as failures.
+    requests were aborted and count as failures; ``aborted`` says how many of the failures those
+    are (0 for a run nobody stopped) and ``unanswered_workers`` lists the workers that did not
+    answer the stop in time (their requests then in flight are among the aborted ones).
 
     ``server_token_mismatch``: the server's ``generation_tokens_total`` delta against the client's
     count. The server also counts the tokens of failed requests, which the client counts only as
@@ -126,6 +195,10 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["stopped_early"] = stopped
     s["not_sent"] = getattr(result, "not_sent", 0)
     s["halted"] = getattr(result, "halted", None)
+    # Requests a stop ended in flight: failed (no tokens, no latency), counted apart so a partial
+    # run says how many of its failures are the stop's and how many the server's.
+    s["aborted"] = sum(1 for message in rec.errors.values() if message.startswith(ABORTED_PREFIX))
+    s["unanswered_workers"] = list(getattr(result, "unanswered_workers", None) or [])
     lo = int(start.min()) if n else 0
     hi = int(end.max()) if n else 0
     duration = (hi - lo) / 1e9
@@ -155,7 +228,17 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
         allv = np.concatenate([values, np.full(fails, np.inf)])
         return {f"p{p}": nearest_rank(allv, p) for p in PERCENTILES}
 
-    s["error_adjusted"] = {"ttft_s": adjusted(ttft), "e2e_s": adjusted(e2e)}
+    adj: dict[str, Any] = {"ttft_s": adjusted(ttft), "e2e_s": adjusted(e2e)}
+    adj["infinite"] = sorted(path for path, kind in nonfinite_paths(adj).items() if kind == "inf")
+    adj["failures"] = int(n - ok.sum())
+    s["error_adjusted"] = adj
+    zero_fraction, gaps_total = _zero_gap_fraction(rec, np.flatnonzero(ok))
+    s["itl_zero_gap_fraction"] = zero_fraction
+    coalesced = zero_fraction is not None and zero_fraction >= COALESCED_GAP_FRACTION
+    s["decode_steps"], s["decode_steps_note"] = (
+        (None, f"{zero_fraction:.0%} of {gaps_total:,} gaps between output events are zero (events that came in "
+               "one network read): the client did not see the token cadence") if coalesced
+        else _decode_steps(rec, ok, per_token_known))
 
     # ---------------------------------------------------------------- throughput
     total_out = int(out_ok.sum())
@@ -169,6 +252,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["input_tokens_requested_mean"] = float(req_in[req_in >= 0].mean()) if (req_in >= 0).any() else None
     s["input_tokens_actual_mean"] = float(known_in[known_in >= 0].mean()) if (known_in >= 0).any() else None
     s["output_tokens_mean"] = float(out_ok.mean()) if out_ok.size else None
+    s["input_length_check"] = _input_length_check(req_in[ok], known_in)
 
     # ---------------------------------------------------------------- goodput
     if slo is not None:
@@ -178,7 +262,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
         if slo.e2e_s is not None:
             met &= e2e <= slo.e2e_s
         if slo.tpot_s is not None:
-            # TPOT is undefined for one-token outputs; with no inter-token time there is nothing to miss.
+            # The TPOT SLO rule (docstring): not applicable to one-token outputs, counted as met.
             tp = np.zeros(out_ok.size)
             tp[multi] = tpot
             met &= tp <= slo.tpot_s
@@ -186,6 +270,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
         s["goodput_req_s"] = good / duration if duration > 0 else None
         s["slo_attainment"] = good / n if n else None
         s["slo"] = {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}
+        s["slo_tpot_not_applicable"] = int((~multi).sum()) if slo.tpot_s is not None else 0
 
     # ---------------------------------------------------------------- achieved load
     sent = start + pool
@@ -198,9 +283,12 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["achieved_rate_req_s"] = (
         (n - 1) / ((sent.max() - sent.min()) / 1e9) if open_loop and n >= 2 and sent.max() > sent.min() else None
     )
+    s["achieved_send_rate_req_s"] = s["achieved_rate_req_s"]
     s["target_concurrency"] = cfg.concurrency
     s["target_rate_req_s"] = cfg.rate
     s["scheduled_rate_req_s"] = result.scheduled_rate
+    s["rate_target_check"] = _rate_target_check(sent_rate=s["achieved_rate_req_s"], target=cfg.rate, n=n,
+                                                burstiness=getattr(cfg, "burstiness", 1.0))
     flags: dict[str, bool] = {}
     reachable = min(cfg.concurrency, n) if cfg.concurrency else None
     flags["concurrency_shortfall"] = bool(reachable is not None and cfg.rate is None and max_c < reachable
@@ -209,6 +297,11 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
         result.scheduled_rate is not None and s["achieved_rate_req_s"] is not None
         and s["achieved_rate_req_s"] < RATE_SHORTFALL_FRACTION * result.scheduled_rate
     )
+    flags["rate_off_target"] = bool(s["rate_target_check"] is not None and s["rate_target_check"]["off_target"])
+    flags["input_length_mismatch"] = bool(s["input_length_check"] is not None
+                                          and s["input_length_check"]["mismatch"])
+    flags["itl_coalesced"] = bool(coalesced)
+    flags["tpot_slo_not_applicable"] = bool(s.get("slo_tpot_not_applicable"))
 
     # ---------------------------------------------------------------- output length
     if cfg.fixed_output:
@@ -280,6 +373,103 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["flags"] = flags
     s["errors"] = _error_counts(rec)
     return s
+
+
+def _rate_target_check(*, sent_rate: float | None, target: float | None, n: int,
+                       burstiness: float = 1.0) -> dict[str, Any] | None:
+    """The open-loop sending rate against the target (req/s): ``{"target_req_s", "sent_req_s",
+    "deviation"`` (sent / target − 1)``, "bound"`` (the relative deviation allowed:
+    exp(:data:`RATE_TARGET_SIGMAS` / √(b(n−1))) − 1 above, 1 − exp(−…) below, reported as the
+    larger)``, "sigmas"`` (|ln(sent / target)| in standard deviations of a correct schedule)``,
+    "off_target"}``; None for a closed loop, an unbounded rate or fewer than two requests sent."""
+    if target is None or not math.isfinite(target) or target <= 0 or sent_rate is None or n < 2:
+        return None
+    sd = 1.0 / math.sqrt(max(burstiness, 1e-9) * (n - 1))
+    sigmas = abs(math.log(sent_rate / target)) / sd
+    return {"target_req_s": target, "sent_req_s": sent_rate, "requests": n, "deviation": sent_rate / target - 1.0,
+            "bound": math.exp(RATE_TARGET_SIGMAS * sd) - 1.0, "sigmas": sigmas,
+            "off_target": sigmas > RATE_TARGET_SIGMAS}
+
+
+def _input_length_check(requested: np.ndarray, actual: np.ndarray) -> dict[str, Any] | None:
+    """Requested against the server's ``prompt_tokens`` over the successful requests where both are
+    known: ``{"requested_mean", "actual_mean", "difference"`` (tokens, actual − requested)``,
+    "tolerance"`` (tokens)``, "requests", "mismatch"}``; None when the server reported no prompt
+    tokens or no requested length is known (a prompts file without a tokenizer)."""
+    both = (requested >= 0) & (actual >= 0)
+    if not both.any():
+        return None
+    req_mean = float(requested[both].mean())
+    act_mean = float(actual[both].mean())
+    tol = max(INPUT_LENGTH_TOLERANCE * req_mean, INPUT_LENGTH_TOLERANCE_TOKENS)
+    return {"requested_mean": req_mean, "actual_mean": act_mean, "difference": act_mean - req_mean,
+            "tolerance": tol, "requests": int(both.sum()), "mismatch": abs(act_mean - req_mean) > tol}
+
+
+def _zero_gap_fraction(rec: RecordStore, idx: np.ndarray) -> tuple[float | None, int]:
+    """Fraction of the gaps between output events of requests ``idx`` shorter than
+    :data:`ZERO_GAP_NS` (events that came in one network read), and the number of gaps; None
+    without gaps."""
+    ev = rec.column("ev_time")
+    off, ln = rec.column("ev_off"), rec.column("ev_len")
+    zero = total = 0
+    for i in idx:
+        o, k = int(off[i]), int(ln[i])
+        if k < 2:
+            continue
+        gaps = np.diff(ev[o:o + k])
+        zero += int((gaps < ZERO_GAP_NS).sum())
+        total += k - 1
+    return (zero / total if total else None), total
+
+
+def _decode_steps(rec: RecordStore, ok: np.ndarray, per_token_known: bool) -> tuple[dict[str, Any] | None, str | None]:
+    """The decode step seen from the client (``run_summary``'s ``decode_steps``) and a note when it
+    is None. Decode phase of a request: from its first output event (exclusive) to its last
+    (inclusive), for every request that streamed output, failed or not (it was in the batch). A
+    request whose last event came less than half a median step before an event is still counted
+    at it: events of one step reach the client over several reads, microseconds apart."""
+    ev = rec.column("ev_time")
+    tok = rec.column("ev_tokens")
+    off, ln = rec.column("ev_off"), rec.column("ev_len")
+    first, last = rec.column("first"), rec.column("last")
+    times, gaps, ks = [], [], []
+    for i in np.flatnonzero(ok):
+        o, k = int(off[i]), int(ln[i])
+        if k < 2:
+            continue
+        t = ev[o:o + k]
+        times.append(t[1:])
+        gaps.append(np.diff(t))
+        ks.append(tok[o + 1:o + k].astype(np.int64) if per_token_known else np.ones(k - 1, dtype=np.int64))
+    if not gaps:
+        return None, "no successful request streamed two output events"
+    t_ev = np.concatenate(times)
+    k_ev = np.maximum(np.concatenate(ks), 1)
+    step = np.concatenate(gaps).astype(np.float64) / k_ev  # ns per token
+    if step.size < MIN_DECODE_GAPS:
+        return None, f"{step.size} gap{'s' if step.size != 1 else ''} between output events (fewer than {MIN_DECODE_GAPS})"
+    median = float(np.median(step))
+    streamed = (first >= 0) & (last >= first)
+    firsts = np.sort(first[streamed])
+    lasts = np.sort(last[streamed])
+    # Requests in decode at each event: first output before it, last output not before it (less half a step).
+    batch = (np.searchsorted(firsts, t_ev, side="left")
+             - np.searchsorted(lasts, t_ev - 0.5 * median, side="left")).astype(np.float64)
+    stall = step > STALL_FACTOR * median
+    typical = ~stall
+    decode_ns = float((step * k_ev).sum())
+    excess = float(((step[stall] - median) * k_ev[stall]).sum())
+    return ({
+        "basis": "per_token" if per_token_known else "per_event",
+        "gaps": int(step.size),
+        "step_s": float(np.average(step[typical], weights=k_ev[typical])) / 1e9,
+        "step_p50_s": median / 1e9,
+        "batch_mean": float(np.average(batch[typical], weights=k_ev[typical])),
+        "stall_gaps": int(stall.sum()),
+        "stall_share": excess / decode_ns if decode_ns > 0 else 0.0,
+        "stall_factor": STALL_FACTOR,
+    }, None)
 
 
 def _itls(rec: RecordStore, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:

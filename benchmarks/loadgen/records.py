@@ -171,6 +171,24 @@ class RecordStore:
             out.texts.update({base_req + i: t for i, t in s.texts.items()})
         return out
 
+    def head(self, n: int) -> RecordStore:
+        """A copy of the first ``n`` requests (all of them when ``n`` is larger), events and sparse
+        fields included. Safe to call from another thread while the owner appends (each column
+        slice is one atomic copy under the GIL, and only requests below ``n`` are read): how a run
+        that stopped answering hands over what it had recorded."""
+        out = RecordStore()
+        n = max(0, min(n, len(self)))
+        for name in _INT_COLUMNS + _I32_COLUMNS + _I8_COLUMNS:
+            getattr(out, name).extend(getattr(self, name)[:n])
+        events = int(self.ev_off[n - 1] + self.ev_len[n - 1]) if n else 0  # type: ignore[attr-defined]
+        out.ev_time.extend(self.ev_time[:events])
+        out.ev_tokens.extend(self.ev_tokens[:events])
+        out.reasons = list(self.reasons)
+        out._reason_ids = dict(self._reason_ids)
+        out.errors = {i: m for i, m in self.errors.copy().items() if i < n}
+        out.texts = {i: t for i, t in self.texts.copy().items() if i < n}
+        return out
+
     def save(self, path: str | Path) -> Path:
         """Write a compressed ``.npz`` (numpy arrays + one JSON blob for the sparse fields)."""
         path = Path(path)

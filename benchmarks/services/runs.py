@@ -9,6 +9,10 @@ Rules and where they come from:
 * A run that is not a measurement (failed, cancelled, unfinished, or without one successful
   request) is never ranked at all: its numbers describe a deployment that went down or a point
   that did not run (:func:`runs_compare`).
+* Goodput counts the requests that met the run's own SLO, so goodput of runs with different SLOs is
+  not comparable: the SLO is part of the compared configuration and the comparison says so
+  (:func:`runs_compare`).
+* No best run is named from a difference within run-to-run noise (:data:`COMPARE_TIE_PCT`).
 * An imported file is kept byte for byte with its SHA-256; importing the same content again is
   refused (409) unless asked for, because two copies of one result would count twice in every
   comparison (:func:`run_import`).
@@ -21,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -35,7 +40,7 @@ from controlplane.errors import Conflict, InvalidInput
 from controlplane.jsonsafe import json_safe
 
 # Flags that make a run's numbers not comparable with a fixed-length run (metrics.md).
-LENGTH_FLAGS = ("output_length_mismatch", "variable_lengths", "lengths_unknown")
+LENGTH_FLAGS = ("output_length_mismatch", "input_length_mismatch", "variable_lengths", "lengths_unknown")
 # Summary keys compared side by side (key path, label, unit).
 COMPARE_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("output_throughput_tok_s", "output throughput", "tok/s"),
@@ -51,7 +56,17 @@ COMPARE_FIELDS: tuple[tuple[str, str, str], ...] = (
 # The metrics :func:`runs_compare` names a best run for (key path, whether higher is better).
 BEST_METRICS: tuple[tuple[str, bool], ...] = (
     ("output_throughput_tok_s", True), ("tok_s_per_gpu", True), ("ttft_ms.p99", False), ("tpot_ms.mean", False))
-
+# Percent of the larger value within which the two best runs for a metric are a tie (no best run
+# is named, and a note says so). Repeating one point on one deployment does not give the same
+# numbers (which requests share a batch, scheduling, timer jitter), and a p99 over a few hundred
+# requests is set by a handful of them; a difference this small is no evidence that one run is
+# better. 2 % is also the tolerance the load generator allows between its own token count and the
+# server's (``SERVER_TOKEN_TOLERANCE``). :func:`runs_compare` takes another threshold.
+COMPARE_TIE_PCT = 2.0
+# A ``limit`` of :func:`run_records_rows` larger than any run's request count: every record.
+ALL_RECORDS = 2 ** 62
+# The SLO keys of a run's summary (seconds), in the order they are shown.
+SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 
 
 
@@ -93,34 +108,66 @@ def run_records(*, run: BenchmarkRun) -> RecordStore:
     return RecordStore.load(path)
 
 
-def run_records_rows(*, run: BenchmarkRun, offset: int = 0, limit: int = 1000) -> dict[str, Any]:
-    """Per-request rows of ``run`` as JSON-ready dicts, ``limit`` at most from ``offset``.
+def _known(value: int) -> int | None:
+    """A record's count, or None where the records store -1 for "not known" (metrics.md: an
+    absent value stays null)."""
+    return int(value) if value >= 0 else None
 
-    Each row: ``index`` (dataset position), ``ok``, ``http_status``, ``input_tokens``,
-    ``output_tokens``, ``requested_input``/``requested_output``, ``ttft_ms``, ``e2e_ms``,
-    ``tpot_ms`` (None when undefined), ``events``, ``finish_reason``, ``error``, ``start_ms``
-    (relative to the first request). Returns ``{"count", "offset", "limit", "rows"}``.
+
+def run_records_rows(*, run: BenchmarkRun, offset: int = 0, limit: int = 1000,
+                     events: bool = True) -> dict[str, Any]:
+    """Per-request rows of ``run`` as JSON-ready dicts, ``limit`` at most from ``offset``, in the
+    records' order (completion order).
+
+    Each row: ``index`` (dataset position), ``ok``, ``http_status``, ``input_tokens`` (the
+    server's ``usage.prompt_tokens``; null when it gave none), ``output_tokens`` (null when not
+    known), ``tokens_estimated`` (true when ``output_tokens`` was counted from output events
+    because the server sent no usage), ``requested_input``/``requested_output`` (null when not
+    known), ``start_ms`` and ``end_ms`` (ms from the run's first request start to this request's
+    send and to its response fully read or failed; ``duration_ms`` = end − start, for failures
+    too), ``ttft_ms``, ``e2e_ms`` (null for a failed request: a failure contributes no latency),
+    ``tpot_ms`` (null when undefined), ``events`` (output events), ``finish_reason``, ``error``
+    and, when ``events``, ``event_ms`` (each output event's time in ms from this request's start)
+    and ``event_tokens`` (the tokens each event carried, null where the server did not say).
+
+    From these every headline number can be recomputed: duration = max ``end_ms`` (the first
+    request starts at 0), output tok/s = Σ ``output_tokens`` of successes / duration, ITL = the
+    differences of consecutive ``event_ms``. Times are exact to the nanosecond the records hold.
+    Returns ``{"count", "offset", "limit", "rows"}``. Raises :class:`InvalidInput` as
+    :func:`run_records`.
     """
     rec = run_records(run=run)
     n = len(rec)
-    cols = {c: rec.column(c) for c in ("index", "start", "first", "last", "output_tokens", "input_tokens",
-                                       "requested_input", "requested_output", "http_status", "ok", "ev_len")}
+    cols = {c: rec.column(c) for c in ("index", "start", "end", "first", "last", "output_tokens", "input_tokens",
+                                       "requested_input", "requested_output", "http_status", "ok", "ev_len",
+                                       "tokens_estimated")}
     t0 = int(cols["start"].min()) if n else 0
+    ev_time, ev_tokens, ev_off = (rec.column(c).astype(np.int64) for c in ("ev_time", "ev_tokens", "ev_off"))
     rows = []
     for i in range(offset, min(n, offset + limit)):
         ok = bool(cols["ok"][i])
         start = int(cols["start"][i])
+        end = int(cols["end"][i])
         ttft = (int(cols["first"][i]) - start) / 1e6 if ok else None
         e2e = (int(cols["last"][i]) - start) / 1e6 if ok else None
-        out = int(cols["output_tokens"][i])
-        rows.append({
+        out = _known(cols["output_tokens"][i])
+        row = {
             "index": int(cols["index"][i]), "ok": ok, "http_status": int(cols["http_status"][i]),
-            "input_tokens": int(cols["input_tokens"][i]), "output_tokens": out,
-            "requested_input": int(cols["requested_input"][i]), "requested_output": int(cols["requested_output"][i]),
-            "start_ms": (start - t0) / 1e6, "ttft_ms": ttft, "e2e_ms": e2e,
-            "tpot_ms": (e2e - ttft) / (out - 1) if ok and out >= 2 else None, "events": int(cols["ev_len"][i]),
+            "input_tokens": _known(cols["input_tokens"][i]), "output_tokens": out,
+            "tokens_estimated": bool(cols["tokens_estimated"][i]),
+            "requested_input": _known(cols["requested_input"][i]),
+            "requested_output": _known(cols["requested_output"][i]),
+            "start_ms": (start - t0) / 1e6, "end_ms": (end - t0) / 1e6, "duration_ms": (end - start) / 1e6,
+            "ttft_ms": ttft, "e2e_ms": e2e,
+            "tpot_ms": (e2e - ttft) / (out - 1) if ok and out is not None and out >= 2 else None,
+            "events": int(cols["ev_len"][i]),
             "finish_reason": rec.finish_reason(i), "error": rec.errors.get(i),
-        })
+        }
+        if events:
+            lo, hi = int(ev_off[i]), int(ev_off[i]) + int(cols["ev_len"][i])
+            row["event_ms"] = ((ev_time[lo:hi] - start) / 1e6).tolist()
+            row["event_tokens"] = [k if k > 0 else None for k in ev_tokens[lo:hi].tolist()]
+        rows.append(row)
     return {"count": n, "offset": offset, "limit": limit, "rows": rows}
 
 
@@ -156,6 +203,26 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     }
 
 
+def run_slo(*, run: BenchmarkRun) -> dict[str, float | None] | None:
+    """The SLO goodput and SLO attainment of ``run`` were counted against: ``{"ttft_s", "tpot_s",
+    "e2e_s"}`` in seconds (None for a limit not set), or None when the run had no SLO or it is not
+    known (an imported file does not record the SLO its goodput used)."""
+    slo = (run.summary or {}).get("slo")
+    if not isinstance(slo, Mapping):
+        return None
+    out = {k: (float(slo[k]) if isinstance(slo.get(k), (int, float)) and not isinstance(slo.get(k), bool) else None)
+           for k in SLO_KEYS}
+    return out if any(v is not None for v in out.values()) else None
+
+
+def slo_text(slo: Mapping[str, Any] | None) -> str:
+    """An SLO in words: ``TTFT ≤ 0.05 s, TPOT ≤ 0.1 s`` (seconds, as stored); ``none`` for None."""
+    if not slo:
+        return "none"
+    names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+    return ", ".join(f"{names[k]} ≤ {slo[k]:g} s" for k in SLO_KEYS if slo.get(k) is not None) or "none"
+
+
 def _config_fields(run: BenchmarkRun) -> dict[str, Any]:
     snap = run.snapshot or {}
     spec = snap.get("spec") or {}
@@ -165,7 +232,7 @@ def _config_fields(run: BenchmarkRun) -> dict[str, Any]:
         "topology": snap.get("topology"), "recipe": snap.get("recipe"), "recipe_version": snap.get("recipe_version"),
         "node": (snap.get("node") or {}).get("name"), "num_gpus": run.num_gpus, "concurrency": run.concurrency,
         "request_rate": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
-        "num_requests": run.num_requests, "api": run.api or None,
+        "num_requests": run.num_requests, "api": run.api or None, "slo": run_slo(run=run),
         "sim_profile": (spec.get("sim") or {}).get("profile"),
         "engine_version": (snap.get("engine_version")
                            or ((snap.get("server_info") or {}).get("entry") or {}).get("version")),
@@ -195,13 +262,29 @@ def run_not_measured(*, run: BenchmarkRun, metrics: Mapping[str, Any] | None = N
     return None
 
 
-def runs_compare(*, runs: list[BenchmarkRun]) -> dict[str, Any]:
+def _delta_pct(value: Any, base: Any) -> float | None:
+    """``value`` against ``base`` in percent of ``base`` (``+12.5`` = 12.5 % higher); None when
+    either is missing or ``base`` is 0 (no percentage of nothing)."""
+    if not isinstance(value, (int, float)) or not isinstance(base, (int, float)) or base == 0:
+        return None
+    return round((value - base) / abs(base) * 100.0, 3)
+
+
+def _spread_pct(a: float, b: float) -> float:
+    """How far apart ``a`` and ``b`` are, in percent of the larger magnitude (0 when both are 0)."""
+    top = max(abs(a), abs(b))
+    return abs(a - b) / top * 100.0 if top else 0.0
+
+
+def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
+                 tie_pct: float = COMPARE_TIE_PCT) -> dict[str, Any]:
     """Side-by-side comparison of ``runs`` (any sweeps, measured or imported).
 
     Returns ``{"runs": [{"id", "label", "sweep_id", "status", "flags", "metrics", "config",
-    "rankable", "refusal", "measured"}], "fields": [{"key", "label", "unit", "values": [...]}],
-    "config_differs": [{"field", "values": [...]}], "best": {"output_throughput_tok_s": run id | None, ...},
-    "excluded": [{"id", "reason"}], "notes": [...]}``.
+    "rankable", "refusal", "measured"}], "fields": [{"key", "label", "unit", "values": [...],
+    "deltas_pct": [...]}], "config_differs": [{"field", "values": [...]}], "best":
+    {"output_throughput_tok_s": run id | None, ...}, "ties": {metric: [run ids]}, "baseline": run
+    id, "tie_threshold_pct": float, "excluded": [{"id", "reason"}], "notes": [...]}``.
 
     Two kinds of run are shown but never ranked, each with ``rankable`` false and its
     ``refusal`` (also in ``notes``): a run that holds no measurement (:func:`run_not_measured`:
@@ -212,12 +295,32 @@ def runs_compare(*, runs: list[BenchmarkRun]) -> dict[str, Any]:
     lengths), which is not ranked against fixed-length runs (case C10). ``best`` names, for each
     of :data:`BEST_METRICS`, the best of the rankable runs with a value for it (the only one, when
     one run is rankable, with a note saying so); null, with a note saying why, when no run is
-    rankable, when the rankable runs have different lengths, or when none has that metric.
+    rankable, when the rankable runs have different lengths, when none has that metric, or when
+    the two best are within ``tie_pct`` percent of the larger of their values (a tie:
+    :data:`COMPARE_TIE_PCT` by default; ``ties`` lists the runs within it of the best, and the
+    note gives the values and the spread).
+
     ``config`` holds ``roles`` and ``env`` (the recipe's ``spec.roles`` and ``spec.env``) as
-    objects. Raises :class:`InvalidInput` for fewer than 2 runs.
+    objects and ``slo`` (:func:`run_slo`, seconds; null when the run had none or it is not
+    known), so runs measured against different SLOs are listed in ``config_differs``; when runs
+    with a goodput have different or unknown SLOs a note says their goodput is not comparable
+    (goodput counts the requests that met the run's own SLO).
+
+    ``deltas_pct`` gives each run's value against the baseline run's in percent of the
+    baseline's (``(value − baseline) / baseline × 100``; the baseline's own is 0): null where a
+    value is missing or the baseline's is 0, everywhere when the baseline holds no measurement
+    (a note says so), and for goodput where the run's SLO is not the baseline's or the baseline's
+    is not known. The baseline is ``baseline_id``, else the first run. Raises
+    :class:`InvalidInput` for fewer than 2 runs (``ids``) and a ``baseline_id`` that is not one of
+    ``runs`` (``baseline``).
     """
     if len(runs) < 2:
         raise InvalidInput({"ids": ["give at least two runs to compare"]})
+    if baseline_id is None:
+        baseline_id = runs[0].pk
+    if baseline_id not in {r.pk for r in runs}:
+        raise InvalidInput({"baseline": [f"run #{baseline_id} is not one of the compared runs "
+                                         f"({', '.join(f'#{r.pk}' for r in runs)})"]})
     entries = []
     notes: list[str] = []
     excluded: list[dict[str, Any]] = []
@@ -239,15 +342,38 @@ def runs_compare(*, runs: list[BenchmarkRun]) -> dict[str, Any]:
         entries.append({"id": run.pk, "label": run.label, "sweep_id": run.sweep_id, "status": run.status,
                         "flags": list(run.flags), "metrics": metrics, "config": _config_fields(run),
                         "rankable": refusal is None, "refusal": refusal, "measured": unmeasured is None})
-    fields = [{"key": key, "label": label, "unit": unit,
-               "values": [_path(e["metrics"], key) if e["measured"] or key == "failures" else None for e in entries]}
-              for key, label, unit in COMPARE_FIELDS]
+    base = next(i for i, e in enumerate(entries) if e["id"] == baseline_id)
+    if not entries[base]["measured"]:
+        notes.append(f"the baseline run #{baseline_id} holds no measurement, so no delta is given")
+
+    # Goodput is a count against the run's own SLO: different (or unknown) SLOs, different measures.
+    def slo_key(e: dict[str, Any]) -> str:
+        return json.dumps(e["config"]["slo"], sort_keys=True)
+
+    with_goodput = [e for e in entries if e["measured"] and e["metrics"].get("goodput_req_s") is not None]
+    slo_differs = len({slo_key(e) for e in with_goodput}) > 1 or any(e["config"]["slo"] is None for e in with_goodput)
+    if len(with_goodput) > 1 and slo_differs:
+        said = "; ".join(f"run #{e['id']}: " + (slo_text(e["config"]["slo"]) if e["config"]["slo"] else "not recorded")
+                         for e in with_goodput)
+        notes.append("goodput is not comparable across these runs: it counts the requests that met each run's own "
+                     f"SLO, and their SLOs differ ({said}); no goodput delta is given between runs with different SLOs")
+
+    fields = []
+    for key, label, unit in COMPARE_FIELDS:
+        values = [_path(e["metrics"], key) if e["measured"] or key == "failures" else None for e in entries]
+        deltas = [_delta_pct(v, values[base]) if entries[base]["measured"] else None for v in values]
+        if key == "goodput_req_s":
+            same_slo = [entries[base]["config"]["slo"] is not None and slo_key(e) == slo_key(entries[base])
+                        for e in entries]
+            deltas = [d if same else None for d, same in zip(deltas, same_slo)]
+        fields.append({"key": key, "label": label, "unit": unit, "values": values, "deltas_pct": deltas})
     config_keys = list(entries[0]["config"].keys())
     differs = [{"field": k, "values": [e["config"][k] for e in entries]} for k in config_keys
                if len({json.dumps(e["config"][k], sort_keys=True) for e in entries}) > 1]
     rankable = [e for e in entries if e["rankable"]]
     lengths = {(e["config"]["input_len"], e["config"]["output_len"]) for e in rankable}
     best: dict[str, int | None] = {}
+    ties: dict[str, list[int]] = {}
     if not rankable:
         notes.append("no run is rankable; no best run is named")
     elif len(lengths) > 1:
@@ -256,6 +382,7 @@ def runs_compare(*, runs: list[BenchmarkRun]) -> dict[str, Any]:
     elif len(rankable) == 1:
         notes.append(f"run #{rankable[0]['id']} is the only rankable run: it is named best with no other "
                      "run to rank it against")
+    units = {key: unit for key, _, unit in COMPARE_FIELDS}
     for key, higher_better in BEST_METRICS:
         vals = [(_path(e["metrics"], key), e["id"]) for e in rankable if _path(e["metrics"], key) is not None]
         if len(lengths) > 1 or not vals:
@@ -263,37 +390,118 @@ def runs_compare(*, runs: list[BenchmarkRun]) -> dict[str, Any]:
                 notes.append(f"no rankable run has a value for {key}; no best run is named for it")
             best[key] = None
             continue
-        best[key] = (max(vals) if higher_better else min(vals))[1]
-    return {"runs": entries, "fields": fields, "config_differs": differs, "best": best, "excluded": excluded,
-            "notes": notes}
+        # Best first; on equal values the earlier run (lower id) first, as before.
+        ranked = sorted(vals, key=lambda v: (-v[0] if higher_better else v[0], v[1]))
+        top = ranked[0][0]
+        close = [rid for value, rid in ranked if _spread_pct(value, top) < tie_pct]
+        if len(close) > 1:
+            best[key] = None
+            ties[key] = close
+            shown = ", ".join(f"#{rid} {value:.4g}" for value, rid in ranked if rid in close)
+            spread = _spread_pct(ranked[len(close) - 1][0], top)
+            how = "are equal" if spread == 0 else f"are within {spread:.2g} % of each other"
+            notes.append(f"no best run for {key}: runs {shown} {units.get(key, '')} {how}, under the "
+                         f"{tie_pct:g} % tie threshold (run-to-run noise)")
+            continue
+        best[key] = ranked[0][1]
+    return {"runs": entries, "fields": fields, "config_differs": differs, "best": best, "ties": ties,
+            "baseline": baseline_id, "tie_threshold_pct": tie_pct, "excluded": excluded, "notes": notes}
+
+
+COMPARE_CSV_SLO = tuple(f"slo_{k}" for k in SLO_KEYS)
+
+
+def _compare_column(key: str, unit: str) -> str:
+    """A comparison field's CSV column, its unit in the name: ``ttft_p99_ms``,
+    ``itl_per_gap_p99_ms``, ``goodput_req_s``, ``output_throughput_per_gpu_tok_s``,
+    ``failures_requests``."""
+    stem, _, stat = key.partition(".")
+    if stat:
+        stem = stem.removesuffix("_ms")
+        return f"{'itl_per_gap' if stem == 'itl' else stem}_{stat}_{unit}"
+    return {"tok_s_per_gpu": "output_throughput_per_gpu_tok_s", "failures": "failures_requests"}.get(key, key)
+
+
+def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
+    """A :func:`runs_compare` result as CSV, one row per run in the compared order: ``run_id``,
+    ``label``, ``baseline`` (``true`` for the baseline run), ``rankable``, ``not_ranked_reason``,
+    the run's SLO in seconds (``slo_ttft_s``, ``slo_tpot_s``, ``slo_e2e_s``; empty when none or
+    not known), then for every compared field its value with the unit in the column name
+    (:func:`_compare_column`) and ``<column>_delta_pct`` (against the baseline, percent), and
+    ``best_for`` (the metrics this run is named best for, ``;``-separated). Tie and SLO notes
+    stay in the API answer and on the page."""
+    fields = list(comparison["fields"])
+    columns = ["run_id", "label", "baseline", "rankable", "not_ranked_reason", *COMPARE_CSV_SLO]
+    for f in fields:
+        col = _compare_column(f["key"], f["unit"])
+        columns += [col, f"{col}_delta_pct"]
+    columns.append("best_for")
+    rows = []
+    for i, e in enumerate(comparison["runs"]):
+        slo = e["config"].get("slo") or {}
+        row: dict[str, Any] = {
+            "run_id": e["id"], "label": e["label"],
+            "baseline": "true" if e["id"] == comparison["baseline"] else "false",
+            "rankable": "true" if e["rankable"] else "false", "not_ranked_reason": e["refusal"],
+            **{f"slo_{k}": slo.get(k) for k in SLO_KEYS},
+            "best_for": ";".join(k for k, rid in comparison["best"].items() if rid == e["id"]),
+        }
+        for f in fields:
+            col = _compare_column(f["key"], f["unit"])
+            row[col] = f["values"][i]
+            row[f"{col}_delta_pct"] = f["deltas_pct"][i]
+        rows.append(row)
+    return csv_text(rows, columns)
 
 
 # ---------------------------------------------------------------------------------------- export
 
+# Statistics of each latency in the CSV export (ms), and the latencies with their column stems:
+# ITL is the gap between consecutive output events (metrics.md), so its columns say "per gap".
+EXPORT_STATS = ("mean", "std", "p50", "p90", "p99")
+EXPORT_LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_per_gap_ms"), ("e2e", "e2e_ms"))
 EXPORT_COLUMNS = (
     "run_id", "sweep_id", "source", "status", "served_model_name", "concurrency", "request_rate", "input_len",
     "output_len", "num_requests", "num_gpus", "requests", "successes", "failures", "duration_s",
-    "output_throughput_tok_s", "tok_s_per_gpu", "request_throughput_req_s", "goodput_req_s",
-    "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p90",
-    "tpot_ms_p99", "itl_ms_mean", "itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "e2e_ms_mean", "e2e_ms_p50",
-    "e2e_ms_p90", "e2e_ms_p99", "input_tokens_mean", "output_tokens_mean", "flags",
+    "output_throughput_tok_s", "tok_s_per_gpu", "total_token_throughput_tok_s", "request_throughput_req_s",
+    "goodput_req_s", "slo_ttft_s", "slo_tpot_s", "slo_e2e_s", "slo_attainment_fraction",
+    "achieved_concurrency_mean_requests", "achieved_concurrency_max_requests",
+    *(f"{stem}_{stat}" for _, stem in EXPORT_LATENCIES for stat in EXPORT_STATS),
+    "input_tokens_mean", "output_tokens_mean", "flags",
 )
 
 
+def _number(value: Any) -> float | int | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _export_row(run: BenchmarkRun) -> dict[str, Any]:
+    """One run's CSV row (:data:`EXPORT_COLUMNS`). Units are in the names: latencies ms, rates per
+    second, SLOs seconds, SLO attainment a fraction 0-1 of the requests sent, achieved
+    concurrency requests in flight (time-weighted mean; max). Imported runs fill what their file
+    gave (SGLang's ``concurrency`` is its mean in flight, vLLM's ``max_concurrent_requests`` its
+    max); anything else is an empty cell."""
     m = run_metrics(run=run)
+    s = run.summary or {}
+    slo = run_slo(run=run) or {}
     row: dict[str, Any] = {
         "run_id": run.pk, "sweep_id": run.sweep_id, "source": run.source, "status": run.status,
         "served_model_name": run.served_model_name, "concurrency": run.concurrency,
         "request_rate": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "num_gpus": run.num_gpus, "flags": ";".join(run.flags),
+        "total_token_throughput_tok_s": _number(s.get("total_token_throughput_tok_s")),
+        **{f"slo_{k}": slo.get(k) for k in SLO_KEYS},
+        "slo_attainment_fraction": _number(m.get("slo_attainment")),
+        "achieved_concurrency_mean_requests": _number(s.get("achieved_concurrency_mean", s.get("mean_concurrency"))),
+        "achieved_concurrency_max_requests": _number(s.get("achieved_concurrency_max",
+                                                           s.get("max_concurrent_requests"))),
     }
     for key in ("requests", "successes", "failures", "duration_s", "output_throughput_tok_s", "tok_s_per_gpu",
                 "request_throughput_req_s", "goodput_req_s", "input_tokens_mean", "output_tokens_mean"):
         row[key] = m[key]
-    for metric in ("ttft", "tpot", "itl", "e2e"):
-        for stat in ("mean", "p50", "p90", "p99"):
-            row[f"{metric}_ms_{stat}"] = (m[f"{metric}_ms"] or {}).get(stat)
+    for metric, stem in EXPORT_LATENCIES:
+        for stat in EXPORT_STATS:
+            row[f"{stem}_{stat}"] = (m[f"{metric}_ms"] or {}).get(stat)
     return row
 
 
@@ -303,10 +511,15 @@ def _csv(runs: Iterable[BenchmarkRun]) -> str:
     return csv_text((_export_row(run) for run in runs), EXPORT_COLUMNS)
 
 
-def run_export_dict(*, run: BenchmarkRun) -> dict[str, Any]:
+def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, Any]:
     """One run as a JSON-ready dict: point parameters, the full summary, flags, metrics
-    (:func:`run_metrics`), snapshot, source and timestamps (not the original imported file)."""
-    return {
+    (:func:`run_metrics`), snapshot, source and timestamps (not the original imported file).
+
+    With ``records``, also ``records``: every request as :func:`run_records_rows` writes it, each
+    output event's time included (``event_ms``, ms from the request's start), or null when the
+    run has no per-request records (imported, never measured, or its file is missing), with
+    ``records_note`` saying which."""
+    out = {
         "id": run.pk, "sweep_id": run.sweep_id, "ordinal": run.ordinal, "status": run.status, "reason": run.reason,
         "source": run.source, "import_format": run.import_format or None,
         "original_filename": run.original_filename or None, "concurrency": run.concurrency,
@@ -315,6 +528,15 @@ def run_export_dict(*, run: BenchmarkRun) -> dict[str, Any]:
         "num_gpus": run.num_gpus, "flags": list(run.flags), "metrics": run_metrics(run=run), "summary": run.summary,
         "snapshot": run.snapshot, "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),
     }
+    if records:
+        try:
+            out["records"] = run_records_rows(run=run, offset=0, limit=ALL_RECORDS)["rows"]
+            out["records_note"] = None
+        except (InvalidInput, OSError, ValueError, KeyError) as exc:
+            out["records"] = None
+            detail = exc.errors.get("records") if isinstance(exc, InvalidInput) else None
+            out["records_note"] = detail[0] if detail else f"the record file of run #{run.pk} cannot be read"
+    return out
 
 
 def _iso(dt) -> str | None:
@@ -328,8 +550,26 @@ def run_export_csv(*, run: BenchmarkRun) -> str:
 
 
 def run_export_json(*, run: BenchmarkRun) -> str:
-    """The run as indented JSON (:func:`run_export_dict`)."""
-    return json.dumps(run_export_dict(run=run), indent=2, default=str)
+    """The run as indented JSON (:func:`run_export_dict` with its per-request records, every
+    output event's time included)."""
+    return json.dumps(run_export_dict(run=run, records=True), indent=2, default=str)
+
+
+RECORDS_CSV_COLUMNS = (
+    "index", "ok", "http_status", "input_tokens", "output_tokens", "tokens_estimated", "requested_input",
+    "requested_output", "start_ms", "end_ms", "duration_ms", "ttft_ms", "e2e_ms", "tpot_ms", "events",
+    "finish_reason", "error",
+)
+
+
+def run_records_csv(*, run: BenchmarkRun) -> str:
+    """The run's per-request records as flat CSV, one line per request (:data:`RECORDS_CSV_COLUMNS`,
+    as :func:`run_records_rows` names them; times in ms from the run's first request start;
+    empty cells for null). The per-event output times do not fit a flat row: they are in the JSON
+    export (:func:`run_export_json`) and ``/api/runs/<id>/records/``. Raises :class:`InvalidInput`
+    as :func:`run_records`."""
+    rows = run_records_rows(run=run, offset=0, limit=ALL_RECORDS, events=False)["rows"]
+    return csv_text(rows, RECORDS_CSV_COLUMNS)
 
 
 def sweep_export_csv(*, sweep: BenchmarkSweep) -> str:
@@ -365,9 +605,10 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
     bytes (``original_sha256``); the summary holds the importer's fields
     (:class:`benchmarks.importers.ImportedRun`) plus the measured-run keys (``successes``,
     ``failures``, ``output_throughput_tok_s``, ``goodput_req_s``, ``input_tokens_actual_mean`` ...);
-    values absent from the file stay null. Lengths are set only when every request had the same
-    length. Raises :class:`InvalidInput` naming the line and key for a malformed file, and
-    :class:`Conflict` (HTTP 409) naming the runs already imported from a file with the same
+    values absent from the file stay null (``requests`` and ``failures`` too when the file gives
+    no failure count, as SGLang's does not: only ``successes`` is known, and a note says so).
+    Lengths are set only when every request had the same length. Raises :class:`InvalidInput`
+    naming the line and key for a malformed file, and :class:`Conflict` (HTTP 409) naming the runs already imported from a file with the same
     content (:func:`run_import_duplicates`) unless ``allow_duplicate``: two copies of one result
     would count twice in every comparison. Nothing is stored when it raises.
     """
@@ -384,9 +625,17 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
         for item in imported:
             point = item.as_sweep_point()
             d = item.as_dict()
+            # Requests sent = completed + failed, known only when the file gives both: SGLang's
+            # bench_serving writes no failure count, so its runs say how many completed and leave
+            # the failures and the total unknown rather than implying that none failed.
+            known = item.completed is not None and item.failed is not None
+            notes = list(d.get("notes") or [])
+            if not known and item.completed is not None:
+                notes.append(f"The file gives no failure count: {item.completed} requests completed; how many were "
+                             "sent and how many failed is not recorded, so both are unknown (null), not 0.")
             summary = {
-                **d,
-                "requests": (item.completed or 0) + (item.failed or 0) if item.completed is not None else None,
+                **d, "notes": notes,
+                "requests": item.completed + item.failed if known else None,
                 "successes": item.completed, "failures": item.failed, "duration_s": item.duration_s,
                 "request_throughput_req_s": item.request_throughput_req_s,
                 "goodput_req_s": item.request_goodput_req_s,

@@ -9,9 +9,12 @@ Rules and where they come from:
   its deployment is no longer ready (failed, with the deployment's status): both are read at most
   once per :data:`STOP_CHECK_S` while waiting, while the prompts are built and while a point runs,
   and a running point is stopped at once (the load generator's ``should_stop``: nothing new is
-  sent, the requests in flight are aborted). A cancelled point is stored cancelled without a
-  summary; a point stopped because its deployment went down keeps what was sent (records, a
-  summary, ``not_sent``), stored failed like any point the deployment went down under.
+  sent, the requests in flight are aborted). A point cancelled after it sent requests keeps what
+  was sent (records and a summary marked partial, :func:`benchmarks.sweeps.summary_mark_partial`:
+  completed vs planned requests, flag ``cancelled_partial``), stored cancelled, so the analysis
+  and the comparison leave it out; a point stopped because its deployment went down keeps what
+  was sent (records, a summary, ``not_sent``), stored failed like any point the deployment went
+  down under.
 * The process running a sweep records itself (``worker``: ``host:pid``) and a heartbeat every
   :data:`HEARTBEAT_S`. A sweep whose worker is gone (the pid no longer exists on this host, or no
   heartbeat for :data:`HEARTBEAT_STALE_S`) is failed "worker lost: ..." by the redelivered task or
@@ -37,6 +40,7 @@ Rules and where they come from:
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -56,12 +60,16 @@ from django.utils import timezone
 from benchmarks.analysis import SweepPoint, ceiling_analyse
 from benchmarks.analysis.model import MAX_FAILED_FRACTION
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
-from benchmarks.loadgen import Api, LoadConfig, LoadgenStopped, Slo, arrival_offsets, loadgen_run, random_dataset, run_summary
+from benchmarks.loadgen import (
+    Api, LoadConfig, LoadgenStopped, Slo, TextCalibration, arrival_offsets, dataset_calibrate_text_at, loadgen_run,
+    random_dataset, run_summary,
+)
 from benchmarks.loadgen.driver import ABORTED_PREFIX
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
-    WAIT_READY_MARGIN_S, grid_points, grid_requests_total, grid_validate, recipe_gpu_count, summary_point,
+    WAIT_READY_MARGIN_S, grid_points, grid_requests_total, grid_validate, partial_text, recipe_gpu_count,
+    summary_mark_partial, summary_point,
 )
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.jsonsafe import json_safe
@@ -532,7 +540,8 @@ SERVER_INFO_ROUTES = ("/get_server_info", "/server_info", "/version")
 def server_info_fetch(*, base_url: str) -> dict[str, Any]:
     """What the server at ``base_url`` says about itself, from the first of
     :data:`SERVER_INFO_ROUTES` that answers 200 with a JSON object: ``{"version", "model",
-    "disaggregation_mode", "sim_profile", "route"}`` (absent values None). When none does:
+    "disaggregation_mode", "sim_profile", "max_running_requests", "route"}`` (absent values None;
+    ``max_running_requests`` is SGLang's cap on running sequences, which bounds the ceiling). When none does:
     ``{"version": None, "error": "<what each route answered>"}``. Each request times out after
     :data:`SERVER_INFO_TIMEOUT_S` seconds; nothing is raised."""
     if not base_url:
@@ -560,8 +569,26 @@ def server_info_fetch(*, base_url: str) -> dict[str, Any]:
         return {"version": info.get("version"), "model": info.get("served_model_name") or info.get("model_path"),
                 "disaggregation_mode": info.get("disaggregation_mode"),
                 "sim_profile": (sim.get("profile") or {}).get("name") if isinstance(sim.get("profile"), dict) else None,
-                "route": route}
+                "max_running_requests": _positive_int(info.get("max_running_requests")), "route": route}
     return {"version": None, "error": "; ".join(errors)}
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _running_cap(snapshot: Mapping[str, Any] | None, topology: str) -> int | None:
+    """The deployment's cap on running decode sequences from its snapshot's ``server_info``: the sum
+    over the decode workers for PD (each runs its own batch), else the entry server's; None when a
+    server did not say (llama.cpp, vLLM), so the ceiling is not bounded by a guess."""
+    info = (snapshot or {}).get("server_info") or {}
+    if not isinstance(info, Mapping):
+        return None
+    if topology == "pd":
+        caps = [(v or {}).get("max_running_requests") for k, v in info.items() if k.startswith("decode")]
+        caps = [c for c in caps if _positive_int(c)]
+        return sum(caps) or None
+    return _positive_int((info.get("entry") or {}).get("max_running_requests"))
 
 
 def _metrics_urls(deployment) -> list[str]:
@@ -685,6 +712,24 @@ class _StopAsk:
         return self.reason
 
 
+def _text_calibration(*, base_url: str, api: Api, model: str, input_len: int,
+                      seed: int) -> tuple[TextCalibration | None, dict[str, Any]]:
+    """How many words make a text prompt of ``input_len`` server tokens, for an API that takes text
+    only (chat, and any engine that is not sent token ids): a chat request's prompt also holds its
+    template's tokens, so words alone come out longer than asked (64 words were 70 tokens on
+    llama.cpp). Probed against the server's ``usage.prompt_tokens``
+    (:func:`benchmarks.loadgen.dataset_calibrate_text_at`: four one-token requests before the
+    warmup). Returns the calibration (None when the server reports no prompt tokens: the prompts
+    are then one word per token, and the run's ``input_length_mismatch`` check says how far off
+    they came out) and its evidence for the summary's ``input_calibration`` (or ``{"error"}``)."""
+    try:
+        cal, evidence = asyncio.run(dataset_calibrate_text_at(base_url=base_url, api=api, model=model,
+                                                              input_len=input_len, seed=seed))
+    except (RuntimeError, ValueError) as exc:
+        return None, {"error": f"prompts not calibrated: {exc}"[:500]}
+    return cal, evidence
+
+
 def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, snapshot: dict,
                watch: _Watch | None = None) -> BenchmarkRun:
     """Run one grid point and store it. Live progress comes from the load generator's own counts
@@ -694,12 +739,15 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     ``deployment_down``). The prompts are built and the load generator run in a helper thread;
     this thread ticks the progress and asks ``watch`` (cancel, deployment no longer ready,
     heartbeat): when it raises, the helper is told to stop (prompt building and sending end within
-    about a second, in-flight requests are aborted). A cancel propagates and the point keeps no
-    summary. A deployment that went down (:class:`_SweepFailed`) while requests were being sent
-    stores the point failed with what was sent (records, summary, ``not_sent``: the load
-    generator's partial result, the aborted requests failed ``aborted: <what ended>``) and fails
-    the sweep with the counts (:func:`_went_down_reason`); stopped before anything was sent
-    (prompts, warmup), the watch's reason propagates as it is."""
+    about a second, in-flight requests are aborted). A cancel stores the point cancelled with
+    what was sent (records and a summary marked partial: completed vs planned requests, flag
+    ``cancelled_partial``, ``ended_by`` ``cancelled``) and propagates; cancelled before anything
+    was sent, it keeps only its progress counts. A deployment that went down
+    (:class:`_SweepFailed`) while requests were being sent stores the point failed with what was
+    sent (records, summary, ``not_sent``: the load generator's partial result, the aborted
+    requests failed ``aborted: <what ended>``) and fails the sweep with the counts
+    (:func:`_went_down_reason`); stopped before anything was sent (prompts, warmup), the watch's
+    reason propagates as it is."""
     grid = sweep.grid
     api = Api(grid["api"])
     engine = deployment.recipe.engine
@@ -736,12 +784,18 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
 
     def work() -> None:
         try:
+            calibration = None
+            if not token_ids:
+                calibration, outcome["calibration"] = _text_calibration(
+                    base_url=deployment.entry_url, api=api, model=sweep.served_model_name,
+                    input_len=point["input_len"], seed=seed + ordinal)
             specs = random_dataset(num=limits["specs"], input_len=point["input_len"], output_len=point["output_len"],
                                    seed=seed + ordinal, token_ids=token_ids, chat=api is Api.CHAT,
-                                   should_stop=stop.is_set)
+                                   calibration=calibration, should_stop=stop.is_set)
             warmup = random_dataset(num=grid.get("warmup", 0), input_len=point["input_len"],
                                     output_len=point["output_len"], seed=seed + 10_000 + ordinal,
-                                    token_ids=token_ids, chat=api is Api.CHAT, should_stop=stop.is_set)
+                                    token_ids=token_ids, chat=api is Api.CHAT, calibration=calibration,
+                                    should_stop=stop.is_set)
             outcome["result"] = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=progress.report,
                                             should_stop=stop)
         except BaseException as exc:  # re-raised in the sweep's thread below
@@ -750,6 +804,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     thread = threading.Thread(target=work, name=f"sweep-{sweep.pk}-point-{ordinal}", daemon=True)
     thread.start()
     went_down: _SweepFailed | None = None
+    cancelled_here = False
     while thread.is_alive():
         thread.join(PROGRESS_PERIOD_S)
         if not thread.is_alive():
@@ -760,10 +815,14 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
             else:
                 _check_cancel(sweep.pk)
         except _Cancelled:
-            stop.set("the sweep was cancelled")  # no new request, in-flight ones aborted; no summary
+            stop.set("the sweep was cancelled")  # no new request, in-flight ones aborted
             thread.join(STOP_JOIN_S)
-            progress.tick(final=True)  # but its last counts are kept: what was done and failed until then
-            raise
+            err = outcome.get("error")
+            if outcome.get("result") is None and getattr(err, "result", None) is None:
+                progress.tick(final=True)  # nothing was sent yet (or it never came back): the counts only
+                raise
+            cancelled_here = True  # what completed is kept, marked partial
+            break
         except _SweepFailed as exc:
             stop.set(exc.cause or str(exc))
             thread.join(STOP_JOIN_S)
@@ -775,7 +834,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
             break
         progress.tick()
     err = outcome.get("error")
-    if went_down is not None:
+    if went_down is not None or cancelled_here:
         # The load generator's partial result (or, in a close race, its complete one).
         result = outcome["result"] if outcome.get("result") is not None else err.result
     elif isinstance(err, LoadgenStopped):
@@ -786,6 +845,8 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         result = outcome["result"]
     slo = Slo(**grid["slo"]) if grid.get("slo") else None
     summary = run_summary(result, slo=slo)
+    if "calibration" in outcome:
+        summary["input_calibration"] = outcome["calibration"]
     sent = int(summary.get("requests") or 0)
     timed = point.get("duration_s") is not None
     if timed:
@@ -803,6 +864,11 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         summary["ended_by"] = "target_unreachable"
     if went_down is not None:
         summary["ended_by"] = "deployment_down"
+    if cancelled_here:
+        # Stopped partway by the cancel: what completed is kept, marked so that nothing reads it as
+        # the point's measurement (stored cancelled; the analysis and the comparison leave it out).
+        summary_mark_partial(summary, reason="the sweep was cancelled", planned_requests=point.get("max_requests"),
+                             planned_duration_s=point.get("duration_s"))
     path = records_dir() / f"run-{run.pk}.npz"
     result.records.save(path)
     progress.tick(final=True)
@@ -811,7 +877,8 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     run.records_path = str(path)
     if timed:
         run.num_requests = sent  # a time-limited point's count is what fitted in its time
-    cancelled = went_down is None and BenchmarkSweep.objects.filter(pk=sweep.pk, cancel_requested=True).exists()
+    cancelled = went_down is None and (
+        cancelled_here or BenchmarkSweep.objects.filter(pk=sweep.pk, cancel_requested=True).exists())
     # Any failed request: is the deployment still whole? A process that ended, the deployment no
     # longer ready, or (where failures are many) an entry server that keeps failing its health
     # check means the engine went down under the point (its row may still say ready until the
@@ -829,7 +896,9 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     failed = went_down is not None or (not cancelled and (bool(stopped) or (had_failures and (bool(down)
                                                                                              or healthy is False))))
     run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED if failed else RunStatus.DONE
-    run.reason = ("sweep cancelled while this point ran" if cancelled
+    run.reason = ("sweep cancelled while this point ran" + (f"; partial: {partial_text(summary)} (kept for the "
+                                                            "record, not analysed or ranked)" if cancelled_here else "")
+                  if cancelled
                   else _went_down_reason(summary, label, deployment, down=down, healthy=healthy,
                                          health=health) if failed else "")
     run.ended_at = timezone.now()
@@ -1036,6 +1105,8 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
     (PD vs single) with a report for the same lengths, when both GPU counts are known; a
     comparison whose other side has no usable point is left out with a note and this sweep's own
     report stands. GPU count: ``sweep.num_gpus``; without one, no per-GPU figure (a note says so).
+    The engine's cap on running sequences, when its servers reported one (:func:`_running_cap`),
+    bounds the fitted ceiling (``max_running_batch``).
     """
     num_gpus = sweep.num_gpus or 1
     topology = sweep.topology if sweep.topology in ("pd", "single") else "single"
@@ -1050,6 +1121,7 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
                  .exclude(num_gpus__isnull=True).exclude(num_gpus=0)
                  .order_by("-ended_at", "-id").first())
     out: dict[str, Any] = {"lengths": {}, "findings": [], "compared_with": None, "errors": {}, "notes": []}
+    cap = _running_cap(sweep.snapshot, sweep.topology)
     if not sweep.num_gpus:
         out["notes"].append("the GPU count is unknown: no per-GPU figure is given and no per-GPU comparison made")
     for (in_len, out_len), group in sorted(by_len.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
@@ -1066,7 +1138,7 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
                           "compare_topology": other.topology}
         try:
             report = ceiling_analyse(points, num_gpus=num_gpus, topology=topology, gpus_known=bool(sweep.num_gpus),
-                                     **kwargs).as_dict()
+                                     max_running_batch=cap, **kwargs).as_dict()
         except InvalidInput as exc:
             if not (kwargs and set(exc.errors) == {"compare_with"}):
                 out["errors"][key] = str(exc)
@@ -1078,7 +1150,7 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
             kwargs = {}
             try:
                 report = ceiling_analyse(points, num_gpus=num_gpus, topology=topology,
-                                         gpus_known=bool(sweep.num_gpus)).as_dict()
+                                         gpus_known=bool(sweep.num_gpus), max_running_batch=cap).as_dict()
             except InvalidInput as again:
                 out["errors"][key] = str(again)
                 continue

@@ -146,8 +146,8 @@ def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
     assert list(_operation(schema, "/api/runs/{id}/original/", "get")["responses"]["200"]["content"]) == [
         "application/octet-stream"]
     components = schema["components"]["schemas"]
-    assert list(components["RunCompare"]["properties"]) == ["runs", "fields", "config_differs", "best", "excluded",
-                                                           "notes"]
+    assert list(components["RunCompare"]["properties"]) == ["runs", "fields", "config_differs", "best", "ties",
+                                                           "baseline", "tie_threshold_pct", "excluded", "notes"]
     assert sorted(components["RunCompareBest"]["properties"]) == ["output_throughput_tok_s", "tok_s_per_gpu",
                                                                   "tpot_ms.mean", "ttft_ms.p99"]
     assert components["RunCompareConfig"]["properties"]["roles"]["type"] == "object"

@@ -366,8 +366,10 @@ def test_it_never_ranks_a_failed_or_metricless_run_in_the_api(operator_api, view
     empty = run(4, RunStatus.DONE, 0.0, summary={"successes": 0, "failures": 10, "ttft_s": {}})
     ids = [good.pk, better.pk, crashed.pk, cancelled.pk, empty.pk]
     body = viewer_api.get(f"/api/runs/compare/?ids={','.join(map(str, ids))}").json()
+    # equal TTFT p99 and TPOT mean: a tie, no best named for them
     assert body["best"] == {"output_throughput_tok_s": better.pk, "tok_s_per_gpu": better.pk,
-                            "ttft_ms.p99": good.pk, "tpot_ms.mean": good.pk}
+                            "ttft_ms.p99": None, "tpot_ms.mean": None}
+    assert body["ties"] == {"ttft_ms.p99": [good.pk, better.pk], "tpot_ms.mean": [good.pk, better.pk]}
     assert body["excluded"] == [
         {"id": crashed.pk, "reason": "it failed (router #0 killed by signal 9 (SIGKILL))"},
         {"id": cancelled.pk, "reason": "it was cancelled"},

@@ -57,7 +57,9 @@ def test_it_runs_exact_lengths_against_sim_and_agrees_with_its_metrics(sim: str,
     assert set(result.records.column("output_tokens").tolist()) == {32}
     assert s["server_generation_tokens_delta"] == 16 * 32
     assert s["flags"] == {"concurrency_shortfall": False, "rate_shortfall": False, "output_length_mismatch": False,
-                          "tokens_estimated": False, "server_token_mismatch": False, "client_cpu_bound": False}
+                          "tokens_estimated": False, "server_token_mismatch": False, "client_cpu_bound": False,
+                          "rate_off_target": False, "input_length_mismatch": False, "itl_coalesced": False,
+                          "tpot_slo_not_applicable": False}
     if api is Api.GENERATE:  # /generate reports cumulative completion_tokens: per-token ITL is known
         assert s["itl_per_token_s"] is not None and s["itl_per_token_s"]["count"] == 16 * 31
 

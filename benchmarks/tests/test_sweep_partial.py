@@ -326,3 +326,21 @@ def test_it_never_lists_the_same_failure_text_twice(settings, tmp_path: Path, vi
     # The two HTTP 500 bodies read the same once cut to the cell's width: one line, counted twice.
     assert lines == ["2 × HTTP 500: {&quot;error&quot;: &quot;the engine could not schedule this req…",
                      "2 × server closed the connection inside the response body after…"], lines
+
+
+def test_a_fresh_engines_declared_token_counter_reads_zero_not_unknown(tmp_path: Path) -> None:
+    # Before its first generation the sim (like SGLang) declares the labelled counter with no
+    # series: that is 0 tokens, so the first run against a fresh engine still gets its check.
+    from benchmarks.loadgen.driver import server_generation_tokens
+
+    base, proc = sim_start(tmp_path / "fresh-sim.log")
+    try:
+        assert server_generation_tokens([f"{base}/metrics"]) == (0.0, [])
+        specs = random_dataset(num=2, input_len=16, output_len=8, seed=4, token_ids=True)
+        cfg = LoadConfig(base_url=base, api=Api.GENERATE, model="sim-model", concurrency=2, ignore_eos=True,
+                         metrics_urls=[f"{base}/metrics"])
+        s = run_summary(loadgen_run(config=cfg, specs=specs))
+        assert s["server_generation_tokens_delta"] == 16 and s["flags"]["server_token_mismatch"] is False
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

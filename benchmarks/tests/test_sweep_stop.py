@@ -140,7 +140,8 @@ def test_it_cancels_a_sweep_during_a_point_within_seconds(sim_url: str, operator
     sweep.refresh_from_db()
     assert sweep.reason == "cancelled on request" and sweep.points_done == 0
     run = sweep.runs.get()
-    assert run.status == RunStatus.CANCELLED and run.summary == {}
+    assert run.status == RunStatus.CANCELLED and run.summary["ended_by"] == "cancelled"
+    assert run.summary["partial"]["planned"] == 400
     assert run.progress["done"] < 400
 
 

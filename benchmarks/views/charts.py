@@ -26,8 +26,14 @@ CDF_MAX_POINTS = 400
 CDF_AXIS_QUANTILE = 0.999
 CDF_OUTLIER_FACTOR = 4.0
 CDF_CAP_MIN_SAMPLES = 1000
+# What one value of each CDF is (its y-axis is the fraction of these): ITL has one value per gap
+# between consecutive output events, so its fractions are of gaps, not of requests.
+CDF_SAMPLES = {"ttft": "requests", "tpot": "requests", "itl": "gaps", "e2e": "requests"}
 # The tok/s timeline buckets output events per second of run time (the issue's "per 1 s").
 TIMELINE_BUCKET_S = 1.0
+# A last bucket the run covers less than this fraction of is merged into the bucket before it: its
+# rate over a few ms would be a spike (or a dip) made by where the run happened to end.
+TIMELINE_MIN_LAST_FRACTION = 0.5
 
 # --- charts -----------------------------------------------------------------------------------
 
@@ -92,8 +98,11 @@ def cdf_axis_cap(values: np.ndarray) -> dict[str, Any] | None:
             "largest": float(f"{largest:.4g}")}
 
 
-def cdf_chart(values: np.ndarray | None, *, label: str, empty: str) -> dict[str, Any]:
-    """The CDF chart of one latency (``values`` in ms; None when there are no records).
+def cdf_chart(values: np.ndarray | None, *, label: str, empty: str,
+              sample: str = "requests") -> dict[str, Any]:
+    """The CDF chart of one latency (``values`` in ms; None when there are no records). ``sample``
+    names what one value is, for the y-axis ``fraction of <sample>``: ``requests`` for TTFT, TPOT
+    and E2E, ``gaps`` for ITL (one value per gap between output events, many per request).
 
     Two cases are said on the chart instead of drawing something misleading: one sample (a single
     step to 1.0 at that value, drawn as one marked point, with a note that a curve needs at least
@@ -103,7 +112,7 @@ def cdf_chart(values: np.ndarray | None, *, label: str, empty: str) -> dict[str,
     title = f"{label} CDF"
     x_axis = (label, "ms")
     if values is None or not np.isfinite(values).any():
-        return chart_spec(title=title, x=x_axis, y=("fraction of requests", ""),
+        return chart_spec(title=title, x=x_axis, y=(f"fraction of {sample}", ""),
                           series=[{"label": label, "points": [], "step": True}], empty=empty)
     finite = values[np.isfinite(values)]
     cap = cdf_axis_cap(finite)
@@ -117,7 +126,7 @@ def cdf_chart(values: np.ndarray | None, *, label: str, empty: str) -> dict[str,
         note = (f"{cap['beyond']} point{'s' if cap['beyond'] != 1 else ''} beyond {_fmt_ms(cap['x_max'])} ms "
                 f"(p99.9) not drawn; the largest is {_fmt_ms(cap['largest'])} ms. The curve ends at the fraction "
                 f"of samples drawn.")
-    spec = chart_spec(title=title, x=x_axis, y=("fraction of requests", ""),
+    spec = chart_spec(title=title, x=x_axis, y=(f"fraction of {sample}", ""),
                       series=[{"label": label, "points": pts, "step": True}], note=note)
     if cap:
         spec["x"]["max"] = cap["x_max"]
@@ -149,15 +158,25 @@ def record_arrays(records: RecordStore) -> dict[str, np.ndarray]:
 def timeline_points(records: RecordStore, *, bucket_s: float = TIMELINE_BUCKET_S) -> tuple[list[list[float]], bool]:
     """Output tok/s per ``bucket_s`` of run time, from the event times of successful requests.
 
-    Returns ``(points, estimated)``: ``points`` is ``[[seconds since the first request's start,
-    tok/s], ...]`` (one point per bucket, empty buckets as 0 because nothing streamed);
-    ``estimated`` is True when some events carried no token count (the server sent no cumulative
-    usage) and counted as one token each.
+    The run lasts from the first request's start to the last request's end (the summary's
+    duration, metrics.md), cut into buckets of ``bucket_s`` from its start. Each bucket's tokens
+    are divided by the part of the bucket the run covers, so the last, partial bucket (and a run
+    shorter than one bucket) is a rate over the time it really lasted, not over a whole bucket; a
+    last bucket covering less than :data:`TIMELINE_MIN_LAST_FRACTION` of ``bucket_s`` is merged
+    into the one before it. So the buckets' rates weighted by their widths average to the
+    summary's output tok/s (when every event's token count is known; a run of 3 tokens in 0.041 s
+    is one point at 3 / 0.041 = 73 tok/s).
+
+    Returns ``(points, estimated)``: ``points`` is ``[[seconds since the first request's start
+    (the bucket's start), tok/s], ...]`` (one point per bucket, empty buckets as 0 because nothing
+    streamed); ``estimated`` is True when some events carried no token count (the server sent no
+    cumulative usage) and counted as one token each.
     """
     ok = records.column("ok").astype(bool)
     if not ok.any():
         return [], False
-    start = records.column("start")
+    start = records.column("start").astype(np.int64)
+    end = records.column("end").astype(np.int64)
     ev = records.column("ev_time").astype(np.int64)
     tok = records.column("ev_tokens").astype(np.int64)
     off, ln = records.column("ev_off"), records.column("ev_len")
@@ -169,9 +188,19 @@ def timeline_points(records: RecordStore, *, bucket_s: float = TIMELINE_BUCKET_S
     counts = tok[idx]
     estimated = bool((counts == 0).any())
     weights = np.where(counts > 0, counts, 1)
-    bucket = ((ev[idx] - t0) / 1e9 // bucket_s).astype(np.int64)
-    sums = np.bincount(bucket, weights=weights)
-    return [[round(float(i * bucket_s), 3), float(v) / bucket_s] for i, v in enumerate(sums)], estimated
+    at = (ev[idx] - t0) / 1e9
+    # The run ends at the last request's end; an event cannot come later, but guard the clock anyway.
+    span = max(float(int(end.max()) - t0) / 1e9, float(at.max()))
+    if span <= 0:
+        return [], estimated
+    edges = list(np.arange(0.0, span, bucket_s)) + [span]
+    if len(edges) > 2 and edges[-1] - edges[-2] < TIMELINE_MIN_LAST_FRACTION * bucket_s:
+        del edges[-2]
+    bounds = np.array(edges)
+    bucket = np.clip(np.searchsorted(bounds, at, side="right") - 1, 0, len(bounds) - 2)
+    sums = np.bincount(bucket, weights=weights, minlength=len(bounds) - 1)
+    widths = np.diff(bounds)
+    return [[round(float(bounds[i]), 3), float(sums[i]) / float(widths[i])] for i in range(len(widths))], estimated
 
 
 def run_charts(records: RecordStore | None) -> dict[str, Any]:
@@ -184,7 +213,7 @@ def run_charts(records: RecordStore | None) -> dict[str, Any]:
         why = empty or ("no request produced 2 output events, so there is no gap to draw." if stem == "itl"
                         else "no request with 2 or more output tokens." if stem == "tpot"
                         else "no successful requests.")
-        charts[f"cdf_{stem}"] = cdf_chart(arrays.get(stem), label=label, empty=why)
+        charts[f"cdf_{stem}"] = cdf_chart(arrays.get(stem), label=label, empty=why, sample=CDF_SAMPLES[stem])
     points, estimated = timeline_points(records) if records is not None else ([], False)
     charts["timeline"] = chart_spec(
         title="Output throughput during the run" + (" (some events counted as 1 token)" if estimated else ""),
@@ -194,29 +223,37 @@ def run_charts(records: RecordStore | None) -> dict[str, Any]:
     return charts
 
 
-def _load_x(run: BenchmarkRun) -> float | None:
+def run_lengths_text(run: BenchmarkRun) -> str:
+    """A run's lengths as chart labels show them: ``256/256``, ``variable lengths`` (drawn from a
+    range) or ``lengths unknown`` (not recorded), as :attr:`BenchmarkRun.label` says them."""
+    if run.input_len and run.output_len:
+        return f"{run.input_len}/{run.output_len}"
+    flags = run.flags or []
+    return "variable lengths" if "variable_lengths" in flags and "lengths_unknown" not in flags else "lengths unknown"
+
+
+# The two kinds of load a point can have, each with the x-axis it needs: a closed loop holds
+# ``concurrency`` requests in flight, an open loop sends ``request_rate`` requests per second.
+# Their x values are different quantities, so they are never drawn on one axis.
+LOADS = (("closed", ("concurrency", "requests")), ("open", ("request rate", "req/s")))
+
+
+def _load_kind(run: BenchmarkRun) -> str | None:
+    if run.concurrency is not None:
+        return "closed"
+    return "open" if _opt_float(run.request_rate) is not None else None
+
+
+def _load_value(run: BenchmarkRun) -> float | None:
     return float(run.concurrency) if run.concurrency is not None else _opt_float(run.request_rate)
 
 
-def _lengths(run: BenchmarkRun) -> str:
-    return f"{run.input_len}/{run.output_len}" if run.input_len and run.output_len else "variable"
-
-
-def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: int | None = None) -> dict[str, Any]:
-    """Charts of a set of result rows (:func:`run_row`) against load: output tok/s, TTFT and
-    TPOT percentiles vs concurrency (or request rate for open-loop points). One series per
-    input/output length pair (and per ``prefix`` group on the comparison page). Load axis is
-    logarithmic: grids double (1, 2, 4, ...). ``num_gpus`` is the sweep's GPU count: an empty
-    per-GPU chart then says there is no finished point yet rather than that the count is unknown
-    (the page's facts show the same count)."""
-    closed = [r for r in rows if r["run"].concurrency is not None]
-    use = closed if closed else rows
-    axis = ("concurrency", "requests") if closed else ("request rate", "req/s")
+def _load_charts(rows: Sequence[dict[str, Any]], *, axis: tuple[str, str], prefix: str, gpus_known: bool,
+                 title_tail: str) -> dict[str, Any]:
+    """The five charts of :func:`sweep_charts` for rows of one load kind, on ``axis``."""
     groups: dict[str, list[dict[str, Any]]] = {}
-    for r in use:
-        if _load_x(r["run"]) is None:
-            continue
-        groups.setdefault(f"{prefix}{_lengths(r['run'])}", []).append(r)
+    for r in rows:
+        groups.setdefault(f"{prefix}{run_lengths_text(r['run'])}", []).append(r)
 
     def series(key: str, stat: str | None = None, tag: str = "") -> list[dict[str, Any]]:
         out = []
@@ -224,15 +261,14 @@ def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: 
             pts = []
             for r in rs:
                 val = r[key] if stat is None else r[key][stat]
-                pts.append([_load_x(r["run"]), val])
+                pts.append([_load_value(r["run"]), val])
             out.append({"label": f"{name}{tag}", "points": pts})
         return out
 
-    positive = all((_load_x(r["run"]) or 0) > 0 for rs in groups.values() for r in rs)
-    gpus_known = bool(num_gpus) or any(r.get("num_gpus") for r in rows)
-    tok = chart_spec(title="Output throughput vs load", x=axis, y=("output", "tok/s"),
+    positive = all((_load_value(r["run"]) or 0) > 0 for r in rows)
+    tok = chart_spec(title=f"Output throughput vs {title_tail}", x=axis, y=("output", "tok/s"),
                      series=series("output_tok_s"), x_log=positive)
-    per_gpu = chart_spec(title="Output throughput per GPU vs load", x=axis, y=("output per GPU", "tok/s"),
+    per_gpu = chart_spec(title=f"Output throughput per GPU vs {title_tail}", x=axis, y=("output per GPU", "tok/s"),
                          series=series("tok_s_per_gpu"), x_log=positive,
                          empty=("No finished point with output tok/s yet." if gpus_known else "GPU count unknown."))
     if not any(p[1] is not None for s in per_gpu["series"] for p in s["points"]):
@@ -240,9 +276,46 @@ def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: 
     lat = {}
     for stem, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E")):
         lat[stem] = chart_spec(
-            title=f"{label} percentiles vs load", x=axis, y=(label, "ms"), x_log=positive,
+            title=f"{label} percentiles vs {title_tail}", x=axis, y=(label, "ms"), x_log=positive,
             series=[s for stat in ("p50", "p90", "p99") for s in series(stem, stat, f" {stat}")],
         )
     return {"tok_s": tok, "tok_s_per_gpu": per_gpu, "ttft": lat["ttft"], "tpot": lat["tpot"], "e2e": lat["e2e"]}
 
 
+def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: int | None = None) -> dict[str, Any]:
+    """Charts of a set of result rows (:func:`run_row`) against load: output tok/s (total and per
+    GPU), TTFT, TPOT and E2E percentiles. One series per input/output length pair (and per
+    ``prefix`` group on the comparison page). Load axis is logarithmic: grids double (1, 2, 4, ...).
+    ``num_gpus`` is the sweep's GPU count: an empty per-GPU chart then says there is no finished
+    point yet rather than that the count is unknown (the page's facts show the same count).
+
+    Closed-loop points are drawn against concurrency (requests) and open-loop points against
+    request rate (req/s): ``tok_s``, ``tok_s_per_gpu``, ``ttft``, ``tpot``, ``e2e`` hold the
+    closed-loop points (the open-loop ones when there are no others) and, when the rows hold both
+    kinds, ``rate`` holds the same five charts of the open-loop points, and a note on each
+    closed-loop chart says where the open-loop points are drawn. ``rate`` is None otherwise.
+    Rows with neither a concurrency nor a rate (an imported run with unbounded load) are not
+    drawn.
+    """
+    by_kind: dict[str, list[dict[str, Any]]] = {"closed": [], "open": []}
+    for r in rows:
+        kind = _load_kind(r["run"])
+        if kind is not None:
+            by_kind[kind].append(r)
+    gpus_known = bool(num_gpus) or any(r.get("num_gpus") for r in rows)
+    both = bool(by_kind["closed"]) and bool(by_kind["open"])
+    main_kind = "closed" if by_kind["closed"] or not by_kind["open"] else "open"
+    axes = dict(LOADS)
+    charts = _load_charts(by_kind[main_kind], axis=axes[main_kind], prefix=prefix, gpus_known=gpus_known,
+                          title_tail="concurrency" if main_kind == "closed" else "request rate")
+    charts["rate"] = None
+    if both:
+        n = len(by_kind["open"])
+        for chart in charts.values():
+            if chart:
+                chart["note"] = (f"{n} open-loop point{'s' if n != 1 else ''} (request rate) "
+                                 f"{'are' if n != 1 else 'is'} drawn on the request-rate charts: a rate in req/s is "
+                                 "not a concurrency, so the two are not drawn on one axis.")
+        charts["rate"] = _load_charts(by_kind["open"], axis=axes["open"], prefix=prefix, gpus_known=gpus_known,
+                                      title_tail="request rate")
+    return charts

@@ -55,6 +55,17 @@ FLAG_TEXT: dict[str, str] = {
                         "client time.",
     "variable_lengths": "request lengths were drawn from a range, so this is not a fixed-length run.",
     "lengths_unknown": "the result file does not record the request lengths.",
+    "input_length_mismatch": "prompts were not the requested length: the server's mean prompt tokens differ "
+                             "from the requested length by more than 2 % (or 1 token); it is not ranked "
+                             "against exact-length runs.",
+    "itl_coalesced": "10 % or more of the gaps between output events are zero (events came in one network "
+                     "read): ITL shows how the server's writes were grouped, not the token cadence.",
+    "rate_off_target": "the open-loop sending rate differs from the target by more than 3 standard deviations "
+                       "of a Poisson schedule of this many requests.",
+    "tpot_slo_not_applicable": "some requests produced one output token; TPOT is undefined for them, so the "
+                               "TPOT SLO counted them as met (as vLLM's bench does).",
+    "cancelled_partial": "the sweep was cancelled while this point ran: the figures cover only the requests "
+                         "that completed; the point is not analysed or ranked.",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -13,10 +14,13 @@ from django.shortcuts import get_object_or_404, render
 from benchmarks import services
 from benchmarks.choices import RunSource
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.views.charts import cdf_points, chart_spec, record_arrays, run_charts, sweep_charts
+from benchmarks.services.runs import run_records_csv, run_slo, runs_compare_csv, slo_text
+from benchmarks.views.charts import (
+    cdf_points, chart_spec, record_arrays, run_charts, run_lengths_text, sweep_charts,
+)
 from benchmarks.views.common import (
     COMPARE_MAX_CDF_RUNS, LATENCIES, run_row, _EXPORT_TYPES, _download, _export_body, _first, _ids_param,
-    _json_text, _load_records, _status_class, _sweep_runs,
+    _json_text, _load_records, _opt_float, _status_class, _sweep_runs,
 )
 from deployments.views import role_page
 
@@ -47,9 +51,11 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "snapshot_text": _json_text(run.snapshot) if run.snapshot else "",
         "summary_text": _json_text(summary),
         "extra": _extra_facts(summary), "ended_by": summary.get("ended_by"),
+        "error_adjusted": _error_adjusted_rows(summary),
+        "error_adjusted_failures": (summary.get("error_adjusted") or {}).get("failures"),
         "stopped_early": summary.get("stopped_early") or "", "halted": summary.get("halted") or "",
         "cap_not_applied": summary.get("request_cap_applied") is False,
-        "latencies": LATENCIES,
+        "latencies": LATENCIES, "lengths_text": run_lengths_text(run), "slo": slo_text(run_slo(run=run)),
     })
 
 
@@ -78,6 +84,7 @@ def _extra_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
          CLIENT_CPU_HELP if _first(s, "client_cpu_us_per_event") is not None or not s.get("client_cpu_note")
          else f"{s['client_cpu_note']}. {CLIENT_CPU_HELP}"),
     ]
+    facts += _check_facts(s)
     if ended_by and s.get("prompt_pool") is not None:  # only a time-limited point has a pool
         facts.append(("Distinct prompts of the time-limited point", _first(s, "prompt_pool"), "prompts",
                       "made before the measured window; the point cycles through them when its time outlasts "
@@ -86,13 +93,88 @@ def _extra_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
     return facts
 
 
+def _check_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
+    """The load generator's checks of a measured run as run-page facts (``run_summary`` in
+    :mod:`benchmarks.loadgen.metrics`): prompt length against the server's count, the open-loop
+    sending rate against its target, zero gaps between output events, requests a TPOT SLO did
+    not apply to, and the decode step seen from the client. Only the checks the summary holds."""
+    facts: list[tuple[str, Any, str, str]] = []
+    check = s.get("input_length_check")
+    calibration = s.get("input_calibration") or {}
+    if isinstance(check, Mapping):
+        facts.append(("Prompt tokens counted by the server (mean)", _opt_float(check.get("actual_mean")), "tokens",
+                      f"requested {check.get('requested_mean', 0):.1f} tokens; allowed difference "
+                      f"±{check.get('tolerance', 0):.1f} tokens (2 % or 1 token); over {check.get('requests')} requests"
+                      + (f". Prompt calibration: {calibration['error']}" if calibration.get("error") else "")))
+    elif isinstance(calibration, Mapping) and calibration.get("error"):
+        facts.append(("Prompt tokens counted by the server (mean)", None, "tokens",
+                      f"not checked: {calibration['error']}"))
+    rate = s.get("rate_target_check")
+    if isinstance(rate, Mapping):
+        facts.append(("Achieved sending rate", _opt_float(rate.get("sent_req_s")), "req/s",
+                      f"target {rate.get('target_req_s')} req/s; {rate.get('sigmas', 0):.1f} standard deviations of a "
+                      f"Poisson schedule of {rate.get('requests')} requests away (flagged above 3)"))
+    zero = _opt_float(s.get("itl_zero_gap_fraction"))
+    if zero is not None:
+        facts.append(("Zero gaps between output events", 100.0 * zero, "% of gaps",
+                      "gaps under 1 µs: events that reached the client in one network read; at 10 % or more ITL "
+                      "shows how the server's writes were grouped, not the token cadence"))
+    not_applicable = s.get("slo_tpot_not_applicable")
+    if isinstance(not_applicable, int) and not_applicable > 0:
+        facts.append(("Requests the TPOT SLO did not apply to", not_applicable, "requests",
+                      "one output token: TPOT is undefined, so they counted as meeting the TPOT SLO"))
+    steps = s.get("decode_steps")
+    if isinstance(steps, Mapping):
+        step_ms = _opt_float(steps.get("step_s"))
+        facts.append(("Decode step seen from the client", None if step_ms is None else 1000.0 * step_ms, "ms",
+                      f"mean gap between output events, pauses over 2× the median left out; running decode batch "
+                      f"{steps.get('batch_mean', 0):.1f} requests; pauses (another request's prefill) "
+                      f"{100.0 * float(steps.get('stall_share') or 0):.0f} % of decode time"))
+    elif s.get("decode_steps_note"):
+        facts.append(("Decode step seen from the client", None, "ms", f"not estimated: {s['decode_steps_note']}"))
+    return facts
+
+
+# Error-adjusted percentiles shown on the run page: (summary key, label).
+ERROR_ADJUSTED = (("ttft_s", "TTFT"), ("e2e_s", "E2E"))
+PERCENTILES = ("p50", "p90", "p99")
+
+
+def _error_adjusted_rows(s: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    """TTFT and E2E percentiles with failures counted as +∞ (nearest rank, metrics.md) for a run
+    with failures: ``[(label, [p50, p90, p99 as text in ms])]``; a percentile the failures made
+    infinite reads "∞ (failures)" (listed in ``error_adjusted.infinite``; stored as null), one
+    that is null and not listed "—". Empty when the run had no failures."""
+    adjusted = s.get("error_adjusted")
+    if not isinstance(adjusted, Mapping) or not adjusted.get("failures"):
+        return []
+    infinite = set(adjusted.get("infinite") or [])
+    rows = []
+    for key, label in ERROR_ADJUSTED:
+        values = adjusted.get(key) if isinstance(adjusted.get(key), Mapping) else {}
+        cells = []
+        for p in PERCENTILES:
+            value = _opt_float(values.get(p))
+            cells.append("∞ (failures)" if f"{key}.{p}" in infinite else "—" if value is None
+                         else f"{1000.0 * value:.2f}")
+        rows.append((label, cells))
+    return rows
+
+
 @role_page()
 def run_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
-    """Download one run as CSV (one row per request from the records, or the summary row for an
-    imported run) or JSON (summary, point, snapshot), as :mod:`benchmarks.services` writes them."""
-    if fmt not in _EXPORT_TYPES:
-        raise Http404("export format is csv or json")
+    """Download one run as :mod:`benchmarks.services` writes it: ``csv`` (the summary row, units
+    in the column names), ``json`` (summary, point, snapshot and every request's record with its
+    output-event times) or ``records.csv`` (one flat line per request, no event times: those are
+    in the JSON). 404 for another format, and for ``records.csv`` of a run without records."""
+    if fmt not in (*_EXPORT_TYPES, "records.csv"):
+        raise Http404("export format is csv, json or records.csv")
     run = _get_run(pk)
+    if fmt == "records.csv":
+        if _load_records(run) is None:
+            raise Http404(f"run #{run.pk} has no per-request records")
+        return _download(run_records_csv(run=run), content_type=_EXPORT_TYPES["csv"],
+                         filename=f"run-{run.pk}-records.csv")
     body = services.run_export_csv(run=run) if fmt == "csv" else services.run_export_json(run=run)
     return _download(_export_body(body), content_type=_EXPORT_TYPES[fmt], filename=f"run-{run.pk}.{fmt}")
 
@@ -114,11 +196,19 @@ def run_original(request: HttpRequest, pk: int) -> HttpResponse:
 def compare(request: HttpRequest) -> HttpResponse:
     """Side-by-side comparison of ``?runs=1,2`` and every run of ``?sweeps=3``: one column per
     run, differing config fields highlighted, refusal notes for length-mismatched runs (never
-    ranked silently against fixed-length runs), and overlay charts (tok/s and TTFT p99 vs load
-    per sweep, TTFT CDFs per run where records exist). ``?ids=`` is accepted as an alias of
-    ``?runs=`` (the API's name for it); both together are merged. Unknown ids are 404."""
+    ranked silently against fixed-length runs), each run's SLO, every metric's change against the
+    baseline run in percent (``?baseline=ID``, one of the compared runs; default the first), and
+    overlay charts (tok/s and TTFT p99 vs load per sweep, TTFT CDFs per run where records exist).
+    ``?ids=`` is accepted as an alias of ``?runs=`` (the API's name for it); both together are
+    merged. ``?format=csv`` downloads the comparison as CSV
+    (:func:`benchmarks.services.runs.runs_compare_csv`). Unknown ids, a baseline that is not
+    among the compared runs and another format are 404."""
     run_ids = list(dict.fromkeys(_ids_param(request, "runs") + _ids_param(request, "ids")))
     sweep_ids = _ids_param(request, "sweeps")
+    baseline_ids = _ids_param(request, "baseline")
+    fmt = request.GET.get("format", "")
+    if fmt not in ("", "csv"):
+        raise Http404("the comparison's export format is csv")
     runs_by_id = {r.pk: r for r in BenchmarkRun.objects.select_related("sweep").filter(pk__in=run_ids)}
     missing = [i for i in run_ids if i not in runs_by_id]
     sweeps = {s.pk: s for s in BenchmarkSweep.objects.filter(pk__in=sweep_ids)}
@@ -128,14 +218,29 @@ def compare(request: HttpRequest) -> HttpResponse:
     runs: list[BenchmarkRun] = [runs_by_id[i] for i in run_ids]
     for sid in sweep_ids:
         runs.extend(r for r in _sweep_runs(sweeps[sid]) if r.pk not in {x.pk for x in runs})
+    if len(baseline_ids) > 1:
+        raise Http404("baseline names one run")
+    baseline = baseline_ids[0] if baseline_ids else None
+    if baseline is not None and baseline not in {r.pk for r in runs}:
+        raise Http404(f"baseline run #{baseline} is not one of the compared runs")
     context: dict[str, Any] = {"runs": runs, "run_ids": ",".join(map(str, run_ids)),
                                "sweep_ids": ",".join(map(str, sweep_ids))}
     if len(runs) < 2:
+        if fmt:
+            raise Http404("a comparison needs two runs")
         # The service compares two or more; one run is shown with a hint instead of an error.
         context.update({"rows": [run_row(r) for r in runs], "too_few": True})
         return render(request, "benchmarks/compare.html", context)
-    comparison = services.runs_compare(runs=runs)
+    comparison = services.runs_compare(runs=runs, baseline_id=baseline)
+    if fmt == "csv":
+        return _download(runs_compare_csv(comparison=comparison), content_type=_EXPORT_TYPES["csv"],
+                         filename="compare-" + "-".join(str(r.pk) for r in runs[:20]) + ".csv")
     context.update(compare_context(runs, comparison))
+    query = {"runs": context["run_ids"], "sweeps": context["sweep_ids"]}
+    context["csv_query"] = urlencode({**{k: v for k, v in query.items() if v}, "baseline": comparison["baseline"],
+                                      "format": "csv"})
+    context["baseline_queries"] = {r.pk: urlencode({**{k: v for k, v in query.items() if v}, "baseline": r.pk})
+                                   for r in runs}
     return render(request, "benchmarks/compare.html", context)
 
 
@@ -154,17 +259,25 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     entries = list(comparison.get("runs") or [])
     differing = {d["field"] for d in comparison.get("config_differs") or []}
     config_keys = list(entries[0]["config"].keys()) if entries else []
-    config_rows = [{"field": key, "values": [_config_text(e["config"].get(key)) for e in entries],
+    config_rows = [{"field": key, "values": [_config_text(e["config"].get(key), key=key) for e in entries],
                     "differs": key in differing} for key in config_keys]
     index_of = {e["id"]: i for i, e in enumerate(entries)}
     best = comparison.get("best") or {}
+    ties = comparison.get("ties") or {}
     metric_rows = []
     for f in comparison.get("fields") or []:
         winner = best.get(f["key"])
+        deltas = f.get("deltas_pct") or [None] * len(f["values"])
         metric_rows.append({"key": f["key"], "label": f["label"], "unit": f["unit"], "values": f["values"],
-                            "best": index_of.get(winner) if winner is not None else None})
+                            "best": index_of.get(winner) if winner is not None else None,
+                            "tied": {index_of[i] for i in ties.get(f["key"], []) if i in index_of},
+                            "deltas": [_delta_text(d) for d in deltas]})
     unmeasured = {e["id"] for e in entries if e.get("measured") is False}
+    baseline = comparison.get("baseline")
     return {
+        "baseline_id": baseline, "baseline_index": index_of.get(baseline),
+        "tie_threshold_pct": comparison.get("tie_threshold_pct"),
+        "slo_texts": [slo_text(e["config"].get("slo")) for e in entries],
         "rows": rows, "config_rows": config_rows, "metric_rows": metric_rows,
         "refusals": [str(n) for n in comparison.get("notes") or []],
         "unranked_ids": {e["id"] for e in entries if not e.get("rankable", True)},
@@ -174,28 +287,55 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     }
 
 
-def _config_text(value: Any) -> Any:
-    """A config value as the comparison table shows it: objects (``roles``, ``env``) as JSON text
-    with sorted keys, anything else as it is."""
+def _delta_text(value: float | None) -> str | None:
+    """A change against the baseline as the table shows it: ``+12.3 %``, ``−0.4 %``, ``0 %``
+    (None when there is none)."""
+    if value is None:
+        return None
+    if abs(value) < 0.05:
+        return "0 %"
+    return f"{'+' if value > 0 else '−'}{abs(value):.1f} %"
+
+
+def _config_text(value: Any, *, key: str = "") -> Any:
+    """A config value as the comparison table shows it: the SLO in words (``TTFT ≤ 0.05 s``,
+    ``none``), objects (``roles``, ``env``) as JSON text with sorted keys, anything else as it is."""
+    if key == "slo":
+        return slo_text(value)
     if isinstance(value, (Mapping, list)):
         return json.dumps(value, sort_keys=True, separators=(", ", ": "))
     return value
 
 
 def _compare_charts(runs: Sequence[BenchmarkRun], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Overlay charts of the compared runs: ``tok_s`` and ``ttft_p99`` against load, one series
+    per sweep and length pair, and ``ttft_cdf`` (one CDF per run with records, at most
+    :data:`COMPARE_MAX_CDF_RUNS`). Closed-loop runs are drawn against concurrency; open-loop runs
+    against request rate, on ``tok_s_rate`` and ``ttft_p99_rate`` when closed-loop runs are
+    drawn too (None otherwise), with a note on the concurrency charts saying so."""
     by_sweep: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         run = r["run"]
         key = f"sweep #{run.sweep_id} " if run.sweep_id else "imported "
         by_sweep.setdefault(key, []).append(r)
-    tok_series: list[dict[str, Any]] = []
-    ttft_series: list[dict[str, Any]] = []
+    closed = [r for r in rows if r["run"].concurrency is not None]
+    opened = [r for r in rows if r["run"].concurrency is None and r["run"].request_rate is not None]
+    # kind -> (tok/s series, TTFT p99 series), each kind on its own axis.
+    series: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {"main": ([], []), "rate": ([], [])}
     for key, rs in by_sweep.items():
         c = sweep_charts(rs, prefix=key)
-        tok_series.extend(c["tok_s"]["series"])
-        ttft_series.extend(s for s in c["ttft"]["series"] if s["label"].endswith(" p99"))
-    closed = any(r.concurrency is not None for r in runs)
+        kinds = [("main", c)] if not c["rate"] else [("main", c), ("rate", c["rate"])]
+        if c["rate"] is None and closed and not any(r["run"].concurrency is not None for r in rs):
+            kinds = [("rate", c)]  # an open-loop sweep among closed-loop ones: its own axis
+        for kind, charts in kinds:
+            series[kind][0].extend(charts["tok_s"]["series"])
+            series[kind][1].extend(s for s in charts["ttft"]["series"] if s["label"].endswith(" p99"))
     axis = ("concurrency", "requests") if closed else ("request rate", "req/s")
+    both = bool(closed) and bool(opened)
+    note = (f"{len(opened)} open-loop run{'s' if len(opened) != 1 else ''} (request rate) "
+            f"{'are' if len(opened) != 1 else 'is'} drawn on the request-rate charts: a rate in req/s is not a "
+            "concurrency, so the two are not drawn on one axis.") if both else None
+    tok_series, ttft_series = series["main"]
     cdf_series = []
     for run in list(runs)[:COMPARE_MAX_CDF_RUNS]:
         records = _load_records(run)
@@ -203,11 +343,16 @@ def _compare_charts(runs: Sequence[BenchmarkRun], rows: Sequence[dict[str, Any]]
             continue
         cdf_series.append({"label": f"run #{run.pk} {run.label}", "points": cdf_points(record_arrays(records)["ttft"]),
                            "step": True})
+    rate_axis = ("request rate", "req/s")
     return {
         "tok_s": chart_spec(title="Output throughput vs load", x=axis, y=("output", "tok/s"), series=tok_series,
-                            x_log=True),
+                            x_log=True, note=note),
         "ttft_p99": chart_spec(title="TTFT p99 vs load", x=axis, y=("TTFT p99", "ms"), series=ttft_series,
-                               x_log=True),
+                               x_log=True, note=note),
+        "tok_s_rate": chart_spec(title="Output throughput vs request rate (open-loop runs)", x=rate_axis,
+                                 y=("output", "tok/s"), series=series["rate"][0], x_log=True) if both else None,
+        "ttft_p99_rate": chart_spec(title="TTFT p99 vs request rate (open-loop runs)", x=rate_axis,
+                                    y=("TTFT p99", "ms"), series=series["rate"][1], x_log=True) if both else None,
         "ttft_cdf": chart_spec(title="TTFT CDF per run", x=("TTFT", "ms"), y=("fraction of requests", ""),
                                series=cdf_series, empty="no per-request records among these runs."),
     }
