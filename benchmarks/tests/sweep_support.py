@@ -24,13 +24,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def sim_start(log: Path, *, profile: str = "demo-fast", model: str = "sim-model") -> tuple[str, subprocess.Popen]:
-    """Start ``python -m deployments.engines.sim_server --role single`` on a free port; wait for /health."""
+def sim_start(log: Path, *, profile: str = "demo-fast", model: str = "sim-model",
+              time_scale: float | None = None) -> tuple[str, subprocess.Popen]:
+    """Start ``python -m deployments.engines.sim_server --role single`` on a free port; wait for
+    /health. ``time_scale`` multiplies the profile's modelled times (``--time-scale``)."""
     port = free_port()
+    scale = ["--time-scale", str(time_scale)] if time_scale is not None else []
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "deployments.engines.sim_server", "--role", "single", "--host", "127.0.0.1",
-             "--port", str(port), "--profile", profile, "--model-name", model, "--startup-delay-s", "0"],
+             "--port", str(port), "--profile", profile, "--model-name", model, "--startup-delay-s", "0", *scale],
             cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     base = f"http://127.0.0.1:{port}"

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from benchmarks.analysis import LatencyStats, SweepPoint, ceiling_analyse
@@ -19,7 +16,7 @@ from benchmarks.choices import SweepStatus
 from benchmarks.loadgen import Api, LoadConfig, loadgen_run, random_dataset, run_summary
 from benchmarks.services import sweep_analysis, sweep_create, sweep_execute
 from benchmarks.sweeps import summary_point
-from benchmarks.tests.sweep_support import REPO, free_port, sim_deployment_create
+from benchmarks.tests.sweep_support import REPO, sim_deployment_create, sim_start
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 PROFILES = REPO / "deployments" / "data" / "sim_profiles"
@@ -79,23 +76,7 @@ def test_it_recovers_demo_fasts_decode_cost_and_ceiling_from_the_trials_sweep(si
 
 def _sim_scaled(log: Path, profile: str, time_scale: float) -> tuple[str, subprocess.Popen]:
     """A sim server of ``profile`` whose modelled times are multiplied by ``time_scale``."""
-    port = free_port()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "deployments.engines.sim_server", "--role", "single", "--host", "127.0.0.1",
-             "--port", str(port), "--profile", profile, "--model-name", "m", "--startup-delay-s", "0",
-             "--time-scale", str(time_scale)],
-            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                return base, proc
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.1)
+    return sim_start(log, profile=profile, model="m", time_scale=time_scale)
 
 
 @pytest.fixture

@@ -11,16 +11,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from pathlib import Path
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from benchmarks.services import run_export_csv, run_import, sweep_create, sweep_execute
 from benchmarks.choices import SweepStatus
 from benchmarks.tests.sweep_support import sim_deployment_create
+from benchmarks.tests.page_support import logged_in_client as _client, json_script as _json_script
 
 DATA = Path(__file__).parent / "data"
 SGLANG = (DATA / "sglang-bench-serving-h200.jsonl").read_text()
@@ -30,18 +29,6 @@ VLLM = (DATA / "vllm-bench-serve.json").read_text()
 @pytest.fixture(autouse=True)
 def _var_dir(settings, tmp_path: Path) -> None:
     settings.VAR_DIR = tmp_path
-
-
-def _json_script(html: str, element_id: str) -> dict:
-    match = re.search(rf'<script id="{re.escape(element_id)}" type="application/json">(.*?)</script>', html, re.S)
-    assert match, f"no json_script #{element_id}"
-    return json.loads(match.group(1))
-
-
-def _client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.mark.slow

@@ -11,17 +11,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-import httpx
 import numpy as np
 import pytest
 
 from benchmarks.loadgen import Api, LoadConfig, LoadgenStopped, loadgen_run, random_dataset, run_summary
 from benchmarks.loadgen import driver
-from benchmarks.tests.sweep_support import REPO, free_port
+from benchmarks.tests.sweep_support import sim_start
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -33,24 +30,7 @@ OUTPUT_LEN = 48
 @pytest.fixture(scope="module")
 def slow_sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real sim engine process, ``--time-scale`` 4, for the module."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("slow-sim") / "sim.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "deployments.engines.sim_server", "--role", "single", "--host", "127.0.0.1",
-             "--port", str(port), "--profile", "demo-fast", "--model-name", "sim-model", "--startup-delay-s", "0",
-             "--time-scale", str(TIME_SCALE)],
-            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-        time.sleep(0.1)
+    base, proc = sim_start(tmp_path_factory.mktemp("slow-sim") / "sim.log", time_scale=TIME_SCALE)
     yield base
     proc.terminate()
     proc.wait(timeout=10)

@@ -11,14 +11,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from array import array
 from pathlib import Path
 
 import numpy as np
 import pytest
 from django.conf import settings
-from django.test import Client
 from django.urls import reverse
 
 from benchmarks.choices import RunStatus, SweepStatus
@@ -28,6 +26,7 @@ from benchmarks.services import run_records, run_records_rows, sweep_create, swe
 from benchmarks.services.runs import RECORDS_CSV_COLUMNS
 from benchmarks.tests.sweep_support import sim_deployment_create
 from benchmarks.views.charts import timeline_points
+from benchmarks.tests.page_support import logged_in_client as _client, json_script as _json_script
 
 MS = 1_000_000  # ns per ms
 T0 = 70_000_000_000  # an arbitrary perf_counter_ns origin: records store absolute clock values
@@ -37,18 +36,6 @@ T0 = 70_000_000_000  # an arbitrary perf_counter_ns origin: records store absolu
 def _var_dir(settings, tmp_path: Path) -> None:
     settings.VAR_DIR = tmp_path
     (tmp_path / "benchmarks").mkdir(exist_ok=True)
-
-
-def _json_script(html: str, element_id: str) -> dict:
-    match = re.search(rf'<script id="{re.escape(element_id)}" type="application/json">(.*?)</script>', html, re.S)
-    assert match, f"no json_script #{element_id}"
-    return json.loads(match.group(1))
-
-
-def _client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.mark.slow

@@ -21,7 +21,6 @@ from array import array
 from pathlib import Path
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
 
@@ -36,17 +35,12 @@ from benchmarks.tests.sweep_support import agent_watched_deployment, sim_deploym
 from deployments.models import Deployment, ServerProcess
 from deployments.tests.factories import cpu_node_create
 from deployments.tests.test_agent_support import sim_single_recipe, wait_for
+from benchmarks.tests.page_support import logged_in_client as _client
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 MS = 1_000_000
 STOP = "single #0 killed by signal 9 (SIGKILL)"  # what a sweep would pass as the reason
-
-
-def _client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 # ------------------------------------------------------------------------------------ load generator

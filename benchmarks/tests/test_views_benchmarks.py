@@ -22,26 +22,15 @@ from benchmarks.loadgen.records import RecordStore, RequestOutcome
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from deployments.choices import DeploymentStatus
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
+from benchmarks.tests.page_support import logged_in_client as _client, json_script as _json_script
 
 DATA = Path(__file__).parent / "data"
 MS = 1_000_000  # ns per ms
 T0 = 50_000_000_000  # an arbitrary perf_counter_ns origin: records store absolute clock values
 
 
-def _client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def _html(response) -> str:
     return response.content.decode()
-
-
-def _json_script(html: str, element_id: str) -> dict:
-    match = re.search(rf'<script id="{re.escape(element_id)}" type="application/json">(.*?)</script>', html, re.S)
-    assert match, f"no json_script #{element_id}"
-    return json.loads(match.group(1))
 
 
 @pytest.fixture

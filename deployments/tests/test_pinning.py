@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -20,8 +19,6 @@ from deployments.pinning import (
 )
 from deployments.supervisor import (
     ProcessHandle,
-    new_tag,
-    process_find_by_tag,
     process_spawn,
     process_stop,
 )
@@ -33,17 +30,6 @@ ESCAPER = str(PROGS / "escaper.py")
 ALL_CPUS = format_cpulist(os.sched_getaffinity(0))
 needs_numactl = pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl not installed")
 needs_two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs at least 2 usable CPUs")
-
-
-@pytest.fixture
-def tag():
-    value = new_tag()
-    yield value
-    for found in process_find_by_tag(value):
-        try:
-            os.kill(found.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def spawn(tag: str, tmp_path: Path, argv: list[str], **spec_extra) -> ProcessHandle:

@@ -26,7 +26,6 @@ from deployments.supervisor import (
     exit_file_for,
     handle_alive,
     log_tail,
-    new_tag,
     proc_start_ticks,
     process_descendants,
     process_exit_info,
@@ -40,17 +39,6 @@ from deployments.supervisor.procfs import proc_has_tag, proc_stat
 PROGS = Path(__file__).with_name("progs")
 SLEEPER = str(PROGS / "sleeper.py")
 ESCAPER = str(PROGS / "escaper.py")
-
-
-@pytest.fixture
-def tag():
-    value = new_tag()
-    yield value
-    for found in process_find_by_tag(value):
-        try:
-            os.kill(found.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from django.utils import timezone
 
 from deployments.supervisor import (
     exit_info_text,
-    new_tag,
     process_exit_info,
     process_find_by_tag,
     process_spawn,
@@ -27,17 +26,6 @@ from deployments.supervisor import (
 )
 
 GRACEFUL = str(Path(__file__).with_name("progs") / "graceful.py")
-
-
-@pytest.fixture
-def tag():
-    value = new_tag()
-    yield value
-    for found in process_find_by_tag(value):
-        try:
-            os.kill(found.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def spawn(tag: str, log: Path, *args: str):

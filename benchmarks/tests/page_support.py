@@ -1,0 +1,22 @@
+"""Helpers for the benchmark page tests: a logged-in test client and a page's ``json_script`` data."""
+from __future__ import annotations
+
+import json
+import re
+
+from django.test import Client
+
+
+def logged_in_client(user) -> Client:
+    """A Django test client logged in as ``user``."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def json_script(html: str, element_id: str) -> dict:
+    """The JSON of the page's ``<script id=element_id type="application/json">`` (Django's
+    ``json_script``); fails the test when the page has none."""
+    match = re.search(rf'<script id="{re.escape(element_id)}" type="application/json">(.*?)</script>', html, re.S)
+    assert match, f"no json_script #{element_id}"
+    return json.loads(match.group(1))
