@@ -4,7 +4,11 @@ Every error body is JSON. Validation errors are one flat object mapping a dotted
 its messages (``{"spec.roles.prefill.gpus": ["..."]}``), whether they come from a serializer
 (nested errors are flattened by :func:`flatten_errors`) or a service's ``InvalidInput``; domain
 errors become ``{"detail": ..., "code": ...}``. JSON bodies are size-limited by
-:class:`SafeJSONParser` (``CEILING_API_MAX_BODY_BYTES``, default 1 MiB). A path under ``/api/``
+:class:`SafeJSONParser` (``CEILING_API_MAX_BODY_BYTES``, default 1 MiB), which also names each
+number that is not finite at its path (``{"spec.roles.single.port": ["1e400 is not a finite
+number"]}``; a ``NaN`` or ``Infinity`` literal alone makes a 400, and views that list every
+problem take the rest of the body through :func:`request_body`). Input serializers refuse keys
+they do not take at their names (:func:`unknown_field_errors`, :class:`StrictInputMixin`). A path under ``/api/``
 that no route matches is answered by :class:`controlplane.notfound_views.ApiNotFoundView`: a
 JSON 404 like any other. The OpenAPI schema describes these bodies with the components
 ``ValidationError`` (:class:`ValidationErrorSerializer`, the flat 400 body) and ``Detail``
@@ -15,6 +19,9 @@ from __future__ import annotations
 
 import logging
 import re
+
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpResponse
@@ -28,7 +35,8 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
-    DEFAULT_MAX_BODY_BYTES, MAX_PAGE_LIMIT, Pagination, RequestTooLarge, SafeJSONParser, api_max_body_bytes,
+    DEFAULT_MAX_BODY_BYTES, MAX_PAGE_LIMIT, NonFiniteNumber, NonFiniteNumbers, Pagination, RequestTooLarge,
+    SafeJSONParser, api_max_body_bytes, nonfinite_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 
@@ -179,6 +187,91 @@ def postprocess_auth_errors(result: dict, generator, request, public) -> dict:
 
 
 # --- helpers shared by the apps' viewsets ------------------------------------------------------
+
+
+def request_body(request) -> tuple[Any, dict[str, list[str]]]:
+    """The request's body and the errors of its numbers that are not finite, for a view that
+    reports them together with every other problem of the body.
+
+    Returns ``(data, errors)``: ``data`` as parsed (a body with a ``NaN`` or ``Infinity``
+    literal included, which :class:`SafeJSONParser` refuses on its own), ``errors`` as
+    :func:`nonfinite_errors` names them (``{"spec.roles.single.port": ["1e400 is not a finite
+    number"]}``), empty when every number is finite. Pass ``errors`` to the input serializer as
+    ``context["nonfinite"]`` (:class:`StrictInputMixin` and the recipe input merge them)."""
+    try:
+        data = request.data
+    except NonFiniteNumbers as exc:
+        data = exc.data
+    return data, nonfinite_errors(data)
+
+
+def shown_key(key: Any) -> str:
+    """A body's key as an error message quotes it: ``repr`` of its text, cut to 80 characters."""
+    text = repr(str(key))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# Keys a browser's form post adds to the fields it sends: never a field, never refused.
+FORM_ONLY_KEYS = frozenset({"csrfmiddlewaretoken"})
+
+
+def unknown_field_errors(data: Any, allowed: Iterable[str], *,
+                         read_only: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """``{key: [message]}`` for each top-level key of the body ``data`` that is not in
+    ``allowed`` (nothing when ``data`` is not an object, which the serializer reports itself):
+    ``"unknown field 'foo'; allowed: name, spec"``; a key of ``read_only`` (key → why it cannot
+    be set, e.g. ``"it is set by the server"``) gets ``"'status' is read-only: <why>; allowed:
+    ..."``. :data:`FORM_ONLY_KEYS` are left alone."""
+    if not isinstance(data, Mapping):
+        return {}
+    allowed = list(allowed)
+    read_only = read_only or {}
+    names = ", ".join(allowed)
+    errors: dict[str, list[str]] = {}
+    for key in data:
+        if key in allowed or key in FORM_ONLY_KEYS:
+            continue
+        if key in read_only:
+            errors[str(key)] = [f"{shown_key(key)} is read-only: {read_only[key]}; allowed: {names}"]
+        else:
+            errors[str(key)] = [f"unknown field {shown_key(key)}; allowed: {names}"]
+    return errors
+
+
+def merge_nonfinite(errors: dict[str, Any], nonfinite: Mapping[str, list[str]]) -> dict[str, Any]:
+    """``errors`` with each path of ``nonfinite`` (:func:`nonfinite_errors`) holding that
+    message alone: what a check said of the infinite or NaN value it saw there (``must be an
+    integer port, got inf``) gives way to how the body wrote it. Changes ``errors`` in place and
+    returns it."""
+    for path, messages in nonfinite.items():
+        errors[path] = list(messages)
+    return errors
+
+
+class StrictInputMixin:
+    """For input serializers (put it before ``serializers.Serializer``): a body key that is not
+    a writable field is refused at its name (:func:`unknown_field_errors`; read-only fields with
+    the reason of :attr:`read_only_reasons`), and the numbers that are not finite which the view
+    passes as ``context["nonfinite"]`` (:func:`request_body`) are named at their paths, all in
+    the same 400 as the fields' own errors."""
+
+    #: Key → why a client cannot set it, for keys the API shows but does not take.
+    read_only_reasons: Mapping[str, str] = {}
+
+    def to_internal_value(self, data):
+        extra = unknown_field_errors(data, [f.field_name for f in self._writable_fields],
+                                     read_only=self.read_only_reasons)
+        nonfinite = self.context.get("nonfinite") or {}
+        try:
+            value = super().to_internal_value(data)
+        except ValidationError as exc:
+            if isinstance(exc.detail, Mapping):
+                raise ValidationError(merge_nonfinite({**exc.detail, **extra}, nonfinite)) from None
+            raise
+        if extra or nonfinite:
+            raise ValidationError(merge_nonfinite(extra, nonfinite))
+        return value
+
 
 
 class ExportQuerySerializer(serializers.Serializer):

@@ -1,5 +1,7 @@
 """The classes REST framework's settings name (``DEFAULT_PARSER_CLASSES``,
-``DEFAULT_PAGINATION_CLASS``): the size-limited JSON parser and the page-size cap.
+``DEFAULT_PAGINATION_CLASS``): the size-limited JSON parser and the page-size cap, and how that
+parser marks and locates numbers that are not finite (:class:`NonFiniteNumber`,
+:func:`nonfinite_errors`).
 
 They live apart from :mod:`controlplane.api` on purpose. REST framework imports the classes its
 settings name while ``rest_framework.views`` is being imported (``APIView``'s class body reads
@@ -11,10 +13,13 @@ This module imports neither; :mod:`controlplane.api` re-exports both classes.
 from __future__ import annotations
 
 import io
+import json
+import math
+from typing import Any
 
 from django.conf import settings
 from rest_framework import status
-from rest_framework.exceptions import APIException, ParseError
+from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 
@@ -43,8 +48,76 @@ def api_max_body_bytes() -> int:
     return int(getattr(settings, "CEILING_API_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES))
 
 
+class NonFiniteNumber(float):
+    """A number of a JSON body that is not finite, as the body wrote it (``literal``): a ``NaN``,
+    ``Infinity`` or ``-Infinity`` literal (not JSON, but Python's ``json`` reads them), or a number
+    too large for a 64-bit float (``1e400``, ``-1E999``), which would otherwise read as ``inf``.
+
+    It is the float it stands for (nan, inf or -inf), so code that judges numbers sees what it
+    always saw; :func:`nonfinite_errors` finds each one with its path, to name it in a 400."""
+
+    literal: str
+
+    def __new__(cls, value: float, literal: str | None = None) -> NonFiniteNumber:
+        number = super().__new__(cls, value)
+        number.literal = literal if literal is not None else repr(float(value))
+        return number
+
+    def __reduce__(self):
+        return (NonFiniteNumber, (float(self), self.literal))
+
+    @property
+    def is_constant(self) -> bool:
+        """True for a ``NaN`` / ``Infinity`` / ``-Infinity`` literal, which is not JSON."""
+        return self.literal in _JSON_CONSTANTS
+
+
+_JSON_CONSTANTS = ("NaN", "Infinity", "-Infinity")
+
+
+def _parse_constant(text: str) -> NonFiniteNumber:
+    return NonFiniteNumber(float(text), text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    return value if math.isfinite(value) else NonFiniteNumber(value, text)
+
+
+def nonfinite_errors(data: Any, prefix: str = "") -> dict[str, list[str]]:
+    """``{"<dotted.path>": ["<literal> is not a finite number"]}`` for every
+    :class:`NonFiniteNumber` in ``data`` (a parsed body: dicts, lists, scalars), e.g.
+    ``{"spec.roles.single.port": ["1e400 is not a finite number"]}``; list items by index
+    (``grid.request_rates.1``). A body that is itself such a number sits under
+    ``non_field_errors``; ``prefix`` is put before every path. Empty when there is none."""
+    errors: dict[str, list[str]] = {}
+    stack: list[tuple[str, Any]] = [(prefix, data)]
+    while stack:  # no recursion: the parser accepts bodies nested deeper than Python's stack
+        path, value = stack.pop()
+        if isinstance(value, NonFiniteNumber):
+            errors.setdefault(path or "non_field_errors", []).append(f"{value.literal} is not a finite number")
+        elif isinstance(value, dict):
+            stack.extend((f"{path}.{key}" if path else str(key), item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{path}.{i}" if path else str(i), item) for i, item in reversed(list(enumerate(value))))
+    return errors
+
+
+class NonFiniteNumbers(ValidationError):
+    """A JSON body with a ``NaN``, ``Infinity`` or ``-Infinity`` literal: a 400 whose body names
+    every number of the body that is not finite at its path (:func:`nonfinite_errors`), the
+    flat shape of every 400. ``data`` is the body as parsed (each such number a
+    :class:`NonFiniteNumber`), for a view that checks the rest of the body too
+    (:func:`controlplane.api.request_body`)."""
+
+    def __init__(self, errors: dict[str, list[str]], data: Any) -> None:
+        super().__init__(errors)
+        self.data = data
+
+
 class SafeJSONParser(JSONParser):
-    """JSON parser with a body size limit that turns a pathologically nested body into a 400.
+    """JSON parser with a body size limit that turns a pathologically nested body into a 400
+    and locates numbers that are not finite.
 
     Size: a declared ``Content-Length`` over :func:`api_max_body_bytes` is refused with 413
     before a byte is read; otherwise at most limit + 1 bytes are read, and more than the
@@ -52,11 +125,24 @@ class SafeJSONParser(JSONParser):
 
     Nesting: Python's ``json`` module raises ``RecursionError`` (not ``ValueError``) for
     bodies nested a few thousand levels deep, which DRF's parser would let through as a 500.
+
+    Numbers that are not finite: each is read as a :class:`NonFiniteNumber` remembering how
+    the body wrote it. A ``NaN``, ``Infinity`` or ``-Infinity`` literal is not JSON: the body is
+    refused with :class:`NonFiniteNumbers`, a 400 naming each such number at its path
+    (``{"grid.duration_s": ["NaN is not a finite number"]}``). A number too large for a float
+    (``1e400``) is JSON: it reads as an infinite :class:`NonFiniteNumber` for the input's own
+    checks to judge (and to name with :func:`nonfinite_errors`).
+
+    Raises:
+        RequestTooLarge: the body is over the limit (413).
+        ParseError: the body is not JSON, is not text in its encoding, or is nested too deeply.
+        NonFiniteNumbers: the body has a ``NaN`` / ``Infinity`` literal.
     """
 
     def parse(self, stream, media_type=None, parser_context=None):
         limit = api_max_body_bytes()
-        request = (parser_context or {}).get("request")
+        parser_context = parser_context or {}
+        request = parser_context.get("request")
         meta = getattr(request, "META", {}) or {}
         try:
             declared = int(meta.get("CONTENT_LENGTH") or 0)
@@ -64,13 +150,35 @@ class SafeJSONParser(JSONParser):
             declared = 0
         if declared > limit:
             raise RequestTooLarge(limit)
-        body = stream.read(limit + 1)
+        body = stream.read(limit + 1) if stream is not None else b""
         if len(body) > limit:
             raise RequestTooLarge(limit)
+        encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
         try:
-            return super().parse(io.BytesIO(body), media_type, parser_context)
+            data = json.loads(body.decode(encoding), parse_constant=_parse_constant, parse_float=_parse_float)
         except RecursionError as exc:
             raise ParseError("JSON parse error - nested too deeply.") from exc
+        except ValueError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from exc
+        errors = nonfinite_errors(data)
+        if errors and _has_constant(data):
+            raise NonFiniteNumbers(errors, data)
+        return data
+
+
+def _has_constant(data: Any) -> bool:
+    """True when ``data`` holds a ``NaN`` / ``Infinity`` / ``-Infinity`` literal."""
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, NonFiniteNumber):
+            if value.is_constant:
+                return True
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
 
 
 #: Most rows one page of a list endpoint returns; a larger ``?limit=`` returns this many.

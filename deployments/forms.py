@@ -178,6 +178,11 @@ class SecretAdminForm(forms.ModelForm):
         value = self.cleaned_data.get("value") or ""
         if not value and not self.instance.pk:
             raise forms.ValidationError("A value is required for a new secret.")
+        from deployments.services import secret_value_problem
+
+        problem = secret_value_problem(value) if value else None
+        if problem:
+            raise forms.ValidationError(problem)
         return value
 
     def _post_clean(self) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 import logging
+import re
 from pathlib import Path
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -41,8 +42,9 @@ from deployments.launch import LaunchPlan, launch_plan_render
 from deployments.logfiles import RedactedLogReader, log_file, log_parts
 from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, slug_validator
 from deployments.supervisor import log_tail
-from deployments.recipes import recipe_validate
-from deployments.topology import node_facts_from_row
+from deployments.engines import ENGINES
+from deployments.recipes import CPU_ID_MAX, CPULIST_RE, engine_topology_errors, recipe_validate
+from deployments.topology import GpuFacts, NodeFacts, NumaFacts, node_facts_from_row, parse_cpulist
 
 # The fields that make up a recipe version; everything else (ids, timestamps, author) is
 # bookkeeping and neither diffed nor reverted.
@@ -110,12 +112,79 @@ def secret_names() -> set[str]:
     return set(Secret.objects.values_list("name", flat=True))
 
 
-def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node) -> dict:
+#: Spec paths whose rules depend on the topology: which roles there are, and what refers to them.
+TOPOLOGY_SPEC_PATHS = ("spec.roles", "spec.transfer_backend", "spec.kernels", "spec.sim")
+
+
+def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node | None) -> dict:
     """:func:`deployments.recipes.recipe_validate` of ``spec`` against the facts of the node row
     ``node`` and the stored secret names: the one spec check of the service, the API and the
-    form. Returns the normalised spec; raises :class:`InvalidInput` with dotted ``spec.…`` paths."""
-    return recipe_validate(engine=engine, topology=topology, spec=spec, node=node_facts_from_row(node),
-                           secret_names=secret_names())
+    form. Returns the normalised spec.
+
+    Every problem that can be found is reported, also where a part the rules need is missing:
+
+    * ``node`` None (a node that does not exist): the spec is checked against a node that has
+      every GPU, NUMA node and CPU it names (:func:`_facts_of_references`), so all but its
+      hardware references is checked; the caller says why there is no node.
+    * an engine that does not run ``topology`` (``llamacpp`` with ``pd``): the topology error,
+      plus a note that the parts of :data:`TOPOLOGY_SPEC_PATHS` were not checked, plus the
+      errors of the rest of the spec, checked for a topology the engine runs.
+
+    Raises:
+        InvalidInput: with ``engine`` / ``topology`` and dotted ``spec.…`` paths.
+    """
+    facts = node_facts_from_row(node) if node is not None else _facts_of_references(spec)
+    names = secret_names()
+    rule = engine_topology_errors(engine=engine, topology=topology)
+    adapter = ENGINES.get(engine) if isinstance(engine, str) else None
+    if adapter is None or not rule:
+        return recipe_validate(engine=engine, topology=topology, spec=spec, node=facts, secret_names=names)
+    errors = {path: list(messages) for path, messages in rule.items()}
+    errors["topology"].append(f"{', '.join(TOPOLOGY_SPEC_PATHS)} were not checked: what they may hold depends on "
+                              f"the topology; the rest of the spec was checked for engine {engine}")
+    try:
+        recipe_validate(engine=engine, topology=adapter.topologies[0], spec=spec, node=facts, secret_names=names)
+    except InvalidInput as exc:
+        for path, messages in exc.errors.items():
+            if not any(path == p or path.startswith(p + ".") for p in TOPOLOGY_SPEC_PATHS):
+                errors.setdefault(path, []).extend(messages)
+    raise InvalidInput(errors)
+
+
+def _facts_of_references(spec: Any) -> NodeFacts:
+    """Facts of a node that has every GPU, NUMA node and CPU the roles of ``spec`` name (GPUs
+    of unknown NUMA node and compute capability, each NUMA node holding all those CPUs): a spec
+    checked against them is checked for everything but its hardware. For a recipe whose node
+    does not exist. Ids that are not integers, or CPU ids out of 0-``CPU_ID_MAX``, are left out
+    (the rules refuse them whatever the node)."""
+    gpus: set[int] = set()
+    numas: set[int] = set()
+    cpus: set[int] = set()
+
+    def ints(value: Any) -> list[int]:
+        items = value if isinstance(value, list) else [value]
+        return [v for v in items if isinstance(v, int) and not isinstance(v, bool)]
+
+    roles = spec.get("roles") if isinstance(spec, dict) else None
+    for role in roles.values() if isinstance(roles, dict) else ():
+        if not isinstance(role, dict):
+            continue
+        gpus.update(ints(role.get("gpus")))
+        numas.update(ints(role.get("numa_node")))
+        numas.update(ints(role.get("membind")))
+        named = role.get("cpus")
+        if isinstance(named, str):
+            text = named.replace(" ", "")
+            if len(text) <= 1024 and CPULIST_RE.match(text) and \
+                    all(int(n) <= CPU_ID_MAX for n in re.split(r"[,-]", text)):
+                try:
+                    named = parse_cpulist(text)
+                except ValueError:
+                    named = []
+        cpus.update(c for c in ints(named) if 0 <= c <= CPU_ID_MAX)
+    every_cpu = tuple(sorted(cpus))
+    return NodeFacts(name="(none)", cpu_count=len(every_cpu), gpus=[GpuFacts(index=g) for g in sorted(gpus)],
+                     numa_nodes=[NumaFacts(index=n, cpus=every_cpu) for n in sorted(numas or {0})])
 
 
 def _validate_recipe_content(content: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +193,9 @@ def _validate_recipe_content(content: dict[str, Any]) -> dict[str, Any]:
     Returns the content with ``spec`` replaced by its normalised form. Raises
     :class:`InvalidInput` with keys ``name``, ``description``, ``engine``, ``topology``,
     ``node`` or dotted ``spec.…`` paths. Spec rules live in :func:`deployments.recipes.recipe_validate`
-    and are checked against the node's facts and the existing secret names.
+    and are checked against the node's facts and the existing secret names; with a bad name,
+    description or node, the spec rules are reported with those errors (without a node, all but
+    the hardware references: :func:`recipe_spec_validate`).
     """
     errors: dict[str, list[str]] = {}
     name = content.get("name")
@@ -155,7 +226,15 @@ def _validate_recipe_content(content: dict[str, Any]) -> dict[str, Any]:
     else:
         check_json_tree(spec, "spec", errors)
     if errors:
-        # Spec rules need a known engine, topology and node; report the basics first.
+        # Spec rules need a known engine and topology and a storable spec; without a node the
+        # spec is checked all the same, but for its hardware references (recipe_spec_validate).
+        if {"engine", "topology"} & errors.keys() or any(p == "spec" or p.startswith("spec.") for p in errors):
+            raise InvalidInput(errors)
+        try:
+            recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec, node=None)
+        except InvalidInput as exc:
+            for path, messages in exc.errors.items():
+                errors.setdefault(path, []).extend(messages)
         raise InvalidInput(errors)
     normalised = recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec, node=node)
     return {**content, "spec": normalised}
@@ -467,6 +546,23 @@ def node_delete(*, node: Node, user) -> None:
 # --- secrets -------------------------------------------------------------------------------
 
 
+def secret_value_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a secret's value, or None when it can: the one check of the API,
+    the admin and the services. Refused: no text or empty; shorter than ``MIN_VALUE_LENGTH``
+    (not masked in logs, too likely to be ordinary text); NUL or a line break (``\\n``, ``\\r``):
+    a secret reaches its engine as an environment variable, which cannot hold a NUL and whose
+    line breaks split it for whatever reads the environment line by line (recipes' env values
+    are refused them for the same reason); longer than 8192 characters, or not valid Unicode."""
+    if not isinstance(value, str) or not value:
+        return "A non-empty value is required."
+    if len(value.strip()) < MIN_VALUE_LENGTH:
+        return f"At least {MIN_VALUE_LENGTH} characters: shorter values cannot be masked in logs."
+    if any(c in value for c in "\x00\n\r"):
+        return ("Must not contain NUL or line breaks: a secret reaches the engine as an environment variable, "
+                "which cannot carry them faithfully.")
+    return _string_problem(value)
+
+
 def _validate_secret_fields(*, name: str | None = None, value: str | None = None, description: str | None = None) -> None:
     errors: dict[str, list[str]] = {}
     if name is not None:
@@ -475,13 +571,9 @@ def _validate_secret_fields(*, name: str | None = None, value: str | None = None
         except DjangoValidationError as exc:
             errors["name"] = list(exc.messages)
     if value is not None:
-        if not isinstance(value, str) or not value:
-            errors["value"] = ["A non-empty value is required."]
-        elif len(value.strip()) < MIN_VALUE_LENGTH:
-            # shorter values are not masked (too likely to be ordinary text), so they are not stored
-            errors["value"] = [f"At least {MIN_VALUE_LENGTH} characters: shorter values cannot be masked in logs."]
-        elif _string_problem(value):
-            errors["value"] = [_string_problem(value)]
+        problem = secret_value_problem(value)
+        if problem:
+            errors["value"] = [problem]
     if description is not None:
         if not isinstance(description, str) or len(description) > 255:
             errors["description"] = ["At most 255 characters of text."]

@@ -62,7 +62,8 @@ class GridField(serializers.JSONField):
     :func:`benchmarks.sweeps.grid_validate`, which names it at its path
     (``{"grid.duration_s": ["must be a finite number, got inf (too large for a 64-bit float)"]}``)
     together with every other error of the grid. (``NaN`` and ``Infinity`` literals never get
-    here: the JSON parser refuses them with 400.)
+    here: the JSON parser refuses them with 400, named at their path:
+    ``{"grid.duration_s": ["NaN is not a finite number"]}``.)
     """
 
     def to_internal_value(self, data):

@@ -9,6 +9,7 @@ Errors come back in one shape: ``{"<dotted.field.path>": ["message", ...]}``, e.
 """
 from __future__ import annotations
 
+import json
 import math
 
 from collections.abc import Mapping
@@ -20,7 +21,9 @@ from rest_framework.fields import SkipField, get_error_detail
 
 # The API's shared error bodies (schema components ValidationError and Detail), importable from here too.
 from controlplane.api import ERROR_SHAPE_HELP, DetailSerializer, ValidationErrorSerializer  # noqa: F401
-from controlplane.api import MAX_INT, FilterChoiceField, IdField
+from controlplane.api import (
+    MAX_INT, FilterChoiceField, IdField, StrictInputMixin, merge_nonfinite, unknown_field_errors,
+)
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
@@ -28,6 +31,7 @@ from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Re
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_waiting_reason, recipe_spec_validate,
+    secret_value_problem,
 )
 
 
@@ -115,6 +119,22 @@ class RecipeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class SpecField(serializers.JSONField):
+    """A recipe's ``spec``: any JSON value (the recipe rules judge it). A number too large for a
+    float (``1e400``, an infinite :class:`controlplane.api.NonFiniteNumber`) passes, so that the
+    rules check the rest of the spec and the 400 names that number at its own path
+    (``spec.roles.single.port``) instead of refusing the whole spec as not JSON."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if self.binary or getattr(data, "is_json_string", False):
+            return super().to_internal_value(data)  # a form field's JSON text: parsed as DRF does
+        try:
+            json.dumps(data, allow_nan=True)  # the check DRF makes, with infinities let through
+        except (TypeError, ValueError):
+            self.fail("invalid")
+        return data
+
+
 class RecipeWriteSerializer(serializers.Serializer):
     """Input for creating (all of ``name``, ``engine``, ``topology``, ``node``, ``spec``) or
     updating (any subset with PATCH) a recipe. ``node`` is a node name. ``change_reason`` is
@@ -130,7 +150,7 @@ class RecipeWriteSerializer(serializers.Serializer):
     engine = serializers.ChoiceField(choices=Engine.choices)
     topology = serializers.ChoiceField(choices=Topology.choices)
     node = serializers.SlugRelatedField(slug_field="name", queryset=Node.objects.all())
-    spec = serializers.JSONField(help_text="The typed recipe spec; see deployments.recipes for its schema.")
+    spec = SpecField(help_text="The typed recipe spec; see deployments.recipes for its schema.")
     change_reason = serializers.CharField(max_length=100, required=False, allow_blank=True, write_only=True)
     expected_version = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, write_only=True)
 
@@ -145,18 +165,17 @@ class RecipeWriteSerializer(serializers.Serializer):
         'foo'; allowed: name, ..."]}``), each field's own errors (the name rule, an unknown
         engine, topology or node, a spec that is not an object), a name another recipe has,
         what no database column can hold in a new spec (NUL characters, nesting deeper than 16
-        levels, more than 1024 entries), and the rules of
-        :func:`deployments.recipes.recipe_validate` (``topology``, ``spec.…``) once engine,
-        topology, node and spec are known. With an unknown node the spec cannot be checked, so
-        only the engine/topology rule (:func:`deployments.recipes.engine_topology_errors`) is.
+        levels, more than 1024 entries), numbers that are not finite (``context["nonfinite"]``,
+        see :func:`controlplane.api.request_body`: ``{"spec.roles.single.port": ["1e400 is not
+        a finite number"]}``), and the rules of :func:`deployments.recipes.recipe_validate`
+        (``topology``, ``spec.…``) once engine, topology and spec are known, through
+        :func:`deployments.services.recipe_spec_validate`: with an unknown node the spec is
+        checked without a node's hardware (``node`` says so), and with a topology the engine
+        does not run, the parts that do not depend on the topology are (``topology`` says so).
         The service the view calls checks everything again when it saves."""
         if not isinstance(data, Mapping):
             return super().to_internal_value(data)
-        writable = [f.field_name for f in self._writable_fields]
-        errors: dict[str, Any] = {}
-        for key in data:
-            if key not in writable and key not in FORM_ONLY_KEYS:
-                errors[str(key)] = [f"unknown field {_shown(key)}; allowed: {', '.join(writable)}"]
+        errors: dict[str, Any] = unknown_field_errors(data, [f.field_name for f in self._writable_fields])
         values: dict[str, Any] = {}
         for field in self._writable_fields:
             check = getattr(self, f"validate_{field.field_name}", None)
@@ -175,6 +194,7 @@ class RecipeWriteSerializer(serializers.Serializer):
             values[field.field_name] = value
         for path, messages in self._rule_errors(values, failed=set(errors)).items():
             errors.setdefault(path, []).extend(messages)
+        merge_nonfinite(errors, self.context.get("nonfinite") or {})
         if errors:
             raise serializers.ValidationError(errors)
         return values
@@ -202,25 +222,23 @@ class RecipeWriteSerializer(serializers.Serializer):
             check_json_tree(values["spec"], "spec", errors)
         if "engine" not in content or "topology" not in content:
             return errors
-        if "node" not in content or "spec" not in content:
+        if "spec" not in content:
             errors.update(engine_topology_errors(engine=content["engine"], topology=content["topology"]))
             return errors
+        if "node" not in content:
+            errors["node"] = [NO_NODE_NOTE]
         try:
             recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=content["spec"],
-                                 node=content["node"])
+                                 node=content.get("node"))
         except InvalidInput as exc:
             for path, messages in exc.errors.items():
                 errors.setdefault(path, []).extend(messages)
         return errors
 
 
-# Keys a browser's form post adds to the fields it sends; not recipe fields, not refused.
-FORM_ONLY_KEYS = frozenset({"csrfmiddlewaretoken"})
-
-
-def _shown(key: Any) -> str:
-    text = repr(str(key))
-    return text if len(text) <= 80 else text[:77] + "..."
+#: Said under ``node`` when the node is unknown, after why: the spec was still checked.
+NO_NODE_NOTE = ("The spec was checked without a node: its GPU, NUMA node and CPU ids are checked against "
+                "the node's hardware once it names a registered node.")
 
 
 class RecipeVersionSerializer(serializers.Serializer):
@@ -301,11 +319,22 @@ class RecipeFilterSerializer(serializers.Serializer):
 # --- secrets -------------------------------------------------------------------------------
 
 
-class SecretSerializer(serializers.ModelSerializer):
+#: Why the API's read-only fields of a secret cannot be set.
+_SERVER_SET = "it is set by the server"
+_SECRET_READ_ONLY = {"id": _SERVER_SET, "created_at": _SERVER_SET, "updated_at": _SERVER_SET}
+SECRET_RENAME_REFUSED = ("a secret cannot be renamed: recipes reference it by name (store the value under the new "
+                         "name, point the recipes at it, then delete this one)")
+
+
+class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
     """A named secret. ``value`` is write-only: required on create, optional on update, never
-    returned by any endpoint."""
+    returned by any endpoint. As input (create), any key but ``name``, ``description`` and
+    ``value`` is refused at its name; a value that
+    :func:`deployments.services.secret_value_problem` refuses (too short to mask, NUL or a line
+    break) is a 400 on ``value`` with the reason."""
 
     value = serializers.CharField(write_only=True, trim_whitespace=False, max_length=8192)
+    read_only_reasons = _SECRET_READ_ONLY
 
     class Meta:
         model = Secret
@@ -314,12 +343,27 @@ class SecretSerializer(serializers.ModelSerializer):
         # Uniqueness is reported by the service with the same message on every path.
         extra_kwargs = {"name": {"validators": []}}
 
+    def validate_value(self, value: str) -> str:
+        problem = secret_value_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
 
-class SecretUpdateSerializer(serializers.Serializer):
-    """PATCH/PUT body for a secret: a new value and/or description; the name is fixed."""
+
+class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
+    """PATCH/PUT body for a secret: a new value and/or description. The name is fixed (recipes
+    reference secrets by name): a ``name`` key is refused with that reason, as any other key
+    is refused at its name; the value is checked as on create."""
 
     value = serializers.CharField(write_only=True, trim_whitespace=False, max_length=8192, required=False)
     description = serializers.CharField(max_length=255, allow_blank=True, required=False)
+    read_only_reasons = {"name": SECRET_RENAME_REFUSED, **_SECRET_READ_ONLY}
+
+    def validate_value(self, value: str) -> str:
+        problem = secret_value_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
 
 
 # --- deployments and processes -------------------------------------------------------------
@@ -379,10 +423,19 @@ class DeploymentSerializer(serializers.ModelSerializer):
         return redact_text(deployment_waiting_reason(deployment=deployment))
 
 
-class DeploymentCreateSerializer(serializers.Serializer):
-    """Body of ``POST /api/deployments/``: the recipe (id) whose current version to deploy."""
+class DeploymentCreateSerializer(StrictInputMixin, serializers.Serializer):
+    """Body of ``POST /api/deployments/``: the recipe (id) whose current version to deploy. Any
+    other key is refused at its name: a deployment runs the recipe's current version on the
+    recipe's node, and everything else about it is set as it runs
+    (``{"node": ["'node' is read-only: a deployment runs on its recipe's node ...; allowed: recipe"]}``)."""
 
     recipe = serializers.PrimaryKeyRelatedField(queryset=Recipe.objects.select_related("node"))
+    read_only_reasons = {
+        **{name: "it is set by the server" for name in DeploymentSerializer.Meta.fields},
+        "node": "a deployment runs on its recipe's node (change the recipe to deploy elsewhere)",
+        "recipe_version": "a deployment runs its recipe's current version",
+        "status": "a deployment's status follows its processes (use stop or cancel to end it)",
+    }
 
 
 class ProcessEventSerializer(serializers.ModelSerializer):

@@ -24,7 +24,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api import ERROR_404, ERROR_409, ERRORS_400, SafeJSONParser
+from controlplane.api import ERROR_404, ERROR_409, ERRORS_400, SafeJSONParser, request_body
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
 from deployments.api import serializers as s
@@ -37,6 +37,16 @@ TELEMETRY_DEFAULT_WINDOW_S = 600.0
 RECIPE_ERRORS_HELP = (
     "Every problem comes back in one 400: unknown top-level fields, field errors (name, engine, topology, "
     "node) and spec errors together. " + s.ERROR_SHAPE_HELP
+)
+
+SECRET_VALUE_HELP = (
+    "A value shorter than the masking minimum, or holding a NUL or a line break (a secret reaches its engine as an "
+    "environment variable, which cannot carry them faithfully), is a 400 on `value` with the reason."
+)
+SECRET_UPDATE_HELP = (
+    "`name` is refused: recipes reference a secret by name, so it cannot be renamed (store the value under the new "
+    "name, point the recipes at it, delete this one); any other key but `value` and `description` is refused at its "
+    "name. " + SECRET_VALUE_HELP
 )
 
 
@@ -158,7 +168,8 @@ class RecipeViewSet(viewsets.ModelViewSet):
         return s.RecipeSerializer
 
     def create(self, request: Request, *args, **kwargs) -> Response:
-        ser = s.RecipeWriteSerializer(data=request.data)
+        data, nonfinite = request_body(request)
+        ser = s.RecipeWriteSerializer(data=data, context={"nonfinite": nonfinite})
         ser.is_valid(raise_exception=True)
         data = dict(ser.validated_data)
         data.pop("expected_version", None)
@@ -168,7 +179,8 @@ class RecipeViewSet(viewsets.ModelViewSet):
     def update(self, request: Request, *args, **kwargs) -> Response:
         partial = kwargs.pop("partial", False)
         recipe = self.get_object()
-        ser = s.RecipeWriteSerializer(recipe, data=request.data, partial=partial)
+        data, nonfinite = request_body(request)
+        ser = s.RecipeWriteSerializer(recipe, data=data, partial=partial, context={"nonfinite": nonfinite})
         ser.is_valid(raise_exception=True)
         data = dict(ser.validated_data)
         recipe = services.recipe_update(
@@ -268,14 +280,20 @@ class RecipeViewSet(viewsets.ModelViewSet):
 @extend_schema_view(
     list=extend_schema(summary="List secrets (admin; values are never returned)"),
     retrieve=extend_schema(summary="One secret (admin; value never returned)"),
-    create=extend_schema(summary="Store a secret (admin)", responses={201: s.SecretSerializer, 400: ERRORS_400}),
+    create=extend_schema(
+        summary="Store a secret (admin)",
+        description="Any key but `name`, `description` and `value` is refused at its name. " + SECRET_VALUE_HELP,
+        responses={201: s.SecretSerializer, 400: ERRORS_400},
+    ),
     update=extend_schema(
         summary="Replace a secret's value or description (admin)",
+        description=SECRET_UPDATE_HELP,
         request=s.SecretUpdateSerializer,
         responses={200: s.SecretSerializer, 400: ERRORS_400},
     ),
     partial_update=extend_schema(
         summary="Change a secret's value or description (admin)",
+        description=SECRET_UPDATE_HELP,
         request=s.SecretUpdateSerializer,
         responses={200: s.SecretSerializer, 400: ERRORS_400},
     ),
@@ -295,7 +313,8 @@ class SecretViewSet(viewsets.ModelViewSet):
     parser_classes = PARSERS
 
     def create(self, request: Request, *args, **kwargs) -> Response:
-        ser = s.SecretSerializer(data=request.data)
+        data, nonfinite = request_body(request)
+        ser = s.SecretSerializer(data=data, context={"nonfinite": nonfinite})
         ser.is_valid(raise_exception=True)
         secret = services.secret_create(user=request.user, **ser.validated_data)
         return Response(s.SecretSerializer(secret).data, status=status.HTTP_201_CREATED)
@@ -303,7 +322,8 @@ class SecretViewSet(viewsets.ModelViewSet):
     def update(self, request: Request, *args, **kwargs) -> Response:
         kwargs.pop("partial", None)
         secret = self.get_object()
-        ser = s.SecretUpdateSerializer(data=request.data)
+        data, nonfinite = request_body(request)
+        ser = s.SecretUpdateSerializer(data=data, context={"nonfinite": nonfinite})
         ser.is_valid(raise_exception=True)
         secret = services.secret_update(secret=secret, user=request.user, **ser.validated_data)
         return Response(s.SecretSerializer(secret).data)
@@ -326,7 +346,9 @@ class SecretViewSet(viewsets.ModelViewSet):
         summary="Deploy a recipe's current version (operator)",
         description="Inserts a pending deployment and sends the start task to the node's queue. "
         "409 when the recipe already has an active deployment on its node. A node whose agent is "
-        "down leaves the deployment pending (`waiting_reason` says so); it can be cancelled.",
+        "down leaves the deployment pending (`waiting_reason` says so); it can be cancelled. Any key but `recipe` "
+        "is refused at its name (`node`, `status`, ...: a deployment runs the recipe's current version on the "
+        "recipe's node).",
         request=s.DeploymentCreateSerializer,
         responses={201: s.DeploymentSerializer, 400: ERRORS_400, 409: ERROR_409},
     ),
@@ -347,7 +369,8 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return s.DeploymentCreateSerializer if self.action == "create" else s.DeploymentSerializer
 
     def create(self, request: Request, *args, **kwargs) -> Response:
-        ser = s.DeploymentCreateSerializer(data=request.data)
+        data, nonfinite = request_body(request)
+        ser = s.DeploymentCreateSerializer(data=data, context={"nonfinite": nonfinite})
         ser.is_valid(raise_exception=True)
         deployment = services.deployment_create(recipe=ser.validated_data["recipe"], user=request.user)
         deployment = selectors.deployment_list().get(pk=deployment.pk)

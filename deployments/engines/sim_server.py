@@ -82,7 +82,9 @@ def env_flag(name: str) -> bool:
         return False
     if raw in ("1", "true", "yes", "on"):
         return True
-    raise SystemExit(f"{name} must be 0 or 1, got {raw!r}")
+    # The value is not echoed: whatever was put in the variable (a secret, by mistake or not)
+    # would reach the log and the process's failure reason.
+    raise SystemExit(f"{name} must be 0 or 1 (or true/false, yes/no, on/off); its value is none of these")
 
 
 class _GrpcProbeFilter(logging.Filter):

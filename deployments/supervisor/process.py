@@ -53,6 +53,9 @@ BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "TMPDIR")
 """Variables copied from the agent's own environment; everything else comes from the spec."""
 MIN_LOG_BYTES = 1024
 POLL_S = 0.05
+# A stop signal the shim recorded more than this before this call's own SIGTERM was sent by an
+# earlier stop; the shim notes ours within milliseconds (its signal handler runs at once).
+EARLIER_STOP_SLACK_S = 0.5
 _TAG_RE = re.compile(r"^[A-Za-z0-9._-]{8,128}$")
 # Shims started by this process, kept so they can be reaped (a dropped Popen that is still
 # running makes Python warn, and an unreaped one lingers as a zombie).
@@ -579,6 +582,27 @@ def process_exit_info(handle: ProcessHandle, *, log_path: Path | str) -> ExitInf
     )
 
 
+def _earlier_stop_at(handle: ProcessHandle, log_path: Path | str | None) -> float | None:
+    """When the first stop signal reached this handle's engine group (epoch seconds), from the
+    shim's ``<exit-file>.stop`` record (see :mod:`deployments.supervisor.shim`), or None when
+    there is none for this (pid, start ticks): no stop was sent to it before."""
+    if not log_path:
+        return None
+    try:
+        data = json.loads(Path(f"{exit_file_for(log_path)}.stop").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if data.get("pid") != handle.pid or data.get("start_ticks") not in (handle.start_ticks, None):
+        return None
+    at = data.get("stop_signal_at")
+    return float(at) if at is not None else None
+
+
+def _clock(epoch_s: float) -> str:
+    """``13:28:03`` (local time) of an epoch time."""
+    return time.strftime("%H:%M:%S", time.localtime(epoch_s))
+
+
 def process_stop(
     handle: ProcessHandle,
     *,
@@ -622,11 +646,15 @@ def process_stop(
             elif _signal_exact(pid, info.start_ticks, signal.SIGTERM):
                 terminated.add(pid)
 
+    # A stop that an earlier caller began (an agent that died during the grace period) goes on
+    # from its first SIGTERM: the engine has had that much of its grace already.
+    earlier_at = _earlier_stop_at(handle, log_path) if tree.members else None
     if tree.members:
         term_wall = time.time()
         group_done = tree.group_verified and _killpg_verified(handle, signal.SIGTERM)
         term_new(tree.members, group_done)
-        deadline = started + max(0.0, grace_s)
+        used = max(0.0, term_wall - earlier_at) if earlier_at is not None else 0.0
+        deadline = started + max(0.0, grace_s - used)
         while time.monotonic() < deadline:
             time.sleep(POLL_S)
             tree = _tree(handle)
@@ -669,18 +697,35 @@ def process_stop(
         outcome = "not_running"
     requested = outcome in ("terminated", "killed") and term_wall is not None
     ended_after = None
+    # The first SIGTERM the engine's group received: the shim's record of it (exit record, or
+    # the stop record written while it ran), when it predates this call's own by more than the
+    # shim's reaction time; this call's otherwise.
+    first_at = term_wall
+    if term_wall is not None:
+        recorded = exit_info.stop_signal_at if exit_info is not None and exit_info.stop_signal_at else earlier_at
+        if recorded is not None and recorded < term_wall - EARLIER_STOP_SLACK_S:
+            first_at = recorded
+    resumed = first_at is not None and first_at != term_wall
     if requested:
         # The shim's record times the end exactly; polling only bounds it (POLL_S).
-        ended_after = (max(0.0, exit_info.ended_at - term_wall) if exit_info is not None and exit_info.ended_at
-                       else gone_after)
+        if exit_info is not None and exit_info.ended_at:
+            ended_after = max(0.0, exit_info.ended_at - first_at)
+        elif gone_after is not None:
+            ended_after = gone_after + (term_wall - first_at)
         how = (exit_status_text(returncode=exit_info.returncode, signal_number=exit_info.signal)
                if exit_info is not None else "no exit record")
         stopped = _requested_text(int(signal.SIGTERM), ended_after, how)
+        if resumed:
+            stopped = stopped.replace(
+                "SIGTERM, ended", f"SIGTERM first sent at {_clock(first_at)} by an earlier stop "
+                f"(again at {_clock(term_wall)}), ended", 1).replace(" s after it ", " s after the first ", 1)
     else:
         stopped = ""
+    grace_text = (f"{grace_s:g}s grace from the first SIGTERM at {_clock(first_at)}" if resumed
+                  else f"{grace_s:g}s grace")
     reason = {
         "identity_mismatch": f"pid {handle.pid} now belongs to another process; it was not signalled",
-        "killed": f"{stopped}; SIGKILL needed after {grace_s:g}s grace for pids {sorted(killed)}",
+        "killed": f"{stopped}; SIGKILL needed after {grace_text} for pids {sorted(killed)}",
         "terminated": stopped,
         "exited": "had already exited before the stop" + (
             f" ({exit_status_text(returncode=exit_info.returncode, signal_number=exit_info.signal)})"

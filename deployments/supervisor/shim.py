@@ -20,7 +20,10 @@ What it does, in order:
    ``--max-bytes``: each file stays at or below the cap, so at most twice the cap is on disk.
    The shim lives in the engine's session, so the cap holds whoever started it and whether or
    not that process still runs.
-5. When the engine exits, writes ``--exit-file`` atomically (JSON: pid, start_ticks, returncode,
+5. On the first stop signal while the engine runs, writes ``<exit-file>.stop`` (pid,
+   start_ticks, stop_signal, stop_signal_at) within one loop wake-up (0.25 s at most), so a
+   stop resumed by another agent can tell when the first SIGTERM went out.
+6. When the engine exits, writes ``--exit-file`` atomically (JSON: pid, start_ticks, returncode,
    signal, ended_at, stop_signal, stop_signal_at) and a closing line in the log; it keeps draining
    until the pipe is closed by every holder and no reparented descendant is left, then exits 0.
 
@@ -147,6 +150,21 @@ def _write_exit_file(path: str, pid: int, ticks: int | None, status: int) -> Non
     os.replace(tmp, path)
 
 
+def _write_stop_file(path: str, pid: int, ticks: int | None) -> None:
+    """Publish the first stop signal while the engine still runs: ``<exit-file>.stop`` (JSON:
+    pid, start_ticks, stop_signal, stop_signal_at), written atomically. A stop that resumes
+    after the stopping agent died reads it to time the grace period and the report from the
+    first SIGTERM, not from its own."""
+    record = {"pid": pid, "start_ticks": ticks, "stop_signal": _STOP_SEEN[0], "stop_signal_at": _STOP_SEEN[1]}
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(record, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the exit record still carries it
+
+
 def _child(argv: list[str], out_fd: int, err_w: int, cpus: str | None, close: list[int]) -> None:
     """Runs in the forked child; never returns (execs or ``_exit(127)``)."""
     try:
@@ -222,7 +240,11 @@ def main(args: list[str] | None = None) -> int:
 
     eof = False
     main_done = False
+    stop_published = False
     while True:
+        if _STOP_SEEN and not stop_published and not main_done:
+            stop_published = True
+            _write_stop_file(opts.exit_file + ".stop", pid, ticks)
         if not eof:
             ready, _, _ = select.select([out_r], [], [], 0.25)
             if ready:

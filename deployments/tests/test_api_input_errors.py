@@ -89,11 +89,15 @@ def test_it_answers_a_bad_name_an_unknown_node_and_an_engine_topology_mismatch_t
     )
 
     assert response.status_code == 400
-    assert response.json() == {
-        "name": [NAME_RULE],
-        "node": ["Object with name=no-such-node does not exist."],
-        "topology": ["engine llamacpp supports topology single only, not pd"],
-    }
+    body = response.json()
+    assert body["name"] == [NAME_RULE]
+    assert body["node"][0] == "Object with name=no-such-node does not exist."
+    assert body["node"][1].startswith("The spec was checked without a node")
+    assert body["topology"][0] == "engine llamacpp supports topology single only, not pd"
+    assert body["topology"][1].startswith("spec.roles, spec.transfer_backend, spec.kernels")
+    # the rest of the spec is still checked, for the engine given
+    assert body["spec.model.path"] == ["llama.cpp needs a .gguf file, got '/models/DeepSeek-V4-Flash'"]
+    assert set(body) == {"name", "node", "topology", "spec.model.path"}
     assert Recipe.objects.count() == 0
 
 
@@ -131,8 +135,10 @@ def test_it_checks_a_patch_against_the_stored_recipe_and_reports_name_and_spec_t
     spec = operator_api.patch(f"/api/recipes/{pk}/", {"spec": bad_spec(), "name": "UPPER"}, format="json")
 
     assert engine.status_code == 400
-    assert engine.json() == {"name": [NAME_RULE],
-                             "topology": ["engine llamacpp supports topology single only, not pd"]}
+    body = engine.json()
+    assert set(body) == {"name", "topology", "spec.model.path"} and body["name"] == [NAME_RULE]
+    assert body["topology"][0] == "engine llamacpp supports topology single only, not pd"
+    assert body["spec.model.path"] == ["llama.cpp needs a .gguf file, got '/models/DeepSeek-V4-Flash'"]
     assert spec.status_code == 400
     assert spec.json()["name"] == [NAME_RULE]
     assert spec.json()["spec.roles.prefill.gpus"] == ["GPU 3 is also used by role decode"]

@@ -283,3 +283,17 @@ def test_it_queues_when_the_kv_cache_is_full(procs: list[Proc], tmp_path: Path) 
     # the other two to finish, so it took at least that much longer than the second slowest.
     elapsed = sorted(r["elapsed"] for r in results.values())
     assert elapsed[2] > elapsed[1] + 0.8
+
+
+def test_a_bad_switch_value_is_refused_without_echoing_it(tmp_path):
+    # A value put in an engine switch (a secret, by mistake or not) must not reach the log.
+    value = "mangoVeil8823Crest"
+    env = {**os.environ, "CEILING_SIM_FAIL_GENERATE": value}
+    proc = subprocess.run(
+        [sys.executable, "-m", "deployments.engines.sim_server", "--role", "single", "--host", "127.0.0.1",
+         "--port", "1", "--startup-delay-s", "0", "--model-name", "m", "--profile", "demo-fast"],
+        cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=60,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "CEILING_SIM_FAIL_GENERATE must be 0 or 1" in out
+    assert value.lower() not in out.lower()

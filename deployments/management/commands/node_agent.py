@@ -5,6 +5,10 @@ processes that survived a previous agent and marks the rest exited, starts the m
 thread (heartbeat, crash detection, restarts, readiness, liveness) and runs a Celery worker
 on the queue ``node.<NAME>`` until SIGTERM or SIGINT. Engines keep running when the agent
 stops; the next agent adopts them. See :mod:`deployments.agent`.
+
+Only one agent per node name runs: a second one (same host, or another host while the first
+still heartbeats) exits with status 1 and a message naming the running one, before it
+registers, adopts or consumes anything (:func:`deployments.agent.agent_lock_acquire`).
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from controlplane.errors import InvalidInput
-from deployments.agent import NodeAgent
+from deployments.agent import AgentAlreadyRunning, NodeAgent
 
 
 class Command(BaseCommand):
@@ -30,6 +34,8 @@ class Command(BaseCommand):
             raise CommandError("--concurrency must be at least 1")
         try:
             code = NodeAgent(name=name, concurrency=concurrency).run()
+        except AgentAlreadyRunning as exc:
+            raise CommandError(str(exc)) from exc
         except InvalidInput as exc:
             raise CommandError(f"cannot register node {name!r}: {exc}") from exc
         if code:
