@@ -445,8 +445,9 @@ def summary_mark_partial(summary: dict[str, Any], *, reason: str, planned_reques
 
 
 def partial_text(summary: Mapping[str, Any]) -> str | None:
-    """``37/400 completed, cancelled`` (``37 completed of 30 s, cancelled`` for a point limited by
-    time alone) for a summary marked by :func:`summary_mark_partial`; None for any other."""
+    """``37/400 completed, cancelled`` (``20 requests completed in 3.21 s of the planned 8 s,
+    cancelled`` for a point limited by time alone: requests against the time it ran and the time
+    it was planned to run) for a summary marked by :func:`summary_mark_partial`; None for any other."""
     part = summary.get("partial") if isinstance(summary, Mapping) else None
     if not isinstance(part, Mapping):
         return None
@@ -455,9 +456,12 @@ def partial_text(summary: Mapping[str, Any]) -> str | None:
         else "stopped"
     if part.get("planned") is not None:
         return f"{done}/{part['planned']} completed, {why}"
+    requests = f"{done} request{'s' if done != 1 else ''} completed"
     if part.get("planned_duration_s") is not None:
-        return f"{done} completed of {part['planned_duration_s']:g} s, {why}"
-    return f"{done} completed, {why}"
+        ran = summary.get("duration_s")
+        ran_text = f" in {ran:.2f} s" if isinstance(ran, (int, float)) and math.isfinite(ran) else ""
+        return f"{requests}{ran_text} of the planned {part['planned_duration_s']:g} s, {why}"
+    return f"{requests}, {why}"
 
 
 def _fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:

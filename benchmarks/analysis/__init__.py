@@ -15,6 +15,10 @@ definitions in ``/work/shared/design/metrics.md``). :func:`ceiling_analyse` retu
   asymptote ``lim b / TPOT(b) = 1000 / per_seq_ms`` tok/s (or ``cap / TPOT(cap)`` when the
   engine's maximum running batch is given), else "not reached";
 * queueing steps: TTFT growing with load while throughput stays flat;
+* the trend of throughput, the queueing steps and the bottleneck are judged within one load kind:
+  closed-loop points by concurrency, open-loop points by request rate (``groups``); a sweep with
+  both kinds gets a sentence for each, never a comparison of a concurrency with a rate (the decode
+  fit uses every point: its x axis is the measured running batch, not the load);
 * a bottleneck class (decode, prefill, queueing, none reached, unknown);
 * an optional per-GPU comparison with a sweep of the same model on another topology (PD vs a
   single node), like with like: the same concurrency and lengths, saying what was compared;
@@ -43,7 +47,7 @@ chosen so that a measured sweep with a few percent of noise is classified the sa
 """
 from benchmarks.analysis.compute import ceiling_analyse
 from benchmarks.analysis.model import (
-    BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, LatencyStats, MatchedPair, PointAnalysis,
+    BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, LatencyStats, LoadGroup, LoadKind, MatchedPair, PointAnalysis,
     QueueingStep, Stat, SweepPoint, Topology, TopologyComparison, CEILING_REACHED_FRACTION,
     FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PARTIAL_FLAG, PLATEAU_FRACTION,
     PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
@@ -58,6 +62,8 @@ __all__ = [
     "DecodeFit",
     "FLAT_THROUGHPUT_GROWTH",
     "LatencyStats",
+    "LoadGroup",
+    "LoadKind",
     "MAX_FAILED_FRACTION",
     "MIN_FIT_POINTS",
     "MatchedPair",

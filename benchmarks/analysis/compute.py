@@ -11,7 +11,7 @@ from benchmarks.analysis.model import (
     CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS,
     PARTIAL_FLAG, PLATEAU_FRACTION,
     PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH, BatchSource, Bottleneck, Ceiling,
-    CeilingReport, DecodeFit, MatchedPair, PointAnalysis, QueueingStep, Stat, SweepPoint, Topology,
+    CeilingReport, DecodeFit, LoadGroup, MatchedPair, PointAnalysis, QueueingStep, Stat, SweepPoint, Topology,
     TopologyComparison,
 )
 from benchmarks.analysis.wording import (
@@ -66,9 +66,22 @@ def ceiling_analyse(
     analysed = [_point_analysis(p, num_gpus=num_gpus, batch_source=batch_source, gpus_known=gpus_known)
                 for p in usable]
     fit = _decode_fit(analysed, batch_source=batch_source, failed_excluded=[p.label for p in failed])
-    ceiling = _ceiling(usable, fit, max_running_batch=max_running_batch)
-    steps = _queueing_steps(usable)
-    bottleneck, reason = _bottleneck(usable, analysed, steps, fit, ceiling, failed_requests=failed_requests)
+    groups: list[LoadGroup] = []
+    for kind in ("closed", "open"):
+        group = [p for p in usable if p.load_kind == kind]
+        if not group:
+            continue
+        labels = {p.label for p in group}
+        g_ceiling = _ceiling(group, fit, max_running_batch=max_running_batch)
+        g_steps = _queueing_steps(group)
+        g_bottleneck, g_reason = _bottleneck(group, [a for a in analysed if a.label in labels], g_steps, fit,
+                                             g_ceiling, failed_requests=failed_requests)
+        groups.append(LoadGroup(kind=kind, labels=[p.label for p in group], ceiling=g_ceiling, queueing=g_steps,
+                                bottleneck=g_bottleneck, bottleneck_reason=g_reason))
+    best_label = max(usable, key=lambda p: p.output_throughput_tok_s).label
+    main = next(g for g in groups if best_label in g.labels)
+    ceiling, bottleneck, reason = main.ceiling, main.bottleneck, main.bottleneck_reason
+    steps = [s for g in groups for s in g.queueing]
     comparison = None
     if compare_with is not None and compare_num_gpus is not None and compare_topology is not None:
         comparison = _compare(usable, num_gpus=num_gpus, topology=topology, other=compare_with,
@@ -78,7 +91,7 @@ def ceiling_analyse(
         points=analysed, excluded=excluded, fit=fit, ceiling=ceiling, queueing=steps,
         queueing_detected=any(s.queueing for s in steps), bottleneck=bottleneck, bottleneck_reason=reason,
         comparison=comparison, findings=[], failed_excluded=[p.label for p in failed],
-        failed_requests=failed_requests, gpus_known=gpus_known,
+        failed_requests=failed_requests, gpus_known=gpus_known, groups=groups,
     )
     report.findings = _findings(report, usable, failed)
     return report
@@ -120,7 +133,8 @@ def _failed_fraction(p: SweepPoint) -> float | None:
 
 
 def _usable(points: Iterable[SweepPoint]) -> tuple[list[SweepPoint], list[str], list[SweepPoint]]:
-    """Points with output and at most MAX_FAILED_FRACTION failed requests, sorted by load; the
+    """Points with output and at most MAX_FAILED_FRACTION failed requests, sorted by load within
+    each load kind (closed loop first, :func:`_load_order`); the
     labels of all those left out, with why (a partial point, :data:`PARTIAL_FLAG`, always is);
     and the points left out for failures, sorted by load."""
     usable: list[SweepPoint] = []
@@ -137,9 +151,15 @@ def _usable(points: Iterable[SweepPoint]) -> tuple[list[SweepPoint], list[str], 
             failed.append(p)
         else:
             usable.append(p)
-    usable.sort(key=lambda p: p.load)
-    failed.sort(key=lambda p: p.load)
+    usable.sort(key=_load_order)
+    failed.sort(key=_load_order)
     return usable, excluded, failed
+
+
+def _load_order(p: SweepPoint) -> tuple[int, float]:
+    """Closed-loop points by concurrency, then open-loop points by request rate: two scales, never
+    interleaved."""
+    return (0 if p.load_kind == "closed" else 1, p.load)
 
 
 def _nothing_left(excluded: list[str], failed: list[SweepPoint]) -> str:

@@ -6,11 +6,11 @@ import math
 
 from benchmarks.analysis.model import (
     CEILING_REACHED_FRACTION, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
-    CeilingReport, DecodeFit, SweepPoint, TopologyComparison, _num,
+    CeilingReport, DecodeFit, LoadGroup, PointAnalysis, SweepPoint, TopologyComparison, _num,
 )
 from benchmarks.analysis.wording import (
     _failures_of, _falls_cause, _falls_numbers, _load_ratio, _metric, _ms, _no_growth_numbers, _per_seq, _r2,
-    _span_ms, _step_name, _throughput_change, _tok, _vals,
+    _span_ms, _step_name, _throughput_change, _tok,
 )
 
 
@@ -23,9 +23,21 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
                    f"the queueing and the bottleneck).")
     out.append(_fit_sentence(r.fit))
     out.append(_stall_sentence(r))
-    out.append(_bottleneck_sentence(r, points))
-    out.extend(_ceiling_sentences(r, points))
-    out.extend(_queueing_sentences(r))
+    groups = r.groups or [LoadGroup(kind="closed", labels=[p.label for p in points], ceiling=r.ceiling,
+                                    queueing=r.queueing, bottleneck=r.bottleneck,
+                                    bottleneck_reason=r.bottleneck_reason)]
+    by_kind = []
+    for g in groups:
+        g_points = [p for p in points if p.label in g.labels]
+        g_analysed = [a for a in r.points if a.label in g.labels]
+        by_kind.append((g, g_points, g_analysed))
+    prefix = len(groups) > 1
+    for g, g_points, g_analysed in by_kind:
+        out.append(_kind_prefixed(g, prefix, _bottleneck_sentence(r, g, g_analysed, g_points)))
+    for g, g_points, g_analysed in by_kind:
+        out.extend(_kind_prefixed(g, prefix, s) for s in _ceiling_sentences(r, g.ceiling, g_points))
+    for g, g_points, g_analysed in by_kind:
+        out.extend(_kind_prefixed(g, prefix, s) for s in _queueing_sentences(g, g_analysed))
     if r.comparison is not None:
         out.extend(_comparison_sentences(r.comparison, lengths))
     for p in points:
@@ -42,6 +54,17 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
     if others:
         out.append(f"Left out: {', '.join(others)}.")
     return [s for s in out if s]
+
+
+_KIND_NAMES = {"closed": "Closed loop (points by concurrency)", "open": "Open loop (points by request rate)"}
+
+
+def _kind_prefixed(g: LoadGroup, prefix: bool, sentence: str) -> str:
+    """``sentence`` as it is for a sweep of one load kind; led by the kind (``Closed loop (points by
+    concurrency): ...``) when the sweep has both, whose loads are never compared with each other."""
+    if not prefix or not sentence:
+        return sentence
+    return f"{_KIND_NAMES[g.kind]}: {sentence[0].lower()}{sentence[1:]}"
 
 
 def _all_points(fit: DecodeFit) -> str:
@@ -90,39 +113,41 @@ def _stall_sentence(r: CeilingReport) -> str:
             f"the decode step time does not.")
 
 
-def _bottleneck_sentence(r: CeilingReport, points: list[SweepPoint]) -> str:
-    lo, hi = r.points[0], r.points[-1]
+def _bottleneck_sentence(r: CeilingReport, g: LoadGroup, analysed: list[PointAnalysis],
+                         points: list[SweepPoint]) -> str:
+    """The bottleneck of one load kind's points (``analysed``, lightest to heaviest)."""
+    lo, hi = analysed[0], analysed[-1]
     fit = r.fit
-    tpot = _metric("TPOT", [a.tpot_stat for a in r.points])
-    ttft = _metric("TTFT", [a.ttft_stat for a in r.points])
-    e2e = _metric("E2E", [a.e2e_stat for a in r.points])
+    tpot = _metric("TPOT", [a.tpot_stat for a in analysed])
+    ttft = _metric("TTFT", [a.ttft_stat for a in analysed])
+    e2e = _metric("E2E", [a.e2e_stat for a in analysed])
     fit_txt = (f" (fit {_ms(fit.fixed_ms)} + {_per_seq(fit.per_seq_ms)} per running sequence, {_r2(fit)})"
                if fit.is_decode_cost and fit.fixed_ms is not None and fit.per_seq_ms is not None else "")
     share = (f", and decode takes {hi.decode_share:.0%} of {e2e} at {hi.label}"
              if hi.decode_share is not None else "")
-    if r.bottleneck == "decode":
+    if g.bottleneck == "decode":
         return (f"Decode is the bottleneck: {tpot} grows from {_ms(lo.tpot_ms)} at {lo.label} to "
                 f"{_ms(hi.tpot_ms)} at {hi.label}{fit_txt}{share}.")
-    if r.bottleneck == "prefill":
+    if g.bottleneck == "prefill":
         return (f"Prefill is the bottleneck: {ttft} is {_ms(hi.ttft_ms)} of {_ms(hi.e2e_ms)} {e2e} at {hi.label} "
                 f"({1 - (hi.decode_share or 0):.0%}), growing from {_ms(lo.ttft_ms)} at {lo.label} while "
                 f"throughput still grows; {tpot} {_span_ms(lo.tpot_ms, hi.tpot_ms, moving='goes')}.")
-    if r.bottleneck == "queueing":
+    if g.bottleneck == "queueing":
         tput = hi.output_throughput_tok_s / lo.output_throughput_tok_s if lo.output_throughput_tok_s else None
         how = ("stays flat" if tput is None or abs(tput - 1) < 0.05 else
                f"{'falls' if tput < 1 else 'grows only'} x{tput:.2f}")
         return (f"Requests queue for admission: {ttft} is {_ms(hi.ttft_ms)} of {_ms(hi.e2e_ms)} {e2e} at "
                 f"{hi.label} and grows while throughput {how} from {lo.label}; more concurrency only adds "
                 "waiting.")
-    if r.bottleneck == "none":
-        tpots = _vals(r, "tpot_ms")
+    if g.bottleneck == "none":
+        tpots = [a.tpot_ms for a in analysed if a.tpot_ms is not None]
         return (f"No bottleneck is reached: {tpot} {_span_ms(min(tpots), max(tpots), moving='stays')} from "
                 f"{lo.label} to {hi.label}, and throughput {_throughput_change(points[0], points[-1])}.")
-    return f"The bottleneck cannot be classified: {r.bottleneck_reason}."
+    return f"The bottleneck cannot be classified: {g.bottleneck_reason}."
 
 
-def _ceiling_sentences(r: CeilingReport, points: list[SweepPoint]) -> list[str]:
-    c = r.ceiling
+def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint]) -> list[str]:
+    """How throughput goes with load over one load kind's ``points`` (``c``: their ceiling)."""
     out: list[str] = []
     if c.source == "observed_plateau":
         assert c.plateau_min_tok_s is not None and c.plateau_max_tok_s is not None
@@ -153,7 +178,7 @@ def _ceiling_sentences(r: CeilingReport, points: list[SweepPoint]) -> list[str]:
         elif c.batch_for_fraction is not None:
             need = c.batch_for_fraction
             out.append(f"{CEILING_REACHED_FRACTION:.0%} of the ceiling needs a running batch of about {need:.0f} "
-                       f"sequences (so a concurrency of at least {math.ceil(need)}), beyond this sweep: "
+                       f"sequences ({_load_needed(points, need)}), beyond this sweep: "
                        f"an extrapolation.")
         if c.falls:
             out.append(_falls_sentence(c, points, r.failed_requests))
@@ -177,33 +202,52 @@ def _ceiling_sentences(r: CeilingReport, points: list[SweepPoint]) -> list[str]:
     return out
 
 
+def _load_needed(points: list[SweepPoint], batch: float) -> str:
+    """What load keeps ``batch`` sequences decoding: a concurrency for a closed loop, a request rate
+    high enough for an open one."""
+    if points and points[0].load_kind == "open":
+        return "a request rate that keeps that many requests decoding at once"
+    return f"so a concurrency of at least {math.ceil(batch)}"
+
+
 def _falls_sentence(c: Ceiling, points: list[SweepPoint], failed_requests: int) -> str:
     return (f"Throughput falls as load rises, {_falls_numbers(points)}; this points at "
             f"{_falls_cause(failed_requests)}, not at a ceiling above the best point "
             f"({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
 
 
-def _queueing_sentences(r: CeilingReport) -> list[str]:
+def _queueing_sentences(g: LoadGroup, analysed: list[PointAnalysis]) -> list[str]:
+    """Queueing between neighbouring points of one load kind."""
     out = []
-    ttft = _metric("TTFT", [a.ttft_stat for a in r.points])
-    for s in r.queueing:
+    ttft = _metric("TTFT", [a.ttft_stat for a in analysed])
+    for s in g.queueing:
         if s.queueing and s.ttft_growth is not None:
             out.append(f"Queueing from {s.from_label} to {s.to_label}: {ttft} grows x{s.ttft_growth:.1f} while "
                        f"throughput changes x{s.throughput_growth:.2f} (x{s.load_growth:.1f} load).")
-    if not out and len(r.points) > 1:
+    if not out and len(analysed) > 1:
         rule = (f"{ttft} growing x{TTFT_GROWTH:g} or more while throughput grows less than "
                 f"x{FLAT_THROUGHPUT_GROWTH:.2f} between neighbouring points")
-        flat = [s for s in r.queueing if s.ttft_growth is not None and s.throughput_growth < FLAT_THROUGHPUT_GROWTH
+        flat = [s for s in g.queueing if s.ttft_growth is not None and s.throughput_growth < FLAT_THROUGHPUT_GROWTH
                 and not s.load_growth <= 1.0]  # repeated runs at one load are noise, as in the rule
         if not flat:
             out.append(f"No queueing by the rule ({rule}): throughput grew x{FLAT_THROUGHPUT_GROWTH:.2f} or more "
                        "at every step where TTFT could be compared.")
         else:
-            # 4 significant digits: x1.499 must not print as x1.5, the rule's own threshold.
             near = max(flat, key=lambda s: s.ttft_growth)
             out.append(f"No queueing by the rule ({rule}); the nearest: {near.from_label} to {near.to_label}, "
-                       f"{ttft} x{near.ttft_growth:.4g} with throughput x{near.throughput_growth:.3g}.")
+                       f"{ttft} x{_factor_below(near.ttft_growth, TTFT_GROWTH)} with throughput "
+                       f"x{near.throughput_growth:.2f}.")
     return out
+
+
+def _factor_below(x: float, limit: float) -> str:
+    """``x`` to three significant figures, rounded down when it is under ``limit`` so that it never
+    prints as the limit it missed (x1.499 as ``1.49``, not ``1.5``)."""
+    text = f"{x:.3g}"
+    if x < limit <= float(text):
+        scale = 10 ** (2 - math.floor(math.log10(abs(x))))
+        text = f"{math.floor(x * scale) / scale:.3g}"
+    return text
 
 
 def _comparison_sentences(c: TopologyComparison, lengths: str | None) -> list[str]:

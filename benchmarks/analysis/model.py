@@ -14,6 +14,7 @@ Topology = Literal["pd", "single"]
 BatchSource = Literal["decode_events", "littles_law", "concurrency"]
 Bottleneck = Literal["decode", "prefill", "queueing", "none", "unknown"]
 Stat = Literal["mean", "p50"]
+LoadKind = Literal["closed", "open"]
 
 # A straight line through fewer than three distinct batch sizes always fits, so its R² says nothing.
 MIN_FIT_POINTS = 3
@@ -165,6 +166,12 @@ class SweepPoint:
         return "unbounded rate"
 
     @property
+    def load_kind(self) -> LoadKind:
+        """``closed`` (a closed loop, its load the concurrency) or ``open`` (an open loop, its load
+        the request rate): two scales that are never compared with each other."""
+        return "closed" if self.concurrency is not None else "open"
+
+    @property
     def load(self) -> float:
         """The load axis used for ordering and growth ratios: concurrency, else request rate."""
         if self.concurrency is not None:
@@ -306,6 +313,21 @@ class QueueingStep:
 
 
 @dataclass
+class LoadGroup:
+    """The points of one load kind (``closed``: by concurrency; ``open``: by request rate) and what
+    was concluded from them alone: the trend of throughput (``ceiling``), the ``queueing`` steps
+    between neighbouring points and the ``bottleneck`` class. Concurrency and request rate are
+    different scales, so points of different kinds are never compared as heavier or lighter."""
+
+    kind: LoadKind
+    labels: list[str]
+    ceiling: Ceiling
+    queueing: list[QueueingStep]
+    bottleneck: Bottleneck
+    bottleneck_reason: str
+
+
+@dataclass
 class MatchedPair:
     """One like-for-like pair: the same concurrency (and lengths) in both sweeps, tok/s and per-GPU."""
 
@@ -351,7 +373,10 @@ class CeilingReport:
     the labels of those left out for more than ``MAX_FAILED_FRACTION`` failed requests;
     ``failed_requests`` the failed requests over every point given (analysed or not), which decides
     whether falling throughput is put down to failures or to overload. ``gpus_known`` is False
-    when ``num_gpus`` was a stand-in (no per-GPU figure is quoted).
+    when ``num_gpus`` was a stand-in (no per-GPU figure is quoted). ``groups`` holds one
+    :class:`LoadGroup` per load kind present (closed loop first): the trend, queueing and bottleneck
+    of each kind on its own; ``ceiling``, ``bottleneck`` and ``bottleneck_reason`` are those of the
+    group holding the best point, ``queueing`` the steps of every group (never across kinds).
     """
 
     topology: Topology
@@ -371,6 +396,7 @@ class CeilingReport:
     failed_excluded: list[str] = field(default_factory=list)
     failed_requests: int = 0
     gpus_known: bool = True
+    groups: list[LoadGroup] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (floats stay floats; no infinities are produced). ``num_gpus`` is

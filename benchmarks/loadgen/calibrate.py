@@ -43,8 +43,9 @@ async def dataset_calibrate_text_at(
     out at ``input_len`` tokens on average. Returns the calibration and its evidence
     ``{"overhead_tokens", "tokens_per_word", "probes": [[words, prompt_tokens], ...],
     "check": {"words", "prompt_tokens", "requested"}, "adjusted_tokens"}`` (``adjusted_tokens``:
-    how far the check probe moved the line, 0 when it hit ``input_len``). One-token probes: four
-    requests' prefill on the server before the run. Raises ``RuntimeError`` as
+    how far the check probe moved the line, 0 when it hit ``input_len``). One-token probes (two for the
+    fit with the default ``word_counts``, one check): three requests' prefill on the server before
+    the run. Raises ``RuntimeError`` as
     :func:`dataset_calibrate_text` does."""
     rng = random.Random(seed)
     probes: list[tuple[int, int]] = []

@@ -378,16 +378,19 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
 def _rate_target_check(*, sent_rate: float | None, target: float | None, n: int,
                        burstiness: float = 1.0) -> dict[str, Any] | None:
     """The open-loop sending rate against the target (req/s): ``{"target_req_s", "sent_req_s",
-    "deviation"`` (sent / target − 1)``, "bound"`` (the relative deviation allowed:
-    exp(:data:`RATE_TARGET_SIGMAS` / √(b(n−1))) − 1 above, 1 − exp(−…) below, reported as the
-    larger)``, "sigmas"`` (|ln(sent / target)| in standard deviations of a correct schedule)``,
+    "deviation"`` (sent / target − 1)``, "bound_low", "bound_high"`` (the relative deviations
+    allowed below and above the target: exp(−:data:`RATE_TARGET_SIGMAS` / √(b(n−1))) − 1, negative,
+    and exp(:data:`RATE_TARGET_SIGMAS` / √(b(n−1))) − 1; the schedule's noise is symmetric in
+    log(rate), not in rate)``, "bound"`` (``bound_high``, kept for older readers)``, "sigmas"`` (|ln(sent / target)| in standard deviations of a correct schedule)``,
     "off_target"}``; None for a closed loop, an unbounded rate or fewer than two requests sent."""
     if target is None or not math.isfinite(target) or target <= 0 or sent_rate is None or n < 2:
         return None
     sd = 1.0 / math.sqrt(max(burstiness, 1e-9) * (n - 1))
     sigmas = abs(math.log(sent_rate / target)) / sd
+    high = math.exp(RATE_TARGET_SIGMAS * sd) - 1.0
+    low = math.exp(-RATE_TARGET_SIGMAS * sd) - 1.0
     return {"target_req_s": target, "sent_req_s": sent_rate, "requests": n, "deviation": sent_rate / target - 1.0,
-            "bound": math.exp(RATE_TARGET_SIGMAS * sd) - 1.0, "sigmas": sigmas,
+            "bound": high, "bound_low": low, "bound_high": high, "sigmas": sigmas,
             "off_target": sigmas > RATE_TARGET_SIGMAS}
 
 
@@ -423,12 +426,27 @@ def _zero_gap_fraction(rec: RecordStore, idx: np.ndarray) -> tuple[float | None,
     return (zero / total if total else None), total
 
 
+def _merge_bunched(t: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Events of one request with those that arrived within :data:`ZERO_GAP_NS` of the previous
+    event merged into it (times ``t``, ns; tokens ``k`` summed): events bunched in one network read
+    are one arrival, so the gap before the bunch is divided over all its tokens (the per-token
+    basis) instead of being read as a pause followed by zero-length steps."""
+    keep = np.ones(t.size, dtype=bool)
+    keep[1:] = np.diff(t) >= ZERO_GAP_NS
+    if keep.all():
+        return t, k
+    starts = np.flatnonzero(keep)
+    return t[starts], np.add.reduceat(np.maximum(k, 0), starts)
+
+
 def _decode_steps(rec: RecordStore, ok: np.ndarray, per_token_known: bool) -> tuple[dict[str, Any] | None, str | None]:
     """The decode step seen from the client (``run_summary``'s ``decode_steps``) and a note when it
     is None. Decode phase of a request: from its first output event (exclusive) to its last
     (inclusive), for every request that streamed output, failed or not (it was in the batch). A
     request whose last event came less than half a median step before an event is still counted
-    at it: events of one step reach the client over several reads, microseconds apart."""
+    at it: events of one step reach the client over several reads, microseconds apart. Events that
+    came in one network read (within :data:`ZERO_GAP_NS` of the previous one) are merged first
+    (:func:`_merge_bunched`), before the steps, the batch and the pauses are computed."""
     ev = rec.column("ev_time")
     tok = rec.column("ev_tokens")
     off, ln = rec.column("ev_off"), rec.column("ev_len")
@@ -438,10 +456,13 @@ def _decode_steps(rec: RecordStore, ok: np.ndarray, per_token_known: bool) -> tu
         o, k = int(off[i]), int(ln[i])
         if k < 2:
             continue
-        t = ev[o:o + k]
+        t, n = _merge_bunched(ev[o:o + k],
+                              tok[o:o + k].astype(np.int64) if per_token_known else np.ones(k, dtype=np.int64))
+        if t.size < 2:
+            continue
         times.append(t[1:])
         gaps.append(np.diff(t))
-        ks.append(tok[o + 1:o + k].astype(np.int64) if per_token_known else np.ones(k - 1, dtype=np.int64))
+        ks.append(n[1:])
     if not gaps:
         return None, "no successful request streamed two output events"
     t_ev = np.concatenate(times)

@@ -350,11 +350,15 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     def slo_key(e: dict[str, Any]) -> str:
         return json.dumps(e["config"]["slo"], sort_keys=True)
 
-    with_goodput = [e for e in entries if e["measured"] and e["metrics"].get("goodput_req_s") is not None]
-    slo_differs = len({slo_key(e) for e in with_goodput}) > 1 or any(e["config"]["slo"] is None for e in with_goodput)
-    if len(with_goodput) > 1 and slo_differs:
-        said = "; ".join(f"run #{e['id']}: " + (slo_text(e["config"]["slo"]) if e["config"]["slo"] else "not recorded")
-                         for e in with_goodput)
+    # A run without an SLO (or whose SLO is not recorded) has no goodput to compare either: one
+    # goodput among runs whose SLOs differ is as incomparable as two.
+    measured = [e for e in entries if e["measured"]]
+    with_goodput = [e for e in measured if e["metrics"].get("goodput_req_s") is not None]
+    slo_differs = len({slo_key(e) for e in measured}) > 1 or any(e["config"]["slo"] is None for e in with_goodput)
+    if with_goodput and len(measured) > 1 and slo_differs:
+        said = "; ".join(f"run #{e['id']}: " + (slo_text(e["config"]["slo"]) if e["config"]["slo"]
+                                                 else "no SLO recorded")
+                         for e in measured)
         notes.append("goodput is not comparable across these runs: it counts the requests that met each run's own "
                      f"SLO, and their SLOs differ ({said}); no goodput delta is given between runs with different SLOs")
 
@@ -383,11 +387,13 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         notes.append(f"run #{rankable[0]['id']} is the only rankable run: it is named best with no other "
                      "run to rank it against")
     units = {key: unit for key, _, unit in COMPARE_FIELDS}
+    # Notes name a metric as the side-by-side table does (``TPOT mean``), not by its key.
+    labels = {key: label for key, label, _ in COMPARE_FIELDS}
     for key, higher_better in BEST_METRICS:
         vals = [(_path(e["metrics"], key), e["id"]) for e in rankable if _path(e["metrics"], key) is not None]
         if len(lengths) > 1 or not vals:
             if rankable and len(lengths) == 1:
-                notes.append(f"no rankable run has a value for {key}; no best run is named for it")
+                notes.append(f"no rankable run has a value for {labels.get(key, key)}; no best run is named for it")
             best[key] = None
             continue
         # Best first; on equal values the earlier run (lower id) first, as before.
@@ -400,7 +406,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
             shown = ", ".join(f"#{rid} {value:.4g}" for value, rid in ranked if rid in close)
             spread = _spread_pct(ranked[len(close) - 1][0], top)
             how = "are equal" if spread == 0 else f"are within {spread:.2g} % of each other"
-            notes.append(f"no best run for {key}: runs {shown} {units.get(key, '')} {how}, under the "
+            notes.append(f"no best run for {labels.get(key, key)}: runs {shown} {units.get(key, '')} {how}, under the "
                          f"{tie_pct:g} % tie threshold (run-to-run noise)")
             continue
         best[key] = ranked[0][1]

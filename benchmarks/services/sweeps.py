@@ -57,7 +57,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from benchmarks.analysis import SweepPoint, ceiling_analyse
+from benchmarks.analysis import LatencyStats, SweepPoint, ceiling_analyse
 from benchmarks.analysis.model import MAX_FAILED_FRACTION
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.loadgen import (
@@ -1156,21 +1156,54 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
                 continue
         if kwargs:
             out["compared_with"] = other.pk
+        report["excluded"].extend(_partial_exclusions(group))
         out["lengths"][key] = report
         prefix = f"[{key}] " if len(by_len) > 1 else ""
         out["findings"].extend(prefix + f for f in report["findings"])
     return out
 
 
+def _partial_exclusions(runs: Iterable[BenchmarkRun]) -> list[str]:
+    """``c=4 (cancelled partway: a partial point; 3/20 completed, cancelled)`` for each run of
+    ``runs`` stopped partway (stored cancelled with a summary marked partial): the analysis never
+    sees them (only done runs are points), so its ``excluded`` names them here."""
+    out = []
+    for run in runs:
+        if run.status == RunStatus.DONE or not isinstance(run.summary, Mapping):
+            continue
+        text = partial_text(run.summary)
+        if text is None:
+            continue
+        label = SweepPoint(concurrency=run.concurrency, output_throughput_tok_s=0.0, ttft_ms=LatencyStats(),
+                           tpot_ms=LatencyStats(), request_rate=run.request_rate).label
+        out.append(f"{label} (cancelled partway: a partial point; {text})")
+    return out
+
+
+def provisional_note(sweep: BenchmarkSweep) -> str | None:
+    """What a provisional analysis covers, for a sweep that ended without its stored analysis
+    (cancelled or failed partway); None for any other sweep."""
+    if sweep.analysis or sweep.status not in (SweepStatus.CANCELLED, SweepStatus.FAILED):
+        return None
+    return (f"provisional: the sweep was {sweep.status}; these findings cover only the finished points, "
+            "not the ones it never ran or stopped partway")
+
+
 def sweep_analysis(*, sweep: BenchmarkSweep) -> dict[str, Any]:
     """The ceiling report of ``sweep``: the stored one when the sweep finished, else computed now
-    from the runs stored so far (``"provisional": true``). Shape: :func:`sweep_analyse`."""
+    from the runs stored so far (``"provisional": true``; a sweep that ended cancelled or failed
+    gets a note first saying the findings cover only its finished points, the one its page shows
+    too). Shape: :func:`sweep_analyse`."""
     if sweep.analysis:
         return {**sweep.analysis, "provisional": False}
     if not sweep.runs.filter(status=RunStatus.DONE).exists():
         return {"lengths": {}, "findings": [], "compared_with": None, "errors": {}, "notes": ["no finished run yet"],
                 "provisional": True}
-    return {**sweep_analyse(sweep=sweep), "provisional": True}
+    out = {**sweep_analyse(sweep=sweep), "provisional": True}
+    note = provisional_note(sweep)
+    if note:
+        out["notes"] = [note, *out["notes"]]
+    return out
 
 
 # ---------------------------------------------------------------------------------------- CLI helpers

@@ -180,7 +180,7 @@ def test_it_names_the_nearest_miss_instead_of_saying_ttft_never_grows() -> None:
     r = ceiling_analyse(sweep, num_gpus=8, topology="pd")
     assert not r.queueing_detected
     assert ("No queueing by the rule (mean TTFT growing x1.5 or more while throughput grows less than x1.10 "
-            "between neighbouring points); the nearest: c=8 to c=16, mean TTFT x1.499 with throughput x1.05.") \
+            "between neighbouring points); the nearest: c=8 to c=16, mean TTFT x1.49 with throughput x1.05.") \
         in r.findings
     assert not any("never grows" in f for f in r.findings)
 

@@ -465,7 +465,7 @@ def test_it_names_the_only_rankable_run_best_and_says_so(viewer_api, deployment)
     body = viewer_api.get(f"/api/runs/compare/?ids={no_gpus.pk},{cancelled.pk}").json()
     assert body["best"] == {"output_throughput_tok_s": no_gpus.pk, "tok_s_per_gpu": None,
                             "ttft_ms.p99": no_gpus.pk, "tpot_ms.mean": no_gpus.pk}
-    assert body["notes"][-1] == "no rankable run has a value for tok_s_per_gpu; no best run is named for it"
+    assert body["notes"][-1] == "no rankable run has a value for output throughput per GPU; no best run is named for it"
     # nothing rankable: nothing named, and why
     also_cancelled = _compare_run(sweep, 3, RunStatus.CANCELLED)
     body = viewer_api.get(f"/api/runs/compare/?ids={cancelled.pk},{also_cancelled.pk}").json()

@@ -72,7 +72,7 @@ def test_it_lists_the_slo_as_a_difference_and_refuses_to_compare_goodput_across_
     if spread < COMPARE_TIE_PCT:
         assert body["best"]["output_throughput_tok_s"] is None
         assert body["ties"]["output_throughput_tok_s"] and any(
-            n.startswith("no best run for output_throughput_tok_s") for n in body["notes"])
+            n.startswith("no best run for output throughput") for n in body["notes"])
     else:
         assert body["best"]["output_throughput_tok_s"] == (strict.pk if tok["values"][0] > tok["values"][1]
                                                             else loose.pk)
@@ -139,9 +139,9 @@ def test_it_names_no_best_run_when_the_two_best_are_within_the_noise_threshold(v
                             "tpot_ms.mean": None}
     assert body["ties"] == {"output_throughput_tok_s": [b.pk, a.pk], "tok_s_per_gpu": [b.pk, a.pk],
                             "tpot_ms.mean": [b.pk, a.pk]}
-    assert (f"no best run for output_throughput_tok_s: runs #{b.pk} 100.4, #{a.pk} 100 tok/s are within 0.4 % of "
+    assert (f"no best run for output throughput: runs #{b.pk} 100.4, #{a.pk} 100 tok/s are within 0.4 % of "
             "each other, under the 2 % tie threshold (run-to-run noise)") in body["notes"]
-    assert (f"no best run for tpot_ms.mean: runs #{b.pk} 20, #{a.pk} 20.3 ms are within 1.5 % of each other, "
+    assert (f"no best run for TPOT mean: runs #{b.pk} 20, #{a.pk} 20.3 ms are within 1.5 % of each other, "
             "under the 2 % tie threshold (run-to-run noise)") in body["notes"]
     # Past the threshold the best is named: 103 vs 100 is 2.9 %.
     d = _done_run(sweep, 3, tok_s=103.0, ttft_p99_s=0.3, tpot_mean_s=0.03)

@@ -116,9 +116,9 @@ def test_it_refuses_to_rank_a_length_mismatched_run_and_says_so() -> None:
     # the two rankable runs have the same TTFT p99 and TPOT mean: a tie, no best named for those
     assert result["notes"] == [
         entries[short.pk]["refusal"],
-        f"no best run for ttft_ms.p99: runs #{ok.pk} 900, #{other.pk} 900 ms are equal, under the 2 % tie threshold "
+        f"no best run for TTFT p99: runs #{ok.pk} 900, #{other.pk} 900 ms are equal, under the 2 % tie threshold "
         "(run-to-run noise)",
-        f"no best run for tpot_ms.mean: runs #{ok.pk} 94, #{other.pk} 94 ms are equal, under the 2 % tie threshold "
+        f"no best run for TPOT mean: runs #{ok.pk} 94, #{other.pk} 94 ms are equal, under the 2 % tie threshold "
         "(run-to-run noise)"]
     # the mismatched run has the highest tok/s but is not named best
     assert result["best"]["output_throughput_tok_s"] == other.pk

@@ -63,8 +63,8 @@ def cdf_points(values: np.ndarray, *, max_points: int = CDF_MAX_POINTS,
 
     With n ≤ ``max_points`` every sorted sample is a point (fraction i/n). Past that, the curve is
     sampled at ``max_points`` evenly spaced ranks, always keeping the first and last sample, so
-    the tails (p99, max) stay exact. Values are rounded to 4 significant digits of ms, finer than
-    any clock this measures. ``x_max``: samples above it are not drawn (their fractions still
+    the tails (p99, max) stay exact. Values are rounded by :func:`cdf_value` (0.01 ms, four
+    significant figures below 10 ms). ``x_max``: samples above it are not drawn (their fractions still
     count, so the curve ends below 1.0; the caller says so on the chart).
     """
     finite = np.sort(values[np.isfinite(values)])
@@ -76,7 +76,15 @@ def cdf_points(values: np.ndarray, *, max_points: int = CDF_MAX_POINTS,
         ranks = np.arange(shown)
     else:
         ranks = np.unique(np.linspace(0, shown - 1, max_points).round().astype(int))
-    return [[float(f"{finite[i]:.4g}"), round((int(i) + 1) / n, 6)] for i in ranks]
+    return [[cdf_value(finite[i]), round((int(i) + 1) / n, 6)] for i in ranks]
+
+
+def cdf_value(x: float) -> float:
+    """A CDF's x value in ms as drawn: to 0.01 ms (1491.37, not 1491.0: four significant figures
+    would turn a second-long E2E CDF into a staircase of whole milliseconds), four significant
+    figures below 10 ms so a sub-millisecond gap keeps its digits (0.02734)."""
+    x = float(x)
+    return float(f"{x:.4g}") if abs(x) < 10 else round(x, 2)
 
 
 def cdf_axis_cap(values: np.ndarray) -> dict[str, Any] | None:
@@ -94,8 +102,8 @@ def cdf_axis_cap(values: np.ndarray) -> dict[str, Any] | None:
     largest = float(finite.max())
     if cap <= 0 or largest <= CDF_OUTLIER_FACTOR * cap:
         return None
-    return {"x_max": float(f"{cap:.4g}"), "beyond": int((finite > float(f"{cap:.4g}")).sum()),
-            "largest": float(f"{largest:.4g}")}
+    return {"x_max": cdf_value(cap), "beyond": int((finite > cdf_value(cap)).sum()),
+            "largest": cdf_value(largest)}
 
 
 def cdf_chart(values: np.ndarray | None, *, label: str, empty: str,

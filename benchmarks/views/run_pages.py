@@ -3,6 +3,8 @@ failures, snapshot, the imported original file), its exports, and the comparison
 sweeps side by side."""
 from __future__ import annotations
 
+import math
+
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -74,7 +76,7 @@ def _extra_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
         ("Duration", _first(s, "duration_s"), "s", ""),
         ("Total token throughput", _first(s, "total_token_throughput_tok_s"), "tok/s", ""),
         ("Achieved concurrency (mean)", _first(s, "achieved_concurrency_mean"), "requests", ""),
-        ("Achieved concurrency (max)", _first(s, "achieved_concurrency_max"), "requests", ""),
+        ("Achieved concurrency (max)", _count(_first(s, "achieved_concurrency_max")), "requests", ""),
         ("Achieved request rate", _first(s, "achieved_rate_req_s"), "req/s", ""),
         ("Output tokens (mean per request)", _first(s, "output_tokens_mean", "mean_output_tokens"), "tokens", ""),
         ("Input tokens (mean per request)", _first(s, "input_tokens_actual_mean", "mean_input_tokens"), "tokens", ""),
@@ -86,11 +88,33 @@ def _extra_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
     ]
     facts += _check_facts(s)
     if ended_by and s.get("prompt_pool") is not None:  # only a time-limited point has a pool
-        facts.append(("Distinct prompts of the time-limited point", _first(s, "prompt_pool"), "prompts",
+        facts.append(("Distinct prompts of the time-limited point", _count(_first(s, "prompt_pool")), "prompts",
                       "made before the measured window; the point cycles through them when its time outlasts "
                       "them" + (", and it did: some prompts were sent twice (a prefix-cache hit on engines "
                                 "that cache)" if s.get("prompts_reused") else "; none was sent twice")))
     return facts
+
+
+def _rate_bound_text(rate: Mapping[str, Any]) -> str:
+    """The sending rate's deviation against the bound on its side: ``; sent 12 % below the target,
+    allowed down to -32 %`` (``bound_low`` for a negative deviation, ``bound_high`` for a positive
+    one; ``bound`` for a check stored before both were kept, above only)."""
+    dev = _opt_float(rate.get("deviation"))
+    if dev is None:
+        return ""
+    below = dev < 0
+    bound = _opt_float(rate.get("bound_low" if below else "bound_high"))
+    if bound is None and not below:
+        bound = _opt_float(rate.get("bound"))
+    side = f"{abs(dev):.0%} {'below' if below else 'above'} the target"
+    if bound is None:
+        return f"; sent {side}"
+    return f"; sent {side}, allowed {'down to' if below else 'up to'} {bound:+.0%}"
+
+
+def _count(value: float | None) -> int | None:
+    """A count as an int, which the run page prints without decimals (a float keeps two)."""
+    return None if value is None or not math.isfinite(value) else round(value)
 
 
 def _check_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
@@ -113,7 +137,8 @@ def _check_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
     if isinstance(rate, Mapping):
         facts.append(("Achieved sending rate", _opt_float(rate.get("sent_req_s")), "req/s",
                       f"target {rate.get('target_req_s')} req/s; {rate.get('sigmas', 0):.1f} standard deviations of a "
-                      f"Poisson schedule of {rate.get('requests')} requests away (flagged above 3)"))
+                      f"Poisson schedule of {rate.get('requests')} requests away (flagged above 3)"
+                      + _rate_bound_text(rate)))
     zero = _opt_float(s.get("itl_zero_gap_fraction"))
     if zero is not None:
         facts.append(("Zero gaps between output events", 100.0 * zero, "% of gaps",

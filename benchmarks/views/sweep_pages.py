@@ -359,6 +359,11 @@ def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:
     runs = _sweep_runs(sweep)
     rows = [run_row(r) for r in runs]
     analysis: Mapping[str, Any] = sweep.analysis or {}
+    provisional = False
+    if not analysis and sweep.status in (SweepStatus.CANCELLED, SweepStatus.FAILED):
+        # The same provisional analysis the API gives, led by its note on what it covers.
+        analysis = services.sweep_analysis(sweep=sweep)
+        provisional = bool(analysis.get("findings"))
     findings = analysis.get("findings") if isinstance(analysis, Mapping) else None
     errors = analysis.get("errors") if isinstance(analysis, Mapping) else None
     return {
@@ -367,7 +372,7 @@ def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:
         "findings": [str(f) for f in findings or []],
         "analysis_errors": [f"{k}: {v}" for k, v in errors.items()] if isinstance(errors, Mapping) else [],
         "analysis_notes": [str(n) for n in (analysis.get("notes") or [])] if isinstance(analysis, Mapping) else [],
-        "points_done": sweep.points_done,
+        "points_done": sweep.points_done, "analysis_provisional": provisional,
     }
 
 
