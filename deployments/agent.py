@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -629,7 +630,7 @@ def _exit_text(row: ServerProcess, handle: ProcessHandle | None) -> tuple[str, i
         return exit_info_text(info), -int(info.signal)
     cause = _log_cause(row) if info.returncode else ""
     text = exit_info_text(info)
-    return text + (f": {_cause_text(cause)}" if cause else ""), info.returncode
+    return text + (f": {_cause_text(cause, row)}" if cause else ""), info.returncode
 
 
 # An engine's own words for a port clash: Python's "[Errno 98] error while attempting to bind on
@@ -638,13 +639,25 @@ _BIND_TUPLE = re.compile(r"\('\[?([0-9A-Za-z.:_-]+?)\]?',\s*(\d+)")
 _BIND_HOSTPORT = re.compile(r"\b([0-9]{1,3}(?:\.[0-9]{1,3}){3}|localhost|\[[0-9a-fA-F:]+\]):(\d{2,5})\b")
 
 
-def _cause_text(line: str) -> str:
-    """A log line as a reason: a bind failure becomes ``port P on H already in use``; any
-    other line is kept as written."""
+def _cause_text(line: str, row: ServerProcess | None = None) -> str:
+    """A log line as a reason: a bind failure becomes ``port P on H already in use``; when the
+    line names no port (sglang-router: "Address already in use (os error 98)"), the first of
+    the row's ports that still cannot be bound now that the process is gone, as
+    :func:`port_busy_reason` words it (with the holder when ``/proc`` tells); any other line
+    is kept as written."""
     if "address already in use" in line.lower():
         match = _BIND_TUPLE.search(line) or _BIND_HOSTPORT.search(line)
         if match:
             return f"port {match.group(2)} on {match.group(1)} already in use"
+        if row is not None and isinstance(row.ports, dict):
+            host = urlsplit(row.health_url or "").hostname or "127.0.0.1"
+            for name, port in sorted(row.ports.items(), key=lambda item: (item[0] != "http", item[0])):
+                try:
+                    reason = port_busy_reason(host=host, port=int(port))
+                except (TypeError, ValueError):
+                    continue
+                if reason:
+                    return f"address already in use: {reason if name == 'http' else f'{name} {reason}'}"
         return "address already in use"
     return line
 

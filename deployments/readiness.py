@@ -16,12 +16,26 @@ Readiness per role runs the ordered checks a launch plan puts on each process
 ``/v1/models`` answering is never readiness: engines serve it while the weights still load (the
 simulator does so during its startup delay too). Liveness of a ready process is the
 ``process_alive`` and ``http`` (``/health``) checks alone, repeated periodically by the agent.
+
+A probe never takes the port it probes. A connection to a port inside the kernel's ephemeral
+range (``/proc/sys/net/ipv4/ip_local_port_range``, 32768-60999 by default) made before the
+server listens can be given that very port as its source port: TCP then connects the socket to
+itself (simultaneous open, RFC 9293 section 3.5) and it holds the port, so the engine's own bind
+fails with "address already in use". Every probe socket therefore narrows its own ephemeral
+range to exclude the target port (``IP_LOCAL_PORT_RANGE``, Linux 6.3 and later, ``ip(7)``),
+which rules the self-connection out, and each probe round first checks with a raw socket that
+something listens (:func:`tcp_listening`): a self-connection seen there (on kernels without
+the option) is reset at once and reported as "not listening yet", before any HTTP request.
 """
 from __future__ import annotations
 
+import functools
 import json
+import socket
+import struct
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -33,6 +47,11 @@ HTTP_TIMEOUT_S = 2.0
 GENERATE_TIMEOUT_S = 15.0
 CONNECT_TIMEOUT_S = 1.0
 BODY_EXCERPT = 200
+# <linux/in.h>: IP_LOCAL_PORT_RANGE (51), the per-socket bounds of the ephemeral range, packed as
+# low | high << 16; the kernel intersects them with the system range (net/ipv4/inet_connection_sock.c,
+# inet_sk_get_local_port_range). Kernels before 6.3 refuse it with ENOPROTOOPT.
+IP_LOCAL_PORT_RANGE = getattr(socket, "IP_LOCAL_PORT_RANGE", 51)
+EPHEMERAL_RANGE_PATH = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,114 @@ class ProbeResult:
     ok: bool
     kind: str
     detail: str
+
+
+def ephemeral_port_range(path: str = EPHEMERAL_RANGE_PATH) -> tuple[int, int] | None:
+    """The kernel's ephemeral (local) port range ``(low, high)``, inclusive, as
+    ``net.ipv4.ip_local_port_range`` sets it for IPv4 and IPv6 alike; None when unreadable
+    (not Linux) or malformed."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            low, high = (int(part) for part in handle.read().split())
+    except (OSError, ValueError):
+        return None
+    return (low, high) if 0 < low <= high <= 65535 else None
+
+
+@functools.cache
+def _range_option_supported(family: int) -> bool:
+    """Whether this kernel takes ``IP_LOCAL_PORT_RANGE`` on a TCP socket of ``family``
+    (checked once per family on a socket that is never bound or connected)."""
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.IPPROTO_IP, IP_LOCAL_PORT_RANGE, 0)
+    except OSError:
+        return False
+    return True
+
+
+def source_port_options(host: str, port: int, *,
+                        ephemeral: tuple[int, int] | None = None) -> list[tuple[int, int, bytes]]:
+    """Socket options (``(level, name, value)``, for ``setsockopt`` or httpx's
+    ``socket_options``) that keep TCP ``port`` out of the source ports the kernel may give a
+    connection to ``host``: the socket's ephemeral range becomes the larger side of the
+    system range (``ephemeral``, default :func:`ephemeral_port_range`) below or above ``port``.
+
+    Empty when no option is needed (``port`` outside the range) or possible (a kernel before
+    6.3, a range of that one port, or a host name whose address families the kernel does not
+    all take the option for); the raw check of :func:`tcp_listening` covers those.
+    """
+    low_high = ephemeral if ephemeral is not None else ephemeral_port_range()
+    if low_high is None:
+        return []
+    low, high = low_high
+    if not low <= port <= high:
+        return []
+    families = _host_families(host)
+    if not families or not all(_range_option_supported(f) for f in families):
+        return []
+    if port - low >= high - port:
+        value = low | (port - 1) << 16
+    else:
+        value = (port + 1) | high << 16
+    # A u32 in host byte order: the packed high port does not fit a signed C int.
+    return [(socket.IPPROTO_IP, IP_LOCAL_PORT_RANGE, struct.pack("=I", value))]
+
+
+def _host_families(host: str) -> set[int]:
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return set()
+    return {info[0] for info in infos if info[0] in (socket.AF_INET, socket.AF_INET6)}
+
+
+def _url_host_port(url: str) -> tuple[str, int] | None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return (parts.hostname, port) if parts.hostname else None
+
+
+def tcp_listening(host: str, port: int, *, timeout_s: float = CONNECT_TIMEOUT_S,
+                  options: list[tuple[int, int, bytes]] | None = None) -> tuple[bool, str]:
+    """Whether something accepts TCP connections on ``host``:``port``, with a raw connection
+    that sends nothing and is closed at once: ``(True, "")`` or ``(False, why)``.
+
+    The socket takes ``options`` (default :func:`source_port_options`) before connecting. A
+    connection that ends up connected to itself (``getsockname() == getpeername()``: the kernel
+    picked ``port`` as the source port while nothing listened) is closed with an immediate
+    reset (``SO_LINGER`` 0, so no ``TIME_WAIT`` remnant either) and reported as not listening.
+    Never raises for network errors.
+    """
+    if options is None:
+        options = source_port_options(host, port)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        return False, f"{host}:{port}: cannot resolve the host: {exc}"
+    why = f"nothing listens on {host}:{port} yet"
+    for family, kind, proto, _name, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            for level, name, value in options:
+                sock.setsockopt(level, name, value)
+            sock.settimeout(timeout_s)
+            try:
+                sock.connect(address)
+            except OSError as exc:
+                why = f"nothing listens on {host}:{port} yet ({exc.strerror or type(exc).__name__})"
+                continue
+            if sock.getsockname()[:2] == sock.getpeername()[:2]:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return False, (f"nothing listens on {host}:{port} yet (the probe's connection got port {port} "
+                               "as its own source port and was reset at once)")
+            return True, ""
+        finally:
+            sock.close()
+    return False, why
 
 
 def _excerpt(text: str) -> str:
@@ -174,10 +301,15 @@ def _router_workers_check(check: dict, client: httpx.Client) -> ProbeResult:
     return ProbeResult(True, "router_workers", f"router lists healthy workers {seen}")
 
 
-def readiness_check(check: dict, *, alive: bool, streamed: bool = False, client: httpx.Client) -> ProbeResult:
+def readiness_check(check: dict, *, alive: bool, streamed: bool = False, client: httpx.Client | None) -> ProbeResult:
     """Run one readiness check (a dict from :attr:`ProcessSpec.readiness`). ``alive`` answers
     ``process_alive``; ``streamed`` makes a ``generate`` check a streamed request (used through
-    routers). Never raises for network errors; they become a failed result."""
+    routers); ``client`` (see :func:`probe_client`) is needed by the checks with a ``url``.
+    Never raises for network errors; they become a failed result."""
+    if client is None and check.get("url"):
+        client = probe_client(*(_url_host_port(check["url"]) or ("", 0)))
+        with client:
+            return readiness_check(check, alive=alive, streamed=streamed, client=client)
     kind = check.get("kind")
     if kind == "process_alive":
         return ProbeResult(alive, "process_alive", "process is running" if alive else "process is not running")
@@ -199,12 +331,35 @@ def process_readiness(*, checks: list[dict], alive: bool, role: str) -> ProbeRes
     if not checks:
         return ProbeResult(alive, "process_alive", "process is running" if alive else "process is not running")
     result = ProbeResult(True, "none", "no checks")
-    with httpx.Client(timeout=httpx.Timeout(HTTP_TIMEOUT_S, connect=CONNECT_TIMEOUT_S), trust_env=False) as client:
+    clients: dict[tuple[str, int] | None, httpx.Client] = {}
+    try:
         for check in checks:
+            target = _url_host_port(check["url"]) if check.get("url") else None
+            if target is not None and target not in clients:
+                listening, why = tcp_listening(*target)
+                if not listening:
+                    return ProbeResult(False, str(check.get("kind")), f"{check['url']}: {why}")
+            client = None
+            if target is not None:
+                client = clients.get(target) or clients.setdefault(target, probe_client(*target))
             result = readiness_check(check, alive=alive, streamed=(role == "router"), client=client)
             if not result.ok:
                 return result
+    finally:
+        for client in clients.values():
+            client.close()
     return result
+
+
+def probe_client(host: str = "", port: int = 0) -> httpx.Client:
+    """An HTTP client for probing ``host``:``port`` whose connections never take ``port`` as
+    their source port on a kernel with ``IP_LOCAL_PORT_RANGE`` (:func:`source_port_options`;
+    elsewhere :func:`process_readiness`'s raw check comes first); proxies from the environment
+    are ignored (probes go to the engine directly)."""
+    options = source_port_options(host, port) if host else []
+    transport = httpx.HTTPTransport(socket_options=options or None)
+    return httpx.Client(timeout=httpx.Timeout(HTTP_TIMEOUT_S, connect=CONNECT_TIMEOUT_S), trust_env=False,
+                        transport=transport)
 
 
 def process_liveness(*, checks: list[dict], alive: bool) -> ProbeResult:

@@ -44,7 +44,10 @@ Rules, with where they come from:
   no GPUs and run with tp = dp = ep = 1.
 * Ports are 1024-65535 (no privileged ports) and unique across all roles, including bootstrap,
   side-channel (a block of tp × dp ports, see :mod:`deployments.engines.vllm`) and
-  port-typed flags. Defaults are the engine's own (SGLang 30000/8998, vLLM 8000).
+  port-typed flags. Defaults are the engine's own (SGLang 30000/8998, vLLM 8000); a PD router
+  without ``prometheus-port`` gets the first port above its own that the recipe leaves free
+  (:func:`_router_metrics_port_fill`). Ports inside the ephemeral range are allowed with a plan
+  warning (:func:`ephemeral_port_warnings`).
 * ``numa_node`` must exist; ``cpus`` is kernel cpulist syntax (ids 0-:data:`CPU_ID_MAX`) of
   CPUs that exist and, when ``numa_node`` is also given, lie in that node. Only null or a
   missing key leaves a role unpinned: ``""`` (or blanks, or ``[]``) is refused (:data:`CPUS_EMPTY_MESSAGE`), as is an
@@ -66,11 +69,14 @@ Rules, with where they come from:
   never :data:`ENV_DENIED_NAMES` / :data:`ENV_DENIED_PREFIXES` / :data:`ENV_DENIED_SUFFIXES`,
   which win: they change what code or which shared library a process loads (the
   ``LD_PRELOAD`` family, Python start-up hooks, NCCL/UCX plugin loaders, a tool's or compiler's
-  path, a package to import, a compiled-kernel cache). Values are strings
-  of at most 4096 characters without NUL or line breaks.
+  path, a package to import, a compiled-kernel cache, any file, folder or output named by a
+  variable). Values are strings of at most 4096 characters without NUL or line breaks, and
+  without ``/`` except for :data:`ENV_PATH_NAMES` (a path under the model roots).
+* ``spec.secrets`` fill only variables named like credentials (:data:`SECRET_TARGET_RE`).
 """
 from __future__ import annotations
 
+import collections
 import difflib
 import ipaddress
 import posixpath
@@ -91,6 +97,7 @@ from deployments.engines.base import (
     path_problem,
     path_under_roots_problem,
 )
+from deployments.engines.sglang import recipe_ports, router_metrics_port_default
 from deployments.engines.sim import DEFAULT_PROFILE
 from deployments.topology import NodeFacts, format_cpulist, parse_cpulist
 
@@ -104,6 +111,8 @@ TOPOLOGY_ROLES: dict[str, tuple[str, ...]] = {
 WORKER_ROLES = ("single", "prefill", "decode")
 
 DEFAULT_HOST = "127.0.0.1"
+# Linux's default net.ipv4.ip_local_port_range (Documentation/networking/ip-sysctl.rst), inclusive.
+DEFAULT_EPHEMERAL_PORT_RANGE = (32768, 60999)
 DEFAULT_STARTUP_TIMEOUT_S = 1800
 DEFAULT_STOP_GRACE_S = 30
 DEFAULT_RESTART = {
@@ -144,9 +153,22 @@ ENV_DENIED_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GCONV_", "MALLOC_", "LLAMA_ARG
 # Python package to import (SGLANG_EXTERNAL_MODEL_PACKAGE), or a compiled-kernel cache a library
 # loads shared objects from (TRITON_CACHE_DIR, VLLM_CACHE_ROOT), or a class to import
 # (TRITON_CACHE_MANAGER).
+# Also any file, folder or output a library reads or writes by name: a settings file whose lines
+# become more variables (NCCL_CONF_FILE), a folder of compiled code (FLASHINFER_JIT_DIR,
+# FLASHINFER_CUBIN_DIR), a workspace root (FLASHINFER_WORKSPACE_BASE), a log written anywhere
+# (TORCH_LOGS_OUT).
 ENV_DENIED_SUFFIXES = ("_PLUGIN", "_PLUGIN_DIR", "_PLUGIN_PATH", "_MODULE_DIR", "_LIBRARY_PATH", "_PATH",
                        "_LIB", "_COMPILER", "_BIN", "_BINARY", "_EXE", "_CACHE_DIR", "_PACKAGE", "_PACKAGES",
-                       "_CACHE_ROOT", "_CONFIG_ROOT", "_OVERRIDE_DIR", "_CACHE_MANAGER")
+                       "_CACHE_ROOT", "_CONFIG_ROOT", "_OVERRIDE_DIR", "_CACHE_MANAGER",
+                       "_FILE", "_DIR", "_OUT", "_BASE", "_ROOT")
+# The one allowed name whose value is a folder: checked like a model path (absolute, normalised,
+# under settings.CEILING_MODEL_ROOTS). Every other value may not contain "/" at all, so no
+# variable, allowed by prefix or not, can point a library at a file or folder.
+ENV_PATH_NAMES = frozenset({"HF_HOME"})
+# spec.secrets may only fill variables named like credentials: a secret given to any other
+# variable (an engine switch such as CEILING_SIM_FAIL_GENERATE) can be echoed by the engine in an
+# error, transformed (lower-cased) so that no exact-value redaction catches it.
+SECRET_TARGET_RE = re.compile(r"(?:^|_)(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)$")
 # Set by the renderer from recipe fields; a recipe naming them is pointed at the field.
 ENV_RENDERER_OWNED = {
     "CUDA_VISIBLE_DEVICES": "spec.roles.<role>.gpus",
@@ -306,6 +328,7 @@ def _spec_validate(
         for path, messages in kernel_errors.items():
             for message in messages:
                 errs.add(path, message)
+    _router_metrics_port_fill(out["roles"], adapter)
     _ports_unique(errs, out["roles"], adapter)
     _gpus_disjoint(errs, out["roles"])
     return out
@@ -437,7 +460,8 @@ def _worker_check(errs: _Errors, adapter: EngineAdapter, topology: str, name: st
         errs.add(f"{path}.side_channel_port", "only applies to prefill and decode roles of a vLLM PD recipe")
 
     out["flags"] = _flags_check(errs, f"{path}.flags", role.get("flags"), adapter.worker_flags,
-                                adapter.worker_reserved, adapter.name, name)
+                                adapter.worker_reserved, adapter.name, name,
+                                value_problem=getattr(adapter, "flag_value_problem", None))
     out["env"] = _env_check(errs, f"{path}.env", role.get("env"))
 
     if not errs.has_under(f"{path}.tp") and not errs.has_under(f"{path}.dp") and not errs.has_under(f"{path}.ep") \
@@ -535,6 +559,7 @@ def recipe_warnings(*, spec: dict, node: NodeFacts) -> list[str]:
     * ``trust-remote-code`` on any role: the engine imports and runs Python files that come
       with the model (``modeling_*.py`` in the model directory or repository) with the node
       agent's privileges, so the model's origin must be trusted.
+    * a port inside the node's ephemeral port range (:func:`ephemeral_port_warnings`);
     * a kernel reference whose config was tuned on a device of the same compute capability
       under another name, whose sim profile models another GPU, or (outside sim) that goes to a
       role without GPUs (:func:`kernels.references.kernel_refs_warnings`).
@@ -562,6 +587,7 @@ def recipe_warnings(*, spec: dict, node: NodeFacts) -> list[str]:
         warnings += kernel_refs_warnings(spec["kernels"], roles=roles, node=node,
                                          sim_hardware=_sim_hardware(spec.get("sim")),
                                          simulated=isinstance(spec.get("sim"), dict))
+    warnings += ephemeral_port_warnings(spec=spec, node=node)
     return warnings
 
 
@@ -712,6 +738,11 @@ def _cpulist_check(errs: _Errors, path: str, value: Any, node: NodeFacts) -> lis
             return None
         if _cpu_out_of_range(errs, path, value, node):
             return None
+        twice = sorted(c for c, n in collections.Counter(value).items() if n > 1)
+        if twice:
+            errs.add(path, f"CPU {twice[0]} is listed twice" if len(twice) == 1
+                     else f"CPUs {format_cpulist(twice)} are listed more than once")
+            return None
         cpus = sorted(set(value))
     elif isinstance(value, str):
         text = value.replace(" ", "")
@@ -726,6 +757,10 @@ def _cpulist_check(errs: _Errors, path: str, value: Any, node: NodeFacts) -> lis
         except ValueError as exc:
             errs.add(path, f"{exc}")
             return None
+        overlap = _cpulist_overlap(text)
+        if overlap is not None:
+            errs.add(path, f"CPU {overlap} is listed more than once in {_show(value)}")
+            return None
     else:
         errs.add(path, f"must be a cpulist string like '0-31', got {_show(value)}")
         return None
@@ -738,6 +773,16 @@ def _cpulist_check(errs: _Errors, path: str, value: Any, node: NodeFacts) -> lis
         errs.add(path, f"CPUs {format_cpulist(missing)} do not exist on node {node.name} (it has {format_cpulist(known) or 'none'})")
         return None
     return cpus
+
+
+def _cpulist_overlap(text: str) -> int | None:
+    """The first CPU id two parts of a well-formed cpulist ``text`` both name (``"0-3,2"`` → 2),
+    or None. Works on the ranges, without expanding them."""
+    spans = sorted((int(a), int(b or a)) for a, _, b in (part.partition("-") for part in text.split(",")))
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        if start <= end:
+            return start
+    return None
 
 
 def _numa_of(cpus: list[int], node: NodeFacts) -> int | None:
@@ -783,7 +828,11 @@ def _port_field(errs: _Errors, path: str, value: Any, default: int | None) -> in
 
 
 def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec], reserved: dict[str, str],
-                 what: str, role_name: str) -> dict:
+                 what: str, role_name: str, value_problem: Any = None) -> dict:
+    """The normalised ``flags``; problems go to ``errs``. ``value_problem(name, value)``, an
+    engine's own rule for some values (a message or None, e.g. llama.cpp's registered chat
+    formats, :meth:`deployments.engines.llamacpp.LlamaCppAdapter.flag_value_problem`), is asked
+    before the type check."""
     if flags is None:
         return {}
     if not isinstance(flags, dict):
@@ -808,7 +857,9 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
         if spec.roles is not None and role_name not in spec.roles:
             errs.add(fpath, f"--{name} only applies to role {', '.join(sorted(spec.roles))}")
             continue
-        clean, message = flag_value_check(spec, value, model_roots=settings.CEILING_MODEL_ROOTS)
+        message = value_problem(name, value) if value_problem is not None else None
+        if message is None:
+            clean, message = flag_value_check(spec, value, model_roots=settings.CEILING_MODEL_ROOTS)
         if message:
             errs.add(fpath, f"--{name} {message}")
             continue
@@ -854,6 +905,24 @@ def env_name_problem(name: str) -> str | None:
             f"prefixes {', '.join(ENV_ALLOWED_PREFIXES)})")
 
 
+def env_value_problem(name: str, value: str) -> str | None:
+    """Why ``value`` may not be given to the allowed variable ``name``, or None when it may.
+
+    Only :data:`ENV_PATH_NAMES` take a path, which must lie under ``settings.CEILING_MODEL_ROOTS``
+    like a model path; any other value containing ``/`` is refused, so no variable (whatever its
+    name) can point a library at a file or folder to load, read or write.
+    """
+    if name in ENV_PATH_NAMES:
+        problem = path_problem(value)
+        if problem:
+            return f"{name} {problem}"
+        return path_under_roots_problem(value, settings.CEILING_MODEL_ROOTS)
+    if "/" in value:
+        return (f"{name}'s value contains '/': a value may not name a file or folder "
+                f"(only {', '.join(sorted(ENV_PATH_NAMES))} takes a path, under the model roots)")
+    return None
+
+
 def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:
     if env is None:
         return {}
@@ -875,8 +944,10 @@ def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:
             errs.add(key, "value must not contain NUL or line breaks")
         elif len(text) > MAX_ENV_VALUE:
             errs.add(key, f"value is {len(text)} characters; at most {MAX_ENV_VALUE}")
+        elif (problem := env_value_problem(name, text)) is not None:
+            errs.add(key, problem)
         else:
-            out[name] = text
+            out[name] = posixpath.normpath(text) if name in ENV_PATH_NAMES else text
     return dict(sorted(out.items()))
 
 
@@ -893,6 +964,11 @@ def _secrets_check(errs: _Errors, secrets: Any, secret_names: set[str] | None, e
         problem = env_name_problem(name)
         if problem:
             errs.add(key, problem)
+            continue
+        if not SECRET_TARGET_RE.search(name.upper()):
+            errs.add(key, f"{name} is not named like a credential: a secret may only fill a variable whose name "
+                          "ends in TOKEN, KEY, SECRET, PASSWORD, PASSWD, CREDENTIAL(S) or AUTH (an engine may "
+                          "echo or transform any other variable's value, past redaction)")
             continue
         if name in env or name in role_env_names:
             errs.add(key, f"{name} is also set as a plain env variable; keep it in secrets only")
@@ -1022,6 +1098,60 @@ def role_port_blocks(role_name: str, role: dict, adapter: EngineAdapter) -> list
         if spec is not None and spec.kind == "port":
             blocks.append((f"{path}.flags.{name}", value, 1))
     return blocks
+
+
+def ephemeral_port_warnings(*, spec: dict, node: NodeFacts) -> list[str]:
+    """One warning per role of the normalised ``spec`` with ports inside the node's ephemeral
+    port range (:data:`DEFAULT_EPHEMERAL_PORT_RANGE`, Linux's default, since node facts do not
+    carry the node's own ``net.ipv4.ip_local_port_range``).
+
+    The kernel hands ports of that range to outgoing connections as source ports; one that
+    gets the engine's port before the engine binds holds it (even a connection to that very
+    port, which TCP connects to itself), and the engine fails with "address already in use".
+    A warning, not an error: the range is the node's setting, a port exempted with
+    ``net.ipv4.ip_local_reserved_ports`` is safe inside it, and Ceiling's own readiness probes
+    never take the port they probe (:mod:`deployments.readiness`).
+    """
+    low, high = DEFAULT_EPHEMERAL_PORT_RANGE
+    warnings: list[str] = []
+    for name, role in (spec.get("roles") or {}).items():
+        ports = sorted(p for p in _role_ports(role) if low <= p <= high)
+        if ports:
+            which = f"port {ports[0]} is" if len(ports) == 1 else f"ports {', '.join(map(str, ports))} are"
+            warnings.append(
+                f"{name}: {which} inside the ephemeral port range {low}-{high} (the Linux default of "
+                "net.ipv4.ip_local_port_range), where any outgoing connection on the node may take it as its "
+                "source port before the engine binds it (\"address already in use\"); use a port below "
+                f"{low} or reserve it with net.ipv4.ip_local_reserved_ports")
+    return warnings
+
+
+def _role_ports(role: dict) -> set[int]:
+    """The ports one normalised role takes (see :func:`deployments.engines.sglang.recipe_ports`)."""
+    return recipe_ports({"role": role}) if isinstance(role, dict) else set()
+
+
+def _router_metrics_port_fill(roles: Any, adapter: EngineAdapter) -> None:
+    """Give a PD router without ``prometheus-port`` the default one, in its normalised flags.
+
+    sglang-router (and its fork vllm-router) always starts a metrics server, on port 29000
+    unless told otherwise, so two routers on one host clash there; an explicit port is also
+    one the port checks see (database and pre-spawn). The default is
+    :func:`deployments.engines.sglang.router_metrics_port_default`: the first port above the
+    router's that the recipe does not use otherwise.
+    """
+    router = roles.get("router") if isinstance(roles, dict) else None
+    spec = adapter.router_flags.get("prometheus-port")
+    if not isinstance(router, dict) or spec is None or spec.kind != "port" or router.get("port") is None:
+        return
+    flags = router.setdefault("flags", {})
+    if "prometheus-port" in flags:
+        return
+    try:
+        flags["prometheus-port"] = router_metrics_port_default(router["port"], recipe_ports(roles))
+    except ValueError:
+        return  # every port is taken: the port checks report the clashes
+    router["flags"] = dict(sorted(flags.items()))
 
 
 def _ports_unique(errs: _Errors, roles: dict, adapter: EngineAdapter) -> None:

@@ -15,6 +15,12 @@ Worker argv (single or PD role)::
     python -m sglang_router.launch_router --pd-disaggregation
         --prefill http://H:P BOOTSTRAP --decode http://H:P --host H --port P [flags]
 
+The router always gets ``--prometheus-port``: sglang-router starts its metrics server whether
+asked or not, on port 29000 by default, so a second router on the host would die on that port
+("address already in use", a panic in ``metrics.rs``). Without the recipe flag the port is
+:func:`router_metrics_port_default`, and it is part of the plan's ports (``metrics``) like
+every other port, for the database and pre-spawn port checks.
+
 Flag names and choices follow ``sglang/srt/server_args.py`` (0.5.x) and
 ``python -m sglang_router.launch_router --help`` (sglang-router 0.3.x). The table of every
 allowed flag with its type is in ``docs/recipes.md``, generated from these dicts.
@@ -192,6 +198,36 @@ def sglang_generate_check() -> dict:
     }
 
 
+def recipe_ports(roles: dict) -> set[int]:
+    """Every port the normalised ``roles`` of a recipe take: HTTP, bootstrap, side-channel
+    blocks (``tp × dp`` ports from ``side_channel_port``) and integer ``*-port`` flags."""
+    taken: set[int] = set()
+    for role in roles.values():
+        for key in ("port", "bootstrap_port"):
+            if isinstance(role.get(key), int):
+                taken.add(role[key])
+        if isinstance(role.get("side_channel_port"), int):
+            first = role["side_channel_port"]
+            taken.update(range(first, first + role.get("tp", 1) * role.get("dp", 1)))
+        for name, value in (role.get("flags") or {}).items():
+            if name.endswith("port") and isinstance(value, int) and not isinstance(value, bool):
+                taken.add(value)
+    return taken
+
+
+def router_metrics_port_default(router_port: int, taken: set[int]) -> int:
+    """The router's Prometheus port when the recipe sets no ``prometheus-port``: the first
+    port above ``router_port`` that is not in ``taken`` (the recipe's other ports), counting
+    down from ``router_port`` instead when none is left up to 65535. Deterministic, so every
+    rendering of one recipe agrees, and next to the router's own port (router 31080 →
+    metrics 31081), away from sglang-router's fixed default 29000 that two routers on one
+    host would both take. ``ValueError`` when no port 1024-65535 is left."""
+    for candidate in (*range(router_port + 1, 65536), *range(router_port - 1, 1023, -1)):
+        if candidate not in taken:
+            return candidate
+    raise ValueError("no free port 1024-65535 left for the router's metrics server")
+
+
 def sglang_router_render(ctx: RenderContext, *, python: str) -> RenderedCommand:
     """Argv of ``sglang_router.launch_router`` in PD mode over the recipe's prefill and decode
     roles (shared by the SGLang and ``sim`` engines, whose workers speak the same protocol)."""
@@ -205,13 +241,16 @@ def sglang_router_render(ctx: RenderContext, *, python: str) -> RenderedCommand:
         "--host", router["host"],
         "--port", str(router["port"]),
     ]
-    argv += flags_argv(router["flags"], ROUTER_FLAGS)
+    flags = dict(router["flags"])
     # The router starts a metrics server whether asked or not (sglang-router 0.3: port 29000 on
-    # 0.0.0.0 by default): keep it on the router's own address, where the node agent scrapes it.
+    # 0.0.0.0 by default): give it an explicit port (recipe validation fills the default in;
+    # a spec stored without one gets the same default here) and keep it on the router's own
+    # address, where the node agent scrapes it.
+    if "prometheus-port" not in flags:
+        flags["prometheus-port"] = router_metrics_port_default(router["port"], recipe_ports(roles))
+    argv += flags_argv(flags, ROUTER_FLAGS)
     argv += ["--prometheus-host", router["host"]]
-    ports = {"http": router["port"]}
-    if "prometheus-port" in router["flags"]:
-        ports["metrics"] = router["flags"]["prometheus-port"]
+    ports = {"http": router["port"], "metrics": flags["prometheus-port"]}
     return RenderedCommand(
         argv=argv,
         ports=ports,

@@ -650,11 +650,13 @@ def process_stop(
     # from its first SIGTERM: the engine has had that much of its grace already.
     earlier_at = _earlier_stop_at(handle, log_path) if tree.members else None
     if tree.members:
-        term_wall = time.time()
+        term_wall, term_mono = time.time(), time.monotonic()
         group_done = tree.group_verified and _killpg_verified(handle, signal.SIGTERM)
         term_new(tree.members, group_done)
         used = max(0.0, term_wall - earlier_at) if earlier_at is not None else 0.0
-        deadline = started + max(0.0, grace_s - used)
+        # The grace counts from the SIGTERM, not from this call's start (reading the tree first
+        # can take a while on a loaded host), so the engine gets all of it.
+        deadline = term_mono + max(0.0, grace_s - used)
         while time.monotonic() < deadline:
             time.sleep(POLL_S)
             tree = _tree(handle)

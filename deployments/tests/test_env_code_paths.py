@@ -1,7 +1,7 @@
 """Environment names that would point an engine's libraries at code to run are refused."""
 import pytest
 
-from deployments.recipes import env_name_problem
+from deployments.recipes import env_name_problem, env_value_problem
 
 
 @pytest.mark.parametrize("name", [
@@ -18,3 +18,33 @@ def test_a_name_that_points_at_code_is_refused_although_its_prefix_is_allowed(na
                                   "NCCL_IB_HCA", "VLLM_ATTENTION_BACKEND"])
 def test_ordinary_tuning_names_stay_allowed(name):
     assert env_name_problem(name) is None
+
+
+@pytest.mark.parametrize("name", [
+    "NCCL_CONF_FILE", "NCCL_DEBUG_FILE", "FLASHINFER_JIT_DIR", "FLASHINFER_CUBIN_DIR", "FLASHINFER_WORKSPACE_BASE",
+    "TORCH_LOGS_OUT", "SGLANG_TORCH_PROFILER_DIR", "VLLM_SOME_ROOT",
+])
+def test_a_name_that_names_a_file_folder_or_output_is_refused(name):
+    assert env_name_problem(name) == f"{name} is not allowed: it changes which code or libraries the process loads"
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("TORCH_LOGS", "/etc/passwd"), ("NCCL_TOPO_DUMP", "/tmp/x"), ("SGLANG_SOMETHING", "../x/y"),
+    ("VLLM_ATTENTION_BACKEND", "a/b"),
+])
+def test_a_value_naming_a_file_or_folder_is_refused_whatever_the_name(settings, name, value):
+    settings.CEILING_MODEL_ROOTS = ["/models"]
+    assert "contains '/'" in env_value_problem(name, value)
+
+
+def test_hf_home_takes_a_path_inside_a_model_root_only(settings):
+    settings.CEILING_MODEL_ROOTS = ["/models"]
+    assert env_value_problem("HF_HOME", "/models/hf") is None
+    assert "/models" in env_value_problem("HF_HOME", "/etc/hf")
+    assert env_value_problem("HF_HOME", "relative/hf") is not None
+    assert env_value_problem("HF_HOME", "/models/../etc") is not None
+
+
+@pytest.mark.parametrize("value", ["cuda_ipc,cuda_copy,tcp", "1", "FLASHINFER", "mlx5_0:1", "9.0"])
+def test_ordinary_values_stay_allowed(value):
+    assert env_value_problem("UCX_TLS", value) is None

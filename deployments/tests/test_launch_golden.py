@@ -65,6 +65,8 @@ def test_it_renders_the_seed_sglang_pd_plan():
         "--prefill", "http://127.0.0.1:30000", "8998",
         "--decode", "http://127.0.0.1:30001",
         "--host", "0.0.0.0", "--port", "8000",
+        # the metrics port by default: the first free port above the router's own
+        "--prometheus-port", "8001",
         "--prometheus-host", "0.0.0.0",  # where the router binds: the recipe put it on every interface
     ]
     assert prefill.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
@@ -76,7 +78,7 @@ def test_it_renders_the_seed_sglang_pd_plan():
     assert (decode.cpus, decode.mem_nodes, decode.numa_node, decode.pin_method) == ("32-63", "1", 1, "numactl")
     assert (router.cpus, router.pin_method, router.gpu_ids) == ("", "none", [])
     assert (prefill.gpu_ids, decode.gpu_ids) == ([0, 1, 2, 3], [4, 5, 6, 7])
-    assert (prefill.ports, decode.ports, router.ports) == ({"http": 30000, "bootstrap": 8998}, {"http": 30001}, {"http": 8000})
+    assert (prefill.ports, decode.ports, router.ports) == ({"http": 30000, "bootstrap": 8998}, {"http": 30001}, {"http": 8000, "metrics": 8001})
     assert plan.entry_url == "http://127.0.0.1:8000"
     assert [c["kind"] for c in router.readiness] == ["process_alive", "http", "router_workers", "generate"]
     assert router.readiness[2]["url"] == "http://127.0.0.1:8000/workers"
@@ -127,7 +129,7 @@ def test_it_renders_the_seed_vllm_pd_plan():
         VLLM_ROUTER, "--pd-disaggregation",
         "--prefill", "http://127.0.0.1:8100",
         "--decode", "http://127.0.0.1:8200",
-        "--host", "0.0.0.0", "--port", "8000",
+        "--host", "0.0.0.0", "--port", "8000", "--prometheus-port", "8001",
     ]
     assert prefill.env == {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3",

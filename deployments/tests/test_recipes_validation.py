@@ -583,6 +583,18 @@ def test_it_limits_role_specific_flags_to_their_roles():
 
 # --- env and secrets ---------------------------------------------------------------------
 
+
+@pytest.mark.parametrize("name", ["CEILING_SIM_FAIL_GENERATE", "NCCL_DEBUG", "TZ", "OMP_NUM_THREADS"])
+def test_a_secret_fills_only_a_variable_named_like_a_credential(name):
+    spec = seed_pd_spec()
+    spec["secrets"] = {name: "hf-token"}
+    errs = errors_of(spec, secret_names={"hf-token"})
+    assert list(errs) == [f"spec.secrets.{name}"]
+    assert errs[f"spec.secrets.{name}"][0].startswith(f"{name} is not named like a credential")
+    for ok in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "SGLANG_API_KEY", "VLLM_SECRET", "NCCL_PASSWORD"):
+        spec["secrets"] = {ok: "hf-token"}
+        assert validate(spec, secret_names={"hf-token"})["secrets"] == {ok: "hf-token"}
+
 @pytest.mark.parametrize("name, fragment", [
     ("LD_PRELOAD", "not allowed: it changes which code or libraries the process loads"),
     ("ld_preload", "not allowed"),
@@ -784,3 +796,15 @@ def test_it_renders_a_flag_table_per_allowlist():
         "| `--seed` | int in [0, 2147483647] | all | RNG seed for service-time jitter |",
     ]
     assert "| `--profile` | `spec.sim.profile` |" in table
+
+
+@pytest.mark.parametrize(("cpus", "message"), [
+    ([0, 0, 1], "CPU 0 is listed twice"),
+    ([0, 1, 1, 0, 2], "CPUs 0-1 are listed more than once"),
+    ("0-3,2", "CPU 2 is listed more than once in '0-3,2'"),
+    ("0,0", "CPU 0 is listed more than once in '0,0'"),
+])
+def test_a_cpu_named_twice_is_refused_not_merged(cpus, message):
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["cpus"] = cpus
+    assert errors_of(spec)["spec.roles.prefill.cpus"] == [message]
