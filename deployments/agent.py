@@ -95,6 +95,7 @@ from deployments.supervisor import (
 )
 from deployments.supervisor.procfs import (
     port_listener_text,
+    port_socket_text,
     port_listeners,
     proc_scan,
     proc_socket_inodes,
@@ -331,7 +332,12 @@ def port_busy_reason(*, host: str, port: int) -> str:
     if code != errno.EADDRINUSE:
         return f"port {port} on {host} cannot be bound: {os.strerror(code) if code > 0 else 'error'}"
     holder = port_listener_text(port)
-    return f"port {port} on {host} is already in use" + (f" by {holder}" if holder else "")
+    if holder:
+        return f"port {port} on {host} is already in use by {holder}"
+    # No listener: the port is the source port of a connection (one of this host's outgoing
+    # connections got it from the ephemeral range) or of one still closing.
+    sockets = port_socket_text(port)
+    return f"port {port} on {host} is already in use" + (f": it is the local port of {sockets}" if sockets else "")
 
 
 def _ports_busy(spec: ProcessSpec) -> str:
@@ -498,6 +504,10 @@ def _verify_binding(row: ServerProcess, handle: ProcessHandle) -> bool:
 # --- stop ----------------------------------------------------------------------------------
 
 
+# The reason of a deployment stopped or cancelled while it was starting, never ready.
+STOPPED_BEFORE_READY = "stopped before it became ready (cancelled or stopped while starting)"
+
+
 def deployment_teardown(*, deployment_id: int) -> str:
     """Stop a deployment on this node; safe to run twice.
 
@@ -520,10 +530,15 @@ def deployment_teardown(*, deployment_id: int) -> str:
         started = time.monotonic()
         _stop_all(deployment)
         now = timezone.now()
+        # A deployment stopped (or cancelled) before it ever became ready says so, rather than
+        # ending "stopped" with no reason like one that served and was then stopped.
+        never_ready = deployment.ready_at is None and not deployment.reason
         Deployment.objects.filter(pk=deployment_id, status=DeploymentStatus.STOPPING).update(
-            status=DeploymentStatus.STOPPED, ended_at=now, updated_at=now
+            status=DeploymentStatus.STOPPED, ended_at=now, updated_at=now,
+            **({"reason": STOPPED_BEFORE_READY} if never_ready else {}),
         )
-        _deployment_event(deployment, "stopped", f"all processes stopped in {time.monotonic() - started:.2f}s")
+        _deployment_event(deployment, "stopped", f"all processes stopped in {time.monotonic() - started:.2f}s"
+                          + (f" ({STOPPED_BEFORE_READY})" if never_ready else ""))
         return "stopped"
 
 

@@ -23,8 +23,9 @@ DOWNLOAD_LINE_MAX_BYTES = 1024 * 1024
 
 
 def log_file(log_path: str) -> Path | None:
-    """The resolved path of a recorded log if it lies inside ``settings.CEILING_LOG_DIR``
-    (after resolving ``..`` and symlinks), else None (also for "" and relative paths)."""
+    """The resolved path of a recorded log if it, and its rotated ``<log>.1`` when there is
+    one, lie inside ``settings.CEILING_LOG_DIR`` (after resolving ``..`` and symlinks), else
+    None (also for "" and relative paths)."""
     if not log_path or not os.path.isabs(log_path):
         return None
     try:
@@ -34,6 +35,16 @@ def log_file(log_path: str) -> Path | None:
         return None
     if path == root or not path.is_relative_to(root):
         return None
+    # The rotated part is read with it (log_parts, the tail): it must lie inside too, else none
+    # of the log is served (a link planted as "<log>.1" would make the tail read any file).
+    rotated = Path(f"{path}.1")
+    if os.path.lexists(rotated):
+        try:
+            inside = rotated.resolve().is_relative_to(root) and rotated.resolve() != root
+        except (OSError, RuntimeError, ValueError):
+            inside = False
+        if not inside:
+            return None
     return path
 
 

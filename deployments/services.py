@@ -546,20 +546,31 @@ def node_delete(*, node: Node, user) -> None:
 # --- secrets -------------------------------------------------------------------------------
 
 
+# Characters a secret value may not hold besides the C0 controls (all refused but tab): the line
+# breaks str.splitlines() splits at beyond C0 (NEL, LINE SEPARATOR, PARAGRAPH SEPARATOR) and DEL.
+SECRET_VALUE_REFUSED_CHARS = "\x85\u2028\u2029\x7f"
+
+
 def secret_value_problem(value: Any) -> str | None:
     """Why ``value`` cannot be a secret's value, or None when it can: the one check of the API,
     the admin and the services. Refused: no text or empty; shorter than ``MIN_VALUE_LENGTH``
-    (not masked in logs, too likely to be ordinary text); NUL or a line break (``\\n``, ``\\r``):
-    a secret reaches its engine as an environment variable, which cannot hold a NUL and whose
-    line breaks split it for whatever reads the environment line by line (recipes' env values
-    are refused them for the same reason); longer than 8192 characters, or not valid Unicode."""
+    (not masked in logs, too likely to be ordinary text); a control character other than tab
+    (NUL, ESC, DEL), or any line break :meth:`str.splitlines` knows (``\\n``, ``\\r``, ``\\v``,
+    ``\\f``, ``\\x1c``-``\\x1e``, NEL, U+2028, U+2029): a secret reaches its engine as an
+    environment variable, which cannot hold a NUL and whose line breaks split it for whatever
+    reads the environment line by line, and the log tail splits lines and strips colour codes
+    before masking, which would change such a value past redaction; longer than 8192
+    characters, or not valid Unicode."""
     if not isinstance(value, str) or not value:
         return "A non-empty value is required."
     if len(value.strip()) < MIN_VALUE_LENGTH:
         return f"At least {MIN_VALUE_LENGTH} characters: shorter values cannot be masked in logs."
-    if any(c in value for c in "\x00\n\r"):
-        return ("Must not contain NUL or line breaks: a secret reaches the engine as an environment variable, "
-                "which cannot carry them faithfully.")
+    if any(c in value for c in SECRET_VALUE_REFUSED_CHARS) or any(ord(c) < 0x20 and c != "\t" for c in value):
+        return ("Must not contain NUL, line breaks (any that Python's str.splitlines() splits at: \\n, \\r, "
+                "\\v, \\f, \\x1c-\\x1e, \\x85, U+2028, U+2029), an escape (ESC) or another control character: "
+                "a secret reaches the engine as an environment variable, which cannot carry them faithfully, and "
+                "a log tail splits lines and removes terminal colour codes at them, which would change the value "
+                "past masking.")
     return _string_problem(value)
 
 
@@ -792,10 +803,15 @@ def _cancel_pending(*, deployment: Deployment, who: str, now) -> bool:
     return bool(cancelled)
 
 
-def _stop_requested(*, deployment: Deployment, who: str) -> None:
+def _stop_requested(*, deployment: Deployment, who: str, cancel: bool = False) -> None:
     """After ``cancel_requested`` was set on a starting or ready ``deployment``: add the
-    ``stop-requested`` event and send ``deployment_stop_task`` to the node queue on commit."""
-    deployment_event_add(deployment=deployment, kind="stop-requested", message=f"{who} requested a stop")
+    ``stop-requested`` event (``cancel-requested`` for a cancel, which says so) and send
+    ``deployment_stop_task`` to the node queue on commit."""
+    if cancel:
+        deployment_event_add(deployment=deployment, kind="cancel-requested",
+                             message=f"{who} cancelled it while starting (never ready); stop requested")
+    else:
+        deployment_event_add(deployment=deployment, kind="stop-requested", message=f"{who} requested a stop")
     from deployments.tasks import deployment_stop_task
 
     _send_to_node(deployment_stop_task, Deployment.objects.select_related("node").get(pk=deployment.pk))
@@ -887,7 +903,7 @@ def deployment_cancel(*, deployment: Deployment, user) -> Deployment:
         elif Deployment.objects.filter(
             pk=deployment.pk, status=DeploymentStatus.STARTING, ready_at__isnull=True, cancel_requested=False,
         ).update(cancel_requested=True, updated_at=now):
-            _stop_requested(deployment=deployment, who=who)
+            _stop_requested(deployment=deployment, who=who, cancel=True)
         else:
             current = _deployment_reloaded(deployment)
             if not deployment_cancellable(current):

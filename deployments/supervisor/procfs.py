@@ -197,6 +197,74 @@ def port_listeners(port: int, table: dict[int, ProcInfo] | None = None) -> tuple
     return inodes, pids
 
 
+# TCP states of ``/proc/net/tcp`` (``include/net/tcp_states.h``), in words.
+_TCP_STATES = {"01": "established", "02": "syn-sent", "03": "syn-received", "04": "fin-wait-1",
+               "05": "fin-wait-2", "06": "time-wait", "07": "closed", "08": "close-wait", "09": "last-ack",
+               "0A": "listening", "0B": "closing", "0C": "new-syn-received"}
+
+
+def _hex_endpoint(text: str) -> str:
+    """``0100007F:1F90`` (``/proc/net/tcp``, IPv4 little-endian) → ``127.0.0.1:8080``; an IPv6
+    endpoint keeps its port and says ``[ipv6]``."""
+    addr, _, port = text.rpartition(":")
+    try:
+        number = int(port, 16)
+        if len(addr) == 8:
+            host = ".".join(str(b) for b in reversed(bytes.fromhex(addr)))
+        else:
+            host = "[ipv6]"
+    except ValueError:
+        return text
+    return f"{host}:{number}"
+
+
+def port_socket_text(port: int, limit: int = 3) -> str:
+    """A short description of the sockets that are not listening but use local TCP ``port``
+    (a connection whose source port it is, or one closing), e.g. ``"an established connection
+    to 127.0.0.1:44601 of pid 24043 (celeryd: agent)"`` or ``"a time-wait connection to
+    127.0.0.1:44603 (held by the kernel for up to 60 s after it closed)"``; at most ``limit``,
+    ``""`` when there is none. Source: ``/proc/net/tcp{,6}`` (``proc(5)``) and the pids'
+    ``/proc/<pid>/fd`` (a time-wait socket has no owner: inode 0)."""
+    rows: list[tuple[str, str, int]] = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii", errors="replace") as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] == _TCP_LISTEN:
+                continue
+            try:
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                inode = int(fields[9])
+            except (IndexError, ValueError):
+                continue
+            if local_port == port:
+                rows.append((_TCP_STATES.get(fields[3], fields[3]), _hex_endpoint(fields[2]), inode))
+    if not rows:
+        return ""
+    owners: dict[int, int] = {}
+    wanted = {inode for _s, _r, inode in rows if inode}
+    if wanted:
+        for pid in proc_scan():
+            for inode in proc_socket_inodes(pid) & wanted:
+                owners.setdefault(inode, pid)
+    parts = []
+    for state, remote, inode in rows[:limit]:
+        text = f"a{'n' if state[0] in 'aeiou' else ''} {state} connection to {remote}"
+        pid = owners.get(inode)
+        if pid is not None:
+            info = proc_stat(pid)
+            text += f" of pid {pid} ({info.comm})" if info else f" of pid {pid}"
+        elif state == "time-wait":
+            text += " (held by the kernel for up to 60 s after it closed)"
+        parts.append(text)
+    more = len(rows) - limit
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
 def port_listener_text(port: int) -> str:
     """A short human description of the listener(s) of ``port``, e.g. ``"pid 4121 (python3)"``;
     ``""`` when nobody listens or the holder cannot be told."""

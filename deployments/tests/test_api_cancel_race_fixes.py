@@ -88,7 +88,7 @@ def test_it_still_cancels_a_starting_deployment_once_and_answers_a_repeat_with_2
     assert [first.status_code, second.status_code] == [202, 202]
     assert second.json()["status"] == "starting" and second.json()["cancel_requested"] is True
     assert sent_stops == [row.pk]
-    assert list(ProcessEvent.objects.filter(deployment=row).values_list("kind", flat=True)) == ["stop-requested"]
+    assert list(ProcessEvent.objects.filter(deployment=row).values_list("kind", flat=True)) == ["cancel-requested"]
 
 
 @pytest.mark.django_db
@@ -148,7 +148,7 @@ def test_concurrent_cancels_racing_the_agents_ready_never_cancel_a_ready_deploym
 
         assert len(answers) == clients and agent_done == [row.pk]
         row.refresh_from_db()
-        stops = ProcessEvent.objects.filter(deployment=row, kind="stop-requested").count()
+        stops = ProcessEvent.objects.filter(deployment=row, kind="cancel-requested").count()
         if row.status == DeploymentStatus.READY:  # the agent won: every cancel refused, nothing stopped
             assert row.cancel_requested is False and stops == 0 and row.pk not in sent_stops
             assert [r.status_code for r in answers] == [409] * clients

@@ -83,7 +83,7 @@ def test_it_cancels_a_deployment_still_starting_for_the_first_time(operator_api,
     assert response.json()["cancel_requested"] is True
     assert response.json()["status"] == "starting"  # the node agent stops what it started
     assert list(ProcessEvent.objects.filter(deployment=row).values_list("kind", "message")) == [
-        ("stop-requested", "oscar-operator requested a stop")]
+        ("cancel-requested", "oscar-operator cancelled it while starting (never ready); stop requested")]
 
 
 def test_it_cancels_a_pending_deployment_at_once(operator_api, recipe):

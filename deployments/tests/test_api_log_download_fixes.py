@@ -142,3 +142,17 @@ def test_the_api_tail_reads_only_a_log_inside_the_log_directory(process, viewer_
 def settings_log_dir(process) -> Path:
     """The log directory the fixture set: two levels above the process's log file."""
     return Path(process.log_path).parent.parent
+
+
+def test_a_rotated_part_linked_outside_the_log_directory_is_never_read(process, viewer_api, tmp_path):
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("NAME=not a log of this process\n")
+    rotated = Path(f"{process.log_path}.1")
+    rotated.unlink()
+    rotated.symlink_to(outside)
+
+    tail = viewer_api.get(f"/api/processes/{process.pk}/log/", {"lines": 5})
+    download = viewer_api.get(f"/api/processes/{process.pk}/log/download/")
+
+    assert tail.status_code == 200 and tail.json()["text"] == ""
+    assert download.status_code == 404

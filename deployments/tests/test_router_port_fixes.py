@@ -182,3 +182,26 @@ def test_a_bind_failure_that_names_no_port_is_explained_with_the_port_held():
     assert text.startswith(f"address already in use: metrics port {held} on 127.0.0.1 is already in use")
     assert f"pid {os.getpid()}" in text
     assert _cause_text("RuntimeError: Address already in use (os error 98)") == "address already in use"
+
+
+def test_a_port_held_by_an_outgoing_connection_is_named_with_its_owner():
+    # A port from the ephemeral range can be the source port of one of this host's own
+    # connections (the node agent's, to another engine): the reason says so, with the owner.
+    import os
+    import socket as socketlib
+
+    from deployments.agent import port_busy_reason
+
+    with socketlib.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server_port = server.getsockname()[1]
+        with socketlib.create_connection(server.getsockname()) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                source = client.getsockname()[1]
+
+                reason = port_busy_reason(host="127.0.0.1", port=source)
+
+    assert reason.startswith(f"port {source} on 127.0.0.1 is already in use: it is the local port of an established "
+                             f"connection to 127.0.0.1:{server_port} of pid {os.getpid()} (")

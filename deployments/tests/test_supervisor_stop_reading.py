@@ -144,3 +144,9 @@ def test_it_records_a_sim_engine_stopped_by_the_agent_as_stopped_on_request(db, 
 
     badge = _health_view(row, timezone.now())
     assert badge["text"] == "down (stopped on request, killed by signal 15 (SIGTERM))"
+    # Stopped while starting (it never became ready): the deployment says so instead of no reason.
+    from deployments.agent import STOPPED_BEFORE_READY
+
+    deployment.refresh_from_db()
+    assert deployment.ready_at is None and deployment.reason == STOPPED_BEFORE_READY
+    assert deployment.events.filter(kind="stopped", process=None).get().message.endswith(f"({STOPPED_BEFORE_READY})")

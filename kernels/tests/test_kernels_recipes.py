@@ -149,7 +149,7 @@ def test_the_config_variable_may_not_also_be_set_by_hand(toy_package, packages_r
                   .replace("CEILING_TOY_ATTN_CONFIG", "SGLANG_TOY_KERNEL_CONFIG"))
     kernel_package_register(path=packages_root / "toy_sgl")
     spec = _seed_pd()["spec"]
-    spec["env"] = {"SGLANG_TOY_KERNEL_CONFIG": "/other.json"}
+    spec["env"] = {"SGLANG_TOY_KERNEL_CONFIG": "other.json"}  # no "/": values may not name paths
     spec["kernels"] = [{"package": "toy_sgl", "config": f"{settings.CEILING_KERNEL_CONFIG_DIR}/a.json"}]
     with pytest.raises(InvalidInput) as err:
         recipe_validate(engine="sglang", topology="pd", spec=spec, node=seed_node_facts_example())
