@@ -99,7 +99,8 @@ def _fit_sentence(fit: DecodeFit) -> str:
 
 
 def _stall_sentence(r: CeilingReport) -> str:
-    """Prefill interference, apart from the decode cost: the points whose decode paused for at least
+    """Decode pauses (prefill interference where other requests ran), apart from the decode cost: the
+    points whose decode paused for at least
     :data:`STALL_SHARE_NOTED` of their decode time, with their mean TPOT (which includes the
     pauses); empty when no point did or no point measured it."""
     paused = [a for a in r.points if a.stall_share is not None and a.stall_share >= STALL_SHARE_NOTED]
@@ -108,8 +109,13 @@ def _stall_sentence(r: CeilingReport) -> str:
     tpot = _metric("TPOT", [a.tpot_stat for a in paused])
     each = "; ".join(f"{a.stall_share:.0%} of decode time at {a.label} ({tpot} {_ms(a.tpot_ms)}"
                      + (f" against a {_ms(a.step_ms)} step)" if a.step_ms is not None else ")") for a in paused)
-    return (f"Prefill interference: decode paused between output events (gaps over twice the median step: "
-            f"another request's prefill ran, or the sequence waited) for {each}; {tpot} includes these pauses, "
+    # A closed loop of one request has no other request whose prefill could pause it: its pauses
+    # are the engine's own (or its output reaching the client in bursts).
+    alone = [a.label for a in paused if a.concurrency == 1]
+    alone_txt = (f"; at {', '.join(alone)} no other request ran, so there the pauses are the engine's own or its "
+                 f"output arriving in bursts, not prefill interference" if alone else "")
+    return (f"Decode pauses: decode paused between output events (gaps over twice the median step: another "
+            f"request's prefill ran, or the sequence waited) for {each}{alone_txt}; {tpot} includes these pauses, "
             f"the decode step time does not.")
 
 

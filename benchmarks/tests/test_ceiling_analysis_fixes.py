@@ -71,7 +71,7 @@ def test_it_recovers_demo_fasts_decode_cost_and_ceiling_from_the_trials_sweep(si
     heavy = points[-1]
     assert heavy["stall_share"] is not None and heavy["step_ms"] <= heavy["tpot_ms"] * 1.05
     if heavy["stall_share"] >= 0.05:
-        assert any(f.startswith("[512/16] Prefill interference: decode paused") for f in analysis["findings"])
+        assert any(f.startswith("[512/16] Decode pauses: decode paused") for f in analysis["findings"])
 
 
 def _sim_scaled(log: Path, profile: str, time_scale: float) -> tuple[str, subprocess.Popen]:
@@ -128,5 +128,17 @@ def test_it_falls_back_to_littles_law_for_runs_without_per_event_records_and_pri
     assert r.fit.batch_source == "decode_events"
     assert "fits 4.0 ms + 0.35 ms per running sequence" in r.findings[0]
     assert "largest residual 0.016 ms" in r.findings[0], r.findings[0]
-    assert r.findings[1].startswith("Prefill interference: decode paused between output events")
+    assert r.findings[1].startswith("Decode pauses: decode paused between output events")
     assert "30% of decode time at c=16 (mean TPOT 9.6 ms against a 9.6 ms step)" in r.findings[1]
+
+
+def test_pauses_of_a_single_request_are_not_called_prefill_interference() -> None:
+    # At c=1 in a closed loop no other request runs: its pauses are the engine's own.
+    points = [SweepPoint(concurrency=c, output_throughput_tok_s=1000.0 * c / (4.0 + c),
+                         tpot_ms=LatencyStats(mean=4.0 + c), ttft_ms=LatencyStats(mean=20.0), input_len=64,
+                         output_len=64, decode_step_ms=4.0 + c, decode_batch=float(c),
+                         decode_stall_share=0.4 if c in (1, 16) else 0.0) for c in (1, 4, 16)]
+    (pauses,) = [f for f in ceiling_analyse(points, num_gpus=1, topology="single").findings
+                 if f.startswith("Decode pauses")]
+    assert "40% of decode time at c=1" in pauses and "40% of decode time at c=16" in pauses
+    assert "at c=1 no other request ran, so there the pauses are the engine's own" in pauses

@@ -80,7 +80,7 @@ def test_a_sweep_of_both_load_kinds_is_analysed_within_each_kind(sim_url: str, o
     # The decode fit still uses every point: its axis is the measured running batch.
     assert report["fit"]["n_points"] == 4
     trend = [f for f in report["findings"]
-             if not f.startswith(("Decode step time", "The decode step-time fit", "Prefill interference"))]
+             if not f.startswith(("Decode step time", "The decode step-time fit", "Decode pauses"))]
     assert all(_no_cross_kind(f) for f in trend), trend
     assert any(f.startswith("Closed loop (points by concurrency): ") for f in trend), trend
     assert any(f.startswith("Open loop (points by request rate): ") for f in trend), trend
