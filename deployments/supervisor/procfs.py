@@ -6,6 +6,7 @@ what lets a restarted node agent find engines started by its predecessor.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 TAG_ENV = "CEILING_PROC_ID"
@@ -134,15 +135,15 @@ def proc_exe_name(pid: int) -> str:
 _TCP_LISTEN = "0A"
 
 
-def tcp_listen_inodes(port: int) -> set[int]:
-    """Socket inodes of every TCP socket in LISTEN state on local ``port`` (any address),
-    read from ``/proc/net/tcp`` and ``/proc/net/tcp6`` of this network namespace.
+def _tcp_rows() -> Iterator[tuple[str, int, str, int]]:
+    """Every TCP socket of this network namespace as ``(state code, local port, remote
+    endpoint as in the file, inode)``, read from ``/proc/net/tcp`` and ``/proc/net/tcp6``.
 
-    Row format (``proc(5)``): ``sl local_address rem_address st ... uid timeout inode``, the
-    local address as ``HEXADDR:HEXPORT``; the inode is the tenth field. A missing file (no IPv6)
-    contributes nothing.
+    Row format (``proc(5)``): ``sl local_address rem_address st ... uid timeout inode``, each
+    address as ``HEXADDR:HEXPORT``; the inode is the tenth field (0 for a socket no process
+    holds, e.g. in time-wait). A missing file (no IPv6) contributes nothing; a malformed row is
+    skipped.
     """
-    found: set[int] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table, encoding="ascii", errors="replace") as fh:
@@ -151,16 +152,21 @@ def tcp_listen_inodes(port: int) -> set[int]:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) < 10 or fields[3] != _TCP_LISTEN:
+            if len(fields) < 10:
                 continue
             try:
                 local_port = int(fields[1].rsplit(":", 1)[1], 16)
                 inode = int(fields[9])
             except (IndexError, ValueError):
                 continue
-            if local_port == port and inode:
-                found.add(inode)
-    return found
+            yield fields[3], local_port, fields[2], inode
+
+
+def tcp_listen_inodes(port: int) -> set[int]:
+    """Socket inodes of every TCP socket in LISTEN state on local ``port`` (any address), read
+    from ``/proc/net/tcp`` and ``/proc/net/tcp6`` of this network namespace (:func:`_tcp_rows`)."""
+    return {inode for state, local_port, _remote, inode in _tcp_rows()
+            if state == _TCP_LISTEN and local_port == port and inode}
 
 
 def proc_socket_inodes(pid: int) -> set[int]:
@@ -225,24 +231,8 @@ def port_socket_text(port: int, limit: int = 3) -> str:
     127.0.0.1:44603 (held by the kernel for up to 60 s after it closed)"``; at most ``limit``,
     ``""`` when there is none. Source: ``/proc/net/tcp{,6}`` (``proc(5)``) and the pids'
     ``/proc/<pid>/fd`` (a time-wait socket has no owner: inode 0)."""
-    rows: list[tuple[str, str, int]] = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii", errors="replace") as fh:
-                lines = fh.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 10 or fields[3] == _TCP_LISTEN:
-                continue
-            try:
-                local_port = int(fields[1].rsplit(":", 1)[1], 16)
-                inode = int(fields[9])
-            except (IndexError, ValueError):
-                continue
-            if local_port == port:
-                rows.append((_TCP_STATES.get(fields[3], fields[3]), _hex_endpoint(fields[2]), inode))
+    rows = [(_TCP_STATES.get(state, state), _hex_endpoint(remote), inode)
+            for state, local_port, remote, inode in _tcp_rows() if state != _TCP_LISTEN and local_port == port]
     if not rows:
         return ""
     owners: dict[int, int] = {}
