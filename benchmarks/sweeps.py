@@ -12,6 +12,7 @@ from typing import Any
 
 from benchmarks.analysis.model import PARTIAL_FLAG
 from benchmarks.loadgen import Api
+from controlplane.api import shown_key
 from controlplane.errors import InvalidInput
 
 # Bounds that keep one sweep a sweep and not a denial of service on the client or the database.
@@ -113,7 +114,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
 
     for key in raw:
         if key not in GRID_KEYS:
-            err(f"grid.{key}", f"unknown field; allowed: {', '.join(GRID_KEYS)}")
+            err(f"grid.{key}", f"unknown field {shown_key(key)}; allowed: {', '.join(GRID_KEYS)}")
     conc = _int_list(raw.get("concurrency", []), "grid.concurrency", err, lo=1, hi=MAX_CONCURRENCY)
     rates: list[float] = []
     raw_rates = raw.get("request_rates") or []

@@ -45,8 +45,9 @@ KEY_HELP = ("a Fernet key is 32 url-safe base64-encoded bytes, e.g. the output o
             "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'")
 
 _cache_lock = threading.Lock()
-# (CEILING_SECRETS_KEY, key file path) -> Fernet: the key file is read once per process.
-_fernets: dict[tuple[str, str], Fernet] = {}
+# (CEILING_SECRETS_KEY, key file path) -> (key file identity, Fernet): the key file is read once
+# per process and again only when it was replaced.
+_fernets: dict[tuple[str, str], tuple[tuple[int, int, int] | None, Fernet]] = {}
 
 
 class SecretsKeyError(ImproperlyConfigured, CeilingError):
@@ -175,26 +176,46 @@ def key_file_load(path: Path) -> bytes:
         raise SecretsKeyError(f"key file {path} vanished right after it was created") from None
 
 
+def _file_identity(path: str) -> tuple[int, int, int] | None:
+    """``(inode, mtime ns, size)`` of the key file, None when it cannot be stat'ed: a key file
+    replaced by a key rotation (:func:`deployments.secret_keys.secrets_key_rotate`) has a new
+    identity, so every process reads the new key on its next use without a restart."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 def secrets_fernet() -> Fernet:
     """The Fernet of the configured key (see the module docstring), cached per process and per
-    key setting. Creates the key file on first use when ``CEILING_SECRETS_KEY`` is not set.
+    key setting; a key file is read again when it was replaced (a rotation). Creates the key
+    file on first use when ``CEILING_SECRETS_KEY`` is not set.
 
     Raises:
         SecretsKeyError: the key is malformed, or the key file cannot be read or created.
     """
     env_key = getattr(settings, KEY_SETTING, "") or ""
     path = "" if env_key else str(settings.CEILING_SECRETS_KEY_FILE)
+    identity = _file_identity(path) if path else None
     with _cache_lock:
         cached = _fernets.get((env_key, path))
-    if cached is not None:
-        return cached
+    if cached is not None and cached[0] == identity:
+        return cached[1]
     if env_key:
         fernet = _fernet_of(env_key, source=KEY_SETTING)
     else:
         fernet = _fernet_of(key_file_load(Path(path)), source=f"key file {path}")
+        identity = _file_identity(path)
     with _cache_lock:
-        _fernets[(env_key, path)] = fernet
+        _fernets[(env_key, path)] = (identity, fernet)
     return fernet
+
+
+def fernet_of_key(key: str | bytes, *, source: str) -> Fernet:
+    """A Fernet of ``key`` (a new key given to a rotation). Raises :class:`SecretsKeyError`
+    naming ``source``, never the key, when it is not a Fernet key."""
+    return _fernet_of(key, source=source)
 
 
 def seal(plaintext: str) -> str:

@@ -15,6 +15,10 @@ Sources, in the order they are trusted:
   fill in what sysfs leaves unknown, which happens in VMs whose firmware gives no PCI
   proximity information (the captured 2x H200 VM reports ``-1``).
 
+* **procfs** ``sys/net/ipv4/ip_local_port_range`` and ``ip_local_reserved_ports``
+  (``Documentation/networking/ip-sysctl.rst``): the ports the kernel hands to outgoing
+  connections, and those it keeps out of that use.
+
 ``nvidia-smi -q -x`` output can stand in for NVML (:func:`parse_nvidia_smi_xml`), so a node can
 be registered from captured files on a machine without its GPUs.
 
@@ -87,6 +91,7 @@ def discover_node(
     which: Callable[[str], str | None] = shutil.which,
     nvidia_smi_xml: str | None = None,
     hostname: str | None = None,
+    procfs_root: Path | None = None,
 ) -> NodeFacts:
     """Discover this host's (or a captured host's) topology.
 
@@ -101,6 +106,9 @@ def discover_node(
         nvidia_smi_xml: ``nvidia-smi -q -x`` output; when given, GPUs and driver/CUDA versions
             come from it and NVML is not used.
         hostname: recorded host name; default ``socket.gethostname()``.
+        procfs_root: root of a procfs tree for the port settings; default ``/proc`` when
+            ``sysfs_root`` is the live ``/sys``, otherwise (a captured host) not read, so a
+            fixture tree never picks up this machine's settings.
 
     Returns:
         :class:`NodeFacts` with CPU count (online CPUs), memory in bytes (sum of NUMA nodes),
@@ -147,7 +155,48 @@ def discover_node(
         tools=tools,
         driver_version=driver_version,
         cuda_version=cuda_version,
+        **_port_settings(sysfs_root=sysfs_root, procfs_root=procfs_root),
     )
+
+
+def _port_settings(*, sysfs_root: Path, procfs_root: Path | None) -> dict:
+    if procfs_root is None:
+        if Path(sysfs_root) != Path("/sys"):
+            return {}
+        procfs_root = Path("/proc")
+    return read_port_settings(procfs_root=Path(procfs_root))
+
+
+def read_port_settings(*, procfs_root: Path) -> dict:
+    """``local_port_range`` and ``reserved_ports`` for :class:`NodeFacts` from
+    ``<procfs_root>/sys/net/ipv4/``; a file that is missing or malformed is left out (not
+    reported), never an error: these feed warnings only.
+
+    ``ip_local_port_range`` is two integers (``32768\t60999`` by default);
+    ``ip_local_reserved_ports`` is a comma-separated list of ports and inclusive ranges
+    (``8000-8010,9000``), empty by default.
+    """
+    base = Path(procfs_root) / "sys" / "net" / "ipv4"
+    out: dict = {}
+    try:
+        low, high = (int(v) for v in (base / "ip_local_port_range").read_text(encoding="ascii").split())
+        if 0 < low <= high <= 65535:
+            out["local_port_range"] = (low, high)
+    except (OSError, ValueError):
+        pass
+    try:
+        text = (base / "ip_local_reserved_ports").read_text(encoding="ascii").strip()
+        ranges = []
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            a, _, b = item.partition("-")
+            low, high = int(a), int(b or a)
+            if not 0 < low <= high <= 65535:
+                raise ValueError(item)
+            ranges.append((low, high))
+        out["reserved_ports"] = tuple(sorted(ranges))
+    except (OSError, ValueError):
+        pass
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -64,6 +64,23 @@ class Node(models.Model):
     def has_tool(self, name: str) -> bool:
         return bool((self.tools or {}).get(name))
 
+    @property
+    def local_port_range(self) -> list[int] | None:
+        """The node's ``net.ipv4.ip_local_port_range`` as ``[low, high]`` from its last
+        discovery, None when it did not report one (a captured host, an older agent)."""
+        from deployments.topology import port_settings_from_dict
+
+        found = port_settings_from_dict(self.topology if isinstance(self.topology, dict) else {})
+        return list(found["local_port_range"]) if "local_port_range" in found else None
+
+    @property
+    def reserved_ports(self) -> list[list[int]]:
+        """The node's ``net.ipv4.ip_local_reserved_ports`` as inclusive ``[low, high]`` ranges."""
+        from deployments.topology import port_settings_from_dict
+
+        found = port_settings_from_dict(self.topology if isinstance(self.topology, dict) else {})
+        return [list(r) for r in found.get("reserved_ports", ())]
+
 
 class NumaNode(models.Model):
     """One NUMA node of a host: its index, CPU list (kernel list syntax, e.g. ``0-31,64-95``)."""

@@ -1102,27 +1102,35 @@ def role_port_blocks(role_name: str, role: dict, adapter: EngineAdapter) -> list
 
 def ephemeral_port_warnings(*, spec: dict, node: NodeFacts) -> list[str]:
     """One warning per role of the normalised ``spec`` with ports inside the node's ephemeral
-    port range (:data:`DEFAULT_EPHEMERAL_PORT_RANGE`, Linux's default, since node facts do not
-    carry the node's own ``net.ipv4.ip_local_port_range``).
+    port range: the node's own ``net.ipv4.ip_local_port_range`` as its facts report it, else
+    :data:`DEFAULT_EPHEMERAL_PORT_RANGE` (Linux's default), said so in the warning. Ports the
+    node reserves (``net.ipv4.ip_local_reserved_ports``) are left out.
 
     The kernel hands ports of that range to outgoing connections as source ports; one that
     gets the engine's port before the engine binds holds it (even a connection to that very
     port, which TCP connects to itself), and the engine fails with "address already in use".
-    A warning, not an error: the range is the node's setting, a port exempted with
-    ``net.ipv4.ip_local_reserved_ports`` is safe inside it, and Ceiling's own readiness probes
-    never take the port they probe (:mod:`deployments.readiness`).
+    A warning, not an error: the range is the node's setting, a reserved port is safe inside
+    it, and Ceiling's own readiness probes never take the port they probe
+    (:mod:`deployments.readiness`).
     """
-    low, high = DEFAULT_EPHEMERAL_PORT_RANGE
+    if node.local_port_range is not None:
+        low, high = node.local_port_range
+        source = f"node {node.name}'s net.ipv4.ip_local_port_range"
+    else:
+        low, high = DEFAULT_EPHEMERAL_PORT_RANGE
+        source = "the Linux default of net.ipv4.ip_local_port_range; the node did not report its own"
+    reserved = node.reserved_ports
     warnings: list[str] = []
     for name, role in (spec.get("roles") or {}).items():
-        ports = sorted(p for p in _role_ports(role) if low <= p <= high)
+        ports = sorted(p for p in _role_ports(role) if low <= p <= high
+                       and not any(a <= p <= b for a, b in reserved))
         if ports:
             which = f"port {ports[0]} is" if len(ports) == 1 else f"ports {', '.join(map(str, ports))} are"
             warnings.append(
-                f"{name}: {which} inside the ephemeral port range {low}-{high} (the Linux default of "
-                "net.ipv4.ip_local_port_range), where any outgoing connection on the node may take it as its "
-                "source port before the engine binds it (\"address already in use\"); use a port below "
-                f"{low} or reserve it with net.ipv4.ip_local_reserved_ports")
+                f"{name}: {which} inside the ephemeral port range {low}-{high} ({source}), where any "
+                "outgoing connection on the node may take it as its source port before the engine binds "
+                "it (\"address already in use\"); use a port outside that range or reserve it with "
+                "net.ipv4.ip_local_reserved_ports")
     return warnings
 
 

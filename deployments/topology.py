@@ -39,7 +39,9 @@ class NodeFacts:
     """Everything Ceiling needs to know about a host to validate and render recipes for it.
 
     ``tools`` maps a tool name (``numactl``, ``nvcc``, ``nvidia-smi``) to its absolute path, or
-    None when absent.
+    None when absent. ``local_port_range`` and ``reserved_ports`` are the node's own
+    ``net.ipv4`` port settings (``Documentation/networking/ip-sysctl.rst``), used to warn about
+    recipe ports that outgoing connections may take first.
     """
 
     name: str
@@ -51,6 +53,10 @@ class NodeFacts:
     tools: dict[str, str | None] = field(default_factory=dict)
     driver_version: str = ""
     cuda_version: str = ""
+    #: ``net.ipv4.ip_local_port_range`` as ``(low, high)``, inclusive; None = not reported.
+    local_port_range: tuple[int, int] | None = None
+    #: ``net.ipv4.ip_local_reserved_ports`` as sorted inclusive ``(low, high)`` ranges.
+    reserved_ports: tuple[tuple[int, int], ...] = ()
 
     def gpu_indices(self) -> set[int]:
         return {g.index for g in self.gpus}
@@ -79,6 +85,9 @@ class NodeFacts:
         data = asdict(self)
         for n in data["numa_nodes"]:
             n["cpus"] = format_cpulist(n["cpus"])
+        # JSON's shapes, as the stored topology reads back: lists, not tuples.
+        data["local_port_range"] = list(self.local_port_range) if self.local_port_range else None
+        data["reserved_ports"] = [list(r) for r in self.reserved_ports]
         return data
 
     @classmethod
@@ -100,7 +109,26 @@ class NodeFacts:
             tools=dict(data.get("tools", {})),
             driver_version=data.get("driver_version", ""),
             cuda_version=data.get("cuda_version", ""),
+            **port_settings_from_dict(data),
         )
+
+
+def port_settings_from_dict(data: dict) -> dict:
+    """``local_port_range`` and ``reserved_ports`` keyword arguments from a facts dict (as
+    :meth:`NodeFacts.to_dict` writes it, or a node's stored ``topology``); malformed or absent
+    values become "not reported" rather than an error, since older rows do not carry them."""
+    out: dict = {}
+    try:
+        low, high = (int(v) for v in data.get("local_port_range") or ())
+        if 0 < low <= high <= 65535:
+            out["local_port_range"] = (low, high)
+    except (TypeError, ValueError):
+        pass
+    try:
+        out["reserved_ports"] = tuple(sorted((int(a), int(b)) for a, b in data.get("reserved_ports") or ()))
+    except (TypeError, ValueError):
+        pass
+    return out
 
 
 def parse_cpulist(text: str) -> list[int]:
@@ -185,4 +213,5 @@ def node_facts_from_row(node) -> NodeFacts:
         tools=dict(node.tools or {}),
         driver_version=node.driver_version,
         cuda_version=node.cuda_version,
+        **port_settings_from_dict(node.topology if isinstance(node.topology, dict) else {}),
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -12,7 +11,7 @@ from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.sweeps import DIGITS_RE
-from controlplane.api import FilterChoiceField, IdField
+from controlplane.api import FilterChoiceField, IdField, StrictInputMixin
 
 
 class SweepSerializer(serializers.ModelSerializer):
@@ -76,35 +75,17 @@ class GridField(serializers.JSONField):
         return data
 
 
-class SweepCreateSerializer(serializers.Serializer):
+class SweepCreateSerializer(StrictInputMixin, serializers.Serializer):
     """``{"deployment": id, "grid": {...}, "name": optional}``; any other key is refused at its
-    name (``{"extra": ["unknown field; allowed: deployment, grid, name"]}``), as unknown grid keys
-    are. The grid's own rules are checked by :func:`benchmarks.sweeps.grid_validate`, which
-    reports every bad grid field at once (errors name ``grid.<field>``, a number that is not
-    finite such as ``1e400`` included)."""
+    name (``{"extra": ["unknown field 'extra'; allowed: deployment, grid, name"]}``, the shared
+    :func:`controlplane.api.unknown_field_errors`), as unknown grid keys are. The grid's own
+    rules are checked by :func:`benchmarks.sweeps.grid_validate`, which reports every bad grid
+    field at once (errors name ``grid.<field>``, a number that is not finite such as ``1e400``
+    included)."""
 
     deployment = serializers.IntegerField(min_value=1)
     grid = GridField()
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
-
-    # Sent by HTML forms (the browsable API's), never a field of a sweep.
-    FORM_KEYS = ("csrfmiddlewaretoken",)
-
-    def to_internal_value(self, data):
-        unknown: dict[str, list[str]] = {}
-        if isinstance(data, Mapping):
-            allowed = ", ".join(self.fields)
-            unknown = {str(key): [f"unknown field; allowed: {allowed}"] for key in data
-                       if key not in self.fields and key not in self.FORM_KEYS}
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            if unknown and isinstance(exc.detail, Mapping):
-                raise serializers.ValidationError({**exc.detail, **unknown}) from None
-            raise
-        if unknown:
-            raise serializers.ValidationError(unknown)
-        return value
 
 
 class SweepFilterSerializer(serializers.Serializer):

@@ -172,7 +172,7 @@ def test_real_answers_match_the_documented_bodies(sim_url: str, operator_api, vi
     check(schema, busy, "/api/sweeps/", "post")
     bad = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {**GRID, "concurrency": [0]},
                                              "extra": 2}, format="json")
-    assert bad.json() == {"extra": ["unknown field; allowed: deployment, grid, name"],
+    assert bad.json() == {"extra": ["unknown field 'extra'; allowed: deployment, grid, name"],
                           "grid.concurrency.0": ["must be an integer 1..4096, got 0"]}
     check(schema, bad, "/api/sweeps/", "post")
 

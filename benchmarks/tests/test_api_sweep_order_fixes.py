@@ -46,7 +46,7 @@ def test_it_lists_every_body_error_for_a_stopped_deployment_judged_for_its_engin
 
     assert response.status_code == 400
     assert response.json() == {
-        "priority": ["unknown field; allowed: deployment, grid, name"],
+        "priority": ["unknown field 'priority'; allowed: deployment, grid, name"],
         **BAD_GRID_ERRORS,
         "grid.api": ["sglang-generate is not served by this deployment's engine (llamacpp); it serves "
                      "openai-completions, openai-chat"],

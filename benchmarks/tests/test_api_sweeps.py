@@ -424,7 +424,7 @@ def test_it_refuses_unknown_top_level_fields_with_every_other_error(operator_api
     response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": grid, "extra": 2},
                                  format="json")
     assert response.status_code == 400
-    assert response.json() == {"extra": ["unknown field; allowed: deployment, grid, name"]}
+    assert response.json() == {"extra": ["unknown field 'extra'; allowed: deployment, grid, name"]}
     # together with the grid's errors, judged for the deployment's engine
     llama = _llamacpp_deployment()
     response = operator_api.post("/api/sweeps/", {"deployment": llama.pk, "grid": {**grid, "api": "sglang-generate",
@@ -432,7 +432,7 @@ def test_it_refuses_unknown_top_level_fields_with_every_other_error(operator_api
                                                   "priority": "high", "name": "x"}, format="json")
     assert response.status_code == 400
     assert response.json() == {
-        "priority": ["unknown field; allowed: deployment, grid, name"],
+        "priority": ["unknown field 'priority'; allowed: deployment, grid, name"],
         "grid.concurrency.0": ["must be an integer 1..4096, got 0"],
         "grid.api": ["sglang-generate is not served by this deployment's engine (llamacpp); it serves "
                      "openai-completions, openai-chat"]}

@@ -67,6 +67,12 @@ class NodeSerializer(serializers.ModelSerializer):
     numa_nodes = NumaNodeSerializer(many=True, read_only=True)
     agent_online = serializers.BooleanField(read_only=True)
     queue_name = serializers.CharField(read_only=True)
+    local_port_range = serializers.ListField(
+        child=serializers.IntegerField(), read_only=True, allow_null=True, min_length=2, max_length=2,
+        help_text="net.ipv4.ip_local_port_range [low, high] (inclusive); null when the node did not report it")
+    reserved_ports = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2), read_only=True,
+        help_text="net.ipv4.ip_local_reserved_ports as inclusive [low, high] ranges")
 
     class Meta:
         model = Node
@@ -85,6 +91,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "agent_heartbeat_at",
             "agent_online",
             "queue_name",
+            "local_port_range",
+            "reserved_ports",
             "created_at",
             "updated_at",
         ]

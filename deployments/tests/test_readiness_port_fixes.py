@@ -10,6 +10,8 @@ probed thousands of times before it listened.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import socket
 import struct
 import subprocess
@@ -18,6 +20,7 @@ import time
 
 import pytest
 
+from deployments.discovery import read_port_settings
 from deployments.examples import local_node_facts_example
 from deployments.launch import launch_plan_render
 from deployments.readiness import (
@@ -27,8 +30,10 @@ from deployments.readiness import (
     source_port_options,
     tcp_listening,
 )
+from deployments.nodes import node_register
 from deployments.recipes import recipe_warnings
 from deployments.tests.test_agent_support import wait_for
+from deployments.topology import NodeFacts, node_facts_from_row
 
 SIM = [sys.executable, "-m", "deployments.engines.sim_server", "--model-name", "tiny", "--profile", "demo-fast"]
 # Seconds a plain connect loop may take to hit a self-connection; on the development host it
@@ -196,9 +201,9 @@ def test_a_recipe_on_an_ephemeral_port_carries_a_plan_warning():
     plan = launch_plan_render(engine="sim", topology="pd", spec=spec, node=node)
     assert plan.warnings == [
         "prefill: port 42698 is inside the ephemeral port range 32768-60999 (the Linux default of "
-        "net.ipv4.ip_local_port_range), where any outgoing connection on the node may take it as its source port "
-        "before the engine binds it (\"address already in use\"); use a port below 32768 or reserve it with "
-        "net.ipv4.ip_local_reserved_ports"]
+        "net.ipv4.ip_local_port_range; the node did not report its own), where any outgoing connection on the "
+        "node may take it as its source port before the engine binds it (\"address already in use\"); use a "
+        "port outside that range or reserve it with net.ipv4.ip_local_reserved_ports"]
     spec["roles"]["prefill"]["bootstrap_port"] = 31998
     spec["roles"]["router"]["flags"] = {"prometheus-port": 50000, "policy": "random"}
     spec["roles"]["router"]["port"] = 50001
@@ -207,3 +212,61 @@ def test_a_recipe_on_an_ephemeral_port_carries_a_plan_warning():
     spec["roles"]["router"] = {"port": 31080}
     assert launch_plan_render(engine="sim", topology="pd", spec=spec, node=node).warnings == []
     assert recipe_warnings(spec={"roles": {"single": {"port": 8080, "flags": {}}}}, node=node) == []
+
+
+def test_the_warning_uses_the_node_s_own_range_and_skips_its_reserved_ports(tmp_path):
+    ipv4 = tmp_path / "sys" / "net" / "ipv4"
+    ipv4.mkdir(parents=True)
+    (ipv4 / "ip_local_port_range").write_text("40000\t49999\n")
+    (ipv4 / "ip_local_reserved_ports").write_text("42000-42010,45000\n")
+    settings = read_port_settings(procfs_root=tmp_path)
+    assert settings == {"local_port_range": (40000, 49999), "reserved_ports": ((42000, 42010), (45000, 45000))}
+    node = dataclasses.replace(local_node_facts_example(), **settings)
+    # The facts survive the trip through the stored topology (JSON lists) and a Node row.
+    stored = json.loads(json.dumps(node.to_dict()))
+    assert NodeFacts.from_dict(stored).local_port_range == (40000, 49999)
+    assert NodeFacts.from_dict(stored).reserved_ports == ((42000, 42010), (45000, 45000))
+    spec = {
+        "model": {"name": "sim/tiny"},
+        "served_model_name": "tiny",
+        "roles": {
+            "prefill": {"cpus": "0", "port": 42005, "bootstrap_port": 45000},   # both reserved
+            "decode": {"cpus": "0", "port": 35000},                             # below this node's range
+            "router": {"port": 49999},                                          # its last port
+        },
+        "sim": {"profile": "demo-fast"},
+    }
+    warnings = launch_plan_render(engine="sim", topology="pd", spec=spec, node=node).warnings
+    assert len(warnings) == 1
+    assert warnings[0].startswith("router: port 49999 is inside the ephemeral port range 40000-49999 "
+                                  "(node local's net.ipv4.ip_local_port_range)")
+
+
+def test_unreadable_or_malformed_port_settings_are_not_reported(tmp_path):
+    assert read_port_settings(procfs_root=tmp_path / "missing") == {}
+    ipv4 = tmp_path / "sys" / "net" / "ipv4"
+    ipv4.mkdir(parents=True)
+    (ipv4 / "ip_local_port_range").write_text("60999 32768\n")
+    (ipv4 / "ip_local_reserved_ports").write_text("9000-8000\n")
+    assert read_port_settings(procfs_root=tmp_path) == {}
+    assert NodeFacts.from_dict({"name": "n", "local_port_range": "junk", "reserved_ports": [[1]]}).local_port_range is None
+
+
+@pytest.mark.django_db
+def test_a_registered_node_keeps_its_port_settings():
+    facts = dataclasses.replace(local_node_facts_example(), name="portnode", local_port_range=(20000, 30000),
+                                reserved_ports=((20500, 20510),))
+    node = node_register(facts=facts)
+    node.refresh_from_db()
+    again = node_facts_from_row(node)
+    assert again.local_port_range == (20000, 30000)
+    assert again.reserved_ports == ((20500, 20510),)
+
+
+def test_discovery_of_this_host_reports_its_range_and_a_captured_host_does_not(tmp_path):
+    from deployments.discovery import discover_node
+
+    live = discover_node(name="here", nvml=None)
+    assert live.local_port_range == ephemeral_port_range()
+    captured = discover_node(name="there", sysfs_root=tmp_path, nvml=None)
+    assert captured.local_port_range is None and captured.reserved_ports == ()
