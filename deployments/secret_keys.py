@@ -20,6 +20,9 @@ Where the key lives decides the rest:
   ``CEILING_SECRETS_KEY`` set to the new key (until then they cannot read the secrets, and say
   so by name: :class:`~controlplane.secretbox.SecretUnreadable`).
 
+A value another process seals with the old key while the rotation runs (it read the key before
+the file was replaced) is re-encrypted by a second pass after the rename.
+
 Database backups taken before a rotation need the old key.
 """
 from __future__ import annotations
@@ -114,6 +117,29 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _reencrypt_stragglers(*, old: Fernet, new: Fernet) -> dict[type, int]:
+    """Re-encrypt, under ``new``, each stored value that ``new`` does not open and ``old`` does;
+    a value neither opens is left as it is (it was not readable before either)."""
+    counts = {Secret: 0, RetiredSecretValue: 0}
+    with transaction.atomic():
+        for model, pk, _name, value in _tokens():
+            if not isinstance(value, SealedValue):
+                continue
+            token = value.token.encode("ascii")
+            try:
+                new.decrypt(token)
+                continue
+            except InvalidToken:
+                pass
+            try:
+                plain = old.decrypt(token)
+            except InvalidToken:
+                continue
+            model.objects.filter(pk=pk).update(value=SealedValue(new.encrypt(plain).decode("ascii")))
+            counts[model] += 1
+    return counts
+
+
 def pending_rotation_finish(key_file: Path) -> bool:
     """Finish or discard an interrupted rotation of the key file ``key_file``.
 
@@ -188,6 +214,12 @@ def secrets_key_rotate(*, new_key: bytes) -> RotationResult:
     if key_file is not None:
         os.replace(_pending_path(key_file), key_file)
         _fsync_dir(key_file.parent)
+    # A value another process sealed with the old key while this ran (it read the key before
+    # the file was replaced) is re-encrypted too: after the rename no process seals with the old
+    # key any more, so one pass over what the new key does not open catches them.
+    stragglers = _reencrypt_stragglers(old=old, new=new)
+    counts[Secret] += stragglers[Secret]
+    counts[RetiredSecretValue] += stragglers[RetiredSecretValue]
     return RotationResult(
         secrets=counts[Secret],
         retired_values=counts[RetiredSecretValue],

@@ -170,3 +170,24 @@ def test_a_rotation_with_nothing_stored_still_replaces_the_key(db, key_file):
     result = secrets_key_rotate(new_key=Fernet.generate_key())
     assert (result.secrets, result.retired_values) == (0, 0)
     assert key_file.read_bytes() != old
+
+
+def test_a_value_sealed_with_the_old_key_during_the_rotation_is_re_encrypted_too(stored, monkeypatch):
+    """Another process seals a new secret with the old key it still holds while the rotation's
+    transaction runs; the pass after the rename re-encrypts it."""
+    import deployments.secret_keys as secret_keys
+
+    old = secretbox.secrets_fernet()
+    real_replace = os.replace
+
+    def insert_then_replace(src, dst):
+        late = old.encrypt(b"sealed by a slower process").decode()
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO deployments_secret (name, value, description, created_at, updated_at) "
+                           "VALUES (%s, %s, '', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)", ["late", late])
+        real_replace(src, dst)
+
+    monkeypatch.setattr(secret_keys.os, "replace", insert_then_replace)
+    result = secrets_key_rotate(new_key=Fernet.generate_key())
+    assert result.secrets == 3
+    assert Secret.objects.get(name="late").plaintext() == "sealed by a slower process"
