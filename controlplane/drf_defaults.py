@@ -97,7 +97,8 @@ def nonfinite_errors(data: Any, prefix: str = "") -> dict[str, list[str]]:
         if isinstance(value, NonFiniteNumber):
             errors.setdefault(path or "non_field_errors", []).append(f"{value.literal} is not a finite number")
         elif isinstance(value, dict):
-            stack.extend((f"{path}.{key}" if path else str(key), item) for key, item in reversed(value.items()))
+            # list(): a form body's QueryDict yields its items from a generator, not a view
+            stack.extend((f"{path}.{key}" if path else str(key), item) for key, item in reversed(list(value.items())))
         elif isinstance(value, list):
             stack.extend((f"{path}.{i}" if path else str(i), item) for i, item in reversed(list(enumerate(value))))
     return errors

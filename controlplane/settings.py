@@ -196,6 +196,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "controlplane.drf_defaults.Pagination",
     "PAGE_SIZE": 100,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    # Throttles key on REMOTE_ADDR; behind N reverse proxies that append to X-Forwarded-For, the
+    # N-th entry from the right. Unset (None) would trust a client's own X-Forwarded-For.
+    "NUM_PROXIES": env_int("CEILING_NUM_PROXIES", 0),
     # JSON through the size-limited parser everywhere; form parsers are capped by Django's
     # DATA_UPLOAD_MAX_MEMORY_SIZE.
     "DEFAULT_PARSER_CLASSES": [

@@ -16,6 +16,9 @@ check reads the committed rows):
   (``user.groups.remove(group)``, ``group.user_set.clear()``); an addition cannot take a right
   away.
 
+Also here: :func:`user_tokens_revoke` deletes a user's API token when their password changes or
+they are deactivated.
+
 A notice that cannot be sent (Redis down) logs a warning and never fails the request that
 changed the user. What no signal reports (a session row deleted or expired, a role group renamed
 or deleted) is caught by the periodic check.
@@ -26,7 +29,8 @@ from functools import partial
 
 from django.contrib.auth import get_user_model, user_logged_out
 from django.db import transaction
-from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
+from rest_framework.authtoken.models import Token
 
 from controlplane.consumers import live_user_recheck
 
@@ -76,11 +80,27 @@ def user_groups_recheck(sender, instance, action, reverse, pk_set, **kwargs) -> 
             delattr(instance, _CLEARED_IDS)
 
 
+def user_tokens_revoke(sender, instance, raw=False, **kwargs) -> None:
+    """``pre_save`` of a user: a changed password or a deactivation deletes the user's API
+    token (DRF ``authtoken``), in the same transaction as the save, as it ends their other
+    sessions; the user asks ``/api/auth/token/`` for a new one. A hash upgrade Django makes at a
+    sign-in (new iteration count) changes the stored password too and so also revokes it."""
+    if raw or instance.pk is None:
+        return
+    before = type(instance).objects.filter(pk=instance.pk).values_list("password", "is_active").first()
+    if before is None:
+        return
+    password, active = before
+    if password != instance.password or (active and not instance.is_active):
+        Token.objects.filter(user_id=instance.pk).delete()
+
+
 def live_signals_connect() -> None:
     """Connect the receivers above (idempotent: each has a ``dispatch_uid``)."""
     user_model = get_user_model()
     user_logged_out.connect(user_logged_out_recheck, dispatch_uid="ceiling-live-logout")
     post_save.connect(user_saved_recheck, sender=user_model, dispatch_uid="ceiling-live-user-saved")
+    pre_save.connect(user_tokens_revoke, sender=user_model, dispatch_uid="ceiling-user-tokens-revoke")
     post_delete.connect(user_deleted_recheck, sender=user_model, dispatch_uid="ceiling-live-user-deleted")
     groups = getattr(user_model, "groups", None)
     if groups is not None:

@@ -21,8 +21,11 @@ from controlplane.permissions import user_role
 
 
 class TokenThrottle(AnonRateThrottle):
-    """At most 20 attempts a minute per client address (password guessing)."""
+    """At most 20 attempts a minute per client address (password guessing). The address is
+    ``REMOTE_ADDR`` unless ``CEILING_NUM_PROXIES`` says how many proxies in front of Ceiling
+    append to ``X-Forwarded-For`` (DRF's ``NUM_PROXIES``), so a client cannot name its own."""
 
+    scope = "token"
     rate = "20/min"
 
 

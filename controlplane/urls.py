@@ -10,13 +10,15 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane import views
+from controlplane.login_throttle import throttled_login
 from controlplane.permissions import RolePermission
 from controlplane.token_views import TokenObtainView
 from deployments.views.common import role_page
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
+    path("login/", throttled_login(auth_views.LoginView.as_view(template_name="registration/login.html")),
+         name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(permission_classes=[RolePermission]), name="api-schema"),

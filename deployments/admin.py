@@ -23,6 +23,7 @@ from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.errors import CeilingError, InvalidInput
 from deployments import services
+from deployments.choices import DEPLOYMENT_TERMINAL
 from deployments.forms import RecipeAdminForm, SecretAdminForm
 from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess
 
@@ -228,13 +229,30 @@ class ServerProcessInline(admin.TabularInline):
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Rows the node agent owns: viewable, never edited by hand (their state machines would
-    no longer match reality). Deleting stays possible for clean-up."""
+    no longer match reality). Deleting stays possible for clean-up of what is over: a row of a
+    deployment that is not stopped or failed is listed as protected and the delete refused
+    (:meth:`deletion_blockers`), since the engines it describes would run on with no row to stop
+    them by."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def deletion_blockers(self, objs: Any) -> list[str]:
+        """One line per row of ``objs`` whose deletion would orphan running engines."""
+        return []
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, perms_needed, list(protected) + self.deletion_blockers(objs)
+
+
+def _active_deployment_blockers(deployments: Any) -> list[str]:
+    return [f"deployment #{d.pk} ({d.recipe.name}) is {d.status}: stop it first (its page's Stop, or "
+            f"POST /api/deployments/{d.pk}/stop/), then delete it once it is stopped"
+            for d in deployments if d.status not in DEPLOYMENT_TERMINAL]
 
 
 @admin.register(Deployment)
@@ -245,12 +263,18 @@ class DeploymentAdmin(ReadOnlyAdmin):
     search_fields = ["recipe__name", "reason"]
     inlines = [ServerProcessInline]
 
+    def deletion_blockers(self, objs: Any) -> list[str]:
+        return _active_deployment_blockers(objs)
+
 
 @admin.register(ServerProcess)
 class ServerProcessAdmin(ReadOnlyAdmin):
     list_display = ["__str__", "deployment", "role", "ordinal", "status", "pid", "numa_node", "cpus", "pin_method", "restart_count"]
     list_filter = ["role", "status"]
     list_select_related = ["deployment", "deployment__recipe"]
+
+    def deletion_blockers(self, objs: Any) -> list[str]:
+        return _active_deployment_blockers({p.deployment for p in objs})
 
 
 @admin.register(ProcessEvent)

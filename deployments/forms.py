@@ -23,7 +23,8 @@ def spec_parse(text: str) -> dict:
 
     Raises ``forms.ValidationError`` with ``"invalid JSON at line L column C (reason)"`` on a
     syntax error (line and column are 1-based, from :class:`json.JSONDecodeError`), or when the
-    top level is not an object, or nesting deep enough to exhaust Python's recursion limit.
+    top level is not an object, nesting deep enough to exhaust Python's recursion limit, or an
+    integer longer than Python parses.
     """
     try:
         value = json.loads(text or "")
@@ -34,6 +35,10 @@ def spec_parse(text: str) -> dict:
     except RecursionError:
         # json's decoder recurses once per nesting level; thousands of "[" exhaust the stack.
         raise forms.ValidationError("invalid JSON: nested too deeply", code="too_deep") from None
+    except ValueError as exc:
+        # Python refuses integers of more than sys.get_int_max_str_digits() digits (4300 by
+        # default, CVE-2020-10735) with a plain ValueError.
+        raise forms.ValidationError(f"invalid JSON: {exc}", code="invalid_json") from None
     if not isinstance(value, dict):
         raise forms.ValidationError("must be a JSON object ({...})", code="not_object")
     return value

@@ -148,6 +148,11 @@ ENV_DENIED_NAMES = frozenset({
 # LLAMA_ARG_*: llama-server's environment spelling of every command-line flag, which would
 # bypass the typed flag allowlist (LLAMA_ARG_MODEL skips the model-root check).
 ENV_DENIED_PREFIXES = ("LD_", "DYLD_", "PYTHON", "GCONV_", "MALLOC_", "LLAMA_ARG_")
+# Switches that turn on an engine's unsafe modes: development endpoints (VLLM_SERVER_DEV_MODE),
+# loading adapters or code at run time (VLLM_ALLOW_RUNTIME_LORA_UPDATING), unsafe
+# deserialisation (VLLM_ALLOW_INSECURE_SERIALIZATION). Matched anywhere in the name; switches
+# that only lift a limit (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN) stay allowed.
+ENV_DENIED_PARTS = ("_DEV_MODE", "_ALLOW_RUNTIME", "INSECURE", "_UNSAFE", "TRUST_REMOTE_CODE")
 # Suffixes of names that point a library at code to run: plugin and module loaders, a tool's
 # path (TRITON_PTXAS_PATH, LLAMA_CPP_LIB_PATH), a compiler or binary (DG_JIT_NVCC_COMPILER), a
 # Python package to import (SGLANG_EXTERNAL_MODEL_PACKAGE), or a compiled-kernel cache a library
@@ -165,6 +170,11 @@ ENV_DENIED_SUFFIXES = ("_PLUGIN", "_PLUGIN_DIR", "_PLUGIN_PATH", "_MODULE_DIR", 
 # under settings.CEILING_MODEL_ROOTS). Every other value may not contain "/" at all, so no
 # variable, allowed by prefix or not, can point a library at a file or folder.
 ENV_PATH_NAMES = frozenset({"HF_HOME"})
+#: Characters no env value may hold besides the C0 controls other than tab: the line breaks
+#: :meth:`str.splitlines` knows outside C0 (NEL, U+2028, U+2029) and DEL. An environment
+#: variable cannot hold NUL, and a line break splits a value for whatever reads the
+#: environment, a log or a launch script line by line.
+ENV_VALUE_REFUSED_CHARS = "\x85\u2028\u2029\x7f"
 # spec.secrets may only fill variables named like credentials: a secret given to any other
 # variable (an engine switch such as CEILING_SIM_FAIL_GENERATE) can be echoed by the engine in an
 # error, transformed (lower-cased) so that no exact-value redaction catches it.
@@ -899,6 +909,9 @@ def env_name_problem(name: str) -> str | None:
         return f"{name} is set by Ceiling from {ENV_RENDERER_OWNED[upper]}"
     if (upper in ENV_DENIED_NAMES or upper.startswith(ENV_DENIED_PREFIXES) or upper.endswith(ENV_DENIED_SUFFIXES)):
         return f"{name} is not allowed: it changes which code or libraries the process loads"
+    if any(part in f"_{upper}" for part in ENV_DENIED_PARTS):
+        return (f"{name} is not allowed: it switches on an unsafe mode (development endpoints, code or adapters "
+                "loaded at run time, unsafe deserialisation)")
     if name in ENV_ALLOWED_NAMES or name.startswith(ENV_ALLOWED_PREFIXES):
         return None
     return (f"{name} is not in the allowlist (names {', '.join(sorted(ENV_ALLOWED_NAMES))}; "
@@ -940,8 +953,9 @@ def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:
             errs.add(key, f"value must be a string, got {_show(value)}")
             continue
         text = str(value)
-        if any(c in text for c in "\x00\n\r"):
-            errs.add(key, "value must not contain NUL or line breaks")
+        if any(c in text for c in ENV_VALUE_REFUSED_CHARS) or any(ord(c) < 0x20 and c != "\t" for c in text):
+            errs.add(key, "value must not contain NUL, line breaks (any that str.splitlines() splits at: \\n, \\r, "
+                          "\\v, \\f, \\x1c-\\x1e, \\x85, U+2028, U+2029) or other control characters")
         elif len(text) > MAX_ENV_VALUE:
             errs.add(key, f"value is {len(text)} characters; at most {MAX_ENV_VALUE}")
         elif (problem := env_value_problem(name, text)) is not None:

@@ -14,6 +14,24 @@ from celery import shared_task
 
 HEARTBEAT_PERIOD_S = 10.0
 RECONCILE_PERIOD_S = 60.0
+#: Seconds after its agent's last heartbeat that a node still gets the beat's messages. An
+#: expired message leaves a queue only when a worker consumes it, so a node without an agent
+#: (a captured host such as the seed machine, a host switched off) would pile up one message
+#: per period for ever; past this grace it gets none. Its agent heartbeats by itself when it
+#: starts (:mod:`deployments.agent`), which brings it back into the fan-out.
+FANOUT_GRACE_S = 300.0
+
+
+def _fanout_names() -> list[str]:
+    """Nodes whose agent heartbeated within :data:`FANOUT_GRACE_S` seconds."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deployments.models import Node
+
+    since = timezone.now() - timedelta(seconds=FANOUT_GRACE_S)
+    return list(Node.objects.filter(agent_heartbeat_at__gte=since).values_list("name", flat=True))
 
 
 @shared_task(ignore_result=True)
@@ -26,16 +44,16 @@ def node_heartbeat_task(node_name: str) -> None:
 
 @shared_task(ignore_result=True)
 def nodes_heartbeat_fanout() -> int:
-    """Beat task: send a heartbeat request to every registered node's queue.
+    """Beat task: send a heartbeat request to the queue of every node whose agent heartbeated
+    within :data:`FANOUT_GRACE_S` (the agent also heartbeats by itself from its monitor loop;
+    this is the broker-path check).
 
-    Each message expires after one period, so a node whose agent is down does not pile up
-    work; its ``agent_heartbeat_at`` simply ages and the UI shows it offline. (The agent also
-    heartbeats by itself from its monitor loop; this is the broker-path check.)
-    Returns the number of nodes asked.
+    Each message expires after one period, so an agent that was down a while finds no backlog
+    to run; a node whose agent has been silent longer than the grace gets nothing, so its queue
+    does not grow (expired messages are only dropped when consumed), its
+    ``agent_heartbeat_at`` ages and the UI shows it offline. Returns the number of nodes asked.
     """
-    from deployments.models import Node
-
-    names = list(Node.objects.values_list("name", flat=True))
+    names = _fanout_names()
     for name in names:
         node_heartbeat_task.apply_async(args=[name], queue=f"node.{name}", expires=HEARTBEAT_PERIOD_S)
     return len(names)
@@ -70,11 +88,10 @@ def node_reconcile_task(node_name: str) -> None:
 
 @shared_task(ignore_result=True)
 def nodes_reconcile_fanout() -> int:
-    """Beat task: ask every node's agent to reconcile; each message expires after one period
-    so an agent that is down does not find a backlog. Returns the number of nodes asked."""
-    from deployments.models import Node
-
-    names = list(Node.objects.values_list("name", flat=True))
+    """Beat task: ask the agent of every node heard from within :data:`FANOUT_GRACE_S` to
+    reconcile; each message expires after one period so an agent that was down does not find a
+    backlog. Returns the number of nodes asked."""
+    names = _fanout_names()
     for name in names:
         node_reconcile_task.apply_async(args=[name], queue=f"node.{name}", expires=RECONCILE_PERIOD_S)
     return len(names)

@@ -39,6 +39,16 @@ RECIPE_ERRORS_HELP = (
     "node) and spec errors together. " + s.ERROR_SHAPE_HELP
 )
 
+
+def _telemetry_window_check(since: float, until: float) -> None:
+    """A 400 on ``since`` when the window is longer than
+    :data:`deployments.telemetry.selectors.MAX_WINDOW_S` (the read's cost grows with it)."""
+    limit = telemetry_selectors.MAX_WINDOW_S
+    if until - since > limit:
+        raise ValidationError({"since": [
+            f"the window from since to until is {until - since:.0f} s; at most {limit:.0f} s "
+            f"({limit / 3600:.0f} h) a request: ask for consecutive windows, e.g. since={until - limit:.0f}"]})
+
 SECRET_VALUE_HELP = (
     "A value shorter than the masking minimum, or holding a NUL or a line break (a secret reaches its engine as an "
     "environment variable, which cannot carry them faithfully), is a 400 on `value` with the reason."
@@ -84,7 +94,8 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Destr
         summary="A node's live telemetry for re-sync: last sample, sequence number, 1 s history",
         description="For a client that connects or sees a gap in `seq`: `latest` holds the last `node.sample` "
         "message of group `node-<name>` (null when none in the past hour) and `history` the stored 1 s "
-        "rollups from `since` (default: 10 minutes ago) to `until` (default: now). `fields` picks series: "
+        "rollups from `since` (default: 10 minutes ago) to `until` (default: now), at most 24 h a request "
+        "(longer: 400 on `since`). `fields` picks series: "
         + ", ".join(telemetry_selectors.NODE_GPU_FIELDS + telemetry_selectors.NODE_HOST_FIELDS)
         + f" (default: {', '.join(telemetry_selectors.NODE_GPU_DEFAULT + telemetry_selectors.NODE_HOST_DEFAULT)}).",
         parameters=[
@@ -102,6 +113,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Destr
         q = _query(s.TelemetryQuerySerializer, request)
         until = q.get("until")
         since = q.get("since", (until or time.time()) - TELEMETRY_DEFAULT_WINDOW_S)
+        _telemetry_window_check(since, until or time.time())
         try:
             history = telemetry_selectors.telemetry_for_node(node_id=node.pk, since=since, until=until,
                                                              fields=q.get("fields"))
@@ -423,7 +435,8 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         summary="A deployment's live telemetry for re-sync: last messages, sequence number, 1 s history",
         description="`latest` holds the last `deployment.sample` and `deployment.status` messages of group "
         "`deployment-<id>` (null when none in the past hour); `history` the stored 1 s rollups from `since` to "
-        "`until` (unix seconds; default: the 10 minutes before now, or before the deployment ended).",
+        "`until` (unix seconds; default: the 10 minutes before now, or before the deployment ended; at most 24 h a "
+        "request, longer: 400 on `since`).",
         parameters=[
             OpenApiParameter("since", OpenApiTypes.NUMBER, description="unix seconds"),
             OpenApiParameter("until", OpenApiTypes.NUMBER, description="unix seconds"),
@@ -437,6 +450,7 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         until = q.get("until")
         end = until or (deployment.ended_at.timestamp() if deployment.ended_at else time.time())
         since = q.get("since", end - TELEMETRY_DEFAULT_WINDOW_S)
+        _telemetry_window_check(since, end if until is None and "since" not in q else (until or time.time()))
         history = telemetry_selectors.telemetry_for_deployment(deployment_id=deployment.pk, since=since, until=until)
         group = deployment_group(deployment.pk)
         latest = latest_messages(group)

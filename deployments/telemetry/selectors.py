@@ -27,6 +27,9 @@ NODE_HOST_DEFAULT = ("host_cpu_pct",)
 PROCESS_FIELDS = ("gen_tok_s", "running", "queued", "kv_usage", "gpu_memory_bytes", "cpu_pct")
 #: Default largest number of points of one series.
 MAX_POINTS = 3600
+#: Longest window one API request may ask for, in seconds (24 h: 86,400 one-second rows of an
+#: 8-GPU node take seconds of CPU to read; a longer history is read in consecutive windows).
+MAX_WINDOW_S = 86_400.0
 
 
 def _dt(unix_s: float | None) -> datetime | None:
@@ -40,14 +43,34 @@ def _mean(values: list[Any]) -> Any:
     return next((v for v in reversed(values) if v is not None), None)
 
 
-def _thin(t: list[float], series: list[list[Any]], max_points: int) -> tuple[list[float], list[list[Any]], int]:
-    """Average runs of ``step`` consecutive entries so no series is longer than ``max_points``."""
-    if len(t) <= max_points:
-        return t, series, 1
-    step = math.ceil(len(t) / max_points)
-    new_t = [t[i] for i in range(0, len(t), step)]
-    new_series = [[_mean(s[i:i + step]) for i in range(0, len(s), step)] for s in series]
-    return new_t, new_series, step
+def _binned(qs, max_points: int, extract) -> tuple[list[float], dict[Any, list[Any]], int]:
+    """Read the ``(at, data)`` rows of ``qs`` (ordered by ``at``) in chunks and average runs of
+    ``step`` consecutive rows, ``step`` the smallest that keeps at most ``max_points`` entries;
+    memory stays at the output's size however many rows the window holds. ``extract(data)``
+    gives ``{series key: value}`` of one row. Returns ``(t, {key: series}, step)``: ``t`` the
+    first second of each run; with ``step`` 1 the values are the rows' own, unrounded; a key a
+    run does not have is None there."""
+    total = qs.count()
+    step = max(1, math.ceil(total / max_points)) if total else 1
+    t: list[float] = []
+    bins: list[dict[Any, Any]] = []
+    current: dict[Any, list[Any]] = {}
+    in_run = 0
+    for read, (at, data) in enumerate(qs.values_list("at", "data").iterator(chunk_size=2000)):
+        if read >= total:
+            break  # rows stored after the count: the next request shows them
+        if in_run == 0:
+            t.append(at.timestamp())
+        for key, value in extract(data or {}).items():
+            current.setdefault(key, []).append(value)
+        in_run += 1
+        if in_run == step:
+            bins.append({k: (v[0] if step == 1 else _mean(v)) for k, v in current.items()})
+            current, in_run = {}, 0
+    if in_run:
+        bins.append({k: _mean(v) for k, v in current.items()})
+    keys = {k for b in bins for k in b}
+    return t, {k: [b.get(k) for b in bins] for k in keys}, step
 
 
 def _window(qs, since: float | None, until: float | None):
@@ -78,19 +101,21 @@ def telemetry_for_node(*, node_id: int, since: float | None = None, until: float
                          f"{', '.join((*NODE_GPU_FIELDS, *NODE_HOST_FIELDS))}")
     gpu_fields = [f for f in wanted if f in NODE_GPU_FIELDS]
     host_fields = [f for f in wanted if f in NODE_HOST_FIELDS]
-    rows = list(_window(NodeTelemetry.objects.filter(node_id=node_id), since, until)
-                .order_by("at").values_list("at", "data"))
-    t = [at.timestamp() for at, _ in rows]
-    indices = sorted({int(i) for _, data in rows for i in (data.get("gpus") or {})})
+
+    def extract(data: dict) -> dict[tuple[str | None, str], Any]:
+        row: dict[tuple[str | None, str], Any] = {(None, f): data.get(f) for f in host_fields}
+        for index, gpu in (data.get("gpus") or {}).items():
+            gpu = gpu or {}
+            for f in gpu_fields:
+                row[(str(index), f)] = gpu.get(f)
+        return row
+
+    qs = _window(NodeTelemetry.objects.filter(node_id=node_id), since, until).order_by("at")
+    t, found, step = _binned(qs, max_points, extract)
+    indices = sorted({int(gpu) for gpu, _ in found if gpu is not None})
     keys: list[tuple[str | None, str]] = [(str(i), f) for i in indices for f in gpu_fields]
     keys += [(None, f) for f in host_fields]
-    series: list[list[Any]] = []
-    for gpu, name in keys:
-        if gpu is None:
-            series.append([data.get(name) for _, data in rows])
-        else:
-            series.append([((data.get("gpus") or {}).get(gpu) or {}).get(name) for _, data in rows])
-    t, series, step = _thin(t, series, max_points)
+    series = [found.get(k, [None] * len(t)) for k in keys]
     out: dict[str, Any] = {"t": t, "gpus": {}, "resolution_s": step}
     for (gpu, name), values in zip(keys, series):
         if gpu is None:
@@ -109,15 +134,20 @@ def telemetry_for_deployment(*, deployment_id: int, since: float | None = None, 
     "queued", "kv_usage", "gpu_memory_bytes", "cpu_pct"}}, "resolution_s": int}``. tok/s is
     generated tokens per second; ``kv_usage`` a fraction 0..1; ``cpu_pct`` percent of one core;
     memory in bytes."""
-    rows = list(_window(DeploymentTelemetry.objects.filter(deployment_id=deployment_id), since, until)
-                .order_by("at").values_list("at", "data"))
-    t = [at.timestamp() for at, _ in rows]
-    pids = sorted({int(p) for _, data in rows for p in (data.get("processes") or {})})
+
+    def extract(data: dict) -> dict[tuple[str | None, str], Any]:
+        row: dict[tuple[str | None, str], Any] = {(None, "tok_s"): data.get("tok_s")}
+        for pid, process in (data.get("processes") or {}).items():
+            process = process or {}
+            for f in PROCESS_FIELDS:
+                row[(str(pid), f)] = process.get(f)
+        return row
+
+    qs = _window(DeploymentTelemetry.objects.filter(deployment_id=deployment_id), since, until).order_by("at")
+    t, found, step = _binned(qs, max_points, extract)
+    pids = sorted({int(pid) for pid, _ in found if pid is not None})
     keys = [(str(p), f) for p in pids for f in PROCESS_FIELDS]
-    series = [[data.get("tok_s") for _, data in rows]]
-    for pid, name in keys:
-        series.append([((data.get("processes") or {}).get(pid) or {}).get(name) for _, data in rows])
-    t, series, step = _thin(t, series, max_points)
+    series = [found.get(k, [None] * len(t)) for k in [(None, "tok_s"), *keys]]
     out: dict[str, Any] = {"t": t, "tok_s": series[0], "processes": {}, "resolution_s": step}
     for (pid, name), values in zip(keys, series[1:]):
         out["processes"].setdefault(pid, {})[name] = values

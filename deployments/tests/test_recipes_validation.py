@@ -626,7 +626,20 @@ def test_it_accepts_allowlisted_env_and_checks_values():
     assert out["roles"]["decode"]["env"] == {"UCX_TLS": "rc,cuda_copy"}
     spec["env"] = {"NCCL_DEBUG": "INFO\nLD_PRELOAD=/tmp/x.so", "NCCL_ALGO": "x" * 5000, "SGLANG_X": None, "1BAD": "1"}
     errs = errors_of(spec)
-    assert errs["spec.env.NCCL_DEBUG"] == ["value must not contain NUL or line breaks"]
+    assert errs["spec.env.NCCL_DEBUG"] == [
+        "value must not contain NUL, line breaks (any that str.splitlines() splits at: \\n, \\r, \\v, \\f, "
+        "\\x1c-\\x1e, \\x85, U+2028, U+2029) or other control characters"]
+    for sneaky in ("INFO\u2028x", "INFO\x85x", "INFO\x1bx", "INFO\x0bx"):
+        spec["env"] = {"NCCL_DEBUG": sneaky}
+        assert list(errors_of(spec)) == ["spec.env.NCCL_DEBUG"], repr(sneaky)
+    spec["env"] = {"NCCL_DEBUG": "INFO\tWARN", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}
+    validate(spec)  # a tab is text; a switch that lifts a limit is no unsafe mode
+    for unsafe in ("VLLM_SERVER_DEV_MODE", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_ALLOW_INSECURE_SERIALIZATION"):
+        spec["env"] = {unsafe: "1"}
+        (message,) = errors_of(spec)[f"spec.env.{unsafe}"]
+        assert message.startswith(f"{unsafe} is not allowed: it switches on an unsafe mode"), message
+    spec["env"] = {"NCCL_DEBUG": "INFO\nLD_PRELOAD=/tmp/x.so", "NCCL_ALGO": "x" * 5000, "SGLANG_X": None, "1BAD": "1"}
+    errs = errors_of(spec)
     assert errs["spec.env.NCCL_ALGO"] == ["value is 5000 characters; at most 4096"]
     assert errs["spec.env.SGLANG_X"] == ["value must be a string, got None"]
     assert errs["spec.env"][0].startswith("'1BAD' is not a valid variable name")

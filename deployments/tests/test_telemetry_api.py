@@ -139,3 +139,37 @@ def test_it_offers_no_write_on_the_telemetry_endpoints(admin_api, node):
 def test_it_documents_the_endpoints_in_the_schema(viewer_api):
     paths = viewer_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()["paths"]
     assert "/api/nodes/{name}/telemetry/" in paths and "/api/deployments/{id}/telemetry/" in paths
+
+
+def test_a_long_window_is_thinned_by_averaging_runs_of_rows_read_in_chunks(node, django_assert_max_num_queries):
+    from deployments.telemetry.selectors import telemetry_for_node
+
+    base = int(time.time()) - 5000
+    NodeTelemetry.objects.bulk_create([NodeTelemetry(node=node, at=_at(base + s), data={
+        "gpus": {"0": {"power_w": float(s)}, **({"1": {"power_w": 100.0}} if s >= 4 else {})},
+        "host_cpu_pct": None if s == 1 else 10.0}) for s in range(7)])
+    # 7 rows, at most 3 points: runs of 3 rows (0-2, 3-5, 6); a GPU first seen in row 4 is None before.
+    history = telemetry_for_node(node_id=node.pk, since=base, until=base + 10, max_points=3,
+                                 fields=["power_w", "host_cpu_pct"])
+    assert history["resolution_s"] == 3
+    assert history["t"] == [float(base), float(base + 3), float(base + 6)]
+    assert history["gpus"] == {"0": {"power_w": [1.0, 4.0, 6.0]}, "1": {"power_w": [None, 100.0, 100.0]}}
+    assert history["host_cpu_pct"] == [10.0, 10.0, 10.0]  # a None in a run is left out of its mean
+    # Unthinned, the rows' own values come back as stored.
+    history = telemetry_for_node(node_id=node.pk, since=base, until=base + 10, fields=["host_cpu_pct"])
+    assert history["resolution_s"] == 1 and history["host_cpu_pct"] == [10.0, None, 10.0, 10.0, 10.0, 10.0, 10.0]
+    # The rows are read in chunks (a count, then the rows): the whole window is never a list.
+    with django_assert_max_num_queries(3):
+        telemetry_for_node(node_id=node.pk, since=base, until=base + 10, max_points=2)
+
+
+def test_a_window_longer_than_a_day_is_refused_with_how_to_page(viewer_api, node):
+    deployment = deployment_row_create(recipe=recipe_row_create(node=node))
+    until = time.time()
+    for url in (f"/api/nodes/{node.name}/telemetry/", f"/api/deployments/{deployment.pk}/telemetry/"):
+        response = viewer_api.get(url, {"since": 0})
+        assert response.status_code == 400, url
+        (message,) = response.json()["since"]
+        assert "at most 86400 s (24 h) a request: ask for consecutive windows" in message
+        ok = viewer_api.get(url, {"since": int(until) - 86_000, "until": int(until)})
+        assert ok.status_code == 200, url

@@ -248,6 +248,13 @@ def test_it_reports_bad_json_with_line_and_column(operator_client, seed_node):
     assert response.status_code == 400
     assert "nested too deeply" in _html(response)
 
+    huge = '{"model": {"path": "/models/x"}, "n": ' + "9" * 5000 + "}"
+    for name in ("deployments:recipe-create", "deployments:recipe-validate"):
+        response = operator_client.post(reverse(name), dict(data, spec=huge))
+        assert response.status_code == 400, name
+        assert "invalid JSON: Exceeds the limit (4300 digits)" in _html(response)
+    assert not Recipe.objects.exists()
+
     deep = '{"model": ' * 40 + "1" + "}" * 40
     response = operator_client.post(reverse("deployments:recipe-create"), dict(data, spec=deep))
     assert response.status_code == 400
