@@ -14,7 +14,7 @@ from django.utils.functional import cached_property
 from controlplane.errors import InvalidInput
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
-from deployments.models import Node, Recipe, Secret
+from deployments.models import Node, Recipe, Secret, slug_validator
 from deployments.recipes import RECIPE_DOC_PATH
 
 
@@ -56,7 +56,8 @@ class RecipeForm(forms.Form):
     and the hidden ``expected_version`` the edit is based on.
     """
 
-    name = forms.CharField(max_length=63, help_text="lowercase letters, digits, '.', '_' or '-'")
+    name = forms.CharField(max_length=63, validators=[slug_validator],
+                           help_text="lowercase letters, digits, '.', '_' or '-'")
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     engine = forms.ChoiceField(choices=Engine.choices)
     topology = forms.ChoiceField(choices=Topology.choices)

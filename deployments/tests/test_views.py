@@ -249,9 +249,9 @@ def test_it_reports_bad_json_with_line_and_column(operator_client, seed_node):
     assert "nested too deeply" in _html(response)
 
     huge = '{"model": {"path": "/models/x"}, "n": ' + "9" * 5000 + "}"
-    for name in ("deployments:recipe-create", "deployments:recipe-validate"):
+    for name, status in (("deployments:recipe-create", 400), ("deployments:recipe-validate", 200)):
         response = operator_client.post(reverse(name), dict(data, spec=huge))
-        assert response.status_code == 400, name
+        assert response.status_code == status, name
         assert "invalid JSON: Exceeds the limit (4300 digits)" in _html(response)
     assert not Recipe.objects.exists()
 
@@ -334,6 +334,30 @@ def test_it_validates_and_lists_errors_per_path(operator_client, seed_node):
     response = operator_client.post(reverse("deployments:recipe-validate"), _form_data(ex, seed_node, spec="{"))
     assert response.status_code == 200
     assert "invalid JSON at line 1 column 2" in _html(response)
+
+
+def test_validate_says_what_create_would_refuse_all_at_once(operator_client, operator, seed_node):
+    ex = example_recipe("seed-v4-flash-pd")
+    bad_name = _html(operator_client.post(reverse("deployments:recipe-validate"), _form_data(ex, seed_node, name="Bad Name!")))
+    assert 'id="validate-ok"' not in bad_name
+    assert "Use 1-63 lowercase letters" in bad_name
+    # A bad name and a broken spec are both reported, by Validate and by Create.
+    for url in ("deployments:recipe-validate", "deployments:recipe-create"):
+        html = _html(operator_client.post(reverse(url), _form_data(ex, seed_node, name="Bad Name!", spec="{bad")))
+        assert "Use 1-63 lowercase letters" in html and "invalid JSON at line 1 column 2" in html, url
+    # A bad name and a spec error found by the recipe rules, too.
+    ex["spec"]["roles"]["prefill"]["gpus"] = [0, 1, 2, 99]
+    html = _html(operator_client.post(reverse("deployments:recipe-validate"), _form_data(ex, seed_node, name="Bad Name!")))
+    assert "Use 1-63 lowercase letters" in html and "<code>spec.roles.prefill.gpus</code>" in html
+    # A name another recipe has: Validate says so, as Create would; an edit keeps its own name.
+    ex = example_recipe("seed-v4-flash-pd")
+    recipe_create(user=operator, name=ex["name"], engine=ex["engine"], topology=ex["topology"], node=seed_node,
+                  spec=ex["spec"])
+    taken = _html(operator_client.post(reverse("deployments:recipe-validate"), _form_data(ex, seed_node)))
+    assert f"A recipe named &#x27;{ex['name']}&#x27; already exists." in taken and 'id="validate-ok"' not in taken
+    editing = _html(operator_client.post(reverse("deployments:recipe-validate"),
+                                         _form_data(ex, seed_node, expected_version="1")))
+    assert 'id="validate-ok"' in editing
 
 
 # --- history, diff, revert ------------------------------------------------------------------

@@ -354,8 +354,15 @@ def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
     processes: list[dict[str, Any]] = []
     summary: dict[str, Any] | None = None
     field_errors: dict[str, list[str]] = {}
-    if form.is_valid():
-        data = form.cleaned_data
+    form.is_valid()
+    data = form.cleaned_data
+    # The create form has no expected_version: a name taken by another recipe is what Create
+    # would refuse, so Validate says it too (an edit keeps its own recipe's name).
+    name = data.get("name")
+    if name and not request.POST.get("expected_version") and Recipe.objects.filter(name=name).exists():
+        form.add_error("name", f"A recipe named {name!r} already exists.")
+    # The spec is judged whenever the fields it depends on are good, so every problem shows at once.
+    if all(key in data for key in ("engine", "topology", "node", "spec")):
         node = Node.objects.prefetch_related("gpus", "numa_nodes").get(pk=data["node"].pk)
         facts = node_facts_from_row(node)
         try:
