@@ -1,8 +1,9 @@
 """Ceiling settings: one file, driven by the environment.
 
-Embedded defaults (laptop, CI): SQLite in ``var/``, Redis on localhost, DEBUG on.
+Embedded defaults (laptop, CI): SQLite in ``var/``, Redis on localhost, DEBUG off (``DEBUG=1``
+turns Django's debug pages on: they show request data, a form's secret value included).
 Production: set ``CEILING_ENV=production``; then ``SECRET_KEY``, ``ALLOWED_HOSTS`` and
-``CEILING_SECRETS_KEY`` are required and DEBUG defaults to off.
+``CEILING_SECRETS_KEY`` are required.
 
 Variables
 ---------
@@ -29,7 +30,7 @@ VAR_DIR = Path(env_str("CEILING_VAR_DIR", str(BASE_DIR / "var")))
 CEILING_ENV = env_str("CEILING_ENV", "local")
 PRODUCTION = CEILING_ENV == "production"
 
-DEBUG = env_bool("DEBUG", default=not PRODUCTION)
+DEBUG = env_bool("DEBUG", default=False)
 SECRET_KEY = env_str("SECRET_KEY", required=PRODUCTION) or "ceiling-local-insecure-key-change-me"
 # Stored secrets are encrypted with their own key, not SECRET_KEY (rotating that must not lose
 # them): CEILING_SECRETS_KEY when set, else this file, created on first use (controlplane.secretbox).
