@@ -70,6 +70,19 @@ def sweep_latest_for_recipe(*, recipe_name: str) -> BenchmarkSweep | None:
 QUEUE_STALL_S = 15.0
 
 
+def sweep_requests_cancelled(*, sweep: BenchmarkSweep) -> int | None:
+    """Requests of ``sweep`` that a cancel ended in flight (the ``aborted`` count of each point
+    stored cancelled partway, :func:`benchmarks.sweeps.summary_mark_partial`); not among its
+    ``requests_done``. None when no point was cut by a cancel."""
+    total, seen = 0, False
+    for summary in sweep.runs.filter(status="cancelled").values_list("summary", flat=True):
+        part = summary.get("partial") if isinstance(summary, dict) else None
+        aborted = part.get("aborted") if isinstance(part, dict) else None
+        if isinstance(aborted, int) and not isinstance(aborted, bool):
+            total, seen = total + aborted, True
+    return total if seen else None
+
+
 def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
     """Why an active sweep is not measuring yet, in one sentence; ``""`` when it is running or over.
 

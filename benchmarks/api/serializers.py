@@ -19,19 +19,23 @@ class SweepSerializer(serializers.ModelSerializer):
     output tok/s, null unless the sweep is running), GPU count and snapshot; ``worker``
     (``host:pid`` running it) and ``heartbeat_at`` (its last sign of life); ``run_ids`` in
     grid order; ``queue_note``: why an active sweep is not measuring yet
-    (:func:`benchmarks.selectors.sweep_queue_note`, empty once it runs). The analysis is served by
+    (:func:`benchmarks.selectors.sweep_queue_note`, empty once it runs); ``requests_done``: the
+    requests that finished (succeeded, or failed with an answer); ``requests_cancelled``: those a
+    cancel ended in flight, null when no point was cut by a cancel. The analysis is served by
     ``/api/sweeps/<id>/analysis/``."""
 
     run_ids = serializers.SerializerMethodField()
+    requests_cancelled = serializers.SerializerMethodField(
+        help_text="requests a cancel ended in flight (not in requests_done); null when none was")
     queue_note = serializers.SerializerMethodField()
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
         model = BenchmarkSweep
         fields = ["id", "name", "deployment", "grid", "status", "reason", "cancel_requested", "points_total",
-                  "points_done", "requests_total", "requests_done", "current_tok_s", "current_point", "num_gpus",
-                  "served_model_name", "topology", "engine", "snapshot", "created_by", "created_at", "started_at",
-                  "ended_at", "worker", "heartbeat_at", "run_ids", "queue_note"]
+                  "points_done", "requests_total", "requests_done", "requests_cancelled", "current_tok_s",
+                  "current_point", "num_gpus", "served_model_name", "topology", "engine", "snapshot", "created_by",
+                  "created_at", "started_at", "ended_at", "worker", "heartbeat_at", "run_ids", "queue_note"]
         read_only_fields = fields
 
     def to_representation(self, instance: BenchmarkSweep):
@@ -48,6 +52,12 @@ class SweepSerializer(serializers.ModelSerializer):
         from benchmarks.selectors import sweep_queue_note
 
         return sweep_queue_note(sweep=obj)
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_requests_cancelled(self, obj: BenchmarkSweep) -> int | None:
+        from benchmarks.selectors import sweep_requests_cancelled
+
+        return sweep_requests_cancelled(sweep=obj)
 
     def get_run_ids(self, obj: BenchmarkSweep) -> list[int]:
         return [r.pk for r in obj.runs.all()]

@@ -308,17 +308,17 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
 
     ``deltas_pct`` gives each run's value against the baseline run's in percent of the
     baseline's (``(value − baseline) / baseline × 100``; the baseline's own is 0): null where a
-    value is missing or the baseline's is 0, everywhere when the baseline holds no measurement
-    (a note says so), and for goodput where the run's SLO is not the baseline's or the baseline's
-    is not known. The baseline is ``baseline_id``, else the first run. Raises
+    value is missing or the baseline's is 0, everywhere when the baseline is not rankable (it holds
+    no measurement, or its lengths are not the requested fixed ones; a note says so, ending "so no
+    delta is given"), and for goodput where the run's SLO is not the baseline's or the baseline's
+    is not known. The baseline is ``baseline_id``, else the first rankable run, else (no run is
+    rankable: no delta at all, with a note) the first run. Raises
     :class:`InvalidInput` for fewer than 2 runs (``ids``) and a ``baseline_id`` that is not one of
     ``runs`` (``baseline``).
     """
     if len(runs) < 2:
         raise InvalidInput({"ids": ["give at least two runs to compare"]})
-    if baseline_id is None:
-        baseline_id = runs[0].pk
-    if baseline_id not in {r.pk for r in runs}:
+    if baseline_id is not None and baseline_id not in {r.pk for r in runs}:
         raise InvalidInput({"baseline": [f"run #{baseline_id} is not one of the compared runs "
                                          f"({', '.join(f'#{r.pk}' for r in runs)})"]})
     entries = []
@@ -342,9 +342,19 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         entries.append({"id": run.pk, "label": run.label, "sweep_id": run.sweep_id, "status": run.status,
                         "flags": list(run.flags), "metrics": metrics, "config": _config_fields(run),
                         "rankable": refusal is None, "refusal": refusal, "measured": unmeasured is None})
+    if baseline_id is None:
+        # The first run that is ranked: a change against a run that is not comparable (no
+        # measurement, or lengths other than the requested fixed ones) would read as a result.
+        baseline_id = next((e["id"] for e in entries if e["rankable"]), runs[0].pk)
     base = next(i for i, e in enumerate(entries) if e["id"] == baseline_id)
-    if not entries[base]["measured"]:
+    with_deltas = entries[base]["rankable"]
+    if not any(e["rankable"] for e in entries):
+        notes.append("no run is comparable (none is ranked), so no delta is given")
+    elif not entries[base]["measured"]:
         notes.append(f"the baseline run #{baseline_id} holds no measurement, so no delta is given")
+    elif not with_deltas:
+        notes.append(f"the baseline run #{baseline_id} is not ranked (not comparable with fixed-length runs), so no "
+                     "delta is given; choose a ranked run as the baseline")
 
     # Goodput is a count against the run's own SLO: different (or unknown) SLOs, different measures.
     def slo_key(e: dict[str, Any]) -> str:
@@ -365,7 +375,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     fields = []
     for key, label, unit in COMPARE_FIELDS:
         values = [_path(e["metrics"], key) if e["measured"] or key == "failures" else None for e in entries]
-        deltas = [_delta_pct(v, values[base]) if entries[base]["measured"] else None for v in values]
+        deltas = [_delta_pct(v, values[base]) if with_deltas else None for v in values]
         if key == "goodput_req_s":
             same_slo = [entries[base]["config"]["slo"] is not None and slo_key(e) == slo_key(entries[base])
                         for e in entries]

@@ -903,7 +903,10 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                                          health=health) if failed else "")
     run.ended_at = timezone.now()
     run.save()
-    fields: dict[str, Any] = {"requests_done": done_before + sent,
+    # Requests done are the ones that finished (a success, or a failure the server answered): a
+    # request the cancel ended in flight did not, and is counted apart (the summary's ``aborted``).
+    finished = sent - int(summary.get("aborted") or 0) if cancelled_here else sent
+    fields: dict[str, Any] = {"requests_done": done_before + max(0, finished),
                               "current_tok_s": summary.get("output_throughput_tok_s")}
     if timed:
         # The sweep's total follows what was sent only for a time-limited point (what fitted in its

@@ -81,6 +81,13 @@ def test_it_keeps_a_partial_summary_of_the_point_a_cancel_stopped(sim_url: str, 
                           "(kept for the record, not analysed or ranked)")
     records = RecordStore.load(cut.records_path)
     assert len(records) == s["requests"] and int(records.column("ok").sum()) == s["successes"]
+    # Requests done are the ones that finished: the whole point's 5 and the cut point's successes;
+    # the ones the cancel ended in flight are counted apart, on the page and in the API.
+    assert sweep.requests_done == 5 + s["requests"] - s["aborted"] == 5 + s["successes"]
+    from benchmarks.views import sweep_progress
+
+    progress = sweep_progress(sweep)
+    assert (progress["requests_done"], progress["requests_cancelled"]) == (5 + s["successes"], s["aborted"])
 
     # Shown as partial: the text report, the CSV and the JSON export.
     report = sweep_report_text(sweep=sweep)

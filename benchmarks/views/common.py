@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+import functools
+from collections.abc import Callable
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
 
 from benchmarks import services
 from benchmarks.choices import RunSource, RunStatus
@@ -76,6 +79,23 @@ def _can_write(request: HttpRequest) -> bool:
     return has_role(request.user, "operator")
 
 
+def post_or_redirect(target: Callable[..., str]) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """For a page address that only acts on POST (a form's action): a GET or HEAD, e.g. the address
+    a failed form left in the browser and the user reloaded, is redirected (302) to the page with
+    the form, ``target(request, *args, **kwargs)``, instead of answering a bare 405; any other
+    method is 405 naming POST."""
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @functools.wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method in ("GET", "HEAD"):
+                return redirect(target(request, *args, **kwargs))
+            if request.method != "POST":
+                return HttpResponseNotAllowed(["POST"])
+            return view(request, *args, **kwargs)
+        return wrapped
+    return decorate
+
+
 def _opt_float(value: Any) -> float | None:
     """A finite float, or None for absent, null, NaN, infinite or non-numeric values."""
     if value is None or isinstance(value, bool):
@@ -105,6 +125,11 @@ def _ids_param(request: HttpRequest, name: str) -> list[int]:
         if int(part) not in out:
             out.append(int(part))
     return out
+
+
+def _is_count(value: Any) -> bool:
+    """True for a whole-number count (an int that is not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _first(summary: Mapping[str, Any], *keys: str) -> float | None:
@@ -149,7 +174,11 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     cancelled point that sent fewer than planned, else ``""``) and ``error_lines`` (the
     commonest :data:`TABLE_ERRORS` failure reasons cut to :data:`TABLE_ERROR_CHARS` characters
     for a table cell, reasons that read the same once cut merged into one line: ``[{"text",
-    "count", "title"}]``, ``title`` the full reasons). Absent values are None.
+    "count", "title"}]``, ``title`` the full reasons). Absent values are None; so are the rates
+    (``output_tok_s``, ``tok_s_per_gpu``, ``request_s``, ``goodput_req_s``) of a run in which no
+    request succeeded, which measured none. ``requests`` is ``successes + failures`` when the
+    summary gives both but no total (an imported file), and ``failures_unknown`` is True when the
+    source does not record failed requests (SGLang's ``bench_serving`` writes only completed ones).
     """
     s: Mapping[str, Any] = run.summary or {}
     m = services.run_metrics(run=run)
@@ -163,6 +192,9 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         done = progress.get("done")
         if isinstance(done, int):
             requests, successes = done, max(0, done - failures)
+    if requests is None and _is_count(successes) and _is_count(failures):
+        requests = successes + failures
+    failures_unknown = failures is None and _is_count(successes) and run.source == RunSource.IMPORTED
     not_sent = s.get("not_sent") if isinstance(s.get("not_sent"), int) and s.get("not_sent") else None
     planned = run.num_requests if run.num_requests is not None and not run.duration_s else None
     requests_text = ""
@@ -173,6 +205,12 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     out_tok_s = _opt_float(m.get("output_throughput_tok_s"))
     if out_tok_s is None:
         out_tok_s = _opt_float(run.output_tok_s)
+    request_s = _opt_float(m.get("request_throughput_req_s"))
+    goodput = _first(s, "goodput_req_s", "request_goodput_req_s")
+    if successes == 0 and not isinstance(successes, bool):
+        # No request finished successfully (e.g. a point cancelled with every request in flight):
+        # a rate over nothing measured is unknown, not 0.
+        out_tok_s = request_s = goodput = None
     errors = m.get("errors") or {}
     error_rows = sorted(((str(k), int(v)) for k, v in errors.items()), key=lambda kv: (-kv[1], kv[0])) \
         if isinstance(errors, Mapping) else []
@@ -189,8 +227,8 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         "label": run.label,
         "output_tok_s": out_tok_s,
         "tok_s_per_gpu": out_tok_s / num_gpus if out_tok_s is not None and num_gpus else None,
-        "request_s": _opt_float(m.get("request_throughput_req_s")),
-        "goodput_req_s": _first(s, "goodput_req_s", "request_goodput_req_s"),
+        "request_s": request_s,
+        "goodput_req_s": goodput,
         "slo_attainment": _opt_float(m.get("slo_attainment")),
         **{stem: _latency(m.get(f"{stem}_ms")) for stem, _ in LATENCIES},
         "requests": requests if requests is not None else run.num_requests,
@@ -198,6 +236,7 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         "failures": failures,
         "failures_text": _failures_text(failures, requests, not_sent=not_sent, live=live),
         "failures_live": live,
+        "failures_unknown": failures_unknown,
         "not_sent": not_sent,
         "planned": planned,
         "requests_text": requests_text,

@@ -222,7 +222,8 @@ def compare(request: HttpRequest) -> HttpResponse:
     """Side-by-side comparison of ``?runs=1,2`` and every run of ``?sweeps=3``: one column per
     run, differing config fields highlighted, refusal notes for length-mismatched runs (never
     ranked silently against fixed-length runs), each run's SLO, every metric's change against the
-    baseline run in percent (``?baseline=ID``, one of the compared runs; default the first), and
+    baseline run in percent (``?baseline=ID``, one of the compared runs; default the first ranked
+    run; none when the baseline is not ranked, with the reason), and
     overlay charts (tok/s and TTFT p99 vs load per sweep, TTFT CDFs per run where records exist).
     ``?ids=`` is accepted as an alias of ``?runs=`` (the API's name for it); both together are
     merged. ``?format=csv`` downloads the comparison as CSV
@@ -269,6 +270,10 @@ def compare(request: HttpRequest) -> HttpResponse:
     return render(request, "benchmarks/compare.html", context)
 
 
+# How the comparison service's note on a baseline that gives no delta reads (it ends the reason).
+DELTA_REFUSED = "so no delta is given"
+
+
 def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any]) -> dict[str, Any]:
     """Shape :func:`benchmarks.services.runs_compare` output for the comparison template.
 
@@ -277,7 +282,8 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     "values", "best"}``; ``best`` is the column index of the run the service ranked best, None
     when it ranked none), ``refusals`` (the service's notes: runs that hold no measurement and
     length-mismatched runs, not ranked; mixed lengths), ``unranked_ids`` (run ids left out of
-    ranking), ``unranked_reasons`` (run id -> why) and the overlay ``charts``, which draw only runs
+    ranking), ``unranked_reasons`` (run id -> why), ``no_deltas_why`` (the service's note on why no
+    change against the baseline is given, ``""`` when changes are given) and the overlay ``charts``, which draw only runs
     that hold a measurement (a failed point's few numbers are not a point on a curve).
     """
     rows = [run_row(r) for r in runs]
@@ -299,12 +305,14 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
                             "deltas": [_delta_text(d) for d in deltas]})
     unmeasured = {e["id"] for e in entries if e.get("measured") is False}
     baseline = comparison.get("baseline")
+    notes = [str(n) for n in comparison.get("notes") or []]
     return {
         "baseline_id": baseline, "baseline_index": index_of.get(baseline),
+        "no_deltas_why": next((n for n in notes if n.endswith(DELTA_REFUSED) or DELTA_REFUSED + ";" in n), ""),
         "tie_threshold_pct": comparison.get("tie_threshold_pct"),
         "slo_texts": [slo_text(e["config"].get("slo")) for e in entries],
         "rows": rows, "config_rows": config_rows, "metric_rows": metric_rows,
-        "refusals": [str(n) for n in comparison.get("notes") or []],
+        "refusals": notes,
         "unranked_ids": {e["id"] for e in entries if not e.get("rankable", True)},
         "unranked_reasons": {e["id"]: str(e.get("refusal") or "") for e in entries if not e.get("rankable", True)},
         "charts": _compare_charts([r for r in runs if r.pk not in unmeasured],

@@ -11,20 +11,19 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from benchmarks import services
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.selectors import sweep_queue_note
+from benchmarks.selectors import sweep_queue_note, sweep_requests_cancelled
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
     DIGITS_RE, IMPORT_MAX_BYTES, INDEX_RECENT_RUNS, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
-    _opt_float, _status_class, _sweep_runs,
+    _opt_float, _status_class, _sweep_runs, post_or_redirect,
 )
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.permissions import has_role
-from deployments.choices import DeploymentStatus
+from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
 from deployments.models import Deployment
 from deployments.views import role_page
 
@@ -49,12 +48,14 @@ def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
 
 
 @role_page()
-@require_POST
+@post_or_redirect(lambda request: reverse("benchmarks:index") + "#import")
 def run_import_view(request: HttpRequest) -> HttpResponse:
     """Import an uploaded result file (field ``file``) as runs that keep the original; redirect
     to the single run, or to the index listing them. Errors name the line and key and are shown
     on the index page with status 400. A file whose content was imported before is refused with
-    status 409 and links to the runs it became, unless ``allow_duplicate`` is ticked."""
+    status 409 and links to the runs it became, unless ``allow_duplicate`` is ticked. A GET (the
+    address left in the browser after a failed import, reloaded) is redirected to the import form
+    on the index page."""
     upload = request.FILES.get("file")
     allow_duplicate = request.POST.get("allow_duplicate") in ("1", "on", "true")
     errors: dict[str, list[str]] = {}
@@ -250,15 +251,31 @@ def _grid_rule_errors(grid: Mapping[str, Any], *, engine: str) -> dict[str, list
     return {}
 
 
+# Deployment statuses a sweep can be started on: ready, or on its way to ready (the sweep waits).
+SWEEPABLE = (DeploymentStatus.READY, DeploymentStatus.STARTING, DeploymentStatus.PENDING)
+# Deployments listed on the sweep form's picker.
+PICKER_MAX = 100
+
+
 @role_page(read="operator")
 def sweep_create_view(request: HttpRequest) -> HttpResponse:
-    """Operator form for a new sweep of one ready deployment (``?deployment=<id>``): concurrency
-    list, length pairs, requests and/or a duration per point, optional rates and SLOs. POST calls
-    :func:`benchmarks.services.sweep_create` and redirects to the sweep page."""
+    """Operator form for a new sweep of one deployment (``?deployment=<id>``): concurrency list,
+    length pairs, requests and/or a duration per point, optional rates and SLOs. POST calls
+    :func:`benchmarks.services.sweep_create` and redirects to the sweep page.
+
+    Without ``?deployment=`` the page lists the deployments a sweep can run on (ready, starting or
+    pending, newest first; at most :data:`PICKER_MAX`), or says there is none and links to the
+    deployments. A stopped or failed deployment's form says so up front and cannot be submitted
+    (the service would refuse it)."""
     raw_id = request.POST.get("deployment") or request.GET.get("deployment") or ""
+    if not raw_id.strip() and request.method != "POST":
+        candidates = list(Deployment.objects.filter(status__in=SWEEPABLE).select_related("recipe", "node")
+                          .order_by("-created_at", "-id")[:PICKER_MAX])
+        return render(request, "benchmarks/sweep_pick.html", {"deployments": candidates})
     if not DIGITS_RE.fullmatch(raw_id):
         raise Http404("Choose a deployment to sweep.")
     deployment = get_object_or_404(Deployment.objects.select_related("recipe", "node"), pk=int(raw_id))
+    ended = deployment.status in DEPLOYMENT_TERMINAL
     defaults = {"concurrency": "1,8,16", "lengths": "256:256", "requests": "", "duration": "", "rates": "",
                 "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
     errors: dict[str, list[str]] = {}
@@ -286,7 +303,7 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
         status = 400
     return render(request, "benchmarks/sweep_form.html", {
         "deployment": deployment, "values": values, "errors": errors,
-        "ready": deployment.status == DeploymentStatus.READY,
+        "ready": deployment.status == DeploymentStatus.READY, "ended": ended,
     }, status=status)
 
 
@@ -302,7 +319,8 @@ def _get_sweep(pk: int) -> BenchmarkSweep:
 
 def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     """Progress of a sweep for the live partial: ``points_done``/``points_total``,
-    ``requests_done``/``requests_total`` (counts), ``percent`` (0-100), ``current_tok_s`` (tok/s
+    ``requests_done``/``requests_total`` (counts; done are the requests that finished),
+    ``requests_cancelled`` (requests a cancel ended in flight, None when none or not cancelled), ``percent`` (0-100), ``current_tok_s`` (tok/s
     of the running point, None when none), ``active`` (still moving), ``current_point`` (e.g.
     ``c=8 256/256``) and ``run`` (:func:`run_progress` of the running point, None when none runs).
 
@@ -327,6 +345,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     return {
         "points_done": sweep.points_done, "points_total": sweep.points_total,
         "requests_done": sweep.requests_done, "requests_total": sweep.requests_total, "timed": timed,
+        "requests_cancelled": sweep_requests_cancelled(sweep=sweep) if sweep.status == SweepStatus.CANCELLED else None,
         "percent": round(min(percent, 100.0), 1),
         "current_tok_s": sweep.current_tok_s if sweep.status == SweepStatus.RUNNING else None,
         "current_point": sweep.current_point if sweep.status == SweepStatus.RUNNING else "",
@@ -419,10 +438,11 @@ def sweep_results_partial(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @role_page()
-@require_POST
+@post_or_redirect(lambda request, pk: reverse("benchmarks:sweep-detail", args=[pk]))
 def sweep_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     """Request cancellation (operator); the worker stops between points or at the next progress
-    tick. A sweep that already ended answers with a message, not an error page."""
+    tick. A sweep that already ended answers with a message, not an error page. A GET is
+    redirected to the sweep's page, whose button cancels."""
     sweep = _get_sweep(pk)
     try:
         services.sweep_cancel(sweep=sweep, user=request.user)

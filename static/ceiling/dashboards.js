@@ -144,6 +144,8 @@
       height: this.options.height || (big ? 180 : 38),
       legend: { show: false },
       cursor: { show: big, drag: { x: false, y: false } },
+      // Ticks fall on whole UTC seconds, minutes and hours, labelled in UTC (CeilingLive.clock).
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"); },
       scales: { x: { time: true }, y: { range: this.options.range || function (u, min, max) {
         var lo = Math.min(0, isNum(min) ? min : 0);
         var hi = isNum(max) && max > lo ? max * 1.1 : lo + 1;
@@ -189,7 +191,7 @@
   function freshness(root, t, interval) {
     var el = field(root, "sample-age");
     if (!isNum(t)) {
-      if (el) el.textContent = "no sample yet";
+      if (el) el.textContent = root._ended ? "none: the deployment ended first" : "no sample yet";
       root.classList.add("sample-stale");
       return;
     }
@@ -197,8 +199,8 @@
     var limit = Math.max(STALE_MIN_S, 3 * (isNum(interval) ? interval : 0.5));
     var stale = age > limit;
     root.classList.toggle("sample-stale", stale);
-    if (el) el.textContent = stale ? "no sample since " + CeilingLive.clock(t) + " (" + ago(age) + ")"
-                                   : "sample at " + CeilingLive.clock(t);
+    if (el) el.textContent = stale ? "no sample since " + CeilingLive.clockUtc(t) + " (" + ago(age) + ")"
+                                   : "sample at " + CeilingLive.clockUtc(t);
   }
 
   // --- node ---------------------------------------------------------------------------------
@@ -508,7 +510,7 @@
       if (note) note.textContent = "No stored telemetry for this deployment.";
       return;
     }
-    if (note) note.textContent = h.t.length + " stored samples, " + CeilingLive.clock(h.t[0]) + " – " + CeilingLive.clock(h.t[h.t.length - 1]) + " (1 s rollups).";
+    if (note) note.textContent = h.t.length + " stored samples, " + CeilingLive.clock(h.t[0]) + " – " + CeilingLive.clockUtc(h.t[h.t.length - 1]) + " (1 s rollups).";
     function chart(title, ts, vs, unit, color) {
       if (!vs || !vs.some(isNum)) return;
       var box = document.createElement("div");
@@ -575,7 +577,7 @@
     bar(field(root, "fill"), isNum(done) && isNum(total) && total > 0 ? done / total : null);
     root._sample = { t: Date.now() / 1000, interval: 1 };
     var age = field(root, "sample-age");
-    if (age) age.textContent = "updated " + CeilingLive.clock(new Date());
+    if (age) age.textContent = "updated " + CeilingLive.clockUtc(new Date());
   }
 
   function initSweep(root) {
@@ -630,6 +632,15 @@
     return out;
   }
 
+  // A deployment that ended with no process row on the panel never had a sample and never will:
+  // the "rows appear with the first sample" line says so instead of promising one.
+  function endedBeforeSample(root, status) {
+    var empty = root.querySelector("[data-no-processes]");
+    if (!empty || empty.hidden || root.querySelector("tbody[data-processes] [data-process-id]")) return;
+    empty.textContent = "The deployment " + (status === "stopped" ? "was stopped" : "ended " + status) +
+      " before any sample was taken; no rows will appear.";
+  }
+
   function initDeployment(root) {
     var group = root.getAttribute("data-group");
     CeilingLive.open({
@@ -650,6 +661,7 @@
             set(root, "tok_s", null, "", "the deployment is " + st);
             set(root, "total_running", null, "", "the deployment is " + st);
             set(root, "total_queued", null, "", "the deployment is " + st);
+            endedBeforeSample(root, st);
           }
           if (!meta.replayed) refreshHtmx("#deployment-live");
         }
@@ -722,9 +734,9 @@
     }
     setInterval(refreshRoster, 10000);
     var clockEl = root.querySelector("[data-wall-clock]");
-    if (clockEl) clockEl.textContent = CeilingLive.clock(new Date());
+    if (clockEl) clockEl.textContent = CeilingLive.clockUtc(new Date());
     setInterval(function () {
-      if (clockEl) clockEl.textContent = CeilingLive.clock(new Date());
+      if (clockEl) clockEl.textContent = CeilingLive.clockUtc(new Date());
       Array.prototype.forEach.call(tiles().querySelectorAll("[data-group]"), function (tile) {
         var s = tile._sample;
         freshness(tile, s && s.t, s && s.interval);
@@ -734,7 +746,7 @@
         if (badge) {
           var stale = tile.classList.contains("sample-stale");
           badge.classList.toggle("unconfirmed", stale);
-          badge.title = stale ? (s && isNum(s.t) ? "no sample since " + CeilingLive.clock(s.t) : "no sample yet") : "";
+          badge.title = stale ? (s && isNum(s.t) ? "no sample since " + CeilingLive.clockUtc(s.t) : "no sample yet") : "";
         }
       });
     }, TICK_MS);

@@ -24,7 +24,7 @@
 // * It reconnects by itself with capped exponential back-off and jitter (0.5 s doubling to
 //   15 s), also when the connection is silently dead (no frame for PING + PONG_WAIT).
 // * While not live, the page is told (onState, and <html data-live-state="...">, and every
-//   [data-live-status] element says "reconnecting… stale since hh:mm:ss"), so numbers on screen
+//   [data-live-status] element says "reconnecting… stale since hh:mm:ss UTC"), so numbers on screen
 //   are never presented as live when they are not.
 // * A socket the server closes because the account may no longer read live data is not
 //   retried in a loop: 4401 (signed out, session ended, deactivated, password changed) probes the
@@ -47,11 +47,18 @@
 
   function pad2(n) { return (n < 10 ? "0" : "") + n; }
 
-  // Local wall-clock time of a Date (or unix seconds) as hh:mm:ss.
+  // UTC time of a Date (or unix seconds) as hh:mm:ss, like every other time the pages show (the
+  // browser's time zone plays no part). Chart ticks use it bare.
   function clock(when) {
     var d = typeof when === "number" ? new Date(when * 1000) : when;
     if (!d) return "—";
-    return pad2(d.getHours()) + ":" + pad2(d.getMinutes()) + ":" + pad2(d.getSeconds());
+    return pad2(d.getUTCHours()) + ":" + pad2(d.getUTCMinutes()) + ":" + pad2(d.getUTCSeconds());
+  }
+
+  // The same, labelled for running text: "14:03:22 UTC" ("—" for no time).
+  function clockUtc(when) {
+    var text = clock(when);
+    return text === "—" ? text : text + " UTC";
   }
 
   // The REST endpoint a group re-syncs from (the contract of the telemetry API).
@@ -360,9 +367,9 @@
     else if (live.state === "signed-out") {
       text = live.forbidden ? "no access: your account may no longer read live data (ask an admin, then reload)"
                             : "signed out: log in again to see live data";
-      if (live.staleSince) text += " (stale since " + clock(live.staleSince) + ")";
+      if (live.staleSince) text += " (stale since " + clockUtc(live.staleSince) + ")";
     }
-    else text = "reconnecting… stale since " + clock(live.staleSince);
+    else text = "reconnecting… stale since " + clockUtc(live.staleSince);
     Array.prototype.forEach.call(document.querySelectorAll("[data-live-status]"), function (el) {
       el.textContent = text;
       el.setAttribute("data-state", live.state);
@@ -374,6 +381,7 @@
     open: function (options) { return new Live(options); },
     restUrl: restUrl,
     clock: clock,
+    clockUtc: clockUtc,
     sessionEnded: reportSessionEnded,
     isLoginRedirect: isLoginRedirect
   };

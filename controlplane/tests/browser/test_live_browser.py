@@ -168,7 +168,7 @@ def test_it_shows_live_data_a_sweep_and_the_wall_and_recovers_after_a_server_res
 
     # Cut the socket: restart the web server. The wall says it is not live, then recovers.
     stack.stop("web")
-    stale = _wait_text(page, ".wall-head [data-live-status]", r"^reconnecting… stale since \d\d:\d\d:\d\d$", timeout_s=15)
+    stale = _wait_text(page, ".wall-head [data-live-status]", r"^reconnecting… stale since \d\d:\d\d:\d\d UTC$", timeout_s=15)
     assert page.locator(".wall-stale-banner").is_visible(), stale
     _shot(page, "wall-reconnecting")
     stack.start("web")

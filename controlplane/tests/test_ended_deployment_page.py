@@ -1,0 +1,71 @@
+"""A deployment that ended before its processes wrote a log, or before any process was started,
+says so on its page instead of promising a log that will never come ("does not exist (yet)")."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from deployments.choices import DeploymentStatus
+from deployments.models import ServerProcess
+from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
+
+
+@pytest.fixture
+def log_dir(settings, tmp_path) -> Path:
+    root = tmp_path / "logs"
+    root.mkdir()
+    settings.CEILING_LOG_DIR = root
+    return root
+
+
+def _page(user, deployment) -> str:
+    client = Client()
+    client.force_login(user)
+    response = client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_failed_deployment_says_its_process_never_wrote_a_log(viewer, log_dir):
+    recipe = recipe_row_create(node=cpu_node_create(), name="never-started")
+    deployment = deployment_row_create(recipe=recipe, status=DeploymentStatus.FAILED)
+    ServerProcess.objects.filter(deployment=deployment).update(log_path=str(log_dir / "never-written.log"))
+    logs = _page(viewer, deployment).split('id="deployment-logs"')[1]
+    assert "The log file does not exist (yet)." not in logs
+    assert "The deployment ended failed before this process wrote any log." in logs
+    assert "refreshed every 2 s" not in logs
+
+
+@pytest.mark.django_db
+def test_a_stopped_deployment_with_a_log_still_shows_it(viewer, log_dir):
+    recipe = recipe_row_create(node=cpu_node_create(), name="ran-a-while")
+    deployment = deployment_row_create(recipe=recipe, status=DeploymentStatus.STOPPED)
+    path = log_dir / "single.log"
+    path.write_text("engine started\nengine stopped\n", encoding="utf-8")
+    ServerProcess.objects.filter(deployment=deployment).update(log_path=str(path))
+    logs = _page(viewer, deployment).split('id="deployment-logs"')[1]
+    assert "engine stopped" in logs and "before this process wrote any log" not in logs
+
+
+@pytest.mark.django_db
+def test_a_deployment_that_ended_before_any_process_says_there_are_no_logs(viewer):
+    recipe = recipe_row_create(node=cpu_node_create(), name="no-process")
+    deployment = deployment_row_create(recipe=recipe, status=DeploymentStatus.STOPPED)
+    ServerProcess.objects.filter(deployment=deployment).delete()
+    logs = _page(viewer, deployment).split('id="deployment-logs"')[1]
+    assert "The deployment was stopped before any process was started, so there are no logs." in logs
+    assert "No process logs yet." not in logs
+
+
+@pytest.mark.django_db
+def test_a_running_deployment_keeps_the_live_log_panel(viewer, log_dir):
+    recipe = recipe_row_create(node=cpu_node_create(), name="starting-up")
+    deployment = deployment_row_create(recipe=recipe, status=DeploymentStatus.STARTING)
+    ServerProcess.objects.filter(deployment=deployment).update(log_path=str(log_dir / "not-yet.log"))
+    logs = _page(viewer, deployment).split('id="deployment-logs"')[1]
+    assert "The log file does not exist (yet)." in logs
+    assert 'hx-trigger="processes-changed from:body"' in _page(viewer, deployment)
