@@ -10,8 +10,9 @@ slowed down. The address is the one DRF's throttles use (``REMOTE_ADDR``, or the
 ``X-Forwarded-For`` entry ``NUM_PROXIES`` from the right when Ceiling runs behind that many
 proxies: ``CEILING_NUM_PROXIES``), so a client cannot pick its own by sending the header.
 
-Failures are kept in Django's cache (``CACHES``: per process by default; a deployment with
-several web processes should point ``CACHES`` at Redis so they share the count).
+Failures are kept in Django's cache: per process by default (one web process, as the default
+stack runs), in Redis with ``CEILING_CACHE_URL`` so several web processes share the count
+(docker-compose sets it; :mod:`controlplane.settings`).
 """
 from __future__ import annotations
 

@@ -11,6 +11,8 @@ DATABASE_URL        e.g. ``postgres://user@127.0.0.1:5432/ceiling`` (default: SQ
 REDIS_URL           Celery broker and channel layer (default ``redis://127.0.0.1:6379/0``)
 CEILING_MODEL_ROOTS comma/colon-separated directories a recipe's model path must lie under
 CEILING_VAR_DIR     where logs, the SQLite file and generated models live (default ``var/``)
+CEILING_CACHE_URL   ``redis://...`` puts Django's cache (sign-in and API throttle counts) in Redis, shared
+                    by every web process; empty (default): per process, in memory
 CEILING_SECRETS_KEY Fernet key that encrypts stored secrets (default: ``<CEILING_VAR_DIR>/secrets.key``,
                     created on first use; see :mod:`controlplane.secretbox`)
 """
@@ -159,6 +161,22 @@ CHANNEL_LAYERS = {
         "CONFIG": {"hosts": [REDIS_URL], "capacity": 200, "expiry": 30},
     }
 }
+
+# Django's cache holds the throttle counts (failed sign-ins, API request rates). In memory it is
+# per process, which is right for one web process (the default stack runs one daphne); several
+# web processes must share it: CEILING_CACHE_URL=redis://... (docker-compose sets it).
+CEILING_CACHE_URL = env_str("CEILING_CACHE_URL", "")
+if CEILING_CACHE_URL:
+    from django.core.exceptions import ImproperlyConfigured
+
+    if not CEILING_CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+        raise ImproperlyConfigured(f"CEILING_CACHE_URL must be a redis://, rediss:// or unix:// URL, "
+                                   f"not {CEILING_CACHE_URL.split('://')[0]!r}")
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": CEILING_CACHE_URL,
+                          "KEY_PREFIX": f"ceiling{CEILING_REALTIME_PREFIX and ':' + CEILING_REALTIME_PREFIX}"}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None

@@ -113,11 +113,12 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     The GPU count for per-GPU numbers comes from the deployment's spec snapshot
     (:func:`benchmarks.sweeps.recipe_gpu_count`). The task is sent after the transaction commits.
     Raises :class:`InvalidInput` for a bad grid (an ``api`` the deployment's engine does not
-    serve included) and :class:`Conflict` for a stopped or failed deployment or one that already
+    serve included) and :class:`Conflict` for a stopped, failed or stopping deployment (a stop
+    requested counts) or one that already
     has an active sweep, also when two creates race: the database allows one active sweep per
     deployment (:data:`benchmarks.models.ONE_ACTIVE_SWEEP_CONSTRAINT`).
     """
-    from deployments.choices import DEPLOYMENT_TERMINAL
+    from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
 
     if deployment.status in DEPLOYMENT_TERMINAL:
         raise Conflict(f"deployment #{deployment.pk} is {deployment.status}; deploy it again to sweep it")
@@ -126,6 +127,10 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     startup = int(spec.get("startup_timeout_s") or 1800)
     # A bad grid is a 400 whatever else is running: validate before the conflict check.
     norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S)
+    # A deployment being stopped (a stop requested, perhaps not yet seen by its node's agent)
+    # would be gone before the sweep's first request.
+    if deployment.status == DeploymentStatus.STOPPING or deployment.cancel_requested:
+        raise Conflict(f"deployment #{deployment.pk} is being stopped; deploy it again to sweep it")
     # Two sweeps against one deployment at once would each measure the other's load.
     _refuse_if_busy(deployment)
     points = grid_points(norm)

@@ -42,7 +42,7 @@ def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
                    duplicate_of: Sequence[BenchmarkRun] = ()) -> dict[str, Any]:
     sweeps = list(BenchmarkSweep.objects.select_related("deployment", "deployment__recipe", "created_by")[:100])
     recent = BenchmarkRun.objects.select_related("sweep").order_by("-created_at", "-id")[:INDEX_RECENT_RUNS]
-    ready = Deployment.objects.filter(status=DeploymentStatus.READY).select_related("recipe")[:20]
+    ready = Deployment.objects.filter(status=DeploymentStatus.READY, cancel_requested=False).select_related("recipe")[:20]
     return {"sweeps": sweeps, "runs": [run_row(r) for r in recent], "ready_deployments": list(ready),
             "can_write": _can_write(request), "import_errors": import_errors, "duplicate_of": list(duplicate_of)}
 
@@ -264,12 +264,13 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     :func:`benchmarks.services.sweep_create` and redirects to the sweep page.
 
     Without ``?deployment=`` the page lists the deployments a sweep can run on (ready, starting or
-    pending, newest first; at most :data:`PICKER_MAX`), or says there is none and links to the
+    pending, with no stop requested, newest first; at most :data:`PICKER_MAX`), or says there is none and links to the
     deployments. A stopped or failed deployment's form says so up front and cannot be submitted
     (the service would refuse it)."""
     raw_id = request.POST.get("deployment") or request.GET.get("deployment") or ""
     if not raw_id.strip() and request.method != "POST":
-        candidates = list(Deployment.objects.filter(status__in=SWEEPABLE).select_related("recipe", "node")
+        candidates = list(Deployment.objects.filter(status__in=SWEEPABLE, cancel_requested=False)
+                          .select_related("recipe", "node")
                           .order_by("-created_at", "-id")[:PICKER_MAX])
         return render(request, "benchmarks/sweep_pick.html", {"deployments": candidates})
     if not DIGITS_RE.fullmatch(raw_id):

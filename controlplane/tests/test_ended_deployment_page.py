@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from deployments.choices import DeploymentStatus
-from deployments.models import ServerProcess
+from deployments.models import Deployment, ServerProcess
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
 
 
@@ -21,12 +21,16 @@ def log_dir(settings, tmp_path) -> Path:
     return root
 
 
-def _page(user, deployment) -> str:
+def _get(user, name: str, *args) -> str:
     client = Client()
     client.force_login(user)
-    response = client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))
+    response = client.get(reverse(name, args=list(args)))
     assert response.status_code == 200
     return response.content.decode()
+
+
+def _page(user, deployment) -> str:
+    return _get(user, "deployments:deployment-detail", deployment.pk)
 
 
 @pytest.mark.django_db
@@ -69,3 +73,42 @@ def test_a_running_deployment_keeps_the_live_log_panel(viewer, log_dir):
     logs = _page(viewer, deployment).split('id="deployment-logs"')[1]
     assert "The log file does not exist (yet)." in logs
     assert 'hx-trigger="processes-changed from:body"' in _page(viewer, deployment)
+
+
+
+@pytest.mark.django_db
+def test_the_partials_a_page_left_open_reloads_say_the_same_once_it_ended(viewer, log_dir):
+    # A page opened while the deployment ran re-fetches these partials when it ends: they must
+    # not fall back to "yet" wording that promises a log or a process that will never come.
+    recipe = recipe_row_create(node=cpu_node_create(), name="ended-while-watched")
+    deployment = deployment_row_create(recipe=recipe, status=DeploymentStatus.FAILED)
+    process = ServerProcess.objects.filter(deployment=deployment).first()
+    ServerProcess.objects.filter(pk=process.pk).update(log_path=str(log_dir / "never-written.log"))
+    tail = _get(viewer, "deployments:process-log", deployment.pk, process.pk)
+    assert "The deployment ended failed before this process wrote any log." in tail
+    assert "does not exist (yet)" not in tail and "hx-get" not in tail
+
+    ServerProcess.objects.filter(pk=process.pk).update(log_path="")
+    tail = _get(viewer, "deployments:process-log", deployment.pk, process.pk)
+    assert ("The deployment ended failed before this process wrote any log "
+            "(no log file was recorded for it).") in tail
+    assert "No log file recorded yet." not in tail
+
+    ServerProcess.objects.filter(deployment=deployment).delete()
+    Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STOPPED)
+    logs = _get(viewer, "deployments:deployment-logs", deployment.pk)
+    assert "The deployment was stopped before any process was started, so there are no logs." in logs
+    assert "No process logs yet." not in logs and "hx-get" not in logs
+    live = _get(viewer, "deployments:deployment-live", deployment.pk)
+    assert "No processes: the deployment ended before the node agent started any." in live
+    assert "No processes yet." not in live
+
+
+@pytest.mark.django_db
+def test_the_partials_of_a_running_deployment_keep_the_live_wording(viewer, log_dir):
+    recipe = recipe_row_create(node=cpu_node_create(), name="still-starting")
+    deployment = deployment_row_create(recipe=recipe, status=DeploymentStatus.STARTING)
+    ServerProcess.objects.filter(deployment=deployment).delete()
+    logs = _get(viewer, "deployments:deployment-logs", deployment.pk)
+    assert "No process logs yet." in logs and 'hx-trigger="processes-changed from:body"' in logs
+    assert "No processes yet. The node agent creates them" in _get(viewer, "deployments:deployment-live", deployment.pk)

@@ -8,6 +8,7 @@ consecutive rows (``resolution_s`` in the result says how many seconds one entry
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from datetime import datetime, timezone as dt_timezone
@@ -73,6 +74,18 @@ def _binned(qs, max_points: int, extract) -> tuple[list[float], dict[Any, list[A
     return t, {k: [b.get(k) for b in bins] for k in keys}, step
 
 
+def _flatten(data: dict, *, top: Iterable[str], group: str,
+             member_fields: Iterable[str]) -> dict[tuple[str | None, str], Any]:
+    """One stored sample as ``{(None, field): value}`` for the ``top`` fields plus
+    ``{(member, field): value}`` for each member of ``data[group]`` (GPU index or process id)."""
+    row: dict[tuple[str | None, str], Any] = {(None, f): data.get(f) for f in top}
+    for member, values in (data.get(group) or {}).items():
+        values = values or {}
+        for f in member_fields:
+            row[(str(member), f)] = values.get(f)
+    return row
+
+
 def _window(qs, since: float | None, until: float | None):
     if since is not None:
         qs = qs.filter(at__gte=_dt(since))
@@ -102,14 +115,7 @@ def telemetry_for_node(*, node_id: int, since: float | None = None, until: float
     gpu_fields = [f for f in wanted if f in NODE_GPU_FIELDS]
     host_fields = [f for f in wanted if f in NODE_HOST_FIELDS]
 
-    def extract(data: dict) -> dict[tuple[str | None, str], Any]:
-        row: dict[tuple[str | None, str], Any] = {(None, f): data.get(f) for f in host_fields}
-        for index, gpu in (data.get("gpus") or {}).items():
-            gpu = gpu or {}
-            for f in gpu_fields:
-                row[(str(index), f)] = gpu.get(f)
-        return row
-
+    extract = functools.partial(_flatten, top=host_fields, group="gpus", member_fields=gpu_fields)
     qs = _window(NodeTelemetry.objects.filter(node_id=node_id), since, until).order_by("at")
     t, found, step = _binned(qs, max_points, extract)
     indices = sorted({int(gpu) for gpu, _ in found if gpu is not None})
@@ -135,14 +141,7 @@ def telemetry_for_deployment(*, deployment_id: int, since: float | None = None, 
     generated tokens per second; ``kv_usage`` a fraction 0..1; ``cpu_pct`` percent of one core;
     memory in bytes."""
 
-    def extract(data: dict) -> dict[tuple[str | None, str], Any]:
-        row: dict[tuple[str | None, str], Any] = {(None, "tok_s"): data.get("tok_s")}
-        for pid, process in (data.get("processes") or {}).items():
-            process = process or {}
-            for f in PROCESS_FIELDS:
-                row[(str(pid), f)] = process.get(f)
-        return row
-
+    extract = functools.partial(_flatten, top=("tok_s",), group="processes", member_fields=PROCESS_FIELDS)
     qs = _window(DeploymentTelemetry.objects.filter(deployment_id=deployment_id), since, until).order_by("at")
     t, found, step = _binned(qs, max_points, extract)
     pids = sorted({int(pid) for pid, _ in found if pid is not None})

@@ -258,6 +258,8 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context = _deployment_context(deployment, timezone.now())
     context["can_write"] = _can_write(request)
     context["logs"] = [_process_log_context(p["row"], deployment) for p in context["processes"]]
+    context["logs_live"] = deployment.status not in DEPLOYMENT_TERMINAL
+    context["ended_phrase"] = ended_phrase(deployment)
     context["telemetry"] = _telemetry_context(deployment, [p["row"] for p in context["processes"]])
     return render(request, "deployments/deployment_detail.html", context)
 
@@ -312,8 +314,18 @@ def deployment_logs_partial(request: HttpRequest, pk: int) -> HttpResponse:
         "deployment": deployment,
         "process_ids": ",".join(str(p.pk) for p in processes),
         "logs": [_process_log_context(p, deployment) for p in processes],
+        "logs_live": deployment.status not in DEPLOYMENT_TERMINAL,
+        "ended_phrase": ended_phrase(deployment),
     }
     return render(request, "deployments/_deployment_logs.html", context)
+
+
+def ended_phrase(deployment: Deployment) -> str:
+    """How an ended deployment ended, as the start of a sentence: "The deployment was stopped" or
+    "The deployment ended failed"."""
+    if deployment.status == DeploymentStatus.STOPPED:
+        return "The deployment was stopped"
+    return f"The deployment ended {deployment.status}"
 
 
 def _process_log_context(process: ServerProcess, deployment: Deployment) -> dict[str, Any]:
@@ -322,10 +334,17 @@ def _process_log_context(process: ServerProcess, deployment: Deployment) -> dict
     path = _log_file(process)
     text = ""
     note = ""
+    ended = deployment.status in DEPLOYMENT_TERMINAL
+    # Nothing more is written once the deployment ended: a missing log is missing for good.
+    never = (f"{ended_phrase(deployment)} before this process wrote any log"
+             + ("" if process.log_path else " (no log file was recorded for it)") + ".")
     if path is None:
-        note = "No log file recorded yet." if not process.log_path else "The log path lies outside the log directory; not shown."
+        if process.log_path:
+            note = "The log path lies outside the log directory; not shown."
+        else:
+            note = never if ended else "No log file recorded yet."
     elif not log_parts(path):
-        note = "The log file does not exist (yet)."
+        note = never if ended else "The log file does not exist (yet)."
     else:
         # process_log_tail masks with the stored secret values, read from the database; a value
         # this server cannot decrypt could not be masked, so nothing is shown then.
