@@ -454,9 +454,14 @@ def job_progress_partial(request: HttpRequest, pk: int) -> HttpResponse:
 
 @role_page()
 def job_variants_partial(request: HttpRequest, pk: int) -> HttpResponse:
-    """The variant table alone, for htmx swaps when a filter or sort changes."""
+    """The variant table alone, for htmx swaps when a filter or sort changes. The response's
+    ``HX-Push-Url`` puts the job page's URL with the same query in the address bar, so a
+    filtered view can be reloaded, bookmarked or shared like a sorted one."""
     job = get_object_or_404(KernelJob.objects.select_related("package"), pk=pk)
-    return render(request, "kernels/_variant_table.html", _table_context(request, job))
+    response = render(request, "kernels/_variant_table.html", _table_context(request, job))
+    query = request.GET.urlencode()
+    response["HX-Push-Url"] = reverse("kernels:job-detail", args=[job.pk]) + (f"?{query}" if query else "")
+    return response
 
 
 @role_page()

@@ -136,6 +136,17 @@ def test_the_variant_partial_filters_on_the_server(viewer, measured_job):
     assert html.count("data-variant=") == 1 and "discarded" in html
 
 
+def test_a_filtered_table_puts_the_job_pages_own_url_in_the_address_bar(viewer, measured_job):
+    c = _client(viewer)
+    partial = c.get(f"/kernels/jobs/{measured_job.pk}/variants/?state=discarded&sort=-ordinal")
+    pushed = partial["HX-Push-Url"]
+    assert pushed == f"/kernels/jobs/{measured_job.pk}/?state=discarded&sort=-ordinal"
+    # Reloading that URL renders the whole page with the same view of the table.
+    page = c.get(pushed).content.decode()
+    assert "<html" in page and page.count("data-variant=") == partial.content.decode().count("data-variant=") == 1
+    assert c.get(f"/kernels/jobs/{measured_job.pk}/variants/")["HX-Push-Url"] == f"/kernels/jobs/{measured_job.pk}/"
+
+
 def test_exports_and_config_downloads(viewer, measured_job):
     c = _client(viewer)
     csv_resp = c.get(f"/kernels/jobs/{measured_job.pk}/export.csv")
