@@ -2,12 +2,15 @@
 
 The schema and the docs need the viewer role like every other read: the schema answers 401
 without credentials, the docs send an anonymous visitor to the login page, and both answer 403
-to a signed-in user in no role group.
+to a signed-in user in no role group. A refusal from the schema is JSON, whatever schema format
+was asked for: rendered as an OpenAPI document, a browser would save it as a file instead of
+showing why.
 """
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.renderers import JSONRenderer
 
 from controlplane import views
 from controlplane.login_throttle import throttled_login
@@ -15,13 +18,25 @@ from controlplane.permissions import RolePermission
 from controlplane.token_views import TokenObtainView
 from deployments.views.common import role_page
 
+
+
+class SchemaView(SpectacularAPIView):
+    """The OpenAPI schema (viewer role); errors are answered as JSON (see the module docstring)."""
+
+    def handle_exception(self, exc):
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return response
+
+
 urlpatterns = [
     path("", views.home, name="home"),
     path("login/", throttled_login(auth_views.LoginView.as_view(template_name="registration/login.html")),
          name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/schema/", SpectacularAPIView.as_view(permission_classes=[RolePermission]), name="api-schema"),
+    path("api/schema/", SchemaView.as_view(permission_classes=[RolePermission]), name="api-schema"),
     path(
         "api/docs/",
         role_page(read="viewer")(SpectacularSwaggerView.as_view(url_name="api-schema", permission_classes=[RolePermission])),

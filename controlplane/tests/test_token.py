@@ -57,4 +57,13 @@ def test_it_refuses_the_api_docs_and_schema_to_a_user_in_no_role_group(outsider,
 
 def test_it_keeps_the_schema_at_401_without_credentials_and_serves_it_to_a_viewer(anon_api, viewer_api):
     assert anon_api.get("/api/schema/").status_code == 401
+    # A browser that opens the schema signed out sees why, as JSON, instead of saving an
+    # "OpenAPI document" that holds the error.
+    for accept in ("text/html,application/xhtml+xml,*/*;q=0.8", "application/vnd.oai.openapi"):
+        refused = anon_api.get("/api/schema/", HTTP_ACCEPT=accept)
+        assert refused.status_code == 401 and refused["Content-Type"] == "application/json"
+        assert "Content-Disposition" not in refused
+        assert refused.json()["detail"] == "Authentication credentials were not provided."
+    yaml = viewer_api.get("/api/schema/")
+    assert yaml.status_code == 200 and yaml["Content-Type"].startswith("application/vnd.oai.openapi")
     assert viewer_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").status_code == 200
