@@ -54,7 +54,7 @@ check: setup
 	$(PY) manage.py makemigrations --check --dry-run
 
 stop:
-	@if [ -f var/run/agent.pid ]; then $(PY) manage.py undeploy --wait 30; fi
+	@if [ -f "$${CEILING_VAR_DIR:-var}/run/agent.pid" ]; then $(PY) manage.py undeploy --wait 30; fi
 	@$(PY) scripts/services.py stop
 
 status:

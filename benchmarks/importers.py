@@ -52,7 +52,10 @@ Errors: :class:`ResultImportError` names the line and key (``line 3, key 'comple
 file is read to its end before it is refused (or :data:`MAX_LINES_COUNTED_AFTER_CAP` lines past the
 first problem not listed), and every problem found is reported at once, per line and key, as
 ``{"line 3.duration": [...], "file.output_throughput": [...]}``: the first
-:data:`MAX_REPORTED_PROBLEMS`, then a count of the rest under ``file``.
+:data:`MAX_REPORTED_PROBLEMS`, then a count of the rest under ``file``. Arrays and objects nested
+more than :data:`MAX_JSON_NESTING` levels deep are refused as JSON that cannot be read, at the
+bracket that opens one level too many (``line 1: not valid JSON (nested more than 100 levels deep
+at column 101)``).
 """
 from __future__ import annotations
 
@@ -241,10 +244,60 @@ _DECODER = json.JSONDecoder(parse_float=_parse_float, parse_int=_parse_int,
                             parse_constant=lambda name: _NonFinite(_CONSTANTS[name], name))
 
 
+# Deepest nesting of arrays and objects a result file may have. The harnesses write at most three
+# levels (vLLM's per-request ``itls`` is a list of lists in the result object). Python's JSON
+# parser recurses once per level and raises RecursionError (not a JSONDecodeError) some hundreds of
+# levels down, the exact depth depending on the stack already in use; a value that did parse that
+# deep could still overflow the stack of whatever walks or stores it next. A fixed limit far above
+# any real file and far below the parser's makes the refusal the same wherever it is read.
+MAX_JSON_NESTING = 100
+
+# A JSON string (escapes included) or one bracket: what :func:`_too_deep_at` needs to follow the
+# nesting without counting brackets inside strings.
+_NESTING_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.S)
+
+
+class _TooDeep(json.JSONDecodeError):
+    """JSON nested more than :data:`MAX_JSON_NESTING` levels deep, reported as the parser reports
+    a syntax error (``msg``, ``lineno``, ``colno`` of the bracket that opens one level too many), so
+    every place that reads a line names it like any other JSON that cannot be read."""
+
+    def __init__(self, text: str, pos: int) -> None:
+        super().__init__(f"nested more than {MAX_JSON_NESTING} levels deep", text, pos)
+
+
+def _too_deep_at(text: str) -> int | None:
+    """Index in ``text`` of the first ``[`` or ``{`` (outside strings) that opens level
+    :data:`MAX_JSON_NESTING` + 1; None when the nesting stays within the limit. A text with no
+    more brackets than the limit is not scanned."""
+    if text.count("[") + text.count("{") <= MAX_JSON_NESTING:
+        return None
+    depth = 0
+    for match in _NESTING_TOKEN.finditer(text):
+        token = match.group()
+        if token == "[" or token == "{":
+            depth += 1
+            if depth > MAX_JSON_NESTING:
+                return match.start()
+        elif token == "]" or token == "}":
+            depth -= 1
+    return None
+
+
 def _loads(text: str) -> Any:
     """``json.loads`` that keeps how a non-finite number was written (:class:`_NonFinite`) and
-    turns an integer beyond a double into one, instead of failing on it."""
-    return _DECODER.decode(text)
+    turns an integer beyond a double into one, instead of failing on it. Raises
+    :class:`json.JSONDecodeError` for text that is not JSON, and its subclass :class:`_TooDeep`
+    for JSON nested more than :data:`MAX_JSON_NESTING` levels deep, whether or not Python's
+    parser could follow it (where it cannot, it raises RecursionError, caught here)."""
+    try:
+        value = _DECODER.decode(text)
+    except RecursionError:
+        raise _TooDeep(text, _too_deep_at(text) or 0) from None
+    deep = _too_deep_at(text)
+    if deep is not None:
+        raise _TooDeep(text, deep)
+    return value
 
 
 def _written(value: float) -> tuple[str, str]:
@@ -633,6 +686,7 @@ def _common(r: _Reader, run: ImportedRun) -> None:
             getattr(run, _METRIC_FIELD[m.group(2)])[stat] = r.number(key, minimum=0, unit="a latency in ms")
             sources[(_METRIC_FIELD[m.group(2)], stat)] = key
     _percentiles_check(run, sources, r)
+    _output_needs_completions(run, r)
     _derive(run)
 
 
@@ -659,6 +713,20 @@ def _percentiles_check(run: ImportedRun, sources: dict[tuple[str, str], str], r:
                 lo_key, hi_key = sources.get((metric, lo), lo), sources.get((metric, hi), hi)
                 r.refuse(hi_key, f"{hi_key} = {b:g} ms is less than {lo_key} = {a:g} ms; {label} statistics must "
                                  "not decrease (min <= p50 <= p90 <= p95 <= p99 <= max)")
+
+
+def _output_needs_completions(run: ImportedRun, r: _Reader) -> None:
+    """Refuse output figures above zero in a run whose ``completed`` is 0: no request finished, so
+    no output token was delivered and no request completed per second (both tools count only
+    successful requests in these totals and rates); such a file disagrees with itself."""
+    if run.completed != 0 or "completed" in r.refused:
+        return
+    for key, value in (("total_output_tokens", run.total_output_tokens),
+                       ("output_throughput", run.output_throughput_tok_s),
+                       ("request_throughput", run.request_throughput_req_s)):
+        if value:
+            r.refuse(key, f"{key} = {value:g} but completed is 0: a run in which no request completed "
+                          "delivered no output; the file disagrees with itself")
 
 
 def _counts_check(run: ImportedRun, r: _Reader) -> None:
@@ -693,7 +761,14 @@ def _derive(run: ImportedRun) -> None:
     for name, total in derived.items():
         if getattr(run, name) is None and total is not None:
             setattr(run, name, total / run.duration_s)
-            run.notes.append(f"{name} is not in the file; computed as its total / duration.")
+            key = name.removesuffix("_tok_s").removesuffix("_req_s")  # the file's key (both tools)
+            if key in run.nan_keys or key in run.inf_keys:
+                # The file's value was not finite: say what replaced it, in place of "kept as null".
+                written = run.inf_keys.get(key, "NaN")
+                run.notes = [n for n in run.notes if not (n.startswith(f"{key} was ") and n.endswith("kept as null."))]
+                run.notes.append(f"{key} was {written} in the file; {name} computed from its total / duration instead.")
+            else:
+                run.notes.append(f"{name} is not in the file; computed as its total / duration.")
 
 
 def _finish(r: _Reader, run: ImportedRun) -> ImportedRun:

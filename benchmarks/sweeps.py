@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from decimal import Decimal
 from typing import Any
 
 from benchmarks.analysis.model import PARTIAL_FLAG
@@ -40,6 +42,12 @@ MAX_LEN = 1_000_000
 WAIT_READY_MARGIN_S = 60
 # The longest time limit of one point: a day. Longer is a soak test, not a sweep point.
 MAX_DURATION_S = 86_400
+# The shortest time limit of one point: a second. A point's clock starts when its prompts are ready
+# and it sends its first requests at once, but a shorter window ends before a streamed request can
+# finish on any engine Ceiling drives (time to first token alone is tens to hundreds of ms under
+# load): a limit such as 1e-300 s passed as "> 0" and gave a point that ended with no request
+# sent, and a sweep "done" with nothing measured.
+MIN_DURATION_S = 1
 # A whole number as forms, query strings and length pairs take it: ASCII digits only
 # (``str.isdigit`` also accepts "²", which ``int`` refuses, and other scripts' digits).
 DIGITS_RE = re.compile(r"[0-9]+")
@@ -79,12 +87,13 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     Input keys (others are refused): ``concurrency`` list of ints >= 1 (closed-loop points);
     ``lengths`` list of ``[input_len, output_len]`` pairs or ``"in:out"`` strings (tokens, required);
     ``request_rates`` optional list of requests/s > 0 (open-loop points, in addition to the
-    concurrency points); ``requests`` fixed requests per point, or ``requests_per_concurrency``
-    (requests = max(1, ceil(k * c)); rate points use ``requests``); ``duration_s`` a time limit per
-    point in seconds (> 0, at most :data:`MAX_DURATION_S`), instead of or together with a request
-    count (together: whichever ends first; alone: the point sends until the time is up, from a pool
-    of :func:`duration_prompt_pool` prompts); with neither, ``requests_per_concurrency`` defaults
-    to 4;
+    concurrency points); a value given twice in any of these three lists is refused, naming it;
+    ``requests`` fixed requests per point, or ``requests_per_concurrency`` (requests =
+    max(1, ceil(k * c)); rate points use ``requests``); ``duration_s`` a time limit per point in
+    seconds (at least :data:`MIN_DURATION_S`, at most :data:`MAX_DURATION_S`), instead of or
+    together with a request count (together: whichever ends first; alone: the point sends until
+    the time is up, from a pool of :func:`duration_prompt_pool` prompts); with neither,
+    ``requests_per_concurrency`` defaults to 4;
     ``warmup`` requests per point before measuring (default 0); ``slo`` ``{"ttft_s", "tpot_s", "e2e_s"}`` seconds for goodput;
     ``api`` one of :class:`benchmarks.loadgen.Api` that ``engine`` serves (:data:`ENGINE_APIS`;
     default per engine: ``sglang-generate`` for sglang/sim, ``openai-completions`` otherwise);
@@ -116,6 +125,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         if key not in GRID_KEYS:
             err(f"grid.{key}", f"unknown field {shown_key(key)}; allowed: {', '.join(GRID_KEYS)}")
     conc = _int_list(raw.get("concurrency", []), "grid.concurrency", err, lo=1, hi=MAX_CONCURRENCY)
+    _refuse_repeats(conc, "grid.concurrency", "concurrency", str, err)
     rates: list[float] = []
     raw_rates = raw.get("request_rates") or []
     if not isinstance(raw_rates, list):
@@ -126,6 +136,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
             err(f"grid.request_rates.{i}", f"must be a number of requests/s > 0, got {r!r}")
         else:
             rates.append(float(r))
+    _refuse_repeats(rates, "grid.request_rates", "request rate", lambda r: f"{r:g} req/s", err)
     if not raw.get("concurrency") and not raw.get("request_rates"):
         err("grid.concurrency", "give at least one concurrency (or a request rate)")
     lengths: list[list[int]] = []
@@ -141,6 +152,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
                 err(f"grid.lengths.{i}", f"must be [input_len, output_len] or 'in:out' with 1..{MAX_LEN} tokens, got {pair!r}")
             else:
                 lengths.append(list(parsed))
+        _refuse_repeats([tuple(p) for p in lengths], "grid.lengths", "length pair", lambda p: f"{p[0]}:{p[1]}", err)
     requests = raw.get("requests")
     per_c = raw.get("requests_per_concurrency")
     if requests is not None and per_c is not None:
@@ -155,6 +167,10 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
                                  or not math.isfinite(duration) or not 0 < duration <= MAX_DURATION_S):
         err("grid.duration_s", f"must be seconds > 0 and at most {MAX_DURATION_S} (24 h), got {duration!r}")
         duration = None
+    elif duration is not None and duration < MIN_DURATION_S:
+        err("grid.duration_s", f"must be at least {MIN_DURATION_S} s (a shorter point ends before its requests "
+                               f"can finish), got {duration!r}")
+        duration = None
     elif duration is not None:
         duration = float(duration)
     if requests is None and per_c is None and raw.get("duration_s") is None:
@@ -167,7 +183,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         for i, r in enumerate(rates):
             if requests / r > MAX_DURATION_S:
                 err(f"grid.request_rates.{i}", f"{requests} requests at {r:g} req/s take about "
-                    f"{_seconds_text(requests / r)} s; at most {MAX_DURATION_S} s (24 h) per point: raise the rate "
+                    f"{_seconds_text(requests, r)} s; at most {MAX_DURATION_S} s (24 h) per point: raise the rate "
                     "or give duration_s")
     warmup = raw.get("warmup", 0)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 10_000:
@@ -253,10 +269,41 @@ def non_finite_numbers(value: Any, path: str) -> list[tuple[str, float]]:
     return out
 
 
-def _seconds_text(seconds: float) -> str:
-    """A duration in seconds as short text: ``2,000,000,000`` below 10^12, ``2e+300`` above (a tiny
-    rate must not give a 300-digit message), ``inf`` when the division overflowed."""
-    return f"{seconds:,.0f}" if seconds < 1e12 else f"{seconds:.3g}"
+def _seconds_text(requests: int, rate: float) -> str:
+    """The time ``requests`` take at ``rate`` (requests/s), in seconds, as short text:
+    ``2,000,000,000`` below 10^12, three significant digits above (``4e+300``: a tiny rate must
+    not give a 300-digit message), also where the float division overflows to infinity (4
+    requests at 5e-324 req/s: ``8.1e+323``, computed in decimal)."""
+    seconds = requests / rate
+    if seconds < 1e12:
+        return f"{seconds:,.0f}"
+    if math.isfinite(seconds):
+        return f"{seconds:.3g}"
+    exact = Decimal(requests) / Decimal(rate)
+    exponent = exact.adjusted()
+    mantissa = f"{float(exact.scaleb(-exponent)):.3g}"
+    if mantissa == "10":  # 9.996 rounds up a decade
+        mantissa, exponent = "1", exponent + 1
+    return f"{mantissa}e+{exponent}"
+
+
+# Repeated values named in one message; the rest are counted.
+_REPEATS_SHOWN = 5
+
+
+def _refuse_repeats(values: list[Any], path: str, noun: str, shown: Callable[[Any], str], err) -> None:
+    """Refuse ``values`` (the valid items of one grid list) that appear more than once, with one
+    message at ``path`` naming each repeated value (``shown`` writes it) and how often it is given:
+    ``repeated concurrency: 1 (5,000 times); give each once``. A repeat would be a second run of
+    the same point (or, where the points are deduplicated, a stored grid that says more than was
+    run)."""
+    repeated = [(value, n) for value, n in Counter(values).items() if n > 1]
+    if not repeated:
+        return
+    parts = [f"{shown(value)} ({n:,} times)" for value, n in repeated[:_REPEATS_SHOWN]]
+    if len(repeated) > _REPEATS_SHOWN:
+        parts.append(f"and {len(repeated) - _REPEATS_SHOWN:,} more")
+    err(path, f"repeated {noun}: {', '.join(parts)}; give each once")
 
 
 def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]], *,

@@ -25,6 +25,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpResponse
+from django.utils.http import content_disposition_header
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.plumbing import build_array_type, build_basic_type
 from drf_spectacular.types import OpenApiTypes
@@ -338,8 +339,26 @@ def query_validated(serializer_class, request) -> dict:
     return ser.validated_data
 
 
-def attachment(body: str, *, content_type: str, filename: str) -> HttpResponse:
-    """An HTTP response that downloads ``body`` as ``filename``."""
+# Characters a file name must not carry into a header: the C0 and C1 control characters (CR and LF
+# would end the header line, and Django refuses a header holding them with BadHeaderError, a 500)
+# and the Unicode line and paragraph separators (U+2028, U+2029), which some clients also read as
+# line breaks.
+CONTROL_CHARACTERS_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def attachment_header(filename: str) -> str:
+    """The ``Content-Disposition`` value that downloads a response as ``filename``, built by
+    Django's :func:`django.utils.http.content_disposition_header`: ``attachment;
+    filename="run-3.json"`` for printable ASCII (a ``"`` or ``\\`` escaped), ``attachment;
+    filename*=utf-8''%C3%A9t%C3%A9.jsonl`` (RFC 5987) for any other name. Each character of
+    :data:`CONTROL_CHARACTERS_RE` becomes ``_`` first (a name stored before such names were
+    refused still downloads), and an empty name becomes ``download``."""
+    name = CONTROL_CHARACTERS_RE.sub("_", filename or "") or "download"
+    return content_disposition_header(as_attachment=True, filename=name)
+
+
+def attachment(body: str | bytes, *, content_type: str, filename: str) -> HttpResponse:
+    """An HTTP response that downloads ``body`` as ``filename`` (header: :func:`attachment_header`)."""
     response = HttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Content-Disposition"] = attachment_header(filename)
     return response

@@ -644,7 +644,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return
         try:
             content = json.loads(text_data)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
             await self._fail(CLOSE_BAD_REQUEST, "frames must be JSON objects")
             return
         action = content.get("action") if isinstance(content, dict) else None

@@ -19,11 +19,14 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def csv_cell(value: Any) -> Any:
-    """``value`` as a CSV cell: ``""`` for None, numbers and booleans unchanged, any other value
-    as text, with ``'`` in front when it starts with one of :data:`FORMULA_START`."""
+    """``value`` as a CSV cell: ``""`` for None, ``true`` / ``false`` for booleans (as JSON writes
+    them, not Python's ``True``), numbers unchanged, any other value as text, with ``'`` in front
+    when it starts with one of :data:`FORMULA_START`."""
     if value is None:
         return ""
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
         return value
     text = str(value)
     return "'" + text if text.startswith(FORMULA_START) else text

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from typing import Any
 
 from django.conf import settings
@@ -189,10 +190,29 @@ MAX_PAGE_LIMIT = 500
 class Pagination(LimitOffsetPagination):
     """Every list endpoint: ``?limit=`` (default ``PAGE_SIZE``, 100; at most
     :data:`MAX_PAGE_LIMIT`, a larger value is cut to it) and ``?offset=``; the body is
-    ``{"count", "next", "previous", "results"}``."""
+    ``{"count", "next", "previous", "results"}``. A ``limit`` that is not a whole number >= 1 or an
+    ``offset`` that is not a whole number >= 0 is a 400 naming it (DRF's own class answers such a
+    value with the default page, silently)."""
 
     max_limit = MAX_PAGE_LIMIT
     limit_query_description = (
         f"Number of results to return per page (default 100, at most {MAX_PAGE_LIMIT}; a larger value "
-        f"returns {MAX_PAGE_LIMIT})."
+        f"returns {MAX_PAGE_LIMIT}); not a whole number >= 1: 400."
     )
+    offset_query_description = "The initial index from which to return the results (a whole number >= 0)."
+
+    @staticmethod
+    def _whole(request, name: str, least: int) -> int | None:
+        raw = request.query_params.get(name)
+        if raw is None or raw == "":
+            return None
+        if not re.fullmatch(r"[0-9]{1,15}", raw) or int(raw) < least:
+            raise ValidationError({name: [f"must be a whole number >= {least}, got {raw[:40]!r}"]})
+        return int(raw)
+
+    def get_limit(self, request):
+        limit = self._whole(request, self.limit_query_param, 1)
+        return self.default_limit if limit is None else min(limit, self.max_limit)
+
+    def get_offset(self, request):
+        return self._whole(request, self.offset_query_param, 0) or 0

@@ -14,6 +14,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle
 
 from controlplane.api import DetailSerializer, ValidationErrorSerializer
@@ -30,6 +31,9 @@ class TokenThrottle(AnonRateThrottle):
 
 
 class TokenObtainView(ObtainAuthToken):
+    # ObtainAuthToken names DRF's stock parsers; the project's (size limit, nesting depth,
+    # non-finite numbers) apply here as on every other endpoint.
+    parser_classes = api_settings.DEFAULT_PARSER_CLASSES
     permission_classes = [AllowAny]
     authentication_classes: list = []
     throttle_classes = [TokenThrottle]

@@ -1388,4 +1388,12 @@ class NodeAgent:
             self.monitor.join(timeout=10)
             if self.sampler is not None:
                 self.sampler.join(timeout=10)
+            # After the last heartbeat (the monitor has ended): offline now, not after the timeout.
+            from deployments.nodes import node_agent_stopped
+
+            try:
+                close_old_connections()
+                node_agent_stopped(name=self.name, pid=os.getpid())
+            except Exception:  # noqa: BLE001 - the heartbeat timeout still takes the node offline
+                log.exception("could not record the agent's shutdown")
         return int(worker.exitcode or 0)

@@ -39,6 +39,8 @@ class Node(models.Model):
     discovered_at = models.DateTimeField(null=True, blank=True)
     agent_heartbeat_at = models.DateTimeField(null=True, blank=True)
     agent_pid = models.IntegerField(null=True, blank=True)
+    agent_stopped_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the agent last shut down cleanly (offline at once, not after the timeout)")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -55,8 +57,11 @@ class Node(models.Model):
 
     @property
     def agent_online(self) -> bool:
-        """True when the agent heartbeated within ``CEILING_HEARTBEAT_TIMEOUT_S`` seconds."""
+        """True when the agent heartbeated within ``CEILING_HEARTBEAT_TIMEOUT_S`` seconds and has
+        not shut down cleanly since (``agent_stopped_at`` at or after its last heartbeat)."""
         if self.agent_heartbeat_at is None:
+            return False
+        if self.agent_stopped_at is not None and self.agent_stopped_at >= self.agent_heartbeat_at:
             return False
         age = (timezone.now() - self.agent_heartbeat_at).total_seconds()
         return age <= settings.CEILING_HEARTBEAT_TIMEOUT_S

@@ -122,6 +122,15 @@ def node_heartbeat(*, name: str, pid: int) -> None:
         raise NotFound(f"no node named {name!r}")
 
 
+def node_agent_stopped(*, name: str, pid: int) -> bool:
+    """Record that the agent of node ``name`` (process ``pid``) shut down cleanly, so the node
+    reads offline at once instead of after ``CEILING_HEARTBEAT_TIMEOUT_S``. Only the agent that
+    holds the row (``agent_pid == pid``) can mark it: a newer agent that already took over is
+    left online. Returns whether the row was marked."""
+    now = timezone.now()
+    return bool(Node.objects.filter(name=name, agent_pid=pid).update(agent_stopped_at=now))
+
+
 def node_local_register() -> Node:
     """Discover this host (sysfs, NVML, ``nvidia-smi topo -m``) and register it as node
     ``settings.CEILING_NODE_NAME``.

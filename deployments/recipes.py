@@ -72,7 +72,9 @@ Rules, with where they come from:
   path, a package to import, a compiled-kernel cache, any file, folder or output named by a
   variable). Values are strings of at most 4096 characters without NUL or line breaks, and
   without ``/`` except for :data:`ENV_PATH_NAMES` (a path under the model roots).
-* ``spec.secrets`` fill only variables named like credentials (:data:`SECRET_TARGET_RE`).
+* ``spec.secrets`` fill only variables named like credentials (:data:`SECRET_TARGET_RE`), and
+  such a variable may only be filled from a secret, never set in plain ``env`` (whose values are
+  stored, shown and returned by the API in clear).
 """
 from __future__ import annotations
 
@@ -313,7 +315,7 @@ def _spec_validate(
 
     env = _env_check(errs, "spec.env", spec.get("env"))
     out["env"] = env
-    out["secrets"] = _secrets_check(errs, spec.get("secrets"), secret_names, env, out["roles"])
+    out["secrets"] = _secrets_check(errs, spec.get("secrets"), secret_names)
     out["startup_timeout_s"] = _int_field(errs, "spec.startup_timeout_s", spec.get("startup_timeout_s"),
                                           DEFAULT_STARTUP_TIMEOUT_S, 1, 86_400)
     out["stop_grace_s"] = _int_field(errs, "spec.stop_grace_s", spec.get("stop_grace_s"), DEFAULT_STOP_GRACE_S, 1, 3600)
@@ -949,6 +951,11 @@ def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:
         if problem:
             errs.add(key, problem)
             continue
+        if SECRET_TARGET_RE.search(name.upper()):
+            errs.add(key, f"{name} is named like a credential: store its value as a secret and reference it "
+                          f"from spec.secrets ({{\"{name}\": \"<secret name>\"}}); a plain env value is stored "
+                          "and shown in clear")
+            continue
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             errs.add(key, f"value must be a string, got {_show(value)}")
             continue
@@ -965,14 +972,13 @@ def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def _secrets_check(errs: _Errors, secrets: Any, secret_names: set[str] | None, env: dict, roles: dict) -> dict[str, str]:
+def _secrets_check(errs: _Errors, secrets: Any, secret_names: set[str] | None) -> dict[str, str]:
     if secrets is None:
         return {}
     if not isinstance(secrets, dict):
         errs.add("spec.secrets", f"must be an object of ENV_NAME: secret name, got {_show(secrets)}")
         return {}
     out: dict[str, str] = {}
-    role_env_names = {n for r in roles.values() for n in r.get("env", {})}
     for name, secret in secrets.items():
         key = f"spec.secrets.{name}" if isinstance(name, str) and ENV_NAME_RE.match(name) else "spec.secrets"
         problem = env_name_problem(name)
@@ -983,9 +989,6 @@ def _secrets_check(errs: _Errors, secrets: Any, secret_names: set[str] | None, e
             errs.add(key, f"{name} is not named like a credential: a secret may only fill a variable whose name "
                           "ends in TOKEN, KEY, SECRET, PASSWORD, PASSWD, CREDENTIAL(S) or AUTH (an engine may "
                           "echo or transform any other variable's value, past redaction)")
-            continue
-        if name in env or name in role_env_names:
-            errs.add(key, f"{name} is also set as a plain env variable; keep it in secrets only")
             continue
         if not isinstance(secret, str) or not SECRET_NAME_RE.match(secret):
             errs.add(key, f"must name a secret (lowercase letters, digits, . _ -), got {_show(secret)}")
@@ -1051,7 +1054,8 @@ def _restart_check(errs: _Errors, restart: Any) -> dict:
 
 
 def _sim_check(errs: _Errors, sim: Any, worker_roles: list[str]) -> dict:
-    """``spec.sim``: ``profile`` (a profile name) and optional ``gpus_modelled``, the GPUs the
+    """``spec.sim``: ``profile`` (the name of a profile under ``deployments/data/sim_profiles/``
+    that loads) and optional ``gpus_modelled``, the GPUs the
     profile stands for (the simulator takes none), used for per-GPU benchmark numbers: an integer
     1..1024 for the whole deployment, or ``{role: int}`` over the recipe's worker roles (e.g.
     ``{"prefill": 4, "decode": 4}`` for the seed PD profile)."""
@@ -1067,6 +1071,13 @@ def _sim_check(errs: _Errors, sim: Any, worker_roles: list[str]) -> dict:
     if not isinstance(profile, str) or not PROFILE_RE.match(profile):
         errs.add("spec.sim.profile", f"must be a profile name (lowercase letters, digits, . _ -), got {_show(profile)}")
         return {"profile": DEFAULT_PROFILE}
+    # The engine loads the profile at start-up and exits on one it cannot load: say so now.
+    from deployments.engines.simcore.profile import ProfileError, profile_load
+
+    try:
+        profile_load(profile)
+    except ProfileError as exc:
+        errs.add("spec.sim.profile", str(exc))
     out: dict = {"profile": profile}
     if "gpus_modelled" in sim:
         modelled = sim["gpus_modelled"]

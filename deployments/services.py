@@ -44,7 +44,7 @@ from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, S
 from deployments.supervisor import log_tail
 from deployments.engines import ENGINES
 from deployments.recipes import CPU_ID_MAX, CPULIST_RE, engine_topology_errors, recipe_validate
-from deployments.topology import GpuFacts, NodeFacts, NumaFacts, node_facts_from_row, parse_cpulist
+from deployments.topology import GpuFacts, NodeFacts, NumaFacts, format_cpulist, node_facts_from_row, parse_cpulist
 
 # The fields that make up a recipe version; everything else (ids, timestamps, author) is
 # bookkeeping and neither diffed nor reverted.
@@ -523,6 +523,8 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
                     f"port {port} ({spec.role} {kind} port) is in use by the {role} of deployment #{other.pk} "
                     f"(recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}: a deploy now "
                     "would be refused")
+    if warn_ports:
+        plan.warnings.extend(cpu_sharing_warnings(plan=plan, recipe=recipe))
     return plan
 
 
@@ -592,6 +594,18 @@ def _validate_secret_fields(*, name: str | None = None, value: str | None = None
             errors["description"] = [_string_problem(description)]
     if errors:
         raise InvalidInput(errors)
+
+
+def secret_name_errors(name: str) -> list[str]:
+    """Why ``name`` cannot name a new secret (not a slug, or taken), or ``[]``: what
+    :func:`secret_create` refuses, for forms and serializers that report every field at once."""
+    try:
+        slug_validator(name)
+    except DjangoValidationError as exc:
+        return list(exc.messages)
+    if Secret.objects.filter(name=name).exists():
+        return [f"A secret named {name!r} already exists."]
+    return []
 
 
 def secret_create(*, user, name: str, value: str, description: str = "") -> Secret:
@@ -717,6 +731,56 @@ def deployment_ports_in_use(*, node: Node, exclude_recipe: Recipe | None = None)
     return taken
 
 
+def deployment_cpus_in_use(*, node: Node, exclude_recipe: Recipe | None = None) -> dict[int, list[tuple[Deployment, str]]]:
+    """CPUs pinned on ``node`` by its active deployments: CPU → [(deployment, role), ...]. A
+    process counts with what it was pinned to (``effective_cpus`` read back from ``/proc``, else
+    its intended ``cpus``); a deployment with no process rows yet (pending) with the ``cpus`` of
+    its ``spec_snapshot`` roles. An unpinned process (a router without ``cpus``) holds none.
+    ``exclude_recipe``'s deployments are left out."""
+    held: dict[int, list[tuple[Deployment, str]]] = {}
+    active = Deployment.objects.filter(node=node, status__in=DEPLOYMENT_ACTIVE).select_related("recipe")
+    if exclude_recipe is not None:
+        active = active.exclude(recipe=exclude_recipe)
+    for other in active.order_by("pk"):
+        rows = list(ServerProcess.objects.filter(deployment=other).values_list("role", "effective_cpus", "cpus"))
+        if not rows:
+            roles = (other.spec_snapshot or {}).get("roles") or {}
+            rows = [(role, "", r.get("cpus") or "") for role, r in roles.items() if isinstance(r, dict)]
+        for role, effective, intended in rows:
+            try:
+                cpus = parse_cpulist(effective or intended) if (effective or intended) else []
+            except ValueError:
+                continue
+            for cpu in cpus:
+                if (other, role) not in held.setdefault(cpu, []):
+                    held[cpu].append((other, role))
+    return held
+
+
+def cpu_sharing_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
+    """One line per process of ``plan`` pinned to CPUs that an active deployment of another
+    recipe on the node also pins (:func:`deployment_cpus_in_use`): sharing is allowed (a small
+    host has no other choice) but skews both deployments' benchmark numbers while both serve."""
+    held = deployment_cpus_in_use(node=recipe.node, exclude_recipe=recipe)
+    lines: list[str] = []
+    for spec in plan.processes:
+        try:
+            mine = parse_cpulist(spec.cpus) if spec.cpus else []
+        except ValueError:
+            continue
+        users: dict[tuple[int, str], tuple[Deployment, str, list[int]]] = {}
+        for cpu in mine:
+            for other, role in held.get(cpu, []):
+                users.setdefault((other.pk, role), (other, role, []))[2].append(cpu)
+        for other, role, cpus in users.values():
+            lines.append(
+                f"{spec.role} CPU{'s' if len(cpus) > 1 else ''} {format_cpulist(cpus)} "
+                f"{'are' if len(cpus) > 1 else 'is'} also pinned by the {role} of deployment #{other.pk} "
+                f"(recipe {other.recipe.name!r}, {other.status}): the two share {'them' if len(cpus) > 1 else 'it'}, "
+                "which skews either one's benchmark numbers while both serve")
+    return lines
+
+
 def _check_ports_free(*, plan: LaunchPlan, recipe: Recipe) -> None:
     """Raise :class:`Conflict` naming the first port of ``plan`` that an active deployment of
     another recipe on the same node already uses (see :func:`deployment_ports_in_use`)."""
@@ -783,6 +847,8 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
             deployment=deployment, kind="created",
             message=f"{who} deployed {recipe.name} v{recipe.version} on node {recipe.node.name}",
         )
+        for line in cpu_sharing_warnings(plan=plan, recipe=recipe):
+            deployment_event_add(deployment=deployment, kind="warning", message=line)
         from deployments.tasks import deployment_start_task
 
         _send_to_node(deployment_start_task, deployment)
@@ -915,8 +981,9 @@ def deployment_waiting_reason(*, deployment: Deployment) -> str:
     """Why a deployment is not moving, for pages and the API; "" when it is not waiting.
 
     A pending (or stop-requested) deployment whose node agent has not heartbeated within
-    ``CEILING_HEARTBEAT_TIMEOUT_S`` reads ``"waiting for node agent <name> (last heartbeat
-    <ISO time> | never)"``.
+    ``CEILING_HEARTBEAT_TIMEOUT_S``, or whose agent shut down cleanly since, reads ``"waiting for
+    node agent <name> (last heartbeat <ISO time> | never)"`` (``(stopped at <ISO time>; last
+    heartbeat ...)`` after a clean shutdown).
     """
     node = deployment.node
     waiting = deployment.status == DeploymentStatus.PENDING or (
@@ -925,6 +992,9 @@ def deployment_waiting_reason(*, deployment: Deployment) -> str:
     if not waiting or node.agent_online:
         return ""
     seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"
+    if node.agent_heartbeat_at and node.agent_stopped_at and node.agent_stopped_at >= node.agent_heartbeat_at:
+        return (f"waiting for node agent {node.name} (stopped at "
+                f"{node.agent_stopped_at.isoformat(timespec='seconds')}; last heartbeat {seen})")
     return f"waiting for node agent {node.name} (last heartbeat {seen})"
 
 

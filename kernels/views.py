@@ -23,6 +23,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from controlplane.api import attachment_header
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.permissions import has_role
 from deployments.models import Node
@@ -488,7 +489,7 @@ def job_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     else:
         raise Http404("export format must be csv or json")
     response = HttpResponse(body, content_type=ctype)
-    response["Content-Disposition"] = f'attachment; filename="kernel-job-{job.pk}.{fmt}"'
+    response["Content-Disposition"] = attachment_header(f"kernel-job-{job.pk}.{fmt}")
     return response
 
 
@@ -500,7 +501,7 @@ def best_config(request: HttpRequest, pk: int) -> HttpResponse:
     if path is None or not path.is_file():
         raise Http404("no exported config file for this best variant")
     response = HttpResponse(path.read_text(encoding="utf-8"), content_type="application/json")
-    response["Content-Disposition"] = f'attachment; filename="{path.name}"'
+    response["Content-Disposition"] = attachment_header(path.name)
     return response
 
 

@@ -11,7 +11,7 @@ from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.sweeps import DIGITS_RE
-from controlplane.api import FilterChoiceField, IdField, StrictInputMixin
+from controlplane.api import CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, StrictInputMixin
 
 
 class SweepSerializer(serializers.ModelSerializer):
@@ -171,14 +171,28 @@ class RunSerializer(serializers.ModelSerializer):
         return bool(obj.records_path)
 
 
-class RunImportSerializer(serializers.Serializer):
+class RunImportSerializer(StrictInputMixin, serializers.Serializer):
     """Either a multipart ``file`` or JSON ``{"text": ..., "filename": ...}``; ``allow_duplicate``
-    (default false) imports a file whose content was imported before instead of answering 409."""
+    (default false) imports a file whose content was imported before instead of answering 409.
+    ``filename`` (at most 255 characters) may not hold a control character, a line break or a
+    Unicode line or paragraph separator (:data:`controlplane.api.CONTROL_CHARACTERS_RE`): it is
+    sent back in the ``Content-Disposition`` header of every download of the file. Any other key
+    is refused at its name (``{"zzz": ["unknown field 'zzz'; allowed: file, text, filename,
+    allow_duplicate"]}``, the shared :func:`controlplane.api.unknown_field_errors`), before the
+    file is read."""
 
     file = serializers.FileField(required=False)
     text = serializers.CharField(required=False, trim_whitespace=False, allow_blank=False)
     filename = serializers.CharField(required=False, max_length=255, allow_blank=True)
     allow_duplicate = serializers.BooleanField(required=False, default=False)
+
+    def validate_filename(self, value: str) -> str:
+        found = CONTROL_CHARACTERS_RE.search(value)
+        if found:
+            raise serializers.ValidationError(
+                f"must not contain control characters or line breaks; found U+{ord(found.group()):04X} at "
+                f"character {found.start() + 1}")
+        return value
 
     def validate(self, attrs: dict) -> dict:
         if bool(attrs.get("file")) == bool(attrs.get("text")):

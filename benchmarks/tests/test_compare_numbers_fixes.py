@@ -98,7 +98,7 @@ def test_it_lists_the_slo_as_a_difference_and_refuses_to_compare_goodput_across_
     assert (f'<tr class="delta"><td>output throughput</td><td class="num small">{text}</td>'
             '<td class="num small">baseline</td></tr>') in html
     assert client.get(reverse("benchmarks:compare"), {"runs": f"{strict.pk},{loose.pk}",
-                                                      "baseline": "999999"}).status_code == 404
+                                                      "baseline": "999999"}).status_code == 400
 
     # The CSV: each run's SLO, values with units in the names, deltas against the baseline.
     export = client.get(reverse("benchmarks:compare"), {"runs": f"{strict.pk},{loose.pk}", "format": "csv"})

@@ -135,7 +135,7 @@ def test_it_keeps_absent_counts_null_and_times_a_failure(sweep, viewer) -> None:
     lines = list(csv.DictReader(io.StringIO(
         _client(viewer).get(reverse("benchmarks:run-export", args=[run.pk, "records.csv"])).content.decode())))
     assert [(x["input_tokens"], x["end_ms"], x["duration_ms"], x["tokens_estimated"]) for x in lines] == [
-        ("", "201.0", "201.0", "True"), ("", "1250.0", "250.0", "False")]
+        ("", "201.0", "201.0", "true"), ("", "1250.0", "250.0", "false")]
     assert len(run_records(run=run)) == 2
 
 

@@ -182,9 +182,9 @@ def test_it_answers_404_for_unknown_ids_and_formats(viewer_client, operator_clie
         reverse("benchmarks:run-original", args=[run.pk]),  # measured, nothing was imported
         reverse("benchmarks:compare") + f"?runs={run.pk},9999",
         reverse("benchmarks:compare") + "?sweeps=4242",
-        reverse("benchmarks:compare") + "?runs=1;drop",
     ):
         assert viewer_client.get(url).status_code == 404, url
+    assert viewer_client.get(reverse("benchmarks:compare") + "?runs=1;drop").status_code == 400  # input, not a page
     assert operator_client.get(reverse("benchmarks:sweep-create") + "?deployment=9999").status_code == 404
     assert operator_client.post(reverse("benchmarks:sweep-cancel", args=[9999])).status_code == 404
 
@@ -467,7 +467,12 @@ def test_it_takes_ids_as_an_alias_of_runs_like_the_api(viewer_client, mismatch_s
     # both names together are merged, each run once
     both = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk), "ids": f"{short.pk},{clean.pk}"}))
     assert f'name="runs" value="{clean.pk},{short.pk}"' in both
-    assert viewer_client.get(reverse("benchmarks:compare"), {"ids": "8;drop"}).status_code == 404
+    malformed = viewer_client.get(reverse("benchmarks:compare"), {"ids": "8;drop"})
+    assert malformed.status_code == 400  # the form again with the reason, as the API's 400
+    assert "Ids must be a comma-separated list of ids, got &#x27;8;drop&#x27;." in _html(malformed)
+    assert 'name="runs" value="8;drop"' in _html(malformed)
+    outside = viewer_client.get(reverse("benchmarks:compare"), {"runs": f"{clean.pk},{short.pk}", "baseline": "999"})
+    assert outside.status_code == 400 and "Baseline run #999 is not one of the compared runs." in _html(outside)
 
 
 def test_it_asks_for_a_second_run(viewer_client, mismatch_sweep):
@@ -651,7 +656,7 @@ def test_it_refuses_a_duplicate_import_naming_the_run_unless_asked_to_keep_both(
 
 def test_it_refuses_non_ascii_digits_like_any_malformed_number(viewer_client, operator_client, deployment):
     # "²".isdigit() is true, but int("²") raises: the same 404 or form error as "x", never a 500
-    assert viewer_client.get(reverse("benchmarks:compare"), {"runs": "1,\u00b2"}).status_code == 404
+    assert viewer_client.get(reverse("benchmarks:compare"), {"runs": "1,\u00b2"}).status_code == 400
     assert operator_client.get(reverse("benchmarks:sweep-create") + "?deployment=%C2%B2").status_code == 404
     response = operator_client.post(reverse("benchmarks:sweep-create"), {
         "deployment": deployment.pk, "concurrency": "1,\u00b2", "lengths": "\u00b2:8", "requests": "\u00b2",

@@ -21,6 +21,7 @@ from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
+from controlplane.api import attachment
 from controlplane.errors import InvalidInput
 from controlplane.permissions import has_role
 from controlplane.redaction import redact_text
@@ -107,6 +108,11 @@ def _opt_float(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
+class MalformedIds(Http404):
+    """A list-of-ids parameter that is not one (``?runs=1;drop``): a 404 where it names a page,
+    a 400 with the form again where a page takes it as input (the comparison)."""
+
+
 def _ids_param(request: HttpRequest, name: str) -> list[int]:
     """``?runs=1,2,3`` (or ``?run=1&run=2``) as a list of ints (order kept, duplicates dropped); 404 on anything else,
     because an id that cannot exist names no page (also one above :data:`benchmarks.selectors.PK_MAX`, which the
@@ -119,7 +125,7 @@ def _ids_param(request: HttpRequest, name: str) -> list[int]:
         if not part:
             continue
         if not DIGITS_RE.fullmatch(part):
-            raise Http404(f"{name} must be a comma-separated list of ids")
+            raise MalformedIds(f"{name} must be a comma-separated list of ids, got {part[:40]!r}")
         if len(part.lstrip("0")) > len(str(PK_MAX)) or int(part) > PK_MAX:
             raise Http404(f"{name}: no row has an id that large")
         if int(part) not in out:
@@ -305,9 +311,10 @@ def _status_class(status: str) -> str:
 
 
 def _download(body: str | bytes, *, content_type: str, filename: str) -> HttpResponse:
-    response = HttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response
+    """A page's download of ``body`` as ``filename``: the API's :func:`controlplane.api.attachment`
+    (one ``Content-Disposition`` for both: control characters replaced, a name that is not
+    printable ASCII as RFC 5987 ``filename*``)."""
+    return attachment(body, content_type=content_type, filename=filename)
 
 
 _EXPORT_TYPES = {"csv": "text/csv; charset=utf-8", "json": "application/json"}

@@ -21,7 +21,7 @@ from benchmarks.views.charts import (
     cdf_points, chart_spec, record_arrays, run_charts, run_lengths_text, sweep_charts,
 )
 from benchmarks.views.common import (
-    COMPARE_MAX_CDF_RUNS, LATENCIES, run_row, _EXPORT_TYPES, _download, _export_body, _first, _ids_param,
+    COMPARE_MAX_CDF_RUNS, LATENCIES, run_row, _EXPORT_TYPES, _download, _export_body, _first, _ids_param, MalformedIds,
     _json_text, _load_records, _opt_float, _status_class, _sweep_runs,
 )
 from deployments.views import role_page
@@ -210,7 +210,7 @@ def run_original(request: HttpRequest, pk: int) -> HttpResponse:
     run = _get_run(pk)
     if run.source != RunSource.IMPORTED or not run.original_text:
         raise Http404("this run was not imported from a file")
-    name = (run.original_filename or f"run-{run.pk}-original.txt").replace('"', "").replace("\n", "")
+    name = (run.original_filename or f"run-{run.pk}-original.txt").replace('"', "")
     return _download(run.original_text, content_type="text/plain; charset=utf-8", filename=name)
 
 
@@ -227,11 +227,28 @@ def compare(request: HttpRequest) -> HttpResponse:
     overlay charts (tok/s and TTFT p99 vs load per sweep, TTFT CDFs per run where records exist).
     ``?ids=`` is accepted as an alias of ``?runs=`` (the API's name for it); both together are
     merged. ``?format=csv`` downloads the comparison as CSV
-    (:func:`benchmarks.services.runs.runs_compare_csv`). Unknown ids, a baseline that is not
-    among the compared runs and another format are 404."""
-    run_ids = list(dict.fromkeys(_ids_param(request, "runs") + _ids_param(request, "ids")))
-    sweep_ids = _ids_param(request, "sweeps")
-    baseline_ids = _ids_param(request, "baseline")
+    (:func:`benchmarks.services.runs.runs_compare_csv`). Malformed ids and a baseline that is
+    not among the compared runs are a 400 showing the form with the reason; unknown ids and
+    another format are 404."""
+    problems: list[str] = []
+
+    def ids(name: str) -> list[int]:
+        try:
+            return _ids_param(request, name)
+        except MalformedIds as exc:
+            problems.append(str(exc))
+            return []
+
+    run_ids = list(dict.fromkeys(ids("runs") + ids("ids")))
+    sweep_ids = ids("sweeps")
+    baseline_ids = ids("baseline")
+    if len(baseline_ids) > 1:
+        problems.append("baseline names one run")
+    if problems:
+        # The form again, with what to fix (as the API's 400), not a "page not found".
+        return render(request, "benchmarks/compare.html", {
+            "runs": [], "problems": problems, "run_ids": request.GET.get("runs", request.GET.get("ids", ""))[:200],
+            "sweep_ids": request.GET.get("sweeps", "")[:200]}, status=400)
     fmt = request.GET.get("format", "")
     if fmt not in ("", "csv"):
         raise Http404("the comparison's export format is csv")
@@ -244,11 +261,11 @@ def compare(request: HttpRequest) -> HttpResponse:
     runs: list[BenchmarkRun] = [runs_by_id[i] for i in run_ids]
     for sid in sweep_ids:
         runs.extend(r for r in _sweep_runs(sweeps[sid]) if r.pk not in {x.pk for x in runs})
-    if len(baseline_ids) > 1:
-        raise Http404("baseline names one run")
     baseline = baseline_ids[0] if baseline_ids else None
     if baseline is not None and baseline not in {r.pk for r in runs}:
-        raise Http404(f"baseline run #{baseline} is not one of the compared runs")
+        return render(request, "benchmarks/compare.html", {
+            "runs": [], "problems": [f"baseline run #{baseline} is not one of the compared runs"],
+            "run_ids": ",".join(map(str, run_ids)), "sweep_ids": ",".join(map(str, sweep_ids))}, status=400)
     context: dict[str, Any] = {"runs": runs, "run_ids": ",".join(map(str, run_ids)),
                                "sweep_ids": ",".join(map(str, sweep_ids))}
     if len(runs) < 2:

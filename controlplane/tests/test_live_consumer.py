@@ -281,6 +281,15 @@ async def test_it_answers_a_ping_and_closes_on_an_unknown_action(viewer, node):
 
 
 @pytest.mark.asyncio
+async def test_a_frame_nested_deeper_than_the_parser_goes_is_a_bad_request_not_an_internal_error(viewer, node):
+    ws, _ = await _open(viewer, [node_group(node.name)])
+    await ws.send_to(text_data="[" * 20000 + "]" * 20000)  # 40,000 characters: under the 64 KiB cap
+    error = await ws.receive_json_from(timeout=5)
+    assert error["code"] == CLOSE_BAD_REQUEST and error["error"] == "frames must be JSON objects"
+    assert (await ws.receive_output(timeout=5))["code"] == CLOSE_BAD_REQUEST
+
+
+@pytest.mark.asyncio
 async def test_it_refuses_an_ack_for_messages_it_never_sent(viewer, node):
     ws, _ = await _open(viewer, [node_group(node.name)])
     await ws.send_json_to({"action": "ack", "count": 5})

@@ -21,6 +21,19 @@ def test_it_refuses_a_wrong_password_with_400_and_no_token(viewer):
     assert "token" not in response.json()
 
 
+def test_it_parses_bodies_as_every_other_endpoint_does(viewer):
+    client = APIClient()
+    nested = client.post("/api/auth/token/", data="[" * 50000 + "]" * 50000, content_type="application/json")
+    assert nested.status_code == 400
+    assert nested.json()["detail"] == "JSON parse error - nested too deeply."
+    huge = client.post("/api/auth/token/", data=b'{"username": "' + b"v" * (2 << 20) + b'"}',
+                       content_type="application/json")
+    assert huge.status_code == 413
+    # ...and a well-formed one still gets the token.
+    ok = client.post("/api/auth/token/", {"username": "vera-viewer", "password": "correct-horse-battery"}, format="json")
+    assert ok.status_code == 200 and len(ok.json()["token"]) == 40
+
+
 def test_it_serves_the_api_docs_from_local_static_files_to_signed_in_users(viewer, client):
     assert client.get("/api/docs/").status_code == 302  # to the login page, not a bare 401
     client.force_login(viewer)

@@ -31,7 +31,7 @@ from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Re
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_waiting_reason, recipe_spec_validate,
-    secret_value_problem,
+    secret_name_errors, secret_value_problem,
 )
 
 
@@ -89,6 +89,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "numa_nodes",
             "discovered_at",
             "agent_heartbeat_at",
+            "agent_stopped_at",
             "agent_online",
             "queue_name",
             "local_port_range",
@@ -300,8 +301,8 @@ class RecipeDiffSerializer(serializers.Serializer):
     changes = DiffEntrySerializer(many=True)
 
 
-class RevertSerializer(serializers.Serializer):
-    """Body of ``POST /api/recipes/<id>/revert/``."""
+class RevertSerializer(StrictInputMixin, serializers.Serializer):
+    """Body of ``POST /api/recipes/<id>/revert/``; any other key is refused at its name."""
 
     version = serializers.IntegerField(min_value=1, max_value=MAX_INT)
     expected_version = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
@@ -350,6 +351,14 @@ class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
         read_only_fields = ["id", "created_at", "updated_at"]
         # Uniqueness is reported by the service with the same message on every path.
         extra_kwargs = {"name": {"validators": []}}
+
+    def validate_name(self, name: str) -> str:
+        # Checked here too (the service checks again under its lock), so a bad or taken name is
+        # reported with the value's and description's problems in one answer.
+        errors = secret_name_errors(name)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return name
 
     def validate_value(self, value: str) -> str:
         problem = secret_value_problem(value)
@@ -431,13 +440,24 @@ class DeploymentSerializer(serializers.ModelSerializer):
         return redact_text(deployment_waiting_reason(deployment=deployment))
 
 
+class WholePrimaryKeyField(serializers.PrimaryKeyRelatedField):
+    """A primary key given as a whole number (or its digits as a string). DRF passes a JSON
+    number such as ``1.5`` on to the database lookup, which truncates it to 1 and would act on
+    another row; a float is refused as the wrong type instead, like a bool or a list."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, float):
+            self.fail("incorrect_type", data_type=type(data).__name__)
+        return super().to_internal_value(data)
+
+
 class DeploymentCreateSerializer(StrictInputMixin, serializers.Serializer):
     """Body of ``POST /api/deployments/``: the recipe (id) whose current version to deploy. Any
     other key is refused at its name: a deployment runs the recipe's current version on the
     recipe's node, and everything else about it is set as it runs
     (``{"node": ["'node' is read-only: a deployment runs on its recipe's node ...; allowed: recipe"]}``)."""
 
-    recipe = serializers.PrimaryKeyRelatedField(queryset=Recipe.objects.select_related("node"))
+    recipe = WholePrimaryKeyField(queryset=Recipe.objects.select_related("node"))
     read_only_reasons = {
         **{name: "it is set by the server" for name in DeploymentSerializer.Meta.fields},
         "node": "a deployment runs on its recipe's node (change the recipe to deploy elsewhere)",

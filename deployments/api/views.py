@@ -264,7 +264,8 @@ class RecipeViewSet(viewsets.ModelViewSet):
     @action(detail=True, methods=["post"], url_path="revert")
     def revert(self, request: Request, pk=None) -> Response:
         recipe = self.get_object()
-        ser = s.RevertSerializer(data=request.data)
+        body, nonfinite = request_body(request)
+        ser = s.RevertSerializer(data=body, context={"nonfinite": nonfinite})
         ser.is_valid(raise_exception=True)
         recipe = services.recipe_revert(
             recipe=recipe,

@@ -181,6 +181,29 @@ def test_a_deploy_reports_a_bad_recipe_with_the_unknown_keys(operator_api):
     assert sorted(response.json()) == ["extra", "recipe"]
 
 
+@pytest.mark.parametrize("recipe, kind", [(1.5, "float"), (1.0, "float"), (True, "bool"), ("1.5", "str"),
+                                          ([1], "list")])
+def test_a_deploy_refuses_a_recipe_id_that_is_not_a_whole_number(operator_api, operator, node, recipe, kind):
+    services.recipe_create(user=operator, **{**payload(), "node": node})  # recipe #1 exists: 1.5 must not hit it
+
+    response = operator_api.post("/api/deployments/", {"recipe": recipe}, format="json")
+
+    assert response.status_code == 400, response.json()
+    assert response.json()["recipe"] == [f"Incorrect type. Expected pk value, received {kind}."]
+    assert not Deployment.objects.exists()
+
+
+def test_a_secret_create_reports_a_bad_or_taken_name_with_the_other_fields(admin_api):
+    bad = admin_api.post("/api/secrets/", {"name": "Bad Name", "value": "x", "description": "y" * 300}, format="json")
+    assert bad.status_code == 400
+    assert sorted(bad.json()) == ["description", "name", "value"]
+    admin_api.post("/api/secrets/", {"name": "hf-token", "value": "hf_abcdefgh"}, format="json")
+    taken = admin_api.post("/api/secrets/", {"name": "hf-token", "value": "x"}, format="json")
+    assert taken.status_code == 400
+    assert taken.json()["name"] == ["A secret named 'hf-token' already exists."] and "value" in taken.json()
+    assert list(Secret.objects.values_list("name", flat=True)) == ["hf-token"]
+
+
 def test_a_secret_rename_is_refused_with_the_reason_and_changes_nothing(admin_api):
     pk = admin_api.post("/api/secrets/", {"name": "hf-token", "value": "hf_abcdefgh"}, format="json").json()["id"]
     before = Secret.objects.get(pk=pk).updated_at

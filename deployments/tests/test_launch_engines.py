@@ -207,11 +207,11 @@ def test_it_renders_the_sim_pd_plan_with_the_real_router():
 
 def test_it_renders_a_sim_single_server_with_its_own_flags():
     spec = {"model": {"name": "org/tiny"}, "roles": {"single": {"host": "::1", "flags": {"time-scale": 0.5, "seed": 7}}},
-            "sim": {"profile": "flat"}}
+            "sim": {"profile": "demo-fast"}}
     plan = launch_plan_render(engine="sim", topology="single", spec=spec, node=local_node_facts_example())
     (single,) = plan.processes
     assert single.argv == [PY, "-m", "deployments.engines.sim_server", "--role", "single", "--host", "::1",
-                           "--port", "31000", "--model-name", "org/tiny", "--profile", "flat",
+                           "--port", "31000", "--model-name", "org/tiny", "--profile", "demo-fast",
                            "--seed", "7", "--time-scale", "0.5"]
     assert single.health_url == "http://[::1]:31000/health"
     assert single.pin_method == "none"

@@ -23,7 +23,7 @@ from deployments.agent import (
     node_reconcile,
 )
 from deployments.choices import ProcessStatus
-from deployments.models import Node, NumaNode, ProcessEvent, ServerProcess
+from deployments.models import Deployment, Node, NumaNode, ProcessEvent, ServerProcess
 from deployments.pinning import pinning_verify, thread_bindings
 from deployments.supervisor import process_spawn, process_stop
 from deployments.tests.test_agent_support import (  # noqa: F401 - fixtures
@@ -168,6 +168,28 @@ def test_a_second_agent_of_the_same_node_refuses_to_start_and_adopts_nothing(age
     assert restarted.proc.poll() is None
     wait_for(lambda: ProcessEvent.objects.filter(deployment=deployment, kind="adopted").exists(),
              timeout_s=30, what="adoption by the restarted agent")
+
+
+def test_an_agent_that_shuts_down_cleanly_takes_its_node_offline_at_once(agents, deployer, settings):
+    settings.CEILING_HEARTBEAT_TIMEOUT_S = 300  # so only the shutdown mark can take it offline
+    agent = agents()
+    node = node_of(agent)
+    assert Node.objects.get(pk=node.pk).agent_online
+    agent.stop()  # SIGTERM: a warm shutdown
+    assert agent.proc.returncode == 0, agent.log_text()[-2000:]
+    row = Node.objects.get(pk=node.pk)
+    assert row.agent_stopped_at is not None and row.agent_stopped_at >= row.agent_heartbeat_at
+    assert not row.agent_online
+    deployment = services.deployment_create(recipe=sim_single_recipe(node=row, user=deployer), user=deployer)
+    reason = services.deployment_waiting_reason(deployment=deployment)
+    assert reason == (f"waiting for node agent {row.name} (stopped at "
+                      f"{row.agent_stopped_at.isoformat(timespec='seconds')}; last heartbeat "
+                      f"{row.agent_heartbeat_at.isoformat(timespec='seconds')})")
+    # Started again, it is online with its first heartbeat and runs what waited for it.
+    agents()
+    wait_for(lambda: Node.objects.get(pk=node.pk).agent_online, timeout_s=30, what="the restarted agent online")
+    wait_status(deployment, "ready")
+    assert services.deployment_waiting_reason(deployment=Deployment.objects.get(pk=deployment.pk)) == ""
 
 
 def test_an_agent_refuses_a_node_served_from_another_host(db):

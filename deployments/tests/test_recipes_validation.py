@@ -656,7 +656,25 @@ def test_it_checks_secret_references():
     errs = errors_of(spec)
     assert errs["spec.secrets.HF_TOKEN"][0].startswith("must name a secret")
     assert "not allowed" in errs["spec.secrets.LD_PRELOAD"][0]
-    assert errs["spec.secrets.SGLANG_KEY"] == ["SGLANG_KEY is also set as a plain env variable; keep it in secrets only"]
+    # The secret is fine; the plain value of the same variable is what is refused.
+    assert "spec.secrets.SGLANG_KEY" not in errs
+    assert errs["spec.roles.prefill.env.SGLANG_KEY"][0].startswith("SGLANG_KEY is named like a credential")
+
+
+def test_a_variable_named_like_a_credential_is_only_filled_from_a_secret():
+    # A plain env value is stored in the recipe and returned by the API and pages in clear, so a
+    # credential there would leak to every viewer; spec.secrets keeps it encrypted and masked.
+    spec = seed_pd_spec()
+    spec["env"] = {"HF_TOKEN": "hf_plaintexttoken123", "NCCL_DEBUG": "INFO"}
+    spec["roles"]["decode"]["env"] = {"SGLANG_API_KEY": "SuperSecretValue", "SGLANG_PASSWORD": "x"}
+    errs = errors_of(spec)
+    assert errs["spec.env.HF_TOKEN"] == [
+        'HF_TOKEN is named like a credential: store its value as a secret and reference it from spec.secrets '
+        '({"HF_TOKEN": "<secret name>"}); a plain env value is stored and shown in clear']
+    assert errs["spec.roles.decode.env.SGLANG_API_KEY"][0].startswith("SGLANG_API_KEY is named like a credential")
+    assert errs["spec.roles.decode.env.SGLANG_PASSWORD"][0].startswith("SGLANG_PASSWORD is named like a credential")
+    assert "spec.env.NCCL_DEBUG" not in errs
+    assert "hf_plaintexttoken123" not in json.dumps(errs) and "SuperSecretValue" not in json.dumps(errs)
 
 
 # --- scalars, engine-specific sections ---------------------------------------------------
@@ -691,6 +709,16 @@ def test_it_keeps_the_sim_section_to_the_sim_engine():
     del sim["sim"]
     out = validate(sim, engine="sim", node=example_node_facts("local"))
     assert out["sim"] == {"profile": "seed-sm120-fallback"}
+
+
+def test_an_unknown_sim_profile_is_refused_when_the_recipe_is_saved_not_when_the_engine_starts():
+    sim = example_recipe("local-sim-pd")["spec"]
+    sim["sim"] = {"profile": "nope"}
+    errs = errors_of(sim, engine="sim", node=example_node_facts("local"))
+    assert errs == {"spec.sim.profile": [
+        "unknown profile 'nope'; known: demo-fast, seed-sm120-fallback, seed-sm120-fallback-tp4"]}
+    sim["sim"] = {"profile": "demo-fast"}
+    assert validate(sim, engine="sim", node=example_node_facts("local"))["sim"] == {"profile": "demo-fast"}
 
 
 def test_it_collects_every_error_at_once():

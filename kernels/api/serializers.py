@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from controlplane.api import FilterChoiceField, IdField
+from controlplane.api import FilterChoiceField, IdField, StrictInputMixin
 
 from kernels.choices import KernelJobStatus
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
@@ -39,6 +39,10 @@ class JobSerializer(serializers.ModelSerializer):
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     waiting_reason = serializers.SerializerMethodField(
         help_text='e.g. "waiting for node agent local (last heartbeat never)"; "" when not waiting')
+    phase = serializers.SerializerMethodField(
+        help_text='what the job is doing: "compile" or "bench" while it runs ("" before it starts), then '
+                  'its final status ("done", "failed", "cancelled"), as the job page shows it; '
+                  'progress_done / progress_total stay those of the last phase it ran')
 
     class Meta:
         model = KernelJob
@@ -51,15 +55,21 @@ class JobSerializer(serializers.ModelSerializer):
                   "built_at", "ended_at", "build_s", "bench_s"]
         read_only_fields = fields
 
+    def get_phase(self, job: KernelJob) -> str:
+        from kernels.choices import JOB_TERMINAL
+
+        return str(job.status) if job.status in JOB_TERMINAL else job.phase
+
     def get_waiting_reason(self, job: KernelJob) -> str:
         from kernels.services import kernel_job_waiting_reason
 
         return kernel_job_waiting_reason(job=job)
 
 
-class JobCreateSerializer(serializers.Serializer):
+class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     """``{"package": name, "node": name, "cc": "9.0" (optional when the node has a GPU),
-    "params": {param: [values]} (optional grid subset), "shapes": [...], "batches": [...]}``."""
+    "params": {param: [values]} (optional grid subset), "shapes": [...], "batches": [...]}``;
+    any other key is refused at its name."""
 
     package = serializers.CharField(max_length=63)
     node = serializers.CharField(max_length=63)
@@ -67,6 +77,23 @@ class JobCreateSerializer(serializers.Serializer):
     params = serializers.DictField(child=serializers.JSONField(), required=False)
     shapes = serializers.ListField(child=serializers.CharField(max_length=63), required=False, max_length=32)
     batches = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=32)
+
+
+def fields_that_parse(serializer: serializers.Serializer, body, *, skip) -> dict:
+    """The values of ``serializer``'s fields that ``body`` gives and that parse on their own,
+    leaving out those named in ``skip`` (the fields that failed): what a create view can still
+    check further after the serializer as a whole refused ``body``."""
+    values: dict = {}
+    if not isinstance(body, dict):
+        return values
+    for name, field in serializer.fields.items():
+        if name in skip or name not in body or field.read_only:
+            continue
+        try:
+            values[name] = field.run_validation(body[name])
+        except serializers.ValidationError:
+            continue
+    return values
 
 
 class BuildSerializer(serializers.ModelSerializer):

@@ -16,6 +16,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -26,6 +27,7 @@ from controlplane.api import (
     ExportQuerySerializer,
     attachment,
     query_validated,
+    request_body,
 )
 from controlplane.errors import InvalidInput, NotFound
 from kernels import selectors, services
@@ -72,24 +74,33 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     def create(self, request: Request, *args, **kwargs) -> Response:
         from deployments.models import Node
 
-        ser = s.JobCreateSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        data = ser.validated_data
-        package = KernelPackage.objects.filter(name=data["package"]).first()
-        node = Node.objects.filter(name=data["node"]).first()
+        body, nonfinite = request_body(request)
+        ser = s.JobCreateSerializer(data=body, context={"nonfinite": nonfinite})
+        field_errors: dict = {}
+        if ser.is_valid():
+            data = ser.validated_data
+        else:
+            # Every problem in one answer: the fields that did parse are still checked against
+            # the package below (a bad batch does not hide an unknown shape or a bad cc).
+            field_errors = dict(ser.errors)
+            data = s.fields_that_parse(ser, body, skip=field_errors)
+        package = KernelPackage.objects.filter(name=data["package"]).first() if "package" in data else None
+        node = Node.objects.filter(name=data["node"]).first() if "node" in data else None
         errors: dict[str, list[str]] = {}
-        if package is None:
+        if package is None and "package" in data:
             errors["package"] = [f"no registered kernel package named {data['package']!r}"]
-        if node is None:
+        if node is None and "node" in data:
             errors["node"] = [f"no node named {data['node']!r}"]
-        if errors and package is not None:
+        if (errors or field_errors) and package is not None:
             # every other field's problems in the same answer (a cc is only missing given a node)
-            others = services.kernel_job_check(package=package, node=None, cc=data.get("cc") or None,
+            others = services.kernel_job_check(package=package, node=node, cc=data.get("cc") or None,
                                                params_subset=data.get("params") or None, shapes=data.get("shapes"),
                                                batches=data.get("batches"))
-            if not data.get("cc"):
+            if not data.get("cc") and (node is None or "cc" in field_errors):
                 others.pop("cc", None)
-            errors = {**{k: v for k, v in others.items() if k != "node"}, **errors}
+            errors = {**{k: v for k, v in others.items() if k != "node" or node is not None}, **errors}
+        if field_errors:
+            raise ValidationError({**errors, **field_errors})
         if errors:
             raise InvalidInput(errors)
         job = services.kernel_job_create(package=package, node=node, cc=data.get("cc") or None,

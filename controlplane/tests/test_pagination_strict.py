@@ -1,0 +1,30 @@
+"""Every list endpoint pages with ``?limit=`` / ``?offset=``; values that are not whole numbers in
+range are a 400 naming the parameter, not a silently different page."""
+from __future__ import annotations
+
+import pytest
+
+from deployments.tests.factories import cpu_node_create, recipe_row_create
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("query, name", [("limit=abc", "limit"), ("limit=0", "limit"), ("limit=-1", "limit"),
+                                         ("limit=1.5", "limit"), ("offset=-5", "offset"), ("offset=abc", "offset"),
+                                         ("limit=%C2%B2", "limit")])
+def test_a_page_parameter_that_is_not_a_whole_number_in_range_is_a_400(viewer_api, query, name):
+    for url in ("/api/recipes/", "/api/deployments/", "/api/runs/", "/api/kernel-jobs/"):
+        answer = viewer_api.get(f"{url}?{query}")
+        assert answer.status_code == 400, (url, query, answer.content)
+        [message] = answer.json()[name]
+        assert message.startswith(f"must be a whole number >= {0 if name == 'offset' else 1}, got "), message
+
+
+@pytest.mark.django_db
+def test_pages_in_range_still_page_and_a_large_limit_is_cut(viewer_api):
+    node = cpu_node_create()
+    for i in range(3):
+        recipe_row_create(node=node, name=f"r{i}")
+    page = viewer_api.get("/api/recipes/?limit=2&offset=1").json()
+    assert page["count"] == 3 and len(page["results"]) == 2 and page["previous"] is not None
+    assert len(viewer_api.get("/api/recipes/?limit=100000").json()["results"]) == 3
+    assert len(viewer_api.get("/api/recipes/?limit=&offset=").json()["results"]) == 3

@@ -1,0 +1,47 @@
+"""Two deployments pinned to the same CPUs: allowed (a small host has no other choice), but said
+before the deploy (the dry-run's warnings) and when it happens (a ``warning`` entry on the new
+deployment's timeline), since either one's benchmark numbers are skewed while both serve."""
+from __future__ import annotations
+
+import pytest
+
+from deployments import services
+from deployments.models import ProcessEvent
+from deployments.tests.factories import cpu_node_create
+from deployments.tests.test_agent_support import sim_single_recipe
+
+
+def _pinned(recipe, cpus: str):
+    spec = dict(recipe.spec)
+    spec["roles"] = {"single": {**spec["roles"]["single"], "cpus": cpus}}
+    return services.recipe_update(recipe=recipe, user=None, spec=spec)
+
+
+@pytest.mark.django_db
+def test_a_deploy_onto_cpus_another_deployment_pins_is_warned_and_recorded(operator, operator_api,
+                                                                            django_capture_on_commit_callbacks):
+    node = cpu_node_create()
+    first = sim_single_recipe(node=node, user=operator, name="first")            # CPU 0
+    second = _pinned(sim_single_recipe(node=node, user=operator, name="second"), "0-1")
+    apart = _pinned(sim_single_recipe(node=node, user=operator, name="apart"), "4-5")
+    with django_capture_on_commit_callbacks(execute=False):  # no agent: the deployment stays pending
+        held = services.deployment_create(recipe=first, user=operator)
+
+    expected = (f"single CPU 0 is also pinned by the single of deployment #{held.pk} (recipe 'first', pending): "
+                "the two share it, which skews either one's benchmark numbers while both serve")
+    plan = operator_api.get(f"/api/recipes/{second.pk}/dry-run/").json()["plan"]
+    assert expected in plan["warnings"]
+    assert not any("also pinned" in w for w in operator_api.get(f"/api/recipes/{apart.pk}/dry-run/").json()["plan"]["warnings"])
+
+    with django_capture_on_commit_callbacks(execute=False):
+        sharing = services.deployment_create(recipe=second, user=operator)
+        alone = services.deployment_create(recipe=apart, user=operator)
+    assert list(ProcessEvent.objects.filter(deployment=sharing, kind="warning").values_list("message", flat=True)) == [expected]
+    assert not ProcessEvent.objects.filter(deployment=alone, kind="warning").exists()
+    # Once the first one ended (a pending deployment is cancelled at once), only the deployment
+    # of "second" itself holds CPUs 0-1, and a recipe's own deployment is not counted.
+    assert services.deployment_stop(deployment=held, user=operator).status == "stopped"
+    assert not any("also pinned" in w for w in services.recipe_plan(recipe=second, warn_ports=True).warnings)
+    assert [w for w in services.recipe_plan(recipe=first, warn_ports=True).warnings if "also pinned" in w] == [
+        f"single CPU 0 is also pinned by the single of deployment #{sharing.pk} (recipe 'second', pending): "
+        "the two share it, which skews either one's benchmark numbers while both serve"]
