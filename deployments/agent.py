@@ -66,6 +66,7 @@ from deployments.launch import (
     agent_executable_allowlist,
     agent_executables,
     launch_plan_render,
+    paths_escaping_roots,
 )
 from deployments.models import Deployment, Node, ProcessEvent, Secret, ServerProcess
 from deployments.pinning import (
@@ -413,6 +414,10 @@ def deployment_launch(*, deployment_id: int) -> str:
             plan = _plan_for(deployment, with_secrets=True)
         except InvalidInput as exc:
             _deployment_fail(deployment, f"the recipe no longer renders on this node: {exc}")
+            return "failed"
+        escaping = paths_escaping_roots(plan, settings.CEILING_MODEL_ROOTS)
+        if escaping:
+            _deployment_fail(deployment, "; ".join(escaping))
             return "failed"
         started: list[ServerProcess] = []
         for spec in plan.processes:

@@ -27,6 +27,8 @@ secrets); ``env_redacted`` and :meth:`ProcessSpec.to_dict` always mask secrets.
 """
 from __future__ import annotations
 
+import os
+import posixpath
 import shlex
 import sys
 from collections.abc import Mapping
@@ -150,6 +152,31 @@ class LaunchPlan:
             "stop_grace_s": self.stop_grace_s,
             "warnings": list(self.warnings),
         }
+
+
+def paths_escaping_roots(plan: LaunchPlan, model_roots) -> list[str]:
+    """Problems of ``plan``'s paths as the files lie on this host: every argv item and env value
+    that lies (as text) under one of ``model_roots`` must still lie under one once symbolic links
+    are resolved (:func:`os.path.realpath`). Recipe validation is lexical, since a model path
+    names a file on the node, not on the control plane; the node agent calls this before it
+    spawns, so a link such as ``<root>/etc_link -> /etc`` cannot hand an engine a file outside the
+    roots. Returns one message per path, ``[]`` when every path stays inside."""
+    roots = [posixpath.normpath(str(r)).rstrip("/") for r in model_roots]
+    real_roots = [os.path.realpath(r) for r in roots]
+    problems: list[str] = []
+    seen: set[str] = set()
+    for spec in plan.processes:
+        for value in [*spec.argv, *spec.env.values()]:
+            if not isinstance(value, str) or value in seen:
+                continue
+            if not any(value.startswith(r + "/") for r in roots):
+                continue
+            seen.add(value)
+            real = os.path.realpath(value)
+            if not any(real == r or real.startswith(r.rstrip("/") + "/") for r in real_roots):
+                problems.append(f"{value} resolves to {real} through a symbolic link, outside the model roots "
+                                f"({', '.join(roots)}); {spec.role} was not started")
+    return problems
 
 
 def agent_executables() -> dict[str, str]:

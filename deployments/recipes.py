@@ -851,6 +851,7 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
         errs.add(path, f"must be an object of flag: value, got {_show(flags)}")
         return {}
     out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for raw, value in flags.items():
         if not isinstance(raw, str) or not raw.strip("-"):
             errs.add(path, f"flag names must be non-empty strings, got {_show(raw)}")
@@ -858,6 +859,11 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
         # "--mem-fraction-static" and "mem-fraction-static" name the same flag.
         name = raw.lstrip("-")
         fpath = f"{path}.{name}"
+        if name in spelled:
+            errs.add(fpath, f"--{name} is given twice ({spelled[name]!r} and {raw!r}); give it once")
+            out.pop(name, None)
+            continue
+        spelled[name] = raw
         if name in reserved:
             field = reserved[name].replace("<role>", role_name)
             errs.add(fpath, f"--{name} is set by Ceiling from {field}; set that instead")

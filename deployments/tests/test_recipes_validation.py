@@ -450,6 +450,14 @@ def test_it_rejects_bad_hosts(host):
 
 # --- flags -------------------------------------------------------------------------------
 
+def test_it_refuses_a_flag_given_twice_under_two_spellings():
+    # Both spellings name one flag; keeping either value silently would drop the other.
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["flags"] = {"mem-fraction-static": 0.5, "--mem-fraction-static": 0.6}
+    assert errors_of(spec) == {"spec.roles.prefill.flags.mem-fraction-static": [
+        "--mem-fraction-static is given twice ('mem-fraction-static' and '--mem-fraction-static'); give it once"]}
+
+
 def test_it_rejects_unknown_flags_naming_them():
     spec = seed_pd_spec()
     spec["roles"]["prefill"]["flags"] = {"mem-fraction-statik": 0.8, "enable-everything": True}
