@@ -201,13 +201,18 @@ def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource,
     elif p.concurrency is not None:
         running = float(p.concurrency)
         source = "concurrency"
+    # The pause share is measured against the client-seen step (metrics.py ``_decode_steps``), so it
+    # travels with that step, also when the fit falls back to TPOT; a point whose events came in
+    # network reads has neither.
+    coalesced = COALESCED_FLAG in p.flags
     return PointAnalysis(
         label=p.label, concurrency=p.concurrency, request_rate=p.request_rate,
         output_throughput_tok_s=p.output_throughput_tok_s, ttft_ms=ttft, tpot_ms=tpot, e2e_ms=e2e,
         e2e_estimated=estimated, running_batch=running, running_batch_source=source, decode_share=share,
         tok_s_per_gpu=p.output_throughput_tok_s / num_gpus if gpus_known else None, ttft_stat=p.ttft_ms.central_stat(),
         tpot_stat=p.tpot_ms.central_stat(), e2e_stat=_estimated_stat(p) if estimated else p.e2e_ms.central_stat(),
-        step_ms=step, stall_share=p.decode_stall_share,
+        step_ms=step, stall_share=None if coalesced else p.decode_stall_share,
+        decode_step_ms=None if coalesced else p.decode_step_ms,
     )
 
 

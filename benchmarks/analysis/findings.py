@@ -100,23 +100,32 @@ def _fit_sentence(fit: DecodeFit) -> str:
 
 def _stall_sentence(r: CeilingReport) -> str:
     """Decode pauses (prefill interference where other requests ran), apart from the decode cost: the
-    points whose decode paused for at least
-    :data:`STALL_SHARE_NOTED` of their decode time, with their mean TPOT (which includes the
-    pauses); empty when no point did or no point measured it."""
+    points whose decode paused for at least :data:`STALL_SHARE_NOTED` of their decode time, with
+    their mean TPOT (which includes the pauses) and the client-seen step the share was measured
+    against (the load generator's ``decode_steps.step_s``: the share is the pauses' excess over a
+    typical gap between output events, so it is quoted with that step, never with a TPOT the fit
+    used in its place). When the fit's step time is the TPOT (not every point had a client-seen
+    step: ``littles_law``), the sentence says the fit's step includes the pauses too. Empty when no
+    point paused that much or none measured it."""
     paused = [a for a in r.points if a.stall_share is not None and a.stall_share >= STALL_SHARE_NOTED]
     if not paused:
         return ""
     tpot = _metric("TPOT", [a.tpot_stat for a in paused])
+    measured = r.fit.batch_source == "decode_events"
+    step = "step" if measured else "step between output events"
     each = "; ".join(f"{a.stall_share:.0%} of decode time at {a.label} ({tpot} {_ms(a.tpot_ms)}"
-                     + (f" against a {_ms(a.step_ms)} step)" if a.step_ms is not None else ")") for a in paused)
+                     + (f" against a {_ms(a.decode_step_ms)} {step})" if a.decode_step_ms is not None else ")")
+                     for a in paused)
     # A closed loop of one request has no other request whose prefill could pause it: its pauses
     # are the engine's own (or its output reaching the client in bursts).
     alone = [a.label for a in paused if a.concurrency == 1]
     alone_txt = (f"; at {', '.join(alone)} no other request ran, so there the pauses are the engine's own or its "
                  f"output arriving in bursts, not prefill interference" if alone else "")
+    tail = (f"{tpot} includes these pauses, the decode step time does not" if measured else
+            f"{tpot} includes these pauses, and so does the decode step time of the fit, which is the {tpot} "
+            "here; the step between output events does not")
     return (f"Decode pauses: decode paused between output events (gaps over twice the median step: another "
-            f"request's prefill ran, or the sequence waited) for {each}{alone_txt}; {tpot} includes these pauses, "
-            f"the decode step time does not.")
+            f"request's prefill ran, or the sequence waited) for {each}{alone_txt}; {tail}.")
 
 
 def _bottleneck_sentence(r: CeilingReport, g: LoadGroup, analysed: list[PointAnalysis],

@@ -189,8 +189,12 @@ class PointAnalysis:
     from, E2E (measured, or TTFT + TPOT * (output_len - 1) when ``e2e_estimated``), the decode share
     of E2E ((E2E - TTFT) / E2E, 0..1) and output tok/s per GPU. ``step_ms`` is the decode step time
     the fit uses for the point: the client-seen step (``decode_step_ms``, pauses left out) with
-    ``running_batch_source`` ``decode_events``, else the TPOT; ``stall_share`` the share of decode
-    time spent paused (None when unknown)."""
+    ``running_batch_source`` ``decode_events``, else the TPOT. ``decode_step_ms`` is the point's
+    client-seen step (ms per token, the load generator's ``decode_steps.step_s``) whatever the fit
+    used, and ``stall_share`` the share of decode time spent paused beyond that step (0..1): the
+    load generator computes the share against that step, never against the TPOT, so a sentence
+    that quotes the share quotes this step with it. Both are None when unknown or when the point is
+    flagged :data:`COALESCED_FLAG` (its gaps between events are network reads, not steps)."""
 
     label: str
     concurrency: int | None
@@ -209,6 +213,7 @@ class PointAnalysis:
     e2e_stat: Stat | None = None
     step_ms: float | None = None
     stall_share: float | None = None
+    decode_step_ms: float | None = None
 
 
 @dataclass

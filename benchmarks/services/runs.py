@@ -13,6 +13,9 @@ Rules and where they come from:
   not comparable: the SLO is part of the compared configuration and the comparison says so
   (:func:`runs_compare`).
 * No best run is named from a difference within run-to-run noise (:data:`COMPARE_TIE_PCT`).
+* A run whose TTFT/TPOT/ITL the client could not time (output events that came in batches,
+  ``itl_coalesced``; a load generator busy on CPU, ``client_cpu_bound``) is named in a note and left
+  out of the best for those metrics (:data:`METRIC_CAVEAT_FLAGS`, :func:`runs_compare`).
 * An imported file is kept byte for byte with its SHA-256; importing the same content again is
   refused (409) unless asked for, because two copies of one result would count twice in every
   comparison (:func:`run_import`).
@@ -33,6 +36,8 @@ from django.utils import timezone
 from benchmarks.choices import RunSource, RunStatus
 from benchmarks.importers import import_results
 from benchmarks.loadgen import RecordStore
+from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
+from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import summary_point
 from controlplane.csvsafe import csv_text
@@ -67,6 +72,24 @@ COMPARE_TIE_PCT = 2.0
 ALL_RECORDS = 2 ** 62
 # The SLO keys of a run's summary (seconds), in the order they are shown.
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
+# Load-generator flags that make some of a run's compared metrics unreliable while the others stand
+# (flag -> the metrics of COMPARE_FIELDS it affects, by their stem; metrics.md, benchmarks.loadgen
+# ``run_summary``):
+# * ``itl_coalesced``: at least COALESCED_GAP_FRACTION of the gaps between output events are zero
+#   (events came in one network read). The client times a read, not a token: the first token counts
+#   from the read that brought it with the tokens after it (TTFT late), TPOT spreads the rest of the
+#   stream over all the tokens (below the decode step: a sim PD run's mean TPOT was 3.98 ms against
+#   its profile's 5 ms step, the first 9 of 32 tokens arriving together in 6 of its 8 requests), and
+#   ITL measures the reads. Throughput and E2E stand.
+# * ``client_cpu_bound``: a load-generator worker was busy on CPU for more than CPU_BOUND_FRACTION of
+#   the run, so every latency may include the client's own time.
+# Not here: ``tokens_estimated`` (no usage from the server: output tokens counted one per event). A
+# ranked run is a fixed-length run without ``output_length_mismatch``, so every request's counted
+# output was its requested length and the count, and the tok/s and TPOT computed from it, stand.
+METRIC_CAVEAT_FLAGS: dict[str, tuple[str, ...]] = {
+    "itl_coalesced": ("ttft_ms", "tpot_ms", "itl_ms"),
+    "client_cpu_bound": ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"),
+}
 
 
 
@@ -276,6 +299,36 @@ def _spread_pct(a: float, b: float) -> float:
     return abs(a - b) / top * 100.0 if top else 0.0
 
 
+def _pct_text(fraction: Any, fallback: float) -> str:
+    """A fraction 0-1 as the comparison notes write it (``22 %``); ``fallback`` as ``10 % or more``
+    when the summary did not record the fraction (a flag without its figure)."""
+    if isinstance(fraction, (int, float)) and not isinstance(fraction, bool):
+        return f"{100.0 * fraction:.0f} %"
+    return f"{100.0 * fallback:.0f} % or more"
+
+
+def run_metric_caveats(*, run: BenchmarkRun) -> list[tuple[str, tuple[str, ...], str]]:
+    """Why some compared metrics of ``run`` are not reliable, from its flags
+    (:data:`METRIC_CAVEAT_FLAGS`): ``[(flag, metric stems it affects, why in words), ...]``, e.g.
+    ``("itl_coalesced", ("ttft_ms", "tpot_ms", "itl_ms"), "22 % of its gaps between output events
+    are zero (...)")``; empty when none applies. The figures come from the run's summary
+    (``itl_zero_gap_fraction`` and ``client_cpu_fraction_max``, fractions 0-1)."""
+    s = run.summary or {}
+    out = []
+    if "itl_coalesced" in run.flags:
+        zero = _pct_text(s.get("itl_zero_gap_fraction"), COALESCED_GAP_FRACTION)
+        out.append(("itl_coalesced", METRIC_CAVEAT_FLAGS["itl_coalesced"],
+                    f"{zero} of its gaps between output events are zero (tokens arrive in batches, several in one "
+                    "network read): its TTFT is the arrival of the first batch, not of the first token, and its "
+                    "TPOT and ITL are per-event averages, not per-step"))
+    if "client_cpu_bound" in run.flags:
+        busy = _pct_text(s.get("client_cpu_fraction_max"), CPU_BOUND_FRACTION)
+        out.append(("client_cpu_bound", METRIC_CAVEAT_FLAGS["client_cpu_bound"],
+                    f"a load-generator worker was busy on CPU for {busy} of the run: its latencies (TTFT, TPOT, "
+                    "ITL, E2E) may include the client's own time"))
+    return out
+
+
 def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                  tie_pct: float = COMPARE_TIE_PCT) -> dict[str, Any]:
     """Side-by-side comparison of ``runs`` (any sweeps, measured or imported).
@@ -299,6 +352,18 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     the two best are within ``tie_pct`` percent of the larger of their values (a tie:
     :data:`COMPARE_TIE_PCT` by default; ``ties`` lists the runs within it of the best, and the
     note gives the values and the spread).
+
+    A run whose flags make some of its metrics unreliable (:func:`run_metric_caveats`: output
+    events that came in batches, ``itl_coalesced``, make its TTFT, TPOT and ITL per-event figures; a
+    CPU-bound load generator, ``client_cpu_bound``, puts client time in every latency) is named in
+    a note saying which figures and why (``run #1: 22 % of its gaps between output events are zero
+    (...): its TTFT is ... not per-step; it is not ranked for TTFT p99 and TPOT mean``), and it is
+    left out of the best for those metrics while it stays ranked for the others (its throughput
+    stands). Leaving it out rather than ranking it with a warning: such a figure is biased in one
+    direction (a coalesced run's TPOT is below its decode step, so it would "win" TPOT for the
+    artefact), so a best named from it would be wrong, not merely uncertain. When every rankable
+    run with a value is affected, no best is named for that metric and a note says so. Its values
+    and deltas stay in ``fields``.
 
     ``config`` holds ``roles`` and ``env`` (the recipe's ``spec.roles`` and ``spec.env``) as
     objects and ``slo`` (:func:`run_slo`, seconds; null when the run had none or it is not
@@ -342,6 +407,18 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         entries.append({"id": run.pk, "label": run.label, "sweep_id": run.sweep_id, "status": run.status,
                         "flags": list(run.flags), "metrics": metrics, "config": _config_fields(run),
                         "rankable": refusal is None, "refusal": refusal, "measured": unmeasured is None})
+    # Metrics each run is not ranked for: its flags say the client could not time them.
+    unreliable: dict[int, set[str]] = {}
+    best_labels = {key: label for key, label, _ in COMPARE_FIELDS}
+    for run, e in zip(runs, entries):
+        if not e["measured"]:
+            continue
+        for _flag, stems, why in run_metric_caveats(run=run):
+            affected = [key for key, _ in BEST_METRICS if key.split(".", 1)[0] in stems]
+            unreliable.setdefault(run.pk, set()).update(affected)
+            ranked = (f"; it is not ranked for {' and '.join(best_labels[k] for k in affected)}"
+                      if e["rankable"] and affected else "")
+            notes.append(f"run #{run.pk}: {why}{ranked}")
     if baseline_id is None:
         # The first run that is ranked: a change against a run that is not comparable (no
         # measurement, or lengths other than the requested fixed ones) would read as a result.
@@ -400,10 +477,17 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     # Notes name a metric as the side-by-side table does (``TPOT mean``), not by its key.
     labels = {key: label for key, label, _ in COMPARE_FIELDS}
     for key, higher_better in BEST_METRICS:
-        vals = [(_path(e["metrics"], key), e["id"]) for e in rankable if _path(e["metrics"], key) is not None]
+        with_value = [e for e in rankable if _path(e["metrics"], key) is not None]
+        vals = [(_path(e["metrics"], key), e["id"]) for e in with_value if key not in unreliable.get(e["id"], ())]
         if len(lengths) > 1 or not vals:
             if rankable and len(lengths) == 1:
-                notes.append(f"no rankable run has a value for {labels.get(key, key)}; no best run is named for it")
+                if with_value:
+                    shown = ", ".join("#" + str(e["id"]) for e in with_value)
+                    notes.append(f"no best run for {labels.get(key, key)}: every rankable run with a value for it "
+                                 f"({shown}) has one the client could not time (see the note on each)")
+                else:
+                    notes.append(f"no rankable run has a value for {labels.get(key, key)}; no best run is named "
+                                 "for it")
             best[key] = None
             continue
         # Best first; on equal values the earlier run (lower id) first, as before.

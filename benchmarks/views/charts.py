@@ -43,13 +43,20 @@ def chart_spec(*, title: str, x: tuple[str, str], y: tuple[str, str], series: li
     """A chart for :file:`static/ceiling/charts.js`: ``x``/``y`` are ``(label, unit)``; each
     series is ``{"label": str, "points": [[x, y], ...]}`` (``"step": True`` for a CDF). ``empty``
     is shown instead of a chart without points; ``note`` is printed under a drawn chart (what is
-    not drawn, and why)."""
+    not drawn, and why).
+
+    A chart whose series are all CDFs (``step``) has its y-axis fixed to 0-1 (``"min": 0.0,
+    "max": 1.0``): a fraction of samples spans that range whatever the samples, so a CDF of two
+    requests shows both of its steps from 0 (the script draws each CDF from its smallest value at
+    0) instead of an axis that starts at its first fraction, 0.5."""
     spec: dict[str, Any] = {
         "title": title,
         "x": {"label": x[0], "unit": x[1], "log": x_log},
         "y": {"label": y[0], "unit": y[1], "log": False},
         "series": series,
     }
+    if series and all(s.get("step") for s in series):
+        spec["y"].update({"min": 0.0, "max": 1.0})
     if empty:
         spec["empty"] = empty
     if note:
@@ -60,6 +67,9 @@ def chart_spec(*, title: str, x: tuple[str, str], y: tuple[str, str], series: li
 def cdf_points(values: np.ndarray, *, max_points: int = CDF_MAX_POINTS,
                x_max: float | None = None) -> list[list[float]]:
     """Empirical CDF of ``values`` as ``[[value, fraction ≤ value], ...]`` (fraction in 0-1).
+    Each point is a sample, so the first is (smallest value, 1/n); the chart script draws the
+    curve from (smallest value, 0), the rise of that first sample included, on a 0-1 axis
+    (:func:`chart_spec`).
 
     With n ≤ ``max_points`` every sorted sample is a point (fraction i/n). Past that, the curve is
     sampled at ``max_points`` evenly spaced ranks, always keeping the first and last sample, so

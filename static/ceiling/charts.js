@@ -8,13 +8,20 @@
 // The embedded object is
 //   { "title": str,
 //     "x": {"label": str, "unit": str, "log": bool, "max": number (optional: where the axis ends)},
-//     "y": {"label": str, "unit": str, "log": bool},
+//     "y": {"label": str, "unit": str, "log": bool,
+//           "min": number, "max": number (optional, both: a fixed range, e.g. 0-1 for a CDF)},
 //     "series": [{"label": str, "points": [[x, y], ...], "step": bool}],
 //     "empty": str (optional: shown instead of a chart without points),
 //     "note": str (optional: printed under the chart, e.g. what lies beyond a capped axis) }
 // Series may have different x values (CDFs of several runs): they are aligned on the union of
-// x values with uPlot.join, and a series has no point where it had no sample. Nulls in y are
-// gaps. Charts are drawn on page load and again whenever htmx swaps in content holding one.
+// x values (uPlot.join; alignSteps for CDFs, below), and a series has no point where it had no
+// sample. Nulls in y are gaps. Charts are drawn on page load and again whenever htmx swaps in content holding one.
+//
+// A step series is an empirical CDF: its points are [value, fraction of samples <= value], the
+// first at (smallest value, 1/n). It is drawn from (smallest value, 0): the rise of the first
+// sample is part of the curve (a run of 2 requests is a step from 0 to 0.5, then one to 1.0, not
+// a single step from 0.5). Where several values are equal, the fraction at that value is the
+// largest of theirs (the points' last).
 //
 // Axes never repeat a tick label: a flat series (every value equal) gets a range around its value
 // instead of a zero-height one, and linear ticks are printed with as many decimals as the tick
@@ -94,6 +101,17 @@
     return uPlot.rangeNum(min, max, 0.1, true);
   }
 
+  // The y range: fixed where the page gave one (spec.y.min and spec.y.max: a CDF's 0-1), else
+  // yRange's.
+  function yRangeFor(spec) {
+    var y = spec.y || {};
+    if (typeof y.min === "number" && typeof y.max === "number" && y.max > y.min) {
+      var fixed = [y.min, y.max];
+      return function () { return fixed.slice(); };
+    }
+    return yRange;
+  }
+
   // The x range: ends at spec.x.max when the page capped the axis (outliers are listed in the
   // chart's note); a single x value gets a band around it like a flat y series.
   function xRangeFor(spec) {
@@ -106,14 +124,77 @@
     };
   }
 
+  function sortedPoints(s) {
+    return (s.points || []).slice().sort(function (a, b) { return a[0] - b[0]; });
+  }
+
+  // A CDF (step series) as the points drawn: one point per distinct value, at the largest
+  // fraction given for it, led by (smallest value, 0) so the first sample's rise is drawn.
+  function cdfPoints(s) {
+    var out = [];
+    sortedPoints(s).forEach(function (p) {
+      if (p[1] === null || p[1] === undefined) return;
+      if (out.length && out[out.length - 1][0] === p[0]) out[out.length - 1] = p;
+      else out.push(p);
+    });
+    if (out.length && out[0][1] > 0) out.unshift([out[0][0], 0]);
+    return out;
+  }
+
+  // Charts with step series: the union of x values, each value once, plus a second slot before
+  // each CDF's smallest value (uPlot.join keeps one y per x and series, which would drop the
+  // CDF's (smallest value, 0)). A series fills the slots of its own x values; a CDF's leading 0
+  // goes in the first slot of its smallest value, every other point in the last slot of its x,
+  // and a slot a series has no point for stays undefined (not drawn, spanned over).
+  function alignSteps(series) {
+    var lists = series.map(function (s) {
+      return s.step ? cdfPoints(s) : sortedPoints(s);
+    });
+    var slots = new Map();
+    lists.forEach(function (pts, i) {
+      pts.forEach(function (p, k) {
+        var n = series[i].step && k === 0 && pts.length > 1 && pts[1][0] === p[0] ? 2 : 1;
+        slots.set(p[0], Math.max(slots.get(p[0]) || 0, n));
+      });
+    });
+    var xs = [];
+    var first = new Map();
+    Array.from(slots.keys()).sort(function (a, b) { return a - b; }).forEach(function (x) {
+      first.set(x, xs.length);
+      for (var k = 0; k < slots.get(x); k++) xs.push(x);
+    });
+    var data = [xs];
+    lists.forEach(function (pts, i) {
+      var ys = new Array(xs.length).fill(undefined);
+      pts.forEach(function (p, k) {
+        var leading = series[i].step && k === 0 && pts.length > 1 && pts[1][0] === p[0];
+        var at = first.get(p[0]) + (leading ? 0 : slots.get(p[0]) - 1);
+        ys[at] = p[1];
+      });
+      data.push(ys);
+    });
+    return data;
+  }
+
   // Turn the per-series [[x, y], ...] lists into uPlot's aligned columns.
   function alignedData(series) {
+    if (series.some(function (s) { return s.step; })) return alignSteps(series);
     var tables = series.map(function (s) {
-      var pts = (s.points || []).slice().sort(function (a, b) { return a[0] - b[0]; });
+      var pts = sortedPoints(s);
       return [pts.map(function (p) { return p[0]; }), pts.map(function (p) { return p[1]; })];
     });
     if (tables.length === 1) return tables[0];
     return uPlot.join(tables);
+  }
+
+  // The markers of a step series: its samples (the indices with a fraction above 0), not the
+  // leading 0 it is drawn from. uPlot calls it as points.filter(u, seriesIdx, show).
+  function samplesOnly(u, seriesIdx, show) {
+    if (!show) return null;
+    var ys = u.data[seriesIdx];
+    var idxs = [];
+    for (var i = 0; i < ys.length; i++) if (ys[i] !== null && ys[i] !== undefined && ys[i] > 0) idxs.push(i);
+    return idxs;
   }
 
   function buildOptions(spec, width) {
@@ -133,8 +214,10 @@
         fill: n === 1 ? PALETTE[i % PALETTE.length] : undefined,
         width: 2,
         spanGaps: true,
-        // A single point has no line to draw: mark it. Step series (CDFs) draw no markers otherwise.
-        points: { show: n === 1 || (!s.step && n <= 40), size: n === 1 ? 9 : 5 },
+        // A single point has no line to draw: mark it. Step series (CDFs) draw no markers otherwise,
+        // and a one-sample CDF marks its sample, not the 0 it is drawn from.
+        points: { show: n === 1 || (!s.step && n <= 40), size: n === 1 ? 9 : 5,
+                  filter: s.step ? samplesOnly : undefined },
         paths: s.step && uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined,
         value: function (u, v) { return v === null || v === undefined ? "—" : formatNumber(v) + yUnit; }
       });
@@ -142,7 +225,7 @@
     var xScale = { time: false, distr: xLog ? 3 : 1, log: 2 };
     if (!xLog) xScale.range = xRangeFor(spec);
     var yScale = { distr: yLog ? 3 : 1, log: 2 };
-    if (!yLog) yScale.range = yRange;
+    if (!yLog) yScale.range = yRangeFor(spec);
     return {
       title: spec.title || "",
       width: width,
@@ -204,7 +287,8 @@
 
   window.CeilingCharts = {
     drawAll: drawAll, alignedData: alignedData, formatNumber: formatNumber, buildOptions: buildOptions,
-    decimalsFor: decimalsFor, linearTickLabels: linearTickLabels, flatRange: flatRange, xRangeFor: xRangeFor
+    decimalsFor: decimalsFor, linearTickLabels: linearTickLabels, flatRange: flatRange, xRangeFor: xRangeFor,
+    yRangeFor: yRangeFor
   };
   document.addEventListener("DOMContentLoaded", function () { drawAll(document); });
   document.addEventListener("htmx:load", function (event) { drawAll(event.detail.elt); });

@@ -4,6 +4,14 @@ Creates a sweep through :func:`benchmarks.services.sweep_create` (the same servi
 UI). The sweep runs on the ``control`` worker; ``--wait`` follows it and prints the results table
 and the ceiling findings; ``--here`` runs it in this process instead (no worker needed).
 ``--duration S`` limits each point to S seconds (with ``--requests``, whichever ends first).
+
+Every grid field the API takes has an option (:data:`OPTION_OF`): ``--request-rates 2,4.5``
+(``request_rates``, requests/s; open-loop points; without ``--concurrency`` the sweep has only
+these), ``--slo-ttft``/``--slo-tpot``/``--slo-e2e`` (``slo.ttft_s``/``tpot_s``/``e2e_s``, seconds,
+as the API takes them; the web form takes ms), ``--seed`` (``seed``) and ``--wait-ready``
+(``wait_ready_s``, seconds). The values are checked by the API's own validation
+(:func:`benchmarks.sweeps.grid_validate`, through ``sweep_create``); a refusal names each option
+with its grid path and the API's message, one per line, and the command exits non-zero.
 """
 from __future__ import annotations
 
@@ -12,9 +20,19 @@ from django.core.management.base import BaseCommand, CommandError
 
 from benchmarks.choices import SweepStatus
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
-from controlplane.errors import CeilingError
+from controlplane.errors import CeilingError, InvalidInput
 from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.models import Deployment
+
+
+# The option that sets each grid field (the API's names, :data:`benchmarks.sweeps.GRID_KEYS`), so a
+# refusal of ``grid.seed`` or ``grid.request_rates.1`` names the option the user typed.
+OPTION_OF = {
+    "concurrency": "--concurrency", "lengths": "--lengths", "request_rates": "--request-rates",
+    "requests": "--requests", "requests_per_concurrency": "--requests-per-concurrency", "duration_s": "--duration",
+    "warmup": "--warmup", "slo.ttft_s": "--slo-ttft", "slo.tpot_s": "--slo-tpot", "slo.e2e_s": "--slo-e2e",
+    "slo": "--slo-ttft/--slo-tpot/--slo-e2e", "api": "--api", "wait_ready_s": "--wait-ready", "seed": "--seed",
+}
 
 
 def _ints(text: str) -> list[int]:
@@ -24,12 +42,44 @@ def _ints(text: str) -> list[int]:
         raise CommandError(f"not a comma-separated list of integers: {text!r}") from None
 
 
+def _floats(text: str, option: str) -> list[float]:
+    """``2,4.5`` as numbers; their ranges are the grid validation's to judge."""
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CommandError(f"{option}: not a comma-separated list of numbers: {text!r}") from None
+
+
+def _option_for(path: str) -> str | None:
+    """The option behind a grid error path (``grid.request_rates.1`` -> ``--request-rates``), or
+    None for a path about the grid as a whole (``grid``: its size)."""
+    parts = path.split(".")[1:]
+    for n in (2, 1):
+        option = OPTION_OF.get(".".join(parts[:n]))
+        if option and len(parts) >= n:
+            return option
+    return None
+
+
+def grid_error_text(exc: InvalidInput) -> str:
+    """A refused grid for the terminal: one line per message, each led by its option and grid path
+    (``  --seed (grid.seed): must be an integer 0..2^31-1, got -1``); a message about the whole
+    grid (its size) by its path alone."""
+    lines = []
+    for path, messages in exc.errors.items():
+        option = _option_for(path)
+        where = f"{option} ({path})" if option else path
+        lines.extend(f"  {where}: {m}" for m in messages)
+    return "\n".join(["the sweep grid is refused:", *lines])
+
+
 class Command(BaseCommand):
     help = "Sweep a deployment over concurrency x lengths; with --wait print the results and findings."
 
     def add_arguments(self, parser):
         parser.add_argument("target", help="deployment id, or a recipe name (its active deployment)")
-        parser.add_argument("--concurrency", default="1,8,16", help="comma-separated, e.g. 1,8,16")
+        parser.add_argument("--concurrency", default=None,
+                            help="comma-separated, e.g. 1,8,16 (default 1,8,16 unless --request-rates is given)")
         parser.add_argument("--lengths", default="256:256", help="input:output token pairs, comma-separated")
         parser.add_argument("--requests", type=int, default=None, help="requests per point (default 4 x c)")
         parser.add_argument("--requests-per-concurrency", type=float, default=None, help="requests = k x c")
@@ -37,6 +87,20 @@ class Command(BaseCommand):
                             help="seconds per point (with --requests: whichever ends first)")
         parser.add_argument("--warmup", type=int, default=0, help="warmup requests per point")
         parser.add_argument("--api", default=None, help="sglang-generate, openai-completions or openai-chat")
+        parser.add_argument("--request-rates", default=None, metavar="RATES",
+                            help="open-loop points, requests/s, comma-separated, e.g. 2,4.5 (grid request_rates; "
+                                 "needs --requests or --duration)")
+        parser.add_argument("--slo-ttft", type=float, default=None, metavar="S",
+                            help="TTFT SLO for goodput, seconds (grid slo.ttft_s)")
+        parser.add_argument("--slo-tpot", type=float, default=None, metavar="S",
+                            help="TPOT SLO for goodput, seconds (grid slo.tpot_s)")
+        parser.add_argument("--slo-e2e", type=float, default=None, metavar="S",
+                            help="E2E SLO for goodput, seconds (grid slo.e2e_s)")
+        parser.add_argument("--seed", type=int, default=None, metavar="N",
+                            help="dataset seed, 0..2^31-1 (grid seed; default 0)")
+        parser.add_argument("--wait-ready", type=float, default=None, metavar="S",
+                            help="seconds to wait for the deployment to be ready, 0..86400 (grid wait_ready_s; "
+                                 "default its startup timeout + 60)")
         parser.add_argument("--wait", action="store_true", help="follow the sweep and print its results")
         parser.add_argument("--here", action="store_true", help="run the sweep in this process")
         parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait follows the sweep")
@@ -51,8 +115,20 @@ class Command(BaseCommand):
                           .filter(recipe__name=target, status__in=DEPLOYMENT_ACTIVE).first())
         if deployment is None:
             raise CommandError(f"no deployment {target!r} (give an id, or the name of a recipe that is deployed)")
-        grid: dict = {"concurrency": _ints(o["concurrency"]), "lengths": [x for x in o["lengths"].split(",") if x],
+        rates = _floats(o["request_rates"], "--request-rates") if o["request_rates"] is not None else []
+        concurrency = o["concurrency"] if o["concurrency"] is not None else ("" if rates else "1,8,16")
+        grid: dict = {"concurrency": _ints(concurrency), "lengths": [x for x in o["lengths"].split(",") if x],
                       "warmup": o["warmup"]}
+        if rates:
+            grid["request_rates"] = rates
+        slo = {key: o[f"slo_{name}"] for key, name in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e"))
+               if o[f"slo_{name}"] is not None}
+        if slo:
+            grid["slo"] = slo
+        if o["seed"] is not None:
+            grid["seed"] = o["seed"]
+        if o["wait_ready"] is not None:
+            grid["wait_ready_s"] = o["wait_ready"]
         if o["requests"] is not None:
             grid["requests"] = o["requests"]
         if o["requests_per_concurrency"] is not None:
@@ -64,6 +140,8 @@ class Command(BaseCommand):
         user = User.objects.filter(username=o["user"]).first() if o["user"] else None
         try:
             sweep = sweep_create(deployment=deployment, user=user, grid=grid)
+        except InvalidInput as exc:
+            raise CommandError(grid_error_text(exc)) from None
         except CeilingError as exc:
             raise CommandError(str(exc)) from None
         requests = (f"{sweep.requests_total} requests" if sweep.requests_total
