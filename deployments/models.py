@@ -40,7 +40,7 @@ class Node(models.Model):
     agent_heartbeat_at = models.DateTimeField(null=True, blank=True)
     agent_pid = models.IntegerField(null=True, blank=True)
     agent_stopped_at = models.DateTimeField(
-        null=True, blank=True, help_text="when the agent last shut down cleanly (offline at once, not after the timeout)")
+        null=True, blank=True, help_text="when the agent shut down cleanly (offline at once, not after the timeout); cleared by its next heartbeat")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

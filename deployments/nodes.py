@@ -106,7 +106,8 @@ def node_heartbeat(*, name: str, pid: int) -> None:
     """Record that the agent of node ``name`` (process ``pid``) is alive now.
 
     One conditional UPDATE: it never moves ``agent_heartbeat_at`` backwards, so a delayed
-    heartbeat message arriving after a newer one changes nothing. ``updated_at`` is left alone
+    heartbeat message arriving after a newer one changes nothing; it clears ``agent_stopped_at``
+    (the agent is back). ``updated_at`` is left alone
     (a heartbeat is not an edit of the node).
 
     Raises:
@@ -116,7 +117,7 @@ def node_heartbeat(*, name: str, pid: int) -> None:
     updated = (
         Node.objects.filter(name=name)
         .filter(Q(agent_heartbeat_at__isnull=True) | Q(agent_heartbeat_at__lte=now))
-        .update(agent_heartbeat_at=now, agent_pid=pid)
+        .update(agent_heartbeat_at=now, agent_pid=pid, agent_stopped_at=None)
     )
     if not updated and not Node.objects.filter(name=name).exists():
         raise NotFound(f"no node named {name!r}")

@@ -747,8 +747,10 @@ def deployment_cpus_in_use(*, node: Node, exclude_recipe: Recipe | None = None) 
             roles = (other.spec_snapshot or {}).get("roles") or {}
             rows = [(role, "", r.get("cpus") or "") for role, r in roles.items() if isinstance(r, dict)]
         for role, effective, intended in rows:
+            if not intended:
+                continue  # not pinned: the scheduler moves it anywhere (its read-back set is every CPU)
             try:
-                cpus = parse_cpulist(effective or intended) if (effective or intended) else []
+                cpus = parse_cpulist(effective or intended)
             except ValueError:
                 continue
             for cpu in cpus:

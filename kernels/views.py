@@ -21,13 +21,13 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from controlplane.api import attachment_header
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.permissions import has_role
 from deployments.models import Node
 from deployments.views import role_page
+from deployments.views.common import post_or_redirect
 from kernels import selectors, services
 from kernels.choices import JOB_ACTIVE, JOB_TERMINAL
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
@@ -203,7 +203,7 @@ def _merge_errors(errors: dict[str, list[str]], checked: dict[str, list[str]], s
 
 
 @role_page()
-@require_POST
+@post_or_redirect(lambda request, name: reverse("kernels:package-detail", args=[name]))
 def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
     """Start a job of the package (operator): node, target compute capability (default: the
     node's GPU), an optional grid subset (``PARAM=v1,v2; PARAM2=v`` or JSON, :func:`_parse_subset`),
@@ -466,7 +466,7 @@ def job_variants_partial(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @role_page()
-@require_POST
+@post_or_redirect(lambda request, pk: reverse("kernels:job-detail", args=[pk]))
 def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     """Cancel the job (operator); redirect back to its page with what happened."""
     job = get_object_or_404(KernelJob, pk=pk)
@@ -583,7 +583,8 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
                 charts = _whatif_charts(result)
     return render(request, "kernels/whatif.html", {"sweeps": sweeps, "bests": bests, "form": form, "errors": errors,
                                                    "result": result, "charts": charts, "source": source,
-                                                   "hint": hint, "speedup_range": f"{MIN_SPEEDUP:g}–{MAX_SPEEDUP:g}×"})
+                                                   "hint": hint, "speedup_range": f"{MIN_SPEEDUP:g}–{MAX_SPEEDUP:g}×"},
+                  status=400 if errors else 200)  # the form again with what to fix, as the API's 400
 
 
 def _whatif_charts(result: dict[str, Any]) -> list[dict[str, Any]]:

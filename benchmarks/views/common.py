@@ -8,12 +8,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-import functools
-from collections.abc import Callable
 from typing import Any
 
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
-from django.shortcuts import redirect
+from django.http import Http404, HttpRequest, HttpResponse
 
 from benchmarks import services
 from benchmarks.choices import RunSource, RunStatus
@@ -25,6 +22,7 @@ from controlplane.api import attachment
 from controlplane.errors import InvalidInput
 from controlplane.permissions import has_role
 from controlplane.redaction import redact_text
+from deployments.views.common import post_or_redirect  # noqa: F401 - the benchmarks pages import it from here
 
 # Percentiles shown everywhere: the load generator's (metrics.md: p50, p90, p99 plus mean).
 STATS = ("mean", "p50", "p90", "p99")
@@ -78,23 +76,6 @@ FLAG_TEXT: dict[str, str] = {
 
 def _can_write(request: HttpRequest) -> bool:
     return has_role(request.user, "operator")
-
-
-def post_or_redirect(target: Callable[..., str]) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
-    """For a page address that only acts on POST (a form's action): a GET or HEAD, e.g. the address
-    a failed form left in the browser and the user reloaded, is redirected (302) to the page with
-    the form, ``target(request, *args, **kwargs)``, instead of answering a bare 405; any other
-    method is 405 naming POST."""
-    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-        @functools.wraps(view)
-        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-            if request.method in ("GET", "HEAD"):
-                return redirect(target(request, *args, **kwargs))
-            if request.method != "POST":
-                return HttpResponseNotAllowed(["POST"])
-            return view(request, *args, **kwargs)
-        return wrapped
-    return decorate
 
 
 def _opt_float(value: Any) -> float | None:

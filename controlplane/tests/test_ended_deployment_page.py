@@ -112,3 +112,16 @@ def test_the_partials_of_a_running_deployment_keep_the_live_wording(viewer, log_
     logs = _get(viewer, "deployments:deployment-logs", deployment.pk)
     assert "No process logs yet." in logs and 'hx-trigger="processes-changed from:body"' in logs
     assert "No processes yet. The node agent creates them" in _get(viewer, "deployments:deployment-live", deployment.pk)
+
+
+@pytest.mark.django_db
+def test_a_deployment_no_agent_started_says_how_long_it_waited_and_never_ran(viewer):
+    recipe = recipe_row_create(node=cpu_node_create(), name="never-picked-up")
+    deployment = deployment_row_create(recipe=recipe, status=DeploymentStatus.PENDING)
+    ServerProcess.objects.filter(deployment=deployment).delete()
+    live = _get(viewer, "deployments:deployment-live", deployment.pk)
+    assert "<dt>Waiting for</dt>" in live and "Up for" not in live
+    assert "waiting " in _get(viewer, "deployments:deployment-list")
+    Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STOPPED)
+    live = _get(viewer, "deployments:deployment-live", deployment.pk)
+    assert "<dt>Ran for</dt><dd>never started</dd>" in live

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='node',
             name='agent_stopped_at',
-            field=models.DateTimeField(blank=True, help_text='when the agent last shut down cleanly (offline at once, not after the timeout)', null=True),
+            field=models.DateTimeField(blank=True, help_text='when the agent shut down cleanly (offline at once, not after the timeout); cleared by its next heartbeat', null=True),
         ),
     ]

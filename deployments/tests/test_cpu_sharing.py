@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from deployments import services
-from deployments.models import ProcessEvent
+from deployments.choices import ProcessStatus, Role
+from deployments.models import ProcessEvent, ServerProcess
 from deployments.tests.factories import cpu_node_create
 from deployments.tests.test_agent_support import sim_single_recipe
 
@@ -45,3 +46,17 @@ def test_a_deploy_onto_cpus_another_deployment_pins_is_warned_and_recorded(opera
     assert [w for w in services.recipe_plan(recipe=first, warn_ports=True).warnings if "also pinned" in w] == [
         f"single CPU 0 is also pinned by the single of deployment #{sharing.pk} (recipe 'second', pending): "
         "the two share it, which skews either one's benchmark numbers while both serve"]
+
+
+@pytest.mark.django_db
+def test_an_unpinned_process_holds_no_cpu_whatever_its_read_back_set(operator, django_capture_on_commit_callbacks):
+    # A router without cpus reads back every CPU from /proc: that is the scheduler's choice, not a pin.
+    node = cpu_node_create()
+    first = sim_single_recipe(node=node, user=operator, name="first")
+    with django_capture_on_commit_callbacks(execute=False):
+        held = services.deployment_create(recipe=first, user=operator)
+    ServerProcess.objects.create(deployment=held, role=Role.SINGLE, status=ProcessStatus.READY, cpus="",
+                                 effective_cpus="0-7", argv=["router"])
+    ServerProcess.objects.create(deployment=held, role=Role.ROUTER, status=ProcessStatus.READY, cpus="4",
+                                 effective_cpus="4", argv=["router"])
+    assert services.deployment_cpus_in_use(node=node) == {4: [(held, "router")]}

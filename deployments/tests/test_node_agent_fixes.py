@@ -188,6 +188,7 @@ def test_an_agent_that_shuts_down_cleanly_takes_its_node_offline_at_once(agents,
     # Started again, it is online with its first heartbeat and runs what waited for it.
     agents()
     wait_for(lambda: Node.objects.get(pk=node.pk).agent_online, timeout_s=30, what="the restarted agent online")
+    assert Node.objects.get(pk=node.pk).agent_stopped_at is None  # its heartbeat cleared the mark
     wait_status(deployment, "ready")
     assert services.deployment_waiting_reason(deployment=Deployment.objects.get(pk=deployment.pk)) == ""
 

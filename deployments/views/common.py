@@ -2,8 +2,8 @@
 times as UTC ISO plus "3 min 05 s ago", durations with units, status badge classes, the node
 agent's state and bytes in GiB.
 
-:func:`role_page` is also used by the benchmarks pages, so one authorisation rule covers every
-server-rendered page.
+:func:`role_page` is also used by the benchmarks and kernels pages, so one authorisation rule
+covers every server-rendered page; so is :func:`post_or_redirect`, for the addresses of forms.
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect
 
 from controlplane.permissions import has_role
 from deployments.models import Node
@@ -24,6 +25,25 @@ GIB = 1024**3
 
 
 # --- authorisation --------------------------------------------------------------------------
+
+
+def post_or_redirect(target: Callable[..., str]) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """For a page address that only acts on POST (a form's action): a GET or HEAD, e.g. the address
+    a failed form left in the browser and the user reloaded, is redirected (302) to the page with
+    the form, ``target(request, *args, **kwargs)``, instead of answering a bare 405; any other
+    method is 405 naming POST."""
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @functools.wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method in ("GET", "HEAD"):
+                return redirect(target(request, *args, **kwargs))
+            if request.method != "POST":
+                return HttpResponseNotAllowed(["POST"])
+            return view(request, *args, **kwargs)
+        return wrapped
+    return decorate
+
+
 
 
 def role_page(read: str = "viewer", write: str = "operator") -> Callable:

@@ -18,7 +18,7 @@ from django.db.models import Count
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
-from django.views.decorators.http import require_POST
+from django.urls import reverse
 
 from controlplane.errors import Conflict, NotFound
 from controlplane.realtime import deployment_group
@@ -29,7 +29,9 @@ from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL, Deploymen
 from deployments.models import Deployment, ServerProcess
 from deployments.supervisor import signal_text
 from deployments.topology import parse_cpulist, same_cpulist
-from deployments.views.common import _agent_view, _can_write, _duration_text, _status_class, _when, role_page
+from deployments.views.common import (
+    _agent_view, _can_write, _duration_text, _status_class, _when, post_or_redirect, role_page,
+)
 
 # --- deployments ------------------------------------------------------------------------------
 
@@ -189,8 +191,7 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
     events_qs = selectors.deployment_events(deployment=deployment)
     event_total = events_qs.count()
     events = list(events_qs.order_by("-at", "-id")[:TIMELINE_MAX_EVENTS])[::-1]
-    began = deployment.started_at or deployment.created_at
-    until = deployment.ended_at if terminal and deployment.ended_at else now
+    duration_label, duration = _deployment_duration(deployment, now)
     return {
         "deployment": deployment,
         "status_class": _status_class(deployment.status),
@@ -205,12 +206,28 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "started": _when(deployment.started_at, now),
         "ready": _when(deployment.ready_at, now),
         "ended": _when(deployment.ended_at, now),
-        "duration": _duration_text((until - began).total_seconds()),
+        "duration": duration,
+        "duration_label": duration_label,
         "processes": [_server_process_view(p, now) for p in processes],
         "process_ids": ",".join(str(p.pk) for p in processes),
         "events": [{"row": e, "at": _when(e.at, now), "message": redact_text(e.message)} for e in events],
         "events_hidden": max(0, event_total - len(events)),
     }
+
+
+def _deployment_duration(deployment: Deployment, now: datetime) -> tuple[str, str]:
+    """``(label, text)`` of how long ``deployment`` has run: ``("Up for", "5 min")`` while it runs,
+    ``("Ran for", ...)`` once it ended, counted from when the node agent started it. One that no
+    agent has started yet reads ``("Waiting for", <time since it was created>)``, and one that
+    ended that way ``("Ran for", "never started")``: it never ran."""
+    terminal = deployment.status in DEPLOYMENT_TERMINAL
+    if deployment.status == DeploymentStatus.PENDING:
+        return "Waiting for", _duration_text((now - deployment.created_at).total_seconds())
+    if terminal and deployment.started_at is None and deployment.ready_at is None:
+        return "Ran for", "never started"
+    began = deployment.started_at or deployment.created_at
+    until = deployment.ended_at if terminal and deployment.ended_at else now
+    return ("Ran for" if terminal else "Up for"), _duration_text((until - began).total_seconds())
 
 
 def _get_deployment(pk: int) -> Deployment:
@@ -233,8 +250,7 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
         terminal = d.status in DEPLOYMENT_TERMINAL
         # The row is only rendered, never saved: a reason can quote engine log lines.
         d.reason = redact_text(d.reason)
-        began = d.started_at or d.created_at
-        until = d.ended_at if terminal and d.ended_at else now
+        duration_label, duration = _deployment_duration(d, now)
         rows.append(
             {
                 "d": d,
@@ -242,8 +258,8 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
                 "agent": _agent_view(d.node, now),
                 "created": _when(d.created_at, now),
                 "ready": _when(d.ready_at, now),
-                "duration": _duration_text((until - began).total_seconds()),
-                "running": not terminal,
+                "duration": duration if duration_label != "Waiting for" else f"waiting {duration}",
+                "running": not terminal and d.status != DeploymentStatus.PENDING,
             }
         )
     return render(request, "deployments/deployment_list.html", {"deployments": rows, "can_write": _can_write(request)})
@@ -396,7 +412,7 @@ def process_log_download(request: HttpRequest, pk: int, process_pk: int) -> Http
     )
 
 
-@require_POST
+@post_or_redirect(lambda request, pk: reverse("deployments:deployment-detail", args=[pk]))
 @role_page(write="operator")
 def deployment_stop(request: HttpRequest, pk: int) -> HttpResponse:
     """Stop (or, while it still waits for its node agent, cancel) a deployment through

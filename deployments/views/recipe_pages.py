@@ -19,7 +19,7 @@ from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods
 
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 from controlplane.redaction import redact_text
@@ -30,7 +30,7 @@ from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render
 from deployments.models import Deployment, Node, Recipe
 from deployments.recipes import recipe_validate
 from deployments.topology import node_facts_from_row, parse_cpulist
-from deployments.views.common import _can_write, _is_htmx, role_page
+from deployments.views.common import _can_write, _is_htmx, post_or_redirect, role_page
 
 # Form fields a domain error path can name directly; any other path (``spec.roles...``) is
 # listed under the spec textarea.
@@ -343,7 +343,7 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "deployments/recipe_form.html", _form_context(form, None, recipe=recipe, creating=False))
 
 
-@require_POST
+@post_or_redirect(lambda request: reverse("deployments:recipe-create"))
 @role_page(write="operator")
 def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
     """htmx partial behind the form's Validate button: field errors per dotted path, or, when
@@ -529,7 +529,7 @@ def _active_deployment(recipe: Recipe) -> Deployment | None:
     return selectors.deployment_list(recipe_id=recipe.pk).filter(status__in=DEPLOYMENT_ACTIVE).first()
 
 
-@require_POST
+@post_or_redirect(lambda request, pk: reverse("deployments:recipe-detail", args=[pk]))
 @role_page(write="operator")
 def recipe_deploy(request: HttpRequest, pk: int) -> HttpResponse:
     """Deploy the recipe's current version: :func:`deployments.services.deployment_create`,

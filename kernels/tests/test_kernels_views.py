@@ -167,7 +167,9 @@ def test_the_whatif_page_shows_measured_and_projected_numbers(viewer, seed_pd_sw
     assert "Projected (tok/s)" in html and "Projected TPOT (ms)" in html
     assert "<strong>16.77</strong>" in html and "<strong>54.5</strong>" in html   # 94 ms x 0.58
     assert 'data-chart="whatif-tok-256-256"' in html and "0.5800" in html
-    err = c.get(f"/kernels/whatif/?sweep={sweep.pk}&share=2&speedup=3").content.decode()
+    refused = c.get(f"/kernels/whatif/?sweep={sweep.pk}&share=2&speedup=3")
+    assert refused.status_code == 400 and c.get("/kernels/whatif/").status_code == 200
+    err = refused.content.decode()
     assert "must be a fraction in (0, 1]" in err
     assert "Give a speedup" in c.get(f"/kernels/whatif/?sweep={sweep.pk}").content.decode()
 

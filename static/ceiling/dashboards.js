@@ -742,12 +742,17 @@
         freshness(tile, s && s.t, s && s.interval);
         // No recent sample (the agent died): the status badge greys out like the health badges,
         // and says since when it has not been confirmed.
+        var stale = tile.classList.contains("sample-stale");
+        var since = stale ? (s && isNum(s.t) ? "no sample since " + CeilingLive.clockUtc(s.t) : "no sample yet") : "";
+        // The process health badges too: a green "healthy" the agent can no longer confirm would
+        // read as a live fact on a wall seen from across the room.
+        var badges = Array.prototype.slice.call(tile.querySelectorAll('[data-f="health"]'));
         var badge = field(tile, "status");
-        if (badge) {
-          var stale = tile.classList.contains("sample-stale");
-          badge.classList.toggle("unconfirmed", stale);
-          badge.title = stale ? (s && isNum(s.t) ? "no sample since " + CeilingLive.clockUtc(s.t) : "no sample yet") : "";
-        }
+        if (badge) badges.push(badge);
+        badges.forEach(function (b) {
+          b.classList.toggle("unconfirmed", stale);
+          b.title = since;
+        });
       });
     }, TICK_MS);
   }

@@ -170,12 +170,22 @@ def test_it_shows_live_data_a_sweep_and_the_wall_and_recovers_after_a_server_res
     stack.stop("web")
     stale = _wait_text(page, ".wall-head [data-live-status]", r"^reconnecting… stale since \d\d:\d\d:\d\d UTC$", timeout_s=15)
     assert page.locator(".wall-stale-banner").is_visible(), stale
+    # With no sample for 3 intervals (>= 5 s) the deployment's badges stop claiming health: every
+    # process's "healthy" greys out with the time of its last confirmation, like the status.
+    page.wait_for_selector(f"{dep_tile}.sample-stale", timeout=15_000)
+    page.wait_for_function(
+        "sel => { const b = document.querySelectorAll(sel); return b.length === 3 && "
+        "[...b].every(x => x.classList.contains('unconfirmed') && x.title.startsWith('no sample since ')); }",
+        arg=f'{dep_tile} .wall-roles [data-f="health"]', timeout=5_000)
     _shot(page, "wall-reconnecting")
     stack.start("web")
     stack.wait_web()
     _wait_text(page, ".wall-head [data-live-status]", "^socket live$", timeout_s=30)
     _wait_changes(page, f'{dep_tile} [data-f="sample-age"]', timeout_s=10)
     assert not page.locator(".wall-stale-banner").is_visible()
+    page.wait_for_function(
+        "sel => [...document.querySelectorAll(sel)].every(x => !x.classList.contains('unconfirmed'))",
+        arg=f'{dep_tile} .wall-roles [data-f="health"]', timeout=5_000)
 
     # The node page: host CPU and memory of this GPU-less host, live.
     page.goto(f"{stack.base_url}/nodes/local/")
