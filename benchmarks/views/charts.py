@@ -233,10 +233,20 @@ def run_charts(records: RecordStore | None) -> dict[str, Any]:
                         else "no successful requests.")
         charts[f"cdf_{stem}"] = cdf_chart(arrays.get(stem), label=label, empty=why, sample=CDF_SAMPLES[stem])
     points, estimated = timeline_points(records) if records is not None else ([], False)
+    note = None
+    if len(points) == 1 and records is not None:
+        # One bucket (a run under 1.5 buckets): a lone dot at x = 0 on an axis the chart library
+        # makes up says nothing; draw the one rate across the run's own duration instead.
+        ok = records.column("ok").astype(bool)
+        span = float(records.column("end").astype(np.int64)[ok].max() - records.column("start").astype(np.int64)[ok].min()) / 1e9
+        if span > 0:
+            points = [points[0], [round(span, 3), points[0][1]]]
+            note = (f"the run lasted {span:.3g} s, under {TIMELINE_MIN_LAST_FRACTION + 1:g} buckets of "
+                    f"{TIMELINE_BUCKET_S:g} s: one rate over the whole run, drawn across it")
     charts["timeline"] = chart_spec(
         title="Output throughput during the run" + (" (some events counted as 1 token)" if estimated else ""),
         x=("time since first request", "s"), y=("output", "tok/s"),
-        series=[{"label": "output tok/s", "points": points}], empty=empty or "no output events.",
+        series=[{"label": "output tok/s", "points": points}], empty=empty or "no output events.", note=note,
     )
     return charts
 
