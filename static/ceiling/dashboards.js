@@ -598,6 +598,9 @@
           if (stored) stored.textContent = "Output of " + (msg.data.summary.label || "the point") + " (stored result)";
         } else if (msg.type === "sweep.status") {
           setBadge(badge, msg.data.status, statusClass(msg.data.status) || (msg.data.status === "done" ? "ok" : ""));
+          // Ended: the status panel above (reloaded next) holds the final counts; a second,
+          // frozen copy of them here would only repeat it.
+          if (/^(done|failed|cancelled)$/.test(msg.data.status) && !meta.replayed) root.hidden = true;
         }
         if ((msg.type === "sweep.point" || msg.type === "sweep.status") && !meta.replayed) {
           // A point finished or the sweep changed state: the results (table, charts, findings)

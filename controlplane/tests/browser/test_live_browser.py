@@ -152,6 +152,8 @@ def test_it_shows_live_data_a_sweep_and_the_wall_and_recovers_after_a_server_res
     _wait_text(sweep_page, "#sweep-progress .status-line .tag", "^done$", timeout_s=45)
     # The results section reloads when the sweep ends: wait for the table it brings.
     sweep_page.wait_for_selector("#sweep-results table", timeout=15_000)
+    # ...and the live panel goes: the status panel holds the final counts, once.
+    sweep_page.wait_for_selector("#sweep-live", state="hidden", timeout=10_000)
 
     # The wall: the node and the deployment at a glance, live.
     page.goto(f"{stack.base_url}/wall/")
