@@ -44,9 +44,12 @@ over replicas (each has its own pool), the other quantities are summed.
 
 **tok/s** is the delta of ``generation_tokens_total`` (and ``prompt_tokens_total``) between two
 scrapes of the same process divided by the seconds between them; never SGLang's
-``gen_throughput`` gauge, which keeps its last value when traffic stops. A counter that went
-down (engine restarted, same port) gives None for that interval, never a negative rate; a new
-process identity (pid, start time) starts over.
+``gen_throughput`` gauge, which keeps its last value when traffic stops. A token counter that
+is declared (``# TYPE``) with no series yet reads 0, and one absent from the previous scrape of
+the same process counts from 0 (a labelled series appears with the first token, so the tokens
+of a fresh engine's first burst are not lost); a counter that went down (engine restarted, same
+port) gives None for that interval, never a negative rate; a new process identity (pid, start
+time) starts over.
 """
 from __future__ import annotations
 
@@ -70,6 +73,10 @@ from deployments.telemetry.loop import LoopThread
 SCRAPE_TIMEOUT_S = 0.5
 #: A process is scraped at most this often (seconds), whatever the sampler's rate.
 SCRAPE_MIN_PERIOD_S = 0.5
+#: Share of the scrape period a scrape may come early: a sampler at 2 Hz asks every 0.5 s give or
+#: take a few milliseconds of scheduling, and with an exact test every such early ask skipped
+#: its scrape (about half the samples of a 2 Hz sampler reused the previous reading).
+SCRAPE_PERIOD_SLACK = 0.1
 #: Seconds of past scrapes a router's request and 5xx rates are averaged over.
 REQUEST_RATE_WINDOW_S = 5.0
 
@@ -157,7 +164,10 @@ def normalise_metrics(text: str) -> dict[str, float | None]:
     by_name: dict[str, dict[tuple, float]] = {}
     errors_5xx: float | None = None
     health: dict[str, float] = {}
+    declared: set[str] = set()  # counters with a TYPE line (read as 0 while they have no series)
     for family in text_string_to_metric_families(relevant_lines(text)):
+        if family.type == "counter":
+            declared.add(f"{family.name}_total")
         for sample in family.samples:
             if sample.name not in _WANTED:
                 continue
@@ -183,12 +193,19 @@ def normalise_metrics(text: str) -> dict[str, float | None]:
                 return sum(values) / len(values) if mean else sum(values)
         return None
 
+    def tokens(names: tuple[str, ...]) -> float | None:
+        # A labelled counter has no series before its first increment (``sim`` and SGLang
+        # declare the token counters at start and create the series with the first token):
+        # declared without a series, it is 0, so the rate of the first burst is known.
+        value = pick(names)
+        return 0.0 if value is None and any(n in declared for n in names) else value
+
     return {
         "running": pick(RUNNING),
         "queued": pick(QUEUED),
         "kv_usage": pick(KV_USAGE, mean=True),
-        "prompt_tokens_total": pick(PROMPT_TOKENS),
-        "generation_tokens_total": pick(GENERATION_TOKENS),
+        "prompt_tokens_total": tokens(PROMPT_TOKENS),
+        "generation_tokens_total": tokens(GENERATION_TOKENS),
         "requests_total": pick(ROUTER_REQUESTS),
         "errors_5xx_total": errors_5xx,
         "workers_healthy": sum(1 for v in health.values() if v >= 1) if health else None,
@@ -251,8 +268,12 @@ def reading_from_values(values: dict[str, float | None], *, t: float, identity: 
     same = prev is not None and prev.identity == identity
     if same:
         dt = t - prev.t
-        rates["gen_tok_s"] = counter_rate(prev.gen, values.get("generation_tokens_total"), dt)
-        rates["prompt_tok_s"] = counter_rate(prev.prompt, values.get("prompt_tokens_total"), dt)
+        # A token counter appears with the engine's first token (``sim`` and SGLang create the
+        # labelled series lazily): absent in the previous scrape of this process, it was 0 then.
+        gen, prompt = values.get("generation_tokens_total"), values.get("prompt_tokens_total")
+        rates["gen_tok_s"] = counter_rate(prev.gen if prev.gen is not None or gen is None else 0.0, gen, dt)
+        rates["prompt_tok_s"] = counter_rate(prev.prompt if prev.prompt is not None or prompt is None else 0.0,
+                                             prompt, dt)
         # Over the window: from the oldest scrape kept (the newest one at least
         # REQUEST_RATE_WINDOW_S old, or the previous scrape while the window fills up).
         t0, req0, err0 = prev.window[0]
@@ -282,8 +303,8 @@ class MetricsScraper:
     GET of the ``sim``'s ``/metrics`` over a kept-alive connection took 167 µs of client CPU with
     aiohttp 3.12 and 1073 µs with httpx 0.28's ``AsyncClient`` on the 2-core development host,
     and a 10 Hz sampler pays that per process. :meth:`request` starts a scrape of each target whose last scrape
-    began at least ``min_period_s`` ago and none is in flight, waits at most ``wait_s`` for
-    them, and returns; results land in :meth:`latest` whenever they arrive, so one slow engine
+    began at least ``min_period_s`` ago (less :data:`SCRAPE_PERIOD_SLACK` of it) and none is in
+    flight, waits at most ``wait_s`` for them, and returns; results land in :meth:`latest` whenever they arrive, so one slow engine
     delays nobody. Thread-safe; :meth:`close` stops the loop.
     """
 
@@ -341,12 +362,13 @@ class MetricsScraper:
         """Start the due scrapes among ``targets`` (one hand-over to the loop thread for all of
         them); wait up to ``wait_s`` seconds for them. Returns how many were started."""
         now = self._clock()
+        period = self.min_period_s * (1.0 - SCRAPE_PERIOD_SLACK)
         due = []
         with self._lock:
             for target in targets:
                 if target.key in self._inflight:
                     continue
-                if now - self._started.get(target.key, float("-inf")) < self.min_period_s:
+                if now - self._started.get(target.key, float("-inf")) < period:
                     continue
                 self._started[target.key] = now
                 due.append(target)

@@ -10,7 +10,8 @@ Per sample:
    CPU set of each process (its effective CPU list, else the intended one), memory, load;
    CPU and RSS of each engine's process tree;
 3. engines (:mod:`.engine`): ``/metrics`` of every live prefill, decode and single process,
-   scraped concurrently in the background (at most every 0.5 s per process, 0.5 s timeout), so
+   scraped concurrently in the background (at most every 0.5 s per process, less 10 % for
+   scheduling jitter, so a 2 Hz sampler scrapes in every sample; 0.5 s timeout), so
    a slow engine never stalls the sampler; the sample carries the latest finished scrape;
 4. ``node.sample`` to ``node-<name>`` and ``deployment.sample`` to ``deployment-<id>`` for each
    deployment of this node that has processes and is not stopped or failed (shapes: the

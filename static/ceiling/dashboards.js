@@ -510,7 +510,7 @@
       if (note) note.textContent = "No stored telemetry for this deployment.";
       return;
     }
-    if (note) note.textContent = h.t.length + " stored samples, " + CeilingLive.clock(h.t[0]) + " – " + CeilingLive.clockUtc(h.t[h.t.length - 1]) + " (1 s rollups).";
+    if (note) note.textContent = h.t.length + " stored samples, " + CeilingLive.clock(h.t[0]) + " – " + CeilingLive.clockUtc(h.t[h.t.length - 1]) + " (1 s rollups: tok/s is the mean rate over each second, so summed over the seconds it gives the tokens; running and queued requests are the mean of the samples of that second, so a request shorter than the sampling interval can be missed and 0.5 means one was seen in half of them).";
     function chart(title, ts, vs, unit, color) {
       if (!vs || !vs.some(isNum)) return;
       var box = document.createElement("div");
