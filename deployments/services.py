@@ -813,7 +813,9 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
     so of two concurrent requests exactly one inserts. Also raises :class:`Conflict` when any
     port of the plan (http, bootstrap, side channel, metrics) is used by an active deployment
     of another recipe on the node (:func:`deployment_ports_in_use`); the node agent checks
-    again that each port is free before it spawns.
+    again that each port is free before it spawns. The plan's warnings (what the dry-run shows)
+    and the CPUs it shares with another deployment (:func:`cpu_sharing_warnings`) are recorded
+    on the new deployment's timeline as ``warning`` entries.
     """
     plan = recipe_plan(recipe=recipe)
     normalised = _validate_recipe_content(_content_of(recipe))["spec"]
@@ -849,7 +851,10 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
             deployment=deployment, kind="created",
             message=f"{who} deployed {recipe.name} v{recipe.version} on node {recipe.node.name}",
         )
-        for line in cpu_sharing_warnings(plan=plan, recipe=recipe):
+        # What the dry-run would have warned about, on the record for whoever deployed without
+        # looking (a port in the ephemeral range, GPUs across NUMA nodes, CPUs another deployment
+        # pins, ...): a launch that then fails or measures slow has its likely reason next to it.
+        for line in [*plan.warnings, *cpu_sharing_warnings(plan=plan, recipe=recipe)]:
             deployment_event_add(deployment=deployment, kind="warning", message=line)
         from deployments.tasks import deployment_start_task
 

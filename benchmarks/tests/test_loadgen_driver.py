@@ -61,7 +61,9 @@ def test_it_holds_an_open_loop_rate(server: ReplayProcess) -> None:
     s = run_summary(loadgen_run(config=cfg, specs=specs(80)))
     assert s["achieved_rate_req_s"] == pytest.approx(s["scheduled_rate_req_s"], rel=0.05)
     assert s["flags"]["rate_shortfall"] is False
-    assert s["queue_s"]["p99"] < 0.015
+    # No slot limit: a request waits only for the event loop (ms; the capped case below waits
+    # seconds). 50 ms leaves room for a loaded 2-core runner, which has shown 19 ms.
+    assert s["queue_s"]["p99"] < 0.05
 
 
 def test_it_flags_an_open_loop_rate_held_back_by_a_concurrency_cap(server: ReplayProcess) -> None:
