@@ -59,12 +59,16 @@ class Node(models.Model):
     def agent_online(self) -> bool:
         """True when the agent heartbeated within ``CEILING_HEARTBEAT_TIMEOUT_S`` seconds and has
         not shut down cleanly since (``agent_stopped_at`` at or after its last heartbeat)."""
-        if self.agent_heartbeat_at is None:
-            return False
-        if self.agent_stopped_at is not None and self.agent_stopped_at >= self.agent_heartbeat_at:
+        if self.agent_heartbeat_at is None or self.agent_stopped_cleanly:
             return False
         age = (timezone.now() - self.agent_heartbeat_at).total_seconds()
         return age <= settings.CEILING_HEARTBEAT_TIMEOUT_S
+
+    @property
+    def agent_stopped_cleanly(self) -> bool:
+        """True when the agent's clean shutdown (``agent_stopped_at``) came after its last heartbeat."""
+        return (self.agent_stopped_at is not None and self.agent_heartbeat_at is not None
+                and self.agent_stopped_at >= self.agent_heartbeat_at)
 
     def has_tool(self, name: str) -> bool:
         return bool((self.tools or {}).get(name))

@@ -999,7 +999,7 @@ def deployment_waiting_reason(*, deployment: Deployment) -> str:
     if not waiting or node.agent_online:
         return ""
     seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"
-    if node.agent_heartbeat_at and node.agent_stopped_at and node.agent_stopped_at >= node.agent_heartbeat_at:
+    if node.agent_stopped_cleanly:
         return (f"waiting for node agent {node.name} (stopped at "
                 f"{node.agent_stopped_at.isoformat(timespec='seconds')}; last heartbeat {seen})")
     return f"waiting for node agent {node.name} (last heartbeat {seen})"
