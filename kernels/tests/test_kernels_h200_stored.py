@@ -3,8 +3,8 @@
 ``manage.py kernel_job_ingest --new``: the job holds exactly the measured variants, every
 measurement lands, and the best variant per bucket is the fastest correct one in the file.
 
-Both packages are covered: the Triton flagship ``sparse_mla_decode`` and the CUDA C++
-``sparse_mla_decode_cuda``. Expectations are computed from the files, so a newer run of the same
+Every package is covered: the Triton flagship ``sparse_mla_decode``, its FP8-cache sibling
+``sparse_mla_decode_fp8`` and the CUDA C++ ``sparse_mla_decode_cuda``. Expectations are computed from the files, so a newer run of the same
 variants replaces them without touching these tests."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from kernels.models import KernelBenchmark, KernelBest, KernelBuild, KernelJob
 from kernels.services import kernel_job_from_measurement, kernel_package_register
 from kernels.tests.conftest import REAL_PACKAGES
 
-PACKAGES = ["sparse_mla_decode", "sparse_mla_decode_cuda"]
+PACKAGES = ["sparse_mla_decode", "sparse_mla_decode_cuda", "sparse_mla_decode_fp8"]
 CUDA = "sparse_mla_decode_cuda"
 TILED = ("head_tiled", "split_k")
 

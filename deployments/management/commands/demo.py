@@ -97,16 +97,17 @@ class Command(BaseCommand):
 
     def _kernels(self, base: str) -> None:
         """Store the sparse MLA decode packages' H200 jobs (measured on a GPU host by the runner,
-        ``kernels/packages/<name>/results/``: the Triton flagship and the CUDA wgmma package) through
-        ``kernel_job_ingest --new`` once each, so their variant tables and best configs are in the
-        UI; a host with a GPU can run its own."""
+        ``kernels/packages/<name>/results/``: the Triton flagship, the CUDA wgmma package and the
+        FP8-cache package) through ``kernel_job_ingest --new`` once each, so their variant tables and
+        best configs are in the UI; a host with a GPU can run its own."""
         from django.conf import settings as dj_settings
 
         from kernels.models import KernelJob
 
         out = self.stdout
         out.write("")
-        for name, what in (("sparse_mla_decode", "Triton"), ("sparse_mla_decode_cuda", "CUDA, wgmma")):
+        for name, what in (("sparse_mla_decode", "Triton"), ("sparse_mla_decode_cuda", "CUDA, wgmma"),
+                           ("sparse_mla_decode_fp8", "Triton, FP8 cache")):
             results = Path(dj_settings.BASE_DIR) / "kernels" / "packages" / name / "results"
             job = KernelJob.objects.filter(package__name=name, device_name="NVIDIA H200",
                                            status="done").order_by("-pk").first()
