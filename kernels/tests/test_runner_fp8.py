@@ -61,6 +61,10 @@ def test_it_plans_splits_and_refuses_shapes_it_cannot_tile():
     assert kernel.split_plan(auto, v4, 1, 132) == (20, 32)                     # 264 wanted, 20 tiles
     assert kernel.split_plan(auto, v32, 64, 132) == (3, 704)                   # 128 programs -> 3 splits
     assert kernel.split_plan(dict(auto, NUM_SPLITS=4), v32, 64, 132) == (4, 512)
+    # two d_v slices double the programs: v32 batch 8, 32 programs -> 9 splits of 8 tiles -> 8 splits
+    assert kernel.split_plan(dict(auto, BLOCK_DV=256), v32, 8, 132) == (8, 256)
+    with pytest.raises(ValueError, match="BLOCK_DV must be 512 or 256"):
+        kernel.split_plan(dict(auto, BLOCK_DV=128), v32, 8, 132)
     with pytest.raises(ValueError, match="d_v must be 512"):
         kernel.dims(dict(v32, d_v=256, d_qk=320))
     with pytest.raises(ValueError, match="power of two"):
@@ -101,6 +105,9 @@ PARAMS = [
     {"impl": "head_tiled", "BLOCK_H": 32, "BLOCK_N": 32},
     {"impl": "split_k", "BLOCK_H": 16, "BLOCK_N": 16, "NUM_SPLITS": "auto"},
     {"impl": "split_k", "BLOCK_H": 16, "BLOCK_N": 16, "NUM_SPLITS": 2},
+    # half the output columns per program, each computing the full q.k
+    {"impl": "head_tiled", "BLOCK_H": 16, "BLOCK_N": 16, "BLOCK_DV": 256},
+    {"impl": "split_k", "BLOCK_H": 16, "BLOCK_N": 16, "NUM_SPLITS": 2, "BLOCK_DV": 256},
 ]
 
 
@@ -124,14 +131,15 @@ def test_every_implementation_matches_the_reference_and_empty_requests_give_zero
     # the scales matter: the same launch on rows whose scales read 1.0 is far off the reference
     cases += [{"shape": ROPE, "batch": 2, "seed": 7, "padding": 0, "drop_scales": True, "params": PARAMS[1]}]
     results = _run(cases)
-    for case, result in zip(cases[:10], results[:10]):
+    n = 2 * len(PARAMS)
+    for case, result in zip(cases[:n], results[:n]):
         # the tiled kernels round the dequantized tile and P to bf16 (one ulp is 2^-8 relative)
         assert result["ok"], f"{case['shape']['name']} {case['params']}: {result['reason']}"
         assert result["max_abs"] <= 0.04
-    for case, result in zip(cases[10:13], results[10:13]):
+    for case, result in zip(cases[n:n + 3], results[n:n + 3]):
         assert result["ok"], f"{case['params']}: {result['reason']}"
         assert result["zero_rows"] == [True, False], case["params"]
-    assert not results[13]["ok"] and "wrong result" in results[13]["reason"]
+    assert not results[n + 3]["ok"] and "wrong result" in results[n + 3]["reason"]
 
 
 @pytest.mark.slow
