@@ -171,6 +171,7 @@ def test_the_control_plane_reads_its_manifest():
 
     m = manifest_load(FP8)
     assert m.language == "triton" and m.engine_env == "CEILING_SPARSE_MLA_FP8_CONFIG"
+    assert m.dtype == "fp8_e4m3"                   # the exported configs are named for the FP8 cache
     assert [s.name for s in m.shapes] == ["v4-flash", "v32"]
     nbytes, flops = m.cost("v32", 1)
     # a V3.2 row is 656 bytes instead of 1152; q, out and the indices as in the bf16 package
