@@ -4,8 +4,8 @@
 measurement lands, and the best variant per bucket is the fastest correct one in the file.
 
 Every package is covered: the Triton flagship ``sparse_mla_decode``, its FP8-cache sibling
-``sparse_mla_decode_fp8`` and the CUDA C++ ``sparse_mla_decode_cuda``. Expectations are computed from the files, so a newer run of the same
-variants replaces them without touching these tests."""
+``sparse_mla_decode_fp8`` and the CUDA C++ ``sparse_mla_decode_cuda``. Expectations are computed
+from the files, so a newer run of the same variants replaces them without touching these tests."""
 from __future__ import annotations
 
 import json

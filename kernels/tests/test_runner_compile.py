@@ -18,6 +18,15 @@ def run_runner(*args, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def run_script(script: str, cases: list, timeout=600) -> list:
+    """Run ``script`` in a fresh Python (e.g. one that switches Triton's interpreter on before Triton
+    is imported) with ``cases`` as JSON in argv[1]; return the JSON of its last stdout line."""
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def progress_lines(stdout: str) -> list[dict]:
     return [json.loads(line)["progress"] for line in stdout.splitlines() if line.strip()]
 

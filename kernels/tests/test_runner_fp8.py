@@ -3,13 +3,12 @@ dequantize in ``reference.py``, written independently), its three implementation
 reference under Triton's CPU interpreter (the kernel source the GPU runs), its build facts for
 sm_90a without a GPU, and its manifest as the control plane reads it."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kernels.runner.package import load_package
+from kernels.tests.test_runner_compile import run_runner, run_script
 
 REPO = Path(__file__).resolve().parents[2]
 FP8 = REPO / "kernels" / "packages" / "sparse_mla_decode_fp8"
@@ -114,10 +113,7 @@ PARAMS = [
 def _run(cases: list[dict]) -> list[dict]:
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(cases)], cwd=REPO, capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_script(SCRIPT, cases, timeout=900)
 
 
 @pytest.mark.slow
@@ -152,10 +148,8 @@ def test_it_builds_for_hopper_without_a_gpu_with_tensor_cores_where_tiled(tmp_pa
                                      "num_stages": 2, "NUM_SPLITS": "auto"}},
     ]
     (tmp_path / "variants.json").write_text(json.dumps(variants))
-    proc = subprocess.run([sys.executable, "-m", "kernels.runner", "compile", "--package", str(FP8),
-                           "--variants", str(tmp_path / "variants.json"), "--target", "cuda:90",
-                           "--out", str(tmp_path / "builds.json")], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+    proc = run_runner("compile", "--package", FP8, "--variants", tmp_path / "variants.json", "--target", "cuda:90",
+                      "--out", tmp_path / "builds.json")
     assert proc.returncode == 0, proc.stderr
     baseline, tiled = json.loads((tmp_path / "builds.json").read_text())
     assert baseline["ok"] and baseline["tensor_core"] is False

@@ -3,12 +3,11 @@ tiny shapes (the same kernel source the GPU runs; no timing here).
 
 The interpreter must be switched on before Triton is first imported (Triton's own library
 functions are decorated at import), so each check runs in a fresh Python process."""
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from kernels.tests.test_runner_compile import run_script
 
 pytest.importorskip("torch")
 pytest.importorskip("triton")
@@ -41,10 +40,7 @@ print(json.dumps(out))
 
 
 def run_cases(cases: list[dict]) -> list[dict]:
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(cases)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_script(SCRIPT, cases)
 
 
 PARAMS = [
