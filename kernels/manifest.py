@@ -630,6 +630,49 @@ def grid_for_target(manifest: Manifest, expansion: GridExpansion, cc: str) -> Gr
     return expansion
 
 
+def grid_refusal(manifest: Manifest, params: Any, *, subset: dict[str, list[Value]] | None = None,
+                 cc: str | None = None) -> str:
+    """Why ``params`` is not a variant of the grid (restricted to ``subset``, built for ``cc``),
+    in words naming the parameter, value or constraint: ``"BLOCK_N=48 is not one of the grid's
+    values [16, 32, 64, 128]"``, ``"constraint 1 (BLOCK_H <= 64 or impl == 'split_k') refuses
+    it"``; every reason found, joined by ``"; "``. An empty string when the grid does hold it."""
+    if not isinstance(params, dict):
+        return f"params must be an object of parameter: value, got {str(params)[:80]!r}"
+    reasons: list[str] = []
+    unknown = [k for k in params if k not in manifest.grid]
+    if unknown:
+        reasons.append(f"{', '.join(repr(k)[:80] for k in unknown[:5])} "
+                       f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'} of the grid "
+                       f"({', '.join(manifest.grid)})")
+    missing = [k for k in manifest.grid if k not in params]
+    if missing:
+        reasons.append(f"it lacks {', '.join(missing)}")
+    for k, allowed in manifest.grid.items():
+        if k not in params:
+            continue
+        v = params[k]
+        if not any(type(v) is type(a) and v == a for a in allowed):
+            reasons.append(f"{k}={str(v)[:80]} is not one of the grid's values {allowed}")
+        elif subset and k in subset and not any(type(v) is type(a) and v == a for a in subset[k]):
+            reasons.append(f"{k}={v} is outside the job's params subset {subset[k]}")
+    if reasons:
+        return "; ".join(reasons)
+    for i, c in enumerate(manifest.constraints):
+        try:
+            if not c.evaluate(params):
+                return f"constraint {i} ({c.text}) refuses it"
+        except ExpressionError as exc:
+            return f"constraint {i} ({c.text}) cannot be evaluated for it: {exc}"
+    text = (manifest.cuda or {}).get("requires")
+    if text and cc:
+        try:
+            if not expr_evaluate(text, {**params, "cc": int(cc.replace(".", ""))}):
+                return f"[cuda].requires ({text}) refuses it for compute capability {cc}"
+        except (ExpressionError, ValueError) as exc:
+            return f"[cuda].requires ({text}) cannot be evaluated for it: {exc}"
+    return ""
+
+
 def variant_key(params: dict[str, Value]) -> str:
     """Canonical text of a parameter set, in the given (manifest) order: ``impl=split_k,BLOCK_H=32``."""
     return ",".join(f"{k}={v}" for k, v in params.items())

@@ -123,6 +123,11 @@ class KernelJob(models.Model):
     def __str__(self) -> str:
         return f"kernel job #{self.pk} ({self.package_id})"
 
+    def source_ids(self) -> dict[int, str]:
+        """``{variant row id: the variant_id the measuring machine's variants.json gave it}`` for a
+        job made from a measurement; empty for any other job."""
+        return {int(pk): str(file_id) for file_id, pk in (self.source_variant_ids or {}).items()}
+
     @property
     def target(self) -> str:
         """The runner's target string: ``cuda:90`` for compute capability 9.0."""

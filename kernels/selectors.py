@@ -132,7 +132,8 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
                   sort: str = "ordinal", limit: int = 500) -> VariantTable:
     """The job's variants as table rows, filtered and sorted on the server.
 
-    Row: ``id``, ``ordinal``, ``key``, ``params``, ``build`` (ok, error, registers, spills_bytes,
+    Row: ``id``, ``source_variant_id`` (the id in the variants.json a job made from a measurement
+    was made from, else None), ``ordinal``, ``key``, ``params``, ``build`` (ok, error, registers, spills_bytes,
     shared_bytes, tensor_core, tensor_core_evidence, build_s, discarded, discard_reason; None
     before the build), ``state`` (pending, failed, discarded, built, correct, wrong, partial;
     measured without a stored build, as results ingested without their builds file are, a row
@@ -197,6 +198,7 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     best_at = {(r.shape, r.variant_id) for r in KernelBest.objects.filter(job=job, batch=batch)}
     params = {k: str(v) for k, v in (params or {}).items() if k in manifest.grid and v not in (None, "")}
     rows: list[dict[str, Any]] = []
+    measured_as = job.source_ids()
     for v in KernelVariant.objects.filter(job=job).select_related("build").order_by("ordinal"):
         if any(str(v.params.get(k)) != val for k, val in params.items()):
             continue
@@ -228,7 +230,8 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
             row_state = "wrong"
         else:
             row_state = "partial"
-        rows.append({"id": v.pk, "ordinal": v.ordinal, "key": v.key, "params": v.params, "build": build,
+        rows.append({"id": v.pk, "source_variant_id": measured_as.get(v.pk), "ordinal": v.ordinal, "key": v.key,
+                     "params": v.params, "build": build,
                      "state": row_state, "shapes": cells,
                      "best_in": [s for s in shapes if (s, v.pk) in best_at]})
     if state == "built":

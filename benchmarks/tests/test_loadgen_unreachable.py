@@ -106,13 +106,16 @@ def test_it_stops_sending_once_its_target_died_and_counts_only_what_it_sent(tmp_
     # The requests streaming when the engine died failed inside their bodies (the server had
     # answered); every other failure is one the server never answered: refused, or cut before any
     # response byte. 32 of those in a row ended the run, plus at most the other 3 slots' racing the
-    # 32nd and the 4 requests in flight.
+    # 32nd and the 4 requests in flight. A connect that races the dying listener's close is reset
+    # rather than refused (the kernel had queued it on the listen backlog): also unanswered.
     in_body = [e for e in errors if "inside the response body" in e]
     unanswered = [e for e in errors if e not in in_body]
     assert len(in_body) <= 4, in_body
     assert UNREACHABLE_FAILURES <= len(unanswered) <= UNREACHABLE_FAILURES + 3 + 4, unanswered
     assert all("ConnectionRefusedError" in e or "before the response headers were complete" in e
-               or "before any response byte" in e for e in unanswered), unanswered
+               or "before any response byte" in e
+               or e.startswith(f"cannot connect to 127.0.0.1:{port}: ConnectionResetError") for e in unanswered), \
+        unanswered
     assert sum("ConnectionRefusedError" in e for e in unanswered) >= UNREACHABLE_FAILURES - 4
     assert s["flags"]["concurrency_shortfall"] is False
 

@@ -14,15 +14,20 @@ from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, NUMBER_RE, w
 
 class PackageSerializer(serializers.ModelSerializer):
     """A registered package with its validated manifest and the grid's size after constraints
-    (``grid``: variants, combinations, pruned per constraint)."""
+    (``grid``: variants, combinations, pruned per constraint); ``dtype`` is the manifest's cache
+    element type (``bf16``, ``fp8_e4m3``), the one its exported configs are named for."""
 
     grid = serializers.SerializerMethodField()
+    dtype = serializers.SerializerMethodField(help_text='the KV cache element type the package is for, e.g. "bf16"')
 
     class Meta:
         model = KernelPackage
-        fields = ["id", "name", "title", "language", "description", "manifest", "source_hash", "path", "grid",
+        fields = ["id", "name", "title", "language", "dtype", "description", "manifest", "source_hash", "path", "grid",
                   "registered_at", "updated_at"]
         read_only_fields = fields
+
+    def get_dtype(self, obj: KernelPackage) -> str:
+        return str((obj.manifest or {}).get("dtype") or "")
 
     def get_grid(self, obj: KernelPackage) -> dict:
         from kernels.services import package_grid

@@ -16,7 +16,7 @@ from django.utils import timezone
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.redaction import redact_text
 from kernels.choices import JOB_RUNNING, JOB_TERMINAL, KernelJobStatus
-from kernels.manifest import ManifestError, grid_expand, grid_for_target, variant_key
+from kernels.manifest import ManifestError, grid_expand, grid_for_target, grid_refusal, variant_key
 from kernels.models import KernelJob, KernelPackage, KernelVariant
 from kernels.runnercall import RunnerError, RunnerStopped, runner_argv, runner_run
 from kernels.services.common import (
@@ -48,7 +48,7 @@ from kernels.services.results import kernel_builds_store, kernel_results_store
 
 def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, params_subset: dict | None = None,
                       shapes: list[str] | None = None, batches: list[int] | None = None, user=None,
-                      dispatch: bool = True, only: list[dict] | None = None) -> KernelJob:
+                      dispatch: bool = True, only: list[dict] | None = None, only_ids: list | None = None) -> KernelJob:
     """Create a job of ``package`` for compute capability ``cc`` on ``node`` and enqueue it.
 
     ``cc`` defaults to the compute capability of the node's first GPU; a node without GPUs needs
@@ -62,7 +62,11 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
 
     ``only`` (a list of param dicts) keeps exactly those variants of the (subset) grid, in that
     order: a measured set brought back from another machine. A param set the grid does not hold
-    (unknown value, missing parameter, refused by a constraint) is an error naming it.
+    (unknown value, missing parameter, refused by a constraint) is an error naming it, its
+    ``only_ids`` entry (the id the measuring machine gave it) and why
+    (:func:`kernels.manifest.grid_refusal`); every such entry is reported. The grid variants not in
+    ``only`` are counted in the grid summary's ``pruned`` (``"index": "only"``), so its counts
+    add up to ``combinations``.
 
     ``cc`` must be one of :data:`kernels.services.common.KNOWN_CCS` (a made-up one such as 99.9
     would only fail later in the compiler). Variants the manifest's ``[cuda].requires`` refuses
@@ -74,7 +78,7 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
     """
     cc, shapes, batches, expansion, errors = _job_plan(
         package=package, node=node, cc=cc, params_subset=params_subset, shapes=shapes, batches=batches,
-        dispatch=dispatch, only=only)
+        dispatch=dispatch, only=only, only_ids=only_ids)
     if errors:
         raise InvalidInput(errors)
     assert expansion is not None
@@ -107,7 +111,8 @@ def kernel_job_check(*, package: KernelPackage, node, cc: str | None = None, par
 
 
 def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: dict | None,
-              shapes: list[str] | None, batches: list[int] | None, dispatch: bool, only: list[dict] | None):
+              shapes: list[str] | None, batches: list[int] | None, dispatch: bool, only: list[dict] | None,
+              only_ids: list | None = None):
     """Validate a job's arguments (the rules of :func:`kernel_job_create`) and expand its grid.
     Returns ``(cc, shapes, batches, expansion, errors)``: the target (the node's GPU when none was
     given), the shapes (each once, in the order first given) and the sorted batches (each once), the :class:`~kernels.manifest.GridExpansion` (None when
@@ -154,13 +159,19 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
         for i, params in enumerate(only):
             key = _canonical(params) if isinstance(params, dict) else None
             if key is None or key not in grid:
+                name = f"variants.{i}" + (f" (variant_id {str(only_ids[i])[:80]!r})" if only_ids else "")
+                shown = variant_key(params)[:200] if isinstance(params, dict) else str(params)[:200]
+                why = grid_refusal(manifest, params, subset=expansion.subset, cc=cc if "cc" not in errors else None)
                 errors.setdefault("variants", []).append(
-                    f"variant {i} ({params!r}) is not in {package.name}'s grid (or a constraint refuses it"
-                    + (f", or it cannot be built for compute capability {cc}" if (manifest.cuda or {}).get("requires")
-                       else "") + ")")
+                    f"{name}: {shown} is not in {package.name}'s grid: {why or 'it is not a variant of the grid'}")
             elif key not in seen:
                 seen.add(key)
                 kept.append(grid[key])
+        left_out = len(expansion.variants) - len(kept)
+        if left_out:
+            # the grid summary adds up: combinations = variants + every pruned count
+            expansion.pruned.append({"index": "only", "constraint": "not among the measured variants",
+                                     "pruned": left_out})
         expansion.variants = kept
     if expansion is not None and "variants" not in errors:
         if not expansion.variants:

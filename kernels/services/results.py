@@ -513,6 +513,13 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
             errors.setdefault(f"{path}.shape", []).append(f"{r.shape!r} is not a shape of {job.package.name}")
         elif r.batch not in shape_batches[r.shape]:
             errors.setdefault(f"{path}.batch", []).append(f"{r.batch} is not a batch of shape {r.shape}")
+        elif job.shapes and r.shape not in job.shapes:
+            # stored, it would never show: the job's tables and best picks cover its own shapes
+            errors.setdefault(f"{path}.shape", []).append(
+                f"{r.shape!r} is not a shape kernel job #{job.pk} benchmarks ({', '.join(job.shapes)})")
+        elif job.batches and r.batch not in job.batches:
+            errors.setdefault(f"{path}.batch", []).append(
+                f"{r.batch} is not a batch kernel job #{job.pk} benchmarks ({', '.join(map(str, job.batches))})")
         if r.bound not in (None, "", "memory", "compute"):
             errors.setdefault(f"{path}.bound", []).append(f"{r.bound!r} must be memory or compute")
         if variant is not None:

@@ -244,14 +244,16 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
 
 def kernel_job_export_rows(*, job: KernelJob) -> list[dict[str, Any]]:
     """One flat row per (variant, shape, batch) measurement, plus one row per variant without a
-    measurement: variant id, key, params (``param.<name>``), build facts, discard reason, and the
+    measurement: variant id (and ``source_variant_id``, the id in the variants.json the job was
+    made from, empty otherwise), key, params (``param.<name>``), build facts, discard reason, and the
     benchmark (correctness, errors, times in µs, GB/s, TFLOP/s, roofline µs and fraction, bound)."""
     manifest = job_manifest(job)
     rows: list[dict[str, Any]] = []
     variants = job.variants.select_related("build").prefetch_related("benchmarks").order_by("ordinal")
+    measured_as = job.source_ids()
     for v in variants:
         build = getattr(v, "build", None)
-        base: dict[str, Any] = {"variant_id": v.pk, "key": v.key}
+        base: dict[str, Any] = {"variant_id": v.pk, "source_variant_id": measured_as.get(v.pk), "key": v.key}
         base.update({f"param.{p}": v.params.get(p) for p in manifest.params})
         base.update({
             "build_ok": build.ok if build else None, "build_error": build.error if build else None,
@@ -332,6 +334,9 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     if not isinstance(variants, list) or not all(
             isinstance(v, dict) and isinstance(v.get("params"), dict) and "variant_id" in v for v in variants):
         raise InvalidInput({"variants": ['expected the runner\'s variants.json: [{"variant_id": ..., "params": {...}}]']})
+    if not variants:
+        raise InvalidInput({"variants": ["the variants file lists no variant: give the variants.json the results "
+                                         "were measured from"]})
     seen_ids: dict[str, int] = {}
     seen_params: dict[str, int] = {}
     for i, v in enumerate(variants):
@@ -372,10 +377,16 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
             if isinstance(row, dict) and "variant_id" in row and str(row["variant_id"]) not in known:
                 unknown[f"{key}.{i}.variant_id"] = [
                     f"variant_id {str(row['variant_id'])[:80]!r} is not in the variants file"]
+    # The job's shapes and batches are those measured (the file's rows), not "all the manifest's".
+    measured = [r for r in (results.get("results") or []) if isinstance(r, dict)] \
+        if isinstance(results.get("results"), list) else []
+    shapes = [s for s in dict.fromkeys(r.get("shape") for r in measured) if isinstance(s, str)]
+    batches = sorted({b for r in measured if isinstance(b := r.get("batch"), int) and not isinstance(b, bool)})
     with transaction.atomic():  # a refused file leaves no job behind
         try:
-            job = kernel_job_create(package=package, node=None, cc=device["cc"],
-                                    only=[v["params"] for v in variants], dispatch=False, user=user)
+            job = kernel_job_create(package=package, node=None, cc=device["cc"], shapes=shapes, batches=batches,
+                                    only=[v["params"] for v in variants], only_ids=[v["variant_id"] for v in variants],
+                                    dispatch=False, user=user)
         except InvalidInput as exc:
             raise InvalidInput({**exc.errors, **unknown}) from None
         if unknown:

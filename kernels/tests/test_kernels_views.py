@@ -26,6 +26,7 @@ def test_the_index_lists_packages_jobs_and_best_variants(viewer, measured_job):
     assert "toy_attn" in html and "Variants (after constraints)" in html and "Median (µs)" in html
     assert f"/kernels/jobs/{measured_job.pk}/" in html and "NVIDIA H200" in html
     assert 'href="/kernels/"' in html  # the nav link
+    assert "<th>Cache dtype</th>" in html and "<td><code>bf16</code></td>" in html
 
 
 def test_the_package_page_shows_grid_constraints_and_costs_with_units(viewer, operator, measured_job):
@@ -33,6 +34,7 @@ def test_the_package_page_shows_grid_constraints_and_costs_with_units(viewer, op
     assert "12 combinations" in html and "<strong>7 variants</strong>" in html
     assert "impl != &#x27;baseline&#x27; or BLOCK == 16" in html
     assert "Bytes (MiB)" in html and "FLOPs (GFLOP)" in html and "Intensity (FLOP/byte)" in html
+    assert "<dt>Cache dtype</dt><dd><code>bf16</code>" in html
     assert "Start job" not in html  # viewers read
     assert "Start job" in _client(operator).get("/kernels/packages/toy_attn/").content.decode()
 

@@ -1,0 +1,133 @@
+"""A job made from a measurement brought back from another machine (``kernel_job_ingest --new``),
+on the stored H200 run of the flagship package: refusals name the variant by its id in the
+variants file, the parameter or constraint at fault, and every such variant at once; an empty
+variants file says so; the job's grid summary adds up and its shapes and batches are those
+measured; the variants file's ids stay visible next to this database's (CSV, JSON, API)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from itertools import product
+
+import pytest
+
+from controlplane.errors import InvalidInput
+from kernels.manifest import grid_refusal, manifest_from_stored
+from kernels.models import KernelJob
+from kernels.selectors import variant_table
+from kernels.services import kernel_job_export_csv, kernel_job_from_measurement, kernel_package_register
+from kernels.services.common import job_manifest
+from kernels.tests.conftest import REAL_PACKAGES
+
+NAME = "sparse_mla_decode"
+
+
+def _load(file: str):
+    return json.loads((REAL_PACKAGES / NAME / "results" / file).read_text())
+
+
+@pytest.fixture
+def package(db, settings, tmp_path):
+    settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
+    return kernel_package_register(path=REAL_PACKAGES / NAME)
+
+
+def _unfingerprinted():
+    return {k: v for k, v in _load("h200-results.json").items() if k != "variants_sha256"}
+
+
+def test_every_variant_outside_the_grid_is_named_by_its_file_id_with_the_parameter_at_fault(package):
+    variants = _load("h200-variants.json")[:4]
+    ids = [v["variant_id"] for v in variants]
+    variants[1] = {**variants[1], "params": {**variants[1]["params"], "BLOCK_N": 48}}
+    variants[3] = {**variants[3], "params": {**variants[3]["params"], "colour": "red"}}
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=variants, results=_unfingerprinted())
+    messages = err.value.errors["variants"]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith(f"variants.1 (variant_id {str(ids[1])!r}): ")
+    block_n = manifest_from_stored(package.manifest).grid["BLOCK_N"]
+    assert messages[0].endswith(f"is not in {NAME}'s grid: BLOCK_N=48 is not one of the grid's values {block_n}")
+    assert messages[1].startswith(f"variants.3 (variant_id {str(ids[3])!r}): ")
+    assert "'colour' is not a parameter of the grid" in messages[1]
+    assert not KernelJob.objects.exists()
+
+
+def test_the_refusal_names_the_constraint_that_refuses_a_combination(package):
+    manifest = manifest_from_stored(package.manifest)
+    # a combination of grid values that some constraint refuses: the first one found
+    names = list(manifest.grid)
+    for combo in product(*manifest.grid.values()):
+        params = dict(zip(names, combo))
+        refusing = [i for i, c in enumerate(manifest.constraints) if not c.evaluate(params)]
+        if refusing:
+            break
+    else:
+        pytest.skip("the grid has no refused combination")
+    why = grid_refusal(manifest, params)
+    assert why == f"constraint {refusing[0]} ({manifest.constraints[refusing[0]].text}) refuses it"
+    assert grid_refusal(manifest, {**params, "impl": "nope"}).startswith("impl=nope is not one of the grid's values")
+    assert grid_refusal(manifest, {k: v for k, v in params.items() if k != "impl"}) == "it lacks impl"
+    assert grid_refusal(manifest, [1, 2]) == "params must be an object of parameter: value, got '[1, 2]'"
+
+
+def test_an_empty_variants_file_is_refused_as_empty(package):
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=[], results=_unfingerprinted())
+    assert err.value.errors == {"variants": [
+        "the variants file lists no variant: give the variants.json the results were measured from"]}
+    assert not KernelJob.objects.exists()
+
+
+def test_the_jobs_grid_summary_adds_up_and_its_shapes_and_batches_are_those_measured(package):
+    variants, results = _load("h200-variants.json"), _load("h200-results.json")
+    job = kernel_job_from_measurement(package=package, variants=variants, results=results)
+    g = job.grid_summary
+    assert g["variants"] == len(variants) == job.variants.count()
+    assert g["combinations"] == g["variants"] + sum(p["pruned"] for p in g["pruned"]) == \
+        g["variants"] + g["pruned_total"]
+    only = [p for p in g["pruned"] if p["index"] == "only"]
+    assert only and only[0]["pruned"] > 0
+    measured_shapes = list(dict.fromkeys(r["shape"] for r in results["results"]))
+    assert job.shapes == measured_shapes and len(job.shapes) == 2
+    assert job.batches == sorted({r["batch"] for r in results["results"]}) == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_results_of_a_shape_the_job_does_not_benchmark_are_refused(package):
+    from kernels.runner.package import variants_sha256
+    from kernels.services import kernel_job_ingest
+
+    variants, results = _load("h200-variants.json"), _load("h200-results.json")
+    first_shape = results["results"][0]["shape"]
+    kept = [r for r in results["results"] if r["shape"] == first_shape]
+    job = kernel_job_from_measurement(package=package, variants=variants,
+                                      results={**_unfingerprinted(), "results": kept})
+    assert job.shapes == [first_shape]
+    other = next(r for r in results["results"] if r["shape"] != first_shape)
+    # a later file of the same run (it carries the variants file's fingerprint and ids)
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results={**results, "variants_sha256": variants_sha256(variants),
+                                            "results": [other]})
+    assert err.value.errors["results.0.shape"] == [
+        f"{other['shape']!r} is not a shape kernel job #{job.pk} benchmarks ({first_shape})"]
+
+
+def test_the_variants_files_ids_show_next_to_the_jobs_in_csv_and_the_variant_table(package):
+    variants, results = _load("h200-variants.json"), _load("h200-results.json")
+    job = kernel_job_from_measurement(package=package, variants=variants, results=results)
+    file_id_of = {json.dumps(v["params"], sort_keys=True): str(v["variant_id"]) for v in variants}
+    rows = list(csv.DictReader(io.StringIO(kernel_job_export_csv(job=job))))
+    assert rows and list(rows[0])[:3] == ["variant_id", "source_variant_id", "key"]
+    by_pk = {v.pk: v for v in job.variants.all()}
+    for r in rows:
+        v = by_pk[int(r["variant_id"])]
+        assert r["source_variant_id"] == file_id_of[json.dumps(v.params, sort_keys=True)]
+    # a result row in the file and the CSV row of its measurement carry the same id
+    sample = results["results"][0]
+    match = [r for r in rows if r["source_variant_id"] == str(sample["variant_id"])
+             and r["shape"] == sample["shape"] and r["batch"] == str(sample["batch"])]
+    assert len(match) == 1 and float(match[0]["median_us"]) == pytest.approx(sample["median_us"])
+    table = variant_table(job=job)
+    assert {row["source_variant_id"] for row in table.rows} == set(file_id_of.values())
+    assert job_manifest(job).name == NAME
