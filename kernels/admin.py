@@ -38,6 +38,11 @@ class KernelPackageAdmin(_NoDelete, SimpleHistoryAdmin):
     def has_add_permission(self, request) -> bool:
         return False
 
+    def has_change_permission(self, request, obj=None) -> bool:
+        # every field is the directory's: a page of Save buttons that can change nothing misleads
+        # (the view permission still shows the package and its history)
+        return False
+
 
 @admin.register(KernelJob)
 class KernelJobAdmin(_ReadOnly):

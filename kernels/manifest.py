@@ -652,7 +652,8 @@ def grid_refusal(manifest: Manifest, params: Any, *, subset: dict[str, list[Valu
             continue
         v = params[k]
         if not any(type(v) is type(a) and v == a for a in allowed):
-            reasons.append(f"{k}={str(v)[:80]} is not one of the grid's values {allowed}")
+            # repr: the text "16" must not read like the number 16
+            reasons.append(f"{k}={repr(v)[:80]} is not one of the grid's values {allowed}")
         elif subset and k in subset and not any(type(v) is type(a) and v == a for a in subset[k]):
             reasons.append(f"{k}={v} is outside the job's params subset {subset[k]}")
     if reasons:

@@ -119,6 +119,18 @@ class KernelJob(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["status"])]
+        constraints = [
+            # One kernel job per node building or benchmarking at a time: a build uses every core
+            # and a benchmark needs the GPU alone, so two at once skew each other's timings. A job
+            # whose node is busy stays pending (kernels.services.jobs.kernel_job_execute). Jobs
+            # without a node (results measured elsewhere) never collide: NULLs are distinct.
+            models.UniqueConstraint(
+                fields=["node"],
+                condition=models.Q(status__in=[KernelJobStatus.BUILDING.value, KernelJobStatus.BENCHMARKING.value]),
+                name="kernels_one_running_job_per_node",
+                violation_error_message="the node already runs a kernel job (building or benchmarking)",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"kernel job #{self.pk} ({self.package_id})"

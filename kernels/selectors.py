@@ -18,6 +18,8 @@ from kernels.models import KernelBenchmark, KernelBest, KernelJob, KernelPackage
 STATES = ("all", "built", "failed", "discarded", "correct", "wrong", "timed")
 # Largest number of rows the table returns at once (``limit``).
 MAX_ROWS = 2000
+# Query keys of the table that take one value: given twice, neither is taken.
+SINGLE_KEYS = ("batch", "state", "sort", "limit", "offset")
 # Build-fact columns sortable by name; per-shape columns are ``us:<shape>`` and ``roof:<shape>``.
 BUILD_SORTS = ("ordinal", "key", "registers", "spills_bytes", "shared_bytes", "build_s", "tensor_core")
 
@@ -58,8 +60,9 @@ def best_list(*, package: str | None = None, device: str | None = None, shape: s
 class VariantTable:
     """One page of a job's variant table: ``rows`` (dicts, see :func:`variant_table`), the
     ``batch`` the per-shape columns show, ``shapes`` (column groups), ``params`` (parameter
-    columns), the applied ``filters`` and ``sort``, ``total`` rows before the limit, and the
-    values each parameter takes (for filter menus)."""
+    columns), the applied ``filters`` and ``sort``, ``total`` rows before the page was cut,
+    ``offset`` (rows skipped before this page), and the values each parameter takes (for filter
+    menus)."""
 
     rows: list[dict[str, Any]]
     batch: int | None
@@ -70,6 +73,7 @@ class VariantTable:
     filters: dict[str, Any] = field(default_factory=dict)
     sort: str = "ordinal"
     total: int = 0
+    offset: int = 0
 
 
 def _sort_value(row: dict[str, Any], key: str) -> tuple[int, tuple[int, Any]]:
@@ -113,10 +117,15 @@ def variant_filters(query) -> tuple[dict[str, str], list[str]]:
     ``p.<parameter>=<value>`` gives ``{parameter: value}``. The table filters on one value per
     parameter, so a parameter given more than once with a value (``p.BLOCK_N=32&p.BLOCK_N=64``)
     is not taken (neither value, never the last one silently) and gets a message naming it in the
-    returned list; an empty value means no filter (the page's "any")."""
+    returned list; an empty value means no filter (the page's "any"). So is any of
+    :data:`SINGLE_KEYS` given more than once (``batch=64&batch=1``)."""
     params: dict[str, str] = {}
     problems: list[str] = []
     for key, values in query.lists():
+        if key in SINGLE_KEYS and len(values) > 1:
+            problems.append(f"{key} is given {len(values)} times ({', '.join(_cut(v) for v in values[:8])}): "
+                            "give it once")
+            continue
         if not key.startswith("p."):
             continue
         given = [v for v in values if v != ""]
@@ -129,7 +138,7 @@ def variant_filters(query) -> tuple[dict[str, str], list[str]]:
 
 
 def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all", params: dict[str, str] | None = None,
-                  sort: str = "ordinal", limit: int = 500) -> VariantTable:
+                  sort: str = "ordinal", limit: int = 500, offset: int = 0) -> VariantTable:
     """The job's variants as table rows, filtered and sorted on the server.
 
     Row: ``id``, ``source_variant_id`` (the id in the variants.json a job made from a measurement
@@ -246,8 +255,9 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     rows = present + absent
     total = len(rows)
     limit = max(1, min(int(limit), MAX_ROWS))
+    offset = max(0, int(offset))
     return VariantTable(
-        rows=rows[:limit], batch=batch, batches=batches, shapes=shapes, params=list(manifest.grid),
+        rows=rows[offset:offset + limit], offset=offset, batch=batch, batches=batches, shapes=shapes, params=list(manifest.grid),
         param_values={k: list(v) for k, v in manifest.grid.items()},
         filters={"state": state, **{f"p.{k}": v for k, v in params.items()}},
         sort=("-" if desc else "") + key, total=total,

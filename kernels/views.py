@@ -340,7 +340,8 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
 
         return "?" + urlencode({**base_query, "sort": new}) + "#variant-table"
 
-    columns = [{"key": "ordinal", "label": "#", "unit": ""}]
+    # the variant id: the number the API, the CSV/JSON export and the best entries use
+    columns = [{"key": "ordinal", "label": "variant", "unit": ""}]
     columns += [{"key": f"param:{p}", "label": p, "unit": ""} for p in table.params]
     columns += [{"key": "registers", "label": "registers", "unit": "/thread"},
                 {"key": "spills_bytes", "label": "spills", "unit": "B"},

@@ -122,7 +122,8 @@ class VariantTableQuerySerializer(serializers.Serializer):
     """Filters and sort of the variant table: ``batch``, ``state`` (all, built, failed,
     discarded, correct, wrong, timed), ``sort`` (``ordinal``, ``key``, ``registers``,
     ``spills_bytes``, ``shared_bytes``, ``tensor_core``, ``build_s``, ``param:<name>``,
-    ``us:<shape>``, ``roof:<shape>``; ``-`` prefix for descending), ``limit``; parameter filters as
+    ``us:<shape>``, ``roof:<shape>``; ``-`` prefix for descending), ``limit`` and ``offset`` (a
+    page of the sorted rows; ``total`` in the answer counts them all); parameter filters as
     ``p.<name>=<value>``. An unknown sort key or parameter, a parameter value outside the grid, or
     a batch the job does not hold, is a 400 naming the valid ones."""
 
@@ -131,6 +132,8 @@ class VariantTableQuerySerializer(serializers.Serializer):
                                     default="all")
     sort = serializers.CharField(max_length=80, default="ordinal")
     limit = serializers.IntegerField(min_value=1, max_value=2000, default=500)
+    offset = serializers.IntegerField(min_value=0, max_value=1_000_000, default=0,
+                                      help_text="rows of the sorted, filtered table to skip")
 
 
 class BestSerializer(serializers.ModelSerializer):

@@ -127,7 +127,7 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         if problems:
             raise InvalidInput({"params": problems})
         table = selectors.variant_table(job=self.get_object(), batch=q.get("batch"), state=q["state"],
-                                        params=params, sort=q["sort"], limit=q["limit"])
+                                        params=params, sort=q["sort"], limit=q["limit"], offset=q["offset"])
         return Response(asdict(table))
 
     @extend_schema(summary="Time (µs) vs batch per implementation and the roofline, for one shape",
@@ -193,7 +193,7 @@ class WhatIfViewSet(viewsets.ViewSet):
                    parameters=[s.WhatIfQuerySerializer], responses={200: OpenApiTypes.OBJECT})
     def list(self, request: Request) -> Response:
         from benchmarks.models import BenchmarkSweep
-        from kernels.whatif import whatif_compute
+        from kernels.whatif import DEFAULT_SHARE, whatif_compute
 
         q = query_validated(s.WhatIfQuerySerializer, request)
         sweep = BenchmarkSweep.objects.filter(pk=q["sweep"]).first()
@@ -208,4 +208,8 @@ class WhatIfViewSet(viewsets.ViewSet):
                                             f"{best.device_name})"
         result = whatif_compute(sweep=sweep, share=q["share"], speedup=speedup, best=best)
         result["speedup_source"] = source
+        # an omitted share is the seed's measurement, said so rather than silently assumed
+        result["share_source"] = "given" if "share" in request.query_params else (
+            f"default: {DEFAULT_SHARE:g}, the seed deployment's measured share of decode step time spent in its "
+            "sparse-attention decode kernel")
         return Response(json.loads(json.dumps(result, default=str)))

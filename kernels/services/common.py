@@ -31,6 +31,29 @@ KNOWN_CCS: tuple[str, ...] = ("7.0", "7.2", "7.5", "8.0", "8.6", "8.7", "8.9", "
                               "11.0", "12.0", "12.1")
 
 
+# Compute capability of NVIDIA data-centre GPUs by the model in their device name (as NVML and
+# torch report it: "NVIDIA H200", "NVIDIA A100-SXM4-80GB", "NVIDIA GH200 480GB"), from NVIDIA's
+# "CUDA GPUs" compute capability list. Only models whose name fixes the compute capability; a
+# device matching none is not checked.
+DEVICE_CC_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b(?:GH200|H100|H200|H800|H20)\b"), "9.0"),
+    (re.compile(r"\b(?:A100|A800|A30)\b"), "8.0"),
+    (re.compile(r"\b(?:L4|L40|L40S)\b"), "8.9"),
+    (re.compile(r"\b(?:GB200|B200|B100)\b"), "10.0"),
+    (re.compile(r"\bV100\b"), "7.0"),
+    (re.compile(r"\bT4\b"), "7.5"),
+)
+
+
+def device_cc(name: str) -> str | None:
+    """The compute capability ``name`` (a CUDA device name) fixes (:data:`DEVICE_CC_PATTERNS`):
+    ``"9.0"`` for ``"NVIDIA H200"``; None for a device the table does not know."""
+    for pattern, cc in DEVICE_CC_PATTERNS:
+        if pattern.search(name or ""):
+            return cc
+    return None
+
+
 # Largest shared memory one thread block may use, in bytes, per compute capability: "Maximum
 # amount of shared memory per thread block" in the technical specifications table of NVIDIA's
 # CUDA C++ Programming Guide (compute capabilities section); KB there are 1024 bytes. Covers

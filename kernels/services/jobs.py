@@ -2,6 +2,13 @@
 commit), cancel (a column), execute (the task body: the runner's ``compile``, then ``bench`` on a
 node with a GPU of the target), and reaping of jobs whose agent died.
 
+One kernel job runs per node at a time (building or benchmarking; the database's
+``kernels_one_running_job_per_node`` constraint): a build uses every core of the node and a
+benchmark needs its GPU alone, so two jobs at once would skew each other's timings. A job whose
+node is busy stays pending with the note "waiting for kernel job #<id> on node <name> to finish
+(...)"; its task is sent again every :data:`NODE_BUSY_RETRY_S` seconds, and a job that ends sends
+the oldest pending job of its node at once (:func:`_start_next_on_node`).
+
 Part of :mod:`kernels.services`, which lists the rules and where they come from.
 """
 from __future__ import annotations
@@ -10,7 +17,8 @@ import json
 import time
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import Case, F, Q, TextField, Value, When
 from django.utils import timezone
 
 from controlplane.errors import Conflict, InvalidInput
@@ -35,6 +43,8 @@ from kernels.services.common import (
     variants_payload,
 )
 from kernels.services.progress import (
+    NODE_BUSY_NOTE,
+    NODE_BUSY_PREFIX,
     _broadcast,
     _Cancelled,
     _check_cancel,
@@ -42,8 +52,22 @@ from kernels.services.progress import (
     _progress,
     _status,
     _transition,
+    running_job_on_node,
 )
 from kernels.services.results import kernel_builds_store, kernel_results_store
+
+# A pending job whose node runs another kernel job has its task sent again after this many
+# seconds (the job that ends sends the next one at once; this is the fallback when that message
+# is lost).
+NODE_BUSY_RETRY_S = 60
+
+# How many times a claim refused by the one-job-per-node constraint is tried again when the job
+# holding the node ended in between.
+_CLAIM_ATTEMPTS = 3
+
+# The note of a job waiting for its node is dropped when it starts or is cancelled; other notes stay.
+_NOTE_WITHOUT_WAIT = Case(When(note__startswith=NODE_BUSY_PREFIX, then=Value("")), default=F("note"),
+                          output_field=TextField())
 
 
 def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, params_subset: dict | None = None,
@@ -209,16 +233,69 @@ def kernel_job_enqueue(*, job: KernelJob) -> None:
     transaction.on_commit(lambda: kernel_job_run_task.apply_async(args=[job_id], queue=queue))
 
 
+def kernel_job_wait_for_node(*, job_id: int, countdown_s: float = NODE_BUSY_RETRY_S) -> bool:
+    """Send ``kernel_job_run_task(job_id)`` to its node's queue again in ``countdown_s`` seconds,
+    when the job is still pending because its node runs another kernel job. Returns whether a
+    message was sent; never raises (a failed send is logged: the job that holds the node sends
+    the next one when it ends, :func:`_start_next_on_node`)."""
+    job = (KernelJob.objects.select_related("node")
+           .filter(pk=job_id, status=KernelJobStatus.PENDING, cancel_requested=False, node__isnull=False).first())
+    if job is None:
+        return False
+    return _send(job, countdown_s=countdown_s, retry_when_busy=True)
+
+
+def _send(job: KernelJob, *, countdown_s: float | None = None, retry_when_busy: bool = True) -> bool:
+    """Publish ``kernel_job_run_task`` for ``job`` on its node's queue now (not on commit).
+    ``retry_when_busy`` False marks a message sent by the job that freed the node: when it finds
+    the node busy again, the waiting job's own resend (:func:`kernel_job_wait_for_node`) already
+    runs, so it sends nothing more. Returns False (logged) when the broker refused it."""
+    from kernels.tasks import kernel_job_run_task
+
+    try:
+        kernel_job_run_task.apply_async(args=[job.pk], kwargs={} if retry_when_busy else {"retry_when_busy": False},
+                                        queue=job.node.queue_name, countdown=countdown_s)
+    except Exception:  # the broker is down: the resend or the next job's end will try again
+        log.exception("kernel job %s: could not send its task to %s", job.pk, job.node.queue_name)
+        return False
+    return True
+
+
+def _start_next_on_node(node_id: int | None) -> int | None:
+    """When node ``node_id`` runs no kernel job, send the task of its oldest pending job that
+    waits for it (a dispatched job: its note is empty or says it waits for the node) at once, so
+    waiting jobs start in the order they were created, without waiting for their resend. Returns
+    that job's id, None when nothing was sent. Never raises (called once a job ended)."""
+    if node_id is None:
+        return None
+    try:
+        if running_job_on_node(node_id=node_id) is not None:
+            return None
+        nxt = (KernelJob.objects.select_related("node")
+               .filter(node_id=node_id, status=KernelJobStatus.PENDING, cancel_requested=False)
+               .filter(Q(note="") | Q(note__startswith=NODE_BUSY_PREFIX))
+               .order_by("created_at", "id").first())
+        if nxt is None or not _send(nxt, retry_when_busy=False):
+            return None
+        return nxt.pk
+    except Exception:
+        log.exception("could not start the next kernel job of node %s", node_id)
+        return None
+
+
 def kernel_job_cancel(*, job: KernelJob, user=None) -> KernelJob:
     """Request cancellation: ``cancel_requested`` is set first (the running task ends the runner
     within :data:`kernels.runnercall.POLL_S` s and marks the job cancelled); a job no task has
-    claimed yet is cancelled at once. Raises :class:`Conflict` for a job that already ended."""
+    claimed yet, one waiting for its node included, is cancelled at once (its note that it waits
+    for the node is dropped; a later delivery of its task does nothing). Raises :class:`Conflict`
+    for a job that already ended."""
     if job.status in JOB_TERMINAL:
         raise Conflict(f"kernel job #{job.pk} is already {job.status}")
     KernelJob.objects.filter(pk=job.pk).update(cancel_requested=True)
     who = f" by {user.get_username()}" if getattr(user, "pk", None) else ""
     KernelJob.objects.filter(pk=job.pk, status=KernelJobStatus.PENDING).update(
-        status=KernelJobStatus.CANCELLED, reason=f"cancelled{who} before it started", ended_at=timezone.now())
+        status=KernelJobStatus.CANCELLED, reason=f"cancelled{who} before it started", ended_at=timezone.now(),
+        note=_NOTE_WITHOUT_WAIT)
     job.refresh_from_db()
     _broadcast(job.pk, force=True)
     return job
@@ -226,6 +303,14 @@ def kernel_job_cancel(*, job: KernelJob, user=None) -> KernelJob:
 
 def kernel_job_execute(*, job_id: int) -> str:
     """Run job ``job_id`` here (the body of :func:`kernels.tasks.kernel_job_run_task`); blocking.
+
+    One kernel job runs per node at a time: a build uses every core and a benchmark needs the GPU
+    alone. When another job of the node is building or benchmarking, the job is not claimed: it
+    stays pending, its ``note`` says "waiting for kernel job #<id> on node <name> to finish (...)"
+    (:data:`NODE_BUSY_NOTE`) and this returns ``"pending"`` (the task sends itself again,
+    :func:`kernel_job_wait_for_node`). A claim the database refuses
+    (``kernels_one_running_job_per_node``, a race with another claim) is treated the same way.
+    When the job ends, the oldest pending job of its node is sent at once (:func:`_start_next_on_node`).
 
     Claims pending → building with a conditional UPDATE (a second delivery does nothing), writes
     ``variants.json`` in the job's work directory, runs the runner's ``compile`` for the job's
@@ -238,14 +323,63 @@ def kernel_job_execute(*, job_id: int) -> str:
     (``reason``: the runner's error and last lines) or cancelled. Returns the final status.
     """
     now = timezone.now()
-    claimed = KernelJob.objects.filter(pk=job_id, status=KernelJobStatus.PENDING, cancel_requested=False).update(
-        status=KernelJobStatus.BUILDING, started_at=now, phase="compile", progress_done=0, reason="")
+    claimed, running = _claim(job_id, now)
     if not claimed:
+        if running is not None:
+            _note_waiting(job_id, running)
         KernelJob.objects.filter(pk=job_id, status=KernelJobStatus.PENDING, cancel_requested=True).update(
-            status=KernelJobStatus.CANCELLED, reason="cancelled before it started", ended_at=now)
+            status=KernelJobStatus.CANCELLED, reason="cancelled before it started", ended_at=now,
+            note=_NOTE_WITHOUT_WAIT)
         return KernelJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
     _broadcast(job_id, force=True)
     job = KernelJob.objects.select_related("package", "node").get(pk=job_id)
+    try:
+        return _execute_claimed(job)
+    finally:
+        _start_next_on_node(job.node_id)
+
+
+def _claim(job_id: int, now) -> tuple[bool, int | None]:
+    """Claim job ``job_id``: pending → building, unless a cancel was requested or its node runs
+    another kernel job. Returns ``(claimed, running)``: ``running`` is the id of the job that holds
+    the node when that is why it was not claimed (None otherwise). The constraint's IntegrityError
+    (another claim won the node between the check and the UPDATE) counts as "busy"; when the job
+    that held the node ended meanwhile, the claim is tried again (:data:`_CLAIM_ATTEMPTS` times)."""
+    node_id = KernelJob.objects.filter(pk=job_id).values_list("node_id", flat=True).first()
+    claimable = KernelJob.objects.filter(pk=job_id, status=KernelJobStatus.PENDING, cancel_requested=False)
+    running = None
+    for _ in range(_CLAIM_ATTEMPTS):
+        running = running_job_on_node(node_id=node_id, exclude=job_id)
+        if running is not None:
+            return False, (running if claimable.exists() else None)
+        try:
+            with transaction.atomic():
+                claimed = claimable.update(status=KernelJobStatus.BUILDING, started_at=now, phase="compile",
+                                           progress_done=0, reason="", note=_NOTE_WITHOUT_WAIT)
+        except IntegrityError:
+            continue
+        return bool(claimed), None
+    running = running_job_on_node(node_id=node_id, exclude=job_id)
+    return False, (running if claimable.exists() else None)
+
+
+def _note_waiting(job_id: int, running: int) -> None:
+    """Write on pending job ``job_id`` that it waits for job ``running`` on its node
+    (:data:`NODE_BUSY_NOTE`) and broadcast it; another note (e.g. waiting for results measured
+    elsewhere) is kept."""
+    node = KernelJob.objects.filter(pk=job_id).values_list("node__name", flat=True).first()
+    text = NODE_BUSY_NOTE.format(running=running, node=node)
+    changed = (KernelJob.objects.filter(pk=job_id, status=KernelJobStatus.PENDING)
+               .filter(Q(note="") | Q(note__startswith=NODE_BUSY_PREFIX)).exclude(note=text).update(note=text))
+    if changed:
+        log.info("kernel job %s waits for kernel job %s on node %s", job_id, running, node)
+        _broadcast(job_id, force=True)
+
+
+def _execute_claimed(job: KernelJob) -> str:
+    """The body of :func:`kernel_job_execute` once ``job`` is claimed (building): compile, then
+    bench; ends the job done, failed or cancelled. Returns the final status."""
+    job_id = job.pk
     work = jobs_dir() / str(job.pk)
     stop = lambda: KernelJob.objects.filter(pk=job_id, cancel_requested=True).exists()  # noqa: E731
     try:
@@ -360,10 +494,14 @@ class _PartialBuilds:
 def kernel_jobs_reap(*, stale_after_s: float | None = None) -> int:
     """Fail jobs stuck in building or benchmarking whose row has not changed for
     ``stale_after_s`` seconds (default: the step timeout + 10 minutes), e.g. after the node agent
-    running them died. Returns how many were failed."""
+    running them died; each failed job's node then gets its oldest waiting job sent
+    (:func:`_start_next_on_node`: one kernel job per node, so the node was held until now).
+    Returns how many were failed."""
     limit = stale_after_s if stale_after_s is not None else _step_timeout() + 600
     cutoff = timezone.now() - timedelta(seconds=limit)
-    ids = list(KernelJob.objects.filter(status__in=list(JOB_RUNNING), updated_at__lt=cutoff).values_list("pk", flat=True))
-    for job_id in ids:
+    stale = list(KernelJob.objects.filter(status__in=list(JOB_RUNNING), updated_at__lt=cutoff)
+                 .values_list("pk", "node_id"))
+    for job_id, node_id in stale:
         _finish(job_id, KernelJobStatus.FAILED, f"no progress for {limit:.0f} s: the node agent running it stopped")
-    return len(ids)
+        _start_next_on_node(node_id)
+    return len(stale)

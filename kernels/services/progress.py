@@ -9,10 +9,11 @@ import threading
 import time
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.realtime import broadcast, kernel_job_group
-from kernels.choices import JOB_ACTIVE, KernelJobStatus
+from kernels.choices import JOB_ACTIVE, JOB_RUNNING, KernelJobStatus
 from kernels.models import KernelJob
 from kernels.services.common import PROGRESS_PERIOD_S
 
@@ -21,6 +22,13 @@ _progress_lock = threading.Lock()
 
 
 _progress_last: dict[int, float] = {}
+
+
+# One kernel job per node at a time (the ``kernels_one_running_job_per_node`` constraint): what a
+# pending job whose node is busy shows, in its ``note`` and as its ``waiting_reason``.
+NODE_BUSY_PREFIX = "waiting for kernel job #"
+NODE_BUSY_NOTE = (NODE_BUSY_PREFIX + "{running} on node {node} to finish (one kernel job per node at a time: "
+                  "builds use every core and timings need the GPU alone)")
 
 
 def job_progress_data(job: KernelJob) -> dict[str, Any]:
@@ -38,15 +46,41 @@ def job_progress_data(job: KernelJob) -> dict[str, Any]:
 
 
 def kernel_job_waiting_reason(*, job: KernelJob) -> str:
-    """Why a pending job does not start, "" when nothing is known to hold it: a job dispatched to
-    a node whose agent has not heartbeated within ``CEILING_HEARTBEAT_TIMEOUT_S`` reads "waiting
-    for node agent <name> (last heartbeat <ISO time> | never)", as deployments say it
-    (:func:`deployments.services.deployment_waiting_reason`)."""
+    """Why a pending job does not start, "" when nothing is known to hold it.
+
+    * A job dispatched to a node whose agent has not heartbeated within
+      ``CEILING_HEARTBEAT_TIMEOUT_S`` reads "waiting for node agent <name> (last heartbeat <ISO
+      time> | never)", as deployments say it (:func:`deployments.services.deployment_waiting_reason`).
+    * A job whose node runs another kernel job (building or benchmarking) reads
+      :data:`NODE_BUSY_NOTE`: "waiting for kernel job #<id> on node <name> to finish (one kernel job
+      per node at a time: ...)". Only one kernel job runs per node: a build uses every core and a
+      benchmark needs the GPU alone, so two at once would skew each other's timings.
+
+    A job waiting for builds and results measured elsewhere (its ``note`` says so) reads "".
+    Costs one query for a pending job on a node whose agent is online.
+    """
     node = job.node
-    if job.status != KernelJobStatus.PENDING or node is None or job.note or node.agent_online:
+    if job.status != KernelJobStatus.PENDING or node is None:
         return ""
-    seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"
-    return f"waiting for node agent {node.name} (last heartbeat {seen})"
+    if job.note and not job.note.startswith(NODE_BUSY_PREFIX):
+        return ""
+    if not node.agent_online:
+        seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"
+        return f"waiting for node agent {node.name} (last heartbeat {seen})"
+    running = running_job_on_node(node_id=node.pk, exclude=job.pk)
+    return NODE_BUSY_NOTE.format(running=running, node=node.name) if running is not None else ""
+
+
+def running_job_on_node(*, node_id: int | None, exclude: int | None = None) -> int | None:
+    """Id of the kernel job building or benchmarking on node ``node_id`` (other than ``exclude``),
+    None when there is none or ``node_id`` is None. The database holds at most one
+    (``kernels_one_running_job_per_node``)."""
+    if node_id is None:
+        return None
+    running = KernelJob.objects.filter(node_id=node_id, status__in=list(JOB_RUNNING))
+    if exclude is not None:
+        running = running.exclude(pk=exclude)
+    return running.order_by("started_at", "id").values_list("pk", flat=True).first()
 
 
 def _broadcast(job_id: int, *, force: bool = False) -> None:
@@ -69,8 +103,15 @@ def _progress(job_id: int, phase: str, done: int, total: int, *, force: bool = F
 
 
 def _transition(job_id: int, from_states: set[str] | tuple[str, ...], to: str, **fields: Any) -> bool:
-    """Conditional UPDATE of the status (the claim): True when this caller moved the row."""
-    moved = KernelJob.objects.filter(pk=job_id, status__in=list(from_states)).update(status=to, **fields)
+    """Conditional UPDATE of the status (the claim): True when this caller moved the row.
+
+    A move into a running state that the database refuses because the job's node already runs
+    another kernel job (``kernels_one_running_job_per_node``) moves nothing: False, no error."""
+    try:
+        with transaction.atomic():
+            moved = KernelJob.objects.filter(pk=job_id, status__in=list(from_states)).update(status=to, **fields)
+    except IntegrityError:
+        return False
     if moved:
         _broadcast(job_id, force=True)
     return bool(moved)

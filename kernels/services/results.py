@@ -24,6 +24,7 @@ from kernels.services.common import (
     SHARED_MEM_LIMIT_BYTES,
     _write_json,
     configs_dir,
+    device_cc,
     job_manifest,
     log,
 )
@@ -48,7 +49,9 @@ CROSSCHECK_REL_TOL = 0.01
 
 
 class _BuildFact(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # Every key of the runner's contract is named here: an unknown one is refused (a file edited by
+    # hand or written by another tool, whose extra field would otherwise be dropped unseen).
+    model_config = ConfigDict(extra="forbid")
 
     variant_id: StrictInt | StrictStr
     ok: StrictBool
@@ -66,7 +69,7 @@ class _BuildFact(BaseModel):
 
 
 class _Device(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     # NVIDIA's device names ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB") have no underscore:
     # config files name the device with its spaces as underscores, so one must not be allowed
@@ -88,7 +91,7 @@ class _Device(BaseModel):
 
 
 class _Result(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     variant_id: StrictInt | StrictStr
     shape: StrictStr
@@ -127,9 +130,10 @@ class _Result(BaseModel):
 
 
 class _Results(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     device: _Device
+    variants_sha256: str | None = None  # checked by the ingest (kernels.services.transfer)
     results: list[_Result]
 
 
@@ -262,7 +266,8 @@ COMPILER_OF_LANGUAGE = {"triton": "triton", "cuda": "nvcc"}
 
 def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str, list[str]]:
     """Why results measured on ``dev`` do not belong to ``job``: a compute capability that is not a
-    known one, or not the one the job's variants were built for; a device other than the one whose
+    known one, not the one the device's name fixes (:func:`kernels.services.common.device_cc`),
+    or not the one the job's variants were built for; a device other than the one whose
     results the job already holds (a job is one device's measurement: its best rows and config
     files are keyed by it); for a Triton package, no Triton version or another one than the one that
     built the job's variants."""
@@ -272,6 +277,9 @@ def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str,
     elif dev.cc not in KNOWN_CCS:
         errors["device.cc"] = [f"{dev.cc!r} is not a compute capability of an NVIDIA GPU "
                                f"({', '.join(KNOWN_CCS)})"]
+    elif device_cc(dev.name) not in (None, dev.cc):
+        errors["device.cc"] = [f"{dev.name} is a compute capability {device_cc(dev.name)} GPU (NVIDIA's CUDA GPUs "
+                               f"list); the file says {dev.cc}"]
     elif job.target_cc and dev.cc != job.target_cc:
         errors["device.cc"] = [f"kernel job #{job.pk} built its variants for compute capability {job.target_cc}; "
                                f"these results were measured on {dev.cc}: create a job for that target"]
@@ -507,7 +515,7 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
             first = seen.setdefault((variant.pk, r.shape, r.batch), i)
             if first != i:
                 errors.setdefault(path, []).append(
-                    f"repeats results.{first} (variant {variant.pk}, shape {r.shape}, batch {r.batch}): one "
+                    f"repeats results.{first} (variant {variant.key}, shape {r.shape}, batch {r.batch}): one "
                     "measurement per variant, shape and batch")
         if r.shape not in shape_batches:
             errors.setdefault(f"{path}.shape", []).append(f"{r.shape!r} is not a shape of {job.package.name}")
@@ -595,10 +603,13 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
 
 
 def _qualifying(**filters) -> Any:
-    """Correct, timed benchmarks of variants whose build neither failed nor was discarded, fastest
-    first (``filters`` narrow :class:`KernelBenchmark`)."""
-    return (KernelBenchmark.objects.filter(correct=True, median_us__isnull=False, **filters)
-            .exclude(variant__build__discarded=True).exclude(variant__build__ok=False)
+    """Correct, timed benchmarks of variants with a stored build that succeeded and was not
+    discarded, fastest first (``filters`` narrow :class:`KernelBenchmark`). A variant measured
+    without its build facts (results ingested without their builds file) never qualifies: whether
+    it spills or needs more shared memory than its target has is not known, and the best variant
+    is what an engine is handed."""
+    return (KernelBenchmark.objects.filter(correct=True, median_us__isnull=False, variant__build__ok=True,
+                                           variant__build__discarded=False, **filters)
             .select_related("variant", "variant__job").order_by("median_us", "variant__job_id", "variant__ordinal"))
 
 
@@ -649,9 +660,10 @@ def kernel_best_select(*, job: KernelJob) -> list[KernelBest]:
     :class:`KernelBest` of (package, device name, cc, shape, batch, compiler) when it beats the
     stored one (lower median), the stored one came from other sources (package hash), or the
     stored one is this job's (re-measured slower, it is re-picked from every job of the bucket
-    built from the same sources). Discarded or failed builds never qualify. ``baseline_us`` and
-    ``speedup`` compare with the fastest variant whose ``impl`` parameter is ``"baseline"`` for
-    the same (shape, batch). Returns the rows this job now holds."""
+    built from the same sources). Variants without a stored build, or whose build failed or was
+    discarded, never qualify. ``baseline_us`` and ``speedup`` compare with the fastest variant
+    whose ``impl`` parameter is ``"baseline"`` for the same (shape, batch). Returns the rows this
+    job now holds."""
     if not job.device_name or not job.device_cc:
         return []
     compiler = job.compiler or "unknown"

@@ -24,7 +24,7 @@ from kernels.runner.package import variants_sha256
 from kernels.services.common import _write_json, job_manifest, package_dir_of, variants_payload
 from kernels.services.jobs import _canonical, kernel_job_create
 from kernels.services.progress import _broadcast, _finish, _transition
-from kernels.services.results import kernel_builds_store, kernel_results_store
+from kernels.services.results import kernel_best_export, kernel_best_select, kernel_builds_store, kernel_results_store
 
 
 def kernel_job_export(*, job: KernelJob, out_dir: str | Path) -> dict[str, str]:
@@ -72,11 +72,47 @@ SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def results_sha256(results: Any) -> str:
-    """sha256 hex digest of a results payload's canonical JSON (sorted keys, ``(",", ":")``
-    separators): the identity of a measurement file, whatever its whitespace or key order.
-    Values JSON cannot carry (NaN) are written as Python's ``json`` writes them."""
-    text = json.dumps(results, sort_keys=True, separators=(",", ":"), default=str)
+    """sha256 hex digest of a results payload's measurements, whatever the file's layout: the
+    canonical JSON (sorted keys, ``(",", ":")`` separators) of the payload with each row's
+    ``variant_id`` as text (``1`` and ``"1"`` name one variant), every number as a float (``17``
+    and ``17.0`` are one value) and the rows sorted by (variant_id, shape, batch), so whitespace,
+    key order, row order and number spelling do not make a stored file look new. Values JSON
+    cannot carry (NaN) are written as Python's ``json`` writes them."""
+    return _digest(_normalised(results))
+
+
+def legacy_results_sha256(results: Any) -> str:
+    """The digest jobs stored before :func:`results_sha256` normalised the payload (the canonical
+    JSON as given): still compared, so a file stored then is still recognised."""
+    return _digest(results)
+
+
+def _digest(payload: Any) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _normalised(value: Any, *, row: bool = False) -> Any:
+    """``value`` with numbers as floats and, in a result row (``row``), ``variant_id`` as text;
+    a payload's ``results`` list sorted by (variant_id, shape, batch)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, list):
+        return [_normalised(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    # the fingerprint names the variants list, not a measurement: with or without it, one file
+    out = {k: _normalised(v) for k, v in value.items() if row or k != "variants_sha256"}
+    vid = value.get("variant_id")
+    if row and isinstance(vid, (int, str)) and not isinstance(vid, bool):
+        out["variant_id"] = str(vid)
+    if not row and isinstance(value.get("results"), list):
+        rows = [_normalised(r, row=True) for r in value["results"]]
+        out["results"] = sorted(rows, key=lambda r: json.dumps(
+            [r.get("variant_id"), r.get("shape"), r.get("batch")] if isinstance(r, dict) else [r], default=str))
+    return out
 
 
 def _fingerprint_of(results: Any) -> str | None:
@@ -150,7 +186,7 @@ def _renumber(payload: Any, key: str | None, ids: dict[str, int], errors: dict[s
 
 
 def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None,
-                      ids_from_source: bool = False) -> dict[str, Any]:
+                      ids_from_source: bool = False, source_variants: Any = None) -> dict[str, Any]:
     """Store builds and/or results measured elsewhere for ``job`` through the same code path as a
     job run here (:func:`kernel_builds_store`, :func:`kernel_results_store`).
 
@@ -166,7 +202,13 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
     it are paired by ``variant_id`` alone, and a row whose id is not a variant of this job is
     refused; for a job whose ids differ from its source file's, results without it and builds
     without such results are refused (their ids could be either). ``ids_from_source``: the
-    payloads use the source file's ids (the creating call).
+    payloads use the source file's ids (the creating call). ``source_variants``: the variants
+    file (the runner's ``variants.json``) the job was created from, given again to say that the
+    payloads use its ids when the results carry no fingerprint (refused unless its
+    ``variants_sha256`` is the job's ``source_variants_sha256``).
+
+    Builds stored into a job that already holds measurements re-pick its best variants (a
+    variant qualifies only with its build facts, :func:`kernel_best_select`).
 
     Raises :class:`Conflict` for a job a task is running or one that failed or was cancelled, and
     :class:`InvalidInput` for malformed payloads or results of another variants list (nothing is
@@ -181,6 +223,21 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
         raise Conflict(f"kernel job #{job.pk} is {job.status}; create a new job for new measurements")
     mapping = {str(k): int(v) for k, v in (job.source_variant_ids or {}).items()}
     given = _fingerprint_of(results) if results is not None else None
+    if source_variants is not None:
+        named = variants_sha256(source_variants) if isinstance(source_variants, list) else None
+        if not mapping:
+            raise InvalidInput({"variants": [
+                f"kernel job #{job.pk} was not created from a variants file (its variant ids are its own): "
+                "leave out --variants"]})
+        if named != job.source_variants_sha256:
+            raise InvalidInput({"variants": [
+                f"this variants file (variants_sha256 {named}) is not the one kernel job #{job.pk} was created from "
+                f"({job.source_variants_sha256})"]})
+        if given is not None and given != named:
+            raise InvalidInput({"variants_sha256": [
+                f"the results were measured from another variants list (variants_sha256 {given}) than the variants "
+                f"file given ({named})"]})
+        ids_from_source = True
     from_source = ids_from_source or (bool(mapping) and given is not None and given == job.source_variants_sha256)
     if results is not None and not from_source:
         # Before the builds are stored: they may change which variants the export would have sent.
@@ -225,6 +282,10 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
                 status=KernelJobStatus.PENDING, started_at=None)
         raise
     job.refresh_from_db()
+    if builds is not None and results is None and job.device_name and job.device_cc:
+        # build facts decide which measured variants may be the best: re-pick with them
+        kernel_best_select(job=job)
+        kernel_best_export(job=job)
     if results is not None:
         note = (f"results measured on {job.device_name} (cc {job.device_cc}) were ingested" if job.device_name
                 else "a results file without measurements was ingested")
@@ -337,6 +398,12 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     if not variants:
         raise InvalidInput({"variants": ["the variants file lists no variant: give the variants.json the results "
                                          "were measured from"]})
+    bad_ids = {f"variants.{i}.variant_id": [f"must be a whole number or a non-empty text, got {str(v['variant_id'])[:80]!r}"]
+               for i, v in enumerate(variants)
+               if isinstance(v["variant_id"], bool) or not isinstance(v["variant_id"], (int, str))
+               or v["variant_id"] == ""}
+    if bad_ids:
+        raise InvalidInput(bad_ids)
     seen_ids: dict[str, int] = {}
     seen_params: dict[str, int] = {}
     for i, v in enumerate(variants):
@@ -356,14 +423,20 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     if not isinstance(device.get("cc"), str) or not device["cc"]:
         raise InvalidInput({"device.cc": ["is required: the compute capability the results were measured on "
                                           "(e.g. 9.0), the job's target"]})
+    if not isinstance(results.get("results"), list) or not results["results"]:
+        raise InvalidInput({"results": ["the results file holds no measurement: a job made from it would be done "
+                                         "with nothing to show"]})
     given, listed = _fingerprint_of(results), variants_sha256(variants)
     digest = results_sha256(results)
-    earlier = KernelJob.objects.filter(package=package, source_results_sha256=digest).order_by("pk").first()
+    earlier = KernelJob.objects.filter(package=package, source_results_sha256__in=[
+        digest, legacy_results_sha256(results)]).order_by("pk").first()
     if earlier is not None:
+        again = (f"kernel_job_ingest {earlier.pk} results.json" if given is not None else
+                 f"kernel_job_ingest {earlier.pk} results.json --variants variants.json (the results carry no "
+                 "variants_sha256: the variants file says their ids are its own)")
         raise InvalidInput({"results": [
             f"this results file is already stored as kernel job #{earlier.pk} ({earlier.status}); a second job would "
-            f"hold the same measurements twice: to store it again into that job, run "
-            f"kernel_job_ingest {earlier.pk} results.json"]})
+            f"hold the same measurements twice: to store it again into that job, run {again}"]})
     if given is not None and given != listed:
         raise InvalidInput({"variants_sha256": [
             f"the results file was measured from a different variants list: it carries variants_sha256 {given}, "

@@ -126,6 +126,15 @@ def test_the_variant_table_filters_and_sorts_on_the_server(viewer_api, measured_
     best_row = viewer_api.get(url, {"p.impl": "tiled", "p.BLOCK": "32", "p.num_warps": "4", "batch": 1}).json()["rows"][0]
     assert best_row["best_in"] == ["small", "wide"]
     assert viewer_api.get(url, {"state": "sideways"}).status_code == 400
+    # pages of the sorted table: offset skips rows, total counts them all
+    whole = viewer_api.get(url, {"sort": "key"}).json()
+    page = viewer_api.get(url, {"sort": "key", "offset": 2, "limit": 2}).json()
+    assert page["offset"] == 2 and page["total"] == whole["total"] > 4
+    assert [r["id"] for r in page["rows"]] == [r["id"] for r in whole["rows"][2:4]]
+    assert viewer_api.get(url, {"offset": -1}).status_code == 400
+    # one value per key: batch=4&batch=1 takes neither
+    resp = viewer_api.get(f"{url}?batch=4&batch=1")
+    assert resp.status_code == 400 and resp.json() == {"params": ["batch is given 2 times (4, 1): give it once"]}
 
 
 def test_a_parameter_filter_outside_the_grid_is_a_400_listing_the_values(viewer_api, viewer, measured_job):
@@ -177,6 +186,9 @@ def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_
     resp = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "best": best.pk})
     body = resp.json()
     assert body["speedup"] == pytest.approx(4.0) and body["speedup_source"].startswith(f"best variant #{best.pk}")
+    assert body["share"] == pytest.approx(0.63) and body["share_source"].startswith("default: 0.63, the seed")
+    assert viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": 0.5, "speedup": 2}).json()[
+        "share_source"] == "given"
     assert body["factor"] == pytest.approx(0.37 + 0.63 / 4)
     # Where the speedup comes from (batch, and a GPU other than the one the seed profile models),
     # and a shape that is not the sweep's model, are said.

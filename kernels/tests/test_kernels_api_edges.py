@@ -125,6 +125,12 @@ def test_admin_cannot_delete_kernel_packages_or_best_variants(admin_user, superu
             c.post(f"/admin/kernels/{model}/", {"action": "delete_selected", "_selected_action": [pk], "post": "yes"})
     assert KernelPackage.objects.filter(pk=package.pk).exists() and KernelBest.objects.filter(pk=best.pk).exists()
     assert KernelJob.objects.filter(pk=measured_job.pk).exists()
+    # read-only pages offer no Save button, and the package's history stays readable
+    c = _page(superuser)
+    page = c.get(f"/admin/kernels/kernelpackage/{package.pk}/change/").content.decode()
+    assert 'name="_save"' not in page
+    assert c.get(f"/admin/kernels/kernelpackage/{package.pk}/history/").status_code == 200
+    assert c.post(f"/admin/kernels/kernelpackage/{package.pk}/change/", {"title": "x"}).status_code == 403
 
 
 # --- a parameter given twice ---------------------------------------------------------------------

@@ -61,10 +61,18 @@ def test_it_ingests_the_stored_h200_job_from_the_command(package):
 
 
 def test_the_best_per_bucket_is_the_fastest_correct_measurement_in_the_file(package):
-    job = kernel_job_from_measurement(package=package, variants=_load(package.name, "h200-variants.json"),
-                                      results=_load(package.name, "h200-results.json"))
+    variants = _load(package.name, "h200-variants.json")
+    job = kernel_job_from_measurement(package=package, variants=variants,
+                                      results=_load(package.name, "h200-results.json"),
+                                      builds=_load(package.name, "sm90a-builds.json"))
+    # a variant qualifies with a build that neither failed nor was discarded
+    params_of = {str(v["variant_id"]): v["params"] for v in variants}
+    usable = {json.dumps(b.variant.params, sort_keys=True)
+              for b in KernelBuild.objects.filter(variant__job=job, ok=True, discarded=False)}
     fastest: dict[tuple[str, int], float] = {}
     for r in _load(package.name, "h200-results.json")["results"]:
+        if json.dumps(params_of[str(r["variant_id"])], sort_keys=True) not in usable:
+            continue
         if r["correct"] and r.get("median_us") is not None:
             key = (r["shape"], r["batch"])
             fastest[key] = min(fastest.get(key, float("inf")), r["median_us"])
@@ -72,6 +80,12 @@ def test_the_best_per_bucket_is_the_fastest_correct_measurement_in_the_file(pack
     assert best.keys() == fastest.keys() and len(best) == 14
     for key, us in best.items():
         assert us == pytest.approx(fastest[key])
+    # the same measurements without their build facts pick no best at all
+    KernelBest.objects.all().delete()
+    KernelJob.objects.all().delete()
+    job = kernel_job_from_measurement(package=package, variants=variants,
+                                      results=_load(package.name, "h200-results.json"))
+    assert job.benchmarks_correct > 0 and not KernelBest.objects.exists()
 
 
 def test_it_refuses_a_variant_the_grid_does_not_hold_and_stores_nothing(package):

@@ -123,7 +123,7 @@ def test_a_correct_row_must_be_timed_unless_it_says_why_its_timing_failed(packag
         "times every correct row, and one whose timing failed carries the reason in error (\"timing failed: ...\")"]}
     # what bench writes when the timing of a correct variant fails: stored correct, untimed, never best
     fastest["error"] = "timing failed: RuntimeError: CUDA error: an illegal memory access was encountered"
-    job = _new_job(packages[CUDA], results)
+    job = _new_job(packages[CUDA], results, _load(CUDA, "sm90a-builds.json"))
     b = KernelBenchmark.objects.get(variant__job=job, variant__key=_key(CUDA, fastest["variant_id"]), shape="v32",
                                     batch=1)
     assert (b.correct, b.median_us, b.gbps, b.roofline_fraction) == (True, None, None, None)

@@ -2,7 +2,8 @@
 on the stored H200 run of the flagship package: refusals name the variant by its id in the
 variants file, the parameter or constraint at fault, and every such variant at once; an empty
 variants file says so; the job's grid summary adds up and its shapes and batches are those
-measured; the variants file's ids stay visible next to this database's (CSV, JSON, API)."""
+measured; the variants file's ids stay visible next to this database's (CSV, JSON, API); a
+best needs build facts; and the job command's --wait is a number of seconds >= 0."""
 from __future__ import annotations
 
 import csv
@@ -67,7 +68,9 @@ def test_the_refusal_names_the_constraint_that_refuses_a_combination(package):
         pytest.skip("the grid has no refused combination")
     why = grid_refusal(manifest, params)
     assert why == f"constraint {refusing[0]} ({manifest.constraints[refusing[0]].text}) refuses it"
-    assert grid_refusal(manifest, {**params, "impl": "nope"}).startswith("impl=nope is not one of the grid's values")
+    assert grid_refusal(manifest, {**params, "impl": "nope"}).startswith("impl='nope' is not one of the grid's values")
+    assert grid_refusal(manifest, {**params, "BLOCK_H": str(params["BLOCK_H"])}) == (
+        f"BLOCK_H='{params['BLOCK_H']}' is not one of the grid's values {manifest.grid['BLOCK_H']}")
     assert grid_refusal(manifest, {k: v for k, v in params.items() if k != "impl"}) == "it lacks impl"
     assert grid_refusal(manifest, [1, 2]) == "params must be an object of parameter: value, got '[1, 2]'"
 
@@ -131,3 +134,75 @@ def test_the_variants_files_ids_show_next_to_the_jobs_in_csv_and_the_variant_tab
     table = variant_table(job=job)
     assert {row["source_variant_id"] for row in table.rows} == set(file_id_of.values())
     assert job_manifest(job).name == NAME
+
+
+def test_measurements_without_build_facts_pick_no_best_until_the_builds_arrive(package):
+    from kernels.models import KernelBest
+    from kernels.runner.package import variants_sha256
+    from kernels.services import kernel_job_ingest
+
+    variants = _load("h200-variants.json")
+    job = kernel_job_from_measurement(package=package, variants=variants, results=_load("h200-results.json"))
+    assert job.benchmarks_correct > 0 and not KernelBest.objects.exists() and not job.config_paths
+    # the builds of the same run (they carry the file's ids: the variants file says so)
+    kernel_job_ingest(job=job, builds=_load("sm90a-builds.json"), source_variants=variants)
+    job.refresh_from_db()
+    assert job.builds_ok == len(variants) and KernelBest.objects.filter(job=job).count() == 14
+    assert job.config_paths
+    # a variants file other than the job's is refused, naming both fingerprints
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results=_unfingerprinted(), source_variants=variants[1:])
+    assert variants_sha256(variants[1:]) in err.value.errors["variants"][0]
+    assert job.source_variants_sha256 in err.value.errors["variants"][0]
+
+
+@pytest.mark.parametrize("bad", [None, True, "", 1.5])
+def test_a_variant_id_that_is_not_a_number_or_text_is_refused(package, bad):
+    variants = _load("h200-variants.json")
+    variants[2] = {**variants[2], "variant_id": bad}
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=variants, results=_unfingerprinted())
+    assert err.value.errors == {"variants.2.variant_id": [
+        f"must be a whole number or a non-empty text, got {str(bad)!r}"]}
+
+
+def test_a_results_file_without_measurements_makes_no_job(package):
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=_load("h200-variants.json"),
+                                    results={**_unfingerprinted(), "results": []})
+    assert err.value.errors == {"results": [
+        "the results file holds no measurement: a job made from it would be done with nothing to show"]}
+    assert not KernelJob.objects.exists()
+
+
+def test_the_command_refuses_a_job_id_with_new(package, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    results = REAL_PACKAGES / NAME / "results" / "h200-results.json"
+    with pytest.raises(CommandError, match="--new creates a job: give only the results file, not a job id"):
+        call_command("kernel_job_ingest", "1", str(results), new=NAME,
+                     variants=str(REAL_PACKAGES / NAME / "results" / "h200-variants.json"), stdout=io.StringIO())
+    assert not KernelJob.objects.exists()
+    out = io.StringIO()
+    call_command("kernel_job_ingest", str(results), new=NAME,
+                 variants=str(REAL_PACKAGES / NAME / "results" / "h200-variants.json"), stdout=out)
+    assert "no best variant: the job holds no build facts (give --builds builds.json)" in out.getvalue()
+
+
+def test_a_new_job_whose_device_name_and_compute_capability_disagree_is_refused(package):
+    results = _unfingerprinted()
+    results["device"] = {**results["device"], "cc": "8.0"}   # an H200 is 9.0
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=_load("h200-variants.json"), results=results)
+    assert err.value.errors == {"device.cc": [
+        "NVIDIA H200 is a compute capability 9.0 GPU (NVIDIA's CUDA GPUs list); the file says 8.0"]}
+    assert not KernelJob.objects.exists()
+
+
+@pytest.mark.parametrize("wait", ["-5", "nan"])
+def test_the_job_command_refuses_a_negative_or_non_number_wait(package, wait):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match=r"--wait must be a number of seconds >= 0"):
+        call_command("kernel_job", NAME, "--external", "--cc", "9.0", "--wait", wait, stdout=io.StringIO())
+    assert not KernelJob.objects.exists()

@@ -37,9 +37,10 @@ def triton(db, settings, tmp_path):
 
 
 def _new_job(package, results=None, builds=None):
+    """A job from the package's stored run, with its build facts (a variant needs them to be a best)."""
     return kernel_job_from_measurement(package=package, variants=_load(package.name, "h200-variants.json"),
                                        results=results if results is not None else _load(package.name, "h200-results.json"),
-                                       builds=builds)
+                                       builds=builds if builds is not None else _load(package.name, "sm90a-builds.json"))
 
 
 def test_another_compilers_results_write_their_own_config_file(triton):
@@ -55,7 +56,8 @@ def test_another_compilers_results_write_their_own_config_file(triton):
             for key in ("median_us", "p10_us", "p90_us", "min_us"):
                 r[key] = r[key] * 100 if r.get(key) else r.get(key)
             r.pop("roofline_fraction", None), r.pop("gbps", None), r.pop("tflops", None)
-    second = _new_job(triton, results=slower)
+    older = [{**b, "compiler": "triton 3.5.0"} for b in _load(TRITON, "sm90a-builds.json")]
+    second = _new_job(triton, results=slower, builds=older)
     other = KernelBest.objects.get(job=second, shape="v4-flash", batch=1)
     assert other.compiler == "triton 3.5.0" and "compiler=triton_3.5.0,cc=9.0" in other.config_path
     assert json.loads(Path(other.config_path).read_text())["1"]["impl"] == "baseline"
@@ -98,7 +100,9 @@ def test_a_zero_timing_and_a_repeated_row_are_refused(triton):
 
 @pytest.mark.parametrize("change, key, words", [
     ({"cc": "7.7"}, "device.cc", "not a compute capability of an NVIDIA GPU"),
-    ({"cc": "8.0"}, "device.cc", "built its variants for compute capability 9.0"),
+    ({"cc": "8.0", "name": "NVIDIA A100-SXM4-80GB"}, "device.cc", "built its variants for compute capability 9.0"),
+    ({"cc": "8.0"}, "device.cc", "NVIDIA H200 is a compute capability 9.0 GPU (NVIDIA's CUDA GPUs list); the file "
+                                 "says 8.0"),
     ({"name": "NVIDIA H100 80GB HBM3"}, "device.name", "holds results measured on NVIDIA H200"),
     ({"triton": "3.5.0"}, "device.triton", "compiled by triton 3.6.0"),
 ])
@@ -142,7 +146,8 @@ def cuda(db, settings, tmp_path):
 
 
 def _cuda_new(package, results):
-    return kernel_job_from_measurement(package=package, variants=_load(CUDA, "h200-variants.json"), results=results)
+    return kernel_job_from_measurement(package=package, variants=_load(CUDA, "h200-variants.json"), results=results,
+                                       builds=_load(CUDA, "sm90a-builds.json"))
 
 
 def test_results_refused_after_their_builds_leave_the_builds_as_they_were(cuda):
@@ -244,9 +249,32 @@ def test_the_same_results_file_is_refused_a_second_job(triton):
     spaced = json.loads(json.dumps(_load(TRITON, "h200-results.json"), indent=3))   # same content, other layout
     with pytest.raises(InvalidInput) as err:
         _new_job(triton, results=spaced)
+    # the stored file carries no variants_sha256: the way back into the job names the variants file
     assert err.value.errors == {"results": [
         f"this results file is already stored as kernel job #{job.pk} (done); a second job would hold the same "
-        f"measurements twice: to store it again into that job, run kernel_job_ingest {job.pk} results.json"]}
+        f"measurements twice: to store it again into that job, run kernel_job_ingest {job.pk} results.json "
+        "--variants variants.json (the results carry no variants_sha256: the variants file says their ids are its "
+        "own)"]}
+    # ... and that way works
+    out = kernel_job_ingest(job=job, results=_load(TRITON, "h200-results.json"),
+                            source_variants=_load(TRITON, "h200-variants.json"))
+    assert out["results"]["stored"] == len(_load(TRITON, "h200-results.json")["results"])
+    # the same measurements spelled otherwise: rows in another order, an id as text, 17 as 17.0,
+    # the fingerprint added
+    respelled = copy.deepcopy(_load(TRITON, "h200-results.json"))
+    respelled["results"].reverse()
+    respelled["results"][0]["variant_id"] = str(respelled["results"][0]["variant_id"])
+    respelled["results"][1]["batch"] = float(respelled["results"][1]["batch"])
+    respelled["variants_sha256"] = variants_sha256(_load(TRITON, "h200-variants.json"))
+    with pytest.raises(InvalidInput) as err:
+        _new_job(triton, results=respelled)
+    assert f"already stored as kernel job #{job.pk}" in err.value.errors["results"][0]
+    # a key the runner never writes makes another file, refused for that key
+    extra = copy.deepcopy(_load(TRITON, "h200-results.json"))
+    extra["results"][0]["extra_field"] = "x"
+    with pytest.raises(InvalidInput) as err:
+        _new_job(triton, results=extra)
+    assert err.value.errors == {"results.0.extra_field": ["Extra inputs are not permitted"]}
     assert KernelJob.objects.count() == jobs
 
 
@@ -284,7 +312,8 @@ def test_a_device_name_the_file_name_would_change_is_refused_and_leaves_the_real
 
 def test_a_best_re_measured_wrong_is_re_picked_from_every_job_of_its_bucket(triton):
     first = _new_job(triton)
-    rerun = {**copy.deepcopy(_load(TRITON, "h200-results.json")), "run": "the same variants measured again"}
+    rerun = copy.deepcopy(_load(TRITON, "h200-results.json"))   # the same variants measured again
+    rerun["device"]["driver"] = "580.159.05"
     second = _new_job(triton, results=rerun)
     best = KernelBest.objects.get(shape="v4-flash", batch=64)
     assert best.job_id == first.pk                         # a tie keeps the entry where it is

@@ -116,9 +116,15 @@ def test_it_refuses_malformed_build_facts_and_stores_nothing(toy_package):
 
 
 def _measure(job, medians: dict[tuple[str, str, int], float], *, wrong=(), device=H200_DEVICE):
+    """Store ``medians`` (µs) as the job's results, after a clean build of each measured variant
+    that has none yet (as a job run here builds before it benchmarks; a best needs its build)."""
     ids = _ids(job)
     rows = [result_row(ids[key], shape, batch, median_us=us) for (key, shape, batch), us in medians.items()]
     rows += [result_row(ids[key], shape, batch, median_us=1.0, correct=False, max_abs_err=0.5) for key, shape, batch in wrong]
+    built = set(KernelBuild.objects.filter(variant__job=job).values_list("variant_id", flat=True))
+    unbuilt = sorted({r["variant_id"] for r in rows} - built)
+    if unbuilt:
+        kernel_builds_store(job_id=job.pk, payload=[build_fact(v) for v in unbuilt])
     return kernel_results_store(job_id=job.pk, payload={"device": device, "results": rows})
 
 

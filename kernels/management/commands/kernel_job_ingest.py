@@ -3,7 +3,9 @@ results measured elsewhere through the same services a job run here uses.
 
 ``manage.py kernel_job_ingest --new <package> --variants variants.json results.json [--builds ...]``
 creates the job from the runner's ``variants.json`` first (exactly those variants, ids mapped by
-params), e.g. for ``kernels/packages/sparse_mla_decode/results/`` measured on an H200.
+params), e.g. for ``kernels/packages/sparse_mla_decode/results/`` measured on an H200. A job made
+that way takes more results later with ``kernel_job_ingest <job_id> results.json --variants
+variants.json`` when they carry no ``variants_sha256`` (the file says whose ids they use).
 
 A ``results.json`` carrying ``variants_sha256`` (written by the runner's ``bench``) is refused
 unless it matches the variants it is stored against: the job's own (those ``kernel_job_export``
@@ -31,7 +33,9 @@ class Command(BaseCommand):
         parser.add_argument("results", nargs="?", help="the runner's results.json")
         parser.add_argument("--builds", help="the runner's builds.json")
         parser.add_argument("--new", metavar="PACKAGE", help="create a job of PACKAGE from --variants first")
-        parser.add_argument("--variants", help="with --new: the runner's variants.json the results were measured from")
+        parser.add_argument("--variants", help="with --new: the runner's variants.json the results were measured "
+                                               "from; with a job id: the variants file that job was created from "
+                                               "(its ids are those of results without a variants_sha256)")
 
     def _read(self, path: str):
         try:
@@ -42,7 +46,10 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["new"]:
             # With --new the one positional argument is the results file.
-            results_path = options["results"] or options["job_id"]
+            if options["results"]:
+                raise CommandError(f"--new creates a job: give only the results file, not a job id "
+                                   f"({options['job_id']!r}); to store into an existing job, leave out --new")
+            results_path = options["job_id"]
             if not results_path or not options["variants"]:
                 raise CommandError("--new PACKAGE needs --variants variants.json and results.json")
             package = KernelPackage.objects.filter(name=options["new"]).first()
@@ -62,7 +69,8 @@ class Command(BaseCommand):
             raise CommandError("give results.json and/or --builds builds.json")
         results = self._read(options["results"]) if options["results"] else None
         builds = self._read(options["builds"]) if options["builds"] else None
-        out = self._stored(lambda: kernel_job_ingest(job=job, results=results, builds=builds))
+        source = self._read(options["variants"]) if options["variants"] else None
+        out = self._stored(lambda: kernel_job_ingest(job=job, results=results, builds=builds, source_variants=source))
         self._report(job, out)
 
     def _stored(self, store):
@@ -105,6 +113,9 @@ class Command(BaseCommand):
         if job.device_name:
             self.stdout.write(f"  device {job.device_name} (cc {job.device_cc}): HBM {job.hbm_gbps or 0:.0f} GB/s, "
                               f"bf16 {job.bf16_tflops or 0:.1f} TFLOP/s (measured)")
+        if job.benchmarks_correct and not job.builds_ok:
+            self.stdout.write("  no best variant: the job holds no build facts (give --builds builds.json); a measured "
+                              "variant qualifies only once its build is known not to spill or exceed shared memory")
         for best in KernelBest.objects.filter(job=job).order_by("shape", "batch"):
             speed = f", {best.speedup:.2f}x over baseline" if best.speedup else ""
             roof = f", {100 * best.roofline_fraction:.0f}% of roofline" if best.roofline_fraction else ""
