@@ -39,7 +39,10 @@ def test_it_runs_every_point_and_stores_exact_token_counts(sim_url: str, operato
         assert s["output_tokens"] == run.num_requests * 16 and s["input_tokens"] == run.num_requests * 32
         assert s["server_generation_tokens_delta"] == run.num_requests * 16
         assert s["goodput_req_s"] is not None and s["slo_attainment"] == 1.0
-        assert run.flags == [] and run.output_tok_s == pytest.approx(s["output_throughput_tok_s"])
+        # itl_coalesced may be raised truthfully on a loaded machine (a starved client reads several
+        # output events at once); every other flag would be a fault of the run
+        assert set(run.flags) <= {"itl_coalesced"}, run.flags
+        assert run.output_tok_s == pytest.approx(s["output_throughput_tok_s"])
         assert run.ttft_p99_ms == pytest.approx(s["ttft_s"]["p99"] * 1000)
         rec = run_records(run=run)
         assert len(rec) == run.num_requests
