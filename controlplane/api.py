@@ -333,8 +333,18 @@ class FilterChoiceField(serializers.ChoiceField):
 
 def query_validated(serializer_class, request) -> dict:
     """Validate ``request.query_params`` with ``serializer_class``; a bad value is a 400 through
-    the API's one exception handler (dotted field paths)."""
+    the API's one exception handler (dotted field paths). A field that takes one value given more
+    than once (``speedup=3&speedup=4``) is a 400 naming it: taking the last one silently would
+    answer a question the client did not ask."""
     ser = serializer_class(data=request.query_params)
+    repeated = {
+        name: [f"is given {len(values)} times ({', '.join(v[:40] for v in values[:8])}): give it once"]
+        for name, field in ser.fields.items()
+        if not isinstance(field, (serializers.ListField, serializers.MultipleChoiceField))
+        and len(values := request.query_params.getlist(name)) > 1
+    }
+    if repeated:
+        raise ValidationError(repeated)
     ser.is_valid(raise_exception=True)
     return ser.validated_data
 

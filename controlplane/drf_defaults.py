@@ -191,8 +191,8 @@ class Pagination(LimitOffsetPagination):
     """Every list endpoint: ``?limit=`` (default ``PAGE_SIZE``, 100; at most
     :data:`MAX_PAGE_LIMIT`, a larger value is cut to it) and ``?offset=``; the body is
     ``{"count", "next", "previous", "results"}``. A ``limit`` that is not a whole number >= 1 or an
-    ``offset`` that is not a whole number >= 0 is a 400 naming it (DRF's own class answers such a
-    value with the default page, silently)."""
+    ``offset`` that is not a whole number >= 0, or either given twice, is a 400 naming it (DRF's own
+    class answers such a value with the default page, or takes the last, silently)."""
 
     max_limit = MAX_PAGE_LIMIT
     limit_query_description = (
@@ -203,6 +203,10 @@ class Pagination(LimitOffsetPagination):
 
     @staticmethod
     def _whole(request, name: str, least: int) -> int | None:
+        given = request.query_params.getlist(name)
+        if len(given) > 1:  # neither value is taken, never the last one silently
+            raise ValidationError({name: [f"is given {len(given)} times ({', '.join(v[:40] for v in given[:8])}): "
+                                          "give it once"]})
         raw = request.query_params.get(name)
         if raw is None or raw == "":
             return None

@@ -307,7 +307,15 @@ def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None
     problems += repeated
     params = {k: v for k, v in params.items() if v}
     sort = request.GET.get("sort", "ordinal") or "ordinal"
-    return batch, state, params, sort
+    offset_raw = request.GET.get("offset", "").strip()
+    offset = int(offset_raw) if DIGITS_RE.fullmatch(offset_raw) else 0
+    if offset_raw and not DIGITS_RE.fullmatch(offset_raw):
+        problems.append(f"offset: '{_short(offset_raw)}' is not a whole number >= 0.")
+    return batch, state, params, sort, offset
+
+
+#: Rows of the variant table one page shows; ``?offset=`` pages through the rest.
+PAGE_ROWS = 500
 
 
 def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
@@ -315,9 +323,10 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
     batch) shows the reason above the table, which then falls back to its defaults for what it
     could not read (parameter filters it can read are kept)."""
     problems: list[str] = []
-    batch, state, params, sort = _table_params(request, problems)
+    batch, state, params, sort, offset = _table_params(request, problems)
     try:
-        table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort)
+        table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort,
+                                        limit=PAGE_ROWS, offset=offset)
     except InvalidInput as exc:
         for field_name, msgs in exc.errors.items():
             problems += [f"{field_name}: {m}" for m in msgs]
@@ -329,8 +338,19 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
             params = {k: v for k, v in params.items() if k in grid and v in [str(x) for x in grid[k]]}
         if "sort" in exc.errors:
             sort = "ordinal"
-        table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort)
+        table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort,
+                                        limit=PAGE_ROWS, offset=offset)
     base_query = {"batch": table.batch or "", "state": state, **{f"p.{k}": v for k, v in params.items()}}
+    from urllib.parse import urlencode
+
+    shown_to = table.offset + len(table.rows)
+    pages = {
+        "from": table.offset + 1 if table.rows else 0, "to": shown_to,
+        "previous": ("?" + urlencode({**base_query, "sort": table.sort, "offset": max(0, table.offset - PAGE_ROWS)})
+                     + "#variant-table") if table.offset > 0 else "",
+        "next": ("?" + urlencode({**base_query, "sort": table.sort, "offset": shown_to}) + "#variant-table")
+                if shown_to < table.total else "",
+    }
 
     def sort_link(key: str) -> str:
         current = table.sort.lstrip("-")
@@ -369,7 +389,7 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
     param_filters = [{"name": name, "options": [{"value": v, "selected": params.get(name) == str(v)} for v in values]}
                      for name, values in table.param_values.items()]
     return {"table": table, "columns": columns, "shape_cols": shape_cols, "param_filters": param_filters,
-            "state": state, "sort": table.sort, "job": job, "table_problems": problems}
+            "state": state, "sort": table.sort, "job": job, "table_problems": problems, "pages": pages}
 
 
 def _job_charts(job: KernelJob) -> list[dict[str, Any]]:

@@ -28,3 +28,13 @@ def test_pages_in_range_still_page_and_a_large_limit_is_cut(viewer_api):
     assert page["count"] == 3 and len(page["results"]) == 2 and page["previous"] is not None
     assert len(viewer_api.get("/api/recipes/?limit=100000").json()["results"]) == 3
     assert len(viewer_api.get("/api/recipes/?limit=&offset=").json()["results"]) == 3
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("query, name", [("limit=1&limit=2", "limit"), ("offset=0&offset=5", "offset")])
+def test_a_page_parameter_given_twice_is_a_400_not_the_last_value(viewer_api, query, name):
+    for url in ("/api/recipes/", "/api/deployments/", "/api/runs/", "/api/kernel-jobs/"):
+        answer = viewer_api.get(f"{url}?{query}")
+        assert answer.status_code == 400, (url, query, answer.content)
+        [message] = answer.json()[name]
+        assert message.startswith("is given 2 times (") and message.endswith("): give it once"), message

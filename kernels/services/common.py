@@ -46,10 +46,11 @@ DEVICE_CC_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 def device_cc(name: str) -> str | None:
-    """The compute capability ``name`` (a CUDA device name) fixes (:data:`DEVICE_CC_PATTERNS`):
-    ``"9.0"`` for ``"NVIDIA H200"``; None for a device the table does not know."""
+    """The compute capability ``name`` (a CUDA device name, in any letter case) fixes
+    (:data:`DEVICE_CC_PATTERNS`): ``"9.0"`` for ``"NVIDIA H200"`` or ``"nvidia h200"``; None for a
+    device the table does not know."""
     for pattern, cc in DEVICE_CC_PATTERNS:
-        if pattern.search(name or ""):
+        if pattern.search((name or "").upper()):
             return cc
     return None
 

@@ -46,6 +46,13 @@ MAX_REGISTERS_PER_THREAD = 255
 #: outputs in fp32), so only rounding separates the two; a larger gap is a number that was not
 #: derived from the row's own measurement.
 CROSSCHECK_REL_TOL = 0.01
+#: Largest roofline fraction a timing may show. The roofline uses the ceilings the run measured
+#: (a device-to-device copy's GB/s, cuBLAS's dense bf16 TFLOP/s), which a kernel can beat only up
+#: to the GPU's datasheet peaks: on an H200, 4.8 TB/s and 989 TFLOP/s (NVIDIA H200 datasheet)
+#: against the 4249-4275 GB/s and 781-804 TFLOP/s its stored runs measured, 1.13x and at most
+#: 1.27x. A row faster than this many times the measured roofline did not time the manifest's
+#: bytes and FLOPs.
+MAX_ROOFLINE_FRACTION = 1.3
 
 
 class _BuildFact(BaseModel):
@@ -75,7 +82,8 @@ class _Device(BaseModel):
     # config files name the device with its spaces as underscores, so one must not be allowed
     # and no other character the file name would change ("/", "(" ...): "NVIDIA/H200" and "NVIDIA
     # H200" must not share a file
-    name: StrictStr = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9 .-]*$")
+    # and words are separated by one space ("NVIDIA  H200" would be a second device of one GPU)
+    name: StrictStr = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*( [A-Za-z0-9.-]+)*$")
     cc: StrictStr
     sm_count: StrictInt | None = Field(default=None, ge=1, le=100_000)
     l2_bytes: StrictInt | None = Field(default=None, ge=0, le=2**40)
@@ -264,6 +272,13 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
 COMPILER_OF_LANGUAGE = {"triton": "triton", "cuda": "nvcc"}
 
 
+def _stored_spelling(name: str) -> str | None:
+    """How stored kernel jobs spell device ``name`` when one spells it in another letter case
+    (``"NVIDIA H200"`` for ``"nvidia h200"``); else None."""
+    return (KernelJob.objects.filter(device_name__iexact=name).exclude(device_name=name)
+            .values_list("device_name", flat=True).first())
+
+
 def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str, list[str]]:
     """Why results measured on ``dev`` do not belong to ``job``: a compute capability that is not a
     known one, not the one the device's name fixes (:func:`kernels.services.common.device_cc`),
@@ -277,6 +292,9 @@ def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str,
     elif dev.cc not in KNOWN_CCS:
         errors["device.cc"] = [f"{dev.cc!r} is not a compute capability of an NVIDIA GPU "
                                f"({', '.join(KNOWN_CCS)})"]
+    elif (spelled := _stored_spelling(dev.name)) not in (None, dev.name):
+        errors["device.name"] = [f"{dev.name!r} is {spelled!r} spelled in another letter case, as stored kernel "
+                                 f"jobs name it: write it {spelled!r} (one GPU, one set of config files)"]
     elif device_cc(dev.name) not in (None, dev.cc):
         errors["device.cc"] = [f"{dev.name} is a compute capability {device_cc(dev.name)} GPU (NVIDIA's CUDA GPUs "
                                f"list); the file says {dev.cc}"]
@@ -366,6 +384,11 @@ def _derived_problems(manifest: Manifest, dev: _Device, r: _Result, row: str) ->
               f"{flops:.6g} FLOPs per call (the manifest's [cost]) / median_us {med:.6g}")
         if roof_us is not None:
             check("roofline_fraction", roof_us / med, f"roofline_us {roof_us:.6g} / median_us {med:.6g}")
+            if roof_us / med > MAX_ROOFLINE_FRACTION:
+                out.append(("median_us", f"{row}: median_us {med:.6g} is {roof_us / med:.3g}x faster than the roofline "
+                                         f"the run measured ({roof_us:.6g} µs): beyond what the GPU's datasheet peaks "
+                                         f"allow over its measured ceilings (at most {MAX_ROOFLINE_FRACTION:g}x), so "
+                                         "not a measurement of this work"))
         elif r.roofline_fraction is not None:
             out.append(("roofline_fraction", f"{row}: roofline_fraction is {r.roofline_fraction:.6g} in the file with "
                                              "no roofline to derive it from (the device has no hbm_gbps and "

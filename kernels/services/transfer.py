@@ -21,7 +21,7 @@ from controlplane.jsonsafe import json_safe
 from kernels.choices import JOB_RUNNING, KernelJobStatus
 from kernels.models import KernelBest, KernelJob
 from kernels.runner.package import variants_sha256
-from kernels.services.common import _write_json, job_manifest, package_dir_of, variants_payload
+from kernels.services.common import _write_json, device_cc, job_manifest, package_dir_of, variants_payload
 from kernels.services.jobs import _canonical, kernel_job_create
 from kernels.services.progress import _broadcast, _finish, _transition
 from kernels.services.results import kernel_best_export, kernel_best_select, kernel_builds_store, kernel_results_store
@@ -71,14 +71,16 @@ def kernel_job_export(*, job: KernelJob, out_dir: str | Path) -> dict[str, str]:
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-def results_sha256(results: Any) -> str:
+def results_sha256(results: Any, *, params_of: dict[str, Any] | None = None) -> str:
     """sha256 hex digest of a results payload's measurements, whatever the file's layout: the
     canonical JSON (sorted keys, ``(",", ":")`` separators) of the payload with each row's
-    ``variant_id`` as text (``1`` and ``"1"`` name one variant), every number as a float (``17``
-    and ``17.0`` are one value) and the rows sorted by (variant_id, shape, batch), so whitespace,
-    key order, row order and number spelling do not make a stored file look new. Values JSON
-    cannot carry (NaN) are written as Python's ``json`` writes them."""
-    return _digest(_normalised(results))
+    ``variant_id`` as text (``1`` and ``"1"`` name one variant) or, given ``params_of`` (the
+    variants file's ``{str(variant_id): params}``), as the variant's parameters (a file whose ids
+    were renumbered is the same measurement); every number as a float (``17`` and ``17.0`` are
+    one value); the rows sorted by (variant, shape, batch); and the device's free-text facts
+    (``driver``, ``torch``) and the fingerprint left out, so none of these make a stored file look
+    new. Values JSON cannot carry (NaN) are written as Python's ``json`` writes them."""
+    return _digest(_normalised(results, params_of=params_of))
 
 
 def legacy_results_sha256(results: Any) -> str:
@@ -92,9 +94,14 @@ def _digest(payload: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _normalised(value: Any, *, row: bool = False) -> Any:
-    """``value`` with numbers as floats and, in a result row (``row``), ``variant_id`` as text;
-    a payload's ``results`` list sorted by (variant_id, shape, batch)."""
+#: Device keys of a results file that describe the software around a run, not its measurements.
+_FREE_TEXT_DEVICE_KEYS = ("driver", "torch")
+
+
+def _normalised(value: Any, *, row: bool = False, params_of: dict[str, Any] | None = None) -> Any:
+    """``value`` with numbers as floats and, in a result row (``row``), ``variant_id`` as text
+    (or its parameters, through ``params_of``); a payload's ``results`` list sorted by (variant,
+    shape, batch), its fingerprint and the device's :data:`_FREE_TEXT_DEVICE_KEYS` dropped."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, (int, float)):
@@ -108,8 +115,12 @@ def _normalised(value: Any, *, row: bool = False) -> Any:
     vid = value.get("variant_id")
     if row and isinstance(vid, (int, str)) and not isinstance(vid, bool):
         out["variant_id"] = str(vid)
+        if params_of is not None and str(vid) in params_of:
+            out["variant_id"] = json.dumps(params_of[str(vid)], sort_keys=True, default=str)
+    if not row and isinstance(value.get("device"), dict):
+        out["device"] = {k: v for k, v in out["device"].items() if k not in _FREE_TEXT_DEVICE_KEYS}
     if not row and isinstance(value.get("results"), list):
-        rows = [_normalised(r, row=True) for r in value["results"]]
+        rows = [_normalised(r, row=True, params_of=params_of) for r in value["results"]]
         out["results"] = sorted(rows, key=lambda r: json.dumps(
             [r.get("variant_id"), r.get("shape"), r.get("batch")] if isinstance(r, dict) else [r], default=str))
     return out
@@ -423,13 +434,18 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     if not isinstance(device.get("cc"), str) or not device["cc"]:
         raise InvalidInput({"device.cc": ["is required: the compute capability the results were measured on "
                                           "(e.g. 9.0), the job's target"]})
+    named_cc = device_cc(str(device.get("name") or ""))
+    if named_cc not in (None, device["cc"]):
+        # before the job is made for that target: its variants would be chosen for the wrong GPU
+        raise InvalidInput({"device.cc": [f"{device.get('name')} is a compute capability {named_cc} GPU (NVIDIA's "
+                                          f"CUDA GPUs list); the file says {device['cc']}"]})
     if not isinstance(results.get("results"), list) or not results["results"]:
         raise InvalidInput({"results": ["the results file holds no measurement: a job made from it would be done "
                                          "with nothing to show"]})
     given, listed = _fingerprint_of(results), variants_sha256(variants)
-    digest = results_sha256(results)
+    digest = results_sha256(results, params_of={str(v["variant_id"]): v["params"] for v in variants})
     earlier = KernelJob.objects.filter(package=package, source_results_sha256__in=[
-        digest, legacy_results_sha256(results)]).order_by("pk").first()
+        digest, results_sha256(results), legacy_results_sha256(results)]).order_by("pk").first()
     if earlier is not None:
         again = (f"kernel_job_ingest {earlier.pk} results.json" if given is not None else
                  f"kernel_job_ingest {earlier.pk} results.json --variants variants.json (the results carry no "

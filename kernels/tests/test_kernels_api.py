@@ -134,7 +134,7 @@ def test_the_variant_table_filters_and_sorts_on_the_server(viewer_api, measured_
     assert viewer_api.get(url, {"offset": -1}).status_code == 400
     # one value per key: batch=4&batch=1 takes neither
     resp = viewer_api.get(f"{url}?batch=4&batch=1")
-    assert resp.status_code == 400 and resp.json() == {"params": ["batch is given 2 times (4, 1): give it once"]}
+    assert resp.status_code == 400 and resp.json() == {"batch": ["is given 2 times (4, 1): give it once"]}
 
 
 def test_a_parameter_filter_outside_the_grid_is_a_400_listing_the_values(viewer_api, viewer, measured_job):
@@ -189,6 +189,8 @@ def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_
     assert body["share"] == pytest.approx(0.63) and body["share_source"].startswith("default: 0.63, the seed")
     assert viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": 0.5, "speedup": 2}).json()[
         "share_source"] == "given"
+    resp = viewer_api.get(f"/api/kernel-whatif/?sweep={sweep.pk}&speedup=3&speedup=4")
+    assert resp.status_code == 400 and resp.json() == {"speedup": ["is given 2 times (3, 4): give it once"]}
     assert body["factor"] == pytest.approx(0.37 + 0.63 / 4)
     # Where the speedup comes from (batch, and a GPU other than the one the seed profile models),
     # and a shape that is not the sweep's model, are said.

@@ -6,6 +6,7 @@ measured; the variants file's ids stay visible next to this database's (CSV, JSO
 best needs build facts; and the job command's --wait is a number of seconds >= 0."""
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
@@ -199,10 +200,70 @@ def test_a_new_job_whose_device_name_and_compute_capability_disagree_is_refused(
     assert not KernelJob.objects.exists()
 
 
-@pytest.mark.parametrize("wait", ["-5", "nan"])
+@pytest.mark.parametrize("wait", ["-5", "nan", "inf"])
 def test_the_job_command_refuses_a_negative_or_non_number_wait(package, wait):
     from django.core.management import CommandError, call_command
 
-    with pytest.raises(CommandError, match=r"--wait must be a number of seconds >= 0"):
+    with pytest.raises(CommandError, match=r"--wait must be a finite number of seconds >= 0"):
         call_command("kernel_job", NAME, "--external", "--cc", "9.0", "--wait", wait, stdout=io.StringIO())
     assert not KernelJob.objects.exists()
+
+
+def test_a_timing_faster_than_the_gpu_allows_is_refused(package):
+    """A row doctored to 1 µs with every derived number scaled to match still claims more than
+    the H200's datasheet peaks allow over the run's own measured ceilings."""
+    results = copy.deepcopy(_load("h200-results.json"))
+    i, row = next((i, r) for i, r in enumerate(results["results"])
+                  if (r["shape"], r["batch"]) == ("v4-flash", 16) and r["correct"])
+    scale = row["median_us"] / 1.0
+    for key in ("median_us", "p10_us", "p90_us", "min_us"):
+        row[key] = row[key] / scale
+    for key in ("gbps", "tflops", "roofline_fraction"):
+        row[key] = row[key] * scale
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=_load("h200-variants.json"), results=results,
+                                    builds=_load("sm90a-builds.json"))
+    [message] = err.value.errors[f"results.{i}.median_us"]
+    assert "faster than the roofline the run measured" in message and "at most 1.3x" in message
+    assert not KernelJob.objects.exists()
+
+
+def test_renumbered_ids_or_other_driver_text_do_not_make_a_stored_run_new(package):
+    variants, results, builds = _load("h200-variants.json"), _load("h200-results.json"), _load("sm90a-builds.json")
+    job = kernel_job_from_measurement(package=package, variants=variants, results=results, builds=builds)
+    shifted = {str(v["variant_id"]): v["variant_id"] + 1000 for v in variants}
+    v2 = [{**v, "variant_id": shifted[str(v["variant_id"])]} for v in variants]
+    r2 = copy.deepcopy(results)
+    for r in r2["results"]:
+        r["variant_id"] = shifted[str(r["variant_id"])]
+    r2["device"]["driver"] = r2["device"]["driver"] + " "
+    b2 = [{**b, "variant_id": shifted[str(b["variant_id"])]} for b in builds]
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=v2, results=r2, builds=b2)
+    assert f"already stored as kernel job #{job.pk}" in err.value.errors["results"][0]
+    assert KernelJob.objects.count() == 1
+
+
+@pytest.mark.parametrize("name, cc, key, words", [
+    ("nvidia h200", "8.0", "device.cc", "nvidia h200 is a compute capability 9.0 GPU"),
+    ("NVIDIA  H200", "9.0", "device.name", "should match pattern"),
+])
+def test_a_device_name_in_other_case_or_spacing_gets_no_bucket_of_its_own(package, name, cc, key, words):
+    results = _unfingerprinted()
+    results["device"] = {**results["device"], "name": name, "cc": cc}
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=_load("h200-variants.json"), results=results)
+    assert words in " ".join(err.value.errors[key]), err.value.errors
+
+
+def test_a_device_stored_under_one_spelling_is_refused_in_another(package):
+    kernel_job_from_measurement(package=package, variants=_load("h200-variants.json"),
+                                results=_load("h200-results.json"))
+    other = copy.deepcopy(_load("h200-results.json"))
+    other["device"]["name"] = "Nvidia H200"
+    other["results"] = other["results"][:10]
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_from_measurement(package=package, variants=_load("h200-variants.json"), results=other)
+    assert err.value.errors["device.name"] == [
+        "'Nvidia H200' is 'NVIDIA H200' spelled in another letter case, as stored kernel jobs name it: write it "
+        "'NVIDIA H200' (one GPU, one set of config files)"]

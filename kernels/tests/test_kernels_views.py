@@ -247,3 +247,21 @@ def test_a_filter_that_cannot_be_read_leaves_the_others_applied(viewer, measured
     everything = c.get(f"/kernels/jobs/{measured_job.pk}/variants/").content.decode()
     assert "p.BLOCK: &#x27;999&#x27; is not one of BLOCK&#x27;s values" in both
     assert both.count("data-variant=") == tiled.count("data-variant=") < everything.count("data-variant=")
+
+
+def test_the_job_pages_variant_table_pages_through_every_row(viewer, measured_job, monkeypatch):
+    from kernels import views
+
+    monkeypatch.setattr(views, "PAGE_ROWS", 3)
+    c = _client(viewer)
+    total = measured_job.variants.count()
+    first = c.get(f"/kernels/jobs/{measured_job.pk}/").content.decode()
+    assert f"{total} variants, 1-3 shown" in first and 'class="page-previous"' not in first
+    nxt = re.search(r'class="page-next" href="([^"]+)"', first).group(1).replace("&amp;", "&")
+    assert "offset=3" in nxt
+    second = c.get(f"/kernels/jobs/{measured_job.pk}/{nxt}").content.decode()
+    assert f"{total} variants, 4-6 shown" in second and 'class="page-previous"' in second
+    ids = [v.pk for v in measured_job.variants.order_by("ordinal")]
+    assert f'data-variant="{ids[3]}"' in second and f'data-variant="{ids[0]}"' not in second
+    bad = c.get(f"/kernels/jobs/{measured_job.pk}/?offset=-1").content.decode()
+    assert "offset: &#x27;-1&#x27; is not a whole number &gt;= 0." in bad

@@ -31,8 +31,8 @@ class Command(BaseCommand):
         parser.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the job to end")
 
     def handle(self, *args, **options):
-        if not options["wait"] >= 0:  # also NaN
-            raise CommandError(f"--wait must be a number of seconds >= 0, got {options['wait']}")
+        if not 0 <= options["wait"] < float("inf"):  # also NaN
+            raise CommandError(f"--wait must be a finite number of seconds >= 0, got {options['wait']}")
         pkg = KernelPackage.objects.filter(name=options["package"]).first()
         if pkg is None:
             raise CommandError(f"no registered kernel package {options['package']!r} (run kernel_register)")
