@@ -173,6 +173,16 @@ def _check_results_fingerprint(*, job: KernelJob, results: Any) -> None:
         "variants.json, or create a job from that file (kernel_job_ingest --new PACKAGE --variants variants.json)"]})
 
 
+def _check_measured_from(given: str | None, listed: str | None) -> None:
+    """Refuse results carrying ``variants_sha256`` ``given`` with a variants file whose fingerprint
+    is ``listed``: their ids number another list. Results without one (None) pass. Raises
+    :class:`InvalidInput` (``variants_sha256``) naming both."""
+    if given is not None and given != listed:
+        raise InvalidInput({"variants_sha256": [
+            f"the results file was measured from a different variants list: it carries variants_sha256 {given}, "
+            f"while the variants file given has {listed}; give the variants.json the results were measured from"]})
+
+
 def _renumber(payload: Any, key: str | None, ids: dict[str, int], errors: dict[str, list[str]]) -> Any:
     """``payload`` with each row's ``variant_id`` replaced through ``ids`` (the source file's id ->
     this job's); ``key`` names the list in an object payload (None: the payload is the list). An id
@@ -244,10 +254,7 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
             raise InvalidInput({"variants": [
                 f"this variants file (variants_sha256 {named}) is not the one kernel job #{job.pk} was created from "
                 f"({job.source_variants_sha256})"]})
-        if given is not None and given != named:
-            raise InvalidInput({"variants_sha256": [
-                f"the results were measured from another variants list (variants_sha256 {given}) than the variants "
-                f"file given ({named})"]})
+        _check_measured_from(given, named)
         ids_from_source = True
     from_source = ids_from_source or (bool(mapping) and given is not None and given == job.source_variants_sha256)
     if results is not None and not from_source:
@@ -453,10 +460,7 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
         raise InvalidInput({"results": [
             f"this results file is already stored as kernel job #{earlier.pk} ({earlier.status}); a second job would "
             f"hold the same measurements twice: to store it again into that job, run {again}"]})
-    if given is not None and given != listed:
-        raise InvalidInput({"variants_sha256": [
-            f"the results file was measured from a different variants list: it carries variants_sha256 {given}, "
-            f"while the variants file given has {listed}; give the variants.json the results were measured from"]})
+    _check_measured_from(given, listed)
     known = {str(v["variant_id"]) for v in variants}
     unknown: dict[str, list[str]] = {}
     for key, rows in (("results", results.get("results") if isinstance(results, dict) else None),
