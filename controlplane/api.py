@@ -37,7 +37,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
     DEFAULT_MAX_BODY_BYTES, MAX_PAGE_LIMIT, NonFiniteNumber, NonFiniteNumbers, Pagination, RequestTooLarge,
-    SafeJSONParser, api_max_body_bytes, nonfinite_errors,
+    SafeJSONParser, api_max_body_bytes, given_more_than_once, nonfinite_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 
@@ -338,10 +338,9 @@ def query_validated(serializer_class, request) -> dict:
     answer a question the client did not ask."""
     ser = serializer_class(data=request.query_params)
     repeated = {
-        name: [f"is given {len(values)} times ({', '.join(v[:40] for v in values[:8])}): give it once"]
-        for name, field in ser.fields.items()
+        name: [message] for name, field in ser.fields.items()
         if not isinstance(field, (serializers.ListField, serializers.MultipleChoiceField))
-        and len(values := request.query_params.getlist(name)) > 1
+        and (message := given_more_than_once(request.query_params.getlist(name)))
     }
     if repeated:
         raise ValidationError(repeated)

@@ -187,6 +187,15 @@ def _has_constant(data: Any) -> bool:
 MAX_PAGE_LIMIT = 500
 
 
+def given_more_than_once(values: list[str]) -> str | None:
+    """The message for a query parameter that takes one value given ``len(values)`` times
+    (``"is given 2 times (3, 4): give it once"``); None for one value or none. Neither value is
+    taken: taking the last one silently would answer a question the client did not ask."""
+    if len(values) <= 1:
+        return None
+    return f"is given {len(values)} times ({', '.join(v[:40] for v in values[:8])}): give it once"
+
+
 class Pagination(LimitOffsetPagination):
     """Every list endpoint: ``?limit=`` (default ``PAGE_SIZE``, 100; at most
     :data:`MAX_PAGE_LIMIT`, a larger value is cut to it) and ``?offset=``; the body is
@@ -203,10 +212,9 @@ class Pagination(LimitOffsetPagination):
 
     @staticmethod
     def _whole(request, name: str, least: int) -> int | None:
-        given = request.query_params.getlist(name)
-        if len(given) > 1:  # neither value is taken, never the last one silently
-            raise ValidationError({name: [f"is given {len(given)} times ({', '.join(v[:40] for v in given[:8])}): "
-                                          "give it once"]})
+        repeated = given_more_than_once(request.query_params.getlist(name))
+        if repeated:
+            raise ValidationError({name: [repeated]})
         raw = request.query_params.get(name)
         if raw is None or raw == "":
             return None

@@ -16,6 +16,7 @@ import math
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
@@ -341,8 +342,6 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
         table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort,
                                         limit=PAGE_ROWS, offset=offset)
     base_query = {"batch": table.batch or "", "state": state, **{f"p.{k}": v for k, v in params.items()}}
-    from urllib.parse import urlencode
-
     shown_to = table.offset + len(table.rows)
     pages = {
         "from": table.offset + 1 if table.rows else 0, "to": shown_to,
@@ -356,8 +355,6 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
         current = table.sort.lstrip("-")
         desc = table.sort.startswith("-")
         new = ("-" + key) if current == key and not desc else key
-        from urllib.parse import urlencode
-
         return "?" + urlencode({**base_query, "sort": new}) + "#variant-table"
 
     # the variant id: the number the API, the CSV/JSON export and the best entries use

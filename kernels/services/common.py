@@ -55,6 +55,15 @@ def device_cc(name: str) -> str | None:
     return None
 
 
+def device_cc_problem(name: str, cc: str) -> str | None:
+    """Why compute capability ``cc`` cannot be that of device ``name`` (its model fixes another,
+    :func:`device_cc`), in words; None when it can or the model is not in the table."""
+    fixed = device_cc(name)
+    if fixed in (None, cc):
+        return None
+    return f"{name} is a compute capability {fixed} GPU (NVIDIA's CUDA GPUs list); the file says {cc}"
+
+
 # Largest shared memory one thread block may use, in bytes, per compute capability: "Maximum
 # amount of shared memory per thread block" in the technical specifications table of NVIDIA's
 # CUDA C++ Programming Guide (compute capabilities section); KB there are 1024 bytes. Covers

@@ -24,7 +24,7 @@ from kernels.services.common import (
     SHARED_MEM_LIMIT_BYTES,
     _write_json,
     configs_dir,
-    device_cc,
+    device_cc_problem,
     job_manifest,
     log,
 )
@@ -281,7 +281,7 @@ def _stored_spelling(name: str) -> str | None:
 
 def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str, list[str]]:
     """Why results measured on ``dev`` do not belong to ``job``: a compute capability that is not a
-    known one, not the one the device's name fixes (:func:`kernels.services.common.device_cc`),
+    known one, not the one the device's name fixes (:func:`kernels.services.common.device_cc_problem`),
     or not the one the job's variants were built for; a device other than the one whose
     results the job already holds (a job is one device's measurement: its best rows and config
     files are keyed by it); for a Triton package, no Triton version or another one than the one that
@@ -295,9 +295,8 @@ def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str,
     elif (spelled := _stored_spelling(dev.name)) not in (None, dev.name):
         errors["device.name"] = [f"{dev.name!r} is {spelled!r} spelled in another letter case, as stored kernel "
                                  f"jobs name it: write it {spelled!r} (one GPU, one set of config files)"]
-    elif device_cc(dev.name) not in (None, dev.cc):
-        errors["device.cc"] = [f"{dev.name} is a compute capability {device_cc(dev.name)} GPU (NVIDIA's CUDA GPUs "
-                               f"list); the file says {dev.cc}"]
+    elif problem := device_cc_problem(dev.name, dev.cc):
+        errors["device.cc"] = [problem]
     elif job.target_cc and dev.cc != job.target_cc:
         errors["device.cc"] = [f"kernel job #{job.pk} built its variants for compute capability {job.target_cc}; "
                                f"these results were measured on {dev.cc}: create a job for that target"]

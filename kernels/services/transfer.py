@@ -21,7 +21,7 @@ from controlplane.jsonsafe import json_safe
 from kernels.choices import JOB_RUNNING, KernelJobStatus
 from kernels.models import KernelBest, KernelJob
 from kernels.runner.package import variants_sha256
-from kernels.services.common import _write_json, device_cc, job_manifest, package_dir_of, variants_payload
+from kernels.services.common import _write_json, device_cc_problem, job_manifest, package_dir_of, variants_payload
 from kernels.services.jobs import _canonical, kernel_job_create
 from kernels.services.progress import _broadcast, _finish, _transition
 from kernels.services.results import kernel_best_export, kernel_best_select, kernel_builds_store, kernel_results_store
@@ -441,11 +441,9 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     if not isinstance(device.get("cc"), str) or not device["cc"]:
         raise InvalidInput({"device.cc": ["is required: the compute capability the results were measured on "
                                           "(e.g. 9.0), the job's target"]})
-    named_cc = device_cc(str(device.get("name") or ""))
-    if named_cc not in (None, device["cc"]):
-        # before the job is made for that target: its variants would be chosen for the wrong GPU
-        raise InvalidInput({"device.cc": [f"{device.get('name')} is a compute capability {named_cc} GPU (NVIDIA's "
-                                          f"CUDA GPUs list); the file says {device['cc']}"]})
+    # before the job is made for that target: its variants would be chosen for the wrong GPU
+    if problem := device_cc_problem(str(device.get("name") or ""), device["cc"]):
+        raise InvalidInput({"device.cc": [problem]})
     if not isinstance(results.get("results"), list) or not results["results"]:
         raise InvalidInput({"results": ["the results file holds no measurement: a job made from it would be done "
                                          "with nothing to show"]})
