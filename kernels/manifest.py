@@ -548,7 +548,9 @@ class GridExpansion:
 def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Value]] | None:
     """Check a restriction of the grid: ``{param: [values]}`` where each value is one of the
     manifest's for that parameter. Returns it in manifest order, or None for an empty subset.
-    Raises :class:`ManifestError` with ``params.<param>`` paths."""
+    Raises :class:`ManifestError` with ``params.<param>`` paths; a parameter given one value
+    that is not in a list (``{"impl": "split_k"}``) is refused there (``must be a list of grid
+    values (e.g. ['split_k']), got 'split_k'``), not read as a one-value list."""
     if subset in (None, {}):
         return None
     if not isinstance(subset, dict):
@@ -560,7 +562,10 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
             errs.add(f"params.{param}", f"not a grid parameter of {manifest.name}; parameters: "
                                         f"{', '.join(manifest.grid)}")
             continue
-        values = values if isinstance(values, list) else [values]
+        if not isinstance(values, list):
+            errs.add(f"params.{param}", f"must be a list of grid values (e.g. {repr([values])[:80]}), "
+                                        f"got {repr(values)[:80]}")
+            continue
         if not values:
             errs.add(f"params.{param}", "needs at least one value")
             continue
@@ -655,7 +660,7 @@ def grid_refusal(manifest: Manifest, params: Any, *, subset: dict[str, list[Valu
             # repr: the text "16" must not read like the number 16
             reasons.append(f"{k}={repr(v)[:80]} is not one of the grid's values {allowed}")
         elif subset and k in subset and not any(type(v) is type(a) and v == a for a in subset[k]):
-            reasons.append(f"{k}={v} is outside the job's params subset {subset[k]}")
+            reasons.append(f"{k}={repr(v)[:80]} is outside the job's params subset {subset[k]}")
     if reasons:
         return "; ".join(reasons)
     for i, c in enumerate(manifest.constraints):
@@ -677,3 +682,10 @@ def grid_refusal(manifest: Manifest, params: Any, *, subset: dict[str, list[Valu
 def variant_key(params: dict[str, Value]) -> str:
     """Canonical text of a parameter set, in the given (manifest) order: ``impl=split_k,BLOCK_H=32``."""
     return ",".join(f"{k}={v}" for k, v in params.items())
+
+
+def variant_shown(params: dict[str, Any]) -> str:
+    """A parameter set as a refusal quotes it (:func:`grid_refusal`'s way): each value's ``repr``,
+    so the text ``"16"`` reads ``BLOCK_H='16'`` and not like the number 16
+    (``impl='split_k',BLOCK_H=16``); :func:`variant_key` is the stored key."""
+    return ",".join(f"{k}={v!r}" for k, v in params.items())

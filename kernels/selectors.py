@@ -42,8 +42,8 @@ def job_list(*, package: str | None = None, status: str | None = None, node: str
 
 
 def best_list(*, package: str | None = None, device: str | None = None, shape: str | None = None,
-              job: int | None = None) -> QuerySet[KernelBest]:
-    """Best variants by package, device (case-insensitive substring), shape and job."""
+              batch: int | None = None, job: int | None = None) -> QuerySet[KernelBest]:
+    """Best variants by package, device (case-insensitive substring), shape, batch and job."""
     qs = KernelBest.objects.select_related("package", "variant", "job", "benchmark")
     if package:
         qs = qs.filter(package__name=package)
@@ -51,6 +51,8 @@ def best_list(*, package: str | None = None, device: str | None = None, shape: s
         qs = qs.filter(device_name__icontains=device)
     if shape:
         qs = qs.filter(shape=shape)
+    if batch is not None:
+        qs = qs.filter(batch=batch)
     if job:
         qs = qs.filter(job_id=job)
     return qs.order_by("package__name", "device_name", "shape", "batch")

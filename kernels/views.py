@@ -275,7 +275,7 @@ def _not_benchmarked(job: KernelJob) -> str:
 
 
 def _progress_context(job: KernelJob) -> dict[str, Any]:
-    total = job.progress_total or job.variants_total or 0
+    total = services.job_progress_total(job)
     done = min(job.progress_done, total) if total else 0
     percent = 100 if job.status in JOB_TERMINAL else (round(100 * done / total) if total else 0)
     return {"job": job, "active": job.status in JOB_ACTIVE, "terminal": job.status in JOB_TERMINAL,

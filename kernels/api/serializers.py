@@ -3,6 +3,9 @@
 ``gbps`` GB/s, ``tflops`` TFLOP/s; ``roofline_fraction`` is 0-1."""
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from rest_framework import serializers
 
 from controlplane.api import FilterChoiceField, IdField, StrictInputMixin
@@ -48,6 +51,9 @@ class JobSerializer(serializers.ModelSerializer):
         help_text='what the job is doing: "compile" or "bench" while it runs ("" before it starts), then '
                   'its final status ("done", "failed", "cancelled"), as the job page shows it; '
                   'progress_done / progress_total stay those of the last phase it ran')
+    progress_total = serializers.SerializerMethodField(
+        help_text="the total of the phase (variants to build, then measurements), as the job page shows it: "
+                  "before any phase has reported one (a pending job), the variants the job holds")
 
     class Meta:
         model = KernelJob
@@ -65,23 +71,74 @@ class JobSerializer(serializers.ModelSerializer):
 
         return str(job.status) if job.status in JOB_TERMINAL else job.phase
 
+    def get_progress_total(self, job: KernelJob) -> int:
+        from kernels.services import job_progress_total
+
+        return job_progress_total(job)
+
     def get_waiting_reason(self, job: KernelJob) -> str:
         from kernels.services import kernel_job_waiting_reason
 
         return kernel_job_waiting_reason(job=job)
 
 
+def _given(value: Any) -> str:
+    """A body value of the wrong type as a message names it: its JSON type and, for a scalar, its
+    JSON text cut to 40 characters (``the string "1"``, ``the number 9.0``, ``the boolean true``,
+    ``a list``, ``an object``)."""
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    kind = ("boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
+            else "string" if isinstance(value, str) else type(value).__name__)
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return f"the {kind} {text if len(text) <= 40 else text[:39] + '…'}"
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer of a JSON body, taken only as a JSON integer: the string ``"1"``, the number
+    ``1.0`` and ``true`` are refused as the wrong type (``must be an integer (e.g. 8), got the
+    string "1"``) instead of being coerced as DRF's :class:`~rest_framework.fields.IntegerField`
+    does."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise serializers.ValidationError(f"must be an integer (e.g. 8), got {_given(data)}", code="invalid")
+        return super().to_internal_value(data)
+
+
+class StrictCharField(serializers.CharField):
+    """A text of a JSON body, taken only as a JSON string: a number or a boolean is refused as the
+    wrong type (``must be a string (e.g. "9.0"), got the number 9.0``) instead of being turned into
+    its text as DRF's :class:`~rest_framework.fields.CharField` does. ``example`` is the value the
+    message suggests."""
+
+    def __init__(self, *, example: str = "", **kwargs) -> None:
+        self.example = example
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            example = f" (e.g. {json.dumps(self.example)})" if self.example else ""
+            raise serializers.ValidationError(f"must be a string{example}, got {_given(data)}", code="invalid")
+        return super().to_internal_value(data)
+
+
 class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     """``{"package": name, "node": name, "cc": "9.0" (optional when the node has a GPU),
     "params": {param: [values]} (optional grid subset), "shapes": [...], "batches": [...]}``;
-    any other key is refused at its name."""
+    any other key is refused at its name. Texts must be JSON strings and batches JSON integers
+    (``"cc": 9.0``, ``"batches": ["1"]`` or ``[true]`` are a 400 naming the field and the type
+    expected, never coerced)."""
 
-    package = serializers.CharField(max_length=63)
-    node = serializers.CharField(max_length=63)
-    cc = serializers.CharField(max_length=8, required=False, allow_blank=True)
+    package = StrictCharField(max_length=63, example="sparse_mla_decode")
+    node = StrictCharField(max_length=63, example="local")
+    cc = StrictCharField(max_length=8, required=False, allow_blank=True, example="9.0")
     params = serializers.DictField(child=serializers.JSONField(), required=False)
-    shapes = serializers.ListField(child=serializers.CharField(max_length=63), required=False, max_length=32)
-    batches = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=32)
+    shapes = serializers.ListField(child=StrictCharField(max_length=63, example="v4-flash"), required=False,
+                                   max_length=32)
+    batches = serializers.ListField(child=StrictIntegerField(min_value=1), required=False, max_length=32)
 
 
 def fields_that_parse(serializer: serializers.Serializer, body, *, skip) -> dict:
@@ -134,6 +191,18 @@ class VariantTableQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=2000, default=500)
     offset = serializers.IntegerField(min_value=0, max_value=1_000_000, default=0,
                                       help_text="rows of the sorted, filtered table to skip")
+
+
+class BestFilterSerializer(serializers.Serializer):
+    """Optional filters of ``GET /api/kernel-best/``: a value that cannot match (a batch that is not
+    a whole number >= 1, a text longer than the column) is a 400 naming the parameter, never a
+    filter left out (an unknown package or shape name, or a batch no row holds, matches no row)."""
+
+    package = serializers.CharField(max_length=63, required=False, help_text="only this package name")
+    device = serializers.CharField(max_length=128, required=False,
+                                   help_text="only devices whose name contains this (case-insensitive)")
+    shape = serializers.CharField(max_length=63, required=False, help_text="only this shape name")
+    batch = IdField(required=False, help_text="only this batch size (requests)")
 
 
 class BestSerializer(serializers.ModelSerializer):

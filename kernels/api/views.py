@@ -158,7 +158,8 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
 
 
 @extend_schema_view(
-    list=extend_schema(summary="Best variants per (device, cc, shape, batch, compiler); filters: package, device, shape"),
+    list=extend_schema(summary="Best variants per (device, cc, shape, batch, compiler); filters: package, device, "
+                               "shape, batch", parameters=[s.BestFilterSerializer]),
     retrieve=extend_schema(summary="One best variant"),
 )
 class BestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -168,9 +169,11 @@ class BestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
     action_roles = {"config": "viewer"}
 
     def get_queryset(self):
-        q = self.request.query_params
+        if self.action != "list":
+            return selectors.best_list()
+        q = query_validated(s.BestFilterSerializer, self.request)
         return selectors.best_list(package=q.get("package") or None, device=q.get("device") or None,
-                                   shape=q.get("shape") or None)
+                                   shape=q.get("shape") or None, batch=q.get("batch"))
 
     @extend_schema(summary="The exported config JSON (keyed by batch) this best variant is part of")
     @action(detail=True, methods=["get"])

@@ -58,6 +58,7 @@ from kernels.services.packages import (  # noqa: F401
 )
 from kernels.services.progress import (  # noqa: F401
     job_progress_data,
+    job_progress_total,
     kernel_job_waiting_reason,
 )
 from kernels.services.jobs import (  # noqa: F401

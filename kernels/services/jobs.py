@@ -24,7 +24,7 @@ from django.utils import timezone
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.redaction import redact_text
 from kernels.choices import JOB_RUNNING, JOB_TERMINAL, KernelJobStatus
-from kernels.manifest import ManifestError, grid_expand, grid_for_target, grid_refusal, variant_key
+from kernels.manifest import ManifestError, grid_expand, grid_for_target, grid_refusal, variant_key, variant_shown
 from kernels.models import KernelJob, KernelPackage, KernelVariant
 from kernels.runnercall import RunnerError, RunnerStopped, runner_argv, runner_run
 from kernels.services.common import (
@@ -184,7 +184,7 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
             key = _canonical(params) if isinstance(params, dict) else None
             if key is None or key not in grid:
                 name = f"variants.{i}" + (f" (variant_id {str(only_ids[i])[:80]!r})" if only_ids else "")
-                shown = variant_key(params)[:200] if isinstance(params, dict) else str(params)[:200]
+                shown = variant_shown(params)[:200] if isinstance(params, dict) else str(params)[:200]
                 why = grid_refusal(manifest, params, subset=expansion.subset, cc=cc if "cc" not in errors else None)
                 errors.setdefault("variants", []).append(
                     f"{name}: {shown} is not in {package.name}'s grid: {why or 'it is not a variant of the grid'}")

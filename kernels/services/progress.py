@@ -31,13 +31,21 @@ NODE_BUSY_NOTE = (NODE_BUSY_PREFIX + "{running} on node {node} to finish (one ke
                   "builds use every core and timings need the GPU alone)")
 
 
+def job_progress_total(job: KernelJob) -> int:
+    """The N of a job's progress "done / N" wherever it is shown (the job page, the API's
+    ``progress_total``, ``kernel.progress`` messages): the total its last phase reported (variants
+    to build, then measurements), or, before any phase has reported one (a pending job), the
+    variants the job holds."""
+    return job.progress_total or job.variants_total or 0
+
+
 def job_progress_data(job: KernelJob) -> dict[str, Any]:
     """The live view of a job (what ``kernel.progress`` messages carry and the REST API returns):
-    status, reason, note, phase, done/total of the phase, build and benchmark counts, and why a
-    pending job waits (:func:`kernel_job_waiting_reason`)."""
+    status, reason, note, phase, done/total of the phase (:func:`job_progress_total`), build and
+    benchmark counts, and why a pending job waits (:func:`kernel_job_waiting_reason`)."""
     return {
         "job": job.pk, "status": job.status, "reason": job.reason, "note": job.note, "phase": job.phase,
-        "done": job.progress_done, "total": job.progress_total, "variants": job.variants_total,
+        "done": job.progress_done, "total": job_progress_total(job), "variants": job.variants_total,
         "builds_ok": job.builds_ok, "builds_failed": job.builds_failed, "builds_discarded": job.builds_discarded,
         "benchmarks": job.benchmarks_total, "benchmarks_correct": job.benchmarks_correct,
         "benchmarks_wrong": job.benchmarks_wrong, "cancel_requested": job.cancel_requested,

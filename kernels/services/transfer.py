@@ -232,8 +232,9 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
     variant qualifies only with its build facts, :func:`kernel_best_select`).
 
     Raises :class:`Conflict` for a job a task is running or one that failed or was cancelled, and
-    :class:`InvalidInput` for malformed payloads or results of another variants list (nothing is
-    stored then).
+    :class:`InvalidInput` for malformed payloads, results of another variants list, or a results
+    file whose ``results`` list is empty (it would store nothing, as :func:`kernel_job_from_measurement`
+    refuses it a new job); nothing is stored then.
     """
     if results is None and builds is None:
         raise InvalidInput({"detail": ["give results and/or builds to ingest"]})
@@ -242,6 +243,10 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
         raise Conflict(f"kernel job #{job.pk} is {job.status} on node {job.node}; wait for it or cancel it first")
     if job.status in (KernelJobStatus.FAILED, KernelJobStatus.CANCELLED):
         raise Conflict(f"kernel job #{job.pk} is {job.status}; create a new job for new measurements")
+    if isinstance(results, dict) and results.get("results") == []:
+        raise InvalidInput({"results": [
+            f"the results file holds no measurement: there is nothing to store into kernel job #{job.pk}"
+            + ("; to store the builds alone, leave the results file out" if builds is not None else "")]})
     mapping = {str(k): int(v) for k, v in (job.source_variant_ids or {}).items()}
     given = _fingerprint_of(results) if results is not None else None
     if source_variants is not None:

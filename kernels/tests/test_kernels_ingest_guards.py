@@ -232,9 +232,10 @@ def test_an_empty_results_list_changes_nothing_and_a_cc_mismatch_is_reported_onc
     job = _cuda_new(cuda, results)
     before = (job.device_name, job.hbm_gbps, job.bf16_tflops, KernelBest.objects.count())
     empty = {**results, "device": {**results["device"], "hbm_gbps": 1.0}, "results": []}
-    out = kernel_job_ingest(job=job, results=empty)
+    with pytest.raises(InvalidInput) as err:
+        kernel_job_ingest(job=job, results=empty)
+    assert list(err.value.errors) == ["results"]
     job.refresh_from_db()
-    assert out["results"]["stored"] == 0
     assert (job.device_name, job.hbm_gbps, job.bf16_tflops, KernelBest.objects.count()) == before
     other = copy.deepcopy(results)
     other["device"]["cc"] = "8.0"

@@ -249,7 +249,7 @@ def test_a_cuda_job_for_another_target_leaves_out_the_variants_that_need_sm_90a(
     """The CUDA package's tiled kernels are sm_90a wgmma code (``[cuda].requires``): a job for
     cc 12.0 builds the baseline variants alone and says how many it left out; an explicit
     variant list naming a tiled one is refused for that target."""
-    from kernels.manifest import variant_key
+    from kernels.manifest import variant_shown
     from kernels.services import kernel_job_create, kernel_package_register
     from kernels.tests.conftest import REAL_PACKAGES
 
@@ -269,7 +269,7 @@ def test_a_cuda_job_for_another_target_leaves_out_the_variants_that_need_sm_90a(
     with pytest.raises(InvalidInput) as err:
         kernel_job_create(package=pkg, node=None, cc="12.0", dispatch=False, only=[tiled])
     assert err.value.errors["variants"] == [
-        f"variants.0: {variant_key(tiled)} is not in sparse_mla_decode_cuda's grid: [cuda].requires "
+        f"variants.0: {variant_shown(tiled)} is not in sparse_mla_decode_cuda's grid: [cuda].requires "
         "(impl == 'baseline' or cc == 90) refuses it for compute capability 12.0"]
     with pytest.raises(InvalidInput) as err:
         kernel_job_create(package=pkg, node=None, cc="12.0", dispatch=False, params_subset={"impl": ["split_k"]})

@@ -245,13 +245,13 @@ def test_the_ingest_report_tells_this_files_rows_from_the_jobs_totals(toy_packag
         f"kernel job #{job.pk}: done",
         "  builds: stored 7 rows from this file; the job now holds 7 built (0 of them discarded), 0 failed",
         "  results: stored 3 rows from this file; the job now holds 3 measurements: 2 correct, 1 wrong"]
-    # an empty results file stores nothing, and says so next to what the job already holds
+    # an empty results file would store nothing: refused, and the job keeps what it holds
     results.write_text(json.dumps({"device": H200_DEVICE, "results": []}))
-    out = StringIO()
-    call_command("kernel_job_ingest", str(job.pk), str(results), stdout=out)
-    assert out.getvalue().splitlines()[:2] == [
-        f"kernel job #{job.pk}: done",
-        "  results: stored 0 rows from this file; the job now holds 3 measurements: 2 correct, 1 wrong"]
+    with pytest.raises(CommandError, match=f"nothing was stored: results: the results file holds no measurement: "
+                                           f"there is nothing to store into kernel job #{job.pk}$"):
+        call_command("kernel_job_ingest", str(job.pk), str(results), stdout=StringIO())
+    job.refresh_from_db()
+    assert (job.benchmarks_total, job.benchmarks_correct, job.benchmarks_wrong) == (3, 2, 1)
     with pytest.raises(CommandError, match="give a job id"):
         call_command("kernel_job_ingest", "\u00b2", str(results))
 

@@ -12,7 +12,7 @@ from controlplane.errors import InvalidInput
 from deployments.models import Node
 from kernels.choices import JOB_TERMINAL
 from kernels.models import KernelPackage
-from kernels.services import kernel_job_create
+from kernels.services import job_progress_total, kernel_job_create
 
 
 class Command(BaseCommand):
@@ -64,7 +64,7 @@ class Command(BaseCommand):
         last = None
         while options["wait"] and time.monotonic() < deadline:
             job.refresh_from_db()
-            line = f"  {job.status} {job.phase} {job.progress_done}/{job.progress_total}"
+            line = f"  {job.status} {job.phase} {job.progress_done}/{job_progress_total(job)}"
             if line != last:
                 self.stdout.write(line)
                 last = line
