@@ -24,6 +24,7 @@ from kernels.runner.package import load_package
 CUDA_PACKAGE = Path(__file__).resolve().parents[1] / "packages" / "sparse_mla_decode_cuda"
 HEAD_TILED = {"impl": "head_tiled", "BLOCK_N": 64, "num_warps": 8, "VEC": 8, "STAGES": 2, "NUM_SPLITS": "auto"}
 SPLIT_K = {"impl": "split_k", "BLOCK_N": 32, "num_warps": 8, "VEC": 8, "STAGES": 3, "NUM_SPLITS": "auto"}
+SEESAW = {"impl": "split_k", "BLOCK_N": 64, "num_warps": 12, "VEC": 8, "STAGES": 2, "NUM_SPLITS": "auto"}
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +148,34 @@ def test_launch_refuses_what_the_tiled_kernels_cannot_take_before_any_driver_cal
                                 harness.make_inputs(dict(small, d_qk=1088, d_v=512), 1, "cpu", 0))
 
 
+def test_the_seesaw_schedule_splits_whole_tile_pairs_and_fits_sm_90(pkg, harness):
+    """num_warps 12 takes its tokens two 64-row tiles at a time, so a split is a multiple of 128
+    tokens; its shared memory (q, two buffers, P tiles, barriers) fits the 227 KiB and is what the
+    manifest's build facts add for it."""
+    assert harness.is_seesaw(SEESAW) and not harness.is_seesaw(SPLIT_K)
+    assert not harness.is_seesaw({"impl": "baseline", "num_warps": 12})
+    for shape in pkg.shapes:
+        for batch in shape["batches"]:
+            for params in ({**SEESAW, "NUM_SPLITS": n} for n in ("auto", 2, 4, 8)):
+                splits, per_split = harness.split_plan(params, shape, batch, 132)
+                assert per_split % 128 == 0 and (splits - 1) * per_split < shape["topk"] <= splits * per_split
+    # V4-Flash batch 32 with 4 splits: 640 tokens are 5 pairs, so 2 pairs (256 tokens) a split, 3 splits
+    assert harness.split_plan({**SEESAW, "NUM_SPLITS": 4}, pkg.shape("v4-flash"), 32, 132) == (3, 256)
+    assert harness.split_plan(dict(SEESAW, impl="head_tiled"), pkg.shape("v32"), 64, 132) == (1, 2048)
+    assert harness.seesaw_smem_bytes(576) <= harness.MAX_SHARED_BYTES
+    assert harness.seesaw_smem_bytes(512) < harness.seesaw_smem_bytes(576)
+    assert 3 * 64 * 576 * 2 < harness.seesaw_smem_bytes(576)
+    from kernels.runner.expr import evaluate
+
+    assert evaluate(pkg.cuda["dynamic_shared"], dict(SEESAW)) == harness.seesaw_smem_bytes(576)
+    pytest.importorskip("pydantic")  # the control plane's manifest validation
+    from kernels.manifest import grid_expand, manifest_load
+
+    seesaw = [v for v in grid_expand(manifest_load(CUDA_PACKAGE)).variants if v["num_warps"] == 12]
+    assert {v["impl"] for v in seesaw} == {"head_tiled", "split_k"}
+    assert all(v["BLOCK_N"] == 64 and v["STAGES"] == 2 for v in seesaw)
+
+
 def test_split_plan_of_an_empty_selection_is_one_empty_split(harness):
     assert harness.split_plan({"impl": "split_k", "BLOCK_N": 64}, {"topk": 0, "heads": 64}, 4, 132) == (1, 0)
 
@@ -184,7 +213,7 @@ TILED_PAIRS = [(32, 2), (32, 3), (32, 4), (64, 2)]   # every (BLOCK_N, STAGES) t
 
 
 def _key(params):
-    return (params["impl"], params["BLOCK_N"], params["STAGES"])
+    return (params["impl"], params["BLOCK_N"], params["STAGES"], params["num_warps"])
 
 
 @pytest.fixture(scope="module")
@@ -204,9 +233,9 @@ def built(pkg, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("cuda-harness")
     cubins = {}
     for impl in ("head_tiled", "split_k"):
-        for bn, st in TILED_PAIRS:
-            params = dict(HEAD_TILED, impl=impl, BLOCK_N=bn, STAGES=st)
-            cubin = out_dir / f"{impl}-{bn}-{st}.cubin"
+        for params in [dict(HEAD_TILED, impl=impl, BLOCK_N=bn, STAGES=st) for bn, st in TILED_PAIRS] + \
+                      [dict(SEESAW, impl=impl)]:
+            cubin = out_dir / f"{impl}-{params['BLOCK_N']}-{params['STAGES']}-{params['num_warps']}.cubin"
             argv = nvcc_argv(pkg, params, cc[0] * 10 + cc[1], nvcc, cubin)
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=pkg.root)
             assert proc.returncode == 0, proc.stderr[-3000:]
@@ -239,8 +268,30 @@ def test_ragged_selections_match_the_reference_at_every_tile_and_ring_size(pkg, 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", [HEAD_TILED, SPLIT_K, dict(SPLIT_K, NUM_SPLITS=4)],
-                         ids=["head_tiled", "split_k-auto", "split_k-4"])
+@pytest.mark.parametrize("topk, splits", [(100, "auto"), (1000, 3), (1000, "auto"), (2048, 2), (640, 8)])
+@pytest.mark.parametrize("shape_name", ["v4-flash", "v32"])
+def test_the_seesaw_schedule_matches_the_reference_on_ragged_selections(pkg, harness, built, topk, splits, shape_name):
+    """The 12-warp seesaw schedule: an odd number of tiles in a split (its second tile all past the
+    end), partial tiles and -1 padding, one split and several, both head dims."""
+    import torch
+
+    from kernels.runner.bench import compare
+
+    reference = pkg.reference_fn()
+    shape = dict(pkg.shape(shape_name), topk=topk, kv_len=4096)
+    inputs = harness.make_inputs(shape, 3, "cuda", 21, padding=topk // 5)
+    expected = reference(inputs)
+    for impl in ("head_tiled", "split_k"):
+        params = dict(SEESAW, impl=impl, NUM_SPLITS=splits if impl == "split_k" else "auto")
+        out = harness.launch(dict(params, cubin=built[_key(params)]), inputs)
+        torch.cuda.synchronize()
+        ok, _, _, reason = compare(torch, out, expected, pkg.tolerance["atol"], pkg.tolerance["rtol"])
+        assert ok, f"seesaw {impl} topk {topk} splits {splits} on {shape_name}: {reason}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", [HEAD_TILED, SPLIT_K, dict(SPLIT_K, NUM_SPLITS=4), SEESAW],
+                         ids=["head_tiled", "split_k-auto", "split_k-4", "seesaw-split_k-auto"])
 @pytest.mark.parametrize("shape_name", ["v4-flash", "v32"])
 def test_the_tiled_kernels_match_the_reference_through_the_harness(pkg, harness, built, params, shape_name):
     import torch

@@ -14,6 +14,8 @@ Launch geometry:
   ``tiled_smem_bytes`` of dynamic shared memory; ``heads`` must be a multiple of 64 and ``d_v``
   512. ``split_k`` adds ``sparse_mla_combine_splits`` (grid ``(heads, batch)``, 128 threads) when it
   splits. ``NUM_SPLITS = "auto"``: see ``split_plan``.
+* ``num_warps = 12`` (either tiled implementation): the seesaw schedule of ``seesaw_sm90.cuh``,
+  384 threads, ``seesaw_smem_bytes`` of dynamic shared memory, splits of whole pairs of tiles.
 
 Errors: ValueError for a shape the kernels cannot take or bad parameters; RuntimeError with the
 driver's error name when a driver call fails.
@@ -26,6 +28,8 @@ from pathlib import Path
 
 HEAD_TILE = 64
 TILED_THREADS = 256
+SEESAW_WARPS = 12          # num_warps of the seesaw schedule (three warp groups)
+SEESAW_THREADS = SEESAW_WARPS * 32
 TILED_DV = 512
 MAX_SHARED_BYTES = 232448   # the most dynamic shared memory a block may opt into on sm_90 (227 KiB)
 
@@ -62,13 +66,26 @@ def tiled_smem_bytes(d_qk: int, block_n: int, stages: int) -> int:
     return HEAD_TILE * d_qk * 2 + stages * block_n * d_qk * 2 + HEAD_TILE * 128 + 4 * HEAD_TILE * 4 + block_n * stages * 4 + 1024
 
 
+def seesaw_smem_bytes(d_qk: int) -> int:
+    """Dynamic shared memory of a seesaw block in bytes (``SEESAW_SMEM_BYTES`` in seesaw_sm90.cuh):
+    q and two 64-row buffers (64 x ``d_qk`` bf16 each), two 8 KiB P tiles unless ``d_qk`` has a
+    64-column rope block to hold them (576), 2.5 KiB of mbarriers, row ids and exchange arrays and
+    1 KiB of alignment slack."""
+    return 3 * HEAD_TILE * d_qk * 2 + (2 * HEAD_TILE * 128 if d_qk == 512 else 0) + 2560 + 1024
+
+
+def is_seesaw(params: dict) -> bool:
+    """Whether a tiled variant runs the seesaw schedule (``num_warps`` 12)."""
+    return params.get("impl") != "baseline" and int(params.get("num_warps", 8)) == SEESAW_WARPS
+
+
 def split_plan(params: dict, shape: dict, batch: int, sm_count: int) -> tuple[int, int]:
     """``(num_splits, tokens_per_split)`` of a tiled launch: 1 split for ``head_tiled``; for
     ``split_k`` the explicit ``NUM_SPLITS`` or, for ``"auto"``, the most blocks that still fit one
     wave, ``floor(sm_count / (batch * heads / 64))`` (at least 1: a block fills an SM's shared
-    memory, so a second wave would run the whole kernel time again); capped at one ``BLOCK_N`` tile per split and recomputed so
-    no split is empty."""
-    block_n = int(params.get("BLOCK_N", 64))
+    memory, so a second wave would run the whole kernel time again); capped at one ``BLOCK_N`` tile
+    (a seesaw variant: one pair of tiles) per split and recomputed so no split is empty."""
+    block_n = int(params.get("BLOCK_N", 64)) * (2 if is_seesaw(params) else 1)
     topk = int(shape["topk"])
     n_tiles = math.ceil(topk / block_n)
     if n_tiles == 0:
@@ -240,7 +257,8 @@ def _launch_variant(torch, params: dict, inputs: dict):
         raise ValueError(f"the tiled kernels need heads % 64 == 0, d_v == 512 and d_qk 512 or 576; got heads "
                          f"{heads}, d_v {d_v}, d_qk {d_qk}")
     block_n, stages = int(params["BLOCK_N"]), int(params["STAGES"])
-    shared = tiled_smem_bytes(d_qk, block_n, stages)
+    seesaw = is_seesaw(params)
+    shared = seesaw_smem_bytes(d_qk) if seesaw else tiled_smem_bytes(d_qk, block_n, stages)
     if shared > MAX_SHARED_BYTES:
         raise ValueError(f"BLOCK_N {block_n} x STAGES {stages} needs {shared} B of shared memory for d_qk {d_qk}; "
                          f"a block may have {MAX_SHARED_BYTES}")
@@ -255,9 +273,9 @@ def _launch_variant(torch, params: dict, inputs: dict):
         # launches of one size on one stream never overlap (two concurrent streams would need their own)
     else:
         o_part = lse = out                      # not written when there is one split
-    fn = _function(cubin, f"sparse_mla_decode_tiled_d{d_qk}", shared)
+    fn = _function(cubin, f"sparse_mla_decode_{'seesaw' if seesaw else 'tiled'}_d{d_qk}", shared)
     scale_log2 = float(inputs["sm_scale"]) * math.log2(math.e)
-    _launch(fn, (heads // HEAD_TILE * splits, batch), TILED_THREADS, shared, stream,
+    _launch(fn, (heads // HEAD_TILE * splits, batch), SEESAW_THREADS if seesaw else TILED_THREADS, shared, stream,
             [q, kv, idx, out, o_part, lse, ctypes.c_int(heads), ctypes.c_int(topk), ctypes.c_int(per_split),
              ctypes.c_int(splits), ctypes.c_float(scale_log2)], pdl=PDL)
     if splits > 1:

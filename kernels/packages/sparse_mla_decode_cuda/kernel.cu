@@ -24,6 +24,9 @@
 #endif
 #if IMPL_CAT(IMPL_, impl) == IMPL_head_tiled || IMPL_CAT(IMPL_, impl) == IMPL_split_k
 #include "tiled_sm90.cuh"
+#if defined(num_warps) && num_warps == 12
+#include "seesaw_sm90.cuh"   // three warp groups: two seesaw consumers and a gathering producer
+#endif
 #elif IMPL_CAT(IMPL_, impl) != IMPL_baseline
 #error "impl must be baseline, head_tiled or split_k"
 #else

@@ -360,12 +360,14 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
         __nv_bfloat16 *__restrict__ out, float *__restrict__ o_part, float *__restrict__ lse, int heads, int topk, \
         int tokens_per_split, int num_splits, float sm_scale_log2
 
+#if !defined(num_warps) || num_warps != 12   // a seesaw build (seesaw_sm90.cuh) holds only the kernels it launches
 extern "C" __global__ void __launch_bounds__(TILED_THREADS, 1) sparse_mla_decode_tiled_d512(TILED_ARGS) {
     tiled_body<512>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2);
 }
 extern "C" __global__ void __launch_bounds__(TILED_THREADS, 1) sparse_mla_decode_tiled_d576(TILED_ARGS) {
     tiled_body<576>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2);
 }
+#endif
 
 // Split-K combine: out[b, h, :] = sum_s 2^(lse_s - M) o_part[b, s, h, :] / sum_s 2^(lse_s - M), M the
 // largest lse (zeros when no split saw a valid row). Grid (heads, batch), 128 threads x 4 columns.

@@ -5,15 +5,18 @@
 Each argument is a comma-separated list of defines (``""``: none); for each, five configurations
 (V3.2 batch 64 head_tiled, V3.2 batch 32 split 2, V4-Flash batch 64 split 2 and head_tiled,
 V4-Flash batch 32 split 4) are built with nvcc and timed as the bench does (CUDA graph over six
-rotated input sets). With ``ABL_TIMING`` the head_tiled runs also print block (0, 0)'s SM clocks
+rotated input sets); ``--seesaw`` runs the same points with the seesaw schedule (12 warps; its
+measurement defines are SS_NO_LOAD, ABL_NO_QK, ABL_NO_PV, SS_NO_PREFETCH). With ``ABL_TIMING`` the head_tiled runs also print block (0, 0)'s SM clocks
 per tile and phase for each warp group. The outputs are wrong with any ``ABL_`` define: these
 numbers say where the loop's time goes, they are not results.
 """
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from pathlib import Path
@@ -24,25 +27,39 @@ pkg = load_package(Path(__file__).resolve().parents[1])
 mod = pkg.load_module("harness.py")
 nvcc = find_tool("nvcc")
 WORK = Path(tempfile.mkdtemp(prefix="ceiling-ablate-"))
-source = "".join((pkg.root / name).read_text() for name in ("kernel.cu", "tiled_sm90.cuh", "wgmma_sm90.cuh"))
-extra = sys.argv[1:] or [""]
+source = "".join((pkg.root / name).read_text() for name in ("kernel.cu", "tiled_sm90.cuh", "seesaw_sm90.cuh", "wgmma_sm90.cuh"))
+seesaw = "--seesaw" in sys.argv
+extra = [a for a in sys.argv[1:] if a != "--seesaw"] or [""]
 cases = [("v32", 64, dict(impl="head_tiled", BLOCK_N=64, num_warps=8, VEC=8, STAGES=2, NUM_SPLITS="auto")),
          ("v32", 32, dict(impl="split_k", BLOCK_N=64, num_warps=8, VEC=8, STAGES=2, NUM_SPLITS=2)),
          ("v4-flash", 64, dict(impl="split_k", BLOCK_N=64, num_warps=8, VEC=8, STAGES=2, NUM_SPLITS=2)),
          ("v4-flash", 64, dict(impl="head_tiled", BLOCK_N=64, num_warps=8, VEC=8, STAGES=2, NUM_SPLITS="auto")),
          ("v4-flash", 32, dict(impl="split_k", BLOCK_N=64, num_warps=8, VEC=8, STAGES=2, NUM_SPLITS=4))]
+if seesaw:   # the same points with the seesaw schedule (12 warps, whole tile pairs per split)
+    cases = [(n, b, dict(p, num_warps=12, STAGES=2, BLOCK_N=64)) for n, b, p in cases]
+def build(params, fl):
+    """The cubin of ``params`` with the extra defines ``fl`` (one per parameters, defines and
+    source text, in this run's own directory); None after printing nvcc's error."""
+    key = hashlib.sha256(json.dumps([params, fl, source], sort_keys=True).encode()).hexdigest()[:16]
+    cub = WORK / f"{key}.cubin"
+    argv = nvcc_argv(pkg, params, 90, nvcc, cub)
+    argv = argv[:-3] + [f"-D{f}" for f in fl] + argv[-3:]
+    if not cub.exists():
+        r = subprocess.run(argv, capture_output=True, text=True, cwd=pkg.root)
+        if r.returncode:
+            print(r.stderr[-1500:])
+            return None
+    return cub
+
+
+jobs = [(params, [f for f in flags.split(",") if f]) for flags in extra for _, _, params in cases]
+with ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:   # compile everything first, in parallel
+    cubins = list(pool.map(lambda job: build(*job), jobs))
 sets = {}
-for flags in extra:
+for i, (flags, (shape_name, batch, params)) in enumerate((f, c) for f in extra for c in cases):
     fl = [f for f in flags.split(",") if f]
-    for shape_name, batch, params in cases:
-        # one cubin per parameters, defines and source text, in this run's own directory
-        key = hashlib.sha256(json.dumps([params, fl, source], sort_keys=True).encode()).hexdigest()[:16]
-        cub = WORK / f"{key}.cubin"
-        argv = nvcc_argv(pkg, params, 90, nvcc, cub)
-        argv = argv[:-3] + [f"-D{f}" for f in fl] + argv[-3:]
-        if not cub.exists():
-            r = subprocess.run(argv, capture_output=True, text=True, cwd=pkg.root)
-            if r.returncode: print(r.stderr[-1500:]); continue
+    cub = cubins[i]
+    if cub is not None:
         key = (shape_name, batch)
         if key not in sets:
             sets[key] = mod.make_rotation(pkg.shape(shape_name), batch, "cuda", 0, 6)
@@ -66,4 +83,14 @@ for flags in extra:
                 n = max(ph[8 * w + 7], 1)
                 print(f"   warp group {w}, block 0, {n} tiles, clocks per tile: " +
                       ", ".join(f"{nm} {ph[8 * w + i] / n:.0f}" for i, nm in enumerate(names[w]) if nm != "-"), flush=True)
+        if "SS_TIMING" in fl and params["impl"] == "head_tiled":
+            ph = sets[key][0]["out"].view(torch.int64).flatten()[:18].tolist()
+            names = {0: ["q.k0", "max, m0", "P0, p.v0L issue", "wait m1/P1", "store P0", "wait p.v0L", "p.v1L issue",
+                         "wait p.v1L"],
+                     1: ["q.k1", "mask, max", "wait m0", "P1, store, p.v1R issue", "wait P0", "p.v0R issue",
+                         "wait p.v1R", "wait p.v0R"]}
+            for w in (0, 1):
+                n = max(ph[9 * w + 8], 1)
+                print(f"   warp group {w}, block 0, {n} pairs, clocks per pair: " +
+                      ", ".join(f"{nm} {ph[9 * w + i] / n:.0f}" for i, nm in enumerate(names[w])), flush=True)
         print(f"{flags or 'full':28s} {shape_name:9s} b{batch:<3d} {params['impl']:10s} S{params['NUM_SPLITS']!s:5s} {us:8.1f} us", flush=True)
