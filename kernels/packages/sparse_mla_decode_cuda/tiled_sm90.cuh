@@ -95,6 +95,32 @@ struct QkMma<64> {
     static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, int s) { wgmma_m64n64k16_ss(d, a, b, s); }
 };
 
+// Store row `row` (this thread's row0 + 8r) of a warp group's 64 x 256 output half, columns
+// dv0 + 8i (+1), i = 0..31, from the m64n256 accumulator `o` divided by the row sum `l`: bf16 into
+// out[b, h0 + row] when the block's split is the only one, else fp32 into the split's partial and,
+// when `write_lse`, the base-2 log-sum-exp m + log2(l) (-inf for an empty split) into lse.
+__device__ __forceinline__ void store_output_row(const float (&o)[128], int r, int row, float l, float m, bool write_lse,
+                                                 __nv_bfloat16* __restrict__ out, float* __restrict__ o_part,
+                                                 float* __restrict__ lse, int b, int heads, int h0, int split,
+                                                 int num_splits, int dv0) {
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const size_t h = static_cast<size_t>(b) * heads + h0 + row;
+    if (num_splits == 1) {
+        __nv_bfloat16* op = out + h * TILED_DV + dv0;
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+            *reinterpret_cast<__nv_bfloat162*>(op + 8 * i) =
+                __floats2bfloat162_rn(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+    } else {
+        const size_t ph = (static_cast<size_t>(b) * num_splits + split) * heads + h0 + row;
+        float* op = o_part + ph * TILED_DV + dv0;
+#pragma unroll
+        for (int i = 0; i < 32; ++i)
+            *reinterpret_cast<float2*>(op + 8 * i) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+        if (write_lse) lse[ph] = l > 0.0f ? m + log2f(l) : -INFINITY;
+    }
+}
+
 template <int D_QK>
 __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                                            const int* __restrict__ indices, __nv_bfloat16* __restrict__ out,
@@ -326,23 +352,8 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int row = row0 + 8 * r;
-        const float l = red_sum[row];
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        const size_t h = static_cast<size_t>(b) * heads + h0 + row;
-        if (num_splits == 1) {
-            __nv_bfloat16* op = out + h * TILED_DV + dv0;
-#pragma unroll
-            for (int i = 0; i < 32; ++i)
-                *reinterpret_cast<__nv_bfloat162*>(op + 8 * i) =
-                    __floats2bfloat162_rn(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
-        } else {
-            const size_t ph = (static_cast<size_t>(b) * num_splits + split) * heads + h0 + row;
-            float* op = o_part + ph * TILED_DV + dv0;
-#pragma unroll
-            for (int i = 0; i < 32; ++i)
-                *reinterpret_cast<float2*>(op + 8 * i) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
-            if (wg == 0 && (lane & 3) == 0) lse[ph] = l > 0.0f ? alpha_s[HEAD_TILE + row] + log2f(l) : -INFINITY;
-        }
+        store_output_row(o, r, row, red_sum[row], alpha_s[HEAD_TILE + row], wg == 0 && (lane & 3) == 0, out, o_part,
+                         lse, b, heads, h0, split, num_splits, dv0);
     }
 #ifdef ABL_TIMING
     // per-phase SM clocks of block (0, 0), written over its output (the numbers are wrong then)
