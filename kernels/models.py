@@ -8,11 +8,17 @@ driven by :mod:`kernels.services`; Celery state is never consulted. Units are in
 """
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.db import models
 from simple_history.models import HistoricalRecords
 
 from kernels.choices import Bound, KernelJobStatus, Language, TensorCoreEvidence
+
+# The text of a whole number as JSON writes one (``str()`` of an ``int``): a variants file's id
+# stored as this text may have been a JSON number (:meth:`KernelJob.source_ids`).
+_WHOLE_NUMBER = re.compile(r"0|-?[1-9][0-9]*")
 
 
 class KernelPackage(models.Model):
@@ -135,10 +141,30 @@ class KernelJob(models.Model):
     def __str__(self) -> str:
         return f"kernel job #{self.pk} ({self.package_id})"
 
-    def source_ids(self) -> dict[int, str]:
+    def source_ids(self) -> dict[int, int | str]:
         """``{variant row id: the variant_id the measuring machine's variants.json gave it}`` for a
-        job made from a measurement; empty for any other job."""
-        return {int(pk): str(file_id) for file_id, pk in (self.source_variant_ids or {}).items()}
+        job made from a measurement, in that file's JSON type (a number an ``int``, a text a
+        ``str``); empty for any other job. One query (the job's variants).
+
+        :attr:`source_variant_ids` keys the file's ids as text (JSON object keys are text, and ``1``
+        and ``"1"`` name one variant when results are renumbered), so the type is read back from
+        :attr:`source_variants_sha256`, the file's fingerprint, which hashes every id with its JSON
+        type (:func:`kernels.runner.package.variants_sha256`): when the job's variants with each
+        whole-number id as a number give that fingerprint, the file wrote those ids as numbers.
+        Other ids, and every id when no reading gives the fingerprint (a file mixing ``1`` and
+        ``"2"``), are text, as the file wrote them or as the stored map holds them."""
+        ids = {str(file_id): int(pk) for file_id, pk in (self.source_variant_ids or {}).items()}
+        typed: dict[int, int | str] = {pk: file_id for file_id, pk in ids.items()}
+        numbers = {file_id: int(file_id) for file_id in ids if _WHOLE_NUMBER.fullmatch(file_id)}
+        if numbers and self.source_variants_sha256:
+            from kernels.runner.package import variants_sha256
+
+            params = dict(self.variants.filter(pk__in=ids.values()).values_list("pk", "params"))
+            read = [{"variant_id": numbers.get(file_id, file_id), "params": params.get(pk)}
+                    for file_id, pk in ids.items()]
+            if variants_sha256(read) == self.source_variants_sha256:
+                typed = {pk: numbers.get(file_id, file_id) for file_id, pk in ids.items()}
+        return typed
 
     @property
     def target(self) -> str:

@@ -204,23 +204,30 @@ def _label(run) -> str:
 
 
 def best_speedup_notes(*, best, sweep) -> list[str]:
-    """What a projection with best variant ``best`` (a :class:`kernels.models.KernelBest`) should
-    say about where its speedup comes from: the batch it was measured at next to the same job's
-    best speedups at the other batches of that shape (a decode step's batch decides which
-    applies), a note when it was measured on another ``sm_XX`` than the sweep's GPUs (or the GPU
-    its sim profile models), and a warning when the shape's name does not appear in the sweep's
-    model name."""
+    """What a projection with best variant ``best`` (a :class:`kernels.models.KernelBest` with a
+    ``speedup``) should say about where its speedup comes from. Always first: the shape and batch
+    it was measured at ("the speedup 4.0x was measured at batch 16 of shape v32; ..."), followed
+    by the same job's best speedups at the other batches of that shape when it holds any (a decode
+    step's batch decides which applies), or by saying that it holds none. Then a note when it was
+    measured on another ``sm_XX`` than the sweep's GPUs (or the GPU its sim profile models), and a
+    warning when the shape's name does not appear in the sweep's model name."""
     from kernels.models import KernelBest
 
     notes = []
     same = list(KernelBest.objects.filter(job_id=best.job_id, package_id=best.package_id, shape=best.shape,
                                           device_name=best.device_name, compiler=best.compiler,
                                           speedup__isnull=False).order_by("batch").values_list("batch", "speedup"))
+    measured_at = f"the speedup {best.speedup:.1f}x was measured at batch {best.batch} of shape {best.shape}"
     if len(same) > 1:
         spread = ", ".join(f"{sp:.1f}x at batch {b}" for b, sp in same)
-        notes.append(f"the speedup {best.speedup:.1f}x was measured at batch {best.batch} of shape {best.shape}; "
-                     f"the same job's best variants give {spread}: the decode batch of a point decides which "
-                     "applies, so pick the best variant of the batch you care about")
+        notes.append(f"{measured_at}; the same job's best variants give {spread}: the decode batch of a point "
+                     "decides which applies, so pick the best variant of the batch you care about")
+    else:
+        # One measured batch is no reason to keep quiet about it: a decode step at another batch
+        # may gain more or less (a best variant of another job may hold the other batches).
+        notes.append(f"{measured_at}; kernel job #{best.job_id} holds no best variant of that shape with a "
+                     "speedup at another batch: the decode batch of a point decides how much it gains, so read "
+                     f"the projection as batch {best.batch}'s speedup applied to every point")
     where = _sweep_hardware(sweep)
     if where and best.cc:
         sm = best.cc.replace(".", "")
@@ -246,8 +253,11 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
     :func:`best_speedup_notes` join the notes.
 
     Returns ``{"sweep", "engine", "topology", "share", "speedup", "factor", "model": "sim-profile"
-    | "ceiling-fit", "profile", "fit", "lengths": {"256/256": [WhatIfRow as dict, ...]}, "notes"}``
-    (rows by concurrency). Raises :class:`InvalidInput` for a bad share or speedup, a sweep that
+    | "ceiling-fit", "profile", "fit", "lengths": {"256/256": [WhatIfRow as dict, ...]}, "notes",
+    "speedup_measured_at"}`` (rows by concurrency). ``speedup_measured_at`` says where a speedup
+    taken from ``best`` was measured: ``{"best", "job", "package", "shape", "batch", "device_name",
+    "cc", "compiler"}`` (ids, names, the batch in sequences); None for a speedup given as a number.
+    Raises :class:`InvalidInput` for a bad share or speedup, a sweep that
     has not finished (pending, waiting or running: its points so far are not the sweep, and the
     what-if page lists finished sweeps only; the message says how many points are done), a sweep
     with no finished closed-loop run, a sim sweep whose profile cannot be loaded, or a non-sim sweep
@@ -280,7 +290,10 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
                                       + (" and a successful request" if empty else "")]})
     out: dict[str, Any] = {"sweep": sweep.pk, "engine": engine, "topology": topology, "share": share,
                            "speedup": speedup, "factor": factor, "profile": None, "fit": None,
-                           "lengths": {}, "notes": notes}
+                           "lengths": {}, "notes": notes, "speedup_measured_at": None if best is None else {
+                               "best": best.pk, "job": best.job_id, "package": best.package.name,
+                               "shape": best.shape, "batch": best.batch, "device_name": best.device_name,
+                               "cc": best.cc, "compiler": best.compiler}}
     profile = None
     fits: dict[str, dict] = {}
     if engine == "sim":

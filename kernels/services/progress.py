@@ -10,6 +10,8 @@ import time
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from controlplane.realtime import broadcast, kernel_job_group
@@ -99,14 +101,19 @@ def _broadcast(job_id: int, *, force: bool = False) -> None:
 
 def _progress(job_id: int, phase: str, done: int, total: int, *, force: bool = False) -> None:
     """Write ``phase``/``done``/``total`` on the row at most every :data:`PROGRESS_PERIOD_S`
-    seconds (always when ``force`` or when the phase is complete) and broadcast it."""
+    seconds (always when ``force`` or when the phase is complete) and broadcast it.
+
+    Only ``force`` sets ``progress_done`` lower than the row holds (a phase's start): otherwise a
+    progress line read late never takes back builds already stored and counted
+    (:func:`kernels.services.results.kernel_builds_store` raises ``progress_done`` to them)."""
     now = time.monotonic()
     with _progress_lock:
         last = _progress_last.get(job_id, 0.0)
         if not force and done < total and now - last < PROGRESS_PERIOD_S:
             return
         _progress_last[job_id] = now
-    KernelJob.objects.filter(pk=job_id).update(phase=phase, progress_done=done, progress_total=total)
+    KernelJob.objects.filter(pk=job_id).update(
+        phase=phase, progress_done=done if force else Greatest(F("progress_done"), Value(done)), progress_total=total)
     _broadcast(job_id, force=force or done >= total)
 
 

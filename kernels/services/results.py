@@ -202,9 +202,12 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
 
     A successful build that spills or exceeds the target's shared memory is stored discarded with
     the reason (:func:`build_discard_reason`). Updates the job's counts and ``compiler`` (the most
-    common compiler string). Returns ``{"stored", "ok", "failed", "discarded"}``. Raises
-    :class:`InvalidInput` (``builds.<i>.<field>``) for a malformed payload, an unknown variant or
-    more registers per thread than :data:`MAX_REGISTERS_PER_THREAD`; nothing is stored then.
+    common compiler string); while the job is in its ``compile`` phase, its ``progress_done`` is
+    raised to at least the builds it holds (ok + failed), so a build stored before its progress line
+    was read (the runner ended by a cancel in between) is counted. Returns ``{"stored", "ok",
+    "failed", "discarded"}``. Raises :class:`InvalidInput` (``builds.<i>.<field>``) for a malformed
+    payload, an unknown variant or more registers per thread than :data:`MAX_REGISTERS_PER_THREAD`;
+    nothing is stored then.
     """
     job = KernelJob.objects.select_related("package").get(pk=job_id)
     language = job_manifest(job).language
@@ -264,6 +267,8 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
         if notes and notes[0] not in job.note:
             update["note"] = "; ".join(filter(None, [job.note, *notes]))
         KernelJob.objects.filter(pk=job.pk).update(**update)
+        reported = counts["ok"] + counts["failed"]
+        KernelJob.objects.filter(pk=job.pk, phase="compile", progress_done__lt=reported).update(progress_done=reported)
     _broadcast(job.pk)
     return {"stored": len(facts), **counts}
 
