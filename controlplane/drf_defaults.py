@@ -22,6 +22,8 @@ from django.conf import settings
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.permissions import BasePermission
+from rest_framework.permissions import BasePermission
 from rest_framework.parsers import JSONParser
 
 # Default cap on a JSON request body. The largest legitimate body is a recipe, a few KiB, so
@@ -194,6 +196,22 @@ def given_more_than_once(values: list[str]) -> str | None:
     if len(values) <= 1:
         return None
     return f"is given {len(values)} times ({', '.join(v[:40] for v in values[:8])}): give it once"
+
+
+class SingleValuedQuery(BasePermission):
+    """Every API request: a query parameter given more than once (``?status=ready&status=stopped``)
+    is a 400 naming it (``{"status": ["is given 2 times (ready, stopped): give it once"]}``). No API
+    parameter takes several values (lists are comma-separated in one value), and Django's
+    ``QueryDict`` would otherwise hand each view the last one silently, answering a question the
+    client did not ask. A permission class after :class:`~controlplane.permissions.RolePermission`,
+    so an unauthenticated or role-less request still gets its 401/403 first."""
+
+    def has_permission(self, request, view) -> bool:
+        repeated = {name: [message] for name, values in request.query_params.lists()
+                    if (message := given_more_than_once(values))}
+        if repeated:
+            raise ValidationError(repeated)
+        return True
 
 
 class Pagination(LimitOffsetPagination):

@@ -208,7 +208,8 @@ REST_FRAMEWORK = {
         "controlplane.auth.BearerOrTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.RolePermission"],
+    # the role first (401/403), then the one rule on every request's query (a repeated parameter is a 400)
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.RolePermission", "controlplane.drf_defaults.SingleValuedQuery"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.api.exception_handler",
     # ?limit= (default PAGE_SIZE, at most controlplane.drf_defaults.MAX_PAGE_LIMIT = 500) and ?offset=.

@@ -3,13 +3,17 @@
 ``POST /api/auth/token/`` with ``{"username": ..., "password": ...}`` → ``{"token": ...}``.
 The same user always gets the same token (DRF's ``authtoken`` keeps one per user); deleting it
 in admin revokes it. Wrong credentials → 400 ``{"non_field_errors": ["Unable to log in with
-provided credentials."]}``, never a hint which part was wrong; a missing field → 400 naming it.
+provided credentials."]}``, never a hint which part was wrong; a missing field, another key or a
+value that is not a string → 400 naming it.
 More than 20 attempts a minute from one address → 429.
 Right credentials of a user in no role group → 403 ``{"detail": ..., "code": "no_role"}`` and
 no token is created (such a token would be refused everywhere).
 """
+from collections.abc import Mapping
+
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.authtoken.models import Token
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.permissions import AllowAny
@@ -17,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle
 
-from controlplane.api import DetailSerializer, ValidationErrorSerializer
+from controlplane.api import DetailSerializer, ValidationErrorSerializer, unknown_field_errors
 from controlplane.permissions import user_role
 
 
@@ -57,6 +61,14 @@ class TokenObtainView(ObtainAuthToken):
         "A user in no role group (viewer, operator, admin) gets 403 and no token.",
     )
     def post(self, request, *args, **kwargs):
+        # The body is {"username", "password"}, both text: another key is refused at its name and a
+        # number or boolean is not taken as the text it would print as (DRF's CharField would).
+        errors = unknown_field_errors(request.data, ["username", "password"])
+        if isinstance(request.data, Mapping):
+            errors.update({name: ["must be a string"] for name in ("username", "password")
+                           if name in request.data and not isinstance(request.data[name], str)})
+        if errors:
+            raise ValidationError(errors)
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         user = serializer.validated_data["user"]

@@ -24,6 +24,10 @@ SINGLE_KEYS = ("batch", "state", "sort", "limit", "offset")
 BUILD_SORTS = ("ordinal", "key", "registers", "spills_bytes", "shared_bytes", "build_s", "tensor_core")
 
 
+#: The largest ``?offset=`` of a job's variant table (page and API): no job holds that many rows.
+MAX_TABLE_OFFSET = 1_000_000
+
+
 def package_list() -> QuerySet[KernelPackage]:
     """Packages with their job count (``n_jobs``), by name."""
     return KernelPackage.objects.annotate(n_jobs=Count("jobs")).order_by("name")

@@ -24,6 +24,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from controlplane.api import attachment_header
+from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.permissions import has_role
 from deployments.models import Node
@@ -309,9 +310,13 @@ def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None
     params = {k: v for k, v in params.items() if v}
     sort = request.GET.get("sort", "ordinal") or "ordinal"
     offset_raw = request.GET.get("offset", "").strip()
-    offset = int(offset_raw) if DIGITS_RE.fullmatch(offset_raw) else 0
+    offset = int(offset_raw) if DIGITS_RE.fullmatch(offset_raw) and len(offset_raw) <= 18 else 0
     if offset_raw and not DIGITS_RE.fullmatch(offset_raw):
         problems.append(f"offset: '{_short(offset_raw)}' is not a whole number >= 0.")
+    elif offset > selectors.MAX_TABLE_OFFSET or len(offset_raw) > 18:
+        # the API's bound (VariantTableQuerySerializer.offset): no job holds that many rows
+        problems.append(f"offset: '{_short(offset_raw)}' is above {selectors.MAX_TABLE_OFFSET}; the first page is shown.")
+        offset = 0
     return batch, state, params, sort, offset
 
 
@@ -550,6 +555,11 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     from benchmarks.models import BenchmarkSweep
 
     errors: dict[str, list[str]] = {}
+    # one value a parameter, as the API's rule (controlplane.drf_defaults.SingleValuedQuery): the
+    # page would otherwise show the last one as if it were the only one
+    for name in ("sweep", "share", "speedup", "best"):
+        if repeated := given_more_than_once(request.GET.getlist(name)):
+            errors.setdefault(name, []).append(f"{name} {repeated}.")
     sweeps = list(BenchmarkSweep.objects.filter(status="done").order_by("-created_at", "-id")[:100])
     bests = list(KernelBest.objects.filter(speedup__isnull=False).select_related("package")
                  .order_by("package__name", "device_name", "shape", "batch")[:300])

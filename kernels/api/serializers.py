@@ -11,6 +11,7 @@ from rest_framework import serializers
 from controlplane.api import FilterChoiceField, IdField, StrictInputMixin
 
 from kernels.choices import KernelJobStatus
+from kernels.selectors import MAX_TABLE_OFFSET
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
 from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, NUMBER_RE, whatif_input_errors
 
@@ -189,7 +190,7 @@ class VariantTableQuerySerializer(serializers.Serializer):
                                     default="all")
     sort = serializers.CharField(max_length=80, default="ordinal")
     limit = serializers.IntegerField(min_value=1, max_value=2000, default=500)
-    offset = serializers.IntegerField(min_value=0, max_value=1_000_000, default=0,
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_TABLE_OFFSET, default=0,
                                       help_text="rows of the sorted, filtered table to skip")
 
 

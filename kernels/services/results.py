@@ -5,6 +5,7 @@ Part of :mod:`kernels.services`, which lists the rules and where they come from.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -129,6 +130,10 @@ class _Result(BaseModel):
             v = getattr(self, k)
             if v is not None and v < 0:
                 raise ValueError(f"{k} {v:g} is negative: an error is an absolute value")
+        if self.median_us is not None and self.reps == 0:
+            # a median of no repetitions is no measurement (the runner times at least one)
+            raise ValueError(f"median_us {self.median_us:g} with reps {self.reps}: a timed row gives the "
+                             "number of timed repetitions, at least 1")
         order = [(k, getattr(self, k)) for k in ("min_us", "p10_us", "median_us", "p90_us")]
         given = [(k, v) for k, v in order if v is not None]
         for (k1, v1), (k2, v2) in zip(given, given[1:]):
@@ -173,7 +178,8 @@ def _variant_of(raw: int | str, variants: dict[int, KernelVariant], path: str,
         vid = None
     variant = variants.get(vid) if vid is not None else None
     if variant is None:
-        errors.setdefault(path, []).append(f"variant_id {raw!r} is not a variant of this job")
+        shown = repr(raw[:80]) if isinstance(raw, str) else json.dumps(raw)   # JSON's spelling: 7, true, null
+        errors.setdefault(path, []).append(f"variant_id {shown} is not a variant of this job")
     return variant
 
 

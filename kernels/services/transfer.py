@@ -183,6 +183,27 @@ def _check_measured_from(given: str | None, listed: str | None) -> None:
             f"while the variants file given has {listed}; give the variants.json the results were measured from"]})
 
 
+def _shown_id(value: Any) -> str:
+    """A variants file's id as a message quotes it: a text in quotes, anything else in JSON's
+    spelling (``7``, ``true``, ``null``), cut to 80 characters."""
+    return repr(value[:80]) if isinstance(value, str) else json.dumps(value, default=str)[:80]
+
+
+def _results_shape_check(results: Any) -> None:
+    """Refuse a results payload that is not the object ``python -m kernels.runner bench`` writes
+    (``{"device": {...}, "results": [...], "variants_sha256": ...}``) before anything reads it, so a
+    bare list or an empty object is told so rather than about its fingerprint. Raises
+    :class:`InvalidInput` (``results``)."""
+    if not isinstance(results, dict):
+        kind = "a list" if isinstance(results, list) else f"{type(results).__name__} {json.dumps(results, default=str)[:40]}"
+        raise InvalidInput({"results": [
+            f"a results file is the JSON object python -m kernels.runner bench writes, {{\"device\": {{...}}, "
+            f"\"results\": [...]}}; this one is {kind}"]})
+    missing = [k for k in ("device", "results") if k not in results]
+    if missing:
+        raise InvalidInput({f"results.{k}": ["is required (python -m kernels.runner bench writes it)"] for k in missing})
+
+
 def _renumber(payload: Any, key: str | None, ids: dict[str, int], errors: dict[str, list[str]]) -> Any:
     """``payload`` with each row's ``variant_id`` replaced through ``ids`` (the source file's id ->
     this job's); ``key`` names the list in an object payload (None: the payload is the list). An id
@@ -197,7 +218,7 @@ def _renumber(payload: Any, key: str | None, ids: dict[str, int], errors: dict[s
             vid = ids.get(str(r["variant_id"]))
             if vid is None:
                 errors.setdefault(f"{key or 'builds'}.{i}.variant_id", []).append(
-                    f"variant_id {str(r['variant_id'])[:80]!r} is not in the variants file this job was created from")
+                    f"variant_id {_shown_id(r['variant_id'])} is not in the variants file this job was created from")
             else:
                 r = {**r, "variant_id": vid}
         out_rows.append(r)
@@ -238,6 +259,8 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
     """
     if results is None and builds is None:
         raise InvalidInput({"detail": ["give results and/or builds to ingest"]})
+    if results is not None:
+        _results_shape_check(results)
     job.refresh_from_db()
     if job.status in JOB_RUNNING:
         raise Conflict(f"kernel job #{job.pk} is {job.status} on node {job.node}; wait for it or cancel it first")
@@ -472,7 +495,7 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
         for i, row in enumerate(rows if isinstance(rows, list) else []):
             if isinstance(row, dict) and "variant_id" in row and str(row["variant_id"]) not in known:
                 unknown[f"{key}.{i}.variant_id"] = [
-                    f"variant_id {str(row['variant_id'])[:80]!r} is not in the variants file"]
+                    f"variant_id {_shown_id(row['variant_id'])} is not in the variants file"]
     # The job's shapes and batches are those measured (the file's rows), not "all the manifest's".
     measured = [r for r in (results.get("results") or []) if isinstance(r, dict)] \
         if isinstance(results.get("results"), list) else []

@@ -122,7 +122,7 @@ def test_new_checks_the_results_fingerprint_against_the_variants_file_and_refuse
     with pytest.raises(InvalidInput) as err:
         kernel_job_from_measurement(package=package, variants=variants, results=stray)
     assert err.value.errors == {f"results.{len(results['results'])}.variant_id": [
-        "variant_id '987654' is not in the variants file"]}
+        "variant_id 987654 is not in the variants file"]}
     assert not KernelJob.objects.exists()
     # the fingerprint bench writes for this very file goes through the command
     path = tmp_path / "results.json"

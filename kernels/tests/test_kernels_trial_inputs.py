@@ -1,0 +1,84 @@
+"""Inputs a new user tried that were taken or answered beside the point: a timed row of zero
+repetitions, a results file that is not the runner's object, an id of another JSON type, a page
+offset past any job, and a what-if page parameter given twice."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from controlplane.errors import InvalidInput
+from kernels.models import KernelBenchmark
+from kernels.services import kernel_job_from_measurement, kernel_job_ingest, kernel_package_register
+from kernels.tests.conftest import REAL_PACKAGES
+
+CUDA = "sparse_mla_decode_cuda"
+
+
+def _load(file: str):
+    return json.loads((REAL_PACKAGES / CUDA / "results" / file).read_text())
+
+
+@pytest.fixture
+def job(db, settings, tmp_path):
+    settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
+    package = kernel_package_register(path=REAL_PACKAGES / CUDA)
+    return kernel_job_from_measurement(package=package, variants=_load("h200-variants.json"),
+                                       results=_load("h200-results.json"))
+
+
+def _stored(job):
+    return sorted(KernelBenchmark.objects.filter(variant__job=job).values_list("pk", "median_us", "reps"))
+
+
+def test_a_timed_row_of_zero_repetitions_is_refused_and_nothing_changes(job):
+    before = _stored(job)
+    results = copy.deepcopy(_load("h200-results.json"))
+    results["results"][0]["reps"] = 0
+    results["results"][0]["median_us"] *= 30
+    with pytest.raises(InvalidInput) as exc:
+        kernel_job_ingest(job=job, results=results, source_variants=_load("h200-variants.json"))
+    [message] = exc.value.errors["results.0"]
+    assert "with reps 0: a timed row gives the number of timed repetitions, at least 1" in message
+    assert _stored(job) == before
+
+
+@pytest.mark.parametrize("payload, key, text", [
+    ({}, "results.device", "is required"),
+    ([{"variant_id": 1}], "results", "this one is a list"),
+    ("x", "results", 'this one is str "x"'),
+])
+def test_a_results_file_that_is_not_the_runners_object_is_told_so(job, payload, key, text):
+    with pytest.raises(InvalidInput) as exc:
+        kernel_job_ingest(job=job, results=payload)
+    assert text in exc.value.errors[key][0]
+    assert not any(k.startswith("variants_sha256") for k in exc.value.errors)
+
+
+def test_an_unknown_id_is_quoted_in_jsons_spelling(job):
+    results = copy.deepcopy(_load("h200-results.json"))
+    results["results"][0]["variant_id"] = True
+    results["results"][1]["variant_id"] = None
+    with pytest.raises(InvalidInput) as exc:
+        kernel_job_ingest(job=job, results=results, source_variants=_load("h200-variants.json"))
+    messages = [m for ms in exc.value.errors.values() for m in ms]
+    assert any(m.startswith("variant_id true is not in the variants file") for m in messages), messages
+    assert any(m.startswith("variant_id null is not in the variants file") for m in messages), messages
+    assert not any("'True'" in m or "'None'" in m for m in messages)
+
+
+def test_the_job_page_shows_the_first_page_for_an_offset_past_the_apis_bound(job, client, viewer):
+    client.force_login(viewer)
+    for offset in ("1000001", "99999999999999999999"):
+        html = client.get(f"/kernels/jobs/{job.pk}/?offset={offset}").content.decode()
+        assert f"offset: &#x27;{offset}&#x27; is above 1000000; the first page is shown." in html
+        assert "No variant matches these filters" not in html
+    assert "is above" not in client.get(f"/kernels/jobs/{job.pk}/?offset=1000000").content.decode()
+
+
+def test_the_whatif_page_names_a_parameter_given_twice(job, client, viewer):
+    client.force_login(viewer)
+    html = client.get("/kernels/whatif/?speedup=2&speedup=3&share=0.5").content.decode()
+    assert "speedup is given 2 times (2, 3): give it once." in html
+    assert "3.000×" not in html
