@@ -8,7 +8,10 @@ errors become ``{"detail": ..., "code": ...}``. JSON bodies are size-limited by
 number that is not finite at its path (``{"spec.roles.single.port": ["1e400 is not a finite
 number"]}``; a ``NaN`` or ``Infinity`` literal alone makes a 400, and views that list every
 problem take the rest of the body through :func:`request_body`). Input serializers refuse keys
-they do not take at their names (:func:`unknown_field_errors`, :class:`StrictInputMixin`). A path under ``/api/``
+they do not take at their names (:func:`unknown_field_errors`, :class:`StrictInputMixin`; an
+action that takes no body, such as a stop or a cancel, through :func:`no_body`), and take a JSON
+body's ids, integers and texts only as JSON integers and strings (:class:`StrictIntegerField`,
+:class:`StrictIntegerMixin`, :class:`StrictCharField`). A path under ``/api/``
 that no route matches is answered by :class:`controlplane.notfound_views.ApiNotFoundView`: a
 JSON 404 like any other. The OpenAPI schema describes these bodies with the components
 ``ValidationError`` (:class:`ValidationErrorSerializer`, the flat 400 body) and ``Detail``
@@ -17,6 +20,7 @@ JSON 404 like any other. The OpenAPI schema describes these bodies with the comp
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -33,6 +37,7 @@ from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
+from rest_framework.utils import html
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
@@ -220,14 +225,15 @@ def unknown_field_errors(data: Any, allowed: Iterable[str], *,
                          read_only: Mapping[str, str] | None = None) -> dict[str, list[str]]:
     """``{key: [message]}`` for each top-level key of the body ``data`` that is not in
     ``allowed`` (nothing when ``data`` is not an object, which the serializer reports itself):
-    ``"unknown field 'foo'; allowed: name, spec"``; a key of ``read_only`` (key → why it cannot
+    ``"unknown field 'foo'; allowed: name, spec"`` (``allowed: none`` when ``allowed`` is
+    empty); a key of ``read_only`` (key → why it cannot
     be set, e.g. ``"it is set by the server"``) gets ``"'status' is read-only: <why>; allowed:
     ..."``. :data:`FORM_ONLY_KEYS` are left alone."""
     if not isinstance(data, Mapping):
         return {}
     allowed = list(allowed)
     read_only = read_only or {}
-    names = ", ".join(allowed)
+    names = ", ".join(allowed) or "none"
     errors: dict[str, list[str]] = {}
     for key in data:
         if key in allowed or key in FORM_ONLY_KEYS:
@@ -273,6 +279,85 @@ class StrictInputMixin:
             raise ValidationError(merge_nonfinite(extra, nonfinite))
         return value
 
+
+class NoBodySerializer(StrictInputMixin, serializers.Serializer):
+    """The body of an action that takes none (see :func:`no_body`): no field at all."""
+
+
+def no_body(request) -> None:
+    """Check the body of an action that takes none (a stop, a cancel): an empty body or ``{}``
+    passes; a body with keys is a 400 naming each at its name (``{"force": ["unknown field
+    'force'; allowed: none"]}``, :data:`FORM_ONLY_KEYS` left alone), and one that is not an object
+    a 400 under ``non_field_errors``. Call it before the service that may answer 409: the body is
+    judged before the state."""
+    data, nonfinite = request_body(request)
+    NoBodySerializer(data=data, context={"nonfinite": nonfinite}).is_valid(raise_exception=True)
+
+
+def shown_value(value: Any) -> str:
+    """A body value of the wrong type as a message names it: its JSON type and, for a scalar, its
+    JSON text cut to 40 characters (``the string "1"``, ``the number 9.0``, ``the boolean true``,
+    ``a list``, ``an object``)."""
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    kind = ("boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
+            else "string" if isinstance(value, str) else type(value).__name__)
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return f"the {kind} {text if len(text) <= 40 else text[:39] + '…'}"
+
+
+class FormText(str):
+    """A field's value as a form-encoded or multipart body gives it: text, the only thing a form
+    can send (DRF's ``JSONField`` marks such values the same way)."""
+
+
+class StrictIntegerMixin:
+    """For an integer or primary-key field of an input serializer (put it before the field
+    class): a JSON body's value is taken only as a JSON integer; the string ``"1"``, the number
+    ``1.0`` and ``true`` are refused as the wrong type (``must be an integer (e.g. 8), got the
+    string "1"``, ``example`` the value the message suggests) instead of being coerced as DRF's
+    fields do. A form-encoded or multipart body can send only text: its value (a
+    :class:`FormText`) is judged by the field as DRF judges it."""
+
+    def __init__(self, *, example: int = 8, **kwargs) -> None:
+        self.example = example
+        super().__init__(**kwargs)
+
+    def get_value(self, dictionary):
+        value = super().get_value(dictionary)
+        if html.is_html_input(dictionary) and isinstance(value, str):
+            return FormText(value)
+        return value
+
+    def to_internal_value(self, data):
+        if not isinstance(data, FormText) and (isinstance(data, bool) or not isinstance(data, int)):
+            raise serializers.ValidationError(f"must be an integer (e.g. {self.example}), got {shown_value(data)}",
+                                              code="invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(StrictIntegerMixin, serializers.IntegerField):
+    """An integer of a JSON body, taken only as a JSON integer (:class:`StrictIntegerMixin`),
+    instead of being coerced as DRF's :class:`~rest_framework.fields.IntegerField` does."""
+
+
+class StrictCharField(serializers.CharField):
+    """A text of a JSON body, taken only as a JSON string: a number or a boolean is refused as the
+    wrong type (``must be a string (e.g. "9.0"), got the number 9.0``) instead of being turned into
+    its text as DRF's :class:`~rest_framework.fields.CharField` does. ``example`` is the value the
+    message suggests."""
+
+    def __init__(self, *, example: str = "", **kwargs) -> None:
+        self.example = example
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            example = f" (e.g. {json.dumps(self.example)})" if self.example else ""
+            raise serializers.ValidationError(f"must be a string{example}, got {shown_value(data)}", code="invalid")
+        return super().to_internal_value(data)
 
 
 class ExportQuerySerializer(serializers.Serializer):

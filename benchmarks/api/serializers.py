@@ -11,7 +11,7 @@ from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.sweeps import DIGITS_RE
-from controlplane.api import CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, StrictInputMixin
+from controlplane.api import CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, StrictInputMixin, StrictIntegerField
 
 
 class SweepSerializer(serializers.ModelSerializer):
@@ -86,14 +86,16 @@ class GridField(serializers.JSONField):
 
 
 class SweepCreateSerializer(StrictInputMixin, serializers.Serializer):
-    """``{"deployment": id, "grid": {...}, "name": optional}``; any other key is refused at its
+    """``{"deployment": id, "grid": {...}, "name": optional}`` (the id a JSON integer: ``"7"`` is a
+    400 naming ``deployment`` and the type, judged with the rest of the body before the
+    deployment's state); any other key is refused at its
     name (``{"extra": ["unknown field 'extra'; allowed: deployment, grid, name"]}``, the shared
     :func:`controlplane.api.unknown_field_errors`), as unknown grid keys are. The grid's own
     rules are checked by :func:`benchmarks.sweeps.grid_validate`, which reports every bad grid
     field at once (errors name ``grid.<field>``, a number that is not finite such as ``1e400``
     included)."""
 
-    deployment = serializers.IntegerField(min_value=1)
+    deployment = StrictIntegerField(min_value=1)
     grid = GridField()
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
 

@@ -25,7 +25,7 @@ from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import grid_validate
 from controlplane.api import (
     ERROR_404, ERRORS_400, DetailSerializer, ExportFormatMixin, ExportQuerySerializer, SafeJSONParser, attachment,
-    flatten_errors, query_validated,
+    flatten_errors, no_body, query_validated,
 )
 from controlplane.errors import InvalidInput, NotFound
 
@@ -118,12 +118,18 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
         return Response(s.SweepSerializer(sweep).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Cancel a sweep (operator): the running point stops, no further point starts",
+                   description="Takes no body: an empty one or `{}`; any key is a 400 under its own name, also for "
+                               "a sweep that already ended (409 otherwise).",
                    request=None,
-                   responses={200: s.SweepSerializer, 404: ERROR_404,
+                   responses={200: s.SweepSerializer, 400: ERRORS_400, 404: ERROR_404,
                               409: OpenApiResponse(DetailSerializer, description="The sweep already ended.")})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        sweep = services.sweep_cancel(sweep=self.get_object(), user=request.user)
+        """Cancel the sweep through :func:`benchmarks.services.sweep_cancel` (409 for one that
+        already ended); a body with keys is a 400 (:func:`controlplane.api.no_body`), judged first."""
+        sweep = self.get_object()
+        no_body(request)
+        sweep = services.sweep_cancel(sweep=sweep, user=request.user)
         return Response(s.SweepSerializer(sweep).data)
 
     @extend_schema(summary="The ceiling analysis (stored when the sweep finished; provisional before)",

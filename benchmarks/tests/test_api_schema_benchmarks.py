@@ -117,7 +117,7 @@ def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
         ("/api/runs/{id}/original/", "get"), ("/api/runs/import/", "post"), ("/api/runs/compare/", "get"))}
     assert codes == {
         ("/api/sweeps/", "post"): ["201", "400", "401", "403", "409"],
-        ("/api/sweeps/{id}/cancel/", "post"): ["200", "401", "403", "404", "409"],
+        ("/api/sweeps/{id}/cancel/", "post"): ["200", "400", "401", "403", "404", "409"],
         ("/api/sweeps/{id}/analysis/", "get"): ["200", "401", "403", "404"],
         ("/api/sweeps/{id}/export/", "get"): ["200", "400", "401", "403", "404"],
         ("/api/runs/{id}/records/", "get"): ["200", "400", "401", "403", "404"],
@@ -134,7 +134,8 @@ def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
     import_format = _resolve(schema, schema["components"]["schemas"]["Run"]["properties"]["import_format"])
     assert sorted(v for sub in import_format["oneOf"] for v in _resolve(schema, sub)["enum"]) == [
         "", "sglang-bench-serving", "vllm-bench-serve"]
-    for path, method in (("/api/sweeps/", "post"), ("/api/runs/import/", "post"), ("/api/runs/compare/", "get")):
+    for path, method in (("/api/sweeps/", "post"), ("/api/sweeps/{id}/cancel/", "post"), ("/api/runs/import/", "post"),
+                         ("/api/runs/compare/", "get")):
         assert _body(schema, path, method, 400) == {"$ref": ref + "ValidationError"}
     for path, method in (("/api/sweeps/", "post"), ("/api/sweeps/{id}/cancel/", "post"), ("/api/runs/import/", "post")):
         assert _body(schema, path, method, 409) == {"$ref": ref + "Detail"}

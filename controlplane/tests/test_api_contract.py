@@ -60,10 +60,14 @@ def test_the_deployments_endpoints_list_the_400s_and_409s_they_answer(schema):
     assert ref(deploy["400"]) == "#/components/schemas/ValidationError"
     assert ref(deploy["409"]) == "#/components/schemas/Detail"
     cancel = paths["/api/deployments/{id}/cancel/"]["post"]
-    assert set(cancel["responses"]) == {"202", "401", "403", "404", "409"}
+    assert set(cancel["responses"]) == {"202", "400", "401", "403", "404", "409"}
     assert "ready" in cancel["responses"]["409"]["description"]
     assert "is ready; cancel only applies" in cancel["description"]
-    assert set(paths["/api/deployments/{id}/stop/"]["post"]["responses"]) == {"202", "401", "403", "404"}
+    stop = paths["/api/deployments/{id}/stop/"]["post"]
+    assert set(stop["responses"]) == {"202", "400", "401", "403", "404"}
+    for operation in (cancel, stop):  # a body with keys is refused
+        assert ref(operation["responses"]["400"]) == "#/components/schemas/ValidationError"
+        assert "Takes no body" in operation["description"]
     assert ref(paths["/api/recipes/{id}/"]["delete"]["responses"]["409"]) == "#/components/schemas/Detail"
     for path in ("/api/deployments/", "/api/recipes/", "/api/processes/"):
         listed = paths[path]["get"]["responses"]

@@ -22,7 +22,8 @@ from rest_framework.fields import SkipField, get_error_detail
 # The API's shared error bodies (schema components ValidationError and Detail), importable from here too.
 from controlplane.api import ERROR_SHAPE_HELP, DetailSerializer, ValidationErrorSerializer  # noqa: F401
 from controlplane.api import (
-    MAX_INT, FilterChoiceField, IdField, StrictInputMixin, merge_nonfinite, unknown_field_errors,
+    MAX_INT, FilterChoiceField, IdField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin, merge_nonfinite,
+    unknown_field_errors,
 )
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
@@ -147,8 +148,9 @@ class SpecField(serializers.JSONField):
 class RecipeWriteSerializer(serializers.Serializer):
     """Input for creating (all of ``name``, ``engine``, ``topology``, ``node``, ``spec``) or
     updating (any subset with PATCH) a recipe. ``node`` is a node name. ``change_reason`` is
-    stored in the version history; ``expected_version`` makes an update fail with 409 when the
-    recipe moved on since the client read it. Any other top-level key is refused.
+    stored in the version history; ``expected_version`` (a JSON integer: ``"3"`` is refused as the
+    wrong type) makes an update fail with 409 when the recipe moved on since the client read it.
+    Any other top-level key is refused.
 
     Pass the recipe being updated as ``instance``: a PATCH's spec rules are then checked on
     the merged content (the recipe's stored engine, topology, node and spec where the body
@@ -161,7 +163,7 @@ class RecipeWriteSerializer(serializers.Serializer):
     node = serializers.SlugRelatedField(slug_field="name", queryset=Node.objects.all())
     spec = SpecField(help_text="The typed recipe spec; see deployments.recipes for its schema.")
     change_reason = serializers.CharField(max_length=100, required=False, allow_blank=True, write_only=True)
-    expected_version = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False, write_only=True)
+    expected_version = StrictIntegerField(min_value=1, max_value=MAX_INT, required=False, write_only=True)
 
     def validate_spec(self, value: Any) -> dict:
         if not isinstance(value, dict):
@@ -302,10 +304,13 @@ class RecipeDiffSerializer(serializers.Serializer):
 
 
 class RevertSerializer(StrictInputMixin, serializers.Serializer):
-    """Body of ``POST /api/recipes/<id>/revert/``; any other key is refused at its name."""
+    """Body of ``POST /api/recipes/<id>/revert/``; any other key is refused at its name, and both
+    versions are JSON integers (``"1"``, ``1.0`` or ``true`` is a 400 naming the field and the
+    type). The view judges the body before the recipe's state: a malformed body is a 400 even
+    when ``expected_version`` is stale (409)."""
 
-    version = serializers.IntegerField(min_value=1, max_value=MAX_INT)
-    expected_version = serializers.IntegerField(min_value=1, max_value=MAX_INT, required=False)
+    version = StrictIntegerField(min_value=1, max_value=MAX_INT)
+    expected_version = StrictIntegerField(min_value=1, max_value=MAX_INT, required=False)
 
 
 class LaunchPlanSerializer(serializers.Serializer):
@@ -440,20 +445,17 @@ class DeploymentSerializer(serializers.ModelSerializer):
         return redact_text(deployment_waiting_reason(deployment=deployment))
 
 
-class WholePrimaryKeyField(serializers.PrimaryKeyRelatedField):
-    """A primary key given as a whole number (or its digits as a string). DRF passes a JSON
-    number such as ``1.5`` on to the database lookup, which truncates it to 1 and would act on
-    another row; a float is refused as the wrong type instead, like a bool or a list."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, float):
-            self.fail("incorrect_type", data_type=type(data).__name__)
-        return super().to_internal_value(data)
+class WholePrimaryKeyField(StrictIntegerMixin, serializers.PrimaryKeyRelatedField):
+    """A primary key given as a JSON integer (a form body's digits as DRF reads them). DRF takes
+    the string ``"1"`` and passes a JSON number such as ``1.5`` on to the database lookup, which
+    truncates it to 1 and would act on another row; a string, a float or a boolean is refused as
+    the wrong type instead (``must be an integer (e.g. 8), got the string "1"``,
+    :class:`controlplane.api.StrictIntegerMixin`)."""
 
 
 class DeploymentCreateSerializer(StrictInputMixin, serializers.Serializer):
-    """Body of ``POST /api/deployments/``: the recipe (id) whose current version to deploy. Any
-    other key is refused at its name: a deployment runs the recipe's current version on the
+    """Body of ``POST /api/deployments/``: the recipe (id, a JSON integer) whose current version to
+    deploy. Any other key is refused at its name: a deployment runs the recipe's current version on the
     recipe's node, and everything else about it is set as it runs
     (``{"node": ["'node' is read-only: a deployment runs on its recipe's node ...; allowed: recipe"]}``)."""
 

@@ -24,11 +24,11 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api import ERROR_404, ERROR_409, ERRORS_400, SafeJSONParser, request_body
+from controlplane.api import ERROR_404, ERROR_409, ERRORS_400, SafeJSONParser, no_body, request_body
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
 from deployments.api import serializers as s
-from deployments.models import Deployment, Node, Recipe, Secret
+from deployments.models import Node, Recipe, Secret
 from deployments.telemetry import selectors as telemetry_selectors
 
 PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
@@ -48,6 +48,9 @@ def _telemetry_window_check(since: float, until: float) -> None:
         raise ValidationError({"since": [
             f"the window from since to until is {until - since:.0f} s; at most {limit:.0f} s "
             f"({limit / 3600:.0f} h) a request: ask for consecutive windows, e.g. since={until - limit:.0f}"]})
+
+NO_BODY_HELP = ("Takes no body: an empty one or `{}`; any key is a 400 under its own name (judged before the "
+                "state, so also where the answer would be a 409).")
 
 SECRET_VALUE_HELP = (
     "A value shorter than the masking minimum, or holding a NUL or a line break (a secret reaches its engine as an "
@@ -389,21 +392,23 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         deployment = selectors.deployment_list().get(pk=deployment.pk)
         return Response(s.DeploymentSerializer(deployment).data, status=status.HTTP_201_CREATED)
 
-    def _stop(self, deployment: Deployment, request: Request) -> Response:
-        deployment = services.deployment_stop(deployment=deployment, user=request.user)
-        return Response(s.DeploymentSerializer(deployment).data, status=status.HTTP_202_ACCEPTED)
-
     @extend_schema(
         summary="Stop a deployment (operator)",
         description="Pending: cancelled at once. Starting or ready: the node agent stops the processes "
         "(router, decode, prefill; SIGTERM, the recipe's grace period, SIGKILL); poll `status`. "
-        "Idempotent: stopping, stopped or failed answers 202 and changes nothing.",
+        "Idempotent: stopping, stopped or failed answers 202 and changes nothing. " + NO_BODY_HELP,
         request=None,
-        responses={202: s.DeploymentSerializer, 404: ERROR_404},
+        responses={202: s.DeploymentSerializer, 400: ERRORS_400, 404: ERROR_404},
     )
     @action(detail=True, methods=["post"], url_path="stop")
     def stop(self, request: Request, pk=None) -> Response:
-        return self._stop(self.get_object(), request)
+        """Stop the deployment (202 whatever its status) through
+        :func:`deployments.services.deployment_stop`; a body with keys is a 400
+        (:func:`controlplane.api.no_body`) and stops nothing. 404 for an unknown id."""
+        deployment = self.get_object()
+        no_body(request)
+        deployment = services.deployment_stop(deployment=deployment, user=request.user)
+        return Response(s.DeploymentSerializer(deployment).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         summary="Cancel a deployment that has not become ready (operator)",
@@ -414,10 +419,12 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         "as stored decides, in one conditional update: one that becomes ready while the cancel is in flight is "
         "refused the same way): "
         '`{"detail": "Deployment #7 is ready; cancel only applies to a deployment that has not become ready '
-        'yet (pending or starting). Use stop (POST /api/deployments/7/stop/) to stop it.", "code": "conflict"}`.',
+        'yet (pending or starting). Use stop (POST /api/deployments/7/stop/) to stop it.", "code": "conflict"}`. '
+        + NO_BODY_HELP,
         request=None,
         responses={
             202: s.DeploymentSerializer,
+            400: ERRORS_400,
             404: ERROR_404,
             409: OpenApiResponse(s.DetailSerializer, description="The deployment has been ready (use stop), or "
                                  "is stopping, stopped or failed: nothing to cancel."),
@@ -428,8 +435,11 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         """Cancel a deployment that has not become ready (202, as stop does) through
         :func:`deployments.services.deployment_cancel`, which judges the row as stored at the
         moment it changes it; otherwise 409 naming its status and, for a live one, pointing at
-        stop. 404 for an unknown id."""
-        deployment = services.deployment_cancel(deployment=self.get_object(), user=request.user)
+        stop. A body with keys is a 400 (:func:`controlplane.api.no_body`), judged before the
+        state. 404 for an unknown id."""
+        deployment = self.get_object()
+        no_body(request)
+        deployment = services.deployment_cancel(deployment=deployment, user=request.user)
         return Response(s.DeploymentSerializer(deployment).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(

@@ -181,15 +181,15 @@ def test_a_deploy_reports_a_bad_recipe_with_the_unknown_keys(operator_api):
     assert sorted(response.json()) == ["extra", "recipe"]
 
 
-@pytest.mark.parametrize("recipe, kind", [(1.5, "float"), (1.0, "float"), (True, "bool"), ("1.5", "str"),
-                                          ([1], "list")])
-def test_a_deploy_refuses_a_recipe_id_that_is_not_a_whole_number(operator_api, operator, node, recipe, kind):
+@pytest.mark.parametrize("recipe, shown", [(1.5, "the number 1.5"), (1.0, "the number 1.0"), (True, "the boolean true"),
+                                           ("1.5", 'the string "1.5"'), ("1", 'the string "1"'), ([1], "a list")])
+def test_a_deploy_refuses_a_recipe_id_that_is_not_a_whole_number(operator_api, operator, node, recipe, shown):
     services.recipe_create(user=operator, **{**payload(), "node": node})  # recipe #1 exists: 1.5 must not hit it
 
     response = operator_api.post("/api/deployments/", {"recipe": recipe}, format="json")
 
     assert response.status_code == 400, response.json()
-    assert response.json()["recipe"] == [f"Incorrect type. Expected pk value, received {kind}."]
+    assert response.json()["recipe"] == [f"must be an integer (e.g. 8), got {shown}"]
     assert not Deployment.objects.exists()
 
 

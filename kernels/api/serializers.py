@@ -3,12 +3,9 @@
 ``gbps`` GB/s, ``tflops`` TFLOP/s; ``roofline_fraction`` is 0-1."""
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from rest_framework import serializers
 
-from controlplane.api import FilterChoiceField, IdField, StrictInputMixin
+from controlplane.api import FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField
 
 from kernels.choices import KernelJobStatus
 from kernels.selectors import MAX_TABLE_OFFSET
@@ -83,47 +80,8 @@ class JobSerializer(serializers.ModelSerializer):
         return kernel_job_waiting_reason(job=job)
 
 
-def _given(value: Any) -> str:
-    """A body value of the wrong type as a message names it: its JSON type and, for a scalar, its
-    JSON text cut to 40 characters (``the string "1"``, ``the number 9.0``, ``the boolean true``,
-    ``a list``, ``an object``)."""
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    kind = ("boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
-            else "string" if isinstance(value, str) else type(value).__name__)
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return f"the {kind} {text if len(text) <= 40 else text[:39] + '…'}"
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """An integer of a JSON body, taken only as a JSON integer: the string ``"1"``, the number
-    ``1.0`` and ``true`` are refused as the wrong type (``must be an integer (e.g. 8), got the
-    string "1"``) instead of being coerced as DRF's :class:`~rest_framework.fields.IntegerField`
-    does."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise serializers.ValidationError(f"must be an integer (e.g. 8), got {_given(data)}", code="invalid")
-        return super().to_internal_value(data)
-
-
-class StrictCharField(serializers.CharField):
-    """A text of a JSON body, taken only as a JSON string: a number or a boolean is refused as the
-    wrong type (``must be a string (e.g. "9.0"), got the number 9.0``) instead of being turned into
-    its text as DRF's :class:`~rest_framework.fields.CharField` does. ``example`` is the value the
-    message suggests."""
-
-    def __init__(self, *, example: str = "", **kwargs) -> None:
-        self.example = example
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            example = f" (e.g. {json.dumps(self.example)})" if self.example else ""
-            raise serializers.ValidationError(f"must be a string{example}, got {_given(data)}", code="invalid")
-        return super().to_internal_value(data)
+#: What an empty ``shapes`` or ``batches`` list of a job body is told.
+LEAVE_OUT = "give at least one value, or leave the key out for the package's list"
 
 
 class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
@@ -131,15 +89,33 @@ class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     "params": {param: [values]} (optional grid subset), "shapes": [...], "batches": [...]}``;
     any other key is refused at its name. Texts must be JSON strings and batches JSON integers
     (``"cc": 9.0``, ``"batches": ["1"]`` or ``[true]`` are a 400 naming the field and the type
-    expected, never coerced)."""
+    expected, never coerced); ``shapes`` and ``batches``, when given, hold at least one value and
+    each value once (``[]`` or ``[1, 1]`` is a 400; leave the key out for the package's list)."""
 
     package = StrictCharField(max_length=63, example="sparse_mla_decode")
     node = StrictCharField(max_length=63, example="local")
     cc = StrictCharField(max_length=8, required=False, allow_blank=True, example="9.0")
     params = serializers.DictField(child=serializers.JSONField(), required=False)
     shapes = serializers.ListField(child=StrictCharField(max_length=63, example="v4-flash"), required=False,
-                                   max_length=32)
-    batches = serializers.ListField(child=StrictIntegerField(min_value=1), required=False, max_length=32)
+                                   min_length=1, max_length=32, error_messages={"min_length": LEAVE_OUT})
+    batches = serializers.ListField(child=StrictIntegerField(min_value=1), required=False, min_length=1,
+                                    max_length=32, error_messages={"min_length": LEAVE_OUT})
+
+    def _distinct(self, values: list, what: str) -> list:
+        seen: set = set()
+        for v in values:
+            if v in seen:
+                raise serializers.ValidationError(f"{what} {v!r} is given twice: give each once")
+            seen.add(v)
+        return values
+
+    def validate_shapes(self, value: list) -> list:
+        """Each shape once (an empty list is refused by ``min_length``: leave the key out instead)."""
+        return self._distinct(value, "shape")
+
+    def validate_batches(self, value: list) -> list:
+        """Each batch once (an empty list is refused by ``min_length``: leave the key out instead)."""
+        return self._distinct(value, "batch")
 
 
 def fields_that_parse(serializer: serializers.Serializer, body, *, skip) -> dict:

@@ -22,10 +22,12 @@ from rest_framework.response import Response
 
 from controlplane.api import (
     ERROR_404,
+    ERRORS_400,
     DetailSerializer,
     ExportFormatMixin,
     ExportQuerySerializer,
     attachment,
+    no_body,
     query_validated,
     request_body,
 )
@@ -109,11 +111,13 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return Response(s.JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Cancel a kernel job (operator): the runner is stopped within a second",
-                   request=None, responses={200: s.JobSerializer, 404: ERROR_404,
+                   request=None, responses={200: s.JobSerializer, 400: ERRORS_400, 404: ERROR_404,
                                             409: OpenApiResponse(DetailSerializer, description="The job already ended.")})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        job = services.kernel_job_cancel(job=self.get_object(), user=request.user)
+        job = self.get_object()
+        no_body(request)   # a body with keys is a 400, judged before the job's state (409)
+        job = services.kernel_job_cancel(job=job, user=request.user)
         return Response(s.JobSerializer(job).data)
 
     @extend_schema(summary="The variant table: build facts, correctness, µs and roofline per shape at one batch",

@@ -244,11 +244,16 @@ def test_non_ascii_digits_are_a_400_like_any_malformed_number(viewer_api, measur
     assert resp.status_code == 400 and "best" in resp.json()
 
 
-def test_job_creation_keeps_each_shape_once_in_the_order_given(operator_api, toy_package, h200_node,
-                                                                django_capture_on_commit_callbacks):
+def test_job_creation_keeps_the_shapes_in_the_order_given_and_refuses_one_given_twice(
+        operator_api, toy_package, h200_node, django_capture_on_commit_callbacks):
+    twice = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box",
+                                                    "shapes": ["wide", "small", "wide"], "batches": [4, 1, 4]},
+                              format="json")
+    assert twice.status_code == 400 and twice.json() == {
+        "shapes": ["shape 'wide' is given twice: give each once"], "batches": ["batch 4 is given twice: give each once"]}
     with django_capture_on_commit_callbacks(execute=False):
         resp = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box",
-                                                       "shapes": ["wide", "small", "wide"], "batches": [4, 1, 4]},
+                                                       "shapes": ["wide", "small"], "batches": [4, 1]},
                                  format="json")
     assert resp.status_code == 201, resp.content
     assert resp.json()["shapes"] == ["wide", "small"] and resp.json()["batches"] == [1, 4]
@@ -270,9 +275,9 @@ def test_the_variant_table_of_an_unmeasured_job_offers_only_its_batches_and_shap
     assert viewer_api.get(f"/api/kernel-jobs/{every.pk}/variants/").json()["batches"] == [1, 4]
 
 
-def test_the_schema_documents_cancels_404_and_409(viewer_api):
+def test_the_schema_documents_cancels_400_404_and_409(viewer_api):
     schema = viewer_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     responses = schema["paths"]["/api/kernel-jobs/{id}/cancel/"]["post"]["responses"]
 
-    assert set(responses) == {"200", "401", "403", "404", "409"}
+    assert set(responses) == {"200", "400", "401", "403", "404", "409"}
     assert responses["409"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Detail"}

@@ -82,3 +82,27 @@ def test_the_whatif_page_names_a_parameter_given_twice(job, client, viewer):
     html = client.get("/kernels/whatif/?speedup=2&speedup=3&share=0.5").content.decode()
     assert "speedup is given 2 times (2, 3): give it once." in html
     assert "3.000×" not in html
+
+
+@pytest.mark.parametrize("body, key, text", [
+    ({"batches": []}, "batches", "give at least one value, or leave the key out for the package's list"),
+    ({"batches": [1, 1]}, "batches", "batch 1 is given twice: give each once"),
+    ({"shapes": []}, "shapes", "give at least one value, or leave the key out for the package's list"),
+    ({"shapes": ["v32", "v32"]}, "shapes", "shape 'v32' is given twice: give each once"),
+])
+def test_a_job_body_with_an_empty_or_repeating_list_makes_no_job(operator_api, body, key, text):
+    from kernels.models import KernelJob
+
+    before = KernelJob.objects.count()
+    answer = operator_api.post("/api/kernel-jobs/", {"package": CUDA, "node": "local", "cc": "9.0", **body},
+                               format="json")
+    assert answer.status_code == 400, answer.content
+    assert text in answer.json()[key][0]
+    assert KernelJob.objects.count() == before
+
+
+def test_a_cancel_with_a_body_is_refused_before_the_jobs_state(job, operator_api):
+    answer = operator_api.post(f"/api/kernel-jobs/{job.pk}/cancel/", {"force": True}, format="json")
+    assert answer.status_code == 400 and answer.json() == {"force": ["unknown field 'force'; allowed: none"]}
+    # the job is done: an empty body gets the state's answer
+    assert operator_api.post(f"/api/kernel-jobs/{job.pk}/cancel/", {}, format="json").status_code == 409
