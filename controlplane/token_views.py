@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle
 
-from controlplane.api import DetailSerializer, ValidationErrorSerializer, unknown_field_errors
+from controlplane.api import DetailSerializer, ValidationErrorSerializer, given_more_than_once, unknown_field_errors
 from controlplane.permissions import user_role
 
 
@@ -64,6 +64,9 @@ class TokenObtainView(ObtainAuthToken):
         # The body is {"username", "password"}, both text: another key is refused at its name and a
         # number or boolean is not taken as the text it would print as (DRF's CharField would).
         errors = unknown_field_errors(request.data, ["username", "password"])
+        if hasattr(request.data, "getlist"):   # a form body may repeat a field; the last would win silently
+            errors.update({name: [message] for name in ("username", "password")
+                           if (message := given_more_than_once(request.data.getlist(name)))})
         if isinstance(request.data, Mapping):
             errors.update({name: ["must be a string"] for name in ("username", "password")
                            if name in request.data and not isinstance(request.data[name], str)})

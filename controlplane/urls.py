@@ -14,6 +14,7 @@ from rest_framework.renderers import JSONRenderer
 
 from controlplane import views
 from controlplane.login_throttle import throttled_login
+from controlplane.drf_defaults import SingleValuedQuery
 from controlplane.permissions import RolePermission
 from controlplane.token_views import TokenObtainView
 from deployments.views.common import role_page
@@ -36,7 +37,7 @@ urlpatterns = [
          name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/schema/", SchemaView.as_view(permission_classes=[RolePermission]), name="api-schema"),
+    path("api/schema/", SchemaView.as_view(permission_classes=[RolePermission, SingleValuedQuery]), name="api-schema"),
     path(
         "api/docs/",
         role_page(read="viewer")(SpectacularSwaggerView.as_view(url_name="api-schema", permission_classes=[RolePermission])),

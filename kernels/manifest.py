@@ -550,7 +550,8 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
     manifest's for that parameter. Returns it in manifest order, or None for an empty subset.
     Raises :class:`ManifestError` with ``params.<param>`` paths; a parameter given one value
     that is not in a list (``{"impl": "split_k"}``) is refused there (``must be a list of grid
-    values (e.g. ['split_k']), got 'split_k'``), not read as a one-value list."""
+    values (e.g. ['split_k']), got 'split_k'``), not read as a one-value list, and so is a value
+    given twice in one list."""
     if subset in (None, {}):
         return None
     if not isinstance(subset, dict):
@@ -570,9 +571,14 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
             errs.add(f"params.{param}", "needs at least one value")
             continue
         allowed = manifest.grid[param]
+        seen: list = []
         for v in values:
             if isinstance(v, bool) or not any(type(v) is type(a) and v == a for a in allowed):
                 errs.add(f"params.{param}", f"{v!r} is not one of the grid's values {allowed}")
+            elif any(type(v) is type(w) and v == w for w in seen):
+                errs.add(f"params.{param}", f"{v!r} is given twice: give each value once")
+            else:
+                seen.append(v)
         out[param] = [a for a in allowed if any(type(v) is type(a) and v == a for v in values)]
     errs.raise_if_any()
     return {p: out[p] for p in manifest.grid if p in out}

@@ -131,8 +131,9 @@ MAX_SUBSET_CHARS = 10_000
 
 def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
     """The grid subset of the job form, in either accepted form (:data:`SUBSET_FORMS`):
-    ``impl=split_k,head_tiled; BLOCK_H=32`` or JSON ``{"impl": ["split_k"], "BLOCK_H": 32}``, both
-    giving ``{"impl": [...], "BLOCK_H": [32]}``. Problems go to ``errors["params"]``, echoing at
+    ``impl=split_k,head_tiled; BLOCK_H=32`` or JSON ``{"impl": ["split_k"], "BLOCK_H": [32]}`` (a
+    bare value in the JSON form is refused, as the API refuses it), both giving ``{"impl": [...],
+    "BLOCK_H": [32]}``. Problems go to ``errors["params"]``, echoing at
     most 80 characters of the input; a parameter named twice is one of them (its values are
     listed once, never merged or overwritten)."""
     out: dict[str, list] = {}
@@ -164,7 +165,12 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
                 f"'{_short(name)}' is named more than once in the JSON object: give it once, with all its values "
                 f"in one list ({{\"{_short(name)}\": [v1, v2]}})")
         for name, values in data.items():
-            out[str(name)] = list(values) if isinstance(values, list) else [values]
+            if not isinstance(values, list):   # the API's rule (kernels.manifest.grid_subset_validate)
+                errors.setdefault("params", []).append(
+                    f"'{_short(str(name))}' must be a list of grid values in the JSON form "
+                    f"({{\"{_short(str(name))}\": [{_short(json.dumps(values))}]}}), or write {_short(str(name))}={_short(str(values))}")
+                continue
+            out[str(name)] = list(values)
         return out
     given: dict[str, list[str]] = {}   # each parameter's values as written, per time it is named
     for part in text.replace("\n", ";").split(";"):
@@ -217,6 +223,13 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
     form = {k: request.POST.get(k, "").strip() for k in ("node", "cc", "params", "batches")}
     form["shapes"] = request.POST.getlist("shapes")
     errors: dict[str, list[str]] = {}
+    # one value a field (a form sends each once; a hand-made request that repeats one would have
+    # its last value taken silently), and each shape and batch once, as the API's body
+    for key in ("node", "cc", "params", "batches"):
+        if repeated := given_more_than_once(request.POST.getlist(key)):
+            errors.setdefault(key, []).append(f"{key} {repeated}.")
+    for shape in {s for s in form["shapes"] if form["shapes"].count(s) > 1}:
+        errors.setdefault("shapes", []).append(f"Shape '{_short(shape)}' is chosen twice: choose each once.")
     node = Node.objects.filter(name=form["node"]).first()
     if node is None:
         errors["node"] = ["Choose a registered node."]
@@ -227,6 +240,8 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
             continue
         if not DIGITS_RE.fullmatch(part):
             errors.setdefault("batches", []).append(f"'{_short(part)}' is not a positive whole number.")
+        elif int(part) in batches:
+            errors.setdefault("batches", []).append(f"Batch {int(part)} is given twice: give each once.")
         else:
             batches.append(int(part))
     if errors:

@@ -46,3 +46,17 @@ def test_the_token_body_takes_two_strings_and_no_other_key(viewer):
     number = client.post("/api/auth/token/", {**good, "username": 123}, format="json")
     assert number.status_code == 400 and number.json() == {"username": ["must be a string"]}
     assert client.post("/api/auth/token/", good, format="json").status_code == 200
+
+
+def test_a_form_body_that_repeats_the_username_gets_no_token(viewer):
+    answer = APIClient().post("/api/auth/token/", "username=nobody&username=vera-viewer&password=correct-horse-battery",
+                              content_type="application/x-www-form-urlencoded")
+    assert answer.status_code == 400 and "token" not in answer.json()
+    assert answer.json()["username"] == ["is given 2 times (nobody, vera-viewer): give it once"]
+
+
+@pytest.mark.django_db
+def test_the_schema_refuses_a_repeated_format(viewer_api):
+    answer = viewer_api.get("/api/schema/?format=json&format=yaml")
+    assert answer.status_code == 400 and answer.json() == {"format": ["is given 2 times (json, yaml): give it once"]}
+

@@ -215,8 +215,8 @@ class WhatIfViewSet(viewsets.ViewSet):
                                             f"{best.device_name})"
         result = whatif_compute(sweep=sweep, share=q["share"], speedup=speedup, best=best)
         result["speedup_source"] = source
-        # an omitted share is the seed's measurement, said so rather than silently assumed
-        result["share_source"] = "given" if "share" in request.query_params else (
+        # an omitted (or empty) share is the seed's measurement, said so rather than silently assumed
+        result["share_source"] = "given" if request.query_params.get("share", "").strip() else (
             f"default: {DEFAULT_SHARE:g}, the seed deployment's measured share of decode step time spent in its "
             "sparse-attention decode kernel")
         return Response(json.loads(json.dumps(result, default=str)))

@@ -204,6 +204,19 @@ def _results_shape_check(results: Any) -> None:
         raise InvalidInput({f"results.{k}": ["is required (python -m kernels.runner bench writes it)"] for k in missing})
 
 
+def _builds_shape_check(builds: Any) -> None:
+    """Refuse a builds payload that is not the non-empty list of build facts ``python -m
+    kernels.runner compile`` writes (an object, a scalar or ``[]``) before anything reads it, so
+    it is told so rather than about the variants' numbering. Raises :class:`InvalidInput`
+    (``builds``)."""
+    if not isinstance(builds, list):
+        kind = "an object" if isinstance(builds, dict) else f"{type(builds).__name__} {json.dumps(builds, default=str)[:40]}"
+        raise InvalidInput({"builds": [
+            f"a builds file is the JSON list of build facts python -m kernels.runner compile writes; this one is {kind}"]})
+    if not builds:
+        raise InvalidInput({"builds": ["the builds file holds no build: there is nothing to store"]})
+
+
 def _renumber(payload: Any, key: str | None, ids: dict[str, int], errors: dict[str, list[str]]) -> Any:
     """``payload`` with each row's ``variant_id`` replaced through ``ids`` (the source file's id ->
     this job's); ``key`` names the list in an object payload (None: the payload is the list). An id
@@ -270,6 +283,8 @@ def kernel_job_ingest(*, job: KernelJob, results: Any = None, builds: Any = None
         raise InvalidInput({"results": [
             f"the results file holds no measurement: there is nothing to store into kernel job #{job.pk}"
             + ("; to store the builds alone, leave the results file out" if builds is not None else "")]})
+    if builds is not None:
+        _builds_shape_check(builds)
     mapping = {str(k): int(v) for k, v in (job.source_variant_ids or {}).items()}
     given = _fingerprint_of(results) if results is not None else None
     if source_variants is not None:

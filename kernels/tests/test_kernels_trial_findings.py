@@ -104,9 +104,13 @@ def test_the_job_form_takes_the_apis_json_and_says_which_forms_it_takes(operator
     c = _client(operator)
     with django_capture_on_commit_callbacks(execute=False):
         resp = c.post("/kernels/packages/toy_attn/jobs/new/",
-                      {"node": "h200-box", "params": '{"impl": ["tiled"], "BLOCK": 32}'})
+                      {"node": "h200-box", "params": '{"impl": ["tiled"], "BLOCK": [32]}'})
     job = KernelJob.objects.get()
     assert resp.status_code == 302 and job.params_subset == {"impl": ["tiled"], "BLOCK": [32]}
+    # a bare value is refused in the JSON form, as the API refuses it
+    bare = c.post("/kernels/packages/toy_attn/jobs/new/", {"node": "h200-box", "params": '{"BLOCK": 32}'})
+    assert bare.status_code == 400 and KernelJob.objects.count() == 1
+    assert "&#x27;BLOCK&#x27; must be a list of grid values in the JSON form" in bare.content.decode()
     bad = c.post("/kernels/packages/toy_attn/jobs/new/", {"node": "h200-box", "params": "BLOCK 32"}).content.decode()
     assert "&#x27;BLOCK 32&#x27; is neither of the accepted forms: PARAM=v1,v2; PARAM2=v" in bad
     assert "{&quot;BLOCK_H&quot;: [64]}" in bad

@@ -106,3 +106,51 @@ def test_a_cancel_with_a_body_is_refused_before_the_jobs_state(job, operator_api
     assert answer.status_code == 400 and answer.json() == {"force": ["unknown field 'force'; allowed: none"]}
     # the job is done: an empty body gets the state's answer
     assert operator_api.post(f"/api/kernel-jobs/{job.pk}/cancel/", {}, format="json").status_code == 409
+
+
+def test_a_grid_value_given_twice_in_a_job_body_is_refused(job, operator_api):
+    from deployments.models import Node
+    from kernels.models import KernelJob
+
+    Node.objects.get_or_create(name="local", defaults={"hostname": "localhost"})
+    before = KernelJob.objects.count()
+    answer = operator_api.post("/api/kernel-jobs/", {"package": CUDA, "node": "local", "cc": "9.0",
+                                                     "params": {"impl": ["baseline", "baseline"]}}, format="json")
+    assert answer.status_code == 400
+    assert answer.json()["params.impl"] == ["'baseline' is given twice: give each value once"], answer.json()
+    assert KernelJob.objects.count() == before
+
+
+@pytest.mark.parametrize("form, key, text", [
+    ({"node": ["local", "local"]}, "node", "node is given 2 times (local, local): give it once."),
+    ({"batches": "1,1"}, "batches", "Batch 1 is given twice: give each once."),
+    ({"shapes": ["v32", "v32"]}, "shapes", "Shape &#x27;v32&#x27; is chosen twice: choose each once."),
+    ({"params": "impl=baseline,baseline"}, "params", "&#x27;baseline&#x27; is given twice: give each value once"),
+])
+def test_the_job_form_refuses_what_the_api_refuses(db, settings, tmp_path, operator, client, form, key, text):
+    from deployments.models import Node
+    from kernels.models import KernelJob
+
+    settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
+    kernel_package_register(path=REAL_PACKAGES / CUDA)
+    Node.objects.get_or_create(name="local", defaults={"hostname": "localhost"})
+    client.force_login(operator)
+    body = {"node": "local", "cc": "9.0", **form}
+    answer = client.post(f"/kernels/packages/{CUDA}/jobs/new/", body)
+    assert answer.status_code == 400, answer.status_code
+    assert text in answer.content.decode()
+    assert not KernelJob.objects.exists()
+
+
+@pytest.mark.parametrize("builds, text", [
+    ({}, "a builds file is the JSON list of build facts python -m kernels.runner compile writes; this one is an object"),
+    ([], "the builds file holds no build: there is nothing to store"),
+])
+def test_a_builds_file_that_is_not_a_list_of_builds_is_told_so(job, builds, text):
+    with pytest.raises(InvalidInput) as exc:
+        kernel_job_ingest(job=job, builds=builds)
+    assert exc.value.errors == {"builds": [text]}
+    with pytest.raises(InvalidInput) as exc:
+        kernel_job_ingest(job=job, results=_load("h200-results.json"), builds=builds,
+                          source_variants=_load("h200-variants.json"))
+    assert exc.value.errors == {"builds": [text]}
