@@ -23,7 +23,6 @@ from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import BasePermission
-from rest_framework.permissions import BasePermission
 from rest_framework.parsers import JSONParser
 
 # Default cap on a JSON request body. The largest legitimate body is a recipe, a few KiB, so

@@ -170,6 +170,12 @@ def _variants_by_id(job: KernelJob) -> dict[int, KernelVariant]:
     return {v.pk: v for v in job.variants.all()}
 
 
+def shown_id(value: Any) -> str:
+    """A file's ``variant_id`` as a message quotes it: a text in quotes, anything else in JSON's
+    spelling (``7``, ``true``, ``null``), cut to 80 characters."""
+    return repr(value[:80]) if isinstance(value, str) else json.dumps(value, default=str)[:80]
+
+
 def _variant_of(raw: int | str, variants: dict[int, KernelVariant], path: str,
                 errors: dict[str, list[str]]) -> KernelVariant | None:
     try:
@@ -178,8 +184,7 @@ def _variant_of(raw: int | str, variants: dict[int, KernelVariant], path: str,
         vid = None
     variant = variants.get(vid) if vid is not None else None
     if variant is None:
-        shown = repr(raw[:80]) if isinstance(raw, str) else json.dumps(raw)   # JSON's spelling: 7, true, null
-        errors.setdefault(path, []).append(f"variant_id {shown} is not a variant of this job")
+        errors.setdefault(path, []).append(f"variant_id {shown_id(raw)} is not a variant of this job")
     return variant
 
 

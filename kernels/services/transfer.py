@@ -24,7 +24,7 @@ from kernels.runner.package import variants_sha256
 from kernels.services.common import _write_json, device_cc_problem, job_manifest, package_dir_of, variants_payload
 from kernels.services.jobs import _canonical, kernel_job_create
 from kernels.services.progress import _broadcast, _finish, _transition
-from kernels.services.results import kernel_best_export, kernel_best_select, kernel_builds_store, kernel_results_store
+from kernels.services.results import kernel_best_export, kernel_best_select, kernel_builds_store, kernel_results_store, shown_id
 
 
 def kernel_job_export(*, job: KernelJob, out_dir: str | Path) -> dict[str, str]:
@@ -183,10 +183,14 @@ def _check_measured_from(given: str | None, listed: str | None) -> None:
             f"while the variants file given has {listed}; give the variants.json the results were measured from"]})
 
 
-def _shown_id(value: Any) -> str:
-    """A variants file's id as a message quotes it: a text in quotes, anything else in JSON's
-    spelling (``7``, ``true``, ``null``), cut to 80 characters."""
-    return repr(value[:80]) if isinstance(value, str) else json.dumps(value, default=str)[:80]
+def _kind(payload: Any) -> str:
+    """What a file that is not the runner's payload holds, for the refusal: ``a list``, ``an
+    object``, or a scalar's type and JSON text (``str "x"``)."""
+    if isinstance(payload, list):
+        return "a list"
+    if isinstance(payload, dict):
+        return "an object"
+    return f"{type(payload).__name__} {json.dumps(payload, default=str)[:40]}"
 
 
 def _results_shape_check(results: Any) -> None:
@@ -195,10 +199,9 @@ def _results_shape_check(results: Any) -> None:
     bare list or an empty object is told so rather than about its fingerprint. Raises
     :class:`InvalidInput` (``results``)."""
     if not isinstance(results, dict):
-        kind = "a list" if isinstance(results, list) else f"{type(results).__name__} {json.dumps(results, default=str)[:40]}"
         raise InvalidInput({"results": [
             f"a results file is the JSON object python -m kernels.runner bench writes, {{\"device\": {{...}}, "
-            f"\"results\": [...]}}; this one is {kind}"]})
+            f"\"results\": [...]}}; this one is {_kind(results)}"]})
     missing = [k for k in ("device", "results") if k not in results]
     if missing:
         raise InvalidInput({f"results.{k}": ["is required (python -m kernels.runner bench writes it)"] for k in missing})
@@ -210,9 +213,9 @@ def _builds_shape_check(builds: Any) -> None:
     it is told so rather than about the variants' numbering. Raises :class:`InvalidInput`
     (``builds``)."""
     if not isinstance(builds, list):
-        kind = "an object" if isinstance(builds, dict) else f"{type(builds).__name__} {json.dumps(builds, default=str)[:40]}"
         raise InvalidInput({"builds": [
-            f"a builds file is the JSON list of build facts python -m kernels.runner compile writes; this one is {kind}"]})
+            f"a builds file is the JSON list of build facts python -m kernels.runner compile writes; this one is "
+            f"{_kind(builds)}"]})
     if not builds:
         raise InvalidInput({"builds": ["the builds file holds no build: there is nothing to store"]})
 
@@ -231,7 +234,7 @@ def _renumber(payload: Any, key: str | None, ids: dict[str, int], errors: dict[s
             vid = ids.get(str(r["variant_id"]))
             if vid is None:
                 errors.setdefault(f"{key or 'builds'}.{i}.variant_id", []).append(
-                    f"variant_id {_shown_id(r['variant_id'])} is not in the variants file this job was created from")
+                    f"variant_id {shown_id(r['variant_id'])} is not in the variants file this job was created from")
             else:
                 r = {**r, "variant_id": vid}
         out_rows.append(r)
@@ -510,7 +513,7 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
         for i, row in enumerate(rows if isinstance(rows, list) else []):
             if isinstance(row, dict) and "variant_id" in row and str(row["variant_id"]) not in known:
                 unknown[f"{key}.{i}.variant_id"] = [
-                    f"variant_id {_shown_id(row['variant_id'])} is not in the variants file"]
+                    f"variant_id {shown_id(row['variant_id'])} is not in the variants file"]
     # The job's shapes and batches are those measured (the file's rows), not "all the manifest's".
     measured = [r for r in (results.get("results") or []) if isinstance(r, dict)] \
         if isinstance(results.get("results"), list) else []
