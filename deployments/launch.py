@@ -323,6 +323,7 @@ def launch_plan_render(
             stop_grace_s=norm["stop_grace_s"],
         ))
 
+    warnings += shared_cpu_warnings(processes)
     entry_role = norm["roles"]["router"] if topology == "pd" else norm["roles"]["single"]
     return LaunchPlan(
         engine=engine,
@@ -336,6 +337,25 @@ def launch_plan_render(
         stop_grace_s=norm["stop_grace_s"],
         warnings=warnings,
     )
+
+
+def shared_cpu_warnings(processes: list[ProcessSpec]) -> list[str]:
+    """One line per pair of processes of one plan pinned to overlapping CPUs (their ``cpus``: an
+    explicit list, or all of a NUMA node's CPUs for a ``numa_node`` alone), in start order. Sharing
+    is allowed (a small host may have no other choice), but the two compete for those CPUs: a
+    prefill's tokenizer and scheduler stall a decode step's CPU work on the same core, which shows
+    up as ITL spikes that the GPU does not explain. Unpinned processes share nothing here."""
+    lines: list[str] = []
+    pinned = [(p.role, set(parse_cpulist(p.cpus))) for p in processes if p.cpus]
+    for i, (role_a, cpus_a) in enumerate(pinned):
+        for role_b, cpus_b in pinned[i + 1:]:
+            shared = sorted(cpus_a & cpus_b)
+            if shared:
+                many = len(shared) > 1
+                lines.append(f"{role_a} and {role_b} are both pinned to CPU{'s' if many else ''} "
+                             f"{format_cpulist(shared)}: they compete for {'them' if many else 'it'} (CPU work of "
+                             "one delays the other's steps); give each role its own CPUs where the node has them")
+    return lines
 
 
 def _pinning_intent(role: dict, node: NodeFacts) -> tuple[str, str, int | None, list[str]]:

@@ -189,7 +189,10 @@ def test_it_accepts_the_cross_numa_role_that_opts_in_and_warns_in_the_dry_run(ap
     assert decode["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     assert plan["warnings"] == [
         "decode: GPUs 4,5,6,7 are on NUMA node 1, not 0 (allowed by allow_cross_numa); every host-GPU copy crosses "
-        "the link between NUMA nodes"]
+        "the link between NUMA nodes",
+        # on NUMA node 0 the decode now takes the prefill's CPUs too
+        "prefill and decode are both pinned to CPUs 0-31: they compete for them (CPU work of one delays the "
+        "other's steps); give each role its own CPUs where the node has them"]
 
 
 @pytest.mark.parametrize(

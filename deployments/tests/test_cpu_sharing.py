@@ -64,3 +64,23 @@ def test_an_unpinned_process_holds_no_cpu_whatever_its_read_back_set(operator, d
     ServerProcess.objects.create(deployment=held, role=Role.ROUTER, status=ProcessStatus.READY, cpus="4",
                                  effective_cpus="4", argv=["router"])
     assert services.deployment_cpus_in_use(node=node) == {4: [(held, "router")]}
+
+
+def test_a_plan_warns_when_two_of_its_roles_share_cpus():
+    """Roles of one recipe pinned to overlapping CPUs (an explicit list against a list, or a whole
+    NUMA node) get one warning per pair; disjoint pins and unpinned roles get none."""
+    from deployments.launch import ProcessSpec, shared_cpu_warnings
+
+    def proc(role, cpus):
+        return ProcessSpec(role=role, ordinal=0, argv=["x"], env={}, env_redacted={}, secret_env={}, wrapper=[],
+                           cpus=cpus, mem_nodes="", numa_node=None, pin_method="numactl" if cpus else "none",
+                           gpu_ids=[], ports={}, host="127.0.0.1", health_url="", generate_url="", readiness=[],
+                           startup_timeout_s=60, stop_grace_s=5)
+
+    assert shared_cpu_warnings([proc("prefill", "0"), proc("decode", "1"), proc("router", "")]) == []
+    lines = shared_cpu_warnings([proc("prefill", "0-3"), proc("decode", "2-5"), proc("router", "5")])
+    assert lines == [
+        "prefill and decode are both pinned to CPUs 2-3: they compete for them (CPU work of one delays the "
+        "other's steps); give each role its own CPUs where the node has them",
+        "decode and router are both pinned to CPU 5: they compete for it (CPU work of one delays the other's "
+        "steps); give each role its own CPUs where the node has them"]

@@ -95,7 +95,9 @@ def test_it_renders_an_allowed_cross_numa_role_with_a_warning():
     assert decode.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     assert plan.warnings == [
         "decode: GPUs 4,5,6,7 are on NUMA node 1, not 0 (allowed by allow_cross_numa); every host-GPU copy crosses "
-        "the link between NUMA nodes"]
+        "the link between NUMA nodes",
+        "prefill and decode are both pinned to CPUs 0-31: they compete for them (CPU work of one delays the "
+        "other's steps); give each role its own CPUs where the node has them"]
     assert plan.to_dict()["warnings"] == plan.warnings
     assert render("seed-v4-flash-pd").warnings == []
 

@@ -192,7 +192,7 @@ def test_a_recipe_on_an_ephemeral_port_carries_a_plan_warning():
         "served_model_name": "tiny",
         "roles": {
             "prefill": {"cpus": "0", "port": 31000, "bootstrap_port": 42698},
-            "decode": {"cpus": "0", "port": 31001},
+            "decode": {"cpus": "1", "port": 31001},
             "router": {"port": 31080},
         },
         "sim": {"profile": "demo-fast"},
@@ -231,7 +231,7 @@ def test_the_warning_uses_the_node_s_own_range_and_skips_its_reserved_ports(tmp_
         "served_model_name": "tiny",
         "roles": {
             "prefill": {"cpus": "0", "port": 42005, "bootstrap_port": 45000},   # both reserved
-            "decode": {"cpus": "0", "port": 35000},                             # below this node's range
+            "decode": {"cpus": "1", "port": 35000},                             # below this node's range
             "router": {"port": 49999},                                          # its last port
         },
         "sim": {"profile": "demo-fast"},
