@@ -294,7 +294,7 @@ def test_it_lists_deployments_with_badges_agent_state_and_duration(viewer_client
     assert '<span class="tag ok">ready</span>' in html
     assert f'{reverse("deployments:recipe-detail", args=[seed_pd.pk])}?version=1">v1</a>' in html
     assert '<span class="tag bad">offline</span>' in html
-    assert "1 h 02 min" in html and "(running)" in html
+    assert "1 h 00 min" in html and "(running)" in html  # up since it became ready, 1 h ago
     assert reverse("deployments:deployment-detail", args=[deployment.pk]) in html
 
 
@@ -512,3 +512,18 @@ def test_it_redacts_log_lines_in_reasons_on_pages_and_in_the_api(viewer_client, 
     assert dep["reason"] == "decode failed: HF_TOKEN=***redacted***"
     assert events[-1]["message"] == "decode: HF_TOKEN=***redacted***"
     assert "decode failed: HF_TOKEN=***redacted***" in html
+
+
+def test_up_for_counts_from_ready_and_a_deployment_still_starting_says_so(viewer_client, seed_pd):
+    # started 1 h 02 min 05 s ago, ready 1 h ago: up for 1 h 00 min, not the 1 h 02 min since the start
+    deployment, _ = _ready_deployment(seed_pd)
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    assert re.search(r"<dt>Up for</dt><dd>1 h 00 min</dd>", html), re.findall(r"<dt>[A-Z][a-z]+ for</dt><dd>[^<]*", html)
+    # never ready yet: how long it has been starting, not "up"
+    Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STARTING, ready_at=None,
+                                                       started_at=timezone.now() - timedelta(seconds=95))
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    assert re.search(r"<dt>Starting for</dt><dd>1 min 3\d s</dd>", html)
+    assert "<dt>Up for</dt>" not in html
+    listing = _html(viewer_client.get(reverse("deployments:deployment-list")))
+    assert re.search(r"starting 1 min 3\d s</td>", listing)

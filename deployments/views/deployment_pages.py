@@ -216,18 +216,22 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
 
 
 def _deployment_duration(deployment: Deployment, now: datetime) -> tuple[str, str]:
-    """``(label, text)`` of how long ``deployment`` has run: ``("Up for", "5 min")`` while it runs,
-    ``("Ran for", ...)`` once it ended, counted from when the node agent started it. One that no
-    agent has started yet reads ``("Waiting for", <time since it was created>)``, and one that
-    ended that way ``("Ran for", "never started")``: it never ran."""
+    """``(label, text)`` of how long ``deployment`` has run: ``("Up for", "5 min")`` since it became
+    ready, ``("Starting for", ...)`` since the node agent started it while it has never been
+    ready, ``("Ran for", ...)`` from that start to its end once it ended. One that no agent has
+    started yet reads ``("Waiting for", <time since it was created>)``, and one that ended that way
+    ``("Ran for", "never started")``: it never ran."""
     terminal = deployment.status in DEPLOYMENT_TERMINAL
     if deployment.status == DeploymentStatus.PENDING:
         return "Waiting for", _duration_text((now - deployment.created_at).total_seconds())
     if terminal and deployment.started_at is None and deployment.ready_at is None:
         return "Ran for", "never started"
     began = deployment.started_at or deployment.created_at
-    until = deployment.ended_at if terminal and deployment.ended_at else now
-    return ("Ran for" if terminal else "Up for"), _duration_text((until - began).total_seconds())
+    if terminal:
+        return "Ran for", _duration_text(((deployment.ended_at or now) - began).total_seconds())
+    if deployment.ready_at is None:
+        return "Starting for", _duration_text((now - began).total_seconds())
+    return "Up for", _duration_text((now - deployment.ready_at).total_seconds())
 
 
 def _get_deployment(pk: int) -> Deployment:
@@ -258,8 +262,10 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
                 "agent": _agent_view(d.node, now),
                 "created": _when(d.created_at, now),
                 "ready": _when(d.ready_at, now),
-                "duration": duration if duration_label != "Waiting for" else f"waiting {duration}",
-                "running": not terminal and d.status != DeploymentStatus.PENDING,
+                # up since ready; "waiting ..." / "starting ..." before that
+                "duration": (f"{duration_label.split()[0].lower()} {duration}"
+                             if duration_label in ("Waiting for", "Starting for") else duration),
+                "running": not terminal and d.status != DeploymentStatus.PENDING and d.ready_at is not None,
             }
         )
     return render(request, "deployments/deployment_list.html", {"deployments": rows, "can_write": _can_write(request)})
