@@ -12,6 +12,7 @@ hood. Changes that carry domain rules go through :mod:`deployments.services` her
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin, messages
@@ -32,6 +33,18 @@ GIB = 1024**3
 
 def _gib(value: int | None) -> str:
     return f"{value / GIB:.1f}" if value else "—"
+
+
+def _history_content(record, node_names: dict[int, str]) -> dict[str, Any]:
+    """A historical recipe row's content in :data:`deployments.services.RECIPE_CONTENT_FIELDS`
+    form (``node`` by name; ``None`` for a node row that is gone)."""
+    return {"name": record.name, "description": record.description, "engine": record.engine,
+            "topology": record.topology, "node": node_names.get(record.node_id), "spec": record.spec}
+
+
+def _json_text(value: Any, absent: bool) -> str:
+    """A diff value as JSON text, or ``—`` for a key the version did not have."""
+    return "—" if absent else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 # --- nodes ----------------------------------------------------------------------------------
@@ -202,6 +215,20 @@ class RecipeAdmin(SimpleHistoryAdmin):
         initial = super().get_changeform_initial_data(request)
         initial.setdefault("spec", "{}")
         return initial
+
+    def set_history_delta_changes(self, request: HttpRequest, historical_records, foreign_keys_are_objs=True) -> None:
+        """The History page's "Changes" column: what each version changed from the one before, as
+        the recipe pages and ``GET /api/recipes/ID/diff/`` show it (one line per dotted path such
+        as ``spec.roles.decode.port``, values in JSON, ``—`` for an absent key), instead of the
+        whole spec before and after as Python text."""
+        records = list(historical_records)
+        node_names = dict(Node.objects.filter(pk__in={r.node_id for r in records}).values_list("pk", "name"))
+        for newer, older in zip(records, records[1:]):
+            newer.history_delta_changes = [
+                {"field": row["path"], "old": _json_text(row["old"], row["change"] == "added"),
+                 "new": _json_text(row["new"], row["change"] == "removed")}
+                for row in services.content_diff(_history_content(older, node_names), _history_content(newer, node_names))
+            ]
 
     def history_form_view(self, request: HttpRequest, object_id: str, version_id: str, extra_context=None):
         """simple-history's page of one version: anyone who may view recipes may read it, only

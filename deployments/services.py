@@ -24,6 +24,7 @@ Everything that touches processes runs on the node, in :mod:`deployments.agent`.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import logging
@@ -458,8 +459,12 @@ def recipe_diff(*, recipe: Recipe, a: int, b: int) -> list[dict[str, Any]]:
     (a reverse diff). Equal versions give ``[]``. Raises :class:`NotFound` for a missing
     version.
     """
-    old = recipe_version_get(recipe=recipe, version=a)
-    new = recipe_version_get(recipe=recipe, version=b)
+    return content_diff(recipe_version_get(recipe=recipe, version=a), recipe_version_get(recipe=recipe, version=b))
+
+
+def content_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """:func:`recipe_diff` of two recipe contents (mappings holding every field of
+    :data:`RECIPE_CONTENT_FIELDS`, ``node`` by name): the same rows in the same order."""
     out: list[dict[str, Any]] = []
     for field in RECIPE_CONTENT_FIELDS:
         _diff_values(field, old[field], new[field], out)

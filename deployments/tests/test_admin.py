@@ -3,7 +3,9 @@ versions, users, change reasons) is visible and saves go through the services, a
 value never appears in any admin page."""
 from __future__ import annotations
 
+import html as html_lib
 import json
+import re
 
 import pytest
 from django.contrib.auth.models import User
@@ -242,3 +244,20 @@ def test_a_viewer_may_read_a_history_entry_but_not_send_its_revert_form(client, 
     assert client.post(url, _recipe_post(recipe, original)).status_code == 302
     recipe.refresh_from_db()
     assert recipe.version == 3
+
+
+def test_the_admin_history_lists_each_version_s_changes_by_path_in_json(admin_client, recipe, superuser):
+    v2 = recipe_update(recipe=recipe, user=superuser, change_reason="slower disks",
+                       spec=dict(recipe.spec, startup_timeout_s=2400))
+    decode = dict(v2.spec["roles"]["decode"], port=30011)
+    recipe_update(recipe=v2, user=superuser, change_reason="move decode port", description="décode sur 30011",
+                  spec=dict(v2.spec, roles=dict(v2.spec["roles"], decode=decode)))
+    page = admin_client.get(_admin_url(Recipe, "history", recipe.pk)).content.decode()
+    changes = [re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", "", item))).strip()
+               for item in re.findall(r"<li>\s*<strong>.*?</li>", page, flags=re.S)]
+    old_timeout = json.dumps(recipe.spec.get("startup_timeout_s"))
+    old_port = json.dumps(recipe.spec["roles"]["decode"]["port"])
+    assert f"spec.startup_timeout_s: {old_timeout} → 2400" in changes, changes
+    assert f"spec.roles.decode.port: {old_port} → 30011" in changes, changes
+    assert f'description: {json.dumps(recipe.description)} → "décode sur 30011"' in changes, changes
+    assert not any("{'" in c or "'roles'" in c for c in changes), changes  # no Python dict text
