@@ -28,6 +28,7 @@ from __future__ import annotations
 from functools import partial
 
 from django.contrib.auth import get_user_model, user_logged_out
+from django.contrib.auth.hashers import is_password_usable
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 from rest_framework.authtoken.models import Token
@@ -83,15 +84,20 @@ def user_groups_recheck(sender, instance, action, reverse, pk_set, **kwargs) -> 
 def user_tokens_revoke(sender, instance, raw=False, **kwargs) -> None:
     """``pre_save`` of a user: a changed password or a deactivation deletes the user's API
     token (DRF ``authtoken``), in the same transaction as the save, as it ends their other
-    sessions; the user asks ``/api/auth/token/`` for a new one. A hash upgrade Django makes at a
-    sign-in (new iteration count) changes the stored password too and so also revokes it."""
+    sessions; the user asks ``/api/auth/token/`` for a new one. A password change is what
+    ``set_password`` records for the save (``_password``, as Django's own ``password_changed``
+    reads it): a new hash of the same password, which Django stores at a sign-in when the
+    hasher or its iteration count changed (``check_password``'s setter clears ``_password``),
+    keeps the token; ``set_unusable_password`` (no ``_password``) revokes it."""
     if raw or instance.pk is None:
         return
     before = type(instance).objects.filter(pk=instance.pk).values_list("password", "is_active").first()
     if before is None:
         return
     password, active = before
-    if password != instance.password or (active and not instance.is_active):
+    changed = password != instance.password and (getattr(instance, "_password", None) is not None
+                                                 or not is_password_usable(instance.password))
+    if changed or (active and not instance.is_active):
         Token.objects.filter(user_id=instance.pk).delete()
 
 

@@ -74,3 +74,28 @@ def test_a_password_change_or_deactivation_revokes_the_api_token(operator, viewe
     viewer.is_active = False
     viewer.save()
     assert not Token.objects.filter(pk=viewer_token.pk).exists()
+
+
+@pytest.mark.django_db
+def test_a_rehash_of_the_same_password_at_sign_in_keeps_the_api_token(operator, settings):
+    # The stored hash is of an older hasher: Django verifies it, then stores a new hash of the same
+    # password with the preferred one. The password did not change, so the token stays.
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher",
+                                 "django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+    token = Token.objects.create(user=operator)
+    old_hash = PBKDF2PasswordHasher().encode(PASSWORD, "somesalt", iterations=1000)
+    type(operator).objects.filter(pk=operator.pk).update(password=old_hash)
+    assert Client().post("/login/", {"username": operator.username, "password": PASSWORD}).status_code == 302
+    operator.refresh_from_db()
+    assert operator.password.startswith("md5$")  # re-hashed at the sign-in
+    assert Token.objects.filter(pk=token.pk).exists()
+    # a real change still revokes it, and so does making the password unusable
+    operator.set_password("another-password-7")
+    operator.save()
+    assert not Token.objects.filter(pk=token.pk).exists()
+    token = Token.objects.create(user=operator)
+    operator.set_unusable_password()
+    operator.save()
+    assert not Token.objects.filter(pk=token.pk).exists()
