@@ -11,10 +11,11 @@ problem take the rest of the body through :func:`request_body`). Input serialize
 they do not take at their names (:func:`unknown_field_errors`, :class:`StrictInputMixin`; an
 action that takes no body, such as a stop or a cancel, through :func:`no_body`), and take a JSON
 body's ids, integers and texts only as JSON integers and strings (:class:`StrictIntegerField`,
-:class:`StrictIntegerMixin`, :class:`StrictCharField`). A path under ``/api/``
-that no route matches is answered by :class:`controlplane.notfound_views.ApiNotFoundView`: a
-JSON 404 like any other. The OpenAPI schema describes these bodies with the components
-``ValidationError`` (:class:`ValidationErrorSerializer`, the flat 400 body) and ``Detail``
+:class:`StrictIntegerMixin`, :class:`StrictCharField`, :class:`StrictSlugRelatedField`). A path
+under ``/api/`` that no route matches is answered by
+:class:`controlplane.notfound_views.ApiNotFoundView`: a JSON 404 like any other. The OpenAPI
+schema describes these bodies with the components ``ValidationError``
+(:class:`ValidationErrorSerializer`, the flat 400 body) and ``Detail``
 (:class:`DetailSerializer`); every operation that needs credentials lists its 401 and 403 with a
 ``Detail`` body (:func:`postprocess_auth_errors`); list endpoints page with :class:`Pagination`.
 """
@@ -49,29 +50,31 @@ from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 log = logging.getLogger(__name__)
 
 
-def flatten_errors(detail, prefix: str = "") -> dict[str, list]:
+def flatten_errors(detail, prefix: str | None = None) -> dict[str, list]:
     """Flatten DRF's nested error structure into ``{"a.b.0.c": [messages]}``.
 
     Nested serializers report ``{"roles": {"prefill": {"gpus": [...]}}}`` and list fields
     ``{"items": {0: [...]}}`` or ``[{}, {...}]``; clients get one flat, dotted shape everywhere.
+    Messages not under any key sit under ``detail``; a key that is the empty string keeps its
+    name (``{"": ["unknown field ''; allowed: none"]}``), as any other key does.
     """
     out: dict[str, list] = {}
     if isinstance(detail, dict):
         for key, value in detail.items():
-            path = f"{prefix}.{key}" if prefix else str(key)
+            path = f"{prefix}.{key}" if prefix is not None else str(key)
             out.update(flatten_errors(value, path))
     elif isinstance(detail, list) and any(isinstance(item, (dict, list)) for item in detail):
         for index, item in enumerate(detail):
             if item in ({}, []):
                 continue
-            path = f"{prefix}.{index}" if prefix else str(index)
+            path = f"{prefix}.{index}" if prefix is not None else str(index)
             if isinstance(item, (dict, list)):
                 out.update(flatten_errors(item, path))
             else:
-                out.setdefault(prefix or "detail", []).append(item)
+                out.setdefault(prefix if prefix is not None else "detail", []).append(item)
     else:
         items = detail if isinstance(detail, list) else [detail]
-        out.setdefault(prefix or "detail", []).extend(items)
+        out.setdefault(prefix if prefix is not None else "detail", []).extend(items)
     return out
 
 
@@ -343,21 +346,37 @@ class StrictIntegerField(StrictIntegerMixin, serializers.IntegerField):
     instead of being coerced as DRF's :class:`~rest_framework.fields.IntegerField` does."""
 
 
-class StrictCharField(serializers.CharField):
-    """A text of a JSON body, taken only as a JSON string: a number or a boolean is refused as the
-    wrong type (``must be a string (e.g. "9.0"), got the number 9.0``) instead of being turned into
-    its text as DRF's :class:`~rest_framework.fields.CharField` does. ``example`` is the value the
-    message suggests."""
+class StrictTextMixin:
+    """For a text or name field of an input serializer (put it before the field class): a JSON
+    body's value is taken only as a JSON string; a number, a boolean, a list or an object is
+    refused as the wrong type (``must be a string (e.g. "9.0"), got the number 9.0``; ``what`` is
+    what the message asks for, ``example`` the value it suggests) instead of being turned into its
+    text (``5`` → ``"5"``) as DRF's :class:`~rest_framework.fields.CharField` and
+    :class:`~rest_framework.relations.SlugRelatedField` do. A form-encoded or multipart body sends
+    only text, so its values pass to the field as before."""
 
-    def __init__(self, *, example: str = "", **kwargs) -> None:
+    def __init__(self, *, example: str = "", what: str = "a string", **kwargs) -> None:
         self.example = example
+        self.what = what
         super().__init__(**kwargs)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
             example = f" (e.g. {json.dumps(self.example)})" if self.example else ""
-            raise serializers.ValidationError(f"must be a string{example}, got {shown_value(data)}", code="invalid")
+            raise serializers.ValidationError(f"must be {self.what}{example}, got {shown_value(data)}",
+                                              code="invalid")
         return super().to_internal_value(data)
+
+
+class StrictCharField(StrictTextMixin, serializers.CharField):
+    """A text of a JSON body, taken only as a JSON string (:class:`StrictTextMixin`): ``5`` is a 400
+    (``must be a string, got the number 5``) instead of the text ``"5"``."""
+
+
+class StrictSlugRelatedField(StrictTextMixin, serializers.SlugRelatedField):
+    """An object named by a slug (a node by its name) in a JSON body, taken only as a JSON string
+    (:class:`StrictTextMixin`): ``"node": 1`` is a 400 (``must be a node name (a string), got the
+    number 1`` with ``what="a node name (a string)"``) instead of a look-up of the name ``"1"``."""
 
 
 class ExportQuerySerializer(serializers.Serializer):

@@ -11,7 +11,9 @@ from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.sweeps import DIGITS_RE
-from controlplane.api import CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, StrictInputMixin, StrictIntegerField
+from controlplane.api import (
+    CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField,
+)
 
 
 class SweepSerializer(serializers.ModelSerializer):
@@ -88,16 +90,16 @@ class GridField(serializers.JSONField):
 class SweepCreateSerializer(StrictInputMixin, serializers.Serializer):
     """``{"deployment": id, "grid": {...}, "name": optional}`` (the id a JSON integer: ``"7"`` is a
     400 naming ``deployment`` and the type, judged with the rest of the body before the
-    deployment's state); any other key is refused at its
-    name (``{"extra": ["unknown field 'extra'; allowed: deployment, grid, name"]}``, the shared
-    :func:`controlplane.api.unknown_field_errors`), as unknown grid keys are. The grid's own
-    rules are checked by :func:`benchmarks.sweeps.grid_validate`, which reports every bad grid
-    field at once (errors name ``grid.<field>``, a number that is not finite such as ``1e400``
-    included)."""
+    deployment's state; the name a JSON string: ``5`` is a 400, never the name ``"5"``); any other
+    key is refused at its name (``{"extra": ["unknown field 'extra'; allowed: deployment, grid,
+    name"]}``, the shared :func:`controlplane.api.unknown_field_errors`), as unknown grid keys are.
+    The grid's own rules are checked by :func:`benchmarks.sweeps.grid_validate`, which reports
+    every bad grid field at once (errors name ``grid.<field>``, a number that is not finite such as
+    ``1e400`` included)."""
 
     deployment = StrictIntegerField(min_value=1)
     grid = GridField()
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    name = StrictCharField(max_length=200, required=False, allow_blank=True)
 
 
 class SweepFilterSerializer(serializers.Serializer):
@@ -176,16 +178,18 @@ class RunSerializer(serializers.ModelSerializer):
 class RunImportSerializer(StrictInputMixin, serializers.Serializer):
     """Either a multipart ``file`` or JSON ``{"text": ..., "filename": ...}``; ``allow_duplicate``
     (default false) imports a file whose content was imported before instead of answering 409.
-    ``filename`` (at most 255 characters) may not hold a control character, a line break or a
-    Unicode line or paragraph separator (:data:`controlplane.api.CONTROL_CHARACTERS_RE`): it is
-    sent back in the ``Content-Disposition`` header of every download of the file. Any other key
-    is refused at its name (``{"zzz": ["unknown field 'zzz'; allowed: file, text, filename,
+    ``text`` and ``filename`` are JSON strings: ``{"text": 5}`` is a 400 under ``text`` naming the
+    type, not a file holding ``5``. ``filename`` (at most 255 characters) may not hold a control
+    character, a line break or a Unicode line or paragraph separator
+    (:data:`controlplane.api.CONTROL_CHARACTERS_RE`): it is sent back in the
+    ``Content-Disposition`` header of every download of the file. Any other key is refused at its
+    name (``{"zzz": ["unknown field 'zzz'; allowed: file, text, filename,
     allow_duplicate"]}``, the shared :func:`controlplane.api.unknown_field_errors`), before the
     file is read."""
 
     file = serializers.FileField(required=False)
-    text = serializers.CharField(required=False, trim_whitespace=False, allow_blank=False)
-    filename = serializers.CharField(required=False, max_length=255, allow_blank=True)
+    text = StrictCharField(required=False, trim_whitespace=False, allow_blank=False)
+    filename = StrictCharField(required=False, max_length=255, allow_blank=True)
     allow_duplicate = serializers.BooleanField(required=False, default=False)
 
     def validate_filename(self, value: str) -> str:

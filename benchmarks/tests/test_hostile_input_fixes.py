@@ -1,9 +1,10 @@
 """Hostile input found against the running server, each now a 400 naming the field (never a 500,
 never stored): deeply nested JSON in an imported file, an import file name with line breaks or
 other control characters (and such a name already stored still downloads), a file name that is not
-ASCII (downloaded as RFC 5987 ``filename*``), an unknown key in an import, and sweep grids with a
-time limit too short to measure, repeated concurrencies, rates or length pairs, or a rate so low
-that its point's time overflowed to ``inf`` in the message."""
+ASCII (downloaded as RFC 5987 ``filename*``), an unknown key in an import or a text or file name
+that is not a JSON string, and sweep grids with a time limit too short to measure, repeated
+concurrencies, rates or length pairs, or a rate so low that its point's time overflowed to ``inf``
+in the message."""
 from __future__ import annotations
 
 import json
@@ -149,6 +150,26 @@ def test_an_unknown_key_in_an_import_is_refused_before_the_file_is_read(operator
     assert again.status_code == 400 and again.json() == UNKNOWN_ZZZ
     assert _import(operator_api, VLLM, zzz=1).json() == UNKNOWN_ZZZ
     assert BenchmarkRun.objects.count() == 1
+
+
+@pytest.mark.parametrize(("body", "field", "shown"), [
+    ({"text": 5}, "text", "the number 5"),
+    ({"text": True}, "text", "the boolean true"),
+    ({"text": ["{}"]}, "text", "a list"),
+    ({"text": VLLM, "filename": 7}, "filename", "the number 7"),
+])
+def test_an_import_text_or_filename_that_is_not_a_string_is_refused_under_its_name(operator_api, body, field,
+                                                                                    shown) -> None:
+    # {"text": 5} was read as the file "5" and refused under "file" as not a result
+    response = operator_api.post("/api/runs/import/", body, format="json")
+    assert response.status_code == 400
+    assert response.json() == {field: [f"must be a string, got {shown}"]}
+    assert not BenchmarkRun.objects.exists()
+    # a multipart form sends its fields as text, as it always did
+    upload = SimpleUploadedFile("vllm.json", VLLM.encode())
+    multipart = operator_api.post("/api/runs/import/", {"file": upload, "filename": "7"}, format="multipart")
+    assert multipart.status_code == 201, multipart.json()
+    assert multipart.json()[0]["original_filename"] == "7"
 
 
 # --- 5. sweep grids ---------------------------------------------------------------------------------

@@ -13,14 +13,17 @@ from deployments.tests.factories import cpu_node_create, recipe_row_create
 def test_form_and_multipart_bodies_are_judged_not_crashed_on(admin_api, fmt):
     content_type = "application/x-www-form-urlencoded" if fmt == "form" else None
     if fmt == "form":
-        created = admin_api.generic("POST", "/api/secrets/", "name=form-secret&value=abcdefghijklmnop",
+        created = admin_api.generic("POST", "/api/secrets/",
+                                    "name=form-secret&value=abcdefghijklmnop&description=from+a+form",
                                     content_type=content_type)
     else:
-        created = admin_api.post("/api/secrets/", {"name": "form-secret", "value": "abcdefghijklmnop"},
-                                 format="multipart")
+        created = admin_api.post("/api/secrets/", {"name": "form-secret", "value": "abcdefghijklmnop",
+                                                   "description": "from a form"}, format="multipart")
     assert created.status_code == 201, created.content
     assert "abcdefghijklmnop" not in created.content.decode()
-    assert Secret.objects.get(name="form-secret").plaintext() == "abcdefghijklmnop"
+    # a form's fields are text: the API's texts, which a JSON body must send as strings, take them
+    secret = Secret.objects.get(name="form-secret")
+    assert (secret.plaintext(), secret.description) == ("abcdefghijklmnop", "from a form")
 
     recipe = recipe_row_create(node=cpu_node_create(name="formnode"))
     if fmt == "form":

@@ -16,14 +16,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
 from rest_framework import serializers
 from rest_framework.fields import SkipField, get_error_detail
 
 # The API's shared error bodies (schema components ValidationError and Detail), importable from here too.
 from controlplane.api import ERROR_SHAPE_HELP, DetailSerializer, ValidationErrorSerializer  # noqa: F401
 from controlplane.api import (
-    MAX_INT, FilterChoiceField, IdField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin, merge_nonfinite,
-    unknown_field_errors,
+    MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin,
+    StrictSlugRelatedField, merge_nonfinite, unknown_field_errors,
 )
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
@@ -150,19 +151,21 @@ class RecipeWriteSerializer(serializers.Serializer):
     updating (any subset with PATCH) a recipe. ``node`` is a node name. ``change_reason`` is
     stored in the version history; ``expected_version`` (a JSON integer: ``"3"`` is refused as the
     wrong type) makes an update fail with 409 when the recipe moved on since the client read it.
-    Any other top-level key is refused.
+    ``name``, ``description``, ``change_reason`` and ``node`` are JSON strings: ``"name": 5`` or
+    ``"node": 1`` is a 400 naming the field and the type (``must be a node name (a string), got
+    the number 1``), never the text ``"5"``. Any other top-level key is refused.
 
     Pass the recipe being updated as ``instance``: a PATCH's spec rules are then checked on
     the merged content (the recipe's stored engine, topology, node and spec where the body
     leaves them out). Every problem comes back at once, see :meth:`to_internal_value`."""
 
-    name = serializers.CharField(max_length=63, validators=[slug_validator])
-    description = serializers.CharField(max_length=DESCRIPTION_MAX_LENGTH, allow_blank=True, required=False)
+    name = StrictCharField(max_length=63, validators=[slug_validator], example="seed-v4-flash-pd")
+    description = StrictCharField(max_length=DESCRIPTION_MAX_LENGTH, allow_blank=True, required=False)
     engine = serializers.ChoiceField(choices=Engine.choices)
     topology = serializers.ChoiceField(choices=Topology.choices)
-    node = serializers.SlugRelatedField(slug_field="name", queryset=Node.objects.all())
+    node = StrictSlugRelatedField(slug_field="name", queryset=Node.objects.all(), what="a node name (a string)")
     spec = SpecField(help_text="The typed recipe spec; see deployments.recipes for its schema.")
-    change_reason = serializers.CharField(max_length=100, required=False, allow_blank=True, write_only=True)
+    change_reason = StrictCharField(max_length=100, required=False, allow_blank=True, write_only=True)
     expected_version = StrictIntegerField(min_value=1, max_value=MAX_INT, required=False, write_only=True)
 
     def validate_spec(self, value: Any) -> dict:
@@ -181,7 +184,8 @@ class RecipeWriteSerializer(serializers.Serializer):
         a finite number"]}``), and the rules of :func:`deployments.recipes.recipe_validate`
         (``topology``, ``spec.…``) once engine, topology and spec are known, through
         :func:`deployments.services.recipe_spec_validate`: with an unknown node the spec is
-        checked without a node's hardware (``node`` says so), and with a topology the engine
+        checked without a node's hardware (``node`` says so, unless the node was not given as a
+        name at all: then ``node`` holds only that), and with a topology the engine
         does not run, the parts that do not depend on the topology are (``topology`` says so).
         The service the view calls checks everything again when it saves."""
         if not isinstance(data, Mapping):
@@ -203,16 +207,18 @@ class RecipeWriteSerializer(serializers.Serializer):
                 errors[field.field_name] = get_error_detail(exc)
                 continue
             values[field.field_name] = value
-        for path, messages in self._rule_errors(values, failed=set(errors)).items():
+        for path, messages in self._rule_errors(values, failed=errors).items():
             errors.setdefault(path, []).extend(messages)
         merge_nonfinite(errors, self.context.get("nonfinite") or {})
         if errors:
             raise serializers.ValidationError(errors)
         return values
 
-    def _rule_errors(self, values: dict[str, Any], *, failed: set[str]) -> dict[str, list[str]]:
+    def _rule_errors(self, values: dict[str, Any], *, failed: Mapping[str, Any]) -> dict[str, list[str]]:
         """Name uniqueness and the recipe rules on the content ``values`` would give, merged
-        over ``self.instance``; fields named in ``failed`` count as unknown."""
+        over ``self.instance``; fields with errors in ``failed`` (field name → its errors) count as
+        unknown. :data:`NO_NODE_NOTE` is added for a node that is missing or names no registered
+        node, not for one of the wrong type (``"node": 1``), whose message says what to send."""
         errors: dict[str, list[str]] = {}
         recipe = self.instance if isinstance(self.instance, Recipe) else None
         name = values.get("name")
@@ -236,7 +242,8 @@ class RecipeWriteSerializer(serializers.Serializer):
         if "spec" not in content:
             errors.update(engine_topology_errors(engine=content["engine"], topology=content["topology"]))
             return errors
-        if "node" not in content:
+        node_malformed = any(getattr(m, "code", None) == "invalid" for m in failed.get("node", ()))
+        if "node" not in content and not node_malformed:
             errors["node"] = [NO_NODE_NOTE]
         try:
             recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=content["spec"],
@@ -343,11 +350,15 @@ SECRET_RENAME_REFUSED = ("a secret cannot be renamed: recipes reference it by na
 class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
     """A named secret. ``value`` is write-only: required on create, optional on update, never
     returned by any endpoint. As input (create), any key but ``name``, ``description`` and
-    ``value`` is refused at its name; a value that
+    ``value`` is refused at its name, and each of the three is a JSON string (``"value": 5`` is a
+    400 naming the field and the type, never the text ``"5"``); a value that
     :func:`deployments.services.secret_value_problem` refuses (too short to mask, NUL or a line
     break) is a 400 on ``value`` with the reason."""
 
-    value = serializers.CharField(write_only=True, trim_whitespace=False, max_length=8192)
+    # The model's text columns (name, description) as JSON strings only, as ``value``.
+    serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
+                                models.CharField: StrictCharField}
+    value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192)
     read_only_reasons = _SECRET_READ_ONLY
 
     class Meta:
@@ -373,12 +384,12 @@ class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
 
 
 class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
-    """PATCH/PUT body for a secret: a new value and/or description. The name is fixed (recipes
-    reference secrets by name): a ``name`` key is refused with that reason, as any other key
-    is refused at its name; the value is checked as on create."""
+    """PATCH/PUT body for a secret: a new value and/or description, each a JSON string. The name
+    is fixed (recipes reference secrets by name): a ``name`` key is refused with that reason, as
+    any other key is refused at its name; the value is checked as on create."""
 
-    value = serializers.CharField(write_only=True, trim_whitespace=False, max_length=8192, required=False)
-    description = serializers.CharField(max_length=255, allow_blank=True, required=False)
+    value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192, required=False)
+    description = StrictCharField(max_length=255, allow_blank=True, required=False)
     read_only_reasons = {"name": SECRET_RENAME_REFUSED, **_SECRET_READ_ONLY}
 
     def validate_value(self, value: str) -> str:

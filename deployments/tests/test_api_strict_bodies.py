@@ -1,7 +1,8 @@
 """JSON bodies of the deployments and sweeps API are taken as written: an id or an integer is a
 JSON integer (``"1"``, ``1.0`` and ``true`` are a 400 naming the field and the type, never
-coerced); stop and cancel take no body (an empty one or ``{}``), any key a 400 at its name; and
-a malformed revert request is a 400 even against a recipe whose version would conflict."""
+coerced), a sweep's name a JSON string; stop and cancel take no body (an empty one or ``{}``), any
+key a 400 at its name (the empty key ``""`` too); and a malformed revert request is a 400 even
+against a recipe whose version would conflict."""
 from __future__ import annotations
 
 import json
@@ -95,6 +96,18 @@ def test_a_recipe_edit_takes_expected_version_only_as_a_json_integer(operator_ap
     assert Recipe.objects.get(pk=recipe_at_v2.pk).version == 2
 
 
+@pytest.mark.parametrize("name, shown", [(5, "the number 5"), (False, "the boolean false")])
+def test_a_sweep_name_is_taken_only_as_a_json_string(operator_api, recipe, name, shown):
+    # 5 made a sweep named "5"
+    ready = _ready_deployment(recipe)
+
+    response = operator_api.post("/api/sweeps/", {"deployment": ready.pk, "grid": GRID, "name": name}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert response.json() == {"name": [f"must be a string, got {shown}"]}
+    assert not BenchmarkSweep.objects.exists()
+
+
 def test_a_sweep_refuses_a_deployment_id_given_as_a_string_before_the_deployment_state(operator_api, recipe):
     # Coerced, "7" would reach the state check and get the 409 of a stopped deployment.
     stopped = deployment_row_create(recipe=recipe, status=DeploymentStatus.STOPPED)
@@ -145,6 +158,18 @@ def test_stop_and_cancel_refuse_a_body_with_keys_and_change_nothing(operator_api
     assert response.status_code == 400, response.content
     assert response.json() == {"force": ["unknown field 'force'; allowed: none"],
                                "reason": ["unknown field 'reason'; allowed: none"]}
+    _nothing_changed()
+
+
+@pytest.mark.parametrize("action", list(ACTIONS))
+def test_stop_and_cancel_name_an_empty_key_as_any_other_unknown_key(operator_api, recipe, action):
+    url, _ = ACTIONS[action]
+
+    response = post_json(operator_api, url(recipe), '{"": 1}')
+
+    assert response.status_code == 400, response.content
+    # under its own name, "", not under "detail" (the key of an error about no field)
+    assert response.json() == {"": ["unknown field ''; allowed: none"]}
     _nothing_changed()
 
 

@@ -1,9 +1,9 @@
 """The API's 400s list every problem of a body in the flat ``{path: [messages]}`` shape: a recipe
 with an unknown node or a topology its engine does not run is checked for everything else, a
 number that is not finite (``1e400``, ``NaN``) is named at its path, keys an endpoint does not
-take are refused at their names (deployments, secrets), and secret values with NUL or line
-breaks are refused. On the seed node (8 GPUs; GPU0-3 + CPUs 0-31 on NUMA node 0, GPU4-7 + CPUs
-32-63 on NUMA node 1)."""
+take are refused at their names (deployments, secrets), texts and node names are taken only as
+JSON strings (recipes, secrets), and secret values with NUL or line breaks are refused. On the
+seed node (8 GPUs; GPU0-3 + CPUs 0-31 on NUMA node 0, GPU4-7 + CPUs 32-63 on NUMA node 1)."""
 from __future__ import annotations
 
 import copy
@@ -237,6 +237,70 @@ def test_a_secret_update_still_takes_value_and_description(admin_api):
 
     assert response.status_code == 200, response.json()
     assert Secret.objects.get(pk=pk).plaintext() == "hf_ijklmnop"
+
+
+# --- texts are JSON strings ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, value, shown", [
+    ("name", 5, 'must be a string (e.g. "seed-v4-flash-pd"), got the number 5'),
+    ("description", 5, "must be a string, got the number 5"),
+    ("description", ["a"], "must be a string, got a list"),
+    ("change_reason", 5, "must be a string, got the number 5"),
+    ("change_reason", True, "must be a string, got the boolean true"),
+])
+def test_a_recipe_text_that_is_not_a_json_string_is_refused_not_turned_into_text(operator_api, operator, node,
+                                                                                  field, value, shown):
+    # "name": 5 made a recipe named "5"
+    response = operator_api.post("/api/recipes/", payload(**{field: value}), format="json")
+
+    assert response.status_code == 400, response.json()
+    assert response.json() == {field: [shown]}
+    assert not Recipe.objects.exists()
+    recipe = services.recipe_create(user=operator, **{**payload(), "node": node})
+    edit = operator_api.patch(f"/api/recipes/{recipe.pk}/", {field: value}, format="json")
+    assert edit.status_code == 400 and edit.json() == {field: [shown]}
+    assert Recipe.objects.get(pk=recipe.pk).version == 1
+
+
+@pytest.mark.parametrize("value, shown", [(1, "the number 1"), (True, "the boolean true"), (["seed-8gpu"], "a list"),
+                                          ({"name": "seed-8gpu"}, "an object")])
+def test_a_node_that_is_not_a_node_name_is_refused_saying_so(operator_api, value, shown):
+    response = operator_api.post("/api/recipes/", payload(node=value), format="json")
+
+    assert response.status_code == 400
+    # one message: not "Object with name=1 does not exist." followed by the note on a missing node
+    assert response.json() == {"node": [f"must be a node name (a string), got {shown}"]}
+    assert not Recipe.objects.exists()
+    ok = operator_api.post("/api/recipes/", payload(node="seed-8gpu"), format="json")
+    assert ok.status_code == 201, ok.json()
+
+
+@pytest.mark.parametrize("body, field, shown", [
+    ({"name": 5, "value": "hf_abcdefgh"}, "name", "the number 5"),
+    ({"name": "hf-token", "value": 123456789012}, "value", "the number 123456789012"),
+    ({"name": "hf-token", "value": "hf_abcdefgh", "description": 5}, "description", "the number 5"),
+    ({"name": "hf-token", "value": "hf_abcdefgh", "description": False}, "description", "the boolean false"),
+])
+def test_a_secret_text_that_is_not_a_json_string_is_refused(admin_api, body, field, shown):
+    response = admin_api.post("/api/secrets/", body, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {field: [f"must be a string, got {shown}"]}
+    assert not Secret.objects.exists()
+
+
+@pytest.mark.parametrize("field, value, shown", [("value", 123456789012, "the number 123456789012"),
+                                                 ("description", 5, "the number 5")])
+def test_a_secret_update_refuses_a_text_that_is_not_a_json_string(admin_api, field, value, shown):
+    pk = admin_api.post("/api/secrets/", {"name": "hf-token", "value": "hf_abcdefgh"}, format="json").json()["id"]
+
+    response = admin_api.patch(f"/api/secrets/{pk}/", {field: value}, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {field: [f"must be a string, got {shown}"]}
+    secret = Secret.objects.get(pk=pk)
+    assert (secret.plaintext(), secret.description) == ("hf_abcdefgh", "")
 
 
 # --- secret values -----------------------------------------------------------------------------

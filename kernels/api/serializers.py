@@ -89,12 +89,14 @@ class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     "params": {param: [values]} (optional grid subset), "shapes": [...], "batches": [...]}``;
     any other key is refused at its name. Texts must be JSON strings and batches JSON integers
     (``"cc": 9.0``, ``"batches": ["1"]`` or ``[true]`` are a 400 naming the field and the type
-    expected, never coerced); ``shapes`` and ``batches``, when given, hold at least one value and
-    each value once (``[]`` or ``[1, 1]`` is a 400; leave the key out for the package's list)."""
+    expected, never coerced); ``cc`` is taken as written, never trimmed (``" 9.0"`` is a 400 naming
+    it, as :func:`kernels.services.kernel_job_check` judges it); ``shapes`` and ``batches``, when
+    given, hold at least one value and each value once (``[]`` or ``[1, 1]`` is a 400; leave the
+    key out for the package's list)."""
 
     package = StrictCharField(max_length=63, example="sparse_mla_decode")
     node = StrictCharField(max_length=63, example="local")
-    cc = StrictCharField(max_length=8, required=False, allow_blank=True, example="9.0")
+    cc = StrictCharField(max_length=8, required=False, allow_blank=True, trim_whitespace=False, example="9.0")
     params = serializers.DictField(child=serializers.JSONField(), required=False)
     shapes = serializers.ListField(child=StrictCharField(max_length=63, example="v4-flash"), required=False,
                                    min_length=1, max_length=32, error_messages={"min_length": LEAVE_OUT})

@@ -1,8 +1,8 @@
 """Inputs the kernels app refuses instead of coercing or ignoring: a job body's batches written as
-text or booleans and a target compute capability written as a number, a grid subset given as one
-value instead of a list, the best-variant list's filters, an empty results file ingested into an
-existing job; a pending job's progress total as its page shows it, and a variant outside the grid
-quoted as the reason quotes its values."""
+text or booleans and a target compute capability written as a number or with spaces around it, a
+grid subset given as one value instead of a list, the best-variant list's filters, an empty results
+file ingested into an existing job; a pending job's progress total as its page shows it, and a
+variant outside the grid quoted as the reason quotes its values."""
 from __future__ import annotations
 
 from io import StringIO
@@ -45,6 +45,15 @@ def test_job_creation_refuses_a_compute_capability_written_as_a_number(operator_
                            format="json")
     assert ok.status_code == 201, ok.content
     assert (ok.json()["target_cc"], ok.json()["batches"]) == ("9.0", [4])
+
+
+@pytest.mark.parametrize("cc", [" 9.0", "9.0 ", "9.0\n", "\t9.0", " "])
+def test_job_creation_takes_a_compute_capability_as_written_without_trimming_it(operator_api, toy_package, h200_node,
+                                                                                cc):
+    resp = operator_api.post(JOBS, {"package": "toy_attn", "node": "h200-box", "cc": cc}, format="json")
+    assert resp.status_code == 400, resp.content
+    assert resp.json() == {"cc": [f"{cc!r} is not a compute capability such as 9.0 or 12.0"]}
+    assert not KernelJob.objects.exists()
 
 
 # --- grid subsets: a list of values per parameter -------------------------------------------------

@@ -108,6 +108,12 @@ def test_a_cancel_with_a_body_is_refused_before_the_jobs_state(job, operator_api
     assert operator_api.post(f"/api/kernel-jobs/{job.pk}/cancel/", {}, format="json").status_code == 409
 
 
+def test_a_cancel_with_an_empty_key_names_it_as_any_other_unknown_key(job, operator_api):
+    answer = operator_api.generic("POST", f"/api/kernel-jobs/{job.pk}/cancel/", '{"": 1}',
+                                  content_type="application/json")
+    assert answer.status_code == 400 and answer.json() == {"": ["unknown field ''; allowed: none"]}
+
+
 def test_a_grid_value_given_twice_in_a_job_body_is_refused(job, operator_api):
     from deployments.models import Node
     from kernels.models import KernelJob
