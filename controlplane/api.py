@@ -386,11 +386,16 @@ class ExportQuerySerializer(serializers.Serializer):
 
 
 class ExportFormatMixin:
-    """For viewsets with an ``export`` action: ``?format=csv|json`` names the export's file format,
-    not a DRF renderer, so content negotiation must not turn it into a 404 for that action."""
+    """For viewsets with an ``export`` action (and the other actions :attr:`format_actions` names):
+    ``?format=csv|json`` names the file format the action answers in, not a DRF renderer, so
+    content negotiation must not turn ``csv`` into a 404 for that action; the action checks the
+    value itself (:class:`ExportQuerySerializer`)."""
+
+    #: The actions whose ``?format=`` is a file format.
+    format_actions: tuple[str, ...] = ("export",)
 
     def perform_content_negotiation(self, request, force=False):
-        return super().perform_content_negotiation(request, force=force or self.action == "export")
+        return super().perform_content_negotiation(request, force=force or self.action in self.format_actions)
 
 
 # Largest integer accepted for an id or version parameter: PostgreSQL's ``integer`` range, so a

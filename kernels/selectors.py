@@ -144,7 +144,7 @@ def variant_filters(query) -> tuple[dict[str, str], list[str]]:
 
 
 def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all", params: dict[str, str] | None = None,
-                  sort: str = "ordinal", limit: int = 500, offset: int = 0) -> VariantTable:
+                  sort: str = "ordinal", limit: int | None = 500, offset: int = 0) -> VariantTable:
     """The job's variants as table rows, filtered and sorted on the server.
 
     Row: ``id``, ``source_variant_id`` (the id in the variants.json a job made from a measurement
@@ -162,14 +162,17 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     (:data:`BUILD_SORTS`), ``param:<name>``, ``us:<shape>`` or ``roof:<shape>``, ``-`` in front
     for descending (absent values always last; a column mixing numbers and text sorts the numbers
     in numeric order before the text in text order, and the reverse of that descending).
+    ``rows`` is the page of at most ``limit`` rows (cut to :data:`MAX_ROWS`) from ``offset``;
+    ``limit`` None gives every row from ``offset`` (a CSV download of the table).
 
     ``batches`` (the batch menu) are the batches measured; before any measurement, those the job
     selected (``job.batches``), else every batch the manifest declares for the job's shapes.
 
     Raises :class:`controlplane.errors.InvalidInput` naming the valid choices for a ``batch`` the
     job neither measured nor declared, a ``params`` key that is not a grid parameter or a value
-    outside that parameter's grid values (compared as text), or an unknown ``sort`` key (``batch``
-    None means the smallest batch).
+    outside that parameter's grid values (compared as text), each under its query key
+    ``p.<parameter>`` (``{"p.BLOCK_N": ["'48' is not one of BLOCK_N's values in this job's grid:
+    16, 32, 64"]}``), or an unknown ``sort`` key (``batch`` None means the smallest batch).
     """
     from kernels.services import job_manifest
 
@@ -187,15 +190,14 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
                            f"{', '.join(str(b) for b in batches) or 'none'}"]
     if batch is None or batch not in batches:
         batch = batches[0] if batches else None
-    unknown = [k for k in (params or {}) if k not in manifest.grid]
-    if unknown:
-        errors["params"] = [f"{', '.join(_short(k) for k in unknown)}: not a parameter of this job; parameters: "
-                            f"{', '.join(manifest.grid)} (filter as p.<parameter>=<value>)"]
     for k, v in (params or {}).items():
-        allowed = [str(x) for x in manifest.grid.get(k, [])]
-        if k in manifest.grid and v not in (None, "") and str(v) not in allowed:
-            errors.setdefault("params", []).append(
-                f"p.{k}: {_short(str(v))} is not one of {k}'s values in this job's grid: {', '.join(allowed)}")
+        if k not in manifest.grid:
+            errors[f"p.{k}"] = [f"not a parameter of this job; parameters: {', '.join(manifest.grid)} "
+                                "(filter as p.<parameter>=<value>)"]
+            continue
+        allowed = [str(x) for x in manifest.grid[k]]
+        if v not in (None, "") and str(v) not in allowed:
+            errors[f"p.{k}"] = [f"{_short(str(v))} is not one of {k}'s values in this job's grid: {', '.join(allowed)}"]
     desc = sort.startswith("-")
     key = sort[1:] if desc else sort
     valid = (key in BUILD_SORTS or (key.startswith("param:") and key[6:] in manifest.grid)
@@ -260,10 +262,10 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     present.sort(key=lambda r: _sort_value(r, key)[1], reverse=desc)
     rows = present + absent
     total = len(rows)
-    limit = max(1, min(int(limit), MAX_ROWS))
     offset = max(0, int(offset))
+    end = None if limit is None else offset + max(1, min(int(limit), MAX_ROWS))
     return VariantTable(
-        rows=rows[offset:offset + limit], offset=offset, batch=batch, batches=batches, shapes=shapes, params=list(manifest.grid),
+        rows=rows[offset:end], offset=offset, batch=batch, batches=batches, shapes=shapes, params=list(manifest.grid),
         param_values={k: list(v) for k, v in manifest.grid.items()},
         filters={"state": state, **{f"p.{k}": v for k, v in params.items()}},
         sort=("-" if desc else "") + key, total=total,

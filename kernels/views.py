@@ -342,7 +342,8 @@ PAGE_ROWS = 500
 def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
     """The variant table's context; a query the table refuses (unknown sort key, parameter or
     batch) shows the reason above the table, which then falls back to its defaults for what it
-    could not read (parameter filters it can read are kept)."""
+    could not read (parameter filters it can read are kept). ``csv_url`` downloads the view shown
+    (batch, state, filters and sort; every row) from the API as CSV."""
     problems: list[str] = []
     batch, state, params, sort, offset = _table_params(request, problems)
     try:
@@ -353,10 +354,9 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
             problems += [f"{field_name}: {m}" for m in msgs]
         if "batch" in exc.errors:
             batch = None
-        if "params" in exc.errors:
+        if any(name.startswith("p.") for name in exc.errors):
             # keep the filters that can be read (p.impl=split_k next to p.BLOCK_H=999 still filters on impl)
-            grid = services.job_manifest(job).grid
-            params = {k: v for k, v in params.items() if k in grid and v in [str(x) for x in grid[k]]}
+            params = {k: v for k, v in params.items() if f"p.{k}" not in exc.errors}
         if "sort" in exc.errors:
             sort = "ordinal"
         table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort,
@@ -405,8 +405,12 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
             row["build"]["shared_kib"] = row["build"]["shared_bytes"] / 1024
     param_filters = [{"name": name, "options": [{"value": v, "selected": params.get(name) == str(v)} for v in values]}
                      for name, values in table.param_values.items()]
+    # this view of the table (every row, not this page) as the API's CSV download
+    csv_query = {k: v for k, v in {**base_query, "sort": table.sort, "format": "csv"}.items() if v not in ("", None)}
+    csv_url = reverse("kernel-job-variants", args=[job.pk]) + "?" + urlencode(csv_query)
     return {"table": table, "columns": columns, "shape_cols": shape_cols, "param_filters": param_filters,
-            "state": state, "sort": table.sort, "job": job, "table_problems": problems, "pages": pages}
+            "state": state, "sort": table.sort, "job": job, "table_problems": problems, "pages": pages,
+            "csv_url": csv_url}
 
 
 def _job_charts(job: KernelJob) -> list[dict[str, Any]]:

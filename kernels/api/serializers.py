@@ -160,8 +160,14 @@ class VariantTableQuerySerializer(serializers.Serializer):
     ``spills_bytes``, ``shared_bytes``, ``tensor_core``, ``build_s``, ``param:<name>``,
     ``us:<shape>``, ``roof:<shape>``; ``-`` prefix for descending), ``limit`` and ``offset`` (a
     page of the sorted rows; ``total`` in the answer counts them all); parameter filters as
-    ``p.<name>=<value>``. An unknown sort key or parameter, a parameter value outside the grid, or
-    a batch the job does not hold, is a 400 naming the valid ones."""
+    ``p.<name>=<value>``; ``format`` json (the default) or csv (a download of the rows,
+    :func:`kernels.services.variant_table_csv`: every row from ``offset`` unless ``limit`` is
+    given). An unknown sort key or parameter, a parameter value outside the grid, a batch the job
+    does not hold, or another format, is a 400 naming the valid ones (a parameter's under its own
+    key, ``p.<name>``)."""
+
+    format = FilterChoiceField(choices=["json", "csv"], default="json",
+                               help_text="json, or csv: the table's rows as a CSV download")
 
     batch = IdField(required=False)
     state = serializers.ChoiceField(choices=["all", "built", "failed", "discarded", "correct", "wrong", "timed"],

@@ -64,6 +64,7 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     serializer_class = s.JobSerializer
     action_roles = {"cancel": "operator", "variants": "viewer", "chart": "viewer", "export": "viewer",
                     "best": "viewer"}
+    format_actions = ("export", "variants")   # ?format=csv is a download there, not a renderer
 
     def get_queryset(self):
         if self.action != "list":
@@ -120,17 +121,34 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         job = services.kernel_job_cancel(job=job, user=request.user)
         return Response(s.JobSerializer(job).data)
 
-    @extend_schema(summary="The variant table: build facts, correctness, µs and roofline per shape at one batch",
+    @extend_schema(summary="The variant table: build facts, correctness, µs and roofline per shape at one batch "
+                           "(?format=csv: its rows as CSV)",
                    parameters=[s.VariantTableQuerySerializer,
                                OpenApiParameter("p.<param>", str, description="filter on a parameter value "
-                                                "(one per parameter: a parameter given twice is a 400)")])
+                                                "(one per parameter: a parameter given twice is a 400; an unknown "
+                                                "parameter or a value outside the grid is a 400 under p.<param>)")],
+                   responses={(200, "application/json"): OpenApiTypes.OBJECT,
+                              (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description=(
+                                  "?format=csv: a header row and one row per variant (params as param.<name>, "
+                                  "build facts, per shape <shape>.median_us, <shape>.gbps, ...: units in the "
+                                  "names), as an attachment")),
+                              400: ERRORS_400, 404: ERROR_404})
     @action(detail=True, methods=["get"])
-    def variants(self, request: Request, pk: str | None = None) -> Response:
+    def variants(self, request: Request, pk: str | None = None) -> HttpResponse:
+        """The job's variant table (:func:`kernels.selectors.variant_table`) as JSON, or with
+        ``?format=csv`` its rows as a CSV download (:func:`kernels.services.variant_table_csv`):
+        every row of the filtered, sorted table from ``offset``, or ``limit`` of them when given."""
         q = query_validated(s.VariantTableQuerySerializer, request)
         # a parameter given twice never reaches here (controlplane.drf_defaults.SingleValuedQuery)
         params, _ = selectors.variant_filters(request.query_params)
-        table = selectors.variant_table(job=self.get_object(), batch=q.get("batch"), state=q["state"],
-                                        params=params, sort=q["sort"], limit=q["limit"], offset=q["offset"])
+        as_csv = q["format"] == "csv"
+        limit = None if as_csv and "limit" not in request.query_params else q["limit"]
+        job: KernelJob = self.get_object()
+        table = selectors.variant_table(job=job, batch=q.get("batch"), state=q["state"], params=params,
+                                        sort=q["sort"], limit=limit, offset=q["offset"])
+        if as_csv:
+            return attachment(services.variant_table_csv(table=table), content_type="text/csv",
+                             filename=f"kernel-job-{job.pk}-variants-batch-{table.batch}.csv")
         return Response(asdict(table))
 
     @extend_schema(summary="Time (µs) vs batch per implementation and the roofline, for one shape",

@@ -28,8 +28,8 @@ Rules and where they come from:
 Modules: :mod:`.common` (directories, limits, stored manifests, ``variants.json``),
 :mod:`.packages` (registration), :mod:`.progress` (status transitions, progress, broadcasts),
 :mod:`.jobs` (create, cancel, execute, reap), :mod:`.results` (build facts, results, best variants,
-exported configs), :mod:`.transfer` (export / ingest, CSV and JSON of a job). Everything public is
-importable from ``kernels.services``.
+exported configs), :mod:`.transfer` (export / ingest, CSV and JSON of a job, CSV of its variant
+table). Everything public is importable from ``kernels.services``.
 """
 from __future__ import annotations
 
@@ -89,4 +89,5 @@ from kernels.services.transfer import (  # noqa: F401
     kernel_job_export_rows,
     kernel_job_ingest,
     kernel_job_from_measurement,
+    variant_table_csv,
 )

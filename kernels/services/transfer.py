@@ -1,5 +1,5 @@
 """Jobs that travel: export for a machine without Django and ingest of what it measured (through
-the same store functions), and a job's measurements as CSV or JSON.
+the same store functions), a job's measurements as CSV or JSON, and its variant table as CSV.
 
 Part of :mod:`kernels.services`, which lists the rules and where they come from.
 """
@@ -21,6 +21,7 @@ from controlplane.jsonsafe import json_safe
 from kernels.choices import JOB_RUNNING, KernelJobStatus
 from kernels.models import KernelBest, KernelJob
 from kernels.runner.package import variants_sha256
+from kernels.selectors import VariantTable
 from kernels.services.common import _write_json, device_cc_problem, job_manifest, package_dir_of, variants_payload
 from kernels.services.jobs import _canonical, kernel_job_create
 from kernels.services.progress import _broadcast, _finish, _transition
@@ -407,6 +408,44 @@ def kernel_job_export_csv(*, job: KernelJob) -> str:
     message starting with ``=``) are quoted by :func:`controlplane.csvsafe.csv_cell`."""
     rows = kernel_job_export_rows(job=job)
     return csv_text(rows, list(rows[0])) if rows else ""
+
+
+#: The variant table's build facts as CSV columns (named as in :func:`kernel_job_export_rows`):
+#: column → key of a table row's ``build``.
+TABLE_BUILD_COLUMNS = {"build_ok": "ok", "build_error": "error", "registers": "registers",
+                       "spills_bytes": "spills_bytes", "shared_bytes": "shared_bytes", "tensor_core": "tensor_core",
+                       "tensor_core_evidence": "tensor_core_evidence", "build_s": "build_s", "compiler": "compiler",
+                       "discarded": "discarded", "discard_reason": "discard_reason"}
+
+
+def variant_table_csv(*, table: VariantTable) -> str:
+    """The rows of a variant table (:func:`kernels.selectors.variant_table`, filtered and sorted)
+    as CSV, one line per variant, its JSON row flattened: ``variant_id``, ``source_variant_id``,
+    ``ordinal``, ``key``, ``param.<name>`` per grid parameter, ``state``, ``batch`` (the batch the
+    per-shape columns are measured at), the build facts (:data:`TABLE_BUILD_COLUMNS`), then per
+    shape ``<shape>.best`` (the job's best there at that batch) and ``<shape>.<measurement>`` for
+    each of :data:`BENCH_COLUMNS` but shape and batch (``small.median_us``). Units are in the
+    names: µs, s, bytes, GB/s, TFLOP/s; ``roofline_fraction`` is 0-1. Absent values are empty
+    cells; text cells a spreadsheet would read as a formula are quoted
+    (:func:`controlplane.csvsafe.csv_cell`)."""
+    measures = BENCH_COLUMNS[2:]
+    columns = ["variant_id", "source_variant_id", "ordinal", "key", *(f"param.{p}" for p in table.params), "state",
+               "batch", *TABLE_BUILD_COLUMNS]
+    for shape in table.shapes:
+        columns += [f"{shape}.best", *(f"{shape}.{m}" for m in measures)]
+    rows = []
+    for r in table.rows:
+        build = r["build"] or {}
+        row = {"variant_id": r["id"], "source_variant_id": r["source_variant_id"], "ordinal": r["ordinal"],
+               "key": r["key"], "state": r["state"], "batch": table.batch,
+               **{f"param.{p}": r["params"].get(p) for p in table.params},
+               **{column: build.get(key) for column, key in TABLE_BUILD_COLUMNS.items()}}
+        for shape in table.shapes:
+            cell = r["shapes"].get(shape) or {}
+            row[f"{shape}.best"] = shape in r["best_in"]
+            row.update({f"{shape}.{m}": cell.get(m) for m in measures})
+        rows.append(row)
+    return csv_text(rows, columns)
 
 
 def kernel_job_export_json(*, job: KernelJob) -> str:

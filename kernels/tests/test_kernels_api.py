@@ -3,6 +3,7 @@ clients are refused; the variant table filters and sorts on the server; exports 
 import csv
 import io
 import json
+import re
 
 import pytest
 from django.test import Client
@@ -142,11 +143,15 @@ def test_a_parameter_filter_outside_the_grid_is_a_400_listing_the_values(viewer_
     for params in ({"p.BLOCK": "48"}, {"p.BLOCK": "48", "p.impl": "tiled"}):
         resp = viewer_api.get(url, params)
         assert resp.status_code == 400, params
-        assert resp.json() == {"params": ["p.BLOCK: '48' is not one of BLOCK's values in this job's grid: 16, 32, 64"]}
+        # under the query key that holds it, as every other parameter's error
+        assert resp.json() == {"p.BLOCK": ["'48' is not one of BLOCK's values in this job's grid: 16, 32, 64"]}
+    resp = viewer_api.get(url, {"p.BLOCK": "abc"})
+    assert resp.status_code == 400
+    assert resp.json() == {"p.BLOCK": ["'abc' is not one of BLOCK's values in this job's grid: 16, 32, 64"]}
     resp = viewer_api.get(url, {"p.impl": "fused", "p.nope": "1"})
-    assert resp.status_code == 400 and resp.json()["params"] == [
-        "'nope': not a parameter of this job; parameters: impl, BLOCK, num_warps (filter as p.<parameter>=<value>)",
-        "p.impl: 'fused' is not one of impl's values in this job's grid: baseline, tiled"]
+    assert resp.status_code == 400 and resp.json() == {
+        "p.impl": ["'fused' is not one of impl's values in this job's grid: baseline, tiled"],
+        "p.nope": ["not a parameter of this job; parameters: impl, BLOCK, num_warps (filter as p.<parameter>=<value>)"]}
     # values of the grid that match no row (a constraint keeps the baseline at BLOCK 16) are an
     # empty table, not an error
     empty = viewer_api.get(url, {"p.impl": "baseline", "p.BLOCK": "32"})
@@ -166,6 +171,39 @@ def test_it_exports_the_job_as_csv_and_json(viewer_api, measured_job):
     assert len(timed) == 12 and {"param.impl", "registers", "roofline_fraction", "gbps"} <= set(rows[0])
     body = json.loads(viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/export/?format=json").content)
     assert body["job"]["device"]["bf16_tflops"] == 700.0 and len(body["best"]) == 4
+
+
+def test_the_variant_table_downloads_as_csv_with_the_rows_the_json_shows(viewer_api, viewer, measured_job):
+    url = f"/api/kernel-jobs/{measured_job.pk}/variants/"
+    query = {"batch": 4, "sort": "us:small", "p.impl": "tiled"}
+    table = viewer_api.get(url, query).json()
+    resp = viewer_api.get(url, {**query, "format": "csv"})
+    assert resp.status_code == 200 and resp["Content-Type"].startswith("text/csv")
+    assert resp["Content-Disposition"] == f'attachment; filename="kernel-job-{measured_job.pk}-variants-batch-4.csv"'
+    rows = list(csv.DictReader(io.StringIO(resp.content.decode())))
+    assert [int(r["variant_id"]) for r in rows] == [r["id"] for r in table["rows"]]   # the same rows, same order
+    first = rows[0]
+    assert (first["key"], first["param.impl"], first["param.BLOCK"], first["batch"], first["state"]) == (
+        T32, "tiled", "32", "4", "correct")
+    assert float(first["small.median_us"]) == table["rows"][0]["shapes"]["small"]["median_us"] == 30.0
+    assert (first["small.best"], first["wide.best"], first["registers"], first["build_ok"]) == (
+        "true", "true", "128", "true")
+    assert {"build_s", "spills_bytes", "shared_bytes", "wide.p90_us", "wide.gbps",
+            "wide.roofline_fraction"} <= set(first)
+    # limit and offset cut the rows as they cut the JSON's; a bad query is the JSON 400 it always is
+    page = viewer_api.get(url, {**query, "format": "csv", "limit": 2, "offset": 1})
+    assert [int(r["variant_id"]) for r in csv.DictReader(io.StringIO(page.content.decode()))] == [
+        r["id"] for r in table["rows"][1:3]]
+    bad = viewer_api.get(url, {"format": "csv", "p.BLOCK": "48"})
+    assert bad.status_code == 400 and list(bad.json()) == ["p.BLOCK"]
+    bad = viewer_api.get(url, {"format": "xml"})
+    assert bad.status_code == 400 and bad.json() == {"format": ["must be one of json, csv; got 'xml'"]}
+    # the job page links to this view of the table as CSV
+    html = Client()
+    html.force_login(viewer)
+    body = html.get(f"/kernels/jobs/{measured_job.pk}/", query).content.decode()
+    link = re.search(r'<a class="table-csv" href="([^"]+)"', body).group(1).replace("&amp;", "&")
+    assert viewer_api.get(link).content == resp.content
 
 
 def test_the_chart_endpoint_gives_time_per_implementation_and_the_roofline(viewer_api, measured_job):

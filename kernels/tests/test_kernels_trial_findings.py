@@ -56,8 +56,8 @@ def test_it_answers_an_unknown_sort_parameter_or_batch_with_400_naming_the_valid
         assert "us:small" in resp.json()["sort"][0]
     resp = viewer_api.get(url, {"p.nope": "1"})
     assert resp.status_code == 400
-    assert resp.json()["params"] == ["'nope': not a parameter of this job; parameters: impl, BLOCK, num_warps "
-                                     "(filter as p.<parameter>=<value>)"]
+    assert resp.json() == {"p.nope": ["not a parameter of this job; parameters: impl, BLOCK, num_warps "
+                                      "(filter as p.<parameter>=<value>)"]}
     resp = viewer_api.get(url, {"batch": 999})
     assert resp.status_code == 400 and resp.json()["batch"] == ["999 is not a batch of this job; batches: 1, 4"]
 
