@@ -475,6 +475,25 @@ def test_it_takes_ids_as_an_alias_of_runs_like_the_api(viewer_client, mismatch_s
     assert outside.status_code == 400 and "Baseline run #999 is not one of the compared runs." in _html(outside)
 
 
+@pytest.mark.parametrize("name", ["ids", "runs", "sweeps", "baseline", "format"])
+def test_it_refuses_a_parameter_given_twice_instead_of_taking_the_last(viewer_client, mismatch_sweep, name):
+    clean, short = mismatch_sweep
+    values = {"ids": [str(clean.pk), str(short.pk)], "runs": [str(clean.pk), str(short.pk)],
+              "sweeps": [str(clean.sweep_id), str(clean.sweep_id)], "baseline": [str(clean.pk), str(short.pk)],
+              "format": ["csv", "csv"]}[name]
+    query = {"runs": f"{clean.pk},{short.pk}", name: values}
+
+    response = viewer_client.get(reverse("benchmarks:compare"), query)
+
+    assert response.status_code == 400  # the form again with the reason, as for malformed ids
+    html = _html(response)
+    assert f"The parameter {name} is given 2 times ({', '.join(values)}): give it once." in html
+    assert "not ranked" not in html and not response.get("Content-Disposition")
+    # ?ids=1&ids=2 compared run 2 alone; written as one list, both runs are compared
+    one = viewer_client.get(reverse("benchmarks:compare"), {"ids": f"{clean.pk},{short.pk}"})
+    assert one.status_code == 200 and f"Run #{short.pk} is not ranked" in _html(one)
+
+
 def test_it_asks_for_a_second_run(viewer_client, mismatch_sweep):
     clean, _ = mismatch_sweep
     html = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk)}))

@@ -24,6 +24,7 @@ from benchmarks.views.common import (
     COMPARE_MAX_CDF_RUNS, LATENCIES, run_row, _EXPORT_TYPES, _download, _export_body, _first, _ids_param, MalformedIds,
     _json_text, _load_records, _opt_float, _status_class, _sweep_runs,
 )
+from controlplane.drf_defaults import given_more_than_once
 from deployments.views import role_page
 
 
@@ -227,12 +228,19 @@ def compare(request: HttpRequest) -> HttpResponse:
     overlay charts (tok/s and TTFT p99 vs load per sweep, TTFT CDFs per run where records exist).
     ``?ids=`` is accepted as an alias of ``?runs=`` (the API's name for it); both together are
     merged. ``?format=csv`` downloads the comparison as CSV
-    (:func:`benchmarks.services.runs.runs_compare_csv`). Malformed ids and a baseline that is
-    not among the compared runs are a 400 showing the form with the reason; unknown ids and
-    another format are 404."""
-    problems: list[str] = []
+    (:func:`benchmarks.services.runs.runs_compare_csv`). Malformed ids, a baseline that is not
+    among the compared runs, and ``runs``, ``ids``, ``sweeps``, ``baseline`` or ``format`` given
+    more than once (``?ids=1&ids=2``: each takes one value, its list comma-separated) are a 400
+    showing the form with the reason; unknown ids and another format are 404."""
+    # One value a parameter: taking the last of a repeated one would compare other runs than asked
+    # (the index page's checkboxes send ?run=1&run=2, which _ids_param reads as one list).
+    repeated = {name: message for name in ("runs", "ids", "sweeps", "baseline", "format")
+                if (message := given_more_than_once(request.GET.getlist(name)))}
+    problems = [f"the parameter {name} {message}" for name, message in repeated.items()]
 
     def ids(name: str) -> list[int]:
+        if name in repeated:
+            return []
         try:
             return _ids_param(request, name)
         except MalformedIds as exc:

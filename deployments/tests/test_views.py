@@ -433,6 +433,22 @@ def test_it_reverts_after_confirmation(operator_client, seed_pd, operator):
     assert recipe.version == 4
 
 
+def test_a_revert_with_its_version_given_twice_restores_nothing_and_says_why(operator_client, seed_pd, operator):
+    recipe = _edit_twice(seed_pd, operator)
+    url = reverse("deployments:recipe-revert", args=[recipe.pk, 1])
+
+    # a hand-made form that repeats the field: its last value used to be taken silently
+    response = operator_client.post(url, {"expected_version": ["2", "3"]}, follow=True)
+
+    assert response.redirect_chain == [(reverse("deployments:recipe-history", args=[recipe.pk]), 302)]
+    assert "Version 1 cannot be restored: expected_version: is given 2 times (2, 3): give it once" in _html(response)
+    recipe.refresh_from_db()
+    assert recipe.version == 3
+    assert operator_client.post(url, {"expected_version": "3"}).status_code == 302
+    recipe.refresh_from_db()
+    assert recipe.version == 4
+
+
 # --- dry-run --------------------------------------------------------------------------------
 
 

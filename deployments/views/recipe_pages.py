@@ -21,6 +21,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_http_methods
 
+from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 from controlplane.redaction import redact_text
 from deployments import selectors, services
@@ -457,10 +458,15 @@ def recipe_diff_partial(request: HttpRequest, pk: int) -> HttpResponse:
 def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
     """Revert a recipe to ``version``. GET asks for confirmation and shows what changes
     (current → target); POST calls :func:`deployments.services.recipe_revert`, which records
-    the old content as a new version."""
+    the old content as a new version. A POST whose ``expected_version`` is given more than once
+    restores nothing: the history page says why, as for any other refused revert."""
     recipe = get_object_or_404(Recipe, pk=pk)
     if request.method == "POST":
         try:
+            # The form sends it once; taking the last of several would check a version nobody confirmed.
+            values = request.GET.getlist("expected_version") + request.POST.getlist("expected_version")
+            if repeated := given_more_than_once(values):
+                raise InvalidInput({"expected_version": [repeated]})
             expected = _version_param(request, "expected_version")
             recipe = services.recipe_revert(recipe=recipe, user=request.user, version=version, expected_version=expected)
         except NotFound as exc:
