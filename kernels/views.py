@@ -23,7 +23,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
-from controlplane.api import attachment_header
+from controlplane.api import attachment_header, unknown_field_errors
 from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.permissions import has_role
@@ -34,7 +34,7 @@ from kernels import selectors, services
 from kernels.choices import JOB_ACTIVE, JOB_TERMINAL
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
 from kernels.runner.build import arch_name
-from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, whatif_compute, whatif_input_errors
+from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, WHATIF_KEYS, whatif_compute, whatif_input_errors
 
 # A whole number as the query string and forms take it: ASCII digits only (``str.isdigit`` also
 # accepts "²" or "٣", which ``int`` then refuses or reads as another number).
@@ -570,13 +570,15 @@ def _float_param(request: HttpRequest, name: str, errors: dict[str, list[str]]) 
 def whatif_view(request: HttpRequest) -> HttpResponse:
     """``/kernels/whatif/?sweep=<id>&share=0.63&speedup=<x>`` (or ``&best=<id>``): the sweep's
     measured tok/s and TPOT per concurrency next to the projection with a faster kernel (table and
-    charts); the form picks the sweep, the share and the speedup or a best variant."""
+    charts); the form picks the sweep, the share and the speedup or a best variant. A query key
+    the form does not have (``shares=0.5``) is refused as the API refuses it (status 400, the key
+    and those taken shown above the form), never ignored for the default."""
     from benchmarks.models import BenchmarkSweep
 
-    errors: dict[str, list[str]] = {}
+    errors: dict[str, list[str]] = unknown_field_errors(request.GET, WHATIF_KEYS)
     # one value a parameter, as the API's rule (controlplane.drf_defaults.SingleValuedQuery): the
     # page would otherwise show the last one as if it were the only one
-    for name in ("sweep", "share", "speedup", "best"):
+    for name in WHATIF_KEYS:
         if repeated := given_more_than_once(request.GET.getlist(name)):
             errors.setdefault(name, []).append(f"{name} {repeated}.")
     sweeps = list(BenchmarkSweep.objects.filter(status="done").order_by("-created_at", "-id")[:100])

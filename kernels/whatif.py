@@ -46,6 +46,10 @@ DEFAULT_SHARE = 0.63
 MIN_SPEEDUP = 0.001
 MAX_SPEEDUP = 1000.0
 
+#: The query keys a what-if takes (the API's and the page's): any other key is a 400 naming it and
+#: these, not ignored (a misspelt ``shares=0.5`` would otherwise project with the default share).
+WHATIF_KEYS = ("sweep", "share", "speedup", "best")
+
 # The one message for a share or speedup outside its range, whatever the value and wherever it is
 # checked (this module, the API's query serializer, the what-if page).
 SHARE_RANGE = ("must be a fraction in (0, 1]: the part of the decode step time the kernel takes "

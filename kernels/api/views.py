@@ -19,6 +19,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from controlplane.api import (
     ERROR_404,
@@ -30,6 +31,7 @@ from controlplane.api import (
     no_body,
     query_validated,
     request_body,
+    unknown_field_errors,
 )
 from controlplane.errors import InvalidInput, NotFound
 from kernels import selectors, services
@@ -211,15 +213,24 @@ class BestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 class WhatIfViewSet(viewsets.ViewSet):
     """``GET /api/kernel-whatif/?sweep=<id>&share=0.63&speedup=<x>`` (or ``&best=<id>``): the
     sweep's projected tok/s and TPOT per concurrency with a faster kernel
-    (:func:`kernels.whatif.whatif_compute`)."""
+    (:func:`kernels.whatif.whatif_compute`). Any other query key (``shares``) is a 400 naming it
+    and the keys taken (:data:`kernels.whatif.WHATIF_KEYS`; ``format``, DRF's, as well), never
+    ignored."""
 
     @extend_schema(summary="Project a sweep with a faster kernel (decode step × ((1 − share) + share / speedup))",
-                   parameters=[s.WhatIfQuerySerializer], responses={200: OpenApiTypes.OBJECT})
+                   description="400 for an unknown query key, naming it and the keys taken.",
+                   parameters=[s.WhatIfQuerySerializer], responses={200: OpenApiTypes.OBJECT, 400: ERRORS_400})
     def list(self, request: Request) -> Response:
         from benchmarks.models import BenchmarkSweep
-        from kernels.whatif import DEFAULT_SHARE, whatif_compute
+        from kernels.whatif import DEFAULT_SHARE, WHATIF_KEYS, whatif_compute
 
-        q = query_validated(s.WhatIfQuerySerializer, request)
+        unknown = unknown_field_errors(request.query_params, [*WHATIF_KEYS, api_settings.URL_FORMAT_OVERRIDE])
+        try:
+            q = query_validated(s.WhatIfQuerySerializer, request)
+        except ValidationError as exc:
+            raise ValidationError({**exc.detail, **unknown}) from None   # every problem at once
+        if unknown:
+            raise ValidationError(unknown)
         sweep = BenchmarkSweep.objects.filter(pk=q["sweep"]).first()
         if sweep is None:
             raise NotFound(f"no sweep with id {q['sweep']}")

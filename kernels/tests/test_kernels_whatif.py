@@ -74,6 +74,31 @@ def test_the_api_and_the_page_refuse_an_out_of_range_value_with_that_message(vie
     assert viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": 1, "speedup": 1000}).status_code == 200
 
 
+def test_the_api_and_the_page_refuse_an_unknown_key_instead_of_projecting_with_the_default(viewer_api, viewer,
+                                                                                         seed_pd_sweep):
+    # "shares" for "share": ignored, the projection would use the default 0.63 as if asked for
+    unknown = "unknown field 'shares'; allowed: sweep, share, speedup, best"
+    resp = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2, "shares": 0.5})
+    assert resp.status_code == 400
+    assert resp.json() == {"shares": [unknown + ", format"]}
+    resp = viewer_api.get("/api/kernel-whatif/", {"shares": 0.5, "speedup": 2})   # with the other problems
+    assert resp.status_code == 400
+    assert resp.json() == {"sweep": ["This field is required."], "shares": [unknown + ", format"]}
+    page = Client()
+    page.force_login(viewer)
+    answer = page.get("/kernels/whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2, "shares": 0.5})
+    body = answer.content.decode()
+    assert answer.status_code == 400
+    assert html.escape(unknown) in body and "Projected (tok/s)" not in body
+    # spelt as the form spells it, the share is taken; DRF's format key is one the API takes
+    resp = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2, "share": 0.5,
+                                                  "format": "json"})
+    assert resp.status_code == 200 and (resp.json()["share"], resp.json()["share_source"]) == (0.5, "given")
+    assert page.get("/kernels/whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2, "share": 0.5}).status_code == 200
+    # the list endpoints keep their handling of a key they do not take
+    assert viewer_api.get("/api/kernel-best/", {"shares": 0.5}).status_code == 200
+
+
 def test_it_projects_a_sim_sweep_from_the_profiles_formulas(db):
     # The seed's PD c=1 row: 9.95 tok/s, TPOT 94 ms, TTFT 893 ms; 256 in / 256 out.
     sweep = _sweep(points=[(1, 9.95, 94.0, 893.0), (8, 24.5, 282.0, 2000.0)])
