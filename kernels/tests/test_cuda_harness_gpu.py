@@ -290,6 +290,47 @@ def test_the_seesaw_schedule_matches_the_reference_on_ragged_selections(pkg, har
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("params", [HEAD_TILED, dict(HEAD_TILED, impl="split_k", NUM_SPLITS=3),
+                                    dict(SEESAW, impl="head_tiled"), dict(SEESAW, NUM_SPLITS=2)],
+                         ids=["head_tiled", "split_k-3", "seesaw-head_tiled", "seesaw-split_k-2"])
+@pytest.mark.parametrize("shape_name", ["v4-flash", "v32"])
+def test_scores_that_climb_tile_after_tile_move_the_running_maximum_and_still_match(pkg, harness, built, params,
+                                                                                     shape_name):
+    """Rows scaled up along the selection (x1 at the first position to x8 at the last) make the
+    scores climb, so a row's running maximum moves again and again after the first tile and the
+    accumulator is rescaled mid-walk, by far more than a benchmark input's, in one split and across
+    splits; the output still matches the reference. (A lazy rescaling rule that left the maximum
+    stale failed this; see the package README.)"""
+    import math
+
+    import torch
+
+    from kernels.runner.bench import compare
+
+    reference = pkg.reference_fn()
+    topk = 1000
+    shape = dict(pkg.shape(shape_name), topk=topk, kv_len=2048)
+    inputs = harness.make_inputs(shape, 2, "cuda", 5, padding=40)
+    kv, idx = inputs["kv"], inputs["indices"]
+    ramp = 1.0 + 7.0 * torch.arange(topk, device="cuda", dtype=torch.float32) / topk
+    for b in range(idx.shape[0]):
+        valid = idx[b] >= 0   # each request reads its own window: no row is scaled twice
+        rows = idx[b][valid].long()
+        kv[rows] = (kv[rows].float() * ramp[valid][:, None]).to(torch.bfloat16)
+    # the premise: along request 0's selection, head 0's running maximum grows by more than 8
+    # (base 2, a factor of 256) from the first tile to the last, in several steps
+    rows = idx[0][idx[0] >= 0].long()
+    scores = (kv[rows].float() @ inputs["q"][0, 0].float()) * inputs["sm_scale"] * math.log2(math.e)
+    tile_max = torch.stack([t.max() for t in scores.split(64)])
+    running = torch.cummax(tile_max, dim=0).values
+    assert float(running[-1] - running[0]) > 8.0 and int((running[1:] > running[:-1]).sum()) >= 3, running
+    out = harness.launch(dict(params, cubin=built[_key(params)]), inputs)
+    torch.cuda.synchronize()
+    ok, _, _, reason = compare(torch, out, reference(inputs), pkg.tolerance["atol"], pkg.tolerance["rtol"])
+    assert ok, f"{params} on {shape_name}: {reason}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("params", [HEAD_TILED, SPLIT_K, dict(SPLIT_K, NUM_SPLITS=4), SEESAW],
                          ids=["head_tiled", "split_k-auto", "split_k-4", "seesaw-split_k-auto"])
 @pytest.mark.parametrize("shape_name", ["v4-flash", "v32"])

@@ -31,12 +31,13 @@
 // reads it) holds that tile's P once its q.k^T is done, which keeps q (72 KiB) and both buffers
 // within 227 KiB.
 //
-// What bounds it (tuning/ablate.py --seesaw, H200): a buffer's second half can only be refilled
-// after the other warp group's cross product at the end of the pair, so the next pair's q.k^T of
-// K1 waits for that product, the hand-off through the producer and the copy: with no copies, no
-// q.k^T and no p.v at all (the hand-offs and the softmax only), V3.2 batch 64 still takes 57 of
-// its 79 us. Four 32-row buffers (two pairs in flight) remove that wait but make q.k^T an
-// m64n32k16 chain and were slower (V3.2 batch 64: 95 us).
+// What bounds it (tuning/ablate.py --seesaw, H200): the consumers' own chain of maxima,
+// exponentials, rescaling and hand-offs. With no copies, no q.k^T and no p.v at all, V3.2 batch 64
+// still takes 56 of its 79 us; with the copies alone or the products alone it takes all 79. A
+// buffer's second half can only be refilled after the other warp group's cross product at the end
+// of the pair, so the next pair's q.k^T of K1 also waits for that product, the hand-off through
+// the producer and the copy. Four 32-row buffers (two pairs in flight) remove that wait but make
+// q.k^T an m64n32k16 chain and were slower (V3.2 batch 64: 95 us).
 //
 // Measurement builds (tuning/ablate.py --seesaw; their outputs are wrong): SS_NO_LOAD (the rows of
 // the first pair only), ABL_NO_QK / ABL_NO_PV (one wgmma instead of each chain), SS_NO_PREFETCH,
