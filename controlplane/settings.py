@@ -256,7 +256,10 @@ LOGGING = {
         "client_errors_one_line": {"()": "controlplane.logging.ClientErrorOneLineFilter"},
     },
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
+    # client_errors_one_line on the handler too: Django's security loggers
+    # (django.security.DisallowedHost, ...) log a refused request's exception with its traceback.
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain",
+                             "filters": ["client_errors_one_line", "redact"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

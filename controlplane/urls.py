@@ -31,6 +31,8 @@ class SchemaView(SpectacularAPIView):
         return response
 
 
+handler400 = "controlplane.views.bad_request"
+
 urlpatterns = [
     path("", views.home, name="home"),
     path("login/", throttled_login(auth_views.LoginView.as_view(template_name="registration/login.html")),

@@ -32,3 +32,26 @@ def test_a_404_is_the_plain_page(operator):
         html = response.content.decode()
         assert "<h1>Not found</h1>" in html and path in html
         assert "URLconf" not in html and "Using the URLconf" not in html
+
+
+def test_a_host_outside_allowed_hosts_is_a_json_400_under_api_and_a_plain_page_elsewhere(caplog):
+    client = Client(HTTP_HOST="evil.example.com")
+    with caplog.at_level("WARNING"):
+        api = client.get("/api/recipes/")
+        page = client.get("/recipes/")
+    assert api.status_code == 400 and api["Content-Type"] == "application/json"
+    assert api.json() == {"detail": "The Host header names a host this server does not answer to (set the "
+                                    "ALLOWED_HOSTS environment variable to add one)."}
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
+    html = page.content.decode()
+    assert "<h1>Bad request</h1>" in html and "ALLOWED_HOSTS" in html and "evil.example.com" not in html
+    # one line a refusal in the log, no traceback: the console handler drops 4xx tracebacks
+    assert settings.LOGGING["handlers"]["console"]["filters"][0] == "client_errors_one_line"
+    records = [r for r in caplog.records if r.name == "django.security.DisallowedHost"]
+    assert len(records) == 2
+    from controlplane.logging import ClientErrorOneLineFilter
+
+    handler_filter = ClientErrorOneLineFilter()
+    for record in records:
+        handler_filter.filter(record)
+        assert record.exc_info is None and "DisallowedHost" in record.getMessage()
