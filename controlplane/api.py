@@ -5,9 +5,10 @@ its messages (``{"spec.roles.prefill.gpus": ["..."]}``), whether they come from 
 (nested errors are flattened by :func:`flatten_errors`) or a service's ``InvalidInput``; domain
 errors become ``{"detail": ..., "code": ...}``. JSON bodies are size-limited by
 :class:`SafeJSONParser` (``CEILING_API_MAX_BODY_BYTES``, default 1 MiB), which also names each
-number that is not finite at its path (``{"spec.roles.single.port": ["1e400 is not a finite
-number"]}``; a ``NaN`` or ``Infinity`` literal alone makes a 400, and views that list every
-problem take the rest of the body through :func:`request_body`). Input serializers refuse keys
+key given more than once in an object and each number that is not finite at its path
+(``{"spec.roles.decode.port": ["is given 2 times (8001, 8002): give it once"]}``, ``{"spec.roles.single.port":
+["1e400 is not a finite number"]}``; a repeated key or a ``NaN`` or ``Infinity`` literal alone makes a
+400, and views that list every problem take the rest of the body through :func:`request_body`). Input serializers refuse keys
 they do not take at their names (:func:`unknown_field_errors`, :class:`StrictInputMixin`; an
 action that takes no body, such as a stop or a cancel, through :func:`no_body`), and take a JSON
 body's ids, integers and texts only as JSON integers and strings (:class:`StrictIntegerField`,
@@ -42,8 +43,8 @@ from rest_framework.utils import html
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
-    DEFAULT_MAX_BODY_BYTES, MAX_PAGE_LIMIT, NonFiniteNumber, NonFiniteNumbers, Pagination, RequestTooLarge,
-    SafeJSONParser, api_max_body_bytes, given_more_than_once, nonfinite_errors,
+    DEFAULT_MAX_BODY_BYTES, MAX_PAGE_LIMIT, NonFiniteNumber, Pagination, RefusedBody, RepeatedKeys, RequestTooLarge,
+    SafeJSONParser, api_max_body_bytes, body_errors, given_more_than_once, json_loads, repeated_key_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 
@@ -199,19 +200,20 @@ def postprocess_auth_errors(result: dict, generator, request, public) -> dict:
 
 
 def request_body(request) -> tuple[Any, dict[str, list[str]]]:
-    """The request's body and the errors of its numbers that are not finite, for a view that
-    reports them together with every other problem of the body.
+    """The request's body and the errors of its keys given more than once and its numbers that
+    are not finite, for a view that reports them together with every other problem of the body.
 
-    Returns ``(data, errors)``: ``data`` as parsed (a body with a ``NaN`` or ``Infinity``
-    literal included, which :class:`SafeJSONParser` refuses on its own), ``errors`` as
-    :func:`nonfinite_errors` names them (``{"spec.roles.single.port": ["1e400 is not a finite
-    number"]}``), empty when every number is finite. Pass ``errors`` to the input serializer as
-    ``context["nonfinite"]`` (:class:`StrictInputMixin` and the recipe input merge them)."""
+    Returns ``(data, errors)``: ``data`` as parsed (a body that repeats a key or has a ``NaN`` or
+    ``Infinity`` literal included, which :class:`SafeJSONParser` refuses on its own), ``errors``
+    as :func:`body_errors` names them (``{"recipe": ["is given 2 times (1, 2): give it once"],
+    "spec.roles.single.port": ["1e400 is not a finite number"]}``), empty when there is none. Pass
+    ``errors`` to the input serializer as ``context["body_errors"]`` (:class:`StrictInputMixin`
+    and the recipe input merge them with :func:`merge_body_errors`)."""
     try:
         data = request.data
-    except NonFiniteNumbers as exc:
+    except RefusedBody as exc:
         data = exc.data
-    return data, nonfinite_errors(data)
+    return data, body_errors(data)
 
 
 def shown_key(key: Any) -> str:
@@ -248,22 +250,31 @@ def unknown_field_errors(data: Any, allowed: Iterable[str], *,
     return errors
 
 
-def merge_nonfinite(errors: dict[str, Any], nonfinite: Mapping[str, list[str]]) -> dict[str, Any]:
-    """``errors`` with each path of ``nonfinite`` (:func:`nonfinite_errors`) holding that
-    message alone: what a check said of the infinite or NaN value it saw there (``must be an
-    integer port, got inf``) gives way to how the body wrote it. Changes ``errors`` in place and
-    returns it."""
-    for path, messages in nonfinite.items():
-        errors[path] = list(messages)
-    return errors
+def merge_body_errors(errors: Mapping[str, Any], found: Mapping[str, list[str]]) -> dict[str, Any]:
+    """``errors`` (a serializer's, nested or flat) with each path of ``found`` (:func:`body_errors`
+    of the body) holding that message alone: what a check said of the value it saw there gives
+    way to what the body wrote (``must be an integer port, got inf`` to ``1e400 is not a finite
+    number``; the last value of a key given twice to ``is given 2 times (1, 2): give it once``),
+    and nothing is said under a key given twice (``spec.roles...`` of a repeated ``spec``): none of
+    its values is taken. Returns ``errors`` flattened (:func:`flatten_errors`) when ``found`` has
+    anything, else ``errors`` as it is."""
+    if not found:
+        return dict(errors)
+    merged = flatten_errors(dict(errors))
+    for path in found:
+        for key in [k for k in merged if k.startswith(f"{path}.")]:
+            del merged[key]
+        merged[path] = list(found[path])
+    return merged
 
 
 class StrictInputMixin:
     """For input serializers (put it before ``serializers.Serializer``): a body key that is not
     a writable field is refused at its name (:func:`unknown_field_errors`; read-only fields with
-    the reason of :attr:`read_only_reasons`), and the numbers that are not finite which the view
-    passes as ``context["nonfinite"]`` (:func:`request_body`) are named at their paths, all in
-    the same 400 as the fields' own errors."""
+    the reason of :attr:`read_only_reasons`), and the keys given more than once and numbers that
+    are not finite which the view passes as ``context["body_errors"]`` (:func:`request_body`) are
+    named at their paths (:func:`merge_body_errors`), all in the same 400 as the fields' own
+    errors."""
 
     #: Key → why a client cannot set it, for keys the API shows but does not take.
     read_only_reasons: Mapping[str, str] = {}
@@ -271,15 +282,15 @@ class StrictInputMixin:
     def to_internal_value(self, data):
         extra = unknown_field_errors(data, [f.field_name for f in self._writable_fields],
                                      read_only=self.read_only_reasons)
-        nonfinite = self.context.get("nonfinite") or {}
+        found = self.context.get("body_errors") or {}
         try:
             value = super().to_internal_value(data)
         except ValidationError as exc:
             if isinstance(exc.detail, Mapping):
-                raise ValidationError(merge_nonfinite({**exc.detail, **extra}, nonfinite)) from None
+                raise ValidationError(merge_body_errors({**exc.detail, **extra}, found)) from None
             raise
-        if extra or nonfinite:
-            raise ValidationError(merge_nonfinite(extra, nonfinite))
+        if extra or found:
+            raise ValidationError(merge_body_errors(extra, found))
         return value
 
 
@@ -293,8 +304,8 @@ def no_body(request) -> None:
     'force'; allowed: none"]}``, :data:`FORM_ONLY_KEYS` left alone), and one that is not an object
     a 400 under ``non_field_errors``. Call it before the service that may answer 409: the body is
     judged before the state."""
-    data, nonfinite = request_body(request)
-    NoBodySerializer(data=data, context={"nonfinite": nonfinite}).is_valid(raise_exception=True)
+    data, found = request_body(request)
+    NoBodySerializer(data=data, context={"body_errors": found}).is_valid(raise_exception=True)
 
 
 def shown_value(value: Any) -> str:

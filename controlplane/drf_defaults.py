@@ -1,7 +1,7 @@
 """The classes REST framework's settings name (``DEFAULT_PARSER_CLASSES``,
 ``DEFAULT_PAGINATION_CLASS``): the size-limited JSON parser and the page-size cap, and how that
-parser marks and locates numbers that are not finite (:class:`NonFiniteNumber`,
-:func:`nonfinite_errors`).
+parser marks and locates numbers that are not finite and keys given twice in one object
+(:class:`NonFiniteNumber`, :class:`RepeatedKeys`, :func:`json_loads`, :func:`body_errors`).
 
 They live apart from :mod:`controlplane.api` on purpose. REST framework imports the classes its
 settings name while ``rest_framework.views`` is being imported (``APIView``'s class body reads
@@ -56,7 +56,7 @@ class NonFiniteNumber(float):
     too large for a 64-bit float (``1e400``, ``-1E999``), which would otherwise read as ``inf``.
 
     It is the float it stands for (nan, inf or -inf), so code that judges numbers sees what it
-    always saw; :func:`nonfinite_errors` finds each one with its path, to name it in a 400."""
+    always saw; :func:`body_errors` finds each one with its path, to name it in a 400."""
 
     literal: str
 
@@ -86,31 +86,101 @@ def _parse_float(text: str) -> float:
     return value if math.isfinite(value) else NonFiniteNumber(value, text)
 
 
-def nonfinite_errors(data: Any, prefix: str = "") -> dict[str, list[str]]:
-    """``{"<dotted.path>": ["<literal> is not a finite number"]}`` for every
-    :class:`NonFiniteNumber` in ``data`` (a parsed body: dicts, lists, scalars), e.g.
-    ``{"spec.roles.single.port": ["1e400 is not a finite number"]}``; list items by index
-    (``grid.request_rates.1``). A body that is itself such a number sits under
-    ``non_field_errors``; ``prefix`` is put before every path. Empty when there is none."""
-    errors: dict[str, list[str]] = {}
+class RepeatedKeys(dict):
+    """An object of a JSON body that gives a key more than once (``{"recipe": 1, "recipe": 2}``):
+    the dict Python's ``json`` makes of it (each key with its last value), and ``repeated``, each
+    such key with every value given, in order. :func:`body_errors` names each such key at its
+    path; no value of it is taken."""
+
+    repeated: dict[str, list]
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """``object_pairs_hook`` of :func:`json_loads`: a dict, or a :class:`RepeatedKeys` when a key
+    comes more than once."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    given: dict[str, list] = {}
+    for key, value in pairs:
+        given.setdefault(key, []).append(value)
+    marked = RepeatedKeys(obj)
+    marked.repeated = {key: values for key, values in given.items() if len(values) > 1}
+    return marked
+
+
+def json_loads(text: str) -> Any:
+    """``json.loads`` as the API reads a body: each number that is not finite becomes a
+    :class:`NonFiniteNumber` and each object that gives a key more than once a
+    :class:`RepeatedKeys`, for :func:`body_errors` to name. Raises what ``json.loads`` raises
+    (``ValueError``, ``RecursionError``)."""
+    return json.loads(text, parse_constant=_parse_constant, parse_float=_parse_float, object_pairs_hook=_object_pairs)
+
+
+def _json_text(value: Any) -> str:
+    """A value of a body in JSON's spelling (a :class:`NonFiniteNumber` as the body wrote it)."""
+    if isinstance(value, NonFiniteNumber):
+        return value.literal
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):
+        return "…"
+
+
+def _marks(data: Any, prefix: str):
+    """``(path, message, kind)`` for each mark :func:`json_loads` left in ``data``: ``kind``
+    "repeated" for a key given more than once (its values are not looked into), "nonfinite" for a
+    number that is not finite. No recursion: the parser accepts bodies nested deeper than Python's
+    stack."""
     stack: list[tuple[str, Any]] = [(prefix, data)]
-    while stack:  # no recursion: the parser accepts bodies nested deeper than Python's stack
+    while stack:
         path, value = stack.pop()
         if isinstance(value, NonFiniteNumber):
-            errors.setdefault(path or "non_field_errors", []).append(f"{value.literal} is not a finite number")
+            yield path or "non_field_errors", f"{value.literal} is not a finite number", "nonfinite"
         elif isinstance(value, dict):
+            repeated = getattr(value, "repeated", None) or {}
+            for key, values in repeated.items():
+                yield (f"{path}.{key}" if path else str(key),
+                       given_more_than_once([_json_text(v) for v in values]), "repeated")
             # list(): a form body's QueryDict yields its items from a generator, not a view
-            stack.extend((f"{path}.{key}" if path else str(key), item) for key, item in reversed(list(value.items())))
+            stack.extend((f"{path}.{key}" if path else str(key), item)
+                         for key, item in reversed(list(value.items())) if key not in repeated)
         elif isinstance(value, list):
             stack.extend((f"{path}.{i}" if path else str(i), item) for i, item in reversed(list(enumerate(value))))
+
+
+def body_errors(data: Any, prefix: str = "") -> dict[str, list[str]]:
+    """``{"<dotted.path>": [message]}`` for what a body read by :func:`json_loads` holds that no
+    check may take: each key given more than once in one object (``{"spec.roles.decode.port": ["is
+    given 2 times (8001, 8002): give it once"]}``, the message of a repeated query parameter,
+    :func:`given_more_than_once`, with the values in JSON's spelling; neither value is taken, so
+    nothing under that key is judged) and each number that is not finite
+    (``{"spec.roles.single.port": ["1e400 is not a finite number"]}``). List items are named by
+    index (``grid.request_rates.1``); a body that is itself such a number sits under
+    ``non_field_errors``; ``prefix`` is put before every path. Empty when there is none."""
+    errors: dict[str, list[str]] = {}
+    for path, message, _kind in _marks(data, prefix):
+        errors.setdefault(path, []).append(message)
     return errors
 
 
-class NonFiniteNumbers(ValidationError):
-    """A JSON body with a ``NaN``, ``Infinity`` or ``-Infinity`` literal: a 400 whose body names
-    every number of the body that is not finite at its path (:func:`nonfinite_errors`), the
-    flat shape of every 400. ``data`` is the body as parsed (each such number a
-    :class:`NonFiniteNumber`), for a view that checks the rest of the body too
+def repeated_key_errors(data: Any, prefix: str = "") -> dict[str, list[str]]:
+    """The keys given more than once of :func:`body_errors` alone, for a page's JSON text field
+    (whose numbers its own checks judge)."""
+    errors: dict[str, list[str]] = {}
+    for path, message, kind in _marks(data, prefix):
+        if kind == "repeated":
+            errors.setdefault(path, []).append(message)
+    return errors
+
+
+class RefusedBody(ValidationError):
+    """A JSON body the parser refuses on its own: one that gives a key more than once in an object
+    (taking the last value silently would answer a question the client did not ask: a stale
+    ``expected_version`` followed by the current one would pass the version check) or holds a
+    ``NaN``, ``Infinity`` or ``-Infinity`` literal (not JSON). A 400 whose body names every
+    problem of :func:`body_errors` at its path, the flat shape of every 400. ``data`` is the body
+    as parsed (marked by :func:`json_loads`), for a view that checks the rest of the body too
     (:func:`controlplane.api.request_body`)."""
 
     def __init__(self, errors: dict[str, list[str]], data: Any) -> None:
@@ -129,17 +199,23 @@ class SafeJSONParser(JSONParser):
     Nesting: Python's ``json`` module raises ``RecursionError`` (not ``ValueError``) for
     bodies nested a few thousand levels deep, which DRF's parser would let through as a 500.
 
+    Keys given more than once in one object (``{"recipe": 1, "recipe": 2}``), which Python's
+    ``json`` would read as the last value: the body is refused with :class:`RefusedBody`, a 400
+    naming each such key at its path (``{"spec.roles.decode.port": ["is given 2 times (8001,
+    8002): give it once"]}``), as a query parameter given twice is refused.
+
     Numbers that are not finite: each is read as a :class:`NonFiniteNumber` remembering how
     the body wrote it. A ``NaN``, ``Infinity`` or ``-Infinity`` literal is not JSON: the body is
-    refused with :class:`NonFiniteNumbers`, a 400 naming each such number at its path
+    refused with :class:`RefusedBody`, a 400 naming each such number at its path
     (``{"grid.duration_s": ["NaN is not a finite number"]}``). A number too large for a float
     (``1e400``) is JSON: it reads as an infinite :class:`NonFiniteNumber` for the input's own
-    checks to judge (and to name with :func:`nonfinite_errors`).
+    checks to judge (and to name with :func:`body_errors`). A refused body's 400 names every
+    problem of both kinds (:func:`body_errors`).
 
     Raises:
         RequestTooLarge: the body is over the limit (413).
         ParseError: the body is not JSON, is not text in its encoding, or is nested too deeply.
-        NonFiniteNumbers: the body has a ``NaN`` / ``Infinity`` literal.
+        RefusedBody: the body repeats a key in an object or has a ``NaN`` / ``Infinity`` literal.
     """
 
     def parse(self, stream, media_type=None, parser_context=None):
@@ -158,25 +234,27 @@ class SafeJSONParser(JSONParser):
             raise RequestTooLarge(limit)
         encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
         try:
-            data = json.loads(body.decode(encoding), parse_constant=_parse_constant, parse_float=_parse_float)
+            data = json_loads(body.decode(encoding))
         except RecursionError as exc:
             raise ParseError("JSON parse error - nested too deeply.") from exc
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from exc
-        errors = nonfinite_errors(data)
-        if errors and _has_constant(data):
-            raise NonFiniteNumbers(errors, data)
+        if _refused(data):
+            raise RefusedBody(body_errors(data), data)
         return data
 
 
-def _has_constant(data: Any) -> bool:
-    """True when ``data`` holds a ``NaN`` / ``Infinity`` / ``-Infinity`` literal."""
+def _refused(data: Any) -> bool:
+    """True when ``data`` holds an object that repeats a key or a ``NaN`` / ``Infinity`` /
+    ``-Infinity`` literal."""
     stack = [data]
     while stack:
         value = stack.pop()
         if isinstance(value, NonFiniteNumber):
             if value.is_constant:
                 return True
+        elif isinstance(value, RepeatedKeys):
+            return True
         elif isinstance(value, dict):
             stack.extend(value.values())
         elif isinstance(value, list):

@@ -11,6 +11,7 @@ from django import forms
 from django.conf import settings
 from django.utils.functional import cached_property
 
+from controlplane.drf_defaults import json_loads, repeated_key_errors
 from controlplane.errors import InvalidInput
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
@@ -24,10 +25,13 @@ def spec_parse(text: str) -> dict:
     Raises ``forms.ValidationError`` with ``"invalid JSON at line L column C (reason)"`` on a
     syntax error (line and column are 1-based, from :class:`json.JSONDecodeError`), or when the
     top level is not an object, nesting deep enough to exhaust Python's recursion limit, or an
-    integer longer than Python parses.
+    integer longer than Python parses; and with one message per key given more than once in an
+    object (``spec.roles.decode.port is given 2 times (8001, 8002): give it once``), as the API
+    refuses such a body (:func:`controlplane.drf_defaults.repeated_key_errors`): the last value
+    would be taken silently.
     """
     try:
-        value = json.loads(text or "")
+        value = json_loads(text or "")
     except json.JSONDecodeError as exc:
         raise forms.ValidationError(
             f"invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})", code="invalid_json"
@@ -41,6 +45,10 @@ def spec_parse(text: str) -> dict:
         raise forms.ValidationError(f"invalid JSON: {exc}", code="invalid_json") from None
     if not isinstance(value, dict):
         raise forms.ValidationError("must be a JSON object ({...})", code="not_object")
+    repeated = repeated_key_errors(value, "spec")
+    if repeated:
+        raise forms.ValidationError([forms.ValidationError(f"{path} {message}", code="repeated_key")
+                                     for path, messages in repeated.items() for message in messages])
     return value
 
 

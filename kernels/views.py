@@ -24,7 +24,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from controlplane.api import attachment_header, unknown_field_errors
-from controlplane.drf_defaults import given_more_than_once
+from controlplane.drf_defaults import given_more_than_once, json_loads, repeated_key_errors
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.permissions import has_role
 from deployments.models import Node
@@ -135,36 +135,31 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
     bare value in the JSON form is refused, as the API refuses it), both giving ``{"impl": [...],
     "BLOCK_H": [32]}``. Problems go to ``errors["params"]``, echoing at
     most 80 characters of the input; a parameter named twice is one of them (its values are
-    listed once, never merged or overwritten)."""
+    listed once, never merged or overwritten; in the JSON form, any key given twice is named at its
+    path as the API names it, ``params.BLOCK_H is given 2 times ([32], [64]): give it once``)."""
     out: dict[str, list] = {}
     if len(text) > MAX_SUBSET_CHARS:
         errors.setdefault("params", []).append(
             f"the grid subset is {len(text)} characters long; at most {MAX_SUBSET_CHARS} are read")
         return out
     if text.lstrip().startswith("{"):
-        twice: list[str] = []
-
-        def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-            seen: dict[str, Any] = {}
-            for key, value in items:
-                if key in seen and key not in twice:
-                    twice.append(key)
-                seen[key] = value
-            return seen
-
         try:
-            data = json.loads(text, object_pairs_hook=pairs)
-        except ValueError as exc:
+            data = json_loads(text)
+        except (ValueError, RecursionError) as exc:
             errors.setdefault("params", []).append(f"'{_short(text)}' is not valid JSON ({exc}); accepted: {SUBSET_FORMS}")
             return out
         if not isinstance(data, dict):
             errors.setdefault("params", []).append(f"the JSON must be an object of parameter lists; accepted: {SUBSET_FORMS}")
             return out
-        for name in twice:
-            errors.setdefault("params", []).append(
-                f"'{_short(name)}' is named more than once in the JSON object: give it once, with all its values "
-                f"in one list ({{\"{_short(name)}\": [v1, v2]}})")
+        # a key given twice, the API's rule (controlplane.drf_defaults.repeated_key_errors): neither value is taken
+        twice = getattr(data, "repeated", {})
+        hints = {f"params.{name}": f", with all its values in one list ({{\"{_short(name)}\": [v1, v2]}})"
+                 for name in twice}
+        for path, messages in repeated_key_errors(data, "params").items():
+            errors.setdefault("params", []).extend(f"{_short(path)} {m}{hints.get(path, '')}" for m in messages)
         for name, values in data.items():
+            if name in twice:
+                continue
             if not isinstance(values, list):   # the API's rule (kernels.manifest.grid_subset_validate)
                 errors.setdefault("params", []).append(
                     f"'{_short(str(name))}' must be a list of grid values in the JSON form "

@@ -24,7 +24,7 @@ from rest_framework.fields import SkipField, get_error_detail
 from controlplane.api import ERROR_SHAPE_HELP, DetailSerializer, ValidationErrorSerializer  # noqa: F401
 from controlplane.api import (
     MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin,
-    StrictSlugRelatedField, merge_nonfinite, unknown_field_errors,
+    StrictSlugRelatedField, merge_body_errors, unknown_field_errors,
 )
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
@@ -179,9 +179,10 @@ class RecipeWriteSerializer(serializers.Serializer):
         'foo'; allowed: name, ..."]}``), each field's own errors (the name rule, an unknown
         engine, topology or node, a spec that is not an object), a name another recipe has,
         what no database column can hold in a new spec (NUL characters, nesting deeper than 16
-        levels, more than 1024 entries), numbers that are not finite (``context["nonfinite"]``,
-        see :func:`controlplane.api.request_body`: ``{"spec.roles.single.port": ["1e400 is not
-        a finite number"]}``), and the rules of :func:`deployments.recipes.recipe_validate`
+        levels, more than 1024 entries), keys given more than once and numbers that are not finite
+        (``context["body_errors"]``, see :func:`controlplane.api.request_body`:
+        ``{"expected_version": ["is given 2 times (1, 7): give it once"], "spec.roles.single.port":
+        ["1e400 is not a finite number"]}``), and the rules of :func:`deployments.recipes.recipe_validate`
         (``topology``, ``spec.…``) once engine, topology and spec are known, through
         :func:`deployments.services.recipe_spec_validate`: with an unknown node the spec is
         checked without a node's hardware (``node`` says so, unless the node was not given as a
@@ -209,7 +210,7 @@ class RecipeWriteSerializer(serializers.Serializer):
             values[field.field_name] = value
         for path, messages in self._rule_errors(values, failed=errors).items():
             errors.setdefault(path, []).extend(messages)
-        merge_nonfinite(errors, self.context.get("nonfinite") or {})
+        errors = merge_body_errors(errors, self.context.get("body_errors") or {})
         if errors:
             raise serializers.ValidationError(errors)
         return values

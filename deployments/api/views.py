@@ -183,8 +183,8 @@ class RecipeViewSet(viewsets.ModelViewSet):
         return s.RecipeSerializer
 
     def create(self, request: Request, *args, **kwargs) -> Response:
-        data, nonfinite = request_body(request)
-        ser = s.RecipeWriteSerializer(data=data, context={"nonfinite": nonfinite})
+        data, found = request_body(request)
+        ser = s.RecipeWriteSerializer(data=data, context={"body_errors": found})
         ser.is_valid(raise_exception=True)
         data = dict(ser.validated_data)
         data.pop("expected_version", None)
@@ -194,8 +194,8 @@ class RecipeViewSet(viewsets.ModelViewSet):
     def update(self, request: Request, *args, **kwargs) -> Response:
         partial = kwargs.pop("partial", False)
         recipe = self.get_object()
-        data, nonfinite = request_body(request)
-        ser = s.RecipeWriteSerializer(recipe, data=data, partial=partial, context={"nonfinite": nonfinite})
+        data, found = request_body(request)
+        ser = s.RecipeWriteSerializer(recipe, data=data, partial=partial, context={"body_errors": found})
         ser.is_valid(raise_exception=True)
         data = dict(ser.validated_data)
         recipe = services.recipe_update(
@@ -267,8 +267,8 @@ class RecipeViewSet(viewsets.ModelViewSet):
     @action(detail=True, methods=["post"], url_path="revert")
     def revert(self, request: Request, pk=None) -> Response:
         recipe = self.get_object()
-        body, nonfinite = request_body(request)
-        ser = s.RevertSerializer(data=body, context={"nonfinite": nonfinite})
+        body, found = request_body(request)
+        ser = s.RevertSerializer(data=body, context={"body_errors": found})
         ser.is_valid(raise_exception=True)
         recipe = services.recipe_revert(
             recipe=recipe,
@@ -329,8 +329,8 @@ class SecretViewSet(viewsets.ModelViewSet):
     parser_classes = PARSERS
 
     def create(self, request: Request, *args, **kwargs) -> Response:
-        data, nonfinite = request_body(request)
-        ser = s.SecretSerializer(data=data, context={"nonfinite": nonfinite})
+        data, found = request_body(request)
+        ser = s.SecretSerializer(data=data, context={"body_errors": found})
         ser.is_valid(raise_exception=True)
         secret = services.secret_create(user=request.user, **ser.validated_data)
         return Response(s.SecretSerializer(secret).data, status=status.HTTP_201_CREATED)
@@ -338,8 +338,8 @@ class SecretViewSet(viewsets.ModelViewSet):
     def update(self, request: Request, *args, **kwargs) -> Response:
         kwargs.pop("partial", None)
         secret = self.get_object()
-        data, nonfinite = request_body(request)
-        ser = s.SecretUpdateSerializer(data=data, context={"nonfinite": nonfinite})
+        data, found = request_body(request)
+        ser = s.SecretUpdateSerializer(data=data, context={"body_errors": found})
         ser.is_valid(raise_exception=True)
         secret = services.secret_update(secret=secret, user=request.user, **ser.validated_data)
         return Response(s.SecretSerializer(secret).data)
@@ -385,8 +385,8 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return s.DeploymentCreateSerializer if self.action == "create" else s.DeploymentSerializer
 
     def create(self, request: Request, *args, **kwargs) -> Response:
-        data, nonfinite = request_body(request)
-        ser = s.DeploymentCreateSerializer(data=data, context={"nonfinite": nonfinite})
+        data, found = request_body(request)
+        ser = s.DeploymentCreateSerializer(data=data, context={"body_errors": found})
         ser.is_valid(raise_exception=True)
         deployment = services.deployment_create(recipe=ser.validated_data["recipe"], user=request.user)
         deployment = selectors.deployment_list().get(pk=deployment.pk)

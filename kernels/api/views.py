@@ -79,8 +79,8 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     def create(self, request: Request, *args, **kwargs) -> Response:
         from deployments.models import Node
 
-        body, nonfinite = request_body(request)
-        ser = s.JobCreateSerializer(data=body, context={"nonfinite": nonfinite})
+        body, found = request_body(request)
+        ser = s.JobCreateSerializer(data=body, context={"body_errors": found})
         field_errors: dict = {}
         if ser.is_valid():
             data = ser.validated_data
