@@ -1,4 +1,5 @@
-"""Make values storable in a JSON column on every database Ceiling supports.
+"""Make values storable in a JSON column on every database Ceiling supports, and show a value in a
+message in JSON's spelling (:func:`json_spelled`).
 
 JSON has no NaN or infinity (RFC 8259 §6); SQLite's ``JSON_VALID`` check and PostgreSQL's
 ``jsonb`` both refuse them. Measurements legitimately produce them (a ratio over an empty set,
@@ -11,6 +12,7 @@ non-finite values were, e.g. the load generator's ``error_adjusted["infinite"]``
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -55,3 +57,19 @@ def nonfinite_paths(value: Any, prefix: str = "") -> dict[str, str]:
         for i, v in enumerate(value):
             out.update(nonfinite_paths(v, f"{prefix}.{i}" if prefix else str(i)))
     return out
+
+
+def json_spelled(value: Any, limit: int = 80) -> str:
+    """A value as a message quotes it: a text in quotes (``'v32'``, as messages quote names), anything
+    else in JSON's spelling (``true``, ``false``, ``null``, ``7``, ``[1, "a"]``, ``{"a": 1}``), never
+    Python's (``True``, ``None``, ``{'a': 1}``), cut to ``limit`` characters (``...`` at the end when
+    cut). A value JSON cannot spell (a float that is not finite) reads as JSON's decoders write it
+    (``NaN``, ``Infinity``); one it cannot encode at all as ``<type>``."""
+    if isinstance(value, str):
+        text = repr(value[:limit])
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        except Exception:  # noqa: BLE001 - a circular or hostile value must not escape a message
+            text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -42,6 +42,8 @@ from typing import Any
 
 from django.conf import settings
 
+from controlplane.jsonsafe import json_spelled
+
 MAX_REFS = 8
 REF_KEYS = ("package", "config", "best", "roles", "env", "flag")
 # The id of ``config = "best:<id>"``: ASCII digits only (``str.isdigit`` also takes "²").
@@ -176,14 +178,53 @@ def _other_package_problem(path: str, package: str) -> str | None:
     return None
 
 
+def _config_resolved(ref: dict, pkg, path: str, add) -> tuple[str | None, int | None]:
+    """``(config path, best-variant id or None)`` of a reference: its ``config`` path, or the file a
+    best variant (``config`` an integer or ``"best:<id>"``, or a normalised entry's ``best``) was
+    exported to; ``(None, None)`` after adding at ``path`` why it cannot be had. The best variant
+    must belong to ``pkg`` (the package row; None when the reference names none, which is told at
+    its own path)."""
+    from kernels.models import KernelBest
+
+    config, best_id = ref.get("config"), ref.get("best")
+    if isinstance(config, str) and config.startswith("best:"):
+        if not BEST_ID_RE.fullmatch(config[5:]):
+            add(path, f"{config!r}: 'best:<id>' needs a best-variant id, an integer")
+            return None, None
+        best_id, config = int(config[5:]), None
+    elif isinstance(config, int) and not isinstance(config, bool):
+        best_id, config = config, None
+    if config is None and best_id is not None:
+        is_id = isinstance(best_id, int) and not isinstance(best_id, bool)
+        best = KernelBest.objects.filter(pk=best_id).first() if is_id else None
+        if best is None:
+            add(path, f"no best kernel variant with id {json_spelled(best_id)}")
+            return None, None
+        if pkg is not None and best.package_id != pkg.pk:
+            add(path, f"best variant #{best_id} belongs to package {best.package.name}, not {pkg.name}")
+            return None, None
+        if not best.config_path:
+            add(path, f"best variant #{best_id} has no exported config file yet")
+            return None, None
+        return best.config_path, best_id
+    if not isinstance(config, str) or not config:
+        given = f", got {json_spelled(config)}" if "config" in ref else ""
+        add(path, f"give the exported config's path or a best-variant id (an integer or 'best:<id>'){given}")
+        return None, None
+    return config, best_id
+
+
 def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) -> tuple[list[dict], dict[str, list[str]]]:
     """Check ``spec.kernels`` for a recipe of engine ``adapter`` whose normalised ``roles`` and
     ``spec_env`` are given. Returns ``(normalised entries, errors)``; errors map
-    ``spec.kernels.<i>.<field>`` paths to messages naming the bad value. Reads
+    ``spec.kernels.<i>.<field>`` paths to messages naming the bad value (in JSON's spelling,
+    ``got true``), every field of every reference judged whatever another holds: an unknown package
+    does not hide a bad config or role of its reference (what depends on the package, its hand-over
+    and whether a best variant or a config directory is its own, is judged once it is known). Reads
     :class:`kernels.models.KernelPackage` (and :class:`KernelBest` for an id reference)."""
     from deployments.recipes import ENV_DENIED_NAMES, ENV_DENIED_PREFIXES, ENV_DENIED_SUFFIXES, ENV_RENDERER_OWNED
     from kernels.manifest import engine_env_problem
-    from kernels.models import KernelBest, KernelPackage
+    from kernels.models import KernelPackage
 
     errors: dict[str, list[str]] = {}
 
@@ -191,7 +232,7 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
         errors.setdefault(path, []).append(msg)
 
     if not isinstance(value, list):
-        add("spec.kernels", f"must be a list of {{package, config}} objects, got {type(value).__name__}")
+        add("spec.kernels", f"must be a list of {{package, config}} objects, got {json_spelled(value)}")
         return [], errors
     if len(value) > MAX_REFS:
         add("spec.kernels", f"{len(value)} entries; at most {MAX_REFS}")
@@ -203,8 +244,10 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
     for i, ref in enumerate(value):
         path = f"spec.kernels.{i}"
         if not isinstance(ref, dict):
-            add(path, f"must be an object {{package, config}}, got {ref!r}"[:200])
+            add(path, f"must be an object {{package, config}}, got {json_spelled(ref, 160)}")
             continue
+        # Every field of the reference is judged, whatever another holds (an unknown package does
+        # not hide a bad config or role).
         for key in ref:
             if key not in REF_KEYS:
                 add(f"{path}.{key}", f"unknown field {key!r}; allowed: package, config, roles (and best, env, "
@@ -213,43 +256,22 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
         pkg = KernelPackage.objects.filter(name=name).first() if isinstance(name, str) else None
         if pkg is None:
             known = ", ".join(KernelPackage.objects.values_list("name", flat=True)) or "none registered"
-            add(f"{path}.package", f"{name!r} is not a registered kernel package (known: {known})")
-            continue
-        if name in seen_packages:
+            add(f"{path}.package", f"{json_spelled(name)} is not a registered kernel package (known: {known})"
+                if "package" in ref else f"give the name of a registered kernel package (known: {known})")
+        elif name in seen_packages:
             add(f"{path}.package", f"{name!r} is referenced twice")
-        seen_packages.add(name)
-        engine = (pkg.manifest or {}).get("engine") or {}
+        if pkg is not None:
+            seen_packages.add(name)
+        engine = (pkg.manifest or {}).get("engine") or {} if pkg is not None else {}
         env, flag = engine.get("env") or "", engine.get("flag") or ""
         for key, actual in (("env", env), ("flag", flag)):
-            if key in ref and ref[key] != actual:
+            if pkg is not None and key in ref and ref[key] != actual:
                 add(f"{path}.{key}", f"is set by package {name}'s manifest ({actual!r}); leave it out")
-        # Config: a path, or a KernelBest id resolved to the file it was exported to.
-        config, best_id = ref.get("config"), ref.get("best")
-        if isinstance(config, str) and config.startswith("best:"):
-            if not BEST_ID_RE.fullmatch(config[5:]):
-                add(f"{path}.config", f"{config!r}: 'best:<id>' needs a best-variant id, an integer")
-                continue
-            best_id, config = int(config[5:]), None
-        elif isinstance(config, int) and not isinstance(config, bool):
-            best_id, config = config, None
-        if config is None and best_id is not None:
-            best = KernelBest.objects.filter(pk=best_id).first() if isinstance(best_id, int) else None
-            if best is None:
-                add(f"{path}.config", f"no best kernel variant with id {best_id!r}")
-                continue
-            if best.package_id != pkg.pk:
-                add(f"{path}.config", f"best variant #{best_id} belongs to package {best.package.name}, not {name}")
-                continue
-            if not best.config_path:
-                add(f"{path}.config", f"best variant #{best_id} has no exported config file yet")
-                continue
-            config = best.config_path
-        if not isinstance(config, str) or not config:
-            add(f"{path}.config", "give the exported config's path or a best-variant id (an integer or 'best:<id>')")
-            continue
-        problem = _path_problem(config) or _other_package_problem(config, name)
-        if problem:
-            add(f"{path}.config", problem)
+        config, best_id = _config_resolved(ref, pkg, f"{path}.config", add)
+        if config is not None:
+            problem = _path_problem(config) or (_other_package_problem(config, name) if pkg is not None else None)
+            if problem:
+                add(f"{path}.config", problem)
         # Roles.
         wanted = ref.get("roles", worker_roles)
         if not isinstance(wanted, list) or not wanted or not all(isinstance(r, str) for r in wanted):
@@ -259,7 +281,7 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
             if r not in worker_roles:
                 add(f"{path}.roles", f"{r!r} is not a worker role of this recipe ({', '.join(worker_roles)})")
         wanted = [r for r in worker_roles if r in wanted]
-        # Hand-over: env variable and flag.
+        # Hand-over: env variable and flag (the package's; none known without it).
         if env:
             problem = engine_env_problem(env)
             upper = env.upper()
@@ -281,7 +303,9 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
             for r in wanted:
                 if bare in (roles[r].get("flags") or {}):
                     add(f"spec.roles.{r}.flags.{bare}", f"is set by the kernel reference spec.kernels.{i}; remove it")
-        out.append({"package": name, "config": config, "best": best_id, "env": env, "flag": flag, "roles": wanted})
+        if pkg is not None and config is not None:
+            out.append({"package": name, "config": config, "best": best_id, "env": env, "flag": flag,
+                        "roles": wanted})
     return out, errors
 
 

@@ -3,9 +3,14 @@
 ``gbps`` GB/s, ``tflops`` TFLOP/s; ``roofline_fraction`` is 0-1."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rest_framework import serializers
 
-from controlplane.api import FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField
+from controlplane.api import (
+    FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, flatten_errors,
+)
+from controlplane.jsonsafe import json_spelled
 
 from kernels.choices import KernelJobStatus
 from kernels.selectors import MAX_TABLE_OFFSET
@@ -92,7 +97,8 @@ class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     expected, never coerced); ``cc`` is taken as written, never trimmed (``" 9.0"`` is a 400 naming
     it, as :func:`kernels.services.kernel_job_check` judges it); ``shapes`` and ``batches``, when
     given, hold at least one value and each value once (``[]`` or ``[1, 1]`` is a 400; leave the
-    key out for the package's list)."""
+    key out for the package's list). Every value given more than once is named beside the list's
+    other problems (an item of the wrong type, at ``batches.2``), see :meth:`to_internal_value`."""
 
     package = StrictCharField(max_length=63, example="sparse_mla_decode")
     node = StrictCharField(max_length=63, example="local")
@@ -103,27 +109,62 @@ class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     batches = serializers.ListField(child=StrictIntegerField(min_value=1), required=False, min_length=1,
                                     max_length=32, error_messages={"min_length": LEAVE_OUT})
 
-    def _distinct(self, values: list, what: str) -> list:
-        seen: set = set()
-        for v in values:
-            if v in seen:
-                raise serializers.ValidationError(f"{what} {v!r} is given twice: give each once")
-            seen.add(v)
-        return values
+    #: The list fields that take each value once, with the word a message names a value by.
+    DISTINCT = {"shapes": "shape", "batches": "batch"}
 
-    def validate_shapes(self, value: list) -> list:
-        """Each shape once (an empty list is refused by ``min_length``: leave the key out instead)."""
-        return self._distinct(value, "shape")
+    def to_internal_value(self, data):
+        """The fields, or one ``ValidationError`` with every problem: those of
+        :class:`~controlplane.api.StrictInputMixin` and the fields, and under ``shapes`` and
+        ``batches`` each value given more than once among the items that parse (``batch 1 is given
+        twice: give each once``, ``shape 'wide' is given 3 times: ...``), beside what is wrong with
+        another item (``batches.2``) instead of in its place. A list whose key the body gives twice
+        is not looked into (its values are not taken)."""
+        repeated = self._repeated_values(data)
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if not repeated or not isinstance(exc.detail, Mapping):
+                raise
+            errors = flatten_errors(exc.detail)
+            for key, messages in repeated.items():
+                errors[key] = messages + [m for m in errors.get(key, []) if m not in messages]
+            raise serializers.ValidationError(errors) from None
+        if repeated:
+            raise serializers.ValidationError(repeated)
+        return value
 
-    def validate_batches(self, value: list) -> list:
-        """Each batch once (an empty list is refused by ``min_length``: leave the key out instead)."""
-        return self._distinct(value, "batch")
+    def _repeated_values(self, data) -> dict[str, list[str]]:
+        """``{field: [message]}``, one message per value of :attr:`DISTINCT`'s lists given more
+        than once (items that do not parse left out; they have their own error)."""
+        found = self.context.get("body_errors") or {}
+        out: dict[str, list[str]] = {}
+        if not isinstance(data, Mapping):
+            return out
+        for name, what in self.DISTINCT.items():
+            field = self.fields[name]
+            items = field.get_value(data)
+            if name in found or not isinstance(items, list):
+                continue
+            counts: dict = {}
+            for item in items:
+                try:
+                    parsed = field.child.run_validation(item)
+                except serializers.ValidationError:
+                    continue
+                counts[parsed] = counts.get(parsed, 0) + 1
+            messages = [f"{what} {json_spelled(v)} is given {'twice' if n == 2 else f'{n} times'}: give each once"
+                        for v, n in counts.items() if n > 1]
+            if messages:
+                out[name] = messages
+        return out
 
 
-def fields_that_parse(serializer: serializers.Serializer, body, *, skip) -> dict:
+def fields_that_parse(serializer: serializers.Serializer, body, *, skip=()) -> dict:
     """The values of ``serializer``'s fields that ``body`` gives and that parse on their own,
-    leaving out those named in ``skip`` (the fields that failed): what a create view can still
-    check further after the serializer as a whole refused ``body``."""
+    leaving out those named in ``skip`` (keys whose values are not taken: a key the body gives
+    twice); of a list field that does not parse as a whole (an item of the wrong type, too few or
+    too many items), the items that do. What a create view can still check further after the
+    serializer as a whole refused ``body``."""
     values: dict = {}
     if not isinstance(body, dict):
         return values
@@ -133,7 +174,13 @@ def fields_that_parse(serializer: serializers.Serializer, body, *, skip) -> dict
         try:
             values[name] = field.run_validation(body[name])
         except serializers.ValidationError:
-            continue
+            if isinstance(field, serializers.ListField) and isinstance(body[name], list):
+                values[name] = []
+                for item in body[name]:
+                    try:
+                        values[name].append(field.child.run_validation(item))
+                    except serializers.ValidationError:
+                        continue
     return values
 
 

@@ -28,6 +28,7 @@ from controlplane.api import (
     ExportFormatMixin,
     ExportQuerySerializer,
     attachment,
+    flatten_errors,
     no_body,
     query_validated,
     request_body,
@@ -85,10 +86,11 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         if ser.is_valid():
             data = ser.validated_data
         else:
-            # Every problem in one answer: the fields that did parse are still checked against
-            # the package below (a bad batch does not hide an unknown shape or a bad cc).
-            field_errors = dict(ser.errors)
-            data = s.fields_that_parse(ser, body, skip=field_errors)
+            # Every problem in one answer: the fields (and the items of shapes and batches) that did
+            # parse are still checked against the package below (a bad batch does not hide an
+            # unknown shape or a bad cc, a repeated shape does not hide an unknown one).
+            field_errors = flatten_errors(ser.errors)
+            data = s.fields_that_parse(ser, body, skip=found)
         package = KernelPackage.objects.filter(name=data["package"]).first() if "package" in data else None
         node = Node.objects.filter(name=data["node"]).first() if "node" in data else None
         errors: dict[str, list[str]] = {}
@@ -105,7 +107,12 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                 others.pop("cc", None)
             errors = {**{k: v for k, v in others.items() if k != "node" or node is not None}, **errors}
         if field_errors:
-            raise ValidationError({**errors, **field_errors})
+            # the serializer's reasons first, then the package's about the same field (the shapes
+            # that parse are checked even when one is given twice)
+            for key, messages in errors.items():
+                field_errors[key] = list(field_errors.get(key, [])) + [
+                    m for m in messages if m not in field_errors.get(key, [])]
+            raise ValidationError(field_errors)
         if errors:
             raise InvalidInput(errors)
         job = services.kernel_job_create(package=package, node=node, cc=data.get("cc") or None,
