@@ -89,6 +89,7 @@ from typing import Any
 from django.conf import settings
 
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import json_spelled
 from deployments.engines import ENGINES
 from deployments.engines.base import (
     REPO_ID_RE,
@@ -253,7 +254,7 @@ def recipe_validate(
             errs.add(path, message)
     adapter = ENGINES.get(engine) if isinstance(engine, str) else None
     if not isinstance(spec, dict):
-        errs.add("spec", f"must be an object, got {type(spec).__name__}")
+        errs.add("spec", f"must be an object, got {json_spelled(spec)}")
     errs.raise_if_any()
     try:
         result = _spec_validate(errs, adapter, topology, spec, node, secret_names)
@@ -276,9 +277,9 @@ def engine_topology_errors(*, engine: Any, topology: Any) -> dict[str, list[str]
     errors: dict[str, list[str]] = {}
     adapter = ENGINES.get(engine) if isinstance(engine, str) else None
     if adapter is None:
-        errors["engine"] = [f"unknown engine {_show(engine)}; choose one of {', '.join(ENGINES)}"]
+        errors["engine"] = [f"unknown engine {json_spelled(engine)}; choose one of {', '.join(ENGINES)}"]
     if not isinstance(topology, str) or topology not in TOPOLOGY_ROLES:
-        errors["topology"] = [f"unknown topology {_show(topology)}; choose one of single, pd"]
+        errors["topology"] = [f"unknown topology {json_spelled(topology)}; choose one of single, pd"]
     elif adapter is not None and topology not in adapter.topologies:
         errors["topology"] = [f"engine {engine} supports topology {', '.join(adapter.topologies)} only, not {topology}"]
     return errors
@@ -294,7 +295,7 @@ def _spec_validate(
 ) -> dict:
     for key in spec:
         if key not in TOP_KEYS:
-            errs.add(f"spec.{key}", f"unknown field {_show(key)}; allowed: {', '.join(TOP_KEYS)}")
+            errs.add(f"spec.{key}", f"unknown field {json_spelled(key)}; allowed: {', '.join(TOP_KEYS)}")
 
     model = _model_check(errs, adapter, spec.get("model"))
     served = _served_name_check(errs, spec.get("served_model_name"), model)
@@ -308,7 +309,7 @@ def _spec_validate(
             backend = adapter.transfer_backends[0] if adapter.transfer_backends else None
         elif backend not in adapter.transfer_backends:
             errs.add("spec.transfer_backend",
-                     f"{_show(backend)} is not a {adapter.name} transfer backend; choose one of {', '.join(adapter.transfer_backends)}")
+                     f"{json_spelled(backend)} is not a {adapter.name} transfer backend; choose one of {', '.join(adapter.transfer_backends)}")
         out["transfer_backend"] = backend
     elif backend is not None:
         errs.add("spec.transfer_backend", "only applies to topology pd")
@@ -355,7 +356,7 @@ def _model_check(errs: _Errors, adapter: EngineAdapter, model: Any) -> dict:
         return norm
     for key in model:
         if key not in ("path", "name"):
-            errs.add(f"spec.model.{key}", f"unknown field {_show(key)}; use path or name")
+            errs.add(f"spec.model.{key}", f"unknown field {json_spelled(key)}; use path or name")
     path, name = model.get("path"), model.get("name")
     if (path is None) == (name is None):
         errs.add("spec.model", "give exactly one of path or name")
@@ -377,11 +378,11 @@ def _model_check(errs: _Errors, adapter: EngineAdapter, model: Any) -> dict:
         if adapter.name == "llamacpp":
             errs.add("spec.model.name", "llama.cpp needs a model path (a .gguf file), not a name")
         elif not isinstance(name, str):
-            errs.add("spec.model.name", f"must be a string, got {_show(name)}")
+            errs.add("spec.model.name", f"must be a string, got {json_spelled(name)}")
         elif name.startswith("-"):
-            errs.add("spec.model.name", f"must not start with '-', got {_show(name)}")
+            errs.add("spec.model.name", f"must not start with '-', got {json_spelled(name)}")
         elif not MODEL_NAME_RE.match(name):
-            errs.add("spec.model.name", f"must look like org/name (letters, digits, . _ -), got {_show(name)}")
+            errs.add("spec.model.name", f"must look like org/name (letters, digits, . _ -), got {json_spelled(name)}")
         else:
             norm["name"] = name
     return norm
@@ -396,11 +397,11 @@ def _served_name_check(errs: _Errors, served: Any, model: dict) -> str:
             return base[:-5] if base.endswith(".gguf") else base
         return ""
     if not isinstance(served, str):
-        errs.add("spec.served_model_name", f"must be a string, got {_show(served)}")
+        errs.add("spec.served_model_name", f"must be a string, got {json_spelled(served)}")
     elif served.startswith("-"):
-        errs.add("spec.served_model_name", f"must not start with '-', got {_show(served)}")
+        errs.add("spec.served_model_name", f"must not start with '-', got {json_spelled(served)}")
     elif not SERVED_NAME_RE.match(served):
-        errs.add("spec.served_model_name", f"must be 1-128 letters, digits or . _ : / - characters, got {_show(served)}")
+        errs.add("spec.served_model_name", f"must be 1-128 letters, digits or . _ : / - characters, got {json_spelled(served)}")
     else:
         return served
     return ""
@@ -415,7 +416,7 @@ def _roles_check(errs: _Errors, adapter: EngineAdapter, topology: str, roles: An
         return {}
     for name in roles:
         if name not in expected:
-            errs.add(f"spec.roles.{name}", f"unknown role {_show(name)} for topology {topology}; expected {', '.join(expected)}")
+            errs.add(f"spec.roles.{name}", f"unknown role {json_spelled(name)} for topology {topology}; expected {', '.join(expected)}")
     out: dict[str, dict] = {}
     for name in expected:
         role = roles.get(name)
@@ -424,7 +425,7 @@ def _roles_check(errs: _Errors, adapter: EngineAdapter, topology: str, roles: An
             errs.add(path, f"role {name} is required for topology {topology}")
             continue
         if not isinstance(role, dict):
-            errs.add(path, f"must be an object, got {type(role).__name__}")
+            errs.add(path, f"must be an object, got {json_spelled(role)}")
             continue
         if name == "router":
             out[name] = _router_check(errs, adapter, path, role, node)
@@ -437,7 +438,7 @@ def _worker_check(errs: _Errors, adapter: EngineAdapter, topology: str, name: st
                   role: dict, node: NodeFacts) -> dict:
     for key in role:
         if key not in WORKER_KEYS:
-            errs.add(f"{path}.{key}", f"unknown field {_show(key)}; allowed: {', '.join(WORKER_KEYS)}")
+            errs.add(f"{path}.{key}", f"unknown field {json_spelled(key)}; allowed: {', '.join(WORKER_KEYS)}")
     gpus = _gpus_check(errs, adapter, f"{path}.gpus", role.get("gpus"), node)
     dp = _int_field(errs, f"{path}.dp", role.get("dp"), 1, 1, MAX_PARALLEL)
     default_tp = len(gpus) // dp if adapter.uses_gpus and gpus and dp and len(gpus) % dp == 0 else 1
@@ -447,7 +448,7 @@ def _worker_check(errs: _Errors, adapter: EngineAdapter, topology: str, name: st
     out.update(_pinning_check(errs, path, role, node))
     cross = role.get("allow_cross_numa")
     if cross is not None and not isinstance(cross, bool):
-        errs.add(f"{path}.allow_cross_numa", f"must be true or false, got {_show(cross)}")
+        errs.add(f"{path}.allow_cross_numa", f"must be true or false, got {json_spelled(cross)}")
     elif cross and not adapter.uses_gpus:
         errs.add(f"{path}.allow_cross_numa", f"{adapter.name} runs on CPUs; allow_cross_numa only applies to roles with GPUs")
     elif cross:
@@ -633,10 +634,10 @@ def _parallel_check(errs: _Errors, adapter: EngineAdapter, path: str, role: dict
 def _router_check(errs: _Errors, adapter: EngineAdapter, path: str, role: dict, node: NodeFacts) -> dict:
     for key in role:
         if key not in ROUTER_KEYS:
-            errs.add(f"{path}.{key}", f"unknown field {_show(key)}; allowed: {', '.join(ROUTER_KEYS)}")
+            errs.add(f"{path}.{key}", f"unknown field {json_spelled(key)}; allowed: {', '.join(ROUTER_KEYS)}")
     gpus = role.get("gpus")
     if gpus not in (None, []):
-        errs.add(f"{path}.gpus", f"the router takes no GPUs, got {_show(gpus)}")
+        errs.add(f"{path}.gpus", f"the router takes no GPUs, got {json_spelled(gpus)}")
     out: dict[str, Any] = {"gpus": []}
     out.update(_pinning_check(errs, path, role, node))
     out["host"] = _host_check(errs, f"{path}.host", role.get("host"))
@@ -650,23 +651,23 @@ def _router_check(errs: _Errors, adapter: EngineAdapter, path: str, role: dict, 
 def _gpus_check(errs: _Errors, adapter: EngineAdapter, path: str, gpus: Any, node: NodeFacts) -> list[int]:
     if not adapter.uses_gpus:
         if gpus not in (None, []):
-            errs.add(path, f"{adapter.name} runs on CPUs and takes no GPUs, got {_show(gpus)}")
+            errs.add(path, f"{adapter.name} runs on CPUs and takes no GPUs, got {json_spelled(gpus)}")
         return []
     if gpus is None:
         errs.add(path, f"is required: the GPU ids this role runs on (node {node.name} has {_ids(sorted(node.gpu_indices())) or 'no GPUs'})")
         return []
     if not isinstance(gpus, list) or not gpus:
-        errs.add(path, f"must be a non-empty list of GPU ids, got {_show(gpus)}")
+        errs.add(path, f"must be a non-empty list of GPU ids, got {json_spelled(gpus)}")
         return []
     have = node.gpu_indices()
     out: list[int] = []
     for i, g in enumerate(gpus):
         if isinstance(g, bool) or not isinstance(g, int):
-            errs.add(path, f"item {i} must be an integer GPU id, got {_show(g)}")
+            errs.add(path, f"item {i} must be an integer GPU id, got {json_spelled(g)}")
         elif g in out:
             errs.add(path, f"GPU {g} is listed twice")
         elif g not in have:
-            errs.add(path, f"GPU {_show(g)} does not exist on node {node.name} (it has {_ids(sorted(have)) or 'no GPUs'})")
+            errs.add(path, f"GPU {json_spelled(g)} does not exist on node {node.name} (it has {_ids(sorted(have)) or 'no GPUs'})")
         else:
             out.append(g)
     return out
@@ -677,7 +678,7 @@ def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dic
     numa = role.get("numa_node")
     if numa is not None:
         if isinstance(numa, bool) or not isinstance(numa, int):
-            errs.add(f"{path}.numa_node", f"must be an integer NUMA node id, got {_show(numa)}")
+            errs.add(f"{path}.numa_node", f"must be an integer NUMA node id, got {json_spelled(numa)}")
         elif numa not in node.numa_indices():
             errs.add(f"{path}.numa_node",
                      f"NUMA node {numa} does not exist on node {node.name} (it has {_ids(sorted(node.numa_indices())) or 'none'})")
@@ -706,7 +707,7 @@ def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dic
             membind = "none"  # the numa_node error is already reported
     if isinstance(membind, str):
         if membind not in MEMBIND_MODES:
-            errs.add(f"{path}.membind", f"must be one of {', '.join(MEMBIND_MODES)} or a list of NUMA node ids, got {_show(membind)}")
+            errs.add(f"{path}.membind", f"must be one of {', '.join(MEMBIND_MODES)} or a list of NUMA node ids, got {json_spelled(membind)}")
         elif membind == "numa" and out["numa_node"] is None and numa is None:
             if cpus is None or _numa_of(cpus, node) is None:
                 errs.add(f"{path}.membind", "'numa' binds memory to the role's NUMA node: set numa_node, or cpus within one NUMA node")
@@ -714,7 +715,7 @@ def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dic
         nodes: list[int] = []
         for i, n in enumerate(membind):
             if isinstance(n, bool) or not isinstance(n, int):
-                errs.add(f"{path}.membind", f"item {i} must be a NUMA node id, got {_show(n)}")
+                errs.add(f"{path}.membind", f"item {i} must be a NUMA node id, got {json_spelled(n)}")
             elif n not in node.numa_indices():
                 errs.add(f"{path}.membind", f"NUMA node {n} does not exist on node {node.name}")
             elif n not in nodes:
@@ -723,7 +724,7 @@ def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dic
             errs.add(f"{path}.membind", "an explicit node list must not be empty")
         membind = sorted(nodes)
     else:
-        errs.add(f"{path}.membind", f"must be a string or a list of NUMA node ids, got {_show(membind)}")
+        errs.add(f"{path}.membind", f"must be a string or a list of NUMA node ids, got {json_spelled(membind)}")
     out["membind"] = membind
     return out
 
@@ -746,7 +747,7 @@ def _cpulist_check(errs: _Errors, path: str, value: Any, node: NodeFacts) -> lis
     not have."""
     if isinstance(value, list):
         if not all(isinstance(c, int) and not isinstance(c, bool) for c in value):
-            errs.add(path, f"must be a cpulist string like '0-31' or a list of CPU ids, got {_show(value)}")
+            errs.add(path, f"must be a cpulist string like '0-31' or a list of CPU ids, got {json_spelled(value)}")
             return None
         if _cpu_out_of_range(errs, path, value, node):
             return None
@@ -759,7 +760,7 @@ def _cpulist_check(errs: _Errors, path: str, value: Any, node: NodeFacts) -> lis
     elif isinstance(value, str):
         text = value.replace(" ", "")
         if len(text) > CPULIST_MAX_CHARS or not CPULIST_RE.match(text):
-            errs.add(path, f"must be kernel cpulist syntax like '0-31,64-95', got {_show(value)}")
+            errs.add(path, f"must be kernel cpulist syntax like '0-31,64-95', got {json_spelled(value)}")
             return None
         # Bounds first: a hostile range must not expand to billions of ids.
         if _cpu_out_of_range(errs, path, [int(n) for n in re.split(r"[,-]", text)], node):
@@ -771,10 +772,10 @@ def _cpulist_check(errs: _Errors, path: str, value: Any, node: NodeFacts) -> lis
             return None
         overlap = _cpulist_overlap(text)
         if overlap is not None:
-            errs.add(path, f"CPU {overlap} is listed more than once in {_show(value)}")
+            errs.add(path, f"CPU {overlap} is listed more than once in {json_spelled(value)}")
             return None
     else:
-        errs.add(path, f"must be a cpulist string like '0-31', got {_show(value)}")
+        errs.add(path, f"must be a cpulist string like '0-31', got {json_spelled(value)}")
         return None
     if not cpus:
         errs.add(path, "must name at least one CPU")
@@ -809,10 +810,10 @@ def _host_check(errs: _Errors, path: str, host: Any) -> str:
     if host is None:
         return DEFAULT_HOST
     if not isinstance(host, str):
-        errs.add(path, f"must be a string, got {_show(host)}")
+        errs.add(path, f"must be a string, got {json_spelled(host)}")
         return DEFAULT_HOST
     if host.startswith("-"):
-        errs.add(path, f"must not start with '-', got {_show(host)}")
+        errs.add(path, f"must not start with '-', got {json_spelled(host)}")
         return DEFAULT_HOST
     try:
         ipaddress.ip_address(host)
@@ -820,7 +821,7 @@ def _host_check(errs: _Errors, path: str, host: Any) -> str:
     except ValueError:
         pass
     if not HOSTNAME_RE.match(host):
-        errs.add(path, f"must be an IP address or host name, got {_show(host)}")
+        errs.add(path, f"must be an IP address or host name, got {json_spelled(host)}")
         return DEFAULT_HOST
     return host
 
@@ -831,10 +832,10 @@ def _port_field(errs: _Errors, path: str, value: Any, default: int | None) -> in
             errs.add(path, "is required")
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        errs.add(path, f"must be an integer port, got {_show(value)}")
+        errs.add(path, f"must be an integer port, got {json_spelled(value)}")
         return None
     if not 1024 <= value <= 65535:
-        errs.add(path, f"must be between 1024 and 65535, got {_show(value)}")
+        errs.add(path, f"must be between 1024 and 65535, got {json_spelled(value)}")
         return None
     return value
 
@@ -848,13 +849,13 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
     if flags is None:
         return {}
     if not isinstance(flags, dict):
-        errs.add(path, f"must be an object of flag: value, got {_show(flags)}")
+        errs.add(path, f"must be an object of flag: value, got {json_spelled(flags)}")
         return {}
     out: dict[str, Any] = {}
     spelled: dict[str, str] = {}
     for raw, value in flags.items():
         if not isinstance(raw, str) or not raw.strip("-"):
-            errs.add(path, f"flag names must be non-empty strings, got {_show(raw)}")
+            errs.add(path, f"flag names must be non-empty strings, got {json_spelled(raw)}")
             continue
         # "--mem-fraction-static" and "mem-fraction-static" name the same flag.
         name = raw.lstrip("-")
@@ -911,7 +912,7 @@ def env_name_problem(name: str) -> str | None:
     The deny lists are checked first and always win (see the module docstring for why).
     """
     if not isinstance(name, str) or not ENV_NAME_RE.match(name):
-        return f"{_show(name)} is not a valid variable name (letters, digits, _; not starting with a digit)"
+        return f"{json_spelled(name)} is not a valid variable name (letters, digits, _; not starting with a digit)"
     upper = name.upper()
     if upper in ENV_RENDERER_OWNED:
         return f"{name} is set by Ceiling from {ENV_RENDERER_OWNED[upper]}"
@@ -948,7 +949,7 @@ def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:
     if env is None:
         return {}
     if not isinstance(env, dict):
-        errs.add(path, f"must be an object of NAME: value, got {_show(env)}")
+        errs.add(path, f"must be an object of NAME: value, got {json_spelled(env)}")
         return {}
     out: dict[str, str] = {}
     for name, value in env.items():
@@ -963,7 +964,7 @@ def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:
                           "and shown in clear")
             continue
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            errs.add(key, f"value must be a string, got {_show(value)}")
+            errs.add(key, f"value must be a string, got {json_spelled(value)}")
             continue
         text = str(value)
         if any(c in text for c in ENV_VALUE_REFUSED_CHARS) or any(ord(c) < 0x20 and c != "\t" for c in text):
@@ -982,7 +983,7 @@ def _secrets_check(errs: _Errors, secrets: Any, secret_names: set[str] | None) -
     if secrets is None:
         return {}
     if not isinstance(secrets, dict):
-        errs.add("spec.secrets", f"must be an object of ENV_NAME: secret name, got {_show(secrets)}")
+        errs.add("spec.secrets", f"must be an object of ENV_NAME: secret name, got {json_spelled(secrets)}")
         return {}
     out: dict[str, str] = {}
     for name, secret in secrets.items():
@@ -997,7 +998,7 @@ def _secrets_check(errs: _Errors, secrets: Any, secret_names: set[str] | None) -
                           "echo or transform any other variable's value, past redaction)")
             continue
         if not isinstance(secret, str) or not SECRET_NAME_RE.match(secret):
-            errs.add(key, f"must name a secret (lowercase letters, digits, . _ -), got {_show(secret)}")
+            errs.add(key, f"must name a secret (lowercase letters, digits, . _ -), got {json_spelled(secret)}")
             continue
         if secret_names is not None and secret not in secret_names:
             errs.add(key, f"secret {secret!r} does not exist")
@@ -1012,10 +1013,10 @@ def _int_field(errs: _Errors, path: str, value: Any, default: int, lo: int, hi: 
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        errs.add(path, f"must be an integer, got {_show(value)}")
+        errs.add(path, f"must be an integer, got {json_spelled(value)}")
         return default
     if not lo <= value <= hi:
-        errs.add(path, f"must be between {lo} and {hi}, got {_show(value)}")
+        errs.add(path, f"must be between {lo} and {hi}, got {json_spelled(value)}")
         return default
     return value
 
@@ -1024,10 +1025,10 @@ def _num_field(errs: _Errors, path: str, value: Any, default: float, lo: float, 
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        errs.add(path, f"must be a number, got {_show(value)}")
+        errs.add(path, f"must be a number, got {json_spelled(value)}")
         return default
     if not lo <= value <= hi:
-        errs.add(path, f"must be between {lo:g} and {hi:g}, got {_show(value)}")
+        errs.add(path, f"must be between {lo:g} and {hi:g}, got {json_spelled(value)}")
         return default
     return float(value)
 
@@ -1037,14 +1038,14 @@ def _restart_check(errs: _Errors, restart: Any) -> dict:
     if restart is None:
         return out
     if not isinstance(restart, dict):
-        errs.add("spec.restart", f"must be an object, got {_show(restart)}")
+        errs.add("spec.restart", f"must be an object, got {json_spelled(restart)}")
         return out
     for key in restart:
         if key not in DEFAULT_RESTART:
-            errs.add(f"spec.restart.{key}", f"unknown field {_show(key)}; allowed: {', '.join(DEFAULT_RESTART)}")
+            errs.add(f"spec.restart.{key}", f"unknown field {json_spelled(key)}; allowed: {', '.join(DEFAULT_RESTART)}")
     policy = restart.get("policy", out["policy"])
     if policy not in ("never", "on-failure"):
-        errs.add("spec.restart.policy", f"must be never or on-failure, got {_show(policy)}")
+        errs.add("spec.restart.policy", f"must be never or on-failure, got {json_spelled(policy)}")
     else:
         out["policy"] = policy
     out["max_failures"] = _int_field(errs, "spec.restart.max_failures", restart.get("max_failures"), out["max_failures"], 1, 100)
@@ -1068,14 +1069,14 @@ def _sim_check(errs: _Errors, sim: Any, worker_roles: list[str]) -> dict:
     if sim is None:
         return {"profile": DEFAULT_PROFILE}
     if not isinstance(sim, dict):
-        errs.add("spec.sim", f"must be an object, got {_show(sim)}")
+        errs.add("spec.sim", f"must be an object, got {json_spelled(sim)}")
         return {"profile": DEFAULT_PROFILE}
     for key in sim:
         if key not in ("profile", "gpus_modelled"):
-            errs.add(f"spec.sim.{key}", f"unknown field {_show(key)}; allowed: profile, gpus_modelled")
+            errs.add(f"spec.sim.{key}", f"unknown field {json_spelled(key)}; allowed: profile, gpus_modelled")
     profile = sim.get("profile", DEFAULT_PROFILE)
     if not isinstance(profile, str) or not PROFILE_RE.match(profile):
-        errs.add("spec.sim.profile", f"must be a profile name (lowercase letters, digits, . _ -), got {_show(profile)}")
+        errs.add("spec.sim.profile", f"must be a profile name (lowercase letters, digits, . _ -), got {json_spelled(profile)}")
         return {"profile": DEFAULT_PROFILE}
     # The engine loads the profile at start-up and exits on one it cannot load: say so now.
     from deployments.engines.simcore.profile import ProfileError, profile_load
@@ -1097,13 +1098,13 @@ def _sim_check(errs: _Errors, sim: Any, worker_roles: list[str]) -> dict:
                     errs.add(f"spec.sim.gpus_modelled.{role}",
                              f"not a worker role of this recipe; allowed: {', '.join(worker_roles)}")
                 elif not count_ok(v):
-                    errs.add(f"spec.sim.gpus_modelled.{role}", f"must be an integer 1..1024, got {_show(v)}")
+                    errs.add(f"spec.sim.gpus_modelled.{role}", f"must be an integer 1..1024, got {json_spelled(v)}")
             out["gpus_modelled"] = dict(modelled)
         elif count_ok(modelled):
             out["gpus_modelled"] = modelled
         else:
             errs.add("spec.sim.gpus_modelled",
-                     f"must be an integer 1..1024 or an object {{role: integer}}, got {_show(modelled)}")
+                     f"must be an integer 1..1024 or an object {{role: integer}}, got {json_spelled(modelled)}")
     return out
 
 
@@ -1266,11 +1267,3 @@ def recipe_doc_render(text: str) -> str:
 
 def _ids(ids: list[int]) -> str:
     return ",".join(str(i) for i in ids)
-
-
-def _show(value: Any) -> str:
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a hostile __repr__ must not escape
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -31,7 +31,9 @@ so ``"16"`` is never silently read as 16); cross-field rules are checked here. E
 each parameter's values) in manifest order, drops combinations that fail a constraint and counts,
 per constraint, how many combinations it was the first to refuse.
 
-No Django imports: this module is usable wherever the package directory is.
+No Django settings needed (its one import from the control plane,
+:func:`controlplane.jsonsafe.json_spelled`, reads none): this module is usable wherever the
+package directory is.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
+from controlplane.jsonsafe import json_spelled
 from kernels.safeexpr import ExpressionError, SafeExpr, expr_compile, expr_evaluate, number_problem
 
 MANIFEST_FILE = "manifest.toml"
@@ -262,7 +265,7 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
             elif e["type"] == "missing":
                 msg = "is required"
             elif "input" in e and e["type"] not in ("missing",):
-                msg = f"{msg} (got {e['input']!r})" if not isinstance(e["input"], (dict, list)) else msg
+                msg = f"{msg} (got {json_spelled(e['input'])})" if not isinstance(e["input"], (dict, list)) else msg
             errs.add(path, msg)
         raise ManifestError(errs.errors) from None
 
@@ -307,7 +310,7 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
             errs.add(path, f"{param!r} is reserved")
             continue
         if not isinstance(values, list) or not values:
-            errs.add(path, f"must be a non-empty list of integers or strings, got {values!r}")
+            errs.add(path, f"must be a non-empty list of integers or strings, got {json_spelled(values)}")
             continue
         if len(values) > MAX_PARAM_VALUES:
             errs.add(path, f"has {len(values)} values; at most {MAX_PARAM_VALUES}")
@@ -315,7 +318,7 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
         good = True
         for j, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, (int, str)):
-                errs.add(f"{path}.{j}", f"must be an integer or a string, got {v!r}")
+                errs.add(f"{path}.{j}", f"must be an integer or a string, got {json_spelled(v)}")
                 good = False
             elif isinstance(v, str) and not re.match(r"^[A-Za-z0-9_.-]{1,32}$", v):
                 errs.add(f"{path}.{j}", f"string value {v!r} may hold only letters, digits, '_', '.', '-'")
@@ -358,7 +361,7 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
             if not IDENT_RE.match(key) or key in COST_EXTRA_NAMES:
                 errs.add(f"{path}.{key}", f"{key!r} is not a usable shape field name")
             elif isinstance(value, bool) or not isinstance(value, (int, float)):
-                errs.add(f"{path}.{key}", f"shape fields must be numbers, got {value!r}")
+                errs.add(f"{path}.{key}", f"shape fields must be numbers, got {json_spelled(value)}")
             elif number_problem(value):
                 errs.add(f"{path}.{key}", f"{value!r} {number_problem(value)}")
             elif value <= 0:
@@ -385,7 +388,8 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
                     errs.add(f"cost.{key}", f"shape {s.name} batch {b}: {exc}")
                     break
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                    errs.add(f"cost.{key}", f"shape {s.name} batch {b}: must give a positive number, got {value!r}")
+                    errs.add(f"cost.{key}", f"shape {s.name} batch {b}: must give a positive number, "
+                                            f"got {json_spelled(value)}")
                     break
 
     # Engine hand-over.
@@ -555,7 +559,7 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
     if subset in (None, {}):
         return None
     if not isinstance(subset, dict):
-        raise ManifestError({"params": [f"must be an object of parameter: [values], got {subset!r}"]})
+        raise ManifestError({"params": [f"must be an object of parameter: [values], got {json_spelled(subset)}"]})
     errs = _Errors()
     out: dict[str, list[Value]] = {}
     for param, values in subset.items():
@@ -564,8 +568,8 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
                                         f"{', '.join(manifest.grid)}")
             continue
         if not isinstance(values, list):
-            errs.add(f"params.{param}", f"must be a list of grid values (e.g. {repr([values])[:80]}), "
-                                        f"got {repr(values)[:80]}")
+            errs.add(f"params.{param}", f"must be a list of grid values (e.g. [{json_spelled(values, 78)}]), "
+                                        f"got {json_spelled(values)}")
             continue
         if not values:
             errs.add(f"params.{param}", "needs at least one value")
@@ -574,9 +578,9 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
         seen: list = []
         for v in values:
             if isinstance(v, bool) or not any(type(v) is type(a) and v == a for a in allowed):
-                errs.add(f"params.{param}", f"{v!r} is not one of the grid's values {allowed}")
+                errs.add(f"params.{param}", f"{json_spelled(v)} is not one of the grid's values {allowed}")
             elif any(type(v) is type(w) and v == w for w in seen):
-                errs.add(f"params.{param}", f"{v!r} is given twice: give each value once")
+                errs.add(f"params.{param}", f"{json_spelled(v)} is given twice: give each value once")
             else:
                 seen.append(v)
         out[param] = [a for a in allowed if any(type(v) is type(a) and v == a for v in values)]
@@ -648,7 +652,7 @@ def grid_refusal(manifest: Manifest, params: Any, *, subset: dict[str, list[Valu
     values [16, 32, 64, 128]"``, ``"constraint 1 (BLOCK_H <= 64 or impl == 'split_k') refuses
     it"``; every reason found, joined by ``"; "``. An empty string when the grid does hold it."""
     if not isinstance(params, dict):
-        return f"params must be an object of parameter: value, got {str(params)[:80]!r}"
+        return f"params must be an object of parameter: value, got {json_spelled(params)}"
     reasons: list[str] = []
     unknown = [k for k in params if k not in manifest.grid]
     if unknown:
@@ -663,10 +667,10 @@ def grid_refusal(manifest: Manifest, params: Any, *, subset: dict[str, list[Valu
             continue
         v = params[k]
         if not any(type(v) is type(a) and v == a for a in allowed):
-            # repr: the text "16" must not read like the number 16
-            reasons.append(f"{k}={repr(v)[:80]} is not one of the grid's values {allowed}")
+            # quoted: the text "16" must not read like the number 16
+            reasons.append(f"{k}={json_spelled(v)} is not one of the grid's values {allowed}")
         elif subset and k in subset and not any(type(v) is type(a) and v == a for a in subset[k]):
-            reasons.append(f"{k}={repr(v)[:80]} is outside the job's params subset {subset[k]}")
+            reasons.append(f"{k}={json_spelled(v)} is outside the job's params subset {subset[k]}")
     if reasons:
         return "; ".join(reasons)
     for i, c in enumerate(manifest.constraints):
@@ -691,7 +695,8 @@ def variant_key(params: dict[str, Value]) -> str:
 
 
 def variant_shown(params: dict[str, Any]) -> str:
-    """A parameter set as a refusal quotes it (:func:`grid_refusal`'s way): each value's ``repr``,
-    so the text ``"16"`` reads ``BLOCK_H='16'`` and not like the number 16
+    """A parameter set as a refusal quotes it (:func:`grid_refusal`'s way): each value as
+    :func:`controlplane.jsonsafe.json_spelled` shows it, so the text ``"16"`` reads ``BLOCK_H='16'``
+    and not like the number 16, and ``true`` not like Python's ``True``
     (``impl='split_k',BLOCK_H=16``); :func:`variant_key` is the stored key."""
-    return ",".join(f"{k}={v!r}" for k, v in params.items())
+    return ",".join(f"{k}={json_spelled(v)}" for k, v in params.items())

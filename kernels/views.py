@@ -155,8 +155,8 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
         twice = getattr(data, "repeated", {})
         hints = {f"params.{name}": f", with all its values in one list ({{\"{_short(name)}\": [v1, v2]}})"
                  for name in twice}
-        for path, messages in repeated_key_errors(data, "params").items():
-            errors.setdefault("params", []).extend(f"{_short(path)} {m}{hints.get(path, '')}" for m in messages)
+        for path, msgs in repeated_key_errors(data, "params").items():
+            errors.setdefault("params", []).extend(f"{_short(path)} {m}{hints.get(path, '')}" for m in msgs)
         for name, values in data.items():
             if name in twice:
                 continue
@@ -470,11 +470,14 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One job: status and live progress (htmx every 2 s, and the ``kernel-job-<id>`` websocket
     group where the live client is present), target (:func:`_target_context`), device calibration (GB/s, TFLOP/s measured on
     the device), the variant table, time-vs-batch charts against the roofline, the best variants
-    and exported config files, CSV/JSON export, cancel (operator)."""
+    and exported config files, CSV/JSON export, cancel (operator). The grid subset shows as JSON
+    (``{"impl": ["split_k"], "BLOCK_H": [16, 32]}``), the form the API and the job form take."""
     job = get_object_or_404(KernelJob.objects.select_related("package", "node", "created_by"), pk=pk)
     ctx = {**_progress_context(job), **_table_context(request, job), **_target_context(job),
            "charts": _job_charts(job), "best": list(selectors.best_list(job=job.pk)), "can_write": _can_write(request),
            "grid": job.grid_summary or {}, "group": f"kernel-job-{job.pk}",
+           # the subset as the API and the job form write it (JSON), not as Python prints a dict
+           "subset_json": json.dumps(job.params_subset, ensure_ascii=False) if job.params_subset else "",
            "config_paths": [Path(p).name for p in job.config_paths or []],
            # variants the target cannot build (the manifest's [cuda].requires), left out before building
            "target_left_out": next((p for p in (job.grid_summary or {}).get("pruned") or []

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from controlplane.jsonsafe import json_spelled
+
 FlagKind = Literal["int", "float", "bool", "choice", "name", "names", "path", "template", "model", "port"]
 
 # Names (parser names, quantisation methods, chat template names...) are short identifiers
@@ -81,40 +83,40 @@ def flag_value_check(spec: FlagSpec, value: Any, *, model_roots: Sequence[str] =
     if kind == "bool":
         if isinstance(value, bool):
             return value, None
-        return None, f"must be true or false, got {_show(value)}"
+        return None, f"must be true or false, got {json_spelled(value)}"
     if kind in ("int", "port"):
         if isinstance(value, bool) or not isinstance(value, int):
-            return None, f"must be an integer, got {_show(value)}"
+            return None, f"must be an integer, got {json_spelled(value)}"
         lo, hi = (1024, 65535) if kind == "port" else (spec.min, spec.max)
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            return None, f"must be between {_num(lo)} and {_num(hi)}, got {_show(value)}"
+            return None, f"must be between {_num(lo)} and {_num(hi)}, got {json_spelled(value)}"
         return value, None
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None, f"must be a number, got {_show(value)}"
+            return None, f"must be a number, got {json_spelled(value)}"
         value = float(value)
         if not math.isfinite(value):
-            return None, f"must be a finite number, got {_show(value)}"
+            return None, f"must be a finite number, got {json_spelled(value)}"
         if (spec.min is not None and value < spec.min) or (spec.max is not None and value > spec.max):
-            return None, f"must be between {_num(spec.min)} and {_num(spec.max)}, got {_show(value)}"
+            return None, f"must be between {_num(spec.min)} and {_num(spec.max)}, got {json_spelled(value)}"
         return value, None
     if not isinstance(value, str):
-        return None, f"must be a string, got {_show(value)}"
+        return None, f"must be a string, got {json_spelled(value)}"
     if kind == "choice":
         if value not in spec.choices:
-            return None, f"must be one of {', '.join(spec.choices)}; got {_show(value)}"
+            return None, f"must be one of {', '.join(spec.choices)}; got {json_spelled(value)}"
         return value, None
     if value.startswith("-"):
-        return None, f"must not start with '-', got {_show(value)}"
+        return None, f"must not start with '-', got {json_spelled(value)}"
     if kind == "name":
         if not NAME_RE.match(value):
-            return None, f"must be a name of 1-64 letters, digits or _ . + - characters, got {_show(value)}"
+            return None, f"must be a name of 1-64 letters, digits or _ . + - characters, got {json_spelled(value)}"
         return value, None
     if kind == "names":
         items = value.split(",")
         if len(items) > MAX_NAMES or not all(NAME_RE.match(item) for item in items):
             return None, (f"must be up to {MAX_NAMES} comma-separated names (letters, digits, _ . + -), "
-                          f"got {_show(value)}")
+                          f"got {json_spelled(value)}")
         return value, None
     if kind == "path":
         return _under_roots(value, model_roots)
@@ -123,14 +125,14 @@ def flag_value_check(spec: FlagSpec, value: Any, *, model_roots: Sequence[str] =
             return _under_roots(value, model_roots)
         if not NAME_RE.match(value):
             return None, (f"must be a built-in template name (letters, digits, _ . + -) or an absolute path "
-                          f"under a model root, got {_show(value)}")
+                          f"under a model root, got {json_spelled(value)}")
         return value, None
     if kind == "model":
         if value.startswith("/"):
             return _under_roots(value, model_roots)
         if not REPO_ID_RE.match(value):
             return None, (f"must be an absolute path under a model root or a repository id like org/name, "
-                          f"got {_show(value)}")
+                          f"got {json_spelled(value)}")
         return value, None
     return None, f"unsupported flag kind {kind}"  # pragma: no cover - specs are static
 
@@ -168,17 +170,17 @@ def path_problem(value: str) -> str | None:
     host, so the filesystem is never consulted.
     """
     if not isinstance(value, str):
-        return f"must be a string, got {_show(value)}"
+        return f"must be a string, got {json_spelled(value)}"
     if value.startswith("-"):
-        return f"must not start with '-', got {_show(value)}"
+        return f"must not start with '-', got {json_spelled(value)}"
     if not value or len(value) > MAX_PATH_LEN:
         return f"must be 1-{MAX_PATH_LEN} characters"
     if any(c in value for c in "\x00\n\r"):
         return "must not contain NUL or line breaks"
     if not value.startswith("/"):
-        return f"must be an absolute path, got {_show(value)}"
+        return f"must be an absolute path, got {json_spelled(value)}"
     if ".." in value.split("/"):
-        return f"must not contain a '..' segment, got {_show(value)}"
+        return f"must not contain a '..' segment, got {json_spelled(value)}"
     return None
 
 
@@ -306,11 +308,6 @@ class EngineAdapter:
     def parallel_problems(self, role: dict) -> dict[str, str]:
         """Extra TP/DP/EP consistency rules of the engine: ``{"ep": message}``; empty when fine."""
         return {}
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _num(value: float | None) -> str:

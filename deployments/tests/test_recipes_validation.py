@@ -169,7 +169,7 @@ def test_it_rejects_gpus_the_node_does_not_have_and_bad_ids():
     errs = errors_of(spec)
     assert errs["spec.roles.decode.gpus"] == ["GPU 8 does not exist on node seed-8gpu (it has 0,1,2,3,4,5,6,7)"]
     assert errs["spec.roles.prefill.gpus"] == [
-        "GPU 0 is listed twice", "item 2 must be an integer GPU id, got True", "item 3 must be an integer GPU id, got '1'"]
+        "GPU 0 is listed twice", "item 2 must be an integer GPU id, got true", "item 3 must be an integer GPU id, got '1'"]
 
 
 def test_it_requires_gpus_for_gpu_engines_and_refuses_them_for_cpu_engines():
@@ -223,7 +223,7 @@ def test_it_counts_port_typed_flags_in_uniqueness():
     (80, "must be between 1024 and 65535, got 80"),
     (70000, "must be between 1024 and 65535, got 70000"),
     pytest.param(10**5000, "must be between 1024 and 65535, got <int>", id="huge-int"),
-    (True, "must be an integer port, got True"),
+    (True, "must be an integer port, got true"),
     ("8000", "must be an integer port, got '8000'"),
     (8000.0, "must be an integer port, got 8000.0"),
 ])
@@ -502,9 +502,9 @@ def test_it_points_renderer_owned_flags_at_their_recipe_field():
 @pytest.mark.parametrize("flag, value, message", [
     ("mem-fraction-static", "0.8", "--mem-fraction-static must be a number, got '0.8'"),
     ("mem-fraction-static", 1.5, "--mem-fraction-static must be between 0.01 and 1, got 1.5"),
-    ("mem-fraction-static", float("nan"), "--mem-fraction-static must be a finite number, got nan"),
+    ("mem-fraction-static", float("nan"), "--mem-fraction-static must be a finite number, got NaN"),
     ("max-running-requests", 0, "--max-running-requests must be between 1 and 1000000, got 0"),
-    ("max-running-requests", True, "--max-running-requests must be an integer, got True"),
+    ("max-running-requests", True, "--max-running-requests must be an integer, got true"),
     ("trust-remote-code", "yes", "--trust-remote-code must be true or false, got 'yes'"),
     ("kv-cache-dtype", "fp16", "--kv-cache-dtype must be one of auto, fp8_e5m2, fp8_e4m3, mxfp8, bf16, bfloat16, nvfp4, "
      "fp4_mx_block16, fp4_e2m1; got 'fp16'"),
@@ -649,7 +649,7 @@ def test_it_accepts_allowlisted_env_and_checks_values():
     spec["env"] = {"NCCL_DEBUG": "INFO\nLD_PRELOAD=/tmp/x.so", "NCCL_ALGO": "x" * 5000, "SGLANG_X": None, "1BAD": "1"}
     errs = errors_of(spec)
     assert errs["spec.env.NCCL_ALGO"] == ["value is 5000 characters; at most 4096"]
-    assert errs["spec.env.SGLANG_X"] == ["value must be a string, got None"]
+    assert errs["spec.env.SGLANG_X"] == ["value must be a string, got null"]
     assert errs["spec.env"][0].startswith("'1BAD' is not a valid variable name")
 
 

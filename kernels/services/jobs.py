@@ -22,6 +22,7 @@ from django.db.models import Case, F, Q, TextField, Value, When
 from django.utils import timezone
 
 from controlplane.errors import Conflict, InvalidInput
+from controlplane.jsonsafe import json_spelled
 from controlplane.redaction import redact_text
 from kernels.choices import JOB_RUNNING, JOB_TERMINAL, KernelJobStatus
 from kernels.manifest import ManifestError, grid_expand, grid_for_target, grid_refusal, variant_key, variant_shown
@@ -151,7 +152,7 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
         else:
             cc = first.compute_capability
     elif not isinstance(cc, str) or not CC_RE.match(cc):
-        errors["cc"] = [f"{str(cc)[:80]!r} is not a compute capability such as 9.0 or 12.0"]
+        errors["cc"] = [f"{json_spelled(cc)} is not a compute capability such as 9.0 or 12.0"]
     elif cc not in KNOWN_CCS:
         errors["cc"] = [f"{cc!r} is not a known compute capability; known (NVIDIA's CUDA GPUs list): "
                         f"{', '.join(KNOWN_CCS)}"]
@@ -159,12 +160,14 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
     shapes = _first_seen(shapes or [])
     for s in shapes:
         if s not in shape_names:
-            errors.setdefault("shapes", []).append(f"{s!r} is not a shape of {package.name} ({', '.join(shape_names)})")
+            errors.setdefault("shapes", []).append(
+                f"{json_spelled(s)} is not a shape of {package.name} ({', '.join(shape_names)})")
     all_batches = sorted({b for s in manifest.shapes for b in s.batches})
     batches = sorted(set(batches or []))
     for b in batches:
         if not isinstance(b, int) or isinstance(b, bool) or b not in all_batches:
-            errors.setdefault("batches", []).append(f"{b!r} is not a batch size of the manifest ({all_batches})")
+            errors.setdefault("batches", []).append(
+                f"{json_spelled(b)} is not a batch size of the manifest ({all_batches})")
     if dispatch and node is None:
         errors["node"] = ["a job that runs here needs a node (or create it for results measured elsewhere)"]
     try:
@@ -183,7 +186,7 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
         for i, params in enumerate(only):
             key = _canonical(params) if isinstance(params, dict) else None
             if key is None or key not in grid:
-                name = f"variants.{i}" + (f" (variant_id {str(only_ids[i])[:80]!r})" if only_ids else "")
+                name = f"variants.{i}" + (f" (variant_id {json_spelled(only_ids[i])})" if only_ids else "")
                 shown = variant_shown(params)[:200] if isinstance(params, dict) else str(params)[:200]
                 why = grid_refusal(manifest, params, subset=expansion.subset, cc=cc if "cc" not in errors else None)
                 errors.setdefault("variants", []).append(

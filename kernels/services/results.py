@@ -5,7 +5,6 @@ Part of :mod:`kernels.services`, which lists the rules and where they come from.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -16,6 +15,7 @@ from pydantic import (BaseModel, ConfigDict, Field, Strict, StrictBool, StrictIn
                       model_validator)
 
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import json_spelled
 from kernels.manifest import Manifest
 from kernels.models import KernelBenchmark, KernelBest, KernelBuild, KernelJob, KernelVariant
 from kernels.services.common import (
@@ -170,12 +170,6 @@ def _variants_by_id(job: KernelJob) -> dict[int, KernelVariant]:
     return {v.pk: v for v in job.variants.all()}
 
 
-def shown_id(value: Any) -> str:
-    """A file's ``variant_id`` as a message quotes it: a text in quotes, anything else in JSON's
-    spelling (``7``, ``true``, ``null``), cut to 80 characters."""
-    return repr(value[:80]) if isinstance(value, str) else json.dumps(value, default=str)[:80]
-
-
 def _variant_of(raw: int | str, variants: dict[int, KernelVariant], path: str,
                 errors: dict[str, list[str]]) -> KernelVariant | None:
     try:
@@ -184,7 +178,7 @@ def _variant_of(raw: int | str, variants: dict[int, KernelVariant], path: str,
         vid = None
     variant = variants.get(vid) if vid is not None else None
     if variant is None:
-        errors.setdefault(path, []).append(f"variant_id {shown_id(raw)} is not a variant of this job")
+        errors.setdefault(path, []).append(f"variant_id {json_spelled(raw)} is not a variant of this job")
     return variant
 
 
@@ -539,7 +533,7 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
     for key in ("hbm_gbps", "bf16_tflops"):
         value = getattr(dev, key)
         if value is not None and (not math.isfinite(value) or value <= 0):
-            errors[f"device.{key}"] = [f"must be a positive number, got {value!r}"]
+            errors[f"device.{key}"] = [f"must be a positive number, got {json_spelled(value)}"]
     variants = _variants_by_id(job)
     builds = {b.variant_id: b for b in KernelBuild.objects.filter(variant__job=job)}
     shape_batches = {s.name: set(s.batches) for s in manifest.shapes}

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from controlplane.csvsafe import csv_text
 from controlplane.errors import Conflict, InvalidInput, NotFound
-from controlplane.jsonsafe import json_safe
+from controlplane.jsonsafe import json_safe, json_spelled
 from kernels.choices import JOB_RUNNING, KernelJobStatus
 from kernels.models import KernelBest, KernelJob
 from kernels.runner.package import variants_sha256
@@ -25,7 +25,7 @@ from kernels.selectors import VariantTable
 from kernels.services.common import _write_json, device_cc_problem, job_manifest, package_dir_of, variants_payload
 from kernels.services.jobs import _canonical, kernel_job_create
 from kernels.services.progress import _broadcast, _finish, _transition
-from kernels.services.results import kernel_best_export, kernel_best_select, kernel_builds_store, kernel_results_store, shown_id
+from kernels.services.results import kernel_best_export, kernel_best_select, kernel_builds_store, kernel_results_store
 
 
 def kernel_job_export(*, job: KernelJob, out_dir: str | Path) -> dict[str, str]:
@@ -139,7 +139,7 @@ def _fingerprint_of(results: Any) -> str | None:
     if not isinstance(given, str) or not SHA256_RE.match(given):
         raise InvalidInput({"variants_sha256": [
             f"must be the sha256 hex digest (64 lowercase hex digits) of the variants the results were "
-            f"measured from, got {str(given)[:80]!r}"]})
+            f"measured from, got {json_spelled(given)}"]})
     return given
 
 
@@ -235,7 +235,7 @@ def _renumber(payload: Any, key: str | None, ids: dict[str, int], errors: dict[s
             vid = ids.get(str(r["variant_id"]))
             if vid is None:
                 errors.setdefault(f"{key or 'builds'}.{i}.variant_id", []).append(
-                    f"variant_id {shown_id(r['variant_id'])} is not in the variants file this job was created from")
+                    f"variant_id {json_spelled(r['variant_id'])} is not in the variants file this job was created from")
             else:
                 r = {**r, "variant_id": vid}
         out_rows.append(r)
@@ -501,7 +501,7 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     if not variants:
         raise InvalidInput({"variants": ["the variants file lists no variant: give the variants.json the results "
                                          "were measured from"]})
-    bad_ids = {f"variants.{i}.variant_id": [f"must be a whole number or a non-empty text, got {str(v['variant_id'])[:80]!r}"]
+    bad_ids = {f"variants.{i}.variant_id": [f"must be a whole number or a non-empty text, got {json_spelled(v['variant_id'])}"]
                for i, v in enumerate(variants)
                if isinstance(v["variant_id"], bool) or not isinstance(v["variant_id"], (int, str))
                or v["variant_id"] == ""}
@@ -513,11 +513,11 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
         first = seen_ids.setdefault(str(v["variant_id"]), i)
         if first != i:
             raise InvalidInput({f"variants.{i}.variant_id": [
-                f"variant_id {str(v['variant_id'])[:80]!r} repeats variants.{first}: each variant needs its own id"]})
+                f"variant_id {json_spelled(v['variant_id'])} repeats variants.{first}: each variant needs its own id"]})
         first = seen_params.setdefault(_canonical(v["params"]), i)
         if first != i:
             raise InvalidInput({f"variants.{i}.params": [
-                f"repeat the params of variants.{first} (variant_id {str(variants[first]['variant_id'])[:80]!r}): "
+                f"repeat the params of variants.{first} (variant_id {json_spelled(variants[first]['variant_id'])}): "
                 "one variant, two ids, whose results could not be told apart"]})
     device = results.get("device") if isinstance(results, dict) else None
     if not isinstance(device, dict):
@@ -552,7 +552,7 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
         for i, row in enumerate(rows if isinstance(rows, list) else []):
             if isinstance(row, dict) and "variant_id" in row and str(row["variant_id"]) not in known:
                 unknown[f"{key}.{i}.variant_id"] = [
-                    f"variant_id {shown_id(row['variant_id'])} is not in the variants file"]
+                    f"variant_id {json_spelled(row['variant_id'])} is not in the variants file"]
     # The job's shapes and batches are those measured (the file's rows), not "all the manifest's".
     measured = [r for r in (results.get("results") or []) if isinstance(r, dict)] \
         if isinstance(results.get("results"), list) else []

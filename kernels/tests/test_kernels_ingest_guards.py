@@ -379,6 +379,6 @@ def test_a_variants_file_listing_one_variant_under_two_ids_is_refused(triton):
         kernel_job_from_measurement(package=triton, variants=variants, results=_load(TRITON, "h200-results.json"))
     first_id = variants[0]["variant_id"]
     assert err.value.errors == {f"variants.{len(variants) - 1}.params": [
-        f"repeat the params of variants.0 (variant_id {str(first_id)!r}): one variant, two ids, whose results could not "
+        f"repeat the params of variants.0 (variant_id {first_id}): one variant, two ids, whose results could not "
         "be told apart"]}
     assert not KernelJob.objects.exists()

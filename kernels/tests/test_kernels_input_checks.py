@@ -162,7 +162,7 @@ def test_a_variant_outside_the_grid_is_shown_with_its_values_quoted_as_the_reaso
         kernel_job_create(package=toy_package, node=None, cc="9.0", dispatch=False,
                           only=[{"impl": "tiled", "BLOCK": "32", "num_warps": 4}], only_ids=[5])
     assert err.value.errors == {"variants": [
-        "variants.0 (variant_id '5'): impl='tiled',BLOCK='32',num_warps=4 is not in toy_attn's grid: "
+        "variants.0 (variant_id 5): impl='tiled',BLOCK='32',num_warps=4 is not in toy_attn's grid: "
         "BLOCK='32' is not one of the grid's values [16, 32, 64]"]}
     with pytest.raises(InvalidInput) as err:
         kernel_job_create(package=toy_package, node=None, cc="9.0", dispatch=False,

@@ -85,7 +85,7 @@ def test_the_flagship_grid_counts_add_up():
     ({"shapes__0__heads": "8"}, "shapes.0.heads", "shape fields must be numbers, got '8'"),
     ({"shapes__1__batches": [1, 0]}, "shapes.1.batches", "batch sizes must be >= 1"),
     ({"shapes__1__name": "small"}, "shapes.1.name", "shape 'small' is declared twice"),
-    ({"grid__BLOCK": [16, True]}, "grid.BLOCK.1", "must be an integer or a string, got True"),
+    ({"grid__BLOCK": [16, True]}, "grid.BLOCK.1", "must be an integer or a string, got true"),
     ({"grid__BLOCK": []}, "grid.BLOCK", "must be a non-empty list"),
     ({"grid__BLOCK": [16, 16]}, "grid.BLOCK", "lists a value twice"),
     ({"grid__constraints": ["BLOCK.bit_length() > 3"]}, "grid.constraints.0", "attribute access"),
