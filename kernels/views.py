@@ -305,12 +305,19 @@ def _short(text: str, limit: int = 80) -> str:
 
 def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None, str, dict[str, str], str]:
     """Batch, state, parameter filters and sort from the query string; what cannot be read is
-    appended to ``problems`` (shown above the table) and left at its default."""
-    batch_raw = request.GET.get("batch", "").strip()
+    appended to ``problems`` (shown above the table) and left at its default, and so is a key of
+    :data:`kernels.selectors.SINGLE_KEYS` given more than once (``batch=1&batch=2``: the smallest
+    batch, as for ``batch=abc``; never the last value, which the message says was not taken)."""
+    twice = {key for key in selectors.SINGLE_KEYS if len(request.GET.getlist(key)) > 1}
+
+    def one(key: str, default: str = "") -> str:
+        return default if key in twice else request.GET.get(key, default)
+
+    batch_raw = one("batch").strip()
     batch = int(batch_raw) if DIGITS_RE.fullmatch(batch_raw) and int(batch_raw) > 0 else None
     if batch_raw and batch is None:
         problems.append(f"batch: '{_short(batch_raw)}' is not a positive whole number.")
-    state = request.GET.get("state", "all") or "all"
+    state = one("state", "all") or "all"
     if state not in selectors.STATES:
         problems.append(f"state: '{_short(state)}' is not one of {', '.join(selectors.STATES)}.")
         state = "all"
@@ -318,8 +325,8 @@ def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None
     params, repeated = selectors.variant_filters(request.GET)
     problems += repeated
     params = {k: v for k, v in params.items() if v}
-    sort = request.GET.get("sort", "ordinal") or "ordinal"
-    offset_raw = request.GET.get("offset", "").strip()
+    sort = one("sort", "ordinal") or "ordinal"
+    offset_raw = one("offset").strip()
     offset = int(offset_raw) if DIGITS_RE.fullmatch(offset_raw) and len(offset_raw) <= 18 else 0
     if offset_raw and not DIGITS_RE.fullmatch(offset_raw):
         problems.append(f"offset: '{_short(offset_raw)}' is not a whole number >= 0.")

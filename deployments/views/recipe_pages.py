@@ -153,7 +153,14 @@ def _versions(recipe: Recipe) -> list[int]:
 
 
 def _version_param(request: HttpRequest, name: str) -> int | None:
-    raw = request.GET.get(name) or request.POST.get(name)
+    """The version number ``name`` of the query (or, without it there, of the form), None when not
+    given. A value that is not a whole number >= 1, or a number given more than once (``?a=1&a=2``:
+    taking the last would show versions nobody asked for), is a 404 whose page says why (``a is
+    given 2 times (1, 2): give it once``)."""
+    values = request.GET.getlist(name) or request.POST.getlist(name)
+    if repeated := given_more_than_once(values):
+        raise Http404(f"{name} {repeated}")
+    raw = values[0] if values else None
     if raw in (None, ""):
         return None
     try:
