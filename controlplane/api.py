@@ -43,8 +43,9 @@ from rest_framework.utils import html
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
-    DEFAULT_MAX_BODY_BYTES, MAX_PAGE_LIMIT, NonFiniteNumber, Pagination, RefusedBody, RepeatedKeys, RequestTooLarge,
-    SafeJSONParser, api_max_body_bytes, body_errors, given_more_than_once, json_loads, repeated_key_errors,
+    DEFAULT_MAX_BODY_BYTES, MAX_PAGE_LIMIT, MAX_PAGE_OFFSET, NonFiniteNumber, Pagination, RefusedBody, RepeatedKeys,
+    RequestTooLarge, SafeJSONParser, api_max_body_bytes, body_errors, given_more_than_once, json_loads,
+    repeated_key_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 

@@ -264,6 +264,9 @@ def _refused(data: Any) -> bool:
 
 #: Most rows one page of a list endpoint returns; a larger ``?limit=`` returns this many.
 MAX_PAGE_LIMIT = 500
+#: Largest ``?offset=`` a list endpoint reads (15 digits): far past any list, and an ``OFFSET`` every
+#: database takes; a larger one is a 400 that says this maximum.
+MAX_PAGE_OFFSET = 10**15 - 1
 
 
 def given_more_than_once(values: list[str]) -> str | None:
@@ -293,33 +296,47 @@ class SingleValuedQuery(BasePermission):
 
 class Pagination(LimitOffsetPagination):
     """Every list endpoint: ``?limit=`` (default ``PAGE_SIZE``, 100; at most
-    :data:`MAX_PAGE_LIMIT`, a larger value is cut to it) and ``?offset=``; the body is
-    ``{"count", "next", "previous", "results"}``. A ``limit`` that is not a whole number >= 1 or an
-    ``offset`` that is not a whole number >= 0, or either given twice, is a 400 naming it (DRF's own
-    class answers such a value with the default page, or takes the last, silently)."""
+    :data:`MAX_PAGE_LIMIT`, a larger value of any size is cut to it) and ``?offset=`` (at most
+    :data:`MAX_PAGE_OFFSET`); the body is ``{"count", "next", "previous", "results"}``. An empty
+    ``?limit=`` or ``?offset=`` is taken as not given (the default page). A ``limit`` that is not a
+    whole number >= 1, an ``offset`` that is not a whole number >= 0 or is over
+    :data:`MAX_PAGE_OFFSET` (``must be at most 999999999999999``), or either given twice, is a 400
+    naming it (DRF's own class answers such a value with the default page, or takes the last,
+    silently)."""
 
     max_limit = MAX_PAGE_LIMIT
     limit_query_description = (
         f"Number of results to return per page (default 100, at most {MAX_PAGE_LIMIT}; a larger value "
-        f"returns {MAX_PAGE_LIMIT}); not a whole number >= 1: 400."
+        f"returns {MAX_PAGE_LIMIT}; empty: the default); not a whole number >= 1: 400."
     )
-    offset_query_description = "The initial index from which to return the results (a whole number >= 0)."
+    offset_query_description = (
+        f"The initial index from which to return the results (a whole number from 0 to {MAX_PAGE_OFFSET}; "
+        "empty: 0); anything else: 400."
+    )
 
     @staticmethod
     def _whole(request, name: str, least: int) -> int | None:
+        """``?<name>=`` as a whole number >= ``least``, None when not given or empty. A number of more
+        than 18 digits reads as 10**18: past every bound here, and ``int()`` refuses a text of more
+        than 4300 digits."""
         repeated = given_more_than_once(request.query_params.getlist(name))
         if repeated:
             raise ValidationError({name: [repeated]})
         raw = request.query_params.get(name)
         if raw is None or raw == "":
             return None
-        if not re.fullmatch(r"[0-9]{1,15}", raw) or int(raw) < least:
+        digits = raw.lstrip("0") or "0"
+        if not re.fullmatch(r"[0-9]+", raw) or (len(digits) <= 18 and int(digits) < least):
             raise ValidationError({name: [f"must be a whole number >= {least}, got {raw[:40]!r}"]})
-        return int(raw)
+        return int(digits) if len(digits) <= 18 else 10**18
 
     def get_limit(self, request):
         limit = self._whole(request, self.limit_query_param, 1)
         return self.default_limit if limit is None else min(limit, self.max_limit)
 
     def get_offset(self, request):
-        return self._whole(request, self.offset_query_param, 0) or 0
+        offset = self._whole(request, self.offset_query_param, 0) or 0
+        if offset > MAX_PAGE_OFFSET:
+            raw = request.query_params.get(self.offset_query_param)
+            raise ValidationError({self.offset_query_param: [f"must be at most {MAX_PAGE_OFFSET}, got {raw[:40]!r}"]})
+        return offset

@@ -38,3 +38,27 @@ def test_a_page_parameter_given_twice_is_a_400_not_the_last_value(viewer_api, qu
         assert answer.status_code == 400, (url, query, answer.content)
         [message] = answer.json()[name]
         assert message.startswith("is given 2 times (") and message.endswith("): give it once"), message
+
+
+@pytest.mark.django_db
+def test_an_offset_past_the_largest_one_read_is_a_400_that_says_the_maximum(viewer_api):
+    for url in ("/api/recipes/", "/api/deployments/", "/api/runs/", "/api/kernel-jobs/"):
+        answer = viewer_api.get(f"{url}?offset=99999999999999999999999")
+        assert answer.status_code == 400, (url, answer.content)
+        assert answer.json() == {"offset": ["must be at most 999999999999999, got '99999999999999999999999'"]}
+        assert viewer_api.get(f"{url}?offset=1000000000000000").json() == {
+            "offset": ["must be at most 999999999999999, got '1000000000000000'"]}
+        last = viewer_api.get(f"{url}?offset=999999999999999")
+        assert last.status_code == 200 and last.json()["results"] == []
+
+
+@pytest.mark.django_db
+def test_a_limit_of_any_size_is_cut_to_the_largest_page(viewer_api):
+    node = cpu_node_create()
+    for i in range(3):
+        recipe_row_create(node=node, name=f"r{i}")
+    for limit in ("99999999999999999999999", "0000000000000000000002"):
+        page = viewer_api.get(f"/api/recipes/?limit={limit}")
+        assert page.status_code == 200, page.content
+    assert len(viewer_api.get("/api/recipes/?limit=99999999999999999999999").json()["results"]) == 3
+    assert len(viewer_api.get("/api/recipes/?limit=0000000000000000000002").json()["results"]) == 2
