@@ -6,11 +6,12 @@ its messages (``{"spec.roles.prefill.gpus": ["..."]}``), whether they come from 
 errors become ``{"detail": ..., "code": ...}``. JSON bodies are size-limited by
 :class:`SafeJSONParser` (``CEILING_API_MAX_BODY_BYTES``, default 1 MiB), which also names each
 key given more than once in an object and each number that is not finite at its path
-(``{"spec.roles.decode.port": ["is given 2 times (8001, 8002): give it once"]}``, ``{"spec.roles.single.port":
-["1e400 is not a finite number"]}``; a repeated key or a ``NaN`` or ``Infinity`` literal alone makes a
-400, and views that list every problem take the rest of the body through :func:`request_body`). Input serializers refuse keys
-they do not take at their names (:func:`unknown_field_errors`, :class:`StrictInputMixin`; an
-action that takes no body, such as a stop or a cancel, through :func:`no_body`), and take a JSON
+(``{"spec.roles.decode.port": ["is given 2 times (8001, 8002): give it once"]}``,
+``{"spec.roles.single.port": ["1e400 is not a finite number"]}``; a repeated key or a ``NaN`` or
+``Infinity`` literal alone makes a 400, and views that list every problem take the rest of the
+body through :func:`request_body`). Input serializers refuse keys they do not take at their names
+(:func:`unknown_field_errors`, :class:`StrictInputMixin`; an action that takes no body, such as a
+stop or a cancel, through :func:`no_body`), and take a JSON
 body's ids, integers and texts only as JSON integers and strings (:class:`StrictIntegerField`,
 :class:`StrictIntegerMixin`, :class:`StrictCharField`, :class:`StrictSlugRelatedField`). A path
 under ``/api/`` that no route matches is answered by

@@ -138,7 +138,7 @@ def _marks(data: Any, prefix: str):
         if isinstance(value, NonFiniteNumber):
             yield path or "non_field_errors", f"{value.literal} is not a finite number", "nonfinite"
         elif isinstance(value, dict):
-            repeated = getattr(value, "repeated", None) or {}
+            repeated = value.repeated if isinstance(value, RepeatedKeys) else {}
             for key, values in repeated.items():
                 yield (f"{path}.{key}" if path else str(key),
                        given_more_than_once([_json_text(v) for v in values]), "repeated")

@@ -309,7 +309,8 @@ def _spec_validate(
             backend = adapter.transfer_backends[0] if adapter.transfer_backends else None
         elif backend not in adapter.transfer_backends:
             errs.add("spec.transfer_backend",
-                     f"{json_spelled(backend)} is not a {adapter.name} transfer backend; choose one of {', '.join(adapter.transfer_backends)}")
+                     f"{json_spelled(backend)} is not a {adapter.name} transfer backend; "
+                     f"choose one of {', '.join(adapter.transfer_backends)}")
         out["transfer_backend"] = backend
     elif backend is not None:
         errs.add("spec.transfer_backend", "only applies to topology pd")
@@ -401,7 +402,8 @@ def _served_name_check(errs: _Errors, served: Any, model: dict) -> str:
     elif served.startswith("-"):
         errs.add("spec.served_model_name", f"must not start with '-', got {json_spelled(served)}")
     elif not SERVED_NAME_RE.match(served):
-        errs.add("spec.served_model_name", f"must be 1-128 letters, digits or . _ : / - characters, got {json_spelled(served)}")
+        errs.add("spec.served_model_name",
+                 f"must be 1-128 letters, digits or . _ : / - characters, got {json_spelled(served)}")
     else:
         return served
     return ""
@@ -416,7 +418,8 @@ def _roles_check(errs: _Errors, adapter: EngineAdapter, topology: str, roles: An
         return {}
     for name in roles:
         if name not in expected:
-            errs.add(f"spec.roles.{name}", f"unknown role {json_spelled(name)} for topology {topology}; expected {', '.join(expected)}")
+            errs.add(f"spec.roles.{name}",
+                     f"unknown role {json_spelled(name)} for topology {topology}; expected {', '.join(expected)}")
     out: dict[str, dict] = {}
     for name in expected:
         role = roles.get(name)
@@ -667,7 +670,8 @@ def _gpus_check(errs: _Errors, adapter: EngineAdapter, path: str, gpus: Any, nod
         elif g in out:
             errs.add(path, f"GPU {g} is listed twice")
         elif g not in have:
-            errs.add(path, f"GPU {json_spelled(g)} does not exist on node {node.name} (it has {_ids(sorted(have)) or 'no GPUs'})")
+            errs.add(path, f"GPU {json_spelled(g)} does not exist on node {node.name} "
+                           f"(it has {_ids(sorted(have)) or 'no GPUs'})")
         else:
             out.append(g)
     return out
@@ -707,7 +711,8 @@ def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dic
             membind = "none"  # the numa_node error is already reported
     if isinstance(membind, str):
         if membind not in MEMBIND_MODES:
-            errs.add(f"{path}.membind", f"must be one of {', '.join(MEMBIND_MODES)} or a list of NUMA node ids, got {json_spelled(membind)}")
+            errs.add(f"{path}.membind", f"must be one of {', '.join(MEMBIND_MODES)} or a list of NUMA node ids, "
+                                        f"got {json_spelled(membind)}")
         elif membind == "numa" and out["numa_node"] is None and numa is None:
             if cpus is None or _numa_of(cpus, node) is None:
                 errs.add(f"{path}.membind", "'numa' binds memory to the role's NUMA node: set numa_node, or cpus within one NUMA node")
@@ -1076,7 +1081,8 @@ def _sim_check(errs: _Errors, sim: Any, worker_roles: list[str]) -> dict:
             errs.add(f"spec.sim.{key}", f"unknown field {json_spelled(key)}; allowed: profile, gpus_modelled")
     profile = sim.get("profile", DEFAULT_PROFILE)
     if not isinstance(profile, str) or not PROFILE_RE.match(profile):
-        errs.add("spec.sim.profile", f"must be a profile name (lowercase letters, digits, . _ -), got {json_spelled(profile)}")
+        errs.add("spec.sim.profile",
+                 f"must be a profile name (lowercase letters, digits, . _ -), got {json_spelled(profile)}")
         return {"profile": DEFAULT_PROFILE}
     # The engine loads the profile at start-up and exits on one it cannot load: say so now.
     from deployments.engines.simcore.profile import ProfileError, profile_load

@@ -24,7 +24,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from controlplane.api import attachment_header, unknown_field_errors
-from controlplane.drf_defaults import given_more_than_once, json_loads, repeated_key_errors
+from controlplane.drf_defaults import RepeatedKeys, given_more_than_once, json_loads, repeated_key_errors
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.permissions import has_role
 from deployments.models import Node
@@ -152,7 +152,7 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
             errors.setdefault("params", []).append(f"the JSON must be an object of parameter lists; accepted: {SUBSET_FORMS}")
             return out
         # a key given twice, the API's rule (controlplane.drf_defaults.repeated_key_errors): neither value is taken
-        twice = getattr(data, "repeated", {})
+        twice = data.repeated if isinstance(data, RepeatedKeys) else {}
         hints = {f"params.{name}": f", with all its values in one list ({{\"{_short(name)}\": [v1, v2]}})"
                  for name in twice}
         for path, msgs in repeated_key_errors(data, "params").items():

@@ -161,6 +161,7 @@ def test_the_recipe_form_refuses_a_repeated_spec_key_at_its_path(operator, clien
     response = client.post("/recipes/new/", form)
 
     assert response.status_code == 400
-    assert html.escape("spec.roles.decode.port is given 2 times (31001, 31002): give it once") in response.content.decode()
+    message = "spec.roles.decode.port is given 2 times (31001, 31002): give it once"
+    assert html.escape(message) in response.content.decode()
     assert not Recipe.objects.filter(name="form-copy").exists()
 

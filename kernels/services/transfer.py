@@ -501,7 +501,8 @@ def kernel_job_from_measurement(*, package, variants: Any, results: Any, builds:
     if not variants:
         raise InvalidInput({"variants": ["the variants file lists no variant: give the variants.json the results "
                                          "were measured from"]})
-    bad_ids = {f"variants.{i}.variant_id": [f"must be a whole number or a non-empty text, got {json_spelled(v['variant_id'])}"]
+    bad_ids = {f"variants.{i}.variant_id": [
+                   f"must be a whole number or a non-empty text, got {json_spelled(v['variant_id'])}"]
                for i, v in enumerate(variants)
                if isinstance(v["variant_id"], bool) or not isinstance(v["variant_id"], (int, str))
                or v["variant_id"] == ""}
