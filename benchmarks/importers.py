@@ -68,6 +68,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from benchmarks.analysis import LatencyStats, SweepPoint
+from benchmarks.sweeps import json_shown
 from controlplane.errors import InvalidInput
 
 SGLANG_BENCH_SERVING = "sglang-bench-serving"
@@ -595,7 +596,7 @@ class _Reader:
         if v is None or key in self.refused:
             return None
         if isinstance(v, bool) or not isinstance(v, int | float):
-            self.refuse(key, f"expected a number, got {v!r}")
+            self.refuse(key, f"expected a number, got {json_shown(v)}")
             return None
         if not math.isfinite(v):
             written, why = _written(v)
@@ -606,10 +607,10 @@ class _Reader:
                 self.run.inf_keys[key] = written
             return None
         if minimum is not None and v < minimum:
-            self.refuse(key, f"expected {unit} >= {minimum:g}, got {v!r}")
+            self.refuse(key, f"expected {unit} >= {minimum:g}, got {json_shown(v)}")
             return None
         if above is not None and not v > above:
-            self.refuse(key, f"expected {unit} > {above:g}, got {v!r}")
+            self.refuse(key, f"expected {unit} > {above:g}, got {json_shown(v)}")
             return None
         return float(v)
 
@@ -618,13 +619,13 @@ class _Reader:
         raw = self.obj.get(key)
         if key not in self.refused and (isinstance(raw, bool) or (raw is not None and not isinstance(raw, int | float))):
             self._raw(key)
-            self.refuse(key, f"expected a whole number >= 0, got {raw!r}")
+            self.refuse(key, f"expected a whole number >= 0, got {json_shown(raw)}")
             return None
         v = self.number(key)
         if v is None:
             return None
         if v < 0 or v != int(v):
-            self.refuse(key, f"expected a whole number >= 0, got {self.obj[key]!r}")
+            self.refuse(key, f"expected a whole number >= 0, got {json_shown(self.obj[key])}")
             return None
         return int(v)
 
@@ -633,7 +634,7 @@ class _Reader:
         if v is None:
             return None
         if not isinstance(v, str):
-            self.refuse(key, f"expected a string, got {v!r}")
+            self.refuse(key, f"expected a string, got {json_shown(v)}")
             return None
         return v
 

@@ -5,6 +5,7 @@ No database access here; :mod:`benchmarks.services` stores what these compute.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
@@ -14,7 +15,7 @@ from typing import Any
 
 from benchmarks.analysis.model import PARTIAL_FLAG
 from benchmarks.loadgen import Api
-from controlplane.api import shown_key
+from controlplane.api import shown_key, shown_value
 from controlplane.errors import InvalidInput
 
 # Bounds that keep one sweep a sweep and not a denial of service on the client or the database.
@@ -31,9 +32,22 @@ from controlplane.errors import InvalidInput
 #   with tracemalloc on the development host, a token-id prompt costs about 41 bytes per token
 #   (a list of Python ints) and a text prompt about 4.3 bytes (characters), so the largest prompt
 #   set is about 0.4 GB of token ids (0.04 GB of text) and a few seconds of generation.
+# * MAX_REQUEST_RATE: 10 000 requests/s per open-loop point, what one load-generator process can
+#   honestly issue. Its arrivals are scheduled on one asyncio loop; measured on the 2-core
+#   development host against the sim (8-token prompts, 2-token outputs, 2,000 requests), a target
+#   of 10,000 req/s was sent at 9,810 req/s (0.85 standard deviations of a Poisson schedule: on
+#   target), while targets of 10^6 req/s and more were all sent at about 35,000 req/s, the loop's
+#   own speed (flagged ``rate_off_target``): past the bound the point would measure the client,
+#   not the asked rate. No engine Ceiling drives serves that many streamed requests a second on
+#   one deployment either. (Before the bound, 1e308 req/s was taken and printed as a 309-digit
+#   number.)
+# * A point limited by time alone at a request rate sends about rate x duration_s requests, all
+#   drawn in advance and recorded in memory: at most MAX_REQUESTS_PER_POINT of them, as for a
+#   point with a request count.
 MAX_POINTS = 200
 MAX_CONCURRENCY = 4096
 MAX_REQUESTS_PER_POINT = 100_000
+MAX_REQUEST_RATE = 10_000
 MAX_REQUESTS_PER_SWEEP = 1_000_000
 MAX_PROMPT_TOKENS_PER_POINT = 10_000_000
 MAX_LEN = 1_000_000
@@ -81,13 +95,37 @@ GRID_KEYS = ("concurrency", "lengths", "request_rates", "requests", "requests_pe
 WORKER_ROLES = ("prefill", "decode", "single")
 
 
+def json_shown(value: Any) -> str:
+    """A value of a JSON body or file as a refusal quotes it, in JSON spelling, never Python's
+    (``True``, ``None``): a number as its JSON text (``100000``, ``-1.0``, ``1e+308``), ``null``,
+    a list as ``the list [8, 8, 8]``, anything else as :func:`controlplane.api.shown_value` names
+    it (``the boolean true``, ``the string "8"``, ``an object``); texts cut to 40 characters (an
+    integer of more digits as ``1.00e+50``). A float that is not finite, which JSON cannot write, is
+    shown as ``inf`` or ``nan``."""
+    if value is None:
+        return "null"
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = json.dumps(value)
+        if len(text) > 40:  # an integer of many digits: its magnitude, not its first digits
+            text = f"{Decimal(value):.3g}"
+    elif isinstance(value, (list, tuple)):
+        text = "the list " + json.dumps(value, ensure_ascii=False, default=str)
+    else:
+        return shown_value(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 1800 + WAIT_READY_MARGIN_S) -> dict[str, Any]:
     """Validate and normalise a sweep grid.
 
     Input keys (others are refused): ``concurrency`` list of ints >= 1 (closed-loop points);
     ``lengths`` list of ``[input_len, output_len]`` pairs or ``"in:out"`` strings (tokens, required);
-    ``request_rates`` optional list of requests/s > 0 (open-loop points, in addition to the
-    concurrency points); a value given twice in any of these three lists is refused, naming it;
+    ``request_rates`` optional list of requests/s > 0 and at most :data:`MAX_REQUEST_RATE`
+    (open-loop points, in addition to the concurrency points; limited by time alone, rate x
+    ``duration_s`` at most :data:`MAX_REQUESTS_PER_POINT`); a value given twice in any of these
+    three lists is refused, naming it;
     ``requests`` fixed requests per point, or ``requests_per_concurrency`` (requests =
     max(1, ceil(k * c)); rate points use ``requests``); ``duration_s`` a time limit per point in
     seconds (at least :data:`MIN_DURATION_S`, at most :data:`MAX_DURATION_S`), instead of or
@@ -101,8 +139,9 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     ``seed`` for the dataset.
 
     Returns the normalised dict with every key present. Raises :class:`InvalidInput` with every
-    error found, keyed by field path (``grid.lengths.1``), in one go: each field is judged on its
-    own, a number that is not finite (``1e400`` parses as infinity) is named once at its path
+    error found, keyed by field path (``grid.lengths.1``), in one go, each value quoted in JSON
+    spelling (:func:`json_shown`: ``got the boolean true``, never ``True``): each field is judged
+    on its own, a number that is not finite (``1e400`` parses as infinity) is named once at its path
     (``must be a finite number, got inf (too large for a 64-bit float)``), and the size bounds
     (points, requests and prompt tokens per point and per sweep) are checked over the fields that
     are valid whenever the fields they depend on are.
@@ -129,11 +168,14 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     rates: list[float] = []
     raw_rates = raw.get("request_rates") or []
     if not isinstance(raw_rates, list):
-        err("grid.request_rates", f"must be a list of requests/s > 0, got {raw_rates!r}")
+        err("grid.request_rates", f"must be a list of requests/s > 0, got {json_shown(raw_rates)}")
         raw_rates = []
     for i, r in enumerate(raw_rates):
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-            err(f"grid.request_rates.{i}", f"must be a number of requests/s > 0, got {r!r}")
+            err(f"grid.request_rates.{i}", f"must be a number of requests/s > 0, got {json_shown(r)}")
+        elif r > MAX_REQUEST_RATE:
+            err(f"grid.request_rates.{i}", f"must be at most {MAX_REQUEST_RATE:,} requests/s (what one load-generator "
+                                           f"process can send on schedule), got {json_shown(r)}")
         else:
             rates.append(float(r))
     _refuse_repeats(rates, "grid.request_rates", "request rate", lambda r: f"{r:g} req/s", err)
@@ -149,7 +191,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         for i, pair in enumerate(raw_lengths):
             parsed = length_pair_parse(pair)
             if parsed is None:
-                err(f"grid.lengths.{i}", f"must be [input_len, output_len] or 'in:out' with 1..{MAX_LEN} tokens, got {pair!r}")
+                err(f"grid.lengths.{i}", f"must be [input_len, output_len] or 'in:out' with 1..{MAX_LEN} tokens, "
+                                         f"got {json_shown(pair)}")
             else:
                 lengths.append(list(parsed))
         _refuse_repeats([tuple(p) for p in lengths], "grid.lengths", "length pair", lambda p: f"{p[0]}:{p[1]}", err)
@@ -159,17 +202,17 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         err("grid.requests", "give requests or requests_per_concurrency, not both")
     if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int)
                                  or not 1 <= requests <= MAX_REQUESTS_PER_POINT):
-        err("grid.requests", f"must be an integer 1..{MAX_REQUESTS_PER_POINT}, got {requests!r}")
+        err("grid.requests", f"must be an integer 1..{MAX_REQUESTS_PER_POINT}, got {json_shown(requests)}")
     if per_c is not None and (isinstance(per_c, bool) or not isinstance(per_c, (int, float)) or not 0 < per_c <= 1000):
-        err("grid.requests_per_concurrency", f"must be a number in (0, 1000], got {per_c!r}")
+        err("grid.requests_per_concurrency", f"must be a number in (0, 1000], got {json_shown(per_c)}")
     duration = raw.get("duration_s")
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))
                                  or not math.isfinite(duration) or not 0 < duration <= MAX_DURATION_S):
-        err("grid.duration_s", f"must be seconds > 0 and at most {MAX_DURATION_S} (24 h), got {duration!r}")
+        err("grid.duration_s", f"must be seconds > 0 and at most {MAX_DURATION_S} (24 h), got {json_shown(duration)}")
         duration = None
     elif duration is not None and duration < MIN_DURATION_S:
         err("grid.duration_s", f"must be at least {MIN_DURATION_S} s (a shorter point ends before its requests "
-                               f"can finish), got {duration!r}")
+                               f"can finish), got {json_shown(duration)}")
         duration = None
     elif duration is not None:
         duration = float(duration)
@@ -185,9 +228,16 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
                 err(f"grid.request_rates.{i}", f"{requests} requests at {r:g} req/s take about "
                     f"{_seconds_text(requests, r)} s; at most {MAX_DURATION_S} s (24 h) per point: raise the rate "
                     "or give duration_s")
+    elif rates and duration is not None and requests is None:
+        # Limited by time alone, an open-loop point sends about rate x duration requests, drawn in
+        # advance and recorded in memory: bounded like a request count.
+        for i, r in enumerate(rates):
+            if r * duration > MAX_REQUESTS_PER_POINT:
+                err(f"grid.request_rates.{i}", f"{r:g} req/s for {duration:g} s is about {r * duration:,.0f} requests; "
+                    f"at most {MAX_REQUESTS_PER_POINT:,} per point: lower the rate or duration_s, or give requests")
     warmup = raw.get("warmup", 0)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 10_000:
-        err("grid.warmup", f"must be an integer 0..10000, got {warmup!r}")
+        err("grid.warmup", f"must be an integer 0..10000, got {json_shown(warmup)}")
     slo = raw.get("slo") or {}
     norm_slo: dict[str, float] = {}
     if not isinstance(slo, Mapping):
@@ -197,21 +247,21 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
             if key not in ("ttft_s", "tpot_s", "e2e_s"):
                 err(f"grid.slo.{key}", "unknown SLO; allowed: ttft_s, tpot_s, e2e_s (seconds)")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                err(f"grid.slo.{key}", f"must be seconds > 0, got {value!r}")
+                err(f"grid.slo.{key}", f"must be seconds > 0, got {json_shown(value)}")
             else:
                 norm_slo[key] = float(value)
     api = raw.get("api") or DEFAULT_API.get(engine, Api.COMPLETIONS.value)
     if not isinstance(api, str) or api not in {a.value for a in Api}:
-        err("grid.api", f"must be one of {', '.join(a.value for a in Api)}, got {api!r}")
+        err("grid.api", f"must be one of {', '.join(a.value for a in Api)}, got {json_shown(api)}")
     elif engine in ENGINE_APIS and api not in ENGINE_APIS[engine]:
         err("grid.api", f"{api} is not served by this deployment's engine ({engine}); it serves "
                         f"{', '.join(ENGINE_APIS[engine])}")
     wait = raw.get("wait_ready_s", default_wait_ready_s)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 86_400:
-        err("grid.wait_ready_s", f"must be seconds 0..86400, got {wait!r}")
+        err("grid.wait_ready_s", f"must be seconds 0..86400, got {json_shown(wait)}")
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        err("grid.seed", f"must be an integer 0..2^31-1, got {seed!r}")
+        err("grid.seed", f"must be an integer 0..2^31-1, got {json_shown(seed)}")
     grid = {"concurrency": conc, "lengths": lengths, "request_rates": rates, "requests": requests,
             "requests_per_concurrency": per_c if requests is None else None, "duration_s": duration,
             "warmup": warmup, "slo": norm_slo, "api": api,
@@ -356,7 +406,7 @@ def _int_list(value: Any, path: str, err, *, lo: int, hi: int) -> list[int]:
     out = []
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            err(f"{path}.{i}", f"must be an integer {lo}..{hi}, got {v!r}")
+            err(f"{path}.{i}", f"must be an integer {lo}..{hi}, got {json_shown(v)}")
         else:
             out.append(v)
     return out

@@ -6,7 +6,7 @@ import math
 
 from benchmarks.analysis.model import (
     CEILING_REACHED_FRACTION, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
-    CeilingReport, DecodeFit, LoadGroup, PointAnalysis, SweepPoint, TopologyComparison, _num,
+    CeilingReport, DecodeFit, LoadGroup, PointAnalysis, SweepPoint, TopologyComparison, _fixed, _num,
 )
 from benchmarks.analysis.wording import (
     _failures_of, _falls_cause, _falls_numbers, _load_ratio, _metric, _ms, _no_growth_numbers, _per_seq, _r2,
@@ -86,12 +86,12 @@ def _fit_sentence(fit: DecodeFit) -> str:
                     f"({_r2(fit)}), which no decode step does, so no per-sequence decode cost is read from it.")
         return (f"Decode step time ({tpot}) is not a fixed plus a per-sequence cost over the measured range: "
                 f"{_no_growth_numbers(fit)}, but a straight line through {_all_points(fit)} crosses zero at "
-                f"{fit.running_batch_at_zero():.1f} running sequences (a negative fixed cost, {_r2(fit)}), which "
-                f"no decode step has, so no decode cost is read from it.")
+                f"{_fixed(fit.running_batch_at_zero(), 1)} running sequences (a negative fixed cost, "
+                f"{_r2(fit)}), which no decode step has, so no decode cost is read from it.")
     how = {"decode_events": "the requests between their first and last output event, counted at each output event",
            "littles_law": f"Little's law (running batch = tok/s x {tpot}, capped at the concurrency)",
            "concurrency": "the concurrency (every request assumed in the batch)"}[fit.batch_source]
-    batches = ", ".join(f"{b:.1f} at {lb}" for lb, b in zip(fit.labels, fit.running_batch, strict=True))
+    batches = ", ".join(f"{_fixed(b, 1)} at {lb}" for lb, b in zip(fit.labels, fit.running_batch, strict=True))
     worst = max(abs(x) for x in fit.residuals_ms)
     return (f"Decode step time ({tpot}) fits {_ms(fit.fixed_ms)} + {_per_seq(fit.per_seq_ms)} per running sequence "
             f"({_r2(fit)} over {fit.n_points} points, largest residual {_ms(worst)}); the running batch "
@@ -150,7 +150,7 @@ def _bottleneck_sentence(r: CeilingReport, g: LoadGroup, analysed: list[PointAna
     if g.bottleneck == "queueing":
         tput = hi.output_throughput_tok_s / lo.output_throughput_tok_s if lo.output_throughput_tok_s else None
         how = ("stays flat" if tput is None or abs(tput - 1) < 0.05 else
-               f"{'falls' if tput < 1 else 'grows only'} x{tput:.2f}")
+               f"{'falls' if tput < 1 else 'grows only'} x{_fixed(tput, 2)}")
         return (f"Requests queue for admission: {ttft} is {_ms(hi.ttft_ms)} of {_ms(hi.e2e_ms)} {e2e} at "
                 f"{hi.label} and grows while throughput {how} from {lo.label}; more concurrency only adds "
                 "waiting.")
@@ -170,9 +170,9 @@ def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint]) -
         last = points[-1]
         growth = last.output_throughput_tok_s / first.output_throughput_tok_s - 1
         out.append(f"Throughput plateaus at {_tok(c.plateau_min_tok_s, c.plateau_max_tok_s)} from "
-                   f"{c.plateau_from_label}: going to {last.label} (x{last.load / first.load:.1f} load) changes it "
-                   f"by {growth:+.0%} ({_num(first.output_throughput_tok_s)} -> {_num(last.output_throughput_tok_s)} "
-                   f"tok/s).")
+                   f"{c.plateau_from_label}: going to {last.label} (x{_fixed(last.load / first.load, 1)} load) "
+                   f"changes it by {growth:+.0%} ({_num(first.output_throughput_tok_s)} -> "
+                   f"{_num(last.output_throughput_tok_s)} tok/s).")
         per_gpu = (f", {_num(c.observed_max_tok_s / r.num_gpus)} tok/s per GPU on {r.num_gpus} GPUs"
                    if r.gpus_known else "")
         out.append(f"The ceiling is about {_num(c.observed_max_tok_s)} tok/s (observed at {c.observed_max_label}"
@@ -192,8 +192,8 @@ def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint]) -
             out.append(f"{CEILING_REACHED_FRACTION:.0%} of the ceiling is reached by {c.reached_at_label}.")
         elif c.batch_for_fraction is not None:
             need = c.batch_for_fraction
-            out.append(f"{CEILING_REACHED_FRACTION:.0%} of the ceiling needs a running batch of about {need:.0f} "
-                       f"sequences ({_load_needed(points, need)}), beyond this sweep: "
+            out.append(f"{CEILING_REACHED_FRACTION:.0%} of the ceiling needs a running batch of about "
+                       f"{_fixed(need, 0)} sequences ({_load_needed(points, need)}), beyond this sweep: "
                        f"an extrapolation.")
         if c.falls:
             out.append(_falls_sentence(c, points, r.failed_requests))
@@ -204,9 +204,9 @@ def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint]) -
         first, last = points[0], points[-1]
         growth = last.output_throughput_tok_s / first.output_throughput_tok_s
         if growth >= 1:
-            out.append(f"No ceiling is reached: throughput grows x{growth:.1f} from {first.label} to {last.label} "
-                       f"(x{_load_ratio(first, last):.1f} load), so the ceiling is above the best observed "
-                       f"{_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}.")
+            out.append(f"No ceiling is reached: throughput grows x{_fixed(growth, 1)} from {first.label} to "
+                       f"{last.label} (x{_fixed(_load_ratio(first, last), 1)} load), so the ceiling is above the "
+                       f"best observed {_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}.")
         else:
             out.append(f"Throughput does not grow with load: from {first.label} to {last.label} it "
                        f"{_throughput_change(first, last)}; this points at {_falls_cause(r.failed_requests)}, "
@@ -237,8 +237,8 @@ def _queueing_sentences(g: LoadGroup, analysed: list[PointAnalysis]) -> list[str
     ttft = _metric("TTFT", [a.ttft_stat for a in analysed])
     for s in g.queueing:
         if s.queueing and s.ttft_growth is not None:
-            out.append(f"Queueing from {s.from_label} to {s.to_label}: {ttft} grows x{s.ttft_growth:.1f} while "
-                       f"throughput changes x{s.throughput_growth:.2f} (x{s.load_growth:.1f} load).")
+            out.append(f"Queueing from {s.from_label} to {s.to_label}: {ttft} grows x{_fixed(s.ttft_growth, 1)} while "
+                       f"throughput changes x{_fixed(s.throughput_growth, 2)} (x{_fixed(s.load_growth, 1)} load).")
     if not out and len(analysed) > 1:
         rule = (f"{ttft} growing x{TTFT_GROWTH:g} or more while throughput grows less than "
                 f"x{FLAT_THROUGHPUT_GROWTH:.2f} between neighbouring points")
@@ -251,7 +251,7 @@ def _queueing_sentences(g: LoadGroup, analysed: list[PointAnalysis]) -> list[str
             near = max(flat, key=lambda s: s.ttft_growth)
             out.append(f"No queueing by the rule ({rule}); the nearest: {near.from_label} to {near.to_label}, "
                        f"{ttft} x{_factor_below(near.ttft_growth, TTFT_GROWTH)} with throughput "
-                       f"x{near.throughput_growth:.2f}.")
+                       f"x{_fixed(near.throughput_growth, 2)}.")
     return out
 
 
@@ -278,7 +278,7 @@ def _comparison_sentences(c: TopologyComparison, lengths: str | None) -> list[st
             out.append(f"At {m.label}{at}: {me} gives {_num(m.tok_s)} tok/s on {c.num_gpus} GPUs "
                        f"({_num(m.tok_s_per_gpu)} tok/s per GPU); {them} gives {_num(m.other_tok_s)} tok/s on "
                        f"{c.other_num_gpus} GPUs ({_num(m.other_tok_s_per_gpu)} tok/s per GPU): "
-                       f"x{m.per_gpu_ratio:.2f} per GPU for {me}.")
+                       f"x{_fixed(m.per_gpu_ratio, 2)} per GPU for {me}.")
         labels = ", ".join(m.label for m in c.matched)
         out.append(f"{me} gives {verdict} per GPU over {them}, compared at the same concurrency ({labels}).")
         matched = {m.label for m in c.matched}
@@ -291,7 +291,7 @@ def _comparison_sentences(c: TopologyComparison, lengths: str | None) -> list[st
                f"{_num(c.best_tok_s)} tok/s at {c.best_label} on {c.num_gpus} GPUs "
                f"({_num(c.best_tok_s / c.num_gpus)} tok/s per GPU) and {them} {_num(c.other_best_tok_s)} tok/s at "
                f"{c.other_best_label} on {c.other_num_gpus} GPUs ({_num(c.other_best_tok_s / c.other_num_gpus)} tok/s "
-               f"per GPU): {verdict} per GPU for {me} (x{c.per_gpu_ratio:.2f}).")
+               f"per GPU): {verdict} per GPU for {me} (x{_fixed(c.per_gpu_ratio, 2)}).")
     return out
 
 

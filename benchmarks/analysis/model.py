@@ -420,11 +420,26 @@ def _opt_int(v: Any) -> int | None:
     return None if v is None else int(v)
 
 
+# From this magnitude on a number in a sentence or label is written with three significant
+# figures and an exponent (``1.23e+06``): fixed-point notation would print every digit (a rate
+# of 1e308 req/s once came out as a 309-digit label that widened the sweep page to 3105 px).
+BIG_NUMBER = 1e6
+
+
+def _fixed(x: float, digits: int) -> str:
+    """``x`` with ``digits`` decimals (``8.0``, ``0.35``), or with three significant figures and
+    an exponent from :data:`BIG_NUMBER` on (``1.2e+13``); ``inf`` and ``nan`` as such. For the
+    factors, counts and times the findings quote, whose size the analysis does not bound."""
+    if not math.isfinite(x) or abs(x) >= BIG_NUMBER:
+        return f"{x:.3g}"
+    return f"{x:.{digits}f}"
+
+
 def _num(x: float) -> str:
-    """Three significant figures for tok/s and rates (9.95, 24.5, 125); used by point labels and
-    the findings."""
+    """Three significant figures for tok/s and rates (9.95, 24.5, 125; ``1.23e+06`` from
+    :data:`BIG_NUMBER` on); used by point labels and the findings."""
     if abs(x) >= 100:
-        return f"{x:.0f}"
+        return _fixed(x, 0)
     if abs(x) >= 10:
         return f"{x:.1f}"
     return f"{x:.2f}"

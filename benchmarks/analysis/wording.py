@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from benchmarks.analysis.model import CeilingReport, DecodeFit, SweepPoint, _num
+from benchmarks.analysis.model import CeilingReport, DecodeFit, SweepPoint, _fixed, _num
 
 
 def _failures_of(p: SweepPoint) -> str:
@@ -32,8 +32,8 @@ def _throughput_change(first: SweepPoint, last: SweepPoint) -> str:
     a, b = first.output_throughput_tok_s, last.output_throughput_tok_s
     load = _load_ratio(first, last)
     if b >= a:
-        return f"grows x{b / a:.1f} for x{load:.1f} load"
-    return f"falls from {_num(a)} to {_num(b)} tok/s (x{b / a:.2f}) for x{load:.1f} load"
+        return f"grows x{_fixed(b / a, 1)} for x{_fixed(load, 1)} load"
+    return f"falls from {_num(a)} to {_num(b)} tok/s (x{_fixed(b / a, 2)}) for x{_fixed(load, 1)} load"
 
 
 def _falls_numbers(points: list[SweepPoint]) -> str:
@@ -42,8 +42,8 @@ def _falls_numbers(points: list[SweepPoint]) -> str:
     last = points[-1]
     ratio = last.output_throughput_tok_s / best.output_throughput_tok_s
     return (f"from {_num(best.output_throughput_tok_s)} tok/s at {best.label}, the best point, to "
-            f"{_num(last.output_throughput_tok_s)} tok/s at {last.label}, x{ratio:.2f} for "
-            f"x{_load_ratio(best, last):.1f} load")
+            f"{_num(last.output_throughput_tok_s)} tok/s at {last.label}, x{_fixed(ratio, 2)} for "
+            f"x{_fixed(_load_ratio(best, last), 1)} load")
 
 
 def _no_growth_numbers(fit: DecodeFit) -> str:
@@ -52,8 +52,8 @@ def _no_growth_numbers(fit: DecodeFit) -> str:
     pairs = sorted(zip(fit.running_batch, fit.steps_ms, fit.labels, strict=True))
     (b0, t0, l0), (b1, t1, l1) = pairs[0], pairs[-1]
     name = "the step time" if fit.batch_source == "decode_events" else _step_name(fit)
-    return (f"{name} is {_ms(t0)} at {b0:.1f} running sequences ({l0}) and {_ms(t1)} "
-            f"at {b1:.1f} ({l1})")
+    return (f"{name} is {_ms(t0)} at {_fixed(b0, 1)} running sequences ({l0}) and {_ms(t1)} "
+            f"at {_fixed(b1, 1)} ({l1})")
 
 
 def _step_name(fit: DecodeFit) -> str:
@@ -67,7 +67,7 @@ def _step_name(fit: DecodeFit) -> str:
 def _per_seq(x: float) -> str:
     """A per-sequence cost in ms: one decimal from 1 ms up (``35.2 ms``), two significant figures
     below (``0.35 ms``), so a small cost never prints as ``0.0 ms``."""
-    return f"{x:.1f} ms" if abs(x) >= 1 else f"{x:.2g} ms"
+    return f"{_fixed(x, 1)} ms" if abs(x) >= 1 else f"{x:.2g} ms"
 
 
 def _metric(name: str, stats: Iterable[str | None]) -> str:
@@ -104,7 +104,7 @@ def _ms(x: float | None) -> str:
         return f"{x:.1f} ms"
     if abs(x) < 1000:
         return f"{x:.0f} ms"
-    return f"{x / 1000:.1f} s"
+    return f"{_fixed(x / 1000, 1)} s"
 
 
 def _span_ms(a: float | None, b: float | None, *, moving: str) -> str:

@@ -6,13 +6,15 @@ import json
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.utils import html
 
 from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import (
-    CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField,
+    CONTROL_CHARACTERS_RE, FilterChoiceField, FormText, IdField, StrictCharField, StrictInputMixin,
+    StrictIntegerField, shown_value,
 )
 
 
@@ -175,9 +177,30 @@ class RunSerializer(serializers.ModelSerializer):
         return bool(obj.records_path)
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A boolean of a JSON body, taken only as JSON ``true`` or ``false``: ``"yes"``, ``"true"``,
+    ``1`` or ``"on"`` are refused as the wrong type (``must be true or false, got the string
+    "yes"``) instead of being read as true, as DRF's
+    :class:`~rest_framework.fields.BooleanField` reads them. A form-encoded or multipart body
+    sends only text (a file upload's ``allow_duplicate=true``, a checkbox's ``on``): its value
+    (a :class:`controlplane.api.FormText`) is judged by the field as DRF judges it."""
+
+    def get_value(self, dictionary):
+        value = super().get_value(dictionary)
+        if html.is_html_input(dictionary) and isinstance(value, str):
+            return FormText(value)
+        return value
+
+    def to_internal_value(self, data):
+        if not isinstance(data, (bool, FormText)):
+            raise serializers.ValidationError(f"must be true or false, got {shown_value(data)}", code="invalid")
+        return super().to_internal_value(data)
+
+
 class RunImportSerializer(StrictInputMixin, serializers.Serializer):
     """Either a multipart ``file`` or JSON ``{"text": ..., "filename": ...}``; ``allow_duplicate``
-    (default false) imports a file whose content was imported before instead of answering 409.
+    (default false; in a JSON body only ``true`` or ``false``, :class:`StrictBooleanField`)
+    imports a file whose content was imported before instead of answering 409.
     ``text`` and ``filename`` are JSON strings: ``{"text": 5}`` is a 400 under ``text`` naming the
     type, not a file holding ``5``. ``filename`` (at most 255 characters) may not hold a control
     character, a line break or a Unicode line or paragraph separator
@@ -190,7 +213,7 @@ class RunImportSerializer(StrictInputMixin, serializers.Serializer):
     file = serializers.FileField(required=False)
     text = StrictCharField(required=False, trim_whitespace=False, allow_blank=False)
     filename = StrictCharField(required=False, max_length=255, allow_blank=True)
-    allow_duplicate = serializers.BooleanField(required=False, default=False)
+    allow_duplicate = StrictBooleanField(required=False, default=False)
 
     def validate_filename(self, value: str) -> str:
         found = CONTROL_CHARACTERS_RE.search(value)

@@ -203,7 +203,7 @@ def test_it_refuses_a_duplicate_import_with_409_naming_the_run(operator_api) -> 
 def test_it_validates_the_duration_per_point_with_dotted_paths(operator_api, deployment,
                                                                django_capture_on_commit_callbacks) -> None:
     for bad, why in ((0, "must be seconds > 0 and at most 86400 (24 h), got 0"),
-                     (86_401, "got 86401"), ("60", "got '60'"), (True, "got True")):
+                     (86_401, "got 86401"), ("60", 'got the string "60"'), (True, "got the boolean true")):
         response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk,
                                                       "grid": {**GRID, "duration_s": bad}}, format="json")
         assert response.status_code == 400, bad
@@ -264,7 +264,7 @@ def test_it_refuses_non_ascii_digits_like_any_malformed_number(operator_api, vie
         "concurrency": [1], "lengths": ["\u00b2:8"], "requests": 4}}, format="json")
     assert response.status_code == 400
     assert response.json()["grid.lengths.0"] == [
-        "must be [input_len, output_len] or 'in:out' with 1..1000000 tokens, got '\u00b2:8'"]
+        "must be [input_len, output_len] or 'in:out' with 1..1000000 tokens, got the string \"\u00b2:8\""]
     for url, field in (("/api/sweeps/?deployment=%C2%B2", "deployment"), ("/api/runs/?sweep=%C2%B2", "sweep"),
                        ("/api/sweeps/?deployment=%EF%BC%91", "deployment"), ("/api/runs/compare/?ids=%C2%B2", "ids")):
         response = viewer_api.get(url)  # like ?deployment=x, fullwidth "１" included: a 400 naming it

@@ -27,7 +27,7 @@ def test_it_reports_the_per_sweep_cap_next_to_unrelated_field_errors() -> None:
     errors = errors_of({"concurrency": ELEVEN, "lengths": "10:10", "requests": 100_000, "api": "bad", "warmup": -1})
     assert errors == {
         "grid.warmup": ["must be an integer 0..10000, got -1"],
-        "grid.api": ["must be one of openai-completions, openai-chat, sglang-generate, got 'bad'"],
+        "grid.api": ["must be one of openai-completions, openai-chat, sglang-generate, got the string \"bad\""],
         "grid": [SWEEP_CAP],
     }
     # over the valid items of a list with bad ones, and next to a non-finite duration

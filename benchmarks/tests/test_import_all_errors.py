@@ -116,7 +116,7 @@ def test_it_reports_every_problem_of_a_vllm_file_at_once() -> None:
     exc = refusal(vllm_text(output_throughput="fast", p99_ttft_ms=1, failed=50, mean_itl_ms=-3, duration=-1))
     assert exc.errors == {
         "file.duration": ["expected a duration in seconds > 0, got -1"],
-        "file.output_throughput": ["expected a number, got 'fast'"],
+        "file.output_throughput": ["expected a number, got the string \"fast\""],
         "file.mean_itl_ms": ["expected a latency in ms >= 0, got -3"],
         "file.p99_ttft_ms": ["p99_ttft_ms = 1 ms is less than median_ttft_ms = 95.6996 ms; TTFT statistics must "
                              "not decrease (min <= p50 <= p90 <= p95 <= p99 <= max)"],
@@ -125,7 +125,7 @@ def test_it_reports_every_problem_of_a_vllm_file_at_once() -> None:
     }
     assert (exc.line, exc.key) == (None, "duration")  # the first one, as before
     assert str(exc).splitlines() == [str(p) for p in exc.problems]
-    assert str(exc).splitlines()[1] == "file, key 'output_throughput': expected a number, got 'fast'"
+    assert str(exc).splitlines()[1] == "file, key 'output_throughput': expected a number, got the string \"fast\""
     with pytest.raises(ResultImportError) as again:
         import_vllm_bench_serve(vllm_text(output_throughput="fast", duration=-1))
     assert list(again.value.errors) == ["file.duration", "file.output_throughput"]
@@ -144,9 +144,9 @@ def test_it_reports_every_bad_value_of_a_line_and_every_bad_line_of_a_jsonl_file
     exc = refusal(text)
     assert exc.errors == {
         "line 2.completed": ["expected a whole number >= 0, got -1"],
-        "line 2.duration": ["expected a number, got 'x'"],
+        "line 2.duration": ["expected a number, got the string \"x\""],
         "line 2.random_input_len": ["expected a whole number >= 0, got 1.5"],
-        "line 2.median_ttft_ms": ["expected a number, got 'y'"],
+        "line 2.median_ttft_ms": ["expected a number, got the string \"y\""],
         "line 3": ["not valid JSON (Expecting ',' delimiter at column 37)"],
         "line 5": ["expected a JSON object, got an array"],
         "line 6.p99_ttft_ms": ["p99_ttft_ms = 80 ms is less than median_ttft_ms = 85.7451 ms; TTFT statistics must "
@@ -161,10 +161,10 @@ def test_it_reports_every_bad_value_of_a_line_and_every_bad_line_of_a_jsonl_file
 def test_it_skips_checks_that_need_a_value_already_refused() -> None:
     # p50 is not a number: the order check compares what is left (p90 <= p99) and does not crash
     exc = refusal(sglang_line(median_ttft_ms="fast", p90_ttft_ms=100.0, p99_ttft_ms=120.0))
-    assert exc.errors == {"line 1.median_ttft_ms": ["expected a number, got 'fast'"]}
+    assert exc.errors == {"line 1.median_ttft_ms": ["expected a number, got the string \"fast\""]}
     # failed is refused: completed + failed > num_prompts is not judged with a guess for it
     exc = refusal(vllm_text(failed="many", num_prompts=200, completed=200))
-    assert exc.errors == {"file.failed": ["expected a whole number >= 0, got 'many'"]}
+    assert exc.errors == {"file.failed": ["expected a whole number >= 0, got the string \"many\""]}
     # a refused key is named once, not again by each reader of it
     exc = refusal(vllm_text(completed=float("nan"), num_prompts=100))
     assert exc.errors == {"file.completed": ["completed is NaN; a run cannot be imported without a number here"]}
@@ -208,7 +208,7 @@ def test_it_answers_400_through_the_api_with_every_problem_by_path(operator_api)
     assert response.status_code == 400
     assert response.json() == {
         "line 2.completed": ["expected a whole number >= 0, got -1"],
-        "line 2.duration": ["expected a number, got 'x'"],
+        "line 2.duration": ["expected a number, got the string \"x\""],
         "line 3": ["not valid JSON (Expecting property name enclosed in double quotes at column 2)"],
     }
     assert not BenchmarkRun.objects.exists()
@@ -222,7 +222,7 @@ def test_it_prints_every_problem_one_per_line_in_the_command(tmp_path) -> None:
         call_command("import_results", str(path))
     assert str(exc.value) == ("bad.json cannot be imported:\n"
                               "  file.duration: expected a duration in seconds > 0, got -1\n"
-                              "  file.output_throughput: expected a number, got 'fast'")
+                              "  file.output_throughput: expected a number, got the string \"fast\"")
     assert not BenchmarkRun.objects.exists()
 
 
@@ -254,7 +254,7 @@ def test_it_lists_every_problem_on_the_import_page(operator) -> None:
     assert response.status_code == 400
     html = response.content.decode()
     for path, message in (("file.duration", "expected a duration in seconds &gt; 0, got -1"),
-                          ("file.output_throughput", "expected a number, got &#x27;fast&#x27;"),
+                          ("file.output_throughput", "expected a number, got the string &quot;fast&quot;"),
                           ("file.mean_itl_ms", "expected a latency in ms &gt;= 0, got -3")):
         assert f"<li><code>{path}</code>: {message}</li>" in html
     assert not BenchmarkRun.objects.exists()

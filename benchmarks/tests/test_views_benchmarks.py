@@ -526,7 +526,7 @@ def test_it_shows_import_errors_with_the_line_and_key(operator_client):
     response = operator_client.post(reverse("benchmarks:run-import"), {"file": SimpleUploadedFile("x.jsonl", bad)})
     assert response.status_code == 400
     html = _html(response)
-    assert "<code>line 1.completed</code>: expected a whole number &gt;= 0, got &#x27;many&#x27;" in html
+    assert "<code>line 1.completed</code>: expected a whole number &gt;= 0, got the string &quot;many&quot;" in html
     assert not BenchmarkRun.objects.exists()
     missing = operator_client.post(reverse("benchmarks:run-import"), {})
     assert "Choose a result file to import." in _html(missing)

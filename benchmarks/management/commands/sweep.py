@@ -73,6 +73,25 @@ def grid_error_text(exc: InvalidInput) -> str:
     return "\n".join(["the sweep grid is refused:", *lines])
 
 
+def no_deployment_text(target: str) -> str:
+    """Why ``target`` (a recipe name, or an id) names no deployment to sweep: a recipe whose latest
+    deployment ended says so as the API's 409 does (``recipe 'local-sim-single': its latest
+    deployment #4 is failed (first line of its reason); deploy it again to sweep it``); a recipe
+    never deployed says that; anything else is not a deployment or recipe Ceiling knows."""
+    from deployments.models import Recipe
+
+    if not (target.isascii() and target.isdigit()):
+        latest = Deployment.objects.filter(recipe__name=target).order_by("-created_at", "-id").first()
+        if latest is not None:
+            why = (latest.reason or "").split("\n", 1)[0].strip()
+            why = why if len(why) <= 200 else why[:199] + "…"
+            return (f"recipe {target!r}: its latest deployment #{latest.pk} is {latest.status}"
+                    + (f" ({why})" if why else "") + "; deploy it again to sweep it")
+        if Recipe.objects.filter(name=target).exists():
+            return f"recipe {target!r} has no deployment; deploy it first to sweep it"
+    return f"no deployment {target!r} (give an id, or the name of a recipe that is deployed)"
+
+
 class Command(BaseCommand):
     help = "Sweep a deployment over concurrency x lengths; with --wait print the results and findings."
 
@@ -114,7 +133,7 @@ class Command(BaseCommand):
             deployment = (Deployment.objects.select_related("recipe")
                           .filter(recipe__name=target, status__in=DEPLOYMENT_ACTIVE).first())
         if deployment is None:
-            raise CommandError(f"no deployment {target!r} (give an id, or the name of a recipe that is deployed)")
+            raise CommandError(no_deployment_text(target))
         rates = _floats(o["request_rates"], "--request-rates") if o["request_rates"] is not None else []
         concurrency = o["concurrency"] if o["concurrency"] is not None else ("" if rates else "1,8,16")
         grid: dict = {"concurrency": _ints(concurrency), "lengths": [x for x in o["lengths"].split(",") if x],
