@@ -23,9 +23,9 @@ class BenchmarkSweep(models.Model):
     ``[input_len, output_len]`` pairs, optional request rates, requests and/or a duration (seconds)
     per point, SLOs (seconds) and the wait for ready (seconds). ``deployment`` is null for sweeps made of imported runs.
     Progress columns are for the UI: points and requests done / total (for points limited by time
-    alone the total grows as they finish: how many requests fit is not known in advance) and the
-    running point's output tok/s, from the load generator's own counts, written at most once a
-    second. ``snapshot`` is what was running when the sweep started
+    alone the column grows as they finish: how many requests fit is not known in advance, so it
+    is shown only through :attr:`requests_total_known`) and the running point's output tok/s,
+    from the load generator's own counts, written at most once a second. ``snapshot`` is what was running when the sweep started
     (recipe version, argv, env redacted, engine versions, pinning, node, client host, Ceiling
     version); ``analysis`` the ceiling report stored when the sweep finished; ``num_gpus`` the GPU
     count used for per-GPU numbers (from the recipe, or ``spec.sim.gpus_modelled`` for sim).
@@ -83,6 +83,30 @@ class BenchmarkSweep(models.Model):
 
     def __str__(self) -> str:
         return self.name or f"sweep #{self.pk}"
+
+    @property
+    def has_open_ended_points(self) -> bool:
+        """Whether a point of the grid is limited by time alone (``duration_s`` and no request
+        count: a closed-loop point without ``requests`` or ``requests_per_concurrency``, an
+        open-loop point without ``requests``), so the sweep's request total is not known before
+        those points have run."""
+        grid = self.grid or {}
+        if grid.get("duration_s") is None or grid.get("requests") is not None:
+            return False
+        return bool(grid.get("request_rates")) or (bool(grid.get("concurrency"))
+                                                   and grid.get("requests_per_concurrency") is None)
+
+    @property
+    def requests_total_known(self) -> int | None:
+        """The requests the sweep sends in all, as far as it is known: ``requests_total`` (the
+        planned count; a point that also has a time limit may end sooner, and then the total
+        follows what it sent), but None while a point limited by time alone
+        (:attr:`has_open_ended_points`) has not run, i.e. until such a sweep is done: its
+        count is what fits in its time, and a total that grows behind the requests done would
+        read ``265/224``."""
+        if self.has_open_ended_points and self.status != SweepStatus.DONE:
+            return None
+        return self.requests_total
 
 
 class BenchmarkRun(models.Model):

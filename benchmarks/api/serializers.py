@@ -24,11 +24,19 @@ class SweepSerializer(serializers.ModelSerializer):
     (``host:pid`` running it) and ``heartbeat_at`` (its last sign of life); ``run_ids`` in
     grid order; ``queue_note``: why an active sweep is not measuring yet
     (:func:`benchmarks.selectors.sweep_queue_note`, empty once it runs); ``requests_done``: the
-    requests that finished (succeeded, or failed with an answer); ``requests_cancelled``: those a
-    cancel ended in flight, null when no point was cut by a cancel. The analysis is served by
-    ``/api/sweeps/<id>/analysis/``."""
+    requests that finished (succeeded, or failed with an answer); ``requests_total``: the requests
+    the sweep sends in all, null while that is not known (a grid with points limited by time
+    alone, until the sweep is done: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
+    never below ``requests_done``; ``requests_cancelled``: those a cancel ended in flight, null
+    when no point was cut by a cancel. The analysis is served by ``/api/sweeps/<id>/analysis/``."""
 
     run_ids = serializers.SerializerMethodField()
+    requests_total = serializers.IntegerField(
+        source="requests_total_known", read_only=True, allow_null=True,
+        help_text="requests the sweep sends in all (a point with a time limit as well as a request count may end "
+                  "sooner: the total then follows what it sent); null while not known: points limited by time "
+                  "alone (duration_s without a request count) send what fits in their time, so a sweep with such "
+                  "points has a total only once it is done. Never below requests_done.")
     requests_cancelled = serializers.SerializerMethodField(
         help_text="requests a cancel ended in flight (not in requests_done); null when none was")
     queue_note = serializers.SerializerMethodField()

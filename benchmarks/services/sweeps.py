@@ -260,7 +260,9 @@ def sweep_execute(*, sweep_id: int) -> str:
     returns without doing anything. Waits for the deployment to be ready, stores the snapshot,
     runs every grid point with the load generator (one :class:`BenchmarkRun` each, records in a
     file), then stores the ceiling analysis. Ends done, failed (``reason``) or cancelled.
-    Returns the final status.
+    Returns the final status. An expected failure (:class:`_SweepFailed`: the deployment went
+    down or never became ready, a point was not a measurement) is logged as a warning with its
+    reason; any other exception as an error with its traceback.
     """
     now = timezone.now()
     claimed = BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=False).update(
@@ -291,10 +293,16 @@ def sweep_execute(*, sweep_id: int) -> str:
         _finish(sweep.pk, SweepStatus.DONE, "", analysis=analysis)
     except _Cancelled:
         _finish(sweep.pk, SweepStatus.CANCELLED, "cancelled on request")
-    except Exception as exc:  # the row must say why; the error is also logged with its traceback
+    except _SweepFailed as exc:
+        # An outcome the sweep expects (its deployment went down or never became ready, a point
+        # was not a measurement): a warning with the reason, which the row keeps; no traceback,
+        # which would point at this module rather than at what ended.
+        reason = redact_text(str(exc))
+        log.warning("sweep %s failed: %s", sweep_id, reason)
+        _finish(sweep.pk, SweepStatus.FAILED, reason)
+    except Exception as exc:  # the row must say why; an unexpected error is also logged with its traceback
         log.exception("sweep %s failed", sweep_id)
-        _finish(sweep.pk, SweepStatus.FAILED, redact_text(f"{type(exc).__name__}: {exc}"
-                                                          if not isinstance(exc, _SweepFailed) else str(exc)))
+        _finish(sweep.pk, SweepStatus.FAILED, redact_text(f"{type(exc).__name__}: {exc}"))
     return BenchmarkSweep.objects.get(pk=sweep_id).status
 
 
@@ -1136,7 +1144,9 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
         key = f"{in_len}/{out_len}"
         points = _points_of(group, sweep.num_gpus)
         if not points:
-            out["errors"][key] = "no finished point with output"
+            left_out = _partial_exclusions(group)
+            out["errors"][key] = "no finished point with output" + (f"; left out: {'; '.join(left_out)}"
+                                                                     if left_out else "")
             continue
         kwargs: dict[str, Any] = {}
         if other is not None:
@@ -1171,20 +1181,34 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
     return out
 
 
+# ``ended_by`` of a point's summary when the sweep or the load generator stopped it before its plan
+# was done (:func:`_run_point`).
+STOPPED_ENDINGS = ("deployment_down", "target_unreachable")
+
+
 def _partial_exclusions(runs: Iterable[BenchmarkRun]) -> list[str]:
-    """``c=4 (cancelled partway: a partial point; 3/20 completed, cancelled)`` for each run of
-    ``runs`` stopped partway (stored cancelled with a summary marked partial): the analysis never
-    sees them (only done runs are points), so its ``excluded`` names them here."""
+    """Each run of ``runs`` that the analysis never sees (only done runs are points) because it
+    was stopped partway or failed, with its reason, for the report's ``excluded``:
+    ``c=4 (cancelled partway: a partial point; 3/20 completed, cancelled)`` for a run stored
+    cancelled with a summary marked partial; ``c=4 (stopped partway, failed: deployment #4 is
+    stopping during point c=4 64/256: ...)`` for a failed run whose deployment went down under it
+    or whose target stopped answering (``ended_by`` in :data:`STOPPED_ENDINGS`), and ``c=4
+    (failed: <reason>)`` for any other failed run (its worker lost, say). A run still running, or
+    cancelled before it sent anything, is left out."""
     out = []
     for run in runs:
-        if run.status == RunStatus.DONE or not isinstance(run.summary, Mapping):
-            continue
-        text = partial_text(run.summary)
-        if text is None:
-            continue
+        summary = run.summary if isinstance(run.summary, Mapping) else {}
         label = SweepPoint(concurrency=run.concurrency, output_throughput_tok_s=0.0, ttft_ms=LatencyStats(),
                            tpot_ms=LatencyStats(), request_rate=run.request_rate).label
-        out.append(f"{label} (cancelled partway: a partial point; {text})")
+        if run.status == RunStatus.FAILED:
+            what = "stopped partway, failed" if summary.get("ended_by") in STOPPED_ENDINGS else "failed"
+            out.append(f"{label} ({what}: {run.reason or 'no reason recorded'})")
+            continue
+        if run.status == RunStatus.DONE:
+            continue
+        text = partial_text(summary)
+        if text is not None:
+            out.append(f"{label} (cancelled partway: a partial point; {text})")
     return out
 
 
@@ -1201,12 +1225,20 @@ def sweep_analysis(*, sweep: BenchmarkSweep) -> dict[str, Any]:
     """The ceiling report of ``sweep``: the stored one when the sweep finished, else computed now
     from the runs stored so far (``"provisional": true``; a sweep that ended cancelled or failed
     gets a note first saying the findings cover only its finished points, the one its page shows
-    too). Shape: :func:`sweep_analyse`."""
+    too). Shape: :func:`sweep_analyse`. A point stopped partway or failed is listed, with its
+    reason, in its length pair's ``excluded`` (:func:`_partial_exclusions`), or, when no point of
+    the sweep finished, in ``errors`` under its length pair."""
     if sweep.analysis:
         return {**sweep.analysis, "provisional": False}
     if not sweep.runs.filter(status=RunStatus.DONE).exists():
-        return {"lengths": {}, "findings": [], "compared_with": None, "errors": {}, "notes": ["no finished run yet"],
-                "provisional": True}
+        # No report to list them in: a point stopped partway or failed is named under its lengths.
+        by_len: dict[str, list[BenchmarkRun]] = {}
+        for run in sweep.runs.exclude(status=RunStatus.DONE).order_by("ordinal"):
+            by_len.setdefault(f"{run.input_len}/{run.output_len}", []).append(run)
+        errors = {key: f"no finished point with output; left out: {'; '.join(left_out)}"
+                  for key, group in by_len.items() if (left_out := _partial_exclusions(group))}
+        return {"lengths": {}, "findings": [], "compared_with": None, "errors": errors,
+                "notes": ["no finished run yet"], "provisional": True}
     out = {**sweep_analyse(sweep=sweep), "provisional": True}
     note = provisional_note(sweep)
     if note:
@@ -1246,9 +1278,12 @@ def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
     """One line of a sweep's progress for a terminal, e.g. ``sweep #7: running, point 1/3
     (c=1 256/256): 12/25 requests of this point, 12/225 of the sweep, 41.0 tok/s now``. The point's
     counts come from its run row's progress (the load generator's own); the sweep's from its
-    columns (a point limited by time adds its requests to the sweep's total as they are sent, and
-    a time-only point has no total: "sent"). tok/s is the running point's rate over the last
-    report window (about 0.5 s), not a stored result."""
+    columns, the total as the API gives it
+    (:attr:`benchmarks.models.BenchmarkSweep.requests_total_known`): a sweep with points limited
+    by time alone has none until it is done, and says how many are done (``142 done in the sweep,
+    total not known: points limited by time``) rather than a total that falls behind them
+    (``142/128``). tok/s is the running point's rate over the last report window (about 0.5 s),
+    not a stored result."""
     running = sweep.status == SweepStatus.RUNNING
     line = f"  sweep #{sweep.pk}: {sweep.status}"
     if sweep.current_point:
@@ -1263,8 +1298,9 @@ def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
         if run is not None:
             total = prog.get("total") or run.num_requests
             line += f": {int(prog.get('done') or 0)}" + (f"/{total}" if total else " sent") + " requests of this point"
-        line += (f", {sweep.requests_done}" + (f"/{sweep.requests_total}" if sweep.requests_total else " sent")
-                 + " of the sweep")
+        total = sweep.requests_total_known
+        line += (f", {sweep.requests_done}/{total} of the sweep" if total is not None
+                 else f", {sweep.requests_done} done in the sweep, total not known: points limited by time")
         if sweep.current_tok_s is not None:
             line += f", {sweep.current_tok_s:.1f} tok/s now"
     return line

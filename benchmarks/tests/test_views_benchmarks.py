@@ -643,7 +643,10 @@ def test_it_measures_a_time_limited_sweep_by_points_and_elapsed_time(viewer_clie
     # 1 of 2 points done, the running one half way through its 60 s: 75 %
     assert 'style="width: 75.0%"' in html
     assert "30.0 s of 60 s elapsed" in html
-    assert "time-limited points send what fits in their time" in html
+    # points limited by time alone: no sweep total until they have run, never one behind the count
+    requests = html.split('class="requests-done"')[1].split("</dd>")[0]
+    assert "12 requests done" in requests and "/ 48" not in requests
+    assert "total not known: points limited by time send what fits in their time" in requests
 
 
 # --- duplicate imports ------------------------------------------------------------------------

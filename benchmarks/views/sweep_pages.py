@@ -320,7 +320,9 @@ def _get_sweep(pk: int) -> BenchmarkSweep:
 
 def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     """Progress of a sweep for the live partial: ``points_done``/``points_total``,
-    ``requests_done``/``requests_total`` (counts; done are the requests that finished),
+    ``requests_done``/``requests_total`` (counts; done are the requests that finished; the total
+    None while points limited by time alone have not run,
+    :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     ``requests_cancelled`` (requests a cancel ended in flight, None when none or not cancelled), ``percent`` (0-100), ``current_tok_s`` (tok/s
     of the running point, None when none), ``active`` (still moving), ``current_point`` (e.g.
     ``c=8 256/256``) and ``run`` (:func:`run_progress` of the running point, None when none runs).
@@ -336,8 +338,8 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     if timed and sweep.points_total:
         share = (live or {}).get("fraction") or 0.0
         percent = 100.0 * (sweep.points_done + share) / sweep.points_total
-    elif sweep.requests_total:
-        percent = 100.0 * sweep.requests_done / sweep.requests_total
+    elif sweep.requests_total_known:
+        percent = 100.0 * sweep.requests_done / sweep.requests_total_known
     elif sweep.points_total:
         percent = 100.0 * sweep.points_done / sweep.points_total
     else:
@@ -345,7 +347,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     active = sweep.status in SWEEP_ACTIVE
     return {
         "points_done": sweep.points_done, "points_total": sweep.points_total,
-        "requests_done": sweep.requests_done, "requests_total": sweep.requests_total, "timed": timed,
+        "requests_done": sweep.requests_done, "requests_total": sweep.requests_total_known, "timed": timed,
         "requests_cancelled": sweep_requests_cancelled(sweep=sweep) if sweep.status == SweepStatus.CANCELLED else None,
         "percent": round(min(percent, 100.0), 1),
         "current_tok_s": sweep.current_tok_s if sweep.status == SweepStatus.RUNNING else None,

@@ -163,8 +163,10 @@ class Command(BaseCommand):
             raise CommandError(grid_error_text(exc)) from None
         except CeilingError as exc:
             raise CommandError(str(exc)) from None
-        requests = (f"{sweep.requests_total} requests" if sweep.requests_total
-                    else f"as many requests as fit in {sweep.grid['duration_s']:g} s per point")
+        requests = (f"{sweep.requests_total} requests" if not sweep.has_open_ended_points
+                    else f"as many requests as fit in {sweep.grid['duration_s']:g} s per point"
+                    + (f" ({sweep.requests_total} for the points with a request count)" if sweep.requests_total
+                       else ""))
         self.stdout.write(f"sweep #{sweep.pk} created: {sweep.points_total} points, {requests}")
         if o["here"]:
             sweep_execute(sweep_id=sweep.pk)
