@@ -427,7 +427,8 @@ class RunExportSerializer(serializers.Serializer):
     import_format = serializers.CharField(allow_null=True)
     original_filename = serializers.CharField(allow_null=True)
     concurrency = serializers.IntegerField(allow_null=True)
-    request_rate = serializers.FloatField(allow_null=True, help_text="requests/s")
+    request_rate_req_s = serializers.FloatField(allow_null=True,
+                                                help_text="requests/s of an open-loop point (the CSV column's name)")
     input_len = serializers.IntegerField(allow_null=True, help_text="tokens")
     output_len = serializers.IntegerField(allow_null=True, help_text="tokens")
     num_requests = serializers.IntegerField(allow_null=True)

@@ -58,9 +58,19 @@ COMPARE_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("e2e_ms.mean", "E2E mean", "ms"), ("e2e_ms.p50", "E2E p50", "ms"), ("e2e_ms.p99", "E2E p99", "ms"),
     ("failures", "failures", "requests"),
 )
-# The metrics :func:`runs_compare` names a best run for (key path, whether higher is better).
+# The metrics :func:`runs_compare` names a best run for (key path, whether higher is better):
+# every compared field but the failure count, which counts requests rather than rating a run (it
+# grows with the requests a run sent, and a ranked run has succeeded requests to be ranked on).
+# Each has a best run or a note saying why it has none.
 BEST_METRICS: tuple[tuple[str, bool], ...] = (
-    ("output_throughput_tok_s", True), ("tok_s_per_gpu", True), ("ttft_ms.p99", False), ("tpot_ms.mean", False))
+    ("output_throughput_tok_s", True), ("tok_s_per_gpu", True), ("request_throughput_req_s", True),
+    ("goodput_req_s", True),
+    ("ttft_ms.mean", False), ("ttft_ms.p50", False), ("ttft_ms.p99", False),
+    ("tpot_ms.mean", False), ("tpot_ms.p99", False),
+    ("itl_ms.mean", False), ("itl_ms.p99", False),
+    ("e2e_ms.mean", False), ("e2e_ms.p50", False), ("e2e_ms.p99", False))
+# A latency's name in notes, by the stem of its keys.
+LATENCY_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}
 # Percent of the larger value within which the two best runs for a metric are a tie (no best run
 # is named, and a note says so). Repeating one point on one deployment does not give the same
 # numbers (which requests share a batch, scheduling, timer jitter), and a p99 over a few hundred
@@ -285,6 +295,11 @@ def run_not_measured(*, run: BenchmarkRun, metrics: Mapping[str, Any] | None = N
     return None
 
 
+def _and(words: list[str]) -> str:
+    """``TTFT``, ``TTFT and TPOT``, ``TTFT, TPOT and ITL``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
 def _delta_pct(value: Any, base: Any) -> float | None:
     """``value`` against ``base`` in percent of ``base`` (``+12.5`` = 12.5 % higher); None when
     either is missing or ``base`` is 0 (no percentage of nothing)."""
@@ -346,22 +361,26 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     partial number from a deployment that went down reads as a result; its own ``metrics`` keep
     what was recorded), and a run flagged ``output_length_mismatch`` (or with variable or unknown
     lengths), which is not ranked against fixed-length runs (case C10). ``best`` names, for each
-    of :data:`BEST_METRICS`, the best of the rankable runs with a value for it (the only one, when
+    of :data:`BEST_METRICS` (every compared field but the failure count: throughputs, goodput and
+    each latency statistic), the best of the rankable runs with a value for it (the only one, when
     one run is rankable, with a note saying so); null, with a note saying why, when no run is
-    rankable, when the rankable runs have different lengths, when none has that metric, or when
-    the two best are within ``tie_pct`` percent of the larger of their values (a tie:
-    :data:`COMPARE_TIE_PCT` by default; ``ties`` lists the runs within it of the best, and the
-    note gives the values and the spread).
+    rankable or the rankable runs have different lengths (one note for every metric), when none
+    has that metric (a goodput needs an SLO), for goodput when the rankable runs' SLOs differ or
+    are not known, or when the two best are within ``tie_pct`` percent of the larger of
+    their values (a tie: :data:`COMPARE_TIE_PCT` by default; ``ties`` lists the runs within it of
+    the best, and the note gives the values and the spread). So every metric of ``best`` that is
+    null has a note that names it, or a note on the whole comparison.
 
     A run whose flags make some of its metrics unreliable (:func:`run_metric_caveats`: output
     events that came in batches, ``itl_coalesced``, make its TTFT, TPOT and ITL per-event figures; a
     CPU-bound load generator, ``client_cpu_bound``, puts client time in every latency) is named in
     a note saying which figures and why (``run #1: 22 % of its gaps between output events are zero
-    (...): its TTFT is ... not per-step; it is not ranked for TTFT p99 and TPOT mean``), and it is
-    left out of the best for those metrics while it stays ranked for the others (its throughput
-    stands). Leaving it out rather than ranking it with a warning: such a figure is biased in one
-    direction (a coalesced run's TPOT is below its decode step, so it would "win" TPOT for the
-    artefact), so a best named from it would be wrong, not merely uncertain. When every rankable
+    (...): its TTFT is ... not per-step; it is not ranked for TTFT, TPOT and ITL (any
+    statistic)``), and it is left out of the best for those metrics while it stays ranked for the
+    others (its throughput stands). Leaving it out rather than ranking it with a warning: such a
+    figure is biased in one direction (a coalesced run's TPOT is below its decode step, so it
+    would "win" TPOT for the artefact), so a best named from it would be wrong, not merely
+    uncertain. When every rankable
     run with a value is affected, no best is named for that metric and a note says so. Its values
     and deltas stay in ``fields``.
 
@@ -409,15 +428,14 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                         "rankable": refusal is None, "refusal": refusal, "measured": unmeasured is None})
     # Metrics each run is not ranked for: its flags say the client could not time them.
     unreliable: dict[int, set[str]] = {}
-    best_labels = {key: label for key, label, _ in COMPARE_FIELDS}
     for run, e in zip(runs, entries):
         if not e["measured"]:
             continue
         for _flag, stems, why in run_metric_caveats(run=run):
             affected = [key for key, _ in BEST_METRICS if key.split(".", 1)[0] in stems]
             unreliable.setdefault(run.pk, set()).update(affected)
-            ranked = (f"; it is not ranked for {' and '.join(best_labels[k] for k in affected)}"
-                      if e["rankable"] and affected else "")
+            names = [LATENCY_NAMES.get(stem, stem) for stem in stems]
+            ranked = (f"; it is not ranked for {_and(names)} (any statistic)" if e["rankable"] and affected else "")
             notes.append(f"run #{run.pk}: {why}{ranked}")
     if baseline_id is None:
         # The first run that is ranked: a change against a run that is not comparable (no
@@ -479,12 +497,24 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     for key, higher_better in BEST_METRICS:
         with_value = [e for e in rankable if _path(e["metrics"], key) is not None]
         vals = [(_path(e["metrics"], key), e["id"]) for e in with_value if key not in unreliable.get(e["id"], ())]
+        if key == "goodput_req_s" and len(vals) > 1 and len(lengths) == 1:
+            slos = {e["id"]: e["config"]["slo"] for e in with_value}
+            if any(slos[rid] is None for _, rid in vals) or len({slo_key(e) for e in with_value}) > 1:
+                said = "; ".join(f"#{rid}: " + (slo_text(slos[rid]) if slos[rid] else "no SLO recorded")
+                                 for _, rid in vals)
+                notes.append(f"no best run for goodput: it counts the requests that met each run's own SLO, and the "
+                             f"rankable runs' SLOs differ or are not known ({said})")
+                best[key] = None
+                continue
         if len(lengths) > 1 or not vals:
             if rankable and len(lengths) == 1:
                 if with_value:
                     shown = ", ".join("#" + str(e["id"]) for e in with_value)
                     notes.append(f"no best run for {labels.get(key, key)}: every rankable run with a value for it "
                                  f"({shown}) has one the client could not time (see the note on each)")
+                elif key == "goodput_req_s":
+                    notes.append("no rankable run has a goodput (a run has one only when it was measured against an "
+                                 "SLO); no best run is named for it")
                 else:
                     notes.append(f"no rankable run has a value for {labels.get(key, key)}; no best run is named "
                                  "for it")
@@ -561,7 +591,7 @@ def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
 EXPORT_STATS = ("mean", "std", "p50", "p90", "p99")
 EXPORT_LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_per_gap_ms"), ("e2e", "e2e_ms"))
 EXPORT_COLUMNS = (
-    "run_id", "sweep_id", "source", "status", "served_model_name", "concurrency", "request_rate", "input_len",
+    "run_id", "sweep_id", "source", "status", "served_model_name", "concurrency", "request_rate_req_s", "input_len",
     "output_len", "num_requests", "num_gpus", "requests", "successes", "failures", "duration_s",
     "output_throughput_tok_s", "tok_s_per_gpu", "total_token_throughput_tok_s", "request_throughput_req_s",
     "goodput_req_s", "slo_ttft_s", "slo_tpot_s", "slo_e2e_s", "slo_attainment_fraction",
@@ -577,8 +607,9 @@ def _number(value: Any) -> float | int | None:
 
 def _export_row(run: BenchmarkRun) -> dict[str, Any]:
     """One run's CSV row (:data:`EXPORT_COLUMNS`). Units are in the names: latencies ms, rates per
-    second, SLOs seconds, SLO attainment a fraction 0-1 of the requests sent, achieved
-    concurrency requests in flight (time-weighted mean; max). Imported runs fill what their file
+    second (the open-loop point's ``request_rate_req_s`` too), SLOs seconds, SLO attainment a
+    fraction 0-1 of the requests sent, achieved concurrency requests in flight (time-weighted
+    mean; max). Imported runs fill what their file
     gave (SGLang's ``concurrency`` is its mean in flight, vLLM's ``max_concurrent_requests`` its
     max); anything else is an empty cell."""
     m = run_metrics(run=run)
@@ -587,7 +618,7 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
     row: dict[str, Any] = {
         "run_id": run.pk, "sweep_id": run.sweep_id, "source": run.source, "status": run.status,
         "served_model_name": run.served_model_name, "concurrency": run.concurrency,
-        "request_rate": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
+        "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "num_gpus": run.num_gpus, "flags": ";".join(run.flags),
         "total_token_throughput_tok_s": _number(s.get("total_token_throughput_tok_s")),
         **{f"slo_{k}": slo.get(k) for k in SLO_KEYS},
@@ -612,7 +643,8 @@ def _csv(runs: Iterable[BenchmarkRun]) -> str:
 
 
 def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, Any]:
-    """One run as a JSON-ready dict: point parameters, the full summary, flags, metrics
+    """One run as a JSON-ready dict: point parameters (named as the CSV export names them, the
+    unit in the name where there is one: ``request_rate_req_s``), the full summary, flags, metrics
     (:func:`run_metrics`), snapshot, source and timestamps (not the original imported file).
 
     With ``records``, also ``records``: every request as :func:`run_records_rows` writes it, each
@@ -623,7 +655,7 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
         "id": run.pk, "sweep_id": run.sweep_id, "ordinal": run.ordinal, "status": run.status, "reason": run.reason,
         "source": run.source, "import_format": run.import_format or None,
         "original_filename": run.original_filename or None, "concurrency": run.concurrency,
-        "request_rate": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
+        "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "api": run.api or None, "served_model_name": run.served_model_name,
         "num_gpus": run.num_gpus, "flags": list(run.flags), "metrics": run_metrics(run=run), "summary": run.summary,
         "snapshot": run.snapshot, "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),

@@ -14,6 +14,7 @@ import pytest
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun
 from benchmarks.services import sweep_execute
+from benchmarks.services.runs import BEST_METRICS, COMPARE_FIELDS
 from benchmarks.tests.sweep_support import sim_deployment_create
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
@@ -149,8 +150,8 @@ def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
     components = schema["components"]["schemas"]
     assert list(components["RunCompare"]["properties"]) == ["runs", "fields", "config_differs", "best", "ties",
                                                            "baseline", "tie_threshold_pct", "excluded", "notes"]
-    assert sorted(components["RunCompareBest"]["properties"]) == ["output_throughput_tok_s", "tok_s_per_gpu",
-                                                                  "tpot_ms.mean", "ttft_ms.p99"]
+    assert list(components["RunCompareBest"]["properties"]) == [key for key, _ in BEST_METRICS]
+    assert {key for key, _ in BEST_METRICS} == {key for key, _, _ in COMPARE_FIELDS} - {"failures"}
     assert components["RunCompareConfig"]["properties"]["roles"]["type"] == "object"
     assert list(components["RunRecordsPage"]["properties"]) == ["count", "offset", "limit", "rows"]
     assert list(components["SweepExport"]["properties"]) == ["sweep", "runs", "analysis"]
@@ -222,8 +223,8 @@ def test_real_answers_match_the_documented_bodies(sim_url: str, operator_api, vi
     compared = viewer_api.get(f"/api/runs/compare/?ids={run.pk},{cancelled.pk}")
     check(schema, compared, "/api/runs/compare/", "get")
     body = compared.json()
-    assert body["best"] == {"output_throughput_tok_s": run.pk, "tok_s_per_gpu": run.pk, "ttft_ms.p99": run.pk,
-                            "tpot_ms.mean": run.pk}
+    # every metric the run has (all but goodput: it had no SLO) names it
+    assert body["best"] == {key: None if key == "goodput_req_s" else run.pk for key, _ in BEST_METRICS}
     assert body["runs"][0]["config"]["roles"] == deployment.spec_snapshot["roles"]
     check(schema, viewer_api.get(f"/api/runs/compare/?ids={run.pk}"), "/api/runs/compare/", "get")
     check(schema, viewer_api.get(f"/api/runs/compare/?ids={run.pk},999999"), "/api/runs/compare/", "get")

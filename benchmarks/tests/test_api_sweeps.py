@@ -13,6 +13,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.services.runs import BEST_METRICS
 from benchmarks.tests.sweep_support import sim_deployment_create
 from deployments.choices import DeploymentStatus
 
@@ -366,10 +367,11 @@ def test_it_never_ranks_a_failed_or_metricless_run_in_the_api(operator_api, view
     empty = run(4, RunStatus.DONE, 0.0, summary={"successes": 0, "failures": 10, "ttft_s": {}})
     ids = [good.pk, better.pk, crashed.pk, cancelled.pk, empty.pk]
     body = viewer_api.get(f"/api/runs/compare/?ids={','.join(map(str, ids))}").json()
-    # equal TTFT p99 and TPOT mean: a tie, no best named for them
-    assert body["best"] == {"output_throughput_tok_s": better.pk, "tok_s_per_gpu": better.pk,
-                            "ttft_ms.p99": None, "tpot_ms.mean": None}
-    assert body["ties"] == {"ttft_ms.p99": [good.pk, better.pk], "tpot_ms.mean": [good.pk, better.pk]}
+    # equal TTFT and TPOT mean: a tie, no best named for them; nor for what no run recorded
+    assert body["best"] == {**{key: None for key, _ in BEST_METRICS}, "output_throughput_tok_s": better.pk,
+                            "tok_s_per_gpu": better.pk}
+    assert body["ties"] == {key: [good.pk, better.pk] for key in ("ttft_ms.mean", "ttft_ms.p50", "ttft_ms.p99",
+                                                                   "tpot_ms.mean")}
     assert body["excluded"] == [
         {"id": crashed.pk, "reason": "it failed (router #0 killed by signal 9 (SIGKILL))"},
         {"id": cancelled.pk, "reason": "it was cancelled"},
@@ -454,18 +456,23 @@ def test_it_names_the_only_rankable_run_best_and_says_so(viewer_api, deployment)
     done = _compare_run(sweep, 0, RunStatus.DONE)
     cancelled = _compare_run(sweep, 1, RunStatus.CANCELLED)
     body = viewer_api.get(f"/api/runs/compare/?ids={done.pk},{cancelled.pk}").json()
-    assert body["best"] == {"output_throughput_tok_s": done.pk, "tok_s_per_gpu": done.pk, "ttft_ms.p99": done.pk,
-                            "tpot_ms.mean": done.pk}
+    recorded = ("output_throughput_tok_s", "tok_s_per_gpu", "ttft_ms.mean", "ttft_ms.p50", "ttft_ms.p99",
+                "tpot_ms.mean")
+    assert body["best"] == {key: done.pk if key in recorded else None for key, _ in BEST_METRICS}
     assert body["excluded"] == [{"id": cancelled.pk, "reason": "it was cancelled (cancelled on request)"}]
-    assert body["notes"] == [
+    assert body["notes"][:2] == [
         f"run #{cancelled.pk} is not ranked: it was cancelled (cancelled on request)",
         f"run #{done.pk} is the only rankable run: it is named best with no other run to rank it against"]
+    # every metric without a best says why
+    assert "no rankable run has a goodput (a run has one only when it was measured against an SLO); no best run " \
+           "is named for it" in body["notes"]
+    assert "no rankable run has a value for ITL p99; no best run is named for it" in body["notes"]
     # a metric no rankable run has is named null, with the reason
     no_gpus = _compare_run(sweep, 2, RunStatus.DONE, num_gpus=None)
     body = viewer_api.get(f"/api/runs/compare/?ids={no_gpus.pk},{cancelled.pk}").json()
-    assert body["best"] == {"output_throughput_tok_s": no_gpus.pk, "tok_s_per_gpu": None,
-                            "ttft_ms.p99": no_gpus.pk, "tpot_ms.mean": no_gpus.pk}
-    assert body["notes"][-1] == "no rankable run has a value for output throughput per GPU; no best run is named for it"
+    assert body["best"] == {key: no_gpus.pk if key in recorded and key != "tok_s_per_gpu" else None
+                            for key, _ in BEST_METRICS}
+    assert "no rankable run has a value for output throughput per GPU; no best run is named for it" in body["notes"]
     # nothing rankable: nothing named, and why
     also_cancelled = _compare_run(sweep, 3, RunStatus.CANCELLED)
     body = viewer_api.get(f"/api/runs/compare/?ids={cancelled.pk},{also_cancelled.pk}").json()
