@@ -103,3 +103,20 @@ def test_it_ends_a_capped_axis_where_the_page_said_and_marks_a_single_point() ->
     assert result["capped"] == [10, 62.5]
     assert result["single"] == [pytest.approx(371.25), pytest.approx(453.75)]
     assert result["singlePoints"] is True and result["curvePoints"] is False
+
+
+def test_it_labels_every_tick_of_a_log_axis_by_one_rule_without_trailing_zeros() -> None:
+    # The kernel job's time-vs-batch chart: both axes base-2 log; a y range of 0.4-40 µs gets ticks
+    # at the powers of two, which printed "0.500" next to "4" and "32".
+    result = _node("""
+      const spec = {title: "time per call vs batch", x: {label: "batch", unit: "requests", log: true},
+                    y: {label: "median time", unit: "µs", log: true},
+                    series: [{label: "tiled", points: [[1, 0.4], [64, 40]]}]};
+      const opts = C.buildOptions(spec, 600);
+      return {y: opts.axes[1].values(null, [0.125, 0.25, 0.5, 1, 2, 4, 8, 16, 32]),
+              x: opts.axes[0].values(null, [1, 2, 4, 8, 16, 32, 64, 1024, 131072, 2097152]),
+              other: C.logTickLabels(null, [null, 0.0001, 0.0625, 1.5, 0.333333, 2500000])};
+    """)
+    assert result["y"] == ["0.125", "0.25", "0.5", "1", "2", "4", "8", "16", "32"]
+    assert result["x"] == ["1", "2", "4", "8", "16", "32", "64", "1024", "131072", "2.097e+6"]
+    assert result["other"] == ["", "1e-4", "0.0625", "1.5", "0.3333", "2.5e+6"]

@@ -1,7 +1,7 @@
 // Small page helpers shared by every page: copy-to-clipboard buttons, the CSRF header for
 // htmx requests (Django rejects unsafe requests without it), confirmation of destructive
-// forms, log tails that follow new output, and the signed-out state of a page whose session
-// ended while it was open.
+// forms, log tails that follow new output, wide tables that say where their hidden columns
+// are, and the signed-out state of a page whose session ended while it was open.
 (function () {
   "use strict";
 
@@ -63,6 +63,52 @@
 
   document.addEventListener("htmx:load", function (event) { placeLogTails(event.detail.elt); });
   document.addEventListener("DOMContentLoaded", function () { placeLogTails(document); });
+
+  // --- wide tables -------------------------------------------------------------------------
+  // A table wider than its scroll box (.table-scroll) says where its hidden columns are: the box
+  // gets data-overflow="left", "right" or "left right" (ceiling.css fades that edge), kept up to
+  // date as it is scrolled, as the window or the table changes size (live rows, htmx swaps).
+  var EDGE_PX = 1;
+
+  function markOverflow(box) {
+    var max = box.scrollWidth - box.clientWidth;
+    var sides = [];
+    if (max > EDGE_PX && box.scrollLeft > EDGE_PX) sides.push("left");
+    if (max > EDGE_PX && box.scrollLeft < max - EDGE_PX) sides.push("right");
+    if (sides.length) box.setAttribute("data-overflow", sides.join(" "));
+    else box.removeAttribute("data-overflow");
+  }
+
+  var boxSizes = typeof ResizeObserver !== "undefined" ? new ResizeObserver(function (entries) {
+    entries.forEach(function (entry) {
+      var box = entry.target.closest(".table-scroll");
+      if (box) markOverflow(box);
+    });
+  }) : null;
+
+  // The boxes in (or around: a table swapped into its box) root; observing a box or table again
+  // is a no-op.
+  function watchTables(root) {
+    if (!root || !root.querySelectorAll) return;
+    var boxes = Array.prototype.slice.call(root.querySelectorAll(".table-scroll"));
+    var around = root.closest ? root.closest(".table-scroll") : null;
+    if (around) boxes.push(around);
+    boxes.forEach(function (box) {
+      markOverflow(box);
+      if (!boxSizes) return;
+      boxSizes.observe(box);
+      if (box.firstElementChild) boxSizes.observe(box.firstElementChild);
+    });
+  }
+
+  // Scroll events do not bubble; captured on the document they are seen for every box.
+  document.addEventListener("scroll", function (event) {
+    var box = event.target;
+    if (box && box.classList && box.classList.contains("table-scroll")) markOverflow(box);
+  }, true);
+  document.addEventListener("htmx:load", function (event) { watchTables(event.detail.elt); });
+  document.addEventListener("DOMContentLoaded", function () { watchTables(document); });
+  window.addEventListener("resize", function () { watchTables(document); });
 
   // --- signed out while the page is open ------------------------------------------------
   // The server answers a partial request of a signed-out session (logged out in another tab,

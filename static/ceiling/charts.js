@@ -25,7 +25,8 @@
 //
 // Axes never repeat a tick label: a flat series (every value equal) gets a range around its value
 // instead of a zero-height one, and linear ticks are printed with as many decimals as the tick
-// step needs. A series of one point is drawn as a marked point.
+// step needs; log ticks follow one rule for the whole axis, with no trailing zeros (0.5, 4, 32).
+// A series of one point is drawn as a marked point.
 (function () {
   "use strict";
 
@@ -78,9 +79,24 @@
     });
   }
 
+  // A log axis's tick: a whole number below a million as it is (4, 32, 1024, 131072), any other
+  // to four significant figures without trailing zeros (0.5, 0.25, 0.0625, 1.5), exponent form
+  // below 0.001 and from a million (1e-4, 1.049e+6). One rule for every tick of the axis: a base-2
+  // log axis mixes fractions and whole numbers (0.5 next to 4 and 32), and a fixed number of
+  // decimals per magnitude printed them as "0.500", "4", "32".
+  function logTickNumber(v) {
+    var a = Math.abs(v);
+    if (Number.isInteger(v) && a < 1e6) return String(v);
+    if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(3).replace(/\.?0+e/, "e");
+    return String(Number(v.toPrecision(4)));
+  }
+
   // uPlot leaves the minor ticks of a log axis unlabelled (null): an empty label, not a dash.
   function logTickLabels(u, ticks) {
-    return ticks.map(function (v) { return v === null || v === undefined ? "" : formatNumber(v); });
+    return ticks.map(function (v) {
+      if (v === null || v === undefined) return "";
+      return isFinite(v) ? logTickNumber(v) : "—";
+    });
   }
 
   // The y range: uPlot's own for data that varies; a band around a flat series (min == max),
@@ -245,6 +261,14 @@
     };
   }
 
+  // The width inside the container's padding: a chart (and its legend) drawn at clientWidth, which
+  // counts the padding, ran past the right edge of its card by that much.
+  function contentWidth(el) {
+    var style = window.getComputedStyle ? window.getComputedStyle(el) : null;
+    var pad = style ? (parseFloat(style.paddingLeft) || 0) + (parseFloat(style.paddingRight) || 0) : 0;
+    return Math.floor(el.clientWidth - pad);
+  }
+
   function addNote(container, spec) {
     if (!spec.note) return;
     var note = document.createElement("p");
@@ -267,13 +291,13 @@
       container.appendChild(empty);
       return;
     }
-    var width = Math.max(320, container.clientWidth || 560);
+    var width = Math.max(320, contentWidth(container) || 560);
     var chart = new uPlot(buildOptions(spec, width), alignedData(spec.series), container);
     addNote(container, spec);
     // Follow the container's width (the grid of charts reflows with the window).
     if (typeof ResizeObserver !== "undefined") {
       new ResizeObserver(function () {
-        var w = Math.max(320, container.clientWidth);
+        var w = Math.max(320, contentWidth(container));
         if (Math.abs(w - chart.width) > 4) chart.setSize({ width: w, height: HEIGHT_PX });
       }).observe(container);
     }
@@ -287,7 +311,8 @@
 
   window.CeilingCharts = {
     drawAll: drawAll, alignedData: alignedData, formatNumber: formatNumber, buildOptions: buildOptions,
-    decimalsFor: decimalsFor, linearTickLabels: linearTickLabels, flatRange: flatRange, xRangeFor: xRangeFor,
+    decimalsFor: decimalsFor, linearTickLabels: linearTickLabels, logTickLabels: logTickLabels, flatRange: flatRange,
+    xRangeFor: xRangeFor,
     yRangeFor: yRangeFor
   };
   document.addEventListener("DOMContentLoaded", function () { drawAll(document); });

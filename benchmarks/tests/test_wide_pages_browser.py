@@ -1,0 +1,83 @@
+"""Wide pages in a real browser (the Debian chromium package through Playwright): the page takes
+the window's width, so the sweep's results table (about 1800 px) fits on a 1920 px screen instead
+of a 1155 px box; where it does not fit (1400 px) its box scrolls and marks the side its hidden
+columns are on, which the stylesheet fades; chart legends stay inside their cards; admin pages
+ask for no /favicon.ico (a 404 in the console)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.services import sweep_create, sweep_execute
+from benchmarks.tests.sweep_support import sim_deployment_create
+from controlplane.tests.browser.conftest import browser  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(180)]
+
+MEASURE = """() => {
+  const box = document.querySelector('.table-scroll');
+  const legends = Array.from(document.querySelectorAll('.chart .u-legend')).map(l => {
+    const card = l.closest('.chart').getBoundingClientRect(), r = l.getBoundingClientRect();
+    return {inside: r.right <= card.right && r.left >= card.left, scrolls: l.scrollWidth > l.clientWidth};
+  });
+  return {main: document.querySelector('main').clientWidth, box: box.clientWidth, table: box.scrollWidth,
+          overflow: box.getAttribute('data-overflow'), legends: legends};
+}"""
+
+
+@pytest.fixture(autouse=True)
+def _var_dir(settings, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+
+
+@pytest.fixture
+def swept(sim_url, operator) -> int:
+    """A finished sweep with closed- and open-loop points over two length pairs: a results table
+    about 1800 px wide and ten charts. Made before the browser starts (Playwright's sync API runs
+    an event loop in this thread, where Django refuses database calls)."""
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator, grid={
+        "concurrency": [1, 2], "request_rates": [5], "lengths": [[16, 8], [32, 8]], "requests": 4})
+    assert sweep_execute(sweep_id=sweep.pk) == "done"
+    return sweep.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wide_tables_use_the_window_and_say_when_they_scroll(live_server, swept, admin_user,
+                                                             browser) -> None:  # noqa: F811
+    seen = {}
+    for width in (1920, 1400):
+        context = browser.new_context(viewport={"width": width, "height": 1000})
+        page = context.new_page()
+        missing: list[str] = []
+        page.on("response", lambda r, missing=missing: missing.append(r.url) if r.status == 404 else None)
+        page.goto(live_server.url + "/login/")
+        page.fill("input[name=username]", admin_user.username)
+        page.fill("input[name=password]", "correct-horse-battery")
+        page.click("button[type=submit]")
+        page.wait_for_load_state("networkidle")
+        page.goto(f"{live_server.url}/benchmarks/sweeps/{swept}/")
+        page.wait_for_selector(".chart .u-legend")
+        seen[width] = page.evaluate(MEASURE)
+        if width == 1400:
+            page.evaluate("() => { const b = document.querySelector('.table-scroll'); b.scrollLeft = b.scrollWidth; }")
+            page.wait_for_function("() => document.querySelector('.table-scroll').getAttribute('data-overflow') "
+                                   "=== 'left'")
+            page.evaluate("() => { document.querySelector('.table-scroll').scrollLeft = 40; }")
+            page.wait_for_function("() => document.querySelector('.table-scroll').getAttribute('data-overflow') "
+                                   "=== 'left right'")
+            mask = page.evaluate("() => getComputedStyle(document.querySelector('.table-scroll')).maskImage")
+            assert "linear-gradient" in mask
+        page.goto(f"{live_server.url}/admin/")
+        page.wait_for_load_state("networkidle")
+        assert not [url for url in missing if url.endswith("/favicon.ico")], missing
+        context.close()
+    wide, narrow = seen[1920], seen[1400]
+    # 1920 px: the page spans the window (a 1200 px page left a 1155 px box); the table fits, unmarked.
+    assert wide["main"] == 1920, wide
+    assert wide["box"] == wide["table"] > 1155 and wide["overflow"] is None, wide
+    # 1400 px: the table scrolls in its box, which says its hidden columns are to the right.
+    assert narrow["box"] < narrow["table"] and narrow["overflow"] == "right", narrow
+    for shown in (wide, narrow):
+        assert shown["legends"] and all(legend["inside"] and not legend["scrolls"] for legend in shown["legends"])
