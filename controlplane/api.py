@@ -313,11 +313,13 @@ def no_body(request) -> None:
 def shown_value(value: Any) -> str:
     """A body value of the wrong type as a message names it: its JSON type and, for a scalar, its
     JSON text cut to 40 characters (``the string "1"``, ``the number 9.0``, ``the boolean true``,
-    ``a list``, ``an object``)."""
+    ``null``, ``a list``, ``an object``)."""
     if isinstance(value, (list, tuple)):
         return "a list"
     if isinstance(value, dict):
         return "an object"
+    if value is None:
+        return "null"
     kind = ("boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
             else "string" if isinstance(value, str) else type(value).__name__)
     text = json.dumps(value, ensure_ascii=False, default=str)

@@ -157,3 +157,10 @@ def test_a_list_endpoint_returns_at_most_500_rows_a_page(viewer_api):
     assert "limit=500" in page["next"] and "offset=500" in page["next"]
     assert [e["message"] for e in rest["results"]] == ["500"]
     assert len(default["results"]) == 100
+
+
+def test_a_refused_null_is_named_null():
+    from controlplane.api import shown_value
+
+    assert shown_value(None) == "null"
+    assert shown_value(True) == "the boolean true" and shown_value("1") == 'the string "1"'
