@@ -331,7 +331,19 @@ class FormText(str):
     can send (DRF's ``JSONField`` marks such values the same way)."""
 
 
-class StrictIntegerMixin:
+class FormTextMixin:
+    """For a field of an input serializer: a value from a form-encoded or multipart body comes
+    to ``to_internal_value`` marked as :class:`FormText`, so a strict field can tell it from a
+    JSON body's string."""
+
+    def get_value(self, dictionary):
+        value = super().get_value(dictionary)
+        if html.is_html_input(dictionary) and isinstance(value, str):
+            return FormText(value)
+        return value
+
+
+class StrictIntegerMixin(FormTextMixin):
     """For an integer or primary-key field of an input serializer (put it before the field
     class): a JSON body's value is taken only as a JSON integer; the string ``"1"``, the number
     ``1.0`` and ``true`` are refused as the wrong type (``must be an integer (e.g. 8), got the
@@ -343,16 +355,24 @@ class StrictIntegerMixin:
         self.example = example
         super().__init__(**kwargs)
 
-    def get_value(self, dictionary):
-        value = super().get_value(dictionary)
-        if html.is_html_input(dictionary) and isinstance(value, str):
-            return FormText(value)
-        return value
-
     def to_internal_value(self, data):
         if not isinstance(data, FormText) and (isinstance(data, bool) or not isinstance(data, int)):
             raise serializers.ValidationError(f"must be an integer (e.g. {self.example}), got {shown_value(data)}",
                                               code="invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(FormTextMixin, serializers.BooleanField):
+    """A boolean of a JSON body, taken only as JSON ``true`` or ``false``: ``"yes"``, ``"true"``,
+    ``1`` or ``"on"`` are refused as the wrong type (``must be true or false, got the string
+    "yes"``) instead of being read as true, as DRF's
+    :class:`~rest_framework.fields.BooleanField` reads them. A form-encoded or multipart body
+    sends only text (a file upload's ``allow_duplicate=true``, a checkbox's ``on``): its value
+    (a :class:`FormText`) is judged by the field as DRF judges it."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, (bool, FormText)):
+            raise serializers.ValidationError(f"must be true or false, got {shown_value(data)}", code="invalid")
         return super().to_internal_value(data)
 
 

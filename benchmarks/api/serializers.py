@@ -6,15 +6,14 @@ import json
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
-from rest_framework.utils import html
 
 from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import (
-    CONTROL_CHARACTERS_RE, FilterChoiceField, FormText, IdField, StrictCharField, StrictInputMixin,
-    StrictIntegerField, shown_value,
+    CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, StrictBooleanField, StrictCharField, StrictInputMixin,
+    StrictIntegerField,
 )
 
 
@@ -183,26 +182,6 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_has_records(self, obj: BenchmarkRun) -> bool:
         return bool(obj.records_path)
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """A boolean of a JSON body, taken only as JSON ``true`` or ``false``: ``"yes"``, ``"true"``,
-    ``1`` or ``"on"`` are refused as the wrong type (``must be true or false, got the string
-    "yes"``) instead of being read as true, as DRF's
-    :class:`~rest_framework.fields.BooleanField` reads them. A form-encoded or multipart body
-    sends only text (a file upload's ``allow_duplicate=true``, a checkbox's ``on``): its value
-    (a :class:`controlplane.api.FormText`) is judged by the field as DRF judges it."""
-
-    def get_value(self, dictionary):
-        value = super().get_value(dictionary)
-        if html.is_html_input(dictionary) and isinstance(value, str):
-            return FormText(value)
-        return value
-
-    def to_internal_value(self, data):
-        if not isinstance(data, (bool, FormText)):
-            raise serializers.ValidationError(f"must be true or false, got {shown_value(data)}", code="invalid")
-        return super().to_internal_value(data)
 
 
 class RunImportSerializer(StrictInputMixin, serializers.Serializer):
