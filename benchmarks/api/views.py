@@ -25,7 +25,7 @@ from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import grid_validate
 from controlplane.api import (
     ERROR_404, ERRORS_400, DetailSerializer, ExportFormatMixin, ExportQuerySerializer, SafeJSONParser, attachment,
-    flatten_errors, no_body, query_validated,
+    flatten_errors, merge_body_errors, no_body, query_validated, request_body,
 )
 from controlplane.errors import InvalidInput, NotFound
 
@@ -96,12 +96,15 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
         # for the deployment's engine when the deployment exists). The body is judged in full
         # before the deployment's state: a bad grid is a 400 even when the deployment is stopped
         # or busy, which the service answers with 409 only for a valid body.
-        if not isinstance(request.data, Mapping):
+        # A key given twice or a number that is not finite is named at its path beside the rest
+        # (request_body), not in a 400 of its own.
+        data, found = request_body(request)
+        if not isinstance(data, Mapping):
             kind = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
-                    type(None): "null"}.get(type(request.data), type(request.data).__name__)
+                    type(None): "null"}.get(type(data), type(data).__name__)
             raise InvalidInput({"non_field_errors": [
                 f"expected a JSON object with deployment, grid and optionally name; got {kind}"]})
-        ser = s.SweepCreateSerializer(data=request.data)
+        ser = s.SweepCreateSerializer(data=data, context={"body_errors": found})
         errors = {} if ser.is_valid() else flatten_errors(ser.errors)
         deployment_id = _field_value(ser, "deployment")
         deployment = None
@@ -110,7 +113,7 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
             if deployment is None:
                 errors["deployment"] = [f"no deployment with id {deployment_id}"]
         engine = deployment.recipe.engine if deployment is not None else None
-        errors = {**errors, **_grid_errors(ser, engine=engine)}
+        errors = merge_body_errors({**errors, **_grid_errors(ser, engine=engine)}, found)
         if errors:
             raise InvalidInput(errors)
         sweep = services.sweep_create(deployment=deployment, user=request.user, grid=ser.validated_data["grid"],
@@ -218,7 +221,8 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         """Runs created from the file (201). A file that cannot be imported answers 400 with every
         problem found, ``{"line 3.duration": [...], "file.output_throughput": [...]}`` (at most
         :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS`, then a count under ``file``)."""
-        ser = s.RunImportSerializer(data=request.data)
+        data, found = request_body(request)
+        ser = s.RunImportSerializer(data=data, context={"body_errors": found})
         ser.is_valid(raise_exception=True)
         upload = ser.validated_data.get("file")
         if upload is not None:

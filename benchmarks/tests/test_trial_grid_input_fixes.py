@@ -166,3 +166,31 @@ def test_the_sweep_command_says_a_recipes_latest_deployment_ended() -> None:
         call_command("sweep", "never-deployed", stdout=io.StringIO())
     with pytest.raises(CommandError, match=r"^no deployment 'nothing-here' \(give an id, or the name of a recipe"):
         call_command("sweep", "nothing-here", stdout=io.StringIO())
+
+
+@pytest.mark.django_db
+def test_a_key_given_twice_is_named_beside_every_other_problem_of_a_sweep_or_import_body(operator_api):
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9")
+    dep = deployment.pk
+
+    def post(url, text):
+        response = operator_api.post(url, text, content_type="application/json")
+        assert response.status_code == 400, response.content
+        return response.json()
+
+    assert post("/api/sweeps/", '{"deployment": %d, "grid": {"concurrency": [1], "concurrency": [2], '
+                                '"lengths": "64:64"}, "name": 5, "foo": 1}' % dep) == {
+        "name": ["must be a string, got the number 5"],
+        "foo": ["unknown field 'foo'; allowed: deployment, grid, name"],
+        "grid.concurrency": ["is given 2 times ([1], [2]): give it once"]}
+    assert post("/api/sweeps/", '{"deployment": %d, "grid": {"concurrency": [1], "lengths": "64:64", '
+                                '"warmup": 1, "warmup": 2, "duration_s": 0}}' % dep) == {
+        "grid.warmup": ["is given 2 times (1, 2): give it once"],
+        "grid.duration_s": ["must be seconds > 0 and at most 86400 (24 h), got 0"]}
+    assert post("/api/sweeps/", '{"deployment": %d, "deployment": 3, "grid": {"concurrency": [0], '
+                                '"lengths": "64:64"}}' % dep) == {
+        "deployment": ["is given 2 times (%d, 3): give it once" % dep],
+        "grid.concurrency.0": ["must be an integer 1..4096, got 0"]}
+    assert post("/api/runs/import/", '{"text": 5, "allow_duplicate": "yes", "allow_duplicate": 1}') == {
+        "text": ["must be a string, got the number 5"],
+        "allow_duplicate": ['is given 2 times ("yes", 1): give it once']}

@@ -15,8 +15,11 @@ from controlplane.tests.browser.conftest import browser  # noqa: F401 - the fixt
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(180)]
 
+# the results table's scroll box
+BOX = "document.querySelector('table.results').closest('.table-scroll')"
+
 MEASURE = """() => {
-  const box = document.querySelector('.table-scroll');
+  const box = document.querySelector('table.results').closest('.table-scroll');
   const legends = Array.from(document.querySelectorAll('.chart .u-legend')).map(l => {
     const card = l.closest('.chart').getBoundingClientRect(), r = l.getBoundingClientRect();
     return {inside: r.right <= card.right && r.left >= card.left, scrolls: l.scrollWidth > l.clientWidth};
@@ -61,14 +64,23 @@ def test_wide_tables_use_the_window_and_say_when_they_scroll(live_server, swept,
         page.wait_for_selector(".chart .u-legend")
         seen[width] = page.evaluate(MEASURE)
         if width == 1400:
-            page.evaluate("() => { const b = document.querySelector('.table-scroll'); b.scrollLeft = b.scrollWidth; }")
-            page.wait_for_function("() => document.querySelector('.table-scroll').getAttribute('data-overflow') "
-                                   "=== 'left'")
-            page.evaluate("() => { document.querySelector('.table-scroll').scrollLeft = 40; }")
-            page.wait_for_function("() => document.querySelector('.table-scroll').getAttribute('data-overflow') "
-                                   "=== 'left right'")
-            mask = page.evaluate("() => getComputedStyle(document.querySelector('.table-scroll')).maskImage")
+            page.evaluate(f"() => {{ const b = {BOX}; b.scrollLeft = b.scrollWidth; }}")
+            page.wait_for_function(f"() => {BOX}.getAttribute('data-overflow') === 'left'")
+            page.evaluate(f"() => {{ {BOX}.scrollLeft = 40; }}")
+            page.wait_for_function(f"() => {BOX}.getAttribute('data-overflow') === 'left right'")
+            mask = page.evaluate(f"() => getComputedStyle({BOX}).maskImage")
             assert "linear-gradient" in mask
+        # a list page's tables (no box of their own in the template) are boxed too, and the top
+        # links wrap: at 560 px the page does not scroll sideways, its tables do
+        page.set_viewport_size({"width": 560, "height": 1000})
+        page.goto(f"{live_server.url}/benchmarks/")
+        page.wait_for_load_state("networkidle")
+        narrow_list = page.evaluate("""() => ({page: document.documentElement.scrollWidth, window: window.innerWidth,
+            unboxed: Array.from(document.querySelectorAll('main table')).filter(t => !t.closest('.table-scroll')).length,
+            wide: Array.from(document.querySelectorAll('main .table-scroll')).some(b => b.scrollWidth > b.clientWidth)})""")
+        assert narrow_list["unboxed"] == 0 and narrow_list["wide"], narrow_list
+        assert narrow_list["page"] <= narrow_list["window"], narrow_list   # the top links wrap too
+        page.set_viewport_size({"width": width, "height": 1000})
         page.goto(f"{live_server.url}/admin/")
         page.wait_for_load_state("networkidle")
         assert not [url for url in missing if url.endswith("/favicon.ico")], missing

@@ -217,12 +217,16 @@ class BestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return attachment(path.read_text(encoding="utf-8"), content_type="application/json", filename=path.name)
 
 
-class WhatIfViewSet(viewsets.ViewSet):
+class WhatIfViewSet(ExportFormatMixin, viewsets.ViewSet):
     """``GET /api/kernel-whatif/?sweep=<id>&share=0.63&speedup=<x>`` (or ``&best=<id>``): the
     sweep's projected tok/s and TPOT per concurrency with a faster kernel
     (:func:`kernels.whatif.whatif_compute`). Any other query key (``shares``) is a 400 naming it
     and the keys taken (:data:`kernels.whatif.WHATIF_KEYS`; ``format``, DRF's, as well), never
-    ignored."""
+    ignored; a ``format`` other than ``json`` or ``api`` (the browsable page) is a 400 naming
+    those two, not a bare 404."""
+
+    format_actions = ("list",)
+    FORMATS = ("json", "api")
 
     @extend_schema(summary="Project a sweep with a faster kernel (decode step × ((1 − share) + share / speedup))",
                    description="400 for an unknown query key, naming it and the keys taken.",
@@ -232,6 +236,9 @@ class WhatIfViewSet(viewsets.ViewSet):
         from kernels.whatif import DEFAULT_SHARE, WHATIF_KEYS, whatif_compute
 
         unknown = unknown_field_errors(request.query_params, [*WHATIF_KEYS, api_settings.URL_FORMAT_OVERRIDE])
+        fmt = request.query_params.get(api_settings.URL_FORMAT_OVERRIDE)
+        if fmt not in (None, *self.FORMATS):
+            unknown[api_settings.URL_FORMAT_OVERRIDE] = [f"must be one of {', '.join(self.FORMATS)}; got {fmt!r}"]
         try:
             q = query_validated(s.WhatIfQuerySerializer, request)
         except ValidationError as exc:

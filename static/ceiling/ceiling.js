@@ -86,10 +86,26 @@
     });
   }) : null;
 
+  // Every table of the page's content scrolls inside a box of its own, so a wide table never
+  // widens the page: one not in a .table-scroll yet (the process table, the lists) is wrapped in
+  // one. Chart legends (uPlot draws them as tables) are left as they are.
+  function boxTables(root) {
+    var tables = Array.prototype.slice.call(root.querySelectorAll("main table"));
+    if (root.matches && root.matches("main table")) tables.push(root);
+    tables.forEach(function (table) {
+      if (table.classList.contains("u-legend") || table.closest(".table-scroll, .uplot, [data-spark], td")) return;
+      var box = document.createElement("div");
+      box.className = "table-scroll";
+      table.parentNode.insertBefore(box, table);
+      box.appendChild(table);
+    });
+  }
+
   // The boxes in (or around: a table swapped into its box) root; observing a box or table again
   // is a no-op.
   function watchTables(root) {
     if (!root || !root.querySelectorAll) return;
+    boxTables(root);
     var boxes = Array.prototype.slice.call(root.querySelectorAll(".table-scroll"));
     var around = root.closest ? root.closest(".table-scroll") : null;
     if (around) boxes.push(around);
