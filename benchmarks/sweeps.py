@@ -99,11 +99,9 @@ def json_shown(value: Any) -> str:
     """A value of a JSON body or file as a refusal quotes it, in JSON spelling, never Python's
     (``True``, ``None``): a number as its JSON text (``100000``, ``-1.0``, ``1e+308``), ``null``,
     a list as ``the list [8, 8, 8]``, anything else as :func:`controlplane.api.shown_value` names
-    it (``the boolean true``, ``the string "8"``, ``an object``); texts cut to 40 characters (an
+    it (``the boolean true``, ``the string "8"``, ``null``, ``an object``); texts cut to 40 characters (an
     integer of more digits as ``1.00e+50``). A float that is not finite, which JSON cannot write, is
     shown as ``inf`` or ``nan``."""
-    if value is None:
-        return "null"
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
