@@ -1144,9 +1144,7 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
         key = f"{in_len}/{out_len}"
         points = _points_of(group, sweep.num_gpus)
         if not points:
-            left_out = _partial_exclusions(group)
-            out["errors"][key] = "no finished point with output" + (f"; left out: {'; '.join(left_out)}"
-                                                                     if left_out else "")
+            out["errors"][key] = _no_output_error(_partial_exclusions(group))
             continue
         kwargs: dict[str, Any] = {}
         if other is not None:
@@ -1179,6 +1177,12 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
         prefix = f"[{key}] " if len(by_len) > 1 else ""
         out["findings"].extend(prefix + f for f in report["findings"])
     return out
+
+
+def _no_output_error(left_out: list[str]) -> str:
+    """The analysis error of a length pair with no finished point, naming the points left out
+    (:func:`_partial_exclusions`) when there are any."""
+    return "no finished point with output" + (f"; left out: {'; '.join(left_out)}" if left_out else "")
 
 
 # ``ended_by`` of a point's summary when the sweep or the load generator stopped it before its plan
@@ -1235,7 +1239,7 @@ def sweep_analysis(*, sweep: BenchmarkSweep) -> dict[str, Any]:
         by_len: dict[str, list[BenchmarkRun]] = {}
         for run in sweep.runs.exclude(status=RunStatus.DONE).order_by("ordinal"):
             by_len.setdefault(f"{run.input_len}/{run.output_len}", []).append(run)
-        errors = {key: f"no finished point with output; left out: {'; '.join(left_out)}"
+        errors = {key: _no_output_error(left_out)
                   for key, group in by_len.items() if (left_out := _partial_exclusions(group))}
         return {"lengths": {}, "findings": [], "compared_with": None, "errors": errors,
                 "notes": ["no finished run yet"], "provisional": True}
