@@ -25,9 +25,10 @@ Every number is real, finite and at most :data:`MAX_ABS_VALUE` in magnitude: the
 names, and the result of every operation and of ``min``/``max``. A negative number raised to a
 fractional power (``(batch - 100) ** 0.5`` for ``batch < 100``) has no real value and is refused
 before it is computed. Tiny magnitudes (``batch ** -64``) are finite and within the bound, so they
-are accepted. :func:`number_problem` and :func:`power_problem` state these rules once; the
-standalone runner's evaluator (:mod:`kernels.runner.expr`) applies them too, so an expression the
-control plane accepted is never evaluated differently on a GPU node.
+are accepted. :func:`number_problem` and :func:`power_problem` state these rules once. The
+standalone kernel runner (:mod:`kernels.runner`) reads and evaluates manifests with this module
+too, so a GPU node accepts exactly the expressions the control plane registered and evaluates them
+the same way.
 """
 from __future__ import annotations
 
@@ -255,7 +256,8 @@ def _check(node: ast.AST, text: str, used: set[str]) -> None:
             _check(arg, text, used)
         return
     what = _REFUSED_TEXT.get(type(node), type(node).__name__)
-    raise ExpressionError(f"{text!r}: {what} ({_source(node, text)}) is not allowed")
+    verb = "are" if what.endswith("s") and what != "attribute access" else "is"  # "lambdas are", "await is"
+    raise ExpressionError(f"{text!r}: {what} ({_source(node, text)}) {verb} not allowed")
 
 
 def _number(value: Any, text: str, node: ast.AST) -> Any:

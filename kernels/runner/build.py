@@ -40,6 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..safeexpr import ExpressionError, expr_evaluate
 from .package import Package
 
 LOG_LIMIT = 8000            # characters of compiler output kept per variant
@@ -292,11 +293,9 @@ def _target_refusal(package: Package, params: dict, cc: int) -> str | None:
     text = (package.cuda or {}).get("requires")
     if not text:
         return None
-    from .expr import ExprError, evaluate
-
     try:
-        ok = evaluate(text, {**params, "cc": cc})
-    except (ExprError, TypeError, ValueError) as exc:
+        ok = expr_evaluate(text, {**params, "cc": cc})
+    except ExpressionError as exc:
         return f"[cuda] requires: {exc}"
     if ok:
         return None
@@ -356,11 +355,9 @@ def build_cuda(package: Package, variant: dict, cc: int) -> dict:
         evidence = tensor_core_evidence(evidence_text)
         shared = facts["smem"]
         if package.cuda.get("dynamic_shared"):
-            from .expr import ExprError, evaluate
-
             try:
-                shared += int(evaluate(package.cuda["dynamic_shared"], dict(params)))
-            except (ExprError, TypeError, ValueError) as exc:
+                shared += int(expr_evaluate(package.cuda["dynamic_shared"], dict(params)))
+            except (ExpressionError, TypeError, ValueError) as exc:
                 result["error"] = f"[cuda] dynamic_shared: {exc}"
                 result["build_s"] = round(time.perf_counter() - started, 3)
                 return result

@@ -11,6 +11,10 @@ what the runner relies on and raises :class:`PackageError` with the field and th
   list of positive ``batches`` (other integer fields such as ``kv_len`` are kept);
 * ``[tolerance]`` has ``atol``/``rtol``; ``[cost]`` has ``bytes``/``flops`` expressions over the
   shape fields and ``batch``.
+
+Expressions (cost formulas, ``[cuda] requires`` and ``dynamic_shared``) are read and evaluated by
+the control plane's own :mod:`kernels.safeexpr` (it imports no Django), so the runner accepts
+exactly the language the control plane registered and computes the same numbers from it.
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import expr
+from ..safeexpr import ExpressionError, expr_compile, expr_evaluate
 
 
 class PackageError(ValueError):
@@ -62,8 +66,9 @@ class Package:
         names = {k: v for k, v in shape.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         names["batch"] = batch
         try:
-            return float(expr.evaluate(self.cost["bytes"], names)), float(expr.evaluate(self.cost["flops"], names))
-        except expr.ExprError as exc:
+            return (float(expr_evaluate(self.cost["bytes"], names)),
+                    float(expr_evaluate(self.cost["flops"], names)))
+        except ExpressionError as exc:
             raise PackageError(f"{self.name}: [cost]: {exc}") from None
 
     def load_module(self, relpath: str, tag: str = ""):
@@ -157,8 +162,8 @@ def load_package(path: str | Path) -> Package:
         text = _need(cost, key, str, f"{where}: [cost]")
         allowed = {k for s in shapes for k, v in s.items() if isinstance(v, int)} | {"batch"}
         try:
-            expr.check(text, allowed)
-        except expr.ExprError as exc:
+            expr_compile(text, names=allowed)
+        except ExpressionError as exc:
             raise PackageError(f"{where}: [cost] {key}: {exc}") from None
     cuda = data.get("cuda", {}) or {}
     if language == "cuda" and not isinstance(cuda.get("kernel"), str):

@@ -165,9 +165,9 @@ def test_the_seesaw_schedule_splits_whole_tile_pairs_and_fits_sm_90(pkg, harness
     assert harness.seesaw_smem_bytes(576) <= harness.MAX_SHARED_BYTES
     assert harness.seesaw_smem_bytes(512) < harness.seesaw_smem_bytes(576)
     assert 3 * 64 * 576 * 2 < harness.seesaw_smem_bytes(576)
-    from kernels.runner.expr import evaluate
+    from kernels.safeexpr import expr_evaluate
 
-    assert evaluate(pkg.cuda["dynamic_shared"], dict(SEESAW)) == harness.seesaw_smem_bytes(576)
+    assert expr_evaluate(pkg.cuda["dynamic_shared"], dict(SEESAW)) == harness.seesaw_smem_bytes(576)
     pytest.importorskip("pydantic")  # the control plane's manifest validation
     from kernels.manifest import grid_expand, manifest_load
 

@@ -1,47 +1,72 @@
-"""The runner's safe expression evaluator: what manifests may write, and what is refused."""
+"""The runner reads manifest expressions with the control plane's own evaluator
+(:mod:`kernels.safeexpr`): what the control plane refuses the runner refuses with the same reason,
+and both compute the same cost, ``requires`` and shared-memory numbers for every real package."""
+import shutil
+from pathlib import Path
+
 import pytest
 
-from kernels.runner.expr import ExprError, check, evaluate
+from kernels.manifest import grid_expand, manifest_load
+from kernels.runner.build import _target_refusal
+from kernels.runner.package import PackageError, load_package
+from kernels.safeexpr import ExpressionError, expr_compile, expr_evaluate
+from kernels.tests.conftest import REAL_PACKAGES
+
+PACKAGES = sorted(p.name for p in REAL_PACKAGES.iterdir() if (p / "manifest.toml").is_file())
 
 
-def test_it_evaluates_cost_formulas_with_integer_arithmetic():
-    assert evaluate("2 * batch * heads * topk * (d_qk + d_v)", {"batch": 3, "heads": 4, "topk": 5,
-                                                                 "d_qk": 6, "d_v": 7}) == 2 * 3 * 4 * 5 * 13
-    assert evaluate("cdiv(topk, 32) * 32", {"topk": 33}) == 64
-    assert evaluate("max(a, b) - min(a, b) + abs(-2) + a // b + a % b", {"a": 7, "b": 2}) == 5 + 2 + 3 + 1
+def test_there_is_one_evaluator():
+    import kernels.runner
+
+    assert not (Path(kernels.runner.__file__).parent / "expr.py").exists()
 
 
-def test_it_evaluates_grid_constraints_with_strings_and_booleans():
-    names = {"impl": "baseline", "BLOCK_H": 16, "NUM_SPLITS": "auto"}
-    assert evaluate("impl != 'baseline' or (BLOCK_H == 16 and NUM_SPLITS == 'auto')", names) is True
-    assert evaluate("impl == 'split_k' or NUM_SPLITS == 'auto'", names) is True
-    assert evaluate("BLOCK_H in (32, 64)", names) is False
-    assert evaluate("1 < BLOCK_H <= 16", names) is True
-    assert evaluate("'x' if not BLOCK_H else 'y'", names) == "y"
+@pytest.mark.parametrize("name", PACKAGES)
+def test_the_runner_and_the_control_plane_compute_the_same_costs(name):
+    runner, control = load_package(REAL_PACKAGES / name), manifest_load(REAL_PACKAGES / name)
+    points = [(shape, batch) for shape in runner.shapes for batch in shape["batches"]]
+    assert len(points) >= 7
+    for shape, batch in points:
+        assert runner.cost_of(shape, batch) == control.cost(shape["name"], batch), (shape["name"], batch)
 
 
-@pytest.mark.parametrize("text, reason", [
-    ("__import__('os').system('true')", "may be called"),
-    ("batch.__class__", "Attribute"),
-    ("[x for x in range(3)]", "ListComp"),
-    ("lambda: 1", "Lambda"),
-    ("d[0]", "Subscript"),
+def test_the_runner_keeps_the_variants_the_control_plane_expands_for_the_target():
+    name = "sparse_mla_decode_cuda"
+    runner, control = load_package(REAL_PACKAGES / name), manifest_load(REAL_PACKAGES / name)
+    variants = grid_expand(control).variants
+    assert variants and runner.cuda["requires"]
+    for variant in variants:
+        params = {k: v for k, v in variant.items() if k != "variant_id"}
+        assert _target_refusal(runner, params, 90) is None, variant
+        expected = expr_evaluate(runner.cuda["requires"], {**params, "cc": 80})
+        assert (_target_refusal(runner, params, 80) is None) == bool(expected), variant
+
+
+@pytest.mark.parametrize("formula, reason", [
+    ("cdiv(topk, 32) * 32 * batch", "only min() and max() may be called, not cdiv()"),
+    ("batch if topk else 1", "conditional expressions (batch if topk else 1) are not allowed"),
+    ("abs(batch)", "only min() and max() may be called, not abs()"),
+    ("batch.real", "attribute access (batch.real) is not allowed"),
+    ("2 * nonsense * batch", "uses unknown name nonsense"),
 ])
-def test_it_refuses_anything_outside_the_whitelist(text, reason):
-    with pytest.raises(ExprError, match=reason):
-        check(text, {"batch", "d"})
-    with pytest.raises(ExprError):
-        evaluate(text, {"batch": 1, "d": (1,)})
+def test_a_formula_the_control_plane_refuses_the_runner_refuses_for_the_same_reason(tmp_path, formula, reason):
+    src = REAL_PACKAGES / "sparse_mla_decode"
+    root = tmp_path / "sparse_mla_decode"
+    shutil.copytree(src, root, ignore=shutil.ignore_patterns("results", "__pycache__", "tuning"))
+    manifest = root / "manifest.toml"
+    line = next(ln for ln in manifest.read_text().splitlines() if ln.startswith("flops = "))
+    manifest.write_text(manifest.read_text().replace(line, f'flops = "{formula}"'))
+    names = {k for shape in load_package(src).shapes for k, v in shape.items() if isinstance(v, int)} | {"batch"}
+    with pytest.raises(ExpressionError) as control:
+        expr_compile(formula, names=names)
+    assert reason in str(control.value)
+    with pytest.raises(PackageError) as runner:
+        load_package(root)
+    assert str(runner.value) == f"{manifest}: [cost] flops: {control.value}"
 
 
-def test_it_names_unknown_variables_and_arithmetic_errors():
-    with pytest.raises(ExprError, match="unknown name 'heads'"):
-        evaluate("heads * 2", {})
-    with pytest.raises(ExprError, match="division by zero"):
-        evaluate("1 / batch", {"batch": 0})
-    with pytest.raises(ExprError, match="exponent"):
-        evaluate("2 ** 100000", {})
-    with pytest.raises(ExprError, match="not one of"):
-        check("batch * headz", {"batch", "heads"})
-    with pytest.raises(ExprError, match="cannot parse"):
-        evaluate("batch *", {"batch": 1})
+def test_a_requires_that_cannot_be_evaluated_is_a_build_refusal_with_the_reason(tmp_path):
+    runner = load_package(REAL_PACKAGES / "sparse_mla_decode_cuda")
+    runner.cuda = {**runner.cuda, "requires": "impl > 2"}
+    refusal = _target_refusal(runner, {"impl": "baseline"}, 90)
+    assert refusal == "[cuda] requires: 'impl > 2': cannot order str against int"

@@ -55,7 +55,7 @@ def _copy_package(tmp_path: Path) -> Path:
     ('heads = 64', 'heads = 0', "heads must be positive"),
     ('batches = [1, 2, 4, 8, 16, 32, 64]\n\n[[shapes]]', 'batches = []\n\n[[shapes]]', "batches must be"),
     ('flops = "2 * batch', 'flops = "__import__(1) * batch', "may be called"),
-    ('flops = "2 * batch', 'flops = "2 * nonsense * batch', "names 'nonsense'"),
+    ('flops = "2 * batch', 'flops = "2 * nonsense * batch', "unknown name nonsense"),
 ])
 def test_it_refuses_a_broken_manifest_with_the_reason(tmp_path, old, new, message):
     root = _copy_package(tmp_path)
