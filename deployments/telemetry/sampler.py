@@ -46,7 +46,7 @@ from deployments.supervisor.procfs import proc_start_ticks
 from deployments.telemetry.engine import NO_METRICS, EngineReading, MetricsScraper, ScrapeTarget
 from deployments.telemetry.events import process_health
 from deployments.telemetry.gpu import REAL_NVML, gpu_reader_open
-from deployments.telemetry.history import HistoryWriter
+from deployments.telemetry.history import TOK_S_ROLES, HistoryWriter
 from deployments.telemetry.host import HostSampler, ProcessTreeSampler
 from deployments.telemetry.loop import LoopThread
 from deployments.topology import parse_cpulist
@@ -56,9 +56,6 @@ log = logging.getLogger("ceiling.sampler")
 #: Seconds between two reads of the process rows (statuses, pids) from the database; state
 #: changes themselves reach clients at once as forced ``health.change`` / ``deployment.status``.
 ROWS_REFRESH_S = 1.0
-#: Roles whose generated tokens make a deployment's tok/s (the router forwards the same
-#: tokens, and prefill produces only the first token of each request in PD).
-TOK_S_ROLES = ("decode", "single")
 _LIVE = (ProcessStatus.SPAWNED, ProcessStatus.READY)
 _ROUTER_NOTE = ("router: no prometheus-port in the recipe's router flags, so it is not scraped; token counts "
                 "come from its prefill and decode workers")

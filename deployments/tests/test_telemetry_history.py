@@ -1,7 +1,9 @@
-"""Telemetry history: 1 s rollups (mean or last, nulls skipped), batched writes, series for
-charts, and pruning by age (command, task, beat schedule)."""
+"""Telemetry history: 1 s rollups (mean or last, nulls skipped; token rates exact from the
+engines' counters), batched writes, series for charts, and pruning by age (command, task, beat
+schedule)."""
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta, timezone as dt_timezone
 
 import pytest
@@ -12,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from deployments.models import DeploymentTelemetry, NodeTelemetry
-from deployments.telemetry.history import HistoryWriter, rollup, telemetry_prune
+from deployments.telemetry.history import COUNTERS_KEPT_S, HistoryWriter, rollup, telemetry_prune
 from deployments.telemetry.selectors import telemetry_for_deployment, telemetry_for_node
 from deployments.telemetry.tasks import telemetry_prune_task
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
@@ -33,9 +35,10 @@ def node_sample(*, util: int | None, used: int, cpu: float | None, power: float 
     }
 
 
-def deployment_sample(*, tok_s: float | None, process_id: int, running: float, status: str = "ready") -> dict:
+def deployment_sample(*, tok_s: float | None, process_id: int, running: float, status: str = "ready",
+                      gen: float | None = 20.0) -> dict:
     engine = {"running": running, "queued": 0.0, "kv_usage": 0.5, "prompt_tokens_total": 10.0,
-              "generation_tokens_total": 20.0, "gen_tok_s": tok_s, "prompt_tok_s": None, "metrics_error": None}
+              "generation_tokens_total": gen, "gen_tok_s": tok_s, "prompt_tok_s": None, "metrics_error": None}
     return {"deployment_id": 1, "t": 0, "status": status, "tok_s": tok_s, "processes": [
         {"id": process_id, "role": "single", "status": "ready", "health": "healthy", "pid": 1, "cpu_pct": 50.0,
          "cpu_pct_pinned_set": 25.0, "rss_bytes": 100, "gpu_memory_bytes": 2048, "engine": engine}]}
@@ -59,11 +62,12 @@ def test_it_writes_closed_seconds_in_one_batch_every_few_seconds(db):
     clock = [0.0]
     writer = HistoryWriter(node_id=node.pk, flush_every_s=5.0, clock=lambda: clock[0])
     # Two seconds of samples at 2 Hz, then the first sample of a third second.
-    for offset, util, used, tok in ((0.1, 10, 100, None), (0.6, 30, 200, 40.0), (1.1, 50, 300, 60.0),
-                                    (1.6, None, 400, 80.0), (2.1, 70, 500, 100.0)):
+    for offset, util, used, tok, gen in ((0.1, 10, 100, None, 0.0), (0.6, 30, 200, 40.0, 20.0),
+                                         (1.1, 50, 300, 60.0, 45.0), (1.6, None, 400, 80.0, 95.0),
+                                         (2.1, 70, 500, 100.0, 145.0)):
         writer.add_node(T0 + offset, node_sample(util=util, used=used, cpu=util))
         writer.add_deployment(deployment.pk, T0 + offset, deployment_sample(tok_s=tok, process_id=process_id,
-                                                                            running=util or 0))
+                                                                            running=util or 0, gen=gen))
         clock[0] += 0.5
         assert writer.flush_if_due() == 0  # not due before 5 s
     assert writer.pending_rows == 4 and NodeTelemetry.objects.count() == 0
@@ -80,9 +84,11 @@ def test_it_writes_closed_seconds_in_one_batch_every_few_seconds(db):
     assert second["gpus"]["0"]["utilization_pct"] == 50.0  # the null sample is skipped, not a 0
     assert second["host_cpu_pct"] == 50.0 and second["cpu_pct_per_numa"] == {"0": 50.0}
     deps = list(DeploymentTelemetry.objects.filter(deployment=deployment).order_by("at"))
-    assert [d.data["tok_s"] for d in deps] == [40.0, 70.0]
+    # The process's first second: the mean of its rates; then the counter delta (95 - 20 tokens).
+    assert [d.data["tok_s"] for d in deps] == [40.0, 75.0]
     assert deps[1].data["processes"][str(process_id)] == {
-        "gen_tok_s": 70.0, "prompt_tok_s": None, "running": 25.0, "queued": 0.0, "kv_usage": 0.5,
+        "role": "single", "pid": 1, "gen_tok_s": 75.0, "prompt_tok_s": 0.0, "generation_tokens_total": 95.0,
+        "prompt_tokens_total": 10.0, "running": 25.0, "queued": 0.0, "kv_usage": 0.5,
         "gpu_memory_bytes": 2048, "cpu_pct": 50.0, "rss_bytes": 100, "health": "healthy"}
     # At shutdown the open second is written too.
     assert writer.flush(everything=True) == 2
@@ -103,6 +109,143 @@ def test_it_skips_rows_of_a_deployment_deleted_before_the_flush(db):
     writer.add_node(T0, node_sample(util=1, used=1, cpu=1.0))
     assert writer.flush(everything=True) == 2
     assert DeploymentTelemetry.objects.count() == 1
+
+
+def engine_process(process_id: int, *, role: str = "decode", pid: int | None = 500, gen: float | None = None,
+                   prompt: float | None = None, gen_tok_s: float | None = None,
+                   prompt_tok_s: float | None = None) -> dict:
+    """One process of a ``deployment.sample`` as the sampler sends it: ``gen`` / ``prompt`` the
+    engine's counters as last scraped, ``gen_tok_s`` / ``prompt_tok_s`` the scraper's rates."""
+    return {"id": process_id, "role": role, "status": "ready", "health": "healthy", "pid": pid, "cpu_pct": 5.0,
+            "cpu_pct_pinned_set": None, "rss_bytes": 100, "gpu_memory_bytes": None,
+            "engine": {"running": 1.0, "queued": 0.0, "kv_usage": 0.1, "prompt_tokens_total": prompt,
+                       "generation_tokens_total": gen, "gen_tok_s": gen_tok_s, "prompt_tok_s": prompt_tok_s,
+                       "metrics_error": None if gen is not None else "not scraped yet"}}
+
+
+def stored_rows(writer: HistoryWriter, deployment, samples: list[tuple[float, list[dict]]]) -> list[dict]:
+    """Feed ``(seconds after T0, processes)`` samples to ``writer``, write everything, and return
+    the stored rows' ``data`` by second."""
+    for offset, processes in samples:
+        writer.add_deployment(deployment.pk, T0 + offset, {"deployment_id": deployment.pk, "t": T0 + offset,
+                                                           "status": "ready", "tok_s": None,
+                                                           "processes": processes})
+    writer.flush(everything=True)
+    return [r.data for r in DeploymentTelemetry.objects.filter(deployment=deployment).order_by("at")]
+
+
+def test_it_stores_each_seconds_tokens_from_the_counters_so_the_seconds_add_up(db):
+    node = cpu_node_create(name="hist-exact")
+    deployment = deployment_row_create(recipe=recipe_row_create(node=node))
+    writer = HistoryWriter(node_id=node.pk, flush_every_s=0)
+    d = functools.partial(engine_process, 11, role="single")
+    # Scrapes at uneven times; a sample without a fresh scrape repeats the last reading.
+    rows = stored_rows(writer, deployment, [
+        (0.1, [d(gen=0.0, prompt=0.0)]),  # the first scrape: no rate yet
+        (0.6, [d(gen=30.0, prompt=12.0, gen_tok_s=60.0, prompt_tok_s=24.0)]),
+        (1.05, [d(gen=30.0, prompt=12.0, gen_tok_s=60.0, prompt_tok_s=24.0)]),  # not scraped again yet
+        (1.3, [d(gen=110.0, prompt=40.0, gen_tok_s=114.2857, prompt_tok_s=40.0)]),
+        (1.9, [d(gen=170.0, prompt=40.0, gen_tok_s=100.0, prompt_tok_s=0.0)]),
+    ])
+    # The process's first second has nothing earlier to count from: the mean of its rates.
+    assert [r["tok_s"] for r in rows] == [60.0, 140.0]
+    assert [r["processes"]["11"]["prompt_tok_s"] for r in rows] == [24.0, 28.0]
+    assert {k: rows[1]["processes"]["11"][k] for k in ("pid", "generation_tokens_total", "prompt_tokens_total")} == {
+        "pid": 500, "generation_tokens_total": 170.0, "prompt_tokens_total": 40.0}
+    # The writer keeps the last readings across flushes: a second whose samples carry no fresh
+    # scrape stores 0, the next one the tokens since the last reading.
+    rows = stored_rows(writer, deployment, [
+        (2.2, [d(gen=170.0, prompt=40.0, gen_tok_s=100.0, prompt_tok_s=0.0)]),
+        (2.7, [d(gen=170.0, prompt=40.0, gen_tok_s=100.0, prompt_tok_s=0.0)]),
+        (3.4, [d(gen=260.0, prompt=52.0, gen_tok_s=60.0, prompt_tok_s=8.0)]),
+    ])
+    assert [r["tok_s"] for r in rows] == [60.0, 140.0, 0.0, 90.0]
+    assert [r["processes"]["11"]["gen_tok_s"] for r in rows] == [60.0, 140.0, 0.0, 90.0]
+    assert [r["processes"]["11"]["prompt_tok_s"] for r in rows] == [24.0, 28.0, 0.0, 12.0]
+    # From the first second's last reading on, the stored seconds add up to the counters.
+    assert sum(r["tok_s"] for r in rows[1:]) == 260.0 - 30.0
+
+
+def test_it_falls_back_to_the_mean_rate_after_a_reset_a_new_pid_or_an_unknown_counter(db):
+    node = cpu_node_create(name="hist-fallback")
+    deployment = deployment_row_create(recipe=recipe_row_create(node=node))
+    writer = HistoryWriter(node_id=node.pk, flush_every_s=0)
+    d = functools.partial(engine_process, 11)
+    rows = stored_rows(writer, deployment, [
+        (0.5, [d(gen=400.0, gen_tok_s=None)]),
+        (1.5, [d(gen=500.0, gen_tok_s=100.0)]),  # exact: 100 tokens
+        # The engine restarted on the same pid and port: the counter went down.
+        (2.2, [d(gen=12.0, gen_tok_s=None)]),
+        (2.7, [d(gen=40.0, gen_tok_s=56.0)]),
+        (3.5, [d(gen=100.0, gen_tok_s=75.0)]),  # exact again from the new start: 60 tokens
+        # A new process (pid) behind the same row: its first second is the mean of its rates.
+        (4.2, [d(pid=501, gen=7.0, gen_tok_s=None)]),
+        (4.7, [d(pid=501, gen=30.0, gen_tok_s=46.0)]),
+        (5.5, [d(pid=501, gen=80.0, gen_tok_s=62.5)]),  # exact: 50 tokens
+        # A failed scrape: the counter unknown for a whole second (rates unknown too).
+        (6.5, [d(pid=501, gen=None, gen_tok_s=None)]),
+        (7.5, [d(pid=501, gen=125.0, gen_tok_s=22.5)]),  # the tokens since the last reading: 45
+        # Not running this second: no pid, nothing measured.
+        (8.5, [d(pid=None, gen=None, gen_tok_s=None)]),
+    ])
+    assert [r["tok_s"] for r in rows] == [None, 100.0, 56.0, 60.0, 46.0, 50.0, None, 45.0, None]
+    assert [r["processes"]["11"]["pid"] for r in rows] == [500, 500, 500, 500, 501, 501, 501, 501, None]
+    assert [r["processes"]["11"]["generation_tokens_total"] for r in rows] == [
+        400.0, 500.0, 40.0, 100.0, 30.0, 80.0, None, 125.0, None]
+
+
+def test_it_sums_the_deployment_tok_s_over_decode_processes_including_one_that_appears(db):
+    node = cpu_node_create(name="hist-pd")
+    deployment = deployment_row_create(recipe=recipe_row_create(node=node))
+    writer = HistoryWriter(node_id=node.pk, flush_every_s=0)
+    prefill = functools.partial(engine_process, 21, role="prefill", pid=600)
+    decode = functools.partial(engine_process, 22, role="decode", pid=601)
+    second = functools.partial(engine_process, 23, role="decode", pid=602)
+    router = engine_process(20, role="router", pid=599)  # no token counters
+    rows = stored_rows(writer, deployment, [
+        (0.2, [router, prefill(gen=0.0, prompt=0.0), decode(gen=0.0, prompt=0.0)]),
+        (0.7, [router, prefill(gen=2.0, prompt=300.0, gen_tok_s=4.0, prompt_tok_s=600.0),
+               decode(gen=10.0, prompt=0.0, gen_tok_s=20.0, prompt_tok_s=0.0)]),
+        # A second decode worker appears mid-second, with its counter already at 500.
+        (1.2, [router, prefill(gen=2.0, prompt=300.0, gen_tok_s=0.0, prompt_tok_s=0.0),
+               decode(gen=40.0, prompt=0.0, gen_tok_s=60.0, prompt_tok_s=0.0)]),
+        (1.7, [router, prefill(gen=4.0, prompt=600.0, gen_tok_s=4.0, prompt_tok_s=600.0),
+               decode(gen=70.0, prompt=0.0, gen_tok_s=60.0, prompt_tok_s=0.0), second(gen=500.0)]),
+        (2.2, [router, prefill(gen=4.0, prompt=600.0, gen_tok_s=0.0, prompt_tok_s=0.0),
+               decode(gen=95.0, prompt=0.0, gen_tok_s=50.0, prompt_tok_s=0.0),
+               second(gen=530.0, gen_tok_s=60.0)]),
+        (2.7, [router, prefill(gen=4.0, prompt=600.0, gen_tok_s=0.0, prompt_tok_s=0.0),
+               decode(gen=99.0, prompt=0.0, gen_tok_s=8.0, prompt_tok_s=0.0),
+               second(gen=537.0, gen_tok_s=14.0)]),
+    ])
+    procs = [r["processes"] for r in rows]
+    assert [p["22"]["gen_tok_s"] for p in procs] == [20.0, 60.0, 29.0]  # first second: the mean
+    assert [p.get("23", {}).get("gen_tok_s") for p in procs] == [None, None, 37.0]  # 1 sample, no rate
+    # Prefill's tokens are not the deployment's (decode streams them): the decode workers' sum,
+    # unknown while one of them is.
+    assert [r["tok_s"] for r in rows] == [20.0, None, 29.0 + 37.0]
+    assert [p["21"]["prompt_tok_s"] for p in procs] == [600.0, 300.0, 0.0]
+    assert [p["20"]["gen_tok_s"] for p in procs] == [None, None, None]
+
+
+def test_it_forgets_the_counters_of_a_process_gone_for_a_minute(db):
+    node = cpu_node_create(name="hist-forget")
+    deployment = deployment_row_create(recipe=recipe_row_create(node=node))
+    writer = HistoryWriter(node_id=node.pk, flush_every_s=0)
+    stays = functools.partial(engine_process, 31, role="prefill", pid=700, gen=0.0)
+    goes = functools.partial(engine_process, 32, pid=701)
+    samples = [(0.5, [stays(), goes(gen=10.0, gen_tok_s=None)]), (1.5, [stays(), goes(gen=30.0, gen_tok_s=20.0)])]
+    samples += [(s + 0.5, [stays()]) for s in range(2, 3 + COUNTERS_KEPT_S)]
+    # Back with the same pid after more than COUNTERS_KEPT_S seconds: its reading was dropped.
+    samples += [(5.5 + COUNTERS_KEPT_S, [stays(), goes(gen=90.0, gen_tok_s=12.0)])]
+    rows = stored_rows(writer, deployment, samples)
+    assert [r["tok_s"] for r in rows if "32" in r["processes"]] == [None, 20.0, 12.0]
+    # Gone for less: still compared with its last reading.
+    writer = HistoryWriter(node_id=node.pk, flush_every_s=0)
+    deployment = deployment_row_create(recipe=recipe_row_create(node=node, name="hist-forget-2"))
+    rows = stored_rows(writer, deployment, [(0.5, [stays(), goes(gen=10.0)]), (1.5, [stays()]),
+                                            (2.5, [stays(), goes(gen=90.0, gen_tok_s=12.0)])])
+    assert [r["tok_s"] for r in rows] == [None, None, 80.0]
 
 
 def _node_rows(node, seconds: list[int], *, gpus: tuple[int, ...] = (0,)) -> None:
@@ -144,8 +287,9 @@ def test_it_returns_deployment_series_per_process(db):
     node = cpu_node_create(name="hist-dep")
     deployment = deployment_row_create(recipe=recipe_row_create(node=node))
     writer = HistoryWriter(node_id=node.pk, flush_every_s=0)
-    for s, tok in ((0, 10.0), (1, None), (2, 30.0)):
-        writer.add_deployment(deployment.pk, T0 + s, deployment_sample(tok_s=tok, process_id=7, running=s))
+    for s, tok in ((0, 10.0), (1, None), (2, 30.0)):  # no counters: the rates are stored as sampled
+        writer.add_deployment(deployment.pk, T0 + s, deployment_sample(tok_s=tok, process_id=7, running=s,
+                                                                       gen=None))
     writer.flush(everything=True)
     series = telemetry_for_deployment(deployment_id=deployment.pk)
     assert series["t"] == [T0 + 0.0, T0 + 1.0, T0 + 2.0]
