@@ -369,11 +369,14 @@ class NodeTelemetry(models.Model):
 class DeploymentTelemetry(models.Model):
     """One second of a deployment's telemetry (its ``deployment.sample`` messages rolled up).
 
-    ``data``: ``{"status", "tok_s", "processes": {"<process id>": {"gen_tok_s", "prompt_tok_s",
-    "running", "queued", "kv_usage", "gpu_memory_bytes", "cpu_pct", "rss_bytes", "health"}}}``;
-    tok/s, request counts, KV usage and CPU are means over the second, memory and states the
-    last value. Kept with the deployment after it ends, so a past deployment or sweep can show
-    its telemetry next to its results, until pruned by age.
+    ``data``: ``{"status", "tok_s", "processes": {"<process id>": {"role", "pid", "gen_tok_s",
+    "prompt_tok_s", "generation_tokens_total", "prompt_tokens_total", "running", "queued",
+    "kv_usage", "gpu_memory_bytes", "cpu_pct", "rss_bytes", "health"}}}``; tok/s are the tokens
+    the engines' counters gained in the second (so they add up to the counters; the mean of the
+    sampled rates only where no earlier reading of the process exists, see
+    :mod:`deployments.telemetry.history`), request counts, KV usage and CPU means over the second,
+    counters, memory and states the last value. Kept with the deployment after it ends, so a past
+    deployment or sweep can show its telemetry next to its results, until pruned by age.
     """
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="telemetry")
