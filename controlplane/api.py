@@ -44,9 +44,9 @@ from rest_framework.utils import html
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
-    DEFAULT_MAX_BODY_BYTES, MAX_PAGE_LIMIT, MAX_PAGE_OFFSET, NonFiniteNumber, Pagination, RefusedBody, RepeatedKeys,
-    RequestTooLarge, SafeJSONParser, api_max_body_bytes, body_errors, given_more_than_once, json_loads,
-    repeated_key_errors,
+    DEFAULT_MAX_BODY_BYTES, FORM_ONLY_KEYS, MAX_PAGE_LIMIT, MAX_PAGE_OFFSET, NonFiniteNumber, Pagination, RefusedBody,
+    RepeatedKeys, RequestTooLarge, SafeJSONParser, UNSHOWN_VALUE_KEYS, api_max_body_bytes, body_errors,
+    given_more_than_once, json_loads, repeated_key_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 
@@ -208,9 +208,13 @@ def request_body(request) -> tuple[Any, dict[str, list[str]]]:
     Returns ``(data, errors)``: ``data`` as parsed (a body that repeats a key or has a ``NaN`` or
     ``Infinity`` literal included, which :class:`SafeJSONParser` refuses on its own), ``errors``
     as :func:`body_errors` names them (``{"recipe": ["is given 2 times (1, 2): give it once"],
-    "spec.roles.single.port": ["1e400 is not a finite number"]}``), empty when there is none. Pass
-    ``errors`` to the input serializer as ``context["body_errors"]`` (:class:`StrictInputMixin`
-    and the recipe input merge them with :func:`merge_body_errors`)."""
+    "spec.roles.single.port": ["1e400 is not a finite number"]}``), empty when there is none. A
+    form-encoded or multipart body's field given more than once (``name=a&name=b``, a file field
+    too) is named the same way (``{"name": ["is given 2 times (a, b): give it once"]}``;
+    :data:`FORM_ONLY_KEYS` left alone, a ``password`` or ``value`` by its count alone), where the
+    form parsers would hand the serializer the last value. Pass ``errors`` to the input serializer
+    as ``context["body_errors"]`` (:class:`StrictInputMixin` and the recipe input merge them with
+    :func:`merge_body_errors`)."""
     try:
         data = request.data
     except RefusedBody as exc:
@@ -222,10 +226,6 @@ def shown_key(key: Any) -> str:
     """A body's key as an error message quotes it: ``repr`` of its text, cut to 80 characters."""
     text = repr(str(key))
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-# Keys a browser's form post adds to the fields it sends: never a field, never refused.
-FORM_ONLY_KEYS = frozenset({"csrfmiddlewaretoken"})
 
 
 def unknown_field_errors(data: Any, allowed: Iterable[str], *,

@@ -27,7 +27,9 @@ Client → server messages (JSON text frames, ``{"action": ...}``):
 * ``{"action": "resync", "groups": [...]}`` → ``live.snapshot`` (sequence + last messages) for
   subscribed groups, after the client saw a gap in a group's ``seq``.
 
-Anything else gets ``live.error`` and ``CLOSE_BAD_REQUEST``.
+Anything else gets ``live.error`` and ``CLOSE_BAD_REQUEST``, a frame that gives a key more than
+once too (``{"action": "ack", "count": 1, "count": 5}``: ``key 'count' is given 2 times: give it
+once``; neither value is taken).
 
 Fan-out: the sockets of one server process share one channel-layer membership per group
 (:class:`LiveHub`): a broadcast costs one Redis message per server process, not one per open
@@ -96,6 +98,7 @@ from django.core.exceptions import ValidationError
 from django.db import DatabaseError
 from django.utils.crypto import constant_time_compare
 
+from controlplane.drf_defaults import json_loads, repeated_key_errors
 from controlplane.permissions import has_role
 from controlplane.realtime import current_seq, group_kind, latest_messages, live_user_group
 
@@ -643,9 +646,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self._fail(CLOSE_BAD_REQUEST, "frames must be JSON text of at most 64 KiB")
             return
         try:
-            content = json.loads(text_data)
+            content = json_loads(text_data)
         except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
             await self._fail(CLOSE_BAD_REQUEST, "frames must be JSON objects")
+            return
+        # plain json.loads keeps a repeated key's last value: {"count": 1, "count": 5} would ack 5
+        repeated = repeated_key_errors(content, values_shown=False)
+        if repeated:
+            await self._fail(CLOSE_BAD_REQUEST, "; ".join(
+                f"key {path!r} {message}" for path, messages in repeated.items() for message in messages))
             return
         action = content.get("action") if isinstance(content, dict) else None
         handler = {

@@ -1,7 +1,8 @@
 """The classes REST framework's settings name (``DEFAULT_PARSER_CLASSES``,
 ``DEFAULT_PAGINATION_CLASS``): the size-limited JSON parser and the page-size cap, and how that
 parser marks and locates numbers that are not finite and keys given twice in one object
-(:class:`NonFiniteNumber`, :class:`RepeatedKeys`, :func:`json_loads`, :func:`body_errors`).
+(:class:`NonFiniteNumber`, :class:`RepeatedKeys`, :func:`json_loads`, :func:`body_errors`, which
+also names a field a form-encoded or multipart body gives twice).
 
 They live apart from :mod:`controlplane.api` on purpose. REST framework imports the classes its
 settings name while ``rest_framework.views`` is being imported (``APIView``'s class body reads
@@ -19,6 +20,7 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.utils.datastructures import MultiValueDict
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
@@ -127,21 +129,45 @@ def _json_text(value: Any) -> str:
         return "…"
 
 
-def _marks(data: Any, prefix: str):
-    """``(path, message, kind)`` for each mark :func:`json_loads` left in ``data``: ``kind``
-    "repeated" for a key given more than once (its values are not looked into), "nonfinite" for a
-    number that is not finite. No recursion: the parser accepts bodies nested deeper than Python's
-    stack."""
+# Keys a browser's form post adds to the fields it sends: never a field, never refused (given
+# twice either: a page may hold two forms' tokens).
+FORM_ONLY_KEYS = frozenset({"csrfmiddlewaretoken"})
+
+# Keys whose values a message never repeats (the token endpoint's password, a secret's value): one
+# given twice is named with the count alone, as a 400's body may reach a log or a shared screen.
+UNSHOWN_VALUE_KEYS = frozenset({"password", "value"})
+
+
+def _given(value: dict) -> dict[str, list[str]]:
+    """Each key of the object ``value`` given more than once, with every value given in order as
+    a message shows it: a :class:`RepeatedKeys`'s in JSON's spelling, a form-encoded or multipart
+    body's (a ``QueryDict``, its files among its fields) as sent, a file by its name
+    (:data:`FORM_ONLY_KEYS` left out); ``{}`` for any other object."""
+    if isinstance(value, RepeatedKeys):
+        return {key: [_json_text(v) for v in values] for key, values in value.repeated.items()}
+    if isinstance(value, MultiValueDict):
+        return {key: [str(v) for v in values] for key, values in value.lists()
+                if len(values) > 1 and key not in FORM_ONLY_KEYS}
+    return {}
+
+
+def _marks(data: Any, prefix: str, *, values_shown: bool = True):
+    """``(path, message, kind)`` for each mark :func:`json_loads` left in ``data`` and each field a
+    form body gives twice: ``kind`` "repeated" for a key given more than once (its values are not
+    looked into; the message names them unless ``values_shown`` is false or the key is one of
+    :data:`UNSHOWN_VALUE_KEYS`), "nonfinite" for a number that is not finite. No recursion: the
+    parser accepts bodies nested deeper than Python's stack."""
     stack: list[tuple[str, Any]] = [(prefix, data)]
     while stack:
         path, value = stack.pop()
         if isinstance(value, NonFiniteNumber):
             yield path or "non_field_errors", f"{value.literal} is not a finite number", "nonfinite"
         elif isinstance(value, dict):
-            repeated = value.repeated if isinstance(value, RepeatedKeys) else {}
+            repeated = _given(value)
             for key, values in repeated.items():
                 yield (f"{path}.{key}" if path else str(key),
-                       given_more_than_once([_json_text(v) for v in values]), "repeated")
+                       given_more_than_once(values, shown=values_shown and key not in UNSHOWN_VALUE_KEYS),
+                       "repeated")
             # list(): a form body's QueryDict yields its items from a generator, not a view
             stack.extend((f"{path}.{key}" if path else str(key), item)
                          for key, item in reversed(list(value.items())) if key not in repeated)
@@ -157,18 +183,27 @@ def body_errors(data: Any, prefix: str = "") -> dict[str, list[str]]:
     nothing under that key is judged) and each number that is not finite
     (``{"spec.roles.single.port": ["1e400 is not a finite number"]}``). List items are named by
     index (``grid.request_rates.1``); a body that is itself such a number sits under
-    ``non_field_errors``; ``prefix`` is put before every path. Empty when there is none."""
+    ``non_field_errors``; ``prefix`` is put before every path. Empty when there is none.
+
+    A form-encoded or multipart body (a ``QueryDict``, which would hand a serializer the last value)
+    is judged the same way: each field given more than once, a file field too, is named with the
+    values as sent (``{"name": ["is given 2 times (a, b): give it once"]}``, a file by its name),
+    :data:`FORM_ONLY_KEYS` left alone. A key of :data:`UNSHOWN_VALUE_KEYS` (``password``,
+    ``value``) is named with its count alone in either kind of body (``is given 2 times: give it
+    once``)."""
     errors: dict[str, list[str]] = {}
     for path, message, _kind in _marks(data, prefix):
         errors.setdefault(path, []).append(message)
     return errors
 
 
-def repeated_key_errors(data: Any, prefix: str = "") -> dict[str, list[str]]:
+def repeated_key_errors(data: Any, prefix: str = "", *, values_shown: bool = True) -> dict[str, list[str]]:
     """The keys given more than once of :func:`body_errors` alone, for a page's JSON text field
-    (whose numbers its own checks judge)."""
+    (whose numbers its own checks judge), a command's JSON option or a websocket frame; with
+    ``values_shown`` false each message names the count alone (``is given 2 times: give it
+    once``)."""
     errors: dict[str, list[str]] = {}
-    for path, message, kind in _marks(data, prefix):
+    for path, message, kind in _marks(data, prefix, values_shown=values_shown):
         if kind == "repeated":
             errors.setdefault(path, []).append(message)
     return errors
@@ -269,12 +304,16 @@ MAX_PAGE_LIMIT = 500
 MAX_PAGE_OFFSET = 10**15 - 1
 
 
-def given_more_than_once(values: list[str]) -> str | None:
+def given_more_than_once(values: list[str], *, shown: bool = True) -> str | None:
     """The message for a query parameter that takes one value given ``len(values)`` times
-    (``"is given 2 times (3, 4): give it once"``); None for one value or none. Neither value is
-    taken: taking the last one silently would answer a question the client did not ask."""
+    (``"is given 2 times (3, 4): give it once"``; with ``shown`` false, for a value no message may
+    repeat such as a password, ``"is given 2 times: give it once"``); None for one value or none.
+    Neither value is taken: taking the last one silently would answer a question the client did
+    not ask."""
     if len(values) <= 1:
         return None
+    if not shown:
+        return f"is given {len(values)} times: give it once"
     return f"is given {len(values)} times ({', '.join(v[:40] for v in values[:8])}): give it once"
 
 

@@ -3,8 +3,9 @@
 ``POST /api/auth/token/`` with ``{"username": ..., "password": ...}`` → ``{"token": ...}``.
 The same user always gets the same token (DRF's ``authtoken`` keeps one per user); deleting it
 in admin revokes it. Wrong credentials → 400 ``{"non_field_errors": ["Unable to log in with
-provided credentials."]}``, never a hint which part was wrong; a missing field, another key or a
-value that is not a string → 400 naming it.
+provided credentials."]}``, never a hint which part was wrong; a missing field, another key, a
+value that is not a string or a field given twice → 400 naming it (a password given twice by its
+count alone: ``{"password": ["is given 2 times: give it once"]}``).
 More than 20 attempts a minute from one address → 429.
 Right credentials of a user in no role group → 403 ``{"detail": ..., "code": "no_role"}`` and
 no token is created (such a token would be refused everywhere).
@@ -21,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle
 
-from controlplane.api import DetailSerializer, ValidationErrorSerializer, given_more_than_once, unknown_field_errors
+from controlplane.api import DetailSerializer, ValidationErrorSerializer, request_body, unknown_field_errors
 from controlplane.permissions import user_role
 
 
@@ -63,16 +64,15 @@ class TokenObtainView(ObtainAuthToken):
     def post(self, request, *args, **kwargs):
         # The body is {"username", "password"}, both text: another key is refused at its name and a
         # number or boolean is not taken as the text it would print as (DRF's CharField would).
-        errors = unknown_field_errors(request.data, ["username", "password"])
-        if hasattr(request.data, "getlist"):   # a form body may repeat a field; the last would win silently
-            errors.update({name: [message] for name in ("username", "password")
-                           if (message := given_more_than_once(request.data.getlist(name)))})
-        if isinstance(request.data, Mapping):
+        # A key given twice (JSON or form) is named beside the rest, the password by its count alone.
+        data, found = request_body(request)
+        errors = {**unknown_field_errors(data, ["username", "password"]), **found}
+        if isinstance(data, Mapping):
             errors.update({name: ["must be a string"] for name in ("username", "password")
-                           if name in request.data and not isinstance(request.data[name], str)})
+                           if name in data and name not in found and not isinstance(data[name], str)})
         if errors:
             raise ValidationError(errors)
-        serializer = self.get_serializer(data=request.data)
+        serializer = self.get_serializer(data=data)
         serializer.is_valid(raise_exception=True)
         user = serializer.validated_data["user"]
         if user_role(user) is None:
