@@ -1,18 +1,30 @@
 """``manage.py kernel_job <package> (--node NAME | --external) [--cc 9.0] [--params JSON]
 [--shapes a,b] [--batches 1,8] [--wait SECONDS]``: create a kernel job (queued on the node's agent,
-or waiting for builds and results made elsewhere) and optionally wait for it to end."""
+or waiting for builds and results made elsewhere) and optionally wait for it to end.
+
+A job that cannot be created is a ``CommandError`` listing every problem, one per line at its path
+(``params.impl: is given 2 times (["split_k"], ["baseline"]): give it once``, ``shapes: "zzz" is
+not a shape of ...``): a key ``--params`` gives more than once is named beside the other problems
+and neither of its values is taken."""
 from __future__ import annotations
 
-import json
 import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.drf_defaults import json_loads, repeated_key_errors
 from controlplane.errors import InvalidInput
 from deployments.models import Node
 from kernels.choices import JOB_TERMINAL
 from kernels.models import KernelPackage
-from kernels.services import job_progress_total, kernel_job_create
+from kernels.services import job_progress_total, kernel_job_check, kernel_job_create
+
+
+def not_created(errors: dict[str, list[str]]) -> CommandError:
+    """The ``CommandError`` of a job not created: every message of ``errors`` (path → messages) on
+    a line of its own, at its path."""
+    lines = [f"  {path}: {message}" for path, messages in errors.items() for message in messages]
+    return CommandError("the job was not created:\n" + "\n".join(lines))
 
 
 class Command(BaseCommand):
@@ -42,22 +54,29 @@ class Command(BaseCommand):
             if node is None:
                 raise CommandError(f"no node named {options['node']!r}")
         try:
-            subset = json.loads(options["params"]) if options["params"] else None
-        except ValueError as exc:
+            subset = json_loads(options["params"]) if options["params"] else None
+        except (ValueError, RecursionError) as exc:
             raise CommandError(f"--params is not JSON: {exc}") from None
         try:
             batches = [int(b) for b in options["batches"].split(",") if b] if options["batches"] else None
         except ValueError:
             raise CommandError("--batches must be comma-separated integers") from None
         shapes = [s for s in options["shapes"].split(",") if s] if options["shapes"] else None
+        job_args = {"package": pkg, "node": node, "cc": options["cc"], "shapes": shapes, "batches": batches,
+                    "dispatch": not options["external"]}
+        repeated = repeated_key_errors(subset, "params")
+        if repeated:
+            # The rest is judged without the keys given twice; the grid's size is not, as it
+            # depends on the value that was not taken.
+            kept = ({k: v for k, v in subset.items() if f"params.{k}" not in repeated and not repeated_key_errors(v)}
+                    if isinstance(subset, dict) else subset)
+            others = kernel_job_check(params_subset=kept or None, **job_args)
+            raise not_created({**repeated, **{path: messages for path, messages in others.items()
+                                              if path not in repeated and path != "variants"}})
         try:
-            job = kernel_job_create(package=pkg, node=node, cc=options["cc"], params_subset=subset, shapes=shapes,
-                                    batches=batches, dispatch=not options["external"])
+            job = kernel_job_create(params_subset=subset, **job_args)
         except InvalidInput as exc:
-            for path, msgs in exc.errors.items():
-                for m in msgs:
-                    self.stderr.write(f"{path}: {m}")
-            raise CommandError("the job was not created") from None
+            raise not_created(exc.errors) from None
         self.stdout.write(f"kernel job #{job.pk}: {pkg.name}, {job.variants_total} variants, target {job.target}, "
                           + (f"queued on node.{node.name}" if node else "waiting for external builds and results"))
         deadline = time.monotonic() + options["wait"]

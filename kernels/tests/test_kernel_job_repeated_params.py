@@ -1,0 +1,74 @@
+"""``manage.py kernel_job --params JSON`` refuses a key given more than once (``{"impl":
+["tiled"], "impl": ["baseline"]}``) as a JSON API body does, where Python's ``json`` would take
+the last: a ``CommandError`` naming ``params.impl`` (``is given 2 times (["tiled"], ["baseline"]):
+give it once``) beside every other problem of the job, and no job is created."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from kernels.models import KernelJob
+
+pytestmark = pytest.mark.django_db
+
+
+def kernel_job(*args: str) -> str:
+    out = io.StringIO()
+    call_command("kernel_job", "toy_attn", "--external", "--cc", "9.0", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def test_a_param_given_twice_is_refused_and_no_job_is_created(toy_package):
+    with pytest.raises(CommandError) as err:
+        kernel_job("--params", '{"impl": ["tiled"], "impl": ["baseline"]}')
+
+    assert str(err.value) == ('the job was not created:\n'
+                              '  params.impl: is given 2 times (["tiled"], ["baseline"]): give it once')
+    assert not KernelJob.objects.exists()
+
+
+def test_a_param_given_twice_is_named_beside_every_other_problem(toy_package):
+    with pytest.raises(CommandError) as err:
+        kernel_job("--params", '{"impl": ["tiled"], "BLOCK": [48], "impl": ["baseline"]}',
+                   "--shapes", "small,zzz", "--batches", "1,3")
+
+    assert str(err.value).splitlines() == [
+        "the job was not created:",
+        '  params.impl: is given 2 times (["tiled"], ["baseline"]): give it once',
+        "  shapes: 'zzz' is not a shape of toy_attn (small, wide)",
+        "  batches: 3 is not a batch size of the manifest ([1, 4])",
+        "  params.BLOCK: 48 is not one of the grid's values [16, 32, 64]",
+    ]
+    assert not KernelJob.objects.exists()
+
+
+def test_a_key_given_twice_inside_a_param_s_values_is_named_at_its_path(toy_package):
+    with pytest.raises(CommandError) as err:
+        kernel_job("--params", '{"impl": [{"x": 1, "x": 2}], "BLOCK": [32]}')
+
+    assert str(err.value) == ("the job was not created:\n"
+                              "  params.impl.0.x: is given 2 times (1, 2): give it once")
+    assert not KernelJob.objects.exists()
+
+
+def test_each_param_once_still_creates_the_job(toy_package):
+    out = kernel_job("--params", '{"impl": ["tiled"], "BLOCK": [32]}')
+
+    job = KernelJob.objects.get()
+    assert job.params_subset == {"impl": ["tiled"], "BLOCK": [32]}
+    assert out.startswith(f"kernel job #{job.pk}: toy_attn, {job.variants_total} variants")
+    assert {v.params["impl"] for v in job.variants.all()} == {"tiled"}
+
+
+def test_a_job_the_service_refuses_lists_its_problems_the_same_way(toy_package):
+    with pytest.raises(CommandError) as err:
+        kernel_job("--params", '{"BLOCK": [48]}', "--batches", "3")
+
+    assert str(err.value).splitlines() == [
+        "the job was not created:",
+        "  batches: 3 is not a batch size of the manifest ([1, 4])",
+        "  params.BLOCK: 48 is not one of the grid's values [16, 32, 64]",
+    ]
+    assert not KernelJob.objects.exists()
