@@ -27,6 +27,7 @@ from controlplane.api import (
     DetailSerializer,
     ExportFormatMixin,
     ExportQuerySerializer,
+    Pagination,
     attachment,
     flatten_errors,
     no_body,
@@ -141,20 +142,37 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                                   "?format=csv: a header row and one row per variant (params as param.<name>, "
                                   "build facts, per shape <shape>.median_us, <shape>.gbps, ...: units in the "
                                   "names), as an attachment")),
-                              400: ERRORS_400, 404: ERROR_404})
+                              400: ERRORS_400, 404: ERROR_404},
+                   description="400 for an unknown query key, naming it and the keys taken.")
     @action(detail=True, methods=["get"])
     def variants(self, request: Request, pk: str | None = None) -> HttpResponse:
         """The job's variant table (:func:`kernels.selectors.variant_table`) as JSON, or with
         ``?format=csv`` its rows as a CSV download (:func:`kernels.services.variant_table_csv`):
-        every row of the filtered, sorted table from ``offset``, or ``limit`` of them when given."""
-        q = query_validated(s.VariantTableQuerySerializer, request)
+        every row of the filtered, sorted table from ``offset``, or ``limit`` of them when given.
+        A query key the table does not take (``sortt``) is a 400 naming it and the keys taken
+        (``{"sortt": ["unknown field 'sortt'; allowed: format, batch, state, sort, limit, offset,
+        p.<parameter>"]}``), beside every other problem of the query, never ignored."""
+        # Any other key (sortt=) is a 400 naming it and the keys taken, with every other problem;
+        # a p.<name> key is judged by the table (not a parameter of this job: 400 under p.<name>).
+        taken = dict.fromkeys([*s.VariantTableQuerySerializer().fields, Pagination.limit_query_param,
+                               Pagination.offset_query_param, api_settings.URL_FORMAT_OVERRIDE, "p.<parameter>"])
+        unknown = unknown_field_errors({key: None for key in request.query_params if not key.startswith("p.")}, taken)
+        try:
+            q = query_validated(s.VariantTableQuerySerializer, request)
+        except ValidationError as exc:
+            raise ValidationError({**exc.detail, **unknown}) from None
         # a parameter given twice never reaches here (controlplane.drf_defaults.SingleValuedQuery)
         params, _ = selectors.variant_filters(request.query_params)
         as_csv = q["format"] == "csv"
         limit = None if as_csv and "limit" not in request.query_params else q["limit"]
         job: KernelJob = self.get_object()
-        table = selectors.variant_table(job=job, batch=q.get("batch"), state=q["state"], params=params,
-                                        sort=q["sort"], limit=limit, offset=q["offset"])
+        try:
+            table = selectors.variant_table(job=job, batch=q.get("batch"), state=q["state"], params=params,
+                                            sort=q["sort"], limit=limit, offset=q["offset"])
+        except InvalidInput as exc:
+            raise InvalidInput({**exc.errors, **unknown}) from None
+        if unknown:
+            raise ValidationError(unknown)
         if as_csv:
             return attachment(services.variant_table_csv(table=table), content_type="text/csv",
                              filename=f"kernel-job-{job.pk}-variants-batch-{table.batch}.csv")
