@@ -97,21 +97,18 @@ WORKER_ROLES = ("prefill", "decode", "single")
 
 def json_shown(value: Any) -> str:
     """A value of a JSON body or file as a refusal quotes it, in JSON spelling, never Python's
-    (``True``, ``None``): a number as its JSON text (``100000``, ``-1.0``, ``1e+308``), ``null``,
-    a list as ``the list [8, 8, 8]``, anything else as :func:`controlplane.api.shown_value` names
-    it (``the boolean true``, ``the string "8"``, ``null``, ``an object``); texts cut to 40 characters (an
-    integer of more digits as ``1.00e+50``). A float that is not finite, which JSON cannot write, is
-    shown as ``inf`` or ``nan``."""
+    (``True``, ``None``): a number bare, as its JSON text (``100000``, ``-1.0``, ``1e+308``; an
+    integer of more than 40 digits as ``1.00e+50``), anything else as
+    :func:`controlplane.api.shown_value` names it (``the boolean true``, ``the string "8"``,
+    ``null``, ``the list [8, 8, 8]``, ``the object {"in": 8}``); texts cut to 40 characters. A
+    float that is not finite, which JSON cannot write, is shown as ``inf`` or ``nan``."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        text = json.dumps(value)
-        if len(text) > 40:  # an integer of many digits: its magnitude, not its first digits
-            text = f"{Decimal(value):.3g}"
-    elif isinstance(value, (list, tuple)):
-        text = "the list " + json.dumps(value, ensure_ascii=False, default=str)
-    else:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
         return shown_value(value)
+    text = json.dumps(value)
+    if len(text) > 40:  # an integer of many digits: its magnitude, not its first digits
+        text = f"{Decimal(value):.3g}"
     return text if len(text) <= 40 else text[:39] + "…"
 
 

@@ -311,18 +311,18 @@ def no_body(request) -> None:
 
 
 def shown_value(value: Any) -> str:
-    """A body value of the wrong type as a message names it: its JSON type and, for a scalar, its
-    JSON text cut to 40 characters (``the string "1"``, ``the number 9.0``, ``the boolean true``,
-    ``null``, ``a list``, ``an object``)."""
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
+    """A body value of the wrong type as a message names it: its JSON type and its JSON text cut
+    to 40 characters (``the string "1"``, ``the number 9.0``, ``the boolean true``, ``null``,
+    ``the list [8, 8, 8]``, ``the object {"a": 1}``; a longer text ends in ``…``)."""
     if value is None:
         return "null"
-    kind = ("boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
+    kind = ("list" if isinstance(value, (list, tuple)) else "object" if isinstance(value, dict)
+            else "boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
             else "string" if isinstance(value, str) else type(value).__name__)
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):   # nested deeper than the stack left here allows
+        text = "[…" if kind == "list" else "{…" if kind == "object" else "…"
     return f"the {kind} {text if len(text) <= 40 else text[:39] + '…'}"
 
 

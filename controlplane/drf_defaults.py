@@ -1,8 +1,10 @@
 """The classes REST framework's settings name (``DEFAULT_PARSER_CLASSES``,
-``DEFAULT_PAGINATION_CLASS``): the size-limited JSON parser and the page-size cap, and how that
-parser marks and locates numbers that are not finite and keys given twice in one object
-(:class:`NonFiniteNumber`, :class:`RepeatedKeys`, :func:`json_loads`, :func:`body_errors`, which
-also names a field a form-encoded or multipart body gives twice).
+``DEFAULT_PAGINATION_CLASS``, ``DEFAULT_CONTENT_NEGOTIATION_CLASS``): the size-limited JSON
+parser, the page-size cap and the 400 naming a ``?format=`` no renderer answers in
+(:class:`FormatNegotiation`), and how that parser marks and locates numbers that are not finite
+and keys given twice in one object (:class:`NonFiniteNumber`, :class:`RepeatedKeys`,
+:func:`json_loads`, :func:`body_errors`, which also names a field a form-encoded or multipart
+body gives twice).
 
 They live apart from :mod:`controlplane.api` on purpose. REST framework imports the classes its
 settings name while ``rest_framework.views`` is being imported (``APIView``'s class body reads
@@ -23,6 +25,7 @@ from django.conf import settings
 from django.utils.datastructures import MultiValueDict
 from rest_framework import status
 from rest_framework.exceptions import APIException, ParseError, ValidationError
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.parsers import JSONParser
@@ -379,3 +382,24 @@ class Pagination(LimitOffsetPagination):
             raw = request.query_params.get(self.offset_query_param)
             raise ValidationError({self.offset_query_param: [f"must be at most {MAX_PAGE_OFFSET}, got {raw[:40]!r}"]})
         return offset
+
+
+class FormatNegotiation(DefaultContentNegotiation):
+    """Every API endpoint: a ``?format=`` (or a ``.<format>`` suffix of the path) that none of the
+    endpoint's renderers answers in is a 400 naming the format and those the endpoint offers
+    (``{"format": ["must be one of json, api; got 'csv'"]}``; ``api`` is the browsable page), the
+    answer of an export's own ``?format=xml``, instead of DRF's bare 404 ``{"detail": "Not
+    found."}``. A ``?format=`` given more than once whose last value no renderer answers in is the
+    400 of a repeated parameter (:class:`SingleValuedQuery`). An action that serves a format
+    itself (an export's ``?format=csv``) forces the negotiation and never meets this refusal
+    (:class:`controlplane.api.ExportFormatMixin`). Content negotiation runs before
+    authentication, as DRF's 404 did."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        name = self.settings.URL_FORMAT_OVERRIDE
+        fmt = format_suffix or request.query_params.get(name)
+        if fmt and not any(renderer.format == fmt for renderer in renderers):
+            repeated = None if format_suffix else given_more_than_once(request.query_params.getlist(name))
+            offered = ", ".join(dict.fromkeys(renderer.format for renderer in renderers))
+            raise ValidationError({name: [repeated or f"must be one of {offered}; got {fmt[:40]!r}"]})
+        return super().select_renderer(request, renderers, format_suffix)

@@ -211,6 +211,8 @@ REST_FRAMEWORK = {
     # the role first (401/403), then the one rule on every request's query (a repeated parameter is a 400)
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.RolePermission", "controlplane.drf_defaults.SingleValuedQuery"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # a ?format= no renderer answers in is a 400 naming the formats offered, not a bare 404
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "controlplane.drf_defaults.FormatNegotiation",
     "EXCEPTION_HANDLER": "controlplane.api.exception_handler",
     # ?limit= (default PAGE_SIZE, at most controlplane.drf_defaults.MAX_PAGE_LIMIT = 500) and ?offset=.
     "DEFAULT_PAGINATION_CLASS": "controlplane.drf_defaults.Pagination",

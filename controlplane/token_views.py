@@ -4,13 +4,17 @@
 The same user always gets the same token (DRF's ``authtoken`` keeps one per user); deleting it
 in admin revokes it. Wrong credentials → 400 ``{"non_field_errors": ["Unable to log in with
 provided credentials."]}``, never a hint which part was wrong; a missing field, another key, a
-value that is not a string or a field given twice → 400 naming it (a password given twice by its
-count alone: ``{"password": ["is given 2 times: give it once"]}``).
+field given twice or a value that is not a string → 400 naming it and what was sent, every
+problem at once (``{"username": ["must be a string, got the number 5"]}``). No message quotes
+the password: one that is not a string is named by its type alone (``must be a string, got a
+number``), one given twice by the count (``is given 2 times: give it once``).
 More than 20 attempts a minute from one address → 429.
 Right credentials of a user in no role group → 403 ``{"detail": ..., "code": "no_role"}`` and
 no token is created (such a token would be refused everywhere).
 """
+import re
 from collections.abc import Mapping
+from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -22,7 +26,15 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.throttling import AnonRateThrottle
 
-from controlplane.api import DetailSerializer, ValidationErrorSerializer, request_body, unknown_field_errors
+from controlplane.api import (
+    DetailSerializer,
+    RepeatedKeys,
+    ValidationErrorSerializer,
+    given_more_than_once,
+    request_body,
+    shown_value,
+    unknown_field_errors,
+)
 from controlplane.permissions import user_role
 
 
@@ -33,6 +45,33 @@ class TokenThrottle(AnonRateThrottle):
 
     scope = "token"
     rate = "20/min"
+
+
+# A surrogate code point: a JSON string can carry one ("\ud800"), UTF-8 cannot encode it.
+_SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
+
+
+def _given(data: Any, name: str) -> list:
+    """Every value the body ``data`` gives the field ``name``: each of a form body's (a field may
+    come more than once), each of a JSON object's that gives the key more than once
+    (:class:`RepeatedKeys`), or its one; empty when none."""
+    if hasattr(data, "getlist"):
+        return data.getlist(name)
+    if isinstance(data, RepeatedKeys) and name in data.repeated:
+        return data.repeated[name]
+    return [data[name]] if isinstance(data, Mapping) and name in data else []
+
+
+def _json_type(value: Any) -> str:
+    """A password that is not a string as a refusal names it: its JSON type alone (``a number``,
+    ``a boolean``, ``null``, ``a list``, ``an object``), never its value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "a list" if isinstance(value, (list, tuple)) else "an object"
 
 
 class TokenObtainView(ObtainAuthToken):
@@ -50,7 +89,8 @@ class TokenObtainView(ObtainAuthToken):
             400: OpenApiResponse(ValidationErrorSerializer, description=(
                 'Wrong username or password (the same answer for either): {"non_field_errors": '
                 '["Unable to log in with provided credentials."]}; a field left out or blank: '
-                '{"password": ["This field is required."]}.')),
+                '{"password": ["This field is required."]}; a value that is not a string: {"username": '
+                '["must be a string, got the number 5"]} (a password by its type alone: "got a number").')),
             403: inline_serializer("TokenNoRole", {"detail": serializers.CharField(), "code": serializers.CharField()}),
             429: OpenApiResponse(DetailSerializer, description=(
                 'More than 20 attempts a minute from this address: {"detail": "Request was throttled. '
@@ -64,12 +104,24 @@ class TokenObtainView(ObtainAuthToken):
     def post(self, request, *args, **kwargs):
         # The body is {"username", "password"}, both text: another key is refused at its name and a
         # number or boolean is not taken as the text it would print as (DRF's CharField would).
-        # A key given twice (JSON or form) is named beside the rest, the password by its count alone.
-        data, found = request_body(request)
-        errors = {**unknown_field_errors(data, ["username", "password"]), **found}
-        if isinstance(data, Mapping):
-            errors.update({name: ["must be a string"] for name in ("username", "password")
-                           if name in data and name not in found and not isinstance(data[name], str)})
+        data, found = request_body(request)   # a key given twice, a number not finite: named with the rest
+        errors = unknown_field_errors(data, ["username", "password"])
+        # Of the password only how often it is given and its type are named, never its text.
+        errors.update({path: messages for path, messages in found.items()
+                       if path != "password" and not path.startswith("password.")})
+        for name in ("username", "password"):
+            given = _given(data, name)
+            if name in errors or not given:
+                continue
+            if len(given) > 1:   # a form body may repeat a field; the last would win silently
+                errors[name] = [given_more_than_once(given) if name == "username"
+                                else f"is given {len(given)} times: give it once"]
+            elif not isinstance(given[0], str):
+                shown = shown_value(given[0]) if name == "username" else _json_type(given[0])
+                errors[name] = [f"must be a string, got {shown}"]
+            elif name == "password" and _SURROGATE_RE.search(given[0]):
+                # DRF's CharField would name the code point, a character of the password
+                errors[name] = ["Surrogate characters are not allowed."]
         if errors:
             raise ValidationError(errors)
         serializer = self.get_serializer(data=data)

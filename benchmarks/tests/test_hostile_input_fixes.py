@@ -155,7 +155,7 @@ def test_an_unknown_key_in_an_import_is_refused_before_the_file_is_read(operator
 @pytest.mark.parametrize(("body", "field", "shown"), [
     ({"text": 5}, "text", "the number 5"),
     ({"text": True}, "text", "the boolean true"),
-    ({"text": ["{}"]}, "text", "a list"),
+    ({"text": ["{}"]}, "text", 'the list ["{}"]'),
     ({"text": VLLM, "filename": 7}, "filename", "the number 7"),
 ])
 def test_an_import_text_or_filename_that_is_not_a_string_is_refused_under_its_name(operator_api, body, field,

@@ -114,13 +114,13 @@ def test_it_quotes_refused_values_in_json_spelling(operator_api, starting) -> No
     assert lengths == {"grid.lengths.0": ["must be [input_len, output_len] or 'in:out' with 1..1000000 tokens, "
                                           "got the list [8, 8, 8]"],
                        "grid.lengths.1": ["must be [input_len, output_len] or 'in:out' with 1..1000000 tokens, "
-                                          "got an object"]}
+                                          'got the object {"in": 8}']}
 
 
 def test_json_shown_writes_values_as_json_does() -> None:
     assert [json_shown(v) for v in (True, False, None, 3, -1.0, 1e308, "x", [1, None], {"a": 1}, 10**50)] == [
         "the boolean true", "the boolean false", "null", "3", "-1.0", "1e+308", 'the string "x"',
-        "the list [1, null]", "an object", "1.00e+50"]
+        "the list [1, null]", 'the object {"a": 1}', "1.00e+50"]
 
 
 def test_an_import_takes_allow_duplicate_only_as_a_json_boolean(operator_api) -> None:

@@ -44,7 +44,7 @@ def test_the_token_body_takes_two_strings_and_no_other_key(viewer):
     assert extra.status_code == 400 and "token" not in extra.json()
     assert extra.json()["extra"] == ["unknown field 'extra'; allowed: username, password"]
     number = client.post("/api/auth/token/", {**good, "username": 123}, format="json")
-    assert number.status_code == 400 and number.json() == {"username": ["must be a string"]}
+    assert number.status_code == 400 and number.json() == {"username": ["must be a string, got the number 123"]}
     assert client.post("/api/auth/token/", good, format="json").status_code == 200
 
 

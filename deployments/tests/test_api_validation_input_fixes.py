@@ -182,7 +182,7 @@ def test_a_deploy_reports_a_bad_recipe_with_the_unknown_keys(operator_api):
 
 
 @pytest.mark.parametrize("recipe, shown", [(1.5, "the number 1.5"), (1.0, "the number 1.0"), (True, "the boolean true"),
-                                           ("1.5", 'the string "1.5"'), ("1", 'the string "1"'), ([1], "a list")])
+                                           ("1.5", 'the string "1.5"'), ("1", 'the string "1"'), ([1], "the list [1]")])
 def test_a_deploy_refuses_a_recipe_id_that_is_not_a_whole_number(operator_api, operator, node, recipe, shown):
     services.recipe_create(user=operator, **{**payload(), "node": node})  # recipe #1 exists: 1.5 must not hit it
 
@@ -245,7 +245,7 @@ def test_a_secret_update_still_takes_value_and_description(admin_api):
 @pytest.mark.parametrize("field, value, shown", [
     ("name", 5, 'must be a string (e.g. "seed-v4-flash-pd"), got the number 5'),
     ("description", 5, "must be a string, got the number 5"),
-    ("description", ["a"], "must be a string, got a list"),
+    ("description", ["a"], 'must be a string, got the list ["a"]'),
     ("change_reason", 5, "must be a string, got the number 5"),
     ("change_reason", True, "must be a string, got the boolean true"),
 ])
@@ -263,8 +263,9 @@ def test_a_recipe_text_that_is_not_a_json_string_is_refused_not_turned_into_text
     assert Recipe.objects.get(pk=recipe.pk).version == 1
 
 
-@pytest.mark.parametrize("value, shown", [(1, "the number 1"), (True, "the boolean true"), (["seed-8gpu"], "a list"),
-                                          ({"name": "seed-8gpu"}, "an object")])
+@pytest.mark.parametrize("value, shown", [(1, "the number 1"), (True, "the boolean true"),
+                                          (["seed-8gpu"], 'the list ["seed-8gpu"]'),
+                                          ({"name": "seed-8gpu"}, 'the object {"name": "seed-8gpu"}')])
 def test_a_node_that_is_not_a_node_name_is_refused_saying_so(operator_api, value, shown):
     response = operator_api.post("/api/recipes/", payload(node=value), format="json")
 

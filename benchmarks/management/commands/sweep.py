@@ -15,6 +15,9 @@ with its grid path and the API's message, one per line, and the command exits no
 """
 from __future__ import annotations
 
+import re
+from argparse import ArgumentTypeError
+
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 
@@ -34,20 +37,33 @@ OPTION_OF = {
     "slo": "--slo-ttft/--slo-tpot/--slo-e2e", "api": "--api", "wait_ready_s": "--wait-ready", "seed": "--seed",
 }
 
+# An integer as typed: ASCII digits with an optional sign (``int()`` also takes ``1_000``).
+_INTEGER_RE = re.compile(r"[+-]?[0-9]+")
 
-def _ints(text: str) -> list[int]:
+
+def _number(text: str) -> int | float:
+    """An option's number as typed: ``10001`` an integer, ``2.5`` or ``1e3`` a float, so a refusal
+    quotes it as the user wrote it (``got 10001``, not ``got 10001.0``). Raises
+    ``argparse.ArgumentTypeError`` (argparse's refusal, naming the option) for other text."""
     try:
-        return [int(x) for x in text.split(",") if x.strip()]
+        return int(text) if _INTEGER_RE.fullmatch(text.strip()) else float(text)
     except ValueError:
-        raise CommandError(f"not a comma-separated list of integers: {text!r}") from None
+        raise ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-def _floats(text: str, option: str) -> list[float]:
-    """``2,4.5`` as numbers; their ranges are the grid validation's to judge."""
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise CommandError(f"{option}: not a comma-separated list of numbers: {text!r}") from None
+def _items(text: str) -> list[int | float | str]:
+    """A comma-separated option (``1,8,16``, ``2,4.5``) as the grid's list: each item a number as
+    typed (:func:`_number`), or its text when it is not one, for the grid's validation to name at
+    its index beside every other problem (``--concurrency (grid.concurrency.1): must be an integer
+    1..4096, got the string "x"``); empty items are skipped."""
+    items: list[int | float | str] = []
+    for item in (x.strip() for x in text.split(",")):
+        if item:
+            try:
+                items.append(_number(item))
+            except ArgumentTypeError:
+                items.append(item)
+    return items
 
 
 def _option_for(path: str) -> str | None:
@@ -101,23 +117,23 @@ class Command(BaseCommand):
                             help="comma-separated, e.g. 1,8,16 (default 1,8,16 unless --request-rates is given)")
         parser.add_argument("--lengths", default="256:256", help="input:output token pairs, comma-separated")
         parser.add_argument("--requests", type=int, default=None, help="requests per point (default 4 x c)")
-        parser.add_argument("--requests-per-concurrency", type=float, default=None, help="requests = k x c")
-        parser.add_argument("--duration", type=float, default=None,
+        parser.add_argument("--requests-per-concurrency", type=_number, default=None, help="requests = k x c")
+        parser.add_argument("--duration", type=_number, default=None,
                             help="seconds per point (with --requests: whichever ends first)")
         parser.add_argument("--warmup", type=int, default=0, help="warmup requests per point")
         parser.add_argument("--api", default=None, help="sglang-generate, openai-completions or openai-chat")
         parser.add_argument("--request-rates", default=None, metavar="RATES",
                             help="open-loop points, requests/s, comma-separated, e.g. 2,4.5 (grid request_rates; "
                                  "needs --requests or --duration)")
-        parser.add_argument("--slo-ttft", type=float, default=None, metavar="S",
+        parser.add_argument("--slo-ttft", type=_number, default=None, metavar="S",
                             help="TTFT SLO for goodput, seconds (grid slo.ttft_s)")
-        parser.add_argument("--slo-tpot", type=float, default=None, metavar="S",
+        parser.add_argument("--slo-tpot", type=_number, default=None, metavar="S",
                             help="TPOT SLO for goodput, seconds (grid slo.tpot_s)")
-        parser.add_argument("--slo-e2e", type=float, default=None, metavar="S",
+        parser.add_argument("--slo-e2e", type=_number, default=None, metavar="S",
                             help="E2E SLO for goodput, seconds (grid slo.e2e_s)")
         parser.add_argument("--seed", type=int, default=None, metavar="N",
                             help="dataset seed, 0..2^31-1 (grid seed; default 0)")
-        parser.add_argument("--wait-ready", type=float, default=None, metavar="S",
+        parser.add_argument("--wait-ready", type=_number, default=None, metavar="S",
                             help="seconds to wait for the deployment to be ready, 0..86400 (grid wait_ready_s; "
                                  "default its startup timeout + 60)")
         parser.add_argument("--wait", action="store_true", help="follow the sweep and print its results")
@@ -134,9 +150,11 @@ class Command(BaseCommand):
                           .filter(recipe__name=target, status__in=DEPLOYMENT_ACTIVE).first())
         if deployment is None:
             raise CommandError(no_deployment_text(target))
-        rates = _floats(o["request_rates"], "--request-rates") if o["request_rates"] is not None else []
+        # An item that is no number goes to the grid as its text: the grid's validation names it at
+        # its index with every other problem, and refuses the sweep.
+        rates = _items(o["request_rates"]) if o["request_rates"] is not None else []
         concurrency = o["concurrency"] if o["concurrency"] is not None else ("" if rates else "1,8,16")
-        grid: dict = {"concurrency": _ints(concurrency), "lengths": [x for x in o["lengths"].split(",") if x],
+        grid: dict = {"concurrency": _items(concurrency), "lengths": [x for x in o["lengths"].split(",") if x],
                       "warmup": o["warmup"]}
         if rates:
             grid["request_rates"] = rates
