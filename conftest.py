@@ -14,6 +14,19 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _unused_token_allowance():
+    """Each test starts with the token endpoint's allowance (20 attempts a minute per address,
+    ``TokenThrottle``) unused: the test client always comes from 127.0.0.1, so the attempts of
+    the tests before it in the same process and minute would otherwise answer it 429. A test of
+    the throttle itself makes its own 21 attempts."""
+    from controlplane.token_views import TokenThrottle
+
+    throttle = TokenThrottle()
+    for address in ("127.0.0.1", "::1"):
+        throttle.cache.delete(throttle.cache_format % {"scope": throttle.scope, "ident": address})
+
+
 def _user(username: str, role: str | None) -> User:
     user = User.objects.create_user(username=username, password="correct-horse-battery")
     if role:
