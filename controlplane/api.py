@@ -326,6 +326,21 @@ def shown_value(value: Any) -> str:
     return f"the {kind} {text if len(text) <= 40 else text[:39] + '…'}"
 
 
+def shown_type(value: Any) -> str:
+    """A refused value that must not be quoted (a password, a secret) as a message names it: its
+    JSON type alone (``a string``, ``a number``, ``a boolean``, ``null``, ``a list``,
+    ``an object``), never any of its text."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, (list, tuple)) else "an object"
+
+
 class FormText(str):
     """A field's value as a form-encoded or multipart body gives it: text, the only thing a form
     can send (DRF's ``JSONField`` marks such values the same way)."""
@@ -387,19 +402,21 @@ class StrictTextMixin:
     refused as the wrong type (``must be a string (e.g. "9.0"), got the number 9.0``; ``what`` is
     what the message asks for, ``example`` the value it suggests) instead of being turned into its
     text (``5`` → ``"5"``) as DRF's :class:`~rest_framework.fields.CharField` and
-    :class:`~rest_framework.relations.SlugRelatedField` do. A form-encoded or multipart body sends
-    only text, so its values pass to the field as before."""
+    :class:`~rest_framework.relations.SlugRelatedField` do. ``conceal``: the refusal names the
+    value's type alone (:func:`shown_type`: ``got a number``), for a secret's value. A form-encoded
+    or multipart body sends only text, so its values pass to the field as before."""
 
-    def __init__(self, *, example: str = "", what: str = "a string", **kwargs) -> None:
+    def __init__(self, *, example: str = "", what: str = "a string", conceal: bool = False, **kwargs) -> None:
         self.example = example
         self.what = what
+        self.conceal = conceal
         super().__init__(**kwargs)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
             example = f" (e.g. {json.dumps(self.example)})" if self.example else ""
-            raise serializers.ValidationError(f"must be {self.what}{example}, got {shown_value(data)}",
-                                              code="invalid")
+            shown = shown_type(data) if self.conceal else shown_value(data)
+            raise serializers.ValidationError(f"must be {self.what}{example}, got {shown}", code="invalid")
         return super().to_internal_value(data)
 
 

@@ -32,6 +32,7 @@ from controlplane.api import (
     ValidationErrorSerializer,
     given_more_than_once,
     request_body,
+    shown_type,
     shown_value,
     unknown_field_errors,
 )
@@ -60,18 +61,6 @@ def _given(data: Any, name: str) -> list:
     if isinstance(data, RepeatedKeys) and name in data.repeated:
         return data.repeated[name]
     return [data[name]] if isinstance(data, Mapping) and name in data else []
-
-
-def _json_type(value: Any) -> str:
-    """A password that is not a string as a refusal names it: its JSON type alone (``a number``,
-    ``a boolean``, ``null``, ``a list``, ``an object``), never its value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return "a list" if isinstance(value, (list, tuple)) else "an object"
 
 
 class TokenObtainView(ObtainAuthToken):
@@ -117,7 +106,7 @@ class TokenObtainView(ObtainAuthToken):
                 errors[name] = [given_more_than_once(given) if name == "username"
                                 else f"is given {len(given)} times: give it once"]
             elif not isinstance(given[0], str):
-                shown = shown_value(given[0]) if name == "username" else _json_type(given[0])
+                shown = shown_value(given[0]) if name == "username" else shown_type(given[0])
                 errors[name] = [f"must be a string, got {shown}"]
             elif name == "password" and _SURROGATE_RE.search(given[0]):
                 # DRF's CharField would name the code point, a character of the password

@@ -359,7 +359,7 @@ class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
     # The model's text columns (name, description) as JSON strings only, as ``value``.
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
                                 models.CharField: StrictCharField}
-    value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192)
+    value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192, conceal=True)
     read_only_reasons = _SECRET_READ_ONLY
 
     class Meta:
@@ -389,7 +389,8 @@ class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
     is fixed (recipes reference secrets by name): a ``name`` key is refused with that reason, as
     any other key is refused at its name; the value is checked as on create."""
 
-    value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192, required=False)
+    value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192, required=False,
+                            conceal=True)
     description = StrictCharField(max_length=255, allow_blank=True, required=False)
     read_only_reasons = {"name": SECRET_RENAME_REFUSED, **_SECRET_READ_ONLY}
 

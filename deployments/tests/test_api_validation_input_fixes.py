@@ -279,7 +279,10 @@ def test_a_node_that_is_not_a_node_name_is_refused_saying_so(operator_api, value
 
 @pytest.mark.parametrize("body, field, shown", [
     ({"name": 5, "value": "hf_abcdefgh"}, "name", "the number 5"),
-    ({"name": "hf-token", "value": 123456789012}, "value", "the number 123456789012"),
+    # a secret's value is named by its type alone, never quoted
+    ({"name": "hf-token", "value": 123456789012}, "value", "a number"),
+    ({"name": "hf-token", "value": ["hf_abcdefgh"]}, "value", "a list"),
+    ({"name": "hf-token", "value": {"token": "hf_abcdefgh"}}, "value", "an object"),
     ({"name": "hf-token", "value": "hf_abcdefgh", "description": 5}, "description", "the number 5"),
     ({"name": "hf-token", "value": "hf_abcdefgh", "description": False}, "description", "the boolean false"),
 ])
@@ -291,7 +294,8 @@ def test_a_secret_text_that_is_not_a_json_string_is_refused(admin_api, body, fie
     assert not Secret.objects.exists()
 
 
-@pytest.mark.parametrize("field, value, shown", [("value", 123456789012, "the number 123456789012"),
+@pytest.mark.parametrize("field, value, shown", [("value", 123456789012, "a number"),
+                                                 ("value", ["hf_abcdefgh"], "a list"),
                                                  ("description", 5, "the number 5")])
 def test_a_secret_update_refuses_a_text_that_is_not_a_json_string(admin_api, field, value, shown):
     pk = admin_api.post("/api/secrets/", {"name": "hf-token", "value": "hf_abcdefgh"}, format="json").json()["id"]
