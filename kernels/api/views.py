@@ -186,10 +186,14 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         job: KernelJob = self.get_object()
         return Response(selectors.job_time_chart(job=job, shape=request.query_params.get("shape") or ""))
 
-    @extend_schema(summary="The best variants this job holds")
+    @extend_schema(summary="The best variants this job holds, paged as every list (limit, offset)",
+                   responses={200: s.BestSerializer(many=True)})
     @action(detail=True, methods=["get"])
     def best(self, request: Request, pk: str | None = None) -> Response:
         rows = selectors.best_list(job=self.get_object().pk)
+        page = self.paginate_queryset(rows)
+        if page is not None:
+            return self.get_paginated_response(s.BestSerializer(page, many=True).data)
         return Response(s.BestSerializer(rows, many=True).data)
 
     @extend_schema(summary="Export every measurement of the job: ?format=csv|json",

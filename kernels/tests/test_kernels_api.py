@@ -30,8 +30,14 @@ def test_viewers_read_packages_jobs_and_best_variants(viewer_api, measured_job):
     assert job["device_name"] == "NVIDIA H200" and job["hbm_gbps"] == 4000.0 and job["builds_discarded"] == 1
     best = viewer_api.get("/api/kernel-best/?package=toy_attn&shape=small").json()["results"]
     assert [(b["batch"], b["key"], b["speedup"]) for b in best] == [(1, T32, 4.0), (4, T32, 4.0)]
-    assert viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/best/").json()[0]["device_name"] == "NVIDIA H200"
-    cfg = viewer_api.get(f"/api/kernel-best/{best[0]['id']}/config/")
+    best = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/best/").json()
+    assert best["results"][0]["device_name"] == "NVIDIA H200"
+    # paged as every list: a page of one names the next
+    assert best["count"] == len(best["results"]) >= 2
+    first = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/best/?limit=1").json()
+    assert first["count"] == best["count"] and len(first["results"]) == 1 and "offset=1" in first["next"]
+    assert first["results"][0] == best["results"][0]
+    cfg = viewer_api.get(f"/api/kernel-best/{best['results'][0]['id']}/config/")
     assert cfg.status_code == 200 and json.loads(cfg.content)["1"] == {"impl": "tiled", "BLOCK": 32, "num_warps": 4}
 
 
