@@ -143,11 +143,14 @@ class _Result(BaseModel):
 
 
 class _Results(BaseModel):
+    """The envelope of a results payload; its device and each row are validated on their own
+    (:class:`_Device`, :class:`_Result`), so every row's problems are found in one pass."""
+
     model_config = ConfigDict(extra="forbid")
 
-    device: _Device
+    device: Any
     variants_sha256: str | None = None  # checked by the ingest (kernels.services.transfer)
-    results: list[_Result]
+    results: list[Any]
 
 
 def _pydantic_errors(exc: ValidationError, prefix: str) -> dict[str, list[str]]:
@@ -528,19 +531,31 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
         parsed = _Results.model_validate(payload)
     except ValidationError as exc:
         raise InvalidInput(_pydantic_errors(exc, "")) from None
-    dev = parsed.device
-    errors = _device_problems(job, dev, manifest.language)
-    for key in ("hbm_gbps", "bf16_tflops"):
-        value = getattr(dev, key)
-        if value is not None and (not math.isfinite(value) or value <= 0):
-            errors[f"device.{key}"] = [f"must be a positive number, got {json_spelled(value)}"]
+    errors: dict[str, list[str]] = {}
+    try:
+        dev: _Device | None = _Device.model_validate(parsed.device)
+    except ValidationError as exc:
+        dev = None   # the rows are still checked; their numbers that need the device are not
+        errors.update(_pydantic_errors(exc, "device"))
+    if dev is not None:
+        errors.update(_device_problems(job, dev, manifest.language))
+        for key in ("hbm_gbps", "bf16_tflops"):
+            value = getattr(dev, key)
+            if value is not None and (not math.isfinite(value) or value <= 0):
+                errors[f"device.{key}"] = [f"must be a positive number, got {json_spelled(value)}"]
+    results: list[tuple[int, _Result]] = []
+    for i, raw in enumerate(parsed.results):
+        try:
+            results.append((i, _Result.model_validate(raw)))
+        except ValidationError as exc:
+            errors.update(_pydantic_errors(exc, f"results.{i}"))
     variants = _variants_by_id(job)
     builds = {b.variant_id: b for b in KernelBuild.objects.filter(variant__job=job)}
     shape_batches = {s.name: set(s.batches) for s in manifest.shapes}
     rows: list[tuple[KernelVariant, _Result]] = []
     named: list[tuple[str, str, _Result]] = []
     seen: dict[tuple[int, str, int], int] = {}
-    for i, r in enumerate(parsed.results):
+    for i, r in results:
         path = f"results.{i}"
         variant = _variant_of(r.variant_id, variants, f"{path}.variant_id", errors)
         if variant is not None:
@@ -572,7 +587,8 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
         if r.shape in shape_batches and r.batch in shape_batches[r.shape]:
             name = _row_name(variant, r)
             named.append((path, name, r))
-            for field, message in _derived_problems(manifest, dev, r, name) + _correct_problems(manifest, r, name):
+            derived = _derived_problems(manifest, dev, r, name) if dev is not None else []
+            for field, message in derived + _correct_problems(manifest, r, name):
                 errors.setdefault(f"{path}.{field}", []).append(message)
     for path, messages in _reference_scale_problems(named).items():
         errors.setdefault(path, []).extend(messages)

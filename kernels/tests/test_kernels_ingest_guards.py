@@ -382,3 +382,21 @@ def test_a_variants_file_listing_one_variant_under_two_ids_is_refused(triton):
         f"repeat the params of variants.0 (variant_id {first_id}): one variant, two ids, whose results could not "
         "be told apart"]}
     assert not KernelJob.objects.exists()
+
+
+def test_every_problem_of_a_results_file_is_named_in_one_answer(triton):
+    """A row the schema refuses does not hide the other rows' problems or the device's."""
+    results = copy.deepcopy(_load(TRITON, "h200-results.json"))
+    results["results"][2]["bogus"] = 1                               # a key the runner never writes
+    results["results"].append(copy.deepcopy(results["results"][3]))  # a measurement given twice
+    results["results"][5]["bound"] = "sideways"                     # neither memory nor compute
+    results["device"]["sm_count"] = 0                              # not a GPU's SM count
+    last = len(results["results"]) - 1
+    with pytest.raises(InvalidInput) as err:
+        _new_job(triton, results=results)
+    errors = err.value.errors
+    assert errors["results.2.bogus"] == ["Extra inputs are not permitted"]
+    assert errors[f"results.{last}"][0].startswith("repeats results.3 (variant ")
+    assert errors["results.5.bound"] == ["'sideways' must be memory or compute"]
+    assert errors["device.sm_count"] == ["Input should be greater than or equal to 1"]
+    assert not KernelJob.objects.exists()
