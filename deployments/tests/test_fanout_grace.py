@@ -12,6 +12,7 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
+from controlplane.celery import broker_key_prefix
 from deployments import tasks
 from deployments.tests.factories import cpu_node_create
 
@@ -28,7 +29,7 @@ def test_only_nodes_heard_from_within_the_grace_get_the_beats_messages():
     type(online).objects.filter(pk=lately.pk).update(agent_heartbeat_at=now - timedelta(seconds=tasks.FANOUT_GRACE_S - 30))
     type(online).objects.filter(pk=silent.pk).update(agent_heartbeat_at=now - timedelta(seconds=tasks.FANOUT_GRACE_S + 30))
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    queues = {n.name: f"node.{n.name}" for n in (online, lately, silent, never)}
+    queues = {n.name: f"{broker_key_prefix()}node.{n.name}" for n in (online, lately, silent, never)}
     try:
         for _ in range(3):  # three beat periods
             tasks.nodes_heartbeat_fanout()
