@@ -22,7 +22,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
-from controlplane.errors import CeilingError, InvalidInput
+from controlplane.errors import CeilingError, Conflict, InvalidInput
 from deployments import services
 from deployments.choices import DEPLOYMENT_TERMINAL
 from deployments.forms import RecipeAdminForm, SecretAdminForm
@@ -188,8 +188,9 @@ class RecipeAdmin(SimpleHistoryAdmin):
 
     def save_model(self, request: HttpRequest, obj: Recipe, form: RecipeAdminForm, change: bool) -> None:
         """Save through the services so the spec is validated and a version recorded.
-        :class:`RecipeAdminForm` already showed domain errors on the form; one that appears
-        only now (a concurrent edit) is reported as a message and nothing is saved.
+        :class:`RecipeAdminForm` already showed domain errors and a stale ``expected_version``
+        on the form; one that appears only now (an edit saved between the form's check and this
+        save) is reported as a message and nothing is saved.
 
         Saving from a history entry (simple-history's "Revert") records the reason
         ``"Reverted to version N in admin"``; ``obj.version`` is then the entry's version
@@ -200,10 +201,11 @@ class RecipeAdmin(SimpleHistoryAdmin):
             if change and obj.pk:
                 current = Recipe.objects.get(pk=obj.pk)
                 reason = f"Reverted to version {obj.version} in admin" if reverting else "Edited in admin"
-                saved = services.recipe_update(recipe=current, user=request.user, change_reason=reason, **content)
+                saved = services.recipe_update(recipe=current, user=request.user, change_reason=reason,
+                                               expected_version=form.cleaned_data.get("expected_version"), **content)
             else:
                 saved = services.recipe_create(user=request.user, change_reason="Created in admin", **content)
-        except (InvalidInput, DjangoValidationError) as exc:
+        except (InvalidInput, DjangoValidationError, Conflict) as exc:
             self.message_user(request, f"Not saved: {exc}", level=messages.ERROR)
             if obj.pk:
                 obj.refresh_from_db()

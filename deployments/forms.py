@@ -134,9 +134,16 @@ def recipe_examples_for_form() -> list[dict]:
 
 class RecipeAdminForm(forms.ModelForm):
     """Admin form of a recipe: the spec is edited as pretty JSON, with the same parse errors
-    as the recipe pages."""
+    as the recipe pages.
+
+    An existing recipe's form carries the hidden ``expected_version``: the recipe's version as
+    stored when the page was opened (also on a history entry's page, whose fields show an older
+    version). Saving after the recipe moved on is refused with a form error naming the current
+    version, who changed it and when (:func:`deployments.services.recipe_stale_message`), so an
+    edit never silently puts back what someone else changed meanwhile."""
 
     spec = forms.CharField(widget=forms.Textarea(attrs={"rows": 24, "cols": 100, "class": "vLargeTextField"}))
+    expected_version = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
 
     class Meta:
         model = Recipe
@@ -146,6 +153,9 @@ class RecipeAdminForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance is not None and self.instance.pk:
             self.initial["spec"] = spec_pretty(self.instance.spec)
+            self.initial["expected_version"] = (
+                Recipe.objects.filter(pk=self.instance.pk).values_list("version", flat=True).first()
+            )
         elif not isinstance(self.initial.get("spec"), str):
             self.initial["spec"] = spec_pretty(self.initial.get("spec") or {})
 
@@ -153,12 +163,21 @@ class RecipeAdminForm(forms.ModelForm):
         return spec_parse(self.cleaned_data.get("spec", ""))
 
     def clean(self) -> dict:
-        """Check the spec against the chosen node with :func:`deployments.services.recipe_spec_validate`
+        """Refuse a stale ``expected_version`` (a form error, nothing else judged), then check the
+        spec against the chosen node with :func:`deployments.services.recipe_spec_validate`
         (the rule the services apply on save), so problems appear on the form, each prefixed
         with its dotted path."""
         from deployments.services import recipe_spec_validate
 
         data = super().clean()
+        expected = data.get("expected_version")
+        if expected is not None and self.instance is not None and self.instance.pk:
+            from deployments.services import recipe_stale_message
+
+            stale = recipe_stale_message(recipe=self.instance, expected_version=expected)
+            if stale:
+                # Nothing else is worth judging: the fields show a version that is no longer current.
+                raise forms.ValidationError(stale, code="stale_version")
         if self.errors or not all(data.get(k) for k in ("engine", "topology", "node")) or "spec" not in data:
             return data
         try:

@@ -29,6 +29,7 @@ from typing import Any
 
 import logging
 import re
+from datetime import timezone as dt_timezone
 from pathlib import Path
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -359,6 +360,29 @@ def recipe_update(
         locked.version = locked.version + 1
         _save_with_history(locked, user=user, change_reason=change_reason or "Edited")
     return locked
+
+
+def recipe_stale_message(*, recipe: Recipe, expected_version: int) -> str | None:
+    """Why an edit of ``recipe`` opened at ``expected_version`` may not be saved, or ``None``
+    when the recipe is still at that version: ``"Recipe 'x' is at version 13, not 12: it was
+    changed since you opened this page (by alice at 2026-12-04 22:51:03 UTC); reload it to edit
+    the current version."`` (who and when from the latest history row; a deleted recipe says so).
+    Reads the row as stored now, not ``recipe``'s in-memory fields."""
+    current = Recipe.objects.filter(pk=recipe.pk).values_list("name", "version").first()
+    if current is None:
+        return f"Recipe {recipe.name!r} no longer exists: it was deleted since you opened this page."
+    name, version = current
+    if version == expected_version:
+        return None
+    latest = recipe.history.exclude(history_type="-").order_by("-history_date", "-history_id").first()
+    by = ""
+    if latest is not None:
+        who = f"by {latest.history_user.username} " if latest.history_user_id else ""
+        by = f" ({who}at {latest.history_date.astimezone(dt_timezone.utc):%Y-%m-%d %H:%M:%S} UTC)"
+    return (
+        f"Recipe {name!r} is at version {version}, not {expected_version}: it was changed since you "
+        f"opened this page{by}; reload it to edit the current version."
+    )
 
 
 def _same_content(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -1,0 +1,121 @@
+"""Recipe edits in the Django admin are never lost: a change form opened before someone else
+saved the recipe is refused (naming the current version, who and when) instead of silently
+putting the old values back, through the real admin forms."""
+from __future__ import annotations
+
+import html as html_lib
+import json
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from deployments.examples import example_recipe
+from deployments.models import Node, Recipe
+from deployments.nodes import node_register, seed_node_facts
+from deployments.services import recipe_create, recipe_update
+
+
+@pytest.fixture
+def superuser(db) -> User:
+    return User.objects.create_superuser("sam-super", "sam@example.test", "correct-horse-battery")
+
+
+@pytest.fixture
+def admin_client(superuser) -> Client:
+    client = Client()
+    client.force_login(superuser)
+    return client
+
+
+@pytest.fixture
+def seed_node(db) -> Node:
+    return node_register(facts=seed_node_facts())
+
+
+@pytest.fixture
+def recipe(seed_node, superuser) -> Recipe:
+    ex = example_recipe("seed-v4-flash-pd")
+    return recipe_create(user=superuser, name=ex["name"], description=ex["description"], engine=ex["engine"],
+                         topology=ex["topology"], node=seed_node, spec=ex["spec"])
+
+
+def _change_url(recipe: Recipe) -> str:
+    return reverse("admin:deployments_recipe_change", args=[recipe.pk])
+
+
+def _page_form(page: str) -> dict[str, str]:
+    """The values a browser would send from the admin page's form: every input and textarea
+    that is not disabled, selects at their selected option."""
+    data: dict[str, str] = {}
+    for tag in re.findall(r"<input[^>]*>", page):
+        name = re.search(r'name="([^"]+)"', tag)
+        if not name or " disabled" in tag or re.search(r'type="(submit|checkbox)"', tag):
+            continue
+        value = re.search(r'value="([^"]*)"', tag)
+        data[name.group(1)] = html_lib.unescape(value.group(1)) if value else ""
+    for attrs, text in re.findall(r"<textarea([^>]*)>(.*?)</textarea>", page, flags=re.S):
+        if " disabled" not in attrs:
+            data[re.search(r'name="([^"]+)"', attrs).group(1)] = html_lib.unescape(text).lstrip("\n")
+    for attrs, options in re.findall(r"<select([^>]*)>(.*?)</select>", page, flags=re.S):
+        selected = re.search(r'<option value="([^"]*)"[^>]*selected', options)
+        if " disabled" not in attrs and selected:
+            data[re.search(r'name="([^"]+)"', attrs).group(1)] = selected.group(1)
+    return data
+
+
+def _errors(page: str) -> str:
+    return re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", page)))
+
+
+def test_a_change_form_opened_before_another_save_is_refused_and_saves_nothing(admin_client, recipe, superuser):
+    tab1 = _page_form(admin_client.get(_change_url(recipe)).content.decode())
+    tab2 = _page_form(admin_client.get(_change_url(recipe)).content.decode())
+    assert tab1["expected_version"] == tab2["expected_version"] == "1"
+
+    spec1 = dict(json.loads(tab1["spec"]), stop_grace_s=90)
+    response = admin_client.post(_change_url(recipe), dict(tab1, spec=json.dumps(spec1)), follow=True)
+    assert response.redirect_chain[0][1] == 302
+    assert "changed successfully" in response.content.decode()
+    recipe.refresh_from_db()
+    assert (recipe.version, recipe.spec["stop_grace_s"]) == (2, 90)
+    saved_at = recipe.history.get(version=2).history_date
+
+    spec2 = json.loads(tab2["spec"])
+    spec2["roles"]["decode"]["port"] = 30011
+    response = admin_client.post(_change_url(recipe), dict(tab2, spec=json.dumps(spec2)))
+    assert response.status_code == 200
+    text = _errors(response.content.decode())
+    assert (
+        "Recipe 'seed-v4-flash-pd' is at version 2, not 1: it was changed since you opened this page "
+        f"(by sam-super at {saved_at:%Y-%m-%d %H:%M:%S} UTC); reload it to edit the current version."
+    ) in text, text
+    assert "changed successfully" not in text
+    recipe.refresh_from_db()
+    assert recipe.version == 2
+    assert recipe.spec["stop_grace_s"] == 90
+    assert recipe.spec["roles"]["decode"]["port"] == 30001
+    assert recipe.history.count() == 2
+
+    # Reloading gives a form of version 2, which saves the port change on top of the grace.
+    tab2 = _page_form(admin_client.get(_change_url(recipe)).content.decode())
+    assert tab2["expected_version"] == "2"
+    spec2 = json.loads(tab2["spec"])
+    spec2["roles"]["decode"]["port"] = 30011
+    assert admin_client.post(_change_url(recipe), dict(tab2, spec=json.dumps(spec2))).status_code == 302
+    recipe.refresh_from_db()
+    assert (recipe.version, recipe.spec["stop_grace_s"], recipe.spec["roles"]["decode"]["port"]) == (3, 90, 30011)
+
+
+def test_a_change_form_is_refused_after_a_save_through_the_services(admin_client, recipe, operator):
+    tab = _page_form(admin_client.get(_change_url(recipe)).content.decode())
+    recipe_update(recipe=recipe, user=operator, description="edited elsewhere")
+    response = admin_client.post(_change_url(recipe), dict(tab, name="renamed-in-admin"))
+    assert response.status_code == 200
+    assert "is at version 2, not 1: it was changed since you opened this page (by oscar-operator at " in _errors(
+        response.content.decode()
+    )
+    recipe.refresh_from_db()
+    assert (recipe.name, recipe.description, recipe.version) == ("seed-v4-flash-pd", "edited elsewhere", 2)
