@@ -2,9 +2,10 @@
 hood. Changes that carry domain rules go through :mod:`deployments.services` here as well:
 
 * Recipe: :class:`simple_history.admin.SimpleHistoryAdmin`, so the admin shows every version
-  (who, when, change reason). Saving, including "Revert" from a history entry, calls
-  ``recipe_create`` / ``recipe_update``, so the spec is validated and a new version is
-  recorded exactly as from the recipe pages.
+  (who, when, change reason). Saving calls ``recipe_create`` / ``recipe_update``, so the spec
+  is validated and a new version is recorded exactly as from the recipe pages; "Revert" from a
+  history entry shows that version read-only and calls ``recipe_revert``. A form opened before
+  the recipe moved on is refused, naming the current version.
 * Secret: the value is write-only; no admin page ever renders it (see
   :class:`deployments.forms.SecretAdminForm`), and saving goes through ``secret_create`` /
   ``secret_update`` so the redactor learns the value.
@@ -22,10 +23,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from simple_history.admin import SimpleHistoryAdmin
 
-from controlplane.errors import CeilingError, Conflict, InvalidInput
+from controlplane.errors import CeilingError, InvalidInput
 from deployments import services
 from deployments.choices import DEPLOYMENT_TERMINAL
-from deployments.forms import RecipeAdminForm, SecretAdminForm
+from deployments.forms import RecipeAdminForm, RecipeRevertAdminForm, SecretAdminForm
 from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess
 
 GIB = 1024**3
@@ -171,6 +172,17 @@ class RecipeAdmin(SimpleHistoryAdmin):
     readonly_fields = ["version", "created_by", "created_at", "updated_at"]
     history_list_display = ["version", "engine", "topology"]
 
+    @staticmethod
+    def _reverting(request: HttpRequest) -> bool:
+        """Whether ``request`` is for simple-history's page of one history entry (its "Revert")."""
+        return (getattr(request.resolver_match, "url_name", "") or "").endswith("_simple_history")
+
+    def get_form(self, request: HttpRequest, obj: Recipe | None = None, change: bool = False, **kwargs):
+        # A history entry's page shows that version read-only: a revert restores it as it was.
+        if self._reverting(request):
+            kwargs["form"] = RecipeRevertAdminForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
     def save_form(self, request: HttpRequest, form: RecipeAdminForm, change: bool) -> Recipe:
         # The service writes the row; here only the in-memory instance is prepared.
         return form.save(commit=False)
@@ -192,20 +204,24 @@ class RecipeAdmin(SimpleHistoryAdmin):
         on the form; one that appears only now (an edit saved between the form's check and this
         save) is reported as a message and nothing is saved.
 
-        Saving from a history entry (simple-history's "Revert") records the reason
-        ``"Reverted to version N in admin"``; ``obj.version`` is then the entry's version
-        because ``version`` is read-only on the form."""
+        Saving from a history entry (simple-history's "Revert", a read-only
+        :class:`RecipeRevertAdminForm`) calls ``recipe_revert`` with the entry's version
+        (``obj.version``), so exactly that version's content is restored, with the reason
+        ``"Reverted to version N in admin"``."""
         content = self._content(form)
-        reverting = (getattr(request.resolver_match, "url_name", "") or "").endswith("_simple_history")
+        expected = form.cleaned_data.get("expected_version")
         try:
-            if change and obj.pk:
+            if change and obj.pk and self._reverting(request):
+                saved = services.recipe_revert(recipe=Recipe.objects.get(pk=obj.pk), user=request.user,
+                                               version=obj.version, expected_version=expected,
+                                               change_reason=f"Reverted to version {obj.version} in admin")
+            elif change and obj.pk:
                 current = Recipe.objects.get(pk=obj.pk)
-                reason = f"Reverted to version {obj.version} in admin" if reverting else "Edited in admin"
-                saved = services.recipe_update(recipe=current, user=request.user, change_reason=reason,
-                                               expected_version=form.cleaned_data.get("expected_version"), **content)
+                saved = services.recipe_update(recipe=current, user=request.user, change_reason="Edited in admin",
+                                               expected_version=expected, **content)
             else:
                 saved = services.recipe_create(user=request.user, change_reason="Created in admin", **content)
-        except (InvalidInput, DjangoValidationError, Conflict) as exc:
+        except (CeilingError, DjangoValidationError) as exc:
             self.message_user(request, f"Not saved: {exc}", level=messages.ERROR)
             if obj.pk:
                 obj.refresh_from_db()

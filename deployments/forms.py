@@ -191,6 +191,20 @@ class RecipeAdminForm(forms.ModelForm):
         return data
 
 
+class RecipeRevertAdminForm(RecipeAdminForm):
+    """The admin's form of one history entry (simple-history's "Revert"): every content field
+    is shown disabled, so what a revert saves is exactly that version's content (Django takes a
+    disabled field's value from the entry, never from the request). Only ``expected_version``
+    is read from the request: the recipe's version when the page was opened."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # RecipeAdminForm's own list: the admin's form class lists expected_version as well.
+        for name in RecipeAdminForm.Meta.fields:
+            if name in self.fields:
+                self.fields[name].disabled = True
+
+
 class SecretAdminForm(forms.ModelForm):
     """Admin form of a secret. The value is write-only: it is not a model field of the form,
     so the stored value is never put into the form's initial data or HTML; it is required

@@ -495,11 +495,13 @@ def content_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[st
     return out
 
 
-def recipe_revert(*, recipe: Recipe, user, version: int, expected_version: int | None = None) -> Recipe:
+def recipe_revert(
+    *, recipe: Recipe, user, version: int, expected_version: int | None = None, change_reason: str | None = None
+) -> Recipe:
     """Make ``recipe``'s content equal to ``version`` again, as a new version.
 
     History is never rewritten: reverting v3 to v1 writes v4 whose content equals v1, with
-    change reason ``"Reverted to version 1"``. The old content is re-validated against the
+    change reason ``change_reason`` (default ``"Reverted to version 1"``). The old content is re-validated against the
     node's current facts and secrets, so a version that is no longer deployable is refused
     with :class:`InvalidInput`. Raises :class:`NotFound` for a missing version or node.
     """
@@ -511,7 +513,7 @@ def recipe_revert(*, recipe: Recipe, user, version: int, expected_version: int |
     return recipe_update(
         recipe=recipe,
         user=user,
-        change_reason=f"Reverted to version {version}",
+        change_reason=change_reason or f"Reverted to version {version}",
         expected_version=expected_version,
         node=node,
         **fields,

@@ -119,3 +119,54 @@ def test_a_change_form_is_refused_after_a_save_through_the_services(admin_client
     )
     recipe.refresh_from_db()
     assert (recipe.name, recipe.description, recipe.version) == ("seed-v4-flash-pd", "edited elsewhere", 2)
+
+
+def _history_url(recipe: Recipe, version: int) -> str:
+    return reverse("admin:deployments_recipe_simple_history", args=[recipe.pk, recipe.history.get(version=version).history_id])
+
+
+@pytest.fixture
+def two_versions(recipe, superuser) -> Recipe:
+    """The seed recipe with version 2 changing the startup timeout and the stop grace."""
+    return recipe_update(recipe=recipe, user=superuser, spec=dict(recipe.spec, startup_timeout_s=2400, stop_grace_s=90))
+
+
+def test_a_history_entry_shows_its_fields_disabled_and_the_current_version(admin_client, two_versions):
+    page = admin_client.get(_history_url(two_versions, 1)).content.decode()
+    for name in ("name", "description", "spec"):
+        tag = re.search(rf'<(?:input|textarea)[^>]*name="{name}"[^>]*>', page).group(0)
+        assert " disabled" in tag, tag
+    for name in ("engine", "topology", "node"):
+        tag = re.search(rf'<select[^>]*name="{name}"[^>]*>', page).group(0)
+        assert " disabled" in tag, tag
+    assert _page_form(page)["expected_version"] == "2"
+
+
+def test_a_revert_in_admin_restores_exactly_the_version_whatever_fields_are_sent(admin_client, recipe, two_versions):
+    v1 = recipe.history.get(version=1)
+    url = _history_url(two_versions, 1)
+    form = _page_form(admin_client.get(url).content.decode())
+    edited = dict(v1.spec, startup_timeout_s=5)
+    edited["roles"] = dict(edited["roles"], decode=dict(edited["roles"]["decode"], port=30011))
+    response = admin_client.post(url, dict(form, name="sneaky-name", description="edited before revert",
+                                           spec=json.dumps(edited), engine="vllm"))
+    assert response.status_code == 302
+    two_versions.refresh_from_db()
+    assert two_versions.version == 3
+    assert (two_versions.name, two_versions.description, two_versions.engine) == (v1.name, v1.description, v1.engine)
+    assert two_versions.spec == v1.spec
+    assert (two_versions.spec["stop_grace_s"], two_versions.spec["roles"]["decode"]["port"]) == (30, 30001)
+    assert two_versions.history.get(version=3).history_change_reason == "Reverted to version 1 in admin"
+
+
+def test_a_revert_page_opened_before_another_save_is_refused_and_saves_nothing(admin_client, two_versions, operator):
+    url = _history_url(two_versions, 1)
+    form = _page_form(admin_client.get(url).content.decode())
+    recipe_update(recipe=two_versions, user=operator, description="edited elsewhere")
+    response = admin_client.post(url, form)
+    assert response.status_code == 200
+    text = _errors(response.content.decode())
+    assert ("Recipe 'seed-v4-flash-pd' is at version 3, not 2: it was changed since you opened this page "
+            "(by oscar-operator at ") in text, text
+    two_versions.refresh_from_db()
+    assert (two_versions.version, two_versions.description, two_versions.spec["stop_grace_s"]) == (3, "edited elsewhere", 90)
