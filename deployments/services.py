@@ -496,28 +496,53 @@ def content_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[st
 
 
 def recipe_revert(
-    *, recipe: Recipe, user, version: int, expected_version: int | None = None, change_reason: str | None = None
+    *,
+    recipe: Recipe,
+    user,
+    version: int,
+    expected_version: int | None = None,
+    change_reason: str | None = None,
+    keep_name: bool = False,
 ) -> Recipe:
     """Make ``recipe``'s content equal to ``version`` again, as a new version.
 
     History is never rewritten: reverting v3 to v1 writes v4 whose content equals v1, with
-    change reason ``change_reason`` (default ``"Reverted to version 1"``). The old content is re-validated against the
-    node's current facts and secrets, so a version that is no longer deployable is refused
-    with :class:`InvalidInput`. Raises :class:`NotFound` for a missing version or node.
+    change reason ``change_reason`` (default ``"Reverted to version 1"``). With ``keep_name``
+    the recipe keeps its current name and takes every other field of ``version`` (default
+    reason ``"Reverted to version 1 keeping the name 'x'"`` when the names differ): the way to
+    restore a version whose name another recipe has taken since. The old content is
+    re-validated against the node's current facts and secrets, so a version that is no longer
+    deployable is refused with :class:`InvalidInput`; a version whose name another recipe now
+    holds is refused under ``name`` with ``"A recipe named 'a' already exists; restore it with
+    the current name 'b' instead (keep_name)."``. Raises :class:`NotFound` for a missing version
+    or node, :class:`Conflict` when ``expected_version`` is stale.
     """
     content = recipe_version_get(recipe=recipe, version=version)
     node = Node.objects.filter(name=content["node"]).first() if content["node"] else None
     if node is None:
         raise InvalidInput({"node": [f"The node of version {version} no longer exists."]})
-    fields = {k: content[k] for k in RECIPE_CONTENT_FIELDS if k != "node"}
-    return recipe_update(
-        recipe=recipe,
-        user=user,
-        change_reason=change_reason or f"Reverted to version {version}",
-        expected_version=expected_version,
-        node=node,
-        **fields,
-    )
+    fields = {k: content[k] for k in RECIPE_CONTENT_FIELDS if k != "node" and not (keep_name and k == "name")}
+    reason = f"Reverted to version {version}"
+    if keep_name and content["name"] != recipe.name:
+        reason += f" keeping the name {recipe.name!r}"
+    try:
+        return recipe_update(
+            recipe=recipe,
+            user=user,
+            change_reason=change_reason or reason,
+            expected_version=expected_version,
+            node=node,
+            **fields,
+        )
+    except InvalidInput as exc:
+        if keep_name or "name" not in exc.errors:
+            raise
+        current = Recipe.objects.filter(pk=recipe.pk).values_list("name", flat=True).first() or recipe.name
+        if not Recipe.objects.filter(name=content["name"]).exclude(pk=recipe.pk).exists():
+            raise
+        taken = (f"A recipe named {content['name']!r} already exists; restore it with the current name "
+                 f"{current!r} instead (keep_name).")
+        raise InvalidInput({**exc.errors, "name": [taken]}) from None
 
 
 def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool = False) -> LaunchPlan:

@@ -26,6 +26,7 @@ from controlplane.api import (
     MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin,
     StrictSlugRelatedField, merge_body_errors, unknown_field_errors,
 )
+from controlplane.api import StrictBooleanField
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
@@ -315,10 +316,15 @@ class RevertSerializer(StrictInputMixin, serializers.Serializer):
     """Body of ``POST /api/recipes/<id>/revert/``; any other key is refused at its name, and both
     versions are JSON integers (``"1"``, ``1.0`` or ``true`` is a 400 naming the field and the
     type). The view judges the body before the recipe's state: a malformed body is a 400 even
-    when ``expected_version`` is stale (409)."""
+    when ``expected_version`` is stale (409). ``keep_name`` (JSON ``true``/``false``) restores the
+    version under the recipe's current name."""
 
     version = StrictIntegerField(min_value=1, max_value=MAX_INT)
     expected_version = StrictIntegerField(min_value=1, max_value=MAX_INT, required=False)
+    keep_name = StrictBooleanField(
+        required=False, default=False,
+        help_text="true: keep the recipe's current name and restore every other field of the version",
+    )
 
 
 class LaunchPlanSerializer(serializers.Serializer):

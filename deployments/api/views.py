@@ -260,7 +260,8 @@ class RecipeViewSet(viewsets.ModelViewSet):
     @extend_schema(
         summary="Revert a recipe to an earlier version (operator)",
         description="Writes a new version whose content equals the given one; history is kept. "
-        + s.ERROR_SHAPE_HELP,
+        "`keep_name: true` keeps the recipe's current name (for a version whose name another recipe "
+        "now holds). " + s.ERROR_SHAPE_HELP,
         request=s.RevertSerializer,
         responses={200: s.RecipeSerializer, 400: ERRORS_400, 404: ERROR_404, 409: ERROR_409},
     )
@@ -275,6 +276,7 @@ class RecipeViewSet(viewsets.ModelViewSet):
             user=request.user,
             version=ser.validated_data["version"],
             expected_version=ser.validated_data.get("expected_version"),
+            keep_name=ser.validated_data.get("keep_name", False),
         )
         return Response(s.RecipeSerializer(recipe).data)
 

@@ -216,7 +216,7 @@ def test_a_cancel_with_keys_is_a_400_even_where_the_state_would_conflict(operato
 
 @pytest.mark.parametrize("body, errors", [
     ('{"version": 1, "expected_version": 1, "foo": 1}', {"foo": ["unknown field 'foo'; allowed: version, "
-                                                                  "expected_version"]}),
+                                                                  "expected_version, keep_name"]}),
     ('{"version": "first", "expected_version": 1}', {"version": integer_error('the string "first"')}),
     ('{"version": 0, "expected_version": 1}', {"version": ["Ensure this value is greater than or equal to 1."]}),
     ('{"version": "1", "expected_version": 1}', {"version": integer_error('the string "1"')}),

@@ -149,7 +149,7 @@ def test_it_reverts_to_version_1_as_version_4(operator_api, three_versions):
 def test_a_revert_refuses_an_unknown_key_and_writes_no_version(operator_api, three_versions):
     response = operator_api.post(f"/api/recipes/{three_versions}/revert/", {"version": 1, "foo": 1}, format="json")
     assert response.status_code == 400
-    assert response.json() == {"foo": ["unknown field 'foo'; allowed: version, expected_version"]}
+    assert response.json() == {"foo": ["unknown field 'foo'; allowed: version, expected_version, keep_name"]}
     assert operator_api.get(f"/api/recipes/{three_versions}/").json()["version"] == 3
 
 

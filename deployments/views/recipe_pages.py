@@ -466,7 +466,10 @@ def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
     """Revert a recipe to ``version``. GET asks for confirmation and shows what changes
     (current → target); POST calls :func:`deployments.services.recipe_revert`, which records
     the old content as a new version. A POST whose ``expected_version`` is given more than once
-    restores nothing: the history page says why, as for any other refused revert."""
+    restores nothing: the history page says why, as for any other refused revert. The checkbox
+    ``keep_name`` (sent as ``on``; shown when the version's name is not the recipe's) restores
+    the version under the recipe's current name, the way out when another recipe holds the
+    version's name."""
     recipe = get_object_or_404(Recipe, pk=pk)
     if request.method == "POST":
         try:
@@ -475,7 +478,11 @@ def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
             if repeated := given_more_than_once(values):
                 raise InvalidInput({"expected_version": [repeated]})
             expected = _version_param(request, "expected_version")
-            recipe = services.recipe_revert(recipe=recipe, user=request.user, version=version, expected_version=expected)
+            keep_name = request.POST.getlist("keep_name")
+            if keep_name not in ([], ["on"]):
+                raise InvalidInput({"keep_name": [f"is {', '.join(map(repr, keep_name))[:80]}: tick the box (on) or leave it out"]})
+            recipe = services.recipe_revert(recipe=recipe, user=request.user, version=version, expected_version=expected,
+                                            keep_name=bool(keep_name))
         except NotFound as exc:
             raise Http404(str(exc)) from None
         except InvalidInput as exc:
@@ -489,12 +496,14 @@ def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
         return redirect("deployments:recipe-history", pk=pk)
     try:
         rows = _diff_rows(recipe, recipe.version, version)
+        version_name = services.recipe_version_get(recipe=recipe, version=version)["name"]
     except NotFound as exc:
         raise Http404(str(exc)) from None
     return render(
         request,
         "deployments/recipe_revert.html",
-        {"recipe": recipe, "version": version, "diff_rows": rows, "a": recipe.version, "b": version},
+        {"recipe": recipe, "version": version, "diff_rows": rows, "a": recipe.version, "b": version,
+         "version_name": version_name},
     )
 
 
