@@ -207,6 +207,34 @@ def _label(run) -> str:
     return f"c={run.concurrency} {run.input_len}/{run.output_len}"
 
 
+def _unfinished_note(sweep) -> str | None:
+    """For a sweep that ended failed or cancelled: its status and the points the projection leaves
+    out, each with why ("c=4 64/16 (cancelled)", "c=8 64/16 (never ran)"); None for a done sweep."""
+    if sweep.status not in ("failed", "cancelled"):
+        return None
+    from benchmarks.sweeps import grid_points
+
+    runs = {r.ordinal: r for r in sweep.runs.all()}
+    left = [f"{_point_label(r.concurrency, r.request_rate, r.input_len, r.output_len)} ({r.status})"
+            for _, r in sorted(runs.items()) if r.status != "done"]
+    try:
+        planned = grid_points(sweep.grid)
+    except (KeyError, TypeError, ValueError):
+        planned = []
+    never = [p for i, p in enumerate(planned) if i not in runs]
+    left += [f"{_point_label(p['concurrency'], p['request_rate'], p['input_len'], p['output_len'])} (never ran)"
+             for p in never]
+    if not planned and sweep.points_total > len(runs):
+        left.append(f"{sweep.points_total - len(runs)} point(s) that never ran")
+    return (f"provisional: the sweep was {sweep.status}; this projection covers only its finished points"
+            + (f", leaving out {', '.join(left)}" if left else ""))
+
+
+def _point_label(concurrency, request_rate, input_len, output_len) -> str:
+    load = f"c={concurrency}" if concurrency is not None else f"rate={request_rate:g}/s"
+    return f"{load} {input_len}/{output_len}"
+
+
 def best_speedup_notes(*, best, sweep) -> list[str]:
     """What a projection with best variant ``best`` (a :class:`kernels.models.KernelBest` with a
     ``speedup``) should say about where its speedup comes from. Always first: the shape and batch
@@ -261,6 +289,8 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
     "speedup_measured_at"}`` (rows by concurrency). ``speedup_measured_at`` says where a speedup
     taken from ``best`` was measured: ``{"best", "job", "package", "shape", "batch", "device_name",
     "cc", "compiler"}`` (ids, names, the batch in sequences); None for a speedup given as a number.
+    A sweep that ended failed or cancelled is projected from its finished points, its first note
+    naming its status and each point left out ("c=4 64/16 (cancelled)", "c=8 64/16 (never ran)").
     Raises :class:`InvalidInput` for a bad share or speedup, a sweep that
     has not finished (pending, waiting or running: its points so far are not the sweep, and the
     what-if page lists finished sweeps only; the message says how many points are done), a sweep
@@ -277,6 +307,9 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
     engine = sweep.engine or ((sweep.snapshot or {}).get("engine") or "")
     topology = sweep.topology if sweep.topology in ("pd", "single") else "single"
     notes: list[str] = []
+    unfinished = _unfinished_note(sweep)
+    if unfinished:
+        notes.append(unfinished)
     runs = [r for r in sweep.runs.filter(status="done").order_by("input_len", "output_len", "concurrency", "ordinal")]
     open_loop = [r for r in runs if r.concurrency is None]
     runs = [r for r in runs if r.concurrency and r.input_len and r.output_len]

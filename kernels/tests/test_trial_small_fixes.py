@@ -1,0 +1,47 @@
+"""Small defects a new user found in the kernels app: each fix checked on real rows and pages."""
+import html
+
+from django.test import Client
+
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+
+SEED = "seed-sm120-fallback"
+
+
+def _ended_sweep(status):
+    sweep = BenchmarkSweep.objects.create(
+        name="t", engine="sim", topology="pd", status=status, points_total=4,
+        snapshot={"spec": {"sim": {"profile": SEED}}},
+        grid={"lengths": [[256, 256]], "concurrency": [1, 2, 4, 8], "request_rates": [], "requests": 8})
+    for i, (c, run_status) in enumerate([(1, "done"), (2, "done"), (4, run_status_for(status))]):
+        BenchmarkRun.objects.create(sweep=sweep, ordinal=i, status=run_status, concurrency=c, input_len=256,
+                                    output_len=256, num_requests=8, summary={
+                                        "output_throughput_tok_s": 10.0 * c, "ttft_ms": {"mean": 900.0},
+                                        "tpot_ms": {"mean": 94.0 + c}, "successes": 8, "failures": 0})
+    return sweep
+
+
+def run_status_for(sweep_status):
+    return "cancelled" if sweep_status == "cancelled" else "failed"
+
+
+def test_a_failed_or_cancelled_sweep_is_projected_with_a_note_naming_its_status_and_the_points_left_out(
+        viewer_api, viewer):
+    page = Client()
+    page.force_login(viewer)
+    for status in ("cancelled", "failed"):
+        sweep = _ended_sweep(status)
+        resp = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "speedup": 2})
+        assert resp.status_code == 200
+        out = resp.json()
+        assert [r["concurrency"] for r in out["lengths"]["256/256"]] == [1, 2]
+        note = (f"provisional: the sweep was {status}; this projection covers only its finished points, leaving "
+                f"out c=4 256/256 ({status}), c=8 256/256 (never ran)")
+        assert out["notes"] == [note]
+        body = page.get(f"/kernels/whatif/?sweep={sweep.pk}&speedup=2").content.decode()
+        assert html.escape(note) in body
+
+
+def test_a_done_sweep_gets_no_such_note(viewer_api, seed_pd_sweep):
+    out = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2}).json()
+    assert not any(n.startswith("provisional") for n in out["notes"])
