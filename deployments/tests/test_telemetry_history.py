@@ -311,7 +311,7 @@ def test_it_prunes_rows_older_than_the_retention(db, settings):
     call_command("prune_telemetry", "--older-than-days", "1", stdout=(out := __import__("io").StringIO()))
     assert out.getvalue().strip() == "deleted 1 node and 1 deployment telemetry rows older than 1 days"
     assert NodeTelemetry.objects.count() == 1 and DeploymentTelemetry.objects.count() == 1
-    with pytest.raises(CommandError, match="older_than_days must be >= 0"):
+    with pytest.raises(CommandError, match="--older-than-days must be a number of days from 0 to 36500, got -1"):
         call_command("prune_telemetry", "--older-than-days", "-1")
     assert telemetry_prune(older_than_days=0) == {"node_rows": 1, "deployment_rows": 1}
 
@@ -323,3 +323,12 @@ def test_it_has_beat_prune_hourly_with_a_registered_task():
 
     app.loader.import_default_modules()
     assert entry["task"] in app.tasks
+
+
+def test_prune_telemetry_refuses_an_age_outside_its_range_in_one_line(db):
+    for raw, shown in (("1000000", "1000000"), ("1e400", "inf"), ("nan", "nan"), ("-5", "-5"), ("36500.5", "36500.5")):
+        with pytest.raises(CommandError) as err:
+            call_command("prune_telemetry", "--older-than-days", raw)
+        assert str(err.value) == f"--older-than-days must be a number of days from 0 to 36500, got {shown}", raw
+    call_command("prune_telemetry", "--older-than-days", "36500", stdout=(out := __import__("io").StringIO()))
+    assert out.getvalue().strip() == "deleted 0 node and 0 deployment telemetry rows older than 36500 days"

@@ -3,10 +3,16 @@ days (default ``CEILING_TELEMETRY_RETENTION_DAYS``). Beat runs the same pass hou
 :func:`deployments.telemetry.history.telemetry_prune`."""
 from __future__ import annotations
 
+import math
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from deployments.telemetry.history import telemetry_prune
+
+# The oldest cut-off the option takes, in days (100 years): far past any retention, and far from
+# the oldest date Python can write (year 1), which an age of a million days would pass.
+MAX_DAYS = 36500
 
 
 class Command(BaseCommand):
@@ -15,11 +21,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--older-than-days", type=float, default=None,
-            help=f"age in days (default CEILING_TELEMETRY_RETENTION_DAYS = {settings.CEILING_TELEMETRY_RETENTION_DAYS:g})",
+            help=f"age in days, 0 to {MAX_DAYS} (default CEILING_TELEMETRY_RETENTION_DAYS = {settings.CEILING_TELEMETRY_RETENTION_DAYS:g})",
         )
 
     def handle(self, *args, **options) -> None:
         days = options["older_than_days"]
+        if days is not None and not (math.isfinite(days) and 0 <= days <= MAX_DAYS):
+            shown = f"{days:.0f}" if math.isfinite(days) and days.is_integer() else f"{days:g}"
+            raise CommandError(f"--older-than-days must be a number of days from 0 to {MAX_DAYS}, got {shown}")
         try:
             counts = telemetry_prune(older_than_days=days)
         except ValueError as exc:
