@@ -81,10 +81,24 @@ def kernel_index(request: HttpRequest) -> HttpResponse:
         except InvalidInput:
             grid = None
         packages.append({"pkg": pkg, "grid": grid})
-    jobs = list(selectors.job_list()[:INDEX_JOBS])
+    jobs = _with_builds_kept(selectors.job_list()[:INDEX_JOBS])
     best = list(selectors.best_list()[:PACKAGE_BEST])
     return render(request, "kernels/index.html", {"packages": packages, "jobs": jobs, "best": best,
                                                   "can_write": _can_write(request)})
+
+
+def _builds_kept(job: KernelJob) -> int:
+    """The builds a job kept: ``builds_ok`` counts every variant that built, the discarded ones
+    (never benchmarked) included."""
+    return max(job.builds_ok - job.builds_discarded, 0)
+
+
+def _with_builds_kept(jobs) -> list[KernelJob]:
+    """``jobs`` as a list, each with ``builds_kept`` (:func:`_builds_kept`) for the jobs table."""
+    jobs = list(jobs)
+    for job in jobs:
+        job.builds_kept = _builds_kept(job)
+    return jobs
 
 
 def _shape_costs(manifest) -> list[dict[str, Any]]:
@@ -107,7 +121,7 @@ def _package_context(request: HttpRequest, pkg: KernelPackage, *, form: dict | N
     node_ccs = {n.name: sorted({g.compute_capability for g in n.gpus.all() if g.compute_capability}) for n in nodes}
     return {
         "pkg": pkg, "manifest": manifest, "manifest_text": json.dumps(pkg.manifest, indent=2), "grid": grid,
-        "shape_costs": _shape_costs(manifest), "jobs": list(selectors.job_list(package=pkg.name)[:INDEX_JOBS]),
+        "shape_costs": _shape_costs(manifest), "jobs": _with_builds_kept(selectors.job_list(package=pkg.name)[:INDEX_JOBS]),
         "best": list(selectors.best_list(package=pkg.name)[:PACKAGE_BEST]), "nodes": nodes, "node_ccs": node_ccs,
         "can_write": _can_write(request), "form": form or {}, "errors": errors or {},
         "history": list(pkg.history.order_by("-history_date")[:10]),
@@ -292,8 +306,7 @@ def _progress_context(job: KernelJob) -> dict[str, Any]:
     return {"job": job, "active": job.status in JOB_ACTIVE, "terminal": job.status in JOB_TERMINAL,
             "waiting_reason": services.kernel_job_waiting_reason(job=job),
             "done": done, "total": total, "percent": percent,
-            # builds_ok counts every variant that built, the discarded ones (never benchmarked) included
-            "builds_kept": max(job.builds_ok - job.builds_discarded, 0),
+            "builds_kept": _builds_kept(job),
             "not_benchmarked": "" if job.benchmarks_total else _not_benchmarked(job),
             "status_class": {"done": "ok", "failed": "bad", "cancelled": "warn"}.get(job.status, "")}
 

@@ -45,3 +45,17 @@ def test_a_failed_or_cancelled_sweep_is_projected_with_a_note_naming_its_status_
 def test_a_done_sweep_gets_no_such_note(viewer_api, seed_pd_sweep):
     out = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2}).json()
     assert not any(n.startswith("provisional") for n in out["notes"])
+
+
+def test_the_jobs_list_counts_builds_as_the_job_page_does(viewer, measured_job):
+    page = Client()
+    page.force_login(viewer)
+    job = measured_job
+    kept = job.builds_ok - job.builds_discarded
+    assert (job.builds_discarded, job.builds_failed) == (1, 1) and kept > 1
+    detail = page.get(f"/kernels/jobs/{job.pk}/").content.decode()
+    assert f"{job.builds_ok} builds: {kept} kept, 1 discarded" in detail and "1 failed to build" in detail
+    for url in ("/kernels/", f"/kernels/packages/{job.package.name}/"):
+        body = page.get(url).content.decode()
+        assert ">Builds kept / discarded / failed</th>" in body, url
+        assert f'<td class="num">{kept} / 1 / 1</td>' in body, url
