@@ -282,11 +282,16 @@ def sweep_execute(*, sweep_id: int) -> str:
         deployment = _wait_ready(sweep, watch)
         snapshot = sweep_snapshot(sweep=sweep, deployment=deployment)
         BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.RUNNING, snapshot=json_safe(snapshot))
-        for ordinal, point in enumerate(grid_points(sweep.grid)):
+        points = grid_points(sweep.grid)
+        for ordinal, point in enumerate(points):
             watch.point = ""
             watch.check(force=True)
             run = _run_point(sweep, deployment, ordinal, point, snapshot, watch)
-            BenchmarkSweep.objects.filter(pk=sweep.pk).update(points_done=F("points_done") + 1)
+            # One update for both: the point counted done and the next one named, so a progress
+            # line never numbers the next point with the label of the one just done.
+            following = _point_label(points[ordinal + 1]) if ordinal + 1 < len(points) else ""
+            BenchmarkSweep.objects.filter(pk=sweep.pk).update(points_done=F("points_done") + 1,
+                                                              current_point=following, current_tok_s=None)
             _broadcast_point(sweep.pk, run)
         sweep.refresh_from_db()
         analysis = sweep_analyse(sweep=sweep)
