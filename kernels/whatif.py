@@ -231,7 +231,7 @@ def _unfinished_note(sweep) -> str | None:
 
 
 def _point_label(concurrency, request_rate, input_len, output_len) -> str:
-    load = f"c={concurrency}" if concurrency is not None else f"rate={request_rate:g}/s"
+    load = f"c={concurrency}" if concurrency is not None else f"{request_rate:g} req/s"
     return f"{load} {input_len}/{output_len}"
 
 
