@@ -5,9 +5,17 @@ unknown endpoint (``/api/nothing/``), a lookup its route's pattern refuses
 (``/api/kernel-packages/NOPE/``) or a version number too long for its pattern
 (``/api/recipes/3/versions/99999999999999999999999/``) is ``404 {"detail": ...}`` in JSON like
 every other API error, whatever ``DEBUG`` is, instead of Django's HTML page.
+
+Every other 404 is the HTML page of :func:`page_not_found`, saying in plain words what was not
+found ("No kernel job #999.", "No page at /benchmarks/sweeps/abc/.").
 """
+import re
+from urllib.parse import quote
+
+from django.apps import apps
 from django.conf import settings
-from django.http import HttpResponsePermanentRedirect
+from django.http import HttpResponseNotFound, HttpResponsePermanentRedirect
+from django.template import loader
 from django.urls import is_valid_path
 from rest_framework.exceptions import NotFound
 from rest_framework.renderers import JSONRenderer
@@ -59,3 +67,37 @@ def _is_endpoint_with_slash(request) -> bool:
         return False
     match = is_valid_path(f"{path}/", getattr(request, "urlconf", None))
     return bool(match) and getattr(match.func, "cls", None) is not ApiNotFoundView
+
+
+_NO_MATCH = re.compile(r"No (\w+) matches the given query\.?")
+
+
+def not_found_text(request, exception) -> str:
+    """What a 404 page says was not found, in one sentence ending in one period:
+    ``get_object_or_404``'s "No KernelJob matches the given query." becomes "No kernel job #999."
+    (the model's verbose name and the path's lookup), a path no route matches (Django's
+    ``Resolver404``) or a bare ``Http404`` "No page at /benchmarks/sweeps/abc/.", and any other
+    message is shown as raised (a field name it starts with keeps its case), ending in one period."""
+    message = exception.args[0] if exception is not None and exception.args else None
+    if not isinstance(message, str) or not message.strip():
+        return f"No page at {request.path}."
+    if match := _NO_MATCH.fullmatch(message.strip()):
+        noun = next((m._meta.verbose_name for m in apps.get_models() if m._meta.object_name == match[1]),
+                    match[1])
+        kwargs = getattr(getattr(request, "resolver_match", None), "kwargs", None) or {}
+        if "pk" in kwargs:
+            return f"No {noun} #{kwargs['pk']}."
+        if len(kwargs) != 1:
+            return f"No {noun} at {request.path}."
+        value = next(iter(kwargs.values()))
+        return f"No {noun} #{value}." if isinstance(value, int) else f"No {noun} '{value}'."
+    return f"{message.strip().rstrip('.').rstrip()}."
+
+
+def page_not_found(request, exception):
+    """The HTML 404 of every page (``handler404``): ``templates/404.html`` with ``message``
+    (:func:`not_found_text`) and the path asked for, never an exception's class name."""
+    message = not_found_text(request, exception)
+    context = {"message": message, "request_path": quote(request.path),
+               "show_path": request.path not in message}
+    return HttpResponseNotFound(loader.get_template("404.html").render(context, request))

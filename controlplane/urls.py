@@ -32,6 +32,7 @@ class SchemaView(SpectacularAPIView):
 
 
 handler400 = "controlplane.views.bad_request"
+handler404 = "controlplane.notfound_views.page_not_found"
 
 urlpatterns = [
     path("", views.home, name="home"),
