@@ -229,7 +229,7 @@ def main(argv: list[str]) -> int:
         return 0
     if action == "start" and argv[2:]:
         names = argv[2:]
-        if refused(action, names, cmds, "or none to restart them all"):
+        if refused(action, names, cmds, "or none to start them all (restarting any that run)"):
             return 2
         procs = {}
         # Start order whichever order the names came in: the web server and the worker before

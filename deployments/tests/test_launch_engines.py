@@ -265,6 +265,13 @@ def test_it_fails_the_dryrun_command_for_an_unknown_recipe(db):
         call_command("dryrun", "nope")
 
 
+def test_the_dryrun_command_refuses_a_version_below_1_naming_the_option(seed_recipe):
+    for raw in ("0", "-3"):
+        with pytest.raises(CommandError) as err:
+            call_command("dryrun", "seed-v4-flash-pd", "--version", raw)
+        assert str(err.value) == f"--version must be a positive integer, got {raw}"
+
+
 def test_a_plan_for_another_host_runs_the_interpreter_its_agent_registered(db, settings):
     """The control plane's dry run of a remote node shows the argv that node's agent will run:
     the interpreter the agent recorded at registration (``tools["python"]``), not this one's."""

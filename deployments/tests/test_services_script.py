@@ -183,7 +183,7 @@ def test_it_refuses_an_unknown_name_to_start_and_starts_nothing(script, tmp_path
 
     captured = capsys.readouterr()
     assert captured.err == ("error: unknown service bogus; start takes names out of web, worker, agent, beat, "
-                            "or none to restart them all\n")
+                            "or none to start them all (restarting any that run)\n")
     assert captured.out == ""
     assert not (tmp_path / "run").exists() or list((tmp_path / "run").iterdir()) == []
 

@@ -36,6 +36,8 @@ class Command(BaseCommand):
         if recipe is None:
             raise CommandError(f"no recipe named {options['recipe']!r}")
         version = options["version"]
+        if version is not None and version < 1:
+            raise CommandError(f"--version must be a positive integer, got {version}")
         try:
             plan = recipe_plan(recipe=recipe, version=version, warn_ports=True)
         except InvalidInput as exc:
