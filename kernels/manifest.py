@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -554,7 +555,7 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
     manifest's for that parameter. Returns it in manifest order, or None for an empty subset.
     Raises :class:`ManifestError` with ``params.<param>`` paths; a parameter given one value
     that is not in a list (``{"impl": "split_k"}``) is refused there (``must be a list of grid
-    values (e.g. ['split_k']), got 'split_k'``), not read as a one-value list, and so is a value
+    values (e.g. ["split_k"]), got 'split_k'``), not read as a one-value list, and so is a value
     given twice in one list."""
     if subset in (None, {}):
         return None
@@ -568,7 +569,7 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
                                         f"{', '.join(manifest.grid)}")
             continue
         if not isinstance(values, list):
-            errs.add(f"params.{param}", f"must be a list of grid values (e.g. [{json_spelled(values, 78)}]), "
+            errs.add(f"params.{param}", f"must be a list of grid values (e.g. {json_spelled([values])}), "
                                         f"got {json_spelled(values)}")
             continue
         if not values:
@@ -578,7 +579,8 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
         seen: list = []
         for v in values:
             if isinstance(v, bool) or not any(type(v) is type(a) and v == a for a in allowed):
-                errs.add(f"params.{param}", f"{json_spelled(v)} is not one of the grid's values {allowed}")
+                errs.add(f"params.{param}", f"{json_spelled(v)} is not one of the grid's values "
+                                            f"{json.dumps(allowed)}")
             elif any(type(v) is type(w) and v == w for w in seen):
                 errs.add(f"params.{param}", f"{json_spelled(v)} is given twice: give each value once")
             else:
@@ -668,9 +670,9 @@ def grid_refusal(manifest: Manifest, params: Any, *, subset: dict[str, list[Valu
         v = params[k]
         if not any(type(v) is type(a) and v == a for a in allowed):
             # quoted: the text "16" must not read like the number 16
-            reasons.append(f"{k}={json_spelled(v)} is not one of the grid's values {allowed}")
+            reasons.append(f"{k}={json_spelled(v)} is not one of the grid's values {json.dumps(allowed)}")
         elif subset and k in subset and not any(type(v) is type(a) and v == a for a in subset[k]):
-            reasons.append(f"{k}={json_spelled(v)} is outside the job's params subset {subset[k]}")
+            reasons.append(f"{k}={json_spelled(v)} is outside the job's params subset {json.dumps(subset[k])}")
     if reasons:
         return "; ".join(reasons)
     for i, c in enumerate(manifest.constraints):

@@ -63,12 +63,12 @@ def test_a_grid_subset_value_that_is_not_a_list_is_refused(operator_api, toy_pac
     resp = operator_api.post(JOBS, {"package": "toy_attn", "node": "h200-box",
                                     "params": {"impl": "tiled", "BLOCK": 32, "num_warps": [4]}}, format="json")
     assert resp.status_code == 400, resp.content
-    assert resp.json() == {"params.impl": ["must be a list of grid values (e.g. ['tiled']), got 'tiled'"],
+    assert resp.json() == {"params.impl": ['must be a list of grid values (e.g. ["tiled"]), got \'tiled\''],
                            "params.BLOCK": ["must be a list of grid values (e.g. [32]), got 32"]}
     assert not KernelJob.objects.exists()
     with pytest.raises(InvalidInput) as err:
         kernel_job_create(package=toy_package, node=None, cc="9.0", dispatch=False, params_subset={"impl": "tiled"})
-    assert err.value.errors == {"params.impl": ["must be a list of grid values (e.g. ['tiled']), got 'tiled'"]}
+    assert err.value.errors == {"params.impl": ['must be a list of grid values (e.g. ["tiled"]), got \'tiled\'']}
     # the listed form is taken
     job = kernel_job_create(package=toy_package, node=None, cc="9.0", dispatch=False, params_subset={"impl": ["tiled"]})
     assert job.params_subset == {"impl": ["tiled"]}
@@ -169,4 +169,4 @@ def test_a_variant_outside_the_grid_is_shown_with_its_values_quoted_as_the_reaso
                           params_subset={"impl": ["baseline"]}, only=[{"impl": "tiled", "BLOCK": 32, "num_warps": 4}])
     assert err.value.errors == {"variants": [
         "variants.0: impl='tiled',BLOCK=32,num_warps=4 is not in toy_attn's grid: impl='tiled' is outside the "
-        "job's params subset ['baseline']"]}
+        'job\'s params subset ["baseline"]']}

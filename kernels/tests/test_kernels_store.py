@@ -50,7 +50,7 @@ def test_it_refuses_a_job_with_a_bad_target_shape_or_subset(toy_package, cpu_nod
     assert errors["cc"] == ["give the target compute capability (e.g. 9.0): node cpu-box has no GPU to take it from"]
     assert errors["shapes"] == ["'huge' is not a shape of toy_attn (small, wide)"]
     assert errors["batches"] == ["3 is not a batch size of the manifest ([1, 4])"]
-    assert errors["params.impl"] == ["'fast' is not one of the grid's values ['baseline', 'tiled']"]
+    assert errors["params.impl"] == ['\'fast\' is not one of the grid\'s values ["baseline", "tiled"]']
     with pytest.raises(InvalidInput) as err:
         kernel_job_create(package=toy_package, node=cpu_node, cc="sm_90")
     assert err.value.errors == {"cc": ["'sm_90' is not a compute capability such as 9.0 or 12.0"]}
