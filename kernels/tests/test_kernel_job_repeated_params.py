@@ -72,3 +72,21 @@ def test_a_job_the_service_refuses_lists_its_problems_the_same_way(toy_package):
         "  params.BLOCK: 48 is not one of the grid's values [16, 32, 64]",
     ]
     assert not KernelJob.objects.exists()
+
+
+def test_a_batch_or_shape_listed_twice_is_refused_with_the_apis_message(toy_package, operator_api):
+    with pytest.raises(CommandError) as err:
+        kernel_job("--batches", "1,1", "--shapes", "small,wide,small,small", "--params", '{"BLOCK": [48]}')
+
+    assert str(err.value).splitlines() == [
+        "the job was not created:",
+        "  shapes: shape 'small' is given 3 times: give each once",
+        "  batches: batch 1 is given twice: give each once",
+        "  params.BLOCK: 48 is not one of the grid's values [16, 32, 64]",
+    ]
+    assert not KernelJob.objects.exists()
+    api = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "cc": "9.0", "batches": [1, 1]},
+                            format="json")
+    assert api.status_code == 400 and api.json()["batches"] == ["batch 1 is given twice: give each once"]
+    kernel_job("--batches", "1,4")
+    assert KernelJob.objects.get().batches == [1, 4]

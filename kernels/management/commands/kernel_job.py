@@ -5,7 +5,8 @@ or waiting for builds and results made elsewhere) and optionally wait for it to 
 A job that cannot be created is a ``CommandError`` listing every problem, one per line at its path
 (``params.impl: is given 2 times (["split_k"], ["baseline"]): give it once``, ``shapes: "zzz" is
 not a shape of ...``): a key ``--params`` gives more than once is named beside the other problems
-and neither of its values is taken."""
+and neither of its values is taken, and so is a shape or batch listed more than once (``batches:
+batch 1 is given twice: give each once``, the API's message)."""
 from __future__ import annotations
 
 import time
@@ -14,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.drf_defaults import json_loads, repeated_key_errors
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import json_spelled
 from deployments.models import Node
 from kernels.choices import JOB_TERMINAL
 from kernels.models import KernelPackage
@@ -25,6 +27,22 @@ def not_created(errors: dict[str, list[str]]) -> CommandError:
     a line of its own, at its path."""
     lines = [f"  {path}: {message}" for path, messages in errors.items() for message in messages]
     return CommandError("the job was not created:\n" + "\n".join(lines))
+
+
+def repeated_values(**lists: list | None) -> dict[str, list[str]]:
+    """``{"shapes" | "batches": [message]}``, one message per value given more than once in
+    ``shapes`` or ``batches`` (as the API words it: ``batch 1 is given twice: give each once``)."""
+    out: dict[str, list[str]] = {}
+    for name, items in lists.items():
+        counts: dict = {}
+        for item in items or []:
+            counts[item] = counts.get(item, 0) + 1
+        what = {"shapes": "shape", "batches": "batch"}[name]
+        messages = [f"{what} {json_spelled(v)} is given {'twice' if n == 2 else f'{n} times'}: give each once"
+                    for v, n in counts.items() if n > 1]
+        if messages:
+            out[name] = messages
+    return out
 
 
 class Command(BaseCommand):
@@ -65,14 +83,16 @@ class Command(BaseCommand):
         job_args = {"package": pkg, "node": node, "cc": options["cc"], "shapes": shapes, "batches": batches,
                     "dispatch": not options["external"]}
         repeated = repeated_key_errors(subset, "params")
-        if repeated:
+        twice = repeated_values(shapes=shapes, batches=batches)
+        if repeated or twice:
             # The rest is judged without the keys given twice; the grid's size is not, as it
             # depends on the value that was not taken.
             kept = ({k: v for k, v in subset.items() if f"params.{k}" not in repeated and not repeated_key_errors(v)}
                     if isinstance(subset, dict) else subset)
             others = kernel_job_check(params_subset=kept or None, **job_args)
-            raise not_created({**repeated, **{path: messages for path, messages in others.items()
-                                              if path not in repeated and path != "variants"}})
+            raise not_created({**repeated, **twice, **{
+                path: messages for path, messages in others.items()
+                if path not in repeated and path not in twice and not (repeated and path == "variants")}})
         try:
             job = kernel_job_create(params_subset=subset, **job_args)
         except InvalidInput as exc:
