@@ -120,3 +120,23 @@ def test_it_labels_every_tick_of_a_log_axis_by_one_rule_without_trailing_zeros()
     assert result["y"] == ["0.125", "0.25", "0.5", "1", "2", "4", "8", "16", "32"]
     assert result["x"] == ["1", "2", "4", "8", "16", "32", "64", "1024", "131072", "2.097e+6"]
     assert result["other"] == ["", "1e-4", "0.0625", "1.5", "0.3333", "2.5e+6"]
+
+
+def test_a_rate_axis_starts_at_zero_and_a_latency_axis_spans_its_data() -> None:
+    # The sweep page's "Output throughput vs concurrency": 7.8 to 16.2 tok/s started at 8, which
+    # drew a doubling as a rise from nothing; TPOT keeps a range around its values.
+    result = _node("""
+      function chart(unit) {
+        return {title: "t", x: {label: "concurrency", unit: "requests", log: false},
+                y: {label: "output", unit: unit, log: false},
+                series: [{label: "64/16", points: [[1, 7.8], [2, 12.0], [4, 16.2]]}]};
+      }
+      const range = unit => C.buildOptions(chart(unit), 600).scales.y.range(null, 7.8, 16.2);
+      return {tok: range("tok/s"), req: range("req/s"), ms: range("ms"), own: uPlot.rangeNum(7.8, 16.2, 0.1, true),
+              flat: C.buildOptions(chart("tok/s"), 600).scales.y.range(null, 10, 10),
+              negative: C.buildOptions(chart("tok/s"), 600).scales.y.range(null, -2, 5)};
+    """)
+    assert result["tok"] == [0, result["own"][1]] and result["req"] == result["tok"]
+    assert result["own"][0] > 0 and result["ms"] == result["own"]
+    assert result["flat"] == [0, pytest.approx(11)]   # the flat band (10 ± 10%) from 0
+    assert result["negative"][0] < -2

@@ -26,7 +26,8 @@
 // Axes never repeat a tick label: a flat series (every value equal) gets a range around its value
 // instead of a zero-height one, and linear ticks are printed with as many decimals as the tick
 // step needs; log ticks follow one rule for the whole axis, with no trailing zeros (0.5, 4, 32).
-// A series of one point is drawn as a marked point.
+// A series of one point is drawn as a marked point. A rate's y axis (unit tok/s, req/s: any
+// "/s") starts at 0; other linear y axes span the data.
 (function () {
   "use strict";
 
@@ -118,12 +119,19 @@
   }
 
   // The y range: fixed where the page gave one (spec.y.min and spec.y.max: a CDF's 0-1), else
-  // yRange's.
+  // yRange's; a rate (a y unit per second: tok/s, req/s) starts at 0, so that 7.8 to 16.2 tok/s
+  // reads as a doubling and not as a rise from nothing (latencies keep yRange's span).
   function yRangeFor(spec) {
     var y = spec.y || {};
     if (typeof y.min === "number" && typeof y.max === "number" && y.max > y.min) {
       var fixed = [y.min, y.max];
       return function () { return fixed.slice(); };
+    }
+    if (/\/s$/.test(y.unit || "")) {
+      return function (u, min, max) {
+        var r = yRange(u, min, max);
+        return [Math.min(0, r[0]), r[1]];
+      };
     }
     return yRange;
   }
