@@ -27,7 +27,7 @@ import json
 import logging
 import re
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -44,9 +44,10 @@ from rest_framework.utils import html
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
-    DEFAULT_MAX_BODY_BYTES, FORM_ONLY_KEYS, MAX_PAGE_LIMIT, MAX_PAGE_OFFSET, NonFiniteNumber, Pagination, RefusedBody,
-    RepeatedKeys, RequestTooLarge, SafeJSONParser, UNSHOWN_VALUE_KEYS, api_max_body_bytes, body_errors,
-    given_more_than_once, json_loads, repeated_key_errors,
+    DEFAULT_MAX_BODY_BYTES, FORM_ONLY_KEYS, MAX_PAGE_LIMIT, MAX_PAGE_OFFSET, PAGE_KEYS, KnownQueryKeys,
+    NonFiniteNumber, Pagination, RefusedBody, RepeatedKeys, RequestTooLarge, SafeJSONParser, UNSHOWN_VALUE_KEYS,
+    api_max_body_bytes, body_errors, given_more_than_once, json_loads, query_keys_taken, repeated_key_errors,
+    shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 
@@ -220,36 +221,6 @@ def request_body(request) -> tuple[Any, dict[str, list[str]]]:
     except RefusedBody as exc:
         data = exc.data
     return data, body_errors(data)
-
-
-def shown_key(key: Any) -> str:
-    """A body's key as an error message quotes it: ``repr`` of its text, cut to 80 characters."""
-    text = repr(str(key))
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def unknown_field_errors(data: Any, allowed: Iterable[str], *,
-                         read_only: Mapping[str, str] | None = None) -> dict[str, list[str]]:
-    """``{key: [message]}`` for each top-level key of the body ``data`` that is not in
-    ``allowed`` (nothing when ``data`` is not an object, which the serializer reports itself):
-    ``"unknown field 'foo'; allowed: name, spec"`` (``allowed: none`` when ``allowed`` is
-    empty); a key of ``read_only`` (key → why it cannot
-    be set, e.g. ``"it is set by the server"``) gets ``"'status' is read-only: <why>; allowed:
-    ..."``. :data:`FORM_ONLY_KEYS` are left alone."""
-    if not isinstance(data, Mapping):
-        return {}
-    allowed = list(allowed)
-    read_only = read_only or {}
-    names = ", ".join(allowed) or "none"
-    errors: dict[str, list[str]] = {}
-    for key in data:
-        if key in allowed or key in FORM_ONLY_KEYS:
-            continue
-        if key in read_only:
-            errors[str(key)] = [f"{shown_key(key)} is read-only: {read_only[key]}; allowed: {names}"]
-        else:
-            errors[str(key)] = [f"unknown field {shown_key(key)}; allowed: {names}"]
-    return errors
 
 
 def merge_body_errors(errors: Mapping[str, Any], found: Mapping[str, list[str]]) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """The classes REST framework's settings name (``DEFAULT_PARSER_CLASSES``,
-``DEFAULT_PAGINATION_CLASS``, ``DEFAULT_CONTENT_NEGOTIATION_CLASS``): the size-limited JSON
-parser, the page-size cap and the 400 naming a ``?format=`` no renderer answers in
-(:class:`FormatNegotiation`), and how that parser marks and locates numbers that are not finite
-and keys given twice in one object (:class:`NonFiniteNumber`, :class:`RepeatedKeys`,
-:func:`json_loads`, :func:`body_errors`, which also names a field a form-encoded or multipart
-body gives twice).
+``DEFAULT_PAGINATION_CLASS``, ``DEFAULT_CONTENT_NEGOTIATION_CLASS``,
+``DEFAULT_PERMISSION_CLASSES``): the size-limited JSON parser, the page-size cap, the 400 naming a
+``?format=`` no renderer answers in (:class:`FormatNegotiation`), the 400 naming a query key an
+API read does not take (:class:`KnownQueryKeys`, beside :class:`SingleValuedQuery`'s for a key
+given twice), and how that parser marks and locates numbers that are not finite and keys given
+twice in one object (:class:`NonFiniteNumber`, :class:`RepeatedKeys`, :func:`json_loads`,
+:func:`body_errors`, which also names a field a form-encoded or multipart body gives twice).
 
 They live apart from :mod:`controlplane.api` on purpose. REST framework imports the classes its
 settings name while ``rest_framework.views`` is being imported (``APIView``'s class body reads
@@ -19,6 +20,7 @@ import io
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +31,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import BasePermission
 from rest_framework.parsers import JSONParser
+from rest_framework.settings import api_settings
 
 # Default cap on a JSON request body. The largest legitimate body is a recipe, a few KiB, so
 # 1 MiB leaves ample room without letting a client make the server buffer and parse tens of
@@ -209,6 +212,36 @@ def repeated_key_errors(data: Any, prefix: str = "", *, values_shown: bool = Tru
     for path, message, kind in _marks(data, prefix, values_shown=values_shown):
         if kind == "repeated":
             errors.setdefault(path, []).append(message)
+    return errors
+
+
+def shown_key(key: Any) -> str:
+    """A body's key as an error message quotes it: ``repr`` of its text, cut to 80 characters."""
+    text = repr(str(key))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def unknown_field_errors(data: Any, allowed: Iterable[str], *,
+                         read_only: Mapping[str, str] | None = None) -> dict[str, list[str]]:
+    """``{key: [message]}`` for each top-level key of the body ``data`` that is not in
+    ``allowed`` (nothing when ``data`` is not an object, which the serializer reports itself):
+    ``"unknown field 'foo'; allowed: name, spec"`` (``allowed: none`` when ``allowed`` is
+    empty); a key of ``read_only`` (key → why it cannot
+    be set, e.g. ``"it is set by the server"``) gets ``"'status' is read-only: <why>; allowed:
+    ..."``. :data:`FORM_ONLY_KEYS` are left alone."""
+    if not isinstance(data, Mapping):
+        return {}
+    allowed = list(allowed)
+    read_only = read_only or {}
+    names = ", ".join(allowed) or "none"
+    errors: dict[str, list[str]] = {}
+    for key in data:
+        if key in allowed or key in FORM_ONLY_KEYS:
+            continue
+        if key in read_only:
+            errors[str(key)] = [f"{shown_key(key)} is read-only: {read_only[key]}; allowed: {names}"]
+        else:
+            errors[str(key)] = [f"unknown field {shown_key(key)}; allowed: {names}"]
     return errors
 
 
@@ -403,3 +436,59 @@ class FormatNegotiation(DefaultContentNegotiation):
             offered = ", ".join(dict.fromkeys(renderer.format for renderer in renderers))
             raise ValidationError({name: [repeated or f"must be one of {offered}; got {fmt[:40]!r}"]})
         return super().select_renderer(request, renderers, format_suffix)
+
+
+#: The query keys of a paged action: :class:`Pagination`'s ``limit`` and ``offset``. A view's
+#: ``list`` takes them without naming them (:func:`query_keys_taken`); another action that pages
+#: (a recipe's versions, a deployment's events) names them in its ``query_keys``.
+PAGE_KEYS = (Pagination.limit_query_param, Pagination.offset_query_param)
+
+
+def query_keys_taken(view) -> list[str]:
+    """The query keys the action of ``view`` (a viewset) takes, in the order a message names them:
+    what ``view.query_keys`` (action name → a serializer class, a key, or a tuple of both) holds
+    for the action, a serializer class standing for its fields' names; then :data:`PAGE_KEYS` for
+    a paged ``list``; then ``format`` (``?format=``, judged by :class:`FormatNegotiation`). An
+    action ``query_keys`` does not name takes ``format`` alone. A key written ``<prefix><name>``
+    (``p.<parameter>``) stands for every key that starts with ``<prefix>`` (``p.impl``)."""
+    declared = (getattr(view, "query_keys", None) or {}).get(getattr(view, "action", None), ())
+    items = declared if isinstance(declared, (tuple, list)) else (declared,)
+    keys: list[str] = []
+    for item in items:
+        keys.extend(item().fields if isinstance(item, type) else [item])
+    if getattr(view, "action", None) == "list" and getattr(view, "paginator", None) is not None:
+        keys.extend(PAGE_KEYS)
+    keys.append(api_settings.URL_FORMAT_OVERRIDE)
+    return list(dict.fromkeys(keys))
+
+
+def unknown_query_errors(request, view) -> dict[str, list[str]]:
+    """``{key: ["unknown field 'key'; allowed: <keys>"]}`` for each key of ``request``'s query that
+    the action of ``view`` does not take (:func:`query_keys_taken`, the message of
+    :func:`unknown_field_errors`: ``{"compiler": ["unknown field 'compiler'; allowed: package,
+    device, shape, batch, limit, offset, format"]}``); empty when it takes every one."""
+    taken = query_keys_taken(view)
+    prefixes = tuple(key[:key.index("<")] for key in taken if "<" in key[1:])
+    given = {key: None for key in request.query_params if not (prefixes and key.startswith(prefixes))}
+    return unknown_field_errors(given, taken)
+
+
+class KnownQueryKeys(BasePermission):
+    """Every API read (GET, HEAD) of a viewset: a query key its action does not take
+    (``?compiler=nvcc`` on ``/api/kernel-best/``, ``?bogus=1`` on a detail) is a 400 naming each
+    such key and the keys taken (:func:`unknown_query_errors`), never ignored: a misspelt filter
+    would otherwise answer with everything. Each viewset names its keys per action in
+    ``query_keys`` (:func:`query_keys_taken`); an action named in its
+    ``query_keys_reported_by_action`` reports them itself, with every other problem of the query,
+    through :func:`unknown_query_errors`. A permission class after :class:`SingleValuedQuery`, so a
+    key given twice is named as such first, and the 401/403 of the role come before either."""
+
+    def has_permission(self, request, view) -> bool:
+        if request.method not in ("GET", "HEAD") or not hasattr(view, "action"):
+            return True
+        if view.action in getattr(view, "query_keys_reported_by_action", ()):
+            return True
+        unknown = unknown_query_errors(request, view)
+        if unknown:
+            raise ValidationError(unknown)
+        return True

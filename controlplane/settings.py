@@ -208,8 +208,10 @@ REST_FRAMEWORK = {
         "controlplane.auth.BearerOrTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    # the role first (401/403), then the one rule on every request's query (a repeated parameter is a 400)
-    "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.RolePermission", "controlplane.drf_defaults.SingleValuedQuery"],
+    # the role first (401/403), then the rules on every request's query: a repeated parameter is a
+    # 400, and so is a key a viewset's action does not take
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.RolePermission", "controlplane.drf_defaults.SingleValuedQuery",
+                                   "controlplane.drf_defaults.KnownQueryKeys"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # a ?format= no renderer answers in is a 400 naming the formats offered, not a bare 404
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "controlplane.drf_defaults.FormatNegotiation",

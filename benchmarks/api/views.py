@@ -81,6 +81,7 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
     serializer_class = s.SweepSerializer
     parser_classes = PARSERS
     action_roles = {"cancel": "operator", "analysis": "viewer", "export": "viewer"}
+    query_keys = {"list": s.SweepFilterSerializer, "export": ExportQuerySerializer}
 
     def get_queryset(self):
         if self.action != "list":
@@ -167,6 +168,8 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     parser_classes = PARSERS
     action_roles = {"import_results": "operator", "records": "viewer", "export": "viewer", "original": "viewer",
                     "compare": "viewer"}
+    query_keys = {"list": s.RunFilterSerializer, "records": s.RecordsQuerySerializer, "export": ExportQuerySerializer,
+                  "compare": s.CompareQuerySerializer}
 
     def get_queryset(self):
         if self.action != "list":

@@ -24,7 +24,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api import ERROR_404, ERROR_409, ERRORS_400, SafeJSONParser, no_body, request_body
+from controlplane.api import ERROR_404, ERROR_409, ERRORS_400, PAGE_KEYS, SafeJSONParser, no_body, request_body
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
 from deployments.api import serializers as s
@@ -86,6 +86,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Destr
     serializer_class = s.NodeSerializer
     write_role = "admin"
     parser_classes = PARSERS
+    query_keys = {"telemetry": s.TelemetryQuerySerializer}
 
     def get_queryset(self):
         return selectors.node_list()
@@ -170,6 +171,8 @@ class RecipeViewSet(viewsets.ModelViewSet):
 
     serializer_class = s.RecipeSerializer
     parser_classes = PARSERS
+    query_keys = {"list": s.RecipeFilterSerializer, "versions": PAGE_KEYS, "diff": s.DiffQuerySerializer,
+                  "dry_run": s.VersionQuerySerializer}
 
     def get_queryset(self):
         if self.action != "list":
@@ -376,6 +379,8 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     serializer_class = s.DeploymentSerializer
     parser_classes = PARSERS
+    # the telemetry's fields= picks a node's series: a deployment's history has no choice of them
+    query_keys = {"list": s.DeploymentFilterSerializer, "telemetry": ("since", "until"), "events": PAGE_KEYS}
 
     def get_queryset(self):
         if self.action != "list":
@@ -500,6 +505,7 @@ class ServerProcessViewSet(viewsets.ReadOnlyModelViewSet):
     """Engine processes of deployments: pid identity, pinning, GPUs, ports, argv (redacted)."""
 
     serializer_class = s.ServerProcessSerializer
+    query_keys = {"list": s.ProcessFilterSerializer, "log": s.ProcessLogQuerySerializer}
 
     def get_queryset(self):
         if self.action != "list":

@@ -27,18 +27,19 @@ from controlplane.api import (
     DetailSerializer,
     ExportFormatMixin,
     ExportQuerySerializer,
-    Pagination,
+    PAGE_KEYS,
     attachment,
     flatten_errors,
     no_body,
     query_validated,
     request_body,
-    unknown_field_errors,
+    unknown_query_errors,
 )
 from controlplane.errors import InvalidInput, NotFound
 from kernels import selectors, services
 from kernels.api import serializers as s
 from kernels.models import KernelBest, KernelJob, KernelPackage
+from kernels.whatif import WHATIF_KEYS
 
 
 @extend_schema_view(
@@ -69,6 +70,9 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     action_roles = {"cancel": "operator", "variants": "viewer", "chart": "viewer", "export": "viewer",
                     "best": "viewer"}
     format_actions = ("export", "variants")   # ?format=csv is a download there, not a renderer
+    query_keys = {"list": s.JobFilterSerializer, "variants": (s.VariantTableQuerySerializer, "p.<parameter>"),
+                  "chart": "shape", "best": PAGE_KEYS, "export": ExportQuerySerializer}
+    query_keys_reported_by_action = ("variants",)   # with every other problem of the query
 
     def get_queryset(self):
         if self.action != "list":
@@ -154,9 +158,7 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         p.<parameter>"]}``), beside every other problem of the query, never ignored."""
         # Any other key (sortt=) is a 400 naming it and the keys taken, with every other problem;
         # a p.<name> key is judged by the table (not a parameter of this job: 400 under p.<name>).
-        taken = dict.fromkeys([*s.VariantTableQuerySerializer().fields, Pagination.limit_query_param,
-                               Pagination.offset_query_param, api_settings.URL_FORMAT_OVERRIDE, "p.<parameter>"])
-        unknown = unknown_field_errors({key: None for key in request.query_params if not key.startswith("p.")}, taken)
+        unknown = unknown_query_errors(request, self)
         try:
             q = query_validated(s.VariantTableQuerySerializer, request)
         except ValidationError as exc:
@@ -219,6 +221,7 @@ class BestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 
     serializer_class = s.BestSerializer
     action_roles = {"config": "viewer"}
+    query_keys = {"list": s.BestFilterSerializer}
 
     def get_queryset(self):
         if self.action != "list":
@@ -249,15 +252,17 @@ class WhatIfViewSet(ExportFormatMixin, viewsets.ViewSet):
 
     format_actions = ("list",)
     FORMATS = ("json", "api")
+    query_keys = {"list": WHATIF_KEYS}
+    query_keys_reported_by_action = ("list",)   # with every other problem of the query
 
     @extend_schema(summary="Project a sweep with a faster kernel (decode step × ((1 − share) + share / speedup))",
                    description="400 for an unknown query key, naming it and the keys taken.",
                    parameters=[s.WhatIfQuerySerializer], responses={200: OpenApiTypes.OBJECT, 400: ERRORS_400})
     def list(self, request: Request) -> Response:
         from benchmarks.models import BenchmarkSweep
-        from kernels.whatif import DEFAULT_SHARE, WHATIF_KEYS, whatif_compute
+        from kernels.whatif import DEFAULT_SHARE, whatif_compute
 
-        unknown = unknown_field_errors(request.query_params, [*WHATIF_KEYS, api_settings.URL_FORMAT_OVERRIDE])
+        unknown = unknown_query_errors(request, self)
         fmt = request.query_params.get(api_settings.URL_FORMAT_OVERRIDE)
         if fmt not in (None, *self.FORMATS):
             unknown[api_settings.URL_FORMAT_OVERRIDE] = [f"must be one of {', '.join(self.FORMATS)}; got {fmt!r}"]

@@ -91,7 +91,7 @@ def test_the_best_list_filters_on_a_batch_and_refuses_one_that_is_not_a_number(v
     assert resp.status_code == 400 and resp.json() == {"batch": ["is given 2 times (4, 1): give it once"]}
 
 
-def test_the_best_lists_text_filters_are_validated_and_an_unknown_key_is_left_as_elsewhere(viewer_api, measured_job):
+def test_the_best_lists_text_filters_are_validated_and_an_unknown_key_is_refused_as_elsewhere(viewer_api, measured_job):
     assert viewer_api.get(BEST, {"package": "toy_attn", "shape": "small", "device": "h200"}).json()["count"] == 2
     for key, limit in (("package", 63), ("device", 128), ("shape", 63)):
         resp = viewer_api.get(BEST, {key: "x" * (limit + 1)})
@@ -99,10 +99,13 @@ def test_the_best_lists_text_filters_are_validated_and_an_unknown_key_is_left_as
             key: [f"Ensure this field has no more than {limit} characters."]}, key
         resp = viewer_api.get(f"{BEST}?{key}=a&{key}=b")
         assert resp.status_code == 400 and resp.json() == {key: ["is given 2 times (a, b): give it once"]}
-    # a key no list endpoint knows is left alone by each of them alike
-    assert viewer_api.get(JOBS, {"bogus": "1"}).status_code == 200
+    # a key no list endpoint knows is refused by each of them alike, naming the keys it takes
+    resp = viewer_api.get(JOBS, {"bogus": "1"})
+    assert resp.status_code == 400 and resp.json() == {
+        "bogus": ["unknown field 'bogus'; allowed: package, status, node, limit, offset, format"]}
     resp = viewer_api.get(BEST, {"bogus": "1"})
-    assert resp.status_code == 200 and resp.json()["count"] == 4
+    assert resp.status_code == 400 and resp.json() == {
+        "bogus": ["unknown field 'bogus'; allowed: package, device, shape, batch, limit, offset, format"]}
 
 
 # --- a pending job's progress -----------------------------------------------------------------------

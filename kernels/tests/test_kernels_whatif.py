@@ -98,8 +98,10 @@ def test_the_api_and_the_page_refuse_an_unknown_key_instead_of_projecting_with_t
     # a format the endpoint does not answer in is named with the two it does, not a bare 404
     resp = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2, "format": "csv"})
     assert resp.status_code == 400 and resp.json() == {"format": ["must be one of json, api; got 'csv'"]}
-    # the list endpoints keep their handling of a key they do not take
-    assert viewer_api.get("/api/kernel-best/", {"shares": 0.5}).status_code == 200
+    # the list endpoints refuse a key they do not take alike
+    resp = viewer_api.get("/api/kernel-best/", {"shares": 0.5})
+    assert resp.status_code == 400 and resp.json() == {
+        "shares": ["unknown field 'shares'; allowed: package, device, shape, batch, limit, offset, format"]}
 
 
 def test_it_projects_a_sim_sweep_from_the_profiles_formulas(db):
