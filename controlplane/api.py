@@ -402,12 +402,6 @@ class StrictSlugRelatedField(StrictTextMixin, serializers.SlugRelatedField):
     number 1`` with ``what="a node name (a string)"``) instead of a look-up of the name ``"1"``."""
 
 
-class ExportQuerySerializer(serializers.Serializer):
-    """``?format=csv|json`` of an export action (default json)."""
-
-    format = serializers.ChoiceField(choices=["csv", "json"], default="json")
-
-
 class ExportFormatMixin:
     """For viewsets with an ``export`` action (and the other actions :attr:`format_actions` names):
     ``?format=csv|json`` names the file format the action answers in, not a DRF renderer, so
@@ -461,6 +455,14 @@ class FilterChoiceField(serializers.ChoiceField):
             raise serializers.ValidationError(
                 f"must be one of {', '.join(self.choice_strings_to_values)}; got {shown!r}",
                 code="invalid_choice") from None
+
+
+class ExportQuerySerializer(serializers.Serializer):
+    """``?format=csv|json`` of an export action (default json); another format is a 400 naming the
+    two (``{"format": ["must be one of csv, json; got 'xml'"]}``), the wording of a format no
+    renderer answers in (:class:`controlplane.drf_defaults.FormatNegotiation`)."""
+
+    format = FilterChoiceField(choices=["csv", "json"], default="json")
 
 
 def query_validated(serializer_class, request) -> dict:

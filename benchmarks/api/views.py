@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from benchmarks import selectors, services
 from benchmarks.api import serializers as s
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.services.runs import runs_compare_csv
 from benchmarks.sweeps import grid_validate
 from controlplane.api import (
     ERROR_404, ERRORS_400, DetailSerializer, ExportFormatMixin, ExportQuerySerializer, SafeJSONParser, attachment,
@@ -168,6 +169,7 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     parser_classes = PARSERS
     action_roles = {"import_results": "operator", "records": "viewer", "export": "viewer", "original": "viewer",
                     "compare": "viewer"}
+    format_actions = ("export", "compare")   # ?format=csv is a download there, not a renderer
     query_keys = {"list": s.RunFilterSerializer, "records": s.RecordsQuerySerializer, "export": ExportQuerySerializer,
                   "compare": s.CompareQuerySerializer}
 
@@ -242,13 +244,17 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                                    allow_duplicate=ser.validated_data["allow_duplicate"])
         return Response(s.RunSerializer(runs, many=True).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5",
-                   description="400: ids that are not comma-separated integers, or fewer than two runs. "
-                               "404 names the ids of runs or sweeps that do not exist.",
+    @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5 (?format=csv: as CSV)",
+                   description="400: ids that are not comma-separated integers, fewer than two runs, or a format "
+                               "other than json or csv. 404 names the ids of runs or sweeps that do not exist.",
                    parameters=[s.CompareQuerySerializer],
-                   responses={200: s.RunCompareSerializer, 400: ERRORS_400, 404: ERROR_404})
+                   responses={(200, "application/json"): s.RunCompareSerializer, (200, "text/csv"): OpenApiResponse(
+                       OpenApiTypes.STR, description="?format=csv: one row per run (values with their units in "
+                                                     "the column names, deltas against the baseline in percent), as "
+                                                     "an attachment, the comparison page's download"),
+                              400: ERRORS_400, 404: ERROR_404})
     @action(detail=False, methods=["get"])
-    def compare(self, request: Request) -> Response:
+    def compare(self, request: Request) -> HttpResponse:
         q = query_validated(s.CompareQuerySerializer, request)
         ids = list(q["ids"])
         for sweep_id in q["sweeps"]:
@@ -256,5 +262,9 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             if sweep is None:
                 raise NotFound(f"no sweep with id {sweep_id}")
             ids += [r.pk for r in selectors.sweep_runs(sweep=sweep)]
-        return Response(services.runs_compare(runs=selectors.runs_by_ids(ids=list(dict.fromkeys(ids))),
-                                              baseline_id=q["baseline"]))
+        ids = list(dict.fromkeys(ids))
+        comparison = services.runs_compare(runs=selectors.runs_by_ids(ids=ids), baseline_id=q["baseline"])
+        if q["format"] == "csv":
+            return attachment(runs_compare_csv(comparison=comparison), content_type="text/csv",
+                              filename="compare-" + "-".join(map(str, ids[:20])) + ".csv")
+        return Response(comparison)

@@ -1,6 +1,6 @@
 """The kernels API refuses a query key it does not take, naming it and the keys taken
 (controlplane.drf_defaults.KnownQueryKeys); the variant table and the what-if keep naming theirs
-beside every other problem of the query."""
+beside every other problem of the query; an export names the formats it serves."""
 import pytest
 
 ALLOWED_BEST = "allowed: package, device, shape, batch, limit, offset, format"
@@ -58,3 +58,9 @@ def test_the_whatif_names_an_unknown_key_with_every_other_problem(viewer_api):
     body = answer.json()
     assert body["shares"] == ["unknown field 'shares'; allowed: sweep, share, speedup, best, format"]
     assert "sweep" in body and "speedup" in body
+
+
+def test_a_job_export_names_the_formats_it_serves(viewer_api, measured_job):
+    answer = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/export/?format=xml")
+    assert answer.status_code == 400 and answer.json() == {"format": ["must be one of csv, json; got 'xml'"]}
+    assert viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/export/?format=csv").status_code == 200

@@ -1,0 +1,49 @@
+"""An export's format outside csv and json is a 400 in the wording of every other format refusal;
+the comparison downloads as CSV with ?format=csv, the CSV the comparison page gives; a run without
+per-request records is a 404 in the API as on its page, with the same reason."""
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from django.test import Client
+
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+
+
+@pytest.fixture
+def runs(db):
+    sweep = BenchmarkSweep.objects.create(name="s", engine="sim", topology="single", status="done")
+    summary = {"ttft_ms": {"mean": 50.0, "p99": 80.0}, "completed": 10}
+    made = [BenchmarkRun.objects.create(sweep=sweep, status="done", concurrency=c, input_len=8, output_len=8,
+                                        summary={**summary, "output_throughput_tok_s": 100.0 * c}) for c in (1, 2)]
+    imported = BenchmarkRun.objects.create(source="imported", status="done", concurrency=1, input_len=8, output_len=8,
+                                           summary=summary, original_text="{}", original_filename="bench.json")
+    return sweep, made, imported
+
+
+def test_an_export_names_the_formats_it_serves(viewer_api, runs):
+    sweep, (run, _), _ = runs
+    for url in (f"/api/runs/{run.pk}/export/?format=xml", f"/api/sweeps/{sweep.pk}/export/?format=xml"):
+        answer = viewer_api.get(url)
+        assert answer.status_code == 400 and answer.json() == {"format": ["must be one of csv, json; got 'xml'"]}, url
+    assert viewer_api.get(f"/api/runs/{run.pk}/export/?format=csv").status_code == 200
+
+
+def test_the_comparison_downloads_the_csv_of_its_page(viewer_api, viewer, runs):
+    _, (a, b), _ = runs
+    answer = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}&format=csv")
+    assert answer.status_code == 200 and answer["Content-Type"] == "text/csv"
+    assert answer["Content-Disposition"] == f'attachment; filename="compare-{a.pk}-{b.pk}.csv"'
+    rows = list(csv.DictReader(io.StringIO(answer.content.decode())))
+    assert [(int(r["run_id"]), r["baseline"]) for r in rows] == [(a.pk, "true"), (b.pk, "false")]
+    page = Client()
+    page.force_login(viewer)
+    same = page.get(f"/benchmarks/compare/?ids={a.pk},{b.pk}&format=csv")
+    assert same.status_code == 200 and same.content == answer.content
+    # json stays the default; any other format is named with the two served
+    assert viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}").json()["baseline"] == a.pk
+    refused = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}&format=xml")
+    assert refused.status_code == 400 and refused.json() == {"format": ["must be one of json, csv; got 'xml'"]}
+
