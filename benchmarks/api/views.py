@@ -181,14 +181,23 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                                   order=q.get("order"))
 
     @extend_schema(summary="Per-request records (paginated: offset, limit <= 5000)",
-                   description="400 for a run without records (imported, or its file is missing) or a bad "
-                               "offset/limit.",
+                   description="400 for a bad offset/limit. 404 for a run without records (imported, or its file "
+                               "is missing), naming the run: `{\"detail\": \"run #12 has no per-request records "
+                               "(imported: see its original file)\"}`.",
                    parameters=[s.RecordsQuerySerializer],
                    responses={200: s.RunRecordsPageSerializer, 400: ERRORS_400, 404: ERROR_404})
     @action(detail=True, methods=["get"])
     def records(self, request: Request, pk: str | None = None) -> Response:
+        """A page of the run's records (:func:`benchmarks.services.run_records_rows`); a run that has
+        none is a 404 whose ``detail`` gives the reason, as the page's ``export.records.csv``."""
         q = query_validated(s.RecordsQuerySerializer, request)
-        return Response(services.run_records_rows(run=self.get_object(), offset=q["offset"], limit=q["limit"]))
+        run = self.get_object()
+        try:
+            return Response(services.run_records_rows(run=run, offset=q["offset"], limit=q["limit"]))
+        except InvalidInput as exc:
+            if set(exc.errors) != {"records"}:
+                raise
+            raise NotFound("; ".join(exc.errors["records"])) from None
 
     @extend_schema(summary="Export the run: ?format=csv|json", parameters=[ExportQuerySerializer],
                    responses={(200, "application/json"): s.RunExportSerializer, (200, "text/csv"): CSV_EXPORT,

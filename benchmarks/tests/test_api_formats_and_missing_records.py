@@ -47,3 +47,17 @@ def test_the_comparison_downloads_the_csv_of_its_page(viewer_api, viewer, runs):
     refused = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}&format=xml")
     assert refused.status_code == 400 and refused.json() == {"format": ["must be one of json, csv; got 'xml'"]}
 
+
+def test_a_run_without_records_is_a_404_with_the_reason_the_page_gives(viewer_api, viewer, runs):
+    _, (measured, _), imported = runs
+    answer = viewer_api.get(f"/api/runs/{imported.pk}/records/")
+    assert answer.status_code == 404
+    assert answer.json() == {"detail": f"run #{imported.pk} has no per-request records (imported: see its original file)"}
+    page = Client()
+    page.force_login(viewer)
+    assert page.get(f"/benchmarks/runs/{imported.pk}/export.records.csv").status_code == 404
+    # a measured run whose records were never written: the same 404
+    answer = viewer_api.get(f"/api/runs/{measured.pk}/records/")
+    assert answer.status_code == 404 and answer.json() == {"detail": f"run #{measured.pk} has no per-request records"}
+    # a bad page is still a 400 naming the parameter
+    assert viewer_api.get(f"/api/runs/{imported.pk}/records/?limit=0").status_code == 400

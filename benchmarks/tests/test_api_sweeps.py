@@ -145,7 +145,8 @@ def test_it_imports_both_fixtures_and_serves_the_original_file(operator_api, vie
     assert original.status_code == 200 and original.content.decode() == SGLANG
     assert 'filename="h200.jsonl"' in original["Content-Disposition"]
     records = viewer_api.get(f"/api/runs/{sg['id']}/records/")
-    assert records.status_code == 400 and "imported" in json.dumps(records.json())
+    assert records.status_code == 404 and records.json() == {
+        "detail": f"run #{sg['id']} has no per-request records (imported: see its original file)"}
 
 
 def test_it_names_the_line_of_a_malformed_import(operator_api) -> None:
