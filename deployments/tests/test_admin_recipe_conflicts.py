@@ -8,31 +8,12 @@ import json
 import re
 
 import pytest
-from django.contrib.auth.models import User
-from django.test import Client
 from django.urls import reverse
 
 from deployments.examples import example_recipe
-from deployments.models import Node, Recipe
-from deployments.nodes import node_register, seed_node_facts
+from deployments.models import Recipe
 from deployments.services import recipe_create, recipe_update
-
-
-@pytest.fixture
-def superuser(db) -> User:
-    return User.objects.create_superuser("sam-super", "sam@example.test", "correct-horse-battery")
-
-
-@pytest.fixture
-def admin_client(superuser) -> Client:
-    client = Client()
-    client.force_login(superuser)
-    return client
-
-
-@pytest.fixture
-def seed_node(db) -> Node:
-    return node_register(facts=seed_node_facts())
+from deployments.tests.test_admin import admin_client, seed_node, superuser  # noqa: F401 - fixtures
 
 
 @pytest.fixture

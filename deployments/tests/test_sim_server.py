@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -71,6 +72,45 @@ def start_sim(procs: list[Proc], tmp_path: Path, role: str, *, profile: str = "d
     base = f"http://127.0.0.1:{port}"
     wait_for(lambda: httpx.get(f"{base}/v1/models", timeout=1).status_code == 200, proc)
     return base, proc
+
+
+@dataclass
+class PD:
+    """A PD pair of ``sim`` workers behind the real ``sglang-router`` (:func:`start_pd`)."""
+
+    prefill_url: str
+    prefill: Proc
+    decode_url: str
+    decode: Proc
+    router_url: str
+    router: Proc
+    router_port: int
+    prometheus_port: int
+    bootstrap_port: int
+
+
+def start_pd(procs: list[Proc], tmp_path: Path) -> PD:
+    """Start a prefill and a decode ``sim`` worker (demo-fast) and the real router in PD mode in
+    front of them (``--prometheus-port`` set); return once the router reports both healthy."""
+    bootstrap = free_port()
+    prefill, prefill_proc = start_sim(procs, tmp_path, "prefill", bootstrap=bootstrap)
+    decode, decode_proc = start_sim(procs, tmp_path, "decode")
+    router_port, prom_port = free_port(), free_port()
+    router = Proc([
+        sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
+        "--prefill", prefill, str(bootstrap), "--decode", decode, "--host", "127.0.0.1",
+        "--port", str(router_port), "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom_port),
+        "--log-level", "warn",
+    ], tmp_path / "router.log")
+    procs.append(router)
+    base = f"http://127.0.0.1:{router_port}"
+
+    def workers_ready() -> bool:
+        workers = httpx.get(f"{base}/workers", timeout=2, trust_env=False).json()["workers"]
+        return sorted(w["worker_type"] for w in workers if w["is_healthy"]) == ["decode", "prefill"]
+
+    wait_for(workers_ready, router)
+    return PD(prefill, prefill_proc, decode, decode_proc, base, router, router_port, prom_port, bootstrap)
 
 
 def wait_for(check, proc: Proc | None = None, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
@@ -201,24 +241,8 @@ def test_it_ignores_sigterm_only_when_told(procs: list[Proc], tmp_path: Path) ->
 
 
 def test_it_serves_pd_through_the_real_router(procs: list[Proc], tmp_path: Path) -> None:
-    bootstrap = free_port()
-    prefill, prefill_proc = start_sim(procs, tmp_path, "prefill", bootstrap=bootstrap)
-    decode, decode_proc = start_sim(procs, tmp_path, "decode")
-    router_port, prom_port = free_port(), free_port()
-    router = Proc([
-        sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
-        "--prefill", prefill, str(bootstrap), "--decode", decode, "--host", "127.0.0.1",
-        "--port", str(router_port), "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom_port),
-        "--log-level", "warn",
-    ], tmp_path / "router.log")
-    procs.append(router)
-    base = f"http://127.0.0.1:{router_port}"
-
-    def workers_ready() -> bool:
-        workers = httpx.get(f"{base}/workers", timeout=2).json()["workers"]
-        return sorted(w["worker_type"] for w in workers if w["is_healthy"]) == ["decode", "prefill"]
-
-    wait_for(workers_ready, router)
+    pd = start_pd(procs, tmp_path)
+    base = pd.router_url
     with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=30, json={
         "model": "sim-model", "messages": [{"role": "user", "content": "tell me about prefill"}],
         "max_tokens": 12, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
@@ -233,15 +257,15 @@ def test_it_serves_pd_through_the_real_router(procs: list[Proc], tmp_path: Path)
         "text": "one two three", "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}).json()
     assert native["meta_info"]["completion_tokens"] == 4
 
-    assert metric(decode, "sim:kv_fetch_total") == 2
-    assert metric(prefill, "sim:kv_served_total") == 2
-    assert metric(prefill, "sglang:prompt_tokens_total") == (3 + 3 + 6) + 4  # chat template + "one two three"
-    assert metric(decode, "sglang:generation_tokens_total") == 16
-    fetched = [line for line in decode_proc.text().splitlines() if "kv fetched room=" in line]
-    assert len(fetched) == 2 and f"from=127.0.0.1:{bootstrap}" in fetched[0]
+    assert metric(pd.decode_url, "sim:kv_fetch_total") == 2
+    assert metric(pd.prefill_url, "sim:kv_served_total") == 2
+    assert metric(pd.prefill_url, "sglang:prompt_tokens_total") == (3 + 3 + 6) + 4  # chat template + "one two three"
+    assert metric(pd.decode_url, "sglang:generation_tokens_total") == 16
+    fetched = [line for line in pd.decode.text().splitlines() if "kv fetched room=" in line]
+    assert len(fetched) == 2 and f"from=127.0.0.1:{pd.bootstrap_port}" in fetched[0]
     room = fetched[0].split("room=")[1].split()[0]
-    assert f"kv served room={room}" in prefill_proc.text()
-    assert httpx.get(f"{decode}/get_server_info").json()["disaggregation_mode"] == "decode"
+    assert f"kv served room={room}" in pd.prefill.text()
+    assert httpx.get(f"{pd.decode_url}/get_server_info").json()["disaggregation_mode"] == "decode"
 
 
 def test_it_queues_when_the_kv_cache_is_full(procs: list[Proc], tmp_path: Path) -> None:

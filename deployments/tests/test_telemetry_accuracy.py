@@ -33,7 +33,7 @@ from deployments.supervisor.procfs import proc_start_ticks
 from deployments.telemetry.engine import MetricsScraper, ScrapeTarget, reading_from_text
 from deployments.telemetry.loop import LoopThread
 from deployments.telemetry.sampler import NodeSampler
-from deployments.tests.test_sim_server import Proc, free_port, metric, procs, start_sim, wait_for  # noqa: F401
+from deployments.tests.test_sim_server import Proc, free_port, metric, procs, start_pd, start_sim, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -171,24 +171,9 @@ def test_the_stored_tok_s_of_a_pd_burst_adds_up_to_the_decode_counter(db, procs,
     sampler at 2 Hz scraping all three, four requests of different lengths started 0.3 s apart:
     the stored per-second tok/s add up to the decode engine's generation counter, token for
     token, and the prefill's per-second prompt rates to its prompt counter."""
-    bootstrap = free_port()
-    prefill, prefill_proc = start_sim(procs, tmp_path, "prefill", bootstrap=bootstrap)
-    decode, decode_proc = start_sim(procs, tmp_path, "decode")
-    router_port, prom_port = free_port(), free_port()
-    router = Proc([
-        sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
-        "--prefill", prefill, str(bootstrap), "--decode", decode, "--host", "127.0.0.1",
-        "--port", str(router_port), "--prometheus-host", "127.0.0.1", "--prometheus-port", str(prom_port),
-        "--log-level", "warn",
-    ], tmp_path / "router.log")
-    procs.append(router)
-    base = f"http://127.0.0.1:{router_port}"
-
-    def workers_ready() -> bool:
-        workers = httpx.get(f"{base}/workers", timeout=2, trust_env=False).json()["workers"]
-        return sorted(w["worker_type"] for w in workers if w["is_healthy"]) == ["decode", "prefill"]
-
-    wait_for(workers_ready, router)
+    pd = start_pd(procs, tmp_path)
+    prefill, prefill_proc, decode, decode_proc = pd.prefill_url, pd.prefill, pd.decode_url, pd.decode
+    base, router, router_port, prom_port = pd.router_url, pd.router, pd.router_port, pd.prometheus_port
     node = Node.objects.create(name=f"acc-{uuid.uuid4().hex[:8]}", hostname="here", cpu_count=1)
     NumaNode.objects.create(node=node, index=0, cpus="0")
     recipe = Recipe.objects.create(name=f"r-{uuid.uuid4().hex[:8]}", engine="sim", topology="pd", node=node)
