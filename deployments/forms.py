@@ -204,6 +204,25 @@ class RecipeRevertAdminForm(RecipeAdminForm):
             if name in self.fields:
                 self.fields[name].disabled = True
 
+    def validate_unique(self) -> None:
+        """A version whose name another recipe holds now cannot be restored here (its fields
+        cannot be edited): the error names that recipe and the way out, the recipe's revert page
+        with "keep the current name"."""
+        super().validate_unique()
+        recipe = self.instance
+        if "name" not in self.errors or not recipe.pk:
+            return
+        if not Recipe.objects.filter(name=recipe.name).exclude(pk=recipe.pk).exists():
+            return
+        from django.urls import reverse
+
+        current = Recipe.objects.filter(pk=recipe.pk).values_list("name", flat=True).first()
+        url = reverse("deployments:recipe-revert", args=[recipe.pk, recipe.version])
+        self.errors["name"] = self.error_class([
+            f"A recipe named '{recipe.name}' already exists, so version {recipe.version} cannot be restored under "
+            f"its name here. Restore it with the current name '{current}' on the recipe's revert page, {url} "
+            "(tick \"keep the current name\"), or with keep_name in the API."])
+
 
 class SecretAdminForm(forms.ModelForm):
     """Admin form of a secret. The value is write-only: it is not a model field of the form,

@@ -23,6 +23,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
+from benchmarks.choices import SWEEP_TERMINAL
 from controlplane.api import attachment_header, unknown_field_errors
 from controlplane.drf_defaults import RepeatedKeys, given_more_than_once, json_loads, repeated_key_errors
 from controlplane.errors import Conflict, InvalidInput, NotFound
@@ -378,9 +379,13 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
                                         limit=PAGE_ROWS, offset=offset)
     base_query = {"batch": table.batch or "", "state": state, **{f"p.{k}": v for k, v in params.items()}}
     shown_to = table.offset + len(table.rows)
+    # An offset past the last row shows nothing: "previous" goes to the last page that has rows.
+    previous = (max(0, table.offset - PAGE_ROWS) if table.offset < table.total
+                else max(0, (table.total - 1) // PAGE_ROWS * PAGE_ROWS))
     pages = {
         "from": table.offset + 1 if table.rows else 0, "to": shown_to,
-        "previous": ("?" + urlencode({**base_query, "sort": table.sort, "offset": max(0, table.offset - PAGE_ROWS)})
+        "past_end": table.offset > 0 and not table.rows and table.total > 0,
+        "previous": ("?" + urlencode({**base_query, "sort": table.sort, "offset": previous})
                      + "#variant-table") if table.offset > 0 else "",
         "next": ("?" + urlencode({**base_query, "sort": table.sort, "offset": shown_to}) + "#variant-table")
                 if shown_to < table.total else "",
@@ -599,7 +604,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     for name in WHATIF_KEYS:
         if repeated := given_more_than_once(request.GET.getlist(name)):
             errors.setdefault(name, []).append(f"{name} {repeated}.")
-    sweeps = list(BenchmarkSweep.objects.filter(status="done").order_by("-created_at", "-id")[:100])
+    sweeps = list(BenchmarkSweep.objects.filter(status__in=list(SWEEP_TERMINAL)).order_by("-created_at", "-id")[:100])
     bests = list(KernelBest.objects.filter(speedup__isnull=False).select_related("package")
                  .order_by("package__name", "device_name", "shape", "batch")[:300])
     share = _float_param(request, "share", errors)
@@ -617,7 +622,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
                  if DIGITS_RE.fullmatch(sweep_raw) and len(sweep_raw) <= 18 else None)
         if sweep is None:
             errors["sweep"] = [f"No sweep with id {_short(sweep_raw)!r}."]
-        elif sweep not in sweeps and sweep.status == "done":
+        elif sweep not in sweeps and sweep.status in SWEEP_TERMINAL:
             sweeps.insert(0, sweep)   # older than the newest 100: still the one asked for
         if best_raw and request.GET.get("speedup", "").strip():
             # The API's rule (WhatIfQuerySerializer): exactly one source of the speedup.

@@ -402,11 +402,12 @@ def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:
 def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One sweep: status, live progress (polled every 1 s while active), results table,
     charts, ceiling findings, the snapshot (collapsed), export links, the cancel button and, once
-    the sweep is done, a link to the what-if projection of it (``/kernels/whatif/?sweep=<id>``,
-    which needs the viewer role like this page)."""
+    the sweep has ended (done, or failed or cancelled: projected from its finished points with a
+    note), a link to the what-if projection of it (``/kernels/whatif/?sweep=<id>``, which needs
+    the viewer role like this page)."""
     sweep = _get_sweep(pk)
     context = _sweep_results_context(sweep)
-    whatif = sweep.status == SweepStatus.DONE and has_role(request.user, "viewer")
+    whatif = sweep.status in SWEEP_TERMINAL and has_role(request.user, "viewer")
     context.update({
         "progress": sweep_progress(sweep), "status_class": _status_class(sweep.status),
         "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL,

@@ -20,6 +20,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.settings import api_settings
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -546,7 +547,12 @@ class ServerProcessViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get"], url_path="log/download", url_name="log-download")
     def log_download(self, request: Request, pk=None) -> HttpResponseBase:
         """Stream the log through :func:`deployments.services.process_log_download`, the
-        service the page's download uses too: same file checks, same redaction, same file name."""
+        service the page's download uses too: same file checks, same redaction, same file name.
+        It answers in one format, so any ``?format=`` is a 400 naming it rather than ignored."""
+        fmt = request.query_params.get(api_settings.URL_FORMAT_OVERRIDE)
+        if fmt is not None:
+            raise ValidationError({api_settings.URL_FORMAT_OVERRIDE: [
+                f"the log downloads as text/plain only: leave format out; got {fmt[:40]!r}"]})
         process = self.get_object()
         filename, reader = services.process_log_download(process=process)
         return FileResponse(reader, as_attachment=True, filename=filename, content_type="text/plain; charset=utf-8")

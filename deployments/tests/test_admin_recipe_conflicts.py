@@ -151,3 +151,27 @@ def test_a_revert_page_opened_before_another_save_is_refused_and_saves_nothing(a
             "(by oscar-operator at ") in text, text
     two_versions.refresh_from_db()
     assert (two_versions.version, two_versions.description, two_versions.spec["stop_grace_s"]) == (3, "edited elsewhere", 90)
+
+
+def test_a_revert_whose_name_another_recipe_holds_now_names_the_way_out(admin_client, recipe, superuser):
+    v1_name = recipe.name
+    renamed = recipe_update(recipe=recipe, user=superuser, name="tp4-renamed", spec=dict(recipe.spec, stop_grace_s=90))
+    ex = example_recipe("seed-v4-flash-pd")
+    recipe_create(user=superuser, name=v1_name, description="", engine=ex["engine"], topology=ex["topology"],
+                  node=renamed.node, spec=ex["spec"])
+    url = _history_url(renamed, 1)
+    response = admin_client.post(url, _page_form(admin_client.get(url).content.decode()))
+
+    assert response.status_code == 200
+    text = _errors(response.content.decode())
+    assert (f"A recipe named '{v1_name}' already exists, so version 1 cannot be restored under its name here. "
+            f"Restore it with the current name 'tp4-renamed' on the recipe's revert page, "
+            f"/recipes/{renamed.pk}/revert/1/ (tick \"keep the current name\"), or with keep_name in the API.") in text
+    renamed.refresh_from_db()
+    assert (renamed.version, renamed.name) == (2, "tp4-renamed")
+    # the way out it names works
+    way_out = admin_client.post(f"/recipes/{renamed.pk}/revert/1/", {"expected_version": "2", "keep_name": "on"},
+                                follow=True)
+    assert "reverted to version 1 (now version 3)" in _errors(way_out.content.decode())
+    renamed.refresh_from_db()
+    assert (renamed.version, renamed.name, renamed.spec) == (3, "tp4-renamed", recipe.history.get(version=1).spec)

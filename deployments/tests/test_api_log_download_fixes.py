@@ -156,3 +156,11 @@ def test_a_rotated_part_linked_outside_the_log_directory_is_never_read(process, 
 
     assert tail.status_code == 200 and tail.json()["text"] == ""
     assert download.status_code == 404
+
+
+@pytest.mark.parametrize("fmt", ["xml", "json", "csv"])
+def test_a_format_the_download_does_not_answer_in_is_refused_not_ignored(process, viewer_api, fmt):
+    response = viewer_api.get(f"/api/processes/{process.pk}/log/download/?format={fmt}")
+
+    assert response.status_code == 400
+    assert response.json() == {"format": [f"the log downloads as text/plain only: leave format out; got '{fmt}'"]}

@@ -104,3 +104,10 @@ def test_keep_name_false_restores_the_version_s_own_name_when_it_is_free(operato
     response = operator_api.post(f"/api/recipes/{renamed.pk}/revert/", {"version": 1, "keep_name": False}, format="json")
     assert response.status_code == 200, response.json()
     assert (response.json()["name"], response.json()["version"]) == ("hist-test", 3)
+
+
+@pytest.mark.parametrize("version", ["0", "00"])
+def test_the_revert_page_of_version_0_is_a_404_that_says_why(operator_client, renamed, version):
+    response = operator_client.get(f"/recipes/{renamed.pk}/revert/{version}/")
+    assert response.status_code == 404
+    assert "0 is not a version number: versions count from 1." in html_lib.unescape(response.content.decode())

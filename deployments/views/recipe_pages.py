@@ -499,6 +499,8 @@ def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
         version_name = services.recipe_version_get(recipe=recipe, version=version)["name"]
     except NotFound as exc:
         raise Http404(str(exc)) from None
+    except InvalidInput:   # version 0 (the URL takes any digits): no such version, as for 999
+        raise Http404(f"{version} is not a version number: versions count from 1") from None
     return render(
         request,
         "deployments/recipe_revert.html",

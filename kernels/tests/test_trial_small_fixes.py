@@ -42,6 +42,20 @@ def test_a_failed_or_cancelled_sweep_is_projected_with_a_note_naming_its_status_
         assert html.escape(note) in body
 
 
+
+def test_an_ended_sweep_reaches_its_what_if_from_its_page_and_the_what_if_list(viewer):
+    page = Client()
+    page.force_login(viewer)
+    for status in ("cancelled", "failed"):
+        sweep = _ended_sweep(status)
+        detail = page.get(f"/benchmarks/sweeps/{sweep.pk}/").content.decode()
+        assert f'href="/kernels/whatif/?sweep={sweep.pk}"' in detail and "What-if: a faster kernel" in detail
+        listed = page.get("/kernels/whatif/").content.decode()
+        assert f'<option value="{sweep.pk}">#{sweep.pk} t (sim pd, {status}: its finished points)</option>' in listed
+    running = BenchmarkSweep.objects.create(name="r", engine="sim", topology="pd", status="running", points_total=4)
+    assert "What-if: a faster kernel" not in page.get(f"/benchmarks/sweeps/{running.pk}/").content.decode()
+    assert f'<option value="{running.pk}">' not in page.get("/kernels/whatif/").content.decode()
+
 def test_a_done_sweep_gets_no_such_note(viewer_api, seed_pd_sweep):
     out = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2}).json()
     assert not any(n.startswith("provisional") for n in out["notes"])
@@ -59,3 +73,16 @@ def test_the_jobs_list_counts_builds_as_the_job_page_does(viewer, measured_job):
         body = page.get(url).content.decode()
         assert ">Builds kept / discarded / failed</th>" in body, url
         assert f'<td class="num">{kept} / 1 / 1</td>' in body, url
+
+
+def test_an_offset_past_the_last_variant_says_so_and_goes_back_to_the_last_page(viewer, measured_job):
+    page = Client()
+    page.force_login(viewer)
+    total = measured_job.variants.count()
+    for offset in (total, 4000):
+        body = html.unescape(page.get(f"/kernels/jobs/{measured_job.pk}/?offset={offset}").content.decode())
+        assert f"{total} variants, none shown: offset {offset} is past the last one" in body
+        assert "shown" not in body.split("none shown")[1].split("CSV of this table")[0]
+        assert 'class="page-previous" href="?batch=' in body and "offset=0#variant-table" in body
+    body = html.unescape(page.get(f"/kernels/jobs/{measured_job.pk}/?offset={total - 1}").content.decode())
+    assert f"{total} variants, {total}-{total} shown" in body
