@@ -36,13 +36,45 @@ def broker_key_prefix() -> str:
 class NamespacedCelery(Celery):
     """A Celery app whose broker connections carry :func:`broker_key_prefix` as the Redis
     transport's ``global_keyprefix`` (set explicitly in ``CELERY_BROKER_TRANSPORT_OPTIONS``, it
-    is kept)."""
+    is kept).
+
+    The connection and producer pools a process keeps are those of the namespace they were made
+    in; when the namespace changes (a test run switching to its test database after a first
+    publish, a test naming another installation), they are dropped before the next publish, so
+    a message never goes out under a namespace that is no longer this process's."""
+
+    _pool_prefix: str | None = None
 
     def _connection(self, url, *args, transport_options=None, **kwargs):
         options = dict(transport_options or {})
         if "global_keyprefix" not in self.conf.broker_transport_options:
             options.setdefault("global_keyprefix", broker_key_prefix())
         return super()._connection(url, *args, transport_options=options, **kwargs)
+
+    def _drop_pools_of_another_namespace(self) -> None:
+        prefix = broker_key_prefix()
+        if prefix != self._pool_prefix:
+            # kombu keys its pools by the connection's options, the prefix among them: the next
+            # acquire makes (or finds) the pools of this prefix
+            self._pool = None
+            amqp = self.__dict__.get("amqp")
+            if amqp is not None:
+                amqp._producer_pool = None
+            self._pool_prefix = prefix
+
+    def send_task(self, *args, **kwargs):
+        self._drop_pools_of_another_namespace()
+        return super().send_task(*args, **kwargs)
+
+    def producer_or_acquire(self, producer=None):
+        if producer is None:
+            self._drop_pools_of_another_namespace()
+        return super().producer_or_acquire(producer)
+
+    def connection_or_acquire(self, connection=None, pool=True, *args, **kwargs):
+        if connection is None:
+            self._drop_pools_of_another_namespace()
+        return super().connection_or_acquire(connection, pool, *args, **kwargs)
 
 
 app = NamespacedCelery("ceiling")

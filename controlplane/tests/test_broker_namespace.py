@@ -40,3 +40,22 @@ def test_two_installations_on_one_redis_database_publish_to_queues_of_their_own(
         assert broker.llen(queue) == 0
     finally:
         broker.delete(queue, *keys)
+
+
+@pytest.mark.django_db
+def test_a_process_whose_namespace_changes_publishes_under_the_new_one(settings):
+    """The pooled connection and producer of the first namespace are not reused under the next
+    (a test run switches to its test database after the process may have published)."""
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    tag = uuid.uuid4().hex[:8]
+    queue = f"node.pooled-{tag}"
+    sites = [f"site-a-{tag}", f"site-b-{tag}", f"site-a-{tag}"]
+    keys = [f"ceiling:{site}:{queue}" for site in sites[:2]]
+    try:
+        for site in sites:
+            settings.CEILING_REALTIME_PREFIX = site
+            node_heartbeat_task.apply_async(args=["local"], queue=queue)   # the app's pools
+        assert [broker.llen(key) for key in keys] == [2, 1]
+        assert broker.llen(queue) == 0
+    finally:
+        broker.delete(queue, *keys)
