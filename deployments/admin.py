@@ -177,6 +177,20 @@ class RecipeAdmin(SimpleHistoryAdmin):
         """Whether ``request`` is for simple-history's page of one history entry (its "Revert")."""
         return (getattr(request.resolver_match, "url_name", "") or "").endswith("_simple_history")
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Recipe | None = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if self._reverting(request):
+            # A version's page: when that version was saved, not the recipe's latest change (the
+            # history does not store updated_at; simple-history would show the current row's).
+            fields = ["version_saved_at" if f == "updated_at" else f for f in fields]
+        return fields
+
+    @admin.display(description="Version saved at")
+    def version_saved_at(self, obj: Recipe):
+        """The time the version shown was saved (its history row's date)."""
+        row = Recipe.history.filter(id=obj.pk, version=obj.version).order_by("-history_date").first()
+        return row.history_date if row is not None else None
+
     def get_form(self, request: HttpRequest, obj: Recipe | None = None, change: bool = False, **kwargs):
         # A history entry's page shows that version read-only: a revert restores it as it was.
         if self._reverting(request):

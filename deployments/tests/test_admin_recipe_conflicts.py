@@ -175,3 +175,16 @@ def test_a_revert_whose_name_another_recipe_holds_now_names_the_way_out(admin_cl
     assert "reverted to version 1 (now version 3)" in _errors(way_out.content.decode())
     renamed.refresh_from_db()
     assert (renamed.version, renamed.name, renamed.spec) == (3, "tp4-renamed", recipe.history.get(version=1).spec)
+
+
+def test_a_version_page_shows_when_that_version_was_saved(admin_client, two_versions):
+    from django.utils import formats, timezone
+
+    v1 = two_versions.history.get(version=1)
+    type(two_versions).objects.filter(pk=two_versions.pk).update(updated_at=v1.history_date.replace(year=2031))
+    text = _errors(admin_client.get(_history_url(two_versions, 1)).content.decode())
+    assert "Version saved at" in text and "Updated at" not in text
+    assert formats.localize(timezone.template_localtime(v1.history_date)) in text
+    assert "2031" not in text
+    # the recipe's own change page keeps its "Updated at"
+    assert "Updated at" in _errors(admin_client.get(_change_url(two_versions)).content.decode())
