@@ -13,6 +13,9 @@ Three layers, applied by :func:`redact_text`:
 * patterns for well-known token shapes (Hugging Face ``hf_...``, ``Bearer ...``,
   ``token=...``) that catch a secret pasted where it should not be.
 
+A value is masked in every spelling :func:`value_forms` lists, not only as typed: percent-encoded
+in a URL, JSON-escaped, base64, and line by line for a multi-line value.
+
 A value once seen stays masked for the life of the process, also after its secret was
 rotated or deleted: old logs may still hold it. Earlier values are also kept in the database
 (:data:`RETIRED_MODEL`, written when a secret is changed or deleted) and read like the current
@@ -26,10 +29,13 @@ the secret and the key source is logged once per value and process.
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import logging
 import re
 import threading
 import time
+import urllib.parse
 
 from controlplane.errors import CeilingError
 
@@ -43,6 +49,9 @@ RETIRED_MODEL = "deployments.RetiredSecretValue"
 STORED_VALUES_MAX_AGE_S = 2.0
 # Values shorter than this are too likely to occur as ordinary text to be masked.
 MIN_VALUE_LENGTH = 4
+# A line of a multi-line value is masked on its own only from this length: a PEM key's base64
+# lines are 64 characters, while short lines ("-----END-----", blank) are too common.
+MIN_LINE_LENGTH = 16
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +78,48 @@ _PATTERNS = [
 ]
 
 
+def value_forms(value: str) -> set[str]:
+    """The spellings of one secret ``value`` that text may carry, each masked like the value:
+
+    * the value itself, and stripped of surrounding whitespace (a log shows it without the pasted
+      newline);
+    * percent-encoded (``urllib.parse.quote`` with nothing safe, and ``quote_plus``), as in a URL's
+      query (``?token=a%2Fb``) or a form body;
+    * JSON-escaped (the inside of ``json.dumps(value)``), as in a JSON log line or an API dump;
+    * base64 (standard and URL-safe alphabet, with and without ``=`` padding), as in a
+      ``Basic`` header or a Kubernetes secret;
+    * each line of a multi-line value (a PEM key) of at least :data:`MIN_LINE_LENGTH` characters,
+      as a log that prints it line by line shows it.
+
+    A value shorter than :data:`MIN_VALUE_LENGTH` characters once stripped is not masked in any
+    form (too likely to be ordinary text), nor is a shorter form of a longer value. Returns an
+    empty set for such a value and for one that is not a ``str``."""
+    if not isinstance(value, str) or len(value.strip()) < MIN_VALUE_LENGTH:
+        return set()
+    forms = {value, value.strip()}
+    core = value.strip()
+    forms.add(urllib.parse.quote(core, safe=""))
+    forms.add(urllib.parse.quote_plus(core, safe=""))
+    forms.add(json.dumps(core)[1:-1])
+    raw = core.encode("utf-8")
+    for encoded in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        text = encoded.decode("ascii")
+        forms.update({text, text.rstrip("=")})
+    lines = [line.strip() for line in core.splitlines()]
+    if len(lines) > 1:
+        forms.update(line for line in lines if len(line) >= MIN_LINE_LENGTH)
+    return {form for form in forms if len(form) >= MIN_VALUE_LENGTH}
+
+
 def register_secret_value(value: str) -> None:
-    """Remember ``value`` so every later :func:`redact_text` in this process masks it (values
-    shorter than :data:`MIN_VALUE_LENGTH` characters are ignored). A value with surrounding
-    whitespace is remembered stripped as well: a log shows it without the pasted newline."""
-    if not isinstance(value, str):
+    """Remember ``value`` so every later :func:`redact_text` in this process masks it, in every
+    spelling :func:`value_forms` lists (values shorter than :data:`MIN_VALUE_LENGTH` characters
+    are ignored)."""
+    forms = value_forms(value)
+    if not forms:
         return
     with _lock:
-        for candidate in {value, value.strip()}:
-            if len(candidate) >= MIN_VALUE_LENGTH:
-                _known_values.add(candidate)
+        _known_values.update(forms)
 
 
 class SecretsUnmaskable(CeilingError):
