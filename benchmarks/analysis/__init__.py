@@ -18,7 +18,8 @@ definitions in ``/work/shared/design/metrics.md``). :func:`ceiling_analyse` retu
 * the trend of throughput, the queueing steps and the bottleneck are judged within one load kind:
   closed-loop points by concurrency, open-loop points by request rate (``groups``); a sweep with
   both kinds gets a sentence for each, never a comparison of a concurrency with a rate (the decode
-  fit uses every point: its x axis is the measured running batch, not the load);
+  fit uses every point: its x axis is the measured running batch, not the load; and as both kinds
+  ran on one server, the fitted ceiling is one, said once with each kind's best point against it);
 * a bottleneck class (decode, prefill, queueing, none reached, unknown);
 * an optional per-GPU comparison with a sweep of the same model on another topology (PD vs a
   single node), like with like: the same concurrency and lengths, saying what was compared;

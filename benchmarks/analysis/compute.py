@@ -66,13 +66,16 @@ def ceiling_analyse(
     analysed = [_point_analysis(p, num_gpus=num_gpus, batch_source=batch_source, gpus_known=gpus_known)
                 for p in usable]
     fit = _decode_fit(analysed, batch_source=batch_source, failed_excluded=[p.label for p in failed])
+    by_kind = [(kind, group) for kind in ("closed", "open")
+               if (group := [p for p in usable if p.load_kind == kind])]
+    # One server, one decode path: the fit's bound on the ceiling is the server's, whichever load
+    # kind drove it, so it is judged once over every kind's points (each kind keeps its own plateau).
+    bound = _fit_bound([group for _, group in by_kind], fit, max_running_batch=max_running_batch)
+    best_tok_s = max(p.output_throughput_tok_s for p in usable)
     groups: list[LoadGroup] = []
-    for kind in ("closed", "open"):
-        group = [p for p in usable if p.load_kind == kind]
-        if not group:
-            continue
+    for kind, group in by_kind:
         labels = {p.label for p in group}
-        g_ceiling = _ceiling(group, fit, max_running_batch=max_running_batch)
+        g_ceiling = _ceiling(group, fit, bound=bound, max_running_batch=max_running_batch, best_tok_s=best_tok_s)
         g_steps = _queueing_steps(group)
         g_bottleneck, g_reason = _bottleneck(group, [a for a in analysed if a.label in labels], g_steps, fit,
                                              g_ceiling, failed_requests=failed_requests)
@@ -236,7 +239,8 @@ def _decode_fit(points: list[PointAnalysis], *, batch_source: BatchSource,
     fit = DecodeFit(possible=False, reason=None, batch_source=batch_source, n_points=len(pairs),
                     labels=[lb for lb, _, _ in pairs], running_batch=[b for _, b, _ in pairs],
                     tpot_ms=[a.tpot_ms for a in used], steps_ms=[t for _, _, t in pairs],
-                    stall_shares=[a.stall_share for a in used], tpot_stats=[a.tpot_stat or "mean" for a in used])
+                    stall_shares=[a.stall_share for a in used], tpot_stats=[a.tpot_stat or "mean" for a in used],
+                    load_kinds=["closed" if a.concurrency is not None else "open" for a in used])
     distinct = len({round(b, 1) for _, b, _ in pairs})
     if len(pairs) < MIN_FIT_POINTS or distinct < MIN_FIT_POINTS:
         missing = len(points) - len(pairs)
@@ -297,16 +301,33 @@ def _plateau(points: list[SweepPoint]) -> tuple[int | None, float]:
     return None, best
 
 
-def _ceiling(points: list[SweepPoint], fit: DecodeFit, *, max_running_batch: int | None) -> Ceiling:
+def _fit_bound(kinds: list[list[SweepPoint]], fit: DecodeFit, *,
+               max_running_batch: int | None) -> tuple[float | None, float | None]:
+    """The fit's bound on the server's throughput in tok/s, ``(asymptote, capped)``: ``1000 /
+    per_seq_ms`` and, with the engine's cap on running sequences, ``cap / step(cap)``; None where
+    the fit is no decode cost or the step does not grow with load (judged over the fit's step
+    times, or, for a TPOT fit, over the TPOT of any load kind in ``kinds``, each kind's points in
+    load order)."""
+    # Only a physical cost bounds the ceiling: a negative fixed or per-sequence cost is no decode path.
+    grows = _step_grows(fit) if fit.batch_source == "decode_events" else any(_tpot_grows(k) for k in kinds)
+    if not (fit.is_decode_cost and fit.per_seq_ms is not None and grows):
+        return None, None
+    asymptote = 1000.0 / fit.per_seq_ms
+    capped = None
+    if max_running_batch is not None and fit.step_ms(max_running_batch) > 0:
+        capped = 1000.0 * max_running_batch / fit.step_ms(max_running_batch)
+    return asymptote, capped
+
+
+def _ceiling(points: list[SweepPoint], fit: DecodeFit, *, bound: tuple[float | None, float | None],
+             max_running_batch: int | None, best_tok_s: float) -> Ceiling:
+    """The ceiling as one load kind's ``points`` show it: their own plateau, else the fit's
+    ``bound`` (:func:`_fit_bound`, the server's), raised to ``best_tok_s`` (the best output tok/s
+    of the whole sweep, every kind's) where a point beat it; so every kind of one sweep quotes the
+    same fitted ceiling."""
     best_point = max(points, key=lambda p: p.output_throughput_tok_s)
     observed = best_point.output_throughput_tok_s
-    asymptote = capped = None
-    # Only a physical cost bounds the ceiling: a negative fixed or per-sequence cost is no decode path.
-    grows = _step_grows(fit) if fit.batch_source == "decode_events" else _tpot_grows(points)
-    if fit.is_decode_cost and fit.per_seq_ms is not None and grows:
-        asymptote = 1000.0 / fit.per_seq_ms
-        if max_running_batch is not None and fit.step_ms(max_running_batch) > 0:
-            capped = 1000.0 * max_running_batch / fit.step_ms(max_running_batch)
+    asymptote, capped = bound
     start, _ = _plateau(points)
     tok_s: float | None
     source: Literal["observed_plateau", "fit_asymptote", "fit_capped"] | None
@@ -315,9 +336,9 @@ def _ceiling(points: list[SweepPoint], fit: DecodeFit, *, max_running_batch: int
     elif capped is not None:
         # A point above the fitted bound means the line underestimates at large batches; the
         # measured number is then the better lower bound for the ceiling.
-        tok_s, source = max(capped, observed), "fit_capped"
+        tok_s, source = max(capped, best_tok_s), "fit_capped"
     elif asymptote is not None:
-        tok_s, source = max(asymptote, observed), "fit_asymptote"
+        tok_s, source = max(asymptote, best_tok_s), "fit_asymptote"
     else:
         tok_s, source = None, None
     reached_at = None

@@ -33,9 +33,11 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
         by_kind.append((g, g_points, g_analysed))
     prefix = len(groups) > 1
     for g, g_points, g_analysed in by_kind:
-        out.append(_kind_prefixed(g, prefix, _bottleneck_sentence(r, g, g_analysed, g_points)))
+        out.append(_kind_prefixed(g, prefix, _bottleneck_sentence(r, g, g_analysed, g_points, quote_fit=not prefix)))
+    if prefix:
+        out.extend(_shared_ceiling_sentences(r, [(g, g_points) for g, g_points, _ in by_kind]))
     for g, g_points, g_analysed in by_kind:
-        out.extend(_kind_prefixed(g, prefix, s) for s in _ceiling_sentences(r, g.ceiling, g_points))
+        out.extend(_kind_prefixed(g, prefix, s) for s in _ceiling_sentences(r, g.ceiling, g_points, shared=prefix))
     for g, g_points, g_analysed in by_kind:
         out.extend(_kind_prefixed(g, prefix, s) for s in _queueing_sentences(g, g_analysed))
     if r.comparison is not None:
@@ -57,6 +59,7 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
 
 
 _KIND_NAMES = {"closed": "Closed loop (points by concurrency)", "open": "Open loop (points by request rate)"}
+_KIND_SHORT = {"closed": "closed loop", "open": "open loop"}
 
 
 def _kind_prefixed(g: LoadGroup, prefix: bool, sentence: str) -> str:
@@ -91,10 +94,20 @@ def _fit_sentence(fit: DecodeFit) -> str:
     how = {"decode_events": "the requests between their first and last output event, counted at each output event",
            "littles_law": f"Little's law (running batch = tok/s x {tpot}, capped at the concurrency)",
            "concurrency": "the concurrency (every request assumed in the batch)"}[fit.batch_source]
-    batches = ", ".join(f"{_fixed(b, 1)} at {lb}" for lb, b in zip(fit.labels, fit.running_batch, strict=True))
+    kinds = fit.load_kinds if len(fit.load_kinds) == len(fit.labels) else ["closed"] * len(fit.labels)
+    per_kind = [(kind, ", ".join(f"{_fixed(b, 1)} at {lb}"
+                                 for lb, b, k in zip(fit.labels, fit.running_batch, kinds, strict=True) if k == kind))
+                for kind in ("closed", "open") if kind in kinds]
     worst = max(abs(x) for x in fit.residuals_ms)
+    if len(per_kind) > 1:
+        # One server: one fit through every load kind's points, each kind's points named as such.
+        batches = "; ".join(f"{_KIND_SHORT[kind]} {text}" for kind, text in per_kind)
+        over = f"{fit.n_points} points of both load kinds, one server"
+    else:
+        batches = per_kind[0][1] if per_kind else ""
+        over = f"{fit.n_points} points"
     return (f"Decode step time ({tpot}) fits {_ms(fit.fixed_ms)} + {_per_seq(fit.per_seq_ms)} per running sequence "
-            f"({_r2(fit)} over {fit.n_points} points, largest residual {_ms(worst)}); the running batch "
+            f"({_r2(fit)} over {over}, largest residual {_ms(worst)}); the running batch "
             f"comes from {how}: {batches}.")
 
 
@@ -129,15 +142,18 @@ def _stall_sentence(r: CeilingReport) -> str:
 
 
 def _bottleneck_sentence(r: CeilingReport, g: LoadGroup, analysed: list[PointAnalysis],
-                         points: list[SweepPoint]) -> str:
-    """The bottleneck of one load kind's points (``analysed``, lightest to heaviest)."""
+                         points: list[SweepPoint], *, quote_fit: bool = True) -> str:
+    """The bottleneck of one load kind's points (``analysed``, lightest to heaviest); with
+    ``quote_fit`` False (a sweep of both load kinds, whose one fit has its own sentence) the decode
+    sentence does not repeat the fit."""
     lo, hi = analysed[0], analysed[-1]
     fit = r.fit
     tpot = _metric("TPOT", [a.tpot_stat for a in analysed])
     ttft = _metric("TTFT", [a.ttft_stat for a in analysed])
     e2e = _metric("E2E", [a.e2e_stat for a in analysed])
     fit_txt = (f" (fit {_ms(fit.fixed_ms)} + {_per_seq(fit.per_seq_ms)} per running sequence, {_r2(fit)})"
-               if fit.is_decode_cost and fit.fixed_ms is not None and fit.per_seq_ms is not None else "")
+               if quote_fit and fit.is_decode_cost and fit.fixed_ms is not None and fit.per_seq_ms is not None
+               else "")
     share = (f", and decode takes {hi.decode_share:.0%} of {e2e} at {hi.label}"
              if hi.decode_share is not None else "")
     if g.bottleneck == "decode":
@@ -161,8 +177,51 @@ def _bottleneck_sentence(r: CeilingReport, g: LoadGroup, analysed: list[PointAna
     return f"The bottleneck cannot be classified: {g.bottleneck_reason}."
 
 
-def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint]) -> list[str]:
-    """How throughput goes with load over one load kind's ``points`` (``c``: their ceiling)."""
+_FIT_SOURCES = ("fit_asymptote", "fit_capped")
+
+
+def _fit_how(r: CeilingReport, c: Ceiling) -> str:
+    """How the fit gives ceiling ``c``: the engine's cap, else the asymptote."""
+    assert r.fit.per_seq_ms is not None
+    return (f"{c.cap_batch} / TPOT({c.cap_batch}) with the engine's cap of {c.cap_batch} running sequences"
+            if c.source == "fit_capped" else f"1000 / {_per_seq(r.fit.per_seq_ms)} per sequence")
+
+
+def _shared_ceiling_sentences(r: CeilingReport, kinds: list[tuple[LoadGroup, list[SweepPoint]]]) -> list[str]:
+    """What the one fit says of the server's ceiling in a sweep of both load kinds, said once: the
+    fitted ceiling with each kind's best point against it, and the running batch that 90% of it
+    needs when no kind reached that (each kind's own plateau, reach and fall stay with its kind,
+    :func:`_ceiling_sentences`)."""
+    out: list[str] = []
+    fitted = [(g, pts) for g, pts in kinds if g.ceiling.source in _FIT_SOURCES and g.ceiling.tok_s is not None]
+    if fitted:
+        c = fitted[0][0].ceiling
+        assert c.tok_s is not None
+        bests = " and ".join(f"{_num(g.ceiling.observed_max_tok_s)} tok/s at {g.ceiling.observed_max_label} "
+                             f"({g.ceiling.observed_max_tok_s / c.tok_s:.0%} of it) in the {_KIND_SHORT[g.kind]}"
+                             for g, _ in fitted)
+        out.append(f"The fit puts the ceiling at {_num(c.tok_s)} tok/s ({_fit_how(r, c)}), one ceiling for the "
+                   f"server whichever load drives it; the best observed is {bests}.")
+        short = [(g, pts) for g, pts in fitted if not g.ceiling.reached_at_label and g.ceiling.batch_for_fraction]
+        if short and len(short) == len(fitted):
+            need = short[0][0].ceiling.batch_for_fraction
+            assert need is not None
+            loads = " or ".join(_load_needed(pts, need) for _, pts in short)
+            out.append(f"{CEILING_REACHED_FRACTION:.0%} of the ceiling needs a running batch of about "
+                       f"{_fixed(need, 0)} sequences ({loads}), beyond this sweep: an extrapolation.")
+        return out
+    plateaued = [g for g, _ in kinds if g.ceiling.source == "observed_plateau" and g.ceiling.asymptote_tok_s]
+    if plateaued and r.fit.per_seq_ms is not None:
+        out.append(f"The fit's asymptote, {_num(plateaued[0].ceiling.asymptote_tok_s)} tok/s (1000 / "
+                   f"{_per_seq(r.fit.per_seq_ms)} per sequence), bounds what any batch size could give on this "
+                   f"decode path, whichever load drives it.")
+    return out
+
+
+def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint], *, shared: bool = False) -> list[str]:
+    """How throughput goes with load over one load kind's ``points`` (``c``: their ceiling). With
+    ``shared`` (a sweep of both load kinds) what the fit says of the server is left to
+    :func:`_shared_ceiling_sentences`, said once: only this kind's plateau, reach and fall remain."""
     out: list[str] = []
     if c.source == "observed_plateau":
         assert c.plateau_min_tok_s is not None and c.plateau_max_tok_s is not None
@@ -177,20 +236,18 @@ def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint]) -
                    if r.gpus_known else "")
         out.append(f"The ceiling is about {_num(c.observed_max_tok_s)} tok/s (observed at {c.observed_max_label}"
                    f"{per_gpu}); {CEILING_REACHED_FRACTION:.0%} of it is reached by {c.reached_at_label}.")
-        if c.asymptote_tok_s is not None and r.fit.per_seq_ms is not None:
+        if c.asymptote_tok_s is not None and r.fit.per_seq_ms is not None and not shared:
             out.append(f"The fit's asymptote, {_num(c.asymptote_tok_s)} tok/s (1000 / {_per_seq(r.fit.per_seq_ms)} "
                        f"per sequence), bounds what any batch size could give on this decode path.")
         return out
     if c.source in ("fit_asymptote", "fit_capped") and c.tok_s is not None:
-        assert r.fit.per_seq_ms is not None
-        how = (f"{c.cap_batch} / TPOT({c.cap_batch}) with the engine's cap of {c.cap_batch} running sequences"
-               if c.source == "fit_capped" else f"1000 / {_per_seq(r.fit.per_seq_ms)} per sequence")
-        out.append(f"The fit puts the ceiling at {_num(c.tok_s)} tok/s ({how}); the best observed is "
-                   f"{_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label} "
-                   f"({c.observed_max_tok_s / c.tok_s:.0%} of it).")
+        if not shared:
+            out.append(f"The fit puts the ceiling at {_num(c.tok_s)} tok/s ({_fit_how(r, c)}); the best observed is "
+                       f"{_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label} "
+                       f"({c.observed_max_tok_s / c.tok_s:.0%} of it).")
         if c.reached_at_label:
             out.append(f"{CEILING_REACHED_FRACTION:.0%} of the ceiling is reached by {c.reached_at_label}.")
-        elif c.batch_for_fraction is not None:
+        elif c.batch_for_fraction is not None and not shared:
             need = c.batch_for_fraction
             out.append(f"{CEILING_REACHED_FRACTION:.0%} of the ceiling needs a running batch of about "
                        f"{_fixed(need, 0)} sequences ({_load_needed(points, need)}), beyond this sweep: "

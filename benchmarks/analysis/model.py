@@ -237,7 +237,9 @@ class DecodeFit:
     but are not a cost: with ``per_seq_ms <= 0`` the step time does not grow with the running batch
     over the measured range, with ``fixed_ms < 0`` it is not a fixed plus a per-sequence cost there.
     ``tpot_stats`` names the TPOT statistic of each fitted point (``mean``, or ``p50`` where a run
-    recorded no mean).
+    recorded no mean). ``load_kinds`` gives each fitted point's load kind in ``labels`` order
+    (``closed`` or ``open``): one fit per server, with the points of every load kind, since its
+    x axis is the measured running batch, not the load.
     """
 
     possible: bool
@@ -254,6 +256,7 @@ class DecodeFit:
     r_squared: float | None = None
     residuals_ms: list[float] = field(default_factory=list)
     tpot_stats: list[str] = field(default_factory=list)
+    load_kinds: list[LoadKind] = field(default_factory=list)
 
     def running_batch_at_zero(self) -> float:
         """The running batch where the fitted line gives a zero step time; requires a sloped fit."""
