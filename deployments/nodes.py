@@ -32,6 +32,10 @@ def _facts_errors(facts: NodeFacts) -> dict[str, list[str]]:
         slug_validator(facts.name)
     except ValidationError as exc:
         errors["name"] = list(exc.messages)
+    else:
+        if facts.name.isdigit():
+            errors["name"] = [f"must not be digits alone, got {facts.name!r}: /api/nodes/<digits>/ reads digits "
+                              f"as a node's id; add a letter, e.g. 'node-{facts.name}'"]
     gpu_indices = [g.index for g in facts.gpus]
     if len(set(gpu_indices)) != len(gpu_indices):
         errors["gpus"] = [f"duplicate GPU indices in {sorted(gpu_indices)}"]
@@ -56,7 +60,8 @@ def node_register(*, facts: NodeFacts) -> Node:
     leaves the same rows (same primary keys) behind. Agent heartbeat fields are untouched.
 
     Raises:
-        InvalidInput: the name is not a node slug, GPU or NUMA indices repeat, or a GPU names a
+        InvalidInput: the name is not a node slug or is digits alone (the API reads digits as
+            a node's id), GPU or NUMA indices repeat, or a GPU names a
             NUMA node the host does not have (keys ``name``, ``gpus``, ``numa_nodes``,
             ``gpus.<index>.numa_node``).
     """

@@ -26,6 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api import ERROR_404, ERROR_409, ERRORS_400, PAGE_KEYS, SafeJSONParser, no_body, request_body
+from controlplane.errors import NotFound
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
 from deployments.api import serializers as s
@@ -71,26 +72,48 @@ def _query(serializer_class, request: Request) -> dict:
     return ser.validated_data
 
 
+NODE_KEY = OpenApiParameter(
+    "id", OpenApiTypes.STR, OpenApiParameter.PATH,
+    description="the node's name (`local`, as the CLI and the queue `node.<name>` name it) or its numeric id; "
+                "digits alone are the id (a node name is never digits alone)")
+
+
 @extend_schema_view(
     list=extend_schema(summary="List nodes with their GPUs and NUMA nodes"),
-    retrieve=extend_schema(summary="One node"),
+    retrieve=extend_schema(summary="One node, by name or id", parameters=[NODE_KEY],
+                           responses={200: s.NodeSerializer, 404: ERROR_404}),
     destroy=extend_schema(
-        summary="Remove a node (admin)",
+        summary="Remove a node (admin), by name or id",
         description="Refused with 409 while recipes or deployments reference the node.",
-        responses={204: None, 409: ERROR_409},
+        parameters=[NODE_KEY],
+        responses={204: None, 404: ERROR_404, 409: ERROR_409},
     ),
 )
 class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
     """Nodes are registered by their agents' discovery; through the API they are read by
-    everyone with a role and removed only by an admin."""
+    everyone with a role and removed only by an admin. A node is named in the path by its name
+    (``/api/nodes/local/``) or its numeric id (digits alone, which no node name is)."""
 
     serializer_class = s.NodeSerializer
     write_role = "admin"
     parser_classes = PARSERS
     query_keys = {"telemetry": s.TelemetryQuerySerializer}
+    # A node name (deployments.models.slug_validator) or an id: dots are part of a name here.
+    lookup_value_regex = r"[a-z0-9][a-z0-9._-]{0,62}"
 
     def get_queryset(self):
         return selectors.node_list()
+
+    def get_object(self) -> Node:
+        """The node the path names: by id when the key is digits alone, else by name; 404
+        (``{"detail": ...}``) when none matches."""
+        key = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
+        lookup = {"pk": int(key)} if key.isdigit() else {"name": key}
+        node = self.get_queryset().filter(**lookup).first()
+        if node is None:
+            raise NotFound(f"no node with {'id' if 'pk' in lookup else 'name'} {key!r}")
+        self.check_object_permissions(self.request, node)
+        return node
 
     def perform_destroy(self, instance: Node) -> None:
         services.node_delete(node=instance, user=self.request.user)
