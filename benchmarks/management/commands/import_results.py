@@ -4,17 +4,19 @@ JSON file as runs (original file kept), through :func:`benchmarks.services.run_i
 Prints one line per run (``run #8 (vllm-bench-serve): ...``; a JSON-lines file also names the line).
 A file that cannot be imported fails with every problem found, one per line, each at its path
 (``line 3.duration: ...``), as the API's 400 body has them; a file imported before fails naming
-the runs it became, unless ``--allow-duplicate``.
+the runs it became, unless ``--allow-duplicate``. ``--user USERNAME`` records the importer, held to
+what the API's import requires (an active operator or admin), else a one-line error naming the user
+and what is missing.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 
 from benchmarks.services import run_import, run_metrics
 from controlplane.errors import CeilingError, Conflict, InvalidInput
+from deployments.management.command_user import command_user
 
 # The service's duplicate refusal names the API's flag; this command's flag is spelled differently.
 _API_FLAG_HINT = "set allow_duplicate to import it again"
@@ -35,17 +37,19 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("file")
-        parser.add_argument("--user", default=None, help="username recorded as importer")
+        parser.add_argument("--user", default=None, metavar="USERNAME",
+                            help="record this user as the importer: an active user with the operator or admin role, "
+                                 "as the API's import requires (default: none)")
         parser.add_argument("--allow-duplicate", action="store_true",
                             help="import even if a file with the same content was imported before")
 
     def handle(self, *args, **o):
+        user = command_user(o["user"], role="operator", what="runs by import")
         path = Path(o["file"])
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise CommandError(f"cannot read {path}: {exc}") from None
-        user = User.objects.filter(username=o["user"]).first() if o["user"] else None
         try:
             runs = run_import(text=text, filename=path.name, user=user, allow_duplicate=o["allow_duplicate"])
         except InvalidInput as exc:

@@ -4,6 +4,9 @@ Creates a sweep through :func:`benchmarks.services.sweep_create` (the same servi
 UI). The sweep runs on the ``control`` worker; ``--wait`` follows it and prints the results table
 and the ceiling findings; ``--here`` runs it in this process instead (no worker needed).
 ``--duration S`` limits each point to S seconds (with ``--requests``, whichever ends first).
+``--user USERNAME`` records the sweep's creator (an active operator or admin, as the API requires;
+:func:`deployments.management.command_user.command_user`); without it the sweep has none and its
+pages say "command line".
 
 Every grid field the API takes has an option (:data:`OPTION_OF`): ``--request-rates 2,4.5``
 (``request_rates``, requests/s; open-loop points; without ``--concurrency`` the sweep has only
@@ -18,13 +21,13 @@ from __future__ import annotations
 import re
 from argparse import ArgumentTypeError
 
-from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError
 
 from benchmarks.choices import SweepStatus
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
 from controlplane.errors import CeilingError, InvalidInput
 from deployments.choices import DEPLOYMENT_ACTIVE
+from deployments.management.command_user import command_user
 from deployments.models import Deployment
 
 
@@ -139,9 +142,12 @@ class Command(BaseCommand):
         parser.add_argument("--wait", action="store_true", help="follow the sweep and print its results")
         parser.add_argument("--here", action="store_true", help="run the sweep in this process")
         parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait follows the sweep")
-        parser.add_argument("--user", default=None, help="username recorded as creator")
+        parser.add_argument("--user", default=None, metavar="USERNAME",
+                            help="record this user as the sweep's creator: an active user with the operator or "
+                                 "admin role, as the API requires (default: none, shown as 'command line')")
 
     def handle(self, *args, **o):
+        user = command_user(o["user"], role="operator", what="a sweep")
         target = o["target"]
         if target.isascii() and target.isdigit():
             deployment = Deployment.objects.select_related("recipe").filter(pk=int(target)).first()
@@ -174,7 +180,6 @@ class Command(BaseCommand):
             grid["duration_s"] = o["duration"]
         if o["api"]:
             grid["api"] = o["api"]
-        user = User.objects.filter(username=o["user"]).first() if o["user"] else None
         try:
             sweep = sweep_create(deployment=deployment, user=user, grid=grid)
         except InvalidInput as exc:

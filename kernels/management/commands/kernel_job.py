@@ -1,12 +1,16 @@
 """``manage.py kernel_job <package> (--node NAME | --external) [--cc 9.0] [--params JSON]
-[--shapes a,b] [--batches 1,8] [--wait SECONDS]``: create a kernel job (queued on the node's agent,
+[--shapes a,b] [--batches 1,8] [--wait SECONDS] [--user USERNAME]``: create a kernel job (queued on the node's agent,
 or waiting for builds and results made elsewhere) and optionally wait for it to end.
 
 A job that cannot be created is a ``CommandError`` listing every problem, one per line at its path
 (``params.impl: is given 2 times (["split_k"], ["baseline"]): give it once``, ``shapes: "zzz" is
 not a shape of ...``): a key ``--params`` gives more than once is named beside the other problems
 and neither of its values is taken, and so is a shape or batch listed more than once (``batches:
-batch 1 is given twice: give each once``, the API's message)."""
+batch 1 is given twice: give each once``, the API's message).
+
+``--user USERNAME`` records the job's creator: an active user with the operator or admin role, as
+the API requires, else a one-line error naming the user and what is missing; without it the job
+has none and its pages say "command line"."""
 from __future__ import annotations
 
 import time
@@ -16,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from controlplane.drf_defaults import json_loads, repeated_key_errors
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled
+from deployments.management.command_user import command_user
 from deployments.models import Node
 from kernels.choices import JOB_TERMINAL
 from kernels.models import KernelPackage
@@ -59,8 +64,12 @@ class Command(BaseCommand):
         parser.add_argument("--shapes", help="comma-separated shape names to benchmark")
         parser.add_argument("--batches", help="comma-separated batch sizes to benchmark")
         parser.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the job to end")
+        parser.add_argument("--user", default=None, metavar="USERNAME",
+                            help="record this user as the job's creator: an active user with the operator or admin "
+                                 "role, as the API requires (default: none, shown as 'command line')")
 
     def handle(self, *args, **options):
+        user = command_user(options["user"], role="operator", what="a kernel job")
         if not 0 <= options["wait"] < float("inf"):  # also NaN
             raise CommandError(f"--wait must be a finite number of seconds >= 0, got {options['wait']}")
         pkg = KernelPackage.objects.filter(name=options["package"]).first()
@@ -94,7 +103,7 @@ class Command(BaseCommand):
                 path: messages for path, messages in others.items()
                 if path not in repeated and path not in twice and not (repeated and path == "variants")}})
         try:
-            job = kernel_job_create(params_subset=subset, **job_args)
+            job = kernel_job_create(params_subset=subset, user=user, **job_args)
         except InvalidInput as exc:
             raise not_created(exc.errors) from None
         self.stdout.write(f"kernel job #{job.pk}: {pkg.name}, {job.variants_total} variants, target {job.target}, "

@@ -11,7 +11,12 @@ A ``results.json`` carrying ``variants_sha256`` (written by the runner's ``bench
 unless it matches the variants it is stored against: the job's own (those ``kernel_job_export``
 wrote) or, with ``--new``, the ``--variants`` file. Older results without it are paired by
 ``variant_id``, and a row naming a variant the job (or the ``--variants`` file) lacks is refused. ``--new`` refuses a results file
-already stored as a job of the package (it names that job)."""
+already stored as a job of the package (it names that job).
+
+``--user USERNAME`` (with ``--new``) records the new job's creator: an active user with the operator
+or admin role, as the API requires to create a kernel job, else a one-line error naming the user and
+what is missing; without it the job has none and its pages say "command line". Without ``--new``
+nothing is created, so ``--user`` is refused there rather than ignored."""
 from __future__ import annotations
 
 import json
@@ -21,6 +26,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from controlplane.errors import CeilingError, InvalidInput
+from deployments.management.command_user import command_user
 from kernels.models import KernelBest, KernelJob, KernelPackage
 from kernels.services import kernel_job_from_measurement, kernel_job_ingest
 
@@ -36,6 +42,9 @@ class Command(BaseCommand):
         parser.add_argument("--variants", help="with --new: the runner's variants.json the results were measured "
                                                "from; with a job id: the variants file that job was created from "
                                                "(its ids are those of results without a variants_sha256)")
+        parser.add_argument("--user", default=None, metavar="USERNAME",
+                            help="with --new: record this user as the job's creator (an active operator or admin, "
+                                 "as the API requires; default: none, shown as 'command line')")
 
     def _read(self, path: str):
         try:
@@ -44,6 +53,10 @@ class Command(BaseCommand):
             raise CommandError(f"{path}: {exc}") from None
 
     def handle(self, *args, **options):
+        if options["user"] is not None and not options["new"]:
+            raise CommandError("--user records the creator of the job --new creates; without --new nothing is "
+                               "created: leave --user out")
+        user = command_user(options["user"], role="operator", what="a kernel job")
         if options["new"]:
             # With --new the one positional argument is the results file.
             if options["results"]:
@@ -57,7 +70,7 @@ class Command(BaseCommand):
                 raise CommandError(f"no kernel package {options['new']!r} (run manage.py kernel_register)")
             job = self._stored(lambda: kernel_job_from_measurement(
                 package=package, variants=self._read(options["variants"]), results=self._read(results_path),
-                builds=self._read(options["builds"]) if options["builds"] else None))
+                builds=self._read(options["builds"]) if options["builds"] else None, user=user))
             self._report(job, {"variants": job.variants.count()})
             return
         if not options["job_id"] or not re.fullmatch(r"[0-9]+", str(options["job_id"])):
