@@ -65,6 +65,18 @@ SECRET_UPDATE_HELP = (
 )
 
 
+class NoBodyDestroyMixin:
+    """``DELETE`` that takes no body, as stop and cancel: an empty one or ``{}``; a key
+    (``{"force": true}``) is a 400 under its own name (:func:`controlplane.api.no_body`), judged
+    after the 404 and before the 409 of a record still in use, and nothing is deleted."""
+
+    def destroy(self, request: Request, *args, **kwargs) -> Response:
+        instance = self.get_object()
+        no_body(request)
+        self.perform_destroy(instance)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 def _query(serializer_class, request: Request) -> dict:
     """Validate query parameters with ``serializer_class``; a bad value is a 400 naming it."""
     ser = serializer_class(data=request.query_params)
@@ -84,12 +96,13 @@ NODE_KEY = OpenApiParameter(
                            responses={200: s.NodeSerializer, 404: ERROR_404}),
     destroy=extend_schema(
         summary="Remove a node (admin), by name or id",
-        description="Refused with 409 while recipes or deployments reference the node.",
+        description="Refused with 409 while recipes or deployments reference the node. " + NO_BODY_HELP,
         parameters=[NODE_KEY],
-        responses={204: None, 404: ERROR_404, 409: ERROR_409},
+        request=None,
+        responses={204: None, 400: ERRORS_400, 404: ERROR_404, 409: ERROR_409},
     ),
 )
-class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
+class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
     """Nodes are registered by their agents' discovery; through the API they are read by
     everyone with a role and removed only by an admin. A node is named in the path by its name
     (``/api/nodes/local/``) or its numeric id (digits alone, which no node name is)."""
@@ -186,11 +199,12 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Destr
     ),
     destroy=extend_schema(
         summary="Delete a recipe (operator)",
-        description="Refused with 409 while deployments reference it.",
-        responses={204: None, 409: ERROR_409},
+        description="Refused with 409 while deployments reference it. " + NO_BODY_HELP,
+        request=None,
+        responses={204: None, 400: ERRORS_400, 404: ERROR_404, 409: ERROR_409},
     ),
 )
-class RecipeViewSet(viewsets.ModelViewSet):
+class RecipeViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
     """Deployment recipes, versioned: every change is a new version with who, when and why."""
 
     serializer_class = s.RecipeSerializer
@@ -344,11 +358,12 @@ class RecipeViewSet(viewsets.ModelViewSet):
     ),
     destroy=extend_schema(
         summary="Delete a secret (admin)",
-        description="Refused with 409 while a recipe references it.",
-        responses={204: None, 409: ERROR_409},
+        description="Refused with 409 while a recipe references it. " + NO_BODY_HELP,
+        request=None,
+        responses={204: None, 400: ERRORS_400, 404: ERROR_404, 409: ERROR_409},
     ),
 )
-class SecretViewSet(viewsets.ModelViewSet):
+class SecretViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
     """Named secrets, admin only; recipes reference them by name."""
 
     serializer_class = s.SecretSerializer
