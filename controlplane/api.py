@@ -46,8 +46,8 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
     DEFAULT_MAX_BODY_BYTES, FORM_ONLY_KEYS, MAX_PAGE_LIMIT, MAX_PAGE_OFFSET, PAGE_KEYS, KnownQueryKeys,
     NonFiniteNumber, Pagination, RefusedBody, RepeatedKeys, RequestTooLarge, SafeJSONParser, UNSHOWN_VALUE_KEYS,
-    api_max_body_bytes, body_errors, given_more_than_once, json_loads, query_keys_taken, repeated_key_errors,
-    shown_key, unknown_field_errors, unknown_query_errors,
+    api_max_body_bytes, body_errors, forget_refused_format, given_more_than_once, json_loads, query_keys_taken,
+    repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 
@@ -412,7 +412,11 @@ class ExportFormatMixin:
     format_actions: tuple[str, ...] = ("export",)
 
     def perform_content_negotiation(self, request, force=False):
-        return super().perform_content_negotiation(request, force=force or self.action in self.format_actions)
+        if self.action not in self.format_actions:
+            return super().perform_content_negotiation(request, force=force)
+        negotiated = super().perform_content_negotiation(request, force=True)
+        forget_refused_format(request)   # the action judges its own format
+        return negotiated
 
 
 # Largest integer accepted for an id or version parameter: PostgreSQL's ``integer`` range, so a

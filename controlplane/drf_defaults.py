@@ -358,14 +358,19 @@ class SingleValuedQuery(BasePermission):
     is a 400 naming it (``{"status": ["is given 2 times (ready, stopped): give it once"]}``). No API
     parameter takes several values (lists are comma-separated in one value), and Django's
     ``QueryDict`` would otherwise hand each view the last one silently, answering a question the
-    client did not ask. A permission class after :class:`~controlplane.permissions.RolePermission`,
-    so an unauthenticated or role-less request still gets its 401/403 first."""
+    client did not ask. The ``?format=`` (or ``.<format>`` suffix) no renderer of the endpoint
+    answers in, which :class:`FormatNegotiation` set aside, is named in the same 400
+    (:func:`refused_format`). A permission class after
+    :class:`~controlplane.permissions.RolePermission`, so an unauthenticated or role-less request
+    still gets its 401/403 first, whatever format it asked for."""
 
     def has_permission(self, request, view) -> bool:
-        repeated = {name: [message] for name, values in request.query_params.lists()
-                    if (message := given_more_than_once(values))}
-        if repeated:
-            raise ValidationError(repeated)
+        errors = {name: [message] for name, values in request.query_params.lists()
+                  if (message := given_more_than_once(values))}
+        for name, messages in (refused_format(request) or {}).items():
+            errors.setdefault(name, messages)
+        if errors:
+            raise ValidationError(errors)
         return True
 
 
@@ -417,6 +422,33 @@ class Pagination(LimitOffsetPagination):
         return offset
 
 
+#: The attribute of a request on which :class:`FormatNegotiation` leaves the 400 of a format no
+#: renderer answers in, for :class:`SingleValuedQuery` to raise after the role's 401/403.
+REFUSED_FORMAT_ATTR = "_ceiling_refused_format"
+
+
+def refused_format(request) -> dict[str, list[str]] | None:
+    """The 400 body :class:`FormatNegotiation` set aside for ``request`` (``{"format": ["must be
+    one of json, api; got 'csv'"]}``), None when its format is one a renderer answers in (or it
+    gives none)."""
+    return getattr(request, REFUSED_FORMAT_ATTR, None)
+
+
+def forget_refused_format(request) -> None:
+    """Drop what :func:`refused_format` holds for ``request``: for an action that judges its own
+    ``?format=`` (:class:`controlplane.api.ExportFormatMixin`)."""
+    setattr(request, REFUSED_FORMAT_ATTR, None)
+
+
+def _raises_refused_format(view) -> bool:
+    """True when ``view`` (an API view) checks :class:`SingleValuedQuery`, which raises the refusal
+    :class:`FormatNegotiation` sets aside."""
+    try:
+        return any(isinstance(permission, SingleValuedQuery) for permission in view.get_permissions())
+    except Exception:   # a view whose permissions cannot be listed here: refused at once
+        return False
+
+
 class FormatNegotiation(DefaultContentNegotiation):
     """Every API endpoint: a ``?format=`` (or a ``.<format>`` suffix of the path) that none of the
     endpoint's renderers answers in is a 400 naming the format and those the endpoint offers
@@ -424,9 +456,14 @@ class FormatNegotiation(DefaultContentNegotiation):
     answer of an export's own ``?format=xml``, instead of DRF's bare 404 ``{"detail": "Not
     found."}``. A ``?format=`` given more than once whose last value no renderer answers in is the
     400 of a repeated parameter (:class:`SingleValuedQuery`). An action that serves a format
-    itself (an export's ``?format=csv``) forces the negotiation and never meets this refusal
-    (:class:`controlplane.api.ExportFormatMixin`). Content negotiation runs before
-    authentication, as DRF's 404 did."""
+    itself (an export's ``?format=csv``) forces the negotiation and judges the format itself
+    (:class:`controlplane.api.ExportFormatMixin`).
+
+    Content negotiation runs before authentication, so the refusal is not raised here: the
+    endpoint's first renderer (JSON) answers, and the 400 is left on the request
+    (:func:`refused_format`) for :class:`SingleValuedQuery`, a permission class after the role's,
+    to raise. An anonymous request gets its 401, a role-less or under-privileged one its 403, as
+    without the format. A view that does not check :class:`SingleValuedQuery` is refused here."""
 
     def select_renderer(self, request, renderers, format_suffix=None):
         name = self.settings.URL_FORMAT_OVERRIDE
@@ -434,7 +471,12 @@ class FormatNegotiation(DefaultContentNegotiation):
         if fmt and not any(renderer.format == fmt for renderer in renderers):
             repeated = None if format_suffix else given_more_than_once(request.query_params.getlist(name))
             offered = ", ".join(dict.fromkeys(renderer.format for renderer in renderers))
-            raise ValidationError({name: [repeated or f"must be one of {offered}; got {fmt[:40]!r}"]})
+            refusal = {name: [repeated or f"must be one of {offered}; got {fmt[:40]!r}"]}
+            view = (getattr(request, "parser_context", None) or {}).get("view")
+            if view is None or not _raises_refused_format(view):
+                raise ValidationError(refusal)
+            setattr(request, REFUSED_FORMAT_ATTR, refusal)
+            return renderers[0], renderers[0].media_type
         return super().select_renderer(request, renderers, format_suffix)
 
 
