@@ -40,14 +40,15 @@ from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.utils import html
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
     DEFAULT_MAX_BODY_BYTES, FORM_ONLY_KEYS, MAX_PAGE_LIMIT, MAX_PAGE_OFFSET, PAGE_KEYS, KnownQueryKeys,
     NonFiniteNumber, Pagination, RefusedBody, RepeatedKeys, RequestTooLarge, SafeJSONParser, UNSHOWN_VALUE_KEYS,
-    api_max_body_bytes, body_errors, forget_refused_format, given_more_than_once, json_loads, query_keys_taken,
-    repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
+    api_max_body_bytes, body_errors, declared_query_keys, forget_refused_format, given_more_than_once, json_loads,
+    query_keys_taken, repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 
@@ -405,8 +406,11 @@ class StrictSlugRelatedField(StrictTextMixin, serializers.SlugRelatedField):
 class ExportFormatMixin:
     """For viewsets with an ``export`` action (and the other actions :attr:`format_actions` names):
     ``?format=csv|json`` names the file format the action answers in, not a DRF renderer, so
-    content negotiation must not turn ``csv`` into a 404 for that action; the action checks the
-    value itself (:class:`ExportQuerySerializer`)."""
+    content negotiation must not turn ``csv`` into a 400 for that action; the action checks the
+    value itself (:class:`ExportQuerySerializer`). Only an action whose ``query_keys`` name
+    ``format`` (a query serializer with a ``format`` field) is trusted to: for any other, a format no
+    renderer answers in is refused by :class:`~controlplane.drf_defaults.FormatNegotiation` as on
+    every endpoint, never handed to the action unjudged."""
 
     #: The actions whose ``?format=`` is a file format.
     format_actions: tuple[str, ...] = ("export",)
@@ -415,7 +419,8 @@ class ExportFormatMixin:
         if self.action not in self.format_actions:
             return super().perform_content_negotiation(request, force=force)
         negotiated = super().perform_content_negotiation(request, force=True)
-        forget_refused_format(request)   # the action judges its own format
+        if api_settings.URL_FORMAT_OVERRIDE in declared_query_keys(self):
+            forget_refused_format(request)   # the action judges its own format
         return negotiated
 
 

@@ -486,6 +486,17 @@ class FormatNegotiation(DefaultContentNegotiation):
 PAGE_KEYS = (Pagination.limit_query_param, Pagination.offset_query_param)
 
 
+def declared_query_keys(view) -> list[str]:
+    """The query keys ``view.query_keys`` names for the action of ``view`` (a viewset), a
+    serializer class standing for its fields' names; empty when it names none."""
+    declared = (getattr(view, "query_keys", None) or {}).get(getattr(view, "action", None), ())
+    items = declared if isinstance(declared, (tuple, list)) else (declared,)
+    keys: list[str] = []
+    for item in items:
+        keys.extend(item().fields if isinstance(item, type) else [item])
+    return keys
+
+
 def query_keys_taken(view) -> list[str]:
     """The query keys the action of ``view`` (a viewset) takes, in the order a message names them:
     what ``view.query_keys`` (action name → a serializer class, a key, or a tuple of both) holds
@@ -493,11 +504,7 @@ def query_keys_taken(view) -> list[str]:
     a paged ``list``; then ``format`` (``?format=``, judged by :class:`FormatNegotiation`). An
     action ``query_keys`` does not name takes ``format`` alone. A key written ``<prefix><name>``
     (``p.<parameter>``) stands for every key that starts with ``<prefix>`` (``p.impl``)."""
-    declared = (getattr(view, "query_keys", None) or {}).get(getattr(view, "action", None), ())
-    items = declared if isinstance(declared, (tuple, list)) else (declared,)
-    keys: list[str] = []
-    for item in items:
-        keys.extend(item().fields if isinstance(item, type) else [item])
+    keys = declared_query_keys(view)
     if getattr(view, "action", None) == "list" and getattr(view, "paginator", None) is not None:
         keys.extend(PAGE_KEYS)
     keys.append(api_settings.URL_FORMAT_OVERRIDE)

@@ -19,7 +19,6 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
 
 from controlplane.api import (
     ERROR_404,
@@ -242,16 +241,14 @@ class BestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return attachment(path.read_text(encoding="utf-8"), content_type="application/json", filename=path.name)
 
 
-class WhatIfViewSet(ExportFormatMixin, viewsets.ViewSet):
+class WhatIfViewSet(viewsets.ViewSet):
     """``GET /api/kernel-whatif/?sweep=<id>&share=0.63&speedup=<x>`` (or ``&best=<id>``): the
     sweep's projected tok/s and TPOT per concurrency with a faster kernel
     (:func:`kernels.whatif.whatif_compute`). Any other query key (``shares``) is a 400 naming it
     and the keys taken (:data:`kernels.whatif.WHATIF_KEYS`; ``format``, DRF's, as well), never
     ignored; a ``format`` other than ``json`` or ``api`` (the browsable page) is a 400 naming
-    those two, not a bare 404."""
+    those two (:class:`controlplane.drf_defaults.FormatNegotiation`, as on every endpoint)."""
 
-    format_actions = ("list",)
-    FORMATS = ("json", "api")
     query_keys = {"list": WHATIF_KEYS}
     query_keys_reported_by_action = ("list",)   # with every other problem of the query
 
@@ -263,9 +260,6 @@ class WhatIfViewSet(ExportFormatMixin, viewsets.ViewSet):
         from kernels.whatif import DEFAULT_SHARE, whatif_compute
 
         unknown = unknown_query_errors(request, self)
-        fmt = request.query_params.get(api_settings.URL_FORMAT_OVERRIDE)
-        if fmt not in (None, *self.FORMATS):
-            unknown[api_settings.URL_FORMAT_OVERRIDE] = [f"must be one of {', '.join(self.FORMATS)}; got {fmt!r}"]
         try:
             q = query_validated(s.WhatIfQuerySerializer, request)
         except ValidationError as exc:
