@@ -14,7 +14,6 @@ no token is created (such a token would be refused everywhere).
 """
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -28,9 +27,8 @@ from rest_framework.throttling import AnonRateThrottle
 
 from controlplane.api import (
     DetailSerializer,
-    RepeatedKeys,
     ValidationErrorSerializer,
-    given_more_than_once,
+    repeated_key_errors,
     request_body,
     shown_type,
     shown_value,
@@ -50,17 +48,6 @@ class TokenThrottle(AnonRateThrottle):
 
 # A surrogate code point: a JSON string can carry one ("\ud800"), UTF-8 cannot encode it.
 _SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
-
-
-def _given(data: Any, name: str) -> list:
-    """Every value the body ``data`` gives the field ``name``: each of a form body's (a field may
-    come more than once), each of a JSON object's that gives the key more than once
-    (:class:`RepeatedKeys`), or its one; empty when none."""
-    if hasattr(data, "getlist"):
-        return data.getlist(name)
-    if isinstance(data, RepeatedKeys) and name in data.repeated:
-        return data.repeated[name]
-    return [data[name]] if isinstance(data, Mapping) and name in data else []
 
 
 class TokenObtainView(ObtainAuthToken):
@@ -93,22 +80,23 @@ class TokenObtainView(ObtainAuthToken):
     def post(self, request, *args, **kwargs):
         # The body is {"username", "password"}, both text: another key is refused at its name and a
         # number or boolean is not taken as the text it would print as (DRF's CharField would).
-        data, found = request_body(request)   # a key given twice, a number not finite: named with the rest
+        # A key or form field given twice, a number not finite: named with the rest, in the words
+        # of every endpoint (request_body), a password given twice by its count alone.
+        data, found = request_body(request)
         errors = unknown_field_errors(data, ["username", "password"])
-        # Of the password only how often it is given and its type are named, never its text.
+        # Of the password only how often it is given and its type are named, never its text (nor
+        # a number of it that is not finite, nor a key given twice inside it with its values).
         errors.update({path: messages for path, messages in found.items()
                        if path != "password" and not path.startswith("password.")})
+        errors.update({path: messages for path, messages in repeated_key_errors(data).items() if path == "password"})
         for name in ("username", "password"):
-            given = _given(data, name)
-            if name in errors or not given:
+            if name in errors or not isinstance(data, Mapping) or name not in data:
                 continue
-            if len(given) > 1:   # a form body may repeat a field; the last would win silently
-                errors[name] = [given_more_than_once(given) if name == "username"
-                                else f"is given {len(given)} times: give it once"]
-            elif not isinstance(given[0], str):
-                shown = shown_value(given[0]) if name == "username" else shown_type(given[0])
+            value = data[name]   # given once: a field given twice is named above
+            if not isinstance(value, str):
+                shown = shown_value(value) if name == "username" else shown_type(value)
                 errors[name] = [f"must be a string, got {shown}"]
-            elif name == "password" and _SURROGATE_RE.search(given[0]):
+            elif name == "password" and _SURROGATE_RE.search(value):
                 # DRF's CharField would name the code point, a character of the password
                 errors[name] = ["Surrogate characters are not allowed."]
         if errors:
