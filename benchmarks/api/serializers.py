@@ -235,15 +235,17 @@ class RecordsQuerySerializer(serializers.Serializer):
 
 class CompareQuerySerializer(serializers.Serializer):
     """``ids=1,2,3`` (runs) and/or ``sweeps=4,5`` (all runs of those sweeps), ids in ASCII digits, and
-    ``format`` json (the default) or csv. An id no row can have (however large) is not found like
+    ``format`` json (the default), csv (a download) or api (the browsable page of the JSON, as every
+    endpoint offers). An id no row can have (however large) is not found like
     any other unknown id: the view's 404."""
 
     ids = serializers.CharField(required=False, allow_blank=True)
     sweeps = serializers.CharField(required=False, allow_blank=True)
     baseline = serializers.CharField(required=False, allow_blank=True,
                                      help_text="the run deltas are against (one of the compared runs; default the first)")
-    format = FilterChoiceField(choices=["json", "csv"], default="json",
-                               help_text="json, or csv: the comparison as a CSV download, one row per run")
+    format = FilterChoiceField(choices=["json", "csv", "api"], default="json",
+                               help_text="json, csv: the comparison as a CSV download, one row per run, or api: "
+                                         "the JSON on the browsable page")
 
     def _ints(self, value: str, field: str) -> list[int]:
         parts = [x.strip() for x in value.split(",") if x.strip()]

@@ -255,7 +255,7 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
 
     @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5 (?format=csv: as CSV)",
                    description="400: ids that are not comma-separated integers, fewer than two runs, or a format "
-                               "other than json or csv. 404 names the ids of runs or sweeps that do not exist.",
+                               "other than json, csv or api (the browsable page). 404 names the ids of runs or sweeps that do not exist.",
                    parameters=[s.CompareQuerySerializer],
                    responses={(200, "application/json"): s.RunCompareSerializer, (200, "text/csv"): OpenApiResponse(
                        OpenApiTypes.STR, description="?format=csv: one row per run (values with their units in "

@@ -42,10 +42,10 @@ def test_the_comparison_downloads_the_csv_of_its_page(viewer_api, viewer, runs):
     page.force_login(viewer)
     same = page.get(f"/benchmarks/compare/?ids={a.pk},{b.pk}&format=csv")
     assert same.status_code == 200 and same.content == answer.content
-    # json stays the default; any other format is named with the two served
+    # json stays the default; any other format is named with those served
     assert viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}").json()["baseline"] == a.pk
     refused = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}&format=xml")
-    assert refused.status_code == 400 and refused.json() == {"format": ["must be one of json, csv; got 'xml'"]}
+    assert refused.status_code == 400 and refused.json() == {"format": ["must be one of json, csv, api; got 'xml'"]}
 
 
 def test_a_run_without_records_is_a_404_with_the_reason_the_page_gives(viewer_api, viewer, runs):
