@@ -2,7 +2,7 @@
 ``DEFAULT_PAGINATION_CLASS``, ``DEFAULT_CONTENT_NEGOTIATION_CLASS``,
 ``DEFAULT_PERMISSION_CLASSES``): the size-limited JSON parser, the page-size cap, the 400 naming a
 ``?format=`` no renderer answers in (:class:`FormatNegotiation`), the 400 naming a query key an
-API read does not take (:class:`KnownQueryKeys`, beside :class:`SingleValuedQuery`'s for a key
+API read or write does not take (:class:`KnownQueryKeys`, beside :class:`SingleValuedQuery`'s for a key
 given twice), and how that parser marks and locates numbers that are not finite and keys given
 twice in one object (:class:`NonFiniteNumber`, :class:`RepeatedKeys`, :func:`json_loads`,
 :func:`body_errors`, which also names a field a form-encoded or multipart body gives twice).
@@ -523,17 +523,20 @@ def unknown_query_errors(request, view) -> dict[str, list[str]]:
 
 
 class KnownQueryKeys(BasePermission):
-    """Every API read (GET, HEAD) of a viewset: a query key its action does not take
-    (``?compiler=nvcc`` on ``/api/kernel-best/``, ``?bogus=1`` on a detail) is a 400 naming each
-    such key and the keys taken (:func:`unknown_query_errors`), never ignored: a misspelt filter
-    would otherwise answer with everything. Each viewset names its keys per action in
-    ``query_keys`` (:func:`query_keys_taken`); an action named in its
-    ``query_keys_reported_by_action`` reports them itself, with every other problem of the query,
-    through :func:`unknown_query_errors`. A permission class after :class:`SingleValuedQuery`, so a
-    key given twice is named as such first, and the 401/403 of the role come before either."""
+    """Every API request of a viewset, a read or a write: a query key its action does not take
+    (``?compiler=nvcc`` on ``/api/kernel-best/``, ``?bogus=1`` on a detail, ``?dry=1`` on ``POST
+    /api/recipes/``) is a 400 naming each such key and the keys taken
+    (:func:`unknown_query_errors`), never ignored: a misspelt filter would otherwise answer with
+    everything, and a write's key would pass for an option the write does not have. Each viewset
+    names its keys per action in ``query_keys`` (:func:`query_keys_taken`); an action it does not
+    name, as every write (create, update, destroy, a stop, a cancel, an import), takes ``format``
+    alone. An action named in its ``query_keys_reported_by_action`` reports them itself, with every
+    other problem of the query, through :func:`unknown_query_errors`. A permission class after
+    :class:`SingleValuedQuery`, so a key given twice is named as such first, and the 401/403 of the
+    role come before either."""
 
     def has_permission(self, request, view) -> bool:
-        if request.method not in ("GET", "HEAD") or not hasattr(view, "action"):
+        if not hasattr(view, "action"):
             return True
         if view.action in getattr(view, "query_keys_reported_by_action", ()):
             return True

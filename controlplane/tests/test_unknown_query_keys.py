@@ -85,7 +85,7 @@ def test_a_key_taken_is_judged_by_the_endpoint_itself(viewer_api, rows):
     assert answer.status_code == 400 and "spec.roles" in answer.json() and "version" not in answer.json()
 
 
-def test_the_role_is_checked_first_and_writes_are_not_judged_here(anon_api, outsider_api, operator_api, rows):
+def test_the_role_is_checked_first(anon_api, outsider_api, operator_api, rows):
     assert anon_api.get("/api/deployments/?node=nope").status_code == 401
     assert outsider_api.get("/api/deployments/?node=nope").status_code == 403
     # a key given twice is named as such, before its being unknown
