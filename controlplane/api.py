@@ -403,6 +403,27 @@ class StrictSlugRelatedField(StrictTextMixin, serializers.SlugRelatedField):
     number 1`` with ``what="a node name (a string)"``) instead of a look-up of the name ``"1"``."""
 
 
+class JSONTextField(serializers.JSONField):
+    """DRF's :class:`~rest_framework.fields.JSONField` whose JSON text from a form-encoded or
+    multipart body (a recipe's ``spec`` sent as a form field) is read as a JSON body is
+    (:func:`json_loads`): an object in it that gives a key more than once is a 400 naming each such
+    key at its dotted path under the field (``{"spec.roles.decode.port": ["is given 2 times (8001,
+    8002): give it once"]}``), never its last value taken silently. Text that is not JSON is DRF's
+    ``Value must be valid JSON.``; a JSON body's value is judged as DRF judges it."""
+
+    def to_internal_value(self, data):
+        if not (self.binary or getattr(data, "is_json_string", False)):
+            return super().to_internal_value(data)
+        try:
+            value = json_loads(data.decode() if isinstance(data, bytes) else data)
+        except (TypeError, ValueError, RecursionError):
+            self.fail("invalid")
+        repeated = repeated_key_errors(value)
+        if repeated:
+            raise serializers.ValidationError(repeated)
+        return value
+
+
 class ExportFormatMixin:
     """For viewsets with an ``export`` action (and the other actions :attr:`format_actions` names):
     ``?format=csv|json`` names the file format the action answers in, not a DRF renderer, so

@@ -12,7 +12,8 @@ from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import (
-    CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, StrictBooleanField, StrictCharField, StrictInputMixin,
+    CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, JSONTextField, StrictBooleanField, StrictCharField,
+    StrictInputMixin,
     StrictIntegerField,
 )
 
@@ -74,7 +75,7 @@ class SweepSerializer(serializers.ModelSerializer):
         return [r.pk for r in obj.runs.all()]
 
 
-class GridField(serializers.JSONField):
+class GridField(JSONTextField):
     """A sweep grid as sent: any JSON value, numbers that are not finite included.
 
     A JSON number too large for a double (``1e400``) parses as ``inf``, which DRF's ``JSONField``
@@ -88,7 +89,7 @@ class GridField(serializers.JSONField):
 
     def to_internal_value(self, data):
         if self.binary or getattr(data, "is_json_string", False):
-            return super().to_internal_value(data)  # a form field's JSON text: parsed as DRF does
+            return super().to_internal_value(data)  # a form field's JSON text: a repeated key is named
         try:
             json.dumps(data, allow_nan=True)  # the check DRF makes, with inf let through
         except (TypeError, ValueError):

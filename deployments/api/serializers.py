@@ -26,7 +26,7 @@ from controlplane.api import (
     MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin,
     StrictSlugRelatedField, merge_body_errors, unknown_field_errors,
 )
-from controlplane.api import StrictBooleanField
+from controlplane.api import JSONTextField, StrictBooleanField
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
@@ -131,7 +131,7 @@ class RecipeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class SpecField(serializers.JSONField):
+class SpecField(JSONTextField):
     """A recipe's ``spec``: any JSON value (the recipe rules judge it). A number too large for a
     float (``1e400``, an infinite :class:`controlplane.api.NonFiniteNumber`) passes, so that the
     rules check the rest of the spec and the 400 names that number at its own path
@@ -139,7 +139,7 @@ class SpecField(serializers.JSONField):
 
     def to_internal_value(self, data: Any) -> Any:
         if self.binary or getattr(data, "is_json_string", False):
-            return super().to_internal_value(data)  # a form field's JSON text: parsed as DRF does
+            return super().to_internal_value(data)  # a form field's JSON text: a repeated key is named
         try:
             json.dumps(data, allow_nan=True)  # the check DRF makes, with infinities let through
         except (TypeError, ValueError):
