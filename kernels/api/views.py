@@ -95,6 +95,12 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             # unknown shape or a bad cc, a repeated shape does not hide an unknown one).
             field_errors = flatten_errors(ser.errors)
             data = s.fields_that_parse(ser, body, skip=found)
+            if isinstance(data.get("params"), dict):
+                # a parameter given twice (or with a key given twice inside its values) is named
+                # alone: neither value is judged against the grid, the other parameters are
+                data["params"] = {key: values for key, values in data["params"].items()
+                                  if not any(path == f"params.{key}" or path.startswith(f"params.{key}.")
+                                             for path in found)}
         package = KernelPackage.objects.filter(name=data["package"]).first() if "package" in data else None
         node = Node.objects.filter(name=data["node"]).first() if "node" in data else None
         errors: dict[str, list[str]] = {}
