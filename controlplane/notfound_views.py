@@ -21,6 +21,8 @@ from rest_framework.exceptions import NotFound
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
+from controlplane.drf_defaults import forget_refused_format
+
 
 class ApiNotFoundView(APIView):
     """``404 {"detail": "no API endpoint at <path>"}`` for any method, in JSON whatever the
@@ -50,8 +52,11 @@ class ApiNotFoundView(APIView):
         return super().dispatch(request, *args, **kwargs)
 
     def perform_content_negotiation(self, request, force=False):
-        # JSON even for a client that accepts only text/html (a 406 would hide the 404).
-        return super().perform_content_negotiation(request, force=True)
+        # JSON even for a client that accepts only text/html (a 406 would hide the 404), and the
+        # 404 whatever ?format= is asked for (a format's 400 would hide it too).
+        negotiated = super().perform_content_negotiation(request, force=True)
+        forget_refused_format(request)
+        return negotiated
 
     def initial(self, request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)  # authentication and the role check

@@ -41,3 +41,11 @@ def test_a_request_the_role_allows_still_gets_the_400_naming_the_formats(viewer_
                                                        "limit": ["is given 2 times (1, 2): give it once"]}
     # an export still serves its own format
     assert viewer_api.get("/api/recipes/?format=json").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_view_that_answers_whatever_the_format_keeps_its_own_answer(viewer_api, anon_api):
+    # a path that is no endpoint is the 404, whatever format is asked for
+    missing = viewer_api.get("/api/nothing/?format=csv")
+    assert (missing.status_code, missing.json()) == (404, {"detail": "no API endpoint at /api/nothing/"})
+    assert anon_api.get("/api/nothing/?format=csv").status_code == 401

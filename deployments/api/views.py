@@ -25,7 +25,9 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api import ERROR_404, ERROR_409, ERRORS_400, PAGE_KEYS, SafeJSONParser, no_body, request_body
+from controlplane.api import (
+    ERROR_404, ERROR_409, ERRORS_400, PAGE_KEYS, SafeJSONParser, forget_refused_format, no_body, request_body,
+)
 from controlplane.errors import NotFound
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
@@ -553,8 +555,12 @@ class ServerProcessViewSet(viewsets.ReadOnlyModelViewSet):
         return selectors.process_list(deployment_id=q.get("deployment"), role=q.get("role"))
 
     def perform_content_negotiation(self, request, force=False):
-        # The download answers text/plain whatever the client accepts; its errors are JSON.
-        return super().perform_content_negotiation(request, force=force or self.action == "log_download")
+        # The download answers text/plain whatever the client accepts; its errors are JSON. It
+        # judges its own ?format= (any is refused with its own message).
+        negotiated = super().perform_content_negotiation(request, force=force or self.action == "log_download")
+        if self.action == "log_download":
+            forget_refused_format(request)
+        return negotiated
 
     @extend_schema(
         summary="The end of a process's log (secrets masked)",
