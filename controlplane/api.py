@@ -166,6 +166,14 @@ AUTH_ERRORS: dict[str, str] = {
            'nodes and secrets admin), or the user is in no role group: `{"detail": "Your role does not allow '
            'this."}`.',
 }
+#: The 400 every operation that needs credentials can answer for its query string, as
+#: :func:`postprocess_auth_errors` adds it where the operation documents no 400 of its own.
+QUERY_ERRORS_400 = (
+    'A query key the action does not take (reads and writes alike: `{"dry": ["unknown field \'dry\'; allowed: '
+    'format"]}`), a query parameter given twice (`{"status": ["is given 2 times (a, b): give it once"]}`) or a '
+    '`?format=` no renderer answers in (`{"format": ["must be one of json, api; got \'csv\'"]}`), judged after '
+    "the 401/403; " + ERROR_SHAPE_HELP
+)
 # The ``Detail`` component as drf-spectacular renders DetailSerializer, for a schema in which no
 # operation names it (a partial schema); normally the generator has put it there already.
 _DETAIL_COMPONENT = {
@@ -180,12 +188,14 @@ _HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "p
 def postprocess_auth_errors(result: dict, generator, request, public) -> dict:
     """drf-spectacular postprocessing hook (``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]``):
     list the 401 and 403 of :data:`AUTH_ERRORS`, body ``Detail``, on every operation that needs
-    credentials, i.e. whose ``security`` is not empty and has no ``{}`` (anonymous) entry. The
-    token endpoint, open to anyone, keeps its own responses; an operation that documents its own
-    401 or 403 keeps that one. Responses are ordered by status code. Returns ``result``, changed
-    in place."""
+    credentials, i.e. whose ``security`` is not empty and has no ``{}`` (anonymous) entry, and
+    the 400 of its query string (:data:`QUERY_ERRORS_400`, body ``ValidationError``) where it
+    documents none. The token endpoint, open to anyone, keeps its own responses; an operation that
+    documents its own 400, 401 or 403 keeps that one. Responses are ordered by status code.
+    Returns ``result``, changed in place."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     detail_ref = {"$ref": "#/components/schemas/Detail"}
+    error_ref = {"$ref": "#/components/schemas/ValidationError"}
     for operations in result.get("paths", {}).values():
         for method, operation in operations.items():
             security = operation.get("security") if method in _HTTP_METHODS else None
@@ -196,6 +206,9 @@ def postprocess_auth_errors(result: dict, generator, request, public) -> dict:
             for code, description in AUTH_ERRORS.items():
                 responses.setdefault(code, {"content": {"application/json": {"schema": dict(detail_ref)}},
                                             "description": description})
+            if "ValidationError" in schemas:
+                responses.setdefault("400", {"content": {"application/json": {"schema": dict(error_ref)}},
+                                             "description": QUERY_ERRORS_400})
             operation["responses"] = dict(sorted(responses.items()))
     return result
 

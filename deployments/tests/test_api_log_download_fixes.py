@@ -110,7 +110,7 @@ def test_the_schema_documents_the_download_and_the_tails_404(viewer_api):
     detail = {"$ref": "#/components/schemas/Detail"}
 
     operation = schema["paths"]["/api/processes/{id}/log/download/"]["get"]
-    assert set(operation["responses"]) == {"200", "401", "403", "404"}
+    assert set(operation["responses"]) == {"200", "400", "401", "403", "404"}   # 400: a format, a key not taken
     assert operation["responses"]["200"]["content"] == {"text/plain": {"schema": {"type": "string"}}}
     for code in ("401", "403", "404"):
         assert operation["responses"][code]["content"]["application/json"]["schema"] == detail
