@@ -19,5 +19,5 @@ def test_every_operation_that_needs_credentials_lists_a_400(viewer_api):
         assert bad["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ValidationError"}
     create = schema["paths"]["/api/recipes/"]["post"]["responses"]["400"]
     assert create["description"]   # the recipe create documents its own 400, kept as it was
-    retrieve = schema["paths"]["/api/recipes/{id}/"]["delete"]["responses"]["400"]
+    retrieve = schema["paths"]["/api/recipes/{id}/"]["get"]["responses"]["400"]
     assert "unknown field 'dry'; allowed: format" in retrieve["description"]
