@@ -437,6 +437,40 @@ class JSONTextField(serializers.JSONField):
         return value
 
 
+class _FormJSONText(str):
+    """A form field's text that a :class:`JSONTextDictField` reads as JSON."""
+
+    is_json_string = True
+
+
+class JSONTextDictField(serializers.DictField):
+    """DRF's :class:`~rest_framework.fields.DictField` that, in a form-encoded or multipart body,
+    also takes the whole object as JSON text in the field itself (``params={"impl": ["x"]}``), read
+    as :class:`JSONTextField` reads it (a key given twice inside it is a 400 at its dotted path);
+    DRF reads only prefixed keys there (``params.impl=x``, which :class:`StrictInputMixin` refuses
+    as unknown fields) and dropped such text silently, so the default (the whole grid) was taken
+    instead. Text that is not JSON is ``Value must be valid JSON.``; JSON that is not an object is
+    DictField's own message. A JSON body's value is judged as DRF judges it."""
+
+    default_error_messages = {"invalid_json": "Value must be valid JSON."}
+
+    def get_value(self, dictionary):
+        if html.is_html_input(dictionary) and self.field_name in dictionary:
+            return _FormJSONText(dictionary[self.field_name])
+        return super().get_value(dictionary)
+
+    def to_internal_value(self, data):
+        if isinstance(data, _FormJSONText):
+            try:
+                data = json_loads(data)
+            except (TypeError, ValueError, RecursionError):
+                self.fail("invalid_json")
+            repeated = repeated_key_errors(data)
+            if repeated:
+                raise serializers.ValidationError(repeated)
+        return super().to_internal_value(data)
+
+
 class ExportFormatMixin:
     """For viewsets with an ``export`` action (and the other actions :attr:`format_actions` names):
     ``?format=csv|json`` names the file format the action answers in, not a DRF renderer, so

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from rest_framework import serializers
 
 from controlplane.api import (
-    FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, flatten_errors,
+    FilterChoiceField, IdField, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, flatten_errors,
 )
 from controlplane.jsonsafe import json_spelled
 
@@ -103,7 +103,7 @@ class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     package = StrictCharField(max_length=63, example="sparse_mla_decode")
     node = StrictCharField(max_length=63, example="local")
     cc = StrictCharField(max_length=8, required=False, allow_blank=True, trim_whitespace=False, example="9.0")
-    params = serializers.DictField(child=serializers.JSONField(), required=False)
+    params = JSONTextDictField(child=serializers.JSONField(), required=False)
     shapes = serializers.ListField(child=StrictCharField(max_length=63, example="v4-flash"), required=False,
                                    min_length=1, max_length=32, error_messages={"min_length": LEAVE_OUT})
     batches = serializers.ListField(child=StrictIntegerField(min_value=1), required=False, min_length=1,
