@@ -33,6 +33,7 @@ from controlplane.jsonsafe import nonfinite_paths
 
 from .driver import ABORTED_PREFIX, CPU_BOUND_FRACTION, RunResult
 from .records import RecordStore
+from .uncertainty import ci95
 
 __all__ = ["Slo", "run_summary", "distribution", "error_kind", "nearest_rank", "in_flight"]
 
@@ -85,13 +86,20 @@ class Slo:
     e2e_s: float | None = None
 
 
-def distribution(values: np.ndarray) -> dict[str, float | None]:
-    """mean, std (population), p50/p90/p99 (linear interpolation) of finite ``values``; None if empty."""
+def distribution(values: np.ndarray, *, ci: bool = False) -> dict[str, Any]:
+    """mean, std (population), p50/p90/p99 (linear interpolation) of finite ``values``; None if empty.
+    With ``ci`` (one sample per request: TTFT, TPOT, E2E) also ``ci95``, each statistic's 95 %
+    confidence interval ``[low, high]`` in the values' unit, ``None`` in a bound the sample
+    cannot give (:func:`benchmarks.loadgen.uncertainty.ci95`)."""
     if values.size == 0:
-        return {"mean": None, "std": None, **{f"p{p}": None for p in PERCENTILES}, "count": 0}
-    pct = np.percentile(values, PERCENTILES, method="linear")
-    return {"mean": float(values.mean()), "std": float(values.std()),
-            **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}, "count": int(values.size)}
+        out = {"mean": None, "std": None, **{f"p{p}": None for p in PERCENTILES}, "count": 0}
+    else:
+        pct = np.percentile(values, PERCENTILES, method="linear")
+        out = {"mean": float(values.mean()), "std": float(values.std()),
+               **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}, "count": int(values.size)}
+    if ci:
+        out["ci95"] = ci95(values, PERCENTILES)
+    return out
 
 
 def nearest_rank(values: np.ndarray, p: float) -> float:
@@ -213,9 +221,9 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     multi = out_ok >= 2
     tpot = (e2e[multi] - ttft[multi]) / (out_ok[multi] - 1)
     itl_event, itl_token, per_token_known = _itls(rec, np.flatnonzero(ok))
-    s["ttft_s"] = distribution(ttft)
-    s["tpot_s"] = distribution(tpot)
-    s["e2e_s"] = distribution(e2e)
+    s["ttft_s"] = distribution(ttft, ci=True)
+    s["tpot_s"] = distribution(tpot, ci=True)
+    s["e2e_s"] = distribution(e2e, ci=True)
     s["itl_s"] = distribution(itl_event)
     s["itl_kind"] = "per_event"
     s["itl_per_token_s"] = distribution(itl_token) if per_token_known else None
