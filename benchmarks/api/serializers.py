@@ -345,6 +345,29 @@ class RunCompareConfigSerializer(serializers.Serializer):
     env = serializers.DictField(allow_null=True, help_text="the recipe's environment (spec.env)")
 
 
+class RunCiStatsSerializer(serializers.Serializer):
+    """One latency's 95 % confidence intervals, ``[low, high]`` in ms; a bound the run's requests
+    cannot give is null (a p99 needs 368 requests to be bounded above)."""
+
+    mean = serializers.ListField(child=serializers.FloatField(allow_null=True), allow_null=True, min_length=2,
+                                 max_length=2, help_text="Student's t interval of the mean, ms")
+    p50 = serializers.ListField(child=serializers.FloatField(allow_null=True), allow_null=True, min_length=2,
+                                max_length=2, help_text="order-statistic interval of the median, ms")
+    p90 = serializers.ListField(child=serializers.FloatField(allow_null=True), allow_null=True, min_length=2,
+                                max_length=2, help_text="order-statistic interval, ms")
+    p99 = serializers.ListField(child=serializers.FloatField(allow_null=True), allow_null=True, min_length=2,
+                                max_length=2, help_text="order-statistic interval, ms")
+
+
+class RunCiSerializer(serializers.Serializer):
+    """A run's 95 % confidence intervals of its per-request latencies
+    (:func:`benchmarks.services.runs.run_ci95_ms`); ITL has none."""
+
+    ttft_ms = RunCiStatsSerializer(required=False)
+    tpot_ms = RunCiStatsSerializer(required=False)
+    e2e_ms = RunCiStatsSerializer(required=False)
+
+
 class RunCompareEntrySerializer(serializers.Serializer):
     id = serializers.IntegerField()
     label = serializers.CharField()
@@ -352,6 +375,7 @@ class RunCompareEntrySerializer(serializers.Serializer):
     status = serializers.CharField(help_text=_RUN_STATUS_HELP)
     flags = serializers.ListField(child=serializers.CharField())
     metrics = RunMetricsSerializer()
+    ci95_ms = RunCiSerializer(allow_null=True, help_text="null for an imported run (no per-request samples)")
     config = RunCompareConfigSerializer()
     rankable = serializers.BooleanField()
     refusal = serializers.CharField(allow_null=True, help_text="why the run is not ranked")
@@ -394,6 +418,10 @@ class RunCompareSerializer(serializers.Serializer):
     best = RunCompareBestSerializer()
     ties = serializers.DictField(child=serializers.ListField(child=serializers.IntegerField()),
                                  help_text="metric -> run ids within tie_threshold_pct of the best (no best named)")
+    uncertain = serializers.DictField(
+        child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
+        help_text="latency metric -> [best run id, runner-up id] whose 95 % confidence intervals overlap: the best "
+                  "is named, but the difference may be sampling noise (a note gives both intervals)")
     baseline = serializers.IntegerField(help_text="the run deltas_pct are against")
     tie_threshold_pct = serializers.FloatField(help_text="percent of the larger value")
     excluded = RunCompareExcludedSerializer(many=True)

@@ -38,6 +38,7 @@ from benchmarks.importers import import_results
 from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
+from benchmarks.loadgen.uncertainty import min_samples_for_upper_bound
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import summary_point
 from controlplane.csvsafe import csv_text
@@ -80,6 +81,8 @@ LATENCY_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms"
 COMPARE_TIE_PCT = 2.0
 # A ``limit`` of :func:`run_records_rows` larger than any run's request count: every record.
 ALL_RECORDS = 2 ** 62
+# The latency stems with 95 % confidence intervals (one sample per request; run_ci95_ms).
+CI_STEMS = ("ttft_ms", "tpot_ms", "e2e_ms")
 # The SLO keys of a run's summary (seconds), in the order they are shown.
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 # Load-generator flags that make some of a run's compared metrics unreliable while the others stand
@@ -348,11 +351,17 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                  tie_pct: float = COMPARE_TIE_PCT) -> dict[str, Any]:
     """Side-by-side comparison of ``runs`` (any sweeps, measured or imported).
 
-    Returns ``{"runs": [{"id", "label", "sweep_id", "status", "flags", "metrics", "config",
-    "rankable", "refusal", "measured"}], "fields": [{"key", "label", "unit", "values": [...],
-    "deltas_pct": [...]}], "config_differs": [{"field", "values": [...]}], "best":
-    {"output_throughput_tok_s": run id | None, ...}, "ties": {metric: [run ids]}, "baseline": run
-    id, "tie_threshold_pct": float, "excluded": [{"id", "reason"}], "notes": [...]}``.
+    Returns ``{"runs": [{"id", "label", "sweep_id", "status", "flags", "metrics", "ci95_ms",
+    "config", "rankable", "refusal", "measured"}], "fields": [{"key", "label", "unit", "values":
+    [...], "deltas_pct": [...]}], "config_differs": [{"field", "values": [...]}], "best":
+    {"output_throughput_tok_s": run id | None, ...}, "ties": {metric: [run ids]}, "uncertain":
+    {metric: [best id, runner-up id]}, "baseline": run id, "tie_threshold_pct": float,
+    "excluded": [{"id", "reason"}], "notes": [...]}``.
+
+    ``ci95_ms`` is each run's 95 % confidence intervals of TTFT, TPOT and E2E (:func:`run_ci95_ms`).
+    Where a latency statistic's best run and the runner-up both have one and they overlap, the best
+    is still named (the tie rule alone decides that) and ``uncertain`` lists the two, with a note
+    giving both intervals: the difference may be sampling noise at those request counts.
 
     Two kinds of run are shown but never ranked, each with ``rankable`` false and its
     ``refusal`` (also in ``notes``): a run that holds no measurement (:func:`run_not_measured`:
@@ -424,7 +433,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                        f"requested fixed lengths, so its tok/s and latencies are not comparable with fixed-length runs")
             notes.append(refusal)
         entries.append({"id": run.pk, "label": run.label, "sweep_id": run.sweep_id, "status": run.status,
-                        "flags": list(run.flags), "metrics": metrics, "config": _config_fields(run),
+                        "flags": list(run.flags), "metrics": metrics, "ci95_ms": run_ci95_ms(run=run),
+                        "config": _config_fields(run),
                         "rankable": refusal is None, "refusal": refusal, "measured": unmeasured is None})
     # Metrics each run is not ranked for: its flags say the client could not time them.
     unreliable: dict[int, set[str]] = {}
@@ -483,6 +493,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     lengths = {(e["config"]["input_len"], e["config"]["output_len"]) for e in rankable}
     best: dict[str, int | None] = {}
     ties: dict[str, list[int]] = {}
+    uncertain: dict[str, list[int]] = {}
     if not rankable:
         notes.append("no run is rankable; no best run is named")
     elif len(lengths) > 1:
@@ -534,8 +545,72 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                          f"{tie_pct:g} % tie threshold (run-to-run noise)")
             continue
         best[key] = ranked[0][1]
+        overlap = _ci_overlap(key, ranked, {e["id"]: e for e in entries}, higher_better)
+        if overlap:
+            uncertain[key] = overlap[0]
+            notes.append(overlap[1])
     return {"runs": entries, "fields": fields, "config_differs": differs, "best": best, "ties": ties,
-            "baseline": baseline_id, "tie_threshold_pct": tie_pct, "excluded": excluded, "notes": notes}
+            "uncertain": uncertain, "baseline": baseline_id, "tie_threshold_pct": tie_pct, "excluded": excluded,
+            "notes": notes}
+
+
+def run_ci95_ms(*, run: BenchmarkRun) -> dict[str, dict[str, list[float | None] | None]] | None:
+    """The 95 % confidence intervals of ``run``'s per-request latency statistics in ms, by the
+    stems of :data:`COMPARE_FIELDS` (``{"ttft_ms": {"mean": [low, high], "p50": [...], "p90": [...],
+    "p99": [...]}, "tpot_ms": ..., "e2e_ms": ...}``; a bound the run's requests cannot give is null,
+    see :mod:`benchmarks.loadgen.uncertainty`); null for a run whose summary has none (imported
+    files and runs measured before intervals were kept). ITL has none: the gaps of one request are
+    not independent samples."""
+    summary = run.summary or {}
+    out: dict[str, dict[str, list[float | None] | None]] = {}
+    for stem in CI_STEMS:
+        stats = summary.get(f"{stem[:-3]}_s")
+        ci = stats.get("ci95") if isinstance(stats, Mapping) else None
+        if not isinstance(ci, Mapping):
+            continue
+        out[stem] = {stat: (None if bounds is None else [None if b is None else b * 1000.0 for b in bounds])
+                     for stat, bounds in ci.items()}
+    return out or None
+
+
+def _ci_text(bounds: list[float | None] | None, stat: str, count: int | None) -> str:
+    if bounds is None:
+        return "no interval"
+    low = "not bounded below" if bounds[0] is None else f"{bounds[0]:.4g}"
+    if bounds[1] is not None:
+        return f"{low}–{bounds[1]:.4g} ms"
+    need = (f", which needs {min_samples_for_upper_bound(int(stat[1:]) / 100.0)} requests"
+            if stat.startswith("p") and stat[1:].isdigit() else "")
+    return f"{low} ms, not bounded above by {count if count is not None else 'its'} requests{need}"
+
+
+def _ci_overlap(key: str, ranked: list[tuple[float, int]], entries: Mapping[int, Mapping[str, Any]],
+                higher_better: bool) -> tuple[list[int], str] | None:
+    """For a latency statistic whose best run is ``ranked[0]``: ``([best id, runner-up id],
+    note)`` when the two runs' 95 % confidence intervals overlap (the difference between them may
+    be sampling noise at their request counts), else None (no overlap, no runner-up, or a run
+    without intervals). Lower is better for every latency; an unbounded side overlaps."""
+    stem, _, stat = key.partition(".")
+    if higher_better or stem not in CI_STEMS or len(ranked) < 2:
+        return None
+    (best_value, best_id), (next_value, next_id) = ranked[0], ranked[1]
+    cis = []
+    for rid in (best_id, next_id):
+        by_stem = entries[rid].get("ci95_ms") or {}
+        bounds = (by_stem.get(stem) or {}).get(stat)
+        if bounds is None:
+            return None
+        cis.append(bounds)
+    (_, best_high), (next_low, _) = cis
+    if best_high is not None and next_low is not None and best_high < next_low:
+        return None
+    label = dict((k, lab) for k, lab, _ in COMPARE_FIELDS).get(key, key)
+    counts = [entries[rid]["metrics"].get("successes") for rid in (best_id, next_id)]
+    return [best_id, next_id], (
+        f"{label}: run #{best_id} is named best ({best_value:.4g} ms against #{next_id}'s {next_value:.4g} ms), but "
+        f"their 95 % confidence intervals overlap (#{best_id}: {_ci_text(cis[0], stat, counts[0])}; #{next_id}: "
+        f"{_ci_text(cis[1], stat, counts[1])}): with these requests the difference may be sampling noise; measure "
+        "more requests to separate them")
 
 
 COMPARE_CSV_SLO = tuple(f"slo_{k}" for k in SLO_KEYS)

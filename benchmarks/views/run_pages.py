@@ -16,7 +16,8 @@ from django.shortcuts import get_object_or_404, render
 from benchmarks import services
 from benchmarks.choices import RunSource
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.services.runs import run_records_csv, run_slo, runs_compare_csv, slo_text
+from benchmarks.loadgen.uncertainty import min_samples_for_upper_bound
+from benchmarks.services.runs import run_ci95_ms, run_records_csv, run_slo, runs_compare_csv, slo_text
 from benchmarks.views.charts import (
     cdf_points, chart_spec, record_arrays, run_charts, run_lengths_text, sweep_charts,
 )
@@ -55,11 +56,41 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "summary_text": _json_text(summary),
         "extra": _extra_facts(summary), "ended_by": summary.get("ended_by"),
         "error_adjusted": _error_adjusted_rows(summary),
+        "ci_rows": _ci_rows(run),
         "error_adjusted_failures": (summary.get("error_adjusted") or {}).get("failures"),
         "stopped_early": summary.get("stopped_early") or "", "halted": summary.get("halted") or "",
         "cap_not_applied": summary.get("request_cap_applied") is False,
         "latencies": LATENCIES, "lengths_text": run_lengths_text(run), "slo": slo_text(run_slo(run=run)),
     })
+
+
+#: The statistics of the run page's confidence-interval table, in its column order.
+CI_STATS = ("mean", "p50", "p90", "p99")
+
+
+def _ci_cell(bounds: Sequence[float | None] | None, stat: str) -> str:
+    """One interval as the page shows it, in ms: ``12.31–14.02``; ``≥ 12.31 (needs 368 requests)``
+    where the run's requests cannot bound it from above; ``—`` where there is none."""
+    if bounds is None or all(b is None for b in bounds):
+        return "—"
+    low, high = bounds
+    if high is None:
+        need = f" (needs {min_samples_for_upper_bound(int(stat[1:]) / 100.0)} requests)" if stat != "mean" else ""
+        return f"≥ {low:.2f}{need}"
+    if low is None:
+        return f"≤ {high:.2f}"
+    return f"{low:.2f}–{high:.2f}"
+
+
+def _ci_rows(run: BenchmarkRun) -> list[tuple[str, list[str]]]:
+    """``[(latency label, [cell per CI_STATS])]`` for TTFT, TPOT and E2E (:func:`run_ci95_ms`);
+    empty for a run whose summary holds no intervals (imported)."""
+    by_stem = run_ci95_ms(run=run)
+    if not by_stem:
+        return []
+    labels = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
+    return [(labels[stem], [_ci_cell(cis.get(stat), stat) for stat in CI_STATS])
+            for stem, cis in by_stem.items() if stem in labels]
 
 
 # What "client CPU per streamed event" measures, shown as the fact's tooltip and under the table.
