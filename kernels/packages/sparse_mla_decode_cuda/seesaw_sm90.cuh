@@ -41,7 +41,8 @@
 //
 // Measurement builds (tuning/ablate.py --seesaw; their outputs are wrong): SS_NO_LOAD (the rows of
 // the first pair only), ABL_NO_QK / ABL_NO_PV (one wgmma instead of each chain), SS_NO_PREFETCH,
-// SS_TIMING (block (0, 0)'s SM clocks per phase written over its output).
+// SS_TIMING (block (0, 0)'s SM clocks per phase of each consumer group and of the producer, written
+// over its output).
 //
 // Layout and grid as tiled_sm90.cuh; block 384 threads; dynamic shared memory
 // SEESAW_SMEM_BYTES(d_qk) (harness.seesaw_smem_bytes); tokens_per_split a multiple of 128.
@@ -220,6 +221,13 @@ __device__ __forceinline__ void seesaw_body(const __nv_bfloat16* __restrict__ q,
                              "n"(D_QK * 2) : "memory");
 #endif
         };
+#ifdef SS_TIMING
+        unsigned pphase[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
+        unsigned ptprev = static_cast<unsigned>(clock());
+#define SS_PMARK(i) do { const unsigned tnow = static_cast<unsigned>(clock()); pphase[i] += tnow - ptprev; ptprev = tnow; } while (0)
+#else
+#define SS_PMARK(i) do { } while (0)
+#endif
         load_ids(0);
         for (int pair = 0; pair < n_pairs; ++pair) {
 #ifdef SS_NO_LOAD
@@ -227,6 +235,7 @@ __device__ __forceinline__ void seesaw_body(const __nv_bfloat16* __restrict__ q,
 #endif
             const int par = (pair & 1) ^ 1;   // the previous use's phase (a fresh barrier passes)
             mbar_wait(empty_bar(0), par);
+            SS_PMARK(0);
             issue_ids(0, 2 * pair);
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
@@ -237,22 +246,38 @@ __device__ __forceinline__ void seesaw_body(const __nv_bfloat16* __restrict__ q,
 #pragma unroll
                 for (int c = 4; c < CB; ++c) issue_q(c);
             }
+            SS_PMARK(1);
             mbar_wait(empty_bar(2), par);
+            SS_PMARK(2);
             issue_ids(1, 2 * pair + 1);
 #pragma unroll
             for (int c = 4; c < 8; ++c) issue(1, c);
+            SS_PMARK(3);
             mbar_wait(empty_bar(1), par);
+            SS_PMARK(4);
 #pragma unroll
             for (int c = 4; c < CB; ++c) issue(0, c);
+            SS_PMARK(5);
             mbar_wait(empty_bar(3), par);
+            SS_PMARK(6);
 #pragma unroll
             for (int c = 0; c < 4; ++c) issue(1, c);
             if (ROPE) issue(1, 8);
+            SS_PMARK(7);
             load_ids(pair + 1);
             prefetch_rows();
+            SS_PMARK(8);
         }
         asm volatile("cp.async.wait_all;\n" ::: "memory");
         launch_dependents();
+#ifdef SS_TIMING
+        // the producer's phases, for consumer thread 0 to write out after the output (named barrier 5)
+        if (p == 0) {
+            unsigned* dst = reinterpret_cast<unsigned*>(xchg + 384);
+            for (int i = 0; i < 9; ++i) dst[i] = pphase[i];
+        }
+        named_bar_sync(5, SEESAW_THREADS);
+#endif
         return;
     }
 
@@ -530,10 +555,15 @@ __device__ __forceinline__ void seesaw_body(const __nv_bfloat16* __restrict__ q,
 #ifdef SS_TIMING
     // per-phase SM clocks of block (0, 0), written over its output (the numbers are wrong then)
     named_bar_sync(SEESAW_BAR_END, 256);
+    named_bar_sync(5, SEESAW_THREADS);   // the producer's phases are in shared memory
     if (blockIdx.x == 0 && blockIdx.y == 0 && (tid == 0 || tid == 128)) {
         long long* dst = reinterpret_cast<long long*>(num_splits == 1 ? static_cast<void*>(out) : static_cast<void*>(o_part));
         for (int i = 0; i < 8; ++i) dst[wg * 9 + i] = phase[i];
         dst[wg * 9 + 8] = n_pairs;
+        if (tid == 0) {
+            const unsigned* pp = reinterpret_cast<const unsigned*>(xchg + 384);
+            for (int i = 0; i < 9; ++i) dst[18 + i] = pp[i];
+        }
     }
 #endif
 }

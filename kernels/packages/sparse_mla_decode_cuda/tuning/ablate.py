@@ -84,7 +84,7 @@ for i, (flags, (shape_name, batch, params)) in enumerate((f, c) for f in extra f
                 print(f"   warp group {w}, block 0, {n} tiles, clocks per tile: " +
                       ", ".join(f"{nm} {ph[8 * w + i] / n:.0f}" for i, nm in enumerate(names[w]) if nm != "-"), flush=True)
         if "SS_TIMING" in fl and params["impl"] == "head_tiled":
-            ph = sets[key][0]["out"].view(torch.int64).flatten()[:18].tolist()
+            ph = sets[key][0]["out"].view(torch.int64).flatten()[:27].tolist()
             names = {0: ["q.k0", "max, m0", "P0, p.v0L issue", "wait m1/P1", "store P0", "wait p.v0L", "p.v1L issue",
                          "wait p.v1L"],
                      1: ["q.k1", "mask, max", "wait m0", "P1, store, p.v1R issue", "wait P0", "p.v0R issue",
@@ -93,4 +93,9 @@ for i, (flags, (shape_name, batch, params)) in enumerate((f, c) for f in extra f
                 n = max(ph[9 * w + 8], 1)
                 print(f"   warp group {w}, block 0, {n} pairs, clocks per pair: " +
                       ", ".join(f"{nm} {ph[9 * w + i] / n:.0f}" for i, nm in enumerate(names[w])), flush=True)
+            producer = ["wait empty K0L", "issue K0L", "wait empty K1R", "issue K1R", "wait empty K0R", "issue K0R",
+                        "wait empty K1L", "issue K1L", "next ids + L2 prefetch"]
+            n = max(ph[17], 1)
+            print(f"   producer, block 0, clocks per pair: " +
+                  ", ".join(f"{nm} {ph[18 + i] / n:.0f}" for i, nm in enumerate(producer)), flush=True)
         print(f"{flags or 'full':28s} {shape_name:9s} b{batch:<3d} {params['impl']:10s} S{params['NUM_SPLITS']!s:5s} {us:8.1f} us", flush=True)
