@@ -4,7 +4,7 @@ Roles (Django groups of the same name; a superuser is always ``admin``):
 
 * ``viewer``   read everything except secrets' values (which nobody can read back);
 * ``operator`` viewer + create/edit recipes, deploy, stop, run sweeps and kernel jobs;
-* ``admin``    operator + nodes, secrets and users.
+* ``admin``    operator + nodes, secrets, users and deleting recipes.
 
 A signed-in user in no group has no role and is refused (403) everywhere.
 """

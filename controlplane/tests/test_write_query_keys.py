@@ -50,7 +50,8 @@ def test_a_key_no_write_takes_is_a_400_naming_it(admin_api, rows, method, url):
 def test_nothing_is_written_and_the_role_still_comes_first(admin_api, operator_api, viewer_api, anon_api, rows):
     body = {"name": "r2", "spec": {}}
     assert operator_api.post("/api/recipes/?dry=1", body, format="json").status_code == 400
-    assert operator_api.delete(f"/api/recipes/{rows['recipe']}/?dry=1").status_code == 400
+    assert operator_api.delete(f"/api/recipes/{rows['recipe']}/?dry=1").status_code == 403
+    assert admin_api.delete(f"/api/recipes/{rows['recipe']}/?dry=1").status_code == 400
     assert list(Recipe.objects.values_list("name", flat=True)) == ["r1"]
     assert anon_api.post("/api/recipes/?dry=1", body, format="json").status_code == 401
     assert viewer_api.post("/api/recipes/?dry=1", body, format="json").status_code == 403

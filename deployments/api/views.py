@@ -200,8 +200,11 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         responses={200: s.RecipeSerializer, 400: ERRORS_400, 409: ERROR_409},
     ),
     destroy=extend_schema(
-        summary="Delete a recipe (operator)",
-        description="Refused with 409 while deployments reference it. " + NO_BODY_HELP,
+        summary="Delete a recipe (admin)",
+        description="Admin only: an operator creates, edits and reverts recipes but does not delete them (403). "
+        "Refused with 409 while deployments reference it. The recipe's versions stay stored (with a deletion "
+        "row naming who deleted it) but no API operation or page of Ceiling shows them any more; Django admin's "
+        "History page of the recipe (`/admin/deployments/recipe/<id>/history/`) still lists them. " + NO_BODY_HELP,
         request=None,
         responses={204: None, 400: ERRORS_400, 404: ERROR_404, 409: ERROR_409},
     ),
@@ -211,6 +214,8 @@ class RecipeViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
 
     serializer_class = s.RecipeSerializer
     parser_classes = PARSERS
+    # Deleting takes the recipe (admin's seed examples included) out of every page and API answer.
+    action_roles = {"destroy": "admin"}
     query_keys = {"list": s.RecipeFilterSerializer, "versions": PAGE_KEYS, "diff": s.DiffQuerySerializer,
                   "dry_run": s.VersionQuerySerializer}
 

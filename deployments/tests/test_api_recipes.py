@@ -171,12 +171,12 @@ def test_it_revalidates_the_spec_when_the_node_changes(operator_api, node):
     assert Recipe.objects.get(pk=pk).node.name == "seed-8gpu"
 
 
-def test_it_deletes_a_recipe_unless_it_has_deployments(operator_api, node):
+def test_it_deletes_a_recipe_unless_it_has_deployments(operator_api, admin_api, node):
     keep = create(operator_api).json()["id"]
     drop = create(operator_api, name="to-drop").json()["id"]
     deployment_row_create(recipe=Recipe.objects.get(pk=keep))
-    assert operator_api.delete(f"/api/recipes/{drop}/").status_code == 204
-    refused = operator_api.delete(f"/api/recipes/{keep}/")
+    assert admin_api.delete(f"/api/recipes/{drop}/").status_code == 204
+    refused = admin_api.delete(f"/api/recipes/{keep}/")
     assert refused.status_code == 409
     assert list(Recipe.objects.values_list("name", flat=True)) == ["seed-v4-flash-pd"]
 

@@ -185,13 +185,41 @@ def test_it_refuses_a_revert_that_no_longer_validates(operator_api, admin_api, n
     assert Recipe.objects.get(pk=pk).version == 2
 
 
-def test_it_keeps_history_after_a_recipe_is_deleted(operator_api, three_versions):
+def test_it_keeps_history_after_a_recipe_is_deleted(admin_api, three_versions):
     recipe = Recipe.objects.get(pk=three_versions)
     history = recipe.history
-    assert operator_api.delete(f"/api/recipes/{three_versions}/").status_code == 204
+    assert admin_api.delete(f"/api/recipes/{three_versions}/").status_code == 204
     rows = list(history.model.objects.filter(id=three_versions).order_by("history_date"))
     assert [r.history_type for r in rows] == ["+", "~", "~", "-"]
-    assert rows[-1].history_user.username == "oscar-operator"
+    assert rows[-1].history_user.username == "alice-admin"
+
+
+def test_only_an_admin_deletes_a_recipe(operator_api, viewer_api, admin_api, three_versions):
+    for api in (operator_api, viewer_api):
+        refused = api.delete(f"/api/recipes/{three_versions}/")
+        assert refused.status_code == 403
+        assert refused.json() == {"detail": "Your role does not allow this."}
+    assert operator_api.get(f"/api/recipes/{three_versions}/versions/").json()["count"] == 3
+    assert admin_api.delete(f"/api/recipes/{three_versions}/").status_code == 204
+    assert not Recipe.objects.filter(pk=three_versions).exists()
+
+
+def test_a_deleted_recipes_versions_are_shown_by_admins_history_page_only(admin_api, admin_user, three_versions):
+    from django.test import Client
+
+    assert admin_api.delete(f"/api/recipes/{three_versions}/").status_code == 204
+    for url in (f"/api/recipes/{three_versions}/", f"/api/recipes/{three_versions}/versions/",
+                f"/api/recipes/{three_versions}/versions/1/", f"/api/recipes/{three_versions}/diff/?a=1&b=2"):
+        assert admin_api.get(url).status_code == 404, url
+    pages = Client()
+    pages.force_login(admin_user)
+    for url in (f"/recipes/{three_versions}/", f"/recipes/{three_versions}/history/"):
+        assert pages.get(url).status_code == 404, url
+    history = pages.get(f"/admin/deployments/recipe/{three_versions}/history/")
+    assert history.status_code == 200
+    html = history.content.decode()
+    for reason in ("initial", "leave room for CUDA graphs", "more KV cache", "Deleted"):
+        assert reason in html
 
 
 # --- services, as the UI and admin call them -------------------------------------------------
