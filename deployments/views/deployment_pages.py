@@ -239,9 +239,17 @@ def _get_deployment(pk: int) -> Deployment:
 
 
 def _get_process(deployment_pk: int, process_pk: int) -> ServerProcess:
-    return get_object_or_404(
-        ServerProcess.objects.select_related("deployment"), pk=process_pk, deployment_id=deployment_pk
-    )
+    """Process ``process_pk`` of deployment ``deployment_pk``; :class:`Http404` naming what is
+    missing: "No deployment #2.", "No server process #12345." or "Process #1 is not part of
+    deployment #2." (it exists, under another deployment)."""
+    process = ServerProcess.objects.select_related("deployment").filter(pk=process_pk).first()
+    if process is not None and process.deployment_id == deployment_pk:
+        return process
+    if not Deployment.objects.filter(pk=deployment_pk).exists():
+        raise Http404(f"No deployment #{deployment_pk}.")
+    if process is None:
+        raise Http404(f"No server process #{process_pk}.")
+    raise Http404(f"Process #{process_pk} is not part of deployment #{deployment_pk}.")
 
 
 @role_page()
