@@ -57,6 +57,7 @@ from controlplane.redaction import redact_text, register_secret_value
 from deployments.choices import (
     DEPLOYMENT_TERMINAL,
     PROCESS_TERMINAL,
+    STOPPED_FOR_FAILURE,
     DeploymentStatus,
     ProcessStatus,
 )
@@ -547,18 +548,22 @@ def deployment_teardown(*, deployment_id: int) -> str:
         return "stopped"
 
 
-def _stop_all(deployment: Deployment, *, note: str = "") -> None:
+def _stop_all(deployment: Deployment, *, note: str = "", asked: bool = True) -> None:
     rows = sorted(
         ServerProcess.objects.filter(deployment=deployment).exclude(status__in=PROCESS_TERMINAL),
         key=lambda r: (STOP_ORDER.get(r.role, 9), r.ordinal),
     )
     for row in rows:
-        _process_stop(row, note=note)
+        _process_stop(row, note=note, asked=asked)
 
 
-def _process_stop(row: ServerProcess, *, note: str = "") -> None:
+def _process_stop(row: ServerProcess, *, note: str = "", asked: bool = True) -> None:
     """Stop one process tree and record the outcome on its row (``end_reason``:
-    ``terminated``, ``killed after grace``, ``exited``, ``not running`` or ``pid reused``)."""
+    ``terminated``, ``killed after grace``, ``exited``, ``not running`` or ``pid reused``) and
+    ``note`` as its ``reason``. ``asked=False`` (a stop no one asked for: the deployment failed)
+    makes the ``stopped`` event say ``note`` where the supervisor's words say "stopped on
+    request" (``terminated in 0.43s (grace 5s): stopped because the deployment failed: ...;
+    sent SIGTERM, ended 0.42 s after it (exit code 0)``)."""
     handle = _handle(row) or _engine_by_tag(row.tag)
     if handle is None and row.tag:
         leftovers = process_find_by_tag(row.tag)
@@ -587,6 +592,9 @@ def _process_stop(row: ServerProcess, *, note: str = "") -> None:
     if note:
         row.reason = note
     row.save()
+    if not asked and note:
+        requested = "stopped on request: "
+        reason = f"{note}; " + (f"sent {reason[len(requested):]}" if reason.startswith(requested) else reason)
     if result is None:
         text = f"not running ({reason})"
     else:
@@ -614,7 +622,7 @@ def _not_running_text(row: ServerProcess) -> str:
 def _deployment_fail(deployment: Deployment, reason: str) -> None:
     """Stop what still runs of ``deployment`` and mark it failed with ``reason`` (secrets masked)."""
     reason = redact_text(reason)
-    _stop_all(deployment, note=f"stopped because the deployment failed: {reason}")
+    _stop_all(deployment, note=f"{STOPPED_FOR_FAILURE}: {reason}", asked=False)
     now = timezone.now()
     Deployment.objects.filter(pk=deployment.pk).exclude(status__in=DEPLOYMENT_TERMINAL).update(
         status=DeploymentStatus.FAILED, reason=reason, ended_at=now, updated_at=now

@@ -50,6 +50,10 @@ class ProcessStatus(models.TextChoices):
 
 PROCESS_TERMINAL = {ProcessStatus.EXITED, ProcessStatus.KILLED, ProcessStatus.FAILED}
 
+# How a process's ``reason`` starts when the agent stopped it because a sibling's failure failed
+# the whole deployment (not because anyone asked): the pages read it instead of "stopped on request".
+STOPPED_FOR_FAILURE = "stopped because the deployment failed"
+
 
 class RestartPolicy(models.TextChoices):
     NEVER = "never", "never"

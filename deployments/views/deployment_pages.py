@@ -25,7 +25,14 @@ from controlplane.realtime import deployment_group
 from controlplane.redaction import SecretsUnmaskable, redact_text
 from deployments import selectors, services
 from deployments.logfiles import log_file, log_parts
-from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL, DeploymentStatus, ProcessStatus, Role
+from deployments.choices import (
+    DEPLOYMENT_TERMINAL,
+    PROCESS_TERMINAL,
+    STOPPED_FOR_FAILURE,
+    DeploymentStatus,
+    ProcessStatus,
+    Role,
+)
 from deployments.models import Deployment, ServerProcess
 from deployments.supervisor import signal_text
 from deployments.topology import parse_cpulist, same_cpulist
@@ -121,7 +128,11 @@ def _health_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
             detail = f"killed by {signal_text(-code)}"
         else:
             detail = f"exit code {code}"
-        if process.end_reason in ("terminated", "killed after grace"):
+        if process.end_reason in ("terminated", "killed after grace") and process.reason.startswith(STOPPED_FOR_FAILURE):
+            # stopped because a sibling's failure failed the deployment: nobody asked (agent._deployment_fail)
+            reason = redact_text(process.reason)
+            detail = f"{reason}; this process: {detail}" if code is not None else reason
+        elif process.end_reason in ("terminated", "killed after grace"):
             # the supervisor asked it to stop: its exit answers the request (agent._process_stop)
             detail = f"stopped on request, {detail}" if code is not None else "stopped on request"
         badge = ("" if status == ProcessStatus.EXITED else "bad", f"down ({detail})")
