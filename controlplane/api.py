@@ -359,7 +359,31 @@ class StrictIntegerMixin(FormTextMixin):
         if not isinstance(data, FormText) and (isinstance(data, bool) or not isinstance(data, int)):
             raise serializers.ValidationError(f"must be an integer (e.g. {self.example}), got {shown_value(data)}",
                                               code="invalid")
-        return super().to_internal_value(data)
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            raise self._quoted(exc, data) from None
+        if isinstance(value, int) and not within_bounds(self, value):
+            # judged here: DRF's own bound validators say "Ensure this value ..." without it
+            raise self._quoted(serializers.ValidationError("", code="min_value"), data)
+        return value
+
+    def _quoted(self, exc: serializers.ValidationError, data) -> serializers.ValidationError:
+        """DRF's refusal of a value of the right type, rewritten to quote it as the rest of the API
+        does: ``must be between 1 and 2147483647, got 0`` (for DRF's "Ensure this value is greater
+        than or equal to 1."), ``must be the id of an existing recipe, got 99999999999999999999``
+        (for DRF's ``Invalid pk "…" - object does not exist.``); a form body's text is quoted
+        (``got '0'``)."""
+        codes = exc.get_codes()
+        code = codes[0] if isinstance(codes, list) and codes and isinstance(codes[0], str) else "invalid"
+        shown = query_text(data) if isinstance(data, FormText) else json.dumps(data)
+        if code in ("min_value", "max_value"):
+            return serializers.ValidationError(f"must be {whole_bounds(self)}, got {shown}", code=code)
+        if code == "does_not_exist":
+            model = getattr(getattr(self, "queryset", None), "model", None)
+            noun = model._meta.verbose_name if model is not None else "object"
+            return serializers.ValidationError(f"must be the id of an existing {noun}, got {shown}", code=code)
+        return serializers.ValidationError(f"must be an integer (e.g. {self.example}), got {shown}", code=code)
 
 
 class StrictBooleanField(FormTextMixin, serializers.BooleanField):
@@ -502,11 +526,34 @@ MAX_INT = 2**31 - 1
 _INTEGER_RE = re.compile(r"[+-]?[0-9]+")
 
 
+def query_text(value: Any) -> str:
+    """A query parameter's (or a form body's) refused text as a message quotes it: in quotes, cut
+    to 40 characters (``'abc'``, ``'-1'``), as the pagination's and the filters' messages do."""
+    return repr(str(value)[:40])
+
+
+def whole_bounds(field: serializers.IntegerField) -> str:
+    """What an integer field takes, in words: ``between 1 and 2000``, ``at least 0`` or ``at most
+    9``, from its ``min_value``/``max_value``; ``an integer`` when it has neither."""
+    low, high = getattr(field, "min_value", None), getattr(field, "max_value", None)
+    if low is not None and high is not None:
+        return f"between {low} and {high}"
+    if low is not None:
+        return f"at least {low}"
+    return f"at most {high}" if high is not None else "an integer"
+
+
+def within_bounds(field: serializers.Field, value: int) -> bool:
+    """Whether ``value`` lies within ``field``'s ``min_value`` and ``max_value`` (those it has)."""
+    low, high = getattr(field, "min_value", None), getattr(field, "max_value", None)
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
 class IdField(serializers.IntegerField):
-    """An id (or version number) given as a query parameter: ASCII digits, 1 to :data:`MAX_INT`
-    unless ``min_value``/``max_value`` say otherwise. Anything else is a 400 naming the
-    parameter (``{"deployment": ["A valid integer is required."]}``, ``["Ensure this value is
-    less than or equal to 2147483647."]``), never a filter the database cannot take."""
+    """An id, version number or count given as a query parameter: ASCII digits, 1 to
+    :data:`MAX_INT` unless ``min_value``/``max_value`` say otherwise. Anything else is a 400
+    naming the parameter and quoting the value (``{"lines": ["must be a whole number between 1
+    and 2000, got 'abc'"]}``), never a filter the database cannot take."""
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("min_value", 1)
@@ -514,9 +561,19 @@ class IdField(serializers.IntegerField):
         super().__init__(**kwargs)
 
     def to_internal_value(self, data):
+        refused = serializers.ValidationError(f"must be a whole number {whole_bounds(self)}, got {query_text(data)}",
+                                              code="invalid")
+        if isinstance(data, bool) or not isinstance(data, (str, int)):
+            raise refused
         if isinstance(data, str) and not _INTEGER_RE.fullmatch(data):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+            raise refused
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError:
+            raise refused from None
+        if not within_bounds(self, value):   # judged here: DRF's own bound validators do not quote it
+            raise refused
+        return value
 
 
 class FilterChoiceField(serializers.ChoiceField):

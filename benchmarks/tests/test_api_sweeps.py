@@ -281,7 +281,8 @@ def test_it_answers_ids_too_large_for_the_database_with_a_400_or_404_never_a_500
                        ("/api/runs/?sweep=99999999999999999999999", "sweep")):
         response = viewer_api.get(url)
         assert response.status_code == 400, url
-        assert response.json() == {field: ["Ensure this value is less than or equal to 2147483647."]}
+        assert response.json() == {field: ["must be a whole number between 1 and 2147483647, "
+                                           "got '99999999999999999999999'"]}
     for url, detail in (("/api/runs/compare/?ids=9223372036854775808", "no run with id 9223372036854775808"),
                         ("/api/runs/compare/?ids=9223372036854775807", "no run with id 9223372036854775807"),
                         ("/api/runs/compare/?sweeps=9223372036854775808", "no sweep with id 9223372036854775808")):
@@ -299,8 +300,8 @@ def test_it_refuses_a_list_filter_that_can_match_nothing_naming_what_is_allowed(
     run = BenchmarkRun.objects.create(sweep=done, ordinal=0, status=RunStatus.DONE, concurrency=1, input_len=8,
                                       output_len=8)
     for url, field, message in (
-        ("/api/sweeps/?deployment=abc", "deployment", "A valid integer is required."),
-        ("/api/runs/?sweep=abc", "sweep", "A valid integer is required."),
+        ("/api/sweeps/?deployment=abc", "deployment", "must be a whole number between 1 and 2147483647, got 'abc'"),
+        ("/api/runs/?sweep=abc", "sweep", "must be a whole number between 1 and 2147483647, got 'abc'"),
         ("/api/sweeps/?status=bogus", "status",
          "must be one of pending, waiting, running, done, failed, cancelled; got 'bogus'"),
         ("/api/runs/?status=bogus", "status", "must be one of running, done, failed, cancelled; got 'bogus'"),

@@ -502,9 +502,10 @@ class ProcessEventSerializer(serializers.ModelSerializer):
 
 
 class ProcessLogQuerySerializer(serializers.Serializer):
-    """``?lines=<n>``: how many trailing log lines (1-2000, default 100)."""
+    """``?lines=<n>``: how many trailing log lines (1-2000, default 100); anything else is a 400
+    quoting it (``must be a whole number between 1 and 2000, got 'abc'``)."""
 
-    lines = serializers.IntegerField(min_value=1, max_value=LOG_TAIL_MAX_LINES, required=False, default=100)
+    lines = IdField(min_value=1, max_value=LOG_TAIL_MAX_LINES, required=False, default=100)
 
 
 class ProcessLogSerializer(serializers.Serializer):

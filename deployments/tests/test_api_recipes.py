@@ -95,8 +95,8 @@ def test_it_names_the_allowed_values_of_a_refused_filter(viewer_api, node):
          "must be one of pending, starting, ready, stopping, stopped, failed; got 'exploded'"),
         ("/api/processes/?role=wizard", "role", "must be one of prefill, decode, single, router; got 'wizard'"),
         # int() reads a fullwidth "１" as 1; an id in a query string is ASCII digits only
-        ("/api/processes/?deployment=%EF%BC%91", "deployment", "A valid integer is required."),
-        ("/api/deployments/?recipe=%EF%BC%91", "recipe", "A valid integer is required."),
+        ("/api/processes/?deployment=%EF%BC%91", "deployment", "must be a whole number between 1 and 2147483647, got '\uff11'"),
+        ("/api/deployments/?recipe=%EF%BC%91", "recipe", "must be a whole number between 1 and 2147483647, got '\uff11'"),
     ):
         response = viewer_api.get(url)
         assert response.status_code == 400, url

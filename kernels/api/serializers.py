@@ -3,12 +3,13 @@
 ``gbps`` GB/s, ``tflops`` TFLOP/s; ``roofline_fraction`` is 0-1."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from rest_framework import serializers
 
 from controlplane.api import (
-    FilterChoiceField, IdField, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, flatten_errors,
+    FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, flatten_errors,
 )
 from controlplane.jsonsafe import json_spelled
 
@@ -220,9 +221,9 @@ class VariantTableQuerySerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=["all", "built", "failed", "discarded", "correct", "wrong", "timed"],
                                     default="all")
     sort = serializers.CharField(max_length=80, default="ordinal")
-    limit = serializers.IntegerField(min_value=1, max_value=2000, default=500)
-    offset = serializers.IntegerField(min_value=0, max_value=MAX_TABLE_OFFSET, default=0,
-                                      help_text="rows of the sorted, filtered table to skip")
+    limit = IdField(min_value=1, max_value=2000, default=500)
+    offset = IdField(min_value=0, max_value=MAX_TABLE_OFFSET, default=0,
+                     help_text="rows of the sorted, filtered table to skip")
 
 
 class BestFilterSerializer(serializers.Serializer):
@@ -257,12 +258,19 @@ class BestSerializer(serializers.ModelSerializer):
 class _DecimalTextFloatField(serializers.FloatField):
     """A float written the way numbers are written in a query: ASCII digits, an optional sign,
     point and exponent (:data:`kernels.whatif.NUMBER_RE`); ``float()`` alone also takes
-    ``1_000``, ``١`` and ``infinity``."""
+    ``1_000``, ``١`` and ``infinity``. A refusal quotes the text, as the what-if page does:
+    ``'abc' is not a number``; ``'1e400' is not a finite number`` (also ``NaN``, ``inf``)."""
 
     def to_internal_value(self, data):
-        if isinstance(data, str) and not NUMBER_RE.fullmatch(data.strip()):
-            self.fail("invalid")
-        return super().to_internal_value(data)
+        if not isinstance(data, str) or not NUMBER_RE.fullmatch(data.strip()):
+            raise serializers.ValidationError(f"{query_text(data)} is not a number", code="invalid")
+        try:
+            number = super().to_internal_value(data)
+        except serializers.ValidationError:
+            raise serializers.ValidationError(f"{query_text(data)} is not a number", code="invalid") from None
+        if not math.isfinite(number):
+            raise serializers.ValidationError(f"{query_text(data)} is not a finite number", code="invalid")
+        return number
 
 
 class WhatIfQuerySerializer(serializers.Serializer):

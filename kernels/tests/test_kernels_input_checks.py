@@ -81,7 +81,7 @@ def test_the_best_list_filters_on_a_batch_and_refuses_one_that_is_not_a_number(v
     every = viewer_api.get(BEST).json()
     assert every["count"] == 4
     resp = viewer_api.get(BEST, {"batch": "abc"})
-    assert resp.status_code == 400 and resp.json() == {"batch": ["A valid integer is required."]}
+    assert resp.status_code == 400 and resp.json() == {"batch": ["must be a whole number between 1 and 2147483647, got 'abc'"]}
     for bad in ("0", "-1", "1.5", "\uff11", "99999999999"):
         assert viewer_api.get(BEST, {"batch": bad}).status_code == 400, bad
     one = viewer_api.get(BEST, {"batch": 4}).json()["results"]
