@@ -139,6 +139,8 @@ def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node | 
     names = secret_names()
     rule = engine_topology_errors(engine=engine, topology=topology)
     adapter = ENGINES.get(engine) if isinstance(engine, str) else None
+    if adapter is None and isinstance(spec, dict):
+        return _spec_validate_without_engine(rule=rule, topology=topology, spec=spec, facts=facts, names=names)
     if adapter is None or not rule:
         return recipe_validate(engine=engine, topology=topology, spec=spec, node=facts, secret_names=names)
     errors = {path: list(messages) for path, messages in rule.items()}
@@ -149,6 +151,41 @@ def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node | 
     except InvalidInput as exc:
         for path, messages in exc.errors.items():
             if not any(path == p or path.startswith(p + ".") for p in TOPOLOGY_SPEC_PATHS):
+                errors.setdefault(path, []).extend(messages)
+    raise InvalidInput(errors)
+
+
+#: Engine used to check what of a spec does not depend on the engine, when the engine given is unknown.
+STAND_IN_ENGINE = "sim"
+
+
+def _engine_independent(path: str, *, topology_known: bool) -> bool:
+    """Whether the rule behind an error at ``path`` holds whatever the engine: the spec's own
+    keys, model, served name, env, secrets, timeouts and restart policy do; inside a role (GPUs,
+    flags, ports), the transfer backend, kernels and the sim section are judged by the engine's
+    rules; ``spec.roles`` itself (an object with the topology's roles) needs a known topology."""
+    if path == "spec.roles":
+        return topology_known
+    return not any(path == p or path.startswith(p + ".") for p in TOPOLOGY_SPEC_PATHS)
+
+
+def _spec_validate_without_engine(*, rule: dict[str, list[str]], topology: Any, spec: dict, facts: NodeFacts,
+                                  names: set[str]) -> dict:
+    """Every problem of ``spec`` that can be judged without a known engine, with the engine's (and
+    the topology's) error: the spec is checked for :data:`STAND_IN_ENGINE` and only the errors
+    whose rule holds whatever the engine (:func:`_engine_independent`) are kept; ``engine`` says
+    which parts were not checked. Always raises :class:`InvalidInput`."""
+    errors = {path: list(messages) for path, messages in rule.items()}
+    topology_known = "topology" not in rule
+    but = " (but for spec.roles being an object with the topology's roles)" if topology_known else ""
+    errors["engine"].append(f"{', '.join(TOPOLOGY_SPEC_PATHS)} were not checked{but}: what they may hold depends on "
+                            "the engine; the rest of the spec was checked")
+    try:
+        recipe_validate(engine=STAND_IN_ENGINE, topology=topology if topology_known else "single", spec=spec,
+                        node=facts, secret_names=names)
+    except InvalidInput as exc:
+        for path, messages in exc.errors.items():
+            if _engine_independent(path, topology_known=topology_known):
                 errors.setdefault(path, []).extend(messages)
     raise InvalidInput(errors)
 

@@ -239,20 +239,26 @@ class RecipeWriteSerializer(serializers.Serializer):
         if "spec" in values:
             # What a database column cannot hold (NUL, depth, size), as the service checks on save.
             check_json_tree(values["spec"], "spec", errors)
-        if "engine" not in content or "topology" not in content:
-            return errors
         if "spec" not in content:
-            errors.update(engine_topology_errors(engine=content["engine"], topology=content["topology"]))
+            if "engine" in content and "topology" in content:
+                errors.update(engine_topology_errors(engine=content["engine"], topology=content["topology"]))
             return errors
         node_malformed = any(getattr(m, "code", None) == "invalid" for m in failed.get("node", ()))
         if "node" not in content and not node_malformed:
             errors["node"] = [NO_NODE_NOTE]
+        # An engine or topology that is missing or refused still leaves the rest of the spec to judge:
+        # the service checks what does not depend on it and says what it could not check.
+        engine, topology = content.get("engine"), content.get("topology")
         try:
-            recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=content["spec"],
-                                 node=content.get("node"))
+            recipe_spec_validate(engine=engine, topology=topology, spec=content["spec"], node=content.get("node"))
         except InvalidInput as exc:
+            said = engine_topology_errors(engine=engine, topology=topology)
             for path, messages in exc.errors.items():
-                errors.setdefault(path, []).extend(messages)
+                if path in ("engine", "topology") and path not in content:
+                    # the field's own error already says what is wrong with it; add only the notes
+                    messages = [m for m in messages if m not in said.get(path, [])]
+                if messages:
+                    errors.setdefault(path, []).extend(messages)
         return errors
 
 

@@ -161,3 +161,38 @@ def test_engine_topology_errors_names_each_problem():
         "engine": ["unknown engine 'tgi'; choose one of sglang, vllm, llamacpp, sim"],
         "topology": ["unknown topology 'ring'; choose one of single, pd"],
     }
+
+
+def test_an_unknown_engine_still_reports_what_of_the_spec_does_not_depend_on_it(operator_api):
+    spec = {"roles": 1, "stop_grace_s": 0, "env": {"LD_PRELOAD": "/tmp/x.so"}, "model": {"name": "bad name"},
+            "colour": "red"}
+    response = operator_api.post("/api/recipes/", payload(engine="nope", node="no-such-node", spec=spec, foo=1),
+                                 format="json")
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["engine"][0] == '"nope" is not a valid choice.'
+    assert body["engine"][1] == (
+        "spec.roles, spec.transfer_backend, spec.kernels, spec.sim were not checked (but for spec.roles being an "
+        "object with the topology's roles): what they may hold depends on the engine; the rest of the spec was checked")
+    assert body["foo"] == [f"unknown field 'foo'; allowed: {ALLOWED}"]
+    assert body["node"][0] == "Object with name=no-such-node does not exist."
+    assert body["spec.roles"] == ["must be an object with roles prefill, decode, router"]
+    assert body["spec.stop_grace_s"] == ["must be between 1 and 3600, got 0"]
+    assert body["spec.colour"][0].startswith("unknown field 'colour'; allowed: ")
+    assert body["spec.model.name"][0].startswith("must look like org/name")
+    assert "spec.env.LD_PRELOAD" in body
+    assert Recipe.objects.count() == 0
+
+
+def test_an_unknown_engine_and_topology_leave_the_roles_unjudged_but_not_the_rest(operator_api):
+    spec = {"roles": 1, "stop_grace_s": "30", "sim": {"profile": "x"}}
+    response = operator_api.post("/api/recipes/", payload(engine="nope", topology="ring", spec=spec), format="json")
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["topology"] == ['"ring" is not a valid choice.']
+    assert body["engine"][1].startswith("spec.roles, spec.transfer_backend, spec.kernels, spec.sim were not checked: ")
+    assert body["spec.stop_grace_s"] == ["must be an integer, got '30'"]
+    assert body["spec.model"] == ['is required: {"path": "/models/X"} or {"name": "org/Model"}']
+    assert set(body) == {"engine", "topology", "spec.stop_grace_s", "spec.model"}  # no role, sim or kernel rule
