@@ -318,9 +318,10 @@ def _spec_validate(
     env = _env_check(errs, "spec.env", spec.get("env"))
     out["env"] = env
     out["secrets"] = _secrets_check(errs, spec.get("secrets"), secret_names)
-    out["startup_timeout_s"] = _int_field(errs, "spec.startup_timeout_s", spec.get("startup_timeout_s"),
+    out["startup_timeout_s"] = _int_field(errs, "spec.startup_timeout_s", spec.get("startup_timeout_s", ABSENT),
                                           DEFAULT_STARTUP_TIMEOUT_S, 1, 86_400)
-    out["stop_grace_s"] = _int_field(errs, "spec.stop_grace_s", spec.get("stop_grace_s"), DEFAULT_STOP_GRACE_S, 1, 3600)
+    out["stop_grace_s"] = _int_field(errs, "spec.stop_grace_s", spec.get("stop_grace_s", ABSENT), DEFAULT_STOP_GRACE_S,
+                                     1, 3600)
     out["restart"] = _restart_check(errs, spec.get("restart"))
 
     sim = spec.get("sim")
@@ -443,10 +444,10 @@ def _worker_check(errs: _Errors, adapter: EngineAdapter, topology: str, name: st
         if key not in WORKER_KEYS:
             errs.add(f"{path}.{key}", f"unknown field {json_spelled(key)}; allowed: {', '.join(WORKER_KEYS)}")
     gpus = _gpus_check(errs, adapter, f"{path}.gpus", role.get("gpus"), node)
-    dp = _int_field(errs, f"{path}.dp", role.get("dp"), 1, 1, MAX_PARALLEL)
+    dp = _int_field(errs, f"{path}.dp", role.get("dp", ABSENT), 1, 1, MAX_PARALLEL)
     default_tp = len(gpus) // dp if adapter.uses_gpus and gpus and dp and len(gpus) % dp == 0 else 1
-    tp = _int_field(errs, f"{path}.tp", role.get("tp"), default_tp, 1, MAX_PARALLEL)
-    ep = _int_field(errs, f"{path}.ep", role.get("ep"), 1, 1, MAX_PARALLEL)
+    tp = _int_field(errs, f"{path}.tp", role.get("tp", ABSENT), default_tp, 1, MAX_PARALLEL)
+    ep = _int_field(errs, f"{path}.ep", role.get("ep", ABSENT), 1, 1, MAX_PARALLEL)
     out: dict[str, Any] = {"gpus": gpus, "tp": tp, "dp": dp, "ep": ep}
     out.update(_pinning_check(errs, path, role, node))
     cross = role.get("allow_cross_numa")
@@ -1014,8 +1015,15 @@ def _secrets_check(errs: _Errors, secrets: Any, secret_names: set[str] | None) -
 
 # --- scalars -------------------------------------------------------------------------------
 
+#: What a numeric field's look-up gives for a key the spec leaves out: the default is taken then,
+#: while an explicit JSON ``null`` is a value of the wrong type (``must be an integer, got null``).
+ABSENT: Any = object()
+
+
 def _int_field(errs: _Errors, path: str, value: Any, default: int, lo: int, hi: int) -> int:
-    if value is None:
+    """``value`` as an integer in [``lo``, ``hi``]; ``default`` when it is :data:`ABSENT` (the key
+    left out). Anything else, ``null`` included, is an error at ``path`` quoting it."""
+    if value is ABSENT:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
         errs.add(path, f"must be an integer, got {json_spelled(value)}")
@@ -1027,7 +1035,9 @@ def _int_field(errs: _Errors, path: str, value: Any, default: int, lo: int, hi: 
 
 
 def _num_field(errs: _Errors, path: str, value: Any, default: float, lo: float, hi: float) -> float:
-    if value is None:
+    """``value`` as a number in [``lo``, ``hi``]; ``default`` when it is :data:`ABSENT` (the key
+    left out). Anything else, ``null`` included, is an error at ``path`` quoting it."""
+    if value is ABSENT:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         errs.add(path, f"must be a number, got {json_spelled(value)}")
@@ -1053,11 +1063,11 @@ def _restart_check(errs: _Errors, restart: Any) -> dict:
         errs.add("spec.restart.policy", f"must be never or on-failure, got {json_spelled(policy)}")
     else:
         out["policy"] = policy
-    out["max_failures"] = _int_field(errs, "spec.restart.max_failures", restart.get("max_failures"), out["max_failures"], 1, 100)
-    out["window_s"] = _int_field(errs, "spec.restart.window_s", restart.get("window_s"), out["window_s"], 1, 86_400)
-    out["backoff_initial_s"] = _num_field(errs, "spec.restart.backoff_initial_s", restart.get("backoff_initial_s"),
+    out["max_failures"] = _int_field(errs, "spec.restart.max_failures", restart.get("max_failures", ABSENT), out["max_failures"], 1, 100)
+    out["window_s"] = _int_field(errs, "spec.restart.window_s", restart.get("window_s", ABSENT), out["window_s"], 1, 86_400)
+    out["backoff_initial_s"] = _num_field(errs, "spec.restart.backoff_initial_s", restart.get("backoff_initial_s", ABSENT),
                                           out["backoff_initial_s"], 0.1, 3600)
-    out["backoff_max_s"] = _num_field(errs, "spec.restart.backoff_max_s", restart.get("backoff_max_s"),
+    out["backoff_max_s"] = _num_field(errs, "spec.restart.backoff_max_s", restart.get("backoff_max_s", ABSENT),
                                       out["backoff_max_s"], 0.1, 3600)
     if out["backoff_max_s"] < out["backoff_initial_s"]:
         errs.add("spec.restart.backoff_max_s",

@@ -27,7 +27,8 @@ def test_a_boolean_stop_grace_is_told_in_jsons_spelling_by_the_api(operator_api)
     answer = operator_api.post("/api/recipes/", body, format="json")
 
     assert answer.status_code == 400
-    assert answer.json() == {"spec.stop_grace_s": ["must be an integer, got true"]}
+    assert answer.json() == {"spec.stop_grace_s": ["must be an integer, got true"],
+                             "spec.startup_timeout_s": ["must be an integer, got null"]}
 
 
 def test_values_of_every_json_type_are_spelled_as_json():

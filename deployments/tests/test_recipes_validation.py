@@ -857,3 +857,21 @@ def test_a_cpu_named_twice_is_refused_not_merged(cpus, message):
     spec = seed_pd_spec()
     spec["roles"]["prefill"]["cpus"] = cpus
     assert errors_of(spec)["spec.roles.prefill.cpus"] == [message]
+
+
+def test_a_number_given_as_null_is_refused_not_read_as_its_default():
+    spec = seed_pd_spec()
+    spec.update({"stop_grace_s": None, "startup_timeout_s": None,
+                 "restart": {"policy": "on-failure", "max_failures": None, "backoff_max_s": None}})
+    spec["roles"]["decode"]["tp"] = None
+    errors = errors_of(spec)
+    assert errors["spec.stop_grace_s"] == ["must be an integer, got null"]
+    assert errors["spec.startup_timeout_s"] == ["must be an integer, got null"]
+    assert errors["spec.restart.max_failures"] == ["must be an integer, got null"]
+    assert errors["spec.restart.backoff_max_s"] == ["must be a number, got null"]
+    assert errors["spec.roles.decode.tp"] == ["must be an integer, got null"]
+    # left out, each takes its default
+    for key in ("stop_grace_s", "startup_timeout_s", "restart"):
+        spec.pop(key)
+    del spec["roles"]["decode"]["tp"]
+    assert validate(spec)["stop_grace_s"] == 30
