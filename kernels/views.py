@@ -32,7 +32,7 @@ from deployments.models import Node
 from deployments.views import role_page
 from deployments.views.common import post_or_redirect
 from kernels import selectors, services
-from kernels.choices import JOB_ACTIVE, JOB_TERMINAL
+from kernels.choices import JOB_ACTIVE, JOB_TERMINAL, KernelJobStatus
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
 from kernels.runner.build import arch_name
 from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, WHATIF_KEYS, whatif_compute, whatif_input_errors
@@ -303,7 +303,11 @@ def _not_benchmarked(job: KernelJob) -> str:
 def _progress_context(job: KernelJob) -> dict[str, Any]:
     total = services.job_progress_total(job)
     done = min(job.progress_done, total) if total else 0
-    percent = 100 if job.status in JOB_TERMINAL else (round(100 * done / total) if total else 0)
+    # Full only for a job that finished: a cancelled or failed one shows how far it got (31 of 88).
+    if job.status == KernelJobStatus.DONE:
+        percent = 100
+    else:
+        percent = round(100 * done / total) if total else 0
     return {"job": job, "active": job.status in JOB_ACTIVE, "terminal": job.status in JOB_TERMINAL,
             "waiting_reason": services.kernel_job_waiting_reason(job=job),
             "done": done, "total": total, "percent": percent,

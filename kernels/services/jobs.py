@@ -396,6 +396,7 @@ def _execute_claimed(job: KernelJob) -> str:
             _progress(job.pk, "compile", done, total_)
             partial.store()
 
+        compile_started = time.monotonic()
         try:
             outcome = runner_run(
                 runner_argv("compile", package_dir=package_dir, variants=variants_file, out=work / "builds.json",
@@ -404,6 +405,8 @@ def _execute_claimed(job: KernelJob) -> str:
                 on_progress=on_compile)
         except (RunnerStopped, RunnerError):
             partial.store(force=True)  # a cancelled or failed compile keeps the builds it finished
+            # ... and the time it ran until then (built_at stays empty: the step did not finish)
+            KernelJob.objects.filter(pk=job.pk).update(build_s=round(time.monotonic() - compile_started, 3))
             raise
         partial.discard()
         KernelJob.objects.filter(pk=job.pk).update(build_s=round(outcome.wall_s, 3), built_at=timezone.now())
@@ -426,11 +429,16 @@ def _execute_claimed(job: KernelJob) -> str:
                            progress_done=0):
             return _status(job.pk)
         bench_file = _write_json(work / "variants-bench.json", variants_payload(job=job, only_buildable=True))
-        outcome = runner_run(
-            runner_argv("bench", package_dir=package_dir, variants=bench_file, out=work / "results.json",
-                        shapes=job.shapes or None, batches=job.batches or None),
-            out=work / "results.json", timeout_s=_step_timeout(), should_stop=stop, log_path=work / "runner.log",
-            on_progress=lambda d, t: _progress(job.pk, "bench", d, t))
+        bench_started = time.monotonic()
+        try:
+            outcome = runner_run(
+                runner_argv("bench", package_dir=package_dir, variants=bench_file, out=work / "results.json",
+                            shapes=job.shapes or None, batches=job.batches or None),
+                out=work / "results.json", timeout_s=_step_timeout(), should_stop=stop, log_path=work / "runner.log",
+                on_progress=lambda d, t: _progress(job.pk, "bench", d, t))
+        except (RunnerStopped, RunnerError):
+            KernelJob.objects.filter(pk=job.pk).update(bench_s=round(time.monotonic() - bench_started, 3))
+            raise
         KernelJob.objects.filter(pk=job.pk).update(bench_s=round(outcome.wall_s, 3))
         kernel_results_store(job_id=job.pk, payload=outcome.payload)
         _finish(job.pk, KernelJobStatus.DONE, "")

@@ -203,6 +203,8 @@ def test_cancelling_a_running_job_stops_the_runner_and_keeps_its_builds(real_pac
     stored = KernelBuild.objects.filter(variant__job=job)
     assert 1 <= stored.count() < job.variants_total
     assert (job.builds_ok + job.builds_failed) == stored.count()
+    # the compile's time until the cancel is kept; built_at stays empty (the step did not finish)
+    assert 0 < job.build_s < took + 120 and job.built_at is None
     from kernels.selectors import variant_table
 
     assert variant_table(job=job, state="built").total == stored.filter(ok=True, discarded=False).count()

@@ -106,7 +106,7 @@ class Command(BaseCommand):
             job = kernel_job_create(params_subset=subset, user=user, **job_args)
         except InvalidInput as exc:
             raise not_created(exc.errors) from None
-        self.stdout.write(f"kernel job #{job.pk}: {pkg.name}, {job.variants_total} variants, target {job.target}, "
+        self.stdout.write(f"kernel job #{job.pk}: {pkg.name}, {job.variants_total} variants, cc {job.target_cc}, "
                           + (f"queued on node.{node.name}" if node else "waiting for external builds and results"))
         deadline = time.monotonic() + options["wait"]
         last = None

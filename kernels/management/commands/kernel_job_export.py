@@ -24,6 +24,6 @@ class Command(BaseCommand):
             paths = kernel_job_export(job=job, out_dir=options["out"])
         except InvalidInput as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"kernel job #{job.pk} ({job.package.name}, {job.variants_total} variants, target {job.target})")
+        self.stdout.write(f"kernel job #{job.pk} ({job.package.name}, {job.variants_total} variants, cc {job.target_cc})")
         for key, path in paths.items():
             self.stdout.write(f"  {key}: {path}")
