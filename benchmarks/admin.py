@@ -1,11 +1,26 @@
-"""Admin registrations of the benchmarks app: read-mostly views of sweeps and runs."""
+"""Admin registrations of the benchmarks app: read-only views of sweeps and runs.
+
+Neither can be added here: a sweep is created by ``POST /api/sweeps/``, the deployment page or
+``manage.py sweep`` (which validate its grid and queue it for a worker), a run by the sweep that
+measures it or by an import of a results file. A row added by hand would have no deployment, an
+empty grid and a status (pending, running) that nothing would ever move on, and would be listed
+everywhere as unfinished."""
 from django.contrib import admin
+from django.http import HttpRequest
 
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 
 
+class _SystemWritten(admin.ModelAdmin):
+    """Rows only the services write: viewable, never added by hand (every field is read-only, so
+    an "Add" form could only save an empty row)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
 @admin.register(BenchmarkSweep)
-class BenchmarkSweepAdmin(admin.ModelAdmin):
+class BenchmarkSweepAdmin(_SystemWritten):
     """Sweeps with status and progress; rows are written by services, so fields are read-only."""
 
     list_display = ("id", "name", "status", "points_done", "points_total", "served_model_name", "topology",
@@ -16,7 +31,7 @@ class BenchmarkSweepAdmin(admin.ModelAdmin):
 
 
 @admin.register(BenchmarkRun)
-class BenchmarkRunAdmin(admin.ModelAdmin):
+class BenchmarkRunAdmin(_SystemWritten):
     """Runs (measured and imported); read-only: numbers come from the load generator or a file."""
 
     list_display = ("id", "sweep", "source", "status", "concurrency", "input_len", "output_len", "output_tok_s",
