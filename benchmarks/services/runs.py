@@ -45,6 +45,43 @@ from controlplane.csvsafe import csv_text
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.jsonsafe import json_safe
 
+# From this magnitude on a compared number is written with an exponent: every digit of a value
+# such as 1e300 (an imported file's) would be a 301-digit cell that widens the page.
+PLAIN_FIGURES_MAX = 1e15
+
+
+def plain_figures(values: Iterable[float | int | None], *, digits: int = 3) -> list[str | None]:
+    """``values`` as plain figures that tell them apart: each with at least ``digits`` significant
+    figures and every digit before the decimal point (``24,688``, never ``2.469e+04``), thousands
+    separators, trailing zeros after the point dropped (``0.098``, ``0.103``, ``100``). Where two
+    different values would print the same, every value gets one more significant figure until
+    they differ (``100.4`` and ``100``; ``0.1``, ``0.1001``), up to 15. None stays None; ``inf``,
+    ``nan`` and values from :data:`PLAIN_FIGURES_MAX` on are written as ``:g`` does. For the
+    comparison's table and notes, which rank these values and so must show them distinct."""
+    items = list(values)
+    numbers = {float(v) for v in items if v is not None and not isinstance(v, bool)}
+    for sig in range(max(1, digits), 16):
+        shown = {v: _plain(v, sig) for v in numbers}
+        if len(set(shown.values())) == len(numbers):
+            break
+    return [None if v is None else shown[float(v)] for v in items]
+
+
+def _plain(value: float, sig: int) -> str:
+    """``value`` with ``sig`` significant figures (all its integer digits at least), thousands
+    separators and no trailing zeros after the point; see :func:`plain_figures`."""
+    if not np.isfinite(value) or abs(value) >= PLAIN_FIGURES_MAX:
+        return f"{value:.{sig}g}"
+    if value == 0:
+        return "0"
+    magnitude = int(np.floor(np.log10(abs(value))))
+    decimals = max(0, sig - 1 - magnitude)
+    text = f"{value:,.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
 # Flags that make a run's numbers not comparable with a fixed-length run (metrics.md).
 LENGTH_FLAGS = ("output_length_mismatch", "input_length_mismatch", "variable_lengths", "lengths_unknown")
 # Summary keys compared side by side (key path, label, unit).

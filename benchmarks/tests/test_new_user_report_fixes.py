@@ -38,3 +38,50 @@ def test_it_offers_no_add_in_admin_for_sweeps_or_runs(admin_user) -> None:
     # Nothing was created by the refused posts.
     assert list(BenchmarkSweep.objects.values_list("pk", flat=True)) == [sweep.pk]
     assert list(BenchmarkRun.objects.values_list("pk", flat=True)) == [run.pk]
+
+
+# --- 2. the comparison page prints compared numbers that can be told apart ------------------------
+
+
+def _summary(*, req_s: float, tok_s: float, e2e_mean_s: float) -> dict:
+    return {"requests": 246, "successes": 246, "failures": 0, "duration_s": 155.0,
+            "output_throughput_tok_s": tok_s, "request_throughput_req_s": req_s,
+            "ttft_s": {"mean": 0.1, "p50": 0.1, "p90": 0.1, "p99": 0.2},
+            "e2e_s": {"mean": e2e_mean_s, "p50": e2e_mean_s, "p99": e2e_mean_s}}
+
+
+def _cells(html: str, label: str) -> list[str]:
+    """The text of each run's cell in the comparison row ``label`` (``request throughput (req/s)``),
+    with ``*`` after the one in bold (the best)."""
+    import re
+    row = re.search(rf"<tr><td>{re.escape(label)}</td>(.*?)</tr>", html, re.S)
+    assert row, label
+    return [text + ("*" if " best" in cls else "")
+            for cls, text in re.findall(r'<td class="num([^"]*)">(.*?)</td>', row.group(1))]
+
+
+@pytest.mark.django_db
+def test_it_shows_compared_numbers_with_enough_figures_to_tell_the_best_apart(viewer) -> None:
+    sweep = BenchmarkSweep.objects.create(name="figures", status=SweepStatus.DONE)
+    a = _done_run(sweep, 0, summary=_summary(req_s=0.098, tok_s=24688.4, e2e_mean_s=30.0))
+    b = _done_run(sweep, 1, summary=_summary(req_s=0.103, tok_s=1234567.0, e2e_mean_s=24.0))
+    page = logged_in_client(viewer).get(f"/benchmarks/compare/?sweeps={sweep.pk}")
+    assert page.status_code == 200
+    html = page.content.decode()
+    # 0.098 vs 0.103 req/s (5 % apart, past the tie threshold): the best in bold is visibly the larger.
+    assert _cells(html, "request throughput (req/s)") == ["0.098", "0.103*"]
+    # Large values keep every integer digit, with thousands separators.
+    assert _cells(html, "output throughput (tok/s)") == ["24,688", "1,234,567*"]
+    assert _cells(html, "E2E mean (ms)") == ["30,000", "24,000*"]
+    assert _cells(html, "failures (requests)") == ["0", "0"]
+    assert a.pk < b.pk
+
+
+def test_it_adds_figures_until_different_values_print_differently() -> None:
+    from benchmarks.services.runs import plain_figures
+    assert plain_figures([0.098, 0.103]) == ["0.098", "0.103"]
+    assert plain_figures([100.4, 100.0]) == ["100.4", "100"]
+    assert plain_figures([24688.2, 24688.4], digits=4) == ["24,688.2", "24,688.4"]
+    assert plain_figures([0.1, 0.1001, None, 0.1]) == ["0.1", "0.1001", None, "0.1"]
+    assert plain_figures([24688.0, 1234567.89, 0.0, -3.14159]) == ["24,688", "1,234,568", "0", "-3.14"]
+    assert plain_figures([float("inf"), 1e300]) == ["inf", "1e+300"]

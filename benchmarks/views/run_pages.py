@@ -17,7 +17,8 @@ from benchmarks import services
 from benchmarks.choices import RunSource
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.loadgen.uncertainty import min_samples_for_upper_bound
-from benchmarks.services.runs import run_ci95_ms, run_records_csv, run_slo, runs_compare_csv, slo_text
+from benchmarks.services.runs import (plain_figures, run_ci95_ms, run_records_csv, run_slo, runs_compare_csv,
+                                     slo_text)
 from benchmarks.views.charts import (
     cdf_points, chart_spec, record_arrays, run_charts, run_lengths_text, sweep_charts,
 )
@@ -335,7 +336,9 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
 
     Returns ``rows`` (:func:`run_row` per run), ``config_rows`` (``{"field", "values", "differs"}``
     for every config field, in the service's order), ``metric_rows`` (``{"label", "unit",
-    "values", "best"}``; ``best`` is the column index of the run the service ranked best, None
+    "values", "texts", "best"}``; ``texts`` are the values as the table prints them, three significant
+    figures or as many more as tell the run's values apart (:func:`benchmarks.services.runs.plain_figures`),
+    so that a best in bold is never shown equal to another value; ``best`` is the column index of the run the service ranked best, None
     when it ranked none), ``refusals`` (the service's notes: runs that hold no measurement and
     length-mismatched runs, not ranked; mixed lengths), ``unranked_ids`` (run ids left out of
     ranking), ``unranked_reasons`` (run id -> why), ``no_deltas_why`` (the service's note on why no
@@ -356,6 +359,7 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         winner = best.get(f["key"])
         deltas = f.get("deltas_pct") or [None] * len(f["values"])
         metric_rows.append({"key": f["key"], "label": f["label"], "unit": f["unit"], "values": f["values"],
+                            "texts": plain_figures(f["values"]),
                             "best": index_of.get(winner) if winner is not None else None,
                             "tied": {index_of[i] for i in ties.get(f["key"], []) if i in index_of},
                             "deltas": [_delta_text(d) for d in deltas]})
