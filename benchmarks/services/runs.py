@@ -575,9 +575,12 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         if len(close) > 1:
             best[key] = None
             ties[key] = close
-            shown = ", ".join(f"#{rid} {value:.4g}" for value, rid in ranked if rid in close)
+            tied = [(value, rid) for value, rid in ranked if rid in close]
+            shown = ", ".join(f"#{rid} {text}" for (_, rid), text in
+                              zip(tied, plain_figures([value for value, _ in tied], digits=4)))
             spread = _spread_pct(ranked[len(close) - 1][0], top)
-            how = "are equal" if spread == 0 else f"are within {spread:.2g} % of each other"
+            how = ("are equal" if spread == 0
+                   else f"are within {plain_figures([spread], digits=2)[0]} % of each other")
             notes.append(f"no best run for {labels.get(key, key)}: runs {shown} {units.get(key, '')} {how}, under the "
                          f"{tie_pct:g} % tie threshold (run-to-run noise)")
             continue
@@ -613,9 +616,10 @@ def run_ci95_ms(*, run: BenchmarkRun) -> dict[str, dict[str, list[float | None] 
 def _ci_text(bounds: list[float | None] | None, stat: str, count: int | None) -> str:
     if bounds is None:
         return "no interval"
-    low = "not bounded below" if bounds[0] is None else f"{bounds[0]:.4g}"
-    if bounds[1] is not None:
-        return f"{low}–{bounds[1]:.4g} ms"
+    low_text, high_text = plain_figures(bounds, digits=4)
+    low = "not bounded below" if low_text is None else low_text
+    if high_text is not None:
+        return f"{low}–{high_text} ms"
     need = (f", which needs {min_samples_for_upper_bound(int(stat[1:]) / 100.0)} requests"
             if stat.startswith("p") and stat[1:].isdigit() else "")
     return f"{low} ms, not bounded above by {count if count is not None else 'its'} requests{need}"
@@ -643,8 +647,9 @@ def _ci_overlap(key: str, ranked: list[tuple[float, int]], entries: Mapping[int,
         return None
     label = dict((k, lab) for k, lab, _ in COMPARE_FIELDS).get(key, key)
     counts = [entries[rid]["metrics"].get("successes") for rid in (best_id, next_id)]
+    best_text, next_text = plain_figures([best_value, next_value], digits=4)
     return [best_id, next_id], (
-        f"{label}: run #{best_id} is named best ({best_value:.4g} ms against #{next_id}'s {next_value:.4g} ms), but "
+        f"{label}: run #{best_id} is named best ({best_text} ms against #{next_id}'s {next_text} ms), but "
         f"their 95 % confidence intervals overlap (#{best_id}: {_ci_text(cis[0], stat, counts[0])}; #{next_id}: "
         f"{_ci_text(cis[1], stat, counts[1])}): with these requests the difference may be sampling noise; measure "
         "more requests to separate them")

@@ -85,3 +85,35 @@ def test_it_adds_figures_until_different_values_print_differently() -> None:
     assert plain_figures([0.1, 0.1001, None, 0.1]) == ["0.1", "0.1001", None, "0.1"]
     assert plain_figures([24688.0, 1234567.89, 0.0, -3.14159]) == ["24,688", "1,234,568", "0", "-3.14"]
     assert plain_figures([float("inf"), 1e300]) == ["inf", "1e+300"]
+
+
+# --- 3. the comparison's notes use plain figures -------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_writes_the_comparison_notes_in_plain_figures(viewer_api) -> None:
+    from benchmarks.services import runs_compare
+    sweep = BenchmarkSweep.objects.create(name="notes", status=SweepStatus.DONE)
+    a = _done_run(sweep, 0, summary=_summary(req_s=0.1, tok_s=100.0, e2e_mean_s=24.688))
+    b = _done_run(sweep, 1, summary=_summary(req_s=0.1, tok_s=100.0, e2e_mean_s=24.890))
+    body = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}").json()
+    assert (f"no best run for E2E mean: runs #{a.pk} 24,688, #{b.pk} 24,890 ms are within 0.81 % of each other, "
+            "under the 2 % tie threshold (run-to-run noise)") in body["notes"]
+    assert not any("e+" in note for note in body["notes"]), body["notes"]
+    # Two tied values that agree in their first five figures still print differently.
+    c = _done_run(sweep, 2, summary=_summary(req_s=0.1, tok_s=100.0, e2e_mean_s=24.6882))
+    d = _done_run(sweep, 3, summary=_summary(req_s=0.1, tok_s=100.0, e2e_mean_s=24.6884))
+    notes = runs_compare(runs=[c, d])["notes"]
+    assert (f"no best run for E2E mean: runs #{c.pk} 24,688.2, #{d.pk} 24,688.4 ms are within 0.00081 % of each "
+            "other, under the 2 % tie threshold (run-to-run noise)") in notes
+
+
+def test_it_writes_confidence_interval_notes_in_plain_figures() -> None:
+    from benchmarks.services.runs import _ci_overlap
+    entries = {1: {"ci95_ms": {"e2e_ms": {"p99": [24000.4, 25100.0]}}, "metrics": {"successes": 400}},
+               2: {"ci95_ms": {"e2e_ms": {"p99": [24900.0, None]}}, "metrics": {"successes": 400}}}
+    ids, note = _ci_overlap("e2e_ms.p99", [(24688.0, 1), (24890.0, 2)], entries, higher_better=False)
+    assert ids == [1, 2]
+    assert note.startswith("E2E p99: run #1 is named best (24,688 ms against #2's 24,890 ms), but their 95 % "
+                           "confidence intervals overlap (#1: 24,000–25,100 ms; #2: 24,900 ms, not bounded above "
+                           "by 400 requests, which needs 368 requests)"), note
