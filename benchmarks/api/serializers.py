@@ -10,6 +10,7 @@ from rest_framework import serializers
 from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
+from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import (
     CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, JSONTextField, StrictBooleanField, StrictCharField,
@@ -243,7 +244,7 @@ class CompareQuerySerializer(serializers.Serializer):
     ids = serializers.CharField(required=False, allow_blank=True)
     sweeps = serializers.CharField(required=False, allow_blank=True)
     baseline = serializers.CharField(required=False, allow_blank=True,
-                                     help_text="the run deltas are against (one of the compared runs; default the first)")
+                                     help_text="one run id, the run deltas are against (one of the compared runs; default the first)")
     format = FilterChoiceField(choices=["json", "csv", "api"], default="json",
                                help_text="json, csv: the comparison as a CSV download, one row per run, or api: "
                                          "the JSON on the browsable page")
@@ -260,10 +261,12 @@ class CompareQuerySerializer(serializers.Serializer):
     def validate(self, attrs: dict) -> dict:
         attrs["ids"] = self._ints(attrs.get("ids") or "", "ids")
         attrs["sweeps"] = self._ints(attrs.get("sweeps") or "", "sweeps")
-        baseline = self._ints(attrs.get("baseline") or "", "baseline")
-        if len(baseline) > 1:
-            raise serializers.ValidationError({"baseline": ["one run id"]})
-        attrs["baseline"] = baseline[0] if baseline else None
+        baseline = (attrs.get("baseline") or "").strip()
+        if baseline and not DIGITS_RE.fullmatch(baseline):
+            raise serializers.ValidationError({"baseline": [f"takes one run id (e.g. 3), got {baseline[:40]!r}"]})
+        # An id longer than any row's is kept as one no compared run has (the view says so).
+        attrs["baseline"] = (None if not baseline else
+                             PK_MAX + 1 if len(baseline.lstrip("0")) > len(str(PK_MAX)) else int(baseline))
         if len(attrs["ids"]) + len(attrs["sweeps"]) == 0:
             raise serializers.ValidationError({"ids": ["give run ids (ids=1,2) or sweep ids (sweeps=3,4)"]})
         if len(attrs["ids"]) > 100 or len(attrs["sweeps"]) > 20:

@@ -117,3 +117,29 @@ def test_it_writes_confidence_interval_notes_in_plain_figures() -> None:
     assert note.startswith("E2E p99: run #1 is named best (24,688 ms against #2's 24,890 ms), but their 95 % "
                            "confidence intervals overlap (#1: 24,000–25,100 ms; #2: 24,900 ms, not bounded above "
                            "by 400 requests, which needs 368 requests)"), note
+
+
+# --- 5. the comparison's baseline takes one id, and says so ------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_says_baseline_takes_one_run_id_quoting_the_value(viewer, viewer_api) -> None:
+    sweep = BenchmarkSweep.objects.create(name="baseline", status=SweepStatus.DONE)
+    a = _done_run(sweep, 0, summary=_summary(req_s=0.1, tok_s=100.0, e2e_mean_s=1.0))
+    b = _done_run(sweep, 1, summary=_summary(req_s=0.2, tok_s=200.0, e2e_mean_s=2.0))
+    client = logged_in_client(viewer)
+    for value in ("abc", "1,2", f"{a.pk};{b.pk}"):
+        page = client.get("/benchmarks/compare/", {"ids": f"{a.pk},{b.pk}", "baseline": value})
+        assert page.status_code == 400, value
+        html = page.content.decode()
+        assert f"Baseline takes one run id (e.g. 3), got &#x27;{value}&#x27;." in html, value
+        assert "must be a comma-separated list" not in html
+        api = viewer_api.get("/api/runs/compare/", {"ids": f"{a.pk},{b.pk}", "baseline": value})
+        assert api.status_code == 400 and api.json() == {"baseline": [f"takes one run id (e.g. 3), got '{value}'"]}
+    # One id works on both; one no compared run has is refused by name.
+    assert client.get("/benchmarks/compare/", {"ids": f"{a.pk},{b.pk}", "baseline": str(b.pk)}).status_code == 200
+    assert viewer_api.get("/api/runs/compare/", {"ids": f"{a.pk},{b.pk}", "baseline": str(b.pk)}).json()[
+        "baseline"] == b.pk
+    far = client.get("/benchmarks/compare/", {"ids": f"{a.pk},{b.pk}", "baseline": "9" * 40})
+    assert far.status_code == 400 and "is not one of the compared runs" in far.content.decode()
+    assert viewer_api.get("/api/runs/compare/", {"ids": f"{a.pk},{b.pk}", "baseline": "9" * 40}).status_code == 400

@@ -16,6 +16,8 @@ from django.shortcuts import get_object_or_404, render
 from benchmarks import services
 from benchmarks.choices import RunSource
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.selectors import PK_MAX
+from benchmarks.sweeps import DIGITS_RE
 from benchmarks.loadgen.uncertainty import min_samples_for_upper_bound
 from benchmarks.services.runs import (plain_figures, run_ci95_ms, run_records_csv, run_slo, runs_compare_csv,
                                      slo_text)
@@ -281,9 +283,7 @@ def compare(request: HttpRequest) -> HttpResponse:
 
     run_ids = list(dict.fromkeys(ids("runs") + ids("ids")))
     sweep_ids = ids("sweeps")
-    baseline_ids = ids("baseline")
-    if len(baseline_ids) > 1:
-        problems.append("baseline names one run")
+    baseline_ids = [] if "baseline" in repeated else _baseline_param(request.GET.get("baseline", ""), problems)
     if problems:
         # The form again, with what to fix (as the API's 400), not a "page not found".
         return render(request, "benchmarks/compare.html", {
@@ -325,6 +325,20 @@ def compare(request: HttpRequest) -> HttpResponse:
     context["baseline_queries"] = {r.pk: urlencode({**{k: v for k, v in query.items() if v}, "baseline": r.pk})
                                    for r in runs}
     return render(request, "benchmarks/compare.html", context)
+
+
+def _baseline_param(text: str, problems: list[str]) -> list[int]:
+    """``?baseline=`` as ``[run id]`` (``[]`` when empty); anything but one id in digits appends a
+    problem that quotes the value (``baseline takes one run id (e.g. 3), got 'abc'``) and gives
+    ``[]``. An id above :data:`benchmarks.selectors.PK_MAX` is kept: no compared run has it, which
+    the caller says."""
+    text = text.strip()
+    if not text:
+        return []
+    if not DIGITS_RE.fullmatch(text):
+        problems.append(f"baseline takes one run id (e.g. 3), got {text[:40]!r}")
+        return []
+    return [PK_MAX + 1 if len(text.lstrip("0")) > len(str(PK_MAX)) else int(text)]
 
 
 # How the comparison service's note on a baseline that gives no delta reads (it ends the reason).
