@@ -143,3 +143,27 @@ def test_it_says_baseline_takes_one_run_id_quoting_the_value(viewer, viewer_api)
     far = client.get("/benchmarks/compare/", {"ids": f"{a.pk},{b.pk}", "baseline": "9" * 40})
     assert far.status_code == 400 and "is not one of the compared runs" in far.content.decode()
     assert viewer_api.get("/api/runs/compare/", {"ids": f"{a.pk},{b.pk}", "baseline": "9" * 40}).status_code == 400
+
+
+# --- 8. the index page's recent runs say each run's status ----------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_lists_each_recent_run_with_its_status(viewer) -> None:
+    import re
+    sweep = BenchmarkSweep.objects.create(name="statuses", status=SweepStatus.RUNNING)
+    done = _done_run(sweep, 0, summary=_summary(req_s=0.1, tok_s=100.0, e2e_mean_s=1.0))
+    running = BenchmarkRun.objects.create(sweep=sweep, ordinal=1, status=RunStatus.RUNNING, concurrency=16,
+                                          input_len=256, output_len=256, num_gpus=1, summary={})
+    failed = BenchmarkRun.objects.create(sweep=sweep, ordinal=2, status=RunStatus.FAILED, concurrency=32,
+                                         input_len=256, output_len=256, num_gpus=1, summary={})
+    html = logged_in_client(viewer).get("/benchmarks/").content.decode()
+    table = html.split('<table class="runs">')[1].split("</table>")[0]
+    assert "<th></th><th>Run</th><th>Status</th><th>Source</th>" in table
+    statuses = {}
+    for row in table.split("<tr>")[2:]:
+        run_id = int(re.search(r'name="run" value="(\d+)"', row).group(1))
+        statuses[run_id] = re.search(r'<td><span class="tag[^"]*">(\w+)</span></td>', row).group(0)
+    assert statuses == {done.pk: '<td><span class="tag ok">done</span></td>',
+                        running.pk: '<td><span class="tag">running</span></td>',
+                        failed.pk: '<td><span class="tag bad">failed</span></td>'}
