@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -147,18 +148,30 @@ class RunMetricsSerializer(serializers.Serializer):
     failures = serializers.IntegerField(allow_null=True)
     input_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
     output_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
-    duration_s = serializers.FloatField(allow_null=True, help_text="seconds")
+    duration_s = serializers.FloatField(allow_null=True, help_text=(
+        "measured duration of the run in seconds (first request sent to last response), the summary's "
+        "duration_s; the run's own duration_s is the point's time limit"))
     errors = serializers.DictField(child=serializers.IntegerField(), help_text="error text -> count")
 
 
 class RunSerializer(serializers.ModelSerializer):
-    """A run: point parameters (``duration_s``: the point's time limit, seconds), status, source,
+    """A run: point parameters (``duration_s``: the point's time limit, seconds, null for a point
+    limited by its request count alone; ``measured_duration_s``: how long it ran, seconds, the
+    summary's ``duration_s`` and the CSV export's), status, source,
     summary (seconds for measured runs, the importer's ms fields for imported ones), flags,
     ``metrics`` (one vocabulary, ms), snapshot, ``progress`` (the running point's live counts, see
     :class:`benchmarks.models.BenchmarkRun`). The original imported file is served by
     ``/api/runs/<id>/original/``; ``original_sha256`` is its hash."""
 
     metrics = serializers.SerializerMethodField()
+    # Two durations: the grid's limit (``duration_s``, the field kept under its name) and the
+    # measured one, which the summary and the exports also call duration_s.
+    duration_s = serializers.FloatField(read_only=True, allow_null=True, help_text=(
+        "the point's time limit in seconds, as the sweep's grid set it (grid.duration_s); null for a "
+        "point limited by its request count alone. Not how long the run took: see measured_duration_s"))
+    measured_duration_s = serializers.SerializerMethodField(help_text=(
+        "how long the run took in seconds, first request sent to last response (summary.duration_s, the "
+        "duration_s column of the CSV export); null while it runs or when an imported file gave none"))
     label = serializers.CharField(read_only=True)
     has_records = serializers.SerializerMethodField()
     # Declared so the schema's enum lists "" (a measured run's value): a read-only field built
@@ -171,7 +184,7 @@ class RunSerializer(serializers.ModelSerializer):
         model = BenchmarkRun
         fields = ["id", "sweep", "ordinal", "label", "status", "reason", "source", "import_format",
                   "original_filename", "original_sha256", "source_line", "concurrency", "request_rate", "input_len",
-                  "output_len", "num_requests", "duration_s", "api", "served_model_name", "num_gpus", "flags",
+                  "output_len", "num_requests", "duration_s", "measured_duration_s", "api", "served_model_name", "num_gpus", "flags",
                   "output_tok_s", "ttft_p99_ms", "tpot_mean_ms", "metrics", "summary", "snapshot", "progress",
                   "has_records", "created_at", "started_at", "ended_at"]
         read_only_fields = fields
@@ -181,6 +194,14 @@ class RunSerializer(serializers.ModelSerializer):
         from benchmarks.services import run_metrics
 
         return run_metrics(run=obj)
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_measured_duration_s(self, obj: BenchmarkRun) -> float | None:
+        """Seconds the run took (its summary's ``duration_s``); None when not a finite number."""
+        value = (obj.summary or {}).get("duration_s")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return None
+        return float(value)
 
     def get_has_records(self, obj: BenchmarkRun) -> bool:
         return bool(obj.records_path)

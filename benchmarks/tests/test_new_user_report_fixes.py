@@ -167,3 +167,33 @@ def test_it_lists_each_recent_run_with_its_status(viewer) -> None:
     assert statuses == {done.pk: '<td><span class="tag ok">done</span></td>',
                         running.pk: '<td><span class="tag">running</span></td>',
                         failed.pk: '<td><span class="tag bad">failed</span></td>'}
+
+
+# --- 9. the run API names its two durations apart -------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_gives_the_run_api_measured_duration_apart_from_the_time_limit(viewer_api) -> None:
+    sweep = BenchmarkSweep.objects.create(name="durations", status=SweepStatus.DONE)
+    by_count = _done_run(sweep, 0, summary=_summary(req_s=0.1, tok_s=100.0, e2e_mean_s=1.0))  # 155 s measured
+    timed = BenchmarkRun.objects.create(sweep=sweep, ordinal=1, status=RunStatus.DONE, concurrency=4, input_len=64,
+                                        output_len=64, num_gpus=1, duration_s=60.0,
+                                        summary={"requests": 10, "successes": 10, "duration_s": 60.4})
+    running = BenchmarkRun.objects.create(sweep=sweep, ordinal=2, status=RunStatus.RUNNING, concurrency=8,
+                                          input_len=64, output_len=64, num_gpus=1, duration_s=30.0, summary={})
+    got = {r.pk: viewer_api.get(f"/api/runs/{r.pk}/").json() for r in (by_count, timed, running)}
+    assert {pk: (b["duration_s"], b["measured_duration_s"], b["metrics"]["duration_s"]) for pk, b in got.items()} == {
+        by_count.pk: (None, 155.0, 155.0), timed.pk: (60.0, 60.4, 60.4), running.pk: (30.0, None, None)}
+    # The list answers the same fields.
+    listed = {r["id"]: r for r in viewer_api.get("/api/runs/").json()["results"]}
+    assert listed[by_count.pk]["measured_duration_s"] == 155.0 and listed[by_count.pk]["duration_s"] is None
+
+    # The schema says which is which.
+    schema = viewer_api.get("/api/schema/?format=json").json()
+    run = schema["components"]["schemas"]["Run"]["properties"]
+    assert run["duration_s"]["description"].startswith("the point's time limit in seconds")
+    assert "Not how long the run took: see measured_duration_s" in run["duration_s"]["description"]
+    assert run["measured_duration_s"]["description"].startswith("how long the run took in seconds")
+    assert run["measured_duration_s"]["nullable"] is True
+    metrics = schema["components"]["schemas"]["RunMetrics"]["properties"]
+    assert metrics["duration_s"]["description"].startswith("measured duration of the run in seconds")
