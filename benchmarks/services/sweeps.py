@@ -31,7 +31,9 @@ Rules and where they come from:
   stopped answering (``stopped_early``: planned requests not sent), is stored failed, not as a
   measurement, and fails the sweep. The reason leads with what ended and how, as the node agent
   recorded it (``router #0 killed by signal 9 (SIGKILL); ... during point c=64
-  256/256: ...``, :func:`process_down`), then the point's failures and what was not sent.
+  256/256: ...``, :func:`process_down`), or, for a stop someone asked for, with who asked and when,
+  as the deployment's timeline recorded it (``oscar requested a stop of deployment #7 at ...``,
+  :func:`stop_request`), then the point's failures and what was not sent.
 * A point may be limited by time (``duration_s``), alone or with a request count (whichever ends
   first, :func:`point_limits`).
 * The ceiling analysis (:mod:`benchmarks.analysis`) is stored on the sweep when it finishes,
@@ -48,6 +50,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from datetime import timezone as dt_timezone
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -400,6 +403,13 @@ class _Watch:
                                    cause=f"deployment #{self.deployment_id} was deleted")
             down = process_down(deployment_id=self.deployment_id)
             during = f" during point {self.point}" if self.point else ""
+            if row[0] != DeploymentStatus.READY or down:
+                # A stop someone asked for leads: the processes it ends and the state it moves the
+                # deployment to are its consequences, not why the sweep stopped.
+                stop = stop_request(deployment_id=self.deployment_id)
+                if stop:
+                    raise _SweepFailed(f"{stop}{during}; deployment #{self.deployment_id} is {row[0]}; "
+                                       "the sweep stopped", cause=stop)
             if row[0] != DeploymentStatus.READY:
                 if down:  # a crash: the process and how it ended lead, the deployment's state follows
                     raise _SweepFailed(f"{down}{during}; deployment #{self.deployment_id} is {row[0]}; "
@@ -411,6 +421,25 @@ class _Watch:
                 # point must not go on measuring a half-dead deployment meanwhile.
                 raise _SweepFailed(f"{down}{during} while deployment #{self.deployment_id} was still marked "
                                    "ready; the sweep stopped", cause=down)
+
+
+def stop_request(*, deployment_id: int) -> str:
+    """Who asked for the deployment's stop and when, as its timeline recorded it, or ``""`` when no
+    stop was asked for (``cancel_requested`` unset, or no ``stop-requested`` event):
+    ``"oscar requested a stop of deployment #7 at 2026-12-05 01:58:03 UTC"`` (the event's message
+    leads; a stop from the command line, which has no user, reads ``someone requested a stop``).
+    The latest such event counts; times in UTC to the second. Redacted."""
+    from deployments.models import Deployment, ProcessEvent
+
+    if not Deployment.objects.filter(pk=deployment_id, cancel_requested=True).exists():
+        return ""
+    event = (ProcessEvent.objects.filter(deployment_id=deployment_id, kind="stop-requested")
+             .order_by("-at", "-id").values_list("message", "at").first())
+    if event is None:
+        return ""
+    message = (event[0] or "").split("\n", 1)[0].strip()[:200] or "a stop was requested"
+    at = timezone.localtime(event[1], dt_timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return redact_text(f"{message} of deployment #{deployment_id} at {at} UTC")
 
 
 def process_down(*, deployment_id: int) -> str:
@@ -956,16 +985,21 @@ REASON_STATUS_WAIT_S = 1.0
 
 
 def _deployment_down(deployment) -> str:
-    """Why the deployment is no longer whole, from its rows: a process that ended
+    """Why the deployment is no longer whole, from its rows: a stop someone asked for
+    (:func:`stop_request`, which leads since what it ends follows from it), a process that ended
     (:func:`process_down`), or the deployment no longer ready (e.g. a worker waiting for its
     restart, which moves it to starting); ``""`` when neither."""
     from deployments.choices import DeploymentStatus
     from deployments.models import Deployment
 
     down = process_down(deployment_id=deployment.pk)
+    status = Deployment.objects.filter(pk=deployment.pk).values_list("status", flat=True).first()
+    if down or status != DeploymentStatus.READY:
+        stop = stop_request(deployment_id=deployment.pk)
+        if stop:
+            return stop
     if down:
         return down
-    status = Deployment.objects.filter(pk=deployment.pk).values_list("status", flat=True).first()
     return "" if status == DeploymentStatus.READY else f"the deployment became {status or 'gone'}"
 
 

@@ -170,6 +170,42 @@ def test_it_stops_a_sweep_whose_deployment_stops_with_that_reason(sim_url: str, 
 
 
 @pytest.mark.django_db(transaction=True)
+def test_it_leads_the_reason_with_who_stopped_the_deployment(sim_url: str, operator) -> None:
+    # What deployment_stop records (the flag and the timeline's stop-requested event naming the
+    # user), then what the node agent writes as it acts on it: the deployment stopping and its
+    # process ended by SIGTERM. The request leads; the processes it ended are its consequence.
+    from deployments.choices import ProcessStatus
+    from deployments.models import Deployment, ProcessEvent, ServerProcess
+    from deployments.services import deployment_event_add
+
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [2], "lengths": [[16, 512]], "requests": 400})
+    thread, result = _start(sweep.pk)
+    _wait_for_requests(sweep)
+    Deployment.objects.filter(pk=deployment.pk).update(cancel_requested=True)
+    deployment_event_add(deployment=deployment, kind="stop-requested",
+                         message=f"{operator.get_username()} requested a stop")
+    event = ProcessEvent.objects.get(deployment=deployment, kind="stop-requested")
+    Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STOPPING)
+    ServerProcess.objects.filter(deployment=deployment).update(status=ProcessStatus.KILLED, exit_code=-15)
+    thread.join(30)
+    assert result["status"] == SweepStatus.FAILED
+    sweep.refresh_from_db()
+    run = sweep.runs.get()
+    s = run.summary
+    at = event.at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    assert sweep.reason == (f"oscar-operator requested a stop of deployment #{deployment.pk} at {at} UTC during "
+                            f"point c=2 16/512: 2 of {s['requests']} requests sent failed (commonest: 2 x aborted in "
+                            f"flight when the point was stopped), {s['not_sent']:,} not sent; deployment "
+                            f"#{deployment.pk} was marked stopping at that moment; its numbers are not kept as a "
+                            "measurement and the later points were not run")
+    assert run.status == RunStatus.FAILED and run.reason in sweep.reason
+    assert s["ended_by"] == "deployment_down" and set(s["errors"]) == {
+        f"aborted: oscar-operator requested a stop of deployment #{deployment.pk} at {at} UTC"}
+
+
+@pytest.mark.django_db(transaction=True)
 def test_it_names_the_process_that_ended_during_a_point_and_the_point(sim_url: str, operator) -> None:
     # The rows as the node agent writes them for a crash with restart policy "never": the process
     # failed with its exit code (-9: SIGKILL) and the deployment failed after it.
