@@ -140,3 +140,19 @@ def test_a_rate_axis_starts_at_zero_and_a_latency_axis_spans_its_data() -> None:
     assert result["own"][0] > 0 and result["ms"] == result["own"]
     assert result["flat"] == [0, pytest.approx(11)]   # the flat band (10 ± 10%) from 0
     assert result["negative"][0] < -2
+
+
+def test_it_shows_series_names_not_dashes_in_a_legend_with_nothing_hovered() -> None:
+    # uPlot asks each series for its legend value with idx null while no point is hovered; a dash
+    # there ("concurrency (requests): — | 256/256: —") read as missing data.
+    result = _node("""
+      const spec = {title: "t", x: {label: "concurrency", unit: "requests"}, y: {label: "output", unit: "tok/s"},
+                    series: [{label: "256/256", points: [[1, 10], [8, 80]]}]};
+      const opts = C.buildOptions(spec, 600);
+      const value = (i, v, idx) => opts.series[i].value(null, v, i, idx);
+      return {idle: [value(0, null, null), value(1, null, null), value(1, 80, undefined)],
+              hovered: [value(0, 8, 1), value(1, 80, 1), value(1, null, 1)],
+              labels: opts.series.map(s => s.label), hooks: Object.keys(opts.hooks || {})};
+    """)
+    assert result == {"idle": ["", "", ""], "hovered": ["8 requests", "80 tok/s", "—"],
+                      "labels": ["concurrency (requests)", "256/256"], "hooks": ["setLegend"]}

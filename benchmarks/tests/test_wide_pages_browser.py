@@ -93,3 +93,43 @@ def test_wide_tables_use_the_window_and_say_when_they_scroll(live_server, swept,
     assert narrow["box"] < narrow["table"] and narrow["overflow"] == "right", narrow
     for shown in (wide, narrow):
         assert shown["legends"] and all(legend["inside"] and not legend["scrolls"] for legend in shown["legends"])
+
+
+def _signed_in_page(browser, live_server, user, width: int):  # noqa: F811
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    page.goto(live_server.url + "/login/")
+    page.fill("input[name=username]", user.username)
+    page.fill("input[name=password]", "correct-horse-battery")
+    page.click("button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    return context, page
+
+
+LEGEND = """() => { const l = document.querySelector('.chart .u-legend');
+  return Array.from(l.querySelectorAll('tr')).filter(r => getComputedStyle(r).display !== 'none')
+    .map(r => [r.querySelector('th').innerText.trim(), r.querySelector('td').innerText.trim(),
+                 getComputedStyle(r.querySelector('td')).display !== 'none']); }"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chart_legends_name_the_series_until_a_point_is_hovered(live_server, swept, admin_user,
+                                                                 browser) -> None:  # noqa: F811
+    context, page = _signed_in_page(browser, live_server, admin_user, 1400)
+    page.goto(f"{live_server.url}/benchmarks/sweeps/{swept}/")
+    page.wait_for_selector(".chart .u-legend")
+    # Nothing hovered: the series names, no "—" that reads as missing data, no x-axis row.
+    assert page.evaluate(LEGEND) == [["16/8", "", False], ["32/8", "", False]]
+    assert "—" not in page.locator(".chart .u-legend").first.inner_text()
+    # Hovering the chart gives the point's values after the names.
+    over = page.locator(".chart .u-over").first
+    box = over.bounding_box()
+    over.hover(position={"x": box["width"] - 2, "y": box["height"] / 2})
+    page.wait_for_function("() => !document.querySelector('.chart .u-legend').classList.contains('legend-idle')")
+    hovered = page.evaluate(LEGEND)
+    assert hovered[0] == ["concurrency (requests)", "2 requests", True], hovered
+    assert [row[0] for row in hovered[1:]] == ["16/8", "32/8"]
+    assert all(row[1].endswith(" tok/s") and row[2] for row in hovered[1:]), hovered
+    page.mouse.move(1, 1)
+    page.wait_for_function("() => document.querySelector('.chart .u-legend').classList.contains('legend-idle')")
+    context.close()

@@ -226,9 +226,11 @@
     var yUnit = spec.y && spec.y.unit ? " " + spec.y.unit : "";
     var xLog = !!(spec.x && spec.x.log);
     var yLog = !!(spec.y && spec.y.log);
+    // The legend gives values only for the hovered point (idx set); with nothing hovered it shows the
+    // series names alone: a dash there read as missing data.
     var series = [{
       label: axisTitle(spec.x),
-      value: function (u, v) { return v === null || v === undefined ? "—" : formatNumber(v) + xUnit; }
+      value: function (u, v, si, idx) { return legendValue(v, idx, xUnit); }
     }];
     spec.series.forEach(function (s, i) {
       var n = (s.points || []).length;
@@ -243,7 +245,7 @@
         points: { show: n === 1 || (!s.step && n <= 40), size: n === 1 ? 9 : 5,
                   filter: s.step ? samplesOnly : undefined },
         paths: s.step && uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : undefined,
-        value: function (u, v) { return v === null || v === undefined ? "—" : formatNumber(v) + yUnit; }
+        value: function (u, v, si, idx) { return legendValue(v, idx, yUnit); }
       });
     });
     var xScale = { time: false, distr: xLog ? 3 : 1, log: 2 };
@@ -265,8 +267,26 @@
         { label: axisTitle(spec.y), size: 64, values: yLog ? logTickLabels : linearTickLabels }
       ],
       legend: { live: true },
+      hooks: { setLegend: [markLegendIdle] },
       cursor: { drag: { x: true, y: false } }
     };
+  }
+
+  // A legend value: "" with nothing hovered (idx null or undefined), "—" for a hovered point a series
+  // has no value at, else the number and unit.
+  function legendValue(v, idx, unit) {
+    if (idx === null || idx === undefined) return "";
+    return v === null || v === undefined ? "—" : formatNumber(v) + unit;
+  }
+
+  // The legend carries "legend-idle" while nothing is hovered: benchmarks.css then shows the series
+  // names only (no "label:" waiting for a value, no row for the x axis, which is not a series).
+  function markLegendIdle(u) {
+    var legend = u.root && u.root.querySelector ? u.root.querySelector(".u-legend") : null;
+    if (!legend) return;
+    var idle = u.legend.idx === null || u.legend.idx === undefined;
+    if (idle) legend.classList.add("legend-idle");
+    else legend.classList.remove("legend-idle");
   }
 
   // The width inside the container's padding: a chart (and its legend) drawn at clientWidth, which
@@ -301,6 +321,7 @@
     }
     var width = Math.max(320, contentWidth(container) || 560);
     var chart = new uPlot(buildOptions(spec, width), alignedData(spec.series), container);
+    markLegendIdle(chart);
     addNote(container, spec);
     // Follow the container's width (the grid of charts reflows with the window).
     if (typeof ResizeObserver !== "undefined") {
@@ -319,7 +340,7 @@
 
   window.CeilingCharts = {
     drawAll: drawAll, alignedData: alignedData, formatNumber: formatNumber, buildOptions: buildOptions,
-    decimalsFor: decimalsFor, linearTickLabels: linearTickLabels, logTickLabels: logTickLabels, flatRange: flatRange,
+    decimalsFor: decimalsFor, legendValue: legendValue, linearTickLabels: linearTickLabels, logTickLabels: logTickLabels, flatRange: flatRange,
     xRangeFor: xRangeFor,
     yRangeFor: yRangeFor
   };
