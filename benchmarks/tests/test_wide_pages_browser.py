@@ -1,8 +1,10 @@
 """Wide pages in a real browser (the Debian chromium package through Playwright): the page takes
 the window's width, so the sweep's results table (about 1800 px) fits on a 1920 px screen instead
-of a 1155 px box; where it does not fit (1400 px) its box scrolls and marks the side its hidden
-columns are on, which the stylesheet fades; chart legends stay inside their cards; admin pages
-ask for no /favicon.ico (a 404 in the console)."""
+of a 1155 px box; where it does not fit (1280-1400 px) its box scrolls and marks the side its hidden
+columns are on, which the stylesheet fades, and draws a scroll bar of its own that scrolls it (the
+browser's own is invisible in headless Chromium, as on macOS); chart legends stay inside their cards
+and name their series until a point is hovered; admin pages ask for no /favicon.ico (a 404 in the
+console). Screenshots of the scrolled table land in ``var/artifacts/screenshots/``."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -133,3 +135,52 @@ def test_chart_legends_name_the_series_until_a_point_is_hovered(live_server, swe
     page.mouse.move(1, 1)
     page.wait_for_function("() => document.querySelector('.chart .u-legend').classList.contains('legend-idle')")
     context.close()
+
+
+RAIL = """() => { const box = document.querySelector('table.results').closest('.table-scroll');
+  const rail = box.querySelector(':scope > .scroll-rail'), thumb = rail && rail.firstChild;
+  const r = rail ? rail.getBoundingClientRect() : null, t = thumb ? thumb.getBoundingClientRect() : null;
+  const b = box.getBoundingClientRect();
+  const last = Array.from(box.querySelectorAll('thead th')).pop().getBoundingClientRect();
+  return {overflow: box.getAttribute('data-overflow'), border: getComputedStyle(box).borderTopWidth,
+          rail: r && !rail.hidden ? {height: r.height, left: r.left - b.left, right: b.right - r.right,
+                                     bottomGap: b.bottom - r.bottom} : null,
+          thumb: t ? {left: t.left - r.left, width: t.width} : null,
+          lastHeaderShown: last.right <= b.right + 1 && last.left >= b.left, scroll: box.scrollLeft,
+          max: box.scrollWidth - box.clientWidth}; }"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cut_off_table_shows_a_scroll_bar_that_scrolls_it(live_server, swept, admin_user,
+                                                            browser) -> None:  # noqa: F811
+    # Headless Chromium, like macOS, draws no scroll bar until one scrolls: at 1280-1400 px the
+    # results table's ITL and E2E columns were simply cut off at the box's edge.
+    from django.conf import settings
+    shots = Path(settings.BASE_DIR) / "var" / "artifacts" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    for width in (1280, 1400):
+        context, page = _signed_in_page(browser, live_server, admin_user, width)
+        page.goto(f"{live_server.url}/benchmarks/sweeps/{swept}/")
+        page.wait_for_selector("table.results")
+        page.wait_for_function("() => document.querySelector('table.results').closest('.table-scroll')"
+                               ".getAttribute('data-overflow') === 'right'")
+        before = page.evaluate(RAIL)
+        assert before["border"] == "1px" and not before["lastHeaderShown"], before
+        rail, thumb = before["rail"], before["thumb"]
+        assert rail and rail["height"] == 12 and rail["left"] <= 1 and rail["right"] <= 1, before
+        assert rail["bottomGap"] >= 0 and thumb["left"] == 0 and 0 < thumb["width"] < width, before
+        box = page.locator("table.results").locator("xpath=..")
+        box.screenshot(path=str(shots / f"sweep-results-{width}.png"))
+        # Dragging the thumb to the rail's end brings the last columns (E2E) into view.
+        handle = page.locator("table.results + .scroll-rail .scroll-thumb").bounding_box()
+        page.mouse.move(handle["x"] + 5, handle["y"] + 5)
+        page.mouse.down()
+        page.mouse.move(handle["x"] + width, handle["y"] + 5, steps=5)
+        page.mouse.up()
+        page.wait_for_function("() => document.querySelector('table.results').closest('.table-scroll')"
+                               ".getAttribute('data-overflow') === 'left'")
+        after = page.evaluate(RAIL)
+        assert after["lastHeaderShown"] and after["scroll"] >= after["max"] - 1, after
+        assert after["thumb"]["left"] > 0 and after["rail"]["left"] <= 1, after
+        box.screenshot(path=str(shots / f"sweep-results-{width}-scrolled.png"))
+        context.close()

@@ -77,6 +77,51 @@
     if (max > EDGE_PX && box.scrollLeft < max - EDGE_PX) sides.push("right");
     if (sides.length) box.setAttribute("data-overflow", sides.join(" "));
     else box.removeAttribute("data-overflow");
+    placeRail(box, max > EDGE_PX);
+  }
+
+  // A box whose table is cut off gets a scroll bar of its own, always drawn (.scroll-rail, pinned
+  // to the box's bottom edge): the browser's bar is an overlay on macOS and in headless browsers,
+  // invisible until one scrolls, so the cut-off columns read as the table's end. Its thumb shows
+  // the part in view; dragging it or clicking the rail scrolls the box (wheel, touch and keyboard
+  // scroll the box as before).
+  function placeRail(box, wide) {
+    var rail = box.querySelector(":scope > .scroll-rail");
+    if (!wide) {
+      if (rail) rail.hidden = true;
+      return;
+    }
+    if (!rail) {
+      rail = document.createElement("div");
+      rail.className = "scroll-rail";
+      rail.setAttribute("aria-hidden", "true");
+      rail.title = "more columns: drag, or scroll sideways (Shift + wheel)";
+      rail.appendChild(document.createElement("div")).className = "scroll-thumb";
+      box.appendChild(rail);
+      rail.addEventListener("pointerdown", function (event) { railDrag(box, rail, event); });
+    }
+    rail.hidden = false;
+    rail.style.width = box.clientWidth + "px";
+    var thumb = rail.firstChild;
+    thumb.style.width = (100 * box.clientWidth / box.scrollWidth) + "%";
+    thumb.style.left = (100 * box.scrollLeft / box.scrollWidth) + "%";
+  }
+
+  function railDrag(box, rail, event) {
+    event.preventDefault();
+    var perPx = box.scrollWidth / rail.clientWidth;
+    if (event.target === rail) {  // a click beside the thumb centres the view there
+      var x = event.clientX - rail.getBoundingClientRect().left;
+      box.scrollLeft = x * perPx - box.clientWidth / 2;
+    }
+    var startX = event.clientX, startLeft = box.scrollLeft;
+    function move(e) { box.scrollLeft = startLeft + (e.clientX - startX) * perPx; }
+    function up() {
+      document.removeEventListener("pointermove", move);
+      document.removeEventListener("pointerup", up);
+    }
+    document.addEventListener("pointermove", move);
+    document.addEventListener("pointerup", up);
   }
 
   var boxSizes = typeof ResizeObserver !== "undefined" ? new ResizeObserver(function (entries) {
