@@ -437,7 +437,17 @@ class StrictCharField(StrictTextMixin, serializers.CharField):
 class StrictSlugRelatedField(StrictTextMixin, serializers.SlugRelatedField):
     """An object named by a slug (a node by its name) in a JSON body, taken only as a JSON string
     (:class:`StrictTextMixin`): ``"node": 1`` is a 400 (``must be a node name (a string), got the
-    number 1`` with ``what="a node name (a string)"``) instead of a look-up of the name ``"1"``."""
+    number 1`` with ``what="a node name (a string)"``) instead of a look-up of the name ``"1"``.
+    A name no object has is a 400 naming the kind and the value (``no node named 'gpu-9'``), not
+    DRF's ``Object with name=gpu-9 does not exist.``"""
+
+    def fail(self, key, **kwargs):
+        if key == "does_not_exist":
+            what = self.get_queryset().model._meta.verbose_name
+            value = str(kwargs.get("value", ""))
+            shown = value if len(value) <= 63 else value[:63] + "..."
+            raise serializers.ValidationError(f"no {what} named {shown!r}", code=key)
+        return super().fail(key, **kwargs)
 
 
 class JSONTextField(serializers.JSONField):
@@ -577,9 +587,9 @@ class IdField(serializers.IntegerField):
 
 
 class FilterChoiceField(serializers.ChoiceField):
-    """A choice given as a query parameter (a list filter's ``status``, ``role``...): a value
-    outside the choices is a 400 naming the parameter and every allowed value
-    (``{"status": ["must be one of pending, running, done; got 'bogus'"]}``)."""
+    """A choice given as a query parameter (a list filter's ``status``, ``role``...) or a body field
+    (a recipe's ``engine``): a value outside the choices is a 400 naming the field and every
+    allowed value (``{"status": ["must be one of pending, running, done; got 'bogus'"]}``)."""
 
     def to_internal_value(self, data):
         try:

@@ -162,8 +162,8 @@ class RecipeWriteSerializer(serializers.Serializer):
 
     name = StrictCharField(max_length=63, validators=[slug_validator], example="seed-v4-flash-pd")
     description = StrictCharField(max_length=DESCRIPTION_MAX_LENGTH, allow_blank=True, required=False)
-    engine = serializers.ChoiceField(choices=Engine.choices)
-    topology = serializers.ChoiceField(choices=Topology.choices)
+    engine = FilterChoiceField(choices=Engine.choices)
+    topology = FilterChoiceField(choices=Topology.choices)
     node = StrictSlugRelatedField(slug_field="name", queryset=Node.objects.all(), what="a node name (a string)")
     spec = SpecField(help_text="The typed recipe spec; see deployments.recipes for its schema.")
     change_reason = StrictCharField(max_length=100, required=False, allow_blank=True, write_only=True)

@@ -91,7 +91,7 @@ def test_it_answers_a_bad_name_an_unknown_node_and_an_engine_topology_mismatch_t
     assert response.status_code == 400
     body = response.json()
     assert body["name"] == [NAME_RULE]
-    assert body["node"][0] == "Object with name=no-such-node does not exist."
+    assert body["node"][0] == "no node named 'no-such-node'"
     assert body["node"][1].startswith("The spec was checked without a node")
     assert body["topology"][0] == "engine llamacpp supports topology single only, not pd"
     assert body["topology"][1].startswith("spec.roles, spec.transfer_backend, spec.kernels")
@@ -171,12 +171,12 @@ def test_an_unknown_engine_still_reports_what_of_the_spec_does_not_depend_on_it(
 
     assert response.status_code == 400
     body = response.json()
-    assert body["engine"][0] == '"nope" is not a valid choice.'
+    assert body["engine"][0] == "must be one of sglang, vllm, llamacpp, sim; got 'nope'"
     assert body["engine"][1] == (
         "spec.roles, spec.transfer_backend, spec.kernels, spec.sim were not checked (but for spec.roles being an "
         "object with the topology's roles): what they may hold depends on the engine; the rest of the spec was checked")
     assert body["foo"] == [f"unknown field 'foo'; allowed: {ALLOWED}"]
-    assert body["node"][0] == "Object with name=no-such-node does not exist."
+    assert body["node"][0] == "no node named 'no-such-node'"
     assert body["spec.roles"] == ["must be an object with roles prefill, decode, router"]
     assert body["spec.stop_grace_s"] == ["must be between 1 and 3600, got 0"]
     assert body["spec.colour"][0].startswith("unknown field 'colour'; allowed: ")
@@ -191,7 +191,7 @@ def test_an_unknown_engine_and_topology_leave_the_roles_unjudged_but_not_the_res
 
     assert response.status_code == 400
     body = response.json()
-    assert body["topology"] == ['"ring" is not a valid choice.']
+    assert body["topology"] == ["must be one of single, pd; got 'ring'"]
     assert body["engine"][1].startswith("spec.roles, spec.transfer_backend, spec.kernels, spec.sim were not checked: ")
     assert body["spec.stop_grace_s"] == ["must be an integer, got '30'"]
     assert body["spec.model"] == ['is required: {"path": "/models/X"} or {"name": "org/Model"}']

@@ -58,7 +58,7 @@ def test_an_unknown_node_still_gets_the_spec_checked_and_says_so(operator_api):
 
     assert response.status_code == 400
     errors = response.json()
-    assert errors["node"] == ["Object with name=nonexistent does not exist.", NO_NODE]
+    assert errors["node"] == ["no node named 'nonexistent'", NO_NODE]
     assert errors["spec.model.name"][0].startswith("must look like org/name")
     assert any("no-such-flag" in m for m in errors["spec.roles.single.flags.no-such-flag"]), errors
     # The GPUs and CPUs the spec names are not judged against a node that is not there.

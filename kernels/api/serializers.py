@@ -218,8 +218,8 @@ class VariantTableQuerySerializer(serializers.Serializer):
                                help_text="json, or csv: the table's rows as a CSV download")
 
     batch = IdField(required=False)
-    state = serializers.ChoiceField(choices=["all", "built", "failed", "discarded", "correct", "wrong", "timed"],
-                                    default="all")
+    state = FilterChoiceField(choices=["all", "built", "failed", "discarded", "correct", "wrong", "timed"],
+                              default="all")
     sort = serializers.CharField(max_length=80, default="ordinal")
     limit = IdField(min_value=1, max_value=2000, default=500)
     offset = IdField(min_value=0, max_value=MAX_TABLE_OFFSET, default=0,
