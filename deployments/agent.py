@@ -804,6 +804,7 @@ def deployment_check(*, deployment_id: int) -> None:
     for row in rows:
         _health_seed(row)
     seen = [(row, *_observe(row)) for row in rows]
+    gate = _router_gate(deployment_id, seen)
     with _deployment_lock(deployment_id, blocking=False) as got:
         if not got:
             return
@@ -821,7 +822,39 @@ def deployment_check(*, deployment_id: int) -> None:
             deployment.refresh_from_db(fields=["status"])
             if deployment.status not in WANTED:
                 return
-        _deployment_maybe_ready(deployment)
+        _deployment_maybe_ready(deployment, gate)
+
+
+#: What a deployment's ``reason`` starts with while a restarted worker waits for the router.
+ROUTER_GATE_WAITING = "waiting for a streamed request through the router to yield a token"
+#: Seconds between two such requests: each refused one may keep the router's circuit open.
+ROUTER_GATE_EVERY_S = 1.0
+# Per deployment id: (monotonic time, result) of the last request through the router.
+_router_gate_at: dict[int, tuple[float, ProbeResult]] = {}
+
+
+def _router_gate(deployment_id: int, seen: list[tuple]) -> ProbeResult | None:
+    """The router's whole readiness (``/health``, its worker list, a streamed request through
+    it yielding a token), run without a lock for a starting deployment whose router was already
+    ready before this pass and whose other processes are all ready (or were just seen ready): a
+    worker back from a restart answers its own ``/health`` while the router may still refuse
+    requests (sglang-router keeps a failed worker's circuit open for tens of seconds). None when
+    no such check is due: no router, the router not ready before this pass (its own readiness,
+    run by :func:`_observe`, covers it), a process not ready, or the deployment not starting."""
+    router = next((row for row, *_ in seen if row.role == "router"), None)
+    if router is None or router.status != ProcessStatus.READY:
+        return None
+    if any(row.role != "router" and row.status != ProcessStatus.READY and verdict != "ready"
+           for row, verdict, *_ in seen):
+        return None
+    if not Deployment.objects.filter(pk=deployment_id, status=DeploymentStatus.STARTING).exists():
+        return None
+    last = _router_gate_at.get(deployment_id)
+    if last is not None and time.monotonic() - last[0] < ROUTER_GATE_EVERY_S:
+        return last[1]
+    result = process_readiness(checks=router.readiness, alive=True, role="router")
+    _router_gate_at[deployment_id] = (time.monotonic(), result)
+    return result
 
 
 def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None) -> None:
@@ -909,16 +942,42 @@ def _check_gpus(row: ServerProcess) -> None:
         _event(row, "gpu-check", f"NVML shows the process on GPUs {sorted(g for g, p in result.per_gpu.items() if p)}")
 
 
-def _deployment_maybe_ready(deployment: Deployment) -> None:
+def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = None) -> None:
+    """Mark a starting deployment ready once every process of its plan is ready. With a router
+    that was ready before this pass (a worker came back from a restart), ``gate``, the
+    router's readiness run by :func:`_router_gate`, must have passed too; while it fails the
+    deployment stays starting and its ``reason`` says ``waiting for a streamed request through
+    the router to yield a token (worker ready 12.3s ago[, beyond the startup timeout of 60s]):
+    <what the router answered>``."""
     if deployment.status != DeploymentStatus.STARTING:
         return
     expected = len(_plan_for(deployment, with_secrets=False).processes)
-    statuses = list(ServerProcess.objects.filter(deployment=deployment).values_list("status", flat=True))
-    if len(statuses) != expected or any(s != ProcessStatus.READY for s in statuses):
+    rows = list(ServerProcess.objects.filter(deployment=deployment))
+    if len(rows) != expected or any(row.status != ProcessStatus.READY for row in rows):
         return
     now = timezone.now()
+    router = next((row for row in rows if row.role == "router"), None)
+    through_router = ""
+    if router is not None and router.ready_at is not None:
+        workers_ready = max((row.ready_at for row in rows if row.role != "router" and row.ready_at), default=None)
+        if workers_ready is not None and workers_ready > router.ready_at:
+            # A worker is back from a restart the router did not go through.
+            if gate is None:
+                return  # the gate runs in the next pass, now that every process is ready
+            if not gate.ok:
+                waited = (now - workers_ready).total_seconds()
+                late = (f", beyond the startup timeout of {router.startup_timeout_s}s"
+                        if waited > router.startup_timeout_s else "")
+                reason = redact_text(f"{ROUTER_GATE_WAITING} (workers ready {waited:.1f}s ago{late}): {gate.detail}")
+                Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING).update(
+                    reason=reason, updated_at=now)
+                if gate.detail not in deployment.reason or (late and "beyond" not in deployment.reason):
+                    _deployment_event(deployment, "probe", reason)
+                deployment.reason = reason
+                return
+            through_router = f" ({gate.detail})"
     if Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING, cancel_requested=False).update(
-        status=DeploymentStatus.READY, ready_at=now, updated_at=now
+        status=DeploymentStatus.READY, ready_at=now, updated_at=now, reason=""
     ):
         crash = (ProcessEvent.objects.filter(deployment=deployment, kind="crashed", at__gte=deployment.ready_at)
                  .order_by("-at", "-id").first() if deployment.ready_at else None)
@@ -926,7 +985,7 @@ def _deployment_maybe_ready(deployment: Deployment) -> None:
             # Back from a restart: the time since the deploy request would count the hours it
             # served before the crash.
             took = (now - crash.at).total_seconds()
-            message = f"ready again after restart, {took:.2f}s after the crash"
+            message = f"ready again after restart, {took:.2f}s after the crash{through_router}"
         else:
             took = (now - deployment.created_at).total_seconds()
             message = (f"all {expected} processes ready" if expected != 1 else "the 1 process is ready") + f", {took:.2f}s after the deploy request"

@@ -1083,9 +1083,13 @@ def deployment_waiting_reason(*, deployment: Deployment) -> str:
     A pending (or stop-requested) deployment whose node agent has not heartbeated within
     ``CEILING_HEARTBEAT_TIMEOUT_S``, or whose agent shut down cleanly since, reads ``"waiting for
     node agent <name> (last heartbeat <ISO time> | never)"`` (``(stopped at <ISO time>; last
-    heartbeat ...)`` after a clean shutdown).
+    heartbeat ...)`` after a clean shutdown). A starting deployment whose restarted worker waits
+    for the router to serve through it reads the agent's words for that (its ``reason``,
+    ``waiting for a streamed request through the router to yield a token ...``).
     """
     node = deployment.node
+    if deployment.status == DeploymentStatus.STARTING and deployment.reason and not deployment.cancel_requested:
+        return deployment.reason
     waiting = deployment.status == DeploymentStatus.PENDING or (
         deployment.cancel_requested and deployment.status in (DeploymentStatus.STARTING, DeploymentStatus.READY)
     )

@@ -214,7 +214,8 @@ def sim_single_recipe(*, node: Node, user: User, name: str = "sim-single", env: 
 
 
 def sim_pd_recipe(*, node: Node, user: User, name: str = "sim-pd", prefill_time_scale: float = 0.05,
-                  decode_time_scale: float = 0.05, stop_grace_s: int = 5, startup_timeout_s: int = 60) -> Recipe:
+                  decode_time_scale: float = 0.05, stop_grace_s: int = 5, startup_timeout_s: int = 60,
+                  restart: dict | None = None) -> Recipe:
     """A PD ``sim`` recipe: prefill on CPU 0, decode on CPU 1 (or 0 on a one-CPU host), the real
     sglang-router in front; every port (including the router's Prometheus port, default 29000,
     which another router on the host may hold) is a free one."""
@@ -234,6 +235,8 @@ def sim_pd_recipe(*, node: Node, user: User, name: str = "sim-pd", prefill_time_
         "startup_timeout_s": startup_timeout_s,
         "stop_grace_s": stop_grace_s,
     }
+    if restart is not None:
+        spec["restart"] = restart
     return services.recipe_create(user=user, name=name, engine="sim", topology="pd", node=node, spec=spec)
 
 
