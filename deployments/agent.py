@@ -693,11 +693,11 @@ def _cause_text(line: str, row: ServerProcess | None = None) -> str:
 def _process_failed(row: ServerProcess, reason: str, *, exit_code: int | None = None) -> None:
     """A process of a wanted deployment died or stopped answering: clean up its tree, then
     restart it per the recipe's policy or give up (failing the deployment)."""
-    handle = _handle(row)
-    if handle is not None:
-        # Leftovers of the tree (helpers, an escaped child) would hold ports; identity-checked.
-        process_stop(handle, grace_s=float(row.stop_grace_s), log_path=row.log_path or None)
-    row.exit_code = exit_code
+    # Leftovers of the tree (helpers, an escaped child) would hold ports; identity-checked. An
+    # engine still running (failed liveness) is ended here: its signal becomes the exit code.
+    ended, how = _stop_for_failure(row)
+    row.exit_code = exit_code if exit_code is not None else ended
+    reason += how
     row.failure_times = [*row.failure_times, time.time()]
     _event(row, "crashed", reason)
     deployment = row.deployment
@@ -723,7 +723,13 @@ def _process_failed(row: ServerProcess, reason: str, *, exit_code: int | None = 
 
 
 def _process_give_up(row: ServerProcess, reason: str) -> None:
-    """Fail the process with ``reason`` and its last log lines, then fail the deployment."""
+    """End the process if it still runs (its signal stored as ``exit_code``, ``-15``, or ``-9``
+    with ``; SIGKILL needed after SIGTERM was ignored for Ns`` added to ``reason``), fail it with
+    ``reason`` and its last log lines, then fail the deployment."""
+    ended, how = _stop_for_failure(row)
+    if ended is not None:
+        row.exit_code = ended
+    reason += how
     tail = log_tail(row.log_path, lines=FAILED_LOG_LINES) if row.log_path else ""
     row.status = ProcessStatus.FAILED
     row.reason = redact_text(reason + (f"\nlast log lines:\n{tail}" if tail else ""))
@@ -731,10 +737,25 @@ def _process_give_up(row: ServerProcess, reason: str) -> None:
     row.next_restart_at = None
     row.save()
     _event(row, "failed", reason)
-    handle = _handle(row)
-    if handle is not None:
-        process_stop(handle, grace_s=float(row.stop_grace_s), log_path=row.log_path or None)
     _deployment_fail(row.deployment, f"{row.role} failed: {_first_reason(row, reason)}")
+
+
+def _stop_for_failure(row: ServerProcess) -> tuple[int | None, str]:
+    """Stop what runs of ``row``'s tree (identity-checked) because it failed. Returns how a
+    still running engine ended, from its shim's exit record: ``(-N, note)`` for signal N (the
+    way :mod:`subprocess` reports it) or ``(code, note)``, where ``note`` is ``"; SIGKILL
+    needed after SIGTERM was ignored for 5s"`` when the grace period ran out, else ``""``;
+    ``(None, "")`` when nothing of the engine ran any more (leftovers are still stopped)."""
+    handle = _handle(row)
+    if handle is None:
+        return None, ""
+    result = process_stop(handle, grace_s=float(row.stop_grace_s), log_path=row.log_path or None)
+    if not result.requested:
+        return None, ""
+    note = f"; SIGKILL needed after SIGTERM was ignored for {row.stop_grace_s}s" if result.killed else ""
+    if result.signal is not None:
+        return -int(result.signal), note
+    return result.exit_code, note
 
 
 def _first_reason(row: ServerProcess, reason: str) -> str:
