@@ -43,7 +43,8 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
@@ -244,9 +245,10 @@ def _identity(handle: ProcessHandle) -> str:
     return "running" if info.running else "zombie"
 
 
-def _event(row: ServerProcess, kind: str, message: str) -> None:
+def _event(row: ServerProcess, kind: str, message: str, *, at=None) -> None:
+    """Add a process event (``at``: its time, now unless given) and note the health it implies."""
     message = redact_text(message)
-    deployment_event_add(deployment=row.deployment, process=row, kind=kind, message=f"{row.role}: {message}")
+    deployment_event_add(deployment=row.deployment, process=row, kind=kind, message=f"{row.role}: {message}", at=at)
     _health_note(row, message)
 
 
@@ -633,11 +635,12 @@ def _deployment_fail(deployment: Deployment, reason: str) -> None:
 # --- failures and restarts -----------------------------------------------------------------
 
 
-def _exit_text(row: ServerProcess, handle: ProcessHandle | None) -> tuple[str, int | None]:
-    """How the engine of ``handle`` ended, from its shim's exit record: ``("killed by signal 9
-    (SIGKILL)", -9)``, ``("exited with code 1: <the log line naming the cause>", 1)``, or
-    ``("ended (no exit record)", None)``. The code is stored the way :mod:`subprocess` reports
-    it (``-N`` for signal N).
+def _exit_text(row: ServerProcess, handle: ProcessHandle | None) -> tuple[str, int | None, datetime | None]:
+    """How and when the engine of ``handle`` ended, from its shim's exit record: ``("killed by
+    signal 9 (SIGKILL)", -9, <end time>)``, ``("exited with code 1: <the log line naming the
+    cause>", 1, <end time>)``, or ``("ended (no exit record)", None, None)``. The code is stored
+    the way :mod:`subprocess` reports it (``-N`` for signal N); the end time (aware, UTC) is the
+    shim's, which may be long before anyone noticed (no agent ran meanwhile).
 
     The engine can be seen gone (or a zombie) a moment before its shim has reaped it and
     written the record; while the shim still runs this waits up to :data:`EXIT_RECORD_WAIT_S`
@@ -653,12 +656,13 @@ def _exit_text(row: ServerProcess, handle: ProcessHandle | None) -> tuple[str, i
                 break
             time.sleep(0.05)
     if info is None:
-        return "ended (no exit record)", None
+        return "ended (no exit record)", None, None
+    ended = datetime.fromtimestamp(info.ended_at, tz=dt_timezone.utc)
     if info.signal is not None:
-        return exit_info_text(info), -int(info.signal)
+        return exit_info_text(info), -int(info.signal), ended
     cause = _log_cause(row) if info.returncode else ""
     text = exit_info_text(info)
-    return text + (f": {_cause_text(cause, row)}" if cause else ""), info.returncode
+    return text + (f": {_cause_text(cause, row)}" if cause else ""), info.returncode, ended
 
 
 # An engine's own words for a port clash: Python's "[Errno 98] error while attempting to bind on
@@ -690,21 +694,28 @@ def _cause_text(line: str, row: ServerProcess | None = None) -> str:
     return line
 
 
-def _process_failed(row: ServerProcess, reason: str, *, exit_code: int | None = None) -> None:
+def _process_failed(row: ServerProcess, reason: str, *, exit_code: int | None = None,
+                    ended_at: datetime | None = None) -> None:
     """A process of a wanted deployment died or stopped answering: clean up its tree, then
-    restart it per the recipe's policy or give up (failing the deployment)."""
+    restart it per the recipe's policy or give up (failing the deployment). ``ended_at``: when
+    it ended per its shim's exit record, which dates the ``crashed`` event; when that was over
+    :data:`NOTICED_LATE_S` before now the reason adds ``(noticed at 01:49:30, 37.85s later)``."""
     # Leftovers of the tree (helpers, an escaped child) would hold ports; identity-checked. An
     # engine still running (failed liveness) is ended here: its signal becomes the exit code.
     ended, how = _stop_for_failure(row)
     row.exit_code = exit_code if exit_code is not None else ended
     reason += how
-    row.failure_times = [*row.failure_times, time.time()]
-    _event(row, "crashed", reason)
+    noticed = timezone.now()
+    if ended_at is not None and (noticed - ended_at).total_seconds() > NOTICED_LATE_S:
+        reason += (f" (noticed at {timezone.localtime(noticed):%H:%M:%S}, "
+                   f"{(noticed - ended_at).total_seconds():.2f}s later)")
+    row.failure_times = [*row.failure_times, (ended_at or noticed).timestamp()]
+    _event(row, "crashed", reason, at=ended_at)
     deployment = row.deployment
     policy = RestartPolicy.from_dict(deployment.spec_snapshot.get("restart") or {})
     action, value = policy.next_action(row.failure_times, time.time())
     if action == "give_up":
-        _process_give_up(row, f"{reason}; {value}")
+        _process_give_up(row, f"{reason}; {value}", ended_at=ended_at)
         return
     delay = float(value)
     row.status = ProcessStatus.PENDING
@@ -722,10 +733,11 @@ def _process_failed(row: ServerProcess, reason: str, *, exit_code: int | None = 
         _deployment_event(deployment, "degraded", f"{row.role} is being restarted; not ready until it is back")
 
 
-def _process_give_up(row: ServerProcess, reason: str) -> None:
+def _process_give_up(row: ServerProcess, reason: str, *, ended_at: datetime | None = None) -> None:
     """End the process if it still runs (its signal stored as ``exit_code``, ``-15``, or ``-9``
     with ``; SIGKILL needed after SIGTERM was ignored for Ns`` added to ``reason``), fail it with
-    ``reason`` and its last log lines, then fail the deployment."""
+    ``reason`` and its last log lines, then fail the deployment. ``ended_at``: when it ended per
+    its shim's exit record (now unless given)."""
     ended, how = _stop_for_failure(row)
     if ended is not None:
         row.exit_code = ended
@@ -733,11 +745,16 @@ def _process_give_up(row: ServerProcess, reason: str) -> None:
     tail = log_tail(row.log_path, lines=FAILED_LOG_LINES) if row.log_path else ""
     row.status = ProcessStatus.FAILED
     row.reason = redact_text(reason + (f"\nlast log lines:\n{tail}" if tail else ""))
-    row.ended_at = timezone.now()
+    row.ended_at = ended_at or timezone.now()
     row.next_restart_at = None
     row.save()
     _event(row, "failed", reason)
     _deployment_fail(row.deployment, f"{row.role} failed: {_first_reason(row, reason)}")
+
+
+#: Seconds between a process's end (its exit record) and its detection beyond which the
+#: crash says when it was noticed (a tick is 0.2 s; more means no agent watched).
+NOTICED_LATE_S = 1.0
 
 
 def _stop_for_failure(row: ServerProcess) -> tuple[int | None, str]:
@@ -777,23 +794,23 @@ def _first_reason(row: ServerProcess, reason: str) -> str:
 # --- monitoring ----------------------------------------------------------------------------
 
 
-def _observe(row: ServerProcess) -> tuple[str, str, int | None]:
-    """Probe one row without holding any lock. Returns ``(verdict, detail, exit_code)`` with
+def _observe(row: ServerProcess) -> tuple[str, str, int | None, datetime | None]:
+    """Probe one row without holding any lock. Returns ``(verdict, detail, exit_code, ended_at)``
+    (the last two from the shim's exit record of a ``dead`` process, else None) with
     verdict ``ok`` (nothing to record), ``ready``, ``not_ready``, ``timeout``, ``dead``,
     ``reused``, ``unhealthy``, ``restart_due``."""
     now = timezone.now()
     if row.status == ProcessStatus.PENDING:
         due = row.next_restart_at is not None and row.next_restart_at <= now
-        return ("restart_due" if due else "ok"), "", None
+        return ("restart_due" if due else "ok"), "", None, None
     handle = _handle(row)
     if handle is None:
-        return "ok", "", None
+        return "ok", "", None, None
     identity = _identity(handle)
     if identity == "mismatch":
-        return "reused", f"pid {row.pid} now belongs to another process (not signalled)", None
+        return "reused", f"pid {row.pid} now belongs to another process (not signalled)", None, None
     if identity != "running":
-        text, code = _exit_text(row, handle)
-        return "dead", text, code
+        return ("dead", *_exit_text(row, handle))
     if row.status == ProcessStatus.SPAWNED:
         result = process_readiness(checks=row.readiness, alive=True, role=row.role)
         if result.ok:
@@ -801,19 +818,19 @@ def _observe(row: ServerProcess) -> tuple[str, str, int | None]:
             # (a clash the engine is about to die of) must not make this one ready.
             problem = _port_owner_problem(row)
             if not problem:
-                return "ready", result.detail, None
+                return "ready", result.detail, None, None
             result = ProbeResult(False, "port_owner", problem)
         age = (now - row.started_at).total_seconds() if row.started_at else 0.0
         if age > row.startup_timeout_s:
-            return "timeout", f"not ready after {row.startup_timeout_s}s: {result.detail}", None
-        return "not_ready", result.detail, None
+            return "timeout", f"not ready after {row.startup_timeout_s}s: {result.detail}", None, None
+        return "not_ready", result.detail, None, None
     if row.status == ProcessStatus.READY:
         last = row.last_probe_at
         if last is not None and (now - last).total_seconds() < settings.CEILING_LIVENESS_PERIOD_S:
-            return "ok", "", None
+            return "ok", "", None, None
         result = process_liveness(checks=row.readiness, alive=True)
-        return ("ready" if result.ok else "unhealthy"), result.detail, None
-    return "ok", "", None
+        return ("ready" if result.ok else "unhealthy"), result.detail, None, None
+    return "ok", "", None, None
 
 
 def deployment_check(*, deployment_id: int) -> None:
@@ -832,12 +849,12 @@ def deployment_check(*, deployment_id: int) -> None:
         deployment = Deployment.objects.select_related("recipe", "node").filter(pk=deployment_id).first()
         if deployment is None or deployment.status not in WANTED or deployment.cancel_requested:
             return
-        for row, verdict, detail, exit_code in seen:
+        for row, verdict, detail, exit_code, ended in seen:
             fresh = ServerProcess.objects.filter(pk=row.pk).first()
             if fresh is None or (fresh.status, fresh.pid, fresh.tag) != (row.status, row.pid, row.tag):
                 continue
             fresh.deployment = deployment
-            _apply(fresh, verdict, detail, exit_code)
+            _apply(fresh, verdict, detail, exit_code, ended)
             if verdict in _RUNNING_VERDICTS:
                 _supervision_check(fresh)
             deployment.refresh_from_db(fields=["status"])
@@ -878,7 +895,8 @@ def _router_gate(deployment_id: int, seen: list[tuple]) -> ProbeResult | None:
     return result
 
 
-def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None) -> None:
+def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None,
+           ended: datetime | None = None) -> None:
     now = timezone.now()
     if verdict == "ready":
         was_spawned = row.status == ProcessStatus.SPAWNED
@@ -904,8 +922,8 @@ def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None)
         row.probe_detail = detail
         _process_give_up(row, detail)
     elif verdict == "dead":
-        row.ended_at = now
-        _process_failed(row, detail, exit_code=exit_code)
+        row.ended_at = ended or now
+        _process_failed(row, detail, exit_code=exit_code, ended_at=ended)
     elif verdict == "reused":
         # The engine is gone and its pid names an unrelated process: forget the pid so
         # nothing can ever signal it, then treat the engine as crashed.
@@ -1006,7 +1024,12 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
             # Back from a restart: the time since the deploy request would count the hours it
             # served before the crash.
             took = (now - crash.at).total_seconds()
-            message = f"ready again after restart, {took:.2f}s after the crash{through_router}"
+            notes = [gate.detail] if through_router else []
+            noticed = (ProcessEvent.objects.filter(process=crash.process_id, kind="restarting", at__gte=crash.at)
+                       .order_by("at", "id").first() if crash.process_id else None)
+            if noticed is not None and (noticed.at - crash.at).total_seconds() > NOTICED_LATE_S:
+                notes.insert(0, f"{(now - noticed.at).total_seconds():.2f}s after it was noticed")
+            message = f"ready again after restart, {took:.2f}s after the crash" + (f" ({'; '.join(notes)})" if notes else "")
         else:
             took = (now - deployment.created_at).total_seconds()
             message = (f"all {expected} processes ready" if expected != 1 else "the 1 process is ready") + f", {took:.2f}s after the deploy request"
@@ -1236,19 +1259,20 @@ def node_reconcile(*, node_name: str, at_startup: bool = False) -> dict[str, int
             if identity == "mismatch":
                 row.pid = row.start_ticks = None
                 row.end_reason = "pid reused"
-                detail, code = f"pid {handle.pid} now belongs to another process (not signalled)", None
+                detail, code, ended = f"pid {handle.pid} now belongs to another process (not signalled)", None, None
             else:
-                detail, code = _exit_text(row, handle)
+                detail, code, ended = _exit_text(row, handle)
             if wanted:
-                row.ended_at = timezone.now()
-                _process_failed(row, f"{detail} while the agent was away" if at_startup else detail, exit_code=code)
+                row.ended_at = ended or timezone.now()
+                _process_failed(row, f"{detail} while the agent was away" if at_startup else detail,
+                                exit_code=code, ended_at=ended)
             else:
                 row.status = ProcessStatus.EXITED
                 row.end_reason = row.end_reason or "exited"
                 row.exit_code = code
-                row.ended_at = timezone.now()
+                row.ended_at = ended or timezone.now()
                 row.save()
-                _event(row, "exited", detail)
+                _event(row, "exited", detail, at=ended)
 
     grace = timedelta(seconds=settings.CEILING_AGENT_PENDING_GRACE_S)
     now = timezone.now()

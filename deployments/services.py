@@ -29,6 +29,7 @@ from typing import Any
 
 import logging
 import re
+from datetime import datetime
 from datetime import timezone as dt_timezone
 from pathlib import Path
 
@@ -764,15 +765,18 @@ LOG_TAIL_MAX_LINES = 2000
 LOG_TAIL_MAX_BYTES = 2 * 1024 * 1024
 
 
-def deployment_event_add(*, deployment: Deployment, kind: str, message: str = "", process: ServerProcess | None = None) -> ProcessEvent:
-    """Append one timestamped entry (``at`` = now, UTC) to ``deployment``'s timeline.
+def deployment_event_add(*, deployment: Deployment, kind: str, message: str = "", process: ServerProcess | None = None,
+                         at: datetime | None = None) -> ProcessEvent:
+    """Append one timestamped entry (``at``, UTC, now unless given: a crash is dated when the
+    process ended, as its shim recorded it) to ``deployment``'s timeline.
 
     ``kind`` is a short machine word (``created``, ``spawned``, ``ready``, ``crashed``,
     ``restarting``, ``stopped``...), ``message`` human text; secret values are masked
     before storing. Returns the new :class:`ProcessEvent`.
     """
     return ProcessEvent.objects.create(
-        deployment=deployment, process=process, kind=kind[:32], message=redact_text(message or "")
+        deployment=deployment, process=process, kind=kind[:32], message=redact_text(message or ""),
+        at=at or timezone.now(),
     )
 
 
