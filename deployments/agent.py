@@ -378,15 +378,50 @@ def _port_owner_problem(row: ServerProcess) -> str:
 
 def _log_cause(row: ServerProcess) -> str:
     """The last line of the process's log tail that says why it ended (an error, exception or
-    fatal message, secrets masked), or ``""``."""
+    fatal message, secrets masked), or ``""``. Lines of an ``Exception ignored in: ...`` block
+    (:func:`_ignored_lines`) count only when no other line names a cause: Python prints those
+    during interpreter shutdown, after the fatal traceback (a destructor failing on a half-built
+    object), so the last traceback outside them is the real error."""
     if not row.log_path:
         return ""
-    tail = log_tail(row.log_path, lines=FAILED_LOG_LINES)
-    for line in reversed(tail.splitlines()):
-        line = line.strip()
+    lines = log_tail(row.log_path, lines=FAILED_LOG_LINES).splitlines()
+    ignored = _ignored_lines(lines)
+    fallback = ""
+    for index in range(len(lines) - 1, -1, -1):
+        line = lines[index].strip()
         if line and _LOG_CAUSE.search(line) and not _LOG_NOISE.match(line):
-            return redact_text(line[:300])
-    return ""
+            if index not in ignored:
+                return redact_text(line[:300])
+            fallback = fallback or redact_text(line[:300])
+    return fallback
+
+
+def _ignored_lines(lines: list[str]) -> set[int]:
+    """Indexes of ``lines`` inside blocks Python's ``sys.unraisablehook`` prints: ``Exception
+    ignored in: <function X.__del__ ...>``, then a traceback (``Traceback (most recent call
+    last):``, indented frame lines, chained ``During handling ...`` / ``The above exception ...``
+    parts) ending at its unindented exception line, or that exception line alone."""
+    ignored: set[int] = set()
+    index = 0
+    while index < len(lines):
+        if not lines[index].startswith("Exception ignored in"):
+            index += 1
+            continue
+        ignored.add(index)
+        index += 1
+        while index < len(lines):
+            line = lines[index]
+            ignored.add(index)
+            index += 1
+            if (not line.strip() or line[:1].isspace() or line.startswith("Traceback (most recent call last)")
+                    or line.startswith(("During handling of the above exception", "The above exception"))):
+                continue
+            # The exception line: the block ends unless a chained traceback follows.
+            following = next((i for i in range(index, len(lines)) if lines[i].strip()), None)
+            if following is None or not lines[following].startswith(
+                    ("During handling of the above exception", "The above exception")):
+                break
+    return ignored
 
 
 # --- launch --------------------------------------------------------------------------------
