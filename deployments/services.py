@@ -1087,11 +1087,19 @@ def deployment_waiting_reason(*, deployment: Deployment) -> str:
     A pending (or stop-requested) deployment whose node agent has not heartbeated within
     ``CEILING_HEARTBEAT_TIMEOUT_S``, or whose agent shut down cleanly since, reads ``"waiting for
     node agent <name> (last heartbeat <ISO time> | never)"`` (``(stopped at <ISO time>; last
-    heartbeat ...)`` after a clean shutdown). A starting deployment whose restarted worker waits
+    heartbeat ...)`` after a clean shutdown). A starting one (no stop requested) whose agent is
+    offline reads ``"waiting for node agent <name> (last heartbeat <ISO time>): nobody watches
+    the startup or enforces its 600s startup timeout until the agent is back"``. A starting deployment whose restarted worker waits
     for the router to serve through it reads the agent's words for that (its ``reason``,
     ``waiting for a streamed request through the router to yield a token ...``).
     """
     node = deployment.node
+    if deployment.status == DeploymentStatus.STARTING and not deployment.cancel_requested and not node.agent_online:
+        seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"
+        timeout = (deployment.spec_snapshot or {}).get("startup_timeout_s")
+        limit = f" or enforces its {timeout}s startup timeout" if timeout else ""
+        return (f"waiting for node agent {node.name} (last heartbeat {seen}): nobody watches the startup{limit} "
+                f"until the agent is back")
     if deployment.status == DeploymentStatus.STARTING and deployment.reason and not deployment.cancel_requested:
         return deployment.reason
     waiting = deployment.status == DeploymentStatus.PENDING or (
@@ -1104,6 +1112,31 @@ def deployment_waiting_reason(*, deployment: Deployment) -> str:
         return (f"waiting for node agent {node.name} (stopped at "
                 f"{node.agent_stopped_at.isoformat(timespec='seconds')}; last heartbeat {seen})")
     return f"waiting for node agent {node.name} (last heartbeat {seen})"
+
+
+def deployment_as_last_seen(*, deployment: Deployment) -> datetime | None:
+    """When the stored state of ``deployment`` (its status and its processes' rows) was last
+    confirmed: the node agent's last heartbeat while that agent is offline (no heartbeat within
+    ``CEILING_HEARTBEAT_TIMEOUT_S``, or shut down), for a deployment the agent had taken
+    (starting, ready, stopping). None when the state is live (the agent watches) or there is
+    nothing an agent observed (pending, ended). The rows are left as they are: the agent
+    adopts or judges its engines when it comes back."""
+    if deployment.status not in (DeploymentStatus.STARTING, DeploymentStatus.READY, DeploymentStatus.STOPPING):
+        return None
+    node = deployment.node
+    if node.agent_online:
+        return None
+    return node.agent_heartbeat_at or deployment.started_at or deployment.created_at
+
+
+def deployment_state_note(*, deployment: Deployment) -> str:
+    """``"as last seen by node agent <name> at <ISO time>; not live: the agent is offline"``
+    while :func:`deployment_as_last_seen` gives a time, else ``""``."""
+    at = deployment_as_last_seen(deployment=deployment)
+    if at is None:
+        return ""
+    return (f"as last seen by node agent {deployment.node.name} at {at.isoformat(timespec='seconds')}; "
+            "not live: the agent is offline")
 
 
 def process_log_tail(*, process: ServerProcess, lines: int = 100) -> str:

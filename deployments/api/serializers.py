@@ -33,8 +33,8 @@ from deployments.choices import DeploymentStatus, Engine, Role, Topology
 from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, slug_validator
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
-    DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_waiting_reason, recipe_spec_validate,
-    secret_name_errors, secret_value_problem,
+    DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_state_note,
+    deployment_waiting_reason, recipe_spec_validate, secret_name_errors, secret_value_problem,
 )
 
 
@@ -442,6 +442,13 @@ class DeploymentSerializer(serializers.ModelSerializer):
     )
     reason = RedactedTextField(help_text='why it failed or stopped, e.g. "prefill failed: port 31000 on '
                                          '127.0.0.1 is already in use by pid 812 (python3)"; secrets masked')
+    live = serializers.SerializerMethodField(
+        help_text="false while the node agent is offline: status and processes are as it last saw them")
+    state_as_of = serializers.SerializerMethodField(
+        help_text="the agent's last heartbeat (UTC) while it is offline, else null")
+    state_note = serializers.SerializerMethodField(
+        help_text='e.g. "as last seen by node agent local at 2026-12-05T01:49:30+00:00; not live: the agent '
+                  'is offline"; "" when live')
 
     class Meta:
         model = Deployment
@@ -455,6 +462,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "reason",
             "cancel_requested",
             "waiting_reason",
+            "live",
+            "state_as_of",
+            "state_note",
             "entry_url",
             "spec_snapshot",
             "created_by",
@@ -468,6 +478,16 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     def get_waiting_reason(self, deployment: Deployment) -> str:
         return redact_text(deployment_waiting_reason(deployment=deployment))
+
+    def get_live(self, deployment: Deployment) -> bool:
+        return deployment_as_last_seen(deployment=deployment) is None
+
+    def get_state_as_of(self, deployment: Deployment) -> str | None:
+        at = deployment_as_last_seen(deployment=deployment)
+        return serializers.DateTimeField().to_representation(at) if at is not None else None
+
+    def get_state_note(self, deployment: Deployment) -> str:
+        return deployment_state_note(deployment=deployment)
 
 
 class WholePrimaryKeyField(StrictIntegerMixin, serializers.PrimaryKeyRelatedField):

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from deployments.choices import DeploymentStatus, ProcessStatus, Role
 from deployments.examples import example_recipe
-from deployments.models import Deployment, ProcessEvent, Recipe, ServerProcess
+from deployments.models import Deployment, Node, ProcessEvent, Recipe, ServerProcess
 from deployments.nodes import node_register, seed_node_facts
 from deployments.services import deployment_create, recipe_create, secret_create
 
@@ -70,8 +70,10 @@ def log_dir(settings, tmp_path) -> Path:
 
 
 def _ready_deployment(recipe: Recipe, **process_fields) -> tuple[Deployment, ServerProcess]:
-    """A ready PD-style deployment row with one decode process started 1 h 02 min 05 s ago."""
+    """A ready PD-style deployment row with one decode process started 1 h 02 min 05 s ago, on
+    a node whose agent heartbeats (so the page shows the state as live)."""
     now = timezone.now()
+    Node.objects.filter(pk=recipe.node_id).update(agent_heartbeat_at=now, agent_stopped_at=None)
     deployment = Deployment.objects.create(
         recipe=recipe,
         recipe_version=recipe.version,
@@ -289,6 +291,7 @@ def test_it_refreshes_the_live_part_and_announces_new_processes(viewer_client, s
 
 def test_it_lists_deployments_with_badges_agent_state_and_duration(viewer_client, seed_pd):
     deployment, _ = _ready_deployment(seed_pd)
+    Node.objects.filter(pk=seed_pd.node_id).update(agent_heartbeat_at=None)  # no agent ever ran
     html = _html(viewer_client.get(reverse("deployments:deployment-list")))
     assert f"<td>{deployment.pk}</td>" in html
     assert '<span class="tag ok">ready</span>' in html

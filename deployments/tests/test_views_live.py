@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from benchmarks.models import BenchmarkSweep
 from deployments.choices import DeploymentStatus, ProcessStatus, Role
-from deployments.models import ServerProcess
+from deployments.models import Node, ServerProcess
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create, seed_node_create
 
 POLL = 'hx-trigger="every 2s"'
@@ -58,6 +58,7 @@ def pd_deployment(gpu_node):
 
 
 def test_it_shows_every_node_and_running_deployment_on_the_wall(viewer_client, gpu_node, cpu_node, pd_deployment):
+    Node.objects.filter(pk=gpu_node.pk).update(agent_heartbeat_at=timezone.now())  # health is live
     html = viewer_client.get(reverse("deployments:wall")).content.decode()
     assert 'class="wall-html"' in html and "data-wall " in html
     assert 'data-group="node-gpu-box"' in html and 'data-group="node-cpu-box"' in html

@@ -98,20 +98,27 @@ def _pinning_view(process: ServerProcess) -> dict[str, Any]:
 
 
 
-def _health_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
+def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None = None) -> dict[str, Any]:
     """What the supervisor's probes last concluded: a badge (``class``, ``text``) from the
     process status (a process is ``ready`` only after every readiness check of its launch plan
     passed), the last probe's outcome and time, consecutive liveness failures and, for a
     crashed process waiting to be restarted, when the restart is due. A running process whose
     last probe is older than :data:`STALE_PROBE_FACTOR` liveness periods
     (``CEILING_LIVENESS_PERIOD_S``) is shown as ``stale (agent offline?)``: only the node agent
-    probes, so an old answer means nobody is watching. An ended process shows its terminal
-    state alone."""
+    probes, so an old answer means nobody is watching. With ``as_of`` (the offline agent's last
+    heartbeat, :func:`deployments.services.deployment_as_last_seen`) a running process reads
+    ``last seen healthy at 01:49:30 (agent offline)``: nobody probes it, it may be gone. An ended
+    process shows its terminal state alone."""
     status = process.status
     stale = False
     if status in (ProcessStatus.READY, ProcessStatus.SPAWNED) and process.last_probe_at is not None:
         stale = (now - process.last_probe_at).total_seconds() > STALE_PROBE_FACTOR * settings.CEILING_LIVENESS_PERIOD_S
-    if stale:
+    if as_of is not None and status in (ProcessStatus.READY, ProcessStatus.SPAWNED):
+        stale = True
+        seen = "healthy" if status == ProcessStatus.READY and not process.probe_failures else (
+            "degraded" if status == ProcessStatus.READY else "starting")
+        badge = ("warn", f"last seen {seen} at {as_of:%H:%M:%S} UTC (agent offline)")
+    elif stale:
         badge = ("warn", "stale (agent offline?)")
     elif status == ProcessStatus.READY:
         badge = ("warn", "degraded") if process.probe_failures else ("ok", "healthy")
@@ -151,12 +158,13 @@ def _health_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
     }
 
 
-def _server_process_view(process: ServerProcess, now: datetime) -> dict[str, Any]:
+def _server_process_view(process: ServerProcess, now: datetime, as_of: datetime | None = None) -> dict[str, Any]:
     """One row of the process table: role, status, pid, uptime (from ``started_at`` to now,
-    or to ``ended_at`` once it ended), restarts, pinning, GPU ids, ports and health."""
+    to ``as_of`` while the agent is offline, or to ``ended_at`` once it ended), restarts,
+    pinning, GPU ids, ports and health (``as_of``: see :func:`_health_view`)."""
     uptime = None
     if process.started_at is not None:
-        until = process.ended_at if process.status in PROCESS_TERMINAL and process.ended_at else now
+        until = process.ended_at if process.status in PROCESS_TERMINAL and process.ended_at else (as_of or now)
         uptime = _duration_text((until - process.started_at).total_seconds())
     ports = sorted(process.ports.items()) if isinstance(process.ports, dict) else []
     env = process.env_redacted if isinstance(process.env_redacted, dict) else {}
@@ -173,7 +181,8 @@ def _server_process_view(process: ServerProcess, now: datetime) -> dict[str, Any
         "cuda_visible_devices": redact_text(str(env["CUDA_VISIBLE_DEVICES"])) if "CUDA_VISIBLE_DEVICES" in env else None,
         "ports": ports,
         "gpu_verified": process.gpu_verified,
-        "health": _health_view(process, now),
+        "health": _health_view(process, now, as_of),
+        "as_of": _when(as_of, now) if as_of is not None and process.status not in PROCESS_TERMINAL else None,
         "has_log": _log_file(process) is not None,
     }
 
@@ -195,14 +204,19 @@ def _entry_url(deployment: Deployment, processes: list[ServerProcess]) -> str:
 
 def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]:
     """Everything the deployment page's live part shows: header facts, the process table and
-    the timeline (oldest first, at most :data:`TIMELINE_MAX_EVENTS` of the newest)."""
+    the timeline (oldest first, at most :data:`TIMELINE_MAX_EVENTS` of the newest). While the
+    node agent is offline, status, health, pinning and uptimes are as it last saw them
+    (``as_of``, ``state_note``) and the clocks stop at that time."""
     processes = list(selectors.deployment_processes(deployment=deployment))
     terminal = deployment.status in DEPLOYMENT_TERMINAL
     agent = _agent_view(deployment.node, now)
     events_qs = selectors.deployment_events(deployment=deployment)
     event_total = events_qs.count()
     events = list(events_qs.order_by("-at", "-id")[:TIMELINE_MAX_EVENTS])[::-1]
-    duration_label, duration = _deployment_duration(deployment, now)
+    as_of = services.deployment_as_last_seen(deployment=deployment)
+    duration_label, duration = _deployment_duration(deployment, as_of or now)
+    if as_of is not None:
+        duration += f" as of {as_of:%H:%M:%S} UTC (agent offline)"
     return {
         "deployment": deployment,
         "status_class": _status_class(deployment.status),
@@ -219,7 +233,9 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "ended": _when(deployment.ended_at, now),
         "duration": duration,
         "duration_label": duration_label,
-        "processes": [_server_process_view(p, now) for p in processes],
+        "processes": [_server_process_view(p, now, as_of) for p in processes],
+        "as_of": _when(as_of, now),
+        "state_note": services.deployment_state_note(deployment=deployment),
         "process_ids": ",".join(str(p.pk) for p in processes),
         "events": [{"row": e, "at": _when(e.at, now), "message": redact_text(e.message)} for e in events],
         "events_hidden": max(0, event_total - len(events)),

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from controlplane.realtime import deployment_group, node_group
 from controlplane.redaction import redact_text
-from deployments import selectors
+from deployments import selectors, services
 from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_TERMINAL, PROCESS_TERMINAL
 from deployments.models import ServerProcess
 from deployments.views.common import _gib, _status_class, role_page
@@ -57,13 +57,14 @@ def _deployment_tiles(now) -> list[dict[str, Any]]:
     for d in rows:
         ended = d.status in DEPLOYMENT_TERMINAL
         shown = [] if ended else [p for p in d.processes.all() if p.status not in PROCESS_TERMINAL]
+        as_of = services.deployment_as_last_seen(deployment=d)  # the agent is offline: not live
         tiles.append({
             "deployment": d,
             "group": deployment_group(d.pk),
             "ended": ended,
             "status_class": _status_class(d.status),
             "reason": redact_text(d.reason),
-            "processes": [{"row": p, "health": _health_view(p, now)} for p in shown],
+            "processes": [{"row": p, "health": _health_view(p, now, as_of)} for p in shown],
         })
     return tiles
 
