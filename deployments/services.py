@@ -591,7 +591,8 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
     redacted). The content is re-validated first, so an old version that no longer fits the
     node raises :class:`InvalidInput` rather than rendering a plan that would fail. With
     ``warn_ports`` (the dry-run) the plan's warnings also name ports an active deployment of
-    another recipe on the node holds (what a deploy now would refuse with 409).
+    another recipe on the node holds and GPUs a pending, starting or ready one books (what a
+    deploy now would refuse with 409).
     """
     if version is None or version == recipe.version:
         content = _content_of(recipe)
@@ -618,6 +619,7 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
                     f"(recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}: a deploy now "
                     "would be refused")
     if warn_ports:
+        plan.warnings.extend(f"{line}: a deploy now would be refused" for line in gpu_conflicts(plan=plan, recipe=recipe))
         plan.warnings.extend(cpu_sharing_warnings(plan=plan, recipe=recipe))
     return plan
 
@@ -828,6 +830,56 @@ def deployment_ports_in_use(*, node: Node, exclude_recipe: Recipe | None = None)
     return taken
 
 
+#: Deployment statuses whose GPUs count as booked: a deploy onto them is refused (409).
+GPU_BOOKING_STATUSES = (DeploymentStatus.PENDING, DeploymentStatus.STARTING, DeploymentStatus.READY)
+
+
+def deployment_gpus_in_use(*, node: Node, exclude_recipe: Recipe | None = None) -> dict[int, tuple[Deployment, str]]:
+    """GPUs booked on ``node`` by its pending, starting or ready deployments: GPU index (NVML)
+    → (deployment, role). A deployment's GPUs are those its process rows record plus those
+    its ``spec_snapshot`` renders to on the node now (a pending deployment has no rows yet).
+    ``exclude_recipe``'s deployments are left out."""
+    booked: dict[int, tuple[Deployment, str]] = {}
+    active = Deployment.objects.filter(node=node, status__in=GPU_BOOKING_STATUSES).select_related("recipe", "node")
+    if exclude_recipe is not None:
+        active = active.exclude(recipe=exclude_recipe)
+    for other in active.order_by("pk"):
+        for role, gpus in ServerProcess.objects.filter(deployment=other).values_list("role", "gpu_ids"):
+            for gpu in gpus if isinstance(gpus, list) else ():
+                booked.setdefault(int(gpu), (other, role))
+        try:
+            rendered = launch_plan_render(
+                engine=other.recipe.engine, topology=other.recipe.topology, spec=other.spec_snapshot,
+                node=node_facts_from_row(node), secret_values=None,
+            )
+        except InvalidInput:
+            continue  # the node changed under it; its process rows (above) still count
+        for spec in rendered.processes:
+            for gpu in spec.gpu_ids:
+                booked.setdefault(int(gpu), (other, spec.role))
+    return booked
+
+
+def gpu_conflicts(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
+    """One line per (process of ``plan``, deployment holding some of its GPUs): ``single GPUs
+    0-3 are booked by the single of deployment #7 (recipe 'seed-v4-flash-tp4', pending) on node
+    'seed-8gpu'`` (:func:`deployment_gpus_in_use`); empty when every GPU of the plan is free."""
+    booked = deployment_gpus_in_use(node=recipe.node, exclude_recipe=recipe)
+    lines: list[str] = []
+    for spec in plan.processes:
+        holders: dict[tuple[int, str], tuple[Deployment, str, list[int]]] = {}
+        for gpu in spec.gpu_ids:
+            if int(gpu) in booked:
+                other, role = booked[int(gpu)]
+                holders.setdefault((other.pk, role), (other, role, []))[2].append(int(gpu))
+        for other, role, gpus in holders.values():
+            lines.append(
+                f"{spec.role} GPU{'s' if len(gpus) > 1 else ''} {format_cpulist(gpus)} "
+                f"{'are' if len(gpus) > 1 else 'is'} booked by the {role} of deployment #{other.pk} "
+                f"(recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}")
+    return lines
+
+
 def deployment_cpus_in_use(*, node: Node, exclude_recipe: Recipe | None = None) -> dict[int, list[tuple[Deployment, str]]]:
     """CPUs pinned on ``node`` by its active deployments: CPU → [(deployment, role), ...]. A
     process counts with what it was pinned to (``effective_cpus`` read back from ``/proc``, else
@@ -895,6 +947,16 @@ def _check_ports_free(*, plan: LaunchPlan, recipe: Recipe) -> None:
                 )
 
 
+def _check_gpus_free(*, plan: LaunchPlan, recipe: Recipe) -> None:
+    """Raise :class:`Conflict` naming the GPUs of ``plan`` that a pending, starting or ready
+    deployment of another recipe on the same node books, and that deployment
+    (:func:`gpu_conflicts`)."""
+    conflicts = gpu_conflicts(plan=plan, recipe=recipe)
+    if conflicts:
+        text = "; ".join(conflicts)
+        raise Conflict(f"{text[:1].upper()}{text[1:]}; stop that deployment or choose other GPUs.")
+
+
 def deployment_create(*, recipe: Recipe, user) -> Deployment:
     """Deploy ``recipe``'s current version on its node: insert a ``pending`` deployment and,
     once the transaction commits, send ``deployment_start_task`` to ``node.<name>``.
@@ -910,7 +972,9 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
     so of two concurrent requests exactly one inserts. Also raises :class:`Conflict` when any
     port of the plan (http, bootstrap, side channel, metrics) is used by an active deployment
     of another recipe on the node (:func:`deployment_ports_in_use`); the node agent checks
-    again that each port is free before it spawns. The plan's warnings (what the dry-run shows)
+    again that each port is free before it spawns. Likewise when any GPU of the plan is booked
+    by a pending, starting or ready deployment of another recipe on the node
+    (:func:`gpu_conflicts`). The plan's warnings (what the dry-run shows)
     and the CPUs it shares with another deployment (:func:`cpu_sharing_warnings`) are recorded
     on the new deployment's timeline as ``warning`` entries.
     """
@@ -922,6 +986,7 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
             # anyway) so two recipes cannot both pass the port check below at once.
             Node.objects.select_for_update().filter(pk=recipe.node_id).first()
             _check_ports_free(plan=plan, recipe=recipe)
+            _check_gpus_free(plan=plan, recipe=recipe)
             deployment = Deployment.objects.create(
                 recipe=recipe,
                 recipe_version=recipe.version,

@@ -1,0 +1,64 @@
+"""Two deployments on the same GPUs of one node: refused like a port clash (409 naming the GPUs
+and the deployment holding them), and said in the dry-run before. Pending, starting and ready
+deployments book their GPUs; an ended one frees them."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from deployments.choices import DeploymentStatus
+from deployments.examples import example_recipe
+from deployments.models import Deployment
+from deployments.tests.factories import seed_node_create
+
+
+def _create(api, name: str, gpus: list[int] | None = None) -> dict:
+    tp4 = copy.deepcopy(example_recipe("seed-v4-flash-tp4"))
+    payload = {k: tp4[k] for k in ("engine", "topology", "node", "spec")}
+    payload["name"] = name
+    if gpus is not None:
+        payload["spec"]["roles"]["single"]["gpus"] = gpus
+        payload["spec"]["roles"]["single"]["numa_node"] = 1
+        payload["spec"]["roles"]["single"].pop("cpus", None)
+    # A port of its own, so the GPUs alone decide.
+    payload["spec"]["roles"]["single"]["port"] = payload["spec"]["roles"]["single"]["port"] + len(name)
+    response = api.post("/api/recipes/", payload, format="json")
+    assert response.status_code == 201, response.json()
+    return response.json()
+
+
+@pytest.mark.django_db
+def test_a_deploy_onto_gpus_another_deployment_books_is_refused_and_the_dry_run_says_so(
+        operator_api, django_capture_on_commit_callbacks):
+    seed_node_create()
+    first = _create(operator_api, "seed-v4-flash-tp4")
+    copy_ = _create(operator_api, "tp4-copy")
+    other_half = _create(operator_api, "tp4-other-half", gpus=[4, 5, 6, 7])
+    with django_capture_on_commit_callbacks(execute=False):  # no agent: it stays pending
+        response = operator_api.post("/api/deployments/", {"recipe": first["id"]}, format="json")
+    assert response.status_code == 201, response.json()
+    held = response.json()["id"]
+
+    expected = (f"single GPUs 0-3 are booked by the single of deployment #{held} (recipe 'seed-v4-flash-tp4', "
+                "pending) on node 'seed-8gpu'")
+    warnings = operator_api.get(f"/api/recipes/{copy_['id']}/dry-run/").json()["plan"]["warnings"]
+    assert f"{expected}: a deploy now would be refused" in warnings
+    refused = operator_api.post("/api/deployments/", {"recipe": copy_["id"]}, format="json")
+    assert refused.status_code == 409
+    assert refused.json()["detail"] == f"S{expected[1:]}; stop that deployment or choose other GPUs."
+    assert Deployment.objects.filter(recipe_id=copy_["id"]).count() == 0
+
+    # Other GPUs of the node are free.
+    assert not any("booked" in w for w in
+                   operator_api.get(f"/api/recipes/{other_half['id']}/dry-run/").json()["plan"]["warnings"])
+    with django_capture_on_commit_callbacks(execute=False):
+        assert operator_api.post("/api/deployments/", {"recipe": other_half["id"]}, format="json").status_code == 201
+
+    # Starting and ready deployments book their GPUs too; a stopped one frees them.
+    for status in (DeploymentStatus.STARTING, DeploymentStatus.READY):
+        Deployment.objects.filter(pk=held).update(status=status)
+        assert operator_api.post("/api/deployments/", {"recipe": copy_["id"]}, format="json").status_code == 409
+    Deployment.objects.filter(pk=held).update(status=DeploymentStatus.STOPPED)
+    with django_capture_on_commit_callbacks(execute=False):
+        assert operator_api.post("/api/deployments/", {"recipe": copy_["id"]}, format="json").status_code == 201
