@@ -1021,8 +1021,9 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
     that was ready before this pass (a worker came back from a restart), ``gate``, the
     router's readiness run by :func:`_router_gate`, must have passed too; while it fails the
     deployment stays starting and its ``reason`` says ``waiting for a streamed request through
-    the router to yield a token (worker ready 12.3s ago[, beyond the startup timeout of 60s]):
-    <what the router answered>``."""
+    the router to yield a token (workers ready 12.3s ago[, beyond the startup timeout of 60s]):
+    <what the router answered>``. The ``ready`` event says how long after the crash it is ready
+    again (and after its detection, when that came late), and what the router answered."""
     if deployment.status != DeploymentStatus.STARTING:
         return
     expected = len(_plan_for(deployment, with_secrets=False).processes)
@@ -1031,7 +1032,7 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
         return
     now = timezone.now()
     router = next((row for row in rows if row.role == "router"), None)
-    through_router = ""
+    router_answer = ""
     if router is not None and router.ready_at is not None:
         workers_ready = max((row.ready_at for row in rows if row.role != "router" and row.ready_at), default=None)
         if workers_ready is not None and workers_ready > router.ready_at:
@@ -1049,7 +1050,7 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
                     _deployment_event(deployment, "probe", reason)
                 deployment.reason = reason
                 return
-            through_router = f" ({gate.detail})"
+            router_answer = gate.detail
     if Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING, cancel_requested=False).update(
         status=DeploymentStatus.READY, ready_at=now, updated_at=now, reason=""
     ):
@@ -1059,7 +1060,7 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
             # Back from a restart: the time since the deploy request would count the hours it
             # served before the crash.
             took = (now - crash.at).total_seconds()
-            notes = [gate.detail] if through_router else []
+            notes = [router_answer] if router_answer else []
             noticed = (ProcessEvent.objects.filter(process=crash.process_id, kind="restarting", at__gte=crash.at)
                        .order_by("at", "id").first() if crash.process_id else None)
             if noticed is not None and (noticed.at - crash.at).total_seconds() > NOTICED_LATE_S:
