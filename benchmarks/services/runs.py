@@ -622,7 +622,8 @@ def _ci_text(bounds: list[float | None] | None, stat: str, count: int | None) ->
         return f"{low}–{high_text} ms"
     need = (f", which needs {min_samples_for_upper_bound(int(stat[1:]) / 100.0)} requests"
             if stat.startswith("p") and stat[1:].isdigit() else "")
-    return f"{low} ms, not bounded above by {count if count is not None else 'its'} requests{need}"
+    start = f"at least {low} ms" if low_text is not None else low
+    return f"{start}, not bounded above by {count if count is not None else 'its'} requests{need}"
 
 
 def _ci_overlap(key: str, ranked: list[tuple[float, int]], entries: Mapping[int, Mapping[str, Any]],

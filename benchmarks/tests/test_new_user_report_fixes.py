@@ -115,7 +115,7 @@ def test_it_writes_confidence_interval_notes_in_plain_figures() -> None:
     ids, note = _ci_overlap("e2e_ms.p99", [(24688.0, 1), (24890.0, 2)], entries, higher_better=False)
     assert ids == [1, 2]
     assert note.startswith("E2E p99: run #1 is named best (24,688 ms against #2's 24,890 ms), but their 95 % "
-                           "confidence intervals overlap (#1: 24,000–25,100 ms; #2: 24,900 ms, not bounded above "
+                           "confidence intervals overlap (#1: 24,000–25,100 ms; #2: at least 24,900 ms, not bounded above "
                            "by 400 requests, which needs 368 requests)"), note
 
 
