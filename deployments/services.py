@@ -809,14 +809,26 @@ def deployment_ports_in_use(*, node: Node, exclude_recipe: Recipe | None = None)
     host, since a process bound to ``0.0.0.0`` clashes with one on any address.
     ``exclude_recipe``'s deployments are left out (one active deployment per recipe is already
     enforced by the unique index)."""
-    taken: dict[int, tuple[Deployment, str]] = {}
-    active = Deployment.objects.filter(node=node, status__in=DEPLOYMENT_ACTIVE).select_related("recipe", "node")
+    return _node_bookings(node=node, statuses=DEPLOYMENT_ACTIVE, exclude_recipe=exclude_recipe, row_field="ports",
+                          of_process=lambda spec: spec.ports.values())
+
+
+def _node_bookings(*, node: Node, statuses, exclude_recipe: Recipe | None, row_field: str,
+                   of_process) -> dict[int, tuple[Deployment, str]]:
+    """What ``node``'s deployments in ``statuses`` hold of one numbered resource (ports, GPUs):
+    number → (deployment, role), the first holder kept. A deployment holds what its process rows
+    record in ``row_field`` (a dict's values or a list) plus what ``of_process`` gives for each
+    process its ``spec_snapshot`` renders to on the node now (a pending deployment has no rows
+    yet); ``exclude_recipe``'s deployments are left out."""
+    booked: dict[int, tuple[Deployment, str]] = {}
+    active = Deployment.objects.filter(node=node, status__in=statuses).select_related("recipe", "node")
     if exclude_recipe is not None:
         active = active.exclude(recipe=exclude_recipe)
     for other in active.order_by("pk"):
-        for role, ports in ServerProcess.objects.filter(deployment=other).values_list("role", "ports"):
-            for port in (ports or {}).values() if isinstance(ports, dict) else ():
-                taken.setdefault(int(port), (other, role))
+        for role, held in ServerProcess.objects.filter(deployment=other).values_list("role", row_field):
+            items = held.values() if isinstance(held, dict) else held if isinstance(held, list) else ()
+            for item in items:
+                booked.setdefault(int(item), (other, role))
         try:
             rendered = launch_plan_render(
                 engine=other.recipe.engine, topology=other.recipe.topology, spec=other.spec_snapshot,
@@ -825,9 +837,9 @@ def deployment_ports_in_use(*, node: Node, exclude_recipe: Recipe | None = None)
         except InvalidInput:
             continue  # the node changed under it; its process rows (above) still count
         for spec in rendered.processes:
-            for port in spec.ports.values():
-                taken.setdefault(int(port), (other, spec.role))
-    return taken
+            for item in of_process(spec):
+                booked.setdefault(int(item), (other, spec.role))
+    return booked
 
 
 #: Deployment statuses whose GPUs count as booked: a deploy onto them is refused (409).
@@ -839,25 +851,8 @@ def deployment_gpus_in_use(*, node: Node, exclude_recipe: Recipe | None = None) 
     → (deployment, role). A deployment's GPUs are those its process rows record plus those
     its ``spec_snapshot`` renders to on the node now (a pending deployment has no rows yet).
     ``exclude_recipe``'s deployments are left out."""
-    booked: dict[int, tuple[Deployment, str]] = {}
-    active = Deployment.objects.filter(node=node, status__in=GPU_BOOKING_STATUSES).select_related("recipe", "node")
-    if exclude_recipe is not None:
-        active = active.exclude(recipe=exclude_recipe)
-    for other in active.order_by("pk"):
-        for role, gpus in ServerProcess.objects.filter(deployment=other).values_list("role", "gpu_ids"):
-            for gpu in gpus if isinstance(gpus, list) else ():
-                booked.setdefault(int(gpu), (other, role))
-        try:
-            rendered = launch_plan_render(
-                engine=other.recipe.engine, topology=other.recipe.topology, spec=other.spec_snapshot,
-                node=node_facts_from_row(node), secret_values=None,
-            )
-        except InvalidInput:
-            continue  # the node changed under it; its process rows (above) still count
-        for spec in rendered.processes:
-            for gpu in spec.gpu_ids:
-                booked.setdefault(int(gpu), (other, spec.role))
-    return booked
+    return _node_bookings(node=node, statuses=GPU_BOOKING_STATUSES, exclude_recipe=exclude_recipe,
+                          row_field="gpu_ids", of_process=lambda spec: spec.gpu_ids)
 
 
 def gpu_conflicts(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
