@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-__all__ = ["CONFIDENCE", "ci95", "mean_ci", "quantile_ci", "quantile_ranks", "min_samples_for_upper_bound", "t_quantile_975"]
+__all__ = ["CONFIDENCE", "ci95", "mean_ci", "min_samples_for_interval", "quantile_ci", "quantile_ranks", "min_samples_for_upper_bound", "t_quantile_975"]
 
 #: The confidence level of every interval here.
 CONFIDENCE = 0.95
@@ -123,13 +123,31 @@ def mean_ci(values: np.ndarray) -> tuple[float, float] | None:
     return mean - half, mean + half
 
 
+def min_samples_for_interval(stat: str, confidence: float = CONFIDENCE) -> int:
+    """The fewest samples that bound ``stat`` (``"mean"`` or ``"p<q>"``, e.g. ``"p50"``) on both
+    sides at ``confidence``: 2 for the mean (a spread needs two), and for a quantile the larger of
+    what its lower bound needs (``(1 - q) ** n ≤ α/2``) and its upper bound needs (``q ** n ≤
+    α/2``): 6 for p50, 36 for p90, 368 for p99.
+
+    Raises:
+        ValueError: ``stat`` is neither ``mean`` nor ``p`` and a whole percent in 1..99.
+    """
+    if stat == "mean":
+        return 2
+    if not (stat.startswith("p") and stat[1:].isdigit() and 0 < int(stat[1:]) < 100):
+        raise ValueError(f"stat must be 'mean' or 'p1'..'p99', got {stat!r}")
+    q = int(stat[1:]) / 100.0
+    return max(min_samples_for_upper_bound(q, confidence), min_samples_for_upper_bound(1.0 - q, confidence))
+
+
 def ci95(values: np.ndarray, percentiles: tuple[int, ...] = (50, 90, 99)) -> dict[str, list[float | None] | None]:
     """``{"mean": [low, high], "p50": [low, high], ...}``: the 95 % interval of each statistic of
     ``values`` (finite samples, one per request), in their unit, ``None`` in a bound the sample
-    cannot give and for the whole entry of an empty sample (or the mean of one sample)."""
+    cannot give (both bounds of the mean of one sample; :func:`min_samples_for_interval` says how
+    many samples a statistic needs). An empty sample has no entries: each is ``None``."""
     if values.size == 0:
         return {"mean": None, **{f"p{p}": None for p in percentiles}}
     ordered = np.sort(values)
     mean = mean_ci(values)
-    return {"mean": None if mean is None else [mean[0], mean[1]],
+    return {"mean": [None, None] if mean is None else [mean[0], mean[1]],
             **{f"p{p}": list(quantile_ci(ordered, p / 100.0)) for p in percentiles}}

@@ -38,7 +38,7 @@ from benchmarks.importers import import_results
 from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
-from benchmarks.loadgen.uncertainty import min_samples_for_upper_bound
+from benchmarks.loadgen.uncertainty import min_samples_for_interval
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import summary_point
 from controlplane.csvsafe import csv_text
@@ -614,16 +614,19 @@ def run_ci95_ms(*, run: BenchmarkRun) -> dict[str, dict[str, list[float | None] 
 
 
 def _ci_text(bounds: list[float | None] | None, stat: str, count: int | None) -> str:
-    if bounds is None:
-        return "no interval"
+    """One run's interval in a comparison note: ``24,000–25,100 ms``; ``at least 24,900 ms, not
+    bounded above by its 100 requests (a p99 needs 368)``; ``no interval from its 1 request (a p50
+    needs 6)``."""
+    requests = "its requests" if count is None else f"its {count} request{'' if count == 1 else 's'}"
+    need = f"a {stat} needs {min_samples_for_interval(stat)}"
+    if bounds is None or all(b is None for b in bounds):
+        return f"no interval from {requests} ({need})"
     low_text, high_text = plain_figures(bounds, digits=4)
-    low = "not bounded below" if low_text is None else low_text
-    if high_text is not None:
-        return f"{low}–{high_text} ms"
-    need = (f", which needs {min_samples_for_upper_bound(int(stat[1:]) / 100.0)} requests"
-            if stat.startswith("p") and stat[1:].isdigit() else "")
-    start = f"at least {low} ms" if low_text is not None else low
-    return f"{start}, not bounded above by {count if count is not None else 'its'} requests{need}"
+    if low_text is not None and high_text is not None:
+        return f"{low_text}–{high_text} ms"
+    if high_text is None:
+        return f"at least {low_text} ms, not bounded above by {requests} ({need})"
+    return f"at most {high_text} ms, not bounded below by {requests} ({need})"
 
 
 def _ci_overlap(key: str, ranked: list[tuple[float, int]], entries: Mapping[int, Mapping[str, Any]],
@@ -638,11 +641,11 @@ def _ci_overlap(key: str, ranked: list[tuple[float, int]], entries: Mapping[int,
     (best_value, best_id), (next_value, next_id) = ranked[0], ranked[1]
     cis = []
     for rid in (best_id, next_id):
-        by_stem = entries[rid].get("ci95_ms") or {}
-        bounds = (by_stem.get(stem) or {}).get(stat)
-        if bounds is None:
-            return None
-        cis.append(bounds)
+        by_stem = entries[rid].get("ci95_ms")
+        if not by_stem or stem not in by_stem:
+            return None   # a run without per-request samples (imported): nothing to say
+        # A statistic its requests cannot bound (the mean of one request) is unbounded both ways.
+        cis.append((by_stem.get(stem) or {}).get(stat) or [None, None])
     (_, best_high), (next_low, _) = cis
     if best_high is not None and next_low is not None and best_high < next_low:
         return None

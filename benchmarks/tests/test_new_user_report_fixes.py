@@ -116,7 +116,7 @@ def test_it_writes_confidence_interval_notes_in_plain_figures() -> None:
     assert ids == [1, 2]
     assert note.startswith("E2E p99: run #1 is named best (24,688 ms against #2's 24,890 ms), but their 95 % "
                            "confidence intervals overlap (#1: 24,000–25,100 ms; #2: at least 24,900 ms, not bounded above "
-                           "by 400 requests, which needs 368 requests)"), note
+                           "by its 400 requests (a p99 needs 368))"), note
 
 
 # --- 5. the comparison's baseline takes one id, and says so ------------------------------------

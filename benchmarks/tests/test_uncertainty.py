@@ -111,7 +111,7 @@ def test_too_few_requests_leave_the_p99_unbounded_and_the_note_says_how_many_are
     result = runs_compare(runs=[a, b])
     assert run_ci95_ms(run=a)["ttft_ms"]["p99"][1] is None
     note = next(n for n in result["notes"] if n.startswith("TTFT p99:"))
-    assert "not bounded above by 100 requests, which needs 368 requests" in note
+    assert "not bounded above by its 100 requests (a p99 needs 368)" in note
     # An imported run has no intervals, so nothing is said about them.
     imported = BenchmarkRun.objects.create(source="imported", status="done", concurrency=8, input_len=128,
                                            output_len=64, summary={"requests": 4, "successes": 4, "failures": 0,
@@ -122,17 +122,44 @@ def test_too_few_requests_leave_the_p99_unbounded_and_the_note_says_how_many_are
 
 
 @pytest.mark.django_db
-def test_the_run_page_shows_the_intervals_and_their_caveat(client, viewer):
+def test_the_run_page_shows_the_intervals_under_each_latency_and_their_caveat(client, viewer):
     rng = np.random.default_rng(2)
     values = rng.lognormal(-3.0, 0.4, 100)
     run = _run({"ttft": values, "tpot": values / 10, "e2e": values * 10})
     client.force_login(viewer)
     page = client.get(f"/benchmarks/runs/{run.pk}/").content.decode()
-    assert "95 % confidence interval (ms)" in page
+    assert "with each statistic's 95 % confidence interval under it" in page
+    assert page.count('<tr class="ci-row"><td>95 % CI</td>') == 3  # TTFT, TPOT, E2E; not ITL
     ci = run_ci95_ms(run=run)["ttft_ms"]
-    assert f"{ci['p50'][0]:.2f}–{ci['p50'][1]:.2f}" in page
-    assert f"≥ {ci['p99'][0]:.2f} (needs 368 requests)" in page  # 100 requests cannot bound a p99
+    assert f"{ci['p50'][0]:.1f}–{ci['p50'][1]:.1f}" in page   # tens of ms: one decimal
+    low = ci['p99'][0]
+    assert f"≥ {low:.0f} (needs 368)" in page if low >= 100 else f"≥ {low:.1f} (needs 368)" in page  # no upper bound
     assert "which the requests of one run are not" in page
     imported = BenchmarkRun.objects.create(source="imported", status="done", summary={"ttft_ms": {"p99": 1.0}},
                                            original_text="{}", original_filename="b.json")
-    assert "95 % confidence interval" not in client.get(f"/benchmarks/runs/{imported.pk}/").content.decode()
+    assert "95 % CI" not in client.get(f"/benchmarks/runs/{imported.pk}/").content.decode()
+
+
+@pytest.mark.django_db
+def test_one_request_gives_no_interval_and_the_page_and_notes_say_how_many_are_needed(client, viewer):
+    one = np.array([0.05])
+    a = _run({"ttft": one, "tpot": one / 10, "e2e": one * 10})
+    b = _run({"ttft": one * 1.2, "tpot": one / 10 * 1.2, "e2e": one * 12})
+    assert a.summary["ttft_s"]["ci95"] == {"mean": [None, None], "p50": [None, None], "p90": [None, None],
+                                           "p99": [0.05, None]}
+    client.force_login(viewer)
+    page = client.get(f"/benchmarks/runs/{a.pk}/").content.decode()
+    assert "<td class=\"num\">needs 2</td><td class=\"num\">needs 6</td><td class=\"num\">needs 36</td><td class=\"num\">≥ 50.0 (needs 368)</td>" in page
+    result = runs_compare(runs=[a, b])
+    # the mean of one request has no interval, so no best mean can be told from noise
+    assert result["uncertain"]["ttft_ms.mean"] == [a.pk, b.pk]
+    note = next(n for n in result["notes"] if n.startswith("TTFT mean:"))
+    assert f"#{a.pk}: no interval from its 1 request (a mean needs 2)" in note
+
+
+def test_min_samples_for_interval():
+    from benchmarks.loadgen.uncertainty import min_samples_for_interval
+
+    assert [min_samples_for_interval(s) for s in ("mean", "p50", "p90", "p99")] == [2, 6, 36, 368]
+    with pytest.raises(ValueError):
+        min_samples_for_interval("p100")

@@ -18,7 +18,7 @@ from benchmarks.choices import RunSource
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
-from benchmarks.loadgen.uncertainty import min_samples_for_upper_bound
+from benchmarks.loadgen.uncertainty import min_samples_for_interval
 from benchmarks.services.runs import (plain_figures, run_ci95_ms, run_records_csv, run_slo, runs_compare_csv,
                                      slo_text)
 from benchmarks.views.charts import (
@@ -67,33 +67,42 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     })
 
 
-#: The statistics of the run page's confidence-interval table, in its column order.
+#: The statistics of the run page's confidence-interval rows, in the latency table's column order.
 CI_STATS = ("mean", "p50", "p90", "p99")
 
 
+def _ci_ms(value: float) -> str:
+    """A bound in ms with the digits the latency table's neighbours make meaningful: whole ms from
+    100 ms, one decimal from 10 ms, two below."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
 def _ci_cell(bounds: Sequence[float | None] | None, stat: str) -> str:
-    """One interval as the page shows it, in ms: ``12.31–14.02``; ``≥ 12.31 (needs 368 requests)``
-    where the run's requests cannot bound it from above; ``—`` where there is none."""
-    if bounds is None or all(b is None for b in bounds):
+    """One interval as the run page shows it, in ms: ``2336–4718``; ``≥ 4718 (needs 36)`` where the
+    run's requests bound it from below only (36 requests would bound it on both sides);
+    ``needs 6`` where they bound it on neither side; ``—`` where there is no sample at all."""
+    if bounds is None:
         return "—"
     low, high = bounds
+    need = min_samples_for_interval(stat)
+    if low is None and high is None:
+        return f"needs {need}"
     if high is None:
-        need = f" (needs {min_samples_for_upper_bound(int(stat[1:]) / 100.0)} requests)" if stat != "mean" else ""
-        return f"≥ {low:.2f}{need}"
+        return f"≥ {_ci_ms(low)} (needs {need})"
     if low is None:
-        return f"≤ {high:.2f}"
-    return f"{low:.2f}–{high:.2f}"
+        return f"≤ {_ci_ms(high)} (needs {need})"
+    return f"{_ci_ms(low)}–{_ci_ms(high)}"
 
 
-def _ci_rows(run: BenchmarkRun) -> list[tuple[str, list[str]]]:
-    """``[(latency label, [cell per CI_STATS])]`` for TTFT, TPOT and E2E (:func:`run_ci95_ms`);
-    empty for a run whose summary holds no intervals (imported)."""
+def _ci_rows(run: BenchmarkRun) -> dict[str, list[str]]:
+    """``{"ttft": [cell per CI_STATS], "tpot": [...], "e2e": [...]}`` for the latency table's
+    interval rows (:func:`run_ci95_ms`); empty for a run whose summary holds no intervals
+    (imported)."""
     by_stem = run_ci95_ms(run=run)
     if not by_stem:
-        return []
-    labels = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "e2e_ms": "E2E"}
-    return [(labels[stem], [_ci_cell(cis.get(stat), stat) for stat in CI_STATS])
-            for stem, cis in by_stem.items() if stem in labels]
+        return {}
+    return {stem.removesuffix("_ms"): [_ci_cell(cis.get(stat), stat) for stat in CI_STATS]
+            for stem, cis in by_stem.items()}
 
 
 # What "client CPU per streamed event" measures, shown as the fact's tooltip and under the table.
