@@ -128,7 +128,7 @@ def test_the_run_page_shows_the_intervals_under_each_latency_and_their_caveat(cl
     run = _run({"ttft": values, "tpot": values / 10, "e2e": values * 10})
     client.force_login(viewer)
     page = client.get(f"/benchmarks/runs/{run.pk}/").content.decode()
-    assert "with each statistic's 95 % confidence interval under it" in page
+    assert "95 % CI under each" in page
     assert page.count('<tr class="ci-row"><td>95 % CI</td>') == 3  # TTFT, TPOT, E2E; not ITL
     ci = run_ci95_ms(run=run)["ttft_ms"]
     assert f"{ci['p50'][0]:.1f}–{ci['p50'][1]:.1f}" in page   # tens of ms: one decimal
