@@ -20,7 +20,8 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseRedirect
+from django.urls import reverse
 from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.errors import CeilingError, InvalidInput
@@ -30,6 +31,10 @@ from deployments.forms import RecipeAdminForm, RecipeRevertAdminForm, SecretAdmi
 from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess
 
 GIB = 1024**3
+
+#: Shown on a version page of a deleted recipe, and the error of a revert sent from one.
+DELETED_RECIPE_REVERT = ("This recipe was deleted: a deleted recipe cannot be brought back from its versions; "
+                         "create it anew.")
 
 
 def _gib(value: int | None) -> str:
@@ -262,10 +267,25 @@ class RecipeAdmin(SimpleHistoryAdmin):
                 for row in services.content_diff(_history_content(older, node_names), _history_content(newer, node_names))
             ]
 
+    def revert_disabled(self, request: HttpRequest, obj: Recipe | None = None) -> bool:
+        """No "Revert" button on a version of a deleted recipe (nothing is left to revert)."""
+        if obj is not None and obj.pk and not Recipe.objects.filter(pk=obj.pk).exists():
+            return True
+        return super().revert_disabled(request, obj)
+
     def history_form_view(self, request: HttpRequest, object_id: str, version_id: str, extra_context=None):
         """simple-history's page of one version: anyone who may view recipes may read it, only
         who may change them may send it (its form is a revert; simple-history asks only for the
-        view permission before saving it)."""
+        view permission before saving it). A version of a deleted recipe is shown read-only
+        with :data:`DELETED_RECIPE_REVERT`; sending it redirects to the History page with that
+        message as an error and saves nothing."""
+        if not Recipe.objects.filter(pk=object_id).exists() and Recipe.history.filter(
+                id=object_id, history_id=version_id).exists():
+            if request.method == "POST":
+                self.message_user(request, f"Not reverted: {DELETED_RECIPE_REVERT}", level=messages.ERROR)
+                return HttpResponseRedirect(reverse("admin:deployments_recipe_history", args=[object_id]))
+            self.message_user(request, DELETED_RECIPE_REVERT, level=messages.WARNING)
+            return super().history_form_view(request, object_id, version_id, extra_context=extra_context)
         if request.method == "POST" and not self.has_change_permission(request, self.get_object(request, object_id)):
             raise PermissionDenied("Your role does not allow reverting a recipe (operator or admin).")
         return super().history_form_view(request, object_id, version_id, extra_context=extra_context)

@@ -188,3 +188,28 @@ def test_a_version_page_shows_when_that_version_was_saved(admin_client, two_vers
     assert "2031" not in text
     # the recipe's own change page keeps its "Updated at"
     assert "Updated at" in _errors(admin_client.get(_change_url(two_versions)).content.decode())
+
+
+def test_a_version_of_a_deleted_recipe_refuses_to_revert_without_an_error_page(admin_client, two_versions):
+    from deployments.models import Recipe as RecipeModel
+    pk = two_versions.pk
+    newest = RecipeModel.history.filter(id=pk).order_by("-history_date").first()
+    delete = admin_client.post(reverse("admin:deployments_recipe_delete", args=[pk]), {"post": "yes"})
+    assert delete.status_code == 302 and not RecipeModel.objects.filter(pk=pk).exists()
+    for history_id in (RecipeModel.history.filter(id=pk).order_by("-history_date").first().history_id,
+                       newest.history_id):
+        url = reverse("admin:deployments_recipe_simple_history", args=[pk, history_id])
+        page = admin_client.get(url)
+        assert page.status_code == 200
+        text = _errors(page.content.decode())
+        assert ("This recipe was deleted: a deleted recipe cannot be brought back from its versions; "
+                "create it anew.") in text
+        assert 'name="_save"' not in page.content.decode() and "Press the 'Revert' button" not in text
+        form = _page_form(page.content.decode())
+        refused = admin_client.post(url, form)
+        assert refused.status_code == 302
+        assert refused["Location"] == reverse("admin:deployments_recipe_history", args=[pk])
+        shown = _errors(admin_client.get(refused["Location"]).content.decode())
+        assert "Not reverted: This recipe was deleted" in shown
+        assert not RecipeModel.objects.filter(pk=pk).exists()
+        assert RecipeModel.history.filter(id=pk).count() == 3
