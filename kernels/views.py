@@ -613,8 +613,10 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
                  .order_by("package__name", "device_name", "shape", "batch")[:300])
     share = _float_param(request, "share", errors)
     speedup = _float_param(request, "speedup", errors)
-    # Out of range: the same message as the API's, whatever the value (kernels.whatif.SHARE_RANGE).
-    errors.update(whatif_input_errors(**{k: v for k, v in (("share", share), ("speedup", speedup)) if v is not None}))
+    # Out of range: the same message as the API's, naming the value as given (kernels.whatif.range_refusal).
+    errors.update(whatif_input_errors(
+        shown={k: request.GET.get(k, "").strip() for k in ("share", "speedup")},
+        **{k: v for k, v in (("share", share), ("speedup", speedup)) if v is not None}))
     sweep_raw, best_raw = request.GET.get("sweep", ""), request.GET.get("best", "")
     form = {"sweep": sweep_raw, "share": share if share is not None else DEFAULT_SHARE,
             "speedup": "" if speedup is None else speedup, "best": best_raw}

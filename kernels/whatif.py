@@ -50,8 +50,8 @@ MAX_SPEEDUP = 1000.0
 #: these, not ignored (a misspelt ``shares=0.5`` would otherwise project with the default share).
 WHATIF_KEYS = ("sweep", "share", "speedup", "best")
 
-# The one message for a share or speedup outside its range, whatever the value and wherever it is
-# checked (this module, the API's query serializer, the what-if page).
+# The one message for a share or speedup outside its range wherever it is checked (this module,
+# the API's query serializer, the what-if page), followed by the refused value (range_refusal).
 SHARE_RANGE = ("must be a fraction in (0, 1]: the part of the decode step time the kernel takes "
                "(0.63 = 63%; at 0 there is nothing to speed up)")
 SPEEDUP_RANGE = (f"must be a number in [{MIN_SPEEDUP:g}, {MAX_SPEEDUP:g}]: how many times faster the kernel "
@@ -67,19 +67,37 @@ _RANGES = {"share": (0.0, False, 1.0, SHARE_RANGE), "speedup": (MIN_SPEEDUP, Tru
 NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:[+-]?(?:nan|inf|infinity))")
 
 
-def whatif_input_errors(**values: float) -> dict[str, list[str]]:
+def number_text(value: float) -> str:
+    """``value`` as a refusal quotes it, the way JSON writes a number: ``0``, ``20000``, ``2.5``,
+    ``1e-300`` (a whole number without ``.0``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value) if isinstance(value, float) and math.isfinite(value) else str(value)
+
+
+def range_refusal(name: str, shown: str) -> str:
+    """The out-of-range message of the what-if's ``share`` or ``speedup``
+    (:data:`SHARE_RANGE`, :data:`SPEEDUP_RANGE`) naming the refused value: ``…, got 0``."""
+    return f"{_RANGES[name][3]}, got {shown}"
+
+
+def whatif_input_errors(*, shown: dict[str, str] | None = None, **values: float) -> dict[str, list[str]]:
     """Check the ``share`` and/or ``speedup`` given (keyword arguments; only those are checked)
     against 0 < share <= 1 and :data:`MIN_SPEEDUP` <= speedup <= :data:`MAX_SPEEDUP` (×):
-    ``{"share": [SHARE_RANGE], "speedup": [SPEEDUP_RANGE]}`` for those outside (a value that is
-    not a finite number included), ``{}`` when all are in range."""
+    ``{"share": [SHARE_RANGE + ", got 0"], …}`` for those outside (a value that is not a finite
+    number included), ``{}`` when all are in range. The refused value is quoted as ``shown``
+    gives it (the text of the query, ``1e9``), else as :func:`number_text` writes it."""
     errors: dict[str, list[str]] = {}
     for name, value in values.items():
-        low, low_included, top, message = _RANGES[name]
+        low, low_included, top, _message = _RANGES[name]
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         in_range = number and math.isfinite(value) and (low <= value if low_included else low < value) \
             and value <= top
         if not in_range:
-            errors[name] = [message]
+            text = (shown or {}).get(name) or number_text(value)
+            errors[name] = [range_refusal(name, text[:40])]
     return errors
 
 

@@ -286,10 +286,10 @@ class WhatIfQuerySerializer(serializers.Serializer):
     best = IdField(required=False)
 
     def validate_share(self, value: float) -> float:
-        return _in_range("share", value)
+        return _in_range("share", value, self.initial_data)
 
     def validate_speedup(self, value: float) -> float:
-        return _in_range("speedup", value)
+        return _in_range("speedup", value, self.initial_data)
 
     def validate(self, attrs: dict) -> dict:
         if ("speedup" in attrs) == ("best" in attrs):
@@ -298,10 +298,13 @@ class WhatIfQuerySerializer(serializers.Serializer):
         return attrs
 
 
-def _in_range(name: str, value: float) -> float:
+def _in_range(name: str, value: float, given: Mapping | None) -> float:
     """``value`` of the what-if's ``share`` or ``speedup``; a ValidationError with
-    :func:`kernels.whatif.whatif_input_errors`' message when it is out of range."""
-    errors = whatif_input_errors(**{name: value})
+    :func:`kernels.whatif.whatif_input_errors`' message, quoting the query's text of it
+    (``got 1e9``), when it is out of range."""
+    raw = given.get(name) if isinstance(given, Mapping) else None
+    shown = {name: raw.strip()} if isinstance(raw, str) and raw.strip() else None
+    errors = whatif_input_errors(shown=shown, **{name: value})
     if errors:
         raise serializers.ValidationError(errors[name])
     return value

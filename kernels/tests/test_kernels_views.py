@@ -172,7 +172,7 @@ def test_the_whatif_page_shows_measured_and_projected_numbers(viewer, seed_pd_sw
     refused = c.get(f"/kernels/whatif/?sweep={sweep.pk}&share=2&speedup=3")
     assert refused.status_code == 400 and c.get("/kernels/whatif/").status_code == 200
     err = refused.content.decode()
-    assert "must be a fraction in (0, 1]" in err
+    assert "must be a fraction in (0, 1]" in err and "nothing to speed up), got 2" in err
     assert "Give a speedup" in c.get(f"/kernels/whatif/?sweep={sweep.pk}").content.decode()
 
 

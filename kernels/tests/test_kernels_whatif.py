@@ -8,7 +8,7 @@ from django.test import Client
 
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from controlplane.errors import InvalidInput
-from kernels.whatif import SHARE_RANGE, SPEEDUP_RANGE, decode_factor, whatif_compute
+from kernels.whatif import SHARE_RANGE, SPEEDUP_RANGE, decode_factor, range_refusal, whatif_compute
 
 SEED = "seed-sm120-fallback"
 
@@ -35,6 +35,8 @@ def test_the_decode_factor_is_amdahls_law_on_one_step():
 
 BAD_SPEEDUPS = ("-3", "0", "-0.0", "1001", "nan", "inf", "1e-320", "1e-300", "0.0009")
 BAD_SHARES = ("-1", "0", "1.5", "nan")
+# how a refusal writes the number float(raw) when no query text is at hand (as JSON writes it)
+SHOWN = {"-0.0": "0", "1e-320": "1e-320", "1001": "1001", "nan": "nan", "inf": "inf"}
 
 
 def test_an_out_of_range_share_or_speedup_gets_one_message_whatever_the_value():
@@ -43,11 +45,11 @@ def test_an_out_of_range_share_or_speedup_gets_one_message_whatever_the_value():
     for raw in BAD_SPEEDUPS:
         with pytest.raises(InvalidInput) as err:
             decode_factor(share=0.63, speedup=float(raw))
-        assert err.value.errors == {"speedup": [SPEEDUP_RANGE]}, raw
+        assert err.value.errors == {"speedup": [f"{SPEEDUP_RANGE}, got {SHOWN.get(raw, raw)}"]}, raw
     for raw in BAD_SHARES:
         with pytest.raises(InvalidInput) as err:
             decode_factor(share=float(raw), speedup=2.0)
-        assert err.value.errors == {"share": [SHARE_RANGE]}, raw
+        assert err.value.errors == {"share": [f"{SHARE_RANGE}, got {SHOWN.get(raw, raw)}"]}, raw
     assert decode_factor(share=1.0, speedup=1000.0) == pytest.approx(0.001)  # both ends included
     assert decode_factor(share=1.0, speedup=0.001) == pytest.approx(1000.0)
 
@@ -58,21 +60,29 @@ def test_the_api_and_the_page_refuse_an_out_of_range_value_with_that_message(vie
     page.force_login(viewer)
     for raw in BAD_SPEEDUPS:
         resp = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "speedup": raw})
-        said = f"'{raw}' is not a finite number" if raw in ("nan", "inf") else SPEEDUP_RANGE
+        said = f"'{raw}' is not a finite number" if raw in ("nan", "inf") else range_refusal("speedup", raw)
         assert resp.status_code == 400 and resp.json() == {"speedup": [said]}, raw
         if raw not in ("nan", "inf"):  # the page says those are not finite numbers before any range
             body = page.get(f"/kernels/whatif/?sweep={sweep.pk}&speedup={raw}").content.decode()
-            assert html.escape(SPEEDUP_RANGE) in body and "Projected (tok/s)" not in body, raw
+            assert html.escape(range_refusal("speedup", raw)) in body and "Projected (tok/s)" not in body, raw
     for raw in BAD_SHARES:
         resp = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": raw, "speedup": 2})
-        said = f"'{raw}' is not a finite number" if raw == "nan" else SHARE_RANGE
+        said = f"'{raw}' is not a finite number" if raw == "nan" else range_refusal("share", raw)
         assert resp.status_code == 400 and resp.json() == {"share": [said]}, raw
         if raw != "nan":
             body = page.get(f"/kernels/whatif/?sweep={sweep.pk}&share={raw}&speedup=2").content.decode()
-            assert html.escape(SHARE_RANGE) in body and "Projected (tok/s)" not in body, raw
+            assert html.escape(range_refusal("share", raw)) in body and "Projected (tok/s)" not in body, raw
     # both at once, and next to another problem of the form
     body = page.get("/kernels/whatif/?sweep=999999&share=0&speedup=-3").content.decode()
-    assert html.escape(SHARE_RANGE) in body and html.escape(SPEEDUP_RANGE) in body and "No sweep with id" in body
+    assert html.escape(f"{SHARE_RANGE}, got 0") in body and html.escape(f"{SPEEDUP_RANGE}, got -3") in body
+    assert "No sweep with id" in body
+    # the reported cases: the value as the query wrote it
+    assert viewer_api.get("/api/kernel-whatif/?sweep=1&share=0&speedup=3").json()["share"] == [
+        f"{SHARE_RANGE}, got 0"]
+    assert viewer_api.get(f"/api/kernel-whatif/?sweep={sweep.pk}&speedup=1e9").json() == {
+        "speedup": [f"{SPEEDUP_RANGE}, got 1e9"]}
+    body = page.get(f"/kernels/whatif/?sweep={sweep.pk}&speedup=1e9").content.decode()
+    assert html.escape(f"{SPEEDUP_RANGE}, got 1e9") in body
     assert viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": 1, "speedup": 1000}).status_code == 200
 
 
