@@ -15,7 +15,7 @@ from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import (
     CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, JSONTextField, StrictBooleanField, StrictCharField,
-    StrictInputMixin,
+    StrictInputMixin, query_text,
     StrictIntegerField,
 )
 
@@ -271,13 +271,18 @@ class CompareQuerySerializer(serializers.Serializer):
                                          "the JSON on the browsable page")
 
     def _ints(self, value: str, field: str) -> list[int]:
+        """The ids of ``value``; a refusal naming the first part that is not one (``got 'abc'``)."""
         parts = [x.strip() for x in value.split(",") if x.strip()]
-        try:
-            if not all(DIGITS_RE.fullmatch(x) for x in parts):
-                raise ValueError(value)
-            return [int(x) for x in parts]  # more than 4300 digits: ValueError too
-        except ValueError:
-            raise serializers.ValidationError({field: ["must be comma-separated integer ids"]}) from None
+        ids: list[int] = []
+        for part in parts:
+            try:
+                if not DIGITS_RE.fullmatch(part):
+                    raise ValueError(part)
+                ids.append(int(part))  # more than 4300 digits: ValueError too
+            except ValueError:
+                raise serializers.ValidationError(
+                    {field: [f"must be comma-separated integer ids, got {query_text(part)}"]}) from None
+        return ids
 
     def validate(self, attrs: dict) -> dict:
         attrs["ids"] = self._ints(attrs.get("ids") or "", "ids")

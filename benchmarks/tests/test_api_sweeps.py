@@ -289,7 +289,11 @@ def test_it_answers_ids_too_large_for_the_database_with_a_400_or_404_never_a_500
         response = viewer_api.get(url)
         assert response.status_code == 404, url
         assert response.json() == {"detail": detail}
-    assert viewer_api.get("/api/runs/compare/?ids=-1").json() == {"ids": ["must be comma-separated integer ids"]}
+    assert viewer_api.get("/api/runs/compare/?ids=-1").json() == {"ids": ["must be comma-separated integer ids, got '-1'"]}
+    assert viewer_api.get("/api/runs/compare/?ids=1,abc").json() == {
+        "ids": ["must be comma-separated integer ids, got 'abc'"]}
+    assert viewer_api.get("/api/runs/compare/?sweeps=2,%201x%20,3").json() == {
+        "sweeps": ["must be comma-separated integer ids, got '1x'"]}
     sweep = BenchmarkSweep.objects.create(deployment=deployment, name="s", grid={}, status=SweepStatus.DONE)
     listed = viewer_api.get(f"/api/sweeps/?deployment={deployment.pk}").json()
     assert [s["id"] for s in listed["results"]] == [sweep.pk]
