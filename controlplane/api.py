@@ -138,7 +138,7 @@ class ValidationErrorSchema(OpenApiSerializerExtension):
             "`non_field_errors` or `detail` for an error of the whole input), values lists of messages. "
             "Every problem found is listed at once.",
             "example": {"name": ["Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter "
-                                 "or digit."],
+                                 "or digit; got \"Bad Name!\"."],
                         "spec.roles.prefill.gpus": ["GPU 3 is also used by role decode"]},
         }
 

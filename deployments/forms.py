@@ -15,7 +15,7 @@ from controlplane.drf_defaults import json_loads, repeated_key_errors
 from controlplane.errors import InvalidInput
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
-from deployments.models import Node, Recipe, Secret, slug_validator
+from deployments.models import Node, Recipe, Secret, name_validator
 from deployments.recipes import RECIPE_DOC_PATH
 
 
@@ -64,7 +64,7 @@ class RecipeForm(forms.Form):
     and the hidden ``expected_version`` the edit is based on.
     """
 
-    name = forms.CharField(max_length=63, validators=[slug_validator],
+    name = forms.CharField(max_length=63, validators=[name_validator],
                            help_text="lowercase letters, digits, '.', '_' or '-'")
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     engine = forms.ChoiceField(choices=Engine.choices)

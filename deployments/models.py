@@ -6,7 +6,10 @@ state is never consulted.
 """
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -15,10 +18,21 @@ from simple_history.models import HistoricalRecords
 from controlplane.secretbox import SealedTextField, secret_plaintext
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, ProcessStatus, Role, Topology
 
-slug_validator = RegexValidator(
-    r"^[a-z0-9][a-z0-9._-]{0,62}$",
-    "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit.",
-)
+SLUG_RULE = "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit."
+
+slug_validator = RegexValidator(r"^[a-z0-9][a-z0-9._-]{0,62}$", SLUG_RULE)
+
+
+def name_validator(value: object) -> None:
+    """:data:`slug_validator` for input: the refusal quotes the name as JSON writes it, cut to 40
+    characters (``Use 1-63 …, starting with a letter or digit; got "Bad Name!".``). The model
+    fields keep :data:`slug_validator` itself (its message is part of their migrations)."""
+    try:
+        slug_validator(value)
+    except ValidationError:
+        text = json.dumps(value if isinstance(value, str) else str(value), ensure_ascii=False)
+        text = text if len(text) <= 40 else text[:39] + "…"
+        raise ValidationError(f"{SLUG_RULE[:-1]}; got {text}.", code="invalid") from None
 
 
 class Node(models.Model):

@@ -43,7 +43,7 @@ from controlplane.redaction import MIN_VALUE_LENGTH, redact_text, register_secre
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
 from deployments.launch import LaunchPlan, launch_plan_render
 from deployments.logfiles import RedactedLogReader, log_file, log_parts
-from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, slug_validator
+from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, name_validator
 from deployments.supervisor import log_tail
 from deployments.engines import ENGINES
 from deployments.recipes import CPU_ID_MAX, CPULIST_RE, engine_topology_errors, recipe_validate
@@ -243,7 +243,7 @@ def _validate_recipe_content(content: dict[str, Any]) -> dict[str, Any]:
         errors["name"] = ["A name is required."]
     else:
         try:
-            slug_validator(name)
+            name_validator(name)
         except DjangoValidationError as exc:
             errors["name"] = list(exc.messages)
     description = content.get("description", "")
@@ -676,7 +676,7 @@ def _validate_secret_fields(*, name: str | None = None, value: str | None = None
     errors: dict[str, list[str]] = {}
     if name is not None:
         try:
-            slug_validator(name)
+            name_validator(name)
         except DjangoValidationError as exc:
             errors["name"] = list(exc.messages)
     if value is not None:
@@ -696,7 +696,7 @@ def secret_name_errors(name: str) -> list[str]:
     """Why ``name`` cannot name a new secret (not a slug, or taken), or ``[]``: what
     :func:`secret_create` refuses, for forms and serializers that report every field at once."""
     try:
-        slug_validator(name)
+        name_validator(name)
     except DjangoValidationError as exc:
         return list(exc.messages)
     if Secret.objects.filter(name=name).exists():

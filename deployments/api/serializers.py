@@ -30,7 +30,7 @@ from controlplane.api import JSONTextField, StrictBooleanField
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
-from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, slug_validator
+from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, name_validator
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_state_note,
@@ -160,7 +160,7 @@ class RecipeWriteSerializer(serializers.Serializer):
     the merged content (the recipe's stored engine, topology, node and spec where the body
     leaves them out). Every problem comes back at once, see :meth:`to_internal_value`."""
 
-    name = StrictCharField(max_length=63, validators=[slug_validator], example="seed-v4-flash-pd")
+    name = StrictCharField(max_length=63, validators=[name_validator], example="seed-v4-flash-pd")
     description = StrictCharField(max_length=DESCRIPTION_MAX_LENGTH, allow_blank=True, required=False)
     engine = FilterChoiceField(choices=Engine.choices)
     topology = FilterChoiceField(choices=Topology.choices)

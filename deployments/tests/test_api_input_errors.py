@@ -14,7 +14,12 @@ from deployments.tests.factories import seed_node_create
 
 pytestmark = pytest.mark.django_db
 
-NAME_RULE = "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit."
+NAME_RULE = "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; got \"Bad Name!\"."
+
+
+def name_rule(name: str) -> str:
+    """The name rule's refusal of ``name``, which it quotes as JSON writes it."""
+    return NAME_RULE.replace('"Bad Name!"', f'"{name}"')
 ALLOWED = "name, description, engine, topology, node, spec, change_reason, expected_version"
 
 
@@ -136,11 +141,11 @@ def test_it_checks_a_patch_against_the_stored_recipe_and_reports_name_and_spec_t
 
     assert engine.status_code == 400
     body = engine.json()
-    assert set(body) == {"name", "topology", "spec.model.path"} and body["name"] == [NAME_RULE]
+    assert set(body) == {"name", "topology", "spec.model.path"} and body["name"] == [name_rule("UPPER")]
     assert body["topology"][0] == "engine llamacpp supports topology single only, not pd"
     assert body["spec.model.path"] == ["llama.cpp needs a .gguf file, got '/models/DeepSeek-V4-Flash'"]
     assert spec.status_code == 400
-    assert spec.json()["name"] == [NAME_RULE]
+    assert spec.json()["name"] == [name_rule("UPPER")]
     assert spec.json()["spec.roles.prefill.gpus"] == ["GPU 3 is also used by role decode"]
     recipe = Recipe.objects.get(pk=pk)
     assert (recipe.version, recipe.name, recipe.engine) == (1, "seed-v4-flash-pd", "sglang")
@@ -150,7 +155,7 @@ def test_it_reports_a_spec_that_is_not_an_object_with_the_other_field_errors(ope
     response = operator_api.post("/api/recipes/", payload(name="-x", spec=[1]), format="json")
 
     assert response.status_code == 400
-    assert response.json() == {"name": [NAME_RULE], "spec": ["Must be a JSON object."]}
+    assert response.json() == {"name": [name_rule("-x")], "spec": ["Must be a JSON object."]}
 
 
 def test_engine_topology_errors_names_each_problem():
