@@ -66,7 +66,8 @@ class TokenObtainView(ObtainAuthToken):
                 'Wrong username or password (the same answer for either): {"non_field_errors": '
                 '["Unable to log in with provided credentials."]}; a field left out or blank: '
                 '{"password": ["This field is required."]}; a value that is not a string: {"username": '
-                '["must be a string, got the number 5"]} (a password by its type alone: "got a number").')),
+                '["must be a string, got the number 5"]} (a password by its type alone: "got a number"); a query '
+                'key other than format: {"x": ["unknown field \'x\'; allowed: format"]}.')),
             403: inline_serializer("TokenNoRole", {"detail": serializers.CharField(), "code": serializers.CharField()}),
             429: OpenApiResponse(DetailSerializer, description=(
                 'More than 20 attempts a minute from this address: {"detail": "Request was throttled. '
@@ -84,6 +85,11 @@ class TokenObtainView(ObtainAuthToken):
         # of every endpoint (request_body), a password given twice by its count alone.
         data, found = request_body(request)
         errors = unknown_field_errors(data, ["username", "password"])
+        # A query key is refused as on every other write (KnownQueryKeys: format alone), by its
+        # name only: a password put in the query is never quoted back.
+        for key, messages in unknown_field_errors({key: None for key in request.query_params},
+                                                  [api_settings.URL_FORMAT_OVERRIDE]).items():
+            errors.setdefault(key, []).extend(messages)
         # Of the password only how often it is given and its type are named, never its text (nor
         # a number of it that is not finite, nor a key given twice inside it with its values).
         errors.update({path: messages for path, messages in found.items()

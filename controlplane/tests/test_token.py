@@ -21,6 +21,20 @@ def test_it_refuses_a_wrong_password_with_400_and_no_token(viewer):
     assert "token" not in response.json()
 
 
+def test_it_refuses_an_unknown_query_key_as_every_other_write_does_and_never_quotes_a_password(viewer):
+    client = APIClient()
+    body = {"username": "vera-viewer", "password": "correct-horse-battery"}
+    refused = client.post("/api/auth/token/?x=1", body, format="json")
+    assert refused.status_code == 400
+    assert refused.json() == {"x": ["unknown field 'x'; allowed: format"]}
+    secret = client.post("/api/auth/token/?password=correct-horse-battery&x=2", body, format="json")
+    assert secret.status_code == 400
+    assert secret.json() == {"password": ["unknown field 'password'; allowed: format"],
+                             "x": ["unknown field 'x'; allowed: format"]}
+    assert "correct-horse-battery" not in secret.content.decode()
+    assert client.post("/api/auth/token/?format=json", body, format="json").status_code == 200
+
+
 def test_it_parses_bodies_as_every_other_endpoint_does(viewer):
     client = APIClient()
     nested = client.post("/api/auth/token/", data="[" * 50000 + "]" * 50000, content_type="application/json")
