@@ -157,6 +157,13 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
                          filename=f"sweep-{sweep.pk}.json")
 
 
+def _under_text(errors: dict[str, list[str]]) -> dict[str, list[str]]:
+    """An import's errors with the whole file's (``file``, ``file.duration``) moved to ``text``
+    (``text``, ``text.duration``): the field a pasted result was sent in. Lines keep theirs."""
+    return {("text" + path[4:] if path == "file" or path.startswith("file.") else path): messages
+            for path, messages in errors.items()}
+
+
 @extend_schema_view(
     list=extend_schema(summary="List runs (filters: sweep, source, status; order)",
                        parameters=[s.RunFilterSerializer]),
@@ -234,7 +241,9 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     def import_results(self, request: Request) -> Response:
         """Runs created from the file (201). A file that cannot be imported answers 400 with every
         problem found, ``{"line 3.duration": [...], "file.output_throughput": [...]}`` (at most
-        :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS`, then a count under ``file``)."""
+        :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS`, then a count under ``file``). The
+        whole file's problems are under the field sent: ``file`` for an upload, ``text``
+        (``text.duration``) for pasted text."""
         data, found = request_body(request)
         ser = s.RunImportSerializer(data=data, context={"body_errors": found})
         ser.is_valid(raise_exception=True)
@@ -249,8 +258,14 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         else:
             text = ser.validated_data["text"]
             filename = ser.validated_data.get("filename") or "pasted.json"
-        runs = services.run_import(text=text, filename=filename, user=request.user,
-                                   allow_duplicate=ser.validated_data["allow_duplicate"])
+        try:
+            runs = services.run_import(text=text, filename=filename, user=request.user,
+                                       allow_duplicate=ser.validated_data["allow_duplicate"])
+        except InvalidInput as exc:
+            if upload is not None:
+                raise
+            # Pasted text: its problems are the text's, under the field that was sent.
+            raise InvalidInput(_under_text(exc.errors)) from None
         return Response(s.RunSerializer(runs, many=True).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5 (?format=csv: as CSV)",

@@ -215,6 +215,24 @@ def test_it_answers_400_through_the_api_with_every_problem_by_path(operator_api)
 
 
 @pytest.mark.django_db
+def test_it_names_the_field_sent_for_a_problem_of_the_whole_file(operator_api) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    pasted = operator_api.post("/api/runs/import/", {"text": '{"a":1}\n'}, format="json")
+    assert pasted.status_code == 400
+    assert pasted.json() == {"text": ["not a SGLang bench_serving or vLLM bench serve result (no key either writes)"]}
+    keyed = operator_api.post("/api/runs/import/", {"text": vllm_text(output_throughput="fast", duration=-1)},
+                              format="json")
+    assert keyed.json() == {"text.duration": ["expected a duration in seconds > 0, got -1"],
+                            "text.output_throughput": ["expected a number, got the string \"fast\""]}
+    upload = SimpleUploadedFile("r.json", b'{"a":1}\n', content_type="application/json")
+    uploaded = operator_api.post("/api/runs/import/", {"file": upload}, format="multipart")
+    assert uploaded.status_code == 400
+    assert uploaded.json() == {"file": ["not a SGLang bench_serving or vLLM bench serve result (no key either writes)"]}
+    assert not BenchmarkRun.objects.exists()
+
+
+@pytest.mark.django_db
 def test_it_prints_every_problem_one_per_line_in_the_command(tmp_path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(vllm_text(output_throughput="fast", duration=-1))
