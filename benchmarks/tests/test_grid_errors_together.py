@@ -87,6 +87,27 @@ def test_it_names_every_bad_item_of_a_list_field_in_the_form(operator) -> None:
 
 
 @pytest.mark.django_db
+def test_the_form_quotes_a_refused_rate_as_the_api_and_the_command_do(operator, operator_api) -> None:
+    import re
+
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.READY)
+    client = Client()
+    client.force_login(operator)
+    response = client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": deployment.pk, "lengths": "8:8", "requests": "5", "rates": "20000, 20000.5",
+    })
+    assert response.status_code == 400
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", response.content.decode()))
+    bound = "must be at most 10,000 requests/s (what one load-generator process can send on schedule), got "
+    assert re.findall(re.escape(bound) + r"(\S+)", text) == ["20000", "20000.5"]
+    api = operator_api.post("/api/sweeps/", {"deployment": deployment.pk,
+                                             "grid": {"lengths": [[8, 8]], "requests": 5, "request_rates": [20000]}},
+                            format="json")
+    assert api.json() == {"grid.request_rates.0": [bound + "20000"]}
+    assert not BenchmarkSweep.objects.exists()
+
+
+@pytest.mark.django_db
 def test_it_takes_spaces_in_the_form_as_separators_not_as_nothing(operator) -> None:
     deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.READY)
     client = Client()

@@ -135,16 +135,18 @@ def _int_list(raw: str, field: str, errors: dict[str, list[str]], *, positive: b
     return out
 
 
-def _float_list(raw: str, field: str, errors: dict[str, list[str]], *, unit: str) -> list[float]:
+def _float_list(raw: str, field: str, errors: dict[str, list[str]], *, unit: str) -> list[float | int]:
     """Finite numbers > 0 (in ``unit``) from a list field; each item that is not one adds a message
-    quoting it to ``errors[field]``."""
-    out: list[float] = []
+    quoting it to ``errors[field]``. An item written as a whole number is kept as an integer, as
+    the API's JSON and the command's option read it, so a later refusal quotes it as typed
+    (``got 20000``, not ``got 20000.0``)."""
+    out: list[float | int] = []
     for part in _items(raw):
         value, why = _number(part)
         if why or value is None or value <= 0:
             errors.setdefault(field, []).append(why or f"'{part}' must be more than 0 {unit}.")
             continue
-        out.append(value)
+        out.append(int(part) if DIGITS_RE.fullmatch(part) and len(part) <= 18 else value)
     return out
 
 
