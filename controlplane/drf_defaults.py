@@ -410,16 +410,30 @@ class Pagination(LimitOffsetPagination):
             raise ValidationError({name: [f"must be a whole number >= {least}, got {raw[:40]!r}"]})
         return int(digits) if len(digits) <= 18 else 10**18
 
+    def _page(self, request) -> tuple[int | None, int]:
+        """``(limit, offset)`` as given (``None``, ``0`` when not); a 400 naming every one of the
+        two that is wrong at once (``?limit=abc&offset=-1``: both), not the first alone."""
+        errors: dict[str, Any] = {}
+        values: dict[str, int | None] = {}
+        for name, least in ((self.limit_query_param, 1), (self.offset_query_param, 0)):
+            try:
+                values[name] = self._whole(request, name, least)
+            except ValidationError as exc:
+                errors.update(exc.detail)
+        offset = values.get(self.offset_query_param) or 0
+        if offset > MAX_PAGE_OFFSET:
+            raw = request.query_params.get(self.offset_query_param)
+            errors[self.offset_query_param] = [f"must be at most {MAX_PAGE_OFFSET}, got {raw[:40]!r}"]
+        if errors:
+            raise ValidationError(errors)
+        return values.get(self.limit_query_param), offset
+
     def get_limit(self, request):
-        limit = self._whole(request, self.limit_query_param, 1)
+        limit, _offset = self._page(request)
         return self.default_limit if limit is None else min(limit, self.max_limit)
 
     def get_offset(self, request):
-        offset = self._whole(request, self.offset_query_param, 0) or 0
-        if offset > MAX_PAGE_OFFSET:
-            raw = request.query_params.get(self.offset_query_param)
-            raise ValidationError({self.offset_query_param: [f"must be at most {MAX_PAGE_OFFSET}, got {raw[:40]!r}"]})
-        return offset
+        return self._page(request)[1]
 
 
 #: The attribute of a request on which :class:`FormatNegotiation` leaves the 400 of a format no

@@ -62,3 +62,15 @@ def test_a_limit_of_any_size_is_cut_to_the_largest_page(viewer_api):
         assert page.status_code == 200, page.content
     assert len(viewer_api.get("/api/recipes/?limit=99999999999999999999999").json()["results"]) == 3
     assert len(viewer_api.get("/api/recipes/?limit=0000000000000000000002").json()["results"]) == 2
+
+
+@pytest.mark.django_db
+def test_both_bad_page_parameters_are_named_in_one_answer(viewer_api):
+    for url in ("/api/recipes/", "/api/deployments/", "/api/runs/", "/api/kernel-jobs/"):
+        answer = viewer_api.get(f"{url}?limit=abc&offset=-1")
+        assert answer.status_code == 400, (url, answer.content)
+        assert answer.json() == {"limit": ["must be a whole number >= 1, got 'abc'"],
+                                 "offset": ["must be a whole number >= 0, got '-1'"]}, url
+    past = viewer_api.get("/api/runs/?limit=0&offset=10000000000000000").json()
+    assert past["limit"] == ["must be a whole number >= 1, got '0'"]
+    assert past["offset"][0].startswith("must be at most ") and past["offset"][0].endswith(", got '10000000000000000'")
