@@ -33,6 +33,7 @@ from controlplane.api import (
     shown_type,
     shown_value,
     unknown_field_errors,
+    unknown_query_errors,
 )
 from controlplane.permissions import user_role
 
@@ -87,8 +88,7 @@ class TokenObtainView(ObtainAuthToken):
         errors = unknown_field_errors(data, ["username", "password"])
         # A query key is refused as on every other write (KnownQueryKeys: format alone), by its
         # name only: a password put in the query is never quoted back.
-        for key, messages in unknown_field_errors({key: None for key in request.query_params},
-                                                  [api_settings.URL_FORMAT_OVERRIDE]).items():
+        for key, messages in unknown_query_errors(request, self).items():
             errors.setdefault(key, []).extend(messages)
         # Of the password only how often it is given and its type are named, never its text (nor
         # a number of it that is not finite, nor a key given twice inside it with its values).

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.test import Client
 from rest_framework.authtoken.models import Token
-
-
-@pytest.fixture
-def admin_client(admin_user) -> Client:
-    client = Client()
-    client.force_login(admin_user)
-    return client
 
 
 @pytest.mark.django_db

@@ -4,18 +4,10 @@ stopped and failed deployments stay deletable for clean-up."""
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from deployments.choices import DeploymentStatus
 from deployments.models import Deployment, ServerProcess
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
-
-
-@pytest.fixture
-def admin_client(admin_user) -> Client:
-    client = Client()
-    client.force_login(admin_user)
-    return client
 
 
 @pytest.mark.django_db
