@@ -591,7 +591,7 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
     redacted). The content is re-validated first, so an old version that no longer fits the
     node raises :class:`InvalidInput` rather than rendering a plan that would fail. With
     ``warn_ports`` (the dry-run) the plan's warnings also name ports an active deployment of
-    another recipe on the node holds and GPUs a pending, starting or ready one books (what a
+    another recipe on the node holds and GPUs such a one books (what a
     deploy now would refuse with 409).
     """
     if version is None or version == recipe.version:
@@ -842,15 +842,17 @@ def _node_bookings(*, node: Node, statuses, exclude_recipe: Recipe | None, row_f
     return booked
 
 
-#: Deployment statuses whose GPUs count as booked: a deploy onto them is refused (409).
-GPU_BOOKING_STATUSES = (DeploymentStatus.PENDING, DeploymentStatus.STARTING, DeploymentStatus.READY)
+#: Deployment statuses whose GPUs count as booked: a deploy onto them is refused (409). Every
+#: active status, stopping included: a stopping deployment's engines may hold their GPU memory
+#: until SIGTERM (or SIGKILL after ``stop_grace_s``) ends them, as they hold their ports.
+GPU_BOOKING_STATUSES = DEPLOYMENT_ACTIVE
 
 
 def deployment_gpus_in_use(*, node: Node, exclude_recipe: Recipe | None = None) -> dict[int, tuple[Deployment, str]]:
-    """GPUs booked on ``node`` by its pending, starting or ready deployments: GPU index (NVML)
-    → (deployment, role). A deployment's GPUs are those its process rows record plus those
-    its ``spec_snapshot`` renders to on the node now (a pending deployment has no rows yet).
-    ``exclude_recipe``'s deployments are left out."""
+    """GPUs booked on ``node`` by its active (pending, starting, ready, stopping) deployments:
+    GPU index (NVML) → (deployment, role). A deployment's GPUs are those its process rows record
+    plus those its ``spec_snapshot`` renders to on the node now (a pending deployment has no rows
+    yet). ``exclude_recipe``'s deployments are left out."""
     return _node_bookings(node=node, statuses=GPU_BOOKING_STATUSES, exclude_recipe=exclude_recipe,
                           row_field="gpu_ids", of_process=lambda spec: spec.gpu_ids)
 
@@ -943,8 +945,8 @@ def _check_ports_free(*, plan: LaunchPlan, recipe: Recipe) -> None:
 
 
 def _check_gpus_free(*, plan: LaunchPlan, recipe: Recipe) -> None:
-    """Raise :class:`Conflict` naming the GPUs of ``plan`` that a pending, starting or ready
-    deployment of another recipe on the same node books, and that deployment
+    """Raise :class:`Conflict` naming the GPUs of ``plan`` that an active (pending, starting,
+    ready, stopping) deployment of another recipe on the same node books, and that deployment
     (:func:`gpu_conflicts`)."""
     conflicts = gpu_conflicts(plan=plan, recipe=recipe)
     if conflicts:
@@ -968,7 +970,7 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
     port of the plan (http, bootstrap, side channel, metrics) is used by an active deployment
     of another recipe on the node (:func:`deployment_ports_in_use`); the node agent checks
     again that each port is free before it spawns. Likewise when any GPU of the plan is booked
-    by a pending, starting or ready deployment of another recipe on the node
+    by an active deployment of another recipe on the node
     (:func:`gpu_conflicts`). The plan's warnings (what the dry-run shows)
     and the CPUs it shares with another deployment (:func:`cpu_sharing_warnings`) are recorded
     on the new deployment's timeline as ``warning`` entries.

@@ -1,6 +1,7 @@
 """Two deployments on the same GPUs of one node: refused like a port clash (409 naming the GPUs
-and the deployment holding them), and said in the dry-run before. Pending, starting and ready
-deployments book their GPUs; an ended one frees them."""
+and the deployment holding them), and said in the dry-run before. Pending, starting, ready and
+stopping deployments book their GPUs (a stopping one's engines may still hold GPU memory); an
+ended one frees them."""
 from __future__ import annotations
 
 import copy
@@ -55,10 +56,32 @@ def test_a_deploy_onto_gpus_another_deployment_books_is_refused_and_the_dry_run_
     with django_capture_on_commit_callbacks(execute=False):
         assert operator_api.post("/api/deployments/", {"recipe": other_half["id"]}, format="json").status_code == 201
 
-    # Starting and ready deployments book their GPUs too; a stopped one frees them.
-    for status in (DeploymentStatus.STARTING, DeploymentStatus.READY):
+    # Starting, ready and stopping deployments book their GPUs too; a stopped one frees them.
+    for status in (DeploymentStatus.STARTING, DeploymentStatus.READY, DeploymentStatus.STOPPING):
         Deployment.objects.filter(pk=held).update(status=status)
         assert operator_api.post("/api/deployments/", {"recipe": copy_["id"]}, format="json").status_code == 409
     Deployment.objects.filter(pk=held).update(status=DeploymentStatus.STOPPED)
     with django_capture_on_commit_callbacks(execute=False):
         assert operator_api.post("/api/deployments/", {"recipe": copy_["id"]}, format="json").status_code == 201
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_deploy_onto_the_gpus_of_a_stopping_deployment_naming_it(
+        operator_api, django_capture_on_commit_callbacks):
+    seed_node_create()
+    first = _create(operator_api, "seed-v4-flash-tp4")
+    copy_ = _create(operator_api, "tp4-copy")
+    with django_capture_on_commit_callbacks(execute=False):
+        held = operator_api.post("/api/deployments/", {"recipe": first["id"]}, format="json").json()["id"]
+    # Its engines got SIGTERM but may not have exited yet: their GPU memory is not free.
+    Deployment.objects.filter(pk=held).update(status=DeploymentStatus.STOPPING)
+
+    expected = (f"single GPUs 0-3 are booked by the single of deployment #{held} (recipe 'seed-v4-flash-tp4', "
+                "stopping) on node 'seed-8gpu'")
+    warnings = operator_api.get(f"/api/recipes/{copy_['id']}/dry-run/").json()["plan"]["warnings"]
+    assert f"{expected}: a deploy now would be refused" in warnings
+    refused = operator_api.post("/api/deployments/", {"recipe": copy_["id"]}, format="json")
+    assert refused.status_code == 409
+    assert refused.json() == {"detail": f"S{expected[1:]}; stop that deployment or choose other GPUs.",
+                              "code": "conflict"}
+    assert Deployment.objects.filter(recipe_id=copy_["id"]).count() == 0
