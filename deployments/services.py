@@ -861,8 +861,13 @@ def gpu_conflicts(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
     """One line per (process of ``plan``, deployment holding some of its GPUs): ``single GPUs
     0-3 are booked by the single of deployment #7 (recipe 'seed-v4-flash-tp4', pending) on node
     'seed-8gpu'`` (:func:`deployment_gpus_in_use`); empty when every GPU of the plan is free."""
+    return [line for line, _ in _gpu_clashes(plan=plan, recipe=recipe)]
+
+
+def _gpu_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deployment]]:
+    """:func:`gpu_conflicts`'s lines, each with the deployment that holds those GPUs."""
     booked = deployment_gpus_in_use(node=recipe.node, exclude_recipe=recipe)
-    lines: list[str] = []
+    lines: list[tuple[str, Deployment]] = []
     for spec in plan.processes:
         holders: dict[tuple[int, str], tuple[Deployment, str, list[int]]] = {}
         for gpu in spec.gpu_ids:
@@ -870,10 +875,10 @@ def gpu_conflicts(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
                 other, role = booked[int(gpu)]
                 holders.setdefault((other.pk, role), (other, role, []))[2].append(int(gpu))
         for other, role, gpus in holders.values():
-            lines.append(
+            lines.append((
                 f"{spec.role} GPU{'s' if len(gpus) > 1 else ''} {format_cpulist(gpus)} "
                 f"{'are' if len(gpus) > 1 else 'is'} booked by the {role} of deployment #{other.pk} "
-                f"(recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}")
+                f"(recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}", other))
     return lines
 
 
@@ -929,29 +934,42 @@ def cpu_sharing_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
     return lines
 
 
-def _check_ports_free(*, plan: LaunchPlan, recipe: Recipe) -> None:
-    """Raise :class:`Conflict` naming the first port of ``plan`` that an active deployment of
-    another recipe on the same node already uses (see :func:`deployment_ports_in_use`)."""
+def _port_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deployment]]:
+    """Every port of ``plan`` that an active deployment of another recipe on the same node
+    already uses (:func:`deployment_ports_in_use`), in process then port-kind order: (line,
+    holder), the line as ``port 8000 (single http port) is already used by the router of
+    deployment #7 (recipe 'local-sim-pd', pending) on node 'local'``; empty when all are free."""
     taken = deployment_ports_in_use(node=recipe.node, exclude_recipe=recipe)
+    clashes: list[tuple[str, Deployment]] = []
     for spec in plan.processes:
         for kind, port in sorted(spec.ports.items()):
             if int(port) in taken:
                 other, role = taken[int(port)]
-                raise Conflict(
-                    f"Port {port} ({spec.role} {kind} port) is already used by the {role} of deployment "
-                    f"#{other.pk} (recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}; "
-                    "stop that deployment or choose another port."
-                )
+                clashes.append((
+                    f"port {port} ({spec.role} {kind} port) is already used by the {role} of deployment "
+                    f"#{other.pk} (recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}",
+                    other))
+    return clashes
 
 
-def _check_gpus_free(*, plan: LaunchPlan, recipe: Recipe) -> None:
-    """Raise :class:`Conflict` naming the GPUs of ``plan`` that an active (pending, starting,
-    ready, stopping) deployment of another recipe on the same node books, and that deployment
-    (:func:`gpu_conflicts`)."""
-    conflicts = gpu_conflicts(plan=plan, recipe=recipe)
-    if conflicts:
-        text = "; ".join(conflicts)
-        raise Conflict(f"{text[:1].upper()}{text[1:]}; stop that deployment or choose other GPUs.")
+def _check_ports_and_gpus_free(*, plan: LaunchPlan, recipe: Recipe) -> None:
+    """Raise :class:`Conflict` naming every reason ``plan`` cannot deploy on its node now: each
+    port an active deployment of another recipe there uses (:func:`_port_clashes`) and each
+    process's GPUs such a deployment books (:func:`gpu_conflicts`), joined by ``; `` in that
+    order and ending with what to do (``stop that deployment or choose another port and other
+    GPUs.``, ``those deployments`` when several hold them). Returns None when nothing clashes."""
+    ports = _port_clashes(plan=plan, recipe=recipe)
+    gpus = _gpu_clashes(plan=plan, recipe=recipe)
+    if not ports and not gpus:
+        return
+    text = "; ".join(line for line, _ in [*ports, *gpus])
+    holders = "that deployment" if len({other.pk for _, other in [*ports, *gpus]}) == 1 else "those deployments"
+    choices = []
+    if ports:
+        choices.append("another port" if len(ports) == 1 else "other ports")
+    if gpus:
+        choices.append("other GPUs")
+    raise Conflict(f"{text[:1].upper()}{text[1:]}; stop {holders} or choose {' and '.join(choices)}.")
 
 
 def deployment_create(*, recipe: Recipe, user) -> Deployment:
@@ -970,20 +988,20 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
     port of the plan (http, bootstrap, side channel, metrics) is used by an active deployment
     of another recipe on the node (:func:`deployment_ports_in_use`); the node agent checks
     again that each port is free before it spawns. Likewise when any GPU of the plan is booked
-    by an active deployment of another recipe on the node
-    (:func:`gpu_conflicts`). The plan's warnings (what the dry-run shows)
-    and the CPUs it shares with another deployment (:func:`cpu_sharing_warnings`) are recorded
-    on the new deployment's timeline as ``warning`` entries.
+    by an active deployment of another recipe on the node (:func:`gpu_conflicts`); one refusal
+    names every clashing port and GPU (:func:`_check_ports_and_gpus_free`). The plan's warnings
+    (what the dry-run shows) and the CPUs it shares with another deployment
+    (:func:`cpu_sharing_warnings`) are recorded on the new deployment's timeline as ``warning``
+    entries.
     """
     plan = recipe_plan(recipe=recipe)
     normalised = _validate_recipe_content(_content_of(recipe))["spec"]
     try:
         with transaction.atomic():
             # Serialise deploys per node (PostgreSQL row lock; SQLite serialises writers
-            # anyway) so two recipes cannot both pass the port check below at once.
+            # anyway) so two recipes cannot both pass the port and GPU check below at once.
             Node.objects.select_for_update().filter(pk=recipe.node_id).first()
-            _check_ports_free(plan=plan, recipe=recipe)
-            _check_gpus_free(plan=plan, recipe=recipe)
+            _check_ports_and_gpus_free(plan=plan, recipe=recipe)
             deployment = Deployment.objects.create(
                 recipe=recipe,
                 recipe_version=recipe.version,

@@ -85,3 +85,46 @@ def test_it_refuses_a_deploy_onto_the_gpus_of_a_stopping_deployment_naming_it(
     assert refused.json() == {"detail": f"S{expected[1:]}; stop that deployment or choose other GPUs.",
                               "code": "conflict"}
     assert Deployment.objects.filter(recipe_id=copy_["id"]).count() == 0
+
+
+@pytest.mark.django_db
+def test_it_names_both_the_port_and_the_gpus_when_a_deploy_clashes_on_both(
+        operator_api, django_capture_on_commit_callbacks):
+    seed_node_create()
+    first = _create(operator_api, "seed-v4-flash-tp4")
+    twin = copy.deepcopy(example_recipe("seed-v4-flash-tp4"))
+    twin = {**{k: twin[k] for k in ("engine", "topology", "node", "spec")}, "name": "tp4-twin"}
+    twin["spec"]["roles"]["single"]["port"] = first["spec"]["roles"]["single"]["port"]  # same port, same GPUs
+    created = operator_api.post("/api/recipes/", twin, format="json")
+    assert created.status_code == 201, created.json()
+    with django_capture_on_commit_callbacks(execute=False):
+        held = operator_api.post("/api/deployments/", {"recipe": first["id"]}, format="json").json()["id"]
+    port = first["spec"]["roles"]["single"]["port"]
+
+    refused = operator_api.post("/api/deployments/", {"recipe": created.json()["id"]}, format="json")
+
+    assert refused.status_code == 409
+    assert refused.json() == {
+        "detail": (f"Port {port} (single http port) is already used by the single of deployment #{held} "
+                   "(recipe 'seed-v4-flash-tp4', pending) on node 'seed-8gpu'; single GPUs 0-3 are booked by "
+                   f"the single of deployment #{held} (recipe 'seed-v4-flash-tp4', pending) on node "
+                   "'seed-8gpu'; stop that deployment or choose another port and other GPUs."),
+        "code": "conflict",
+    }
+    assert Deployment.objects.filter(recipe_id=created.json()["id"]).count() == 0
+
+    # The port of one deployment and the GPUs of another: both named, both to stop.
+    other_half = _create(operator_api, "tp4-other-half", gpus=[4, 5, 6, 7])
+    with django_capture_on_commit_callbacks(execute=False):
+        second = operator_api.post("/api/deployments/", {"recipe": other_half["id"]}, format="json").json()["id"]
+    twin["spec"]["roles"]["single"]["port"] = other_half["spec"]["roles"]["single"]["port"]
+    assert operator_api.put(f"/api/recipes/{created.json()['id']}/", twin, format="json").status_code == 200
+
+    refused = operator_api.post("/api/deployments/", {"recipe": created.json()["id"]}, format="json")
+
+    assert refused.status_code == 409
+    detail = refused.json()["detail"]
+    assert detail.startswith(f"Port {twin['spec']['roles']['single']['port']} (single http port) is already "
+                             f"used by the single of deployment #{second} (recipe 'tp4-other-half', pending)")
+    assert f"; single GPUs 0-3 are booked by the single of deployment #{held} " in detail
+    assert detail.endswith("; stop those deployments or choose another port and other GPUs.")
