@@ -133,10 +133,16 @@
     while (this.xs.length && this.xs[0] < cutoff) { this.xs.shift(); this.ys.shift(); }
   };
   Spark.prototype.draw = function () {
-    if (typeof uPlot === "undefined" || !this.el || this.xs.length < 2) return;
+    if (typeof uPlot === "undefined" || !this.el) return;
+    var big = !!this.options.axes;
+    // A chart with axes and not one value to plot would be bare axes over 0-1, which reads as
+    // "measured, and nothing"; its options.empty line (text, or a function giving it) says
+    // instead that nothing was recorded. The chart comes back with the first value.
+    if (big && this.options.empty && !this.ys.some(isNum)) { this._showEmpty(); return; }
+    if (this._emptyNote) { this._emptyNote.remove(); this._emptyNote = null; }
+    if (this.xs.length < 2) return;
     var data = [this.xs.slice(), this.ys.slice()];
     if (this.u) { this.u.setData(data); return; }
-    var big = !!this.options.axes;
     var unit = this.options.unit || "";
     var width = Math.max(60, this.el.clientWidth || 100);
     var opts = {
@@ -169,12 +175,25 @@
     };
     this.u = new uPlot(opts, data, this.el);
     var self = this;
-    if (typeof ResizeObserver !== "undefined") {
+    if (typeof ResizeObserver !== "undefined" && !this._observed) {
+      this._observed = true;
       new ResizeObserver(function () {
         var w = Math.max(60, self.el.clientWidth);
         if (self.u && Math.abs(w - self.u.width) > 4) self.u.setSize({ width: w, height: self.u.height });
       }).observe(this.el);
     }
+  };
+  // The options.empty line in place of the chart (any drawn one removed).
+  Spark.prototype._showEmpty = function () {
+    if (this.u) { this.u.destroy(); this.u = null; }
+    if (!this._emptyNote) {
+      this._emptyNote = document.createElement("p");
+      this._emptyNote.className = "muted small chart-empty";
+      this._emptyNote.setAttribute("data-chart-empty", "");
+      this.el.appendChild(this._emptyNote);
+    }
+    var empty = this.options.empty;
+    this._emptyNote.textContent = typeof empty === "function" ? empty() : empty;
   };
 
   function sparkOf(root, name, options) {
@@ -407,6 +426,14 @@
 
   var TERMINAL = /^(stopped|failed|killed)$/;
 
+  // The deployment's output chart on its page; with no tok/s figure yet it says so in words.
+  function outputSpark(root) {
+    return sparkOf(root, "tok_s", {
+      unit: "tok/s", axes: true, label: "output tok/s", height: 170,
+      empty: function () { return root._ended ? "no tok/s recorded while it ran" : "no tok/s recorded yet"; }
+    });
+  }
+
   function renderDeployment(root, data, sparks) {
     var t = data.t;
     // After a stop, only a sample that says so (the agent's final one) may still change the panel.
@@ -424,7 +451,7 @@
     set(root, "total_queued", isNum(totals.queued) ? Math.round(totals.queued) : null, "");
     if (data.status) setBadge(field(root, "status"), data.status, statusClass(data.status));
     if (sparks) {
-      var s = sparkOf(root, "tok_s", { unit: "tok/s", axes: true, label: "output tok/s", height: 170 });
+      var s = outputSpark(root);
       if (s) s.push(t, data.tok_s);
     }
     // Rows of processes missing from the newest sample (stale or foreign) go.
@@ -479,7 +506,7 @@
   function deploymentHistory(root, body) {
     var h = body && body.history;
     if (!h || !h.t) return;
-    var s = sparkOf(root, "tok_s", { unit: "tok/s", axes: true, label: "output tok/s", height: 170 });
+    var s = outputSpark(root);
     if (s) s.load(h.t, h.tok_s);
     var procs = h.processes || {};
     Object.keys(procs).forEach(function (pid) {
@@ -511,8 +538,9 @@
       return;
     }
     if (note) note.textContent = h.t.length + " stored samples, " + CeilingLive.clock(h.t[0]) + " – " + CeilingLive.clockUtc(h.t[h.t.length - 1]) + " (1 s rollups: tok/s is the mean rate over each second, so summed over the seconds it gives the tokens; running and queued requests are the mean of the samples of that second, so a request shorter than the sampling interval can be missed and 0.5 means one was seen in half of them).";
-    function chart(title, ts, vs, unit, color) {
-      if (!vs || !vs.some(isNum)) return;
+    // A chart without a value is left out, unless it has an ``empty`` line to show instead.
+    function chart(title, ts, vs, unit, color, empty) {
+      if (!empty && (!vs || !vs.some(isNum))) return;
       var box = document.createElement("div");
       box.className = "history-chart";
       var h3 = document.createElement("h3");
@@ -521,10 +549,11 @@
       box.appendChild(h3);
       box.appendChild(plot);
       holder.appendChild(box);
-      var s = new Spark(plot, { unit: unit, axes: true, label: title, height: 160, color: color, windowS: 1e12 });
-      s.load(ts, vs);
+      var s = new Spark(plot, { unit: unit, axes: true, label: title, height: 160, color: color, windowS: 1e12,
+                                empty: empty });
+      s.load(ts, vs || []);
     }
-    chart("Output (tok/s)", h.t, h.tok_s, "tok/s");
+    chart("Output (tok/s)", h.t, h.tok_s, "tok/s", undefined, "no tok/s recorded while it ran");
     var labels = {};
     Array.prototype.forEach.call(root.querySelectorAll("[data-process-label]"), function (el) {
       labels[el.getAttribute("data-process-label")] = el.textContent;
@@ -665,6 +694,9 @@
             set(root, "total_running", null, "", "the deployment is " + st);
             set(root, "total_queued", null, "", "the deployment is " + st);
             endedBeforeSample(root, st);
+            // Its output chart's line, if it has no figure, now says the run is over.
+            var out = outputSpark(root);
+            if (out) out.draw();
           }
           if (!meta.replayed) refreshHtmx("#deployment-live");
         }
