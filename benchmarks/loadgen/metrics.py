@@ -33,7 +33,7 @@ from controlplane.jsonsafe import nonfinite_paths
 
 from .driver import ABORTED_PREFIX, CPU_BOUND_FRACTION, RunResult
 from .records import RecordStore
-from .uncertainty import ci95
+from .uncertainty import ci95, contain_estimate
 
 __all__ = ["Slo", "run_summary", "distribution", "error_kind", "nearest_rank", "in_flight"]
 
@@ -90,7 +90,8 @@ def distribution(values: np.ndarray, *, ci: bool = False) -> dict[str, Any]:
     """mean, std (population), p50/p90/p99 (linear interpolation) of finite ``values``; None if empty.
     With ``ci`` (one sample per request: TTFT, TPOT, E2E) also ``ci95``, each statistic's 95 %
     confidence interval ``[low, high]`` in the values' unit, ``None`` in a bound the sample
-    cannot give (:func:`benchmarks.loadgen.uncertainty.ci95`)."""
+    cannot give (:func:`benchmarks.loadgen.uncertainty.ci95`), widened where needed to contain the
+    statistic it goes with (:func:`benchmarks.loadgen.uncertainty.contain_estimate`)."""
     if values.size == 0:
         out = {"mean": None, "std": None, **{f"p{p}": None for p in PERCENTILES}, "count": 0}
     else:
@@ -98,7 +99,10 @@ def distribution(values: np.ndarray, *, ci: bool = False) -> dict[str, Any]:
         out = {"mean": float(values.mean()), "std": float(values.std()),
                **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}, "count": int(values.size)}
     if ci:
-        out["ci95"] = ci95(values, PERCENTILES)
+        # Each interval contains the statistic reported beside it: with few samples an order
+        # statistic can lie beyond the interpolated percentile (uncertainty module docstring).
+        out["ci95"] = {stat: contain_estimate(bounds, out[stat])
+                       for stat, bounds in ci95(values, PERCENTILES).items()}
     return out
 
 

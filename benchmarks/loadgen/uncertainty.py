@@ -18,6 +18,15 @@ same point were measured again with as many requests, so a reader (and :func:`ru
   deviation (n − 1 in the denominator); a normal approximation of the mean, good for the tens of
   requests a point has and more.
 
+Where an interval is attached to a summary next to its point estimate (:func:`benchmarks.loadgen.metrics.distribution`),
+it is widened with :func:`contain_estimate` so that it contains the estimate the summary reports. With few
+samples the order-statistic interval can exclude the linearly interpolated percentile: of 2 requests, a
+p99's lower bound is the larger sample (rank 2), above the interpolated p99 (which lies 99 % of the way
+from the smaller to the larger). An interval that excludes its own estimate reads as a contradiction on
+the run page, and widening an interval only raises its coverage, so the "at least 95 %" claim still holds.
+With a few hundred requests the interpolated estimate lies between the two order statistics and nothing
+changes.
+
 Both assume the samples are exchangeable, as independent requests are. Requests of one closed-loop
 run share batches and queues, so their latencies are positively correlated and the true
 uncertainty is larger than these intervals: they are a lower bound on the noise, never a claim of
@@ -30,7 +39,7 @@ import math
 
 import numpy as np
 
-__all__ = ["CONFIDENCE", "ci95", "mean_ci", "min_samples_for_interval", "quantile_ci", "quantile_ranks", "min_samples_for_upper_bound", "t_quantile_975"]
+__all__ = ["CONFIDENCE", "ci95", "contain_estimate", "mean_ci", "min_samples_for_interval", "quantile_ci", "quantile_ranks", "min_samples_for_upper_bound", "t_quantile_975"]
 
 #: The confidence level of every interval here.
 CONFIDENCE = 0.95
@@ -110,6 +119,17 @@ def quantile_ci(sorted_values: np.ndarray, q: float,
     lower, upper = quantile_ranks(int(sorted_values.size), q, confidence)
     return (None if lower is None else float(sorted_values[lower - 1]),
             None if upper is None else float(sorted_values[upper - 1]))
+
+
+def contain_estimate(bounds: list[float | None] | None, estimate: float | None) -> list[float | None] | None:
+    """``bounds`` (``[low, high]``, either ``None`` where unbounded) widened to contain ``estimate``,
+    in the same unit: a low above the estimate becomes the estimate, as does a high below it. An
+    unbounded side, a missing interval (``None``) and a missing estimate are left as they are.
+    Widening only raises coverage, so an interval at ≥ 95 % stays at ≥ 95 % (module docstring)."""
+    if bounds is None or estimate is None:
+        return bounds
+    low, high = bounds
+    return [None if low is None else min(low, estimate), None if high is None else max(high, estimate)]
 
 
 def mean_ci(values: np.ndarray) -> tuple[float, float] | None:

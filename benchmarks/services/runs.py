@@ -38,7 +38,7 @@ from benchmarks.importers import import_results
 from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
-from benchmarks.loadgen.uncertainty import min_samples_for_interval
+from benchmarks.loadgen.uncertainty import contain_estimate, min_samples_for_interval
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import summary_point
 from controlplane.csvsafe import csv_text
@@ -598,9 +598,9 @@ def run_ci95_ms(*, run: BenchmarkRun) -> dict[str, dict[str, list[float | None] 
     """The 95 % confidence intervals of ``run``'s per-request latency statistics in ms, by the
     stems of :data:`COMPARE_FIELDS` (``{"ttft_ms": {"mean": [low, high], "p50": [...], "p90": [...],
     "p99": [...]}, "tpot_ms": ..., "e2e_ms": ...}``; a bound the run's requests cannot give is null,
-    see :mod:`benchmarks.loadgen.uncertainty`); null for a run whose summary has none (imported
-    files and runs measured before intervals were kept). ITL has none: the gaps of one request are
-    not independent samples."""
+    see :mod:`benchmarks.loadgen.uncertainty`; each contains the summary's own statistic); null
+    for a run whose summary has none (imported files and runs measured before intervals were
+    kept). ITL has none: the gaps of one request are not independent samples."""
     summary = run.summary or {}
     out: dict[str, dict[str, list[float | None] | None]] = {}
     for stem in CI_STEMS:
@@ -608,8 +608,11 @@ def run_ci95_ms(*, run: BenchmarkRun) -> dict[str, dict[str, list[float | None] 
         ci = stats.get("ci95") if isinstance(stats, Mapping) else None
         if not isinstance(ci, Mapping):
             continue
+        # Summaries stored before intervals were widened to contain their estimate get the same
+        # treatment here (benchmarks.loadgen.uncertainty.contain_estimate).
+        widened = {stat: contain_estimate(bounds, _number(stats.get(stat))) for stat, bounds in ci.items()}
         out[stem] = {stat: (None if bounds is None else [None if b is None else b * 1000.0 for b in bounds])
-                     for stat, bounds in ci.items()}
+                     for stat, bounds in widened.items()}
     return out or None
 
 

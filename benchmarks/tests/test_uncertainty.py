@@ -163,3 +163,32 @@ def test_min_samples_for_interval():
     assert [min_samples_for_interval(s) for s in ("mean", "p50", "p90", "p99")] == [2, 6, 36, 368]
     with pytest.raises(ValueError):
         min_samples_for_interval("p100")
+
+
+def test_it_widens_a_few_samples_interval_to_contain_the_reported_percentile():
+    # 2 requests: p99's lower bound is the larger sample (rank 2), above the interpolated p99
+    # (0.1 + 0.99 × 0.1 = 0.199 s); the summary's interval is widened down to it.
+    values = np.array([0.1, 0.2])
+    assert quantile_ci(np.sort(values), 0.99) == (0.2, None)
+    d = distribution(values, ci=True)
+    assert d["p99"] == pytest.approx(0.199)
+    low, high = d["ci95"]["p99"]
+    assert low == d["p99"] and high is None
+    for stat in ("mean", "p50", "p90", "p99"):
+        low, high = d["ci95"][stat]
+        assert (low is None or low <= d[stat]) and (high is None or d[stat] <= high), stat
+
+
+def test_it_leaves_a_thousand_samples_intervals_as_the_order_statistics_give_them():
+    values = np.random.default_rng(13).lognormal(-3.0, 0.5, 1000)
+    assert distribution(values, ci=True)["ci95"] == ci95(values)
+
+
+@pytest.mark.django_db
+def test_it_widens_the_interval_of_a_summary_stored_before_widening():
+    values = np.array([0.1, 0.2])
+    run = _run({"ttft": values, "tpot": values / 10, "e2e": values * 10})
+    run.summary["ttft_s"]["ci95"]["p99"] = [0.2, None]   # as stored before intervals were widened
+    run.save(update_fields=["summary"])
+    run.refresh_from_db()
+    assert run_ci95_ms(run=run)["ttft_ms"]["p99"] == [pytest.approx(199.0), None]
