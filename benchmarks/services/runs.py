@@ -90,10 +90,12 @@ COMPARE_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("tok_s_per_gpu", "output throughput per GPU", "tok/s"),
     ("request_throughput_req_s", "request throughput", "req/s"),
     ("goodput_req_s", "goodput", "req/s"),
-    ("ttft_ms.mean", "TTFT mean", "ms"), ("ttft_ms.p50", "TTFT p50", "ms"), ("ttft_ms.p99", "TTFT p99", "ms"),
-    ("tpot_ms.mean", "TPOT mean", "ms"), ("tpot_ms.p99", "TPOT p99", "ms"),
+    ("ttft_ms.mean", "TTFT mean", "ms"), ("ttft_ms.p50", "TTFT p50", "ms"), ("ttft_ms.p90", "TTFT p90", "ms"),
+    ("ttft_ms.p99", "TTFT p99", "ms"),
+    ("tpot_ms.mean", "TPOT mean", "ms"), ("tpot_ms.p90", "TPOT p90", "ms"), ("tpot_ms.p99", "TPOT p99", "ms"),
     ("itl_ms.mean", "ITL mean", "ms"), ("itl_ms.p99", "ITL p99", "ms"),
-    ("e2e_ms.mean", "E2E mean", "ms"), ("e2e_ms.p50", "E2E p50", "ms"), ("e2e_ms.p99", "E2E p99", "ms"),
+    ("e2e_ms.mean", "E2E mean", "ms"), ("e2e_ms.p50", "E2E p50", "ms"), ("e2e_ms.p90", "E2E p90", "ms"),
+    ("e2e_ms.p99", "E2E p99", "ms"),
     ("failures", "failures", "requests"),
 )
 # The metrics :func:`runs_compare` names a best run for (key path, whether higher is better):
@@ -103,10 +105,10 @@ COMPARE_FIELDS: tuple[tuple[str, str, str], ...] = (
 BEST_METRICS: tuple[tuple[str, bool], ...] = (
     ("output_throughput_tok_s", True), ("tok_s_per_gpu", True), ("request_throughput_req_s", True),
     ("goodput_req_s", True),
-    ("ttft_ms.mean", False), ("ttft_ms.p50", False), ("ttft_ms.p99", False),
-    ("tpot_ms.mean", False), ("tpot_ms.p99", False),
+    ("ttft_ms.mean", False), ("ttft_ms.p50", False), ("ttft_ms.p90", False), ("ttft_ms.p99", False),
+    ("tpot_ms.mean", False), ("tpot_ms.p90", False), ("tpot_ms.p99", False),
     ("itl_ms.mean", False), ("itl_ms.p99", False),
-    ("e2e_ms.mean", False), ("e2e_ms.p50", False), ("e2e_ms.p99", False))
+    ("e2e_ms.mean", False), ("e2e_ms.p50", False), ("e2e_ms.p90", False), ("e2e_ms.p99", False))
 # A latency's name in notes, by the stem of its keys.
 LATENCY_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}
 # Percent of the larger value within which the two best runs for a metric are a tie (no best run
