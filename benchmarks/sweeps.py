@@ -336,19 +336,27 @@ def _seconds_text(requests: int, rate: float) -> str:
 _REPEATS_SHOWN = 5
 
 
-def _refuse_repeats(values: list[Any], path: str, noun: str, shown: Callable[[Any], str], err) -> None:
-    """Refuse ``values`` (the valid items of one grid list) that appear more than once, with one
-    message at ``path`` naming each repeated value (``shown`` writes it) and how often it is given:
-    ``repeated concurrency: 1 (5,000 times); give each once``. A repeat would be a second run of
-    the same point (or, where the points are deduplicated, a stored grid that says more than was
-    run)."""
+def repeats_text(values: list[Any], noun: str, shown: Callable[[Any], str] = str) -> str | None:
+    """The refusal of ``values`` that appear more than once, naming each repeated value
+    (``shown`` writes it; the first :data:`_REPEATS_SHOWN`, then a count) and how often it is
+    given: ``repeated concurrency: 1 (5,000 times); give each once``; None when every value is
+    given once. Used wherever a list of values each names one thing (a grid point, a run)."""
     repeated = [(value, n) for value, n in Counter(values).items() if n > 1]
     if not repeated:
-        return
+        return None
     parts = [f"{shown(value)} ({n:,} times)" for value, n in repeated[:_REPEATS_SHOWN]]
     if len(repeated) > _REPEATS_SHOWN:
         parts.append(f"and {len(repeated) - _REPEATS_SHOWN:,} more")
-    err(path, f"repeated {noun}: {', '.join(parts)}; give each once")
+    return f"repeated {noun}: {', '.join(parts)}; give each once"
+
+
+def _refuse_repeats(values: list[Any], path: str, noun: str, shown: Callable[[Any], str], err) -> None:
+    """Refuse ``values`` (the valid items of one grid list) that appear more than once, with one
+    message at ``path`` (:func:`repeats_text`). A repeat would be a second run of the same point
+    (or, where the points are deduplicated, a stored grid that says more than was run)."""
+    message = repeats_text(values, noun, shown)
+    if message:
+        err(path, message)
 
 
 def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]], *,

@@ -164,6 +164,16 @@ def _under_text(errors: dict[str, list[str]]) -> dict[str, list[str]]:
             for path, messages in errors.items()}
 
 
+def _too_few_sweep_runs(sweep_ids: list[int], runs: int) -> str:
+    """Why ``sweeps=`` alone gives no comparison: ``sweep 4 has 1 run; a comparison needs at least
+    two: add runs with ids= or another sweep`` (``sweeps 4, 5 have no runs between them; ...``)."""
+    count = "no runs" if runs == 0 else f"{runs} run"
+    if len(sweep_ids) == 1:
+        return f"sweep {sweep_ids[0]} has {count}; a comparison needs at least two: add runs with ids= or another sweep"
+    return (f"sweeps {', '.join(map(str, sweep_ids))} have {count} between them; a comparison needs at least two: "
+            "add runs with ids= or another sweep")
+
+
 @extend_schema_view(
     list=extend_schema(summary="List runs (filters: sweep, source, status; order)",
                        parameters=[s.RunFilterSerializer]),
@@ -269,7 +279,8 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return Response(s.RunSerializer(runs, many=True).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5 (?format=csv: as CSV)",
-                   description="400: ids that are not comma-separated integers, fewer than two runs, or a format "
+                   description="400: ids that are not comma-separated integers, an id given twice (named), fewer "
+                               "than two runs (under `sweeps` when the sweeps alone were given), or a format "
                                "other than json, csv or api (the browsable page). 404 names the ids of runs or sweeps that do not exist.",
                    parameters=[s.CompareQuerySerializer],
                    responses={(200, "application/json"): s.RunCompareSerializer, (200, "text/csv"): OpenApiResponse(
@@ -287,6 +298,9 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                 raise NotFound(f"no sweep with id {sweep_id}")
             ids += [r.pk for r in selectors.sweep_runs(sweep=sweep)]
         ids = list(dict.fromkeys(ids))
+        if len(ids) < 2 and not q["ids"]:
+            # The runs came from sweeps= alone: the refusal is about the sweeps that were given.
+            raise InvalidInput({"sweeps": [_too_few_sweep_runs(q["sweeps"], len(ids))]})
         comparison = services.runs_compare(runs=selectors.runs_by_ids(ids=ids), baseline_id=q["baseline"])
         if q["format"] == "csv":
             return attachment(runs_compare_csv(comparison=comparison), content_type="text/csv",
