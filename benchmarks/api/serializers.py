@@ -14,7 +14,7 @@ from benchmarks.services.runs import BEST_METRICS
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE, repeats_text
 from controlplane.api import (
-    CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, JSONTextField, StrictBooleanField, StrictCharField,
+    MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, JSONTextField, StrictBooleanField, StrictCharField,
     StrictInputMixin, query_text,
     StrictIntegerField,
 )
@@ -252,8 +252,15 @@ class RunFilterSerializer(serializers.Serializer):
 
 
 class RecordsQuerySerializer(serializers.Serializer):
-    offset = serializers.IntegerField(min_value=0, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=5000, default=1000)
+    """``?offset=&limit=`` of ``GET /api/runs/<id>/records/``: a page of a run's per-request records,
+    ``limit`` rows (1 to 5000, default 1000) from ``offset`` (0 to :data:`MAX_PAGE_OFFSET`, the bound
+    of every list's ``offset``). A value that is not a whole number in range is a 400 naming the
+    parameter, quoting the value and giving the range (``{"limit": ["must be a whole number between 1 and 5000, got '9999'"]}``)."""
+
+    offset = IdField(min_value=0, max_value=MAX_PAGE_OFFSET, default=0,
+                     help_text=f"records to skip, 0 to {MAX_PAGE_OFFSET} (default 0)")
+    limit = IdField(min_value=1, max_value=5000, default=1000,
+                    help_text="records to return, 1 to 5000 (default 1000)")
 
 
 class CompareQuerySerializer(serializers.Serializer):
