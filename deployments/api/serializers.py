@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +25,7 @@ from rest_framework.fields import SkipField, get_error_detail
 from controlplane.api import ERROR_SHAPE_HELP, DetailSerializer, ValidationErrorSerializer  # noqa: F401
 from controlplane.api import (
     MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin,
-    StrictSlugRelatedField, merge_body_errors, unknown_field_errors,
+    StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
 )
 from controlplane.api import JSONTextField, StrictBooleanField
 from controlplane.errors import InvalidInput
@@ -617,33 +618,47 @@ class ProcessFilterSerializer(serializers.Serializer):
     role = FilterChoiceField(choices=Role.choices, required=False)
 
 
-class TelemetryQuerySerializer(serializers.Serializer):
-    """``?since=<unix s>&until=<unix s>&fields=a,b`` of the telemetry re-sync endpoints."""
+# A number as a query writes it: ASCII digits with an optional sign, point and exponent. ``float()``
+# alone also takes "1_000", "١", "nan" and "infinity".
+_DECIMAL_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
-    # The last second of year 9999 UTC: Python's datetime cannot hold a later instant.
+
+class UnixSecondsField(serializers.FloatField):
+    """An instant given as a query parameter, in unix seconds (a float, ``1767225600.5``), from 0 to
+    :attr:`MAX_UNIX_S`. Anything else, a text that is not a decimal number, ``nan``, ``inf``, a
+    number too large for a float (``1e400``) or one out of range, is a 400 naming the parameter,
+    quoting the value and giving the range in unix seconds (``{"since": ["must be a number of unix
+    seconds between 0 and 253402300799, got 'abc'"]}``), the shape of :class:`IdField`'s refusal."""
+
+    #: The last second of year 9999 UTC: Python's datetime cannot hold a later instant.
     MAX_UNIX_S = 253402300799.0
 
-    since = serializers.FloatField(required=False, min_value=0, max_value=MAX_UNIX_S,
-                                   help_text="unix seconds; default: 10 minutes ago")
-    until = serializers.FloatField(required=False, min_value=0, max_value=MAX_UNIX_S,
-                                   help_text="unix seconds; default: now")
-    fields = serializers.CharField(required=False, allow_blank=True, max_length=500,
-                                   help_text="comma-separated series names (node history only)")
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("min_value", 0)
+        kwargs.setdefault("max_value", self.MAX_UNIX_S)
+        super().__init__(**kwargs)
 
-    @staticmethod
-    def _finite(value: float) -> float:
-        # nan passes min/max comparisons (every comparison with nan is false), so say it here.
-        if not math.isfinite(value):
-            raise serializers.ValidationError(f"must be a finite number of unix seconds, not {value}")
+    def to_internal_value(self, data):
+        refused = serializers.ValidationError(
+            f"must be a number of unix seconds between {self.min_value:g} and {int(self.max_value)}, "
+            f"got {query_text(data)}", code="invalid")
+        if not isinstance(data, str) or not _DECIMAL_RE.fullmatch(data):
+            raise refused
+        value = float(data)
+        # nan passes min/max comparisons (every comparison with nan is false); 1e400 reads as inf.
+        if not math.isfinite(value) or not self.min_value <= value <= self.max_value:
+            raise refused
         return value
 
-    def validate_since(self, value: float) -> float:
-        """Refuse nan and infinities (a 400 on ``since`` with the reason)."""
-        return self._finite(value)
 
-    def validate_until(self, value: float) -> float:
-        """Refuse nan and infinities (a 400 on ``until`` with the reason)."""
-        return self._finite(value)
+class TelemetryQuerySerializer(serializers.Serializer):
+    """``?since=<unix s>&until=<unix s>&fields=a,b`` of the telemetry re-sync endpoints; a time that
+    is not a number of unix seconds in range is refused by :class:`UnixSecondsField`."""
+
+    since = UnixSecondsField(required=False, help_text="unix seconds; default: 10 minutes ago")
+    until = UnixSecondsField(required=False, help_text="unix seconds; default: now")
+    fields = serializers.CharField(required=False, allow_blank=True, max_length=500,
+                                   help_text="comma-separated series names (node history only)")
 
     def validate(self, attrs: dict) -> dict:
         if "since" in attrs and "until" in attrs and attrs["since"] > attrs["until"]:
