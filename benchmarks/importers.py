@@ -100,6 +100,13 @@ MAX_REPORTED_PROBLEMS = 50
 MAX_LINES_COUNTED_AFTER_CAP = 10_000
 
 
+def empty_upload_message(name: str) -> str:
+    """What an import says of an uploaded file of 0 bytes named ``name`` (in quotes, cut to 40
+    characters, as a refused form value is quoted): ``the file 'bench.json' is empty (0 bytes)``.
+    The API and the import form refuse such an upload with it before reading it."""
+    return f"the file {str(name)[:40]!r} is empty (0 bytes)"
+
+
 @dataclass(frozen=True)
 class ImportProblem:
     """One reason a result file cannot be imported: ``line`` (1-based, None for the whole file),

@@ -9,6 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
+from benchmarks.importers import empty_upload_message
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.selectors import PK_MAX
@@ -218,12 +219,20 @@ class RunImportSerializer(StrictInputMixin, serializers.Serializer):
     ``Content-Disposition`` header of every download of the file. Any other key is refused at its
     name (``{"zzz": ["unknown field 'zzz'; allowed: file, text, filename,
     allow_duplicate"]}``, the shared :func:`controlplane.api.unknown_field_errors`), before the
-    file is read."""
+    file is read. An uploaded file of 0 bytes is refused under ``file`` naming it."""
 
-    file = serializers.FileField(required=False)
+    # allow_empty_file: an empty upload is named by validate_file, not DRF's "The submitted file is empty."
+    file = serializers.FileField(required=False, allow_empty_file=True)
     text = StrictCharField(required=False, trim_whitespace=False, allow_blank=False)
     filename = StrictCharField(required=False, max_length=255, allow_blank=True)
     allow_duplicate = StrictBooleanField(required=False, default=False)
+
+    def validate_file(self, value):
+        """Refuse an upload of 0 bytes naming it (``{"file": ["the file 'bench.json' is empty (0
+        bytes)"]}``), as the import form does."""
+        if value is not None and value.size == 0:
+            raise serializers.ValidationError(empty_upload_message(value.name))
+        return value
 
     def validate_filename(self, value: str) -> str:
         found = CONTROL_CHARACTERS_RE.search(value)

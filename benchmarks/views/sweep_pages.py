@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from benchmarks import services
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
+from benchmarks.importers import empty_upload_message
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_cancelled
 from benchmarks.views.charts import sweep_charts
@@ -64,6 +65,9 @@ def run_import_view(request: HttpRequest) -> HttpResponse:
         errors = {"file": ["Choose a result file to import."]}
     elif upload.size > IMPORT_MAX_BYTES:
         errors = {"file": [f"The file is {upload.size} bytes; the limit is {IMPORT_MAX_BYTES} bytes."]}
+    elif upload.size == 0:
+        message = empty_upload_message(upload.name or "")
+        errors = {"file": [f"{message[:1].upper()}{message[1:]}."]}
     else:
         try:
             text = upload.read().decode("utf-8")
