@@ -1,0 +1,49 @@
+"""``?format=api``, REST framework's browsable page, is a documented way to read the API (README,
+"Users, roles and the API"): every endpoint with the browsable renderer answers it with the same
+status as the JSON, errors included, and names ``api`` among the formats it offers; the endpoints
+the README lists as exceptions refuse it like any other format they do not offer."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.models import BenchmarkRun
+from deployments.tests.factories import cpu_node_create
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def run() -> BenchmarkRun:
+    return BenchmarkRun.objects.create(status="done", concurrency=1, input_len=8, output_len=8, summary={})
+
+
+@pytest.mark.parametrize("path", ["/api/", "/api/recipes/", "/api/nodes/{node}/", "/api/runs/{run}/",
+                                  "/api/kernel-best/", "/api/nodes/{node}/telemetry/"])
+def test_a_read_answers_on_the_browsable_page_as_in_json(viewer_api, run, path):
+    url = path.format(node=cpu_node_create(name="browsable").name, run=run.pk)
+    page = viewer_api.get(url, {"format": "api"})
+    assert page.status_code == viewer_api.get(url, {"format": "json"}).status_code == 200
+    assert page["Content-Type"].startswith("text/html")
+    assert viewer_api.get(url, HTTP_ACCEPT="text/html")["Content-Type"].startswith("text/html")
+    refused = viewer_api.get(url, {"format": "xml"})
+    assert refused.status_code == 400 and refused.json() == {"format": ["must be one of json, api; got 'xml'"]}
+
+
+def test_an_error_has_the_same_status_on_the_browsable_page(viewer_api, run):
+    url = f"/api/runs/{run.pk}/records/"
+    as_json = viewer_api.get(url, {"limit": "lots"})
+    page = viewer_api.get(url, {"limit": "lots", "format": "api"})
+    assert page.status_code == as_json.status_code == 400
+    assert page["Content-Type"].startswith("text/html") and "must be a whole number between 1 and 5000" in page.content.decode()
+
+
+def test_the_listed_exceptions_refuse_api_like_any_format_they_do_not_offer(viewer_api, run):
+    cases = {"/api/schema/": "must be one of yaml, json; got 'api'",
+             "/api/auth/token/": "must be one of json; got 'api'",
+             f"/api/runs/{run.pk}/export/": "must be one of csv, json; got 'api'"}
+    for url, message in cases.items():
+        answer = viewer_api.get(url, {"format": "api"})
+        assert answer.status_code == 400, url
+        assert message in answer.content.decode().replace("&#x27;", "'"), url
+        xml = viewer_api.get(url, {"format": "xml"})
+        assert xml.status_code == 400 and xml.json() == {"format": [message.replace("'api'", "'xml'")]}, url
