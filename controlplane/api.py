@@ -47,7 +47,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from controlplane.drf_defaults import (  # noqa: F401 - part of this module's interface
     DEFAULT_MAX_BODY_BYTES, FORM_ONLY_KEYS, MAX_PAGE_LIMIT, MAX_PAGE_OFFSET, PAGE_KEYS, KnownQueryKeys,
     NonFiniteNumber, Pagination, RefusedBody, RepeatedKeys, RequestTooLarge, SafeJSONParser, UNSHOWN_VALUE_KEYS,
-    api_max_body_bytes, body_errors, declared_query_keys, forget_refused_format, given_more_than_once, json_loads,
+    api_max_body_bytes, body_errors, declared_query_keys, given_more_than_once, json_loads,
     query_keys_taken, repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
@@ -517,13 +517,13 @@ class ExportFormatMixin:
     #: The actions whose ``?format=`` is a file format.
     format_actions: tuple[str, ...] = ("export",)
 
+    def judges_own_format(self) -> bool:
+        """True for an action of :attr:`format_actions` whose ``query_keys`` name ``format``: read by
+        :class:`~controlplane.drf_defaults.FormatNegotiation`, which then refuses no format."""
+        return self.action in self.format_actions and api_settings.URL_FORMAT_OVERRIDE in declared_query_keys(self)
+
     def perform_content_negotiation(self, request, force=False):
-        if self.action not in self.format_actions:
-            return super().perform_content_negotiation(request, force=force)
-        negotiated = super().perform_content_negotiation(request, force=True)
-        if api_settings.URL_FORMAT_OVERRIDE in declared_query_keys(self):
-            forget_refused_format(request)   # the action judges its own format
-        return negotiated
+        return super().perform_content_negotiation(request, force=force or self.action in self.format_actions)
 
 
 # Largest integer accepted for an id or version parameter: PostgreSQL's ``integer`` range, so a

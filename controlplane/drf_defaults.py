@@ -448,10 +448,12 @@ def refused_format(request) -> dict[str, list[str]] | None:
     return getattr(request, REFUSED_FORMAT_ATTR, None)
 
 
-def forget_refused_format(request) -> None:
-    """Drop what :func:`refused_format` holds for ``request``: for an action that judges its own
-    ``?format=`` (:class:`controlplane.api.ExportFormatMixin`)."""
-    setattr(request, REFUSED_FORMAT_ATTR, None)
+def _judges_own_format(view) -> bool:
+    """True when ``view`` (an API view) says, through its ``judges_own_format()``, that the request's
+    action judges its own ``?format=`` (an export's ``csv``, a download that takes none, the 404 of a
+    path that is no endpoint): :class:`FormatNegotiation` then leaves any format to it."""
+    judges = getattr(view, "judges_own_format", None)
+    return bool(judges is not None and judges())
 
 
 def _raises_refused_format(view) -> bool:
@@ -477,16 +479,22 @@ class FormatNegotiation(DefaultContentNegotiation):
     endpoint's first renderer (JSON) answers, and the 400 is left on the request
     (:func:`refused_format`) for :class:`SingleValuedQuery`, a permission class after the role's,
     to raise. An anonymous request gets its 401, a role-less or under-privileged one its 403, as
-    without the format. A view that does not check :class:`SingleValuedQuery` is refused here."""
+    without the format. A view that does not check :class:`SingleValuedQuery` is refused here.
+
+    A view whose ``judges_own_format()`` is true for the request's action (an export, a download,
+    :class:`controlplane.notfound_views.ApiNotFoundView`) gets its first renderer and no refusal,
+    whatever the format: the action judges the format itself, or answers the same whatever it is."""
 
     def select_renderer(self, request, renderers, format_suffix=None):
         name = self.settings.URL_FORMAT_OVERRIDE
         fmt = format_suffix or request.query_params.get(name)
         if fmt and not any(renderer.format == fmt for renderer in renderers):
+            view = (getattr(request, "parser_context", None) or {}).get("view")
+            if view is not None and _judges_own_format(view):
+                return renderers[0], renderers[0].media_type
             repeated = None if format_suffix else given_more_than_once(request.query_params.getlist(name))
             offered = ", ".join(dict.fromkeys(renderer.format for renderer in renderers))
             refusal = {name: [repeated or f"must be one of {offered}; got {fmt[:40]!r}"]}
-            view = (getattr(request, "parser_context", None) or {}).get("view")
             if view is None or not _raises_refused_format(view):
                 raise ValidationError(refusal)
             setattr(request, REFUSED_FORMAT_ATTR, refusal)

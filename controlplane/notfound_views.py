@@ -21,8 +21,6 @@ from rest_framework.exceptions import NotFound
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
-from controlplane.drf_defaults import forget_refused_format
-
 
 class ApiNotFoundView(APIView):
     """``404 {"detail": "no API endpoint at <path>"}`` for any method, in JSON whatever the
@@ -51,12 +49,13 @@ class ApiNotFoundView(APIView):
             return HttpResponsePermanentRedirect(request.get_full_path(force_append_slash=True))
         return super().dispatch(request, *args, **kwargs)
 
+    def judges_own_format(self) -> bool:
+        """Always: the 404 whatever ``?format=`` is asked for (a format's 400 would hide it)."""
+        return True
+
     def perform_content_negotiation(self, request, force=False):
-        # JSON even for a client that accepts only text/html (a 406 would hide the 404), and the
-        # 404 whatever ?format= is asked for (a format's 400 would hide it too).
-        negotiated = super().perform_content_negotiation(request, force=True)
-        forget_refused_format(request)
-        return negotiated
+        # JSON even for a client that accepts only text/html (a 406 would hide the 404)
+        return super().perform_content_negotiation(request, force=True)
 
     def initial(self, request, *args, **kwargs) -> None:
         super().initial(request, *args, **kwargs)  # authentication and the role check

@@ -26,7 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api import (
-    ERROR_404, ERROR_409, ERRORS_400, PAGE_KEYS, SafeJSONParser, forget_refused_format, no_body, request_body,
+    ERROR_404, ERROR_409, ERRORS_400, PAGE_KEYS, SafeJSONParser, no_body, request_body,
 )
 from controlplane.errors import NotFound
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
@@ -559,13 +559,13 @@ class ServerProcessViewSet(viewsets.ReadOnlyModelViewSet):
         q = _query(s.ProcessFilterSerializer, self.request)
         return selectors.process_list(deployment_id=q.get("deployment"), role=q.get("role"))
 
+    def judges_own_format(self) -> bool:
+        """True for the log download, which refuses any ``?format=`` with its own message."""
+        return self.action == "log_download"
+
     def perform_content_negotiation(self, request, force=False):
-        # The download answers text/plain whatever the client accepts; its errors are JSON. It
-        # judges its own ?format= (any is refused with its own message).
-        negotiated = super().perform_content_negotiation(request, force=force or self.action == "log_download")
-        if self.action == "log_download":
-            forget_refused_format(request)
-        return negotiated
+        # The download answers text/plain whatever the client accepts; its errors are JSON.
+        return super().perform_content_negotiation(request, force=force or self.action == "log_download")
 
     @extend_schema(
         summary="The end of a process's log (secrets masked)",
