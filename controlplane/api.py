@@ -51,6 +51,7 @@ from controlplane.drf_defaults import (  # noqa: F401 - part of this module's in
     query_keys_taken, repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
+from controlplane.notfound_views import api_not_found_text
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,9 @@ def flatten_errors(detail, prefix: str | None = None) -> dict[str, list]:
 
 def exception_handler(exc, context):
     """DRF exception handler: domain errors → 400/404/409, Django validation → 400, a body
-    over the size limit → 413 ``{"detail", "code": "too_large", "limit_bytes"}``.
+    over the size limit → 413 ``{"detail", "code": "too_large", "limit_bytes"}``. A 404 of
+    ``get_object_or_404`` names the object as the route keys it (``{"detail": "no node with name
+    'nosuch'"}``, ``no benchmark run with id 999``; :func:`controlplane.notfound_views.api_not_found_text`).
 
     Every 400 from validation has the same body: ``{"<dotted.path>": ["message", ...]}``.
     """
@@ -95,6 +98,11 @@ def exception_handler(exc, context):
         exc = ValidationError(exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages})
     elif isinstance(exc, NotFound):
         exc = Http404(str(exc))
+    elif isinstance(exc, Http404) and exc.args and isinstance(exc.args[0], str):
+        # get_object_or_404's "No BenchmarkRun matches the given query." names a Python class
+        view, request = context.get("view"), context.get("request")
+        exc = Http404(api_not_found_text(exc.args[0], getattr(view, "kwargs", None) or {},
+                                         getattr(request, "path", "")))
     elif isinstance(exc, Conflict):
         return Response({"detail": str(exc), "code": "conflict"}, status=status.HTTP_409_CONFLICT)
     elif isinstance(exc, RequestTooLarge):

@@ -98,6 +98,24 @@ def not_found_text(request, exception) -> str:
     return f"{message.strip().rstrip('.').rstrip()}."
 
 
+def api_not_found_text(message: str, route_kwargs: dict, path: str) -> str:
+    """What an API 404 says was not found, in the API's wording (``no node with name 'nosuch'``, as
+    :class:`deployments.api.views.NodeViewSet` says it): ``get_object_or_404``'s "No Node matches
+    the given query." names the model by its verbose name and the route's one key by its name
+    (``pk`` as ``id``, digits bare, any other value in quotes); with no key, or several, the path
+    (``no benchmark run at /api/...``). Any other message is returned as raised."""
+    match = _NO_MATCH.fullmatch(message.strip())
+    if not match:
+        return message
+    noun = next((m._meta.verbose_name for m in apps.get_models() if m._meta.object_name == match[1]), match[1])
+    if len(route_kwargs) != 1:
+        return f"no {noun} at {path}"
+    (key, value), = route_kwargs.items()
+    value = str(value)
+    shown = value if value.isascii() and value.isdigit() else repr(value[:40])
+    return f"no {noun} with {'id' if key == 'pk' else key} {shown}"
+
+
 def page_not_found(request, exception):
     """The HTML 404 of every page (``handler404``): ``templates/404.html`` with ``message``
     (:func:`not_found_text`) and the path asked for, never an exception's class name."""
