@@ -13,7 +13,7 @@ from benchmarks.importers import empty_upload_message
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.selectors import PK_MAX
-from benchmarks.sweeps import DIGITS_RE, repeats_text
+from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import (
     MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, JSONTextField, StrictBooleanField, StrictCharField,
     StrictInputMixin, query_text,
@@ -274,7 +274,8 @@ class RecordsQuerySerializer(serializers.Serializer):
 
 class CompareQuerySerializer(serializers.Serializer):
     """``ids=1,2,3`` (runs) and/or ``sweeps=4,5`` (all runs of those sweeps), ids in ASCII digits,
-    each given once (``ids=1,1`` is refused: ``repeated run id: 1 (2 times); give each once``), and
+    each given once (``ids=1,1`` is refused by :func:`benchmarks.services.runs_compare_pick`, which
+    the comparison page shares: ``repeated run id: 1 (2 times); give each once``), and
     ``format`` json (the default), csv (a download) or api (the browsable page of the JSON, as every
     endpoint offers). An id no row can have (however large) is not found like
     any other unknown id: the view's 404."""
@@ -304,12 +305,6 @@ class CompareQuerySerializer(serializers.Serializer):
     def validate(self, attrs: dict) -> dict:
         attrs["ids"] = self._ints(attrs.get("ids") or "", "ids")
         attrs["sweeps"] = self._ints(attrs.get("sweeps") or "", "sweeps")
-        # A repeated id is a typo or a pasted list gone wrong: comparing each run once would answer
-        # another question than the one asked, so it is refused, as a repeated grid value is.
-        repeats = {field: [message] for field, noun in (("ids", "run id"), ("sweeps", "sweep id"))
-                   if (message := repeats_text(attrs[field], noun))}
-        if repeats:
-            raise serializers.ValidationError(repeats)
         baseline = (attrs.get("baseline") or "").strip()
         if baseline and not DIGITS_RE.fullmatch(baseline):
             raise serializers.ValidationError({"baseline": [f"takes one run id (e.g. 3), got {baseline[:40]!r}"]})

@@ -164,16 +164,6 @@ def _under_text(errors: dict[str, list[str]]) -> dict[str, list[str]]:
             for path, messages in errors.items()}
 
 
-def _too_few_sweep_runs(sweep_ids: list[int], runs: int) -> str:
-    """Why ``sweeps=`` alone gives no comparison: ``sweep 4 has 1 run; a comparison needs at least
-    two: add runs with ids= or another sweep`` (``sweeps 4, 5 have no runs between them; ...``)."""
-    count = "no runs" if runs == 0 else f"{runs} run"
-    if len(sweep_ids) == 1:
-        return f"sweep {sweep_ids[0]} has {count}; a comparison needs at least two: add runs with ids= or another sweep"
-    return (f"sweeps {', '.join(map(str, sweep_ids))} have {count} between them; a comparison needs at least two: "
-            "add runs with ids= or another sweep")
-
-
 @extend_schema_view(
     list=extend_schema(summary="List runs (filters: sweep, source, status; order)",
                        parameters=[s.RunFilterSerializer]),
@@ -291,16 +281,7 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     @action(detail=False, methods=["get"])
     def compare(self, request: Request) -> HttpResponse:
         q = query_validated(s.CompareQuerySerializer, request)
-        ids = list(q["ids"])
-        for sweep_id in q["sweeps"]:
-            sweep = BenchmarkSweep.objects.filter(pk=sweep_id).first()
-            if sweep is None:
-                raise NotFound(f"no sweep with id {sweep_id}")
-            ids += [r.pk for r in selectors.sweep_runs(sweep=sweep)]
-        ids = list(dict.fromkeys(ids))
-        if len(ids) < 2 and not q["ids"]:
-            # The runs came from sweeps= alone: the refusal is about the sweeps that were given.
-            raise InvalidInput({"sweeps": [_too_few_sweep_runs(q["sweeps"], len(ids))]})
+        ids = services.runs_compare_pick(run_ids=q["ids"], sweep_ids=q["sweeps"])
         comparison = services.runs_compare(runs=selectors.runs_by_ids(ids=ids), baseline_id=q["baseline"])
         if q["format"] == "csv":
             return attachment(runs_compare_csv(comparison=comparison), content_type="text/csv",

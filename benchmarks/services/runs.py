@@ -40,9 +40,9 @@ from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
 from benchmarks.loadgen.uncertainty import contain_estimate, min_samples_for_interval
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.sweeps import summary_point
+from benchmarks.sweeps import repeats_text, summary_point
 from controlplane.csvsafe import csv_text
-from controlplane.errors import Conflict, InvalidInput
+from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_safe
 
 # From this magnitude on a compared number is written with an exponent: every digit of a value
@@ -384,6 +384,48 @@ def run_metric_caveats(*, run: BenchmarkRun) -> list[tuple[str, tuple[str, ...],
                     f"a load-generator worker was busy on CPU for {busy} of the run: its latencies (TTFT, TPOT, "
                     "ITL, E2E) may include the client's own time"))
     return out
+
+
+def _too_few_sweep_runs(sweep_ids: list[int], runs: int) -> str:
+    """Why ``sweeps=`` alone gives no comparison: ``sweep 4 has 1 run; a comparison needs at least
+    two: add runs with ids= or another sweep`` (``sweeps 4, 5 have no runs between them; ...``)."""
+    count = "no runs" if runs == 0 else f"{runs} run"
+    if len(sweep_ids) == 1:
+        return f"sweep {sweep_ids[0]} has {count}; a comparison needs at least two: add runs with ids= or another sweep"
+    return (f"sweeps {', '.join(map(str, sweep_ids))} have {count} between them; a comparison needs at least two: "
+            "add runs with ids= or another sweep")
+
+
+def runs_compare_pick(*, run_ids: list[int], sweep_ids: list[int]) -> list[int]:
+    """The ids of the runs a comparison of ``run_ids`` and of every run of ``sweep_ids`` covers:
+    ``run_ids`` in the order given, then each sweep's runs in grid order that are not among them
+    yet (the two pick runs together, each run once). Shared by the compare endpoint and the
+    comparison page, so both refuse the same queries with the same words. Reads the sweeps' runs;
+    writes nothing.
+
+    Raises :class:`InvalidInput` for a run id or a sweep id given more than once, under ``ids`` and
+    ``sweeps`` at once (``repeated run id: 1 (2 times); give each once``: a repeat is a typo or a
+    pasted list gone wrong, and comparing each run once would answer another question than the one
+    asked), :class:`NotFound` for the first sweep that does not exist (``no sweep with id 4``), and
+    :class:`InvalidInput` under ``sweeps`` when ``sweeps`` alone bring fewer than two runs, saying
+    how many they have. Unknown run ids and fewer than two runs named by id are left to the caller
+    (:func:`benchmarks.selectors.runs_by_ids`, :func:`runs_compare`)."""
+    repeats = {field: [message] for field, values, noun in (("ids", run_ids, "run id"),
+                                                             ("sweeps", sweep_ids, "sweep id"))
+               if (message := repeats_text(values, noun))}
+    if repeats:
+        raise InvalidInput(repeats)
+    ids = list(run_ids)
+    for sweep_id in sweep_ids:
+        sweep = BenchmarkSweep.objects.filter(pk=sweep_id).first()
+        if sweep is None:
+            raise NotFound(f"no sweep with id {sweep_id}")
+        ids += sweep.runs.order_by("ordinal", "id").values_list("pk", flat=True)
+    ids = list(dict.fromkeys(ids))
+    if len(ids) < 2 and not run_ids:
+        # The runs came from sweeps alone: the refusal is about the sweeps that were given.
+        raise InvalidInput({"sweeps": [_too_few_sweep_runs(sweep_ids, len(ids))]})
+    return ids
 
 
 def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
