@@ -1,13 +1,15 @@
 """``GET /api/runs/compare/`` picks runs by ``ids=`` and by ``sweeps=`` (every run of a sweep), and
 refuses a query that names one run or sweep twice, naming the repeated id, as a repeated grid
 value is refused; when ``sweeps=`` alone brings fewer than two runs the refusal is under
-``sweeps``, the key that was given, and says how many runs the sweeps have."""
+``sweeps``, the key that was given, and says how many runs the sweeps have. The comparison page
+refuses the same queries in the same words, showing the form again with the values typed."""
 from __future__ import annotations
 
 import pytest
 
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.tests.page_support import logged_in_client
 
 pytestmark = pytest.mark.django_db
 
@@ -76,3 +78,52 @@ def test_it_names_a_misspelt_sweeps_key_as_unknown(viewer_api) -> None:
     response = viewer_api.get(f"/api/runs/compare/?sweep={sweep.pk}")
     assert response.status_code == 400
     assert response.json() == {"sweep": ["unknown field 'sweep'; allowed: ids, sweeps, baseline, format"]}
+
+
+def _page(viewer, query: str):
+    """The comparison page for ``query``: (status code, HTML)."""
+    response = logged_in_client(viewer).get(f"/benchmarks/compare/?{query}")
+    return response.status_code, response.content.decode()
+
+
+def test_the_page_refuses_a_run_id_given_twice_as_the_api_does(viewer, viewer_api) -> None:
+    a, b = _sweep(2).runs.order_by("ordinal")
+    api = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{a.pk}").json()["ids"][0]
+    for query in (f"runs={a.pk},{a.pk}", f"ids={a.pk},{b.pk},{a.pk}", f"run={a.pk}&run={a.pk}"):
+        status, html = _page(viewer, query)
+        assert status == 400, query
+        assert f'<div class="notice bad" role="alert"><p>{api[0].upper() + api[1:]}.</p></div>' in html, query
+        assert "not ranked" not in html and "Side by side" not in html  # nothing compared
+    # the values typed stay in the form
+    status, html = _page(viewer, f"runs={a.pk},{a.pk}&sweeps=")
+    assert f'name="runs" value="{a.pk},{a.pk}"' in html
+
+
+def test_the_page_refuses_a_sweep_id_given_twice_naming_both_repeats(viewer) -> None:
+    sweep = _sweep(2)
+    a = sweep.runs.first()
+    status, html = _page(viewer, f"runs={a.pk},{a.pk}&sweeps={sweep.pk},{sweep.pk}")
+    assert status == 400
+    assert f"Repeated run id: {a.pk} (2 times); give each once." in html
+    assert f"Repeated sweep id: {sweep.pk} (2 times); give each once." in html
+    assert f'name="sweeps" value="{sweep.pk},{sweep.pk}"' in html
+
+
+def test_the_page_refuses_sweeps_alone_with_fewer_than_two_runs_as_the_api_does(viewer, viewer_api) -> None:
+    one, empty = _sweep(1), _sweep(0)
+    for query in (f"sweeps={one.pk}", f"sweeps={empty.pk}", f"sweeps={one.pk},{empty.pk}"):
+        api = viewer_api.get(f"/api/runs/compare/?{query}").json()["sweeps"][0]
+        status, html = _page(viewer, query)
+        assert status == 400, query
+        assert f'<div class="notice bad" role="alert"><p>{api[0].upper() + api[1:]}.</p></div>' in html, query
+        assert "Add at least one more run" not in html
+        assert f'name="sweeps" value="{query.removeprefix("sweeps=")}"' in html
+    # the same refusal as a CSV export: the form with the reason, not a download
+    status, html = _page(viewer, f"sweeps={one.pk}&format=csv")
+    assert status == 400 and f"Sweep {one.pk} has 1 run; a comparison needs at least two" in html
+    # a sweep with two runs, and a one-run sweep with a run by id, are compared
+    two = _sweep(2)
+    assert _page(viewer, f"sweeps={two.pk}")[0] == 200
+    other = two.runs.first()
+    status, html = _page(viewer, f"runs={other.pk}&sweeps={one.pk}")
+    assert status == 200 and "Side by side" in html

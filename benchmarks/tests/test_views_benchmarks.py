@@ -464,9 +464,11 @@ def test_it_takes_ids_as_an_alias_of_runs_like_the_api(viewer_client, mismatch_s
     assert "Choose runs or sweeps to compare." not in html
     assert f"Run #{short.pk} is not ranked: output_length_mismatch" in html
     assert f'name="runs" value="{clean.pk},{short.pk}"' in html
-    # both names together are merged, each run once
-    both = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk), "ids": f"{short.pk},{clean.pk}"}))
+    # both names together name runs together; a run under both is given twice, refused as in one list
+    both = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk), "ids": str(short.pk)}))
     assert f'name="runs" value="{clean.pk},{short.pk}"' in both
+    twice = viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk), "ids": f"{short.pk},{clean.pk}"})
+    assert twice.status_code == 400 and f"Repeated run id: {clean.pk} (2 times); give each once." in _html(twice)
     malformed = viewer_client.get(reverse("benchmarks:compare"), {"ids": "8;drop"})
     assert malformed.status_code == 400  # the form again with the reason, as the API's 400
     assert "Ids must be a comma-separated list of ids, got &#x27;8;drop&#x27;." in _html(malformed)

@@ -95,7 +95,8 @@ class MalformedIds(Http404):
 
 
 def _ids_param(request: HttpRequest, name: str) -> list[int]:
-    """``?runs=1,2,3`` (or ``?run=1&run=2``) as a list of ints (order kept, duplicates dropped); 404 on anything else,
+    """``?runs=1,2,3`` (or ``?run=1&run=2``) as a list of ints (order and repeats kept: the caller refuses a repeat
+    by name, :func:`benchmarks.services.runs_compare_pick`); 404 on anything else,
     because an id that cannot exist names no page (also one above :data:`benchmarks.selectors.PK_MAX`, which the
     database could not even look up)."""
     # The index page's checkboxes send ``?run=1&run=2``; links send ``?runs=1,2``.
@@ -109,8 +110,7 @@ def _ids_param(request: HttpRequest, name: str) -> list[int]:
             raise MalformedIds(f"{name} must be a comma-separated list of ids, got {part[:40]!r}")
         if len(part.lstrip("0")) > len(str(PK_MAX)) or int(part) > PK_MAX:
             raise Http404(f"{name}: no row has an id that large")
-        if int(part) not in out:
-            out.append(int(part))
+        out.append(int(part))
     return out
 
 

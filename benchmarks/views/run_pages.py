@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, render
 
 from benchmarks import services
 from benchmarks.choices import RunSource
-from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.models import BenchmarkRun
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
 from benchmarks.loadgen.uncertainty import min_samples_for_interval
@@ -26,9 +26,10 @@ from benchmarks.views.charts import (
 )
 from benchmarks.views.common import (
     COMPARE_MAX_CDF_RUNS, LATENCIES, run_row, _EXPORT_TYPES, _download, _export_body, _first, _ids_param, MalformedIds,
-    _json_text, _load_records, _opt_float, _status_class, _sweep_runs,
+    _json_text, _load_records, _opt_float, _status_class,
 )
 from controlplane.drf_defaults import given_more_than_once
+from controlplane.errors import InvalidInput, NotFound
 from deployments.views import role_page
 
 
@@ -269,12 +270,15 @@ def compare(request: HttpRequest) -> HttpResponse:
     baseline run in percent (``?baseline=ID``, one of the compared runs; default the first ranked
     run; none when the baseline is not ranked, with the reason), and
     overlay charts (tok/s and TTFT p99 vs load per sweep, TTFT CDFs per run where records exist).
-    ``?ids=`` is accepted as an alias of ``?runs=`` (the API's name for it); both together are
-    merged. ``?format=csv`` downloads the comparison as CSV
+    ``?ids=`` is accepted as an alias of ``?runs=`` (the API's name for it); both together name
+    runs together. ``?format=csv`` downloads the comparison as CSV
     (:func:`benchmarks.services.runs.runs_compare_csv`). Malformed ids, a baseline that is not
-    among the compared runs, and ``runs``, ``ids``, ``sweeps``, ``baseline`` or ``format`` given
-    more than once (``?ids=1&ids=2``: each takes one value, its list comma-separated) are a 400
-    showing the form with the reason; unknown ids and another format are 404."""
+    among the compared runs, ``runs``, ``ids``, ``sweeps``, ``baseline`` or ``format`` given
+    more than once (``?ids=1&ids=2``: each takes one value, its list comma-separated), and what the
+    API refuses in the same words (:func:`benchmarks.services.runs_compare_pick`: a run or sweep id
+    given twice, ``?runs=1,1``; sweeps alone that bring fewer than two runs) are a 400 showing the
+    form with the reason and the values typed; unknown ids and another format are 404. One run
+    named by id is shown with a hint to add another."""
     # One value a parameter: taking the last of a repeated one would compare other runs than asked
     # (the index page's checkboxes send ?run=1&run=2, which _ids_param reads as one list).
     repeated = {name: message for name in ("runs", "ids", "sweeps", "baseline", "format")
@@ -290,26 +294,33 @@ def compare(request: HttpRequest) -> HttpResponse:
             problems.append(str(exc))
             return []
 
-    run_ids = list(dict.fromkeys(ids("runs") + ids("ids")))
+    # runs= and its alias ids= name runs together: a run under both is given twice, as in one list.
+    run_ids = ids("runs") + ids("ids")
     sweep_ids = ids("sweeps")
     baseline_ids = [] if "baseline" in repeated else _baseline_param(request.GET.get("baseline", ""), problems)
-    if problems:
+
+    def form_again(problems: list[str]) -> HttpResponse:
         # The form again, with what to fix (as the API's 400), not a "page not found".
         return render(request, "benchmarks/compare.html", {
             "runs": [], "problems": problems, "run_ids": request.GET.get("runs", request.GET.get("ids", ""))[:200],
             "sweep_ids": request.GET.get("sweeps", "")[:200]}, status=400)
+
+    if problems:
+        return form_again(problems)
     fmt = request.GET.get("format", "")
     if fmt not in ("", "csv"):
         raise Http404("the comparison's export format is csv")
-    runs_by_id = {r.pk: r for r in BenchmarkRun.objects.select_related("sweep").filter(pk__in=run_ids)}
-    missing = [i for i in run_ids if i not in runs_by_id]
-    sweeps = {s.pk: s for s in BenchmarkSweep.objects.filter(pk__in=sweep_ids)}
-    missing += [i for i in sweep_ids if i not in sweeps]
-    if missing:
-        raise Http404(f"no such run or sweep: {', '.join(map(str, missing))}")
-    runs: list[BenchmarkRun] = [runs_by_id[i] for i in run_ids]
-    for sid in sweep_ids:
-        runs.extend(r for r in _sweep_runs(sweeps[sid]) if r.pk not in {x.pk for x in runs})
+    try:
+        # The API's rules and words: a repeated id, or sweeps alone with fewer than two runs.
+        picked = services.runs_compare_pick(run_ids=run_ids, sweep_ids=sweep_ids)
+    except InvalidInput as exc:
+        return form_again([message for messages in exc.errors.values() for message in messages])
+    except NotFound as exc:
+        raise Http404(str(exc)) from None
+    runs_by_id = {r.pk: r for r in BenchmarkRun.objects.select_related("sweep").filter(pk__in=picked)}
+    if missing := [i for i in run_ids if i not in runs_by_id]:
+        raise Http404(f"no such run: {', '.join(map(str, missing))}")
+    runs: list[BenchmarkRun] = [runs_by_id[i] for i in picked]
     baseline = baseline_ids[0] if baseline_ids else None
     if baseline is not None and baseline not in {r.pk for r in runs}:
         return render(request, "benchmarks/compare.html", {
