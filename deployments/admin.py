@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.widgets import RelatedFieldWidgetWrapper
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
@@ -195,6 +196,17 @@ class RecipeAdmin(SimpleHistoryAdmin):
         """The time the version shown was saved (its history row's date)."""
         row = Recipe.history.filter(id=obj.pk, version=obj.version).order_by("-history_date").first()
         return row.history_date if row is not None else None
+
+    def formfield_for_dbfield(self, db_field, request: HttpRequest, **kwargs):
+        """The node's select without its add, change and delete links on a version's page: its
+        fields are shown disabled (:class:`RecipeRevertAdminForm`), and a version of a deleted
+        recipe has nothing to act for. Only the link that views the node stays."""
+        formfield = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if formfield is not None and self._reverting(request) and isinstance(formfield.widget, RelatedFieldWidgetWrapper):
+            formfield.widget.can_add_related = False
+            formfield.widget.can_change_related = False
+            formfield.widget.can_delete_related = False
+        return formfield
 
     def get_form(self, request: HttpRequest, obj: Recipe | None = None, change: bool = False, **kwargs):
         # A history entry's page shows that version read-only: a revert restores it as it was.

@@ -213,3 +213,28 @@ def test_a_version_of_a_deleted_recipe_refuses_to_revert_without_an_error_page(a
         assert "Not reverted: This recipe was deleted" in shown
         assert not RecipeModel.objects.filter(pk=pk).exists()
         assert RecipeModel.history.filter(id=pk).count() == 3
+
+
+def _related_actions(page: str) -> list[str]:
+    """The ids of the node widget's related-object links (add, change, delete, view) on ``page``."""
+    return re.findall(r'id="((?:add|change|delete|view)_id_node)"', page)
+
+
+def test_a_version_of_a_deleted_recipe_offers_no_node_actions(admin_client, two_versions):
+    from deployments.models import Recipe as RecipeModel
+    pk = two_versions.pk
+    # the recipe's own change page offers them: the node can be edited from there
+    assert {"add_id_node", "change_id_node", "delete_id_node"} <= set(
+        _related_actions(admin_client.get(_change_url(two_versions)).content.decode()))
+    assert admin_client.post(reverse("admin:deployments_recipe_delete", args=[pk]), {"post": "yes"}).status_code == 302
+    for history_id in RecipeModel.history.filter(id=pk).values_list("history_id", flat=True):
+        page = admin_client.get(reverse("admin:deployments_recipe_simple_history", args=[pk, history_id]))
+        assert page.status_code == 200
+        html = page.content.decode()
+        assert _related_actions(html) == ["view_id_node"], history_id  # read-only: it may be looked at, no more
+        assert re.search(r'<select[^>]*name="node"[^>]*disabled', html)
+
+
+def test_a_version_of_a_live_recipe_offers_no_node_actions_either(admin_client, two_versions):
+    # every version page is read-only (its form is a revert of exactly that version)
+    assert _related_actions(admin_client.get(_history_url(two_versions, 1)).content.decode()) == ["view_id_node"]
