@@ -9,6 +9,7 @@ hood. Changes that carry domain rules go through :mod:`deployments.services` her
 * Secret: the value is write-only; no admin page ever renders it (see
   :class:`deployments.forms.SecretAdminForm`), and saving goes through ``secret_create`` /
   ``secret_update`` so the redactor learns the value.
+* Gpu / NumaNode: rows the node agent discovers on its host; shown read-only, no Add.
 * Deployment / ServerProcess / ProcessEvent: rows written by the node agent; shown read-only.
 """
 from __future__ import annotations
@@ -57,21 +58,49 @@ def _json_text(value: Any, absent: bool) -> str:
 # --- nodes ----------------------------------------------------------------------------------
 
 
-class GpuInline(admin.TabularInline):
-    model = Gpu
+class DiscoveredInline(admin.TabularInline):
+    """A node's discovered rows on its page, shown read-only: :func:`deployments.nodes.node_register`
+    writes them from what the node agent found on the host, matched by index, and replaces them at
+    the next registration, so a row added or edited here would describe hardware that is not there
+    (and the telemetry reads its CPU lists) until then."""
+
     extra = 0
+    can_delete = False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return list(self.fields)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class GpuInline(DiscoveredInline):
+    model = Gpu
     fields = ["index", "name", "memory_total_bytes", "pci_bus_id", "numa_node", "compute_capability", "cpu_affinity", "uuid"]
 
 
-class NumaNodeInline(admin.TabularInline):
+class NumaNodeInline(DiscoveredInline):
     model = NumaNode
-    extra = 0
     fields = ["index", "cpus", "memory_total_bytes"]
+
+
+class DiscoveredAdmin(admin.ModelAdmin):
+    """GPU and NUMA-node rows: discovered by the node agent (:func:`deployments.nodes.node_register`),
+    never entered by hand, so there is no Add and no edit, for the reason of
+    :class:`DiscoveredInline`. Deleting stays, because deleting a node in admin deletes its rows
+    with it (Django asks for the delete permission on each); a row deleted alone comes back at
+    the node's next registration if the hardware is still there."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    """Nodes with their GPUs and NUMA nodes inline. Discovery normally writes these rows.
+    """Nodes with their GPUs and NUMA nodes inline, read-only (discovery writes those rows).
     ``tools`` is what the node's agent reported at registration: shown, never edited (the agent
     runs only the executables of its own host configuration)."""
 
@@ -94,7 +123,7 @@ class NodeAdmin(admin.ModelAdmin):
 
 
 @admin.register(Gpu)
-class GpuAdmin(admin.ModelAdmin):
+class GpuAdmin(DiscoveredAdmin):
     list_display = ["__str__", "node", "index", "name", "memory_gib", "pci_bus_id", "numa_node", "compute_capability"]
     list_filter = ["node"]
     list_select_related = ["node"]
@@ -105,7 +134,7 @@ class GpuAdmin(admin.ModelAdmin):
 
 
 @admin.register(NumaNode)
-class NumaNodeAdmin(admin.ModelAdmin):
+class NumaNodeAdmin(DiscoveredAdmin):
     list_display = ["__str__", "node", "index", "cpus", "memory_gib"]
     list_filter = ["node"]
     list_select_related = ["node"]

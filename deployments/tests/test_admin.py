@@ -92,7 +92,7 @@ def test_it_loads_changelist_change_and_history_pages(admin_client, rows, model)
         assert SECRET_VALUE not in response.content.decode(), url
 
 
-@pytest.mark.parametrize("model", [Node, NumaNode, Gpu, Secret, Recipe], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("model", [Node, Secret, Recipe], ids=lambda m: m.__name__)
 def test_it_loads_the_add_page_of_editable_models(admin_client, rows, model):
     assert admin_client.get(_admin_url(model, "add")).status_code == 200
 
@@ -113,7 +113,32 @@ def test_it_shows_server_processes_inline_on_a_deployment(admin_client, rows):
 def test_it_shows_gpus_and_numa_nodes_inline_on_a_node(admin_client, seed_node):
     page = admin_client.get(_admin_url(Node, "change", seed_node.pk)).content.decode()
     assert "00000000:18:00.0" in page
-    assert 'value="32-63"' in page
+    assert "32-63" in page
+    # discovered rows: shown, not fields to edit, and no row to add or delete by hand
+    assert 'value="32-63"' not in page and 'name="gpus-0-pci_bus_id"' not in page
+    assert 'name="gpus-0-DELETE"' not in page and 'name="numa_nodes-0-DELETE"' not in page
+    for prefix in ("gpus", "numa_nodes"):  # no new form: admin's script offers "Add another" below this maximum
+        assert f'name="{prefix}-MAX_NUM_FORMS" value="0"' in page
+
+
+@pytest.mark.parametrize("model", [Gpu, NumaNode], ids=lambda m: m.__name__)
+def test_it_offers_no_add_or_edit_of_discovered_gpu_and_numa_rows(admin_client, rows, model):
+    changelist = admin_client.get(_admin_url(model, "changelist"))
+    assert changelist.status_code == 200 and _admin_url(model, "add") not in changelist.content.decode()
+    assert admin_client.get(_admin_url(model, "add")).status_code == 403
+    change = admin_client.get(_admin_url(model, "change", rows[model].pk))
+    assert change.status_code == 200 and 'name="_save"' not in change.content.decode()  # view only
+    assert admin_client.post(_admin_url(model, "change", rows[model].pk), {"index": 99}).status_code == 403
+
+
+def test_a_node_with_its_discovered_rows_can_still_be_deleted_in_admin(admin_client, db):
+    node = node_register(facts=seed_node_facts())
+    assert node.gpus.exists() and node.numa_nodes.exists()
+    page = admin_client.get(_admin_url(Node, "delete", node.pk)).content.decode()
+    assert "permission to delete" not in page
+    assert admin_client.post(_admin_url(Node, "delete", node.pk), {"post": "yes"}).status_code == 302
+    assert not Node.objects.filter(pk=node.pk).exists()
+    assert not Gpu.objects.filter(node_id=node.pk).exists() and not NumaNode.objects.filter(node_id=node.pk).exists()
 
 
 def test_it_shows_recipe_history_edit_twice_diff_and_revert(admin_client, recipe, superuser):
