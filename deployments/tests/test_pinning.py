@@ -22,6 +22,7 @@ from deployments.supervisor import (
     process_spawn,
     process_stop,
 )
+from deployments.supervisor.procfs import proc_has_tag, proc_stat
 from deployments.topology import format_cpulist, parse_cpulist
 
 PROGS = Path(__file__).with_name("progs")
@@ -110,6 +111,67 @@ def test_it_verifies_a_sched_setaffinity_spawn_and_its_descendants(tag, tmp_path
     assert result.per_pid[child].cpus == "0"
     assert os.sched_getaffinity(handle.pid) == {0}
     process_stop(handle, grace_s=5)
+
+
+def _escapee(tmp_path: Path, handle: ProcessHandle, *, reparented: bool = True) -> int:
+    """Pid of the escaper's escaped process once it is in place (and, for the orphan modes,
+    reparented to the shim, the child subreaper)."""
+    pidfile = tmp_path / "escaped.pid"
+    escaped = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), what="the escapee"))
+    if reparented:
+        wait_for(lambda: (info := proc_stat(escaped)) and info.ppid == handle.pgid, what="reparenting")
+    assert proc_stat(escaped).sid == escaped != handle.sid  # it really left the engine's session
+    return escaped
+
+
+def test_it_checks_a_grandchild_that_double_forked_and_called_setsid(tag, tmp_path):
+    argv = [sys.executable, ESCAPER, "--mode", "orphan", "--pidfile", str(tmp_path / "escaped.pid")]
+    handle = spawn(tag, tmp_path, argv, pin_method="sched_setaffinity", cpus="0")
+    escaped = _escapee(tmp_path, handle)
+    result = pinning_verify(handle, expected_cpus="0", expected_mems=None)
+    assert result.ok, result.reason
+    assert result.per_pid[escaped].cpus == "0"
+    assert escaped in process_stop(handle, grace_s=5).terminated
+
+
+def test_it_checks_a_double_forked_grandchild_that_also_dropped_the_tag(tag, tmp_path):
+    argv = [sys.executable, ESCAPER, "--mode", "orphan-noenv", "--pidfile", str(tmp_path / "escaped.pid")]
+    handle = spawn(tag, tmp_path, argv, pin_method="sched_setaffinity", cpus="0")
+    escaped = _escapee(tmp_path, handle)
+    wait_for(lambda: "sleeper" in Path(f"/proc/{escaped}/cmdline").read_text(), what="re-exec")
+    assert not proc_has_tag(escaped, tag)
+    result = pinning_verify(handle, expected_cpus="0", expected_mems=None)
+    assert result.ok, result.reason
+    assert result.per_pid[escaped].cpus == "0"
+    assert escaped in process_stop(handle, grace_s=5).terminated
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("mode", ["setsid", "orphan"])
+def test_it_fails_an_escaped_descendant_that_moved_off_the_recipes_cpus(tag, tmp_path, mode):
+    argv = [sys.executable, ESCAPER, "--mode", mode, "--escape-cpus", "1",
+            "--pidfile", str(tmp_path / "escaped.pid")]
+    handle = spawn(tag, tmp_path, argv, pin_method="sched_setaffinity", cpus="0")
+    escaped = _escapee(tmp_path, handle, reparented=mode == "orphan")
+    result = pinning_verify(handle, expected_cpus="0", expected_mems=None)
+    assert not result.ok
+    assert result.effective.cpus == "0"  # the engine itself is where the recipe put it
+    assert f"pid {escaped} (" in result.reason
+    assert "descendant: expected CPUs 0, effective 1" in result.reason
+    assert escaped in process_stop(handle, grace_s=5).terminated
+    wait_for(lambda: (info := proc_stat(escaped)) is None or not info.running, what="the escapee gone")
+
+
+@needs_numactl
+def test_it_reads_the_memory_policy_of_a_double_forked_grandchild(tag, tmp_path):
+    argv = ["numactl", "--cpunodebind=0", "--membind=0", "--", sys.executable, ESCAPER,
+            "--mode", "orphan", "--pidfile", str(tmp_path / "escaped.pid")]
+    handle = spawn(tag, tmp_path, argv, pin_method="numactl", cpus=node0_cpus(), mem_nodes="0")
+    escaped = _escapee(tmp_path, handle)
+    result = pinning_verify(handle, expected_cpus=node0_cpus(), expected_mems="0")
+    assert result.ok, result.reason
+    assert result.per_pid[escaped].mem_policy == "bind:0"
+    assert escaped in process_stop(handle, grace_s=5).terminated
 
 
 @needs_two_cpus

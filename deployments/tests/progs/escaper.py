@@ -9,6 +9,9 @@ Modes (``--mode``):
   environment, so it carries no tag either.
 * ``narrow``: a child restricts its own CPU affinity to ``--child-cpus`` and sleeps.
 
+With ``--escape-cpus LIST`` (comma-separated CPU numbers) the escaped process of ``setsid`` and
+``orphan`` then moves itself onto those CPUs, outside whatever binding it inherited.
+
 The escaped process writes its pid to ``--pidfile`` once it is in place.
 """
 import argparse
@@ -22,6 +25,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--mode", required=True, choices=["setsid", "orphan", "orphan-noenv", "narrow"])
 parser.add_argument("--pidfile", required=True)
 parser.add_argument("--child-cpus", default="0")
+parser.add_argument("--escape-cpus", default="")
 opts = parser.parse_args()
 
 
@@ -34,6 +38,8 @@ def write_pid() -> None:
 
 def escape() -> None:
     os.setsid()
+    if opts.escape_cpus:
+        os.sched_setaffinity(0, {int(c) for c in opts.escape_cpus.split(",")})
     if opts.mode == "orphan-noenv":
         write_pid()
         os.execve(sys.executable, [sys.executable, os.path.join(HERE, "sleeper.py")], {})
