@@ -594,6 +594,26 @@ def _stop_all(deployment: Deployment, *, note: str = "", asked: bool = True) -> 
         _process_stop(row, note=note, asked=asked)
 
 
+def _tree_by_tag(row: ServerProcess) -> ProcessHandle | None:
+    """A handle for :func:`deployments.supervisor.process_stop` that reaches what still runs of
+    ``row``'s process tree when the row has no identity (pid, start ticks) to give: the engine
+    found by the row's tag (:func:`_engine_by_tag`), else any live process carrying the tag;
+    None when nothing carries it.
+
+    The rule: every stop of a row goes through its tag as well as its pid, because a descendant
+    may have left the engine's process group and session (a double fork and ``setsid()``) and
+    outlived the engine, and a row without a pid (never recorded, or forgotten when the pid was
+    seen reused) would otherwise end, or take a new tag for a restart, with that descendant
+    still running and nothing left that names it."""
+    if not row.tag:
+        return None
+    handle = _engine_by_tag(row.tag)
+    if handle is None:
+        leftovers = process_find_by_tag(row.tag)
+        handle = leftovers[0] if leftovers else None
+    return handle
+
+
 def _process_stop(row: ServerProcess, *, note: str = "", asked: bool = True) -> None:
     """Stop one process tree and record the outcome on its row (``end_reason``:
     ``terminated``, ``killed after grace``, ``exited``, ``not running`` or ``pid reused``) and
@@ -601,10 +621,7 @@ def _process_stop(row: ServerProcess, *, note: str = "", asked: bool = True) -> 
     makes the ``stopped`` event say ``note`` where the supervisor's words say "stopped on
     request" (``terminated in 0.43s (grace 5s): stopped because the deployment failed: ...;
     sent SIGTERM, ended 0.42 s after it (exit code 0)``)."""
-    handle = _handle(row) or _engine_by_tag(row.tag)
-    if handle is None and row.tag:
-        leftovers = process_find_by_tag(row.tag)
-        handle = leftovers[0] if leftovers else None
+    handle = _handle(row) or _tree_by_tag(row)
     if handle is None:
         outcome, reason, duration = "not_running", _not_running_text(row), 0.0
         result = None
@@ -797,9 +814,18 @@ def _stop_for_failure(row: ServerProcess) -> tuple[int | None, str]:
     still running engine ended, from its shim's exit record: ``(-N, note)`` for signal N (the
     way :mod:`subprocess` reports it) or ``(code, note)``, where ``note`` is ``"; SIGKILL
     needed after SIGTERM was ignored for 5s"`` when the grace period ran out, else ``""``;
-    ``(None, "")`` when nothing of the engine ran any more (leftovers are still stopped)."""
+    ``(None, "")`` when nothing of the engine ran any more (leftovers are still stopped).
+
+    A row without a recorded identity (its pid was seen reused and forgotten) is stopped through
+    its tag (:func:`_tree_by_tag`): the engine is gone then, but a descendant that escaped its
+    group and session may still run, and must end before the row fails or is restarted under a
+    new tag. What such a stop ends says nothing of how the engine ended, so it returns
+    ``(None, "")``."""
     handle = _handle(row)
     if handle is None:
+        leftover = _tree_by_tag(row)
+        if leftover is not None:
+            process_stop(leftover, grace_s=float(row.stop_grace_s), log_path=None)
         return None, ""
     result = process_stop(handle, grace_s=float(row.stop_grace_s), log_path=row.log_path or None)
     if not result.requested:
