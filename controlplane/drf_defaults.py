@@ -26,7 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.datastructures import MultiValueDict
 from rest_framework import status
-from rest_framework.exceptions import APIException, ParseError, ValidationError
+from rest_framework.exceptions import APIException, NotAcceptable, ParseError, ValidationError
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.permissions import BasePermission
@@ -456,6 +456,19 @@ def _judges_own_format(view) -> bool:
     return bool(judges is not None and judges())
 
 
+def _formats_judged(view) -> tuple[str, ...]:
+    """The formats the action of ``view`` (a view that judges its own format) answers in, as the
+    choices of the ``format`` field of a query serializer its ``query_keys`` name (an export's
+    ``csv, json``; the comparison's ``json, csv, api``); empty when it names none (a download that
+    takes no ``?format=``, the 404 of a path that is no endpoint)."""
+    declared = (getattr(view, "query_keys", None) or {}).get(getattr(view, "action", None), ())
+    for item in declared if isinstance(declared, (tuple, list)) else (declared,):
+        field = item().fields.get(api_settings.URL_FORMAT_OVERRIDE) if isinstance(item, type) else None
+        if field is not None and hasattr(field, "choices"):
+            return tuple(str(choice) for choice in field.choices)
+    return ()
+
+
 def _raises_refused_format(view) -> bool:
     """True when ``view`` (an API view) checks :class:`SingleValuedQuery`, which raises the refusal
     :class:`FormatNegotiation` sets aside."""
@@ -482,16 +495,27 @@ class FormatNegotiation(DefaultContentNegotiation):
     without the format. A view that does not check :class:`SingleValuedQuery` is refused here.
 
     A view whose ``judges_own_format()`` is true for the request's action (an export, a download,
-    :class:`controlplane.notfound_views.ApiNotFoundView`) gets its first renderer and no refusal,
-    whatever the format: the action judges the format itself, or answers the same whatever it is."""
+    :class:`controlplane.notfound_views.ApiNotFoundView`) gets no refusal, whatever the format: the
+    action judges the format itself, or answers the same whatever it is. Its answer, a refusal
+    included, is rendered by a renderer of a format the action offers (:func:`_formats_judged`:
+    the comparison's ``api`` is the browsable page) chosen by ``?format=`` or ``Accept`` as on any
+    endpoint, else by its first renderer (JSON): an export's ``?format=api`` or a log download
+    asked for with ``Accept: text/html`` is refused in JSON, not on a browsable page the action
+    does not offer."""
 
     def select_renderer(self, request, renderers, format_suffix=None):
         name = self.settings.URL_FORMAT_OVERRIDE
         fmt = format_suffix or request.query_params.get(name)
+        view = (getattr(request, "parser_context", None) or {}).get("view")
+        if view is not None and _judges_own_format(view):
+            offered = [renderer for renderer in renderers if renderer.format in _formats_judged(view)] or renderers[:1]
+            if fmt and not any(renderer.format == fmt for renderer in offered):
+                return offered[0], offered[0].media_type
+            try:
+                return super().select_renderer(request, offered, format_suffix)
+            except NotAcceptable:   # an Accept none of them answers: the first, as a forced negotiation
+                return offered[0], offered[0].media_type
         if fmt and not any(renderer.format == fmt for renderer in renderers):
-            view = (getattr(request, "parser_context", None) or {}).get("view")
-            if view is not None and _judges_own_format(view):
-                return renderers[0], renderers[0].media_type
             repeated = None if format_suffix else given_more_than_once(request.query_params.getlist(name))
             offered = ", ".join(dict.fromkeys(renderer.format for renderer in renderers))
             refusal = {name: [repeated or f"must be one of {offered}; got {fmt[:40]!r}"]}
