@@ -51,7 +51,7 @@ from controlplane.drf_defaults import (  # noqa: F401 - part of this module's in
     query_keys_taken, repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
-from controlplane.notfound_views import api_not_found_text
+from controlplane.notfound_views import api_lookup_refused_text, api_not_found_text
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,9 @@ def exception_handler(exc, context):
     """DRF exception handler: domain errors → 400/404/409, Django validation → 400, a body
     over the size limit → 413 ``{"detail", "code": "too_large", "limit_bytes"}``. A 404 of
     ``get_object_or_404`` names the object as the route keys it (``{"detail": "no node with name
-    'nosuch'"}``, ``no benchmark run with id 999``; :func:`controlplane.notfound_views.api_not_found_text`).
+    'nosuch'"}``, ``no benchmark run with id 999``; :func:`controlplane.notfound_views.api_not_found_text`),
+    a key the lookup cannot take too (``no benchmark run with id 'abc'``;
+    :func:`controlplane.notfound_views.api_lookup_refused_text`).
 
     Every 400 from validation has the same body: ``{"<dotted.path>": ["message", ...]}``.
     """
@@ -103,6 +105,11 @@ def exception_handler(exc, context):
         view, request = context.get("view"), context.get("request")
         exc = Http404(api_not_found_text(exc.args[0], getattr(view, "kwargs", None) or {},
                                          getattr(request, "path", "")))
+    elif isinstance(exc, Http404) and not exc.args and context.get("view") is not None:
+        # REST framework's get_object_or_404 raises a bare Http404 for a key the lookup cannot take
+        # (/api/runs/abc/: the ValueError of int("abc")), which would answer its bare "Not found."
+        text = api_lookup_refused_text(context["view"], getattr(context.get("request"), "path", ""))
+        exc = Http404(text) if text else exc
     elif isinstance(exc, Conflict):
         return Response({"detail": str(exc), "code": "conflict"}, status=status.HTTP_409_CONFLICT)
     elif isinstance(exc, RequestTooLarge):

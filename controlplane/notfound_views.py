@@ -116,6 +116,19 @@ def api_not_found_text(message: str, route_kwargs: dict, path: str) -> str:
     return f"no {noun} with {'id' if key == 'pk' else key} {shown}"
 
 
+def api_lookup_refused_text(view, path: str) -> str | None:
+    """What an API 404 says for a path whose key the lookup cannot take (``/api/runs/abc/``, where
+    REST framework's ``get_object_or_404`` raises a bare ``Http404`` for the ``ValueError`` of an id
+    that is not a number): the wording of :func:`api_not_found_text` for the view's model (``no
+    benchmark run with id 'abc'``). None for a view with no queryset to name the model by."""
+    try:
+        model = view.get_queryset().model
+    except Exception:   # a view with no queryset, or one that judges the query first: DRF's own 404
+        return None
+    return api_not_found_text(f"No {model._meta.object_name} matches the given query.",
+                              getattr(view, "kwargs", None) or {}, path)
+
+
 def page_not_found(request, exception):
     """The HTML 404 of every page (``handler404``): ``templates/404.html`` with ``message``
     (:func:`not_found_text`) and the path asked for, never an exception's class name."""

@@ -1,7 +1,8 @@
 """An API 404 of an object the route names says what it is and how the route keys it, in the
 API's wording, for a route keyed by name as for one keyed by id: ``no node with name 'nosuch'``,
-``no benchmark run with id 999``, never a Python class name ("No Node matches the given query.")
-nor an id the route does not have."""
+``no benchmark run with id 999``, ``no benchmark run with id 'abc'`` for an id that is not a
+number, never a Python class name ("No Node matches the given query."), a bare "Not found." nor an
+id the route does not have."""
 from __future__ import annotations
 
 import pytest
@@ -28,3 +29,30 @@ def test_it_names_the_missing_object_as_the_route_keys_it(viewer_api, path, deta
 def test_an_object_that_exists_is_served(viewer_api):
     node = cpu_node_create(name="here")
     assert viewer_api.get(f"/api/nodes/{node.name}/telemetry/").status_code == 200
+
+
+@pytest.mark.parametrize(("method", "path", "detail"), [
+    ("get", "/api/runs/abc/", "no benchmark run with id 'abc'"),
+    ("get", "/api/runs/abc/records/", "no benchmark run with id 'abc'"),
+    ("get", "/api/runs/abc/export/", "no benchmark run with id 'abc'"),
+    ("get", "/api/sweeps/1x/", "no benchmark sweep with id '1x'"),
+    ("get", "/api/recipes/abc/versions/", "no recipe with id 'abc'"),
+    ("delete", "/api/recipes/abc/", "no recipe with id 'abc'"),
+    ("get", "/api/secrets/abc/", "no secret with id 'abc'"),
+    ("get", "/api/deployments/abc/events/", "no deployment with id 'abc'"),
+    ("post", "/api/deployments/abc/stop/", "no deployment with id 'abc'"),
+    ("get", "/api/processes/abc/log/download/", "no server process with id 'abc'"),
+    ("get", "/api/kernel-jobs/abc/", "no kernel job with id 'abc'"),
+    ("post", "/api/kernel-jobs/abc/cancel/", "no kernel job with id 'abc'"),
+    ("get", "/api/kernel-best/abc/", "no kernel best with id 'abc'"),
+])
+def test_it_names_an_id_that_is_not_a_number_as_any_missing_id(admin_api, method, path, detail):
+    answer = getattr(admin_api, method)(path)
+    assert answer.status_code == 404
+    assert answer.json() == {"detail": detail}
+
+
+def test_it_cuts_and_quotes_a_long_id_that_is_not_a_number(viewer_api):
+    answer = viewer_api.get("/api/runs/" + "x" * 100 + "/")
+    assert answer.status_code == 404
+    assert answer.json() == {"detail": f"no benchmark run with id {'x' * 40!r}"}
