@@ -11,14 +11,15 @@ from rest_framework import serializers
 from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.services.runs import BEST_METRICS
+from benchmarks.services.runs import BEST_METRICS, runs_compare_ids
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import (
     MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, JSONTextField, StrictBooleanField, StrictCharField,
-    StrictInputMixin, query_text,
+    StrictInputMixin,
     StrictIntegerField,
 )
+from controlplane.errors import InvalidInput
 
 
 class SweepSerializer(serializers.ModelSerializer):
@@ -289,18 +290,12 @@ class CompareQuerySerializer(serializers.Serializer):
                                          "the JSON on the browsable page")
 
     def _ints(self, value: str, field: str) -> list[int]:
-        """The ids of ``value``; a refusal naming the first part that is not one (``got 'abc'``)."""
-        parts = [x.strip() for x in value.split(",") if x.strip()]
-        ids: list[int] = []
-        for part in parts:
-            try:
-                if not DIGITS_RE.fullmatch(part):
-                    raise ValueError(part)
-                ids.append(int(part))  # more than 4300 digits: ValueError too
-            except ValueError:
-                raise serializers.ValidationError(
-                    {field: [f"must be comma-separated integer ids, got {query_text(part)}"]}) from None
-        return ids
+        """The ids of ``value``; a refusal naming the first part that is not one (``got 'abc'``), in
+        the comparison page's words (:func:`benchmarks.services.runs_compare_ids`)."""
+        try:
+            return runs_compare_ids(value, field=field)
+        except InvalidInput as exc:
+            raise serializers.ValidationError(exc.errors) from None
 
     def validate(self, attrs: dict) -> dict:
         attrs["ids"] = self._ints(attrs.get("ids") or "", "ids")

@@ -15,6 +15,7 @@ from benchmarks.services.runs import (
     run_metrics,
     runs_compare,
     runs_compare_pick,
+    runs_compare_ids,
     run_not_measured,
     run_export_dict,
     run_export_csv,
@@ -28,6 +29,7 @@ from benchmarks.services.runs import (
     LENGTH_FLAGS,
     BEST_METRICS,
     COMPARE_FIELDS,
+    COMPARE_TOO_FEW,
     EXPORT_COLUMNS,
     MAX_IMPORT_BYTES,
 )
@@ -92,6 +94,7 @@ __all__ = [
     "run_records_rows",
     "runs_compare",
     "runs_compare_pick",
+    "runs_compare_ids",
     "server_info_fetch",
     "snapshot_versions",
     "sweep_analyse",

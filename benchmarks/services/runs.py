@@ -40,7 +40,7 @@ from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
 from benchmarks.loadgen.uncertainty import contain_estimate, min_samples_for_interval
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.sweeps import repeats_text, summary_point
+from benchmarks.sweeps import DIGITS_RE, repeats_text, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_safe
@@ -396,6 +396,32 @@ def _too_few_sweep_runs(sweep_ids: list[int], runs: int) -> str:
             "add runs with ids= or another sweep")
 
 
+#: Why a comparison refuses fewer than two runs, under ``ids`` (:func:`runs_compare`; the
+#: comparison page shows it too).
+COMPARE_TOO_FEW = "give at least two runs to compare"
+
+
+def runs_compare_ids(text: str, *, field: str) -> list[int]:
+    """The ids of ``text``, a comparison's comma-separated ``ids`` or ``sweeps`` as given (``"1, 2,"``:
+    ``[1, 2]``; empty parts skipped; order and repeats kept for :func:`runs_compare_pick` to judge).
+    Shared by the compare endpoint and the comparison page, so both word a malformed list alike.
+    Raises :class:`InvalidInput` under ``field`` naming the first part that is not ASCII digits, or
+    is too long for ``int()`` (more than 4300 digits): ``{"ids": ["must be comma-separated integer
+    ids, got 'abc'"]}``, the part cut to 40 characters. Any other id however large is kept: no row
+    has it, which the caller says."""
+    ids: list[int] = []
+    for part in (x.strip() for x in text.split(",")):
+        if not part:
+            continue
+        try:
+            if not DIGITS_RE.fullmatch(part):
+                raise ValueError(part)
+            ids.append(int(part))
+        except ValueError:
+            raise InvalidInput({field: [f"must be comma-separated integer ids, got {part[:40]!r}"]}) from None
+    return ids
+
+
 def runs_compare_pick(*, run_ids: list[int], sweep_ids: list[int]) -> list[int]:
     """The ids of the runs a comparison of ``run_ids`` and of every run of ``sweep_ids`` covers:
     ``run_ids`` in the order given, then each sweep's runs in grid order that are not among them
@@ -491,7 +517,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     ``runs`` (``baseline``).
     """
     if len(runs) < 2:
-        raise InvalidInput({"ids": ["give at least two runs to compare"]})
+        raise InvalidInput({"ids": [COMPARE_TOO_FEW]})
     if baseline_id is not None and baseline_id not in {r.pk for r in runs}:
         raise InvalidInput({"baseline": [f"run #{baseline_id} is not one of the compared runs "
                                          f"({', '.join(f'#{r.pk}' for r in runs)})"]})

@@ -127,3 +127,40 @@ def test_the_page_refuses_sweeps_alone_with_fewer_than_two_runs_as_the_api_does(
     other = two.runs.first()
     status, html = _page(viewer, f"runs={other.pk}&sweeps={one.pk}")
     assert status == 200 and "Side by side" in html
+
+
+def test_the_page_opened_with_nothing_asked_shows_the_prompt(viewer) -> None:
+    for query in ("", "runs=&sweeps="):
+        status, html = _page(viewer, query)
+        assert status == 200, query
+        assert "Choose runs or sweeps to compare." in html and 'role="alert"' not in html
+
+
+def test_the_page_refuses_one_run_by_id_as_the_api_does(viewer, viewer_api) -> None:
+    one = _sweep(1)
+    run = one.runs.get()
+    api = viewer_api.get(f"/api/runs/compare/?ids={run.pk}")
+    assert api.status_code == 400 and api.json() == {"ids": ["give at least two runs to compare"]}
+    for query, typed in ((f"runs={run.pk}", str(run.pk)), (f"ids={run.pk}", str(run.pk)),
+                         (f"run={run.pk}", ""), (f"runs={run.pk}&format=csv", str(run.pk)),
+                         (f"runs={run.pk}&sweeps={one.pk}", str(run.pk))):
+        status, html = _page(viewer, query)
+        assert status == 400, query
+        assert '<div class="notice bad" role="alert"><p>Give at least two runs to compare.</p></div>' in html, query
+        assert "Add at least one more run" not in html and "Side by side" not in html
+        assert f'name="runs" value="{typed}"' in html, query
+    status, html = _page(viewer, f"runs={run.pk}&sweeps={one.pk}")
+    assert f'name="sweeps" value="{one.pk}"' in html
+
+
+@pytest.mark.parametrize(("page_key", "api_key"), [("runs", "ids"), ("ids", "ids"), ("sweeps", "sweeps")])
+def test_the_page_words_a_malformed_id_list_as_the_api_does(viewer, viewer_api, page_key, api_key) -> None:
+    api = viewer_api.get(f"/api/runs/compare/?{api_key}=1,8;drop").json()
+    assert api == {api_key: ["must be comma-separated integer ids, got '8;drop'"]}
+    status, html = _page(viewer, f"{page_key}=1,8;drop")
+    assert status == 400
+    assert (f'<div class="notice bad" role="alert"><p>{page_key.capitalize()} must be comma-separated integer ids, '
+            "got &#x27;8;drop&#x27;.</p></div>") in html
+    # the index page's checkboxes (?run=1&run=x) are worded alike, under the list they fill
+    status, html = _page(viewer, "run=1&run=x")
+    assert status == 400 and "Runs must be comma-separated integer ids, got &#x27;x&#x27;." in html

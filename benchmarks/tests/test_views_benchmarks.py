@@ -471,7 +471,7 @@ def test_it_takes_ids_as_an_alias_of_runs_like_the_api(viewer_client, mismatch_s
     assert twice.status_code == 400 and f"Repeated run id: {clean.pk} (2 times); give each once." in _html(twice)
     malformed = viewer_client.get(reverse("benchmarks:compare"), {"ids": "8;drop"})
     assert malformed.status_code == 400  # the form again with the reason, as the API's 400
-    assert "Ids must be a comma-separated list of ids, got &#x27;8;drop&#x27;." in _html(malformed)
+    assert "Ids must be comma-separated integer ids, got &#x27;8;drop&#x27;." in _html(malformed)
     assert 'name="runs" value="8;drop"' in _html(malformed)
     outside = viewer_client.get(reverse("benchmarks:compare"), {"runs": f"{clean.pk},{short.pk}", "baseline": "999"})
     assert outside.status_code == 400 and "Baseline run #999 is not one of the compared runs." in _html(outside)
@@ -498,8 +498,8 @@ def test_it_refuses_a_parameter_given_twice_instead_of_taking_the_last(viewer_cl
 
 def test_it_asks_for_a_second_run(viewer_client, mismatch_sweep):
     clean, _ = mismatch_sweep
-    html = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk)}))
-    assert "a comparison needs two runs" in html
+    response = viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk)})
+    assert response.status_code == 400 and "Give at least two runs to compare." in _html(response)
 
 
 # --- import -----------------------------------------------------------------------------------

@@ -96,21 +96,24 @@ class MalformedIds(Http404):
 
 def _ids_param(request: HttpRequest, name: str) -> list[int]:
     """``?runs=1,2,3`` (or ``?run=1&run=2``) as a list of ints (order and repeats kept: the caller refuses a repeat
-    by name, :func:`benchmarks.services.runs_compare_pick`); 404 on anything else,
-    because an id that cannot exist names no page (also one above :data:`benchmarks.selectors.PK_MAX`, which the
-    database could not even look up)."""
+    by name, :func:`benchmarks.services.runs_compare_pick`); :class:`MalformedIds` naming the parameter in the
+    compare endpoint's words (:func:`benchmarks.services.runs_compare_ids`: ``ids must be comma-separated integer
+    ids, got '8;drop'``) for a part that is not an id, and a 404 for one above :data:`benchmarks.selectors.PK_MAX`,
+    which names no row (the database could not even look it up)."""
     # The index page's checkboxes send ``?run=1&run=2``; links send ``?runs=1,2``.
     parts = request.GET.get(name, "").split(",") + request.GET.getlist(name.removesuffix("s"))
     out: list[int] = []
     for part in parts:
         part = part.strip()
-        if not part:
-            continue
-        if not DIGITS_RE.fullmatch(part):
-            raise MalformedIds(f"{name} must be a comma-separated list of ids, got {part[:40]!r}")
-        if len(part.lstrip("0")) > len(str(PK_MAX)) or int(part) > PK_MAX:
+        # judged before int(), which refuses more than 4300 digits
+        if DIGITS_RE.fullmatch(part) and len(part.lstrip("0")) > len(str(PK_MAX)):
             raise Http404(f"{name}: no row has an id that large")
-        out.append(int(part))
+        try:
+            out += services.runs_compare_ids(part, field=name)
+        except InvalidInput as exc:
+            raise MalformedIds(f"{name} {exc.errors[name][0]}") from None
+        if out and out[-1] > PK_MAX:
+            raise Http404(f"{name}: no row has an id that large")
     return out
 
 

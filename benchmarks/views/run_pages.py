@@ -277,8 +277,9 @@ def compare(request: HttpRequest) -> HttpResponse:
     more than once (``?ids=1&ids=2``: each takes one value, its list comma-separated), and what the
     API refuses in the same words (:func:`benchmarks.services.runs_compare_pick`: a run or sweep id
     given twice, ``?runs=1,1``; sweeps alone that bring fewer than two runs) are a 400 showing the
-    form with the reason and the values typed; unknown ids and another format are 404. One run
-    named by id is shown with a hint to add another."""
+    form with the reason and the values typed, as is one run named by id (``give at least two runs
+    to compare``, the API's 400); unknown ids and another format are 404. A page with no runs or
+    sweeps asked for shows the form with a prompt to choose them."""
     # One value a parameter: taking the last of a repeated one would compare other runs than asked
     # (the index page's checkboxes send ?run=1&run=2, which _ids_param reads as one list).
     repeated = {name: message for name in ("runs", "ids", "sweeps", "baseline", "format")
@@ -310,6 +311,9 @@ def compare(request: HttpRequest) -> HttpResponse:
     fmt = request.GET.get("format", "")
     if fmt not in ("", "csv"):
         raise Http404("the comparison's export format is csv")
+    if not run_ids and not sweep_ids:
+        # Nothing asked for yet (the page opened from the menu, or the form sent empty): the prompt.
+        return render(request, "benchmarks/compare.html", {"runs": [], "run_ids": "", "sweep_ids": ""})
     try:
         # The API's rules and words: a repeated id, or sweeps alone with fewer than two runs.
         picked = services.runs_compare_pick(run_ids=run_ids, sweep_ids=sweep_ids)
@@ -329,11 +333,8 @@ def compare(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"runs": runs, "run_ids": ",".join(map(str, run_ids)),
                                "sweep_ids": ",".join(map(str, sweep_ids))}
     if len(runs) < 2:
-        if fmt:
-            raise Http404("a comparison needs two runs")
-        # The service compares two or more; one run is shown with a hint instead of an error.
-        context.update({"rows": [run_row(r) for r in runs], "too_few": True})
-        return render(request, "benchmarks/compare.html", context)
+        # One run named by id: the API's 400 in its words (a page with nothing asked shows the prompt).
+        return form_again([services.COMPARE_TOO_FEW])
     comparison = services.runs_compare(runs=runs, baseline_id=baseline)
     if fmt == "csv":
         return _download(runs_compare_csv(comparison=comparison), content_type=_EXPORT_TYPES["csv"],
