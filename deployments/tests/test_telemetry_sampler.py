@@ -15,8 +15,7 @@ import uuid
 
 import httpx
 import pytest
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
 
 from controlplane import realtime
 from deployments.choices import DeploymentStatus, ProcessStatus
@@ -87,14 +86,20 @@ def launcher():
 
 
 class Inbox:
-    """A channel on the real channel layer, added to groups; :meth:`take` collects messages."""
+    """A channel on the real channel layer, added to groups; :meth:`take` collects messages.
+
+    It has a layer instance and an event loop of its own, used for every call: channels-redis
+    keeps per-channel locks bound to the loop that first used them, so a receive that a timeout
+    cancelled on one ``async_to_sync`` loop (here or in an earlier test sharing the default
+    layer) would make the next receive on another loop fail."""
 
     def __init__(self, *groups: str) -> None:
-        self.layer = get_channel_layer()
-        self.channel = async_to_sync(self.layer.new_channel)()
+        self.loop = asyncio.new_event_loop()
+        self.layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+        self.channel = self.loop.run_until_complete(self.layer.new_channel())
         self.groups = groups
         for group in groups:
-            async_to_sync(self.layer.group_add)(group, self.channel)
+            self.loop.run_until_complete(self.layer.group_add(group, self.channel))
 
     def take(self, until, timeout_s: float = 5.0) -> list[dict]:
         """Messages received until one satisfies ``until`` (included) or ``timeout_s`` passes."""
@@ -111,12 +116,16 @@ class Inbox:
                 if until(event["message"]):
                     return
 
-        async_to_sync(run)()
+        self.loop.run_until_complete(run())
         return got
 
     def close(self) -> None:
-        for group in self.groups:
-            async_to_sync(self.layer.group_discard)(group, self.channel)
+        try:
+            for group in self.groups:
+                self.loop.run_until_complete(self.layer.group_discard(group, self.channel))
+            self.loop.run_until_complete(self.layer.close_pools())
+        finally:
+            self.loop.close()
 
 
 def _generate(base: str, tokens: int) -> None:
