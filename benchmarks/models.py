@@ -121,9 +121,10 @@ class BenchmarkRun(models.Model):
     ``flags`` lists the raised flags (``output_length_mismatch`` ...). Indexed scalars copy the
     summary for sorting: ``output_tok_s`` (tok/s), ``ttft_p99_ms`` / ``tpot_mean_ms`` (ms).
     ``records_path`` is the ``.npz`` of per-request records (measured runs only). Imported runs
-    keep the whole original file in ``original_text``, its name in ``original_filename`` and the
-    SHA-256 of its UTF-8 bytes in ``original_sha256`` (hex; how a second import of the same file
-    is recognised, :func:`benchmarks.services.run_import`).
+    keep their part of the original file in ``original_text`` (the whole file when it held one run,
+    else the run's own line: :func:`benchmarks.services.runs.run_original_text`), the file's name in
+    ``original_filename`` and the SHA-256 of the whole file's UTF-8 bytes in ``original_sha256``
+    (hex; how a second import of the same file is recognised, :func:`benchmarks.services.run_import`).
 
     ``duration_s`` is the point's time limit in seconds (null: it ends when its requests are
     done; with both, whichever comes first). ``progress`` is the live state of a running point as

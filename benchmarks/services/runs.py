@@ -34,7 +34,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from benchmarks.choices import RunSource, RunStatus
-from benchmarks.importers import import_results
+from benchmarks.importers import ImportedRun, import_results
 from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
@@ -927,8 +927,9 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
     """Import a SGLang ``bench_serving`` JSONL or vLLM ``bench serve`` JSON file as runs.
 
     One :class:`BenchmarkRun` per run in the file (``source`` imported, status done), each keeping
-    the whole original file (``original_text``), ``filename`` and the SHA-256 of the file's UTF-8
-    bytes (``original_sha256``); the summary holds the importer's fields
+    its own part of the file in ``original_text`` (:func:`run_original_text`: the whole file when
+    it holds one run, else the run's own line), ``filename`` and the SHA-256 of the whole file's
+    UTF-8 bytes (``original_sha256``); the summary holds the importer's fields
     (:class:`benchmarks.importers.ImportedRun`) plus the measured-run keys (``successes``,
     ``failures``, ``output_throughput_tok_s``, ``goodput_req_s``, ``input_tokens_actual_mean`` ...);
     values absent from the file stay null (``requests`` and ``failures`` too when the file gives
@@ -946,6 +947,7 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
         if existing:
             raise Conflict(import_duplicate_message(runs=existing, digest=digest))
     imported = import_results(text)
+    single = len(imported) == 1
     created = []
     with transaction.atomic():
         for item in imported:
@@ -970,7 +972,8 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
             }
             run = BenchmarkRun(
                 status=RunStatus.DONE, source=RunSource.IMPORTED, import_format=item.source_format,
-                original_filename=(filename or "")[:255], original_text=text, original_sha256=digest,
+                original_filename=(filename or "")[:255], original_sha256=digest,
+                original_text=run_original_text(item=item, single=single),
                 source_line=item.source_line,
                 concurrency=item.concurrency, request_rate=item.request_rate_req_s,
                 input_len=point.input_len, output_len=point.output_len, num_requests=item.num_prompts,
@@ -981,6 +984,14 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
             run.save()
             created.append(run)
     return created
+
+
+def run_original_text(*, item: ImportedRun, single: bool) -> str:
+    """What an imported run keeps of its file: the whole file, verbatim, when the file holds this
+    one run (``single``), else the run's own record (its line of a JSON-lines file, verbatim,
+    without the line break). A run kept the whole file once, and a file of 3,000 lines then
+    stored 3,000 copies of itself: 2 MB became 6 GB of rows."""
+    return item.original_text if single else item.original_record
 
 
 def import_digest(*, text: str) -> str:
