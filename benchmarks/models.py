@@ -109,6 +109,14 @@ class BenchmarkSweep(models.Model):
         return self.requests_total
 
 
+# Fields of a run a list never shows and that can be large: an imported run's text (up to the
+# 16 MB import cap). Lists defer them so a page of runs does not read megabytes per row.
+RUN_LIST_DEFERRED = ("original_text",)
+# What admin defers besides: the JSON a changelist or a delete confirmation never shows (a
+# summary with its error counts, the deployment snapshot, the live progress).
+RUN_ADMIN_DEFERRED = (*RUN_LIST_DEFERRED, "summary", "snapshot", "progress")
+
+
 class BenchmarkRun(models.Model):
     """One grid point of a sweep (or one imported run).
 
@@ -125,6 +133,7 @@ class BenchmarkRun(models.Model):
     else the run's own line: :func:`benchmarks.services.runs.run_original_text`), the file's name in
     ``original_filename`` and the SHA-256 of the whole file's UTF-8 bytes in ``original_sha256``
     (hex; how a second import of the same file is recognised, :func:`benchmarks.services.run_import`).
+    Lists defer ``original_text`` (:data:`RUN_LIST_DEFERRED`).
 
     ``duration_s`` is the point's time limit in seconds (null: it ends when its requests are
     done; with both, whichever comes first). ``progress`` is the live state of a running point as

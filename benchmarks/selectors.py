@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from controlplane.errors import InvalidInput, NotFound
 
 # The largest primary key a row can have (``BigAutoField``: a signed 64-bit integer). A larger
@@ -25,16 +25,17 @@ def sweep_list(*, deployment_id: int | None = None, status: str | None = None,
 
 
 def sweep_runs(*, sweep: BenchmarkSweep) -> QuerySet[BenchmarkRun]:
-    """The runs of ``sweep`` in grid order."""
-    return sweep.runs.order_by("ordinal", "id")
+    """The runs of ``sweep`` in grid order (``original_text`` deferred: :data:`RUN_LIST_DEFERRED`)."""
+    return sweep.runs.defer(*RUN_LIST_DEFERRED).order_by("ordinal", "id")
 
 
 def run_list(*, sweep_id: int | None = None, source: str | None = None, status: str | None = None,
              order: str | None = None) -> QuerySet[BenchmarkRun]:
     """Runs, filtered by sweep, source (measured, imported) or status; ``order`` one of
     ``output_tok_s``, ``-output_tok_s``, ``ttft_p99_ms``, ``-ttft_p99_ms``, ``-created_at``
-    (default: sweep, grid order). Raises :class:`InvalidInput` for another order."""
-    qs = BenchmarkRun.objects.select_related("sweep")
+    (default: sweep, grid order). Raises :class:`InvalidInput` for another order. The imported
+    text is deferred (:data:`RUN_LIST_DEFERRED`): one access reads it for one row."""
+    qs = BenchmarkRun.objects.select_related("sweep").defer(*RUN_LIST_DEFERRED)
     if sweep_id is not None:
         qs = qs.filter(sweep_id=sweep_id)
     if source:
@@ -53,7 +54,8 @@ def runs_by_ids(*, ids: list[int]) -> list[BenchmarkRun]:
     """The runs with ``ids``, in the order given; :class:`NotFound` names the missing ids (an id
     outside 1..:data:`PK_MAX` among them, never sent to the database)."""
     possible = [i for i in ids if 1 <= i <= PK_MAX]
-    found = {r.pk: r for r in BenchmarkRun.objects.filter(pk__in=possible).select_related("sweep")}
+    found = {r.pk: r for r in BenchmarkRun.objects.filter(pk__in=possible).select_related("sweep")
+             .defer(*RUN_LIST_DEFERRED)}
     missing = [i for i in ids if i not in found]
     if missing:
         raise NotFound(f"no run with id {', '.join(map(str, missing))}")

@@ -39,7 +39,7 @@ from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
 from benchmarks.loadgen.uncertainty import contain_estimate, min_samples_for_interval
-from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import DIGITS_RE, repeats_text, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.errors import Conflict, InvalidInput, NotFound
@@ -1002,7 +1002,8 @@ def import_digest(*, text: str) -> str:
 
 def run_import_duplicates(*, digest: str) -> list[BenchmarkRun]:
     """Imported runs whose original file has SHA-256 ``digest``, oldest first (empty if none)."""
-    return list(BenchmarkRun.objects.filter(source=RunSource.IMPORTED, original_sha256=digest).order_by("id"))
+    return list(BenchmarkRun.objects.filter(source=RunSource.IMPORTED, original_sha256=digest)
+                .defer(*RUN_LIST_DEFERRED).order_by("id"))
 
 
 def import_duplicate_message(*, runs: list[BenchmarkRun], digest: str) -> str:

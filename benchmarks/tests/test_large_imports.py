@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 from django.apps import apps
+from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
-from benchmarks.models import BenchmarkRun
+from benchmarks.models import RUN_ADMIN_DEFERRED, BenchmarkRun
+from benchmarks.services import run_import
+from benchmarks.tests.page_support import logged_in_client
 
 DATA = Path(__file__).parent / "data"
 SGLANG_LINE = (DATA / "sglang-bench-serving-h200.jsonl").read_text().strip()
@@ -66,3 +72,81 @@ def test_the_migration_cuts_runs_that_kept_the_whole_file_down_to_their_line(ope
     for run in BenchmarkRun.objects.filter(pk__in=many):
         assert run.original_text == lines[run.source_line - 1]
     assert BenchmarkRun.objects.get(pk=one).original_text == single
+
+
+# --- 2. lists never read the kept text -------------------------------------------------------------
+
+RUN_TABLE = '"benchmarks_benchmarkrun"'
+
+
+def _selected(queries, *fields: str) -> list[str]:
+    """The SQL of ``queries`` that reads any of the run columns ``fields``."""
+    return [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")
+            and any(f'{RUN_TABLE}."{f}"' in q["sql"] for f in fields)]
+
+
+@pytest.fixture
+def imported(operator) -> list[BenchmarkRun]:
+    return run_import(text=_jsonl(30), filename="many.jsonl", user=operator)
+
+
+def test_the_api_run_list_does_not_read_the_kept_text(imported, viewer_api) -> None:
+    for url in ("/api/runs/?limit=1", "/api/runs/", "/api/runs/?source=imported&order=-output_tok_s",
+                f"/api/runs/compare/?ids={imported[0].pk},{imported[1].pk}"):
+        with CaptureQueriesContext(connection) as ctx:
+            response = viewer_api.get(url)
+        assert response.status_code == 200, (url, response.content[:300])
+        assert _selected(ctx.captured_queries, "original_text") == [], url
+    # One run's download still reads it.
+    assert viewer_api.get(f"/api/runs/{imported[0].pk}/original/").content.decode() == imported[0].original_text
+
+
+def test_the_benchmarks_pages_do_not_read_the_kept_text(imported, viewer) -> None:
+    client = logged_in_client(viewer)
+    for url in (reverse("benchmarks:index"),
+                reverse("benchmarks:compare") + f"?ids={imported[0].pk},{imported[1].pk}"):
+        with CaptureQueriesContext(connection) as ctx:
+            response = client.get(url)
+        assert response.status_code == 200, url
+        assert _selected(ctx.captured_queries, "original_text") == [], url
+    assert f"/benchmarks/runs/{imported[-1].pk}/" in client.get(reverse("benchmarks:index")).content.decode()
+
+
+# --- 3. admin lists and deletes thousands of runs without their large fields -------------------------
+
+LARGE = RUN_ADMIN_DEFERRED
+
+
+@pytest.fixture
+def root(db) -> User:
+    return User.objects.create_superuser("root", "root@example.org", "correct-horse-battery")
+
+
+def test_the_admin_changelist_does_not_read_large_fields(imported, root) -> None:
+    client = logged_in_client(root)
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get("/admin/benchmarks/benchmarkrun/")
+    assert response.status_code == 200
+    assert _selected(ctx.captured_queries, *LARGE) == []
+    page = client.get(f"/admin/benchmarks/benchmarkrun/{imported[0].pk}/change/")
+    assert page.status_code == 200
+    assert "field-summary" in page.content.decode()   # read when shown
+
+
+def test_admin_deletes_many_imported_runs_without_reading_large_fields(operator, root) -> None:
+    runs = run_import(text=_jsonl(600), filename="many.jsonl", user=operator)
+    client = logged_in_client(root)
+    chosen = {"action": "delete_selected", "_selected_action": [r.pk for r in runs]}
+    with CaptureQueriesContext(connection) as ctx:
+        confirm = client.post("/admin/benchmarks/benchmarkrun/", chosen)
+    assert confirm.status_code == 200 and "Are you sure" in confirm.content.decode()
+    assert _selected(ctx.captured_queries, *LARGE) == []
+    with CaptureQueriesContext(connection) as ctx:
+        done = client.post("/admin/benchmarks/benchmarkrun/", {**chosen, "post": "yes"})
+    assert done.status_code == 302
+    assert _selected(ctx.captured_queries, *LARGE) == []
+    assert not BenchmarkRun.objects.exists()
+    one = run_import(text=SGLANG_LINE, filename="one.jsonl", user=operator)[0]
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.post(f"/admin/benchmarks/benchmarkrun/{one.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert _selected(ctx.captured_queries, *LARGE) == [] and not BenchmarkRun.objects.exists()

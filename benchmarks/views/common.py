@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from benchmarks import services
 from benchmarks.choices import RunSource, RunStatus
 from benchmarks.loadgen.records import RecordStore
-from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import attachment
@@ -287,7 +287,7 @@ def _load_records(run: BenchmarkRun) -> RecordStore | None:
 
 
 def _sweep_runs(sweep: BenchmarkSweep) -> list[BenchmarkRun]:
-    return list(sweep.runs.select_related("sweep").order_by("ordinal", "id"))
+    return list(sweep.runs.select_related("sweep").defer(*RUN_LIST_DEFERRED).order_by("ordinal", "id"))
 
 
 def _status_class(status: str) -> str:

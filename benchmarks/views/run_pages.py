@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, render
 
 from benchmarks import services
 from benchmarks.choices import RunSource
-from benchmarks.models import BenchmarkRun
+from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
 from benchmarks.loadgen.uncertainty import min_samples_for_interval
@@ -321,7 +321,8 @@ def compare(request: HttpRequest) -> HttpResponse:
         return form_again([message for messages in exc.errors.values() for message in messages])
     except NotFound as exc:
         raise Http404(str(exc)) from None
-    runs_by_id = {r.pk: r for r in BenchmarkRun.objects.select_related("sweep").filter(pk__in=picked)}
+    runs_by_id = {r.pk: r for r in BenchmarkRun.objects.select_related("sweep").defer(*RUN_LIST_DEFERRED)
+                  .filter(pk__in=picked)}
     if missing := [i for i in run_ids if i not in runs_by_id]:
         raise Http404(f"no such run: {', '.join(map(str, missing))}")
     runs: list[BenchmarkRun] = [runs_by_id[i] for i in picked]

@@ -15,7 +15,7 @@ from django.urls import reverse
 from benchmarks import services
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.importers import empty_upload_message
-from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_cancelled
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
@@ -42,7 +42,8 @@ def benchmark_index(request: HttpRequest) -> HttpResponse:
 def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
                    duplicate_of: Sequence[BenchmarkRun] = ()) -> dict[str, Any]:
     sweeps = list(BenchmarkSweep.objects.select_related("deployment", "deployment__recipe", "created_by")[:100])
-    recent = BenchmarkRun.objects.select_related("sweep").order_by("-created_at", "-id")[:INDEX_RECENT_RUNS]
+    recent = (BenchmarkRun.objects.select_related("sweep").defer(*RUN_LIST_DEFERRED)
+              .order_by("-created_at", "-id")[:INDEX_RECENT_RUNS])
     ready = Deployment.objects.filter(status=DeploymentStatus.READY, cancel_requested=False).select_related("recipe")[:20]
     return {"sweeps": sweeps, "runs": [run_row(r) for r in recent], "ready_deployments": list(ready),
             "can_write": _can_write(request), "import_errors": import_errors, "duplicate_of": list(duplicate_of)}
