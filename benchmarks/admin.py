@@ -38,7 +38,9 @@ class BenchmarkRunAdmin(_SystemWritten):
     list_display = ("id", "sweep", "source", "status", "concurrency", "input_len", "output_len", "output_tok_s",
                     "ttft_p99_ms")
     list_filter = ("source", "status")
-    readonly_fields = [f.name for f in BenchmarkRun._meta.fields]
+    # ``exclude`` alone does not hide a read-only field: the change page showed the imported text,
+    # up to the 16 MB import cap (it downloads from the run page instead).
+    readonly_fields = [f.name for f in BenchmarkRun._meta.fields if f.name != "original_text"]
     exclude = ("original_text",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[BenchmarkRun]:

@@ -218,7 +218,8 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return attachment(services.run_export_json(run=run), content_type="application/json",
                          filename=f"run-{run.pk}.json")
 
-    @extend_schema(summary="The original an imported run came from, verbatim: its file, or its own line of a file of several runs",
+    @extend_schema(summary="The original an imported run came from, verbatim: its file, "
+                           "or its own line of a file of several runs",
                    responses={(200, "application/octet-stream"): OpenApiResponse(
                        OpenApiTypes.BINARY, description="the file's bytes, as an attachment under its name"),
                        404: ERROR_404})
