@@ -1,5 +1,6 @@
 """``manage.py import_results FILE``: import a SGLang ``bench_serving`` JSONL or vLLM ``bench serve``
-JSON file as runs (original file kept), through :func:`benchmarks.services.run_import`.
+JSON file as runs (each keeping its own line, or the whole file when it holds one run), through
+:func:`benchmarks.services.run_import`.
 
 Prints one line per run (``run #8 (vllm-bench-serve): ...``; a JSON-lines file also names the line).
 A file that cannot be imported fails with every problem found, one per line, each at its path
