@@ -108,10 +108,20 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Several processes (web, worker, beat) share the file: wait for locks instead of failing.
+    # Several processes (web, worker, node agent, beat) share the file: wait for locks instead of
+    # failing. WAL journal: in the default rollback journal a reader holds a shared lock that the
+    # writer must wait out, so one slow read (a 131 s list query) failed every write behind it
+    # ("database is locked": heartbeats, sweep progress, telemetry rollups); in WAL readers and
+    # the one writer do not block each other. The mode is stored in the file, so the first
+    # connection converts it and later ones find it set. synchronous=NORMAL is the setting WAL
+    # is meant for: a commit is not fsynced, the last commits may be lost on a power cut, never
+    # on a process crash, and the file stays consistent.
     # The file holds secrets and tokens: directory 0700, so no other local user can read it.
     Path(DATABASES["default"]["NAME"]).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
+    DATABASES["default"].setdefault("OPTIONS", {}).update({
+        "timeout": 20, "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+    })
     # Tests that start a real node agent share the test database with it, so the test
     # database is a file rather than SQLite's in-memory default; the pid keeps concurrent
     # test runs in one checkout apart.
