@@ -18,7 +18,12 @@ Rules and where they come from:
 * The process running a sweep records itself (``worker``: ``host:pid``) and a heartbeat every
   :data:`HEARTBEAT_S`. A sweep whose worker is gone (the pid no longer exists on this host, or no
   heartbeat for :data:`HEARTBEAT_STALE_S`) is failed "worker lost: ..." by the redelivered task or
-  by :func:`sweeps_reconcile` (celery beat, every minute); cancelling it ends it at once.
+  by :func:`sweeps_reconcile` (celery beat, every minute), unless a heartbeat came after the row
+  was read; cancelling it ends it at once.
+* A write that meets a locked database (SQLite's one writer at a time) is tried again with backoff
+  (:func:`controlplane.dbbusy.retry_locked`); a heartbeat or progress write that still fails is
+  skipped with a warning, and a sweep that must fail on it says so in plain words ("the database
+  was busy (locked) for 47 s while point c=8 256/256 ran"), never with the exception's repr.
 * Live progress is the load generator's own count of requests and output tokens (the servers'
   counters do not exist on every engine: llama.cpp has none). Each report is broadcast to the
   sweep's realtime group (``sweep.progress``); it is written to the run row and the sweep's
@@ -56,7 +61,7 @@ from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -74,6 +79,7 @@ from benchmarks.sweeps import (
     WAIT_READY_MARGIN_S, grid_points, grid_requests_total, grid_validate, partial_text, recipe_gpu_count,
     summary_mark_partial, summary_point,
 )
+from controlplane.dbbusy import DatabaseBusy, busy_text, is_locked, retry_locked
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.jsonsafe import json_safe
 from controlplane.redaction import redact_text
@@ -96,6 +102,10 @@ TOKEN_ID_ENGINES = ("sim", "sglang", "vllm")
 STOP_CHECK_S = 1.0
 # Seconds between heartbeats of the process running a sweep (one UPDATE each).
 HEARTBEAT_S = 5.0
+# Backoff (seconds) of a heartbeat or progress write that met a locked database: short, since
+# the next one comes a few seconds later anyway and the sweep's thread must go on reading its
+# cancel flag; one that still fails is skipped with a warning, never fails the sweep.
+BEST_EFFORT_RETRY_DELAYS_S = (0.5, 1.0, 2.0)
 # A waiting or running sweep without a heartbeat for this long has lost its worker (seconds):
 # 24 missed heartbeats, far beyond a slow database write, and short enough that a dead worker's
 # sweep stops blocking its deployment within ~3 minutes (this plus the minute of the beat pass).
@@ -227,7 +237,9 @@ def sweep_worker_lost(*, sweep: BenchmarkSweep) -> str | None:
     last = sweep.heartbeat_at or sweep.started_at or sweep.created_at
     age = (timezone.now() - last).total_seconds() if last else HEARTBEAT_STALE_S + 1
     if age > HEARTBEAT_STALE_S:
-        return f"worker lost: no heartbeat from {sweep.worker or 'its worker'} for {age:.0f} s"
+        alive = host and host == socket.gethostname() and pid.isdigit()
+        return (f"worker lost: no heartbeat from {sweep.worker or 'its worker'} for {age:.0f} s"
+                + (f" (process {pid} is still running but wrote none)" if alive else ""))
     return None
 
 
@@ -238,9 +250,10 @@ def sweeps_reconcile() -> int:
     failed = 0
     for sweep in BenchmarkSweep.objects.filter(status__in=(SweepStatus.WAITING, SweepStatus.RUNNING)):
         lost = sweep_worker_lost(sweep=sweep)
-        if lost:
+        # Only if no heartbeat came since the row was read: a worker that was kept from writing
+        # (a locked database) and wrote meanwhile is alive.
+        if lost and _finish(sweep.pk, SweepStatus.FAILED, lost, heartbeat_at=sweep.heartbeat_at):
             log.warning("sweep %s: %s", sweep.pk, lost)
-            _finish(sweep.pk, SweepStatus.FAILED, lost)
             failed += 1
     return failed
 
@@ -268,8 +281,10 @@ def sweep_execute(*, sweep_id: int) -> str:
     reason; any other exception as an error with its traceback.
     """
     now = timezone.now()
-    claimed = BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=False).update(
-        status=SweepStatus.WAITING, started_at=now, worker=_worker_id(), heartbeat_at=now)
+    claimed = retry_locked(lambda: BenchmarkSweep.objects.filter(
+        pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=False).update(
+        status=SweepStatus.WAITING, started_at=now, worker=_worker_id(), heartbeat_at=now),
+        what=f"starting sweep #{sweep_id}")
     if not claimed:
         BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=True).update(
             status=SweepStatus.CANCELLED, reason="cancelled before it started", ended_at=now)
@@ -284,7 +299,8 @@ def sweep_execute(*, sweep_id: int) -> str:
     try:
         deployment = _wait_ready(sweep, watch)
         snapshot = sweep_snapshot(sweep=sweep, deployment=deployment)
-        BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.RUNNING, snapshot=json_safe(snapshot))
+        retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(
+            status=SweepStatus.RUNNING, snapshot=json_safe(snapshot)), what="storing the sweep's snapshot")
         points = grid_points(sweep.grid)
         for ordinal, point in enumerate(points):
             watch.point = ""
@@ -293,8 +309,9 @@ def sweep_execute(*, sweep_id: int) -> str:
             # One update for both: the point counted done and the next one named, so a progress
             # line never numbers the next point with the label of the one just done.
             following = _point_label(points[ordinal + 1]) if ordinal + 1 < len(points) else ""
-            BenchmarkSweep.objects.filter(pk=sweep.pk).update(points_done=F("points_done") + 1,
-                                                              current_point=following, current_tok_s=None)
+            retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(
+                points_done=F("points_done") + 1, current_point=following, current_tok_s=None),
+                what=f"counting point {_point_label(point)} done")
             _broadcast_point(sweep.pk, run)
         sweep.refresh_from_db()
         analysis = sweep_analyse(sweep=sweep)
@@ -308,6 +325,17 @@ def sweep_execute(*, sweep_id: int) -> str:
         reason = redact_text(str(exc))
         log.warning("sweep %s failed: %s", sweep_id, reason)
         _finish(sweep.pk, SweepStatus.FAILED, reason)
+    except (DatabaseBusy, OperationalError) as exc:
+        if not isinstance(exc, DatabaseBusy) and not is_locked(exc):
+            log.exception("sweep %s failed", sweep_id)
+            _finish(sweep.pk, SweepStatus.FAILED, redact_text(f"{type(exc).__name__}: {exc}"))
+        else:
+            # Said in plain words: the raw "OperationalError: database is locked" tells a reader of
+            # the sweep page neither what waited nor for how long.
+            during = f"point {watch.point} ran" if watch.point else "the sweep ran"
+            reason = busy_text(exc, what=during) + "; the sweep stopped"
+            log.warning("sweep %s failed: %s", sweep_id, reason, exc_info=True)
+            _finish(sweep.pk, SweepStatus.FAILED, reason)
     except Exception as exc:  # the row must say why; an unexpected error is also logged with its traceback
         log.exception("sweep %s failed", sweep_id)
         _finish(sweep.pk, SweepStatus.FAILED, redact_text(f"{type(exc).__name__}: {exc}"))
@@ -325,16 +353,31 @@ class _SweepFailed(Exception):
         self.cause = cause
 
 
-def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = None) -> None:
+_UNSET: Any = object()
+
+
+def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = None,
+            heartbeat_at: Any = _UNSET) -> bool:
+    """End the active sweep ``sweep_id`` (and its running point) with ``status`` and ``reason``,
+    and broadcast it; with ``heartbeat_at``, only while its heartbeat is still that one. Each write
+    outlasts a transiently locked database (:func:`controlplane.dbbusy.retry_locked`). Returns
+    whether the sweep was ended here."""
     fields: dict[str, Any] = {"status": status, "reason": reason, "ended_at": timezone.now(), "current_point": "",
                               "current_tok_s": None}
     if analysis is not None:
         fields["analysis"] = json_safe(analysis)
-    BenchmarkSweep.objects.filter(pk=sweep_id, status__in=SWEEP_ACTIVE).update(**fields)
-    BenchmarkRun.objects.filter(sweep_id=sweep_id, status=RunStatus.RUNNING).update(
+    rows = BenchmarkSweep.objects.filter(pk=sweep_id, status__in=SWEEP_ACTIVE)
+    if heartbeat_at is not _UNSET:
+        rows = rows.filter(heartbeat_at__isnull=True) if heartbeat_at is None else rows.filter(
+            heartbeat_at=heartbeat_at)
+    what = f"ending sweep #{sweep_id} {status}"
+    if not retry_locked(lambda: rows.update(**fields), what=what):
+        return False
+    retry_locked(lambda: BenchmarkRun.objects.filter(sweep_id=sweep_id, status=RunStatus.RUNNING).update(
         status=RunStatus.CANCELLED if status == SweepStatus.CANCELLED else RunStatus.FAILED,
-        reason=reason or status, ended_at=timezone.now())
+        reason=reason or status, ended_at=timezone.now()), what=what)
     _broadcast(sweep_id, "sweep.status", {"sweep_id": sweep_id, "status": status, "reason": reason}, force=True)
+    return True
 
 
 def _broadcast(sweep_id: int, type_: str, data: dict[str, Any], *, force: bool = False) -> None:
@@ -391,7 +434,12 @@ class _Watch:
         self._checked = now
         if now - self._beat >= HEARTBEAT_S:
             self._beat = now
-            BenchmarkSweep.objects.filter(pk=self.sweep_id).update(heartbeat_at=timezone.now(), worker=self.worker)
+            try:
+                retry_locked(lambda: BenchmarkSweep.objects.filter(pk=self.sweep_id).update(
+                    heartbeat_at=timezone.now(), worker=self.worker),
+                    what=f"writing sweep #{self.sweep_id}'s heartbeat", delays=BEST_EFFORT_RETRY_DELAYS_S)
+            except DatabaseBusy as exc:  # the next heartbeat is a few seconds away
+                log.warning("sweep %s: %s; the sweep goes on", self.sweep_id, exc)
         _check_cancel(self.sweep_id)
         if deployment and self.deployment_id is not None:
             from deployments.choices import DeploymentStatus
@@ -700,12 +748,23 @@ class _PointProgress:
         now = time.monotonic()
         if final or now - self._written_at >= RUN_PROGRESS_WRITE_S:
             self._written_at = now
-            BenchmarkRun.objects.filter(pk=self.run_id).update(progress=json_safe(
-                {**latest, "duration_s": self.duration_s, "updated_at": timezone.now().isoformat()}))
             fields: dict[str, Any] = {"requests_done": requests_done}
             if latest.get("tok_s") is not None:
                 fields["current_tok_s"] = latest["tok_s"]
-            BenchmarkSweep.objects.filter(pk=self.sweep_id).update(**fields)
+
+            def write() -> None:
+                BenchmarkRun.objects.filter(pk=self.run_id).update(progress=json_safe(
+                    {**latest, "duration_s": self.duration_s, "updated_at": timezone.now().isoformat()}))
+                BenchmarkSweep.objects.filter(pk=self.sweep_id).update(**fields)
+
+            what = f"writing the progress of point {self.label}"
+            if final:  # the point's last counts: worth the full wait, and a failure fails the sweep
+                retry_locked(write, what=what)
+                return
+            try:
+                retry_locked(write, what=what, delays=BEST_EFFORT_RETRY_DELAYS_S)
+            except DatabaseBusy as exc:  # the next write carries the newer counts anyway
+                log.warning("sweep %s: %s; the sweep goes on", self.sweep_id, exc)
 
 
 def point_limits(*, point: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -800,7 +859,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     engine = deployment.recipe.engine
     seed = grid.get("seed", 0)
     limits = point_limits(point=point, seed=seed)
-    run, _ = BenchmarkRun.objects.update_or_create(
+    run, _ = retry_locked(lambda: BenchmarkRun.objects.update_or_create(
         sweep=sweep, ordinal=ordinal,
         defaults=dict(status=RunStatus.RUNNING, concurrency=point["concurrency"], request_rate=point["request_rate"],
                       input_len=point["input_len"], output_len=point["output_len"],
@@ -808,9 +867,10 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                       served_model_name=sweep.served_model_name, num_gpus=sweep.num_gpus,
                       snapshot=json_safe(snapshot), started_at=timezone.now(), created_by=sweep.created_by,
                       progress={}),
-    )
+    ), what=f"starting point {_point_label(point)}")
     label = _point_label(point)
-    BenchmarkSweep.objects.filter(pk=sweep.pk).update(current_point=label, current_tok_s=None)
+    retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(current_point=label, current_tok_s=None),
+                 what=f"starting point {label}")
     if watch is not None:
         watch.point = label
     token_ids = engine in TOKEN_ID_ENGINES and api is not Api.CHAT
@@ -949,7 +1009,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                   else _went_down_reason(summary, label, deployment, down=down, healthy=healthy,
                                          health=health) if failed else "")
     run.ended_at = timezone.now()
-    run.save()
+    retry_locked(run.save, what=f"storing point {label}")
     # Requests done are the ones that finished (a success, or a failure the server answered): a
     # request the cancel ended in flight did not, and is counted apart (the summary's ``aborted``).
     finished = sent - int(summary.get("aborted") or 0) if cancelled_here else sent
@@ -959,7 +1019,8 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         # The sweep's total follows what was sent only for a time-limited point (what fitted in its
         # time); a point with a request count keeps its planned count, sent or not.
         fields["requests_total"] = F("requests_total") + sent - (point.get("max_requests") or 0)
-    BenchmarkSweep.objects.filter(pk=sweep.pk).update(**fields)
+    retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(**fields),
+                 what=f"storing point {label}")
     if cancelled:
         _broadcast_point(sweep.pk, run)
         raise _Cancelled()
@@ -1304,7 +1365,19 @@ def sweep_wait(*, sweep: BenchmarkSweep, timeout_s: float, progress=None, poll_s
     last_key = None
     last_said = 0.0
     while True:
-        sweep.refresh_from_db()
+        try:
+            sweep.refresh_from_db()
+        except OperationalError as exc:
+            if not is_locked(exc):
+                raise
+            # A writer held the database past the busy timeout: this read is skipped, the next
+            # poll tries again (the sweep is not ours to fail), until ``timeout_s``.
+            if progress:
+                progress(f"sweep #{sweep.pk}: {busy_text(exc, what='reading its progress')}; still waiting")
+            if time.monotonic() - start > timeout_s:
+                return sweep
+            time.sleep(poll_s)
+            continue
         key = (sweep.status, sweep.points_done, sweep.current_point, sweep.requests_done)
         line = sweep_progress_line(sweep=sweep)
         now = time.monotonic()
