@@ -8,6 +8,21 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """Remove the WAL side files of this run's SQLite test database. Django removes only the
+    database file itself, and a connection still open then (a thread's, a child process's)
+    leaves its ``-wal`` and ``-shm`` behind in ``var/`` for every run."""
+    from pathlib import Path
+
+    from django.conf import settings
+
+    name = (settings.DATABASES["default"].get("TEST") or {}).get("NAME")
+    if not settings.DATABASES["default"]["ENGINE"].endswith("sqlite3") or not name or Path(name).exists():
+        return
+    for suffix in ("-wal", "-shm", "-journal"):
+        Path(f"{name}{suffix}").unlink(missing_ok=True)
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     """Personas need real logins but not 1M PBKDF2 rounds each: hash with MD5 in tests only."""
