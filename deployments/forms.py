@@ -13,6 +13,7 @@ from django.utils.functional import cached_property
 
 from controlplane.drf_defaults import json_loads, repeated_key_errors
 from controlplane.errors import InvalidInput
+from controlplane.forms import SingleValuedForm
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
 from deployments.models import Node, Recipe, Secret, name_validator
@@ -57,7 +58,7 @@ def spec_pretty(spec: dict | None) -> str:
     return json.dumps(spec or {}, indent=2, ensure_ascii=False)
 
 
-class RecipeForm(forms.Form):
+class RecipeForm(SingleValuedForm):
     """Create/edit form of a recipe. ``cleaned_data["spec"]`` is a dict, ``["node"]`` a Node.
 
     Pass ``editing=True`` to add the optional change reason recorded in the recipe's history

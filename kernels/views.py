@@ -26,6 +26,7 @@ from django.urls import reverse
 from benchmarks.choices import SWEEP_TERMINAL
 from controlplane.api import attachment_header, unknown_field_errors
 from controlplane.drf_defaults import RepeatedKeys, given_more_than_once, json_loads, repeated_key_errors
+from controlplane.forms import repeated_field_errors
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.permissions import has_role
 from deployments.models import Node
@@ -232,12 +233,9 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
     pkg = get_object_or_404(KernelPackage, name=name)
     form = {k: request.POST.get(k, "").strip() for k in ("node", "cc", "params", "batches")}
     form["shapes"] = request.POST.getlist("shapes")
-    errors: dict[str, list[str]] = {}
     # one value a field (a form sends each once; a hand-made request that repeats one would have
     # its last value taken silently), and each shape and batch once, as the API's body
-    for key in ("node", "cc", "params", "batches"):
-        if repeated := given_more_than_once(request.POST.getlist(key)):
-            errors.setdefault(key, []).append(f"{key} {repeated}.")
+    errors: dict[str, list[str]] = repeated_field_errors(request, ("node", "cc", "params", "batches"))
     for shape in {s for s in form["shapes"] if form["shapes"].count(s) > 1}:
         errors.setdefault("shapes", []).append(f"Shape '{_short(shape)}' is chosen twice: choose each once.")
     node = Node.objects.filter(name=form["node"]).first()

@@ -23,6 +23,7 @@ from benchmarks.views.common import (
     _opt_float, _status_class, _sweep_runs, post_or_redirect,
 )
 from controlplane.errors import Conflict, InvalidInput
+from controlplane.forms import repeated_field_errors
 from controlplane.permissions import has_role
 from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
 from deployments.models import Deployment
@@ -57,12 +58,15 @@ def run_import_view(request: HttpRequest) -> HttpResponse:
     on the index page with status 400. A file whose content was imported before is refused with
     status 409 and links to the runs it became, unless ``allow_duplicate`` is ticked. A GET (the
     address left in the browser after a failed import, reloaded) is redirected to the import form
-    on the index page."""
+    on the index page. A ``file`` or ``allow_duplicate`` given more than once imports nothing
+    (status 400, ``file is given 2 times (a.jsonl, b.jsonl): give it once.``)."""
     upload = request.FILES.get("file")
     allow_duplicate = request.POST.get("allow_duplicate") in ("1", "on", "true")
-    errors: dict[str, list[str]] = {}
+    errors: dict[str, list[str]] = repeated_field_errors(request, ("file", "allow_duplicate"))
     duplicate_of: list[BenchmarkRun] = []
-    if upload is None:
+    if errors:
+        pass   # a field given twice: no one file or choice was made, so nothing is read
+    elif upload is None:
         errors = {"file": ["Choose a result file to import."]}
     elif upload.size > IMPORT_MAX_BYTES:
         errors = {"file": [f"The file is {upload.size} bytes; the limit is {IMPORT_MAX_BYTES} bytes."]}
@@ -273,7 +277,21 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     Without ``?deployment=`` the page lists the deployments a sweep can run on (ready, starting or
     pending, with no stop requested, newest first; at most :data:`PICKER_MAX`), or says there is none and links to the
     deployments. A stopped or failed deployment's form says so up front and cannot be submitted
-    (the service would refuse it)."""
+    (the service would refuse it).
+
+    A POST that gives a field more than once (``concurrency=1&concurrency=2``) starts nothing: the
+    form comes back with status 400 and the field's ``is given 2 times (1, 2): give it once``,
+    as the API answers; a repeated ``deployment`` gets the picker with that message, since no
+    one deployment was chosen."""
+    defaults = {"concurrency": "1,8,16", "lengths": "256:256", "requests": "", "duration": "", "rates": "",
+                "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
+    repeated = repeated_field_errors(request, ("deployment", *defaults)) if request.method == "POST" else {}
+    if "deployment" in repeated:
+        candidates = list(Deployment.objects.filter(status__in=SWEEPABLE, cancel_requested=False)
+                          .select_related("recipe", "node")
+                          .order_by("-created_at", "-id")[:PICKER_MAX])
+        return render(request, "benchmarks/sweep_pick.html",
+                      {"deployments": candidates, "errors": repeated["deployment"]}, status=400)
     raw_id = request.POST.get("deployment") or request.GET.get("deployment") or ""
     if not raw_id.strip() and request.method != "POST":
         candidates = list(Deployment.objects.filter(status__in=SWEEPABLE, cancel_requested=False)
@@ -284,14 +302,14 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
         raise Http404("Choose a deployment to sweep.")
     deployment = get_object_or_404(Deployment.objects.select_related("recipe", "node"), pk=int(raw_id))
     ended = deployment.status in DEPLOYMENT_TERMINAL
-    defaults = {"concurrency": "1,8,16", "lengths": "256:256", "requests": "", "duration": "", "rates": "",
-                "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
     errors: dict[str, list[str]] = {}
     values = dict(defaults)
     status = 200
     if request.method == "POST":
         values = {k: request.POST.get(k, "").strip() for k in defaults}
         grid, errors = sweep_grid_from_form(values)
+        for field, msgs in repeated.items():
+            errors[field] = msgs   # no one value was chosen: whatever was read of it is moot
         if errors:
             # One answer lists everything to fix: what the form could read is judged by the
             # service's rules too (size bounds, open-loop needs), for the fields the form had no
