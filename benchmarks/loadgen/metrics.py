@@ -91,7 +91,9 @@ def distribution(values: np.ndarray, *, ci: bool = False) -> dict[str, Any]:
     With ``ci`` (one sample per request: TTFT, TPOT, E2E) also ``ci95``, each statistic's 95 %
     confidence interval ``[low, high]`` in the values' unit, ``None`` in a bound the sample
     cannot give (:func:`benchmarks.loadgen.uncertainty.ci95`), widened where needed to contain the
-    statistic it goes with (:func:`benchmarks.loadgen.uncertainty.contain_estimate`)."""
+    statistic it goes with (:func:`benchmarks.loadgen.uncertainty.contain_estimate`); a mean's
+    low is never below 0 (:func:`benchmarks.loadgen.uncertainty.mean_ci`: latencies are not
+    negative)."""
     if values.size == 0:
         out = {"mean": None, "std": None, **{f"p{p}": None for p in PERCENTILES}, "count": 0}
     else:

@@ -16,7 +16,12 @@ same point were measured again with as many requests, so a reader (and :func:`ru
   ``0.99 ** n ≤ 0.025``, i.e. n ≥ 368 (:func:`min_samples_for_upper_bound`).
 * **Mean**: Student's t interval, ``mean ± t(0.975, n − 1) · s / √n`` with s the sample standard
   deviation (n − 1 in the denominator); a normal approximation of the mean, good for the tens of
-  requests a point has and more.
+  requests a point has and more. The interval is symmetric about the sample mean, so with few and
+  spread-out samples its lower end can fall below zero (2 requests of 0.1 s and 2.1 s give
+  −11.6 s to 13.8 s), which no latency can be. The lower bound is clipped at 0
+  (:func:`clip_low`): a mean of non-negative values lies in [0, ∞), and intersecting an interval
+  with the range the parameter is known to lie in drops only values it cannot take, so the
+  interval misses the true mean no more often than before and the coverage stays ≥ 95 %.
 
 Where an interval is attached to a summary next to its point estimate (:func:`benchmarks.loadgen.metrics.distribution`),
 it is widened with :func:`contain_estimate` so that it contains the estimate the summary reports. With few
@@ -39,7 +44,7 @@ import math
 
 import numpy as np
 
-__all__ = ["CONFIDENCE", "ci95", "contain_estimate", "mean_ci", "min_samples_for_interval", "quantile_ci", "quantile_ranks", "min_samples_for_upper_bound", "t_quantile_975"]
+__all__ = ["CONFIDENCE", "ci95", "clip_low", "contain_estimate", "mean_ci", "min_samples_for_interval", "quantile_ci", "quantile_ranks", "min_samples_for_upper_bound", "t_quantile_975"]
 
 #: The confidence level of every interval here.
 CONFIDENCE = 0.95
@@ -132,15 +137,30 @@ def contain_estimate(bounds: list[float | None] | None, estimate: float | None) 
     return [None if low is None else min(low, estimate), None if high is None else max(high, estimate)]
 
 
-def mean_ci(values: np.ndarray) -> tuple[float, float] | None:
+def clip_low(bounds: list[float | None] | None, floor: float = 0.0) -> list[float | None] | None:
+    """``bounds`` (``[low, high]``, either ``None`` where unbounded) with a low under ``floor``
+    raised to it, in the same unit (0 by default: a latency is never negative). A missing interval,
+    an unbounded side and a high are left as they are. The parameter cannot lie below ``floor``, so
+    the values cut off were never the true one and the coverage is unchanged (module docstring)."""
+    if bounds is None:
+        return bounds
+    low, high = bounds
+    return [None if low is None else max(low, floor), high]
+
+
+def mean_ci(values: np.ndarray, *, floor: float | None = 0.0) -> tuple[float, float] | None:
     """Student's t 95 % interval ``(low, high)`` for the mean of ``values`` (finite), in their
-    unit; ``None`` for fewer than two values (no spread to judge)."""
+    unit; ``None`` for fewer than two values (no spread to judge). The low is at least ``floor``
+    (0 by default, for latencies, which are never negative; None to leave it unclipped):
+    intersecting the interval with the range the mean is known to lie in keeps its coverage at
+    ≥ 95 % (module docstring)."""
     n = int(values.size)
     if n < 2:
         return None
     mean = float(values.mean())
     half = t_quantile_975(n - 1) * float(values.std(ddof=1)) / math.sqrt(n)
-    return mean - half, mean + half
+    low = mean - half if floor is None else max(mean - half, floor)
+    return low, mean + half
 
 
 def min_samples_for_interval(stat: str, confidence: float = CONFIDENCE) -> int:

@@ -38,7 +38,7 @@ from benchmarks.importers import ImportedRun, import_results
 from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
-from benchmarks.loadgen.uncertainty import contain_estimate, min_samples_for_interval
+from benchmarks.loadgen.uncertainty import clip_low, contain_estimate, min_samples_for_interval
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import DIGITS_RE, repeats_text, summary_point
 from controlplane.csvsafe import csv_text
@@ -670,7 +670,10 @@ def run_ci95_ms(*, run: BenchmarkRun) -> dict[str, dict[str, list[float | None] 
     "p99": [...]}, "tpot_ms": ..., "e2e_ms": ...}``; a bound the run's requests cannot give is null,
     see :mod:`benchmarks.loadgen.uncertainty`; each contains the summary's own statistic); null
     for a run whose summary has none (imported files and runs measured before intervals were
-    kept). ITL has none: the gaps of one request are not independent samples."""
+    kept). ITL has none: the gaps of one request are not independent samples. A low below 0 (a
+    mean's t interval of a few spread-out requests, in a summary stored before it was clipped) is
+    shown as 0: a latency is never negative, and the cut keeps the coverage at ≥ 95 %
+    (:func:`benchmarks.loadgen.uncertainty.clip_low`)."""
     summary = run.summary or {}
     out: dict[str, dict[str, list[float | None] | None]] = {}
     for stem in CI_STEMS:
@@ -680,7 +683,7 @@ def run_ci95_ms(*, run: BenchmarkRun) -> dict[str, dict[str, list[float | None] 
             continue
         # Summaries stored before intervals were widened to contain their estimate get the same
         # treatment here (benchmarks.loadgen.uncertainty.contain_estimate).
-        widened = {stat: contain_estimate(bounds, _number(stats.get(stat))) for stat, bounds in ci.items()}
+        widened = {stat: clip_low(contain_estimate(bounds, _number(stats.get(stat)))) for stat, bounds in ci.items()}
         out[stem] = {stat: (None if bounds is None else [None if b is None else b * 1000.0 for b in bounds])
                      for stat, bounds in widened.items()}
     return out or None

@@ -1,0 +1,47 @@
+"""A latency mean's 95 % interval never goes below zero: the t interval of a few spread-out
+requests is symmetric about their mean, so its low can be negative, and it is clipped at 0 where it
+is made (benchmarks.loadgen.uncertainty.mean_ci, and so each new run summary) and where a stored
+summary's intervals are read (benchmarks.services.runs.run_ci95_ms)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.loadgen.metrics import distribution
+from benchmarks.loadgen.uncertainty import clip_low, mean_ci
+from benchmarks.models import BenchmarkRun
+from benchmarks.services.runs import run_ci95_ms
+
+
+def test_the_mean_interval_of_two_spread_out_requests_starts_at_zero():
+    low, high = mean_ci(np.array([0.1, 2.1]))
+    assert low == 0.0
+    assert high == pytest.approx(1.1 + 12.706, abs=0.01)
+    unclipped_low, _ = mean_ci(np.array([0.1, 2.1]), floor=None)
+    assert unclipped_low == pytest.approx(1.1 - 12.706, abs=0.01)
+    # a tight sample is untouched
+    assert mean_ci(np.array([1.0, 1.1, 1.2]))[0] > 0.8
+
+
+def test_a_new_summary_carries_the_clipped_interval():
+    d = distribution(np.array([0.1, 2.1]), ci=True)
+    assert d["ci95"]["mean"][0] == 0.0 and d["ci95"]["mean"][1] > d["mean"]
+
+
+def test_clip_low_leaves_missing_and_unbounded_sides_alone():
+    assert clip_low(None) is None
+    assert clip_low([None, 5.0]) == [None, 5.0]
+    assert clip_low([-3.0, None]) == [0.0, None]
+    assert clip_low([2.0, 5.0]) == [2.0, 5.0]
+
+
+@pytest.mark.django_db
+def test_a_stored_summary_with_a_negative_low_is_read_as_zero():
+    stats = {"mean": 1.107, "std": 0.6, "p50": 1.107, "p90": 1.9, "p99": 2.0, "count": 2,
+             "ci95": {"mean": [-3.263, 5.477], "p50": [None, None], "p90": [None, None], "p99": [None, None]}}
+    run = BenchmarkRun.objects.create(status="done", concurrency=1, input_len=64, output_len=64,
+                                      summary={"requests": 2, "successes": 2, "failures": 0,
+                                               "ttft_s": stats, "tpot_s": stats, "e2e_s": stats})
+    ci = run_ci95_ms(run=run)
+    assert ci["ttft_ms"]["mean"] == [0.0, pytest.approx(5477.0)]
+    assert ci["e2e_ms"]["p50"] == [None, None]
