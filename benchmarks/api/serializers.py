@@ -462,8 +462,9 @@ class RunCompareSerializer(serializers.Serializer):
                                  help_text="metric -> run ids within tie_threshold_pct of the best (no best named)")
     uncertain = serializers.DictField(
         child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
-        help_text="latency metric -> [best run id, runner-up id] whose 95 % confidence intervals overlap: the best "
-                  "is named, but the difference may be sampling noise (a note gives both intervals)")
+        help_text="latency metric -> [best run id, runner-up id] whose 95 % confidence intervals overlap, or "
+                  "either of which has none: the best is named, but the difference may be sampling noise (a note gives "
+                  "both intervals)")
     baseline = serializers.IntegerField(help_text="the run deltas_pct are against")
     tie_threshold_pct = serializers.FloatField(help_text="percent of the larger value")
     excluded = RunCompareExcludedSerializer(many=True)

@@ -468,7 +468,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     ``ci95_ms`` is each run's 95 % confidence intervals of TTFT, TPOT and E2E (:func:`run_ci95_ms`).
     Where a latency statistic's best run and the runner-up both have one and they overlap, the best
     is still named (the tie rule alone decides that) and ``uncertain`` lists the two, with a note
-    giving both intervals: the difference may be sampling noise at those request counts.
+    giving both intervals: the difference may be sampling noise at those request counts (or, where
+    either run's requests give no interval at all, cannot be judged from so few requests).
 
     Two kinds of run are shown but never ranked, each with ``rankable`` false and its
     ``refusal`` (also in ``notes``): a run that holds no measurement (:func:`run_not_measured`:
@@ -710,7 +711,9 @@ def _ci_overlap(key: str, ranked: list[tuple[float, int]], entries: Mapping[int,
     """For a latency statistic whose best run is ``ranked[0]``: ``([best id, runner-up id],
     note)`` when the two runs' 95 % confidence intervals overlap (the difference between them may
     be sampling noise at their request counts), else None (no overlap, no runner-up, or a run
-    without intervals). Lower is better for every latency; an unbounded side overlaps."""
+    without intervals). Lower is better for every latency; an unbounded side overlaps. Where
+    either run's requests bound the statistic on neither side (the mean of one request), the note
+    says the difference cannot be judged from so few requests instead: nothing overlaps there."""
     stem, _, stat = key.partition(".")
     if higher_better or stem not in CI_STEMS or len(ranked) < 2:
         return None
@@ -728,11 +731,16 @@ def _ci_overlap(key: str, ranked: list[tuple[float, int]], entries: Mapping[int,
     label = dict((k, lab) for k, lab, _ in COMPARE_FIELDS).get(key, key)
     counts = [entries[rid]["metrics"].get("successes") for rid in (best_id, next_id)]
     best_text, next_text = plain_figures([best_value, next_value], digits=4)
+    named = f"{label}: run #{best_id} is named best ({best_text} ms against #{next_id}'s {next_text} ms), but "
+    both = f"(#{best_id}: {_ci_text(cis[0], stat, counts[0])}; #{next_id}: {_ci_text(cis[1], stat, counts[1])})"
+    if any(all(b is None for b in ci) for ci in cis):
+        # No interval on one side is no evidence of overlap: too few requests to say anything.
+        return [best_id, next_id], (
+            f"{named}the difference cannot be judged from so few requests {both}; measure more requests to "
+            "separate them")
     return [best_id, next_id], (
-        f"{label}: run #{best_id} is named best ({best_text} ms against #{next_id}'s {next_text} ms), but "
-        f"their 95 % confidence intervals overlap (#{best_id}: {_ci_text(cis[0], stat, counts[0])}; #{next_id}: "
-        f"{_ci_text(cis[1], stat, counts[1])}): with these requests the difference may be sampling noise; measure "
-        "more requests to separate them")
+        f"{named}their 95 % confidence intervals overlap {both}: with these requests the difference may be "
+        "sampling noise; measure more requests to separate them")
 
 
 COMPARE_CSV_SLO = tuple(f"slo_{k}" for k in SLO_KEYS)

@@ -45,3 +45,26 @@ def test_a_stored_summary_with_a_negative_low_is_read_as_zero():
     ci = run_ci95_ms(run=run)
     assert ci["ttft_ms"]["mean"] == [0.0, pytest.approx(5477.0)]
     assert ci["e2e_ms"]["p50"] == [None, None]
+
+
+def _summary_run(ttft: np.ndarray) -> BenchmarkRun:
+    n = len(ttft)
+    summary = {"requests": n, "successes": n, "failures": 0, "output_throughput_tok_s": 100.0, "duration_s": 1.0,
+               **{f"{k}_s": distribution(ttft * f, ci=True) for k, f in (("ttft", 1), ("tpot", 0.1), ("e2e", 10))}}
+    return BenchmarkRun.objects.create(status="done", concurrency=1, input_len=64, output_len=64, summary=summary)
+
+
+@pytest.mark.django_db
+def test_the_comparison_of_runs_without_intervals_says_it_cannot_judge_not_that_they_overlap():
+    from benchmarks.services.runs import runs_compare
+
+    a, b = _summary_run(np.array([0.05])), _summary_run(np.array([0.06]))
+    result = runs_compare(runs=[a, b])
+    assert result["uncertain"]["ttft_ms.mean"] == [a.pk, b.pk]
+    note = next(n for n in result["notes"] if n.startswith("TTFT mean:"))
+    assert "cannot be judged from so few requests" in note and "overlap" not in note
+    assert f"#{a.pk}: no interval from its 1 request (a mean needs 2)" in note
+    # one side with an interval and the other without: still not an overlap
+    c = _summary_run(np.array([0.07, 0.08, 0.09]))
+    note = next(n for n in runs_compare(runs=[a, c])["notes"] if n.startswith("TTFT mean:"))
+    assert "cannot be judged from so few requests" in note and "overlap" not in note
