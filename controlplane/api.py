@@ -38,7 +38,7 @@ from drf_spectacular.plumbing import build_array_type, build_basic_type
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.utils import html
@@ -84,6 +84,42 @@ def flatten_errors(detail, prefix: str | None = None) -> dict[str, list]:
     return out
 
 
+# REST framework's words for a body (or nested object) that is not a JSON object name Python types
+# ("Invalid data. Expected a dictionary, but got list.", "No data provided"); clients speak JSON.
+_NOT_AN_OBJECT = re.compile(r"Invalid data\. Expected a dictionary, but got (\w+)\.")
+_JSON_KINDS = {"list": "an array", "tuple": "an array", "str": "a string", "int": "a number", "float": "a number",
+               "NonFiniteNumber": "a number", "bool": "a boolean", "NoneType": "null"}
+_ROOT_KEYS = (api_settings.NON_FIELD_ERRORS_KEY, "detail")
+
+
+def json_object_wording(errors: dict[str, list], data: Any) -> dict[str, list]:
+    """``errors`` (flat, :func:`flatten_errors`) with REST framework's Python wording for a value
+    that is not a JSON object put in JSON terms: at the top level ``the body must be a JSON object,
+    got an array`` (``a string``, ``a number``, ``a boolean``, ``null``) and, for an empty body,
+    ``the body is empty: give a JSON object``; under a field ``must be a JSON object, got an
+    array``. ``data`` is the request's parsed body (None for a JSON ``null``). Other messages are
+    kept as they are; returns a new dict."""
+    out: dict[str, list] = {}
+    for path, messages in errors.items():
+        root = path in _ROOT_KEYS
+        reworded = []
+        for message in messages:
+            text, code = str(message), getattr(message, "code", None)
+            match = _NOT_AN_OBJECT.fullmatch(text)
+            if match and code == "invalid":
+                kind = _JSON_KINDS.get(match.group(1), f"a {match.group(1)}")
+                text = f"{'the body ' if root else ''}must be a JSON object, got {kind}"
+            elif root and code == "null" and text == "No data provided":
+                text = ("the body must be a JSON object, got null" if data is None
+                        else "the body is empty: give a JSON object")
+            else:
+                reworded.append(message)
+                continue
+            reworded.append(ErrorDetail(text, code=code))
+        out[path] = reworded
+    return out
+
+
 def exception_handler(exc, context):
     """DRF exception handler: domain errors → 400/404/409, Django validation → 400, a body
     over the size limit → 413 ``{"detail", "code": "too_large", "limit_bytes"}``. A 404 of
@@ -92,7 +128,8 @@ def exception_handler(exc, context):
     a key the lookup cannot take too (``no benchmark run with id 'abc'``;
     :func:`controlplane.notfound_views.api_lookup_refused_text`).
 
-    Every 400 from validation has the same body: ``{"<dotted.path>": ["message", ...]}``.
+    Every 400 from validation has the same body: ``{"<dotted.path>": ["message", ...]}``, and a
+    body that is not a JSON object is named in JSON terms (:func:`json_object_wording`).
     """
     if isinstance(exc, InvalidInput):
         exc = ValidationError(exc.errors)
@@ -119,7 +156,10 @@ def exception_handler(exc, context):
         return Response({"detail": str(exc), "code": exc.code}, status=exc.http_status)
     response = drf_exception_handler(exc, context)
     if response is not None and isinstance(exc, ValidationError):
-        response.data = flatten_errors(response.data)
+        request = context.get("request")
+        # the body as already parsed: reading request.data here could raise a parse error anew
+        data = getattr(request, "_full_data", None) if request is not None else None
+        response.data = json_object_wording(flatten_errors(response.data), data)
     return response
 
 

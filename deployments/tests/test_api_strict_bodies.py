@@ -223,7 +223,7 @@ def test_a_cancel_with_keys_is_a_400_even_where_the_state_would_conflict(operato
     ('{"version": 1.0, "expected_version": 1}', {"version": integer_error("the number 1.0")}),
     ('{"version": 1e400, "expected_version": 1}', {"version": ["1e400 is not a finite number"]}),
     ('{"expected_version": 1}', {"version": ["This field is required."]}),
-    ("[1]", {"non_field_errors": ["Invalid data. Expected a dictionary, but got list."]}),
+    ("[1]", {"non_field_errors": ["the body must be a JSON object, got an array"]}),
 ])
 def test_a_malformed_revert_is_a_400_before_the_stale_version_409(operator_api, recipe_at_v2, body, errors):
     url = f"/api/recipes/{recipe_at_v2.pk}/revert/"
