@@ -642,7 +642,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
             else:
                 speedup = best.speedup
                 source = (f"best variant #{best.pk}: {best.package.name} {best.shape_bucket} on {best.device_name}, "
-                          f"{best.speedup:.2f}× over the baseline")
+                          f"{best.speedup:.2f}× over the package's own baseline implementation on {best.device_name}")
         elif speedup is None and "speedup" not in errors:
             if "speedup" in request.GET or "best" in request.GET:
                 errors["speedup"] = ["Give a speedup (×) or choose a best variant."]

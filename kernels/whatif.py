@@ -253,12 +253,44 @@ def _point_label(concurrency, request_rate, input_len, output_len) -> str:
     return f"{load} {input_len}/{output_len}"
 
 
+def baseline_described(package) -> str | None:
+    """What ``package`` (a :class:`kernels.models.KernelPackage`) says its ``baseline``
+    implementation is: the parenthesis after "baseline" in its manifest description ("one program
+    per request and head, CUDA cores"), whitespace collapsed; None when the description has none."""
+    text = " ".join((getattr(package, "description", "") or "").split())
+    m = re.search(r"\bbaseline \(", text)
+    if not m:
+        return None
+    depth, start = 1, m.end()
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i].strip() or None
+    return None
+
+
+def speedup_basis(best) -> str:
+    """One sentence on what the stored speedup of ``best`` (a :class:`kernels.models.KernelBest`)
+    is measured against and where: its package's own ``baseline`` implementation (the variants
+    with ``impl = "baseline"`` of the same job, shape and batch; :func:`kernels.services.kernel_best_select`),
+    described as the package's manifest describes it, on ``best.device_name``. Not the kernel a
+    running deployment uses, which may already be faster than that baseline."""
+    what = baseline_described(best.package)
+    gpu = best.device_name or "an unrecorded GPU"
+    cc = f" (sm_{best.cc.replace('.', '')})" if best.cc else ""
+    return (f"the speedup {best.speedup:.2f}x is over package {best.package.name}'s own baseline implementation"
+            + (f" ({what}, as its manifest describes it)" if what else " (its variants with impl = 'baseline')")
+            + f", both measured on {gpu}{cc}; it is not a speedup over the kernel a deployment serves with now, "
+            "which may already be faster than that baseline")
+
+
 def best_speedup_notes(*, best, sweep) -> list[str]:
     """What a projection with best variant ``best`` (a :class:`kernels.models.KernelBest` with a
     ``speedup``) should say about where its speedup comes from. Always first: the shape and batch
     it was measured at ("the speedup 4.0x was measured at batch 16 of shape v32; ..."), followed
     by the same job's best speedups at the other batches of that shape when it holds any (a decode
-    step's batch decides which applies), or by saying that it holds none. Then a note when it was
+    step's batch decides which applies), or by saying that it holds none. Then what it is measured
+    against and on which GPU (:func:`speedup_basis`). Then a note when it was
     measured on another ``sm_XX`` than the sweep's GPUs (or the GPU its sim profile models), and a
     warning when the shape's name does not appear in the sweep's model name."""
     from kernels.models import KernelBest
@@ -278,6 +310,7 @@ def best_speedup_notes(*, best, sweep) -> list[str]:
         notes.append(f"{measured_at}; kernel job #{best.job_id} holds no best variant of that shape with a "
                      "speedup at another batch: the decode batch of a point decides how much it gains, so read "
                      f"the projection as batch {best.batch}'s speedup applied to every point")
+    notes.append(speedup_basis(best))
     where = _sweep_hardware(sweep)
     if where and best.cc:
         sm = best.cc.replace(".", "")

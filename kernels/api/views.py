@@ -281,7 +281,7 @@ class WhatIfViewSet(viewsets.ViewSet):
             if not best.speedup:
                 raise InvalidInput({"best": [f"best variant #{best.pk} has no measured speedup over a baseline"]})
             speedup, source = best.speedup, f"best variant #{best.pk} ({best.package.name} {best.shape_bucket} on "\
-                                            f"{best.device_name})"
+                                            f"{best.device_name}, over the package's own baseline implementation)"
         result = whatif_compute(sweep=sweep, share=q["share"], speedup=speedup, best=best)
         result["speedup_source"] = source
         # an omitted (or empty) share is the seed's measurement, said so rather than silently assumed

@@ -129,7 +129,16 @@ class Command(BaseCommand):
         if job.benchmarks_correct and not job.builds_ok:
             self.stdout.write("  no best variant: the job holds no build facts (give --builds builds.json); a measured "
                               "variant qualifies only once its build is known not to spill or exceed shared memory")
-        for best in KernelBest.objects.filter(job=job).order_by("shape", "batch"):
+        bests = list(KernelBest.objects.filter(job=job).order_by("shape", "batch").select_related("package"))
+        if any(best.speedup for best in bests):
+            from kernels.whatif import baseline_described
+
+            what = baseline_described(job.package)
+            gpu = job.device_name or "an unrecorded GPU"
+            self.stdout.write(f"  speedups below are over package {job.package.name}'s own baseline implementation"
+                              + (f" ({what})" if what else "") + f", both measured on {gpu}; not over the kernel "
+                              "a deployment serves with now")
+        for best in bests:
             speed = f", {best.speedup:.2f}x over baseline" if best.speedup else ""
             roof = f", {100 * best.roofline_fraction:.0f}% of roofline" if best.roofline_fraction else ""
             self.stdout.write(f"  best {best.shape} batch {best.batch}: {best.median_us:.2f} us{speed}{roof}")

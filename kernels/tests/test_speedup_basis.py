@@ -1,0 +1,75 @@
+"""A stored speedup says what it is measured against and where: the what-if (API and page) and
+``kernel_job_ingest``'s printed best lines name the package's own ``baseline`` implementation, as
+its manifest describes it, and the GPU both were measured on."""
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from kernels.models import KernelBest
+from kernels.services import kernel_package_register
+from kernels.tests.conftest import REAL_PACKAGES
+from kernels.whatif import baseline_described
+
+FLAGSHIP = "sparse_mla_decode"
+
+
+@pytest.fixture
+def flagship_job(db, settings, tmp_path):
+    """The flagship's stored H200 job, ingested as ``make demo`` does; the command's output."""
+    settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
+    kernel_package_register(path=REAL_PACKAGES / FLAGSHIP)
+    results = REAL_PACKAGES / FLAGSHIP / "results"
+    out = StringIO()
+    call_command("kernel_job_ingest", str(results / "h200-results.json"), new=FLAGSHIP,
+                 variants=str(results / "h200-variants.json"), builds=str(results / "sm90a-builds.json"), stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["sparse_mla_decode", "sparse_mla_decode_cuda", "sparse_mla_decode_fp8"])
+def test_it_reads_every_real_packages_baseline_from_its_manifest(db, settings, tmp_path, name):
+    settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
+    said = baseline_described(kernel_package_register(path=REAL_PACKAGES / name))
+    assert said and "CUDA cores" in said and "(" not in said
+
+
+def test_the_ingest_command_says_what_its_speedups_are_over(flagship_job):
+    assert ("  speedups below are over package sparse_mla_decode's own baseline implementation (one program per "
+            "request and head, CUDA cores), both measured on NVIDIA H200; not over the kernel a deployment serves "
+            "with now") in flagship_job
+    lines = flagship_job.splitlines()
+    said = next(i for i, line in enumerate(lines) if line.startswith("  speedups below"))
+    assert all(not line.startswith("  best ") for line in lines[:said])
+    assert any(line.startswith("  best ") and "x over baseline" in line for line in lines[said:])
+
+
+def test_the_whatif_says_what_a_best_variants_speedup_is_over_and_where(flagship_job, viewer, viewer_api,
+                                                                        seed_pd_sweep):
+    best = KernelBest.objects.filter(package__name=FLAGSHIP, speedup__isnull=False).order_by("-speedup").first()
+    body = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "best": best.pk}).json()
+    said = (f"the speedup {best.speedup:.2f}x is over package sparse_mla_decode's own baseline implementation (one "
+            "program per request and head, CUDA cores, as its manifest describes it), both measured on NVIDIA H200 "
+            "(sm_90); it is not a speedup over the kernel a deployment serves with now")
+    assert any(note.startswith(said) for note in body["notes"]), body["notes"]
+    assert body["speedup"] == pytest.approx(best.speedup) and body["speedup_measured_at"]["best"] == best.pk
+    assert body["speedup_source"] == (f"best variant #{best.pk} (sparse_mla_decode {best.shape_bucket} on NVIDIA "
+                                      "H200, over the package's own baseline implementation)")
+    c = Client()
+    c.force_login(viewer)
+    html = c.get(f"/kernels/whatif/?sweep={seed_pd_sweep.pk}&best={best.pk}").content.decode()
+    assert "over the package&#x27;s own baseline implementation on NVIDIA H200" in html
+    assert f'<p class="notice">{said}'.replace("'", "&#x27;") in html
+
+
+def test_a_given_speedup_gets_no_baseline_note(flagship_job, viewer_api, seed_pd_sweep):
+    body = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 3}).json()
+    assert not any("baseline implementation" in note for note in body["notes"])
+
+
+def test_a_package_whose_manifest_does_not_describe_its_baseline_names_the_variants(viewer_api, measured_job,
+                                                                                   seed_pd_sweep):
+    best = KernelBest.objects.filter(job=measured_job, speedup__isnull=False).first()
+    body = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "best": best.pk}).json()
+    assert any("own baseline implementation (its variants with impl = 'baseline'), both measured on NVIDIA H200"
+               in note for note in body["notes"]), body["notes"]
