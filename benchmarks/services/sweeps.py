@@ -195,9 +195,12 @@ def sweep_enqueue(*, sweep: BenchmarkSweep) -> None:
 def sweep_cancel(*, sweep: BenchmarkSweep, user) -> BenchmarkSweep:
     """Request cancellation: sets ``cancel_requested`` first (the running task sees it at its next
     progress tick or between points); a sweep no task has claimed yet becomes ``cancelled`` at
-    once. Raises :class:`Conflict` for a sweep that already ended."""
+    once. Raises :class:`Conflict` (409) for a sweep that already ended, naming its state: like a
+    cancel of a deployment that is over, there is nothing left to cancel, and a 200 would read as
+    if this request had ended it (README, "Users, roles and the API")."""
     if sweep.status in SWEEP_TERMINAL:
-        raise Conflict(f"sweep #{sweep.pk} is already {sweep.status}")
+        raise Conflict(f"sweep #{sweep.pk} already ended ({sweep.status}); cancel only applies to a sweep that is "
+                       "pending, waiting or running. There is nothing to cancel.")
     BenchmarkSweep.objects.filter(pk=sweep.pk).update(cancel_requested=True)
     BenchmarkSweep.objects.filter(pk=sweep.pk, status=SweepStatus.PENDING).update(
         status=SweepStatus.CANCELLED, reason=_by("cancelled", user), ended_at=timezone.now())

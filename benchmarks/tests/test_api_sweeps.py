@@ -131,6 +131,24 @@ def test_it_cancels_a_pending_sweep(operator_api, viewer_api, deployment, django
     assert operator_api.post(f"/api/sweeps/{sweep_id}/cancel/").status_code == 409
 
 
+@pytest.mark.parametrize("ended", [SweepStatus.DONE, SweepStatus.FAILED, SweepStatus.CANCELLED])
+def test_a_cancel_of_a_sweep_that_already_ended_is_a_409_naming_its_state(operator_api, deployment, ended,
+                                                                           django_capture_on_commit_callbacks) -> None:
+    """Like a cancel of a deployment that is over (README): nothing is left to cancel, and a 200
+    would read as if this request had ended it. The row is left as it was."""
+    with django_capture_on_commit_callbacks(execute=False):
+        sweep_id = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID},
+                                     format="json").json()["id"]
+    BenchmarkSweep.objects.filter(pk=sweep_id).update(status=ended)
+    response = operator_api.post(f"/api/sweeps/{sweep_id}/cancel/")
+    assert response.status_code == 409
+    assert response.json() == {
+        "detail": f"sweep #{sweep_id} already ended ({ended}); cancel only applies to a sweep that is pending, "
+                  "waiting or running. There is nothing to cancel.", "code": "conflict"}
+    sweep = BenchmarkSweep.objects.get(pk=sweep_id)
+    assert sweep.status == ended and not sweep.cancel_requested
+
+
 def test_it_imports_both_fixtures_and_serves_the_original_file(operator_api, viewer_api) -> None:
     upload = SimpleUploadedFile("h200.jsonl", SGLANG.encode(), content_type="application/jsonl")
     response = operator_api.post("/api/runs/import/", {"file": upload}, format="multipart")
