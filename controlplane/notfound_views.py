@@ -2,8 +2,8 @@
 
 The last route of :mod:`controlplane.api_urls` sends any other path under ``/api/`` here, so an
 unknown endpoint (``/api/nothing/``), a lookup its route's pattern refuses
-(``/api/kernel-packages/NOPE/``) or a version number too long for its pattern
-(``/api/recipes/3/versions/99999999999999999999999/``) is ``404 {"detail": ...}`` in JSON like
+(``/api/kernel-packages/NOPE/``) or a version that is not a number
+(``/api/recipes/3/versions/abc/``) is ``404 {"detail": ...}`` in JSON like
 every other API error, whatever ``DEBUG`` is, instead of Django's HTML page.
 
 Every other 404 is the HTML page of :func:`page_not_found`, saying in plain words what was not

@@ -6,7 +6,7 @@ UNMATCHED = [
     "/api/nothing/",
     "/api/nothing",
     "/api/kernel-packages/NOPE/",  # the lookup pattern takes lowercase names only
-    "/api/recipes/3/versions/99999999999999999999999/",  # longer than the version pattern
+    "/api/recipes/3/versions/abc/",  # the version pattern takes digits only
     "/api/runs/1/nothing/",
 ]
 

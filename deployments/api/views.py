@@ -278,8 +278,11 @@ class RecipeViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
         parameters=[OpenApiParameter("version", OpenApiTypes.INT, OpenApiParameter.PATH)],
         responses={200: s.RecipeVersionDetailSerializer, 404: ERROR_404},
     )
-    @action(detail=True, methods=["get"], url_path=r"versions/(?P<version>[0-9]{1,10})")
+    @action(detail=True, methods=["get"], url_path=r"versions/(?P<version>[0-9]+)")
     def version_detail(self, request: Request, pk=None, version: str = "") -> Response:
+        """One version by number. Any run of digits reaches :class:`controlplane.api.IdField`, so a
+        number out of range, 0 as ``99999999999999``, is the same 400 naming ``version`` that
+        ``?version=`` of the dry-run gives, never a 404 for a path the route would not take."""
         recipe = self.get_object()
         number = s.VersionQuerySerializer(data={"version": version})
         number.is_valid(raise_exception=True)

@@ -95,6 +95,19 @@ def test_it_shows_one_version_with_its_content(viewer_api, three_versions):
     assert viewer_api.get(f"/api/recipes/{three_versions}/versions/0/").status_code == 400
 
 
+@pytest.mark.parametrize("number", ["0", "2147483648", "99999999999999", "9" * 30, "9" * 5000])
+def test_a_version_number_out_of_range_is_a_400_naming_it_however_long(viewer_api, three_versions, number):
+    """As ``/versions/0/`` and ``?version=`` of the dry-run: never a 404 "no API endpoint"."""
+    response = viewer_api.get(f"/api/recipes/{three_versions}/versions/{number}/")
+    assert response.status_code == 400, response.content
+    shown = repr(number) if len(number) <= 40 else None
+    (message,) = response.json()["version"]
+    assert message.startswith("must be a whole number between 1 and 2147483647, got ")
+    if shown:
+        assert message.endswith(f"got {shown}")
+    assert viewer_api.get(f"/api/recipes/{three_versions}/dry-run/", {"version": number}).json() == response.json()
+
+
 def test_it_diffs_version_1_and_3_with_dotted_spec_paths(viewer_api, three_versions):
     response = viewer_api.get(f"/api/recipes/{three_versions}/diff/?a=1&b=3")
     assert response.status_code == 200
