@@ -118,6 +118,9 @@ __device__ __forceinline__ void seesaw_body(const __nv_bfloat16* __restrict__ q,
     constexpr int BLK = 64 * 128;                 // bytes of one 64-row x 64-column block
     constexpr int TILE_BYTES = CB * BLK;
     constexpr bool ROPE = D_QK == 576;
+#ifdef OUT_STAGED
+    static_assert(3 * TILE_BYTES >= OUT_STAGE_BYTES, "the output is staged in q and the buffers");
+#endif
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = smem_addr(smem_raw);
@@ -545,6 +548,11 @@ __device__ __forceinline__ void seesaw_body(const __nv_bfloat16* __restrict__ q,
         if (q4 == 0) x_l[wg * 64 + row0 + 8 * r] = l_run[r];
     }
     named_bar_sync(SEESAW_BAR_END, 256);
+#ifdef OUT_STAGED
+    const float l_row[2] = {x_l[row0] + x_l[64 + row0], x_l[row0 + 8] + x_l[64 + row0 + 8]};
+    store_output_tile(o, row0, wg * 256 + 2 * q4, l_row, m_run, wg == 0 && q4 == 0, gbase, tid, SEESAW_BAR_END, out,
+                      reinterpret_cast<__nv_bfloat16*>(o_part), lse, b, heads, h0, split, num_splits);   // q and buffers are free
+#else
     const int dv0 = wg * 256 + 2 * q4;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -552,6 +560,7 @@ __device__ __forceinline__ void seesaw_body(const __nv_bfloat16* __restrict__ q,
         store_output_row(o, r, row, x_l[row] + x_l[64 + row], m_run[r], wg == 0 && q4 == 0, out, o_part, lse, b, heads,
                          h0, split, num_splits, dv0);
     }
+#endif
 #ifdef SS_TIMING
     // per-phase SM clocks of block (0, 0), written over its output (the numbers are wrong then)
     named_bar_sync(SEESAW_BAR_END, 256);

@@ -18,7 +18,7 @@
 //
 // Layout: q [batch, heads, D_QK] bf16, kv [rows, D_QK] bf16, indices [batch, topk] int32 (-1 =
 // padding), out [batch, heads, 512] bf16; split-K: o_part [batch, splits, heads, 512] fp32 (each
-// split's normalised output) and lse [batch, splits, heads] fp32 (base-2 log-sum-exp of the scaled
+// split's normalised output; bf16 in the OUT_STAGED build) and lse [batch, splits, heads] fp32 (base-2 log-sum-exp of the scaled
 // scores, -inf for a split with no valid row). heads must be a multiple of 64; d_v is 512.
 // Grid: x = head_tiles * num_splits (head tile fastest), y = batch. Dynamic shared memory:
 // TILED_SMEM_BYTES(D_QK) (harness.tiled_smem_bytes). Needs sm_90a (wgmma).
@@ -121,6 +121,51 @@ __device__ __forceinline__ void store_output_row(const float (&o)[128], int r, i
     }
 }
 
+#ifdef OUT_STAGED
+// Bytes of shared memory store_output_tile stages the block's output in: 64 rows of 1024 bytes, each
+// padded by 16 so that the 8 rows one warp-wide store touches fall in different banks.
+#define OUT_STAGE_ROW (TILED_DV * 2 + 16)
+#define OUT_STAGE_BYTES (HEAD_TILE * OUT_STAGE_ROW)
+
+// The block's 64 x 512 output, from the two warp groups' m64n256 accumulators: each thread's rows
+// row0 and row0 + 8, columns dv0 + 8i (+1), i = 0..31, divided by the row sums l, go as bf16 into a
+// padded tile at `stage` (OUT_STAGE_BYTES; the caller's q tile and ring, free by then), with the
+// split's base-2 log-sum-exp m + log2(l) (-inf for an empty split) into lse where `write_lse`; after
+// named barrier `bar` over the 256 threads, whole 16-byte chunks go to out[b, h0 .. h0 + 63] (one
+// split) or to the split's bf16 partial o_part[b, split, h0 .. h0 + 63]. The 64 rows are contiguous
+// there, so every warp writes whole 128-byte lines. (Stored straight from the accumulator layout, a
+// warp's bf16 store fills half of each of eight 32-byte sectors; with fp32 partials the stores are
+// whole sectors but twice the bytes, read back again by the combine.) A measurement build for now
+// (-DOUT_STAGED, tuning/ablate.py): the stored job measured store_output_row; see the README.
+__device__ __forceinline__ void store_output_tile(const float (&o)[128], int row0, int dv0, const float (&l)[2],
+                                                  const float (&m)[2], bool write_lse, unsigned char* stage, int tid,
+                                                  int bar, __nv_bfloat16* __restrict__ out,
+                                                  __nv_bfloat16* __restrict__ o_part, float* __restrict__ lse, int b,
+                                                  int heads, int h0, int split, int num_splits) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 8 * r;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        __nv_bfloat162* srow = reinterpret_cast<__nv_bfloat162*>(stage + row * OUT_STAGE_ROW + dv0 * 2);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) srow[4 * i] = __floats2bfloat162_rn(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
+        if (num_splits > 1 && write_lse)
+            lse[(static_cast<size_t>(b) * num_splits + split) * heads + h0 + row] =
+                l[r] > 0.0f ? m[r] + log2f(l[r]) : -INFINITY;
+    }
+    asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
+    __nv_bfloat16* dst = num_splits == 1
+        ? out + (static_cast<size_t>(b) * heads + h0) * TILED_DV
+        : o_part + ((static_cast<size_t>(b) * num_splits + split) * heads + h0) * TILED_DV;
+#pragma unroll
+    for (int k = 0; k < HEAD_TILE * 64 / 256; ++k) {
+        const int chunk = tid + 256 * k, row = chunk >> 6, c = chunk & 63;   // 64 chunks of 16 bytes a row
+        *reinterpret_cast<uint4*>(dst + row * TILED_DV + c * 8) =
+            *reinterpret_cast<const uint4*>(stage + row * OUT_STAGE_ROW + c * 16);
+    }
+}
+#endif
+
 template <int D_QK>
 __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                                            const int* __restrict__ indices, __nv_bfloat16* __restrict__ out,
@@ -130,6 +175,9 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
     constexpr int CHUNKS = D_QK / 8;             // 16-byte chunks of a row
     constexpr int Q_BYTES = HEAD_TILE * D_QK * 2;
     constexpr int STAGE_BYTES = BLOCK_N * D_QK * 2;
+#ifdef OUT_STAGED
+    static_assert(Q_BYTES + STAGES * STAGE_BYTES >= OUT_STAGE_BYTES, "the output is staged in the q tile and ring");
+#endif
     constexpr int SREG = BLOCK_N / 2;            // fp32 score registers a thread of warp group 0 (m64nBLOCK_N)
     constexpr int ROWS_PER_WARP = BLOCK_N / 4;   // rows of a tile each warp of warp group 1 gathers
 
@@ -348,6 +396,12 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
         }
     }
     __syncthreads();
+#ifdef OUT_STAGED
+    const float l_row[2] = {red_sum[row0], red_sum[row0 + 8]};
+    const float m_row[2] = {alpha_s[HEAD_TILE + row0], alpha_s[HEAD_TILE + row0 + 8]};
+    store_output_tile(o, row0, wg * 256 + 2 * (lane & 3), l_row, m_row, wg == 0 && (lane & 3) == 0, gbase, tid, 0, out,
+                      reinterpret_cast<__nv_bfloat16*>(o_part), lse, b, heads, h0, split, num_splits);
+#else
     const int dv0 = wg * 256 + 2 * (lane & 3);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -355,6 +409,7 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
         store_output_row(o, r, row, red_sum[row], alpha_s[HEAD_TILE + row], wg == 0 && (lane & 3) == 0, out, o_part,
                          lse, b, heads, h0, split, num_splits, dv0);
     }
+#endif
 #ifdef ABL_TIMING
     // per-phase SM clocks of block (0, 0), written over its output (the numbers are wrong then)
     __syncthreads();
@@ -398,8 +453,16 @@ extern "C" __global__ void __launch_bounds__(128, 8) sparse_mla_combine_splits(c
         for (int s = 0; s < num_splits; ++s) {
             const float w = exp2f(l[static_cast<size_t>(s) * heads] - m);
             wsum += w;
+#ifdef OUT_STAGED   // bf16 partials
+            const uint2 raw = reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(o_part) +
+                                                             ((static_cast<size_t>(b) * num_splits + s) * heads + h) * TILED_DV)[threadIdx.x];
+            const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+            const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+            const float4 v = make_float4(lo.x, lo.y, hi.x, hi.y);
+#else
             const float4 v = reinterpret_cast<const float4*>(
                 o_part + ((static_cast<size_t>(b) * num_splits + s) * heads + h) * TILED_DV)[threadIdx.x];
+#endif
             acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
         }
     }

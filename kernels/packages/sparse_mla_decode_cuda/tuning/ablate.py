@@ -6,7 +6,11 @@ Each argument is a comma-separated list of defines (``""``: none); for each, fiv
 (V3.2 batch 64 head_tiled, V3.2 batch 32 split 2, V4-Flash batch 64 split 2 and head_tiled,
 V4-Flash batch 32 split 4) are built with nvcc and timed as the bench does (CUDA graph over six
 rotated input sets); ``--seesaw`` runs the same points with the seesaw schedule (12 warps; its
-measurement defines are SS_NO_LOAD, ABL_NO_QK, ABL_NO_PV, SS_NO_PREFETCH). With ``ABL_TIMING`` the head_tiled runs also print block (0, 0)'s SM clocks
+measurement defines are SS_NO_LOAD, ABL_NO_QK, ABL_NO_PV, SS_NO_PREFETCH). ``OUT_STAGED`` (either
+schedule) builds a candidate change rather than an ablation: the output staged through shared memory
+and bf16 split partials. A build with no ``ABL_`` or ``SS_`` define is meant to be right, so its
+output on the second input set is checked against the reference (max abs error and the number of
+elements outside the manifest's tolerance, atol + rtol·|ref|). With ``ABL_TIMING`` the head_tiled runs also print block (0, 0)'s SM clocks
 per tile and phase for each warp group. The outputs are wrong with any ``ABL_`` define: these
 numbers say where the loop's time goes, they are not results.
 """
@@ -98,4 +102,13 @@ for i, (flags, (shape_name, batch, params)) in enumerate((f, c) for f in extra f
             n = max(ph[17], 1)
             print(f"   producer, block 0, clocks per pair: " +
                   ", ".join(f"{nm} {ph[18 + i] / n:.0f}" for i, nm in enumerate(producer)), flush=True)
-        print(f"{flags or 'full':28s} {shape_name:9s} b{batch:<3d} {params['impl']:10s} S{params['NUM_SPLITS']!s:5s} {us:8.1f} us", flush=True)
+        check = ""
+        if not any(f.startswith(("ABL_", "SS_")) for f in fl):   # a build meant to be right: check it
+            x = sets[key][1]
+            x["out"].zero_()
+            got = mod.launch(p, x).float()
+            ref = pkg.load_module("reference.py").reference(x).float()
+            err = (got - ref).abs()
+            bad = int((err > pkg.tolerance["atol"] + pkg.tolerance["rtol"] * ref.abs()).sum())
+            check = f"  max abs err {float(err.max()):.4f}, {bad} outside tolerance"
+        print(f"{flags or 'full':28s} {shape_name:9s} b{batch:<3d} {params['impl']:10s} S{params['NUM_SPLITS']!s:5s} {us:8.1f} us{check}", flush=True)
