@@ -16,6 +16,7 @@ from benchmarks.models import BenchmarkSweep
 from benchmarks.services import sweep_create, sweep_execute, sweep_wait, sweeps_reconcile
 from benchmarks.services import sweeps as sweeps_module
 from benchmarks.tests.sweep_support import sim_deployment_create
+from controlplane.dbbusy import busy_timeout_s
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +30,8 @@ def test_it_fails_a_sweep_on_a_locked_database_in_plain_words(operator, monkeypa
     monkeypatch.setattr(sweeps_module, "_wait_ready", locked)
     assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.FAILED
     sweep.refresh_from_db()
-    assert sweep.reason == "the database was busy (locked) for more than 20 s while the sweep ran; the sweep stopped"
+    assert sweep.reason == (f"the database was busy (locked) for more than {busy_timeout_s():.0f} s while the sweep ran; "
+                            "the sweep stopped")
 
 
 @pytest.mark.django_db(transaction=True)  # retries happen outside a transaction, as in the worker
@@ -91,5 +93,5 @@ def test_following_a_sweep_outlasts_a_locked_read(monkeypatch):
     monkeypatch.setattr(BenchmarkSweep, "refresh_from_db", refresh)
     lines: list[str] = []
     assert sweep_wait(sweep=sweep, timeout_s=30, progress=lines.append, poll_s=0.01).status == SweepStatus.DONE
-    assert lines[0] == (f"sweep #{sweep.pk}: the database was busy (locked) for more than 20 s while reading its "
+    assert lines[0] == (f"sweep #{sweep.pk}: the database was busy (locked) for more than {busy_timeout_s():.0f} s while reading its "
                         "progress; still waiting")

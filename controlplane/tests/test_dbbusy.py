@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from django.db import OperationalError
 
-from controlplane.dbbusy import DatabaseBusy, busy_text, retry_locked
+from controlplane.dbbusy import DatabaseBusy, busy_text, busy_timeout_s, retry_locked
 
 
 def flaky(fails: int, error: str = "database is locked"):
@@ -44,4 +44,4 @@ def test_it_raises_any_other_database_error_at_once():
 
 def test_a_bare_locked_error_is_worded_with_the_busy_timeout():
     assert busy_text(OperationalError("database is locked"), what="point c=1 ran") == (
-        "the database was busy (locked) for more than 20 s while point c=1 ran")
+        f"the database was busy (locked) for more than {busy_timeout_s():.0f} s while point c=1 ran")
