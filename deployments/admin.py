@@ -97,6 +97,13 @@ class DiscoveredAdmin(admin.ModelAdmin):
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def get_actions(self, request: HttpRequest) -> dict:
+        """No "Delete selected": the list offers no bulk delete of hardware facts (a row goes with
+        its node, or alone from its own page)."""
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):

@@ -129,6 +129,10 @@ def test_it_offers_no_add_or_edit_of_discovered_gpu_and_numa_rows(admin_client, 
     change = admin_client.get(_admin_url(model, "change", rows[model].pk))
     assert change.status_code == 200 and 'name="_save"' not in change.content.decode()  # view only
     assert admin_client.post(_admin_url(model, "change", rows[model].pk), {"index": 99}).status_code == 403
+    assert "delete_selected" not in changelist.content.decode()  # no bulk delete of hardware facts
+    bulk = admin_client.post(_admin_url(model, "changelist"), {"action": "delete_selected",
+                                                               "_selected_action": [rows[model].pk]})
+    assert model.objects.filter(pk=rows[model].pk).exists() and bulk.status_code in (200, 302)
 
 
 def test_a_node_with_its_discovered_rows_can_still_be_deleted_in_admin(admin_client, db):
