@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from controlplane.commands import CeilingCommand
 from benchmarks.services import run_import, run_metrics
 from controlplane.errors import CeilingError, Conflict, InvalidInput
 from deployments.management.command_user import command_user
@@ -33,7 +34,7 @@ def invalid_file_message(name: str, exc: InvalidInput) -> str:
     return "\n".join([f"{name} cannot be imported:", *lines])
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Import another harness's result file (SGLang bench_serving JSONL, vLLM bench serve JSON) as runs."
 
     def add_arguments(self, parser):

@@ -21,8 +21,9 @@ from __future__ import annotations
 import re
 from argparse import ArgumentTypeError
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from controlplane.commands import CeilingCommand
 from benchmarks.choices import SweepStatus
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
 from controlplane.errors import CeilingError, InvalidInput
@@ -111,7 +112,7 @@ def no_deployment_text(target: str) -> str:
     return f"no deployment {target!r} (give an id, or the name of a recipe that is deployed)"
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Sweep a deployment over concurrency x lengths; with --wait print the results and findings."
 
     def add_arguments(self, parser):

@@ -21,8 +21,9 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from controlplane.commands import CeilingCommand
 from deployments.demo import DeployProof, demo_cpu_sharing, demo_deploy_and_prove
 from deployments.management.commands.seed import DEMO_USERNAME, demo_login_ensure
 from deployments.models import Recipe
@@ -43,7 +44,7 @@ DEMO_SWEEPS = (
 )
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Deploy the local demo recipes, prove them ready with a streamed request, and print the results."
 
     def add_arguments(self, parser):

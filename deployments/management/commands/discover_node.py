@@ -14,8 +14,9 @@ import json
 from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from controlplane.commands import CeilingCommand
 from controlplane.errors import InvalidInput
 from deployments.discovery import DiscoveryError, discover_node
 from deployments.nodes import node_register
@@ -79,7 +80,7 @@ def format_facts_table(facts: NodeFacts) -> str:
     return "\n".join(lines)
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Discover this host's GPUs, NUMA nodes and tools; print them, and register the node with --register."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -10,14 +10,15 @@ from __future__ import annotations
 import json
 import shlex
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from controlplane.commands import CeilingCommand
 from controlplane.errors import CeilingError, InvalidInput
 from deployments.models import Recipe
 from deployments.services import recipe_plan
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Render a recipe's launch plan (argv, env redacted, pinning, GPUs, ports) without starting anything."
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs) -> CommandParser:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from controlplane.commands import CeilingCommand
 from deployments.engines.tiny_gguf import TinyGgufParams, tiny_gguf_default_path, tiny_gguf_params, tiny_gguf_write
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Generate a small random-weight llama GGUF model for the llama.cpp engine (idempotent)."
     requires_system_checks: list[str] = []
     requires_migrations_checks = False

@@ -13,13 +13,14 @@ registers, adopts or consumes anything (:func:`deployments.agent.agent_lock_acqu
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from controlplane.commands import CeilingCommand
 from controlplane.errors import InvalidInput
 from deployments.agent import AgentAlreadyRunning, NodeAgent
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Run the node agent: register this host, supervise its engine processes, consume node.<name>."
 
     def add_arguments(self, parser: CommandParser) -> None:

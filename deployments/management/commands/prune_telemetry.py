@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from controlplane.commands import CeilingCommand
 from deployments.telemetry.history import telemetry_prune
 
 # The oldest cut-off the option takes, in days (100 years): far past any retention, and far from
@@ -15,7 +16,7 @@ from deployments.telemetry.history import telemetry_prune
 MAX_DAYS = 36500
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Delete node and deployment telemetry rollups older than the retention."
 
     def add_arguments(self, parser: CommandParser) -> None:

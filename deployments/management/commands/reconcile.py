@@ -10,12 +10,13 @@ start-up and on every tick; this is the operator's manual pass. See
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from controlplane.commands import CeilingCommand
 from deployments.agent import node_reconcile
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Reconcile this node's server process rows with the processes actually running."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -14,14 +14,15 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from controlplane.commands import CeilingCommand
 from controlplane.errors import InvalidInput
 from controlplane.secretbox import KEY_SETTING, SecretsKeyError
 from deployments.secret_keys import secrets_key_rotate
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Re-encrypt every stored secret value under a new key (the key file's, or for CEILING_SECRETS_KEY)."
 
     def add_arguments(self, parser):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from controlplane.commands import CeilingCommand
 from controlplane.permissions import ROLES
 from deployments.examples import example_recipes
 from deployments.models import Node, Recipe
@@ -63,7 +63,7 @@ def demo_login_ensure() -> tuple[str, str | None]:
     return DEMO_USERNAME, password
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Create role groups, the demo admin, the local and seed nodes, and the example recipes (idempotent)."
 
     def handle(self, *args, **options):

@@ -11,15 +11,15 @@ from __future__ import annotations
 import time
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
 
+from controlplane.commands import CeilingCommand
 from deployments.agent import deployment_teardown
 from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.models import Deployment
 from deployments.services import deployment_stop
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Stop every active deployment on a node (default: this host's node) and wait for it."
 
     def add_arguments(self, parser):

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import time
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from controlplane.commands import CeilingCommand
 from controlplane.drf_defaults import json_loads, repeated_key_errors
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled
@@ -50,7 +51,7 @@ def repeated_values(**lists: list | None) -> dict[str, list[str]]:
     return out
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Create a kernel job of a registered package (on a node, or for results measured elsewhere)."
 
     def add_arguments(self, parser):

@@ -2,14 +2,15 @@
 ``job.json`` (with the runner command lines) for a machine without Django (the GPU host)."""
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from controlplane.commands import CeilingCommand
 from controlplane.errors import InvalidInput
 from kernels.models import KernelJob
 from kernels.services import kernel_job_export
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Export a kernel job's variants and package for building and benchmarking elsewhere."
 
     def add_arguments(self, parser):

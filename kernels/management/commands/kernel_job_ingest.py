@@ -23,15 +23,16 @@ import json
 import re
 from pathlib import Path
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from controlplane.commands import CeilingCommand
 from controlplane.errors import CeilingError, InvalidInput
 from deployments.management.command_user import command_user
 from kernels.models import KernelBest, KernelJob, KernelPackage
 from kernels.services import kernel_job_from_measurement, kernel_job_ingest
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Store a kernel job's builds.json and/or results.json measured on another machine."
 
     def add_arguments(self, parser):

@@ -10,13 +10,14 @@ warning, naming the constraint and the combination.
 """
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from controlplane.commands import CeilingCommand
 from controlplane.errors import InvalidInput
 from kernels.services import kernel_package_register, kernel_packages_register_all, package_grid
 
 
-class Command(BaseCommand):
+class Command(CeilingCommand):
     help = "Register kernel packages from kernels/packages/<name>/manifest.toml (all, or the given directories)."
 
     def add_arguments(self, parser):

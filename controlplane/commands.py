@@ -1,0 +1,37 @@
+"""The base of Ceiling's management commands: an option given twice is refused.
+
+argparse keeps the last value of an option given more than once, so ``sweep x --concurrency 1
+--concurrency 2`` would quietly start a sweep at c=2. The API and the page forms refuse a field
+given twice; :class:`CeilingCommand` makes the command line do the same for every option that
+takes one value (flags such as ``--wait`` may repeat: saying them twice means the same).
+"""
+from __future__ import annotations
+
+import argparse
+
+from django.core.management.base import BaseCommand
+
+
+class _StoreOnce(argparse._StoreAction):
+    """``store`` that refuses a second occurrence within one parse (the namespace of that parse
+    is remembered, so the same parser can parse again)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string and getattr(self, "_parsed_into", None) is namespace:
+            given = getattr(namespace, self.dest)
+            parser.error(f"{option_string} is given twice ({given!r}, then {values!r}): give it once")
+        self._parsed_into = namespace
+        super().__call__(parser, namespace, values, option_string)
+
+
+class CeilingCommand(BaseCommand):
+    """:class:`BaseCommand` whose single-valued options may be given once only: from the command
+    line, the usage and the refusal naming the option and both values, exit status 2 (argparse's);
+    from ``call_command``, :class:`CommandError`."""
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        for action in parser._actions:
+            if type(action) is argparse._StoreAction and action.option_strings:
+                action.__class__ = _StoreOnce
+        return parser
