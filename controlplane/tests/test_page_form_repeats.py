@@ -9,7 +9,6 @@ from urllib.parse import urlencode
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import Client
 from django.urls import reverse
 from django.utils.html import escape
 
@@ -19,17 +18,7 @@ from deployments.examples import example_recipe
 from deployments.models import Recipe
 from deployments.nodes import node_register, seed_node_facts
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
-
-
-def _client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def operator_client(operator) -> Client:
-    return _client(operator)
+from deployments.tests.test_views import operator_client  # noqa: F401 - fixture
 
 
 @pytest.fixture

@@ -17,28 +17,18 @@ import pytest
 from deployments import services
 from deployments.agent import deployment_check, deployment_launch, deployment_teardown, node_reconcile
 from deployments.choices import ProcessStatus
-from deployments.models import Node, NumaNode, ServerProcess
+from deployments.models import ServerProcess
 from deployments.supervisor import process_find_by_tag
 from deployments.supervisor.procfs import proc_start_ticks, proc_stat
 from deployments.tests.test_agent_support import free_ports, wait_for
-from deployments.topology import format_cpulist
+from deployments.tests.test_agent_supervision import USABLE, node  # noqa: F401 - fixture
 
-USABLE = sorted(os.sched_getaffinity(0))
 needs_two_cpus = pytest.mark.skipif(len(USABLE) < 2, reason="needs two usable CPUs")
 
 
 def gone(pid: int) -> bool:
     info = proc_stat(pid)
     return info is None or not info.running
-
-
-@pytest.fixture
-def node(db):
-    """A CPU-only node (no numactl, so pinning is ``sched_setaffinity``) whose one NUMA node
-    holds exactly the CPUs this test process may use."""
-    node = Node.objects.create(name="here", hostname="here", cpu_count=len(USABLE), tools={})
-    NumaNode.objects.create(node=node, index=0, cpus=format_cpulist(USABLE))
-    return node
 
 
 @pytest.fixture
