@@ -46,7 +46,19 @@ definition; values within a relative 1e-9 count as equal, for float rounding); l
 throughputs (per second) are >= 0 and ``duration`` (s) is > 0 (a time or a rate cannot be
 negative, and a run takes time); and ``completed + failed`` may not exceed ``num_prompts`` where the file has them (a
 request is sent once and ends once). A check that needs a value which was itself refused is
-skipped for that value.
+skipped for that value. Also refused, as a file that disagrees with itself or a value no real run
+has:
+
+* a key given more than once in one result object (read with ``object_pairs_hook``; JSON readers
+  silently keep one of the values), at the line it is given again;
+* a ``duration`` longer than :data:`MAX_DURATION_S` (30 days), a latency statistic longer than
+  that in ms (:data:`MAX_LATENCY_MS`) and a count above :data:`MAX_COUNT` (2^53): ``1e308`` is a
+  finite number, but no run lasted 10^300 years;
+* an ``output_throughput`` (tokens/s) off ``total_output_tokens`` / ``duration`` by more than 1 %
+  of it plus 0.01 tokens/s (:data:`THROUGHPUT_TOLERANCE`, :data:`THROUGHPUT_ROUNDING_TOK_S`),
+  where all three are finite numbers: both harnesses compute it as exactly that quotient;
+* in :func:`import_results`, a later line whose keys say the other harness wrote it (it would be
+  read in the first line's format), at the first such line.
 
 Errors: :class:`ResultImportError` names the line and key (``line 3, key 'completed': ...``). The
 file is read to its end before it is refused (or :data:`MAX_LINES_COUNTED_AFTER_CAP` lines past the
@@ -89,6 +101,21 @@ _PER_REQUEST_KEYS = {"input_lens", "output_lens", "ttfts", "itls", "generated_te
 # One run's record: its 1-based line (None for a file that is one JSON object), the object, the raw text.
 Record = tuple[int | None, dict[str, Any], str]
 
+
+# Sanity bounds: a value past one cannot come from a real run and is refused (a duration of
+# 1e308 s is finite, yet no benchmark ran for 10^300 years). A run, and any request of it, lasts at
+# most 30 days; a count (requests, tokens) is at most 2^53, the largest integer a 64-bit float (and
+# so a browser's JSON reader) holds exactly.
+MAX_DURATION_S = 30 * 24 * 3600
+MAX_LATENCY_MS = MAX_DURATION_S * 1000
+MAX_COUNT = 2**53
+_MAX_DURATION = (MAX_DURATION_S, f"{MAX_DURATION_S} (30 days)")
+_MAX_LATENCY = (MAX_LATENCY_MS, f"{MAX_LATENCY_MS} (30 days)")
+# output_throughput (tokens/s) may differ from total_output_tokens / duration by this fraction of
+# the quotient plus this many tokens/s (a value written with two decimals) before the file is
+# refused as disagreeing with itself; both harnesses compute it as exactly that quotient.
+THROUGHPUT_TOLERANCE = 0.01
+THROUGHPUT_ROUNDING_TOK_S = 0.01
 
 # At most this many problems of one file are listed; the rest are counted (a file of a million bad
 # lines must give a readable answer, not a million messages).
@@ -248,7 +275,28 @@ def _parse_int(text: str) -> int | float:
     return _NonFinite(-math.inf if text.startswith("-") else math.inf, text)
 
 
-_DECODER = json.JSONDecoder(parse_float=_parse_float, parse_int=_parse_int,
+class _Object(dict):
+    """A JSON object of the file in which some key is given more than once: the last value wins, as
+    in any JSON reader, and ``repeated`` maps each such key to all its values in file order (the
+    file disagrees with itself about that key, so it is refused)."""
+
+    repeated: dict[str, list[Any]]
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: a plain dict, or an :class:`_Object` remembering the repeated keys."""
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: dict[str, list[Any]] = {}
+    for key, value in pairs:
+        seen.setdefault(key, []).append(value)
+    out = _Object(obj)
+    out.repeated = {key: values for key, values in seen.items() if len(values) > 1}
+    return out
+
+
+_DECODER = json.JSONDecoder(parse_float=_parse_float, parse_int=_parse_int, object_pairs_hook=_object,
                             parse_constant=lambda name: _NonFinite(_CONSTANTS[name], name))
 
 
@@ -443,21 +491,34 @@ def detect_format(text: str) -> SourceFormat:
     return fmt  # type: ignore[return-value]
 
 
-def _detect(record: Record, problems: _Problems) -> SourceFormat | None:
-    """The format of one record by its keys; None, with the problem added, when neither matches."""
-    keys = set(record[1])
+def _format_of(obj: dict[str, Any]) -> SourceFormat | None:
+    """The format of one record by its keys (vLLM's markers first); None when neither matches."""
+    keys = set(obj)
     if keys & _VLLM_MARKERS:
         return VLLM_BENCH_SERVE
     if keys & _SGLANG_MARKERS:
         return SGLANG_BENCH_SERVING
-    problems.add("not a SGLang bench_serving or vLLM bench serve result (no key either writes)", line=record[0])
     return None
+
+
+_FORMAT_NAME = {SGLANG_BENCH_SERVING: "SGLang bench_serving", VLLM_BENCH_SERVE: "vLLM bench serve"}
+
+
+def _detect(record: Record, problems: _Problems) -> SourceFormat | None:
+    """The format of one record by its keys; None, with the problem added, when neither matches."""
+    fmt = _format_of(record[1])
+    if fmt is None:
+        problems.add("not a SGLang bench_serving or vLLM bench serve result (no key either writes)", line=record[0])
+    return fmt
 
 
 def import_results(text: str) -> list[ImportedRun]:
     """Import any supported file: the format as :func:`detect_format` decides it from the first
     record, then one :class:`ImportedRun` per run. The file is read to its end before anything is
-    refused: :class:`ResultImportError` reports the problems of every line and key at once."""
+    refused: :class:`ResultImportError` reports the problems of every line and key at once, among
+    them the first later line that another harness wrote (by its keys, as the first line's
+    format is decided: ``line 4: a vLLM bench serve result, unlike line 1 (SGLang
+    bench_serving); ...``). A line with neither harness's keys is read in the first line's format."""
     problems = _Problems()
     records = _records(text, problems)
     first = next(records, None)
@@ -465,12 +526,24 @@ def import_results(text: str) -> list[ImportedRun]:
     if fmt is None:
         problems.raise_if_any()
     if fmt == SGLANG_BENCH_SERVING and first is not None and first[0] is None:
-        # SGLang writes JSON lines: a file of one line is line 1, as in a file of many.
+        # SGLang writes JSON lines: a file of one line is line 1, as in a file of many. Its
+        # problems so far (a repeated key) are found again, with that line.
+        problems.clear()
         records = _lines(text, problems)
         first = next(records, None)
     make = _sglang_run if fmt == SGLANG_BENCH_SERVING else _vllm_run
     runs = [make(obj, raw, line, text, problems) for line, obj, raw in ([first] if first else [])]
-    runs += [make(obj, raw, line, text, problems) for line, obj, raw in records]
+    mixed = False
+    for line, obj, raw in records:
+        other = _format_of(obj)
+        if not mixed and other is not None and other != fmt and first is not None:
+            # Read with the first line's format, its keys would mean other things (or nothing):
+            # refused at the first such line, once.
+            mixed = True
+            problems.add(f"a {_FORMAT_NAME[other]} result, unlike line {first[0]} ({_FORMAT_NAME[fmt]}); a file "
+                         "is read in its first line's format, so it must hold one harness's results: split it",
+                         line=line)
+        runs.append(make(obj, raw, line, text, problems))
     problems.raise_if_any()
     return runs
 
@@ -526,6 +599,7 @@ def _records(text: str, problems: _Problems) -> Iterator[Record]:
     else:
         if not isinstance(whole, dict):
             raise ResultImportError(f"expected a JSON object, got {_json_type(whole)}")
+        _repeated_keys(whole, None, problems, text=text)
         return iter([(None, whole, text.strip())])
     return _lines(text, problems, whole_error=whole_error)
 
@@ -552,6 +626,7 @@ def _lines(text: str, problems: _Problems, *, whole_error: json.JSONDecodeError 
         if not isinstance(obj, dict):
             problems.add(f"expected a JSON object, got {_json_type(obj)}", line=number)
             continue
+        _repeated_keys(obj, number, problems)
         yielded = True
         yield number, obj, raw
     if first is None:
@@ -559,6 +634,39 @@ def _lines(text: str, problems: _Problems, *, whole_error: json.JSONDecodeError 
     if whole_error is not None and not yielded and not _is_json(first):
         problems.clear()
         problems.add(f"not valid JSON ({whole_error.msg} at column {whole_error.colno})", line=whole_error.lineno)
+
+
+def _repeated_keys(obj: dict[str, Any], line: int | None, problems: _Problems, *, text: str = "") -> None:
+    """Add a problem for each key given more than once in ``obj``, a record of line ``line`` (None
+    for a file that is one object, whose ``text`` then names the lines the key is on), quoting its
+    values (the first five): ``duration is given 2 times in one result object: 298.4, then 1e+308;
+    ...``. JSON readers keep one of the values silently, each its own choice, so the file does not
+    say which is meant."""
+    for key, values in getattr(obj, "repeated", {}).items():
+        at, where = line, ""
+        if line is None:
+            lines = _top_level_key_lines(text, key)
+            if len(lines) == len(values):
+                at = lines[1]
+                where = f" (lines {', '.join(map(str, lines))})" if len(set(lines)) > 1 else ""
+        shown = ", then ".join(json_shown(v) for v in values[:5]) + (", …" if len(values) > 5 else "")
+        problems.add(f"{key} is given {len(values)} times in one result object{where}: {shown}; a run has one "
+                     "value per key, so the file disagrees with itself", line=at, key=key)
+
+
+def _top_level_key_lines(text: str, key: str) -> list[int]:
+    """The 1-based lines of ``text`` (one JSON object) on which ``key`` is a key of the outermost
+    object, in file order."""
+    lines, depth = [], 0
+    for match in _NESTING_TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+        elif token in "]}":
+            depth -= 1
+        elif depth == 1 and text[match.end():].lstrip()[:1] == ":" and json.loads(token) == key:
+            lines.append(text.count("\n", 0, match.start()) + 1)
+    return lines
 
 
 def _is_json(raw: str) -> bool:
@@ -581,7 +689,9 @@ class _Reader:
         self.run = run
         self.problems = problems
         self.used: set[str] = set()
-        self.refused: set[str] = set()
+        # A key given twice is reported where the line is read (_repeated_keys): no value of it
+        # is read, and no check uses it.
+        self.refused: set[str] = set(getattr(obj, "repeated", ()))
 
     def refuse(self, key: str, message: str) -> None:
         """Report ``message`` at ``key`` of this record, once per key."""
@@ -594,10 +704,11 @@ class _Reader:
         return self.obj.get(key)
 
     def number(self, key: str, *, minimum: float | None = None, above: float | None = None,
-               unit: str = "a number") -> float | None:
+               at_most: tuple[float, str] | None = None, unit: str = "a number") -> float | None:
         """The key as a float; None when absent, null, refused, or not finite (NaN, ±Infinity,
         beyond a double: with a note and the key in ``nan_keys`` / ``inf_keys``). ``minimum`` /
-        ``above`` bound it (inclusive / exclusive); ``unit`` names what it is in the refusal
+        ``above`` bound it (inclusive / exclusive), ``at_most`` is an inclusive upper bound and
+        its words (``(2592000, "2592000 (30 days)")``); ``unit`` names what it is in the refusal
         ("a duration in seconds")."""
         v = self._raw(key)
         if v is None or key in self.refused:
@@ -619,10 +730,14 @@ class _Reader:
         if above is not None and not v > above:
             self.refuse(key, f"expected {unit} > {above:g}, got {json_shown(v)}")
             return None
+        if at_most is not None and v > at_most[0]:
+            self.refuse(key, f"expected {unit} of at most {at_most[1]}, got {json_shown(v)}")
+            return None
         return float(v)
 
     def count(self, key: str) -> int | None:
-        """The key as an int >= 0; None when absent, null, refused or not finite (as ``number``)."""
+        """The key as an int from 0 to :data:`MAX_COUNT`; None when absent, null, refused or not
+        finite (as ``number``)."""
         raw = self.obj.get(key)
         if key not in self.refused and (isinstance(raw, bool) or (raw is not None and not isinstance(raw, int | float))):
             self._raw(key)
@@ -633,6 +748,9 @@ class _Reader:
             return None
         if v < 0 or v != int(v):
             self.refuse(key, f"expected a whole number >= 0, got {json_shown(self.obj[key])}")
+            return None
+        if v > MAX_COUNT:
+            self.refuse(key, f"expected a whole number of at most {MAX_COUNT} (2^53), got {json_shown(self.obj[key])}")
             return None
         return int(v)
 
@@ -674,7 +792,7 @@ def _common(r: _Reader, run: ImportedRun) -> None:
     run.concurrency = r.count("max_concurrency")
     run.request_rate_req_s, run.request_rate_unbounded = r.rate("request_rate")
     run.completed = r.count("completed")
-    run.duration_s = r.number("duration", above=0, unit="a duration in seconds")
+    run.duration_s = r.number("duration", above=0, at_most=_MAX_DURATION, unit="a duration in seconds")
     run.total_input_tokens = r.count("total_input_tokens")
     run.total_output_tokens = r.count("total_output_tokens")
     run.request_throughput_req_s = r.number("request_throughput", minimum=0, unit="a rate in requests/s")
@@ -691,10 +809,12 @@ def _common(r: _Reader, run: ImportedRun) -> None:
         m = _STAT_KEY.match(key)
         if m:
             stat = "p50" if m.group(1) == "median" else m.group(1)
-            getattr(run, _METRIC_FIELD[m.group(2)])[stat] = r.number(key, minimum=0, unit="a latency in ms")
+            getattr(run, _METRIC_FIELD[m.group(2)])[stat] = r.number(key, minimum=0, at_most=_MAX_LATENCY,
+                                                                     unit="a latency in ms")
             sources[(_METRIC_FIELD[m.group(2)], stat)] = key
     _percentiles_check(run, sources, r)
     _output_needs_completions(run, r)
+    _output_throughput_check(run, r)
     _derive(run)
 
 
@@ -735,6 +855,27 @@ def _output_needs_completions(run: ImportedRun, r: _Reader) -> None:
         if value:
             r.refuse(key, f"{key} = {value:g} but completed is 0: a run in which no request completed "
                           "delivered no output; the file disagrees with itself")
+
+
+def _output_throughput_check(run: ImportedRun, r: _Reader) -> None:
+    """Refuse an ``output_throughput`` (tokens/s) that differs from ``total_output_tokens`` /
+    ``duration`` by more than :data:`THROUGHPUT_TOLERANCE` of the latter plus
+    :data:`THROUGHPUT_ROUNDING_TOK_S`: both harnesses compute it as exactly that quotient, so a
+    file where they disagree was edited or put together from several runs. Skipped unless all
+    three are finite numbers that were not refused."""
+    if r.refused & {"output_throughput", "total_output_tokens", "duration"}:
+        return
+    rate, tokens, duration = run.output_throughput_tok_s, run.total_output_tokens, run.duration_s
+    if rate is None or tokens is None or not duration:
+        return
+    expected = tokens / duration
+    if abs(rate - expected) > THROUGHPUT_TOLERANCE * expected + THROUGHPUT_ROUNDING_TOK_S:
+        off = f"{abs(rate - expected) / expected * 100:.3g} %" if expected else "any amount"
+        r.refuse("output_throughput",
+                 f"output_throughput = {rate:g} tokens/s but total_output_tokens / duration = {tokens} / "
+                 f"{duration:g} s = {expected:g} tokens/s; they differ by {off}, more than the "
+                 f"{THROUGHPUT_TOLERANCE * 100:g} % (plus {THROUGHPUT_ROUNDING_TOK_S:g} tokens/s for rounding) "
+                 "allowed, so the file disagrees with itself")
 
 
 def _counts_check(run: ImportedRun, r: _Reader) -> None:
