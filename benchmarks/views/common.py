@@ -32,8 +32,8 @@ LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
 # Runs whose records are drawn as overlaid CDFs on the comparison page: more lines than the
 # palette has colours are unreadable.
 COMPARE_MAX_CDF_RUNS = 8
-# Recent runs listed on the index page.
-INDEX_RECENT_RUNS = 20
+# Runs a page of the index page's run list shows (newest first; ?page=N for older ones).
+INDEX_RUNS_PER_PAGE = 20
 # Import uploads: the service's own cap, checked before the file is read into memory.
 IMPORT_MAX_BYTES = services.MAX_IMPORT_BYTES
 # Failure reasons in a results table cell: the commonest this many, each cut to this many

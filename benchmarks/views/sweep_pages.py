@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.contrib import messages
+from django.core.paginator import Page, Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -19,9 +20,10 @@ from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_cancelled
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
-    DIGITS_RE, IMPORT_MAX_BYTES, INDEX_RECENT_RUNS, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
+    DIGITS_RE, IMPORT_MAX_BYTES, INDEX_RUNS_PER_PAGE, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
     _opt_float, _status_class, _sweep_runs, post_or_redirect,
 )
+from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.forms import repeated_field_errors
 from controlplane.permissions import has_role
@@ -35,19 +37,46 @@ from deployments.views import role_page
 
 @role_page()
 def benchmark_index(request: HttpRequest) -> HttpResponse:
-    """Sweeps (newest first, with status and progress), the most recent runs, and the import
-    form for SGLang ``bench_serving`` JSONL and vLLM ``bench serve`` JSON files."""
-    return render(request, "benchmarks/index.html", _index_context(request, import_errors={}))
+    """Sweeps (newest first, with status and progress), the runs, newest first and
+    :data:`INDEX_RUNS_PER_PAGE` a page (``?page=N``, 1-based; empty or absent: the first page),
+    and the import form for SGLang ``bench_serving`` JSONL and vLLM ``bench serve`` JSON files.
+    A page number that is not a whole number from 1 to the last page, or ``page`` given more than
+    once, is a 404 saying why and how many pages there are (``no page 7 of the runs: there are 3
+    pages (41 runs, 20 a page)``)."""
+    return render(request, "benchmarks/index.html",
+                  _index_context(request, import_errors={}, page=_runs_page(request.GET.getlist("page"))))
+
+
+def _runs_page(values: list[str]) -> Page:
+    """The page of the run list that ``?page=`` (its values as given) asks for: every run, newest
+    first, :data:`INDEX_RUNS_PER_PAGE` a page. Raises :class:`Http404` naming the value and the
+    number of pages for a value given more than once, not a whole number, or past the last page
+    (page 1 of no runs is a page, with nothing on it)."""
+    runs = BenchmarkRun.objects.select_related("sweep").defer(*RUN_LIST_DEFERRED).order_by("-created_at", "-id")
+    paginator = Paginator(runs, INDEX_RUNS_PER_PAGE, allow_empty_first_page=True)
+    text = values[0].strip() if len(values) == 1 else ""
+    number = int(text) if DIGITS_RE.fullmatch(text) and len(text) <= 18 else None
+    if len(values) <= 1 and (not text or (number is not None and 1 <= number <= paginator.num_pages)):
+        return paginator.page(number or 1)
+    count = paginator.count
+    pages = (f"there {'is 1 page' if paginator.num_pages == 1 else f'are {paginator.num_pages} pages'} "
+             f"({count} run{'' if count == 1 else 's'}, {INDEX_RUNS_PER_PAGE} a page)")
+    if len(values) > 1:
+        raise Http404(f"the parameter page {given_more_than_once(values)}; {pages}")
+    if number is None:
+        raise Http404(f"page takes a page number (e.g. 2), got {text[:40]!r}; {pages}")
+    raise Http404(f"no page {number} of the runs: {pages}")
 
 
 def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
-                   duplicate_of: Sequence[BenchmarkRun] = ()) -> dict[str, Any]:
+                   duplicate_of: Sequence[BenchmarkRun] = (), page: Page | None = None) -> dict[str, Any]:
+    """The index page's context; ``page`` is the run list's page (default the first)."""
     sweeps = list(BenchmarkSweep.objects.select_related("deployment", "deployment__recipe", "created_by")[:100])
-    recent = (BenchmarkRun.objects.select_related("sweep").defer(*RUN_LIST_DEFERRED)
-              .order_by("-created_at", "-id")[:INDEX_RECENT_RUNS])
+    page = page if page is not None else _runs_page([])
     ready = Deployment.objects.filter(status=DeploymentStatus.READY, cancel_requested=False).select_related("recipe")[:20]
-    return {"sweeps": sweeps, "runs": [run_row(r) for r in recent], "ready_deployments": list(ready),
-            "can_write": _can_write(request), "import_errors": import_errors, "duplicate_of": list(duplicate_of)}
+    return {"sweeps": sweeps, "runs": [run_row(r) for r in page.object_list], "runs_page": page,
+            "ready_deployments": list(ready), "can_write": _can_write(request), "import_errors": import_errors,
+            "duplicate_of": list(duplicate_of)}
 
 
 @role_page()
