@@ -11,7 +11,7 @@ from rest_framework import serializers
 from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.services.runs import BEST_METRICS, runs_compare_ids
+from benchmarks.services.runs import BEST_METRICS, runs_compare_ids, runs_compare_too_many
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import (
@@ -308,8 +308,8 @@ class CompareQuerySerializer(serializers.Serializer):
                              PK_MAX + 1 if len(baseline.lstrip("0")) > len(str(PK_MAX)) else int(baseline))
         if len(attrs["ids"]) + len(attrs["sweeps"]) == 0:
             raise serializers.ValidationError({"ids": ["give run ids (ids=1,2) or sweep ids (sweeps=3,4)"]})
-        if len(attrs["ids"]) > 100 or len(attrs["sweeps"]) > 20:
-            raise serializers.ValidationError({"ids": ["at most 100 runs and 20 sweeps"]})
+        if too_many := runs_compare_too_many(run_ids=attrs["ids"], sweep_ids=attrs["sweeps"]):
+            raise serializers.ValidationError({"ids": [too_many]})
         return attrs
 
 

@@ -30,6 +30,8 @@ from benchmarks.services.runs import (
     BEST_METRICS,
     COMPARE_FIELDS,
     COMPARE_TOO_FEW,
+    COMPARE_TOO_MANY,
+    runs_compare_too_many,
     EXPORT_COLUMNS,
     MAX_IMPORT_BYTES,
 )

@@ -400,6 +400,21 @@ def _too_few_sweep_runs(sweep_ids: list[int], runs: int) -> str:
 #: comparison page shows it too).
 COMPARE_TOO_FEW = "give at least two runs to compare"
 
+#: Most run ids and sweep ids one comparison names (the sweeps' runs are not counted against
+#: :data:`COMPARE_MAX_RUNS`), and the refusal of more, under ``ids``: the compare endpoint and the
+#: comparison page both refuse with it.
+COMPARE_MAX_RUNS = 100
+COMPARE_MAX_SWEEPS = 20
+COMPARE_TOO_MANY = f"at most {COMPARE_MAX_RUNS} runs and {COMPARE_MAX_SWEEPS} sweeps"
+
+
+def runs_compare_too_many(*, run_ids: list[int], sweep_ids: list[int]) -> str | None:
+    """:data:`COMPARE_TOO_MANY` when ``run_ids`` has more than :data:`COMPARE_MAX_RUNS` ids or
+    ``sweep_ids`` more than :data:`COMPARE_MAX_SWEEPS` (repeats counted as given); else None."""
+    if len(run_ids) > COMPARE_MAX_RUNS or len(sweep_ids) > COMPARE_MAX_SWEEPS:
+        return COMPARE_TOO_MANY
+    return None
+
 
 def runs_compare_ids(text: str, *, field: str) -> list[int]:
     """The ids of ``text``, a comparison's comma-separated ``ids`` or ``sweeps`` as given (``"1, 2,"``:

@@ -277,7 +277,9 @@ def compare(request: HttpRequest) -> HttpResponse:
     among the compared runs, ``runs``, ``ids``, ``sweeps``, ``baseline`` or ``format`` given
     more than once (``?ids=1&ids=2``: each takes one value, its list comma-separated), and what the
     API refuses in the same words (:func:`benchmarks.services.runs_compare_pick`: a run or sweep id
-    given twice, ``?runs=1,1``; sweeps alone that bring fewer than two runs) are a 400 showing the
+    given twice, ``?runs=1,1``; sweeps alone that bring fewer than two runs;
+    :func:`benchmarks.services.runs_compare_too_many`: more than 100 run ids or 20 sweep ids,
+    ``at most 100 runs and 20 sweeps``) are a 400 showing the
     form with the reason and the values typed, as is one run named by id (``give at least two runs
     to compare``, the API's 400); unknown ids and another format are 404. A page with no runs or
     sweeps asked for shows the form with a prompt to choose them."""
@@ -315,6 +317,9 @@ def compare(request: HttpRequest) -> HttpResponse:
     if not run_ids and not sweep_ids:
         # Nothing asked for yet (the page opened from the menu, or the form sent empty): the prompt.
         return render(request, "benchmarks/compare.html", {"runs": [], "run_ids": "", "sweep_ids": ""})
+    if too_many := services.runs_compare_too_many(run_ids=run_ids, sweep_ids=sweep_ids):
+        # The API's cap in its words, before a run or sweep is read.
+        return form_again([too_many])
     try:
         # The API's rules and words: a repeated id, or sweeps alone with fewer than two runs.
         picked = services.runs_compare_pick(run_ids=run_ids, sweep_ids=sweep_ids)
