@@ -35,7 +35,6 @@ agent adopts them by identity or by their ``CEILING_PROC_ID`` tag (:func:`node_r
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -97,6 +96,7 @@ from deployments.supervisor import (
     shim_running,
 )
 from deployments.supervisor.procfs import (
+    port_busy_reason,
     port_listener_text,
     port_socket_text,
     port_listeners,
@@ -301,49 +301,6 @@ def _deployment_event(deployment: Deployment, kind: str, message: str) -> None:
 # --- ports ---------------------------------------------------------------------------------
 
 
-def port_busy_reason(*, host: str, port: int) -> str:
-    """Whether TCP ``port`` can be bound on ``host`` of this machine right now: ``""`` when it
-    can, else ``"port P on H is already in use"`` followed by the holder (``by pid X (comm)``)
-    when ``/proc/net/tcp{,6}`` and ``/proc/*/fd`` tell it.
-
-    The probe socket binds with ``SO_REUSEADDR`` off and is closed at once. Linux also refuses
-    such a bind while only ``TIME_WAIT`` remnants of an earlier server hold the port; engines
-    (uvicorn, aiohttp, sglang-router) bind with ``SO_REUSEADDR`` on and start fine then, so a
-    refused bind with no LISTEN socket on the port is retried with ``SO_REUSEADDR`` on, which
-    fails only for a live listener or an exclusive bind (``socket(7)``). A host name that does
-    not resolve is left to the engine to report.
-    """
-    try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror:
-        return ""
-    family, kind, proto, _name, address = infos[0]
-
-    def bind(reuse: bool) -> int:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1 if reuse else 0)
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                return exc.errno or -1
-        return 0
-
-    code = bind(False)
-    if code == errno.EADDRINUSE and not port_listeners(port)[0]:
-        code = bind(True)
-    if code == 0:
-        return ""
-    if code != errno.EADDRINUSE:
-        return f"port {port} on {host} cannot be bound: {os.strerror(code) if code > 0 else 'error'}"
-    holder = port_listener_text(port)
-    if holder:
-        return f"port {port} on {host} is already in use by {holder}"
-    # No listener: the port is the source port of a connection (one of this host's outgoing
-    # connections got it from the ephemeral range) or of one still closing.
-    sockets = port_socket_text(port)
-    return f"port {port} on {host} is already in use" + (f": it is the local port of {sockets}" if sockets else "")
-
-
 def _ports_busy(spec: ProcessSpec) -> str:
     """The first of ``spec``'s ports (http, bootstrap, side channel, metrics) that cannot be
     bound on its host, as :func:`port_busy_reason` words it; ``""`` when all are free."""
@@ -432,7 +389,8 @@ def deployment_launch(*, deployment_id: int) -> str:
 
     Claims the row with one conditional UPDATE (pending → starting, only when no stop was
     requested); a row already starting is resumed. For each process of the launch plan in start
-    order (prefill, decode, router, or the single server): the row is created with its tag
+    order (prefill, decode, router, or the single server), once every port of the processes still
+    to spawn was found free (:func:`_ports_busy_before_spawning`): the row is created with its tag
     first; a row with a pid is left alone; an engine found carrying the row's tag (spawned by an
     agent that died before recording it) is adopted; otherwise the process is spawned, its pid,
     start ticks and group recorded and its CPU/memory binding verified from ``/proc``. Returns
@@ -457,6 +415,8 @@ def deployment_launch(*, deployment_id: int) -> str:
         if escaping:
             _deployment_fail(deployment, "; ".join(escaping))
             return "failed"
+        if _ports_busy_before_spawning(deployment, plan):
+            return "failed"
         started: list[ServerProcess] = []
         for spec in plan.processes:
             if Deployment.objects.filter(pk=deployment_id, cancel_requested=True).exists():
@@ -476,6 +436,27 @@ def deployment_launch(*, deployment_id: int) -> str:
             if handle is not None and not _verify_binding(row, handle):
                 return "failed"
         return "launched"
+
+
+def _ports_busy_before_spawning(deployment: Deployment, plan: LaunchPlan) -> bool:
+    """Check the ports of every process of ``plan`` that is still to be spawned before any is:
+    a port another program holds (:func:`_ports_busy`) fails that process's row with the reason
+    (``port 31000 on 127.0.0.1 is already in use by pid 4121 (python3)``) and the deployment
+    with it, so a PD deployment whose router port is taken starts no prefill or decode server
+    only to stop it again. A process that has a row with a pid, has ended, waits for a restart,
+    or whose engine carrying the row's tag runs (an agent died before recording it; it is
+    adopted and holds its own ports) is left to the launch loop. Returns True when the
+    deployment failed."""
+    for spec in plan.processes:
+        row = ServerProcess.objects.filter(deployment=deployment, role=spec.role, ordinal=spec.ordinal).first()
+        if row is not None and (row.status in PROCESS_TERMINAL or row.pid is not None
+                                or row.next_restart_at is not None or _engine_by_tag(row.tag) is not None):
+            continue
+        busy = _ports_busy(spec)
+        if busy:
+            _process_give_up(row or _process_row(deployment, spec), busy)
+            return True
+    return False
 
 
 def _process_start(row: ServerProcess, spec: ProcessSpec, *, verify: bool = True) -> bool:

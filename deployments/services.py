@@ -46,6 +46,7 @@ from deployments.launch import LaunchPlan, launch_plan_render
 from deployments.logfiles import RedactedLogReader, log_file, log_parts
 from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, name_validator
 from deployments.supervisor import log_tail
+from deployments.supervisor.procfs import port_busy_reason
 from deployments.engines import ENGINES
 from deployments.recipes import CPU_ID_MAX, CPULIST_RE, engine_topology_errors, recipe_validate
 from deployments.topology import GpuFacts, NodeFacts, NumaFacts, format_cpulist, node_facts_from_row, parse_cpulist
@@ -593,7 +594,8 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
     node raises :class:`InvalidInput` rather than rendering a plan that would fail. With
     ``warn_ports`` (the dry-run) the plan's warnings also name ports an active deployment of
     another recipe on the node holds and GPUs such a one books (what a
-    deploy now would refuse with 409).
+    deploy now would refuse with 409), and, when the node is this host, ports a process outside
+    the active deployments holds (:func:`port_holder_warnings`: the launch would fail at start).
     """
     if version is None or version == recipe.version:
         content = _content_of(recipe)
@@ -623,6 +625,7 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
         plan.warnings.extend(f"{line}: a deploy now would be refused" for line in gpu_conflicts(plan=plan, recipe=recipe))
         plan.warnings.extend(cpu_sharing_warnings(plan=plan, recipe=recipe))
         plan.warnings.extend(model_path_warnings(spec=validated["spec"], node_name=recipe.node.name))
+        plan.warnings.extend(port_holder_warnings(plan=plan, recipe=recipe))
     return plan
 
 
@@ -639,6 +642,42 @@ def model_path_warnings(*, spec: dict, node_name: str) -> list[str]:
         return []
     return [f"model path {path} does not exist on node {node_name!r} (this host): the engine would fail at "
             "start; put the file there before a deploy"]
+
+
+def port_holder_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
+    """One line per port of ``plan`` (http, bootstrap, side channel, metrics) that cannot be
+    bound now on the address its engine binds, when the recipe's node is this host
+    (``settings.CEILING_NODE_NAME``) and no active deployment on the node books the port (those
+    are the port clashes a deploy refuses with 409, or the recipe's own running deployment):
+    ``single http port 31000 on 127.0.0.1 is already in use by pid 4121 (python3) on node 'local'
+    (this host), and no active deployment books it: a launch now would fail at start; stop that
+    process or choose another port``. The holder's pid and name are given when ``/proc`` shows
+    them (another user's process may hide its sockets; the port is still named). An address the
+    host cannot bind at all says ``... cannot be bound: <reason>`` and to choose another host.
+
+    The check is a real bind attempt (:func:`deployments.supervisor.procfs.port_busy_reason`,
+    the one the node agent makes before each spawn). A warning, not a refusal, as with a missing
+    model file: the holder may be gone by the time the node agent launches, and the agent checks
+    every port again before it spawns anything. Another node's ports are not visible here, so
+    nothing is said for them."""
+    from django.conf import settings
+
+    if recipe.node.name != settings.CEILING_NODE_NAME:
+        return []
+    booked = deployment_ports_in_use(node=recipe.node)
+    lines: list[str] = []
+    for spec in plan.processes:
+        for kind, port in sorted(spec.ports.items(), key=lambda item: (item[0] != "http", item[0])):
+            if int(port) in booked:
+                continue
+            reason = port_busy_reason(host=spec.host, port=int(port))
+            if not reason:
+                continue
+            busy = "already in use" in reason
+            lines.append(f"{spec.role} {kind} {reason} on node {recipe.node.name!r} (this host)"
+                         f"{', and no active deployment books it' if busy else ''}: a launch now would fail at "
+                         f"start; {'stop that process or choose another port' if busy else 'choose another host or port'}")
+    return lines
 
 
 # --- nodes ---------------------------------------------------------------------------------
@@ -1008,11 +1047,14 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
     by an active deployment of another recipe on the node (:func:`gpu_conflicts`); one refusal
     names every clashing port and GPU (:func:`_check_ports_and_gpus_free`). The plan's warnings
     (what the dry-run shows) and the CPUs it shares with another deployment
-    (:func:`cpu_sharing_warnings`) are recorded on the new deployment's timeline as ``warning``
-    entries.
+    (:func:`cpu_sharing_warnings`), a missing model file (:func:`model_path_warnings`) and ports
+    another process holds on this host (:func:`port_holder_warnings`) are recorded on the new
+    deployment's timeline as ``warning`` entries.
     """
     plan = recipe_plan(recipe=recipe)
     normalised = _validate_recipe_content(_content_of(recipe))["spec"]
+    # Read before the row exists: once it does, the new deployment books its own ports.
+    held_ports = port_holder_warnings(plan=plan, recipe=recipe)
     try:
         with transaction.atomic():
             # Serialise deploys per node (PostgreSQL row lock; SQLite serialises writers
@@ -1049,7 +1091,8 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
         # looking (a port in the ephemeral range, GPUs across NUMA nodes, CPUs another deployment
         # pins, ...): a launch that then fails or measures slow has its likely reason next to it.
         for line in [*plan.warnings, *cpu_sharing_warnings(plan=plan, recipe=recipe),
-                     *model_path_warnings(spec=recipe.spec, node_name=recipe.node.name)]:
+                     *model_path_warnings(spec=recipe.spec, node_name=recipe.node.name),
+                     *held_ports]:
             deployment_event_add(deployment=deployment, kind="warning", message=line)
         from deployments.tasks import deployment_start_task
 

@@ -5,7 +5,9 @@ what lets a restarted node agent find engines started by its predecessor.
 """
 from __future__ import annotations
 
+import errno
 import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -264,3 +266,46 @@ def port_listener_text(port: int) -> str:
         info = proc_stat(pid)
         parts.append(f"pid {pid} ({info.comm})" if info else f"pid {pid}")
     return ", ".join(parts)
+
+
+def port_busy_reason(*, host: str, port: int) -> str:
+    """Whether TCP ``port`` can be bound on ``host`` of this machine right now: ``""`` when it
+    can, else ``"port P on H is already in use"`` followed by the holder (``by pid X (comm)``)
+    when ``/proc/net/tcp{,6}`` and ``/proc/*/fd`` tell it.
+
+    The probe socket binds with ``SO_REUSEADDR`` off and is closed at once. Linux also refuses
+    such a bind while only ``TIME_WAIT`` remnants of an earlier server hold the port; engines
+    (uvicorn, aiohttp, sglang-router) bind with ``SO_REUSEADDR`` on and start fine then, so a
+    refused bind with no LISTEN socket on the port is retried with ``SO_REUSEADDR`` on, which
+    fails only for a live listener or an exclusive bind (``socket(7)``). A host name that does
+    not resolve is left to the engine to report.
+    """
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return ""
+    family, kind, proto, _name, address = infos[0]
+
+    def bind(reuse: bool) -> int:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1 if reuse else 0)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                return exc.errno or -1
+        return 0
+
+    code = bind(False)
+    if code == errno.EADDRINUSE and not port_listeners(port)[0]:
+        code = bind(True)
+    if code == 0:
+        return ""
+    if code != errno.EADDRINUSE:
+        return f"port {port} on {host} cannot be bound: {os.strerror(code) if code > 0 else 'error'}"
+    holder = port_listener_text(port)
+    if holder:
+        return f"port {port} on {host} is already in use by {holder}"
+    # No listener: the port is the source port of a connection (one of this host's outgoing
+    # connections got it from the ephemeral range) or of one still closing.
+    sockets = port_socket_text(port)
+    return f"port {port} on {host} is already in use" + (f": it is the local port of {sockets}" if sockets else "")
