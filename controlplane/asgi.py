@@ -7,6 +7,9 @@ another site or another port cannot open a socket with the user's cookie), ``Aut
 cookie to ``scope["user"]``, and the URL router refuses every path but those of
 :mod:`controlplane.routing`. The consumer itself then checks the user's role and each
 subscription before accepting (:mod:`controlplane.consumers`).
+
+Importing this module also gives daphne the reason phrases Twisted lacks (``429 Too Many
+Requests`` rather than ``429 Unknown Status``: :mod:`controlplane.reason_phrases`).
 """
 from __future__ import annotations
 
@@ -20,7 +23,10 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from controlplane.consumers import SameOriginValidator  # noqa: E402
+from controlplane.reason_phrases import reason_phrases_fill  # noqa: E402
 from controlplane.routing import websocket_urlpatterns  # noqa: E402
+
+reason_phrases_fill()
 
 application = ProtocolTypeRouter(
     {
