@@ -20,6 +20,7 @@ import io
 import json
 import math
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -259,6 +260,48 @@ class RefusedBody(ValidationError):
         self.data = data
 
 
+_BOM = "\ufeff"
+
+
+def json_loads_body(body: bytes, encoding: str) -> Any:
+    """A request body read as :func:`json_loads` reads text, after decoding it with ``encoding``
+    and skipping a byte order mark at its start (U+FEFF, which ``json.loads`` refuses: ``{"a": 1}``
+    saved as "UTF-8 with BOM" is the same JSON). Raises :class:`ParseError` (400) worded in plain
+    terms, with where the problem is:
+
+    - not JSON: ``the request body is not valid JSON: expecting value (line 1 column 10)``, the
+      reason Python's parser gives, its first letter lower case, then its line and column (both
+      counted from 1, the column in characters);
+    - not text in ``encoding``: ``the request body is not valid UTF-8 text: byte 0xff at offset 12
+      (invalid start byte)``, the offset in bytes from 0;
+    - nested deeper than Python's parser can follow (a few thousand levels of arrays or objects):
+      ``the request body is nested too deeply to read: JSON arrays and objects may nest fewer than
+      1000 levels`` (Python's recursion limit, less the frames of the request itself: about 900);
+    - a whole number of more than 4300 digits, which Python refuses to convert: ``the request body
+      holds a whole number of more than 4300 digits, which is not read``."""
+    try:
+        text = body.decode(encoding)
+    except UnicodeDecodeError as exc:
+        name = "UTF-8" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding
+        raise ParseError(f"the request body is not valid {name} text: byte 0x{exc.object[exc.start]:02x} at offset "
+                         f"{exc.start} ({exc.reason})") from exc
+    except LookupError as exc:
+        raise ParseError(f"the request body's encoding {encoding!r} is not one this server knows") from exc
+    if text.startswith(_BOM):
+        text = text[len(_BOM):]
+    try:
+        return json_loads(text)
+    except RecursionError as exc:
+        raise ParseError("the request body is nested too deeply to read: JSON arrays and objects may nest fewer "
+                         "than 1000 levels") from exc
+    except json.JSONDecodeError as exc:
+        reason = exc.msg[:1].lower() + exc.msg[1:]
+        raise ParseError(f"the request body is not valid JSON: {reason} (line {exc.lineno} column {exc.colno})") from exc
+    except ValueError as exc:  # a number of more than sys.get_int_max_str_digits() digits: int() refuses it
+        raise ParseError(f"the request body holds a whole number of more than {sys.get_int_max_str_digits()} digits, "
+                         "which is not read") from exc
+
+
 class SafeJSONParser(JSONParser):
     """JSON parser with a body size limit that turns a pathologically nested body into a 400
     and locates numbers that are not finite.
@@ -283,6 +326,11 @@ class SafeJSONParser(JSONParser):
     checks to judge (and to name with :func:`body_errors`). A refused body's 400 names every
     problem of both kinds (:func:`body_errors`).
 
+    Text: a UTF-8 byte order mark at the start is skipped (editors on Windows write one); a body
+    that is not JSON, not text in its encoding or nested too deeply is a 400 worded by
+    :func:`json_loads_body` (``the request body is not valid JSON: expecting ',' delimiter (line 3
+    column 5)``), not REST framework's ``JSON parse error - ...``.
+
     Raises:
         RequestTooLarge: the body is over the limit (413).
         ParseError: the body is not JSON, is not text in its encoding, or is nested too deeply.
@@ -304,12 +352,7 @@ class SafeJSONParser(JSONParser):
         if len(body) > limit:
             raise RequestTooLarge(limit)
         encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
-        try:
-            data = json_loads(body.decode(encoding))
-        except RecursionError as exc:
-            raise ParseError("JSON parse error - nested too deeply.") from exc
-        except ValueError as exc:
-            raise ParseError(f"JSON parse error - {exc}") from exc
+        data = json_loads_body(body, encoding)
         if _refused(data):
             raise RefusedBody(body_errors(data), data)
         return data
