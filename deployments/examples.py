@@ -3,7 +3,7 @@
 The seed deployment (the motivating story in the architecture notes): DeepSeek-V4-Flash on
 SGLang with PD disaggregation on the 8-GPU node ``seed-8gpu``, prefill TP4 on GPU0-3 pinned
 to NUMA node 0, decode TP4 on GPU4-7 pinned to NUMA node 1, KV cache over NIXL, router on
-port 8000. ``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1`` is the seed's environment: it selects
+port 30080 (not 8000, the web UI's default port: a control plane on the node would hold it). ``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1`` is the seed's environment: it selects
 SGLang's torch fallback for the FP8 paged MQA-logits kernel on GPUs without a native one.
 
 Recipes are plain dicts ``{name, description, engine, topology, node, spec}``; ``node`` is
@@ -62,7 +62,7 @@ def _seed_pd() -> dict:
     return {
         "name": "seed-v4-flash-pd",
         "description": "DeepSeek-V4-Flash on SGLang, PD: prefill TP4 on GPU0-3 / NUMA node 0, "
-                       "decode TP4 on GPU4-7 / NUMA node 1, KV cache over NIXL, router on :8000.",
+                       "decode TP4 on GPU4-7 / NUMA node 1, KV cache over NIXL, router on :30080.",
         "engine": "sglang",
         "topology": "pd",
         "node": SEED_NODE,
@@ -72,7 +72,7 @@ def _seed_pd() -> dict:
             "roles": {
                 "prefill": {"gpus": [0, 1, 2, 3], "tp": 4, "numa_node": 0, "port": 30000, "bootstrap_port": 8998},
                 "decode": {"gpus": [4, 5, 6, 7], "tp": 4, "numa_node": 1, "port": 30001},
-                "router": {"host": "0.0.0.0", "port": 8000},
+                "router": {"host": "0.0.0.0", "port": 30080},
             },
             "transfer_backend": "nixl",
             "env": dict(SEED_ENV),

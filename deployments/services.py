@@ -993,7 +993,7 @@ def cpu_sharing_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
 def _port_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deployment]]:
     """Every port of ``plan`` that an active deployment of another recipe on the same node
     already uses (:func:`deployment_ports_in_use`), in process then port-kind order: (line,
-    holder), the line as ``port 8000 (single http port) is already used by the router of
+    holder), the line as ``port 31080 (single http port) is already used by the router of
     deployment #7 (recipe 'local-sim-pd', pending) on node 'local'``; empty when all are free."""
     taken = deployment_ports_in_use(node=recipe.node, exclude_recipe=recipe)
     clashes: list[tuple[str, Deployment]] = []

@@ -202,7 +202,7 @@ def test_it_renders_a_dry_run_of_the_current_version(viewer_api, operator_api, n
     decode = plan["processes"][1]
     assert decode["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     assert "--cpunodebind=1" in decode["argv"]
-    assert plan["entry_url"].endswith(":8000")
+    assert plan["entry_url"].endswith(":30080")
 
 
 def test_it_renders_a_dry_run_of_an_older_version(operator_api, node):

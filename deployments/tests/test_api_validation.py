@@ -2,7 +2,7 @@
 the field by its dotted path, and no input at all produces a 500.
 
 The base payload is the seed PD recipe on the seed node (prefill GPU0-3 / NUMA node 0 on
-:30000 with bootstrap :8998, decode GPU4-7 / NUMA node 1 on :30001, router :8000).
+:30000 with bootstrap :8998, decode GPU4-7 / NUMA node 1 on :30001, router :30080).
 """
 from __future__ import annotations
 
@@ -98,9 +98,9 @@ def test_it_refuses_duplicate_ports(api):
 
 def test_it_refuses_a_port_flag_clashing_with_the_router(api):
     def mutate(spec):
-        roles(spec)["prefill"]["bootstrap_port"] = 8000
+        roles(spec)["prefill"]["bootstrap_port"] = 30080
 
-    assert_field_error(post_spec(api, mutate), "spec.roles.prefill.bootstrap_port", "8000")
+    assert_field_error(post_spec(api, mutate), "spec.roles.prefill.bootstrap_port", "30080")
 
 
 def test_it_refuses_a_numa_node_the_node_lacks(api):

@@ -255,7 +255,7 @@ def test_it_prints_json_for_a_given_version_from_the_dryrun_command(seed_recipe,
     data = json.loads(capsys.readouterr().out)
     assert data["version"] == 2
     assert data["plan"]["processes"][0]["env"]["HF_TOKEN"] == REDACTED
-    assert data["plan"]["processes"][2]["argv"][-5:] == ["8000", "--prometheus-port", "8001", "--prometheus-host", "0.0.0.0"]
+    assert data["plan"]["processes"][2]["argv"][-5:] == ["30080", "--prometheus-port", "30081", "--prometheus-host", "0.0.0.0"]
     call_command("dryrun", "seed-v4-flash-pd", "--version", "1", "--json")
     assert "HF_TOKEN" not in json.loads(capsys.readouterr().out)["plan"]["processes"][0]["env"]
 

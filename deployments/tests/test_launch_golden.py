@@ -1,5 +1,5 @@
 """Golden launch plans on the seed topology (prefill GPU0-3 on NUMA node 0, decode GPU4-7 on
-NUMA node 1, router on 8000) for SGLang and vLLM: the full argv lists are written out
+NUMA node 1, router on 30080) for SGLang and vLLM: the full argv lists are written out
 literally, with the executables pinned through settings so the expectations are stable."""
 from __future__ import annotations
 
@@ -64,9 +64,9 @@ def test_it_renders_the_seed_sglang_pd_plan():
         PY, "-m", "sglang_router.launch_router", "--pd-disaggregation",
         "--prefill", "http://127.0.0.1:30000", "8998",
         "--decode", "http://127.0.0.1:30001",
-        "--host", "0.0.0.0", "--port", "8000",
+        "--host", "0.0.0.0", "--port", "30080",
         # the metrics port by default: the first free port above the router's own
-        "--prometheus-port", "8001",
+        "--prometheus-port", "30081",
         "--prometheus-host", "0.0.0.0",  # where the router binds: the recipe put it on every interface
     ]
     assert prefill.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
@@ -78,12 +78,12 @@ def test_it_renders_the_seed_sglang_pd_plan():
     assert (decode.cpus, decode.mem_nodes, decode.numa_node, decode.pin_method) == ("32-63", "1", 1, "numactl")
     assert (router.cpus, router.pin_method, router.gpu_ids) == ("", "none", [])
     assert (prefill.gpu_ids, decode.gpu_ids) == ([0, 1, 2, 3], [4, 5, 6, 7])
-    assert (prefill.ports, decode.ports, router.ports) == ({"http": 30000, "bootstrap": 8998}, {"http": 30001}, {"http": 8000, "metrics": 8001})
-    assert plan.entry_url == "http://127.0.0.1:8000"
+    assert (prefill.ports, decode.ports, router.ports) == ({"http": 30000, "bootstrap": 8998}, {"http": 30001}, {"http": 30080, "metrics": 30081})
+    assert plan.entry_url == "http://127.0.0.1:30080"
     assert [c["kind"] for c in router.readiness] == ["process_alive", "http", "router_workers", "generate"]
-    assert router.readiness[2]["url"] == "http://127.0.0.1:8000/workers"
+    assert router.readiness[2]["url"] == "http://127.0.0.1:30080/workers"
     assert router.readiness[2]["expect"] == {"prefill": 1, "decode": 1}
-    assert router.readiness[3]["url"] == "http://127.0.0.1:8000/generate"
+    assert router.readiness[3]["url"] == "http://127.0.0.1:30080/generate"
     assert prefill.health_url == "http://127.0.0.1:30000/health"
     assert prefill.generate_url == ""
     assert plan.warnings == []
@@ -129,7 +129,7 @@ def test_it_renders_the_seed_vllm_pd_plan():
         VLLM_ROUTER, "--pd-disaggregation",
         "--prefill", "http://127.0.0.1:8100",
         "--decode", "http://127.0.0.1:8200",
-        "--host", "0.0.0.0", "--port", "8000", "--prometheus-port", "8001",
+        "--host", "0.0.0.0", "--port", "30080", "--prometheus-port", "30081",
     ]
     assert prefill.env == {
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
@@ -139,7 +139,7 @@ def test_it_renders_the_seed_vllm_pd_plan():
     assert decode.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == "5700"
     assert decode.env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     assert prefill.ports == {"http": 8100, "side_channel": 5600}
-    assert router.generate_url == "http://127.0.0.1:8000/v1/completions"
+    assert router.generate_url == "http://127.0.0.1:30080/v1/completions"
     assert router.readiness[-1]["json"] == {"model": "DeepSeek-V4-Flash", "prompt": "Hello", "max_tokens": 1, "temperature": 0}
 
 
@@ -184,4 +184,4 @@ def test_it_renders_parallelism_and_flags_in_a_stable_order():
     ]
     host = spec["roles"]["router"]["host"]
     assert router.argv[-6:] == ["--policy", "round_robin", "--prometheus-port", "29000", "--prometheus-host", host]
-    assert router.ports == {"http": 8000, "metrics": 29000}
+    assert router.ports == {"http": 30080, "metrics": 29000}
