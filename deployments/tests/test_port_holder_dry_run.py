@@ -28,7 +28,10 @@ from deployments.tests.test_agent_support import (  # noqa: F401 - fixtures
 )
 from deployments.tests.test_views import operator_client  # noqa: F401 - fixture
 
-ME = f"pid {os.getpid()} ({proc_stat(os.getpid()).comm})"
+def _me() -> str:
+    """This process as the warning names it, read when asked: a test runner may rename it (its comm)
+    after this module is imported."""
+    return f"pid {os.getpid()} ({proc_stat(os.getpid()).comm})"
 
 
 @pytest.fixture
@@ -71,7 +74,7 @@ def test_the_dry_run_names_the_port_and_the_process_holding_it(operator_api, ope
     recipe = _single(operator, local_node, port)
 
     assert _this_host_warnings(operator_api, recipe.pk) == [
-        f"single http port {port} on 127.0.0.1 is already in use by {ME} on node 'cpu-box' (this host), and no "
+        f"single http port {port} on 127.0.0.1 is already in use by {_me()} on node 'cpu-box' (this host), and no "
         "active deployment books it: a launch now would fail at start; stop that process or choose another port"]
 
     held.close()
@@ -84,7 +87,7 @@ def test_a_listener_on_every_address_clashes_with_an_engine_on_one(operator_api,
         recipe = _single(operator, local_node, port)
         lines = _this_host_warnings(operator_api, recipe.pk)
     assert len(lines) == 1
-    assert lines[0].startswith(f"single http port {port} on 127.0.0.1 is already in use by {ME} on node 'cpu-box'")
+    assert lines[0].startswith(f"single http port {port} on 127.0.0.1 is already in use by {_me()} on node 'cpu-box'")
 
 
 def test_the_dry_run_page_shows_the_same_line(operator_client, operator, local_node, held):
@@ -95,7 +98,7 @@ def test_the_dry_run_page_shows_the_same_line(operator_client, operator, local_n
 
     assert page.status_code == 200
     text = page.content.decode()
-    assert (f"single http port {port} on 127.0.0.1 is already in use by {ME} on node &#x27;cpu-box&#x27; "
+    assert (f"single http port {port} on 127.0.0.1 is already in use by {_me()} on node &#x27;cpu-box&#x27; "
             "(this host), and no active deployment books it: a launch now would fail at start") in text
 
 
@@ -132,7 +135,7 @@ def test_a_deploy_records_the_held_port_on_its_timeline(operator, local_node, he
 
     messages = ProcessEvent.objects.filter(deployment=deployment, kind="warning").values_list("message", flat=True)
     assert [m for m in messages if "(this host)" in m] == [
-        f"single http port {port} on 127.0.0.1 is already in use by {ME} on node 'cpu-box' (this host), and no "
+        f"single http port {port} on 127.0.0.1 is already in use by {_me()} on node 'cpu-box' (this host), and no "
         "active deployment books it: a launch now would fail at start; stop that process or choose another port"]
 
 
@@ -148,7 +151,7 @@ def test_the_agent_fails_a_pd_deployment_whose_router_port_is_held_before_spawni
         deployment = wait_status(services.deployment_create(recipe=recipe, user=deployer), "failed")
         assert engines_under(tmp_path) == []
 
-    reason = f"port {port} on 127.0.0.1 is already in use by {ME}"
+    reason = f"port {port} on 127.0.0.1 is already in use by {_me()}"
     assert deployment.reason == f"router failed: {reason}"
     rows = {row.role: row for row in ServerProcess.objects.filter(deployment=deployment)}
     # Prefill and decode were never spawned (no rows), the router's row says why.
