@@ -2,8 +2,14 @@
 
 Supported: SGLang ``python -m sglang.bench_serving --output-file x.jsonl`` (one JSON object per
 line, appended per run; older and newer key sets) and vLLM ``vllm bench serve --save-result``
-(one JSON object; ``--append-result`` writes one per line). Pure functions, no database; the
-caller stores :class:`ImportedRun` rows and the verbatim file.
+(one JSON object, pretty-printed or not; ``--append-result`` writes one per line). Pure
+functions, no database; the caller stores :class:`ImportedRun` rows and the verbatim file.
+
+Lines end at ``"\n"`` (a ``"\r"`` before it is part of the ending), as JSON counts them, and
+nowhere else: U+2028, U+2029, U+0085, a form feed or a vertical tab is text a JSON string may
+hold unescaped (``json.dumps(..., ensure_ascii=False)`` writes them so), not a line break. A
+line of nothing but JSON white space (space, tab, ``"\r"``) is blank and skipped. Each run keeps
+its line as the file has it, its line ending included (``original_record``).
 
 Mapping, by formula (``/work/shared/design/metrics.md``):
 
@@ -49,8 +55,10 @@ request is sent once and ends once). A check that needs a value which was itself
 skipped for that value. Also refused, as a file that disagrees with itself or a value no real run
 has:
 
-* a key given more than once in one result object (read with ``object_pairs_hook``; JSON readers
-  silently keep one of the values), at the line it is given again;
+* a key given more than once in one object, the result object or any object nested in it (read
+  with ``object_pairs_hook``; JSON readers silently keep one of the values), at the line it is
+  given again and under its dotted path (``line 3.server_info.tp``; array items by index,
+  ``errors[2].code``); the same key in two different objects is not repeated;
 * a ``duration`` longer than :data:`MAX_DURATION_S` (30 days), a latency statistic longer than
   that in ms (:data:`MAX_LATENCY_MS`) and a count above :data:`MAX_COUNT` (2^53): ``1e308`` is a
   finite number, but no run lasted 10^300 years;
@@ -76,6 +84,7 @@ import math
 import re
 import sys
 from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -283,8 +292,14 @@ class _Object(dict):
     repeated: dict[str, list[Any]]
 
 
+# The objects with a repeated key that :func:`_loads` met in the text it is reading, when its
+# caller asked for them: a context variable, so two threads reading two files keep theirs apart.
+_REPEATS: ContextVar[list[_Object] | None] = ContextVar("_REPEATS", default=None)
+
+
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook``: a plain dict, or an :class:`_Object` remembering the repeated keys."""
+    """``object_pairs_hook``: a plain dict, or an :class:`_Object` remembering the repeated keys
+    (also added to the list :func:`_loads` was given, when it was given one)."""
     obj = dict(pairs)
     if len(obj) == len(pairs):
         return obj
@@ -293,6 +308,9 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen.setdefault(key, []).append(value)
     out = _Object(obj)
     out.repeated = {key: values for key, values in seen.items() if len(values) > 1}
+    found = _REPEATS.get()
+    if found is not None:
+        found.append(out)
     return out
 
 
@@ -340,16 +358,21 @@ def _too_deep_at(text: str) -> int | None:
     return None
 
 
-def _loads(text: str) -> Any:
+def _loads(text: str, repeats: list[_Object] | None = None) -> Any:
     """``json.loads`` that keeps how a non-finite number was written (:class:`_NonFinite`) and
-    turns an integer beyond a double into one, instead of failing on it. Raises
+    turns an integer beyond a double into one, instead of failing on it. Every object of the text
+    with a key given more than once, at any depth, is an :class:`_Object`, and is added to
+    ``repeats`` when given (in the order the parser closes them: inner objects first). Raises
     :class:`json.JSONDecodeError` for text that is not JSON, and its subclass :class:`_TooDeep`
     for JSON nested more than :data:`MAX_JSON_NESTING` levels deep, whether or not Python's
     parser could follow it (where it cannot, it raises RecursionError, caught here)."""
+    token = _REPEATS.set(repeats)
     try:
         value = _DECODER.decode(text)
     except RecursionError:
         raise _TooDeep(text, _too_deep_at(text) or 0) from None
+    finally:
+        _REPEATS.reset(token)
     deep = _too_deep_at(text)
     if deep is not None:
         raise _TooDeep(text, deep)
@@ -377,7 +400,8 @@ class ImportedRun:
     ``requested_input_len`` / ``requested_output_len`` are the harness's length arguments and
     ``input_len_range`` / ``output_len_range`` the inclusive range the lengths were drawn from
     (None when unknown); ``length_distribution_note`` says it in words. ``original_text`` is the
-    whole file verbatim and ``original_record`` this run's own line/object verbatim;
+    whole file verbatim and ``original_record`` this run's own line verbatim, its line ending
+    included (for a file that is one object: the file less leading and trailing white space);
     ``source_line`` its 1-based line. ``notes`` record every derived or dropped value;
     ``nan_keys`` the file's keys whose value was NaN and ``inf_keys`` those whose value was
     ±Infinity or too large for a 64-bit float, mapped to the value as written (all kept as None).
@@ -584,49 +608,75 @@ def import_vllm_bench_serve(text: str) -> ImportedRun:
 # --- parsing --------------------------------------------------------------------------------------
 
 
+# What JSON counts as white space (RFC 8259): a line of nothing else is blank. ``str.strip()``
+# would also take U+2028, U+0085, a form feed and others, which JSON allows unescaped only
+# inside strings.
+_JSON_SPACE = " \t\r\n"
+
+
 def _records(text: str, problems: _Problems) -> Iterator[Record]:
     """The file as one JSON object (line None), else its JSON lines (:func:`_lines`). A text whose
     first line is not JSON and that has no line that is a JSON object gets one problem, where
     the parser stopped in the whole text: a pretty-printed object with one typo would otherwise
-    get a complaint for each of its lines. Raises at once for an empty file or a whole text that
-    is JSON but not an object."""
-    if not text.strip():
+    get a complaint for each of its lines. Raises at once for an empty file (nothing but JSON
+    white space) or a whole text that is JSON but not an object."""
+    if not text.strip(_JSON_SPACE):
         raise ResultImportError("the file is empty")
+    repeats: list[_Object] = []
     try:
-        whole = _loads(text)
+        whole = _loads(text, repeats)
     except json.JSONDecodeError as exc:
         whole_error = exc
     else:
         if not isinstance(whole, dict):
             raise ResultImportError(f"expected a JSON object, got {_json_type(whole)}")
-        _repeated_keys(whole, None, problems, text=text)
-        return iter([(None, whole, text.strip())])
+        _repeated_keys(whole, repeats, None, problems, text=text)
+        return iter([(None, whole, text.strip(_JSON_SPACE))])
     return _lines(text, problems, whole_error=whole_error)
 
 
+def _split_lines(text: str) -> Iterator[tuple[int, str, str]]:
+    """``(line, content, raw)`` for each line of ``text``, 1-based: lines end at ``"\n"`` only,
+    ``raw`` is the line as the file has it, its ``"\n"`` or ``"\r\n"`` included (none on a last
+    line without one), and ``content`` the same without that ending. ``str.splitlines()`` would
+    also end a line at U+2028, U+2029, U+0085, a form feed and other characters that a JSON
+    string may hold unescaped (``json.dumps(..., ensure_ascii=False)`` writes them as they are),
+    cutting one result in two; JSON's own line numbers count ``"\n"`` alone too. The raw lines,
+    joined, give back ``text``."""
+    parts = text.split("\n")
+    last = len(parts) - 1
+    for index, part in enumerate(parts):
+        if index == last and not part:
+            return  # the text ended with a line break: no further line
+        raw = part + "\n" if index < last else part
+        yield index + 1, part[:-1] if part.endswith("\r") else part, raw
+
+
 def _lines(text: str, problems: _Problems, *, whole_error: json.JSONDecodeError | None = None) -> Iterator[Record]:
-    """Yield ``(line, object, raw line)`` for each non-empty line that is a JSON object, adding
-    every other non-empty line to ``problems``, until :meth:`_Problems.keep_reading` says stop.
-    With ``whole_error`` (the text's own parse error), a text that yields nothing and whose first
+    """Yield ``(line, object, raw line)`` for each non-blank line (:func:`_split_lines`; the raw
+    line with its line ending, as the file has it) that is a JSON object, adding every other
+    non-blank line to ``problems``, until :meth:`_Problems.keep_reading` says stop. With
+    ``whole_error`` (the text's own parse error), a text that yields nothing and whose first
     line is not JSON gets that one error instead of one per line. Raises at the end for a text
-    with no non-empty line."""
+    with no non-blank line."""
     first: str | None = None
     yielded = False
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
+    for number, content, raw in _split_lines(text):
+        if not content.strip(_JSON_SPACE):
             continue
         if not problems.keep_reading(number):
             break
-        first = raw if first is None else first
+        first = content if first is None else first
+        repeats: list[_Object] = []
         try:
-            obj = _loads(raw)
+            obj = _loads(content, repeats)
         except json.JSONDecodeError as exc:
             problems.add(f"not valid JSON ({exc.msg} at column {exc.colno})", line=number)
             continue
         if not isinstance(obj, dict):
             problems.add(f"expected a JSON object, got {_json_type(obj)}", line=number)
             continue
-        _repeated_keys(obj, number, problems)
+        _repeated_keys(obj, repeats, number, problems)
         yielded = True
         yield number, obj, raw
     if first is None:
@@ -636,36 +686,95 @@ def _lines(text: str, problems: _Problems, *, whole_error: json.JSONDecodeError 
         problems.add(f"not valid JSON ({whole_error.msg} at column {whole_error.colno})", line=whole_error.lineno)
 
 
-def _repeated_keys(obj: dict[str, Any], line: int | None, problems: _Problems, *, text: str = "") -> None:
+Path = tuple[str | int, ...]
+
+
+def _dotted(path: Path) -> str:
+    """A key's path in words: keys joined by dots, array indices in brackets
+    (``server_info.args.tp``, ``errors[2].code``)."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def _nested_paths(obj: dict[str, Any], repeats: list[_Object]) -> list[tuple[Path, _Object]]:
+    """The path of each object of ``repeats`` inside ``obj`` (not ``obj`` itself), in file order.
+    Walks the values only until every one is found, and not at all when there is none."""
+    wanted = {id(o) for o in repeats if o is not obj}
+    found: list[tuple[Path, _Object]] = []
+    stack: list[tuple[Path, Any]] = [((), obj)]
+    while stack and len(found) < len(wanted):
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            if id(value) in wanted:
+                found.append((path, value))  # type: ignore[arg-type]
+            children = [(path + (k,), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            children = [(path + (i,), v) for i, v in enumerate(value)]
+        else:
+            continue
+        stack.extend(reversed([(p, v) for p, v in children if isinstance(v, dict | list)]))
+    return found
+
+
+def _repeated_keys(obj: dict[str, Any], repeats: list[_Object], line: int | None, problems: _Problems, *,
+                   text: str = "") -> None:
     """Add a problem for each key given more than once in ``obj``, a record of line ``line`` (None
-    for a file that is one object, whose ``text`` then names the lines the key is on), quoting its
-    values (the first five): ``duration is given 2 times in one result object: 298.4, then 1e+308;
-    ...``. JSON readers keep one of the values silently, each its own choice, so the file does not
-    say which is meant."""
-    for key, values in getattr(obj, "repeated", {}).items():
-        at, where = line, ""
-        if line is None:
-            lines = _top_level_key_lines(text, key)
-            if len(lines) == len(values):
-                at = lines[1]
-                where = f" (lines {', '.join(map(str, lines))})" if len(set(lines)) > 1 else ""
-        shown = ", then ".join(json_shown(v) for v in values[:5]) + (", …" if len(values) > 5 else "")
-        problems.add(f"{key} is given {len(values)} times in one result object{where}: {shown}; a run has one "
-                     "value per key, so the file disagrees with itself", line=at, key=key)
+    for a file that is one object, whose ``text`` then names the lines the key is on), or in any
+    object nested in it (``repeats``, as :func:`_loads` found them), quoting its values (the first
+    five): ``duration is given 2 times in one result object: 298.4, then 1e+308; ...``,
+    ``server_info.tp is given 2 times in one object: 8, then 4; ...``. The key of
+    a nested one is its dotted path (:func:`_dotted`); the same key in two different objects is
+    not repeated. JSON readers keep one of the values silently, each its own choice, so the file
+    does not say which is meant."""
+    found = [((), obj)] if getattr(obj, "repeated", None) else []
+    found += _nested_paths(obj, repeats) if any(o is not obj for o in repeats) else []
+    for parent, holder in found:
+        for key, values in holder.repeated.items():  # type: ignore[attr-defined]
+            at, where = line, ""
+            path = parent + (key,)
+            if line is None:
+                lines = _key_lines(text, path)
+                if len(lines) == len(values):
+                    at = lines[1]
+                    where = f" (lines {', '.join(map(str, lines))})" if len(set(lines)) > 1 else ""
+            shown = ", then ".join(json_shown(v) for v in values[:5]) + (", …" if len(values) > 5 else "")
+            if parent:
+                message = (f"{_dotted(path)} is given {len(values)} times in one object{where}: {shown}; an object "
+                           "has one value per key, so the file disagrees with itself")
+            else:
+                message = (f"{key} is given {len(values)} times in one result object{where}: {shown}; a run has one "
+                           "value per key, so the file disagrees with itself")
+            problems.add(message, line=at, key=_dotted(path))
 
 
-def _top_level_key_lines(text: str, key: str) -> list[int]:
-    """The 1-based lines of ``text`` (one JSON object) on which ``key`` is a key of the outermost
-    object, in file order."""
-    lines, depth = [], 0
-    for match in _NESTING_TOKEN.finditer(text):
+# A JSON string (escapes included), one bracket or a comma: what :func:`_key_lines` follows.
+_PATH_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{},]', re.S)
+
+
+def _key_lines(text: str, path: Path) -> list[int]:
+    """The 1-based lines of ``text`` (one JSON object) on which the key at ``path`` (as
+    :func:`_nested_paths` gives it; ``("duration",)`` for a key of the outermost object) is
+    given, in file order."""
+    lines: list[int] = []
+    # One entry per open object or array: the key whose value is being read, or the array index.
+    stack: list[list[Any]] = []
+    for match in _PATH_TOKEN.finditer(text):
         token = match.group()
-        if token in "[{":
-            depth += 1
-        elif token in "]}":
-            depth -= 1
-        elif depth == 1 and text[match.end():].lstrip()[:1] == ":" and json.loads(token) == key:
-            lines.append(text.count("\n", 0, match.start()) + 1)
+        if token == "{" or token == "[":
+            stack.append([token, 0 if token == "[" else None])
+        elif token == "}" or token == "]":
+            if stack:
+                stack.pop()
+        elif token == ",":
+            if stack and stack[-1][0] == "[":
+                stack[-1][1] += 1
+        elif stack and stack[-1][0] == "{" and text[match.end():].lstrip(_JSON_SPACE)[:1] == ":":
+            key = json.loads(token)
+            stack[-1][1] = key
+            if len(stack) == len(path) and tuple(f[1] for f in stack) == path:
+                lines.append(text.count("\n", 0, match.start()) + 1)
     return lines
 
 

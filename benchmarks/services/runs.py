@@ -1014,9 +1014,13 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
 
 def run_original_text(*, item: ImportedRun, single: bool) -> str:
     """What an imported run keeps of its file: the whole file, verbatim, when the file holds this
-    one run (``single``), else the run's own record (its line of a JSON-lines file, verbatim,
-    without the line break). A run kept the whole file once, and a file of 3,000 lines then
-    stored 3,000 copies of itself: 2 MB became 6 GB of rows."""
+    one run (``single``), else the run's own record: its line of a JSON-lines file exactly as the
+    file has it, line ending included (``"\\n"`` or ``"\\r\\n"``; none on a last line without
+    one), so the run's download gives back that line's bytes. Lines end at ``"\\n"`` only
+    (:func:`benchmarks.importers.import_results`), never inside a JSON string. A run kept the
+    whole file once, and a file of 3,000 lines then stored 3,000 copies of itself: 2 MB became
+    6 GB of rows. Runs imported before line endings were kept (and those cut down by migration
+    0006) hold their line without its line break."""
     return item.original_text if single else item.original_record
 
 

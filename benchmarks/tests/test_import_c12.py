@@ -47,7 +47,9 @@ def vllm_obj(**changes: object) -> str:
 def test_it_imports_the_sglang_line_as_a_508_token_mean_run_drawn_from_1_to_1024() -> None:
     [run] = import_sglang_bench_serving(SGLANG_TEXT)
     assert run.source_format == SGLANG_BENCH_SERVING and run.source_line == 1
-    assert run.original_text == SGLANG_TEXT and run.original_record == SGLANG_TEXT.rstrip("\n")
+    # The run's own line, as the file has it: its line break included.
+    assert SGLANG_TEXT.count("\n") == 1 and SGLANG_TEXT.endswith("\n")
+    assert run.original_text == SGLANG_TEXT and run.original_record == SGLANG_TEXT
     assert run.backend == "sglang" and run.dataset_name == "random"
     assert run.request_rate_req_s == 1.0 and not run.request_rate_unbounded
     assert run.concurrency is None
@@ -112,7 +114,7 @@ def test_it_reads_the_newer_sglang_key_set_and_several_lines() -> None:
     assert "Infinity" in text
     old, new = import_sglang_bench_serving(text)
     assert old.source_line == 1 and new.source_line == 3
-    assert new.original_record == json.dumps(newer) and new.original_text == text
+    assert new.original_record == json.dumps(newer) + "\n" and new.original_text == text
     assert new.request_rate_req_s is None and new.request_rate_unbounded
     assert new.concurrency == 64 and new.mean_concurrency == 61.4
     assert new.request_throughput_req_s == 25.6 and new.input_throughput_tok_s == 6553.6

@@ -43,13 +43,14 @@ def test_it_stores_each_run_of_a_multi_run_file_as_its_own_line(operator_api, vi
     assert response.status_code == 201, response.json()
     assert len(response.json()) == 40
     runs = list(BenchmarkRun.objects.order_by("source_line"))
-    lines = text.splitlines()
-    assert [r.original_text for r in runs] == [lines[r.source_line - 1] for r in runs]
-    stored = sum(len(r.original_text) for r in runs)
-    assert len(text) - 41 <= stored <= len(text)   # the file less its line breaks, not 40 copies of it
+    lines = text.split("\n")
+    assert [r.original_text for r in runs] == [lines[r.source_line - 1] + "\n" for r in runs]
+    # Each line as the file has it, its line break included: together, the file less its one blank
+    # line, not 40 copies of it.
+    assert "".join(r.original_text for r in runs) == text.replace("\n\n", "\n")
     assert len({r.original_sha256 for r in runs}) == 1   # still the whole file's hash
     original = viewer_api.get(f"/api/runs/{runs[3].pk}/original/")
-    assert original.status_code == 200 and original.content.decode() == lines[runs[3].source_line - 1]
+    assert original.status_code == 200 and original.content.decode() == lines[runs[3].source_line - 1] + "\n"
     again = operator_api.post("/api/runs/import/", {"text": text, "filename": "again.jsonl"}, format="json")
     assert again.status_code == 409 and "already imported" in again.json()["detail"]
 
