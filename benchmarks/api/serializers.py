@@ -419,6 +419,9 @@ class RunCompareEntrySerializer(serializers.Serializer):
     metrics = RunMetricsSerializer()
     ci95_ms = RunCiSerializer(allow_null=True, help_text="null for an imported run (no per-request samples)")
     config = RunCompareConfigSerializer()
+    lengths = serializers.CharField(allow_null=True, help_text=(
+        "the requested lengths in words: 1024/1024 (input/output tokens), random [1, 1024]/[1, 1024] (each "
+        "request's lengths drawn uniformly from these token ranges); null when not recorded"))
     rankable = serializers.BooleanField()
     refusal = serializers.CharField(allow_null=True, help_text="why the run is not ranked")
     measured = serializers.BooleanField(help_text="false: failed, cancelled, unfinished or no successful request")

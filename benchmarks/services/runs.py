@@ -5,7 +5,9 @@ Rules and where they come from:
 
 * Per-request records are files (``VAR_DIR/benchmarks/run-<id>.npz``), never database rows.
 * A run with ``output_length_mismatch`` (or variable or unknown lengths) is never ranked silently
-  against fixed-length runs (:func:`runs_compare`, case C10).
+  against fixed-length runs (:func:`runs_compare`, case C10). Runs whose lengths were drawn at
+  random from the same ranges (:func:`run_length_setting`) are ranked against each other; a run
+  whose lengths are not recorded is ranked against none.
 * A run that is not a measurement (failed, cancelled, unfinished, or without one successful
   request) is never ranked at all: its numbers describe a deployment that went down or a point
   that did not run (:func:`runs_compare`).
@@ -491,8 +493,15 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     failed, cancelled, unfinished, no successful request; ``measured`` false, listed in
     ``excluded`` with the reason, and its values in ``fields`` are null except ``failures``, so no
     partial number from a deployment that went down reads as a result; its own ``metrics`` keep
-    what was recorded), and a run flagged ``output_length_mismatch`` (or with variable or unknown
-    lengths), which is not ranked against fixed-length runs (case C10). ``best`` names, for each
+    what was recorded), and a run whose lengths are not comparable (case C10;
+    :func:`run_length_setting`): one flagged ``output_length_mismatch`` or
+    ``input_length_mismatch``, one whose lengths are unknown (``lengths unknown``, not a mismatch:
+    the file does not say what was requested), and one whose lengths were drawn at random
+    (``variable_lengths``) when the comparison holds a measured fixed-length run. Random-length
+    runs among themselves are ranked like fixed-length runs: those with the same ranges had the
+    same length distribution, and runs with different ranges are runs of different lengths (no
+    best, as below). Each entry's ``lengths`` is its setting in words (``1024/1024``, ``random
+    [1, 1024]/[1, 1024]``; null when unknown). ``best`` names, for each
     of :data:`BEST_METRICS` (every compared field but the failure count: throughputs, goodput and
     each latency statistic), the best of the rankable runs with a value for it (the only one, when
     one run is rankable, with a note saying so); null, with a note saying why, when no run is
@@ -540,24 +549,39 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     entries = []
     notes: list[str] = []
     excluded: list[dict[str, Any]] = []
-    for run in runs:
-        metrics = run_metrics(run=run)
-        length_flags = [f for f in run.flags if f in LENGTH_FLAGS]
-        if run.input_len is None or run.output_len is None:
-            length_flags = length_flags or ["lengths_unknown"]
-        unmeasured = run_not_measured(run=run, metrics=metrics)
+    settings = [run_length_setting(run=run) for run in runs]
+    all_metrics = [run_metrics(run=run) for run in runs]
+    not_measured = [run_not_measured(run=run, metrics=m) for run, m in zip(runs, all_metrics)]
+    # Random-length runs are ranked against each other, never against fixed-length ones.
+    with_fixed = any(kind == "fixed" and why is None for (kind, _), why in zip(settings, not_measured))
+    unranked_why: dict[int, str] = {}
+    for run, (kind, lengths), metrics, unmeasured in zip(runs, settings, all_metrics, not_measured):
         refusal = None
         if unmeasured:
             refusal = f"run #{run.pk} is not ranked: {unmeasured}"
             excluded.append({"id": run.pk, "reason": unmeasured})
             notes.append(refusal)
-        elif length_flags:
+        elif kind == "mismatch":
+            length_flags = [f for f in run.flags if f in LENGTH_FLAGS and f.endswith("_mismatch")]
             refusal = (f"run #{run.pk} is not ranked: {', '.join(length_flags)} — its requests did not all have the "
                        f"requested fixed lengths, so its tok/s and latencies are not comparable with fixed-length runs")
+            unranked_why[run.pk] = "not comparable with fixed-length runs"
+        elif kind == "unknown":
+            refusal = (f"run #{run.pk} is not ranked: lengths unknown — "
+                       + ("the result file does not record" if run.source == RunSource.IMPORTED else "the run has no")
+                       + " requested input/output lengths, so its tok/s and latencies cannot be compared with any "
+                         "other run's")
+            unranked_why[run.pk] = "its lengths are unknown"
+        elif kind == "random" and with_fixed:
+            refusal = (f"run #{run.pk} is not ranked: variable lengths — its request lengths were drawn at random "
+                       f"({lengths}), so its tok/s and latencies are not comparable with fixed-length runs; compare "
+                       "it with runs of the same random-length settings")
+            unranked_why[run.pk] = "not comparable with fixed-length runs"
+        if refusal is not None and not unmeasured:
             notes.append(refusal)
         entries.append({"id": run.pk, "label": run.label, "sweep_id": run.sweep_id, "status": run.status,
                         "flags": list(run.flags), "metrics": metrics, "ci95_ms": run_ci95_ms(run=run),
-                        "config": _config_fields(run),
+                        "config": _config_fields(run), "lengths": lengths,
                         "rankable": refusal is None, "refusal": refusal, "measured": unmeasured is None})
     # Metrics each run is not ranked for: its flags say the client could not time them.
     unreliable: dict[int, set[str]] = {}
@@ -581,8 +605,9 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     elif not entries[base]["measured"]:
         notes.append(f"the baseline run #{baseline_id} holds no measurement, so no delta is given")
     elif not with_deltas:
-        notes.append(f"the baseline run #{baseline_id} is not ranked (not comparable with fixed-length runs), so no "
-                     "delta is given; choose a ranked run as the baseline")
+        why = unranked_why.get(baseline_id, "not comparable")
+        notes.append(f"the baseline run #{baseline_id} is not ranked ({why}), so no delta is given; choose a ranked "
+                     "run as the baseline")
 
     # Goodput is a count against the run's own SLO: different (or unknown) SLOs, different measures.
     def slo_key(e: dict[str, Any]) -> str:
@@ -613,7 +638,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     differs = [{"field": k, "values": [e["config"][k] for e in entries]} for k in config_keys
                if len({json.dumps(e["config"][k], sort_keys=True) for e in entries}) > 1]
     rankable = [e for e in entries if e["rankable"]]
-    lengths = {(e["config"]["input_len"], e["config"]["output_len"]) for e in rankable}
+    lengths = {e["lengths"] for e in rankable}
     best: dict[str, int | None] = {}
     ties: dict[str, list[int]] = {}
     uncertain: dict[str, list[int]] = {}
@@ -621,7 +646,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         notes.append("no run is rankable; no best run is named")
     elif len(lengths) > 1:
         notes.append("the rankable runs have different input/output lengths "
-                     f"({', '.join(f'{a}/{b}' for a, b in sorted(lengths))}); no best run is named")
+                     f"({', '.join(sorted(lengths))}); no best run is named")
     elif len(rankable) == 1:
         notes.append(f"run #{rankable[0]['id']} is the only rankable run: it is named best with no other "
                      "run to rank it against")
@@ -678,6 +703,33 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     return {"runs": entries, "fields": fields, "config_differs": differs, "best": best, "ties": ties,
             "uncertain": uncertain, "baseline": baseline_id, "tie_threshold_pct": tie_pct, "excluded": excluded,
             "notes": notes}
+
+
+def run_length_setting(*, run: BenchmarkRun) -> tuple[str, str | None]:
+    """The requested lengths of ``run`` as a comparison groups runs by them: ``("fixed",
+    "1024/1024")`` (input/output tokens, every request that length), ``("random", "random [1,
+    1024]/[1, 1024]")`` (each request's input and output lengths drawn uniformly from these
+    inclusive ranges of tokens: an imported SGLang random-dataset run, flag ``variable_lengths``),
+    ``("mismatch", "1024/1024")`` (fixed lengths that some requests did not have, flag
+    ``output_length_mismatch`` or ``input_length_mismatch``) or ``("unknown", None)`` (flag
+    ``lengths_unknown``, or no lengths and no ranges recorded). Two runs with the same words had the
+    same length distribution."""
+    flags = set(run.flags or [])
+    if run.input_len and run.output_len:
+        words = f"{run.input_len}/{run.output_len}"
+        if flags & {"output_length_mismatch", "input_length_mismatch"}:
+            return "mismatch", words
+        if not flags & {"variable_lengths", "lengths_unknown"}:
+            return "fixed", words
+    summary = run.summary or {}
+    spans = [summary.get("input_len_range"), summary.get("output_len_range")]
+    if "variable_lengths" in flags and "lengths_unknown" not in flags and all(
+            isinstance(s, list | tuple) and len(s) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                 for v in s) for s in spans):
+        return "random", "random " + "/".join(f"[{lo}, {hi}]" for lo, hi in spans)
+    if flags & {"output_length_mismatch", "input_length_mismatch"}:
+        return "mismatch", None
+    return "unknown", None
 
 
 def run_ci95_ms(*, run: BenchmarkRun) -> dict[str, dict[str, list[float | None] | None]] | None:

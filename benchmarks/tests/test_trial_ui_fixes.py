@@ -137,9 +137,10 @@ def test_the_comparison_baseline_is_the_first_comparable_run(deployment, operato
 
 @pytest.mark.django_db
 def test_no_change_is_given_when_no_run_is_comparable(operator, viewer):
-    first = _sglang_run(operator)
-    text = (DATA / "sglang-bench-serving-h200.jsonl").read_text(encoding="utf-8")
-    [second] = run_import(text=text, filename="again.jsonl", user=operator, allow_duplicate=True)
+    # vLLM's result file does not record the requested lengths: such runs are ranked against none.
+    text = (DATA / "vllm-bench-serve.json").read_text(encoding="utf-8")
+    [first] = run_import(text=text, filename="vllm.json", user=operator)
+    [second] = run_import(text=text, filename="again.json", user=operator, allow_duplicate=True)
     compared = runs_compare(runs=[first, second])
     assert all(d is None for f in compared["fields"] for d in f["deltas_pct"])
     assert "no run is comparable (none is ranked), so no delta is given" in compared["notes"]
@@ -147,7 +148,9 @@ def test_no_change_is_given_when_no_run_is_comparable(operator, viewer):
     page = html.content.decode()
     assert html.status_code == 200 and '<tr class="delta">' not in page
     assert "No change is given: no run is comparable (none is ranked), so no delta is given." in page
-    assert "986" not in page and "−97.4" not in page
+    assert (f"Run #{first.pk} is not ranked: lengths unknown — the result file does not record requested "
+            "input/output lengths") in page
+    assert "mismatch" not in page.split('class="notice warn refusals"')[1].split("</div>")[0]
 
 
 # --- an imported run without a failure count -----------------------------------------------------
