@@ -154,7 +154,7 @@ def prompts_file_dataset(
     naming the line for JSONL lines without ``prompt``/``messages``.
     """
     specs: list[RequestSpec] = []
-    for lineno, raw in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, raw in enumerate(Path(path).read_text(encoding="utf-8").split("\n"), start=1):   # "\n" only: JSON allows U+2028 etc. in strings
         line = raw.strip()
         if not line:
             continue

@@ -52,6 +52,17 @@ def test_it_reads_a_prompts_file_in_lines_and_jsonl(tmp_path: Path) -> None:
     assert specs[0].input_len == 2 and specs[2].messages == [{"role": "user", "content": "third"}]
 
 
+def test_a_prompts_file_line_ends_at_newline_only(tmp_path: Path) -> None:
+    # U+2028 and U+0085 may stand unescaped in a JSON string (json.dumps(..., ensure_ascii=False));
+    # str.splitlines() would cut those lines in two
+    path = tmp_path / "p.jsonl"
+    lines = [json.dumps({"prompt": "a\u2028b"}, ensure_ascii=False), json.dumps({"prompt": "c\x85d"}, ensure_ascii=False),
+             "plain\u2028text"]
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode("utf-8"))
+    specs = prompts_file_dataset(path=path, output_len=4)
+    assert [s.prompt for s in specs] == ["a\u2028b", "c\x85d", "plain\u2028text"]
+
+
 def test_it_reads_sharegpt_conversations(tmp_path: Path) -> None:
     path = tmp_path / "sg.json"
     path.write_text(json.dumps([
