@@ -28,6 +28,7 @@ from controlplane.api import attachment_header, unknown_field_errors
 from controlplane.drf_defaults import RepeatedKeys, given_more_than_once, json_loads, repeated_key_errors
 from controlplane.forms import repeated_field_errors
 from controlplane.errors import Conflict, InvalidInput, NotFound
+from controlplane.paging import page_of
 from controlplane.permissions import has_role
 from deployments.models import Node
 from deployments.views import role_page
@@ -74,8 +75,10 @@ def _pct(x: float | None) -> float | None:
 
 @role_page()
 def kernel_index(request: HttpRequest) -> HttpResponse:
-    """Registered packages (grid size after constraints), recent jobs with status and progress,
-    and the best variants per device."""
+    """Registered packages (grid size after constraints), jobs with status and progress (newest
+    first, :data:`controlplane.paging.PER_PAGE` a page, ``?page=N``; a page number that names no
+    page is a 404 saying why, :func:`controlplane.paging.page_of`), and the best variants per
+    device."""
     packages = []
     for pkg in selectors.package_list():
         try:
@@ -83,10 +86,11 @@ def kernel_index(request: HttpRequest) -> HttpResponse:
         except InvalidInput:
             grid = None
         packages.append({"pkg": pkg, "grid": grid})
-    jobs = _with_builds_kept(selectors.job_list()[:INDEX_JOBS])
+    page = page_of(selectors.job_list(), request.GET.getlist("page"), noun="job")
+    jobs = _with_builds_kept(page.object_list)
     best = list(selectors.best_list()[:PACKAGE_BEST])
-    return render(request, "kernels/index.html", {"packages": packages, "jobs": jobs, "best": best,
-                                                  "can_write": _can_write(request)})
+    return render(request, "kernels/index.html", {"packages": packages, "jobs": jobs, "jobs_page": page,
+                                                  "best": best, "can_write": _can_write(request)})
 
 
 def _builds_kept(job: KernelJob) -> int:

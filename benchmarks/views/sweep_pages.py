@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.contrib import messages
-from django.core.paginator import Page, Paginator
+from django.core.paginator import Page
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -23,9 +23,9 @@ from benchmarks.views.common import (
     DIGITS_RE, IMPORT_MAX_BYTES, INDEX_RUNS_PER_PAGE, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
     _opt_float, _status_class, _sweep_runs, post_or_redirect,
 )
-from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.forms import repeated_field_errors
+from controlplane.paging import page_of
 from controlplane.permissions import has_role
 from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
 from deployments.models import Deployment
@@ -49,23 +49,11 @@ def benchmark_index(request: HttpRequest) -> HttpResponse:
 
 def _runs_page(values: list[str]) -> Page:
     """The page of the run list that ``?page=`` (its values as given) asks for: every run, newest
-    first, :data:`INDEX_RUNS_PER_PAGE` a page. Raises :class:`Http404` naming the value and the
-    number of pages for a value given more than once, not a whole number, or past the last page
-    (page 1 of no runs is a page, with nothing on it)."""
+    first, :data:`INDEX_RUNS_PER_PAGE` a page (:func:`controlplane.paging.page_of`). Raises
+    :class:`Http404` naming the value and the number of pages for a value given more than once,
+    not a whole number, or past the last page (page 1 of no runs is a page, with nothing on it)."""
     runs = BenchmarkRun.objects.select_related("sweep").defer(*RUN_LIST_DEFERRED).order_by("-created_at", "-id")
-    paginator = Paginator(runs, INDEX_RUNS_PER_PAGE, allow_empty_first_page=True)
-    text = values[0].strip() if len(values) == 1 else ""
-    number = int(text) if DIGITS_RE.fullmatch(text) and len(text) <= 18 else None
-    if len(values) <= 1 and (not text or (number is not None and 1 <= number <= paginator.num_pages)):
-        return paginator.page(number or 1)
-    count = paginator.count
-    pages = (f"there {'is 1 page' if paginator.num_pages == 1 else f'are {paginator.num_pages} pages'} "
-             f"({count} run{'' if count == 1 else 's'}, {INDEX_RUNS_PER_PAGE} a page)")
-    if len(values) > 1:
-        raise Http404(f"the parameter page {given_more_than_once(values)}; {pages}")
-    if number is None:
-        raise Http404(f"page takes a page number (e.g. 2), got {text[:40]!r}; {pages}")
-    raise Http404(f"no page {number} of the runs: {pages}")
+    return page_of(runs, values, noun="run", per_page=INDEX_RUNS_PER_PAGE)
 
 
 def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.urls import reverse
 
 from controlplane.errors import Conflict, NotFound
+from controlplane.paging import page_of
 from controlplane.realtime import deployment_group
 from controlplane.redaction import SecretsUnmaskable, redact_text
 from deployments import selectors, services
@@ -281,11 +282,16 @@ def _get_process(deployment_pk: int, process_pk: int) -> ServerProcess:
 
 @role_page()
 def deployment_list(request: HttpRequest) -> HttpResponse:
-    """Deployment rows, newest first: status badge, recipe and version, node with agent
-    state, created/ready times (UTC ISO and relative) and duration."""
+    """Deployment rows, newest first, :data:`controlplane.paging.PER_PAGE` a page (``?page=N``,
+    1-based; empty or absent: the first page): status badge, recipe and version, node with agent
+    state, created/ready times (UTC ISO and relative) and duration. A page number that is not a
+    whole number from 1 to the last page, or ``page`` given more than once, is a 404 saying why
+    and how many pages there are (:func:`controlplane.paging.page_of`)."""
     now = timezone.now()
+    page = page_of(selectors.deployment_list().annotate(process_count=Count("processes")),
+                   request.GET.getlist("page"), noun="deployment")
     rows = []
-    for d in selectors.deployment_list().annotate(process_count=Count("processes"))[:200]:
+    for d in page.object_list:
         terminal = d.status in DEPLOYMENT_TERMINAL
         # The row is only rendered, never saved: a reason can quote engine log lines.
         d.reason = redact_text(d.reason)
@@ -303,7 +309,8 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
                 "running": not terminal and d.status != DeploymentStatus.PENDING and d.ready_at is not None,
             }
         )
-    return render(request, "deployments/deployment_list.html", {"deployments": rows, "can_write": _can_write(request)})
+    return render(request, "deployments/deployment_list.html", {"deployments": rows, "page": page,
+                                                                 "can_write": _can_write(request)})
 
 
 @role_page()

@@ -1,0 +1,40 @@
+"""The kernels index lists the jobs 20 a page (``?page=N``), newest first, with previous and next
+links and "page X of Y"; a page number that names no page is a 404 saying why, as the benchmarks
+index does (:mod:`controlplane.paging`)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from benchmarks.tests.page_support import logged_in_client
+from kernels.models import KernelJob
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def jobs(toy_package) -> list[int]:
+    """25 done jobs of toy_attn; their ids, newest first."""
+    made = [KernelJob.objects.create(package=toy_package, target_cc="9.0", status="done") for _ in range(25)]
+    return [j.pk for j in reversed(made)]
+
+
+def listed(html: str) -> list[int]:
+    return [int(x) for x in re.findall(r'href="/kernels/jobs/(\d+)/">#', html)]
+
+
+def test_the_jobs_are_paged_20_at_a_time_newest_first(viewer, jobs):
+    client = logged_in_client(viewer)
+    first = client.get("/kernels/").content.decode()
+    assert listed(first) == jobs[:20]
+    assert "page 1 of 2 (25 jobs)" in first and 'href="?page=2#jobs" rel="next"' in first
+    second = client.get("/kernels/?page=2").content.decode()
+    assert listed(second) == jobs[20:]
+    assert "page 2 of 2 (25 jobs)" in second and 'href="?page=1#jobs" rel="prev"' in second
+
+
+def test_page_999_is_a_404_naming_the_number_of_pages(viewer, jobs):
+    page = logged_in_client(viewer).get("/kernels/?page=999")
+    assert page.status_code == 404
+    assert "no page 999 of the jobs: there are 2 pages (25 jobs, 20 a page)" in page.content.decode()
