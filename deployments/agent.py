@@ -56,6 +56,7 @@ from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text, register_secret_value
 from deployments.choices import (
     DEPLOYMENT_TERMINAL,
+    NOT_STARTED,
     PROCESS_TERMINAL,
     STOPPED_FOR_FAILURE,
     DeploymentStatus,
@@ -445,8 +446,10 @@ def _ports_busy_before_spawning(deployment: Deployment, plan: LaunchPlan) -> boo
     with it, so a PD deployment whose router port is taken starts no prefill or decode server
     only to stop it again. A process that has a row with a pid, has ended, waits for a restart,
     or whose engine carrying the row's tag runs (an agent died before recording it; it is
-    adopted and holds its own ports) is left to the launch loop. Returns True when the
-    deployment failed."""
+    adopted and holds its own ports) is left to the launch loop. Every other process of the
+    plan that was never started gets its row too, ended as not started
+    (:func:`_not_started_mark`), so the deployment lists each process of its recipe. Returns
+    True when the deployment failed."""
     for spec in plan.processes:
         row = ServerProcess.objects.filter(deployment=deployment, role=spec.role, ordinal=spec.ordinal).first()
         if row is not None and (row.status in PROCESS_TERMINAL or row.pid is not None
@@ -454,9 +457,31 @@ def _ports_busy_before_spawning(deployment: Deployment, plan: LaunchPlan) -> boo
             continue
         busy = _ports_busy(spec)
         if busy:
-            _process_give_up(row or _process_row(deployment, spec), busy)
+            row = row or _process_row(deployment, spec)
+            _not_started_mark(deployment, plan, besides=row, reason=f"{NOT_STARTED}: {spec.role} {busy}")
+            _process_give_up(row, busy)
             return True
     return False
+
+
+def _not_started_mark(deployment: Deployment, plan: LaunchPlan, *, besides: ServerProcess, reason: str) -> None:
+    """End, as never started, the row of every process of ``plan`` but ``besides`` that was not
+    started (created here when missing): status ``exited`` with no pid, ``end_reason`` ``not
+    started`` and ``reason`` (``not started: router metrics port 31481 on 127.0.0.1 is already in
+    use by pid 4121 (python3)``), and a ``not-started`` event saying so. A row with a pid, a
+    restart pending, or an engine carrying its tag is left for the stop that follows."""
+    for spec in plan.processes:
+        if (spec.role, spec.ordinal) == (besides.role, besides.ordinal):
+            continue
+        row = _process_row(deployment, spec)
+        if (row.status != ProcessStatus.PENDING or row.pid is not None or row.next_restart_at is not None
+                or row.restart_count or _engine_by_tag(row.tag) is not None):
+            continue
+        row.status = ProcessStatus.EXITED
+        row.end_reason = NOT_STARTED
+        row.reason = redact_text(reason)
+        row.save()
+        _event(row, "not-started", reason)
 
 
 def _process_start(row: ServerProcess, spec: ProcessSpec, *, verify: bool = True) -> bool:

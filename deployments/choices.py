@@ -54,6 +54,10 @@ PROCESS_TERMINAL = {ProcessStatus.EXITED, ProcessStatus.KILLED, ProcessStatus.FA
 # the whole deployment (not because anyone asked): the pages read it instead of "stopped on request".
 STOPPED_FOR_FAILURE = "stopped because the deployment failed"
 
+# ``end_reason`` of a process row whose process was never spawned: the launch failed before it
+# (another process's port is held); its ``reason`` starts with the same words and says why.
+NOT_STARTED = "not started"
+
 
 class RestartPolicy(models.TextChoices):
     NEVER = "never", "never"

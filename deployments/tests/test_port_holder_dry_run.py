@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.urls import reverse
+from rest_framework.test import APIClient
 
 from deployments import services
 from deployments.choices import ProcessStatus
@@ -154,14 +155,56 @@ def test_the_agent_fails_a_pd_deployment_whose_router_port_is_held_before_spawni
     reason = f"port {port} on 127.0.0.1 is already in use by {_me()}"
     assert deployment.reason == f"router failed: {reason}"
     rows = {row.role: row for row in ServerProcess.objects.filter(deployment=deployment)}
-    # Prefill and decode were never spawned (no rows), the router's row says why.
-    assert list(rows) == ["router"]
+    # Prefill and decode were never spawned: their rows say so and why; the router's row says why.
+    assert sorted(rows) == ["decode", "prefill", "router"]
     assert rows["router"].status == ProcessStatus.FAILED and rows["router"].pid is None
     assert rows["router"].reason == reason
+    for role in ("prefill", "decode"):
+        assert (rows[role].status, rows[role].end_reason, rows[role].pid, rows[role].started_at) == (
+            ProcessStatus.EXITED, "not started", None, None)
+        assert rows[role].reason == f"not started: router {reason}"
     kinds = list(deployment.events.values_list("kind", "message"))
-    assert not [k for k, _ in kinds if k in ("spawned", "ready")]
+    assert not [k for k, _ in kinds if k in ("spawned", "ready", "stopped")]
     assert ("failed", f"router: {reason}") in kinds
+    assert ("not-started", f"prefill: not started: router {reason}") in kinds
+    assert ("not-started", f"decode: not started: router {reason}") in kinds
     # The deploy itself said so first, as the dry-run does.
     assert any(k == "warning" and m.startswith(f"router http {reason} on node {node.name!r} (this host)")
                for k, m in kinds)
     assert Deployment.objects.get(pk=deployment.pk).status == "failed"
+
+
+@pytest.mark.slow
+def test_a_held_router_metrics_port_lists_every_process_with_the_unstarted_ones_saying_why(
+        agents, deployer, tmp_path, settings, client, viewer):
+    agent = agents()
+    node = node_of(agent)
+    settings.CEILING_NODE_NAME = node.name
+    recipe = sim_pd_recipe(node=node, user=deployer)
+    port = recipe.spec["roles"]["router"]["flags"]["prometheus-port"]
+    with _listen(port):
+        deployment = wait_status(services.deployment_create(recipe=recipe, user=deployer), "failed")
+        assert engines_under(tmp_path) == []
+
+    busy = f"metrics port {port} on 127.0.0.1 is already in use by {_me()}"
+    assert deployment.reason == f"router failed: {busy}"
+    api = APIClient()
+    api.force_authenticate(viewer)
+    listed = api.get(f"/api/processes/?deployment={deployment.pk}")
+    assert listed.status_code == 200, listed.content
+    body = listed.json()
+    rows = {p["role"]: p for p in (body["results"] if isinstance(body, dict) else body)}
+    assert sorted(rows) == ["decode", "prefill", "router"]
+    assert (rows["router"]["status"], rows["router"]["reason"]) == ("failed", busy)
+    for role in ("prefill", "decode"):
+        assert (rows[role]["status"], rows[role]["end_reason"], rows[role]["pid"]) == ("exited", "not started", None)
+        assert rows[role]["reason"] == f"not started: router {busy}"
+
+    client.force_login(viewer)
+    page = client.get(reverse("deployments:deployment-detail", args=[deployment.pk])).content.decode()
+    for label in ("prefill #0", "decode #0", "router #0"):
+        assert label in page
+    # Each unstarted process's health cell says why, and the timeline has its not-started event.
+    badge = f'<span class="tag">not started: router metrics port {port} on 127.0.0.1 is already in use by pid'
+    assert page.count(badge) == 2
+    assert page.count(f"not started: router metrics port {port} on 127.0.0.1 is already in use by pid") == 4

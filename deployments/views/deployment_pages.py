@@ -28,6 +28,7 @@ from deployments import selectors, services
 from deployments.logfiles import log_file, log_parts
 from deployments.choices import (
     DEPLOYMENT_TERMINAL,
+    NOT_STARTED,
     PROCESS_TERMINAL,
     STOPPED_FOR_FAILURE,
     DeploymentStatus,
@@ -127,6 +128,10 @@ def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None =
         badge = ("warn", "starting: not yet healthy")
     elif status == ProcessStatus.PENDING:
         badge = ("warn", "restart pending") if process.next_restart_at else ("", "not started")
+    elif process.end_reason == NOT_STARTED:
+        # never spawned: the launch failed before it (its reason says why, "not started: ...")
+        return {"class": "", "text": redact_text(process.reason) or NOT_STARTED, "detail": "", "probed": None,
+                "failures": 0, "restart_at": None, "stale": False}
     else:
         # Stored codes follow subprocess: -N means signal N ended it, which is no exit code.
         code = process.exit_code
