@@ -1270,14 +1270,30 @@ def deployment_as_last_seen(*, deployment: Deployment) -> datetime | None:
     return node.agent_heartbeat_at or deployment.started_at or deployment.created_at
 
 
+def deployment_live(*, deployment: Deployment) -> bool:
+    """Whether the stored state of ``deployment`` is live: it has ended (stopped or failed: its
+    rows are final), or its node agent is online (heartbeat within
+    ``CEILING_HEARTBEAT_TIMEOUT_S``, not shut down since). False for any other deployment of an
+    offline or never seen agent, a pending one included: nobody acts on it meanwhile."""
+    return deployment.status in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED) or deployment.node.agent_online
+
+
 def deployment_state_note(*, deployment: Deployment) -> str:
-    """``"as last seen by node agent <name> at <ISO time>; not live: the agent is offline"``
-    while :func:`deployment_as_last_seen` gives a time, else ``""``."""
-    at = deployment_as_last_seen(deployment=deployment)
-    if at is None:
+    """Why ``deployment`` is not live (:func:`deployment_live`), ``""`` when it is: ``"as last
+    seen by node agent <name> at <ISO time>; not live: the agent is offline"`` for one the agent
+    had taken (:func:`deployment_as_last_seen`); ``"not live: node agent <name> is offline (never
+    seen)"`` when that agent never heartbeated, or ``(last heartbeat <ISO time>)`` for a pending
+    deployment of an agent seen before."""
+    if deployment_live(deployment=deployment):
         return ""
-    return (f"as last seen by node agent {deployment.node.name} at {at.isoformat(timespec='seconds')}; "
-            "not live: the agent is offline")
+    node = deployment.node
+    at = deployment_as_last_seen(deployment=deployment)
+    if node.agent_heartbeat_at is None:
+        return f"not live: node agent {node.name} is offline (never seen)"
+    if at is None:
+        return (f"not live: node agent {node.name} is offline "
+                f"(last heartbeat {node.agent_heartbeat_at.isoformat(timespec='seconds')})")
+    return f"as last seen by node agent {node.name} at {at.isoformat(timespec='seconds')}; not live: the agent is offline"
 
 
 def process_log_tail(*, process: ServerProcess, lines: int = 100) -> str:

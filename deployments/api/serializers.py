@@ -34,8 +34,8 @@ from deployments.choices import DeploymentStatus, Engine, Role, Topology
 from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, name_validator
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
-    DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_state_note,
-    deployment_waiting_reason, recipe_spec_validate, secret_name_errors, secret_value_problem,
+    DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
+    deployment_state_note, deployment_waiting_reason, recipe_spec_validate, secret_name_errors, secret_value_problem,
 )
 
 
@@ -444,12 +444,13 @@ class DeploymentSerializer(serializers.ModelSerializer):
     reason = RedactedTextField(help_text='why it failed or stopped, e.g. "prefill failed: port 31000 on '
                                          '127.0.0.1 is already in use by pid 812 (python3)"; secrets masked')
     live = serializers.SerializerMethodField(
-        help_text="false while the node agent is offline: status and processes are as it last saw them")
+        help_text="false while the node agent is offline or was never seen, for a deployment that has not ended: "
+                  "status and processes are as it last saw them")
     state_as_of = serializers.SerializerMethodField(
         help_text="the agent's last heartbeat (UTC) while it is offline, else null")
     state_note = serializers.SerializerMethodField(
         help_text='e.g. "as last seen by node agent local at 2026-12-05T01:49:30+00:00; not live: the agent '
-                  'is offline"; "" when live')
+                  'is offline", or "not live: node agent local is offline (never seen)"; "" when live')
 
     class Meta:
         model = Deployment
@@ -481,7 +482,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         return redact_text(deployment_waiting_reason(deployment=deployment))
 
     def get_live(self, deployment: Deployment) -> bool:
-        return deployment_as_last_seen(deployment=deployment) is None
+        return deployment_live(deployment=deployment)
 
     def get_state_as_of(self, deployment: Deployment) -> str | None:
         at = deployment_as_last_seen(deployment=deployment)

@@ -1,0 +1,66 @@
+"""A deployment that has not ended is live only while its node agent is online: one whose agent
+never connected (heartbeat never) or went away reads ``live: false`` with a note naming the agent,
+pending ones included; an ended deployment is final, so live whatever the agent."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from benchmarks.tests.page_support import logged_in_client
+from deployments.choices import DeploymentStatus
+from deployments.models import Deployment, Node
+from deployments.tests.factories import cpu_node_create, recipe_row_create
+
+pytestmark = pytest.mark.django_db
+
+
+def _deployment(status: str, *, heartbeat_age_s: float | None) -> Deployment:
+    node = cpu_node_create(name="gpu-a")
+    if heartbeat_age_s is not None:
+        Node.objects.filter(pk=node.pk).update(agent_heartbeat_at=timezone.now() - dt.timedelta(seconds=heartbeat_age_s))
+    recipe = recipe_row_create(node=node)
+    return Deployment.objects.create(recipe=recipe, recipe_version=1, node=node, status=status)
+
+
+def _shown(api, deployment: Deployment) -> tuple:
+    body = api.get(f"/api/deployments/{deployment.pk}/").json()
+    return body["live"], body["state_as_of"], body["state_note"]
+
+
+def test_a_pending_deployment_of_an_agent_never_seen_is_not_live(viewer_api, viewer):
+    deployment = _deployment(DeploymentStatus.PENDING, heartbeat_age_s=None)
+
+    assert _shown(viewer_api, deployment) == (False, None, "not live: node agent gpu-a is offline (never seen)")
+    page = logged_in_client(viewer).get(f"/deployments/{deployment.pk}/").content.decode()
+    assert "Not live: node agent gpu-a is offline (never seen)</strong>. Nothing below is live" in page
+
+
+def test_a_pending_deployment_of_an_agent_gone_quiet_names_its_last_heartbeat(viewer_api):
+    deployment = _deployment(DeploymentStatus.PENDING, heartbeat_age_s=300)
+    seen = Node.objects.get(name="gpu-a").agent_heartbeat_at.isoformat(timespec="seconds")
+
+    assert _shown(viewer_api, deployment) == (False, None, f"not live: node agent gpu-a is offline (last heartbeat {seen})")
+
+
+def test_a_starting_deployment_of_an_agent_never_seen_is_not_live(viewer_api):
+    deployment = _deployment(DeploymentStatus.STARTING, heartbeat_age_s=None)
+
+    live, as_of, note = _shown(viewer_api, deployment)
+    assert (live, note) == (False, "not live: node agent gpu-a is offline (never seen)")
+    assert as_of is not None
+
+
+@pytest.mark.parametrize("status", [DeploymentStatus.PENDING, DeploymentStatus.READY])
+def test_a_deployment_of_an_online_agent_is_live(viewer_api, status):
+    deployment = _deployment(status, heartbeat_age_s=1)
+
+    assert _shown(viewer_api, deployment) == (True, None, "")
+
+
+@pytest.mark.parametrize("status", [DeploymentStatus.STOPPED, DeploymentStatus.FAILED])
+def test_an_ended_deployment_is_final_whatever_the_agent(viewer_api, status):
+    deployment = _deployment(status, heartbeat_age_s=None)
+
+    assert _shown(viewer_api, deployment) == (True, None, "")
