@@ -29,10 +29,11 @@ def spec_parse(text: str) -> dict:
     integer longer than Python parses; and with one message per key given more than once in an
     object (``spec.roles.decode.port is given 2 times (8001, 8002): give it once``), as the API
     refuses such a body (:func:`controlplane.drf_defaults.repeated_key_errors`): the last value
-    would be taken silently.
+    would be taken silently. A byte order mark (U+FEFF) at the start is skipped, as the API skips
+    it in a request body: text saved as "UTF-8 with BOM" is the same JSON.
     """
     try:
-        value = json_loads(text or "")
+        value = json_loads((text or "").removeprefix("\ufeff"))
     except json.JSONDecodeError as exc:
         raise forms.ValidationError(
             f"invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})", code="invalid_json"

@@ -237,9 +237,11 @@ class RecipeWriteSerializer(serializers.Serializer):
         content.update({k: values[k] for k in ("engine", "topology", "node", "spec") if k in values})
         for key in failed:
             content.pop(key, None)
+        stored: dict[str, list[str]] = {}
         if "spec" in values:
             # What a database column cannot hold (NUL, depth, size), as the service checks on save.
-            check_json_tree(values["spec"], "spec", errors)
+            check_json_tree(values["spec"], "spec", stored)
+            errors.update(stored)
         if "spec" not in content:
             if "engine" in content and "topology" in content:
                 errors.update(engine_topology_errors(engine=content["engine"], topology=content["topology"]))
@@ -258,6 +260,10 @@ class RecipeWriteSerializer(serializers.Serializer):
                 if path in ("engine", "topology") and path not in content:
                     # the field's own error already says what is wrong with it; add only the notes
                     messages = [m for m in messages if m not in said.get(path, [])]
+                if path in stored:
+                    # a value no column can hold has its one message already (a NUL in a path
+                    # would otherwise also read "model path must not contain NUL ...")
+                    continue
                 if messages:
                     errors.setdefault(path, []).extend(messages)
         return errors

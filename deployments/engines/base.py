@@ -148,7 +148,8 @@ def path_under_roots_problem(value: Any, model_roots: Sequence[str]) -> str | No
     """Why ``value`` is not an acceptable path under one of ``model_roots``, or None.
 
     The lexical rules of :func:`path_problem`, then: the normalised path lies strictly inside
-    one of the roots (a root itself is not a model). This is the rule of ``spec.model.path``
+    one of the roots (a root itself is not a model: ``'/models' is a model root itself; give a
+    model file or directory under it``). This is the rule of ``spec.model.path``
     and of every path-typed flag, so a recipe can only point an engine at files below the
     directories an operator configured (``CEILING_MODEL_ROOTS``), never at ``/etc/shadow``.
     """
@@ -157,6 +158,8 @@ def path_under_roots_problem(value: Any, model_roots: Sequence[str]) -> str | No
         return message
     clean = posixpath.normpath(value)
     roots = [posixpath.normpath(str(r)) for r in model_roots]
+    if clean in roots:
+        return f"{clean!r} is a model root itself; give a model file or directory under it"
     if not any(clean.startswith(r.rstrip("/") + "/") for r in roots):
         return f"{clean!r} is not under a model root ({', '.join(roots) or 'none configured'})"
     return None

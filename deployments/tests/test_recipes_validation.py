@@ -404,7 +404,7 @@ def test_it_refuses_allow_cross_numa_on_cpu_engines_and_the_router():
     ({"path": "/models/../etc/shadow"}, "spec.model.path", "must not contain a '..' segment"),
     ({"path": "models/x"}, "spec.model.path", "must be an absolute path"),
     ({"path": "--help"}, "spec.model.path", "must not start with '-'"),
-    ({"path": "/models"}, "spec.model.path", "is not under a model root"),
+    ({"path": "/models"}, "spec.model.path", "'/models' is a model root itself; give a model file or directory under it"),
     ({"path": "/modelsX/y"}, "spec.model.path", "is not under a model root"),
     ({"name": "-rf/x"}, "spec.model.name", "must not start with '-'"),
     ({"name": "no-org"}, "spec.model.name", "must look like org/name"),
