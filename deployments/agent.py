@@ -400,7 +400,7 @@ def deployment_launch(*, deployment_id: int) -> str:
     with _deployment_lock(deployment_id):
         now = timezone.now()
         claimed = Deployment.objects.filter(
-            pk=deployment_id, status=DeploymentStatus.PENDING, cancel_requested=False
+            pk=deployment_id, status=DeploymentStatus.PENDING, stop_requested=False
         ).update(status=DeploymentStatus.STARTING, started_at=now, updated_at=now)
         deployment = Deployment.objects.select_related("recipe", "node").filter(pk=deployment_id).first()
         if deployment is None or (not claimed and deployment.status != DeploymentStatus.STARTING):
@@ -420,7 +420,7 @@ def deployment_launch(*, deployment_id: int) -> str:
             return "failed"
         started: list[ServerProcess] = []
         for spec in plan.processes:
-            if Deployment.objects.filter(pk=deployment_id, cancel_requested=True).exists():
+            if Deployment.objects.filter(pk=deployment_id, stop_requested=True).exists():
                 return "cancelled"
             row = _process_row(deployment, spec)
             if row.status in PROCESS_TERMINAL or row.pid is not None:
@@ -569,7 +569,7 @@ def deployment_teardown(*, deployment_id: int) -> str:
     with _deployment_lock(deployment_id):
         now = timezone.now()
         claimed = Deployment.objects.filter(pk=deployment_id, status__in=WANTED).update(
-            status=DeploymentStatus.STOPPING, cancel_requested=True, updated_at=now
+            status=DeploymentStatus.STOPPING, stop_requested=True, updated_at=now
         )
         deployment = Deployment.objects.select_related("recipe", "node").filter(pk=deployment_id).first()
         if deployment is None or deployment.status != DeploymentStatus.STOPPING:
@@ -914,7 +914,7 @@ def deployment_check(*, deployment_id: int) -> None:
         if not got:
             return
         deployment = Deployment.objects.select_related("recipe", "node").filter(pk=deployment_id).first()
-        if deployment is None or deployment.status not in WANTED or deployment.cancel_requested:
+        if deployment is None or deployment.status not in WANTED or deployment.stop_requested:
             return
         for row, verdict, detail, exit_code, ended in seen:
             fresh = ServerProcess.objects.filter(pk=row.pk).first()
@@ -1083,7 +1083,7 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
                 deployment.reason = reason
                 return
             router_answer = gate.detail
-    if Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING, cancel_requested=False).update(
+    if Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING, stop_requested=False).update(
         status=DeploymentStatus.READY, ready_at=now, updated_at=now, reason=""
     ):
         crash = (ProcessEvent.objects.filter(deployment=deployment, kind="crashed", at__gte=deployment.ready_at)
@@ -1294,7 +1294,7 @@ def node_reconcile(*, node_name: str, at_startup: bool = False) -> dict[str, int
             _health_seed(row)
             deployment = Deployment.objects.select_related("recipe", "node").get(pk=row.deployment_id)
             row.deployment = deployment
-            wanted = deployment.status in WANTED and not deployment.cancel_requested
+            wanted = deployment.status in WANTED and not deployment.stop_requested
             handle = _handle(row)
             if handle is None:
                 found = _engine_by_tag(row.tag) if row.status == ProcessStatus.PENDING else None
@@ -1346,7 +1346,7 @@ def node_reconcile(*, node_name: str, at_startup: bool = False) -> dict[str, int
     now = timezone.now()
     for deployment in Deployment.objects.filter(node__name=node_name).exclude(status__in=DEPLOYMENT_TERMINAL):
         if deployment.status == DeploymentStatus.STOPPING or (
-            deployment.cancel_requested and deployment.status in WANTED
+            deployment.stop_requested and deployment.status in WANTED
         ):
             if _try_locked(deployment.pk):
                 deployment_teardown(deployment_id=deployment.pk)
@@ -1370,7 +1370,7 @@ def agent_tick(*, node_name: str) -> None:
     """One monitor pass of the node's agent: every starting or ready deployment checked
     (:func:`deployment_check`); rows the queue did not deliver handled by
     :func:`node_reconcile` (stop-requested, stopping, pending past the grace period)."""
-    ids = list(Deployment.objects.filter(node__name=node_name, status__in=WANTED, cancel_requested=False)
+    ids = list(Deployment.objects.filter(node__name=node_name, status__in=WANTED, stop_requested=False)
                .values_list("pk", flat=True))
     for deployment_id in ids:
         deployment_check(deployment_id=deployment_id)
@@ -1378,7 +1378,7 @@ def agent_tick(*, node_name: str) -> None:
     here = Deployment.objects.filter(node__name=node_name)
     stale = (
         here.filter(status=DeploymentStatus.STOPPING)
-        | here.filter(status__in=WANTED, cancel_requested=True, updated_at__lt=grace)
+        | here.filter(status__in=WANTED, stop_requested=True, updated_at__lt=grace)
         | here.filter(status=DeploymentStatus.PENDING, created_at__lt=grace)
     )
     for deployment_id in stale.values_list("pk", flat=True):

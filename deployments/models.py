@@ -235,7 +235,9 @@ class Deployment(models.Model):
 
     States: pending → starting → ready → stopping → stopped, or failed (``reason`` says why).
     A ready deployment whose process crashed and is being restarted goes back to starting.
-    ``cancel_requested`` is set first by a stop so workers can see it before acting.
+    ``stop_requested`` is set first by a stop or a cancel so workers can see it before acting
+    (the node agent then spawns no more, never marks it ready, and stops it);
+    ``cancel_requested`` only by a cancel (:func:`deployments.services.deployment_cancel`).
     ``entry_url`` is where clients send requests (the router for PD, else the single server).
     At most one deployment per (recipe, node) is active (pending, starting, ready or stopping);
     the partial unique index ``uniq_active_deployment_per_recipe_node`` enforces it, so two
@@ -248,7 +250,8 @@ class Deployment(models.Model):
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="deployments")
     status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING)
     reason = models.TextField(blank=True)
-    cancel_requested = models.BooleanField(default=False)
+    cancel_requested = models.BooleanField(default=False, help_text="a cancel was asked for (never set by a stop)")
+    stop_requested = models.BooleanField(default=False, help_text="a stop or a cancel was asked for")
     entry_url = models.CharField(max_length=255, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -1100,14 +1100,15 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
     return deployment
 
 
-def _cancel_pending(*, deployment: Deployment, who: str, now) -> bool:
+def _cancel_pending(*, deployment: Deployment, who: str, now, cancel: bool = False) -> bool:
     """Cancel ``deployment`` if it is still pending, with one conditional UPDATE (pending →
-    stopped, ``cancel_requested`` set, reason ``"cancelled before start"``) and a ``cancelled``
-    event; True when it was. A start task that runs later sees the terminal row and does
-    nothing. Call inside a transaction."""
+    stopped, ``stop_requested`` set, ``cancel_requested`` too for a cancel (``cancel``, not a
+    stop), reason ``"cancelled before start"``) and a ``cancelled`` event; True when it was. A
+    start task that runs later sees the terminal row and does nothing. Call inside a
+    transaction."""
     cancelled = Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.PENDING).update(
-        status=DeploymentStatus.STOPPED, cancel_requested=True, reason=CANCELLED_BEFORE_START,
-        ended_at=now, updated_at=now,
+        status=DeploymentStatus.STOPPED, stop_requested=True, reason=CANCELLED_BEFORE_START,
+        ended_at=now, updated_at=now, **({"cancel_requested": True} if cancel else {}),
     )
     if cancelled:
         deployment_event_add(deployment=deployment, kind="cancelled", message=f"{who} cancelled before start")
@@ -1115,7 +1116,7 @@ def _cancel_pending(*, deployment: Deployment, who: str, now) -> bool:
 
 
 def _stop_requested(*, deployment: Deployment, who: str, cancel: bool = False) -> None:
-    """After ``cancel_requested`` was set on a starting or ready ``deployment``: add the
+    """After ``stop_requested`` was set on a starting or ready ``deployment``: add the
     ``stop-requested`` event (``cancel-requested`` for a cancel, which says so) and send
     ``deployment_stop_task`` to the node queue on commit."""
     if cancel:
@@ -1142,7 +1143,8 @@ def deployment_stop(*, deployment: Deployment, user) -> Deployment:
     * pending: cancelled at once with one conditional UPDATE (pending → stopped, reason
       ``"cancelled before start"``); a start task that runs later sees the terminal row and
       does nothing. Works while the node agent is down.
-    * starting or ready: ``cancel_requested`` is set (so a launch in progress stops spawning)
+    * starting or ready: ``stop_requested`` is set (so a launch in progress stops spawning;
+      ``cancel_requested`` stays unset: a stop is not a cancel)
       and ``deployment_stop_task`` goes to the node queue; the agent stops the processes
       (router, then decode, then prefill; SIGTERM, the recipe's grace period, then SIGKILL)
       and sets stopped.
@@ -1156,8 +1158,8 @@ def deployment_stop(*, deployment: Deployment, user) -> Deployment:
         if not _cancel_pending(deployment=deployment, who=who, now=now):
             flagged = Deployment.objects.filter(
                 pk=deployment.pk, status__in=[DeploymentStatus.STARTING, DeploymentStatus.READY],
-                cancel_requested=False,
-            ).update(cancel_requested=True, updated_at=now)
+                stop_requested=False,
+            ).update(stop_requested=True, updated_at=now)
             if flagged:
                 _stop_requested(deployment=deployment, who=who)
     return _deployment_reloaded(deployment)
@@ -1194,12 +1196,12 @@ def deployment_cancel(*, deployment: Deployment, user) -> Deployment:
 
     * pending: stopped at once, as :func:`deployment_stop` does (works while the node agent is
       down);
-    * starting and never ready (``ready_at`` null, ``cancel_requested`` not set yet):
-      ``cancel_requested`` is set and ``deployment_stop_task`` goes to the node queue. The agent
-      marks a deployment ready only while ``cancel_requested`` is unset
+    * starting and never ready (``ready_at`` null, no stop requested yet): ``cancel_requested``
+      and ``stop_requested`` are set and ``deployment_stop_task`` goes to the node queue. The
+      agent marks a deployment ready only while ``stop_requested`` is unset
       (:mod:`deployments.agent`), so a cancel that wins the race stops it before it counts as
       ready;
-    * starting, never ready, cancel already requested: nothing changes (idempotent).
+    * starting, never ready, cancel (or stop) already requested: nothing changes (idempotent).
 
     Returns the refreshed deployment. Raises :class:`Conflict` (HTTP 409) with
     :func:`deployment_cancel_refusal`'s text for a deployment that is ready, was ready and is
@@ -1209,11 +1211,11 @@ def deployment_cancel(*, deployment: Deployment, user) -> Deployment:
     who = getattr(user, "username", "") or "someone"
     now = timezone.now()
     with transaction.atomic():
-        if _cancel_pending(deployment=deployment, who=who, now=now):
+        if _cancel_pending(deployment=deployment, who=who, now=now, cancel=True):
             pass
         elif Deployment.objects.filter(
-            pk=deployment.pk, status=DeploymentStatus.STARTING, ready_at__isnull=True, cancel_requested=False,
-        ).update(cancel_requested=True, updated_at=now):
+            pk=deployment.pk, status=DeploymentStatus.STARTING, ready_at__isnull=True, stop_requested=False,
+        ).update(cancel_requested=True, stop_requested=True, updated_at=now):
             _stop_requested(deployment=deployment, who=who, cancel=True)
         else:
             current = _deployment_reloaded(deployment)
@@ -1235,16 +1237,16 @@ def deployment_waiting_reason(*, deployment: Deployment) -> str:
     ``waiting for a streamed request through the router to yield a token ...``).
     """
     node = deployment.node
-    if deployment.status == DeploymentStatus.STARTING and not deployment.cancel_requested and not node.agent_online:
+    if deployment.status == DeploymentStatus.STARTING and not deployment.stop_requested and not node.agent_online:
         seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"
         timeout = (deployment.spec_snapshot or {}).get("startup_timeout_s")
         limit = f" or enforces its {timeout}s startup timeout" if timeout else ""
         return (f"waiting for node agent {node.name} (last heartbeat {seen}): nobody watches the startup{limit} "
                 f"until the agent is back")
-    if deployment.status == DeploymentStatus.STARTING and deployment.reason and not deployment.cancel_requested:
+    if deployment.status == DeploymentStatus.STARTING and deployment.reason and not deployment.stop_requested:
         return deployment.reason
     waiting = deployment.status == DeploymentStatus.PENDING or (
-        deployment.cancel_requested and deployment.status in (DeploymentStatus.STARTING, DeploymentStatus.READY)
+        deployment.stop_requested and deployment.status in (DeploymentStatus.STARTING, DeploymentStatus.READY)
     )
     if not waiting or node.agent_online:
         return ""

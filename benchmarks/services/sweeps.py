@@ -142,7 +142,7 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S)
     # A deployment being stopped (a stop requested, perhaps not yet seen by its node's agent)
     # would be gone before the sweep's first request.
-    if deployment.status == DeploymentStatus.STOPPING or deployment.cancel_requested:
+    if deployment.status == DeploymentStatus.STOPPING or deployment.stop_requested:
         raise Conflict(f"deployment #{deployment.pk} is being stopped; deploy it again to sweep it")
     # Two sweeps against one deployment at once would each measure the other's load.
     _refuse_if_busy(deployment)
@@ -476,13 +476,13 @@ class _Watch:
 
 def stop_request(*, deployment_id: int) -> str:
     """Who asked for the deployment's stop and when, as its timeline recorded it, or ``""`` when no
-    stop was asked for (``cancel_requested`` unset, or no ``stop-requested`` event):
+    stop was asked for (``stop_requested`` unset, or no ``stop-requested`` event):
     ``"oscar requested a stop of deployment #7 at 2026-12-05 01:58:03 UTC"`` (the event's message
     leads; a stop from the command line, which has no user, reads ``someone requested a stop``).
     The latest such event counts; times in UTC to the second. Redacted."""
     from deployments.models import Deployment, ProcessEvent
 
-    if not Deployment.objects.filter(pk=deployment_id, cancel_requested=True).exists():
+    if not Deployment.objects.filter(pk=deployment_id, stop_requested=True).exists():
         return ""
     event = (ProcessEvent.objects.filter(deployment_id=deployment_id, kind="stop-requested")
              .order_by("-at", "-id").values_list("message", "at").first())

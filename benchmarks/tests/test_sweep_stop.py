@@ -183,7 +183,7 @@ def test_it_leads_the_reason_with_who_stopped_the_deployment(sim_url: str, opera
                          grid={"concurrency": [2], "lengths": [[16, 512]], "requests": 400})
     thread, result = _start(sweep.pk)
     _wait_for_requests(sweep)
-    Deployment.objects.filter(pk=deployment.pk).update(cancel_requested=True)
+    Deployment.objects.filter(pk=deployment.pk).update(stop_requested=True)
     deployment_event_add(deployment=deployment, kind="stop-requested",
                          message=f"{operator.get_username()} requested a stop")
     event = ProcessEvent.objects.get(deployment=deployment, kind="stop-requested")

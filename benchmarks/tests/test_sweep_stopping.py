@@ -21,7 +21,7 @@ def test_a_ready_deployment_with_a_stop_pending_is_not_swept(operator, operator_
     with django_capture_on_commit_callbacks(execute=False):  # no agent: the stop task is not run
         deployment_stop(deployment=deployment, user=operator)
     row = Deployment.objects.get(pk=deployment.pk)
-    assert (row.status, row.cancel_requested) == (DeploymentStatus.READY, True)
+    assert (row.status, row.stop_requested, row.cancel_requested) == (DeploymentStatus.READY, True, False)
 
     answer = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json")
     assert answer.status_code == 409, answer.content

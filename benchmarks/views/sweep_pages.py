@@ -61,7 +61,7 @@ def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
     """The index page's context; ``page`` is the run list's page (default the first)."""
     sweeps = list(BenchmarkSweep.objects.select_related("deployment", "deployment__recipe", "created_by")[:100])
     page = page if page is not None else _runs_page([])
-    ready = Deployment.objects.filter(status=DeploymentStatus.READY, cancel_requested=False).select_related("recipe")[:20]
+    ready = Deployment.objects.filter(status=DeploymentStatus.READY, stop_requested=False).select_related("recipe")[:20]
     return {"sweeps": sweeps, "runs": [run_row(r) for r in page.object_list], "runs_page": page,
             "ready_deployments": list(ready), "can_write": _can_write(request), "import_errors": import_errors,
             "duplicate_of": list(duplicate_of)}
@@ -304,14 +304,14 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
                 "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
     repeated = repeated_field_errors(request, ("deployment", *defaults)) if request.method == "POST" else {}
     if "deployment" in repeated:
-        candidates = list(Deployment.objects.filter(status__in=SWEEPABLE, cancel_requested=False)
+        candidates = list(Deployment.objects.filter(status__in=SWEEPABLE, stop_requested=False)
                           .select_related("recipe", "node")
                           .order_by("-created_at", "-id")[:PICKER_MAX])
         return render(request, "benchmarks/sweep_pick.html",
                       {"deployments": candidates, "errors": repeated["deployment"]}, status=400)
     raw_id = request.POST.get("deployment") or request.GET.get("deployment") or ""
     if not raw_id.strip() and request.method != "POST":
-        candidates = list(Deployment.objects.filter(status__in=SWEEPABLE, cancel_requested=False)
+        candidates = list(Deployment.objects.filter(status__in=SWEEPABLE, stop_requested=False)
                           .select_related("recipe", "node")
                           .order_by("-created_at", "-id")[:PICKER_MAX])
         return render(request, "benchmarks/sweep_pick.html", {"deployments": candidates})

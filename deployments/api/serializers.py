@@ -469,6 +469,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "status",
             "reason",
             "cancel_requested",
+            "stop_requested",
             "waiting_reason",
             "live",
             "state_as_of",

@@ -51,7 +51,7 @@ def becomes_ready_after_the_read(monkeypatch, row: Deployment) -> None:
         read = real_get_object(view)
         now = timezone.now()
         assert Deployment.objects.filter(pk=row.pk, status__in=[DeploymentStatus.PENDING, DeploymentStatus.STARTING],
-                                         cancel_requested=False).update(
+                                         stop_requested=False).update(
             status=DeploymentStatus.READY, ready_at=now, updated_at=now) == 1
         return read
 

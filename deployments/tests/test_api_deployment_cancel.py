@@ -80,7 +80,7 @@ def test_it_cancels_a_deployment_still_starting_for_the_first_time(operator_api,
     response = cancel(operator_api, row)
 
     assert response.status_code == 202
-    assert response.json()["cancel_requested"] is True
+    assert (response.json()["cancel_requested"], response.json()["stop_requested"]) == (True, True)
     assert response.json()["status"] == "starting"  # the node agent stops what it started
     assert list(ProcessEvent.objects.filter(deployment=row).values_list("kind", "message")) == [
         ("cancel-requested", "oscar-operator cancelled it while starting (never ready); stop requested")]
@@ -93,6 +93,17 @@ def test_it_cancels_a_pending_deployment_at_once(operator_api, recipe):
 
     assert response.status_code == 202
     assert (response.json()["status"], response.json()["reason"]) == ("stopped", "cancelled before start")
+    assert (response.json()["cancel_requested"], response.json()["stop_requested"]) == (True, True)
+
+
+def test_a_stop_of_a_pending_deployment_ends_it_without_calling_it_a_cancel_request(operator_api, recipe):
+    row = deployment(recipe, DeploymentStatus.PENDING)
+
+    response = operator_api.post(f"/api/deployments/{row.pk}/stop/")
+
+    assert response.status_code == 202
+    body = response.json()
+    assert (body["status"], body["cancel_requested"], body["stop_requested"]) == ("stopped", False, True)
 
 
 def test_it_keeps_cancel_for_operators_and_answers_404_for_an_unknown_deployment(viewer_api, operator_api, recipe):
@@ -113,7 +124,10 @@ def test_it_still_stops_a_ready_deployment_and_stop_stays_idempotent(operator_ap
     third = operator_api.post(f"/api/deployments/{row.pk}/stop/")
 
     assert [r.status_code for r in (first, second, third)] == [202, 202, 202]
-    assert first.json()["cancel_requested"] is True
+    # A stop is not a cancel (cancelling a ready deployment is a 409): only the stop flag is set.
+    assert (first.json()["cancel_requested"], first.json()["stop_requested"]) == (False, True)
+    assert (second.json()["cancel_requested"], second.json()["stop_requested"]) == (False, True)
+    assert Deployment.objects.filter(pk=row.pk, cancel_requested=False, stop_requested=True).exists()
     assert third.json()["status"] == "stopped"
     assert ProcessEvent.objects.filter(deployment=row, kind="stop-requested").count() == 1
 

@@ -143,6 +143,7 @@ ACTIONS = {
 
 def _nothing_changed() -> None:
     assert not Deployment.objects.filter(cancel_requested=True).exists()
+    assert not Deployment.objects.filter(stop_requested=True).exists()
     assert not Deployment.objects.exclude(status__in=[DeploymentStatus.PENDING, DeploymentStatus.READY]).exists()
     assert not ProcessEvent.objects.exists()
     assert not BenchmarkSweep.objects.filter(cancel_requested=True).exists()

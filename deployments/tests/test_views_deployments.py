@@ -323,7 +323,7 @@ def test_it_requests_a_stop_of_a_ready_deployment(operator_client, seed_pd):
     assert response.status_code == 302
     assert response["Location"] == reverse("deployments:deployment-detail", args=[deployment.pk])
     deployment.refresh_from_db()
-    assert deployment.cancel_requested is True
+    assert (deployment.stop_requested, deployment.cancel_requested) == (True, False)
     html = _html(operator_client.get(response["Location"]))
     assert f"Stop requested for deployment #{deployment.pk}" in html
     assert '<span class="tag warn">stop requested</span>' in html

@@ -29,7 +29,7 @@ def test_a_get_of_a_form_action_goes_back_to_the_form_and_acts_on_nothing(operat
         answer = client.get(url)
         assert (answer.status_code, answer["Location"]) == (302, target), url
         assert client.put(url).status_code == 405, url
-    assert Deployment.objects.get(pk=deployment.pk).cancel_requested is False
+    assert Deployment.objects.get(pk=deployment.pk).stop_requested is False
     assert Deployment.objects.filter(recipe=recipe).count() == 1
     assert KernelJob.objects.get(pk=measured_job.pk).status == "benchmarking"
     assert KernelJob.objects.count() == 1
