@@ -76,8 +76,8 @@ from benchmarks.loadgen.driver import ABORTED_PREFIX
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
-    WAIT_READY_MARGIN_S, grid_points, grid_requests_total, grid_validate, partial_text, recipe_gpu_count,
-    summary_mark_partial, summary_point,
+    WAIT_READY_MARGIN_S, grid_context_problems, grid_points, grid_requests_total, grid_validate, partial_text,
+    recipe_gpu_count, summary_mark_partial, summary_point,
 )
 from controlplane.dbbusy import DatabaseBusy, busy_text, is_locked, retry_locked
 from controlplane.errors import Conflict, InvalidInput
@@ -126,7 +126,8 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     The GPU count for per-GPU numbers comes from the deployment's spec snapshot
     (:func:`benchmarks.sweeps.recipe_gpu_count`). The task is sent after the transaction commits.
     Raises :class:`InvalidInput` for a bad grid (an ``api`` the deployment's engine does not
-    serve included) and :class:`Conflict` for a stopped, failed or stopping deployment (a stop
+    serve included; a length pair whose input + output exceeds the context length the recipe's
+    engine flags set, :func:`benchmarks.sweeps.grid_context_problems`) and :class:`Conflict` for a stopped, failed or stopping deployment (a stop
     requested counts) or one that already
     has an active sweep, also when two creates race: the database allows one active sweep per
     deployment (:data:`benchmarks.models.ONE_ACTIVE_SWEEP_CONSTRAINT`).
@@ -140,6 +141,10 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     startup = int(spec.get("startup_timeout_s") or 1800)
     # A bad grid is a 400 whatever else is running: validate before the conflict check.
     norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S)
+    # A point longer than the recipe's context would measure only refused requests.
+    too_long = grid_context_problems(norm, spec=spec, engine=engine)
+    if too_long:
+        raise InvalidInput(too_long)
     # A deployment being stopped (a stop requested, perhaps not yet seen by its node's agent)
     # would be gone before the sweep's first request.
     if deployment.status == DeploymentStatus.STOPPING or deployment.stop_requested:
@@ -827,10 +832,12 @@ def _text_calibration(*, base_url: str, api: Api, model: str, input_len: int,
     only (chat, and any engine that is not sent token ids): a chat request's prompt also holds its
     template's tokens, so words alone come out longer than asked (64 words were 70 tokens on
     llama.cpp). Probed against the server's ``usage.prompt_tokens``
-    (:func:`benchmarks.loadgen.dataset_calibrate_text_at`: four one-token requests before the
-    warmup). Returns the calibration (None when the server reports no prompt tokens: the prompts
-    are then one word per token, and the run's ``input_length_mismatch`` check says how far off
-    they came out) and its evidence for the summary's ``input_calibration`` (or ``{"error"}``)."""
+    (:func:`benchmarks.loadgen.dataset_calibrate_text_at`: three one-token requests before the
+    warmup, each asked again without streaming where the stream carries no usage). Returns the
+    calibration (None when the server reports no prompt tokens: the prompts are then one word per
+    token, the run's ``input_length_mismatch`` check says how far off they came out, and where the
+    server reports no prompt tokens per request either the run is flagged ``input_length_unchecked``)
+    and its evidence for the summary's ``input_calibration`` (or ``{"error"}``)."""
     try:
         cal, evidence = asyncio.run(dataset_calibrate_text_at(base_url=base_url, api=api, model=model,
                                                               input_len=input_len, seed=seed))
@@ -957,6 +964,10 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     summary = run_summary(result, slo=slo)
     if "calibration" in outcome:
         summary["input_calibration"] = outcome["calibration"]
+        # Prompts that could not be calibrated are words, one per token asked for: their real
+        # length is unknown unless the server reported it per request (input_length_check).
+        summary["flags"]["input_length_unchecked"] = bool("error" in outcome["calibration"]
+                                                          and summary.get("input_length_check") is None)
     sent = int(summary.get("requests") or 0)
     timed = point.get("duration_s") is not None
     if timed:

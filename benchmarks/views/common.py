@@ -60,6 +60,11 @@ FLAG_TEXT: dict[str, str] = {
     "input_length_mismatch": "prompts were not the requested length: the server's mean prompt tokens differ "
                              "from the requested length by more than 2 % (or 1 token); it is not ranked "
                              "against exact-length runs.",
+    "input_length_unchecked": "the requested input length was not checked: the prompts could not be calibrated "
+                              "against the server's prompt token count and the server reported none per request, "
+                              "so the prompts may be much longer or shorter than the label says.",
+    "no_successful_requests": "every request of this run failed: it measured nothing (its latencies and "
+                              "throughputs are unknown, not zero); the failure reasons say why.",
     "itl_coalesced": "10 % or more of the gaps between output events are zero (events came in one network "
                      "read): ITL shows how the server's writes were grouped, not the token cadence.",
     "rate_off_target": "the open-loop sending rate differs from the target by more than 3 standard deviations "
