@@ -484,6 +484,48 @@ def recipe_gpu_count(*, spec: Mapping[str, Any], engine: str) -> int | None:
     return total or None
 
 
+#: The engine flag that caps a request's prompt + output tokens, per engine (a recipe role's
+#: ``flags``): llama-cpp-python's ``n_ctx``, SGLang's ``context-length``, vLLM's ``max-model-len``.
+CONTEXT_FLAGS = {"llamacpp": "n_ctx", "sglang": "context-length", "vllm": "max-model-len"}
+
+
+def recipe_context_tokens(*, spec: Mapping[str, Any], engine: str) -> tuple[int, str] | None:
+    """The smallest context length (tokens) a worker role of the recipe ``spec`` sets with its
+    engine's context flag (:data:`CONTEXT_FLAGS`), with where it is set (``roles.single.flags.n_ctx``);
+    None when no worker role sets it (the engine's own default, or the model's, then applies and
+    is not known here)."""
+    flag = CONTEXT_FLAGS.get(engine)
+    if flag is None:
+        return None
+    roles = spec.get("roles") or {}
+    found: tuple[int, str] | None = None
+    for role in WORKER_ROLES:
+        value = ((roles.get(role) or {}).get("flags") or {}).get(flag) if isinstance(roles, Mapping) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            if found is None or value < found[0]:
+                found = (value, f"roles.{role}.flags.{flag}")
+    return found
+
+
+def grid_context_problems(grid: Mapping[str, Any], *, spec: Mapping[str, Any], engine: str) -> dict[str, list[str]]:
+    """Length pairs of a validated ``grid`` whose input + output tokens exceed the recipe's context
+    length (:func:`recipe_context_tokens`), keyed ``grid.lengths.<i>``: the engine refuses every
+    such request (llama.cpp answers an empty stream, vLLM and SGLang an error), so the point
+    would measure only failures. Empty when all fit or the context length is not known."""
+    ctx = recipe_context_tokens(spec=spec, engine=engine)
+    if ctx is None:
+        return {}
+    tokens, where = ctx
+    out: dict[str, list[str]] = {}
+    for i, (in_len, out_len) in enumerate(grid.get("lengths") or []):
+        if in_len + out_len > tokens:
+            out[f"grid.lengths.{i}"] = [
+                f"{in_len}:{out_len} needs {in_len + out_len:,} tokens of context ({in_len} in + {out_len} out), "
+                f"more than the deployment's {tokens:,} ({where}): the engine would refuse every request; "
+                f"use shorter lengths or deploy with a larger context"]
+    return out
+
+
 def _ms(dist: Mapping[str, Any] | None) -> dict[str, float | None] | None:
     if not dist:
         return None
@@ -510,6 +552,9 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     out["request_throughput"] = summary.get("request_throughput_req_s")
     out["completed"] = summary.get("successes", summary.get("completed"))
     out["failed"] = summary.get("failures", summary.get("failed"))
+    if out["completed"] == 0:
+        # No success, no measured throughput (summaries stored before this rule held 0.0).
+        out["output_throughput_tok_s"] = out["request_throughput"] = None
     steps = summary.get("decode_steps")
     steps = steps if isinstance(steps, Mapping) else {}
     step_s = steps.get("step_s")

@@ -132,9 +132,13 @@ _LATENCY_HELP = "ms by statistic (mean, p50, p90, p99, ...); null when no reques
 class RunMetricsSerializer(serializers.Serializer):
     """:func:`benchmarks.services.run_metrics`: one vocabulary for measured and imported runs."""
 
-    output_throughput_tok_s = serializers.FloatField(allow_null=True, help_text="output tok/s")
+    output_throughput_tok_s = serializers.FloatField(allow_null=True, help_text="output tok/s; null when no request "
+                                                                                "succeeded")
     tok_s_per_gpu = serializers.FloatField(allow_null=True, help_text="output tok/s per GPU; null without a GPU count")
     request_throughput_req_s = serializers.FloatField(allow_null=True, help_text="successful requests/s")
+    total_token_throughput_tok_s = serializers.FloatField(
+        allow_null=True, help_text="input + output tok/s; null when no request succeeded or the server did not "
+                                   "report every success's input tokens")
     goodput_req_s = serializers.FloatField(allow_null=True, help_text="requests/s within the SLOs")
     slo_attainment = serializers.FloatField(allow_null=True, help_text="share of requests within the SLOs (0-1)")
     ttft_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
@@ -244,9 +248,27 @@ class RunImportSerializer(StrictInputMixin, serializers.Serializer):
         return value
 
     def validate(self, attrs: dict) -> dict:
+        if not attrs.get("file") and not attrs.get("text"):
+            empty = _empty_body_message(self.context.get("request"))
+            if empty:
+                raise serializers.ValidationError({"file": [empty]})
         if bool(attrs.get("file")) == bool(attrs.get("text")):
             raise serializers.ValidationError({"file": ["give a file (multipart) or text (JSON), exactly one"]})
         return attrs
+
+
+def _empty_body_message(request) -> str:
+    """Why a multipart import brought no file, where the request says: a body sent in chunks
+    (``Transfer-Encoding: chunked``, as curl sends ``-F file=@/dev/null`` or a pipe, whose size it
+    does not know), which arrives here empty, or a multipart body of 0 bytes; ``""`` otherwise."""
+    meta = getattr(request, "META", None) or {}
+    if "chunked" in str(meta.get("HTTP_TRANSFER_ENCODING", "")).lower():
+        return ("the request body arrived empty: it was sent in chunks (Transfer-Encoding: chunked, as curl does for "
+                "-F file=@/dev/null or a pipe), so no file was read; an empty file has nothing to import, and a "
+                "file with results must be sent with its size (a regular file, -F file=@bench.json)")
+    if str(meta.get("CONTENT_TYPE", "")).startswith("multipart/form-data") and str(meta.get("CONTENT_LENGTH") or "0") == "0":
+        return "the request body is empty (0 bytes): no file arrived; an empty file has nothing to import"
+    return ""
 
 
 class RunFilterSerializer(serializers.Serializer):

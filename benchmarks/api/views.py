@@ -246,7 +246,7 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         whole file's problems are under the field sent: ``file`` for an upload, ``text``
         (``text.duration``) for pasted text."""
         data, found = request_body(request)
-        ser = s.RunImportSerializer(data=data, context={"body_errors": found})
+        ser = s.RunImportSerializer(data=data, context={"body_errors": found, "request": request})
         ser.is_valid(raise_exception=True)
         upload = ser.validated_data.get("file")
         if upload is not None:

@@ -74,6 +74,24 @@ def _no_connection(exc: OSError, where: str) -> str:
     return f"cannot connect to {where}: {type(exc).__name__}: {exc}"
 
 
+def _body_error(body: bytes) -> str | None:
+    """The error a 2xx response body without any SSE ``data`` event carries, in the server's words:
+    an SSE ``error:`` field (llama.cpp's server streams its errors so), or a JSON object with an
+    ``error`` (or ``"object": "error"``, vLLM's); None when the body says no error."""
+    text = body.strip()
+    if not text:
+        return None
+    candidates = [line[len(b"error:"):].strip() for line in text.splitlines() if line.startswith(b"error:")]
+    candidates.append(text)
+    for raw in candidates:
+        info = event_inspect(Api.COMPLETIONS, raw, -1)
+        if info.error is not None and not info.error.startswith("event is not"):
+            return f"server error: {info.error}"[:_ERROR_BODY_BYTES]
+        if raw is not text:
+            return f"server error: {raw.decode('utf-8', 'replace')}"[:_ERROR_BODY_BYTES]
+    return None
+
+
 class _Exchange:
     """One request's response as it streams in: the sink both transports feed raw body bytes to.
 
@@ -123,6 +141,10 @@ class _Exchange:
             if room > 0:
                 self.excerpt += data[:room]
             return True
+        if not self.seen and len(self.excerpt) < _ERROR_BODY_BYTES:
+            # The start of a 2xx body kept until its first event: a server that answers 200 with an
+            # error (a JSON body, or an SSE ``error:`` field) has its words kept (see outcome).
+            self.excerpt += data[:_ERROR_BODY_BYTES - len(self.excerpt)]
         payloads = self.parser.feed(data)
         if not payloads:
             return True
@@ -208,10 +230,17 @@ class _Exchange:
                 error += f" (inside an event: {pending} bytes unterminated)"
         elif pending and not self.clean:
             error = f"stream ended inside an event ({pending} bytes unterminated)"
+        if not self.events and not self.seen and 200 <= self.status < 300:
+            said = _body_error(self.excerpt)
+            if said is not None:
+                error = said  # the server's own words beat "no output" or "stream ended inside an event"
         if error is None and not self.events:
             error = "no output"
             if self.content_type and "text/event-stream" not in self.content_type:
                 error += f" (response Content-Type {self.content_type!r}, not text/event-stream)"
+            if self.status and not self.seen:
+                error += (f": HTTP {self.status} with an empty body" if not self.excerpt.strip()
+                          else f": HTTP {self.status}, no event in the body")
         if error is None and not self.clean:
             error = "stream ended without finish_reason or [DONE]"
         completion = self.completion

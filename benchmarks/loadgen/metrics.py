@@ -147,7 +147,9 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     :data:`INPUT_LENGTH_TOLERANCE_TOKENS`; ``input_length_check`` holds the figures),
     ``tokens_estimated``, ``server_token_mismatch``, ``client_cpu_bound``, ``itl_coalesced``
     (at least :data:`COALESCED_GAP_FRACTION` of the gaps between output events are zero, i.e. the
-    events came in one network read; ``itl_zero_gap_fraction`` is the fraction), and
+    events came in one network read; ``itl_zero_gap_fraction`` is the fraction),
+    ``no_successful_requests`` (requests were sent and every one failed: the latencies and
+    throughputs are null, not zero; ``errors`` says why), and
     ``tpot_slo_not_applicable`` (a TPOT SLO was given and some successful requests produced one
     output token, for which TPOT is undefined; ``slo_tpot_not_applicable`` counts them).
 
@@ -260,9 +262,13 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     total_in = int(known_in[known_in >= 0].sum())
     s["output_tokens"] = total_out
     s["input_tokens"] = total_in if (known_in >= 0).any() else None
-    s["output_throughput_tok_s"] = total_out / duration if duration > 0 else None
-    s["request_throughput_req_s"] = int(ok.sum()) / duration if duration > 0 else None
-    s["total_token_throughput_tok_s"] = (total_out + total_in) / duration if duration > 0 else None
+    # Unknown stays unknown (null): no success means no measured throughput (not 0), and a total
+    # that would count unknown input tokens as zero is no total.
+    measured = duration > 0 and bool(ok.any())
+    s["output_throughput_tok_s"] = total_out / duration if measured else None
+    s["request_throughput_req_s"] = int(ok.sum()) / duration if measured else None
+    s["total_token_throughput_tok_s"] = ((total_out + total_in) / duration
+                                         if measured and bool((known_in >= 0).all()) else None)
     s["input_tokens_requested_mean"] = float(req_in[req_in >= 0].mean()) if (req_in >= 0).any() else None
     s["input_tokens_actual_mean"] = float(known_in[known_in >= 0].mean()) if (known_in >= 0).any() else None
     s["output_tokens_mean"] = float(out_ok.mean()) if out_ok.size else None
@@ -315,6 +321,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     flags["input_length_mismatch"] = bool(s["input_length_check"] is not None
                                           and s["input_length_check"]["mismatch"])
     flags["itl_coalesced"] = bool(coalesced)
+    flags["no_successful_requests"] = bool(n > 0 and not ok.any())
     flags["tpot_slo_not_applicable"] = bool(s.get("slo_tpot_not_applicable"))
 
     # ---------------------------------------------------------------- output length

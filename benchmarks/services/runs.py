@@ -261,7 +261,9 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     """The run's headline numbers in one vocabulary (latencies ms, throughputs per second) for
     tables, comparison and export, whether measured or imported: the keys of
     :data:`COMPARE_FIELDS` plus ``successes``, ``requests``, ``input_tokens_mean``,
-    ``output_tokens_mean``, ``duration_s``, ``slo_attainment``, ``errors`` (reason → count)."""
+    ``output_tokens_mean``, ``duration_s``, ``slo_attainment``, ``errors`` (reason → count),
+    ``total_token_throughput_tok_s``. A throughput is None (unknown) for a run without a successful
+    request, and the total also where the server did not report every success's input tokens."""
     s = run.summary or {}
     p = summary_point(summary=s, concurrency=run.concurrency, request_rate=run.request_rate, input_len=run.input_len,
                       output_len=run.output_len, num_gpus=run.num_gpus, flags=run.flags)
@@ -277,6 +279,7 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
         "input_tokens_mean": s.get("input_tokens_actual_mean", s.get("mean_input_tokens")),
         "output_tokens_mean": s.get("output_tokens_mean", s.get("mean_output_tokens")),
         "duration_s": s.get("duration_s"), "errors": s.get("errors") or {},
+        "total_token_throughput_tok_s": None if p["completed"] == 0 else s.get("total_token_throughput_tok_s"),
     }
 
 
@@ -892,7 +895,7 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
         "served_model_name": run.served_model_name, "concurrency": run.concurrency,
         "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "num_gpus": run.num_gpus, "flags": ";".join(run.flags),
-        "total_token_throughput_tok_s": _number(s.get("total_token_throughput_tok_s")),
+        "total_token_throughput_tok_s": _number(m["total_token_throughput_tok_s"]),
         **{f"slo_{k}": slo.get(k) for k in SLO_KEYS},
         "slo_attainment_fraction": _number(m.get("slo_attainment")),
         "achieved_concurrency_mean_requests": _number(s.get("achieved_concurrency_mean", s.get("mean_concurrency"))),

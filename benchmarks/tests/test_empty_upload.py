@@ -45,3 +45,12 @@ def test_the_import_form_names_an_empty_upload(operator):
     assert page.status_code == 400
     assert "The file &#x27;bench.json&#x27; is empty (0 bytes)." in page.content.decode()
     assert not BenchmarkRun.objects.exists()
+
+
+def test_a_chunked_upload_that_arrived_empty_says_so(operator_api):
+    # curl -F file=@/dev/null sends its body in chunks; it arrives here as no body at all.
+    answer = operator_api.generic("POST", "/api/runs/import/", b"", content_type="multipart/form-data; boundary=B",
+                                  HTTP_TRANSFER_ENCODING="chunked")
+    assert answer.status_code == 400
+    assert answer.json()["file"][0].startswith("the request body arrived empty: it was sent in chunks")
+    assert not BenchmarkRun.objects.exists()

@@ -119,7 +119,9 @@ def _extra_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
     ended_by = s.get("ended_by")
     facts = [
         ("Duration", _first(s, "duration_s"), "s", ""),
-        ("Total token throughput", _first(s, "total_token_throughput_tok_s"), "tok/s", ""),
+        ("Total token throughput", None if s.get("successes") == 0 else _first(s, "total_token_throughput_tok_s"),
+         "tok/s", "" if _first(s, "total_token_throughput_tok_s") is not None or s.get("successes") == 0
+         else "unknown: the server did not report the input tokens of every successful request"),
         ("Achieved concurrency (mean)", _first(s, "achieved_concurrency_mean"), "requests", ""),
         ("Achieved concurrency (max)", _count(_first(s, "achieved_concurrency_max")), "requests", ""),
         ("Achieved request rate", _first(s, "achieved_rate_req_s"), "req/s", ""),

@@ -56,10 +56,31 @@ def _runs_page(values: list[str]) -> Page:
     return page_of(runs, values, noun="run", per_page=INDEX_RUNS_PER_PAGE)
 
 
+def request_outcomes(sweep_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+    """Requests of each sweep's stored runs that succeeded and failed, from their summaries:
+    ``{sweep_id: {"successes", "failures", "requests"}}``; a sweep whose runs record no counts
+    is left out. The sweep list and page show ``0 of 2 requests succeeded`` from it where any
+    request failed, so a sweep whose every request failed does not read as a success."""
+    out: dict[int, dict[str, int]] = {}
+    rows = BenchmarkRun.objects.filter(sweep_id__in=list(sweep_ids)).values_list(
+        "sweep_id", "summary__successes", "summary__failures")
+    for sweep_id, ok, failed in rows:
+        if not isinstance(ok, int) or not isinstance(failed, int):
+            continue
+        tally = out.setdefault(sweep_id, {"successes": 0, "failures": 0, "requests": 0})
+        tally["successes"] += ok
+        tally["failures"] += failed
+        tally["requests"] += ok + failed
+    return out
+
+
 def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
                    duplicate_of: Sequence[BenchmarkRun] = (), page: Page | None = None) -> dict[str, Any]:
     """The index page's context; ``page`` is the run list's page (default the first)."""
     sweeps = list(BenchmarkSweep.objects.select_related("deployment", "deployment__recipe", "created_by")[:100])
+    outcomes = request_outcomes([s.pk for s in sweeps])
+    for sweep in sweeps:
+        sweep.outcome = outcomes.get(sweep.pk)
     page = page if page is not None else _runs_page([])
     ready = Deployment.objects.filter(status=DeploymentStatus.READY, stop_requested=False).select_related("recipe")[:20]
     return {"sweeps": sweeps, "runs": [run_row(r) for r in page.object_list], "runs_page": page,
@@ -452,6 +473,7 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     whatif = sweep.status in SWEEP_TERMINAL and has_role(request.user, "viewer")
     context.update({
         "progress": sweep_progress(sweep), "status_class": _status_class(sweep.status),
+        "outcome": request_outcomes([sweep.pk]).get(sweep.pk),
         "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL,
         "whatif_url": f"{reverse('kernels:whatif')}?sweep={sweep.pk}" if whatif else "",
         "snapshot_text": _json_text(sweep.snapshot) if sweep.snapshot else "",
@@ -468,7 +490,8 @@ def sweep_progress_partial(request: HttpRequest, pk: int) -> HttpResponse:
     poll trigger, which ends the polling."""
     sweep = _get_sweep(pk)
     context = {"sweep": sweep, "progress": sweep_progress(sweep), "status_class": _status_class(sweep.status),
-               "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL}
+               "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL,
+               "outcome": request_outcomes([sweep.pk]).get(sweep.pk)}
     response = render(request, "benchmarks/_sweep_progress.html", context)
     known = request.GET.get("points", "")
     if known != str(sweep.points_done) or sweep.status in SWEEP_TERMINAL:

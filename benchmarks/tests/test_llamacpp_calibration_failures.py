@@ -1,0 +1,125 @@
+"""A real ``llama_cpp.server`` (tiny generated model, 256-token context): text prompts calibrated
+through a non-streaming probe (its stream carries no usage), a point whose every request failed
+flagged with unknown throughputs, an uncalibrated point flagged ``input_length_unchecked``, and a
+sweep longer than the recipe's context refused."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.choices import SweepStatus
+from benchmarks.services import run_metrics, sweep_create, sweep_execute
+from controlplane.errors import InvalidInput
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="module")
+def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a real ``llama_cpp.server`` (``--n_ctx 256``) serving a tiny generated GGUF model."""
+    from deployments.engines.tiny_gguf import tiny_gguf_write
+    from deployments.tests.test_agent_support import free_ports
+    from deployments.tests.test_llamacpp_engine import Server, server_argv
+
+    tmp = tmp_path_factory.mktemp("llama")
+    (port,) = free_ports(1)
+    srv = Server(server_argv(tiny_gguf_write(tmp / "tiny.gguf"), port), tmp / "server.log", f"http://127.0.0.1:{port}")
+    srv.wait_ready()
+    yield srv.base_url
+    srv.stop()
+
+
+@pytest.fixture
+def _var_dir(settings, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+
+
+def _llama_deployment(url: str, flags: dict | None = None):
+    from deployments.choices import ProcessStatus, Role
+    from deployments.models import Deployment, Node, Recipe, ServerProcess
+
+    node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2})
+    role = {"cpus": "0-1", "port": int(url.rsplit(":", 1)[1])}
+    if flags:
+        role["flags"] = flags
+    spec = {"served_model_name": "tiny", "roles": {"single": role}}
+    recipe = Recipe.objects.create(name="llama", engine="llamacpp", topology="single", node=node, spec=spec)
+    deployment = Deployment.objects.create(recipe=recipe, recipe_version=1, spec_snapshot=spec, node=node,
+                                           status="ready", entry_url=url)
+    ServerProcess.objects.create(deployment=deployment, role=Role.SINGLE, status=ProcessStatus.READY, argv=["python"],
+                                 health_url=f"{url}/v1/models")
+    return deployment
+
+
+@pytest.mark.django_db(transaction=True)
+def test_completions_prompts_on_llamacpp_are_calibrated_to_the_requested_length(llama_url: str, operator,
+                                                                                 _var_dir) -> None:
+    sweep = sweep_create(deployment=_llama_deployment(llama_url), user=operator,
+                         grid={"concurrency": [1], "lengths": [[64, 8]], "requests": 2,
+                               "api": "openai-completions"})
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
+    run = sweep.runs.get()
+    s = run.summary
+    cal = s["input_calibration"]
+    assert "error" not in cal, cal
+    # Random words are about 2.2 tokens each on this tokenizer: uncalibrated, 64 words were ~140 tokens.
+    assert 1.5 < cal["tokens_per_word"] < 3.5
+    assert [w for w, _ in cal["probes"]] == [8, 32] and all(t > w for w, t in cal["probes"])
+    check = cal["check"]
+    assert check["requested"] == 64 and abs(check["prompt_tokens"] - 64) <= 12, check
+    assert s["successes"] == 2 and s["flags"]["input_length_unchecked"] is False
+    assert "input_length_unchecked" not in run.flags and "no_successful_requests" not in run.flags
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_point_longer_than_the_context_is_flagged_failed_unchecked_and_unknown(llama_url: str, operator,
+                                                                                 operator_api, _var_dir) -> None:
+    # No n_ctx in the recipe: nothing to refuse at create, and every request exceeds the 256 tokens.
+    sweep = sweep_create(deployment=_llama_deployment(llama_url), user=operator,
+                         grid={"concurrency": [1], "lengths": [[600, 8]], "requests": 2,
+                               "api": "openai-completions"})
+    sweep_execute(sweep_id=sweep.pk)
+    run = sweep.runs.get()
+    s = run.summary
+    assert (s["successes"], s["failures"]) == (0, 2)
+    assert s["input_calibration"] == {"error": "prompts not calibrated: calibration probe of 300 words gave no "
+                                               "prompt_tokens: no output: HTTP 200 with an empty body"}
+    assert {"no_successful_requests", "input_length_unchecked"} <= set(run.flags)
+    # llama_cpp.server answers 200 and an empty stream: the reason says so instead of a bare "no output".
+    assert all("HTTP 200 with an empty body" in reason or "closed" in reason for reason in s["errors"]), s["errors"]
+    for key in ("output_throughput_tok_s", "request_throughput_req_s", "total_token_throughput_tok_s"):
+        assert s[key] is None
+    body = operator_api.get(f"/api/runs/{run.pk}/").json()
+    assert body["metrics"]["output_throughput_tok_s"] is None
+    assert body["metrics"]["request_throughput_req_s"] is None
+    assert body["metrics"]["total_token_throughput_tok_s"] is None
+    assert {"no_successful_requests", "input_length_unchecked"} <= set(body["flags"])
+    from django.test import Client
+
+    web = Client()
+    web.force_login(operator)
+    csv_text = web.get(f"/benchmarks/runs/{run.pk}/export.csv").content.decode()
+    header, row = csv_text.splitlines()[:2]
+    cells = dict(zip(header.split(","), row.split(",")))
+    assert cells["output_throughput_tok_s"] == cells["total_token_throughput_tok_s"] == ""
+    assert cells["request_throughput_req_s"] == ""
+    page = web.get(f"/benchmarks/runs/{run.pk}/").content.decode()
+    assert "the requested input length was not checked" in page and "every request of this run failed" in page
+    index = web.get("/benchmarks/").content.decode()
+    assert "0 of 2 requests succeeded" in index
+    assert "0 of 2 requests succeeded" in web.get(f"/benchmarks/sweeps/{sweep.pk}/").content.decode()
+    assert run_metrics(run=run)["total_token_throughput_tok_s"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_longer_than_the_recipes_context_is_refused(llama_url: str, operator) -> None:
+    deployment = _llama_deployment(llama_url, flags={"n_ctx": 256})
+    with pytest.raises(InvalidInput) as err:
+        sweep_create(deployment=deployment, user=operator,
+                     grid={"concurrency": [1], "lengths": [[64, 8], [250, 8]], "requests": 2})
+    assert err.value.errors == {"grid.lengths.1": [
+        "250:8 needs 258 tokens of context (250 in + 8 out), more than the deployment's 256 "
+        "(roles.single.flags.n_ctx): the engine would refuse every request; use shorter lengths or deploy "
+        "with a larger context"]}
