@@ -9,7 +9,8 @@ Lines end at ``"\n"`` (a ``"\r"`` before it is part of the ending), as JSON coun
 nowhere else: U+2028, U+2029, U+0085, a form feed or a vertical tab is text a JSON string may
 hold unescaped (``json.dumps(..., ensure_ascii=False)`` writes them so), not a line break. A
 line of nothing but JSON white space (space, tab, ``"\r"``) is blank and skipped. Each run keeps
-its line as the file has it, its line ending included (``original_record``).
+its line as the file has it, its line ending included (``original_record``). A UTF-8 byte order
+mark at the start of the file (:data:`BOM`) is skipped when reading and kept in the original text.
 
 Mapping, by formula (``/work/shared/design/metrics.md``):
 
@@ -30,8 +31,19 @@ Mapping, by formula (``/work/shared/design/metrics.md``):
 * Request lengths: SGLang's random dataset draws each length uniformly from
   ``[max(int(L * r), 1), L]`` with ``r = --random-range-ratio`` (default 0.0), unlike Ceiling's
   ``[L(1 - r), L(1 + r)]``; so ``random_input_len`` 1024 with r 0 means lengths in [1, 1024]
-  (mean about 512), and the import says so instead of presenting a 1024-token run. vLLM's result
-  file does not record the requested lengths; they stay null.
+  (mean about 512), and the import says so instead of presenting a 1024-token run.
+* vLLM's result file records no length argument. With ``--save-detailed`` it holds per-request
+  arrays: ``input_lens``, each request's prompt length as the benchmark's tokenizer counted the
+  prompt it built (every request sent, failed ones included), and ``output_lens``, the tokens
+  each completed request *produced* (the server's usage count, else the generated text
+  re-tokenized; 0 for a failed request), not the ``max_tokens`` it asked for. When all of an
+  array's entries are equal the run has that length (the requests' input length, or the output
+  length every completed request produced: what ``--ignore-eos`` with a fixed output length gives;
+  without it, a cap every request reached looks the same, so the note says "produced"); when
+  they differ the run is flagged ``variable_lengths`` with their shortest and longest
+  (``input_lens_min_max``, ``output_lens_min_max``), which are observed, not a range the lengths
+  were drawn from; without the arrays the lengths are unknown (``lengths_unknown``). An array
+  that disagrees with the file's totals is not used (:func:`_vllm_lengths`).
 * Absent or null values stay None, never 0 (vLLM's ``"request_goodput": null``). vLLM's older key
   ``"request_goodput:"`` (trailing colon) is read as ``request_goodput``. Keys not mapped are listed
   in ``unmapped_keys`` and stay in the kept original text.
@@ -399,7 +411,10 @@ class ImportedRun:
     ``max``). ``mean_input_tokens`` / ``mean_output_tokens`` are totals / ``completed``.
     ``requested_input_len`` / ``requested_output_len`` are the harness's length arguments and
     ``input_len_range`` / ``output_len_range`` the inclusive range the lengths were drawn from
-    (None when unknown); ``length_distribution_note`` says it in words. ``original_text`` is the
+    (None when unknown); ``input_lens_min_max`` / ``output_lens_min_max`` the shortest and longest
+    length of the file's per-request arrays (vLLM's ``input_lens`` and the completed requests'
+    ``output_lens``, tokens; None without them): what the requests had, not a range they were drawn
+    from; ``length_distribution_note`` says it in words. ``original_text`` is the
     whole file verbatim and ``original_record`` this run's own line verbatim, its line ending
     included (for a file that is one object: the file less leading and trailing white space);
     ``source_line`` its 1-based line. ``notes`` record every derived or dropped value;
@@ -427,6 +442,8 @@ class ImportedRun:
     range_ratio: float | None = None
     input_len_range: tuple[int, int] | None = None
     output_len_range: tuple[int, int] | None = None
+    input_lens_min_max: tuple[int, int] | None = None
+    output_lens_min_max: tuple[int, int] | None = None
     length_distribution_note: str | None = None
     completed: int | None = None
     failed: int | None = None
@@ -464,9 +481,9 @@ class ImportedRun:
     def as_sweep_point(self, *, num_gpus: int | None = None) -> SweepPoint:
         """This run as a :class:`SweepPoint` for :func:`benchmarks.analysis.ceiling_analyse`.
 
-        Lengths are the requested ones only when every request had exactly that length; otherwise
-        they are None with the flag ``variable_lengths`` (a range) or ``lengths_unknown`` (not
-        recorded), so the run is never grouped with fixed-length runs. Raises
+        Lengths are set only when every request had exactly that length; otherwise they are None
+        with the flag ``variable_lengths`` (drawn from a range, or per-request lengths that differ)
+        or ``lengths_unknown`` (not recorded), so the run is never grouped with fixed-length runs. Raises
         :class:`ResultImportError` naming the run's line when the file had no output throughput
         (absent, NaN or infinite) and none could be computed from ``total_output_tokens`` /
         ``duration``.
@@ -482,7 +499,9 @@ class ImportedRun:
         flags: list[str] = []
         in_len = _fixed_len(self.input_len_range)
         out_len = _fixed_len(self.output_len_range)
-        if self.input_len_range is None or self.output_len_range is None:
+        known_in = self.input_len_range is not None or self.input_lens_min_max is not None
+        known_out = self.output_len_range is not None or self.output_lens_min_max is not None
+        if not (known_in and known_out):
             flags.append("lengths_unknown")
         elif in_len is None or out_len is None:
             flags.append("variable_lengths")
@@ -608,6 +627,12 @@ def import_vllm_bench_serve(text: str) -> ImportedRun:
 # --- parsing --------------------------------------------------------------------------------------
 
 
+#: The UTF-8 byte order mark as text: editors on Windows (Notepad, PowerShell's ``Out-File -Encoding
+#: utf8``) start a file with it. It is no part of the JSON (RFC 8259 lets a reader ignore it), so
+#: the importers skip it at the start of a file; the stored original text keeps it, so the file
+#: downloads byte for byte and its SHA-256 is the file's.
+BOM = "\ufeff"
+
 # What JSON counts as white space (RFC 8259): a line of nothing else is blank. ``str.strip()``
 # would also take U+2028, U+0085, a form feed and others, which JSON allows unescaped only
 # inside strings.
@@ -618,20 +643,23 @@ def _records(text: str, problems: _Problems) -> Iterator[Record]:
     """The file as one JSON object (line None), else its JSON lines (:func:`_lines`). A text whose
     first line is not JSON and that has no line that is a JSON object gets one problem, where
     the parser stopped in the whole text: a pretty-printed object with one typo would otherwise
-    get a complaint for each of its lines. Raises at once for an empty file (nothing but JSON
-    white space) or a whole text that is JSON but not an object."""
-    if not text.strip(_JSON_SPACE):
+    get a complaint for each of its lines. A leading UTF-8 byte order mark (:data:`BOM`) is not
+    read as JSON (the single object's record leaves it out; the caller keeps it in the original
+    text). Raises at once for an empty file (nothing but JSON white space, after a byte order
+    mark if any) or a whole text that is JSON but not an object."""
+    body = text.removeprefix(BOM)
+    if not body.strip(_JSON_SPACE):
         raise ResultImportError("the file is empty")
     repeats: list[_Object] = []
     try:
-        whole = _loads(text, repeats)
+        whole = _loads(body, repeats)
     except json.JSONDecodeError as exc:
         whole_error = exc
     else:
         if not isinstance(whole, dict):
             raise ResultImportError(f"expected a JSON object, got {_json_type(whole)}")
-        _repeated_keys(whole, repeats, None, problems, text=text)
-        return iter([(None, whole, text.strip(_JSON_SPACE))])
+        _repeated_keys(whole, repeats, None, problems, text=body)
+        return iter([(None, whole, body.strip(_JSON_SPACE))])
     return _lines(text, problems, whole_error=whole_error)
 
 
@@ -657,11 +685,14 @@ def _lines(text: str, problems: _Problems, *, whole_error: json.JSONDecodeError 
     line with its line ending, as the file has it) that is a JSON object, adding every other
     non-blank line to ``problems``, until :meth:`_Problems.keep_reading` says stop. With
     ``whole_error`` (the text's own parse error), a text that yields nothing and whose first
-    line is not JSON gets that one error instead of one per line. Raises at the end for a text
-    with no non-blank line."""
+    line is not JSON gets that one error instead of one per line. A byte order mark (:data:`BOM`)
+    at the start of line 1 is not read as JSON; the raw line keeps it, so the raw lines, joined,
+    still give back ``text``. Raises at the end for a text with no non-blank line."""
     first: str | None = None
     yielded = False
     for number, content, raw in _split_lines(text):
+        if number == 1:
+            content = content.removeprefix(BOM)  # the file's byte order mark, not the line's JSON
         if not content.strip(_JSON_SPACE):
             continue
         if not problems.keep_reading(number):
@@ -1129,10 +1160,93 @@ def _vllm_run(obj: dict[str, Any], raw: str, line: int | None, text: str, proble
     if run.failed is None and "failed" not in r.refused and run.num_prompts is not None and run.completed is not None:
         run.failed = run.num_prompts - run.completed
         run.notes.append("failed is not in the file; computed as num_prompts - completed.")
-    run.length_distribution_note = (
-        "vLLM's result file does not record the requested input/output lengths; the measured means are "
-        "total tokens / completed requests.")
+    _vllm_lengths(run, r.obj)
     return _finish(r, run)
+
+
+def _per_request_lengths(value: Any) -> list[int] | None:
+    """``value`` as a list of token counts (integers >= 0, not booleans), None when it is absent,
+    empty or holds anything else."""
+    if not isinstance(value, list) or not value:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT for v in value):
+        return None
+    return value
+
+
+def _vllm_lengths(run: ImportedRun, obj: dict[str, Any]) -> None:
+    """The lengths of a vLLM run from its per-request arrays (``--save-detailed``; module docstring):
+    ``input_lens`` are the prompt lengths of every request sent (the benchmark's tokenizer count
+    of each prompt it built, failed requests included), ``output_lens`` the tokens each completed
+    request produced (a failed one's entry is 0). The file does not record the requested output
+    length (``max_tokens``), so an equal ``output_lens`` says every completed request produced
+    that many tokens, which is what ``--ignore-eos`` with a fixed output length gives; without
+    ``--ignore-eos`` it may also be a cap every request reached. Either way the run's tok/s and
+    latencies are those of outputs of that length, and it is recorded as such, with the note
+    saying what was measured rather than requested.
+
+    Each array is used only when it agrees with the file's own totals: the completed requests'
+    prompt lengths sum to ``total_input_tokens`` and their output lengths to
+    ``total_output_tokens``, and ``output_lens`` holds one entry per completed request plus a
+    0 for each failed one. One that does not, or that is not a list of token counts, is left out
+    with a note, and that side's lengths stay unknown."""
+    said: list[str] = []
+    inputs = _per_request_lengths(obj.get("input_lens"))
+    outputs = _per_request_lengths(obj.get("output_lens"))
+    completed, failed = run.completed, run.failed
+    for key, values in (("input_lens", inputs), ("output_lens", outputs)):
+        if key in obj and values is None:
+            said.append(f"{key} is not a list of token counts; it is not used.")
+    if inputs is not None and len(set(inputs)) == 1 and completed is not None \
+            and run.total_input_tokens is not None and inputs[0] * completed != run.total_input_tokens:
+        said.append(f"input_lens are all {inputs[0]}, but total_input_tokens {run.total_input_tokens} is not "
+                    f"{inputs[0]} x {completed} completed requests; the input lengths are not used.")
+        inputs = None
+    if outputs is not None:
+        produced = list(outputs)
+        for _ in range(failed or 0):
+            if 0 not in produced:
+                break
+            produced.remove(0)
+        expected = completed if completed is not None else len(produced)
+        if len(produced) != expected or (failed or 0) > len(outputs) - len(produced):
+            said.append(f"output_lens has {len(outputs)} entries, not one per completed request ({completed}) and a "
+                        f"0 per failed one ({failed or 0}); the output lengths are not used.")
+            outputs = None
+        elif run.total_output_tokens is not None and sum(produced) != run.total_output_tokens:
+            said.append(f"output_lens sum to {sum(produced)}, not total_output_tokens {run.total_output_tokens}; "
+                        "the output lengths are not used.")
+            outputs = None
+        else:
+            outputs = produced or None
+    parts: list[str] = []
+    if inputs is not None:
+        lo, hi = min(inputs), max(inputs)
+        run.input_lens_min_max = (lo, hi)
+        if lo == hi:
+            run.requested_input_len, run.input_len_range = lo, (lo, lo)
+            parts.append(f"Input length {lo} tokens for every request (input_lens).")
+        else:
+            parts.append(f"Input lengths varied from {lo} to {hi} tokens (input_lens), so this is not a fixed-length "
+                         "run.")
+    if outputs is not None:
+        lo, hi = min(outputs), max(outputs)
+        run.output_lens_min_max = (lo, hi)
+        if lo == hi:
+            run.output_len_range = (lo, lo)
+            parts.append(f"Every completed request produced {lo} output tokens (output_lens: produced, not requested, "
+                         "lengths; vLLM's file does not record the requested one, and equal produced lengths are "
+                         "what --ignore-eos with a fixed output length gives).")
+        else:
+            parts.append(f"Output lengths varied from {lo} to {hi} tokens (output_lens, produced), so this is not a "
+                         "fixed-length run.")
+    missing = [k for k, v in (("input", inputs), ("output", outputs)) if v is None]
+    if missing:
+        parts.append(f"The {' and '.join(missing)} lengths per request are not in the file (vLLM writes input_lens "
+                     "and output_lens with --save-detailed), so they are unknown; the measured means are total tokens / "
+                     "completed requests.")
+    run.length_distribution_note = " ".join(parts)
+    run.notes.extend(said)
 
 
 def _fixed_len(span: tuple[int, int] | None) -> int | None:

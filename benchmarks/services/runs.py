@@ -503,7 +503,9 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     (``variable_lengths``) when the comparison holds a measured fixed-length run. Random-length
     runs among themselves are ranked like fixed-length runs: those with the same ranges had the
     same length distribution, and runs with different ranges are runs of different lengths (no
-    best, as below). Each entry's ``lengths`` is its setting in words (``1024/1024``, ``random
+    best, as below); a run whose per-request lengths varied without a recorded range (``varied``)
+    is never ranked. Every run that is not ranked, for whatever reason, is listed in ``excluded``
+    with its reason (the refusal's words after ``is not ranked:``). Each entry's ``lengths`` is its setting in words (``1024/1024``, ``random
     [1, 1024]/[1, 1024]``; null when unknown). ``best`` names, for each
     of :data:`BEST_METRICS` (every compared field but the failure count: throughputs, goodput and
     each latency statistic), the best of the rankable runs with a value for it (the only one, when
@@ -580,8 +582,15 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                        f"({lengths}), so its tok/s and latencies are not comparable with fixed-length runs; compare "
                        "it with runs of the same random-length settings")
             unranked_why[run.pk] = "not comparable with fixed-length runs"
+        elif kind == "varied":
+            refusal = (f"run #{run.pk} is not ranked: variable lengths — its requests' lengths varied ({lengths}: the "
+                       "shortest and longest the file records per request) and the file does not say how they were "
+                       "drawn, so its tok/s and latencies cannot be compared with any other run's")
+            unranked_why[run.pk] = "its lengths varied"
         if refusal is not None and not unmeasured:
             notes.append(refusal)
+            # Every run that is not ranked is listed with its reason, not only those without a measurement.
+            excluded.append({"id": run.pk, "reason": refusal.split(": ", 1)[1]})
         entries.append({"id": run.pk, "label": run.label, "sweep_id": run.sweep_id, "status": run.status,
                         "flags": list(run.flags), "metrics": metrics, "ci95_ms": run_ci95_ms(run=run),
                         "config": _config_fields(run), "lengths": lengths,
@@ -714,9 +723,12 @@ def run_length_setting(*, run: BenchmarkRun) -> tuple[str, str | None]:
     1024]/[1, 1024]")`` (each request's input and output lengths drawn uniformly from these
     inclusive ranges of tokens: an imported SGLang random-dataset run, flag ``variable_lengths``),
     ``("mismatch", "1024/1024")`` (fixed lengths that some requests did not have, flag
-    ``output_length_mismatch`` or ``input_length_mismatch``) or ``("unknown", None)`` (flag
-    ``lengths_unknown``, or no lengths and no ranges recorded). Two runs with the same words had the
-    same length distribution."""
+    ``output_length_mismatch`` or ``input_length_mismatch``), ``("varied", "varied [96, 1024]/[12,
+    128]")`` (per-request lengths that differ, flag ``variable_lengths``: the shortest and longest
+    input and output length the file records per request, as vLLM's ``input_lens`` and
+    ``output_lens``; observed, not a range they were drawn from) or ``("unknown", None)`` (flag
+    ``lengths_unknown``, or no lengths and no ranges recorded). Two runs with the same ``fixed`` or
+    ``random`` words had the same length distribution; ``varied`` words say nothing of one."""
     flags = set(run.flags or [])
     if run.input_len and run.output_len:
         words = f"{run.input_len}/{run.output_len}"
@@ -730,6 +742,11 @@ def run_length_setting(*, run: BenchmarkRun) -> tuple[str, str | None]:
             isinstance(s, list | tuple) and len(s) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
                                                                  for v in s) for s in spans):
         return "random", "random " + "/".join(f"[{lo}, {hi}]" for lo, hi in spans)
+    seen = [summary.get("input_lens_min_max"), summary.get("output_lens_min_max")]
+    if "variable_lengths" in flags and "lengths_unknown" not in flags and all(
+            isinstance(s, list | tuple) and len(s) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                 for v in s) for s in seen):
+        return "varied", "varied " + "/".join(f"[{lo}, {hi}]" for lo, hi in seen)
     if flags & {"output_length_mismatch", "input_length_mismatch"}:
         return "mismatch", None
     return "unknown", None
