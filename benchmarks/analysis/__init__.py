@@ -7,10 +7,13 @@ definitions in ``/work/shared/design/metrics.md``). :func:`ceiling_analyse` retu
 :class:`CeilingReport` holding:
 
 * a least-squares fit of the decode step time against the running batch,
-  ``TPOT(b) = fixed_ms + per_seq_ms * b``, where the running batch ``b`` is estimated with
-  Little's law (``b = output tok/s * TPOT``: each sequence in the decode batch yields one token
-  per step) instead of assuming ``b = concurrency``; at high concurrency part of the requests
-  wait for prefill or admission and are not in the decode batch;
+  ``step(b) = fixed_ms + per_seq_ms * b``, where the running batch ``b`` of each point is
+  measured from its per-event records (the requests between their first and last output event,
+  with the step the mean gap between output events) and, for a point without them (imported, or
+  its events coalesced), estimated with Little's law (``b = output tok/s * TPOT``, the step its
+  TPOT), point by point (:func:`point_running_batch`), instead of assuming ``b = concurrency``;
+  at high concurrency part of the requests wait for prefill or admission and are not in the
+  decode batch;
 * the throughput ceiling: the observed plateau when throughput stopped growing, else the fit's
   asymptote ``lim b / TPOT(b) = 1000 / per_seq_ms`` tok/s (or ``cap / TPOT(cap)`` when the
   engine's maximum running batch is given), else "not reached";
@@ -46,9 +49,9 @@ public is importable from ``benchmarks.analysis``.
 Thresholds (all named constants in :mod:`.model`) are judgement calls, not taken from a harness: they are
 chosen so that a measured sweep with a few percent of noise is classified the same way twice.
 """
-from benchmarks.analysis.compute import ceiling_analyse
+from benchmarks.analysis.compute import ceiling_analyse, point_running_batch
 from benchmarks.analysis.model import (
-    BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, LatencyStats, LoadGroup, LoadKind, MatchedPair, PointAnalysis,
+    BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, FitSource, LatencyStats, LoadGroup, LoadKind, MatchedPair, PointAnalysis,
     QueueingStep, Stat, SweepPoint, Topology, TopologyComparison, CEILING_REACHED_FRACTION,
     FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PARTIAL_FLAG, PLATEAU_FRACTION,
     PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
@@ -62,6 +65,7 @@ __all__ = [
     "CeilingReport",
     "DecodeFit",
     "FLAT_THROUGHPUT_GROWTH",
+    "FitSource",
     "LatencyStats",
     "LoadGroup",
     "LoadKind",
@@ -81,4 +85,5 @@ __all__ = [
     "Topology",
     "TopologyComparison",
     "ceiling_analyse",
+    "point_running_batch",
 ]

@@ -11,7 +11,7 @@ from benchmarks.analysis.model import (
     CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS,
     PARTIAL_FLAG, PLATEAU_FRACTION,
     PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH, BatchSource, Bottleneck, Ceiling,
-    CeilingReport, DecodeFit, LoadGroup, MatchedPair, PointAnalysis, QueueingStep, Stat, SweepPoint, Topology,
+    CeilingReport, DecodeFit, FitSource, LoadGroup, MatchedPair, PointAnalysis, QueueingStep, Stat, SweepPoint, Topology,
     TopologyComparison,
 )
 from benchmarks.analysis.wording import (
@@ -41,8 +41,10 @@ def ceiling_analyse(
     optional second sweep of the same model on another topology; all three are needed for the
     per-GPU comparison. ``max_running_batch``: the engine's cap on running sequences
     (``--max-running-requests``) when known, to bound the fitted ceiling. ``batch_source``:
-    ``auto`` (default: ``decode_events`` when every analysed point has the load generator's
-    client-seen decode step and none is flagged ``itl_coalesced``, else ``littles_law``),
+    ``auto`` (default: each point on its own, :func:`point_running_batch`: ``decode_events`` for a
+    point that has the load generator's client-seen decode step and is not flagged
+    ``itl_coalesced``, else ``littles_law`` for that point alone; the fit's ``batch_source`` is
+    ``mixed`` when its points differ, and ``batch_sources`` names each),
     ``decode_events`` (step time = the mean gap between output events with decode pauses left out,
     running batch = the requests in their decode phase counted at those events: both as the engine
     ran its steps, so prefill time inflates neither), ``littles_law`` (step time = TPOT, running
@@ -61,11 +63,17 @@ def ceiling_analyse(
     if not usable:
         raise InvalidInput({"points": [_nothing_left(excluded, failed)]})
     failed_requests = sum(p.failed or 0 for p in points)
-    if batch_source == "auto":
-        batch_source = "decode_events" if all(_has_decode_steps(p) for p in usable) else "littles_law"
     analysed = [_point_analysis(p, num_gpus=num_gpus, batch_source=batch_source, gpus_known=gpus_known)
                 for p in usable]
-    fit = _decode_fit(analysed, batch_source=batch_source, failed_excluded=[p.label for p in failed])
+    fit_source: FitSource
+    if batch_source != "auto":
+        fit_source = batch_source
+    else:
+        # Each point by its own records: one coalesced or imported point moves only itself to Little's law.
+        sources = {a.running_batch_source for a in analysed
+                   if a.running_batch_source is not None and a.step_ms is not None}
+        fit_source = sources.pop() if len(sources) == 1 else ("mixed" if sources else "littles_law")
+    fit = _decode_fit(analysed, batch_source=fit_source, failed_excluded=[p.label for p in failed])
     by_kind = [(kind, group) for kind in ("closed", "open")
                if (group := [p for p in usable if p.load_kind == kind])]
     # One server, one decode path: the fit's bound on the ceiling is the server's, whichever load
@@ -178,7 +186,41 @@ def _has_decode_steps(p: SweepPoint) -> bool:
     return p.decode_step_ms is not None and p.decode_batch is not None and COALESCED_FLAG not in p.flags
 
 
-def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource,
+def point_running_batch(p: SweepPoint, *, batch_source: BatchSource | Literal["auto"] = "auto",
+                        ) -> tuple[float | None, float | None, BatchSource | None]:
+    """The running decode batch of one point (sequences), the step time the decode fit uses for it
+    (ms per token) and where the batch came from: ``(batch, step_ms, source)``. The one place
+    both figures are estimated; the ceiling analysis and the what-if projection
+    (:mod:`kernels.whatif`, through the analysis report) quote these.
+
+    ``auto`` decides per point: ``decode_events`` when the point has a client-seen decode step
+    that can be trusted (:func:`_has_decode_steps`: the load generator's ``decode_batch``, the
+    requests between their first and last output event counted at each event, and
+    ``decode_step_ms``, the mean gap between output events with decode pauses left out), else
+    ``littles_law`` (batch = output tok/s x TPOT, capped at the concurrency; step = TPOT): runs
+    without per-event records (imported) and runs whose events came coalesced. A forced
+    ``decode_events`` gives ``(None, None, None)`` for a point without those records; a forced
+    ``littles_law`` on a point without TPOT, or ``concurrency``, gives the concurrency as the batch
+    (``(None, TPOT, None)`` for an open-loop point)."""
+    tpot = p.tpot_ms.central()
+    if batch_source == "auto":
+        batch_source = "decode_events" if _has_decode_steps(p) else "littles_law"
+    if batch_source == "decode_events":
+        if _has_decode_steps(p):
+            return p.decode_batch, p.decode_step_ms, "decode_events"
+        return None, None, None
+    if batch_source == "littles_law" and tpot is not None:
+        # tok/s x s/token-per-sequence = sequences in the decode batch, time-averaged over the run.
+        running = p.output_throughput_tok_s * tpot / 1000.0
+        if p.concurrency is not None:
+            running = min(running, float(p.concurrency))
+        return running, tpot, "littles_law"
+    if p.concurrency is not None:
+        return float(p.concurrency), tpot, "concurrency"
+    return None, tpot, None
+
+
+def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource | Literal["auto"],
                     gpus_known: bool = True) -> PointAnalysis:
     ttft = p.ttft_ms.central()
     tpot = p.tpot_ms.central()
@@ -188,22 +230,7 @@ def _point_analysis(p: SweepPoint, *, num_gpus: int, batch_source: BatchSource,
         e2e = ttft + tpot * (p.output_len - 1)
         estimated = True
     share = (e2e - ttft) / e2e if e2e and ttft is not None and e2e > 0 else None
-    running: float | None = None
-    source: BatchSource | None = None
-    step = tpot
-    if batch_source == "decode_events":
-        step = None
-        if _has_decode_steps(p):
-            running, step, source = p.decode_batch, p.decode_step_ms, "decode_events"
-    elif batch_source == "littles_law" and tpot is not None:
-        # tok/s x s/token-per-sequence = sequences in the decode batch, time-averaged over the run.
-        running = p.output_throughput_tok_s * tpot / 1000.0
-        if p.concurrency is not None:
-            running = min(running, float(p.concurrency))
-        source = "littles_law"
-    elif p.concurrency is not None:
-        running = float(p.concurrency)
-        source = "concurrency"
+    running, step, source = point_running_batch(p, batch_source=batch_source)
     # The pause share is measured against the client-seen step (metrics.py ``_decode_steps``), so it
     # travels with that step, also when the fit falls back to TPOT; a point whose events came in
     # network reads has neither.
@@ -229,7 +256,7 @@ def _estimated_stat(p: SweepPoint) -> Stat | None:
 # --- decode fit and ceiling -----------------------------------------------------------------------
 
 
-def _decode_fit(points: list[PointAnalysis], *, batch_source: BatchSource,
+def _decode_fit(points: list[PointAnalysis], *, batch_source: FitSource,
                 failed_excluded: Sequence[str] = ()) -> DecodeFit:
     """Least-squares line through (running batch, step time) of the analysed points (see
     :class:`DecodeFit` for what each ``batch_source`` fits); ``failed_excluded`` (labels left out
@@ -240,13 +267,15 @@ def _decode_fit(points: list[PointAnalysis], *, batch_source: BatchSource,
                     labels=[lb for lb, _, _ in pairs], running_batch=[b for _, b, _ in pairs],
                     tpot_ms=[a.tpot_ms for a in used], steps_ms=[t for _, _, t in pairs],
                     stall_shares=[a.stall_share for a in used], tpot_stats=[a.tpot_stat or "mean" for a in used],
+                    batch_sources=[a.running_batch_source or "concurrency" for a in used],
                     load_kinds=["closed" if a.concurrency is not None else "open" for a in used])
     distinct = len({round(b, 1) for _, b, _ in pairs})
     if len(pairs) < MIN_FIT_POINTS or distinct < MIN_FIT_POINTS:
         missing = len(points) - len(pairs)
         why = f"{distinct} distinct running batch size{'s' if distinct != 1 else ''}"
         if missing:
-            what = "a client-seen decode step" if batch_source == "decode_events" else "TPOT"
+            what = {"decode_events": "a client-seen decode step", "mixed": "a client-seen decode step or TPOT"}.get(
+                batch_source, "TPOT")
             why += f" ({missing} point{'s' if missing != 1 else ''} without {what})"
         if failed_excluded:
             verb = "is" if len(failed_excluded) == 1 else "are"
@@ -309,7 +338,8 @@ def _fit_bound(kinds: list[list[SweepPoint]], fit: DecodeFit, *,
     times, or, for a TPOT fit, over the TPOT of any load kind in ``kinds``, each kind's points in
     load order)."""
     # Only a physical cost bounds the ceiling: a negative fixed or per-sequence cost is no decode path.
-    grows = _step_grows(fit) if fit.batch_source == "decode_events" else any(_tpot_grows(k) for k in kinds)
+    grows = (_step_grows(fit) if fit.batch_source in ("decode_events", "mixed")
+             else any(_tpot_grows(k) for k in kinds))
     if not (fit.is_decode_cost and fit.per_seq_ms is not None and grows):
         return None, None
     asymptote = 1000.0 / fit.per_seq_ms

@@ -93,7 +93,8 @@ def _fit_sentence(fit: DecodeFit) -> str:
                 f"{_r2(fit)}), which no decode step has, so no decode cost is read from it.")
     how = {"decode_events": "the requests between their first and last output event, counted at each output event",
            "littles_law": f"Little's law (running batch = tok/s x {tpot}, capped at the concurrency)",
-           "concurrency": "the concurrency (every request assumed in the batch)"}[fit.batch_source]
+           "concurrency": "the concurrency (every request assumed in the batch)",
+           "mixed": _mixed_sources(fit)}[fit.batch_source]
     kinds = fit.load_kinds if len(fit.load_kinds) == len(fit.labels) else ["closed"] * len(fit.labels)
     per_kind = [(kind, ", ".join(f"{_fixed(b, 1)} at {lb}"
                                  for lb, b, k in zip(fit.labels, fit.running_batch, kinds, strict=True) if k == kind))
@@ -111,6 +112,26 @@ def _fit_sentence(fit: DecodeFit) -> str:
             f"comes from {how}: {batches}.")
 
 
+def _mixed_sources(fit: DecodeFit) -> str:
+    """How a ``mixed`` fit got each point's running batch, naming the points of each source:
+    ``the requests between their first and last output event, counted at each output event, at
+    c=4, c=8, and Little's law (running batch = tok/s x mean TPOT, capped at the concurrency) at
+    c=1, whose events came coalesced or were not recorded``."""
+    at = {src: ", ".join(lb for lb, s in zip(fit.labels, fit.batch_sources, strict=True) if s == src)
+          for src in ("decode_events", "littles_law", "concurrency")}
+    tpot = _metric("TPOT", [t for t, s in zip(fit.tpot_stats, fit.batch_sources, strict=True) if s != "decode_events"])
+    parts = []
+    if at["decode_events"]:
+        parts.append("the requests between their first and last output event, counted at each output event, at "
+                     + at["decode_events"])
+    if at["littles_law"]:
+        parts.append(f"Little's law (running batch = tok/s x {tpot}, capped at the concurrency) at {at['littles_law']}, "
+                     "whose output events came coalesced or were not recorded")
+    if at["concurrency"]:
+        parts.append(f"the concurrency at {at['concurrency']}")
+    return ", and ".join(parts)
+
+
 def _stall_sentence(r: CeilingReport) -> str:
     """Decode pauses (prefill interference where other requests ran), apart from the decode cost: the
     points whose decode paused for at least :data:`STALL_SHARE_NOTED` of their decode time, with
@@ -124,7 +145,9 @@ def _stall_sentence(r: CeilingReport) -> str:
     if not paused:
         return ""
     tpot = _metric("TPOT", [a.tpot_stat for a in paused])
-    measured = r.fit.batch_source == "decode_events"
+    # Per point: the fit's step is the client-seen step where the point had one, else its TPOT.
+    measured = all(a.running_batch_source == "decode_events" for a in paused)
+    on_tpot = [a.label for a in paused if a.running_batch_source != "decode_events"]
     step = "step" if measured else "step between output events"
     each = "; ".join(f"{a.stall_share:.0%} of decode time at {a.label} ({tpot} {_ms(a.tpot_ms)}"
                      + (f" against a {_ms(a.decode_step_ms)} {step})" if a.decode_step_ms is not None else ")")
@@ -134,9 +157,14 @@ def _stall_sentence(r: CeilingReport) -> str:
     alone = [a.label for a in paused if a.concurrency == 1]
     alone_txt = (f"; at {', '.join(alone)} no other request ran, so there the pauses are the engine's own or its "
                  f"output arriving in bursts, not prefill interference" if alone else "")
-    tail = (f"{tpot} includes these pauses, the decode step time does not" if measured else
-            f"{tpot} includes these pauses, and so does the decode step time of the fit, which is the {tpot} "
-            "here; the step between output events does not")
+    if measured:
+        tail = f"{tpot} includes these pauses, the decode step time does not"
+    elif len(on_tpot) == len(paused):
+        tail = (f"{tpot} includes these pauses, and so does the decode step time of the fit, which is the {tpot} "
+                "here; the step between output events does not")
+    else:
+        tail = (f"{tpot} includes these pauses, and so does the decode step time of the fit at {', '.join(on_tpot)}, "
+                f"which is the {tpot} there; the step between output events does not")
     return (f"Decode pauses: decode paused between output events (gaps over twice the median step: another "
             f"request's prefill ran, or the sequence waited) for {each}{alone_txt}; {tail}.")
 

@@ -12,6 +12,8 @@ from controlplane.errors import InvalidInput
 
 Topology = Literal["pd", "single"]
 BatchSource = Literal["decode_events", "littles_law", "concurrency"]
+# A decode fit's source: its points' one source, or ``mixed`` when they differ.
+FitSource = Literal["decode_events", "littles_law", "concurrency", "mixed"]
 Bottleneck = Literal["decode", "prefill", "queueing", "none", "unknown"]
 Stat = Literal["mean", "p50"]
 LoadKind = Literal["closed", "open"]
@@ -226,7 +228,11 @@ class DecodeFit:
     else ``littles_law`` (the step time is the TPOT, ``running_batch`` tok/s x TPOT, capped at the
     concurrency: a time average that also counts prefill time, so it undercounts the batch of a
     point whose prefill takes a large share of the time, and TPOT includes decode pauses; runs
-    without per-event records, e.g. imported ones, only allow this) or ``concurrency``.
+    without per-event records, e.g. imported ones, only allow this), ``concurrency``, or ``mixed``:
+    each point by its own records (:func:`benchmarks.analysis.compute.point_running_batch`), the
+    client-seen step and batch where a point has them and Little's law on TPOT where it does not
+    (a coalesced or imported point); the steps of such a fit are judged for growth like a
+    ``decode_events`` fit's. ``batch_sources`` names each fitted point's source in ``labels`` order.
 
     ``possible`` False means no fit was made, with ``reason`` saying why; the numbers are then None
     (never invented). ``r_squared`` is None when the step time is the same at every point (nothing
@@ -244,7 +250,7 @@ class DecodeFit:
 
     possible: bool
     reason: str | None
-    batch_source: BatchSource
+    batch_source: FitSource
     n_points: int
     labels: list[str] = field(default_factory=list)
     running_batch: list[float] = field(default_factory=list)
@@ -257,6 +263,7 @@ class DecodeFit:
     residuals_ms: list[float] = field(default_factory=list)
     tpot_stats: list[str] = field(default_factory=list)
     load_kinds: list[LoadKind] = field(default_factory=list)
+    batch_sources: list[BatchSource] = field(default_factory=list)
 
     def running_batch_at_zero(self) -> float:
         """The running batch where the fitted line gives a zero step time; requires a sloped fit."""

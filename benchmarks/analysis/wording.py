@@ -51,16 +51,23 @@ def _no_growth_numbers(fit: DecodeFit) -> str:
     of the fit."""
     pairs = sorted(zip(fit.running_batch, fit.steps_ms, fit.labels, strict=True))
     (b0, t0, l0), (b1, t1, l1) = pairs[0], pairs[-1]
-    name = "the step time" if fit.batch_source == "decode_events" else _step_name(fit)
+    name = "the step time" if fit.batch_source in ("decode_events", "mixed") else _step_name(fit)
     return (f"{name} is {_ms(t0)} at {_fixed(b0, 1)} running sequences ({l0}) and {_ms(t1)} "
             f"at {_fixed(b1, 1)} ({l1})")
 
 
 def _step_name(fit: DecodeFit) -> str:
     """What the fit's step times are: ``mean gap between output events, decode pauses left out``
-    for a ``decode_events`` fit, else the TPOT with its statistic (``mean TPOT``)."""
+    for a ``decode_events`` fit, the TPOT with its statistic (``mean TPOT``) for a TPOT fit, and
+    for a ``mixed`` one each with its points (``mean gap ..., at c=4, c=8; mean TPOT at c=1``)."""
     if fit.batch_source == "decode_events":
         return "mean gap between output events, decode pauses left out"
+    if fit.batch_source == "mixed":
+        on_tpot = [(lb, t) for lb, t, s in zip(fit.labels, fit.tpot_stats, fit.batch_sources, strict=True)
+                   if s != "decode_events"]
+        events = [lb for lb, s in zip(fit.labels, fit.batch_sources, strict=True) if s == "decode_events"]
+        return (f"mean gap between output events, decode pauses left out, at {', '.join(events)}; "
+                f"{_metric('TPOT', [t for _, t in on_tpot])} at {', '.join(lb for lb, _ in on_tpot)}")
     return _metric("TPOT", fit.tpot_stats)
 
 

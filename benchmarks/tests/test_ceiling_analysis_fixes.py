@@ -114,13 +114,16 @@ def test_it_falls_back_to_littles_law_for_runs_without_per_event_records_and_pri
         return SweepPoint(concurrency=c, output_throughput_tok_s=1000.0 * c / step, tpot_ms=LatencyStats(mean=step),
                           ttft_ms=LatencyStats(mean=20.0), input_len=64, output_len=64, **extra)
 
-    # An imported point (no decode step) makes the whole sweep use Little's law on TPOT.
+    # An imported point (no decode step) uses Little's law on TPOT; the others keep their records.
     mixed = [pt(1, 5.027, decode_step_ms=5.027, decode_batch=1.0), pt(4, 8.0), pt(16, 20.0)]
-    assert ceiling_analyse(mixed, num_gpus=1, topology="single").fit.batch_source == "littles_law"
-    # A point whose events came in one network read says nothing about the step.
+    fit = ceiling_analyse(mixed, num_gpus=1, topology="single").fit
+    assert (fit.batch_source, fit.batch_sources) == ("mixed", ["decode_events", "littles_law", "littles_law"])
+    # A point whose events came in one network read says nothing about the step: it alone falls back.
     coalesced = [pt(c, 4.0 + c, decode_step_ms=4.0 + c, decode_batch=float(c)) for c in (1, 4)]
     coalesced.append(pt(16, 20.0, decode_step_ms=0.0, decode_batch=16.0, flags=("itl_coalesced",)))
-    assert ceiling_analyse(coalesced, num_gpus=1, topology="single").fit.batch_source == "littles_law"
+    fit = ceiling_analyse(coalesced, num_gpus=1, topology="single").fit
+    assert fit.batch_sources == ["decode_events", "decode_events", "littles_law"]
+    assert fit.steps_ms == [5.0, 8.0, 20.0] and fit.running_batch == [1.0, 4.0, pytest.approx(16.0)]
     exact = [pt(c, 4.0 + 0.35 * c + (0.027 if c == 4 else 0.0), decode_step_ms=4.0 + 0.35 * c
                 + (0.027 if c == 4 else 0.0), decode_batch=float(c), decode_stall_share=0.3 if c == 16 else 0.0)
              for c in (1, 4, 16)]

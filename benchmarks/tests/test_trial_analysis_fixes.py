@@ -206,10 +206,10 @@ def _llamacpp_summary(*, c: int, tok_s: float, tpot_ms: float, ttft_ms: float, s
 
 
 @pytest.mark.django_db
-def test_a_pause_finding_quotes_the_measured_step_when_the_fit_falls_back_to_tpot() -> None:
+def test_a_pause_finding_quotes_the_measured_step_and_only_coalesced_points_fall_back_to_tpot() -> None:
     # The trial's llama.cpp sweep: at c=1 the client saw a 1.5 ms step with pauses adding 35 % of
     # decode time (mean TPOT 2.3 ms = 1.5 / (1 - 0.35)); at c=4 and c=8 the events came in network
-    # reads, so the fit falls back to Little's law on TPOT for every point.
+    # reads, so those two points, and only they, fall back to Little's law on TPOT.
     sweep = BenchmarkSweep.objects.create(name="llama", status=SweepStatus.DONE, topology="single", num_gpus=1,
                                           engine="llamacpp", served_model_name="tiny")
     c1_steps = {"basis": "per_event", "gaps": 252, "step_s": 0.0015, "step_p50_s": 0.00148, "batch_mean": 1.0,
@@ -228,19 +228,22 @@ def test_a_pause_finding_quotes_the_measured_step_when_the_fit_falls_back_to_tpo
     assert pauses == (
         "Decode pauses: decode paused between output events (gaps over twice the median step: another request's "
         "prefill ran, or the sequence waited) for 35% of decode time at c=1 (mean TPOT 2.3 ms against a 1.5 ms "
-        "step between output events); at c=1 no other request ran, so there the pauses are the engine's own or "
-        "its output arriving in bursts, not prefill interference; mean TPOT includes these pauses, and so does "
-        "the decode step time of the fit, which is the mean TPOT here; the step between output events does not.")
+        "step); at c=1 no other request ran, so there the pauses are the engine's own or "
+        "its output arriving in bursts, not prefill interference; mean TPOT includes these pauses, the decode "
+        "step time does not.")
     # The sentence's numbers agree with each other: a 1.5 ms step plus 35 % pauses is a 2.3 ms TPOT.
     quoted = re.search(r"(\d+)% of decode time at c=1 \(mean TPOT ([\d.]+) ms against a ([\d.]+) ms", pauses)
     share, tpot, step = int(quoted[1]) / 100, float(quoted[2]), float(quoted[3])
     assert round(step / (1 - share), 1) == tpot
     assert "against a 2.3 ms step" not in " ".join(report["findings"])
     fit, c1 = report["fit"], report["points"][0]
-    assert fit["batch_source"] == "littles_law"
-    assert fit["running_batch"][0] == pytest.approx(252.2 * 2.3 / 1000)  # 0.58 at c=1
-    # The fit's step at c=1 is the TPOT; the measured step and its pause share travel together.
-    assert (c1["step_ms"], c1["decode_step_ms"], c1["stall_share"]) == (pytest.approx(2.3), pytest.approx(1.5), 0.35)
+    assert fit["batch_source"] == "mixed"
+    assert fit["batch_sources"] == ["decode_events", "littles_law", "littles_law"]
+    assert [p["running_batch_source"] for p in report["points"]] == ["decode_events", "littles_law", "littles_law"]
+    # c=1: the measured batch and step; c=4: tok/s x TPOT = 700 x 4.1 ms = 2.87 sequences.
+    assert fit["running_batch"] == [1.0, pytest.approx(700 * 4.1 / 1000), pytest.approx(900 * 6.8 / 1000)]
+    # The fit's step at c=1 is the measured step; it and its pause share travel together.
+    assert (c1["step_ms"], c1["decode_step_ms"], c1["stall_share"]) == (pytest.approx(1.5), pytest.approx(1.5), 0.35)
     assert [p["decode_step_ms"] for p in report["points"][1:]] == [None, None]
 
 
