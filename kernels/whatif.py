@@ -18,8 +18,18 @@ The decode step model comes from the sweep's deployment:
   (n_out - 1) * TPOT)`` (Little's law over a closed loop). Prefill queueing inside a burst is not
   modelled (the sim profile's own derivation explains where it matters).
 * any other engine: the ceiling analysis' fit of the sweep (:func:`benchmarks.services.sweep_analysis`),
-  ``TPOT(b) = fixed_ms + per_seq_ms * b`` with the running batch ``b`` it estimated per point
-  (Little's law), scaled by ``factor``; TTFT is the measured mean (the kernel is a decode kernel).
+  ``TPOT(b) = fixed_ms + per_seq_ms * b`` with the running batch ``b`` the analysis gives each point
+  (:func:`benchmarks.analysis.point_running_batch`: the point's decode events, else Little's law
+  for that point), scaled by ``factor``; TTFT is the measured mean (the kernel is a decode kernel).
+
+Every row carries the analysis' running batch of its point (``measured_running_batch``, with
+``running_batch_source``), whatever the model. The ceiling-fit model uses exactly that figure
+(``running_batch`` is the same number). The sim-profile model cannot: its ``running_batch`` is the
+profile's, the sequences decoding at once when all ``c`` requests are in decode, capped by the
+engine's cap and the KV cache, and its TPOT ``step * c / b`` counts sequences taking turns for KV
+by that ``b``. The analysis' figure is a time average over the run that is lower because requests
+also spend time in prefill and queueing, which the model counts in its TTFT instead; putting it
+into ``step * c / b`` would count that time twice. A note says so, quoting both figures.
 
 The projection shown next to the measured numbers is calibrated on them: projected TPOT =
 measured TPOT × (model TPOT with the faster kernel / model TPOT as is), and likewise for tok/s, so
@@ -152,7 +162,10 @@ def fit_point(*, fixed_ms: float, per_seq_ms: float, running_batch: float, concu
 @dataclass
 class WhatIfRow:
     """One concurrency of the sweep: measured tok/s, TPOT and TTFT (means, ms); the model as is
-    and with the faster kernel; the calibrated projection (``projected_*``) and its gain."""
+    and with the faster kernel; the calibrated projection (``projected_*``) and its gain.
+    ``running_batch`` is the batch the model used (sequences); ``measured_running_batch`` the
+    ceiling analysis' running batch of the point and ``running_batch_source`` where that came from
+    (``decode_events``, ``littles_law``; None when the analysis has no figure for the point)."""
 
     run_id: int
     concurrency: int
@@ -169,6 +182,8 @@ class WhatIfRow:
     projected_tpot_ms: float | None
     tok_s_gain: float | None
     running_batch: float
+    measured_running_batch: float | None = None
+    running_batch_source: str | None = None
 
 
 def _central(dist: Any) -> float | None:
@@ -219,6 +234,25 @@ def _unreadable(summary: dict[str, Any]) -> bool:
     if ok is None:
         return False
     return not ok or failed / (ok + failed) > MAX_FAILED_FRACTION
+
+
+def _analysis_batches(analysis: dict[str, Any]) -> dict[str, dict[str, tuple[float | None, str | None]]]:
+    """The ceiling analysis' running batch of each point (sequences) and its source, by length pair
+    and point label: ``{"256/256": {"c=4": (3.9, "decode_events")}}``. Taken from the report's
+    ``points`` (:func:`benchmarks.analysis.point_running_batch` computed them), else, for a stored
+    report that has only its fit, from the fit's ``labels`` and ``running_batch``."""
+    out: dict[str, dict[str, tuple[float | None, str | None]]] = {}
+    for key, report in (analysis.get("lengths") or {}).items():
+        found: dict[str, tuple[float | None, str | None]] = {}
+        for point in report.get("points") or []:
+            if isinstance(point, dict) and point.get("running_batch") is not None:
+                found[point.get("label")] = (point["running_batch"], point.get("running_batch_source"))
+        fit = report.get("fit") or {}
+        sources = fit.get("batch_sources") or []
+        for i, (label, b) in enumerate(zip(fit.get("labels") or [], fit.get("running_batch") or [])):
+            found.setdefault(label, (b, sources[i] if i < len(sources) else fit.get("batch_source")))
+        out[key] = found
+    return out
 
 
 def _label(run) -> str:
@@ -399,9 +433,10 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
                          "per_kv_token_s": profile.decode.per_kv_token_s,
                          "kv_capacity_tokens": profile.decode.kv_capacity_tokens,
                          "max_running_requests": profile.decode.max_running_requests}
-    else:
+    analysis = sweep_analysis(sweep=sweep)
+    measured = _analysis_batches(analysis)
+    if profile is None:
         out["model"] = "ceiling-fit"
-        analysis = sweep_analysis(sweep=sweep)
         for key, report in (analysis.get("lengths") or {}).items():
             fit = report.get("fit") or {}
             if fit.get("possible") and fit.get("fixed_ms") is not None and (fit.get("per_seq_ms") or 0) > 0 \
@@ -429,7 +464,13 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
             if fit is None or ttft is None:
                 notes.append(f"{key} c={run.concurrency}: no decode fit or TTFT for this length pair; not projected")
                 continue
-            b = fit["batches"].get(f"c={run.concurrency}") or float(run.concurrency)
+            b = (measured.get(key, {}).get(f"c={run.concurrency}") or (None, None))[0]
+            if b is None:
+                b = fit["batches"].get(f"c={run.concurrency}")
+            if b is None:
+                b = float(run.concurrency)
+                notes.append(f"{key} c={run.concurrency}: the ceiling analysis gives no running batch for this point; "
+                             "the concurrency is used as the running batch")
             base = fit_point(fixed_ms=fit["fixed_ms"], per_seq_ms=fit["per_seq_ms"], running_batch=b,
                              concurrency=run.concurrency, output_len=run.output_len, ttft_ms=ttft)
             fast = fit_point(fixed_ms=fit["fixed_ms"], per_seq_ms=fit["per_seq_ms"], running_batch=b,
@@ -443,7 +484,21 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
             projected_tok_s=proj_tok, projected_tpot_ms=proj_tpot,
             tok_s_gain=(proj_tok / tok) if proj_tok is not None and tok else None, running_batch=base.running_batch,
         )
+        row.measured_running_batch, row.running_batch_source = \
+            measured.get(key, {}).get(f"c={run.concurrency}") or (None, None)
         out["lengths"].setdefault(key, []).append(asdict(row))
     if best is not None:
         notes += best_speedup_notes(best=best, sweep=sweep)
+    if profile is not None:
+        differs = [f"{key} c={r['concurrency']}: model {r['running_batch']:.1f}, analysis {r['measured_running_batch']:.2f}"
+                   for key, rows in out["lengths"].items() for r in rows
+                   if r["measured_running_batch"] is not None
+                   and abs(r["measured_running_batch"] - r["running_batch"]) >= 0.05]
+        if differs:
+            notes.append("the running batch of the sim-profile model is not the ceiling analysis' ("
+                         + "; ".join(differs) + "): the model's is the sequences decoding at once when every request "
+                         "of the point is in decode, capped by the engine and the KV cache, and its TPOT (step x c / "
+                         "running batch) needs that figure; the analysis' is a time average over the run, lower "
+                         "because requests also spend time in prefill and queueing, which the model counts in its "
+                         "TTFT instead, so using it there would count that time twice")
     return out

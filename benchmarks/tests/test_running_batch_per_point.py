@@ -54,3 +54,66 @@ def test_a_sweep_of_one_source_keeps_that_source() -> None:
     imported = [_pt(c, 1000.0 * c / (4 + c), 4.0 + c) for c in (1, 4, 8)]
     r = ceiling_analyse(imported, num_gpus=1, topology="single")
     assert r.fit.batch_source == "littles_law" and r.fit.batch_sources == ["littles_law"] * 3
+
+
+# --- the what-if quotes the analysis' figures ------------------------------------------------------
+
+
+def _stored_sweep(engine: str):
+    from benchmarks.models import BenchmarkRun, BenchmarkSweep
+
+    snapshot = {"spec": {"sim": {"profile": "seed-sm120-fallback"}}} if engine == "sim" else {}
+    sweep = BenchmarkSweep.objects.create(name="per-point", engine=engine, topology="single", status="done",
+                                          num_gpus=1, snapshot=snapshot)
+    for i, p in enumerate(SWEEP):
+        steps = {"step_s": p.decode_step_ms / 1000, "batch_mean": p.decode_batch, "stall_share": 0.0}
+        BenchmarkRun.objects.create(
+            sweep=sweep, ordinal=i, status="done", concurrency=p.concurrency, input_len=1024, output_len=128,
+            num_requests=4 * p.concurrency, flags=list(p.flags), summary={
+                "output_throughput_tok_s": p.output_throughput_tok_s, "ttft_ms": {"mean": 30.0},
+                "tpot_ms": {"mean": p.tpot_ms.mean}, "successes": 4 * p.concurrency, "failures": 0,
+                "decode_steps": steps})
+    return sweep
+
+
+@pytest.mark.django_db
+def test_the_whatif_of_a_fitted_sweep_uses_the_analysis_running_batch(viewer_api) -> None:
+    from benchmarks.services import sweep_analysis
+    from kernels.whatif import whatif_compute
+
+    sweep = _stored_sweep("sglang")
+    report = sweep_analysis(sweep=sweep)["lengths"]["1024/128"]
+    assert [p["running_batch_source"] for p in report["points"]] == ["littles_law", "decode_events", "decode_events"]
+    out = whatif_compute(sweep=sweep, speedup=2.0)
+    rows = out["lengths"]["1024/128"]
+    assert [r["running_batch"] for r in rows] == [pytest.approx(0.76), 3.9, 7.8]
+    assert [r["measured_running_batch"] for r in rows] == [pytest.approx(0.76), 3.9, 7.8]
+    assert [r["running_batch_source"] for r in rows] == ["littles_law", "decode_events", "decode_events"]
+    fit = report["fit"]
+    # c=4 by hand: TPOT(3.9) = fixed + per_seq x 3.9, the line through the analysis' own points.
+    assert rows[1]["model_tpot_ms"] == pytest.approx(fit["fixed_ms"] + fit["per_seq_ms"] * 3.9)
+    api = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "speedup": 2}).json()
+    assert [r["measured_running_batch"] for r in api["lengths"]["1024/128"]] == [pytest.approx(0.76), 3.9, 7.8]
+    assert not any("running batch" in n for n in api["notes"])
+
+
+@pytest.mark.django_db
+def test_the_whatif_of_a_sim_sweep_says_why_its_running_batch_differs(viewer, viewer_api) -> None:
+    from django.test import Client
+
+    sweep = _stored_sweep("sim")
+    api = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "speedup": 2}).json()
+    rows = api["lengths"]["1024/128"]
+    # The seed profile: 1024 + 64 KV tokens a sequence, 5376 in the cache: at most 4 at once.
+    assert [r["running_batch"] for r in rows] == [1.0, 4.0, 4.0]
+    assert [r["measured_running_batch"] for r in rows] == [pytest.approx(0.76), 3.9, 7.8]
+    [note] = [n for n in api["notes"] if n.startswith("the running batch of the sim-profile model")]
+    assert ("(1024/128 c=1: model 1.0, analysis 0.76; 1024/128 c=4: model 4.0, analysis 3.90; 1024/128 c=8: "
+            "model 4.0, analysis 7.80)") in note
+    assert "so using it there would count that time twice" in note
+    client = Client()
+    client.force_login(viewer)
+    html = client.get(f"/kernels/whatif/?sweep={sweep.pk}&speedup=2").content.decode()
+    assert "Running batch, ceiling analysis (sequences)" in html
+    assert "3.90 <span class=\"muted small\">(decode events)</span>" in html
+    assert "the running batch of the sim-profile model is not the ceiling analysis&#x27;" in html

@@ -241,7 +241,10 @@ def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_
     assert body["factor"] == pytest.approx(0.37 + 0.63 / 4)
     # Where the speedup comes from (batch, and a GPU other than the one the seed profile models),
     # and a shape that is not the sweep's model, are said.
-    assert body["notes"] == [
+    # Last, why the sim profile's running batch is not the ceiling analysis' (tests/test_running_batch_per_point.py).
+    assert body["notes"][-1].startswith("the running batch of the sim-profile model is not the ceiling analysis' "
+                                        "(256/256 c=1: model 1.0, analysis 0.94)")
+    assert body["notes"][:-1] == [
         "the speedup 4.0x was measured at batch 1 of shape small; the same job's best variants give 4.0x at "
         "batch 1, 4.0x at batch 4: the decode batch of a point decides which applies, so pick the best variant "
         "of the batch you care about",
