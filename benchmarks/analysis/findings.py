@@ -125,8 +125,8 @@ def _mixed_sources(fit: DecodeFit) -> str:
         parts.append("the requests between their first and last output event, counted at each output event, at "
                      + at["decode_events"])
     if at["littles_law"]:
-        parts.append(f"Little's law (running batch = tok/s x {tpot}, capped at the concurrency) at {at['littles_law']}, "
-                     "whose output events came coalesced or were not recorded")
+        parts.append(f"Little's law (running batch = tok/s x {tpot}, capped at the concurrency) at "
+                     f"{at['littles_law']}, whose output events came coalesced or were not recorded")
     if at["concurrency"]:
         parts.append(f"the concurrency at {at['concurrency']}")
     return ", and ".join(parts)

@@ -505,8 +505,9 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     same length distribution, and runs with different ranges are runs of different lengths (no
     best, as below); a run whose per-request lengths varied without a recorded range (``varied``)
     is never ranked. Every run that is not ranked, for whatever reason, is listed in ``excluded``
-    with its reason (the refusal's words after ``is not ranked:``). Each entry's ``lengths`` is its setting in words (``1024/1024``, ``random
-    [1, 1024]/[1, 1024]``; null when unknown). ``best`` names, for each
+    with its reason (the refusal's words after ``is not ranked:``). Each entry's ``lengths`` is
+    its setting in words (``1024/1024``, ``random [1, 1024]/[1, 1024]``, ``varied [4, 1024]/[128,
+    128]``; null when unknown). ``best`` names, for each
     of :data:`BEST_METRICS` (every compared field but the failure count: throughputs, goodput and
     each latency statistic), the best of the rankable runs with a value for it (the only one, when
     one run is rankable, with a note saying so); null, with a note saying why, when no run is
