@@ -151,6 +151,21 @@ def _function(cubin: str, name: str, shared_bytes: int):
     return fn
 
 
+def _has_function(cubin: str, name: str) -> bool:
+    """Whether ``cubin`` holds the kernel ``name`` (a ``-DFUSED_COMBINE`` build holds no combine)."""
+    key = (cubin, name)
+    if key not in _FOUND:
+        lib = _driver()
+        module, fn = ctypes.c_void_p(), ctypes.c_void_p()
+        _check(lib.cuModuleLoad(ctypes.byref(module), str(cubin).encode()), f"cuModuleLoad({cubin})")
+        _FOUND[key] = lib.cuModuleGetFunction(ctypes.byref(fn), module, name.encode()) == 0
+        lib.cuModuleUnload(module)
+    return _FOUND[key]
+
+
+_FOUND: dict = {}
+
+
 class _LaunchAttribute(ctypes.Structure):
     """``CUlaunchAttribute`` (cuda.h): the attribute id, padding to 8 bytes, the 64-byte value union
     (as 16 ints: the attributes used here take one int)."""
@@ -267,18 +282,20 @@ def _launch_variant(torch, params: dict, inputs: dict):
     if splits > 1:
         key = (str(q.device), batch, splits, heads)
         if key not in _WORKSPACE:
-            _WORKSPACE[key] = (torch.empty((batch, splits, heads, d_v), dtype=torch.float32, device=q.device),
-                               torch.empty((batch, splits, heads), dtype=torch.float32, device=q.device))
-        o_part, lse = _WORKSPACE[key]   # one pair per size, as an engine shares it across layers:
-        # launches of one size on one stream never overlap (two concurrent streams would need their own)
+            _WORKSPACE[key] = (torch.empty((batch, splits, heads, d_v), dtype=torch.bfloat16, device=q.device),
+                               torch.empty((batch, splits, heads), dtype=torch.float32, device=q.device),
+                               torch.zeros((batch, heads // HEAD_TILE), dtype=torch.int32, device=q.device))
+        o_part, lse, split_done = _WORKSPACE[key]   # one set per size, as an engine shares it across
+        # layers: launches of one size on one stream never overlap (two concurrent streams would need
+        # their own); split_done is zero between launches
     else:
-        o_part = lse = out                      # not written when there is one split
+        o_part = lse = split_done = out         # not written when there is one split
     fn = _function(cubin, f"sparse_mla_decode_{'seesaw' if seesaw else 'tiled'}_d{d_qk}", shared)
     scale_log2 = float(inputs["sm_scale"]) * math.log2(math.e)
     _launch(fn, (heads // HEAD_TILE * splits, batch), SEESAW_THREADS if seesaw else TILED_THREADS, shared, stream,
             [q, kv, idx, out, o_part, lse, ctypes.c_int(heads), ctypes.c_int(topk), ctypes.c_int(per_split),
-             ctypes.c_int(splits), ctypes.c_float(scale_log2)], pdl=PDL)
-    if splits > 1:
+             ctypes.c_int(splits), ctypes.c_float(scale_log2), split_done], pdl=PDL)
+    if splits > 1 and _has_function(cubin, "sparse_mla_combine_splits"):
         combine = _function(cubin, "sparse_mla_combine_splits", 0)
         _launch(combine, (heads, batch), 128, 0, stream, [o_part, lse, out, ctypes.c_int(heads), ctypes.c_int(splits)],
                 pdl=PDL)

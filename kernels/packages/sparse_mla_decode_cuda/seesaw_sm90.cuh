@@ -111,16 +111,15 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 template <int D_QK>
 __device__ __forceinline__ void seesaw_body(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                                             const int* __restrict__ indices, __nv_bfloat16* __restrict__ out,
-                                            float* __restrict__ o_part, float* __restrict__ lse, int heads, int topk,
-                                            int tokens_per_split, int num_splits, float sm_scale_log2) {
+                                            __nv_bfloat16* __restrict__ o_part, float* __restrict__ lse, int heads, int topk,
+                                            int tokens_per_split, int num_splits, float sm_scale_log2,
+                                            int* __restrict__ split_done) {
     static_assert(D_QK == 512 || D_QK == 576, "d_qk must be 512 or 576");
     constexpr int CB = D_QK / 64;                 // 64-column blocks of a row (8 KiB at 64 rows)
     constexpr int BLK = 64 * 128;                 // bytes of one 64-row x 64-column block
     constexpr int TILE_BYTES = CB * BLK;
     constexpr bool ROPE = D_QK == 576;
-#ifdef OUT_STAGED
     static_assert(3 * TILE_BYTES >= OUT_STAGE_BYTES, "the output is staged in q and the buffers");
-#endif
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = smem_addr(smem_raw);
@@ -548,19 +547,9 @@ __device__ __forceinline__ void seesaw_body(const __nv_bfloat16* __restrict__ q,
         if (q4 == 0) x_l[wg * 64 + row0 + 8 * r] = l_run[r];
     }
     named_bar_sync(SEESAW_BAR_END, 256);
-#ifdef OUT_STAGED
     const float l_row[2] = {x_l[row0] + x_l[64 + row0], x_l[row0 + 8] + x_l[64 + row0 + 8]};
     store_output_tile(o, row0, wg * 256 + 2 * q4, l_row, m_run, wg == 0 && q4 == 0, gbase, tid, SEESAW_BAR_END, out,
-                      reinterpret_cast<__nv_bfloat16*>(o_part), lse, b, heads, h0, split, num_splits);   // q and buffers are free
-#else
-    const int dv0 = wg * 256 + 2 * q4;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = row0 + 8 * r;
-        store_output_row(o, r, row, x_l[row] + x_l[64 + row], m_run[r], wg == 0 && q4 == 0, out, o_part, lse, b, heads,
-                         h0, split, num_splits, dv0);
-    }
-#endif
+                      o_part, lse, b, heads, h0, split, num_splits, split_done);   // q and buffers are free
 #ifdef SS_TIMING
     // per-phase SM clocks of block (0, 0), written over its output (the numbers are wrong then)
     named_bar_sync(SEESAW_BAR_END, 256);
@@ -578,8 +567,8 @@ __device__ __forceinline__ void seesaw_body(const __nv_bfloat16* __restrict__ q,
 }
 
 extern "C" __global__ void __launch_bounds__(SEESAW_THREADS, 1) sparse_mla_decode_seesaw_d512(TILED_ARGS) {
-    seesaw_body<512>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2);
+    seesaw_body<512>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2, split_done);
 }
 extern "C" __global__ void __launch_bounds__(SEESAW_THREADS, 1) sparse_mla_decode_seesaw_d576(TILED_ARGS) {
-    seesaw_body<576>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2);
+    seesaw_body<576>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2, split_done);
 }

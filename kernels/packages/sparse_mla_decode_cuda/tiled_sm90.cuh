@@ -17,8 +17,8 @@
 // heads: the two head tiles of a request are neighbouring blocks; the second reads the rows from L2).
 //
 // Layout: q [batch, heads, D_QK] bf16, kv [rows, D_QK] bf16, indices [batch, topk] int32 (-1 =
-// padding), out [batch, heads, 512] bf16; split-K: o_part [batch, splits, heads, 512] fp32 (each
-// split's normalised output; bf16 in the OUT_STAGED build) and lse [batch, splits, heads] fp32 (base-2 log-sum-exp of the scaled
+// padding), out [batch, heads, 512] bf16; split-K: o_part [batch, splits, heads, 512] bf16 (each
+// split's normalised output) and lse [batch, splits, heads] fp32 (base-2 log-sum-exp of the scaled
 // scores, -inf for a split with no valid row). heads must be a multiple of 64; d_v is 512.
 // Grid: x = head_tiles * num_splits (head tile fastest), y = batch. Dynamic shared memory:
 // TILED_SMEM_BYTES(D_QK) (harness.tiled_smem_bytes). Needs sm_90a (wgmma).
@@ -95,33 +95,6 @@ struct QkMma<64> {
     static __device__ __forceinline__ void run(float (&d)[32], uint64_t a, uint64_t b, int s) { wgmma_m64n64k16_ss(d, a, b, s); }
 };
 
-// Store row `row` (this thread's row0 + 8r) of a warp group's 64 x 256 output half, columns
-// dv0 + 8i (+1), i = 0..31, from the m64n256 accumulator `o` divided by the row sum `l`: bf16 into
-// out[b, h0 + row] when the block's split is the only one, else fp32 into the split's partial and,
-// when `write_lse`, the base-2 log-sum-exp m + log2(l) (-inf for an empty split) into lse.
-__device__ __forceinline__ void store_output_row(const float (&o)[128], int r, int row, float l, float m, bool write_lse,
-                                                 __nv_bfloat16* __restrict__ out, float* __restrict__ o_part,
-                                                 float* __restrict__ lse, int b, int heads, int h0, int split,
-                                                 int num_splits, int dv0) {
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const size_t h = static_cast<size_t>(b) * heads + h0 + row;
-    if (num_splits == 1) {
-        __nv_bfloat16* op = out + h * TILED_DV + dv0;
-#pragma unroll
-        for (int i = 0; i < 32; ++i)
-            *reinterpret_cast<__nv_bfloat162*>(op + 8 * i) =
-                __floats2bfloat162_rn(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
-    } else {
-        const size_t ph = (static_cast<size_t>(b) * num_splits + split) * heads + h0 + row;
-        float* op = o_part + ph * TILED_DV + dv0;
-#pragma unroll
-        for (int i = 0; i < 32; ++i)
-            *reinterpret_cast<float2*>(op + 8 * i) = make_float2(o[4 * i + 2 * r] * inv, o[4 * i + 2 * r + 1] * inv);
-        if (write_lse) lse[ph] = l > 0.0f ? m + log2f(l) : -INFINITY;
-    }
-}
-
-#ifdef OUT_STAGED
 // Bytes of shared memory store_output_tile stages the block's output in: 64 rows of 1024 bytes, each
 // padded by 16 so that the 8 rows one warp-wide store touches fall in different banks.
 #define OUT_STAGE_ROW (TILED_DV * 2 + 16)
@@ -135,13 +108,13 @@ __device__ __forceinline__ void store_output_row(const float (&o)[128], int r, i
 // split) or to the split's bf16 partial o_part[b, split, h0 .. h0 + 63]. The 64 rows are contiguous
 // there, so every warp writes whole 128-byte lines. (Stored straight from the accumulator layout, a
 // warp's bf16 store fills half of each of eight 32-byte sectors; with fp32 partials the stores are
-// whole sectors but twice the bytes, read back again by the combine.) A measurement build for now
-// (-DOUT_STAGED, tuning/ablate.py): the stored job measured store_output_row; see the README.
+// whole sectors but twice the bytes, read back again by the combine: see the package README.)
 __device__ __forceinline__ void store_output_tile(const float (&o)[128], int row0, int dv0, const float (&l)[2],
                                                   const float (&m)[2], bool write_lse, unsigned char* stage, int tid,
                                                   int bar, __nv_bfloat16* __restrict__ out,
                                                   __nv_bfloat16* __restrict__ o_part, float* __restrict__ lse, int b,
-                                                  int heads, int h0, int split, int num_splits) {
+                                                  int heads, int h0, int split, int num_splits,
+                                                  int* __restrict__ split_done) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int row = row0 + 8 * r;
@@ -163,21 +136,74 @@ __device__ __forceinline__ void store_output_tile(const float (&o)[128], int row
         *reinterpret_cast<uint4*>(dst + row * TILED_DV + c * 8) =
             *reinterpret_cast<const uint4*>(stage + row * OUT_STAGE_ROW + c * 16);
     }
-}
+#ifdef FUSED_COMBINE
+    if (num_splits == 1) return;
+    // The last split block of (b, head tile) to finish combines all splits (no second kernel): each
+    // block's partial and lse are made visible device-wide before it counts itself done
+    // (split_done[b * head_tiles + tile], zero before the launch and zero again after it).
+    int* last = reinterpret_cast<int*>(stage + OUT_STAGE_BYTES);
+    float* w = reinterpret_cast<float*>(stage + OUT_STAGE_BYTES + 16);   // [num_splits][64] weights
+    __threadfence();
+    asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
+    int* counter = split_done + static_cast<size_t>(b) * (heads / HEAD_TILE) + h0 / HEAD_TILE;
+    if (tid == 0) *last = atomicAdd(counter, 1) == num_splits - 1;
+    asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
+    if (!*last) return;
+    __threadfence();
+    const float* lse_b = lse + static_cast<size_t>(b) * num_splits * heads + h0;
+    if (tid < HEAD_TILE) {   // per head: the largest lse, then each split's weight 2^(lse_s - M) / sum
+        float mx = -INFINITY;
+        for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, __ldcg(lse_b + static_cast<size_t>(s) * heads + tid));
+        float sum = 0.0f;
+        for (int s = 0; s < num_splits; ++s) {
+            const float e = mx == -INFINITY ? 0.0f : exp2f(__ldcg(lse_b + static_cast<size_t>(s) * heads + tid) - mx);
+            w[s * HEAD_TILE + tid] = e;
+            sum += e;
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int s = 0; s < num_splits; ++s) w[s * HEAD_TILE + tid] *= inv;
+        if (tid == 0) *counter = 0;
+    }
+    asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
+    const __nv_bfloat16* part_b = o_part + (static_cast<size_t>(b) * num_splits * heads + h0) * TILED_DV;
+    __nv_bfloat16* out_b = out + (static_cast<size_t>(b) * heads + h0) * TILED_DV;
+#pragma unroll 1
+    for (int k = 0; k < HEAD_TILE * 64 / 256; ++k) {
+        const int chunk = tid + 256 * k, row = chunk >> 6, c = chunk & 63;
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (int s = 0; s < num_splits; ++s) {
+            const float ws = w[s * HEAD_TILE + row];
+            const uint4 v = s == split ? *reinterpret_cast<const uint4*>(stage + row * OUT_STAGE_ROW + c * 16)
+                                       : __ldcg(reinterpret_cast<const uint4*>(
+                                             part_b + (static_cast<size_t>(s) * heads + row) * TILED_DV + c * 8));
+            const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 f = __bfloat1622float2(h2[j]);
+                acc[2 * j] += ws * f.x;
+                acc[2 * j + 1] += ws * f.y;
+            }
+        }
+        uint4 o4;
+        __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o4);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o2[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
+        *reinterpret_cast<uint4*>(out_b + row * TILED_DV + c * 8) = o4;
+    }
 #endif
+}
 
 template <int D_QK>
 __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kv,
                                            const int* __restrict__ indices, __nv_bfloat16* __restrict__ out,
-                                           float* __restrict__ o_part, float* __restrict__ lse, int heads, int topk,
-                                           int tokens_per_split, int num_splits, float sm_scale_log2) {
+                                           __nv_bfloat16* __restrict__ o_part, float* __restrict__ lse, int heads, int topk,
+                                           int tokens_per_split, int num_splits, float sm_scale_log2,
+                                           int* __restrict__ split_done) {
     static_assert(D_QK % 64 == 0, "d_qk must be a multiple of 64");
     constexpr int CHUNKS = D_QK / 8;             // 16-byte chunks of a row
     constexpr int Q_BYTES = HEAD_TILE * D_QK * 2;
     constexpr int STAGE_BYTES = BLOCK_N * D_QK * 2;
-#ifdef OUT_STAGED
     static_assert(Q_BYTES + STAGES * STAGE_BYTES >= OUT_STAGE_BYTES, "the output is staged in the q tile and ring");
-#endif
     constexpr int SREG = BLOCK_N / 2;            // fp32 score registers a thread of warp group 0 (m64nBLOCK_N)
     constexpr int ROWS_PER_WARP = BLOCK_N / 4;   // rows of a tile each warp of warp group 1 gathers
 
@@ -396,20 +422,10 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
         }
     }
     __syncthreads();
-#ifdef OUT_STAGED
     const float l_row[2] = {red_sum[row0], red_sum[row0 + 8]};
     const float m_row[2] = {alpha_s[HEAD_TILE + row0], alpha_s[HEAD_TILE + row0 + 8]};
     store_output_tile(o, row0, wg * 256 + 2 * (lane & 3), l_row, m_row, wg == 0 && (lane & 3) == 0, gbase, tid, 0, out,
-                      reinterpret_cast<__nv_bfloat16*>(o_part), lse, b, heads, h0, split, num_splits);
-#else
-    const int dv0 = wg * 256 + 2 * (lane & 3);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = row0 + 8 * r;
-        store_output_row(o, r, row, red_sum[row], alpha_s[HEAD_TILE + row], wg == 0 && (lane & 3) == 0, out, o_part,
-                         lse, b, heads, h0, split, num_splits, dv0);
-    }
-#endif
+                      o_part, lse, b, heads, h0, split, num_splits, split_done);
 #ifdef ABL_TIMING
     // per-phase SM clocks of block (0, 0), written over its output (the numbers are wrong then)
     __syncthreads();
@@ -423,21 +439,22 @@ __device__ __forceinline__ void tiled_body(const __nv_bfloat16* __restrict__ q, 
 
 #define TILED_ARGS                                                                                              \
     const __nv_bfloat16 *__restrict__ q, const __nv_bfloat16 *__restrict__ kv, const int *__restrict__ indices, \
-        __nv_bfloat16 *__restrict__ out, float *__restrict__ o_part, float *__restrict__ lse, int heads, int topk, \
-        int tokens_per_split, int num_splits, float sm_scale_log2
+        __nv_bfloat16 *__restrict__ out, __nv_bfloat16 *__restrict__ o_part, float *__restrict__ lse, int heads, int topk, \
+        int tokens_per_split, int num_splits, float sm_scale_log2, int *__restrict__ split_done
 
 #if !defined(num_warps) || num_warps != 12   // a seesaw build (seesaw_sm90.cuh) holds only the kernels it launches
 extern "C" __global__ void __launch_bounds__(TILED_THREADS, 1) sparse_mla_decode_tiled_d512(TILED_ARGS) {
-    tiled_body<512>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2);
+    tiled_body<512>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2, split_done);
 }
 extern "C" __global__ void __launch_bounds__(TILED_THREADS, 1) sparse_mla_decode_tiled_d576(TILED_ARGS) {
-    tiled_body<576>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2);
+    tiled_body<576>(q, kv, indices, out, o_part, lse, heads, topk, tokens_per_split, num_splits, sm_scale_log2, split_done);
 }
 #endif
 
+#ifndef FUSED_COMBINE   // else the last split block of each head tile combines (store_output_tile)
 // Split-K combine: out[b, h, :] = sum_s 2^(lse_s - M) o_part[b, s, h, :] / sum_s 2^(lse_s - M), M the
 // largest lse (zeros when no split saw a valid row). Grid (heads, batch), 128 threads x 4 columns.
-extern "C" __global__ void __launch_bounds__(128, 8) sparse_mla_combine_splits(const float* __restrict__ o_part,
+extern "C" __global__ void __launch_bounds__(128, 8) sparse_mla_combine_splits(const __nv_bfloat16* __restrict__ o_part,
                                                                             const float* __restrict__ lse,
                                                                             __nv_bfloat16* __restrict__ out, int heads,
                                                                             int num_splits) {
@@ -453,16 +470,11 @@ extern "C" __global__ void __launch_bounds__(128, 8) sparse_mla_combine_splits(c
         for (int s = 0; s < num_splits; ++s) {
             const float w = exp2f(l[static_cast<size_t>(s) * heads] - m);
             wsum += w;
-#ifdef OUT_STAGED   // bf16 partials
-            const uint2 raw = reinterpret_cast<const uint2*>(reinterpret_cast<const __nv_bfloat16*>(o_part) +
+            const uint2 raw = reinterpret_cast<const uint2*>(o_part +
                                                              ((static_cast<size_t>(b) * num_splits + s) * heads + h) * TILED_DV)[threadIdx.x];
             const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
             const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
             const float4 v = make_float4(lo.x, lo.y, hi.x, hi.y);
-#else
-            const float4 v = reinterpret_cast<const float4*>(
-                o_part + ((static_cast<size_t>(b) * num_splits + s) * heads + h) * TILED_DV)[threadIdx.x];
-#endif
             acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
         }
     }
@@ -471,3 +483,4 @@ extern "C" __global__ void __launch_bounds__(128, 8) sparse_mla_combine_splits(c
     op[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
     op[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
 }
+#endif

@@ -6,9 +6,8 @@ Each argument is a comma-separated list of defines (``""``: none); for each, fiv
 (V3.2 batch 64 head_tiled, V3.2 batch 32 split 2, V4-Flash batch 64 split 2 and head_tiled,
 V4-Flash batch 32 split 4) are built with nvcc and timed as the bench does (CUDA graph over six
 rotated input sets); ``--seesaw`` runs the same points with the seesaw schedule (12 warps; its
-measurement defines are SS_NO_LOAD, ABL_NO_QK, ABL_NO_PV, SS_NO_PREFETCH). ``OUT_STAGED`` (either
-schedule) builds a candidate change rather than an ablation: the output staged through shared memory
-and bf16 split partials. A build with no ``ABL_`` or ``SS_`` define is meant to be right, so its
+measurement defines are SS_NO_LOAD, ABL_NO_QK, ABL_NO_PV, SS_NO_PREFETCH). A build with no ``ABL_``
+or ``SS_`` define (none, or a candidate such as ``FUSED_COMBINE``) is meant to be right, so its
 output on the second input set is checked against the reference (max abs error and the number of
 elements outside the manifest's tolerance, atol + rtol·|ref|). With ``ABL_TIMING`` the head_tiled runs also print block (0, 0)'s SM clocks
 per tile and phase for each warp group. The outputs are wrong with any ``ABL_`` define: these
