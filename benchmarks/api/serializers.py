@@ -160,6 +160,20 @@ class RunMetricsSerializer(serializers.Serializer):
     errors = serializers.DictField(child=serializers.IntegerField(), help_text="error text -> count")
 
 
+class _BlankAsNullChoiceField(serializers.ChoiceField):
+    """A choice read from a blank-able model field, written as null where the field is ``""``."""
+
+    def to_representation(self, value):
+        return None if value in ("", None) else super().to_representation(value)
+
+
+class _BlankAsNullCharField(serializers.CharField):
+    """Text read from a blank-able model field, written as null where the field is ``""``."""
+
+    def to_representation(self, value):
+        return None if value in ("", None) else super().to_representation(value)
+
+
 class RunSerializer(serializers.ModelSerializer):
     """A run: point parameters (``duration_s``: the point's time limit, seconds, null for a point
     limited by its request count alone; ``measured_duration_s``: how long it ran, seconds, the
@@ -180,11 +194,14 @@ class RunSerializer(serializers.ModelSerializer):
         "duration_s column of the CSV export); null while it runs or when an imported file gave none"))
     label = serializers.CharField(read_only=True)
     has_records = serializers.SerializerMethodField()
-    # Declared so the schema's enum lists "" (a measured run's value): a read-only field built
-    # from the model drops ``allow_blank``, and the enum would then leave out what most runs hold.
-    import_format = serializers.ChoiceField(
-        choices=ImportFormat.choices, allow_blank=True, read_only=True,
-        help_text='The harness format an imported run was read from; "" for a run measured by a sweep.')
+    # Null rather than "" for a run that was not imported, as the run's JSON export and the
+    # comparison's config give them.
+    import_format = _BlankAsNullChoiceField(
+        choices=ImportFormat.choices, allow_null=True, read_only=True,
+        help_text="The harness format an imported run was read from; null for a run measured by a sweep.")
+    original_filename = _BlankAsNullCharField(
+        allow_null=True, read_only=True,
+        help_text="The name of the file an imported run was read from; null for a run measured by a sweep.")
 
     class Meta:
         model = BenchmarkRun

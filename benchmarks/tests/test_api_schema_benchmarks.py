@@ -131,10 +131,11 @@ def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
     for (path, method) in codes:
         for code in (401, 403):
             assert _body(schema, path, method, code) == {"$ref": ref + "Detail"}
-    # a measured run's import_format is "", an imported one's a format: the enum lists both
+    # a measured run's import_format is null, an imported one's a format: the enum lists both
     import_format = _resolve(schema, schema["components"]["schemas"]["Run"]["properties"]["import_format"])
-    assert sorted(v for sub in import_format["oneOf"] for v in _resolve(schema, sub)["enum"]) == [
-        "", "sglang-bench-serving", "vllm-bench-serve"]
+    assert sorted(v for sub in import_format["oneOf"] for v in _resolve(schema, sub)["enum"]
+                  if v is not None) == ["sglang-bench-serving", "vllm-bench-serve"]
+    assert None in [v for sub in import_format["oneOf"] for v in _resolve(schema, sub)["enum"]]
     for path, method in (("/api/sweeps/", "post"), ("/api/sweeps/{id}/cancel/", "post"), ("/api/runs/import/", "post"),
                          ("/api/runs/compare/", "get")):
         assert _body(schema, path, method, 400) == {"$ref": ref + "ValidationError"}
@@ -186,7 +187,7 @@ def test_real_answers_match_the_documented_bodies(sim_url: str, operator_api, vi
     assert run.status == RunStatus.DONE and run.summary["successes"] == 4
     measured = viewer_api.get(f"/api/runs/{run.pk}/")
     check(schema, measured, "/api/runs/{id}/", "get")
-    assert measured.json()["import_format"] == ""
+    assert (measured.json()["import_format"], measured.json()["original_filename"]) == (None, None)
 
     records = viewer_api.get(f"/api/runs/{run.pk}/records/?offset=1&limit=2")
     check(schema, records, "/api/runs/{id}/records/", "get")
