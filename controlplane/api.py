@@ -268,6 +268,47 @@ def postprocess_auth_errors(result: dict, generator, request, public) -> dict:
     return result
 
 
+# A Sphinx cross-reference in a docstring: ``:func:`kernels.services.kernel_job_check` ``,
+# ``:class:`~x.Y` ``, ``:meth:`title <x.Y.z>` ``; group 1 is what is between the backticks.
+_SPHINX_ROLE_RE = re.compile(r":(?:py:)?[a-z]+:`([^`]+)`")
+
+
+def _plain_reference(match: re.Match) -> str:
+    """A Sphinx cross-reference as the reader sees it: a title where one is given (``title
+    <target>``), else the target's last dotted part (``kernel_job_check``)."""
+    text = match.group(1).strip()
+    titled = re.fullmatch(r"(.+?)\s*<[^>]+>", text)
+    if titled:
+        return titled.group(1)
+    return text.lstrip("~!").rsplit(".", 1)[-1]
+
+
+def plain_description(text: str) -> str:
+    """``text`` with every Sphinx cross-reference written as plain words
+    (:func:`_plain_reference`)."""
+    return _SPHINX_ROLE_RE.sub(_plain_reference, text)
+
+
+def postprocess_plain_descriptions(result: dict, generator, request, public) -> dict:
+    """drf-spectacular postprocessing hook (``SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"]``):
+    every ``description`` and ``summary`` in the schema, which drf-spectacular takes from
+    docstrings, loses its Sphinx roles (``:func:`kernels.services.kernel_job_check` `` reads
+    ``kernel_job_check``). Returns ``result``, changed in place."""
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("description", "summary") and isinstance(value, str):
+                    node[key] = plain_description(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(result)
+    return result
+
+
 # --- helpers shared by the apps' viewsets ------------------------------------------------------
 
 

@@ -251,10 +251,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
     # The enum hook is drf-spectacular's default; the second lists 401/403 on every operation
-    # that needs credentials.
+    # that needs credentials; the third writes docstrings' Sphinx roles as plain words.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "controlplane.api.postprocess_auth_errors",
+        "controlplane.api.postprocess_plain_descriptions",
     ],
     # Swagger UI from the sidecar wheel, served locally: the docs work on a machine without internet.
     "SWAGGER_UI_DIST": "SIDECAR",
