@@ -406,7 +406,10 @@ class RunCompareConfigSerializer(serializers.Serializer):
     served_model_name = serializers.CharField(allow_null=True)
     engine = serializers.CharField(allow_null=True)
     topology = serializers.CharField(allow_null=True)
+    deployment_id = serializers.IntegerField(allow_null=True, help_text="the deployment the sweep measured; null "
+                                             "for an imported run")
     recipe = serializers.CharField(allow_null=True)
+    recipe_id = serializers.IntegerField(allow_null=True, help_text="null for an imported run")
     recipe_version = serializers.IntegerField(allow_null=True)
     node = serializers.CharField(allow_null=True)
     num_gpus = serializers.IntegerField(allow_null=True)

@@ -309,7 +309,8 @@ def _config_fields(run: BenchmarkRun) -> dict[str, Any]:
     return {
         "source": run.source, "import_format": run.import_format or None,
         "served_model_name": run.served_model_name or None, "engine": snap.get("engine"),
-        "topology": snap.get("topology"), "recipe": snap.get("recipe"), "recipe_version": snap.get("recipe_version"),
+        "topology": snap.get("topology"), "deployment_id": snap.get("deployment_id"), "recipe": snap.get("recipe"),
+        "recipe_id": snap.get("recipe_id"), "recipe_version": snap.get("recipe_version"),
         "node": (snap.get("node") or {}).get("name"), "num_gpus": run.num_gpus, "concurrency": run.concurrency,
         "request_rate": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "api": run.api or None, "slo": run_slo(run=run),
@@ -832,31 +833,45 @@ def _ci_overlap(key: str, ranked: list[tuple[float, int]], entries: Mapping[int,
 
 
 COMPARE_CSV_SLO = tuple(f"slo_{k}" for k in SLO_KEYS)
+# What each run measured, named as the run export names it (:data:`EXPORT_COLUMNS`) where it has
+# the column: (CSV column, key of the comparison's ``config``). ``deployment_id`` and
+# ``recipe_id`` are those of the sweep's snapshot (empty for an imported run).
+COMPARE_CSV_CONFIG = (
+    ("sweep_id", None), ("source", "source"), ("import_format", "import_format"),
+    ("served_model_name", "served_model_name"), ("deployment_id", "deployment_id"), ("recipe_id", "recipe_id"),
+    ("recipe", "recipe"), ("recipe_version", "recipe_version"), ("engine", "engine"), ("topology", "topology"),
+    ("node", "node"), ("num_gpus", "num_gpus"), ("concurrency", "concurrency"),
+    ("request_rate_req_s", "request_rate"), ("input_len", "input_len"), ("output_len", "output_len"),
+    ("num_requests", "num_requests"),
+)
 
 
-def _compare_column(key: str, unit: str) -> str:
-    """A comparison field's CSV column, its unit in the name: ``ttft_p99_ms``,
-    ``itl_per_gap_p99_ms``, ``goodput_req_s``, ``output_throughput_per_gpu_tok_s``,
-    ``failures_requests``."""
+def _compare_column(key: str) -> str:
+    """A comparison field's CSV column, the run export's name for it (:data:`EXPORT_COLUMNS`, the
+    unit in the name): ``ttft_ms_p99``, ``itl_per_gap_ms_p99``, ``goodput_req_s``,
+    ``tok_s_per_gpu``, ``failures``."""
     stem, _, stat = key.partition(".")
     if stat:
-        stem = stem.removesuffix("_ms")
-        return f"{'itl_per_gap' if stem == 'itl' else stem}_{stat}_{unit}"
-    return {"tok_s_per_gpu": "output_throughput_per_gpu_tok_s", "failures": "failures_requests"}.get(key, key)
+        return f"{dict((m + '_ms', s) for m, s in EXPORT_LATENCIES).get(stem, stem)}_{stat}"
+    return key
 
 
 def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
     """A :func:`runs_compare` result as CSV, one row per run in the compared order: ``run_id``,
     ``label``, ``baseline`` (``true`` for the baseline run), ``rankable``, ``not_ranked_reason``,
-    the run's SLO in seconds (``slo_ttft_s``, ``slo_tpot_s``, ``slo_e2e_s``; empty when none or
-    not known), then for every compared field its value with the unit in the column name
-    (:func:`_compare_column`) and ``<column>_delta_pct`` (against the baseline, percent), and
-    ``best_for`` (the metrics this run is named best for, ``;``-separated). Tie and SLO notes
-    stay in the API answer and on the page."""
+    what the run measured (:data:`COMPARE_CSV_CONFIG`: sweep, source, model, deployment and
+    recipe ids, GPUs, ``concurrency``, ``request_rate_req_s`` (empty for a closed loop),
+    ``input_len`` and ``output_len`` in tokens, ``num_requests``), the run's SLO in seconds
+    (``slo_ttft_s``, ``slo_tpot_s``, ``slo_e2e_s``; empty when none or not known), then for every
+    compared field its value under the run export's column name (:func:`_compare_column`; the
+    unit in the name) and ``<column>_delta_pct`` (against the baseline, percent), and ``best_for``
+    (the metrics this run is named best for, ``;``-separated). Tie and SLO notes stay in the API
+    answer and on the page."""
     fields = list(comparison["fields"])
-    columns = ["run_id", "label", "baseline", "rankable", "not_ranked_reason", *COMPARE_CSV_SLO]
+    columns = ["run_id", "label", "baseline", "rankable", "not_ranked_reason",
+               *(col for col, _ in COMPARE_CSV_CONFIG), *COMPARE_CSV_SLO]
     for f in fields:
-        col = _compare_column(f["key"], f["unit"])
+        col = _compare_column(f["key"])
         columns += [col, f"{col}_delta_pct"]
     columns.append("best_for")
     rows = []
@@ -866,11 +881,12 @@ def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
             "run_id": e["id"], "label": e["label"],
             "baseline": "true" if e["id"] == comparison["baseline"] else "false",
             "rankable": "true" if e["rankable"] else "false", "not_ranked_reason": e["refusal"],
+            **{col: e["sweep_id"] if key is None else e["config"].get(key) for col, key in COMPARE_CSV_CONFIG},
             **{f"slo_{k}": slo.get(k) for k in SLO_KEYS},
             "best_for": ";".join(k for k, rid in comparison["best"].items() if rid == e["id"]),
         }
         for f in fields:
-            col = _compare_column(f["key"], f["unit"])
+            col = _compare_column(f["key"])
             row[col] = f["values"][i]
             row[f"{col}_delta_pct"] = f["deltas_pct"][i]
         rows.append(row)

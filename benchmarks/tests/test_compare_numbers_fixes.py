@@ -109,8 +109,8 @@ def test_it_lists_the_slo_as_a_difference_and_refuses_to_compare_goodput_across_
     assert [r["goodput_req_s_delta_pct"] for r in rows] == ["", ""]
     assert rows[0]["output_throughput_tok_s_delta_pct"] == "0.0"
     assert float(rows[1]["output_throughput_tok_s_delta_pct"]) == pytest.approx(tok["deltas_pct"][1])
-    assert float(rows[1]["ttft_p99_ms"]) == pytest.approx(ttft["values"][1])
-    assert "itl_per_gap_p99_ms" in rows[0]
+    assert float(rows[1]["ttft_ms_p99"]) == pytest.approx(ttft["values"][1])
+    assert "itl_per_gap_ms_p99" in rows[0] and "itl_p99_ms" not in rows[0]
 
 
 # --- ties ---------------------------------------------------------------------------------------

@@ -35,3 +35,32 @@ def test_import_fields_are_null_for_a_run_that_was_not_imported_everywhere(viewe
     assert (detail["import_format"], detail["original_filename"]) == ("vllm-bench-serve", "b.json")
     assert (export["import_format"], export["original_filename"]) == ("vllm-bench-serve", "b.json")
     assert config[imported.pk]["import_format"] == "vllm-bench-serve"
+
+
+def test_the_comparison_csv_names_metrics_as_the_run_export_and_gives_each_run_its_point(viewer_api, db):
+    full = {**SUMMARY, "ttft_ms": {"mean": 40.0, "p99": 90.0}, "itl_ms": {"mean": 5.0, "p99": 9.0}}
+    a = BenchmarkRun.objects.create(source="measured", status="done", concurrency=4, input_len=128, output_len=64,
+                                    num_requests=16, num_gpus=2, summary=full,
+                                    snapshot={"deployment_id": 7, "recipe_id": 3, "recipe": "pd-2"})
+    b = BenchmarkRun.objects.create(source="measured", status="done", concurrency=8, request_rate=2.5, input_len=128,
+                                    output_len=64, num_requests=16, num_gpus=2, summary=full,
+                                    snapshot={"deployment_id": 9, "recipe_id": 3, "recipe": "pd-2"})
+    compared = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}&format=csv")
+    rows = list(csv.DictReader(io.StringIO(compared.content.decode())))
+    exported = next(csv.DictReader(io.StringIO(viewer_api.get(f"/api/runs/{a.pk}/export/?format=csv")
+                                                .content.decode())))
+    # the run export's names, and the same values under them
+    for column in ("output_throughput_tok_s", "tok_s_per_gpu", "ttft_ms_mean", "ttft_ms_p99", "itl_per_gap_ms_mean",
+                   "itl_per_gap_ms_p99", "failures", "concurrency", "request_rate_req_s", "input_len", "output_len",
+                   "num_requests", "num_gpus"):
+        assert rows[0][column] == exported[column], column
+    assert (rows[0]["tok_s_per_gpu"], rows[0]["ttft_ms_mean"], rows[0]["itl_per_gap_ms_mean"]) == ("50.0", "40.0", "5.0")
+    for old in ("output_throughput_per_gpu_tok_s", "ttft_mean_ms", "itl_per_gap_mean_ms", "failures_requests"):
+        assert old not in rows[0]
+    # what each run measured, so what differs between them is in the file
+    assert [(r["concurrency"], r["request_rate_req_s"], r["input_len"], r["output_len"], r["deployment_id"],
+             r["recipe_id"], r["recipe"]) for r in rows] == [
+        ("4", "", "128", "64", "7", "3", "pd-2"), ("8", "2.5", "128", "64", "9", "3", "pd-2")]
+    body = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}").json()
+    assert {"field": "deployment_id", "values": [7, 9]} in body["config_differs"]
+    assert "recipe_id" not in {d["field"] for d in body["config_differs"]}
