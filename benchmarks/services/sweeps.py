@@ -728,6 +728,9 @@ class _PointProgress:
         self.sweep_id, self.run_id, self.ordinal = sweep.pk, run.pk, run.ordinal
         self.points_total = sweep.points_total
         self.label, self.duration_s, self.done_before = _point_label(point), point.get("duration_s"), done_before
+        # A closed loop limited by time cannot know its total: the load generator's ``total`` is
+        # the requests sent so far, and the page says so.
+        self.total_sent_so_far = bool(self.duration_s) and point.get("request_rate") is None
         self._lock = threading.Lock()
         self._latest: dict[str, Any] | None = None
         self._new = False
@@ -752,7 +755,7 @@ class _PointProgress:
             _broadcast(self.sweep_id, "sweep.progress", {
                 "sweep_id": self.sweep_id, "run_id": self.run_id, "point_index": self.ordinal,
                 "points_total": self.points_total, **latest, "point": self.label, "duration_s": self.duration_s,
-                "requests_done": requests_done})
+                "total_sent_so_far": self.total_sent_so_far, "requests_done": requests_done})
         now = time.monotonic()
         if final or now - self._written_at >= RUN_PROGRESS_WRITE_S:
             self._written_at = now
@@ -762,7 +765,8 @@ class _PointProgress:
 
             def write() -> None:
                 BenchmarkRun.objects.filter(pk=self.run_id).update(progress=json_safe(
-                    {**latest, "duration_s": self.duration_s, "updated_at": timezone.now().isoformat()}))
+                    {**latest, "duration_s": self.duration_s, "total_sent_so_far": self.total_sent_so_far,
+                     "updated_at": timezone.now().isoformat()}))
                 BenchmarkSweep.objects.filter(pk=self.sweep_id).update(**fields)
 
             what = f"writing the progress of point {self.label}"
@@ -1404,6 +1408,15 @@ def sweep_wait(*, sweep: BenchmarkSweep, timeout_s: float, progress=None, poll_s
         time.sleep(poll_s)
 
 
+def _total_sent_so_far(run: BenchmarkRun) -> bool:
+    """Whether the running point's progress ``total`` is the requests sent so far rather than a
+    planned count: a closed loop limited by time (:class:`_PointProgress`)."""
+    p = run.progress or {}
+    if "total_sent_so_far" in p:
+        return bool(p["total_sent_so_far"])
+    return bool(p.get("duration_s") or run.duration_s) and run.request_rate is None
+
+
 def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
     """One line of a sweep's progress for a terminal, e.g. ``sweep #7: running, point 1/3
     (c=1 256/256): 12/25 requests of this point, 12/225 of the sweep, 41.0 tok/s now``. The point's
@@ -1427,7 +1440,11 @@ def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
         prog = (run.progress or {}) if run is not None else {}
         if run is not None:
             total = prog.get("total") or run.num_requests
-            line += f": {int(prog.get('done') or 0)}" + (f"/{total}" if total else " sent") + " requests of this point"
+            done = int(prog.get("done") or 0)
+            if _total_sent_so_far(run):
+                line += f": {done} done of {prog.get('total') or 0} sent so far in this point (time-limited point)"
+            else:
+                line += f": {done}" + (f"/{total}" if total else " sent") + " requests of this point"
         total = sweep.requests_total_known
         line += (f", {sweep.requests_done}/{total} of the sweep" if total is not None
                  else f", {sweep.requests_done} done in the sweep, total not known: points limited by time")

@@ -23,6 +23,38 @@ def test_it_says_whose_request_counts_a_progress_line_shows() -> None:
         "12/225 of the sweep, 41.0 tok/s now")
 
 
+def test_a_time_limited_points_line_says_its_total_is_what_was_sent_so_far() -> None:
+    sweep = BenchmarkSweep.objects.create(status=SweepStatus.RUNNING, points_total=2, points_done=0,
+                                          requests_total=0, requests_done=42, current_point="c=4 256/256",
+                                          grid={"concurrency": [4, 8], "lengths": [[256, 256]], "duration_s": 30.0})
+    BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status=RunStatus.RUNNING, concurrency=4, duration_s=30.0,
+                                progress={"done": 42, "total": 44, "duration_s": 30.0, "total_sent_so_far": True})
+    assert sweep_progress_line(sweep=sweep) == (
+        f"  sweep #{sweep.pk}: running, point 1/2 (c=4 256/256): 42 done of 44 sent so far in this point "
+        "(time-limited point), 42 done in the sweep, total not known: points limited by time")
+
+
+def test_the_running_point_stores_and_broadcasts_whether_its_total_is_what_was_sent(monkeypatch) -> None:
+    from benchmarks.services import sweeps as sweeps_module
+
+    sent = []
+    monkeypatch.setattr(sweeps_module, "_broadcast", lambda sweep_id, kind, data: sent.append(data))
+    sweep = BenchmarkSweep.objects.create(status=SweepStatus.RUNNING, points_total=2)
+    timed = BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status=RunStatus.RUNNING, concurrency=4)
+    rated = BenchmarkRun.objects.create(sweep=sweep, ordinal=1, status=RunStatus.RUNNING, request_rate=2.0)
+    for run, point in ((timed, {"concurrency": 4, "request_rate": None, "input_len": 8, "output_len": 8,
+                                "duration_s": 30.0}),
+                       (rated, {"concurrency": None, "request_rate": 2.0, "input_len": 8, "output_len": 8,
+                                "duration_s": 30.0})):
+        progress = sweeps_module._PointProgress(sweep, run, point, 0)
+        progress.report({"done": 42, "total": 44, "failed": 0, "elapsed_s": 10.0, "tok_s": 5.0})
+        progress.tick(final=True)
+    assert [m["total_sent_so_far"] for m in sent] == [True, False]
+    timed.refresh_from_db()
+    rated.refresh_from_db()
+    assert (timed.progress["total_sent_so_far"], rated.progress["total_sent_so_far"]) == (True, False)
+
+
 def test_it_does_not_call_a_known_gpu_count_unknown_before_any_point_finished() -> None:
     assert sweep_charts([], num_gpus=8)["tok_s_per_gpu"]["empty"] == "No finished point with output tok/s yet."
     assert sweep_charts([])["tok_s_per_gpu"]["empty"] == "GPU count unknown."

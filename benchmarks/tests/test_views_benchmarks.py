@@ -652,6 +652,20 @@ def test_it_measures_a_time_limited_sweep_by_points_and_elapsed_time(viewer_clie
     assert "total not known: points limited by time send what fits in their time" in requests
 
 
+def test_a_time_limited_points_progress_says_its_total_is_what_was_sent_so_far(viewer_client, sweep):
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(grid={**sweep.grid, "duration_s": 60.0, "requests": None})
+    BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=1, status=RunStatus.RUNNING, concurrency=8, input_len=256, output_len=256,
+        duration_s=60.0, progress={"done": 42, "total": 44, "failed": 0, "elapsed_s": 15.0, "tok_s": 150.0,
+                                   "duration_s": 60.0, "total_sent_so_far": True})
+    html = _html(viewer_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk]), {"points": "1"}))
+    live = html.split('class="run-progress"')[1].split("</dd>")[0]
+    assert "42 done of 44 sent so far" in live and "time-limited point" in live
+    assert "42 / 44" not in live and "requests done" not in live
+    # the bar follows the time, not 42 / 44: 1 of 2 points done, the running one a quarter through
+    assert 'style="width: 62.5%"' in html
+
+
 # --- duplicate imports ------------------------------------------------------------------------
 
 

@@ -424,20 +424,25 @@ def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
     most once a second): ``run`` (the row), ``done``/``total``/``failed`` (requests), ``tok_s``
     (output tok/s, None before the first report), ``elapsed_s`` and ``duration_s`` (seconds, None
     when unknown or not time-limited), ``fraction`` (0-1: the larger of done / total and elapsed /
-    duration), ``source`` (``client`` or ``server_counters``). None when nothing was reported yet."""
+    duration), ``source`` (``client`` or ``server_counters``), ``total_sent_so_far`` (True for a
+    closed loop limited by time: its ``total`` is the requests sent so far, not a planned count,
+    so the page says ``42 done of 44 sent so far`` and the fraction is elapsed / duration alone).
+    None when nothing was reported yet."""
     p = run.progress or {}
     if not p:
         return None
-    done, total = p.get("done"), p.get("total") or run.num_requests
     elapsed, duration = _opt_float(p.get("elapsed_s")), _opt_float(p.get("duration_s") or run.duration_s)
+    sent_so_far = (bool(p["total_sent_so_far"]) if "total_sent_so_far" in p
+                   else bool(duration) and run.request_rate is None)
+    done, total = p.get("done"), (p.get("total") if sent_so_far else p.get("total") or run.num_requests)
     fractions = [0.0]
-    if isinstance(done, (int, float)) and total:
+    if isinstance(done, (int, float)) and total and not sent_so_far:
         fractions.append(done / total)
     if elapsed is not None and duration:
         fractions.append(elapsed / duration)
     return {"run": run, "done": done, "total": total, "failed": p.get("failed"), "tok_s": _opt_float(p.get("tok_s")),
             "elapsed_s": elapsed, "duration_s": duration, "fraction": min(1.0, max(fractions)),
-            "source": p.get("source", "client")}
+            "source": p.get("source", "client"), "total_sent_so_far": sent_so_far}
 
 
 def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:

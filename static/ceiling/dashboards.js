@@ -596,14 +596,20 @@
     var total = data.total, done = data.done;
     set(root, "point", isNum(data.point_index) && isNum(data.points_total)
       ? (data.point_index + 1) + " of " + data.points_total + (data.point ? " · " + data.point : "") : null, "");
-    set(root, "requests", isNum(done) && isNum(total) ? done + " / " + total : null, "requests");
+    // A closed loop limited by time cannot know its total: "total" is the requests sent so far.
+    var sentSoFar = data.total_sent_so_far === true;
+    set(root, "requests", isNum(done) && isNum(total)
+      ? (sentSoFar ? done + " done of " + total + " sent so far (time-limited point)" : done + " / " + total) : null,
+      sentSoFar ? "" : "requests");
     set(root, "failed", isNum(data.failed) ? data.failed : null, "failed");
     set(root, "tok_s", fixed(data.tok_s, 1), "tok/s");
     var tokLabel = field(root, "tok_s-label");
     if (tokLabel) tokLabel.textContent = "Output, current rate (last 0.5 s)";
     // A time-limited point ends by its duration (its request total is only a budget).
     set(root, "elapsed", isNum(data.elapsed_s) ? data.elapsed_s.toFixed(1) + (isNum(data.duration_s) ? " / " + data.duration_s : "") : null, "s");
-    bar(field(root, "fill"), isNum(done) && isNum(total) && total > 0 ? done / total : null);
+    bar(field(root, "fill"), sentSoFar
+      ? (isNum(data.elapsed_s) && isNum(data.duration_s) && data.duration_s > 0 ? data.elapsed_s / data.duration_s : null)
+      : (isNum(done) && isNum(total) && total > 0 ? done / total : null));
     root._sample = { t: Date.now() / 1000, interval: 1 };
     var age = field(root, "sample-age");
     if (age) age.textContent = "updated " + CeilingLive.clockUtc(new Date());
