@@ -168,3 +168,16 @@ def test_it_adds_the_live_progress_panel_to_an_active_sweep_only(viewer_client, 
     sweep = BenchmarkSweep.objects.create(deployment=pd_deployment, name="live", status=status)
     html = viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
     assert (f'data-live-sweep="{sweep.pk}"' in html) is live
+
+
+def test_the_wall_names_its_memory_figure_as_the_node_page_does(viewer_client, gpu_node):
+    wall = viewer_client.get(reverse("deployments:wall")).content.decode()
+    node = viewer_client.get(reverse("deployments:node-detail", args=["gpu-box"])).content.decode()
+    host = wall[wall.index('class="wall-host-mem"'):].split("</div>")[0]
+    assert "Host memory used" in host and 'data-f="hostmem"' in host
+    assert "Used on the host by every process (total − available), of the kernel's total" in host
+    assert "the node page's Memory line is the sum of the NUMA nodes' MemTotal at discovery" in host
+    panel = node[node.index('class="host-mem"'):].split("</div>")[0]
+    assert "Host memory used</h3>" in panel
+    assert "Used on the host by every process (total − available), of the kernel's total" in panel
+    assert "sum of the NUMA nodes' MemTotal at discovery; the live figure below is the kernel's total" in node
