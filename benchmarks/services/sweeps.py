@@ -1266,10 +1266,14 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
             continue
         kwargs: dict[str, Any] = {}
         if other is not None:
-            other_points = _points_of(other.runs.filter(input_len=in_len, output_len=out_len), other.num_gpus)
+            other_runs = list(other.runs.filter(input_len=in_len, output_len=out_len))
+            other_points = _points_of(other_runs, other.num_gpus)
             if other_points:
                 kwargs = {"compare_with": other_points, "compare_num_gpus": other.num_gpus or 1,
                           "compare_topology": other.topology}
+            elif other_runs:   # its runs at these lengths have no throughput (no successful request)
+                out["notes"].append(f"{key}: no {other.topology}-vs-{topology} comparison with sweep #{other.pk}: "
+                                    f"no point has successful output; nothing to analyse")
         try:
             report = ceiling_analyse(points, num_gpus=num_gpus, topology=topology, gpus_known=bool(sweep.num_gpus),
                                      max_running_batch=cap, **kwargs).as_dict()

@@ -386,6 +386,10 @@ async def test_it_keeps_a_reader_that_acknowledges_slowly_but_steadily(viewer, n
         got += 1
         if got % 8 == 0:
             await ws.send_json_to({"action": "ack", "count": got})
+            # the consumer reads the socket and the channel layer concurrently: a ping answered
+            # means the ack before it was taken, so the next broadcasts cannot overtake it
+            await ws.send_json_to({"action": "ping"})
+            assert (await ws.receive_json_from(timeout=5))["type"] == "live.pong"
     assert got == 60
     await ws.send_json_to({"action": "ping"})
     assert (await ws.receive_json_from(timeout=5))["type"] == "live.pong"
