@@ -4,36 +4,15 @@ flagged with unknown throughputs, an uncalibrated point flagged ``input_length_u
 sweep longer than the recipe's context refused."""
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from benchmarks.choices import SweepStatus
 from benchmarks.services import run_metrics, sweep_create, sweep_execute
 from controlplane.errors import InvalidInput
 
+from benchmarks.tests.test_loadgen_summary_fixes import _var_dir, llama_url  # noqa: F401 - fixtures
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-
-@pytest.fixture(scope="module")
-def llama_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Base URL of a real ``llama_cpp.server`` (``--n_ctx 256``) serving a tiny generated GGUF model."""
-    from deployments.engines.tiny_gguf import tiny_gguf_write
-    from deployments.tests.test_agent_support import free_ports
-    from deployments.tests.test_llamacpp_engine import Server, server_argv
-
-    tmp = tmp_path_factory.mktemp("llama")
-    (port,) = free_ports(1)
-    srv = Server(server_argv(tiny_gguf_write(tmp / "tiny.gguf"), port), tmp / "server.log", f"http://127.0.0.1:{port}")
-    srv.wait_ready()
-    yield srv.base_url
-    srv.stop()
-
-
-@pytest.fixture
-def _var_dir(settings, tmp_path: Path) -> None:
-    settings.VAR_DIR = tmp_path
 
 
 def _llama_deployment(url: str, flags: dict | None = None):
