@@ -35,7 +35,7 @@ def test_siblings_of_a_crashed_engine_read_as_stopped_because_the_deployment_fai
     settings.CEILING_LOG_DIR = tmp_path / "engines"
     node = Node.objects.create(name="here", hostname="here", cpu_count=len(USABLE), tools={})
     NumaNode.objects.create(node=node, index=0, cpus=format_cpulist(USABLE))
-    http_p, http_d, boot, router = free_ports(4)
+    http_p, http_d, boot, router, prom = free_ports(5)   # the metrics port too: router + 1 may be taken
     cpu = str(USABLE[0])
     spec = {
         "model": {"name": "sim/tiny"},
@@ -44,7 +44,7 @@ def test_siblings_of_a_crashed_engine_read_as_stopped_because_the_deployment_fai
             "prefill": {"cpus": cpu, "host": "127.0.0.1", "port": http_p, "bootstrap_port": boot,
                         "flags": {"time-scale": 0.05}},
             "decode": {"cpus": cpu, "host": "127.0.0.1", "port": http_d, "flags": {"time-scale": 0.05}},
-            "router": {"host": "127.0.0.1", "port": router},
+            "router": {"host": "127.0.0.1", "port": router, "flags": {"prometheus-port": prom}},
         },
         "sim": {"profile": "demo-fast"},
         "startup_timeout_s": 30,
