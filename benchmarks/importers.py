@@ -102,6 +102,7 @@ from typing import Any, Literal
 
 from benchmarks.analysis import LatencyStats, SweepPoint
 from benchmarks.sweeps import json_shown
+from controlplane.drf_defaults import BOM
 from controlplane.errors import InvalidInput
 
 SGLANG_BENCH_SERVING = "sglang-bench-serving"
@@ -627,11 +628,8 @@ def import_vllm_bench_serve(text: str) -> ImportedRun:
 # --- parsing --------------------------------------------------------------------------------------
 
 
-#: The UTF-8 byte order mark as text: editors on Windows (Notepad, PowerShell's ``Out-File -Encoding
-#: utf8``) start a file with it. It is no part of the JSON (RFC 8259 lets a reader ignore it), so
-#: the importers skip it at the start of a file; the stored original text keeps it, so the file
-#: downloads byte for byte and its SHA-256 is the file's.
-BOM = "\ufeff"
+# The importers skip a byte order mark (BOM) at the start of a file; the stored original text
+# keeps it, so the file downloads byte for byte and its SHA-256 is the file's.
 
 # What JSON counts as white space (RFC 8259): a line of nothing else is blank. ``str.strip()``
 # would also take U+2028, U+0085, a form feed and others, which JSON allows unescaped only

@@ -11,7 +11,7 @@ from django import forms
 from django.conf import settings
 from django.utils.functional import cached_property
 
-from controlplane.drf_defaults import json_loads, repeated_key_errors
+from controlplane.drf_defaults import BOM, json_loads, repeated_key_errors
 from controlplane.errors import InvalidInput
 from controlplane.forms import SingleValuedForm
 from deployments.choices import Engine, Topology
@@ -33,7 +33,7 @@ def spec_parse(text: str) -> dict:
     it in a request body: text saved as "UTF-8 with BOM" is the same JSON.
     """
     try:
-        value = json_loads((text or "").removeprefix("\ufeff"))
+        value = json_loads((text or "").removeprefix(BOM))
     except json.JSONDecodeError as exc:
         raise forms.ValidationError(
             f"invalid JSON at line {exc.lineno} column {exc.colno} ({exc.msg})", code="invalid_json"
