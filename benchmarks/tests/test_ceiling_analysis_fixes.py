@@ -25,6 +25,7 @@ PROFILES = REPO / "deployments" / "data" / "sim_profiles"
 # on the per-sequence cost.
 FIXED_TOLERANCE_MS = 1.0
 PER_SEQ_TOLERANCE = 0.15
+MAX_ATTEMPTS = 3
 
 
 def _decode(profile: str) -> dict:
@@ -42,13 +43,26 @@ def test_it_recovers_demo_fasts_decode_cost_and_ceiling_from_the_trials_sweep(si
     decode = _decode("demo-fast")
     fixed_ms, per_seq_ms, cap = decode["fixed_s"] * 1000, decode["per_seq_s"] * 1000, decode["max_running_requests"]
     deployment = sim_deployment_create(base_url=sim_url, recipe_name="trial")
-    sweep = sweep_create(deployment=deployment, user=operator,
-                         grid={"concurrency": [1, 4, 16], "lengths": [[128, 64], [512, 16]],
-                               "requests_per_concurrency": 4, "warmup": 2})
-    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
-    sweep.refresh_from_db()
-    analysis = sweep_analysis(sweep=sweep)
-    assert analysis["errors"] == {}
+    # A busy 2-core host can deliver a point's output events in grouped network reads; the load
+    # generator flags that point ``itl_coalesced`` and the analysis rightly fits it by Little's law
+    # instead. Such a sweep says nothing about the step recovery under test, so it is run again
+    # (at most MAX_ATTEMPTS times), after checking that the fallback was the right one.
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        sweep = sweep_create(deployment=deployment, user=operator,
+                             grid={"concurrency": [1, 4, 16], "lengths": [[128, 64], [512, 16]],
+                                   "requests_per_concurrency": 4, "warmup": 2})
+        assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
+        sweep.refresh_from_db()
+        analysis = sweep_analysis(sweep=sweep)
+        assert analysis["errors"] == {}
+        grouped = {(f"{r.input_len}/{r.output_len}", f"c={r.concurrency}")
+                   for r in sweep.runs.all() if "itl_coalesced" in r.flags}
+        if not grouped:
+            break
+        for key, label in grouped:
+            fit = analysis["lengths"][key]["fit"]
+            assert fit["batch_sources"][fit["labels"].index(label)] == "littles_law", (key, label, fit)
+    assert not grouped, f"output events came grouped in {sorted(grouped)} on all {MAX_ATTEMPTS} attempts"
     for key in ("128/64", "512/16"):
         report = analysis["lengths"][key]
         fit = report["fit"]
