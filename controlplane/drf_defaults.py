@@ -398,6 +398,13 @@ def given_more_than_once(values: list[str], *, shown: bool = True) -> str | None
     return f"is given {len(values)} times ({', '.join(v[:40] for v in values[:8])}): give it once"
 
 
+def empty_list_item(index: int, field: str, example: str) -> str:
+    """The refusal of an empty item of a comma-separated query parameter (``?ids=1,,2``, ``?ids=1,2,``),
+    one wording for every such list: ``item 2 is empty: give ids as 1,2,3``. An empty item is a typo
+    or a list gone wrong, so it is refused rather than skipped."""
+    return f"item {index} is empty: give {field} as {example}"
+
+
 class SingleValuedQuery(BasePermission):
     """Every API request: a query parameter given more than once (``?status=ready&status=stopped``)
     is a 400 naming it (``{"status": ["is given 2 times (ready, stopped): give it once"]}``). No API

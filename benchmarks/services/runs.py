@@ -44,6 +44,7 @@ from benchmarks.loadgen.uncertainty import clip_low, contain_estimate, min_sampl
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import DIGITS_RE, repeats_text, summary_point
 from controlplane.csvsafe import csv_text
+from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_safe
 
@@ -423,17 +424,21 @@ def runs_compare_too_many(*, run_ids: list[int], sweep_ids: list[int]) -> str | 
 
 
 def runs_compare_ids(text: str, *, field: str) -> list[int]:
-    """The ids of ``text``, a comparison's comma-separated ``ids`` or ``sweeps`` as given (``"1, 2,"``:
-    ``[1, 2]``; empty parts skipped; order and repeats kept for :func:`runs_compare_pick` to judge).
-    Shared by the compare endpoint and the comparison page, so both word a malformed list alike.
-    Raises :class:`InvalidInput` under ``field`` naming the first part that is not ASCII digits, or
-    is too long for ``int()`` (more than 4300 digits): ``{"ids": ["must be comma-separated integer
-    ids, got 'abc'"]}``, the part cut to 40 characters. Any other id however large is kept: no row
-    has it, which the caller says."""
+    """The ids of ``text``, a comparison's comma-separated ``ids`` or ``sweeps`` as given (``"1, 2"``:
+    ``[1, 2]``; a blank ``text`` is none given, ``[]``; order and repeats kept for
+    :func:`runs_compare_pick` to judge). Shared by the compare endpoint and the comparison page, so
+    both word a malformed list alike. Raises :class:`InvalidInput` under ``field`` for the first
+    empty item (``1,,2`` or ``1,2,``: ``{"ids": ["item 2 is empty: give ids as 1,2,3"]}``, a typo or a
+    list gone wrong, never skipped) and for the first part that is not ASCII digits, or is too long
+    for ``int()`` (more than 4300 digits): ``{"ids": ["must be comma-separated integer ids, got
+    'abc'"]}``, the part cut to 40 characters. Any other id however large is kept: no row has it,
+    which the caller says."""
     ids: list[int] = []
-    for part in (x.strip() for x in text.split(",")):
+    if not text.strip():
+        return ids
+    for index, part in enumerate((x.strip() for x in text.split(",")), start=1):
         if not part:
-            continue
+            raise InvalidInput({field: [empty_list_item(index, field, "1,2,3")]})
         try:
             if not DIGITS_RE.fullmatch(part):
                 raise ValueError(part)

@@ -19,6 +19,7 @@ from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import attachment
+from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
 from controlplane.permissions import has_role
 from controlplane.redaction import redact_text
@@ -103,12 +104,17 @@ def _ids_param(request: HttpRequest, name: str) -> list[int]:
     """``?runs=1,2,3`` (or ``?run=1&run=2``) as a list of ints (order and repeats kept: the caller refuses a repeat
     by name, :func:`benchmarks.services.runs_compare_pick`); :class:`MalformedIds` naming the parameter in the
     compare endpoint's words (:func:`benchmarks.services.runs_compare_ids`: ``ids must be comma-separated integer
-    ids, got '8;drop'``) for a part that is not an id, and a 404 for one above :data:`benchmarks.selectors.PK_MAX`,
-    which names no row (the database could not even look it up)."""
+    ids, got '8;drop'``) for a part that is not an id or an empty item (``?runs=1,,2``: ``item 2 is empty``), and a
+    404 for one above :data:`benchmarks.selectors.PK_MAX`, which names no row (the database could not even look it
+    up). A blank ``?runs=`` is none given."""
     # The index page's checkboxes send ``?run=1&run=2``; links send ``?runs=1,2``.
-    parts = request.GET.get(name, "").split(",") + request.GET.getlist(name.removesuffix("s"))
+    text = request.GET.get(name, "")
+    listed = text.split(",") if text.strip() else []
+    for index, part in enumerate(listed, start=1):
+        if not part.strip():
+            raise MalformedIds(f"{name} {empty_list_item(index, name, '1,2,3')}")
     out: list[int] = []
-    for part in parts:
+    for part in listed + request.GET.getlist(name.removesuffix("s")):
         part = part.strip()
         # judged before int(), which refuses more than 4300 digits
         if DIGITS_RE.fullmatch(part) and len(part.lstrip("0")) > len(str(PK_MAX)):

@@ -28,6 +28,7 @@ from controlplane.api import (
     StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
 )
 from controlplane.api import JSONTextField, StrictBooleanField
+from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
@@ -661,7 +662,8 @@ class UnixSecondsField(serializers.FloatField):
 
 class TelemetryQuerySerializer(serializers.Serializer):
     """``?since=<unix s>&until=<unix s>&fields=a,b`` of the telemetry re-sync endpoints; a time that
-    is not a number of unix seconds in range is refused by :class:`UnixSecondsField`."""
+    is not a number of unix seconds in range is refused by :class:`UnixSecondsField`; a blank ``fields`` is none
+    given, an empty item of it (``fields=a,,b``) a 400 (:func:`controlplane.drf_defaults.empty_list_item`)."""
 
     since = UnixSecondsField(required=False, help_text="unix seconds; default: 10 minutes ago")
     until = UnixSecondsField(required=False, help_text="unix seconds; default: now")
@@ -671,8 +673,12 @@ class TelemetryQuerySerializer(serializers.Serializer):
     def validate(self, attrs: dict) -> dict:
         if "since" in attrs and "until" in attrs and attrs["since"] > attrs["until"]:
             raise serializers.ValidationError({"since": ["must not be after until"]})
-        if attrs.get("fields"):
-            attrs["fields"] = [f.strip() for f in attrs["fields"].split(",") if f.strip()]
+        if (attrs.get("fields") or "").strip():
+            fields = [f.strip() for f in attrs["fields"].split(",")]
+            if empty := [i for i, f in enumerate(fields, start=1) if not f]:
+                raise serializers.ValidationError({"fields": [
+                    empty_list_item(empty[0], "fields", "power_w,host_cpu_pct")]})
+            attrs["fields"] = fields
         else:
             attrs.pop("fields", None)
         return attrs
