@@ -38,7 +38,7 @@ from drf_spectacular.plumbing import build_array_type, build_basic_type
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status
-from rest_framework.exceptions import ErrorDetail, ValidationError
+from rest_framework.exceptions import ErrorDetail, ParseError, ValidationError
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.utils import html
@@ -120,6 +120,23 @@ def json_object_wording(errors: dict[str, list], data: Any) -> dict[str, list]:
     return out
 
 
+_MULTIPART_PREFIX = "Multipart form parse error - "
+
+
+def body_parse_error(exc: ParseError) -> ValidationError:
+    """A request body no parser could read, as the 400 every other body error is:
+    ``{"non_field_errors": ["the request body is not valid JSON: expecting value (line 1 column
+    10)"]}``. REST framework's multipart wording (``Multipart form parse error - Invalid boundary in
+    multipart: None``) is put in plain words."""
+    text = str(exc.detail)
+    if text.startswith(_MULTIPART_PREFIX):
+        reason = text.removeprefix(_MULTIPART_PREFIX)
+        text = ("the request body is not valid multipart form data: its Content-Type gives no boundary "
+                "(multipart/form-data; boundary=...)" if reason.startswith("Invalid boundary in multipart")
+                else f"the request body is not valid multipart form data: {reason}")
+    return ValidationError({"non_field_errors": [ErrorDetail(text, code="parse_error")]})
+
+
 def exception_handler(exc, context):
     """DRF exception handler: domain errors → 400/404/409, Django validation → 400, a body
     over the size limit → 413 ``{"detail", "code": "too_large", "limit_bytes"}``. A 404 of
@@ -129,8 +146,14 @@ def exception_handler(exc, context):
     :func:`controlplane.notfound_views.api_lookup_refused_text`).
 
     Every 400 from validation has the same body: ``{"<dotted.path>": ["message", ...]}``, and a
-    body that is not a JSON object is named in JSON terms (:func:`json_object_wording`).
+    body that is not a JSON object is named in JSON terms (:func:`json_object_wording`). A body that
+    cannot be read at all (not JSON, not text in its encoding, nested too deeply, multipart without a
+    boundary) is a 400 of the same shape under ``non_field_errors`` (:func:`body_parse_error`), not
+    REST framework's ``{"detail": "..."}``; a content type no parser takes stays a 415 ``{"detail"}``:
+    the body was not judged.
     """
+    if isinstance(exc, ParseError):
+        exc = body_parse_error(exc)
     if isinstance(exc, InvalidInput):
         exc = ValidationError(exc.errors)
     elif isinstance(exc, DjangoValidationError):

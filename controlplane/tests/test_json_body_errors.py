@@ -1,7 +1,7 @@
-"""A JSON request body the API cannot read is refused in plain words with where the problem is
-(``the request body is not valid JSON: expecting ',' delimiter (line 3 column 5)``), not REST
-framework's ``JSON parse error - ...``; a body that starts with a UTF-8 byte order mark is read as
-the same JSON without it. Through the API with a real token (the operator's)."""
+"""A JSON request body the API cannot read is a 400 under ``non_field_errors``, as every other body
+error is, in plain words with where the problem is (``the request body is not valid JSON: expecting
+',' delimiter (line 3 column 5)``), not REST framework's ``{"detail": "JSON parse error - ..."}``;
+a body that starts with a UTF-8 byte order mark is read as the same JSON without it. Through the API with a real token (the operator's)."""
 from __future__ import annotations
 
 import json
@@ -34,7 +34,7 @@ def test_a_body_that_cannot_be_read_is_refused_in_plain_words(operator_api, body
     response = _post(operator_api, body)
 
     assert response.status_code == 400
-    assert response.json() == {"detail": detail}
+    assert response.json() == {"non_field_errors": [detail]}
     assert not Recipe.objects.exists()
 
 
@@ -52,14 +52,14 @@ def test_a_body_with_a_byte_order_mark_reads_as_the_same_json(operator_api, db):
     assert Recipe.objects.get(name="bom-recipe").spec["roles"]["single"]["port"] == 31555
     # Only at the start: a mark between values is not JSON.
     inside = _post(operator_api, b'{"name":' + BOM + b' "x"}')
-    assert inside.json() == {"detail": "the request body is not valid JSON: expecting value (line 1 column 9)"}
+    assert inside.json() == {"non_field_errors": ["the request body is not valid JSON: expecting value (line 1 column 9)"]}
 
 
 def test_a_bom_alone_is_an_empty_body_refused_as_such(operator_api, db):
     response = _post(operator_api, BOM)
 
     assert response.status_code == 400
-    assert response.json() == {"detail": "the request body is not valid JSON: expecting value (line 1 column 1)"}
+    assert response.json() == {"non_field_errors": ["the request body is not valid JSON: expecting value (line 1 column 1)"]}
 
 
 def test_the_token_endpoint_words_it_the_same(db):
@@ -69,4 +69,21 @@ def test_the_token_endpoint_words_it_the_same(db):
 
     assert response.status_code == 400
     assert response.json() == {
-        "detail": "the request body is not valid JSON: expecting ',' delimiter (line 1 column 17)"}
+        "non_field_errors": ["the request body is not valid JSON: expecting ',' delimiter (line 1 column 17)"]}
+
+
+def test_a_multipart_body_without_a_boundary_is_refused_in_plain_words(operator_api, db):
+    response = operator_api.post("/api/recipes/", data=b"name=x", content_type="multipart/form-data")
+
+    assert response.status_code == 400
+    assert response.json() == {"non_field_errors": [
+        "the request body is not valid multipart form data: its Content-Type gives no boundary "
+        "(multipart/form-data; boundary=...)"]}
+
+
+def test_a_content_type_no_parser_takes_is_a_415_with_detail(operator_api, db):
+    # not a validation error: the body was never judged, so it is not a field map
+    response = operator_api.post("/api/recipes/", data=b'{"name": "x"}', content_type="text/plain")
+
+    assert response.status_code == 415
+    assert response.json() == {"detail": 'Unsupported media type "text/plain" in request.'}

@@ -39,8 +39,8 @@ def test_it_parses_bodies_as_every_other_endpoint_does(viewer):
     client = APIClient()
     nested = client.post("/api/auth/token/", data="[" * 50000 + "]" * 50000, content_type="application/json")
     assert nested.status_code == 400
-    assert nested.json()["detail"] == ("the request body is nested too deeply to read: JSON arrays and objects may "
-                                       "nest fewer than 1000 levels")
+    assert nested.json() == {"non_field_errors": ["the request body is nested too deeply to read: JSON arrays and "
+                                                  "objects may nest fewer than 1000 levels"]}
     huge = client.post("/api/auth/token/", data=b'{"username": "' + b"v" * (2 << 20) + b'"}',
                        content_type="application/json")
     assert huge.status_code == 413
