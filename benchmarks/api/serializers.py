@@ -181,7 +181,12 @@ class RunSerializer(serializers.ModelSerializer):
     summary (seconds for measured runs, the importer's ms fields for imported ones), flags,
     ``metrics`` (one vocabulary, ms), snapshot, ``progress`` (the running point's live counts, see
     :class:`benchmarks.models.BenchmarkRun`). The original imported file is served by
-    ``/api/runs/<id>/original/``; ``original_sha256`` is its hash."""
+    ``/api/runs/<id>/original/``; ``original_sha256`` is its hash.
+
+    A text the run does not have or that is not known is null, never ``""``: ``reason`` (nothing to
+    explain), ``import_format``, ``original_filename`` and ``original_sha256`` (a measured run),
+    ``api`` and ``served_model_name`` (an imported file that did not say), as the run's JSON export
+    gives them and the CSV export leaves the cell empty."""
 
     metrics = serializers.SerializerMethodField()
     # Two durations: the grid's limit (``duration_s``, the field kept under its name) and the
@@ -202,6 +207,16 @@ class RunSerializer(serializers.ModelSerializer):
     original_filename = _BlankAsNullCharField(
         allow_null=True, read_only=True,
         help_text="The name of the file an imported run was read from; null for a run measured by a sweep.")
+    original_sha256 = _BlankAsNullCharField(
+        allow_null=True, read_only=True,
+        help_text="SHA-256 (hex) of the imported file's UTF-8 bytes; null for a run measured by a sweep.")
+    reason = _BlankAsNullCharField(allow_null=True, read_only=True,
+                                   help_text="Why the run failed or was cut short; null when there is nothing to say.")
+    api = _BlankAsNullCharField(allow_null=True, read_only=True,
+                                help_text="The API the requests were sent to (chat, completions, generate); null when "
+                                          "an imported file did not say.")
+    served_model_name = _BlankAsNullCharField(allow_null=True, read_only=True,
+                                              help_text="The model name the requests named; null when not known.")
 
     class Meta:
         model = BenchmarkRun
@@ -517,13 +532,14 @@ class RunCompareSerializer(serializers.Serializer):
 
 
 class RunExportSerializer(serializers.Serializer):
-    """One run as exported (:func:`benchmarks.services.run_export_dict`)."""
+    """One run as exported (:func:`benchmarks.services.run_export_dict`); a text the run does not have
+    or that is not known is null, as in :class:`RunSerializer`."""
 
     id = serializers.IntegerField()
     sweep_id = serializers.IntegerField(allow_null=True)
     ordinal = serializers.IntegerField()
     status = serializers.CharField(help_text=_RUN_STATUS_HELP)
-    reason = serializers.CharField()
+    reason = serializers.CharField(allow_null=True, help_text="null when there is nothing to say")
     source = serializers.CharField(help_text=_RUN_SOURCE_HELP)
     import_format = serializers.CharField(allow_null=True)
     original_filename = serializers.CharField(allow_null=True)
@@ -533,8 +549,8 @@ class RunExportSerializer(serializers.Serializer):
     input_len = serializers.IntegerField(allow_null=True, help_text="tokens")
     output_len = serializers.IntegerField(allow_null=True, help_text="tokens")
     num_requests = serializers.IntegerField(allow_null=True)
-    api = serializers.CharField(allow_null=True)
-    served_model_name = serializers.CharField()
+    api = serializers.CharField(allow_null=True, help_text="null when not known")
+    served_model_name = serializers.CharField(allow_null=True, help_text="null when not known")
     num_gpus = serializers.IntegerField(allow_null=True)
     flags = serializers.ListField(child=serializers.CharField())
     metrics = RunMetricsSerializer()

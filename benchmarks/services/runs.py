@@ -931,7 +931,7 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
     slo = run_slo(run=run) or {}
     row: dict[str, Any] = {
         "run_id": run.pk, "sweep_id": run.sweep_id, "source": run.source, "status": run.status,
-        "served_model_name": run.served_model_name, "concurrency": run.concurrency,
+        "served_model_name": run.served_model_name or None, "concurrency": run.concurrency,
         "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "num_gpus": run.num_gpus, "flags": ";".join(run.flags),
         "total_token_throughput_tok_s": _number(m["total_token_throughput_tok_s"]),
@@ -966,11 +966,12 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
     run has no per-request records (imported, never measured, or its file is missing), with
     ``records_note`` saying which."""
     out = {
-        "id": run.pk, "sweep_id": run.sweep_id, "ordinal": run.ordinal, "status": run.status, "reason": run.reason,
+        "id": run.pk, "sweep_id": run.sweep_id, "ordinal": run.ordinal, "status": run.status,
+        "reason": run.reason or None,
         "source": run.source, "import_format": run.import_format or None,
         "original_filename": run.original_filename or None, "concurrency": run.concurrency,
         "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
-        "num_requests": run.num_requests, "api": run.api or None, "served_model_name": run.served_model_name,
+        "num_requests": run.num_requests, "api": run.api or None, "served_model_name": run.served_model_name or None,
         "num_gpus": run.num_gpus, "flags": list(run.flags), "metrics": run_metrics(run=run), "summary": run.summary,
         "snapshot": run.snapshot, "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),
     }
