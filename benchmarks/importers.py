@@ -2,7 +2,10 @@
 
 Supported: SGLang ``python -m sglang.bench_serving --output-file x.jsonl`` (one JSON object per
 line, appended per run; older and newer key sets) and vLLM ``vllm bench serve --save-result``
-(one JSON object, pretty-printed or not; ``--append-result`` writes one per line). Pure
+(one JSON object, pretty-printed or not; ``--append-result`` writes one per line). A file of
+either that is one JSON value is read as such: one object, pretty-printed or not (an SGLang line
+passed through ``python -m json.tool``), or an array of objects, one run each in order, at the
+line its object starts on and its place in the array (``item 2 (line 22)``). Pure
 functions, no database; the caller stores :class:`ImportedRun` rows and the verbatim file.
 
 Lines end at ``"\n"`` (a ``"\r"`` before it is part of the ending), as JSON counts them, and
@@ -156,6 +159,30 @@ def empty_upload_message(name: str) -> str:
     return f"the file {str(name)[:40]!r} is empty (0 bytes)"
 
 
+class _ItemLine(int):
+    """The line a result object of a JSON array starts on, remembering its 1-based place in the
+    array (``item``): two objects of a compact array start on one line."""
+
+    item: int
+
+    def __new__(cls, line: int, item: int) -> _ItemLine:
+        obj = super().__new__(cls, line)
+        obj.item = item
+        return obj
+
+    def __reduce__(self) -> tuple[type[_ItemLine], tuple[int, int]]:
+        return _ItemLine, (int(self), self.item)  # copied with the run (dataclasses.asdict)
+
+
+def _where(line: int | None) -> str:
+    """Where a record is, in words: ``line 3``, ``item 2 (line 14)`` for an array's object,
+    ``file`` for a file that is one object."""
+    if line is None:
+        return "file"
+    item = getattr(line, "item", None)
+    return f"item {item} (line {int(line)})" if item is not None else f"line {line}"
+
+
 @dataclass(frozen=True)
 class ImportProblem:
     """One reason a result file cannot be imported: ``line`` (1-based, None for the whole file),
@@ -167,12 +194,14 @@ class ImportProblem:
 
     @property
     def path(self) -> str:
-        """The API's field path: ``line 3.completed``, ``file.duration``, ``line 2``, ``file``."""
-        where = f"line {self.line}" if self.line is not None else "file"
+        """The API's field path: ``line 3.completed``, ``file.duration``, ``line 2``, ``file``;
+        a result object of a JSON array is its item and the line it starts on
+        (``item 2 (line 14).duration``)."""
+        where = _where(self.line)
         return f"{where}.{self.key}" if self.key is not None else where
 
     def __str__(self) -> str:
-        where = [f"line {self.line}" if self.line is not None else "file"]
+        where = [_where(self.line)]
         if self.key is not None:
             where.append(f"key '{self.key}'")
         return f"{', '.join(where)}: {self.message}"
@@ -569,12 +598,8 @@ def import_results(text: str) -> list[ImportedRun]:
     fmt = _detect(first, problems) if first is not None else None
     if fmt is None:
         problems.raise_if_any()
-    if fmt == SGLANG_BENCH_SERVING and first is not None and first[0] is None:
-        # SGLang writes JSON lines: a file of one line is line 1, as in a file of many. Its
-        # problems so far (a repeated key) are found again, with that line.
-        problems.clear()
-        records = _lines(text, problems)
-        first = next(records, None)
+    if fmt == SGLANG_BENCH_SERVING and first is not None and _one_line_object(text, first):
+        records, first = _sglang_lines(text, problems)
     make = _sglang_run if fmt == SGLANG_BENCH_SERVING else _vllm_run
     runs = [make(obj, raw, line, text, problems) for line, obj, raw in ([first] if first else [])]
     mixed = False
@@ -584,8 +609,8 @@ def import_results(text: str) -> list[ImportedRun]:
             # Read with the first line's format, its keys would mean other things (or nothing):
             # refused at the first such line, once.
             mixed = True
-            problems.add(f"a {_FORMAT_NAME[other]} result, unlike line {first[0]} ({_FORMAT_NAME[fmt]}); a file "
-                         "is read in its first line's format, so it must hold one harness's results: split it",
+            problems.add(f"a {_FORMAT_NAME[other]} result, unlike {_where(first[0])} ({_FORMAT_NAME[fmt]}); a "
+                         "file is read in its first line's format, so it must hold one harness's results: split it",
                          line=line)
         runs.append(make(obj, raw, line, text, problems))
     problems.raise_if_any()
@@ -600,9 +625,29 @@ def import_sglang_bench_serving(text: str) -> list[ImportedRun]:
     line, a wrongly typed or impossible value of a known key, or no ``completed`` / ``duration``.
     """
     problems = _Problems()
-    runs = [_sglang_run(obj, raw, line, text, problems) for line, obj, raw in _lines(text, problems)]
+    records = _records(text, problems)
+    first = next(records, None)
+    if first is not None and _one_line_object(text, first):
+        records, first = _sglang_lines(text, problems)
+    runs = [_sglang_run(obj, raw, line, text, problems) for line, obj, raw in ([first] if first else [])]
+    runs += [_sglang_run(obj, raw, line, text, problems) for line, obj, raw in records]
     problems.raise_if_any()
     return runs
+
+
+def _one_line_object(text: str, first: Record) -> bool:
+    """Whether ``first``, the record :func:`_records` read first, is a file that is one JSON object
+    on one line (blank lines around it aside), which SGLang, writing JSON lines, numbers line N."""
+    return first[0] is None and "\n" not in first[2]
+
+
+def _sglang_lines(text: str, problems: _Problems) -> tuple[Iterator[Record], Record | None]:
+    """``text``, one JSON object on one line, read again as JSON lines (:func:`_lines`): the
+    records and the first of them. Its problems so far (a repeated key) are found again, with
+    that line."""
+    problems.clear()
+    records = _lines(text, problems)
+    return records, next(records, None)
 
 
 def import_vllm_bench_serve(text: str) -> ImportedRun:
@@ -654,11 +699,58 @@ def _records(text: str, problems: _Problems) -> Iterator[Record]:
     except json.JSONDecodeError as exc:
         whole_error = exc
     else:
+        if isinstance(whole, list):
+            return _array_items(whole, repeats, body, problems)
         if not isinstance(whole, dict):
-            raise ResultImportError(f"expected a JSON object, got {_json_type(whole)}")
+            raise ResultImportError(f"expected a JSON object or an array of them, got {_json_type(whole)}")
         _repeated_keys(whole, repeats, None, problems, text=body)
         return iter([(None, whole, body.strip(_JSON_SPACE))])
     return _lines(text, problems, whole_error=whole_error)
+
+
+def _array_items(items: list[Any], repeats: list[_Object], body: str, problems: _Problems) -> Iterator[Record]:
+    """The result objects of ``body``, a file that is one JSON array (``items``, as parsed, with
+    ``repeats`` its objects with a key given twice), in order: each at the line its object starts
+    on, remembering its place in the array (:class:`_ItemLine`), with its own text as the file
+    has it. An item that is not an object is a problem at that item; an empty array is refused."""
+    if not items:
+        raise ResultImportError("the file is an empty JSON array: it holds no result object")
+    for number, (item, (start, end)) in enumerate(zip(items, _array_spans(body), strict=True), start=1):
+        line = _ItemLine(body.count("\n", 0, start) + 1, number)
+        if not isinstance(item, dict):
+            problems.add(f"expected a JSON object, got {_json_type(item)}", line=line)
+            continue
+        _repeated_keys(item, repeats, line, problems)
+        yield line, item, body[start:end]
+
+
+def _array_spans(body: str) -> list[tuple[int, int]]:
+    """Where each item of ``body``, valid JSON that is one array, starts and ends (offsets of its
+    first character and just past its last): between the array's brackets and commas, JSON
+    white space around it left out."""
+    cuts: list[int] = []  # the array's own "[", each comma between its items, its "]"
+    depth = 0
+    for match in _PATH_TOKEN.finditer(body):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth == 1:
+                cuts.append(match.start())
+        elif token in "]}":
+            depth -= 1
+            if depth == 0:
+                cuts.append(match.start())
+        elif token == "," and depth == 1:
+            cuts.append(match.start())
+    spans = []
+    for before, after in zip(cuts, cuts[1:]):
+        start, end = before + 1, after
+        while start < end and body[start] in _JSON_SPACE:
+            start += 1
+        while end > start and body[end - 1] in _JSON_SPACE:
+            end -= 1
+        spans.append((start, end))
+    return spans
 
 
 def _split_lines(text: str) -> Iterator[tuple[int, str, str]]:

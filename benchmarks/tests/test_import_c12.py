@@ -203,7 +203,8 @@ def test_it_detects_the_format_and_imports_appended_vllm_lines() -> None:
 @pytest.mark.parametrize(("text", "message", "line", "key"), [
     ("", "file: the file is empty", None, None),
     ("\n  \n", "file: the file is empty", None, None),
-    ("[1, 2]", "file: expected a JSON object, got an array", None, None),
+    ('"results"', "file: expected a JSON object or an array of them, got a string", None, None),
+    ("[]", "file: the file is an empty JSON array: it holds no result object", None, None),
     ('{"foo": 1}', "file: not a SGLang bench_serving or vLLM bench serve result (no key either writes)", None, None),
     (SGLANG_TEXT + '{"backend": "sglang", "completed": 3\n', "line 2: not valid JSON", 2, None),
     (SGLANG_TEXT + "[]\n", "line 2: expected a JSON object, got an array", 2, None),
