@@ -26,8 +26,8 @@ visible in the records instead of inflating TTFT unseen. ``timeout_s`` bounds a 
 Request outcomes follow ``/work/shared/design/metrics.md``: success needs HTTP 2xx, no error object
 anywhere in the stream, at least one output event and a clean end (``finish_reason`` or
 ``[DONE]``); a failure keeps its reason (HTTP status and body excerpt, connection refused or reset,
-server closed the connection mid-body, timeout, stream ended inside an event, ...). A failure in
-which the server sent not one byte of a response (connection refused, reset or closed before any
+server closed the connection mid-body, timeout, stream ended inside an event, :data:`NO_OUTPUT`,
+...). A failure in which the server sent not one byte of a response (connection refused, reset or closed before any
 response byte; not a timeout, not an HTTP error status) also says so in
 ``RequestOutcome.connect_error``, which the run driver counts to notice a target that is gone.
 """
@@ -54,6 +54,9 @@ TRANSPORTS = ("auto", "http1", "aiohttp")
 
 _MAX_EVENT_TOKENS = 65535  # ev_tokens is uint16
 _ERROR_BODY_BYTES = 2000
+# A 2xx answer whose stream ended without one output event and without an error in the server's
+# words (an SSE error field or event, or an error body, which are kept instead).
+NO_OUTPUT = "the stream ended with no output tokens"
 _perf = time.perf_counter_ns
 
 
@@ -186,6 +189,13 @@ class _Exchange:
         """The body is complete (its terminator was read at ``t``)."""
         self._done(t)
 
+    def reusable(self) -> bool:
+        """Whether the connection may carry another request: not after a 2xx answer that streamed
+        no event at all. llama.cpp's server answers a prompt longer than its context so (HTTP 200,
+        an empty stream) and then closes the connection: the next request sent on it would fail
+        as never answered, for a reason that was this one's."""
+        return self.seen > 0 or not 200 <= self.status < 300
+
     def fail(self, reason: str, t: int, *, unanswered: bool | str = False) -> None:
         """The transport failed at ``t`` with ``reason``. ``unanswered``: the server sent no byte of
         a response (True, or a short description of why, e.g. ``connection refused to host:port``)."""
@@ -233,9 +243,9 @@ class _Exchange:
         if not self.events and not self.seen and 200 <= self.status < 300:
             said = _body_error(self.excerpt)
             if said is not None:
-                error = said  # the server's own words beat "no output" or "stream ended inside an event"
+                error = said  # the server's own words beat NO_OUTPUT or "stream ended inside an event"
         if error is None and not self.events:
-            error = "no output"
+            error = NO_OUTPUT
             if self.content_type and "text/event-stream" not in self.content_type:
                 error += f" (response Content-Type {self.content_type!r}, not text/event-stream)"
             if self.status and not self.seen:

@@ -70,6 +70,12 @@ class ResponseSink(Protocol):
 
     def fail(self, reason: str, t: int, *, unanswered: bool = False) -> None: ...
 
+    def reusable(self) -> bool:
+        """Asked once the body is complete, before ``end``: whether the connection may carry
+        another request. False for an answer the server cut short its own way, after which it
+        may close the connection under the next request."""
+        ...
+
 
 class Dispatcher:
     """Runs the deferred parsing of every connection of one client, once per loop iteration.
@@ -338,7 +344,7 @@ class Http1Connection(asyncio.Protocol):
                 # More bytes after a complete response with none requested: out of step.
                 self.abort()
             else:
-                self.reusable = self._keep_alive and not self.pool.force_close
+                self.reusable = self._keep_alive and not self.pool.force_close and sink.reusable()
                 self.pool.release(self)
             sink.end(t)
 

@@ -268,7 +268,7 @@ def test_it_fails_a_stream_without_output_c7(replay: Replay, shape: str) -> None
     result, s = run(proc, Api.CHAT)
 
     assert s["failures"] == 1
-    assert result.records.errors[0] == "no output"
+    assert result.records.errors[0] == "the stream ended with no output tokens"
     assert s["output_tokens"] == 0
 
 
