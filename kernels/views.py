@@ -45,8 +45,6 @@ DIGITS_RE = re.compile(r"[0-9]+")
 # A grid value typed in the job form that is read as an integer (else it stays text).
 INT_RE = re.compile(r"-?[0-9]+")
 
-# Jobs and best rows listed on the index page.
-INDEX_JOBS = 50
 # Best rows on a package page.
 PACKAGE_BEST = 200
 
@@ -124,10 +122,14 @@ def _package_context(request: HttpRequest, pkg: KernelPackage, *, form: dict | N
     manifest = services.package_manifest(pkg)
     grid = services.package_grid(package=pkg)
     nodes = list(Node.objects.prefetch_related("gpus").order_by("name"))
+    # the package's jobs, newest first, a page at a time as on the index; a re-rendered job form
+    # (its POST carries no ``?page=``) shows the first page
+    jobs_page = page_of(selectors.job_list(package=pkg.name), request.GET.getlist("page"), noun="job")
     node_ccs = {n.name: sorted({g.compute_capability for g in n.gpus.all() if g.compute_capability}) for n in nodes}
     return {
         "pkg": pkg, "manifest": manifest, "manifest_text": json.dumps(pkg.manifest, indent=2), "grid": grid,
-        "shape_costs": _shape_costs(manifest), "jobs": _with_builds_kept(selectors.job_list(package=pkg.name)[:INDEX_JOBS]),
+        "shape_costs": _shape_costs(manifest), "jobs": _with_builds_kept(jobs_page.object_list),
+        "jobs_page": jobs_page,
         "best": list(selectors.best_list(package=pkg.name)[:PACKAGE_BEST]), "nodes": nodes, "node_ccs": node_ccs,
         "can_write": _can_write(request), "form": form or {}, "errors": errors or {},
         "history": list(pkg.history.order_by("-history_date")[:10]),
@@ -137,8 +139,9 @@ def _package_context(request: HttpRequest, pkg: KernelPackage, *, form: dict | N
 @role_page()
 def package_detail(request: HttpRequest, name: str) -> HttpResponse:
     """One package: manifest, grid parameters and constraints with how many combinations each
-    pruned, shapes with bytes (MiB) and FLOPs (GFLOP) per batch, jobs, best variants and (for
-    operators) the form that starts a job."""
+    pruned, shapes with bytes (MiB) and FLOPs (GFLOP) per batch, the package's jobs (newest first,
+    :data:`controlplane.paging.PER_PAGE` a page, ``?page=N``, a page that does not exist a 404
+    saying why, as on the index), best variants and (for operators) the form that starts a job."""
     pkg = get_object_or_404(KernelPackage, name=name)
     return render(request, "kernels/package_detail.html", _package_context(request, pkg))
 
