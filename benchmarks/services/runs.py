@@ -510,7 +510,9 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     runs among themselves are ranked like fixed-length runs: those with the same ranges had the
     same length distribution, and runs with different ranges are runs of different lengths (no
     best, as below); a run whose per-request lengths varied without a recorded range (``varied``)
-    is never ranked. Every run that is not ranked, for whatever reason, is listed in ``excluded``
+    is never ranked. A run flagged ``input_length_unchecked`` (its text prompts could not be
+    calibrated against the server's prompt token count and the server reported none per request,
+    so their real length is not known) is never ranked either. Every run that is not ranked, for whatever reason, is listed in ``excluded``
     with its reason (the refusal's words after ``is not ranked:``). Each entry's ``lengths`` is
     its setting in words (``1024/1024``, ``random [1, 1024]/[1, 1024]``, ``varied [4, 1024]/[128,
     128]``; null when unknown). ``best`` names, for each
@@ -564,8 +566,10 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     settings = [run_length_setting(run=run) for run in runs]
     all_metrics = [run_metrics(run=run) for run in runs]
     not_measured = [run_not_measured(run=run, metrics=m) for run, m in zip(runs, all_metrics)]
-    # Random-length runs are ranked against each other, never against fixed-length ones.
-    with_fixed = any(kind == "fixed" and why is None for (kind, _), why in zip(settings, not_measured))
+    # Random-length runs are ranked against each other, never against fixed-length ones (those
+    # ranked: a run whose input length was not checked is not).
+    with_fixed = any(kind == "fixed" and why is None and "input_length_unchecked" not in (run.flags or [])
+                     for run, (kind, _), why in zip(runs, settings, not_measured))
     unranked_why: dict[int, str] = {}
     for run, (kind, lengths), metrics, unmeasured in zip(runs, settings, all_metrics, not_measured):
         refusal = None
@@ -594,6 +598,13 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                        "shortest and longest the file records per request) and the file does not say how they were "
                        "drawn, so its tok/s and latencies cannot be compared with any other run's")
             unranked_why[run.pk] = "its lengths varied"
+        elif "input_length_unchecked" in (run.flags or []):
+            refusal = (f"run #{run.pk} is not ranked: input length unchecked — its prompts could not be calibrated "
+                       "against the server's prompt token count and the server reported none per request, so "
+                       "its prompts may be much longer or shorter than the requested "
+                       f"{run.input_len or '—'} tokens and its tok/s and latencies cannot be compared with any "
+                       "other run's")
+            unranked_why[run.pk] = "its input length was not checked"
         if refusal is not None and not unmeasured:
             notes.append(refusal)
             # Every run that is not ranked is listed with its reason, not only those without a measurement.

@@ -63,7 +63,8 @@ FLAG_TEXT: dict[str, str] = {
                              "against exact-length runs.",
     "input_length_unchecked": "the requested input length was not checked: the prompts could not be calibrated "
                               "against the server's prompt token count and the server reported none per request, "
-                              "so the prompts may be much longer or shorter than the label says.",
+                              "so the prompts may be much longer or shorter than the label says; it is not ranked "
+                              "in a comparison.",
     "no_successful_requests": "every request of this run failed: it measured nothing (its latencies and "
                               "throughputs are unknown, not zero); the failure reasons say why.",
     "itl_coalesced": "10 % or more of the gaps between output events are zero (events came in one network "
