@@ -27,7 +27,9 @@ class BenchmarkSweep(models.Model):
     is shown only through :attr:`requests_total_known`) and the running point's output tok/s,
     from the load generator's own counts, written at most once a second. ``snapshot`` is what was running when the sweep started
     (recipe version, argv, env redacted, engine versions, pinning, node, client host, Ceiling
-    version); ``analysis`` the ceiling report stored when the sweep finished; ``num_gpus`` the GPU
+    version); ``analysis`` the ceiling report stored when the sweep finished (its ``version`` the
+    analysis that made it; read it through :func:`benchmarks.services.sweep_stored_analysis`, which
+    computes a report of another version again); ``num_gpus`` the GPU
     count used for per-GPU numbers (from the recipe, or ``spec.sim.gpus_modelled`` for sim).
     ``served_model_name`` and ``topology`` are copied so comparisons need no join.
     ``worker`` is ``host:pid`` of the process running the sweep (set when a task claims it) and

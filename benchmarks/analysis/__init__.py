@@ -46,18 +46,22 @@ The package: :mod:`.model` (thresholds, input and report dataclasses), :mod:`.co
 analysis), :mod:`.findings` (the sentences) and :mod:`.wording` (numbers in words). Everything
 public is importable from ``benchmarks.analysis``.
 
+A sweep's stored report carries the :data:`ANALYSIS_VERSION` that made it; bump the constant when
+the analysis changes, and a report stored under another version is computed again when it is read.
+
 Thresholds (all named constants in :mod:`.model`) are judgement calls, not taken from a harness: they are
 chosen so that a measured sweep with a few percent of noise is classified the same way twice.
 """
 from benchmarks.analysis.compute import ceiling_analyse, point_running_batch
 from benchmarks.analysis.model import (
-    BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, FitSource, LatencyStats, LoadGroup, LoadKind, MatchedPair, PointAnalysis,
+    ANALYSIS_VERSION, BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, FitSource, LatencyStats, LoadGroup, LoadKind, MatchedPair, PointAnalysis,
     QueueingStep, Stat, SweepPoint, Topology, TopologyComparison, CEILING_REACHED_FRACTION,
     FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PARTIAL_FLAG, PLATEAU_FRACTION,
     PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
 )
 
 __all__ = [
+    "ANALYSIS_VERSION",
     "BatchSource",
     "Bottleneck",
     "CEILING_REACHED_FRACTION",

@@ -20,6 +20,12 @@ LoadKind = Literal["closed", "open"]
 
 # A straight line through fewer than three distinct batch sizes always fits, so its R² says nothing.
 MIN_FIT_POINTS = 3
+# The version of the analysis a stored report was made by (its ``version``). Bump it whenever a
+# change here, in :mod:`.compute` or :mod:`.findings` (or in how the sweep service builds the
+# points) would give a stored report other numbers, sentences or keys: a sweep's report stored
+# under another version, or under none, is computed again when it is next read
+# (:func:`benchmarks.services.sweep_stored_analysis`).
+ANALYSIS_VERSION = 1
 # Throughput within this fraction of the best point counts as "on the plateau" (10 %: larger than
 # the run-to-run noise of a closed-loop sweep, smaller than one doubling of load on a rising curve).
 PLATEAU_FRACTION = 0.90

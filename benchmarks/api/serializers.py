@@ -591,6 +591,9 @@ class SweepAnalysisSerializer(serializers.Serializer):
     errors = serializers.DictField(child=serializers.CharField(), help_text="length pair -> why it has no report")
     notes = serializers.ListField(child=serializers.CharField())
     provisional = serializers.BooleanField(help_text="computed from the runs so far: the sweep has not finished")
+    version = serializers.IntegerField(help_text="the analysis that made the report (benchmarks.analysis."
+                                                 "ANALYSIS_VERSION); a stored report of an older one is computed "
+                                                 "again when it is read")
 
 
 class SweepExportSerializer(serializers.Serializer):

@@ -1037,14 +1037,17 @@ def sweep_export_csv(*, sweep: BenchmarkSweep) -> str:
 
 def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
     """The sweep as indented JSON: ``{"sweep": {...grid, status, progress, snapshot, num_gpus},
-    "analysis": {...}, "runs": [run_export_dict, ...]}``."""
+    "analysis": {...}, "runs": [run_export_dict, ...]}``; the analysis as stored, computed again
+    first when an older analysis made it (:func:`benchmarks.services.sweep_stored_analysis`)."""
+    from benchmarks.services.sweeps import sweep_stored_analysis
+
     body = {
         "sweep": {"id": sweep.pk, "name": sweep.name, "deployment_id": sweep.deployment_id, "status": sweep.status,
                   "reason": sweep.reason, "grid": sweep.grid, "num_gpus": sweep.num_gpus,
                   "served_model_name": sweep.served_model_name, "topology": sweep.topology, "engine": sweep.engine,
                   "points_total": sweep.points_total, "points_done": sweep.points_done,
                   "snapshot": sweep.snapshot, "started_at": _iso(sweep.started_at), "ended_at": _iso(sweep.ended_at)},
-        "analysis": sweep.analysis or None,
+        "analysis": sweep_stored_analysis(sweep=sweep) or None,
         "runs": [run_export_dict(run=r) for r in sweep.runs.all()],
     }
     return json.dumps(body, indent=2, default=str)

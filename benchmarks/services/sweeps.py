@@ -65,7 +65,7 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from benchmarks.analysis import LatencyStats, SweepPoint, ceiling_analyse
+from benchmarks.analysis import ANALYSIS_VERSION, LatencyStats, SweepPoint, ceiling_analyse
 from benchmarks.analysis.model import MAX_FAILED_FRACTION
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.loadgen import (
@@ -1234,7 +1234,10 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
     """Compute the ceiling report of ``sweep`` (not stored; :func:`sweep_execute` stores it).
 
     One report per input/output length pair: ``{"lengths": {"256/256": report-dict, ...},
-    "findings": [sentence, ...], "compared_with": sweep id | None, "errors": {...}}``. The
+    "findings": [sentence, ...], "compared_with": sweep id | None, "errors": {...}, "notes": [...],
+    "version": ANALYSIS_VERSION}`` (``version``: :data:`benchmarks.analysis.ANALYSIS_VERSION`, the
+    analysis that made it; :func:`sweep_stored_analysis` computes a stored report again when it
+    differs). The
     comparison sweep is the latest done sweep of the same served model on the other topology
     (PD vs single) with a report for the same lengths, when both GPU counts are known; a
     comparison whose other side has no usable point is left out with a note and this sweep's own
@@ -1254,7 +1257,8 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
                  .exclude(pk=sweep.pk).exclude(topology=topology).exclude(topology="")
                  .exclude(num_gpus__isnull=True).exclude(num_gpus=0)
                  .order_by("-ended_at", "-id").first())
-    out: dict[str, Any] = {"lengths": {}, "findings": [], "compared_with": None, "errors": {}, "notes": []}
+    out: dict[str, Any] = {"lengths": {}, "findings": [], "compared_with": None, "errors": {}, "notes": [],
+                           "version": ANALYSIS_VERSION}
     cap = _running_cap(sweep.snapshot, sweep.topology)
     if not sweep.num_gpus:
         out["notes"].append("the GPU count is unknown: no per-GPU figure is given and no per-GPU comparison made")
@@ -1347,15 +1351,38 @@ def provisional_note(sweep: BenchmarkSweep) -> str | None:
             "not the ones it never ran or stopped partway")
 
 
+def sweep_stored_analysis(*, sweep: BenchmarkSweep) -> dict[str, Any]:
+    """The ceiling report stored with ``sweep`` (``{}`` when none is: the sweep has not finished,
+    or ended cancelled or failed), as the current analysis makes it: a report whose ``version`` is
+    not :data:`benchmarks.analysis.ANALYSIS_VERSION`, or that has none (stored before versions
+    were kept), was made by other analysis code (an older running-batch source, say) and is
+    computed again from the sweep's runs (:func:`sweep_analyse`), stored in its place and
+    returned; ``sweep.analysis`` is set to it. A report of the current version is returned as
+    stored, never computed again."""
+    stored = sweep.analysis
+    if not stored or not isinstance(stored, Mapping):
+        return {}
+    if stored.get("version") == ANALYSIS_VERSION:
+        return dict(stored)
+    fresh = json_safe(sweep_analyse(sweep=sweep))
+    retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(analysis=fresh),
+                 what=f"storing sweep #{sweep.pk}'s analysis computed again")
+    log.info("sweep %s: its analysis (version %s) computed again with version %s", sweep.pk,
+             stored.get("version", "none"), ANALYSIS_VERSION)
+    sweep.analysis = fresh
+    return dict(fresh)
+
+
 def sweep_analysis(*, sweep: BenchmarkSweep) -> dict[str, Any]:
-    """The ceiling report of ``sweep``: the stored one when the sweep finished, else computed now
+    """The ceiling report of ``sweep``: the stored one when the sweep finished (computed again
+    first when an older analysis made it, :func:`sweep_stored_analysis`), else computed now
     from the runs stored so far (``"provisional": true``; a sweep that ended cancelled or failed
     gets a note first saying the findings cover only its finished points, the one its page shows
     too). Shape: :func:`sweep_analyse`. A point stopped partway or failed is listed, with its
     reason, in its length pair's ``excluded`` (:func:`_partial_exclusions`), or, when no point of
     the sweep finished, in ``errors`` under its length pair."""
-    if sweep.analysis:
-        return {**sweep.analysis, "provisional": False}
+    if stored := sweep_stored_analysis(sweep=sweep):
+        return {**stored, "provisional": False}
     if not sweep.runs.filter(status=RunStatus.DONE).exists():
         # No report to list them in: a point stopped partway or failed is named under its lengths.
         by_len: dict[str, list[BenchmarkRun]] = {}
@@ -1364,7 +1391,7 @@ def sweep_analysis(*, sweep: BenchmarkSweep) -> dict[str, Any]:
         errors = {key: _no_output_error(left_out)
                   for key, group in by_len.items() if (left_out := _partial_exclusions(group))}
         return {"lengths": {}, "findings": [], "compared_with": None, "errors": errors,
-                "notes": ["no finished run yet"], "provisional": True}
+                "notes": ["no finished run yet"], "provisional": True, "version": ANALYSIS_VERSION}
     out = {**sweep_analyse(sweep=sweep), "provisional": True}
     note = provisional_note(sweep)
     if note:
@@ -1470,7 +1497,7 @@ def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
     runs = list(sweep.runs.order_by("ordinal"))
     if runs:
         lines += ["  " + row for row in results_table(runs, num_gpus=sweep.num_gpus).splitlines()]
-    analysis = sweep.analysis or {}
+    analysis = sweep_stored_analysis(sweep=sweep)
     if analysis.get("findings"):
         lines.append("  Ceiling findings:")
         lines += [f"   - {f}" for f in analysis["findings"]]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from benchmarks.analysis import ANALYSIS_VERSION
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
@@ -191,7 +192,8 @@ def test_it_exports_and_compares_through_the_api(operator_api, viewer_api) -> No
 
 
 def test_it_exports_a_sweep_and_serves_its_analysis(viewer_api) -> None:
-    sweep = BenchmarkSweep.objects.create(name="s", grid={}, status="done", analysis={"findings": ["x"]})
+    sweep = BenchmarkSweep.objects.create(name="s", grid={}, status="done", analysis={"findings": ["x"],
+                                                                                       "version": ANALYSIS_VERSION})
     assert viewer_api.get(f"/api/sweeps/{sweep.pk}/analysis/").json()["findings"] == ["x"]
     response = viewer_api.get(f"/api/sweeps/{sweep.pk}/export/?format=json")
     assert response.status_code == 200 and json.loads(response.content)["sweep"]["id"] == sweep.pk

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.analysis import ANALYSIS_VERSION
 from benchmarks.choices import RunSource, RunStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import (
@@ -92,7 +93,7 @@ def test_it_exports_a_run_as_csv_with_ms_latencies_and_empty_cells_for_absent_va
 
 def test_it_exports_a_sweep_as_json_and_csv_in_grid_order() -> None:
     sweep = BenchmarkSweep.objects.create(name="s", grid={"concurrency": [1, 8]}, status="done", num_gpus=8,
-                                          analysis={"findings": ["decode-bound"]})
+                                          analysis={"findings": ["decode-bound"], "version": ANALYSIS_VERSION})
     _measured_run(sweep, c=1, tok_s=9.95, ordinal=0)
     _measured_run(sweep, c=8, tok_s=24.5, ordinal=1)
     body = json.loads(sweep_export_json(sweep=sweep))

@@ -17,6 +17,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
+from benchmarks.analysis import ANALYSIS_VERSION
 from benchmarks.choices import RunSource, RunStatus, SweepStatus
 from benchmarks.loadgen.records import RecordStore, RequestOutcome
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
@@ -238,7 +239,8 @@ def test_it_reloads_results_when_a_point_finishes_and_stops_polling_when_done(vi
 
 def test_it_shows_results_with_units_charts_findings_and_snapshot(viewer_client, sweep):
     BenchmarkSweep.objects.filter(pk=sweep.pk).update(analysis={
-        "findings": ["Throughput stops growing at c=8: 412 tok/s (103 tok/s per GPU)."], "errors": {}, "notes": []})
+        "findings": ["Throughput stops growing at c=8: 412 tok/s (103 tok/s per GPU)."], "errors": {}, "notes": [],
+        "version": ANALYSIS_VERSION})
     html = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
     assert "Throughput stops growing at c=8: 412 tok/s (103 tok/s per GPU)." in html
     for header in ("Output (tok/s)", "Per GPU (tok/s)", "Requests (req/s)", "Goodput (req/s)", "TTFT (ms)",

@@ -448,7 +448,8 @@ def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
 def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:
     runs = _sweep_runs(sweep)
     rows = [run_row(r) for r in runs]
-    analysis: Mapping[str, Any] = sweep.analysis or {}
+    # as stored, computed again first when an older analysis made it
+    analysis: Mapping[str, Any] = services.sweep_stored_analysis(sweep=sweep)
     provisional = False
     if not analysis and sweep.status in (SweepStatus.CANCELLED, SweepStatus.FAILED):
         # The same provisional analysis the API gives, led by its note on what it covers.

@@ -6,6 +6,7 @@ import html
 import pytest
 from django.test import Client
 
+from benchmarks.analysis import ANALYSIS_VERSION
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from controlplane.errors import InvalidInput
 from kernels.whatif import SHARE_RANGE, SPEEDUP_RANGE, decode_factor, range_refusal, whatif_compute
@@ -153,7 +154,7 @@ def test_it_caps_the_running_batch_by_the_kv_capacity(db):
 def test_it_projects_other_engines_with_the_ceiling_fit(db):
     analysis = {"lengths": {"256/256": {"fit": {"possible": True, "fixed_ms": 50.0, "per_seq_ms": 10.0,
                                                 "r_squared": 0.99, "labels": ["c=1", "c=4"],
-                                                "running_batch": [1.0, 3.5]}}}}
+                                                "running_batch": [1.0, 3.5]}}}, "version": ANALYSIS_VERSION}
     sweep = _sweep(engine="sglang", topology="single", analysis=analysis,
                    points=[(1, 16.0, 60.0, 150.0), (4, 44.0, 86.0, 200.0)])
     out = whatif_compute(sweep=sweep, share=0.63, speedup=2.0)
