@@ -1358,13 +1358,22 @@ def sweep_stored_analysis(*, sweep: BenchmarkSweep) -> dict[str, Any]:
     were kept), was made by other analysis code (an older running-batch source, say) and is
     computed again from the sweep's runs (:func:`sweep_analyse`), stored in its place and
     returned; ``sweep.analysis`` is set to it. A report of the current version is returned as
-    stored, never computed again."""
+    stored, never computed again. Should computing it again fail, the stored report is returned
+    with a note saying so (and the failure is logged), so a page or an API read still answers."""
     stored = sweep.analysis
     if not stored or not isinstance(stored, Mapping):
         return {}
     if stored.get("version") == ANALYSIS_VERSION:
         return dict(stored)
-    fresh = json_safe(sweep_analyse(sweep=sweep))
+    try:
+        fresh = json_safe(sweep_analyse(sweep=sweep))
+    except Exception as exc:  # the older report is still the sweep's; say why it was kept
+        log.exception("sweep %s: computing its analysis again failed; the stored one is served", sweep.pk)
+        kept = dict(stored)
+        kept["notes"] = [*kept.get("notes", []),
+                         f"made by an older analysis (version {stored.get('version', 'none')}); computing it "
+                         f"again with version {ANALYSIS_VERSION} failed: {type(exc).__name__}: {exc}"]
+        return kept
     retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(analysis=fresh),
                  what=f"storing sweep #{sweep.pk}'s analysis computed again")
     log.info("sweep %s: its analysis (version %s) computed again with version %s", sweep.pk,

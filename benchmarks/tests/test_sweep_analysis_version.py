@@ -74,3 +74,20 @@ def test_a_report_of_the_current_version_is_served_as_stored(viewer_api, viewer,
     assert json.loads(sweep_export_json(sweep=sweep))["analysis"]["findings"] == [STALE]
     sweep.refresh_from_db()
     assert sweep.analysis == _stored(version=ANALYSIS_VERSION)
+
+
+def test_a_failure_computing_it_again_serves_the_stored_report_with_a_note(viewer_api, monkeypatch) -> None:
+    sweep = _sweep(_stored(version=ANALYSIS_VERSION - 1))
+
+    def broken(*, sweep: BenchmarkSweep) -> dict:
+        raise ValueError("a run's summary has no throughput")
+
+    monkeypatch.setattr(sweep_services, "sweep_analyse", broken)
+    response = viewer_api.get(f"/api/sweeps/{sweep.pk}/analysis/")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert STALE in body["findings"]
+    assert body["notes"][-1] == (f"made by an older analysis (version {ANALYSIS_VERSION - 1}); computing it again with "
+                                 f"version {ANALYSIS_VERSION} failed: ValueError: a run's summary has no throughput")
+    sweep.refresh_from_db()
+    assert sweep.analysis["version"] == ANALYSIS_VERSION - 1  # left as it was, to be tried again
