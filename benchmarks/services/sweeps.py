@@ -202,7 +202,7 @@ def sweep_cancel(*, sweep: BenchmarkSweep, user) -> BenchmarkSweep:
     progress tick or between points); a sweep no task has claimed yet becomes ``cancelled`` at
     once. Raises :class:`Conflict` (409) for a sweep that already ended, naming its state: like a
     cancel of a deployment that is over, there is nothing left to cancel, and a 200 would read as
-    if this request had ended it (README, "Users, roles and the API")."""
+    if this request had ended it (docs/api.md)."""
     if sweep.status in SWEEP_TERMINAL:
         raise Conflict(f"sweep #{sweep.pk} already ended ({sweep.status}); cancel only applies to a sweep that is "
                        "pending, waiting or running. There is nothing to cancel.")
