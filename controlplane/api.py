@@ -553,6 +553,15 @@ class StrictCharField(StrictTextMixin, serializers.CharField):
     (``must be a string, got the number 5``) instead of the text ``"5"``."""
 
 
+class BlankAsNullCharField(serializers.CharField):
+    """An output text read from a blank-able model field (or a method that answers ``""`` when it
+    has nothing to say), written as null where it is ``""``: a text that is absent is null in
+    every JSON answer, never an empty string. Give it ``allow_null=True`` so the schema says so."""
+
+    def to_representation(self, value):
+        return None if value in ("", None) else super().to_representation(value)
+
+
 class StrictSlugRelatedField(StrictTextMixin, serializers.SlugRelatedField):
     """An object named by a slug (a node by its name) in a JSON body, taken only as a JSON string
     (:class:`StrictTextMixin`): ``"node": 1`` is a 400 (``must be a node name (a string), got the

@@ -15,8 +15,8 @@ from benchmarks.services.runs import BEST_METRICS, runs_compare_ids, runs_compar
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DIGITS_RE
 from controlplane.api import (
-    MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, JSONTextField, StrictBooleanField, StrictCharField,
-    StrictInputMixin,
+    BlankAsNullCharField, MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, JSONTextField,
+    StrictBooleanField, StrictCharField, StrictInputMixin,
     StrictIntegerField,
 )
 from controlplane.errors import InvalidInput
@@ -27,12 +27,16 @@ class SweepSerializer(serializers.ModelSerializer):
     output tok/s, null unless the sweep is running), GPU count and snapshot; ``worker``
     (``host:pid`` running it) and ``heartbeat_at`` (its last sign of life); ``run_ids`` in
     grid order; ``queue_note``: why an active sweep is not measuring yet
-    (:func:`benchmarks.selectors.sweep_queue_note`, empty once it runs); ``requests_done``: the
+    (:func:`benchmarks.selectors.sweep_queue_note`, null once it runs); ``requests_done``: the
     requests that finished (succeeded, or failed with an answer); ``requests_total``: the requests
     the sweep sends in all, null while that is not known (a grid with points limited by time
     alone, until the sweep is done: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     never below ``requests_done``; ``requests_cancelled``: those a cancel ended in flight, null
-    when no point was cut by a cancel. The analysis is served by ``/api/sweeps/<id>/analysis/``."""
+    when no point was cut by a cancel. The analysis is served by ``/api/sweeps/<id>/analysis/``.
+
+    A text the sweep does not have is null, never ``""`` (``reason``, ``current_point``,
+    ``served_model_name``, ``topology``, ``engine``, ``worker``, ``queue_note``), as the sweep's
+    JSON export gives them."""
 
     run_ids = serializers.SerializerMethodField()
     requests_total = serializers.IntegerField(
@@ -43,7 +47,19 @@ class SweepSerializer(serializers.ModelSerializer):
                   "points has a total only once it is done. Never below requests_done.")
     requests_cancelled = serializers.SerializerMethodField(
         help_text="requests a cancel ended in flight (not in requests_done); null when none was")
-    queue_note = serializers.SerializerMethodField()
+    queue_note = serializers.SerializerMethodField(
+        help_text="why an active sweep is not measuring yet; null once it runs or is over")
+    reason = BlankAsNullCharField(allow_null=True, read_only=True,
+                                  help_text="why the sweep failed or was cancelled; null when there is nothing to say")
+    current_point = BlankAsNullCharField(allow_null=True, read_only=True,
+                                         help_text="the point being measured; null when none is")
+    served_model_name = BlankAsNullCharField(allow_null=True, read_only=True,
+                                             help_text="the model name the requests named; null until known")
+    topology = BlankAsNullCharField(allow_null=True, read_only=True,
+                                    help_text="the deployment's topology; null until known")
+    engine = BlankAsNullCharField(allow_null=True, read_only=True, help_text="the deployment's engine; null until known")
+    worker = BlankAsNullCharField(allow_null=True, read_only=True,
+                                  help_text="host:pid of the process running it; null when none has taken it")
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
@@ -64,10 +80,11 @@ class SweepSerializer(serializers.ModelSerializer):
             data["current_tok_s"] = None  # a rate "now" only while a point runs, as on the sweep's page
         return data
 
-    def get_queue_note(self, obj: BenchmarkSweep) -> str:
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_queue_note(self, obj: BenchmarkSweep) -> str | None:
         from benchmarks.selectors import sweep_queue_note
 
-        return sweep_queue_note(sweep=obj)
+        return sweep_queue_note(sweep=obj) or None
 
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_requests_cancelled(self, obj: BenchmarkSweep) -> int | None:
@@ -167,13 +184,6 @@ class _BlankAsNullChoiceField(serializers.ChoiceField):
         return None if value in ("", None) else super().to_representation(value)
 
 
-class _BlankAsNullCharField(serializers.CharField):
-    """Text read from a blank-able model field, written as null where the field is ``""``."""
-
-    def to_representation(self, value):
-        return None if value in ("", None) else super().to_representation(value)
-
-
 class RunSerializer(serializers.ModelSerializer):
     """A run: point parameters (``duration_s``: the point's time limit, seconds, null for a point
     limited by its request count alone; ``measured_duration_s``: how long it ran, seconds, the
@@ -204,18 +214,18 @@ class RunSerializer(serializers.ModelSerializer):
     import_format = _BlankAsNullChoiceField(
         choices=ImportFormat.choices, allow_null=True, read_only=True,
         help_text="The harness format an imported run was read from; null for a run measured by a sweep.")
-    original_filename = _BlankAsNullCharField(
+    original_filename = BlankAsNullCharField(
         allow_null=True, read_only=True,
         help_text="The name of the file an imported run was read from; null for a run measured by a sweep.")
-    original_sha256 = _BlankAsNullCharField(
+    original_sha256 = BlankAsNullCharField(
         allow_null=True, read_only=True,
         help_text="SHA-256 (hex) of the imported file's UTF-8 bytes; null for a run measured by a sweep.")
-    reason = _BlankAsNullCharField(allow_null=True, read_only=True,
+    reason = BlankAsNullCharField(allow_null=True, read_only=True,
                                    help_text="Why the run failed or was cut short; null when there is nothing to say.")
-    api = _BlankAsNullCharField(allow_null=True, read_only=True,
+    api = BlankAsNullCharField(allow_null=True, read_only=True,
                                 help_text="The API the requests were sent to (chat, completions, generate); null when "
                                           "an imported file did not say.")
-    served_model_name = _BlankAsNullCharField(allow_null=True, read_only=True,
+    served_model_name = BlankAsNullCharField(allow_null=True, read_only=True,
                                               help_text="The model name the requests named; null when not known.")
 
     class Meta:
@@ -564,16 +574,18 @@ class RunExportSerializer(serializers.Serializer):
 
 
 class SweepExportSweepSerializer(serializers.Serializer):
+    """The sweep of its JSON export; a text it does not have is null, as in :class:`SweepSerializer`."""
+
     id = serializers.IntegerField()
     name = serializers.CharField()
     deployment_id = serializers.IntegerField(allow_null=True)
     status = serializers.CharField(help_text=_SWEEP_STATUS_HELP)
-    reason = serializers.CharField()
+    reason = serializers.CharField(allow_null=True, help_text="null when there is nothing to say")
     grid = serializers.JSONField()
     num_gpus = serializers.IntegerField(allow_null=True)
-    served_model_name = serializers.CharField()
-    topology = serializers.CharField()
-    engine = serializers.CharField()
+    served_model_name = serializers.CharField(allow_null=True, help_text="null when not known")
+    topology = serializers.CharField(allow_null=True, help_text="null when not known")
+    engine = serializers.CharField(allow_null=True, help_text="null when not known")
     points_total = serializers.IntegerField()
     points_done = serializers.IntegerField()
     snapshot = serializers.JSONField()

@@ -1038,13 +1038,16 @@ def sweep_export_csv(*, sweep: BenchmarkSweep) -> str:
 def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
     """The sweep as indented JSON: ``{"sweep": {...grid, status, progress, snapshot, num_gpus},
     "analysis": {...}, "runs": [run_export_dict, ...]}``; the analysis as stored, computed again
-    first when an older analysis made it (:func:`benchmarks.services.sweep_stored_analysis`)."""
+    first when an older analysis made it (:func:`benchmarks.services.sweep_stored_analysis`); a text
+    the sweep does not have (``reason``, ``served_model_name``, ``topology``, ``engine``) is null,
+    never ``""``."""
     from benchmarks.services.sweeps import sweep_stored_analysis
 
     body = {
-        "sweep": {"id": sweep.pk, "name": sweep.name, "deployment_id": sweep.deployment_id, "status": sweep.status,
-                  "reason": sweep.reason, "grid": sweep.grid, "num_gpus": sweep.num_gpus,
-                  "served_model_name": sweep.served_model_name, "topology": sweep.topology, "engine": sweep.engine,
+        "sweep": {"id": sweep.pk, "name": sweep.name, "deployment_id": sweep.deployment_id,
+                  "status": sweep.status, "reason": sweep.reason or None, "grid": sweep.grid, "num_gpus": sweep.num_gpus,
+                  "served_model_name": sweep.served_model_name or None, "topology": sweep.topology or None,
+                  "engine": sweep.engine or None,
                   "points_total": sweep.points_total, "points_done": sweep.points_done,
                   "snapshot": sweep.snapshot, "started_at": _iso(sweep.started_at), "ended_at": _iso(sweep.ended_at)},
         "analysis": sweep_stored_analysis(sweep=sweep) or None,

@@ -107,7 +107,7 @@ def test_it_says_why_a_pending_sweep_has_not_started(operator_api, deployment, s
     assert operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"] == (
         f"starting: deployment #{deployment.pk} is ready")
     BenchmarkSweep.objects.filter(pk=first["id"]).update(status=SweepStatus.DONE)
-    assert operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"] == ""
+    assert operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"] is None
 
 
 def first_created(body: dict):
