@@ -18,6 +18,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import SkipField, get_error_detail
 
@@ -27,7 +28,7 @@ from controlplane.api import (
     MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin,
     StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
 )
-from controlplane.api import JSONTextField, StrictBooleanField
+from controlplane.api import BlankAsNullCharField, JSONTextField, StrictBooleanField
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
@@ -44,6 +45,14 @@ from deployments.services import (
 
 
 class GpuSerializer(serializers.ModelSerializer):
+    """One GPU as the node agent reported it; a text it did not report is null."""
+
+    uuid = BlankAsNullCharField(allow_null=True, read_only=True)
+    name = BlankAsNullCharField(allow_null=True, read_only=True)
+    pci_bus_id = BlankAsNullCharField(allow_null=True, read_only=True)
+    compute_capability = BlankAsNullCharField(allow_null=True, read_only=True, help_text="e.g. 9.0")
+    cpu_affinity = BlankAsNullCharField(allow_null=True, read_only=True, help_text="cpulist from nvidia-smi topo -m")
+
     class Meta:
         model = Gpu
         fields = [
@@ -66,7 +75,12 @@ class NumaNodeSerializer(serializers.ModelSerializer):
 
 class NodeSerializer(serializers.ModelSerializer):
     """A GPU (or CPU-only) host: its GPUs (NVML index, NUMA affinity), NUMA nodes (CPU lists
-    in kernel cpulist syntax), tools and agent liveness. Memory in bytes."""
+    in kernel cpulist syntax), tools and agent liveness. Memory in bytes. A text the node agent did
+    not report (``hostname``, ``driver_version``, ``cuda_version``) is null."""
+
+    hostname = BlankAsNullCharField(allow_null=True, read_only=True)
+    driver_version = BlankAsNullCharField(allow_null=True, read_only=True)
+    cuda_version = BlankAsNullCharField(allow_null=True, read_only=True)
 
     gpus = GpuSerializer(many=True, read_only=True)
     numa_nodes = NumaNodeSerializer(many=True, read_only=True)
@@ -427,29 +441,31 @@ class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
 class RedactedTextField(serializers.CharField):
     """A read-only text that can carry engine log lines or probe answers (reasons, probe
     details, event messages): it goes out through :func:`controlplane.redaction.redact_text`,
-    as the pages' log tail does."""
+    as the pages' log tail does; null when there is nothing to say (``""``)."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("read_only", True)
-        kwargs.setdefault("allow_blank", True)
+        kwargs.setdefault("allow_null", True)
         super().__init__(**kwargs)
 
-    def to_representation(self, value: Any) -> str:
-        return redact_text(str(value)) if value else ("" if value is None else str(value))
+    def to_representation(self, value: Any) -> str | None:
+        return redact_text(str(value)) if value else None
 
 
 class DeploymentSerializer(serializers.ModelSerializer):
     """A deployment of one recipe version on a node; ``status`` follows pending → starting →
-    ready → stopping → stopped, or failed with ``reason``."""
+    ready → stopping → stopped, or failed with ``reason``. A text it does not have (``reason``,
+    ``waiting_reason``, ``state_note``, ``entry_url``) is null, never ``""``."""
 
     recipe_name = serializers.CharField(source="recipe.name", read_only=True)
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     waiting_reason = serializers.SerializerMethodField(
-        help_text='e.g. "waiting for node agent local (last heartbeat never)"; "" when not waiting'
+        help_text='e.g. "waiting for node agent local (last heartbeat never)"; null when not waiting'
     )
     reason = RedactedTextField(help_text='why it failed or stopped, e.g. "prefill failed: port 31000 on '
-                                         '127.0.0.1 is already in use by pid 812 (python3)"; secrets masked')
+                                         '127.0.0.1 is already in use by pid 812 (python3)"; secrets masked; '
+                                         'null when there is nothing to say')
     live = serializers.SerializerMethodField(
         help_text="false while the node agent is offline or was never seen, for a deployment that has not ended: "
                   "status and processes are as it last saw them")
@@ -457,7 +473,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
         help_text="the agent's last heartbeat (UTC) while it is offline, else null")
     state_note = serializers.SerializerMethodField(
         help_text='e.g. "as last seen by node agent local at 2026-12-05T01:49:30+00:00; not live: the agent '
-                  'is offline", or "not live: node agent local is offline (never seen)"; "" when live')
+                  'is offline", or "not live: node agent local is offline (never seen)"; null when live')
+    entry_url = BlankAsNullCharField(allow_null=True, read_only=True,
+                                     help_text="where requests are sent once it is ready; null until known")
 
     class Meta:
         model = Deployment
@@ -486,8 +504,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
-    def get_waiting_reason(self, deployment: Deployment) -> str:
-        return redact_text(deployment_waiting_reason(deployment=deployment))
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_waiting_reason(self, deployment: Deployment) -> str | None:
+        return redact_text(deployment_waiting_reason(deployment=deployment)) or None
 
     def get_live(self, deployment: Deployment) -> bool:
         return deployment_live(deployment=deployment)
@@ -496,8 +515,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
         at = deployment_as_last_seen(deployment=deployment)
         return serializers.DateTimeField().to_representation(at) if at is not None else None
 
-    def get_state_note(self, deployment: Deployment) -> str:
-        return deployment_state_note(deployment=deployment)
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_state_note(self, deployment: Deployment) -> str | None:
+        return deployment_state_note(deployment=deployment) or None
 
 
 class WholePrimaryKeyField(StrictIntegerMixin, serializers.PrimaryKeyRelatedField):
@@ -554,13 +574,23 @@ class ProcessLogSerializer(serializers.Serializer):
 
 class ServerProcessSerializer(serializers.ModelSerializer):
     """One engine process (prefill, decode, router or single). ``argv`` and ``env_redacted``
-    pass through the redactor once more on the way out, as a second line of defence."""
+    pass through the redactor once more on the way out, as a second line of defence. A text it
+    does not have (a reason, a probe detail, a CPU list not set or not read back, a URL or log path
+    not known yet) is null, never ``""``."""
 
     argv = serializers.SerializerMethodField()
     env_redacted = serializers.SerializerMethodField()
     reason = RedactedTextField(help_text="why it is not running, with its last log lines when it failed")
     probe_detail = RedactedTextField(help_text="what the last readiness or liveness probe saw")
     end_reason = RedactedTextField()
+    cpus = BlankAsNullCharField(allow_null=True, read_only=True, help_text="intended CPU list; null when not pinned")
+    mem_nodes = BlankAsNullCharField(allow_null=True, read_only=True)
+    pin_method = BlankAsNullCharField(allow_null=True, read_only=True)
+    effective_cpus = BlankAsNullCharField(allow_null=True, read_only=True)
+    effective_mems = BlankAsNullCharField(allow_null=True, read_only=True)
+    health_url = BlankAsNullCharField(allow_null=True, read_only=True)
+    generate_url = BlankAsNullCharField(allow_null=True, read_only=True)
+    log_path = BlankAsNullCharField(allow_null=True, read_only=True)
 
     class Meta:
         model = ServerProcess

@@ -56,11 +56,11 @@ def test_a_starting_deployment_of_an_agent_never_seen_is_not_live(viewer_api):
 def test_a_deployment_of_an_online_agent_is_live(viewer_api, status):
     deployment = _deployment(status, heartbeat_age_s=1)
 
-    assert _shown(viewer_api, deployment) == (True, None, "")
+    assert _shown(viewer_api, deployment) == (True, None, None)
 
 
 @pytest.mark.parametrize("status", [DeploymentStatus.STOPPED, DeploymentStatus.FAILED])
 def test_an_ended_deployment_is_final_whatever_the_agent(viewer_api, status):
     deployment = _deployment(status, heartbeat_age_s=None)
 
-    assert _shown(viewer_api, deployment) == (True, None, "")
+    assert _shown(viewer_api, deployment) == (True, None, None)
