@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api import (
-    FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, flatten_errors,
+    BlankAsNullCharField, FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, flatten_errors,
 )
 from controlplane.jsonsafe import json_spelled
 
@@ -44,20 +45,34 @@ class PackageSerializer(serializers.ModelSerializer):
 
 class JobSerializer(serializers.ModelSerializer):
     """A kernel job: target, status, progress, counts, timings and the device calibration
-    snapshot measured by the benchmark (HBM GB/s, dense bf16 TFLOP/s)."""
+    snapshot measured by the benchmark (HBM GB/s, dense bf16 TFLOP/s). A text the job does not
+    have is null, never ``""``: ``reason``, ``note``, ``waiting_reason``, ``phase`` before it
+    starts, and what is known only once it ran (``compiler``, the device and version texts)."""
 
     package = serializers.SlugRelatedField(slug_field="name", read_only=True)
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     waiting_reason = serializers.SerializerMethodField(
-        help_text='e.g. "waiting for node agent local (last heartbeat never)"; "" when not waiting')
+        help_text='e.g. "waiting for node agent local (last heartbeat never)"; null when not waiting')
     phase = serializers.SerializerMethodField(
-        help_text='what the job is doing: "compile" or "bench" while it runs ("" before it starts), then '
+        help_text='what the job is doing: "compile" or "bench" while it runs (null before it starts), then '
                   'its final status ("done", "failed", "cancelled"), as the job page shows it; '
                   'progress_done / progress_total stay those of the last phase it ran')
     progress_total = serializers.SerializerMethodField(
         help_text="the total of the phase (variants to build, then measurements), as the job page shows it: "
                   "before any phase has reported one (a pending job), the variants the job holds")
+    reason = BlankAsNullCharField(allow_null=True, read_only=True,
+                                  help_text="why the job failed or was cancelled; null when there is nothing to say")
+    note = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null when there is nothing to say")
+    package_hash = BlankAsNullCharField(allow_null=True, read_only=True,
+                                        help_text="source hash when the job was created; null when not known")
+    compiler = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until a build reports it")
+    device_name = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until the benchmark runs")
+    device_cc = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until the benchmark runs")
+    driver_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
+    cuda_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
+    torch_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
+    triton_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
 
     class Meta:
         model = KernelJob
@@ -70,20 +85,22 @@ class JobSerializer(serializers.ModelSerializer):
                   "built_at", "ended_at", "build_s", "bench_s"]
         read_only_fields = fields
 
-    def get_phase(self, job: KernelJob) -> str:
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_phase(self, job: KernelJob) -> str | None:
         from kernels.choices import JOB_TERMINAL
 
-        return str(job.status) if job.status in JOB_TERMINAL else job.phase
+        return str(job.status) if job.status in JOB_TERMINAL else (job.phase or None)
 
     def get_progress_total(self, job: KernelJob) -> int:
         from kernels.services import job_progress_total
 
         return job_progress_total(job)
 
-    def get_waiting_reason(self, job: KernelJob) -> str:
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_waiting_reason(self, job: KernelJob) -> str | None:
         from kernels.services import kernel_job_waiting_reason
 
-        return kernel_job_waiting_reason(job=job)
+        return kernel_job_waiting_reason(job=job) or None
 
 
 #: What an empty ``shapes`` or ``batches`` list of a job body is told.
@@ -246,6 +263,8 @@ class BestSerializer(serializers.ModelSerializer):
     params = serializers.JSONField(source="variant.params", read_only=True)
     key = serializers.CharField(source="variant.key", read_only=True)
     shape_bucket = serializers.CharField(read_only=True)
+    package_hash = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null when not known")
+    config_path = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null when none was written")
 
     class Meta:
         model = KernelBest

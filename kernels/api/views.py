@@ -38,6 +38,19 @@ from controlplane.errors import InvalidInput, NotFound
 from kernels import selectors, services
 from kernels.api import serializers as s
 from kernels.models import KernelBest, KernelJob, KernelPackage
+
+
+def _blank_texts_as_null(table: dict) -> dict:
+    """The variant table's JSON with each row's build and measurement texts that are ``""`` as
+    None (null): a text that is absent is null in every JSON answer. The page and the CSV read
+    the table as the selector gives it."""
+    for row in table["rows"]:
+        parts = ([row["build"]] if row.get("build") else []) + list((row.get("shapes") or {}).values())
+        for part in parts:
+            for key, value in part.items():
+                if value == "":
+                    part[key] = None
+    return table
 from kernels.whatif import WHATIF_KEYS
 
 
@@ -160,7 +173,9 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         every row of the filtered, sorted table from ``offset``, or ``limit`` of them when given.
         A query key the table does not take (``sortt``) is a 400 naming it and the keys taken
         (``{"sortt": ["unknown field 'sortt'; allowed: format, batch, state, sort, limit, offset,
-        p.<parameter>"]}``), beside every other problem of the query, never ignored."""
+        p.<parameter>"]}``), beside every other problem of the query, never ignored. A row's text
+        that is absent (a build's ``error``, ``discard_reason``, a measurement's ``error``, ``bound``,
+        ``timing``) is null, never ``""``."""
         # Any other key (sortt=) is a 400 naming it and the keys taken, with every other problem;
         # a p.<name> key is judged by the table (not a parameter of this job: 400 under p.<name>).
         unknown = unknown_query_errors(request, self)
@@ -183,7 +198,7 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         if as_csv:
             return attachment(services.variant_table_csv(table=table), content_type="text/csv",
                              filename=f"kernel-job-{job.pk}-variants-batch-{table.batch}.csv")
-        return Response(asdict(table))
+        return Response(_blank_texts_as_null(asdict(table)))
 
     @extend_schema(summary="Time (µs) vs batch per implementation and the roofline, for one shape",
                    parameters=[OpenApiParameter("shape", str, required=True,

@@ -372,7 +372,9 @@ def kernel_job_export_rows(*, job: KernelJob) -> list[dict[str, Any]]:
     """One flat row per (variant, shape, batch) measurement, plus one row per variant without a
     measurement: variant id (and ``source_variant_id``, the id in the variants.json the job was
     made from, empty otherwise), key, params (``param.<name>``), build facts, discard reason, and the
-    benchmark (correctness, errors, times in µs, GB/s, TFLOP/s, roofline µs and fraction, bound)."""
+    benchmark (correctness, errors, times in µs, GB/s, TFLOP/s, roofline µs and fraction, bound).
+    A text that is absent (no build error, no discard reason, no bound) is None, never ``""``: null
+    in the JSON export, an empty cell in the CSV."""
     manifest = job_manifest(job)
     rows: list[dict[str, Any]] = []
     variants = job.variants.select_related("build").prefetch_related("benchmarks").order_by("ordinal")
@@ -395,7 +397,7 @@ def kernel_job_export_rows(*, job: KernelJob) -> list[dict[str, Any]]:
             rows.append({**base, **{k: None for k in BENCH_COLUMNS}})
         for b in benches:
             rows.append({**base, **{k: getattr(b, k) for k in BENCH_COLUMNS}})
-    return rows
+    return [{k: None if v == "" else v for k, v in row.items()} for row in rows]
 
 
 BENCH_COLUMNS = ("shape", "batch", "correct", "max_abs_err", "max_rel_err", "error", "median_us", "p10_us",
@@ -450,22 +452,26 @@ def variant_table_csv(*, table: VariantTable) -> str:
 
 def kernel_job_export_json(*, job: KernelJob) -> str:
     """The job as indented JSON: ``{"job": {...status, target, device calibration...}, "grid":
-    {...}, "best": [...], "rows": [...]}`` (rows as :func:`kernel_job_export_rows`)."""
+    {...}, "best": [...], "rows": [...]}`` (rows as :func:`kernel_job_export_rows`); a text the job
+    does not have (``reason``, ``note``, the device texts before a benchmark ran) is null, never ``""``."""
+    def text(value: str) -> str | None:
+        return value or None
+
     body = {
         "job": {
-            "id": job.pk, "package": job.package.name, "package_hash": job.package_hash, "status": job.status,
-            "reason": job.reason, "note": job.note, "target_cc": job.target_cc, "node": job.node.name if job.node else None,
-            "compiler": job.compiler,
-            "device": {"name": job.device_name, "cc": job.device_cc, "sm_count": job.sm_count,
+            "id": job.pk, "package": job.package.name, "package_hash": text(job.package_hash), "status": job.status,
+            "reason": text(job.reason), "note": text(job.note), "target_cc": job.target_cc,
+            "node": job.node.name if job.node else None, "compiler": text(job.compiler),
+            "device": {"name": text(job.device_name), "cc": text(job.device_cc), "sm_count": job.sm_count,
                        "l2_bytes": job.l2_bytes, "hbm_gbps": job.hbm_gbps, "bf16_tflops": job.bf16_tflops,
-                       "driver": job.driver_version, "cuda": job.cuda_version, "torch": job.torch_version,
-                       "triton": job.triton_version},
+                       "driver": text(job.driver_version), "cuda": text(job.cuda_version),
+                       "torch": text(job.torch_version), "triton": text(job.triton_version)},
             "build_s": job.build_s, "bench_s": job.bench_s, "config_paths": job.config_paths,
         },
         "grid": job.grid_summary,
         "best": [{"shape": b.shape, "batch": b.batch, "variant_id": b.variant_id, "key": b.variant.key,
                   "median_us": b.median_us, "speedup": b.speedup, "roofline_fraction": b.roofline_fraction,
-                  "config_path": b.config_path}
+                  "config_path": text(b.config_path)}
                  for b in KernelBest.objects.filter(job=job).select_related("variant")],
         "rows": kernel_job_export_rows(job=job),
     }

@@ -149,7 +149,7 @@ def test_a_pending_job_says_it_waits_for_the_node_agent(operator_api, viewer, to
 
     cpu_node.agent_heartbeat_at = timezone.now()
     cpu_node.save(update_fields=["agent_heartbeat_at"])
-    assert operator_api.get(f"/api/kernel-jobs/{body['id']}/").json()["waiting_reason"] == ""
+    assert operator_api.get(f"/api/kernel-jobs/{body['id']}/").json()["waiting_reason"] is None
 
 
 def test_an_ingested_job_shows_what_was_ingested_as_its_progress(toy_package, h200_node):
