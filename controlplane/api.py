@@ -38,7 +38,7 @@ from drf_spectacular.plumbing import build_array_type, build_basic_type
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status
-from rest_framework.exceptions import ErrorDetail, ParseError, ValidationError
+from rest_framework.exceptions import ErrorDetail, ParseError, UnsupportedMediaType, ValidationError
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.utils import html
@@ -137,6 +137,32 @@ def body_parse_error(exc: ParseError) -> ValidationError:
     return ValidationError({"non_field_errors": [ErrorDetail(text, code="parse_error")]})
 
 
+def accepted_media_types(context) -> list[str]:
+    """The content types the view's parsers take, in their order (``application/json`` first
+    where the API's defaults apply), each once."""
+    request, view = context.get("request"), context.get("view")
+    parsers = getattr(request, "parsers", None)
+    if parsers is None and view is not None and hasattr(view, "get_parsers"):
+        parsers = view.get_parsers()
+    types: list[str] = []
+    for parser in parsers or ():
+        media_type = getattr(parser, "media_type", "")
+        if media_type and media_type not in types:
+            types.append(media_type)
+    return types
+
+
+def unsupported_media_type(exc: UnsupportedMediaType, context) -> UnsupportedMediaType:
+    """REST framework's 415 naming the content types the endpoint takes too: ``Unsupported media
+    type "text/plain" in request; send application/json (or application/x-www-form-urlencoded or
+    multipart/form-data)``, from the view's parser classes."""
+    types = accepted_media_types(context)
+    if not types:
+        return exc
+    send = f"send {types[0]}" + (f" (or {' or '.join(types[1:])})" if len(types) > 1 else "")
+    return UnsupportedMediaType(None, detail=f"{str(exc.detail).rstrip('.')}; {send}")
+
+
 def exception_handler(exc, context):
     """DRF exception handler: domain errors → 400/404/409, Django validation → 400, a body
     over the size limit → 413 ``{"detail", "code": "too_large", "limit_bytes"}``. A 404 of
@@ -150,8 +176,11 @@ def exception_handler(exc, context):
     cannot be read at all (not JSON, not text in its encoding, nested too deeply, multipart without a
     boundary) is a 400 of the same shape under ``non_field_errors`` (:func:`body_parse_error`), not
     REST framework's ``{"detail": "..."}``; a content type no parser takes stays a 415 ``{"detail"}``:
-    the body was not judged.
+    the body was not judged, and the detail names the content types the endpoint takes
+    (:func:`unsupported_media_type`).
     """
+    if isinstance(exc, UnsupportedMediaType):
+        exc = unsupported_media_type(exc, context)
     if isinstance(exc, ParseError):
         exc = body_parse_error(exc)
     if isinstance(exc, InvalidInput):

@@ -86,4 +86,5 @@ def test_a_content_type_no_parser_takes_is_a_415_with_detail(operator_api, db):
     response = operator_api.post("/api/recipes/", data=b'{"name": "x"}', content_type="text/plain")
 
     assert response.status_code == 415
-    assert response.json() == {"detail": 'Unsupported media type "text/plain" in request.'}
+    assert response.json() == {"detail": 'Unsupported media type "text/plain" in request; send application/json '
+                                         '(or application/x-www-form-urlencoded or multipart/form-data)'}
