@@ -1,5 +1,5 @@
 """A deployment's, a process's and a node's text that is absent is null in the API, never ``""``:
-a deployment with no reason, not waiting and not behind an offline agent (``reason``,
+a deployment with no reason, not waiting and not behind an offline node agent (``reason``,
 ``waiting_reason``, ``state_note``), a process that has not been pinned or probed, a node agent
 that did not report its driver. Through a deployment made by the API."""
 from __future__ import annotations
