@@ -216,6 +216,17 @@ def repeated_key_errors(data: Any, prefix: str = "", *, values_shown: bool = Tru
     return errors
 
 
+def nonfinite_number_errors(data: Any, prefix: str = "") -> dict[str, list[str]]:
+    """The numbers that are not finite of :func:`body_errors` alone (``{"spec.stop_grace_s":
+    ["1e400 is not a finite number"]}``), for a page's JSON text field read by :func:`json_loads`,
+    so it refuses them as the API refuses them in a body."""
+    errors: dict[str, list[str]] = {}
+    for path, message, kind in _marks(data, prefix):
+        if kind == "nonfinite":
+            errors.setdefault(path, []).append(message)
+    return errors
+
+
 def shown_key(key: Any) -> str:
     """A body's key as an error message quotes it: ``repr`` of its text, cut to 80 characters."""
     text = repr(str(key))

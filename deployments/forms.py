@@ -11,7 +11,7 @@ from django import forms
 from django.conf import settings
 from django.utils.functional import cached_property
 
-from controlplane.drf_defaults import BOM, json_loads, repeated_key_errors
+from controlplane.drf_defaults import BOM, json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import InvalidInput
 from controlplane.forms import SingleValuedForm
 from deployments.choices import Engine, Topology
@@ -29,7 +29,9 @@ def spec_parse(text: str) -> dict:
     integer longer than Python parses; and with one message per key given more than once in an
     object (``spec.roles.decode.port is given 2 times (8001, 8002): give it once``), as the API
     refuses such a body (:func:`controlplane.drf_defaults.repeated_key_errors`): the last value
-    would be taken silently. A byte order mark (U+FEFF) at the start is skipped, as the API skips
+    would be taken silently; and with one message per number that is not finite
+    (``spec.stop_grace_s: 1e400 is not a finite number``, also ``NaN``, ``Infinity``), as the
+    API refuses it in a body. A byte order mark (U+FEFF) at the start is skipped, as the API skips
     it in a request body: text saved as "UTF-8 with BOM" is the same JSON.
     """
     try:
@@ -47,10 +49,12 @@ def spec_parse(text: str) -> dict:
         raise forms.ValidationError(f"invalid JSON: {exc}", code="invalid_json") from None
     if not isinstance(value, dict):
         raise forms.ValidationError("must be a JSON object ({...})", code="not_object")
-    repeated = repeated_key_errors(value, "spec")
-    if repeated:
-        raise forms.ValidationError([forms.ValidationError(f"{path} {message}", code="repeated_key")
-                                     for path, messages in repeated.items() for message in messages])
+    problems = [forms.ValidationError(f"{path} {message}", code="repeated_key")
+                for path, messages in repeated_key_errors(value, "spec").items() for message in messages]
+    problems += [forms.ValidationError(f"{path}: {message}", code="nonfinite")
+                 for path, messages in nonfinite_number_errors(value, "spec").items() for message in messages]
+    if problems:
+        raise forms.ValidationError(problems)
     return value
 
 

@@ -64,3 +64,22 @@ def test_a_path_with_a_nul_gets_one_message(operator_api, operator_client, node)
     html = response.content.decode()
     assert html.count("Must not contain NUL characters.") == 1
     assert "model path must not contain NUL" not in html
+
+
+@pytest.mark.parametrize("literal", ["1e400", "-1E999", "NaN", "Infinity"])
+def test_a_number_that_is_not_finite_gets_the_api_message_on_the_form(operator_api, operator_client, node, literal):
+    text = json.dumps({**SPEC, "stop_grace_s": 30}).replace('"stop_grace_s": 30', f'"stop_grace_s": {literal}')
+    api = operator_api.post("/api/recipes/", '{"name": "api-recipe", "engine": "sim", "topology": "single", '
+                            f'"node": {node.pk}, "spec": {text}}}', content_type="application/json")
+    assert api.status_code == 400, api.content
+    assert api.json()["spec.stop_grace_s"] == [f"{literal} is not a finite number"]
+
+    response = _post(operator_client, node, text, name="form-recipe")
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert f"spec.stop_grace_s: {literal} is not a finite number" in html
+    assert "must be an integer" not in html
+    assert not Recipe.objects.exists()
+    with pytest.raises(Exception) as caught:
+        spec_parse(text)
+    assert str(caught.value) == str([f"spec.stop_grace_s: {literal} is not a finite number"])
