@@ -6,6 +6,7 @@ rule lives in :mod:`deployments.recipes` and :mod:`deployments.services`, which 
 from __future__ import annotations
 
 import json
+import re
 
 from django import forms
 from django.conf import settings
@@ -67,7 +68,7 @@ class RecipeForm(SingleValuedForm):
     """Create/edit form of a recipe. ``cleaned_data["spec"]`` is a dict, ``["node"]`` a Node.
 
     Pass ``editing=True`` to add the optional change reason recorded in the recipe's history
-    and the hidden ``expected_version`` the edit is based on.
+    and the hidden ``expected_version`` the edit is based on (required: see :meth:`clean`).
     """
 
     name = forms.CharField(max_length=63, validators=[name_validator],
@@ -89,11 +90,42 @@ class RecipeForm(SingleValuedForm):
                 max_length=100, required=False, help_text="shown in the version history"
             )
             # The version the edit started from: saving over a newer version is refused
-            # (HTTP 409) instead of silently discarding someone else's change.
-            self.fields["expected_version"] = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
+            # (HTTP 409) instead of silently discarding someone else's change. Read as text:
+            # clean() judges it and names what came.
+            self.fields["expected_version"] = forms.CharField(required=False, strip=False, widget=forms.HiddenInput)
 
     def clean_spec(self) -> dict:
         return spec_parse(self.cleaned_data.get("spec", ""))
+
+    def clean(self) -> dict:
+        """An edit's ``expected_version`` becomes an int. The page always sends it, so one that is
+        missing, blank or not a whole number from 1 means a broken form: it is refused among the
+        form's own errors (a hidden field has no place for them), quoting what came in JSON's
+        spelling (``expected_version "abc" is not a version number ...``), and nothing is saved.
+        One given more than once is left to :class:`SingleValuedForm`'s message."""
+        data = super().clean()
+        if "expected_version" not in self.fields:
+            return data
+        key = self.add_prefix("expected_version")
+        values = self.data.getlist(key) if hasattr(self.data, "getlist") else (
+            [self.data[key]] if key in self.data else [])
+        if len(values) > 1:
+            return data
+        reload = "reload the page to edit the current version; nothing was saved."
+        if not values:
+            data.pop("expected_version", None)
+            self.add_error(None, forms.ValidationError(
+                "expected_version is missing: the edit form sends the version it was opened at; " + reload,
+                code="expected_version"))
+        elif not re.fullmatch(r"[0-9]+", values[0]) or int(values[0]) < 1:
+            data.pop("expected_version", None)
+            shown = json.dumps(str(values[0])[:40], ensure_ascii=False)
+            self.add_error(None, forms.ValidationError(
+                f"expected_version {shown} is not a version number (a whole number from 1): " + reload,
+                code="expected_version"))
+        else:
+            data["expected_version"] = int(values[0])
+        return data
 
     @cached_property
     def examples(self) -> list[dict]:

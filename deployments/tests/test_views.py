@@ -209,7 +209,8 @@ def test_it_lets_an_operator_create_and_edit_a_recipe(operator_client, operator,
     assert 'name="change_reason"' in edit_page
 
     spec = dict(ex["spec"], startup_timeout_s=2400)
-    data = _form_data(dict(ex, spec=spec), seed_node, change_reason="longer start-up for cold caches")
+    data = _form_data(dict(ex, spec=spec), seed_node, change_reason="longer start-up for cold caches",
+                      expected_version="1")
     response = operator_client.post(reverse("deployments:recipe-edit", args=[recipe.pk]), data)
     assert response.status_code == 302
     recipe.refresh_from_db()
@@ -295,8 +296,30 @@ def test_it_refuses_an_edit_based_on_a_stale_version(operator_client, operator, 
     assert (seed_pd.version, seed_pd.description) == (2, "someone else's edit")
 
 
+@pytest.mark.parametrize("sent,shown", [
+    ("", 'expected_version &quot;&quot; is not a version number'),
+    ("abc", 'expected_version &quot;abc&quot; is not a version number'),
+    ("0", 'expected_version &quot;0&quot; is not a version number'),
+    (" 1", 'expected_version &quot; 1&quot; is not a version number'),
+    (None, "expected_version is missing"),
+])
+def test_it_refuses_an_edit_whose_expected_version_is_not_a_version_number(operator_client, seed_pd, seed_node,
+                                                                            sent, shown):
+    extra = {} if sent is None else {"expected_version": sent}
+    data = _form_data(example_recipe("seed-v4-flash-pd"), seed_node, description="typed by me", **extra)
+    response = operator_client.post(reverse("deployments:recipe-edit", args=[seed_pd.pk]), data)
+    assert response.status_code == 400
+    html = _html(response)
+    errors = html.split('id="form-errors"', 1)[1].split("</ul>", 1)[0]
+    assert shown in errors
+    assert "reload the page to edit the current version; nothing was saved." in errors
+    assert "typed by me</textarea>" in html  # what was typed is kept
+    seed_pd.refresh_from_db()
+    assert seed_pd.version == 1 and seed_pd.description != "typed by me"
+
+
 def test_it_does_not_bump_the_version_of_an_unchanged_save(operator_client, seed_pd, seed_node):
-    data = _form_data(example_recipe("seed-v4-flash-pd"), seed_node)
+    data = _form_data(example_recipe("seed-v4-flash-pd"), seed_node, expected_version="1")
     response = operator_client.post(reverse("deployments:recipe-edit", args=[seed_pd.pk]), data)
     assert response.status_code == 302
     seed_pd.refresh_from_db()
