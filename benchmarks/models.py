@@ -47,6 +47,8 @@ class BenchmarkSweep(models.Model):
     status = models.CharField(max_length=16, choices=SweepStatus.choices, default=SweepStatus.PENDING)
     reason = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
+    cancelled_by = models.CharField(max_length=150, blank=True,
+                                    help_text="the name of the user who asked for the cancel, for the reason it records")
     points_total = models.PositiveIntegerField(default=0)
     points_done = models.PositiveIntegerField(default=0)
     requests_total = models.PositiveIntegerField(default=0)

@@ -198,15 +198,17 @@ def sweep_enqueue(*, sweep: BenchmarkSweep) -> None:
 
 
 def sweep_cancel(*, sweep: BenchmarkSweep, user) -> BenchmarkSweep:
-    """Request cancellation: sets ``cancel_requested`` first (the running task sees it at its next
-    progress tick or between points); a sweep no task has claimed yet becomes ``cancelled`` at
-    once. Raises :class:`Conflict` (409) for a sweep that already ended, naming its state: like a
+    """Request cancellation: sets ``cancel_requested`` first, with ``cancelled_by`` (the running task
+    sees it at its next progress tick or between points and records ``cancelled by <user>``); a
+    sweep no task has claimed yet becomes ``cancelled`` at once, with the same reason. Raises :class:`Conflict` (409) for a sweep that already ended, naming its state: like a
     cancel of a deployment that is over, there is nothing left to cancel, and a 200 would read as
     if this request had ended it (docs/api.md)."""
     if sweep.status in SWEEP_TERMINAL:
         raise Conflict(f"sweep #{sweep.pk} already ended ({sweep.status}); cancel only applies to a sweep that is "
                        "pending, waiting or running. There is nothing to cancel.")
-    BenchmarkSweep.objects.filter(pk=sweep.pk).update(cancel_requested=True)
+    # Who asked goes with the flag, so the running task's reason names them as a pending one does.
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(
+        cancel_requested=True, cancelled_by=user.get_username() if getattr(user, "pk", None) else "")
     BenchmarkSweep.objects.filter(pk=sweep.pk, status=SweepStatus.PENDING).update(
         status=SweepStatus.CANCELLED, reason=_by("cancelled", user), ended_at=timezone.now())
     sweep.refresh_from_db()
@@ -270,6 +272,13 @@ def _by(what: str, user) -> str:
     return f"{what} by {user.get_username()}" if getattr(user, "pk", None) else what
 
 
+def _cancel_reason(sweep_id: int, default: str) -> str:
+    """``cancelled by <user>`` for a cancel someone asked for (:func:`sweep_cancel` stores the
+    name with the flag), else ``default``."""
+    name = BenchmarkSweep.objects.filter(pk=sweep_id).values_list("cancelled_by", flat=True).first()
+    return f"cancelled by {name}" if name else default
+
+
 # ---------------------------------------------------------------------------------------- execute
 
 
@@ -295,7 +304,8 @@ def sweep_execute(*, sweep_id: int) -> str:
         what=f"starting sweep #{sweep_id}")
     if not claimed:
         BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=True).update(
-            status=SweepStatus.CANCELLED, reason="cancelled before it started", ended_at=now)
+            status=SweepStatus.CANCELLED, reason=_cancel_reason(sweep_id, "cancelled before it started"),
+            ended_at=now)
         row = BenchmarkSweep.objects.filter(pk=sweep_id).first()
         lost = sweep_worker_lost(sweep=row) if row is not None else None
         if lost:  # a redelivery after the worker running it died (WorkerLostError)
@@ -325,7 +335,7 @@ def sweep_execute(*, sweep_id: int) -> str:
         analysis = sweep_analyse(sweep=sweep)
         _finish(sweep.pk, SweepStatus.DONE, "", analysis=analysis)
     except _Cancelled:
-        _finish(sweep.pk, SweepStatus.CANCELLED, "cancelled on request")
+        _finish(sweep.pk, SweepStatus.CANCELLED, _cancel_reason(sweep.pk, "cancelled on request"))
     except _SweepFailed as exc:
         # An outcome the sweep expects (its deployment went down or never became ready, a point
         # was not a measurement): a warning with the reason, which the row keeps; no traceback,

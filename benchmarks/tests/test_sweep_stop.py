@@ -21,7 +21,7 @@ from django.utils import timezone
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.loadgen import Api, LoadConfig, LoadgenStopped, loadgen_run, random_dataset
 from benchmarks.models import BenchmarkSweep
-from benchmarks.services import sweep_cancel, sweep_create, sweep_execute, sweeps_reconcile
+from benchmarks.services import sweep_create, sweep_execute, sweeps_reconcile
 from benchmarks.sweeps import (
     MAX_CONCURRENCY, MAX_PROMPT_TOKENS_PER_POINT, MAX_REQUESTS_PER_POINT, MAX_REQUESTS_PER_SWEEP, grid_validate,
 )
@@ -126,19 +126,26 @@ def _wait_for_requests(sweep: BenchmarkSweep) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_cancels_a_sweep_during_a_point_within_seconds(sim_url: str, operator) -> None:
+def test_it_cancels_a_sweep_during_a_point_within_seconds(sim_url: str, operator, operator_api) -> None:
+    from benchmarks.tests.page_support import logged_in_client
+
     deployment = sim_deployment_create(base_url=sim_url)
     sweep = sweep_create(deployment=deployment, user=operator,
                          grid={"concurrency": [2, 4], "lengths": [[16, 512]], "requests": 400})
     thread, result = _start(sweep.pk)
     _wait_for_requests(sweep)
     asked = time.monotonic()
-    sweep_cancel(sweep=BenchmarkSweep.objects.get(pk=sweep.pk), user=operator)
+    page = logged_in_client(operator)
+    assert page.post(f"/benchmarks/sweeps/{sweep.pk}/cancel/").status_code == 302
     thread.join(30)
     took = time.monotonic() - asked
     assert result["status"] == SweepStatus.CANCELLED and took < 5.0, f"took {took:.2f} s"
     sweep.refresh_from_db()
-    assert sweep.reason == "cancelled on request" and sweep.points_done == 0
+    # who asked, as a cancel of a pending sweep records it, on the API and the page
+    reason = f"cancelled by {operator.get_username()}"
+    assert sweep.reason == reason and sweep.points_done == 0
+    assert operator_api.get(f"/api/sweeps/{sweep.pk}/").json()["reason"] == reason
+    assert reason in page.get(f"/benchmarks/sweeps/{sweep.pk}/").content.decode()
     run = sweep.runs.get()
     assert run.status == RunStatus.CANCELLED and run.summary["ended_by"] == "cancelled"
     assert run.summary["partial"]["planned"] == 400

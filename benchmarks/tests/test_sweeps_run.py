@@ -167,7 +167,7 @@ def test_it_cancels_between_points_and_a_second_run_does_nothing(sim_url: str, o
     thread.join(60)
     assert result["status"] == SweepStatus.CANCELLED
     sweep.refresh_from_db()
-    assert sweep.reason == "cancelled on request" and sweep.cancel_requested
+    assert sweep.reason == "cancelled by oscar-operator" and sweep.cancel_requested
     assert sweep.runs.count() == 1 and sweep.runs.get().status == RunStatus.CANCELLED
     # a second delivery of the task finds a terminal row and leaves it alone
     assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.CANCELLED
