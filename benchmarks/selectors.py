@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
-from controlplane.errors import InvalidInput, NotFound
+from controlplane.errors import InvalidInput
 
 # The largest primary key a row can have (``BigAutoField``: a signed 64-bit integer). A larger
 # id names no row, and the database cannot even compare with it (SQLite raises OverflowError).
@@ -50,15 +50,19 @@ def run_list(*, sweep_id: int | None = None, source: str | None = None, status: 
     return qs
 
 
-def runs_by_ids(*, ids: list[int]) -> list[BenchmarkRun]:
-    """The runs with ``ids``, in the order given; :class:`NotFound` names the missing ids (an id
-    outside 1..:data:`PK_MAX` among them, never sent to the database)."""
+def runs_by_ids(*, ids: list[int], field: str = "ids") -> list[BenchmarkRun]:
+    """The runs with ``ids``, in the order given. Raises :class:`InvalidInput` under ``field``
+    naming every missing id at once (``no run with id 999``, ``no runs with ids 998, 999``; an id
+    outside 1..:data:`PK_MAX` among them, never sent to the database): a bad value of the query,
+    as a malformed one is."""
     possible = [i for i in ids if 1 <= i <= PK_MAX]
     found = {r.pk: r for r in BenchmarkRun.objects.filter(pk__in=possible).select_related("sweep")
              .defer(*RUN_LIST_DEFERRED)}
-    missing = [i for i in ids if i not in found]
+    missing = list(dict.fromkeys(i for i in ids if i not in found))
     if missing:
-        raise NotFound(f"no run with id {', '.join(map(str, missing))}")
+        text = (f"no run with id {missing[0]}" if len(missing) == 1
+                else f"no runs with ids {', '.join(map(str, missing))}")
+        raise InvalidInput({field: [text]})
     return [found[i] for i in ids]
 
 

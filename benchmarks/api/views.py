@@ -270,9 +270,10 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return Response(s.RunSerializer(runs, many=True).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5 (?format=csv: as CSV)",
-                   description="400: ids that are not comma-separated integers, an id given twice (named), fewer "
+                   description="400: ids that are not comma-separated integers, an id given twice (named), ids "
+                               "of runs that do not exist (all named, under `ids`), fewer "
                                "than two runs (under `sweeps` when the sweeps alone were given), or a format "
-                               "other than json, csv or api (the browsable page). 404 names the ids of runs or sweeps that do not exist.",
+                               "other than json, csv or api (the browsable page). 404 names a sweep that does not exist.",
                    parameters=[s.CompareQuerySerializer],
                    responses={(200, "application/json"): s.RunCompareSerializer, (200, "text/csv"): OpenApiResponse(
                        OpenApiTypes.STR, description="?format=csv: one row per run (values with their units in "

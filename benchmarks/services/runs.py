@@ -393,14 +393,15 @@ def run_metric_caveats(*, run: BenchmarkRun) -> list[tuple[str, tuple[str, ...],
     return out
 
 
-def _too_few_sweep_runs(sweep_ids: list[int], runs: int) -> str:
+def _too_few_sweep_runs(sweep_ids: list[int], runs: int, run_field: str = "ids") -> str:
     """Why ``sweeps=`` alone gives no comparison: ``sweep 4 has 1 run; a comparison needs at least
-    two: add runs with ids= or another sweep`` (``sweeps 4, 5 have no runs between them; ...``)."""
+    two: add runs with ids= or another sweep`` (``sweeps 4, 5 have no runs between them; ...``),
+    naming ``run_field``, the parameter that takes run ids where it is asked (the page's ``runs``)."""
     count = "no runs" if runs == 0 else f"{runs} run"
+    add = f"add runs with {run_field}= or another sweep"
     if len(sweep_ids) == 1:
-        return f"sweep {sweep_ids[0]} has {count}; a comparison needs at least two: add runs with ids= or another sweep"
-    return (f"sweeps {', '.join(map(str, sweep_ids))} have {count} between them; a comparison needs at least two: "
-            "add runs with ids= or another sweep")
+        return f"sweep {sweep_ids[0]} has {count}; a comparison needs at least two: {add}"
+    return f"sweeps {', '.join(map(str, sweep_ids))} have {count} between them; a comparison needs at least two: {add}"
 
 
 #: Why a comparison refuses fewer than two runs, under ``ids`` (:func:`runs_compare`; the
@@ -448,7 +449,7 @@ def runs_compare_ids(text: str, *, field: str) -> list[int]:
     return ids
 
 
-def runs_compare_pick(*, run_ids: list[int], sweep_ids: list[int]) -> list[int]:
+def runs_compare_pick(*, run_ids: list[int], sweep_ids: list[int], run_field: str = "ids") -> list[int]:
     """The ids of the runs a comparison of ``run_ids`` and of every run of ``sweep_ids`` covers:
     ``run_ids`` in the order given, then each sweep's runs in grid order that are not among them
     yet (the two pick runs together, each run once). Shared by the compare endpoint and the
@@ -460,7 +461,8 @@ def runs_compare_pick(*, run_ids: list[int], sweep_ids: list[int]) -> list[int]:
     pasted list gone wrong, and comparing each run once would answer another question than the one
     asked), :class:`NotFound` for the first sweep that does not exist (``no sweep with id 4``), and
     :class:`InvalidInput` under ``sweeps`` when ``sweeps`` alone bring fewer than two runs, saying
-    how many they have. Unknown run ids and fewer than two runs named by id are left to the caller
+    how many they have (``add runs with ids=``, or ``run_field``, the parameter the caller takes run
+    ids by). Unknown run ids and fewer than two runs named by id are left to the caller
     (:func:`benchmarks.selectors.runs_by_ids`, :func:`runs_compare`)."""
     repeats = {field: [message] for field, values, noun in (("ids", run_ids, "run id"),
                                                              ("sweeps", sweep_ids, "sweep id"))
@@ -476,7 +478,7 @@ def runs_compare_pick(*, run_ids: list[int], sweep_ids: list[int]) -> list[int]:
     ids = list(dict.fromkeys(ids))
     if len(ids) < 2 and not run_ids:
         # The runs came from sweeps alone: the refusal is about the sweeps that were given.
-        raise InvalidInput({"sweeps": [_too_few_sweep_runs(sweep_ids, len(ids))]})
+        raise InvalidInput({"sweeps": [_too_few_sweep_runs(sweep_ids, len(ids), run_field)]})
     return ids
 
 

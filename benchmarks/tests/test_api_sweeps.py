@@ -188,7 +188,7 @@ def test_it_exports_and_compares_through_the_api(operator_api, viewer_api) -> No
     body = compare.json()
     assert [r["id"] for r in body["runs"]] == [a["id"], b["id"]]
     assert any(d["field"] == "import_format" for d in body["config_differs"])
-    assert viewer_api.get("/api/runs/compare/?ids=999999,1").status_code == 404
+    assert viewer_api.get(f"/api/runs/compare/?ids=999999,{a['id']}").json() == {"ids": ["no run with id 999999"]}
 
 
 def test_it_exports_a_sweep_and_serves_its_analysis(viewer_api) -> None:
@@ -304,11 +304,13 @@ def test_it_answers_ids_too_large_for_the_database_with_a_400_or_404_never_a_500
         assert response.json() == {field: ["must be a whole number between 1 and 2147483647, "
                                            "got '99999999999999999999999'"]}
     for url, detail in (("/api/runs/compare/?ids=9223372036854775808", "no run with id 9223372036854775808"),
-                        ("/api/runs/compare/?ids=9223372036854775807", "no run with id 9223372036854775807"),
-                        ("/api/runs/compare/?sweeps=9223372036854775808", "no sweep with id 9223372036854775808")):
+                        ("/api/runs/compare/?ids=9223372036854775807", "no run with id 9223372036854775807")):
         response = viewer_api.get(url)
-        assert response.status_code == 404, url
-        assert response.json() == {"detail": detail}
+        assert response.status_code == 400, url
+        assert response.json() == {"ids": [detail]}
+    response = viewer_api.get("/api/runs/compare/?sweeps=9223372036854775808")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "no sweep with id 9223372036854775808"}
     assert viewer_api.get("/api/runs/compare/?ids=-1").json() == {"ids": ["must be comma-separated integer ids, got '-1'"]}
     assert viewer_api.get("/api/runs/compare/?ids=1,abc").json() == {
         "ids": ["must be comma-separated integer ids, got 'abc'"]}

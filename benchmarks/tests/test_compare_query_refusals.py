@@ -113,6 +113,9 @@ def test_the_page_refuses_sweeps_alone_with_fewer_than_two_runs_as_the_api_does(
     one, empty = _sweep(1), _sweep(0)
     for query in (f"sweeps={one.pk}", f"sweeps={empty.pk}", f"sweeps={one.pk},{empty.pk}"):
         api = viewer_api.get(f"/api/runs/compare/?{query}").json()["sweeps"][0]
+        assert api.endswith("add runs with ids= or another sweep")
+        # the page names its own field for run ids, runs=
+        api = api.replace("ids=", "runs=")
         status, html = _page(viewer, query)
         assert status == 400, query
         assert f'<div class="notice bad" role="alert"><p>{api[0].upper() + api[1:]}.</p></div>' in html, query
@@ -164,3 +167,25 @@ def test_the_page_words_a_malformed_id_list_as_the_api_does(viewer, viewer_api, 
     # the index page's checkboxes (?run=1&run=x) are worded alike, under the list they fill
     status, html = _page(viewer, "run=1&run=x")
     assert status == 400 and "Runs must be comma-separated integer ids, got &#x27;x&#x27;." in html
+
+
+def test_run_ids_that_name_no_run_are_a_400_under_ids_naming_every_one(viewer_api) -> None:
+    a, _ = _sweep(2).runs.order_by("ordinal")
+    response = viewer_api.get(f"/api/runs/compare/?ids={a.pk},999")
+    assert response.status_code == 400
+    assert response.json() == {"ids": ["no run with id 999"]}
+    response = viewer_api.get(f"/api/runs/compare/?ids=998,{a.pk},999")
+    assert response.status_code == 400
+    assert response.json() == {"ids": ["no runs with ids 998, 999"]}
+
+
+def test_the_page_refuses_run_ids_that_name_no_run_as_the_api_does_with_the_form(viewer, viewer_api) -> None:
+    a, _ = _sweep(2).runs.order_by("ordinal")
+    api = viewer_api.get(f"/api/runs/compare/?ids={a.pk},999").json()["ids"][0]
+    for query in (f"runs={a.pk},999", f"ids={a.pk},999", f"runs={a.pk},999&format=csv"):
+        status, html = _page(viewer, query)
+        assert status == 400, query
+        assert f'<div class="notice bad" role="alert"><p>{api[0].upper() + api[1:]}.</p></div>' in html, query
+        assert f'name="runs" value="{a.pk},999"' in html and "Side by side" not in html
+    status, html = _page(viewer, "runs=998,999,9223372036854775808")
+    assert status == 400 and "No runs with ids 998, 999, 9223372036854775808." in html

@@ -15,8 +15,8 @@ from django.shortcuts import get_object_or_404, render
 
 from benchmarks import services
 from benchmarks.choices import RunSource
-from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun
-from benchmarks.selectors import PK_MAX
+from benchmarks.models import BenchmarkRun
+from benchmarks.selectors import PK_MAX, runs_by_ids
 from benchmarks.sweeps import DIGITS_RE
 from benchmarks.loadgen.uncertainty import min_samples_for_interval
 from benchmarks.services.runs import (plain_figures, run_ci95_ms, run_records_csv, run_slo, runs_compare_csv,
@@ -283,7 +283,8 @@ def compare(request: HttpRequest) -> HttpResponse:
     :func:`benchmarks.services.runs_compare_too_many`: more than 100 run ids or 20 sweep ids,
     ``at most 100 runs and 20 sweeps``) are a 400 showing the
     form with the reason and the values typed, as is one run named by id (``give at least two runs
-    to compare``, the API's 400); unknown ids and another format are 404. A page with no runs or
+    to compare``, the API's 400), as are run ids that name no run (``no run with id 999``); an
+    unknown sweep id and another format are 404. A page with no runs or
     sweeps asked for shows the form with a prompt to choose them."""
     # One value a parameter: taking the last of a repeated one would compare other runs than asked
     # (the index page's checkboxes send ?run=1&run=2, which _ids_param reads as one list).
@@ -324,16 +325,13 @@ def compare(request: HttpRequest) -> HttpResponse:
         return form_again([too_many])
     try:
         # The API's rules and words: a repeated id, or sweeps alone with fewer than two runs.
-        picked = services.runs_compare_pick(run_ids=run_ids, sweep_ids=sweep_ids)
+        picked = services.runs_compare_pick(run_ids=run_ids, sweep_ids=sweep_ids, run_field="runs")
+        # Runs that do not exist: the API's 400 in its words, with the form kept.
+        runs: list[BenchmarkRun] = runs_by_ids(ids=picked, field="runs")
     except InvalidInput as exc:
         return form_again([message for messages in exc.errors.values() for message in messages])
     except NotFound as exc:
         raise Http404(str(exc)) from None
-    runs_by_id = {r.pk: r for r in BenchmarkRun.objects.select_related("sweep").defer(*RUN_LIST_DEFERRED)
-                  .filter(pk__in=picked)}
-    if missing := [i for i in run_ids if i not in runs_by_id]:
-        raise Http404(f"no such run: {', '.join(map(str, missing))}")
-    runs: list[BenchmarkRun] = [runs_by_id[i] for i in picked]
     baseline = baseline_ids[0] if baseline_ids else None
     if baseline is not None and baseline not in {r.pk for r in runs}:
         return render(request, "benchmarks/compare.html", {
