@@ -17,6 +17,7 @@ from benchmarks.analysis.model import PARTIAL_FLAG
 from benchmarks.loadgen import Api
 from controlplane.api import shown_key, shown_value
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import json_number
 
 # Bounds that keep one sweep a sweep and not a denial of service on the client or the database.
 # Every point's prompts are built in the control worker's memory before it starts (case C11), and
@@ -97,7 +98,7 @@ WORKER_ROLES = ("prefill", "decode", "single")
 
 def json_shown(value: Any) -> str:
     """A value of a JSON body or file as a refusal quotes it, in JSON spelling, never Python's
-    (``True``, ``None``): a number bare, as its JSON text (``100000``, ``-1.0``, ``1e+308``; an
+    (``True``, ``None``): a number bare, as its JSON text (``100000``, ``-1.0``, ``1e+308``, ``1e-7``; an
     integer of more than 40 digits as ``1.00e+50``), anything else as
     :func:`controlplane.api.shown_value` names it (``the boolean true``, ``the string "8"``,
     ``null``, ``the list [8, 8, 8]``, ``the object {"in": 8}``); texts cut to 40 characters. A
@@ -106,7 +107,7 @@ def json_shown(value: Any) -> str:
         return repr(value)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return shown_value(value)
-    text = json.dumps(value)
+    text = json_number(value) if isinstance(value, float) else json.dumps(value)
     if len(text) > 40:  # an integer of many digits: its magnitude, not its first digits
         text = f"{Decimal(value):.3g}"
     return text if len(text) <= 40 else text[:39] + "…"
@@ -163,7 +164,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     rates: list[float] = []
     raw_rates = raw.get("request_rates") or []
     if not isinstance(raw_rates, list):
-        err("grid.request_rates", f"must be a list of requests/s > 0, got {json_shown(raw_rates)}")
+        err("grid.request_rates", f"must be a list of requests/s > 0, got {shown_value(raw_rates)}")
         raw_rates = []
     for i, r in enumerate(raw_rates):
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
@@ -181,7 +182,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     if isinstance(raw_lengths, str) and raw_lengths.strip():
         raw_lengths = [raw_lengths]  # one "in:out" pair given on its own
     if not isinstance(raw_lengths, list) or not raw_lengths:
-        err("grid.lengths", "give at least one [input_len, output_len] pair, e.g. [[256, 256]]")
+        got = f", got {shown_value(raw_lengths)}" if raw_lengths not in (None, []) else ""
+        err("grid.lengths", f"give at least one [input_len, output_len] pair, e.g. [[256, 256]]{got}")
     else:
         for i, pair in enumerate(raw_lengths):
             parsed = length_pair_parse(pair)
@@ -404,7 +406,7 @@ def length_pair_parse(pair: Any) -> tuple[int, int] | None:
 
 def _int_list(value: Any, path: str, err, *, lo: int, hi: int) -> list[int]:
     if not isinstance(value, list):
-        err(path, "must be a list of integers")
+        err(path, f"must be a list of integers, got {shown_value(value)}")
         return []
     out = []
     for i, v in enumerate(value):

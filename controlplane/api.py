@@ -51,6 +51,7 @@ from controlplane.drf_defaults import (  # noqa: F401 - part of this module's in
     query_keys_taken, repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
+from controlplane.jsonsafe import json_text
 from controlplane.notfound_views import api_lookup_refused_text, api_not_found_text
 
 log = logging.getLogger(__name__)
@@ -453,8 +454,8 @@ def shown_value(value: Any) -> str:
             else "boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
             else "string" if isinstance(value, str) else type(value).__name__)
     try:
-        text = json.dumps(value, ensure_ascii=False, default=str)
-    except (ValueError, RecursionError):   # nested deeper than the stack left here allows
+        text = json_text(value, 40)
+    except (ValueError, TypeError, RecursionError):   # nested deeper than the stack left here allows
         text = "[…" if kind == "list" else "{…" if kind == "object" else "…"
     return f"the {kind} {text if len(text) <= 40 else text[:39] + '…'}"
 
@@ -524,7 +525,7 @@ class StrictIntegerMixin(FormTextMixin):
         (``got '0'``)."""
         codes = exc.get_codes()
         code = codes[0] if isinstance(codes, list) and codes and isinstance(codes[0], str) else "invalid"
-        shown = query_text(data) if isinstance(data, FormText) else json.dumps(data)
+        shown = query_text(data) if isinstance(data, FormText) else json_text(data)
         if code in ("min_value", "max_value"):
             return serializers.ValidationError(f"must be {whole_bounds(self)}, got {shown}", code=code)
         if code == "does_not_exist":

@@ -59,17 +59,78 @@ def nonfinite_paths(value: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
+def json_number(value: float) -> str:
+    """A float as JavaScript's ``JSON.stringify`` writes it (ECMAScript's Number to String): where
+    Python would use an exponent, ``1e-7`` (Python ``1e-07``), ``0.00001`` (``1e-05``),
+    ``10000000000000000`` (``1e+16``), ``1e+300``; otherwise as :func:`json.dumps` does (``9.0``,
+    ``0.25``). Not finite: ``NaN``, ``Infinity``, ``-Infinity``."""
+    text = repr(value)
+    if not math.isfinite(value) or "e" not in text:
+        return json.dumps(value)
+    mantissa, _, exponent = text.partition("e")
+    sign = "-" if mantissa.startswith("-") else ""
+    digits = mantissa.lstrip("-").replace(".", "").rstrip("0") or "0"
+    k, n = len(digits), int(exponent) + 1  # n: where the decimal point falls after the first digit
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return f"{sign}{digits[:n]}.{digits[n:]}"
+    if -6 < n <= 0:
+        return f"{sign}0.{'0' * -n}{digits}"
+    return f"{sign}{digits[0]}{'.' + digits[1:] if k > 1 else ''}e{'+' if n > 0 else '-'}{abs(n - 1)}"
+
+
+def json_text(value: Any, limit: int | None = None) -> str:
+    """``value`` as :func:`json.dumps` writes it (``ensure_ascii=False``, ``default=str``), its
+    floats spelled by :func:`json_number`. With ``limit``, the text may stop soon after ``limit``
+    characters (a caller cuts it there). Raises as :func:`json.dumps` would for a key JSON has no
+    text for, and RecursionError for a value nested too deeply (or circular)."""
+    parts: list[str] = []
+    size = 0
+
+    def put(text: str) -> bool:
+        nonlocal size
+        parts.append(text)
+        size += len(text)
+        return limit is None or size <= limit
+
+    def walk(v: Any) -> bool:
+        if isinstance(v, float):
+            return put(json_number(v))
+        if isinstance(v, (list, tuple)):
+            if not put("["):
+                return False
+            for i, item in enumerate(v):
+                if (i and not put(", ")) or not walk(item):
+                    return False
+            return put("]")
+        if isinstance(v, dict):
+            if not put("{"):
+                return False
+            for i, (key, item) in enumerate(v.items()):
+                if not isinstance(key, str):
+                    key = json.loads(json.dumps({key: 0}))  # JSON's text for the key, or its TypeError
+                    key = next(iter(key))
+                if (i and not put(", ")) or not put(json.dumps(key, ensure_ascii=False) + ": ") or not walk(item):
+                    return False
+            return put("}")
+        return put(json.dumps(v, ensure_ascii=False, default=str))
+
+    walk(value)
+    return "".join(parts)
+
+
 def json_spelled(value: Any, limit: int = 80) -> str:
     """A value as a message quotes it: a text in quotes (``'v32'``, as messages quote names), anything
-    else in JSON's spelling (``true``, ``false``, ``null``, ``7``, ``[1, "a"]``, ``{"a": 1}``), never
-    Python's (``True``, ``None``, ``{'a': 1}``), cut to ``limit`` characters (``...`` at the end when
+    else in JSON's spelling (``true``, ``false``, ``null``, ``7``, ``1e-7``, ``[1, "a"]``, ``{"a": 1}``:
+    :func:`json_text`), never Python's (``True``, ``None``, ``{'a': 1}``, ``1e-07``), cut to ``limit`` characters (``...`` at the end when
     cut). A value JSON cannot spell (a float that is not finite) reads as JSON's decoders write it
     (``NaN``, ``Infinity``); one it cannot encode at all as ``<type>``."""
     if isinstance(value, str):
         text = repr(value[:limit])
     else:
         try:
-            text = json.dumps(value, ensure_ascii=False, default=str)
+            text = json_text(value, limit)
         except Exception:  # noqa: BLE001 - a circular or hostile value must not escape a message
             text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:limit - 3] + "..."

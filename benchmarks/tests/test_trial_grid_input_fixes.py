@@ -123,6 +123,29 @@ def test_json_shown_writes_values_as_json_does() -> None:
         "the list [1, null]", 'the object {"a": 1}', "1.00e+50"]
 
 
+def test_a_grid_list_given_as_another_type_quotes_it(operator_api, starting) -> None:
+    body = _sweep_post(operator_api, starting, concurrency=1).json()
+    assert body == {"grid.concurrency": ["must be a list of integers, got the number 1"]}
+    body = _sweep_post(operator_api, starting, concurrency=[1], request_rates="2").json()
+    assert body == {"grid.request_rates": ['must be a list of requests/s > 0, got the string "2"']}
+    body = operator_api.post("/api/sweeps/", {"deployment": starting.pk, "grid": {"concurrency": [1], "lengths": 8}},
+                             format="json").json()
+    assert body == {"grid.lengths": ["give at least one [input_len, output_len] pair, e.g. [[256, 256]], "
+                                     "got the number 8"]}
+
+
+def test_a_float_is_quoted_as_json_stringify_writes_it(operator_api, starting) -> None:
+    # Where Python writes an exponent JavaScript does not (1e-05, 1e+16) or pads it (1e-07), a refusal
+    # quotes the number as JSON.stringify does; 1e+300 is how both write 1e300.
+    for value, shown in ((1e-7, "1e-7"), (1.5e-7, "1.5e-7"), (1e-5, "0.00001"), (1e300, "1e+300")):
+        body = _sweep_post(operator_api, starting, concurrency=[1], requests=1, duration_s=value).json()
+        assert body["grid.duration_s"][0].endswith(f", got {shown}"), body
+    body = _sweep_post(operator_api, starting, concurrency=[1], request_rates=[1e16], duration_s=10).json()
+    assert body["grid.request_rates.0"][0].endswith("got 10000000000000000"), body
+    body = _sweep_post(operator_api, starting, concurrency=[1.5e-7]).json()
+    assert body["grid.concurrency.0"] == ["must be an integer 1..4096, got 1.5e-7"]
+
+
 def test_an_import_takes_allow_duplicate_only_as_a_json_boolean(operator_api) -> None:
     assert operator_api.post("/api/runs/import/", {"text": VLLM}, format="json").status_code == 201
     for value, shown in (("yes", 'the string "yes"'), ("true", 'the string "true"'), (1, "the number 1"),
