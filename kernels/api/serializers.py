@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api import (
-    BlankAsNullCharField, FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, flatten_errors,
+    MAX_INT, BlankAsNullCharField, FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, flatten_errors,
 )
 from controlplane.jsonsafe import json_spelled
 
@@ -114,7 +114,8 @@ class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     (``"cc": 9.0``, ``"batches": ["1"]`` or ``[true]`` are a 400 naming the field and the type
     expected, never coerced); ``cc`` is taken as written, never trimmed (``" 9.0"`` is a 400 naming
     it, as :func:`kernels.services.kernel_job_check` judges it); ``shapes`` and ``batches``, when
-    given, hold at least one value and each value once (``[]`` or ``[1, 1]`` is a 400; leave the
+    given, hold at least one value and each value once (``[]`` or ``[1, 1]`` is a 400; a batch is
+    1..2147483647, refused at its item, ``batches.0``, outside it; leave the
     key out for the package's list). Every value given more than once is named beside the list's
     other problems (an item of the wrong type, at ``batches.2``), see :meth:`to_internal_value`."""
 
@@ -124,7 +125,9 @@ class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     params = JSONTextDictField(child=serializers.JSONField(), required=False)
     shapes = serializers.ListField(child=StrictCharField(max_length=63, example="v4-flash"), required=False,
                                    min_length=1, max_length=32, error_messages={"min_length": LEAVE_OUT})
-    batches = serializers.ListField(child=StrictIntegerField(min_value=1), required=False, min_length=1,
+    # At most MAX_INT, as a result's batch is (kernels.services.results): a larger batch is refused
+    # at its item, ``batches.0``, like one below 1.
+    batches = serializers.ListField(child=StrictIntegerField(min_value=1, max_value=MAX_INT), required=False, min_length=1,
                                     max_length=32, error_messages={"min_length": LEAVE_OUT})
 
     #: The list fields that take each value once, with the word a message names a value by.

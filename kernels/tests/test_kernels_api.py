@@ -73,7 +73,7 @@ def test_job_creation_refuses_an_unknown_key_with_the_other_problems(operator_ap
     assert resp.status_code == 400
     body = resp.json()
     assert body["foo"] == ["unknown field 'foo'; allowed: package, node, cc, params, shapes, batches"]
-    assert body["batches.0"] == ["must be at least 1, got 0"]
+    assert body["batches.0"] == ["must be between 1 and 2147483647, got 0"]
     assert KernelJob.objects.count() == 0
 
 
@@ -84,7 +84,7 @@ def test_job_creation_reports_a_bad_batch_with_the_packages_own_checks(operator_
     assert resp.status_code == 400
     body = resp.json()
     assert set(body) == {"cc", "params.impl", "shapes", "batches.0"}, body
-    assert body["batches.0"] == ["must be at least 1, got 0"]
+    assert body["batches.0"] == ["must be between 1 and 2147483647, got 0"]
     assert body["cc"][0].startswith("'9.5' is not a known compute capability")
     # a field the serializer refuses is reported once, by the serializer, with the rest
     resp = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box", "cc": "9" * 20,

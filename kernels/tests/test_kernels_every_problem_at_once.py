@@ -27,7 +27,7 @@ def test_a_job_body_names_unknown_and_repeated_shapes_and_bad_and_repeated_batch
     assert answer.json() == {
         "shapes": ["shape 'wide' is given twice: give each once", "'nope' is not a shape of toy_attn (small, wide)"],
         "batches": ["batch 1 is given twice: give each once"],
-        "batches.2": ["must be at least 1, got -5"],
+        "batches.2": ["must be between 1 and 2147483647, got -5"],
     }
     assert not KernelJob.objects.exists()
 

@@ -26,6 +26,15 @@ def test_a_grid_value_of_another_json_type_is_spelled_as_json(operator_api, toy_
     }
 
 
+def test_a_batch_too_large_is_refused_at_its_item(operator_api, toy_package, h200_node):
+    too_big = 2**70  # 1180591620717411303424
+    answer = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box", "cc": "9.0",
+                                                     "batches": [1, too_big, 1.5e-7]}, format="json")
+    assert answer.status_code == 400
+    assert answer.json() == {"batches.1": [f"must be between 1 and 2147483647, got {too_big}"],
+                             "batches.2": ["must be an integer (e.g. 8), got the number 1.5e-7"]}
+
+
 def test_a_subset_shape_or_batch_of_another_type_is_spelled_as_json(toy_package, h200_node):
     with pytest.raises(ManifestError) as err:
         grid_subset_validate(package_manifest(toy_package), True)
