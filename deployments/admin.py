@@ -5,7 +5,8 @@ hood. Changes that carry domain rules go through :mod:`deployments.services` her
   (who, when, change reason). Saving calls ``recipe_create`` / ``recipe_update``, so the spec
   is validated and a new version is recorded exactly as from the recipe pages; "Revert" from a
   history entry shows that version read-only and calls ``recipe_revert``. A form opened before
-  the recipe moved on is refused, naming the current version.
+  the recipe moved on is refused, naming the current version, and so is one whose
+  ``expected_version`` is missing, blank or not a version number.
 * Secret: the value is write-only; no admin page ever renders it (see
   :class:`deployments.forms.SecretAdminForm`), and saving goes through ``secret_create`` /
   ``secret_update`` so the redactor learns the value.

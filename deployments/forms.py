@@ -64,6 +64,26 @@ def spec_pretty(spec: dict | None) -> str:
     return json.dumps(spec or {}, indent=2, ensure_ascii=False)
 
 
+def judge_expected_version(form: forms.Form, data: dict, values: list[str]) -> None:
+    """Put the edit's ``expected_version`` in ``data`` as an int, from ``values`` (what the
+    request sent for it). The edit forms always send it, so none, a blank or anything but a whole
+    number from 1 means a broken form: it is refused among ``form``'s own errors (a hidden field
+    has no place for them), quoting what came in JSON's spelling, and nothing is saved."""
+    reload = "reload the page to edit the current version; nothing was saved."
+    data.pop("expected_version", None)
+    if not values:
+        form.add_error(None, forms.ValidationError(
+            "expected_version is missing: the edit form sends the version it was opened at; " + reload,
+            code="expected_version"))
+    elif not re.fullmatch(r"[0-9]+", values[-1]) or int(values[-1]) < 1:
+        shown = json.dumps(str(values[-1])[:40], ensure_ascii=False)
+        form.add_error(None, forms.ValidationError(
+            f"expected_version {shown} is not a version number (a whole number from 1): " + reload,
+            code="expected_version"))
+    else:
+        data["expected_version"] = int(values[-1])
+
+
 class RecipeForm(SingleValuedForm):
     """Create/edit form of a recipe. ``cleaned_data["spec"]`` is a dict, ``["node"]`` a Node.
 
@@ -111,20 +131,7 @@ class RecipeForm(SingleValuedForm):
             [self.data[key]] if key in self.data else [])
         if len(values) > 1:
             return data
-        reload = "reload the page to edit the current version; nothing was saved."
-        if not values:
-            data.pop("expected_version", None)
-            self.add_error(None, forms.ValidationError(
-                "expected_version is missing: the edit form sends the version it was opened at; " + reload,
-                code="expected_version"))
-        elif not re.fullmatch(r"[0-9]+", values[0]) or int(values[0]) < 1:
-            data.pop("expected_version", None)
-            shown = json.dumps(str(values[0])[:40], ensure_ascii=False)
-            self.add_error(None, forms.ValidationError(
-                f"expected_version {shown} is not a version number (a whole number from 1): " + reload,
-                code="expected_version"))
-        else:
-            data["expected_version"] = int(values[0])
+        judge_expected_version(self, data, values)
         return data
 
     @cached_property
@@ -178,10 +185,12 @@ class RecipeAdminForm(forms.ModelForm):
     stored when the page was opened (also on a history entry's page, whose fields show an older
     version). Saving after the recipe moved on is refused with a form error naming the current
     version, who changed it and when (:func:`deployments.services.recipe_stale_message`), so an
-    edit never silently puts back what someone else changed meanwhile."""
+    edit never silently puts back what someone else changed meanwhile. One that is missing, blank
+    or not a version number is refused as on the recipe edit page (:func:`judge_expected_version`)."""
 
     spec = forms.CharField(widget=forms.Textarea(attrs={"rows": 24, "cols": 100, "class": "vLargeTextField"}))
-    expected_version = forms.IntegerField(min_value=1, required=False, widget=forms.HiddenInput)
+    # Read as text: clean() judges it and names what came.
+    expected_version = forms.CharField(required=False, strip=False, widget=forms.HiddenInput)
 
     class Meta:
         model = Recipe
@@ -208,6 +217,11 @@ class RecipeAdminForm(forms.ModelForm):
         from deployments.services import recipe_spec_validate
 
         data = super().clean()
+        data.pop("expected_version", None)
+        if self.instance is not None and self.instance.pk and self.is_bound:
+            key = self.add_prefix("expected_version")
+            judge_expected_version(self, data, self.data.getlist(key) if hasattr(self.data, "getlist") else (
+                [self.data[key]] if key in self.data else []))
         expected = data.get("expected_version")
         if expected is not None and self.instance is not None and self.instance.pk:
             from deployments.services import recipe_stale_message

@@ -173,6 +173,8 @@ def _recipe_post(recipe: Recipe, spec: dict, **extra) -> dict:
         "topology": recipe.topology,
         "node": str(recipe.node_id),
         "spec": json.dumps(spec),
+        # the version the change form was opened at, as the page sends it
+        "expected_version": str(Recipe.objects.get(pk=recipe.pk).version),
     }
     data.update(extra)
     return data

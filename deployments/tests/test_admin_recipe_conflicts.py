@@ -238,3 +238,34 @@ def test_a_version_of_a_deleted_recipe_offers_no_node_actions(admin_client, two_
 def test_a_version_of_a_live_recipe_offers_no_node_actions_either(admin_client, two_versions):
     # every version page is read-only (its form is a revert of exactly that version)
     assert _related_actions(admin_client.get(_history_url(two_versions, 1)).content.decode()) == ["view_id_node"]
+
+
+@pytest.mark.parametrize("sent,shown", [
+    ("", 'expected_version "" is not a version number (a whole number from 1)'),
+    ("abc", 'expected_version "abc" is not a version number (a whole number from 1)'),
+    ("0", 'expected_version "0" is not a version number (a whole number from 1)'),
+    (None, "expected_version is missing: the edit form sends the version it was opened at"),
+])
+def test_a_change_form_without_a_version_number_is_refused_on_the_page(admin_client, recipe, sent, shown):
+    form = _page_form(admin_client.get(_change_url(recipe)).content.decode())
+    form.pop("expected_version")
+    if sent is not None:
+        form["expected_version"] = sent
+    response = admin_client.post(_change_url(recipe), dict(form, description="typed in admin"))
+    assert response.status_code == 200
+    page = response.content.decode()
+    errors = _errors(page.split('class="errorlist nonfield"', 1)[1].split("</ul>", 1)[0])
+    assert shown in errors and "reload the page to edit the current version; nothing was saved." in errors
+    assert "typed in admin" in page  # what was typed is kept
+    recipe.refresh_from_db()
+    assert (recipe.version, recipe.description) == (1, example_recipe("seed-v4-flash-pd")["description"])
+
+
+def test_a_revert_form_without_a_version_number_is_refused_on_the_page(admin_client, two_versions):
+    url = _history_url(two_versions, 1)
+    form = _page_form(admin_client.get(url).content.decode())
+    response = admin_client.post(url, dict(form, expected_version=""))
+    assert response.status_code == 200
+    assert 'expected_version "" is not a version number' in _errors(response.content.decode())
+    two_versions.refresh_from_db()
+    assert two_versions.version == 2
