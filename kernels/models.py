@@ -79,6 +79,8 @@ class KernelJob(models.Model):
     reason = models.TextField(blank=True)
     note = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
+    cancelled_by = models.CharField(max_length=150, blank=True,
+                                    help_text="the name of the user who asked for the cancel, for the reason it records")
     phase = models.CharField(max_length=16, blank=True)
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)

@@ -291,17 +291,28 @@ def kernel_job_cancel(*, job: KernelJob, user=None) -> KernelJob:
     within :data:`kernels.runnercall.POLL_S` s and marks the job cancelled); a job no task has
     claimed yet, one waiting for its node included, is cancelled at once (its note that it waits
     for the node is dropped; a later delivery of its task does nothing). Raises :class:`Conflict`
-    for a job that already ended."""
+    for a job that already ended. Who asked is stored with the flag (``cancelled_by``), so the
+    reason names them whoever ends the job: ``cancelled by <user>`` for a running job,
+    ``cancelled by <user> before it started`` for one that had not started."""
     if job.status in JOB_TERMINAL:
         raise Conflict(f"kernel job #{job.pk} is already {job.status}")
-    KernelJob.objects.filter(pk=job.pk).update(cancel_requested=True)
-    who = f" by {user.get_username()}" if getattr(user, "pk", None) else ""
+    name = user.get_username() if getattr(user, "pk", None) else ""
+    KernelJob.objects.filter(pk=job.pk).update(cancel_requested=True, cancelled_by=name)
     KernelJob.objects.filter(pk=job.pk, status=KernelJobStatus.PENDING).update(
-        status=KernelJobStatus.CANCELLED, reason=f"cancelled{who} before it started", ended_at=timezone.now(),
-        note=_NOTE_WITHOUT_WAIT)
+        status=KernelJobStatus.CANCELLED, reason=_cancel_reason(job.pk, "before it started"),
+        ended_at=timezone.now(), note=_NOTE_WITHOUT_WAIT)
     job.refresh_from_db()
     _broadcast(job.pk, force=True)
     return job
+
+
+def _cancel_reason(job_id: int, when: str = "") -> str:
+    """``cancelled by <user>`` (with `` <when>`` after it) for a cancel someone asked for
+    (:func:`kernel_job_cancel` stores the name with the flag), else ``cancelled on request``, or
+    ``cancelled <when>``."""
+    name = KernelJob.objects.filter(pk=job_id).values_list("cancelled_by", flat=True).first()
+    what = f"cancelled by {name}" if name else ("cancelled" if when else "cancelled on request")
+    return f"{what} {when}" if when else what
 
 
 def kernel_job_execute(*, job_id: int) -> str:
@@ -331,7 +342,7 @@ def kernel_job_execute(*, job_id: int) -> str:
         if running is not None:
             _note_waiting(job_id, running)
         KernelJob.objects.filter(pk=job_id, status=KernelJobStatus.PENDING, cancel_requested=True).update(
-            status=KernelJobStatus.CANCELLED, reason="cancelled before it started", ended_at=now,
+            status=KernelJobStatus.CANCELLED, reason=_cancel_reason(job_id, "before it started"), ended_at=now,
             note=_NOTE_WITHOUT_WAIT)
         return KernelJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
     _broadcast(job_id, force=True)
@@ -443,7 +454,7 @@ def _execute_claimed(job: KernelJob) -> str:
         kernel_results_store(job_id=job.pk, payload=outcome.payload)
         _finish(job.pk, KernelJobStatus.DONE, "")
     except (_Cancelled, RunnerStopped):
-        _finish(job.pk, KernelJobStatus.CANCELLED, "cancelled on request")
+        _finish(job.pk, KernelJobStatus.CANCELLED, _cancel_reason(job.pk))
     except RunnerError as exc:
         _finish(job.pk, KernelJobStatus.FAILED, redact_text(str(exc)))
     except InvalidInput as exc:
