@@ -60,10 +60,15 @@ def runs_by_ids(*, ids: list[int], field: str = "ids") -> list[BenchmarkRun]:
              .defer(*RUN_LIST_DEFERRED)}
     missing = list(dict.fromkeys(i for i in ids if i not in found))
     if missing:
-        text = (f"no run with id {missing[0]}" if len(missing) == 1
-                else f"no runs with ids {', '.join(map(str, missing))}")
-        raise InvalidInput({field: [text]})
+        raise InvalidInput({field: [missing_ids_text("run", missing)]})
     return [found[i] for i in ids]
+
+
+def missing_ids_text(noun: str, missing: list[int]) -> str:
+    """``no run with id 999`` or ``no runs with ids 998, 999``: the ids of a query that name no row."""
+    if len(missing) == 1:
+        return f"no {noun} with id {missing[0]}"
+    return f"no {noun}s with ids {', '.join(map(str, missing))}"
 
 
 def sweep_latest_for_recipe(*, recipe_name: str) -> BenchmarkSweep | None:

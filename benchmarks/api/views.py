@@ -271,15 +271,15 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
 
     @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5 (?format=csv: as CSV)",
                    description="400: ids that are not comma-separated integers, an id given twice (named), ids "
-                               "of runs that do not exist (all named, under `ids`), fewer "
+                               "of runs or sweeps that do not exist (all named, under `ids` and `sweeps`), fewer "
                                "than two runs (under `sweeps` when the sweeps alone were given), or a format "
-                               "other than json, csv or api (the browsable page). 404 names a sweep that does not exist.",
+                               "other than json, csv or api (the browsable page).",
                    parameters=[s.CompareQuerySerializer],
                    responses={(200, "application/json"): s.RunCompareSerializer, (200, "text/csv"): OpenApiResponse(
                        OpenApiTypes.STR, description="?format=csv: one row per run (values with their units in "
                                                      "the column names, deltas against the baseline in percent), as "
                                                      "an attachment, the comparison page's download"),
-                              400: ERRORS_400, 404: ERROR_404})
+                              400: ERRORS_400})
     @action(detail=False, methods=["get"])
     def compare(self, request: Request) -> HttpResponse:
         q = query_validated(s.CompareQuerySerializer, request)

@@ -45,7 +45,7 @@ from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import DIGITS_RE, repeats_text, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.drf_defaults import empty_list_item
-from controlplane.errors import Conflict, InvalidInput, NotFound
+from controlplane.errors import Conflict, InvalidInput
 from controlplane.jsonsafe import json_safe
 
 # From this magnitude on a compared number is written with an exponent: every digit of a value
@@ -459,22 +459,32 @@ def runs_compare_pick(*, run_ids: list[int], sweep_ids: list[int], run_field: st
     Raises :class:`InvalidInput` for a run id or a sweep id given more than once, under ``ids`` and
     ``sweeps`` at once (``repeated run id: 1 (2 times); give each once``: a repeat is a typo or a
     pasted list gone wrong, and comparing each run once would answer another question than the one
-    asked), :class:`NotFound` for the first sweep that does not exist (``no sweep with id 4``), and
+    asked); :class:`InvalidInput` under ``sweeps`` naming every sweep that does not exist (``no
+    sweep with id 4``, ``no sweeps with ids 4, 5``), with the run ids that name no run under
+    ``run_field`` beside it (``ids``, or the parameter the caller takes run ids by); and
     :class:`InvalidInput` under ``sweeps`` when ``sweeps`` alone bring fewer than two runs, saying
-    how many they have (``add runs with ids=``, or ``run_field``, the parameter the caller takes run
-    ids by). Unknown run ids and fewer than two runs named by id are left to the caller
+    how many they have (``add runs with ids=``, or ``run_field``=). Otherwise unknown run ids and
+    fewer than two runs named by id are left to the caller
     (:func:`benchmarks.selectors.runs_by_ids`, :func:`runs_compare`)."""
+    from benchmarks.selectors import PK_MAX, missing_ids_text
+
     repeats = {field: [message] for field, values, noun in (("ids", run_ids, "run id"),
                                                              ("sweeps", sweep_ids, "sweep id"))
                if (message := repeats_text(values, noun))}
     if repeats:
         raise InvalidInput(repeats)
+    # An id outside 1..PK_MAX names no row and is never sent to the database.
+    sweeps = BenchmarkSweep.objects.in_bulk([i for i in sweep_ids if 1 <= i <= PK_MAX])
+    if missing := [i for i in sweep_ids if i not in sweeps]:
+        errors = {"sweeps": [missing_ids_text("sweep", missing)]}
+        found = set(BenchmarkRun.objects.filter(pk__in=[i for i in run_ids if 1 <= i <= PK_MAX])
+                    .values_list("pk", flat=True))
+        if missing_runs := [i for i in run_ids if i not in found]:
+            errors = {run_field: [missing_ids_text("run", missing_runs)], **errors}
+        raise InvalidInput(errors)
     ids = list(run_ids)
     for sweep_id in sweep_ids:
-        sweep = BenchmarkSweep.objects.filter(pk=sweep_id).first()
-        if sweep is None:
-            raise NotFound(f"no sweep with id {sweep_id}")
-        ids += sweep.runs.order_by("ordinal", "id").values_list("pk", flat=True)
+        ids += sweeps[sweep_id].runs.order_by("ordinal", "id").values_list("pk", flat=True)
     ids = list(dict.fromkeys(ids))
     if len(ids) < 2 and not run_ids:
         # The runs came from sweeps alone: the refusal is about the sweeps that were given.

@@ -189,3 +189,29 @@ def test_the_page_refuses_run_ids_that_name_no_run_as_the_api_does_with_the_form
         assert f'name="runs" value="{a.pk},999"' in html and "Side by side" not in html
     status, html = _page(viewer, "runs=998,999,9223372036854775808")
     assert status == 400 and "No runs with ids 998, 999, 9223372036854775808." in html
+
+
+def test_sweep_ids_that_name_no_sweep_are_a_400_under_sweeps_naming_every_one(viewer_api) -> None:
+    sweep = _sweep(2)
+    a, _ = sweep.runs.order_by("ordinal")
+    response = viewer_api.get(f"/api/runs/compare/?sweeps={sweep.pk},4242")
+    assert response.status_code == 400
+    assert response.json() == {"sweeps": ["no sweep with id 4242"]}
+    response = viewer_api.get(f"/api/runs/compare/?sweeps=4241,{sweep.pk},4242")
+    assert (response.status_code, response.json()) == (400, {"sweeps": ["no sweeps with ids 4241, 4242"]})
+    # run ids that name no run are named beside them, each under its own parameter
+    response = viewer_api.get(f"/api/runs/compare/?ids={a.pk},999&sweeps=4242")
+    assert (response.status_code, response.json()) == (400, {"ids": ["no run with id 999"],
+                                                             "sweeps": ["no sweep with id 4242"]})
+
+
+def test_the_page_refuses_sweep_ids_that_name_no_sweep_as_the_api_does_with_the_form(viewer, viewer_api) -> None:
+    sweep = _sweep(2)
+    api = viewer_api.get(f"/api/runs/compare/?sweeps=4241,{sweep.pk},4242").json()["sweeps"][0]
+    for query in (f"sweeps=4241,{sweep.pk},4242", f"sweeps=4241,{sweep.pk},4242&format=csv"):
+        status, html = _page(viewer, query)
+        assert status == 400, query
+        assert f'<div class="notice bad" role="alert"><p>{api[0].upper() + api[1:]}.</p></div>' in html, query
+        assert f'name="sweeps" value="4241,{sweep.pk},4242"' in html and "Side by side" not in html
+    status, html = _page(viewer, "runs=999,998&sweeps=4242")
+    assert status == 400 and "No runs with ids 999, 998." in html and "No sweep with id 4242." in html

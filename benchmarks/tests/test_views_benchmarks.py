@@ -181,23 +181,27 @@ def test_it_answers_404_for_unknown_ids_and_formats(viewer_client, operator_clie
         reverse("benchmarks:run-export", args=[9999, "csv"]),
         reverse("benchmarks:run-export", args=[run.pk, "xml"]),
         reverse("benchmarks:run-original", args=[run.pk]),  # measured, nothing was imported
-        reverse("benchmarks:compare") + f"?runs={run.pk},9999",
-        reverse("benchmarks:compare") + "?sweeps=4242",
     ):
         assert viewer_client.get(url).status_code == 404, url
-    assert viewer_client.get(reverse("benchmarks:compare") + "?runs=1;drop").status_code == 400  # input, not a page
+    # a comparison's ids are input, not a page: one that names no row is a 400 with the form
+    for query, said in ((f"?runs={run.pk},9999", "No run with id 9999."), ("?sweeps=4242", "No sweep with id 4242."),
+                        ("?runs=1;drop", "Runs must be comma-separated integer ids")):
+        response = viewer_client.get(reverse("benchmarks:compare") + query)
+        assert response.status_code == 400 and said in response.content.decode(), query
     assert operator_client.get(reverse("benchmarks:sweep-create") + "?deployment=9999").status_code == 404
     assert operator_client.post(reverse("benchmarks:sweep-cancel", args=[9999])).status_code == 404
 
 
-def test_it_answers_404_for_ids_too_large_for_the_database(viewer_client, sweep):
-    # 2**63 overflows SQLite's INTEGER: no row has such an id, so the page is not found, never a 500
+def test_it_answers_400_for_ids_too_large_for_the_database(viewer_client, sweep):
+    # 2**63 overflows SQLite's INTEGER: no row has such an id, so the page says so, never a 500
     run = sweep.runs.get()
-    for query in (f"?runs={run.pk},9223372036854775808", "?sweeps=99999999999999999999999",
-                  f"?run={run.pk}&run=000009223372036854775808", "?ids=" + "9" * 5000):
-        assert viewer_client.get(reverse("benchmarks:compare") + query).status_code == 404, query[:40]
-    largest = reverse("benchmarks:compare") + f"?runs={run.pk},0009223372036854775807"  # possible, but absent
-    assert viewer_client.get(largest).status_code == 404
+    for query, said in ((f"?runs={run.pk},9223372036854775808", "No run with id 9223372036854775808."),
+                        ("?sweeps=99999999999999999999999", "No sweep with id 99999999999999999999999."),
+                        (f"?run={run.pk}&run=000009223372036854775808", "No run with id 9223372036854775808."),
+                        ("?ids=" + "9" * 5000, "Ids must be comma-separated integer ids"),
+                        (f"?runs={run.pk},0009223372036854775807", "No run with id 9223372036854775807.")):
+        response = viewer_client.get(reverse("benchmarks:compare") + query)
+        assert response.status_code == 400 and said in response.content.decode(), query[:40]
 
 
 # --- sweep page -------------------------------------------------------------------------------

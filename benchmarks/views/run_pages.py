@@ -29,7 +29,7 @@ from benchmarks.views.common import (
     _json_text, _load_records, _opt_float, _status_class,
 )
 from controlplane.drf_defaults import given_more_than_once
-from controlplane.errors import InvalidInput, NotFound
+from controlplane.errors import InvalidInput
 from deployments.views import role_page
 
 
@@ -283,8 +283,8 @@ def compare(request: HttpRequest) -> HttpResponse:
     :func:`benchmarks.services.runs_compare_too_many`: more than 100 run ids or 20 sweep ids,
     ``at most 100 runs and 20 sweeps``) are a 400 showing the
     form with the reason and the values typed, as is one run named by id (``give at least two runs
-    to compare``, the API's 400), as are run ids that name no run (``no run with id 999``); an
-    unknown sweep id and another format are 404. A page with no runs or
+    to compare``, the API's 400), as are run ids and sweep ids that name no row (``no run with id
+    999``, ``no sweeps with ids 4, 5``); another format is 404. A page with no runs or
     sweeps asked for shows the form with a prompt to choose them."""
     # One value a parameter: taking the last of a repeated one would compare other runs than asked
     # (the index page's checkboxes send ?run=1&run=2, which _ids_param reads as one list).
@@ -324,14 +324,13 @@ def compare(request: HttpRequest) -> HttpResponse:
         # The API's cap in its words, before a run or sweep is read.
         return form_again([too_many])
     try:
-        # The API's rules and words: a repeated id, or sweeps alone with fewer than two runs.
+        # The API's rules and words: a repeated id, sweeps that do not exist, or sweeps alone with
+        # fewer than two runs.
         picked = services.runs_compare_pick(run_ids=run_ids, sweep_ids=sweep_ids, run_field="runs")
         # Runs that do not exist: the API's 400 in its words, with the form kept.
         runs: list[BenchmarkRun] = runs_by_ids(ids=picked, field="runs")
     except InvalidInput as exc:
         return form_again([message for messages in exc.errors.values() for message in messages])
-    except NotFound as exc:
-        raise Http404(str(exc)) from None
     baseline = baseline_ids[0] if baseline_ids else None
     if baseline is not None and baseline not in {r.pk for r in runs}:
         return render(request, "benchmarks/compare.html", {
