@@ -51,7 +51,7 @@ from controlplane.drf_defaults import (  # noqa: F401 - part of this module's in
     query_keys_taken, repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
-from controlplane.jsonsafe import json_text
+from controlplane.jsonsafe import json_text, shown_value  # noqa: F401 - part of this module's interface
 from controlplane.notfound_views import api_lookup_refused_text, api_not_found_text
 
 log = logging.getLogger(__name__)
@@ -442,22 +442,6 @@ def no_body(request) -> None:
     judged before the state."""
     data, found = request_body(request)
     NoBodySerializer(data=data, context={"body_errors": found}).is_valid(raise_exception=True)
-
-
-def shown_value(value: Any) -> str:
-    """A body value of the wrong type as a message names it: its JSON type and its JSON text cut
-    to 40 characters (``the string "1"``, ``the number 9.0``, ``the boolean true``, ``null``,
-    ``the list [8, 8, 8]``, ``the object {"a": 1}``; a longer text ends in ``…``)."""
-    if value is None:
-        return "null"
-    kind = ("list" if isinstance(value, (list, tuple)) else "object" if isinstance(value, dict)
-            else "boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
-            else "string" if isinstance(value, str) else type(value).__name__)
-    try:
-        text = json_text(value, 40)
-    except (ValueError, TypeError, RecursionError):   # nested deeper than the stack left here allows
-        text = "[…" if kind == "list" else "{…" if kind == "object" else "…"
-    return f"the {kind} {text if len(text) <= 40 else text[:39] + '…'}"
 
 
 def shown_type(value: Any) -> str:

@@ -134,3 +134,19 @@ def json_spelled(value: Any, limit: int = 80) -> str:
         except Exception:  # noqa: BLE001 - a circular or hostile value must not escape a message
             text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def shown_value(value: Any) -> str:
+    """A body value of the wrong type as a message names it: its JSON type and its JSON text cut
+    to 40 characters (``the string "1"``, ``the number 9.0``, ``the boolean true``, ``null``,
+    ``the list [8, 8, 8]``, ``the object {"a": 1}``; a longer text ends in ``…``)."""
+    if value is None:
+        return "null"
+    kind = ("list" if isinstance(value, (list, tuple)) else "object" if isinstance(value, dict)
+            else "boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
+            else "string" if isinstance(value, str) else type(value).__name__)
+    try:
+        text = json_text(value, 40)
+    except (ValueError, TypeError, RecursionError):   # nested deeper than the stack left here allows
+        text = "[…" if kind == "list" else "{…" if kind == "object" else "…"
+    return f"the {kind} {text if len(text) <= 40 else text[:39] + '…'}"

@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
-from controlplane.jsonsafe import json_spelled
+from controlplane.jsonsafe import json_spelled, shown_value
 from kernels.safeexpr import ExpressionError, SafeExpr, expr_compile, expr_evaluate, number_problem
 
 MANIFEST_FILE = "manifest.toml"
@@ -554,13 +554,14 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
     """Check a restriction of the grid: ``{param: [values]}`` where each value is one of the
     manifest's for that parameter. Returns it in manifest order, or None for an empty subset.
     Raises :class:`ManifestError` with ``params.<param>`` paths; a parameter given one value
-    that is not in a list (``{"impl": "split_k"}``) is refused there (``must be a list of grid
-    values (e.g. ["split_k"]), got 'split_k'``), not read as a one-value list, and so is a value
+    that is not in a list (``{"impl": "split_k"}``) is refused there, naming its type as a sweep
+    grid does (``must be a list of grid values (e.g. ["split_k"]), got the string "split_k"``),
+    not read as a one-value list, and so is a value
     given twice in one list."""
     if subset in (None, {}):
         return None
     if not isinstance(subset, dict):
-        raise ManifestError({"params": [f"must be an object of parameter: [values], got {json_spelled(subset)}"]})
+        raise ManifestError({"params": [f"must be an object of parameter: [values], got {shown_value(subset)}"]})
     errs = _Errors()
     out: dict[str, list[Value]] = {}
     for param, values in subset.items():
@@ -570,7 +571,7 @@ def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Valu
             continue
         if not isinstance(values, list):
             errs.add(f"params.{param}", f"must be a list of grid values (e.g. {json_spelled([values])}), "
-                                        f"got {json_spelled(values)}")
+                                        f"got {shown_value(values)}")
             continue
         if not values:
             errs.add(f"params.{param}", "needs at least one value")

@@ -63,12 +63,13 @@ def test_a_grid_subset_value_that_is_not_a_list_is_refused(operator_api, toy_pac
     resp = operator_api.post(JOBS, {"package": "toy_attn", "node": "h200-box",
                                     "params": {"impl": "tiled", "BLOCK": 32, "num_warps": [4]}}, format="json")
     assert resp.status_code == 400, resp.content
-    assert resp.json() == {"params.impl": ['must be a list of grid values (e.g. ["tiled"]), got \'tiled\''],
-                           "params.BLOCK": ["must be a list of grid values (e.g. [32]), got 32"]}
+    # the type named as a sweep grid names it (got the number 1)
+    assert resp.json() == {"params.impl": ['must be a list of grid values (e.g. ["tiled"]), got the string "tiled"'],
+                           "params.BLOCK": ["must be a list of grid values (e.g. [32]), got the number 32"]}
     assert not KernelJob.objects.exists()
     with pytest.raises(InvalidInput) as err:
         kernel_job_create(package=toy_package, node=None, cc="9.0", dispatch=False, params_subset={"impl": "tiled"})
-    assert err.value.errors == {"params.impl": ['must be a list of grid values (e.g. ["tiled"]), got \'tiled\'']}
+    assert err.value.errors == {"params.impl": ['must be a list of grid values (e.g. ["tiled"]), got the string "tiled"']}
     # the listed form is taken
     job = kernel_job_create(package=toy_package, node=None, cc="9.0", dispatch=False, params_subset={"impl": ["tiled"]})
     assert job.params_subset == {"impl": ["tiled"]}

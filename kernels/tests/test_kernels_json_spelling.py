@@ -22,7 +22,7 @@ def test_a_grid_value_of_another_json_type_is_spelled_as_json(operator_api, toy_
     assert answer.json() == {
         "params.BLOCK": ["true is not one of the grid's values [16, 32, 64]",
                          "null is not one of the grid's values [16, 32, 64]"],
-        "params.impl": ["must be a list of grid values (e.g. [false]), got false"],
+        "params.impl": ["must be a list of grid values (e.g. [false]), got the boolean false"],
     }
 
 
@@ -38,7 +38,7 @@ def test_a_batch_too_large_is_refused_at_its_item(operator_api, toy_package, h20
 def test_a_subset_shape_or_batch_of_another_type_is_spelled_as_json(toy_package, h200_node):
     with pytest.raises(ManifestError) as err:
         grid_subset_validate(package_manifest(toy_package), True)
-    assert err.value.errors == {"params": ["must be an object of parameter: [values], got true"]}
+    assert err.value.errors == {"params": ["must be an object of parameter: [values], got the boolean true"]}
 
     errors = kernel_job_check(package=toy_package, node=h200_node, cc=None, shapes=[None], batches=[True])
     assert errors["shapes"] == ["null is not a shape of toy_attn (small, wide)"]
@@ -68,3 +68,21 @@ def test_the_job_page_shows_its_grid_subset_as_json(client, viewer, toy_package,
 
     assert html.escape('subset {"impl": ["tiled"], "BLOCK": [32, 64]}').replace("subset ", "subset <code>") in page
     assert "{&#x27;impl&#x27;" not in page
+
+
+def test_a_grid_subset_of_the_wrong_type_names_it_as_a_sweep_grid_does(operator_api, toy_package, h200_node):
+    from controlplane.api import shown_value
+
+    answer = operator_api.post("/api/kernel-jobs/", {"package": "toy_attn", "node": "h200-box", "cc": "9.0",
+                                                     "params": {"BLOCK": 32, "impl": {"a": 1}}}, format="json")
+    assert answer.status_code == 400
+    assert answer.json() == {"params.BLOCK": ["must be a list of grid values (e.g. [32]), got the number 32"],
+                             "params.impl": ['must be a list of grid values (e.g. [{"a": 1}]), '
+                                            'got the object {"a": 1}']}
+    # a sweep grid's words for the same mistake
+    from benchmarks.sweeps import grid_validate
+    from controlplane.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as err:
+        grid_validate({"concurrency": 32, "lengths": [[64, 16]]})
+    assert err.value.errors["grid.concurrency"] == ["must be a list of integers, got " + shown_value(32)]
