@@ -90,3 +90,40 @@ def test_a_batch_or_shape_listed_twice_is_refused_with_the_apis_message(toy_pack
     assert api.status_code == 400 and api.json()["batches"] == ["batch 1 is given twice: give each once"]
     kernel_job("--batches", "1,4")
     assert KernelJob.objects.get().batches == [1, 4]
+
+
+@pytest.mark.parametrize("given,line", [
+    ('{"BLOCK": [1e400]}', "the job was not created: params.BLOCK.0: 1e400 is not a finite number"),
+    ('{"BLOCK": [32, NaN], "impl": [-Infinity]}',
+     "the job was not created: params.BLOCK.1: NaN is not a finite number; "
+     "params.impl.0: -Infinity is not a finite number"),
+])
+def test_a_number_that_is_not_finite_is_refused_on_one_line_with_the_apis_message(toy_package, operator_api,
+                                                                                  given, line):
+    with pytest.raises(CommandError) as err:
+        kernel_job("--params", given)
+    assert str(err.value) == line and err.value.returncode == 2
+    assert not KernelJob.objects.exists()
+    api = operator_api.generic("POST", "/api/kernel-jobs/", '{"package": "toy_attn", "cc": "9.0", "params": %s}' % given,
+                               content_type="application/json").json()
+    for part in line.removeprefix("the job was not created: ").split("; "):
+        path, message = part.split(": ", 1)
+        assert api[path] == [message]
+
+
+def test_the_command_line_exits_2_with_one_line_for_a_number_that_is_not_finite(transactional_db):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from deployments.tests.test_agent_support import database_url
+
+    env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "controlplane.settings"}
+    done = subprocess.run([sys.executable, "manage.py", "kernel_job", "toy_attn", "--external", "--params",
+                           '{"BLOCK": [Infinity]}'], cwd=Path(__file__).resolve().parents[2], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "CommandError: the job was not created: params.BLOCK.0: Infinity is not a finite number"]
+    assert done.stdout == "" and not KernelJob.objects.exists()

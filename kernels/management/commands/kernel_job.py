@@ -6,7 +6,9 @@ A job that cannot be created is a ``CommandError`` listing every problem, one pe
 (``params.impl: is given 2 times (["split_k"], ["baseline"]): give it once``, ``shapes: "zzz" is
 not a shape of ...``): a key ``--params`` gives more than once is named beside the other problems
 and neither of its values is taken, and so is a shape or batch listed more than once (``batches:
-batch 1 is given twice: give each once``, the API's message).
+batch 1 is given twice: give each once``, the API's message). A number in ``--params`` that is not
+finite (``1e400``, ``NaN``, ``Infinity``) is refused on one line with the API's message at its
+path (``params.BLOCK.0: 1e400 is not a finite number``), exit status 2, before the package is looked up.
 
 ``--user USERNAME`` records the job's creator: an active user with the operator or admin role, as
 the API requires, else a one-line error naming the user and what is missing; without it the job
@@ -18,7 +20,7 @@ import time
 from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand
-from controlplane.drf_defaults import json_loads, repeated_key_errors
+from controlplane.drf_defaults import json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled
 from deployments.management.command_user import command_user
@@ -73,6 +75,14 @@ class Command(CeilingCommand):
         user = command_user(options["user"], role="operator", what="a kernel job")
         if not 0 <= options["wait"] < float("inf"):  # also NaN
             raise CommandError(f"--wait must be a finite number of seconds >= 0, got {options['wait']}")
+        try:
+            subset = json_loads(options["params"]) if options["params"] else None
+        except (ValueError, RecursionError) as exc:
+            raise CommandError(f"--params is not JSON: {exc}") from None
+        if nonfinite := nonfinite_number_errors(subset, "params"):
+            # The API's message at each number's path, on one line; exit status 2 (a bad option).
+            raise CommandError("the job was not created: " + "; ".join(
+                f"{path}: {message}" for path, messages in nonfinite.items() for message in messages), returncode=2)
         pkg = KernelPackage.objects.filter(name=options["package"]).first()
         if pkg is None:
             raise CommandError(f"no registered kernel package {options['package']!r} (run kernel_register)")
@@ -81,10 +91,6 @@ class Command(CeilingCommand):
             node = Node.objects.filter(name=options["node"]).first()
             if node is None:
                 raise CommandError(f"no node named {options['node']!r}")
-        try:
-            subset = json_loads(options["params"]) if options["params"] else None
-        except (ValueError, RecursionError) as exc:
-            raise CommandError(f"--params is not JSON: {exc}") from None
         try:
             batches = [int(b) for b in options["batches"].split(",") if b] if options["batches"] else None
         except ValueError:
