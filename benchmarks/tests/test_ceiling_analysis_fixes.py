@@ -111,8 +111,14 @@ def test_it_recovers_the_seed_profiles_decode_cost(seed_sim: str) -> None:
         specs = random_dataset(num=2 * c, input_len=64, output_len=32, seed=c)
         cfg = LoadConfig(base_url=seed_sim, api=Api.GENERATE, model="m", concurrency=c, warmup=1, ignore_eos=True,
                          fixed_output=True)
-        s = run_summary(loadgen_run(config=cfg, specs=specs,
-                                    warmup_specs=random_dataset(num=1, input_len=64, output_len=32, seed=99)))
+        # A point whose output events a busy host delivered in grouped reads (``itl_coalesced``) is
+        # rightly fitted by Little's law instead; it says nothing about the step, so it is run again.
+        for _attempt in range(MAX_ATTEMPTS):
+            s = run_summary(loadgen_run(config=cfg, specs=specs,
+                                        warmup_specs=random_dataset(num=1, input_len=64, output_len=32, seed=99)))
+            if not s["flags"]["itl_coalesced"]:
+                break
+        assert not s["flags"]["itl_coalesced"], f"c={c}: output events came grouped on all {MAX_ATTEMPTS} attempts"
         flags = [k for k, v in s["flags"].items() if v]
         points.append(SweepPoint.from_summary(summary_point(summary=s, concurrency=c, request_rate=None, input_len=64,
                                                             output_len=32, num_gpus=4, flags=flags)))
