@@ -35,6 +35,16 @@ def spec_parse(text: str) -> dict:
     API refuses it in a body. A byte order mark (U+FEFF) at the start is skipped, as the API skips
     it in a request body: text saved as "UTF-8 with BOM" is the same JSON.
     """
+    value = spec_read(text)
+    problems = spec_marks(value)
+    if problems:
+        raise forms.ValidationError([problem for problems_at in problems.values() for problem in problems_at])
+    return value
+
+
+def spec_read(text: str) -> dict:
+    """:func:`spec_parse` less its refusal of keys given more than once and numbers that are not
+    finite (:func:`spec_marks` names them)."""
     try:
         value = json_loads((text or "").removeprefix(BOM))
     except json.JSONDecodeError as exc:
@@ -50,13 +60,21 @@ def spec_parse(text: str) -> dict:
         raise forms.ValidationError(f"invalid JSON: {exc}", code="invalid_json") from None
     if not isinstance(value, dict):
         raise forms.ValidationError("must be a JSON object ({...})", code="not_object")
-    problems = [forms.ValidationError(f"{path} {message}", code="repeated_key")
-                for path, messages in repeated_key_errors(value, "spec").items() for message in messages]
-    problems += [forms.ValidationError(f"{path}: {message}", code="nonfinite")
-                 for path, messages in nonfinite_number_errors(value, "spec").items() for message in messages]
-    if problems:
-        raise forms.ValidationError(problems)
     return value
+
+
+def spec_marks(value: dict) -> dict[str, list[forms.ValidationError]]:
+    """The keys given more than once and the numbers that are not finite of a spec read by
+    :func:`spec_parse`, each path (``spec.stop_grace_s``) with its messages as the spec box shows
+    them; empty when there is none."""
+    problems: dict[str, list[forms.ValidationError]] = {}
+    for path, messages in repeated_key_errors(value, "spec").items():
+        problems.setdefault(path, []).extend(
+            forms.ValidationError(f"{path} {message}", code="repeated_key") for message in messages)
+    for path, messages in nonfinite_number_errors(value, "spec").items():
+        problems.setdefault(path, []).extend(
+            forms.ValidationError(f"{path}: {message}", code="nonfinite") for message in messages)
+    return problems
 
 
 def spec_pretty(spec: dict | None) -> str:
@@ -104,6 +122,8 @@ class RecipeForm(SingleValuedForm):
 
     def __init__(self, *args, editing: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
+        self.spec_refused: dict | None = None
+        self.spec_marked_paths: list[str] = []
         self.fields["spec"].help_text = spec_help_text()
         if editing:
             self.fields["change_reason"] = forms.CharField(
@@ -115,7 +135,15 @@ class RecipeForm(SingleValuedForm):
             self.fields["expected_version"] = forms.CharField(required=False, strip=False, widget=forms.HiddenInput)
 
     def clean_spec(self) -> dict:
-        return spec_parse(self.cleaned_data.get("spec", ""))
+        """The spec as a dict (:func:`spec_parse`). One holding a key given more than once or a
+        number that is not finite is refused, and kept in :attr:`spec_refused` with those paths
+        in :attr:`spec_marked_paths`, so that the page still judges the rest of it."""
+        value = spec_read(self.cleaned_data.get("spec", ""))
+        problems = spec_marks(value)
+        if problems:
+            self.spec_refused, self.spec_marked_paths = value, list(problems)
+            raise forms.ValidationError([problem for problems_at in problems.values() for problem in problems_at])
+        return value
 
     def clean(self) -> dict:
         """An edit's ``expected_version`` becomes an int. The page always sends it, so one that is
@@ -207,7 +235,15 @@ class RecipeAdminForm(forms.ModelForm):
             self.initial["spec"] = spec_pretty(self.initial.get("spec") or {})
 
     def clean_spec(self) -> dict:
-        return spec_parse(self.cleaned_data.get("spec", ""))
+        """The spec as a dict (:func:`spec_parse`). One holding a key given more than once or a
+        number that is not finite is refused, and kept in :attr:`spec_refused` with those paths
+        in :attr:`spec_marked_paths`, so that the page still judges the rest of it."""
+        value = spec_read(self.cleaned_data.get("spec", ""))
+        problems = spec_marks(value)
+        if problems:
+            self.spec_refused, self.spec_marked_paths = value, list(problems)
+            raise forms.ValidationError([problem for problems_at in problems.values() for problem in problems_at])
+        return value
 
     def clean(self) -> dict:
         """Refuse a stale ``expected_version`` (a form error, nothing else judged), then check the

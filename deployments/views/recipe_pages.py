@@ -58,6 +58,45 @@ def _apply_domain_errors(form: RecipeForm, errors: dict[str, list[str]]) -> dict
     return rest
 
 
+def _refused_form_errors(form: RecipeForm, recipe: Recipe | None = None) -> dict[str, list[str]]:
+    """What else is wrong with a recipe form refused on its own (a bad name, a number in the spec
+    that is not finite), so that every problem shows at once, as the API's 400 names them: a name
+    another recipe has, and the spec's rules, judged whenever the spec was read as an object and
+    the engine and topology are known (without a node, all but its hardware references). A path
+    the spec box already refuses (a number that is not finite, a key given twice) keeps that
+    message alone. Errors of form fields go on the form; the spec paths' are returned."""
+    data = form.cleaned_data
+    name = data.get("name")
+    if name:
+        taken = Recipe.objects.filter(name=name)
+        if recipe is not None:
+            taken = taken.exclude(pk=recipe.pk)
+        if taken.exists():
+            form.add_error("name", f"A recipe named {name!r} already exists.")
+    return _refused_spec_errors(form)
+
+
+def _refused_spec_errors(form: RecipeForm) -> dict[str, list[str]]:
+    """The spec rules' part of :func:`_refused_form_errors`."""
+    data = form.cleaned_data
+    errors: dict[str, list[str]] = {}
+    spec = data.get("spec", form.spec_refused)
+    if isinstance(spec, dict) and "engine" in data and "topology" in data:
+        marked = form.spec_marked_paths
+        stored: dict[str, list[str]] = {}
+        services.check_json_tree(spec, "spec", stored)
+        try:
+            services.recipe_spec_validate(engine=data["engine"], topology=data["topology"], spec=spec,
+                                          node=data.get("node"))
+        except InvalidInput as exc:
+            for path, msgs in {**exc.errors, **stored}.items():
+                if not any(path == p or path.startswith(p + ".") for p in marked):
+                    errors.setdefault(path, []).extend(msgs)
+        except CeilingError as exc:
+            form.add_error(None, str(exc))
+    return _apply_domain_errors(form, errors)
+
+
 def _django_errors(exc: DjangoValidationError) -> dict[str, list[str]]:
     if hasattr(exc, "error_dict"):
         return {k: list(v) for k, v in exc.message_dict.items()}
@@ -270,6 +309,8 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Recipe {recipe.name} created (version {recipe.version}).")
                 return redirect("deployments:recipe-detail", pk=recipe.pk)
+        else:
+            spec_errors = _refused_form_errors(form)
         return render(
             request,
             "deployments/recipe_form.html",
@@ -330,6 +371,8 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
             else:
                 messages.success(request, f"Recipe {recipe.name} saved as version {recipe.version}.")
                 return redirect("deployments:recipe-detail", pk=recipe.pk)
+        else:
+            spec_errors = _refused_form_errors(form, recipe)
         return render(
             request,
             "deployments/recipe_form.html",
@@ -391,6 +434,8 @@ def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
             spec_errors = _apply_domain_errors(form, exc.errors)
         except CeilingError as exc:
             form.add_error(None, str(exc))
+    elif form.spec_refused is not None:
+        spec_errors = _refused_spec_errors(form)
     for name, errs in form.errors.items():
         field_errors[name if name != "__all__" else "form"] = [str(e) for e in errs]
     valid = not field_errors and not spec_errors
