@@ -139,13 +139,13 @@ def test_the_page_opened_with_nothing_asked_shows_the_prompt(viewer) -> None:
         assert "Choose runs or sweeps to compare." in html and 'role="alert"' not in html
 
 
-def test_the_page_refuses_one_run_by_id_as_the_api_does(viewer, viewer_api) -> None:
+def test_the_page_refuses_one_run_by_id_sent_by_a_form_as_the_api_does(viewer, viewer_api) -> None:
     one = _sweep(1)
     run = one.runs.get()
     api = viewer_api.get(f"/api/runs/compare/?ids={run.pk}")
     assert api.status_code == 400 and api.json() == {"ids": ["give at least two runs to compare"]}
-    for query, typed in ((f"runs={run.pk}", str(run.pk)), (f"ids={run.pk}", str(run.pk)),
-                         (f"run={run.pk}", ""), (f"runs={run.pk}&format=csv", str(run.pk)),
+    for query, typed in ((f"runs={run.pk}&compare=1", str(run.pk)), (f"ids={run.pk}&compare=1", str(run.pk)),
+                         (f"run={run.pk}", str(run.pk)), (f"runs={run.pk}&format=csv", str(run.pk)),
                          (f"runs={run.pk}&sweeps={one.pk}", str(run.pk))):
         status, html = _page(viewer, query)
         assert status == 400, query

@@ -505,8 +505,28 @@ def test_it_refuses_a_parameter_given_twice_instead_of_taking_the_last(viewer_cl
 
 def test_it_asks_for_a_second_run(viewer_client, mismatch_sweep):
     clean, _ = mismatch_sweep
-    response = viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk)})
+    # The run page's "Compare…" link: the form with the run filled in and a hint, no error.
+    link = re.search(r'href="([^"]*)">Compare…</a>', _html(viewer_client.get(reverse("benchmarks:run-detail",
+                                                                                      args=[clean.pk]))))
+    response = viewer_client.get(link.group(1))
+    html = _html(response)
+    assert response.status_code == 200 and 'role="alert"' not in html
+    assert f'name="runs" value="{clean.pk}"' in html
+    assert f"Add at least one more run or a sweep to compare run #{clean.pk} with." in html
+    # The same one run sent by the form is the API's 400, the form kept.
+    response = viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk), "compare": "1"})
     assert response.status_code == 400 and "Give at least two runs to compare." in _html(response)
+    assert f'name="runs" value="{clean.pk}"' in _html(response)
+
+
+def test_one_run_ticked_on_the_index_keeps_the_selection(viewer_client, mismatch_sweep):
+    clean, _ = mismatch_sweep
+    index = _html(viewer_client.get(reverse("benchmarks:index")))
+    assert f'name="run" value="{clean.pk}"' in index and "Compare selected runs" in index
+    response = viewer_client.get(reverse("benchmarks:compare"), {"run": str(clean.pk)})
+    html = _html(response)
+    assert response.status_code == 400 and "Give at least two runs to compare." in html
+    assert f'name="runs" value="{clean.pk}"' in html
 
 
 # --- import -----------------------------------------------------------------------------------

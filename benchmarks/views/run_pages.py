@@ -283,9 +283,11 @@ def compare(request: HttpRequest) -> HttpResponse:
     :func:`benchmarks.services.runs_compare_too_many`: more than 100 run ids or 20 sweep ids,
     ``at most 100 runs and 20 sweeps``) are a 400 showing the
     form with the reason and the values typed, as is one run named by id (``give at least two runs
-    to compare``, the API's 400), as are run ids and sweep ids that name no row (``no run with id
+    to compare``, the API's 400, when the form sent it), as are run ids and sweep ids that name no row (``no run with id
     999``, ``no sweeps with ids 4, 5``); another format is 404. A page with no runs or
-    sweeps asked for shows the form with a prompt to choose them."""
+    sweeps asked for shows the form with a prompt to choose them; one with one run given by a link
+    (``?runs=17`` from a run page, the form's ``compare`` key absent) shows the form with that run
+    filled in and a hint to add another."""
     # One value a parameter: taking the last of a repeated one would compare other runs than asked
     # (the index page's checkboxes send ?run=1&run=2, which _ids_param reads as one list).
     repeated = {name: message for name in ("runs", "ids", "sweeps", "baseline", "format")
@@ -306,10 +308,14 @@ def compare(request: HttpRequest) -> HttpResponse:
     sweep_ids = ids("sweeps")
     baseline_ids = [] if "baseline" in repeated else _baseline_param(request.GET.get("baseline", ""), problems)
 
+    # The runs as typed or ticked: ?runs= or ?ids=, and the index page's checkboxes (?run=1&run=2).
+    typed_runs = ",".join(part for part in (request.GET.get("runs", request.GET.get("ids", "")).strip(),
+                                            *request.GET.getlist("run")) if part.strip())[:200]
+
     def form_again(problems: list[str]) -> HttpResponse:
         # The form again, with what to fix (as the API's 400), not a "page not found".
         return render(request, "benchmarks/compare.html", {
-            "runs": [], "problems": problems, "run_ids": request.GET.get("runs", request.GET.get("ids", ""))[:200],
+            "runs": [], "problems": problems, "run_ids": typed_runs,
             "sweep_ids": request.GET.get("sweeps", "")[:200]}, status=400)
 
     if problems:
@@ -339,7 +345,12 @@ def compare(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"runs": runs, "run_ids": ",".join(map(str, run_ids)),
                                "sweep_ids": ",".join(map(str, sweep_ids))}
     if len(runs) < 2:
-        # One run named by id: the API's 400 in its words (a page with nothing asked shows the prompt).
+        if (len(runs) == 1 and not sweep_ids and not fmt and "compare" not in request.GET
+                and not request.GET.getlist("run")):
+            # One run given by a link (a run page's "Compare…"): the form with it filled in and a hint.
+            return render(request, "benchmarks/compare.html", {
+                "runs": [], "run_ids": context["run_ids"], "sweep_ids": "", "one_run": runs[0]})
+        # One run named by a submitted form: the API's 400 in its words, the form kept.
         return form_again([services.COMPARE_TOO_FEW])
     comparison = services.runs_compare(runs=runs, baseline_id=baseline)
     if fmt == "csv":
