@@ -1,8 +1,8 @@
 """Kernel packages on disk: load and validate ``manifest.toml``, expand the parameter grid.
 
 A package is a directory ``kernels/packages/<name>/`` holding ``manifest.toml`` (read with the
-standard library's :mod:`tomllib`) and the sources it lists. The manifest's structure is the one
-of issue #6's shared contract::
+standard library's :mod:`tomllib`) and the sources it lists. The manifest's structure, shared by
+the control plane and the standalone runner::
 
     name, title, language ("triton" | "cuda"), description, dtype (optional, default "bf16"),
     sources = [relative paths], reference = "file.py:function", entry = "kernel.py" | "kernel.cu"

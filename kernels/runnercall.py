@@ -2,7 +2,7 @@
 
 The runner has no Django imports and runs in the engine's Python (``settings.CEILING_KERNEL_PYTHON``,
 default this interpreter), so it is always a separate process started with an argv list (never a
-shell). Its contract (issue #6): it writes its result JSON only to ``--out`` and prints progress as
+shell). Its contract: it writes its result JSON only to ``--out`` and prints progress as
 JSON lines ``{"progress": {"done": n, "total": m}}`` on stdout; anything else it prints is log.
 
 :func:`runner_run` starts it in its own session (so a cancel or a timeout can end the whole

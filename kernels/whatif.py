@@ -47,7 +47,7 @@ from benchmarks.analysis.model import MAX_FAILED_FRACTION
 from benchmarks.choices import SWEEP_TERMINAL
 from controlplane.errors import InvalidInput
 
-# The seed's measured share of decode step time spent in the sparse-attention kernel (issue #6).
+# The seed's measured share of decode step time spent in the sparse-attention kernel.
 DEFAULT_SHARE = 0.63
 # The speedup range, symmetric around 1 (as it is): at most 1000 times faster, at most 1000 times
 # slower. Without a lower bound ``share / speedup`` grows without limit: 1e-300 projects a TPOT of

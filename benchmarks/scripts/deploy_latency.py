@@ -11,7 +11,7 @@ Starts a scratch database (SQLite under a temporary directory, migrated), a real
   (the profile's ``startup_delay_s`` × ``--time-scale``), i.e. what Ceiling adds;
 * stop: stop request → stopped (wall clock), next to the recipe's grace period.
 
-and prints median and p95 (nearest-rank) per column. Target from the deploy issue: spawned
+and prints median and p95 (nearest-rank) per column. Target: spawned
 within 1 s median. Usage: ``.venv/bin/python benchmarks/scripts/deploy_latency.py [--runs N]``.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ points with live progress, store them), analyse, and follow one from a terminal.
 Rules and where they come from:
 
 * A sweep runs only when its deployment is ready; it waits at most ``grid.wait_ready_s`` (default:
-  the deployment's startup timeout + 60 s) and then fails with the reason (issue case C14).
+  the deployment's startup timeout + 60 s) and then fails with the reason.
 * Points run one after the other. The sweep stops when ``cancel_requested`` is set (cancelled) or
   its deployment is no longer ready (failed, with the deployment's status): both are read at most
   once per :data:`STOP_CHECK_S` while waiting, while the prompts are built and while a point runs,

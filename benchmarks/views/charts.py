@@ -29,7 +29,7 @@ CDF_CAP_MIN_SAMPLES = 1000
 # What one value of each CDF is (its y-axis is the fraction of these): ITL has one value per gap
 # between consecutive output events, so its fractions are of gaps, not of requests.
 CDF_SAMPLES = {"ttft": "requests", "tpot": "requests", "itl": "gaps", "e2e": "requests"}
-# The tok/s timeline buckets output events per second of run time (the "per 1 s").
+# The tok/s timeline buckets output events per second of run time ("per 1 s").
 TIMELINE_BUCKET_S = 1.0
 # A last bucket the run covers less than this fraction of is merged into the bucket before it: its
 # rate over a few ms would be a spike (or a dip) made by where the run happened to end.

@@ -19,7 +19,7 @@ Usage::
     .venv/bin/python controlplane/scripts/ws_latency_bench.py            # 1/10/50 clients x 2/10 Hz, 10 s each
     .venv/bin/python controlplane/scripts/ws_latency_bench.py --clients 1,50 --rates 10 --duration 5 --json out.json
 
-Target (issue #5): p99 <= 200 ms with 50 clients. The exit status is 0 when every 50-client
+Target: p99 <= 200 ms with 50 clients. The exit status is 0 when every 50-client
 cell meets it (or no such cell ran), 1 otherwise.
 """
 from __future__ import annotations

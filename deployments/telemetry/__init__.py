@@ -1,4 +1,4 @@
-"""Live telemetry of a node (issue #5): what the node agent samples, broadcasts and keeps.
+"""Live telemetry of a node: what the node agent samples, broadcasts and keeps.
 
 * :mod:`.gpu`: per-GPU readings through NVML (``nvidia-ml-py``), or ``nvidia-smi --query-gpu``
   when NVML cannot be used (with the parser for its CSV, measurement case C15);

@@ -1,6 +1,6 @@
 """Fixtures of the control-plane kernel tests: a packages directory holding a small test package
 written per test, nodes with and without a GPU, and JSON payloads shaped like the runner's
-``builds.json`` / ``results.json`` (the runner's own contract, issue #6)."""
+``builds.json`` / ``results.json`` (the runner's own contract)."""
 from __future__ import annotations
 
 import shutil

@@ -64,7 +64,7 @@ def test_the_best_variant_per_bucket_is_the_fastest_correct_one_measured(ingeste
     for key, b in best.items():
         assert b.median_us == pytest.approx(fastest[key])
         assert b.variant.params["impl"] != "baseline"
-    # issue #6's first target on the H200: the best variant >= 3x the baseline at batch <= 8
+    # the first target on the H200: the best variant >= 3x the baseline at batch <= 8
     for shape in ("v4-flash", "v32"):
         for batch in (1, 2, 4, 8):
             assert best[(shape, batch)].speedup >= 3.0, (shape, batch, best[(shape, batch)].speedup)
