@@ -85,3 +85,28 @@ def test_the_readme_api_examples_work_right_after_seeding(db, var_dir):
     assert recipe.version == 3 and recipe.description != "edited from the API"
     assert [v.history_change_reason for v in recipe.history.order_by("history_date")] == [
         "seeded example", "try an edit", "Reverted to version 1"]
+
+
+def _sweep_commands() -> list[list[str]]:
+    """Each ``manage.py sweep`` line of the README as its words after ``sweep``."""
+    text = README.read_text().replace("\\\n", " ")
+    return [shlex.split(line.split("manage.py sweep", 1)[1], comments=True)
+            for line in text.splitlines() if "manage.py sweep " in line and line.lstrip().startswith(".venv")]
+
+
+def test_the_readme_sweep_examples_parse_and_name_a_user_the_demo_has(db, var_dir):
+    from benchmarks.management.commands.sweep import Command as SweepCommand
+    from deployments.management.command_user import command_user
+
+    call_command("seed", stdout=open("/dev/null", "w"))
+    commands = _sweep_commands()
+    assert len(commands) >= 3, commands
+    parser = SweepCommand().create_parser("manage.py", "sweep")
+    users = []
+    for words in commands:
+        options = parser.parse_args(words)
+        if options.user is not None:
+            users.append(options.user)
+    assert users
+    for username in users:
+        assert command_user(username, role="operator", what="a sweep") is not None
