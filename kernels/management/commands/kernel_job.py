@@ -2,17 +2,19 @@
 [--shapes a,b] [--batches 1,8] [--wait SECONDS] [--user USERNAME]``: create a kernel job (queued on the node's agent,
 or waiting for builds and results made elsewhere) and optionally wait for it to end.
 
-A job that cannot be created is a ``CommandError`` listing every problem, one per line at its path
-(``params.impl: is given 2 times (["split_k"], ["baseline"]): give it once``, ``shapes: "zzz" is
-not a shape of ...``): a key ``--params`` gives more than once is named beside the other problems
-and neither of its values is taken, and so is a shape or batch listed more than once (``batches:
-batch 1 is given twice: give each once``, the API's message). A number in ``--params`` that is not
-finite (``1e400``, ``NaN``, ``Infinity``) is refused on one line with the API's message at its
-path (``params.BLOCK.0: 1e400 is not a finite number``), exit status 2, before the package is looked up.
+Every refusal of the command's input (``--params`` that is not JSON, a package, node or user that
+does not fit, a job the service refuses) is one line and exit status 2, the status of a bad option.
+A job that cannot be created lists every problem at its path, separated by ``; ``
+(``params.impl: is given 2 times (["split_k"], ["baseline"]): give it once; shapes: 'zzz' is not
+a shape of ...``): a key ``--params`` gives more than once is named beside the other problems and
+neither of its values is taken, and so is a shape or batch listed more than once (``batches: batch
+1 is given twice: give each once``, the API's message). A number in ``--params`` that is not finite
+(``1e400``, ``NaN``, ``Infinity``) is refused with the API's message at its path (``params.BLOCK.0:
+1e400 is not a finite number``) before the package is looked up.
 
 ``--user USERNAME`` records the job's creator: an active user with the operator or admin role, as
-the API requires, else a one-line error naming the user and what is missing; without it the job
-has none and its pages say "command line"."""
+the API requires, else an error naming the user and what is missing; without it the job has none
+and its pages say "command line"."""
 from __future__ import annotations
 
 import time
@@ -30,11 +32,16 @@ from kernels.models import KernelPackage
 from kernels.services import job_progress_total, kernel_job_check, kernel_job_create
 
 
+def refused(text: str) -> CommandError:
+    """The ``CommandError`` of input the command refuses: ``text`` on one line, exit status 2."""
+    return CommandError(" ".join(text.split("\n")), returncode=2)
+
+
 def not_created(errors: dict[str, list[str]]) -> CommandError:
-    """The ``CommandError`` of a job not created: every message of ``errors`` (path → messages) on
-    a line of its own, at its path."""
-    lines = [f"  {path}: {message}" for path, messages in errors.items() for message in messages]
-    return CommandError("the job was not created:\n" + "\n".join(lines))
+    """The ``CommandError`` of a job not created: every message of ``errors`` (path → messages) at
+    its path, on one line, separated by ``; ``; exit status 2."""
+    return refused("the job was not created: " + "; ".join(
+        f"{path}: {message}" for path, messages in errors.items() for message in messages))
 
 
 def repeated_values(**lists: list | None) -> dict[str, list[str]]:
@@ -72,29 +79,30 @@ class Command(CeilingCommand):
                                  "role, as the API requires (default: none, shown as 'command line')")
 
     def handle(self, *args, **options):
-        user = command_user(options["user"], role="operator", what="a kernel job")
+        try:
+            user = command_user(options["user"], role="operator", what="a kernel job")
+        except CommandError as exc:
+            raise refused(str(exc)) from None
         if not 0 <= options["wait"] < float("inf"):  # also NaN
-            raise CommandError(f"--wait must be a finite number of seconds >= 0, got {options['wait']}")
+            raise refused(f"--wait must be a finite number of seconds >= 0, got {options['wait']}")
         try:
             subset = json_loads(options["params"]) if options["params"] else None
         except (ValueError, RecursionError) as exc:
-            raise CommandError(f"--params is not JSON: {exc}") from None
+            raise refused(f"--params is not JSON: {exc}") from None
         if nonfinite := nonfinite_number_errors(subset, "params"):
-            # The API's message at each number's path, on one line; exit status 2 (a bad option).
-            raise CommandError("the job was not created: " + "; ".join(
-                f"{path}: {message}" for path, messages in nonfinite.items() for message in messages), returncode=2)
+            raise not_created(nonfinite)
         pkg = KernelPackage.objects.filter(name=options["package"]).first()
         if pkg is None:
-            raise CommandError(f"no registered kernel package {options['package']!r} (run kernel_register)")
+            raise refused(f"no registered kernel package {options['package']!r} (run kernel_register)")
         node = None
         if options["node"]:
             node = Node.objects.filter(name=options["node"]).first()
             if node is None:
-                raise CommandError(f"no node named {options['node']!r}")
+                raise refused(f"no node named {options['node']!r}")
         try:
             batches = [int(b) for b in options["batches"].split(",") if b] if options["batches"] else None
         except ValueError:
-            raise CommandError("--batches must be comma-separated integers") from None
+            raise refused("--batches must be comma-separated integers") from None
         shapes = [s for s in options["shapes"].split(",") if s] if options["shapes"] else None
         job_args = {"package": pkg, "node": node, "cc": options["cc"], "shapes": shapes, "batches": batches,
                     "dispatch": not options["external"]}
