@@ -301,6 +301,17 @@ def test_it_lists_deployments_with_badges_agent_state_and_duration(viewer_client
     assert reverse("deployments:deployment-detail", args=[deployment.pk]) in html
 
 
+def test_the_deployments_list_shows_times_to_the_minute_with_the_iso_time_in_its_title(viewer_client, seed_pd):
+    deployment, _ = _ready_deployment(seed_pd)
+    created = Deployment.objects.get(pk=deployment.pk).created_at
+    html = _html(viewer_client.get(reverse("deployments:deployment-list")))
+    shown = re.findall(r'<time datetime="([^"]+)" title="[^"]+">([^<]+)</time>', html)
+    assert shown and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", text) for _iso, text in shown)
+    assert created.strftime("%Y-%m-%d %H:%M") in [text for _iso, text in shown]
+    detail = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    assert re.search(r'<time datetime="[^"]+" title="[^"]+">\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ</time>', detail)
+
+
 def test_it_shows_the_agent_online_once_it_heartbeats(viewer_client, seed_pd):
     seed_pd.node.agent_heartbeat_at = timezone.now()
     seed_pd.node.save(update_fields=["agent_heartbeat_at"])

@@ -98,8 +98,9 @@ def _duration_text(seconds: float) -> str:
 
 
 def _when(value: datetime | None, now: datetime) -> dict[str, str] | None:
-    """``{"iso": UTC ISO 8601, "ago": "3 min 05 s ago"}`` for a timestamp (``"in 20 s"`` for
-    one in the future, such as a scheduled restart), None when unset."""
+    """``{"iso": UTC ISO 8601, "short": "2026-12-06 04:41" (UTC, as the other lists show times),
+    "ago": "3 min 05 s ago"}`` for a timestamp (``"in 20 s"`` for one in the future, such as a
+    scheduled restart), None when unset."""
     if value is None:
         return None
     age = (now - value).total_seconds()
@@ -109,7 +110,8 @@ def _when(value: datetime | None, now: datetime) -> dict[str, str] | None:
         relative = f"{_duration_text(age)} ago"
     else:
         relative = f"in {_duration_text(-age)}"
-    return {"iso": _utc_iso(value), "ago": relative}
+    return {"iso": _utc_iso(value), "short": value.astimezone(dt_timezone.utc).strftime("%Y-%m-%d %H:%M"),
+            "ago": relative}
 
 
 def _status_class(status: str) -> str:
