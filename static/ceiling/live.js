@@ -362,7 +362,7 @@
   function paintStatus(live) {
     var text;
     // The connection's state, not the freshness of any node or sample (that is shown per tile).
-    if (live.state === "live") text = "socket live";
+    if (live.state === "live") text = "updates connected";
     else if (live.state === "connecting") text = "connecting…";
     else if (live.state === "signed-out") {
       text = live.forbidden ? "no access: your account may no longer read live data (ask an admin, then reload)"
@@ -373,7 +373,7 @@
     Array.prototype.forEach.call(document.querySelectorAll("[data-live-status]"), function (el) {
       el.textContent = text;
       el.setAttribute("data-state", live.state);
-      el.title = live.lastError || "";
+      el.title = live.lastError || (live.state === "live" ? "this page receives live updates; a node's own state is shown with its samples" : "");
     });
   }
 

@@ -102,7 +102,7 @@ def test_it_shows_live_data_a_sweep_and_the_wall_and_recovers_after_a_server_res
 
     # Its telemetry is live: the socket says so, and the sample time moves on by itself.
     telemetry = "#deployment-telemetry"
-    _wait_text(page, f"{telemetry} [data-live-status]", "^socket live$", timeout_s=15)
+    _wait_text(page, f"{telemetry} [data-live-status]", "^updates connected$", timeout_s=15)
     _wait_text(page, f'{telemetry} [data-f="sample-age"]', "^sample at ", timeout_s=20)
     before, after = _wait_changes(page, f'{telemetry} [data-f="sample-age"]', timeout_s=10)
     assert before != after and after.startswith("sample at ")
@@ -159,7 +159,7 @@ def test_it_shows_live_data_a_sweep_and_the_wall_and_recovers_after_a_server_res
 
     # The wall: the node and the deployment at a glance, live.
     page.goto(f"{stack.base_url}/wall/")
-    _wait_text(page, ".wall-head [data-live-status]", "^socket live$", timeout_s=15)
+    _wait_text(page, ".wall-head [data-live-status]", "^updates connected$", timeout_s=15)
     node_tile = '.node-tile[data-node="local"]'
     dep_tile = f'.deployment-tile[data-deployment="{deployment_id}"]'
     _wait_text(page, f'{node_tile} [data-f="sample-age"]', "^sample at ", timeout_s=15)
@@ -184,7 +184,7 @@ def test_it_shows_live_data_a_sweep_and_the_wall_and_recovers_after_a_server_res
     _shot(page, "wall-reconnecting")
     stack.start("web")
     stack.wait_web()
-    _wait_text(page, ".wall-head [data-live-status]", "^socket live$", timeout_s=30)
+    _wait_text(page, ".wall-head [data-live-status]", "^updates connected$", timeout_s=30)
     _wait_changes(page, f'{dep_tile} [data-f="sample-age"]', timeout_s=10)
     assert not page.locator(".wall-stale-banner").is_visible()
     page.wait_for_function(
@@ -193,7 +193,7 @@ def test_it_shows_live_data_a_sweep_and_the_wall_and_recovers_after_a_server_res
 
     # The node page: host CPU and memory of this GPU-less host, live.
     page.goto(f"{stack.base_url}/nodes/local/")
-    _wait_text(page, "#node-live [data-live-status]", "^socket live$", timeout_s=15)
+    _wait_text(page, "#node-live [data-live-status]", "^updates connected$", timeout_s=15)
     _wait_text(page, '#node-live [data-f="cpu"]', r"^\d+ %$", timeout_s=15)
     _wait_text(page, '#node-live [data-f="hostmem"]', r"^\d+\.\d / \d+\.\d GiB$", timeout_s=5)
     if not local_pd["gpus"]:
