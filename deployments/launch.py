@@ -104,7 +104,7 @@ class ProcessSpec:
             "ports": dict(self.ports),
             "host": self.host,
             "health_url": self.health_url,
-            "generate_url": self.generate_url,
+            "generate_url": self.generate_url or None,  # null when absent, as /api/processes/
             "readiness": [dict(r) for r in self.readiness],
             "startup_timeout_s": self.startup_timeout_s,
             "stop_grace_s": self.stop_grace_s,

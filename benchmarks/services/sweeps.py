@@ -586,8 +586,10 @@ def sweep_snapshot(*, sweep: BenchmarkSweep, deployment) -> dict[str, Any]:
     for p in deployment.processes.order_by("role", "ordinal"):
         processes.append({
             "role": p.role, "ordinal": p.ordinal, "argv": list(p.argv), "env_redacted": dict(p.env_redacted),
-            "gpu_ids": list(p.gpu_ids), "cpus": p.cpus, "numa_node": p.numa_node, "mem_nodes": p.mem_nodes,
-            "pin_method": p.pin_method, "effective_cpus": p.effective_cpus, "effective_mems": p.effective_mems,
+            # An absent CPU or memory-node list is null, as in /api/processes/ (older snapshots keep "").
+            "gpu_ids": list(p.gpu_ids), "cpus": p.cpus or None, "numa_node": p.numa_node,
+            "mem_nodes": p.mem_nodes or None, "pin_method": p.pin_method,
+            "effective_cpus": p.effective_cpus or None, "effective_mems": p.effective_mems or None,
             "pinning_verified": p.pinning_verified, "ports": dict(p.ports),
         })
         if p.health_url and p.role != "router":

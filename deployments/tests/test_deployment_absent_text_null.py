@@ -56,3 +56,13 @@ def test_the_schema_says_they_may_be_null(viewer_api):
         assert schemas["Deployment"]["properties"][key].get("nullable") is True, key
     for key in ("reason", "probe_detail", "end_reason", "health_url", "log_path"):
         assert schemas["ServerProcess"]["properties"][key].get("nullable") is True, key
+
+
+def test_the_dry_run_gives_null_for_a_process_without_a_generate_route_as_the_processes_api(operator_api, recipe):
+    from deployments.launch import ProcessSpec
+
+    plan = operator_api.get(f"/api/recipes/{recipe.pk}/dry-run/").json()["plan"]
+    assert all(p["generate_url"] is None or p["generate_url"].startswith("http") for p in plan["processes"])
+    spec = services.recipe_plan(recipe=recipe).processes[0]
+    fields = {**spec.__dict__, "generate_url": ""}
+    assert ProcessSpec(**fields).to_dict()["generate_url"] is None
