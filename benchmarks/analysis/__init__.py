@@ -14,7 +14,9 @@ definitions in ``/work/shared/design/metrics.md``). :func:`ceiling_analyse` retu
   TPOT), point by point (:func:`point_running_batch`), instead of assuming ``b = concurrency``;
   at high concurrency part of the requests wait for prefill or admission and are not in the
   decode batch;
-* the throughput ceiling: the observed plateau when throughput stopped growing, else the fit's
+* the throughput ceiling: the observed plateau when throughput stopped growing (also a sweep that
+  stays flat, its heaviest point within ``PLATEAU_FRACTION`` of its lightest over
+  ``FLAT_MIN_LOAD_GROWTH`` load: reached at the lowest load), else the fit's
   asymptote ``lim b / TPOT(b) = 1000 / per_seq_ms`` tok/s (or ``cap / TPOT(cap)`` when the
   engine's maximum running batch is given), else "not reached";
 * queueing steps: TTFT growing with load while throughput stays flat;
@@ -35,7 +37,8 @@ kept for the record but no measurement of the point's load).
 A fit whose per-sequence or fixed cost comes out negative is not a decode cost
 (:attr:`DecodeFit.is_decode_cost`): it is reported as "the step time does not grow with the running
 batch", and it neither bounds the ceiling nor makes decode the bottleneck. Throughput that falls as
-load rises is reported as falling, never as a ceiling above the best point: put down to overload
+load rises (a point below ``FALL_FRACTION`` of a lighter-load one) is reported as falling, never
+as a ceiling above the best point: put down to overload
 when no request of the sweep failed, to failures or overload when some did.
 
 Latencies are per-point means (a run that recorded only the median, as some imported files do,
@@ -56,8 +59,8 @@ from benchmarks.analysis.compute import ceiling_analyse, point_running_batch
 from benchmarks.analysis.model import (
     ANALYSIS_VERSION, BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, FitSource, LatencyStats, LoadGroup, LoadKind, MatchedPair, PointAnalysis,
     QueueingStep, Stat, SweepPoint, Topology, TopologyComparison, CEILING_REACHED_FRACTION,
-    FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PARTIAL_FLAG, PLATEAU_FRACTION,
-    PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
+    FALL_FRACTION, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PARTIAL_FLAG,
+    PLATEAU_FRACTION, PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
 )
 
 __all__ = [
@@ -68,6 +71,8 @@ __all__ = [
     "Ceiling",
     "CeilingReport",
     "DecodeFit",
+    "FALL_FRACTION",
+    "FLAT_MIN_LOAD_GROWTH",
     "FLAT_THROUGHPUT_GROWTH",
     "FitSource",
     "LatencyStats",

@@ -8,14 +8,14 @@ from typing import Literal
 
 from benchmarks.analysis.findings import _findings
 from benchmarks.analysis.model import (
-    CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS,
+    CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS,
     PARTIAL_FLAG, PLATEAU_FRACTION,
     PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH, BatchSource, Bottleneck, Ceiling,
     CeilingReport, DecodeFit, FitSource, LoadGroup, MatchedPair, PointAnalysis, QueueingStep, Stat, SweepPoint, Topology,
     TopologyComparison,
 )
 from benchmarks.analysis.wording import (
-    _failures_of, _falls_cause, _falls_numbers, _metric, _ms, _no_growth_numbers,
+    _dip, _failures_of, _falls_cause, _falls_numbers, _last_falls, _metric, _ms, _no_growth_numbers,
 )
 from controlplane.errors import InvalidInput
 
@@ -308,7 +308,9 @@ def _plateau(points: list[SweepPoint]) -> tuple[int | None, float]:
     A sweep whose last point is within PLATEAU_FRACTION of its first (either way) over that much
     load growth, with no point below PLATEAU_FRACTION² of the best, is flat from its first point
     even when one point in between dips (a busy host's noise, e.g. 385, 337, 391 tok/s at c=1, 8,
-    16): more load bought nothing, so the ceiling was already reached, not "still above"."""
+    16): more load bought nothing, so the ceiling was already reached, not "still above". Over
+    FLAT_MIN_LOAD_GROWTH of load it is flat whatever the dip (620, 444, 636 tok/s at c=1, 8, 16: a
+    one-at-a-time engine at its ceiling from c=1); the dip is then reported as a fall."""
     best = max(p.output_throughput_tok_s for p in points)
     floor = PLATEAU_FRACTION * best
     start = len(points)
@@ -317,16 +319,17 @@ def _plateau(points: list[SweepPoint]) -> tuple[int | None, float]:
             break
         start = i
 
-    def grew_enough(i: int) -> bool:
+    def grew_enough(i: int, factor: float = PLATEAU_MIN_LOAD_GROWTH) -> bool:
         first, last = points[i].load, points[-1].load
-        return math.isfinite(last) and first > 0 and last / first >= PLATEAU_MIN_LOAD_GROWTH
+        return math.isfinite(last) and first > 0 and last / first >= factor
 
     if start < len(points) - 1 and grew_enough(start):
         return start, best
     head, tail = points[0].output_throughput_tok_s, points[-1].output_throughput_tok_s
-    if (len(points) > 1 and head > 0 and PLATEAU_FRACTION <= tail / head <= 1 / PLATEAU_FRACTION
-            and min(p.output_throughput_tok_s for p in points) >= PLATEAU_FRACTION ** 2 * best and grew_enough(0)):
-        return 0, best
+    if len(points) > 1 and head > 0 and PLATEAU_FRACTION <= tail / head <= 1 / PLATEAU_FRACTION:
+        shallow = min(p.output_throughput_tok_s for p in points) >= PLATEAU_FRACTION ** 2 * best
+        if (shallow and grew_enough(0)) or grew_enough(0, FLAT_MIN_LOAD_GROWTH):
+            return 0, best
     return None, best
 
 
@@ -390,7 +393,8 @@ def _ceiling(points: list[SweepPoint], fit: DecodeFit, *, bound: tuple[float | N
         plateau_min_tok_s=min(p.output_throughput_tok_s for p in plateau) if plateau else None,
         plateau_max_tok_s=max(p.output_throughput_tok_s for p in plateau) if plateau else None,
         batch_for_fraction=batch_needed,
-        falls=start is None and points[-1].output_throughput_tok_s < PLATEAU_FRACTION * observed,
+        falls=((start is None and points[-1].output_throughput_tok_s < PLATEAU_FRACTION * observed)
+               or _dip(points) is not None),
     )
 
 
@@ -462,7 +466,7 @@ def _bottleneck(points: list[SweepPoint], analysed: list[PointAnalysis], steps: 
     if share >= 0.5:
         if grows:
             return "decode", f"decode is {share:.0%} of {e2e} at {hi.label} and {tpot} grows with load"
-        if ceiling.falls:
+        if ceiling.falls and _last_falls(points):
             return "unknown", (f"throughput falls as load rises, {_falls_numbers(points)}, while {tpot} does not "
                                f"grow: {_falls_cause(failed_requests)}, not a bottleneck this sweep can name")
         return "none", f"decode is {share:.0%} of {e2e} at {hi.label} but {tpot} stays flat: not saturated"

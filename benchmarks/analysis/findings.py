@@ -9,7 +9,7 @@ from benchmarks.analysis.model import (
     CeilingReport, DecodeFit, LoadGroup, PointAnalysis, SweepPoint, TopologyComparison, _fixed, _num,
 )
 from benchmarks.analysis.wording import (
-    _failures_of, _falls_cause, _falls_numbers, _load_ratio, _metric, _ms, _no_growth_numbers, _per_seq, _r2,
+    _dip_numbers, _failures_of, _falls_cause, _falls_numbers, _last_falls, _load_ratio, _metric, _ms, _no_growth_numbers, _per_seq, _r2,
     _span_ms, _step_name, _throughput_change, _tok,
 )
 
@@ -267,6 +267,8 @@ def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint], *
         if c.asymptote_tok_s is not None and r.fit.per_seq_ms is not None and not shared:
             out.append(f"The fit's asymptote, {_num(c.asymptote_tok_s)} tok/s (1000 / {_per_seq(r.fit.per_seq_ms)} "
                        f"per sequence), bounds what any batch size could give on this decode path.")
+        if c.falls:
+            out.append(_falls_sentence(c, points, r.failed_requests))
         return out
     if c.source in ("fit_asymptote", "fit_capped") and c.tok_s is not None:
         if not shared:
@@ -311,6 +313,11 @@ def _load_needed(points: list[SweepPoint], batch: float) -> str:
 
 
 def _falls_sentence(c: Ceiling, points: list[SweepPoint], failed_requests: int) -> str:
+    if not _last_falls(points):
+        # Throughput came back at heavier load: the fall is on the way, the ceiling is not above it.
+        return (f"Throughput falls on the way, {_dip_numbers(points)}; this points at "
+                f"{_falls_cause(failed_requests)} at that point, not at a ceiling above the best point "
+                f"({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
     return (f"Throughput falls as load rises, {_falls_numbers(points)}; this points at "
             f"{_falls_cause(failed_requests)}, not at a ceiling above the best point "
             f"({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")

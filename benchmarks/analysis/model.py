@@ -25,13 +25,20 @@ MIN_FIT_POINTS = 3
 # points) would give a stored report other numbers, sentences or keys: a sweep's report stored
 # under another version, or under none, is computed again when it is next read
 # (:func:`benchmarks.services.sweep_stored_analysis`).
-ANALYSIS_VERSION = 1
+ANALYSIS_VERSION = 2
 # Throughput within this fraction of the best point counts as "on the plateau" (10 %: larger than
 # the run-to-run noise of a closed-loop sweep, smaller than one doubling of load on a rising curve).
 PLATEAU_FRACTION = 0.90
 # Load must grow at least this much across the plateau for "throughput stopped growing" to mean
 # anything (one step of a 1, 2, 4, ... grid is 2x).
 PLATEAU_MIN_LOAD_GROWTH = 1.5
+# Throughput whose heaviest point is within PLATEAU_FRACTION of its lightest (either way) while load
+# grew at least this much is flat: more load bought nothing, so the ceiling is reached at the lowest
+# load, whatever a point in between did (two doublings of a 1, 2, 4, ... grid).
+FLAT_MIN_LOAD_GROWTH = 4.0
+# A point below this fraction of the best lighter-load point is throughput falling, not noise
+# (PLATEAU_FRACTION squared, 0.81: two steps of run-to-run noise; 0.72 of it is a fall).
+FALL_FRACTION = PLATEAU_FRACTION ** 2
 # Throughput that grows by less than this factor between two points is "flat".
 FLAT_THROUGHPUT_GROWTH = 1.10
 # TTFT that grows by at least this factor between two points is "growing".
@@ -298,9 +305,10 @@ class Ceiling:
     in sight. ``reached`` is whether an observed point got to ``CEILING_REACHED_FRACTION`` of it;
     ``reached_at_label`` names the first such point. ``batch_for_fraction`` is the fit's running
     batch needed for that fraction when no point reached it (a concurrency of at least that many).
-    ``falls`` is True when the heaviest point is below ``PLATEAU_FRACTION`` of the best one, that is
-    throughput fell as load rose past ``observed_max_label``: overload (or failures, when requests
-    failed), not a ceiling above the best point.
+    ``falls`` is True when the heaviest point is below ``PLATEAU_FRACTION`` of the best one (no
+    plateau), that is throughput fell as load rose past ``observed_max_label``, or when any point is
+    below ``FALL_FRACTION`` of the best lighter-load point, also on a plateau it came back to:
+    overload (or failures, when requests failed), not a ceiling above the best point.
     """
 
     tok_s: float | None

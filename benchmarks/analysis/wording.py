@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from benchmarks.analysis.model import CeilingReport, DecodeFit, SweepPoint, _fixed, _num
+from benchmarks.analysis.model import FALL_FRACTION, PLATEAU_FRACTION, CeilingReport, DecodeFit, SweepPoint, _fixed, _num
 
 
 def _failures_of(p: SweepPoint) -> str:
@@ -44,6 +44,40 @@ def _falls_numbers(points: list[SweepPoint]) -> str:
     return (f"from {_num(best.output_throughput_tok_s)} tok/s at {best.label}, the best point, to "
             f"{_num(last.output_throughput_tok_s)} tok/s at {last.label}, x{_fixed(ratio, 2)} for "
             f"x{_fixed(_load_ratio(best, last), 1)} load")
+
+
+def _dip(points: list[SweepPoint]) -> tuple[SweepPoint, SweepPoint] | None:
+    """The deepest fall below ``FALL_FRACTION`` of the best lighter-load point, ``(that point, the
+    fallen one)``; None when no point fell that far."""
+    deepest: tuple[float, SweepPoint, SweepPoint] | None = None
+    best: SweepPoint | None = None
+    for p in points:
+        if best is not None and best.output_throughput_tok_s > 0:
+            ratio = p.output_throughput_tok_s / best.output_throughput_tok_s
+            if ratio < FALL_FRACTION and (deepest is None or ratio < deepest[0]):
+                deepest = (ratio, best, p)
+        if best is None or p.output_throughput_tok_s > best.output_throughput_tok_s:
+            best = p
+    return (deepest[1], deepest[2]) if deepest is not None else None
+
+
+def _last_falls(points: list[SweepPoint]) -> bool:
+    """The heaviest point is below ``PLATEAU_FRACTION`` of the best one: throughput ends fallen."""
+    best = max(p.output_throughput_tok_s for p in points)
+    return points[-1].output_throughput_tok_s < PLATEAU_FRACTION * best
+
+
+def _dip_numbers(points: list[SweepPoint]) -> str:
+    """``from 620 tok/s at c=1 to 444 tok/s at c=8, x0.72 for x8.0 load (below x0.81), before 636
+    tok/s at c=16``: a fall that throughput came back from."""
+    dip = _dip(points)
+    assert dip is not None
+    a, b = dip
+    last = points[-1]
+    back = (f", before {_num(last.output_throughput_tok_s)} tok/s at {last.label}" if last is not b else "")
+    return (f"from {_num(a.output_throughput_tok_s)} tok/s at {a.label} to {_num(b.output_throughput_tok_s)} "
+            f"tok/s at {b.label}, x{_fixed(b.output_throughput_tok_s / a.output_throughput_tok_s, 2)} for "
+            f"x{_fixed(_load_ratio(a, b), 1)} load (a fall is below x{_fixed(FALL_FRACTION, 2)}){back}")
 
 
 def _no_growth_numbers(fit: DecodeFit) -> str:

@@ -1,0 +1,48 @@
+"""A one-request-at-a-time engine (llama.cpp on a CPU) is at its ceiling from c=1: throughput that
+stays flat while load grows many-fold reads as a ceiling reached at the lowest load, and a point
+that drops to 0.72x of a lighter one on the way is reported as a fall, in findings that agree."""
+from __future__ import annotations
+
+from benchmarks.analysis import FALL_FRACTION, FLAT_MIN_LOAD_GROWTH, LatencyStats, SweepPoint, ceiling_analyse
+
+
+def point(c: int, tok_s: float, tpot_ms: float, ttft_ms: float) -> SweepPoint:
+    return SweepPoint(concurrency=c, output_throughput_tok_s=tok_s, tpot_ms=LatencyStats(mean=tpot_ms),
+                      ttft_ms=LatencyStats(mean=ttft_ms), input_len=256, output_len=64)
+
+
+# The demo's llama.cpp sweep: 619.8 tok/s at c=1, 443.9 at c=8 (x0.72), 636 at c=16 (x1.03 of c=1).
+DEMO = [point(1, 619.8, 1.6, 12.0), point(4, 601.2, 1.6, 320.0), point(8, 443.9, 1.7, 1010.0),
+        point(16, 636.0, 1.6, 1580.0)]
+
+
+def test_a_flat_sweep_reaches_its_ceiling_at_the_lowest_load_and_its_dip_is_a_fall() -> None:
+    assert FLAT_MIN_LOAD_GROWTH <= 16 and 443.9 / 619.8 < FALL_FRACTION
+    r = ceiling_analyse(DEMO, num_gpus=1, topology="single")
+    c = r.ceiling
+    assert c.source == "observed_plateau" and c.plateau_from_label == "c=1"
+    assert c.reached and c.reached_at_label == "c=1"
+    assert c.falls
+    assert r.bottleneck == "queueing"
+    assert not any("No ceiling is reached" in f for f in r.findings), r.findings
+    assert any(f.startswith("Requests queue for admission") and "stays flat from c=1" in f for f in r.findings)
+    assert any(f.startswith("The ceiling is about 636 tok/s (observed at c=16") and f.endswith("reached by c=1.")
+               for f in r.findings), r.findings
+    assert "Throughput plateaus at 444-636 tok/s from c=1: going to c=16 (x16.0 load) changes it by +3% " \
+           "(620 -> 636 tok/s)." in r.findings
+    assert ("Throughput falls on the way, from 620 tok/s at c=1 to 444 tok/s at c=8, x0.72 for x8.0 load "
+            "(a fall is below x0.81), before 636 tok/s at c=16; this points at overload (no request failed) "
+            "at that point, not at a ceiling above the best point (636 tok/s at c=16).") in r.findings, r.findings
+
+
+def test_a_shallow_dip_is_noise_and_a_short_flat_sweep_needs_a_shallow_one() -> None:
+    # x0.87 is above FALL_FRACTION: noise, no fall.
+    shallow = [point(1, 385.2, 2.5, 9.0), point(8, 337.3, 2.9, 1270.0), point(16, 391.3, 2.4, 2408.0)]
+    r = ceiling_analyse(shallow, num_gpus=1, topology="single")
+    assert r.ceiling.source == "observed_plateau" and not r.ceiling.falls
+    assert not any(f.startswith("Throughput falls") for f in r.findings)
+    # Over only x2 load a deep dip is no plateau; the fall is still said, with its own numbers.
+    short = [point(1, 620.0, 1.6, 12.0), point(2, 430.0, 1.6, 300.0), point(2, 610.0, 1.6, 700.0)]
+    r = ceiling_analyse(short, num_gpus=1, topology="single")
+    assert r.ceiling.falls
+    assert not any("No ceiling is reached" in f for f in r.findings), r.findings
