@@ -653,9 +653,25 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
     return rows
 
 
+#: Marks the load cell of a point whose numbers are not kept as a measurement (it failed: the
+#: deployment went down or stopped answering under it); :data:`NOT_KEPT_LEGEND` says so below the table.
+NOT_KEPT_MARK = "!"
+NOT_KEPT_LEGEND = f"{NOT_KEPT_MARK} not kept as a measurement: the point failed (see the reason), its numbers are discarded"
+
+
 def results_table(runs: Iterable[Any], *, num_gpus: int | None) -> str:
-    """The results table as aligned plain text (header + one line per run)."""
-    rows = [list(TABLE_COLUMNS)] + results_table_rows(runs, num_gpus=num_gpus)
+    """The results table as aligned plain text (header + one line per run). A failed run's load
+    cell ends in :data:`NOT_KEPT_MARK`, with :data:`NOT_KEPT_LEGEND` as the last line."""
+    runs = list(runs)
+    body = results_table_rows(runs, num_gpus=num_gpus)
+    failed = [getattr(run, "status", None) == "failed" for run in runs]
+    for row, bad in zip(body, failed, strict=True):
+        if bad:
+            row[0] = f"{row[0]} {NOT_KEPT_MARK}"
+    rows = [list(TABLE_COLUMNS)] + body
     widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
-    return "\n".join("  ".join(cell.rjust(w) if i < len(widths) - 1 else cell for i, (cell, w) in enumerate(zip(r, widths)))
-                     for r in rows)
+    lines = ["  ".join(cell.rjust(w) if i < len(widths) - 1 else cell for i, (cell, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    if any(failed):
+        lines.append(NOT_KEPT_LEGEND)
+    return "\n".join(lines)

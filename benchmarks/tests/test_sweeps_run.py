@@ -197,3 +197,26 @@ def test_it_sweeps_from_the_command_line_and_prints_the_table_and_findings(sim_u
     assert sweep.status == SweepStatus.DONE
     assert f"Sweep #{sweep.pk}" in text and "out tok/s" in text and "Ceiling findings:" in text
     assert sweep.analysis["findings"][0] in text
+
+
+def test_the_command_lines_table_marks_a_point_whose_numbers_are_not_kept(tmp_path: Path) -> None:
+    import io
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from benchmarks.sweeps import NOT_KEPT_LEGEND
+    from benchmarks.tests.sweep_support import sim_start
+
+    base, proc = sim_start(tmp_path / "sim.log")
+    sim_deployment_create(base_url=base, recipe_name="cli-down")
+    proc.kill()  # the engine dies under the first point; its deployment row still says ready
+    proc.wait(timeout=10)
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="its numbers are not kept as a measurement"):
+        call_command("sweep", "cli-down", "--concurrency", "2,4", "--lengths", "16:8", "--requests", "2",
+                     "--warmup", "0", "--here", stdout=out)
+    lines = out.getvalue().splitlines()
+    [row] = [line for line in lines if line.split()[:2] == ["2", "!"]]
+    assert row.split()[2] == "2", row  # its requests, kept for the record beside the mark
+    assert f"  {NOT_KEPT_LEGEND}" in lines and lines.index(f"  {NOT_KEPT_LEGEND}") == lines.index(row) + 1
