@@ -473,10 +473,11 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     charts, ceiling findings, the snapshot (collapsed), export links, the cancel button and, once
     the sweep has ended (done, or failed or cancelled: projected from its finished points with a
     note), a link to the what-if projection of it (``/kernels/whatif/?sweep=<id>``, which needs
-    the viewer role like this page)."""
+    the viewer role like this page); while the sweep runs the link is rendered hidden, and the
+    live progress reveals it when the sweep ends."""
     sweep = _get_sweep(pk)
     context = _sweep_results_context(sweep)
-    whatif = sweep.status in SWEEP_TERMINAL and has_role(request.user, "viewer")
+    whatif = has_role(request.user, "viewer")
     context.update({
         "progress": sweep_progress(sweep), "status_class": _status_class(sweep.status),
         "outcome": request_outcomes([sweep.pk]).get(sweep.pk),

@@ -56,7 +56,9 @@ def test_an_ended_sweep_reaches_its_what_if_from_its_page_and_the_what_if_list(v
         listed = page.get("/kernels/whatif/").content.decode()
         assert f'<option value="{sweep.pk}">#{sweep.pk} t (sim pd, {status}: its finished points)</option>' in listed
     running = BenchmarkSweep.objects.create(name="r", engine="sim", topology="pd", status="running", points_total=4)
-    assert "What-if: a faster kernel" not in page.get(f"/benchmarks/sweeps/{running.pk}/").content.decode()
+    # A running sweep's link is there but hidden: its live progress reveals it when the sweep ends.
+    assert (f'href="/kernels/whatif/?sweep={running.pk}" data-whatif-link hidden>What-if: a faster kernel'
+            in page.get(f"/benchmarks/sweeps/{running.pk}/").content.decode())
     assert f'<option value="{running.pk}">' not in page.get("/kernels/whatif/").content.decode()
 
 def test_a_done_sweep_gets_no_such_note(viewer_api, seed_pd_sweep):

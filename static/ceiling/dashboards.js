@@ -636,6 +636,13 @@
           // Ended: the status panel above (reloaded next) holds the final counts; a second,
           // frozen copy of them here would only repeat it.
           if (/^(done|failed|cancelled)$/.test(msg.data.status) && !meta.replayed) root.hidden = true;
+          // Ended: its what-if projection (rendered hidden while it ran, for a role that may use
+          // it) can be opened now, without a reload.
+          if (/^(done|failed|cancelled)$/.test(msg.data.status)) {
+            Array.prototype.forEach.call(document.querySelectorAll("[data-whatif-link]"), function (a) {
+              a.hidden = false;
+            });
+          }
         }
         if ((msg.type === "sweep.point" || msg.type === "sweep.status") && !meta.replayed) {
           // A point finished or the sweep changed state: the results (table, charts, findings)
