@@ -62,6 +62,11 @@ _KIND_NAMES = {"closed": "Closed loop (points by concurrency)", "open": "Open lo
 _KIND_SHORT = {"closed": "closed loop", "open": "open loop"}
 
 
+def _gpus(n: int) -> str:
+    """``1 GPU``, ``4 GPUs``."""
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
 def _kind_prefixed(g: LoadGroup, prefix: bool, sentence: str) -> str:
     """``sentence`` as it is for a sweep of one load kind; led by the kind (``Closed loop (points by
     concurrency): ...``) when the sweep has both, whose loads are never compared with each other."""
@@ -260,7 +265,7 @@ def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint], *
                    f"{c.plateau_from_label}: going to {last.label} (x{_fixed(last.load / first.load, 1)} load) "
                    f"changes it by {growth:+.0%} ({_num(first.output_throughput_tok_s)} -> "
                    f"{_num(last.output_throughput_tok_s)} tok/s).")
-        per_gpu = (f", {_num(c.observed_max_tok_s / r.num_gpus)} tok/s per GPU on {r.num_gpus} GPUs"
+        per_gpu = (f", {_num(c.observed_max_tok_s / r.num_gpus)} tok/s per GPU on {_gpus(r.num_gpus)}"
                    if r.gpus_known else "")
         out.append(f"The ceiling is about {_num(c.observed_max_tok_s)} tok/s (observed at {c.observed_max_label}"
                    f"{per_gpu}); {CEILING_REACHED_FRACTION:.0%} of it is reached by {c.reached_at_label}.")
@@ -367,7 +372,7 @@ def _comparison_sentences(c: TopologyComparison, lengths: str | None) -> list[st
     at = f", {lengths}" if lengths else ""
     if c.basis == "same_concurrency":
         for m in c.matched:
-            out.append(f"At {m.label}{at}: {me} gives {_num(m.tok_s)} tok/s on {c.num_gpus} GPUs "
+            out.append(f"At {m.label}{at}: {me} gives {_num(m.tok_s)} tok/s on {_gpus(c.num_gpus)} "
                        f"({_num(m.tok_s_per_gpu)} tok/s per GPU); {them} gives {_num(m.other_tok_s)} tok/s on "
                        f"{c.other_num_gpus} GPUs ({_num(m.other_tok_s_per_gpu)} tok/s per GPU): "
                        f"x{_fixed(m.per_gpu_ratio, 2)} per GPU for {me}.")
@@ -380,9 +385,9 @@ def _comparison_sentences(c: TopologyComparison, lengths: str | None) -> list[st
                        f"so it is not compared.")
         return out
     out.append(f"No concurrency was run on both: comparing best points at different loads, {me} gives "
-               f"{_num(c.best_tok_s)} tok/s at {c.best_label} on {c.num_gpus} GPUs "
+               f"{_num(c.best_tok_s)} tok/s at {c.best_label} on {_gpus(c.num_gpus)} "
                f"({_num(c.best_tok_s / c.num_gpus)} tok/s per GPU) and {them} {_num(c.other_best_tok_s)} tok/s at "
-               f"{c.other_best_label} on {c.other_num_gpus} GPUs ({_num(c.other_best_tok_s / c.other_num_gpus)} tok/s "
+               f"{c.other_best_label} on {_gpus(c.other_num_gpus)} ({_num(c.other_best_tok_s / c.other_num_gpus)} tok/s "
                f"per GPU): {verdict} per GPU for {me} (x{_fixed(c.per_gpu_ratio, 2)}).")
     return out
 
