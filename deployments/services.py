@@ -1280,6 +1280,11 @@ def deployment_live(*, deployment: Deployment) -> bool:
     return deployment.status in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED) or deployment.node.agent_online
 
 
+def _iso_z(value: datetime) -> str:
+    """``2026-12-05T01:49:30Z``: UTC to the second, spelt as the API's times are."""
+    return value.astimezone(dt_timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def deployment_state_note(*, deployment: Deployment) -> str:
     """Why ``deployment`` is not live (:func:`deployment_live`), ``""`` when it is: ``"as last
     seen by node agent <name> at <ISO time>; not live: the agent is offline"`` for one the agent
@@ -1294,8 +1299,8 @@ def deployment_state_note(*, deployment: Deployment) -> str:
         return f"not live: node agent {node.name} is offline (never seen)"
     if at is None:
         return (f"not live: node agent {node.name} is offline "
-                f"(last heartbeat {node.agent_heartbeat_at.isoformat(timespec='seconds')})")
-    return f"as last seen by node agent {node.name} at {at.isoformat(timespec='seconds')}; not live: the agent is offline"
+                f"(last heartbeat {_iso_z(node.agent_heartbeat_at)})")
+    return f"as last seen by node agent {node.name} at {_iso_z(at)}; not live: the agent is offline"
 
 
 def process_log_tail(*, process: ServerProcess, lines: int = 100) -> str:

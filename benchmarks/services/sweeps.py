@@ -778,7 +778,7 @@ class _PointProgress:
             def write() -> None:
                 BenchmarkRun.objects.filter(pk=self.run_id).update(progress=json_safe(
                     {**latest, "duration_s": self.duration_s, "total_sent_so_far": self.total_sent_so_far,
-                     "updated_at": timezone.now().isoformat()}))
+                     "updated_at": timezone.now().isoformat().replace("+00:00", "Z")}))
                 BenchmarkSweep.objects.filter(pk=self.sweep_id).update(**fields)
 
             what = f"writing the progress of point {self.label}"

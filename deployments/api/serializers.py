@@ -472,7 +472,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
     state_as_of = serializers.SerializerMethodField(
         help_text="the agent's last heartbeat (UTC) while it is offline, else null")
     state_note = serializers.SerializerMethodField(
-        help_text='e.g. "as last seen by node agent local at 2026-12-05T01:49:30+00:00; not live: the agent '
+        help_text='e.g. "as last seen by node agent local at 2026-12-05T01:49:30Z; not live: the agent '
                   'is offline", or "not live: node agent local is offline (never seen)"; null when live')
     entry_url = BlankAsNullCharField(allow_null=True, read_only=True,
                                      help_text="where requests are sent once it is ready; null until known")

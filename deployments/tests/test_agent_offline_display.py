@@ -53,7 +53,7 @@ def test_a_dead_engine_of_an_offline_agent_reads_as_last_seen_not_live(agents, d
     assert body["live"] is False
     assert body["state_as_of"].startswith(heartbeat.strftime("%Y-%m-%dT%H:%M:%S"))
     assert body["state_note"] == (f"as last seen by node agent {node.name} at "
-                                  f"{heartbeat.isoformat(timespec='seconds')}; not live: the agent is offline")
+                                  f"{heartbeat.strftime('%Y-%m-%dT%H:%M:%SZ')}; not live: the agent is offline")
 
     page = Client()
     page.force_login(viewer)
