@@ -49,7 +49,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from controlplane.errors import InvalidInput
@@ -1083,9 +1083,13 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
                 deployment.reason = reason
                 return
             router_answer = gate.detail
-    if Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING, stop_requested=False).update(
-        status=DeploymentStatus.READY, ready_at=now, updated_at=now, reason=""
-    ):
+    # The status and its timeline entry are written together, so whoever reads the deployment as
+    # ready also finds the event that says how it got there; the broadcast follows the commit.
+    with transaction.atomic():
+        if not Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING,
+                                         stop_requested=False).update(
+                status=DeploymentStatus.READY, ready_at=now, updated_at=now, reason=""):
+            return
         crash = (ProcessEvent.objects.filter(deployment=deployment, kind="crashed", at__gte=deployment.ready_at)
                  .order_by("-at", "-id").first() if deployment.ready_at else None)
         if crash is not None:
@@ -1101,7 +1105,9 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
         else:
             took = (now - deployment.created_at).total_seconds()
             message = (f"all {expected} processes ready" if expected != 1 else "the 1 process is ready") + f", {took:.2f}s after the deploy request"
-        _deployment_event(deployment, "ready", message)
+        message = redact_text(message)
+        deployment_event_add(deployment=deployment, kind="ready", message=message)
+    deployment_status_broadcast(deployment_id=deployment.pk, status=_STATUS_OF_KIND["ready"], reason=message)
 
 
 # --- supervision of running processes ------------------------------------------------------
