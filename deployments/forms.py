@@ -102,7 +102,25 @@ def judge_expected_version(form: forms.Form, data: dict, values: list[str]) -> N
         data["expected_version"] = int(values[-1])
 
 
-class RecipeForm(SingleValuedForm):
+class SpecTextMixin:
+    """The ``spec`` field of the recipe page's and the admin's form, read from its JSON text."""
+
+    spec_refused: dict | None = None
+    spec_marked_paths: list[str] = []
+
+    def clean_spec(self) -> dict:
+        """The spec as a dict (:func:`spec_parse`). One holding a key given more than once or a
+        number that is not finite is refused, and kept in :attr:`spec_refused` with those paths
+        in :attr:`spec_marked_paths`, so that the page still judges the rest of it."""
+        value = spec_read(self.cleaned_data.get("spec", ""))
+        problems = spec_marks(value)
+        if problems:
+            self.spec_refused, self.spec_marked_paths = value, list(problems)
+            raise forms.ValidationError([problem for problems_at in problems.values() for problem in problems_at])
+        return value
+
+
+class RecipeForm(SpecTextMixin, SingleValuedForm):
     """Create/edit form of a recipe. ``cleaned_data["spec"]`` is a dict, ``["node"]`` a Node.
 
     Pass ``editing=True`` to add the optional change reason recorded in the recipe's history
@@ -133,17 +151,6 @@ class RecipeForm(SingleValuedForm):
             # (HTTP 409) instead of silently discarding someone else's change. Read as text:
             # clean() judges it and names what came.
             self.fields["expected_version"] = forms.CharField(required=False, strip=False, widget=forms.HiddenInput)
-
-    def clean_spec(self) -> dict:
-        """The spec as a dict (:func:`spec_parse`). One holding a key given more than once or a
-        number that is not finite is refused, and kept in :attr:`spec_refused` with those paths
-        in :attr:`spec_marked_paths`, so that the page still judges the rest of it."""
-        value = spec_read(self.cleaned_data.get("spec", ""))
-        problems = spec_marks(value)
-        if problems:
-            self.spec_refused, self.spec_marked_paths = value, list(problems)
-            raise forms.ValidationError([problem for problems_at in problems.values() for problem in problems_at])
-        return value
 
     def clean(self) -> dict:
         """An edit's ``expected_version`` becomes an int. The page always sends it, so one that is
@@ -205,7 +212,7 @@ def recipe_examples_for_form() -> list[dict]:
     ]
 
 
-class RecipeAdminForm(forms.ModelForm):
+class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
     """Admin form of a recipe: the spec is edited as pretty JSON, with the same parse errors
     as the recipe pages.
 
@@ -233,17 +240,6 @@ class RecipeAdminForm(forms.ModelForm):
             )
         elif not isinstance(self.initial.get("spec"), str):
             self.initial["spec"] = spec_pretty(self.initial.get("spec") or {})
-
-    def clean_spec(self) -> dict:
-        """The spec as a dict (:func:`spec_parse`). One holding a key given more than once or a
-        number that is not finite is refused, and kept in :attr:`spec_refused` with those paths
-        in :attr:`spec_marked_paths`, so that the page still judges the rest of it."""
-        value = spec_read(self.cleaned_data.get("spec", ""))
-        problems = spec_marks(value)
-        if problems:
-            self.spec_refused, self.spec_marked_paths = value, list(problems)
-            raise forms.ValidationError([problem for problems_at in problems.values() for problem in problems_at])
-        return value
 
     def clean(self) -> dict:
         """Refuse a stale ``expected_version`` (a form error, nothing else judged), then check the

@@ -14,7 +14,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 NODE = shutil.which("node")
 
-pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is not installed (make demo installs it for npm)")
+
+
+@pytest.fixture(autouse=True)
+def _node() -> None:
+    assert NODE, "Node.js is needed: make setup installs the page scripts with npm, which runs on it"
 
 # Loads charts.js into a sandbox with uPlot and a document that only records listeners, then runs
 # the scenario given on stdin and prints its JSON result.
