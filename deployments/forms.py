@@ -82,6 +82,15 @@ def spec_pretty(spec: dict | None) -> str:
     return json.dumps(spec or {}, indent=2, ensure_ascii=False)
 
 
+def sent_values(form: forms.Form, name: str) -> list[str]:
+    """What the request sent for ``form``'s field ``name``: every value of a query dict, the one
+    value of a plain dict, none when it was not sent."""
+    key = form.add_prefix(name)
+    if hasattr(form.data, "getlist"):
+        return form.data.getlist(key)
+    return [form.data[key]] if key in form.data else []
+
+
 def judge_expected_version(form: forms.Form, data: dict, values: list[str]) -> None:
     """Put the edit's ``expected_version`` in ``data`` as an int, from ``values`` (what the
     request sent for it). The edit forms always send it, so none, a blank or anything but a whole
@@ -161,9 +170,7 @@ class RecipeForm(SpecTextMixin, SingleValuedForm):
         data = super().clean()
         if "expected_version" not in self.fields:
             return data
-        key = self.add_prefix("expected_version")
-        values = self.data.getlist(key) if hasattr(self.data, "getlist") else (
-            [self.data[key]] if key in self.data else [])
+        values = sent_values(self, "expected_version")
         if len(values) > 1:
             return data
         judge_expected_version(self, data, values)
@@ -251,9 +258,7 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
         data = super().clean()
         data.pop("expected_version", None)
         if self.instance is not None and self.instance.pk and self.is_bound:
-            key = self.add_prefix("expected_version")
-            judge_expected_version(self, data, self.data.getlist(key) if hasattr(self.data, "getlist") else (
-                [self.data[key]] if key in self.data else []))
+            judge_expected_version(self, data, sent_values(self, "expected_version"))
         expected = data.get("expected_version")
         if expected is not None and self.instance is not None and self.instance.pk:
             from deployments.services import recipe_stale_message
