@@ -272,7 +272,9 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5 (?format=csv: as CSV)",
                    description="400: ids that are not comma-separated integers, an id given twice (named), ids "
                                "of runs or sweeps that do not exist (all named, under `ids` and `sweeps`), fewer "
-                               "than two runs (under `sweeps` when the sweeps alone were given), or a format "
+                               "than two runs (under `sweeps` when the sweeps alone were given; a run given by "
+                               "id that the sweeps given already hold is named as such, `run 1 is already in "
+                               "sweep 1; give at least two runs to compare`), or a format "
                                "other than json, csv or api (the browsable page).",
                    parameters=[s.CompareQuerySerializer],
                    responses={(200, "application/json"): s.RunCompareSerializer, (200, "text/csv"): OpenApiResponse(

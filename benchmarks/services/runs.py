@@ -404,9 +404,37 @@ def _too_few_sweep_runs(sweep_ids: list[int], runs: int, run_field: str = "ids")
     return f"sweeps {', '.join(map(str, sweep_ids))} have {count} between them; a comparison needs at least two: {add}"
 
 
+def _too_few_with_sweeps(run_id: int, sweep_runs: Mapping[int, list[int]]) -> str:
+    """Why run ``run_id`` and the sweeps of ``sweep_runs`` (sweep id -> its run ids; each holds
+    no run or only ``run_id``) give no comparison: ``run 1 is already in sweep 1; give at least two
+    runs to compare``, ``sweep 2 has no runs, leaving run 1 alone; ...`` or both, joined by
+    ``and``."""
+    held = [s for s, ids in sweep_runs.items() if ids]
+    empty = [s for s, ids in sweep_runs.items() if not ids]
+    parts = []
+    if held:
+        parts.append(f"run {run_id} is already in sweep{'s' if len(held) > 1 else ''} {', '.join(map(str, held))}")
+    if empty:
+        have = "has no runs" if len(empty) == 1 else "have no runs"
+        parts.append(f"sweep{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} {have}"
+                     + ("" if held else f", leaving run {run_id} alone"))
+    return f"{' and '.join(parts)}; {COMPARE_TOO_FEW}"
+
+
 #: Why a comparison refuses fewer than two runs, under ``ids`` (:func:`runs_compare`; the
 #: comparison page shows it too).
 COMPARE_TOO_FEW = "give at least two runs to compare"
+
+
+class CompareTooFew(InvalidInput):
+    """:func:`runs_compare_pick`'s refusal of a query whose run ids and sweeps together name fewer
+    than two distinct runs (a 400 like any :class:`InvalidInput`), told apart so that the
+    comparison page can show the form with the reason as a hint to a link that named too few
+    runs. ``run_ids`` are the distinct runs named (none, or one)."""
+
+    def __init__(self, errors: dict[str, list[str]], *, run_ids: list[int]):
+        super().__init__(errors)
+        self.run_ids = run_ids
 
 #: Most run ids and sweep ids one comparison names (the sweeps' runs are not counted against
 #: :data:`COMPARE_MAX_RUNS`), and the refusal of more, under ``ids``: the compare endpoint and the
@@ -462,9 +490,11 @@ def runs_compare_pick(*, run_ids: list[int], sweep_ids: list[int], run_field: st
     asked); :class:`InvalidInput` under ``sweeps`` naming every sweep that does not exist (``no
     sweep with id 4``, ``no sweeps with ids 4, 5``), with the run ids that name no run under
     ``run_field`` beside it (``ids``, or the parameter the caller takes run ids by); and
-    :class:`InvalidInput` under ``sweeps`` when ``sweeps`` alone bring fewer than two runs, saying
-    how many they have (``add runs with ids=``, or ``run_field``=). Otherwise unknown run ids and
-    fewer than two runs named by id are left to the caller
+    :class:`CompareTooFew` (an :class:`InvalidInput`) under ``sweeps`` when ``sweeps`` alone bring
+    fewer than two runs, saying how many they have (``add runs with ids=``, or ``run_field``=), and
+    under ``run_field`` when one run id and sweeps that hold only that run or none are given,
+    saying so (``run 1 is already in sweep 1; give at least two runs to compare``). Otherwise
+    unknown run ids and fewer than two runs named by id alone are left to the caller
     (:func:`benchmarks.selectors.runs_by_ids`, :func:`runs_compare`)."""
     from benchmarks.selectors import PK_MAX, missing_ids_text
 
@@ -483,12 +513,21 @@ def runs_compare_pick(*, run_ids: list[int], sweep_ids: list[int], run_field: st
             errors = {run_field: [missing_ids_text("run", missing_runs)], **errors}
         raise InvalidInput(errors)
     ids = list(run_ids)
+    sweep_runs: dict[int, list[int]] = {}
     for sweep_id in sweep_ids:
-        ids += sweeps[sweep_id].runs.order_by("ordinal", "id").values_list("pk", flat=True)
+        sweep_runs[sweep_id] = list(sweeps[sweep_id].runs.order_by("ordinal", "id").values_list("pk", flat=True))
+        ids += sweep_runs[sweep_id]
     ids = list(dict.fromkeys(ids))
     if len(ids) < 2 and not run_ids:
         # The runs came from sweeps alone: the refusal is about the sweeps that were given.
-        raise InvalidInput({"sweeps": [_too_few_sweep_runs(sweep_ids, len(ids), run_field)]})
+        raise CompareTooFew({"sweeps": [_too_few_sweep_runs(sweep_ids, len(ids), run_field)]}, run_ids=ids)
+    if len(ids) < 2 and sweep_ids:
+        # One run by id, and sweeps that hold it or nothing: say which (a run that does not exist is
+        # left to the caller, which names it).
+        (run_id,) = ids
+        exists = 1 <= run_id <= PK_MAX and BenchmarkRun.objects.filter(pk=run_id).exists()
+        if any(sweep_runs.values()) or exists:
+            raise CompareTooFew({run_field: [_too_few_with_sweeps(run_id, sweep_runs)]}, run_ids=ids)
     return ids
 
 

@@ -1,8 +1,10 @@
 """``GET /api/runs/compare/`` picks runs by ``ids=`` and by ``sweeps=`` (every run of a sweep), and
 refuses a query that names one run or sweep twice, naming the repeated id, as a repeated grid
 value is refused; when ``sweeps=`` alone brings fewer than two runs the refusal is under
-``sweeps``, the key that was given, and says how many runs the sweeps have. The comparison page
-refuses the same queries in the same words, showing the form again with the values typed."""
+``sweeps``, the key that was given, and says how many runs the sweeps have, and a run given by id
+that the sweeps given already hold is named as such. The comparison page refuses the same queries
+in the same words when the form sent them, showing the form again with the values typed, and
+shows the reason as a hint to a link that named too few runs."""
 from __future__ import annotations
 
 import pytest
@@ -116,10 +118,17 @@ def test_the_page_refuses_sweeps_alone_with_fewer_than_two_runs_as_the_api_does(
         assert api.endswith("add runs with ids= or another sweep")
         # the page names its own field for run ids, runs=
         api = api.replace("ids=", "runs=")
-        status, html = _page(viewer, query)
+        # sent by the form: the API's 400 in its words
+        status, html = _page(viewer, query + "&compare=1")
         assert status == 400, query
         assert f'<div class="notice bad" role="alert"><p>{api[0].upper() + api[1:]}.</p></div>' in html, query
         assert "Add at least one more run" not in html
+        assert f'name="sweeps" value="{query.removeprefix("sweeps=")}"' in html
+        # given by a link: the form with the sweeps filled in and the reason as a hint, as one run by a link
+        status, html = _page(viewer, query)
+        assert status == 200, query
+        assert f'<div class="empty"><p>{api[0].upper() + api[1:]}.</p></div>' in html, query
+        assert 'role="alert"' not in html and "Side by side" not in html
         assert f'name="sweeps" value="{query.removeprefix("sweeps=")}"' in html
     # the same refusal as a CSV export: the form with the reason, not a download
     status, html = _page(viewer, f"sweeps={one.pk}&format=csv")
@@ -145,15 +154,47 @@ def test_the_page_refuses_one_run_by_id_sent_by_a_form_as_the_api_does(viewer, v
     api = viewer_api.get(f"/api/runs/compare/?ids={run.pk}")
     assert api.status_code == 400 and api.json() == {"ids": ["give at least two runs to compare"]}
     for query, typed in ((f"runs={run.pk}&compare=1", str(run.pk)), (f"ids={run.pk}&compare=1", str(run.pk)),
-                         (f"run={run.pk}", str(run.pk)), (f"runs={run.pk}&format=csv", str(run.pk)),
-                         (f"runs={run.pk}&sweeps={one.pk}", str(run.pk))):
+                         (f"run={run.pk}", str(run.pk)), (f"runs={run.pk}&format=csv", str(run.pk))):
         status, html = _page(viewer, query)
         assert status == 400, query
         assert '<div class="notice bad" role="alert"><p>Give at least two runs to compare.</p></div>' in html, query
         assert "Add at least one more run" not in html and "Side by side" not in html
         assert f'name="runs" value="{typed}"' in html, query
+
+
+def test_the_api_says_a_run_given_by_id_is_already_in_the_sweep_given(viewer_api) -> None:
+    one, empty = _sweep(1), _sweep(0)
+    run = one.runs.get()
+    for query, message in (
+            (f"ids={run.pk}&sweeps={one.pk}", f"run {run.pk} is already in sweep {one.pk}"),
+            (f"ids={run.pk}&sweeps={empty.pk}", f"sweep {empty.pk} has no runs, leaving run {run.pk} alone"),
+            (f"ids={run.pk}&sweeps={one.pk},{empty.pk}",
+             f"run {run.pk} is already in sweep {one.pk} and sweep {empty.pk} has no runs")):
+        response = viewer_api.get(f"/api/runs/compare/?{query}")
+        assert response.status_code == 400, query
+        assert response.json() == {"ids": [f"{message}; give at least two runs to compare"]}, query
+    # a run id that names no run is named as such, not as a run left alone
+    response = viewer_api.get(f"/api/runs/compare/?ids=999&sweeps={empty.pk}")
+    assert (response.status_code, response.json()) == (400, {"ids": ["no run with id 999"]})
+
+
+def test_the_page_says_a_run_given_by_id_is_already_in_the_sweep_given(viewer, viewer_api) -> None:
+    one = _sweep(1)
+    run = one.runs.get()
+    api = viewer_api.get(f"/api/runs/compare/?ids={run.pk}&sweeps={one.pk}").json()["ids"][0]
+    assert api == f"run {run.pk} is already in sweep {one.pk}; give at least two runs to compare"
+    # sent by the form: the API's 400 in its words, the form kept
+    for query in (f"runs={run.pk}&sweeps={one.pk}&compare=1", f"ids={run.pk}&sweeps={one.pk}&format=csv"):
+        status, html = _page(viewer, query)
+        assert status == 400, query
+        assert f'<div class="notice bad" role="alert"><p>{api[0].upper() + api[1:]}.</p></div>' in html, query
+        assert f'name="runs" value="{run.pk}"' in html and f'name="sweeps" value="{one.pk}"' in html
+    # given by a link: a 200 with the form filled in and the reason as a hint
     status, html = _page(viewer, f"runs={run.pk}&sweeps={one.pk}")
-    assert f'name="sweeps" value="{one.pk}"' in html
+    assert status == 200
+    assert f'<div class="empty"><p>{api[0].upper() + api[1:]}.</p></div>' in html
+    assert 'role="alert"' not in html and "Side by side" not in html
+    assert f'name="runs" value="{run.pk}"' in html and f'name="sweeps" value="{one.pk}"' in html
 
 
 @pytest.mark.parametrize(("page_key", "api_key"), [("runs", "ids"), ("ids", "ids"), ("sweeps", "sweeps")])

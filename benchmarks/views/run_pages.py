@@ -279,15 +279,18 @@ def compare(request: HttpRequest) -> HttpResponse:
     among the compared runs, ``runs``, ``ids``, ``sweeps``, ``baseline`` or ``format`` given
     more than once (``?ids=1&ids=2``: each takes one value, its list comma-separated), and what the
     API refuses in the same words (:func:`benchmarks.services.runs_compare_pick`: a run or sweep id
-    given twice, ``?runs=1,1``; sweeps alone that bring fewer than two runs;
+    given twice, ``?runs=1,1``; sweeps and runs that name fewer than two distinct runs, ``sweep 4
+    has 1 run; ...``, ``run 1 is already in sweep 1; ...``;
     :func:`benchmarks.services.runs_compare_too_many`: more than 100 run ids or 20 sweep ids,
     ``at most 100 runs and 20 sweeps``) are a 400 showing the
     form with the reason and the values typed, as is one run named by id (``give at least two runs
     to compare``, the API's 400, when the form sent it), as are run ids and sweep ids that name no row (``no run with id
     999``, ``no sweeps with ids 4, 5``); another format is 404. A page with no runs or
-    sweeps asked for shows the form with a prompt to choose them; one with one run given by a link
-    (``?runs=17`` from a run page, the form's ``compare`` key absent) shows the form with that run
-    filled in and a hint to add another."""
+    sweeps asked for shows the form with a prompt to choose them; one given by a link (the form's
+    ``compare`` key, ``?run=`` checkboxes and ``format`` absent) whose runs and sweeps name fewer
+    than two distinct runs is a 200 showing the form with what was given filled in and a hint: to
+    add another run to one run by id (``?runs=17`` from a run page), else the API's reason
+    (``sweep 4 has 1 run; ...``)."""
     # One value a parameter: taking the last of a repeated one would compare other runs than asked
     # (the index page's checkboxes send ?run=1&run=2, which _ids_param reads as one list).
     repeated = {name: message for name in ("runs", "ids", "sweeps", "baseline", "format")
@@ -329,12 +332,23 @@ def compare(request: HttpRequest) -> HttpResponse:
     if too_many := services.runs_compare_too_many(run_ids=run_ids, sweep_ids=sweep_ids):
         # The API's cap in its words, before a run or sweep is read.
         return form_again([too_many])
+    # Given by a link (a run page's "Compare…", a sweep's link), not sent by the form, the index
+    # page's checkboxes or as an export: too few runs is a hint, not a refusal.
+    by_link = not fmt and "compare" not in request.GET and not request.GET.getlist("run")
     try:
-        # The API's rules and words: a repeated id, sweeps that do not exist, or sweeps alone with
-        # fewer than two runs.
+        # The API's rules and words: a repeated id, sweeps that do not exist, or sweeps and runs
+        # that name fewer than two distinct runs.
         picked = services.runs_compare_pick(run_ids=run_ids, sweep_ids=sweep_ids, run_field="runs")
         # Runs that do not exist: the API's 400 in its words, with the form kept.
         runs: list[BenchmarkRun] = runs_by_ids(ids=picked, field="runs")
+    except services.CompareTooFew as exc:
+        messages = [message for messages in exc.errors.values() for message in messages]
+        if not by_link:
+            return form_again(messages)
+        # The form with what was given filled in, and the reason as a hint to add more.
+        return render(request, "benchmarks/compare.html", {
+            "runs": [], "run_ids": ",".join(map(str, run_ids)), "sweep_ids": ",".join(map(str, sweep_ids)),
+            "hints": messages})
     except InvalidInput as exc:
         return form_again([message for messages in exc.errors.values() for message in messages])
     baseline = baseline_ids[0] if baseline_ids else None
@@ -345,8 +359,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"runs": runs, "run_ids": ",".join(map(str, run_ids)),
                                "sweep_ids": ",".join(map(str, sweep_ids))}
     if len(runs) < 2:
-        if (len(runs) == 1 and not sweep_ids and not fmt and "compare" not in request.GET
-                and not request.GET.getlist("run")):
+        if len(runs) == 1 and not sweep_ids and by_link:
             # One run given by a link (a run page's "Compare…"): the form with it filled in and a hint.
             return render(request, "benchmarks/compare.html", {
                 "runs": [], "run_ids": context["run_ids"], "sweep_ids": "", "one_run": runs[0]})
