@@ -1,4 +1,5 @@
-"""The base of Ceiling's management commands: an option given twice is refused.
+"""The base of Ceiling's management commands: an option given twice is refused, and input a
+command refuses exits with status 2, as argparse's refusal of a bad option does (:func:`refused`).
 
 argparse keeps the last value of an option given more than once, so ``sweep x --concurrency 1
 --concurrency 2`` would quietly start a sweep at c=2. The API and the page forms refuse a field
@@ -9,7 +10,25 @@ from __future__ import annotations
 
 import argparse
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+
+#: The exit status of input a command refuses (argparse's, for a bad option); 1 stays for work that
+#: was started and failed (a sweep that ran and failed).
+REFUSED_STATUS = 2
+
+
+def refused(text: str) -> CommandError:
+    """The ``CommandError`` of input a command refuses (no such record, a value out of range, a
+    request the service refuses): ``text`` on one line (its line breaks become spaces), exit status
+    :data:`REFUSED_STATUS`."""
+    return CommandError(" ".join(text.split("\n")), returncode=REFUSED_STATUS)
+
+
+def refused_list(head: str, lines: list[str]) -> CommandError:
+    """The ``CommandError`` of input refused for several problems: ``head`` and then each of
+    ``lines`` on its own line (each problem one line), exit status :data:`REFUSED_STATUS`."""
+    return CommandError("\n".join([head, *(" ".join(line.split("\n")) for line in lines)]),
+                        returncode=REFUSED_STATUS)
 
 
 class _StoreOnce(argparse._StoreAction):

@@ -26,6 +26,7 @@ def _refusal(*args: str) -> list[str]:
         call_command("sweep", "cli-typed", "--lengths", "8:8", *args, stdout=io.StringIO())
     lines = str(exc.value).split("\n")
     assert lines[0] == "the sweep grid is refused:", lines
+    assert exc.value.returncode == 2, lines  # refused input: argparse's status, one line per problem
     return lines[1:]
 
 

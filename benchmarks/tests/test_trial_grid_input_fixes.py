@@ -74,6 +74,7 @@ def test_the_sweep_command_applies_the_same_rate_bound(starting) -> None:
         "the sweep grid is refused:",
         "  --request-rates (grid.request_rates.1): must be at most 10,000 requests/s (what one load-generator "
         "process can send on schedule), got 1e+308"]
+    assert exc.value.returncode == 2
     assert not starting.sweeps.exists()
 
 
@@ -180,15 +181,22 @@ def test_the_sweep_command_says_a_recipes_latest_deployment_ended() -> None:
     assert str(exc.value) == (
         f"recipe 'local-sim-single': its latest deployment #{failed.pk} is failed (single #0 exited with code 1 "
         "(ModuleNotFoundError: no module named x)); deploy it again to sweep it")
+    # Refused input, each on one line: argparse's exit status for a bad option, 2.
+    assert exc.value.returncode == 2
     # By its id, the service's own refusal, as the API's 409 says it.
-    with pytest.raises(CommandError, match=rf"deployment #{failed.pk} is failed; deploy it again to sweep it"):
+    with pytest.raises(CommandError, match=rf"deployment #{failed.pk} is failed; deploy it again to sweep it") as exc:
         call_command("sweep", str(failed.pk), "--concurrency", "1", stdout=io.StringIO())
+    assert exc.value.returncode == 2 and "\n" not in str(exc.value)
     Recipe.objects.create(name="never-deployed", engine="sim", topology="single", node=Node.objects.get(name="local"),
                           spec=failed.spec_snapshot)
-    with pytest.raises(CommandError, match="^recipe 'never-deployed' has no deployment; deploy it first to sweep it$"):
+    with pytest.raises(CommandError, match="^recipe 'never-deployed' has no deployment; deploy it first to sweep it$") \
+            as exc:
         call_command("sweep", "never-deployed", stdout=io.StringIO())
-    with pytest.raises(CommandError, match=r"^no deployment 'nothing-here' \(give an id, or the name of a recipe"):
+    assert exc.value.returncode == 2
+    with pytest.raises(CommandError, match=r"^no deployment 'nothing-here' \(give an id, or the name of a recipe") \
+            as exc:
         call_command("sweep", "nothing-here", stdout=io.StringIO())
+    assert exc.value.returncode == 2
 
 
 @pytest.mark.django_db

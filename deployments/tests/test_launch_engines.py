@@ -261,8 +261,10 @@ def test_it_prints_json_for_a_given_version_from_the_dryrun_command(seed_recipe,
 
 
 def test_it_fails_the_dryrun_command_for_an_unknown_recipe(db):
-    with pytest.raises(CommandError, match="no recipe named 'nope'"):
+    with pytest.raises(CommandError, match="^no recipe named 'nope'$") as err:
         call_command("dryrun", "nope")
+    # refused input: argparse's status for a bad option, not 1
+    assert err.value.returncode == 2
 
 
 def test_the_dryrun_command_refuses_a_version_below_1_naming_the_option(seed_recipe):
@@ -270,6 +272,26 @@ def test_the_dryrun_command_refuses_a_version_below_1_naming_the_option(seed_rec
         with pytest.raises(CommandError) as err:
             call_command("dryrun", "seed-v4-flash-pd", "--version", raw)
         assert str(err.value) == f"--version must be a positive integer, got {raw}"
+        assert err.value.returncode == 2
+    # a version the recipe does not have: one line, exit status 2
+    with pytest.raises(CommandError) as err:
+        call_command("dryrun", "seed-v4-flash-pd", "--version", "7")
+    assert "\n" not in str(err.value) and "7" in str(err.value) and err.value.returncode == 2
+
+
+def test_the_dryrun_command_lists_every_problem_of_a_spec_that_does_not_render_with_status_2(seed_recipe):
+    from deployments.models import Recipe
+
+    spec = json.loads(json.dumps(seed_recipe.spec))
+    spec["roles"]["prefill"]["port"] = 70000
+    spec["roles"]["decode"]["port"] = 0
+    Recipe.objects.filter(pk=seed_recipe.pk).update(spec=spec)
+    with pytest.raises(CommandError) as err:
+        call_command("dryrun", "seed-v4-flash-pd")
+    lines = str(err.value).split("\n")
+    assert lines[0] == f"recipe seed-v4-flash-pd does not render on node {seed_recipe.node.name}:", lines
+    assert len(lines) >= 3 and any("prefill" in line for line in lines) and any("decode" in line for line in lines)
+    assert err.value.returncode == 2
 
 
 def test_a_plan_for_another_host_runs_the_interpreter_its_agent_registered(db, settings):

@@ -64,9 +64,11 @@ def test_a_user_the_api_would_refuse_is_refused_in_one_line(deployment, toy_pack
     with pytest.raises(CommandError) as err:
         sweep("--user", who)
     assert str(err.value) == missing.format(what="a sweep")
+    assert err.value.returncode == 2  # refused input, as argparse's refusal of a bad option
     with pytest.raises(CommandError) as err:
         kernel_job("--user", who)
     assert str(err.value) == missing.format(what="a kernel job")
+    assert err.value.returncode == 2
     with pytest.raises(CommandError) as err:
         call_command("kernel_job_ingest", "--new", "toy_attn", "--variants", "/nonexistent/variants.json",
                      "/nonexistent/results.json", "--user", who, stdout=io.StringIO())

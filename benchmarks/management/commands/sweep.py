@@ -14,7 +14,10 @@ these), ``--slo-ttft``/``--slo-tpot``/``--slo-e2e`` (``slo.ttft_s``/``tpot_s``/`
 as the API takes them; the web form takes ms), ``--seed`` (``seed``) and ``--wait-ready``
 (``wait_ready_s``, seconds). The values are checked by the API's own validation
 (:func:`benchmarks.sweeps.grid_validate`, through ``sweep_create``); a refusal names each option
-with its grid path and the API's message, one per line, and the command exits non-zero.
+with its grid path and the API's message, one per line, and the command exits with status 2, as
+it does for every other refusal of its input, each on one line (no such deployment or recipe, a
+``--user`` that may not create a sweep, a sweep the service refuses). A sweep that was created and
+then failed or was cancelled (``--wait``, ``--here``) exits with status 1.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from argparse import ArgumentTypeError
 
 from django.core.management.base import CommandError
 
-from controlplane.commands import CeilingCommand
+from controlplane.commands import CeilingCommand, refused, refused_list
 from benchmarks.choices import SweepStatus
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
 from controlplane.errors import CeilingError, InvalidInput
@@ -81,16 +84,17 @@ def _option_for(path: str) -> str | None:
     return None
 
 
-def grid_error_text(exc: InvalidInput) -> str:
-    """A refused grid for the terminal: one line per message, each led by its option and grid path
+def grid_error_lines(exc: InvalidInput) -> list[str]:
+    """A refused grid's messages for the terminal, one line each, led by its option and grid path
     (``  --seed (grid.seed): must be an integer 0..2^31-1, got -1``); a message about the whole
-    grid (its size) by its path alone."""
+    grid (its size) by its path alone. The command prints them under ``the sweep grid is
+    refused:``."""
     lines = []
     for path, messages in exc.errors.items():
         option = _option_for(path)
         where = f"{option} ({path})" if option else path
         lines.extend(f"  {where}: {m}" for m in messages)
-    return "\n".join(["the sweep grid is refused:", *lines])
+    return lines
 
 
 def no_deployment_text(target: str) -> str:
@@ -148,7 +152,10 @@ class Command(CeilingCommand):
                                  "admin role, as the API requires (default: none, shown as 'command line')")
 
     def handle(self, *args, **o):
-        user = command_user(o["user"], role="operator", what="a sweep")
+        try:
+            user = command_user(o["user"], role="operator", what="a sweep")
+        except CommandError as exc:
+            raise refused(str(exc)) from None
         target = o["target"]
         if target.isascii() and target.isdigit():
             deployment = Deployment.objects.select_related("recipe").filter(pk=int(target)).first()
@@ -156,7 +163,7 @@ class Command(CeilingCommand):
             deployment = (Deployment.objects.select_related("recipe")
                           .filter(recipe__name=target, status__in=DEPLOYMENT_ACTIVE).first())
         if deployment is None:
-            raise CommandError(no_deployment_text(target))
+            raise refused(no_deployment_text(target))
         # An item that is no number goes to the grid as its text: the grid's validation names it at
         # its index with every other problem, and refuses the sweep.
         rates = _items(o["request_rates"]) if o["request_rates"] is not None else []
@@ -184,9 +191,9 @@ class Command(CeilingCommand):
         try:
             sweep = sweep_create(deployment=deployment, user=user, grid=grid)
         except InvalidInput as exc:
-            raise CommandError(grid_error_text(exc)) from None
+            raise refused_list("the sweep grid is refused:", grid_error_lines(exc)) from None
         except CeilingError as exc:
-            raise CommandError(str(exc)) from None
+            raise refused(str(exc)) from None
         requests = (f"{sweep.requests_total} requests" if not sweep.has_open_ended_points
                     else f"as many requests as fit in {sweep.grid['duration_s']:g} s per point"
                     + (f" ({sweep.requests_total} for the points with a request count)" if sweep.requests_total

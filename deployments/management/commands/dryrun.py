@@ -4,15 +4,20 @@ Thin over :func:`deployments.services.recipe_plan`: nothing is started, no secre
 read, and every env shown is redacted. Text output gives, per process, the role, argv as one
 shell-quoted line (for reading) and as a JSON list (exact), env, pinning, GPUs, ports and
 health URL; ``--json`` prints the plan's ``to_dict()`` instead.
+
+Refused input exits with status 2, as argparse's refusal of a bad option: no recipe by that name,
+a ``--version`` below 1 or one the recipe does not have, on one line; a spec that does not render
+on its node, every problem at its path on its own line under ``recipe NAME does not render on node
+NODE:``.
 """
 from __future__ import annotations
 
 import json
 import shlex
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from controlplane.commands import CeilingCommand
+from controlplane.commands import CeilingCommand, refused, refused_list
 from controlplane.errors import CeilingError, InvalidInput
 from deployments.models import Recipe
 from deployments.services import recipe_plan
@@ -35,17 +40,17 @@ class Command(CeilingCommand):
     def handle(self, *args, **options) -> None:
         recipe = Recipe.objects.select_related("node").filter(name=options["recipe"]).first()
         if recipe is None:
-            raise CommandError(f"no recipe named {options['recipe']!r}")
+            raise refused(f"no recipe named {options['recipe']!r}")
         version = options["version"]
         if version is not None and version < 1:
-            raise CommandError(f"--version must be a positive integer, got {version}")
+            raise refused(f"--version must be a positive integer, got {version}")
         try:
             plan = recipe_plan(recipe=recipe, version=version, warn_ports=True)
         except InvalidInput as exc:
             lines = [f"{path}: {msg}" for path, msgs in exc.errors.items() for msg in msgs]
-            raise CommandError(f"recipe {recipe.name} does not render on node {recipe.node.name}:\n" + "\n".join(lines))
+            raise refused_list(f"recipe {recipe.name} does not render on node {recipe.node.name}:", lines) from None
         except CeilingError as exc:
-            raise CommandError(str(exc))
+            raise refused(str(exc)) from None
         shown_version = version or recipe.version
         if options["json"]:
             data = {"recipe": recipe.name, "version": shown_version, "plan": plan.to_dict()}

@@ -21,7 +21,7 @@ import time
 
 from django.core.management.base import CommandError
 
-from controlplane.commands import CeilingCommand
+from controlplane.commands import CeilingCommand, refused
 from controlplane.drf_defaults import json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled
@@ -30,11 +30,6 @@ from deployments.models import Node
 from kernels.choices import JOB_TERMINAL
 from kernels.models import KernelPackage
 from kernels.services import job_progress_total, kernel_job_check, kernel_job_create
-
-
-def refused(text: str) -> CommandError:
-    """The ``CommandError`` of input the command refuses: ``text`` on one line, exit status 2."""
-    return CommandError(" ".join(text.split("\n")), returncode=2)
 
 
 def not_created(errors: dict[str, list[str]]) -> CommandError:
