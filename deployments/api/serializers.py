@@ -357,9 +357,11 @@ class RevertSerializer(StrictInputMixin, serializers.Serializer):
 
 class LaunchPlanSerializer(serializers.Serializer):
     """Documents the dry-run body: the launch plan's JSON form (argv lists, env with secrets
-    redacted, GPU ids, CPU lists, NUMA nodes, ports per process)."""
+    redacted, GPU ids, CPU lists, NUMA nodes, ports per process), under the recipe's id and name
+    (``manage.py dryrun --json`` prints the same keys)."""
 
     recipe = serializers.IntegerField()
+    recipe_name = serializers.CharField()
     version = serializers.IntegerField()
     plan = serializers.JSONField()
 

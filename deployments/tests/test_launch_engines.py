@@ -294,6 +294,18 @@ def test_the_dryrun_command_lists_every_problem_of_a_spec_that_does_not_render_w
     assert err.value.returncode == 2
 
 
+def test_the_dryrun_command_json_has_the_keys_of_the_api_dry_run(seed_recipe, viewer_api, capsys):
+    api = viewer_api.get(f"/api/recipes/{seed_recipe.pk}/dry-run/")
+    assert api.status_code == 200, api.json()
+    call_command("dryrun", "seed-v4-flash-pd", "--json")
+    cli = json.loads(capsys.readouterr().out)
+    assert list(cli) == list(api.json()) == ["recipe", "recipe_name", "version", "plan"]
+    # the recipe by id under recipe, as the API gives it, and by name beside it
+    assert (cli["recipe"], cli["recipe_name"], cli["version"]) == (seed_recipe.pk, "seed-v4-flash-pd", 1)
+    assert (api.json()["recipe"], api.json()["recipe_name"]) == (seed_recipe.pk, "seed-v4-flash-pd")
+    assert cli["plan"] == api.json()["plan"]
+
+
 def test_a_plan_for_another_host_runs_the_interpreter_its_agent_registered(db, settings):
     """The control plane's dry run of a remote node shows the argv that node's agent will run:
     the interpreter the agent recorded at registration (``tools["python"]``), not this one's."""

@@ -3,7 +3,8 @@
 Thin over :func:`deployments.services.recipe_plan`: nothing is started, no secret value is
 read, and every env shown is redacted. Text output gives, per process, the role, argv as one
 shell-quoted line (for reading) and as a JSON list (exact), env, pinning, GPUs, ports and
-health URL; ``--json`` prints the plan's ``to_dict()`` instead.
+health URL; ``--json`` prints what the API's dry-run answers, with the same keys: ``{"recipe":
+id, "recipe_name": name, "version": n, "plan": the plan's to_dict()}``.
 
 Refused input exits with status 2, as argparse's refusal of a bad option: no recipe by that name,
 a ``--version`` below 1 or one the recipe does not have, on one line; a spec that does not render
@@ -53,7 +54,8 @@ class Command(CeilingCommand):
             raise refused(str(exc)) from None
         shown_version = version or recipe.version
         if options["json"]:
-            data = {"recipe": recipe.name, "version": shown_version, "plan": plan.to_dict()}
+            # The API's dry-run body (deployments.api.views.RecipeViewSet.dry_run), key for key.
+            data = {"recipe": recipe.pk, "recipe_name": recipe.name, "version": shown_version, "plan": plan.to_dict()}
             self.stdout.write(json.dumps(data, indent=2))
             return
         out = self.stdout
