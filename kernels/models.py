@@ -169,6 +169,14 @@ class KernelJob(models.Model):
         return typed
 
     @property
+    def known_triton_version(self) -> str:
+        """The job's Triton version: :attr:`triton_version`, else the version a Triton
+        :attr:`compiler` names (``"3.6.0"`` of ``"triton 3.6.0"``, for a job stored before builds
+        set it); ``""`` when neither names one."""
+        name, _, version = self.compiler.partition(" ")
+        return self.triton_version or (version if name.lower() == "triton" else "")
+
+    @property
     def target(self) -> str:
         """The runner's target string: ``cuda:90`` for compute capability 9.0."""
         return "cuda:" + self.target_cc.replace(".", "")

@@ -492,8 +492,7 @@ def _target_context(job: KernelJob) -> dict[str, Any]:
     if language == "cuda":
         toolchain = f"nvcc {compiler.split(' ', 1)[1]}" if compiler.startswith("nvcc ") else "nvcc —"
     else:
-        version = job.triton_version or (compiler.split(" ", 1)[1] if compiler.startswith("triton ") else "")
-        toolchain = f"Triton {version or '—'}"
+        toolchain = f"Triton {job.known_triton_version or '—'}"
     software = [f"driver {job.driver_version or '—'}", f"CUDA {job.cuda_version or '—'}",
                 f"torch {job.torch_version or '—'}", toolchain]
     return {"target_label": f"cc {job.target_cc}, {arch}", "language": language, "software": software}

@@ -72,7 +72,10 @@ class JobSerializer(serializers.ModelSerializer):
     driver_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
     cuda_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
     torch_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
-    triton_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
+    triton_version = BlankAsNullCharField(
+        source="known_triton_version", allow_null=True, read_only=True,
+        help_text='the Triton that built the variants ("3.6.0" of the compiler "triton 3.6.0") or the one '
+                  "the results were measured with; null until known (a CUDA package's job without Triton)")
 
     class Meta:
         model = KernelJob

@@ -210,7 +210,8 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
 
     A successful build that spills or exceeds the target's shared memory is stored discarded with
     the reason (:func:`build_discard_reason`). Updates the job's counts and ``compiler`` (the most
-    common compiler string); while the job is in its ``compile`` phase, its ``progress_done`` is
+    common compiler string), and for a Triton compiler (``"triton 3.6.0"``) ``triton_version``
+    (``"3.6.0"``) while the job has none (results measured with it set it too); while the job is in its ``compile`` phase, its ``progress_done`` is
     raised to at least the builds it holds (ok + failed), so a build stored before its progress line
     was read (the runner ended by a cancel in between) is counted. Returns ``{"stored", "ok",
     "failed", "discarded"}``. Raises :class:`InvalidInput` (``builds.<i>.<field>``) for a malformed
@@ -268,6 +269,10 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
                                   "builds_discarded": counts["discarded"]}
         if compilers:
             update["compiler"] = max(compilers.items(), key=lambda kv: kv[1])[0]
+            name, _, version = update["compiler"].partition(" ")
+            if name.lower() == "triton" and version and not job.triton_version:
+                # the Triton that built the variants: known before any result names it
+                update["triton_version"] = version[:64]
         notes = []
         if shared_limit_bytes(job.target_cc) is None and counts["ok"]:
             notes.append(f"the shared-memory limit of compute capability {job.target_cc} is not known here: "
