@@ -533,8 +533,9 @@ def package_source_hash(manifest: Manifest) -> str:
 class GridExpansion:
     """The variants of a grid: ``variants`` (param dicts in manifest order, each passing every
     constraint), ``combinations`` (the product size before constraints), ``pruned`` (one entry per
-    constraint: ``{"index", "constraint", "pruned"}``, the combinations it was the first to refuse)
-    and the ``subset`` that restricted the grid, if any."""
+    constraint: ``{"index", "source", "constraint", "pruned"}``, the combinations it was the first
+    to refuse; :func:`pruned_entry` says what each field holds) and the ``subset`` that restricted
+    the grid, if any."""
 
     variants: list[dict[str, Value]]
     combinations: int
@@ -548,6 +549,43 @@ class GridExpansion:
     def as_dict(self) -> dict[str, Any]:
         return {"variants": len(self.variants), "combinations": self.combinations, "pruned": self.pruned,
                 "pruned_total": self.pruned_total, "subset": self.subset}
+
+
+#: What left a grid summary's ``pruned`` entry's combinations out (its ``source``): one of the
+#: manifest's ``grid.constraints`` (``index`` is its position, from 0), the manifest's
+#: ``[cuda].requires`` for the job's target, or the variants file a job made from measurements
+#: was created with (the grid variants it does not list). ``index`` is null for the last two.
+PRUNED_SOURCES = ("constraint", "cuda.requires", "variants_file")
+
+#: How grid summaries stored before ``source`` existed spelled a non-constraint entry's ``index``.
+_OLD_PRUNED_INDEX = {"cuda.requires": "cuda.requires", "only": "variants_file"}
+
+
+def pruned_entry(*, index: int | None, source: str, constraint: str, pruned: int) -> dict[str, Any]:
+    """One entry of a grid summary's ``pruned``: ``index`` (the constraint's position in
+    ``grid.constraints``, from 0; None unless ``source`` is ``"constraint"``), ``source`` (one of
+    :data:`PRUNED_SOURCES`), ``constraint`` (its text) and ``pruned`` (how many combinations it
+    was the first to refuse)."""
+    return {"index": index, "source": source, "constraint": constraint, "pruned": pruned}
+
+
+def grid_summary_read(summary: dict[str, Any] | None) -> dict[str, Any]:
+    """A stored grid summary (:meth:`GridExpansion.as_dict`) in the current shape: an entry of
+    ``pruned`` stored with ``"index": "only"`` or ``"index": "cuda.requires"`` (and no
+    ``source``) reads as ``index`` null with that ``source``; a constraint's entry gains
+    ``"source": "constraint"``. ``{}`` for None. The stored value is not changed."""
+    out = dict(summary or {})
+    if isinstance(out.get("pruned"), list):
+        entries = []
+        for entry in out["pruned"]:
+            if isinstance(entry, dict) and "source" not in entry:
+                index = entry.get("index")
+                old = _OLD_PRUNED_INDEX.get(index) if isinstance(index, str) else None
+                entry = pruned_entry(index=None if old else index, source=old or "constraint",
+                                     constraint=entry.get("constraint", ""), pruned=entry.get("pruned", 0))
+            entries.append(entry)
+        out["pruned"] = entries
+    return out
 
 
 def grid_subset_validate(manifest: Manifest, subset: Any) -> dict[str, list[Value]] | None:
@@ -620,14 +658,15 @@ def grid_expand(manifest: Manifest, subset: dict[str, list[Value]] | None = None
                 break
         if not refused:
             variants.append(params)
-    pruned = [{"index": i, "constraint": c.text, "pruned": counts[i]} for i, c in enumerate(manifest.constraints)]
+    pruned = [pruned_entry(index=i, source="constraint", constraint=c.text, pruned=counts[i])
+              for i, c in enumerate(manifest.constraints)]
     return GridExpansion(variants=variants, combinations=combinations, pruned=pruned, subset=subset)
 
 
 def grid_for_target(manifest: Manifest, expansion: GridExpansion, cc: str) -> GridExpansion:
     """Leave out of ``expansion`` (in place, and return it) the variants ``[cuda].requires`` refuses
     for compute capability ``cc`` (``"9.0"``; bound as the integer 90), counted as one more
-    ``pruned`` entry (``"index": "cuda.requires"``). A manifest without ``requires`` keeps every
+    ``pruned`` entry (``"index": null, "source": "cuda.requires"``). A manifest without ``requires`` keeps every
     variant. Raises :class:`ManifestError` at ``cuda.requires`` when the expression cannot be
     evaluated for a variant."""
     text = (manifest.cuda or {}).get("requires")
@@ -642,8 +681,8 @@ def grid_for_target(manifest: Manifest, expansion: GridExpansion, cc: str) -> Gr
             raise ManifestError({"cuda.requires": [f"{exc} for {variant_key(params)}"]}) from None
         if ok:
             kept.append(params)
-    expansion.pruned.append({"index": "cuda.requires", "constraint": f"{text} (target cc {cc})",
-                             "pruned": len(expansion.variants) - len(kept)})
+    expansion.pruned.append(pruned_entry(index=None, source="cuda.requires", constraint=f"{text} (target cc {cc})",
+                                         pruned=len(expansion.variants) - len(kept)))
     expansion.variants = kept
     return expansion
 

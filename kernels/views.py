@@ -36,6 +36,7 @@ from deployments.views.common import post_or_redirect
 from kernels import selectors, services
 from kernels.choices import JOB_ACTIVE, JOB_TERMINAL, KernelJobStatus
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
+from kernels.manifest import grid_summary_read
 from kernels.runner.build import arch_name
 from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, WHATIF_KEYS, whatif_compute, whatif_input_errors
 
@@ -508,13 +509,13 @@ def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     job = get_object_or_404(KernelJob.objects.select_related("package", "node", "created_by"), pk=pk)
     ctx = {**_progress_context(job), **_table_context(request, job), **_target_context(job),
            "charts": _job_charts(job), "best": list(selectors.best_list(job=job.pk)), "can_write": _can_write(request),
-           "grid": job.grid_summary or {}, "group": f"kernel-job-{job.pk}",
+           "grid": grid_summary_read(job.grid_summary), "group": f"kernel-job-{job.pk}",
            # the subset as the API and the job form write it (JSON), not as Python prints a dict
            "subset_json": json.dumps(job.params_subset, ensure_ascii=False) if job.params_subset else "",
            "config_paths": [Path(p).name for p in job.config_paths or []],
            # variants the target cannot build (the manifest's [cuda].requires), left out before building
-           "target_left_out": next((p for p in (job.grid_summary or {}).get("pruned") or []
-                                    if p.get("index") == "cuda.requires" and p.get("pruned")), None)}
+           "target_left_out": next((p for p in grid_summary_read(job.grid_summary).get("pruned") or []
+                                    if p.get("source") == "cuda.requires" and p.get("pruned")), None)}
     return render(request, "kernels/job_detail.html", ctx)
 
 

@@ -15,9 +15,37 @@ from controlplane.api import (
 from controlplane.jsonsafe import json_spelled
 
 from kernels.choices import KernelJobStatus
+from kernels.manifest import PRUNED_SOURCES, grid_summary_read
 from kernels.selectors import MAX_TABLE_OFFSET
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
 from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, NUMBER_RE, whatif_input_errors
+
+
+class PrunedSerializer(serializers.Serializer):
+    """One entry of a grid summary's ``pruned``: what left combinations out and how many it was
+    the first to refuse (schema only)."""
+
+    index = serializers.IntegerField(
+        allow_null=True, help_text="the constraint's position in the manifest's grid.constraints, from 0; null when "
+                                   "source is not constraint")
+    source = serializers.ChoiceField(
+        choices=PRUNED_SOURCES,
+        help_text="constraint: one of the manifest's grid.constraints (index names it); cuda.requires: the "
+                  "manifest's [cuda] requires for the job's target; variants_file: the grid variants the variants "
+                  "file a job made from measurements was created with does not list")
+    constraint = serializers.CharField(help_text="the constraint's text (or what else left them out)")
+    pruned = serializers.IntegerField(help_text="combinations it was the first to refuse")
+
+
+class GridSummarySerializer(serializers.Serializer):
+    """A grid's size after its constraints (schema only): variants + every pruned count =
+    combinations."""
+
+    variants = serializers.IntegerField()
+    combinations = serializers.IntegerField(help_text="the product of the grid's value lists (of the subset, if any)")
+    pruned = PrunedSerializer(many=True)
+    pruned_total = serializers.IntegerField()
+    subset = serializers.JSONField(allow_null=True, help_text='the grid subset, {"impl": ["split_k"]}; null for none')
 
 
 class PackageSerializer(serializers.ModelSerializer):
@@ -37,6 +65,7 @@ class PackageSerializer(serializers.ModelSerializer):
     def get_dtype(self, obj: KernelPackage) -> str:
         return str((obj.manifest or {}).get("dtype") or "")
 
+    @extend_schema_field(GridSummarySerializer)
     def get_grid(self, obj: KernelPackage) -> dict:
         from kernels.services import package_grid
 
@@ -72,6 +101,9 @@ class JobSerializer(serializers.ModelSerializer):
     driver_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
     cuda_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
     torch_version = BlankAsNullCharField(allow_null=True, read_only=True, help_text="null until known")
+    grid_summary = serializers.SerializerMethodField(
+        help_text="the grid's size when the job was created: variants, combinations, pruned per constraint (and "
+                  "per [cuda] requires or variants file), subset")
     triton_version = BlankAsNullCharField(
         source="known_triton_version", allow_null=True, read_only=True,
         help_text='the Triton that built the variants ("3.6.0" of the compiler "triton 3.6.0") or the one '
@@ -87,6 +119,10 @@ class JobSerializer(serializers.ModelSerializer):
                   "torch_version", "triton_version", "config_paths", "created_by", "created_at", "started_at",
                   "built_at", "ended_at", "build_s", "bench_s"]
         read_only_fields = fields
+
+    @extend_schema_field(GridSummarySerializer)
+    def get_grid_summary(self, job: KernelJob) -> dict:
+        return grid_summary_read(job.grid_summary)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_phase(self, job: KernelJob) -> str | None:

@@ -25,7 +25,9 @@ from controlplane.errors import Conflict, InvalidInput
 from controlplane.jsonsafe import json_spelled
 from controlplane.redaction import redact_text
 from kernels.choices import JOB_RUNNING, JOB_TERMINAL, KernelJobStatus
-from kernels.manifest import ManifestError, grid_expand, grid_for_target, grid_refusal, variant_key, variant_shown
+from kernels.manifest import (
+    ManifestError, grid_expand, grid_for_target, grid_refusal, pruned_entry, variant_key, variant_shown,
+)
 from kernels.models import KernelJob, KernelPackage, KernelVariant
 from kernels.runnercall import RunnerError, RunnerStopped, runner_argv, runner_run
 from kernels.services.common import (
@@ -90,7 +92,7 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
     (unknown value, missing parameter, refused by a constraint) is an error naming it, its
     ``only_ids`` entry (the id the measuring machine gave it) and why
     (:func:`kernels.manifest.grid_refusal`); every such entry is reported. The grid variants not in
-    ``only`` are counted in the grid summary's ``pruned`` (``"index": "only"``), so its counts
+    ``only`` are counted in the grid summary's ``pruned`` (``"index": null, "source": "variants_file"``), so its counts
     add up to ``combinations``.
 
     ``cc`` must be one of :data:`kernels.services.common.KNOWN_CCS` (a made-up one such as 99.9
@@ -197,8 +199,8 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
         left_out = len(expansion.variants) - len(kept)
         if left_out:
             # the grid summary adds up: combinations = variants + every pruned count
-            expansion.pruned.append({"index": "only", "constraint": "not among the measured variants",
-                                     "pruned": left_out})
+            expansion.pruned.append(pruned_entry(index=None, source="variants_file",
+                                                 constraint="not among the measured variants", pruned=left_out))
         expansion.variants = kept
     if expansion is not None and "variants" not in errors:
         if not expansion.variants:

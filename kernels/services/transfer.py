@@ -19,6 +19,7 @@ from controlplane.csvsafe import csv_text
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_safe, json_spelled
 from kernels.choices import JOB_RUNNING, KernelJobStatus
+from kernels.manifest import grid_summary_read
 from kernels.models import KernelBest, KernelJob
 from kernels.runner.package import variants_sha256
 from kernels.selectors import VariantTable
@@ -468,7 +469,7 @@ def kernel_job_export_json(*, job: KernelJob) -> str:
                        "torch": text(job.torch_version), "triton": text(job.triton_version)},
             "build_s": job.build_s, "bench_s": job.bench_s, "config_paths": job.config_paths,
         },
-        "grid": job.grid_summary,
+        "grid": grid_summary_read(job.grid_summary),
         "best": [{"shape": b.shape, "batch": b.batch, "variant_id": b.variant_id, "key": b.variant.key,
                   "median_us": b.median_us, "speedup": b.speedup, "roofline_fraction": b.roofline_fraction,
                   "config_path": text(b.config_path)}

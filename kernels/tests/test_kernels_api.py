@@ -24,7 +24,8 @@ def test_viewers_read_packages_jobs_and_best_variants(viewer_api, measured_job):
     pkgs = viewer_api.get("/api/kernel-packages/").json()["results"]
     assert [p["name"] for p in pkgs] == ["toy_attn"] and pkgs[0]["grid"]["variants"] == 7
     one = viewer_api.get("/api/kernel-packages/toy_attn/").json()
-    assert one["grid"]["pruned"][0] == {"index": 0, "constraint": "impl != 'baseline' or BLOCK == 16", "pruned": 4}
+    assert one["grid"]["pruned"][0] == {"index": 0, "source": "constraint",
+                                        "constraint": "impl != 'baseline' or BLOCK == 16", "pruned": 4}
     assert one["dtype"] == one["manifest"]["dtype"] and one["dtype"]  # at the top, not only inside the manifest
     job = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/").json()
     assert job["device_name"] == "NVIDIA H200" and job["hbm_gbps"] == 4000.0 and job["builds_discarded"] == 1

@@ -92,8 +92,9 @@ def test_the_jobs_grid_summary_adds_up_and_its_shapes_and_batches_are_those_meas
     assert g["variants"] == len(variants) == job.variants.count()
     assert g["combinations"] == g["variants"] + sum(p["pruned"] for p in g["pruned"]) == \
         g["variants"] + g["pruned_total"]
-    only = [p for p in g["pruned"] if p["index"] == "only"]
-    assert only and only[0]["pruned"] > 0
+    only = [p for p in g["pruned"] if p["source"] == "variants_file"]
+    assert only and only[0]["pruned"] > 0 and only[0]["index"] is None
+    assert all(isinstance(p["index"], int) for p in g["pruned"] if p["source"] == "constraint")
     measured_shapes = list(dict.fromkeys(r["shape"] for r in results["results"]))
     assert job.shapes == measured_shapes and len(job.shapes) == 2
     assert job.batches == sorted({r["batch"] for r in results["results"]}) == [1, 2, 4, 8, 16, 32, 64]

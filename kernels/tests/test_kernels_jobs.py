@@ -264,8 +264,8 @@ def test_a_cuda_job_for_another_target_leaves_out_the_variants_that_need_sm_90a(
     assert {v.params["impl"] for v in hopper.variants.all()} == {"baseline", "head_tiled", "split_k"}
     baseline = sum(1 for v in hopper.variants.all() if v.params["impl"] == "baseline")
     assert blackwell.variants.count() == baseline
-    left_out = [p for p in blackwell.grid_summary["pruned"] if p["index"] == "cuda.requires"]
-    assert left_out == [{"index": "cuda.requires", "constraint": "impl == 'baseline' or cc == 90 (target cc 12.0)",
+    left_out = [p for p in blackwell.grid_summary["pruned"] if p["source"] == "cuda.requires"]
+    assert left_out == [{"index": None, "source": "cuda.requires", "constraint": "impl == 'baseline' or cc == 90 (target cc 12.0)",
                          "pruned": hopper.variants.count() - baseline}]
     tiled = next(v.params for v in hopper.variants.all() if v.params["impl"] == "head_tiled")
     with pytest.raises(InvalidInput) as err:
