@@ -13,23 +13,33 @@ wrote) or, with ``--new``, the ``--variants`` file. Older results without it are
 ``variant_id``, and a row naming a variant the job (or the ``--variants`` file) lacks is refused. ``--new`` refuses a results file
 already stored as a job of the package (it names that job).
 
+Each file is read as the API reads a body: one that gives a key twice in an object or holds a
+number that is not finite (``NaN``, ``Infinity``, ``1e400``) is refused on one line naming the
+file and each problem at its path, exit status 2, and nothing is stored; a results row's
+``max_abs_err`` and ``max_rel_err`` alone may be ``NaN`` or ``Infinity``, as the runner writes them
+for a wrong output.
+
 ``--user USERNAME`` (with ``--new``) records the new job's creator: an active user with the operator
 or admin role, as the API requires to create a kernel job, else a one-line error naming the user and
 what is missing; without it the job has none and its pages say "command line". Without ``--new``
 nothing is created, so ``--user`` is refused there rather than ignored."""
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand
+from controlplane.drf_defaults import BOM, json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import CeilingError, InvalidInput
 from deployments.management.command_user import command_user
+from kernels.management.commands.kernel_job import refused
 from kernels.models import KernelBest, KernelJob, KernelPackage
 from kernels.services import kernel_job_from_measurement, kernel_job_ingest
+
+#: Where a results file may hold a number that is not finite: a row's two errors (see ``_read``).
+RUNNER_NONFINITE_RE = re.compile(r"results\.[0-9]+\.(max_abs_err|max_rel_err)")
 
 
 class Command(CeilingCommand):
@@ -47,11 +57,30 @@ class Command(CeilingCommand):
                             help="with --new: record this user as the job's creator (an active operator or admin, "
                                  "as the API requires; default: none, shown as 'command line')")
 
-    def _read(self, path: str):
+    def _read(self, path: str, *, errors_may_be_infinite: bool = False):
+        """The JSON file ``path`` read as the API reads a body (:func:`controlplane.drf_defaults.json_loads`).
+        A file that cannot be read or is not JSON stops the command with the reason. One that gives
+        a key twice in an object, or holds a number that is not finite (``NaN``, ``Infinity``,
+        ``1e400``), is refused on one line naming the file and every such problem at its path
+        (``results.json: nothing was stored: results.0.median_us: NaN is not a finite number``),
+        exit status 2 (:func:`kernels.management.commands.kernel_job.refused`), before anything is
+        stored: either would be a value the file does not say (the last of two, or no number).
+        With ``errors_may_be_infinite`` (a results file) a row's ``max_abs_err`` and
+        ``max_rel_err`` may be ``NaN`` or ``Infinity``: the runner's bench writes them so for an
+        output with NaN or Inf values or of the wrong shape, or a reference of zeros, and the store
+        judges them (:func:`kernels.services.results.kernel_results_store`)."""
         try:
-            return json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            data = json_loads(Path(path).read_text(encoding="utf-8").removeprefix(BOM))
+        except (OSError, ValueError, RecursionError) as exc:
             raise CommandError(f"{path}: {exc}") from None
+        problems = repeated_key_errors(data)
+        for where, messages in nonfinite_number_errors(data).items():
+            if not (errors_may_be_infinite and RUNNER_NONFINITE_RE.fullmatch(where)):
+                problems.setdefault(where, []).extend(messages)
+        if problems:
+            raise refused(f"{path}: nothing was stored: " + "; ".join(
+                f"{where}: {message}" for where, messages in problems.items() for message in messages))
+        return data
 
     def handle(self, *args, **options):
         if options["user"] is not None and not options["new"]:
@@ -69,9 +98,11 @@ class Command(CeilingCommand):
             package = KernelPackage.objects.filter(name=options["new"]).first()
             if package is None:
                 raise CommandError(f"no kernel package {options['new']!r} (run manage.py kernel_register)")
+            variants = self._read(options["variants"])
+            results = self._read(results_path, errors_may_be_infinite=True)
+            builds = self._read(options["builds"]) if options["builds"] else None
             job = self._stored(lambda: kernel_job_from_measurement(
-                package=package, variants=self._read(options["variants"]), results=self._read(results_path),
-                builds=self._read(options["builds"]) if options["builds"] else None, user=user))
+                package=package, variants=variants, results=results, builds=builds, user=user))
             self._report(job, {"variants": job.variants.count()})
             return
         if not options["job_id"] or not re.fullmatch(r"[0-9]+", str(options["job_id"])):
@@ -81,7 +112,7 @@ class Command(CeilingCommand):
             raise CommandError(f"no kernel job with id {options['job_id']}")
         if not options["results"] and not options["builds"]:
             raise CommandError("give results.json and/or --builds builds.json")
-        results = self._read(options["results"]) if options["results"] else None
+        results = self._read(options["results"], errors_may_be_infinite=True) if options["results"] else None
         builds = self._read(options["builds"]) if options["builds"] else None
         source = self._read(options["variants"]) if options["variants"] else None
         out = self._stored(lambda: kernel_job_ingest(job=job, results=results, builds=builds, source_variants=source))
