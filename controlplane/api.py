@@ -542,8 +542,9 @@ class StrictTextMixin:
     """For a text or name field of an input serializer (put it before the field class): a JSON
     body's value is taken only as a JSON string; a number, a boolean, a list or an object is
     refused as the wrong type (``must be a string (e.g. "9.0"), got the number 9.0``; ``what`` is
-    what the message asks for, ``example`` the value it suggests) instead of being turned into its
-    text (``5`` → ``"5"``) as DRF's :class:`~rest_framework.fields.CharField` and
+    what the message asks for, ``example`` the value it suggests), and so is null where the field
+    does not allow it (``..., got null``, not ``This field may not be null.``), instead of being
+    turned into its text (``5`` → ``"5"``) as DRF's :class:`~rest_framework.fields.CharField` and
     :class:`~rest_framework.relations.SlugRelatedField` do. ``conceal``: the refusal names the
     value's type alone (:func:`shown_type`: ``got a number``), for a secret's value. A form-encoded
     or multipart body sends only text, so its values pass to the field as before."""
@@ -553,13 +554,54 @@ class StrictTextMixin:
         self.what = what
         self.conceal = conceal
         super().__init__(**kwargs)
+        # null where the field does not allow it, in the same words (not "This field may not be null.")
+        self.error_messages["null"] = self._wrong_type(None).replace("{", "{{").replace("}", "}}")
+
+    def _wrong_type(self, data: Any) -> str:
+        example = f" (e.g. {json.dumps(self.example)})" if self.example else ""
+        shown = shown_type(data) if self.conceal else shown_value(data)
+        return f"must be {self.what}{example}, got {shown}"
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
-            example = f" (e.g. {json.dumps(self.example)})" if self.example else ""
-            shown = shown_type(data) if self.conceal else shown_value(data)
-            raise serializers.ValidationError(f"must be {self.what}{example}, got {shown}", code="invalid")
+            raise serializers.ValidationError(self._wrong_type(data), code="invalid")
         return super().to_internal_value(data)
+
+
+class JSONTypeWordingMixin:
+    """For a list or object field of an input serializer (put it before the field class): a JSON
+    body's value of another type is refused in the API's words, naming what the field takes and
+    the value given (``must be a list of integers (e.g. [1, 8]), got the number 1``, ``must be an
+    object (e.g. {"impl": ["split_k"]}), got the list [1]``; ``what`` is what the message asks for,
+    ``example`` the value it suggests, written as JSON), and so is null where the field does not
+    allow it (``..., got null``), instead of REST framework's ``Expected a list of items but got
+    type "int".`` and ``This field may not be null.``. A form-encoded or multipart body's value is
+    judged by the field as REST framework judges it."""
+
+    #: The JSON type the field takes: ``list`` or ``dict``.
+    json_type: type = list
+
+    def __init__(self, *, what: str | None = None, example: Any = None, **kwargs) -> None:
+        self.what = what or ("a list" if self.json_type is list else "an object")
+        self.example = example
+        super().__init__(**kwargs)
+        # REST framework formats an error message with str.format: an example's braces are doubled
+        self.error_messages["null"] = self._wrong_type(None).replace("{", "{{").replace("}", "}}")
+
+    def _wrong_type(self, data: Any) -> str:
+        example = f" (e.g. {json.dumps(self.example, ensure_ascii=False)})" if self.example is not None else ""
+        return f"must be {self.what}{example}, got {shown_value(data)}"
+
+    def to_internal_value(self, data):
+        if not html.is_html_input(data) and not isinstance(data, (self.json_type, FormText)):
+            raise serializers.ValidationError(self._wrong_type(data), code="invalid")
+        return super().to_internal_value(data)
+
+
+class StrictListField(JSONTypeWordingMixin, serializers.ListField):
+    """A list of a JSON body, refused in the API's words when it is not one
+    (:class:`JSONTypeWordingMixin`): ``"batches": 1`` is ``must be a list of integers (e.g. [1,
+    8]), got the number 1``."""
 
 
 class StrictCharField(StrictTextMixin, serializers.CharField):
@@ -619,16 +661,18 @@ class _FormJSONText(str):
     is_json_string = True
 
 
-class JSONTextDictField(serializers.DictField):
+class JSONTextDictField(JSONTypeWordingMixin, serializers.DictField):
     """DRF's :class:`~rest_framework.fields.DictField` that, in a form-encoded or multipart body,
     also takes the whole object as JSON text in the field itself (``params={"impl": ["x"]}``), read
     as :class:`JSONTextField` reads it (a key given twice inside it is a 400 at its dotted path);
     DRF reads only prefixed keys there (``params.impl=x``, which :class:`StrictInputMixin` refuses
     as unknown fields) and dropped such text silently, so the default (the whole grid) was taken
-    instead. Text that is not JSON is ``Value must be valid JSON.``; JSON that is not an object is
-    DictField's own message. A JSON body's value is judged as DRF judges it."""
+    instead. Text that is not JSON is ``Value must be valid JSON.``; a value that is not an object,
+    in a JSON body or as that text, is refused naming what it is (:class:`JSONTypeWordingMixin`:
+    ``must be an object (e.g. {"impl": ["split_k"]}), got the number 1``)."""
 
     default_error_messages = {"invalid_json": "Value must be valid JSON."}
+    json_type = dict
 
     def get_value(self, dictionary):
         if html.is_html_input(dictionary) and self.field_name in dictionary:

@@ -10,7 +10,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api import (
-    MAX_INT, BlankAsNullCharField, FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, flatten_errors,
+    MAX_INT, BlankAsNullCharField, FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictListField,
+    flatten_errors,
 )
 from controlplane.jsonsafe import json_spelled
 
@@ -161,13 +162,15 @@ class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     package = StrictCharField(max_length=63, example="sparse_mla_decode")
     node = StrictCharField(max_length=63, example="local")
     cc = StrictCharField(max_length=8, required=False, allow_blank=True, trim_whitespace=False, example="9.0")
-    params = JSONTextDictField(child=serializers.JSONField(), required=False)
-    shapes = serializers.ListField(child=StrictCharField(max_length=63, example="v4-flash"), required=False,
-                                   min_length=1, max_length=32, error_messages={"min_length": LEAVE_OUT})
+    params = JSONTextDictField(child=serializers.JSONField(), required=False, example={"impl": ["split_k"]})
+    shapes = StrictListField(child=StrictCharField(max_length=63, example="v4-flash"), required=False,
+                             min_length=1, max_length=32, error_messages={"min_length": LEAVE_OUT},
+                             what="a list of shape names", example=["v4-flash"])
     # At most MAX_INT, as a result's batch is (kernels.services.results): a larger batch is refused
     # at its item, ``batches.0``, like one below 1.
-    batches = serializers.ListField(child=StrictIntegerField(min_value=1, max_value=MAX_INT), required=False, min_length=1,
-                                    max_length=32, error_messages={"min_length": LEAVE_OUT})
+    batches = StrictListField(child=StrictIntegerField(min_value=1, max_value=MAX_INT), required=False, min_length=1,
+                              max_length=32, error_messages={"min_length": LEAVE_OUT}, what="a list of integers",
+                              example=[1, 8])
 
     #: The list fields that take each value once, with the word a message names a value by.
     DISTINCT = {"shapes": "shape", "batches": "batch"}
