@@ -25,7 +25,9 @@ from django.urls import reverse
 
 from benchmarks.choices import SWEEP_TERMINAL
 from controlplane.api import attachment_header, unknown_field_errors
-from controlplane.drf_defaults import RepeatedKeys, given_more_than_once, json_loads, repeated_key_errors
+from controlplane.drf_defaults import (
+    RepeatedKeys, empty_list_item, given_more_than_once, json_loads, repeated_key_errors,
+)
 from controlplane.forms import repeated_field_errors
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.paging import page_of
@@ -160,7 +162,9 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
     "BLOCK_H": [32]}``. Problems go to ``errors["params"]``, echoing at
     most 80 characters of the input; a parameter named twice is one of them (its values are
     listed once, never merged or overwritten; in the JSON form, any key given twice is named at its
-    path as the API names it, ``params.BLOCK_H is given 2 times ([32], [64]): give it once``)."""
+    path as the API names it, ``params.BLOCK_H is given 2 times ([32], [64]): give it once``), and
+    so is an empty item of a parameter's values (``BLOCK_H=32,,64``: ``item 2 is empty: give
+    BLOCK_H as 32,64``, :func:`controlplane.drf_defaults.empty_list_item`), never skipped."""
     out: dict[str, list] = {}
     if len(text) > MAX_SUBSET_CHARS:
         errors.setdefault("params", []).append(
@@ -203,8 +207,13 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
         name = name.strip()
         given.setdefault(name, []).append(values.strip())
         if len(given[name]) == 1:
-            out[name] = [int(v.strip()) if INT_RE.fullmatch(v.strip()) else v.strip()
-                         for v in values.split(",") if v.strip()]
+            items = [v.strip() for v in values.split(",")]
+            if values.strip() and "" in items:
+                # refused, as the API refuses an empty item of a comma-separated list, never skipped
+                example = ",".join(v for v in items if v) or "v1,v2"
+                errors.setdefault("params", []).append(
+                    empty_list_item(items.index("") + 1, _short(name), _short(example)))
+            out[name] = [int(v) if INT_RE.fullmatch(v) else v for v in items if v]
     for name, times in given.items():
         if len(times) > 1:
             errors.setdefault("params", []).append(
@@ -234,8 +243,10 @@ def _merge_errors(errors: dict[str, list[str]], checked: dict[str, list[str]], s
 def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
     """Start a job of the package (operator): node, target compute capability (default: the
     node's GPU), an optional grid subset (``PARAM=v1,v2; PARAM2=v`` or JSON, :func:`_parse_subset`),
-    shapes and batches. Redirects to the job page; errors re-render the package page with status
-    400, a summary of them at the top and messages cut to 300 characters: every field's at once
+    shapes and batches (comma-separated; an empty item, ``1,,8`` or ``1,8,``, is refused at the field
+    as the API words it, ``item 2 is empty: give batches as 1,8,64``, never skipped). Redirects to
+    the job page; errors re-render the package page with status 400, the typed values kept, a
+    summary of them at the top and messages cut to 300 characters: every field's at once
     (what the form could read is checked by :func:`kernels.services.kernel_job_check` even when
     another field could not be read)."""
     pkg = get_object_or_404(KernelPackage, name=name)
@@ -251,7 +262,11 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
         errors["node"] = ["Choose a registered node."]
     subset = _parse_subset(form["params"], errors)
     batches: list[int] = []
-    for part in form["batches"].replace(" ", "").split(","):
+    parts = form["batches"].replace(" ", "").split(",") if form["batches"] else []
+    if "" in parts:
+        # refused, as the API refuses an empty item of a comma-separated list (1,,8 or 1,8,), never skipped
+        errors.setdefault("batches", []).append(empty_list_item(parts.index("") + 1, "batches", "1,8,64"))
+    for part in parts:
         if not part:
             continue
         if not DIGITS_RE.fullmatch(part):
