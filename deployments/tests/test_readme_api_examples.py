@@ -110,3 +110,12 @@ def test_the_readme_sweep_examples_parse_and_name_a_user_the_demo_has(db, var_di
     assert users
     for username in users:
         assert command_user(username, role="operator", what="a sweep") is not None
+
+
+def test_the_readme_recipe_table_lists_the_examples_in_the_order_the_seed_creates_them():
+    """The README says the seed creates its five recipes in the table's order, so that recipe ids
+    on a fresh install can be read off the table (the curl examples use recipe 3)."""
+    text = README.read_text().split("## Example recipes", 1)[1].split("\n## ", 1)[0]
+    names = re.findall(r"^\| `([a-z0-9-]+)` \|", text, flags=re.M)
+    assert names == [recipe["name"] for recipe in example_recipes()]
+    assert names[2] == "local-sim-pd"
