@@ -1,17 +1,19 @@
 """The ``--user USERNAME`` of the management commands that create records an API user would
-otherwise own (``manage.py sweep``, ``manage.py kernel_job``, ``manage.py kernel_job_ingest --new``):
+otherwise own (``manage.py sweep``, ``manage.py kernel_job``, ``manage.py kernel_job_ingest --new``,
+``manage.py import_results``):
 the user is recorded as the record's ``created_by``, as the API records the signed-in user.
 
 A command acts with the database's full rights, so ``--user`` is held to what the API would
 require of that user for the same record: the user must exist, be active and have the role
 (:mod:`controlplane.permissions`) the API's create needs. Without ``--user`` the record has no
-creator, and the pages say it came from the command line.
+creator, and the pages say it came from the command line. A ``--user`` refused for any of these
+exits with status 2 on one line, as every other refusal of a command's input does.
 """
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import CommandError
 
+from controlplane.commands import refused
 from controlplane.permissions import ROLE_ORDER, has_role, user_role
 
 
@@ -20,9 +22,10 @@ def command_user(username: str | None, *, role: str, what: str):
     ``admin``), to record as the creator of ``what`` (e.g. ``"a sweep"``); None when ``username``
     is None (no ``--user`` given).
 
-    Raises ``CommandError`` with one line naming the user and what is missing: no such user, an
-    inactive user, or a role below ``role`` (``--user 'vera': has the viewer role; creating a
-    sweep needs operator or admin``).
+    Raises ``CommandError`` with one line naming the user and what is missing, exit status 2
+    (:func:`controlplane.commands.refused`, input the command refuses): no such user, an inactive
+    user, or a role below ``role`` (``--user 'vera': has the viewer role; creating a sweep needs
+    operator or admin``).
     """
     if username is None:
         return None
@@ -30,12 +33,12 @@ def command_user(username: str | None, *, role: str, what: str):
         raise ValueError(f"role must be one of {', '.join(ROLE_ORDER)}, got {role!r}")
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
-        raise CommandError(f"--user {username!r}: no such user")
+        raise refused(f"--user {username!r}: no such user")
     if not user.is_active:
-        raise CommandError(f"--user {username!r}: the user is inactive; creating {what} needs an active user")
+        raise refused(f"--user {username!r}: the user is inactive; creating {what} needs an active user")
     if not has_role(user, role):
         enough = " or ".join(name for name, rank in ROLE_ORDER.items() if rank >= ROLE_ORDER[role])
         held = user_role(user)
         has = f"has the {held} role" if held else f"has no role (is in none of the groups {', '.join(ROLE_ORDER)})"
-        raise CommandError(f"--user {username!r}: {has}; creating {what} needs {enough}")
+        raise refused(f"--user {username!r}: {has}; creating {what} needs {enough}")
     return user

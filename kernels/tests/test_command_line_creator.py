@@ -7,6 +7,10 @@ made without ``--user`` has no creator, and its pages say it came from the comma
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -17,6 +21,8 @@ from benchmarks.models import BenchmarkSweep
 from benchmarks.tests.sweep_support import sim_deployment_create
 from deployments.choices import DeploymentStatus
 from kernels.models import KernelJob
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.django_db
 
@@ -73,9 +79,11 @@ def test_a_user_the_api_would_refuse_is_refused_in_one_line(deployment, toy_pack
         call_command("kernel_job_ingest", "--new", "toy_attn", "--variants", "/nonexistent/variants.json",
                      "/nonexistent/results.json", "--user", who, stdout=io.StringIO())
     assert str(err.value) == missing.format(what="a kernel job")
+    assert err.value.returncode == 2
     with pytest.raises(CommandError) as err:
         call_command("import_results", "/nonexistent/results.json", "--user", who, stdout=io.StringIO())
     assert str(err.value) == missing.format(what="runs by import")
+    assert err.value.returncode == 2
     assert not BenchmarkSweep.objects.exists() and not KernelJob.objects.exists()
 
 
@@ -86,6 +94,20 @@ def test_ingest_into_an_existing_job_refuses_a_user_it_would_not_record(toy_pack
                      stdout=io.StringIO())
     assert str(err.value) == ("--user records the creator of the job --new creates; without --new nothing is "
                               "created: leave --user out")
+    assert err.value.returncode == 2
+
+
+def test_the_command_line_exits_2_with_the_one_line_when_no_user_has_that_name(transactional_db):
+    from deployments.tests.test_agent_support import database_url
+
+    env = {**os.environ, "DATABASE_URL": database_url(), "DJANGO_SETTINGS_MODULE": "controlplane.settings"}
+    for command in (["import_results", "/nonexistent/results.json"],
+                    ["kernel_job_ingest", "--new", "toy_attn", "--variants", "/nonexistent/variants.json",
+                     "/nonexistent/results.json"]):
+        done = subprocess.run([sys.executable, "manage.py", *command, "--user", "nobody-at-all"], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == ["CommandError: --user 'nobody-at-all': no such user"]
 
 
 def test_pages_say_a_record_without_a_creator_came_from_the_command_line(deployment, toy_package, client, viewer,

@@ -8,6 +8,11 @@ A file that cannot be imported fails with every problem found, one per line, eac
 the runs it became, unless ``--allow-duplicate``. ``--user USERNAME`` records the importer, held to
 what the API's import requires (an active operator or admin), else a one-line error naming the user
 and what is missing.
+
+Every refusal exits with status 2 (:func:`controlplane.commands.refused`, as argparse's refusal of a
+bad option does): a ``--user`` that may not import, a file that is missing or cannot be read as
+UTF-8 text (one line naming the file and why), a file imported before (one line), and a file whose
+contents are refused (the list above). Nothing is stored on a refusal.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from pathlib import Path
 
 from django.core.management.base import CommandError
 
-from controlplane.commands import CeilingCommand
+from controlplane.commands import REFUSED_STATUS, CeilingCommand, refused
 from benchmarks.services import run_import, run_metrics
 from controlplane.errors import CeilingError, Conflict, InvalidInput
 from deployments.management.command_user import command_user
@@ -51,15 +56,15 @@ class Command(CeilingCommand):
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise CommandError(f"cannot read {path}: {exc}") from None
+            raise refused(f"cannot read {path}: {exc}") from None
         try:
             runs = run_import(text=text, filename=path.name, user=user, allow_duplicate=o["allow_duplicate"])
         except InvalidInput as exc:
-            raise CommandError(invalid_file_message(path.name, exc)) from None
+            raise CommandError(invalid_file_message(path.name, exc), returncode=REFUSED_STATUS) from None
         except Conflict as exc:
-            raise CommandError(f"{path.name}: {str(exc).replace(_API_FLAG_HINT, _CLI_FLAG_HINT)}") from None
+            raise refused(f"{path.name}: {str(exc).replace(_API_FLAG_HINT, _CLI_FLAG_HINT)}") from None
         except CeilingError as exc:
-            raise CommandError(f"{path.name}: {exc}") from None
+            raise refused(f"{path.name}: {exc}") from None
         for run in runs:
             m = run_metrics(run=run)
             tok = m["output_throughput_tok_s"]

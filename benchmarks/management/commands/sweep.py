@@ -152,10 +152,7 @@ class Command(CeilingCommand):
                                  "admin role, as the API requires (default: none, shown as 'command line')")
 
     def handle(self, *args, **o):
-        try:
-            user = command_user(o["user"], role="operator", what="a sweep")
-        except CommandError as exc:
-            raise refused(str(exc)) from None
+        user = command_user(o["user"], role="operator", what="a sweep")
         target = o["target"]
         if target.isascii() and target.isdigit():
             deployment = Deployment.objects.select_related("recipe").filter(pk=int(target)).first()

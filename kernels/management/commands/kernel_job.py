@@ -74,10 +74,7 @@ class Command(CeilingCommand):
                                  "role, as the API requires (default: none, shown as 'command line')")
 
     def handle(self, *args, **options):
-        try:
-            user = command_user(options["user"], role="operator", what="a kernel job")
-        except CommandError as exc:
-            raise refused(str(exc)) from None
+        user = command_user(options["user"], role="operator", what="a kernel job")
         if not 0 <= options["wait"] < float("inf"):  # also NaN
             raise refused(f"--wait must be a finite number of seconds >= 0, got {options['wait']}")
         try:

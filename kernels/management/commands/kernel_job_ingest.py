@@ -22,19 +22,22 @@ for a wrong output.
 ``--user USERNAME`` (with ``--new``) records the new job's creator: an active user with the operator
 or admin role, as the API requires to create a kernel job, else a one-line error naming the user and
 what is missing; without it the job has none and its pages say "command line". Without ``--new``
-nothing is created, so ``--user`` is refused there rather than ignored."""
+nothing is created, so ``--user`` is refused there rather than ignored.
+
+Every refusal of the command's input exits with status 2 (:func:`controlplane.commands.refused`, as
+argparse's refusal of a bad option does), on one line unless a refused file has several problems
+(each on its own line on stderr, then the count): a ``--user`` that may not create the job or that
+nothing would record, a missing job id, job or package, a file that cannot be read as JSON, results
+or builds the job refuses."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from django.core.management.base import CommandError
-
-from controlplane.commands import CeilingCommand
+from controlplane.commands import CeilingCommand, refused
 from controlplane.drf_defaults import BOM, json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import CeilingError, InvalidInput
 from deployments.management.command_user import command_user
-from kernels.management.commands.kernel_job import refused
 from kernels.models import KernelBest, KernelJob, KernelPackage
 from kernels.services import kernel_job_from_measurement, kernel_job_ingest
 
@@ -63,7 +66,7 @@ class Command(CeilingCommand):
         a key twice in an object, or holds a number that is not finite (``NaN``, ``Infinity``,
         ``1e400``), is refused on one line naming the file and every such problem at its path
         (``results.json: nothing was stored: results.0.median_us: NaN is not a finite number``),
-        exit status 2 (:func:`kernels.management.commands.kernel_job.refused`), before anything is
+        exit status 2 (:func:`controlplane.commands.refused`), before anything is
         stored: either would be a value the file does not say (the last of two, or no number).
         With ``errors_may_be_infinite`` (a results file) a row's ``max_abs_err`` and
         ``max_rel_err`` may be ``NaN`` or ``Infinity``: the runner's bench writes them so for an
@@ -72,7 +75,7 @@ class Command(CeilingCommand):
         try:
             data = json_loads(Path(path).read_text(encoding="utf-8").removeprefix(BOM))
         except (OSError, ValueError, RecursionError) as exc:
-            raise CommandError(f"{path}: {exc}") from None
+            raise refused(f"{path}: {exc}") from None
         problems = repeated_key_errors(data)
         for where, messages in nonfinite_number_errors(data).items():
             if not (errors_may_be_infinite and RUNNER_NONFINITE_RE.fullmatch(where)):
@@ -84,20 +87,20 @@ class Command(CeilingCommand):
 
     def handle(self, *args, **options):
         if options["user"] is not None and not options["new"]:
-            raise CommandError("--user records the creator of the job --new creates; without --new nothing is "
-                               "created: leave --user out")
+            raise refused("--user records the creator of the job --new creates; without --new nothing is "
+                          "created: leave --user out")
         user = command_user(options["user"], role="operator", what="a kernel job")
         if options["new"]:
             # With --new the one positional argument is the results file.
             if options["results"]:
-                raise CommandError(f"--new creates a job: give only the results file, not a job id "
-                                   f"({options['job_id']!r}); to store into an existing job, leave out --new")
+                raise refused(f"--new creates a job: give only the results file, not a job id "
+                              f"({options['job_id']!r}); to store into an existing job, leave out --new")
             results_path = options["job_id"]
             if not results_path or not options["variants"]:
-                raise CommandError("--new PACKAGE needs --variants variants.json and results.json")
+                raise refused("--new PACKAGE needs --variants variants.json and results.json")
             package = KernelPackage.objects.filter(name=options["new"]).first()
             if package is None:
-                raise CommandError(f"no kernel package {options['new']!r} (run manage.py kernel_register)")
+                raise refused(f"no kernel package {options['new']!r} (run manage.py kernel_register)")
             variants = self._read(options["variants"])
             results = self._read(results_path, errors_may_be_infinite=True)
             builds = self._read(options["builds"]) if options["builds"] else None
@@ -106,12 +109,12 @@ class Command(CeilingCommand):
             self._report(job, {"variants": job.variants.count()})
             return
         if not options["job_id"] or not re.fullmatch(r"[0-9]+", str(options["job_id"])):
-            raise CommandError("give a job id (or --new PACKAGE --variants variants.json results.json)")
+            raise refused("give a job id (or --new PACKAGE --variants variants.json results.json)")
         job = KernelJob.objects.filter(pk=int(options["job_id"])).first()
         if job is None:
-            raise CommandError(f"no kernel job with id {options['job_id']}")
+            raise refused(f"no kernel job with id {options['job_id']}")
         if not options["results"] and not options["builds"]:
-            raise CommandError("give results.json and/or --builds builds.json")
+            raise refused("give results.json and/or --builds builds.json")
         results = self._read(options["results"], errors_may_be_infinite=True) if options["results"] else None
         builds = self._read(options["builds"]) if options["builds"] else None
         source = self._read(options["variants"]) if options["variants"] else None
@@ -119,7 +122,7 @@ class Command(CeilingCommand):
         self._report(job, out)
 
     def _stored(self, store):
-        """Run ``store()``; a refused payload stops (non-zero exit) with the reason itself when
+        """Run ``store()``; a refused payload stops (exit status 2) with the reason itself when
         there is one (e.g. results measured from another variants list: both fingerprints), else
         prints every reason with its path, once each, and stops with how many there are."""
         try:
@@ -127,12 +130,12 @@ class Command(CeilingCommand):
         except InvalidInput as exc:
             reasons = [f"{path}: {m}" for path, msgs in exc.errors.items() for m in msgs]
             if len(reasons) == 1:
-                raise CommandError(f"nothing was stored: {reasons[0]}") from None
+                raise refused(f"nothing was stored: {reasons[0]}") from None
             for line in reasons:
                 self.stderr.write(line)
-            raise CommandError(f"nothing was stored: {len(reasons)} problems, listed above") from None
+            raise refused(f"nothing was stored: {len(reasons)} problems, listed above") from None
         except CeilingError as exc:
-            raise CommandError(str(exc)) from None
+            raise refused(str(exc)) from None
 
     def _report(self, job, out):
         """Print what this ingest stored next to what the job holds now, never mixed in one
