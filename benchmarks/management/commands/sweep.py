@@ -17,7 +17,11 @@ as the API takes them; the web form takes ms), ``--seed`` (``seed``) and ``--wai
 with its grid path and the API's message, one per line, and the command exits with status 2, as
 it does for every other refusal of its input, each on one line (no such deployment or recipe, a
 ``--user`` that may not create a sweep, a sweep the service refuses). A sweep that was created and
-then failed or was cancelled (``--wait``, ``--here``) exits with status 1.
+then failed or was cancelled (``--wait``, ``--here``) exits with status 1. ``--wait`` follows the
+sweep for ``--timeout`` seconds at most (a finite number >= 0, else refused with status 2); a sweep
+not yet ended by then is left running, not cancelled: the command says so on one line with the
+sweep's id, its page and API paths and how to cancel it, and exits with status 3
+(:data:`STILL_RUNNING_STATUS`).
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from argparse import ArgumentTypeError
 from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand, refused, refused_list
-from benchmarks.choices import SweepStatus
+from benchmarks.choices import SWEEP_TERMINAL, SweepStatus
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
 from controlplane.errors import CeilingError, InvalidInput
 from deployments.choices import DEPLOYMENT_ACTIVE
@@ -46,6 +50,20 @@ OPTION_OF = {
 
 # An integer as typed: ASCII digits with an optional sign (``int()`` also takes ``1_000``).
 _INTEGER_RE = re.compile(r"[+-]?[0-9]+")
+
+
+#: The exit status of ``--wait`` whose ``--timeout`` ran out while the sweep was still going (pending,
+#: waiting for the deployment or running): not success (0), no failure of the sweep (1), no refusal (2).
+STILL_RUNNING_STATUS = 3
+
+
+def still_running_text(*, sweep, timeout_s: float) -> str:
+    """The one line of a sweep ``--wait`` stopped following after ``timeout_s`` seconds, e.g.
+    ``sweep #7 is still running after --timeout 60 s and was not cancelled: follow it at
+    /benchmarks/sweeps/7/ or GET /api/sweeps/7/; cancel it with POST /api/sweeps/7/cancel/``."""
+    return (f"sweep #{sweep.pk} is still {SweepStatus(sweep.status).label} after --timeout {timeout_s:g} s and was "
+            f"not cancelled: follow it at /benchmarks/sweeps/{sweep.pk}/ or GET /api/sweeps/{sweep.pk}/; cancel it "
+            f"with POST /api/sweeps/{sweep.pk}/cancel/")
 
 
 def _number(text: str) -> int | float:
@@ -146,13 +164,16 @@ class Command(CeilingCommand):
                                  "default its startup timeout + 60)")
         parser.add_argument("--wait", action="store_true", help="follow the sweep and print its results")
         parser.add_argument("--here", action="store_true", help="run the sweep in this process")
-        parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait follows the sweep")
+        parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait follows the sweep (default 3600); a sweep still going then is "
+                                 "left running, not cancelled, and the command exits with status 3")
         parser.add_argument("--user", default=None, metavar="USERNAME",
                             help="record this user as the sweep's creator: an active user with the operator or "
                                  "admin role, as the API requires (default: none, shown as 'command line')")
 
     def handle(self, *args, **o):
         user = command_user(o["user"], role="operator", what="a sweep")
+        if not 0 <= o["timeout"] < float("inf"):  # also NaN, which no elapsed time would pass
+            raise refused(f"--timeout must be a finite number of seconds >= 0, got {o['timeout']}")
         target = o["target"]
         if target.isascii() and target.isdigit():
             deployment = Deployment.objects.select_related("recipe").filter(pk=int(target)).first()
@@ -200,6 +221,9 @@ class Command(CeilingCommand):
             sweep_execute(sweep_id=sweep.pk)
         elif o["wait"]:
             sweep_wait(sweep=sweep, timeout_s=o["timeout"], progress=self.stdout.write)
+            if sweep.status not in SWEEP_TERMINAL:
+                raise CommandError(still_running_text(sweep=sweep, timeout_s=o["timeout"]),
+                                   returncode=STILL_RUNNING_STATUS)
         else:
             return
         self.stdout.write(sweep_report_text(sweep=sweep))
