@@ -24,7 +24,8 @@ from controlplane.errors import InvalidInput
 
 class SweepSerializer(serializers.ModelSerializer):
     """A sweep with its grid, status, progress columns (``current_tok_s``: the running point's
-    output tok/s, null unless the sweep is running), GPU count and snapshot; ``worker``
+    output tok/s over the last report window of about 0.5 s, null unless the sweep is running; the
+    mean since the point's first request is its run's ``progress.tok_s_mean``), GPU count and snapshot; ``worker``
     (``host:pid`` running it) and ``heartbeat_at`` (its last sign of life); ``run_ids`` in
     grid order; ``queue_note``: why an active sweep is not measuring yet
     (:func:`benchmarks.selectors.sweep_queue_note`, null once it runs); ``requests_done``: the

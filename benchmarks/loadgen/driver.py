@@ -511,8 +511,13 @@ class _Reporter:
     """Turns running counts into ``progress`` calls at most every :data:`PROGRESS_PERIOD_S`.
 
     ``tok_s`` is the output tokens streamed during the window since the previous call, divided by
-    that window's length (the first window starts at ``t0``). A callback that raises is logged
-    once and not called again: the measurement goes on (a broken display must not cost the run).
+    that window's length (the first window starts at ``t0``; a window is at least
+    :data:`PROGRESS_PERIOD_S`, 0.5 s, and the counts are polled every half of it, so usually no
+    more than about 0.75 s): the rate of the last moment, not the run's output throughput.
+    ``tok_s_mean`` is the output tokens so far divided by the seconds since ``t0``, when the first
+    request was sent (the mean rate since the start, which the run's output throughput
+    approaches); None before any token. A callback that raises is logged once and not called
+    again: the measurement goes on (a broken display must not cost the run).
     """
 
     def __init__(self, callback: Progress) -> None:
@@ -533,9 +538,10 @@ class _Reporter:
             return
         if not final and not self.calls and now - t0 < PROGRESS_PERIOD_S * 1e9:
             return
-        window = (now - start) / 1e9
+        window, elapsed = (now - start) / 1e9, (now - t0) / 1e9
         info = {"done": done, "total": max(total, done), "failed": failed, "output_tokens": tokens,
-                "elapsed_s": (now - t0) / 1e9, "tok_s": (tokens - self.last_tokens) / window if window > 0 else 0.0}
+                "elapsed_s": elapsed, "tok_s": (tokens - self.last_tokens) / window if window > 0 else 0.0,
+                "tok_s_mean": tokens / elapsed if tokens > 0 and elapsed > 0 else None}
         self.last_t, self.last_tokens = now, tokens
         self.calls += 1
         try:
@@ -1117,11 +1123,12 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
     ``warmup_specs`` default to the first ``config.warmup`` specs (reused, not consumed). Scrapes
     ``metrics_urls`` from a thread so the loop keeps running. ``progress`` (optional) is called
     from this event loop at most every :data:`PROGRESS_PERIOD_S` during the measured phase and
-    once at its end with ``{"done", "total", "failed", "output_tokens", "elapsed_s", "tok_s"}``:
-    requests finished / to send (for a duration-limited closed loop, which cannot know, the number
-    started so far) / failed, output tokens streamed so far (in-flight requests included: the
-    server's per-event count when it sends one, else one per output event), seconds since ``t0``,
-    and output tokens/s over the window since the previous call. Keep it quick: it runs between
+    once at its end with ``{"done", "total", "failed", "output_tokens", "elapsed_s", "tok_s",
+    "tok_s_mean"}``: requests finished / to send (for a duration-limited closed loop, which cannot
+    know, the number started so far) / failed, output tokens streamed so far (in-flight requests
+    included: the server's per-event count when it sends one, else one per output event), seconds
+    since ``t0``, output tokens/s over the window since the previous call (at least
+    :data:`PROGRESS_PERIOD_S`) and output tokens/s since ``t0`` (None before any token). Keep it quick: it runs between
     the network reads it is reporting on.
     """
     config.validate()

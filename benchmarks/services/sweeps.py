@@ -73,6 +73,7 @@ from benchmarks.loadgen import (
     random_dataset, run_summary,
 )
 from benchmarks.loadgen.driver import ABORTED_PREFIX
+from benchmarks.loadgen.driver import PROGRESS_PERIOD_S as LOADGEN_PROGRESS_PERIOD_S
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
@@ -722,7 +723,13 @@ def _point_label(point: Mapping[str, Any]) -> str:
 
 
 # Keys of the load generator's progress report (``loadgen_run(progress=...)``), kept on the run row.
-PROGRESS_KEYS = ("done", "total", "failed", "output_tokens", "elapsed_s", "tok_s")
+# ``tok_s`` is the output rate over the last report window (:data:`TOK_S_WINDOW_S`); ``tok_s_mean``
+# the output tokens so far over the seconds since the point's first request (null before any token).
+PROGRESS_KEYS = ("done", "total", "failed", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean")
+
+#: Seconds of the load generator's report window, over which ``tok_s`` is measured: at least this
+#: (:data:`benchmarks.loadgen.driver.PROGRESS_PERIOD_S`), usually no more than half as long again.
+TOK_S_WINDOW_S = LOADGEN_PROGRESS_PERIOD_S
 
 
 class _PointProgress:
@@ -750,7 +757,8 @@ class _PointProgress:
 
     def report(self, snapshot: Mapping[str, Any]) -> None:
         """The load generator's callback: keep the newest ``{"done", "total", "failed",
-        "output_tokens", "elapsed_s", "tok_s"}`` (counts, seconds, output tok/s over its window)."""
+        "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}`` (counts, seconds, output tok/s over
+        its last window of about :data:`TOK_S_WINDOW_S` s, output tok/s since the first request)."""
         clean = {k: snapshot.get(k) for k in PROGRESS_KEYS}
         with self._lock:
             self._latest, self._new = clean, True
@@ -1471,14 +1479,17 @@ def _total_sent_so_far(run: BenchmarkRun) -> bool:
 
 def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
     """One line of a sweep's progress for a terminal, e.g. ``sweep #7: running, point 1/3
-    (c=1 256/256): 12/25 requests of this point, 12/225 of the sweep, 41.0 tok/s now``. The point's
+    (c=1 256/256): 12/25 requests of this point, 12/225 of the sweep, 41.0 output tok/s (last 0.5 s
+    window), 38.2 output tok/s (mean since start)``. The point's
     counts come from its run row's progress (the load generator's own); the sweep's from its
     columns, the total as the API gives it
     (:attr:`benchmarks.models.BenchmarkSweep.requests_total_known`): a sweep with points limited
     by time alone has none until it is done, and says how many are done (``142 done in the sweep,
     total not known: points limited by time``) rather than a total that falls behind them
-    (``142/128``). tok/s is the running point's rate over the last report window (about 0.5 s),
-    not a stored result."""
+    (``142/128``). The running point's output tok/s is given twice, each named: over the last
+    report window (:data:`TOK_S_WINDOW_S`, 0.5 s; the sweep's ``current_tok_s``) and the mean since
+    its first request (its progress ``tok_s_mean``, left out before any token), neither a stored
+    result."""
     running = sweep.status == SweepStatus.RUNNING
     line = f"  sweep #{sweep.pk}: {sweep.status}"
     if sweep.current_point:
@@ -1501,7 +1512,9 @@ def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
         line += (f", {sweep.requests_done}/{total} of the sweep" if total is not None
                  else f", {sweep.requests_done} done in the sweep, total not known: points limited by time")
         if sweep.current_tok_s is not None:
-            line += f", {sweep.current_tok_s:.1f} tok/s now"
+            line += f", {sweep.current_tok_s:.1f} output tok/s (last {TOK_S_WINDOW_S:g} s window)"
+        if isinstance(prog.get("tok_s_mean"), (int, float)):
+            line += f", {prog['tok_s_mean']:.1f} output tok/s (mean since start)"
     return line
 
 

@@ -18,7 +18,7 @@ from benchmarks.tests.replay_server import ReplayProcess, sse
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-KEYS = {"done", "total", "failed", "output_tokens", "elapsed_s", "tok_s"}
+KEYS = {"done", "total", "failed", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}
 GAP = 0.05
 TOKENS = 4
 
@@ -73,6 +73,14 @@ def assert_well_formed(seen: Calls, *, total: int, failed: int, tokens: int) -> 
         assert 0 <= info["failed"] <= info["done"] <= info["total"]
     last = seen.calls[-1]
     assert (last["done"], last["total"], last["failed"], last["output_tokens"]) == (total, total, failed, tokens)
+    # The mean since the first request: the tokens so far over the seconds since then, null before any token;
+    # the window's tok_s is another figure (the last ~0.5 s only).
+    for info in seen.calls:
+        if info["output_tokens"]:
+            assert info["tok_s_mean"] == pytest.approx(info["output_tokens"] / info["elapsed_s"])
+        else:
+            assert info["tok_s_mean"] is None
+    assert last["tok_s_mean"] == pytest.approx(tokens / last["elapsed_s"])
     elapsed = [c["elapsed_s"] for c in seen.calls]
     assert elapsed == sorted(elapsed)
     # At most ~2 calls per second: every gap but the final call's is at least ~0.5 s.
@@ -96,6 +104,7 @@ def test_it_reports_progress_from_the_calling_thread_about_twice_a_second(flaky:
     assert 0 < mid["done"] < 12 and mid["elapsed_s"] >= 0.45
     # Two streams of one token per 50 ms while both are streaming: at most ~40 tok/s.
     assert 5 < mid["tok_s"] < 45
+    assert mid["tok_s_mean"] == pytest.approx(mid["output_tokens"] / mid["elapsed_s"]) and 0 < mid["tok_s_mean"] < 45
 
 
 def test_it_reports_progress_from_worker_processes_through_their_pipes(server: ReplayProcess) -> None:

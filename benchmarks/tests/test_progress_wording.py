@@ -16,11 +16,16 @@ def test_it_says_whose_request_counts_a_progress_line_shows() -> None:
     sweep = BenchmarkSweep.objects.create(status=SweepStatus.RUNNING, points_total=3, points_done=0,
                                           requests_total=225, requests_done=12, current_point="c=1 256/256",
                                           current_tok_s=41.04)
-    BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status=RunStatus.RUNNING, concurrency=1, num_requests=25,
-                                progress={"done": 12, "total": 25})
+    run = BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status=RunStatus.RUNNING, concurrency=1,
+                                      num_requests=25, progress={"done": 12, "total": 25})
     assert sweep_progress_line(sweep=sweep) == (
         f"  sweep #{sweep.pk}: running, point 1/3 (c=1 256/256): 12/25 requests of this point, "
-        "12/225 of the sweep, 41.0 tok/s now")
+        "12/225 of the sweep, 41.0 output tok/s (last 0.5 s window)")
+    # with the mean since the start: both rates, each named, never one taken for the other
+    run.progress = {"done": 12, "total": 25, "output_tokens": 3072, "elapsed_s": 80.0, "tok_s_mean": 3072 / 80.0}
+    run.save()
+    assert sweep_progress_line(sweep=sweep).endswith(
+        "12/225 of the sweep, 41.0 output tok/s (last 0.5 s window), 38.4 output tok/s (mean since start)")
 
 
 def test_a_time_limited_points_line_says_its_total_is_what_was_sent_so_far() -> None:
@@ -47,12 +52,15 @@ def test_the_running_point_stores_and_broadcasts_whether_its_total_is_what_was_s
                        (rated, {"concurrency": None, "request_rate": 2.0, "input_len": 8, "output_len": 8,
                                 "duration_s": 30.0})):
         progress = sweeps_module._PointProgress(sweep, run, point, 0)
-        progress.report({"done": 42, "total": 44, "failed": 0, "elapsed_s": 10.0, "tok_s": 5.0})
+        progress.report({"done": 42, "total": 44, "failed": 0, "output_tokens": 40, "elapsed_s": 10.0, "tok_s": 5.0,
+                         "tok_s_mean": 4.0})
         progress.tick(final=True)
     assert [m["total_sent_so_far"] for m in sent] == [True, False]
+    assert [(m["tok_s"], m["tok_s_mean"]) for m in sent] == [(5.0, 4.0), (5.0, 4.0)]   # both rates broadcast
     timed.refresh_from_db()
     rated.refresh_from_db()
     assert (timed.progress["total_sent_so_far"], rated.progress["total_sent_so_far"]) == (True, False)
+    assert (timed.progress["tok_s"], timed.progress["tok_s_mean"]) == (5.0, 4.0)   # both kept on the row
 
 
 def test_it_does_not_call_a_known_gpu_count_unknown_before_any_point_finished() -> None:

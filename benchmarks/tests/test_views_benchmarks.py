@@ -223,7 +223,8 @@ def test_it_shows_live_progress_and_polls_every_second_while_running(viewer_clie
     html = _html(response)
     assert "12 / 48 requests" in html
     assert "1 / 2 points" in html
-    assert "187.3 tok/s" in html
+    current = html.split('class="current-tok-s">')[1].split("</dd>")[0]
+    assert current.startswith("187.3 output tok/s, last 0.5 s window")   # the window's rate, named as such
     assert "at c=8 256/256" in html
     assert 'hx-trigger="every 1s"' in html
     assert 'style="width: 25.0%"' in html
@@ -655,12 +656,15 @@ def test_it_shows_the_running_points_progress_from_its_row(viewer_client, sweep)
     running = BenchmarkRun.objects.create(
         sweep=sweep, ordinal=1, status=RunStatus.RUNNING, concurrency=8, input_len=256, output_len=256,
         num_requests=24, progress={"done": 9, "total": 24, "failed": 1, "output_tokens": 2304, "elapsed_s": 12.5,
-                                   "tok_s": 184.3, "duration_s": None, "source": "client"})
+                                   "tok_s": 201.6, "tok_s_mean": 2304 / 12.5, "duration_s": None,
+                                   "source": "client"})
     html = _html(viewer_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk]), {"points": "1"}))
     live = html.split('class="run-progress"')[1].split("</dd>")[0]
     assert reverse("benchmarks:run-detail", args=[running.pk]) in live
     assert "9 / 24 requests done" in live and "1 failed" in live
-    assert "184.3 tok/s" in live and "12.5 s elapsed" in live
+    # both rates, each named: the last window's and the mean since the start (2304 tokens / 12.5 s)
+    assert ("201.6 output tok/s (last 0.5 s window), 184.3 output tok/s (mean since start), 12.5 s elapsed"
+            in live)
     assert "counted by the load generator" in live
 
 
@@ -671,6 +675,9 @@ def test_it_measures_a_time_limited_sweep_by_points_and_elapsed_time(viewer_clie
         num_requests=7812, duration_s=60.0,
         progress={"done": 40, "total": 7812, "failed": 0, "elapsed_s": 30.0, "tok_s": 150.0, "duration_s": 60.0})
     html = _html(viewer_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk]), {"points": "1"}))
+    # a row written before tok_s_mean existed shows the window's rate alone
+    live = html.split('class="run-progress"')[1].split("</dd>")[0]
+    assert "150.0 output tok/s (last 0.5 s window), 30.0 s" in live and "mean since start" not in live
     # 1 of 2 points done, the running one half way through its 60 s: 75 %
     assert 'style="width: 75.0%"' in html
     assert "30.0 s of 60 s elapsed" in html
@@ -822,3 +829,11 @@ def test_it_lists_every_grid_error_of_the_form_at_once(operator_client, deployme
     assert "point c=1 100000/8 needs 20,000,000 prompt tokens" in html
     assert "200 requests at 0.5 req/s take about 400 s" not in html  # within the 24 h bound: no error
     assert not BenchmarkSweep.objects.exists()
+
+
+def test_the_live_panel_names_both_output_rates_with_the_window_length(viewer_client, sweep):
+    html = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+    panel = html.split('id="sweep-live"')[1].split("</section>")[0]
+    assert 'data-tok-window-s="0.5"' in panel
+    assert '<dt data-f="tok_s-label">Output tok/s, last 0.5 s window</dt>' in panel
+    assert "<dt>Output tok/s, mean since start</dt>" in panel and 'data-f="tok_s_mean"' in panel

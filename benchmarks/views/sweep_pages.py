@@ -18,6 +18,7 @@ from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepSta
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_cancelled
+from benchmarks.services.sweeps import TOK_S_WINDOW_S
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
     DIGITS_RE, IMPORT_MAX_BYTES, INDEX_RUNS_PER_PAGE, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
@@ -386,9 +387,11 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     ``requests_done``/``requests_total`` (counts; done are the requests that finished; the total
     None while points limited by time alone have not run,
     :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
-    ``requests_cancelled`` (requests a cancel ended in flight, None when none or not cancelled), ``percent`` (0-100), ``current_tok_s`` (tok/s
-    of the running point, None when none), ``active`` (still moving), ``current_point`` (e.g.
-    ``c=8 256/256``) and ``run`` (:func:`run_progress` of the running point, None when none runs).
+    ``requests_cancelled`` (requests a cancel ended in flight, None when none or not cancelled), ``percent`` (0-100), ``current_tok_s`` (output tok/s
+    of the running point over the last report window, None when none), ``tok_s_window_s`` (that
+    window's length, seconds: :data:`benchmarks.services.sweeps.TOK_S_WINDOW_S`), ``active`` (still
+    moving), ``current_point`` (e.g. ``c=8 256/256``) and ``run`` (:func:`run_progress` of the
+    running point, None when none runs).
 
     ``percent`` counts requests, or, when the grid limits points by time (``duration_s``, where the
     request total is only a budget), finished points plus the running point's share: the larger
@@ -414,6 +417,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
         "requests_cancelled": sweep_requests_cancelled(sweep=sweep) if sweep.status == SweepStatus.CANCELLED else None,
         "percent": round(min(percent, 100.0), 1),
         "current_tok_s": sweep.current_tok_s if sweep.status == SweepStatus.RUNNING else None,
+        "tok_s_window_s": TOK_S_WINDOW_S,
         "current_point": sweep.current_point if sweep.status == SweepStatus.RUNNING else "",
         "active": active, "run": live, "queue_note": sweep_queue_note(sweep=sweep) if active else "",
     }
@@ -422,7 +426,9 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
 def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
     """The running point's live progress from its row (the load generator's reports, written at
     most once a second): ``run`` (the row), ``done``/``total``/``failed`` (requests), ``tok_s``
-    (output tok/s, None before the first report), ``elapsed_s`` and ``duration_s`` (seconds, None
+    (output tok/s over the last report window of :data:`benchmarks.services.sweeps.TOK_S_WINDOW_S`
+    s, None before the first report), ``tok_s_mean`` (output tok/s since the point's first request,
+    None before any token), ``elapsed_s`` and ``duration_s`` (seconds, None
     when unknown or not time-limited), ``fraction`` (0-1: the larger of done / total and elapsed /
     duration), ``source`` (``client`` or ``server_counters``), ``total_sent_so_far`` (True for a
     closed loop limited by time: its ``total`` is the requests sent so far, not a planned count,
@@ -441,6 +447,7 @@ def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
     if elapsed is not None and duration:
         fractions.append(elapsed / duration)
     return {"run": run, "done": done, "total": total, "failed": p.get("failed"), "tok_s": _opt_float(p.get("tok_s")),
+            "tok_s_mean": _opt_float(p.get("tok_s_mean")),
             "elapsed_s": elapsed, "duration_s": duration, "fraction": min(1.0, max(fractions)),
             "source": p.get("source", "client"), "total_sent_so_far": sent_so_far}
 

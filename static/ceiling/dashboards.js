@@ -602,9 +602,14 @@
       ? (sentSoFar ? done + " done of " + total + " sent so far (time-limited point)" : done + " / " + total) : null,
       sentSoFar ? "" : "requests");
     set(root, "failed", isNum(data.failed) ? data.failed : null, "failed");
+    // Two output rates, each named: the last report window's (tok_s; its length in seconds is the
+    // section's data-tok-window-s) and the mean since the point's first request (tok_s_mean, null
+    // before any token), which the point's stored output throughput approaches.
+    var windowS = root.getAttribute("data-tok-window-s") || "0.5";
     set(root, "tok_s", fixed(data.tok_s, 1), "tok/s");
     var tokLabel = field(root, "tok_s-label");
-    if (tokLabel) tokLabel.textContent = "Output, current rate (last 0.5 s)";
+    if (tokLabel) tokLabel.textContent = "Output tok/s, last " + windowS + " s window";
+    set(root, "tok_s_mean", fixed(data.tok_s_mean, 1), "tok/s", "no output token yet");
     // A time-limited point ends by its duration (its request total is only a budget).
     set(root, "elapsed", isNum(data.elapsed_s) ? data.elapsed_s.toFixed(1) + (isNum(data.duration_s) ? " / " + data.duration_s : "") : null, "s");
     bar(field(root, "fill"), sentSoFar
