@@ -270,3 +270,20 @@ def test_a_device_stored_under_one_spelling_is_refused_in_another(package):
     assert err.value.errors["device.name"] == [
         "'Nvidia H200' is 'NVIDIA H200' spelled in another letter case, as stored kernel jobs name it: write it "
         "'NVIDIA H200' (one GPU, one set of config files)"]
+
+
+def test_the_job_command_says_on_one_line_that_a_job_still_going_after_wait_was_left_running(package):
+    """An external job waits for builds made elsewhere, so it is still pending when a short
+    ``--wait`` runs out: exit status 3 (neither success nor a failed job nor a refusal), one line
+    naming the job, its page and how to cancel it; the job stays as it was."""
+    from django.core.management import CommandError, call_command
+
+    out = io.StringIO()
+    with pytest.raises(CommandError) as err:
+        call_command("kernel_job", NAME, "--external", "--cc", "9.0", "--wait", "0.2", stdout=out)
+    job = KernelJob.objects.get()
+    assert err.value.returncode == 3 and "\n" not in str(err.value)
+    assert str(err.value) == (
+        f"kernel job #{job.pk} is still pending after --wait 0.2 s and was not cancelled: follow it at "
+        f"/kernels/jobs/{job.pk}/ or GET /api/kernel-jobs/{job.pk}/; cancel it with POST /api/kernel-jobs/{job.pk}/cancel/")
+    assert job.status == "pending" and not job.cancel_requested

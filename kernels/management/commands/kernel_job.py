@@ -14,7 +14,11 @@ neither of its values is taken, and so is a shape or batch listed more than once
 
 ``--user USERNAME`` records the job's creator: an active user with the operator or admin role, as
 the API requires, else an error naming the user and what is missing; without it the job has none
-and its pages say "command line"."""
+and its pages say "command line".
+
+``--wait SECONDS`` prints the job's progress until it ends or the seconds run out: a job that ended
+done exits 0, one that failed or was cancelled exits 1 with its status and reason, and one still
+going exits 3 on one line (:func:`still_going_text`): it is left running, not cancelled."""
 from __future__ import annotations
 
 import time
@@ -27,9 +31,24 @@ from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled
 from deployments.management.command_user import command_user
 from deployments.models import Node
-from kernels.choices import JOB_TERMINAL
+from kernels.choices import JOB_TERMINAL, KernelJobStatus
 from kernels.models import KernelPackage
 from kernels.services import job_progress_total, kernel_job_check, kernel_job_create
+
+
+#: The exit status of ``--wait`` that ran out while the job was still going (queued, building or
+#: benchmarking): not success (0), no failure of the job (1), no refusal (2); ``manage.py sweep
+#: --wait`` uses the same status for a sweep still going after its ``--timeout``.
+STILL_GOING_STATUS = 3
+
+
+def still_going_text(*, job, wait_s: float) -> str:
+    """The one line of a ``--wait`` that stopped following a job after ``wait_s`` seconds, e.g.
+    ``kernel job #4 is still building after --wait 900 s and was not cancelled: follow it at
+    /kernels/jobs/4/ or GET /api/kernel-jobs/4/; cancel it with POST /api/kernel-jobs/4/cancel/``."""
+    return (f"kernel job #{job.pk} is still {job.status} after --wait {wait_s:g} s and was not cancelled: "
+            f"follow it at /kernels/jobs/{job.pk}/ or GET /api/kernel-jobs/{job.pk}/; cancel it with "
+            f"POST /api/kernel-jobs/{job.pk}/cancel/")
 
 
 def not_created(errors: dict[str, list[str]]) -> CommandError:
@@ -128,5 +147,10 @@ class Command(CeilingCommand):
             time.sleep(1.0)
         if options["wait"]:
             job.refresh_from_db()
-            self.stdout.write(f"kernel job #{job.pk}: {job.status}"
-                              + (f" ({job.reason})" if job.reason else "") + (f"; {job.note}" if job.note else ""))
+            if job.status not in JOB_TERMINAL:
+                raise CommandError(still_going_text(job=job, wait_s=options["wait"]), returncode=STILL_GOING_STATUS)
+            line = (f"kernel job #{job.pk}: {job.status}"
+                    + (f" ({job.reason})" if job.reason else "") + (f"; {job.note}" if job.note else ""))
+            if job.status != KernelJobStatus.DONE:
+                raise CommandError(line, returncode=1)
+            self.stdout.write(line)
