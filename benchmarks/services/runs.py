@@ -46,7 +46,7 @@ from benchmarks.sweeps import DIGITS_RE, repeats_text, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import Conflict, InvalidInput
-from controlplane.jsonsafe import json_safe
+from controlplane.jsonsafe import json_number, json_safe
 
 # From this magnitude on a compared number is written with an exponent: every digit of a value
 # such as 1e300 (an imported file's) would be a 301-digit cell that widens the page.
@@ -301,7 +301,33 @@ def slo_text(slo: Mapping[str, Any] | None) -> str:
     if not slo:
         return "none"
     names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
-    return ", ".join(f"{names[k]} ≤ {slo[k]:g} s" for k in SLO_KEYS if slo.get(k) is not None) or "none"
+    return ", ".join(f"{names[k]} ≤ {_js_number(float(slo[k]))} s" for k in SLO_KEYS
+                     if slo.get(k) is not None) or "none"
+
+
+def _js_number(value: float) -> str:
+    """``value`` as JavaScript writes a number: :func:`json_number` without a whole number's ``.0``
+    (``10``, ``0.5``, ``1e-7``)."""
+    text = json_number(value)
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _slo_groups(pairs: list[tuple[int, Mapping[str, Any] | None]], *, prefix: str = "run ") -> str:
+    """Runs grouped by their SLO, each distinct SLO once with the runs measured against it, in the
+    order first seen: ``runs #7 and #8: TTFT ≤ 0.02 s; run #10: no SLO recorded``."""
+    groups: dict[str, tuple[Mapping[str, Any] | None, list[int]]] = {}
+    for rid, slo in pairs:
+        groups.setdefault(json.dumps(slo, sort_keys=True), (slo, []))[1].append(rid)
+    return "; ".join(
+        (prefix + "#" + str(ids[0]) if len(ids) == 1 else _runs_named(ids, prefix=prefix)) + ": "
+        + (slo_text(slo) if slo else "no SLO recorded") for slo, ids in groups.values())
+
+
+def _runs_named(ids: list[int], *, prefix: str = "run ") -> str:
+    """``run #7``, ``runs #7 and #8`` (``#7 and #8`` with an empty ``prefix``)."""
+    if len(ids) == 1:
+        return f"{prefix}#{ids[0]}"
+    return ("runs " if prefix else "") + _and([f"#{i}" for i in ids])
 
 
 def _config_fields(run: BenchmarkRun) -> dict[str, Any]:
@@ -594,7 +620,11 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     objects and ``slo`` (:func:`run_slo`, seconds; null when the run had none or it is not
     known), so runs measured against different SLOs are listed in ``config_differs``; when runs
     with a goodput have different or unknown SLOs a note says their goodput is not comparable
-    (goodput counts the requests that met the run's own SLO).
+    (goodput counts the requests that met the run's own SLO). The note lists each distinct SLO once
+    with the runs measured against it (``runs #7 and #8: TTFT ≤ 0.02 s; run #10: no SLO
+    recorded``), and says what the numbers give: goodput deltas only between the runs that share
+    the baseline's SLO (naming them), or none; and, where a best goodput is still named, that it
+    is named among the ranked runs with a goodput, which share one SLO.
 
     ``deltas_pct`` gives each run's value against the baseline run's in percent of the
     baseline's (``(value − baseline) / baseline × 100``; the baseline's own is 0): null where a
@@ -699,12 +729,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     measured = [e for e in entries if e["measured"]]
     with_goodput = [e for e in measured if e["metrics"].get("goodput_req_s") is not None]
     slo_differs = len({slo_key(e) for e in measured}) > 1 or any(e["config"]["slo"] is None for e in with_goodput)
-    if with_goodput and len(measured) > 1 and slo_differs:
-        said = "; ".join(f"run #{e['id']}: " + (slo_text(e["config"]["slo"]) if e["config"]["slo"]
-                                                 else "no SLO recorded")
-                         for e in measured)
-        notes.append("goodput is not comparable across these runs: it counts the requests that met each run's own "
-                     f"SLO, and their SLOs differ ({said}); no goodput delta is given between runs with different SLOs")
+    # Written once the deltas and the best are known, so that it says which were given.
+    goodput_note_at = len(notes) if with_goodput and len(measured) > 1 and slo_differs else None
 
     fields = []
     for key, label, unit in COMPARE_FIELDS:
@@ -740,8 +766,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         if key == "goodput_req_s" and len(vals) > 1 and len(lengths) == 1:
             slos = {e["id"]: e["config"]["slo"] for e in with_value}
             if any(slos[rid] is None for _, rid in vals) or len({slo_key(e) for e in with_value}) > 1:
-                said = "; ".join(f"#{rid}: " + (slo_text(slos[rid]) if slos[rid] else "no SLO recorded")
-                                 for _, rid in vals)
+                said = _slo_groups([(rid, slos[rid]) for _, rid in vals], prefix="")
                 notes.append(f"no best run for goodput: it counts the requests that met each run's own SLO, and the "
                              f"rankable runs' SLOs differ or are not known ({said})")
                 best[key] = None
@@ -781,6 +806,20 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         if overlap:
             uncertain[key] = overlap[0]
             notes.append(overlap[1])
+    if goodput_note_at is not None:
+        goodput = next(f for f in fields if f["key"] == "goodput_req_s")
+        given = [e["id"] for e, d in zip(entries, goodput["deltas_pct"]) if d is not None]
+        said = _slo_groups([(e["id"], e["config"]["slo"]) for e in measured])
+        note = ("goodput is not comparable across these runs: it counts the requests that met each run's own SLO, "
+                f"and their SLOs differ ({said}); "
+                + (f"goodput deltas are given only between {_runs_named(given)}, which share the baseline "
+                   f"run #{baseline_id}'s SLO" if len(given) > 1 else "no goodput delta is given"))
+        if best.get("goodput_req_s") is not None:
+            among = [e["id"] for e in rankable if _path(e["metrics"], "goodput_req_s") is not None]
+            note += (f"; the best goodput is named among {_runs_named(among)}, the ranked runs with a goodput, "
+                     "which share one SLO" if len(among) > 1 else
+                     f"; run #{among[0]} is named best for goodput as the only ranked run with one")
+        notes.insert(goodput_note_at, note)
     return {"runs": entries, "fields": fields, "config_differs": differs, "best": best, "ties": ties,
             "uncertain": uncertain, "baseline": baseline_id, "tie_threshold_pct": tie_pct, "excluded": excluded,
             "notes": notes}
