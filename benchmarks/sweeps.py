@@ -17,7 +17,7 @@ from benchmarks.analysis.model import PARTIAL_FLAG
 from benchmarks.loadgen import Api
 from controlplane.api import shown_key, shown_value
 from controlplane.errors import InvalidInput
-from controlplane.jsonsafe import json_number
+from controlplane.jsonsafe import js_number, json_number
 
 # Bounds that keep one sweep a sweep and not a denial of service on the client or the database.
 # Every point's prompts are built in the control worker's memory before it starts (case C11), and
@@ -113,7 +113,35 @@ def json_shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 1800 + WAIT_READY_MARGIN_S) -> dict[str, Any]:
+def grid_number(value: Any) -> str:
+    """A value a grid field reads as a quantity that may be fractional (a rate, seconds, a
+    multiplier) as a refusal quotes it: a float as JavaScript writes it (:func:`js_number`:
+    ``1000000``, ``0.5``, ``1e-7``), anything else as :func:`json_shown` does."""
+    if isinstance(value, float) and math.isfinite(value):
+        return js_number(value)
+    return json_shown(value)
+
+
+def _whole_float(value: Any) -> bool:
+    """Whether ``value`` is a float with a whole value (``1e3``, ``16.0``): a JSON number written
+    with a decimal point or an exponent, which the API's integer fields refuse as the wrong type."""
+    return isinstance(value, float) and math.isfinite(value) and value == int(value)
+
+
+def int_refusal(value: Any, *, lo: int, hi: int) -> str:
+    """The refusal of ``value`` for a grid field that takes an integer ``lo..hi``: ``must be an
+    integer 1..100000, got 0``; a whole number written with a decimal point or an exponent
+    (``1e3``, ``1.0``), which the API's integer fields refuse too, is told to be written without
+    one: ``must be an integer 1..100000 written without a decimal point or exponent (1000), got
+    1000.0`` (in range; one out of range is refused for its range alone)."""
+    if _whole_float(value) and lo <= value <= hi:
+        return (f"must be an integer {lo}..{hi} written without a decimal point or exponent "
+                f"({int(value)}), got {json_shown(value)}")
+    return f"must be an integer {lo}..{hi}, got {json_shown(value)}"
+
+
+def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 1800 + WAIT_READY_MARGIN_S,
+                  spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Validate and normalise a sweep grid.
 
     Input keys (others are refused): ``concurrency`` list of ints >= 1 (closed-loop points);
@@ -136,11 +164,17 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
 
     Returns the normalised dict with every key present. Raises :class:`InvalidInput` with every
     error found, keyed by field path (``grid.lengths.1``), in one go, each value quoted in JSON
-    spelling (:func:`json_shown`: ``got the boolean true``, never ``True``): each field is judged
+    spelling (:func:`json_shown`: ``got the boolean true``, never ``True``; a rate or a time as
+    JavaScript writes it, :func:`grid_number`: ``got 1000000``; a whole number written with a
+    decimal point or an exponent where an integer is asked for is told so, :func:`int_refusal`,
+    as the API's integer fields refuse it too): each field is judged
     on its own, a number that is not finite (``1e400`` parses as infinity) is named once at its path
     (``must be a finite number, got inf (too large for a 64-bit float)``), and the size bounds
     (points, requests and prompt tokens per point and per sweep) are checked over the fields that
-    are valid whenever the fields they depend on are.
+    are valid whenever the fields they depend on are. With the deployment's ``spec``, each valid
+    length pair is also judged against the recipe's context length
+    (:func:`grid_context_problems`, at the pair's own path ``grid.lengths.<i>``), in the same
+    answer as every other error.
     """
     errors: dict[str, list[str]] = {}
     if not isinstance(raw, Mapping):
@@ -168,16 +202,17 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         raw_rates = []
     for i, r in enumerate(raw_rates):
         if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-            err(f"grid.request_rates.{i}", f"must be a number of requests/s > 0, got {json_shown(r)}")
+            err(f"grid.request_rates.{i}", f"must be a number of requests/s > 0, got {grid_number(r)}")
         elif r > MAX_REQUEST_RATE:
             err(f"grid.request_rates.{i}", f"must be at most {MAX_REQUEST_RATE:,} requests/s (what one load-generator "
-                                           f"process can send on schedule), got {json_shown(r)}")
+                                           f"process can send on schedule), got {grid_number(r)}")
         else:
             rates.append(float(r))
-    _refuse_repeats(rates, "grid.request_rates", "request rate", lambda r: f"{r:g} req/s", err)
+    _refuse_repeats(rates, "grid.request_rates", "request rate", lambda r: f"{js_number(r)} req/s", err)
     if not raw.get("concurrency") and not raw.get("request_rates"):
         err("grid.concurrency", "give at least one concurrency (or a request rate)")
     lengths: list[list[int]] = []
+    length_paths: list[str] = []  # each valid pair's own path: an invalid pair before it keeps its index
     raw_lengths = raw.get("lengths")
     if isinstance(raw_lengths, str) and raw_lengths.strip():
         raw_lengths = [raw_lengths]  # one "in:out" pair given on its own
@@ -188,10 +223,15 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         for i, pair in enumerate(raw_lengths):
             parsed = length_pair_parse(pair)
             if parsed is None:
-                err(f"grid.lengths.{i}", f"must be [input_len, output_len] or 'in:out' with 1..{MAX_LEN} tokens, "
-                                         f"got {json_shown(pair)}")
+                whole = (isinstance(pair, (list, tuple)) and len(pair) == 2 and any(map(_whole_float, pair))
+                         and length_pair_parse([int(x) if _whole_float(x) else x for x in pair]) is not None)
+                how = (f" written without a decimal point or exponent ([{int(pair[0])}, {int(pair[1])}])"
+                       if whole else "")
+                err(f"grid.lengths.{i}", f"must be [input_len, output_len] or 'in:out' with 1..{MAX_LEN} tokens"
+                                         f"{how}, got {json_shown(pair)}")
             else:
                 lengths.append(list(parsed))
+                length_paths.append(f"grid.lengths.{i}")
         _refuse_repeats([tuple(p) for p in lengths], "grid.lengths", "length pair", lambda p: f"{p[0]}:{p[1]}", err)
     requests = raw.get("requests")
     per_c = raw.get("requests_per_concurrency")
@@ -199,17 +239,17 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         err("grid.requests", "give requests or requests_per_concurrency, not both")
     if requests is not None and (isinstance(requests, bool) or not isinstance(requests, int)
                                  or not 1 <= requests <= MAX_REQUESTS_PER_POINT):
-        err("grid.requests", f"must be an integer 1..{MAX_REQUESTS_PER_POINT}, got {json_shown(requests)}")
+        err("grid.requests", int_refusal(requests, lo=1, hi=MAX_REQUESTS_PER_POINT))
     if per_c is not None and (isinstance(per_c, bool) or not isinstance(per_c, (int, float)) or not 0 < per_c <= 1000):
-        err("grid.requests_per_concurrency", f"must be a number in (0, 1000], got {json_shown(per_c)}")
+        err("grid.requests_per_concurrency", f"must be a number in (0, 1000], got {grid_number(per_c)}")
     duration = raw.get("duration_s")
     if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))
                                  or not math.isfinite(duration) or not 0 < duration <= MAX_DURATION_S):
-        err("grid.duration_s", f"must be seconds > 0 and at most {MAX_DURATION_S} (24 h), got {json_shown(duration)}")
+        err("grid.duration_s", f"must be seconds > 0 and at most {MAX_DURATION_S} (24 h), got {grid_number(duration)}")
         duration = None
     elif duration is not None and duration < MIN_DURATION_S:
         err("grid.duration_s", f"must be at least {MIN_DURATION_S} s (a shorter point ends before its requests "
-                               f"can finish), got {json_shown(duration)}")
+                               f"can finish), got {grid_number(duration)}")
         duration = None
     elif duration is not None:
         duration = float(duration)
@@ -222,7 +262,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         # duration, so a rate such as 1e-9 req/s cannot hold a worker for decades.
         for i, r in enumerate(rates):
             if requests / r > MAX_DURATION_S:
-                err(f"grid.request_rates.{i}", f"{requests} requests at {r:g} req/s take about "
+                err(f"grid.request_rates.{i}", f"{requests} requests at {js_number(r)} req/s take about "
                     f"{_seconds_text(requests, r)} s; at most {MAX_DURATION_S} s (24 h) per point: raise the rate "
                     "or give duration_s")
     elif rates and duration is not None and requests is None:
@@ -230,11 +270,11 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         # advance and recorded in memory: bounded like a request count.
         for i, r in enumerate(rates):
             if r * duration > MAX_REQUESTS_PER_POINT:
-                err(f"grid.request_rates.{i}", f"{r:g} req/s for {duration:g} s is about {r * duration:,.0f} requests; "
+                err(f"grid.request_rates.{i}", f"{js_number(r)} req/s for {js_number(duration)} s is about {r * duration:,.0f} requests; "
                     f"at most {MAX_REQUESTS_PER_POINT:,} per point: lower the rate or duration_s, or give requests")
     warmup = raw.get("warmup", 0)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 10_000:
-        err("grid.warmup", f"must be an integer 0..10000, got {json_shown(warmup)}")
+        err("grid.warmup", int_refusal(warmup, lo=0, hi=10_000))
     slo = raw.get("slo") or {}
     norm_slo: dict[str, float] = {}
     if not isinstance(slo, Mapping):
@@ -244,7 +284,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
             if key not in ("ttft_s", "tpot_s", "e2e_s"):
                 err(f"grid.slo.{key}", "unknown SLO; allowed: ttft_s, tpot_s, e2e_s (seconds)")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                err(f"grid.slo.{key}", f"must be seconds > 0, got {json_shown(value)}")
+                err(f"grid.slo.{key}", f"must be seconds > 0, got {grid_number(value)}")
             else:
                 norm_slo[key] = float(value)
     api = raw.get("api") or DEFAULT_API.get(engine, Api.COMPLETIONS.value)
@@ -255,10 +295,10 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
                         f"{', '.join(ENGINE_APIS[engine])}")
     wait = raw.get("wait_ready_s", default_wait_ready_s)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 86_400:
-        err("grid.wait_ready_s", f"must be seconds 0..86400, got {json_shown(wait)}")
+        err("grid.wait_ready_s", f"must be seconds 0..86400, got {grid_number(wait)}")
     seed = raw.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        err("grid.seed", f"must be an integer 0..2^31-1, got {json_shown(seed)}")
+        err("grid.seed", int_refusal(seed, lo=0, hi=2**31 - 1).replace(f"..{2**31 - 1}", "..2^31-1"))
     grid = {"concurrency": conc, "lengths": lengths, "request_rates": rates, "requests": requests,
             "requests_per_concurrency": per_c if requests is None else None, "duration_s": duration,
             "warmup": warmup, "slo": norm_slo, "api": api,
@@ -276,6 +316,12 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         for path, messages in size_errors.items():
             for message in messages:
                 err(path, message)
+    if spec is not None:
+        # Needs only the valid pairs: a point too long for the context is named with the rest.
+        too_long = grid_context_problems({"lengths": lengths}, spec=spec, engine=engine)
+        for path, messages in too_long.items():
+            for message in messages:
+                err(length_paths[int(path.rsplit(".", 1)[1])], message)
     if errors:
         raise InvalidInput(errors)
     return grid
@@ -372,7 +418,7 @@ def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]], *,
     errors: dict[str, list[str]] = {}
     warmup = int(grid.get("warmup") or 0)
     for p in points:
-        label = (f"c={p['concurrency']}" if p["concurrency"] is not None else f"{p['request_rate']:g} req/s") \
+        label = (f"c={p['concurrency']}" if p["concurrency"] is not None else f"{js_number(p['request_rate'])} req/s") \
             + f" {p['input_len']}/{p['output_len']}"
         cap = p.get("max_requests")
         field = "grid.requests_per_concurrency" if grid.get("requests_per_concurrency") else "grid.requests"
@@ -411,7 +457,7 @@ def _int_list(value: Any, path: str, err, *, lo: int, hi: int) -> list[int]:
     out = []
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            err(f"{path}.{i}", f"must be an integer {lo}..{hi}, got {json_shown(v)}")
+            err(f"{path}.{i}", int_refusal(v, lo=lo, hi=hi))
         else:
             out.append(v)
     return out

@@ -80,6 +80,14 @@ def json_number(value: float) -> str:
     return f"{sign}{digits[0]}{'.' + digits[1:] if k > 1 else ''}e{'+' if n > 0 else '-'}{abs(n - 1)}"
 
 
+def js_number(value: float) -> str:
+    """A float as JavaScript writes a number, where a message names a quantity that may be
+    fractional (a rate, seconds): :func:`json_number` without a whole number's ``.0`` (``10``,
+    ``1000000``, ``0.5``, ``1e-7``)."""
+    text = json_number(value)
+    return text[:-2] if text.endswith(".0") else text
+
+
 def json_text(value: Any, limit: int | None = None) -> str:
     """``value`` as :func:`json.dumps` writes it (``ensure_ascii=False``, ``default=str``), its
     floats spelled by :func:`json_number`. With ``limit``, the text may stop soon after ``limit``

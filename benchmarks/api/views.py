@@ -8,6 +8,7 @@ importing need ``operator``. Domain errors map to HTTP in :func:`controlplane.ap
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -46,16 +47,18 @@ def _field_value(ser: s.SweepCreateSerializer, name: str):
         return None
 
 
-def _grid_errors(ser: s.SweepCreateSerializer, *, engine: str | None) -> dict[str, list[str]]:
+def _grid_errors(ser: s.SweepCreateSerializer, *, engine: str | None,
+                 spec: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
     """The grid's own errors (:func:`benchmarks.sweeps.grid_validate`, ``{"grid.<field>": [...]}``)
-    of a create request, judged for ``engine`` (the deployment's, None when it is not known), to
+    of a create request, judged for ``engine`` and against the context length of ``spec`` (the
+    deployment's, None when it is not known), to
     answer them together with its other errors; ``{}`` when the grid is valid, or absent or not
     JSON (the serializer names that)."""
     grid = _field_value(ser, "grid")
     if grid is None:
         return {}
     try:
-        grid_validate(grid, **({"engine": engine} if engine else {}))
+        grid_validate(grid, **({"engine": engine} if engine else {}), spec=spec)
     except InvalidInput as exc:
         return dict(exc.errors)
     return {}
@@ -115,7 +118,8 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
             if deployment is None:
                 errors["deployment"] = [f"no deployment with id {deployment_id}"]
         engine = deployment.recipe.engine if deployment is not None else None
-        errors = merge_body_errors({**errors, **_grid_errors(ser, engine=engine)}, found)
+        spec = (deployment.spec_snapshot or {}) if deployment is not None else None
+        errors = merge_body_errors({**errors, **_grid_errors(ser, engine=engine, spec=spec)}, found)
         if errors:
             raise InvalidInput(errors)
         sweep = services.sweep_create(deployment=deployment, user=request.user, grid=ser.validated_data["grid"],

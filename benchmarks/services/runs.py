@@ -46,7 +46,7 @@ from benchmarks.sweeps import DIGITS_RE, repeats_text, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import Conflict, InvalidInput
-from controlplane.jsonsafe import json_number, json_safe
+from controlplane.jsonsafe import js_number, json_safe
 
 # From this magnitude on a compared number is written with an exponent: every digit of a value
 # such as 1e300 (an imported file's) would be a 301-digit cell that widens the page.
@@ -301,15 +301,8 @@ def slo_text(slo: Mapping[str, Any] | None) -> str:
     if not slo:
         return "none"
     names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
-    return ", ".join(f"{names[k]} ≤ {_js_number(float(slo[k]))} s" for k in SLO_KEYS
+    return ", ".join(f"{names[k]} ≤ {js_number(float(slo[k]))} s" for k in SLO_KEYS
                      if slo.get(k) is not None) or "none"
-
-
-def _js_number(value: float) -> str:
-    """``value`` as JavaScript writes a number: :func:`json_number` without a whole number's ``.0``
-    (``10``, ``0.5``, ``1e-7``)."""
-    text = json_number(value)
-    return text[:-2] if text.endswith(".0") else text
 
 
 def _slo_groups(pairs: list[tuple[int, Mapping[str, Any] | None]], *, prefix: str = "run ") -> str:

@@ -77,7 +77,7 @@ from benchmarks.loadgen.driver import PROGRESS_PERIOD_S as LOADGEN_PROGRESS_PERI
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
-    WAIT_READY_MARGIN_S, grid_context_problems, grid_points, grid_requests_total, grid_validate, partial_text,
+    WAIT_READY_MARGIN_S, grid_points, grid_requests_total, grid_validate, partial_text,
     recipe_gpu_count, summary_mark_partial, summary_point,
 )
 from controlplane.dbbusy import DatabaseBusy, busy_text, is_locked, retry_locked
@@ -141,11 +141,9 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     engine = deployment.recipe.engine
     startup = int(spec.get("startup_timeout_s") or 1800)
     # A bad grid is a 400 whatever else is running: validate before the conflict check.
-    norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S)
-    # A point longer than the recipe's context would measure only refused requests.
-    too_long = grid_context_problems(norm, spec=spec, engine=engine)
-    if too_long:
-        raise InvalidInput(too_long)
+    # A point longer than the recipe's context would measure only refused requests: named with
+    # the grid's other errors (grid_validate's spec).
+    norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S, spec=spec)
     # A deployment being stopped (a stop requested, perhaps not yet seen by its node's agent)
     # would be gone before the sweep's first request.
     if deployment.status == DeploymentStatus.STOPPING or deployment.stop_requested:

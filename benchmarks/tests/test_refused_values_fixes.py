@@ -40,12 +40,12 @@ def test_it_quotes_a_number_typed_as_an_integer_as_typed(starting) -> None:
         "  --requests-per-concurrency (grid.requests_per_concurrency): must be a number in (0, 1000], got 2000"]
     assert _refusal("--duration", "0") == [
         "  --duration (grid.duration_s): must be seconds > 0 and at most 86400 (24 h), got 0"]
-    # a number typed with a point or an exponent is a float, quoted in JSON's spelling
+    # a rate typed with a point or an exponent is a float, quoted as JavaScript writes it (1e5: 100000)
     assert _refusal("--request-rates", "10001.5,1e5", "--requests", "5") == [
         "  --request-rates (grid.request_rates.0): must be at most 10,000 requests/s (what one load-generator "
         "process can send on schedule), got 10001.5",
         "  --request-rates (grid.request_rates.1): must be at most 10,000 requests/s (what one load-generator "
-        "process can send on schedule), got 100000.0"]
+        "process can send on schedule), got 100000"]
     assert not starting.sweeps.exists()
 
 

@@ -63,3 +63,78 @@ def test_the_goodput_note_lists_each_slo_once_and_says_which_deltas_it_gives(vie
     assert note.endswith(f"(runs #{a.pk} and #{b.pk}: TTFT ≤ 0.02 s, E2E ≤ 0.05 s; run #{c.pk}: TTFT ≤ 1e-7 s); "
                          f"goodput deltas are given only between runs #{a.pk} and #{b.pk}, which share the baseline "
                          f"run #{a.pk}'s SLO")
+
+
+# --- grid messages spell numbers as JSON does; every error at once -----------------------------
+
+
+def _grid_errors(grid: dict) -> dict:
+    from benchmarks.sweeps import grid_validate
+    from controlplane.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as err:
+        grid_validate(grid)
+    return err.value.errors
+
+
+def test_grid_messages_spell_refused_numbers_as_json_does_and_say_how_to_write_an_integer() -> None:
+    base = {"concurrency": [1], "lengths": "8:8"}
+    assert _grid_errors({**base, "request_rates": [1e6], "requests": 10}) == {"grid.request_rates.0": [
+        "must be at most 10,000 requests/s (what one load-generator process can send on schedule), got 1000000"]}
+    assert _grid_errors({**base, "duration_s": 1e5}) == {"grid.duration_s": [
+        "must be seconds > 0 and at most 86400 (24 h), got 100000"]}
+    # A whole number written with an exponent or a decimal point is refused, as the API's integer
+    # fields refuse it, and the message says how to write it.
+    assert _grid_errors({**base, "requests": 1e3}) == {"grid.requests": [
+        "must be an integer 1..100000 written without a decimal point or exponent (1000), got 1000.0"]}
+    assert _grid_errors({**base, "requests": 2.5}) == {"grid.requests": ["must be an integer 1..100000, got 2.5"]}
+    assert _grid_errors({**base, "requests": 1e6}) == {"grid.requests": [
+        "must be an integer 1..100000, got 1000000.0"]}
+    assert _grid_errors({"concurrency": [1], "lengths": [[16.0, 16]]}) == {"grid.lengths.0": [
+        "must be [input_len, output_len] or 'in:out' with 1..1000000 tokens written without a decimal point or "
+        "exponent ([16, 16]), got the list [16.0, 16]"]}
+    assert _grid_errors({"concurrency": [1.0], "lengths": "8:8", "warmup": 2.0}) == {
+        "grid.concurrency.0": ["must be an integer 1..4096 written without a decimal point or exponent (1), got 1.0"],
+        "grid.warmup": ["must be an integer 0..10000 written without a decimal point or exponent (2), got 2.0"]}
+    errors = _grid_errors({**base, "request_rates": [2e-7], "requests": 100, "slo": {"ttft_s": -1.0},
+                           "wait_ready_s": 1e5})
+    assert errors == {
+        "grid.request_rates.0": ["100 requests at 2e-7 req/s take about 500,000,000 s; at most 86400 s (24 h) per "
+                                 "point: raise the rate or give duration_s"],
+        "grid.slo.ttft_s": ["must be seconds > 0, got -1"], "grid.wait_ready_s": ["must be seconds 0..86400, got 100000"]}
+    assert all("e+" not in m and "e-0" not in m for ms in errors.values() for m in ms)
+
+
+@pytest.mark.django_db
+def test_the_context_length_error_comes_with_the_others(operator, operator_api) -> None:
+    from deployments.models import Deployment, Node, Recipe
+
+    node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2})
+    spec = {"served_model_name": "tiny", "roles": {"single": {"cpus": "0", "port": 1, "flags": {"n_ctx": 512}}}}
+    recipe = Recipe.objects.create(name="llama", engine="llamacpp", topology="single", node=node, spec=spec)
+    deployment = Deployment.objects.create(recipe=recipe, recipe_version=1, spec_snapshot=spec, node=node,
+                                           status="ready", entry_url="http://127.0.0.1:1")
+    body = {"deployment": deployment.pk, "grid": {"concurrency": [4096], "lengths": "1000000:1",
+                                                  "requests_per_concurrency": 100}}
+    answer = operator_api.post("/api/sweeps/", body, format="json")
+    assert answer.status_code == 400
+    errors = answer.json()
+    assert set(errors) == {"grid.requests_per_concurrency", "grid.lengths", "grid.lengths.0"}, errors
+    assert errors["grid.lengths.0"] == [
+        "1000000:1 needs 1,000,001 tokens of context (1000000 in + 1 out), more than the deployment's 512 "
+        "(roles.single.flags.n_ctx): the engine would refuse every request; use shorter lengths or deploy with a "
+        "larger context"]
+    # An invalid pair before it keeps the pair's own index; the form says it too.
+    answer = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
+        "concurrency": [1], "lengths": ["x", "600:8"], "requests": 2}}, format="json")
+    assert set(answer.json()) == {"grid.lengths.0", "grid.lengths.1"}
+    assert answer.json()["grid.lengths.1"][0].startswith("600:8 needs 608 tokens of context")
+    from django.test import Client
+
+    web = Client()
+    web.force_login(operator)
+    page = web.post("/benchmarks/sweeps/new/", {"deployment": deployment.pk, "concurrency": "4096",
+                                                "lengths": "1000000:1", "requests": "100000"})
+    html = page.content.decode()
+    assert page.status_code == 400
+    assert "needs 1,000,001 tokens of context" in html and "prompt tokens" in html

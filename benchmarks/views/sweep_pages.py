@@ -290,12 +290,15 @@ def _field_errors(errors: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     return out
 
 
-def _grid_rule_errors(grid: Mapping[str, Any], *, engine: str) -> dict[str, list[str]]:
-    """:func:`benchmarks.sweeps.grid_validate`'s errors for ``grid`` by form field (``{}`` when none)."""
+def _grid_rule_errors(grid: Mapping[str, Any], *, engine: str | None,
+                      spec: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
+    """:func:`benchmarks.sweeps.grid_validate`'s errors for ``grid`` by form field (``{}`` when
+    none), judged for ``engine`` and against the context length of ``spec`` (the deployment's;
+    None when no deployment was found)."""
     from benchmarks.sweeps import grid_validate
 
     try:
-        grid_validate(grid, engine=engine)
+        grid_validate(grid, **({"engine": engine} if engine else {}), spec=spec)
     except InvalidInput as exc:
         return _field_errors(exc.errors)
     return {}
@@ -353,7 +356,8 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
             # One answer lists everything to fix: what the form could read is judged by the
             # service's rules too (size bounds, open-loop needs), for the fields the form had no
             # complaint about.
-            for field, msgs in _grid_rule_errors(grid, engine=deployment.recipe.engine).items():
+            for field, msgs in _grid_rule_errors(grid, engine=deployment.recipe.engine,
+                                                 spec=deployment.spec_snapshot or {}).items():
                 errors.setdefault(field, msgs)
         else:
             try:
