@@ -138,3 +138,28 @@ def test_the_context_length_error_comes_with_the_others(operator, operator_api) 
     html = page.content.decode()
     assert page.status_code == 400
     assert "needs 1,000,001 tokens of context" in html and "prompt tokens" in html
+
+
+# --- the sweep form names an unknown deployment under its field ---------------------------------
+
+
+@pytest.mark.django_db
+def test_the_sweep_form_names_an_unknown_deployment_under_its_field(operator) -> None:
+    from django.test import Client
+
+    web = Client()
+    web.force_login(operator)
+    page = web.post("/benchmarks/sweeps/new/", {"deployment": "999", "concurrency": "1,8", "lengths": "64:64",
+                                                "requests": "0", "slo_ttft_ms": "5"})
+    html = page.content.decode()
+    assert page.status_code == 400
+    assert '<input type="text" inputmode="numeric" autocomplete="off" id="id_deployment" name="deployment" ' \
+           'value="999">' in html
+    assert '<ul class="errorlist"><li>no deployment with id 999</li></ul>' in html
+    # The typed values kept, and judged too.
+    assert 'name="concurrency" value="1,8"' in html and 'name="slo_ttft_ms" value="5"' in html
+    assert "&#x27;0&#x27; is not a positive whole number." in html
+    blank = web.post("/benchmarks/sweeps/new/", {"deployment": "", "concurrency": "1", "lengths": "64:64"})
+    assert blank.status_code == 400 and "choose a deployment" in blank.content.decode()
+    # A GET of an unknown deployment is still not found.
+    assert web.get("/benchmarks/sweeps/new/?deployment=999").status_code == 404

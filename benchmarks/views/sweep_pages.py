@@ -324,7 +324,9 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     A POST that gives a field more than once (``concurrency=1&concurrency=2``) starts nothing: the
     form comes back with status 400 and the field's ``is given 2 times (1, 2): give it once``,
     as the API answers; a repeated ``deployment`` gets the picker with that message, since no
-    one deployment was chosen."""
+    one deployment was chosen. A POST whose ``deployment`` names none (``999``, blank, not a
+    number) is the form again, status 400, with the API's ``no deployment with id 999`` under
+    the deployment field, the typed values kept and judged too."""
     defaults = {"concurrency": "1,8,16", "lengths": "256:256", "requests": "", "duration": "", "rates": "",
                 "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
     repeated = repeated_field_errors(request, ("deployment", *defaults)) if request.method == "POST" else {}
@@ -340,6 +342,11 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
                           .select_related("recipe", "node")
                           .order_by("-created_at", "-id")[:PICKER_MAX])
         return render(request, "benchmarks/sweep_pick.html", {"deployments": candidates})
+    if request.method == "POST":
+        found = (Deployment.objects.select_related("recipe", "node").filter(pk=int(raw_id)).first()
+                 if DIGITS_RE.fullmatch(raw_id) and len(raw_id) <= 18 else None)
+        if found is None:
+            return _sweep_form_without_deployment(request, raw_id, defaults)
     if not DIGITS_RE.fullmatch(raw_id):
         raise Http404("Choose a deployment to sweep.")
     deployment = get_object_or_404(Deployment.objects.select_related("recipe", "node"), pk=int(raw_id))
@@ -374,6 +381,24 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
         "deployment": deployment, "values": values, "errors": errors,
         "ready": deployment.status == DeploymentStatus.READY, "ended": ended,
     }, status=status)
+
+
+def _sweep_form_without_deployment(request: HttpRequest, raw_id: str, defaults: Mapping[str, str]) -> HttpResponse:
+    """The sweep form posted with a ``deployment`` that names none: status 400, the API's message
+    under the deployment field (``no deployment with id 999``; ``choose a deployment`` when
+    blank), and the typed values kept with their own errors (judged without an engine, as the API
+    judges a grid whose deployment is not found)."""
+    values = {k: request.POST.get(k, "").strip() for k in defaults}
+    grid, errors = sweep_grid_from_form(values)
+    for field, msgs in _grid_rule_errors(grid, engine=None).items():
+        errors.setdefault(field, msgs)
+    shown = raw_id.strip()
+    errors["deployment"] = ([f"no deployment with id {shown if DIGITS_RE.fullmatch(shown) else repr(shown[:40])}"]
+                            if shown else ["choose a deployment"])
+    return render(request, "benchmarks/sweep_form.html", {
+        "deployment": None, "deployment_value": shown, "values": values, "errors": errors,
+        "ready": False, "ended": False,
+    }, status=400)
 
 
 # --- sweep page -------------------------------------------------------------------------------
