@@ -113,6 +113,13 @@ def json_shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+def ms_to_s(value: float) -> float:
+    """Milliseconds as seconds, the shortest decimal of ``value`` moved three places (``0.0001`` →
+    ``1e-7``, ``250`` → ``0.25``), not a binary division: ``0.0001 / 1e3`` is
+    ``1.0000000000000001e-07``, which a stored SLO would keep and every export would show."""
+    return float(Decimal(repr(float(value))).scaleb(-3))
+
+
 def grid_number(value: Any) -> str:
     """A value a grid field reads as a quantity that may be fractional (a rate, seconds, a
     multiplier) as a refusal quotes it: a float as JavaScript writes it (:func:`js_number`:

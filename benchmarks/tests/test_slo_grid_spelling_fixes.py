@@ -163,3 +163,20 @@ def test_the_sweep_form_names_an_unknown_deployment_under_its_field(operator) ->
     assert blank.status_code == 400 and "choose a deployment" in blank.content.decode()
     # A GET of an unknown deployment is still not found.
     assert web.get("/benchmarks/sweeps/new/?deployment=999").status_code == 404
+
+
+# --- an SLO in ms is stored in seconds without binary rounding ------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_slo_typed_in_ms_is_stored_in_seconds_without_rounding() -> None:
+    from benchmarks.sweeps import ms_to_s
+    from benchmarks.views.sweep_pages import sweep_grid_from_form
+
+    assert 0.0001 / 1e3 == 1.0000000000000001e-07  # what a binary division stores
+    assert ms_to_s(0.0001) == 1e-7 and ms_to_s(250.0) == 0.25 and ms_to_s(0.3) == 0.0003
+    grid, errors = sweep_grid_from_form({"concurrency": "1", "lengths": "8:8", "slo_ttft_ms": "0.0001",
+                                         "slo_tpot_ms": "0.3", "slo_e2e_ms": "1e-300"})
+    assert errors == {}
+    assert grid["slo"] == {"ttft_s": 1e-7, "tpot_s": 0.0003, "e2e_s": 1e-303}
+    assert repr(grid["slo"]["ttft_s"]) == "1e-07"

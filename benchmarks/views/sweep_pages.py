@@ -239,11 +239,12 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
     duration, only the duration), ``duration`` (optional time limit per point, seconds, at most
     24 h; with requests, whichever ends first), ``rates`` (optional requests/s list, open loop),
     ``slo_ttft_ms`` / ``slo_tpot_ms`` / ``slo_e2e_ms`` (optional, ms in the form, seconds in the
-    grid as the summary uses). Every field is text and every value that is not a finite positive
+    grid as the summary uses, moved three decimal places by :func:`benchmarks.sweeps.ms_to_s`
+    so that no binary rounding is stored). Every field is text and every value that is not a finite positive
     number is refused with a message quoting it, each bad item of a list field on its own. Returns
     ``(grid, errors)``; the service validates the grid again and its errors win.
     """
-    from benchmarks.sweeps import MAX_DURATION_S
+    from benchmarks.sweeps import MAX_DURATION_S, ms_to_s
 
     errors: dict[str, list[str]] = {}
     grid: dict[str, Any] = {
@@ -264,7 +265,7 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
         grid["duration_s"] = duration
     slo = {k: _positive(data.get(f"slo_{k}_ms", ""), f"slo_{k}_ms", errors, unit="ms") for k in ("ttft", "tpot", "e2e")}
     if any(v is not None for v in slo.values()):
-        grid["slo"] = {f"{k}_s": v / 1e3 for k, v in slo.items() if v is not None}
+        grid["slo"] = {f"{k}_s": ms_to_s(v) for k, v in slo.items() if v is not None}
     if not grid["concurrency"] and not rates and "concurrency" not in errors:
         errors["concurrency"] = ["Give at least one concurrency (or a request rate)."]
     if not grid["lengths"] and "lengths" not in errors:
