@@ -594,7 +594,9 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     """One stored run as the dict :meth:`benchmarks.analysis.SweepPoint.from_summary` reads.
 
     Measured summaries hold latencies in seconds (``ttft_s``); the analysis wants ms (``ttft_ms``).
-    Imported summaries already hold ``*_ms`` keys and pass through. A measured summary's
+    Imported summaries already hold ``*_ms`` keys and pass through. Every ``std`` of fewer than 2
+    samples is None (the distribution's ``count``; for TTFT, TPOT and E2E without one, the
+    successes), also in summaries stored with 0.0 for it. A measured summary's
     ``decode_steps`` (the client-seen decode step, :func:`benchmarks.loadgen.run_summary`) becomes
     ``decode_step_ms`` (its ``step_s`` in ms), ``decode_batch`` (``batch_mean``, sequences) and
     ``decode_stall_share`` (``stall_share``, 0..1); all None without one.
@@ -602,10 +604,20 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     out: dict[str, Any] = {"concurrency": concurrency, "request_rate": request_rate, "input_len": input_len,
                            "output_len": output_len, "num_gpus": num_gpus, "flags": list(flags),
                            "output_throughput_tok_s": summary.get("output_throughput_tok_s")}
-    for metric in ("ttft", "tpot", "itl", "e2e"):
-        out[f"{metric}_ms"] = summary.get(f"{metric}_ms") or _ms(summary.get(f"{metric}_s"))
-    out["request_throughput"] = summary.get("request_throughput_req_s")
     out["completed"] = summary.get("successes", summary.get("completed"))
+    for metric in ("ttft", "tpot", "itl", "e2e"):
+        raw = summary.get(f"{metric}_ms") or summary.get(f"{metric}_s")
+        dist = summary.get(f"{metric}_ms") or _ms(summary.get(f"{metric}_s"))
+        # A standard deviation needs 2 samples: the distribution's count, else (TTFT, TPOT and E2E
+        # have one sample per successful request) the successes. Summaries stored before this rule
+        # held 0.0 for one sample.
+        n = raw.get("count") if isinstance(raw, Mapping) else None
+        if not isinstance(n, int) and metric != "itl":
+            n = out["completed"]
+        if isinstance(dist, Mapping) and isinstance(n, int) and n < 2 and dist.get("std") is not None:
+            dist = {**dist, "std": None}
+        out[f"{metric}_ms"] = dist
+    out["request_throughput"] = summary.get("request_throughput_req_s")
     out["failed"] = summary.get("failures", summary.get("failed"))
     if out["completed"] == 0:
         # No success, no measured throughput (summaries stored before this rule held 0.0).

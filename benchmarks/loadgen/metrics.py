@@ -87,7 +87,8 @@ class Slo:
 
 
 def distribution(values: np.ndarray, *, ci: bool = False) -> dict[str, Any]:
-    """mean, std (population), p50/p90/p99 (linear interpolation) of finite ``values``; None if empty.
+    """mean, std (population), p50/p90/p99 (linear interpolation) of finite ``values``; None if empty,
+    and std None for a single value (a spread needs 2 samples; one sample's 0 would read as none).
     With ``ci`` (one sample per request: TTFT, TPOT, E2E) also ``ci95``, each statistic's 95 %
     confidence interval ``[low, high]`` in the values' unit, ``None`` in a bound the sample
     cannot give (:func:`benchmarks.loadgen.uncertainty.ci95`), widened where needed to contain the
@@ -98,7 +99,7 @@ def distribution(values: np.ndarray, *, ci: bool = False) -> dict[str, Any]:
         out = {"mean": None, "std": None, **{f"p{p}": None for p in PERCENTILES}, "count": 0}
     else:
         pct = np.percentile(values, PERCENTILES, method="linear")
-        out = {"mean": float(values.mean()), "std": float(values.std()),
+        out = {"mean": float(values.mean()), "std": float(values.std()) if values.size >= 2 else None,
                **{f"p{p}": float(v) for p, v in zip(PERCENTILES, pct)}, "count": int(values.size)}
     if ci:
         # Each interval contains the statistic reported beside it: with few samples an order

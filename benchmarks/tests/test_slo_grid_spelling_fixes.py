@@ -180,3 +180,36 @@ def test_an_slo_typed_in_ms_is_stored_in_seconds_without_rounding() -> None:
     assert errors == {}
     assert grid["slo"] == {"ttft_s": 1e-7, "tpot_s": 0.0003, "e2e_s": 1e-303}
     assert repr(grid["slo"]["ttft_s"]) == "1e-07"
+
+
+# --- a standard deviation of fewer than 2 samples is null ----------------------------------------
+
+
+@pytest.mark.django_db
+def test_every_std_of_fewer_than_two_samples_is_null(viewer_api) -> None:
+    import csv
+    import io
+
+    import numpy as np
+
+    from benchmarks.loadgen.metrics import distribution
+
+    assert distribution(np.array([0.5]))["std"] is None
+    assert distribution(np.array([0.5, 0.7]))["std"] == pytest.approx(0.1)
+    sweep = BenchmarkSweep.objects.create(name="one", status=SweepStatus.DONE, grid={"concurrency": [1]})
+    one = {"mean": 0.2, "std": 0.0, "p50": 0.2, "p90": 0.2, "p99": 0.2, "count": 1}
+    # Stored before the rule: 0.0 for one sample; ITL judged by its own count (gaps), not requests.
+    summary = {"requests": 1, "successes": 1, "failures": 0, "duration_s": 1.0, "output_throughput_tok_s": 8.0,
+               "ttft_s": one, "tpot_s": one, "e2e_s": one,
+               "itl_s": {"mean": 0.05, "std": 0.01, "p50": 0.05, "p90": 0.06, "p99": 0.07, "count": 7}}
+    run = BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status=RunStatus.DONE, concurrency=1, input_len=8,
+                                      output_len=8, num_gpus=1, summary=summary)
+    metrics = viewer_api.get(f"/api/runs/{run.pk}/").json()["metrics"]
+    assert [metrics[k]["std"] for k in ("ttft_ms", "tpot_ms", "e2e_ms")] == [None, None, None]
+    assert metrics["itl_ms"]["std"] == pytest.approx(10.0)
+    for url in (f"/api/runs/{run.pk}/export/?format=csv", f"/api/sweeps/{sweep.pk}/export/?format=csv"):
+        [row] = list(csv.DictReader(io.StringIO(viewer_api.get(url).content.decode())))
+        assert (row["ttft_ms_std"], row["tpot_ms_std"], row["e2e_ms_std"]) == ("", "", ""), url
+        assert float(row["itl_per_gap_ms_std"]) == pytest.approx(10.0)
+    exported = viewer_api.get(f"/api/runs/{run.pk}/export/?format=json").json()
+    assert [exported["metrics"][k]["std"] for k in ("ttft_ms", "tpot_ms", "e2e_ms")] == [None, None, None]
