@@ -94,6 +94,72 @@ def sweep_requests_cancelled(*, sweep: BenchmarkSweep) -> int | None:
     return total if seen else None
 
 
+def deployment_bindings(*, deployment) -> tuple[set[int], set[int]]:
+    """The CPUs and GPUs (NVML indices) ``deployment``'s processes hold on its node, as ``(cpus,
+    gpus)``. A process counts with what it was pinned to (``effective_cpus`` read back from
+    ``/proc``, else its intended ``cpus``) and its ``gpu_ids``; a deployment with no process rows
+    yet, with the ``cpus`` and ``gpus`` of its ``spec_snapshot`` roles. An unpinned process (a
+    router without ``cpus``) holds no CPU, as in
+    :func:`deployments.services.deployment_cpus_in_use`; a CPU list that does not parse holds none."""
+    from deployments.models import ServerProcess
+    from deployments.topology import parse_cpulist
+
+    rows = list(ServerProcess.objects.filter(deployment=deployment).values_list("effective_cpus", "cpus", "gpu_ids"))
+    if not rows:
+        roles = (deployment.spec_snapshot or {}).get("roles") or {}
+        rows = [("", r.get("cpus") or "", r.get("gpus") or []) for r in roles.values() if isinstance(r, dict)]
+    cpus: set[int] = set()
+    gpus: set[int] = set()
+    for effective, intended, gpu_ids in rows:
+        if intended and isinstance(intended, str):
+            try:
+                cpus.update(parse_cpulist(effective or intended))
+            except ValueError:
+                pass
+        gpus.update(int(g) for g in gpu_ids or [] if isinstance(g, int) and not isinstance(g, bool))
+    return cpus, gpus
+
+
+def shared_text(cpus: set[int], gpus: set[int]) -> str:
+    """``CPU 1``, ``CPUs 0-1 and GPU 3``: what two deployments share, in words."""
+    from deployments.topology import format_cpulist
+
+    parts = [f"{kind}{'s' if len(ids) > 1 else ''} {format_cpulist(ids)}"
+             for kind, ids in (("CPU", cpus), ("GPU", gpus)) if ids]
+    return " and ".join(parts)
+
+
+def sweep_sharing_blocker(*, sweep: BenchmarkSweep) -> tuple[BenchmarkSweep, str] | None:
+    """The running sweep that ``sweep`` must wait for, with why in one sentence, or None.
+
+    Sweeps of two deployments whose processes share a CPU or a GPU on one node run one at a
+    time: each would measure the other's load. ``sweep`` waits for the oldest running sweep (other
+    than itself) of a deployment on its deployment's node that shares a CPU or GPU with it
+    (:func:`deployment_bindings`): ``waiting for sweep #12 on deployment #4, which shares CPU 1 on
+    node local; sweeps of deployments that share a CPU or GPU run one at a time, and this one
+    starts when that one ends``. A sweep without a deployment, or whose deployment holds no pinned
+    CPU and no GPU, waits for none."""
+    from benchmarks.choices import SweepStatus
+
+    deployment = sweep.deployment
+    if deployment is None:
+        return None
+    my_cpus, my_gpus = deployment_bindings(deployment=deployment)
+    if not my_cpus and not my_gpus:
+        return None
+    running = (BenchmarkSweep.objects.filter(status=SweepStatus.RUNNING, deployment__node_id=deployment.node_id)
+               .exclude(pk=sweep.pk).exclude(deployment__isnull=True)
+               .select_related("deployment__node").order_by("pk"))
+    for other in running:
+        cpus, gpus = deployment_bindings(deployment=other.deployment)
+        cpus, gpus = cpus & my_cpus, gpus & my_gpus
+        if cpus or gpus:
+            return other, (f"waiting for sweep #{other.pk} on deployment #{other.deployment_id}, which shares "
+                           f"{shared_text(cpus, gpus)} on node {other.deployment.node.name}; sweeps of deployments "
+                           "that share a CPU or GPU run one at a time, and this one starts when that one ends")
+    return None
+
+
 def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
     """Why an active sweep is not measuring yet, in one sentence; ``""`` when it is running or over.
 
@@ -104,12 +170,19 @@ def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
       while a slot is free says the control worker may be down (``make status``).
     * ``waiting``: names the deployment, its status and how long the sweep waits for it
       (``grid.wait_ready_s``, seconds) before failing with the reason.
+    * either, while a sweep runs on a deployment sharing a CPU or GPU with this one's on the same
+      node: that sweep and what they share (:func:`sweep_sharing_blocker`); this one starts when
+      it ends.
     """
     from django.conf import settings
     from django.utils import timezone
 
     from benchmarks.choices import SweepStatus
 
+    if sweep.status in (SweepStatus.PENDING, SweepStatus.WAITING):
+        held = sweep_sharing_blocker(sweep=sweep)
+        if held is not None:
+            return held[1]
     if sweep.status == SweepStatus.WAITING:
         from deployments.choices import DeploymentStatus
 

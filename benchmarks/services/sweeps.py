@@ -5,6 +5,11 @@ Rules and where they come from:
 
 * A sweep runs only when its deployment is ready; it waits at most ``grid.wait_ready_s`` (default:
   the deployment's startup timeout + 60 s) and then fails with the reason.
+* Sweeps of two deployments whose processes share a CPU or a GPU on one node run one at a time:
+  a sweep whose deployment is ready goes back to pending while such a sweep runs (its
+  ``queue_note`` names that sweep and what they share) and its task looks again every
+  :data:`SHARED_RECHECK_S` seconds, so it starts within seconds of that one's end
+  (:func:`_start_or_hold`, :func:`_hold`).
 * Points run one after the other. The sweep stops when ``cancel_requested`` is set (cancelled) or
   its deployment is no longer ready (failed, with the deployment's status): both are read at most
   once per :data:`STOP_CHECK_S` while waiting, while the prompts are built and while a point runs,
@@ -111,6 +116,10 @@ BEST_EFFORT_RETRY_DELAYS_S = (0.5, 1.0, 2.0)
 # 24 missed heartbeats, far beyond a slow database write, and short enough that a dead worker's
 # sweep stops blocking its deployment within ~3 minutes (this plus the minute of the beat pass).
 HEARTBEAT_STALE_S = 120.0
+# Seconds before a sweep held back by a running sweep of a deployment sharing a CPU or GPU with its
+# own looks again (its task is sent again with this countdown, :func:`_hold`): a few small reads
+# each time, and a start at most this long after the other sweep ended.
+SHARED_RECHECK_S = 5.0
 # Seconds the sweep waits for the load generator's thread after telling it to stop (it stops
 # within about a second; a thread still alive after this is left behind as a daemon).
 STOP_JOIN_S = 30.0
@@ -292,7 +301,9 @@ def sweep_execute(*, sweep_id: int) -> str:
     returns without doing anything. Waits for the deployment to be ready, stores the snapshot,
     runs every grid point with the load generator (one :class:`BenchmarkRun` each, records in a
     file), then stores the ceiling analysis. Ends done, failed (``reason``) or cancelled.
-    Returns the final status. An expected failure (:class:`_SweepFailed`: the deployment went
+    Returns the final status, or ``pending`` when a sweep of a deployment sharing a CPU or GPU
+    with this one's runs (:func:`_start_or_hold`): the sweep is back in the queue and its task
+    sent again (:func:`_hold`). An expected failure (:class:`_SweepFailed`: the deployment went
     down or never became ready, a point was not a measurement) is logged as a warning with its
     reason; any other exception as an error with its traceback.
     """
@@ -315,9 +326,12 @@ def sweep_execute(*, sweep_id: int) -> str:
     watch = _Watch(sweep.pk, sweep.deployment_id)
     try:
         deployment = _wait_ready(sweep, watch)
+        held = _start_or_hold(sweep)
+        if held:
+            return _hold(sweep.pk, held)
         snapshot = sweep_snapshot(sweep=sweep, deployment=deployment)
-        retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(
-            status=SweepStatus.RUNNING, snapshot=json_safe(snapshot)), what="storing the sweep's snapshot")
+        retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(snapshot=json_safe(snapshot)),
+                     what="storing the sweep's snapshot")
         points = grid_points(sweep.grid)
         for ordinal, point in enumerate(points):
             watch.point = ""
@@ -357,6 +371,56 @@ def sweep_execute(*, sweep_id: int) -> str:
         log.exception("sweep %s failed", sweep_id)
         _finish(sweep.pk, SweepStatus.FAILED, redact_text(f"{type(exc).__name__}: {exc}"))
     return BenchmarkSweep.objects.get(pk=sweep_id).status
+
+
+def _start_or_hold(sweep: BenchmarkSweep) -> str:
+    """Move the waiting ``sweep`` to running, unless a sweep runs on a deployment whose processes
+    share a CPU or GPU with its deployment's on the same node
+    (:func:`benchmarks.selectors.sweep_sharing_blocker`): then put it back to pending (no worker,
+    no start time) and return why, in one sentence; ``""`` when it now runs.
+
+    The check and the move are one transaction that first locks the deployment's node row
+    (``select_for_update``: a row lock on PostgreSQL; SQLite's immediate transactions serialise
+    writers anyway), as deploys do for their port and GPU checks, so of two sweeps sharing CPUs
+    that reach this at once exactly one runs and the other sees it running."""
+    from benchmarks.selectors import sweep_sharing_blocker
+    from deployments.models import Node
+
+    def attempt() -> str:
+        with transaction.atomic():
+            Node.objects.select_for_update().filter(pk=sweep.deployment.node_id).first()
+            held = sweep_sharing_blocker(sweep=sweep)
+            if held is not None:
+                BenchmarkSweep.objects.filter(pk=sweep.pk, status=SweepStatus.WAITING).update(
+                    status=SweepStatus.PENDING, worker="", heartbeat_at=None, started_at=None)
+                return held[1]
+            BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.RUNNING)
+            return ""
+
+    return retry_locked(attempt, what=f"starting sweep #{sweep.pk}")
+
+
+def _hold(sweep_id: int, why: str) -> str:
+    """After :func:`_start_or_hold` put sweep ``sweep_id`` back to pending (``why``): send its
+    task again with a countdown of :data:`SHARED_RECHECK_S` seconds and return ``pending``; a
+    cancel asked for meanwhile ends it here instead (cancelled, nothing sent).
+
+    The task is sent again rather than waiting here: a worker slot held by a sweep that measures
+    nothing would keep a sweep of an unrelated deployment from starting (the control worker has
+    ``CEILING_CONTROL_CONCURRENCY`` slots, 2 by default). It is sent again rather than started by
+    the sweep it waits for when that one ends: a sweep ends in many places (its own worker, the
+    reconcile pass for a lost worker, a cancel), and a look every few seconds covers them all,
+    also a sweep started by hand; the look costs a few small reads. The task is idempotent (the
+    claim is a conditional UPDATE), so a copy delivered twice runs the sweep once."""
+    from benchmarks.tasks import sweep_run_task
+
+    log.info("sweep %s: %s", sweep_id, why)
+    if BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=True).update(
+            status=SweepStatus.CANCELLED, reason=_cancel_reason(sweep_id, "cancelled before it started"),
+            ended_at=timezone.now()):
+        return SweepStatus.CANCELLED
+    sweep_run_task.apply_async(args=[sweep_id], queue="control", countdown=SHARED_RECHECK_S)
+    return SweepStatus.PENDING
 
 
 class _SweepFailed(Exception):

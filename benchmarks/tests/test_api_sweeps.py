@@ -17,6 +17,7 @@ from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS
 from benchmarks.tests.sweep_support import sim_deployment_create
 from deployments.choices import DeploymentStatus
+from deployments.models import ServerProcess
 
 DATA = Path(__file__).parent / "data"
 SGLANG = (DATA / "sglang-bench-serving-h200.jsonl").read_text()
@@ -72,6 +73,8 @@ def test_it_says_why_a_pending_sweep_has_not_started(operator_api, deployment, s
     settings.CEILING_CONTROL_CONCURRENCY = 1
     other = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING,
                                   recipe_name="sim-other")
+    # On a CPU of its own: a sweep of a deployment sharing the first one's CPU would wait for it instead.
+    ServerProcess.objects.filter(deployment=other).update(cpus="1", effective_cpus="1")
     with django_capture_on_commit_callbacks(execute=False):
         first = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json").json()
         second = operator_api.post("/api/sweeps/", {"deployment": other.pk, "grid": GRID}, format="json").json()

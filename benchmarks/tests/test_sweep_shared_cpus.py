@@ -1,0 +1,145 @@
+"""Sweeps of two deployments whose processes share a CPU or a GPU on one node run one at a time,
+against a real ``sim`` server: the second waits, pending, with a queue note naming the running
+sweep and what they share, its task sent again with a countdown (no worker slot held); it runs
+once the first has ended, and of two that become ready at once exactly one runs."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.choices import SweepStatus
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.selectors import sweep_queue_note, sweep_sharing_blocker
+from benchmarks.services import sweep_cancel, sweep_create, sweep_execute
+from benchmarks.services import sweeps as sweep_services
+from benchmarks.tests.sweep_support import sim_deployment_create
+from deployments.choices import ProcessStatus, Role
+from deployments.models import Node, ServerProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120), pytest.mark.django_db(transaction=True)]
+
+SHORT = {"concurrency": [1], "lengths": ["16:8"], "requests": 2}
+
+
+@pytest.fixture(autouse=True)
+def _var_dir(settings, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[dict]:
+    """Every ``sweep_run_task`` sent (args, queue, countdown) instead of going to the broker."""
+    from benchmarks.tasks import sweep_run_task
+
+    calls: list[dict] = []
+    monkeypatch.setattr(sweep_run_task, "apply_async", lambda args, **kw: calls.append({"args": args, **kw}))
+    return calls
+
+
+def _note(sweep_id: int, deployment_id: int, shares: str = "CPU 0") -> str:
+    return (f"waiting for sweep #{sweep_id} on deployment #{deployment_id}, which shares {shares} on node local; "
+            "sweeps of deployments that share a CPU or GPU run one at a time, and this one starts when that one ends")
+
+
+def test_a_sweep_waits_pending_for_the_sweep_of_a_deployment_sharing_its_cpu_then_runs(
+        sim_url: str, operator, sent) -> None:
+    first_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-a")
+    second_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-b")  # also pinned to CPU 0 of local
+    first = sweep_create(deployment=first_dep, user=operator,
+                         grid={"concurrency": [1], "lengths": ["16:8"], "duration_s": 3.0})
+    second = sweep_create(deployment=second_dep, user=operator, grid=SHORT)
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=first.pk)))
+    thread.start()
+    try:
+        while BenchmarkSweep.objects.get(pk=first.pk).status != SweepStatus.RUNNING:
+            assert thread.is_alive()
+            time.sleep(0.05)
+        assert sweep_execute(sweep_id=second.pk) == SweepStatus.PENDING
+        second.refresh_from_db()
+        assert (second.status, second.worker, second.started_at, second.reason) == (SweepStatus.PENDING, "", None, "")
+        assert sweep_queue_note(sweep=second) == _note(first.pk, first_dep.pk)
+        assert not second.runs.exists()
+        # the task was sent again with a countdown, so no worker slot waits meanwhile
+        assert sent[-1] == {"args": [second.pk], "queue": "control", "countdown": sweep_services.SHARED_RECHECK_S}
+    finally:
+        thread.join(60)
+    assert result["status"] == SweepStatus.DONE
+    assert sweep_queue_note(sweep=BenchmarkSweep.objects.get(pk=second.pk)) == "queued for a benchmark worker"
+    assert sweep_execute(sweep_id=second.pk) == SweepStatus.DONE  # the task sent again, once the first ended
+    [a] = BenchmarkRun.objects.filter(sweep=first)
+    [b] = BenchmarkRun.objects.filter(sweep=second)
+    assert a.ended_at <= b.started_at and b.num_requests == 2
+    assert len(sent) == 3  # two creates and one sending again
+
+
+def test_of_two_sweeps_sharing_a_cpu_that_become_ready_at_once_exactly_one_runs(
+        sim_url: str, operator, sent, monkeypatch) -> None:
+    deployments = [sim_deployment_create(base_url=sim_url, recipe_name=f"sim-{n}") for n in "ab"]
+    sweeps = [sweep_create(deployment=d, user=operator, grid=SHORT) for d in deployments]
+    both_ready = threading.Barrier(2)
+    real_wait = sweep_services._wait_ready
+
+    def wait_then_meet(sweep, watch=None):
+        deployment = real_wait(sweep, watch)
+        both_ready.wait(30)  # both reach the check and the move to running together
+        return deployment
+
+    monkeypatch.setattr(sweep_services, "_wait_ready", wait_then_meet)
+    results: dict[int, str] = {}
+    threads = [threading.Thread(target=lambda pk=s.pk: results.__setitem__(pk, sweep_execute(sweep_id=pk)))
+               for s in sweeps]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results.values()) == [SweepStatus.DONE, SweepStatus.PENDING], results
+    [held] = [pk for pk, status in results.items() if status == SweepStatus.PENDING]
+    [ran] = [s for s in sweeps if s.pk != held]
+    assert sent[-1]["args"] == [held]
+    monkeypatch.setattr(sweep_services, "_wait_ready", real_wait)
+    assert sweep_execute(sweep_id=held) == SweepStatus.DONE
+    [a] = BenchmarkRun.objects.filter(sweep=ran)
+    [b] = BenchmarkRun.objects.filter(sweep_id=held)
+    assert a.ended_at <= b.started_at
+
+
+def test_a_cancel_ends_a_held_sweep_at_once(sim_url: str, operator, sent) -> None:
+    node_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-a")
+    other_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-b")
+    BenchmarkSweep.objects.create(deployment=node_dep, status=SweepStatus.RUNNING)  # runs elsewhere
+    sweep = sweep_create(deployment=other_dep, user=operator, grid=SHORT)
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.PENDING
+    sweep = sweep_cancel(sweep=BenchmarkSweep.objects.get(pk=sweep.pk), user=operator)
+    assert (sweep.status, sweep.reason) == (SweepStatus.CANCELLED, f"cancelled by {operator.username}")
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.CANCELLED  # the task sent again does nothing
+
+
+def test_only_a_running_sweep_sharing_a_cpu_or_gpu_on_the_same_node_holds_a_sweep_back() -> None:
+    base = "http://127.0.0.1:9"
+    mine = sim_deployment_create(base_url=base, recipe_name="mine")
+    sweep = BenchmarkSweep.objects.create(deployment=mine, status=SweepStatus.PENDING)
+    cpu1 = sim_deployment_create(base_url=base, recipe_name="on-cpu-1")
+    ServerProcess.objects.filter(deployment=cpu1).update(cpus="1", effective_cpus="1")
+    BenchmarkSweep.objects.create(deployment=cpu1, status=SweepStatus.RUNNING)
+    elsewhere = sim_deployment_create(base_url=base, recipe_name="other-node")
+    far = Node.objects.create(name="far", hostname="far", cpu_count=2)
+    type(elsewhere).objects.filter(pk=elsewhere.pk).update(node=far)
+    BenchmarkSweep.objects.create(deployment=elsewhere, status=SweepStatus.RUNNING)
+    waiting = sim_deployment_create(base_url=base, recipe_name="waiting-only")
+    BenchmarkSweep.objects.create(deployment=waiting, status=SweepStatus.WAITING)  # not measuring yet
+    assert sweep_sharing_blocker(sweep=sweep) is None
+
+    # a GPU in common holds it back too, named with the CPUs they share
+    gpu = sim_deployment_create(base_url=base, recipe_name="gpu-sharer")
+    ServerProcess.objects.filter(deployment=gpu).update(cpus="0-1", effective_cpus="0-1", gpu_ids=[3])
+    ServerProcess.objects.filter(deployment=mine).update(gpu_ids=[2, 3])
+    ServerProcess.objects.create(deployment=gpu, role=Role.ROUTER, status=ProcessStatus.READY)  # unpinned
+    running = BenchmarkSweep.objects.create(deployment=gpu, status=SweepStatus.RUNNING)
+    held = sweep_sharing_blocker(sweep=sweep)
+    assert held is not None and held[0].pk == running.pk
+    assert held[1] == _note(running.pk, gpu.pk, shares="CPU 0 and GPU 3")
+    assert sweep_queue_note(sweep=sweep) == held[1]
