@@ -168,8 +168,10 @@ def demo_cpu_sharing(*, recipe: Recipe) -> str | None:
     pinned to (``effective_cpus`` read back from ``/proc``, else the intended ``cpus``; an
     unpinned process, like the router, is not counted as holding a CPU). Three outcomes: no
     overlap; overlap while some node CPUs are held by nobody (the line names them, with the spec
-    field to change); overlap with no CPU to spare, as on the 2-CPU demo host. Sweeps run one at a
-    time in the demo, so the deployments that share serve no requests while this one is measured.
+    field to change); overlap with no CPU to spare, as on the 2-CPU demo host. Sweeps of
+    deployments that share a CPU or GPU on a node run one at a time
+    (:func:`benchmarks.selectors.sweep_sharing_blocker`: a second waits, pending, for the first to
+    end), so no other sweep loads the shared CPUs while this one is measured.
     """
     roles = (recipe.spec or {}).get("roles") or {}
     mine: set[int] = set()
@@ -207,4 +209,5 @@ def demo_cpu_sharing(*, recipe: Recipe) -> str | None:
         return (f"{line}; CPUs {format_cpulist(free)} of {node.name} are pinned to nothing: set "
                 f"spec.roles.{role}.cpus to them to measure it alone.")
     return (f"{line}: {node.name} has {len(node_cpus)} CPU{'s' if len(node_cpus) != 1 else ''} and none is free "
-            f"of them, so they share; sweeps run one at a time, so those serve no requests meanwhile.")
+            f"of them, so they share; sweeps of deployments that share a CPU run one at a time (a second waits "
+            f"for the first to end), so no other sweep loads those CPUs while one is measured.")

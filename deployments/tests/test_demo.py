@@ -44,8 +44,9 @@ def test_it_says_llamacpp_shares_the_sims_cpus_on_the_two_cpu_demo_host() -> Non
     _, llama = _demo_host(2)
     assert demo_cpu_sharing(recipe=llama) == (
         "local-llamacpp (llama.cpp) shares CPUs 0-1 with local-sim-pd (prefill on CPU 0, decode on CPU 1) and "
-        "local-sim-single (single on CPU 0): local has 2 CPUs and none is free of them, so they share; sweeps run "
-        "one at a time, so those serve no requests meanwhile.")
+        "local-sim-single (single on CPU 0): local has 2 CPUs and none is free of them, so they share; sweeps of "
+        "deployments that share a CPU run one at a time (a second waits for the first to end), so no other sweep "
+        "loads those CPUs while one is measured.")
 
 
 def test_it_names_the_cpus_nobody_is_pinned_to_on_a_bigger_host() -> None:
