@@ -9,7 +9,7 @@ from typing import Literal
 from benchmarks.analysis.findings import _findings
 from benchmarks.analysis.model import (
     CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS,
-    PARTIAL_FLAG, PLATEAU_FRACTION,
+    PARTIAL_FLAG, PLATEAU_FRACTION, SHARED_LOAD_FLAG,
     PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH, BatchSource, Bottleneck, Ceiling,
     CeilingReport, DecodeFit, FitSource, LoadGroup, MatchedPair, PointAnalysis, QueueingStep, Stat, SweepPoint, Topology,
     TopologyComparison,
@@ -146,7 +146,8 @@ def _failed_fraction(p: SweepPoint) -> float | None:
 def _usable(points: Iterable[SweepPoint]) -> tuple[list[SweepPoint], list[str], list[SweepPoint]]:
     """Points with output and at most MAX_FAILED_FRACTION failed requests, sorted by load within
     each load kind (closed loop first, :func:`_load_order`); the
-    labels of all those left out, with why (a partial point, :data:`PARTIAL_FLAG`, always is);
+    labels of all those left out, with why (a partial point, :data:`PARTIAL_FLAG`, and one measured
+    beside another sweep's load, :data:`SHARED_LOAD_FLAG`, always are);
     and the points left out for failures, sorted by load."""
     usable: list[SweepPoint] = []
     excluded: list[str] = []
@@ -155,6 +156,8 @@ def _usable(points: Iterable[SweepPoint]) -> tuple[list[SweepPoint], list[str], 
         fraction = _failed_fraction(p)
         if PARTIAL_FLAG in p.flags:
             excluded.append(f"{p.label} (cancelled partway: a partial point)")
+        elif SHARED_LOAD_FLAG in p.flags:
+            excluded.append(f"{p.label} (shared load: another sweep ran on a deployment sharing its CPUs or GPUs)")
         elif p.completed == 0 or p.output_throughput_tok_s <= 0:
             excluded.append(f"{p.label} (no successful output)")
         elif fraction is not None and fraction > MAX_FAILED_FRACTION:
@@ -174,6 +177,8 @@ def _load_order(p: SweepPoint) -> tuple[int, float]:
 
 
 def _nothing_left(excluded: list[str], failed: list[SweepPoint]) -> str:
+    if any("(shared load:" in e for e in excluded):
+        return f"no point is left to analyse: {', '.join(excluded)}"
     if failed:
         return (f"no point is left to analyse: {', '.join(excluded)}; more than {MAX_FAILED_FRACTION:.0%} "
                 f"failed requests make a point's latency unreadable, so fix the failures first")

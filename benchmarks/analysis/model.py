@@ -58,6 +58,10 @@ MAX_FAILED_FRACTION = 0.10
 # requests that completed before the stop, at a load that was ending, so it is shown and exported
 # but never analysed or ranked (the sweep service also stores it cancelled, not done).
 PARTIAL_FLAG = "cancelled_partial"
+# The flag of a point whose time overlapped a run of another sweep on a deployment sharing a CPU or
+# GPU with its own on the same node: it measured that load as well as its own, so it is shown and
+# exported but never analysed or ranked (the summary's ``shared_load`` names the other runs).
+SHARED_LOAD_FLAG = "shared_load"
 # The load generator's flag for a run whose output events came in few network reads: its gaps
 # between events are not the token cadence, so no decode step is read from them.
 COALESCED_FLAG = "itl_coalesced"

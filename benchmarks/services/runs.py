@@ -14,6 +14,9 @@ Rules and where they come from:
 * Goodput counts the requests that met the run's own SLO, so goodput of runs with different SLOs is
   not comparable: the SLO is part of the compared configuration and the comparison says so
   (:func:`runs_compare`).
+* A run whose time overlapped a run of another sweep on a deployment sharing its CPUs or GPUs on
+  the same node (flag ``shared_load``) measured that load too: it is shown but never ranked
+  (:func:`runs_compare`), and the ceiling analysis leaves it out.
 * No best run is named from a difference within run-to-run noise (:data:`COMPARE_TIE_PCT`).
 * A run whose TTFT/TPOT/ITL the client could not time (output events that came in batches,
   ``itl_coalesced``; a load generator busy on CPU, ``client_cpu_bound``) is named in a note and left
@@ -35,6 +38,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from benchmarks.analysis.model import SHARED_LOAD_FLAG
 from benchmarks.choices import RunSource, RunStatus
 from benchmarks.importers import ImportedRun, import_results
 from benchmarks.loadgen import RecordStore
@@ -390,6 +394,19 @@ def _pct_text(fraction: Any, fallback: float) -> str:
     return f"{100.0 * fallback:.0f} % or more"
 
 
+def run_shared_load_text(*, run: BenchmarkRun) -> str:
+    """Why a run flagged :data:`SHARED_LOAD_FLAG` measured more than its own load, from its
+    summary's ``shared_load`` entries: ``while it ran, run #12 of sweep #4 (deployment #3, which
+    shares CPU 0 on node local) ran too, so its tok/s and latencies include that load``."""
+    entries = [e for e in (run.summary or {}).get(SHARED_LOAD_FLAG) or [] if isinstance(e, Mapping)]
+    named = [f"run #{e.get('run_id')} of sweep #{e.get('sweep_id')} (deployment #{e.get('deployment_id')}, which "
+             f"shares {e.get('shares')})" for e in entries]
+    who = (", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")) if named else (
+        "a run of another sweep on a deployment sharing its CPUs or GPUs")
+    return (f"while it ran, {who} ran too, so its tok/s and latencies include that load and cannot be compared "
+            "with any other run's")
+
+
 def run_metric_caveats(*, run: BenchmarkRun) -> list[tuple[str, tuple[str, ...], str]]:
     """Why some compared metrics of ``run`` are not reliable, from its flags
     (:data:`METRIC_CAVEAT_FLAGS`): ``[(flag, metric stems it affects, why in words), ...]``, e.g.
@@ -582,7 +599,9 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     best, as below); a run whose per-request lengths varied without a recorded range (``varied``)
     is never ranked. A run flagged ``input_length_unchecked`` (its text prompts could not be
     calibrated against the server's prompt token count and the server reported none per request,
-    so their real length is not known) is never ranked either. Every run that is not ranked, for whatever reason, is listed in ``excluded``
+    so their real length is not known) is never ranked either, nor is one flagged ``shared_load``
+    (a run of another sweep on a deployment sharing its CPUs or GPUs ran meanwhile:
+    :func:`run_shared_load_text` names it). Every run that is not ranked, for whatever reason, is listed in ``excluded``
     with its reason (the refusal's words after ``is not ranked:``). Each entry's ``lengths`` is
     its setting in words (``1024/1024``, ``random [1, 1024]/[1, 1024]``, ``varied [4, 1024]/[128,
     128]``; null when unknown). ``best`` names, for each
@@ -642,7 +661,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     not_measured = [run_not_measured(run=run, metrics=m) for run, m in zip(runs, all_metrics)]
     # Random-length runs are ranked against each other, never against fixed-length ones (those
     # ranked: a run whose input length was not checked is not).
-    with_fixed = any(kind == "fixed" and why is None and "input_length_unchecked" not in (run.flags or [])
+    with_fixed = any(kind == "fixed" and why is None
+                     and not {"input_length_unchecked", SHARED_LOAD_FLAG} & set(run.flags or [])
                      for run, (kind, _), why in zip(runs, settings, not_measured))
     unranked_why: dict[int, str] = {}
     for run, (kind, lengths), metrics, unmeasured in zip(runs, settings, all_metrics, not_measured):
@@ -672,6 +692,9 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                        "shortest and longest the file records per request) and the file does not say how they were "
                        "drawn, so its tok/s and latencies cannot be compared with any other run's")
             unranked_why[run.pk] = "its lengths varied"
+        elif SHARED_LOAD_FLAG in (run.flags or []):
+            refusal = f"run #{run.pk} is not ranked: shared load — {run_shared_load_text(run=run)}"
+            unranked_why[run.pk] = "it measured another sweep's load as well"
         elif "input_length_unchecked" in (run.flags or []):
             refusal = (f"run #{run.pk} is not ranked: input length unchecked — its prompts could not be calibrated "
                        "against the server's prompt token count and the server reported none per request, so "

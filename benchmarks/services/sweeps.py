@@ -71,7 +71,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from benchmarks.analysis import ANALYSIS_VERSION, LatencyStats, SweepPoint, ceiling_analyse
-from benchmarks.analysis.model import MAX_FAILED_FRACTION
+from benchmarks.analysis.model import MAX_FAILED_FRACTION, SHARED_LOAD_FLAG
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.loadgen import (
     Api, LoadConfig, LoadgenStopped, Slo, TextCalibration, arrival_offsets, dataset_calibrate_text_at, loadgen_run,
@@ -1080,6 +1080,12 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     result.records.save(path)
     progress.tick(final=True)
     run.refresh_from_db(fields=["progress"])
+    # Belt and braces beside the one-at-a-time rule: a run of another sweep on a deployment sharing
+    # this one's CPUs or GPUs that ran meanwhile (started by hand, or by an older Ceiling).
+    shared = run_shared_load(run=run, end=timezone.now())
+    if shared:
+        summary["flags"][SHARED_LOAD_FLAG] = True
+        summary[SHARED_LOAD_FLAG] = shared
     _store_summary(run, summary)
     run.records_path = str(path)
     if timed:
@@ -1110,6 +1116,8 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                                          health=health) if failed else "")
     run.ended_at = timezone.now()
     retry_locked(run.save, what=f"storing point {label}")
+    if shared:
+        _shared_load_mark_back(run=run, shared=shared)
     # Requests done are the ones that finished (a success, or a failure the server answered): a
     # request the cancel ended in flight did not, and is counted apart (the summary's ``aborted``).
     finished = sent - int(summary.get("aborted") or 0) if cancelled_here else sent
@@ -1129,6 +1137,105 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         raise _SweepFailed(run.reason + "; its numbers are not kept as a measurement and the later points were "
                            "not run")
     return run
+
+
+def _run_bindings(run: BenchmarkRun) -> tuple[str, set[int], set[int]] | None:
+    """``(node name, CPUs, GPUs)`` the deployment of measured ``run`` held while it ran: from the
+    processes and node of its snapshot (what was running when its sweep started; a process counts
+    with ``effective_cpus``, else ``cpus``, only when it was pinned, and its ``gpu_ids``), else,
+    for a row without them, from its sweep's deployment now
+    (:func:`benchmarks.selectors.deployment_bindings`); None when neither is known."""
+    from benchmarks.selectors import deployment_bindings
+    from deployments.topology import parse_cpulist
+
+    snap = run.snapshot if isinstance(run.snapshot, Mapping) else {}
+    node = (snap.get("node") or {}).get("name") if isinstance(snap.get("node"), Mapping) else None
+    processes = snap.get("processes")
+    if node and isinstance(processes, list) and processes:
+        cpus: set[int] = set()
+        gpus: set[int] = set()
+        for p in processes:
+            if not isinstance(p, Mapping):
+                continue
+            if p.get("cpus") and isinstance(p.get("cpus"), str):
+                try:
+                    cpus.update(parse_cpulist(p.get("effective_cpus") or p["cpus"]))
+                except (ValueError, TypeError):
+                    pass
+            gpus.update(g for g in p.get("gpu_ids") or [] if isinstance(g, int) and not isinstance(g, bool))
+        return node, cpus, gpus
+    deployment = run.sweep.deployment if run.sweep is not None else None
+    if deployment is None:
+        return None
+    return (deployment.node.name, *deployment_bindings(deployment=deployment))
+
+
+def run_shared_load(*, run: BenchmarkRun, end) -> list[dict[str, Any]]:
+    """The runs of other sweeps whose time overlapped measured ``run``'s (from its ``started_at``
+    to ``end``, a datetime) on a deployment that shares a CPU or GPU with ``run``'s on the same
+    node (:func:`_run_bindings`): each ``{"run_id", "sweep_id", "deployment_id", "shares"}``,
+    ``shares`` in words (``CPU 0``, ``CPUs 0-1 and GPU 3``), by run id; empty when none did or
+    ``run``'s bindings are unknown. Another run's time is its ``started_at`` to its ``ended_at``
+    (a run still running: to ``end``). Such a run measured the other's load as well as its own,
+    so :data:`SHARED_LOAD_FLAG` is raised on it; the rule that sweeps of such deployments run one
+    at a time (:func:`_start_or_hold`) keeps this from happening to sweeps Ceiling starts."""
+    from django.db.models import Q
+
+    from benchmarks.choices import RunSource
+    from benchmarks.selectors import shared_text
+
+    if run.started_at is None or run.sweep_id is None:
+        return []
+    mine = _run_bindings(run)
+    if mine is None or not (mine[1] or mine[2]):
+        return []
+    others = (BenchmarkRun.objects.filter(source=RunSource.MEASURED, sweep__isnull=False, started_at__isnull=False,
+                                          started_at__lt=end)
+              .filter(Q(ended_at__gt=run.started_at) | Q(ended_at__isnull=True, status=RunStatus.RUNNING))
+              .exclude(sweep_id=run.sweep_id).select_related("sweep__deployment__node").order_by("pk"))
+    out = []
+    for other in others:
+        theirs = _run_bindings(other)
+        if theirs is None or theirs[0] != mine[0]:
+            continue
+        cpus, gpus = mine[1] & theirs[1], mine[2] & theirs[2]
+        if cpus or gpus:
+            out.append({"run_id": other.pk, "sweep_id": other.sweep_id, "deployment_id": other.sweep.deployment_id,
+                        "shares": f"{shared_text(cpus, gpus)} on node {mine[0]}"})
+    return out
+
+
+def _shared_load_mark_back(*, run: BenchmarkRun, shared: list[dict[str, Any]]) -> None:
+    """Raise :data:`SHARED_LOAD_FLAG` on each run of ``shared`` that already ended, naming ``run``
+    (a run still running finds ``run`` itself when it ends), and store its sweep's analysis again
+    when one is stored, so the report leaves the point out. Best effort: a failure is logged,
+    never fails this sweep."""
+    for entry in shared:
+        try:
+            other = BenchmarkRun.objects.select_related("sweep").filter(pk=entry["run_id"]).first()
+            if other is None or other.status == RunStatus.RUNNING:
+                continue
+            summary = dict(other.summary) if isinstance(other.summary, Mapping) else {}
+            noted = [e for e in summary.get(SHARED_LOAD_FLAG) or [] if isinstance(e, Mapping)]
+            if any(e.get("run_id") == run.pk for e in noted):
+                continue
+            summary[SHARED_LOAD_FLAG] = [*noted, {"run_id": run.pk, "sweep_id": run.sweep_id,
+                                                  "deployment_id": run.sweep.deployment_id if run.sweep else None,
+                                                  "shares": entry["shares"]}]
+            flags = summary.get("flags")
+            if isinstance(flags, dict):
+                summary["flags"] = {**flags, SHARED_LOAD_FLAG: True}
+            other.summary = json_safe(summary)
+            other.flags = sorted({*(other.flags or []), SHARED_LOAD_FLAG})
+            retry_locked(lambda: other.save(update_fields=["summary", "flags"]),
+                         what=f"flagging run #{other.pk} {SHARED_LOAD_FLAG}")
+            if other.sweep is not None and other.sweep.analysis:
+                analysis = json_safe(sweep_analyse(sweep=other.sweep))
+                retry_locked(lambda: BenchmarkSweep.objects.filter(pk=other.sweep_id).update(analysis=analysis),
+                             what=f"storing sweep #{other.sweep_id}'s analysis again")
+        except Exception:  # noqa: BLE001 - the other run's flag must not fail this sweep
+            log.warning("run %s: flagging run %s %s failed", run.pk, entry.get("run_id"), SHARED_LOAD_FLAG,
+                        exc_info=True)
 
 
 #: Seconds one health check of the entry server may take, and how many checks (2 s apart) must all

@@ -4,6 +4,7 @@ sweep and what they share, its task sent again with a countdown (no worker slot 
 once the first has ended, and of two that become ready at once exactly one runs."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -143,3 +144,58 @@ def test_only_a_running_sweep_sharing_a_cpu_or_gpu_on_the_same_node_holds_a_swee
     assert held is not None and held[0].pk == running.pk
     assert held[1] == _note(running.pk, gpu.pk, shares="CPU 0 and GPU 3")
     assert sweep_queue_note(sweep=sweep) == held[1]
+
+
+def test_runs_that_overlapped_a_sharing_deployments_run_are_flagged_and_never_ranked_or_analysed(
+        sim_url: str, operator, sent, monkeypatch) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from benchmarks import selectors
+    from benchmarks.services import runs_compare
+
+    # A sweep started without the rule (by an older Ceiling, or by hand) overlaps the other.
+    monkeypatch.setattr(selectors, "sweep_sharing_blocker", lambda **kw: None)
+    long_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-a")
+    short_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-b")
+    long = sweep_create(deployment=long_dep, user=operator,
+                        grid={"concurrency": [1], "lengths": ["16:8"], "duration_s": 3.0})
+    short = sweep_create(deployment=short_dep, user=operator, grid=SHORT)
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=long.pk)))
+    thread.start()
+    try:
+        while not BenchmarkRun.objects.filter(sweep=long, status="running").exists():
+            assert thread.is_alive()
+            time.sleep(0.05)
+        assert sweep_execute(sweep_id=short.pk) == SweepStatus.DONE
+        # An older row of a done sweep on the same CPU that ended while the long point ran, unflagged.
+        [long_run] = BenchmarkRun.objects.filter(sweep=long)
+        old_sweep = BenchmarkSweep.objects.create(deployment=short_dep, status=SweepStatus.DONE, analysis={"old": 1})
+        old = BenchmarkRun.objects.create(
+            sweep=old_sweep, status="done", snapshot=long_run.snapshot, concurrency=1, input_len=16, output_len=8,
+            summary={"flags": {}}, started_at=long_run.started_at - timedelta(seconds=1), ended_at=timezone.now())
+    finally:
+        thread.join(60)
+    assert result["status"] == SweepStatus.DONE
+    [a] = BenchmarkRun.objects.filter(sweep=long)
+    [b] = BenchmarkRun.objects.filter(sweep=short)
+    old.refresh_from_db()
+    assert "shared_load" in a.flags and "shared_load" in b.flags and "shared_load" in old.flags
+    assert b.summary["shared_load"] == [{"run_id": a.pk, "sweep_id": long.pk, "deployment_id": long_dep.pk,
+                                         "shares": "CPU 0 on node local"}]
+    assert [e["run_id"] for e in a.summary["shared_load"]] == [b.pk, old.pk]
+    assert old.summary["shared_load"] == [{"run_id": a.pk, "sweep_id": long.pk, "deployment_id": long_dep.pk,
+                                           "shares": "CPU 0 on node local"}]
+    assert "old" not in BenchmarkSweep.objects.get(pk=old_sweep.pk).analysis  # its report made again
+    # never ranked: each says which run of which sweep shared its CPU
+    compared = runs_compare(runs=[a, b])
+    assert [e["rankable"] for e in compared["runs"]] == [False, False]
+    assert compared["runs"][1]["refusal"] == (
+        f"run #{b.pk} is not ranked: shared load — while it ran, run #{a.pk} of sweep #{long.pk} (deployment "
+        f"#{long_dep.pk}, which shares CPU 0 on node local) ran too, so its tok/s and latencies include that load "
+        "and cannot be compared with any other run's")
+    # and the ceiling analysis leaves the point out
+    analysis = BenchmarkSweep.objects.get(pk=short.pk).analysis
+    assert "shared load" in json.dumps(analysis), analysis

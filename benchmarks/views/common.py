@@ -72,6 +72,9 @@ FLAG_TEXT: dict[str, str] = {
                        "of a Poisson schedule of this many requests.",
     "tpot_slo_not_applicable": "some requests produced one output token; TPOT is undefined for them, so the "
                                "TPOT SLO counted them as met (as vLLM's bench does).",
+    "shared_load": "while this point ran, a sweep of another deployment sharing its CPUs or GPUs on the same node "
+                   "ran too (the run's summary names it): its figures include that load; the point is not analysed "
+                   "or ranked.",
     "cancelled_partial": "the sweep was cancelled while this point ran: the figures cover only the requests "
                          "that completed; the point is not analysed or ranked.",
 }
