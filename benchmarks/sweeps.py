@@ -158,7 +158,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     ``duration_s`` at most :data:`MAX_REQUESTS_PER_POINT`); a value given twice in any of these
     three lists is refused, naming it;
     ``requests`` fixed requests per point, or ``requests_per_concurrency`` (requests =
-    max(1, ceil(k * c)); rate points use ``requests``); ``duration_s`` a time limit per point in
+    max(1, ceil(k * c)); rate points use ``requests``); a closed-loop point whose request count
+    is below its concurrency is refused, naming the point and both numbers; ``duration_s`` a time limit per point in
     seconds (at least :data:`MIN_DURATION_S`, at most :data:`MAX_DURATION_S`), instead of or
     together with a request count (together: whichever ends first; alone: the point sends until
     the time is up, from a pool of :func:`duration_prompt_pool` prompts); with neither,
@@ -417,7 +418,8 @@ def _refuse_repeats(values: list[Any], path: str, noun: str, shown: Callable[[An
 def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]], *,
                       prompt_tokens: bool = True) -> dict[str, list[str]]:
     """The size bounds of a grid (see the constants' comment): per point at most
-    :data:`MAX_REQUESTS_PER_POINT` requests and (unless ``prompt_tokens`` is False, for a grid
+    :data:`MAX_REQUESTS_PER_POINT` requests, for a closed-loop point at least its concurrency (with
+    fewer it never has c requests in flight, so it would measure a lighter load than its label), and (unless ``prompt_tokens`` is False, for a grid
     whose warmup is not known) :data:`MAX_PROMPT_TOKENS_PER_POINT` prompt tokens (warmup
     included), per sweep at most :data:`MAX_REQUESTS_PER_SWEEP` requests. Returns
     ``{field path: [message]}`` naming the first offending point of each bound and its numbers
@@ -431,6 +433,14 @@ def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]], *,
         field = "grid.requests_per_concurrency" if grid.get("requests_per_concurrency") else "grid.requests"
         if cap is not None and cap > MAX_REQUESTS_PER_POINT and field not in errors:
             errors[field] = [f"point {label} would send {cap:,} requests; at most {MAX_REQUESTS_PER_POINT:,} per point"]
+        elif (cap is not None and p["concurrency"] is not None and cap < p["concurrency"]
+              and field not in errors):
+            # A closed loop of c slots has at most n requests in flight when it sends n < c: the point
+            # would be labelled, ranked and analysed at a concurrency it never reached.
+            errors[field] = [f"point {label} would send {cap:,} request{'s' if cap != 1 else ''}, fewer than its "
+                             f"concurrency of {p['concurrency']:,}: it could never have {p['concurrency']:,} "
+                             f"requests in flight; give at least {p['concurrency']:,} requests per point "
+                             "(requests_per_concurrency of at least 1) or a lower concurrency"]
         tokens = (p["num_requests"] + warmup) * p["input_len"]
         if prompt_tokens and tokens > MAX_PROMPT_TOKENS_PER_POINT and "grid.lengths" not in errors:
             errors["grid.lengths"] = [
@@ -600,6 +610,15 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     ``decode_steps`` (the client-seen decode step, :func:`benchmarks.loadgen.run_summary`) becomes
     ``decode_step_ms`` (its ``step_s`` in ms), ``decode_batch`` (``batch_mean``, sequences) and
     ``decode_stall_share`` (``stall_share``, 0..1); all None without one.
+
+    ``achieved_concurrency`` (requests, closed loop only; None when unknown): the most requests the
+    run had in flight at once, its summary's ``achieved_concurrency_max``, else for an imported
+    summary without it the requests it sent when fewer than ``concurrency`` (a closed loop of c
+    slots that sends n < c requests never has more than n in flight). A closed-loop run that
+    reached less than its ``concurrency`` and was not stopped early gets the flag
+    ``concurrency_shortfall`` here too, so a run stored before that flag compared against the
+    target itself (it compared against min(c, n)) or an imported one is analysed at the load it
+    reached, not the one it is labelled with.
     """
     out: dict[str, Any] = {"concurrency": concurrency, "request_rate": request_rate, "input_len": input_len,
                            "output_len": output_len, "num_gpus": num_gpus, "flags": list(flags),
@@ -628,6 +647,18 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     out["decode_step_ms"] = step_s * 1000.0 if isinstance(step_s, (int, float)) else None
     out["decode_batch"] = steps.get("batch_mean")
     out["decode_stall_share"] = steps.get("stall_share")
+    reached = None
+    if concurrency is not None and request_rate is None:
+        peak = summary.get("achieved_concurrency_max")
+        sent = (out["completed"] or 0) + (out["failed"] or 0) if out["completed"] is not None else None
+        if isinstance(peak, (int, float)) and not isinstance(peak, bool) and math.isfinite(peak):
+            reached = peak
+        elif sent is not None and 0 < sent < concurrency:
+            reached = sent
+        if reached is not None and reached < concurrency and not summary.get("stopped_early") \
+                and "concurrency_shortfall" not in out["flags"]:
+            out["flags"].append("concurrency_shortfall")
+    out["achieved_concurrency"] = reached
     return out
 
 

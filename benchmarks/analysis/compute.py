@@ -218,10 +218,10 @@ def point_running_batch(p: SweepPoint, *, batch_source: BatchSource | Literal["a
         # tok/s x s/token-per-sequence = sequences in the decode batch, time-averaged over the run.
         running = p.output_throughput_tok_s * tpot / 1000.0
         if p.concurrency is not None:
-            running = min(running, float(p.concurrency))
+            running = min(running, p.load)  # the concurrency it reached (SweepPoint.load)
         return running, tpot, "littles_law"
     if p.concurrency is not None:
-        return float(p.concurrency), tpot, "concurrency"
+        return p.load, tpot, "concurrency"
     return None, tpot, None
 
 

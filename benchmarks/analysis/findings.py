@@ -51,6 +51,10 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
             notes.append(f"had {p.failed} failed request{'s' if p.failed != 1 else ''} of {total}")
         if notes:
             out.append(f"{p.label} {' and '.join(notes)}; its numbers are used as measured.")
+        if p.concurrency is not None and p.load < p.concurrency:
+            out.append(f"{p.label} never had {p.concurrency} requests in flight: at most {p.load:g} at once "
+                       f"(concurrency_shortfall), so its load is taken as {p.load:g} in every load ratio "
+                       "and ordering, not its label.")
     failed_labels = {p.label for p in failed}
     others = [e for e in r.excluded if e.split(" (", 1)[0] not in failed_labels]
     if others:

@@ -25,7 +25,7 @@ MIN_FIT_POINTS = 3
 # points) would give a stored report other numbers, sentences or keys: a sweep's report stored
 # under another version, or under none, is computed again when it is next read
 # (:func:`benchmarks.services.sweep_stored_analysis`).
-ANALYSIS_VERSION = 2
+ANALYSIS_VERSION = 3
 # Throughput within this fraction of the best point counts as "on the plateau" (10 %: larger than
 # the run-to-run noise of a closed-loop sweep, smaller than one doubling of load on a rising curve).
 PLATEAU_FRACTION = 0.90
@@ -122,6 +122,10 @@ class SweepPoint:
     output events with decode pauses left out (ms per token); ``decode_batch``, the mean number of
     requests in their decode phase at those events (sequences); ``decode_stall_share``, the share
     of decode time (E2E - TTFT, summed) the pauses added (0..1).
+
+    ``achieved_concurrency``: the most requests a closed-loop run had in flight at once (None when
+    unknown); below ``concurrency`` (a run that sent fewer requests than its slots, flagged
+    ``concurrency_shortfall``) it, not the label, is the point's :attr:`load`.
     """
 
     concurrency: int | None
@@ -141,6 +145,7 @@ class SweepPoint:
     decode_step_ms: float | None = None
     decode_batch: float | None = None
     decode_stall_share: float | None = None
+    achieved_concurrency: float | None = None
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any]) -> SweepPoint:
@@ -173,6 +178,7 @@ class SweepPoint:
             decode_step_ms=_opt_float(summary.get("decode_step_ms")),
             decode_batch=_opt_float(summary.get("decode_batch")),
             decode_stall_share=_opt_float(summary.get("decode_stall_share")),
+            achieved_concurrency=_opt_float(summary.get("achieved_concurrency")),
         )
 
     @property
@@ -192,8 +198,12 @@ class SweepPoint:
 
     @property
     def load(self) -> float:
-        """The load axis used for ordering and growth ratios: concurrency, else request rate."""
+        """The load axis used for ordering and growth ratios: the concurrency, or the achieved
+        concurrency where the run reached less (``achieved_concurrency``: c=3 that sent one request
+        is a load of 1, not 3), else the request rate."""
         if self.concurrency is not None:
+            if self.achieved_concurrency is not None and 0 < self.achieved_concurrency < self.concurrency:
+                return float(self.achieved_concurrency)
             return float(self.concurrency)
         if self.request_rate is not None:
             return self.request_rate

@@ -138,7 +138,9 @@ def _ns(x: np.ndarray) -> np.ndarray:
 def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     """Summary dict of ``result`` (JSON-serialisable; keys documented inline below).
 
-    Flags (booleans, each with its evidence elsewhere in the dict): ``concurrency_shortfall``,
+    Flags (booleans, each with its evidence elsewhere in the dict): ``concurrency_shortfall``
+    (closed loop: ``achieved_concurrency_max`` below ``target_concurrency``, a run that sent fewer
+    requests than its concurrency included; not for a run stopped early),
     ``rate_shortfall`` (sent more than 5 % slower than the run's own schedule),
     ``rate_off_target`` (open loop: the sending rate ``achieved_send_rate_req_s`` is further from
     the target than :data:`RATE_TARGET_SIGMAS` standard deviations of a correct schedule of that
@@ -311,8 +313,9 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["rate_target_check"] = _rate_target_check(sent_rate=s["achieved_rate_req_s"], target=cfg.rate, n=n,
                                                 burstiness=getattr(cfg, "burstiness", 1.0))
     flags: dict[str, bool] = {}
-    reachable = min(cfg.concurrency, n) if cfg.concurrency else None
-    flags["concurrency_shortfall"] = bool(reachable is not None and cfg.rate is None and max_c < reachable
+    # Against the target itself, not min(c, n): a closed loop that sent fewer requests than its
+    # slots never had c in flight, whatever the reason, and its numbers describe that lighter load.
+    flags["concurrency_shortfall"] = bool(cfg.concurrency and cfg.rate is None and max_c < cfg.concurrency
                                           and stopped is None)
     flags["rate_shortfall"] = bool(
         result.scheduled_rate is not None and s["achieved_rate_req_s"] is not None

@@ -113,7 +113,7 @@ def test_it_takes_spaces_in_the_form_as_separators_not_as_nothing(operator) -> N
     client = Client()
     client.force_login(operator)
     response = client.post(reverse("benchmarks:sweep-create"), {
-        "deployment": deployment.pk, "concurrency": "1 8", "lengths": "16 : 8  32:4", "requests": "2",
+        "deployment": deployment.pk, "concurrency": "1 8", "lengths": "16 : 8  32:4", "requests": "8",
     })
     assert response.status_code == 302
     sweep = BenchmarkSweep.objects.get()

@@ -214,11 +214,11 @@ def test_the_command_lines_table_marks_a_point_whose_numbers_are_not_kept(tmp_pa
     proc.wait(timeout=10)
     out = io.StringIO()
     with pytest.raises(CommandError, match="its numbers are not kept as a measurement") as exc:
-        call_command("sweep", "cli-down", "--concurrency", "2,4", "--lengths", "16:8", "--requests", "2",
+        call_command("sweep", "cli-down", "--concurrency", "2,4", "--lengths", "16:8", "--requests", "4",
                      "--warmup", "0", "--here", stdout=out)
     # a sweep that ran and failed is no refusal of the input: exit status 1, not argparse's 2
     assert exc.value.returncode == 1 and str(exc.value).startswith("sweep #")
     lines = out.getvalue().splitlines()
     [row] = [line for line in lines if line.split()[:2] == ["2", "!"]]
-    assert row.split()[2] == "2", row  # its requests, kept for the record beside the mark
+    assert row.split()[2] == "4", row  # its requests, kept for the record beside the mark
     assert f"  {NOT_KEPT_LEGEND}" in lines and lines.index(f"  {NOT_KEPT_LEGEND}") == lines.index(row) + 1

@@ -303,7 +303,7 @@ def test_it_creates_a_sweep_from_the_form(operator_client, operator, deployment)
     form = reverse("benchmarks:sweep-create") + f"?deployment={deployment.pk}"
     assert "Start sweep" in _html(operator_client.get(form))
     response = operator_client.post(reverse("benchmarks:sweep-create"), {
-        "deployment": deployment.pk, "concurrency": "1, 8", "lengths": "256:256, 64:32", "requests": "6",
+        "deployment": deployment.pk, "concurrency": "1, 8", "lengths": "256:256, 64:32", "requests": "8",
         "rates": "", "slo_ttft_ms": "500", "slo_tpot_ms": "", "slo_e2e_ms": "",
     })
     sweep = BenchmarkSweep.objects.get()
@@ -311,9 +311,9 @@ def test_it_creates_a_sweep_from_the_form(operator_client, operator, deployment)
     assert response["Location"] == reverse("benchmarks:sweep-detail", args=[sweep.pk])
     assert sweep.grid["concurrency"] == [1, 8]
     assert sweep.grid["lengths"] == [[256, 256], [64, 32]]
-    assert sweep.grid["requests"] == 6
+    assert sweep.grid["requests"] == 8
     assert sweep.grid["slo"] == {"ttft_s": 0.5}
-    assert (sweep.points_total, sweep.requests_total) == (4, 24)
+    assert (sweep.points_total, sweep.requests_total) == (4, 32)
     assert sweep.created_by == operator
     assert sweep.num_gpus == 4
 
