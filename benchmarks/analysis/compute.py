@@ -85,10 +85,21 @@ def ceiling_analyse(
         labels = {p.label for p in group}
         g_ceiling = _ceiling(group, fit, bound=bound, max_running_batch=max_running_batch, best_tok_s=best_tok_s)
         g_steps = _queueing_steps(group)
-        g_bottleneck, g_reason = _bottleneck(group, [a for a in analysed if a.label in labels], g_steps, fit,
-                                             g_ceiling, failed_requests=failed_requests)
+        # A coalesced point's TTFT, TPOT and E2E share time network reads, not prefill and decode: the
+        # bottleneck is judged over the other points alone (its throughput still counts above).
+        timed = [p for p in group if COALESCED_FLAG not in p.flags]
+        untimed = [p.label for p in group if COALESCED_FLAG in p.flags]
+        if timed:
+            timed_labels = {p.label for p in timed}
+            g_bottleneck, g_reason = _bottleneck(
+                timed, [a for a in analysed if a.label in timed_labels],
+                g_steps if not untimed else _queueing_steps(timed), fit, g_ceiling, failed_requests=failed_requests)
+        else:
+            g_bottleneck, g_reason = "unknown", (
+                f"the output events of every point came coalesced ({COALESCED_FLAG}: {', '.join(untimed)}), so "
+                "their TTFT and TPOT time network reads, not prefill and decode")
         groups.append(LoadGroup(kind=kind, labels=[p.label for p in group], ceiling=g_ceiling, queueing=g_steps,
-                                bottleneck=g_bottleneck, bottleneck_reason=g_reason))
+                                bottleneck=g_bottleneck, bottleneck_reason=g_reason, timings_skipped=untimed))
     best_label = max(usable, key=lambda p: p.output_throughput_tok_s).label
     main = next(g for g in groups if best_label in g.labels)
     ceiling, bottleneck, reason = main.ceiling, main.bottleneck, main.bottleneck_reason
@@ -346,8 +357,9 @@ def _fit_bound(kinds: list[list[SweepPoint]], fit: DecodeFit, *,
     times, or, for a TPOT fit, over the TPOT of any load kind in ``kinds``, each kind's points in
     load order)."""
     # Only a physical cost bounds the ceiling: a negative fixed or per-sequence cost is no decode path.
+    # A coalesced point's TPOT is no decode time (its tokens came in one read): left out here too.
     grows = (_step_grows(fit) if fit.batch_source in ("decode_events", "mixed")
-             else any(_tpot_grows(k) for k in kinds))
+             else any(_tpot_grows([p for p in k if COALESCED_FLAG not in p.flags]) for k in kinds))
     if not (fit.is_decode_cost and fit.per_seq_ms is not None and grows):
         return None, None
     asymptote = 1000.0 / fit.per_seq_ms
@@ -414,6 +426,8 @@ def _step_grows(fit: DecodeFit) -> bool:
 
 
 def _tpot_grows(points: list[SweepPoint]) -> bool:
+    if len(points) < 2:
+        return False
     lo, hi = points[0].tpot_ms.central(), points[-1].tpot_ms.central()
     return lo is not None and hi is not None and lo > 0 and len(points) > 1 and hi / lo >= TPOT_GROWTH
 
@@ -441,7 +455,9 @@ def _bottleneck(points: list[SweepPoint], analysed: list[PointAnalysis], steps: 
     """Classify at the heaviest point: decode-bound when decode time dominates E2E and TPOT grows
     with load (and a fit, when one was made, gives a physical per-sequence cost); prefill-bound when
     TTFT dominates without queueing; queueing when TTFT dominates and grows while throughput is
-    flat; none when decode dominates but TPOT stays flat and throughput does not fall. Unknown when
+    flat; none when decode dominates but TPOT stays flat and throughput does not fall (the caller
+    passes only points not flagged :data:`COALESCED_FLAG`: a coalesced point's TTFT and TPOT time
+    network reads, mean TPOT 0 ms and TTFT all of E2E, which would read as prefill). Unknown when
     TPOT grows but the fit says the step time does not grow with the running batch, or when
     throughput falls with load and nothing else explains it. Reasons that quote a latency name its
     statistic (mean, or p50 for runs that recorded only the median)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from benchmarks.analysis.model import (
-    CEILING_REACHED_FRACTION, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
+    CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
     CeilingReport, DecodeFit, LoadGroup, PointAnalysis, SweepPoint, TopologyComparison, _fixed, _num,
 )
 from benchmarks.analysis.wording import (
@@ -49,7 +49,10 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
         if p.failed:
             total = (p.completed or 0) + p.failed
             notes.append(f"had {p.failed} failed request{'s' if p.failed != 1 else ''} of {total}")
-        if notes:
+        if notes and COALESCED_FLAG in p.flags:
+            out.append(f"{p.label} {' and '.join(notes)}; its throughput is used as measured, its TTFT, TPOT and "
+                       "ITL are not used for the bottleneck.")
+        elif notes:
             out.append(f"{p.label} {' and '.join(notes)}; its numbers are used as measured.")
         if p.concurrency is not None and p.load < p.concurrency:
             out.append(f"{p.label} never had {p.concurrency} requests in flight: at most {p.load:g} at once "
@@ -182,7 +185,24 @@ def _bottleneck_sentence(r: CeilingReport, g: LoadGroup, analysed: list[PointAna
                          points: list[SweepPoint], *, quote_fit: bool = True) -> str:
     """The bottleneck of one load kind's points (``analysed``, lightest to heaviest); with
     ``quote_fit`` False (a sweep of both load kinds, whose one fit has its own sentence) the decode
-    sentence does not repeat the fit."""
+    sentence does not repeat the fit. Points in ``g.timings_skipped`` (flagged
+    :data:`COALESCED_FLAG`) are quoted for no TTFT, TPOT or E2E share, and the sentence says they
+    are left out and why."""
+    skipped = set(g.timings_skipped)
+    analysed = [a for a in analysed if a.label not in skipped]
+    points = [p for p in points if p.label not in skipped]
+    left_out = (f" {', '.join(g.timings_skipped)} {'is' if len(skipped) == 1 else 'are'} left out of the "
+                f"bottleneck: {'its' if len(skipped) == 1 else 'their'} output events came coalesced "
+                f"({COALESCED_FLAG}), so {'its' if len(skipped) == 1 else 'their'} TTFT, TPOT and ITL time "
+                "network reads, not prefill and decode." if skipped else "")
+    if not analysed:
+        return f"The bottleneck cannot be classified: {g.bottleneck_reason}."
+    return _bottleneck_judged(r, g, analysed, points, quote_fit=quote_fit) + left_out
+
+
+def _bottleneck_judged(r: CeilingReport, g: LoadGroup, analysed: list[PointAnalysis],
+                       points: list[SweepPoint], *, quote_fit: bool) -> str:
+    """:func:`_bottleneck_sentence` over the points whose per-token timings are used."""
     lo, hi = analysed[0], analysed[-1]
     fit = r.fit
     tpot = _metric("TPOT", [a.tpot_stat for a in analysed])

@@ -359,8 +359,11 @@ class QueueingStep:
 class LoadGroup:
     """The points of one load kind (``closed``: by concurrency; ``open``: by request rate) and what
     was concluded from them alone: the trend of throughput (``ceiling``), the ``queueing`` steps
-    between neighbouring points and the ``bottleneck`` class. Concurrency and request rate are
-    different scales, so points of different kinds are never compared as heavier or lighter."""
+    between neighbouring points and the ``bottleneck`` class, judged without the points named in
+    ``timings_skipped`` (flagged :data:`COALESCED_FLAG`: their output events came in one network
+    read, so their TTFT, TPOT and ITL are not prefill and decode times). Concurrency and request
+    rate are different scales, so points of different kinds are never compared as heavier or
+    lighter."""
 
     kind: LoadKind
     labels: list[str]
@@ -368,6 +371,8 @@ class LoadGroup:
     queueing: list[QueueingStep]
     bottleneck: Bottleneck
     bottleneck_reason: str
+    # Points flagged COALESCED_FLAG, whose TTFT, TPOT and ITL are not used for the bottleneck.
+    timings_skipped: list[str] = field(default_factory=list)
 
 
 @dataclass

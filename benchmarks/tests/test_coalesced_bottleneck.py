@@ -1,0 +1,68 @@
+"""A point whose output events came in one network read (``itl_coalesced``: gaps of zero, TPOT about
+0 ms, TTFT nearly all of E2E) feeds no bottleneck finding: its TTFT, TPOT and ITL time the reads, not
+prefill and decode. Measured on the real sim engine: its decode steps at ``--time-scale 0.0001`` are
+a few microseconds, so a point's tokens reach the client in one read."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.analysis import SweepPoint, ceiling_analyse
+from benchmarks.loadgen import Api, LoadConfig, loadgen_run, random_dataset, run_summary
+from benchmarks.sweeps import summary_point
+from benchmarks.tests.sweep_support import sim_start
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+# Runs of the steady point before giving up: a busy host can group even 1 ms steps into one read.
+MAX_ATTEMPTS = 3
+
+
+@pytest.fixture(scope="module")
+def fast_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A sim engine whose modelled times are 10,000 times shorter: its tokens come coalesced."""
+    base, proc = sim_start(tmp_path_factory.mktemp("sim") / "sim.log", time_scale=0.0001)
+    yield base
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def _point(base: str, c: int) -> SweepPoint:
+    cfg = LoadConfig(base_url=base, api=Api.GENERATE, model="sim-model", concurrency=c, ignore_eos=True,
+                     fixed_output=True)
+    s = run_summary(loadgen_run(config=cfg, specs=random_dataset(num=4 * c, input_len=16, output_len=16, seed=c)))
+    flags = [k for k, v in s["flags"].items() if v]
+    return SweepPoint.from_summary(summary_point(summary=s, concurrency=c, request_rate=None, input_len=16,
+                                                 output_len=16, num_gpus=1, flags=flags))
+
+
+def test_a_coalesced_points_timings_feed_no_bottleneck_finding(sim_url: str, fast_sim: str) -> None:
+    for _ in range(MAX_ATTEMPTS):
+        steady = _point(sim_url, 1)
+        if "itl_coalesced" not in steady.flags:
+            break
+    assert "itl_coalesced" not in steady.flags, f"c=1 came coalesced on all {MAX_ATTEMPTS} attempts"
+    coalesced = _point(fast_sim, 3)
+    assert "itl_coalesced" in coalesced.flags, coalesced
+    report = ceiling_analyse([steady, coalesced], num_gpus=1, topology="single")
+    text = " ".join(report.findings)
+    # Judged without c=3 (TTFT all of its E2E, TPOT about 0): one point, no class named.
+    assert "Prefill is the bottleneck" not in text and "Decode is the bottleneck" not in text, text
+    assert report.bottleneck == "unknown" and report.bottleneck_reason.startswith("one point"), report
+    assert ("c=3 is left out of the bottleneck: its output events came coalesced (itl_coalesced), so its TTFT, "
+            "TPOT and ITL time network reads, not prefill and decode.") in text, text
+    assert "its throughput is used as measured, its TTFT, TPOT and ITL are not used for the bottleneck" in text
+    assert "its numbers are used as measured" not in text, text
+    assert report.groups[0].timings_skipped == ["c=3"]
+
+
+def test_a_sweep_of_coalesced_points_names_no_bottleneck_and_says_why(fast_sim: str) -> None:
+    points = [_point(fast_sim, c) for c in (1, 3)]
+    assert all("itl_coalesced" in p.flags for p in points), [p.flags for p in points]
+    report = ceiling_analyse(points, num_gpus=1, topology="single")
+    assert report.bottleneck == "unknown"
+    assert ("The bottleneck cannot be classified: the output events of every point came coalesced (itl_coalesced: "
+            "c=1, c=3), so their TTFT and TPOT time network reads, not prefill and decode.") in report.findings
+    # Their throughput still stands: the ceiling is judged over both.
+    assert report.ceiling.observed_max_tok_s == max(p.output_throughput_tok_s for p in points)
