@@ -25,7 +25,7 @@ A run its caller stops (``loadgen_run(should_stop=...)``, answering the reason) 
 requests, those in flight aborted as failures ``aborted: <reason>``, ``halted`` and ``not_sent``.
 """
 from .arrivals import arrival_offsets, scheduled_rate
-from .calibrate import dataset_calibrate_text, dataset_calibrate_text_at
+from .calibrate import dataset_calibrate_text, dataset_calibrate_text_at, prompts_token_counts
 from .client import TRANSPORTS, StreamingClient
 from .datasets import (
     RequestSpec, TextCalibration, length_draws, prompts_file_dataset, random_dataset, sharegpt_dataset,
@@ -43,7 +43,7 @@ from .sse import SseParser
 __all__ = [
     "TRANSPORTS", "UNREACHABLE_FAILURES", "Api", "EventInfo", "LoadConfig", "LoadgenStopped", "Progress", "RecordStore", "RequestOutcome", "RequestSpec", "RunResult", "Slo",
     "SseParser", "StreamingClient", "TextCalibration", "WorkerStats", "arrival_offsets", "dataset_calibrate_text",
-    "dataset_calibrate_text_at",
+    "dataset_calibrate_text_at", "prompts_token_counts",
     "distribution", "event_inspect", "in_flight", "length_draws", "loadgen_run", "loadgen_run_async",
     "nearest_rank", "prompts_file_dataset", "random_dataset", "request_body", "run_summary", "scheduled_rate",
     "server_generation_tokens", "sharegpt_dataset", "text_calibration_fit",

@@ -10,11 +10,21 @@ Each probe is first sent as the run sends its requests (streaming, ``stream_opti
 asked for). A server that streams no usage (``llama_cpp.server`` ignores ``stream_options``, for
 completions and chat alike) is asked again with a plain non-streaming request, whose JSON answer
 carries ``usage.prompt_tokens``: the same prompt, the same endpoint, so the same count.
+
+The line is checked at the requested length with probes of the words it gives, moved after each
+miss through the mean of the checks so far (each probe's own random words land a few tokens off the
+line; their mean less so), until one lands within the run's own tolerance
+(:data:`benchmarks.loadgen.metrics.INPUT_LENGTH_TOLERANCE` or
+:data:`~benchmarks.loadgen.metrics.INPUT_LENGTH_TOLERANCE_TOKENS`, whichever is larger) or
+:data:`CALIBRATION_CHECKS` have been sent. Calibration sets the prompts' mean only: each prompt's
+own words still vary, so a run whose stream carries no usage has its sent prompts counted after it
+(:func:`prompts_token_counts`), as the run's ``input_length_check``.
 """
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -22,12 +32,16 @@ import orjson
 
 from .client import StreamingClient
 from .datasets import RequestSpec, TextCalibration, random_words, text_calibration_fit
+from .metrics import INPUT_LENGTH_TOLERANCE, INPUT_LENGTH_TOLERANCE_TOKENS
 from .protocol import Api, request_body, request_path
 
-__all__ = ["dataset_calibrate_text", "dataset_calibrate_text_at", "probe_word_counts"]
+__all__ = ["dataset_calibrate_text", "dataset_calibrate_text_at", "probe_word_counts", "prompts_token_counts"]
 
 #: Seconds one non-streaming probe may take (a one-token request: its prompt's prefill only).
 PLAIN_PROBE_TIMEOUT_S = 120.0
+#: Most check probes at the requested length (one-token requests). On llama.cpp's tokenizer one
+#: probe of random words missed 16 tokens by 4 and 256 by 19; the second or third lands within 2 %.
+CALIBRATION_CHECKS = 4
 
 
 async def dataset_calibrate_text(
@@ -60,36 +74,75 @@ async def dataset_calibrate_text_at(
     *, base_url: str, api: Api, model: str, input_len: int, headers: dict[str, str] | None = None,
     word_counts: tuple[int, ...] | None = None, seed: int = 0,
 ) -> tuple[TextCalibration, dict[str, object]]:
-    """:func:`dataset_calibrate_text`, then one more probe of the words it gives for ``input_len``
-    tokens: when the server counts that prompt differently (a template or tokenizer that is not
-    exactly linear in words), the line is moved through that probe, so prompts of that length come
-    out at ``input_len`` tokens on average. Returns the calibration and its evidence
-    ``{"overhead_tokens", "tokens_per_word", "probes": [[words, prompt_tokens], ...],
-    "check": {"words", "prompt_tokens", "requested"}, "adjusted_tokens"}`` (``adjusted_tokens``:
-    how far the check probe moved the line, 0 when it hit ``input_len``). ``word_counts`` defaults to
-    :func:`probe_word_counts` of ``input_len``. One-token probes (two for the fit, one check): three
-    requests' prefill on the server before the run. Raises ``RuntimeError`` as
+    """:func:`dataset_calibrate_text`, then check probes of the words it gives for ``input_len``
+    tokens: when the server counts such a prompt differently (a template or tokenizer that is not
+    exactly linear in words, or random words that tokenize longer than the fit's), the line is
+    moved through the mean of the checks so far (same slope) and checked again, until a check
+    lands within ``tolerance_tokens`` of ``input_len`` (the run's ``input_length_mismatch``
+    tolerance: 2 % or 1 token, whichever is larger) or :data:`CALIBRATION_CHECKS` checks were sent.
+    Returns the calibration and its evidence ``{"overhead_tokens", "tokens_per_word", "probes":
+    [[words, prompt_tokens], ...], "checks": [[words, prompt_tokens], ...], "check": {"words",
+    "prompt_tokens", "requested"}`` (the last check)``, "hit", "tolerance_tokens",
+    "adjusted_tokens"}`` (``hit``: the last check landed within the tolerance; False means the line
+    was moved after it and not checked again; ``adjusted_tokens``: how far the checks moved the line
+    from the fit, 0 when the first hit). ``word_counts`` defaults to :func:`probe_word_counts` of
+    ``input_len``. One-token probes (two for the fit, one to :data:`CALIBRATION_CHECKS` checks):
+    three to six requests' prefill on the server before the run. Raises ``RuntimeError`` as
     :func:`dataset_calibrate_text` does."""
     if word_counts is None:
         word_counts = probe_word_counts(input_len)
     rng = random.Random(seed)
     probes: list[tuple[int, int]] = []
+    checks: list[tuple[int, int]] = []
+    tolerance = max(INPUT_LENGTH_TOLERANCE * input_len, INPUT_LENGTH_TOLERANCE_TOKENS)
+    hit = False
     async with StreamingClient(base_url=base_url, api=api, model=model, headers=headers) as client:
         for words in word_counts:
             probes.append((words, await _probe(client, api, rng, words)))
-        cal = text_calibration_fit(probes)
-        words = cal.words_for(input_len)
-        got = await _probe(client, api, rng, words)
-    adjusted = 0.0
-    if got != input_len:
-        # Through the check probe, same slope: words_for(input_len) now lands on input_len.
-        moved = TextCalibration(overhead=got - cal.per_word * words, per_word=cal.per_word)
-        adjusted = moved.overhead - cal.overhead
-        cal = moved
+        fitted = cal = text_calibration_fit(probes)
+        for _ in range(CALIBRATION_CHECKS):
+            words = cal.words_for(input_len)
+            got = await _probe(client, api, rng, words)
+            checks.append((words, got))
+            if abs(got - input_len) <= tolerance:
+                hit = True
+                break
+            # Same slope, through the mean of the checks so far: words_for(input_len) lands on
+            # input_len for their mean prompt.
+            cal = TextCalibration(overhead=sum(t - fitted.per_word * w for w, t in checks) / len(checks),
+                                  per_word=fitted.per_word)
+    words, got = checks[-1]
     return cal, {"overhead_tokens": cal.overhead, "tokens_per_word": cal.per_word,
-                 "probes": [list(p) for p in probes],
+                 "probes": [list(p) for p in probes], "checks": [list(c) for c in checks],
                  "check": {"words": words, "prompt_tokens": got, "requested": input_len},
-                 "adjusted_tokens": adjusted}
+                 "hit": hit, "tolerance_tokens": tolerance, "adjusted_tokens": cal.overhead - fitted.overhead}
+
+
+async def prompts_token_counts(
+    *, base_url: str, api: Api, model: str, specs: list[RequestSpec], headers: dict[str, str] | None = None,
+    budget_s: float = PLAIN_PROBE_TIMEOUT_S, should_stop: Callable[[], bool] | None = None,
+) -> tuple[list[int], str | None]:
+    """The server's ``usage.prompt_tokens`` of each of ``specs``, in order: each sent once more
+    without streaming and with one output token (the same prompt, the same endpoint, so the same
+    count as when the run sent it), for a run whose stream carried no usage. Stops at the first
+    request that gives no count, once ``budget_s`` seconds have passed, or when ``should_stop()``
+    (asked before each) returns true: returns the counts so far
+    and why it stopped in plain words (None when every spec was counted). Never raises for request
+    faults."""
+    counts: list[int] = []
+    deadline = time.monotonic() + budget_s
+    async with StreamingClient(base_url=base_url, api=api, model=model, headers=headers) as client:
+        for i, spec in enumerate(specs):
+            if time.monotonic() > deadline:
+                return counts, f"stopped after {budget_s:g} s with {i} of {len(specs)} prompts counted"
+            if should_stop is not None and should_stop():
+                return counts, f"stopped with {i} of {len(specs)} prompts counted"
+            one = RequestSpec(prompt=spec.prompt, input_len=spec.input_len, output_len=1, messages=spec.messages)
+            got, why = await _plain_prompt_tokens(client, one)
+            if got is None:
+                return counts, f"prompt {i + 1} of {len(specs)}: {why}"
+            counts.append(got)
+    return counts, None
 
 
 async def _probe(client: StreamingClient, api: Api, rng: random.Random, words: int) -> int:

@@ -35,7 +35,7 @@ from .driver import ABORTED_PREFIX, CPU_BOUND_FRACTION, RunResult
 from .records import RecordStore
 from .uncertainty import ci95, contain_estimate
 
-__all__ = ["Slo", "run_summary", "distribution", "error_kind", "nearest_rank", "in_flight"]
+__all__ = ["Slo", "run_summary", "distribution", "error_kind", "nearest_rank", "in_flight", "input_length_check"]
 
 PERCENTILES = (50, 90, 99)
 # Shortfall tolerances. Concurrency: the target must be reached at least once (max in flight);
@@ -275,7 +275,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["input_tokens_requested_mean"] = float(req_in[req_in >= 0].mean()) if (req_in >= 0).any() else None
     s["input_tokens_actual_mean"] = float(known_in[known_in >= 0].mean()) if (known_in >= 0).any() else None
     s["output_tokens_mean"] = float(out_ok.mean()) if out_ok.size else None
-    s["input_length_check"] = _input_length_check(req_in[ok], known_in)
+    s["input_length_check"] = input_length_check(req_in[ok], known_in)
 
     # ---------------------------------------------------------------- goodput
     if slo is not None:
@@ -419,7 +419,7 @@ def _rate_target_check(*, sent_rate: float | None, target: float | None, n: int,
             "off_target": sigmas > RATE_TARGET_SIGMAS}
 
 
-def _input_length_check(requested: np.ndarray, actual: np.ndarray) -> dict[str, Any] | None:
+def input_length_check(requested: np.ndarray, actual: np.ndarray) -> dict[str, Any] | None:
     """Requested against the server's ``prompt_tokens`` over the successful requests where both are
     known: ``{"requested_mean", "actual_mean", "difference"`` (tokens, actual − requested)``,
     "tolerance"`` (tokens)``, "requests", "mismatch"}``; None when the server reported no prompt

@@ -597,9 +597,9 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     runs among themselves are ranked like fixed-length runs: those with the same ranges had the
     same length distribution, and runs with different ranges are runs of different lengths (no
     best, as below); a run whose per-request lengths varied without a recorded range (``varied``)
-    is never ranked. A run flagged ``input_length_unchecked`` (its text prompts could not be
-    calibrated against the server's prompt token count and the server reported none per request,
-    so their real length is not known) is never ranked either, nor is one flagged ``shared_load``
+    is never ranked. A run flagged ``input_length_unchecked`` (the server reported no prompt
+    tokens per request for its text prompts and they could not be counted again after it, so their
+    real length is not known) is never ranked either, nor is one flagged ``shared_load``
     (a run of another sweep on a deployment sharing its CPUs or GPUs ran meanwhile:
     :func:`run_shared_load_text` names it). Every run that is not ranked, for whatever reason, is listed in ``excluded``
     with its reason (the refusal's words after ``is not ranked:``). Each entry's ``lengths`` is
@@ -696,8 +696,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
             refusal = f"run #{run.pk} is not ranked: shared load — {run_shared_load_text(run=run)}"
             unranked_why[run.pk] = "it measured another sweep's load as well"
         elif "input_length_unchecked" in (run.flags or []):
-            refusal = (f"run #{run.pk} is not ranked: input length unchecked — its prompts could not be calibrated "
-                       "against the server's prompt token count and the server reported none per request, so "
+            refusal = (f"run #{run.pk} is not ranked: input length unchecked — the server reported no prompt "
+                       "tokens per request and its prompts could not be counted again after it, so "
                        "its prompts may be much longer or shorter than the requested "
                        f"{run.input_len or '—'} tokens and its tok/s and latencies cannot be compared with any "
                        "other run's")

@@ -65,6 +65,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import F
@@ -74,11 +75,12 @@ from benchmarks.analysis import ANALYSIS_VERSION, LatencyStats, SweepPoint, ceil
 from benchmarks.analysis.model import MAX_FAILED_FRACTION, SHARED_LOAD_FLAG
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.loadgen import (
-    Api, LoadConfig, LoadgenStopped, Slo, TextCalibration, arrival_offsets, dataset_calibrate_text_at, loadgen_run,
-    random_dataset, run_summary,
+    Api, LoadConfig, LoadgenStopped, RequestSpec, RunResult, Slo, TextCalibration, arrival_offsets,
+    dataset_calibrate_text_at, loadgen_run, prompts_token_counts, random_dataset, run_summary,
 )
 from benchmarks.loadgen.driver import ABORTED_PREFIX
 from benchmarks.loadgen.driver import PROGRESS_PERIOD_S as LOADGEN_PROGRESS_PERIOD_S
+from benchmarks.loadgen.metrics import input_length_check
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
@@ -919,17 +921,70 @@ def _text_calibration(*, base_url: str, api: Api, model: str, input_len: int,
     template's tokens, so words alone come out longer than asked (64 words were 70 tokens on
     llama.cpp). Probed against the server's ``usage.prompt_tokens``
     (:func:`benchmarks.loadgen.dataset_calibrate_text_at`: three one-token requests before the
-    warmup, each asked again without streaming where the stream carries no usage). Returns the
-    calibration (None when the server reports no prompt tokens: the prompts are then one word per
-    token, the run's ``input_length_mismatch`` check says how far off they came out, and where the
-    server reports no prompt tokens per request either the run is flagged ``input_length_unchecked``)
-    and its evidence for the summary's ``input_calibration`` (or ``{"error"}``)."""
+    warmup, each asked again without streaming where the stream carries no usage; more checks at
+    the requested length until one lands within the run's tolerance). Returns the calibration (None
+    when the server reports no prompt tokens: the prompts are then one word per token) and its
+    evidence for the summary's ``input_calibration`` (or ``{"error"}``). Either way the run's
+    ``input_length_check`` says how long the prompts came out: from the stream's usage, else from
+    the prompts counted again after the point (:func:`_prompt_recount`); with neither the run is
+    flagged ``input_length_unchecked``."""
     try:
         cal, evidence = asyncio.run(dataset_calibrate_text_at(base_url=base_url, api=api, model=model,
                                                               input_len=input_len, seed=seed))
     except (RuntimeError, ValueError) as exc:
         return None, {"error": f"prompts not calibrated: {exc}"[:500]}
     return cal, evidence
+
+
+# Text prompts of a point whose stream carried no usage (llama_cpp.server streams none) are counted
+# again after the point, each sent once more without streaming: at most this many (the first
+# successful requests' distinct prompts, one prefill each) within this many seconds, so a point of
+# thousands of long prompts does not hold the sweep for as long again.
+PROMPT_RECOUNT_MAX = 32
+PROMPT_RECOUNT_BUDGET_S = 60.0
+
+
+def _stream_counted_prompts(result: RunResult) -> bool:
+    """Whether the stream reported the prompt tokens of some successful request of ``result``."""
+    ok = result.records.column("ok").astype(bool)
+    return bool((result.records.column("input_tokens")[ok] >= 0).any())
+
+
+def _prompt_recount(*, base_url: str, api: Api, model: str, specs: list[RequestSpec], result: RunResult,
+                    should_stop=None) -> dict[str, Any]:
+    """The input-length check of a point whose stream reported no prompt tokens, from its own
+    prompts counted again (:func:`benchmarks.loadgen.prompts_token_counts`): the distinct prompts of
+    its first :data:`PROMPT_RECOUNT_MAX` successful requests (records' dataset ``index``), within
+    :data:`PROMPT_RECOUNT_BUDGET_S` seconds, and before each unless ``should_stop()`` (the point's
+    stop: a cancel ends the counting, not the point's result). Returns the summary keys ``input_length_check`` (the
+    load generator's figures over the prompts counted, with ``"source": "recount"``; None when none
+    was counted) and ``input_length_recount`` ``{"prompts", "successes", "error"}`` (prompts
+    counted, the point's successful requests, and why counting stopped short, None when it did
+    not). Never raises for request faults."""
+    rec = result.records
+    ok = rec.column("ok").astype(bool)
+    index = rec.column("index")
+    chosen: list[int] = []
+    for i in np.flatnonzero(ok):
+        j = int(index[i])
+        if 0 <= j < len(specs) and specs[j].input_len >= 0 and j not in chosen:
+            chosen.append(j)
+            if len(chosen) == PROMPT_RECOUNT_MAX:
+                break
+    if not chosen:
+        return {"input_length_check": None,
+                "input_length_recount": {"prompts": 0, "successes": int(ok.sum()),
+                                         "error": "no successful request with a requested length to count"}}
+    counts, why = asyncio.run(prompts_token_counts(base_url=base_url, api=api, model=model,
+                                                   specs=[specs[j] for j in chosen],
+                                                   budget_s=PROMPT_RECOUNT_BUDGET_S, should_stop=should_stop))
+    check = input_length_check(np.array([specs[j].input_len for j in chosen[:len(counts)]], dtype=np.int64),
+                               np.array(counts, dtype=np.int64)) if counts else None
+    if check is not None:
+        check["source"] = "recount"
+    return {"input_length_check": check,
+            "input_length_recount": {"prompts": len(counts), "successes": int(ok.sum()),
+                                     "error": f"prompts not counted: {why}"[:500] if why else None}}
 
 
 def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, snapshot: dict,
@@ -1001,6 +1056,11 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                                     should_stop=stop.is_set)
             outcome["result"] = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=progress.report,
                                             should_stop=stop)
+            if not token_ids and not _stream_counted_prompts(outcome["result"]):
+                # Here, not after: this thread's watch keeps the heartbeat and the cancel going meanwhile.
+                outcome["recount"] = _prompt_recount(base_url=deployment.entry_url, api=api,
+                                                     model=sweep.served_model_name, specs=specs,
+                                                     result=outcome["result"], should_stop=stop.is_set)
         except BaseException as exc:  # re-raised in the sweep's thread below
             outcome["error"] = exc
 
@@ -1050,10 +1110,15 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     summary = run_summary(result, slo=slo)
     if "calibration" in outcome:
         summary["input_calibration"] = outcome["calibration"]
-        # Prompts that could not be calibrated are words, one per token asked for: their real
-        # length is unknown unless the server reported it per request (input_length_check).
-        summary["flags"]["input_length_unchecked"] = bool("error" in outcome["calibration"]
-                                                          and summary.get("input_length_check") is None)
+        # Calibration sets the prompts' mean only (each prompt's random words vary): where the stream
+        # gave no prompt tokens, the point's own prompts are counted again after it.
+        if summary.get("input_length_check") is None and "recount" in outcome:
+            summary.update(outcome["recount"])
+        check = summary.get("input_length_check")
+        summary["flags"]["input_length_mismatch"] = bool(check is not None and check["mismatch"])
+        # Text prompts whose length the server reported neither per request nor counted again: the
+        # requested length is a claim nobody checked, calibrated or not.
+        summary["flags"]["input_length_unchecked"] = check is None
     sent = int(summary.get("requests") or 0)
     timed = point.get("duration_s") is not None
     if timed:

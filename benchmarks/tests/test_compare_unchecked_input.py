@@ -17,8 +17,8 @@ from deployments.choices import DeploymentStatus
 
 pytestmark = pytest.mark.django_db
 
-REASON = ("input length unchecked — its prompts could not be calibrated against the server's prompt token count "
-          "and the server reported none per request, so its prompts may be much longer or shorter than the "
+REASON = ("input length unchecked — the server reported no prompt tokens per request and its "
+          "prompts could not be counted again after it, so its prompts may be much longer or shorter than the "
           "requested 64 tokens and its tok/s and latencies cannot be compared with any other run's")
 
 

@@ -60,9 +60,9 @@ FLAG_TEXT: dict[str, str] = {
     "input_length_mismatch": "prompts were not the requested length: the server's mean prompt tokens differ "
                              "from the requested length by more than 2 % (or 1 token); it is not ranked "
                              "against exact-length runs.",
-    "input_length_unchecked": "the requested input length was not checked: the prompts could not be calibrated "
-                              "against the server's prompt token count and the server reported none per request, "
-                              "so the prompts may be much longer or shorter than the label says; it is not ranked "
+    "input_length_unchecked": "the requested input length was not checked: the server reported no prompt tokens "
+                              "per request and the prompts could not be counted again after the point, so the "
+                              "prompts may be much longer or shorter than the label says; it is not ranked "
                               "in a comparison.",
     "no_successful_requests": "every request of this run failed: it measured nothing (its latencies and "
                               "throughputs are unknown, not zero); the failure reasons say why.",

@@ -176,10 +176,15 @@ def _check_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
         facts.append(("Prompt tokens counted by the server (mean)", _opt_float(check.get("actual_mean")), "tokens",
                       f"requested {check.get('requested_mean', 0):.1f} tokens; allowed difference "
                       f"±{check.get('tolerance', 0):.1f} tokens (2 % or 1 token); over {check.get('requests')} requests"
+                      + (" (the stream carried no prompt tokens: their prompts sent again without streaming, "
+                         "after the point, and counted)" if check.get("source") == "recount" else "")
                       + (f". Prompt calibration: {calibration['error']}" if calibration.get("error") else "")))
     elif isinstance(calibration, Mapping) and calibration.get("error"):
         facts.append(("Prompt tokens counted by the server (mean)", None, "tokens",
                       f"not checked: {calibration['error']}"))
+    elif isinstance(s.get("input_length_recount"), Mapping) and s["input_length_recount"].get("error"):
+        facts.append(("Prompt tokens counted by the server (mean)", None, "tokens",
+                      f"not checked: {s['input_length_recount']['error']}"))
     rate = s.get("rate_target_check")
     if isinstance(rate, Mapping):
         facts.append(("Achieved sending rate", _opt_float(rate.get("sent_req_s")), "req/s",
