@@ -131,11 +131,19 @@ def body_parse_error(exc: ParseError) -> ValidationError:
     multipart: None``) is put in plain words."""
     text = str(exc.detail)
     if text.startswith(_MULTIPART_PREFIX):
-        reason = text.removeprefix(_MULTIPART_PREFIX)
-        text = ("the request body is not valid multipart form data: its Content-Type gives no boundary "
-                "(multipart/form-data; boundary=...)" if reason.startswith("Invalid boundary in multipart")
-                else f"the request body is not valid multipart form data: {reason}")
+        text = multipart_error_text(text.removeprefix(_MULTIPART_PREFIX))
     return ValidationError({"non_field_errors": [ErrorDetail(text, code="parse_error")]})
+
+
+def multipart_error_text(reason: str) -> str:
+    """Django's :class:`~django.http.multipartparser.MultiPartParserError` message in plain
+    words: ``Invalid boundary in multipart: None`` is ``the request body is not valid multipart
+    form data: its Content-Type gives no boundary (multipart/form-data; boundary=...)``, another
+    reason follows the same first words."""
+    if reason.startswith("Invalid boundary in multipart"):
+        return ("the request body is not valid multipart form data: its Content-Type gives no boundary "
+                "(multipart/form-data; boundary=...)")
+    return f"the request body is not valid multipart form data: {reason}"
 
 
 def accepted_media_types(context) -> list[str]:

@@ -2,8 +2,11 @@
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import redirect
 from django.template import loader
+
+from controlplane.api import multipart_error_text
 
 
 @login_required
@@ -16,14 +19,24 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     """``handler400``: a request Django refuses as suspicious before any view runs (a ``Host``
     header outside ``ALLOWED_HOSTS``, a malformed multipart body, too many fields). Under
     ``/api/`` and at ``/api`` itself the answer is JSON like every other API error (``{"detail":
-    "..."}``), elsewhere (``/apiary`` too) a plain page (``400.html``, rendered without the
-    request: the request's host cannot be used). The reason names the rule, never the request's
-    own values."""
+    "..."}``; a multipart body Django cannot read, which a middleware's read of ``request.POST``
+    meets before the view, is the API's body error, ``{"non_field_errors": ["the request body is
+    not valid multipart form data: ..."]}``), elsewhere (``/apiary`` too) a plain page
+    (``400.html``, rendered without the request: the request's host cannot be used) with the
+    same words. The reason names the rule, never the request's own values; Django logs the one
+    warning line (``Bad request (Unable to parse request body): /login/``)."""
+    api = request.path == "/api" or request.path.startswith("/api/")
     if isinstance(exception, DisallowedHost):
         reason = ("The Host header names a host this server does not answer to "
                   "(set the ALLOWED_HOSTS environment variable to add one).")
+    elif isinstance(exception, MultiPartParserError):
+        # the rule only: a message's value after the colon comes from the request's headers
+        text = multipart_error_text(str(exception).split(":", 1)[0])
+        if api:
+            return JsonResponse({"non_field_errors": [text]}, status=400)
+        reason = f"{text[0].upper()}{text[1:]}."
     else:
         reason = "The request is malformed or too large for this server to read."
-    if request.path == "/api" or request.path.startswith("/api/"):
+    if api:
         return JsonResponse({"detail": reason}, status=400)
     return HttpResponse(loader.get_template("400.html").render({"reason": reason}), status=400)
