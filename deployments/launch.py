@@ -87,7 +87,8 @@ class ProcessSpec:
     stop_grace_s: int
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view for pages, the API and logs: ``env`` is the redacted env."""
+        """JSON-ready view for pages, the API and logs: ``env`` is the redacted env; a text the
+        process does not have (``cpus``, ``mem_nodes``, ``generate_url`` ``""`` here) is null."""
         return {
             "role": self.role,
             "ordinal": self.ordinal,
@@ -96,14 +97,14 @@ class ProcessSpec:
             "env": dict(self.env_redacted),
             "secret_env": dict(self.secret_env),
             "wrapper": list(self.wrapper),
-            "cpus": self.cpus,
-            "mem_nodes": self.mem_nodes,
+            "cpus": self.cpus or None,  # null when unpinned or without a memory policy, as /api/processes/
+            "mem_nodes": self.mem_nodes or None,
             "numa_node": self.numa_node,
             "pin_method": self.pin_method,
             "gpu_ids": list(self.gpu_ids),
             "ports": dict(self.ports),
             "host": self.host,
-            "health_url": self.health_url,
+            "health_url": self.health_url or None,
             "generate_url": self.generate_url or None,  # null when absent, as /api/processes/
             "readiness": [dict(r) for r in self.readiness],
             "startup_timeout_s": self.startup_timeout_s,

@@ -66,3 +66,21 @@ def test_the_dry_run_gives_null_for_a_process_without_a_generate_route_as_the_pr
     spec = services.recipe_plan(recipe=recipe).processes[0]
     fields = {**spec.__dict__, "generate_url": ""}
     assert ProcessSpec(**fields).to_dict()["generate_url"] is None
+
+
+def test_the_dry_run_gives_null_for_the_routers_cpus_and_memory_nodes_as_the_processes_api(operator_api, operator):
+    node = cpu_node_create(name="pd-box")
+    spec = {"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
+            "roles": {"prefill": {"cpus": "0", "host": "127.0.0.1", "port": 39131, "bootstrap_port": 39133},
+                      "decode": {"cpus": "0", "host": "127.0.0.1", "port": 39132},
+                      "router": {"host": "127.0.0.1", "port": 39130}},
+            "sim": {"profile": "demo-fast"}}
+    recipe = services.recipe_create(user=operator, name="api-sim-pd", engine="sim", topology="pd", node=node, spec=spec)
+
+    plan = operator_api.get(f"/api/recipes/{recipe.pk}/dry-run/").json()["plan"]
+
+    router = next(p for p in plan["processes"] if p["role"] == Role.ROUTER)
+    assert (router["cpus"], router["mem_nodes"]) == (None, None)
+    assert "" not in [p[key] for p in plan["processes"] for key in ("cpus", "mem_nodes", "health_url", "generate_url")]
+    prefill = next(p for p in plan["processes"] if p["role"] == Role.PREFILL)
+    assert prefill["cpus"] == "0"
