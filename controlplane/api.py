@@ -626,6 +626,25 @@ class BlankAsNullCharField(serializers.CharField):
         return None if value in ("", None) else super().to_representation(value)
 
 
+class OptionalTextField(StrictCharField):
+    """A text an object may lack (a description), read and written through one field: in a body
+    ``""`` and null both mean none and are stored as ``""`` (any other type is refused as
+    :class:`StrictCharField` refuses it), in an answer none is null
+    (:class:`BlankAsNullCharField`'s rule); the schema marks it nullable both ways."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("allow_blank", True)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def validate_empty_values(self, data):
+        is_empty, value = super().validate_empty_values(data)
+        return (True, "") if is_empty and data is None else (is_empty, value)
+
+    def to_representation(self, value):
+        return None if value in ("", None) else super().to_representation(value)
+
+
 class StrictSlugRelatedField(StrictTextMixin, serializers.SlugRelatedField):
     """An object named by a slug (a node by its name) in a JSON body, taken only as a JSON string
     (:class:`StrictTextMixin`): ``"node": 1`` is a 400 (``must be a node name (a string), got the

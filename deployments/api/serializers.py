@@ -28,7 +28,7 @@ from controlplane.api import (
     MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin,
     StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
 )
-from controlplane.api import BlankAsNullCharField, JSONTextField, StrictBooleanField
+from controlplane.api import BlankAsNullCharField, JSONTextField, OptionalTextField, StrictBooleanField
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
@@ -124,8 +124,9 @@ class NodeSerializer(serializers.ModelSerializer):
 
 class RecipeSerializer(serializers.ModelSerializer):
     """A recipe as the API shows it; ``node`` is the node's name, ``version`` its current
-    version (1 on creation, +1 on every change)."""
+    version (1 on creation, +1 on every change); ``description`` is null when it has none."""
 
+    description = BlankAsNullCharField(allow_null=True, read_only=True)
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
@@ -168,7 +169,8 @@ class RecipeWriteSerializer(serializers.Serializer):
     updating (any subset with PATCH) a recipe. ``node`` is a node name. ``change_reason`` is
     stored in the version history; ``expected_version`` (a JSON integer: ``"3"`` is refused as the
     wrong type) makes an update fail with 409 when the recipe moved on since the client read it.
-    ``name``, ``description``, ``change_reason`` and ``node`` are JSON strings: ``"name": 5`` or
+    ``name``, ``description`` (null too: no description, as ``""``), ``change_reason`` and ``node``
+    are JSON strings: ``"name": 5`` or
     ``"node": 1`` is a 400 naming the field and the type (``must be a node name (a string), got
     the number 1``), never the text ``"5"``. Any other top-level key is refused.
 
@@ -177,7 +179,8 @@ class RecipeWriteSerializer(serializers.Serializer):
     leaves them out). Every problem comes back at once, see :meth:`to_internal_value`."""
 
     name = StrictCharField(max_length=63, validators=[name_validator], example="seed-v4-flash-pd")
-    description = StrictCharField(max_length=DESCRIPTION_MAX_LENGTH, allow_blank=True, required=False)
+    description = OptionalTextField(max_length=DESCRIPTION_MAX_LENGTH, required=False,
+                                    help_text='"" or null for none')
     engine = FilterChoiceField(choices=Engine.choices)
     topology = FilterChoiceField(choices=Topology.choices)
     node = StrictSlugRelatedField(slug_field="name", queryset=Node.objects.all(), what="a node name (a string)")
@@ -304,7 +307,7 @@ class RecipeVersionDetailSerializer(RecipeVersionSerializer):
     """A version with the recipe's content at that version (``node`` by name)."""
 
     name = serializers.CharField()
-    description = serializers.CharField(allow_blank=True)
+    description = BlankAsNullCharField(allow_null=True)
     engine = serializers.CharField()
     topology = serializers.CharField()
     node = serializers.CharField(allow_null=True)
@@ -388,7 +391,8 @@ class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
     """A named secret. ``value`` is write-only: required on create, optional on update, never
     returned by any endpoint. As input (create), any key but ``name``, ``description`` and
     ``value`` is refused at its name, and each of the three is a JSON string (``"value": 5`` is a
-    400 naming the field and the type, never the text ``"5"``); a value that
+    400 naming the field and the type, never the text ``"5"``; ``description`` may be null, no
+    description as ``""``, and an answer gives null for none); a value that
     :func:`deployments.services.secret_value_problem` refuses (too short to mask, NUL or a line
     break) is a 400 on ``value`` with the reason."""
 
@@ -396,6 +400,7 @@ class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
                                 models.CharField: StrictCharField}
     value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192, conceal=True)
+    description = OptionalTextField(max_length=255, required=False, help_text='"" or null for none')
     read_only_reasons = _SECRET_READ_ONLY
 
     class Meta:
@@ -427,7 +432,7 @@ class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
 
     value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192, required=False,
                             conceal=True)
-    description = StrictCharField(max_length=255, allow_blank=True, required=False)
+    description = OptionalTextField(max_length=255, required=False, help_text='"" or null for none')
     read_only_reasons = {"name": SECRET_RENAME_REFUSED, **_SECRET_READ_ONLY}
 
     def validate_value(self, value: str) -> str:

@@ -306,6 +306,9 @@ class RecipeViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
         recipe = self.get_object()
         q = _query(s.DiffQuerySerializer, request)
         changes = services.recipe_diff(recipe=recipe, a=q["a"], b=q["b"])
+        for change in changes:
+            if change["path"] == "description":  # no description is null, as the recipe gives it
+                change.update(old=change["old"] or None, new=change["new"] or None)
         return Response({"a": q["a"], "b": q["b"], "changes": changes})
 
     @extend_schema(

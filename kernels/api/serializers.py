@@ -52,9 +52,11 @@ class GridSummarySerializer(serializers.Serializer):
 class PackageSerializer(serializers.ModelSerializer):
     """A registered package with its validated manifest and the grid's size after constraints
     (``grid``: variants, combinations, pruned per constraint); ``dtype`` is the manifest's cache
-    element type (``bf16``, ``fp8_e4m3``), the one its exported configs are named for."""
+    element type (``bf16``, ``fp8_e4m3``), the one its exported configs are named for;
+    ``description`` is null when the manifest gives none."""
 
     grid = serializers.SerializerMethodField()
+    description = BlankAsNullCharField(allow_null=True, read_only=True)
     dtype = serializers.SerializerMethodField(help_text='the KV cache element type the package is for, e.g. "bf16"')
 
     class Meta:

@@ -66,3 +66,13 @@ def test_the_schema_says_they_may_be_null(viewer_api):
     props = viewer_api.get("/api/schema/?format=json").json()["components"]["schemas"]["Job"]["properties"]
     for key in JOB_TEXTS + ("waiting_reason",):
         assert props[key].get("nullable") is True, key
+
+
+def test_a_package_without_a_description_answers_null(viewer_api, toy_package):
+    from kernels.models import KernelPackage
+
+    assert viewer_api.get("/api/kernel-packages/toy_attn/").json()["description"] == "Two implementations, a small grid."
+    KernelPackage.objects.filter(pk=toy_package.pk).update(description="")
+
+    assert viewer_api.get("/api/kernel-packages/toy_attn/").json()["description"] is None
+    assert [p["description"] for p in viewer_api.get("/api/kernel-packages/").json()["results"]] == [None]
