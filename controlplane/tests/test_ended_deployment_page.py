@@ -125,3 +125,35 @@ def test_a_deployment_no_agent_started_says_how_long_it_waited_and_never_ran(vie
     Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STOPPED)
     live = _get(viewer, "deployments:deployment-live", deployment.pk)
     assert "<dt>Ran for</dt><dd>never started</dd>" in live
+
+
+def _duration_cell(html: str, pk: int) -> str:
+    import re
+
+    row = re.search(rf"<tr>\s*<td>{pk}</td>.*?</tr>", html, re.S).group(0)
+    return re.findall(r'<td class="small">(.*?)</td>', row, re.S)[2].strip()
+
+
+@pytest.mark.django_db
+def test_a_deployment_that_failed_before_any_process_was_spawned_never_started_as_a_cancelled_one(viewer):
+    from django.utils import timezone
+
+    recipe = recipe_row_create(node=cpu_node_create(), name="port-taken")
+    now = timezone.now()
+    cancelled = deployment_row_create(recipe=recipe, status=DeploymentStatus.STOPPED)  # cancelled while pending
+    failed = deployment_row_create(recipe=recipe, status=DeploymentStatus.FAILED)
+    ran = deployment_row_create(recipe=recipe, status=DeploymentStatus.FAILED)
+    ServerProcess.objects.filter(deployment__in=[cancelled, failed]).delete()
+    Deployment.objects.filter(pk=cancelled.pk).update(ended_at=now)
+    # the node agent took it (started_at) and failed it at once: a port in use, no process spawned
+    Deployment.objects.filter(pk__in=[failed.pk, ran.pk]).update(started_at=now - timezone.timedelta(seconds=200),
+                                                                 ended_at=now)
+    ServerProcess.objects.filter(deployment=ran).update(started_at=now - timezone.timedelta(seconds=199))
+
+    listed = _get(viewer, "deployments:deployment-list")
+
+    assert _duration_cell(listed, cancelled.pk) == "never started"
+    assert _duration_cell(listed, failed.pk) == "never started"
+    assert _duration_cell(listed, ran.pk) == "3 min 20 s"
+    assert "<dt>Ran for</dt><dd>never started</dd>" in _get(viewer, "deployments:deployment-live", failed.pk)
+    assert "<dt>Ran for</dt><dd>3 min 20 s</dd>" in _get(viewer, "deployments:deployment-live", ran.pk)

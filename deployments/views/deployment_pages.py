@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib import messages
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -220,7 +220,8 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
     event_total = events_qs.count()
     events = list(events_qs.order_by("-at", "-id")[:TIMELINE_MAX_EVENTS])[::-1]
     as_of = services.deployment_as_last_seen(deployment=deployment)
-    duration_label, duration = _deployment_duration(deployment, as_of or now)
+    duration_label, duration = _deployment_duration(deployment, as_of or now,
+                                                     spawned=any(p.started_at for p in processes))
     if as_of is not None:
         duration += f" as of {as_of:%H:%M:%S} UTC (agent offline)"
     return {
@@ -248,16 +249,18 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
     }
 
 
-def _deployment_duration(deployment: Deployment, now: datetime) -> tuple[str, str]:
+def _deployment_duration(deployment: Deployment, now: datetime, *, spawned: bool) -> tuple[str, str]:
     """``(label, text)`` of how long ``deployment`` has run: ``("Up for", "5 min")`` since it became
     ready, ``("Starting for", ...)`` since the node agent started it while it has never been
     ready, ``("Ran for", ...)`` from that start to its end once it ended. One that no agent has
-    started yet reads ``("Waiting for", <time since it was created>)``, and one that ended that way
-    ``("Ran for", "never started")``: it never ran."""
+    started yet reads ``("Waiting for", <time since it was created>)``, and one that ended without
+    running ``("Ran for", "never started")``: cancelled while pending, or failed after the node
+    agent took it but before it spawned any process (``spawned``: whether a process of it ever
+    was; a port in use, a recipe that no longer renders), rather than ``0 s``."""
     terminal = deployment.status in DEPLOYMENT_TERMINAL
     if deployment.status == DeploymentStatus.PENDING:
         return "Waiting for", _duration_text((now - deployment.created_at).total_seconds())
-    if terminal and deployment.started_at is None and deployment.ready_at is None:
+    if terminal and deployment.ready_at is None and (deployment.started_at is None or not spawned):
         return "Ran for", "never started"
     began = deployment.started_at or deployment.created_at
     if terminal:
@@ -293,14 +296,15 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
     whole number from 1 to the last page, or ``page`` given more than once, is a 404 saying why
     and how many pages there are (:func:`controlplane.paging.page_of`)."""
     now = timezone.now()
-    page = page_of(selectors.deployment_list().annotate(process_count=Count("processes")),
+    spawned = ServerProcess.objects.filter(deployment=OuterRef("pk"), started_at__isnull=False)
+    page = page_of(selectors.deployment_list().annotate(process_count=Count("processes"), spawned=Exists(spawned)),
                    request.GET.getlist("page"), noun="deployment")
     rows = []
     for d in page.object_list:
         terminal = d.status in DEPLOYMENT_TERMINAL
         # The row is only rendered, never saved: a reason can quote engine log lines.
         d.reason = redact_text(d.reason)
-        duration_label, duration = _deployment_duration(d, now)
+        duration_label, duration = _deployment_duration(d, now, spawned=d.spawned)
         rows.append(
             {
                 "d": d,
