@@ -5,17 +5,20 @@ from __future__ import annotations
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
 
 from controlplane.realtime import node_group
 from deployments import selectors
 from deployments.models import Gpu, Node, NumaNode
 from deployments.topology import parse_cpulist
-from deployments.views.common import _gib, role_page
+from deployments.views.common import _agent_view, _gib, role_page
 
 
 @role_page()
 def node_list(request: HttpRequest) -> HttpResponse:
-    """Registered nodes with GPU and NUMA counts, queue name and agent status."""
+    """Registered nodes with GPU and NUMA counts, queue name and agent status (the last heartbeat
+    ``12 s ago``, as every page gives a time's age)."""
+    now = timezone.now()
     rows = [
         {
             "node": n,
@@ -23,6 +26,7 @@ def node_list(request: HttpRequest) -> HttpResponse:
             "numa_count": len(n.numa_nodes.all()),
             "gpu_names": sorted({g.name for g in n.gpus.all() if g.name}),
             "memory_gib": _gib(n.memory_total_bytes),
+            "agent": _agent_view(n, now),
         }
         for n in selectors.node_list()
     ]
@@ -34,7 +38,8 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     """One node: live tiles (per GPU: memory bar, utilization, power and temperature with
     sparklines, its processes; the host's CPU per NUMA node and memory) filled over the websocket
     from group ``node-<name>``; then the GPUs (index, name, memory in GiB, PCI bus id, NUMA
-    node, compute capability), NUMA nodes with CPU lists, tools, queue name and agent status."""
+    node, compute capability), NUMA nodes with CPU lists, tools, queue name and agent status (the
+    last heartbeat ``12 s ago``, as every page gives a time's age)."""
     node = get_object_or_404(
         Node.objects.prefetch_related(
             Prefetch("gpus", queryset=Gpu.objects.order_by("index")),
@@ -67,6 +72,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
             "numa": numa,
             "tools": tools,
             "memory_gib": _gib(node.memory_total_bytes),
+            "agent": _agent_view(node, timezone.now()),
             "recipes": node.recipes.order_by("name"),
             "live_group": node_group(node.name),
         },
