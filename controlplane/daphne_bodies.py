@@ -23,6 +23,11 @@ def twisted_form_parsing_off() -> bool:
         return False
     if getattr(http_protocol.WebRequest, "body_left_to_django", False):
         return False
+    import inspect
+
+    from twisted.web.http import Request
+    if "parsePOSTFormSubmission" not in inspect.signature(Request.__init__).parameters:
+        return False  # a Twisted older than the switch: its own parse and its bare 400 stay
 
     class WebRequest(http_protocol.WebRequest):
         """daphne's request, its body left unparsed by Twisted."""
