@@ -39,6 +39,7 @@ from .metrics import Slo, distribution, in_flight, nearest_rank, run_summary
 from .protocol import Api, EventInfo, event_inspect, request_body
 from .records import RecordStore, RequestOutcome
 from .sse import SseParser
+from .tokenized import tokenized_text_dataset
 
 __all__ = [
     "TRANSPORTS", "UNREACHABLE_FAILURES", "Api", "EventInfo", "LoadConfig", "LoadgenStopped", "Progress", "RecordStore", "RequestOutcome", "RequestSpec", "RunResult", "Slo",
@@ -46,5 +47,5 @@ __all__ = [
     "dataset_calibrate_text_at", "prompts_token_counts",
     "distribution", "event_inspect", "in_flight", "length_draws", "loadgen_run", "loadgen_run_async",
     "nearest_rank", "prompts_file_dataset", "random_dataset", "request_body", "run_summary", "scheduled_rate",
-    "server_generation_tokens", "sharegpt_dataset", "text_calibration_fit",
+    "server_generation_tokens", "sharegpt_dataset", "text_calibration_fit", "tokenized_text_dataset",
 ]

@@ -1,7 +1,8 @@
 """Calibration of text prompts against the server's own token counts (``usage.prompt_tokens``).
 
 Used for the ``random`` dataset when the API takes text only (chat, and completions on an engine
-that is not sent token ids, e.g. llama.cpp): probe prompts of two word counts are sent, the
+that is not sent token ids) and the server offers no tokenize endpoint (one that does, as
+llama.cpp's, has its prompts sized exactly by :mod:`benchmarks.loadgen.tokenized`): probe prompts of two word counts are sent, the
 server's ``prompt_tokens`` fitted to a line (chat-template overhead + tokens per word), and prompts
 are then built to hit the requested length. The run still records requested vs actual input tokens
 per request (metrics.md).
@@ -150,18 +151,22 @@ async def _probe(client: StreamingClient, api: Api, rng: random.Random, words: i
     message for chat): from the streamed usage, else (a server that streams none) from the usage of
     the same request sent without streaming (:func:`_plain_prompt_tokens`). Raises ``RuntimeError``
     when it fails or reports no prompt tokens either way."""
-    text = random_words(rng, words)
+    return await _probe_text(client, api, random_words(rng, words), what=f"calibration probe of {words} words")
+
+
+async def _probe_text(client: StreamingClient, api: Api, text: str, *, what: str = "probe") -> int:
+    """The server's ``prompt_tokens`` for a one-token request of ``text`` (as one user message for
+    chat), as :func:`_probe` counts it. Raises ``RuntimeError`` naming ``what``."""
     spec = RequestSpec(prompt=text, input_len=-1, output_len=1,
                        messages=[{"role": "user", "content": text}] if api is Api.CHAT else None)
     out = await client.send(spec, scheduled=time.perf_counter_ns())
     if not out.ok:
-        raise RuntimeError(f"calibration probe of {words} words gave no prompt_tokens: {out.error}")
+        raise RuntimeError(f"{what} gave no prompt_tokens: {out.error}")
     if out.input_tokens >= 0:
         return out.input_tokens
     got, why = await _plain_prompt_tokens(client, spec)
     if got is None:
-        raise RuntimeError(f"calibration probe of {words} words gave no prompt_tokens: the stream had no usage "
-                           f"and {why}")
+        raise RuntimeError(f"{what} gave no prompt_tokens: the stream had no usage and {why}")
     return got
 
 

@@ -6,8 +6,10 @@ Three sources (``/work/shared/design/metrics.md``, "Dataset random"):
   [L·(1−r), L·(1+r)] for range ratio r (r = 0 means exactly L; this is *not* SGLang's
   ``--random-range-ratio``, which draws from [L·r, L]). Prompts are token ids when the API takes
   ids (``/generate`` ``input_ids``, completions ``prompt``), which is exact in the server's own
-  tokens; otherwise text built from short common words, calibrated against the server's
-  ``usage.prompt_tokens`` by :func:`text_calibration_fit` (the run records requested vs actual).
+  tokens; otherwise text built from short common words, cut to the exact length with the server's
+  tokenizer where it offers one (:func:`benchmarks.loadgen.tokenized_text_dataset`), else
+  calibrated against the server's ``usage.prompt_tokens`` by :func:`text_calibration_fit` (the
+  run records requested vs actual either way).
 - a prompts file: one prompt per line, or JSONL with ``{"prompt": ...}`` or ``{"messages": [...]}``.
 - ShareGPT-format JSON: a list of ``{"conversations": [{"from": "human"|"gpt", "value": ...}]}``;
   the first human turn is the prompt, the following gpt turn's length (in words, as a proxy when no
