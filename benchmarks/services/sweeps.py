@@ -81,6 +81,7 @@ from benchmarks.loadgen import (
 from benchmarks.loadgen.driver import ABORTED_PREFIX
 from benchmarks.loadgen.driver import PROGRESS_PERIOD_S as LOADGEN_PROGRESS_PERIOD_S
 from benchmarks.loadgen.metrics import input_length_check
+from benchmarks.loadgen.tokenized import tokenized_text_dataset
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
@@ -936,6 +937,41 @@ def _text_calibration(*, base_url: str, api: Api, model: str, input_len: int,
     return cal, evidence
 
 
+def _tokenized_prompts(*, base_url: str, api: Api, model: str, point: dict, num: int, warmup: int, seed: int,
+                       warmup_seed: int, should_stop) -> tuple[list[RequestSpec], list[RequestSpec], dict] | str | None:
+    """A text point's prompts and warmup prompts at exactly the requested length in server tokens,
+    where the server offers a tokenize endpoint
+    (:func:`benchmarks.loadgen.tokenized.tokenized_text_dataset`: one one-token probe for the
+    request's own tokens, then each prompt cut with the server's tokenizer and confirmed), with the
+    evidence for the summary's ``input_calibration`` (``"method": "tokenize"``, and ``warmup_exact``
+    with warmup requests). None where the server has no such endpoint, and why in plain words
+    where sizing failed (the overhead probe or a tokenize call failed or answered an error): either
+    way the point keeps the calibration (:func:`_text_calibration`), those words kept as its
+    ``tokenize_error``. The run's ``input_length_check`` still comes from the server's count of the
+    prompts sent (stream or :func:`_prompt_recount`), not from this. Raises
+    :class:`benchmarks.loadgen.LoadgenStopped` when ``should_stop()`` turns true."""
+    try:
+        specs, evidence = asyncio.run(tokenized_text_dataset(
+            base_url=base_url, api=api, model=model, num=num, input_len=point["input_len"],
+            output_len=point["output_len"], seed=seed, should_stop=should_stop))
+        if specs is None:
+            return None
+        warm, warm_evidence = asyncio.run(tokenized_text_dataset(
+            base_url=base_url, api=api, model=model, num=warmup, input_len=point["input_len"],
+            output_len=point["output_len"], seed=warmup_seed, should_stop=should_stop,
+            overhead=evidence["overhead_tokens"])) if warmup else ([], None)
+    except RuntimeError as exc:
+        if isinstance(exc, LoadgenStopped):
+            raise
+        log.warning("text prompts not sized with the server's tokenizer, calibrating instead: %s", exc)
+        return f"prompts not sized with the server's tokenizer: {exc}"[:500]
+    if warm is None:
+        return None
+    if warm_evidence is not None:
+        evidence["warmup_exact"] = warm_evidence["exact"]
+    return specs, warm, evidence
+
+
 # Text prompts of a point whose stream carried no usage (llama_cpp.server streams none) are counted
 # again after the point, each sent once more without streaming: at most this many (the first
 # successful requests' distinct prompts, one prefill each) within this many seconds, so a point of
@@ -1043,17 +1079,29 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     def work() -> None:
         try:
             calibration = None
+            sized = None
             if not token_ids:
-                calibration, outcome["calibration"] = _text_calibration(
-                    base_url=deployment.entry_url, api=api, model=sweep.served_model_name,
-                    input_len=point["input_len"], seed=seed + ordinal)
-            specs = random_dataset(num=limits["specs"], input_len=point["input_len"], output_len=point["output_len"],
-                                   seed=seed + ordinal, token_ids=token_ids, chat=api is Api.CHAT,
-                                   calibration=calibration, should_stop=stop.is_set)
-            warmup = random_dataset(num=grid.get("warmup", 0), input_len=point["input_len"],
-                                    output_len=point["output_len"], seed=seed + 10_000 + ordinal,
-                                    token_ids=token_ids, chat=api is Api.CHAT, calibration=calibration,
-                                    should_stop=stop.is_set)
+                sized = _tokenized_prompts(base_url=deployment.entry_url, api=api, model=sweep.served_model_name,
+                                           point=point, num=limits["specs"], warmup=int(grid.get("warmup", 0)),
+                                           seed=seed + ordinal, warmup_seed=seed + 10_000 + ordinal,
+                                           should_stop=stop.is_set)
+                if isinstance(sized, tuple):
+                    specs, warmup, outcome["calibration"] = sized
+                else:
+                    calibration, outcome["calibration"] = _text_calibration(
+                        base_url=deployment.entry_url, api=api, model=sweep.served_model_name,
+                        input_len=point["input_len"], seed=seed + ordinal)
+                    if sized is not None:
+                        outcome["calibration"]["tokenize_error"] = sized
+                    sized = None
+            if sized is None:
+                specs = random_dataset(num=limits["specs"], input_len=point["input_len"],
+                                       output_len=point["output_len"], seed=seed + ordinal, token_ids=token_ids,
+                                       chat=api is Api.CHAT, calibration=calibration, should_stop=stop.is_set)
+                warmup = random_dataset(num=grid.get("warmup", 0), input_len=point["input_len"],
+                                        output_len=point["output_len"], seed=seed + 10_000 + ordinal,
+                                        token_ids=token_ids, chat=api is Api.CHAT, calibration=calibration,
+                                        should_stop=stop.is_set)
             outcome["result"] = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=progress.report,
                                             should_stop=stop)
             if not token_ids and not _stream_counted_prompts(outcome["result"]):

@@ -1,5 +1,7 @@
 """A real ``llama_cpp.server`` (tiny generated model, 256-token context): text prompts calibrated
-through a non-streaming probe (its stream carries no usage), a point whose every request failed
+through a non-streaming probe (its stream carries no usage) where the server's tokenize endpoint is
+not found (its path moved to one the server does not have: the calibration a server without one
+gets), a point whose every request failed
 flagged with unknown throughputs, an uncalibrated point flagged ``input_length_unchecked``, and a
 sweep longer than the recipe's context refused."""
 from __future__ import annotations
@@ -32,9 +34,22 @@ def _llama_deployment(url: str, flags: dict | None = None):
     return deployment
 
 
+def _without_tokenize(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load generator asks for a tokenize endpoint the server does not have (HTTP 404), so text
+    prompts take the calibration, as on a server without one."""
+    from benchmarks.loadgen import tokenized
+
+    monkeypatch.setattr(tokenized, "TOKENIZE_ENDPOINTS", (("/no/tokenize", "/no/detokenize"),))
+
+
+@pytest.fixture
+def no_tokenize(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_tokenize(monkeypatch)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_completions_prompts_on_llamacpp_are_calibrated_to_the_requested_length(llama_url: str, operator,
-                                                                                 _var_dir) -> None:
+                                                                                 _var_dir, no_tokenize) -> None:
     sweep = sweep_create(deployment=_llama_deployment(llama_url), user=operator,
                          grid={"concurrency": [1], "lengths": [[64, 8]], "requests": 2,
                                "api": "openai-completions"})
@@ -42,7 +57,7 @@ def test_completions_prompts_on_llamacpp_are_calibrated_to_the_requested_length(
     run = sweep.runs.get()
     s = run.summary
     cal = s["input_calibration"]
-    assert "error" not in cal, cal
+    assert "error" not in cal and "tokenize_error" not in cal and "method" not in cal, cal
     # Random words are about 2.2 tokens each on this tokenizer: uncalibrated, 64 words were ~140 tokens.
     assert 1.5 < cal["tokens_per_word"] < 3.5
     assert [w for w, _ in cal["probes"]] == [8, 32] and all(t > w for w, t in cal["probes"])
@@ -54,8 +69,12 @@ def test_completions_prompts_on_llamacpp_are_calibrated_to_the_requested_length(
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("tokenize", [False, True])
 def test_a_point_longer_than_the_context_is_flagged_failed_unchecked_and_unknown(llama_url: str, operator,
-                                                                                 operator_api, _var_dir) -> None:
+                                                                                 operator_api, _var_dir,
+                                                                                 monkeypatch, tokenize: bool) -> None:
+    if not tokenize:
+        _without_tokenize(monkeypatch)
     # No n_ctx in the recipe: nothing to refuse at create, and every request exceeds the 256 tokens.
     sweep = sweep_create(deployment=_llama_deployment(llama_url), user=operator,
                          grid={"concurrency": [1], "lengths": [[600, 8]], "requests": 2,
@@ -64,9 +83,14 @@ def test_a_point_longer_than_the_context_is_flagged_failed_unchecked_and_unknown
     run = sweep.runs.get()
     s = run.summary
     assert (s["successes"], s["failures"]) == (0, 2)
-    assert s["input_calibration"] == {"error": "prompts not calibrated: calibration probe of 300 words gave no "
-                                               "prompt_tokens: the stream ended with no output tokens: HTTP "
-                                               "200 with an empty body"}
+    if tokenize:
+        # The tokenizer takes what the context does not: the prompts are sized, and every request fails.
+        cal = s["input_calibration"]
+        assert (cal["method"], cal["prompts"], cal["exact"]) == ("tokenize", 2, 2), cal
+    else:
+        assert s["input_calibration"] == {"error": "prompts not calibrated: calibration probe of 300 words gave "
+                                                   "no prompt_tokens: the stream ended with no output tokens: "
+                                                   "HTTP 200 with an empty body"}
     assert {"no_successful_requests", "input_length_unchecked"} <= set(run.flags)
     # llama_cpp.server answers 200 and an empty stream, then closes the connection: the reason says
     # so for every request, none of which is sent on the connection the server closed.

@@ -1,8 +1,9 @@
 """Text prompts on a real ``llama_cpp.server`` (tiny generated model, 256-token context), whose stream
-carries no usage: the calibration checks the requested length until a probe lands within the run's
-tolerance (or says it did not), and every run's prompt length is checked, against the server's own
-count of the prompts it was sent, so ``input_length_check``, ``input_length_mismatch`` and
-``input_length_unchecked`` say what happened."""
+carries no usage: the calibration (what a server without a tokenize endpoint gets) checks the
+requested length until a probe lands within the run's tolerance (or says it did not), and every
+run's prompt length is checked, against the server's own count of the prompts it was sent, so
+``input_length_check``, ``input_length_mismatch`` and ``input_length_unchecked`` say what happened
+(the sweep's prompts sized with the server's tokenizer, which llama.cpp offers)."""
 from __future__ import annotations
 
 import asyncio
@@ -61,5 +62,7 @@ def test_every_llamacpp_run_checks_its_prompts_against_the_servers_count(llama_u
         assert s["flags"]["input_length_mismatch"] is check["mismatch"]
         assert ("input_length_mismatch" in run.flags) is check["mismatch"]
         assert s["flags"]["input_length_unchecked"] is False and "input_length_unchecked" not in run.flags
+        # Sized with the server's tokenizer (/extras/tokenize): the recount finds them exact.
         cal = s["input_calibration"]
-        assert cal["check"]["requested"] == run.input_len and len(cal["checks"]) >= 1
+        assert (cal["method"], cal["prompts"], cal["exact"]) == ("tokenize", 3, 3), cal
+        assert check["actual_mean"] == run.input_len and check["mismatch"] is False

@@ -70,9 +70,17 @@ def test_a_chat_sweep_sends_prompts_of_exactly_the_requested_length(sim_url: str
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("tokenize", [False, True])
 def test_a_chat_sweep_on_a_server_that_streams_no_usage_calibrates_without_streaming(llama_url: str, operator,
-                                                                                   _var_dir) -> None:
+                                                                                   _var_dir, monkeypatch,
+                                                                                   tokenize: bool) -> None:
     # llama_cpp.server streams chat without usage; its non-streaming answer has usage.prompt_tokens.
+    # Without its tokenize endpoint (a path it does not have: 404) the prompts are calibrated; with
+    # it they are sized by its tokenizer, the template's tokens measured by one such probe.
+    if not tokenize:
+        from benchmarks.loadgen import tokenized
+
+        monkeypatch.setattr(tokenized, "TOKENIZE_ENDPOINTS", (("/no/tokenize", "/no/detokenize"),))
     from deployments.choices import ProcessStatus, Role
     from deployments.models import Deployment, Node, Recipe, ServerProcess
 
@@ -89,13 +97,20 @@ def test_a_chat_sweep_on_a_server_that_streams_no_usage_calibrates_without_strea
     s = sweep.runs.get().summary
     assert s["successes"] == 2 and s["input_tokens_actual_mean"] is None
     cal = s["input_calibration"]
-    assert "error" not in cal and cal["check"]["requested"] == 64
-    assert cal["hit"] is (abs(cal["check"]["prompt_tokens"] - 64) <= cal["tolerance_tokens"])
+    if tokenize:
+        assert (cal["method"], cal["prompts"], cal["exact"]) == ("tokenize", 2, 2), cal
+        probe = cal["overhead_probe"]
+        assert cal["overhead_tokens"] == probe["prompt_tokens"] - probe["content_tokens"] > 0, cal
+    else:
+        assert "error" not in cal and cal["check"]["requested"] == 64
+        assert cal["hit"] is (abs(cal["check"]["prompt_tokens"] - 64) <= cal["tolerance_tokens"])
     # Checked all the same: the run's own prompts counted by the server after the point.
     check = s["input_length_check"]
     assert check["source"] == "recount" and check["requests"] == 2 and check["requested_mean"] == 64.0
     assert s["flags"]["input_length_mismatch"] is check["mismatch"]
     assert s["flags"]["input_length_unchecked"] is False
+    if tokenize:
+        assert check["actual_mean"] == 64.0 and check["mismatch"] is False
 
 
 def test_error_adjusted_infinity_stays_distinguishable_from_no_data_in_stored_json(sim_url: str) -> None:
