@@ -57,6 +57,10 @@ class BenchmarkSweep(models.Model):
     current_point = models.CharField(max_length=64, blank=True)
     worker = models.CharField(max_length=255, blank=True, help_text="host:pid of the process running it")
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    held_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="when its task last found it held back by a sweep of a deployment sharing a CPU or GPU with its "
+                  "own (it stays pending); newer sweeps sharing with it queue behind it while this is recent")
     num_gpus = models.PositiveIntegerField(null=True, blank=True)
     served_model_name = models.CharField(max_length=255, blank=True, db_index=True)
     topology = models.CharField(max_length=16, blank=True)

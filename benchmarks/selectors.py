@@ -129,16 +129,41 @@ def shared_text(cpus: set[int], gpus: set[int]) -> str:
     return " and ".join(parts)
 
 
-def sweep_sharing_blocker(*, sweep: BenchmarkSweep) -> tuple[BenchmarkSweep, str] | None:
-    """The running sweep that ``sweep`` must wait for, with why in one sentence, or None.
+# A sweep held back for sharing a CPU or GPU (``held_at``) keeps newer sweeps sharing with it
+# behind it only while its task has looked within this many seconds: it looks every
+# ``SHARED_RECHECK_S`` (5 s), so a held sweep whose task was lost (a worker restart) stops holding
+# the queue after about 12 missed looks instead of holding it for good.
+HELD_STALE_S = 60.0
+
+
+def sweep_sharing_blocker(*, sweep: BenchmarkSweep, now=None) -> tuple[BenchmarkSweep, str] | None:
+    """The sweep that ``sweep`` must wait for, with why in one sentence, or None.
 
     Sweeps of two deployments whose processes share a CPU or a GPU on one node run one at a
-    time: each would measure the other's load. ``sweep`` waits for the oldest running sweep (other
-    than itself) of a deployment on its deployment's node that shares a CPU or GPU with it
-    (:func:`deployment_bindings`): ``waiting for sweep #12 on deployment #4, which shares CPU 1 on
-    node local; sweeps of deployments that share a CPU or GPU run one at a time, and this one
-    starts when that one ends``. A sweep without a deployment, or whose deployment holds no pinned
-    CPU and no GPU, waits for none."""
+    time: each would measure the other's load. They start in the order they were created
+    (``created_at``, then id), whichever task happens to look first, so a sweep also queues behind
+    an older one that shares a CPU or GPU with it and is itself held back for sharing:
+
+    * an older sweep of such a deployment that is held (pending, not cancel-requested, its task
+      found it held within :data:`HELD_STALE_S` seconds: ``held_at``) comes first; of several,
+      the one just ahead of it in line (the newest of them) is named: ``waiting for sweep #16 on
+      deployment #2, which shares CPU 0 on node local and is ahead of it in line; ...``. Only a
+      held sweep counts: one queued for a worker slot, or waiting for its deployment to become
+      ready (it holds no mark while it waits, so a deployment that never comes up holds nobody),
+      or whose deployment is gone, holds no newer one; and only an older one, so two sweeps never
+      hold each other and the oldest held sweep waits only for running ones.
+    * otherwise the oldest running sweep (other than itself) of such a deployment: ``waiting for
+      sweep #12 on deployment #4, which shares CPU 1 on node local; sweeps of deployments that
+      share a CPU or GPU run one at a time, and this one starts when that one ends``.
+
+    Such a deployment is one on ``sweep``'s deployment's node sharing a CPU or GPU with it
+    (:func:`deployment_bindings`). A sweep without a deployment, or whose deployment holds no
+    pinned CPU and no GPU, waits for none."""
+    from datetime import timedelta
+
+    from django.db.models import Q
+    from django.utils import timezone
+
     from benchmarks.choices import SweepStatus
 
     deployment = sweep.deployment
@@ -147,10 +172,22 @@ def sweep_sharing_blocker(*, sweep: BenchmarkSweep) -> tuple[BenchmarkSweep, str
     my_cpus, my_gpus = deployment_bindings(deployment=deployment)
     if not my_cpus and not my_gpus:
         return None
-    running = (BenchmarkSweep.objects.filter(status=SweepStatus.RUNNING, deployment__node_id=deployment.node_id)
-               .exclude(pk=sweep.pk).exclude(deployment__isnull=True)
-               .select_related("deployment__node").order_by("pk"))
-    for other in running:
+    now = now or timezone.now()
+    on_node = (BenchmarkSweep.objects.filter(deployment__node_id=deployment.node_id)
+               .exclude(pk=sweep.pk).exclude(deployment__isnull=True).select_related("deployment__node"))
+    ahead = (on_node.filter(status=SweepStatus.PENDING, cancel_requested=False,
+                            held_at__gte=now - timedelta(seconds=HELD_STALE_S))
+             .filter(Q(created_at__lt=sweep.created_at) | Q(created_at=sweep.created_at, pk__lt=sweep.pk))
+             .order_by("-created_at", "-pk"))
+    for other in ahead:
+        cpus, gpus = deployment_bindings(deployment=other.deployment)
+        cpus, gpus = cpus & my_cpus, gpus & my_gpus
+        if cpus or gpus:
+            return other, (f"waiting for sweep #{other.pk} on deployment #{other.deployment_id}, which shares "
+                           f"{shared_text(cpus, gpus)} on node {other.deployment.node.name} and is ahead of it in "
+                           "line; sweeps of deployments that share a CPU or GPU run one at a time, in the order "
+                           "they were created, and this one starts after that one")
+    for other in on_node.filter(status=SweepStatus.RUNNING).order_by("pk"):
         cpus, gpus = deployment_bindings(deployment=other.deployment)
         cpus, gpus = cpus & my_cpus, gpus & my_gpus
         if cpus or gpus:

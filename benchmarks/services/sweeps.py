@@ -5,11 +5,12 @@ Rules and where they come from:
 
 * A sweep runs only when its deployment is ready; it waits at most ``grid.wait_ready_s`` (default:
   the deployment's startup timeout + 60 s) and then fails with the reason.
-* Sweeps of two deployments whose processes share a CPU or a GPU on one node run one at a time:
-  a sweep whose deployment is ready goes back to pending while such a sweep runs (its
-  ``queue_note`` names that sweep and what they share) and its task looks again every
-  :data:`SHARED_RECHECK_S` seconds, so it starts within seconds of that one's end
-  (:func:`_start_or_hold`, :func:`_hold`).
+* Sweeps of two deployments whose processes share a CPU or a GPU on one node run one at a time,
+  in the order they were created: a sweep stays pending (never claimed, so never ``waiting``)
+  while such a sweep runs or an older such sweep is held in line before it (its ``queue_note``
+  names that sweep and what they share) and its task looks again every :data:`SHARED_RECHECK_S`
+  seconds, so it starts within seconds of its turn (:func:`_claim_or_hold`,
+  :func:`_start_or_hold`, :func:`_hold`).
 * Points run one after the other. The sweep stops when ``cancel_requested`` is set (cancelled) or
   its deployment is no longer ready (failed, with the deployment's status): both are read at most
   once per :data:`STOP_CHECK_S` while waiting, while the prompts are built and while a point runs,
@@ -301,20 +302,21 @@ def sweep_execute(*, sweep_id: int) -> str:
     """Run sweep ``sweep_id`` here (the body of :func:`benchmarks.tasks.sweep_run_task`); blocking.
 
     Claims pending → waiting with a conditional UPDATE, so a second delivery of the same task
-    returns without doing anything. Waits for the deployment to be ready, stores the snapshot,
-    runs every grid point with the load generator (one :class:`BenchmarkRun` each, records in a
-    file), then stores the ceiling analysis. Ends done, failed (``reason``) or cancelled.
-    Returns the final status, or ``pending`` when a sweep of a deployment sharing a CPU or GPU
-    with this one's runs (:func:`_start_or_hold`): the sweep is back in the queue and its task
-    sent again (:func:`_hold`). An expected failure (:class:`_SweepFailed`: the deployment went
+    returns without doing anything; a sweep held back for sharing a CPU or GPU is never claimed
+    (:func:`_claim_or_hold`), so it stays ``pending`` and never shows ``waiting`` while held.
+    Waits for the deployment to be ready, stores the snapshot, runs every grid point with the
+    load generator (one :class:`BenchmarkRun` each, records in a file), then stores the ceiling
+    analysis. Ends done, failed (``reason``) or cancelled. Returns the final status, or
+    ``pending`` when a sweep of a deployment sharing a CPU or GPU with this one's runs or is held
+    in line before it (:func:`_claim_or_hold`, :func:`_start_or_hold`): the sweep is (back) in the
+    queue and its task sent again (:func:`_hold`). An expected failure (:class:`_SweepFailed`: the deployment went
     down or never became ready, a point was not a measurement) is logged as a warning with its
     reason; any other exception as an error with its traceback.
     """
     now = timezone.now()
-    claimed = retry_locked(lambda: BenchmarkSweep.objects.filter(
-        pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=False).update(
-        status=SweepStatus.WAITING, started_at=now, worker=_worker_id(), heartbeat_at=now),
-        what=f"starting sweep #{sweep_id}")
+    claimed, held = _claim_or_hold(sweep_id, now)
+    if held:
+        return _hold(sweep_id, held)
     if not claimed:
         BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=True).update(
             status=SweepStatus.CANCELLED, reason=_cancel_reason(sweep_id, "cancelled before it started"),
@@ -376,11 +378,50 @@ def sweep_execute(*, sweep_id: int) -> str:
     return BenchmarkSweep.objects.get(pk=sweep_id).status
 
 
+def _claim_or_hold(sweep_id: int, now) -> tuple[bool, str]:
+    """Claim pending sweep ``sweep_id`` (pending → waiting, this worker, heartbeat ``now``) unless
+    a sweep it must wait for (:func:`benchmarks.selectors.sweep_sharing_blocker`: one running on a
+    deployment sharing a CPU or GPU with its own, or an older such sweep held in line) holds it
+    back: then it stays pending with ``held_at`` set to now and the reason is returned. Returns
+    ``(claimed, why)``; ``(False, "")`` when the sweep is not pending (a second delivery, a cancel).
+
+    The check comes before the claim so a held sweep never shows ``waiting`` (the status of a
+    sweep whose turn came, waiting for its deployment to be ready): the API's answer and the first
+    line of ``manage.py sweep --wait`` say ``pending``, as the docs promise. The check and the claim
+    are one transaction that first locks the deployment's node row, as :func:`_start_or_hold` does,
+    so two tasks looking at once see each other's mark or claim. The claim clears ``held_at``:
+    a sweep waiting for its deployment holds no newer one back."""
+    from benchmarks.selectors import sweep_sharing_blocker
+    from deployments.models import Node
+
+    row = BenchmarkSweep.objects.select_related("deployment__node").filter(pk=sweep_id).first()
+
+    def attempt() -> tuple[bool, str]:
+        with transaction.atomic():
+            if (row is not None and row.deployment is not None and row.status == SweepStatus.PENDING
+                    and not row.cancel_requested):
+                Node.objects.select_for_update().filter(pk=row.deployment.node_id).first()
+                held = sweep_sharing_blocker(sweep=row)
+                if held is not None and BenchmarkSweep.objects.filter(
+                        pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=False).update(
+                        held_at=timezone.now()):
+                    return False, held[1]
+            claimed = BenchmarkSweep.objects.filter(
+                pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=False).update(
+                status=SweepStatus.WAITING, started_at=now, worker=_worker_id(), heartbeat_at=now, held_at=None)
+            return bool(claimed), ""
+
+    return retry_locked(attempt, what=f"starting sweep #{sweep_id}")
+
+
 def _start_or_hold(sweep: BenchmarkSweep) -> str:
     """Move the waiting ``sweep`` to running, unless a sweep runs on a deployment whose processes
     share a CPU or GPU with its deployment's on the same node
-    (:func:`benchmarks.selectors.sweep_sharing_blocker`): then put it back to pending (no worker,
-    no start time) and return why, in one sentence; ``""`` when it now runs.
+    (:func:`benchmarks.selectors.sweep_sharing_blocker`), or an older sweep sharing one with it
+    is held in line before it: then put it back to pending (no worker, no start time, ``held_at``
+    now, so newer sweeps sharing with it queue behind it) and return why, in one sentence; ``""``
+    when it now runs. This second look is for a sweep claimed while nothing held it
+    (:func:`_claim_or_hold`) that then waited for its deployment to be ready.
 
     The check and the move are one transaction that first locks the deployment's node row
     (``select_for_update``: a row lock on PostgreSQL; SQLite's immediate transactions serialise
@@ -395,7 +436,8 @@ def _start_or_hold(sweep: BenchmarkSweep) -> str:
             held = sweep_sharing_blocker(sweep=sweep)
             if held is not None:
                 BenchmarkSweep.objects.filter(pk=sweep.pk, status=SweepStatus.WAITING).update(
-                    status=SweepStatus.PENDING, worker="", heartbeat_at=None, started_at=None)
+                    status=SweepStatus.PENDING, worker="", heartbeat_at=None, started_at=None,
+                    held_at=timezone.now())
                 return held[1]
             BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.RUNNING)
             return ""

@@ -1,7 +1,9 @@
 """Sweeps of two deployments whose processes share a CPU or a GPU on one node run one at a time,
 against a real ``sim`` server: the second waits, pending, with a queue note naming the running
 sweep and what they share, its task sent again with a countdown (no worker slot held); it runs
-once the first has ended, and of two that become ready at once exactly one runs."""
+once the first has ended, and of two that become ready at once exactly one runs. Held sweeps
+start in the order they were created, whichever task looks first, and one held on its task's
+first look is never claimed, so it never shows ``waiting``."""
 from __future__ import annotations
 
 import json
@@ -199,3 +201,90 @@ def test_runs_that_overlapped_a_sharing_deployments_run_are_flagged_and_never_ra
     # and the ceiling analysis leaves the point out
     analysis = BenchmarkSweep.objects.get(pk=short.pk).analysis
     assert "shared load" in json.dumps(analysis), analysis
+
+
+def _ahead_note(sweep_id: int, deployment_id: int, shares: str = "CPU 0") -> str:
+    return (f"waiting for sweep #{sweep_id} on deployment #{deployment_id}, which shares {shares} on node local and "
+            "is ahead of it in line; sweeps of deployments that share a CPU or GPU run one at a time, in the order "
+            "they were created, and this one starts after that one")
+
+
+def test_sweeps_held_for_sharing_a_cpu_start_in_the_order_they_were_created(
+        sim_url: str, operator, sent, monkeypatch) -> None:
+    # Sweep #15 runs on deployment 3; #16 (deployment 2) and then #17 (deployment 1) wait for it.
+    # When it ends, #17's countdown fires first: it must wait for #16, not start before it.
+    deps = [sim_deployment_create(base_url=sim_url, recipe_name=f"sim-{n}") for n in (3, 2, 1)]
+    running = BenchmarkSweep.objects.create(deployment=deps[0], status=SweepStatus.RUNNING)  # runs elsewhere
+    older = sweep_create(deployment=deps[1], user=operator, grid=SHORT)
+    newer = sweep_create(deployment=deps[2], user=operator, grid=SHORT)
+    waits: list[int] = []
+    real_wait = sweep_services._wait_ready
+
+    def wait_ready(sweep, watch=None):
+        waits.append(sweep.pk)
+        return real_wait(sweep, watch)
+
+    monkeypatch.setattr(sweep_services, "_wait_ready", wait_ready)
+    assert sweep_execute(sweep_id=older.pk) == SweepStatus.PENDING
+    assert sweep_execute(sweep_id=newer.pk) == SweepStatus.PENDING
+    # held before the claim: neither was ever waiting, nor waited for its deployment
+    assert waits == []
+    rows = {s.pk: s for s in BenchmarkSweep.objects.filter(pk__in=[older.pk, newer.pk])}
+    assert all((r.status, r.worker, r.started_at) == (SweepStatus.PENDING, "", None) for r in rows.values())
+    assert all(r.held_at is not None for r in rows.values())
+    assert sweep_queue_note(sweep=rows[older.pk]) == _note(running.pk, deps[0].pk)
+    assert sweep_queue_note(sweep=rows[newer.pk]) == _ahead_note(older.pk, deps[1].pk)
+
+    BenchmarkSweep.objects.filter(pk=running.pk).update(status=SweepStatus.DONE)
+    assert sweep_execute(sweep_id=newer.pk) == SweepStatus.PENDING  # its look came first: still behind #16
+    assert waits == []
+    assert sweep_queue_note(sweep=BenchmarkSweep.objects.get(pk=newer.pk)) == _ahead_note(older.pk, deps[1].pk)
+    assert sweep_execute(sweep_id=older.pk) == SweepStatus.DONE
+    assert BenchmarkSweep.objects.get(pk=older.pk).held_at is None  # cleared by the claim
+    assert sweep_execute(sweep_id=newer.pk) == SweepStatus.DONE
+    assert waits == [older.pk, newer.pk]
+    [a] = BenchmarkRun.objects.filter(sweep=older)
+    [b] = BenchmarkRun.objects.filter(sweep=newer)
+    assert a.ended_at <= b.started_at
+    assert [c["args"] for c in sent] == [[older.pk], [newer.pk], [older.pk], [newer.pk], [newer.pk]]
+
+
+def test_only_an_older_sweep_held_recently_for_sharing_keeps_a_newer_one_in_line() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from benchmarks import selectors
+
+    base = "http://127.0.0.1:9"
+    now = timezone.now()
+    older_dep = sim_deployment_create(base_url=base, recipe_name="older")
+    mine = sim_deployment_create(base_url=base, recipe_name="mine")
+    newer_dep = sim_deployment_create(base_url=base, recipe_name="newer")
+    older = BenchmarkSweep.objects.create(deployment=older_dep, status=SweepStatus.PENDING)
+    sweep = BenchmarkSweep.objects.create(deployment=mine, status=SweepStatus.PENDING)
+    newer = BenchmarkSweep.objects.create(deployment=newer_dep, status=SweepStatus.PENDING, held_at=now)
+    # queued for a worker slot but never found held: no line; a newer held one never holds an older one
+    assert sweep_sharing_blocker(sweep=sweep, now=now) is None
+    # held, but its task has not looked for longer than HELD_STALE_S (lost): no line either
+    stale = now - timedelta(seconds=selectors.HELD_STALE_S + 1)
+    BenchmarkSweep.objects.filter(pk=older.pk).update(held_at=stale)
+    assert sweep_sharing_blocker(sweep=sweep, now=now) is None
+    # claimed and waiting for its deployment, or cancel-requested: no line
+    BenchmarkSweep.objects.filter(pk=older.pk).update(held_at=now, status=SweepStatus.WAITING)
+    assert sweep_sharing_blocker(sweep=sweep, now=now) is None
+    BenchmarkSweep.objects.filter(pk=older.pk).update(status=SweepStatus.PENDING, cancel_requested=True)
+    assert sweep_sharing_blocker(sweep=sweep, now=now) is None
+    # on another CPU: no line
+    BenchmarkSweep.objects.filter(pk=older.pk).update(cancel_requested=False)
+    ServerProcess.objects.filter(deployment=older_dep).update(cpus="1", effective_cpus="1")
+    assert sweep_sharing_blocker(sweep=sweep, now=now) is None
+    # older, held a moment ago, sharing CPU 0: ahead in line, and it waits for nobody newer
+    ServerProcess.objects.filter(deployment=older_dep).update(cpus="0", effective_cpus="0")
+    held = sweep_sharing_blocker(sweep=sweep, now=now)
+    assert held is not None and held[0].pk == older.pk and held[1] == _ahead_note(older.pk, older_dep.pk)
+    assert sweep_sharing_blocker(sweep=older, now=now) is None
+    # ahead of a newer one, the nearest older held sweep is named
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(held_at=now)
+    held = sweep_sharing_blocker(sweep=newer, now=now)
+    assert held is not None and held[0].pk == sweep.pk
