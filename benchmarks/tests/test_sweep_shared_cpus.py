@@ -288,3 +288,43 @@ def test_only_an_older_sweep_held_recently_for_sharing_keeps_a_newer_one_in_line
     BenchmarkSweep.objects.filter(pk=sweep.pk).update(held_at=now)
     held = sweep_sharing_blocker(sweep=newer, now=now)
     assert held is not None and held[0].pk == sweep.pk
+
+
+def test_a_sweep_held_on_its_first_look_answers_pending_never_waiting(
+        sim_url: str, operator_api, monkeypatch) -> None:
+    """The task looks for a sweep to wait for before it claims the sweep: a worker that picks the
+    task up before the 201 is written leaves it pending, so the answer, the next read and the
+    first ``sweep --wait`` line say ``pending`` with the note, never ``waiting``."""
+    from benchmarks.tasks import sweep_run_task
+
+    busy_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-a")
+    mine = sim_deployment_create(base_url=sim_url, recipe_name="sim-b")
+    running = BenchmarkSweep.objects.create(deployment=busy_dep, status=SweepStatus.RUNNING)  # runs elsewhere
+    statuses: list[str] = []
+    claims: list[int] = []
+    real_claim = sweep_services._claim_or_hold
+
+    def claim(sweep_id, now):
+        claimed, why = real_claim(sweep_id, now)
+        claims.append(claimed)
+        statuses.append(BenchmarkSweep.objects.get(pk=sweep_id).status)
+        return claimed, why
+
+    monkeypatch.setattr(sweep_services, "_claim_or_hold", claim)
+    resent: list[dict] = []
+
+    def worker(args, **kw):  # the first delivery runs at once, as a free worker would; a resend is kept
+        if kw.get("countdown"):
+            resent.append({"args": args, **kw})
+        else:
+            sweep_execute(sweep_id=args[0])
+
+    monkeypatch.setattr(sweep_run_task, "apply_async", worker)
+    response = operator_api.post("/api/sweeps/", {"deployment": mine.pk, "grid": SHORT}, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (claims, statuses) == ([False], [SweepStatus.PENDING])
+    assert (body["status"], body["queue_note"]) == (SweepStatus.PENDING, _note(running.pk, busy_dep.pk))
+    again = operator_api.get(f"/api/sweeps/{body['id']}/").json()
+    assert (again["status"], again["queue_note"], again["worker"]) == (SweepStatus.PENDING, body["queue_note"], None)
+    assert resent == [{"args": [body["id"]], "queue": "control", "countdown": sweep_services.SHARED_RECHECK_S}]
