@@ -208,8 +208,8 @@ def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
     * ``waiting``: names the deployment, its status and how long the sweep waits for it
       (``grid.wait_ready_s``, seconds) before failing with the reason.
     * either, while a sweep runs on a deployment sharing a CPU or GPU with this one's on the same
-      node: that sweep and what they share (:func:`sweep_sharing_blocker`); this one starts when
-      it ends.
+      node, or an older such sweep is held in line before it: that sweep and what they share
+      (:func:`sweep_sharing_blocker`); this one starts when it ends, or after it in line.
     """
     from django.conf import settings
     from django.utils import timezone
