@@ -60,7 +60,7 @@ from benchmarks.analysis.model import (
     ANALYSIS_VERSION, BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, FitSource, LatencyStats, LoadGroup, LoadKind, MatchedPair, PointAnalysis,
     QueueingStep, Stat, SweepPoint, Topology, TopologyComparison, CEILING_REACHED_FRACTION,
     FALL_FRACTION, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PARTIAL_FLAG,
-    PLATEAU_FRACTION, PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
+    PLATEAU_FRACTION, PLATEAU_MIN_LOAD_GROWTH, QUEUEING_MAX_THROUGHPUT_SHARE, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
 )
 
 __all__ = [
@@ -90,6 +90,7 @@ __all__ = [
     "Stat",
     "SweepPoint",
     "TPOT_GROWTH",
+    "QUEUEING_MAX_THROUGHPUT_SHARE",
     "TTFT_GROWTH",
     "Topology",
     "TopologyComparison",

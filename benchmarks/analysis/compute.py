@@ -8,6 +8,7 @@ from typing import Literal
 
 from benchmarks.analysis.findings import _findings
 from benchmarks.analysis.model import (
+    queueing_ttft_needed,
     CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS,
     PARTIAL_FLAG, PLATEAU_FRACTION, SHARED_LOAD_FLAG,
     PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH, BatchSource, Bottleneck, Ceiling,
@@ -442,9 +443,10 @@ def _queueing_steps(points: list[SweepPoint]) -> list[QueueingStep]:
         ttft_growth = tb / ta if ta and tb is not None and ta > 0 else None
         tput_growth = b.output_throughput_tok_s / a.output_throughput_tok_s
         load_growth = b.load / a.load if a.load > 0 and math.isfinite(b.load) else math.nan
+        needed = queueing_ttft_needed(load_growth, tput_growth)
         # Repeated runs at the same load are noise, not queueing; an unknown (NaN) growth still counts.
-        queueing = (ttft_growth is not None and ttft_growth >= TTFT_GROWTH
-                    and tput_growth < FLAT_THROUGHPUT_GROWTH and not load_growth <= 1.0)
+        queueing = (ttft_growth is not None and needed is not None and ttft_growth >= needed
+                    and not load_growth <= 1.0)
         steps.append(QueueingStep(from_label=a.label, to_label=b.label, load_growth=load_growth,
                                   ttft_growth=ttft_growth, throughput_growth=tput_growth, queueing=queueing))
     return steps
@@ -454,9 +456,9 @@ def _bottleneck(points: list[SweepPoint], analysed: list[PointAnalysis], steps: 
                 fit: DecodeFit, ceiling: Ceiling, *, failed_requests: int = 0) -> tuple[Bottleneck, str]:
     """Classify at the heaviest point: decode-bound when decode time dominates E2E and TPOT grows
     with load (and a fit, when one was made, gives a physical per-sequence cost); prefill-bound when
-    TTFT dominates without queueing; queueing when TTFT dominates and grows while throughput is
-    flat; none when decode dominates but TPOT stays flat and throughput does not fall (the caller
-    passes only points not flagged :data:`COALESCED_FLAG`: a coalesced point's TTFT and TPOT time
+    TTFT dominates without queueing; queueing when TTFT dominates and a step queues (TTFT grows
+    while throughput is flat, or grows by well under the load: :func:`queueing_ttft_needed`); none
+    when decode dominates but TPOT stays flat and throughput does not fall (the caller passes only points not flagged :data:`COALESCED_FLAG`: a coalesced point's TTFT and TPOT time
     network reads, mean TPOT 0 ms and TTFT all of E2E, which would read as prefill). Unknown when
     TPOT grows but the fit says the step time does not grow with the running batch, or when
     throughput falls with load and nothing else explains it. Reasons that quote a latency name its
@@ -492,7 +494,7 @@ def _bottleneck(points: list[SweepPoint], analysed: list[PointAnalysis], steps: 
                                f"grow: {_falls_cause(failed_requests)}, not a bottleneck this sweep can name")
         return "none", f"decode is {share:.0%} of {e2e} at {hi.label} but {tpot} stays flat: not saturated"
     if queueing:
-        return "queueing", f"{ttft} is {1 - share:.0%} of {e2e} at {hi.label} and grows while throughput is flat"
+        return "queueing", f"{ttft} is {1 - share:.0%} of {e2e} at {hi.label} and grows while throughput does not keep up with load"
     return "prefill", f"{ttft} is {1 - share:.0%} of {e2e} at {hi.label} without queueing"
 
 

@@ -7,6 +7,7 @@ import math
 from benchmarks.analysis.model import (
     CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
     CeilingReport, DecodeFit, LoadGroup, PointAnalysis, SweepPoint, TopologyComparison, _fixed, _num,
+    QUEUEING_MAX_THROUGHPUT_SHARE, queueing_ttft_needed,
 )
 from benchmarks.analysis.wording import (
     _dip_numbers, _failures_of, _falls_cause, _falls_numbers, _last_falls, _load_ratio, _metric, _ms, _no_growth_numbers, _per_seq, _r2,
@@ -362,17 +363,20 @@ def _queueing_sentences(g: LoadGroup, analysed: list[PointAnalysis]) -> list[str
                        f"throughput changes x{_fixed(s.throughput_growth, 2)} (x{_fixed(s.load_growth, 1)} load).")
     if not out and len(analysed) > 1:
         rule = (f"{ttft} growing x{TTFT_GROWTH:g} or more while throughput grows less than "
-                f"x{FLAT_THROUGHPUT_GROWTH:.2f} between neighbouring points")
-        flat = [s for s in g.queueing if s.ttft_growth is not None and s.throughput_growth < FLAT_THROUGHPUT_GROWTH
-                and not s.load_growth <= 1.0]  # repeated runs at one load are noise, as in the rule
-        if not flat:
-            out.append(f"No queueing by the rule ({rule}): throughput grew x{FLAT_THROUGHPUT_GROWTH:.2f} or more "
-                       "at every step where TTFT could be compared.")
+                f"x{FLAT_THROUGHPUT_GROWTH:.2f}, or x{TTFT_GROWTH:g} the load's growth or more while throughput "
+                f"grows at most {QUEUEING_MAX_THROUGHPUT_SHARE:.0%} of the load's growth, between neighbouring points")
+        # Steps whose throughput would allow queueing, with the TTFT growth each needed; repeated
+        # runs at one load are noise, as in the rule.
+        near_steps = [(s, need) for s in g.queueing if s.ttft_growth is not None and not s.load_growth <= 1.0
+                      and (need := queueing_ttft_needed(s.load_growth, s.throughput_growth)) is not None]
+        if not near_steps:
+            out.append(f"No queueing by the rule ({rule}): throughput grew by more at every step where TTFT "
+                       "could be compared.")
         else:
-            near = max(flat, key=lambda s: s.ttft_growth)
+            near, need = max(near_steps, key=lambda sn: sn[0].ttft_growth / sn[1])
             out.append(f"No queueing by the rule ({rule}); the nearest: {near.from_label} to {near.to_label}, "
-                       f"{ttft} x{_factor_below(near.ttft_growth, TTFT_GROWTH)} with throughput "
-                       f"x{_fixed(near.throughput_growth, 2)}.")
+                       f"{ttft} x{_factor_below(near.ttft_growth, need)} with throughput "
+                       f"x{_fixed(near.throughput_growth, 2)} (x{_fixed(near.load_growth, 1)} load).")
     return out
 
 

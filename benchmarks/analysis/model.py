@@ -25,7 +25,7 @@ MIN_FIT_POINTS = 3
 # points) would give a stored report other numbers, sentences or keys: a sweep's report stored
 # under another version, or under none, is computed again when it is next read
 # (:func:`benchmarks.services.sweep_stored_analysis`).
-ANALYSIS_VERSION = 3
+ANALYSIS_VERSION = 4
 # Throughput within this fraction of the best point counts as "on the plateau" (10 %: larger than
 # the run-to-run noise of a closed-loop sweep, smaller than one doubling of load on a rising curve).
 PLATEAU_FRACTION = 0.90
@@ -43,6 +43,13 @@ FALL_FRACTION = PLATEAU_FRACTION ** 2
 FLAT_THROUGHPUT_GROWTH = 1.10
 # TTFT that grows by at least this factor between two points is "growing".
 TTFT_GROWTH = 1.5
+# Queueing relative to load, for steps whose throughput is not flat but grows by at most this share
+# of the load's growth (half: each added request got at most half the service the earlier ones
+# did), while TTFT grows by at least TTFT_GROWTH times the load's growth. Prefill work per step grows
+# at most with the number of prompts in flight, so TTFT outgrowing the load itself by the margin that
+# counts as "growing" is time spent waiting for a slot. A one-slot server (llama.cpp) going from c=1
+# to c=8 gains x1.46 throughput while TTFT grows x57: the absolute flat-throughput test misses it.
+QUEUEING_MAX_THROUGHPUT_SHARE = 0.5
 # TPOT that grows by at least this factor from the lightest to the heaviest point "grows with batch".
 TPOT_GROWTH = 1.25
 # The fraction of the ceiling whose concurrency is reported ("where the ceiling is reached").
@@ -69,6 +76,21 @@ COALESCED_FLAG = "itl_coalesced"
 # step, over all decode time) are named in the findings from this share up: below it they move
 # mean TPOT by less than the run-to-run noise of a point.
 STALL_SHARE_NOTED = 0.05
+
+
+def queueing_ttft_needed(load_growth: float, throughput_growth: float) -> float | None:
+    """The TTFT growth that makes a step queueing, or None when its throughput rules queueing out.
+    Throughput under ``FLAT_THROUGHPUT_GROWTH`` (flat): TTFT x``TTFT_GROWTH``. Otherwise, with a known
+    load growth above 1 and throughput growing by at most ``QUEUEING_MAX_THROUGHPUT_SHARE`` of it:
+    TTFT x``TTFT_GROWTH`` times the load's growth, since prefill work grows at most with the load and
+    what TTFT gains beyond it is waiting. The load check itself (repeated runs at one load are noise)
+    is the caller's."""
+    if throughput_growth < FLAT_THROUGHPUT_GROWTH:
+        return TTFT_GROWTH
+    if math.isfinite(load_growth) and load_growth > 1.0 and \
+            throughput_growth <= QUEUEING_MAX_THROUGHPUT_SHARE * load_growth:
+        return TTFT_GROWTH * load_growth
+    return None
 
 
 @dataclass(frozen=True)
@@ -344,8 +366,11 @@ class Ceiling:
 @dataclass
 class QueueingStep:
     """Growth between two consecutive points (by load): ratios of TTFT, output tok/s and load.
-    ``queueing`` is TTFT growing by at least ``TTFT_GROWTH`` while throughput stays under
-    ``FLAT_THROUGHPUT_GROWTH``: the extra requests wait instead of being served."""
+    ``queueing`` is load growing and either TTFT growing by at least ``TTFT_GROWTH`` while
+    throughput stays under ``FLAT_THROUGHPUT_GROWTH``, or, relative to load, TTFT growing by at
+    least ``TTFT_GROWTH`` times the load's growth while throughput grows by at most
+    ``QUEUEING_MAX_THROUGHPUT_SHARE`` of it (:func:`queueing_ttft_needed`): the extra requests
+    wait instead of being served."""
 
     from_label: str
     to_label: str

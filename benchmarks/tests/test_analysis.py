@@ -158,6 +158,24 @@ def test_it_classifies_queueing_when_ttft_grows_and_throughput_is_flat() -> None
     assert r.ceiling.source == "observed_plateau" and r.ceiling.plateau_from_label == "c=4"
 
 
+def test_it_calls_queueing_relative_to_load_when_throughput_grows_far_less_than_load() -> None:
+    # llama.cpp (one slot) at c=1, 8, 16: x8 load buys x1.46 throughput while mean TTFT grows x56.8,
+    # then x2 load buys x0.94 while TTFT grows x2.2. Both steps queue.
+    sweep = [point(1, 200.0, 5.0, 20.0, output_len=64), point(8, 292.0, 5.2, 1136.0, output_len=64),
+             point(16, 274.48, 5.1, 2499.2, output_len=64)]
+    r = ceiling_analyse(sweep, num_gpus=1, topology="single")
+    assert [s.queueing for s in r.queueing] == [True, True]
+    assert r.queueing[0].ttft_growth == pytest.approx(56.8) and r.queueing[0].load_growth == 8
+    assert ("Queueing from c=1 to c=8: mean TTFT grows x56.8 while throughput changes x1.46 (x8.0 load)."
+            in r.findings)
+    # TTFT growing less than x1.5 the load's growth is not queueing however little throughput grew,
+    # and neither is throughput growing by more than half the load's growth however much TTFT grew.
+    short = [point(1, 200.0, 5.0, 20.0, output_len=64), point(8, 292.0, 5.2, 230.0, output_len=64)]
+    assert not ceiling_analyse(short, num_gpus=1, topology="single").queueing_detected
+    served = [point(1, 200.0, 5.0, 20.0, output_len=64), point(8, 840.0, 5.2, 1136.0, output_len=64)]
+    assert not ceiling_analyse(served, num_gpus=1, topology="single").queueing_detected
+
+
 def test_it_calls_a_flat_sweep_with_one_dip_a_plateau_from_its_first_point() -> None:
     # llama.cpp (one sequence at a time) on a busy 2-core host: 385, 337, 391 tok/s at c=1, 8, 16.
     sweep = [point(1, 385.2, 2.5, 9.0, output_len=64), point(8, 337.3, 2.9, 1270.0, output_len=64),
@@ -180,8 +198,9 @@ def test_it_names_the_nearest_miss_instead_of_saying_ttft_never_grows() -> None:
     sweep = [point(1, 10.3, 94.1, 906.0), point(8, 25.2, 305.8, 2395.6), point(16, 26.4, 504.6, 3590.6)]
     r = ceiling_analyse(sweep, num_gpus=8, topology="pd")
     assert not r.queueing_detected
-    assert ("No queueing by the rule (mean TTFT growing x1.5 or more while throughput grows less than x1.10 "
-            "between neighbouring points); the nearest: c=8 to c=16, mean TTFT x1.49 with throughput x1.05.") \
+    assert ("No queueing by the rule (mean TTFT growing x1.5 or more while throughput grows less than x1.10, "
+            "or x1.5 the load's growth or more while throughput grows at most 50% of the load's growth, between "
+            "neighbouring points); the nearest: c=8 to c=16, mean TTFT x1.49 with throughput x1.05 (x2.0 load).") \
         in r.findings
     assert not any("never grows" in f for f in r.findings)
 
