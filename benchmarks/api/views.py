@@ -279,7 +279,9 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                                "than two runs (under `sweeps` when the sweeps alone were given; a run given by "
                                "id that the sweeps given already hold is named as such, `run 1 is already in "
                                "sweep 1; give at least two runs to compare`), or a format "
-                               "other than json, csv or api (the browsable page).",
+                               "other than json, csv or api (the browsable page). A run given by id that a "
+                               "given sweep also holds, with another run besides, is compared once, and `notes` "
+                               "says so: `run 2 is also in sweep 2; compared once`.",
                    parameters=[s.CompareQuerySerializer],
                    responses={(200, "application/json"): s.RunCompareSerializer, (200, "text/csv"): OpenApiResponse(
                        OpenApiTypes.STR, description="?format=csv: one row per run (values with their units in "
@@ -290,7 +292,9 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     def compare(self, request: Request) -> HttpResponse:
         q = query_validated(s.CompareQuerySerializer, request)
         ids = services.runs_compare_pick(run_ids=q["ids"], sweep_ids=q["sweeps"])
-        comparison = services.runs_compare(runs=selectors.runs_by_ids(ids=ids), baseline_id=q["baseline"])
+        comparison = services.runs_compare(
+            runs=selectors.runs_by_ids(ids=ids), baseline_id=q["baseline"],
+            leading_notes=services.runs_compare_overlap_notes(run_ids=q["ids"], sweep_ids=q["sweeps"]))
         if q["format"] == "csv":
             return attachment(runs_compare_csv(comparison=comparison), content_type="text/csv",
                               filename="compare-" + "-".join(map(str, ids[:20])) + ".csv")

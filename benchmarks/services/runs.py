@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -567,8 +567,19 @@ def runs_compare_pick(*, run_ids: list[int], sweep_ids: list[int], run_field: st
     return ids
 
 
+def runs_compare_overlap_notes(*, run_ids: list[int], sweep_ids: list[int]) -> list[str]:
+    """One note for each run of ``run_ids`` that one of ``sweep_ids`` also holds, in the order given
+    (``run 2 is also in sweep 2; compared once``): :func:`runs_compare_pick` keeps each run once,
+    and the note says the run given twice was not dropped silently. One query; none when either
+    list is empty."""
+    if not run_ids or not sweep_ids:
+        return []
+    held = dict(BenchmarkRun.objects.filter(pk__in=run_ids, sweep_id__in=sweep_ids).values_list("pk", "sweep_id"))
+    return [f"run {run_id} is also in sweep {held[run_id]}; compared once" for run_id in run_ids if run_id in held]
+
+
 def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
-                 tie_pct: float = COMPARE_TIE_PCT) -> dict[str, Any]:
+                 tie_pct: float = COMPARE_TIE_PCT, leading_notes: Sequence[str] = ()) -> dict[str, Any]:
     """Side-by-side comparison of ``runs`` (any sweeps, measured or imported).
 
     Returns ``{"runs": [{"id", "label", "sweep_id", "status", "flags", "metrics", "ci95_ms",
@@ -576,7 +587,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     [...], "deltas_pct": [...]}], "config_differs": [{"field", "values": [...]}], "best":
     {"output_throughput_tok_s": run id | None, ...}, "ties": {metric: [run ids]}, "uncertain":
     {metric: [best id, runner-up id]}, "baseline": run id, "tie_threshold_pct": float,
-    "excluded": [{"id", "reason"}], "notes": [...]}``.
+    "excluded": [{"id", "reason"}], "notes": [...]}``; ``notes`` starts with ``leading_notes``
+    (:func:`runs_compare_overlap_notes`: a run given by id and through a sweep, compared once).
 
     ``ci95_ms`` is each run's 95 % confidence intervals of TTFT, TPOT and E2E (:func:`run_ci95_ms`).
     Where a latency statistic's best run and the runner-up both have one and they overlap, the best
@@ -654,7 +666,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         raise InvalidInput({"baseline": [f"run #{baseline_id} is not one of the compared runs "
                                          f"({', '.join(f'#{r.pk}' for r in runs)})"]})
     entries = []
-    notes: list[str] = []
+    notes: list[str] = list(leading_notes)
     excluded: list[dict[str, Any]] = []
     settings = [run_length_setting(run=run) for run in runs]
     all_metrics = [run_metrics(run=run) for run in runs]

@@ -46,7 +46,7 @@ def test_it_refuses_a_sweep_id_given_twice_with_a_repeated_run_id(viewer_api) ->
                                "sweeps": [f"repeated sweep id: {sweep.pk} (2 times); give each once"]}
 
 
-def test_it_compares_the_runs_of_a_sweep_given_alone(viewer_api) -> None:
+def test_it_compares_the_runs_of_a_sweep_given_alone(viewer, viewer_api) -> None:
     sweep = _sweep(2)
     response = viewer_api.get(f"/api/runs/compare/?sweeps={sweep.pk}")
     assert response.status_code == 200
@@ -56,6 +56,23 @@ def test_it_compares_the_runs_of_a_sweep_given_alone(viewer_api) -> None:
     first = sweep.runs.order_by("ordinal").first()
     response = viewer_api.get(f"/api/runs/compare/?ids={first.pk}&sweeps={sweep.pk}")
     assert response.status_code == 200 and len(response.json()["runs"]) == 2
+    # ... and the answer says so rather than dropping the repeat silently; a sweep alone has no such note
+    note = f"run {first.pk} is also in sweep {sweep.pk}; compared once"
+    assert response.json()["notes"][0] == note
+    assert not any("compared once" in n for n in viewer_api.get(f"/api/runs/compare/?sweeps={sweep.pk}").json()["notes"])
+    status, html = _page(viewer, f"runs={first.pk}&sweeps={sweep.pk}")
+    assert status == 200 and f"<p>{note[0].upper() + note[1:]}.</p>" in html
+
+
+def test_the_page_refuses_an_unknown_format_as_a_400_naming_those_it_serves(viewer, viewer_api) -> None:
+    a, b = _sweep(2).runs.order_by("ordinal")
+    api = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}&format=xml")
+    assert (api.status_code, api.json()) == (400, {"format": ["must be one of json, csv, api; got 'xml'"]})
+    status, html = _page(viewer, f"ids={a.pk},{b.pk}&format=xml")
+    assert status == 400
+    assert ("<p>Format must be csv, or absent for this page (json: /api/runs/compare/); got &#x27;xml&#x27;.</p>"
+            in html)
+    assert f'name="runs" value="{a.pk},{b.pk}"' in html
 
 
 def test_it_refuses_sweeps_alone_that_bring_fewer_than_two_runs_under_sweeps(viewer_api) -> None:

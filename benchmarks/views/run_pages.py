@@ -290,7 +290,10 @@ def compare(request: HttpRequest) -> HttpResponse:
     ``at most 100 runs and 20 sweeps``) are a 400 showing the
     form with the reason and the values typed, as is one run named by id (``give at least two runs
     to compare``, the API's 400, when the form sent it), as are run ids and sweep ids that name no row (``no run with id
-    999``, ``no sweeps with ids 4, 5``); another format is 404. A page with no runs or
+    999``, ``no sweeps with ids 4, 5``), and a format other than csv or none (``format must be csv, or
+    absent for this page (json: /api/runs/compare/); got 'xml'``, as the API names the formats it
+    serves). A run given by id that a given sweep also holds is compared once, with a note saying so
+    (:func:`benchmarks.services.runs_compare_overlap_notes`). A page with no runs or
     sweeps asked for shows the form with a prompt to choose them; one given by a link (the form's
     ``compare`` key, ``?run=`` checkboxes and ``format`` absent) whose runs and sweeps name fewer
     than two distinct runs is a 200 showing the form with what was given filled in and a hint: to
@@ -326,11 +329,13 @@ def compare(request: HttpRequest) -> HttpResponse:
             "runs": [], "problems": problems, "run_ids": typed_runs,
             "sweep_ids": request.GET.get("sweeps", "")[:200]}, status=400)
 
+    fmt = request.GET.get("format", "")
+    if "format" not in repeated and fmt not in ("", "csv"):
+        # The API's refusal of an unknown format, naming what this page serves: the page itself
+        # (no format) and csv; json is the API's (/api/runs/compare/).
+        problems.append(f"format must be csv, or absent for this page (json: /api/runs/compare/); got {fmt[:40]!r}")
     if problems:
         return form_again(problems)
-    fmt = request.GET.get("format", "")
-    if fmt not in ("", "csv"):
-        raise Http404("the comparison's export format is csv")
     if not run_ids and not sweep_ids:
         # Nothing asked for yet (the page opened from the menu, or the form sent empty): the prompt.
         return render(request, "benchmarks/compare.html", {"runs": [], "run_ids": "", "sweep_ids": ""})
@@ -370,7 +375,9 @@ def compare(request: HttpRequest) -> HttpResponse:
                 "runs": [], "run_ids": context["run_ids"], "sweep_ids": "", "one_run": runs[0]})
         # One run named by a submitted form: the API's 400 in its words, the form kept.
         return form_again([services.COMPARE_TOO_FEW])
-    comparison = services.runs_compare(runs=runs, baseline_id=baseline)
+    comparison = services.runs_compare(
+        runs=runs, baseline_id=baseline,
+        leading_notes=services.runs_compare_overlap_notes(run_ids=run_ids, sweep_ids=sweep_ids))
     if fmt == "csv":
         return _download(runs_compare_csv(comparison=comparison), content_type=_EXPORT_TYPES["csv"],
                          filename="compare-" + "-".join(str(r.pk) for r in runs[:20]) + ".csv")
