@@ -5,7 +5,9 @@ or :func:`abroadcast` (async code) to a channel-layer group named by one of the 
 functions below. A message on the wire is ``{"type": <str>, "seq": <int>, "group": <str>,
 "ts": <float, unix seconds>, "data": <JSON object>}``; ``seq`` increases by one per message of a
 group (kept in Redis with ``INCR``, so several producers share one sequence), which is what lets a
-browser detect a gap and re-sync from the REST API.
+browser detect a gap and re-sync from the REST API. Text a message does not have is null in its
+``data``, never ``""``, as in the REST API (a sweep that ended done has ``"reason": null``):
+:func:`message_build` turns every empty string in ``data``, at any depth, into null.
 
 Rates are bounded here, per group and message type: a message that arrives sooner than
 ``CEILING_REALTIME_MIN_INTERVAL_S`` after the last one of the same (group, type) is dropped unless
@@ -224,9 +226,21 @@ def latest_messages(group: str) -> dict[str, dict[str, Any]]:
     return {k.decode(): json.loads(v) for k, v in raw.items()}
 
 
+def _absent_text_null(value: Any) -> Any:
+    """``value`` with every ``""`` in it, at any depth of dicts, lists and tuples, as None."""
+    if isinstance(value, str):
+        return None if value == "" else value
+    if isinstance(value, dict):
+        return {k: _absent_text_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_absent_text_null(v) for v in value]
+    return value
+
+
 def message_build(*, group: str, type_: str, data: dict[str, Any], seq: int, ts: float | None = None) -> dict[str, Any]:
-    """The wire form of one message (see the module docstring)."""
-    return {"type": type_, "seq": seq, "group": group, "ts": time.time() if ts is None else ts, "data": data}
+    """The wire form of one message (see the module docstring), its absent text null, never ``""``."""
+    return {"type": type_, "seq": seq, "group": group, "ts": time.time() if ts is None else ts,
+            "data": _absent_text_null(data)}
 
 
 def broadcast(group: str, type_: str, data: dict[str, Any], *, force: bool = False) -> bool:

@@ -49,6 +49,22 @@ def test_it_delivers_sequenced_messages_and_keeps_the_last_of_each_type():
         async_to_sync(layer.group_discard)(group, channel)
 
 
+def test_a_message_carries_absent_text_as_null_never_an_empty_string():
+    # A sweep that ended done has no reason: null, as the sweep API says it, at any depth.
+    layer = get_channel_layer()
+    group = realtime.sweep_group(int(uuid.uuid4().int % 10**6) + 1)
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group, channel)
+    try:
+        assert realtime.broadcast(group, "sweep.status", {"sweep_id": 20, "status": "done", "reason": "",
+                                                          "summary": {"label": "", "flags": ["", "x"]}}, force=True)
+        data = async_to_sync(layer.receive)(channel)["message"]["data"]
+        assert data == {"sweep_id": 20, "status": "done", "reason": None, "summary": {"label": None, "flags": [None, "x"]}}
+        assert realtime.latest_messages(group)["sweep.status"]["data"]["reason"] is None
+    finally:
+        async_to_sync(layer.group_discard)(group, channel)
+
+
 @override_settings(CEILING_REALTIME_MIN_INTERVAL_S=10.0)
 def test_it_drops_same_type_messages_faster_than_the_bound_unless_forced():
     group = realtime.deployment_group(int(uuid.uuid4().int % 10**9))
