@@ -614,4 +614,5 @@ class SweepExportSerializer(serializers.Serializer):
 
     sweep = SweepExportSweepSerializer()
     runs = RunExportSerializer(many=True)
-    analysis = serializers.JSONField(allow_null=True, help_text="the stored ceiling report; null before the end")
+    analysis = SweepAnalysisSerializer(help_text="the ceiling report, the object GET /api/sweeps/<id>/analysis/ "
+                                                 "answers (provisional before the end)")

@@ -1155,11 +1155,13 @@ def sweep_export_csv(*, sweep: BenchmarkSweep) -> str:
 
 def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
     """The sweep as indented JSON: ``{"sweep": {...grid, status, progress, snapshot, num_gpus},
-    "analysis": {...}, "runs": [run_export_dict, ...]}``; the analysis as stored, computed again
-    first when an older analysis made it (:func:`benchmarks.services.sweep_stored_analysis`); a text
+    "analysis": {...}, "runs": [run_export_dict, ...]}``; the analysis is the object
+    ``GET /api/sweeps/<id>/analysis/`` answers (:func:`benchmarks.services.sweep_analysis`): the
+    stored one, computed again first when an older analysis made it, with ``provisional`` false,
+    else the one computed from the runs so far with ``provisional`` true; a text
     the sweep does not have (``reason``, ``served_model_name``, ``topology``, ``engine``) is null,
     never ``""``."""
-    from benchmarks.services.sweeps import sweep_stored_analysis
+    from benchmarks.services.sweeps import sweep_analysis
 
     body = {
         "sweep": {"id": sweep.pk, "name": sweep.name, "deployment_id": sweep.deployment_id,
@@ -1168,7 +1170,7 @@ def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
                   "engine": sweep.engine or None,
                   "points_total": sweep.points_total, "points_done": sweep.points_done,
                   "snapshot": sweep.snapshot, "started_at": _iso(sweep.started_at), "ended_at": _iso(sweep.ended_at)},
-        "analysis": sweep_stored_analysis(sweep=sweep) or None,
+        "analysis": sweep_analysis(sweep=sweep),
         "runs": [run_export_dict(run=r) for r in sweep.runs.all()],
     }
     return json.dumps(body, indent=2, default=str)

@@ -106,6 +106,22 @@ def test_it_exports_a_sweep_as_json_and_csv_in_grid_order() -> None:
     assert single["summary"]["ttft_s"]["p99"] == 0.9
 
 
+def test_the_sweep_json_exports_analysis_is_the_object_the_analysis_endpoint_answers(viewer_api) -> None:
+    # Finished with a stored report, and still running (computed from the runs so far): both keep
+    # provisional, and the export's analysis is never another shape than /analysis/.
+    done = BenchmarkSweep.objects.create(name="d", grid={"concurrency": [1, 8]}, status="done", num_gpus=8,
+                                         analysis={"findings": ["decode-bound"], "version": ANALYSIS_VERSION})
+    running = BenchmarkSweep.objects.create(name="r", grid={"concurrency": [1, 8]}, status="running", num_gpus=8)
+    for sweep in (done, running):
+        _measured_run(sweep, c=1, tok_s=9.95, ordinal=0)
+        _measured_run(sweep, c=8, tok_s=24.5, ordinal=1)
+    for sweep, provisional in ((done, False), (running, True)):
+        answered = viewer_api.get(f"/api/sweeps/{sweep.pk}/analysis/").json()
+        exported = json.loads(viewer_api.get(f"/api/sweeps/{sweep.pk}/export/?format=json").content)["analysis"]
+        assert answered["provisional"] is provisional
+        assert exported == answered
+
+
 def test_it_refuses_to_rank_a_length_mismatched_run_and_says_so() -> None:
     ok = _measured_run(None, c=8, tok_s=24.5)
     short = _measured_run(None, c=8, tok_s=80.0, flags=["output_length_mismatch"])
