@@ -68,7 +68,7 @@ def test_a_list_item_that_is_no_number_is_named_beside_every_other_problem(start
 def test_the_numbers_a_user_types_are_stored_as_the_api_stores_them(starting, django_capture_on_commit_callbacks):
     out = io.StringIO()
     with django_capture_on_commit_callbacks(execute=False):
-        call_command("sweep", "cli-typed", "--concurrency", " 1, 4,", "--request-rates", "2,4.5", "--requests", "8",
+        call_command("sweep", "cli-typed", "--concurrency", " 1, 4", "--request-rates", "2,4.5", "--requests", "8",
                      "--lengths", "16:8", "--slo-ttft", "1", "--wait-ready", "30", "--duration", "60", stdout=out)
     sweep = starting.sweeps.get()
     assert {k: sweep.grid[k] for k in ("concurrency", "request_rates", "slo", "wait_ready_s", "duration_s")} == {

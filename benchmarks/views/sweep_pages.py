@@ -24,6 +24,7 @@ from benchmarks.views.common import (
     DIGITS_RE, IMPORT_MAX_BYTES, INDEX_RUNS_PER_PAGE, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
     _opt_float, _status_class, _sweep_runs, post_or_redirect,
 )
+from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.forms import repeated_field_errors
 from controlplane.paging import page_of
@@ -166,16 +167,31 @@ _ITEM_SEP = re.compile(r"[\s,]+")
 _PAIR_COLON = re.compile(r"\s*:\s*")
 
 
-def _items(raw: str) -> list[str]:
-    """The items of a list field, in order, without empty ones."""
-    return [part for part in _ITEM_SEP.split(raw) if part]
+# The example each list field's refusal of an empty item shows (controlplane.drf_defaults.empty_list_item).
+_LIST_EXAMPLE = {"concurrency": "1,8,16", "lengths": "256:256,1024:128", "rates": "2,4.5"}
+
+
+def _items(raw: str, field: str, errors: dict[str, list[str]]) -> list[str]:
+    """The items of a list field, in order. An empty item between commas (``1,,2``, ``1,2,``,
+    ``,1``) is refused in ``errors[field]`` with the API's message for one
+    (:func:`controlplane.drf_defaults.empty_list_item`, ``item 2 is empty: give concurrency as
+    1,8,16``), counted among the items before it, never skipped; a blank field has no items."""
+    items: list[str] = []
+    empty_named = False
+    for chunk in raw.split(",") if raw.strip() else []:
+        words = [part for part in _ITEM_SEP.split(chunk) if part]
+        if not words and not empty_named:   # the first empty item is named, as the API names it
+            errors.setdefault(field, []).append(empty_list_item(len(items) + 1, field, _LIST_EXAMPLE[field]))
+            empty_named = True
+        items.extend(words)
+    return items
 
 
 def _int_list(raw: str, field: str, errors: dict[str, list[str]], *, positive: bool = True) -> list[int]:
     """Whole numbers (> 0 when ``positive``) from a list field; each item that is not one adds a
     message quoting it to ``errors[field]``."""
     out: list[int] = []
-    for part in _items(raw):
+    for part in _items(raw, field, errors):
         if not DIGITS_RE.fullmatch(part) or (positive and int(part) <= 0):
             errors.setdefault(field, []).append(f"'{part}' is not a positive whole number.")
             continue
@@ -189,7 +205,7 @@ def _float_list(raw: str, field: str, errors: dict[str, list[str]], *, unit: str
     the API's JSON and the command's option read it, so a later refusal quotes it as typed
     (``got 20000``, not ``got 20000.0``)."""
     out: list[float | int] = []
-    for part in _items(raw):
+    for part in _items(raw, field, errors):
         value, why = _number(part)
         if why or value is None or value <= 0:
             errors.setdefault(field, []).append(why or f"'{part}' must be more than 0 {unit}.")
@@ -202,7 +218,7 @@ def _length_pairs(raw: str, errors: dict[str, list[str]]) -> list[list[int]]:
     """``[input_len, output_len]`` pairs from "256:256, 1024:128"; each item that is not a pair of
     positive whole numbers adds a message quoting it to ``errors["lengths"]``."""
     pairs: list[list[int]] = []
-    for part in _items(_PAIR_COLON.sub(":", raw)):
+    for part in _items(_PAIR_COLON.sub(":", raw), "lengths", errors):
         a, sep, b = part.partition(":")
         if not sep or not DIGITS_RE.fullmatch(a) or not DIGITS_RE.fullmatch(b) or int(a) <= 0 or int(b) <= 0:
             errors.setdefault("lengths", []).append(f"'{part}' is not input:output, e.g. 256:256.")

@@ -111,7 +111,7 @@ def test_a_number_that_is_not_finite_is_refused_on_one_line_with_the_apis_messag
 
 @pytest.mark.parametrize("args,line", [
     (["--params", "{nope"], "--params is not JSON: "),
-    (["--batches", "1,x"], "--batches must be comma-separated integers"),
+    (["--batches", "1,x"], "the job was not created: batches: 'x' is not an integer: give batches as 1,8,64"),
     (["--user", "nobody"], "--user 'nobody': no such user"),
     (["--wait", "nan"], "--wait must be a finite number of seconds >= 0, got nan"),
 ])

@@ -33,6 +33,8 @@ from django.core.management.base import CommandError
 from controlplane.commands import CeilingCommand, refused, refused_list
 from benchmarks.choices import SWEEP_TERMINAL, SweepStatus
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
+from benchmarks.sweeps import WAIT_READY_MARGIN_S, grid_validate
+from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import CeilingError, InvalidInput
 from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.management.command_user import command_user
@@ -51,6 +53,9 @@ OPTION_OF = {
 # An integer as typed: ASCII digits with an optional sign (``int()`` also takes ``1_000``).
 _INTEGER_RE = re.compile(r"[+-]?[0-9]+")
 
+
+#: The concurrency list of a sweep given neither ``--concurrency`` nor ``--request-rates``.
+DEFAULT_CONCURRENCY = "1,8,16"
 
 #: The exit status of ``--wait`` whose ``--timeout`` ran out while the sweep was still going (pending,
 #: waiting for the deployment or running): not success (0), no failure of the sweep (1), no refusal (2).
@@ -76,18 +81,33 @@ def _number(text: str) -> int | float:
         raise ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-def _items(text: str) -> list[int | float | str]:
+# The example each list option's refusal of an empty item shows.
+_LIST_EXAMPLE = {"concurrency": "1,8,16", "lengths": "256:256,1024:128", "request_rates": "2,4.5"}
+
+
+def _texts(text: str, field: str, empties: dict[str, list[str]]) -> list[str]:
+    """The items of a comma-separated option, stripped. An empty item (``1,,2``, ``1,2,``) is
+    refused, as the API and the forms refuse one (:func:`controlplane.drf_defaults.empty_list_item`):
+    ``empties["grid.<field>"]`` gets ``item 2 is empty: give --concurrency as 1,8,16``, and the
+    item is not kept. A blank option has no items."""
+    items = [x.strip() for x in text.split(",")] if text.strip() else []
+    if "" in items:
+        option = OPTION_OF[field]
+        empties[f"grid.{field}"] = [empty_list_item(items.index("") + 1, option, _LIST_EXAMPLE[field])]
+    return [item for item in items if item]
+
+
+def _items(text: str, field: str, empties: dict[str, list[str]]) -> list[int | float | str]:
     """A comma-separated option (``1,8,16``, ``2,4.5``) as the grid's list: each item a number as
     typed (:func:`_number`), or its text when it is not one, for the grid's validation to name at
     its index beside every other problem (``--concurrency (grid.concurrency.1): must be an integer
-    1..4096, got the string "x"``); empty items are skipped."""
+    1..4096, got the string "x"``); an empty item is refused in ``empties`` (:func:`_texts`)."""
     items: list[int | float | str] = []
-    for item in (x.strip() for x in text.split(",")):
-        if item:
-            try:
-                items.append(_number(item))
-            except ArgumentTypeError:
-                items.append(item)
+    for item in _texts(text, field, empties):
+        try:
+            items.append(_number(item))
+        except ArgumentTypeError:
+            items.append(item)
     return items
 
 
@@ -184,10 +204,11 @@ class Command(CeilingCommand):
             raise refused(no_deployment_text(target))
         # An item that is no number goes to the grid as its text: the grid's validation names it at
         # its index with every other problem, and refuses the sweep.
-        rates = _items(o["request_rates"]) if o["request_rates"] is not None else []
-        concurrency = o["concurrency"] if o["concurrency"] is not None else ("" if rates else "1,8,16")
-        grid: dict = {"concurrency": _items(concurrency), "lengths": [x for x in o["lengths"].split(",") if x],
-                      "warmup": o["warmup"]}
+        empties: dict[str, list[str]] = {}
+        rates = _items(o["request_rates"], "request_rates", empties) if o["request_rates"] is not None else []
+        concurrency = o["concurrency"] if o["concurrency"] is not None else ("" if rates else DEFAULT_CONCURRENCY)
+        grid: dict = {"concurrency": _items(concurrency, "concurrency", empties),
+                      "lengths": _texts(o["lengths"], "lengths", empties), "warmup": o["warmup"]}
         if rates:
             grid["request_rates"] = rates
         slo = {key: o[f"slo_{name}"] for key, name in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e"))
@@ -206,6 +227,19 @@ class Command(CeilingCommand):
             grid["duration_s"] = o["duration"]
         if o["api"]:
             grid["api"] = o["api"]
+        if empties:
+            # refused, with every other problem of the grid as the API would name it
+            spec = deployment.spec_snapshot or {}
+            try:
+                grid_validate(grid, engine=deployment.recipe.engine, spec=spec,
+                              default_wait_ready_s=int(spec.get("startup_timeout_s") or 1800) + WAIT_READY_MARGIN_S)
+                others: dict[str, list[str]] = {}
+            except InvalidInput as exc:
+                others = exc.errors
+            errors = {path: [*messages] for path, messages in empties.items()}
+            for path, messages in others.items():
+                errors.setdefault(path, []).extend(messages)
+            raise refused_list("the sweep grid is refused:", grid_error_lines(InvalidInput(errors)))
         try:
             sweep = sweep_create(deployment=deployment, user=user, grid=grid)
         except InvalidInput as exc:

@@ -8,7 +8,8 @@ A job that cannot be created lists every problem at its path, separated by ``; `
 (``params.impl: is given 2 times (["split_k"], ["baseline"]): give it once; shapes: 'zzz' is not
 a shape of ...``): a key ``--params`` gives more than once is named beside the other problems and
 neither of its values is taken, and so is a shape or batch listed more than once (``batches: batch
-1 is given twice: give each once``, the API's message). A number in ``--params`` that is not finite
+1 is given twice: give each once``, the API's message), an empty item of ``--batches`` or ``--shapes``
+(``batches: item 2 is empty: give batches as 1,8,64``) and a batch that is no integer. A number in ``--params`` that is not finite
 (``1e400``, ``NaN``, ``Infinity``) is refused with the API's message at its path (``params.BLOCK.0:
 1e400 is not a finite number``) before the package is looked up.
 
@@ -21,12 +22,13 @@ done exits 0, one that failed or was cancelled exits 1 with its status and reaso
 going exits 3 on one line (:func:`still_going_text`): it is left running, not cancelled."""
 from __future__ import annotations
 
+import re
 import time
 
 from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand, refused
-from controlplane.drf_defaults import json_loads, nonfinite_number_errors, repeated_key_errors
+from controlplane.drf_defaults import empty_list_item, json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled
 from deployments.management.command_user import command_user
@@ -74,6 +76,21 @@ def repeated_values(**lists: list | None) -> dict[str, list[str]]:
     return out
 
 
+# An integer as typed: ASCII digits with an optional sign (``int()`` also takes ``1_000`` and ``١``).
+_INTEGER_RE = re.compile(r"[+-]?[0-9]+")
+
+
+def list_items(text: str, field: str, example: str, errors: dict[str, list[str]]) -> list[str]:
+    """The items of a comma-separated option (``--batches 1,8``), stripped. An empty item (``1,,8``,
+    ``1,8,``) is refused, as the API and the job form refuse one: ``errors[field]`` gets
+    :func:`controlplane.drf_defaults.empty_list_item`'s message (``item 2 is empty: give batches
+    as 1,8,64``), and the item is not kept."""
+    items = [x.strip() for x in text.split(",")]
+    if "" in items:
+        errors.setdefault(field, []).append(empty_list_item(items.index("") + 1, field, example))
+    return [item for item in items if item]
+
+
 class Command(CeilingCommand):
     help = "Create a kernel job of a registered package (on a node, or for results measured elsewhere)."
 
@@ -110,24 +127,35 @@ class Command(CeilingCommand):
             node = Node.objects.filter(name=options["node"]).first()
             if node is None:
                 raise refused(f"no node named {options['node']!r}")
-        try:
-            batches = [int(b) for b in options["batches"].split(",") if b] if options["batches"] else None
-        except ValueError:
-            raise refused("--batches must be comma-separated integers") from None
-        shapes = [s for s in options["shapes"].split(",") if s] if options["shapes"] else None
+        # an item of --batches or --shapes that cannot be read is named with every other problem
+        unread: dict[str, list[str]] = {}
+        shapes = list_items(options["shapes"], "shapes", "shape1,shape2", unread) if options["shapes"] else None
+        batches = None
+        if options["batches"]:
+            batches = []
+            for item in list_items(options["batches"], "batches", "1,8,64", unread):
+                if _INTEGER_RE.fullmatch(item):
+                    batches.append(int(item))
+                else:
+                    unread.setdefault("batches", []).append(
+                        f"{json_spelled(item)} is not an integer: give batches as 1,8,64")
         job_args = {"package": pkg, "node": node, "cc": options["cc"], "shapes": shapes, "batches": batches,
                     "dispatch": not options["external"]}
         repeated = repeated_key_errors(subset, "params")
         twice = repeated_values(shapes=shapes, batches=batches)
-        if repeated or twice:
+        if repeated or twice or unread:
             # The rest is judged without the keys given twice; the grid's size is not, as it
             # depends on the value that was not taken.
             kept = ({k: v for k, v in subset.items() if f"params.{k}" not in repeated and not repeated_key_errors(v)}
                     if isinstance(subset, dict) else subset)
             others = kernel_job_check(params_subset=kept or None, **job_args)
-            raise not_created({**repeated, **twice, **{
-                path: messages for path, messages in others.items()
-                if path not in repeated and path not in twice and not (repeated and path == "variants")}})
+            errors: dict[str, list[str]] = {path: list(messages) for path, messages in repeated.items()}
+            for part in (unread, twice, {path: messages for path, messages in others.items()
+                                         if path not in repeated and path not in twice
+                                         and not (repeated and path == "variants")}):
+                for path, messages in part.items():
+                    errors.setdefault(path, []).extend(messages)
+            raise not_created(errors)
         try:
             job = kernel_job_create(params_subset=subset, user=user, **job_args)
         except InvalidInput as exc:
