@@ -437,10 +437,18 @@ def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]], *,
               and field not in errors):
             # A closed loop of c slots has at most n requests in flight when it sends n < c: the point
             # would be labelled, ranked and analysed at a concurrency it never reached.
-            errors[field] = [f"point {label} would send {cap:,} request{'s' if cap != 1 else ''}, fewer than its "
-                             f"concurrency of {p['concurrency']:,}: it could never have {p['concurrency']:,} "
-                             f"requests in flight; give at least {p['concurrency']:,} requests per point "
-                             "(requests_per_concurrency of at least 1) or a lower concurrency"]
+            c = p["concurrency"]
+            per_c = grid.get("requests_per_concurrency")
+            if field == "grid.requests_per_concurrency":
+                # the count is requests_per_concurrency x c rounded up (0.9 x 3 = 2.7 sends 3): a
+                # fraction below 1 may still fit, so the rule is said as it is applied
+                how = (f" (requests_per_concurrency {js_number(per_c)} x {c:,}, rounded up)", f"; the rounded-up "
+                       f"count requests_per_concurrency x c must be at least c: give a larger "
+                       f"requests_per_concurrency (1 always fits) or a lower concurrency")
+            else:
+                how = ("", f"; give at least {c:,} requests per point or a lower concurrency")
+            errors[field] = [f"point {label} would send {cap:,} request{'s' if cap != 1 else ''}{how[0]}, fewer "
+                             f"than its concurrency of {c:,}: it could never have {c:,} requests in flight{how[1]}"]
         tokens = (p["num_requests"] + warmup) * p["input_len"]
         if prompt_tokens and tokens > MAX_PROMPT_TOKENS_PER_POINT and "grid.lengths" not in errors:
             errors["grid.lengths"] = [

@@ -17,17 +17,25 @@ def test_a_request_count_below_a_points_concurrency_is_refused_naming_the_point(
         grid_validate({"concurrency": [8], "lengths": "16:16", "requests": 2})
     assert err.value.errors == {"grid.requests": [
         "point c=8 16/16 would send 2 requests, fewer than its concurrency of 8: it could never have 8 requests "
-        "in flight; give at least 8 requests per point (requests_per_concurrency of at least 1) or a lower "
-        "concurrency"]}
+        "in flight; give at least 8 requests per point or a lower concurrency"]}
     with pytest.raises(InvalidInput) as err:
         grid_validate({"concurrency": [1, 3], "lengths": "16:16", "requests_per_concurrency": 0.3})
     assert err.value.errors == {"grid.requests_per_concurrency": [
-        "point c=3 16/16 would send 1 request, fewer than its concurrency of 3: it could never have 3 requests "
-        "in flight; give at least 3 requests per point (requests_per_concurrency of at least 1) or a lower "
-        "concurrency"]}
+        "point c=3 16/16 would send 1 request (requests_per_concurrency 0.3 x 3, rounded up), fewer than its "
+        "concurrency of 3: it could never have 3 requests in flight; the rounded-up count "
+        "requests_per_concurrency x c must be at least c: give a larger requests_per_concurrency (1 always fits) "
+        "or a lower concurrency"]}
     # At least one request per slot is accepted, and so is a fraction that still covers c=1 alone.
     assert grid_validate({"concurrency": [8], "lengths": "16:16", "requests": 8})["requests"] == 8
     assert grid_validate({"concurrency": [1], "lengths": "16:16", "requests_per_concurrency": 0.3})
+    # The count is k x c rounded up: 0.99 x 3 and 0.9 x 3 send 3 requests and fit; 0.6 x 3 sends 2.
+    for k in (0.99, 0.9):
+        assert grid_validate({"concurrency": [3], "lengths": "16:16", "requests_per_concurrency": k})
+    with pytest.raises(InvalidInput) as err:
+        grid_validate({"concurrency": [3], "lengths": "16:16", "requests_per_concurrency": 0.6})
+    assert err.value.errors["grid.requests_per_concurrency"][0].startswith(
+        "point c=3 16/16 would send 2 requests (requests_per_concurrency 0.6 x 3, rounded up), fewer than its "
+        "concurrency of 3")
     # Open-loop points have no slots to fill.
     assert grid_validate({"request_rates": [2.0], "lengths": "16:16", "requests": 2})
 
