@@ -422,19 +422,22 @@ def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]], *,
     fewer it never has c requests in flight, so it would measure a lighter load than its label), and (unless ``prompt_tokens`` is False, for a grid
     whose warmup is not known) :data:`MAX_PROMPT_TOKENS_PER_POINT` prompt tokens (warmup
     included), per sweep at most :data:`MAX_REQUESTS_PER_SWEEP` requests. Returns
-    ``{field path: [message]}`` naming the first offending point of each bound and its numbers
-    (empty when the grid fits)."""
+    ``{field path: [message]}`` naming the first offending point of each bound and its numbers,
+    and every point below its concurrency (empty when the grid fits)."""
     errors: dict[str, list[str]] = {}
     warmup = int(grid.get("warmup") or 0)
+    too_many = False
     for p in points:
         label = (f"c={p['concurrency']}" if p["concurrency"] is not None else f"{js_number(p['request_rate'])} req/s") \
             + f" {p['input_len']}/{p['output_len']}"
         cap = p.get("max_requests")
         field = "grid.requests_per_concurrency" if grid.get("requests_per_concurrency") else "grid.requests"
-        if cap is not None and cap > MAX_REQUESTS_PER_POINT and field not in errors:
-            errors[field] = [f"point {label} would send {cap:,} requests; at most {MAX_REQUESTS_PER_POINT:,} per point"]
-        elif (cap is not None and p["concurrency"] is not None and cap < p["concurrency"]
-              and field not in errors):
+        if cap is not None and cap > MAX_REQUESTS_PER_POINT:
+            if not too_many:
+                errors.setdefault(field, []).append(
+                    f"point {label} would send {cap:,} requests; at most {MAX_REQUESTS_PER_POINT:,} per point")
+            too_many = True
+        elif cap is not None and p["concurrency"] is not None and cap < p["concurrency"]:
             # A closed loop of c slots has at most n requests in flight when it sends n < c: the point
             # would be labelled, ranked and analysed at a concurrency it never reached.
             c = p["concurrency"]
@@ -447,8 +450,10 @@ def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]], *,
                        f"requests_per_concurrency (1 always fits) or a lower concurrency")
             else:
                 how = ("", f"; give at least {c:,} requests per point or a lower concurrency")
-            errors[field] = [f"point {label} would send {cap:,} request{'s' if cap != 1 else ''}{how[0]}, fewer "
-                             f"than its concurrency of {c:,}: it could never have {c:,} requests in flight{how[1]}"]
+            # every such point is named: a grid of several lengths has one per length at that c
+            errors.setdefault(field, []).append(
+                f"point {label} would send {cap:,} request{'s' if cap != 1 else ''}{how[0]}, fewer "
+                f"than its concurrency of {c:,}: it could never have {c:,} requests in flight{how[1]}")
         tokens = (p["num_requests"] + warmup) * p["input_len"]
         if prompt_tokens and tokens > MAX_PROMPT_TOKENS_PER_POINT and "grid.lengths" not in errors:
             errors["grid.lengths"] = [

@@ -78,3 +78,10 @@ def test_stored_and_imported_points_below_their_concurrency_are_analysed_at_the_
     assert "x3.0 load" not in text and "x1.0 load" in text, text
     assert ("c=3 never had 3 requests in flight: at most 1 at once (concurrency_shortfall), so its load is taken "
             "as 1 in every load ratio and ordering, not its label.") in report.findings
+
+
+def test_every_point_below_its_concurrency_is_named() -> None:
+    with pytest.raises(InvalidInput) as err:
+        grid_validate({"concurrency": [4, 8], "lengths": [[64, 16], [32, 8]], "requests": 6})
+    assert [m.split(",")[0] for m in err.value.errors["grid.requests"]] == [
+        "point c=8 64/16 would send 6 requests", "point c=8 32/8 would send 6 requests"]
