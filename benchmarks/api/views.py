@@ -161,6 +161,20 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
                          filename=f"sweep-{sweep.pk}.json")
 
 
+def _text_problems(text: str) -> dict[str, list[str]]:
+    """What :func:`benchmarks.services.run_import` would refuse pasted ``text`` for, under
+    ``text`` (:func:`_under_text`), without storing anything; ``{}`` when it could be imported."""
+    from benchmarks.importers import import_results
+
+    if len(text.encode()) > services.MAX_IMPORT_BYTES:
+        return {"text": [f"larger than {services.MAX_IMPORT_BYTES} bytes"]}
+    try:
+        import_results(text)
+    except InvalidInput as exc:
+        return _under_text(exc.errors)
+    return {}
+
+
 def _under_text(errors: dict[str, list[str]]) -> dict[str, list[str]]:
     """An import's errors with the whole file's (``file``, ``file.duration``) moved to ``text``
     (``text``, ``text.duration``): the field a pasted result was sent in. Lines keep theirs."""
@@ -251,7 +265,13 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         (``text.duration``) for pasted text."""
         data, found = request_body(request)
         ser = s.RunImportSerializer(data=data, context={"body_errors": found, "request": request})
-        ser.is_valid(raise_exception=True)
+        if not ser.is_valid():
+            errors = flatten_errors(ser.errors)
+            text = data.get("text") if isinstance(data, Mapping) and "file" not in data else None
+            if isinstance(text, str) and text and not any(p == "text" or p.startswith("text.") for p in errors):
+                # pasted text that was read is judged too: a bad allow_duplicate does not hide its problems
+                errors.update(_text_problems(text))
+            raise ValidationError(errors)
         upload = ser.validated_data.get("file")
         if upload is not None:
             raw = upload.read(services.MAX_IMPORT_BYTES + 1)

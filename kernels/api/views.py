@@ -121,6 +121,8 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             errors["package"] = [f"no registered kernel package named {data['package']!r}"]
         if node is None and "node" in data:
             errors["node"] = [f"no node named {data['node']!r}"]
+        if package is None and data.get("cc") and (why := services.cc_problem(data["cc"])):
+            errors["cc"] = [why]   # judged without the package too, so it is named with the rest
         if (errors or field_errors) and package is not None:
             # every other field's problems in the same answer (a cc is only missing given a node)
             others = services.kernel_job_check(package=package, node=node, cc=data.get("cc") or None,

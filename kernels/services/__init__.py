@@ -62,6 +62,7 @@ from kernels.services.progress import (  # noqa: F401
     kernel_job_waiting_reason,
 )
 from kernels.services.jobs import (  # noqa: F401
+    cc_problem,
     kernel_job_cancel,
     kernel_job_check,
     kernel_job_create,

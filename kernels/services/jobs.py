@@ -126,6 +126,17 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
     return job
 
 
+def cc_problem(cc) -> str | None:
+    """Why ``cc`` is no target compute capability (not written as ``9.0`` or ``12.0``, or not one
+    of :data:`KNOWN_CCS`), else None: judged alone, so a job body whose package is unknown still
+    has its ``cc`` named."""
+    if not isinstance(cc, str) or not CC_RE.match(cc):
+        return f"{json_spelled(cc)} is not a compute capability such as 9.0 or 12.0"
+    if cc not in KNOWN_CCS:
+        return f"{cc!r} is not a known compute capability; known (NVIDIA's CUDA GPUs list): {', '.join(KNOWN_CCS)}"
+    return None
+
+
 def kernel_job_check(*, package: KernelPackage, node, cc: str | None = None, params_subset: dict | None = None,
                      shapes: list[str] | None = None, batches: list[int] | None = None,
                      dispatch: bool = True) -> dict[str, list[str]]:
@@ -153,11 +164,8 @@ def _job_plan(*, package: KernelPackage, node, cc: str | None, params_subset: di
                             + (f"node {node.name} has no GPU to take it from" if node is not None else "no node")]
         else:
             cc = first.compute_capability
-    elif not isinstance(cc, str) or not CC_RE.match(cc):
-        errors["cc"] = [f"{json_spelled(cc)} is not a compute capability such as 9.0 or 12.0"]
-    elif cc not in KNOWN_CCS:
-        errors["cc"] = [f"{cc!r} is not a known compute capability; known (NVIDIA's CUDA GPUs list): "
-                        f"{', '.join(KNOWN_CCS)}"]
+    elif why := cc_problem(cc):
+        errors["cc"] = [why]
     shape_names = [s.name for s in manifest.shapes]
     shapes = _first_seen(shapes or [])
     for s in shapes:
