@@ -55,6 +55,9 @@ MAX_LEN = 1_000_000
 # Extra seconds on top of the deployment's startup timeout before a sweep gives up waiting for
 # ready (the sweep may be created while the processes are still loading).
 WAIT_READY_MARGIN_S = 60
+
+#: Requests per concurrency slot of a grid that gives neither a request count nor a duration.
+DEFAULT_REQUESTS_PER_CONCURRENCY = 4
 # The longest time limit of one point: a day. Longer is a soak test, not a sweep point.
 MAX_DURATION_S = 86_400
 # The shortest time limit of one point: a second. A point's clock starts when its prompts are ready
@@ -262,7 +265,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     elif duration is not None:
         duration = float(duration)
     if requests is None and per_c is None and raw.get("duration_s") is None:
-        per_c = 4
+        per_c = DEFAULT_REQUESTS_PER_CONCURRENCY
     if rates and requests is None and raw.get("duration_s") is None:
         err("grid.requests", "open-loop points (request_rates) need a fixed number of requests or a duration_s")
     elif rates and duration is None and isinstance(requests, int) and not isinstance(requests, bool):

@@ -33,7 +33,7 @@ from django.core.management.base import CommandError
 from controlplane.commands import CeilingCommand, refused, refused_list
 from benchmarks.choices import SWEEP_TERMINAL, SweepStatus
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
-from benchmarks.sweeps import WAIT_READY_MARGIN_S, grid_validate
+from benchmarks.sweeps import DEFAULT_REQUESTS_PER_CONCURRENCY, WAIT_READY_MARGIN_S, grid_validate
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import CeilingError, InvalidInput
 from deployments.choices import DEPLOYMENT_ACTIVE
@@ -155,15 +155,25 @@ def no_deployment_text(target: str) -> str:
 
 
 class Command(CeilingCommand):
-    help = "Sweep a deployment over concurrency x lengths; with --wait print the results and findings."
+    help = ("Sweep a deployment over concurrency x lengths; with --wait print the results and findings. "
+            f"Without --concurrency or --request-rates the points are c={DEFAULT_CONCURRENCY}, and without "
+            f"--requests, --requests-per-concurrency or --duration each sends {DEFAULT_REQUESTS_PER_CONCURRENCY} x c "
+            "requests; the line printed on creation names the defaults taken.")
 
     def add_arguments(self, parser):
         parser.add_argument("target", help="deployment id, or a recipe name (its active deployment)")
         parser.add_argument("--concurrency", default=None,
-                            help="comma-separated, e.g. 1,8,16 (default 1,8,16 unless --request-rates is given)")
-        parser.add_argument("--lengths", default="256:256", help="input:output token pairs, comma-separated")
-        parser.add_argument("--requests", type=int, default=None, help="requests per point (default 4 x c)")
-        parser.add_argument("--requests-per-concurrency", type=_number, default=None, help="requests = k x c")
+                            help=f"closed-loop points, comma-separated, e.g. 1,8,16 (default {DEFAULT_CONCURRENCY}; "
+                                 "none when --request-rates is given)")
+        parser.add_argument("--lengths", default="256:256",
+                            help="input:output token pairs, comma-separated (default 256:256)")
+        parser.add_argument("--requests", type=int, default=None,
+                            help=f"requests per point (default {DEFAULT_REQUESTS_PER_CONCURRENCY} x c, i.e. "
+                                 f"--requests-per-concurrency {DEFAULT_REQUESTS_PER_CONCURRENCY}, unless --duration "
+                                 "is given)")
+        parser.add_argument("--requests-per-concurrency", type=_number, default=None,
+                            help="requests = k x c rounded up (default "
+                                 f"{DEFAULT_REQUESTS_PER_CONCURRENCY} without --requests or --duration)")
         parser.add_argument("--duration", type=_number, default=None,
                             help="seconds per point (with --requests: whichever ends first)")
         parser.add_argument("--warmup", type=int, default=0, help="warmup requests per point")
@@ -250,7 +260,12 @@ class Command(CeilingCommand):
                     else f"as many requests as fit in {sweep.grid['duration_s']:g} s per point"
                     + (f" ({sweep.requests_total} for the points with a request count)" if sweep.requests_total
                        else ""))
-        self.stdout.write(f"sweep #{sweep.pk} created: {sweep.points_total} points, {requests}")
+        defaults = ([f"--concurrency {DEFAULT_CONCURRENCY}"] if o["concurrency"] is None and not rates else []) + (
+            [f"--requests-per-concurrency {DEFAULT_REQUESTS_PER_CONCURRENCY} ({DEFAULT_REQUESTS_PER_CONCURRENCY} x c "
+             "requests per point)"]
+            if o["requests"] is None and o["requests_per_concurrency"] is None and o["duration"] is None else [])
+        self.stdout.write(f"sweep #{sweep.pk} created: {sweep.points_total} points, {requests}"
+                          + (f"; defaults taken: {', '.join(defaults)}" if defaults else ""))
         if o["here"]:
             sweep_execute(sweep_id=sweep.pk)
         elif o["wait"]:
