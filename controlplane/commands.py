@@ -33,14 +33,33 @@ def refused_list(head: str, lines: list[str]) -> CommandError:
 
 class _StoreOnce(argparse._StoreAction):
     """``store`` that refuses a second occurrence within one parse (the namespace of that parse
-    is remembered, so the same parser can parse again)."""
+    is remembered, so the same parser can parse again), quoting both values as typed, each in
+    quotes whatever the option's type (``--version is given twice ('1', then '2')``)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
+        # the text before the option's type read it (an option of several values: those values)
+        typed = values if isinstance(values, list) else getattr(self, "_typed", values)
         if option_string and getattr(self, "_parsed_into", None) is namespace:
-            given = getattr(namespace, self.dest)
-            parser.error(f"{option_string} is given twice ({given!r}, then {values!r}): give it once")
+            parser.error(f"{option_string} is given twice ({_quoted(self._first_typed)}, then {_quoted(typed)}): "
+                         "give it once")
         self._parsed_into = namespace
+        self._first_typed = typed
         super().__call__(parser, namespace, values, option_string)
+
+
+def _quoted(value) -> str:
+    """An option's value as typed, in quotes (``'1'``, ``'a b'``)."""
+    return repr(str(value))
+
+
+def _remembering(action: _StoreOnce, convert):
+    """The option's type function, which also keeps the text it was given on ``action``, so a
+    refusal of the option given twice quotes what was typed (``'1'``, not ``1`` or ``1.0``)."""
+    def read(text):
+        action._typed = text
+        return convert(text)
+    read.__name__ = getattr(convert, "__name__", "value")   # argparse names it in "invalid int value"
+    return read
 
 
 class CeilingCommand(BaseCommand):
@@ -53,4 +72,6 @@ class CeilingCommand(BaseCommand):
         for action in parser._actions:
             if type(action) is argparse._StoreAction and action.option_strings:
                 action.__class__ = _StoreOnce
+                if action.type is not None:
+                    action.type = _remembering(action, action.type)
         return parser

@@ -609,7 +609,7 @@ def recipe_warnings(*, spec: dict, node: NodeFacts) -> list[str]:
 
 
 def _sim_hardware(sim: Any) -> str:
-    """The ``hardware`` text of a normalised ``spec.sim``'s profile ("8x sm_120 GPU, TP4 per
+    """The ``hardware`` text of a normalised ``spec.sim``'s profile ("8x sm_120 GPUs, TP4 per
     role"), "" when there is none or it does not load."""
     if not isinstance(sim, dict) or not isinstance(sim.get("profile"), str):
         return ""

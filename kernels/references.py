@@ -91,7 +91,7 @@ def config_tuned_on(path: str) -> tuple[str | None, str | None]:
 
 def sm_numbers(text: str) -> set[str]:
     """The ``sm_XX`` architectures a hardware description names, as digits: ``{"120"}`` for
-    "8x sm_120 GPU, TP4 per role", ``{"90"}`` for "NVIDIA H200 (sm_90a)"."""
+    "8x sm_120 GPUs, TP4 per role", ``{"90"}`` for "NVIDIA H200 (sm_90a)"."""
     return {m.group(1) for m in _SM_RE.finditer(text or "")}
 
 

@@ -206,7 +206,7 @@ def _profile_name(sweep) -> str | None:
 
 def _sweep_hardware(sweep) -> str:
     """What the sweep's engine ran on, naming its ``sm_XX``: a sim profile's ``hardware`` text
-    ("8x sm_120 GPU, TP4 per role"), or the GPUs of the deployment's node ("NVIDIA H200 (sm_90)");
+    ("8x sm_120 GPUs, TP4 per role"), or the GPUs of the deployment's node ("NVIDIA H200 (sm_90)");
     "" when unknown."""
     name = _profile_name(sweep)
     if name:

@@ -62,8 +62,8 @@ def test_a_sweep_not_yet_started_says_its_own_status(starting, client, viewer):
     assert client.get(f"/api/sweeps/{sweep.pk}/").status_code == 200
 
 
-@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
-def test_a_timeout_that_is_no_finite_number_of_seconds_is_refused_before_a_sweep_is_made(starting, value):
+@pytest.mark.parametrize("value,shown", [("-1", "-1"), ("-0.5", "-0.5"), ("nan", "NaN"), ("inf", "Infinity")])
+def test_a_timeout_that_is_no_finite_number_of_seconds_is_refused_before_a_sweep_is_made(starting, value, shown):
     err, _ = sweep_wait_for("--timeout", value)
-    assert str(err) == f"--timeout must be a finite number of seconds >= 0, got {float(value)}"
+    assert str(err) == f"--timeout must be a finite number of seconds >= 0, got {shown}"
     assert err.returncode == 2 and not BenchmarkSweep.objects.exists()

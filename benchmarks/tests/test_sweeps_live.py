@@ -303,7 +303,7 @@ def test_it_sweeps_for_a_duration_from_the_command_line(sim_url: str) -> None:
     text = out.getvalue()
     sweep = BenchmarkSweep.objects.get(deployment=deployment)
     run = sweep.runs.get()
-    assert f"sweep #{sweep.pk} created: 1 points, as many requests as fit in 1 s per point" in text
+    assert f"sweep #{sweep.pk} created: 1 point, as many requests as fit in 1 s per point" in text
     assert sweep.status == SweepStatus.DONE and sweep.grid["duration_s"] == 1.0
     assert run.summary["ended_by"] == "duration" and run.num_requests >= 2
     assert sweep.name.endswith("1 s/point")

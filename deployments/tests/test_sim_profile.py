@@ -39,7 +39,7 @@ def test_it_resolves_extends_for_the_single_node_profile() -> None:
     tp4 = profile_load("seed-sm120-fallback-tp4")
     assert tp4.name == "seed-sm120-fallback-tp4"
     assert tp4.prefill == base.prefill and tp4.decode == base.decode
-    assert tp4.hardware == "4x sm_120 GPU, TP4, single server"
+    assert tp4.hardware == "4x sm_120 GPUs, TP4, single server"
     assert list(tp4.derivation) == ["all"]
 
 

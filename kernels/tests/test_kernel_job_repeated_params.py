@@ -113,7 +113,7 @@ def test_a_number_that_is_not_finite_is_refused_on_one_line_with_the_apis_messag
     (["--params", "{nope"], "--params is not JSON: "),
     (["--batches", "1,x"], "the job was not created: batches: 'x' is not an integer: give batches as 1,8,64"),
     (["--user", "nobody"], "--user 'nobody': no such user"),
-    (["--wait", "nan"], "--wait must be a finite number of seconds >= 0, got nan"),
+    (["--wait", "nan"], "--wait must be a finite number of seconds >= 0, got NaN"),
 ])
 def test_every_refusal_of_the_input_is_one_line_with_exit_status_2(toy_package, args, line):
     with pytest.raises(CommandError) as err:

@@ -87,7 +87,7 @@ def test_a_sim_recipe_whose_profile_models_another_gpu_warns_about_the_config(me
     spec = copy.deepcopy(local["spec"])
     spec["kernels"] = [{"package": "toy_attn", "config": best.pk}]
     plan = render(engine="sim", topology="pd", spec=spec, node=seed_node_facts_example())
-    assert ("kernel toy_attn: its config was tuned on NVIDIA H200 (sm_90); the sim profile models 8x sm_120 GPU, "
+    assert ("kernel toy_attn: its config was tuned on NVIDIA H200 (sm_90); the sim profile models 8x sm_120 GPUs, "
             "TP4 per role: a variant built for sm_90 does not run there") in plan.warnings
 
 

@@ -36,6 +36,7 @@ from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, 
 from benchmarks.sweeps import DEFAULT_REQUESTS_PER_CONCURRENCY, WAIT_READY_MARGIN_S, grid_validate
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import CeilingError, InvalidInput
+from controlplane.jsonsafe import js_number
 from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.management.command_user import command_user
 from deployments.models import Deployment
@@ -66,7 +67,7 @@ def still_running_text(*, sweep, timeout_s: float) -> str:
     """The one line of a sweep ``--wait`` stopped following after ``timeout_s`` seconds, e.g.
     ``sweep #7 is still running after --timeout 60 s and was not cancelled: follow it at
     /benchmarks/sweeps/7/ or GET /api/sweeps/7/; cancel it with POST /api/sweeps/7/cancel/``."""
-    return (f"sweep #{sweep.pk} is still {SweepStatus(sweep.status).label} after --timeout {timeout_s:g} s and was "
+    return (f"sweep #{sweep.pk} is still {SweepStatus(sweep.status).label} after --timeout {js_number(timeout_s)} s and was "
             f"not cancelled: follow it at /benchmarks/sweeps/{sweep.pk}/ or GET /api/sweeps/{sweep.pk}/; cancel it "
             f"with POST /api/sweeps/{sweep.pk}/cancel/")
 
@@ -203,7 +204,7 @@ class Command(CeilingCommand):
     def handle(self, *args, **o):
         user = command_user(o["user"], role="operator", what="a sweep")
         if not 0 <= o["timeout"] < float("inf"):  # also NaN, which no elapsed time would pass
-            raise refused(f"--timeout must be a finite number of seconds >= 0, got {o['timeout']}")
+            raise refused(f"--timeout must be a finite number of seconds >= 0, got {js_number(o['timeout'])}")
         target = o["target"]
         if target.isascii() and target.isdigit():
             deployment = Deployment.objects.select_related("recipe").filter(pk=int(target)).first()
@@ -257,14 +258,15 @@ class Command(CeilingCommand):
         except CeilingError as exc:
             raise refused(str(exc)) from None
         requests = (f"{sweep.requests_total} requests" if not sweep.has_open_ended_points
-                    else f"as many requests as fit in {sweep.grid['duration_s']:g} s per point"
+                    else f"as many requests as fit in {js_number(sweep.grid['duration_s'])} s per point"
                     + (f" ({sweep.requests_total} for the points with a request count)" if sweep.requests_total
                        else ""))
         defaults = ([f"--concurrency {DEFAULT_CONCURRENCY}"] if o["concurrency"] is None and not rates else []) + (
             [f"--requests-per-concurrency {DEFAULT_REQUESTS_PER_CONCURRENCY} ({DEFAULT_REQUESTS_PER_CONCURRENCY} x c "
              "requests per point)"]
             if o["requests"] is None and o["requests_per_concurrency"] is None and o["duration"] is None else [])
-        self.stdout.write(f"sweep #{sweep.pk} created: {sweep.points_total} points, {requests}"
+        points = f"{sweep.points_total} point{'s' if sweep.points_total != 1 else ''}"
+        self.stdout.write(f"sweep #{sweep.pk} created: {points}, {requests}"
                           + (f"; defaults taken: {', '.join(defaults)}" if defaults else ""))
         if o["here"]:
             sweep_execute(sweep_id=sweep.pk)

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
 from controlplane.commands import CeilingCommand
+from controlplane.jsonsafe import js_number
 from deployments.telemetry.history import telemetry_prune
 
 # The oldest cut-off the option takes, in days (100 years): far past any retention, and far from
@@ -28,8 +29,7 @@ class Command(CeilingCommand):
     def handle(self, *args, **options) -> None:
         days = options["older_than_days"]
         if days is not None and not (math.isfinite(days) and 0 <= days <= MAX_DAYS):
-            shown = f"{days:.0f}" if math.isfinite(days) and days.is_integer() else f"{days:g}"
-            raise CommandError(f"--older-than-days must be a number of days from 0 to {MAX_DAYS}, got {shown}")
+            raise CommandError(f"--older-than-days must be a number of days from 0 to {MAX_DAYS}, got {js_number(days)}")
         try:
             counts = telemetry_prune(older_than_days=days)
         except ValueError as exc:

@@ -30,7 +30,7 @@ from django.core.management.base import CommandError
 from controlplane.commands import CeilingCommand, refused
 from controlplane.drf_defaults import empty_list_item, json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import InvalidInput
-from controlplane.jsonsafe import json_spelled
+from controlplane.jsonsafe import js_number, json_spelled
 from deployments.management.command_user import command_user
 from deployments.models import Node
 from kernels.choices import JOB_TERMINAL, KernelJobStatus
@@ -48,7 +48,7 @@ def still_going_text(*, job, wait_s: float) -> str:
     """The one line of a ``--wait`` that stopped following a job after ``wait_s`` seconds, e.g.
     ``kernel job #4 is still building after --wait 900 s and was not cancelled: follow it at
     /kernels/jobs/4/ or GET /api/kernel-jobs/4/; cancel it with POST /api/kernel-jobs/4/cancel/``."""
-    return (f"kernel job #{job.pk} is still {job.status} after --wait {wait_s:g} s and was not cancelled: "
+    return (f"kernel job #{job.pk} is still {job.status} after --wait {js_number(wait_s)} s and was not cancelled: "
             f"follow it at /kernels/jobs/{job.pk}/ or GET /api/kernel-jobs/{job.pk}/; cancel it with "
             f"POST /api/kernel-jobs/{job.pk}/cancel/")
 
@@ -112,7 +112,7 @@ class Command(CeilingCommand):
     def handle(self, *args, **options):
         user = command_user(options["user"], role="operator", what="a kernel job")
         if not 0 <= options["wait"] < float("inf"):  # also NaN
-            raise refused(f"--wait must be a finite number of seconds >= 0, got {options['wait']}")
+            raise refused(f"--wait must be a finite number of seconds >= 0, got {js_number(options['wait'])}")
         try:
             subset = json_loads(options["params"]) if options["params"] else None
         except (ValueError, RecursionError) as exc:
