@@ -510,10 +510,14 @@ class _Ledger:
 class _Reporter:
     """Turns running counts into ``progress`` calls at most every :data:`PROGRESS_PERIOD_S`.
 
-    ``tok_s`` is the output tokens streamed during the window since the previous call, divided by
-    that window's length (the first window starts at ``t0``; a window is at least
-    :data:`PROGRESS_PERIOD_S`, 0.5 s, and the counts are polled every half of it, so usually no
-    more than about 0.75 s): the rate of the last moment, not the run's output throughput.
+    ``tok_s`` is the output tokens streamed during the window that ends now and starts at the
+    latest earlier call at least :data:`PROGRESS_PERIOD_S` (0.5 s) back, or at ``t0`` when there
+    is none, divided by that window's length in seconds: the rate of the last moment, not the
+    run's output throughput. A periodic call comes at least 0.5 s after the previous one, so its
+    window starts there (the counts are polled every half period, so usually no more than about
+    0.75 s); the final call may come just after a periodic one, so its window reaches back past
+    it (up to about 1.25 s) rather than measuring a few milliseconds, and is never 0.0 when tokens
+    arrived in it.
     ``tok_s_mean`` is the output tokens so far divided by the seconds since ``t0``, when the first
     request was sent (the mean rate since the start, which the run's output throughput
     approaches); None before any token. A callback that raises is logged once and not called
@@ -523,7 +527,8 @@ class _Reporter:
     def __init__(self, callback: Progress) -> None:
         self.callback: Progress | None = callback
         self.last_t = 0
-        self.last_tokens = 0
+        # (perf_counter ns, output tokens) of the latest calls, oldest first: the windows' starts.
+        self.marks: list[tuple[int, int]] = []
         self.calls = 0
 
     def report(self, *, t0: int, done: int, total: int, failed: int, tokens: int, final: bool = False) -> None:
@@ -538,11 +543,18 @@ class _Reporter:
             return
         if not final and not self.calls and now - t0 < PROGRESS_PERIOD_S * 1e9:
             return
-        window, elapsed = (now - start) / 1e9, (now - t0) / 1e9
+        from_t, from_tokens = t0, 0
+        for mark_t, mark_tokens in self.marks:
+            if now - mark_t >= PROGRESS_PERIOD_S * 1e9:
+                from_t, from_tokens = mark_t, mark_tokens
+        window, elapsed = (now - from_t) / 1e9, (now - t0) / 1e9
         info = {"done": done, "total": max(total, done), "failed": failed, "output_tokens": tokens,
-                "elapsed_s": elapsed, "tok_s": (tokens - self.last_tokens) / window if window > 0 else 0.0,
+                "elapsed_s": elapsed, "tok_s": (tokens - from_tokens) / window if window > 0 else 0.0,
                 "tok_s_mean": tokens / elapsed if tokens > 0 and elapsed > 0 else None}
-        self.last_t, self.last_tokens = now, tokens
+        self.last_t = now
+        # Calls are at least a period apart (all but the final one), so the two latest marks
+        # always hold the latest one at least a period back (a third covers a repeated final call).
+        self.marks = [*self.marks[-2:], (now, tokens)]
         self.calls += 1
         try:
             self.callback(info)
@@ -1127,8 +1139,8 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
     "tok_s_mean"}``: requests finished / to send (for a duration-limited closed loop, which cannot
     know, the number started so far) / failed, output tokens streamed so far (in-flight requests
     included: the server's per-event count when it sends one, else one per output event), seconds
-    since ``t0``, output tokens/s over the window since the previous call (at least
-    :data:`PROGRESS_PERIOD_S`) and output tokens/s since ``t0`` (None before any token). Keep it quick: it runs between
+    since ``t0``, output tokens/s over the window since the latest call at least
+    :data:`PROGRESS_PERIOD_S` back (or ``t0``; see :class:`_Reporter`) and output tokens/s since ``t0`` (None before any token). Keep it quick: it runs between
     the network reads it is reporting on.
     """
     config.validate()
