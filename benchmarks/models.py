@@ -149,6 +149,9 @@ class BenchmarkRun(models.Model):
     "tok_s", "tok_s_mean", "duration_s", "updated_at"}`` (counts of measured requests, seconds,
     output tok/s over the last report window of about 0.5 s, output tok/s since the point's first
     request (null before any token), ISO time of the write), written at most once per second.
+    Before that, while the point's prompts are built, it is ``{"phase": "preparing prompts",
+    "prepared", "total", "duration_s", "total_sent_so_far", "updated_at"}`` (prompts built so far
+    and to build, warmup prompts included), written as often.
     """
 
     sweep = models.ForeignKey(BenchmarkSweep, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")

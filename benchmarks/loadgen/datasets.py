@@ -108,7 +108,7 @@ def random_dataset(
     *, num: int, input_len: int, output_len: int, range_ratio: float = 0.0, output_range_ratio: float = 0.0,
     seed: int = 0, token_ids: bool = True, token_id_range: tuple[int, int] = DEFAULT_TOKEN_ID_RANGE,
     calibration: TextCalibration | None = None, chat: bool = False,
-    should_stop: Callable[[], bool] | None = None,
+    should_stop: Callable[[], bool] | None = None, progress: Callable[[int], None] | None = None,
 ) -> list[RequestSpec]:
     """``num`` seeded random requests.
 
@@ -122,7 +122,8 @@ def random_dataset(
     overhead); without one it is longer by the template's tokens, which the run's
     ``input_length_mismatch`` check reports. Same arguments, same requests. ``should_stop`` (optional) is asked before each
     prompt; when it returns true :class:`benchmarks.loadgen.LoadgenStopped` is raised (a large
-    prompt set takes seconds to build and must not outlive a cancel).
+    prompt set takes seconds to build and must not outlive a cancel). ``progress`` (optional) is
+    called with the number of requests built so far after each one (keep it quick).
     """
     rng = random.Random(seed)
     ins = length_draws(n=num, length=input_len, range_ratio=range_ratio, rng=rng)
@@ -136,13 +137,15 @@ def random_dataset(
             raise LoadgenStopped(f"stopped while building prompts ({len(specs)} of {num} built)")
         if token_ids and not chat:
             specs.append(RequestSpec(prompt=[rng.randrange(lo, hi) for _ in range(n_in)], input_len=n_in, output_len=n_out))
-            continue
-        words = calibration.words_for(n_in) if calibration else n_in
-        text = random_words(rng, words)
-        specs.append(RequestSpec(
-            prompt=text, input_len=n_in, output_len=n_out,
-            messages=[{"role": "user", "content": text}] if chat else None,
-        ))
+        else:
+            words = calibration.words_for(n_in) if calibration else n_in
+            text = random_words(rng, words)
+            specs.append(RequestSpec(
+                prompt=text, input_len=n_in, output_len=n_out,
+                messages=[{"role": "user", "content": text}] if chat else None,
+            ))
+        if progress is not None:
+            progress(len(specs))
     return specs
 
 

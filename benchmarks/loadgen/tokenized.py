@@ -168,6 +168,7 @@ async def tokenized_text_dataset(
     *, base_url: str, api: Api, model: str, num: int, input_len: int, output_len: int, range_ratio: float = 0.0,
     output_range_ratio: float = 0.0, seed: int = 0, headers: dict[str, str] | None = None,
     should_stop: Callable[[], bool] | None = None, overhead: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[list[RequestSpec] | None, dict[str, Any]]:
     """``num`` seeded random text requests (as one user message for chat) whose prompts the server
     counts at exactly their requested length, where it offers a tokenize endpoint
@@ -182,7 +183,9 @@ async def tokenized_text_dataset(
     ``input_calibration``: ``{"method": "tokenize", "endpoint", "overhead_tokens", "overhead_probe"
     (None when ``overhead`` was given), "prompts", "exact" (prompts whose confirmed count is the
     target), "max_miss_tokens", "tokenize_calls", "seconds"}``. ``should_stop`` is asked before
-    each prompt; when it returns true :class:`benchmarks.loadgen.LoadgenStopped` is raised. Raises
+    each prompt; when it returns true :class:`benchmarks.loadgen.LoadgenStopped` is raised.
+    ``progress`` (optional) is called with the number of prompts built so far after each one
+    (keep it quick: it runs between the tokenize calls). Raises
     ``RuntimeError`` when the overhead probe fails or a tokenize call fails after the endpoint
     answered the first."""
     started = time.monotonic()
@@ -211,6 +214,8 @@ async def tokenized_text_dataset(
             misses.append(got + overhead - n_in)
             specs.append(RequestSpec(prompt=text, input_len=n_in, output_len=n_out,
                                      messages=[{"role": "user", "content": text}] if api is Api.CHAT else None))
+            if progress is not None:
+                progress(len(specs))
     return specs, {"method": "tokenize", "endpoint": tok.tokenize_path, "overhead_tokens": overhead,
                    "overhead_probe": probe, "prompts": len(specs), "exact": sum(1 for m in misses if m == 0),
                    "max_miss_tokens": max((abs(m) for m in misses), default=0), "tokenize_calls": tok.calls,

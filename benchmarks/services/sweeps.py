@@ -56,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import os
 import socket
 import threading
@@ -86,7 +87,7 @@ from benchmarks.loadgen.tokenized import tokenized_text_dataset
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
-    WAIT_READY_MARGIN_S, grid_points, grid_requests_total, grid_validate, partial_text,
+    WAIT_READY_MARGIN_S, duration_prompt_pool, grid_points, grid_requests_total, grid_validate, partial_text,
     recipe_gpu_count, summary_mark_partial, summary_point,
 )
 from controlplane.dbbusy import DatabaseBusy, busy_text, is_locked, retry_locked
@@ -834,6 +835,10 @@ def _point_label(point: Mapping[str, Any]) -> str:
 # the output tokens so far over the seconds since the point's first request (null before any token).
 PROGRESS_KEYS = ("done", "total", "failed", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean")
 
+#: The ``phase`` of a running point's progress while its prompts are built (before the load
+#: generator's first report, whose progress has no ``phase``).
+PREPARING_PHASE = "preparing prompts"
+
 #: Seconds of the load generator's report window, over which ``tok_s`` is measured: at least this
 #: (:data:`benchmarks.loadgen.driver.PROGRESS_PERIOD_S`), usually no more than half as long again.
 TOK_S_WINDOW_S = LOADGEN_PROGRESS_PERIOD_S
@@ -870,6 +875,14 @@ class _PointProgress:
         with self._lock:
             self._latest, self._new = clean, True
 
+    def preparing(self, prepared: int, total: int) -> None:
+        """Called while the point's prompts are built, before any request (from the thread that
+        builds them, after each prompt): keep ``{"phase": "preparing prompts", "prepared", "total"}``
+        (prompts built so far, and to build, warmup prompts included), which :meth:`tick`
+        broadcasts and writes as it does the load generator's reports (throttled alike)."""
+        with self._lock:
+            self._latest, self._new = {"phase": PREPARING_PHASE, "prepared": prepared, "total": total}, True
+
     def tick(self, *, final: bool = False) -> None:
         """Broadcast a new report, and store it when the last write is old enough (or ``final``)."""
         with self._lock:
@@ -877,7 +890,7 @@ class _PointProgress:
             self._new = False
         if latest is None or not (new or final):
             return
-        requests_done = self.done_before + int(latest.get("done") or 0)
+        requests_done = self.done_before + int(latest.get("done") or 0)  # 0 while preparing prompts
         if new:
             _broadcast(self.sweep_id, "sweep.progress", {
                 "sweep_id": self.sweep_id, "run_id": self.run_id, "point_index": self.ordinal,
@@ -906,7 +919,13 @@ class _PointProgress:
                 log.warning("sweep %s: %s; the sweep goes on", self.sweep_id, exc)
 
 
-def point_limits(*, point: Mapping[str, Any], seed: int) -> dict[str, Any]:
+#: A generous closed-loop rate (requests/s per concurrency slot, 20 ms a request) that caps the
+#: text prompts built for a point limited by both a request count and a duration
+#: (:func:`point_limits`): each costs tokenize calls to the server.
+PROMPT_POOL_REQ_S_PER_SLOT = 50
+
+
+def point_limits(*, point: Mapping[str, Any], seed: int, text_prompts: bool = False) -> dict[str, Any]:
     """How the load generator is told to end ``point`` (a :func:`benchmarks.sweeps.grid_points`
     entry): ``{"duration_s": seconds | None, "max_requests": count | None, "specs": prompts to
     generate, "ends_by": "requests" | "duration" | "first"}``.
@@ -921,6 +940,16 @@ def point_limits(*, point: Mapping[str, Any], seed: int) -> dict[str, Any]:
     (``LoadConfig.max_requests``) where the load generator has one (``ends_by`` "first"); where it
     has none the time limit applies and the request count only sizes the pool, which the run's
     summary says (``request_cap_applied`` false).
+
+    Prompts are all built before the point starts, so a point with both limits builds only what
+    its time can use: an open loop that ends by time the arrivals that fall inside it (exactly
+    those it sends, none reused); a closed loop at most the pool of a point limited by time alone
+    (:func:`benchmarks.sweeps.duration_prompt_pool`, 1 ms a request per slot: token ids are
+    cheap), and for ``text_prompts`` (sized with the server's tokenizer or calibrated: a llama.cpp
+    prompt costs about three tokenize calls) at most ``ceil(duration_s * concurrency *
+    PROMPT_POOL_REQ_S_PER_SLOT)`` (:data:`PROMPT_POOL_REQ_S_PER_SLOT` requests/s per slot, a
+    generous rate), never fewer than one prompt per slot. A closed loop faster than that cycles
+    through its pool (the summary's ``prompts_reused``).
     """
     cap, duration = point.get("max_requests"), point.get("duration_s")
     if duration is None:
@@ -931,8 +960,13 @@ def point_limits(*, point: Mapping[str, Any], seed: int) -> dict[str, Any]:
         offsets = arrival_offsets(n=cap, rate=point["request_rate"], burstiness=1.0, seed=seed)
         if offsets and offsets[-1] < duration:
             return {"duration_s": None, "max_requests": cap, "specs": cap, "ends_by": "requests"}
-        return {"duration_s": duration, "max_requests": None, "specs": cap, "ends_by": "duration"}
-    return {"duration_s": duration, "max_requests": cap, "specs": cap, "ends_by": "first"}
+        inside = sum(1 for o in offsets if o < duration)
+        return {"duration_s": duration, "max_requests": None, "specs": max(1, inside), "ends_by": "duration"}
+    c = int(point["concurrency"])
+    pool = duration_prompt_pool(duration_s=duration, input_len=point.get("input_len") or 1, concurrency=c)
+    if text_prompts:
+        pool = min(pool, max(c, math.ceil(duration * c * PROMPT_POOL_REQ_S_PER_SLOT)))
+    return {"duration_s": duration, "max_requests": cap, "specs": min(cap, pool), "ends_by": "first"}
 
 
 def _loadconfig_has(name: str) -> bool:
@@ -980,7 +1014,8 @@ def _text_calibration(*, base_url: str, api: Api, model: str, input_len: int,
 
 
 def _tokenized_prompts(*, base_url: str, api: Api, model: str, point: dict, num: int, warmup: int, seed: int,
-                       warmup_seed: int, should_stop) -> tuple[list[RequestSpec], list[RequestSpec], dict] | str | None:
+                       warmup_seed: int, should_stop,
+                       progress=None) -> tuple[list[RequestSpec], list[RequestSpec], dict] | str | None:
     """A text point's prompts and warmup prompts at exactly the requested length in server tokens,
     where the server offers a tokenize endpoint
     (:func:`benchmarks.loadgen.tokenized.tokenized_text_dataset`: one one-token probe for the
@@ -990,18 +1025,22 @@ def _tokenized_prompts(*, base_url: str, api: Api, model: str, point: dict, num:
     where sizing failed (the overhead probe or a tokenize call failed or answered an error): either
     way the point keeps the calibration (:func:`_text_calibration`), those words kept as its
     ``tokenize_error``. The run's ``input_length_check`` still comes from the server's count of the
-    prompts sent (stream or :func:`_prompt_recount`), not from this. Raises
+    prompts sent (stream or :func:`_prompt_recount`), not from this. ``progress(prepared, total)``
+    (optional) is called after each prompt (warmup prompts counted after the point's). Raises
     :class:`benchmarks.loadgen.LoadgenStopped` when ``should_stop()`` turns true."""
+    total = num + warmup
+    point_built = (lambda k: progress(k, total)) if progress is not None else None
+    warm_built = (lambda k: progress(num + k, total)) if progress is not None else None
     try:
         specs, evidence = asyncio.run(tokenized_text_dataset(
             base_url=base_url, api=api, model=model, num=num, input_len=point["input_len"],
-            output_len=point["output_len"], seed=seed, should_stop=should_stop))
+            output_len=point["output_len"], seed=seed, should_stop=should_stop, progress=point_built))
         if specs is None:
             return None
         warm, warm_evidence = asyncio.run(tokenized_text_dataset(
             base_url=base_url, api=api, model=model, num=warmup, input_len=point["input_len"],
             output_len=point["output_len"], seed=warmup_seed, should_stop=should_stop,
-            overhead=evidence["overhead_tokens"])) if warmup else ([], None)
+            overhead=evidence["overhead_tokens"], progress=warm_built)) if warmup else ([], None)
     except RuntimeError as exc:
         if isinstance(exc, LoadgenStopped):
             raise
@@ -1087,7 +1126,8 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     api = Api(grid["api"])
     engine = deployment.recipe.engine
     seed = grid.get("seed", 0)
-    limits = point_limits(point=point, seed=seed)
+    limits = point_limits(point=point, seed=seed,
+                          text_prompts=not (engine in TOKEN_ID_ENGINES and api is not Api.CHAT))
     run, _ = retry_locked(lambda: BenchmarkRun.objects.update_or_create(
         sweep=sweep, ordinal=ordinal,
         defaults=dict(status=RunStatus.RUNNING, concurrency=point["concurrency"], request_rate=point["request_rate"],
@@ -1119,14 +1159,17 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     outcome: dict[str, Any] = {}
 
     def work() -> None:
+        n_warm = int(grid.get("warmup", 0))
+        prep_total = limits["specs"] + n_warm
         try:
             calibration = None
             sized = None
+            progress.preparing(0, prep_total)
             if not token_ids:
                 sized = _tokenized_prompts(base_url=deployment.entry_url, api=api, model=sweep.served_model_name,
                                            point=point, num=limits["specs"], warmup=int(grid.get("warmup", 0)),
                                            seed=seed + ordinal, warmup_seed=seed + 10_000 + ordinal,
-                                           should_stop=stop.is_set)
+                                           should_stop=stop.is_set, progress=progress.preparing)
                 if isinstance(sized, tuple):
                     specs, warmup, outcome["calibration"] = sized
                 else:
@@ -1139,11 +1182,13 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
             if sized is None:
                 specs = random_dataset(num=limits["specs"], input_len=point["input_len"],
                                        output_len=point["output_len"], seed=seed + ordinal, token_ids=token_ids,
-                                       chat=api is Api.CHAT, calibration=calibration, should_stop=stop.is_set)
-                warmup = random_dataset(num=grid.get("warmup", 0), input_len=point["input_len"],
+                                       chat=api is Api.CHAT, calibration=calibration, should_stop=stop.is_set,
+                                       progress=lambda k: progress.preparing(k, prep_total))
+                warmup = random_dataset(num=n_warm, input_len=point["input_len"],
                                         output_len=point["output_len"], seed=seed + 10_000 + ordinal,
                                         token_ids=token_ids, chat=api is Api.CHAT, calibration=calibration,
-                                        should_stop=stop.is_set)
+                                        should_stop=stop.is_set,
+                                        progress=lambda k: progress.preparing(limits["specs"] + k, prep_total))
             outcome["result"] = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=progress.report,
                                             should_stop=stop)
             if not token_ids and not _stream_counted_prompts(outcome["result"]):
@@ -1813,7 +1858,8 @@ def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
     (``142/128``). The running point's output tok/s is given twice, each named: over the last
     report window (:data:`TOK_S_WINDOW_S`, 0.5 s; the sweep's ``current_tok_s``) and the mean since
     its first request (its progress ``tok_s_mean``, left out before any token), neither a stored
-    result."""
+    result. While the point's prompts are built it says so instead of its requests
+    (``preparing prompts, 1200/5004 prompts built``)."""
     running = sweep.status == SweepStatus.RUNNING
     line = f"  sweep #{sweep.pk}: {sweep.status}"
     if sweep.current_point:
@@ -1825,7 +1871,9 @@ def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
     if running:
         run = sweep.runs.filter(status=RunStatus.RUNNING).order_by("-ordinal").first()
         prog = (run.progress or {}) if run is not None else {}
-        if run is not None:
+        if run is not None and prog.get("phase"):
+            line += f": {prog['phase']}, {int(prog.get('prepared') or 0)}/{prog.get('total') or 0} prompts built"
+        elif run is not None:
             total = prog.get("total") or run.num_requests
             done = int(prog.get("done") or 0)
             if _total_sent_so_far(run):

@@ -478,11 +478,18 @@ def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
     when unknown or not time-limited), ``fraction`` (0-1: the larger of done / total and elapsed /
     duration), ``source`` (``client`` or ``server_counters``), ``total_sent_so_far`` (True for a
     closed loop limited by time: its ``total`` is the requests sent so far, not a planned count,
-    so the page says ``42 done of 44 sent so far`` and the fraction is elapsed / duration alone).
+    so the page says ``42 done of 44 sent so far`` and the fraction is elapsed / duration alone),
+    ``phase`` (None, or ``"preparing prompts"`` while the point's prompts are built before any
+    request: then ``prepared`` / ``total`` are prompts, warmup ones included, and ``fraction`` 0).
     None when nothing was reported yet."""
     p = run.progress or {}
     if not p:
         return None
+    if p.get("phase"):
+        return {"run": run, "phase": p["phase"], "prepared": p.get("prepared"), "total": p.get("total"),
+                "done": None, "failed": None, "tok_s": None, "tok_s_mean": None, "elapsed_s": None,
+                "duration_s": _opt_float(run.duration_s), "fraction": 0.0, "source": "client",
+                "total_sent_so_far": False}
     elapsed, duration = _opt_float(p.get("elapsed_s")), _opt_float(p.get("duration_s") or run.duration_s)
     sent_so_far = (bool(p["total_sent_so_far"]) if "total_sent_so_far" in p
                    else bool(duration) and run.request_rate is None)
@@ -495,7 +502,7 @@ def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
     return {"run": run, "done": done, "total": total, "failed": p.get("failed"), "tok_s": _opt_float(p.get("tok_s")),
             "tok_s_mean": _opt_float(p.get("tok_s_mean")),
             "elapsed_s": elapsed, "duration_s": duration, "fraction": min(1.0, max(fractions)),
-            "source": p.get("source", "client"), "total_sent_so_far": sent_so_far}
+            "source": p.get("source", "client"), "total_sent_so_far": sent_so_far, "phase": None, "prepared": None}
 
 
 def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:

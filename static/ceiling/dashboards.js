@@ -598,6 +598,15 @@
       ? (data.point_index + 1) + " of " + data.points_total + (data.point ? " · " + data.point : "") : null, "");
     // A closed loop limited by time cannot know its total: "total" is the requests sent so far.
     var sentSoFar = data.total_sent_so_far === true;
+    // While the point's prompts are built (before any request) "total" counts prompts, not requests.
+    if (data.phase) {
+      set(root, "requests", data.phase + ": " + (isNum(data.prepared) ? data.prepared : 0) + " / "
+        + (isNum(total) ? total : "—"), "prompts");
+      bar(field(root, "fill"), isNum(data.prepared) && isNum(total) && total > 0 ? data.prepared / total : null);
+      var ageP = field(root, "sample-age");
+      if (ageP) ageP.textContent = "updated " + CeilingLive.clockUtc(new Date());
+      return;
+    }
     set(root, "requests", isNum(done) && isNum(total)
       ? (sentSoFar ? done + " done of " + total + " sent so far (time-limited point)" : done + " / " + total) : null,
       sentSoFar ? "" : "requests");

@@ -1,0 +1,86 @@
+"""A point's prompt building is visible while it lasts, and a point limited by a request count and
+a duration builds only the prompts its time can use; against a real sim engine."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from benchmarks.choices import RunStatus, SweepStatus
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.services import point_limits, sweep_create, sweep_execute
+from benchmarks.services.sweeps import PREPARING_PHASE, PROMPT_POOL_REQ_S_PER_SLOT, sweep_progress_line
+from benchmarks.tests.sweep_support import sim_deployment_create
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _var_dir(settings, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+    settings.CEILING_REALTIME_MIN_INTERVAL_S = 0.0
+
+
+def test_a_running_point_says_it_is_preparing_prompts_on_its_row_page_and_progress_line(
+        sim_url: str, operator, viewer) -> None:
+    # Chat prompts are text: a time-only point of 1024-token prompts builds about 1950 of them
+    # (seconds of work) before its first request.
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"api": "openai-chat", "concurrency": [1], "lengths": ["1024:4"], "duration_s": 1.0})
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=sweep.pk)))
+    thread.start()
+    client = Client()
+    client.force_login(viewer)
+    seen: list[dict] = []
+    line = page = ""
+    while thread.is_alive():
+        run = BenchmarkRun.objects.filter(sweep=sweep).first()
+        if run is not None and run.status == RunStatus.RUNNING and (run.progress or {}).get("phase"):
+            seen.append(dict(run.progress))
+            if not line:
+                line = sweep_progress_line(sweep=BenchmarkSweep.objects.get(pk=sweep.pk))
+                page = client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()
+        time.sleep(0.05)
+    thread.join()
+    assert result["status"] == SweepStatus.DONE
+    assert seen, "the run's progress never said it was preparing prompts"
+    total = seen[0]["total"]
+    assert all(p["phase"] == PREPARING_PHASE and p["total"] == total for p in seen)
+    assert [p["prepared"] for p in seen] == sorted(p["prepared"] for p in seen)
+    assert all(0 <= p["prepared"] <= total for p in seen)
+    run = BenchmarkRun.objects.get(sweep=sweep)
+    assert total == run.summary["prompt_pool"]  # no warmup: the prompts to build are the pool
+    assert PREPARING_PHASE in line and f"/{total} prompts built" in line, line
+    assert "run-phase" in page and f"/ {total} prompts" in page, page
+    # the load generator's reports replace it once requests go out
+    assert "phase" not in run.progress and run.progress["done"] == run.num_requests
+
+
+def test_a_text_point_with_a_count_and_a_duration_builds_only_what_its_time_can_use(sim_url: str, operator) -> None:
+    point = {"concurrency": 2, "request_rate": None, "input_len": 64, "output_len": 8, "max_requests": 5000,
+             "duration_s": 1.0, "num_requests": 5000}
+    pool = 2 * 1 * PROMPT_POOL_REQ_S_PER_SLOT
+    assert point_limits(point=point, seed=0, text_prompts=True)["specs"] == pool
+    assert point_limits(point=point, seed=0)["specs"] == 2000  # token ids: the time-only pool, 1 ms a request
+    # open loop ending by time: exactly the arrivals inside it
+    rated = {**point, "concurrency": None, "request_rate": 4.0, "max_requests": 400, "num_requests": 400}
+    limits = point_limits(point=rated, seed=0)
+    assert limits["ends_by"] == "duration" and 1 <= limits["specs"] <= 20
+
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"api": "openai-chat", "concurrency": [2], "lengths": ["64:8"], "requests": 5000,
+                               "duration_s": 1.0})
+    started = time.monotonic()
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
+    run = BenchmarkRun.objects.get(sweep=sweep)
+    s = run.summary
+    assert s["prompt_pool"] == pool and s["ended_by"] in ("duration", "requests")
+    assert 1 <= s["requests"] and s["prompts_reused"] == (s["requests"] > pool)
+    assert time.monotonic() - started < 30
