@@ -1040,7 +1040,7 @@ EXPORT_COLUMNS = (
     "goodput_req_s", "slo_ttft_s", "slo_tpot_s", "slo_e2e_s", "slo_attainment_fraction",
     "achieved_concurrency_mean_requests", "achieved_concurrency_max_requests",
     *(f"{stem}_{stat}" for _, stem in EXPORT_LATENCIES for stat in EXPORT_STATS),
-    "input_tokens_mean", "output_tokens_mean", "flags",
+    "input_tokens_mean", "input_tokens_source", "input_tokens_recount_sample_mean", "output_tokens_mean", "flags",
 )
 
 
@@ -1052,7 +1052,10 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
     """One run's CSV row (:data:`EXPORT_COLUMNS`). Units are in the names: latencies ms, rates per
     second (the open-loop point's ``request_rate_req_s`` too), SLOs seconds, SLO attainment a
     fraction 0-1 of the requests sent, achieved concurrency requests in flight (time-weighted
-    mean; max). Imported runs fill what their file
+    mean; max), ``input_tokens_source`` where ``input_tokens_mean`` comes from (``stream``: the
+    server's per-request usage; ``recount``: every successful request's prompt counted again after
+    the point) and ``input_tokens_recount_sample_mean`` the mean of a recount that covered only a
+    sample of them (``input_tokens_mean`` then empty). Imported runs fill what their file
     gave (SGLang's ``concurrency`` is its mean in flight, vLLM's ``max_concurrent_requests`` its
     max); anything else is an empty cell."""
     m = run_metrics(run=run)
@@ -1064,6 +1067,9 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
         "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "num_gpus": run.num_gpus, "flags": ";".join(run.flags),
         "total_token_throughput_tok_s": _number(m["total_token_throughput_tok_s"]),
+        "input_tokens_source": s.get("input_tokens_source") if s.get("input_tokens_source") in ("stream", "recount")
+        else None,
+        "input_tokens_recount_sample_mean": _number(s.get("input_tokens_recount_sample_mean")),
         **{f"slo_{k}": slo.get(k) for k in SLO_KEYS},
         "slo_attainment_fraction": _number(m.get("slo_attainment")),
         "achieved_concurrency_mean_requests": _number(s.get("achieved_concurrency_mean", s.get("mean_concurrency"))),

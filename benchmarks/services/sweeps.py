@@ -1104,6 +1104,39 @@ def _prompt_recount(*, base_url: str, api: Api, model: str, specs: list[RequestS
                                      "error": f"prompts not counted: {why}"[:500] if why else None}}
 
 
+def _input_tokens_from_recount(summary: dict[str, Any]) -> None:
+    """Fill ``summary``'s input-token figures from the prompts counted again after the point
+    (:func:`_prompt_recount`) where the stream reported none, in place.
+
+    ``input_tokens_source`` says where they come from: ``"stream"`` (the server's per-request
+    ``usage``), ``"recount"`` or None (unknown). Only when the recount counted one prompt per
+    successful request (``input_length_recount.prompts == successes``, nothing cut short) is it the
+    run's own: then ``input_tokens_actual_mean`` (tokens per request) is its mean,
+    ``input_tokens`` (tokens) that times the successes and ``total_token_throughput_tok_s``
+    (tokens/s) is recomputed over the measured window (``request_throughput_req_s / successes`` is
+    one over its seconds). A recount of a sample leaves them null; its mean is kept apart as
+    ``input_tokens_recount_sample_mean`` (tokens per request over the prompts counted)."""
+    if summary.get("input_tokens_actual_mean") is not None:
+        summary["input_tokens_source"] = "stream"
+        return
+    summary["input_tokens_source"] = None
+    check, recount = summary.get("input_length_check"), summary.get("input_length_recount")
+    if not isinstance(check, Mapping) or check.get("source") != "recount" or not isinstance(recount, Mapping):
+        return
+    successes = int(summary.get("successes") or 0)
+    mean = float(check["actual_mean"])
+    if successes <= 0 or recount.get("error") or recount.get("prompts") != successes:
+        summary["input_tokens_recount_sample_mean"] = mean
+        return
+    summary["input_tokens_actual_mean"] = mean
+    summary["input_tokens"] = int(round(mean * successes))
+    summary["input_tokens_source"] = "recount"
+    req_s = summary.get("request_throughput_req_s")
+    if isinstance(req_s, (int, float)) and req_s > 0:
+        summary["total_token_throughput_tok_s"] = (int(summary.get("output_tokens") or 0)
+                                                   + summary["input_tokens"]) * req_s / successes
+
+
 def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, snapshot: dict,
                watch: _Watch | None = None) -> BenchmarkRun:
     """Run one grid point and store it. Live progress comes from the load generator's own counts
@@ -1249,6 +1282,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         # gave no prompt tokens, the point's own prompts are counted again after it.
         if summary.get("input_length_check") is None and "recount" in outcome:
             summary.update(outcome["recount"])
+        _input_tokens_from_recount(summary)
         check = summary.get("input_length_check")
         summary["flags"]["input_length_mismatch"] = bool(check is not None and check["mismatch"])
         # Text prompts whose length the server reported neither per request nor counted again: the

@@ -53,8 +53,9 @@ def test_every_llamacpp_run_checks_its_prompts_against_the_servers_count(llama_u
     assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
     for run in sweep.runs.order_by("ordinal"):
         s = run.summary
-        assert s["successes"] == 3 and s["input_tokens_actual_mean"] is None  # the stream carried no usage
+        assert s["successes"] == 3 and s["input_tokens_source"] == "recount"  # the stream carried no usage
         check = s["input_length_check"]
+        assert s["input_tokens_actual_mean"] == check["actual_mean"]  # every success's prompt was counted
         assert check is not None and check["source"] == "recount" and check["requests"] == 3, s
         assert check["requested_mean"] == run.input_len
         assert s["input_length_recount"] == {"prompts": 3, "successes": 3, "error": None}
