@@ -136,7 +136,8 @@ def random_dataset(
 
             raise LoadgenStopped(f"stopped while building prompts ({len(specs)} of {num} built)")
         if token_ids and not chat:
-            specs.append(RequestSpec(prompt=[rng.randrange(lo, hi) for _ in range(n_in)], input_len=n_in, output_len=n_out))
+            specs.append(RequestSpec(prompt=[rng.randrange(lo, hi) for _ in range(n_in)], input_len=n_in,
+                                     output_len=n_out))
         else:
             words = calibration.words_for(n_in) if calibration else n_in
             text = random_words(rng, words)

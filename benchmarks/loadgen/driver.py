@@ -1140,8 +1140,9 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
     know, the number started so far) / failed, output tokens streamed so far (in-flight requests
     included: the server's per-event count when it sends one, else one per output event), seconds
     since ``t0``, output tokens/s over the window since the latest call at least
-    :data:`PROGRESS_PERIOD_S` back (or ``t0``; see :class:`_Reporter`) and output tokens/s since ``t0`` (None before any token). Keep it quick: it runs between
-    the network reads it is reporting on.
+    :data:`PROGRESS_PERIOD_S` back (or ``t0``; see :class:`_Reporter`) and output tokens/s since
+    ``t0`` (None before any token). Keep it quick: it runs between the network reads it is
+    reporting on.
     """
     config.validate()
     warmup = warmup_specs if warmup_specs is not None else specs[:config.warmup]
