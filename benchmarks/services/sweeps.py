@@ -299,7 +299,7 @@ class _Cancelled(Exception):
     pass
 
 
-def sweep_execute(*, sweep_id: int) -> str:
+def sweep_execute(*, sweep_id: int, requeue: bool = True) -> str:
     """Run sweep ``sweep_id`` here (the body of :func:`benchmarks.tasks.sweep_run_task`); blocking.
 
     Claims pending → waiting with a conditional UPDATE, so a second delivery of the same task
@@ -317,7 +317,7 @@ def sweep_execute(*, sweep_id: int) -> str:
     now = timezone.now()
     claimed, held = _claim_or_hold(sweep_id, now)
     if held:
-        return _hold(sweep_id, held)
+        return _hold(sweep_id, held, requeue=requeue)
     if not claimed:
         BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=True).update(
             status=SweepStatus.CANCELLED, reason=_cancel_reason(sweep_id, "cancelled before it started"),
@@ -334,7 +334,7 @@ def sweep_execute(*, sweep_id: int) -> str:
         deployment = _wait_ready(sweep, watch)
         held = _start_or_hold(sweep)
         if held:
-            return _hold(sweep.pk, held)
+            return _hold(sweep.pk, held, requeue=requeue)
         snapshot = sweep_snapshot(sweep=sweep, deployment=deployment)
         retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(snapshot=json_safe(snapshot)),
                      what="storing the sweep's snapshot")
@@ -446,10 +446,12 @@ def _start_or_hold(sweep: BenchmarkSweep) -> str:
     return retry_locked(attempt, what=f"starting sweep #{sweep.pk}")
 
 
-def _hold(sweep_id: int, why: str) -> str:
+def _hold(sweep_id: int, why: str, *, requeue: bool = True) -> str:
     """After :func:`_start_or_hold` put sweep ``sweep_id`` back to pending (``why``): send its
     task again with a countdown of :data:`SHARED_RECHECK_S` seconds and return ``pending``; a
-    cancel asked for meanwhile ends it here instead (cancelled, nothing sent).
+    cancel asked for meanwhile ends it here instead (cancelled, nothing sent). With ``requeue``
+    false nothing is sent: the caller runs the sweep itself (``manage.py sweep --here``) and calls
+    :func:`sweep_execute` again after that many seconds.
 
     The task is sent again rather than waiting here: a worker slot held by a sweep that measures
     nothing would keep a sweep of an unrelated deployment from starting (the control worker has
@@ -465,7 +467,8 @@ def _hold(sweep_id: int, why: str) -> str:
             status=SweepStatus.CANCELLED, reason=_cancel_reason(sweep_id, "cancelled before it started"),
             ended_at=timezone.now()):
         return SweepStatus.CANCELLED
-    sweep_run_task.apply_async(args=[sweep_id], queue="control", countdown=SHARED_RECHECK_S)
+    if requeue:
+        sweep_run_task.apply_async(args=[sweep_id], queue="control", countdown=SHARED_RECHECK_S)
     return SweepStatus.PENDING
 
 
@@ -919,10 +922,12 @@ class _PointProgress:
                 log.warning("sweep %s: %s; the sweep goes on", self.sweep_id, exc)
 
 
-#: A generous closed-loop rate (requests/s per concurrency slot, 20 ms a request) that caps the
-#: text prompts built for a point limited by both a request count and a duration
-#: (:func:`point_limits`): each costs tokenize calls to the server.
-PROMPT_POOL_REQ_S_PER_SLOT = 50
+#: A closed-loop rate (requests/s per concurrency slot, 50 ms a request) that caps the text prompts
+#: built for a closed-loop point with a duration (:func:`point_limits`): each costs about three
+#: tokenize calls to the server (~6 ms on localhost llama.cpp), so a 60 s point at c=4 builds 4800
+#: prompts in about 30 s rather than a time-only pool of tens of thousands in minutes. A server
+#: faster than that cycles through the pool (the summary's ``prompts_reused``).
+PROMPT_POOL_REQ_S_PER_SLOT = 20
 
 
 def point_limits(*, point: Mapping[str, Any], seed: int, text_prompts: bool = False) -> dict[str, Any]:
@@ -945,7 +950,7 @@ def point_limits(*, point: Mapping[str, Any], seed: int, text_prompts: bool = Fa
     its time can use: an open loop that ends by time the arrivals that fall inside it (exactly
     those it sends, none reused); a closed loop at most the pool of a point limited by time alone
     (:func:`benchmarks.sweeps.duration_prompt_pool`, 1 ms a request per slot: token ids are
-    cheap), and for ``text_prompts`` (sized with the server's tokenizer or calibrated: a llama.cpp
+    cheap), and for ``text_prompts`` (here and for a closed loop limited by time alone) (sized with the server's tokenizer or calibrated: a llama.cpp
     prompt costs about three tokenize calls) at most ``ceil(duration_s * concurrency *
     PROMPT_POOL_REQ_S_PER_SLOT)`` (:data:`PROMPT_POOL_REQ_S_PER_SLOT` requests/s per slot, a
     generous rate), never fewer than one prompt per slot. A closed loop faster than that cycles
@@ -955,7 +960,11 @@ def point_limits(*, point: Mapping[str, Any], seed: int, text_prompts: bool = Fa
     if duration is None:
         return {"duration_s": None, "max_requests": cap, "specs": point["num_requests"], "ends_by": "requests"}
     if cap is None:
-        return {"duration_s": duration, "max_requests": None, "specs": point["num_requests"], "ends_by": "duration"}
+        specs = point["num_requests"]
+        if text_prompts and point.get("request_rate") is None:
+            c = int(point["concurrency"])
+            specs = min(specs, max(c, math.ceil(duration * c * PROMPT_POOL_REQ_S_PER_SLOT)))
+        return {"duration_s": duration, "max_requests": None, "specs": specs, "ends_by": "duration"}
     if point.get("request_rate") is not None:
         offsets = arrival_offsets(n=cap, rate=point["request_rate"], burstiness=1.0, seed=seed)
         if offsets and offsets[-1] < duration:

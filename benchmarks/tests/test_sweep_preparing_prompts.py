@@ -69,6 +69,10 @@ def test_a_text_point_with_a_count_and_a_duration_builds_only_what_its_time_can_
     assert point_limits(point=point, seed=0, text_prompts=True)["specs"] == pool
     assert point_limits(point=point, seed=0)["specs"] == 2000  # token ids: the time-only pool, 1 ms a request
     # open loop ending by time: exactly the arrivals inside it
+    # a closed-loop text point limited by time alone is capped the same way
+    timed = {**point, "max_requests": None, "duration_s": 60.0, "num_requests": 31250}
+    assert point_limits(point=timed, seed=0, text_prompts=True)["specs"] == 2 * 60 * PROMPT_POOL_REQ_S_PER_SLOT
+    assert point_limits(point=timed, seed=0)["specs"] == 31250
     rated = {**point, "concurrency": None, "request_rate": 4.0, "max_requests": 400, "num_requests": 400}
     limits = point_limits(point=rated, seed=0)
     assert limits["ends_by"] == "duration" and 1 <= limits["specs"] <= 20
