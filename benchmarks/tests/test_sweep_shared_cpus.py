@@ -328,3 +328,41 @@ def test_a_sweep_held_on_its_first_look_answers_pending_never_waiting(
     again = operator_api.get(f"/api/sweeps/{body['id']}/").json()
     assert (again["status"], again["queue_note"], again["worker"]) == (SweepStatus.PENDING, body["queue_note"], None)
     assert resent == [{"args": [body["id"]], "queue": "control", "countdown": sweep_services.SHARED_RECHECK_S}]
+
+
+def test_the_sweep_command_run_here_waits_held_and_then_runs_the_sweep_itself(
+        sim_url: str, operator, sent, monkeypatch) -> None:
+    """``manage.py sweep --here`` whose sweep is held back by another one sharing its CPU prints
+    the queue note, looks again itself (no task sent with a countdown), then runs the sweep in its
+    own process once the other has ended, and exits 0: it used to stop at once with ``sweep #N
+    pending:`` and status 1 while a worker ran it later."""
+    import io
+
+    from django.core.management import call_command
+
+    from benchmarks.management.commands import sweep as sweep_command
+
+    monkeypatch.setattr(sweep_command, "SHARED_RECHECK_S", 0.2)
+    first_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-a")
+    second_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-b")  # also pinned to CPU 0 of local
+    first = sweep_create(deployment=first_dep, user=operator,
+                         grid={"concurrency": [1], "lengths": ["16:8"], "duration_s": 2.0})
+    thread = threading.Thread(target=lambda: sweep_execute(sweep_id=first.pk))
+    thread.start()
+    try:
+        while BenchmarkSweep.objects.get(pk=first.pk).status != SweepStatus.RUNNING:
+            assert thread.is_alive()
+            time.sleep(0.05)
+        out = io.StringIO()
+        call_command("sweep", str(second_dep.pk), "--concurrency", "1", "--lengths", "16:8", "--requests", "2",
+                     "--warmup", "0", "--here", stdout=out)
+    finally:
+        thread.join(60)
+    second = BenchmarkSweep.objects.exclude(pk=first.pk).get()
+    assert second.status == SweepStatus.DONE
+    text = out.getvalue()
+    assert f"sweep #{second.pk} pending: waiting for sweep #{first.pk} on deployment #{first_dep.pk}" in text
+    assert not [c for c in sent if c["args"] == [second.pk] and c.get("countdown")]
+    [a] = BenchmarkRun.objects.filter(sweep=first)
+    [b] = BenchmarkRun.objects.filter(sweep=second)
+    assert a.ended_at <= b.started_at

@@ -2,7 +2,8 @@
 
 Creates a sweep through :func:`benchmarks.services.sweep_create` (the same service as the API and
 UI). The sweep runs on the ``control`` worker; ``--wait`` follows it and prints the results table
-and the ceiling findings; ``--here`` runs it in this process instead (no worker needed).
+and the ceiling findings; ``--here`` runs it in this process instead (no worker needed; a sweep held
+back by another on a deployment sharing its CPUs or GPUs waits here, pending, and then runs here).
 ``--duration S`` limits each point to S seconds (with ``--requests``, whichever ends first).
 ``--user USERNAME`` records the sweep's creator (an active operator or admin, as the API requires;
 :func:`deployments.management.command_user.command_user`); without it the sweep has none and its
@@ -26,13 +27,16 @@ sweep's id, its page and API paths and how to cancel it, and exits with status 3
 from __future__ import annotations
 
 import re
+import time
 from argparse import ArgumentTypeError
 
 from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand, refused, refused_list
 from benchmarks.choices import SWEEP_TERMINAL, SweepStatus
+from benchmarks.selectors import sweep_queue_note
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
+from benchmarks.services.sweeps import SHARED_RECHECK_S
 from benchmarks.sweeps import DEFAULT_REQUESTS_PER_CONCURRENCY, WAIT_READY_MARGIN_S, grid_validate
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import CeilingError, InvalidInput
@@ -201,6 +205,30 @@ class Command(CeilingCommand):
                             help="record this user as the sweep's creator: an active user with the operator or "
                                  "admin role, as the API requires (default: none, shown as 'command line')")
 
+    def _run_here(self, sweep, *, timeout_s: float) -> None:
+        """Run ``sweep`` in this process. A sweep held back because another sweep runs on a
+        deployment sharing its CPUs or GPUs stays pending (its queue note is printed once, and again
+        when it changes) and is looked at again every :data:`SHARED_RECHECK_S` seconds, here, with
+        no task sent to a worker, until it runs or ends (a cancel while held ends it). Should a
+        control worker have claimed it first, it is followed there for ``timeout_s`` seconds, as
+        ``--wait`` does."""
+        note = None
+        while sweep_execute(sweep_id=sweep.pk, requeue=False) == SweepStatus.PENDING:
+            sweep.refresh_from_db()
+            text = sweep_queue_note(sweep=sweep)
+            if text and text != note:
+                self.stdout.write(f"sweep #{sweep.pk} pending: {text}")
+                note = text
+            time.sleep(SHARED_RECHECK_S)
+        sweep.refresh_from_db()
+        if sweep.status not in SWEEP_TERMINAL:
+            # A control worker claimed the sweep's own task first (the claim is one conditional
+            # UPDATE, so it runs once): follow it there.
+            sweep_wait(sweep=sweep, timeout_s=timeout_s, progress=self.stdout.write)
+            if sweep.status not in SWEEP_TERMINAL:
+                raise CommandError(still_running_text(sweep=sweep, timeout_s=timeout_s),
+                                   returncode=STILL_RUNNING_STATUS)
+
     def handle(self, *args, **o):
         user = command_user(o["user"], role="operator", what="a sweep")
         if not 0 <= o["timeout"] < float("inf"):  # also NaN, which no elapsed time would pass
@@ -269,7 +297,7 @@ class Command(CeilingCommand):
         self.stdout.write(f"sweep #{sweep.pk} created: {points}, {requests}"
                           + (f"; defaults taken: {', '.join(defaults)}" if defaults else ""))
         if o["here"]:
-            sweep_execute(sweep_id=sweep.pk)
+            self._run_here(sweep, timeout_s=o["timeout"])
         elif o["wait"]:
             sweep_wait(sweep=sweep, timeout_s=o["timeout"], progress=self.stdout.write)
             if sweep.status not in SWEEP_TERMINAL:
