@@ -6,6 +6,7 @@ start in the order they were created, whichever task looks first, and one held o
 first look is never claimed, so it never shows ``waiting``."""
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -42,6 +43,23 @@ def sent(monkeypatch) -> list[dict]:
     return calls
 
 
+@contextlib.contextmanager
+def _running_in_background(sweep_id: int, started):
+    """Run ``sweep_execute(sweep_id)`` in a thread; enter once ``started()`` holds (the thread
+    still alive), and on leaving wait for the thread. Yields a dict whose ``status`` is the sweep's
+    final status once left."""
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=sweep_id)))
+    thread.start()
+    try:
+        while not started():
+            assert thread.is_alive()
+            time.sleep(0.05)
+        yield result
+    finally:
+        thread.join(60)
+
+
 def _note(sweep_id: int, deployment_id: int, shares: str = "CPU 0") -> str:
     return (f"waiting for sweep #{sweep_id} on deployment #{deployment_id}, which shares {shares} on node local; "
             "sweeps of deployments that share a CPU or GPU run one at a time, and this one starts when that one ends")
@@ -54,13 +72,8 @@ def test_a_sweep_waits_pending_for_the_sweep_of_a_deployment_sharing_its_cpu_the
     first = sweep_create(deployment=first_dep, user=operator,
                          grid={"concurrency": [1], "lengths": ["16:8"], "duration_s": 3.0})
     second = sweep_create(deployment=second_dep, user=operator, grid=SHORT)
-    result: dict = {}
-    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=first.pk)))
-    thread.start()
-    try:
-        while BenchmarkSweep.objects.get(pk=first.pk).status != SweepStatus.RUNNING:
-            assert thread.is_alive()
-            time.sleep(0.05)
+    with _running_in_background(
+            first.pk, lambda: BenchmarkSweep.objects.get(pk=first.pk).status == SweepStatus.RUNNING) as result:
         assert sweep_execute(sweep_id=second.pk) == SweepStatus.PENDING
         second.refresh_from_db()
         assert (second.status, second.worker, second.started_at, second.reason) == (SweepStatus.PENDING, "", None, "")
@@ -68,8 +81,6 @@ def test_a_sweep_waits_pending_for_the_sweep_of_a_deployment_sharing_its_cpu_the
         assert not second.runs.exists()
         # the task was sent again with a countdown, so no worker slot waits meanwhile
         assert sent[-1] == {"args": [second.pk], "queue": "control", "countdown": sweep_services.SHARED_RECHECK_S}
-    finally:
-        thread.join(60)
     assert result["status"] == SweepStatus.DONE
     assert sweep_queue_note(sweep=BenchmarkSweep.objects.get(pk=second.pk)) == "queued for a benchmark worker"
     assert sweep_execute(sweep_id=second.pk) == SweepStatus.DONE  # the task sent again, once the first ended
@@ -164,13 +175,8 @@ def test_runs_that_overlapped_a_sharing_deployments_run_are_flagged_and_never_ra
     long = sweep_create(deployment=long_dep, user=operator,
                         grid={"concurrency": [1], "lengths": ["16:8"], "duration_s": 3.0})
     short = sweep_create(deployment=short_dep, user=operator, grid=SHORT)
-    result: dict = {}
-    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=long.pk)))
-    thread.start()
-    try:
-        while not BenchmarkRun.objects.filter(sweep=long, status="running").exists():
-            assert thread.is_alive()
-            time.sleep(0.05)
+    with _running_in_background(
+            long.pk, lambda: BenchmarkRun.objects.filter(sweep=long, status="running").exists()) as result:
         assert sweep_execute(sweep_id=short.pk) == SweepStatus.DONE
         # An older row of a done sweep on the same CPU that ended while the long point ran, unflagged.
         [long_run] = BenchmarkRun.objects.filter(sweep=long)
@@ -178,8 +184,6 @@ def test_runs_that_overlapped_a_sharing_deployments_run_are_flagged_and_never_ra
         old = BenchmarkRun.objects.create(
             sweep=old_sweep, status="done", snapshot=long_run.snapshot, concurrency=1, input_len=16, output_len=8,
             summary={"flags": {}}, started_at=long_run.started_at - timedelta(seconds=1), ended_at=timezone.now())
-    finally:
-        thread.join(60)
     assert result["status"] == SweepStatus.DONE
     [a] = BenchmarkRun.objects.filter(sweep=long)
     [b] = BenchmarkRun.objects.filter(sweep=short)
@@ -347,17 +351,11 @@ def test_the_sweep_command_run_here_waits_held_and_then_runs_the_sweep_itself(
     second_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-b")  # also pinned to CPU 0 of local
     first = sweep_create(deployment=first_dep, user=operator,
                          grid={"concurrency": [1], "lengths": ["16:8"], "duration_s": 2.0})
-    thread = threading.Thread(target=lambda: sweep_execute(sweep_id=first.pk))
-    thread.start()
-    try:
-        while BenchmarkSweep.objects.get(pk=first.pk).status != SweepStatus.RUNNING:
-            assert thread.is_alive()
-            time.sleep(0.05)
+    with _running_in_background(
+            first.pk, lambda: BenchmarkSweep.objects.get(pk=first.pk).status == SweepStatus.RUNNING):
         out = io.StringIO()
         call_command("sweep", str(second_dep.pk), "--concurrency", "1", "--lengths", "16:8", "--requests", "2",
                      "--warmup", "0", "--here", stdout=out)
-    finally:
-        thread.join(60)
     second = BenchmarkSweep.objects.exclude(pk=first.pk).get()
     assert second.status == SweepStatus.DONE
     text = out.getvalue()
