@@ -48,3 +48,25 @@ def test_it_keeps_a_password_a_person_changed(db, var_dir):
     assert user.check_password("my-own-long-password")
     assert "the password you set" in out
     assert "local-sim-pd" in out and "/dry-run/" in out
+
+
+def test_the_demo_prints_the_password_on_a_terminal_only(db, var_dir):
+    from deployments.management.commands.demo import demo_login_line
+    from deployments.management.commands.seed import demo_login_ensure
+
+    path = var_dir / "demo-login.json"
+    path.write_text(json.dumps({"username": "admin", "password": "s3cret-Pass-word"}))
+    path.chmod(0o644)
+    username, password = demo_login_ensure()
+    assert (username, password) == ("admin", "s3cret-Pass-word")
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert demo_login_line(username, password, terminal=True) == (
+        f"  login:     admin / s3cret-Pass-word   (kept in {path})")
+    piped = demo_login_line(username, password, terminal=False)
+    assert "s3cret-Pass-word" not in piped
+    assert piped == (f"  login:     admin / the password in {path} (mode 0600; not printed because this "
+                     "output is not a terminal)")
+    # call_command's StringIO is not a terminal: the command's output names the file only
+    out = _run("demo", "--no-deploy")
+    assert "s3cret-Pass-word" not in out and f"the password in {path} (mode 0600" in out
+    assert path.stat().st_mode & 0o777 == 0o600

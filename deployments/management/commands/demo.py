@@ -44,6 +44,21 @@ DEMO_SWEEPS = (
 )
 
 
+def demo_login_line(username: str, password: str | None, *, terminal: bool) -> str:
+    """The demo's login line. The password itself only when ``terminal`` (stdout is a terminal):
+    output redirected to a file or a pipe would otherwise copy it out of ``var/demo-login.json``
+    (mode 0600) into a file anyone may read; then the line names that file instead. A password
+    changed since (``password`` None) is never printed: the line says to delete the file."""
+    where = Path(settings.VAR_DIR) / "demo-login.json"
+    if password is None:
+        return (f"  login:     {username} / (the password you set; delete {where} "
+                "and re-run to get a new one)")
+    if terminal:
+        return f"  login:     {username} / {password}   (kept in {where})"
+    return (f"  login:     {username} / the password in {where} (mode 0600; not printed because "
+            "this output is not a terminal)")
+
+
 class Command(CeilingCommand):
     help = "Deploy the local demo recipes, prove them ready with a streamed request, and print the results."
 
@@ -59,11 +74,7 @@ class Command(CeilingCommand):
         out = self.stdout
         out.write("")
         out.write(f"Ceiling is up: {base}/")
-        if password:
-            out.write(f"  login:     {username} / {password}   (kept in {settings.VAR_DIR}/demo-login.json)")
-        else:
-            out.write(f"  login:     {username} / (the password you set; delete {settings.VAR_DIR}/demo-login.json "
-                      "and re-run to get a new one)")
+        out.write(demo_login_line(username, password, terminal=out.isatty()))
         out.write(f"  API docs:  {base}/api/docs/     admin: {base}/admin/")
         out.write("")
         out.write("Recipes:")

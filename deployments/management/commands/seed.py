@@ -34,13 +34,15 @@ def demo_login_path() -> Path:
 def demo_login_ensure() -> tuple[str, str | None]:
     """Return (username, password) of the demo admin.
 
-    The password is generated once and kept in ``var/demo-login.json`` (mode 0600). A password
+    The password is generated once and kept in ``var/demo-login.json`` (mode 0600, set again on
+    an existing file). A password
     changed later (admin, ``changepassword``) is respected: then the password returned is None
     and nothing is reset. Deleting the file makes the next run generate and set a new one.
     """
     path = demo_login_path()
     password = None
     if path.exists():
+        os.chmod(path, 0o600)  # a file made by hand or by an older version: owner-only all the same
         try:
             password = json.loads(path.read_text())["password"]
         except (ValueError, KeyError):
