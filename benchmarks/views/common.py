@@ -69,7 +69,8 @@ FLAG_TEXT: dict[str, str] = {
     "itl_coalesced": "10 % or more of the gaps between output events are zero (events came in one network "
                      "read): ITL shows how the server's writes were grouped, not the token cadence.",
     "rate_off_target": "the open-loop sending rate differs from the target by more than 3 standard deviations "
-                       "of a Poisson schedule of this many requests.",
+                       "of a Poisson schedule of this many requests, measured on log(rate): the bounds are "
+                       "asymmetric (-50 % / +99 % for 20 requests).",
     "tpot_slo_not_applicable": "some requests produced one output token; TPOT is undefined for them, so the "
                                "TPOT SLO counted them as met (as vLLM's bench does).",
     "shared_load": "while this point ran, a sweep of another deployment sharing its CPUs or GPUs on the same node "
