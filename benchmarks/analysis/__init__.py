@@ -16,7 +16,8 @@ definitions in ``/work/shared/design/metrics.md``). :func:`ceiling_analyse` retu
   decode batch;
 * the throughput ceiling: the observed plateau when throughput stopped growing (also a sweep that
   stays flat, its heaviest point within ``PLATEAU_FRACTION`` of its lightest over
-  ``FLAT_MIN_LOAD_GROWTH`` load: reached at the lowest load), else the fit's
+  ``PLATEAU_MIN_LOAD_GROWTH`` load with no point below ``PLATEAU_FRACTION``² of the best, or over
+  ``FLAT_MIN_LOAD_GROWTH`` load whatever the dip: reached at the lowest load), else the fit's
   asymptote ``lim b / TPOT(b) = 1000 / per_seq_ms`` tok/s (or ``cap / TPOT(cap)`` when the
   engine's maximum running batch is given), else "not reached";
 * queueing steps: TTFT growing with load while throughput stays flat;

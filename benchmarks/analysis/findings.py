@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 from benchmarks.analysis.model import (
-    CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
+    CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, PLATEAU_FRACTION,
+    PLATEAU_MIN_LOAD_GROWTH, MAX_FAILED_FRACTION, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
     CeilingReport, DecodeFit, LoadGroup, PointAnalysis, SweepPoint, TopologyComparison, _fixed, _num,
     QUEUEING_MAX_THROUGHPUT_SHARE, queueing_ttft_needed,
 )
@@ -320,7 +321,20 @@ def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint], *
     elif len(points) >= 2:
         first, last = points[0], points[-1]
         growth = last.output_throughput_tok_s / first.output_throughput_tok_s
-        if growth >= 1:
+        low = min(points, key=lambda p: p.output_throughput_tok_s)
+        if 1 <= growth <= 1 / PLATEAU_FRACTION:
+            # Flat or up by less than noise end to end, yet no plateau: a dip deeper than noise over less than
+            # FLAT_MIN_LOAD_GROWTH of load, or too little load growth. Neither a rise nor a ceiling.
+            dip = (f", dipping to {_num(low.output_throughput_tok_s)} tok/s at {low.label} "
+                   f"(x{_fixed(low.output_throughput_tok_s / c.observed_max_tok_s, 2)} of the best) on the way"
+                   if low is not first and low is not last else "")
+            out.append(f"The load range is too narrow to tell whether a ceiling is reached: throughput "
+                       f"{_throughput_change(first, last)} from {first.label} to {last.label}{dip}; a nearly flat "
+                       f"sweep reads as a ceiling at the lowest load over x{_fixed(PLATEAU_MIN_LOAD_GROWTH, 1)} load "
+                       f"with no point below x{_fixed(PLATEAU_FRACTION ** 2, 2)} of the best, or over "
+                       f"x{_fixed(FLAT_MIN_LOAD_GROWTH, 0)} load whatever the dip; sweep to higher load to "
+                       f"tell (best observed {_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
+        elif growth >= 1:
             out.append(f"No ceiling is reached: throughput grows x{_fixed(growth, 1)} from {first.label} to "
                        f"{last.label} (x{_fixed(_load_ratio(first, last), 1)} load), so the ceiling is above the "
                        f"best observed {_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}.")

@@ -46,3 +46,23 @@ def test_a_shallow_dip_is_noise_and_a_short_flat_sweep_needs_a_shallow_one() -> 
     r = ceiling_analyse(short, num_gpus=1, topology="single")
     assert r.ceiling.falls
     assert not any("No ceiling is reached" in f for f in r.findings), r.findings
+
+
+def test_a_nearly_flat_sweep_with_a_deep_dip_over_a_narrow_load_range_says_it_cannot_tell() -> None:
+    # 100, 84, 105 tok/s at c=1, 2, 3: 84 is x0.80 of the best (deeper than noise, so no plateau
+    # over x3 load) but x0.84 of c=1 (not a fall); end to end throughput is flat within 10 %.
+    narrow = [point(1, 100.0, 1.6, 12.0), point(2, 84.0, 1.6, 300.0), point(3, 105.0, 1.6, 700.0)]
+    r = ceiling_analyse(narrow, num_gpus=1, topology="single")
+    assert r.ceiling.source is None and not r.ceiling.falls
+    assert not any("No ceiling is reached" in f for f in r.findings), r.findings
+    assert ("The load range is too narrow to tell whether a ceiling is reached: throughput grows x1.1 for x3.0 "
+            "load from c=1 to c=3, dipping to 84.0 tok/s at c=2 (x0.80 of the best) on the way; a nearly flat "
+            "sweep reads as a ceiling at the lowest load over x1.5 load with no point below x0.81 of the best, or "
+            "over x4 load whatever the dip; sweep to higher load to tell (best observed 105 tok/s at c=3).") \
+        in r.findings, r.findings
+    # The same shape over x4 load is a ceiling at the lowest load; a real rise still says no ceiling.
+    wide = [point(1, 100.0, 1.6, 12.0), point(2, 84.0, 1.6, 300.0), point(4, 105.0, 1.6, 700.0)]
+    assert ceiling_analyse(wide, num_gpus=1, topology="single").ceiling.plateau_from_label == "c=1"
+    rising = [point(1, 100.0, 1.6, 12.0), point(2, 84.0, 1.6, 300.0), point(3, 140.0, 1.6, 700.0)]
+    assert any(f.startswith("No ceiling is reached: throughput grows x1.4")
+               for f in ceiling_analyse(rising, num_gpus=1, topology="single").findings)
