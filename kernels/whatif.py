@@ -15,8 +15,17 @@ The decode step model comes from the sweep's deployment:
   (sequences waiting for KV take turns); TTFT ``= prefill.fixed_s + prefill.per_token_s * n_in``,
   plus for PD the KV hand-over ``kv_transfer.fixed_s + n_in * bytes_per_token /
   bandwidth_bytes_per_s`` and the first decode step; output tok/s ``= c * n_out / (TTFT +
-  (n_out - 1) * TPOT)`` (Little's law over a closed loop). Prefill queueing inside a burst is not
-  modelled (the sim profile's own derivation explains where it matters).
+  (n_out - 1) * TPOT)`` (Little's law over a closed loop), bounded by the prefill: every request
+  passes through prefill batches of at most ``prefill.max_batch_tokens`` tokens, ``k = min(c,
+  max(1, floor(max_batch_tokens / n_in)))`` prompts per batch taking ``prefill.fixed_s +
+  prefill.per_token_s * k * n_in`` (a prompt longer than the budget: one prompt per
+  ``ceil(n_in / max_batch_tokens)`` batches), so output tok/s is at most ``n_out * k / batch time``
+  (:func:`prefill_bound_tok_s`; the asymptotic bound of operational analysis: a closed system's
+  throughput is at most its busiest station's service rate, Lazowska et al., "Quantitative System
+  Performance", 1984, ch. 5). The kernel does not speed the prefill up, so a point whose Little's-law
+  rate exceeds that bound is ``prefill_bound`` and its model tok/s is the bound; the projection is
+  capped there too. Prefill queueing below the bound is not modelled (the sim profile's own
+  derivation explains where it matters).
 * any other engine: the ceiling analysis' fit of the sweep (:func:`benchmarks.services.sweep_analysis`),
   ``TPOT(b) = fixed_ms + per_seq_ms * b`` with the running batch ``b`` the analysis gives each point
   (:func:`benchmarks.analysis.point_running_batch`: the point's decode events, else Little's law
@@ -124,12 +133,32 @@ def decode_factor(*, share: float, speedup: float) -> float:
 
 @dataclass
 class ModelPoint:
-    """The model's numbers for one point: TTFT and TPOT (ms), output tok/s, running batch."""
+    """The model's numbers for one point: TTFT and TPOT (ms), output tok/s, running batch; for the
+    sim-profile model also the prefill's bound on output tok/s and whether it binds
+    (``tok_s`` is then the bound)."""
 
     ttft_ms: float
     tpot_ms: float
     tok_s: float
     running_batch: float
+    prefill_bound_tok_s: float | None = None
+    prefill_bound: bool = False
+
+
+def prefill_bound_tok_s(prefill, *, concurrency: int, input_len: int, output_len: int) -> float:
+    """The most output tok/s a closed loop of ``concurrency`` requests of ``input_len`` /
+    ``output_len`` tokens can give through the profile's prefill (a
+    :class:`deployments.engines.simcore.profile.PrefillModel`), which no decode kernel speeds up:
+    ``output_len * k / batch_time``, with ``k`` prompts per prefill batch (formula in the module
+    docstring). 1064.6 tok/s for the seed profile at 256/256 and c >= 4 (4 prompts per 0.962 s)."""
+    budget = prefill.max_batch_tokens
+    if input_len > budget:
+        k = 1
+        batch_time = math.ceil(input_len / budget) * prefill.fixed_s + prefill.per_token_s * input_len
+    else:
+        k = max(1, min(concurrency, budget // input_len))
+        batch_time = prefill.batch_time_s(k * input_len)
+    return output_len * k / batch_time
 
 
 def sim_point(profile, *, concurrency: int, input_len: int, output_len: int, topology: str,
@@ -145,8 +174,10 @@ def sim_point(profile, *, concurrency: int, input_len: int, output_len: int, top
     if topology == "pd":
         ttft += kv_t.fixed_s + input_len * kv_t.bytes_per_token / kv_t.bandwidth_bytes_per_s + step
     e2e = ttft + (output_len - 1) * tpot
-    return ModelPoint(ttft_ms=ttft * 1e3, tpot_ms=tpot * 1e3, tok_s=concurrency * output_len / e2e,
-                      running_batch=float(b))
+    bound = prefill_bound_tok_s(p, concurrency=concurrency, input_len=input_len, output_len=output_len)
+    little = concurrency * output_len / e2e
+    return ModelPoint(ttft_ms=ttft * 1e3, tpot_ms=tpot * 1e3, tok_s=min(little, bound),
+                      running_batch=float(b), prefill_bound_tok_s=bound, prefill_bound=little > bound)
 
 
 def fit_point(*, fixed_ms: float, per_seq_ms: float, running_batch: float, concurrency: int, output_len: int,
@@ -165,7 +196,9 @@ class WhatIfRow:
     and with the faster kernel; the calibrated projection (``projected_*``) and its gain.
     ``running_batch`` is the batch the model used (sequences); ``measured_running_batch`` the
     ceiling analysis' running batch of the point and ``running_batch_source`` where that came from
-    (``decode_events``, ``littles_law``; None when the analysis has no figure for the point)."""
+    (``decode_events``, ``littles_law``; None when the analysis has no figure for the point).
+    ``prefill_bound_tok_s``: the sim profile's prefill bound on output tok/s (None for the
+    ceiling-fit model); ``prefill_bound``: the projection with the faster kernel is held at it."""
 
     run_id: int
     concurrency: int
@@ -184,6 +217,8 @@ class WhatIfRow:
     running_batch: float
     measured_running_batch: float | None = None
     running_batch_source: str | None = None
+    prefill_bound_tok_s: float | None = None
+    prefill_bound: bool = False
 
 
 def _central(dist: Any) -> float | None:
@@ -418,6 +453,7 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
                                "cc": best.cc, "compiler": best.compiler}}
     profile = None
     fits: dict[str, dict] = {}
+    bound_at: list[str] = []
     if engine == "sim":
         from deployments.engines.simcore.profile import ProfileError, profile_load
 
@@ -477,6 +513,10 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
                              concurrency=run.concurrency, output_len=run.output_len, ttft_ms=ttft, factor=factor)
         proj_tpot = tpot * fast.tpot_ms / base.tpot_ms if tpot is not None else None
         proj_tok = tok * fast.tok_s / base.tok_s if tok is not None else None
+        held = fast.prefill_bound
+        if proj_tok is not None and fast.prefill_bound_tok_s is not None and proj_tok > fast.prefill_bound_tok_s:
+            # a measurement above the model would otherwise carry the projection past the prefill
+            proj_tok, held = fast.prefill_bound_tok_s, True
         row = WhatIfRow(
             run_id=run.pk, concurrency=run.concurrency, input_len=run.input_len, output_len=run.output_len,
             measured_tok_s=tok, measured_tpot_ms=tpot, measured_ttft_ms=ttft, model_tok_s=base.tok_s,
@@ -486,7 +526,16 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
         )
         row.measured_running_batch, row.running_batch_source = \
             measured.get(key, {}).get(f"c={run.concurrency}") or (None, None)
+        row.prefill_bound_tok_s, row.prefill_bound = fast.prefill_bound_tok_s, held
+        if held:
+            bound_at.append(f"c={run.concurrency} {key}")
         out["lengths"].setdefault(key, []).append(asdict(row))
+    if bound_at:
+        pf = profile.prefill
+        notes.append(f"prefill-bound at {', '.join(bound_at)}: the kernel does not speed up the prefill, whose "
+                     f"batches of at most {pf.max_batch_tokens} prompt tokens ({pf.fixed_s * 1e3:.0f} ms + "
+                     f"{pf.per_token_s * 1e3:.3f} ms per token each, in sim profile {profile.name}) cap output "
+                     "tok/s at the prefill_bound_tok_s of each row, so the projection stops there")
     if best is not None:
         notes += best_speedup_notes(best=best, sweep=sweep)
     if profile is not None:
