@@ -29,11 +29,18 @@ def sweep_runs(*, sweep: BenchmarkSweep) -> QuerySet[BenchmarkRun]:
     return sweep.runs.defer(*RUN_LIST_DEFERRED).order_by("ordinal", "id")
 
 
+#: The order of ``GET /api/runs/`` without ``?order=``: newest first (ties by id descending), the
+#: order of the runs page.
+RUN_LIST_DEFAULT_ORDER = "-created_at"
+
+
 def run_list(*, sweep_id: int | None = None, source: str | None = None, status: str | None = None,
              order: str | None = None) -> QuerySet[BenchmarkRun]:
     """Runs, filtered by sweep, source (measured, imported) or status; ``order`` one of
-    ``output_tok_s``, ``-output_tok_s``, ``ttft_p99_ms``, ``-ttft_p99_ms``, ``-created_at``
-    (default: sweep, grid order). Raises :class:`InvalidInput` for another order. The imported
+    ``output_tok_s``, ``-output_tok_s``, ``ttft_p99_ms``, ``-ttft_p99_ms``, ``created_at``,
+    ``-created_at`` (default :data:`RUN_LIST_DEFAULT_ORDER`: newest first, as the runs page lists
+    them, measured and imported runs together); ties are broken by id in the order's direction, so
+    the default's by id descending. Raises :class:`InvalidInput` for another order. The imported
     text is deferred (:data:`RUN_LIST_DEFERRED`): one access reads it for one row."""
     qs = BenchmarkRun.objects.select_related("sweep").defer(*RUN_LIST_DEFERRED)
     if sweep_id is not None:
@@ -46,8 +53,8 @@ def run_list(*, sweep_id: int | None = None, source: str | None = None, status: 
         allowed = {"output_tok_s", "-output_tok_s", "ttft_p99_ms", "-ttft_p99_ms", "-created_at", "created_at"}
         if order not in allowed:
             raise InvalidInput({"order": [f"must be one of {', '.join(sorted(allowed))}"]})
-        qs = qs.order_by(order, "id")
-    return qs
+    order = order or RUN_LIST_DEFAULT_ORDER
+    return qs.order_by(order, "-id" if order.startswith("-") else "id")
 
 
 def runs_by_ids(*, ids: list[int], field: str = "ids") -> list[BenchmarkRun]:
