@@ -5,7 +5,8 @@ A spreadsheet (Excel, LibreOffice Calc, Google Sheets) reads a cell starting wit
 a stored text such as an engine's error message ``=HYPERLINK("http://…"&A1,"click")`` would then
 run when the export is opened. Following OWASP's "CSV Injection" guidance, such a text cell is
 written with a single quote in front (``'=HYPERLINK(…)``), which spreadsheets show as the text
-itself. Numbers (``int``, ``float``; a negative number included) are written as numbers.
+itself. Numbers (``int``, ``float``; a negative number included) are written as numbers, a
+negative zero as ``0.0`` (``-0.0`` would read as a change below zero).
 """
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 def csv_cell(value: Any) -> Any:
     """``value`` as a CSV cell: ``""`` for None, ``true`` / ``false`` for booleans (as JSON writes
-    them, not Python's ``True``), numbers unchanged, any other value as text, with ``'`` in front
-    when it starts with one of :data:`FORMULA_START`."""
+    them, not Python's ``True``), numbers unchanged but a negative zero written as ``0.0``, any
+    other value as text, with ``'`` in front when it starts with one of :data:`FORMULA_START`."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and value == 0:
+        return 0.0   # -0.0 too
     if isinstance(value, (int, float)):
         return value
     text = str(value)

@@ -374,10 +374,11 @@ def _and(words: list[str]) -> str:
 
 def _delta_pct(value: Any, base: Any) -> float | None:
     """``value`` against ``base`` in percent of ``base`` (``+12.5`` = 12.5 % higher); None when
-    either is missing or ``base`` is 0 (no percentage of nothing)."""
+    either is missing or ``base`` is 0 (no percentage of nothing). A change that rounds to zero is
+    ``0.0``, never ``-0.0`` (a value a hair below the base)."""
     if not isinstance(value, (int, float)) or not isinstance(base, (int, float)) or base == 0:
         return None
-    return round((value - base) / abs(base) * 100.0, 3)
+    return round((value - base) / abs(base) * 100.0, 3) + 0.0   # -0.0 + 0.0 is 0.0
 
 
 def _spread_pct(a: float, b: float) -> float:
