@@ -58,6 +58,9 @@ WAIT_READY_MARGIN_S = 60
 
 #: Requests per concurrency slot of a grid that gives neither a request count nor a duration.
 DEFAULT_REQUESTS_PER_CONCURRENCY = 4
+#: The length pair of a grid without ``lengths`` ("input:output" tokens): the API's default, the sweep
+#: form's initial value and ``manage.py sweep --lengths``'s default.
+DEFAULT_LENGTHS = "256:256"
 # The longest time limit of one point: a day. Longer is a soak test, not a sweep point.
 MAX_DURATION_S = 86_400
 # The shortest time limit of one point: a second. A point's clock starts when its prompts are ready
@@ -66,6 +69,9 @@ MAX_DURATION_S = 86_400
 # load): a limit such as 1e-300 s passed as "> 0" and gave a point that ended with no request
 # sent, and a sweep "done" with nothing measured.
 MIN_DURATION_S = 1
+#: The bound of a point's time limit in words, the same in every refusal of one: the API's and
+#: ``manage.py sweep --duration``'s (``must be ..., got 0``) and the sweep form's.
+DURATION_RULE = f"at least {MIN_DURATION_S} s and at most {MAX_DURATION_S} s (24 h)"
 # A whole number as forms, query strings and length pairs take it: ASCII digits only
 # (``str.isdigit`` also accepts "²", which ``int`` refuses, and other scripts' digits).
 DIGITS_RE = re.compile(r"[0-9]+")
@@ -150,12 +156,25 @@ def int_refusal(value: Any, *, lo: int, hi: int) -> str:
     return f"must be an integer {lo}..{hi}, got {json_shown(value)}"
 
 
+def duration_valid(value: Any) -> bool:
+    """Whether ``value`` is a point's time limit the grid takes: a finite JSON number of seconds
+    from :data:`MIN_DURATION_S` to :data:`MAX_DURATION_S`."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+            and MIN_DURATION_S <= value <= MAX_DURATION_S)
+
+
+def duration_refusal(shown: str) -> str:
+    """The refusal of a time limit outside :data:`DURATION_RULE`, ``shown`` as the caller quotes
+    it: ``must be at least 1 s and at most 86400 s (24 h), got 0``."""
+    return f"must be {DURATION_RULE}, got {shown}"
+
+
 def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 1800 + WAIT_READY_MARGIN_S,
                   spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Validate and normalise a sweep grid.
 
     Input keys (others are refused): ``concurrency`` list of ints >= 1 (closed-loop points);
-    ``lengths`` list of ``[input_len, output_len]`` pairs or ``"in:out"`` strings (tokens, required);
+    ``lengths`` list of ``[input_len, output_len]`` pairs or ``"in:out"`` strings (tokens; absent, :data:`DEFAULT_LENGTHS`);
     ``request_rates`` optional list of requests/s > 0 and at most :data:`MAX_REQUEST_RATE`
     (open-loop points, in addition to the concurrency points; limited by time alone, rate x
     ``duration_s`` at most :data:`MAX_REQUESTS_PER_POINT`); a value given twice in any of these
@@ -224,7 +243,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         err("grid.concurrency", "give at least one concurrency (or a request rate)")
     lengths: list[list[int]] = []
     length_paths: list[str] = []  # each valid pair's own path: an invalid pair before it keeps its index
-    raw_lengths = raw.get("lengths")
+    raw_lengths = raw.get("lengths") if "lengths" in raw else DEFAULT_LENGTHS
     if isinstance(raw_lengths, str) and raw_lengths.strip():
         raw_lengths = [raw_lengths]  # one "in:out" pair given on its own
     if not isinstance(raw_lengths, list) or not raw_lengths:
@@ -254,13 +273,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     if per_c is not None and (isinstance(per_c, bool) or not isinstance(per_c, (int, float)) or not 0 < per_c <= 1000):
         err("grid.requests_per_concurrency", f"must be a number in (0, 1000], got {grid_number(per_c)}")
     duration = raw.get("duration_s")
-    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))
-                                 or not math.isfinite(duration) or not 0 < duration <= MAX_DURATION_S):
-        err("grid.duration_s", f"must be seconds > 0 and at most {MAX_DURATION_S} (24 h), got {grid_number(duration)}")
-        duration = None
-    elif duration is not None and duration < MIN_DURATION_S:
-        err("grid.duration_s", f"must be at least {MIN_DURATION_S} s (a shorter point ends before its requests "
-                               f"can finish), got {grid_number(duration)}")
+    if duration is not None and not duration_valid(duration):
+        err("grid.duration_s", duration_refusal(grid_number(duration)))
         duration = None
     elif duration is not None:
         duration = float(duration)

@@ -13,7 +13,7 @@ from benchmarks.importers import empty_upload_message
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS, runs_compare_ids, runs_compare_too_many
 from benchmarks.selectors import PK_MAX
-from benchmarks.sweeps import DIGITS_RE
+from benchmarks.sweeps import DEFAULT_LENGTHS, DIGITS_RE, DURATION_RULE, MAX_DURATION_S, MIN_DURATION_S
 from controlplane.api import (
     BlankAsNullCharField, MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField, JSONTextField,
     StrictBooleanField, StrictCharField, StrictInputMixin,
@@ -97,6 +97,21 @@ class SweepSerializer(serializers.ModelSerializer):
         return [r.pk for r in obj.runs.all()]
 
 
+@extend_schema_field({
+    "type": "object", "additionalProperties": True,
+    "description": "The sweep grid (docs/benchmarks.md); every key but concurrency or request_rates is optional.",
+    "properties": {
+        "lengths": {
+            "oneOf": [{"type": "array", "items": {"oneOf": [
+                {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+                {"type": "string"}]}}, {"type": "string"}],
+            "default": DEFAULT_LENGTHS,
+            "description": "[input_len, output_len] pairs or 'in:out' strings, tokens; absent: "
+                           f"{DEFAULT_LENGTHS}, as the sweep form and manage.py sweep --lengths default to"},
+        "duration_s": {"type": "number", "minimum": MIN_DURATION_S, "maximum": MAX_DURATION_S,
+                       "description": f"time limit per point: {DURATION_RULE}"},
+    },
+})
 class GridField(JSONTextField):
     """A sweep grid as sent: any JSON value, numbers that are not finite included.
 
@@ -323,7 +338,9 @@ class RunFilterSerializer(serializers.Serializer):
     source = FilterChoiceField(choices=RunSource.choices, required=False, help_text="measured or imported")
     status = FilterChoiceField(choices=RunStatus.choices, required=False, help_text="only this status")
     order = serializers.CharField(max_length=50, required=False,
-                                  help_text="output_tok_s, ttft_p99_ms or created_at, '-' first for descending")
+                                  help_text="output_tok_s, ttft_p99_ms or created_at, '-' first for descending; "
+                                            "default -created_at (newest first, as the runs page); ties by id in "
+                                            "the same direction (by id descending for the default)")
 
 
 class RecordsQuerySerializer(serializers.Serializer):

@@ -184,6 +184,8 @@ def _under_text(errors: dict[str, list[str]]) -> dict[str, list[str]]:
 
 @extend_schema_view(
     list=extend_schema(summary="List runs (filters: sweep, source, status; order)",
+                       description="Newest first (`-created_at`, ties by id descending), measured and imported "
+                                   "runs together, as the runs page lists them; `?order=` picks another order.",
                        parameters=[s.RunFilterSerializer]),
     retrieve=extend_schema(summary="One run: point, summary, flags, metrics (ms), snapshot"),
 )

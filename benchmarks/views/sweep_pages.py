@@ -19,6 +19,7 @@ from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_cancelled
 from benchmarks.services.sweeps import TOK_S_WINDOW_S
+from benchmarks.sweeps import DEFAULT_LENGTHS
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
     DIGITS_RE, IMPORT_MAX_BYTES, INDEX_RUNS_PER_PAGE, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
@@ -228,9 +229,10 @@ def _length_pairs(raw: str, errors: dict[str, list[str]]) -> list[list[int]]:
 
 
 def _positive(raw: str, field: str, errors: dict[str, list[str]], *, unit: str,
-              maximum: float | None = None) -> float | None:
+              maximum: float | None = None, lowest: bool = True) -> float | None:
     """An optional positive number typed in ``unit``: None when blank; an error quoting the text
-    when it is not a finite number, not above 0, or above ``maximum``."""
+    when it is not a finite number, not above 0 (unless ``lowest`` is False: the caller judges
+    the bounds), or above ``maximum``."""
     raw = raw.strip()
     if not raw:
         return None
@@ -238,7 +240,7 @@ def _positive(raw: str, field: str, errors: dict[str, list[str]], *, unit: str,
     if why or value is None:
         errors.setdefault(field, []).append(why or f"'{raw}' is not a number.")
         return None
-    if value <= 0:
+    if lowest and value <= 0:
         errors.setdefault(field, []).append(f"'{raw}' must be more than 0 {unit}.")
         return None
     if maximum is not None and value > maximum:
@@ -260,12 +262,12 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
     number is refused with a message quoting it, each bad item of a list field on its own. Returns
     ``(grid, errors)``; the service validates the grid again and its errors win.
     """
-    from benchmarks.sweeps import MAX_DURATION_S, ms_to_s
+    from benchmarks.sweeps import duration_refusal, duration_valid, ms_to_s
 
     errors: dict[str, list[str]] = {}
     grid: dict[str, Any] = {
         "concurrency": _int_list(data.get("concurrency", ""), "concurrency", errors),
-        "lengths": _length_pairs(data.get("lengths", ""), errors),
+        "lengths": _length_pairs(data.get("lengths", DEFAULT_LENGTHS), errors),
     }
     rates = _float_list(data.get("rates", ""), "rates", errors, unit="req/s")
     if rates:
@@ -276,8 +278,11 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
             grid["requests"] = int(requests)
         else:
             errors.setdefault("requests", []).append(f"'{requests}' is not a positive whole number.")
-    duration = _positive(data.get("duration", ""), "duration", errors, unit="s", maximum=MAX_DURATION_S)
-    if duration is not None:
+    duration_text = data.get("duration", "").strip()
+    duration = _positive(duration_text, "duration", errors, unit="s", lowest=False)
+    if duration is not None and not duration_valid(duration):
+        errors.setdefault("duration", []).append(duration_refusal(f"'{duration_text}'") + ".")
+    elif duration is not None:
         grid["duration_s"] = duration
     slo = {k: _positive(data.get(f"slo_{k}_ms", ""), f"slo_{k}_ms", errors, unit="ms") for k in ("ttft", "tpot", "e2e")}
     if any(v is not None for v in slo.values()):
@@ -344,7 +349,7 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     one deployment was chosen. A POST whose ``deployment`` names none (``999``, blank, not a
     number) is the form again, status 400, with the API's ``no deployment with id 999`` under
     the deployment field, the typed values kept and judged too."""
-    defaults = {"concurrency": "1,8,16", "lengths": "256:256", "requests": "", "duration": "", "rates": "",
+    defaults = {"concurrency": "1,8,16", "lengths": DEFAULT_LENGTHS, "requests": "", "duration": "", "rates": "",
                 "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
     repeated = repeated_field_errors(request, ("deployment", *defaults)) if request.method == "POST" else {}
     if "deployment" in repeated:
