@@ -37,7 +37,7 @@ from benchmarks.choices import SWEEP_TERMINAL, SweepStatus
 from benchmarks.selectors import sweep_queue_note
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
 from benchmarks.services.sweeps import SHARED_RECHECK_S
-from benchmarks.sweeps import DEFAULT_REQUESTS_PER_CONCURRENCY, WAIT_READY_MARGIN_S, grid_validate
+from benchmarks.sweeps import DEFAULT_LENGTHS, DEFAULT_REQUESTS_PER_CONCURRENCY, WAIT_READY_MARGIN_S, grid_validate
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import CeilingError, InvalidInput
 from controlplane.jsonsafe import js_number
@@ -127,16 +127,39 @@ def _option_for(path: str) -> str | None:
     return None
 
 
+# Wording of grid refusals that names the API's fields or JSON shapes, as the command line says
+# it: the options typed and the ``in:out`` form of ``--lengths`` (applied in order, before
+# :data:`_GRID_FIELD_RE`).
+_CLI_PHRASES = (
+    ("give requests or requests_per_concurrency", "give --requests or --requests-per-concurrency"),
+    ("a fixed number of requests or a duration_s", "--requests or --duration"),
+    ("or give requests", "or give --requests"),
+    ("give at least one [input_len, output_len] pair, e.g. [[256, 256]]", "give at least one in:out pair, e.g. 256:256"),
+    ("must be [input_len, output_len] or 'in:out'", "must be in:out"),
+)
+# A grid field named in a refusal's text (``lower the rate or duration_s``), for its option.
+_GRID_FIELD_RE = re.compile(r"\b(request_rates|requests_per_concurrency|duration_s|wait_ready_s)\b")
+
+
+def cli_wording(message: str) -> str:
+    """A grid refusal's text naming the command's options instead of the API's fields:
+    ``lower the rate or duration_s, or give requests`` -> ``lower the rate or --duration, or give
+    --requests``."""
+    for api_words, cli_words in _CLI_PHRASES:
+        message = message.replace(api_words, cli_words)
+    return _GRID_FIELD_RE.sub(lambda m: OPTION_OF[m.group(1)], message)
+
+
 def grid_error_lines(exc: InvalidInput) -> list[str]:
     """A refused grid's messages for the terminal, one line each, led by its option and grid path
     (``  --seed (grid.seed): must be an integer 0..2^31-1, got -1``); a message about the whole
-    grid (its size) by its path alone. The command prints them under ``the sweep grid is
-    refused:``."""
+    grid (its size) by its path alone. A message that names another grid field names its option
+    (:func:`cli_wording`). The command prints them under ``the sweep grid is refused:``."""
     lines = []
     for path, messages in exc.errors.items():
         option = _option_for(path)
         where = f"{option} ({path})" if option else path
-        lines.extend(f"  {where}: {m}" for m in messages)
+        lines.extend(f"  {where}: {cli_wording(m)}" for m in messages)
     return lines
 
 
@@ -170,8 +193,8 @@ class Command(CeilingCommand):
         parser.add_argument("--concurrency", default=None,
                             help=f"closed-loop points, comma-separated, e.g. 1,8,16 (default {DEFAULT_CONCURRENCY}; "
                                  "none when --request-rates is given)")
-        parser.add_argument("--lengths", default="256:256",
-                            help="input:output token pairs, comma-separated (default 256:256)")
+        parser.add_argument("--lengths", default=DEFAULT_LENGTHS,
+                            help=f"input:output token pairs, comma-separated (default {DEFAULT_LENGTHS})")
         parser.add_argument("--requests", type=int, default=None,
                             help=f"requests per point (default {DEFAULT_REQUESTS_PER_CONCURRENCY} x c, i.e. "
                                  f"--requests-per-concurrency {DEFAULT_REQUESTS_PER_CONCURRENCY}, unless --duration "
