@@ -166,7 +166,8 @@ class SpecField(JSONTextField):
 
 class RecipeWriteSerializer(serializers.Serializer):
     """Input for creating (all of ``name``, ``engine``, ``topology``, ``node``, ``spec``) or
-    updating (any subset with PATCH) a recipe. ``node`` is a node name. ``change_reason`` is
+    updating (any subset with PATCH) a recipe; ``spec`` is always replaced whole, a PATCH's too (a
+    PATCH leaves out fields, never parts of the spec). ``node`` is a node name. ``change_reason`` is
     stored in the version history; ``expected_version`` (a JSON integer: ``"3"`` is refused as the
     wrong type) makes an update fail with 409 when the recipe moved on since the client read it.
     ``name``, ``description`` (null too: no description, as ``""``), ``change_reason`` and ``node``
@@ -184,7 +185,11 @@ class RecipeWriteSerializer(serializers.Serializer):
     engine = FilterChoiceField(choices=Engine.choices)
     topology = FilterChoiceField(choices=Topology.choices)
     node = StrictSlugRelatedField(slug_field="name", queryset=Node.objects.all(), what="a node name (a string)")
-    spec = SpecField(help_text="The typed recipe spec; see deployments.recipes for its schema.")
+    spec = SpecField(help_text=(
+        "The typed recipe spec; see deployments.recipes for its schema. Always taken whole, a PATCH's "
+        "included: a spec sent replaces the stored one, never merged into it, so a key it leaves out "
+        "takes its default (or is refused where required). To change one key, GET the recipe, change "
+        "its spec and send all of it back."))
     change_reason = StrictCharField(max_length=100, required=False, allow_blank=True, write_only=True)
     expected_version = StrictIntegerField(min_value=1, max_value=MAX_INT, required=False, write_only=True)
 

@@ -194,7 +194,10 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
     ),
     partial_update=extend_schema(
         summary="Change some of a recipe's fields as a new version (operator)",
-        description="Every change bumps `version` and is kept in history; 409 when `expected_version` is "
+        description="Fields left out keep their stored values, but `spec` is not merged: a `spec` sent replaces "
+        "the whole stored spec, so a key it leaves out takes its default (or is refused where required); "
+        "to change one key, send the full spec with that key changed. "
+        "Every change bumps `version` and is kept in history; 409 when `expected_version` is "
         "not the current version. " + RECIPE_ERRORS_HELP,
         request=s.RecipeWriteSerializer,
         responses={200: s.RecipeSerializer, 400: ERRORS_400, 409: ERROR_409},
