@@ -80,8 +80,7 @@ def test_the_sweep_command_refuses_empty_items_with_every_other_problem(starting
         "  --concurrency (grid.concurrency): item 3 is empty: give --concurrency as 1,8,16",
         "  --lengths (grid.lengths): item 2 is empty: give --lengths as 256:256,1024:128",
         '  --concurrency (grid.concurrency.1): must be an integer 1..4096, got the string "x"',
-        "  --requests (grid.requests): open-loop points (request_rates) need a fixed number of requests or a "
-        "duration_s",
+        "  --requests (grid.requests): open-loop points (--request-rates) need --requests or --duration",
         "  --seed (grid.seed): must be an integer 0..2^31-1, got -1"]
     assert not starting.sweeps.exists()
 

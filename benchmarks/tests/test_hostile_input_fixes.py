@@ -186,8 +186,7 @@ def test_a_duration_below_the_minimum_is_refused(operator_api, deployment, durat
     response = _sweep(operator_api, deployment, duration_s=duration)
     assert response.status_code == 400
     assert response.json() == {"grid.duration_s": [
-        f"must be at least {MIN_DURATION_S} s (a shorter point ends before its requests can finish), "
-        f"got {duration!r}"]}
+        f"must be at least {MIN_DURATION_S} s and at most 86400 s (24 h), got {duration!r}"]}
     assert not BenchmarkSweep.objects.exists()
 
 

@@ -39,7 +39,7 @@ def test_it_quotes_a_number_typed_as_an_integer_as_typed(starting) -> None:
     assert _refusal("--requests-per-concurrency", "2000") == [
         "  --requests-per-concurrency (grid.requests_per_concurrency): must be a number in (0, 1000], got 2000"]
     assert _refusal("--duration", "0") == [
-        "  --duration (grid.duration_s): must be seconds > 0 and at most 86400 (24 h), got 0"]
+        "  --duration (grid.duration_s): must be at least 1 s and at most 86400 s (24 h), got 0"]
     # a rate typed with a point or an exponent is a float, quoted as JavaScript writes it (1e5: 100000)
     assert _refusal("--request-rates", "10001.5,1e5", "--requests", "5") == [
         "  --request-rates (grid.request_rates.0): must be at most 10,000 requests/s (what one load-generator "
@@ -55,8 +55,7 @@ def test_a_list_item_that_is_no_number_is_named_beside_every_other_problem(start
         '  --concurrency (grid.concurrency.1): must be an integer 1..4096, got the string "x"',
         "  --concurrency (grid.concurrency.2): must be an integer 1..4096, got 8.5",
         '  --request-rates (grid.request_rates.1): must be a number of requests/s > 0, got the string "fast"',
-        "  --requests (grid.requests): open-loop points (request_rates) need a fixed number of requests or a "
-        "duration_s",
+        "  --requests (grid.requests): open-loop points (--request-rates) need --requests or --duration",
         "  --slo-ttft (grid.slo.ttft_s): must be seconds > 0, got 0",
         "  --seed (grid.seed): must be an integer 0..2^31-1, got -1"]
     assert not starting.sweeps.exists()

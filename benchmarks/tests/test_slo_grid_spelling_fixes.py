@@ -82,7 +82,7 @@ def test_grid_messages_spell_refused_numbers_as_json_does_and_say_how_to_write_a
     assert _grid_errors({**base, "request_rates": [1e6], "requests": 10}) == {"grid.request_rates.0": [
         "must be at most 10,000 requests/s (what one load-generator process can send on schedule), got 1000000"]}
     assert _grid_errors({**base, "duration_s": 1e5}) == {"grid.duration_s": [
-        "must be seconds > 0 and at most 86400 (24 h), got 100000"]}
+        "must be at least 1 s and at most 86400 s (24 h), got 100000"]}
     # A whole number written with an exponent or a decimal point is refused, as the API's integer
     # fields refuse it, and the message says how to write it.
     assert _grid_errors({**base, "requests": 1e3}) == {"grid.requests": [

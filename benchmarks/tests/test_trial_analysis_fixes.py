@@ -365,8 +365,8 @@ def test_the_sweep_command_refuses_a_bad_grid_value_naming_the_option() -> None:
         (["--wait-ready", "90000"], "  --wait-ready (grid.wait_ready_s): must be seconds 0..86400, got 90000"),
         (["--request-rates", "2,-1", "--requests", "8"],
          "  --request-rates (grid.request_rates.1): must be a number of requests/s > 0, got -1"),
-        (["--request-rates", "2"], "  --requests (grid.requests): open-loop points (request_rates) need a fixed "
-                                   "number of requests or a duration_s"),
+        (["--request-rates", "2"], "  --requests (grid.requests): open-loop points (--request-rates) need "
+                                   "--requests or --duration"),
     ]
     for args, line in cases:
         with pytest.raises(CommandError) as exc:

@@ -217,7 +217,7 @@ def test_a_key_given_twice_is_named_beside_every_other_problem_of_a_sweep_or_imp
     assert post("/api/sweeps/", '{"deployment": %d, "grid": {"concurrency": [1], "lengths": "64:64", '
                                 '"warmup": 1, "warmup": 2, "duration_s": 0}}' % dep) == {
         "grid.warmup": ["is given 2 times (1, 2): give it once"],
-        "grid.duration_s": ["must be seconds > 0 and at most 86400 (24 h), got 0"]}
+        "grid.duration_s": ["must be at least 1 s and at most 86400 s (24 h), got 0"]}
     assert post("/api/sweeps/", '{"deployment": %d, "deployment": 3, "grid": {"concurrency": [0], '
                                 '"lengths": "64:64"}}' % dep) == {
         "deployment": ["is given 2 times (%d, 3): give it once" % dep],

@@ -346,7 +346,7 @@ def test_it_refuses_numbers_a_browser_would_silently_drop_with_a_message(operato
     assert "&#x27;nan&#x27; is not a finite number" in html
     assert "&#x27;-5&#x27; must be more than 0 ms." in html
     assert "&#x27;inf&#x27; is not a finite number" in html
-    assert "&#x27;90000&#x27; is more than the limit of 86400 s." in html
+    assert "must be at least 1 s and at most 86400 s (24 h), got &#x27;90000&#x27;." in html
     assert 'value="1e400"' in html  # the form comes back with what was typed
     assert not BenchmarkSweep.objects.exists()
 

@@ -1,0 +1,207 @@
+"""The API, the sweep form and ``manage.py sweep`` agree: the run list is newest first as the runs
+page is; a change that rounds to zero is 0, never -0, in the comparison's CSV and JSON; a grid
+without lengths gets the same 256:256 everywhere (and the schema says so); the bound of a point's
+time limit is checked and worded alike; and the command's refusals name its options."""
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import math
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.urls import reverse
+from django.utils import timezone
+
+from benchmarks.choices import RunSource, RunStatus, SweepStatus
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.sweeps import DEFAULT_LENGTHS, DURATION_RULE
+from benchmarks.tests.page_support import logged_in_client
+from benchmarks.tests.sweep_support import sim_deployment_create
+from controlplane.csvsafe import csv_cell
+from deployments.choices import DeploymentStatus
+
+pytestmark = pytest.mark.django_db
+
+GRID = {"concurrency": [1], "requests": 4}
+
+
+@pytest.fixture
+def starting():
+    """A deployment still starting: a sweep of it is created and waits (nothing runs here)."""
+    return sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING,
+                                 recipe_name="agree-sim")
+
+
+def _summary(tok_s: float) -> dict:
+    dist = {"mean": 0.1, "p50": 0.1, "p90": 0.1, "p99": 0.2}
+    return {"requests": 100, "successes": 100, "failures": 0, "duration_s": 10.0,
+            "output_throughput_tok_s": tok_s, "request_throughput_req_s": 10.0,
+            "ttft_s": dist, "tpot_s": dist, "itl_s": dist, "e2e_s": dist}
+
+
+def _measured(sweep: BenchmarkSweep, ordinal: int, *, tok_s: float = 500.0) -> BenchmarkRun:
+    return BenchmarkRun.objects.create(sweep=sweep, ordinal=ordinal, status=RunStatus.DONE, concurrency=4,
+                                       input_len=128, output_len=64, num_gpus=2, summary=_summary(tok_s))
+
+
+def _imported() -> BenchmarkRun:
+    return BenchmarkRun.objects.create(source=RunSource.IMPORTED, status=RunStatus.DONE, concurrency=4,
+                                       input_len=128, output_len=64, summary=_summary(400.0),
+                                       original_text="{}", original_filename="bench.json")
+
+
+# --- the run list: newest first, ties by id descending -------------------------------------------
+
+
+def test_it_lists_runs_newest_first_with_imported_runs_in_their_place(viewer_api) -> None:
+    sweep = BenchmarkSweep.objects.create(name="order", status=SweepStatus.DONE)
+    oldest, newest = _measured(sweep, 0), _measured(sweep, 1)
+    middle = _imported()
+    tie_a, tie_b = _measured(sweep, 2), _imported()
+    now = timezone.now()
+    for run, age_s in ((oldest, 400), (middle, 300), (tie_a, 200), (tie_b, 200), (newest, 100)):
+        BenchmarkRun.objects.filter(pk=run.pk).update(created_at=now - dt.timedelta(seconds=age_s))
+
+    listed = [r["id"] for r in viewer_api.get("/api/runs/").json()["results"]]
+    assert listed == [newest.pk, tie_b.pk, tie_a.pk, middle.pk, oldest.pk]
+    # a sweep's runs alone keep the same order
+    assert [r["id"] for r in viewer_api.get(f"/api/runs/?sweep={sweep.pk}").json()["results"]] == [
+        newest.pk, tie_a.pk, oldest.pk]
+    # the explicit orders: ties by id in the order's own direction
+    assert [r["id"] for r in viewer_api.get("/api/runs/?order=-created_at").json()["results"]] == listed
+    assert [r["id"] for r in viewer_api.get("/api/runs/?order=created_at").json()["results"]] == [
+        oldest.pk, middle.pk, tie_a.pk, tie_b.pk, newest.pk]
+
+    schema = viewer_api.get("/api/schema/?format=json").json()
+    operation = schema["paths"]["/api/runs/"]["get"]
+    assert "Newest first (`-created_at`, ties by id descending)" in operation["description"]
+    [order] = [p for p in operation["parameters"] if p["name"] == "order"]
+    assert "default -created_at (newest first" in order["description"]
+
+
+# --- no negative zero in the comparison ----------------------------------------------------------
+
+
+def test_a_change_that_rounds_to_zero_is_zero_in_the_compare_csv_and_json(viewer_api) -> None:
+    sweep = BenchmarkSweep.objects.create(name="zero", status=SweepStatus.DONE)
+    base = _measured(sweep, 0, tok_s=500.0)
+    hair_below = _measured(sweep, 1, tok_s=500.0 - 1e-9)   # -2e-10 % rounds to -0.0
+
+    body = viewer_api.get(f"/api/runs/compare/?ids={base.pk},{hair_below.pk}").json()
+    fields = {f["key"]: f for f in body["fields"]}
+    delta = fields["output_throughput_tok_s"]["deltas_pct"][1]
+    assert delta == 0.0 and math.copysign(1.0, delta) == 1.0
+
+    response = viewer_api.get(f"/api/runs/compare/?ids={base.pk},{hair_below.pk}&format=csv")
+    text = response.content.decode()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert rows[1]["output_throughput_tok_s_delta_pct"] == "0.0"
+    assert all(not cell.startswith("-0") or cell.startswith("-0.") and float(cell) != 0
+               for row in rows for cell in row.values())
+    assert ",-0.0," not in text and not text.rstrip("\n").endswith(",-0.0")
+    # every CSV cell of every export goes through csv_cell
+    assert csv_cell(-0.0) == 0.0 and math.copysign(1.0, csv_cell(-0.0)) == 1.0
+    assert csv_cell(-1.5) == -1.5 and csv_cell(0) == 0
+
+
+# --- one default for lengths ---------------------------------------------------------------------
+
+
+def test_a_grid_without_lengths_gets_256_256_from_the_api_the_form_and_the_command(
+        operator_api, operator, starting, django_capture_on_commit_callbacks) -> None:
+    assert DEFAULT_LENGTHS == "256:256"
+    with django_capture_on_commit_callbacks(execute=False):
+        created = operator_api.post("/api/sweeps/", {"deployment": starting.pk, "grid": GRID}, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["grid"]["lengths"] == [[256, 256]]
+    BenchmarkSweep.objects.filter(pk=created.json()["id"]).update(status=SweepStatus.CANCELLED)
+
+    with django_capture_on_commit_callbacks(execute=False):
+        call_command("sweep", "agree-sim", "--concurrency", "1", "--requests", "4", "--user", operator.username,
+                     stdout=io.StringIO())
+    cli = BenchmarkSweep.objects.exclude(pk=created.json()["id"]).get()
+    assert cli.grid["lengths"] == [[256, 256]]
+    cli.status = SweepStatus.CANCELLED
+    cli.save(update_fields=["status"])
+
+    page = logged_in_client(operator).get(reverse("benchmarks:sweep-create") + f"?deployment={starting.pk}")
+    assert 'value="256:256"' in page.content.decode()
+    # a body that gives lengths as null or [] still has none: refused, not defaulted
+    refused = operator_api.post("/api/sweeps/", {"deployment": starting.pk, "grid": {**GRID, "lengths": []}},
+                                format="json")
+    assert refused.status_code == 400
+    assert refused.json()["grid.lengths"] == ["give at least one [input_len, output_len] pair, e.g. [[256, 256]]"]
+
+    schema = operator_api.get("/api/schema/?format=json").json()
+    grid = schema["components"]["schemas"]["SweepCreateRequest"]["properties"]["grid"]
+    assert grid["properties"]["lengths"]["default"] == "256:256"
+    assert grid["properties"]["duration_s"]["minimum"] == 1 and grid["properties"]["duration_s"]["maximum"] == 86400
+
+
+# --- one bound for a point's time limit, said one way -------------------------------------------
+
+
+@pytest.mark.parametrize("typed,shown", [("0", "0"), ("0.5", "0.5"), ("86401", "86401"), ("-3", "-3")])
+def test_the_duration_bound_is_checked_and_worded_alike_everywhere(
+        operator_api, operator, starting, typed, shown) -> None:
+    assert DURATION_RULE == "at least 1 s and at most 86400 s (24 h)"
+    value = float(typed) if "." in typed else int(typed)
+    api = operator_api.post("/api/sweeps/", {"deployment": starting.pk, "grid": {**GRID, "duration_s": value}},
+                            format="json")
+    assert api.status_code == 400
+    assert api.json() == {"grid.duration_s": [f"must be at least 1 s and at most 86400 s (24 h), got {shown}"]}
+
+    with pytest.raises(CommandError) as exc:
+        call_command("sweep", "agree-sim", "--concurrency", "1", "--duration", typed, stdout=io.StringIO())
+    assert str(exc.value).split("\n") == [
+        "the sweep grid is refused:",
+        f"  --duration (grid.duration_s): must be at least 1 s and at most 86400 s (24 h), got {shown}"]
+
+    form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
+        "deployment": starting.pk, "concurrency": "1", "lengths": "8:8", "duration": typed})
+    assert form.status_code == 400
+    assert (f"must be at least 1 s and at most 86400 s (24 h), got &#x27;{typed}&#x27;."
+            in form.content.decode())
+    assert not BenchmarkSweep.objects.exists()
+
+
+def test_the_duration_bounds_themselves_are_taken(operator_api, starting, django_capture_on_commit_callbacks) -> None:
+    for value in (1, 86400):
+        with django_capture_on_commit_callbacks(execute=False):
+            created = operator_api.post("/api/sweeps/", {"deployment": starting.pk,
+                                                         "grid": {**GRID, "duration_s": value}}, format="json")
+        assert created.status_code == 201, created.json()
+        assert created.json()["grid"]["duration_s"] == float(value)
+        BenchmarkSweep.objects.filter(pk=created.json()["id"]).update(status=SweepStatus.CANCELLED)
+
+
+# --- the command's refusals name its options ----------------------------------------------------
+
+
+def _refusal(*args: str) -> list[str]:
+    with pytest.raises(CommandError) as exc:
+        call_command("sweep", "agree-sim", "--lengths", "8:8", *args, stdout=io.StringIO())
+    lines = str(exc.value).split("\n")
+    assert lines[0] == "the sweep grid is refused:", lines
+    assert exc.value.returncode == 2
+    return lines[1:]
+
+
+def test_the_command_names_the_options_typed_not_the_api_fields(starting) -> None:
+    assert _refusal("--request-rates", "2") == [
+        "  --requests (grid.requests): open-loop points (--request-rates) need --requests or --duration"]
+    assert _refusal("--requests", "4", "--requests-per-concurrency", "2") == [
+        "  --requests (grid.requests): give --requests or --requests-per-concurrency, not both"]
+    assert _refusal("--concurrency", "", "--request-rates", "0.00001", "--requests", "5") == [
+        "  --request-rates (grid.request_rates.0): 5 requests at 0.00001 req/s take about 500,000 s; at most "
+        "86400 s (24 h) per point: raise the rate or give --duration"]
+    assert _refusal("--concurrency", "", "--request-rates", "10000", "--duration", "86400") == [
+        "  --request-rates (grid.request_rates.0): 10000 req/s for 86400 s is about 864,000,000 requests; at most "
+        "100,000 per point: lower the rate or --duration, or give --requests"]
+    with pytest.raises(CommandError) as exc:
+        call_command("sweep", "agree-sim", "--concurrency", "1", "--lengths", "8-8", stdout=io.StringIO())
+    assert str(exc.value).split("\n")[1].startswith("  --lengths (grid.lengths.0): must be in:out with 1..")
+    assert not starting.sweeps.exists()
