@@ -21,7 +21,8 @@ def sweep_run_task(sweep_id: int) -> str:
 @shared_task(ignore_result=True)
 def sweeps_reconcile_task() -> int:
     """Periodic (``CELERY_BEAT_SCHEDULE``, every 60 s): fail waiting/running sweeps whose worker
-    is gone (see :func:`benchmarks.services.sweeps_reconcile`); returns how many were failed."""
+    is gone and send the task again for pending sweeps whose task was lost (see
+    :func:`benchmarks.services.sweeps_reconcile`); returns how many were failed."""
     from benchmarks.services import sweeps_reconcile
 
     return sweeps_reconcile()

@@ -207,7 +207,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     "telemetry-prune": {"task": "deployments.telemetry.tasks.telemetry_prune_task", "schedule": 3600.0},
     # Kernel jobs whose node agent died mid-build are failed after the step timeout + 10 min.
     "kernel-jobs-reap": {"task": "kernels.tasks.kernel_jobs_reap_task", "schedule": 300.0},
-    # Sweeps whose worker died (no heartbeat for 2 min, or its pid is gone) are failed.
+    # Sweeps whose worker died (no heartbeat for 2 min, or its pid is gone) are failed; pending
+    # sweeps no task looked at for 60 s while a worker slot is free get their task sent again.
     "sweeps-reconcile": {"task": "benchmarks.tasks.sweeps_reconcile_task", "schedule": 60.0},
 }
 # Task modules outside an app's tasks.py (autodiscovery finds only those).

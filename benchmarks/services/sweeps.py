@@ -125,6 +125,12 @@ HEARTBEAT_STALE_S = 120.0
 # own looks again (its task is sent again with this countdown, :func:`_hold`): a few small reads
 # each time, and a start at most this long after the other sweep ended.
 SHARED_RECHECK_S = 5.0
+# A pending sweep no task has looked at for this long (seconds; held, its task looks every
+# SHARED_RECHECK_S; queued, a free worker takes it within a second or two) while a worker slot is
+# free has lost its task: the reconcile pass sends it again (:func:`sweeps_pending_resend`). The
+# same window after which a held sweep stops keeping newer ones in line
+# (:data:`benchmarks.selectors.HELD_STALE_S`).
+PENDING_LOST_S = 60.0
 # Seconds the sweep waits for the load generator's thread after telling it to stop (it stops
 # within about a second; a thread still alive after this is left behind as a daemon).
 STOP_JOIN_S = 30.0
@@ -268,8 +274,10 @@ def sweep_worker_lost(*, sweep: BenchmarkSweep) -> str | None:
 
 def sweeps_reconcile() -> int:
     """Fail every waiting/running sweep whose worker is gone (:func:`sweep_worker_lost`), with
-    that reason; its running point is failed too and the end is broadcast. The body of the
-    periodic ``sweeps_reconcile_task`` (every 60 s, ``CELERY_BEAT_SCHEDULE``). Returns how many."""
+    that reason; its running point is failed too and the end is broadcast. Then send the task
+    again for every pending sweep whose task seems lost (:func:`sweeps_pending_resend`). The body
+    of the periodic ``sweeps_reconcile_task`` (every 60 s, ``CELERY_BEAT_SCHEDULE``). Returns how
+    many were failed."""
     failed = 0
     for sweep in BenchmarkSweep.objects.filter(status__in=(SweepStatus.WAITING, SweepStatus.RUNNING)):
         lost = sweep_worker_lost(sweep=sweep)
@@ -278,7 +286,39 @@ def sweeps_reconcile() -> int:
         if lost and _finish(sweep.pk, SweepStatus.FAILED, lost, heartbeat_at=sweep.heartbeat_at):
             log.warning("sweep %s: %s", sweep.pk, lost)
             failed += 1
+    sweeps_pending_resend()
     return failed
+
+
+def sweeps_pending_resend(*, now=None) -> list[int]:
+    """Send ``sweep_run_task`` again for each pending sweep no task has looked at for
+    :data:`PENDING_LOST_S` seconds, and return their ids in order. Nobody looked: held back for
+    sharing a CPU or GPU but its ``held_at`` (each look's mark, every :data:`SHARED_RECHECK_S`) is
+    older than that, or never held and created longer ago than that. Its task was lost (e.g. the
+    worker restarted while the task waited out its countdown) unless it waits in the broker for a
+    worker slot, so nothing is sent while ``CEILING_CONTROL_CONCURRENCY`` sweeps are waiting or
+    running (every slot busy). A sweep cancel-requested is left alone (its cancel ended it). A
+    copy sent for a task that was not lost after all is harmless: the claim is a conditional
+    UPDATE, so the sweep runs once."""
+    from datetime import timedelta
+
+    from django.db.models import Q
+
+    from benchmarks.tasks import sweep_run_task
+
+    now = now or timezone.now()
+    busy = BenchmarkSweep.objects.filter(status__in=(SweepStatus.WAITING, SweepStatus.RUNNING)).count()
+    if busy >= settings.CEILING_CONTROL_CONCURRENCY:
+        return []
+    before = now - timedelta(seconds=PENDING_LOST_S)
+    lost = list(BenchmarkSweep.objects.filter(status=SweepStatus.PENDING, cancel_requested=False)
+                .filter(Q(held_at__lt=before) | Q(held_at__isnull=True, created_at__lt=before))
+                .order_by("created_at", "pk").values_list("pk", flat=True))
+    for sweep_id in lost:
+        log.warning("sweep %s: pending and not looked at for %.0f s; its task is sent again", sweep_id,
+                    PENDING_LOST_S)
+        sweep_run_task.apply_async(args=[sweep_id], queue="control")
+    return lost
 
 
 def _by(what: str, user) -> str:
@@ -449,7 +489,10 @@ def _start_or_hold(sweep: BenchmarkSweep) -> str:
 def _hold(sweep_id: int, why: str, *, requeue: bool = True) -> str:
     """After :func:`_start_or_hold` put sweep ``sweep_id`` back to pending (``why``): send its
     task again with a countdown of :data:`SHARED_RECHECK_S` seconds and return ``pending``; a
-    cancel asked for meanwhile ends it here instead (cancelled, nothing sent). With ``requeue``
+    cancel asked for meanwhile ends it here instead (cancelled, nothing sent), and so does its own
+    deployment no longer running or starting (stopping, stopped, failed, or deleted: failed with
+    the reason a waiting sweep gets, ``deployment #4 is stopped: ...; nothing to benchmark``, nothing
+    sent), rather than waiting for the sweep ahead of it to end first. With ``requeue``
     false nothing is sent: the caller runs the sweep itself (``manage.py sweep --here``) and calls
     :func:`sweep_execute` again after that many seconds.
 
@@ -467,6 +510,14 @@ def _hold(sweep_id: int, why: str, *, requeue: bool = True) -> str:
             status=SweepStatus.CANCELLED, reason=_cancel_reason(sweep_id, "cancelled before it started"),
             ended_at=timezone.now()):
         return SweepStatus.CANCELLED
+    row = BenchmarkSweep.objects.select_related("deployment").filter(pk=sweep_id, status=SweepStatus.PENDING).first()
+    gone = _nothing_to_benchmark(row.deployment) if row is not None else ""
+    if gone:
+        # Its own deployment stopped (or failed, or is stopping) while it was held: waiting for the
+        # sweep ahead of it would only delay the same failure a claim would meet in _wait_ready.
+        log.warning("sweep %s failed: %s", sweep_id, gone)
+        _finish(sweep_id, SweepStatus.FAILED, gone)
+        return BenchmarkSweep.objects.filter(pk=sweep_id).values_list("status", flat=True).first() or "missing"
     if requeue:
         sweep_run_task.apply_async(args=[sweep_id], queue="control", countdown=SHARED_RECHECK_S)
     return SweepStatus.PENDING
@@ -660,7 +711,7 @@ def process_down(*, deployment_id: int) -> str:
 
 def _wait_ready(sweep: BenchmarkSweep, watch: _Watch | None = None):
     """Poll the deployment row until ready; raise :class:`_SweepFailed` with the reason (C14)."""
-    from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
+    from deployments.choices import DeploymentStatus
 
     deployment = sweep.deployment
     if deployment is None:
@@ -671,9 +722,9 @@ def _wait_ready(sweep: BenchmarkSweep, watch: _Watch | None = None):
         deployment.refresh_from_db()
         if deployment.status == DeploymentStatus.READY and deployment.entry_url:
             return deployment
-        if deployment.status in DEPLOYMENT_TERMINAL or deployment.status == DeploymentStatus.STOPPING:
-            raise _SweepFailed(f"deployment #{deployment.pk} is {deployment.status}"
-                               + (f": {deployment.reason}" if deployment.reason else "") + "; nothing to benchmark")
+        gone = _nothing_to_benchmark(deployment)
+        if gone:
+            raise _SweepFailed(gone)
         waited = time.monotonic() - start
         if waited >= limit:
             raise _SweepFailed(f"deployment #{deployment.pk} was not ready after {limit:.0f} s of waiting "
@@ -683,6 +734,20 @@ def _wait_ready(sweep: BenchmarkSweep, watch: _Watch | None = None):
             watch.check(deployment=False)
         _check_cancel(sweep.pk)
         time.sleep(min(WAIT_POLL_S, max(0.01, limit - waited)))
+
+
+def _nothing_to_benchmark(deployment) -> str:
+    """Why a sweep of ``deployment`` (as read) can never run, or ``""``: the deployment is
+    stopping, stopped or failed (``deployment #4 is stopped: <its reason>; nothing to benchmark``),
+    or there is none (``the sweep has no deployment``). Pending, starting and ready leave hope."""
+    from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
+
+    if deployment is None:
+        return "the sweep has no deployment"
+    if deployment.status in DEPLOYMENT_TERMINAL or deployment.status == DeploymentStatus.STOPPING:
+        return (f"deployment #{deployment.pk} is {deployment.status}"
+                + (f": {deployment.reason}" if deployment.reason else "") + "; nothing to benchmark")
+    return ""
 
 
 def sweep_snapshot(*, sweep: BenchmarkSweep, deployment) -> dict[str, Any]:
