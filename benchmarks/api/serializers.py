@@ -33,7 +33,9 @@ class SweepSerializer(serializers.ModelSerializer):
     the sweep sends in all, null while that is not known (a grid with points limited by time
     alone, until the sweep is done: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     never below ``requests_done``; ``requests_cancelled``: those a cancel ended in flight, null
-    when no point was cut by a cancel. The analysis is served by ``/api/sweeps/<id>/analysis/``.
+    when no point was cut by a cancel; ``held_at``: when its task last found it held back by a
+    sweep of a deployment sharing a CPU or GPU with its own (pending), null when it never was or
+    once it runs. The analysis is served by ``/api/sweeps/<id>/analysis/``.
 
     A text the sweep does not have is null, never ``""`` (``reason``, ``current_point``,
     ``served_model_name``, ``topology``, ``engine``, ``worker``, ``queue_note``), as the sweep's
@@ -68,7 +70,8 @@ class SweepSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "deployment", "grid", "status", "reason", "cancel_requested", "points_total",
                   "points_done", "requests_total", "requests_done", "requests_cancelled", "current_tok_s",
                   "current_point", "num_gpus", "served_model_name", "topology", "engine", "snapshot", "created_by",
-                  "created_at", "started_at", "ended_at", "worker", "heartbeat_at", "run_ids", "queue_note"]
+                  "created_at", "started_at", "ended_at", "worker", "heartbeat_at", "held_at", "run_ids",
+                  "queue_note"]
         read_only_fields = fields
 
     def to_representation(self, instance: BenchmarkSweep):

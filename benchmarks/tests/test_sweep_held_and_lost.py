@@ -110,3 +110,37 @@ def test_the_reconcile_pass_sends_again_the_task_of_a_pending_sweep_nobody_looke
     sent.clear()
     assert sweeps_reconcile() == 0
     assert [c["args"] for c in sent] == [[sweeps["held-lost"].pk]]  # still pending and not looked at
+
+
+def test_held_at_is_in_the_api_its_schema_and_on_the_sweep_page(sim_url: str, operator, operator_api, sent) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    busy_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-a")
+    mine = sim_deployment_create(base_url=sim_url, recipe_name="sim-b")
+    BenchmarkSweep.objects.create(deployment=busy_dep, status=SweepStatus.RUNNING)
+    sweep = sweep_create(deployment=mine, user=operator, grid=SHORT)
+    assert operator_api.get(f"/api/sweeps/{sweep.pk}/").json()["held_at"] is None  # never held yet
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.PENDING
+    held_at = BenchmarkSweep.objects.get(pk=sweep.pk).held_at
+    body = operator_api.get(f"/api/sweeps/{sweep.pk}/").json()
+    assert body["status"] == SweepStatus.PENDING
+    assert body["held_at"] == held_at.isoformat().replace("+00:00", "Z")
+
+    schema = operator_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    prop = schema["components"]["schemas"]["Sweep"]["properties"]["held_at"]
+    assert (prop["type"], prop["format"], prop.get("readOnly"), prop.get("nullable")) == (
+        "string", "date-time", True, True)
+
+    client = Client()
+    client.force_login(operator)
+    page = client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()
+    shown = held_at.strftime("%Y-%m-%d %H:%M:%S") + " UTC"
+    assert f'Held back (its task last looked at <time datetime="{held_at.isoformat()}">{shown}</time>):' in page
+    assert "waiting for sweep #" in page
+
+    # once the sweep ahead ends it is claimed: held_at is cleared, and the page says nothing of it
+    BenchmarkSweep.objects.filter(deployment=busy_dep).update(status=SweepStatus.DONE)
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
+    assert operator_api.get(f"/api/sweeps/{sweep.pk}/").json()["held_at"] is None
+    assert "Held back" not in client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()

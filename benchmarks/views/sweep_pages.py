@@ -442,7 +442,8 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     of the running point over the last report window, None when none), ``tok_s_window_s`` (that
     window's length, seconds: :data:`benchmarks.services.sweeps.TOK_S_WINDOW_S`), ``active`` (still
     moving), ``current_point`` (e.g. ``c=8 256/256``) and ``run`` (:func:`run_progress` of the
-    running point, None when none runs).
+    running point, None when none runs), ``held_at`` (when its task last found the pending sweep
+    held back by a sweep sharing a CPU or GPU with it; None when not pending or never held).
 
     ``percent`` counts requests, or, when the grid limits points by time (``duration_s``, where the
     request total is only a budget), finished points plus the running point's share: the larger
@@ -471,6 +472,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
         "tok_s_window_s": TOK_S_WINDOW_S,
         "current_point": sweep.current_point if sweep.status == SweepStatus.RUNNING else "",
         "active": active, "run": live, "queue_note": sweep_queue_note(sweep=sweep) if active else "",
+        "held_at": sweep.held_at if sweep.status == SweepStatus.PENDING else None,
     }
 
 
