@@ -101,6 +101,22 @@ def sweep_requests_cancelled(*, sweep: BenchmarkSweep) -> int | None:
     return total if seen else None
 
 
+def sweep_requests_aborted(*, sweep: BenchmarkSweep) -> int | None:
+    """Requests of ``sweep`` that a stop ended in flight: a cancel (as
+    :func:`sweep_requests_cancelled` counts them) or its deployment going down under a point (the
+    ``aborted`` count of each point stored failed); never among its ``requests_done``. None when
+    no point had any."""
+    total = 0
+    for status, summary in sweep.runs.filter(status__in=("cancelled", "failed")).values_list("status", "summary"):
+        if not isinstance(summary, dict):
+            continue
+        part = summary.get("partial") if status == "cancelled" else None
+        aborted = part.get("aborted") if isinstance(part, dict) else summary.get("aborted")
+        if isinstance(aborted, int) and not isinstance(aborted, bool):
+            total += aborted
+    return total or None
+
+
 def deployment_bindings(*, deployment) -> tuple[set[int], set[int]]:
     """The CPUs and GPUs (NVML indices) ``deployment``'s processes hold on its node, as ``(cpus,
     gpus)``. A process counts with what it was pinned to (``effective_cpus`` read back from

@@ -33,7 +33,8 @@ class SweepSerializer(serializers.ModelSerializer):
     the sweep sends in all, null while that is not known (a grid with points limited by time
     alone, until the sweep is done: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     never below ``requests_done``; ``requests_cancelled``: those a cancel ended in flight, null
-    when no point was cut by a cancel; ``held_at``: when its task last found it held back by a
+    when no point was cut by a cancel; ``requests_aborted``: those any stop ended in flight (a
+    cancel, or the deployment going down under a point), null when none; ``held_at``: when its task last found it held back by a
     sweep of a deployment sharing a CPU or GPU with its own (pending), null when it never was or
     once it runs. The analysis is served by ``/api/sweeps/<id>/analysis/``.
 
@@ -50,6 +51,9 @@ class SweepSerializer(serializers.ModelSerializer):
                   "points has a total only once it is done. Never below requests_done.")
     requests_cancelled = serializers.SerializerMethodField(
         help_text="requests a cancel ended in flight (not in requests_done); null when none was")
+    requests_aborted = serializers.SerializerMethodField(
+        help_text="requests a stop ended in flight, a cancel or the deployment going down under a point (not in "
+                  "requests_done); null when none was")
     queue_note = serializers.SerializerMethodField(
         help_text="why an active sweep is not measuring yet; null once it runs or is over")
     reason = BlankAsNullCharField(allow_null=True, read_only=True,
@@ -68,7 +72,8 @@ class SweepSerializer(serializers.ModelSerializer):
     class Meta:
         model = BenchmarkSweep
         fields = ["id", "name", "deployment", "grid", "status", "reason", "cancel_requested", "points_total",
-                  "points_done", "requests_total", "requests_done", "requests_cancelled", "current_tok_s",
+                  "points_done", "requests_total", "requests_done", "requests_cancelled", "requests_aborted",
+                  "current_tok_s",
                   "current_point", "num_gpus", "served_model_name", "topology", "engine", "snapshot", "created_by",
                   "created_at", "started_at", "ended_at", "worker", "heartbeat_at", "held_at", "run_ids",
                   "queue_note"]
@@ -95,6 +100,12 @@ class SweepSerializer(serializers.ModelSerializer):
         from benchmarks.selectors import sweep_requests_cancelled
 
         return sweep_requests_cancelled(sweep=obj)
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_requests_aborted(self, obj: BenchmarkSweep) -> int | None:
+        from benchmarks.selectors import sweep_requests_aborted
+
+        return sweep_requests_aborted(sweep=obj)
 
     def get_run_ids(self, obj: BenchmarkSweep) -> list[int]:
         return [r.pk for r in obj.runs.all()]

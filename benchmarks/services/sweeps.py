@@ -1427,8 +1427,9 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     if shared:
         _shared_load_mark_back(run=run, shared=shared)
     # Requests done are the ones that finished (a success, or a failure the server answered): a
-    # request the cancel ended in flight did not, and is counted apart (the summary's ``aborted``).
-    finished = sent - int(summary.get("aborted") or 0) if cancelled_here else sent
+    # request a stop ended in flight (a cancel, or the deployment going down under the point) did
+    # not, and is counted apart (the summary's ``aborted``), the same way whichever stop it was.
+    finished = sent - int(summary.get("aborted") or 0)
     fields: dict[str, Any] = {"requests_done": done_before + max(0, finished),
                               "current_tok_s": summary.get("output_throughput_tok_s")}
     if timed:

@@ -153,7 +153,9 @@ def test_it_keeps_the_records_of_an_open_loop_point_whose_engine_was_killed(sing
         "numbers are not kept as a measurement and the later points were not run")
     assert run.reason in sweep.reason
     # The planned count stays; what was sent and what was not is in the summary.
-    assert run.num_requests == 300 and sweep.requests_total == 300 and sweep.requests_done == s["requests"]
+    # Done are the requests that finished: those the stop aborted in flight are not among them.
+    assert run.num_requests == 300 and sweep.requests_total == 300
+    assert sweep.requests_done == s["requests"] - s["aborted"]
 
     records = viewer_api.get(f"/api/runs/{run.pk}/records/")
     assert records.status_code == 200 and records.json()["count"] == s["requests"]
@@ -193,13 +195,14 @@ def test_it_keeps_the_planned_total_of_a_closed_loop_point_whose_engine_died(tmp
     s = run.summary
     assert s["ended_by"] == "target_unreachable" and s["requests"] + s["not_sent"] == 400
     sent = s["requests"]
-    assert (sweep.requests_total, sweep.requests_done, run.num_requests) == (400, sent, 400)
+    finished = sent - s["aborted"]
+    assert (sweep.requests_total, sweep.requests_done, run.num_requests) == (400, finished, 400)
     api = viewer_api.get(f"/api/sweeps/{sweep.pk}/").json()
-    assert (api["requests_total"], api["requests_done"]) == (400, sent)
+    assert (api["requests_total"], api["requests_done"]) == (400, finished)
     assert viewer_api.get(f"/api/runs/{run.pk}/").json()["num_requests"] == 400
 
     html = _client(viewer).get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
-    assert f"{sent} sent of 400 planned" in html.split('class="requests-done"')[1].split("</dd>")[0]
+    assert f"{finished} finished of 400 planned" in html.split('class="requests-done"')[1].split("</dd>")[0]
     row = html.split(f'id="run-{run.pk}"')[1].split("</tr>")[0]
     assert f"{sent:,} sent of 400 planned" in row
     cell = row.split('class="small failure-reasons"')[1]

@@ -17,7 +17,7 @@ from benchmarks import services
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
-from benchmarks.selectors import sweep_queue_note, sweep_requests_cancelled
+from benchmarks.selectors import sweep_queue_note, sweep_requests_aborted, sweep_requests_cancelled
 from benchmarks.services.sweeps import TOK_S_WINDOW_S
 from benchmarks.sweeps import DEFAULT_LENGTHS
 from benchmarks.views.charts import sweep_charts
@@ -438,7 +438,9 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     ``requests_done``/``requests_total`` (counts; done are the requests that finished; the total
     None while points limited by time alone have not run,
     :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
-    ``requests_cancelled`` (requests a cancel ended in flight, None when none or not cancelled), ``percent`` (0-100), ``current_tok_s`` (output tok/s
+    ``requests_cancelled`` (requests a cancel ended in flight, None when none or not cancelled),
+    ``requests_aborted`` (requests ended in flight when the deployment went down, None when none or
+    not failed), ``percent`` (0-100), ``current_tok_s`` (output tok/s
     of the running point over the last report window, None when none), ``tok_s_window_s`` (that
     window's length, seconds: :data:`benchmarks.services.sweeps.TOK_S_WINDOW_S`), ``active`` (still
     moving), ``current_point`` (e.g. ``c=8 256/256``) and ``run`` (:func:`run_progress` of the
@@ -467,6 +469,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
         "points_done": sweep.points_done, "points_total": sweep.points_total,
         "requests_done": sweep.requests_done, "requests_total": sweep.requests_total_known, "timed": timed,
         "requests_cancelled": sweep_requests_cancelled(sweep=sweep) if sweep.status == SweepStatus.CANCELLED else None,
+        "requests_aborted": sweep_requests_aborted(sweep=sweep) if sweep.status == SweepStatus.FAILED else None,
         "percent": round(min(percent, 100.0), 1),
         "current_tok_s": sweep.current_tok_s if sweep.status == SweepStatus.RUNNING else None,
         "tok_s_window_s": TOK_S_WINDOW_S,
