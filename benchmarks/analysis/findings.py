@@ -44,6 +44,13 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
         out.extend(_kind_prefixed(g, prefix, s) for s in _queueing_sentences(g, g_analysed))
     if r.comparison is not None:
         out.extend(_comparison_sentences(r.comparison, lengths))
+    # Points with the same flags and no failures share one sentence ("c=1, c=8 and c=16 are
+    # flagged (tokens_estimated); ..."): a llama.cpp sweep flags every point alike, and one line a
+    # point said the same thing three times.
+    flag_groups: dict[tuple[str, ...], list[str]] = {}
+    for p in points:
+        if p.flags and not p.failed:
+            flag_groups.setdefault(tuple(p.flags), []).append(p.label)
     for p in points:
         notes = []
         if p.flags:
@@ -51,7 +58,11 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
         if p.failed:
             total = (p.completed or 0) + p.failed
             notes.append(f"had {p.failed} failed request{'s' if p.failed != 1 else ''} of {total}")
-        if notes and COALESCED_FLAG in p.flags:
+        labels = flag_groups.get(tuple(p.flags), []) if p.flags and not p.failed else [p.label]
+        if len(labels) > 1:
+            if labels[0] == p.label:
+                out.append(_flag_group_sentence(labels, p.flags))
+        elif notes and COALESCED_FLAG in p.flags:
             out.append(f"{p.label} {' and '.join(notes)}; its throughput is used as measured, its TTFT, TPOT and "
                        "ITL are not used for the bottleneck.")
         elif notes:
@@ -65,6 +76,16 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
     if others:
         out.append(f"Left out: {', '.join(others)}.")
     return [s for s in out if s]
+
+
+def _flag_group_sentence(labels: list[str], flags: list[str]) -> str:
+    """One sentence for several points flagged alike with no failed request, e.g. ``c=1, c=8 and
+    c=16 are flagged (tokens_estimated); their numbers are used as measured.``"""
+    names = f"{', '.join(labels[:-1])} and {labels[-1]}"
+    if COALESCED_FLAG in flags:
+        return (f"{names} are flagged ({', '.join(flags)}); their throughput is used as measured, their "
+                "TTFT, TPOT and ITL are not used for the bottleneck.")
+    return f"{names} are flagged ({', '.join(flags)}); their numbers are used as measured."
 
 
 _KIND_NAMES = {"closed": "Closed loop (points by concurrency)", "open": "Open loop (points by request rate)"}

@@ -262,6 +262,20 @@ def test_it_reports_flagged_failed_and_empty_points() -> None:
     assert r.findings[-1] == "Left out: c=32 (no successful output)."
 
 
+def test_it_says_once_that_points_flagged_alike_are_used_as_measured() -> None:
+    """A llama.cpp sweep flags every point tokens_estimated: one sentence names them all, and a point
+    flagged alike but with failed requests keeps its own sentence."""
+    est = ("tokens_estimated",)
+    sweep = [point(1, 479.0, 1.9, 14, flags=est), point(8, 740.0, 1.2, 556, flags=est),
+             point(16, 797.0, 1.2, 1051, flags=est), point(32, 800.0, 1.2, 2100, flags=est, completed=63, failed=1)]
+    r = ceiling_analyse(sweep, num_gpus=1, topology="single")
+    flagged = [f for f in r.findings if "flagged" in f]
+    assert flagged == [
+        "c=1, c=8 and c=16 are flagged (tokens_estimated); their numbers are used as measured.",
+        "c=32 is flagged (tokens_estimated) and had 1 failed request of 64; its numbers are used as measured.",
+    ]
+
+
 def test_it_rejects_invalid_sweeps_with_field_paths() -> None:
     with pytest.raises(InvalidInput) as exc:
         ceiling_analyse([point(1, 10, 90, 100), point(2, 20, 90, 100, input_len=1024)], num_gpus=0, topology="pd")
