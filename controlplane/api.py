@@ -691,7 +691,8 @@ class _FormJSONText(str):
 class JSONTextDictField(JSONTypeWordingMixin, serializers.DictField):
     """DRF's :class:`~rest_framework.fields.DictField` that, in a form-encoded or multipart body,
     also takes the whole object as JSON text in the field itself (``params={"impl": ["x"]}``), read
-    as :class:`JSONTextField` reads it (a key given twice inside it is a 400 at its dotted path);
+    as :class:`JSONTextField` reads it (a key given twice inside it, or a number that is not finite,
+    ``1e400`` or ``NaN``, is a 400 at its dotted path, as in a JSON body);
     DRF reads only prefixed keys there (``params.impl=x``, which :class:`StrictInputMixin` refuses
     as unknown fields) and dropped such text silently, so the default (the whole grid) was taken
     instead. Text that is not JSON is ``Value must be valid JSON.``; a value that is not an object,
@@ -712,9 +713,9 @@ class JSONTextDictField(JSONTypeWordingMixin, serializers.DictField):
                 data = json_loads(data)
             except (TypeError, ValueError, RecursionError):
                 self.fail("invalid_json")
-            repeated = repeated_key_errors(data)
-            if repeated:
-                raise serializers.ValidationError(repeated)
+            found = body_errors(data)  # keys given twice and numbers that are not finite, as in a JSON body
+            if found:
+                raise serializers.ValidationError(found)
         return super().to_internal_value(data)
 
 

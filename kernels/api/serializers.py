@@ -3,6 +3,7 @@
 ``gbps`` GB/s, ``tflops`` TFLOP/s; ``roofline_fraction`` is 0-1."""
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 
@@ -145,6 +146,21 @@ class JobSerializer(serializers.ModelSerializer):
         return kernel_job_waiting_reason(job=job) or None
 
 
+class ParamValuesField(serializers.JSONField):
+    """The values of one parameter of a job body's ``params``: any JSON value (the grid judges
+    it). A number that is not finite inside it (``[1e400]``, ``[NaN]``) passes here, so that the
+    400 names it at its own path alone (``{"params.BLOCK.0": ["1e400 is not a finite number"]}``,
+    :class:`~controlplane.api.StrictInputMixin`) and never also refuses the whole list as
+    ``Value must be valid JSON.`` (DRF's check, which refuses infinities and NaN)."""
+
+    def to_internal_value(self, data):
+        try:
+            json.dumps(data, allow_nan=True)  # the check DRF makes, with infinities and NaN let through
+        except (TypeError, ValueError):
+            self.fail("invalid")
+        return data
+
+
 #: What an empty ``shapes`` or ``batches`` list of a job body is told.
 LEAVE_OUT = "give at least one value, or leave the key out for the package's list"
 
@@ -164,7 +180,7 @@ class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     package = StrictCharField(max_length=63, example="sparse_mla_decode")
     node = StrictCharField(max_length=63, example="local")
     cc = StrictCharField(max_length=8, required=False, allow_blank=True, trim_whitespace=False, example="9.0")
-    params = JSONTextDictField(child=serializers.JSONField(), required=False, example={"impl": ["split_k"]})
+    params = JSONTextDictField(child=ParamValuesField(), required=False, example={"impl": ["split_k"]})
     shapes = StrictListField(child=StrictCharField(max_length=63, example="v4-flash"), required=False,
                              min_length=1, max_length=32, error_messages={"min_length": LEAVE_OUT},
                              what="a list of shape names", example=["v4-flash"])
