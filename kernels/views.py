@@ -40,7 +40,9 @@ from kernels.choices import JOB_ACTIVE, JOB_TERMINAL, KernelJobStatus
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
 from kernels.manifest import grid_summary_read
 from kernels.runner.build import arch_name
-from kernels.whatif import DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, WHATIF_KEYS, whatif_compute, whatif_input_errors
+from kernels.whatif import (
+    DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, WHATIF_KEYS, sweep_refusals, whatif_compute, whatif_input_errors,
+)
 
 # A whole number as the query string and forms take it: ASCII digits only (``str.isdigit`` also
 # accepts "²" or "٣", which ``int`` then refuses or reads as another number).
@@ -650,6 +652,12 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
             errors["sweep"] = [f"No sweep with id {_short(sweep_raw)!r}."]
         elif sweep not in sweeps and sweep.status in SWEEP_TERMINAL:
             sweeps.insert(0, sweep)   # older than the newest 100: still the one asked for
+    # A sweep the projection would refuse for its status or its runs (kernels.whatif.sweep_refusals,
+    # the service's own rule and message) is listed disabled, with why, never offered as a choice.
+    refusals = sweep_refusals(sweeps)
+    for s in sweeps:
+        s.whatif_refusal = refusals.get(s.pk)
+    if sweep_raw:
         if best_raw and request.GET.get("speedup", "").strip():
             # The API's rule (WhatIfQuerySerializer): exactly one source of the speedup.
             errors.setdefault("speedup", []).append(

@@ -317,6 +317,46 @@ def _unfinished_note(sweep) -> str | None:
             + (f", leaving out {', '.join(left)}" if left else ""))
 
 
+def _unfinished_refusal(sweep) -> str:
+    return (f"sweep #{sweep.pk} has not finished ({sweep.get_status_display()}, {sweep.points_done} of "
+            f"{sweep.points_total} points done): project it once it is done")
+
+
+def _no_runs_refusal(sweep, *, empty: bool) -> str:
+    return (f"sweep #{sweep.pk} has no finished closed-loop run with fixed lengths"
+            + (" and a successful request" if empty else ""))
+
+
+def sweep_refusals(sweeps) -> dict[int, str]:
+    """``{sweep id: why}`` for each of ``sweeps`` that :func:`whatif_compute` refuses for its
+    status or its runs, with the message it raises (``sweep #7 has no finished closed-loop run
+    with fixed lengths``; a sweep that has not finished, one whose points were all cancelled or
+    failed, one with only open-loop points, one whose points all failed their requests: ``... and
+    a successful request``); a sweep left out may still be refused for its model (a sim profile
+    that cannot be loaded, an analysis without a usable decode fit). One query for all the runs:
+    what the what-if page's sweep list marks as not projectable."""
+    from benchmarks.models import BenchmarkRun
+
+    out: dict[int, str] = {}
+    judged = []
+    for sweep in sweeps:
+        if sweep.status not in SWEEP_TERMINAL:
+            out[sweep.pk] = _unfinished_refusal(sweep)
+        else:
+            judged.append(sweep)
+    closed: dict[int, list[bool]] = {}   # sweep id -> unreadable?, per finished closed-loop run
+    runs = (BenchmarkRun.objects.filter(sweep__in=[s.pk for s in judged], status="done", concurrency__isnull=False)
+            .only("sweep_id", "concurrency", "input_len", "output_len", "summary"))
+    for run in runs:
+        if run.concurrency and run.input_len and run.output_len:
+            closed.setdefault(run.sweep_id, []).append(_unreadable(run.summary or {}))
+    for sweep in judged:
+        flags = closed.get(sweep.pk, [])
+        if all(flags):   # none, or none with a successful request
+            out[sweep.pk] = _no_runs_refusal(sweep, empty=bool(flags))
+    return out
+
+
 def _point_label(concurrency, request_rate, input_len, output_len) -> str:
     load = f"c={concurrency}" if concurrency is not None else f"{request_rate:g} req/s"
     return f"{load} {input_len}/{output_len}"
@@ -421,9 +461,7 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
 
     factor = decode_factor(share=share, speedup=speedup)
     if sweep.status not in SWEEP_TERMINAL:
-        raise InvalidInput({"sweep": [
-            f"sweep #{sweep.pk} has not finished ({sweep.get_status_display()}, {sweep.points_done} of "
-            f"{sweep.points_total} points done): project it once it is done"]})
+        raise InvalidInput({"sweep": [_unfinished_refusal(sweep)]})
     engine = sweep.engine or ((sweep.snapshot or {}).get("engine") or "")
     topology = sweep.topology if sweep.topology in ("pd", "single") else "single"
     notes: list[str] = []
@@ -443,8 +481,7 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
     if open_loop:
         notes.append(f"{len(open_loop)} open-loop point(s) (request rate) are not projected: the model is a closed loop")
     if not runs:
-        raise InvalidInput({"sweep": [f"sweep #{sweep.pk} has no finished closed-loop run with fixed lengths"
-                                      + (" and a successful request" if empty else "")]})
+        raise InvalidInput({"sweep": [_no_runs_refusal(sweep, empty=bool(empty))]})
     out: dict[str, Any] = {"sweep": sweep.pk, "engine": engine, "topology": topology, "share": share,
                            "speedup": speedup, "factor": factor, "profile": None, "fit": None,
                            "lengths": {}, "notes": notes, "speedup_measured_at": None if best is None else {
