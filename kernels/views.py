@@ -663,12 +663,18 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
             errors.setdefault("speedup", []).append(
                 "Give speedup (a number) or best (a best-variant id), exactly one: both were given.")
         elif best_raw and "speedup" not in errors:
+            # An id no row has, or a row without a speedup, is named as the API names it
+            # (kernels.services.kernel_best_for, KernelWhatIfView), not as a choice to make.
             try:
-                best = services.kernel_best_for(best_id=int(best_raw)) if DIGITS_RE.fullmatch(best_raw) else None
-            except NotFound:
+                best = (services.kernel_best_for(best_id=int(best_raw))
+                        if DIGITS_RE.fullmatch(best_raw) and len(best_raw) <= 18 else None)
+            except NotFound as exc:
                 best = None
-            if best is None or not best.speedup:
-                errors["best"] = ["Choose a best variant with a measured speedup over its baseline."]
+                errors["best"] = [str(exc)]   # no best kernel variant with id 999
+            if best is None:
+                errors.setdefault("best", ["Choose a best variant with a measured speedup over its baseline."])
+            elif not best.speedup:
+                errors["best"] = [f"best variant #{best.pk} has no measured speedup over a baseline"]
             else:
                 speedup = best.speedup
                 source = (f"best variant #{best.pk}: {best.package.name} {best.shape_bucket} on {best.device_name}, "

@@ -2,7 +2,8 @@
 for its runs (a cancelled sweep with no finished point, a failed one with only open-loop points or
 only points whose requests all failed) is listed disabled with the service's own reason
 (:func:`kernels.whatif.sweep_refusals`, the message :func:`kernels.whatif.whatif_compute` raises),
-never as a choice."""
+never as a choice. An unknown ``best`` id, or a best variant without a speedup, is named on the page
+as the API names it (``no best kernel variant with id 999``)."""
 import html
 import re
 
@@ -11,6 +12,7 @@ from django.test import Client
 
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from controlplane.errors import InvalidInput
+from kernels.models import KernelBest
 from kernels.whatif import sweep_refusals, whatif_compute
 
 pytestmark = pytest.mark.django_db
@@ -102,3 +104,32 @@ def test_asking_for_a_disabled_sweep_gets_the_same_reason_from_the_page_and_the_
     assert answer.status_code == 400
     assert f"<li><code>sweep</code>: {why}</li>" in body
     assert f'<option value="{sweep.pk}" selected disabled' in body
+
+
+def test_an_unknown_best_is_named_as_the_api_names_it(viewer, viewer_api, seed_pd_sweep):
+    api = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "best": 999})
+    assert api.status_code == 404 and "no best kernel variant with id 999" in api.content.decode()
+
+    answer = _page(viewer, sweep=seed_pd_sweep.pk, best=999)
+    body = answer.content.decode()
+    assert answer.status_code == 400
+    assert re.findall(r"<li><code>(\w+)</code>: ([^<]*)</li>", body) == [("best", "no best kernel variant with id 999")]
+    assert "Projected (tok/s)" not in body
+
+
+def test_a_best_without_a_speedup_is_named_as_the_api_names_it(viewer, viewer_api, seed_pd_sweep, measured_job):
+    best = KernelBest.objects.filter(job=measured_job).order_by("pk").first()
+    KernelBest.objects.filter(pk=best.pk).update(speedup=None)
+    why = f"best variant #{best.pk} has no measured speedup over a baseline"
+
+    api = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "best": best.pk})
+    assert api.status_code == 400 and api.json() == {"best": [why]}
+    answer = _page(viewer, sweep=seed_pd_sweep.pk, best=best.pk)
+    assert answer.status_code == 400
+    assert re.findall(r"<li><code>(\w+)</code>: ([^<]*)</li>", answer.content.decode()) == [("best", why)]
+
+
+def test_a_known_best_with_a_speedup_still_projects(viewer, seed_pd_sweep, measured_job):
+    best = KernelBest.objects.filter(job=measured_job, speedup__isnull=False).order_by("pk").first()
+    answer = _page(viewer, sweep=seed_pd_sweep.pk, best=best.pk)
+    assert answer.status_code == 200 and "Projected (tok/s)" in answer.content.decode()
