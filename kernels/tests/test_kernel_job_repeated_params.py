@@ -123,8 +123,9 @@ def test_every_refusal_of_the_input_is_one_line_with_exit_status_2(toy_package, 
 
 
 @pytest.mark.parametrize("args,line", [
-    (["no_such_package", "--external"], "no registered kernel package 'no_such_package' (run kernel_register)"),
-    (["toy_attn", "--node", "nowhere"], "no node named 'nowhere'"),
+    (["no_such_package", "--external"],
+     "the job was not created: package: no registered kernel package named 'no_such_package' (run kernel_register)"),
+    (["toy_attn", "--node", "nowhere"], "the job was not created: node: no node named 'nowhere'"),
 ])
 def test_an_unknown_package_or_node_is_one_line_with_exit_status_2(toy_package, args, line):
     with pytest.raises(CommandError) as err:

@@ -11,7 +11,10 @@ neither of its values is taken, and so is a shape or batch listed more than once
 1 is given twice: give each once``, the API's message), an empty item of ``--batches`` or ``--shapes``
 (``batches: item 2 is empty: give batches as 1,8,64``) and a batch that is no integer. A number in ``--params`` that is not finite
 (``1e400``, ``NaN``, ``Infinity``) is refused with the API's message at its path (``params.BLOCK.0:
-1e400 is not a finite number``) before the package is looked up.
+1e400 is not a finite number``). An unknown package or node is named at its path beside every other
+problem, as the API names them (``package: no registered kernel package named 'nope' (run
+kernel_register); node: no node named 'ghost'``); without the package, a ``--cc`` is still judged
+alone.
 
 ``--user USERNAME`` records the job's creator: an active user with the operator or admin role, as
 the API requires, else an error naming the user and what is missing; without it the job has none
@@ -35,7 +38,7 @@ from deployments.management.command_user import command_user
 from deployments.models import Node
 from kernels.choices import JOB_TERMINAL, KernelJobStatus
 from kernels.models import KernelPackage
-from kernels.services import job_progress_total, kernel_job_check, kernel_job_create
+from kernels.services import cc_problem, job_progress_total, kernel_job_check, kernel_job_create
 
 
 #: The exit status of ``--wait`` that ran out while the job was still going (queued, building or
@@ -74,6 +77,11 @@ def repeated_values(**lists: list | None) -> dict[str, list[str]]:
         if messages:
             out[name] = messages
     return out
+
+
+def _under(path: str, found: dict[str, list[str]]) -> bool:
+    """Whether ``found`` names ``path`` or a path inside it (``params.BLOCK.0`` is inside ``params.BLOCK``)."""
+    return any(p == path or p.startswith(f"{path}.") for p in found)
 
 
 # An integer as typed: ASCII digits with an optional sign (``int()`` also takes ``1_000`` and ``١``).
@@ -117,16 +125,18 @@ class Command(CeilingCommand):
             subset = json_loads(options["params"]) if options["params"] else None
         except (ValueError, RecursionError) as exc:
             raise refused(f"--params is not JSON: {exc}") from None
-        if nonfinite := nonfinite_number_errors(subset, "params"):
-            raise not_created(nonfinite)
+        # Every problem of the job at once, as the API answers a body: an unknown package does not
+        # hide an unknown node, a bad cc, a number that is not finite or a bad batch.
+        nonfinite = nonfinite_number_errors(subset, "params")
         pkg = KernelPackage.objects.filter(name=options["package"]).first()
+        node = Node.objects.filter(name=options["node"]).first() if options["node"] else None
+        missing: dict[str, list[str]] = {}
         if pkg is None:
-            raise refused(f"no registered kernel package {options['package']!r} (run kernel_register)")
-        node = None
-        if options["node"]:
-            node = Node.objects.filter(name=options["node"]).first()
-            if node is None:
-                raise refused(f"no node named {options['node']!r}")
+            missing["package"] = [f"no registered kernel package named {options['package']!r} (run kernel_register)"]
+        if options["node"] and node is None:
+            missing["node"] = [f"no node named {options['node']!r}"]
+        if pkg is None and options["cc"] and (why := cc_problem(options["cc"])):
+            missing["cc"] = [why]   # judged without the package too, as the API does
         # an item of --batches or --shapes that cannot be read is named with every other problem
         unread: dict[str, list[str]] = {}
         shapes = list_items(options["shapes"], "shapes", "shape1,shape2", unread) if options["shapes"] else None
@@ -143,16 +153,24 @@ class Command(CeilingCommand):
                     "dispatch": not options["external"]}
         repeated = repeated_key_errors(subset, "params")
         twice = repeated_values(shapes=shapes, batches=batches)
-        if repeated or twice or unread:
-            # The rest is judged without the keys given twice; the grid's size is not, as it
-            # depends on the value that was not taken.
-            kept = ({k: v for k, v in subset.items() if f"params.{k}" not in repeated and not repeated_key_errors(v)}
-                    if isinstance(subset, dict) else subset)
-            others = kernel_job_check(params_subset=kept or None, **job_args)
-            errors: dict[str, list[str]] = {path: list(messages) for path, messages in repeated.items()}
-            for part in (unread, twice, {path: messages for path, messages in others.items()
-                                         if path not in repeated and path not in twice
-                                         and not (repeated and path == "variants")}):
+        if repeated or twice or unread or nonfinite or missing:
+            # The rest is judged without the keys given twice and the parameters holding a number
+            # that is not finite; the grid's size is not, as it depends on the value not taken.
+            skipped = {**repeated, **nonfinite}
+            kept = ({k: v for k, v in subset.items() if not _under(f"params.{k}", skipped)
+                     and not repeated_key_errors(v)} if isinstance(subset, dict) else subset)
+            others: dict[str, list[str]] = {}
+            if pkg is not None:
+                others = kernel_job_check(params_subset=kept or None, **job_args)
+                if options["node"] and node is None:
+                    others.pop("node", None)
+                    if not options["cc"]:
+                        others.pop("cc", None)   # a cc is only missing given a node
+            errors: dict[str, list[str]] = {}
+            for part in (missing, nonfinite, repeated, unread, twice,
+                         {path: messages for path, messages in others.items()
+                          if path not in repeated and path not in twice and path not in missing
+                          and not (skipped and path == "variants")}):
                 for path, messages in part.items():
                     errors.setdefault(path, []).extend(messages)
             raise not_created(errors)
