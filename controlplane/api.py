@@ -682,6 +682,24 @@ class JSONTextField(serializers.JSONField):
         return value
 
 
+class AnyJSONField(JSONTextField):
+    """A :class:`JSONTextField` that takes any JSON value, numbers that are not finite included
+    (``1e400`` parses as ``inf``): DRF's check refuses those only as "Value must be valid JSON."
+    for the whole value, so here they pass and the rules that judge the value name each at its own
+    path (``{"grid.duration_s": [...]}``, ``{"params.BLOCK.0": ["1e400 is not a finite number"]}``),
+    together with every other problem. A value that is no JSON at all (a Python object) is still
+    ``invalid``; a form field's JSON text is read as :class:`JSONTextField` reads it."""
+
+    def to_internal_value(self, data):
+        if self.binary or getattr(data, "is_json_string", False):
+            return super().to_internal_value(data)  # a form field's JSON text: a repeated key is named
+        try:
+            json.dumps(data, allow_nan=True)  # the check DRF makes, with infinities and NaN let through
+        except (TypeError, ValueError):
+            self.fail("invalid")
+        return data
+
+
 class _FormJSONText(str):
     """A form field's text that a :class:`JSONTextDictField` reads as JSON."""
 

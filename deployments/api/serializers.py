@@ -9,7 +9,6 @@ Errors come back in one shape: ``{"<dotted.field.path>": ["message", ...]}``, e.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 
@@ -28,7 +27,7 @@ from controlplane.api import (
     MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin,
     StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
 )
-from controlplane.api import BlankAsNullCharField, JSONTextField, OptionalTextField, StrictBooleanField
+from controlplane.api import AnyJSONField, BlankAsNullCharField, OptionalTextField, StrictBooleanField
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
 from controlplane.redaction import redact_text
@@ -148,20 +147,12 @@ class RecipeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class SpecField(JSONTextField):
+class SpecField(AnyJSONField):
     """A recipe's ``spec``: any JSON value (the recipe rules judge it). A number too large for a
     float (``1e400``, an infinite :class:`controlplane.api.NonFiniteNumber`) passes, so that the
     rules check the rest of the spec and the 400 names that number at its own path
     (``spec.roles.single.port``) instead of refusing the whole spec as not JSON."""
 
-    def to_internal_value(self, data: Any) -> Any:
-        if self.binary or getattr(data, "is_json_string", False):
-            return super().to_internal_value(data)  # a form field's JSON text: a repeated key is named
-        try:
-            json.dumps(data, allow_nan=True)  # the check DRF makes, with infinities let through
-        except (TypeError, ValueError):
-            self.fail("invalid")
-        return data
 
 
 class RecipeWriteSerializer(serializers.Serializer):

@@ -3,7 +3,6 @@
 ``gbps`` GB/s, ``tflops`` TFLOP/s; ``roofline_fraction`` is 0-1."""
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 
@@ -11,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api import (
-    MAX_INT, BlankAsNullCharField, FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictListField,
+    MAX_INT, AnyJSONField, BlankAsNullCharField, FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictListField,
     flatten_errors,
 )
 from controlplane.jsonsafe import json_spelled
@@ -146,19 +145,13 @@ class JobSerializer(serializers.ModelSerializer):
         return kernel_job_waiting_reason(job=job) or None
 
 
-class ParamValuesField(serializers.JSONField):
+class ParamValuesField(AnyJSONField):
     """The values of one parameter of a job body's ``params``: any JSON value (the grid judges
     it). A number that is not finite inside it (``[1e400]``, ``[NaN]``) passes here, so that the
     400 names it at its own path alone (``{"params.BLOCK.0": ["1e400 is not a finite number"]}``,
     :class:`~controlplane.api.StrictInputMixin`) and never also refuses the whole list as
     ``Value must be valid JSON.`` (DRF's check, which refuses infinities and NaN)."""
 
-    def to_internal_value(self, data):
-        try:
-            json.dumps(data, allow_nan=True)  # the check DRF makes, with infinities and NaN let through
-        except (TypeError, ValueError):
-            self.fail("invalid")
-        return data
 
 
 #: What an empty ``shapes`` or ``batches`` list of a job body is told.
