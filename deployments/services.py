@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import copy
 import logging
 import os
 import re
@@ -70,6 +71,22 @@ MAX_VERSION = 2**31 - 1
 log = logging.getLogger(__name__)
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def json_merge_patch(target: Any, patch: Any) -> Any:
+    """``target`` with the JSON Merge Patch ``patch`` applied (RFC 7396), as a new value: an
+    object merges key by key, recursively; a key whose patch value is null is removed; any other
+    value (an array, a string, a number, a boolean) replaces what was there. A patch that is not
+    an object replaces ``target`` whole. Neither argument is changed."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = json_merge_patch(merged.get(key), value)
+    return merged
 
 
 def check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: int = 0) -> None:
@@ -360,9 +377,15 @@ def recipe_update(
     user,
     change_reason: str | None = None,
     expected_version: int | None = None,
+    spec_patch: dict | None = None,
     **fields: Any,
 ) -> Recipe:
     """Apply ``fields`` (any of :data:`RECIPE_CONTENT_FIELDS`) to ``recipe`` as a new version.
+
+    ``spec_patch`` (an API PATCH's ``spec``; not with ``spec``) is a JSON Merge Patch
+    (:func:`json_merge_patch`, RFC 7396) applied to the stored spec under the row lock: keys it
+    leaves out keep their stored values, a null removes its key (a default then applies), arrays
+    and other values replace. ``spec`` itself replaces the stored spec whole.
 
     The merged content is validated as a whole (a new ``node`` re-checks the spec against
     that node's GPUs and NUMA nodes). The row is locked for the read-modify-write, so
@@ -376,6 +399,8 @@ def recipe_update(
     unknown = sorted(set(fields) - set(RECIPE_CONTENT_FIELDS))
     if unknown:
         raise InvalidInput({key: ["Not a recipe field."] for key in unknown})
+    if spec_patch is not None and "spec" in fields:
+        raise InvalidInput({"spec": ["Give spec (the whole spec) or spec_patch (a merge patch), not both."]})
     with transaction.atomic():
         try:
             locked = Recipe.objects.select_for_update().select_related("node").get(pk=recipe.pk)
@@ -387,6 +412,8 @@ def recipe_update(
                 "reload it and apply the change again."
             )
         current = _content_of(locked)
+        if spec_patch is not None:
+            fields = {**fields, "spec": json_merge_patch(current["spec"], spec_patch)}
         merged = {**current, **fields}
         if merged.get("description") is None:
             merged["description"] = ""

@@ -36,7 +36,7 @@ from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Re
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
-    deployment_state_note, deployment_waiting_reason, recipe_spec_validate, secret_name_errors, secret_value_problem,
+    deployment_state_note, deployment_waiting_reason, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem,
 )
 
 
@@ -157,8 +157,10 @@ class SpecField(AnyJSONField):
 
 class RecipeWriteSerializer(serializers.Serializer):
     """Input for creating (all of ``name``, ``engine``, ``topology``, ``node``, ``spec``) or
-    updating (any subset with PATCH) a recipe; ``spec`` is always replaced whole, a PATCH's too (a
-    PATCH leaves out fields, never parts of the spec). ``node`` is a node name. ``change_reason`` is
+    updating (any subset with PATCH) a recipe. A PUT's ``spec`` replaces the stored one whole; a
+    PATCH's is a JSON Merge Patch (RFC 7396, :func:`deployments.services.json_merge_patch`) of the
+    stored spec: objects merge recursively, null removes a key, arrays and other values replace;
+    the merged spec is validated whole. ``node`` is a node name. ``change_reason`` is
     stored in the version history; ``expected_version`` (a JSON integer: ``"3"`` is refused as the
     wrong type) makes an update fail with 409 when the recipe moved on since the client read it.
     ``name``, ``description`` (null too: no description, as ``""``), ``change_reason`` and ``node``
@@ -177,10 +179,12 @@ class RecipeWriteSerializer(serializers.Serializer):
     topology = FilterChoiceField(choices=Topology.choices)
     node = StrictSlugRelatedField(slug_field="name", queryset=Node.objects.all(), what="a node name (a string)")
     spec = SpecField(help_text=(
-        "The typed recipe spec; see deployments.recipes for its schema. Always taken whole, a PATCH's "
-        "included: a spec sent replaces the stored one, never merged into it, so a key it leaves out "
-        "takes its default (or is refused where required). To change one key, GET the recipe, change "
-        "its spec and send all of it back."))
+        "The typed recipe spec; see deployments.recipes for its schema. A create or a PUT takes it "
+        "whole: a spec sent replaces the stored one. A PATCH merges it into the stored spec as a JSON "
+        "Merge Patch (RFC 7396): objects merge key by key, recursively; null removes a key (a default "
+        "then applies, or it is refused where required); arrays and other values replace. "
+        "`{\"spec\": {\"restart\": {\"policy\": \"never\"}}}` changes that one key and keeps the rest. "
+        "The merged spec is validated as a whole."))
     change_reason = StrictCharField(max_length=100, required=False, allow_blank=True, write_only=True)
     expected_version = StrictIntegerField(min_value=1, max_value=MAX_INT, required=False, write_only=True)
 
@@ -224,6 +228,11 @@ class RecipeWriteSerializer(serializers.Serializer):
                 errors[field.field_name] = get_error_detail(exc)
                 continue
             values[field.field_name] = value
+        self.spec_patch = None
+        if self.partial and isinstance(self.instance, Recipe) and isinstance(values.get("spec"), dict):
+            # A PATCH's spec is a merge patch of the stored one; the rules judge the merged spec.
+            self.spec_patch = values["spec"]
+            values["spec"] = json_merge_patch(self.instance.spec, self.spec_patch)
         for path, messages in self._rule_errors(values, failed=errors).items():
             errors.setdefault(path, []).extend(messages)
         errors = merge_body_errors(errors, self.context.get("body_errors") or {})

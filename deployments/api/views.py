@@ -194,9 +194,11 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
     ),
     partial_update=extend_schema(
         summary="Change some of a recipe's fields as a new version (operator)",
-        description="Fields left out keep their stored values, but `spec` is not merged: a `spec` sent replaces "
-        "the whole stored spec, so a key it leaves out takes its default (or is refused where required); "
-        "to change one key, send the full spec with that key changed. "
+        description="Fields left out keep their stored values, and `spec` is a JSON Merge Patch (RFC 7396) of "
+        "the stored spec: objects merge key by key, recursively, so `{\"spec\": {\"restart\": {\"policy\": "
+        "\"never\"}}}` changes that key alone; `null` removes a key (its default then applies, or it is refused "
+        "where required); arrays and other values replace. The merged spec is validated as a whole, and the "
+        "version's diff shows only what changed. A PUT replaces the whole spec. "
         "Every change bumps `version` and is kept in history; 409 when `expected_version` is "
         "not the current version. " + RECIPE_ERRORS_HELP,
         request=s.RecipeWriteSerializer,
@@ -249,6 +251,10 @@ class RecipeViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
         ser = s.RecipeWriteSerializer(recipe, data=data, partial=partial, context={"body_errors": found})
         ser.is_valid(raise_exception=True)
         data = dict(ser.validated_data)
+        if getattr(ser, "spec_patch", None) is not None:
+            # merged again under the row lock, onto the spec stored then
+            data.pop("spec")
+            data["spec_patch"] = ser.spec_patch
         recipe = services.recipe_update(
             recipe=recipe,
             user=request.user,
