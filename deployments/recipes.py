@@ -165,10 +165,20 @@ ENV_DENIED_PARTS = ("_DEV_MODE", "_ALLOW_RUNTIME", "INSECURE", "_UNSAFE", "TRUST
 # become more variables (NCCL_CONF_FILE), a folder of compiled code (FLASHINFER_JIT_DIR,
 # FLASHINFER_CUBIN_DIR), a workspace root (FLASHINFER_WORKSPACE_BASE), a log written anywhere
 # (TORCH_LOGS_OUT).
-ENV_DENIED_SUFFIXES = ("_PLUGIN", "_PLUGIN_DIR", "_PLUGIN_PATH", "_MODULE_DIR", "_LIBRARY_PATH", "_PATH",
-                       "_LIB", "_COMPILER", "_BIN", "_BINARY", "_EXE", "_CACHE_DIR", "_PACKAGE", "_PACKAGES",
-                       "_CACHE_ROOT", "_CONFIG_ROOT", "_OVERRIDE_DIR", "_CACHE_MANAGER",
-                       "_FILE", "_DIR", "_OUT", "_BASE", "_ROOT")
+ENV_DENIED_CODE_SUFFIXES = ("_PLUGIN", "_PLUGIN_DIR", "_PLUGIN_PATH", "_MODULE_DIR", "_LIBRARY_PATH", "_PATH",
+                            "_LIB", "_COMPILER", "_BIN", "_BINARY", "_EXE", "_CACHE_DIR", "_PACKAGE", "_PACKAGES",
+                            "_CACHE_ROOT", "_CONFIG_ROOT", "_OVERRIDE_DIR", "_CACHE_MANAGER")
+ENV_DENIED_FILE_SUFFIXES = ("_FILE", "_DIR", "_OUT", "_BASE", "_ROOT")
+ENV_DENIED_SUFFIXES = ENV_DENIED_CODE_SUFFIXES + ENV_DENIED_FILE_SUFFIXES
+# Why each denied name or prefix that does not load code is refused (the others do).
+ENV_DENIED_REASONS = {
+    "IFS": "it changes how a shell splits the words of the commands it runs",
+    "CDPATH": "it changes which folder a shell's cd enters",
+    "LLAMA_ARG_": ("it is llama-server's environment spelling of a command-line flag, which would bypass the "
+                   "flag allowlist; set the flag in spec.roles.<role>.flags"),
+    "MALLOC_": "it changes how the C library allocates memory (checks, poisoning, arena tuning)",
+}
+ENV_CODE_REASON = "it changes which code or libraries the process loads"
 # The one allowed name whose value is a folder: checked like a model path (absolute, normalised,
 # under settings.CEILING_MODEL_ROOTS). Every other value may not contain "/" at all, so no
 # variable, allowed by prefix or not, can point a library at a file or folder.
@@ -922,8 +932,18 @@ def env_name_problem(name: str) -> str | None:
     upper = name.upper()
     if upper in ENV_RENDERER_OWNED:
         return f"{name} is set by Ceiling from {ENV_RENDERER_OWNED[upper]}"
-    if (upper in ENV_DENIED_NAMES or upper.startswith(ENV_DENIED_PREFIXES) or upper.endswith(ENV_DENIED_SUFFIXES)):
-        return f"{name} is not allowed: it changes which code or libraries the process loads"
+    if upper in ENV_DENIED_NAMES:
+        return f"{name} is not allowed: {ENV_DENIED_REASONS.get(upper, ENV_CODE_REASON)}"
+    if upper.startswith(ENV_DENIED_PREFIXES):
+        prefix = next(p for p in ENV_DENIED_PREFIXES if upper.startswith(p))
+        return f"{name} is not allowed: {ENV_DENIED_REASONS.get(prefix, ENV_CODE_REASON)}"
+    if upper.endswith(ENV_DENIED_CODE_SUFFIXES):
+        return f"{name} is not allowed: {ENV_CODE_REASON}"
+    if upper.endswith(ENV_DENIED_FILE_SUFFIXES):
+        suffix = next(x for x in ENV_DENIED_FILE_SUFFIXES if upper.endswith(x))
+        return (f"{name} is not allowed: a name ending in {suffix} names a file or folder for a library to read "
+                f"or write, and no variable may point one at a path (only {', '.join(sorted(ENV_PATH_NAMES))} "
+                "takes a folder, under the model roots; the model's own path is spec.model.path)")
     if any(part in f"_{upper}" for part in ENV_DENIED_PARTS):
         return (f"{name} is not allowed: it switches on an unsafe mode (development endpoints, code or adapters "
                 "loaded at run time, unsafe deserialisation)")

@@ -8,7 +8,7 @@ from deployments.recipes import env_name_problem, env_value_problem
     "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "LLAMA_CPP_LIB_PATH", "DG_JIT_NVCC_COMPILER",
     "TRITON_CACHE_DIR", "SGLANG_EXTERNAL_MODEL_PACKAGE", "VLLM_SOME_BIN", "TORCH_CUDA_EXE", "GGML_LIB",
     "TRITON_CACHE_MANAGER", "TRITON_HOME", "TRITON_OVERRIDE_DIR", "TRITON_KERNEL_OVERRIDE", "VLLM_CACHE_ROOT",
-    "TORCH_HOME", "VLLM_CONFIG_ROOT", "LLAMA_ARG_MODEL",
+    "TORCH_HOME", "VLLM_CONFIG_ROOT",
 ])
 def test_a_name_that_points_at_code_is_refused_although_its_prefix_is_allowed(name):
     assert env_name_problem(name) == f"{name} is not allowed: it changes which code or libraries the process loads"
@@ -24,8 +24,42 @@ def test_ordinary_tuning_names_stay_allowed(name):
     "NCCL_CONF_FILE", "NCCL_DEBUG_FILE", "FLASHINFER_JIT_DIR", "FLASHINFER_CUBIN_DIR", "FLASHINFER_WORKSPACE_BASE",
     "TORCH_LOGS_OUT", "SGLANG_TORCH_PROFILER_DIR", "VLLM_SOME_ROOT",
 ])
-def test_a_name_that_names_a_file_folder_or_output_is_refused(name):
-    assert env_name_problem(name) == f"{name} is not allowed: it changes which code or libraries the process loads"
+def test_a_name_that_names_a_file_folder_or_output_is_refused_as_such(name):
+    suffix = next(x for x in ("_FILE", "_DIR", "_BASE", "_OUT", "_ROOT") if name.endswith(x))
+    assert env_name_problem(name) == (
+        f"{name} is not allowed: a name ending in {suffix} names a file or folder for a library to read or write, "
+        "and no variable may point one at a path (only HF_HOME takes a folder, under the model roots; the model's "
+        "own path is spec.model.path)")
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("IFS", "it changes how a shell splits the words of the commands it runs"),
+    ("CDPATH", "it changes which folder a shell's cd enters"),
+    ("MALLOC_ARENA_MAX", "it changes how the C library allocates memory (checks, poisoning, arena tuning)"),
+    ("LLAMA_ARG_MODEL", "it is llama-server's environment spelling of a command-line flag, which would "
+                               "bypass the flag allowlist; set the flag in spec.roles.<role>.flags"),
+    ("PATH", "it changes which code or libraries the process loads"),
+    ("LD_PRELOAD", "it changes which code or libraries the process loads"),
+    ("HOME", "it changes which code or libraries the process loads"),
+])
+def test_each_denied_name_says_its_own_reason(name, reason):
+    assert env_name_problem(name) == f"{name} is not allowed: {reason}"
+
+
+def test_a_secret_named_model_dir_is_refused_for_naming_a_folder(operator_api, db, settings):
+    from deployments.examples import example_recipe
+    from deployments.tests.factories import seed_node_create
+
+    settings.CEILING_MODEL_ROOTS = ["/models"]
+    seed_node_create()
+    payload = example_recipe("seed-v4-flash-pd")
+    payload["spec"]["secrets"] = {"MODEL_DIR": "hf-token"}
+    response = operator_api.post("/api/recipes/", payload, format="json")
+    assert response.status_code == 400
+    assert response.json()["spec.secrets.MODEL_DIR"] == [
+        "MODEL_DIR is not allowed: a name ending in _DIR names a file or folder for a library to read or write, "
+        "and no variable may point one at a path (only HF_HOME takes a folder, under the model roots; the model's "
+        "own path is spec.model.path)"]
 
 
 @pytest.mark.parametrize(("name", "value"), [
