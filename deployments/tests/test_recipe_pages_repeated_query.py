@@ -50,3 +50,19 @@ def test_a_version_given_once_still_diffs(client, viewer, recipe_v3):
     response = client.get(url, {"a": 1, "b": 3}, HTTP_HX_REQUEST="true")
 
     assert response.status_code == 200 and "spec.stop_grace_s" in response.content.decode()
+
+
+@pytest.mark.parametrize("page, query, message", [
+    ("recipe-detail", "version=x", "version must be a version number (a whole number of at least 1), got 'x'"),
+    ("recipe-dry-run", "version=0", "version must be a version number (a whole number of at least 1), got '0'"),
+    ("recipe-diff", "a=-1&b=3", "a must be a version number (a whole number of at least 1), got '-1'"),
+    ("recipe-history", "a=1&b=1.5", "b must be a version number (a whole number of at least 1), got '1.5'"),
+])
+def test_a_version_that_is_not_a_number_is_quoted(client, viewer, recipe_v3, page, query, message):
+    client.force_login(viewer)
+    url = reverse(f"deployments:{page}", args=[recipe_v3.pk]) + "?" + query
+
+    response = client.get(url)
+
+    assert response.status_code == 404, (url, response.status_code)
+    assert html.escape(message) in response.content.decode()

@@ -21,6 +21,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_http_methods
 
+from controlplane.api import query_text
 from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 from controlplane.redaction import redact_text
@@ -193,7 +194,8 @@ def _versions(recipe: Recipe) -> list[int]:
 
 def _version_param(request: HttpRequest, name: str) -> int | None:
     """The version number ``name`` of the query (or, without it there, of the form), None when not
-    given. A value that is not a whole number >= 1, or a number given more than once (``?a=1&a=2``:
+    given. A value that is not a whole number >= 1 (quoted as the API quotes it: ``version must
+    be a version number (a whole number of at least 1), got 'x'``), or a number given more than once (``?a=1&a=2``:
     taking the last would show versions nobody asked for), is a 404 whose page says why (``a is
     given 2 times (1, 2): give it once``)."""
     values = request.GET.getlist(name) or request.POST.getlist(name)
@@ -202,12 +204,13 @@ def _version_param(request: HttpRequest, name: str) -> int | None:
     raw = values[0] if values else None
     if raw in (None, ""):
         return None
+    refused = f"{name} must be a version number (a whole number of at least 1), got {query_text(raw)}"
     try:
         value = int(raw)
     except (TypeError, ValueError):
-        raise Http404(f"{name} must be a version number") from None
+        raise Http404(refused) from None
     if value < 1:
-        raise Http404(f"{name} must be a version number")
+        raise Http404(refused)
     return value
 
 
