@@ -651,19 +651,24 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
     if warn_ports:
         plan.warnings.extend(f"{line}: a deploy now would be refused" for line in gpu_conflicts(plan=plan, recipe=recipe))
         plan.warnings.extend(cpu_sharing_warnings(plan=plan, recipe=recipe))
-        plan.warnings.extend(model_path_warnings(spec=validated["spec"], node_name=recipe.node.name))
+        plan.warnings.extend(model_path_warnings(spec=validated["spec"], node_name=recipe.node.name,
+                                                 engine=validated["engine"]))
         plan.warnings.extend(port_holder_warnings(plan=plan, recipe=recipe))
     return plan
 
 
-def model_path_warnings(*, spec: dict, node_name: str) -> list[str]:
+def model_path_warnings(*, spec: dict, node_name: str, engine: str) -> list[str]:
     """A line when the normalised ``spec``'s ``model.path`` names nothing on this host and the
     recipe's node is this host (``settings.CEILING_NODE_NAME``, the node the local node agent
     registers): the engine would fail at start ("Model path does not exist"). A warning, not a
     refusal: validation is lexical because a path names a file on the node, and the file may be
-    put there before the deploy. Another node's files are not visible here, so nothing is said."""
+    put there before the deploy. Another node's files are not visible here, so nothing is said;
+    nor for an engine that never reads the path (``reads_model_path`` false: the simulator)."""
     from django.conf import settings
 
+    adapter = ENGINES.get(engine)
+    if adapter is not None and not adapter.reads_model_path:
+        return []
     path = (spec.get("model") or {}).get("path")
     if not path or node_name != settings.CEILING_NODE_NAME or os.path.exists(path):
         return []
@@ -1118,7 +1123,7 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
         # looking (a port in the ephemeral range, GPUs across NUMA nodes, CPUs another deployment
         # pins, ...): a launch that then fails or measures slow has its likely reason next to it.
         for line in [*plan.warnings, *cpu_sharing_warnings(plan=plan, recipe=recipe),
-                     *model_path_warnings(spec=recipe.spec, node_name=recipe.node.name),
+                     *model_path_warnings(spec=recipe.spec, node_name=recipe.node.name, engine=recipe.engine),
                      *held_ports]:
             deployment_event_add(deployment=deployment, kind="warning", message=line)
         from deployments.tasks import deployment_start_task

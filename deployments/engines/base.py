@@ -287,6 +287,8 @@ class EngineAdapter:
 
     name: str = ""
     uses_gpus: bool = True
+    # Whether the engine opens spec.model.path at start (the simulator never reads it).
+    reads_model_path: bool = True
     topologies: tuple[str, ...] = ("single", "pd")
     transfer_backends: tuple[str, ...] = ()
     worker_flags: dict[str, FlagSpec] = {}

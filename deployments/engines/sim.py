@@ -44,6 +44,7 @@ class SimAdapter(EngineAdapter):
 
     name = "sim"
     uses_gpus = False
+    reads_model_path = False
     topologies = ("single", "pd")
     # Accepted so a sim recipe can mirror a real one; the simulator models the transfer.
     transfer_backends = ("nixl", "mooncake")
