@@ -174,7 +174,7 @@ class RecipeWriteSerializer(serializers.Serializer):
 
     name = StrictCharField(max_length=63, validators=[name_validator], example="seed-v4-flash-pd")
     description = OptionalTextField(max_length=DESCRIPTION_MAX_LENGTH, required=False,
-                                    help_text='"" or null for none')
+                                    help_text=f'free text of at most {DESCRIPTION_MAX_LENGTH} characters; "" or null for none')
     engine = FilterChoiceField(choices=Engine.choices)
     topology = FilterChoiceField(choices=Topology.choices)
     node = StrictSlugRelatedField(slug_field="name", queryset=Node.objects.all(), what="a node name (a string)")

@@ -83,3 +83,23 @@ def test_the_schema_marks_the_descriptions_nullable(viewer_api):
         assert schemas[name]["properties"]["description"].get("nullable") is True, name
     for name in ("RecipeWriteRequest", "SecretRequest", "PatchedSecretUpdateRequest"):
         assert schemas[name]["properties"]["description"].get("nullable") is True, name
+
+
+@pytest.mark.django_db
+def test_the_description_limit_is_documented_in_the_schema_and_enforced(admin_api):
+    from pathlib import Path
+
+    from deployments.examples import example_recipe
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "recipes.md").read_text()
+    assert "free text of at most 4000 characters (a longer one is refused)" in docs
+    schema = admin_api.get("/api/schema/?format=json").json()
+    field = schema["components"]["schemas"]["RecipeWriteRequest"]["properties"]["description"]
+    assert field["maxLength"] == 4000
+    assert field["description"] == 'free text of at most 4000 characters; "" or null for none'
+    cpu_node_create(name="local")
+    payload = example_recipe("local-sim-single")
+    payload["description"] = "x" * 4001
+    refused = admin_api.post("/api/recipes/", payload, format="json")
+    assert refused.status_code == 400
+    assert "description" in refused.json()
