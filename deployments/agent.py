@@ -553,8 +553,22 @@ def _verify_binding(row: ServerProcess, handle: ProcessHandle) -> bool:
 # --- stop ----------------------------------------------------------------------------------
 
 
-# The reason of a deployment stopped or cancelled while it was starting, never ready.
-STOPPED_BEFORE_READY = "stopped before it became ready (cancelled or stopped while starting)"
+# The reason of a deployment stopped while it was starting, never ready, when nobody asked
+# (a teardown run directly: the undeploy command, the agent's own clean-up).
+STOPPED_BEFORE_READY = "stopped before it became ready"
+
+
+def stopped_before_ready_reason(deployment: Deployment) -> str:
+    """Why ``deployment``, never ready, ended: ``cancelled by alice before it became ready`` for
+    a cancel, ``stopped by alice before it became ready`` for a stop, who taken from the
+    request's timeline event (:func:`deployments.services.stop_requester`); plain
+    :data:`STOPPED_BEFORE_READY` when nobody asked."""
+    from deployments.services import stop_requester
+
+    who = stop_requester(deployment=deployment, cancel=deployment.cancel_requested)
+    if who is None:
+        return STOPPED_BEFORE_READY
+    return f"{'cancelled' if deployment.cancel_requested else 'stopped'} by {who} before it became ready"
 
 
 def deployment_teardown(*, deployment_id: int) -> str:
@@ -582,12 +596,13 @@ def deployment_teardown(*, deployment_id: int) -> str:
         # A deployment stopped (or cancelled) before it ever became ready says so, rather than
         # ending "stopped" with no reason like one that served and was then stopped.
         never_ready = deployment.ready_at is None and not deployment.reason
+        why = stopped_before_ready_reason(deployment) if never_ready else ""
         Deployment.objects.filter(pk=deployment_id, status=DeploymentStatus.STOPPING).update(
             status=DeploymentStatus.STOPPED, ended_at=now, updated_at=now,
-            **({"reason": STOPPED_BEFORE_READY} if never_ready else {}),
+            **({"reason": why} if never_ready else {}),
         )
         _deployment_event(deployment, "stopped", f"all processes stopped in {time.monotonic() - started:.2f}s"
-                          + (f" ({STOPPED_BEFORE_READY})" if never_ready else ""))
+                          + (f" ({why})" if never_ready else ""))
         return "stopped"
 
 

@@ -1147,18 +1147,33 @@ def _cancel_pending(*, deployment: Deployment, who: str, now, cancel: bool = Fal
     return bool(cancelled)
 
 
+CANCEL_REQUESTED_TEXT = " cancelled it while starting (never ready); stop requested"
+STOP_REQUESTED_TEXT = " requested a stop"
+
+
 def _stop_requested(*, deployment: Deployment, who: str, cancel: bool = False) -> None:
     """After ``stop_requested`` was set on a starting or ready ``deployment``: add the
     ``stop-requested`` event (``cancel-requested`` for a cancel, which says so) and send
     ``deployment_stop_task`` to the node queue on commit."""
     if cancel:
-        deployment_event_add(deployment=deployment, kind="cancel-requested",
-                             message=f"{who} cancelled it while starting (never ready); stop requested")
+        deployment_event_add(deployment=deployment, kind="cancel-requested", message=f"{who}{CANCEL_REQUESTED_TEXT}")
     else:
-        deployment_event_add(deployment=deployment, kind="stop-requested", message=f"{who} requested a stop")
+        deployment_event_add(deployment=deployment, kind="stop-requested", message=f"{who}{STOP_REQUESTED_TEXT}")
     from deployments.tasks import deployment_stop_task
 
     _send_to_node(deployment_stop_task, Deployment.objects.select_related("node").get(pk=deployment.pk))
+
+
+def stop_requester(*, deployment: Deployment, cancel: bool) -> str | None:
+    """Who asked to cancel (``cancel``) or stop ``deployment``: the username (``someone`` for a
+    request without one) its latest ``cancel-requested`` or ``stop-requested`` event names, as
+    :func:`_stop_requested` wrote it; None when no such request is on its timeline."""
+    kind, text = ("cancel-requested", CANCEL_REQUESTED_TEXT) if cancel else ("stop-requested", STOP_REQUESTED_TEXT)
+    message = (ProcessEvent.objects.filter(deployment=deployment, kind=kind, process=None)
+               .order_by("-at", "-id").values_list("message", flat=True).first())
+    if not message or not message.endswith(text) or not message[:-len(text)]:
+        return None
+    return message[:-len(text)]
 
 
 def _deployment_reloaded(deployment: Deployment) -> Deployment:
