@@ -300,9 +300,15 @@ CEILING_MODEL_ROOTS = [
     str(Path(p).resolve()) for p in env_list("CEILING_MODEL_ROOTS", ["/models", str(VAR_DIR / "models")])
 ]
 CEILING_LOG_DIR = Path(env_str("CEILING_LOG_DIR", str(VAR_DIR / "logs")))
+# The interpreter of this checkout, the same path in every process: its .venv's python as the
+# checkout names it (never resolved), else sys.executable unresolved. sys.executable alone differs
+# between processes: a console script (daphne, celery) runs under the path in its shebang, where
+# the venv was created, while `.venv/bin/python manage.py ...` runs under the checkout's own path.
+_VENV_PYTHON = BASE_DIR / ".venv" / "bin" / "python"
+PROJECT_PYTHON = str(_VENV_PYTHON) if os.path.exists(_VENV_PYTHON) else sys.executable
 # Executables a launch plan may put in argv[0]; nothing else is ever executed.
 CEILING_EXECUTABLES = {
-    "python": env_str("CEILING_ENGINE_PYTHON", sys.executable),
+    "python": env_str("CEILING_ENGINE_PYTHON", PROJECT_PYTHON),
     "numactl": env_str("CEILING_NUMACTL", "/usr/bin/numactl"),
     "vllm": env_str("CEILING_VLLM", "vllm"),
     "vllm-router": env_str("CEILING_VLLM_ROUTER", "vllm-router"),
@@ -311,7 +317,7 @@ CEILING_EXECUTABLES = {
 }
 # The interpreter that runs the kernel runner (``python -m kernels.runner``): the engine's Python
 # on a GPU node (with torch and Triton); seconds one compile or benchmark step may take.
-CEILING_KERNEL_PYTHON = env_str("CEILING_KERNEL_PYTHON", sys.executable)
+CEILING_KERNEL_PYTHON = env_str("CEILING_KERNEL_PYTHON", PROJECT_PYTHON)
 CEILING_KERNEL_STEP_TIMEOUT_S = env_float("CEILING_KERNEL_STEP_TIMEOUT_S", 3600.0)
 CEILING_HEARTBEAT_TIMEOUT_S = env_float("CEILING_HEARTBEAT_TIMEOUT_S", 30.0)
 # The web port scripts/services.py serves on (CEILING_PORT), and the base URL printed in links
