@@ -275,6 +275,13 @@ class RunSerializer(serializers.ModelSerializer):
     def get_has_records(self, obj: BenchmarkRun) -> bool:
         return bool(obj.records_path)
 
+    def to_representation(self, instance: BenchmarkRun) -> dict:
+        from benchmarks.services.runs import run_summary_read
+
+        data = super().to_representation(instance)
+        data["summary"] = run_summary_read(run=instance)  # input_tokens_source read for older runs too
+        return data
+
 
 class RunImportSerializer(StrictInputMixin, serializers.Serializer):
     """Either a multipart ``file`` or JSON ``{"text": ..., "filename": ...}``; ``allow_duplicate``

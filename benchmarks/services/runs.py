@@ -288,6 +288,34 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     }
 
 
+INPUT_TOKENS_SOURCES = ("stream", "recount")
+
+
+def run_input_tokens_source(*, run: BenchmarkRun) -> str | None:
+    """Where ``run``'s ``input_tokens_actual_mean`` comes from: ``"stream"`` (the server's
+    per-request ``usage``), ``"recount"`` (every successful request's prompt counted again after
+    the point) or None (unknown, or no mean). A measured run stored before its summary carried
+    ``input_tokens_source`` (points sent as token ids never set it) is read as ``"stream"`` where it
+    has a mean: a recount always stored the key, so a mean without it was the stream's. An imported
+    run's is None: the file does not say how its harness counted them."""
+    s = run.summary or {}
+    if "input_tokens_source" in s:
+        return s["input_tokens_source"] if s["input_tokens_source"] in INPUT_TOKENS_SOURCES else None
+    if run.source != RunSource.MEASURED:
+        return None
+    mean = s.get("input_tokens_actual_mean")
+    return "stream" if isinstance(mean, (int, float)) and not isinstance(mean, bool) else None
+
+
+def run_summary_read(*, run: BenchmarkRun) -> dict[str, Any] | None:
+    """``run.summary`` as the API and the exports give it: a measured run's with
+    ``input_tokens_source`` (:func:`run_input_tokens_source`) where it was stored without it."""
+    s = run.summary
+    if not isinstance(s, dict) or "input_tokens_source" in s or run.source != RunSource.MEASURED or not s:
+        return s
+    return {**s, "input_tokens_source": run_input_tokens_source(run=run)}
+
+
 def run_slo(*, run: BenchmarkRun) -> dict[str, float | None] | None:
     """The SLO goodput and SLO attainment of ``run`` were counted against: ``{"ttft_s", "tpot_s",
     "e2e_s"}`` in seconds (None for a limit not set), or None when the run had no SLO or it is not
@@ -1068,8 +1096,7 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
         "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "num_gpus": run.num_gpus, "flags": ";".join(run.flags),
         "total_token_throughput_tok_s": _number(m["total_token_throughput_tok_s"]),
-        "input_tokens_source": s.get("input_tokens_source") if s.get("input_tokens_source") in ("stream", "recount")
-        else None,
+        "input_tokens_source": run_input_tokens_source(run=run),
         "input_tokens_recount_sample_mean": _number(s.get("input_tokens_recount_sample_mean")),
         **{f"slo_{k}": slo.get(k) for k in SLO_KEYS},
         "slo_attainment_fraction": _number(m.get("slo_attainment")),
@@ -1108,7 +1135,8 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
         "original_filename": run.original_filename or None, "concurrency": run.concurrency,
         "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "api": run.api or None, "served_model_name": run.served_model_name or None,
-        "num_gpus": run.num_gpus, "flags": list(run.flags), "metrics": run_metrics(run=run), "summary": run.summary,
+        "num_gpus": run.num_gpus, "flags": list(run.flags), "metrics": run_metrics(run=run),
+        "summary": run_summary_read(run=run),
         "snapshot": run.snapshot, "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),
     }
     if records:

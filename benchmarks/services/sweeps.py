@@ -1356,7 +1356,10 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         # gave no prompt tokens, the point's own prompts are counted again after it.
         if summary.get("input_length_check") is None and "recount" in outcome:
             summary.update(outcome["recount"])
-        _input_tokens_from_recount(summary)
+    # Every point says where its input-token figures come from, token-id prompts (the sim, SGLang,
+    # vLLM) as well as text ones.
+    _input_tokens_from_recount(summary)
+    if "calibration" in outcome:
         check = summary.get("input_length_check")
         summary["flags"]["input_length_mismatch"] = bool(check is not None and check["mismatch"])
         # Text prompts whose length the server reported neither per request nor counted again: the
