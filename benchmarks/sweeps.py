@@ -107,7 +107,7 @@ WORKER_ROLES = ("prefill", "decode", "single")
 
 def json_shown(value: Any) -> str:
     """A value of a JSON body or file as a refusal quotes it, in JSON spelling, never Python's
-    (``True``, ``None``): a number bare, as its JSON text (``100000``, ``-1.0``, ``1e+308``, ``1e-7``; an
+    (``True``, ``None``): a number bare, as its JSON text (``100000``, ``-1`` for ``-1.0``, ``1e+308``, ``1e-7``; an
     integer of more than 40 digits as ``1.00e+50``), anything else as
     :func:`controlplane.api.shown_value` names it (``the boolean true``, ``the string "8"``,
     ``null``, ``the list [8, 8, 8]``, ``the object {"in": 8}``); texts cut to 40 characters. A

@@ -34,6 +34,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.parsers import JSONParser
 from rest_framework.settings import api_settings
 
+from controlplane.jsonsafe import json_text
+
 # Default cap on a JSON request body. The largest legitimate body is a recipe, a few KiB, so
 # 1 MiB leaves ample room without letting a client make the server buffer and parse tens of
 # MiB (json.loads of 20 MiB holds several times that in memory for seconds).
@@ -131,7 +133,7 @@ def _json_text(value: Any) -> str:
     if isinstance(value, NonFiniteNumber):
         return value.literal
     try:
-        return json.dumps(value, ensure_ascii=False, default=str)
+        return json_text(value)  # floats as JSON.stringify writes them (1e9 as 1000000000)
     except (ValueError, RecursionError):
         return "…"
 

@@ -60,13 +60,19 @@ def nonfinite_paths(value: Any, prefix: str = "") -> dict[str, str]:
 
 
 def json_number(value: float) -> str:
-    """A float as JavaScript's ``JSON.stringify`` writes it (ECMAScript's Number to String): where
-    Python would use an exponent, ``1e-7`` (Python ``1e-07``), ``0.00001`` (``1e-05``),
-    ``10000000000000000`` (``1e+16``), ``1e+300``; otherwise as :func:`json.dumps` does (``9.0``,
-    ``0.25``). Not finite: ``NaN``, ``Infinity``, ``-Infinity``."""
+    """A float as JavaScript's ``JSON.stringify`` writes it (ECMAScript's Number to String): a
+    whole number without Python's ``.0`` (``9``, ``1000000000`` for ``1e9``, ``100000``), negative
+    zero as ``0``; where Python would use an exponent, ``1e-7`` (Python ``1e-07``), ``0.00001``
+    (``1e-05``), ``10000000000000000`` (``1e+16``), ``1e+21``, ``1e+300``; otherwise as
+    :func:`json.dumps` does (``0.25``, ``0.5``). Not finite: ``NaN``, ``Infinity``, ``-Infinity``
+    (JSON has no text for them; its decoders write these)."""
+    if value == 0:
+        return "0"  # JSON.stringify(-0) is "0"
     text = repr(value)
-    if not math.isfinite(value) or "e" not in text:
+    if not math.isfinite(value):
         return json.dumps(value)
+    if "e" not in text:
+        return text[:-2] if text.endswith(".0") else text
     mantissa, _, exponent = text.partition("e")
     sign = "-" if mantissa.startswith("-") else ""
     digits = mantissa.lstrip("-").replace(".", "").rstrip("0") or "0"
@@ -82,10 +88,8 @@ def json_number(value: float) -> str:
 
 def js_number(value: float) -> str:
     """A float as JavaScript writes a number, where a message names a quantity that may be
-    fractional (a rate, seconds): :func:`json_number` without a whole number's ``.0`` (``10``,
-    ``1000000``, ``0.5``, ``1e-7``)."""
-    text = json_number(value)
-    return text[:-2] if text.endswith(".0") else text
+    fractional (a rate, seconds): :func:`json_number` (``10``, ``1000000``, ``0.5``, ``1e-7``)."""
+    return json_number(value)
 
 
 def json_text(value: Any, limit: int | None = None) -> str:
@@ -146,7 +150,7 @@ def json_spelled(value: Any, limit: int = 80) -> str:
 
 def shown_value(value: Any) -> str:
     """A body value of the wrong type as a message names it: its JSON type and its JSON text cut
-    to 40 characters (``the string "1"``, ``the number 9.0``, ``the boolean true``, ``null``,
+    to 40 characters (``the string "1"``, ``the number 9`` for ``9.0``, ``the boolean true``, ``null``,
     ``the list [8, 8, 8]``, ``the object {"a": 1}``; a longer text ends in ``…``)."""
     if value is None:
         return "null"

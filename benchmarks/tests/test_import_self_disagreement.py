@@ -74,13 +74,13 @@ def test_the_same_key_in_two_nested_objects_is_not_a_repeat():
     ({"duration": MAX_DURATION_S + 1, "output_throughput": 160347 / (MAX_DURATION_S + 1)}, "line 1.duration",
      "expected a duration in seconds of at most 2592000 (30 days), got 2592001"),
     ({"mean_e2e_latency_ms": 3e9}, "line 1.mean_e2e_latency_ms",
-     "expected a latency in ms of at most 2592000000 (30 days), got 3000000000.0"),
+     "expected a latency in ms of at most 2592000000 (30 days), got 3000000000"),
     ({"completed": 1e300}, "line 1.completed",
      "expected a whole number of at most 9007199254740992 (2^53), got 1e+300"),
     ({"total_input_tokens": MAX_COUNT + 2}, "line 1.total_input_tokens",
      "expected a whole number of at most 9007199254740992 (2^53), got 9007199254740994"),
     ({"completed": -3}, "line 1.completed", "expected a whole number >= 0, got -3"),
-    ({"duration": -1.0}, "line 1.duration", "expected a duration in seconds > 0, got -1.0"),
+    ({"duration": -1.0}, "line 1.duration", "expected a duration in seconds > 0, got -1"),
 ])
 def test_values_no_real_run_has_are_refused_naming_the_bound(changes, path, message):
     error = refusal(json.dumps({**SGLANG, **changes}))

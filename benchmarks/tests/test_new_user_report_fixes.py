@@ -72,3 +72,44 @@ def test_a_run_stored_without_the_source_has_it_derived_when_read_where_it_can_b
     assert rows[unknown.pk]["input_tokens_source"] == rows[imported.pk]["input_tokens_source"] == ""
     older.refresh_from_db()
     assert "input_tokens_source" not in older.summary  # derived when read, the stored summary untouched
+
+
+# --- refused numbers as JSON.stringify writes them ------------------------------------------------
+
+
+def test_the_shared_number_spelling_is_javascripts() -> None:
+    from controlplane.jsonsafe import js_number, json_number, json_spelled, shown_value
+
+    values = (1e9, 1.0, -0.0, 0.0, 1e21, 1e20, 0.5, -1.0, 1e-7, 2.5e-5, 123.456, float("nan"), float("-inf"))
+    assert [json_number(v) for v in values] == ["1000000000", "1", "0", "0", "1e+21", "100000000000000000000", "0.5",
+                                                "-1", "1e-7", "0.000025", "123.456", "NaN", "-Infinity"]
+    assert [js_number(v) for v in values] == [json_number(v) for v in values]
+    assert json_spelled([1e9, {"a": -0.0}]) == '[1000000000, {"a": 0}]' and shown_value(9.0) == "the number 9"
+
+
+@pytest.mark.django_db
+def test_a_sweep_refusal_quotes_a_whole_float_as_json_stringify_writes_it(operator_api) -> None:
+    from benchmarks.tests.sweep_support import sim_deployment_create
+
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9")
+    response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
+        "concurrency": [1e9], "lengths": "8:8", "requests": 1e5}}, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["grid.concurrency.0"] == ["must be an integer 1..4096, got 1000000000"]
+    assert response.json()["grid.requests"] == [
+        "must be an integer 1..100000 written without a decimal point or exponent (100000), got 100000"]
+
+
+def test_a_recipe_refusal_quotes_a_whole_float_and_negative_zero_as_json_stringify_writes_them() -> None:
+    from controlplane.errors import InvalidInput
+    from deployments.examples import example_recipe, seed_node_facts_example
+    from deployments.recipes import recipe_validate
+
+    spec = example_recipe("seed-v4-flash-pd")["spec"]
+    spec["roles"]["prefill"]["dp"] = 1.0
+    spec["startup_timeout_s"] = -0.0
+    with pytest.raises(InvalidInput) as info:
+        recipe_validate(engine="sglang", topology="pd", spec=spec, node=seed_node_facts_example())
+    errors = info.value.errors
+    assert errors["spec.roles.prefill.dp"] == ["must be an integer, got 1"]
+    assert errors["spec.startup_timeout_s"] == ["must be an integer, got 0"]

@@ -38,7 +38,7 @@ def test_a_repeated_key_is_refused_naming_the_file_and_the_key(toy_package, tmp_
     path.write_text(text)
     err = _ingest(str(job.pk), str(path))
     assert err.returncode == 2 and "\n" not in str(err)
-    assert str(err) == f"{path}: nothing was stored: results.0.median_us: is given 2 times (20.0, 5.0): give it once"
+    assert str(err) == f"{path}: nothing was stored: results.0.median_us: is given 2 times (20, 5): give it once"
     assert not KernelBenchmark.objects.exists()
 
 

@@ -24,7 +24,7 @@ WRONG = {
     "package": [(1, "the number 1"), (["toy_attn"], 'the list ["toy_attn"]'), ({"a": 1}, 'the object {"a": 1}'),
                 (None, "null")],
     "node": [(1, "the number 1"), (["cpu-box"], 'the list ["cpu-box"]'), (True, "the boolean true"), (None, "null")],
-    "cc": [(9.0, "the number 9.0"), (["9.0"], 'the list ["9.0"]'), ({"a": 1}, 'the object {"a": 1}'), (None, "null")],
+    "cc": [(9.0, "the number 9"), (["9.0"], 'the list ["9.0"]'), ({"a": 1}, 'the object {"a": 1}'), (None, "null")],
     "params": [(1, "the number 1"), ([1], "the list [1]"), ("impl", 'the string "impl"'), (True, "the boolean true"),
                (None, "null")],
     "shapes": [(1, "the number 1"), ("small", 'the string "small"'), ({"a": 1}, 'the object {"a": 1}'),
