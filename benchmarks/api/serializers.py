@@ -565,7 +565,11 @@ class RunCompareSerializer(serializers.Serializer):
         help_text="latency metric -> [best run id, runner-up id] whose 95 % confidence intervals overlap, or "
                   "either of which has none: the best is named, but the difference may be sampling noise (a note gives "
                   "both intervals)")
-    baseline = serializers.IntegerField(help_text="the run deltas_pct are against")
+    baseline = serializers.IntegerField(help_text="the run deltas_pct are against: baseline=ID, else the first id, "
+                                                  "else (the first run not rankable) the first ranked run")
+    baseline_note = serializers.CharField(allow_null=True, help_text=(
+        "why the baseline is not the first id, when baseline= was not given and the first run is not rankable "
+        "(also in notes); null otherwise"))
     tie_threshold_pct = serializers.FloatField(help_text="percent of the larger value")
     excluded = RunCompareExcludedSerializer(many=True)
     notes = serializers.ListField(child=serializers.CharField())

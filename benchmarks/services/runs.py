@@ -615,7 +615,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     "config", "rankable", "refusal", "measured"}], "fields": [{"key", "label", "unit", "values":
     [...], "deltas_pct": [...]}], "config_differs": [{"field", "values": [...]}], "best":
     {"output_throughput_tok_s": run id | None, ...}, "ties": {metric: [run ids]}, "uncertain":
-    {metric: [best id, runner-up id]}, "baseline": run id, "tie_threshold_pct": float,
+    {metric: [best id, runner-up id]}, "baseline": run id, "baseline_note": str | None, "tie_threshold_pct": float,
     "excluded": [{"id", "reason"}], "notes": [...]}``; ``notes`` starts with ``leading_notes``
     (:func:`runs_compare_overlap_notes`: a run given by id and through a sweep, compared once).
 
@@ -684,7 +684,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     value is missing or the baseline's is 0, everywhere when the baseline is not rankable (it holds
     no measurement, or its lengths are not the requested fixed ones; a note says so, ending "so no
     delta is given"), and for goodput where the run's SLO is not the baseline's or the baseline's
-    is not known. The baseline is ``baseline_id``, else the first rankable run, else (no run is
+    is not known. The baseline is ``baseline_id``, else the first rankable run (a note says so, naming
+    why the first run is not, where that is not the first run), else (no run is
     rankable: no delta at all, with a note) the first run. Raises
     :class:`InvalidInput` for fewer than 2 runs (``ids``) and a ``baseline_id`` that is not one of
     ``runs`` (``baseline``).
@@ -762,10 +763,21 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
             names = [LATENCY_NAMES.get(stem, stem) for stem in stems]
             ranked = (f"; it is not ranked for {_and(names)} (any statistic)" if e["rankable"] and affected else "")
             notes.append(f"run #{run.pk}: {why}{ranked}")
+    baseline_note = None
     if baseline_id is None:
         # The first run that is ranked: a change against a run that is not comparable (no
         # measurement, or lengths other than the requested fixed ones) would read as a result.
         baseline_id = next((e["id"] for e in entries if e["rankable"]), runs[0].pk)
+        if baseline_id != runs[0].pk:
+            # Said where the deltas are read: the first id is not the baseline the docs promise.
+            first = entries[0]
+            why = unranked_why.get(first["id"]) or next((x["reason"] for x in excluded if x["id"] == first["id"]),
+                                                           "not comparable")
+            flags = f" (flags: {', '.join(first['flags'])})" if first["flags"] else ""
+            baseline_note = (f"run #{first['id']} is not rankable: {why}{flags}; run #{baseline_id}, the first "
+                             f"ranked run, is the baseline (baseline={first['id']} takes run #{first['id']} anyway, "
+                             "without deltas)")
+            notes.append(baseline_note)
     base = next(i for i, e in enumerate(entries) if e["id"] == baseline_id)
     with_deltas = entries[base]["rankable"]
     if not any(e["rankable"] for e in entries):
@@ -878,7 +890,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                      f"; run #{among[0]} is named best for goodput as the only ranked run with one")
         notes.insert(goodput_note_at, note)
     return {"runs": entries, "fields": fields, "config_differs": differs, "best": best, "ties": ties,
-            "uncertain": uncertain, "baseline": baseline_id, "tie_threshold_pct": tie_pct, "excluded": excluded,
+            "uncertain": uncertain, "baseline": baseline_id, "baseline_note": baseline_note,
+            "tie_threshold_pct": tie_pct, "excluded": excluded,
             "notes": notes}
 
 
@@ -1021,7 +1034,8 @@ def _compare_column(key: str) -> str:
 
 def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
     """A :func:`runs_compare` result as CSV, one row per run in the compared order: ``run_id``,
-    ``label``, ``baseline`` (``true`` for the baseline run), ``rankable``, ``not_ranked_reason``,
+    ``label``, ``baseline`` (``true`` for the baseline run), ``baseline_note`` (on the baseline's row
+    where the first run could not be it: why, as the API's ``baseline_note``), ``rankable``, ``not_ranked_reason``,
     what the run measured (:data:`COMPARE_CSV_CONFIG`: sweep, source, model, deployment and
     recipe ids, GPUs, ``concurrency``, ``request_rate_req_s`` (empty for a closed loop),
     ``input_len`` and ``output_len`` in tokens, ``num_requests``), the run's SLO in seconds
@@ -1031,7 +1045,7 @@ def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
     (the metrics this run is named best for, ``;``-separated). Tie and SLO notes stay in the API
     answer and on the page."""
     fields = list(comparison["fields"])
-    columns = ["run_id", "label", "baseline", "rankable", "not_ranked_reason",
+    columns = ["run_id", "label", "baseline", "baseline_note", "rankable", "not_ranked_reason",
                *(col for col, _ in COMPARE_CSV_CONFIG), *COMPARE_CSV_SLO]
     for f in fields:
         col = _compare_column(f["key"])
@@ -1043,6 +1057,7 @@ def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
         row: dict[str, Any] = {
             "run_id": e["id"], "label": e["label"],
             "baseline": "true" if e["id"] == comparison["baseline"] else "false",
+            "baseline_note": comparison.get("baseline_note") if e["id"] == comparison["baseline"] else None,
             "rankable": "true" if e["rankable"] else "false", "not_ranked_reason": e["refusal"],
             **{col: e["sweep_id"] if key is None else e["config"].get(key) for col, key in COMPARE_CSV_CONFIG},
             **{f"slo_{k}": slo.get(k) for k in SLO_KEYS},

@@ -113,3 +113,50 @@ def test_a_recipe_refusal_quotes_a_whole_float_and_negative_zero_as_json_stringi
     errors = info.value.errors
     assert errors["spec.roles.prefill.dp"] == ["must be an integer, got 1"]
     assert errors["spec.startup_timeout_s"] == ["must be an integer, got 0"]
+
+
+# --- a comparison whose first run cannot be the baseline says so -----------------------------------
+
+
+def _compared_runs() -> tuple[BenchmarkRun, BenchmarkRun, BenchmarkRun]:
+    """An unchecked run (flag ``input_length_unchecked``, 900 tok/s) first, then two checked ones."""
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STOPPED)
+    sweep = BenchmarkSweep.objects.create(deployment=deployment, status=SweepStatus.DONE, num_gpus=1)
+    summary = {"requests": 10, "successes": 10, "failures": 0, "duration_s": 1.0,
+               "ttft_s": {"mean": 0.2, "p50": 0.2, "p90": 0.2, "p99": 0.2}, "tpot_s": {"mean": 0.02}}
+
+    def run(ordinal: int, tok_s: float, flags: list[str]) -> BenchmarkRun:
+        return BenchmarkRun.objects.create(
+            sweep=sweep, ordinal=ordinal, status=RunStatus.DONE, concurrency=8, input_len=64, output_len=64,
+            num_gpus=1, flags=flags, summary={**summary, "output_throughput_tok_s": tok_s})
+
+    return run(0, 900.0, ["input_length_unchecked"]), run(1, 100.0, []), run(2, 120.0, [])
+
+
+@pytest.mark.django_db
+def test_a_first_run_that_is_not_rankable_is_named_when_another_becomes_the_baseline(viewer, viewer_api) -> None:
+    from django.urls import reverse
+
+    from benchmarks.tests.page_support import logged_in_client
+
+    unchecked, good, better = _compared_runs()
+    note = (f"run #{unchecked.pk} is not rankable: its input length was not checked (flags: input_length_unchecked); "
+            f"run #{good.pk}, the first ranked run, is the baseline (baseline={unchecked.pk} takes run "
+            f"#{unchecked.pk} anyway, without deltas)")
+    body = viewer_api.get(f"/api/runs/compare/?ids={unchecked.pk},{good.pk},{better.pk}").json()
+    assert body["baseline"] == good.pk and body["baseline_note"] == note and note in body["notes"]
+    tok = next(f for f in body["fields"] if f["key"] == "output_throughput_tok_s")
+    assert tok["deltas_pct"] == [800.0, 0.0, 20.0]
+    rows = {int(r["run_id"]): r for r in _csv_rows(viewer_api, f"/api/runs/compare/?ids={unchecked.pk},{good.pk},"
+                                                              f"{better.pk}&format=csv")}
+    assert rows[good.pk]["baseline"] == "true" and rows[good.pk]["baseline_note"] == note
+    assert rows[unchecked.pk]["baseline"] == "false" and rows[unchecked.pk]["baseline_note"] == ""
+    client = logged_in_client(viewer)
+    html = client.get(reverse("benchmarks:compare") + f"?runs={unchecked.pk},{good.pk},{better.pk}").content.decode()
+    assert f"<p>R{note[1:]}.</p>" in html.replace("&#x27;", "'")  # the page's notes, capitalised
+
+    # The first id is the baseline when it is rankable, or when baseline= names it: no such note.
+    body = viewer_api.get(f"/api/runs/compare/?ids={good.pk},{unchecked.pk}").json()
+    assert body["baseline"] == good.pk and body["baseline_note"] is None
+    body = viewer_api.get(f"/api/runs/compare/?ids={unchecked.pk},{good.pk}&baseline={unchecked.pk}").json()
+    assert body["baseline"] == unchecked.pk and body["baseline_note"] is None
