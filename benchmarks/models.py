@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from benchmarks.choices import SWEEP_ACTIVE, ImportFormat, RunSource, RunStatus, SweepStatus
+from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, ImportFormat, RunSource, RunStatus, SweepStatus
 
 # Name of the partial unique index that allows one pending, waiting or running sweep per deployment.
 ONE_ACTIVE_SWEEP_CONSTRAINT = "benchmarks_one_active_sweep_per_deployment"
@@ -109,10 +109,13 @@ class BenchmarkSweep(models.Model):
         """The requests the sweep sends in all, as far as it is known: ``requests_total`` (the
         planned count; a point that also has a time limit may end sooner, and then the total
         follows what it sent), but None while a point limited by time alone
-        (:attr:`has_open_ended_points`) has not run, i.e. until such a sweep is done: its
-        count is what fits in its time, and a total that grows behind the requests done would
-        read ``265/224``."""
-        if self.has_open_ended_points and self.status != SweepStatus.DONE:
+        (:attr:`has_open_ended_points`) may still run, i.e. until such a sweep has ended (done,
+        failed or cancelled): its count is what fits in its time, and a total that grows behind
+        the requests done would read ``265/224``. Once it has ended the total is known: each point
+        that ran counts what it sent (a point limited by time alone that never ran adds 0; one with
+        a request count that never ran, its planned count), so a sweep of points limited by time
+        alone that failed or was cancelled gives the requests it sent."""
+        if self.has_open_ended_points and self.status not in SWEEP_TERMINAL:
             return None
         return self.requests_total
 

@@ -30,7 +30,7 @@ class SweepSerializer(serializers.ModelSerializer):
     (:func:`benchmarks.selectors.sweep_queue_note`, null once it runs); ``requests_done``: the
     requests that finished (succeeded, or failed with an answer); ``requests_total``: the requests
     the sweep sends in all, null while that is not known (a grid with points limited by time
-    alone, until the sweep is done: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
+    alone, until the sweep has ended, done, failed or cancelled, when each point that ran counts what it sent: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     never below ``requests_done``; ``requests_cancelled``: those a cancel ended in flight, null
     when no point was cut by a cancel; ``requests_aborted``: those any stop ended in flight (a
     cancel, or the deployment going down under a point), null when none; ``held_at``: when its task last found it held back by a
@@ -47,7 +47,8 @@ class SweepSerializer(serializers.ModelSerializer):
         help_text="requests the sweep sends in all (a point with a time limit as well as a request count may end "
                   "sooner: the total then follows what it sent); null while not known: points limited by time "
                   "alone (duration_s without a request count) send what fits in their time, so a sweep with such "
-                  "points has a total only once it is done. Never below requests_done.")
+                  "points has a total only once it has ended (done, failed or cancelled): then each point that ran "
+                  "counts what it sent, one limited by time alone that never ran 0. Never below requests_done.")
     requests_cancelled = serializers.SerializerMethodField(
         help_text="requests a cancel ended in flight (not in requests_done); null when none was")
     requests_aborted = serializers.SerializerMethodField(

@@ -160,3 +160,60 @@ def test_a_first_run_that_is_not_rankable_is_named_when_another_becomes_the_base
     assert body["baseline"] == good.pk and body["baseline_note"] is None
     body = viewer_api.get(f"/api/runs/compare/?ids={unchecked.pk},{good.pk}&baseline={unchecked.pk}").json()
     assert body["baseline"] == unchecked.pk and body["baseline_note"] is None
+
+
+# --- an ended time-limited sweep has its requests_total --------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("stop", ["cancel", "deployment stopping"])
+def test_a_time_limited_sweep_that_ended_early_gives_the_requests_it_sent(sim_url: str, operator, operator_api,
+                                                                         stop: str) -> None:
+    import threading
+    import time
+
+    from django.test import Client
+    from django.urls import reverse
+
+    from benchmarks.services import sweep_cancel
+    from deployments.models import Deployment
+
+    deployment = sim_deployment_create(base_url=sim_url)
+    # Two points limited by time alone (~1.3 s requests, two at a time); stopped within the first.
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [2, 4], "lengths": [[16, 256]], "duration_s": 30})
+    assert operator_api.get(f"/api/sweeps/{sweep.pk}/").json()["requests_total"] is None
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=sweep.pk)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while True:
+        run = sweep.runs.first()
+        if run is not None and int((run.progress or {}).get("done") or 0) >= 2:
+            break
+        assert time.monotonic() < deadline, "the point never finished 2 requests"
+        time.sleep(0.05)
+    # Running: the total is not known yet.
+    assert operator_api.get(f"/api/sweeps/{sweep.pk}/").json()["requests_total"] is None
+    if stop == "cancel":
+        sweep_cancel(sweep=BenchmarkSweep.objects.get(pk=sweep.pk), user=operator)
+    else:
+        Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STOPPING)
+    thread.join(60)
+    assert result["status"] == (SweepStatus.CANCELLED if stop == "cancel" else SweepStatus.FAILED)
+
+    sweep.refresh_from_db()
+    [run] = sweep.runs.all()  # the second point never ran
+    s = run.summary
+    assert s["aborted"] >= 1 and s["requests"] == s["successes"] + s["failures"] >= 3
+    body = operator_api.get(f"/api/sweeps/{sweep.pk}/").json()
+    assert body["requests_total"] == sweep.requests_total == s["requests"]  # what it sent, aborted ones included
+    assert body["requests_done"] == s["requests"] - s["aborted"] < body["requests_total"]
+
+    client = Client()
+    client.force_login(operator)
+    page = client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()
+    cell = page.split('class="requests-done"')[1].split("</dd>")[0]
+    assert f"{body['requests_done']} finished of {s['requests']} sent" in cell and "not known" not in cell

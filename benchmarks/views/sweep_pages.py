@@ -436,7 +436,7 @@ def _get_sweep(pk: int) -> BenchmarkSweep:
 def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     """Progress of a sweep for the live partial: ``points_done``/``points_total``,
     ``requests_done``/``requests_total`` (counts; done are the requests that finished; the total
-    None while points limited by time alone have not run,
+    None while points limited by time alone may still run (then, once ended, what the points sent),
     :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     ``requests_cancelled`` (requests a cancel ended in flight, None when none or not cancelled),
     ``requests_aborted`` (requests ended in flight when the deployment went down, None when none or
@@ -468,6 +468,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     return {
         "points_done": sweep.points_done, "points_total": sweep.points_total,
         "requests_done": sweep.requests_done, "requests_total": sweep.requests_total_known, "timed": timed,
+        "open_ended": sweep.has_open_ended_points,
         "requests_cancelled": sweep_requests_cancelled(sweep=sweep) if sweep.status == SweepStatus.CANCELLED else None,
         "requests_aborted": sweep_requests_aborted(sweep=sweep) if sweep.status == SweepStatus.FAILED else None,
         "percent": round(min(percent, 100.0), 1),
