@@ -17,7 +17,7 @@ from benchmarks.analysis.model import PARTIAL_FLAG
 from benchmarks.loadgen import Api
 from controlplane.api import shown_key, shown_value
 from controlplane.errors import InvalidInput
-from controlplane.jsonsafe import js_number, json_number
+from controlplane.jsonsafe import js_number, json_number, not_integer, whole_float
 
 # Bounds that keep one sweep a sweep and not a denial of service on the client or the database.
 # Every point's prompts are built in the control worker's memory before it starts (case C11), and
@@ -138,21 +138,17 @@ def grid_number(value: Any) -> str:
     return json_shown(value)
 
 
-def _whole_float(value: Any) -> bool:
-    """Whether ``value`` is a float with a whole value (``1e3``, ``16.0``): a JSON number written
-    with a decimal point or an exponent, which the API's integer fields refuse as the wrong type."""
-    return isinstance(value, float) and math.isfinite(value) and value == int(value)
+_whole_float = whole_float
 
 
 def int_refusal(value: Any, *, lo: int, hi: int) -> str:
     """The refusal of ``value`` for a grid field that takes an integer ``lo..hi``: ``must be an
     integer 1..100000, got 0``; a whole number written with a decimal point or an exponent
     (``1e3``, ``1.0``), which the API's integer fields refuse too, is told to be written without
-    one: ``must be an integer 1..100000 written without a decimal point or exponent (1000), got
-    1000.0`` (in range; one out of range is refused for its range alone)."""
+    one: ``must be an integer 1..100000, got 1000 written with a decimal point or exponent (write
+    1000)`` (in range; one out of range is refused for its range alone)."""
     if _whole_float(value) and lo <= value <= hi:
-        return (f"must be an integer {lo}..{hi} written without a decimal point or exponent "
-                f"({int(value)}), got {json_shown(value)}")
+        return f"must be an integer {lo}..{hi}, got {not_integer(value, json_shown(value))}"
     return f"must be an integer {lo}..{hi}, got {json_shown(value)}"
 
 
@@ -255,10 +251,10 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
             if parsed is None:
                 whole = (isinstance(pair, (list, tuple)) and len(pair) == 2 and any(map(_whole_float, pair))
                          and length_pair_parse([int(x) if _whole_float(x) else x for x in pair]) is not None)
-                how = (f" written without a decimal point or exponent ([{int(pair[0])}, {int(pair[1])}])"
+                how = (f" written with a decimal point or exponent (write [{int(pair[0])}, {int(pair[1])}])"
                        if whole else "")
                 err(f"grid.lengths.{i}", f"must be [input_len, output_len] or 'in:out' with 1..{MAX_LEN} tokens"
-                                         f"{how}, got {json_shown(pair)}")
+                                         f", got {json_shown(pair)}{how}")
             else:
                 lengths.append(list(parsed))
                 length_paths.append(f"grid.lengths.{i}")

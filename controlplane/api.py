@@ -51,7 +51,7 @@ from controlplane.drf_defaults import (  # noqa: F401 - part of this module's in
     query_keys_taken, repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
-from controlplane.jsonsafe import json_text, shown_value  # noqa: F401 - part of this module's interface
+from controlplane.jsonsafe import not_integer, json_text, shown_value  # noqa: F401 - part of this module's interface
 from controlplane.notfound_views import api_lookup_refused_text, api_not_found_text
 
 log = logging.getLogger(__name__)
@@ -498,7 +498,7 @@ class StrictIntegerMixin(FormTextMixin):
 
     def to_internal_value(self, data):
         if not isinstance(data, FormText) and (isinstance(data, bool) or not isinstance(data, int)):
-            raise serializers.ValidationError(f"must be an integer (e.g. {self.example}), got {shown_value(data)}",
+            raise serializers.ValidationError(f"must be an integer (e.g. {self.example}), got {not_integer(data, shown_value(data))}",
                                               code="invalid")
         try:
             value = super().to_internal_value(data)

@@ -148,6 +148,23 @@ def json_spelled(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def whole_float(value: Any) -> bool:
+    """Whether ``value`` is a finite float with a whole value (``1e3``, ``16.0``): a JSON number
+    written with a decimal point or an exponent, which the API's integer fields refuse as the wrong
+    type although :func:`json_number` quotes it as a whole number (``1000``, ``16``)."""
+    return isinstance(value, float) and math.isfinite(value) and value == int(value)
+
+
+def not_integer(value: Any, shown: str) -> str:
+    """``shown``, a refused value's quote in a ``must be an integer`` message, with what made a
+    whole number the wrong type when it is one: ``8000 written with a decimal point or exponent
+    (write 8000)`` for ``8000.0`` or ``8e3`` (which JSON.stringify, hence the quote, writes as
+    ``8000``); anything else as it is (``'8000'``, ``2.5``, ``true``)."""
+    if whole_float(value):
+        return f"{shown} written with a decimal point or exponent (write {int(value)})"
+    return shown
+
+
 def shown_value(value: Any) -> str:
     """A body value of the wrong type as a message names it: its JSON type and its JSON text cut
     to 40 characters (``the string "1"``, ``the number 9`` for ``9.0``, ``the boolean true``, ``null``,

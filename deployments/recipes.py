@@ -89,7 +89,7 @@ from typing import Any
 from django.conf import settings
 
 from controlplane.errors import InvalidInput
-from controlplane.jsonsafe import json_spelled
+from controlplane.jsonsafe import json_spelled, not_integer
 from deployments.engines import ENGINES
 from deployments.engines.base import (
     REPO_ID_RE,
@@ -677,7 +677,7 @@ def _gpus_check(errs: _Errors, adapter: EngineAdapter, path: str, gpus: Any, nod
     out: list[int] = []
     for i, g in enumerate(gpus):
         if isinstance(g, bool) or not isinstance(g, int):
-            errs.add(path, f"item {i} must be an integer GPU id, got {json_spelled(g)}")
+            errs.add(path, f"item {i} must be an integer GPU id, got {not_integer(g, json_spelled(g))}")
         elif g in out:
             errs.add(path, f"GPU {g} is listed twice")
         elif g not in have:
@@ -693,7 +693,7 @@ def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dic
     numa = role.get("numa_node")
     if numa is not None:
         if isinstance(numa, bool) or not isinstance(numa, int):
-            errs.add(f"{path}.numa_node", f"must be an integer NUMA node id, got {json_spelled(numa)}")
+            errs.add(f"{path}.numa_node", f"must be an integer NUMA node id, got {not_integer(numa, json_spelled(numa))}")
         elif numa not in node.numa_indices():
             errs.add(f"{path}.numa_node",
                      f"NUMA node {numa} does not exist on node {node.name} (it has {_ids(sorted(node.numa_indices())) or 'none'})")
@@ -848,7 +848,7 @@ def _port_field(errs: _Errors, path: str, value: Any, default: int | None) -> in
             errs.add(path, "is required")
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        errs.add(path, f"must be an integer port, got {json_spelled(value)}")
+        errs.add(path, f"must be an integer port, got {not_integer(value, json_spelled(value))}")
         return None
     if not 1024 <= value <= 65535:
         errs.add(path, f"must be between 1024 and 65535, got {json_spelled(value)}")
@@ -1046,7 +1046,7 @@ def _int_field(errs: _Errors, path: str, value: Any, default: int, lo: int, hi: 
     if value is ABSENT:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        errs.add(path, f"must be an integer, got {json_spelled(value)}")
+        errs.add(path, f"must be an integer, got {not_integer(value, json_spelled(value))}")
         return default
     if not lo <= value <= hi:
         errs.add(path, f"must be between {lo} and {hi}, got {json_spelled(value)}")
@@ -1134,13 +1134,13 @@ def _sim_check(errs: _Errors, sim: Any, worker_roles: list[str]) -> dict:
                     errs.add(f"spec.sim.gpus_modelled.{role}",
                              f"not a worker role of this recipe; allowed: {', '.join(worker_roles)}")
                 elif not count_ok(v):
-                    errs.add(f"spec.sim.gpus_modelled.{role}", f"must be an integer 1..1024, got {json_spelled(v)}")
+                    errs.add(f"spec.sim.gpus_modelled.{role}", f"must be an integer 1..1024, got {not_integer(v, json_spelled(v))}")
             out["gpus_modelled"] = dict(modelled)
         elif count_ok(modelled):
             out["gpus_modelled"] = modelled
         else:
             errs.add("spec.sim.gpus_modelled",
-                     f"must be an integer 1..1024 or an object {{role: integer}}, got {json_spelled(modelled)}")
+                     f"must be an integer 1..1024 or an object {{role: integer}}, got {not_integer(modelled, json_spelled(modelled))}")
     return out
 
 

@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError
 
-from controlplane.jsonsafe import json_spelled, shown_value
+from controlplane.jsonsafe import json_spelled, not_integer, shown_value
 from kernels.safeexpr import ExpressionError, SafeExpr, expr_compile, expr_evaluate, number_problem
 
 MANIFEST_FILE = "manifest.toml"
@@ -319,7 +319,7 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
         good = True
         for j, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, (int, str)):
-                errs.add(f"{path}.{j}", f"must be an integer or a string, got {json_spelled(v)}")
+                errs.add(f"{path}.{j}", f"must be an integer or a string, got {not_integer(v, json_spelled(v))}")
                 good = False
             elif isinstance(v, str) and not re.match(r"^[A-Za-z0-9_.-]{1,32}$", v):
                 errs.add(f"{path}.{j}", f"string value {v!r} may hold only letters, digits, '_', '.', '-'")

@@ -97,7 +97,7 @@ def test_a_sweep_refusal_quotes_a_whole_float_as_json_stringify_writes_it(operat
     assert response.status_code == 400, response.content
     assert response.json()["grid.concurrency.0"] == ["must be an integer 1..4096, got 1000000000"]
     assert response.json()["grid.requests"] == [
-        "must be an integer 1..100000 written without a decimal point or exponent (100000), got 100000"]
+        "must be an integer 1..100000, got 100000 written with a decimal point or exponent (write 100000)"]
 
 
 def test_a_recipe_refusal_quotes_a_whole_float_and_negative_zero_as_json_stringify_writes_them() -> None:
@@ -111,8 +111,8 @@ def test_a_recipe_refusal_quotes_a_whole_float_and_negative_zero_as_json_stringi
     with pytest.raises(InvalidInput) as info:
         recipe_validate(engine="sglang", topology="pd", spec=spec, node=seed_node_facts_example())
     errors = info.value.errors
-    assert errors["spec.roles.prefill.dp"] == ["must be an integer, got 1"]
-    assert errors["spec.startup_timeout_s"] == ["must be an integer, got 0"]
+    assert errors["spec.roles.prefill.dp"] == ["must be an integer, got 1 written with a decimal point or exponent (write 1)"]
+    assert errors["spec.startup_timeout_s"] == ["must be an integer, got 0 written with a decimal point or exponent (write 0)"]
 
 
 # --- a comparison whose first run cannot be the baseline says so -----------------------------------

@@ -86,16 +86,16 @@ def test_grid_messages_spell_refused_numbers_as_json_does_and_say_how_to_write_a
     # A whole number written with an exponent or a decimal point is refused, as the API's integer
     # fields refuse it, and the message says how to write it.
     assert _grid_errors({**base, "requests": 1e3}) == {"grid.requests": [
-        "must be an integer 1..100000 written without a decimal point or exponent (1000), got 1000"]}
+        "must be an integer 1..100000, got 1000 written with a decimal point or exponent (write 1000)"]}
     assert _grid_errors({**base, "requests": 2.5}) == {"grid.requests": ["must be an integer 1..100000, got 2.5"]}
     assert _grid_errors({**base, "requests": 1e6}) == {"grid.requests": [
         "must be an integer 1..100000, got 1000000"]}
     assert _grid_errors({"concurrency": [1], "lengths": [[16.0, 16]]}) == {"grid.lengths.0": [
-        "must be [input_len, output_len] or 'in:out' with 1..1000000 tokens written without a decimal point or "
-        "exponent ([16, 16]), got the list [16, 16]"]}
+        "must be [input_len, output_len] or 'in:out' with 1..1000000 tokens, got the list [16, 16] written with a "
+        "decimal point or exponent (write [16, 16])"]}
     assert _grid_errors({"concurrency": [1.0], "lengths": "8:8", "warmup": 2.0}) == {
-        "grid.concurrency.0": ["must be an integer 1..4096 written without a decimal point or exponent (1), got 1"],
-        "grid.warmup": ["must be an integer 0..10000 written without a decimal point or exponent (2), got 2"]}
+        "grid.concurrency.0": ["must be an integer 1..4096, got 1 written with a decimal point or exponent (write 1)"],
+        "grid.warmup": ["must be an integer 0..10000, got 2 written with a decimal point or exponent (write 2)"]}
     errors = _grid_errors({**base, "request_rates": [2e-7], "requests": 100, "slo": {"ttft_s": -1.0},
                            "wait_ready_s": 1e5})
     assert errors == {

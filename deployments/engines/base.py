@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from controlplane.jsonsafe import json_spelled
+from controlplane.jsonsafe import json_spelled, not_integer
 
 FlagKind = Literal["int", "float", "bool", "choice", "name", "names", "path", "template", "model", "port"]
 
@@ -86,7 +86,7 @@ def flag_value_check(spec: FlagSpec, value: Any, *, model_roots: Sequence[str] =
         return None, f"must be true or false, got {json_spelled(value)}"
     if kind in ("int", "port"):
         if isinstance(value, bool) or not isinstance(value, int):
-            return None, f"must be an integer, got {json_spelled(value)}"
+            return None, f"must be an integer, got {not_integer(value, json_spelled(value))}"
         lo, hi = (1024, 65535) if kind == "port" else (spec.min, spec.max)
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             return None, f"must be between {_num(lo)} and {_num(hi)}, got {json_spelled(value)}"

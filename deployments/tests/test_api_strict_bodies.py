@@ -49,7 +49,7 @@ def recipe_at_v2(recipe) -> Recipe:
 
 @pytest.mark.parametrize("value, shown", [
     ("'{pk}'", 'the string "{pk}"'),
-    ("{pk}.0", "the number {pk}"),
+    ("{pk}.0", "the number {pk} written with a decimal point or exponent (write {pk})"),
     ("true", "the boolean true"),
 ])
 def test_a_deploy_refuses_a_recipe_id_that_is_not_a_json_integer(operator_api, recipe, value, shown):
@@ -74,7 +74,7 @@ def test_a_form_body_still_gives_a_recipe_id_as_text(operator_api):
 
 @pytest.mark.parametrize("body, field, shown", [
     ('{"version": "1"}', "version", 'the string "1"'),
-    ('{"version": 1.0}', "version", "the number 1"),
+    ('{"version": 1.0}', "version", "the number 1 written with a decimal point or exponent (write 1)"),
     ('{"version": true}', "version", "the boolean true"),
     ('{"version": 1, "expected_version": "2"}', "expected_version", 'the string "2"'),
 ])
@@ -221,7 +221,7 @@ def test_a_cancel_with_keys_is_a_400_even_where_the_state_would_conflict(operato
     ('{"version": "first", "expected_version": 1}', {"version": integer_error('the string "first"')}),
     ('{"version": 0, "expected_version": 1}', {"version": ["must be between 1 and 2147483647, got 0"]}),
     ('{"version": "1", "expected_version": 1}', {"version": integer_error('the string "1"')}),
-    ('{"version": 1.0, "expected_version": 1}', {"version": integer_error("the number 1")}),
+    ('{"version": 1.0, "expected_version": 1}', {"version": integer_error("the number 1 written with a decimal point or exponent (write 1)")}),
     ('{"version": 1e400, "expected_version": 1}', {"version": ["1e400 is not a finite number"]}),
     ('{"expected_version": 1}', {"version": ["This field is required."]}),
     ("[1]", {"non_field_errors": ["the body must be a JSON object, got an array"]}),

@@ -181,7 +181,7 @@ def test_a_deploy_reports_a_bad_recipe_with_the_unknown_keys(operator_api):
     assert sorted(response.json()) == ["extra", "recipe"]
 
 
-@pytest.mark.parametrize("recipe, shown", [(1.5, "the number 1.5"), (1.0, "the number 1"), (True, "the boolean true"),
+@pytest.mark.parametrize("recipe, shown", [(1.5, "the number 1.5"), (1.0, "the number 1 written with a decimal point or exponent (write 1)"), (True, "the boolean true"),
                                            ("1.5", 'the string "1.5"'), ("1", 'the string "1"'), ([1], "the list [1]")])
 def test_a_deploy_refuses_a_recipe_id_that_is_not_a_whole_number(operator_api, operator, node, recipe, shown):
     services.recipe_create(user=operator, **{**payload(), "node": node})  # recipe #1 exists: 1.5 must not hit it

@@ -225,7 +225,7 @@ def test_it_counts_port_typed_flags_in_uniqueness():
     pytest.param(10**5000, "must be between 1024 and 65535, got <int>", id="huge-int"),
     (True, "must be an integer port, got true"),
     ("8000", "must be an integer port, got '8000'"),
-    (8000.0, "must be an integer port, got 8000"),
+    (8000.0, "must be an integer port, got 8000 written with a decimal point or exponent (write 8000)"),
 ])
 def test_it_rejects_bad_ports(port, message):
     spec = seed_pd_spec()

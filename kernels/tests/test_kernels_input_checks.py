@@ -24,7 +24,7 @@ BEST = "/api/kernel-best/"
 
 
 @pytest.mark.parametrize("batch, shown", [("1", 'the string "1"'), (True, "the boolean true"),
-                                          (1.0, "the number 1"), ([1], "the list [1]")])
+                                          (1.0, "the number 1 written with a decimal point or exponent (write 1)"), ([1], "the list [1]")])
 def test_job_creation_refuses_a_batch_that_is_not_an_integer(operator_api, toy_package, h200_node, batch, shown):
     resp = operator_api.post(JOBS, {"package": "toy_attn", "node": "h200-box", "batches": [1, batch]}, format="json")
     assert resp.status_code == 400, resp.content
