@@ -11,7 +11,13 @@ Three layers, applied by :func:`redact_text`:
 * values registered at run time (:func:`register_secret_value`, e.g. a secret the node agent
   has just resolved for a launch);
 * patterns for well-known token shapes (Hugging Face ``hf_...``, ``Bearer ...``,
-  ``token=...``) that catch a secret pasted where it should not be.
+  ``token=...``, and the credential formats of :data:`CREDENTIAL_PATTERNS`: OpenAI-style
+  ``sk-...``, GitHub ``ghp_...`` / ``github_pat_...``, AWS access key ids ``AKIA...``, Slack
+  ``xoxb-...``, PEM private keys) that catch a secret pasted where it should not be.
+
+:func:`credential_find` and :func:`credential_mask` use the same credential formats to refuse
+such a value in a recipe (:mod:`deployments.recipes`) and to show a stored one only in a
+shortened form (``hf_…(37 chars)``) that never holds the value.
 
 A value is masked in every spelling :func:`value_forms` lists, not only as typed: percent-encoded
 in a URL, JSON-escaped, base64, and line by line for a multi-line value.
@@ -63,7 +69,66 @@ _unreadable_reported: set[str] = set()
 _stored_read_at: float | None = None
 _local = threading.local()
 
+#: Well-known credential formats, as ``(name, pattern)``. A match is refused in a recipe's plain
+#: fields and masked wherever text is shown.
+CREDENTIAL_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("Hugging Face token", re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")),
+    ("GitHub token", re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{20,}")),
+    ("GitHub token", re.compile(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{20,}")),
+    ("OpenAI-style API key", re.compile(r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20,}")),
+    ("AWS access key id", re.compile(r"(?<![A-Za-z0-9])AKIA[0-9A-Z]{16}(?![A-Za-z0-9])")),
+    ("Slack token", re.compile(r"(?<![A-Za-z0-9])xox[baprs]-[A-Za-z0-9-]{10,}")),
+    # The whole block when its end is in the text, else the BEGIN line and the base64 lines after it.
+    ("PEM private key", re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----"
+                                   r"(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY-----|[^\n]*(?:\r?\n[A-Za-z0-9+/=]{16,})*)")),
+]
+# The visible head of a shortened credential: its format's fixed prefix.
+_CREDENTIAL_HEAD = re.compile(r"^(?:hf_|github_pat_|gh[pousr]_|sk-|AKIA|xox[baprs]-|-----BEGIN)")
+
+
+def credential_shortened(token: str) -> str:
+    """``token`` as it may be shown: its format's prefix and its length only, e.g.
+    ``hf_…(37 chars)``, never any part of the secret itself."""
+    head = _CREDENTIAL_HEAD.match(token)
+    return f"{head.group(0) if head else ''}…({len(token)} chars)"
+
+
+def credential_find(text: str) -> tuple[str, str] | None:
+    """The first well-known credential format (:data:`CREDENTIAL_PATTERNS`) in ``text``, as
+    ``(format name, shortened form)``, or None."""
+    if not isinstance(text, str):
+        return None
+    for name, pattern in CREDENTIAL_PATTERNS:
+        match = pattern.search(text)
+        if match:
+            return name, credential_shortened(match.group(0))
+    return None
+
+
+def credential_mask(text: str) -> str:
+    """``text`` with every well-known credential replaced by its shortened form
+    (:func:`credential_shortened`); nothing else changes."""
+    if not isinstance(text, str) or not text:
+        return text
+    for _name, pattern in CREDENTIAL_PATTERNS:
+        text = pattern.sub(lambda m: credential_shortened(m.group(0)), text)
+    return text
+
+
+def credential_mask_json(value):
+    """A copy of the JSON ``value`` (a recipe spec) with :func:`credential_mask` applied to
+    every string, keys included: how a stored spec holding a pasted credential is shown."""
+    if isinstance(value, str):
+        return credential_mask(value)
+    if isinstance(value, dict):
+        return {credential_mask(k) if isinstance(k, str) else k: credential_mask_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [credential_mask_json(v) for v in value]
+    return value
+
+
 _PATTERNS = [
+    *(pattern for _name, pattern in CREDENTIAL_PATTERNS),
     # Hugging Face access tokens: ``hf_`` and a run of letters and digits, or a run that also
     # holds ``_`` or ``-`` and then must hold an upper-case letter or a digit, so snake_case
     # vocabulary such as ``hf_quantization_config`` in an engine's argument dump is left alone.

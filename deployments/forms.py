@@ -15,6 +15,7 @@ from django.utils.functional import cached_property
 from controlplane.drf_defaults import BOM, json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import InvalidInput
 from controlplane.forms import SingleValuedForm
+from controlplane.redaction import credential_mask_json
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
 from deployments.models import Node, Recipe, Secret, name_validator
@@ -78,8 +79,10 @@ def spec_marks(value: dict) -> dict[str, list[forms.ValidationError]]:
 
 
 def spec_pretty(spec: dict | None) -> str:
-    """Render a spec for the textarea: two-space indented JSON, keys in their stored order."""
-    return json.dumps(spec or {}, indent=2, ensure_ascii=False)
+    """Render a spec for the textarea: two-space indented JSON, keys in their stored order; a
+    well-known credential stored in it (from before such values were refused) shows shortened
+    only (:func:`controlplane.redaction.credential_mask_json`)."""
+    return json.dumps(credential_mask_json(spec or {}), indent=2, ensure_ascii=False)
 
 
 def sent_values(form: forms.Form, name: str) -> list[str]:

@@ -75,6 +75,12 @@ Rules, with where they come from:
 * ``spec.secrets`` fill only variables named like credentials (:data:`SECRET_TARGET_RE`), and
   such a variable may only be filled from a secret, never set in plain ``env`` (whose values are
   stored, shown and returned by the API in clear).
+* No plain value anywhere in the spec (a flag value, an env value, a name) may look like a
+  well-known credential (:data:`controlplane.redaction.CREDENTIAL_PATTERNS`: ``hf_…``, ``sk-…``,
+  ``ghp_…``, ``AKIA…``, ``xoxb-…``, a PEM private key), and no flag named like one that carries a
+  secret (:data:`SECRET_FLAG_RE`: ``--token``, ``--password``, ``--hf-token``…) is taken: each is
+  refused at its path pointing at ``spec.secrets``, and no message of the answer holds the value
+  (only a shortened form such as ``hf_…(37 chars)``, :func:`controlplane.redaction.credential_mask`).
 """
 from __future__ import annotations
 
@@ -90,6 +96,7 @@ from django.conf import settings
 
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled, not_integer
+from controlplane.redaction import credential_find, credential_mask
 from deployments.engines import ENGINES
 from deployments.engines.base import (
     REPO_ID_RE,
@@ -192,6 +199,17 @@ ENV_VALUE_REFUSED_CHARS = "\x85\u2028\u2029\x7f"
 # variable (an engine switch such as CEILING_SIM_FAIL_GENERATE) can be echoed by the engine in an
 # error, transformed (lower-cased) so that no exact-value redaction catches it.
 SECRET_TARGET_RE = re.compile(r"(?:^|_)(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)$")
+#: A flag name that says its value is a secret (``api-key``, ``token``, ``hf-token``, ``password``,
+#: ``secret-key``, ``auth-token``): its value would be stored and shown in clear, so it is refused
+#: whatever the allowlist (the engines' own, ``--api-key``, are reserved for ``spec.secrets``).
+#: ``max-total-tokens`` and ``tokenizer`` are not such names.
+SECRET_FLAG_RE = re.compile(
+    r"(?:^|[-_])(?:api[-_]?key|token|password|passwd|secret|credentials?|private[-_]key|access[-_]key|secret[-_]key)(?:$|[-_])",
+    re.IGNORECASE)
+#: Told wherever a secret is refused in a plain field.
+SECRET_INSTEAD = ("store it as a secret (admin → Secrets, or POST /api/secrets/) and reference it from "
+                  "spec.secrets (an environment variable named like a credential, e.g. "
+                  '{"HF_TOKEN": "<secret name>"}); a plain value is stored and shown in clear')
 # Set by the renderer from recipe fields; a recipe naming them is pointed at the field.
 ENV_RENDERER_OWNED = {
     "CUDA_VISIBLE_DEVICES": "spec.roles.<role>.gpus",
@@ -273,9 +291,50 @@ def recipe_validate(
     except Exception as exc:  # noqa: BLE001 - the contract is InvalidInput for any input
         errs.add("spec", f"could not be validated ({type(exc).__name__})")
         result = None
+    _credentials_refuse(errs, spec)
     errs.raise_if_any()
     assert result is not None
     return result
+
+
+def _credential_paths(value: Any, path: str, parent: str = "") -> list[tuple[str, str, str]]:
+    """``(path, format name, shortened form)`` of each plain string in ``value`` (keys included)
+    that looks like a well-known credential; ``spec.secrets`` (secret names) is skipped. A flag's
+    path is its name without dashes, as the flag checks spell it."""
+    found: list[tuple[str, str, str]] = []
+    if isinstance(value, str):
+        hit = credential_find(value)
+        if hit:
+            found.append((path, *hit))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if path == "spec" and key == "secrets":
+                continue
+            name = key.lstrip("-") if parent == "flags" and isinstance(key, str) and key.strip("-") else key
+            sub = f"{path}.{name}"
+            if isinstance(key, str) and (hit := credential_find(key)):
+                found.append((path, *hit))
+            found += _credential_paths(item, sub, key if isinstance(key, str) else "")
+    elif isinstance(value, list):
+        for item in value:
+            found += _credential_paths(item, path, parent)
+    return found
+
+
+def _credentials_refuse(errs: _Errors, spec: Any) -> None:
+    """Refuse each plain value of ``spec`` that looks like a credential, at its path (replacing
+    whatever else was said there), and mask any credential left in the other messages, so the
+    answer never holds one."""
+    try:
+        found = _credential_paths(spec, "spec")
+    except Exception:  # noqa: BLE001 - the contract is InvalidInput for any input
+        found = []
+    for path, name, short in found:
+        errs.errors[path] = [m for m in errs.errors.get(path, []) if "looks like a " in m]
+    for path, name, short in found:
+        errs.add(path, f"{path} looks like a {name} ({short}): {SECRET_INSTEAD}")
+    for path, messages in errs.errors.items():
+        errs.errors[path] = [credential_mask(m) for m in messages]
 
 
 def engine_topology_errors(*, engine: Any, topology: Any) -> dict[str, list[str]]:
@@ -884,6 +943,9 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
         if name in reserved:
             field = reserved[name].replace("<role>", role_name)
             errs.add(fpath, f"--{name} is set by Ceiling from {field}; set that instead")
+            continue
+        if SECRET_FLAG_RE.search(name):
+            errs.add(fpath, f"{fpath}: --{name} carries a secret, so its value is not taken here: {SECRET_INSTEAD}")
             continue
         spec = allow.get(name)
         if spec is None:

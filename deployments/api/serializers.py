@@ -30,7 +30,7 @@ from controlplane.api import (
 from controlplane.api import AnyJSONField, BlankAsNullCharField, OptionalTextField, StrictBooleanField
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
-from controlplane.redaction import redact_text
+from controlplane.redaction import credential_mask_json, redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
 from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, name_validator
 from deployments.recipes import engine_topology_errors
@@ -145,6 +145,12 @@ class RecipeSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        # A stored spec from before credentials were refused shows them shortened only.
+        data["spec"] = credential_mask_json(data.get("spec"))
+        return data
 
 
 class SpecField(AnyJSONField):
@@ -317,6 +323,11 @@ class RecipeVersionDetailSerializer(RecipeVersionSerializer):
     topology = serializers.CharField()
     node = serializers.CharField(allow_null=True)
     spec = serializers.JSONField()
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        data["spec"] = credential_mask_json(data.get("spec"))
+        return data
 
 
 class VersionQuerySerializer(serializers.Serializer):

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_http_methods
 from controlplane.api import query_text
 from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
-from controlplane.redaction import redact_text
+from controlplane.redaction import credential_mask_json, redact_text
 from deployments import selectors, services
 from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.forms import RecipeForm, spec_pretty
@@ -165,7 +165,7 @@ def _api_dry_run_url(recipe: Recipe, version: int | None) -> str | None:
 
 def _json_text(value: Any) -> str:
     """Compact JSON for one value in a diff cell (``—`` stands for an absent key)."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return json.dumps(credential_mask_json(value), ensure_ascii=False, sort_keys=True)
 
 
 def _diff_rows(recipe: Recipe, a: int, b: int) -> list[dict[str, Any]]:
