@@ -355,7 +355,11 @@ def sweep_execute(*, sweep_id: int, requeue: bool = True) -> str:
     reason; any other exception as an error with its traceback.
     """
     now = timezone.now()
-    claimed, held = _claim_or_hold(sweep_id, now)
+    claimed, held = _claim_or_hold(sweep_id, now) if requeue else _claim_or_hold(sweep_id, now, dedupe=False)
+    if held == LOOK_DUPLICATE:
+        # The other chain of looks goes on; this one ends (a cancel or a stopped deployment is
+        # still seen here).
+        return _hold(sweep_id, held, requeue=False)
     if held:
         return _hold(sweep_id, held, requeue=requeue)
     if not claimed:
@@ -419,7 +423,12 @@ def sweep_execute(*, sweep_id: int, requeue: bool = True) -> str:
     return BenchmarkSweep.objects.get(pk=sweep_id).status
 
 
-def _claim_or_hold(sweep_id: int, now) -> tuple[bool, str]:
+#: The ``why`` of a look at a held sweep that ends its chain (:func:`_claim_or_hold` with ``dedupe``).
+LOOK_DUPLICATE = ("another look marked it held less than half a recheck ago; this look ends and sends nothing, "
+                  "the other chain looks again")
+
+
+def _claim_or_hold(sweep_id: int, now, *, dedupe: bool = True) -> tuple[bool, str]:
     """Claim pending sweep ``sweep_id`` (pending → waiting, this worker, heartbeat ``now``) unless
     a sweep it must wait for (:func:`benchmarks.selectors.sweep_sharing_blocker`: one running on a
     deployment sharing a CPU or GPU with its own, or an older such sweep held in line) holds it
@@ -431,7 +440,17 @@ def _claim_or_hold(sweep_id: int, now) -> tuple[bool, str]:
     line of ``manage.py sweep --wait`` say ``pending``, as the docs promise. The check and the claim
     are one transaction that first locks the deployment's node row, as :func:`_start_or_hold` does,
     so two tasks looking at once see each other's mark or claim. The claim clears ``held_at``:
-    a sweep waiting for its deployment holds no newer one back."""
+    a sweep waiting for its deployment holds no newer one back.
+
+    Two chains of looks (a resent copy of the task and the original, each sending itself again
+    every :data:`SHARED_RECHECK_S`) would both run until the sweep starts. With ``dedupe``, a look
+    that finds the sweep held and ``held_at`` marked less than half of :data:`SHARED_RECHECK_S`
+    ago (by the other chain: a chain's own marks are a whole recheck apart) leaves the mark
+    alone and returns ``(False, LOOK_DUPLICATE)``: its caller sends nothing, so that chain ends.
+    The read of ``held_at`` and the mark are in the same transaction, after the node row lock, so
+    of two looks at once exactly one marks and goes on. A chain dropped by mistake is covered by
+    :func:`sweeps_pending_resend` (no mark for :data:`PENDING_LOST_S`). ``manage.py sweep --here``
+    (which looks again itself) passes ``dedupe=False``."""
     from benchmarks.selectors import sweep_sharing_blocker
     from deployments.models import Node
 
@@ -443,6 +462,10 @@ def _claim_or_hold(sweep_id: int, now) -> tuple[bool, str]:
                     and not row.cancel_requested):
                 Node.objects.select_for_update().filter(pk=row.deployment.node_id).first()
                 held = sweep_sharing_blocker(sweep=row)
+                if held is not None and dedupe:
+                    marked = BenchmarkSweep.objects.filter(pk=sweep_id).values_list("held_at", flat=True).first()
+                    if marked is not None and (timezone.now() - marked).total_seconds() < SHARED_RECHECK_S / 2:
+                        return False, LOOK_DUPLICATE
                 if held is not None and BenchmarkSweep.objects.filter(
                         pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=False).update(
                         held_at=timezone.now()):

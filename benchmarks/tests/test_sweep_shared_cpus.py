@@ -240,6 +240,12 @@ def test_sweeps_held_for_sharing_a_cpu_start_in_the_order_they_were_created(
     assert sweep_queue_note(sweep=rows[newer.pk]) == _ahead_note(older.pk, deps[1].pk)
 
     BenchmarkSweep.objects.filter(pk=running.pk).update(status=SweepStatus.DONE)
+    # Each chain's next look comes a whole recheck after its mark (a look sooner ends its chain).
+    from datetime import timedelta
+
+    from django.db.models import F
+    BenchmarkSweep.objects.filter(pk__in=[older.pk, newer.pk]).update(
+        held_at=F("held_at") - timedelta(seconds=sweep_services.SHARED_RECHECK_S))
     assert sweep_execute(sweep_id=newer.pk) == SweepStatus.PENDING  # its look came first: still behind #16
     assert waits == []
     assert sweep_queue_note(sweep=BenchmarkSweep.objects.get(pk=newer.pk)) == _ahead_note(older.pk, deps[1].pk)
@@ -364,3 +370,52 @@ def test_the_sweep_command_run_here_waits_held_and_then_runs_the_sweep_itself(
     [a] = BenchmarkRun.objects.filter(sweep=first)
     [b] = BenchmarkRun.objects.filter(sweep=second)
     assert a.ended_at <= b.started_at
+
+
+def test_of_two_looks_at_once_at_a_held_sweep_exactly_one_chain_goes_on(sim_url: str, operator, sent,
+                                                                        monkeypatch) -> None:
+    """A resent copy of a held sweep's task and the original look at once: the look that marks
+    ``held_at`` first sends itself again; the other finds that mark less than half a recheck old
+    and ends its chain, sending nothing. A look a whole recheck later goes on."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    busy_dep = sim_deployment_create(base_url=sim_url, recipe_name="sim-a")
+    mine = sim_deployment_create(base_url=sim_url, recipe_name="sim-b")
+    BenchmarkSweep.objects.create(deployment=busy_dep, status=SweepStatus.RUNNING)  # runs elsewhere
+    sweep = sweep_create(deployment=mine, user=operator, grid=SHORT)
+    earlier = timezone.now() - timedelta(seconds=sweep_services.SHARED_RECHECK_S)
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(held_at=earlier)  # a chain already looking
+    sent.clear()
+    both = threading.Barrier(2)
+    real_claim = sweep_services._claim_or_hold
+    answers: list[tuple[bool, str]] = []
+
+    def claim(sweep_id, now, **kw):
+        both.wait(30)  # both looks reach the check together
+        answer = real_claim(sweep_id, now, **kw)
+        answers.append(answer)
+        return answer
+
+    monkeypatch.setattr(sweep_services, "_claim_or_hold", claim)
+    results: list[str] = []
+    threads = [threading.Thread(target=lambda: results.append(sweep_execute(sweep_id=sweep.pk))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == [SweepStatus.PENDING, SweepStatus.PENDING]
+    assert sorted(why == sweep_services.LOOK_DUPLICATE for _claimed, why in answers) == [False, True]
+    assert sent == [{"args": [sweep.pk], "queue": "control", "countdown": sweep_services.SHARED_RECHECK_S}]
+    row = BenchmarkSweep.objects.get(pk=sweep.pk)
+    assert row.status == SweepStatus.PENDING and row.held_at > earlier  # marked once, by the look that goes on
+
+    monkeypatch.setattr(sweep_services, "_claim_or_hold", real_claim)
+    # The surviving chain's next look, a whole recheck later, goes on and sends itself again.
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(held_at=earlier)
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.PENDING
+    assert len(sent) == 2
+    # A look right after it (a third copy) ends.
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.PENDING
+    assert len(sent) == 2
