@@ -112,9 +112,9 @@ class BenchmarkSweep(models.Model):
         (:attr:`has_open_ended_points`) may still run, i.e. until such a sweep has ended (done,
         failed or cancelled): its count is what fits in its time, and a total that grows behind
         the requests done would read ``265/224``. Once it has ended the total is known: each point
-        that ran counts what it sent (a point limited by time alone that never ran adds 0; one with
-        a request count that never ran, its planned count), so a sweep of points limited by time
-        alone that failed or was cancelled gives the requests it sent."""
+        that ran counts what it sent and one that never ran adds 0 (limited by time alone or with a
+        request count alike), so a sweep of points limited by time alone that failed or was
+        cancelled gives the requests it sent."""
         if self.has_open_ended_points and self.status not in SWEEP_TERMINAL:
             return None
         return self.requests_total

@@ -30,7 +30,7 @@ class SweepSerializer(serializers.ModelSerializer):
     (:func:`benchmarks.selectors.sweep_queue_note`, null once it runs); ``requests_done``: the
     requests that finished (succeeded, or failed with an answer); ``requests_total``: the requests
     the sweep sends in all, null while that is not known (a grid with points limited by time
-    alone, until the sweep has ended, done, failed or cancelled, when each point that ran counts what it sent: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
+    alone, until the sweep has ended, done, failed or cancelled, when each point that ran counts what it sent and one that never ran adds 0: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     never below ``requests_done``; ``requests_cancelled``: those a cancel ended in flight, null
     when no point was cut by a cancel; ``requests_aborted``: those any stop ended in flight (a
     cancel, or the deployment going down under a point), null when none; ``held_at``: when its task last found it held back by a

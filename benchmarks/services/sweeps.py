@@ -565,9 +565,16 @@ def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = 
     """End the active sweep ``sweep_id`` (and its running point) with ``status`` and ``reason``,
     and broadcast it; with ``heartbeat_at``, only while its heartbeat is still that one. Each write
     outlasts a transiently locked database (:func:`controlplane.dbbusy.retry_locked`). Returns
-    whether the sweep was ended here."""
+    whether the sweep was ended here.
+
+    A sweep with points limited by time alone (:attr:`BenchmarkSweep.has_open_ended_points`)
+    gives, once ended, what its points sent: the planned counts of the points with a request count
+    that never ran (no run row) are taken off ``requests_total`` here, so such a point adds 0."""
     fields: dict[str, Any] = {"status": status, "reason": reason, "ended_at": timezone.now(), "current_point": "",
                               "current_tok_s": None}
+    unrun = _unrun_planned_requests(sweep_id)
+    if unrun:
+        fields["requests_total"] = F("requests_total") - unrun
     if analysis is not None:
         fields["analysis"] = json_safe(analysis)
     rows = BenchmarkSweep.objects.filter(pk=sweep_id, status__in=SWEEP_ACTIVE)
@@ -582,6 +589,21 @@ def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = 
         reason=reason or status, ended_at=timezone.now()), what=what)
     _broadcast(sweep_id, "sweep.status", {"sweep_id": sweep_id, "status": status, "reason": reason}, force=True)
     return True
+
+
+def _unrun_planned_requests(sweep_id: int) -> int:
+    """The planned request counts of the points of sweep ``sweep_id`` that never ran (no run row
+    of their ordinal), when its grid has points limited by time alone (whose ended total is what
+    was sent); 0 otherwise, where the total stays the planned one."""
+    grid = BenchmarkSweep.objects.filter(pk=sweep_id).values_list("grid", flat=True).first()
+    if not grid or not BenchmarkSweep(grid=grid).has_open_ended_points:
+        return 0
+    try:
+        points = grid_points(grid)
+    except (KeyError, TypeError, ValueError):  # a grid stored before a rule changed: keep the total
+        return 0
+    ran = set(BenchmarkRun.objects.filter(sweep_id=sweep_id).values_list("ordinal", flat=True))
+    return sum(p.get("max_requests") or 0 for i, p in enumerate(points) if i not in ran)
 
 
 def _broadcast(sweep_id: int, type_: str, data: dict[str, Any], *, force: bool = False) -> None:

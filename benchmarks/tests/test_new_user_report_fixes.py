@@ -217,3 +217,57 @@ def test_a_time_limited_sweep_that_ended_early_gives_the_requests_it_sent(sim_ur
     page = client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()
     cell = page.split('class="requests-done"')[1].split("</dd>")[0]
     assert f"{body['requests_done']} finished of {s['requests']} sent" in cell and "not known" not in cell
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+def test_an_ended_sweep_mixing_time_limited_and_capped_points_adds_0_for_a_capped_point_that_never_ran(
+        sim_url: str, operator, operator_api) -> None:
+    """Points c=2 (20 requests) and 1 req/s (time alone) for 16/256, then the same for 16/8: a
+    cancel in the first point leaves the third (20 requests planned) unrun, and it adds 0."""
+    import threading
+    import time
+
+    from benchmarks.services import sweep_cancel
+
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [2], "request_rates": [1], "requests_per_concurrency": 10,
+                               "lengths": [[16, 256], [16, 8]], "duration_s": 30})
+    assert sweep.requests_total == 40  # the two capped points' planned counts
+    assert operator_api.get(f"/api/sweeps/{sweep.pk}/").json()["requests_total"] is None
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=sweep.pk)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while True:
+        run = sweep.runs.first()
+        if run is not None and int((run.progress or {}).get("done") or 0) >= 2:
+            break
+        assert time.monotonic() < deadline, "the point never finished 2 requests"
+        time.sleep(0.05)
+    sweep_cancel(sweep=BenchmarkSweep.objects.get(pk=sweep.pk), user=operator)
+    thread.join(60)
+    assert result["status"] == SweepStatus.CANCELLED
+
+    sweep.refresh_from_db()
+    [run] = sweep.runs.all()  # the c=2 point of 16/256; the other three never ran
+    assert (run.ordinal, run.concurrency) == (0, 2)
+    sent = run.summary["requests"]
+    assert 3 <= sent < 20
+    body = operator_api.get(f"/api/sweeps/{sweep.pk}/").json()
+    assert body["requests_total"] == sweep.requests_total == sent  # not sent + 20 for the unrun c=2 of 16/8
+
+
+@pytest.mark.django_db
+def test_an_ended_sweep_of_capped_points_alone_keeps_its_planned_total(operator) -> None:
+    """Without points limited by time alone the total stays the planned one ("61 finished of 400
+    planned"): nothing is taken off for the points that never ran."""
+    from benchmarks.services.sweeps import _finish
+
+    sweep = BenchmarkSweep.objects.create(status=SweepStatus.RUNNING, requests_total=40,
+                                          grid={"concurrency": [2, 4], "lengths": [[16, 8]], "requests": 20})
+    assert _finish(sweep.pk, SweepStatus.FAILED, "deployment #1 is stopped")
+    sweep.refresh_from_db()
+    assert (sweep.status, sweep.requests_total, sweep.requests_total_known) == (SweepStatus.FAILED, 40, 40)
