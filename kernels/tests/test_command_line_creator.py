@@ -73,7 +73,8 @@ def test_a_user_the_api_would_refuse_is_refused_in_one_line(deployment, toy_pack
     assert err.value.returncode == 2  # refused input, as argparse's refusal of a bad option
     with pytest.raises(CommandError) as err:
         kernel_job("--user", who)
-    assert str(err.value) == missing.format(what="a kernel job")
+    # named with every other problem of the job, of which there is none here
+    assert str(err.value) == "the job was not created: " + missing.format(what="a kernel job")
     assert err.value.returncode == 2
     with pytest.raises(CommandError) as err:
         call_command("kernel_job_ingest", "--new", "toy_attn", "--variants", "/nonexistent/variants.json",

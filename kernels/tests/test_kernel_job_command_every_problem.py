@@ -59,3 +59,30 @@ def test_a_number_that_is_not_finite_does_not_hide_the_other_params(toy_package)
 
     assert str(err) == ("the job was not created: params.BLOCK.0: NaN is not a finite number; "
                         "params.impl: 'nope' is not one of the grid's values [\"baseline\", \"tiled\"]")
+
+
+def test_a_bad_user_wait_or_params_is_named_with_every_other_problem(toy_package, viewer):
+    """A bad ``--user``, a ``--wait`` that is no finite number of seconds >= 0 and ``--params``
+    that is not JSON no longer stop the command before the rest is checked: they lead the one
+    line, then the other problems at their paths."""
+    err = refusal("nope", "--node", "ghost", "--user", "vera-viewer", "--wait", "-1", "--params", "{nope",
+                  "--batches", "1,x")
+
+    assert str(err) == "the job was not created: " + "; ".join([
+        "--user 'vera-viewer': has the viewer role; creating a kernel job needs operator or admin",
+        "--wait must be a finite number of seconds >= 0, got -1",
+        "--params is not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        "package: no registered kernel package named 'nope' (run kernel_register)",
+        "node: no node named 'ghost'",
+        "batches: 'x' is not an integer: give batches as 1,8,64",
+    ])
+
+
+def test_a_bad_user_and_wait_beside_a_job_the_package_refuses(toy_package):
+    err = refusal("toy_attn", "--external", "--cc", "9.0", "--user", "ghost", "--wait", "nan", "--batches", "3")
+
+    assert str(err) == "the job was not created: " + "; ".join([
+        "--user 'ghost': no such user",
+        "--wait must be a finite number of seconds >= 0, got NaN",
+        "batches: 3 is not a batch size of the manifest ([1, 4])",
+    ])

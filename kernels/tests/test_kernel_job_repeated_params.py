@@ -110,10 +110,10 @@ def test_a_number_that_is_not_finite_is_refused_on_one_line_with_the_apis_messag
 
 
 @pytest.mark.parametrize("args,line", [
-    (["--params", "{nope"], "--params is not JSON: "),
+    (["--params", "{nope"], "the job was not created: --params is not JSON: "),
     (["--batches", "1,x"], "the job was not created: batches: 'x' is not an integer: give batches as 1,8,64"),
-    (["--user", "nobody"], "--user 'nobody': no such user"),
-    (["--wait", "nan"], "--wait must be a finite number of seconds >= 0, got NaN"),
+    (["--user", "nobody"], "the job was not created: --user 'nobody': no such user"),
+    (["--wait", "nan"], "the job was not created: --wait must be a finite number of seconds >= 0, got NaN"),
 ])
 def test_every_refusal_of_the_input_is_one_line_with_exit_status_2(toy_package, args, line):
     with pytest.raises(CommandError) as err:

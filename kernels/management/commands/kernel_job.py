@@ -3,8 +3,11 @@
 or waiting for builds and results made elsewhere) and optionally wait for it to end.
 
 Every refusal of the command's input (``--params`` that is not JSON, a package, node or user that
-does not fit, a job the service refuses) is one line and exit status 2, the status of a bad option.
-A job that cannot be created lists every problem at its path, separated by ``; ``
+does not fit, a ``--wait`` that is no finite number of seconds >= 0, a job the service refuses) is
+one line and exit status 2, the status of a bad option, and names every problem at once: a bad
+``--user``, ``--wait`` or ``--params`` comes first in the line, as when given alone
+(``the job was not created: --user 'ghost': no such user; --params is not JSON: ...; package:
+...``), and the rest is judged without it. A job that cannot be created lists every problem at its path, separated by ``; ``
 (``params.impl: is given 2 times (["split_k"], ["baseline"]): give it once; shapes: 'zzz' is not
 a shape of ...``): a key ``--params`` gives more than once is named beside the other problems and
 neither of its values is taken, and so is a shape or batch listed more than once (``batches: batch
@@ -56,11 +59,13 @@ def still_going_text(*, job, wait_s: float) -> str:
             f"POST /api/kernel-jobs/{job.pk}/cancel/")
 
 
-def not_created(errors: dict[str, list[str]]) -> CommandError:
-    """The ``CommandError`` of a job not created: every message of ``errors`` (path → messages) at
-    its path, on one line, separated by ``; ``; exit status 2."""
-    return refused("the job was not created: " + "; ".join(
-        f"{path}: {message}" for path, messages in errors.items() for message in messages))
+def not_created(errors: dict[str, list[str]], options: list[str] | None = None) -> CommandError:
+    """The ``CommandError`` of a job not created: each refusal of an option judged alone
+    (``options``: ``--user 'x': no such user``, ``--wait must be ...``, ``--params is not JSON:
+    ...``) and then every message of ``errors`` (path → messages) at its path, on one line,
+    separated by ``; ``; exit status 2."""
+    return refused("the job was not created: " + "; ".join([*(options or []), *(
+        f"{path}: {message}" for path, messages in errors.items() for message in messages)]))
 
 
 def repeated_values(**lists: list | None) -> dict[str, list[str]]:
@@ -118,13 +123,21 @@ class Command(CeilingCommand):
                                  "role, as the API requires (default: none, shown as 'command line')")
 
     def handle(self, *args, **options):
-        user = command_user(options["user"], role="operator", what="a kernel job")
+        # A bad --user, --wait or --params is named with every other problem, not alone: the
+        # rest is judged without it (no creator, no parameters).
+        bad_options: list[str] = []
+        try:
+            user = command_user(options["user"], role="operator", what="a kernel job")
+        except CommandError as exc:
+            user = None
+            bad_options.append(str(exc))
         if not 0 <= options["wait"] < float("inf"):  # also NaN
-            raise refused(f"--wait must be a finite number of seconds >= 0, got {js_number(options['wait'])}")
+            bad_options.append(f"--wait must be a finite number of seconds >= 0, got {js_number(options['wait'])}")
         try:
             subset = json_loads(options["params"]) if options["params"] else None
         except (ValueError, RecursionError) as exc:
-            raise refused(f"--params is not JSON: {exc}") from None
+            subset = None
+            bad_options.append(f"--params is not JSON: {exc}")
         # Every problem of the job at once, as the API answers a body: an unknown package does not
         # hide an unknown node, a bad cc, a number that is not finite or a bad batch.
         nonfinite = nonfinite_number_errors(subset, "params")
@@ -153,7 +166,7 @@ class Command(CeilingCommand):
                     "dispatch": not options["external"]}
         repeated = repeated_key_errors(subset, "params")
         twice = repeated_values(shapes=shapes, batches=batches)
-        if repeated or twice or unread or nonfinite or missing:
+        if repeated or twice or unread or nonfinite or missing or bad_options:
             # The rest is judged without the keys given twice and the parameters holding a number
             # that is not finite; the grid's size is not, as it depends on the value not taken.
             skipped = {**repeated, **nonfinite}
@@ -173,7 +186,7 @@ class Command(CeilingCommand):
                           and not (skipped and path == "variants")}):
                 for path, messages in part.items():
                     errors.setdefault(path, []).extend(messages)
-            raise not_created(errors)
+            raise not_created(errors, bad_options)
         try:
             job = kernel_job_create(params_subset=subset, user=user, **job_args)
         except InvalidInput as exc:
