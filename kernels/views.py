@@ -615,6 +615,46 @@ def _float_param(request: HttpRequest, name: str, errors: dict[str, list[str]]) 
     return value
 
 
+#: The what-if page lists this many sweeps it can project (newest first)...
+WHATIF_USABLE_SHOWN = 100
+#: ...and, among them, at most this many it would refuse (greyed out, with why), the newest.
+WHATIF_REFUSED_SHOWN = 20
+#: Ended sweeps read at a time while looking for those, and in all at most (so a database of
+#: thousands of refused sweeps does not make the page read them all).
+WHATIF_SCAN_BATCH = 200
+WHATIF_SCAN_MAX = 2000
+
+
+def whatif_sweeps() -> list:
+    """The ended sweeps the what-if page offers, newest first (``-created_at``, ties by id):
+    up to :data:`WHATIF_USABLE_SHOWN` that the projection takes, and among them the newest
+    :data:`WHATIF_REFUSED_SHOWN` it refuses (:func:`kernels.whatif.sweep_refusals`), each with
+    ``whatif_refusal`` set to why. A refused sweep does not count against the limit, so usable
+    older sweeps are not pushed off the list by newer refused ones. At most
+    :data:`WHATIF_SCAN_MAX` sweeps are read, :data:`WHATIF_SCAN_BATCH` at a time."""
+    from benchmarks.models import BenchmarkSweep
+
+    rows = BenchmarkSweep.objects.filter(status__in=list(SWEEP_TERMINAL)).order_by("-created_at", "-id")
+    shown: list = []
+    usable = refused = 0
+    for start in range(0, WHATIF_SCAN_MAX, WHATIF_SCAN_BATCH):
+        batch = list(rows[start:start + WHATIF_SCAN_BATCH])
+        refusals = sweep_refusals(batch)
+        for sweep in batch:
+            sweep.whatif_refusal = refusals.get(sweep.pk)
+            if sweep.whatif_refusal is None:
+                shown.append(sweep)
+                usable += 1
+                if usable >= WHATIF_USABLE_SHOWN:
+                    return shown
+            elif refused < WHATIF_REFUSED_SHOWN:
+                shown.append(sweep)
+                refused += 1
+        if len(batch) < WHATIF_SCAN_BATCH:
+            break
+    return shown
+
+
 @role_page()
 def whatif_view(request: HttpRequest) -> HttpResponse:
     """``/kernels/whatif/?sweep=<id>&share=0.63&speedup=<x>`` (or ``&best=<id>``): the sweep's
@@ -630,7 +670,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     for name in WHATIF_KEYS:
         if repeated := given_more_than_once(request.GET.getlist(name)):
             errors.setdefault(name, []).append(f"{name} {repeated}.")
-    sweeps = list(BenchmarkSweep.objects.filter(status__in=list(SWEEP_TERMINAL)).order_by("-created_at", "-id")[:100])
+    sweeps = whatif_sweeps()
     bests = list(KernelBest.objects.filter(speedup__isnull=False).select_related("package")
                  .order_by("package__name", "device_name", "shape", "batch")[:300])
     share = _float_param(request, "share", errors)
@@ -651,12 +691,10 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
         if sweep is None:
             errors["sweep"] = [f"No sweep with id {_short(sweep_raw)!r}."]
         elif sweep not in sweeps and sweep.status in SWEEP_TERMINAL:
-            sweeps.insert(0, sweep)   # older than the newest 100: still the one asked for
+            sweep.whatif_refusal = sweep_refusals([sweep]).get(sweep.pk)
+            sweeps.insert(0, sweep)   # not among those listed: still the one asked for
     # A sweep the projection would refuse for its status or its runs (kernels.whatif.sweep_refusals,
     # the service's own rule and message) is listed disabled, with why, never offered as a choice.
-    refusals = sweep_refusals(sweeps)
-    for s in sweeps:
-        s.whatif_refusal = refusals.get(s.pk)
     if sweep_raw:
         if best_raw and request.GET.get("speedup", "").strip():
             # The API's rule (WhatIfQuerySerializer): exactly one source of the speedup.

@@ -133,3 +133,53 @@ def test_a_known_best_with_a_speedup_still_projects(viewer, seed_pd_sweep, measu
     best = KernelBest.objects.filter(job=measured_job, speedup__isnull=False).order_by("pk").first()
     answer = _page(viewer, sweep=seed_pd_sweep.pk, best=best.pk)
     assert answer.status_code == 200 and "Projected (tok/s)" in answer.content.decode()
+
+
+def test_the_sweep_list_limit_counts_usable_sweeps_so_refused_newer_ones_do_not_push_them_off(
+        viewer, seed_pd_sweep, monkeypatch):
+    """Usable sweeps older than many refused ones are still offered: the page lists up to
+    WHATIF_USABLE_SHOWN usable sweeps, and among them only the newest WHATIF_REFUSED_SHOWN refused
+    ones, greyed out."""
+    from kernels import views
+
+    monkeypatch.setattr(views, "WHATIF_USABLE_SHOWN", 3)
+    monkeypatch.setattr(views, "WHATIF_REFUSED_SHOWN", 2)
+    monkeypatch.setattr(views, "WHATIF_SCAN_BATCH", 4)   # several batches are read
+    usable = [seed_pd_sweep]
+    for n in range(3):   # three more usable sweeps, each newer than the last
+        usable.append(_sweep("failed", {"status": "done", "concurrency": 1, "summary": SUMMARY},
+                             {"status": "failed", "concurrency": 4}, name=f"usable {n}"))
+    refused = [_sweep("cancelled", {"status": "cancelled", "concurrency": 1}, name=f"refused {n}")
+               for n in range(5)]   # the five newest sweeps, all refused
+
+    listed = views.whatif_sweeps()
+    # Newest first: the two newest refused ones, then the three newest usable ones (the seed
+    # sweep, the oldest usable one, is the fourth and left out).
+    assert [s.pk for s in listed] == [refused[4].pk, refused[3].pk, usable[3].pk, usable[2].pk, usable[1].pk]
+    assert [s.whatif_refusal is None for s in listed] == [False, False, True, True, True]
+
+    body = html.unescape(_page(viewer).content.decode())
+    for sweep in (usable[1], usable[2], usable[3]):
+        assert "disabled" not in _option(body, sweep)
+    for sweep in (refused[3], refused[4]):
+        assert "disabled" in _option(body, sweep) and "cannot be projected" in _option(body, sweep)
+    for sweep in (usable[0], refused[0], refused[1], refused[2]):
+        assert _option(body, sweep) is None
+
+    # With room for every usable sweep, all four are listed, and still only the two newest refused ones.
+    monkeypatch.setattr(views, "WHATIF_USABLE_SHOWN", 100)
+    listed = views.whatif_sweeps()
+    assert [s.pk for s in listed if s.whatif_refusal is None] == [s.pk for s in reversed(usable)]
+    assert len([s for s in listed if s.whatif_refusal]) == 2
+
+
+def test_a_sweep_asked_for_that_is_not_listed_is_still_offered_with_its_refusal(viewer, seed_pd_sweep,
+                                                                                  monkeypatch):
+    from kernels import views
+
+    monkeypatch.setattr(views, "WHATIF_REFUSED_SHOWN", 0)
+    old_refused = _sweep("cancelled", {"status": "cancelled", "concurrency": 1}, name="old refused")
+    body = html.unescape(_page(viewer, sweep=old_refused.pk).content.decode())
+    option = _option(body, old_refused)
+    assert option is not None and "disabled" in option
+    assert f"sweep #{old_refused.pk} has no finished closed-loop run with fixed lengths" in option
