@@ -171,6 +171,7 @@ def test_it_adds_the_live_progress_panel_to_an_active_sweep_only(viewer_client, 
 
 
 def test_the_wall_names_its_memory_figure_as_the_node_page_does(viewer_client, gpu_node):
+    Node.objects.filter(pk=gpu_node.pk).update(agent_heartbeat_at=timezone.now())  # an offline, unsampled node is one line
     wall = viewer_client.get(reverse("deployments:wall")).content.decode()
     node = viewer_client.get(reverse("deployments:node-detail", args=["gpu-box"])).content.decode()
     host = wall[wall.index('class="wall-host-mem"'):].split("</div>")[0]

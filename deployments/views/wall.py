@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Prefetch, Q
+from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -21,22 +21,31 @@ from django.utils import timezone
 from controlplane.realtime import deployment_group, node_group
 from controlplane.redaction import redact_text
 from deployments import selectors, services
-from deployments.choices import DEPLOYMENT_ACTIVE, DEPLOYMENT_TERMINAL, PROCESS_TERMINAL
-from deployments.models import ServerProcess
+from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL
+from deployments.models import NodeTelemetry, ServerProcess
 from deployments.views.common import _gib, _status_class, role_page
 from deployments.views.deployment_pages import _health_view
 
 # An ended deployment stays on the wall this long (a failure should be seen, then go).
 WALL_ENDED_VISIBLE = timedelta(minutes=15)
-# At most this many deployment tiles (newest first): a wall is read at a glance.
+# At most this many live deployment tiles (newest first): a wall is read at a glance.
 WALL_MAX_DEPLOYMENTS = 24
+# At most this many ended deployments, most recently ended first, in the one-line strip under the
+# live tiles (the deployments page lists them all).
+WALL_MAX_ENDED = 6
 
 
 def _node_tiles() -> list[dict[str, Any]]:
+    """A tile per node; an offline node that never sent a sample is ``compact`` (its GPUs in one
+    line, not a bar each: there is nothing to draw in them)."""
+    sampled = set(NodeTelemetry.objects.values_list("node_id", flat=True).distinct())
     tiles = []
     for node in selectors.node_list():
         gpus = sorted(node.gpus.all(), key=lambda g: g.index)
+        gib_each = sorted({_gib(g.memory_total_bytes) for g in gpus})
         tiles.append({
+            "compact": not node.agent_online and node.pk not in sampled,
+            "gpu_gib_each": gib_each[0] if len(gib_each) == 1 else None,
             "node": node,
             "group": node_group(node.name),
             "gpus": [{"gpu": g, "memory_gib": _gib(g.memory_total_bytes)} for g in gpus],
@@ -47,14 +56,17 @@ def _node_tiles() -> list[dict[str, Any]]:
 
 
 def _deployment_tiles(now) -> list[dict[str, Any]]:
+    """The live deployments (pending, starting, ready, stopping), newest first, then the ones that
+    ended in the last :data:`WALL_ENDED_VISIBLE` (at most :data:`WALL_MAX_ENDED`, most recently
+    ended first): the page draws the first as tiles and the others in a one-line strip."""
     processes = ServerProcess.objects.order_by("role", "ordinal", "id")
-    rows = (
-        selectors.deployment_list()
-        .filter(Q(status__in=DEPLOYMENT_ACTIVE) | Q(ended_at__gte=now - WALL_ENDED_VISIBLE))
-        .prefetch_related(Prefetch("processes", queryset=processes))[:WALL_MAX_DEPLOYMENTS]
-    )
+    with_processes = Prefetch("processes", queryset=processes)
+    live = list(selectors.deployment_list().exclude(status__in=DEPLOYMENT_TERMINAL)
+                .prefetch_related(with_processes)[:WALL_MAX_DEPLOYMENTS])
+    ended = list(selectors.deployment_list().filter(status__in=DEPLOYMENT_TERMINAL, ended_at__gte=now - WALL_ENDED_VISIBLE)
+                 .order_by("-ended_at", "-id")[:WALL_MAX_ENDED])
     tiles = []
-    for d in rows:
+    for d in live + ended:
         ended = d.status in DEPLOYMENT_TERMINAL
         shown = [] if ended else [p for p in d.processes.all() if p.status not in PROCESS_TERMINAL]
         as_of = services.deployment_as_last_seen(deployment=d)  # the agent is offline: not live
@@ -80,7 +92,11 @@ def _wall_context() -> dict[str, Any]:
         f"d:{t['deployment'].pk}:{t['deployment'].status}:" + ",".join(str(p["row"].pk) for p in t["processes"])
         for t in deployments
     ]
-    return {"nodes": nodes, "deployments": deployments, "roster": "|".join(roster)}
+    return {
+        "nodes": nodes, "roster": "|".join(roster),
+        "deployments": [t for t in deployments if not t["ended"]],
+        "ended": [t for t in deployments if t["ended"]],
+    }
 
 
 @role_page()

@@ -1,0 +1,115 @@
+"""The wall at 1920x1080 in a real browser (the Debian ``chromium`` package driven by Playwright)
+against Django's live test server, with the demo's shape of data: node ``local`` (online, no
+GPU), the offline 8-GPU seed node that never sent a sample, three live deployments (one PD with
+prefill, decode and router) and two that ended after them (a stop and a cancel before start).
+
+Every live tile lies inside the screen, the page does not scroll, the ended deployments come
+after the live ones in one strip, and the PD tile's output figure ("32.2 tok/s", drawn by the
+page's own renderer) stays on one line. Then the viewer logs out in another tab and the wall's
+status line says its updates stopped.
+
+No engines, agent or websocket server: the rows are written directly (the WSGI test server has
+no ``/ws/live/``), which is what the layout depends on.
+"""
+from __future__ import annotations
+
+import re
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from deployments.choices import DeploymentStatus, ProcessStatus, Role
+from deployments.models import Node, ServerProcess
+from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create, seed_node_create
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
+
+PASSWORD = "correct-horse-battery"  # the personas' password (conftest.py)
+SCREENSHOTS = Path(settings.VAR_DIR) / "artifacts" / "screenshots"
+
+
+@pytest.fixture
+def demo_like(transactional_db) -> dict:
+    """The demo's nodes and deployments; ids of the live (newest first) and ended ones."""
+    local = cpu_node_create(name="local")
+    Node.objects.filter(pk=local.pk).update(cpu_count=2, agent_heartbeat_at=timezone.now())
+    seed = seed_node_create(name="seed-8gpu")
+    pd = deployment_row_create(recipe=recipe_row_create(node=local, name="local-sim-pd", topology="pd"))
+    pd.processes.all().delete()
+    now = timezone.now()
+    for role in (Role.PREFILL, Role.DECODE, Role.ROUTER):
+        ServerProcess.objects.create(deployment=pd, role=role, status=ProcessStatus.READY, last_probe_at=now, started_at=now)
+    llama = deployment_row_create(recipe=recipe_row_create(node=local, name="local-llamacpp", engine="llamacpp"))
+    single = deployment_row_create(recipe=recipe_row_create(node=local, name="local-sim-single"))
+    ended = []
+    for recipe, reason in ((recipe_row_create(node=seed, name="seed-v4-flash-tp4", engine="sglang"), "cancelled before start"),
+                           (recipe_row_create(node=local, name="browser-sim-secret"), "")):
+        d = deployment_row_create(recipe=recipe, status=DeploymentStatus.STOPPED)
+        d.ended_at, d.reason = timezone.now() - timedelta(minutes=1), reason
+        d.save()
+        ended.append(d.pk)
+    return {"live": [single.pk, llama.pk, pd.pk], "ended": ended[::-1], "pd": pd.pk, "seed": seed.name}
+
+
+def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_like, viewer, browser):
+    base = live_server.url
+    context = browser.new_context(viewport={"width": 1920, "height": 1080})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{base}/login/?next=/wall/", wait_until="domcontentloaded")
+    page.fill("#id_username", viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/wall/", wait_until="load")
+
+    # The PD tile gets a sample through the page's own renderer: its output figure is one line.
+    page.evaluate(
+        """id => window.CeilingDashboards.renderDeployment(document.querySelector(`.deployment-tile[data-deployment="${id}"]`),
+             {t: Date.now() / 1000, interval_s: 0.5, status: "ready", tok_s: 32.2,
+              processes: [{id: 1, role: "decode", engine: {running: 16, queued: 0}}]}, false)""",
+        demo_like["pd"])
+    figure = page.locator(f'.deployment-tile[data-deployment="{demo_like["pd"]}"] [data-f="tok_s"]')
+    assert figure.inner_text() == "32.2 tok/s"
+    lines = page.evaluate("""el => { const r = document.createRange(); r.selectNodeContents(el);
+        return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; }""", figure.element_handle())
+    assert lines == 1
+    assert figure.evaluate("el => el.scrollWidth <= el.clientWidth"), "the figure is cut"
+
+    order = page.evaluate("() => [...document.querySelectorAll('[data-deployment]')].map(e => +e.dataset.deployment)")
+    assert order == demo_like["live"] + demo_like["ended"], order
+    assert page.locator(".wall-ended-strip .ended").all_inner_texts()[1].startswith(f"#{demo_like['ended'][1]} seed-v4-flash-tp4")
+    assert "cancelled before start" in page.locator(".wall-ended-strip").inner_text()
+
+    for pk in demo_like["live"]:
+        box = page.locator(f'.deployment-tile[data-deployment="{pk}"]').bounding_box()
+        assert box and box["y"] >= 0 and box["x"] >= 0 and box["y"] + box["height"] <= 1080 and box["x"] + box["width"] <= 1920, (pk, box)
+    strip = page.locator(".wall-ended-strip").bounding_box()
+    assert strip["y"] + strip["height"] <= 1080, strip
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    assert height <= 1080, height
+    # Four columns at 1920 px: the three live tiles share one row.
+    tops = {round(page.locator(f'.deployment-tile[data-deployment="{pk}"]').bounding_box()["y"]) for pk in demo_like["live"]}
+    assert len(tops) == 1, tops
+    # The offline seed node that never sent a sample is one line, not eight empty bars.
+    seed = page.locator(f'.node-tile[data-node="{demo_like["seed"]}"]')
+    assert seed.locator(".wall-gpu").count() == 0
+    assert seed.locator(".wall-node-summary").inner_text() == "8 GPUs · 95.6 GiB each · 64 CPUs · 512.0 GiB host memory"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "wall-1920x1080.png"))
+
+    # Logged out in another tab: the wall's status line says its updates stopped (the tiles'
+    # re-fetch, every 10 s, is answered 401).
+    other = context.new_page()
+    other.goto(f"{base}/deployments/", wait_until="domcontentloaded")
+    other.click("nav button:has-text('Log out')")
+    other.wait_for_url(re.compile(r"/login/"), wait_until="domcontentloaded")
+    page.wait_for_function(
+        "() => document.querySelector('.wall-head [data-live-status]').textContent.startsWith('updates stopped (signed out)')",
+        timeout=20_000, polling=200)
+    context.close()
+    assert errors == [], errors
