@@ -562,14 +562,16 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @role_page()
 def sweep_progress_partial(request: HttpRequest, pk: int) -> HttpResponse:
-    """htmx partial: the status line and progress bar. The request carries ``points`` (points
+    """htmx partial: the status line and progress bar, and out of band the Started and Ended
+    times at the top of the page (``_sweep_times.html``). The request carries ``points`` (points
     done when the page last drew its results); when that changed, the response fires
     ``sweep-points-changed`` so the results section reloads. A terminal sweep's partial has no
     poll trigger, which ends the polling."""
     sweep = _get_sweep(pk)
     context = {"sweep": sweep, "progress": sweep_progress(sweep), "status_class": _status_class(sweep.status),
                "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL,
-               "outcome": request_outcomes([sweep.pk]).get(sweep.pk)}
+               "outcome": request_outcomes([sweep.pk]).get(sweep.pk),
+               "oob": True}  # Started and Ended at the top of the page follow (out of band)
     response = render(request, "benchmarks/_sweep_progress.html", context)
     known = request.GET.get("points", "")
     if known != str(sweep.points_done) or sweep.status in SWEEP_TERMINAL:

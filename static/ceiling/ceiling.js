@@ -215,11 +215,32 @@
     return notice;
   }
 
+  // A page's "updates every N s" line ([data-live-cadence]) says the updates stopped while the
+  // session is gone, and gets its words back when it returns (a swap re-renders it too).
+  function paintCadence(root) {
+    var stopped = session.state === "ok" ? null
+      : "updates stopped (" + (session.state === "forbidden" ? "no access" : "signed out") + ")";
+    var els = (root || document).querySelectorAll ? (root || document).querySelectorAll("[data-live-cadence]") : [];
+    Array.prototype.forEach.call(els, function (el) {
+      if (stopped) {
+        if (!el.hasAttribute("data-cadence-text")) el.setAttribute("data-cadence-text", el.textContent);
+        el.textContent = stopped;
+        el.setAttribute("data-stopped", "");
+      } else if (el.hasAttribute("data-cadence-text")) {
+        el.textContent = el.getAttribute("data-cadence-text");
+        el.removeAttribute("data-cadence-text");
+        el.removeAttribute("data-stopped");
+      }
+    });
+  }
+  document.addEventListener("htmx:load", function (event) { if (session.state !== "ok") paintCadence(event.detail.elt); });
+
   function showSessionEnded(status, loginUrl) {
     var state = status === 403 ? "forbidden" : "signed-out";
     session.state = state;
     session.lastProbe = Date.now();
     document.documentElement.setAttribute("data-session", state);
+    paintCadence(document);
     var item = sessionNotice().firstChild;
     item.textContent = "";
     if (state === "forbidden") {
@@ -238,6 +259,7 @@
     if (session.state === "ok") return;
     session.state = "ok";
     document.documentElement.removeAttribute("data-session");
+    paintCadence(document);
     var notice = document.querySelector("[data-session-state]");
     if (notice) notice.parentNode.removeChild(notice);
   }

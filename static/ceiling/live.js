@@ -366,7 +366,7 @@
     else if (live.state === "connecting") text = "connecting…";
     else if (live.state === "signed-out") {
       text = live.forbidden ? "no access: your account may no longer read live data (ask an admin, then reload)"
-                            : "signed out: log in again to see live data";
+                            : "updates stopped (signed out): log in again to see live data";
       if (live.staleSince) text += " (stale since " + clockUtc(live.staleSince) + ")";
     }
     else text = "reconnecting… stale since " + clockUtc(live.staleSince);

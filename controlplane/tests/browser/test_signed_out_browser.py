@@ -79,7 +79,9 @@ def test_it_never_swaps_the_login_page_into_a_page_signed_out_in_another_tab(liv
     notice.wait_for(state="visible", timeout=6000)
     assert notice.inner_text().startswith("Signed out (in another tab, or the session expired)")
     assert notice.locator("a").get_attribute("href") == f"/login/?next={quote(page_path, safe='')}"
-    assert page.locator("[data-live-status]").first.inner_text().startswith("signed out: log in again")
+    assert page.locator("[data-live-status]").first.inner_text().startswith("updates stopped (signed out): log in again")
+    # The header's "updates every 2 s" no longer promises updates.
+    assert page.locator("#deployment-live [data-live-cadence]").inner_text() == "updates stopped (signed out)"
 
     # Longer than a poll period (2 s): every poll of the page has come round since.
     page.wait_for_timeout(2500)
