@@ -624,6 +624,23 @@ def _ms(dist: Mapping[str, Any] | None) -> dict[str, float | None] | None:
             if k in ("mean", "std", "p50", "p90", "p99")}
 
 
+def failure_counts(summary: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """``(failed, aborted)`` of a stored summary: ``failed`` the requests that failed at the
+    server (an error answer, a timeout, a broken stream), ``aborted`` those a stop (a cancel, or
+    the deployment going down under the point) ended in flight, which are no failure of the
+    server. A measured summary's ``failures`` counts every request that did not succeed, the
+    aborted ones included, and its ``aborted`` says how many of them those are; an imported one
+    has no ``aborted`` (None: its harness was not stopped by this control plane). Neither is
+    ever a success."""
+    failures = summary.get("failures", summary.get("failed"))
+    aborted = summary.get("aborted")
+    if not isinstance(aborted, int) or isinstance(aborted, bool) or aborted < 0:
+        return failures, None
+    if isinstance(failures, int) and not isinstance(failures, bool):
+        return max(0, failures - aborted), min(aborted, max(0, failures))
+    return failures, aborted
+
+
 def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, request_rate: float | None,
                   input_len: int | None, output_len: int | None, num_gpus: int | None,
                   flags: Iterable[str]) -> dict[str, Any]:
@@ -635,7 +652,9 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     successes), also in summaries stored with 0.0 for it. A measured summary's
     ``decode_steps`` (the client-seen decode step, :func:`benchmarks.loadgen.run_summary`) becomes
     ``decode_step_ms`` (its ``step_s`` in ms), ``decode_batch`` (``batch_mean``, sequences) and
-    ``decode_stall_share`` (``stall_share``, 0..1); all None without one.
+    ``decode_stall_share`` (``stall_share``, 0..1); all None without one. ``failed`` counts the
+    requests that failed at the server and ``aborted`` those a stop ended in flight
+    (:func:`failure_counts`), so a point cut by a cancel is not read as one the server failed.
 
     ``achieved_concurrency`` (requests, closed loop only; None when unknown): the most requests the
     run had in flight at once, its summary's ``achieved_concurrency_max``, else for an imported
@@ -663,7 +682,7 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
             dist = {**dist, "std": None}
         out[f"{metric}_ms"] = dist
     out["request_throughput"] = summary.get("request_throughput_req_s")
-    out["failed"] = summary.get("failures", summary.get("failed"))
+    out["failed"], out["aborted"] = failure_counts(summary)
     if out["completed"] == 0:
         # No success, no measured throughput (summaries stored before this rule held 0.0).
         out["output_throughput_tok_s"] = out["request_throughput"] = None
@@ -676,7 +695,8 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     reached = None
     if concurrency is not None and request_rate is None:
         peak = summary.get("achieved_concurrency_max")
-        sent = (out["completed"] or 0) + (out["failed"] or 0) if out["completed"] is not None else None
+        sent = ((out["completed"] or 0) + (out["failed"] or 0) + (out["aborted"] or 0)
+                if out["completed"] is not None else None)
         if isinstance(peak, (int, float)) and not isinstance(peak, bool) and math.isfinite(peak):
             reached = peak
         elif sent is not None and 0 < sent < concurrency:
@@ -751,11 +771,15 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
     seconds-based summary. A point stopped before its summary was stored shows the load
     generator's last count of failures (``3512 (live)``) rather than ``-``. A partial point (a
     cancelled one that kept what completed, :func:`summary_mark_partial`) shows completed vs
-    planned requests in the requests column (``37/400 completed, cancelled``) and its flag."""
+    planned requests in the requests column (``37/400 completed, cancelled``) and its flag. The
+    failures column counts the requests the server failed; those a stop ended in flight are
+    written apart (``0 (+2 aborted)``)."""
     rows = []
     for run in runs:
         s = run.summary or {}
-        failures = s.get("failures")
+        failures, aborted = failure_counts(s)
+        if failures is not None and aborted:
+            failures = f"{failures} (+{aborted} aborted)"
         progress = getattr(run, "progress", None) or {}
         if failures is None and not s and isinstance(progress, Mapping) and isinstance(progress.get("failed"), int):
             failures = f"{progress['failed']} (live)"

@@ -54,6 +54,7 @@ from typing import Any
 
 from benchmarks.analysis.model import MAX_FAILED_FRACTION
 from benchmarks.choices import SWEEP_TERMINAL
+from benchmarks.sweeps import failure_counts
 from controlplane.errors import InvalidInput
 
 # The seed's measured share of decode step time spent in the sparse-attention kernel.
@@ -261,11 +262,13 @@ def _sweep_hardware(sweep) -> str:
 def _unreadable(summary: dict[str, Any]) -> bool:
     """The ceiling analysis's rule for leaving a point out: zero output tok/s, no successful
     request, or more than MAX_FAILED_FRACTION of the finished requests (successes + failures)
-    failed. A summary without counts (imported, hand-made) is taken as measured."""
+    failed. Requests a stop ended in flight are not failures of the server and count in neither
+    (:func:`benchmarks.sweeps.failure_counts`). A summary without counts (imported, hand-made) is
+    taken as measured."""
     tok_s = summary.get("output_throughput_tok_s")
     if tok_s is not None and tok_s <= 0:
         return True
-    ok, failed = summary.get("successes"), summary.get("failures") or 0
+    ok, failed = summary.get("successes"), failure_counts(summary)[0] or 0
     if ok is None:
         return False
     return not ok or failed / (ok + failed) > MAX_FAILED_FRACTION

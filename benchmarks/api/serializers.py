@@ -190,7 +190,12 @@ class RunMetricsSerializer(serializers.Serializer):
                                    help_text=_LATENCY_HELP)
     requests = serializers.IntegerField(allow_null=True)
     successes = serializers.IntegerField(allow_null=True)
-    failures = serializers.IntegerField(allow_null=True)
+    failures = serializers.IntegerField(allow_null=True, help_text=(
+        "requests the server failed (an error answer, a timeout, a broken stream); requests a stop ended "
+        "in flight are counted in aborted instead"))
+    aborted = serializers.IntegerField(allow_null=True, help_text=(
+        "requests a stop (a cancel, or the deployment going down) ended in flight: no failure of the server "
+        "and no success; null where the source does not say (an imported file)"))
     input_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
     output_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
     duration_s = serializers.FloatField(allow_null=True, help_text=(

@@ -265,7 +265,9 @@ def _path(d: Mapping[str, Any], key: str) -> Any:
 def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     """The run's headline numbers in one vocabulary (latencies ms, throughputs per second) for
     tables, comparison and export, whether measured or imported: the keys of
-    :data:`COMPARE_FIELDS` plus ``successes``, ``requests``, ``input_tokens_mean``,
+    :data:`COMPARE_FIELDS` plus ``successes``, ``requests``, ``aborted`` (requests a stop ended
+    in flight: neither successes nor ``failures``, which counts those the server failed; None
+    where the source does not say), ``input_tokens_mean``,
     ``output_tokens_mean``, ``duration_s``, ``slo_attainment``, ``errors`` (reason → count),
     ``total_token_throughput_tok_s``. A throughput is None (unknown) for a run without a successful
     request, and the total also where the server did not report every success's input tokens."""
@@ -280,7 +282,7 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
         "goodput_req_s": s.get("goodput_req_s"),
         "slo_attainment": s.get("slo_attainment"),
         "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"], "itl_ms": p["itl_ms"], "e2e_ms": p["e2e_ms"],
-        "requests": s.get("requests"), "successes": p["completed"], "failures": p["failed"],
+        "requests": s.get("requests"), "successes": p["completed"], "failures": p["failed"], "aborted": p["aborted"],
         "input_tokens_mean": s.get("input_tokens_actual_mean", s.get("mean_input_tokens")),
         "output_tokens_mean": s.get("output_tokens_mean", s.get("mean_output_tokens")),
         "duration_s": s.get("duration_s"), "errors": s.get("errors") or {},
@@ -1079,7 +1081,7 @@ EXPORT_STATS = ("mean", "std", "p50", "p90", "p99")
 EXPORT_LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_per_gap_ms"), ("e2e", "e2e_ms"))
 EXPORT_COLUMNS = (
     "run_id", "sweep_id", "source", "status", "served_model_name", "concurrency", "request_rate_req_s", "input_len",
-    "output_len", "num_requests", "num_gpus", "requests", "successes", "failures", "duration_s",
+    "output_len", "num_requests", "num_gpus", "requests", "successes", "failures", "aborted", "duration_s",
     "output_throughput_tok_s", "tok_s_per_gpu", "total_token_throughput_tok_s", "request_throughput_req_s",
     "goodput_req_s", "slo_ttft_s", "slo_tpot_s", "slo_e2e_s", "slo_attainment_fraction",
     "achieved_concurrency_mean_requests", "achieved_concurrency_max_requests",
@@ -1099,7 +1101,9 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
     mean; max), ``input_tokens_source`` where ``input_tokens_mean`` comes from (``stream``: the
     server's per-request usage; ``recount``: every successful request's prompt counted again after
     the point) and ``input_tokens_recount_sample_mean`` the mean of a recount that covered only a
-    sample of them (``input_tokens_mean`` then empty). Imported runs fill what their file
+    sample of them (``input_tokens_mean`` then empty), ``failures`` the requests the server
+    failed and ``aborted`` those a stop (a cancel, the deployment going down) ended in flight,
+    neither counted in ``successes`` (empty for an imported run). Imported runs fill what their file
     gave (SGLang's ``concurrency`` is its mean in flight, vLLM's ``max_concurrent_requests`` its
     max); anything else is an empty cell."""
     m = run_metrics(run=run)
@@ -1119,8 +1123,8 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
         "achieved_concurrency_max_requests": _number(s.get("achieved_concurrency_max",
                                                            s.get("max_concurrent_requests"))),
     }
-    for key in ("requests", "successes", "failures", "duration_s", "output_throughput_tok_s", "tok_s_per_gpu",
-                "request_throughput_req_s", "goodput_req_s", "input_tokens_mean", "output_tokens_mean"):
+    for key in ("requests", "successes", "failures", "aborted", "duration_s", "output_throughput_tok_s",
+                "tok_s_per_gpu", "request_throughput_req_s", "goodput_req_s", "input_tokens_mean", "output_tokens_mean"):
         row[key] = m[key]
     for metric, stem in EXPORT_LATENCIES:
         for stat in EXPORT_STATS:

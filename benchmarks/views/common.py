@@ -161,11 +161,13 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     uses the run's GPU count, else its sweep's), ``request_s`` and ``goodput_req_s``
     (requests/s), ``slo_attainment`` (fraction 0-1), ``ttft``/``tpot``/``itl``/``e2e`` (dicts of
     mean/p50/p90/p99 in ms), ``requests``, ``successes``, ``failures`` (counts), ``errors``
-    (``[(reason, count)]``, most frequent first), ``flags`` (``[(flag, explanation)]``),
+    (``[(reason, count)]``, most frequent first), ``aborted`` (requests a stop ended in flight,
+    counted in neither ``successes`` nor ``failures``; None when none or unknown), ``flags`` (``[(flag, explanation)]``),
     ``length_mismatch`` (None, or ``{"requested", "measured_mean", "count"}`` in tokens and
     requests), ``num_gpus``, ``duration_s``, ``not_sent`` (planned requests never sent because the
     target stopped answering; None when none or unknown), ``failures_text`` (``"3,512 failed of
-    4,000"``, ``""`` when no request failed or the count is unknown) and ``failures_live`` (True when
+    4,000"``, ``"1 aborted of 1"`` when only a stop's requests did not finish, ``""`` when no
+    request failed or was aborted, or the count is unknown) and ``failures_live`` (True when
     the counts come from the load generator's live progress because the point stopped before its
     summary was stored: a cancelled point, or one stopped before it sent anything),
     ``planned`` (the point's planned request count; None for a time-limited point, whose count is
@@ -182,6 +184,7 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     s: Mapping[str, Any] = run.summary or {}
     m = services.run_metrics(run=run)
     failures, successes, requests = m.get("failures"), m.get("successes"), m.get("requests")
+    aborted = m.get("aborted") if isinstance(m.get("aborted"), int) and m.get("aborted") else None
     live = False
     progress = run.progress if isinstance(run.progress, Mapping) else {}
     if failures is None and not s and isinstance(progress.get("failed"), int):
@@ -233,7 +236,8 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         "requests": requests if requests is not None else run.num_requests,
         "successes": successes,
         "failures": failures,
-        "failures_text": _failures_text(failures, requests, not_sent=not_sent, live=live),
+        "aborted": aborted,
+        "failures_text": _failures_text(failures, requests, not_sent=not_sent, live=live, aborted=aborted),
         "failures_live": live,
         "failures_unknown": failures_unknown,
         "not_sent": not_sent,
@@ -263,15 +267,20 @@ def _error_lines(rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
     return [{"text": d["text"], "count": d["count"], "title": "\n".join(d["reasons"])} for d in lines]
 
 
-def _failures_text(failures: Any, requests: Any, *, not_sent: int | None, live: bool) -> str:
-    """``"3,512 failed of 4,000"`` (``requests`` finished; ``"of 3,600 finished"`` for a live count,
-    ``", 3,904 not sent"`` when the load generator stopped early), ``""`` when nothing failed or
-    the count is unknown."""
-    if not isinstance(failures, int) or isinstance(failures, bool) or failures <= 0:
+def _failures_text(failures: Any, requests: Any, *, not_sent: int | None, live: bool,
+                   aborted: int | None = None) -> str:
+    """``"3,512 failed of 4,000"`` (``requests`` sent; ``"of 3,600 finished"`` for a live count,
+    ``", 2 aborted"`` for requests a stop ended in flight, never counted as failed: ``"1 aborted
+    of 1"`` when those are all, ``", 3,904 not sent"`` when the load generator stopped early),
+    ``""`` when nothing failed or was aborted, or the count is unknown."""
+    failed = isinstance(failures, int) and not isinstance(failures, bool) and failures > 0
+    if not failed and not aborted:
         return ""
-    text = f"{failures:,} failed"
+    parts = ([f"{failures:,} failed"] if failed else []) + ([f"{aborted:,} aborted"] if aborted else [])
+    text = parts[0]
     if isinstance(requests, int) and not isinstance(requests, bool):
         text += f" of {requests:,}" + (" finished" if live else "")
+    text += "".join(f", {part}" for part in parts[1:])
     if not_sent:
         text += f", {not_sent:,} not sent"
     return text

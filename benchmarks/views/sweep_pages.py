@@ -19,7 +19,7 @@ from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_aborted, sweep_requests_cancelled
 from benchmarks.services.sweeps import TOK_S_WINDOW_S
-from benchmarks.sweeps import DEFAULT_LENGTHS
+from benchmarks.sweeps import DEFAULT_LENGTHS, failure_counts
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
     DIGITS_RE, IMPORT_MAX_BYTES, INDEX_RUNS_PER_PAGE, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
@@ -60,20 +60,25 @@ def _runs_page(values: list[str]) -> Page:
 
 
 def request_outcomes(sweep_ids: Sequence[int]) -> dict[int, dict[str, int]]:
-    """Requests of each sweep's stored runs that succeeded and failed, from their summaries:
-    ``{sweep_id: {"successes", "failures", "requests"}}``; a sweep whose runs record no counts
-    is left out. The sweep list and page show ``0 of 2 requests succeeded`` from it where any
-    request failed, so a sweep whose every request failed does not read as a success."""
+    """Requests of each sweep's stored runs that succeeded, failed at the server and were aborted
+    in flight by a stop (a cancel, or the deployment going down), from their summaries:
+    ``{sweep_id: {"successes", "failures", "aborted", "requests"}}`` (``requests`` all three);
+    a sweep whose runs record no counts is left out. The sweep list and page show ``0 of 2
+    requests succeeded`` from it where any request failed or was aborted, so a sweep whose every
+    request failed does not read as a success, and one whose requests a cancel cut does not read
+    as failed by its server."""
     out: dict[int, dict[str, int]] = {}
     rows = BenchmarkRun.objects.filter(sweep_id__in=list(sweep_ids)).values_list(
-        "sweep_id", "summary__successes", "summary__failures")
-    for sweep_id, ok, failed in rows:
-        if not isinstance(ok, int) or not isinstance(failed, int):
+        "sweep_id", "summary__successes", "summary__failures", "summary__aborted")
+    for sweep_id, ok, failures, aborted in rows:
+        if not isinstance(ok, int) or not isinstance(failures, int):
             continue
-        tally = out.setdefault(sweep_id, {"successes": 0, "failures": 0, "requests": 0})
+        failed, aborted = failure_counts({"failures": failures, "aborted": aborted})
+        tally = out.setdefault(sweep_id, {"successes": 0, "failures": 0, "aborted": 0, "requests": 0})
         tally["successes"] += ok
-        tally["failures"] += failed
-        tally["requests"] += ok + failed
+        tally["failures"] += failed or 0
+        tally["aborted"] += aborted or 0
+        tally["requests"] += ok + failures
     return out
 
 
