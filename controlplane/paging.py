@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from django.core.exceptions import BadRequest
 from django.core.paginator import Page, Paginator
 from django.http import Http404
 
@@ -22,9 +23,12 @@ def page_of(rows, values: list[str], *, noun: str, per_page: int = PER_PAGE) -> 
     with nothing on it. ``noun`` names one row in the messages (``"run"``: "41 runs").
 
     Raises:
-        Http404: ``page`` given more than once, not a whole number, or past the last page; the
-            message says why and how many pages there are (``no page 7 of the runs: there are 3
+        BadRequest: ``page`` given more than once or not a whole number (``-1``, ``abc``): the
+            client's error, a 400 whose message names the parameter and the value and says how
+            many pages there are (``page takes a page number (e.g. 2), got '-1'; there are 3
             pages (41 runs, 20 a page)``).
+        Http404: a well-formed page number with no page (0, or past the last page): ``no page 7
+            of the runs: there are 3 pages (41 runs, 20 a page)``.
     """
     paginator = Paginator(rows, per_page, allow_empty_first_page=True)
     text = values[0].strip() if len(values) == 1 else ""
@@ -35,7 +39,7 @@ def page_of(rows, values: list[str], *, noun: str, per_page: int = PER_PAGE) -> 
     pages = (f"there {'is 1 page' if paginator.num_pages == 1 else f'are {paginator.num_pages} pages'} "
              f"({count} {noun}{'' if count == 1 else 's'}, {per_page} a page)")
     if len(values) > 1:
-        raise Http404(f"the parameter page {given_more_than_once(values)}; {pages}")
+        raise BadRequest(f"the parameter page {given_more_than_once(values)}; {pages}")
     if number is None:
-        raise Http404(f"page takes a page number (e.g. 2), got {text[:40]!r}; {pages}")
+        raise BadRequest(f"page takes a page number (e.g. 2), got {text[:40]!r}; {pages}")
     raise Http404(f"no page {number} of the {noun}s: {pages}")

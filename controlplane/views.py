@@ -1,6 +1,6 @@
 """Project-level pages, and the answer to a request Django refuses before any view runs."""
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import DisallowedHost
+from django.core.exceptions import BadRequest, DisallowedHost
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import redirect
@@ -24,7 +24,9 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     not valid multipart form data: ..."]}``), elsewhere (``/apiary`` too) a plain page
     (``400.html``, rendered without the request: the request's host cannot be used) with the
     same words. The reason names the rule, never the request's own values; Django logs the one
-    warning line (``Bad request (Unable to parse request body): /login/``)."""
+    warning line (``Bad request (Unable to parse request body): /login/``). A view's own
+    :class:`~django.core.exceptions.BadRequest` (a malformed query parameter, e.g. ``?page=-1``)
+    says what its message says: the parameter and the value it refuses."""
     api = request.path == "/api" or request.path.startswith("/api/")
     if isinstance(exception, DisallowedHost):
         reason = ("The Host header names a host this server does not answer to "
@@ -35,6 +37,8 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
         if api:
             return JsonResponse({"non_field_errors": [text]}, status=400)
         reason = f"{text[0].upper()}{text[1:]}."
+    elif isinstance(exception, BadRequest) and exception.args and str(exception.args[0]).strip():
+        reason = f"{str(exception.args[0]).strip().rstrip('.')}."
     else:
         reason = "The request is malformed or too large for this server to read."
     if api:

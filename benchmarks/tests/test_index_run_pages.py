@@ -1,5 +1,6 @@
 """The benchmarks index lists every run, newest first, 20 a page (``?page=N``), with previous and
-next links and "page X of Y"; a page number that names no page is a 404 saying why."""
+next links and "page X of Y"; a page number that names no page is a 404 saying why, and a page
+parameter that is no page number (``-1``, ``abc``, given twice) a 400 naming it."""
 from __future__ import annotations
 
 import re
@@ -53,14 +54,22 @@ def test_an_empty_page_parameter_is_the_first_page(viewer, runs):
 @pytest.mark.parametrize(("query", "message"), [
     ("page=4", "no page 4 of the runs: there are 3 pages (45 runs, 20 a page)"),
     ("page=0", "no page 0 of the runs: there are 3 pages (45 runs, 20 a page)"),
-    ("page=abc", "page takes a page number (e.g. 2), got &#x27;abc&#x27;; there are 3 pages (45 runs, 20 a page)"),
-    ("page=-1", "page takes a page number (e.g. 2), got &#x27;-1&#x27;; there are 3 pages"),
-    ("page=" + "9" * 30, "page takes a page number (e.g. 2), got &#x27;" + "9" * 30 + "&#x27;"),
-    ("page=1&page=2", "the parameter page is given 2 times (1, 2): give it once; there are 3 pages"),
 ])
 def test_a_page_that_is_not_there_is_a_404_saying_why(viewer, runs, query, message):
     page = logged_in_client(viewer).get(f"/benchmarks/?{query}")
     assert page.status_code == 404
+    assert message in page.content.decode()
+
+
+@pytest.mark.parametrize(("query", "message"), [
+    ("page=abc", "page takes a page number (e.g. 2), got &#x27;abc&#x27;; there are 3 pages (45 runs, 20 a page)."),
+    ("page=-1", "page takes a page number (e.g. 2), got &#x27;-1&#x27;; there are 3 pages (45 runs, 20 a page)."),
+    ("page=" + "9" * 30, "page takes a page number (e.g. 2), got &#x27;" + "9" * 30 + "&#x27;"),
+    ("page=1&page=2", "the parameter page is given 2 times (1, 2): give it once; there are 3 pages"),
+])
+def test_a_malformed_page_parameter_is_a_400_naming_it(viewer, runs, query, message):
+    page = logged_in_client(viewer).get(f"/benchmarks/?{query}")
+    assert page.status_code == 400
     assert message in page.content.decode()
 
 

@@ -161,8 +161,17 @@ def test_the_sweep_form_names_an_unknown_deployment_under_its_field(operator) ->
     assert "&#x27;0&#x27; is not a positive whole number." in html
     blank = web.post("/benchmarks/sweeps/new/", {"deployment": "", "concurrency": "1", "lengths": "64:64"})
     assert blank.status_code == 400 and "choose a deployment" in blank.content.decode()
-    # A GET of an unknown deployment is still not found.
-    assert web.get("/benchmarks/sweeps/new/?deployment=999").status_code == 404
+    # A GET of an unknown deployment is still not found, and named; a malformed id is a 400 naming it.
+    missing = web.get("/benchmarks/sweeps/new/?deployment=999")
+    assert missing.status_code == 404 and "No deployment #999." in missing.content.decode()
+    assert "No deployment at" not in missing.content.decode()
+    for raw in ("abc", "-3", "1.5"):
+        bad = web.get("/benchmarks/sweeps/new/", {"deployment": raw})
+        assert bad.status_code == 400, raw
+        assert (f"deployment: &#x27;{raw}&#x27; is not a deployment id (a whole number, e.g. 3); choose one below."
+                in bad.content.decode()), raw
+        assert "Choose the deployment to sweep." in bad.content.decode() or "No deployment can be swept now" in \
+            bad.content.decode()
 
 
 # --- an SLO in ms is stored in seconds without binary rounding ------------------------------------

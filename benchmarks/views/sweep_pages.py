@@ -346,7 +346,9 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     Without ``?deployment=`` the page lists the deployments a sweep can run on (ready, starting or
     pending, with no stop requested, newest first; at most :data:`PICKER_MAX`), or says there is none and links to the
     deployments. A stopped or failed deployment's form says so up front and cannot be submitted
-    (the service would refuse it).
+    (the service would refuse it). A ``?deployment=`` that is not a whole number (``abc``) is the
+    picker again with status 400 naming the parameter and the value; a well-formed id of no
+    deployment is a 404 naming it (``No deployment #999.``).
 
     A POST that gives a field more than once (``concurrency=1&concurrency=2``) starts nothing: the
     form comes back with status 400 and the field's ``is given 2 times (1, 2): give it once``,
@@ -374,9 +376,20 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
                  if DIGITS_RE.fullmatch(raw_id) and len(raw_id) <= 18 else None)
         if found is None:
             return _sweep_form_without_deployment(request, raw_id, defaults)
-    if not DIGITS_RE.fullmatch(raw_id):
-        raise Http404("Choose a deployment to sweep.")
-    deployment = get_object_or_404(Deployment.objects.select_related("recipe", "node"), pk=int(raw_id))
+    if not DIGITS_RE.fullmatch(raw_id.strip()):
+        # A malformed id is the client's error: the picker, status 400, naming the parameter and value.
+        candidates = list(Deployment.objects.filter(status__in=SWEEPABLE, stop_requested=False)
+                          .select_related("recipe", "node")
+                          .order_by("-created_at", "-id")[:PICKER_MAX])
+        shown = raw_id if len(raw_id) <= 40 else raw_id[:39] + "…"
+        return render(request, "benchmarks/sweep_pick.html", {"deployments": candidates, "errors": [
+            f"deployment: {shown!r} is not a deployment id (a whole number, e.g. 3); choose one below."]},
+            status=400)
+    raw_id = raw_id.strip()
+    deployment = (Deployment.objects.select_related("recipe", "node").filter(pk=int(raw_id)).first()
+                  if len(raw_id) <= 18 else None)
+    if deployment is None:
+        raise Http404(f"No deployment #{int(raw_id)}")
     ended = deployment.status in DEPLOYMENT_TERMINAL
     errors: dict[str, list[str]] = {}
     values = dict(defaults)

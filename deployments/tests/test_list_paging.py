@@ -45,12 +45,21 @@ def test_each_page_lists_20_deployments_newest_first_with_its_links(viewer, depl
 @pytest.mark.parametrize("query, words", [
     ("page=999", "no page 999 of the deployments: there are 3 pages (45 deployments, 20 a page)"),
     ("page=0", "no page 0 of the deployments: there are 3 pages (45 deployments, 20 a page)"),
-    ("page=two", "page takes a page number (e.g. 2), got &#x27;two&#x27;; there are 3 pages"),
-    ("page=1&page=2", "the parameter page"),
 ])
 def test_a_page_that_names_no_page_is_a_404_saying_why(viewer, deployments, query, words):
     page = logged_in_client(viewer).get(f"/deployments/?{query}")
     assert page.status_code == 404
+    assert words in page.content.decode()
+
+
+@pytest.mark.parametrize("query, words", [
+    ("page=two", "page takes a page number (e.g. 2), got &#x27;two&#x27;; there are 3 pages"),
+    ("page=-1", "page takes a page number (e.g. 2), got &#x27;-1&#x27;; there are 3 pages"),
+    ("page=1&page=2", "the parameter page is given 2 times (1, 2): give it once"),
+])
+def test_a_malformed_page_parameter_is_a_400_naming_it(viewer, deployments, query, words):
+    page = logged_in_client(viewer).get(f"/deployments/?{query}")
+    assert page.status_code == 400
     assert words in page.content.decode()
 
 
