@@ -661,7 +661,10 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     measured tok/s and TPOT per concurrency next to the projection with a faster kernel (table and
     charts); the form picks the sweep, the share and the speedup or a best variant. A query key
     the form does not have (``shares=0.5``) is refused as the API refuses it (status 400, the key
-    and those taken shown above the form), never ignored for the default."""
+    and those taken shown above the form), never ignored for the default. On any error every field
+    keeps what was typed (``speedup=abc`` stays ``abc``). A ``sweep`` the projection would refuse
+    (:func:`kernels.whatif.sweep_refusals`: not finished, no finished closed-loop point with fixed
+    lengths) is refused at once with that reason (status 400), before a speedup is given."""
     from benchmarks.models import BenchmarkSweep
 
     errors: dict[str, list[str]] = unknown_field_errors(request.GET, WHATIF_KEYS)
@@ -685,6 +688,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     result = None
     charts: list[dict[str, Any]] = []
     source = hint = ""
+    sweep = None
     if sweep_raw:
         sweep = (BenchmarkSweep.objects.filter(pk=int(sweep_raw)).first()
                  if DIGITS_RE.fullmatch(sweep_raw) and len(sweep_raw) <= 18 else None)
@@ -695,6 +699,13 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
             sweeps.insert(0, sweep)   # not among those listed: still the one asked for
     # A sweep the projection would refuse for its status or its runs (kernels.whatif.sweep_refusals,
     # the service's own rule and message) is listed disabled, with why, never offered as a choice.
+    if sweep is not None:
+        # The sweep asked for cannot be projected: say why at once, not only once a speedup is given.
+        listed = next((s for s in sweeps if s.pk == sweep.pk), None)
+        refusal = (getattr(listed, "whatif_refusal", None) if listed is not None
+                   else sweep_refusals([sweep]).get(sweep.pk))
+        if refusal:
+            errors.setdefault("sweep", []).append(refusal)
     if sweep_raw:
         if best_raw and request.GET.get("speedup", "").strip():
             # The API's rule (WhatIfQuerySerializer): exactly one source of the speedup.
@@ -720,7 +731,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
         elif speedup is None and "speedup" not in errors:
             if "speedup" in request.GET or "best" in request.GET:
                 errors["speedup"] = ["Give a speedup (×) or choose a best variant."]
-            else:   # arriving from a sweep's page: the sweep is chosen, the speedup not yet
+            elif "sweep" not in errors:   # arriving from a sweep's page: the sweep is chosen, the speedup not yet
                 hint = "Give a speedup (×) or choose a best variant to project this sweep."
         if not errors and sweep is not None and speedup is not None:
             try:
@@ -731,6 +742,9 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
             else:
                 source = source or f"{speedup:g}× given"
                 charts = _whatif_charts(result)
+    if errors:
+        # The form again as it was typed: a refused value stays in its field to be corrected.
+        form.update({k: request.GET.get(k, "") for k in ("share", "speedup") if request.GET.get(k, "").strip()})
     return render(request, "kernels/whatif.html", {"sweeps": sweeps, "bests": bests, "form": form, "errors": errors,
                                                    "result": result, "charts": charts, "source": source,
                                                    "hint": hint, "speedup_range": f"{MIN_SPEEDUP:g}–{MAX_SPEEDUP:g}×"},

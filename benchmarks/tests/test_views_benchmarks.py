@@ -215,7 +215,13 @@ def test_it_links_a_done_sweep_to_its_what_if_projection(viewer_client, sweep):
     BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.DONE)
     page = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
     assert f"{whatif} data-whatif-link>" in page and "What-if: a faster kernel" in page
-    assert viewer_client.get(f"{reverse('kernels:whatif')}?sweep={sweep.pk}").status_code == 200
+    # This sweep's one point has no successful request: the what-if page says at once why it
+    # cannot project it, before any speedup is given.
+    answer = viewer_client.get(f"{reverse('kernels:whatif')}?sweep={sweep.pk}")
+    assert answer.status_code == 400
+    assert re.findall(r"<li><code>.*?</li>", _html(answer)) == [
+        f"<li><code>sweep</code>: sweep #{sweep.pk} has no finished closed-loop run with fixed lengths and a "
+        "successful request</li>"]
 
 
 def test_it_shows_live_progress_and_polls_every_second_while_running(viewer_client, sweep):
@@ -729,9 +735,9 @@ def test_it_refuses_a_duplicate_import_naming_the_run_unless_asked_to_keep_both(
 
 
 def test_it_refuses_non_ascii_digits_like_any_malformed_number(viewer_client, operator_client, deployment):
-    # "²".isdigit() is true, but int("²") raises: the same 404 or form error as "x", never a 500
+    # "²".isdigit() is true, but int("²") raises: the same 400 or form error as "x", never a 500
     assert viewer_client.get(reverse("benchmarks:compare"), {"runs": "1,\u00b2"}).status_code == 400
-    assert operator_client.get(reverse("benchmarks:sweep-create") + "?deployment=%C2%B2").status_code == 404
+    assert operator_client.get(reverse("benchmarks:sweep-create") + "?deployment=%C2%B2").status_code == 400
     response = operator_client.post(reverse("benchmarks:sweep-create"), {
         "deployment": deployment.pk, "concurrency": "1,\u00b2", "lengths": "\u00b2:8", "requests": "\u00b2",
     })

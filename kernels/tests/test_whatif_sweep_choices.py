@@ -183,3 +183,40 @@ def test_a_sweep_asked_for_that_is_not_listed_is_still_offered_with_its_refusal(
     option = _option(body, old_refused)
     assert option is not None and "disabled" in option
     assert f"sweep #{old_refused.pk} has no finished closed-loop run with fixed lengths" in option
+
+
+def test_a_sweep_it_would_refuse_is_refused_at_once_before_a_speedup_is_given(viewer, sweeps):
+    for key in ("cancelled_empty", "running"):
+        sweep = sweeps[key]
+        why = html.escape(sweep_refusals([sweep])[sweep.pk])
+        answer = _page(viewer, sweep=sweep.pk)
+        body = answer.content.decode()
+        assert answer.status_code == 400, key
+        assert re.findall(r"<li><code>(\w+)</code>: ([^<]*)</li>", body) == [("sweep", why)], key
+        assert "Give a speedup" not in body and "whatif-hint" not in body, key
+    body = _page(viewer, sweep=sweeps["cancelled_empty"].pk).content.decode()
+    assert f'<option value="{sweeps["cancelled_empty"].pk}" selected disabled' in body
+    # a sweep it can project still only asks for the speedup
+    usable = _page(viewer, sweep=sweeps["usable"].pk)
+    assert usable.status_code == 200
+    assert "Give a speedup (×) or choose a best variant to project this sweep." in usable.content.decode()
+
+
+@pytest.mark.parametrize(("query", "refused", "kept"), [
+    ({"speedup": "abc", "share": "0.5"}, ("speedup", "&#x27;abc&#x27; is not a number."),
+     {"speedup": "abc", "share": "0.5"}),
+    ({"speedup": "3", "share": "lots"}, ("share", "&#x27;lots&#x27; is not a number."),
+     {"speedup": "3", "share": "lots"}),
+    ({"speedup": "1e9", "share": " 0.25"}, ("speedup", None), {"speedup": "1e9", "share": " 0.25"}),
+])
+def test_every_field_keeps_what_was_typed_on_an_error(viewer, seed_pd_sweep, query, refused, kept):
+    answer = _page(viewer, sweep=seed_pd_sweep.pk, **query)
+    body = answer.content.decode()
+    assert answer.status_code == 400
+    errors = re.findall(r"<li><code>(\w+)</code>: ([^<]*)</li>", body)
+    assert [path for path, _ in errors] == [refused[0]]
+    if refused[1]:
+        assert errors[0][1] == refused[1]
+    for name, value in kept.items():
+        assert f'id="id_{name}" name="{name}" value="{value}"' in body, name
+    assert f'<option value="{seed_pd_sweep.pk}" selected>' in body
