@@ -571,6 +571,18 @@ def stopped_before_ready_reason(deployment: Deployment) -> str:
     return f"{'cancelled' if deployment.cancel_requested else 'stopped'} by {who} before it became ready"
 
 
+def stopped_reason(deployment: Deployment) -> str:
+    """The reason a stopped ``deployment`` ends with: :func:`stopped_before_ready_reason` for one
+    never ready; ``stopped by alice`` for one that had been ready, who taken from its stop
+    request's timeline event; empty when nobody asked."""
+    if deployment.ready_at is None:
+        return stopped_before_ready_reason(deployment)
+    from deployments.services import stop_requester
+
+    who = stop_requester(deployment=deployment, cancel=False)
+    return f"stopped by {who}" if who is not None else ""
+
+
 def deployment_teardown(*, deployment_id: int) -> str:
     """Stop a deployment on this node; safe to run twice.
 
@@ -593,16 +605,15 @@ def deployment_teardown(*, deployment_id: int) -> str:
         started = time.monotonic()
         _stop_all(deployment)
         now = timezone.now()
-        # A deployment stopped (or cancelled) before it ever became ready says so, rather than
-        # ending "stopped" with no reason like one that served and was then stopped.
-        never_ready = deployment.ready_at is None and not deployment.reason
-        why = stopped_before_ready_reason(deployment) if never_ready else ""
+        # A deployment stopped (or cancelled) before it ever became ready says so and who asked;
+        # one that served names who stopped it (no reason when nobody asked, as for undeploy).
+        why = stopped_reason(deployment) if not deployment.reason else ""
         Deployment.objects.filter(pk=deployment_id, status=DeploymentStatus.STOPPING).update(
             status=DeploymentStatus.STOPPED, ended_at=now, updated_at=now,
-            **({"reason": why} if never_ready else {}),
+            **({"reason": why} if why else {}),
         )
         _deployment_event(deployment, "stopped", f"all processes stopped in {time.monotonic() - started:.2f}s"
-                          + (f" ({why})" if never_ready else ""))
+                          + (f" ({why})" if why and deployment.ready_at is None else ""))
         return "stopped"
 
 

@@ -848,7 +848,6 @@ def _secret_refs(spec: Any) -> set[str]:
 
 # --- deployments ---------------------------------------------------------------------------
 
-CANCELLED_BEFORE_START = "cancelled before start"
 LOG_TAIL_MAX_LINES = 2000
 # A log tail reads at most this many bytes from the end of the file (2 MiB): enough for
 # LOG_TAIL_MAX_LINES lines of ordinary engine output, bounded whatever the lines look like.
@@ -1135,11 +1134,13 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
 def _cancel_pending(*, deployment: Deployment, who: str, now, cancel: bool = False) -> bool:
     """Cancel ``deployment`` if it is still pending, with one conditional UPDATE (pending →
     stopped, ``stop_requested`` set, ``cancel_requested`` too for a cancel (``cancel``, not a
-    stop), reason ``"cancelled before start"``) and a ``cancelled`` event; True when it was. A
-    start task that runs later sees the terminal row and does nothing. Call inside a
-    transaction."""
+    stop), reason ``cancelled by alice before it became ready``, naming who asked as one ended
+    while starting does; a stop of a pending deployment is a cancel too) and a ``cancelled``
+    event; True when it was. A start task that runs later sees
+    the terminal row and does nothing. Call inside a transaction."""
+    reason = f"cancelled by {who} before it became ready"
     cancelled = Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.PENDING).update(
-        status=DeploymentStatus.STOPPED, stop_requested=True, reason=CANCELLED_BEFORE_START,
+        status=DeploymentStatus.STOPPED, stop_requested=True, reason=reason,
         ended_at=now, updated_at=now, **({"cancel_requested": True} if cancel else {}),
     )
     if cancelled:
@@ -1188,13 +1189,13 @@ def deployment_stop(*, deployment: Deployment, user) -> Deployment:
     """Stop (or cancel) ``deployment``; idempotent.
 
     * pending: cancelled at once with one conditional UPDATE (pending → stopped, reason
-      ``"cancelled before start"``); a start task that runs later sees the terminal row and
-      does nothing. Works while the node agent is down.
+      ``"cancelled by alice before it became ready"``); a start task that runs later sees the
+      terminal row and does nothing. Works while the node agent is down.
     * starting or ready: ``stop_requested`` is set (so a launch in progress stops spawning;
       ``cancel_requested`` stays unset: a stop is not a cancel)
       and ``deployment_stop_task`` goes to the node queue; the agent stops the processes
       (router, then decode, then prefill; SIGTERM, the recipe's grace period, then SIGKILL)
-      and sets stopped.
+      and sets stopped, with reason ``"stopped by alice"`` for one that had been ready.
     * stopping, stopped or failed: nothing changes.
 
     Returns the refreshed deployment. Raises :class:`NotFound` when the row is gone.

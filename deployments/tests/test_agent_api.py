@@ -79,7 +79,7 @@ def test_it_cancels_a_pending_deployment_and_a_late_start_task_does_nothing(oper
 
     assert response.status_code == 202
     assert response.json()["status"] == "stopped"
-    assert response.json()["reason"] == "cancelled before start"
+    assert response.json()["reason"] == "cancelled by oscar-operator before it became ready"
     assert deployment_launch(deployment_id=created["id"]) == "skipped (stopped)"
     assert not ServerProcess.objects.filter(deployment_id=created["id"]).exists()
     # A new deploy is allowed once the previous one is over.

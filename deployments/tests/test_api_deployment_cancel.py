@@ -92,7 +92,7 @@ def test_it_cancels_a_pending_deployment_at_once(operator_api, recipe):
     response = cancel(operator_api, row)
 
     assert response.status_code == 202
-    assert (response.json()["status"], response.json()["reason"]) == ("stopped", "cancelled before start")
+    assert (response.json()["status"], response.json()["reason"]) == ("stopped", "cancelled by oscar-operator before it became ready")
     assert (response.json()["cancel_requested"], response.json()["stop_requested"]) == (True, True)
 
 

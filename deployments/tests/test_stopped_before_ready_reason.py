@@ -70,3 +70,44 @@ def test_a_teardown_nobody_asked_for_says_only_that_it_stopped(starting):
     assert deployment_teardown(deployment_id=starting.pk) == "stopped"
     starting.refresh_from_db()
     assert starting.reason == "stopped before it became ready"
+
+
+def test_a_stop_of_a_ready_deployment_names_who_asked(operator, operator_api, starting):
+    """One that had been ready ends ``stopped by <user>``; its timeline's stopped event is unchanged."""
+    from django.utils import timezone
+
+    from deployments.agent import deployment_teardown
+    from deployments.models import Deployment
+
+    Deployment.objects.filter(pk=starting.pk).update(status="ready", ready_at=timezone.now())
+    assert operator_api.post(f"/api/deployments/{starting.pk}/stop/", format="json").status_code == 202
+    assert deployment_teardown(deployment_id=starting.pk) == "stopped"
+
+    starting.refresh_from_db()
+    assert (starting.status, starting.reason) == ("stopped", f"stopped by {operator.username}")
+    assert operator_api.get(f"/api/deployments/{starting.pk}/").json()["reason"] == "stopped by oscar-operator"
+    stopped = starting.events.filter(kind="stopped", process=None).get().message
+    assert stopped.startswith("all processes stopped in ") and "(" not in stopped
+
+
+@pytest.mark.parametrize("action", ["cancel", "stop"])
+def test_a_pending_deployment_ended_by_a_cancel_or_stop_names_who_asked(db, operator, operator_api, action):
+    """Pending (never sent to a node agent): cancelled at once, its reason naming who asked; the
+    timeline keeps its ``cancelled`` event as it was."""
+    from deployments import services
+    from deployments.tests.factories import cpu_node_create
+
+    node = cpu_node_create(name="local")
+    spec = {"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
+            "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31234}}, "sim": {"profile": "demo-fast"}}
+    recipe = services.recipe_create(user=operator, name="pending-one", engine="sim", topology="single", node=node,
+                                    spec=spec)
+    deployment = services.deployment_create(recipe=recipe, user=operator)
+
+    response = operator_api.post(f"/api/deployments/{deployment.pk}/{action}/", format="json")
+
+    assert response.status_code == 202, response.content
+    assert (response.json()["status"], response.json()["reason"]) == (
+        "stopped", "cancelled by oscar-operator before it became ready")
+    assert list(deployment.events.filter(kind="cancelled").values_list("message", flat=True)) == [
+        "oscar-operator cancelled before start"]

@@ -348,7 +348,7 @@ def test_it_cancels_a_deployment_waiting_for_its_agent(operator_client, operator
 
     deployment.refresh_from_db()
     assert deployment.status == DeploymentStatus.STOPPED
-    assert deployment.reason == "cancelled before start"
+    assert deployment.reason == "cancelled by oscar-operator before it became ready"
     html = _html(operator_client.get(response["Location"]))
     assert f"Cancelled deployment #{deployment.pk} (stopped)." in html
     assert "Waiting for node agent" not in html
