@@ -136,16 +136,24 @@ def test_it_deploys_for_an_operator_and_redirects_to_the_deployment(operator_cli
     assert "created" in page and "oscar-operator deployed seed-v4-flash-pd v1 on node seed-8gpu" in page
 
 
-def test_it_answers_a_second_deploy_with_409_and_links_the_active_deployment(operator_client, operator, seed_pd):
+def test_a_second_deploy_redirects_to_the_recipe_page_that_says_why_and_links_the_active_one(
+        operator_client, operator, seed_pd):
     first = deployment_create(recipe=seed_pd, user=operator)
+    recipe_url = reverse("deployments:recipe-detail", args=[seed_pd.pk])
 
     response = operator_client.post(reverse("deployments:recipe-deploy", args=[seed_pd.pk]))
 
-    assert response.status_code == 409
-    html = _html(response)
-    assert "Not deployed." in html
-    assert "already has an active deployment on node" in html
-    assert f'href="{reverse("deployments:deployment-detail", args=[first.pk])}">#{first.pk} (pending, v1)</a>' in html
+    # Post/redirect/get: the browser lands on the recipe page, so a reload deploys nothing.
+    assert response.status_code == 302
+    assert response["Location"] == recipe_url
+    html = _html(operator_client.get(recipe_url))
+    assert (f"<li class=\"error\">Not deployed. Recipe &#x27;seed-v4-flash-pd&#x27; already has an active deployment "
+            f"on node") in html
+    assert f'Deployment <a href="{reverse("deployments:deployment-detail", args=[first.pk])}">#{first.pk}</a> ' \
+           f"of this recipe is pending." in html
+    # The message is shown once: a reload of the recipe page neither repeats it nor deploys.
+    again = _html(operator_client.get(recipe_url))
+    assert "Not deployed." not in again
     assert Deployment.objects.filter(recipe=seed_pd).count() == 1
 
 

@@ -239,10 +239,8 @@ def _recipe_detail_response(
     *,
     version: int | None = None,
     status: int = 200,
-    deploy_error: dict[str, Any] | None = None,
 ) -> HttpResponse:
-    """Render the recipe page; ``deploy_error`` (``{"message", "errors", "active"}``) explains
-    a refused deploy next to the button, with ``status`` 409 or 400."""
+    """Render the recipe page (a refused deploy's reason comes as a message, above it)."""
     shown: dict[str, Any] = {
         "name": recipe.name,
         "description": recipe.description,
@@ -271,7 +269,6 @@ def _recipe_detail_response(
             "is_current": shown["version"] == recipe.version,
             "deployments": deployments,
             "active_deployment": _active_deployment(recipe),
-            "deploy_error": deploy_error,
             "can_write": _can_write(request),
             "api_dry_run_url": _api_dry_run_url(recipe, None),
         },
@@ -605,23 +602,20 @@ def _active_deployment(recipe: Recipe) -> Deployment | None:
 @role_page(write="operator")
 def recipe_deploy(request: HttpRequest, pk: int) -> HttpResponse:
     """Deploy the recipe's current version: :func:`deployments.services.deployment_create`,
-    then redirect to the new deployment's page. A recipe with an active deployment gets the
-    recipe page back with HTTP 409 and a link to that deployment; a recipe no longer valid for
-    its node gets HTTP 400 with the errors."""
+    then redirect to the new deployment's page. A refused deploy (the recipe has an active
+    deployment, or is no longer valid for its node) redirects to the recipe page, which says why
+    (and links the active deployment): a reload there repeats nothing (post/redirect/get)."""
     recipe = get_object_or_404(Recipe.objects.select_related("node", "created_by"), pk=pk)
     try:
         deployment = services.deployment_create(recipe=recipe, user=request.user)
     except NotFound as exc:
         raise Http404(str(exc)) from None
-    except Conflict as exc:
-        error = {"message": str(exc), "errors": {}, "active": _active_deployment(recipe)}
-        return _recipe_detail_response(request, recipe, status=409, deploy_error=error)
     except InvalidInput as exc:
-        errors = {k: [str(m) for m in v] for k, v in exc.errors.items()}
-        error = {"message": "The recipe cannot be deployed as it stands.", "errors": errors, "active": None}
-        return _recipe_detail_response(request, recipe, status=400, deploy_error=error)
-    except CeilingError as exc:
-        error = {"message": str(exc), "errors": {}, "active": None}
-        return _recipe_detail_response(request, recipe, status=400, deploy_error=error)
+        problems = "; ".join(f"{path}: {' '.join(map(str, msgs))}" for path, msgs in exc.errors.items())
+        messages.error(request, f"Not deployed. The recipe cannot be deployed as it stands: {problems}")
+        return redirect("deployments:recipe-detail", pk=recipe.pk)
+    except CeilingError as exc:   # Conflict: an active deployment, a port or GPU another one holds
+        messages.error(request, f"Not deployed. {exc}")
+        return redirect("deployments:recipe-detail", pk=recipe.pk)
     messages.success(request, f"Deployment #{deployment.pk} of {recipe.name} v{deployment.recipe_version} created.")
     return redirect("deployments:deployment-detail", pk=deployment.pk)
