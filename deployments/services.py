@@ -246,15 +246,16 @@ def _facts_of_references(spec: Any) -> NodeFacts:
                      numa_nodes=[NumaFacts(index=n, cpus=every_cpu) for n in sorted(numas or {0})])
 
 
-def _validate_recipe_content(content: dict[str, Any]) -> dict[str, Any]:
-    """Validate a full recipe content dict (see :data:`RECIPE_CONTENT_FIELDS`).
+def recipe_content_validate(content: dict[str, Any]) -> dict[str, Any]:
+    """Validate a full recipe content dict (see :data:`RECIPE_CONTENT_FIELDS`): every check
+    Save (create, update, the API) applies, and what the form's Validate button runs.
 
     Returns the content with ``spec`` replaced by its normalised form. Raises
     :class:`InvalidInput` with keys ``name``, ``description``, ``engine``, ``topology``,
     ``node`` or dotted ``spec.…`` paths. Spec rules live in :func:`deployments.recipes.recipe_validate`
     and are checked against the node's facts and the existing secret names; with a bad name,
-    description or node, the spec rules are reported with those errors (without a node, all but
-    the hardware references: :func:`recipe_spec_validate`).
+    description or node, the spec rules are reported with those errors, checked against the node
+    when it is known (without a node, all but the hardware references: :func:`recipe_spec_validate`).
     """
     errors: dict[str, list[str]] = {}
     name = content.get("name")
@@ -290,7 +291,8 @@ def _validate_recipe_content(content: dict[str, Any]) -> dict[str, Any]:
         if {"engine", "topology"} & errors.keys() or any(p == "spec" or p.startswith("spec.") for p in errors):
             raise InvalidInput(errors)
         try:
-            recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec, node=None)
+            recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec,
+                                 node=node if isinstance(node, Node) else None)
         except InvalidInput as exc:
             for path, messages in exc.errors.items():
                 errors.setdefault(path, []).extend(messages)
@@ -357,7 +359,7 @@ def recipe_create(
     Raises :class:`InvalidInput` (keys ``name``, ``engine``, ``topology``, ``node``, ``spec.…``)
     when anything is invalid or the name is taken.
     """
-    content = _validate_recipe_content(
+    content = recipe_content_validate(
         {"name": name, "description": description or "", "engine": engine, "topology": topology, "node": node, "spec": spec}
     )
     with transaction.atomic():
@@ -417,7 +419,7 @@ def recipe_update(
         merged = {**current, **fields}
         if merged.get("description") is None:
             merged["description"] = ""
-        content = _validate_recipe_content(merged)
+        content = recipe_content_validate(merged)
         if _same_content(current, content):
             return locked
         if content["name"] != locked.name:
@@ -629,7 +631,7 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
     else:
         stored = recipe_version_get(recipe=recipe, version=version)
         content = {**stored, "node": recipe.node}
-    validated = _validate_recipe_content(content)
+    validated = recipe_content_validate(content)
     plan = launch_plan_render(
         engine=validated["engine"],
         topology=validated["topology"],
@@ -1083,7 +1085,7 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
     deployment's timeline as ``warning`` entries.
     """
     plan = recipe_plan(recipe=recipe)
-    normalised = _validate_recipe_content(_content_of(recipe))["spec"]
+    normalised = recipe_content_validate(_content_of(recipe))["spec"]
     # Read before the row exists: once it does, the new deployment books its own ports.
     held_ports = port_holder_warnings(plan=plan, recipe=recipe)
     try:

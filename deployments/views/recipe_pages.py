@@ -30,7 +30,6 @@ from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.forms import RecipeForm, spec_pretty
 from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render
 from deployments.models import Deployment, Node, Recipe
-from deployments.recipes import recipe_validate
 from deployments.topology import node_facts_from_row, parse_cpulist
 from deployments.views.common import _can_write, _is_htmx, post_or_redirect, role_page
 
@@ -412,18 +411,22 @@ def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
     name = data.get("name")
     if name and not request.POST.get("expected_version") and Recipe.objects.filter(name=name).exists():
         form.add_error("name", f"A recipe named {name!r} already exists.")
-    # The spec is judged whenever the fields it depends on are good, so every problem shows at once.
+    # The spec is judged whenever the fields it depends on are good, so every problem shows at once,
+    # by the same check Save applies (services.recipe_content_validate): what Validate calls valid
+    # saves. A field the form already refused keeps the form's message alone.
     if all(key in data for key in ("engine", "topology", "node", "spec")):
         node = Node.objects.prefetch_related("gpus", "numa_nodes").get(pk=data["node"].pk)
-        facts = node_facts_from_row(node)
+        content = {
+            "name": data.get("name") or request.POST.get("name", ""),
+            "description": data.get("description", ""),
+            "engine": data["engine"],
+            "topology": data["topology"],
+            "node": node,
+            "spec": data["spec"],
+        }
         try:
-            spec = recipe_validate(
-                engine=data["engine"],
-                topology=data["topology"],
-                spec=data["spec"],
-                node=facts,
-                secret_names=services.secret_names(),
-            )
+            spec = services.recipe_content_validate(content)["spec"]
+            facts = node_facts_from_row(node)
             # Secret values are never resolved for a preview; the plan shows references only.
             plan = launch_plan_render(
                 engine=data["engine"], topology=data["topology"], spec=spec, node=facts, secret_values=None
@@ -431,7 +434,8 @@ def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
             processes = _plan_view(plan)
             summary = _plan_summary(plan)
         except InvalidInput as exc:
-            spec_errors = _apply_domain_errors(form, exc.errors)
+            refused = {path: msgs for path, msgs in exc.errors.items() if path not in form.errors}
+            spec_errors = _apply_domain_errors(form, refused)
         except CeilingError as exc:
             form.add_error(None, str(exc))
     elif form.spec_refused is not None:
