@@ -38,7 +38,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("login/", throttled_login(auth_views.LoginView.as_view(template_name="registration/login.html")),
          name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/schema/", SchemaView.as_view(permission_classes=[RolePermission, SingleValuedQuery]), name="api-schema"),
     path(

@@ -1,9 +1,10 @@
 """Project-level pages, and the answer to a request Django refuses before any view runs."""
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import BadRequest, DisallowedHost
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.template import loader
 
 from controlplane.api import multipart_error_text
@@ -13,6 +14,19 @@ from controlplane.api import multipart_error_text
 def home(request: HttpRequest) -> HttpResponse:
     """The landing page is the recipe list (anonymous visitors go to the login page first)."""
     return redirect("deployments:recipe-list")
+
+
+class LogoutView(auth_views.LogoutView):
+    """Logging out is a POST (with its CSRF token), as Django's view has it. A GET (``/logout/``
+    typed in the address bar) answers a page with the Log out button for a signed-in user, and
+    sends a signed-out visitor to the login page, instead of a bare 405."""
+
+    http_method_names = ["get", "head", "post", "options"]
+
+    def get(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return redirect("login")
+        return render(request, "registration/logout.html")
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
