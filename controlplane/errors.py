@@ -1,6 +1,8 @@
 """Domain errors raised by services; edges (API, views, tasks) map them to responses."""
 from __future__ import annotations
 
+from django.core.exceptions import BadRequest
+
 
 class CeilingError(Exception):
     """Base class: a domain error with a stable ``code`` and an HTTP status for the API."""
@@ -32,3 +34,9 @@ class Conflict(CeilingError):
 
     code = "conflict"
     http_status = 409
+
+
+class BadQuery(BadRequest):
+    """A page's query parameter that is malformed (``?page=abc``, ``?version=x``, a key given
+    twice): the client's error, a 400 page that says why (``handler400``), where a well-formed
+    value naming nothing (``?page=99`` past the last page) stays a 404."""

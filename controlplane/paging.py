@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from django.core.exceptions import BadRequest
 from django.core.paginator import Page, Paginator
 from django.http import Http404
 
 from controlplane.drf_defaults import given_more_than_once
+from controlplane.errors import BadQuery
 
 #: Rows a list page shows at a time.
 PER_PAGE = 20
@@ -23,23 +23,22 @@ def page_of(rows, values: list[str], *, noun: str, per_page: int = PER_PAGE) -> 
     with nothing on it. ``noun`` names one row in the messages (``"run"``: "41 runs").
 
     Raises:
-        BadRequest: ``page`` given more than once or not a whole number (``-1``, ``abc``): the
-            client's error, a 400 whose message names the parameter and the value and says how
-            many pages there are (``page takes a page number (e.g. 2), got '-1'; there are 3
-            pages (41 runs, 20 a page)``).
-        Http404: a well-formed page number with no page (0, or past the last page): ``no page 7
-            of the runs: there are 3 pages (41 runs, 20 a page)``.
+        BadQuery: ``page`` given more than once or not a whole number (the client's error: a
+            400); the message says why and how many pages there are.
+        Http404: a page number past the last page (or 0), saying how many there are (``no page 7
+            of the runs: there are 3 pages (41 runs, 20 a page)``).
     """
     paginator = Paginator(rows, per_page, allow_empty_first_page=True)
     text = values[0].strip() if len(values) == 1 else ""
-    number = int(text) if _DIGITS_RE.fullmatch(text) and len(text) <= 18 else None
+    digits = bool(_DIGITS_RE.fullmatch(text))
+    number = int(text) if digits and len(text) <= 18 else None
     if len(values) <= 1 and (not text or (number is not None and 1 <= number <= paginator.num_pages)):
         return paginator.page(number or 1)
     count = paginator.count
     pages = (f"there {'is 1 page' if paginator.num_pages == 1 else f'are {paginator.num_pages} pages'} "
              f"({count} {noun}{'' if count == 1 else 's'}, {per_page} a page)")
     if len(values) > 1:
-        raise BadRequest(f"the parameter page {given_more_than_once(values)}; {pages}")
-    if number is None:
-        raise BadRequest(f"page takes a page number (e.g. 2), got {text[:40]!r}; {pages}")
-    raise Http404(f"no page {number} of the {noun}s: {pages}")
+        raise BadQuery(f"the parameter page {given_more_than_once(values)}; {pages}")
+    if not digits:
+        raise BadQuery(f"page takes a page number (e.g. 2), got {text[:40]!r}; {pages}")
+    raise Http404(f"no page {text[:40]} of the {noun}s: {pages}")

@@ -8,6 +8,7 @@ from django.shortcuts import redirect, render
 from django.template import loader
 
 from controlplane.api import multipart_error_text
+from controlplane.errors import BadQuery
 
 
 @login_required
@@ -38,10 +39,16 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     not valid multipart form data: ..."]}``), elsewhere (``/apiary`` too) a plain page
     (``400.html``, rendered without the request: the request's host cannot be used) with the
     same words. The reason names the rule, never the request's own values; Django logs the one
-    warning line (``Bad request (Unable to parse request body): /login/``). A view's own
-    :class:`~django.core.exceptions.BadRequest` (a malformed query parameter, e.g. ``?page=-1``)
-    says what its message says: the parameter and the value it refuses."""
+    warning line (``Bad request (Unable to parse request body): /login/``). A page's own refusal
+    of a malformed query value (:class:`controlplane.errors.BadQuery`, ``?page=abc``) is the
+    site's page (``400_query.html``) with the view's reason; a view's own
+    :class:`~django.core.exceptions.BadRequest` says what its message says."""
     api = request.path == "/api" or request.path.startswith("/api/")
+    if isinstance(exception, BadQuery) and not api:
+        # Raised by a page's view, so the host was accepted: the page is the site's own, with the
+        # view's reason (a malformed query value, quoted).
+        return HttpResponse(loader.get_template("400_query.html").render({"reason": str(exception)}, request),
+                            status=400)
     if isinstance(exception, DisallowedHost):
         reason = ("The Host header names a host this server does not answer to "
                   "(set the ALLOWED_HOSTS environment variable to add one).")

@@ -420,10 +420,10 @@ def test_it_lists_versions_and_diffs_v1_against_v3(viewer_client, seed_pd, opera
     assert "<html" in _html(page)
 
 
-def test_it_answers_404_for_a_missing_version(viewer_client, seed_pd):
+def test_it_answers_404_for_a_missing_version_and_400_for_a_malformed_one(viewer_client, seed_pd):
     url = reverse("deployments:recipe-diff", args=[seed_pd.pk])
     assert viewer_client.get(url, {"a": 1, "b": 9}, HTTP_HX_REQUEST="true").status_code == 404
-    assert viewer_client.get(url, {"a": "x", "b": 1}, HTTP_HX_REQUEST="true").status_code == 404
+    assert viewer_client.get(url, {"a": "x", "b": 1}, HTTP_HX_REQUEST="true").status_code == 400
     dry_run = reverse("deployments:recipe-dry-run", args=[seed_pd.pk])
     assert viewer_client.get(dry_run, {"version": 5}).status_code == 404
 

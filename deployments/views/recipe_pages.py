@@ -23,7 +23,7 @@ from django.views.decorators.http import require_http_methods
 
 from controlplane.api import query_text
 from controlplane.drf_defaults import given_more_than_once
-from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
+from controlplane.errors import BadQuery, CeilingError, Conflict, InvalidInput, NotFound
 from controlplane.redaction import credential_mask_json, redact_text
 from deployments import selectors, services
 from deployments.choices import DEPLOYMENT_ACTIVE
@@ -194,12 +194,14 @@ def _versions(recipe: Recipe) -> list[int]:
 def _version_param(request: HttpRequest, name: str) -> int | None:
     """The version number ``name`` of the query (or, without it there, of the form), None when not
     given. A value that is not a whole number >= 1 (quoted as the API quotes it: ``version must
-    be a version number (a whole number of at least 1), got 'x'``), or a number given more than once (``?a=1&a=2``:
-    taking the last would show versions nobody asked for), is a 404 whose page says why (``a is
-    given 2 times (1, 2): give it once``)."""
+    be a version number (a whole number of at least 1), got 'x'``), or a number given more than
+    once (``?a=1&a=2``: taking the last would show versions nobody asked for), is the client's
+    error: a 400 (:class:`controlplane.errors.BadQuery`) whose page says why (``a is given 2 times
+    (1, 2): give it once``). A well-formed number the recipe has no version of is the caller's
+    404."""
     values = request.GET.getlist(name) or request.POST.getlist(name)
     if repeated := given_more_than_once(values):
-        raise Http404(f"{name} {repeated}")
+        raise BadQuery(f"{name} {repeated}")
     raw = values[0] if values else None
     if raw in (None, ""):
         return None
@@ -207,9 +209,9 @@ def _version_param(request: HttpRequest, name: str) -> int | None:
     try:
         value = int(raw)
     except (TypeError, ValueError):
-        raise Http404(refused) from None
+        raise BadQuery(refused) from None
     if value < 1:
-        raise Http404(refused)
+        raise BadQuery(refused)
     return value
 
 
@@ -526,7 +528,10 @@ def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
             values = request.GET.getlist("expected_version") + request.POST.getlist("expected_version")
             if repeated := given_more_than_once(values):
                 raise InvalidInput({"expected_version": [repeated]})
-            expected = _version_param(request, "expected_version")
+            try:
+                expected = _version_param(request, "expected_version")
+            except BadQuery as exc:
+                raise InvalidInput({"expected_version": [str(exc).removeprefix("expected_version ")]}) from None
             keep_name = request.POST.getlist("keep_name")
             if keep_name not in ([], ["on"]):
                 raise InvalidInput({"keep_name": [f"is {', '.join(map(repr, keep_name))[:80]}: tick the box (on) or leave it out"]})
