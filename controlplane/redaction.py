@@ -337,10 +337,41 @@ except Exception:  # noqa: BLE001 - used without Django: the max-age re-read sti
 
 def redact_text(text: str) -> str:
     """Return ``text`` with stored and registered secret values and token-shaped substrings
-    masked as :data:`REDACTED` (longest value first, so a value containing another is masked
-    whole)."""
+    masked as :data:`REDACTED`. Every match is found in the text as given, and overlapping or
+    touching matches are masked as one: a stored value that is part of a longer token-shaped
+    string (``hf_…2345`` inside ``hf_…23456789``) masks the whole token, never leaving its tail
+    shown, and a token-shaped part of a stored value masks the whole value. A pattern with a group
+    keeps that group (``Bearer ``) and masks what follows it."""
     if not text:
         return text
+    _stored_values_refresh()
+    with _lock:
+        values = sorted(_known_values, key=len, reverse=True)
+    spans: list[tuple[int, int]] = []
+    for value in values:
+        if not value:
+            continue
+        start = text.find(value)
+        while start != -1:
+            spans.append((start, start + len(value)))
+            start = text.find(value, start + 1)
+    for pattern in _PATTERNS:
+        for m in pattern.finditer(text):
+            begin = m.end(1) if pattern.groups else m.start()
+            if m.end() > begin:
+                spans.append((begin, m.end()))
+    if not spans:
+        return text
+    spans.sort()
+    out, at, (lo, hi) = [], 0, spans[0]
+    for begin, end in spans[1:]:
+        if begin <= hi:
+            hi = max(hi, end)
+            continue
+        out += [text[at:lo], REDACTED]
+        at, lo, hi = hi, begin, end
+    out += [text[at:lo], REDACTED, text[hi:]]
+    return "".join(out)
     _stored_values_refresh()
     with _lock:
         values = sorted(_known_values, key=len, reverse=True)

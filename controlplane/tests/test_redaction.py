@@ -69,3 +69,17 @@ def test_value_forms_leaves_out_short_forms_and_non_text():
     assert value_forms(None) == set() and value_forms(12345) == set()
     assert value_forms("abc") == set() and value_forms("  ab  ") == set()  # too short once stripped
     assert "abcd" in value_forms(" abcd \n") and " abcd \n" in value_forms(" abcd \n")
+
+
+def test_a_registered_value_inside_a_longer_token_masks_the_whole_token_and_never_its_tail():
+    # a stored secret that is the start of a longer token-shaped string: masking the stored value
+    # alone, then the patterns, used to leave the token's last characters shown (``***redacted***6789``)
+    register_secret_value("hf_Zyxwvutsrqponmlkjihgfedcba012345")
+    text = "argv: --flag hf_Zyxwvutsrqponmlkjihgfedcba0123456789 done"
+    assert redact_text(text) == f"argv: --flag {REDACTED} done"
+    # a token-shaped part of a registered value: the whole value is masked, not only that part
+    register_secret_value("prefix-of-AKIAIOSFODNN7EXAMPLE-suffix")
+    assert redact_text("key prefix-of-AKIAIOSFODNN7EXAMPLE-suffix end") == f"key {REDACTED} end"
+    # two secrets side by side with nothing between them are one mask
+    assert redact_text("x hf_Zyxwvutsrqponmlkjihgfedcba012345prefix-of-AKIAIOSFODNN7EXAMPLE-suffix y") == (
+        f"x {REDACTED} y")
