@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
 
 from benchmarks.choices import SweepStatus
@@ -70,6 +71,10 @@ def test_a_held_sweep_whose_deployment_still_starts_stays_held(sim_url: str, ope
     sweep = sweep_create(deployment=mine, user=operator, grid=SHORT)
     assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.PENDING
     Deployment.objects.filter(pk=mine.pk).update(status=DeploymentStatus.STARTING)
+    # the next look comes a recheck later (its countdown): one that came sooner would find the
+    # first look's mark fresh and end its chain as a duplicate
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(
+        held_at=F("held_at") - timedelta(seconds=sweep_services.SHARED_RECHECK_S))
     assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.PENDING
     assert (BenchmarkSweep.objects.get(pk=sweep.pk).reason, len(sent)) == ("", 3)
 
