@@ -270,7 +270,11 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         err("grid.requests_per_concurrency", f"must be a number in (0, 1000], got {grid_number(per_c)}")
     duration = raw.get("duration_s")
     if duration is not None and not duration_valid(duration):
-        err("grid.duration_s", duration_refusal(grid_number(duration)))
+        if isinstance(duration, bool) or not isinstance(duration, (int, float)):
+            # the wrong type, not a number out of range: say so, as the API's type errors do
+            err("grid.duration_s", f"must be a number of seconds ({DURATION_RULE}), got {grid_number(duration)}")
+        else:
+            err("grid.duration_s", duration_refusal(grid_number(duration)))
         duration = None
     elif duration is not None:
         duration = float(duration)

@@ -222,3 +222,13 @@ def test_every_std_of_fewer_than_two_samples_is_null(viewer_api) -> None:
         assert float(row["itl_per_gap_ms_std"]) == pytest.approx(10.0)
     exported = viewer_api.get(f"/api/runs/{run.pk}/export/?format=json").json()
     assert [exported["metrics"][k]["std"] for k in ("ttft_ms", "tpot_ms", "e2e_ms")] == [None, None, None]
+
+
+def test_a_duration_of_the_wrong_type_is_told_so_not_that_it_is_out_of_range() -> None:
+    base = {"concurrency": [1], "lengths": "8:8"}
+    assert _grid_errors({**base, "duration_s": "2"}) == {"grid.duration_s": [
+        'must be a number of seconds (at least 1 s and at most 86400 s (24 h)), got the string "2"']}
+    assert _grid_errors({**base, "duration_s": True}) == {"grid.duration_s": [
+        "must be a number of seconds (at least 1 s and at most 86400 s (24 h)), got the boolean true"]}
+    assert _grid_errors({**base, "duration_s": 0.5}) == {"grid.duration_s": [
+        "must be at least 1 s and at most 86400 s (24 h), got 0.5"]}
