@@ -1187,8 +1187,10 @@ def _deployment_reloaded(deployment: Deployment) -> Deployment:
         raise NotFound(f"Deployment {deployment.pk} no longer exists.") from exc
 
 
-def deployment_stop(*, deployment: Deployment, user) -> Deployment:
-    """Stop (or cancel) ``deployment``; idempotent.
+def deployment_stop(*, deployment: Deployment, user, requester: str | None = None) -> Deployment:
+    """Stop (or cancel) ``deployment``; idempotent. The reason and the timeline name who asked:
+    ``user``'s username, else ``requester`` (a command that asks with no user,
+    ``"manage.py undeploy"``), else ``someone``.
 
     * pending: cancelled at once with one conditional UPDATE (pending → stopped, reason
       ``"cancelled by alice before it became ready"``); a start task that runs later sees the
@@ -1202,7 +1204,7 @@ def deployment_stop(*, deployment: Deployment, user) -> Deployment:
 
     Returns the refreshed deployment. Raises :class:`NotFound` when the row is gone.
     """
-    who = getattr(user, "username", "") or "someone"
+    who = getattr(user, "username", "") or requester or "someone"
     now = timezone.now()
     with transaction.atomic():
         if not _cancel_pending(deployment=deployment, who=who, now=now):

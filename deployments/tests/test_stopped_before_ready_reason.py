@@ -4,6 +4,7 @@ ready`` for a stop, as a sweep says ``cancelled by admin``; a teardown nobody as
 undeploy command) says ``stopped before it became ready``. Real sim engines, stopped by the agent."""
 from __future__ import annotations
 
+import io
 import os
 
 import pytest
@@ -111,3 +112,22 @@ def test_a_pending_deployment_ended_by_a_cancel_or_stop_names_who_asked(db, oper
         "stopped", "cancelled by oscar-operator before it became ready")
     assert list(deployment.events.filter(kind="cancelled").values_list("message", flat=True)) == [
         "oscar-operator cancelled before start"]
+
+
+def test_a_command_stopping_with_no_user_names_itself(db, operator):
+    """``manage.py undeploy`` (which ``make stop`` runs) asks with no user: the reason names the
+    command, never "someone"."""
+    from django.core.management import call_command
+
+    from deployments import services
+    from deployments.tests.factories import cpu_node_create
+
+    node = cpu_node_create(name="local")
+    spec = {"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
+            "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31235}}, "sim": {"profile": "demo-fast"}}
+    recipe = services.recipe_create(user=operator, name="pending-two", engine="sim", topology="single", node=node,
+                                    spec=spec)
+    deployment = services.deployment_create(recipe=recipe, user=operator)
+    call_command("undeploy", "--node", "local", "--wait", "0", stdout=io.StringIO())
+    deployment.refresh_from_db()
+    assert (deployment.status, deployment.reason) == ("stopped", "cancelled by manage.py undeploy before it became ready")

@@ -32,7 +32,7 @@ class Command(CeilingCommand):
             self.stdout.write(f"no active deployments on node {node}")
             return
         for deployment in active:
-            deployment_stop(deployment=deployment, user=None)
+            deployment_stop(deployment=deployment, user=None, requester="manage.py undeploy")
         deadline = time.monotonic() + wait
         ids = [d.pk for d in active]
         while time.monotonic() < deadline:
