@@ -336,6 +336,18 @@ def test_it_shows_form_errors_next_to_the_fields(operator_client, deployment):
     assert not BenchmarkSweep.objects.exists()
 
 
+def test_a_length_pair_with_a_zero_length_says_which_length(operator_client, deployment):
+    response = operator_client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": deployment.pk, "concurrency": "1", "lengths": "64:0, 0:16, 0:0", "requests": "2",
+    })
+    assert response.status_code == 400
+    html = _html(response)
+    assert "&#x27;64:0&#x27;: the output length must be at least 1 token." in html
+    assert "&#x27;0:16&#x27;: the input length must be at least 1 token." in html
+    assert "&#x27;0:0&#x27;: the input and output lengths must be at least 1 token." in html
+    assert not BenchmarkSweep.objects.exists()
+
+
 def test_it_refuses_numbers_a_browser_would_silently_drop_with_a_message(operator_client, deployment):
     # A type="number" input turns 1e400 into "" in the browser, which reads as "not given": the
     # form uses text inputs, so the server sees what was typed and refuses it by name.

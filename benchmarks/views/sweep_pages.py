@@ -226,8 +226,14 @@ def _length_pairs(raw: str, errors: dict[str, list[str]]) -> list[list[int]]:
     pairs: list[list[int]] = []
     for part in _items(_PAIR_COLON.sub(":", raw), "lengths", errors):
         a, sep, b = part.partition(":")
-        if not sep or not DIGITS_RE.fullmatch(a) or not DIGITS_RE.fullmatch(b) or int(a) <= 0 or int(b) <= 0:
+        if not sep or not DIGITS_RE.fullmatch(a) or not DIGITS_RE.fullmatch(b):
             errors.setdefault("lengths", []).append(f"'{part}' is not input:output, e.g. 256:256.")
+            continue
+        if int(a) <= 0 or int(b) <= 0:
+            # the shape is right: say which length is wrong, as the API's grid check does
+            which = "input and output lengths" if int(a) <= 0 and int(b) <= 0 else (
+                "input length" if int(a) <= 0 else "output length")
+            errors.setdefault("lengths", []).append(f"'{part}': the {which} must be at least 1 token.")
             continue
         pairs.append([int(a), int(b)])
     return pairs
