@@ -79,7 +79,7 @@ def test_it_names_every_bad_item_of_a_list_field_in_the_form(operator) -> None:
     for message in ("&#x27;-1&#x27; is not a positive whole number.", "&#x27;x&#x27; is not a positive whole number.",
                     "&#x27;1e400&#x27; is not a positive whole number.",
                     "&#x27;9&#x27; is not input:output, e.g. 256:256.",
-                    "&#x27;0:1&#x27; is not input:output, e.g. 256:256.",
+                    "&#x27;0:1&#x27;: the input length must be at least 1 token.",
                     "&#x27;0&#x27; must be more than 0 req/s.",
                     "&#x27;nan&#x27; is not a finite number (too large, or not a number at all)."):
         assert message in html
