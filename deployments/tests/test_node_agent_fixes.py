@@ -226,7 +226,9 @@ def test_a_stop_resumed_after_an_earlier_sigterm_keeps_its_grace_and_times_from_
     assert result.outcome == "killed"
     assert result.duration_s < 2.5, result.duration_s  # about 1 s of the 3 s grace was left
     assert 2.9 <= result.ended_after_s <= 4.0, result.ended_after_s
-    assert f"first sent at {time.strftime('%H:%M:%S', time.localtime(first_at))} by an earlier stop" in result.reason
+    # the stop's own record of the first SIGTERM is a few ms after first_at, so it may fall in the next second
+    assert any(f"first sent at {time.strftime('%H:%M:%S', time.localtime(first_at + dt))} by an earlier stop"
+               in result.reason for dt in (0.0, 1.0)), result.reason
     assert f"ended {result.ended_after_s:.2f} s after the first (killed by signal 9 (SIGKILL))" in result.reason
     assert "SIGKILL needed after 3s grace from the first SIGTERM at " in result.reason, result.reason
 
