@@ -114,7 +114,8 @@ def discover_node(
         :class:`NodeFacts` with CPU count (online CPUs), memory in bytes (sum of NUMA nodes),
         NUMA nodes sorted by index, GPUs sorted by NVML index with their NUMA node and CPU
         affinity resolved (sysfs, then ``topo -m``, then the only NUMA node if there is one),
-        and ``tools`` for :data:`TOOLS`.
+        ``tools`` for :data:`TOOLS`, and ``nvml_status`` (``"ok"``, NVML's reason for not
+        answering, or None when the GPUs came from ``nvidia_smi_xml``).
 
     Raises:
         DiscoveryError: a sysfs file or the ``topo -m`` text is present but malformed.
@@ -129,11 +130,12 @@ def discover_node(
         online = sorted({c for n in numa_nodes for c in n.cpus})
 
     tools = {tool: which(tool) for tool in TOOLS}
+    nvml_status: str | None = None
     if nvidia_smi_xml is not None:
         gpus = parse_nvidia_smi_xml(nvidia_smi_xml)
         driver_version, cuda_version = parse_nvidia_smi_xml_versions(nvidia_smi_xml)
     else:
-        gpus, driver_version, cuda_version = read_nvml_gpus(nvml=nvml)
+        gpus, driver_version, cuda_version, nvml_status = read_nvml(nvml=nvml)
 
     gpus = [_with_sysfs_locality(gpu, sysfs_root=sysfs_root) for gpu in gpus]
     if any(g.numa_node is None for g in gpus):
@@ -155,6 +157,7 @@ def discover_node(
         tools=tools,
         driver_version=driver_version,
         cuda_version=cuda_version,
+        nvml_status=nvml_status,
         **_port_settings(sysfs_root=sysfs_root, procfs_root=procfs_root),
     )
 
@@ -354,8 +357,21 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+NVML_OK = "ok"
+#: ``nvml_status`` when the ``pynvml`` module is not installed.
+NVML_NOT_INSTALLED = "pynvml is not installed (PyPI nvidia-ml-py)"
+#: ``nvml_status`` when the caller passed ``nvml=None``.
+NVML_NONE_GIVEN = "no NVML library given"
+
+
 def read_nvml_gpus(*, nvml: Any = _REAL_NVML) -> tuple[list[GpuFacts], str, str]:
-    """GPUs and driver/CUDA versions from NVML.
+    """``(gpus, driver_version, cuda_version)`` of :func:`read_nvml`, without its status."""
+    gpus, driver, cuda, _status = read_nvml(nvml=nvml)
+    return gpus, driver, cuda
+
+
+def read_nvml(*, nvml: Any = _REAL_NVML) -> tuple[list[GpuFacts], str, str, str]:
+    """GPUs, driver/CUDA versions and NVML's status.
 
     ``nvml`` is the ``pynvml`` module (default; None when it is not installed) or an object
     with the same functions: ``nvmlInit``, ``nvmlShutdown``, ``nvmlDeviceGetCount``,
@@ -365,31 +381,33 @@ def read_nvml_gpus(*, nvml: Any = _REAL_NVML) -> tuple[list[GpuFacts], str, str]
     ``nvmlSystemGetCudaDriverVersion`` (``major*1000 + minor*10``, NVML's encoding) and the
     ``NVMLError`` exception class.
 
-    Returns ``(gpus, driver_version, cuda_version)``; ``([], "", "")`` when NVML is absent or
-    cannot initialise (library not found, driver not loaded, no permission): that is a CPU-only
-    node. A GPU whose per-device queries fail is kept with the fields that could be read, so
-    indices stay aligned with ``nvidia-smi`` and ``CUDA_VISIBLE_DEVICES``.
+    Returns ``(gpus, driver_version, cuda_version, status)``. ``status`` is :data:`NVML_OK`
+    when NVML initialised and counted the GPUs (also when it counted none); otherwise the
+    reason it could not answer (:data:`NVML_NOT_INSTALLED`, or NVML's own text such as ``"NVML
+    Shared Library Not Found"`` or ``"Driver Not Loaded"``) with ``([], "", "")``: a CPU-only
+    node, not an error. A GPU whose per-device queries fail is kept with the fields that could
+    be read, so indices stay aligned with ``nvidia-smi`` and ``CUDA_VISIBLE_DEVICES``.
     """
     if isinstance(nvml, _UseRealNvml):
         try:
             import pynvml as nvml  # noqa: PLC0415 - optional on CPU-only hosts
         except ImportError:
-            nvml = None
+            return [], "", "", NVML_NOT_INSTALLED
     if nvml is None:
-        return [], "", ""
+        return [], "", "", NVML_NONE_GIVEN
     nvml_error: type[BaseException] = getattr(nvml, "NVMLError", Exception)
     try:
         nvml.nvmlInit()
     except nvml_error as exc:
         logger.info("NVML unavailable (%s): treating this host as CPU-only", exc)
-        return [], "", ""
+        return [], "", "", str(exc) or type(exc).__name__
     try:
         driver = _optional(nvml_error, lambda: _text(nvml.nvmlSystemGetDriverVersion()), "")
         cuda = _optional(nvml_error, lambda: _cuda_version(int(nvml.nvmlSystemGetCudaDriverVersion())), "")
         gpus = [_nvml_gpu(nvml, nvml_error, index) for index in range(int(nvml.nvmlDeviceGetCount()))]
     finally:
         _optional(nvml_error, nvml.nvmlShutdown, None)
-    return gpus, driver, cuda
+    return gpus, driver, cuda, NVML_OK
 
 
 def _optional(error: type[BaseException], call: Callable[[], Any], default: Any) -> Any:

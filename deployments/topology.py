@@ -57,6 +57,10 @@ class NodeFacts:
     local_port_range: tuple[int, int] | None = None
     #: ``net.ipv4.ip_local_reserved_ports`` as sorted inclusive ``(low, high)`` ranges.
     reserved_ports: tuple[tuple[int, int], ...] = ()
+    #: NVML at discovery: ``"ok"`` (it initialised and counted ``gpus``, maybe none), the reason
+    #: it could not answer (e.g. ``"NVML Shared Library Not Found"``), or None when not recorded
+    #: (GPUs from ``nvidia-smi -q -x``, facts written by hand, an older node agent).
+    nvml_status: str | None = None
 
     def gpu_indices(self) -> set[int]:
         return {g.index for g in self.gpus}
@@ -109,8 +113,16 @@ class NodeFacts:
             tools=dict(data.get("tools", {})),
             driver_version=data.get("driver_version", ""),
             cuda_version=data.get("cuda_version", ""),
+            nvml_status=nvml_status_from_dict(data),
             **port_settings_from_dict(data),
         )
+
+
+def nvml_status_from_dict(data: dict) -> str | None:
+    """``nvml_status`` from a facts dict or a node's stored ``topology``; None when absent or not
+    a non-empty string (rows stored before it was recorded)."""
+    value = data.get("nvml_status")
+    return value if isinstance(value, str) and value else None
 
 
 def port_settings_from_dict(data: dict) -> dict:
@@ -213,5 +225,6 @@ def node_facts_from_row(node) -> NodeFacts:
         tools=dict(node.tools or {}),
         driver_version=node.driver_version,
         cuda_version=node.cuda_version,
+        nvml_status=nvml_status_from_dict(node.topology if isinstance(node.topology, dict) else {}),
         **port_settings_from_dict(node.topology if isinstance(node.topology, dict) else {}),
     )
