@@ -18,9 +18,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.errors import InvalidInput, NotFound
-from deployments.discovery import discover_node
+from deployments.discovery import NVML_OK, discover_node
 from deployments.models import Gpu, Node, NumaNode, slug_validator
-from deployments.topology import NodeFacts, format_cpulist
+from deployments.topology import NodeFacts, format_cpulist, nvml_status_from_dict
 
 #: The seed machine (the project's motivating 8-GPU host), as discovery would report it.
 SEED_FACTS_PATH = Path(__file__).resolve().parent / "data" / "seed-8gpu.json"
@@ -105,6 +105,47 @@ def node_register(*, facts: NodeFacts) -> Node:
                 },
             )
     return node
+
+
+#: ``gpu_status`` values of :func:`node_gpu_status`.
+GPU_STATUS_NOT_REPORTED = "not_reported"
+GPU_STATUS_FOUND = "found"
+GPU_STATUS_NONE_FOUND = "none_found"
+GPU_STATUS_NVML_UNAVAILABLE = "nvml_unavailable"
+GPU_STATUS_NONE_RECORDED = "none_recorded"
+GPU_STATUSES = (GPU_STATUS_NOT_REPORTED, GPU_STATUS_FOUND, GPU_STATUS_NONE_FOUND,
+                GPU_STATUS_NVML_UNAVAILABLE, GPU_STATUS_NONE_RECORDED)
+
+
+def node_gpu_status(node: Node) -> dict:
+    """What is known about ``node``'s GPU count, in the words every page and the API use.
+
+    Returns ``{"count", "status", "reason", "text"}``:
+
+    * ``not_reported``: the node was never discovered (``discovered_at`` unset): count None,
+      text ``"unknown (not reported yet)"``;
+    * ``found``: discovery recorded GPUs: count N, text ``"8 GPUs"``;
+    * ``none_found``: NVML answered and counted none: ``"0 GPUs (NVML found none)"``;
+    * ``nvml_unavailable``: NVML could not be used (no library, no driver); ``reason`` is its
+      text: ``"0 GPUs — NVML not available: NVML Shared Library Not Found"``;
+    * ``none_recorded``: discovery recorded no GPU and no NVML status (GPUs read from
+      ``nvidia-smi -q -x``, facts written by hand, an older node agent):
+      ``"0 GPUs (no NVML status recorded)"``.
+
+    Reads ``node.gpus.all()`` (prefetch it for lists) and ``node.topology["nvml_status"]``.
+    """
+    if node.discovered_at is None:
+        return {"count": None, "status": GPU_STATUS_NOT_REPORTED, "reason": None, "text": "unknown (not reported yet)"}
+    count = len(node.gpus.all())
+    if count:
+        return {"count": count, "status": GPU_STATUS_FOUND, "reason": None, "text": f"{count} GPU{'s' if count != 1 else ''}"}
+    nvml = nvml_status_from_dict(node.topology if isinstance(node.topology, dict) else {})
+    if nvml == NVML_OK:
+        return {"count": 0, "status": GPU_STATUS_NONE_FOUND, "reason": None, "text": "0 GPUs (NVML found none)"}
+    if nvml:
+        return {"count": 0, "status": GPU_STATUS_NVML_UNAVAILABLE, "reason": nvml,
+                "text": f"0 GPUs — NVML not available: {nvml}"}
+    return {"count": 0, "status": GPU_STATUS_NONE_RECORDED, "reason": None, "text": "0 GPUs (no NVML status recorded)"}
 
 
 def node_heartbeat(*, name: str, pid: int) -> None:

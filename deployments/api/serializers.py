@@ -33,6 +33,7 @@ from controlplane.errors import InvalidInput
 from controlplane.redaction import credential_mask_json, redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
 from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, name_validator
+from deployments.nodes import GPU_STATUSES, node_gpu_status
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
@@ -91,6 +92,36 @@ class NodeSerializer(serializers.ModelSerializer):
     reserved_ports = serializers.ListField(
         child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2), read_only=True,
         help_text="net.ipv4.ip_local_reserved_ports as inclusive [low, high] ranges")
+    gpu_count = serializers.SerializerMethodField(
+        help_text="GPUs discovery recorded (the length of gpus); null only while the node has not reported "
+                  "(gpu_status not_reported), 0 when it reported none (gpu_status says why)")
+    gpu_status = serializers.SerializerMethodField(
+        help_text="not_reported: never discovered; found: gpu_count > 0; none_found: NVML answered and counted "
+                  "none; nvml_unavailable: NVML could not be used (gpu_status_reason says why: no library, no "
+                  "driver); none_recorded: no GPU and no NVML status recorded (GPUs read from nvidia-smi -q -x, "
+                  "an older node agent)")
+    gpu_status_reason = serializers.SerializerMethodField(
+        help_text="NVML's reason when gpu_status is nvml_unavailable, e.g. 'NVML Shared Library Not Found'; "
+                  "null otherwise")
+    gpu_summary = serializers.SerializerMethodField(
+        help_text="the GPU line the node pages and the wall show, e.g. '8 GPUs', '0 GPUs (NVML found none)', "
+                  "'0 GPUs — NVML not available: Driver Not Loaded', 'unknown (not reported yet)'")
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True, min_value=0))
+    def get_gpu_count(self, obj: Node) -> int | None:
+        return node_gpu_status(obj)["count"]
+
+    @extend_schema_field(serializers.ChoiceField(choices=GPU_STATUSES))
+    def get_gpu_status(self, obj: Node) -> str:
+        return node_gpu_status(obj)["status"]
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_gpu_status_reason(self, obj: Node) -> str | None:
+        return node_gpu_status(obj)["reason"]
+
+    @extend_schema_field(serializers.CharField())
+    def get_gpu_summary(self, obj: Node) -> str:
+        return node_gpu_status(obj)["text"]
 
     class Meta:
         model = Node
@@ -104,6 +135,10 @@ class NodeSerializer(serializers.ModelSerializer):
             "driver_version",
             "cuda_version",
             "gpus",
+            "gpu_count",
+            "gpu_status",
+            "gpu_status_reason",
+            "gpu_summary",
             "numa_nodes",
             "discovered_at",
             "agent_heartbeat_at",
