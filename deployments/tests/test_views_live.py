@@ -64,7 +64,7 @@ def test_it_shows_every_node_and_running_deployment_on_the_wall(viewer_client, g
     assert 'data-group="node-gpu-box"' in html and 'data-group="node-cpu-box"' in html
     assert html.count('class="wall-gpu"') == 8
     assert "— / 95.6 GiB" in html                       # 102641958912 bytes, before the first sample
-    assert "No GPU · 8 CPUs" in html
+    assert "unknown (not reported yet) · 8 CPUs" in html  # the factory's row was never discovered
     tile = html[html.index(f'data-group="deployment-{pd_deployment.pk}"'):]
     assert f"#{pd_deployment.pk} pd-recipe" in tile
     roles = re.findall(r'<li data-process-id="\d+"><span class="role">(\w+)</span> <span class="tag ?(\w*)" data-f="health">([^<]+)<', tile)
@@ -128,7 +128,7 @@ def test_it_renders_a_live_tile_per_gpu_on_the_node_page(viewer_client, gpu_node
 
 def test_it_says_a_node_has_no_gpu_and_still_shows_its_host_panel(viewer_client, cpu_node):
     html = viewer_client.get(reverse("deployments:node-detail", args=["cpu-box"])).content.decode()
-    assert "No GPU on this node" in html
+    assert "No GPU reported yet" in html  # the factory's row was never discovered
     assert 'data-f="numa"' in html and 'data-f="hostmem">— / 16.0 GiB' in html
 
 

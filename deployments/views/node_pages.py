@@ -10,19 +10,21 @@ from django.utils import timezone
 from controlplane.realtime import node_group
 from deployments import selectors
 from deployments.models import Gpu, Node, NumaNode
+from deployments.nodes import node_gpu_status
 from deployments.topology import parse_cpulist
 from deployments.views.common import _agent_view, _gib, role_page
 
 
 @role_page()
 def node_list(request: HttpRequest) -> HttpResponse:
-    """Registered nodes with GPU and NUMA counts, queue name and agent status (the last heartbeat
+    """Registered nodes with GPU and NUMA counts (the GPU count with why it is 0 or unknown:
+    :func:`deployments.nodes.node_gpu_status`), queue name and agent status (the last heartbeat
     ``12 s ago``, as every page gives a time's age)."""
     now = timezone.now()
     rows = [
         {
             "node": n,
-            "gpu_count": len(n.gpus.all()),
+            "gpu": node_gpu_status(n),
             "numa_count": len(n.numa_nodes.all()),
             "gpu_names": sorted({g.name for g in n.gpus.all() if g.name}),
             "memory_gib": _gib(n.memory_total_bytes),
@@ -69,6 +71,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
         {
             "node": node,
             "gpus": gpus,
+            "gpu": node_gpu_status(node),
             "numa": numa,
             "tools": tools,
             "memory_gib": _gib(node.memory_total_bytes),

@@ -23,6 +23,7 @@ from controlplane.redaction import redact_text
 from deployments import selectors, services
 from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL
 from deployments.models import NodeTelemetry, ServerProcess
+from deployments.nodes import node_gpu_status
 from deployments.views.common import _gib, _status_class, role_page
 from deployments.views.deployment_pages import _health_view
 
@@ -49,6 +50,7 @@ def _node_tiles() -> list[dict[str, Any]]:
             "node": node,
             "group": node_group(node.name),
             "gpus": [{"gpu": g, "memory_gib": _gib(g.memory_total_bytes)} for g in gpus],
+            "gpu_status": node_gpu_status(node),
             "numa": sorted(n.index for n in node.numa_nodes.all()),
             "memory_gib": _gib(node.memory_total_bytes),
         })
