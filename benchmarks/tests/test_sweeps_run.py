@@ -195,8 +195,12 @@ def test_it_sweeps_from_the_command_line_and_prints_the_table_and_findings(sim_u
     text = out.getvalue()
     sweep = BenchmarkSweep.objects.get(deployment=deployment)
     assert sweep.status == SweepStatus.DONE
-    assert f"Sweep #{sweep.pk}" in text and "out tok/s" in text and "Ceiling findings:" in text
-    assert sweep.analysis["findings"][0] in text
+    assert f"Sweep #{sweep.pk}" in text and "p50 ms" in text and "Ceiling findings:" in text
+    # findings are wrapped to the report's width: the same words, on lines of at most REPORT_WIDTH
+    from benchmarks.management.commands.sweep import REPORT_WIDTH
+
+    assert " ".join(sweep.analysis["findings"][0].split()) in " ".join(text.split())
+    assert all(len(line) <= REPORT_WIDTH for line in text.splitlines())
 
 
 def test_the_command_lines_table_marks_a_point_whose_numbers_are_not_kept(tmp_path: Path) -> None:
