@@ -1,0 +1,88 @@
+"""``manage.py demo`` prints a progress line for every sweep from its start (phase, points
+done/total, requests done, elapsed seconds), the first sweep included: a sweep whose only point is
+one long request changes no count until it ends, and its phase (starting, preparing prompts,
+sending) is said as it changes. Then each sweep's narrow results table.
+
+Against a real ``sim`` engine process; the sweep task runs in a thread of the test as the control
+worker would run it (``sweep_execute``)."""
+from __future__ import annotations
+
+import io
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from benchmarks.models import BenchmarkSweep
+from benchmarks.services import sweep_execute
+from benchmarks.tests.sweep_support import sim_deployment_create, sim_start
+from deployments.management.commands import demo
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(autouse=True)
+def _var_dir(settings, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+
+
+@pytest.fixture
+def sim_url(tmp_path: Path):
+    base, proc = sim_start(tmp_path / "sim.log", time_scale=5.0)   # a 256-token request takes seconds
+    yield base
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def control_worker(monkeypatch) -> list[threading.Thread]:
+    """Each sweep task sent runs ``sweep_execute`` in a thread, as a free control worker would."""
+    from benchmarks.tasks import sweep_run_task
+
+    threads: list[threading.Thread] = []
+
+    def run(args, **kw):
+        thread = threading.Thread(target=sweep_execute, kwargs={"sweep_id": args[0]})
+        thread.start()
+        threads.append(thread)
+
+    monkeypatch.setattr(sweep_run_task, "apply_async", run)
+    yield threads
+    for thread in threads:
+        thread.join(60)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_prints_progress_of_each_sweep_from_its_start(sim_url: str, operator, control_worker,
+                                                               monkeypatch) -> None:
+    for name in ("demo-first", "demo-second"):
+        sim_deployment_create(base_url=sim_url, recipe_name=name)
+    # the first as the demo's first sweep: one point of one long request (no count changes until it ends)
+    monkeypatch.setattr(demo, "DEMO_SWEEPS", (("demo-first", "16:256", [1], 1, 0, "one request"),
+                                             ("demo-second", "16:64", [1, 2], 2, 0, "two points")))
+    command = demo.Command(stdout=io.StringIO())
+    failed = command._sweeps(user=operator, base="http://testserver", timeout_s=30, sweep_timeout_s=60)
+    assert failed == []
+    lines = command.stdout._out.getvalue().splitlines()
+    first, second = BenchmarkSweep.objects.order_by("pk")
+    for sweep, total in ((first, 1), (second, 6)):
+        mine = [line for line in lines if line.startswith(f"  sweep #{sweep.pk} ")]
+        shape = re.compile(rf"  sweep #{sweep.pk} (\d+) s: (.+), points (\d)/{sweep.points_total} done, "
+                           rf"requests (\d)/{total} done")
+        matches = [shape.match(line) for line in mine]
+        assert all(matches), mine
+        # from its start: the first line is said before the sweep runs, at 0 s
+        assert matches[0].group(1) == "0" and matches[0].group(2).startswith("pending"), mine
+        phases = [m.group(2) for m in matches]
+        assert any(p.startswith("running, sending c=1 ") for p in phases), mine
+        assert phases[-1] == "done" and matches[-1].group(3) == str(sweep.points_total)
+        assert matches[-1].group(4) == str(total)
+        elapsed = [int(m.group(1)) for m in matches]
+        assert elapsed == sorted(elapsed)
+    # the first sweep's running line says what its point does while its one request runs
+    [sending] = [line for line in lines if line.startswith(f"  sweep #{first.pk} ") and "sending" in line][:1]
+    assert sending.endswith(" (point 0/1)") or "(point 0/1), " in sending, sending
+    # then each sweep's narrow table
+    units = [line for line in lines if line.split()[:3] == ["c", "requests", "tok/s"]]
+    assert len(units) == 2 and all(len(line) <= 88 for line in units)
