@@ -10,7 +10,7 @@ from rest_framework import serializers
 from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.services.runs import BEST_METRICS, runs_compare_ids, runs_compare_too_many
+from benchmarks.services.runs import BEST_METRICS, runs_compare_ids, runs_compare_too_many, unquoted
 from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DEFAULT_LENGTHS, DIGITS_RE, DURATION_RULE, MAX_DURATION_S, MIN_DURATION_S
 from controlplane.api import (
@@ -400,7 +400,8 @@ class CompareQuerySerializer(serializers.Serializer):
     def validate(self, attrs: dict) -> dict:
         attrs["ids"] = self._ints(attrs.get("ids") or "", "ids")
         attrs["sweeps"] = self._ints(attrs.get("sweeps") or "", "sweeps")
-        baseline = (attrs.get("baseline") or "").strip()
+        # As an id of ids: "3" in quotes is run 3.
+        baseline = unquoted(attrs.get("baseline") or "")
         if baseline and not DIGITS_RE.fullmatch(baseline):
             raise serializers.ValidationError({"baseline": [f"takes one run id (e.g. 3), got {baseline[:40]!r}"]})
         # An id longer than any row's is kept as one no compared run has (the view says so).
@@ -513,6 +514,16 @@ class RunCiSerializer(serializers.Serializer):
     e2e_ms = RunCiStatsSerializer(required=False)
 
 
+class RunCompareWorkloadSerializer(serializers.Serializer):
+    field = serializers.CharField(help_text="the CSV column: input_len, output_len, concurrency, request_rate_req_s, "
+                                            "served_model_name, engine, topology, num_gpus or deployment_id")
+    label = serializers.CharField()
+    unit = serializers.CharField(help_text="tokens, requests in flight, req/s, GPUs; empty for a name or an id")
+    value = serializers.JSONField(allow_null=True, help_text="this run's")
+    baseline_value = serializers.JSONField(allow_null=True, help_text="the baseline run's (a null request rate: "
+                                                                      "a closed loop)")
+
+
 class RunCompareEntrySerializer(serializers.Serializer):
     id = serializers.IntegerField()
     label = serializers.CharField()
@@ -528,6 +539,9 @@ class RunCompareEntrySerializer(serializers.Serializer):
     rankable = serializers.BooleanField()
     refusal = serializers.CharField(allow_null=True, help_text="why the run is not ranked")
     measured = serializers.BooleanField(help_text="false: failed, cancelled, unfinished or no successful request")
+    workload_differs = RunCompareWorkloadSerializer(many=True, help_text=(
+        "how this run's workload is not the baseline run's (its deltas compare unlike workloads); empty for the "
+        "baseline and a run of its workload"))
 
 
 class RunCompareFieldSerializer(serializers.Serializer):
@@ -576,6 +590,10 @@ class RunCompareSerializer(serializers.Serializer):
     baseline_note = serializers.CharField(allow_null=True, help_text=(
         "why the baseline is not the first id, when baseline= was not given and the first run is not rankable "
         "(also in notes); null otherwise"))
+    workload_note = serializers.CharField(allow_null=True, help_text=(
+        "the runs whose workload (lengths, concurrency, request rate, model, engine, topology, GPUs, deployment) is "
+        "not the baseline run's, with the values and units (also in notes); null when every run measured the "
+        "baseline's"))
     tie_threshold_pct = serializers.FloatField(help_text="percent of the larger value")
     excluded = RunCompareExcludedSerializer(many=True)
     notes = serializers.ListField(child=serializers.CharField())

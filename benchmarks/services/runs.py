@@ -493,6 +493,14 @@ def _too_few_with_sweeps(run_id: int, sweep_runs: Mapping[int, list[int]]) -> st
 COMPARE_TOO_FEW = "give at least two runs to compare"
 
 
+def compare_too_few_text(run_ids: Sequence[int]) -> str:
+    """Why ``run_ids`` (fewer than two) give no comparison, naming the one run given: ``only run 1
+    was given; give at least two runs to compare`` (:data:`COMPARE_TOO_FEW` alone for none)."""
+    if len(run_ids) == 1:
+        return f"only run {run_ids[0]} was given; {COMPARE_TOO_FEW}"
+    return COMPARE_TOO_FEW
+
+
 class CompareTooFew(InvalidInput):
     """:func:`runs_compare_pick`'s refusal of a query whose run ids and sweeps together name fewer
     than two distinct runs (a 400 like any :class:`InvalidInput`), told apart so that the
@@ -519,6 +527,16 @@ def runs_compare_too_many(*, run_ids: list[int], sweep_ids: list[int]) -> str | 
     return None
 
 
+def unquoted(text: str) -> str:
+    """``text`` stripped, without one pair of matching quotes around it (``"1"`` and ``'1'`` are
+    ``1``; ``"1","2"`` is kept for its parts): a run id typed as a JSON string names the same run
+    as the number."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" and text[0] not in text[1:-1]:
+        return text[1:-1].strip()
+    return text
+
+
 def runs_compare_ids(text: str, *, field: str) -> list[int]:
     """The ids of ``text``, a comparison's comma-separated ``ids`` or ``sweeps`` as given (``"1, 2"``:
     ``[1, 2]``; a blank ``text`` is none given, ``[]``; order and repeats kept for
@@ -528,11 +546,13 @@ def runs_compare_ids(text: str, *, field: str) -> list[int]:
     list gone wrong, never skipped) and for the first part that is not ASCII digits, or is too long
     for ``int()`` (more than 4300 digits): ``{"ids": ["must be comma-separated integer ids, got
     'abc'"]}``, the part cut to 40 characters. Any other id however large is kept: no row has it,
-    which the caller says."""
+    which the caller says. An id, or the whole list, in quotes is read as without them (``"1","2"``
+    and ``"1,2"``: ``[1, 2]``), as a client sending ids as JSON strings writes them."""
     ids: list[int] = []
-    if not text.strip():
+    text = unquoted(text)
+    if not text:
         return ids
-    for index, part in enumerate((x.strip() for x in text.split(",")), start=1):
+    for index, part in enumerate((unquoted(x) for x in text.split(",")), start=1):
         if not part:
             raise InvalidInput({field: [empty_list_item(index, field, "1,2,3")]})
         try:
@@ -693,7 +713,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     ``runs`` (``baseline``).
     """
     if len(runs) < 2:
-        raise InvalidInput({"ids": [COMPARE_TOO_FEW]})
+        raise InvalidInput({"ids": [compare_too_few_text([r.pk for r in runs])]})
     if baseline_id is not None and baseline_id not in {r.pk for r in runs}:
         raise InvalidInput({"baseline": [f"run #{baseline_id} is not one of the compared runs "
                                          f"({', '.join(f'#{r.pk}' for r in runs)})"]})
@@ -782,6 +802,11 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
             notes.append(baseline_note)
     base = next(i for i, e in enumerate(entries) if e["id"] == baseline_id)
     with_deltas = entries[base]["rankable"]
+    for e in entries:
+        e["workload_differs"] = _workload_differs(e, entries[base])
+    workload_note = _workload_note(entries, baseline_id, with_deltas=with_deltas)
+    if workload_note:
+        notes.append(workload_note)
     if not any(e["rankable"] for e in entries):
         notes.append("no run is comparable (none is ranked), so no delta is given")
     elif not entries[base]["measured"]:
@@ -893,8 +918,80 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         notes.insert(goodput_note_at, note)
     return {"runs": entries, "fields": fields, "config_differs": differs, "best": best, "ties": ties,
             "uncertain": uncertain, "baseline": baseline_id, "baseline_note": baseline_note,
-            "tie_threshold_pct": tie_pct, "excluded": excluded,
+            "workload_note": workload_note, "tie_threshold_pct": tie_pct, "excluded": excluded,
             "notes": notes}
+
+
+#: What a run's workload is, as a comparison tells runs of unlike workloads apart: (CSV column,
+#: key of the comparison's ``config``, words, unit). A run whose value differs from the baseline
+#: run's is listed in its ``workload_differs``; a value not recorded (null) differs from none,
+#: except the request rate, where null is a closed loop (a fixed concurrency) and a rate an open one.
+WORKLOAD_PARAMS = (
+    ("input_len", "input_len", "input length", "tokens"),
+    ("output_len", "output_len", "output length", "tokens"),
+    ("concurrency", "concurrency", "concurrency", "requests in flight"),
+    ("request_rate_req_s", "request_rate", "request rate", "req/s"),
+    ("served_model_name", "served_model_name", "model", ""),
+    ("engine", "engine", "engine", ""),
+    ("topology", "topology", "topology", ""),
+    ("num_gpus", "num_gpus", "GPUs", "GPUs"),
+    ("deployment_id", "deployment_id", "deployment", ""),
+)
+
+
+def _workload_text(value: Any, key: str, unit: str) -> str:
+    """A workload value in a note: ``1024 tokens``, ``2 req/s``, ``closed loop``, ``vllm``,
+    ``#3`` (a deployment)."""
+    if key == "request_rate" and value is None:
+        return "closed loop"
+    if key == "deployment_id":
+        return f"#{value}"
+    text = plain_figures([value])[0] if isinstance(value, float) else str(value)
+    if unit and value == 1:
+        unit = {"tokens": "token", "requests in flight": "request in flight", "GPUs": "GPU"}.get(unit, unit)
+    return f"{text} {unit}" if unit else text
+
+
+def _workload_differs(entry: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """How the compared run ``entry`` measured another workload than the ``baseline`` run
+    (:data:`WORKLOAD_PARAMS`): ``[{"field": "input_len", "label": "input length", "unit":
+    "tokens", "value": 1024, "baseline_value": 256}, ...]``; none for the baseline itself."""
+    out = []
+    if entry["id"] == baseline["id"]:
+        return out
+    for field, key, label, unit in WORKLOAD_PARAMS:
+        value, base = entry["config"].get(key), baseline["config"].get(key)
+        if key != "request_rate" and (value is None or base is None):
+            continue
+        if value != base:
+            out.append({"field": field, "label": label, "unit": unit, "value": value, "baseline_value": base})
+    return out
+
+
+def workload_phrases(differs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A run's ``workload_differs`` in words, one phrase a parameter: ``input length 1024 tokens
+    (baseline 256 tokens)``, ``request rate 2 req/s (baseline closed loop)``, ``deployment #4
+    (baseline #3)``."""
+    def text(value: Any, d: Mapping[str, Any]) -> str:
+        return _workload_text(value, _WORKLOAD_KEY[d["field"]], d["unit"])
+    return [f"{d['label']} {text(d['value'], d)} (baseline {text(d['baseline_value'], d)})" for d in differs]
+
+
+def _workload_note(entries: Sequence[Mapping[str, Any]], baseline_id: int, *, with_deltas: bool) -> str | None:
+    """One note naming every run whose workload is not the baseline's, with the values and units
+    (``deltas compare unlike workloads, ...: against the baseline run #1, run #2 has input length
+    1024 tokens (baseline 256 tokens) and concurrency 4 requests in flight (baseline 1 requests in
+    flight)``), or None when every run measured the baseline's workload."""
+    parts = [f"run #{e['id']} has {_and(workload_phrases(e['workload_differs']))}"
+             for e in entries if e.get("workload_differs")]
+    if not parts:
+        return None
+    lead = ("deltas compare unlike workloads, so they measure the workload change as well as any other"
+            if with_deltas else "the runs measured unlike workloads")
+    return f"{lead}: against the baseline run #{baseline_id}, {'; '.join(parts)}"
+
+
+_WORKLOAD_KEY = {field: key for field, key, _, _ in WORKLOAD_PARAMS}
 
 
 def run_length_setting(*, run: BenchmarkRun) -> tuple[str, str | None]:
@@ -1044,15 +1141,22 @@ def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
     (``slo_ttft_s``, ``slo_tpot_s``, ``slo_e2e_s``; empty when none or not known), then for every
     compared field its value under the run export's column name (:func:`_compare_column`; the
     unit in the name) and ``<column>_delta_pct`` (against the baseline, percent), and ``best_for``
-    (the metrics this run is named best for, ``;``-separated). Tie and SLO notes stay in the API
-    answer and on the page."""
+    (the metrics this run is named best for, ``;``-separated), ``workload_differs_from_baseline``
+    (the columns of :data:`WORKLOAD_PARAMS` whose value is not the baseline run's, ``;``-separated,
+    such as ``input_len;concurrency``: its deltas compare unlike workloads; empty for the baseline
+    and a run of its workload) and ``notes``: every note of the comparison (the API's ``notes``,
+    ``baseline_note`` and the workload note among them), one per line of the cell, the same on
+    every row, so a row or a filtered table read alone keeps every caveat. A cell with line breaks
+    is quoted, which ``csv`` and ``pandas.read_csv`` read without options
+    (``df["notes"][0].splitlines()``)."""
     fields = list(comparison["fields"])
     columns = ["run_id", "label", "baseline", "baseline_note", "rankable", "not_ranked_reason",
                *(col for col, _ in COMPARE_CSV_CONFIG), *COMPARE_CSV_SLO]
     for f in fields:
         col = _compare_column(f["key"])
         columns += [col, f"{col}_delta_pct"]
-    columns.append("best_for")
+    columns += ["best_for", "workload_differs_from_baseline", "notes"]
+    notes = "\n".join(str(n) for n in comparison.get("notes") or [])
     rows = []
     for i, e in enumerate(comparison["runs"]):
         slo = e["config"].get("slo") or {}
@@ -1064,6 +1168,8 @@ def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
             **{col: e["sweep_id"] if key is None else e["config"].get(key) for col, key in COMPARE_CSV_CONFIG},
             **{f"slo_{k}": slo.get(k) for k in SLO_KEYS},
             "best_for": ";".join(k for k, rid in comparison["best"].items() if rid == e["id"]),
+            "workload_differs_from_baseline": ";".join(d["field"] for d in e.get("workload_differs") or []),
+            "notes": notes,
         }
         for f in fields:
             col = _compare_column(f["key"])

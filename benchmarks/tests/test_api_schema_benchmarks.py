@@ -150,9 +150,12 @@ def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
         "application/octet-stream"]
     components = schema["components"]["schemas"]
     assert list(components["RunCompare"]["properties"]) == ["runs", "fields", "config_differs", "best", "ties",
-                                                           "uncertain", "baseline", "baseline_note", "tie_threshold_pct", "excluded",
+                                                           "uncertain", "baseline", "baseline_note", "workload_note", "tie_threshold_pct",
+                                                           "excluded",
                                                            "notes"]
     assert "ci95_ms" in components["RunCompareEntry"]["properties"]
+    assert list(components["RunCompareWorkload"]["properties"]) == ["field", "label", "unit", "value",
+                                                                    "baseline_value"]
     assert list(components["RunCi"]["properties"]) == ["ttft_ms", "tpot_ms", "e2e_ms"]
     assert list(components["RunCompareBest"]["properties"]) == [key for key, _ in BEST_METRICS]
     assert {key for key, _ in BEST_METRICS} == {key for key, _, _ in COMPARE_FIELDS} - {"failures"}

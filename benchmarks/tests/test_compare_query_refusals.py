@@ -89,7 +89,8 @@ def test_it_refuses_sweeps_alone_that_bring_fewer_than_two_runs_under_sweeps(vie
                                           "needs at least two: add runs with ids= or another sweep"]}
     # one run by id is still refused under ids, the key that was given
     run = one.runs.get()
-    assert viewer_api.get(f"/api/runs/compare/?ids={run.pk}").json() == {"ids": ["give at least two runs to compare"]}
+    assert viewer_api.get(f"/api/runs/compare/?ids={run.pk}").json() == {
+        "ids": [f"only run {run.pk} was given; give at least two runs to compare"]}
 
 
 def test_it_names_a_misspelt_sweeps_key_as_unknown(viewer_api) -> None:
@@ -169,12 +170,14 @@ def test_the_page_refuses_one_run_by_id_sent_by_a_form_as_the_api_does(viewer, v
     one = _sweep(1)
     run = one.runs.get()
     api = viewer_api.get(f"/api/runs/compare/?ids={run.pk}")
-    assert api.status_code == 400 and api.json() == {"ids": ["give at least two runs to compare"]}
+    assert api.status_code == 400 and api.json() == {"ids": [f"only run {run.pk} was given; give at least two runs "
+                                                             "to compare"]}
     for query, typed in ((f"runs={run.pk}&compare=1", str(run.pk)), (f"ids={run.pk}&compare=1", str(run.pk)),
                          (f"run={run.pk}", str(run.pk)), (f"runs={run.pk}&format=csv", str(run.pk))):
         status, html = _page(viewer, query)
         assert status == 400, query
-        assert '<div class="notice bad" role="alert"><p>Give at least two runs to compare.</p></div>' in html, query
+        assert (f'<div class="notice bad" role="alert"><p>Only run {run.pk} was given; give at least two runs to '
+                'compare.</p></div>') in html, query
         assert "Add at least one more run" not in html and "Side by side" not in html
         assert f'name="runs" value="{typed}"' in html, query
 

@@ -16,6 +16,7 @@ from benchmarks import services
 from benchmarks.choices import RunSource, RunStatus
 from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
+from benchmarks.services.runs import unquoted
 from benchmarks.sweeps import DIGITS_RE  # noqa: F401 - the pages import it from here
 from controlplane.api import attachment
 from controlplane.drf_defaults import empty_list_item
@@ -112,7 +113,8 @@ def _ids_param(request: HttpRequest, name: str) -> list[int]:
     however large is kept (as the endpoint keeps it): no row has it, which the caller says. A blank ``?runs=`` is
     none given."""
     # The index page's checkboxes send ``?run=1&run=2``; links send ``?runs=1,2``.
-    text = request.GET.get(name, "")
+    # The whole list in quotes (``?runs="1,2"``) is the list, as runs_compare_ids reads it.
+    text = unquoted(request.GET.get(name, ""))
     listed = text.split(",") if text.strip() else []
     for index, part in enumerate(listed, start=1):
         if not part.strip():

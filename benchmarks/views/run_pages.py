@@ -20,7 +20,7 @@ from benchmarks.selectors import PK_MAX, runs_by_ids
 from benchmarks.sweeps import DIGITS_RE
 from benchmarks.loadgen.uncertainty import min_samples_for_interval
 from benchmarks.services.runs import (plain_figures, run_ci95_ms, run_records_csv, run_slo, runs_compare_csv,
-                                     slo_text)
+                                     slo_text, unquoted, workload_phrases)
 from benchmarks.views.charts import (
     cdf_points, chart_spec, record_arrays, run_charts, run_lengths_text, sweep_charts,
 )
@@ -374,7 +374,7 @@ def compare(request: HttpRequest) -> HttpResponse:
             return render(request, "benchmarks/compare.html", {
                 "runs": [], "run_ids": context["run_ids"], "sweep_ids": "", "one_run": runs[0]})
         # One run named by a submitted form: the API's 400 in its words, the form kept.
-        return form_again([services.COMPARE_TOO_FEW])
+        return form_again([services.compare_too_few_text([r.pk for r in runs])])
     comparison = services.runs_compare(
         runs=runs, baseline_id=baseline,
         leading_notes=services.runs_compare_overlap_notes(run_ids=run_ids, sweep_ids=sweep_ids))
@@ -394,8 +394,8 @@ def _baseline_param(text: str, problems: list[str]) -> list[int]:
     """``?baseline=`` as ``[run id]`` (``[]`` when empty); anything but one id in digits appends a
     problem that quotes the value (``baseline takes one run id (e.g. 3), got 'abc'``) and gives
     ``[]``. An id above :data:`benchmarks.selectors.PK_MAX` is kept: no compared run has it, which
-    the caller says."""
-    text = text.strip()
+    the caller says. In quotes (``"3"``) it is the same id, as in the API."""
+    text = unquoted(text)
     if not text:
         return []
     if not DIGITS_RE.fullmatch(text):
@@ -447,6 +447,9 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         "baseline_id": baseline, "baseline_index": index_of.get(baseline),
         "no_deltas_why": next((n for n in notes if n.endswith(DELTA_REFUSED) or DELTA_REFUSED + ";" in n), ""),
         "tie_threshold_pct": comparison.get("tie_threshold_pct"),
+        # The workload parameters where a run is not the baseline's (its deltas compare unlike workloads).
+        "workload_note": comparison.get("workload_note") or "",
+        "workload_texts": [_workload_cell(e.get("workload_differs") or []) for e in entries],
         "slo_texts": [slo_text(e["config"].get("slo")) for e in entries],
         "rows": rows, "config_rows": config_rows, "metric_rows": metric_rows,
         "refusals": notes,
@@ -455,6 +458,13 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         "charts": _compare_charts([r for r in runs if r.pk not in unmeasured],
                                   [r for r in rows if r["run"].pk not in unmeasured]),
     }
+
+
+def _workload_cell(differs: Sequence[Mapping[str, Any]]) -> str:
+    """A run's ``workload_differs`` as its cell in the change table: ``input length 1024 tokens
+    (baseline 256 tokens); concurrency 4 requests in flight (baseline 1 requests in flight)``; ``""``
+    for none."""
+    return "; ".join(workload_phrases(differs))
 
 
 def _delta_text(value: float | None) -> str | None:
