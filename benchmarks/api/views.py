@@ -307,7 +307,9 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                    parameters=[s.CompareQuerySerializer],
                    responses={(200, "application/json"): s.RunCompareSerializer, (200, "text/csv"): OpenApiResponse(
                        OpenApiTypes.STR, description="?format=csv: one row per run (values with their units in "
-                                                     "the column names, deltas against the baseline in percent), as "
+                                                     "the column names, deltas against the baseline in percent, "
+                                                     "workload_differs_from_baseline, and notes: every note, one a "
+                                                     "line of the quoted cell, on every row), as "
                                                      "an attachment, the comparison page's download"),
                               400: ERRORS_400})
     @action(detail=False, methods=["get"])

@@ -634,12 +634,19 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     """Side-by-side comparison of ``runs`` (any sweeps, measured or imported).
 
     Returns ``{"runs": [{"id", "label", "sweep_id", "status", "flags", "metrics", "ci95_ms",
-    "config", "rankable", "refusal", "measured"}], "fields": [{"key", "label", "unit", "values":
+    "config", "rankable", "refusal", "measured", "workload_differs"}], "fields": [{"key", "label", "unit", "values":
     [...], "deltas_pct": [...]}], "config_differs": [{"field", "values": [...]}], "best":
     {"output_throughput_tok_s": run id | None, ...}, "ties": {metric: [run ids]}, "uncertain":
     {metric: [best id, runner-up id]}, "baseline": run id, "baseline_note": str | None, "tie_threshold_pct": float,
-    "excluded": [{"id", "reason"}], "notes": [...]}``; ``notes`` starts with ``leading_notes``
-    (:func:`runs_compare_overlap_notes`: a run given by id and through a sweep, compared once).
+    "workload_note": str | None, "excluded": [{"id", "reason"}], "notes": [...]}``; ``notes`` starts with
+    ``leading_notes`` (:func:`runs_compare_overlap_notes`: a run given by id and through a sweep,
+    compared once).
+
+    Runs whose workload is not the baseline's (:data:`WORKLOAD_PARAMS`: lengths, concurrency,
+    request rate, model, engine, topology, GPUs, deployment) are compared all the same, and
+    labelled: each run's ``workload_differs`` lists where it differs, with its value and the
+    baseline's (:func:`_workload_differs`), and ``workload_note``, also in ``notes``, names them
+    with their units (:func:`_workload_note`).
 
     ``ci95_ms`` is each run's 95 % confidence intervals of TTFT, TPOT and E2E (:func:`run_ci95_ms`).
     Where a latency statistic's best run and the runner-up both have one and they overlap, the best
