@@ -115,7 +115,9 @@ def discover_node(
         NUMA nodes sorted by index, GPUs sorted by NVML index with their NUMA node and CPU
         affinity resolved (sysfs, then ``topo -m``, then the only NUMA node if there is one),
         ``tools`` for :data:`TOOLS`, and ``nvml_status`` (``"ok"``, NVML's reason for not
-        answering, or None when the GPUs came from ``nvidia_smi_xml``).
+        answering, the NVML calls that failed after it initialised (see :func:`read_nvml`:
+        the GPUs read are kept, this never raises), or None when the GPUs came from
+        ``nvidia_smi_xml``).
 
     Raises:
         DiscoveryError: a sysfs file or the ``topo -m`` text is present but malformed.
@@ -379,14 +381,22 @@ def read_nvml(*, nvml: Any = _REAL_NVML) -> tuple[list[GpuFacts], str, str, str]
     ``nvmlDeviceGetMemoryInfo`` (``.total`` in bytes), ``nvmlDeviceGetPciInfo`` (``.busId``),
     ``nvmlDeviceGetCudaComputeCapability`` (``(major, minor)``), ``nvmlSystemGetDriverVersion``,
     ``nvmlSystemGetCudaDriverVersion`` (``major*1000 + minor*10``, NVML's encoding) and the
-    ``NVMLError`` exception class.
+    ``NVMLError`` exception class. Passing such an object is how tests play a host's NVML.
 
     Returns ``(gpus, driver_version, cuda_version, status)``. ``status`` is :data:`NVML_OK`
-    when NVML initialised and counted the GPUs (also when it counted none); otherwise the
-    reason it could not answer (:data:`NVML_NOT_INSTALLED`, or NVML's own text such as ``"NVML
-    Shared Library Not Found"`` or ``"Driver Not Loaded"``) with ``([], "", "")``: a CPU-only
-    node, not an error. A GPU whose per-device queries fail is kept with the fields that could
-    be read, so indices stay aligned with ``nvidia-smi`` and ``CUDA_VISIBLE_DEVICES``.
+    when NVML initialised and answered every call (also when it counted no GPU). When
+    ``nvmlInit`` fails it is the reason (:data:`NVML_NOT_INSTALLED`, or NVML's own text such as
+    ``"NVML Shared Library Not Found"`` or ``"Driver Not Loaded"``) with ``([], "", "")``: a
+    CPU-only node, not an error.
+
+    When NVML initialised but a later call raised ``NVMLError``, nothing is raised: ``status``
+    names each failed call and NVML's text, ``"; "``-separated (see :func:`nvml_failure`), e.g.
+    ``"nvmlDeviceGetCount failed: GPU is lost"`` (then ``gpus`` is [] since NVML gave no
+    count) or ``"GPU 1: nvmlDeviceGetName failed: Unknown Error"``. What could be read is
+    kept: a GPU whose queries fail stays in the list with the fields that were read (all but
+    ``index`` empty when even its handle could not be had), so indices stay aligned with
+    ``nvidia-smi`` and ``CUDA_VISIBLE_DEVICES``. ``nvmlShutdown`` runs after every successful
+    ``nvmlInit``; its own failure is only logged.
     """
     if isinstance(nvml, _UseRealNvml):
         try:
@@ -400,22 +410,50 @@ def read_nvml(*, nvml: Any = _REAL_NVML) -> tuple[list[GpuFacts], str, str, str]
         nvml.nvmlInit()
     except nvml_error as exc:
         logger.info("NVML unavailable (%s): treating this host as CPU-only", exc)
-        return [], "", "", str(exc) or type(exc).__name__
+        return [], "", "", _nvml_text(exc)
+    failures: list[str] = []
+    query = _NvmlQuery(nvml_error, failures)
     try:
-        driver = _optional(nvml_error, lambda: _text(nvml.nvmlSystemGetDriverVersion()), "")
-        cuda = _optional(nvml_error, lambda: _cuda_version(int(nvml.nvmlSystemGetCudaDriverVersion())), "")
-        gpus = [_nvml_gpu(nvml, nvml_error, index) for index in range(int(nvml.nvmlDeviceGetCount()))]
+        driver = query("nvmlSystemGetDriverVersion", lambda: _text(nvml.nvmlSystemGetDriverVersion()), "")
+        cuda = query("nvmlSystemGetCudaDriverVersion",
+                     lambda: _cuda_version(int(nvml.nvmlSystemGetCudaDriverVersion())), "")
+        count = query("nvmlDeviceGetCount", lambda: int(nvml.nvmlDeviceGetCount()), 0)
+        gpus = [_nvml_gpu(nvml, query, index) for index in range(count)]
     finally:
-        _optional(nvml_error, nvml.nvmlShutdown, None)
-    return gpus, driver, cuda, NVML_OK
+        try:
+            nvml.nvmlShutdown()
+        except nvml_error as exc:
+            logger.warning("NVML: nvmlShutdown failed: %s", _nvml_text(exc))
+    return gpus, driver, cuda, "; ".join(failures) or NVML_OK
 
 
-def _optional(error: type[BaseException], call: Callable[[], Any], default: Any) -> Any:
-    try:
-        return call()
-    except error as exc:
-        logger.warning("NVML query failed: %s", exc)
-        return default
+def nvml_failure(call: str, exc: BaseException, *, gpu: int | None = None) -> str:
+    """How ``nvml_status`` names one failed NVML call: ``"<call> failed: <NVML's text>"``,
+    prefixed ``"GPU <index>: "`` for a per-device query."""
+    text = f"{call} failed: {_nvml_text(exc)}"
+    return f"GPU {gpu}: {text}" if gpu is not None else text
+
+
+def _nvml_text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+class _NvmlQuery:
+    """Runs one NVML call; on ``NVMLError`` logs it, appends :func:`nvml_failure` to
+    ``failures`` and returns the default."""
+
+    def __init__(self, error: type[BaseException], failures: list[str]):
+        self.error = error
+        self.failures = failures
+
+    def __call__(self, call: str, fn: Callable[[], Any], default: Any, *, gpu: int | None = None) -> Any:
+        try:
+            return fn()
+        except self.error as exc:
+            failure = nvml_failure(call, exc, gpu=gpu)
+            logger.warning("NVML query failed: %s", failure)
+            self.failures.append(failure)
+            return default
 
 
 def _cuda_version(encoded: int) -> str:
@@ -423,19 +461,23 @@ def _cuda_version(encoded: int) -> str:
     return f"{encoded // 1000}.{(encoded % 1000) // 10}"
 
 
-def _nvml_gpu(nvml: Any, error: type[BaseException], index: int) -> GpuFacts:
-    try:
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
-    except error as exc:
-        logger.warning("NVML cannot open GPU %d: %s", index, exc)
+_NO_HANDLE = object()
+
+
+def _nvml_gpu(nvml: Any, query: _NvmlQuery, index: int) -> GpuFacts:
+    handle = query("nvmlDeviceGetHandleByIndex", lambda: nvml.nvmlDeviceGetHandleByIndex(index), _NO_HANDLE, gpu=index)
+    if handle is _NO_HANDLE:
         return GpuFacts(index=index)
-    cc = _optional(error, lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle), None)
+    cc = query("nvmlDeviceGetCudaComputeCapability", lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle), None,
+               gpu=index)
     return GpuFacts(
         index=index,
-        uuid=_optional(error, lambda: _text(nvml.nvmlDeviceGetUUID(handle)), ""),
-        name=_optional(error, lambda: _text(nvml.nvmlDeviceGetName(handle)), ""),
-        memory_total_bytes=_optional(error, lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total), None),
-        pci_bus_id=_optional(error, lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId), ""),
+        uuid=query("nvmlDeviceGetUUID", lambda: _text(nvml.nvmlDeviceGetUUID(handle)), "", gpu=index),
+        name=query("nvmlDeviceGetName", lambda: _text(nvml.nvmlDeviceGetName(handle)), "", gpu=index),
+        memory_total_bytes=query("nvmlDeviceGetMemoryInfo", lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                                 None, gpu=index),
+        pci_bus_id=query("nvmlDeviceGetPciInfo", lambda: _text(nvml.nvmlDeviceGetPciInfo(handle).busId), "",
+                         gpu=index),
         compute_capability=f"{cc[0]}.{cc[1]}" if cc else "",
     )
 

@@ -57,9 +57,12 @@ class NodeFacts:
     local_port_range: tuple[int, int] | None = None
     #: ``net.ipv4.ip_local_reserved_ports`` as sorted inclusive ``(low, high)`` ranges.
     reserved_ports: tuple[tuple[int, int], ...] = ()
-    #: NVML at discovery: ``"ok"`` (it initialised and counted ``gpus``, maybe none), the reason
-    #: it could not answer (e.g. ``"NVML Shared Library Not Found"``), or None when not recorded
-    #: (GPUs from ``nvidia-smi -q -x``, facts written by hand, an older node agent).
+    #: NVML at discovery: ``"ok"`` (it initialised and answered every call; ``gpus`` is what it
+    #: counted, maybe none), the reason it could not initialise (e.g. ``"NVML Shared Library Not
+    #: Found"``), the calls that failed after it did (``"nvmlDeviceGetCount failed: GPU is lost"``,
+    #: ``"GPU 1: nvmlDeviceGetName failed: Unknown Error"``; ``gpus`` holds what was read), or
+    #: None when not recorded (GPUs from ``nvidia-smi -q -x``, facts written by hand, an older
+    #: node agent).
     nvml_status: str | None = None
 
     def gpu_indices(self) -> set[int]:
