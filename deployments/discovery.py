@@ -8,6 +8,8 @@ Sources, in the order they are trusted:
   kB, which the kernel means as KiB), online CPUs (``devices/system/cpu/online``) and each PCI
   device's NUMA affinity (``bus/pci/devices/<bus id>/numa_node``, ``-1`` = unknown) and local
   CPUs (``local_cpulist``).
+* **procfs** ``meminfo`` (``proc(5)``): ``MemTotal`` (kB, i.e. KiB) is the memory of the one
+  NUMA node of a kernel without NUMA support, which has no ``devices/system/node`` in sysfs.
 * **NVML** through ``pynvml`` (PyPI package ``nvidia-ml-py``): GPU count, name, UUID, memory,
   PCI bus id, compute capability, driver and CUDA versions. A host without the library or the
   driver is a CPU-only node, not an error.
@@ -106,13 +108,15 @@ def discover_node(
         nvidia_smi_xml: ``nvidia-smi -q -x`` output; when given, GPUs and driver/CUDA versions
             come from it and NVML is not used.
         hostname: recorded host name; default ``socket.gethostname()``.
-        procfs_root: root of a procfs tree for the port settings; default ``/proc`` when
-            ``sysfs_root`` is the live ``/sys``, otherwise (a captured host) not read, so a
-            fixture tree never picks up this machine's settings.
+        procfs_root: root of a procfs tree for the port settings and, on a kernel without NUMA,
+            ``meminfo``; default ``/proc`` when ``sysfs_root`` is the live ``/sys``, otherwise
+            (a captured host) not read, so a fixture tree never picks up this machine's settings.
 
     Returns:
         :class:`NodeFacts` with CPU count (online CPUs), memory in bytes (sum of NUMA nodes),
-        NUMA nodes sorted by index, GPUs sorted by NVML index with their NUMA node and CPU
+        NUMA nodes sorted by index (without NUMA in sysfs: one node 0 with every online CPU and
+        ``/proc/meminfo``'s ``MemTotal``), ``memory_source`` (:data:`MEMORY_FROM_NUMA_MEMINFO`,
+        :data:`MEMORY_FROM_PROC_MEMINFO`, or None when no source gave a figure), GPUs sorted by NVML index with their NUMA node and CPU
         affinity resolved (sysfs, then ``topo -m``, then the only NUMA node if there is one),
         ``tools`` for :data:`TOOLS`, and ``nvml_status`` (``"ok"``, NVML's reason for not
         answering, the NVML calls that failed after it initialised (see :func:`read_nvml`:
@@ -120,14 +124,22 @@ def discover_node(
         ``nvidia_smi_xml``).
 
     Raises:
-        DiscoveryError: a sysfs file or the ``topo -m`` text is present but malformed.
+        DiscoveryError: a sysfs or procfs file, or the ``topo -m`` text, is present but malformed.
     """
     sysfs_root = Path(sysfs_root)
+    procfs_root = _procfs_root(sysfs_root=sysfs_root, procfs_root=procfs_root)
     numa_nodes = read_numa_nodes(sysfs_root=sysfs_root)
     online = read_online_cpus(sysfs_root=sysfs_root)
-    if not numa_nodes:
-        # Kernels built without CONFIG_NUMA have no node directory: the whole machine is one node.
-        numa_nodes = [NumaFacts(index=0, cpus=tuple(online), memory_total_bytes=None)]
+    memory_source: str | None = None
+    if numa_nodes:
+        if any(n.memory_total_bytes is not None for n in numa_nodes):
+            memory_source = MEMORY_FROM_NUMA_MEMINFO
+    else:
+        # Kernels built without CONFIG_NUMA have no node directory: the whole machine is one node,
+        # and /proc/meminfo's MemTotal is its memory.
+        memory = read_proc_memtotal(procfs_root=procfs_root) if procfs_root is not None else None
+        numa_nodes = [NumaFacts(index=0, cpus=tuple(online), memory_total_bytes=memory)]
+        memory_source = MEMORY_FROM_PROC_MEMINFO if memory is not None else None
     if not online:
         online = sorted({c for n in numa_nodes for c in n.cpus})
 
@@ -160,16 +172,16 @@ def discover_node(
         driver_version=driver_version,
         cuda_version=cuda_version,
         nvml_status=nvml_status,
-        **_port_settings(sysfs_root=sysfs_root, procfs_root=procfs_root),
+        memory_source=memory_source,
+        **(read_port_settings(procfs_root=procfs_root) if procfs_root is not None else {}),
     )
 
 
-def _port_settings(*, sysfs_root: Path, procfs_root: Path | None) -> dict:
-    if procfs_root is None:
-        if Path(sysfs_root) != Path("/sys"):
-            return {}
-        procfs_root = Path("/proc")
-    return read_port_settings(procfs_root=Path(procfs_root))
+def _procfs_root(*, sysfs_root: Path, procfs_root: Path | None) -> Path | None:
+    # A fixture sysfs tree never reads this machine's /proc unless told to.
+    if procfs_root is not None:
+        return Path(procfs_root)
+    return Path("/proc") if Path(sysfs_root) == Path("/sys") else None
 
 
 def read_port_settings(*, procfs_root: Path) -> dict:
@@ -256,6 +268,32 @@ def read_numa_nodes(*, sysfs_root: Path) -> list[NumaFacts]:
             NumaFacts(index=int(match.group(1)), cpus=tuple(cpus), memory_total_bytes=_read_node_memtotal(entry))
         )
     return sorted(nodes, key=lambda n: n.index)
+
+
+#: ``NodeFacts.memory_source`` when each NUMA node's memory came from sysfs.
+MEMORY_FROM_NUMA_MEMINFO = "sysfs devices/system/node/node<N>/meminfo MemTotal"
+#: ``NodeFacts.memory_source`` on a kernel without NUMA: the one node's memory is the host's.
+MEMORY_FROM_PROC_MEMINFO = "/proc/meminfo MemTotal (kernel without NUMA nodes in sysfs)"
+
+
+def read_proc_memtotal(*, procfs_root: Path) -> int | None:
+    """The host's memory in bytes from ``<procfs_root>/meminfo``'s ``MemTotal`` line
+    (``MemTotal:       16231752 kB``; kB there means KiB, see ``proc(5)``); None when the file
+    or the line is absent. ``MemFree`` and ``MemAvailable`` are not read: facts hold capacity.
+
+    Raises:
+        DiscoveryError: a ``MemTotal`` line that is not ``<digits> kB``.
+    """
+    path = Path(procfs_root) / "meminfo"
+    if not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if fields and fields[0] == "MemTotal:":
+            if len(fields) != 3 or not fields[1].isdigit() or fields[2] != "kB":
+                raise DiscoveryError(f"{path}: malformed MemTotal line {line.strip()!r}")
+            return int(fields[1]) * 1024
+    return None
 
 
 def _read_node_memtotal(node_dir: Path) -> int | None:

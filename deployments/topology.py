@@ -64,6 +64,11 @@ class NodeFacts:
     #: None when not recorded (GPUs from ``nvidia-smi -q -x``, facts written by hand, an older
     #: node agent).
     nvml_status: str | None = None
+    #: Where ``memory_total_bytes`` and the NUMA nodes' memory (bytes) came from: each node's
+    #: sysfs ``meminfo``, or ``/proc/meminfo``'s ``MemTotal`` for the one node of a kernel
+    #: without NUMA (the strings of ``deployments.discovery.MEMORY_FROM_*``); None when no
+    #: source gave a figure or it was not recorded (facts written by hand, an older node agent).
+    memory_source: str | None = None
 
     def gpu_indices(self) -> set[int]:
         return {g.index for g in self.gpus}
@@ -117,6 +122,7 @@ class NodeFacts:
             driver_version=data.get("driver_version", ""),
             cuda_version=data.get("cuda_version", ""),
             nvml_status=nvml_status_from_dict(data),
+            memory_source=memory_source_from_dict(data),
             **port_settings_from_dict(data),
         )
 
@@ -125,6 +131,13 @@ def nvml_status_from_dict(data: dict) -> str | None:
     """``nvml_status`` from a facts dict or a node's stored ``topology``; None when absent or not
     a non-empty string (rows stored before it was recorded)."""
     value = data.get("nvml_status")
+    return value if isinstance(value, str) and value else None
+
+
+def memory_source_from_dict(data: dict) -> str | None:
+    """``memory_source`` from a facts dict or a node's stored ``topology``; None when absent or
+    not a non-empty string."""
+    value = data.get("memory_source")
     return value if isinstance(value, str) and value else None
 
 
@@ -229,5 +242,6 @@ def node_facts_from_row(node) -> NodeFacts:
         driver_version=node.driver_version,
         cuda_version=node.cuda_version,
         nvml_status=nvml_status_from_dict(node.topology if isinstance(node.topology, dict) else {}),
+        memory_source=memory_source_from_dict(node.topology if isinstance(node.topology, dict) else {}),
         **port_settings_from_dict(node.topology if isinstance(node.topology, dict) else {}),
     )
