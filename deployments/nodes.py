@@ -124,7 +124,9 @@ def node_gpu_status(node: Node) -> dict:
 
     * ``not_reported``: the node was never discovered (``discovered_at`` unset): count None,
       text ``"unknown (not reported yet)"``;
-    * ``found``: discovery recorded GPUs: count N, text ``"8 GPUs"``;
+    * ``found``: discovery recorded GPUs: count N, text ``"8 GPUs"``; when some NVML calls failed
+      after the count (a lost GPU, an unsupported query), ``reason`` names them and the text ends
+      ``"(some NVML queries failed: GPU 1: nvmlDeviceGetName failed: Unknown Error)"``;
     * ``none_found``: NVML answered and counted none: ``"0 GPUs (NVML found none)"``;
     * ``nvml_unavailable``: NVML could not be used (no library, no driver); ``reason`` is its
       text: ``"0 GPUs — NVML not available: NVML Shared Library Not Found"``;
@@ -137,9 +139,14 @@ def node_gpu_status(node: Node) -> dict:
     if node.discovered_at is None:
         return {"count": None, "status": GPU_STATUS_NOT_REPORTED, "reason": None, "text": "unknown (not reported yet)"}
     count = len(node.gpus.all())
-    if count:
-        return {"count": count, "status": GPU_STATUS_FOUND, "reason": None, "text": f"{count} GPU{'s' if count != 1 else ''}"}
     nvml = nvml_status_from_dict(node.topology if isinstance(node.topology, dict) else {})
+    if count:
+        text = f"{count} GPU{'s' if count != 1 else ''}"
+        if nvml and nvml != NVML_OK:
+            # Some NVML calls failed after it counted the GPUs: the count stands, the reason is shown.
+            return {"count": count, "status": GPU_STATUS_FOUND, "reason": nvml,
+                    "text": f"{text} (some NVML queries failed: {nvml})"}
+        return {"count": count, "status": GPU_STATUS_FOUND, "reason": None, "text": text}
     if nvml == NVML_OK:
         return {"count": 0, "status": GPU_STATUS_NONE_FOUND, "reason": None, "text": "0 GPUs (NVML found none)"}
     if nvml:

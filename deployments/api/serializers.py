@@ -101,8 +101,9 @@ class NodeSerializer(serializers.ModelSerializer):
                   "driver); none_recorded: no GPU and no NVML status recorded (GPUs read from nvidia-smi -q -x, "
                   "an older node agent)")
     gpu_status_reason = serializers.SerializerMethodField(
-        help_text="NVML's reason when gpu_status is nvml_unavailable, e.g. 'NVML Shared Library Not Found'; "
-                  "null otherwise")
+        help_text="NVML's reason when gpu_status is nvml_unavailable, e.g. 'NVML Shared Library Not Found', or, "
+                  "with gpu_status found, the NVML calls that failed after the count, e.g. 'GPU 1: "
+                  "nvmlDeviceGetName failed: Unknown Error'; null otherwise")
     gpu_summary = serializers.SerializerMethodField(
         help_text="the GPU line the node pages and the wall show, e.g. '8 GPUs', '0 GPUs (NVML found none)', "
                   "'0 GPUs — NVML not available: Driver Not Loaded', 'unknown (not reported yet)'")

@@ -3,6 +3,8 @@ found none, or the node has not reported yet; the node pages, the API and the wa
 NUMA memory comes from each node's sysfs ``meminfo``, not from ``/proc/meminfo``."""
 from __future__ import annotations
 
+import dataclasses
+
 import pynvml
 import pytest
 from django.test import Client
@@ -122,6 +124,8 @@ def nodes(db):
         "nonefound": _register("nonefound", nvml_status="ok"),
         "capture": _register("capture", nvml_status=None),
         "seed": node_register(facts=seed_node_facts()),
+        "partial": node_register(facts=dataclasses.replace(
+            seed_node_facts(), name="partial", nvml_status="GPU 1: nvmlDeviceGetName failed: Unknown Error")),
         "fresh": cpu_node_create(name="fresh"),  # a row no discovery ever filled
     }
 
@@ -132,6 +136,8 @@ EXPECTED = {
     "nonefound": (0, "none_found", None, "0 GPUs (NVML found none)"),
     "capture": (0, "none_recorded", None, "0 GPUs (no NVML status recorded)"),
     "seed-8gpu": (8, "found", None, "8 GPUs"),
+    "partial": (8, "found", "GPU 1: nvmlDeviceGetName failed: Unknown Error",
+                "8 GPUs (some NVML queries failed: GPU 1: nvmlDeviceGetName failed: Unknown Error)"),
     "fresh": (None, "not_reported", None, "unknown (not reported yet)"),
 }
 
