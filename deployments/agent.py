@@ -942,6 +942,7 @@ def deployment_check(*, deployment_id: int) -> None:
         deployment = Deployment.objects.select_related("recipe", "node").filter(pk=deployment_id).first()
         if deployment is None or deployment.status not in WANTED or deployment.stop_requested:
             return
+        _router_gate_reason_first(deployment, seen, gate)
         for row, verdict, detail, exit_code, ended in seen:
             fresh = ServerProcess.objects.filter(pk=row.pk).first()
             if fresh is None or (fresh.status, fresh.pid, fresh.tag) != (row.status, row.pid, row.tag):
@@ -986,6 +987,35 @@ def _router_gate(deployment_id: int, seen: list[tuple]) -> ProbeResult | None:
     result = process_readiness(checks=router.readiness, alive=True, role="router")
     _router_gate_at[deployment_id] = (time.monotonic(), result)
     return result
+
+
+def _router_gate_reason(router: ServerProcess, workers_ready: datetime, gate: ProbeResult, now: datetime) -> str:
+    """``waiting for a streamed request through the router to yield a token (workers ready 12.3s
+    ago[, beyond the startup timeout of 60s]): <what the router answered>``."""
+    waited = (now - workers_ready).total_seconds()
+    late = f", beyond the startup timeout of {router.startup_timeout_s}s" if waited > router.startup_timeout_s else ""
+    return redact_text(f"{ROUTER_GATE_WAITING} (workers ready {waited:.1f}s ago{late}): {gate.detail}")
+
+
+def _router_gate_reason_first(deployment: Deployment, seen: list[tuple], gate: ProbeResult | None) -> None:
+    """Store the router gate's waiting reason before a worker seen ready in this pass is saved
+    as ready: :func:`_deployment_maybe_ready` writes it only after every row is applied, and in
+    between whoever reads the deployment would find every process ready, the deployment starting
+    and no word of the router refusing. Only when every process was seen running fine (so the
+    pass ends in that same reason) and a worker turns ready now; the ``probe`` event and the
+    exact wait stay with :func:`_deployment_maybe_ready`."""
+    if gate is None or gate.ok or any(verdict not in ("ok", "ready") for _, verdict, *_ in seen):
+        return
+    router = next((row for row, *_ in seen if row.role == "router"), None)
+    if router is None or router.ready_at is None:
+        return
+    now = timezone.now()
+    turning = [row for row, verdict, *_ in seen
+               if row.role != "router" and verdict == "ready" and row.status != ProcessStatus.READY]
+    if not turning:
+        return
+    Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING, stop_requested=False).update(
+        reason=_router_gate_reason(router, now, gate, now), updated_at=now)
 
 
 def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None,
@@ -1098,10 +1128,8 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
             if gate is None:
                 return  # the gate runs in the next pass, now that every process is ready
             if not gate.ok:
-                waited = (now - workers_ready).total_seconds()
-                late = (f", beyond the startup timeout of {router.startup_timeout_s}s"
-                        if waited > router.startup_timeout_s else "")
-                reason = redact_text(f"{ROUTER_GATE_WAITING} (workers ready {waited:.1f}s ago{late}): {gate.detail}")
+                reason = _router_gate_reason(router, workers_ready, gate, now)
+                late = (now - workers_ready).total_seconds() > router.startup_timeout_s
                 Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING).update(
                     reason=reason, updated_at=now)
                 if gate.detail not in deployment.reason or (late and "beyond" not in deployment.reason):
