@@ -174,6 +174,13 @@ ROUTER_FLAGS: dict[str, FlagSpec] = {
     "retry-max-retries": FlagSpec("int", "retries per request", 0, 100),
     "disable-retries": FlagSpec("bool", "no retries"),
     "disable-circuit-breaker": FlagSpec("bool", "no circuit breaker"),
+    # The circuit breaker's knobs (sglang-router --help; defaults 10, 3, 60 s, 120 s). A restarted
+    # worker counts as ready again only once the router serves through it, so an open circuit
+    # (cb-timeout-duration-secs) is how long a restart stays "starting".
+    "cb-failure-threshold": FlagSpec("int", "failures before a worker's circuit opens", 1, 1_000_000),
+    "cb-success-threshold": FlagSpec("int", "successes in half-open before the circuit closes", 1, 1_000_000),
+    "cb-timeout-duration-secs": FlagSpec("int", "seconds an open circuit refuses before half-open", 1, 86_400),
+    "cb-window-duration-secs": FlagSpec("int", "sliding window for counting failures, seconds", 1, 86_400),
     "health-check-interval-secs": FlagSpec("int", "seconds between worker health checks", 1, 3600),
     "health-check-timeout-secs": FlagSpec("int", "worker health check timeout", 1, 3600),
     "health-failure-threshold": FlagSpec("int", "failed checks before a worker is out", 1, 1000),
