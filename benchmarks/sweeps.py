@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
@@ -809,19 +810,64 @@ NOT_KEPT_MARK = "!"
 NOT_KEPT_LEGEND = f"{NOT_KEPT_MARK} not kept as a measurement: the point failed (see the reason), its numbers are discarded"
 
 
-def results_table(runs: Iterable[Any], *, num_gpus: int | None) -> str:
-    """The results table as aligned plain text (header + one line per run). A failed run's load
-    cell ends in :data:`NOT_KEPT_MARK`, with :data:`NOT_KEPT_LEGEND` as the last line."""
+#: The columns a terminal report wraps its text at (the table itself is narrower; a longer cell's
+#: text goes below it as a numbered note).
+REPORT_WIDTH = 100
+
+#: The results table's header as two lines, one pair per column of :data:`TABLE_COLUMNS`: the
+#: quantity above, its unit (or the short name) below.
+TABLE_HEADERS = (("", "c"), ("", "requests"), ("out", "tok/s"), ("tok/s", "/GPU"), ("TTFT", "p50 ms"),
+                 ("TTFT", "p99 ms"), ("TPOT", "mean ms"), ("ITL", "p99 ms"), ("E2E", "p50 s"), ("", "failed"),
+                 ("", "flags"))
+assert len(TABLE_HEADERS) == len(TABLE_COLUMNS)
+
+#: The widest a cell may be; a longer one keeps its leading number (if that fits) and a reference
+#: to a note below the table (``37/400 [1]``, ``[2]``).
+CELL_MAX = 10
+
+
+def _short_cell(text: str, ref: str) -> str:
+    """``text`` cut for a cell with its note reference ``ref`` (``[1]``): its first word when that
+    is a count (``37/400``, ``0``, ``3512``) and fits :data:`CELL_MAX` with the reference, else the
+    reference alone."""
+    head = text.split()[0].rstrip(",;") if text.split() else ""
+    if head and re.fullmatch(r"[0-9][0-9./]*", head) and len(head) + 1 + len(ref) <= CELL_MAX:
+        return f"{head} {ref}"
+    return ref
+
+
+def results_table_lines(runs: Iterable[Any], *, num_gpus: int | None) -> list[str]:
+    """The results table for a terminal, narrow enough for 80-120 columns: a two-line header
+    (units below the quantities, :data:`TABLE_HEADERS`), one aligned row per run, then the notes
+    of cells longer than :data:`CELL_MAX` (numbered in the order met; the same text in the same
+    column shares its number; each led by its column's full name, ``[2] failures: 0 (+2
+    aborted)``), each wrapped to :data:`REPORT_WIDTH`, after :data:`NOT_KEPT_LEGEND` when a point
+    failed (its load cell ends in :data:`NOT_KEPT_MARK`). The cells are those of
+    :func:`results_table_rows`; the flags are written apart by ``, ``."""
     runs = list(runs)
     body = results_table_rows(runs, num_gpus=num_gpus)
     failed = [getattr(run, "status", None) == "failed" for run in runs]
+    notes: dict[tuple[int, str], int] = {}
     for row, bad in zip(body, failed, strict=True):
         if bad:
             row[0] = f"{row[0]} {NOT_KEPT_MARK}"
-    rows = [list(TABLE_COLUMNS)] + body
-    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
-    lines = ["  ".join(cell.rjust(w) if i < len(widths) - 1 else cell for i, (cell, w) in enumerate(zip(r, widths)))
-             for r in rows]
+        for i, cell in enumerate(row):
+            if i == 0 or len(cell) <= CELL_MAX:
+                continue
+            text = cell.replace(",", ", ") if TABLE_COLUMNS[i] == "flags" else cell
+            number = notes.setdefault((i, text), len(notes) + 1)
+            row[i] = _short_cell(text, f"[{number}]")
+    headers = [list(pair) for pair in TABLE_HEADERS]
+    if any(getattr(run, "concurrency", None) is None for run in runs):
+        headers[0] = ["", "load"]   # a request rate's cell says its unit: 2.5/s
+    rows = [[h[0] for h in headers], [h[1] for h in headers], *body]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
+    lines = ["  ".join(cell.rjust(w) if i < len(widths) - 1 else cell
+                       for i, (cell, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
     if any(failed):
-        lines.append(NOT_KEPT_LEGEND)
-    return "\n".join(lines)
+        lines += textwrap.wrap(NOT_KEPT_LEGEND, width=REPORT_WIDTH - 2, subsequent_indent="  ")
+    for (i, text), number in notes.items():
+        ref = f"[{number}] "
+        lines += textwrap.wrap(f"{ref}{TABLE_COLUMNS[i]}: {text}", width=REPORT_WIDTH - 2,
+                               subsequent_indent=" " * len(ref), break_on_hyphens=False)
+    return lines

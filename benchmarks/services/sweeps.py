@@ -59,6 +59,7 @@ import logging
 import math
 import os
 import socket
+import textwrap
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -2048,24 +2049,34 @@ def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
 
 
 def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
-    """The sweep as plain text: a heading, the results table (:func:`benchmarks.sweeps.results_table`)
-    and the ceiling findings (or the failure reason)."""
-    from benchmarks.sweeps import results_table
+    """The sweep as plain text for a terminal: a heading (its reason wrapped below it), the results
+    table (:func:`benchmarks.sweeps.results_table_lines`: narrow, its long cells' notes below it)
+    and the ceiling findings (or the analysis' errors and notes), every line of text wrapped to
+    :data:`benchmarks.sweeps.REPORT_WIDTH` columns."""
+    from benchmarks.sweeps import REPORT_WIDTH, results_table_lines
 
     sweep.refresh_from_db()
+
+    def wrapped(text: str, first: str, rest: str) -> list[str]:
+        return textwrap.wrap(text, width=REPORT_WIDTH, initial_indent=first, subsequent_indent=rest,
+                             break_on_hyphens=False) or [first.rstrip()]
+
     gpus = f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.engine == "sim" else "") if sweep.num_gpus else "GPUs: none"
-    lines = [f"Sweep #{sweep.pk} {sweep.name} — {sweep.status}" + (f" ({sweep.reason})" if sweep.reason else ""),
-             f"  model {sweep.served_model_name}, {sweep.engine} {sweep.topology}, {gpus}; "
-             f"client host {(sweep.snapshot or {}).get('client_host', '-')}"]
+    lines = [f"Sweep #{sweep.pk} {sweep.name} — {sweep.status}"]
+    if sweep.reason:
+        lines += wrapped(sweep.reason, "  reason: ", "    ")
+    lines += wrapped(f"model {sweep.served_model_name}, {sweep.engine} {sweep.topology}, {gpus}; "
+                     f"client host {(sweep.snapshot or {}).get('client_host', '-')}", "  ", "    ")
     runs = list(sweep.runs.order_by("ordinal"))
     if runs:
-        lines += ["  " + row for row in results_table(runs, num_gpus=sweep.num_gpus).splitlines()]
+        lines += ["  " + row for row in results_table_lines(runs, num_gpus=sweep.num_gpus)]
     analysis = sweep_stored_analysis(sweep=sweep)
     if analysis.get("findings"):
         lines.append("  Ceiling findings:")
-        lines += [f"   - {f}" for f in analysis["findings"]]
+        for finding in analysis["findings"]:
+            lines += wrapped(finding, "   - ", "     ")
     for key, err in (analysis.get("errors") or {}).items():
-        lines.append(f"  analysis {key}: {err}")
+        lines += wrapped(f"{err}", f"  analysis {key}: ", "    ")
     for note in analysis.get("notes") or []:
-        lines.append(f"  note: {note}")
+        lines += wrapped(note, "  note: ", "    ")
     return "\n".join(lines)

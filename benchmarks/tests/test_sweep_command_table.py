@@ -19,9 +19,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from benchmarks.analysis import PARTIAL_FLAG
-from benchmarks.management.commands.sweep import CELL_MAX, REPORT_WIDTH, TABLE_HEADERS, results_table_lines
 from benchmarks.models import BenchmarkSweep
 from benchmarks.services import sweep_cancel
+from benchmarks.sweeps import CELL_MAX, REPORT_WIDTH, TABLE_HEADERS, results_table_lines
 from benchmarks.tests.sweep_support import sim_deployment_create
 
 HEADER_UNITS = [unit for _, unit in TABLE_HEADERS]

@@ -197,7 +197,7 @@ def test_it_sweeps_from_the_command_line_and_prints_the_table_and_findings(sim_u
     assert sweep.status == SweepStatus.DONE
     assert f"Sweep #{sweep.pk}" in text and "p50 ms" in text and "Ceiling findings:" in text
     # findings are wrapped to the report's width: the same words, on lines of at most REPORT_WIDTH
-    from benchmarks.management.commands.sweep import REPORT_WIDTH
+    from benchmarks.sweeps import REPORT_WIDTH
 
     assert " ".join(sweep.analysis["findings"][0].split()) in " ".join(text.split())
     assert all(len(line) <= REPORT_WIDTH for line in text.splitlines())

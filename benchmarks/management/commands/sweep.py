@@ -24,16 +24,15 @@ not yet ended by then is left running, not cancelled: the command says so on one
 sweep's id, its page and API paths and how to cancel it, and exits with status 3
 (:data:`STILL_RUNNING_STATUS`).
 
-The results table printed at the end (:func:`report_text`) stays narrow enough for an 80-120
-column terminal: units sit in a second header line, and a cell's long text (a cancelled point's
-``37/400 completed, cancelled``, ``0 (+2 aborted)``, flag names) is cut to its leading number with
-a numbered reference (``37/400 [1]``); the notes themselves follow the table, one per number,
-wrapped to :data:`REPORT_WIDTH` columns.
+The report printed at the end (:func:`benchmarks.services.sweep_report_text`) stays narrow enough
+for an 80-120 column terminal: units sit in a second header line, and a cell's long text (a
+cancelled point's ``37/400 completed, cancelled``, ``0 (+2 aborted)``, flag names) is cut to its
+leading number with a numbered reference (``37/400 [1]``); the notes themselves follow the table,
+one per number, wrapped to :data:`benchmarks.sweeps.REPORT_WIDTH` columns.
 """
 from __future__ import annotations
 
 import re
-import textwrap
 import time
 from argparse import ArgumentTypeError
 
@@ -42,12 +41,9 @@ from django.core.management.base import CommandError
 from controlplane.commands import CeilingCommand, refused, refused_list
 from benchmarks.choices import SWEEP_TERMINAL, SweepStatus
 from benchmarks.selectors import sweep_queue_note
-from benchmarks.services import sweep_create, sweep_execute, sweep_stored_analysis, sweep_wait
+from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
 from benchmarks.services.sweeps import SHARED_RECHECK_S
-from benchmarks.sweeps import (
-    DEFAULT_LENGTHS, DEFAULT_REQUESTS_PER_CONCURRENCY, NOT_KEPT_LEGEND, NOT_KEPT_MARK, TABLE_COLUMNS,
-    WAIT_READY_MARGIN_S, grid_validate, results_table_rows,
-)
+from benchmarks.sweeps import DEFAULT_LENGTHS, DEFAULT_REQUESTS_PER_CONCURRENCY, WAIT_READY_MARGIN_S, grid_validate
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import CeilingError, InvalidInput
 from controlplane.jsonsafe import js_number
@@ -190,100 +186,6 @@ def no_deployment_text(target: str) -> str:
         if Recipe.objects.filter(name=target).exists():
             return f"recipe {target!r} has no deployment; deploy it first to sweep it"
     return f"no deployment {target!r} (give an id, or the name of a recipe that is deployed)"
-
-
-#: The columns a terminal report wraps its text at (the table itself is narrower; a longer cell's
-#: text goes below it as a numbered note).
-REPORT_WIDTH = 100
-
-#: The results table's header as two lines, one pair per column of
-#: :data:`benchmarks.sweeps.TABLE_COLUMNS`: the quantity above, its unit (or the short name) below.
-TABLE_HEADERS = (("", "c"), ("", "requests"), ("out", "tok/s"), ("tok/s", "/GPU"), ("TTFT", "p50 ms"),
-                 ("TTFT", "p99 ms"), ("TPOT", "mean ms"), ("ITL", "p99 ms"), ("E2E", "p50 s"), ("", "failed"),
-                 ("", "flags"))
-assert len(TABLE_HEADERS) == len(TABLE_COLUMNS)
-
-#: The widest a cell may be; a longer one keeps its leading number (if that fits) and a reference
-#: to a note below the table (``37/400 [1]``, ``[2]``).
-CELL_MAX = 10
-
-
-def _short_cell(text: str, ref: str) -> str:
-    """``text`` cut for a cell with its note reference ``ref`` (``[1]``): its first word when that
-    is a count (``37/400``, ``0``, ``3512``) and fits :data:`CELL_MAX` with the reference, else the
-    reference alone."""
-    head = text.split()[0].rstrip(",;") if text.split() else ""
-    if head and re.fullmatch(r"[0-9][0-9./]*", head) and len(head) + 1 + len(ref) <= CELL_MAX:
-        return f"{head} {ref}"
-    return ref
-
-
-def results_table_lines(runs, *, num_gpus: int | None) -> list[str]:
-    """The results table for a terminal: a two-line header (units below the quantities,
-    :data:`TABLE_HEADERS`), one aligned row per run, then the notes of cells longer than
-    :data:`CELL_MAX` (numbered in the order met; the same text in the same column shares its
-    number; each led by its column's full name, ``[2] failures: 0 (+2 aborted)``), each wrapped to :data:`REPORT_WIDTH`, after the legend of a point not kept
-    (:data:`benchmarks.sweeps.NOT_KEPT_LEGEND`) when one failed. The cells are those of
-    :func:`benchmarks.sweeps.results_table_rows`; the flags are written apart by ``, ``."""
-    runs = list(runs)
-    body = results_table_rows(runs, num_gpus=num_gpus)
-    failed = [getattr(run, "status", None) == "failed" for run in runs]
-    notes: dict[tuple[int, str], int] = {}
-    for row, bad in zip(body, failed, strict=True):
-        if bad:
-            row[0] = f"{row[0]} {NOT_KEPT_MARK}"
-        for i, cell in enumerate(row):
-            if i == 0 or len(cell) <= CELL_MAX:
-                continue
-            text = cell.replace(",", ", ") if TABLE_COLUMNS[i] == "flags" else cell
-            number = notes.setdefault((i, text), len(notes) + 1)
-            row[i] = _short_cell(text, f"[{number}]")
-    headers = [list(pair) for pair in TABLE_HEADERS]
-    if any(getattr(run, "concurrency", None) is None for run in runs):
-        headers[0] = ["", "load"]   # a request rate's cell says its unit: 2.5/s
-    rows = [[h[0] for h in headers], [h[1] for h in headers], *body]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
-    lines = ["  ".join(cell.rjust(w) if i < len(widths) - 1 else cell
-                       for i, (cell, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
-    if any(failed):
-        lines += textwrap.wrap(NOT_KEPT_LEGEND, width=REPORT_WIDTH - 2, subsequent_indent="  ")
-    for (i, text), number in notes.items():
-        ref = f"[{number}] "
-        lines += textwrap.wrap(f"{ref}{TABLE_COLUMNS[i]}: {text}", width=REPORT_WIDTH - 2,
-                               subsequent_indent=" " * len(ref), break_on_hyphens=False)
-    return lines
-
-
-def report_text(*, sweep) -> str:
-    """The sweep for a terminal: a heading (its reason wrapped below it), the results table
-    (:func:`results_table_lines`, its long notes below it) and the ceiling findings (or the
-    analysis' errors and notes), every line of text wrapped to :data:`REPORT_WIDTH` columns. The
-    same content as :func:`benchmarks.services.sweep_report_text`, laid out for 80-120 columns."""
-    sweep.refresh_from_db()
-
-    def wrapped(text: str, first: str, rest: str) -> list[str]:
-        return textwrap.wrap(text, width=REPORT_WIDTH, initial_indent=first, subsequent_indent=rest,
-                             break_on_hyphens=False) or [first.rstrip()]
-
-    gpus = f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.engine == "sim" else "") if sweep.num_gpus else "GPUs: none"
-    lines = [f"Sweep #{sweep.pk} {sweep.name} — {sweep.status}"]
-    if sweep.reason:
-        lines += wrapped(sweep.reason, "  reason: ", "    ")
-    lines += wrapped(f"model {sweep.served_model_name}, {sweep.engine} {sweep.topology}, {gpus}; "
-                     f"client host {(sweep.snapshot or {}).get('client_host', '-')}", "  ", "    ")
-    runs = list(sweep.runs.order_by("ordinal"))
-    if runs:
-        lines += ["  " + row for row in results_table_lines(runs, num_gpus=sweep.num_gpus)]
-    analysis = sweep_stored_analysis(sweep=sweep)
-    if analysis.get("findings"):
-        lines.append("  Ceiling findings:")
-        for finding in analysis["findings"]:
-            lines += wrapped(finding, "   - ", "     ")
-    for key, err in (analysis.get("errors") or {}).items():
-        lines += wrapped(f"{err}", f"  analysis {key}: ", "    ")
-    for note in analysis.get("notes") or []:
-        lines += wrapped(note, "  note: ", "    ")
-    return "\n".join(lines)
 
 
 class Command(CeilingCommand):
@@ -432,6 +334,6 @@ class Command(CeilingCommand):
                                    returncode=STILL_RUNNING_STATUS)
         else:
             return
-        self.stdout.write(report_text(sweep=sweep))
+        self.stdout.write(sweep_report_text(sweep=sweep))
         if sweep.status != SweepStatus.DONE:
             raise CommandError(f"sweep #{sweep.pk} {sweep.status}: {sweep.reason}")

@@ -198,8 +198,7 @@ class Command(CeilingCommand):
     def _sweeps(self, *, user, base: str, timeout_s: float, sweep_timeout_s: float) -> list[str]:
         """Sweep each demo recipe (deploying ``local-sim-single`` first), print the tables and
         findings; returns the names of recipes whose sweep did not finish."""
-        from benchmarks.management.commands.sweep import report_text
-        from benchmarks.services import sweep_create
+        from benchmarks.services import sweep_create, sweep_report_text
         from deployments.choices import DeploymentStatus
         from deployments.models import Deployment
 
@@ -238,7 +237,7 @@ class Command(CeilingCommand):
                 failed.append(f"{name} sweep ({sweep.status}: {sweep.reason or 'timed out'})")
         for sweep in sweeps:
             out.write("")
-            out.write(report_text(sweep=sweep))
+            out.write(sweep_report_text(sweep=sweep))
             out.write(f"  {base}/api/sweeps/{sweep.pk}/   {base}/api/sweeps/{sweep.pk}/analysis/")
         return failed
 
