@@ -1958,38 +1958,82 @@ def sweep_analysis(*, sweep: BenchmarkSweep) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------- CLI helpers
 
 
-# A line every 15 s while nothing but tok/s changes: alive, without flooding a terminal.
-PROGRESS_HEARTBEAT_S = 15.0
+#: Seconds between two progress lines of a followed sweep while nothing but its elapsed time (or
+#: tok/s) changes: a point of one long request changes no count for a minute.
+PROGRESS_HEARTBEAT_S = 10.0
 
 
-def sweep_wait(*, sweep: BenchmarkSweep, timeout_s: float, progress=None, poll_s: float = 1.0) -> BenchmarkSweep:
-    """Poll ``sweep``'s row until it is terminal or ``timeout_s`` passes; ``progress(text)`` gets a
-    line whenever the status, point or requests-done count changes, and otherwise at most every
-    ``PROGRESS_HEARTBEAT_S`` seconds with the current tok/s. Returns the refreshed row."""
+def sweep_follow_line(*, sweep: BenchmarkSweep, elapsed_s: float) -> str:
+    """One line of a followed sweep's progress, from its start: phase, points done/total, requests
+    done (of the sweep, and of the running point), elapsed seconds, e.g. ``sweep #7 12 s: running,
+    sending c=1 256/256, points 0/1 done, requests 0/1 done (point 0/1), 10.0 output tok/s``.
+    The phase is the sweep's status until it runs (with its queue note while pending or waiting);
+    then ``starting`` (before its first point), ``preparing prompts N/M for <point>`` or
+    ``sending <point>`` as the running point's own progress says. The sweep's request total is
+    the one the API gives (none while points limited by time alone run), and a time-limited
+    point's total is the requests sent so far, said as such."""
+    from benchmarks.selectors import sweep_queue_note
+
+    phase = str(sweep.status)
+    point = ""
+    if sweep.status in (SweepStatus.PENDING, SweepStatus.WAITING):
+        note = sweep_queue_note(sweep=sweep)
+        phase += f" ({note})" if note else ""
+    elif sweep.status == SweepStatus.RUNNING:
+        run = sweep.runs.filter(status=RunStatus.RUNNING).order_by("-ordinal").first()
+        prog = (run.progress or {}) if run is not None else {}
+        if run is None:
+            phase = "running, starting"
+        elif prog.get("phase"):
+            phase = (f"running, {prog['phase']} {int(prog.get('prepared') or 0)}/{prog.get('total') or 0} "
+                     f"for {sweep.current_point}")
+        else:
+            phase = f"running, sending {sweep.current_point}"
+            done = int(prog.get("done") or 0)
+            total = prog.get("total") or run.num_requests
+            if _total_sent_so_far(run):
+                point = f" (point {done} of {prog.get('total') or 0} sent so far)"
+            else:
+                point = f" (point {done}" + (f"/{total})" if total else " sent)")
+    total = sweep.requests_total_known
+    requests = f"{sweep.requests_done}/{total}" if total is not None else f"{sweep.requests_done}"
+    line = (f"  sweep #{sweep.pk} {elapsed_s:.0f} s: {phase}, points {sweep.points_done}/{sweep.points_total} done, "
+            f"requests {requests} done{point}")
+    if sweep.status == SweepStatus.RUNNING and sweep.current_tok_s is not None:
+        line += f", {sweep.current_tok_s:.1f} output tok/s"
+    return line
+
+
+def sweep_wait(*, sweep: BenchmarkSweep, timeout_s: float, progress=None, poll_s: float = 1.0,
+               every_s: float | None = None) -> BenchmarkSweep:
+    """Follow ``sweep`` until it ends or ``timeout_s`` passes; ``progress(text)`` gets
+    :func:`sweep_follow_line` at once, whenever the phase or a count changes, and every
+    ``every_s`` seconds meanwhile (default :data:`PROGRESS_HEARTBEAT_S`). A read the database kept locked past its busy timeout is said
+    and skipped (the sweep is not ours to fail); the next poll tries again. Returns the refreshed
+    row. ``manage.py sweep --wait`` and ``manage.py demo`` follow their sweeps with it."""
+    every_s = PROGRESS_HEARTBEAT_S if every_s is None else every_s
     start = time.monotonic()
-    last_key = None
-    last_said = 0.0
+    last_key, last_said = None, 0.0
     while True:
         try:
             sweep.refresh_from_db()
         except OperationalError as exc:
             if not is_locked(exc):
                 raise
-            # A writer held the database past the busy timeout: this read is skipped, the next
-            # poll tries again (the sweep is not ours to fail), until ``timeout_s``.
             if progress:
                 progress(f"sweep #{sweep.pk}: {busy_text(exc, what='reading its progress')}; still waiting")
             if time.monotonic() - start > timeout_s:
                 return sweep
             time.sleep(poll_s)
             continue
-        key = (sweep.status, sweep.points_done, sweep.current_point, sweep.requests_done)
-        line = sweep_progress_line(sweep=sweep)
         now = time.monotonic()
-        if progress and (key != last_key or now - last_said >= PROGRESS_HEARTBEAT_S):
-            progress(line)
-            last_said = now
-        last_key = key
+        if progress:
+            line = sweep_follow_line(sweep=sweep, elapsed_s=now - start)
+            # what changed, the elapsed seconds and the tok/s left aside
+            key = [part for part in line.split(": ", 1)[1].split(", ") if not part.endswith("output tok/s")]
+            if key != last_key or now - last_said >= every_s:
+                progress(line)
+                last_key, last_said = key, now
         if sweep.status in SWEEP_TERMINAL or now - start > timeout_s:
             return sweep
         time.sleep(poll_s)

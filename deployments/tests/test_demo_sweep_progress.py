@@ -1,7 +1,9 @@
 """``manage.py demo`` prints a progress line for every sweep from its start (phase, points
 done/total, requests done, elapsed seconds), the first sweep included: a sweep whose only point is
 one long request changes no count until it ends, and its phase (starting, preparing prompts,
-sending) is said as it changes. Then each sweep's narrow results table.
+sending) is said as it changes. Then each sweep's narrow results table. ``manage.py sweep --wait``
+follows its sweep with the same lines (:func:`benchmarks.services.sweep_wait`), again while a
+single long request changes nothing but the elapsed time.
 
 Against a real ``sim`` engine process; the sweep task runs in a thread of the test as the control
 worker would run it (``sweep_execute``)."""
@@ -13,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from benchmarks.models import BenchmarkSweep
 from benchmarks.services import sweep_execute
@@ -86,3 +89,33 @@ def test_the_demo_prints_progress_of_each_sweep_from_its_start(sim_url: str, ope
     # then each sweep's narrow table
     units = [line for line in lines if line.split()[:3] == ["c", "requests", "tok/s"]]
     assert len(units) == 2 and all(len(line) <= 88 for line in units)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sweep_wait_prints_the_same_progress_while_its_one_request_runs(sim_url: str, control_worker,
+                                                                        monkeypatch) -> None:
+    from benchmarks.services import sweeps as sweeps_module
+
+    monkeypatch.setattr(sweeps_module, "PROGRESS_HEARTBEAT_S", 1.0)   # the 10 s heartbeat, shortened
+    sim_deployment_create(base_url=sim_url, recipe_name="wait-one")
+    out = io.StringIO()
+    call_command("sweep", "wait-one", "--concurrency", "1", "--lengths", "16:256", "--requests", "1",
+                 "--wait", "--timeout", "60", stdout=out)
+    sweep = BenchmarkSweep.objects.get()
+    assert sweep.status == "done" and (sweep.points_total, sweep.requests_done) == (1, 1)
+    lines = out.getvalue().splitlines()
+    mine = [line for line in lines if line.startswith(f"  sweep #{sweep.pk} ")]
+    shape = re.compile(rf"  sweep #{sweep.pk} (\d+) s: (.+), points (\d)/1 done, requests (\d)/1 done(.*)")
+    matches = [shape.match(line) for line in mine]
+    assert all(matches), mine
+    assert matches[0].group(1) == "0" and matches[0].group(2).startswith("pending"), mine
+    # while the one request runs no count changes, yet a line comes every heartbeat
+    sending = [m for m in matches if m.group(2).startswith("running, sending c=1 ")]
+    assert len(sending) >= 2, mine
+    assert all((m.group(3), m.group(4)) == ("0", "0") and m.group(5).startswith(" (point 0/1)") for m in sending)
+    assert len({m.group(1) for m in sending}) == len(sending), mine   # each later than the last
+    assert matches[-1].group(2) == "done" and (matches[-1].group(3), matches[-1].group(4)) == ("1", "1")
+    assert [int(m.group(1)) for m in matches] == sorted(int(m.group(1)) for m in matches)
+    # then the narrow table, as the demo prints it
+    [units] = [line for line in lines if line.split()[:3] == ["c", "requests", "tok/s"]]
+    assert len(units) <= 88

@@ -22,7 +22,9 @@ then failed or was cancelled (``--wait``, ``--here``) exits with status 1. ``--w
 sweep for ``--timeout`` seconds at most (a finite number >= 0, else refused with status 2); a sweep
 not yet ended by then is left running, not cancelled: the command says so on one line with the
 sweep's id, its page and API paths and how to cancel it, and exits with status 3
-(:data:`STILL_RUNNING_STATUS`).
+(:data:`STILL_RUNNING_STATUS`). While it follows the sweep (``--wait``, or ``--here`` when a
+control worker claimed it first) it prints a progress line at once, whenever the phase or a count
+changes and every 10 s meanwhile (:func:`benchmarks.services.sweep_wait`).
 
 The report printed at the end (:func:`benchmarks.services.sweep_report_text`) stays narrow enough
 for an 80-120 column terminal: units sit in a second header line, and a cell's long text (a

@@ -16,7 +16,6 @@ Exit status 1 when a deployment did not become ready, its request failed, or a s
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from django.conf import settings
@@ -43,67 +42,6 @@ DEMO_SWEEPS = (
     ("local-llamacpp", "64:64", [1, 8, 16], 2, 2,
      "64/64: the tiny model on 2 CPU cores would need minutes for 256/256 at c=16"),
 )
-
-
-#: Seconds between two progress lines of a demo sweep while nothing but the elapsed time changes.
-PROGRESS_EVERY_S = 10.0
-
-
-def demo_progress_line(*, sweep, elapsed_s: float) -> str:
-    """One progress line of a demo sweep, from its start: phase, points done/total, requests done
-    (of the sweep, and of the running point), elapsed seconds, e.g. ``sweep #7 12 s: running,
-    sending c=1 256/256, points 0/1 done, requests 0/1 done (point 0/1), 10.0 output tok/s``.
-    The phase is the sweep's status until it runs; then ``starting`` (before its first point),
-    ``preparing prompts N/M`` or ``sending <point>`` as the running point's own progress says."""
-    from benchmarks.choices import RunStatus, SweepStatus
-    from benchmarks.selectors import sweep_queue_note
-
-    phase = str(sweep.status)
-    point = ""
-    if sweep.status in (SweepStatus.PENDING, SweepStatus.WAITING):
-        note = sweep_queue_note(sweep=sweep)
-        phase += f" ({note})" if note else ""
-    elif sweep.status == SweepStatus.RUNNING:
-        run = sweep.runs.filter(status=RunStatus.RUNNING).order_by("-ordinal").first()
-        prog = (run.progress or {}) if run is not None else {}
-        if run is None:
-            phase = "running, starting"
-        elif prog.get("phase"):
-            phase = f"running, {prog['phase']} {int(prog.get('prepared') or 0)}/{prog.get('total') or 0} for {sweep.current_point}"
-        else:
-            phase = f"running, sending {sweep.current_point}"
-            total = prog.get("total") or run.num_requests
-            point = f" (point {int(prog.get('done') or 0)}" + (f"/{total})" if total else " sent)")
-    total = sweep.requests_total_known
-    requests = f"{sweep.requests_done}/{total}" if total is not None else f"{sweep.requests_done}"
-    line = (f"  sweep #{sweep.pk} {elapsed_s:.0f} s: {phase}, points {sweep.points_done}/{sweep.points_total} done, "
-            f"requests {requests} done{point}")
-    if sweep.status == SweepStatus.RUNNING and sweep.current_tok_s is not None:
-        line += f", {sweep.current_tok_s:.1f} output tok/s"
-    return line
-
-
-def demo_sweep_follow(*, sweep, timeout_s: float, write, poll_s: float = 2.0,
-                      every_s: float = PROGRESS_EVERY_S):
-    """Follow ``sweep`` until it ends or ``timeout_s`` passes, writing :func:`demo_progress_line`
-    at once, whenever its phase or counts change, and every ``every_s`` seconds meanwhile (a
-    single long request changes no count for a minute). Returns the refreshed row."""
-    from benchmarks.choices import SWEEP_TERMINAL
-
-    start = time.monotonic()
-    last_key, last_said = None, 0.0
-    while True:
-        sweep.refresh_from_db()
-        now = time.monotonic()
-        line = demo_progress_line(sweep=sweep, elapsed_s=now - start)
-        key = line.split(": ", 1)[1].split(", ", 99)
-        key = [part for part in key if not part.endswith("output tok/s")]
-        if key != last_key or now - last_said >= every_s:
-            write(line)
-            last_key, last_said = key, now
-        if sweep.status in SWEEP_TERMINAL or now - start > timeout_s:
-            return sweep
-        time.sleep(poll_s)
 
 
 def demo_login_line(username: str, password: str | None, *, terminal: bool) -> str:
@@ -198,7 +136,7 @@ class Command(CeilingCommand):
     def _sweeps(self, *, user, base: str, timeout_s: float, sweep_timeout_s: float) -> list[str]:
         """Sweep each demo recipe (deploying ``local-sim-single`` first), print the tables and
         findings; returns the names of recipes whose sweep did not finish."""
-        from benchmarks.services import sweep_create, sweep_report_text
+        from benchmarks.services import sweep_create, sweep_report_text, sweep_wait
         from deployments.choices import DeploymentStatus
         from deployments.models import Deployment
 
@@ -231,7 +169,7 @@ class Command(CeilingCommand):
                                  grid={"concurrency": concurrency, "lengths": [lengths],
                                        "requests_per_concurrency": per_c, "warmup": warmup})
             # One at a time: concurrent sweeps on a 2-core host would measure each other.
-            sweep = demo_sweep_follow(sweep=sweep, timeout_s=sweep_timeout_s, write=out.write)
+            sweep = sweep_wait(sweep=sweep, timeout_s=sweep_timeout_s, progress=out.write, poll_s=2.0)
             sweeps.append(sweep)
             if sweep.status != "done":
                 failed.append(f"{name} sweep ({sweep.status}: {sweep.reason or 'timed out'})")
