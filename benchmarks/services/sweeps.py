@@ -966,7 +966,10 @@ class _PointProgress:
     it); the sweep's thread calls :meth:`tick` every :data:`PROGRESS_PERIOD_S` seconds, which
     broadcasts a new report as ``sweep.progress`` at once and writes it to the run row and the
     sweep's progress columns at most every :data:`RUN_PROGRESS_WRITE_S` seconds (``final`` always
-    writes). Database writes stay in the sweep's thread.
+    writes). A report broadcast inside that interval is written by a later tick once the interval
+    has passed, new report or not, so the rows (what a reload and the polled status block show)
+    never stay behind the last broadcast. The message and the row carry the same report and its
+    ``updated_at`` (:meth:`message`). Database writes stay in the sweep's thread.
     """
 
     def __init__(self, sweep: BenchmarkSweep, run: BenchmarkRun, point: Mapping[str, Any], done_before: int) -> None:
@@ -980,6 +983,7 @@ class _PointProgress:
         self._latest: dict[str, Any] | None = None
         self._new = False
         self._written_at = 0.0
+        self._unwritten: dict[str, Any] | None = None   # the last message broadcast and not yet stored
 
     def report(self, snapshot: Mapping[str, Any]) -> None:
         """The load generator's callback: keep the newest ``{"done", "total", "failed",
@@ -997,30 +1001,47 @@ class _PointProgress:
         with self._lock:
             self._latest, self._new = {"phase": PREPARING_PHASE, "prepared": prepared, "total": total}, True
 
+    def message(self, latest: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``sweep.progress`` data of report ``latest``: ``{"sweep_id", "run_id",
+        "point_index", "points_total", <the report's keys>, "point", "duration_s",
+        "total_sent_so_far", "requests_done", "updated_at"}`` (``updated_at``: ISO 8601 UTC, when it
+        was made). The sweep page builds the same from the rows this writes
+        (:func:`benchmarks.views.sweep_pages.progress_message`)."""
+        return {"sweep_id": self.sweep_id, "run_id": self.run_id, "point_index": self.ordinal,
+                "points_total": self.points_total, **latest, "point": self.label, "duration_s": self.duration_s,
+                "total_sent_so_far": self.total_sent_so_far,
+                "requests_done": self.done_before + int(latest.get("done") or 0),  # 0 while preparing prompts
+                "updated_at": timezone.now().isoformat().replace("+00:00", "Z")}
+
     def tick(self, *, final: bool = False) -> None:
-        """Broadcast a new report, and store it when the last write is old enough (or ``final``)."""
+        """Broadcast a new report, and store the last one broadcast when the last write is old
+        enough (or ``final``)."""
         with self._lock:
             latest, new = self._latest, self._new
             self._new = False
-        if latest is None or not (new or final):
+        if latest is None:
             return
-        requests_done = self.done_before + int(latest.get("done") or 0)  # 0 while preparing prompts
         if new:
-            _broadcast(self.sweep_id, "sweep.progress", {
-                "sweep_id": self.sweep_id, "run_id": self.run_id, "point_index": self.ordinal,
-                "points_total": self.points_total, **latest, "point": self.label, "duration_s": self.duration_s,
-                "total_sent_so_far": self.total_sent_so_far, "requests_done": requests_done})
+            self._unwritten = self.message(latest)
+            _broadcast(self.sweep_id, "sweep.progress", self._unwritten)
+        elif final and self._unwritten is None:
+            self._unwritten = self.message(latest)
+        message = self._unwritten
+        if message is None:
+            return
         now = time.monotonic()
         if final or now - self._written_at >= RUN_PROGRESS_WRITE_S:
             self._written_at = now
-            fields: dict[str, Any] = {"requests_done": requests_done}
+            self._unwritten = None
+            report = {k: message[k] for k in latest}
+            fields: dict[str, Any] = {"requests_done": message["requests_done"]}
             if latest.get("tok_s") is not None:
                 fields["current_tok_s"] = latest["tok_s"]
 
             def write() -> None:
                 BenchmarkRun.objects.filter(pk=self.run_id).update(progress=json_safe(
-                    {**latest, "duration_s": self.duration_s, "total_sent_so_far": self.total_sent_so_far,
-                     "updated_at": timezone.now().isoformat().replace("+00:00", "Z")}))
+                    {**report, "duration_s": self.duration_s, "total_sent_so_far": self.total_sent_so_far,
+                     "updated_at": message["updated_at"]}))
                 BenchmarkSweep.objects.filter(pk=self.sweep_id).update(**fields)
 
             what = f"writing the progress of point {self.label}"
@@ -1030,6 +1051,8 @@ class _PointProgress:
             try:
                 retry_locked(write, what=what, delays=BEST_EFFORT_RETRY_DELAYS_S)
             except DatabaseBusy as exc:  # the next write carries the newer counts anyway
+                if self._unwritten is None:
+                    self._unwritten = message   # written by a later tick
                 log.warning("sweep %s: %s; the sweep goes on", self.sweep_id, exc)
 
 
