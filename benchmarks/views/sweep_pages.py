@@ -12,6 +12,7 @@ from django.core.paginator import Page
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 
 from benchmarks import services
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
@@ -468,7 +469,10 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     of the running point over the last report window, None when none), ``tok_s_window_s`` (that
     window's length, seconds: :data:`benchmarks.services.sweeps.TOK_S_WINDOW_S`), ``active`` (still
     moving), ``current_point`` (e.g. ``c=8 256/256``) and ``run`` (:func:`run_progress` of the
-    running point, None when none runs), ``held_at`` (when its task last found the pending sweep
+    running point, None when none runs), ``message`` (:func:`progress_message` of the running
+    point, None when none runs or it has not reported yet) and ``as_of`` (its ``updated_at`` as a
+    datetime: when the running point's counts, ``requests_done`` and ``current_tok_s`` were last
+    stored; None when unknown), ``held_at`` (when its task last found the pending sweep
     held back by a sweep sharing a CPU or GPU with it; None when not pending or never held).
 
     ``percent`` counts requests, or, when the grid limits points by time (``duration_s``, where the
@@ -478,6 +482,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     running = sweep.runs.filter(status=RunStatus.RUNNING).order_by("-ordinal").first() \
         if sweep.status == SweepStatus.RUNNING else None
     live = run_progress(running) if running is not None else None
+    message = progress_message(sweep, running) if live is not None else None
     timed = bool((sweep.grid or {}).get("duration_s"))
     if timed and sweep.points_total:
         share = (live or {}).get("fraction") or 0.0
@@ -501,7 +506,23 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
         "current_point": sweep.current_point if sweep.status == SweepStatus.RUNNING else "",
         "active": active, "run": live, "queue_note": sweep_queue_note(sweep=sweep) if active else "",
         "held_at": sweep.held_at if sweep.status == SweepStatus.PENDING else None,
+        "message": message, "as_of": parse_datetime((message or {}).get("updated_at") or ""),
     }
+
+
+def progress_message(sweep: BenchmarkSweep, run: BenchmarkRun) -> dict[str, Any]:
+    """The ``sweep.progress`` data of the running point ``run`` as its rows hold it: the same
+    keys and values as the last message the sweep stored
+    (:meth:`benchmarks.services.sweeps._PointProgress.message`), ``updated_at`` included (None for
+    a row written before it was kept). The sweep page embeds it, and its live panel draws it the
+    way it draws a message, so a reload and the live updates show one point and one count."""
+    p = dict(run.progress or {})
+    duration = p.pop("duration_s", _opt_float(run.duration_s))
+    sent_so_far = p.pop("total_sent_so_far", bool(duration) and run.request_rate is None)
+    updated_at = p.pop("updated_at", None)
+    return {"sweep_id": sweep.pk, "run_id": run.pk, "point_index": run.ordinal, "points_total": sweep.points_total,
+            **p, "point": sweep.current_point or run.label, "duration_s": duration, "total_sent_so_far": sent_so_far,
+            "requests_done": sweep.requests_done, "updated_at": updated_at}
 
 
 def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
