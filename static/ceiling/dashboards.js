@@ -604,7 +604,7 @@
         + (isNum(total) ? total : "—"), "prompts");
       bar(field(root, "fill"), isNum(data.prepared) && isNum(total) && total > 0 ? data.prepared / total : null);
       var ageP = field(root, "sample-age");
-      if (ageP) ageP.textContent = "updated " + CeilingLive.clockUtc(new Date());
+      if (ageP) ageP.textContent = "updated " + CeilingLive.clockUtc(progressTime(data) || new Date());
       return;
     }
     set(root, "requests", isNum(done) && isNum(total)
@@ -626,19 +626,50 @@
       : (isNum(done) && isNum(total) && total > 0 ? done / total : null));
     root._sample = { t: Date.now() / 1000, interval: 1 };
     var age = field(root, "sample-age");
-    if (age) age.textContent = "updated " + CeilingLive.clockUtc(new Date());
+    if (age) age.textContent = "updated " + CeilingLive.clockUtc(progressTime(data) || new Date());
+  }
+
+  // When a sweep.progress report was made (its updated_at, a Date), or null for one without it.
+  function progressTime(data) {
+    var t = data && typeof data.updated_at === "string" ? Date.parse(data.updated_at) : NaN;
+    return isNum(t) ? new Date(t) : null;
+  }
+
+  // Draw a progress report unless the panel already shows a newer one: the messages and the copy
+  // of the last one embedded in the polled status block (#sweep-progress-message, written from
+  // the same rows a reload renders) are one source, and whichever is newest is what is shown.
+  function showSweepProgress(root, data) {
+    var t = progressTime(data);
+    if (t && root._shownAt && t < root._shownAt) return;
+    if (t) root._shownAt = t;
+    renderSweepProgress(root, data);
+  }
+
+  function embeddedSweepProgress() {
+    var el = document.querySelector("#sweep-progress-message");
+    if (!el) return null;
+    try { return JSON.parse(el.textContent); } catch (err) { return null; }
   }
 
   function initSweep(root) {
     var id = root.getAttribute("data-live-sweep");
     var group = "sweep-" + id;
+    // The page as rendered (or reloaded) shows its stored report at once; each re-fetch of the
+    // status block brings the rows' latest, drawn when no newer message came first.
+    var embedded = embeddedSweepProgress();
+    if (embedded) showSweepProgress(root, embedded);
+    document.addEventListener("htmx:load", function (event) {
+      if (!event.detail || !event.detail.elt || event.detail.elt.id !== "sweep-progress") return;
+      var stored = embeddedSweepProgress();
+      if (stored && !root._ended) showSweepProgress(root, stored);
+    });
     CeilingLive.open({
       groups: [group],
       notBefore: notBefore(root, group),
       onMessage: function (msg, meta) {
         var badge = field(root, "status");
         if (msg.type === "sweep.progress") {
-          if (!meta.replayed || msg.data.done !== msg.data.total) renderSweepProgress(root, msg.data);
+          if (!meta.replayed || msg.data.done !== msg.data.total) showSweepProgress(root, msg.data);
           if (badge && !/^(done|failed|cancelled)$/.test(badge.textContent)) setBadge(badge, "running", "warn");
         } else if (msg.type === "sweep.point" && msg.data.summary) {
           // The point is stored: its measured result replaces the windowed live rate.
@@ -649,7 +680,7 @@
           setBadge(badge, msg.data.status, statusClass(msg.data.status) || (msg.data.status === "done" ? "ok" : ""));
           // Ended: the status panel above (reloaded next) holds the final counts; a second,
           // frozen copy of them here would only repeat it.
-          if (/^(done|failed|cancelled)$/.test(msg.data.status) && !meta.replayed) root.hidden = true;
+          if (/^(done|failed|cancelled)$/.test(msg.data.status) && !meta.replayed) { root.hidden = true; root._ended = true; }
           // Ended: its what-if projection (rendered hidden while it ran, for a role that may use
           // it) can be opened now, without a reload.
           if (/^(done|failed|cancelled)$/.test(msg.data.status)) {
