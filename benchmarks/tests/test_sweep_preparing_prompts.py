@@ -13,7 +13,7 @@ from django.urls import reverse
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import point_limits, sweep_create, sweep_execute
-from benchmarks.services.sweeps import PREPARING_PHASE, PROMPT_POOL_REQ_S_PER_SLOT, sweep_progress_line
+from benchmarks.services.sweeps import PREPARING_PHASE, _PointProgress, PROMPT_POOL_REQ_S_PER_SLOT, sweep_progress_line
 from benchmarks.tests.sweep_support import sim_deployment_create
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
@@ -26,28 +26,51 @@ def _var_dir(settings, tmp_path: Path) -> None:
 
 
 def test_a_running_point_says_it_is_preparing_prompts_on_its_row_page_and_progress_line(
-        sim_url: str, operator, viewer) -> None:
-    # Chat prompts are text: a time-only point of 1024-token prompts builds about 1950 of them
-    # (seconds of work) before its first request.
+        sim_url: str, operator, viewer, monkeypatch) -> None:
+    # A time-only closed-loop text point builds duration x concurrency x PROMPT_POOL_REQ_S_PER_SLOT
+    # prompts: 20 here, built in well under one progress tick, so the phase would end before a page
+    # could load. The build is held halfway through instead, at the progress callback the prompt
+    # builder calls after each prompt, until the row, the page and the line have been read.
     deployment = sim_deployment_create(base_url=sim_url)
     sweep = sweep_create(deployment=deployment, user=operator,
                          grid={"api": "openai-chat", "concurrency": [1], "lengths": ["1024:4"], "duration_s": 1.0})
+    held_at = PROMPT_POOL_REQ_S_PER_SLOT // 2
+    release = threading.Event()
+    built = _PointProgress.preparing
+
+    def preparing(self, prepared: int, total: int) -> None:
+        built(self, prepared, total)
+        if prepared == held_at:
+            assert release.wait(60), "the test never released the prompt build"
+
+    monkeypatch.setattr(_PointProgress, "preparing", preparing)
     result: dict = {}
-    thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=sweep.pk)))
+
+    def execute() -> None:
+        try:
+            result["status"] = sweep_execute(sweep_id=sweep.pk)
+        finally:
+            release.set()
+
+    thread = threading.Thread(target=execute)
     thread.start()
     client = Client()
     client.force_login(viewer)
     seen: list[dict] = []
     line = page = ""
-    while thread.is_alive():
-        run = BenchmarkRun.objects.filter(sweep=sweep).first()
-        if run is not None and run.status == RunStatus.RUNNING and (run.progress or {}).get("phase"):
-            seen.append(dict(run.progress))
-            if not line:
-                line = sweep_progress_line(sweep=BenchmarkSweep.objects.get(pk=sweep.pk))
-                page = client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()
-        time.sleep(0.05)
-    thread.join()
+    try:
+        while thread.is_alive():
+            run = BenchmarkRun.objects.filter(sweep=sweep).first()
+            if run is not None and run.status == RunStatus.RUNNING and (run.progress or {}).get("phase"):
+                seen.append(dict(run.progress))
+                if not line and run.progress["prepared"] == held_at:  # held there: it stays until released
+                    line = sweep_progress_line(sweep=BenchmarkSweep.objects.get(pk=sweep.pk))
+                    page = client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()
+                    release.set()
+            time.sleep(0.05)
+    finally:
+        release.set()
+        thread.join()
     assert result["status"] == SweepStatus.DONE
     assert seen, "the run's progress never said it was preparing prompts"
     total = seen[0]["total"]
@@ -55,9 +78,9 @@ def test_a_running_point_says_it_is_preparing_prompts_on_its_row_page_and_progre
     assert [p["prepared"] for p in seen] == sorted(p["prepared"] for p in seen)
     assert all(0 <= p["prepared"] <= total for p in seen)
     run = BenchmarkRun.objects.get(sweep=sweep)
-    assert total == run.summary["prompt_pool"]  # no warmup: the prompts to build are the pool
-    assert PREPARING_PHASE in line and f"/{total} prompts built" in line, line
-    assert "run-phase" in page and f"/ {total} prompts" in page, page
+    assert total == run.summary["prompt_pool"] == PROMPT_POOL_REQ_S_PER_SLOT  # no warmup: the pool, 1 s at c=1
+    assert PREPARING_PHASE in line and f"{held_at}/{total} prompts built" in line, line
+    assert "run-phase" in page and f"{held_at} / {total} prompts" in page, page
     # the load generator's reports replace it once requests go out
     assert "phase" not in run.progress and run.progress["done"] == run.num_requests
 
