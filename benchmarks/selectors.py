@@ -248,7 +248,8 @@ def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
 
         dep = sweep.deployment
         if dep is not None and dep.status == DeploymentStatus.READY:
-            return f"starting: deployment #{dep.pk} is ready"  # the next second it runs
+            # Its wait loop looks every WAIT_POLL_S (0.5 s), so it runs within a second.
+            return f"deployment #{dep.pk} is ready; the sweep starts within a second"
         limit = (sweep.grid or {}).get("wait_ready_s")
         state = f"deployment #{dep.pk} is {dep.status}" if dep is not None else "its deployment is gone"
         return (f"waiting for the deployment to be ready: {state}"

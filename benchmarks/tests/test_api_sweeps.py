@@ -108,7 +108,7 @@ def test_it_says_why_a_pending_sweep_has_not_started(operator_api, deployment, s
     deployment.status = DeploymentStatus.READY
     deployment.save(update_fields=["status"])
     assert operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"] == (
-        f"starting: deployment #{deployment.pk} is ready")
+        f"deployment #{deployment.pk} is ready; the sweep starts within a second")
     BenchmarkSweep.objects.filter(pk=first["id"]).update(status=SweepStatus.DONE)
     assert operator_api.get(f"/api/sweeps/{first['id']}/").json()["queue_note"] is None
 
