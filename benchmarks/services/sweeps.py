@@ -1988,42 +1988,66 @@ PROGRESS_HEARTBEAT_S = 10.0
 
 def sweep_follow_line(*, sweep: BenchmarkSweep, elapsed_s: float) -> str:
     """One line of a followed sweep's progress, from its start: phase, points done/total, requests
-    done (of the sweep, and of the running point), elapsed seconds, e.g. ``sweep #7 12 s: running,
-    sending c=1 256/256, points 0/1 done, requests 0/1 done (point 0/1), 10.0 output tok/s``.
+    done (of the sweep, and of the running point, with its failed requests), elapsed seconds and
+    the running point's output tok/s, e.g. ``sweep #7 12 s: running, sending c=1 256/256, points
+    1/3 done, requests 37/225 done (point 12/25), 41.0 output tok/s (last 0.5 s window), 38.4
+    output tok/s (mean since start)``.
+
     The phase is the sweep's status until it runs (with its queue note while pending or waiting);
-    then ``starting`` (before its first point), ``preparing prompts N/M for <point>`` or
-    ``sending <point>`` as the running point's own progress says. The sweep's request total is
-    the one the API gives (none while points limited by time alone run), and a time-limited
-    point's total is the requests sent so far, said as such."""
+    then ``starting`` (before its first point; ``starting <point>`` once the next point is named
+    and before its run row runs), ``preparing prompts for <point>, N/M prompts built`` or
+    ``sending <point>`` as the running point's own progress says, and ``analysing the results``
+    once every point is done. The sweep's request total is the one the API gives
+    (:attr:`benchmarks.models.BenchmarkSweep.requests_total_known`): a sweep with points limited by
+    time alone has none until it is done and says so (``requests 142 done, total not known:
+    points limited by time``) rather than a total that falls behind its count. A time-limited
+    closed-loop point's total is the requests sent so far, said as such (``point 42 done of 44
+    sent so far, time-limited``). The running point's output tok/s is given twice, each named:
+    over the last report window (:data:`TOK_S_WINDOW_S`; the sweep's ``current_tok_s``) and the
+    mean since its first request (its progress ``tok_s_mean``, left out before any token),
+    neither a stored result."""
     from benchmarks.selectors import sweep_queue_note
 
     phase = str(sweep.status)
     point = ""
+    prog: dict[str, Any] = {}
     if sweep.status in (SweepStatus.PENDING, SweepStatus.WAITING):
         note = sweep_queue_note(sweep=sweep)
         phase += f" ({note})" if note else ""
     elif sweep.status == SweepStatus.RUNNING:
         run = sweep.runs.filter(status=RunStatus.RUNNING).order_by("-ordinal").first()
         prog = (run.progress or {}) if run is not None else {}
-        if run is None:
+        if run is None and sweep.current_point:
+            phase = f"running, starting {sweep.current_point}"
+        elif run is None and sweep.points_total and sweep.points_done >= sweep.points_total:
+            phase = "running, analysing the results"
+        elif run is None:
             phase = "running, starting"
         elif prog.get("phase"):
-            phase = (f"running, {prog['phase']} {int(prog.get('prepared') or 0)}/{prog.get('total') or 0} "
-                     f"for {sweep.current_point}")
+            phase = (f"running, {prog['phase']} for {sweep.current_point}, "
+                     f"{int(prog.get('prepared') or 0)}/{prog.get('total') or 0} prompts built")
         else:
             phase = f"running, sending {sweep.current_point}"
             done = int(prog.get("done") or 0)
             total = prog.get("total") or run.num_requests
             if _total_sent_so_far(run):
-                point = f" (point {done} of {prog.get('total') or 0} sent so far)"
+                point = f"point {done} done of {prog.get('total') or 0} sent so far, time-limited"
             else:
-                point = f" (point {done}" + (f"/{total})" if total else " sent)")
+                point = f"point {done}" + (f"/{total}" if total else " sent")
+            failed = int(prog.get("failed") or 0)
+            point = f" ({point}" + (f", {failed} failed" if failed else "") + ")"
     total = sweep.requests_total_known
-    requests = f"{sweep.requests_done}/{total}" if total is not None else f"{sweep.requests_done}"
+    if total is not None:
+        requests = f"requests {sweep.requests_done}/{total} done{point}"
+    else:
+        requests = f"requests {sweep.requests_done} done{point}, total not known: points limited by time"
     line = (f"  sweep #{sweep.pk} {elapsed_s:.0f} s: {phase}, points {sweep.points_done}/{sweep.points_total} done, "
-            f"requests {requests} done{point}")
-    if sweep.status == SweepStatus.RUNNING and sweep.current_tok_s is not None:
-        line += f", {sweep.current_tok_s:.1f} output tok/s"
+            f"{requests}")
+    if sweep.status == SweepStatus.RUNNING:
+        if sweep.current_tok_s is not None:
+            line += f", {sweep.current_tok_s:.1f} output tok/s (last {TOK_S_WINDOW_S:g} s window)"
+        if isinstance(prog.get("tok_s_mean"), (int, float)):
+            line += f", {prog['tok_s_mean']:.1f} output tok/s (mean since start)"
     return line
 
 
@@ -2053,7 +2077,7 @@ def sweep_wait(*, sweep: BenchmarkSweep, timeout_s: float, progress=None, poll_s
         if progress:
             line = sweep_follow_line(sweep=sweep, elapsed_s=now - start)
             # what changed, the elapsed seconds and the tok/s left aside
-            key = [part for part in line.split(": ", 1)[1].split(", ") if not part.endswith("output tok/s")]
+            key = [part for part in line.split(": ", 1)[1].split(", ") if " output tok/s " not in part]
             if key != last_key or now - last_said >= every_s:
                 progress(line)
                 last_key, last_said = key, now
@@ -2069,50 +2093,6 @@ def _total_sent_so_far(run: BenchmarkRun) -> bool:
     if "total_sent_so_far" in p:
         return bool(p["total_sent_so_far"])
     return bool(p.get("duration_s") or run.duration_s) and run.request_rate is None
-
-
-def sweep_progress_line(*, sweep: BenchmarkSweep) -> str:
-    """One line of a sweep's progress for a terminal, e.g. ``sweep #7: running, point 1/3
-    (c=1 256/256): 12/25 requests of this point, 12/225 of the sweep, 41.0 output tok/s (last 0.5 s
-    window), 38.2 output tok/s (mean since start)``. The point's
-    counts come from its run row's progress (the load generator's own); the sweep's from its
-    columns, the total as the API gives it
-    (:attr:`benchmarks.models.BenchmarkSweep.requests_total_known`): a sweep with points limited
-    by time alone has none until it is done, and says how many are done (``142 done in the sweep,
-    total not known: points limited by time``) rather than a total that falls behind them
-    (``142/128``). The running point's output tok/s is given twice, each named: over the last
-    report window (:data:`TOK_S_WINDOW_S`, 0.5 s; the sweep's ``current_tok_s``) and the mean since
-    its first request (its progress ``tok_s_mean``, left out before any token), neither a stored
-    result. While the point's prompts are built it says so instead of its requests
-    (``preparing prompts, 1200/5004 prompts built``)."""
-    running = sweep.status == SweepStatus.RUNNING
-    line = f"  sweep #{sweep.pk}: {sweep.status}"
-    if sweep.current_point:
-        line += f", point {sweep.points_done + running}/{sweep.points_total} ({sweep.current_point})"
-    if sweep.status in (SweepStatus.PENDING, SweepStatus.WAITING):
-        from benchmarks.selectors import sweep_queue_note
-
-        line += f" ({sweep_queue_note(sweep=sweep)})"
-    if running:
-        run = sweep.runs.filter(status=RunStatus.RUNNING).order_by("-ordinal").first()
-        prog = (run.progress or {}) if run is not None else {}
-        if run is not None and prog.get("phase"):
-            line += f": {prog['phase']}, {int(prog.get('prepared') or 0)}/{prog.get('total') or 0} prompts built"
-        elif run is not None:
-            total = prog.get("total") or run.num_requests
-            done = int(prog.get("done") or 0)
-            if _total_sent_so_far(run):
-                line += f": {done} done of {prog.get('total') or 0} sent so far in this point (time-limited point)"
-            else:
-                line += f": {done}" + (f"/{total}" if total else " sent") + " requests of this point"
-        total = sweep.requests_total_known
-        line += (f", {sweep.requests_done}/{total} of the sweep" if total is not None
-                 else f", {sweep.requests_done} done in the sweep, total not known: points limited by time")
-        if sweep.current_tok_s is not None:
-            line += f", {sweep.current_tok_s:.1f} output tok/s (last {TOK_S_WINDOW_S:g} s window)"
-        if isinstance(prog.get("tok_s_mean"), (int, float)):
-            line += f", {prog['tok_s_mean']:.1f} output tok/s (mean since start)"
-    return line
 
 
 def sweep_report_text(*, sweep: BenchmarkSweep) -> str:

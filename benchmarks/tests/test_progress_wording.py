@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.services import sweep_progress_line
+from benchmarks.services import sweep_follow_line
 from benchmarks.views.charts import sweep_charts
 
 pytestmark = pytest.mark.django_db
@@ -18,14 +18,19 @@ def test_it_says_whose_request_counts_a_progress_line_shows() -> None:
                                           current_tok_s=41.04)
     run = BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status=RunStatus.RUNNING, concurrency=1,
                                       num_requests=25, progress={"done": 12, "total": 25})
-    assert sweep_progress_line(sweep=sweep) == (
-        f"  sweep #{sweep.pk}: running, point 1/3 (c=1 256/256): 12/25 requests of this point, "
-        "12/225 of the sweep, 41.0 output tok/s (last 0.5 s window)")
+    assert sweep_follow_line(sweep=sweep, elapsed_s=7.2) == (
+        f"  sweep #{sweep.pk} 7 s: running, sending c=1 256/256, points 0/3 done, requests 12/225 done "
+        "(point 12/25), 41.0 output tok/s (last 0.5 s window)")
     # with the mean since the start: both rates, each named, never one taken for the other
     run.progress = {"done": 12, "total": 25, "output_tokens": 3072, "elapsed_s": 80.0, "tok_s_mean": 3072 / 80.0}
     run.save()
-    assert sweep_progress_line(sweep=sweep).endswith(
-        "12/225 of the sweep, 41.0 output tok/s (last 0.5 s window), 38.4 output tok/s (mean since start)")
+    assert sweep_follow_line(sweep=sweep, elapsed_s=7.2).endswith(
+        "requests 12/225 done (point 12/25), 41.0 output tok/s (last 0.5 s window), "
+        "38.4 output tok/s (mean since start)")
+    # the point's failed requests, when any
+    run.progress = {**run.progress, "failed": 2}
+    run.save()
+    assert "requests 12/225 done (point 12/25, 2 failed), " in sweep_follow_line(sweep=sweep, elapsed_s=7.2)
 
 
 def test_a_time_limited_points_line_says_its_total_is_what_was_sent_so_far() -> None:
@@ -34,9 +39,9 @@ def test_a_time_limited_points_line_says_its_total_is_what_was_sent_so_far() -> 
                                           grid={"concurrency": [4, 8], "lengths": [[256, 256]], "duration_s": 30.0})
     BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status=RunStatus.RUNNING, concurrency=4, duration_s=30.0,
                                 progress={"done": 42, "total": 44, "duration_s": 30.0, "total_sent_so_far": True})
-    assert sweep_progress_line(sweep=sweep) == (
-        f"  sweep #{sweep.pk}: running, point 1/2 (c=4 256/256): 42 done of 44 sent so far in this point "
-        "(time-limited point), 42 done in the sweep, total not known: points limited by time")
+    assert sweep_follow_line(sweep=sweep, elapsed_s=31.0) == (
+        f"  sweep #{sweep.pk} 31 s: running, sending c=4 256/256, points 0/2 done, requests 42 done "
+        "(point 42 done of 44 sent so far, time-limited), total not known: points limited by time")
 
 
 def test_the_running_point_stores_and_broadcasts_whether_its_total_is_what_was_sent(monkeypatch) -> None:

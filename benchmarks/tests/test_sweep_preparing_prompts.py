@@ -13,7 +13,7 @@ from django.urls import reverse
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import point_limits, sweep_create, sweep_execute
-from benchmarks.services.sweeps import PREPARING_PHASE, _PointProgress, PROMPT_POOL_REQ_S_PER_SLOT, sweep_progress_line
+from benchmarks.services.sweeps import PREPARING_PHASE, _PointProgress, PROMPT_POOL_REQ_S_PER_SLOT, sweep_follow_line
 from benchmarks.tests.sweep_support import sim_deployment_create
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
@@ -64,7 +64,7 @@ def test_a_running_point_says_it_is_preparing_prompts_on_its_row_page_and_progre
             if run is not None and run.status == RunStatus.RUNNING and (run.progress or {}).get("phase"):
                 seen.append(dict(run.progress))
                 if not line and run.progress["prepared"] == held_at:  # held there: it stays until released
-                    line = sweep_progress_line(sweep=BenchmarkSweep.objects.get(pk=sweep.pk))
+                    line = sweep_follow_line(sweep=BenchmarkSweep.objects.get(pk=sweep.pk), elapsed_s=0)
                     page = client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()
                     release.set()
             time.sleep(0.05)
@@ -79,7 +79,7 @@ def test_a_running_point_says_it_is_preparing_prompts_on_its_row_page_and_progre
     assert all(0 <= p["prepared"] <= total for p in seen)
     run = BenchmarkRun.objects.get(sweep=sweep)
     assert total == run.summary["prompt_pool"] == PROMPT_POOL_REQ_S_PER_SLOT  # no warmup: the pool, 1 s at c=1
-    assert PREPARING_PHASE in line and f"{held_at}/{total} prompts built" in line, line
+    assert f": running, {PREPARING_PHASE} for c=1 1024/4, {held_at}/{total} prompts built, " in line, line
     assert "run-phase" in page and f"{held_at} / {total} prompts" in page, page
     # the load generator's reports replace it once requests go out
     assert "phase" not in run.progress and run.progress["done"] == run.num_requests

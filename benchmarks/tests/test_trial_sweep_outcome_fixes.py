@@ -16,7 +16,7 @@ import pytest
 from benchmarks.api.serializers import SweepSerializer
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkSweep
-from benchmarks.services import sweep_analysis, sweep_create, sweep_execute, sweep_progress_line
+from benchmarks.services import sweep_analysis, sweep_create, sweep_execute, sweep_follow_line
 from benchmarks.tests.sweep_support import sim_deployment_create
 from deployments.choices import DeploymentStatus
 
@@ -46,7 +46,7 @@ def test_a_time_limited_sweep_shows_no_request_total_until_it_knows_one(sim_url:
         body = SweepSerializer(row).data
         seen.append((body["status"], body["requests_done"], body["requests_total"]))
         if row.status == SweepStatus.RUNNING and row.points_done == 1:
-            lines.append(sweep_progress_line(sweep=row))
+            lines.append(sweep_follow_line(sweep=row, elapsed_s=0))
         time.sleep(0.05)
     thread.join()
     assert result["status"] == SweepStatus.DONE
@@ -56,9 +56,9 @@ def test_a_time_limited_sweep_shows_no_request_total_until_it_knows_one(sim_url:
     assert any(done > 0 for status, done, _ in seen if status == SweepStatus.RUNNING), seen
     body = SweepSerializer(BenchmarkSweep.objects.get(pk=sweep.pk)).data
     assert body["requests_total"] == body["requests_done"] > 0
-    assert lines and all(re.search(r", \d+ done in the sweep, total not known: points limited by time", line)
-                         for line in lines), lines
-    assert not any(re.search(r"\d+/\d+ of the sweep", line) for line in lines)
+    assert lines and all(re.search(r", requests \d+ done( \(point [^)]*\))?, total not known: points limited by time",
+                                   line) for line in lines), lines
+    assert not any(re.search(r"requests \d+/\d+", line) for line in lines)
 
 
 @pytest.mark.django_db
@@ -71,7 +71,8 @@ def test_a_total_that_a_time_limit_can_only_shorten_is_given_while_the_sweep_run
                                           grid={"concurrency": [1, 4], "request_rates": [2.0], "lengths": [[16, 8]],
                                                 "requests_per_concurrency": 2, "duration_s": 5.0})
     assert (SweepSerializer(capped).data["requests_total"], SweepSerializer(timed).data["requests_total"]) == (40, None)
-    assert sweep_progress_line(sweep=timed).endswith(", 265 done in the sweep, total not known: points limited by time")
+    assert sweep_follow_line(sweep=timed, elapsed_s=0).endswith(
+        ", requests 265 done, total not known: points limited by time")
     BenchmarkSweep.objects.filter(pk=timed.pk).update(status=SweepStatus.DONE, requests_total=439, requests_done=439)
     assert SweepSerializer(BenchmarkSweep.objects.get(pk=timed.pk)).data["requests_total"] == 439
 
