@@ -536,7 +536,7 @@ def test_it_asks_for_a_second_run(viewer_client, mismatch_sweep):
     assert f"Add at least one more run or a sweep to compare run #{clean.pk} with." in html
     # The same one run sent by the form is the API's 400, the form kept.
     response = viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk), "compare": "1"})
-    assert response.status_code == 400 and "Give at least two runs to compare." in _html(response)
+    assert response.status_code == 400 and f"Only run {clean.pk} was given; give at least two runs to compare." in _html(response)
     assert f'name="runs" value="{clean.pk}"' in _html(response)
 
 
@@ -546,7 +546,7 @@ def test_one_run_ticked_on_the_index_keeps_the_selection(viewer_client, mismatch
     assert f'name="run" value="{clean.pk}"' in index and "Compare selected runs" in index
     response = viewer_client.get(reverse("benchmarks:compare"), {"run": str(clean.pk)})
     html = _html(response)
-    assert response.status_code == 400 and "Give at least two runs to compare." in html
+    assert response.status_code == 400 and f"Only run {clean.pk} was given; give at least two runs to compare." in html
     assert f'name="runs" value="{clean.pk}"' in html
 
 
