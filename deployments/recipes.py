@@ -259,6 +259,21 @@ class _Errors:
             raise InvalidInput(self.errors)
 
 
+def _object_check(errs: _Errors, path: str, value: Any, shape: str = "", missing: str | None = None) -> dict | None:
+    """``value`` when it is a JSON object; otherwise None, with the problem at ``path``. A value
+    left out (or null) is the message ``missing`` where the field is required, else no problem; a value of another type is never reported as missing: "must be an object``shape``,
+    got ``<value as JSON spells it>``" (``must be an object ({"path": ...} or {"name": ...}),
+    got 1``, ``got 'abc'``, ``got [1]``)."""
+    if isinstance(value, dict):
+        return value
+    if value is None:
+        if missing is not None:
+            errs.add(path, missing)
+        return None
+    errs.add(path, f"must be an object{shape}, got {json_spelled(value)}")
+    return None
+
+
 def recipe_validate(
     *,
     engine: str,
@@ -422,8 +437,9 @@ def _spec_validate(
 
 def _model_check(errs: _Errors, adapter: EngineAdapter, model: Any) -> dict:
     norm: dict[str, str | None] = {"path": None, "name": None}
-    if not isinstance(model, dict):
-        errs.add("spec.model", 'is required: {"path": "/models/X"} or {"name": "org/Model"}')
+    model = _object_check(errs, "spec.model", model, ' ({"path": ...} or {"name": ...})',
+                          missing='is required: {"path": "/models/X"} or {"name": "org/Model"}')
+    if model is None:
         return norm
     for key in model:
         if key not in ("path", "name"):
@@ -483,8 +499,9 @@ def _served_name_check(errs: _Errors, served: Any, model: dict) -> str:
 
 def _roles_check(errs: _Errors, adapter: EngineAdapter, topology: str, roles: Any, node: NodeFacts) -> dict:
     expected = TOPOLOGY_ROLES[topology]
-    if not isinstance(roles, dict):
-        errs.add("spec.roles", f"must be an object with roles {', '.join(expected)}")
+    roles = _object_check(errs, "spec.roles", roles, f" with roles {', '.join(expected)}",
+                          missing=f"is required: an object with roles {', '.join(expected)}")
+    if roles is None:
         return {}
     for name in roles:
         if name not in expected:
@@ -494,11 +511,8 @@ def _roles_check(errs: _Errors, adapter: EngineAdapter, topology: str, roles: An
     for name in expected:
         role = roles.get(name)
         path = f"spec.roles.{name}"
+        role = _object_check(errs, path, role, missing=f"role {name} is required for topology {topology}")
         if role is None:
-            errs.add(path, f"role {name} is required for topology {topology}")
-            continue
-        if not isinstance(role, dict):
-            errs.add(path, f"must be an object, got {json_spelled(role)}")
             continue
         if name == "router":
             out[name] = _router_check(errs, adapter, path, role, node)
@@ -921,10 +935,8 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
     engine's own rule for some values (a message or None, e.g. llama.cpp's registered chat
     formats, :meth:`deployments.engines.llamacpp.LlamaCppAdapter.flag_value_problem`), is asked
     before the type check."""
+    flags = _object_check(errs, path, flags, " of flag: value")
     if flags is None:
-        return {}
-    if not isinstance(flags, dict):
-        errs.add(path, f"must be an object of flag: value, got {json_spelled(flags)}")
         return {}
     out: dict[str, Any] = {}
     spelled: dict[str, str] = {}
@@ -1034,10 +1046,8 @@ def env_value_problem(name: str, value: str) -> str | None:
 
 
 def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:
+    env = _object_check(errs, path, env, " of NAME: value")
     if env is None:
-        return {}
-    if not isinstance(env, dict):
-        errs.add(path, f"must be an object of NAME: value, got {json_spelled(env)}")
         return {}
     out: dict[str, str] = {}
     for name, value in env.items():
@@ -1068,10 +1078,8 @@ def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:
 
 
 def _secrets_check(errs: _Errors, secrets: Any, secret_names: set[str] | None) -> dict[str, str]:
+    secrets = _object_check(errs, "spec.secrets", secrets, " of ENV_NAME: secret name")
     if secrets is None:
-        return {}
-    if not isinstance(secrets, dict):
-        errs.add("spec.secrets", f"must be an object of ENV_NAME: secret name, got {json_spelled(secrets)}")
         return {}
     out: dict[str, str] = {}
     for name, secret in secrets.items():
@@ -1132,10 +1140,8 @@ def _num_field(errs: _Errors, path: str, value: Any, default: float, lo: float, 
 
 def _restart_check(errs: _Errors, restart: Any) -> dict:
     out = dict(DEFAULT_RESTART)
+    restart = _object_check(errs, "spec.restart", restart)
     if restart is None:
-        return out
-    if not isinstance(restart, dict):
-        errs.add("spec.restart", f"must be an object, got {json_spelled(restart)}")
         return out
     for key in restart:
         if key not in DEFAULT_RESTART:
@@ -1163,10 +1169,8 @@ def _sim_check(errs: _Errors, sim: Any, worker_roles: list[str]) -> dict:
     profile stands for (the simulator takes none), used for per-GPU benchmark numbers: an integer
     1..1024 for the whole deployment, or ``{role: int}`` over the recipe's worker roles (e.g.
     ``{"prefill": 4, "decode": 4}`` for the seed PD profile)."""
+    sim = _object_check(errs, "spec.sim", sim)
     if sim is None:
-        return {"profile": DEFAULT_PROFILE}
-    if not isinstance(sim, dict):
-        errs.add("spec.sim", f"must be an object, got {json_spelled(sim)}")
         return {"profile": DEFAULT_PROFILE}
     for key in sim:
         if key not in ("profile", "gpus_modelled"):

@@ -182,7 +182,7 @@ def test_an_unknown_engine_still_reports_what_of_the_spec_does_not_depend_on_it(
         "object with the topology's roles): what they may hold depends on the engine; the rest of the spec was checked")
     assert body["foo"] == [f"unknown field 'foo'; allowed: {ALLOWED}"]
     assert body["node"][0] == "no node named 'no-such-node'"
-    assert body["spec.roles"] == ["must be an object with roles prefill, decode, router"]
+    assert body["spec.roles"] == ["must be an object with roles prefill, decode, router, got 1"]
     assert body["spec.stop_grace_s"] == ["must be between 1 and 3600, got 0"]
     assert body["spec.colour"][0].startswith("unknown field 'colour'; allowed: ")
     assert body["spec.model.name"][0].startswith("must look like org/name")

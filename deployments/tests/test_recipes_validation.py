@@ -409,7 +409,7 @@ def test_it_refuses_allow_cross_numa_on_cpu_engines_and_the_router():
     ({"name": "-rf/x"}, "spec.model.name", "must not start with '-'"),
     ({"name": "no-org"}, "spec.model.name", "must look like org/name"),
     ({"path": "/models/a", "name": "o/n"}, "spec.model", "give exactly one of path or name"),
-    ("DeepSeek", "spec.model", "is required"),
+    ("DeepSeek", "spec.model", 'must be an object ({"path": ...} or {"name": ...}), got \'DeepSeek\''),
 ])
 def test_it_rejects_bad_model_references(model, path, fragment):
     spec = seed_pd_spec()
