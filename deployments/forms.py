@@ -18,7 +18,7 @@ from controlplane.forms import SingleValuedForm
 from controlplane.redaction import credential_mask_json
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
-from deployments.models import Node, Recipe, Secret, name_validator
+from deployments.models import NAME_MAX_LENGTH, Node, Recipe, Secret, name_validator
 from deployments.recipes import RECIPE_DOC_PATH
 
 
@@ -139,7 +139,9 @@ class RecipeForm(SpecTextMixin, SingleValuedForm):
     and the hidden ``expected_version`` the edit is based on (required: see :meth:`clean`).
     """
 
-    name = forms.CharField(max_length=63, validators=[name_validator],
+    # The length is judged by name_validator (one message per problem); the browser still stops
+    # typing at the limit.
+    name = forms.CharField(validators=[name_validator], widget=forms.TextInput(attrs={"maxlength": NAME_MAX_LENGTH}),
                            help_text="lowercase letters, digits, '.', '_' or '-'")
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     engine = forms.ChoiceField(choices=Engine.choices)

@@ -23,10 +23,20 @@ SLUG_RULE = "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with 
 slug_validator = RegexValidator(r"^[a-z0-9][a-z0-9._-]{0,62}$", SLUG_RULE)
 
 
+#: The most characters a name (of a recipe, node or secret) may have.
+NAME_MAX_LENGTH = 63
+
+
 def name_validator(value: object) -> None:
-    """:data:`slug_validator` for input: the refusal quotes the name as JSON writes it, cut to 40
-    characters (``Use 1-63 …, starting with a letter or digit; got "Bad Name!".``). The model
-    fields keep :data:`slug_validator` itself (its message is part of their migrations)."""
+    """:data:`slug_validator` for input, one message per problem: a name over
+    :data:`NAME_MAX_LENGTH` characters is refused for its length alone (``Use at most 63
+    characters; got 80.``: the character rule is judged once the length is fine), any other for
+    the character rule, quoting the name as JSON writes it, cut to 40 characters (``Use 1-63 …,
+    starting with a letter or digit; got "Bad Name!".``). Input fields use it instead of a
+    ``max_length`` check of their own, so a long name gets one message. The model fields keep
+    :data:`slug_validator` itself (its message is part of their migrations)."""
+    if isinstance(value, str) and len(value) > NAME_MAX_LENGTH:
+        raise ValidationError(f"Use at most {NAME_MAX_LENGTH} characters; got {len(value)}.", code="max_length")
     try:
         slug_validator(value)
     except ValidationError:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import MaxLengthValidator
 from django.db import models
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -32,7 +33,9 @@ from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
 from controlplane.redaction import credential_mask_json, redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
-from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, name_validator
+from deployments.models import (
+    NAME_MAX_LENGTH, Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, name_validator,
+)
 from deployments.nodes import GPU_STATUSES, node_gpu_status
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
@@ -197,6 +200,24 @@ class SpecField(AnyJSONField):
 
 
 
+class _SchemaMaxLength(MaxLengthValidator):
+    """The schema's ``maxLength`` of a field whose own validator judges the length: checks nothing."""
+
+    def __call__(self, value: Any) -> None:
+        return None
+
+
+class NameField(StrictCharField):
+    """A recipe's name in a body: :func:`deployments.models.name_validator` judges it, length
+    included, so a long name gets one message (``Use at most 63 characters; got 80.``), not that
+    and the character rule; the schema still says ``maxLength``."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(max_length=NAME_MAX_LENGTH, validators=[name_validator], **kwargs)
+        self.validators = [_SchemaMaxLength(NAME_MAX_LENGTH) if isinstance(v, MaxLengthValidator) else v
+                           for v in self.validators]
+
+
 class RecipeWriteSerializer(serializers.Serializer):
     """Input for creating (all of ``name``, ``engine``, ``topology``, ``node``, ``spec``) or
     updating (any subset with PATCH) a recipe. A PUT's ``spec`` replaces the stored one whole; a
@@ -214,7 +235,7 @@ class RecipeWriteSerializer(serializers.Serializer):
     the merged content (the recipe's stored engine, topology, node and spec where the body
     leaves them out). Every problem comes back at once, see :meth:`to_internal_value`."""
 
-    name = StrictCharField(max_length=63, validators=[name_validator], example="seed-v4-flash-pd")
+    name = NameField(example="seed-v4-flash-pd")
     description = OptionalTextField(max_length=DESCRIPTION_MAX_LENGTH, required=False,
                                     help_text=f'free text of at most {DESCRIPTION_MAX_LENGTH} characters; "" or null for none')
     engine = FilterChoiceField(choices=Engine.choices)
