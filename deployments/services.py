@@ -28,9 +28,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import copy
+import json
 import logging
 import os
 import re
+import unicodedata
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from pathlib import Path
@@ -101,11 +103,14 @@ def check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: 
         errors.setdefault(path, []).append(f"Has {len(value)} entries; at most {SPEC_MAX_ITEMS}.")
         return
     if isinstance(value, str):
-        problem = _string_problem(value)
+        problem = _string_problem(value) or direction_control_problem(value)
         if problem:
             errors.setdefault(path, []).append(problem)
     elif isinstance(value, dict):
         for key, item in value.items():
+            if isinstance(key, str) and not _string_problem(key) and (problem := direction_control_problem(key)):
+                errors.setdefault(path, []).append(f"Key {json.dumps(direction_controls_visible(key))}: {problem}")
+                continue
             if not isinstance(key, str) or _string_problem(key):
                 # The bad key itself cannot be echoed safely, so the error sits on its parent.
                 errors.setdefault(path, []).append("Keys must be valid text without NUL characters.")
@@ -114,6 +119,30 @@ def check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: 
     elif isinstance(value, list):
         for i, item in enumerate(value):
             check_json_tree(item, f"{path}.{i}", errors, depth + 1)
+
+
+#: Text-direction embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): they reorder
+#: how the text around them is shown, so a text holding one can read differently from what it says
+#: ("RTL" shown as "LTR"). Refused in a recipe's free text; the marks U+200E/U+200F (which only
+#: set the direction of neutral characters, as mixed-script text needs) are taken.
+DIRECTION_CONTROLS = frozenset([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+
+def direction_control_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as a recipe's free text: the first text-direction control
+    (:data:`DIRECTION_CONTROLS`) it holds, by code point, name and 1-based position, or None."""
+    for i, c in enumerate(text):
+        if ord(c) in DIRECTION_CONTROLS:
+            return (f"Must not contain text-direction control characters: U+{ord(c):04X} "
+                    f"({unicodedata.name(c)}) at character {i + 1} would make the text display "
+                    "differently from what it says.")
+    return None
+
+
+def direction_controls_visible(text: str) -> str:
+    """``text`` with each text-direction control (:data:`DIRECTION_CONTROLS`) written as its code
+    point (``<U+202E>``), for pages showing text stored before such characters were refused."""
+    return "".join(f"<U+{ord(c):04X}>" if ord(c) in DIRECTION_CONTROLS else c for c in text)
 
 
 def _string_problem(text: str) -> str | None:
@@ -271,8 +300,8 @@ def recipe_content_validate(content: dict[str, Any]) -> dict[str, Any]:
         errors["description"] = ["Must be text."]
     elif len(description) > DESCRIPTION_MAX_LENGTH:
         errors["description"] = [f"At most {DESCRIPTION_MAX_LENGTH} characters."]
-    elif _string_problem(description):
-        errors["description"] = [_string_problem(description)]
+    elif _string_problem(description) or direction_control_problem(description):
+        errors["description"] = [_string_problem(description) or direction_control_problem(description)]
     if content.get("engine") not in Engine.values:
         errors["engine"] = [f"Unknown engine; one of {', '.join(Engine.values)}."]
     if content.get("topology") not in Topology.values:
