@@ -664,7 +664,8 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     and those taken shown above the form), never ignored for the default. On any error every field
     keeps what was typed (``speedup=abc`` stays ``abc``). A ``sweep`` the projection would refuse
     (:func:`kernels.whatif.sweep_refusals`: not finished, no finished closed-loop point with fixed
-    lengths) is refused at once with that reason (status 400), before a speedup is given."""
+    lengths, no decode step model) is refused at once with that reason (status 400), before a
+    speedup is given."""
     from benchmarks.models import BenchmarkSweep
 
     errors: dict[str, list[str]] = unknown_field_errors(request.GET, WHATIF_KEYS)
@@ -697,7 +698,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
         elif sweep not in sweeps and sweep.status in SWEEP_TERMINAL:
             sweep.whatif_refusal = sweep_refusals([sweep]).get(sweep.pk)
             sweeps.insert(0, sweep)   # not among those listed: still the one asked for
-    # A sweep the projection would refuse for its status or its runs (kernels.whatif.sweep_refusals,
+    # A sweep the projection would refuse for its status, its runs or its model (kernels.whatif.sweep_refusals,
     # the service's own rule and message) is listed disabled, with why, never offered as a choice.
     if sweep is not None:
         # The sweep asked for cannot be projected: say why at once, not only once a speedup is given.

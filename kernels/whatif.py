@@ -335,9 +335,10 @@ def sweep_refusals(sweeps) -> dict[int, str]:
     status or its runs, with the message it raises (``sweep #7 has no finished closed-loop run
     with fixed lengths``; a sweep that has not finished, one whose points were all cancelled or
     failed, one with only open-loop points, one whose points all failed their requests: ``... and
-    a successful request``); a sweep left out may still be refused for its model (a sim profile
-    that cannot be loaded, an analysis without a usable decode fit). One query for all the runs:
-    what the what-if page's sweep list marks as not projectable."""
+    a successful request``), or for its model (:func:`model_refusal`: a sim sweep whose profile
+    cannot be loaded, another engine's sweep whose ceiling analysis has no usable decode cost fit,
+    such as a llama.cpp sweep whose throughput is flat from c=1). One query for all the runs, then
+    the model of each sweep those leave: what the what-if page's sweep list marks as not projectable."""
     from benchmarks.models import BenchmarkRun
 
     out: dict[int, str] = {}
@@ -357,7 +358,62 @@ def sweep_refusals(sweeps) -> dict[int, str]:
         flags = closed.get(sweep.pk, [])
         if all(flags):   # none, or none with a successful request
             out[sweep.pk] = _no_runs_refusal(sweep, empty=bool(flags))
+        elif (why := model_refusal(sweep)) is not None:
+            out[sweep.pk] = why
     return out
+
+
+def _engine(sweep) -> str:
+    return sweep.engine or ((sweep.snapshot or {}).get("engine") or "")
+
+
+def _sim_profile(sweep):
+    """The sim profile a ``sim`` sweep's projection models its decode step with. Raises
+    :class:`InvalidInput` (under ``sweep``) when its snapshot names none or it cannot be loaded."""
+    from deployments.engines.simcore.profile import ProfileError, profile_load
+
+    name = _profile_name(sweep)
+    if not name:
+        raise InvalidInput({"sweep": [f"sweep #{sweep.pk} is a sim sweep without a profile in its snapshot"]})
+    try:
+        return profile_load(name)
+    except ProfileError as exc:
+        raise InvalidInput({"sweep": [f"sim profile of sweep #{sweep.pk}: {exc}"]}) from None
+
+
+def _decode_fits(sweep, analysis: dict[str, Any]) -> dict[str, dict]:
+    """The usable decode cost fits of ``analysis`` (the ceiling report of a sweep of another engine
+    than ``sim``), by length pair: ``{"256/256": {"fixed_ms", "per_seq_ms", "r_squared",
+    "batches"}}``, a fit being usable when it was possible and gives a positive per-sequence and a
+    non-negative fixed cost. Raises :class:`InvalidInput` (under ``sweep``) when no length pair has one."""
+    fits: dict[str, dict] = {}
+    for key, report in (analysis.get("lengths") or {}).items():
+        fit = report.get("fit") or {}
+        if fit.get("possible") and fit.get("fixed_ms") is not None and (fit.get("per_seq_ms") or 0) > 0 \
+                and fit["fixed_ms"] >= 0:
+            batches = dict(zip(fit.get("labels") or [], fit.get("running_batch") or []))
+            fits[key] = {"fixed_ms": fit["fixed_ms"], "per_seq_ms": fit["per_seq_ms"],
+                         "r_squared": fit.get("r_squared"), "batches": batches}
+    if not fits:
+        raise InvalidInput({"sweep": [f"the ceiling analysis of sweep #{sweep.pk} has no decode cost fit "
+                                      "(it needs at least 3 points whose TPOT grows with the running batch)"]})
+    return fits
+
+
+def model_refusal(sweep) -> str | None:
+    """Why the projection of ``sweep`` has no decode step model, with the message
+    :func:`whatif_compute` raises (the same functions decide: :func:`_sim_profile` for a ``sim``
+    sweep, :func:`_decode_fits` over its ceiling analysis for any other engine); None when it has one."""
+    from benchmarks.services import sweep_analysis
+
+    try:
+        if _engine(sweep) == "sim":
+            _sim_profile(sweep)
+        else:
+            _decode_fits(sweep, sweep_analysis(sweep=sweep))
+    except InvalidInput as exc:
+        return exc.errors["sweep"][0]
+    return None
 
 
 def _point_label(concurrency, request_rate, input_len, output_len) -> str:
@@ -465,7 +521,7 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
     factor = decode_factor(share=share, speedup=speedup)
     if sweep.status not in SWEEP_TERMINAL:
         raise InvalidInput({"sweep": [_unfinished_refusal(sweep)]})
-    engine = sweep.engine or ((sweep.snapshot or {}).get("engine") or "")
+    engine = _engine(sweep)
     topology = sweep.topology if sweep.topology in ("pd", "single") else "single"
     notes: list[str] = []
     unfinished = _unfinished_note(sweep)
@@ -495,15 +551,7 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
     fits: dict[str, dict] = {}
     bound_at: list[str] = []
     if engine == "sim":
-        from deployments.engines.simcore.profile import ProfileError, profile_load
-
-        name = _profile_name(sweep)
-        if not name:
-            raise InvalidInput({"sweep": [f"sweep #{sweep.pk} is a sim sweep without a profile in its snapshot"]})
-        try:
-            profile = profile_load(name)
-        except ProfileError as exc:
-            raise InvalidInput({"sweep": [f"sim profile of sweep #{sweep.pk}: {exc}"]}) from None
+        profile = _sim_profile(sweep)
         out["model"], out["profile"] = "sim-profile", profile.name
         out["decode"] = {"fixed_s": profile.decode.fixed_s, "per_seq_s": profile.decode.per_seq_s,
                          "per_kv_token_s": profile.decode.per_kv_token_s,
@@ -513,16 +561,7 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
     measured = _analysis_batches(analysis)
     if profile is None:
         out["model"] = "ceiling-fit"
-        for key, report in (analysis.get("lengths") or {}).items():
-            fit = report.get("fit") or {}
-            if fit.get("possible") and fit.get("fixed_ms") is not None and (fit.get("per_seq_ms") or 0) > 0 \
-                    and fit["fixed_ms"] >= 0:
-                batches = dict(zip(fit.get("labels") or [], fit.get("running_batch") or []))
-                fits[key] = {"fixed_ms": fit["fixed_ms"], "per_seq_ms": fit["per_seq_ms"],
-                             "r_squared": fit.get("r_squared"), "batches": batches}
-        if not fits:
-            raise InvalidInput({"sweep": [f"the ceiling analysis of sweep #{sweep.pk} has no decode cost fit "
-                                          "(it needs at least 3 points whose TPOT grows with the running batch)"]})
+        fits = _decode_fits(sweep, analysis)
         out["fit"] = {k: {kk: vv for kk, vv in v.items() if kk != "batches"} for k, v in fits.items()}
     for run in runs:
         key = f"{run.input_len}/{run.output_len}"
