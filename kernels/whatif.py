@@ -193,8 +193,10 @@ def fit_point(*, fixed_ms: float, per_seq_ms: float, running_batch: float, concu
 
 @dataclass
 class WhatIfRow:
-    """One concurrency of the sweep: measured tok/s, TPOT and TTFT (means, ms); the model as is
-    and with the faster kernel; the calibrated projection (``projected_*``) and its gain.
+    """One concurrency of the sweep: measured output tok/s, and TPOT and TTFT (means, ms; a point
+    whose summary has no mean gives its p50, and a note of the projection names it); the model as
+    is and with the faster kernel (output tok/s, TPOT in ms); the calibrated projection
+    (``projected_*``: output tok/s, mean TPOT in ms) and its gain (projected / measured output tok/s).
     ``running_batch`` is the batch the model used (sequences); ``measured_running_batch`` the
     ceiling analysis' running batch of the point and ``running_batch_source`` where that came from
     (``decode_events``, ``littles_law``; None when the analysis has no figure for the point).
@@ -229,6 +231,18 @@ def _central(dist: Any) -> float | None:
         v = dist.get(key)
         if isinstance(v, (int, float)) and math.isfinite(v):
             return float(v)
+    return None
+
+
+def _central_stat(dist: Any) -> str | None:
+    """Which statistic :func:`_central` takes from ``dist``: ``mean``, ``p50`` (a summary that
+    recorded only the median, as some imported files do) or None."""
+    if not isinstance(dist, dict):
+        return None
+    for key in ("mean", "p50"):
+        v = dist.get(key)
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            return key
     return None
 
 
@@ -563,12 +577,16 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
         out["model"] = "ceiling-fit"
         fits = _decode_fits(sweep, analysis)
         out["fit"] = {k: {kk: vv for kk, vv in v.items() if kk != "batches"} for k, v in fits.items()}
+    medians: list[str] = []
     for run in runs:
         key = f"{run.input_len}/{run.output_len}"
         m = run_metrics(run=run)
         tok = m.get("output_throughput_tok_s")
         tpot = _central(m.get("tpot_ms"))
         ttft = _central(m.get("ttft_ms"))
+        if on_p50 := [name for name, field in (("TPOT", "tpot_ms"), ("TTFT", "ttft_ms"))
+                      if _central_stat(m.get(field)) == "p50"]:
+            medians.append(f"c={run.concurrency} {key} ({', '.join(on_p50)})")
         if profile is not None:
             base = sim_point(profile, concurrency=run.concurrency, input_len=run.input_len,
                              output_len=run.output_len, topology=topology)
@@ -609,6 +627,9 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
         if held:
             bound_at.append(f"c={run.concurrency} {key}")
         out["lengths"].setdefault(key, []).append(asdict(row))
+    if medians:
+        notes.append(f"no mean in the summary of {', '.join(medians)}: the p50 stands in the mean column there, and "
+                     "the projection is calibrated on it")
     if bound_at:
         pf = profile.prefill
         notes.append(f"prefill-bound at {', '.join(bound_at)}: the kernel does not speed up the prefill, whose "

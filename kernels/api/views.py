@@ -276,7 +276,13 @@ class WhatIfViewSet(viewsets.ViewSet):
     query_keys_reported_by_action = ("list",)   # with every other problem of the query
 
     @extend_schema(summary="Project a sweep with a faster kernel (decode step × ((1 − share) + share / speedup))",
-                   description="400 for an unknown query key, naming it and the keys taken.",
+                   description=("Rows per length pair and concurrency: measured_tok_s, projected_tok_s, model_tok_s and "
+                                "model_fast_tok_s are output tokens/s; tok_s_gain is projected / measured output tok/s; "
+                                "measured_tpot_ms and measured_ttft_ms are the point's means in ms (its p50 where the "
+                                "summary has no mean, named in notes); projected_tpot_ms is the measured mean TPOT "
+                                "scaled by the model; model_tpot_ms and model_fast_tpot_ms are the model's TPOT in ms; "
+                                "running_batch and measured_running_batch are sequences. 400 for an unknown query key, "
+                                "naming it and the keys taken."),
                    parameters=[s.WhatIfQuerySerializer], responses={200: OpenApiTypes.OBJECT, 400: ERRORS_400})
     def list(self, request: Request) -> Response:
         from benchmarks.models import BenchmarkSweep
