@@ -78,6 +78,10 @@ class SweepSerializer(serializers.ModelSerializer):
                   "created_at", "started_at", "ended_at", "worker", "heartbeat_at", "held_at", "run_ids",
                   "queue_note"]
         read_only_fields = fields
+        extra_kwargs = {"num_gpus": {"help_text": (
+            "GPUs the per-GPU figures (tok/s per GPU) divide by: the deployment's, all roles together; for a sim "
+            "deployment (engine sim) the GPUs its sim profile models (spec.sim.gpus_modelled), not GPUs it ran on; "
+            "null when unknown")}}
 
     def to_representation(self, instance: BenchmarkSweep):
         # A worker may have taken a pending sweep since this row was read (a create's response is
