@@ -86,8 +86,9 @@ def ceiling_analyse(
         labels = {p.label for p in group}
         g_ceiling = _ceiling(group, fit, bound=bound, max_running_batch=max_running_batch, best_tok_s=best_tok_s)
         g_steps = _queueing_steps(group)
-        # A coalesced point's TTFT, TPOT and E2E share time network reads, not prefill and decode: the
-        # bottleneck is judged over the other points alone (its throughput still counts above).
+        # A coalesced point's first read may hold tokens decoded after the first, so its TTFT's share of
+        # E2E is no prefill time: the bottleneck is judged over the other points alone (its throughput
+        # counts above, its TTFT in the queueing steps, its mean TPOT in the fit).
         timed = [p for p in group if COALESCED_FLAG not in p.flags]
         untimed = [p.label for p in group if COALESCED_FLAG in p.flags]
         if timed:
@@ -97,8 +98,9 @@ def ceiling_analyse(
                 g_steps if not untimed else _queueing_steps(timed), fit, g_ceiling, failed_requests=failed_requests)
         else:
             g_bottleneck, g_reason = "unknown", (
-                f"the output events of every point came coalesced ({COALESCED_FLAG}: {', '.join(untimed)}), so "
-                "their TTFT and TPOT time network reads, not prefill and decode")
+                f"the output events of every point came grouped into network reads ({COALESCED_FLAG}: "
+                f"{', '.join(untimed)}), so their TTFT may hold decode time and their E2E cannot be split into "
+                "prefill and decode")
         groups.append(LoadGroup(kind=kind, labels=[p.label for p in group], ceiling=g_ceiling, queueing=g_steps,
                                 bottleneck=g_bottleneck, bottleneck_reason=g_reason, timings_skipped=untimed))
     best_label = max(usable, key=lambda p: p.output_throughput_tok_s).label

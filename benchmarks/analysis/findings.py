@@ -3,6 +3,7 @@ of every latency they quote."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from benchmarks.analysis.model import (
     CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, PLATEAU_FRACTION,
@@ -63,8 +64,7 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
             if labels[0] == p.label:
                 out.append(_flag_group_sentence(labels, p.flags))
         elif notes and COALESCED_FLAG in p.flags:
-            out.append(f"{p.label} {' and '.join(notes)}; its throughput is used as measured, its TTFT, TPOT and "
-                       "ITL are not used for the bottleneck.")
+            out.append(f"{p.label} {' and '.join(notes)}; {_coalesced_use(p.flags, plural=False)}")
         elif notes:
             out.append(f"{p.label} {' and '.join(notes)}; its numbers are used as measured.")
         if p.concurrency is not None and p.load < p.concurrency:
@@ -83,9 +83,27 @@ def _flag_group_sentence(labels: list[str], flags: list[str]) -> str:
     c=16 are flagged (tokens_estimated); their numbers are used as measured.``"""
     names = f"{', '.join(labels[:-1])} and {labels[-1]}"
     if COALESCED_FLAG in flags:
-        return (f"{names} are flagged ({', '.join(flags)}); their throughput is used as measured, their "
-                "TTFT, TPOT and ITL are not used for the bottleneck.")
+        return f"{names} are flagged ({', '.join(flags)}); {_coalesced_use(flags, plural=True)}"
     return f"{names} are flagged ({', '.join(flags)}); their numbers are used as measured."
+
+
+def _coalesced_use(flags: Sequence[str], *, plural: bool) -> str:
+    """Which metrics of a point flagged :data:`COALESCED_FLAG` (output events grouped into network
+    reads) the analysis uses, and why: its throughput (output tokens counted from the stream when
+    also ``tokens_estimated``); its TTFT, the time to the first read, for queueing (a request's wait
+    for admission and prefill all comes before its first read, grouped or not); its mean TPOT
+    (first to last read, over the tokens) for the decode fit's Little's-law running batch; not its
+    ITL (the gaps between reads), and not TTFT's share of E2E for the bottleneck (a first read may
+    hold tokens decoded after the first, so that share is no prefill time)."""
+    its = "their" if plural else "its"
+    counted = (" (tokens_estimated: output tokens counted from the streamed events, the server gave no count)"
+               if "tokens_estimated" in flags else "")
+    return (f"{its} output events came grouped into network reads ({COALESCED_FLAG}), so {its} ITL times the reads, "
+            f"not decode steps, and is not used. Used as measured: {its} throughput{counted}; {its} TTFT, the time "
+            f"to the first read, for queueing, since a request's wait for admission and prefill all comes before "
+            f"that read; {its} mean TPOT, first to last read over the tokens, for the decode fit. Not used: TTFT's "
+            f"share of E2E for the bottleneck, since a first read may hold tokens decoded after the first, so "
+            f"that share is no prefill time.")
 
 
 _KIND_NAMES = {"closed": "Closed loop (points by concurrency)", "open": "Open loop (points by request rate)"}
@@ -214,10 +232,10 @@ def _bottleneck_sentence(r: CeilingReport, g: LoadGroup, analysed: list[PointAna
     skipped = set(g.timings_skipped)
     analysed = [a for a in analysed if a.label not in skipped]
     points = [p for p in points if p.label not in skipped]
+    its = "its" if len(skipped) == 1 else "their"
     left_out = (f" {', '.join(g.timings_skipped)} {'is' if len(skipped) == 1 else 'are'} left out of the "
-                f"bottleneck: {'its' if len(skipped) == 1 else 'their'} output events came coalesced "
-                f"({COALESCED_FLAG}), so {'its' if len(skipped) == 1 else 'their'} TTFT, TPOT and ITL time "
-                "network reads, not prefill and decode." if skipped else "")
+                f"bottleneck: {its} output events came grouped into network reads ({COALESCED_FLAG}), so {its} TTFT "
+                f"may hold decode time and {its} E2E cannot be split into prefill and decode." if skipped else "")
     if not analysed:
         return f"The bottleneck cannot be classified: {g.bottleneck_reason}."
     return _bottleneck_judged(r, g, analysed, points, quote_fit=quote_fit) + left_out
@@ -392,10 +410,12 @@ def _queueing_sentences(g: LoadGroup, analysed: list[PointAnalysis]) -> list[str
     """Queueing between neighbouring points of one load kind."""
     out = []
     ttft = _metric("TTFT", [a.ttft_stat for a in analysed])
+    grouped = _grouped_ttft(g, analysed)
     for s in g.queueing:
         if s.queueing and s.ttft_growth is not None:
             out.append(f"Queueing from {s.from_label} to {s.to_label}: {ttft} grows x{_fixed(s.ttft_growth, 1)} while "
-                       f"throughput changes x{_fixed(s.throughput_growth, 2)} (x{_fixed(s.load_growth, 1)} load).")
+                       f"throughput changes x{_fixed(s.throughput_growth, 2)} (x{_fixed(s.load_growth, 1)} load)."
+                       + grouped)
     if not out and len(analysed) > 1:
         rule = (f"{ttft} growing x{TTFT_GROWTH:g} or more while throughput grows less than "
                 f"x{FLAT_THROUGHPUT_GROWTH:.2f}, or x{TTFT_GROWTH:g} the load's growth or more while throughput "
@@ -406,13 +426,25 @@ def _queueing_sentences(g: LoadGroup, analysed: list[PointAnalysis]) -> list[str
                       and (need := queueing_ttft_needed(s.load_growth, s.throughput_growth)) is not None]
         if not near_steps:
             out.append(f"No queueing by the rule ({rule}): throughput grew by more at every step where TTFT "
-                       "could be compared.")
+                       "could be compared." + grouped)
         else:
             near, need = max(near_steps, key=lambda sn: sn[0].ttft_growth / sn[1])
             out.append(f"No queueing by the rule ({rule}); the nearest: {near.from_label} to {near.to_label}, "
                        f"{ttft} x{_factor_below(near.ttft_growth, need)} with throughput "
-                       f"x{_fixed(near.throughput_growth, 2)} (x{_fixed(near.load_growth, 1)} load).")
+                       f"x{_fixed(near.throughput_growth, 2)} (x{_fixed(near.load_growth, 1)} load)." + grouped)
     return out
+
+
+def _grouped_ttft(g: LoadGroup, analysed: list[PointAnalysis]) -> str:
+    """What a queueing sentence adds when some of its points are flagged :data:`COALESCED_FLAG`:
+    their TTFT (to the first read) is used, since the wait it shows comes before any read; "" when
+    none is."""
+    grouped = [a.label for a in analysed if a.label in set(g.timings_skipped)]
+    if not grouped:
+        return ""
+    return (f" Queueing is judged on TTFT and throughput only; at {', '.join(grouped)}, whose output events came "
+            f"grouped into network reads ({COALESCED_FLAG}), TTFT is the time to the first read, which still "
+            "counts the wait for admission and prefill.")
 
 
 def _factor_below(x: float, limit: float) -> str:

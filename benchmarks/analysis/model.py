@@ -25,7 +25,7 @@ MIN_FIT_POINTS = 3
 # points) would give a stored report other numbers, sentences or keys: a sweep's report stored
 # under another version, or under none, is computed again when it is next read
 # (:func:`benchmarks.services.sweep_stored_analysis`).
-ANALYSIS_VERSION = 6
+ANALYSIS_VERSION = 7
 # Throughput within this fraction of the best point counts as "on the plateau" (10 %: larger than
 # the run-to-run noise of a closed-loop sweep, smaller than one doubling of load on a rising curve).
 PLATEAU_FRACTION = 0.90
@@ -396,7 +396,7 @@ class LoadGroup:
     queueing: list[QueueingStep]
     bottleneck: Bottleneck
     bottleneck_reason: str
-    # Points flagged COALESCED_FLAG, whose TTFT, TPOT and ITL are not used for the bottleneck.
+    # Points flagged COALESCED_FLAG, whose TTFT's share of E2E is not used for the bottleneck.
     timings_skipped: list[str] = field(default_factory=list)
 
 

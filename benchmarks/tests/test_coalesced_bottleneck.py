@@ -50,9 +50,9 @@ def test_a_coalesced_points_timings_feed_no_bottleneck_finding(sim_url: str, fas
     # Judged without c=3 (TTFT all of its E2E, TPOT about 0): one point, no class named.
     assert "Prefill is the bottleneck" not in text and "Decode is the bottleneck" not in text, text
     assert report.bottleneck == "unknown" and report.bottleneck_reason.startswith("one point"), report
-    assert ("c=3 is left out of the bottleneck: its output events came coalesced (itl_coalesced), so its TTFT, "
-            "TPOT and ITL time network reads, not prefill and decode.") in text, text
-    assert "its throughput is used as measured, its TTFT, TPOT and ITL are not used for the bottleneck" in text
+    assert ("c=3 is left out of the bottleneck: its output events came grouped into network reads (itl_coalesced), "
+            "so its TTFT may hold decode time and its E2E cannot be split into prefill and decode.") in text, text
+    assert "Not used: TTFT's share of E2E for the bottleneck" in text
     assert "its numbers are used as measured" not in text, text
     assert report.groups[0].timings_skipped == ["c=3"]
 
@@ -62,7 +62,8 @@ def test_a_sweep_of_coalesced_points_names_no_bottleneck_and_says_why(fast_sim: 
     assert all("itl_coalesced" in p.flags for p in points), [p.flags for p in points]
     report = ceiling_analyse(points, num_gpus=1, topology="single")
     assert report.bottleneck == "unknown"
-    assert ("The bottleneck cannot be classified: the output events of every point came coalesced (itl_coalesced: "
-            "c=1, c=3), so their TTFT and TPOT time network reads, not prefill and decode.") in report.findings
+    assert ("The bottleneck cannot be classified: the output events of every point came grouped into network reads "
+            "(itl_coalesced: c=1, c=3), so their TTFT may hold decode time and their E2E cannot be split into "
+            "prefill and decode.") in report.findings
     # Their throughput still stands: the ceiling is judged over both.
     assert report.ceiling.observed_max_tok_s == max(p.output_throughput_tok_s for p in points)
