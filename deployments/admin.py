@@ -6,7 +6,9 @@ hood. Changes that carry domain rules go through :mod:`deployments.services` her
   is validated and a new version is recorded exactly as from the recipe pages; "Revert" from a
   history entry shows that version read-only and calls ``recipe_revert``. A form opened before
   the recipe moved on is refused, naming the current version, and so is one whose
-  ``expected_version`` is missing, blank or not a version number.
+  ``expected_version`` is missing, blank or not a version number. Deleting goes through
+  ``recipe_delete``: deployments that never started go with the recipe, any other keeps it
+  (listed as protected, with why and what to do instead).
 * Secret: the value is write-only; no admin page ever renders it (see
   :class:`deployments.forms.SecretAdminForm`), and saving goes through ``secret_create`` /
   ``secret_update`` so the redactor learns the value.
@@ -214,6 +216,37 @@ class RecipeAdmin(SimpleHistoryAdmin):
     list_select_related = ["node"]
     readonly_fields = ["version", "created_by", "created_at", "updated_at"]
     history_list_display = ["version", "engine", "topology"]
+
+    def get_deleted_objects(self, objs, request):
+        """The delete page by :func:`deployments.services.recipe_delete`'s rule: deployments that never
+        started are listed as deleted with their recipe; any other deployment is protected, named
+        with why it keeps the recipe (Django's own list names only the rows)."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        rows = list(Deployment.objects.filter(recipe__in=list(objs)).select_related("recipe")
+                    .order_by("recipe__name", "-created_at", "-pk"))
+        kept = [d for d in rows if not services.deployment_never_started(d)]
+        if not rows:
+            return deleted, counts, perms_needed, protected
+        if kept:
+            by_recipe: dict[Recipe, list[Deployment]] = {}
+            for d in kept:
+                by_recipe.setdefault(d.recipe, []).append(d)
+            return deleted, counts, perms_needed, [services.recipe_delete_refusal(recipe=r, kept=ds)
+                                                   for r, ds in by_recipe.items()]
+        deleted = list(deleted) + [f"Deployment: {d} ({d.status}, never started: deleted with its recipe)"
+                                   for d in rows]
+        counts = dict(counts, **{str(Deployment._meta.verbose_name_plural): len(rows)})
+        return deleted, counts, perms_needed, []
+
+    def delete_model(self, request: HttpRequest, obj: Recipe) -> None:
+        try:
+            services.recipe_delete(recipe=obj, user=request.user)
+        except CeilingError as exc:
+            self.message_user(request, str(exc), level=messages.ERROR)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Recipe]) -> None:
+        for recipe in queryset:
+            self.delete_model(request, recipe)
 
     @staticmethod
     def _reverting(request: HttpRequest) -> bool:

@@ -38,7 +38,7 @@ from datetime import timezone as dt_timezone
 from pathlib import Path
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
@@ -493,19 +493,80 @@ def _node_key(node: Node | None) -> int | None:
     return node.pk if node is not None else None
 
 
+#: How many deployments a refused recipe delete names before it gives the count of the rest.
+RECIPE_DELETE_NAMED = 10
+
+
+def deployment_never_started(deployment: Deployment) -> bool:
+    """Whether ``deployment`` ended without ever running anything: stopped or failed, never ready,
+    none of its processes ever spawned (no pid, no start time: cancelled while pending, or failed
+    before its first spawn) and no benchmark sweep made against it. Such a row records no run, so
+    :func:`recipe_delete` deletes it with its recipe."""
+    if deployment.status not in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED) or deployment.ready_at:
+        return False
+    if deployment.processes.filter(models.Q(pid__isnull=False) | models.Q(started_at__isnull=False)).exists():
+        return False
+    return not deployment.sweeps.exists()
+
+
+def _deployment_kept_label(deployment: Deployment) -> str:
+    """``#4 (ready)``, ``#3 (stopped; it ran)``, ``#2 (stopped; a sweep was made against it)``:
+    one deployment a refused recipe delete names, with why it keeps the recipe."""
+    if deployment.status in DEPLOYMENT_ACTIVE:
+        return f"#{deployment.pk} ({deployment.status})"
+    if deployment.sweeps.exists():
+        return f"#{deployment.pk} ({deployment.status}; a benchmark sweep was made against it)"
+    return f"#{deployment.pk} ({deployment.status}; it ran)"
+
+
+def recipe_delete_refusal(*, recipe: Recipe, kept: list[Deployment]) -> str:
+    """The ``detail`` of the 409 a refused :func:`recipe_delete` answers: the deployments that keep
+    ``recipe`` (newest first, at most :data:`RECIPE_DELETE_NAMED`, then how many more), the rule,
+    and what to do instead."""
+    named = ", ".join(_deployment_kept_label(d) for d in kept[:RECIPE_DELETE_NAMED])
+    more = len(kept) - RECIPE_DELETE_NAMED
+    if more > 0:
+        named += f" and {more} more"
+    noun, verb = ("deployment", "refers") if len(kept) == 1 else ("deployments", "refer")
+    return (
+        f"Recipe {recipe.name!r} cannot be deleted: {noun} {named} {verb} to it. A recipe that ran is kept as the "
+        f"record of what its deployments ran and what their benchmark sweeps measured; it is deleted only when "
+        f"none of its deployments ever started a process (each one cancelled while pending, or failed before its "
+        f"first process was spawned, with no benchmark sweep made against it), and those deployments go with it. "
+        f"Instead: stop an active deployment (POST /api/deployments/<id>/stop/), or cancel a pending one "
+        f"(POST /api/deployments/<id>/cancel/) and delete the recipe again; change the recipe with "
+        f"PATCH /api/recipes/{recipe.pk}/ (each save is a new version; deployments keep the version they ran); "
+        f"or create a new recipe under another name."
+    )
+
+
 def recipe_delete(*, recipe: Recipe, user) -> None:
     """Delete ``recipe``; its history keeps a deletion row naming ``user``.
 
-    Raises :class:`Conflict` when deployments still reference it (they keep the recipe
-    for audit; ``Deployment.recipe`` is ``PROTECT``).
+    A recipe whose deployments all never started (:func:`deployment_never_started`) is deleted
+    with those deployment rows (their processes and events go with them). Any other deployment
+    keeps the recipe for audit (``Deployment.recipe`` is ``PROTECT``): :class:`Conflict` with
+    :func:`recipe_delete_refusal`'s text, and nothing is deleted.
     """
     recipe._history_user = user if getattr(user, "is_authenticated", False) else None
     recipe._change_reason = "Deleted"
+
+    def refused() -> Conflict:
+        rows = list(Deployment.objects.filter(recipe_id=recipe.pk).order_by("-created_at", "-pk"))
+        kept = [d for d in rows if not deployment_never_started(d)]
+        return Conflict(recipe_delete_refusal(recipe=recipe, kept=kept or rows))
+
     try:
         with transaction.atomic():
+            Recipe.objects.select_for_update().filter(pk=recipe.pk).first()
+            rows = list(Deployment.objects.select_for_update().filter(recipe_id=recipe.pk))
+            if not all(deployment_never_started(d) for d in rows):
+                raise refused()
+            Deployment.objects.filter(pk__in=[d.pk for d in rows]).delete()
             recipe.delete()
-    except ProtectedError as exc:
-        raise Conflict(f"Recipe {recipe.name!r} has deployments; it cannot be deleted.") from exc
+    except (ProtectedError, IntegrityError) as exc:
+        # a deployment (or a sweep of one) made while this delete ran
+        raise refused() from exc
 
 
 def _history_row(recipe: Recipe, version: int):

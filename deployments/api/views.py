@@ -207,7 +207,10 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
     destroy=extend_schema(
         summary="Delete a recipe (admin)",
         description="Admin only: an operator creates, edits and reverts recipes but does not delete them (403). "
-        "Refused with 409 while deployments reference it. The recipe's versions stay stored (with a deletion "
+        "Deployments of it that never started (cancelled while pending, or failed before any process was "
+        "spawned, with no benchmark sweep) are deleted with it. Any other deployment keeps it as the record of what "
+        "ran: 409 naming those deployments (id and status, the first 10 then how many more) and what to do instead "
+        "(stop or cancel an active one, edit the recipe, or create one under another name). The recipe's versions stay stored (with a deletion "
         "row naming who deleted it) but no API operation or page of Ceiling shows them any more; Django admin's "
         "History page of the recipe (`/admin/deployments/recipe/<id>/history/`) still lists them. " + NO_BODY_HELP,
         request=None,
