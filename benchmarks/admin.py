@@ -22,10 +22,13 @@ class _SystemWritten(admin.ModelAdmin):
 
 @admin.register(BenchmarkSweep)
 class BenchmarkSweepAdmin(_SystemWritten):
-    """Sweeps with status and progress; rows are written by services, so fields are read-only."""
+    """Sweeps with status and progress; rows are written by services, so fields are read-only.
+    A sweep keeps its deployment (``PROTECT``): deleting the deployment in admin lists its sweeps
+    as protected and is refused until they are deleted here."""
 
-    list_display = ("id", "name", "status", "points_done", "points_total", "served_model_name", "topology",
-                    "created_at")
+    list_display = ("id", "name", "deployment", "status", "points_done", "points_total", "served_model_name",
+                    "topology", "created_at")
+    list_select_related = ("deployment__recipe",)
     list_filter = ("status", "topology", "engine")
     search_fields = ("name", "served_model_name")
     readonly_fields = [f.name for f in BenchmarkSweep._meta.fields]

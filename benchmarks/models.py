@@ -21,7 +21,11 @@ class BenchmarkSweep(models.Model):
 
     ``grid`` is the validated grid (see :func:`benchmarks.sweeps.grid_validate`): concurrencies,
     ``[input_len, output_len]`` pairs, optional request rates, requests and/or a duration (seconds)
-    per point, SLOs (seconds) and the wait for ready (seconds). ``deployment`` is null for sweeps made of imported runs.
+    per point, SLOs (seconds) and the wait for ready (seconds). ``deployment`` is the deployment it
+    measured (``PROTECT``: a deployment with sweeps cannot be deleted, so measured results never lose
+    what they measured; delete the sweeps first to delete it); null only on rows whose deployment
+    was deleted before that rule, whose ``snapshot`` still names it (``deployment_id``, ``recipe``,
+    ``recipe_version``) once the sweep started.
     Progress columns are for the UI: points and requests done / total (for points limited by time
     alone the column grows as they finish: how many requests fit is not known in advance, so it
     is shown only through :attr:`requests_total_known`) and the running point's output tok/s,
@@ -40,7 +44,7 @@ class BenchmarkSweep(models.Model):
     """
 
     deployment = models.ForeignKey(
-        "deployments.Deployment", null=True, blank=True, on_delete=models.SET_NULL, related_name="sweeps"
+        "deployments.Deployment", null=True, blank=True, on_delete=models.PROTECT, related_name="sweeps"
     )
     name = models.CharField(max_length=200, blank=True)
     grid = models.JSONField(default=dict)
