@@ -199,7 +199,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     (``must be a finite number, got inf (too large for a 64-bit float)``), and the size bounds
     (points, requests and prompt tokens per point and per sweep) are checked over the fields that
     are valid whenever the fields they depend on are. With the deployment's ``spec``, each valid
-    length pair is also judged against the recipe's context length
+    length pair is also judged against what one request of it needs alone and the capacity the
+    recipe states: its context length, and for sim its profile's KV cache
     (:func:`grid_context_problems`, at the pair's own path ``grid.lengths.<i>``), in the same
     answer as every other error.
     """
@@ -585,11 +586,29 @@ def recipe_gpu_count(*, spec: Mapping[str, Any], engine: str) -> int | None:
 CONTEXT_FLAGS = {"llamacpp": "n_ctx", "sglang": "context-length", "vllm": "max-model-len"}
 
 
+def _sim_profile(spec: Mapping[str, Any]):
+    """The sim profile a sim recipe ``spec`` serves (``spec.sim.profile``, else the engine's
+    default), or None when it does not load (the recipe was refused for that already)."""
+    from deployments.engines.sim import DEFAULT_PROFILE
+    from deployments.engines.simcore.profile import ProfileError, profile_load
+
+    sim = spec.get("sim") if isinstance(spec.get("sim"), Mapping) else {}
+    name = sim.get("profile") or DEFAULT_PROFILE
+    try:
+        return profile_load(str(name))
+    except ProfileError:
+        return None
+
+
 def recipe_context_tokens(*, spec: Mapping[str, Any], engine: str) -> tuple[int, str] | None:
     """The smallest context length (tokens) a worker role of the recipe ``spec`` sets with its
     engine's context flag (:data:`CONTEXT_FLAGS`), with where it is set (``roles.single.flags.n_ctx``);
+    for ``sim``, its profile's ``context_length`` (``sim profile demo-fast: context_length``).
     None when no worker role sets it (the engine's own default, or the model's, then applies and
     is not known here)."""
+    if engine == "sim":
+        profile = _sim_profile(spec)
+        return (profile.context_length, f"sim profile {profile.name}: context_length") if profile else None
     flag = CONTEXT_FLAGS.get(engine)
     if flag is None:
         return None
@@ -603,22 +622,70 @@ def recipe_context_tokens(*, spec: Mapping[str, Any], engine: str) -> tuple[int,
     return found
 
 
+def recipe_kv_capacity(*, spec: Mapping[str, Any], engine: str) -> dict[str, Any] | None:
+    """What bounds one request alone in the KV cache of the deployment of recipe ``spec``, when
+    the recipe states it: ``{"tokens", "reserve", "where", "prefill_batch", "prefill_where"}``.
+
+    Known only for ``sim``, from its profile: ``decode.kv_capacity_tokens`` (``tokens``) with
+    ``decode.admission_reserve_tokens`` (``reserve``: head-room a new request needs beyond its
+    prompt before it is admitted), and, for PD (the recipe has a prefill role), the prefill
+    server's ``prefill.max_batch_tokens`` (``prefill_batch``: a longer prompt is refused there;
+    None for a single server, which prefills a long prompt alone). SGLang and vLLM report their
+    KV pool only once running, and Ceiling does not record it before a sweep starts, so for them
+    (and llama.cpp) this is None: no capacity is guessed."""
+    if engine != "sim":
+        return None
+    profile = _sim_profile(spec)
+    if profile is None:
+        return None
+    roles = spec.get("roles") if isinstance(spec.get("roles"), Mapping) else {}
+    where = f"sim profile {profile.name}"
+    return {"tokens": profile.decode.kv_capacity_tokens, "reserve": profile.decode.admission_reserve_tokens,
+            "where": f"{where}: decode.kv_capacity_tokens",
+            "prefill_batch": profile.prefill.max_batch_tokens if "prefill" in roles else None,
+            "prefill_where": f"{where}: prefill.max_batch_tokens"}
+
+
 def grid_context_problems(grid: Mapping[str, Any], *, spec: Mapping[str, Any], engine: str) -> dict[str, list[str]]:
-    """Length pairs of a validated ``grid`` whose input + output tokens exceed the recipe's context
-    length (:func:`recipe_context_tokens`), keyed ``grid.lengths.<i>``: the engine refuses every
-    such request (llama.cpp answers an empty stream, vLLM and SGLang an error), so the point
-    would measure only failures. Empty when all fit or the context length is not known."""
+    """Length pairs of a validated ``grid`` that one request cannot fit even alone on the
+    deployment, keyed ``grid.lengths.<i>``: the engine refuses (or fails) every such request, so
+    the point would measure only failures. Judged against what the recipe states:
+
+    * the context length (:func:`recipe_context_tokens`): input + output tokens above it;
+    * the KV cache (:func:`recipe_kv_capacity`, sim only): input + output tokens (at least input +
+      the admission reserve) above its capacity, and, for PD, an input above the prefill server's
+      batch limit.
+
+    Concurrency plays no part: requests that each fit alone but not all together are queued by
+    the engine (admitted as the cache frees), never refused, so such a point is a measurement.
+    Empty when all fit or nothing is known."""
     ctx = recipe_context_tokens(spec=spec, engine=engine)
-    if ctx is None:
-        return {}
-    tokens, where = ctx
+    kv = recipe_kv_capacity(spec=spec, engine=engine)
     out: dict[str, list[str]] = {}
     for i, (in_len, out_len) in enumerate(grid.get("lengths") or []):
-        if in_len + out_len > tokens:
-            out[f"grid.lengths.{i}"] = [
+        problems = []
+        if ctx is not None and in_len + out_len > ctx[0]:
+            tokens, where = ctx
+            problems.append(
                 f"{in_len}:{out_len} needs {in_len + out_len:,} tokens of context ({in_len} in + {out_len} out), "
                 f"more than the deployment's {tokens:,} ({where}): the engine would refuse every request; "
-                f"use shorter lengths or deploy with a larger context"]
+                f"use shorter lengths or deploy with a larger context")
+        if kv is not None:
+            need = in_len + max(out_len, kv["reserve"])
+            if need > kv["tokens"]:
+                how = (f"{in_len} in + {out_len} out" if out_len >= kv["reserve"] else
+                       f"{in_len} in + the {kv['reserve']} tokens reserved on admission, more than its {out_len} out")
+                problems.append(
+                    f"{in_len}:{out_len} needs {need:,} tokens of KV cache for one request alone ({how}), more than "
+                    f"the deployment's {kv['tokens']:,} ({kv['where']}): the engine would refuse every request, "
+                    f"even at concurrency 1; use shorter lengths or deploy with a larger KV cache")
+            if kv["prefill_batch"] is not None and in_len > kv["prefill_batch"]:
+                problems.append(
+                    f"{in_len}:{out_len} has a {in_len:,}-token prompt, more than the prefill server takes "
+                    f"({kv['prefill_batch']:,} tokens, {kv['prefill_where']}): the engine would refuse every "
+                    f"request; use a shorter input length")
+        if problems:
+            out[f"grid.lengths.{i}"] = problems
     return out
 
 
