@@ -45,6 +45,10 @@ Rules and where they come from:
   256/256: ...``, :func:`process_down`), or, for a stop someone asked for, with who asked and when,
   as the deployment's timeline recorded it (``oscar requested a stop of deployment #7 at ...``,
   :func:`stop_request`), then the point's failures and what was not sent.
+* A point whose every request failed at a healthy server (an error answer each, none aborted by a
+  stop) measured nothing: it is stored failed with the server's answer
+  (:func:`_all_failed_reason`) and the sweep goes on to its next point; a sweep with no point done
+  at its end fails "no point measured anything: ..." (:func:`_nothing_measured_reason`).
 * A point may be limited by time (``duration_s``), alone or with a request count (whichever ends
   first, :func:`point_limits`).
 * The ceiling analysis (:mod:`benchmarks.analysis`) is stored on the sweep when it finishes,
@@ -55,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -88,7 +93,8 @@ from benchmarks.loadgen.tokenized import tokenized_text_dataset
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
-    WAIT_READY_MARGIN_S, duration_prompt_pool, grid_points, grid_requests_total, grid_validate, partial_text,
+    WAIT_READY_MARGIN_S, duration_prompt_pool, failure_counts, grid_points, grid_requests_total, grid_validate,
+    partial_text,
     recipe_gpu_count, summary_mark_partial, summary_point,
 )
 from controlplane.dbbusy import DatabaseBusy, busy_text, is_locked, retry_locked
@@ -148,8 +154,9 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     The GPU count for per-GPU numbers comes from the deployment's spec snapshot
     (:func:`benchmarks.sweeps.recipe_gpu_count`). The task is sent after the transaction commits.
     Raises :class:`InvalidInput` for a bad grid (an ``api`` the deployment's engine does not
-    serve included; a length pair whose input + output exceeds the context length the recipe's
-    engine flags set, :func:`benchmarks.sweeps.grid_context_problems`) and :class:`Conflict` for a stopped, failed or stopping deployment (a stop
+    serve included; a length pair one request cannot fit even alone: input + output above the
+    context length the recipe's engine flags or sim profile set, or above the sim profile's KV
+    cache, :func:`benchmarks.sweeps.grid_context_problems`) and :class:`Conflict` for a stopped, failed or stopping deployment (a stop
     requested counts) or one that already
     has an active sweep, also when two creates race: the database allows one active sweep per
     deployment (:data:`benchmarks.models.ONE_ACTIVE_SWEEP_CONSTRAINT`).
@@ -396,6 +403,13 @@ def sweep_execute(*, sweep_id: int, requeue: bool = True) -> str:
                 what=f"counting point {_point_label(point)} done")
             _broadcast_point(sweep.pk, run)
         sweep.refresh_from_db()
+        if not sweep.runs.filter(status=RunStatus.DONE).exists():
+            # Every point failed at the server (each one's reason says how): nothing to analyse, and
+            # a sweep that measured nothing is not done.
+            reason = _nothing_measured_reason(sweep)
+            log.warning("sweep %s failed: %s", sweep.pk, reason)
+            _finish(sweep.pk, SweepStatus.FAILED, reason)
+            return BenchmarkSweep.objects.get(pk=sweep_id).status
         analysis = sweep_analyse(sweep=sweep)
         _finish(sweep.pk, SweepStatus.DONE, "", analysis=analysis)
     except _Cancelled:
@@ -1488,12 +1502,19 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         down, healthy, health = _point_down(deployment, check_health=many or bool(stopped))
     failed = went_down is not None or (not cancelled and (bool(stopped) or (had_failures and (bool(down)
                                                                                              or healthy is False))))
-    run.status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED if failed else RunStatus.DONE
+    # A whole deployment that failed every request of the point (each one answered with an error,
+    # none aborted by a stop) measured nothing: the point is failed with the server's answer, not
+    # done, and the sweep goes on to its next point (a shorter one may fit).
+    refused = (not cancelled and not failed and sent > 0 and int(summary.get("successes") or 0) == 0
+               and (failure_counts(summary)[0] or 0) > 0)
+    run.status = (RunStatus.CANCELLED if cancelled else RunStatus.FAILED if failed or refused
+                  else RunStatus.DONE)
     run.reason = ("sweep cancelled while this point ran" + (f"; partial: {partial_text(summary)} (kept for the "
                                                             "record, not analysed or ranked)" if cancelled_here else "")
                   if cancelled
                   else _went_down_reason(summary, label, deployment, down=down, healthy=healthy,
-                                         health=health) if failed else "")
+                                         health=health) if failed
+                  else _all_failed_reason(summary, label) if refused else "")
     run.ended_at = timezone.now()
     retry_locked(run.save, what=f"storing point {label}")
     if shared:
@@ -1739,6 +1760,56 @@ def _deployment_then(deployment, *, wait_s: float = 0.0) -> str:
     if status == DeploymentStatus.READY:
         return f"deployment #{deployment.pk} was still marked ready at that moment"
     return f"deployment #{deployment.pk} was marked {status} at that moment"
+
+
+def _all_failed_reason(summary: Mapping[str, Any], label: str) -> str:
+    """Why a point whose every request failed at a healthy server is failed, from the server's
+    answers: ``every request failed at the server during point c=1 6000/4: 1 of 1 failed
+    (commonest: 1 x HTTP 400: prompt (6000 tokens) does not fit the KV cache (5376 tokens));
+    nothing was measured``. Redacted."""
+    errors = summary.get("errors") or {}
+    n = int(summary.get("requests") or 0)
+    failed = failure_counts(summary)[0] or 0
+    top = max(errors.items(), key=lambda kv: kv[1]) if isinstance(errors, Mapping) and errors else None
+    what = f"{top[1]:,} x {_answer_message(top[0])}" if top else "no error text"
+    return redact_text(f"every request failed at the server during point {label}: {failed:,} of {n:,} failed "
+                       f"(commonest: {what}); nothing was measured")
+
+
+def _answer_message(error: str) -> str:
+    """A recorded request error with the message of a JSON error body said in plain words:
+    ``HTTP 400: {"object": "error", "message": "prompt ... does not fit ...", ...}`` (SGLang's,
+    vLLM's and the sim's OpenAI-style body; ``{"error": {"message": ...}}`` and ``{"detail": ...}``
+    too) is ``HTTP 400: prompt ... does not fit ...``; any other text is returned as it is."""
+    head, sep, body = error.partition(": ")
+    if not sep or not body.lstrip().startswith("{"):
+        return error
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return error
+    inner = data.get("error") if isinstance(data, Mapping) else None
+    for source in (inner, data):
+        if isinstance(source, Mapping):
+            message = source.get("message") or source.get("detail")
+            if isinstance(message, str) and message.strip():
+                return f"{head}: {message.strip()}"
+    return error
+
+
+def _nothing_measured_reason(sweep: BenchmarkSweep) -> str:
+    """The reason of a sweep that ran every point and measured nothing (no point had a successful
+    request): ``no point measured anything: <each failed point's reason>`` (the first
+    :data:`NOTHING_MEASURED_SHOWN`, then how many more)."""
+    reasons = [r for r in sweep.runs.order_by("ordinal").values_list("reason", flat=True)]
+    shown = [r or "no reason recorded" for r in reasons[:NOTHING_MEASURED_SHOWN]]
+    more = len(reasons) - len(shown)
+    return ("no point measured anything: " + "; ".join(shown)
+            + (f"; and {more} more point{'s' if more != 1 else ''} the same way" if more > 0 else ""))
+
+
+#: Failed points named in the reason of a sweep that measured nothing (:func:`_nothing_measured_reason`).
+NOTHING_MEASURED_SHOWN = 3
 
 
 def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, *, down: str, healthy: bool | None,

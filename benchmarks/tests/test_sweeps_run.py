@@ -104,8 +104,9 @@ def test_it_stops_when_a_process_ended_though_the_deployment_is_still_marked_rea
 
 def test_it_keeps_going_when_a_healthy_server_fails_every_request_of_a_point(tmp_path: Path, operator,
                                                                              monkeypatch) -> None:
-    # The sim fails every generation but answers /health: an overloaded or refusing engine is a
-    # measurement, not a dead deployment, so both points run and are kept.
+    # The sim fails every generation but answers /health: a refusing engine is not a dead
+    # deployment, so both points run and are kept, each failed with the server's answer (nothing
+    # was measured), and the sweep that measured nothing is failed, not done.
     from benchmarks.tests.sweep_support import sim_start
 
     monkeypatch.setenv("CEILING_SIM_FAIL_GENERATE", "1")
@@ -114,14 +115,19 @@ def test_it_keeps_going_when_a_healthy_server_fails_every_request_of_a_point(tmp
         deployment = sim_deployment_create(base_url=base)
         sweep = sweep_create(deployment=deployment, user=operator,
                              grid={"concurrency": [1, 2], "lengths": ["16:8"], "requests_per_concurrency": 1})
-        assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
+        assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.FAILED
     finally:
         proc.kill()
         proc.wait(timeout=10)
     runs = list(sweep.runs.order_by("ordinal"))
     assert [(r.status, r.summary["successes"], r.summary["failures"]) for r in runs] == [
-        (RunStatus.DONE, 0, 1), (RunStatus.DONE, 0, 2)]
+        (RunStatus.FAILED, 0, 1), (RunStatus.FAILED, 0, 2)]
     assert "simulated generation failure" in " ".join(runs[0].summary["errors"])
+    assert runs[0].reason.startswith("every request failed at the server during point c=1 16/8: 1 of 1 failed "
+                                     "(commonest: 1 x HTTP 500: ")
+    assert runs[0].reason.endswith("); nothing was measured")
+    sweep.refresh_from_db()
+    assert sweep.reason == f"no point measured anything: {runs[0].reason}; {runs[1].reason}"
 
 
 def test_it_fails_with_the_reason_when_the_deployment_never_becomes_ready(operator) -> None:
