@@ -81,6 +81,12 @@ def _utc_iso(value: datetime) -> str:
     return value.astimezone(dt_timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _utc_text(value: datetime) -> str:
+    """``2026-12-06 13:32:24 UTC``: the one readable form every deployments page shows a time in
+    (the ISO value goes in the ``<time datetime>`` attribute and the tooltip)."""
+    return value.astimezone(dt_timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _duration_text(seconds: float) -> str:
     """A human duration with units, two parts at most: ``42 s``, ``3 min 05 s``,
     ``2 h 07 min``, ``3 d 04 h``. Negative input (clock skew) counts as 0 s."""
@@ -98,7 +104,7 @@ def _duration_text(seconds: float) -> str:
 
 
 def _when(value: datetime | None, now: datetime) -> dict[str, str] | None:
-    """``{"iso": UTC ISO 8601, "short": "2026-12-06 04:41" (UTC, as the other lists show times),
+    """``{"iso": UTC ISO 8601, "text": "2026-12-06 04:41:07 UTC" (what the pages show),
     "ago": "3 min 05 s ago"}`` for a timestamp (``"in 20 s"`` for one in the future, such as a
     scheduled restart), None when unset."""
     if value is None:
@@ -110,8 +116,7 @@ def _when(value: datetime | None, now: datetime) -> dict[str, str] | None:
         relative = f"{_duration_text(age)} ago"
     else:
         relative = f"in {_duration_text(-age)}"
-    return {"iso": _utc_iso(value), "short": value.astimezone(dt_timezone.utc).strftime("%Y-%m-%d %H:%M"),
-            "ago": relative}
+    return {"iso": _utc_iso(value), "text": _utc_text(value), "ago": relative}
 
 
 def _status_class(status: str) -> str:
