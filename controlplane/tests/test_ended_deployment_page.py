@@ -120,11 +120,11 @@ def test_a_deployment_no_agent_started_says_how_long_it_waited_and_never_ran(vie
     deployment = deployment_row_create(recipe=recipe, status=DeploymentStatus.PENDING)
     ServerProcess.objects.filter(deployment=deployment).delete()
     live = _get(viewer, "deployments:deployment-live", deployment.pk)
-    assert "<dt>Waiting for</dt>" in live and "Up for" not in live
-    assert "waiting " in _get(viewer, "deployments:deployment-list")
+    assert "<dd>not started yet; waiting " in live and "Serving for" not in live
+    assert "not started yet; waiting " in _get(viewer, "deployments:deployment-list")
     Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STOPPED)
     live = _get(viewer, "deployments:deployment-live", deployment.pk)
-    assert "<dt>Ran for</dt><dd>never started</dd>" in live
+    assert ">Serving</dt><dd>never started; ended " in live
 
 
 def _duration_cell(html: str, pk: int) -> str:
@@ -148,12 +148,16 @@ def test_a_deployment_that_failed_before_any_process_was_spawned_never_started_a
     # the node agent took it (started_at) and failed it at once: a port in use, no process spawned
     Deployment.objects.filter(pk__in=[failed.pk, ran.pk]).update(started_at=now - timezone.timedelta(seconds=200),
                                                                  ended_at=now)
+    # never ready: the time it ran counts from Created, as every other duration before Ready
+    Deployment.objects.filter(pk=ran.pk).update(created_at=now - timezone.timedelta(seconds=205))
     ServerProcess.objects.filter(deployment=ran).update(started_at=now - timezone.timedelta(seconds=199))
 
     listed = _get(viewer, "deployments:deployment-list")
 
-    assert _duration_cell(listed, cancelled.pk) == "never started"
-    assert _duration_cell(listed, failed.pk) == "never started"
-    assert _duration_cell(listed, ran.pk) == "3 min 20 s"
-    assert "<dt>Ran for</dt><dd>never started</dd>" in _get(viewer, "deployments:deployment-live", failed.pk)
-    assert "<dt>Ran for</dt><dd>3 min 20 s</dd>" in _get(viewer, "deployments:deployment-live", ran.pk)
+    assert _duration_cell(listed, cancelled.pk) == "never started; ended 0 s after created"
+    assert _duration_cell(listed, failed.pk) == "never started; ended 0 s after created"
+    assert _duration_cell(listed, ran.pk) == "never ready; ran 3 min 25 s from created"
+    assert (">Serving</dt><dd>never started; ended 0 s after created</dd>"
+            in _get(viewer, "deployments:deployment-live", failed.pk))
+    assert (">Serving</dt><dd>never ready; ran 3 min 25 s from created</dd>"
+            in _get(viewer, "deployments:deployment-live", ran.pk))

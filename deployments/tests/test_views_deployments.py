@@ -256,7 +256,9 @@ def test_it_shows_a_pending_restart_and_a_crash(viewer_client, seed_pd):
     )
     html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
     assert "restart pending" in html
-    assert re.search(r"restart due \d{4}-\d\d-\d\dT[\d:]{8}Z \(in 2\d s\)", html)  # 30 s ahead, minus the render
+    # 30 s ahead, minus the render; shown in UTC to the second, the ISO value in the attribute
+    assert re.search(r'restart due <time datetime="\d{4}-\d\d-\d\dT[\d:]{8}Z" title="[^"]+">\d{4}-\d\d-\d\d [\d:]{8} UTC</time> '
+                     r"\(in 2\d s\)", html)
     assert "GET /health: connection refused" in html
 
 
@@ -273,7 +275,7 @@ def test_it_stops_polling_and_hides_stop_once_terminal(operator_client, seed_pd)
     assert reverse("deployments:deployment-stop", args=[deployment.pk]) not in html
     assert '<span class="tag">stopped</span>' in html
     assert "stopped by oscar" in html
-    assert "Ran for" in html
+    assert ">Served for</dt><dd>1 h 00 min</dd>" in html  # ready 1 h ago, ended now
     assert "down (exit code 0)" in html
 
 
@@ -309,15 +311,19 @@ def test_it_lists_deployments_with_badges_agent_state_and_duration(viewer_client
     assert reverse("deployments:deployment-detail", args=[deployment.pk]) in html
 
 
-def test_the_deployments_list_shows_times_to_the_minute_with_the_iso_time_in_its_title(viewer_client, seed_pd):
+def test_the_deployments_list_and_page_show_times_in_one_utc_form_with_the_iso_time_in_its_attribute(viewer_client, seed_pd):
     deployment, _ = _ready_deployment(seed_pd)
     created = Deployment.objects.get(pk=deployment.pk).created_at
     html = _html(viewer_client.get(reverse("deployments:deployment-list")))
-    shown = re.findall(r'<time datetime="([^"]+)" title="[^"]+">([^<]+)</time>', html)
-    assert shown and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", text) for _iso, text in shown)
-    assert created.strftime("%Y-%m-%d %H:%M") in [text for _iso, text in shown]
+    shown = re.findall(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>', html)
+    assert shown and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", text) and iso == title
+                         for iso, title, text in shown)
+    assert (created.strftime("%Y-%m-%dT%H:%M:%SZ"), created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            created.strftime("%Y-%m-%d %H:%M:%S UTC")) in shown
     detail = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
-    assert re.search(r'<time datetime="[^"]+" title="[^"]+">\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ</time>', detail)
+    on_page = re.findall(r'<time datetime="([^"]+)" title="[^"]+">([^<]+)</time>', detail)
+    assert on_page and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", text) for _iso, text in on_page)
+    assert not re.search(r">\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ<", detail)  # the ISO form only in attributes
 
 
 def test_it_shows_the_agent_online_once_it_heartbeats(viewer_client, seed_pd):
@@ -536,16 +542,17 @@ def test_it_redacts_log_lines_in_reasons_on_pages_and_in_the_api(viewer_client, 
     assert "decode failed: HF_TOKEN=***redacted***" in html
 
 
-def test_up_for_counts_from_ready_and_a_deployment_still_starting_says_so(viewer_client, seed_pd):
-    # started 1 h 02 min 05 s ago, ready 1 h ago: up for 1 h 00 min, not the 1 h 02 min since the start
+def test_serving_counts_from_ready_and_a_deployment_still_starting_says_so(viewer_client, seed_pd):
+    # started 1 h 02 min 05 s ago, ready 1 h ago: serving for 1 h 00 min, not the 1 h 02 min since the start
     deployment, _ = _ready_deployment(seed_pd)
     html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
-    assert re.search(r"<dt>Up for</dt><dd>1 h 00 min</dd>", html), re.findall(r"<dt>[A-Z][a-z]+ for</dt><dd>[^<]*", html)
-    # never ready yet: how long it has been starting, not "up"
+    assert re.search(r">Serving for</dt><dd>1 h 00 min</dd>", html), re.findall(r">Serv[a-z ]+</dt><dd>[^<]*", html)
+    # never ready yet: how long it has been starting since it was created, not "serving"
     Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STARTING, ready_at=None,
-                                                       started_at=timezone.now() - timedelta(seconds=95))
+                                                       created_at=timezone.now() - timedelta(seconds=95),
+                                                       started_at=timezone.now() - timedelta(seconds=94))
     html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
-    assert re.search(r"<dt>Starting for</dt><dd>1 min 3\d s</dd>", html)
-    assert "<dt>Up for</dt>" not in html
+    assert re.search(r">Serving</dt><dd>not ready yet; starting for 1 min 3\d s since created</dd>", html)
+    assert "Serving for" not in html and "Startup</dt>" not in html
     listing = _html(viewer_client.get(reverse("deployments:deployment-list")))
-    assert re.search(r"starting 1 min 3\d s</td>", listing)
+    assert re.search(r"not ready yet; starting for 1 min 3\d s since created</td>", listing)

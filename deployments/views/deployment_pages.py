@@ -220,10 +220,9 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
     event_total = events_qs.count()
     events = list(events_qs.order_by("-at", "-id")[:TIMELINE_MAX_EVENTS])[::-1]
     as_of = services.deployment_as_last_seen(deployment=deployment)
-    duration_label, duration = _deployment_duration(deployment, as_of or now,
-                                                     spawned=any(p.started_at for p in processes))
+    duration = _deployment_duration(deployment, as_of or now, spawned=any(p.started_at for p in processes))
     if as_of is not None:
-        duration += f" as of {as_of:%H:%M:%S} UTC (agent offline)"
+        duration["text"] += f" as of {as_of:%H:%M:%S} UTC (agent offline)"
     return {
         "deployment": deployment,
         "status_class": _status_class(deployment.status),
@@ -239,7 +238,6 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "ready": _when(deployment.ready_at, now),
         "ended": _when(deployment.ended_at, now),
         "duration": duration,
-        "duration_label": duration_label,
         "processes": [_server_process_view(p, now, as_of) for p in processes],
         "as_of": _when(as_of, now),
         "state_note": services.deployment_state_note(deployment=deployment),
@@ -249,25 +247,42 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
     }
 
 
-def _deployment_duration(deployment: Deployment, now: datetime, *, spawned: bool) -> tuple[str, str]:
-    """``(label, text)`` of how long ``deployment`` has run: ``("Up for", "5 min")`` since it became
-    ready, ``("Starting for", ...)`` since the node agent started it while it has never been
-    ready, ``("Ran for", ...)`` from that start to its end once it ended. One that no agent has
-    started yet reads ``("Waiting for", <time since it was created>)``, and one that ended without
-    running ``("Ran for", "never started")``: cancelled while pending, or failed after the node
-    agent took it but before it spawned any process (``spawned``: whether a process of it ever
-    was; a port in use, a recipe that no longer renders), rather than ``0 s``."""
+def _startup_text(seconds: float) -> str:
+    """A startup time: tenths of a second under a minute (``13.2 s``), else :func:`_duration_text`."""
+    seconds = max(0.0, seconds)
+    return f"{seconds:.1f} s" if seconds < 60 else _duration_text(seconds)
+
+
+def _deployment_duration(deployment: Deployment, now: datetime, *, spawned: bool) -> dict[str, Any]:
+    """How long ``deployment`` served, by one rule for every page: time serving runs from Ready to
+    Ended (or ``now`` while it runs), and the startup (Created to Ready) is told apart, so the
+    number does not jump when it is stopped. ``{"label", "text", "startup", "serving"}``:
+
+    * ready, running: ``("Serving for", "8 min 58 s")``, startup ``"13.2 s"``, ``serving`` True;
+    * ended after it was ready: ``("Served for", "8 min 58 s")``, startup as above;
+    * pending: ``("Serving", "not started yet; waiting 42 s since created")``;
+    * started, not ready yet: ``("Serving", "not ready yet; starting for 1 min 03 s since created")``;
+    * ended without being ready: ``("Serving", "never ready; ran 11 min 24 s from created")``, or,
+      when no process of it was ever spawned (``spawned``; cancelled while pending, a port in use,
+      a recipe that no longer renders), ``"never started; ended 5 s after created"``."""
     terminal = deployment.status in DEPLOYMENT_TERMINAL
-    if deployment.status == DeploymentStatus.PENDING:
-        return "Waiting for", _duration_text((now - deployment.created_at).total_seconds())
-    if terminal and deployment.ready_at is None and (deployment.started_at is None or not spawned):
-        return "Ran for", "never started"
-    began = deployment.started_at or deployment.created_at
-    if terminal:
-        return "Ran for", _duration_text(((deployment.ended_at or now) - began).total_seconds())
-    if deployment.ready_at is None:
-        return "Starting for", _duration_text((now - began).total_seconds())
-    return "Up for", _duration_text((now - deployment.ready_at).total_seconds())
+    until = (deployment.ended_at or now) if terminal else now
+    since_created = _duration_text((until - deployment.created_at).total_seconds())
+    out: dict[str, Any] = {"label": "Serving", "startup": None, "serving": False}
+    if deployment.ready_at is not None:
+        out["startup"] = _startup_text((deployment.ready_at - deployment.created_at).total_seconds())
+        out["text"] = _duration_text((until - deployment.ready_at).total_seconds())
+        out["label"] = "Served for" if terminal else "Serving for"
+        out["serving"] = not terminal
+    elif deployment.status == DeploymentStatus.PENDING:
+        out["text"] = f"not started yet; waiting {since_created} since created"
+    elif not terminal:
+        out["text"] = f"not ready yet; starting for {since_created} since created"
+    elif deployment.started_at is None or not spawned:
+        out["text"] = f"never started; ended {since_created} after created"
+    else:
+        out["text"] = f"never ready; ran {since_created} from created"
+    return out
 
 
 def _get_deployment(pk: int) -> Deployment:
@@ -292,7 +307,7 @@ def _get_process(deployment_pk: int, process_pk: int) -> ServerProcess:
 def deployment_list(request: HttpRequest) -> HttpResponse:
     """Deployment rows, newest first, :data:`controlplane.paging.PER_PAGE` a page (``?page=N``,
     1-based; empty or absent: the first page): status badge, recipe and version, node with agent
-    state, created/ready times (UTC ISO and relative) and duration. A page number that is not a
+    state, created/ready times (UTC and relative), time serving and startup. A page number that is not a
     whole number from 1 to the last page, or ``page`` given more than once, is a 404 saying why
     and how many pages there are (:func:`controlplane.paging.page_of`)."""
     now = timezone.now()
@@ -301,10 +316,8 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
                    request.GET.getlist("page"), noun="deployment")
     rows = []
     for d in page.object_list:
-        terminal = d.status in DEPLOYMENT_TERMINAL
         # The row is only rendered, never saved: a reason can quote engine log lines.
         d.reason = redact_text(d.reason)
-        duration_label, duration = _deployment_duration(d, now, spawned=d.spawned)
         rows.append(
             {
                 "d": d,
@@ -312,10 +325,8 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
                 "agent": _agent_view(d.node, now),
                 "created": _when(d.created_at, now),
                 "ready": _when(d.ready_at, now),
-                # up since ready; "waiting ..." / "starting ..." before that
-                "duration": (f"{duration_label.split()[0].lower()} {duration}"
-                             if duration_label in ("Waiting for", "Starting for") else duration),
-                "running": not terminal and d.status != DeploymentStatus.PENDING and d.ready_at is not None,
+                # time serving (Ready to Ended or now), the startup apart: as the deployment page
+                "duration": _deployment_duration(d, now, spawned=d.spawned),
             }
         )
     return render(request, "deployments/deployment_list.html", {"deployments": rows, "page": page,
