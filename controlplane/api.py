@@ -279,8 +279,9 @@ AUTH_ERRORS: dict[str, str] = {
     "401": 'No credentials, or a token or session that is not valid: `{"detail": "Authentication credentials '
            'were not provided."}` (or `"Invalid token."`).',
     "403": "Signed in, but the user's role does not allow this action (reads need viewer, writes operator, "
-           'nodes and secrets admin), or the user is in no role group: `{"detail": "Your role does not allow '
-           'this."}`.',
+           'nodes and secrets admin), or the user is in no role group; the detail names the role needed and the '
+           'user\'s: `{"detail": "This needs the operator role; you are a viewer."}` (`"...; your account has no '
+           'role."`).',
 }
 #: The 400 every operation that needs credentials can answer for its query string, as
 #: :func:`postprocess_auth_errors` adds it where the operation documents no 400 of its own.

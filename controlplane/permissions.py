@@ -40,6 +40,17 @@ def has_role(user, needed: str) -> bool:
     return role is not None and ROLE_ORDER[role] >= ROLE_ORDER[needed]
 
 
+def refusal_message(user, needed: str) -> str:
+    """The 403 text of pages and API alike: the role the action needs and the user's own, and
+    nothing else: ``This needs the operator role; you are a viewer.`` (``...; your account has no
+    role.`` for a user in no role group)."""
+    role = user_role(user)
+    if role is None:
+        return f"This needs the {needed} role; your account has no role."
+    article = "an" if role[0] in "aeiou" else "a"
+    return f"This needs the {needed} role; you are {article} {role}."
+
+
 class RolePermission(BasePermission):
     """Reads need ``viewer``; writes need the view's ``write_role`` (default ``operator``).
 
@@ -47,6 +58,7 @@ class RolePermission(BasePermission):
     (e.g. ``{"revert": "operator"}``).
     """
 
+    # Replaced per request by :func:`refusal_message` (the instance lives for one request).
     message = "Your role does not allow this."
 
     def has_permission(self, request, view) -> bool:
@@ -60,4 +72,7 @@ class RolePermission(BasePermission):
             needed = getattr(view, "read_role", "viewer")
         else:
             needed = getattr(view, "write_role", "operator")
-        return has_role(request.user, needed)
+        if has_role(request.user, needed):
+            return True
+        self.message = refusal_message(request.user, needed)
+        return False

@@ -269,4 +269,4 @@ def test_401_and_403_answers_match_the_documented_bodies(anon_api, outsider_api,
         assert response.status_code == code, (path, response.content)
         check(schema, response, path, method)
     assert answers[0][0].json() == {"detail": "Authentication credentials were not provided."}
-    assert answers[3][0].json() == {"detail": "Your role does not allow this."}
+    assert answers[3][0].json() == {"detail": "This needs the operator role; you are a viewer."}

@@ -141,7 +141,9 @@ def test_real_401_and_403_bodies_match_the_documented_ones(schema, anon_api, out
         assert response.status_code == code, (path, response.json())
         assert_documented(schema, response, path, method)
     assert answers[0][0].json() == {"detail": "Authentication credentials were not provided."}
-    assert answers[4][0].json() == {"detail": "Your role does not allow this."}
+    assert answers[3][0].json() == {"detail": "This needs the viewer role; your account has no role."}
+    assert answers[4][0].json() == {"detail": "This needs the operator role; you are a viewer."}
+    assert answers[5][0].json() == {"detail": "This needs the admin role; you are a viewer."}
 
 
 def test_a_list_endpoint_returns_at_most_500_rows_a_page(viewer_api):

@@ -96,7 +96,7 @@ def test_it_enforces_csrf_on_session_writes(operator, node):
 def test_it_refuses_reads_to_a_user_without_a_role(outsider_api, recipe, url):
     response = outsider_api.get(url)
     assert response.status_code == 403
-    assert response.json()["detail"] == "Your role does not allow this."
+    assert response.json()["detail"] == "This needs the viewer role; your account has no role."
 
 
 def test_it_refuses_an_outsider_the_detail_and_history_of_a_recipe(outsider_api, recipe):

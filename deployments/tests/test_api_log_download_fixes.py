@@ -83,7 +83,7 @@ def test_it_needs_credentials_and_a_role(process, anon_api, outsider_api, operat
     assert anonymous.status_code == 401
     assert anonymous.json() == {"detail": "Authentication credentials were not provided."}
     assert no_role.status_code == 403
-    assert no_role.json() == {"detail": "Your role does not allow this."}
+    assert no_role.json() == {"detail": "This needs the viewer role; your account has no role."}
     assert download(operator_api, process.pk).status_code == 200
     assert download(admin_api, process.pk).status_code == 200
 

@@ -208,10 +208,10 @@ def test_it_keeps_history_after_a_recipe_is_deleted(admin_api, three_versions):
 
 
 def test_only_an_admin_deletes_a_recipe(operator_api, viewer_api, admin_api, three_versions):
-    for api in (operator_api, viewer_api):
+    for api, role in ((operator_api, "an operator"), (viewer_api, "a viewer")):
         refused = api.delete(f"/api/recipes/{three_versions}/")
         assert refused.status_code == 403
-        assert refused.json() == {"detail": "Your role does not allow this."}
+        assert refused.json() == {"detail": f"This needs the admin role; you are {role}."}
     assert operator_api.get(f"/api/recipes/{three_versions}/versions/").json()["count"] == 3
     assert admin_api.delete(f"/api/recipes/{three_versions}/").status_code == 204
     assert not Recipe.objects.filter(pk=three_versions).exists()

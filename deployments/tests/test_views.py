@@ -670,7 +670,7 @@ def test_it_logs_a_403_as_one_line_without_a_traceback(viewer_client, seed_node,
     records = [r for r in caplog.records if r.name == "django.request"]
     assert [(r.levelname, r.status_code, r.exc_info) for r in records] == [("WARNING", 403, None)]
     assert records[0].getMessage() == (
-        "Forbidden (Permission denied): /recipes/new/ [PermissionDenied: Your role does not allow this.]")
+        "Forbidden (Permission denied): /recipes/new/ [PermissionDenied: This needs the operator role; you are a viewer.]")
     formatted = _console_handler().format(records[0])
     assert "\n" not in formatted and "Traceback" not in formatted
 

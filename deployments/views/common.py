@@ -18,7 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
 
-from controlplane.permissions import has_role
+from controlplane.permissions import has_role, refusal_message
 from deployments.models import Node
 
 GIB = 1024**3
@@ -57,7 +57,7 @@ def role_page(read: str = "viewer", write: str = "operator") -> Callable:
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             needed = read if request.method in ("GET", "HEAD", "OPTIONS") else write
             if not has_role(request.user, needed):
-                raise PermissionDenied("Your role does not allow this.")
+                raise PermissionDenied(refusal_message(request.user, needed))
             return view(request, *args, **kwargs)
 
         return wrapped
