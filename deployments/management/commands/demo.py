@@ -187,11 +187,11 @@ class Command(CeilingCommand):
                   + (f" — {proof.reason}" if proof.reason and proof.status != "ready" else "")
                   + f"   {base}/deployments/{proof.deployment_id}/")
         out.write(f"  {'role':8s} {'pid':>7s}  {'status':8s} {'pinned (recipe)':16s} {'effective CPUs':15s} "
-                  f"{'mems':5s} verified")
+                  f"{'NUMA mem nodes':14s} verified (CPUs and mem nodes read back from /proc/<pid>/status)")
         for p in proof.processes:
             mark = {True: "yes", False: "NO", None: "-"}[p["pinning_verified"]]
             out.write(f"  {p['role']:8s} {p['pid'] or '-':>7}  {p['status']:8s} {(p['cpus'] or 'any'):16s} "
-                      f"{(p['effective_cpus'] or '-'):15s} {(p['effective_mems'] or '-'):5s} {mark}")
+                      f"{(p['effective_cpus'] or '-'):15s} {(p['effective_mems'] or '-'):14s} {mark}")
         s = proof.stream
         if s is None:
             out.write("  streamed request: not sent (deployment not ready)")
