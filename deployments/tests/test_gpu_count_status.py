@@ -188,7 +188,7 @@ def test_the_wall_tile_states_the_gpu_count_and_why(nodes, viewer):
     # Online: the full tile's line; offline and never sampled: the compact summary.
     assert ('<p class="wall-no-gpu" data-gpu-status="nvml_unavailable">'
             "0 GPUs — NVML not available: NVML Shared Library Not Found · 2 CPUs</p>") in html
-    assert '<p class="wall-node-summary">0 GPUs (NVML found none) · 2 CPUs · 4.0 GiB host memory</p>' in html
-    assert '<p class="wall-node-summary">8 GPUs · 95.6 GiB each · 64 CPUs · 503.3 GiB host memory</p>' in html
-    assert '<p class="wall-node-summary">unknown (not reported yet) · 8 CPUs · 16.0 GiB host memory</p>' in html
-    assert '<p class="wall-node-summary">0 GPUs (no NVML status recorded) · 2 CPUs · 4.0 GiB host memory</p>' in html
+    assert '<span class="wall-node-summary">0 GPUs (NVML found none) · 2 CPUs · 4.0 GiB host memory</span>' in html
+    assert '<span class="wall-node-summary">8 GPUs · 95.6 GiB each · 64 CPUs · 503.3 GiB host memory</span>' in html
+    assert '<span class="wall-node-summary">unknown (not reported yet) · 8 CPUs · 16.0 GiB host memory</span>' in html
+    assert '<span class="wall-node-summary">0 GPUs (no NVML status recorded) · 2 CPUs · 4.0 GiB host memory</span>' in html

@@ -55,6 +55,20 @@ def demo_like(transactional_db) -> dict:
     return {"live": [single.pk, llama.pk, pd.pk], "ended": ended[::-1], "pd": pd.pk, "seed": seed.name}
 
 
+def _assert_one_line(page, seed) -> None:
+    """The seed node's tile is one line of text: name, offline badge, what it has, "never sampled";
+    no empty bars and no "no sample yet" footer."""
+    assert seed.inner_text().replace("\n", " ") == ("seed-8gpu agent offline 8 GPUs · 95.6 GiB each · 64 CPUs · "
+                                                    "512.0 GiB host memory · never sampled")
+    assert seed.locator(".sample-age, .wall-gpu, .wall-host").count() == 0
+    line = seed.locator(".wall-node-line")
+    # one line: it never wraps, nothing of it is cut, and it is no taller than twice its font size
+    assert line.evaluate("el => getComputedStyle(el).whiteSpace") == "nowrap"
+    assert line.evaluate("el => el.getBoundingClientRect().height < 2 * parseFloat(getComputedStyle(el).fontSize)")
+    assert line.evaluate("el => el.scrollWidth <= el.clientWidth"), "the line is cut"
+    assert seed.bounding_box()["height"] < 60, seed.bounding_box()
+
+
 def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_like, viewer, browser):
     base = live_server.url
     context = browser.new_context(viewport={"width": 1920, "height": 1080})
@@ -99,6 +113,10 @@ def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_l
     seed = page.locator(f'.node-tile[data-node="{demo_like["seed"]}"]')
     assert seed.locator(".wall-gpu").count() == 0
     assert seed.locator(".wall-node-summary").inner_text() == "8 GPUs · 95.6 GiB each · 64 CPUs · 512.0 GiB host memory"
+    _assert_one_line(page, seed)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    _assert_one_line(page, seed)
+    page.set_viewport_size({"width": 1920, "height": 1080})
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "wall-1920x1080.png"))
 
