@@ -575,7 +575,7 @@ def test_it_lists_nodes_with_queue_and_agent_status(viewer_client, seed_node):
     assert "seed-8gpu" in html
     assert "node.seed-8gpu" in html
     assert "offline" in html
-    assert '<td class="num">8</td>' in html  # GPUs
+    assert '<td class="num" data-gpu-status="found">8</td>' in html  # GPUs
     assert '<td class="num">503.3</td>' in html  # 540460679168 bytes in GiB
 
 
