@@ -30,6 +30,7 @@ from django.urls import reverse
 from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.errors import CeilingError, InvalidInput
+from controlplane.permissions import refusal_message
 from deployments import services
 from deployments.choices import DEPLOYMENT_TERMINAL
 from deployments.forms import RecipeAdminForm, RecipeRevertAdminForm, SecretAdminForm
@@ -369,7 +370,7 @@ class RecipeAdmin(SimpleHistoryAdmin):
             self.message_user(request, DELETED_RECIPE_REVERT, level=messages.WARNING)
             return super().history_form_view(request, object_id, version_id, extra_context=extra_context)
         if request.method == "POST" and not self.has_change_permission(request, self.get_object(request, object_id)):
-            raise PermissionDenied("Your role does not allow reverting a recipe (operator or admin).")
+            raise PermissionDenied(refusal_message(request.user, "operator"))
         return super().history_form_view(request, object_id, version_id, extra_context=extra_context)
 
 
