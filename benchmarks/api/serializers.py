@@ -21,6 +21,41 @@ from controlplane.api import (
 from controlplane.errors import InvalidInput
 
 
+def _nullable(kind: str, description: str) -> dict:
+    return {"type": kind, "nullable": True, "description": description}
+
+
+#: The ``progress`` of a sweep: the data of its last ``sweep.progress`` message
+#: (:meth:`benchmarks.services.sweeps._PointProgress.message`), as the running point's rows hold it.
+SWEEP_PROGRESS_SCHEMA = {
+    "type": "object", "nullable": True, "additionalProperties": True,
+    "properties": {
+        "sweep_id": {"type": "integer", "description": "the sweep"},
+        "run_id": {"type": "integer", "description": "the running point's run"},
+        "point_index": {"type": "integer", "description": "the point's place in the grid, from 0"},
+        "points_total": {"type": "integer", "description": "points in the sweep"},
+        "point": {"type": "string", "description": "the point, e.g. c=8 256/256"},
+        "phase": _nullable("string", "'preparing prompts' while the point builds its prompts before any "
+                                     "request; absent once it sends"),
+        "prepared": _nullable("integer", "prompts built so far (while preparing), warmup prompts included"),
+        "done": _nullable("integer", "requests of the point that finished (succeeded, or failed with an answer)"),
+        "total": _nullable("integer", "requests of the point to send; for a closed loop limited by time "
+                                      "(total_sent_so_far) those sent so far; prompts to build while preparing"),
+        "failed": _nullable("integer", "requests of the point that failed"),
+        "output_tokens": _nullable("integer", "output tokens of the point so far, tokens"),
+        "elapsed_s": _nullable("number", "seconds since the point's first request"),
+        "tok_s": _nullable("number", "output tok/s of the point over its last report window (about 0.5 s)"),
+        "tok_s_mean": _nullable("number", "output tok/s of the point since its first request"),
+        "duration_s": _nullable("number", "the point's time limit, seconds; null when it has none"),
+        "total_sent_so_far": {"type": "boolean", "description": "true for a closed loop limited by time: total "
+                                                                 "is the requests sent so far, not a planned count"},
+        "requests_done": {"type": "integer", "description": "requests of the whole sweep that finished"},
+        "updated_at": _nullable("string", "when the report was made, ISO 8601 UTC; null for a row stored "
+                                          "before it was kept"),
+    },
+}
+
+
 class SweepSerializer(serializers.ModelSerializer):
     """A sweep with its grid, status, progress columns (``current_tok_s``: the running point's
     output tok/s over the last report window of about 0.5 s, null unless the sweep is running; the
@@ -35,7 +70,10 @@ class SweepSerializer(serializers.ModelSerializer):
     when no point was cut by a cancel; ``requests_aborted``: those any stop ended in flight (a
     cancel, or the deployment going down under a point), null when none; ``held_at``: when its task last found it held back by a
     sweep of a deployment sharing a CPU or GPU with its own (pending), null when it never was or
-    once it runs. The analysis is served by ``/api/sweeps/<id>/analysis/``.
+    once it runs; ``progress``: the running point's last progress report as its rows hold it, the
+    same data the sweep page embeds and its last ``sweep.progress`` websocket message carried
+    (:func:`benchmarks.views.sweep_pages.progress_message`), null when no point is running or it
+    has not reported yet. The analysis is served by ``/api/sweeps/<id>/analysis/``.
 
     A text the sweep does not have is null, never ``""`` (``reason``, ``current_point``,
     ``served_model_name``, ``topology``, ``engine``, ``worker``, ``queue_note``), as the sweep's
@@ -68,6 +106,13 @@ class SweepSerializer(serializers.ModelSerializer):
     worker = BlankAsNullCharField(allow_null=True, read_only=True,
                                   help_text="host:pid of the process running it; null when none has taken it")
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    progress = serializers.SerializerMethodField(
+        help_text="the running point's last progress report, the data of the sweep.progress websocket message "
+                  "(the sweep page embeds the same): request counts of the point, seconds, output tok/s, and "
+                  "updated_at, when it was made; a page re-syncing after a lost socket draws it unless it shows a "
+                  "newer report. While the point builds its prompts (phase set), total and prepared count prompts and "
+                  "the request counts are absent. Null when no point is running or the running one has not reported "
+                  "yet.")
 
     class Meta:
         model = BenchmarkSweep
@@ -76,7 +121,7 @@ class SweepSerializer(serializers.ModelSerializer):
                   "current_tok_s",
                   "current_point", "num_gpus", "served_model_name", "topology", "engine", "snapshot", "created_by",
                   "created_at", "started_at", "ended_at", "worker", "heartbeat_at", "held_at", "run_ids",
-                  "queue_note"]
+                  "queue_note", "progress"]
         read_only_fields = fields
         extra_kwargs = {"num_gpus": {"help_text": (
             "GPUs the per-GPU figures (tok/s per GPU) divide by: the deployment's, all roles together; for a sim "
@@ -113,6 +158,16 @@ class SweepSerializer(serializers.ModelSerializer):
 
     def get_run_ids(self, obj: BenchmarkSweep) -> list[int]:
         return [r.pk for r in obj.runs.all()]
+
+    @extend_schema_field(SWEEP_PROGRESS_SCHEMA)
+    def get_progress(self, obj: BenchmarkSweep) -> dict | None:
+        # The page's own builder (status block and embedded message), so the API, the page and
+        # the websocket carry one report: only a running sweep has one.
+        if obj.status != SweepStatus.RUNNING:
+            return None
+        from benchmarks.views.sweep_pages import sweep_progress
+
+        return sweep_progress(obj)["message"]
 
 
 @extend_schema_field({
