@@ -695,6 +695,13 @@
           if (typeof htmx !== "undefined") htmx.trigger(document.body, "sweep-points-changed");
           refreshHtmx("#sweep-progress");
         }
+      },
+      // Every (re)connect fetches /api/sweeps/<id>/: its progress is the running point's last
+      // report as the rows hold it (the message the socket carried, or one it missed while
+      // down), drawn under the same rule as a message, never over a newer one.
+      onHistory: function (g, body) {
+        if (g !== group || !body || !body.progress || root._ended) return;
+        showSweepProgress(root, body.progress);
       }
     });
   }
