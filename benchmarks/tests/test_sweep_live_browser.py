@@ -2,11 +2,13 @@
 it draws the progress the status block embeds as soon as the page loads, before any websocket
 message, the same point and counts as that block; and a report older than the one it shows,
 arriving later on the socket (here a routed /ws/live/ the test speaks for), leaves it as it is,
-while a newer one is drawn."""
+while a newer one is drawn; and after the socket closes and comes back, the re-sync's
+/api/sweeps/<id>/ progress brings counts the rows gained meanwhile."""
 from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from datetime import timedelta
 
@@ -107,3 +109,70 @@ def test_the_live_panel_draws_the_embedded_progress_at_load_and_keeps_it_over_an
     after = page.evaluate(f"""() => ({{requests: document.querySelector('{PANEL} [data-f="requests"]').textContent,
                                        seen: window.seenRequests}})""")
     assert "9 / 10" in after["requests"] and not any("7 / 10" in s or "3 / 10" in s for s in after["seen"]), after
+
+
+def test_a_reconnect_draws_the_rows_newer_counts_from_the_api(live_server, running, admin_user, browser) -> None:  # noqa: F811
+    """The socket closes, the rows advance (a report the page never got on it), the socket comes
+    back: the re-sync's /api/sweeps/<id>/ progress brings the newer counts. The status block's poll
+    is answered 204 (no swap) throughout, so the re-sync is the only way they can arrive."""
+    sockets: list = []
+    api_calls: list = []
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
+    page.goto(live_server.url + "/login/")
+    page.fill("input[name=username]", admin_user.username)
+    page.fill("input[name=password]", "correct-horse-battery")
+    page.click("button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    page.route(re.compile(rf".*/benchmarks/sweeps/{running['sweep_id']}/progress/.*"),
+               lambda route: route.fulfill(status=204, body=""))
+    page.on("request", lambda r: api_calls.append(r.url) if f"/api/sweeps/{running['sweep_id']}/" in r.url else None)
+    page.goto(f"{live_server.url}/benchmarks/sweeps/{running['sweep_id']}/", wait_until="load")
+    requests_text = f"() => document.querySelector('{PANEL} [data-f=\"requests\"]').textContent"
+    assert "7 / 10" in page.evaluate(requests_text)
+    assert sockets, "the page opened no live socket"
+    group = f"sweep-{running['sweep_id']}"
+    subscribed = json.dumps({"type": "live.subscribed", "groups": {group: {"seq": 0, "latest": {}}}})
+    sockets[0].send(subscribed)
+    page.wait_for_function("() => document.documentElement.getAttribute('data-live-state') === 'live'",
+                           timeout=10_000)
+
+    sockets[0].close()
+    page.wait_for_function("() => document.documentElement.getAttribute('data-live-state') === 'reconnecting'",
+                           timeout=10_000)
+    # While the socket is down the point goes on: its rows now hold a newer report (9 of 10).
+    # (Playwright's sync API runs an event loop in this thread: the row is written from another.)
+    newer = timezone.now()
+    thread = threading.Thread(target=_advance, args=(running, newer))
+    thread.start()
+    thread.join()
+    page.wait_for_timeout(300)   # the first connect's re-sync, if still under way, has landed
+    calls_before = len(api_calls)
+    deadline = time.monotonic() + 20
+    while len(sockets) < 2 and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    assert len(sockets) >= 2, "the page did not reconnect"
+    page.wait_for_timeout(300)
+    assert "7 / 10" in page.evaluate(requests_text), "no newer counts may show before the re-sync"
+    sockets[-1].send(subscribed)
+    page.wait_for_function(f"""() => document.querySelector('{PANEL} [data-f="requests"]')
+                                        .textContent.includes('9 / 10')""", timeout=10_000)
+    assert len(api_calls) > calls_before, api_calls
+    shown = page.evaluate(f"""() => {{
+      const panel = document.querySelector('{PANEL}'), f = n => panel.querySelector('[data-f="' + n + '"]').textContent;
+      return {{failed: f('failed'), age: f('sample-age')}};
+    }}""")
+    assert shown["failed"].startswith("2"), shown
+    assert newer.strftime("%H:%M:%S") in shown["age"], shown
+
+
+def _advance(running: dict, newer) -> None:
+    from django.db import connection
+
+    try:
+        BenchmarkRun.objects.filter(pk=running["run_id"]).update(progress={
+            "done": 9, "total": 10, "failed": 2, "output_tokens": 72, "elapsed_s": 2.4, "tok_s": 90.0,
+            "tok_s_mean": 30.0, "duration_s": None, "total_sent_so_far": False, "updated_at": _iso(newer)})
+        BenchmarkSweep.objects.filter(pk=running["sweep_id"]).update(requests_done=9)
+    finally:
+        connection.close()
