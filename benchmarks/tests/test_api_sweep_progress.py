@@ -18,14 +18,17 @@ from django.urls import reverse
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import sweeps as sweeps_module
+from controlplane import realtime
 from controlplane.realtime import sweep_group
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _no_rate_limit(settings) -> None:
+def _no_rate_limit(settings, monkeypatch) -> None:
     settings.CEILING_REALTIME_MIN_INTERVAL_S = 0.0
+    # The readings of a test's own clock stay out of the rate limit's memory of other tests.
+    monkeypatch.setattr(realtime, "_last_sent", {})
 
 
 class GroupListener:
