@@ -500,7 +500,10 @@ def best_speedup_notes(*, best, sweep) -> list[str]:
 
         sms = sm_numbers(where)
         if sms and sm not in sms:
-            notes.append(f"the speedup was measured on {best.device_name} (sm_{sm}); the sweep ran on {where}: "
+            # A sim sweep ran on CPUs: its profile models the hardware its costs were measured on.
+            ran = (f"the sweep's sim profile models {where}" if _profile_name(sweep)
+                   else f"the sweep ran on {where}")
+            notes.append(f"the speedup was measured on {best.device_name} (sm_{sm}); {ran}: "
                          f"a kernel's speedup on another GPU differs, so read the projection as what sm_{sm}'s "
                          "speedup would give there")
     flat = re.sub(r"[^a-z0-9]", "", (best.shape or "").lower())

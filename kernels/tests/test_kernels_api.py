@@ -252,7 +252,7 @@ def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_
         "the speedup 4.00x is over package toy_attn's own baseline implementation (its variants with impl = "
         "'baseline'), both measured on NVIDIA H200 (sm_90); it is not a speedup over the kernel a deployment serves "
         "with now, which may already be faster than that baseline",
-        "the speedup was measured on NVIDIA H200 (sm_90); the sweep ran on 8x sm_120 GPUs, TP4 per role: a "
+        "the speedup was measured on NVIDIA H200 (sm_90); the sweep's sim profile models 8x sm_120 GPUs, TP4 per role: a "
         "kernel's speedup on another GPU differs, so read the projection as what sm_90's speedup would give there",
         "the kernel's shape 'small' is not named in the sweep's model 'DeepSeek-V4-Flash': check that this model "
         "runs that shape"]
