@@ -62,6 +62,7 @@ from deployments.choices import (
     DeploymentStatus,
     ProcessStatus,
 )
+from deployments.engine_limits import deployment_limits_read as engine_limits_read
 from deployments.launch import (
     LaunchPlan,
     ProcessSpec,
@@ -1137,12 +1138,17 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
                 deployment.reason = reason
                 return
             router_answer = gate.detail
+    # What the servers report about their capacity (KV pool, context, ...), read now that they all
+    # answer and stored with the status, so a sweep asked for as soon as it is ready is judged
+    # against it. Never a reason not to be ready: a failed read is kept as null with why.
+    limits = engine_limits_read(deployment)
+    now = timezone.now()
     # The status and its timeline entry are written together, so whoever reads the deployment as
     # ready also finds the event that says how it got there; the broadcast follows the commit.
     with transaction.atomic():
         if not Deployment.objects.filter(pk=deployment.pk, status=DeploymentStatus.STARTING,
                                          stop_requested=False).update(
-                status=DeploymentStatus.READY, ready_at=now, updated_at=now, reason=""):
+                status=DeploymentStatus.READY, ready_at=now, updated_at=now, reason="", engine_limits=limits):
             return
         crash = (ProcessEvent.objects.filter(deployment=deployment, kind="crashed", at__gte=deployment.ready_at)
                  .order_by("-at", "-id").first() if deployment.ready_at else None)

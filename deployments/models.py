@@ -271,6 +271,10 @@ class Deployment(models.Model):
     ready_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    engine_limits = models.JSONField(
+        null=True, blank=True,
+        help_text="what the engine servers reported about their capacity when it became ready "
+                  "(deployments.engine_limits); null until then")
 
     class Meta:
         ordering = ["-created_at"]
