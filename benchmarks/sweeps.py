@@ -167,7 +167,8 @@ def duration_refusal(shown: str) -> str:
 
 
 def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 1800 + WAIT_READY_MARGIN_S,
-                  spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  spec: Mapping[str, Any] | None = None,
+                  reported: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Validate and normalise a sweep grid.
 
     Input keys (others are refused): ``concurrency`` list of ints >= 1 (closed-loop points);
@@ -200,6 +201,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     (points, requests and prompt tokens per point and per sweep) are checked over the fields that
     are valid whenever the fields they depend on are. With the deployment's ``spec``, each valid
     length pair is also judged against what one request of it needs alone and the capacity the
+    engine servers ``reported`` once ready (the deployment's ``engine_limits``), else the one the
     recipe states: its context length, and for sim its profile's KV cache
     (:func:`grid_context_problems`, at the pair's own path ``grid.lengths.<i>``), in the same
     answer as every other error.
@@ -345,7 +347,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
                 err(path, message)
     if spec is not None:
         # Needs only the valid pairs: a point too long for the context is named with the rest.
-        too_long = grid_context_problems({"lengths": lengths}, spec=spec, engine=engine)
+        too_long = grid_context_problems({"lengths": lengths}, spec=spec, engine=engine, reported=reported)
         for path, messages in too_long.items():
             for message in messages:
                 err(length_paths[int(path.rsplit(".", 1)[1])], message)
@@ -631,8 +633,9 @@ def recipe_kv_capacity(*, spec: Mapping[str, Any], engine: str) -> dict[str, Any
     prompt before it is admitted), and, for PD (the recipe has a prefill role), the prefill
     server's ``prefill.max_batch_tokens`` (``prefill_batch``: a longer prompt is refused there;
     None for a single server, which prefills a long prompt alone). SGLang and vLLM report their
-    KV pool only once running, and Ceiling does not record it before a sweep starts, so for them
-    (and llama.cpp) this is None: no capacity is guessed."""
+    KV pool only once running (what they report is kept on the deployment when it becomes ready,
+    its ``engine_limits``, which :func:`grid_context_problems` prefers), so from the recipe alone
+    it is None for them (and llama.cpp): no capacity is guessed."""
     if engine != "sim":
         return None
     profile = _sim_profile(spec)
@@ -646,21 +649,40 @@ def recipe_kv_capacity(*, spec: Mapping[str, Any], engine: str) -> dict[str, Any
             "prefill_where": f"{where}: prefill.max_batch_tokens"}
 
 
-def grid_context_problems(grid: Mapping[str, Any], *, spec: Mapping[str, Any], engine: str) -> dict[str, list[str]]:
+def grid_context_problems(grid: Mapping[str, Any], *, spec: Mapping[str, Any], engine: str,
+                          reported: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
     """Length pairs of a validated ``grid`` that one request cannot fit even alone on the
     deployment, keyed ``grid.lengths.<i>``: the engine refuses (or fails) every such request, so
-    the point would measure only failures. Judged against what the recipe states:
+    the point would measure only failures. Judged against what the engine servers reported about
+    themselves once the deployment was ready (``reported``, the deployment's ``engine_limits``,
+    :func:`deployments.engine_limits.reported_capacity`), else what the recipe states:
 
-    * the context length (:func:`recipe_context_tokens`): input + output tokens above it;
-    * the KV cache (:func:`recipe_kv_capacity`, sim only): input + output tokens (at least input +
-      the admission reserve) above its capacity, and, for PD, an input above the prefill server's
-      batch limit.
+    * the context length (reported ``context_length``/``max_model_len``, else
+      :func:`recipe_context_tokens`): input + output tokens above it;
+    * the KV cache (reported ``max_total_num_tokens`` of the decode servers for PD, of the single
+      server otherwise; else :func:`recipe_kv_capacity`, sim only): input + output tokens (at
+      least input + the admission reserve, which only the sim reports) above its capacity;
+    * for a PD ``sim`` deployment, an input above the prefill server's batch limit (its reported
+      ``chunked_prefill_size``, else its profile's): the sim refuses such a prompt, while SGLang
+      splits it into chunks, so for SGLang this is not a limit.
 
     Concurrency plays no part: requests that each fit alone but not all together are queued by
     the engine (admitted as the cache frees), never refused, so such a point is a measurement.
     Empty when all fit or nothing is known."""
+    from deployments.engine_limits import reported_capacity
+
     ctx = recipe_context_tokens(spec=spec, engine=engine)
     kv = recipe_kv_capacity(spec=spec, engine=engine)
+    told = reported_capacity(reported)
+    if told is not None:
+        if told["context"] is not None:
+            ctx = (told["context"], told["context_where"])
+        if told["tokens"] is not None:
+            kv = {**(kv or {"prefill_batch": None, "prefill_where": None}),
+                  "tokens": told["tokens"], "where": told["where"],
+                  "reserve": told["reserve"] if told["reserve"] is not None else (kv or {}).get("reserve") or 0}
+        if engine == "sim" and told["prefill_batch"] is not None and kv is not None:
+            kv = {**kv, "prefill_batch": told["prefill_batch"], "prefill_where": told["prefill_where"]}
     out: dict[str, list[str]] = {}
     for i, (in_len, out_len) in enumerate(grid.get("lengths") or []):
         problems = []

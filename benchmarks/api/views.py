@@ -48,17 +48,19 @@ def _field_value(ser: s.SweepCreateSerializer, name: str):
 
 
 def _grid_errors(ser: s.SweepCreateSerializer, *, engine: str | None,
-                 spec: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
+                 spec: Mapping[str, Any] | None = None,
+                 reported: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
     """The grid's own errors (:func:`benchmarks.sweeps.grid_validate`, ``{"grid.<field>": [...]}``)
-    of a create request, judged for ``engine`` and against the context length of ``spec`` (the
-    deployment's, None when it is not known), to
+    of a create request, judged for ``engine`` and against the capacity the deployment's engine
+    ``reported`` (its ``engine_limits``), else the context length of ``spec`` (the deployment's,
+    None when it is not known), to
     answer them together with its other errors; ``{}`` when the grid is valid, or absent or not
     JSON (the serializer names that)."""
     grid = _field_value(ser, "grid")
     if grid is None:
         return {}
     try:
-        grid_validate(grid, **({"engine": engine} if engine else {}), spec=spec)
+        grid_validate(grid, **({"engine": engine} if engine else {}), spec=spec, reported=reported)
     except InvalidInput as exc:
         return dict(exc.errors)
     return {}
@@ -119,7 +121,9 @@ class SweepViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveMode
                 errors["deployment"] = [f"no deployment with id {deployment_id}"]
         engine = deployment.recipe.engine if deployment is not None else None
         spec = (deployment.spec_snapshot or {}) if deployment is not None else None
-        errors = merge_body_errors({**errors, **_grid_errors(ser, engine=engine, spec=spec)}, found)
+        reported = deployment.engine_limits if deployment is not None else None
+        errors = merge_body_errors({**errors, **_grid_errors(ser, engine=engine, spec=spec, reported=reported)},
+                                   found)
         if errors:
             raise InvalidInput(errors)
         sweep = services.sweep_create(deployment=deployment, user=request.user, grid=ser.validated_data["grid"],

@@ -155,8 +155,9 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     (:func:`benchmarks.sweeps.recipe_gpu_count`). The task is sent after the transaction commits.
     Raises :class:`InvalidInput` for a bad grid (an ``api`` the deployment's engine does not
     serve included; a length pair one request cannot fit even alone: input + output above the
-    context length the recipe's engine flags or sim profile set, or above the sim profile's KV
-    cache, :func:`benchmarks.sweeps.grid_context_problems`) and :class:`Conflict` for a stopped, failed or stopping deployment (a stop
+    context length or KV cache the engine servers reported once ready, else above the context
+    length the recipe's engine flags or sim profile set, or the sim profile's KV cache,
+    :func:`benchmarks.sweeps.grid_context_problems`) and :class:`Conflict` for a stopped, failed or stopping deployment (a stop
     requested counts) or one that already
     has an active sweep, also when two creates race: the database allows one active sweep per
     deployment (:data:`benchmarks.models.ONE_ACTIVE_SWEEP_CONSTRAINT`).
@@ -171,7 +172,8 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     # A bad grid is a 400 whatever else is running: validate before the conflict check.
     # A point longer than the recipe's context would measure only refused requests: named with
     # the grid's other errors (grid_validate's spec).
-    norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S, spec=spec)
+    norm = grid_validate(grid, engine=engine, default_wait_ready_s=startup + WAIT_READY_MARGIN_S, spec=spec,
+                         reported=deployment.engine_limits)
     # A deployment being stopped (a stop requested, perhaps not yet seen by its node's agent)
     # would be gone before the sweep's first request.
     if deployment.status == DeploymentStatus.STOPPING or deployment.stop_requested:

@@ -325,14 +325,16 @@ def _field_errors(errors: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
 
 
 def _grid_rule_errors(grid: Mapping[str, Any], *, engine: str | None,
-                      spec: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
+                      spec: Mapping[str, Any] | None = None,
+                      reported: Mapping[str, Any] | None = None) -> dict[str, list[str]]:
     """:func:`benchmarks.sweeps.grid_validate`'s errors for ``grid`` by form field (``{}`` when
-    none), judged for ``engine`` and against the context length of ``spec`` (the deployment's;
-    None when no deployment was found)."""
+    none), judged for ``engine`` and against the capacity the deployment's engine ``reported``
+    (its ``engine_limits``), else the context length of ``spec`` (the deployment's; None when no
+    deployment was found)."""
     from benchmarks.sweeps import grid_validate
 
     try:
-        grid_validate(grid, **({"engine": engine} if engine else {}), spec=spec)
+        grid_validate(grid, **({"engine": engine} if engine else {}), spec=spec, reported=reported)
     except InvalidInput as exc:
         return _field_errors(exc.errors)
     return {}
@@ -411,7 +413,8 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
             # service's rules too (size bounds, open-loop needs), for the fields the form had no
             # complaint about.
             for field, msgs in _grid_rule_errors(grid, engine=deployment.recipe.engine,
-                                                 spec=deployment.spec_snapshot or {}).items():
+                                                 spec=deployment.spec_snapshot or {},
+                                                 reported=deployment.engine_limits).items():
                 errors.setdefault(field, msgs)
         else:
             try:

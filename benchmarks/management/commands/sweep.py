@@ -301,7 +301,7 @@ class Command(CeilingCommand):
             # refused, with every other problem of the grid as the API would name it
             spec = deployment.spec_snapshot or {}
             try:
-                grid_validate(grid, engine=deployment.recipe.engine, spec=spec,
+                grid_validate(grid, engine=deployment.recipe.engine, spec=spec, reported=deployment.engine_limits,
                               default_wait_ready_s=int(spec.get("startup_timeout_s") or 1800) + WAIT_READY_MARGIN_S)
                 others: dict[str, list[str]] = {}
             except InvalidInput as exc:
