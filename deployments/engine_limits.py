@@ -214,3 +214,20 @@ def reported_capacity(record: Mapping[str, Any] | None) -> dict[str, Any] | None
     return {"tokens": kv[0] if kv else None, "where": kv[1] if kv else None, "reserve": reserve,
             "context": ctx[0] if ctx else None, "context_where": ctx[1] if ctx else None,
             "prefill_batch": prefill[0] if prefill else None, "prefill_where": prefill[1] if prefill else None}
+
+
+def limits_view(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The record as the deployment page shows it: ``{"read_at", "error", "rows"}``, one row per
+    server (``label``, each of :data:`FIELDS`, ``read_from`` joined, ``error``); None when
+    nothing was read yet."""
+    if not isinstance(record, Mapping):
+        return None
+    servers = record.get("servers") if isinstance(record.get("servers"), Mapping) else {}
+    rows = []
+    for key in sorted(servers):
+        server = servers[key] if isinstance(servers[key], Mapping) else {}
+        rows.append({"label": _server_label(key, servers), **{f: _count(server.get(f)) for f in FIELDS},
+                     "admission_reserve_tokens": _reserve(server.get("admission_reserve_tokens")),
+                     "read_from": ", ".join(u for u in server.get("read_from") or [] if isinstance(u, str)),
+                     "error": server.get("error") or ""})
+    return {"read_at": _read_time(record), "error": record.get("error") or "", "rows": rows}

@@ -532,6 +532,41 @@ class RedactedTextField(serializers.CharField):
         return redact_text(str(value)) if value else None
 
 
+class EngineServerLimitsSerializer(serializers.Serializer):
+    """What one worker server reported about its capacity; a value it did not report is null."""
+
+    base_url = serializers.CharField(help_text="the server's origin, e.g. http://127.0.0.1:30002")
+    read_from = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="the URLs the values were read from: /get_server_info (or /server_info), and /v1/models "
+                  "when the context length came from there (vLLM's max_model_len); empty when none answered")
+    max_total_num_tokens = serializers.IntegerField(
+        allow_null=True, min_value=1, help_text="KV cache pool size, in tokens (SGLang, sim)")
+    context_length = serializers.IntegerField(
+        allow_null=True, min_value=1,
+        help_text="most tokens (input + output) of one request: context_length, or vLLM's max_model_len")
+    max_running_requests = serializers.IntegerField(
+        allow_null=True, min_value=1, help_text="most sequences decoded at once, in requests")
+    chunked_prefill_size = serializers.IntegerField(
+        allow_null=True, min_value=1, help_text="prefill chunk, in tokens (the sim refuses a longer prompt)")
+    admission_reserve_tokens = serializers.IntegerField(
+        allow_null=True, min_value=0,
+        help_text="KV tokens a new request needs beyond its prompt to be admitted, in tokens (sim only)")
+    error = serializers.CharField(allow_null=True,
+                                  help_text="what each route answered when nothing was read; else null")
+
+
+class EngineLimitsSerializer(serializers.Serializer):
+    """What the deployment's engine servers reported about their capacity when it became ready."""
+
+    read_at = serializers.CharField(help_text="when they were read, UTC, e.g. 2026-12-06T14:02:11Z")
+    topology = serializers.CharField(allow_null=True, help_text="single or pd: which servers hold the KV cache")
+    servers = serializers.DictField(
+        child=EngineServerLimitsSerializer(),
+        help_text="per worker server, keyed role and ordinal (single0, prefill0, decode0); never the router")
+    error = serializers.CharField(allow_null=True, help_text="why nothing was reported by any server; else null")
+
+
 class DeploymentSerializer(serializers.ModelSerializer):
     """A deployment of one recipe version on a node; ``status`` follows pending → starting →
     ready → stopping → stopped, or failed with ``reason``. A text it does not have (``reason``,
@@ -556,6 +591,11 @@ class DeploymentSerializer(serializers.ModelSerializer):
                   'is offline", or "not live: node agent local is offline (never seen)"; null when live')
     entry_url = BlankAsNullCharField(allow_null=True, read_only=True,
                                      help_text="where requests are sent once it is ready; null until known")
+    engine_limits = serializers.SerializerMethodField(
+        help_text="what the engine servers reported about their capacity (KV pool and context in tokens, "
+                  "running sequences in requests) as it became ready; sweep creation refuses a length pair one "
+                  "request cannot fit alone in them. Null until it is ready (and for deployments ready before "
+                  "this was recorded)")
 
     class Meta:
         model = Deployment
@@ -581,8 +621,13 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "ready_at",
             "ended_at",
             "updated_at",
+            "engine_limits",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(EngineLimitsSerializer(allow_null=True))
+    def get_engine_limits(self, deployment: Deployment) -> dict[str, Any] | None:
+        return deployment.engine_limits
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_waiting_reason(self, deployment: Deployment) -> str | None:

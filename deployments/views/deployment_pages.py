@@ -25,6 +25,7 @@ from controlplane.paging import page_of
 from controlplane.realtime import deployment_group
 from controlplane.redaction import SecretsUnmaskable, redact_text
 from deployments import selectors, services
+from deployments.engine_limits import limits_view
 from deployments.logfiles import log_file, log_parts
 from deployments.choices import (
     DEPLOYMENT_TERMINAL,
@@ -244,6 +245,7 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "process_ids": ",".join(str(p.pk) for p in processes),
         "events": [{"row": e, "at": _when(e.at, now), "message": redact_text(e.message)} for e in events],
         "events_hidden": max(0, event_total - len(events)),
+        "limits": limits_view(deployment.engine_limits),
     }
 
 
