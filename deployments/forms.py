@@ -20,6 +20,7 @@ from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
 from deployments.models import NAME_MAX_LENGTH, Node, Recipe, Secret, name_validator
 from deployments.recipes import RECIPE_DOC_PATH
+from deployments.services import direction_control_validator
 
 
 def spec_parse(text: str) -> dict:
@@ -159,7 +160,8 @@ class RecipeForm(SpecTextMixin, SingleValuedForm):
         self.fields["spec"].help_text = spec_help_text()
         if editing:
             self.fields["change_reason"] = forms.CharField(
-                max_length=100, required=False, help_text="shown in the version history"
+                max_length=100, required=False, help_text="shown in the version history",
+                validators=[direction_control_validator],
             )
             # The version the edit started from: saving over a newer version is refused
             # (HTTP 409) instead of silently discarding someone else's change. Read as text:
@@ -333,6 +335,11 @@ class SecretAdminForm(forms.ModelForm):
     class Meta:
         model = Secret
         fields = ["name", "description"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Everyone who lists the secrets reads the description: refused as the API refuses it.
+        self.fields["description"].validators.append(direction_control_validator)
 
     def clean_value(self) -> str:
         value = self.cleaned_data.get("value") or ""

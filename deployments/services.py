@@ -123,7 +123,8 @@ def check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: 
 
 #: Text-direction embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): they reorder
 #: how the text around them is shown, so a text holding one can read differently from what it says
-#: ("RTL" shown as "LTR"). Refused in a recipe's free text; the marks U+200E/U+200F (which only
+#: ("RTL" shown as "LTR"). Refused in a recipe's free text and in every other text one user writes
+#: and others read (:func:`direction_control_validator`); the marks U+200E/U+200F (which only
 #: set the direction of neutral characters, as mixed-script text needs) are taken.
 DIRECTION_CONTROLS = frozenset([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
 
@@ -137,6 +138,16 @@ def direction_control_problem(text: str) -> str | None:
                     f"({unicodedata.name(c)}) at character {i + 1} would make the text display "
                     "differently from what it says.")
     return None
+
+
+def direction_control_validator(value: object) -> None:
+    """A field validator (Django forms, models and DRF serializers alike) refusing a text that
+    holds a text-direction control, with :func:`direction_control_problem`'s message: for every
+    free text one user writes and others read (a recipe's change reason, a secret's description,
+    a sweep's name), as a recipe's description and spec strings are refused."""
+    problem = direction_control_problem(value) if isinstance(value, str) else None
+    if problem:
+        raise DjangoValidationError(problem, code="direction_control")
 
 
 def direction_controls_visible(text: str) -> str:
