@@ -226,6 +226,18 @@ def recipe_examples_for_form() -> list[dict]:
     ]
 
 
+def name_judged_once(form: forms.ModelForm) -> None:
+    """Make ``form``'s model-made ``name`` field judge a name by :func:`name_validator` alone, as
+    the API and the recipe form do: an 80-character name gets one message (``Use at most 63
+    characters; got 80.``), not the model field's length message beside (or instead of) it. The
+    model's own check of the field is skipped once the field has an error; a name that passes
+    :func:`name_validator` passes the model's slug rule too. The browser still stops typing at the
+    limit (the widget keeps ``maxlength``)."""
+    field = form.fields.get("name")
+    if field is not None:
+        field.validators = [name_validator]
+
+
 class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
     """Admin form of a recipe: the spec is edited as pretty JSON, with the same parse errors
     as the recipe pages.
@@ -247,6 +259,7 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        name_judged_once(self)
         if self.instance is not None and self.instance.pk:
             self.initial["spec"] = spec_pretty(self.instance.spec)
             self.initial["expected_version"] = (
@@ -338,6 +351,7 @@ class SecretAdminForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        name_judged_once(self)
         # Everyone who lists the secrets reads the description: refused as the API refuses it.
         self.fields["description"].validators.append(direction_control_validator)
 
