@@ -3,7 +3,8 @@ it draws the progress the status block embeds as soon as the page loads, before 
 message, the same point and counts as that block; and a report older than the one it shows,
 arriving later on the socket (here a routed /ws/live/ the test speaks for), leaves it as it is,
 while a newer one is drawn; and after the socket closes and comes back, the re-sync's
-/api/sweeps/<id>/ progress brings counts the rows gained meanwhile."""
+/api/sweeps/<id>/ progress brings counts the rows gained meanwhile. A point limited by time reads
+as the terminal's progress line says it (``42 done of 44 sent so far, time-limited``)."""
 from __future__ import annotations
 
 import json
@@ -176,3 +177,39 @@ def _advance(running: dict, newer) -> None:
         BenchmarkSweep.objects.filter(pk=running["sweep_id"]).update(requests_done=9)
     finally:
         connection.close()
+
+
+@pytest.fixture
+def time_limited(admin_user) -> dict:
+    """A running sweep whose point is a closed loop limited by time (42 done of the 44 sent so
+    far), with the terminal's progress line for it, read before the browser starts."""
+    from benchmarks.services.sweeps import sweep_follow_line
+
+    stored = timezone.now() - timedelta(seconds=2)
+    sweep = BenchmarkSweep.objects.create(status=SweepStatus.RUNNING, points_total=2, requests_total=0,
+                                          grid={"concurrency": [4, 8], "lengths": [[8, 8]], "duration_s": 30.0},
+                                          current_point="c=4 8/8", requests_done=42, current_tok_s=80.0,
+                                          started_at=stored - timedelta(seconds=15), created_by=admin_user)
+    BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=0, status=RunStatus.RUNNING, concurrency=4, input_len=8, output_len=8, duration_s=30.0,
+        progress={"done": 42, "total": 44, "failed": 0, "output_tokens": 336, "elapsed_s": 12.0, "tok_s": 80.0,
+                  "tok_s_mean": 28.0, "duration_s": 30.0, "total_sent_so_far": True, "updated_at": _iso(stored)})
+    return {"sweep_id": sweep.pk, "line": sweep_follow_line(sweep=sweep, elapsed_s=17.0)}
+
+
+def test_a_time_limited_point_reads_as_the_terminal_says_it(live_server, time_limited, admin_user,
+                                                            browser) -> None:  # noqa: F811
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: None)
+    page.goto(live_server.url + "/login/")
+    page.fill("input[name=username]", admin_user.username)
+    page.fill("input[name=password]", "correct-horse-battery")
+    page.click("button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    page.goto(f"{live_server.url}/benchmarks/sweeps/{time_limited['sweep_id']}/", wait_until="load")
+    shown = page.evaluate(f"""() => ({{
+      requests: document.querySelector('{PANEL} [data-f="requests"]').textContent,
+      block: document.querySelector('#sweep-progress .run-progress').textContent}})""")
+    assert shown["requests"] == "42 done of 44 sent so far, time-limited", shown
+    assert "c=4 8/8: 42 done of 44 sent so far, time-limited (the point sends what fits in its time)" in shown["block"]
+    assert "(point 42 done of 44 sent so far, time-limited)" in time_limited["line"], time_limited["line"]

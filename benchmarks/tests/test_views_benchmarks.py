@@ -713,7 +713,9 @@ def test_a_time_limited_points_progress_says_its_total_is_what_was_sent_so_far(v
                                    "duration_s": 60.0, "total_sent_so_far": True})
     html = _html(viewer_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk]), {"points": "1"}))
     live = html.split('class="run-progress"')[1].split("</dd>")[0]
-    assert "42 done of 44 sent so far" in live and "time-limited point" in live
+    # the terminal's words (sweep_follow_line: "point 42 done of 44 sent so far, time-limited")
+    assert "42 done of 44 sent so far, time-limited <span" in live
+    assert "(the point sends what fits in its time)" in live
     assert "42 / 44" not in live and "requests done" not in live
     # the bar follows the time, not 42 / 44: 1 of 2 points done, the running one a quarter through
     assert 'style="width: 62.5%"' in html

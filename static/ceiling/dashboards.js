@@ -608,7 +608,7 @@
       return;
     }
     set(root, "requests", isNum(done) && isNum(total)
-      ? (sentSoFar ? done + " done of " + total + " sent so far (time-limited point)" : done + " / " + total) : null,
+      ? (sentSoFar ? done + " done of " + total + " sent so far, time-limited" : done + " / " + total) : null,
       sentSoFar ? "" : "requests");
     set(root, "failed", isNum(data.failed) ? data.failed : null, "failed");
     // Two output rates, each named: the last report window's (tok_s; its length in seconds is the

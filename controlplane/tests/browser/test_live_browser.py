@@ -126,7 +126,7 @@ def test_it_shows_live_data_a_sweep_and_the_wall_and_recovers_after_a_server_res
     sweep_page = page
     # a point limited by time (duration 8 s) knows only the requests sent so far
     progress = _wait_text(sweep_page, '#sweep-live [data-f="requests"]',
-                          r"^\d+ done of \d+ sent so far \(time-limited point\)$", timeout_s=30)
+                          r"^\d+ done of \d+ sent so far, time-limited$", timeout_s=30)
     assert sweep_page.locator("#sweep-live").is_visible(), progress
     _wait_text(sweep_page, '#sweep-live [data-f="point"]', r"^1 of 1", timeout_s=5)
     _shot(sweep_page, "sweep-progress")
