@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from datetime import timezone as dt_timezone
 
 import pytest
 from django.test import Client
@@ -182,3 +183,24 @@ def test_the_wall_names_its_memory_figure_as_the_node_page_does(viewer_client, g
     assert "Host memory used</h3>" in panel
     assert "Used on the host by every process (total − available), of the kernel's total" in panel
     assert "sum of the NUMA nodes' MemTotal at discovery; the live figure below is the kernel's total" in node
+
+
+def test_the_walls_ended_strip_shows_times_as_the_deployment_pages_do(viewer_client, gpu_node, monkeypatch):
+    """Today's (UTC) end time without its date, one of another day with it, each in the
+    deployment pages' ``<time>`` form (``utc_time``), the full time in the attribute and the tooltip."""
+    midnight = timezone.now().astimezone(dt_timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    frozen = midnight + timedelta(minutes=5)
+    monkeypatch.setattr(timezone, "now", lambda: frozen)
+    recipe = recipe_row_create(node=gpu_node, name="ended-recipe")
+    today = deployment_row_create(recipe=recipe, status=DeploymentStatus.STOPPED)
+    yesterday = deployment_row_create(recipe=recipe, status=DeploymentStatus.FAILED)
+    today.ended_at = midnight + timedelta(minutes=2, seconds=24)
+    yesterday.ended_at = midnight - timedelta(minutes=1, seconds=50)
+    today.save()
+    yesterday.save()
+    html = viewer_client.get(reverse("deployments:wall-tiles")).content.decode()
+    day, before = midnight.strftime("%Y-%m-%d"), (midnight - timedelta(days=1)).strftime("%Y-%m-%d")
+    assert (f'<span class="wall-ended"><time datetime="{day}T00:02:24Z" title="{day}T00:02:24Z">00:02:24 UTC</time>'
+            in html), html
+    assert (f'<span class="wall-ended"><time datetime="{before}T23:58:10Z" title="{before}T23:58:10Z">'
+            f"{before} 23:58:10 UTC</time>" in html), html
