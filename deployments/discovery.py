@@ -13,6 +13,10 @@ Sources, in the order they are trusted:
 * **NVML** through ``pynvml`` (PyPI package ``nvidia-ml-py``): GPU count, name, UUID, memory,
   PCI bus id, compute capability, driver and CUDA versions. A host without the library or the
   driver is a CPU-only node, not an error.
+* **sysfs PCI bus** (``bus/pci/devices/<bus id>/vendor`` and ``class``): when NVML gives no
+  count (no library, no driver, ``nvmlDeviceGetCount`` failed), the NVIDIA display and 3D
+  controllers on the bus are counted instead. That needs no driver, so a GPU host whose driver
+  is broken still says how many GPUs it has, and a host without any says 0 truthfully.
 * **``nvidia-smi topo -m``**: each GPU row's "CPU Affinity" and "NUMA Affinity" columns. They
   fill in what sysfs leaves unknown, which happens in VMs whose firmware gives no PCI
   proximity information (the captured 2x H200 VM reports ``-1``).
@@ -118,10 +122,14 @@ def discover_node(
         ``/proc/meminfo``'s ``MemTotal``), ``memory_source`` (:data:`MEMORY_FROM_NUMA_MEMINFO`,
         :data:`MEMORY_FROM_PROC_MEMINFO`, or None when no source gave a figure), GPUs sorted by NVML index with their NUMA node and CPU
         affinity resolved (sysfs, then ``topo -m``, then the only NUMA node if there is one),
-        ``tools`` for :data:`TOOLS`, and ``nvml_status`` (``"ok"``, NVML's reason for not
+        ``tools`` for :data:`TOOLS`, ``nvml_status`` (``"ok"``, NVML's reason for not
         answering, the NVML calls that failed after it initialised (see :func:`read_nvml`:
         the GPUs read are kept, this never raises), or None when the GPUs came from
-        ``nvidia_smi_xml``).
+        ``nvidia_smi_xml``), ``gpu_count_source`` (:data:`GPU_COUNT_FROM_NVML`,
+        :data:`GPU_COUNT_FROM_NVIDIA_SMI_XML`, :data:`GPU_COUNT_FROM_SYSFS_PCI`, or None when
+        NVML gave no count and the PCI bus could not be read either) and ``pci_gpu_count``
+        (NVIDIA GPUs on the PCI bus, see :func:`count_pci_nvidia_gpus`; counted only when NVML
+        gave no GPU and did not answer cleanly, otherwise None).
 
     Raises:
         DiscoveryError: a sysfs or procfs file, or the ``topo -m`` text, is present but malformed.
@@ -145,11 +153,21 @@ def discover_node(
 
     tools = {tool: which(tool) for tool in TOOLS}
     nvml_status: str | None = None
+    pci_gpu_count: int | None = None
     if nvidia_smi_xml is not None:
         gpus = parse_nvidia_smi_xml(nvidia_smi_xml)
         driver_version, cuda_version = parse_nvidia_smi_xml_versions(nvidia_smi_xml)
+        gpu_count_source: str | None = GPU_COUNT_FROM_NVIDIA_SMI_XML
     else:
         gpus, driver_version, cuda_version, nvml_status = read_nvml(nvml=nvml)
+        gpu_count_source = GPU_COUNT_FROM_NVML
+        if not gpus and nvml_status != NVML_OK:
+            # NVML gave no count: the PCI bus says how many NVIDIA GPUs the host has, driver or not.
+            try:
+                pci_gpu_count = count_pci_nvidia_gpus(sysfs_root=sysfs_root)
+            except DiscoveryError as exc:
+                logger.warning("GPU count unknown: NVML not available (%s) and %s", nvml_status, exc)
+            gpu_count_source = GPU_COUNT_FROM_SYSFS_PCI if pci_gpu_count is not None else None
 
     gpus = [_with_sysfs_locality(gpu, sysfs_root=sysfs_root) for gpu in gpus]
     if any(g.numa_node is None for g in gpus):
@@ -172,6 +190,8 @@ def discover_node(
         driver_version=driver_version,
         cuda_version=cuda_version,
         nvml_status=nvml_status,
+        gpu_count_source=gpu_count_source,
+        pci_gpu_count=pci_gpu_count,
         memory_source=memory_source,
         **(read_port_settings(procfs_root=procfs_root) if procfs_root is not None else {}),
     )
@@ -308,6 +328,59 @@ def _read_node_memtotal(node_dir: Path) -> int | None:
                 raise DiscoveryError(f"{path}: malformed MemTotal line {line.strip()!r}")
             return int(fields[3]) * 1024
     return None
+
+
+#: PCI vendor id of NVIDIA (``PCI_VENDOR_ID_NVIDIA`` in ``include/linux/pci_ids.h``).
+PCI_VENDOR_NVIDIA = 0x10DE
+#: PCI base class and subclass (the class code's upper 16 bits) counted as GPUs: VGA-compatible
+#: display controller (``PCI_CLASS_DISPLAY_VGA``, 0x0300) and 3D controller
+#: (``PCI_CLASS_DISPLAY_3D``, 0x0302, data-center GPUs without a display output).
+PCI_GPU_CLASSES = (0x0300, 0x0302)
+
+#: ``NodeFacts.gpu_count_source`` values: NVML counted the GPUs (``gpus`` is its list) ...
+GPU_COUNT_FROM_NVML = "nvml"
+#: ... ``nvidia-smi -q -x`` output listed them ...
+GPU_COUNT_FROM_NVIDIA_SMI_XML = "nvidia-smi -q -x"
+#: ... or NVML gave no count and the PCI bus in sysfs did (``pci_gpu_count``).
+GPU_COUNT_FROM_SYSFS_PCI = "sysfs bus/pci/devices (vendor 0x10de, class 0x0300xx/0x0302xx)"
+
+
+def count_pci_nvidia_gpus(*, sysfs_root: Path) -> int:
+    """NVIDIA GPUs on the PCI bus: devices under ``<sysfs_root>/bus/pci/devices/`` whose
+    ``vendor`` is :data:`PCI_VENDOR_NVIDIA` (``0x10de``) and whose ``class`` (``0x030200``: base
+    class, subclass, programming interface) is one of :data:`PCI_GPU_CLASSES`. The kernel
+    writes these files for every device whether or not a driver is bound, so this counts GPUs
+    NVML cannot see (no library, driver not loaded). NVIDIA's audio functions (class 0x0403)
+    and bridges are not GPUs and are not counted.
+
+    Raises:
+        DiscoveryError: the directory cannot be listed, or a device's ``vendor`` or ``class``
+            cannot be read or is not hexadecimal; the count would then be a guess.
+    """
+    base = Path(sysfs_root) / "bus" / "pci" / "devices"
+    try:
+        devices = sorted(base.iterdir())
+    except OSError as exc:
+        raise DiscoveryError(f"cannot list {base}: {exc.strerror or exc}") from exc
+    count = 0
+    for device in devices:
+        vendor = _read_pci_hex(device / "vendor")
+        if vendor != PCI_VENDOR_NVIDIA:
+            continue
+        if _read_pci_hex(device / "class") >> 8 in PCI_GPU_CLASSES:
+            count += 1
+    return count
+
+
+def _read_pci_hex(path: Path) -> int:
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DiscoveryError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    try:
+        return int(text, 16)
+    except ValueError as exc:
+        raise DiscoveryError(f"{path}: expected a hexadecimal number, got {text!r}") from exc
 
 
 def sysfs_pci_address(bus_id: str) -> str:

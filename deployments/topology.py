@@ -64,6 +64,15 @@ class NodeFacts:
     #: None when not recorded (GPUs from ``nvidia-smi -q -x``, facts written by hand, an older
     #: node agent).
     nvml_status: str | None = None
+    #: Where the GPU count came from (the strings of ``deployments.discovery.GPU_COUNT_FROM_*``):
+    #: NVML, ``nvidia-smi -q -x``, or the PCI bus in sysfs when NVML gave no count; None when
+    #: NVML gave no count and sysfs could not be read either (the count is unknown), or when not
+    #: recorded (facts written by hand, an older node agent).
+    gpu_count_source: str | None = None
+    #: NVIDIA GPUs (display and 3D controllers) sysfs lists on the PCI bus, counted when NVML gave
+    #: no GPU and did not answer cleanly; they are not in ``gpus`` (nothing usable is known about
+    #: them). None when not counted (NVML answered) or sysfs could not be read.
+    pci_gpu_count: int | None = None
     #: Where ``memory_total_bytes`` and the NUMA nodes' memory (bytes) came from: each node's
     #: sysfs ``meminfo``, or ``/proc/meminfo``'s ``MemTotal`` for the one node of a kernel
     #: without NUMA (the strings of ``deployments.discovery.MEMORY_FROM_*``); None when no
@@ -122,6 +131,7 @@ class NodeFacts:
             driver_version=data.get("driver_version", ""),
             cuda_version=data.get("cuda_version", ""),
             nvml_status=nvml_status_from_dict(data),
+            **gpu_count_from_dict(data),
             memory_source=memory_source_from_dict(data),
             **port_settings_from_dict(data),
         )
@@ -132,6 +142,18 @@ def nvml_status_from_dict(data: dict) -> str | None:
     a non-empty string (rows stored before it was recorded)."""
     value = data.get("nvml_status")
     return value if isinstance(value, str) and value else None
+
+
+def gpu_count_from_dict(data: dict) -> dict:
+    """``gpu_count_source`` and ``pci_gpu_count`` keyword arguments from a facts dict or a node's
+    stored ``topology``; each None when absent or malformed (rows stored before they were
+    recorded)."""
+    source = data.get("gpu_count_source")
+    count = data.get("pci_gpu_count")
+    return {
+        "gpu_count_source": source if isinstance(source, str) and source else None,
+        "pci_gpu_count": count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None,
+    }
 
 
 def memory_source_from_dict(data: dict) -> str | None:
@@ -242,6 +264,7 @@ def node_facts_from_row(node) -> NodeFacts:
         driver_version=node.driver_version,
         cuda_version=node.cuda_version,
         nvml_status=nvml_status_from_dict(node.topology if isinstance(node.topology, dict) else {}),
+        **gpu_count_from_dict(node.topology if isinstance(node.topology, dict) else {}),
         memory_source=memory_source_from_dict(node.topology if isinstance(node.topology, dict) else {}),
         **port_settings_from_dict(node.topology if isinstance(node.topology, dict) else {}),
     )

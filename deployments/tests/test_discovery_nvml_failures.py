@@ -10,7 +10,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from deployments.discovery import NVML_OK, discover_node, read_nvml
+from deployments.discovery import GPU_COUNT_FROM_SYSFS_PCI, NVML_OK, discover_node, read_nvml
 from deployments.models import Node
 from deployments.nodes import node_gpu_status, node_register
 from deployments.tests.test_discovery import H200X2, CapturedNvml, h200_nvml, no_tools
@@ -81,6 +81,7 @@ def test_a_failed_gpu_count_gives_no_gpus_and_says_which_call_failed():
 
     assert facts.gpus == []
     assert facts.nvml_status == "nvmlDeviceGetCount failed: GPU is lost"
+    assert (facts.pci_gpu_count, facts.gpu_count_source) == (2, GPU_COUNT_FROM_SYSFS_PCI)
     assert (facts.driver_version, facts.cuda_version) == ("580.159.04", "13.0")  # read before the count
     assert facts.cpu_count == 32
     assert (nvml.shutdowns, nvml.initialised) == (1, False)
@@ -154,8 +155,11 @@ def test_a_node_with_a_failed_gpu_count_still_registers_and_says_why():
 
     node = Node.objects.prefetch_related("gpus").get(pk=node.pk)
     status = node_gpu_status(node)
-    assert (status["count"], status["status"], status["reason"]) == (
-        0, "nvml_unavailable", "nvmlDeviceGetCount failed: GPU is lost")
+    # NVML gave no count; the PCI bus still shows the two H200s, which are not usable.
+    assert (status["count"], status["status"], status["reason"], status["text"]) == (
+        2, "nvml_unavailable", "nvmlDeviceGetCount failed: GPU is lost",
+        "2 NVIDIA GPUs on the PCI bus, not usable: NVML not available: nvmlDeviceGetCount failed: GPU is lost")
+    assert node.gpus.count() == 0
     assert node_facts_from_row(node).nvml_status == "nvmlDeviceGetCount failed: GPU is lost"
 
 
