@@ -20,7 +20,7 @@ from django.utils import timezone
 from controlplane.errors import InvalidInput, NotFound
 from deployments.discovery import NVML_OK, discover_node
 from deployments.models import Gpu, Node, NumaNode, slug_validator
-from deployments.topology import NodeFacts, format_cpulist, nvml_status_from_dict
+from deployments.topology import NodeFacts, format_cpulist, gpu_count_from_dict, nvml_status_from_dict
 
 #: The seed machine (the project's motivating 8-GPU host), as discovery would report it.
 SEED_FACTS_PATH = Path(__file__).resolve().parent / "data" / "seed-8gpu.json"
@@ -112,9 +112,12 @@ GPU_STATUS_NOT_REPORTED = "not_reported"
 GPU_STATUS_FOUND = "found"
 GPU_STATUS_NONE_FOUND = "none_found"
 GPU_STATUS_NVML_UNAVAILABLE = "nvml_unavailable"
+GPU_STATUS_NONE_ON_PCI = "none_on_pci"
+GPU_STATUS_COUNT_UNKNOWN = "count_unknown"
 GPU_STATUS_NONE_RECORDED = "none_recorded"
 GPU_STATUSES = (GPU_STATUS_NOT_REPORTED, GPU_STATUS_FOUND, GPU_STATUS_NONE_FOUND,
-                GPU_STATUS_NVML_UNAVAILABLE, GPU_STATUS_NONE_RECORDED)
+                GPU_STATUS_NVML_UNAVAILABLE, GPU_STATUS_NONE_ON_PCI, GPU_STATUS_COUNT_UNKNOWN,
+                GPU_STATUS_NONE_RECORDED)
 
 
 def node_gpu_status(node: Node) -> dict:
@@ -128,18 +131,26 @@ def node_gpu_status(node: Node) -> dict:
       after the count (a lost GPU, an unsupported query), ``reason`` names them and the text ends
       ``"(some NVML queries failed: GPU 1: nvmlDeviceGetName failed: Unknown Error)"``;
     * ``none_found``: NVML answered and counted none: ``"0 GPUs (NVML found none)"``;
-    * ``nvml_unavailable``: NVML could not be used (no library, no driver); ``reason`` is its
-      text: ``"0 GPUs — NVML not available: NVML Shared Library Not Found"``;
+    * ``nvml_unavailable``: NVML gave no count (no library, no driver, a failed
+      ``nvmlDeviceGetCount``; ``reason`` is its text) and the PCI bus in sysfs lists N NVIDIA
+      GPUs: count N, ``"2 NVIDIA GPUs on the PCI bus, not usable: NVML not available: Driver Not
+      Loaded"``; the node has no usable GPU (no GPU rows);
+    * ``none_on_pci``: NVML gave no count and the PCI bus lists no NVIDIA GPU: count 0,
+      ``"0 GPUs (no NVIDIA PCI device; NVML not available: NVML Shared Library Not Found)"``;
+    * ``count_unknown``: NVML gave no count and the PCI bus could not be read (or an older node
+      agent did not count it): count None, ``"GPU count unknown — NVML not available: <reason>"``;
     * ``none_recorded``: discovery recorded no GPU and no NVML status (GPUs read from
       ``nvidia-smi -q -x``, facts written by hand, an older node agent):
       ``"0 GPUs (no NVML status recorded)"``.
 
-    Reads ``node.gpus.all()`` (prefetch it for lists) and ``node.topology["nvml_status"]``.
+    Reads ``node.gpus.all()`` (prefetch it for lists) and ``node.topology``'s ``nvml_status`` and
+    ``pci_gpu_count``.
     """
     if node.discovered_at is None:
         return {"count": None, "status": GPU_STATUS_NOT_REPORTED, "reason": None, "text": "unknown (not reported yet)"}
     count = len(node.gpus.all())
-    nvml = nvml_status_from_dict(node.topology if isinstance(node.topology, dict) else {})
+    topology = node.topology if isinstance(node.topology, dict) else {}
+    nvml = nvml_status_from_dict(topology)
     if count:
         text = f"{count} GPU{'s' if count != 1 else ''}"
         if nvml and nvml != NVML_OK:
@@ -150,8 +161,17 @@ def node_gpu_status(node: Node) -> dict:
     if nvml == NVML_OK:
         return {"count": 0, "status": GPU_STATUS_NONE_FOUND, "reason": None, "text": "0 GPUs (NVML found none)"}
     if nvml:
-        return {"count": 0, "status": GPU_STATUS_NVML_UNAVAILABLE, "reason": nvml,
-                "text": f"0 GPUs — NVML not available: {nvml}"}
+        # NVML gave no count; the PCI bus in sysfs, read without a driver, is the only measure.
+        pci = gpu_count_from_dict(topology)["pci_gpu_count"]
+        if pci is None:
+            return {"count": None, "status": GPU_STATUS_COUNT_UNKNOWN, "reason": nvml,
+                    "text": f"GPU count unknown — NVML not available: {nvml}"}
+        if pci == 0:
+            return {"count": 0, "status": GPU_STATUS_NONE_ON_PCI, "reason": nvml,
+                    "text": f"0 GPUs (no NVIDIA PCI device; NVML not available: {nvml})"}
+        return {"count": pci, "status": GPU_STATUS_NVML_UNAVAILABLE, "reason": nvml,
+                "text": f"{pci} NVIDIA GPU{'s' if pci != 1 else ''} on the PCI bus, not usable: "
+                        f"NVML not available: {nvml}"}
     return {"count": 0, "status": GPU_STATUS_NONE_RECORDED, "reason": None, "text": "0 GPUs (no NVML status recorded)"}
 
 

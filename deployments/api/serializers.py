@@ -96,20 +96,27 @@ class NodeSerializer(serializers.ModelSerializer):
         child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2), read_only=True,
         help_text="net.ipv4.ip_local_reserved_ports as inclusive [low, high] ranges")
     gpu_count = serializers.SerializerMethodField(
-        help_text="GPUs discovery recorded (the length of gpus); null only while the node has not reported "
-                  "(gpu_status not_reported), 0 when it reported none (gpu_status says why)")
+        help_text="How many GPUs the node has, as measured: the length of gpus when NVML or nvidia-smi counted "
+                  "them; when NVML gave no count, the NVIDIA GPUs sysfs lists on the PCI bus (gpu_status "
+                  "nvml_unavailable: they are not in gpus and cannot be used; none_on_pci: 0); null when "
+                  "nothing measured it (gpu_status not_reported or count_unknown)")
     gpu_status = serializers.SerializerMethodField(
-        help_text="not_reported: never discovered; found: gpu_count > 0; none_found: NVML answered and counted "
-                  "none; nvml_unavailable: NVML could not be used (gpu_status_reason says why: no library, no "
-                  "driver); none_recorded: no GPU and no NVML status recorded (GPUs read from nvidia-smi -q -x, "
-                  "an older node agent)")
+        help_text="not_reported: never discovered (gpu_count null); found: gpu_count > 0 GPUs in gpus; "
+                  "none_found: NVML answered and counted none; nvml_unavailable: NVML gave no count "
+                  "(gpu_status_reason says why: no library, no driver, a failed nvmlDeviceGetCount) and the "
+                  "PCI bus lists gpu_count > 0 NVIDIA GPUs, none usable; none_on_pci: NVML gave no count and "
+                  "the PCI bus lists no NVIDIA GPU (gpu_count 0); count_unknown: NVML gave no count and the "
+                  "PCI bus could not be read or was not reported (gpu_count null); none_recorded: no GPU and "
+                  "no NVML status recorded (GPUs read from nvidia-smi -q -x, an older node agent)")
     gpu_status_reason = serializers.SerializerMethodField(
-        help_text="NVML's reason when gpu_status is nvml_unavailable, e.g. 'NVML Shared Library Not Found', or, "
-                  "with gpu_status found, the NVML calls that failed after the count, e.g. 'GPU 1: "
-                  "nvmlDeviceGetName failed: Unknown Error'; null otherwise")
+        help_text="NVML's reason when gpu_status is nvml_unavailable, none_on_pci or count_unknown, e.g. "
+                  "'NVML Shared Library Not Found', or, with gpu_status found, the NVML calls that failed "
+                  "after the count, e.g. 'GPU 1: nvmlDeviceGetName failed: Unknown Error'; null otherwise")
     gpu_summary = serializers.SerializerMethodField(
         help_text="the GPU line the node pages and the wall show, e.g. '8 GPUs', '0 GPUs (NVML found none)', "
-                  "'0 GPUs — NVML not available: Driver Not Loaded', 'unknown (not reported yet)'")
+                  "'2 NVIDIA GPUs on the PCI bus, not usable: NVML not available: Driver Not Loaded', "
+                  "'0 GPUs (no NVIDIA PCI device; NVML not available: NVML Shared Library Not Found)', "
+                  "'GPU count unknown — NVML not available: Driver Not Loaded', 'unknown (not reported yet)'")
 
     @extend_schema_field(serializers.IntegerField(allow_null=True, min_value=0))
     def get_gpu_count(self, obj: Node) -> int | None:
