@@ -401,6 +401,19 @@ class VersionQuerySerializer(serializers.Serializer):
     version = IdField(required=False)
 
 
+def version_number(text: Any) -> int:
+    """A recipe version number given as text (a query parameter of the API or of a page, a form
+    field, ``manage.py dryrun --version``), judged by the API's own version field
+    (:class:`controlplane.api.IdField` of :class:`VersionQuerySerializer`), so that every entry
+    point takes the same numbers and refuses the rest with the same words. Raises
+    :class:`ValueError` whose text is the API's message, range included: ``must be a whole number
+    between 1 and 2147483647, got 'x'`` (the caller puts the parameter's name before it)."""
+    try:
+        return VersionQuerySerializer().fields["version"].to_internal_value(text)
+    except serializers.ValidationError as exc:
+        raise ValueError(str(exc.detail[0])) from None
+
+
 class DiffQuerySerializer(serializers.Serializer):
     """``?a=<n>&b=<m>``: the two versions to compare (old, new)."""
 

@@ -271,7 +271,7 @@ def test_the_dryrun_command_refuses_a_version_below_1_naming_the_option(seed_rec
     for raw in ("0", "-3"):
         with pytest.raises(CommandError) as err:
             call_command("dryrun", "seed-v4-flash-pd", "--version", raw)
-        assert str(err.value) == f"--version must be a positive integer, got {raw}"
+        assert str(err.value) == f"--version must be a whole number between 1 and 2147483647, got '{raw}'"
         assert err.value.returncode == 2
     # a version the recipe does not have: one line, exit status 2
     with pytest.raises(CommandError) as err:

@@ -55,12 +55,12 @@ def test_a_version_given_once_still_diffs(client, viewer, recipe_v3):
 
 
 @pytest.mark.parametrize("page, query, message", [
-    ("recipe-detail", "version=x", "version must be a version number (a whole number of at least 1), got 'x'"),
-    ("recipe-dry-run", "version=0", "version must be a version number (a whole number of at least 1), got '0'"),
-    ("recipe-diff", "a=-1&b=3", "a must be a version number (a whole number of at least 1), got '-1'"),
-    ("recipe-history", "a=1&b=1.5", "b must be a version number (a whole number of at least 1), got '1.5'"),
-    ("recipe-history", "a=x", "a must be a version number (a whole number of at least 1), got 'x'"),
-    ("recipe-dry-run", "version=abc", "version must be a version number (a whole number of at least 1), got 'abc'"),
+    ("recipe-detail", "version=x", "version must be a whole number between 1 and 2147483647, got 'x'"),
+    ("recipe-dry-run", "version=0", "version must be a whole number between 1 and 2147483647, got '0'"),
+    ("recipe-diff", "a=-1&b=3", "a must be a whole number between 1 and 2147483647, got '-1'"),
+    ("recipe-history", "a=1&b=1.5", "b must be a whole number between 1 and 2147483647, got '1.5'"),
+    ("recipe-history", "a=x", "a must be a whole number between 1 and 2147483647, got 'x'"),
+    ("recipe-dry-run", "version=abc", "version must be a whole number between 1 and 2147483647, got 'abc'"),
 ])
 def test_a_version_that_is_not_a_number_is_quoted(client, viewer, recipe_v3, page, query, message):
     client.force_login(viewer)
@@ -110,7 +110,7 @@ def test_a_revert_with_a_malformed_expected_version_restores_nothing_and_says_wh
     response = client.post(url, {"expected_version": "abc"}, follow=True)
 
     assert response.redirect_chain == [(reverse("deployments:recipe-history", args=[recipe_v3.pk]), 302)]
-    assert html.escape("Version 1 cannot be restored: expected_version: must be a version number (a whole number "
-                       "of at least 1), got 'abc'") in response.content.decode()
+    assert html.escape("Version 1 cannot be restored: expected_version: must be a whole number between 1 "
+                       "and 2147483647, got 'abc'") in response.content.decode()
     recipe_v3.refresh_from_db()
     assert recipe_v3.version == 3

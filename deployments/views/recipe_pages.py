@@ -21,11 +21,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_http_methods
 
-from controlplane.api import query_text
 from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import BadQuery, CeilingError, Conflict, InvalidInput, NotFound
 from controlplane.redaction import credential_mask_json, redact_text
 from deployments import selectors, services
+from deployments.api.serializers import version_number
 from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.forms import RecipeForm, spec_pretty
 from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render
@@ -193,8 +193,9 @@ def _versions(recipe: Recipe) -> list[int]:
 
 def _version_param(request: HttpRequest, name: str) -> int | None:
     """The version number ``name`` of the query (or, without it there, of the form), None when not
-    given. A value that is not a whole number >= 1 (quoted as the API quotes it: ``version must
-    be a version number (a whole number of at least 1), got 'x'``), or a number given more than
+    given. A value that is not a version number (judged, and refused in the API's words, by
+    :func:`deployments.api.serializers.version_number`: ``version must be a whole number between
+    1 and 2147483647, got 'x'``), or a number given more than
     once (``?a=1&a=2``: taking the last would show versions nobody asked for), is the client's
     error: a 400 (:class:`controlplane.errors.BadQuery`) whose page says why (``a is given 2 times
     (1, 2): give it once``). A well-formed number the recipe has no version of is the caller's
@@ -205,14 +206,10 @@ def _version_param(request: HttpRequest, name: str) -> int | None:
     raw = values[0] if values else None
     if raw in (None, ""):
         return None
-    refused = f"{name} must be a version number (a whole number of at least 1), got {query_text(raw)}"
     try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise BadQuery(refused) from None
-    if value < 1:
-        raise BadQuery(refused)
-    return value
+        return version_number(raw)
+    except ValueError as exc:
+        raise BadQuery(f"{name} {exc}") from None
 
 
 # --- recipes ----------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ health URL; ``--json`` prints what the API's dry-run answers, with the same keys
 id, "recipe_name": name, "version": n, "plan": the plan's to_dict()}``.
 
 Refused input exits with status 2, as argparse's refusal of a bad option: no recipe by that name,
-a ``--version`` below 1 or one the recipe does not have, on one line; a spec that does not render
+a ``--version`` that is not a version number (the API's message for ``?version=``: ``--version must be
+a whole number between 1 and 2147483647, got 'abc'``) or one the recipe does not have, on one line; a spec that does not render
 on its node, every problem at its path on its own line under ``recipe NAME does not render on node
 NODE:``.
 """
@@ -20,6 +21,7 @@ from django.core.management.base import CommandParser
 
 from controlplane.commands import CeilingCommand, refused, refused_list
 from controlplane.errors import CeilingError, InvalidInput
+from deployments.api.serializers import version_number
 from deployments.models import Recipe
 from deployments.services import recipe_plan
 
@@ -35,16 +37,21 @@ class Command(CeilingCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("recipe", help="recipe name")
-        parser.add_argument("--version", type=int, default=None, help="recipe version (default: current)")
+        # Taken as text and judged as the API judges ?version= (deployments.api.serializers.version_number),
+        # so a bad value gets the API's message, not argparse's "invalid int value".
+        parser.add_argument("--version", default=None, help="recipe version (default: current)")
         parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
     def handle(self, *args, **options) -> None:
         recipe = Recipe.objects.select_related("node").filter(name=options["recipe"]).first()
         if recipe is None:
             raise refused(f"no recipe named {options['recipe']!r}")
-        version = options["version"]
-        if version is not None and version < 1:
-            raise refused(f"--version must be a positive integer, got {version}")
+        version = None
+        if options["version"] is not None:
+            try:
+                version = version_number(options["version"])
+            except ValueError as exc:
+                raise refused(f"--version {exc}") from None
         try:
             plan = recipe_plan(recipe=recipe, version=version, warn_ports=True)
         except InvalidInput as exc:
