@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils.html import escape
 
 from benchmarks.models import BenchmarkSweep
 from benchmarks.sweeps import MAX_REQUESTS_PER_SWEEP, grid_validate
@@ -76,13 +77,14 @@ def test_it_names_every_bad_item_of_a_list_field_in_the_form(operator) -> None:
     })
     assert response.status_code == 400
     html = response.content.decode()
-    for message in ("&#x27;-1&#x27; is not a positive whole number.", "&#x27;x&#x27; is not a positive whole number.",
-                    "&#x27;1e400&#x27; is not a positive whole number.",
-                    "&#x27;9&#x27; is not input:output, e.g. 256:256.",
-                    "&#x27;0:1&#x27;: the input length must be at least 1 token.",
-                    "&#x27;0&#x27; must be more than 0 req/s.",
-                    "&#x27;nan&#x27; is not a finite number (too large, or not a number at all)."):
-        assert message in html
+    # each bad item judged by the API's grid validation, in its words
+    for message in ("must be an integer 1..4096, got -1", 'must be an integer 1..4096, got the string "x"',
+                    "must be a finite number, got inf (too large for a 64-bit float)",
+                    '''must be [input_len, output_len] or 'in:out' with 1..1000000 tokens, got the string "9"''',
+                    '''must be [input_len, output_len] or 'in:out' with 1..1000000 tokens, got the string "0:1"''',
+                    "must be a number of requests/s > 0, got 0",
+                    "must be a finite number, got nan (not a number)"):
+        assert escape(message) in html
     assert not BenchmarkSweep.objects.exists()
 
 

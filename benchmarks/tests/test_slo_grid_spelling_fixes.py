@@ -158,7 +158,7 @@ def test_the_sweep_form_names_an_unknown_deployment_under_its_field(operator) ->
     assert '<ul class="errorlist"><li>no deployment with id 999</li></ul>' in html
     # The typed values kept, and judged too.
     assert 'name="concurrency" value="1,8"' in html and 'name="slo_ttft_ms" value="5"' in html
-    assert "&#x27;0&#x27; is not a positive whole number." in html
+    assert "must be an integer 1..100000, got 0" in html
     blank = web.post("/benchmarks/sweeps/new/", {"deployment": "", "concurrency": "1", "lengths": "64:64"})
     assert blank.status_code == 400 and "choose a deployment" in blank.content.decode()
     # A GET of an unknown deployment is still not found, and named; a malformed id is a 400 naming it.

@@ -16,6 +16,7 @@ from django.utils.dateparse import parse_datetime
 
 from benchmarks import services
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
+from benchmarks.forms import grid_value
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_aborted, sweep_requests_cancelled
@@ -194,50 +195,12 @@ def _items(raw: str, field: str, errors: dict[str, list[str]]) -> list[str]:
     return items
 
 
-def _int_list(raw: str, field: str, errors: dict[str, list[str]], *, positive: bool = True) -> list[int]:
-    """Whole numbers (> 0 when ``positive``) from a list field; each item that is not one adds a
-    message quoting it to ``errors[field]``."""
-    out: list[int] = []
-    for part in _items(raw, field, errors):
-        if not DIGITS_RE.fullmatch(part) or (positive and int(part) <= 0):
-            errors.setdefault(field, []).append(f"'{part}' is not a positive whole number.")
-            continue
-        out.append(int(part))
-    return out
-
-
-def _float_list(raw: str, field: str, errors: dict[str, list[str]], *, unit: str) -> list[float | int]:
-    """Finite numbers > 0 (in ``unit``) from a list field; each item that is not one adds a message
-    quoting it to ``errors[field]``. An item written as a whole number is kept as an integer, as
-    the API's JSON and the command's option read it, so a later refusal quotes it as typed
-    (``got 20000``, not ``got 20000.0``)."""
-    out: list[float | int] = []
-    for part in _items(raw, field, errors):
-        value, why = _number(part)
-        if why or value is None or value <= 0:
-            errors.setdefault(field, []).append(why or f"'{part}' must be more than 0 {unit}.")
-            continue
-        out.append(int(part) if DIGITS_RE.fullmatch(part) and len(part) <= 18 else value)
-    return out
-
-
-def _length_pairs(raw: str, errors: dict[str, list[str]]) -> list[list[int]]:
-    """``[input_len, output_len]`` pairs from "256:256, 1024:128"; each item that is not a pair of
-    positive whole numbers adds a message quoting it to ``errors["lengths"]``."""
-    pairs: list[list[int]] = []
-    for part in _items(_PAIR_COLON.sub(":", raw), "lengths", errors):
-        a, sep, b = part.partition(":")
-        if not sep or not DIGITS_RE.fullmatch(a) or not DIGITS_RE.fullmatch(b):
-            errors.setdefault("lengths", []).append(f"'{part}' is not input:output, e.g. 256:256.")
-            continue
-        if int(a) <= 0 or int(b) <= 0:
-            # the shape is right: say which length is wrong, as the API's grid check does
-            which = "input and output lengths" if int(a) <= 0 and int(b) <= 0 else (
-                "input length" if int(a) <= 0 else "output length")
-            errors.setdefault("lengths", []).append(f"'{part}': the {which} must be at least 1 token.")
-            continue
-        pairs.append([int(a), int(b)])
-    return pairs
+def _typed_items(raw: str, field: str, errors: dict[str, list[str]]) -> list[int | float | str]:
+    """The items of a list field as the grid's JSON values (:func:`benchmarks.forms.grid_value`:
+    ``8`` an integer, ``2.5`` a float, ``abc`` its text), unjudged: the grid's validation takes
+    them or refuses each at its index in the API's words (``must be an integer 1..4096, got the
+    string "abc"``). An empty item is refused here (:func:`_items`)."""
+    return [grid_value(part) for part in _items(raw, field, errors)]
 
 
 def _positive(raw: str, field: str, errors: dict[str, list[str]], *, unit: str,
@@ -270,26 +233,27 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
     24 h; with requests, whichever ends first), ``rates`` (optional requests/s list, open loop),
     ``slo_ttft_ms`` / ``slo_tpot_ms`` / ``slo_e2e_ms`` (optional, ms in the form, seconds in the
     grid as the summary uses, moved three decimal places by :func:`benchmarks.sweeps.ms_to_s`
-    so that no binary rounding is stored). Every field is text and every value that is not a finite positive
-    number is refused with a message quoting it, each bad item of a list field on its own. Returns
-    ``(grid, errors)``; the service validates the grid again and its errors win.
+    so that no binary rounding is stored). Every field is text. The concurrency, lengths, rates and
+    requests are passed on as typed (:func:`benchmarks.forms.grid_value`), for the grid's validation
+    (:func:`benchmarks.sweeps.grid_validate`, the API's) to judge and to refuse in the API's words,
+    each bad item of a list field on its own (``must be an integer 1..4096, got the string "abc"``);
+    the duration and SLOs are judged here. Returns ``(grid, errors)``; the service validates the
+    grid again and its errors win.
     """
     from benchmarks.sweeps import duration_refusal, duration_valid, ms_to_s
 
     errors: dict[str, list[str]] = {}
     grid: dict[str, Any] = {
-        "concurrency": _int_list(data.get("concurrency", ""), "concurrency", errors),
-        "lengths": _length_pairs(data.get("lengths", DEFAULT_LENGTHS), errors),
+        "concurrency": _typed_items(data.get("concurrency", ""), "concurrency", errors),
+        # "in:out" texts, as the API takes them; a pair it cannot read is quoted as typed
+        "lengths": _items(_PAIR_COLON.sub(":", data.get("lengths", DEFAULT_LENGTHS)), "lengths", errors),
     }
-    rates = _float_list(data.get("rates", ""), "rates", errors, unit="req/s")
+    rates = _typed_items(data.get("rates", ""), "rates", errors)
     if rates:
         grid["request_rates"] = rates
     requests = data.get("requests", "").strip()
     if requests:
-        if DIGITS_RE.fullmatch(requests) and int(requests) > 0:
-            grid["requests"] = int(requests)
-        else:
-            errors.setdefault("requests", []).append(f"'{requests}' is not a positive whole number.")
+        grid["requests"] = grid_value(requests)
     duration_text = data.get("duration", "").strip()
     duration = _positive(duration_text, "duration", errors, unit="s", lowest=False)
     if duration is not None and not duration_valid(duration):
