@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import re
 import time
-from argparse import ArgumentTypeError
 
 from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand, refused, refused_list
 from benchmarks.choices import SWEEP_TERMINAL, SweepStatus
+from benchmarks.forms import grid_value
 from benchmarks.selectors import sweep_queue_note
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
 from benchmarks.services.sweeps import SHARED_RECHECK_S
@@ -63,10 +63,6 @@ OPTION_OF = {
     "slo": "--slo-ttft/--slo-tpot/--slo-e2e", "api": "--api", "wait_ready_s": "--wait-ready", "seed": "--seed",
 }
 
-# An integer as typed: ASCII digits with an optional sign (``int()`` also takes ``1_000``).
-_INTEGER_RE = re.compile(r"[+-]?[0-9]+")
-
-
 #: The concurrency list of a sweep given neither ``--concurrency`` nor ``--request-rates``.
 DEFAULT_CONCURRENCY = "1,8,16"
 
@@ -82,16 +78,6 @@ def still_running_text(*, sweep, timeout_s: float) -> str:
     return (f"sweep #{sweep.pk} is still {SweepStatus(sweep.status).label} after --timeout {js_number(timeout_s)} s and was "
             f"not cancelled: follow it at /benchmarks/sweeps/{sweep.pk}/ or GET /api/sweeps/{sweep.pk}/; cancel it "
             f"with POST /api/sweeps/{sweep.pk}/cancel/")
-
-
-def _number(text: str) -> int | float:
-    """An option's number as typed: ``10001`` an integer, ``2.5`` or ``1e3`` a float, so a refusal
-    quotes it as the user wrote it (``got 10001``, not ``got 10001.0``). Raises
-    ``argparse.ArgumentTypeError`` (argparse's refusal, naming the option) for other text."""
-    try:
-        return int(text) if _INTEGER_RE.fullmatch(text.strip()) else float(text)
-    except ValueError:
-        raise ArgumentTypeError(f"not a number: {text!r}") from None
 
 
 # The example each list option's refusal of an empty item shows.
@@ -111,17 +97,12 @@ def _texts(text: str, field: str, empties: dict[str, list[str]]) -> list[str]:
 
 
 def _items(text: str, field: str, empties: dict[str, list[str]]) -> list[int | float | str]:
-    """A comma-separated option (``1,8,16``, ``2,4.5``) as the grid's list: each item a number as
-    typed (:func:`_number`), or its text when it is not one, for the grid's validation to name at
-    its index beside every other problem (``--concurrency (grid.concurrency.1): must be an integer
-    1..4096, got the string "x"``); an empty item is refused in ``empties`` (:func:`_texts`)."""
-    items: list[int | float | str] = []
-    for item in _texts(text, field, empties):
-        try:
-            items.append(_number(item))
-        except ArgumentTypeError:
-            items.append(item)
-    return items
+    """A comma-separated option (``1,8,16``, ``2,4.5``) as the grid's list: each item as the JSON
+    value it reads as (:func:`benchmarks.forms.grid_value`, as the sweep form reads its items), a
+    text that is no number kept as text, for the grid's validation to name at its index beside
+    every other problem (``--concurrency (grid.concurrency.1): must be an integer 1..4096, got the
+    string "x"``); an empty item is refused in ``empties`` (:func:`_texts`)."""
+    return [grid_value(item) for item in _texts(text, field, empties)]
 
 
 def _option_for(path: str) -> str | None:
@@ -143,7 +124,6 @@ _CLI_PHRASES = (
     ("a fixed number of requests or a duration_s", "--requests or --duration"),
     ("or give requests", "or give --requests"),
     ("give at least one [input_len, output_len] pair, e.g. [[256, 256]]", "give at least one in:out pair, e.g. 256:256"),
-    ("must be [input_len, output_len] or 'in:out'", "must be in:out"),
 )
 # A grid field named in a refusal's text (``lower the rate or duration_s``), for its option.
 _GRID_FIELD_RE = re.compile(r"\b(request_rates|requests_per_concurrency|duration_s|wait_ready_s)\b")
@@ -203,29 +183,29 @@ class Command(CeilingCommand):
                                  "none when --request-rates is given)")
         parser.add_argument("--lengths", default=DEFAULT_LENGTHS,
                             help=f"input:output token pairs, comma-separated (default {DEFAULT_LENGTHS})")
-        parser.add_argument("--requests", type=int, default=None,
+        parser.add_argument("--requests", default=None,
                             help=f"requests per point (default {DEFAULT_REQUESTS_PER_CONCURRENCY} x c, i.e. "
                                  f"--requests-per-concurrency {DEFAULT_REQUESTS_PER_CONCURRENCY}, unless --duration "
                                  "is given)")
-        parser.add_argument("--requests-per-concurrency", type=_number, default=None,
+        parser.add_argument("--requests-per-concurrency", default=None,
                             help="requests = k x c rounded up (default "
                                  f"{DEFAULT_REQUESTS_PER_CONCURRENCY} without --requests or --duration)")
-        parser.add_argument("--duration", type=_number, default=None,
+        parser.add_argument("--duration", default=None,
                             help="seconds per point (with --requests: whichever ends first)")
-        parser.add_argument("--warmup", type=int, default=0, help="warmup requests per point")
+        parser.add_argument("--warmup", default=None, help="warmup requests per point (default 0)")
         parser.add_argument("--api", default=None, help="sglang-generate, openai-completions or openai-chat")
         parser.add_argument("--request-rates", default=None, metavar="RATES",
                             help="open-loop points, requests/s, comma-separated, e.g. 2,4.5 (grid request_rates; "
                                  "needs --requests or --duration)")
-        parser.add_argument("--slo-ttft", type=_number, default=None, metavar="S",
+        parser.add_argument("--slo-ttft", default=None, metavar="S",
                             help="TTFT SLO for goodput, seconds (grid slo.ttft_s)")
-        parser.add_argument("--slo-tpot", type=_number, default=None, metavar="S",
+        parser.add_argument("--slo-tpot", default=None, metavar="S",
                             help="TPOT SLO for goodput, seconds (grid slo.tpot_s)")
-        parser.add_argument("--slo-e2e", type=_number, default=None, metavar="S",
+        parser.add_argument("--slo-e2e", default=None, metavar="S",
                             help="E2E SLO for goodput, seconds (grid slo.e2e_s)")
-        parser.add_argument("--seed", type=int, default=None, metavar="N",
+        parser.add_argument("--seed", default=None, metavar="N",
                             help="dataset seed, 0..2^31-1 (grid seed; default 0)")
-        parser.add_argument("--wait-ready", type=_number, default=None, metavar="S",
+        parser.add_argument("--wait-ready", default=None, metavar="S",
                             help="seconds to wait for the deployment to be ready, 0..86400 (grid wait_ready_s; "
                                  "default its startup timeout + 60)")
         parser.add_argument("--wait", action="store_true", help="follow the sweep and print its results")
@@ -278,23 +258,25 @@ class Command(CeilingCommand):
         rates = _items(o["request_rates"], "request_rates", empties) if o["request_rates"] is not None else []
         concurrency = o["concurrency"] if o["concurrency"] is not None else ("" if rates else DEFAULT_CONCURRENCY)
         grid: dict = {"concurrency": _items(concurrency, "concurrency", empties),
-                      "lengths": _texts(o["lengths"], "lengths", empties), "warmup": o["warmup"]}
+                      "lengths": _texts(o["lengths"], "lengths", empties)}
         if rates:
             grid["request_rates"] = rates
-        slo = {key: o[f"slo_{name}"] for key, name in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e"))
-               if o[f"slo_{name}"] is not None}
+        # Every number option is taken as text and read as the JSON value it spells, as the sweep
+        # form reads its fields (benchmarks.forms.grid_value): the grid's validation judges it, so
+        # "2.5" for --requests gets the API's "must be an integer 1..100000, got 2.5", not
+        # argparse's "invalid int value".
+        typed = {option: grid_value(str(o[option]).strip()) for option in (
+            "warmup", "slo_ttft", "slo_tpot", "slo_e2e", "seed", "wait_ready", "requests",
+            "requests_per_concurrency", "duration") if o[option] is not None}
+        slo = {key: typed[f"slo_{name}"] for key, name in (("ttft_s", "ttft"), ("tpot_s", "tpot"), ("e2e_s", "e2e"))
+               if f"slo_{name}" in typed}
         if slo:
             grid["slo"] = slo
-        if o["seed"] is not None:
-            grid["seed"] = o["seed"]
-        if o["wait_ready"] is not None:
-            grid["wait_ready_s"] = o["wait_ready"]
-        if o["requests"] is not None:
-            grid["requests"] = o["requests"]
-        if o["requests_per_concurrency"] is not None:
-            grid["requests_per_concurrency"] = o["requests_per_concurrency"]
-        if o["duration"] is not None:
-            grid["duration_s"] = o["duration"]
+        for option, key in (("warmup", "warmup"), ("seed", "seed"), ("wait_ready", "wait_ready_s"),
+                            ("requests", "requests"), ("requests_per_concurrency", "requests_per_concurrency"),
+                            ("duration", "duration_s")):
+            if option in typed:
+                grid[key] = typed[option]
         if o["api"]:
             grid["api"] = o["api"]
         if empties:
