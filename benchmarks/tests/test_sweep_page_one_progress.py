@@ -59,7 +59,7 @@ def test_the_page_and_the_last_message_agree_after_a_throttled_report(operator, 
     for html in (detail, partial):
         assert _embedded(html) == sent[-1]   # the very data the live panel got last
         assert "7 / 10 requests done" in html and "1 failed" in html
-        assert 'class="requests-done">7 / 20 requests' in html
+        assert 'class="requests-done" data-sweep-requests-done="7">7 / 20 requests' in html
         stamp = sent[-1]["updated_at"][11:19]
         assert f"as of <time datetime=" in html and f"{stamp} UTC</time>" in html
 

@@ -596,6 +596,12 @@
     var total = data.total, done = data.done;
     set(root, "point", isNum(data.point_index) && isNum(data.points_total)
       ? (data.point_index + 1) + " of " + data.points_total + (data.point ? " · " + data.point : "") : null, "");
+    // The status block above hides its running point line while this panel shows: its link is here.
+    var runLink = field(root, "run-link");
+    if (runLink && isNum(data.run_id)) {
+      runLink.href = "/benchmarks/runs/" + encodeURIComponent(data.run_id) + "/";
+      runLink.hidden = false;
+    }
     // A closed loop limited by time cannot know its total: "total" is the requests sent so far.
     var sentSoFar = data.total_sent_so_far === true;
     // While the point's prompts are built (before any request) "total" counts prompts, not requests.
@@ -603,6 +609,10 @@
       set(root, "requests", data.phase + ": " + (isNum(data.prepared) ? data.prepared : 0) + " / "
         + (isNum(total) ? total : "—"), "prompts");
       bar(field(root, "fill"), isNum(data.prepared) && isNum(total) && total > 0 ? data.prepared / total : null);
+      // No request was sent yet: a rate, failure count or elapsed time shown is an earlier point's.
+      ["failed", "tok_s", "tok_s_mean", "elapsed"].forEach(function (name) { set(root, name, "—", ""); });
+      var phaseLabel = field(root, "tok_s-label");
+      if (phaseLabel) phaseLabel.textContent = "Output tok/s, last " + (root.getAttribute("data-tok-window-s") || "0.5") + " s window";
       var ageP = field(root, "sample-age");
       if (ageP) ageP.textContent = "updated " + CeilingLive.clockUtc(progressTime(data) || new Date());
       return;
@@ -626,7 +636,45 @@
       : (isNum(done) && isNum(total) && total > 0 ? done / total : null));
     root._sample = { t: Date.now() / 1000, interval: 1 };
     var age = field(root, "sample-age");
-    if (age) age.textContent = "updated " + CeilingLive.clockUtc(progressTime(data) || new Date());
+    if (age) age.textContent = "updated " + CeilingLive.clockUtc(progressTime(data) || new Date())
+      + (data.source === "server_counters" ? " (from the servers' counters)" : " (counted by the load generator)");
+  }
+
+  // The status block's sweep-wide request count and bar come from the rows, which may lag the
+  // newest report by a second or more: raise them to that report's (root._latest) when it is
+  // ahead. Both only grow while a sweep runs, so the larger of the two is the newer; a block whose
+  // rows are ahead (a point just stored) keeps its own.
+  function syncSweepStatus(root) {
+    var data = root._latest;
+    if (!data || root._ended) return;
+    var block = document.querySelector("#sweep-progress");
+    if (!block) return;
+    var cell = block.querySelector("[data-sweep-requests-done]");
+    var rows = cell ? parseInt(cell.getAttribute("data-sweep-requests-done"), 10) : NaN;
+    var done = isNum(data.requests_done) && isNum(rows) && data.requests_done > rows ? data.requests_done : null;
+    var text = cell && cell.firstChild && cell.firstChild.nodeType === 3 ? cell.firstChild : null;
+    if (done !== null && text && /^\d+/.test(text.nodeValue)) text.nodeValue = text.nodeValue.replace(/^\d+/, String(done));
+    var barBox = block.querySelector("[data-sweep-bar]");
+    if (!barBox) return;
+    var pct = null;
+    var pointsDone = parseInt(barBox.getAttribute("data-points-done"), 10);
+    var pointsTotal = parseInt(barBox.getAttribute("data-points-total"), 10);
+    var requestsTotal = parseInt(barBox.getAttribute("data-requests-total"), 10);
+    if (barBox.hasAttribute("data-timed") && pointsTotal > 0 && data.point_index === pointsDone && !data.phase) {
+      // As the server computes it: finished points plus the running point's share.
+      var shares = [0];
+      if (data.total_sent_so_far !== true && isNum(data.done) && isNum(data.total) && data.total > 0) shares.push(data.done / data.total);
+      if (isNum(data.elapsed_s) && isNum(data.duration_s) && data.duration_s > 0) shares.push(data.elapsed_s / data.duration_s);
+      pct = 100 * (pointsDone + Math.min(1, Math.max.apply(null, shares))) / pointsTotal;
+    } else if (requestsTotal > 0 && done !== null) {
+      pct = 100 * done / requestsTotal;
+    }
+    var rowsPct = parseFloat(barBox.getAttribute("data-percent"));
+    if (pct === null || !(pct > rowsPct)) return;
+    pct = Math.min(100, pct);
+    barBox.setAttribute("aria-valuenow", pct.toFixed(1));
+    var fill = barBox.querySelector(".progress-bar");
+    if (fill) fill.style.width = pct.toFixed(1) + "%";
   }
 
   // When a sweep.progress report was made (its updated_at, a Date), or null for one without it.
@@ -642,7 +690,9 @@
     var t = progressTime(data);
     if (t && root._shownAt && t < root._shownAt) return;
     if (t) root._shownAt = t;
+    root._latest = data;
     renderSweepProgress(root, data);
+    syncSweepStatus(root);
   }
 
   function embeddedSweepProgress() {
@@ -658,10 +708,14 @@
     // status block brings the rows' latest, drawn when no newer message came first.
     var embedded = embeddedSweepProgress();
     if (embedded) showSweepProgress(root, embedded);
-    document.addEventListener("htmx:load", function (event) {
-      if (!event.detail || !event.detail.elt || event.detail.elt.id !== "sweep-progress") return;
+    // htmx:afterSwap, not htmx:load: it comes in the same task as the swap, before the browser
+    // paints the block, whose rows may be behind what the page shows (htmx:load waits for the settle).
+    document.addEventListener("htmx:afterSwap", function (event) {
+      if (!event.target || event.target.id !== "sweep-progress") return;
       var stored = embeddedSweepProgress();
       if (stored && !root._ended) showSweepProgress(root, stored);
+      // The block just drawn holds the rows' counts: the newest report's, when ahead, go back in.
+      syncSweepStatus(root);
     });
     CeilingLive.open({
       groups: [group],
