@@ -179,6 +179,126 @@ def _advance(running: dict, newer) -> None:
         connection.close()
 
 
+# Every frame's visible text of the status block and the live panel (innerText leaves out what is
+# hidden), kept when it changes: what the page showed, not only where it ended.
+_SAMPLER = """() => {
+  window.frames_ = [];
+  const text = sel => { const el = document.querySelector(sel); return el ? el.innerText : ''; };
+  const tick = () => {
+    const now = {status: text('#sweep-progress'), live: text('#sweep-live'),
+                 bar: (document.querySelector('#sweep-progress [data-sweep-bar] .progress-bar') || {style: {}}).style.width};
+    const last = window.frames_[window.frames_.length - 1];
+    if (!last || last.status !== now.status || last.live !== now.live || last.bar !== now.bar) window.frames_.push(now);
+    requestAnimationFrame(tick);
+  };
+  tick();
+}"""
+
+
+def _open_sweep_page(live_server, admin_user, browser, sweep_id: int):  # noqa: F811
+    sockets: list = []
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
+    page.goto(live_server.url + "/login/")
+    page.fill("input[name=username]", admin_user.username)
+    page.fill("input[name=password]", "correct-horse-battery")
+    page.click("button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    page.goto(f"{live_server.url}/benchmarks/sweeps/{sweep_id}/", wait_until="load")
+    assert sockets, "the page opened no live socket"
+    sockets[0].send(json.dumps({"type": "live.subscribed", "groups": {f"sweep-{sweep_id}": {"seq": 0, "latest": {}}}}))
+    return page, sockets[0]
+
+
+def test_a_newer_report_shows_the_same_counts_everywhere_and_older_rows_never_come_back(
+        live_server, running, admin_user, browser) -> None:  # noqa: F811
+    """The rows hold 7 of 10 (7 of the sweep's 20); a socket report made after them says 9 of 10
+    (9 of 20) at 90.0 tok/s over the window and 30.0 mean. The page's visible text then has each
+    count once, the same everywhere: the point's figures only in the live panel (the status
+    block's copies of them are hidden while it shows), the sweep's 9 / 20 and its bar in the
+    status block; and the status block's refreshes, whose rows stay at 7, never show 7 again."""
+    page, ws = _open_sweep_page(live_server, admin_user, browser, running["sweep_id"])
+    at_load = page.evaluate("() => ({status: document.querySelector('#sweep-progress').innerText,"
+                            " live: document.querySelector('#sweep-live').innerText})")
+    # At load the live panel holds the point's figures and the status block shows none of them.
+    assert "7 / 10" in at_load["live"] and "80.0 tok/s" in at_load["live"], at_load
+    assert "7 / 20 requests" in at_load["status"], at_load
+    for hidden in ("Running point", "Current output", "7 / 10", "tok/s"):
+        assert hidden not in at_load["status"], (hidden, at_load)
+    assert "open its run" in at_load["live"]
+    assert page.get_attribute(f'{PANEL} [data-f="run-link"]', "href") == f"/benchmarks/runs/{running['run_id']}/"
+
+    page.evaluate(_SAMPLER)
+    newer = json.loads(_report(running, done=9, updated_at=running["stored"] + timedelta(seconds=1), seq=1))
+    newer["data"].update(tok_s=90.0, tok_s_mean=30.0)
+    ws.send(json.dumps(newer))
+    page.wait_for_function("""() => document.querySelector('#sweep-progress').innerText.includes('9 / 20 requests')
+                                    && document.querySelector('#sweep-live').innerText.includes('9 / 10')""",
+                           timeout=10_000)
+    # Two or more refreshes of the status block, each from rows still at 7 of 10.
+    polls: list = []
+    page.on("response", lambda r: polls.append(r.status) if "/progress/" in r.url else None)
+    page.wait_for_timeout(2600)
+    assert len(polls) >= 2 and all(s == 200 for s in polls), polls
+
+    frames = page.evaluate("() => window.frames_")
+    first_new = next(i for i, f in enumerate(frames) if "9 / 10" in f["live"])
+    for f in frames[first_new:]:
+        assert "7 / 20" not in f["status"] and "7 / 10" not in f["status"] + f["live"], f
+        assert "80.0" not in f["status"] + f["live"] and "40.0" not in f["status"] + f["live"], f
+    last = frames[-1]
+    assert "9 / 20 requests" in last["status"] and float(last["bar"].rstrip("%")) == 45.0, last
+    body = page.evaluate("() => document.body.innerText")
+    assert body.count("9 / 10") == 1 and body.count("90.0 tok/s") == 1 and body.count("30.0 tok/s") == 1, body
+    # Each tok/s figure shown names its window.
+    live = page.evaluate(f"""() => Array.from(document.querySelectorAll('{PANEL} dt'))
+                                   .map(dt => dt.innerText + ': ' + dt.nextElementSibling.innerText)""")
+    assert "Output tok/s, last 0.5 s window: 90.0 tok/s" in live, live
+    assert "Output tok/s, mean since start: 30.0 tok/s" in live, live
+
+
+@pytest.fixture
+def preparing(admin_user) -> dict:
+    """A running one-point sweep whose rows still hold the point's prompt preparation (20 of 20),
+    made before the browser starts."""
+    stored = timezone.now() - timedelta(seconds=2)
+    sweep = BenchmarkSweep.objects.create(status=SweepStatus.RUNNING, points_total=1, requests_total=4,
+                                          grid={"concurrency": [2], "lengths": [[8, 8]], "requests": 4},
+                                          current_point="c=2 8/8", requests_done=1, current_tok_s=None,
+                                          started_at=stored - timedelta(seconds=5), created_by=admin_user)
+    run = BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=0, status=RunStatus.RUNNING, concurrency=2, input_len=8, output_len=8, num_requests=4,
+        progress={"phase": "preparing prompts", "prepared": 20, "total": 20, "updated_at": _iso(stored)})
+    return {"sweep_id": sweep.pk, "run_id": run.pk, "stored": stored}
+
+
+def test_rows_still_preparing_prompts_never_show_beside_a_newer_report_of_requests(
+        live_server, preparing, admin_user, browser) -> None:  # noqa: F811
+    """The rows say "preparing prompts"; the socket already reports 2 of 4 requests at 15.9 tok/s
+    after 1.2 s. No frame after that shows the phase or 1 of 4 anywhere, through the status
+    block's refreshes from those rows."""
+    page, ws = _open_sweep_page(live_server, admin_user, browser, preparing["sweep_id"])
+    assert "preparing prompts: 20 / 20" in page.inner_text(PANEL)
+    assert "preparing prompts" not in page.inner_text("#sweep-progress")
+    page.evaluate(_SAMPLER)
+    data = {"sweep_id": preparing["sweep_id"], "run_id": preparing["run_id"], "point_index": 0, "points_total": 1,
+            "done": 2, "total": 4, "failed": 0, "output_tokens": 16, "elapsed_s": 1.2, "tok_s": 15.9,
+            "tok_s_mean": 13.3, "point": "c=2 8/8", "duration_s": None, "total_sent_so_far": False,
+            "requests_done": 2, "updated_at": _iso(preparing["stored"] + timedelta(seconds=1))}
+    ws.send(json.dumps({"type": "sweep.progress", "seq": 1, "group": f"sweep-{preparing['sweep_id']}",
+                        "ts": time.time(), "data": data}))
+    page.wait_for_function("() => document.querySelector('#sweep-progress').innerText.includes('2 / 4 requests')",
+                           timeout=10_000)
+    page.wait_for_timeout(2600)   # refreshes of the status block from the rows
+    frames = page.evaluate("() => window.frames_")
+    first_new = next(i for i, f in enumerate(frames) if "2 / 4" in f["live"])
+    for f in frames[first_new:]:
+        assert "preparing prompts" not in f["status"] + f["live"] and "1 / 4" not in f["status"] + f["live"], f
+    body = page.evaluate("() => document.body.innerText")
+    assert body.count("15.9 tok/s") == 1 and body.count("1.2 s") == 1, body
+    assert "2 / 4 requests" in frames[-1]["status"] and float(frames[-1]["bar"].rstrip("%")) == 50.0, frames[-1]
+
+
 @pytest.fixture
 def time_limited(admin_user) -> dict:
     """A running sweep whose point is a closed loop limited by time (42 done of the 44 sent so
