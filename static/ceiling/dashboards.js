@@ -828,8 +828,16 @@
 
   // --- wall ---------------------------------------------------------------------------------
 
+  // Whether a wall tile takes a live message: not one older than the tile's object (its
+  // data-created), which was about another object that had the same id or name.
+  function wallAccepts(tile, msg) {
+    var created = tile ? parseFloat(tile.getAttribute("data-created") || "") : NaN;
+    return !isNum(created) || (isNum(msg.ts) && msg.ts >= created);
+  }
+
   function initWall(root) {
     var latest = {};   // group -> {type: data}
+    var latestTs = {}; // group -> {type: ts}
     function tiles() { return root.querySelector("[data-wall-tiles]"); }
     function groupsOnWall() {
       return Array.prototype.map.call(tiles().querySelectorAll("[data-group]"), function (el) { return el.getAttribute("data-group"); });
@@ -837,8 +845,12 @@
     function tileOf(group) { return tiles().querySelector('[data-group="' + group + '"]'); }
     function render(group) {
       var tile = tileOf(group);
-      var seen = latest[group];
-      if (!tile || !seen) return;
+      if (!tile || !latest[group]) return;
+      // Tiles swapped in since (a new object with this group) take only what is not older.
+      var seen = {};
+      Object.keys(latest[group]).forEach(function (type) {
+        if (wallAccepts(tile, { ts: (latestTs[group] || {})[type] })) seen[type] = latest[group][type];
+      });
       if (seen["node.sample"]) renderNode(tile, seen["node.sample"], false);
       if (seen["deployment.sample"]) renderDeployment(tile, seen["deployment.sample"], false);
       if (seen["deployment.status"]) setBadge(field(tile, "status"), seen["deployment.status"].status, statusClass(seen["deployment.status"].status));
@@ -849,7 +861,9 @@
     var live = CeilingLive.open({
       groups: groupsOnWall(),
       onMessage: function (msg) {
+        if (!wallAccepts(tileOf(msg.group), msg)) return;
         (latest[msg.group] = latest[msg.group] || {})[msg.type] = msg.data;
+        (latestTs[msg.group] = latestTs[msg.group] || {})[msg.type] = msg.ts;
         if (msg.type === "deployment.status") {
           var s = latest[msg.group]["deployment.sample"];
           if (s) s.status = msg.data.status;
@@ -920,7 +934,8 @@
     Array.prototype.forEach.call(document.querySelectorAll("[data-wall]"), initWall);
   }
 
-  window.CeilingDashboards = { renderNode: renderNode, renderDeployment: renderDeployment, deploymentTotals: deploymentTotals };
+  window.CeilingDashboards = { renderNode: renderNode, renderDeployment: renderDeployment, deploymentTotals: deploymentTotals,
+                               wallAccepts: wallAccepts };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
 })();
