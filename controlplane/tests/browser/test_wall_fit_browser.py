@@ -106,7 +106,7 @@ def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_l
     assert strip["y"] + strip["height"] <= 1080, strip
     height = page.evaluate("() => document.documentElement.scrollHeight")
     assert height <= 1080, height
-    # Four columns at 1920 px: the three live tiles share one row.
+    # Six columns at 1920 px: the three live tiles share one row.
     tops = {round(page.locator(f'.deployment-tile[data-deployment="{pk}"]').bounding_box()["y"]) for pk in demo_like["live"]}
     assert len(tops) == 1, tops
     # The offline seed node that never sent a sample is one line, not eight empty bars.
@@ -131,3 +131,95 @@ def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_l
         timeout=20_000, polling=200)
     context.close()
     assert errors == [], errors
+
+
+@pytest.fixture
+def six_live(demo_like) -> dict:
+    """The demo's data plus three more live deployments: six in all, three of them PD (prefill,
+    decode and router rows), newest first."""
+    local = Node.objects.get(name="local")
+    added = []
+    for name, topology in (("local-sim-pd-b", "pd"), ("local-sim-single-b", "single"), ("local-sim-pd-c", "pd")):
+        d = deployment_row_create(recipe=recipe_row_create(node=local, name=name, topology=topology))
+        if topology == "pd":
+            d.processes.all().delete()
+            now = timezone.now()
+            for role in (Role.PREFILL, Role.DECODE, Role.ROUTER):
+                ServerProcess.objects.create(deployment=d, role=role, status=ProcessStatus.READY, last_probe_at=now, started_at=now)
+        added.append(d.pk)
+    return {**demo_like, "live": added[::-1] + demo_like["live"]}
+
+
+def _tiles_inside(page, pks, width, height) -> None:
+    for pk in pks:
+        tile = page.locator(f'.deployment-tile[data-deployment="{pk}"]')
+        box = tile.bounding_box()
+        assert box and box["x"] >= 0 and box["y"] >= 0 and box["x"] + box["width"] <= width \
+            and box["y"] + box["height"] <= height, (pk, box)
+        # nothing inside the tile is cut off by it, and no figure or its label is cut short
+        assert tile.evaluate("el => el.scrollHeight <= el.clientHeight + 1 && el.scrollWidth <= el.clientWidth + 1"), pk
+        cut = tile.evaluate("""el => [...el.querySelectorAll('.wall-figures .live-value, .wall-figures .unit')]
+            .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)""")
+        assert cut == [], (pk, cut)
+
+
+def test_six_live_deployments_nodes_and_the_ended_strip_fit_1920x1080(live_server, six_live, viewer, browser):
+    base = live_server.url
+    context = browser.new_context(viewport={"width": 1920, "height": 1080})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{base}/login/?next=/wall/", wait_until="domcontentloaded")
+    page.fill("#id_username", viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/wall/", wait_until="load")
+    assert page.locator(".wall-grid .deployment-tile").count() == 6
+    # every tile with figures drawn by the page's own renderer, as under live samples
+    for pk in six_live["live"]:
+        page.evaluate(
+            """id => window.CeilingDashboards.renderDeployment(document.querySelector(`.deployment-tile[data-deployment="${id}"]`),
+                 {t: Date.now() / 1000, interval_s: 0.5, status: "ready", tok_s: 1234.5,
+                  processes: [{id: 1, role: "decode", engine: {running: 128, queued: 12}}]}, false)""", pk)
+
+    _tiles_inside(page, six_live["live"], 1920, 1080)
+    size = page.evaluate("() => [document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+    assert size[0] <= 1920 and size[1] <= 1080, size
+    strip = page.locator(".wall-ended-strip").bounding_box()
+    assert strip["y"] + strip["height"] <= 1080, strip
+    for node in page.locator(".node-tile").all():
+        box = node.bounding_box()
+        assert box["y"] + box["height"] <= 1080 and box["x"] + box["width"] <= 1920, box
+    # the six live tiles share one row
+    tops = {round(page.locator(f'.deployment-tile[data-deployment="{pk}"]').bounding_box()["y"]) for pk in six_live["live"]}
+    assert len(tops) == 1, tops
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "wall-1920x1080-six-live.png"))
+
+    # 1440x900 stays readable: no horizontal scrolling, every tile whole, type no smaller than 13 px
+    page.set_viewport_size({"width": 1440, "height": 900})
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 1440
+    _tiles_inside(page, six_live["live"], 1440, 10_000)
+    smallest = page.evaluate("""() => Math.min(...[...document.querySelectorAll('.wall-tile *')]
+        .filter(e => e.childNodes.length && [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim()))
+        .map(e => parseFloat(getComputedStyle(e).fontSize)))""")
+    assert smallest >= 12.5, smallest
+    page.screenshot(path=str(SCREENSHOTS / "wall-1440x900-six-live.png"))
+    context.close()
+    assert errors == [], errors
+
+
+def test_a_wall_tile_ignores_a_message_older_than_its_object(live_server, demo_like, viewer, browser):
+    context = browser.new_context(viewport={"width": 1920, "height": 1080})
+    page = context.new_page()
+    page.goto(f"{live_server.url}/login/?next=/wall/", wait_until="domcontentloaded")
+    page.fill("#id_username", viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/wall/", wait_until="load")
+    accepts = page.evaluate("""id => { const t = document.querySelector(`.deployment-tile[data-deployment="${id}"]`);
+        const created = +t.dataset.created;
+        return [window.CeilingDashboards.wallAccepts(t, {ts: created - 1800}),
+                window.CeilingDashboards.wallAccepts(t, {ts: created + 1})]; }""", demo_like["pd"])
+    assert accepts == [False, True]
+    context.close()
