@@ -530,24 +530,70 @@ def _deployment_kept_label(deployment: Deployment) -> str:
     return f"#{deployment.pk} ({deployment.status}; it ran)"
 
 
+def _deployment_ran(deployment: Deployment) -> bool:
+    """Whether ``deployment`` ever ran: it became ready, or one of its processes was spawned."""
+    if deployment.ready_at or deployment.status == DeploymentStatus.READY:
+        return True
+    return deployment.processes.filter(models.Q(pid__isnull=False) | models.Q(started_at__isnull=False)).exists()
+
+
+def deployment_goes_once_ended(deployment: Deployment) -> bool:
+    """Whether ``deployment`` keeps its recipe only while it is active: pending, starting or
+    stopping, never ready, no process spawned and no benchmark sweep made against it. Cancelled (or
+    once stopped) it is a deployment that never started (:func:`deployment_never_started`)."""
+    return (
+        deployment.status in (DeploymentStatus.PENDING, DeploymentStatus.STARTING, DeploymentStatus.STOPPING)
+        and not _deployment_ran(deployment)
+        and not deployment.sweeps.exists()
+    )
+
+
 def recipe_delete_refusal(*, recipe: Recipe, kept: list[Deployment]) -> str:
     """The ``detail`` of the 409 a refused :func:`recipe_delete` answers: the deployments that keep
     ``recipe`` (newest first, at most :data:`RECIPE_DELETE_NAMED`, then how many more), the rule,
-    and what to do instead."""
+    and only the ways out that can work for those deployments. When every one of them is active
+    and has not started a process (:func:`deployment_goes_once_ended`), cancelling them and
+    deleting again works; otherwise the recipe is kept for good (a deployment ran, or a benchmark
+    sweep measured one), and the text says so and offers a new version or a new name."""
     named = ", ".join(_deployment_kept_label(d) for d in kept[:RECIPE_DELETE_NAMED])
     more = len(kept) - RECIPE_DELETE_NAMED
     if more > 0:
         named += f" and {more} more"
     noun, verb = ("deployment", "refers") if len(kept) == 1 else ("deployments", "refer")
+    rule = (
+        "A recipe is deleted only when none of its deployments ever started a process (each one cancelled while "
+        "pending, or failed before its first process was spawned, with no benchmark sweep made against it), and "
+        "those deployments go with it."
+    )
+    change = (
+        f"change the recipe with PATCH /api/recipes/{recipe.pk}/ (each save is a new version; deployments keep "
+        f"the version they ran), or create a new recipe under another name."
+    )
+    head = f"Recipe {recipe.name!r} cannot be deleted: {noun} {named} {verb} to it. {rule}"
+    if kept and all(deployment_goes_once_ended(d) for d in kept):
+        one = len(kept) == 1
+        statuses = {d.status for d in kept}
+        steps = []
+        if statuses & {DeploymentStatus.PENDING, DeploymentStatus.STARTING}:
+            steps.append(f"cancel {'it' if one else 'the pending and starting ones'} "
+                         f"(POST /api/deployments/<id>/cancel/)")
+        if DeploymentStatus.STOPPING in statuses:
+            steps.append(f"wait until {'it' if one else 'the stopping ones'} {'is' if one else 'are'} stopped")
+        which = "It has not" if one else "None of them has"
+        return (
+            f"{head} {which} started a process yet, so {'it goes' if one else 'they go'} with the recipe once ended: "
+            f"{' and '.join(steps)}, then delete the recipe again. Or {change}"
+        )
+    ran = any(_deployment_ran(d) for d in kept)
+    swept = any(d.sweeps.exists() for d in kept)
+    why = " and ".join(
+        [w for w, on in (("a deployment of it ran", ran),
+                         ("measured benchmark history refers to it", swept)) if on]
+    ) or "a deployment of it ran"
     return (
-        f"Recipe {recipe.name!r} cannot be deleted: {noun} {named} {verb} to it. A recipe that ran is kept as the "
-        f"record of what its deployments ran and what their benchmark sweeps measured; it is deleted only when "
-        f"none of its deployments ever started a process (each one cancelled while pending, or failed before its "
-        f"first process was spawned, with no benchmark sweep made against it), and those deployments go with it. "
-        f"Instead: stop an active deployment (POST /api/deployments/<id>/stop/), or cancel a pending one "
-        f"(POST /api/deployments/<id>/cancel/) and delete the recipe again; change the recipe with "
-        f"PATCH /api/recipes/{recipe.pk}/ (each save is a new version; deployments keep the version they ran); "
-        f"or create a new recipe under another name."
+        f"{head} This recipe is kept for good: {why}. It is the record of what its deployments ran and what "
+        f"their benchmark sweeps measured, so stopping or cancelling a deployment will not make it deletable. "
+        f"Instead: {change}"
     )
 
 

@@ -14,6 +14,18 @@ from deployments.tests.factories import cpu_node_create, deployment_row_create, 
 
 pytestmark = pytest.mark.django_db
 
+RULE = ("A recipe is deleted only when none of its deployments ever started a process (each one cancelled while "
+        "pending, or failed before its first process was spawned, with no benchmark sweep made against it), and "
+        "those deployments go with it.")
+
+
+def _kept_for_good(recipe: Recipe, named: str, why: str) -> str:
+    return (f"Recipe '{recipe.name}' cannot be deleted: {named} to it. {RULE} This recipe is kept for good: {why}. "
+            "It is the record of what its deployments ran and what their benchmark sweeps measured, so stopping or "
+            f"cancelling a deployment will not make it deletable. Instead: change the recipe with PATCH "
+            f"/api/recipes/{recipe.pk}/ (each save is a new version; deployments keep the version they ran), or "
+            "create a new recipe under another name.")
+
 
 def _unstarted(recipe: Recipe, status: str = DeploymentStatus.PENDING) -> Deployment:
     """A deployment of ``recipe`` whose process row was written but never spawned."""
@@ -59,8 +71,13 @@ def test_a_recipe_that_ran_is_kept_and_the_409_names_its_deployments_and_the_way
     assert detail.startswith(f"Recipe 'test-j' cannot be deleted: deployments #{live.pk} (ready), "
                              f"#{ran.pk} (stopped; it ran) refer to it.")
     assert f"#{cancelled.pk}" not in detail
-    assert "POST /api/deployments/<id>/stop/" in detail and "POST /api/deployments/<id>/cancel/" in detail
-    assert f"PATCH /api/recipes/{recipe.pk}/" in detail and "another name" in detail
+    # one of them ran: stopping or cancelling can never make the recipe deletable, so neither is offered
+    assert detail.endswith(
+        "This recipe is kept for good: a deployment of it ran. It is the record of what its deployments ran and "
+        "what their benchmark sweeps measured, so stopping or cancelling a deployment will not make it deletable. "
+        f"Instead: change the recipe with PATCH /api/recipes/{recipe.pk}/ (each save is a new version; "
+        "deployments keep the version they ran), or create a new recipe under another name.")
+    assert "/stop/" not in detail and "/cancel/" not in detail
     # nothing deleted, the never-started row included
     assert Recipe.objects.filter(pk=recipe.pk).exists()
     assert Deployment.objects.filter(recipe=recipe).count() == 3
@@ -71,7 +88,12 @@ def test_a_pending_deployment_keeps_the_recipe_until_it_is_cancelled(admin_api):
     pending = _unstarted(recipe)
     refused = admin_api.delete(f"/api/recipes/{recipe.pk}/")
     assert refused.status_code == 409
-    assert f"deployment #{pending.pk} (pending) refers to it" in refused.json()["detail"]
+    assert refused.json()["detail"] == (
+        f"Recipe '{recipe.name}' cannot be deleted: deployment #{pending.pk} (pending) refers to it. "
+        f"{RULE} It has not started a process yet, so it goes with the recipe once ended: cancel it "
+        f"(POST /api/deployments/<id>/cancel/), then delete the recipe again. Or change the recipe with "
+        f"PATCH /api/recipes/{recipe.pk}/ (each save is a new version; deployments keep the version they ran), "
+        f"or create a new recipe under another name.")
     admin_api.post(f"/api/deployments/{pending.pk}/cancel/")
     assert admin_api.delete(f"/api/recipes/{recipe.pk}/").status_code == 204
 
@@ -122,3 +144,60 @@ def test_a_spawned_process_counts_as_ran():
     assert deployment_never_started(deployment)
     ServerProcess.objects.filter(deployment=deployment).update(started_at=timezone.now())
     assert not deployment_never_started(deployment)
+
+
+def test_a_recipe_kept_by_a_swept_stopped_deployment_offers_no_stop_or_cancel_on_the_api_and_admin(
+        admin_api, admin_client):
+    recipe = recipe_row_create(node=cpu_node_create(name="n1"), name="test-swept")
+    ran = deployment_row_create(recipe=recipe, status=DeploymentStatus.STOPPED)
+    BenchmarkSweep.objects.create(deployment=ran, grid={"concurrency": [1]}, status="done")
+    expected = _kept_for_good(
+        recipe, f"deployment #{ran.pk} (stopped; a benchmark sweep was made against it) refers",
+        "a deployment of it ran and measured benchmark history refers to it")
+
+    response = admin_api.delete(f"/api/recipes/{recipe.pk}/")
+    assert response.status_code == 409
+    assert response.json()["detail"] == expected
+
+    from html import unescape
+    page = unescape(admin_client.get(reverse("admin:deployments_recipe_delete", args=[recipe.pk])).content.decode())
+    assert expected in page
+    assert "/stop/" not in page and "/cancel/" not in page
+
+
+def test_a_ready_deployment_keeps_the_recipe_for_good(admin_api):
+    recipe = recipe_row_create(node=cpu_node_create(name="n1"), name="test-live")
+    live = deployment_row_create(recipe=recipe, status=DeploymentStatus.READY)
+    assert admin_api.delete(f"/api/recipes/{recipe.pk}/").json()["detail"] == _kept_for_good(
+        recipe, f"deployment #{live.pk} (ready) refers", "a deployment of it ran")
+
+
+def test_a_pending_and_a_starting_deployment_that_spawned_nothing_are_cancelled_then_the_recipe_goes(
+        admin_api, admin_client):
+    recipe = recipe_row_create(node=cpu_node_create(name="n1"), name="test-two")
+    starting = _unstarted(recipe, status=DeploymentStatus.STARTING)
+    Deployment.objects.filter(pk=starting.pk).update(node=cpu_node_create(name="n2"))  # one active per node
+    pending = _unstarted(recipe)
+    expected = (
+        f"Recipe 'test-two' cannot be deleted: deployments #{pending.pk} (pending), #{starting.pk} (starting) "
+        f"refer to it. {RULE} None of them has started a process yet, so they go with the recipe once ended: "
+        f"cancel the pending and starting ones (POST /api/deployments/<id>/cancel/), then delete the recipe again. "
+        f"Or change the recipe with PATCH /api/recipes/{recipe.pk}/ (each save is a new version; deployments keep "
+        f"the version they ran), or create a new recipe under another name.")
+    assert admin_api.delete(f"/api/recipes/{recipe.pk}/").json()["detail"] == expected
+    from html import unescape
+    page = unescape(admin_client.get(reverse("admin:deployments_recipe_delete", args=[recipe.pk])).content.decode())
+    assert expected in page
+
+    for d in (pending, starting):
+        assert admin_api.post(f"/api/deployments/{d.pk}/cancel/").status_code == 202
+    Deployment.objects.filter(pk=starting.pk).update(status=DeploymentStatus.STOPPED)  # as the agent ends it
+    assert admin_api.delete(f"/api/recipes/{recipe.pk}/").status_code == 204
+
+
+def test_a_pending_deployment_beside_one_that_ran_gets_no_cancel_advice(admin_api):
+    recipe = recipe_row_create(node=cpu_node_create(name="n1"), name="test-mixed")
+    ran = deployment_row_create(recipe=recipe, status=DeploymentStatus.FAILED)
+    pending = _unstarted(recipe)
+    assert admin_api.delete(f"/api/recipes/{recipe.pk}/").json()["detail"] == _kept_for_good(
+        recipe, f"deployments #{pending.pk} (pending), #{ran.pk} (failed; it ran) refer", "a deployment of it ran")
