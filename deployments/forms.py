@@ -18,7 +18,15 @@ from controlplane.forms import SingleValuedForm
 from controlplane.redaction import credential_mask_json
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
-from deployments.models import NAME_MAX_LENGTH, Node, Recipe, Secret, name_validator
+from deployments.models import (
+    CHANGE_REASON_MAX_LENGTH,
+    NAME_MAX_LENGTH,
+    Node,
+    Recipe,
+    Secret,
+    change_reason_validator,
+    name_validator,
+)
 from deployments.recipes import RECIPE_DOC_PATH
 from deployments.services import direction_control_validator
 
@@ -159,9 +167,12 @@ class RecipeForm(SpecTextMixin, SingleValuedForm):
         self.spec_marked_paths: list[str] = []
         self.fields["spec"].help_text = spec_help_text()
         if editing:
+            # The length is judged by change_reason_validator (the product's wording); the browser
+            # still stops typing at the limit.
             self.fields["change_reason"] = forms.CharField(
-                max_length=100, required=False, help_text="shown in the version history",
-                validators=[direction_control_validator],
+                required=False, validators=[change_reason_validator, direction_control_validator],
+                help_text="shown in the version history",
+                widget=forms.TextInput(attrs={"maxlength": CHANGE_REASON_MAX_LENGTH}),
             )
             # The version the edit started from: saving over a newer version is refused
             # (HTTP 409) instead of silently discarding someone else's change. Read as text:

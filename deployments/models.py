@@ -27,6 +27,18 @@ slug_validator = RegexValidator(r"^[a-z0-9][a-z0-9._-]{0,62}$", SLUG_RULE)
 NAME_MAX_LENGTH = 63
 
 
+#: The most characters a recipe version's change reason may have (simple-history's
+#: ``history_change_reason`` column).
+CHANGE_REASON_MAX_LENGTH = 100
+
+
+def change_reason_validator(value: object) -> None:
+    """A change reason over :data:`CHANGE_REASON_MAX_LENGTH` characters is refused in the wording of
+    every other length limit: ``Use at most 100 characters; got 200.``"""
+    if isinstance(value, str) and len(value) > CHANGE_REASON_MAX_LENGTH:
+        raise ValidationError(f"Use at most {CHANGE_REASON_MAX_LENGTH} characters; got {len(value)}.",
+                              code="max_length")
+
 def name_validator(value: object) -> None:
     """:data:`slug_validator` for input, one message per problem: a name over
     :data:`NAME_MAX_LENGTH` characters is refused for its length alone (``Use at most 63
