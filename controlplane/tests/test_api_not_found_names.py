@@ -31,6 +31,25 @@ def test_an_object_that_exists_is_served(viewer_api):
     assert viewer_api.get(f"/api/nodes/{node.name}/telemetry/").status_code == 200
 
 
+def test_a_nodes_telemetry_is_served_by_name_and_by_id_as_the_node_itself(viewer_api):
+    node = cpu_node_create(name="here")
+    by_name = viewer_api.get(f"/api/nodes/{node.name}/telemetry/")
+    by_id = viewer_api.get(f"/api/nodes/{node.pk}/telemetry/")
+    assert by_name.status_code == by_id.status_code == 200, by_id.content
+    assert by_name.json()["group"] == by_id.json()["group"] == "node-here"
+    assert viewer_api.get(f"/api/nodes/{node.pk}/").json()["name"] == "here"
+
+
+@pytest.mark.parametrize(("path", "detail"), [
+    ("/api/nodes/999/", "no node with id 999"),
+    ("/api/nodes/999/telemetry/", "no node with id 999"),
+])
+def test_a_missing_node_id_reads_the_same_on_the_node_and_its_telemetry(viewer_api, path, detail):
+    answer = viewer_api.get(path)
+    assert answer.status_code == 404
+    assert answer.json() == {"detail": detail}
+
+
 @pytest.mark.parametrize(("method", "path", "detail"), [
     ("get", "/api/runs/abc/", "no benchmark run with id 'abc'"),
     ("get", "/api/runs/abc/records/", "no benchmark run with id 'abc'"),

@@ -877,7 +877,7 @@ class TelemetryQuerySerializer(serializers.Serializer):
 
 
 class NodeTelemetrySerializer(serializers.Serializer):
-    """Documents ``GET /api/nodes/<name>/telemetry/``: the group, its current sequence number,
+    """Documents ``GET /api/nodes/<name or id>/telemetry/``: the group, its current sequence number,
     the last ``node.sample`` message (or null) and the 1 s history as aligned series."""
 
     group = serializers.CharField(help_text="node-<name>")

@@ -1,6 +1,6 @@
 """Viewsets of the deployments API: nodes, recipes (with versions, diff, revert, dry-run),
 secrets, deployments and server processes (with their log tail and full log download), and the
-live-telemetry re-sync endpoints (``/api/nodes/<name>/telemetry/``,
+live-telemetry re-sync endpoints (``/api/nodes/<name or id>/telemetry/``,
 ``/api/deployments/<id>/telemetry/``).
 
 Each view checks the input's shape with a serializer, calls one service or selector and
@@ -14,7 +14,6 @@ import time
 
 from django.http import FileResponse
 from django.http.response import HttpResponseBase
-from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -126,7 +125,8 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         lookup = {"pk": int(key)} if key.isdigit() else {"name": key}
         node = self.get_queryset().filter(**lookup).first()
         if node is None:
-            raise NotFound(f"no node with {'id' if 'pk' in lookup else 'name'} {key!r}")
+            # an id as every id route names it (``no recipe with id 999``), a name quoted
+            raise NotFound(f"no node with id {lookup['pk']}" if "pk" in lookup else f"no node with name {key!r}")
         self.check_object_permissions(self.request, node)
         return node
 
@@ -134,7 +134,7 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         services.node_delete(node=instance, user=self.request.user)
 
     @extend_schema(
-        summary="A node's live telemetry for re-sync: last sample, sequence number, 1 s history",
+        summary="A node's live telemetry for re-sync, by name or id: last sample, sequence number, 1 s history",
         description="For a client that connects or sees a gap in `seq`: `latest` holds the last `node.sample` "
         "message of group `node-<name>` (null when none in the past hour) and `history` the stored 1 s "
         "rollups from `since` (default: 10 minutes ago) to `until` (default: now), at most 24 h a request "
@@ -142,17 +142,16 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         + ", ".join(telemetry_selectors.NODE_GPU_FIELDS + telemetry_selectors.NODE_HOST_FIELDS)
         + f" (default: {', '.join(telemetry_selectors.NODE_GPU_DEFAULT + telemetry_selectors.NODE_HOST_DEFAULT)}).",
         parameters=[
-            OpenApiParameter("name", OpenApiTypes.STR, OpenApiParameter.PATH, description="node name"),
+            NODE_KEY,
             OpenApiParameter("since", OpenApiTypes.NUMBER, description="unix seconds"),
             OpenApiParameter("until", OpenApiTypes.NUMBER, description="unix seconds"),
             OpenApiParameter("fields", OpenApiTypes.STR, description="comma-separated series names"),
         ],
         responses={200: s.NodeTelemetrySerializer, 400: ERRORS_400, 404: ERROR_404},
     )
-    @action(detail=False, methods=["get"], url_path=r"(?P<name>[a-z0-9][a-z0-9._-]{0,62})/telemetry",
-            pagination_class=None, filter_backends=[])
-    def telemetry(self, request: Request, name: str = "") -> Response:
-        node = get_object_or_404(Node, name=name)
+    @action(detail=True, methods=["get"], url_path="telemetry", pagination_class=None, filter_backends=[])
+    def telemetry(self, request: Request, pk: str = "") -> Response:
+        node = self.get_object()  # by name or id, as the node's own route
         q = _query(s.TelemetryQuerySerializer, request)
         until = q.get("until")
         since = q.get("since", (until or time.time()) - TELEMETRY_DEFAULT_WINDOW_S)

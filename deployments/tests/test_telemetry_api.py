@@ -138,7 +138,10 @@ def test_it_offers_no_write_on_the_telemetry_endpoints(admin_api, node):
 
 def test_it_documents_the_endpoints_in_the_schema(viewer_api):
     paths = viewer_api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()["paths"]
-    assert "/api/nodes/{name}/telemetry/" in paths and "/api/deployments/{id}/telemetry/" in paths
+    assert "/api/nodes/{id}/telemetry/" in paths and "/api/deployments/{id}/telemetry/" in paths
+    # the node is named by name or id there, as on the node's own route
+    (key,) = [p for p in paths["/api/nodes/{id}/telemetry/"]["get"]["parameters"] if p["in"] == "path"]
+    assert key == [p for p in paths["/api/nodes/{id}/"]["get"]["parameters"] if p["in"] == "path"][0]
 
 
 def test_a_long_window_is_thinned_by_averaging_runs_of_rows_read_in_chunks(node, django_assert_max_num_queries):
