@@ -1,4 +1,5 @@
-"""The demo's process table names its memory-binding column in words, aligned with its rows."""
+"""The demo's process table names its memory-binding column in words, aligned with its rows, and
+says where its effective columns are read from (memory: the policy in numa_maps, else the cpuset)."""
 from __future__ import annotations
 
 from io import StringIO
@@ -19,7 +20,11 @@ def test_the_process_table_says_numa_mem_nodes_and_its_rows_line_up():
     header = next(line for line in lines if "effective CPUs" in line)
     row = next(line for line in lines if line.lstrip().startswith("prefill"))
     assert " mems " not in header
-    assert "NUMA mem nodes verified (CPUs and mem nodes read back from /proc/<pid>/status)" in header
+    # the note says what is read, as the pinning check reads it: memory from numa_maps as well
+    assert header == (
+        "  role         pid  status   pinned (recipe)  effective CPUs  NUMA mem nodes verified "
+        "(CPUs: Cpus_allowed_list of /proc/<pid>/status; mem nodes: the bind/interleave policy in "
+        "/proc/<pid>/numa_maps, else Mems_allowed_list)")
     # the values sit under their headers
     assert row.index("yes") == header.index("verified")
     assert row[header.index("NUMA mem nodes"):].startswith("0 ")

@@ -59,6 +59,13 @@ def demo_login_line(username: str, password: str | None, *, terminal: bool) -> s
             "this output is not a terminal)")
 
 
+#: What the process table's effective columns are read from (deployments.pinning.pinning_read):
+#: CPUs from the status file, memory nodes from the memory policy of numa_maps (numactl --membind
+#: sets a policy, which the cpuset's Mems_allowed_list does not show), else from that cpuset list.
+PINNING_READ_NOTE = ("(CPUs: Cpus_allowed_list of /proc/<pid>/status; mem nodes: the bind/interleave policy "
+                     "in /proc/<pid>/numa_maps, else Mems_allowed_list)")
+
+
 class Command(CeilingCommand):
     help = "Deploy the local demo recipes, prove them ready with a streamed request, and print the results."
 
@@ -187,7 +194,7 @@ class Command(CeilingCommand):
                   + (f" — {proof.reason}" if proof.reason and proof.status != "ready" else "")
                   + f"   {base}/deployments/{proof.deployment_id}/")
         out.write(f"  {'role':8s} {'pid':>7s}  {'status':8s} {'pinned (recipe)':16s} {'effective CPUs':15s} "
-                  f"{'NUMA mem nodes':14s} verified (CPUs and mem nodes read back from /proc/<pid>/status)")
+                  f"{'NUMA mem nodes':14s} verified {PINNING_READ_NOTE}")
         for p in proof.processes:
             mark = {True: "yes", False: "NO", None: "-"}[p["pinning_verified"]]
             out.write(f"  {p['role']:8s} {p['pid'] or '-':>7}  {p['status']:8s} {(p['cpus'] or 'any'):16s} "
