@@ -191,7 +191,7 @@ def test_a_pending_and_a_starting_deployment_that_spawned_nothing_are_cancelled_
 
     for d in (pending, starting):
         assert admin_api.post(f"/api/deployments/{d.pk}/cancel/").status_code == 202
-    Deployment.objects.filter(pk=starting.pk).update(status=DeploymentStatus.STOPPED)  # as the agent ends it
+    Deployment.objects.filter(pk=starting.pk).update(status=DeploymentStatus.STOPPED)  # as the node agent ends it
     assert admin_api.delete(f"/api/recipes/{recipe.pk}/").status_code == 204
 
 
