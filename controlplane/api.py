@@ -51,7 +51,7 @@ from controlplane.drf_defaults import (  # noqa: F401 - part of this module's in
     query_keys_taken, repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
-from controlplane.jsonsafe import not_integer, json_text, shown_value  # noqa: F401 - part of this module's interface
+from controlplane.jsonsafe import not_integer, json_spelled, json_text, query_text, shown_value  # noqa: F401 - part of this module's interface
 from controlplane.notfound_views import api_lookup_refused_text, api_not_found_text
 
 log = logging.getLogger(__name__)
@@ -658,7 +658,7 @@ class StrictSlugRelatedField(StrictTextMixin, serializers.SlugRelatedField):
             what = self.get_queryset().model._meta.verbose_name
             value = str(kwargs.get("value", ""))
             shown = value if len(value) <= 63 else value[:63] + "..."
-            raise serializers.ValidationError(f"no {what} named {shown!r}", code=key)
+            raise serializers.ValidationError(f"no {what} named {json_spelled(shown)}", code=key)
         return super().fail(key, **kwargs)
 
 
@@ -769,12 +769,6 @@ MAX_INT = 2**31 - 1
 _INTEGER_RE = re.compile(r"[+-]?[0-9]+")
 
 
-def query_text(value: Any) -> str:
-    """A query parameter's (or a form body's) refused text as a message quotes it: in quotes, cut
-    to 40 characters (``'abc'``, ``'-1'``), as the pagination's and the filters' messages do."""
-    return repr(str(value)[:40])
-
-
 def whole_bounds(field: serializers.IntegerField) -> str:
     """What an integer field takes, in words: ``between 1 and 2000``, ``at least 0`` or ``at most
     9``, from its ``min_value``/``max_value``; ``an integer`` when it has neither."""
@@ -830,7 +824,7 @@ class FilterChoiceField(serializers.ChoiceField):
         except serializers.ValidationError:
             shown = str(data) if len(str(data)) <= 40 else str(data)[:40] + "..."
             raise serializers.ValidationError(
-                f"must be one of {', '.join(self.choice_strings_to_values)}; got {shown!r}",
+                f"must be one of {', '.join(self.choice_strings_to_values)}; got {json_spelled(shown)}",
                 code="invalid_choice") from None
 
 

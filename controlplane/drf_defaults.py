@@ -34,7 +34,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.parsers import JSONParser
 from rest_framework.settings import api_settings
 
-from controlplane.jsonsafe import json_text
+from controlplane.jsonsafe import json_spelled, json_text, query_text
 
 # Default cap on a JSON request body. The largest legitimate body is a recipe, a few KiB, so
 # 1 MiB leaves ample room without letting a client make the server buffer and parse tens of
@@ -230,9 +230,9 @@ def nonfinite_number_errors(data: Any, prefix: str = "") -> dict[str, list[str]]
 
 
 def shown_key(key: Any) -> str:
-    """A body's key as an error message quotes it: ``repr`` of its text, cut to 80 characters."""
-    text = repr(str(key))
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A body's key as an error message quotes it: :func:`controlplane.jsonsafe.json_spelled` of
+    its text, cut to 80 characters."""
+    return json_spelled(str(key))
 
 
 def unknown_field_errors(data: Any, allowed: Iterable[str], *,
@@ -472,7 +472,7 @@ class Pagination(LimitOffsetPagination):
             return None
         digits = raw.lstrip("0") or "0"
         if not re.fullmatch(r"[0-9]+", raw) or (len(digits) <= 18 and int(digits) < least):
-            raise ValidationError({name: [f"must be a whole number >= {least}, got {raw[:40]!r}"]})
+            raise ValidationError({name: [f"must be a whole number >= {least}, got {query_text(raw)}"]})
         return int(digits) if len(digits) <= 18 else 10**18
 
     def _page(self, request) -> tuple[int | None, int]:
@@ -488,7 +488,7 @@ class Pagination(LimitOffsetPagination):
         offset = values.get(self.offset_query_param) or 0
         if offset > MAX_PAGE_OFFSET:
             raw = request.query_params.get(self.offset_query_param)
-            errors[self.offset_query_param] = [f"must be at most {MAX_PAGE_OFFSET}, got {raw[:40]!r}"]
+            errors[self.offset_query_param] = [f"must be at most {MAX_PAGE_OFFSET}, got {query_text(raw)}"]
         if errors:
             raise ValidationError(errors)
         return values.get(self.limit_query_param), offset
@@ -583,7 +583,7 @@ class FormatNegotiation(DefaultContentNegotiation):
         if fmt and not any(renderer.format == fmt for renderer in renderers):
             repeated = None if format_suffix else given_more_than_once(request.query_params.getlist(name))
             offered = ", ".join(dict.fromkeys(renderer.format for renderer in renderers))
-            refusal = {name: [repeated or f"must be one of {offered}; got {fmt[:40]!r}"]}
+            refusal = {name: [repeated or f"must be one of {offered}; got {query_text(fmt)}"]}
             if view is None or not _raises_refused_format(view):
                 raise ValidationError(refusal)
             setattr(request, REFUSED_FORMAT_ATTR, refusal)

@@ -1,5 +1,6 @@
 """Make values storable in a JSON column on every database Ceiling supports, and show a value in a
-message in JSON's spelling (:func:`json_spelled`).
+message in JSON's spelling (:func:`json_spelled`), its invisible characters as code points
+(:func:`visible_text`).
 
 JSON has no NaN or infinity (RFC 8259 §6); SQLite's ``JSON_VALID`` check and PostgreSQL's
 ``jsonb`` both refuse them. Measurements legitimately produce them (a ratio over an empty set,
@@ -14,7 +15,44 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from typing import Any
+
+#: Unicode categories of the characters a quoted value shows as their code points (``<U+202E>``):
+#: controls (Cc: NUL, BEL, ESC, tab, newline, the C1 range, DEL), format characters (Cf:
+#: text-direction overrides and isolates, zero-width characters), line and paragraph separators
+#: (Zl, Zp) and lone surrogates (Cs). Written as they are, they are invisible, reorder or recolour
+#: the text around them, or break a line, so a message quoting one could read differently from
+#: what it says.
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def code_point(c: str) -> str:
+    """A character as its code point, ``<U+001B>``, ``<U+202E>``, ``<U+E0001>``."""
+    return f"<U+{ord(c):04X}>"
+
+
+def visible_text(text: str) -> str:
+    r"""``text`` with each character of :data:`HIDDEN_CATEGORIES` written as its code point
+    (:func:`code_point`): ``"a\u202eb"`` reads ``a<U+202E>b``, ``"a\x1b[31m"`` ``a<U+001B>[31m``."""
+    return "".join(code_point(c) if unicodedata.category(c) in HIDDEN_CATEGORIES else c for c in text)
+
+
+def quoted_text(text: str) -> str:
+    r"""A text as a message quotes it, whole: in quotes (``'v32'``; ``"it's"`` when it holds a
+    ``'`` and no ``"``; a quote of the other kind and a backslash escaped with a backslash), its
+    hidden characters as code points (:func:`visible_text`: ``'h6<U+202E>test'``), never as
+    Python's escapes (``'\u202e'``, ``'\x1b'``)."""
+    shown = visible_text(text).replace("\\", "\\\\")
+    if "'" in shown and '"' not in shown:
+        return f'"{shown}"'
+    return "'" + shown.replace("'", "\\'") + "'"
+
+
+def query_text(value: Any) -> str:
+    """A query parameter's (or a form body's) refused text as a message quotes it: cut to 40
+    characters, then :func:`quoted_text` (``'abc'``, ``'-1'``, ``'<U+202E>1'``)."""
+    return quoted_text(str(value)[:40])
 
 
 def json_safe(value: Any) -> Any:
@@ -93,10 +131,12 @@ def js_number(value: float) -> str:
 
 
 def json_text(value: Any, limit: int | None = None) -> str:
-    """``value`` as :func:`json.dumps` writes it (``ensure_ascii=False``, ``default=str``), its
-    floats spelled by :func:`json_number`. With ``limit``, the text may stop soon after ``limit``
-    characters (a caller cuts it there). Raises as :func:`json.dumps` would for a key JSON has no
-    text for, and RecursionError for a value nested too deeply (or circular)."""
+    r"""``value`` as :func:`json.dumps` writes it (``ensure_ascii=False``, ``default=str``), its
+    floats spelled by :func:`json_number`, the hidden characters of its texts (keys included) as
+    code points (:func:`visible_text`: ``["a<U+001B>b"]``, never ``["a\u001bb"]``). With
+    ``limit``, the text may stop soon after ``limit`` characters (a caller cuts it there). Raises
+    as :func:`json.dumps` would for a key JSON has no text for, and RecursionError for a value
+    nested too deeply (or circular)."""
     parts: list[str] = []
     size = 0
 
@@ -123,9 +163,13 @@ def json_text(value: Any, limit: int | None = None) -> str:
                 if not isinstance(key, str):
                     key = json.loads(json.dumps({key: 0}))  # JSON's text for the key, or its TypeError
                     key = next(iter(key))
-                if (i and not put(", ")) or not put(json.dumps(key, ensure_ascii=False) + ": ") or not walk(item):
+                if (i and not put(", ")) or not put(json.dumps(visible_text(key), ensure_ascii=False) + ": ") or not walk(item):
                     return False
             return put("}")
+        if isinstance(v, str):
+            return put(json.dumps(visible_text(v), ensure_ascii=False))
+        if not isinstance(v, (bool, int)) and v is not None:
+            return put(json.dumps(visible_text(str(v)), ensure_ascii=False))  # what default=str writes
         return put(json.dumps(v, ensure_ascii=False, default=str))
 
     walk(value)
@@ -133,13 +177,14 @@ def json_text(value: Any, limit: int | None = None) -> str:
 
 
 def json_spelled(value: Any, limit: int = 80) -> str:
-    """A value as a message quotes it: a text in quotes (``'v32'``, as messages quote names), anything
+    """A value as a message quotes it, the one spelling of every refusal that echoes input: a text
+    by :func:`quoted_text` (``'v32'``, as messages quote names; ``'h6<U+202E>test'``), anything
     else in JSON's spelling (``true``, ``false``, ``null``, ``7``, ``1e-7``, ``[1, "a"]``, ``{"a": 1}``:
     :func:`json_text`), never Python's (``True``, ``None``, ``{'a': 1}``, ``1e-07``), cut to ``limit`` characters (``...`` at the end when
     cut). A value JSON cannot spell (a float that is not finite) reads as JSON's decoders write it
     (``NaN``, ``Infinity``); one it cannot encode at all as ``<type>``."""
     if isinstance(value, str):
-        text = repr(value[:limit])
+        text = quoted_text(value[:limit])
     else:
         try:
             text = json_text(value, limit)

@@ -21,6 +21,8 @@ from rest_framework.exceptions import NotFound
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
+from controlplane.jsonsafe import query_text
+
 
 class ApiNotFoundView(APIView):
     """``404 {"detail": "no API endpoint at <path>"}`` for any method, in JSON whatever the
@@ -112,7 +114,7 @@ def api_not_found_text(message: str, route_kwargs: dict, path: str) -> str:
         return f"no {noun} at {path}"
     (key, value), = route_kwargs.items()
     value = str(value)
-    shown = value if value.isascii() and value.isdigit() else repr(value[:40])
+    shown = value if value.isascii() and value.isdigit() else query_text(value)
     return f"no {noun} with {'id' if key == 'pk' else key} {shown}"
 
 

@@ -9,6 +9,7 @@ from django.http import Http404
 
 from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import BadQuery
+from controlplane.jsonsafe import query_text
 
 #: Rows a list page shows at a time.
 PER_PAGE = 20
@@ -40,5 +41,5 @@ def page_of(rows, values: list[str], *, noun: str, per_page: int = PER_PAGE) -> 
     if len(values) > 1:
         raise BadQuery(f"the parameter page {given_more_than_once(values)}; {pages}")
     if not digits:
-        raise BadQuery(f"page takes a page number (e.g. 2), got {text[:40]!r}; {pages}")
+        raise BadQuery(f"page takes a page number (e.g. 2), got {query_text(text)}; {pages}")
     raise Http404(f"no page {text[:40]} of the {noun}s: {pages}")

@@ -6,7 +6,6 @@ state is never consulted.
 """
 from __future__ import annotations
 
-import json
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -15,6 +14,7 @@ from django.db import models
 from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
+from controlplane.jsonsafe import json_spelled
 from controlplane.secretbox import SealedTextField, secret_plaintext
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, ProcessStatus, Role, Topology
 
@@ -43,8 +43,9 @@ def name_validator(value: object) -> None:
     """:data:`slug_validator` for input, one message per problem: a name over
     :data:`NAME_MAX_LENGTH` characters is refused for its length alone (``Use at most 63
     characters; got 80.``: the character rule is judged once the length is fine), any other for
-    the character rule, quoting the name as JSON writes it, cut to 40 characters (``Use 1-63 …,
-    starting with a letter or digit; got "Bad Name!".``). Input fields use it instead of a
+    the character rule, quoting the name as every refusal quotes a value
+    (:func:`controlplane.jsonsafe.json_spelled`), cut to 40 characters (``Use 1-63 …, starting
+    with a letter or digit; got 'Bad Name!'.``; a text-direction control as ``<U+202E>``). Input fields use it instead of a
     ``max_length`` check of their own, so a long name gets one message. The model fields keep
     :data:`slug_validator` itself (its message is part of their migrations)."""
     if isinstance(value, str) and len(value) > NAME_MAX_LENGTH:
@@ -52,7 +53,7 @@ def name_validator(value: object) -> None:
     try:
         slug_validator(value)
     except ValidationError:
-        text = json.dumps(value if isinstance(value, str) else str(value), ensure_ascii=False)
+        text = json_spelled(value if isinstance(value, str) else str(value), limit=NAME_MAX_LENGTH * 10)
         text = text if len(text) <= 40 else text[:39] + "…"
         raise ValidationError(f"{SLUG_RULE[:-1]}; got {text}.", code="invalid") from None
 

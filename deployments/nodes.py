@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.errors import InvalidInput, NotFound
+from controlplane.jsonsafe import json_spelled
 from deployments.discovery import NVML_OK, discover_node
 from deployments.models import Gpu, Node, NumaNode, slug_validator
 from deployments.topology import NodeFacts, format_cpulist, gpu_count_from_dict, nvml_status_from_dict
@@ -34,7 +35,7 @@ def _facts_errors(facts: NodeFacts) -> dict[str, list[str]]:
         errors["name"] = list(exc.messages)
     else:
         if facts.name.isdigit():
-            errors["name"] = [f"must not be digits alone, got {facts.name!r}: /api/nodes/<digits>/ reads digits "
+            errors["name"] = [f"must not be digits alone, got {json_spelled(facts.name)}: /api/nodes/<digits>/ reads digits "
                               f"as a node's id; add a letter, e.g. 'node-{facts.name}'"]
     gpu_indices = [g.index for g in facts.gpus]
     if len(set(gpu_indices)) != len(gpu_indices):
@@ -193,7 +194,7 @@ def node_heartbeat(*, name: str, pid: int) -> None:
         .update(agent_heartbeat_at=now, agent_pid=pid, agent_stopped_at=None)
     )
     if not updated and not Node.objects.filter(name=name).exists():
-        raise NotFound(f"no node named {name!r}")
+        raise NotFound(f"no node named {json_spelled(name)}")
 
 
 def node_agent_stopped(*, name: str, pid: int) -> bool:

@@ -459,7 +459,7 @@ def _model_check(errs: _Errors, adapter: EngineAdapter, model: Any) -> dict:
             return norm
         clean = posixpath.normpath(path)
         if adapter.name == "llamacpp" and not clean.endswith(".gguf"):
-            errs.add("spec.model.path", f"llama.cpp needs a .gguf file, got {clean!r}")
+            errs.add("spec.model.path", f"llama.cpp needs a .gguf file, got {json_spelled(clean)}")
         norm["path"] = clean
     else:
         if adapter.name == "llamacpp":
@@ -948,7 +948,7 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
         name = raw.lstrip("-")
         fpath = f"{path}.{name}"
         if name in spelled:
-            errs.add(fpath, f"--{name} is given twice ({spelled[name]!r} and {raw!r}); give it once")
+            errs.add(fpath, f"--{name} is given twice ({json_spelled(spelled[name])} and {json_spelled(raw)}); give it once")
             out.pop(name, None)
             continue
         spelled[name] = raw
@@ -986,11 +986,11 @@ def unknown_flag_message(name: str, allow: dict[str, FlagSpec], what: str) -> st
     close = difflib.get_close_matches(name, list(allow), n=3)
     where = f"see {RECIPE_DOC_PATH}, section '{what} flags', for every allowed flag and its type"
     if close:
-        options = " or ".join(repr(c) for c in close)
-        return f"unknown {what} flag {name!r}: not in the allowlist; did you mean {options}? ({where})"
+        options = " or ".join(json_spelled(c) for c in close)
+        return f"unknown {what} flag {json_spelled(name)}: not in the allowlist; did you mean {options}? ({where})"
     if not allow:
-        return f"unknown {what} flag {name!r}: {what} takes no flags"
-    return (f"unknown {what} flag {name!r}: not in the allowlist; allowed: {', '.join(sorted(allow))} "
+        return f"unknown {what} flag {json_spelled(name)}: {what} takes no flags"
+    return (f"unknown {what} flag {json_spelled(name)}: not in the allowlist; allowed: {', '.join(sorted(allow))} "
             f"({where})")
 
 
@@ -1097,7 +1097,7 @@ def _secrets_check(errs: _Errors, secrets: Any, secret_names: set[str] | None) -
             errs.add(key, f"must name a secret (lowercase letters, digits, . _ -), got {json_spelled(secret)}")
             continue
         if secret_names is not None and secret not in secret_names:
-            errs.add(key, f"secret {secret!r} does not exist")
+            errs.add(key, f"secret {json_spelled(secret)} does not exist")
             continue
         out[name] = secret
     return dict(sorted(out.items()))

@@ -24,7 +24,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from benchmarks.choices import SWEEP_TERMINAL
-from controlplane.api import attachment_header, unknown_field_errors
+from controlplane.api import attachment_header, json_spelled, query_text, unknown_field_errors
 from controlplane.drf_defaults import (
     RepeatedKeys, empty_list_item, given_more_than_once, json_loads, repeated_key_errors,
 )
@@ -606,11 +606,11 @@ def _float_param(request: HttpRequest, name: str, errors: dict[str, list[str]]) 
     from kernels.whatif import NUMBER_RE
 
     if not NUMBER_RE.fullmatch(raw):
-        errors.setdefault(name, []).append(f"'{raw}' is not a number.")
+        errors.setdefault(name, []).append(f"{query_text(raw)} is not a number.")
         return None
     value = float(raw)
     if not math.isfinite(value):
-        errors.setdefault(name, []).append(f"'{raw}' is not a finite number.")
+        errors.setdefault(name, []).append(f"{query_text(raw)} is not a finite number.")
         return None
     return value
 
@@ -694,7 +694,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
         sweep = (BenchmarkSweep.objects.filter(pk=int(sweep_raw)).first()
                  if DIGITS_RE.fullmatch(sweep_raw) and len(sweep_raw) <= 18 else None)
         if sweep is None:
-            errors["sweep"] = [f"No sweep with id {_short(sweep_raw)!r}."]
+            errors["sweep"] = [f"No sweep with id {json_spelled(_short(sweep_raw))}."]
         elif sweep not in sweeps and sweep.status in SWEEP_TERMINAL:
             sweep.whatif_refusal = sweep_refusals([sweep]).get(sweep.pk)
             sweeps.insert(0, sweep)   # not among those listed: still the one asked for

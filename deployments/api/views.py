@@ -28,6 +28,7 @@ from controlplane.api import (
     ERROR_404, ERROR_409, ERRORS_400, PAGE_KEYS, SafeJSONParser, no_body, request_body,
 )
 from controlplane.errors import NotFound
+from controlplane.jsonsafe import json_spelled, query_text
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
 from deployments.api import serializers as s
@@ -126,7 +127,7 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         node = self.get_queryset().filter(**lookup).first()
         if node is None:
             # an id as every id route names it (``no recipe with id 999``), a name quoted
-            raise NotFound(f"no node with id {lookup['pk']}" if "pk" in lookup else f"no node with name {key!r}")
+            raise NotFound(f"no node with id {lookup['pk']}" if "pk" in lookup else f"no node with name {json_spelled(key)}")
         self.check_object_permissions(self.request, node)
         return node
 
@@ -619,7 +620,7 @@ class ServerProcessViewSet(viewsets.ReadOnlyModelViewSet):
         fmt = request.query_params.get(api_settings.URL_FORMAT_OVERRIDE)
         if fmt is not None:
             raise ValidationError({api_settings.URL_FORMAT_OVERRIDE: [
-                f"the log downloads as text/plain only: leave format out; got {fmt[:40]!r}"]})
+                f"the log downloads as text/plain only: leave format out; got {query_text(fmt)}"]})
         process = self.get_object()
         filename, reader = services.process_log_download(process=process)
         return FileResponse(reader, as_attachment=True, filename=filename, content_type="text/plain; charset=utf-8")

@@ -159,9 +159,9 @@ def path_under_roots_problem(value: Any, model_roots: Sequence[str]) -> str | No
     clean = posixpath.normpath(value)
     roots = [posixpath.normpath(str(r)) for r in model_roots]
     if clean in roots:
-        return f"{clean!r} is a model root itself; give a model file or directory under it"
+        return f"{json_spelled(clean)} is a model root itself; give a model file or directory under it"
     if not any(clean.startswith(r.rstrip("/") + "/") for r in roots):
-        return f"{clean!r} is not under a model root ({', '.join(roots) or 'none configured'})"
+        return f"{json_spelled(clean)} is not under a model root ({', '.join(roots) or 'none configured'})"
     return None
 
 

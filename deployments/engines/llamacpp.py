@@ -19,6 +19,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from controlplane.jsonsafe import json_spelled
 from deployments.engines.base import EngineAdapter, FlagSpec, RenderContext, RenderedCommand, flags_argv
 
 
@@ -110,10 +111,10 @@ class LlamaCppAdapter(EngineAdapter):
         source = f"llama-cpp-python {LLAMA_CPP_VERSION}".strip()
         close = difflib.get_close_matches(value, CHAT_FORMATS, n=3)
         if close:
-            options = " or ".join(repr(c) for c in close)
-            return (f"{value!r} is not a chat format {source} registers; did you mean {options}? "
+            options = " or ".join(json_spelled(c) for c in close)
+            return (f"{json_spelled(value)} is not a chat format {source} registers; did you mean {options}? "
                     "(see docs/recipes.md, section 'llamacpp flags')")
-        return f"{value!r} is not a chat format {source} registers; choose one of {', '.join(CHAT_FORMATS)}"
+        return f"{json_spelled(value)} is not a chat format {source} registers; choose one of {', '.join(CHAT_FORMATS)}"
 
     def render_worker(self, ctx: RenderContext) -> RenderedCommand:
         role, spec = ctx.role, ctx.spec

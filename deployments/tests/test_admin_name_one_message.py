@@ -35,7 +35,7 @@ def test_the_admin_recipe_form_quotes_a_bad_name_as_the_api_does(db):
     form = RecipeAdminForm(data=_recipe_data(node, "Bad Name!"))
     assert not form.is_valid()
     assert form.errors["name"] == [
-        "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; got \"Bad Name!\"."]
+        "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; got 'Bad Name!'."]
 
 
 def test_the_admin_recipe_edit_page_gives_one_message(admin_user, client):

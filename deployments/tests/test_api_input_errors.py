@@ -14,12 +14,12 @@ from deployments.tests.factories import seed_node_create
 
 pytestmark = pytest.mark.django_db
 
-NAME_RULE = "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; got \"Bad Name!\"."
+NAME_RULE = "Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; got 'Bad Name!'."
 
 
 def name_rule(name: str) -> str:
-    """The name rule's refusal of ``name``, which it quotes as JSON writes it."""
-    return NAME_RULE.replace('"Bad Name!"', f'"{name}"')
+    """The name rule's refusal of ``name``, which it quotes as every refusal quotes a value."""
+    return NAME_RULE.replace("'Bad Name!'", f"'{name}'")
 ALLOWED = "name, description, engine, topology, node, spec, change_reason, expected_version"
 
 

@@ -16,7 +16,7 @@ SPEC = {"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
         "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31234}}, "sim": {"profile": "demo-fast"}}
 LONG = "Use at most 63 characters; got 80."
 RULE = ("Use 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; "
-        'got "Bad Name!".')
+        "got 'Bad Name!'.")
 
 
 @pytest.fixture
