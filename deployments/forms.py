@@ -28,7 +28,7 @@ from deployments.models import (
     name_validator,
 )
 from deployments.recipes import RECIPE_DOC_PATH
-from deployments.services import direction_control_validator
+from deployments.services import text_control_validator
 
 
 def spec_parse(text: str) -> dict:
@@ -170,7 +170,7 @@ class RecipeForm(SpecTextMixin, SingleValuedForm):
             # The length is judged by change_reason_validator (the product's wording); the browser
             # still stops typing at the limit.
             self.fields["change_reason"] = forms.CharField(
-                required=False, validators=[change_reason_validator, direction_control_validator],
+                required=False, validators=[change_reason_validator, text_control_validator],
                 help_text="shown in the version history",
                 widget=forms.TextInput(attrs={"maxlength": CHANGE_REASON_MAX_LENGTH}),
             )
@@ -364,7 +364,7 @@ class SecretAdminForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         name_judged_once(self)
         # Everyone who lists the secrets reads the description: refused as the API refuses it.
-        self.fields["description"].validators.append(direction_control_validator)
+        self.fields["description"].validators.append(text_control_validator)
 
     def clean_value(self) -> str:
         value = self.cleaned_data.get("value") or ""

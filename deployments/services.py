@@ -43,6 +43,7 @@ from django.db.models import ProtectedError
 from django.utils import timezone
 
 from controlplane.errors import Conflict, InvalidInput, NotFound
+from controlplane.jsonsafe import json_spelled
 from controlplane.redaction import MIN_VALUE_LENGTH, redact_text, register_secret_value, stored_secret_values_load
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
 from deployments.launch import LaunchPlan, launch_plan_render
@@ -103,13 +104,13 @@ def check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: 
         errors.setdefault(path, []).append(f"Has {len(value)} entries; at most {SPEC_MAX_ITEMS}.")
         return
     if isinstance(value, str):
-        problem = _string_problem(value) or direction_control_problem(value)
+        problem = _string_problem(value) or text_control_problem(value)
         if problem:
             errors.setdefault(path, []).append(problem)
     elif isinstance(value, dict):
         for key, item in value.items():
-            if isinstance(key, str) and not _string_problem(key) and (problem := direction_control_problem(key)):
-                errors.setdefault(path, []).append(f"Key {json.dumps(direction_controls_visible(key))}: {problem}")
+            if isinstance(key, str) and not _string_problem(key) and (problem := text_control_problem(key)):
+                errors.setdefault(path, []).append(f"Key {json_spelled(key)}: {problem}")
                 continue
             if not isinstance(key, str) or _string_problem(key):
                 # The bad key itself cannot be echoed safely, so the error sits on its parent.
@@ -124,7 +125,7 @@ def check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: 
 #: Text-direction embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069): they reorder
 #: how the text around them is shown, so a text holding one can read differently from what it says
 #: ("RTL" shown as "LTR"). Refused in a recipe's free text and in every other text one user writes
-#: and others read (:func:`direction_control_validator`); the marks U+200E/U+200F (which only
+#: and others read (:func:`text_control_validator`); the marks U+200E/U+200F (which only
 #: set the direction of neutral characters, as mixed-script text needs) are taken.
 DIRECTION_CONTROLS = frozenset([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
 
@@ -140,20 +141,58 @@ def direction_control_problem(text: str) -> str | None:
     return None
 
 
-def direction_control_validator(value: object) -> None:
+#: C0 and C1 control characters and DEL (U+0000-U+001F, U+007F-U+009F) but tab, newline and
+#: carriage return: invisible, and an escape (ESC, U+001B) or a CSI (U+009B) starts a sequence
+#: that recolours, moves or clears what a terminal shows, so a description holding one could
+#: change the CLI output or log that prints it. Refused wherever text-direction controls are.
+CONTROL_CHARACTERS = frozenset([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0)])
+
+#: The abbreviations of the control characters (ISO 6429), by code point.
+_CONTROL_NAMES = dict(zip(
+    [*range(0x00, 0x20), *range(0x7F, 0xA0)],
+    ("NUL SOH STX ETX EOT ENQ ACK BEL BS HT LF VT FF CR SO SI DLE DC1 DC2 DC3 DC4 NAK SYN ETB CAN EM "
+     "SUB ESC FS GS RS US DEL PAD HOP BPH NBH IND NEL SSA ESA HTS HTJ VTS PLD PLU RI SS2 SS3 DCS PU1 "
+     "PU2 STS CCH MW SPA EPA SOS SGC SCI CSI ST OSC PM APC").split()))
+
+
+def control_character_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as free text one user writes and others read: the first
+    control character (:data:`CONTROL_CHARACTERS`) it holds, by code point, abbreviation and
+    1-based position (``U+001B (ESC) at character 4``), or None."""
+    for i, c in enumerate(text):
+        if ord(c) in CONTROL_CHARACTERS:
+            return (f"Must not contain control characters other than tab, newline and carriage return: "
+                    f"U+{ord(c):04X} ({_CONTROL_NAMES[ord(c)]}) at character {i + 1} could change what "
+                    "a terminal or log printing the text shows.")
+    return None
+
+
+def text_control_problem(text: str) -> str | None:
+    """The first of :func:`direction_control_problem`'s and :func:`control_character_problem`'s
+    refusals of ``text`` by position (each message names its character), or None."""
+    for i, c in enumerate(text):
+        if ord(c) in DIRECTION_CONTROLS or ord(c) in CONTROL_CHARACTERS:
+            return direction_control_problem(text[:i + 1]) or control_character_problem(text[:i + 1])
+    return None
+
+
+def text_control_validator(value: object) -> None:
     """A field validator (Django forms, models and DRF serializers alike) refusing a text that
-    holds a text-direction control, with :func:`direction_control_problem`'s message: for every
-    free text one user writes and others read (a recipe's change reason, a secret's description,
-    a sweep's name), as a recipe's description and spec strings are refused."""
-    problem = direction_control_problem(value) if isinstance(value, str) else None
+    holds a text-direction control or a control character, with :func:`text_control_problem`'s
+    message: for every free text one user writes and others read (a recipe's change reason, a
+    secret's description, a sweep's name), as a recipe's description and spec strings are refused."""
+    problem = text_control_problem(value) if isinstance(value, str) else None
     if problem:
-        raise DjangoValidationError(problem, code="direction_control")
+        raise DjangoValidationError(problem, code="text_control")
 
 
-def direction_controls_visible(text: str) -> str:
-    """``text`` with each text-direction control (:data:`DIRECTION_CONTROLS`) written as its code
-    point (``<U+202E>``), for pages showing text stored before such characters were refused."""
-    return "".join(f"<U+{ord(c):04X}>" if ord(c) in DIRECTION_CONTROLS else c for c in text)
+def controls_visible(text: str) -> str:
+    """``text`` with each text-direction control (:data:`DIRECTION_CONTROLS`) and control
+    character (:data:`CONTROL_CHARACTERS`) written as its code point (``<U+202E>``,
+    ``<U+001B>``), tab and line breaks kept: for pages and CLI output showing text stored before
+    such characters were refused."""
+    return "".join(f"<U+{ord(c):04X}>" if ord(c) in DIRECTION_CONTROLS or ord(c) in CONTROL_CHARACTERS else c
+                   for c in text)
 
 
 def _string_problem(text: str) -> str | None:
@@ -311,8 +350,8 @@ def recipe_content_validate(content: dict[str, Any]) -> dict[str, Any]:
         errors["description"] = ["Must be text."]
     elif len(description) > DESCRIPTION_MAX_LENGTH:
         errors["description"] = [f"At most {DESCRIPTION_MAX_LENGTH} characters."]
-    elif _string_problem(description) or direction_control_problem(description):
-        errors["description"] = [_string_problem(description) or direction_control_problem(description)]
+    elif _string_problem(description) or text_control_problem(description):
+        errors["description"] = [_string_problem(description) or text_control_problem(description)]
     if content.get("engine") not in Engine.values:
         errors["engine"] = [f"Unknown engine; one of {', '.join(Engine.values)}."]
     if content.get("topology") not in Topology.values:
@@ -923,8 +962,8 @@ def _validate_secret_fields(*, name: str | None = None, value: str | None = None
     if description is not None:
         if not isinstance(description, str) or len(description) > 255:
             errors["description"] = ["At most 255 characters of text."]
-        elif _string_problem(description):
-            errors["description"] = [_string_problem(description)]
+        elif _string_problem(description) or text_control_problem(description):
+            errors["description"] = [_string_problem(description) or text_control_problem(description)]
     if errors:
         raise InvalidInput(errors)
 

@@ -19,7 +19,7 @@ from controlplane.api import (
     StrictIntegerField,
 )
 from controlplane.errors import InvalidInput
-from deployments.services import direction_control_validator
+from deployments.services import text_control_validator
 
 
 def _nullable(kind: str, description: str) -> dict:
@@ -212,7 +212,7 @@ class SweepCreateSerializer(StrictInputMixin, serializers.Serializer):
 
     deployment = StrictIntegerField(min_value=1)
     grid = GridField()
-    name = StrictCharField(max_length=200, required=False, allow_blank=True, validators=[direction_control_validator])
+    name = StrictCharField(max_length=200, required=False, allow_blank=True, validators=[text_control_validator])
 
 
 class SweepFilterSerializer(serializers.Serializer):

@@ -2182,7 +2182,9 @@ def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
                              break_on_hyphens=False) or [first.rstrip()]
 
     gpus = f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.engine == "sim" else "") if sweep.num_gpus else "GPUs: none"
-    lines = [f"Sweep #{sweep.pk} {sweep.name} — {sweep.status}"]
+    from deployments.services import controls_visible
+
+    lines = [f"Sweep #{sweep.pk} {controls_visible(sweep.name)} — {sweep.status}"]  # stored before controls were refused
     if sweep.reason:
         lines += wrapped(sweep.reason, "  reason: ", "    ")
     lines += wrapped(f"model {sweep.served_model_name}, {sweep.engine} {sweep.topology}, {gpus}; "

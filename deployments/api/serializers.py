@@ -41,7 +41,7 @@ from deployments.nodes import GPU_STATUSES, node_gpu_status
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
-    deployment_state_note, deployment_waiting_reason, direction_control_validator, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem,
+    deployment_state_note, deployment_waiting_reason, text_control_validator, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem,
 )
 
 
@@ -270,7 +270,7 @@ class RecipeWriteSerializer(serializers.Serializer):
         "`{\"spec\": {\"restart\": {\"policy\": \"never\"}}}` changes that one key and keeps the rest. "
         "The merged spec is validated as a whole."))
     change_reason = ChangeReasonField(required=False, allow_blank=True, write_only=True,
-                                      validators=[direction_control_validator])
+                                      validators=[text_control_validator])
     expected_version = StrictIntegerField(min_value=1, max_value=MAX_INT, required=False, write_only=True)
 
     def validate_spec(self, value: Any) -> dict:
@@ -509,7 +509,7 @@ class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
                                 models.CharField: StrictCharField}
     value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192, conceal=True)
     description = OptionalTextField(max_length=255, required=False, help_text='"" or null for none',
-                                    validators=[direction_control_validator])
+                                    validators=[text_control_validator])
     read_only_reasons = _SECRET_READ_ONLY
 
     class Meta:
@@ -542,7 +542,7 @@ class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
     value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192, required=False,
                             conceal=True)
     description = OptionalTextField(max_length=255, required=False, help_text='"" or null for none',
-                                    validators=[direction_control_validator])
+                                    validators=[text_control_validator])
     read_only_reasons = {"name": SECRET_RENAME_REFUSED, **_SECRET_READ_ONLY}
 
     def validate_value(self, value: str) -> str:

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from django import template
 
-from deployments.services import direction_controls_visible
+from deployments.services import controls_visible
 
 register = template.Library()
 
 
 @register.filter
-def direction_visible(text):
-    """Text-direction controls in ``text`` written as their code points (``<U+202E>``), so stored
-    text cannot display differently from what it says (:func:`deployments.services.direction_controls_visible`)."""
-    return direction_controls_visible(str(text)) if text else text
+def shown_controls(text):
+    """Text-direction controls and control characters in ``text`` written as their code points
+    (``<U+202E>``, ``<U+001B>``), so stored text cannot display differently from what it says
+    (:func:`deployments.services.controls_visible`)."""
+    return controls_visible(str(text)) if text else text
