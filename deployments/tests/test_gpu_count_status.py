@@ -5,6 +5,7 @@ NUMA memory comes from each node's sysfs ``meminfo``, not from ``/proc/meminfo``
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pynvml
 import pytest
@@ -258,17 +259,23 @@ def test_a_registered_node_keeps_the_pci_count_and_its_source(nodes):
     assert (facts.gpus, facts.pci_gpu_count, facts.gpu_count_source) == ([], 2, GPU_COUNT_FROM_SYSFS_PCI)
 
 
-#: The node page's empty-GPU lines: the facts line, then the live panel's.
+#: The node page's empty-GPU lines: the GPUs section's, then the live panel's. Where NVML gave a
+#: reason, only the facts' GPUs line says it; these lines refer to it.
 EMPTY_LINES = {
-    "nodriver": ("0 GPUs (no NVIDIA PCI device; NVML not available: NVML Shared Library Not Found). CPU-only "
-                 "engines", "No GPU on this node. The host's CPU"),
-    "brokendriver": ("2 NVIDIA GPUs on the PCI bus, not usable: NVML not available: Driver Not Loaded. CPU-only "
-                     "engines", "No usable GPU: NVML is not available. The host's CPU"),
-    "unknown": ("GPU count unknown — NVML not available: NVML Shared Library Not Found. CPU-only engines",
+    "nodriver": ("No usable GPU: NVML is not available (the GPUs line above says why). CPU-only engines",
+                 "No GPU on this node. The host's CPU"),
+    "brokendriver": ("No usable GPU: NVML is not available (the GPUs line above says why). CPU-only engines",
+                     "No usable GPU: NVML is not available. The host's CPU"),
+    "unknown": ("No usable GPU: NVML is not available (the GPUs line above says why). CPU-only engines",
                 "GPU count unknown. The host's CPU"),
     "nonefound": ("0 GPUs (NVML found none). CPU-only engines", "No GPU on this node. The host's CPU"),
     "fresh": ("unknown (not reported yet). CPU-only engines", "No GPU reported yet. The host's CPU"),
 }
+
+
+def _page_text(html: str) -> str:
+    """The text a reader sees of ``html``: tags (and so their attributes) dropped."""
+    return re.sub(r"<[^>]*>", " ", html)
 
 
 def test_the_node_page_states_the_gpu_count_and_why(nodes, viewer):
@@ -282,6 +289,18 @@ def test_the_node_page_states_the_gpu_count_and_why(nodes, viewer):
         assert facts_line in html and live_line in html, name
         if name in ("brokendriver", "unknown"):
             assert "No GPU on this node" not in html, name
+
+
+def test_the_node_page_gives_nvmls_reason_once(nodes, viewer):
+    """NVML's reason is in the GPUs line only; the live NVML notice is handed the reason shown
+    there (so it can refer to it) and nothing else on the page repeats it."""
+    client = Client()
+    client.force_login(viewer)
+    for name, (_, _, reason, _) in EXPECTED.items():
+        html = client.get(reverse("deployments:node-detail", args=[name])).content.decode()
+        assert f'data-f="nvml" data-reason-shown="{reason or ""}"' in html, name
+        if reason:
+            assert _page_text(html).count(reason) == 1, name
 
 
 def test_the_node_list_states_the_gpu_count_and_why(nodes, viewer):

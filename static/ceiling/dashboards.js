@@ -324,7 +324,12 @@
     root._sample = { t: t, interval: data.interval_s };
     var nvml = field(root, "nvml");
     if (nvml) {
-      nvml.textContent = data.nvml === "ok" ? "" : "NVML unavailable: " + (data.nvml || "no reason given");
+      // The page may already give this reason (the node page's GPUs line): then the notice points
+      // there instead of saying it again; a different reason, read live, is said in full.
+      var shown = nvml.getAttribute("data-reason-shown");
+      nvml.textContent = data.nvml === "ok" ? ""
+        : shown && data.nvml === shown ? "NVML unavailable: the GPUs line above says why"
+        : "NVML unavailable: " + (data.nvml || "no reason given");
       nvml.hidden = data.nvml === "ok";
       // On a host without GPUs that is expected, not a warning.
       var expected = !root.querySelector("[data-gpu-index]:not(template)");
