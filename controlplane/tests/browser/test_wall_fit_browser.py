@@ -223,3 +223,38 @@ def test_a_wall_tile_ignores_a_message_older_than_its_object(live_server, demo_l
                 window.CeilingDashboards.wallAccepts(t, {ts: created + 1})]; }""", demo_like["pd"])
     assert accepts == [False, True]
     context.close()
+
+
+LONG_NAME = "local-sim-pd-with-a-long-recipe-name-for-the-wall"
+
+
+def _wall_login(page, base, viewer) -> None:
+    page.goto(f"{base}/login/?next=/wall/", wait_until="domcontentloaded")
+    page.fill("#id_username", viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/wall/", wait_until="load")
+
+
+@pytest.fixture
+def long_named(demo_like) -> int:
+    """The demo's data plus a live deployment whose recipe name is too long for a tile's header."""
+    local = Node.objects.get(name="local")
+    return deployment_row_create(recipe=recipe_row_create(node=local, name=LONG_NAME)).pk
+
+
+def test_a_long_recipe_name_cut_short_on_the_wall_has_its_full_name_in_a_title(live_server, long_named, viewer, browser):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    _wall_login(page, live_server.url, viewer)
+    head = page.locator(f'.deployment-tile[data-deployment="{long_named}"] header h3')
+    # cut short with "…" at 1440 px, and the full name (with the id) is the element's title
+    assert head.evaluate("el => getComputedStyle(el).textOverflow") == "ellipsis"
+    assert head.evaluate("el => el.scrollWidth > el.clientWidth"), "the name is not cut at 1440 px"
+    assert head.get_attribute("title") == f"#{long_named} {LONG_NAME}"
+    # every tile's header, cut or not, carries what it shows in full
+    heads = page.evaluate("() => [...document.querySelectorAll('.wall-tile:not(.compact) header h3')]"
+                          ".map(h => [h.textContent, h.title])")
+    assert heads and all(text == title for text, title in heads), heads
+    context.close()
+
