@@ -176,7 +176,9 @@ def test_the_wall_names_its_memory_figure_as_the_node_page_does(viewer_client, g
     wall = viewer_client.get(reverse("deployments:wall")).content.decode()
     node = viewer_client.get(reverse("deployments:node-detail", args=["gpu-box"])).content.decode()
     host = wall[wall.index('class="wall-host-mem"'):].split("</div>")[0]
-    assert "Host memory used" in host and 'data-f="hostmem"' in host
+    # a short label, so it stays on one line in a narrow tile; the title names the figure in full
+    assert '<span class="wall-host-mem-label">Host mem</span>' in host and 'data-f="hostmem"' in host
+    assert 'title="Host memory used. Used on the host by every process' in host
     assert "Used on the host by every process (total − available), of the kernel's total" in host
     assert "the node page's Memory line is the sum of the NUMA nodes' MemTotal at discovery" in host
     panel = node[node.index('class="host-mem"'):].split("</div>")[0]

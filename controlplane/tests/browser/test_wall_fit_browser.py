@@ -258,3 +258,35 @@ def test_a_long_recipe_name_cut_short_on_the_wall_has_its_full_name_in_a_title(l
     assert heads and all(text == title for text, title in heads), heads
     context.close()
 
+
+def _lines(locator) -> float:
+    """How many lines ``locator``'s text takes: its height over its line height."""
+    return locator.evaluate("el => el.getBoundingClientRect().height / parseFloat(getComputedStyle(el).lineHeight)")
+
+
+def test_the_cpu_only_node_tiles_host_memory_label_stays_short(live_server, demo_like, viewer, browser):
+    context = browser.new_context(viewport={"width": 1920, "height": 1080})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    _wall_login(page, live_server.url, viewer)
+    tile = page.locator('.node-tile[data-node="local"]')
+    assert tile.locator(".wall-gpu").count() == 0 and tile.locator(".wall-no-gpu").count() == 1
+    page.evaluate(
+        """() => window.CeilingDashboards.renderNode(document.querySelector('.node-tile[data-node="local"]'),
+             {t: Date.now() / 1000, interval_s: 0.5, gpus: [], nvml: "NVML Shared Library Not Found",
+              host: {cpu_pct: 12, cpu_pct_per_numa: {"0": 12}, memory: {total_bytes: 17179869184, used_bytes: 5368709120}}},
+             false)""")
+    label = tile.locator(".wall-host-mem-label")
+    value = tile.locator('[data-f="hostmem"]')
+    assert value.inner_text() == "5.0 / 16.0 GiB"
+    assert label.evaluate("el => getComputedStyle(el).lineHeight").endswith("px")
+    assert _lines(label) < 1.5, _lines(label)
+    assert _lines(value) < 1.5, _lines(value)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    assert _lines(label) < 2.5, _lines(label)
+    assert _lines(value) < 1.5, _lines(value)
+    # the row says what it measures in full on hover
+    assert tile.locator(".wall-host-mem").get_attribute("title").startswith("Host memory used. Used on the host by every process")
+    context.close()
+    assert errors == [], errors
