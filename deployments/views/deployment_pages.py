@@ -62,7 +62,9 @@ def _log_file(process: ServerProcess) -> Path | None:
 
 
 def _pinning_view(process: ServerProcess) -> dict[str, Any]:
-    """Effective CPU list / memory NUMA nodes (as read back from ``/proc/<pid>/status``, or the
+    """Effective CPU list / memory NUMA nodes (as read back by :func:`deployments.pinning.pinning_read`:
+    the CPUs from ``Cpus_allowed_list`` of ``/proc/<pid>/status``, the memory nodes from the
+    policy in ``/proc/<pid>/numa_maps`` (bind, interleave), else ``Mems_allowed_list``; or the
     intended ones until then) and the verification verdict: ``state`` is ``verified``,
     ``failed`` (``reason`` says what differs) or ``unchecked``."""
     cpus = process.effective_cpus or process.cpus
