@@ -392,6 +392,7 @@ def sweep_execute(*, sweep_id: int, requeue: bool = True) -> str:
         snapshot = sweep_snapshot(sweep=sweep, deployment=deployment)
         retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(snapshot=json_safe(snapshot)),
                      what="storing the sweep's snapshot")
+        engine_limits_backfill(deployment)
         points = grid_points(sweep.grid)
         for ordinal, point in enumerate(points):
             watch.point = ""
@@ -884,6 +885,38 @@ def snapshot_versions(*, server_info: Mapping[str, Mapping[str, Any]], topology:
             out["engine_version"], out["engine_version_source"] = version_of(key), key
             break
     return out
+
+
+def engine_limits_backfill(deployment) -> bool:
+    """Store what ``deployment``'s engine servers report about their capacity
+    (:func:`deployments.engine_limits.deployment_limits_read`, each request timing out after
+    :data:`SERVER_INFO_TIMEOUT_S` seconds) when it holds no such report: its ``engine_limits`` is
+    null (ready before the report was kept) or reported nothing that bounds a request (every read
+    failed when it became ready; then only a new record that does report something replaces it).
+    Run as a sweep starts, so the next sweep creation is judged against the servers' own report.
+    Returns whether a record was stored; never raises and never fails the sweep. A record written
+    meanwhile (the deployment became ready again) is left as it is."""
+    from deployments.engine_limits import deployment_limits_read, reported_capacity
+    from deployments.models import Deployment
+
+    try:
+        current = Deployment.objects.filter(pk=deployment.pk).values_list("engine_limits", flat=True).first()
+        if reported_capacity(current) is not None:
+            return False
+        record = deployment_limits_read(deployment, timeout_s=SERVER_INFO_TIMEOUT_S)
+        if current is not None and reported_capacity(record) is None:
+            return False
+        rows = Deployment.objects.filter(pk=deployment.pk)
+        rows = (rows.filter(engine_limits__isnull=True) if current is None
+                else rows.filter(engine_limits__read_at=current.get("read_at")))
+        stored = bool(retry_locked(lambda: rows.update(engine_limits=record),
+                                   what="storing the deployment's engine-reported limits"))
+    except Exception:  # noqa: BLE001 - a report the sweep could not store must not fail the sweep
+        log.warning("deployment %s: engine-reported limits not stored", deployment.pk, exc_info=True)
+        return False
+    if stored:
+        deployment.engine_limits = record
+    return stored
 
 
 # Routes asked, in order, for what a server says about itself: SGLang's (and the sim's and the

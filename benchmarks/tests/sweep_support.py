@@ -25,11 +25,12 @@ def free_port() -> int:
 
 
 def sim_start(log: Path, *, profile: str = "demo-fast", model: str = "sim-model",
-              time_scale: float | None = None) -> tuple[str, subprocess.Popen]:
+              time_scale: float | None = None, extra: tuple[str, ...] = ()) -> tuple[str, subprocess.Popen]:
     """Start ``python -m deployments.engines.sim_server --role single`` on a free port; wait for
-    /health. ``time_scale`` multiplies the profile's modelled times (``--time-scale``)."""
+    /health. ``time_scale`` multiplies the profile's modelled times (``--time-scale``); ``extra``
+    arguments follow the others."""
     port = free_port()
-    scale = ["--time-scale", str(time_scale)] if time_scale is not None else []
+    scale = ["--time-scale", str(time_scale)] + list(extra) if time_scale is not None else list(extra)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "deployments.engines.sim_server", "--role", "single", "--host", "127.0.0.1",
