@@ -9,8 +9,11 @@ asked at its origin:
   ``max_running_requests`` (sequences), ``chunked_prefill_size`` (tokens); the ``sim`` engine's
   ``sim.profile.decode.admission_reserve_tokens`` too. A value SGLang keeps under
   ``internal_states[0]`` rather than at the top is read there;
-* ``/v1/models`` when no context length was found above (vLLM answers no server-info route; its
-  model list carries ``max_model_len``, kept as ``context_length``).
+* ``/v1/models`` when no context length was found above: vLLM answers no server-info route, and
+  SGLang reports ``context_length`` null when ``--context-length`` was not on its command line;
+  both model lists carry ``max_model_len``, kept as ``context_length``. The route that gave it is
+  then the last URL of ``read_from`` (``/v1/models``), and the sweep's message names it
+  (``reported by the single server's /v1/models at ...: max_model_len 65536``).
 
 The stored record (JSON)::
 

@@ -1,6 +1,7 @@
 """A deployment ready before its engine servers' report was kept (``engine_limits`` null) gets it
-when a sweep of it starts, so the next sweep creation is judged against it. Real sim engine
-processes throughout."""
+when a sweep of it starts, so the next sweep creation is judged against it; and an SGLang-style
+server that reports ``context_length`` null gives its context from ``/v1/models``' ``max_model_len``.
+Real sim engine processes throughout."""
 from __future__ import annotations
 
 import re
@@ -98,3 +99,26 @@ def test_a_report_that_read_nothing_is_replaced_only_by_one_that_reads_something
     stored = Deployment.objects.get(pk=deployment.pk).engine_limits
     assert stored["error"] is None and stored["servers"]["single0"]["max_total_num_tokens"] == 5376
     assert deployment.engine_limits == stored
+
+
+def test_sglang_without_context_length_gives_it_from_v1_models(seed_sim, operator):
+    base = seed_sim("--context-length-unset")
+    deployment = sim_deployment_create(base_url=base)
+    assert engine_limits_backfill(deployment) is True
+    limits = Deployment.objects.get(pk=deployment.pk).engine_limits
+    assert limits["servers"] == {"single0": {
+        "base_url": base, "read_from": [f"{base}/get_server_info", f"{base}/v1/models"],
+        "max_total_num_tokens": 5376, "context_length": 65536, "max_running_requests": 32,
+        "chunked_prefill_size": 1024, "admission_reserve_tokens": 16, "error": None}}
+    with pytest.raises(InvalidInput) as exc:
+        sweep_create(deployment=Deployment.objects.get(pk=deployment.pk), user=operator,
+                     grid={"concurrency": [1], "lengths": ["1000:65000"], "requests": 1})
+    when = _when(limits["read_at"])
+    assert exc.value.errors == {"grid.lengths.0": [
+        f"1000:65000 needs 66,000 tokens of context (1000 in + 65000 out), more than the deployment's 65,536 "
+        f"(reported by the single server's /v1/models at {when}: max_model_len 65536): the engine would refuse "
+        f"every request; use shorter lengths or deploy with a larger context",
+        f"1000:65000 needs 66,000 tokens of KV cache for one request alone (1000 in + 65000 out), more than the "
+        f"deployment's 5,376 (reported by the single server's /get_server_info at {when}: max_total_num_tokens "
+        f"5376): the engine would refuse every request, even at concurrency 1; use shorter lengths or deploy with "
+        f"a larger KV cache"]}

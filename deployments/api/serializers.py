@@ -576,12 +576,14 @@ class EngineServerLimitsSerializer(serializers.Serializer):
     read_from = serializers.ListField(
         child=serializers.CharField(),
         help_text="the URLs the values were read from: /get_server_info (or /server_info), and /v1/models "
-                  "when the context length came from there (vLLM's max_model_len); empty when none answered")
+                  "when the context length came from there (max_model_len: vLLM's, or SGLang's when its "
+                  "context_length is null); empty when none answered")
     max_total_num_tokens = serializers.IntegerField(
         allow_null=True, min_value=1, help_text="KV cache pool size, in tokens (SGLang, sim)")
     context_length = serializers.IntegerField(
         allow_null=True, min_value=1,
-        help_text="most tokens (input + output) of one request: context_length, or vLLM's max_model_len")
+        help_text="most tokens (input + output) of one request: context_length, else max_model_len from "
+                  "/v1/models (vLLM; SGLang without --context-length)")
     max_running_requests = serializers.IntegerField(
         allow_null=True, min_value=1, help_text="most sequences decoded at once, in requests")
     chunked_prefill_size = serializers.IntegerField(

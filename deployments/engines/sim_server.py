@@ -8,6 +8,9 @@ Run::
         [--startup-delay-s X] (wall seconds; overrides the profile's startup_delay_s)
         [--time-scale F]      (multiplies every modelled duration; 0.1 runs ten times faster)
         [--seed S]            (seeds the pseudo-EOS positions and the profile's service-time jitter)
+        [--context-length-unset] (``/get_server_info`` reports ``context_length`` null, as SGLang
+                              does when ``--context-length`` was not on its command line; the
+                              profile's context is still ``/v1/models``' ``max_model_len``)
 
 Environment: ``CEILING_SIM_FAIL_GENERATE=1`` keeps ``/health`` and ``/v1/models`` answering but
 fails every generation with 500; ``CEILING_SIM_IGNORE_SIGTERM=1`` ignores SIGTERM (stop tests need
@@ -107,6 +110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--startup-delay-s", type=float, default=None)
     p.add_argument("--time-scale", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--context-length-unset", action="store_true")
     args = p.parse_args(argv)
     if args.role == "prefill" and args.bootstrap_port is None:
         p.error("--bootstrap-port is required for --role prefill")
@@ -134,7 +138,8 @@ def server_args(args: argparse.Namespace, profile: SimProfile) -> dict[str, Any]
         "max_running_requests": d.max_running_requests,
         "max_total_num_tokens": d.kv_capacity_tokens,
         "chunked_prefill_size": profile.prefill.max_batch_tokens,
-        "context_length": profile.context_length,
+        # SGLang reports the argument as given: null unless --context-length was on its command line.
+        "context_length": None if getattr(args, "context_length_unset", False) else profile.context_length,
         "random_seed": args.seed,
         "profile": profile.name,
     }
