@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import MaxLengthValidator
 from django.http import Http404, HttpResponse
 from django.utils.http import content_disposition_header
 from drf_spectacular.extensions import OpenApiSerializerExtension
@@ -52,6 +53,7 @@ from controlplane.drf_defaults import (  # noqa: F401 - part of this module's in
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import not_integer, json_spelled, json_text, query_text, shown_value  # noqa: F401 - part of this module's interface
+from controlplane.lengths import LengthLimit
 from controlplane.notfound_views import api_lookup_refused_text, api_not_found_text
 
 log = logging.getLogger(__name__)
@@ -618,6 +620,18 @@ class StrictCharField(StrictTextMixin, serializers.CharField):
     (``must be a string, got the number 5``) instead of the text ``"5"``."""
 
 
+class LimitedTextField(StrictCharField):
+    """A :class:`StrictCharField` whose ``max_length`` is refused in the product's wording
+    (:class:`controlplane.lengths.LengthLimit`: ``Use at most 255 characters; got 300.``, as names
+    and change reasons are), not DRF's ``Ensure this field has no more than ...``; the schema
+    still says ``maxLength``."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.validators = [LengthLimit(v.limit_value) if type(v) is MaxLengthValidator else v
+                           for v in self.validators]
+
+
 class BlankAsNullCharField(serializers.CharField):
     """An output text read from a blank-able model field (or a method that answers ``""`` when it
     has nothing to say), written as null where it is ``""``: a text that is absent is null in
@@ -627,11 +641,12 @@ class BlankAsNullCharField(serializers.CharField):
         return None if value in ("", None) else super().to_representation(value)
 
 
-class OptionalTextField(StrictCharField):
+class OptionalTextField(LimitedTextField):
     """A text an object may lack (a description), read and written through one field: in a body
     ``""`` and null both mean none and are stored as ``""`` (any other type is refused as
     :class:`StrictCharField` refuses it), in an answer none is null
-    (:class:`BlankAsNullCharField`'s rule); the schema marks it nullable both ways."""
+    (:class:`BlankAsNullCharField`'s rule); the schema marks it nullable both ways. A text over
+    its ``max_length`` gets :class:`LimitedTextField`'s message."""
 
     def __init__(self, **kwargs) -> None:
         kwargs.setdefault("allow_blank", True)

@@ -15,6 +15,7 @@ from django.utils import timezone
 from simple_history.models import HistoricalRecords
 
 from controlplane.jsonsafe import json_spelled
+from controlplane.lengths import LengthLimit
 from controlplane.secretbox import SealedTextField, secret_plaintext
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, ProcessStatus, Role, Topology
 
@@ -35,9 +36,7 @@ CHANGE_REASON_MAX_LENGTH = 100
 def change_reason_validator(value: object) -> None:
     """A change reason over :data:`CHANGE_REASON_MAX_LENGTH` characters is refused in the wording of
     every other length limit: ``Use at most 100 characters; got 200.``"""
-    if isinstance(value, str) and len(value) > CHANGE_REASON_MAX_LENGTH:
-        raise ValidationError(f"Use at most {CHANGE_REASON_MAX_LENGTH} characters; got {len(value)}.",
-                              code="max_length")
+    LengthLimit(CHANGE_REASON_MAX_LENGTH)(value)
 
 def name_validator(value: object) -> None:
     """:data:`slug_validator` for input, one message per problem: a name over
@@ -48,8 +47,7 @@ def name_validator(value: object) -> None:
     with a letter or digit; got 'Bad Name!'.``; a text-direction control as ``<U+202E>``). Input fields use it instead of a
     ``max_length`` check of their own, so a long name gets one message. The model fields keep
     :data:`slug_validator` itself (its message is part of their migrations)."""
-    if isinstance(value, str) and len(value) > NAME_MAX_LENGTH:
-        raise ValidationError(f"Use at most {NAME_MAX_LENGTH} characters; got {len(value)}.", code="max_length")
+    LengthLimit(NAME_MAX_LENGTH)(value)
     try:
         slug_validator(value)
     except ValidationError:

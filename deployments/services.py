@@ -44,6 +44,7 @@ from django.utils import timezone
 
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_spelled
+from controlplane.lengths import length_message
 from controlplane.redaction import MIN_VALUE_LENGTH, redact_text, register_secret_value, stored_secret_values_load
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
 from deployments.launch import LaunchPlan, launch_plan_render
@@ -349,7 +350,7 @@ def recipe_content_validate(content: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(description, str):
         errors["description"] = ["Must be text."]
     elif len(description) > DESCRIPTION_MAX_LENGTH:
-        errors["description"] = [f"At most {DESCRIPTION_MAX_LENGTH} characters."]
+        errors["description"] = [length_message(DESCRIPTION_MAX_LENGTH, len(description))]
     elif _string_problem(description) or text_control_problem(description):
         errors["description"] = [_string_problem(description) or text_control_problem(description)]
     if content.get("engine") not in Engine.values:
@@ -960,8 +961,10 @@ def _validate_secret_fields(*, name: str | None = None, value: str | None = None
         if problem:
             errors["value"] = [problem]
     if description is not None:
-        if not isinstance(description, str) or len(description) > 255:
-            errors["description"] = ["At most 255 characters of text."]
+        if not isinstance(description, str):
+            errors["description"] = ["Must be text."]
+        elif len(description) > 255:
+            errors["description"] = [length_message(255, len(description))]
         elif _string_problem(description) or text_control_problem(description):
             errors["description"] = [_string_problem(description) or text_control_problem(description)]
     if errors:

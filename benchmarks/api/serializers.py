@@ -15,7 +15,7 @@ from benchmarks.selectors import PK_MAX
 from benchmarks.sweeps import DEFAULT_LENGTHS, DIGITS_RE, DURATION_RULE, MAX_DURATION_S, MIN_DURATION_S
 from controlplane.api import (
     AnyJSONField, BlankAsNullCharField, MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField,
-    StrictBooleanField, StrictCharField, StrictInputMixin,
+    LimitedTextField, StrictBooleanField, StrictCharField, StrictInputMixin,
     StrictIntegerField,
 )
 from controlplane.errors import InvalidInput
@@ -212,7 +212,7 @@ class SweepCreateSerializer(StrictInputMixin, serializers.Serializer):
 
     deployment = StrictIntegerField(min_value=1)
     grid = GridField()
-    name = StrictCharField(max_length=200, required=False, allow_blank=True, validators=[text_control_validator])
+    name = LimitedTextField(max_length=200, required=False, allow_blank=True, validators=[text_control_validator])
 
 
 class SweepFilterSerializer(serializers.Serializer):

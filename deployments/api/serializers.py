@@ -28,7 +28,7 @@ from controlplane.api import (
     MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin,
     StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
 )
-from controlplane.api import AnyJSONField, BlankAsNullCharField, OptionalTextField, StrictBooleanField
+from controlplane.api import AnyJSONField, BlankAsNullCharField, LimitedTextField, OptionalTextField, StrictBooleanField
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
 from controlplane.redaction import credential_mask_json, redact_text
@@ -507,7 +507,7 @@ class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
     # The model's text columns (name, description) as JSON strings only, as ``value``.
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
                                 models.CharField: StrictCharField}
-    value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192, conceal=True)
+    value = LimitedTextField(write_only=True, trim_whitespace=False, max_length=8192, conceal=True)
     description = OptionalTextField(max_length=255, required=False, help_text='"" or null for none',
                                     validators=[text_control_validator])
     read_only_reasons = _SECRET_READ_ONLY
@@ -539,7 +539,7 @@ class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
     is fixed (recipes reference secrets by name): a ``name`` key is refused with that reason, as
     any other key is refused at its name; the value is checked as on create."""
 
-    value = StrictCharField(write_only=True, trim_whitespace=False, max_length=8192, required=False,
+    value = LimitedTextField(write_only=True, trim_whitespace=False, max_length=8192, required=False,
                             conceal=True)
     description = OptionalTextField(max_length=255, required=False, help_text='"" or null for none',
                                     validators=[text_control_validator])

@@ -48,16 +48,16 @@ def test_validate_refuses_a_description_save_refuses_on_the_edit_and_create_form
     edit = _data(node, spec, description=LONG, expected_version="1")
     validated = _page(operator_client.post("/recipes/validate/", edit))
     assert "invalid" in validated and "Dry-run preview" not in validated
-    assert "<li><code>description</code>: At most 4000 characters.</li>" in validated
+    assert "<li><code>description</code>: Use at most 4000 characters; got 5000.</li>" in validated
     saved = operator_client.post(f"/recipes/{recipe.pk}/edit/", edit)
     assert saved.status_code == 400
-    assert "At most 4000 characters." in _page(saved)
+    assert "Use at most 4000 characters; got 5000." in _page(saved)
 
     create = _data(node, spec, name="another-one", description=LONG)
     validated = _page(operator_client.post("/recipes/validate/", create))
-    assert "<li><code>description</code>: At most 4000 characters.</li>" in validated
+    assert "<li><code>description</code>: Use at most 4000 characters; got 5000.</li>" in validated
     created = operator_client.post("/recipes/new/", create)
-    assert created.status_code == 400 and "At most 4000 characters." in _page(created)
+    assert created.status_code == 400 and "Use at most 4000 characters; got 5000." in _page(created)
     assert not Recipe.objects.filter(name="another-one").exists()
 
     # At the limit both agree the other way: Validate previews, Save saves.
@@ -88,6 +88,6 @@ def test_every_error_of_the_role_shows_at_once_with_the_cpus_the_node_lacks(oper
     for page in (_page(saved), _page(validated)):
         for line in expected:
             assert line in page
-        assert ("At most 4000 characters." in page) == bool(description)
+        assert ("Use at most 4000 characters; got 5000." in page) == bool(description)
     recipe.refresh_from_db()
     assert recipe.version == 1
