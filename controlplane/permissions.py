@@ -58,7 +58,10 @@ class RolePermission(BasePermission):
     (e.g. ``{"revert": "operator"}``).
     """
 
-    # Replaced per request by :func:`refusal_message` (the instance lives for one request).
+    # Replaced per request by :func:`refusal_message` (the instance lives for one request) before
+    # every refusal of a signed-in user. The one other refusal, of a request with no user, is
+    # answered by DRF as not authenticated ("Authentication credentials were not provided."),
+    # never with this text; it stays only as DRF's class attribute.
     message = "Your role does not allow this."
 
     def has_permission(self, request, view) -> bool:
