@@ -127,33 +127,39 @@ def test_a_reconnect_draws_the_rows_newer_counts_from_the_api(live_server, runni
     page.wait_for_load_state("networkidle")
     page.route(re.compile(rf".*/benchmarks/sweeps/{running['sweep_id']}/progress/.*"),
                lambda route: route.fulfill(status=204, body=""))
-    page.on("request", lambda r: api_calls.append(r.url) if f"/api/sweeps/{running['sweep_id']}/" in r.url else None)
+    api_path = f"/api/sweeps/{running['sweep_id']}/"
+    page.on("request", lambda r: api_calls.append(r.url) if api_path in r.url else None)
     page.goto(f"{live_server.url}/benchmarks/sweeps/{running['sweep_id']}/", wait_until="load")
     requests_text = f"() => document.querySelector('{PANEL} [data-f=\"requests\"]').textContent"
     assert "7 / 10" in page.evaluate(requests_text)
     assert sockets, "the page opened no live socket"
     group = f"sweep-{running['sweep_id']}"
     subscribed = json.dumps({"type": "live.subscribed", "groups": {group: {"seq": 0, "latest": {}}}})
-    sockets[0].send(subscribed)
+    # The first connect re-syncs too: its /api/sweeps/<id>/ answer must have come back before the
+    # rows advance, or it reads them already at 9 and draws that before the socket comes back.
+    with page.expect_event("requestfinished", lambda r: r.url.endswith(api_path), timeout=10_000):
+        sockets[0].send(subscribed)
     page.wait_for_function("() => document.documentElement.getAttribute('data-live-state') === 'live'",
                            timeout=10_000)
+    assert "7 / 10" in page.evaluate(requests_text)
 
     sockets[0].close()
     page.wait_for_function("() => document.documentElement.getAttribute('data-live-state') === 'reconnecting'",
                            timeout=10_000)
+    calls_before = len(api_calls)
     # While the socket is down the point goes on: its rows now hold a newer report (9 of 10).
     # (Playwright's sync API runs an event loop in this thread: the row is written from another.)
     newer = timezone.now()
     thread = threading.Thread(target=_advance, args=(running, newer))
     thread.start()
     thread.join()
-    page.wait_for_timeout(300)   # the first connect's re-sync, if still under way, has landed
-    calls_before = len(api_calls)
+    # The back-off's first retry comes after 0.5 s (jittered, at most 0.625 s); 20 s is ample.
     deadline = time.monotonic() + 20
     while len(sockets) < 2 and time.monotonic() < deadline:
-        page.wait_for_timeout(200)
-    assert len(sockets) >= 2, "the page did not reconnect"
-    page.wait_for_timeout(300)
+        page.wait_for_timeout(100)
+    assert len(sockets) >= 2, "the page did not reconnect within 20 s"
+    # Nothing re-syncs before the server says subscribed, so the rows' 9 cannot be shown yet.
+    assert len(api_calls) == calls_before, api_calls
     assert "7 / 10" in page.evaluate(requests_text), "no newer counts may show before the re-sync"
     sockets[-1].send(subscribed)
     page.wait_for_function(f"""() => document.querySelector('{PANEL} [data-f="requests"]')
