@@ -11,6 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 
+from controlplane.jsonsafe import json_spelled
 from controlplane.errors import InvalidInput
 from kernels.models import KernelBenchmark, KernelJob
 from kernels.services import kernel_job_create, kernel_job_ingest
@@ -52,7 +53,9 @@ def test_job_creation_takes_a_compute_capability_as_written_without_trimming_it(
                                                                                 cc):
     resp = operator_api.post(JOBS, {"package": "toy_attn", "node": "h200-box", "cc": cc}, format="json")
     assert resp.status_code == 400, resp.content
-    assert resp.json() == {"cc": [f"{cc!r} is not a compute capability such as 9.0 or 12.0"]}
+    # Quoted as every refusal quotes a value: control characters as code points (<U+000A>).
+    assert resp.json() == {"cc": [f"{json_spelled(cc)} is not a compute capability such as 9.0 or 12.0"]}
+    assert "\n" not in resp.json()["cc"][0] and "\t" not in resp.json()["cc"][0]
     assert not KernelJob.objects.exists()
 
 
