@@ -18,14 +18,14 @@ letters, digits, ``-``, ``_`` and ``.`` (the channel layer's rule, ``channels.la
 Namespacing: several Ceiling installations (another checkout, a test run) may share one Redis.
 Every Redis key of this module and every channel-layer group and channel carry the
 installation's namespace (:func:`realtime_namespace`): ``CEILING_REALTIME_PREFIX`` when set,
-otherwise derived from the random key the database itself holds
-(:class:`controlplane.models.Installation`, made with the database), so two databases never see
-each other's live data, not even one re-created at the same path (a second ``make demo``: its
-deployment #5 is not the old database's #5, whose last messages Redis keeps for an hour).
+otherwise a hash of the database identity (engine + name, the resolved file path for SQLite), so
+two installations with different databases never see each other's live data, and each test
+run (its own per-pid SQLite file) is kept apart from the others and from the demo.
 
-Defence in depth: :func:`latest_messages` leaves out a kept message older than the object of
-its group (its ``created_at``): such a message was about another object that had the same id
-or name.
+A database re-created at the same path (a second ``make demo``) has the same namespace, and
+Redis keeps the old database's last messages for an hour: :func:`latest_messages` leaves out a
+kept message older than the object of its group (its ``created_at``), since it was about another
+object that had the same id or name (the pages' scripts apply the same rule).
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "node_group", "deployment_group", "sweep_group", "kernel_job_group", "group_kind", "live_user_group",
     "broadcast", "abroadcast", "message_build", "CONSUMER_EVENT", "current_seq", "latest_messages",
-    "group_created_at", "realtime_namespace", "installation_after_migrate", "NamespacedRedisChannelLayer",
+    "group_created_at", "realtime_namespace", "NamespacedRedisChannelLayer",
 ]
 
 _GROUP_RE = re.compile(r"^[A-Za-z0-9._-]{1,90}$")
@@ -62,13 +62,10 @@ def realtime_namespace() -> str:
     """This installation's namespace for live-data Redis keys and channel-layer names.
 
     ``settings.CEILING_REALTIME_PREFIX`` when it is set (letters, digits, ``-``, ``_``, ``.``),
-    otherwise ``db-`` + the first 12 hex digits of the SHA-256 of the database's own
-    installation key (:class:`controlplane.models.Installation`, read once per process and
-    database, made when missing). It is read through the live connection, so a test run that
-    switched to its test database gets that database's namespace, the same one a subprocess
-    pointed at that database derives. Where the database cannot be read (not migrated yet, or
-    a test that may not touch it) it falls back to a hash of the database identity (engine and
-    name, the resolved file path for SQLite), not remembered.
+    otherwise ``db-`` + the first 12 hex digits of the SHA-256 of the database identity: the
+    engine and the database name (for SQLite the resolved file path). It is read from the live
+    connection, so a test run that switched to its test database gets that database's
+    namespace, the same one a subprocess pointed at that database derives. No side effects.
     """
     configured = str(getattr(settings, "CEILING_REALTIME_PREFIX", "") or "")
     if configured:
@@ -76,20 +73,6 @@ def realtime_namespace() -> str:
             raise ValueError(f"CEILING_REALTIME_PREFIX {configured!r}: letters, digits, '-', '_', '.' only, "
                              "1-40 characters")
         return configured
-    identity = _database_identity()
-    key = _installation_keys.get(identity)
-    if key is None:
-        key = _installation_key_read(identity)
-    if key is None:
-        return "db-" + hashlib.sha256(identity.encode()).hexdigest()[:12]
-    return "db-" + hashlib.sha256(f"installation|{key}".encode()).hexdigest()[:12]
-
-
-#: Installation key per database identity, read once per process (:func:`realtime_namespace`).
-_installation_keys: dict[str, str] = {}
-
-
-def _database_identity() -> str:
     from django.db import connections
 
     sd = connections["default"].settings_dict
@@ -97,74 +80,7 @@ def _database_identity() -> str:
     name = str(sd.get("NAME", ""))
     if engine.endswith("sqlite3") and name and name != ":memory:" and "mode=memory" not in name:
         name = str(Path(name).resolve())
-    return f"{engine}|{name}"
-
-
-def _installation_row() -> tuple[str, bool]:
-    """``(key, remember)``: the key of the installation row, made if missing; ``remember`` is
-    False when it was made inside a transaction that may still roll back."""
-    from django.db import IntegrityError, connections
-
-    from controlplane.models import Installation
-
-    try:
-        row, made = Installation.objects.get_or_create(pk=1)
-    except IntegrityError:  # another process made it first
-        row, made = Installation.objects.get(pk=1), False
-    return row.key, not (made and connections["default"].in_atomic_block)
-
-
-def _installation_row_off_loop() -> tuple[str, bool]:
-    from django.db import connections
-
-    try:
-        return _installation_row()
-    finally:
-        connections.close_all()  # this thread's own connection only
-
-
-def _installation_key_read(identity: str) -> str | None:
-    """The database's installation key (remembered for ``identity``), or None if unreadable."""
-    from django.core.exceptions import SynchronousOnlyOperation
-
-    try:
-        try:
-            key, remember = _installation_row()
-        except SynchronousOnlyOperation:
-            # Asked on an event loop (a channel layer made in async code): one read in a thread.
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                key, remember = pool.submit(_installation_row_off_loop).result()
-    except Exception as exc:  # noqa: BLE001 - not migrated yet, or no database access here
-        log.debug("realtime: no installation key (%s); namespace from the database identity", exc)
-        return None
-    if remember:
-        _installation_keys[identity] = key
-    return key
-
-
-def installation_after_migrate(using: str = "default", **kwargs: Any) -> None:
-    """``post_migrate`` receiver of the ``controlplane`` app: make sure the database's
-    installation row exists, committed, so every process pointed at it reads the same key.
-
-    After a ``flush`` (it empties the table too) in a process that already used the database's
-    key, the row is made again with that key: the process's channel layer and broker
-    connections already carry its namespace. A new database, or one made again by a new
-    process (``make demo`` run again), gets a new key."""
-    from django.db import connections
-
-    if using != "default":
-        return
-    from controlplane.models import Installation
-
-    if Installation._meta.db_table not in connections[using].introspection.table_names():
-        return  # migrated only part of the way: the first use makes the row
-    identity = _database_identity()
-    remembered = _installation_keys.get(identity)
-    row, _ = Installation.objects.using(using).get_or_create(pk=1, defaults={"key": remembered} if remembered else {})
-    if not connections[using].in_atomic_block:
-        _installation_keys[identity] = row.key
+    return "db-" + hashlib.sha256(f"{engine}|{name}".encode()).hexdigest()[:12]
 
 
 def _key(kind: str, group: str) -> str:
@@ -307,7 +223,7 @@ def latest_messages(group: str) -> dict[str, dict[str, Any]]:
     """The last message of each type sent to ``group`` within the past hour, keyed by type.
 
     A message older than the group's object (:func:`group_created_at`) is left out: it was about
-    another object that had the same id or name (one of a database that had the same namespace).
+    another object that had the same id or name (one of a database re-created at the same path).
     """
     import json
 

@@ -1,10 +1,9 @@
 """A database re-created where another one was (``make demo`` run again) never shows the old
-one's live data: the namespace of its Redis keys comes from a key the database holds
-(``controlplane.models.Installation``), not from its path, and a kept message older than the
-object it would describe is left out. Real Redis, real flush of the test database."""
+one's live data: it has the same path, so the same namespace, and Redis keeps the old
+database's last messages for an hour; a kept message older than the object it would describe
+is left out. Real Redis, real flush of the test database."""
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from datetime import timedelta
@@ -18,25 +17,11 @@ from django.utils import timezone
 
 from controlplane import realtime
 from controlplane.consumers import _snapshot
-from controlplane.models import Installation
 from deployments.choices import DeploymentStatus
 from deployments.models import Deployment
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def new_process_view():
-    """Lets a test open the database as a new process would (no key remembered), then gives
-    this process its key back: the default channel layer of the run was made with it."""
-    identity = realtime._database_identity()
-    key = realtime._installation_keys.get(identity) or Installation.objects.get(pk=1).key
-    yield lambda: realtime._installation_keys.clear()
-    realtime._installation_keys.clear()
-    Installation.objects.all().delete()
-    Installation.objects.create(pk=1, key=key)
-    assert realtime.realtime_namespace() == "db-" + hashlib.sha256(f"installation|{key}".encode()).hexdigest()[:12]
 
 
 def _old_install_leaves_a_stopped_deployment(r: redis.Redis) -> tuple[str, int, str]:
@@ -65,33 +50,9 @@ def _recreated_with_a_pending_deployment(pk: int, *, backdated: bool = False):
     return d
 
 
-def test_a_flush_keeps_the_namespace_of_the_process_that_flushed():
-    before = realtime.realtime_namespace()
-    call_command("flush", interactive=False, verbosity=0)
-    assert realtime.realtime_namespace() == before
-
-
-def test_a_recreated_database_has_a_namespace_of_its_own_and_reads_nothing_of_the_old(new_process_view):
-    r = redis.Redis.from_url(settings.REDIS_URL)
-    old_ns, pk, group = _old_install_leaves_a_stopped_deployment(r)
-    old_key = f"ceiling:{old_ns}:rt:last:{group}"
-    try:
-        assert set(realtime.latest_messages(group)) == {"deployment.status", "deployment.sample"}
-        old_installation = Installation.objects.get(pk=1).key
-        # the new deployment backdated as far as the old one: only the namespace keeps them apart
-        new_process_view()   # made again by a new process, as a second `make demo` does
-        _recreated_with_a_pending_deployment(pk, backdated=True)
-        assert Installation.objects.get(pk=1).key != old_installation
-        assert realtime.realtime_namespace() != old_ns
-        assert r.hlen(old_key) == 2, "the old database's messages are still kept in Redis"
-        assert realtime.latest_messages(group) == {}
-        assert _snapshot([group]) == {group: {"seq": 0, "latest": {}}}
-    finally:
-        r.delete(old_key)
-
-
 def test_a_kept_message_older_than_its_object_is_left_out_even_in_one_namespace(django_user_model):
-    """A fixed CEILING_REALTIME_PREFIX names both databases alike: the creation time decides."""
+    """Both databases have one namespace (here a fixed CEILING_REALTIME_PREFIX, as a path would
+    give): the creation time decides."""
     from django.contrib.auth.models import Group
     from rest_framework.test import APIClient
 
