@@ -253,7 +253,10 @@ def test_the_wall_figures_shrink_inside_their_tile_and_action_cells_stay_cells()
     css = (REPO / "static/ceiling/ceiling.css").read_text(encoding="utf-8")
     figures = _css_rule(css, ".wall-figures")
     columns = re.search(r"grid-template-columns:\s*([^;]+);", figures).group(1)
-    assert "max-content" not in columns and columns.count("minmax(0,") == 3
+    # The tok/s column shrinks; the two side figures take their own width. That nothing in a tile is
+    # cut, six live tiles at 1920x1080 and at 1440x900, is measured in a real browser
+    # (controlplane/tests/browser/test_wall_fit_browser.py).
+    assert columns.startswith("minmax(0,") and columns.count("max-content") <= 2
     assert "white-space: nowrap" in _css_rule(css, ".wall-figures .live-value")  # "32.2 tok/s" never wraps
     cells = _css_rule(css, "td.actions, th.actions")
     assert "display: table-cell" in cells and "white-space: nowrap" in cells
