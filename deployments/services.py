@@ -130,18 +130,6 @@ def check_json_tree(value: Any, path: str, errors: dict[str, list[str]], depth: 
 #: set the direction of neutral characters, as mixed-script text needs) are taken.
 DIRECTION_CONTROLS = frozenset([*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
 
-
-def direction_control_problem(text: str) -> str | None:
-    """Why ``text`` cannot be stored as a recipe's free text: the first text-direction control
-    (:data:`DIRECTION_CONTROLS`) it holds, by code point, name and 1-based position, or None."""
-    for i, c in enumerate(text):
-        if ord(c) in DIRECTION_CONTROLS:
-            return (f"Must not contain text-direction control characters: U+{ord(c):04X} "
-                    f"({unicodedata.name(c)}) at character {i + 1} would make the text display "
-                    "differently from what it says.")
-    return None
-
-
 #: C0 and C1 control characters and DEL (U+0000-U+001F, U+007F-U+009F) but tab, newline and
 #: carriage return: invisible, and an escape (ESC, U+001B) or a CSI (U+009B) starts a sequence
 #: that recolours, moves or clears what a terminal shows, so a description holding one could
@@ -156,24 +144,20 @@ _CONTROL_NAMES = dict(zip(
      "PU2 STS CCH MW SPA EPA SOS SGC SCI CSI ST OSC PM APC").split()))
 
 
-def control_character_problem(text: str) -> str | None:
-    """Why ``text`` cannot be stored as free text one user writes and others read: the first
-    control character (:data:`CONTROL_CHARACTERS`) it holds, by code point, abbreviation and
-    1-based position (``U+001B (ESC) at character 4``), or None."""
+def text_control_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as free text one user writes and others read: its first
+    text-direction control (:data:`DIRECTION_CONTROLS`, by code point and Unicode name) or control
+    character (:data:`CONTROL_CHARACTERS`, by code point and abbreviation), with its 1-based
+    position (``U+001B (ESC) at character 4``), or None."""
     for i, c in enumerate(text):
+        if ord(c) in DIRECTION_CONTROLS:
+            return (f"Must not contain text-direction control characters: U+{ord(c):04X} "
+                    f"({unicodedata.name(c)}) at character {i + 1} would make the text display "
+                    "differently from what it says.")
         if ord(c) in CONTROL_CHARACTERS:
             return (f"Must not contain control characters other than tab, newline and carriage return: "
                     f"U+{ord(c):04X} ({_CONTROL_NAMES[ord(c)]}) at character {i + 1} could change what "
                     "a terminal or log printing the text shows.")
-    return None
-
-
-def text_control_problem(text: str) -> str | None:
-    """The first of :func:`direction_control_problem`'s and :func:`control_character_problem`'s
-    refusals of ``text`` by position (each message names its character), or None."""
-    for i, c in enumerate(text):
-        if ord(c) in DIRECTION_CONTROLS or ord(c) in CONTROL_CHARACTERS:
-            return direction_control_problem(text[:i + 1]) or control_character_problem(text[:i + 1])
     return None
 
 
