@@ -35,7 +35,7 @@ from controlplane.redaction import credential_mask_json, redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
 from deployments.models import (
     CHANGE_REASON_MAX_LENGTH, NAME_MAX_LENGTH, Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret,
-    ServerProcess, change_reason_validator, name_validator,
+    ServerProcess, name_validator,
 )
 from deployments.nodes import GPU_STATUSES, node_gpu_status
 from deployments.recipes import engine_topology_errors
@@ -226,19 +226,6 @@ class NameField(StrictCharField):
                            for v in self.validators]
 
 
-
-class ChangeReasonField(StrictCharField):
-    """A recipe change's reason in a body: :func:`deployments.models.change_reason_validator` judges
-    its length (``Use at most 100 characters; got 200.``, the wording of every other length limit,
-    not DRF's ``Ensure this field has no more than ...``); the schema still says ``maxLength``."""
-
-    def __init__(self, **kwargs) -> None:
-        validators = [change_reason_validator, *kwargs.pop("validators", [])]
-        super().__init__(max_length=CHANGE_REASON_MAX_LENGTH, validators=validators, **kwargs)
-        self.validators = [_SchemaMaxLength(CHANGE_REASON_MAX_LENGTH) if isinstance(v, MaxLengthValidator) else v
-                           for v in self.validators]
-
-
 class RecipeWriteSerializer(serializers.Serializer):
     """Input for creating (all of ``name``, ``engine``, ``topology``, ``node``, ``spec``) or
     updating (any subset with PATCH) a recipe. A PUT's ``spec`` replaces the stored one whole; a
@@ -269,8 +256,8 @@ class RecipeWriteSerializer(serializers.Serializer):
         "then applies, or it is refused where required); arrays and other values replace. "
         "`{\"spec\": {\"restart\": {\"policy\": \"never\"}}}` changes that one key and keeps the rest. "
         "The merged spec is validated as a whole."))
-    change_reason = ChangeReasonField(required=False, allow_blank=True, write_only=True,
-                                      validators=[text_control_validator])
+    change_reason = LimitedTextField(max_length=CHANGE_REASON_MAX_LENGTH, required=False, allow_blank=True,
+                                     write_only=True, validators=[text_control_validator])
     expected_version = StrictIntegerField(min_value=1, max_value=MAX_INT, required=False, write_only=True)
 
     def validate_spec(self, value: Any) -> dict:
