@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "node_group", "deployment_group", "sweep_group", "kernel_job_group", "group_kind", "live_user_group",
     "broadcast", "abroadcast", "message_build", "CONSUMER_EVENT", "current_seq", "latest_messages",
-    "group_created_at", "realtime_namespace", "NamespacedRedisChannelLayer",
+    "group_created_at", "realtime_namespace", "NamespacedRedisChannelLayer", "namespace_setting_changed",
 ]
 
 _GROUP_RE = re.compile(r"^[A-Za-z0-9._-]{1,90}$")
@@ -102,6 +102,25 @@ class NamespacedRedisChannelLayer(_RedisChannelLayer):  # type: ignore[misc,vali
 
     def __init__(self, *args: Any, prefix: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, prefix=prefix or f"ceiling:{realtime_namespace()}:asgi", **kwargs)
+
+
+#: Settings that decide a layer's namespace; a layer made under other values is dropped when one changes.
+_NAMESPACE_SETTINGS = frozenset({"CEILING_REALTIME_PREFIX", "DATABASES"})
+
+
+def namespace_setting_changed(*, setting: str, **_: Any) -> None:
+    """``setting_changed`` receiver: when a setting :func:`realtime_namespace` reads changes, drop
+    the process's channel layers, so the next ``get_channel_layer()`` builds one in the new
+    namespace. Without it the default layer keeps the prefix of whatever namespace was in force
+    when it was first built, and a broadcast made after the change goes to groups nobody in the
+    new namespace listens to (channels itself drops its layers only when ``CHANNEL_LAYERS``
+    changes). Settings change at run time only under ``override_settings`` and the pytest
+    ``settings`` fixture."""
+    if setting not in _NAMESPACE_SETTINGS:
+        return
+    from channels.layers import channel_layers
+
+    channel_layers.backends = {}
 
 
 def _checked(name: str) -> str:

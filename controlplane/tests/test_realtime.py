@@ -151,3 +151,31 @@ def test_it_refuses_a_prefix_the_keys_cannot_carry():
     with override_settings(CEILING_REALTIME_PREFIX="bad prefix/with spaces"):
         with pytest.raises(ValueError, match="CEILING_REALTIME_PREFIX"):
             realtime.realtime_namespace()
+
+
+@pytest.mark.django_db
+def test_a_layer_built_under_another_namespace_is_dropped_when_the_setting_changes_back():
+    """A test that overrides the prefix may be the first to build the default layer; once the
+    override ends, broadcasts must reach listeners in this installation's namespace again."""
+    from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
+
+    channel_layers.backends = {}
+    with override_settings(CEILING_REALTIME_PREFIX="site-c", CEILING_REALTIME_MIN_INTERVAL_S=0.0):
+        assert get_channel_layer().prefix == "ceiling:site-c:asgi"
+    ns = realtime.realtime_namespace()
+    assert get_channel_layer().prefix == f"ceiling:{ns}:asgi"
+    # A listener on a layer of its own (as a consumer in another process) gets the broadcast.
+    listener = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+    group = realtime.node_group(f"ns{uuid.uuid4().hex[:10]}")
+
+    async def listen() -> dict:
+        channel = await listener.new_channel()
+        await listener.group_add(group, channel)
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: realtime.broadcast(group, "node.sample", {"n": 1}, force=True))
+            return await asyncio.wait_for(listener.receive(channel), 5)
+        finally:
+            await listener.group_discard(group, channel)
+
+    assert asyncio.run(listen())["message"]["data"] == {"n": 1}
