@@ -43,8 +43,7 @@ def test_a_coalesced_points_timings_feed_no_bottleneck_finding(sim_url: str, fas
         if "itl_coalesced" not in steady.flags:
             break
     assert "itl_coalesced" not in steady.flags, f"c=1 came coalesced on all {MAX_ATTEMPTS} attempts"
-    coalesced = _point(fast_sim, 3)
-    assert "itl_coalesced" in coalesced.flags, coalesced
+    coalesced = _coalesced_point(fast_sim, 3)
     report = ceiling_analyse([steady, coalesced], num_gpus=1, topology="single")
     text = " ".join(report.findings)
     # Judged without c=3 (TTFT all of its E2E, TPOT about 0): one point, no class named.
@@ -57,13 +56,23 @@ def test_a_coalesced_points_timings_feed_no_bottleneck_finding(sim_url: str, fas
     assert report.groups[0].timings_skipped == ["c=3"]
 
 
+def _coalesced_point(base: str, c: int) -> SweepPoint:
+    """A point of the fast sim whose events came grouped; a run the host happened to read event by
+    event is run again (at most :data:`MAX_ATTEMPTS` runs)."""
+    for _ in range(MAX_ATTEMPTS):
+        point = _point(base, c)
+        if "itl_coalesced" in point.flags:
+            return point
+    raise AssertionError(f"c={c} on the fast sim came event by event on all {MAX_ATTEMPTS} attempts: {point}")
+
+
 def test_a_sweep_of_coalesced_points_names_no_bottleneck_and_says_why(fast_sim: str) -> None:
-    points = [_point(fast_sim, c) for c in (1, 3)]
-    assert all("itl_coalesced" in p.flags for p in points), [p.flags for p in points]
+    # c=3 and c=6: a single stream (c=1) is the one a lightly loaded host most often reads event by event.
+    points = [_coalesced_point(fast_sim, c) for c in (3, 6)]
     report = ceiling_analyse(points, num_gpus=1, topology="single")
     assert report.bottleneck == "unknown"
     assert ("The bottleneck cannot be classified: the output events of every point came grouped into network reads "
-            "(itl_coalesced: c=1, c=3), so their TTFT may hold decode time and their E2E cannot be split into "
+            "(itl_coalesced: c=3, c=6), so their TTFT may hold decode time and their E2E cannot be split into "
             "prefill and decode.") in report.findings
     # Their throughput still stands: the ceiling is judged over both.
     assert report.ceiling.observed_max_tok_s == max(p.output_throughput_tok_s for p in points)
