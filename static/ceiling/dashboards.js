@@ -724,7 +724,7 @@
     });
     CeilingLive.open({
       groups: [group],
-      notBefore: notBefore(root, group),
+      notBefore: CeilingLive.notBefore(root, group),
       onMessage: function (msg, meta) {
         var badge = field(root, "status");
         if (msg.type === "sweep.progress") {
@@ -771,6 +771,8 @@
     var group = root.getAttribute("data-group");
     CeilingLive.open({
       groups: [group],
+      // A message older than the node (its data-created) was about an earlier node of that name.
+      notBefore: CeilingLive.notBefore(root, group),
       onMessage: function (msg) { if (msg.type === "node.sample") renderNode(root, msg.data, true); },
       onHistory: function (g, body) { nodeHistory(root, body); }
     });
@@ -778,15 +780,6 @@
   }
 
   // --- deployment page ----------------------------------------------------------------------
-
-  // {group: unix s of the object's creation} from the root's data-created, for CeilingLive's
-  // notBefore: a kept message older than the object belongs to something else.
-  function notBefore(root, group) {
-    var out = {};
-    var created = parseFloat(root.getAttribute("data-created") || "");
-    if (isNum(created)) out[group] = created;
-    return out;
-  }
 
   // A deployment that ended with no process row on the panel never had a sample and never will:
   // the "rows appear with the first sample" line says so instead of promising one.
@@ -825,7 +818,7 @@
           if (!meta.replayed) refreshHtmx("#deployment-live");
         }
       },
-      notBefore: notBefore(root, group),
+      notBefore: CeilingLive.notBefore(root, group),
       onHistory: function (g, body) { deploymentHistory(root, body); }
     });
     setInterval(function () { var s = root._sample; freshness(root, s && s.t, s && s.interval); }, TICK_MS);
@@ -834,11 +827,9 @@
   // --- wall ---------------------------------------------------------------------------------
 
   // Whether a wall tile takes a live message: not one older than the tile's object (its
-  // data-created), which was about another object that had the same id or name.
-  function wallAccepts(tile, msg) {
-    var created = tile ? parseFloat(tile.getAttribute("data-created") || "") : NaN;
-    return !isNum(created) || (isNum(msg.ts) && msg.ts >= created);
-  }
+  // data-created), which was about another object that had the same id or name. The tiles
+  // change under one socket, so the rule is applied per tile rather than by notBefore.
+  function wallAccepts(tile, msg) { return CeilingLive.accepts(tile, msg); }
 
   function initWall(root) {
     var latest = {};   // group -> {type: data}

@@ -8,10 +8,12 @@
 //     onState: function (state, live) {},          // "connecting" | "live" | "reconnecting" | "signed-out"
 //                                                  // ("signed-out" also when the account lost its
 //                                                  // role: live.forbidden is then true)
-//     notBefore: {"deployment-3": 1718000000}      // unix s per group: a kept (replayed) message
-//                                                  // older than this (the object's creation) is
-//                                                  // dropped, e.g. one left by another object
-//                                                  // that had the same id
+//     notBefore: {"deployment-3": 1718000000}      // unix s per group: a message older than this
+//                                                  // (the object's creation), streamed or kept
+//                                                  // (replayed), is dropped: it was about another
+//                                                  // object that had the same id or name;
+//                                                  // CeilingLive.notBefore(el, group) reads it
+//                                                  // from the element's data-created
 //   });
 //   live.subscribe(["deployment-4"]); live.unsubscribe(["deployment-3"]);
 //
@@ -68,6 +70,28 @@
     if ((m = /^deployment-(\d+)$/.exec(group))) return "/api/deployments/" + m[1] + "/telemetry/";
     if ((m = /^sweep-(\d+)$/.exec(group))) return "/api/sweeps/" + m[1] + "/";
     return null;
+  }
+
+  // The creation time of the object an element shows (its data-created: whole unix seconds,
+  // rounded down, as the server's realtime.group_created_at), or null when it carries none.
+  function createdOf(el) {
+    var created = el && el.getAttribute ? parseFloat(el.getAttribute("data-created") || "") : NaN;
+    return typeof created === "number" && isFinite(created) ? created : null;
+  }
+
+  // Whether a message may be about an object created at `created` (unix s, or null for unknown):
+  // one older than it was about another object that had the same id or name (a database
+  // re-created at the same path reuses both, and Redis keeps the old one's last messages).
+  function notOlderThan(msg, created) {
+    return typeof created !== "number" || (!!msg && typeof msg.ts === "number" && msg.ts >= created);
+  }
+
+  // {group: creation time} from an element's data-created, for the notBefore option ({} without it).
+  function notBeforeOf(el, group) {
+    var out = {};
+    var created = createdOf(el);
+    if (created !== null) out[group] = created;
+    return out;
   }
 
   function Live(options) {
@@ -285,8 +309,7 @@
 
   Live.prototype._deliver = function (msg, replayed) {
     if (!msg || !msg.group || !msg.type) return;
-    var notBefore = (this.options.notBefore || {})[msg.group];
-    if (replayed && typeof notBefore === "number" && !(typeof msg.ts === "number" && msg.ts >= notBefore)) return;
+    if (!notOlderThan(msg, (this.options.notBefore || {})[msg.group])) return;
     var key = msg.group + " " + msg.type;
     var before = this.applied[key];
     if (before !== undefined && typeof msg.ts === "number" && msg.ts < before) return;
@@ -383,6 +406,10 @@
     clock: clock,
     clockUtc: clockUtc,
     sessionEnded: reportSessionEnded,
-    isLoginRedirect: isLoginRedirect
+    isLoginRedirect: isLoginRedirect,
+    createdOf: createdOf,
+    notBefore: notBeforeOf,
+    // Whether an element (its data-created) takes a message: not one older than its object.
+    accepts: function (el, msg) { return notOlderThan(msg, createdOf(el)); }
   };
 })();
