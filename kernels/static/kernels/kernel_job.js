@@ -13,6 +13,8 @@
     var lastStatus = null;
     window.CeilingLive.open({
       groups: [group],
+      // A message older than the job (its data-created) was about an earlier job of that id.
+      notBefore: window.CeilingLive.notBefore(root, group),
       onMessage: function (msg) {
         if (!msg || msg.type !== "kernel.progress") return;
         var panel = document.getElementById("job-progress");
