@@ -25,7 +25,9 @@ run (its own per-pid SQLite file) is kept apart from the others and from the dem
 A database re-created at the same path (a second ``make demo``) has the same namespace, and
 Redis keeps the old database's last messages for an hour: :func:`latest_messages` leaves out a
 kept message older than the object of its group (its ``created_at``), since it was about another
-object that had the same id or name (the pages' scripts apply the same rule).
+object that had the same id or name. The pages' scripts apply the same rule to every message,
+streamed or kept, against the object's creation time the page carries (``data-created``, whole
+unix seconds, as :func:`group_created_at`).
 """
 from __future__ import annotations
 
