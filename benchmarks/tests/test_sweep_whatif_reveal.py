@@ -25,7 +25,7 @@ let handler = null;
 const document = {readyState: "complete", addEventListener() {}, querySelector() { return null; },
                   querySelectorAll(sel) { return sel === "[data-live-sweep]" ? [root] : sel === "[data-whatif-link]" ? [link] : []; }};
 const sandbox = {window: {}, document, setInterval() { return 0; }, Date, Math, JSON, isFinite, parseFloat,
-                 CeilingLive: {open(o) { handler = o.onMessage; }, clockUtc() { return ""; }}};
+                 CeilingLive: {open(o) { handler = o.onMessage; }, clockUtc() { return ""; }, notBefore() { return {}; }}};
 vm.createContext(sandbox);
 vm.runInContext(fs.readFileSync(process.argv[1] + "/static/ceiling/dashboards.js", "utf8"), sandbox);
 const seen = [];
