@@ -851,8 +851,6 @@
       if (seen["deployment.sample"]) renderDeployment(tile, seen["deployment.sample"], false);
       if (seen["deployment.status"]) setBadge(field(tile, "status"), seen["deployment.status"].status, statusClass(seen["deployment.status"].status));
       (seen["health.change"] ? [seen["health.change"]] : []).forEach(function (d) { applyHealthChange(tile, d); });
-      var created = parseFloat(tile.getAttribute("data-created") || "");
-      if (isNum(created)) tile._created = created;
     }
     var live = CeilingLive.open({
       groups: groupsOnWall(),
