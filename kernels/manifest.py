@@ -262,7 +262,7 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
             path = _loc(e["loc"]) or "manifest"
             msg = e["msg"]
             if e["type"] == "extra_forbidden":
-                msg = f"unknown field {path.rsplit('.', 1)[-1]!r}"
+                msg = f"unknown field {json_spelled(path.rsplit('.', 1)[-1])}"
             elif e["type"] == "missing":
                 msg = "is required"
             elif "input" in e and e["type"] not in ("missing",):
@@ -272,12 +272,12 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
 
     name = typed.name
     if not PACKAGE_NAME_RE.match(name):
-        errs.add("name", f"{name!r} must be 1-63 lowercase letters, digits or '_', starting with a letter or digit")
+        errs.add("name", f"{json_spelled(name)} must be 1-63 lowercase letters, digits or '_', starting with a letter or digit")
     expected = dir_name if dir_name is not None else (package_dir.name if package_dir is not None else None)
     if expected is not None and name != expected:
-        errs.add("name", f"{name!r} must equal the package directory name {expected!r}")
+        errs.add("name", f"{json_spelled(name)} must equal the package directory name {json_spelled(expected)}")
     if not DTYPE_RE.match(typed.dtype):
-        errs.add("dtype", f"{typed.dtype!r} must be a short lowercase name such as bf16")
+        errs.add("dtype", f"{json_spelled(typed.dtype)} must be a short lowercase name such as bf16")
 
     # Files.
     for i, src in enumerate(typed.sources):
@@ -286,15 +286,15 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
         errs.add("sources", "lists a file twice")
     ref_file, sep, ref_func = typed.reference.partition(":")
     if not sep or not ref_file.endswith(".py") or not IDENT_RE.match(ref_func):
-        errs.add("reference", f"{typed.reference!r} must be 'module_file.py:function'")
+        errs.add("reference", f"{json_spelled(typed.reference)} must be 'module_file.py:function'")
     else:
         _file_check(errs, "reference", ref_file, package_dir)
     suffix = ".cu" if typed.language == "cuda" else ".py"
     if not typed.entry.endswith(suffix):
-        errs.add("entry", f"{typed.entry!r}: a {typed.language} package's entry must be a {suffix} file")
+        errs.add("entry", f"{json_spelled(typed.entry)}: a {typed.language} package's entry must be a {suffix} file")
     _file_check(errs, "entry", typed.entry, package_dir)
     if typed.entry not in typed.sources:
-        errs.add("entry", f"{typed.entry!r} must also be listed in sources")
+        errs.add("entry", f"{json_spelled(typed.entry)} must also be listed in sources")
 
     # Grid and constraints.
     grid_raw = dict(typed.grid)
@@ -305,10 +305,10 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
     for param, values in grid_raw.items():
         path = f"grid.{param}"
         if not IDENT_RE.match(param):
-            errs.add(path, f"parameter name {param!r} must be an identifier (letters, digits, '_')")
+            errs.add(path, f"parameter name {json_spelled(param)} must be an identifier (letters, digits, '_')")
             continue
         if param in COST_EXTRA_NAMES or param in ("name", "batches"):
-            errs.add(path, f"{param!r} is reserved")
+            errs.add(path, f"{json_spelled(param)} is reserved")
             continue
         if not isinstance(values, list) or not values:
             errs.add(path, f"must be a non-empty list of integers or strings, got {json_spelled(values)}")
@@ -322,7 +322,7 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
                 errs.add(f"{path}.{j}", f"must be an integer or a string, got {not_integer(v, json_spelled(v))}")
                 good = False
             elif isinstance(v, str) and not re.match(r"^[A-Za-z0-9_.-]{1,32}$", v):
-                errs.add(f"{path}.{j}", f"string value {v!r} may hold only letters, digits, '_', '.', '-'")
+                errs.add(f"{path}.{j}", f"string value {json_spelled(v)} may hold only letters, digits, '_', '.', '-'")
                 good = False
         if good and len({(type(v), v) for v in values}) != len(values):
             errs.add(path, "lists a value twice")
@@ -349,9 +349,9 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
     for i, s in enumerate(typed.shapes):
         path = f"shapes.{i}"
         if not SHAPE_NAME_RE.match(s.name):
-            errs.add(f"{path}.name", f"{s.name!r} must be 1-63 letters, digits, '.', '_' or '-'")
+            errs.add(f"{path}.name", f"{json_spelled(s.name)} must be 1-63 letters, digits, '.', '_' or '-'")
         if s.name in seen_shapes:
-            errs.add(f"{path}.name", f"shape {s.name!r} is declared twice")
+            errs.add(f"{path}.name", f"shape {json_spelled(s.name)} is declared twice")
         seen_shapes.add(s.name)
         if any(b < 1 for b in s.batches):
             errs.add(f"{path}.batches", f"batch sizes must be >= 1, got {s.batches}")
@@ -360,13 +360,13 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
         fields: dict[str, int | float] = {}
         for key, value in (s.model_extra or {}).items():
             if not IDENT_RE.match(key) or key in COST_EXTRA_NAMES:
-                errs.add(f"{path}.{key}", f"{key!r} is not a usable shape field name")
+                errs.add(f"{path}.{key}", f"{json_spelled(key)} is not a usable shape field name")
             elif isinstance(value, bool) or not isinstance(value, (int, float)):
                 errs.add(f"{path}.{key}", f"shape fields must be numbers, got {json_spelled(value)}")
             elif number_problem(value):
-                errs.add(f"{path}.{key}", f"{value!r} {number_problem(value)}")
+                errs.add(f"{path}.{key}", f"{json_spelled(value)} {number_problem(value)}")
             elif value <= 0:
-                errs.add(f"{path}.{key}", f"must be > 0, got {value!r}")
+                errs.add(f"{path}.{key}", f"must be > 0, got {json_spelled(value)}")
             else:
                 fields[key] = value
         shapes.append(Shape(name=s.name, batches=tuple(sorted(s.batches)), fields=fields))
@@ -402,7 +402,7 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
         if problem:
             errs.add("engine.env", problem)
     if flag and not FLAG_RE.match(flag):
-        errs.add("engine.flag", f"{flag!r} must look like --some-option (lowercase letters, digits, '-')")
+        errs.add("engine.flag", f"{json_spelled(flag)} must look like --some-option (lowercase letters, digits, '-')")
 
     # CUDA specifics.
     cuda: dict[str, Any] | None = None
@@ -411,22 +411,22 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
             errs.add("cuda", "is required for language 'cuda' (kernel, nvcc_flags, defines)")
         else:
             if not IDENT_RE.match(typed.cuda.kernel):
-                errs.add("cuda.kernel", f"{typed.cuda.kernel!r} must be a C identifier")
+                errs.add("cuda.kernel", f"{json_spelled(typed.cuda.kernel)} must be a C identifier")
             for i, f in enumerate(typed.cuda.nvcc_flags):
                 if not NVCC_FLAG_RE.match(f):
-                    errs.add(f"cuda.nvcc_flags.{i}", f"{f!r} is not an allowed nvcc option (optimisation and "
+                    errs.add(f"cuda.nvcc_flags.{i}", f"{json_spelled(f)} is not an allowed nvcc option (optimisation and "
                                                      "math options only; the runner sets targets and defines)")
             for i, d in enumerate(typed.cuda.defines):
                 if d not in grid_raw:
-                    errs.add(f"cuda.defines.{i}", f"{d!r} is not a grid parameter ({', '.join(grid_raw)})")
+                    errs.add(f"cuda.defines.{i}", f"{json_spelled(d)} is not a grid parameter ({', '.join(grid_raw)})")
             cuda = {"kernel": typed.cuda.kernel, "nvcc_flags": list(typed.cuda.nvcc_flags),
                     "defines": list(typed.cuda.defines)}
             if typed.cuda.harness is not None:
                 if not typed.cuda.harness.endswith(".py"):
-                    errs.add("cuda.harness", f"{typed.cuda.harness!r} must be a .py file (make_inputs, launch)")
+                    errs.add("cuda.harness", f"{json_spelled(typed.cuda.harness)} must be a .py file (make_inputs, launch)")
                 _file_check(errs, "cuda.harness", typed.cuda.harness, package_dir)
                 if typed.cuda.harness not in typed.sources:
-                    errs.add("cuda.harness", f"{typed.cuda.harness!r} must also be listed in sources")
+                    errs.add("cuda.harness", f"{json_spelled(typed.cuda.harness)} must also be listed in sources")
                 cuda["harness"] = typed.cuda.harness
             if typed.cuda.dynamic_shared is not None:
                 try:
@@ -463,17 +463,17 @@ def engine_env_problem(name: str) -> str | None:
     suffixes) are refused, following the recipe env denylist of :mod:`deployments.recipes`.
     """
     if not isinstance(name, str) or not ENGINE_ENV_RE.match(name):
-        return (f"{name!r} is not an allowed config variable: use CEILING_<NAME>_CONFIG or an engine prefix "
+        return (f"{json_spelled(name)} is not an allowed config variable: use CEILING_<NAME>_CONFIG or an engine prefix "
                 "(SGLANG_, SGL_, VLLM_), upper case")
     if name.endswith(("_PLUGIN", "_PLUGIN_DIR", "_PLUGIN_PATH", "_MODULE_DIR", "_LIBRARY_PATH", "_PLUGINS")):
-        return f"{name!r} names a variable that makes a process load code; not allowed for a kernel config"
+        return f"{json_spelled(name)} names a variable that makes a process load code; not allowed for a kernel config"
     return None
 
 
 def _file_check(errs: _Errors, path: str, rel: str, package_dir: Path | None) -> None:
     p = PurePosixPath(rel)
     if not rel or p.is_absolute() or ".." in p.parts or rel.startswith("-") or "\\" in rel:
-        errs.add(path, f"{rel!r} must be a relative path inside the package (no '..', not absolute)")
+        errs.add(path, f"{json_spelled(rel)} must be a relative path inside the package (no '..', not absolute)")
         return
     if package_dir is None:
         return
@@ -483,9 +483,9 @@ def _file_check(errs: _Errors, path: str, rel: str, package_dir: Path | None) ->
     except OSError:
         inside = False
     if not inside:
-        errs.add(path, f"{rel!r} resolves outside the package directory")
+        errs.add(path, f"{json_spelled(rel)} resolves outside the package directory")
     elif not full.is_file():
-        errs.add(path, f"{rel!r} does not exist in {package_dir}")
+        errs.add(path, f"{json_spelled(rel)} does not exist in {package_dir}")
 
 
 def manifest_load(package_dir: str | Path) -> Manifest:
@@ -698,7 +698,7 @@ def grid_refusal(manifest: Manifest, params: Any, *, subset: dict[str, list[Valu
     reasons: list[str] = []
     unknown = [k for k in params if k not in manifest.grid]
     if unknown:
-        reasons.append(f"{', '.join(repr(k)[:80] for k in unknown[:5])} "
+        reasons.append(f"{', '.join(json_spelled(k) for k in unknown[:5])} "
                        f"{'is not a parameter' if len(unknown) == 1 else 'are not parameters'} of the grid "
                        f"({', '.join(manifest.grid)})")
     missing = [k for k in manifest.grid if k not in params]
