@@ -59,15 +59,16 @@ def _roots() -> list[str]:
 
 
 def _path_problem(path: str) -> str | None:
+    shown = json_spelled(path, 400)  # a whole path, as long as a config path may be
     if not path.startswith("/"):
-        return f"{path!r} must be an absolute path"
+        return f"{shown} must be an absolute path"
     if posixpath.normpath(path) != path or "/../" in path + "/":
-        return f"{path!r} must be a normalised path (no '..', no '//', no trailing '/')"
+        return f"{shown} must be a normalised path (no '..', no '//', no trailing '/')"
     if not path.endswith(".json"):
-        return f"{path!r} must be a .json config file"
+        return f"{shown} must be a .json config file"
     roots = _roots()
     if not any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots):
-        return f"{path!r} is not under the kernel config directory or a model root ({', '.join(roots)})"
+        return f"{shown} is not under the kernel config directory or a model root ({', '.join(roots)})"
     return None
 
 
@@ -174,7 +175,7 @@ def _other_package_problem(path: str, package: str) -> str | None:
         parts = path[len(root):].split("/", 1)
         owner = parts[0]
         if len(parts) == 2 and owner != package:
-            return f"{path!r} is in the config directory of package {owner!r}, not {package!r}"
+            return f"{json_spelled(path, 400)} is in the config directory of package {json_spelled(owner)}, not {json_spelled(package)}"
     return None
 
 
@@ -189,7 +190,7 @@ def _config_resolved(ref: dict, pkg, path: str, add) -> tuple[str | None, int | 
     config, best_id = ref.get("config"), ref.get("best")
     if isinstance(config, str) and config.startswith("best:"):
         if not BEST_ID_RE.fullmatch(config[5:]):
-            add(path, f"{config!r}: 'best:<id>' needs a best-variant id, an integer")
+            add(path, f"{json_spelled(config)}: 'best:<id>' needs a best-variant id, an integer")
             return None, None
         best_id, config = int(config[5:]), None
     elif isinstance(config, int) and not isinstance(config, bool):
@@ -250,7 +251,7 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
         # not hide a bad config or role).
         for key in ref:
             if key not in REF_KEYS:
-                add(f"{path}.{key}", f"unknown field {key!r}; allowed: package, config, roles (and best, env, "
+                add(f"{path}.{key}", f"unknown field {json_spelled(key)}; allowed: package, config, roles (and best, env, "
                                      "flag as a normalised spec carries them)")
         name = ref.get("package")
         pkg = KernelPackage.objects.filter(name=name).first() if isinstance(name, str) else None
@@ -259,14 +260,14 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
             add(f"{path}.package", f"{json_spelled(name)} is not a registered kernel package (known: {known})"
                 if "package" in ref else f"give the name of a registered kernel package (known: {known})")
         elif name in seen_packages:
-            add(f"{path}.package", f"{name!r} is referenced twice")
+            add(f"{path}.package", f"{json_spelled(name)} is referenced twice")
         if pkg is not None:
             seen_packages.add(name)
         engine = (pkg.manifest or {}).get("engine") or {} if pkg is not None else {}
         env, flag = engine.get("env") or "", engine.get("flag") or ""
         for key, actual in (("env", env), ("flag", flag)):
             if pkg is not None and key in ref and ref[key] != actual:
-                add(f"{path}.{key}", f"is set by package {name}'s manifest ({actual!r}); leave it out")
+                add(f"{path}.{key}", f"is set by package {name}'s manifest ({json_spelled(actual)}); leave it out")
         config, best_id = _config_resolved(ref, pkg, f"{path}.config", add)
         if config is not None:
             problem = _path_problem(config) or (_other_package_problem(config, name) if pkg is not None else None)
@@ -279,7 +280,7 @@ def kernel_refs_validate(value: Any, *, adapter, roles: dict, spec_env: dict) ->
             wanted = []
         for r in wanted:
             if r not in worker_roles:
-                add(f"{path}.roles", f"{r!r} is not a worker role of this recipe ({', '.join(worker_roles)})")
+                add(f"{path}.roles", f"{json_spelled(r)} is not a worker role of this recipe ({', '.join(worker_roles)})")
         wanted = [r for r in worker_roles if r in wanted]
         # Hand-over: env variable and flag (the package's; none known without it).
         if env:
