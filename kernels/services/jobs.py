@@ -133,7 +133,7 @@ def cc_problem(cc) -> str | None:
     if not isinstance(cc, str) or not CC_RE.match(cc):
         return f"{json_spelled(cc)} is not a compute capability such as 9.0 or 12.0"
     if cc not in KNOWN_CCS:
-        return f"{cc!r} is not a known compute capability; known (NVIDIA's CUDA GPUs list): {', '.join(KNOWN_CCS)}"
+        return f"{json_spelled(cc)} is not a known compute capability; known (NVIDIA's CUDA GPUs list): {', '.join(KNOWN_CCS)}"
     return None
 
 

@@ -234,7 +234,7 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
             continue
         if fact.tensor_core_evidence not in (None, "wgmma", "mma", "none"):
             errors.setdefault(f"builds.{i}.tensor_core_evidence", []).append(
-                f"{fact.tensor_core_evidence!r} must be wgmma, mma or none")
+                f"{json_spelled(fact.tensor_core_evidence)} must be wgmma, mma or none")
         if fact.registers is not None and fact.registers > MAX_REGISTERS_PER_THREAD:
             errors.setdefault(f"builds.{i}.registers", []).append(
                 f"{fact.registers} registers per thread: no NVIDIA GPU since compute capability 3.5 lets a thread "
@@ -243,7 +243,7 @@ def kernel_builds_store(*, job_id: int, payload: Any) -> dict[str, int]:
         want = COMPILER_OF_LANGUAGE.get(language)
         if fact.compiler and want and not fact.compiler.lower().startswith(want):
             errors.setdefault(f"builds.{i}.compiler", []).append(
-                f"{fact.compiler[:64]!r} did not build {job.package.name}: a {language} package is built by {want} "
+                f"{json_spelled(fact.compiler[:64])} did not build {job.package.name}: a {language} package is built by {want} "
                 "(this builds file belongs to another package's job)")
         variant = _variant_of(fact.variant_id, variants, f"builds.{i}.variant_id", errors)
         if variant is not None:
@@ -306,13 +306,13 @@ def _device_problems(job: KernelJob, dev: "_Device", language: str) -> dict[str,
     built the job's variants."""
     errors: dict[str, list[str]] = {}
     if not CC_RE.match(dev.cc):
-        errors["device.cc"] = [f"{dev.cc!r} is not a compute capability such as 9.0"]
+        errors["device.cc"] = [f"{json_spelled(dev.cc)} is not a compute capability such as 9.0"]
     elif dev.cc not in KNOWN_CCS:
-        errors["device.cc"] = [f"{dev.cc!r} is not a compute capability of an NVIDIA GPU "
+        errors["device.cc"] = [f"{json_spelled(dev.cc)} is not a compute capability of an NVIDIA GPU "
                                f"({', '.join(KNOWN_CCS)})"]
     elif (spelled := _stored_spelling(dev.name)) not in (None, dev.name):
-        errors["device.name"] = [f"{dev.name!r} is {spelled!r} spelled in another letter case, as stored kernel "
-                                 f"jobs name it: write it {spelled!r} (one GPU, one set of config files)"]
+        errors["device.name"] = [f"{json_spelled(dev.name)} is {json_spelled(spelled)} spelled in another letter case, as stored kernel "
+                                 f"jobs name it: write it {json_spelled(spelled)} (one GPU, one set of config files)"]
     elif problem := device_cc_problem(dev.name, dev.cc):
         errors["device.cc"] = [problem]
     elif job.target_cc and dev.cc != job.target_cc:
@@ -570,18 +570,18 @@ def kernel_results_store(*, job_id: int, payload: Any) -> dict[str, int]:
                     f"repeats results.{first} (variant {variant.key}, shape {r.shape}, batch {r.batch}): one "
                     "measurement per variant, shape and batch")
         if r.shape not in shape_batches:
-            errors.setdefault(f"{path}.shape", []).append(f"{r.shape!r} is not a shape of {job.package.name}")
+            errors.setdefault(f"{path}.shape", []).append(f"{json_spelled(r.shape)} is not a shape of {job.package.name}")
         elif r.batch not in shape_batches[r.shape]:
             errors.setdefault(f"{path}.batch", []).append(f"{r.batch} is not a batch of shape {r.shape}")
         elif job.shapes and r.shape not in job.shapes:
             # stored, it would never show: the job's tables and best picks cover its own shapes
             errors.setdefault(f"{path}.shape", []).append(
-                f"{r.shape!r} is not a shape kernel job #{job.pk} benchmarks ({', '.join(job.shapes)})")
+                f"{json_spelled(r.shape)} is not a shape kernel job #{job.pk} benchmarks ({', '.join(job.shapes)})")
         elif job.batches and r.batch not in job.batches:
             errors.setdefault(f"{path}.batch", []).append(
                 f"{r.batch} is not a batch kernel job #{job.pk} benchmarks ({', '.join(map(str, job.batches))})")
         if r.bound not in (None, "", "memory", "compute"):
-            errors.setdefault(f"{path}.bound", []).append(f"{r.bound!r} must be memory or compute")
+            errors.setdefault(f"{path}.bound", []).append(f"{json_spelled(r.bound)} must be memory or compute")
         if variant is not None:
             b = builds.get(variant.pk)
             if b is not None and (not b.ok or b.discarded):
