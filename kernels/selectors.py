@@ -12,6 +12,8 @@ from typing import Any
 
 from django.db.models import Count, QuerySet
 
+from controlplane.jsonsafe import json_spelled
+
 from kernels.models import KernelBenchmark, KernelBest, KernelJob, KernelPackage, KernelVariant
 
 # States a variant row can be filtered by (``?state=``).
@@ -108,9 +110,9 @@ def _sort_value(row: dict[str, Any], key: str) -> tuple[int, tuple[int, Any]]:
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for messages that echo input back."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    """``value`` as messages quote input (:func:`controlplane.jsonsafe.json_spelled`), cut to
+    ``limit`` characters, for messages that echo input back."""
+    return json_spelled(value, limit)
 
 
 def _cut(text: str, limit: int = 40) -> str:
@@ -297,7 +299,7 @@ def job_time_chart(*, job: KernelJob, shape: str) -> dict[str, Any]:
     if not shape:
         raise InvalidInput({"shape": [f"is required (one of this job's shapes: {', '.join(names)})"]})
     if shape not in names:
-        raise InvalidInput({"shape": [f"{_cut(shape)!r} is not a shape of this job (its shapes: {', '.join(names)})"]})
+        raise InvalidInput({"shape": [f"{json_spelled(_cut(shape))} is not a shape of this job (its shapes: {', '.join(names)})"]})
     manifest = job_manifest(job)
     benches = (KernelBenchmark.objects.filter(variant__job=job, shape=shape, correct=True, median_us__isnull=False)
                .exclude(variant__build__discarded=True).select_related("variant"))

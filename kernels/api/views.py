@@ -35,6 +35,7 @@ from controlplane.api import (
     unknown_query_errors,
 )
 from controlplane.errors import InvalidInput, NotFound
+from controlplane.jsonsafe import json_spelled
 from kernels import selectors, services
 from kernels.api import serializers as s
 from kernels.models import KernelBest, KernelJob, KernelPackage
@@ -118,9 +119,9 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         node = Node.objects.filter(name=data["node"]).first() if "node" in data else None
         errors: dict[str, list[str]] = {}
         if package is None and "package" in data:
-            errors["package"] = [f"no registered kernel package named {data['package']!r}"]
+            errors["package"] = [f"no registered kernel package named {json_spelled(data['package'])}"]
         if node is None and "node" in data:
-            errors["node"] = [f"no node named {data['node']!r}"]
+            errors["node"] = [f"no node named {json_spelled(data['node'])}"]
         if package is None and data.get("cc") and (why := services.cc_problem(data["cc"])):
             errors["cc"] = [why]   # judged without the package too, so it is named with the rest
         if (errors or field_errors) and package is not None:

@@ -145,9 +145,9 @@ class Command(CeilingCommand):
         node = Node.objects.filter(name=options["node"]).first() if options["node"] else None
         missing: dict[str, list[str]] = {}
         if pkg is None:
-            missing["package"] = [f"no registered kernel package named {options['package']!r} (run kernel_register)"]
+            missing["package"] = [f"no registered kernel package named {json_spelled(options['package'])} (run kernel_register)"]
         if options["node"] and node is None:
-            missing["node"] = [f"no node named {options['node']!r}"]
+            missing["node"] = [f"no node named {json_spelled(options['node'])}"]
         if pkg is None and options["cc"] and (why := cc_problem(options["cc"])):
             missing["cc"] = [why]   # judged without the package too, as the API does
         # an item of --batches or --shapes that cannot be read is named with every other problem

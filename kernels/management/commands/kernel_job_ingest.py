@@ -37,6 +37,7 @@ from pathlib import Path
 from controlplane.commands import CeilingCommand, refused
 from controlplane.drf_defaults import BOM, json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import CeilingError, InvalidInput
+from controlplane.jsonsafe import json_spelled
 from deployments.management.command_user import command_user
 from kernels.models import KernelBest, KernelJob, KernelPackage
 from kernels.services import kernel_job_from_measurement, kernel_job_ingest
@@ -94,13 +95,13 @@ class Command(CeilingCommand):
             # With --new the one positional argument is the results file.
             if options["results"]:
                 raise refused(f"--new creates a job: give only the results file, not a job id "
-                              f"({options['job_id']!r}); to store into an existing job, leave out --new")
+                              f"({json_spelled(options['job_id'])}); to store into an existing job, leave out --new")
             results_path = options["job_id"]
             if not results_path or not options["variants"]:
                 raise refused("--new PACKAGE needs --variants variants.json and results.json")
             package = KernelPackage.objects.filter(name=options["new"]).first()
             if package is None:
-                raise refused(f"no kernel package {options['new']!r} (run manage.py kernel_register)")
+                raise refused(f"no kernel package {json_spelled(options['new'])} (run manage.py kernel_register)")
             variants = self._read(options["variants"])
             results = self._read(results_path, errors_may_be_infinite=True)
             builds = self._read(options["builds"]) if options["builds"] else None

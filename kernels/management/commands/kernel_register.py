@@ -14,6 +14,7 @@ from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import json_spelled
 from kernels.services import kernel_package_register, kernel_packages_register_all, package_grid
 
 
@@ -46,7 +47,7 @@ class Command(CeilingCommand):
             self.stdout.write(f"{pkg.name}: {pkg.language}, {len(grid.variants)} variants of {grid.combinations} "
                               f"combinations ({grid.pruned_total} pruned by constraints), hash {pkg.source_hash[:12]}")
             if not grid.variants:
-                pruned = "; ".join(f"#{p['index'] if p['index'] is not None else p['source']} {p['constraint']!r} pruned {p['pruned']}" for p in grid.pruned)
+                pruned = "; ".join(f"#{p['index'] if p['index'] is not None else p['source']} {json_spelled(p['constraint'], 510)} pruned {p['pruned']}" for p in grid.pruned)
                 self.stderr.write(f"{pkg.name}: warning: the constraints leave no variant of {grid.combinations} "
                                   f"combinations; no job can run on this package ({pruned})",
                                   style_func=self.style.WARNING)
