@@ -107,6 +107,7 @@ from benchmarks.analysis import LatencyStats, SweepPoint
 from benchmarks.sweeps import json_shown
 from controlplane.drf_defaults import BOM
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import query_text
 
 SGLANG_BENCH_SERVING = "sglang-bench-serving"
 VLLM_BENCH_SERVE = "vllm-bench-serve"
@@ -156,7 +157,7 @@ def empty_upload_message(name: str) -> str:
     """What an import says of an uploaded file of 0 bytes named ``name`` (in quotes, cut to 40
     characters, as a refused form value is quoted): ``the file 'bench.json' is empty (0 bytes)``.
     The API and the import form refuse such an upload with it before reading it."""
-    return f"the file {str(name)[:40]!r} is empty (0 bytes)"
+    return f"the file {query_text(name)} is empty (0 bytes)"
 
 
 class _ItemLine(int):

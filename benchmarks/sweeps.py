@@ -18,7 +18,7 @@ from benchmarks.analysis.model import PARTIAL_FLAG
 from benchmarks.loadgen import Api
 from controlplane.api import shown_key, shown_value
 from controlplane.errors import InvalidInput
-from controlplane.jsonsafe import js_number, json_number, not_integer, whole_float
+from controlplane.jsonsafe import js_number, json_number, json_spelled, not_integer, whole_float
 
 # Bounds that keep one sweep a sweep and not a denial of service on the client or the database.
 # Every point's prompts are built in the control worker's memory before it starts (case C11), and
@@ -197,7 +197,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     decimal point or an exponent where an integer is asked for is told so, :func:`int_refusal`,
     as the API's integer fields refuse it too): each field is judged
     on its own, a number that is not finite (``1e400`` parses as infinity) is named once at its path
-    (``must be a finite number, got inf (too large for a 64-bit float)``), and the size bounds
+    (``must be a finite number, got Infinity (too large for a 64-bit float)``), and the size bounds
     (points, requests and prompt tokens per point and per sweep) are checked over the fields that
     are valid whenever the fields they depend on are. With the deployment's ``spec``, each valid
     length pair is also judged against what one request of it needs alone and the capacity the
@@ -212,7 +212,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     non_finite = non_finite_numbers(raw, "grid")
     for path, number in non_finite:
         why = "not a number" if math.isnan(number) else "too large for a 64-bit float"
-        errors[path] = [f"must be a finite number, got {number!r} ({why})"]
+        errors[path] = [f"must be a finite number, got {json_spelled(number)} ({why})"]
     named = {path for path, _ in non_finite}
 
     def err(path: str, msg: str) -> None:

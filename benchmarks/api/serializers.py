@@ -19,6 +19,7 @@ from controlplane.api import (
     StrictIntegerField,
 )
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import query_text
 from deployments.services import text_control_validator
 
 
@@ -192,7 +193,7 @@ class GridField(AnyJSONField):
     A JSON number too large for a double (``1e400``) parses as ``inf``, which DRF's ``JSONField``
     refuses only as "Value must be valid JSON."; here it passes through to
     :func:`benchmarks.sweeps.grid_validate`, which names it at its path
-    (``{"grid.duration_s": ["must be a finite number, got inf (too large for a 64-bit float)"]}``)
+    (``{"grid.duration_s": ["must be a finite number, got Infinity (too large for a 64-bit float)"]}``)
     together with every other error of the grid. (``NaN`` and ``Infinity`` literals never get
     here: the JSON parser refuses them with 400, named at their path:
     ``{"grid.duration_s": ["NaN is not a finite number"]}``.)
@@ -463,7 +464,7 @@ class CompareQuerySerializer(serializers.Serializer):
         # As an id of ids: "3" in quotes is run 3.
         baseline = unquoted(attrs.get("baseline") or "")
         if baseline and not DIGITS_RE.fullmatch(baseline):
-            raise serializers.ValidationError({"baseline": [f"takes one run id (e.g. 3), got {baseline[:40]!r}"]})
+            raise serializers.ValidationError({"baseline": [f"takes one run id (e.g. 3), got {query_text(baseline)}"]})
         # An id longer than any row's is kept as one no compared run has (the view says so).
         attrs["baseline"] = (None if not baseline else
                              PK_MAX + 1 if len(baseline.lstrip("0")) > len(str(PK_MAX)) else int(baseline))

@@ -50,7 +50,7 @@ from benchmarks.sweeps import DIGITS_RE, repeats_text, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import Conflict, InvalidInput
-from controlplane.jsonsafe import js_number, json_safe
+from controlplane.jsonsafe import js_number, json_safe, query_text
 
 # From this magnitude on a compared number is written with an exponent: every digit of a value
 # such as 1e300 (an imported file's) would be a 301-digit cell that widens the page.
@@ -560,7 +560,7 @@ def runs_compare_ids(text: str, *, field: str) -> list[int]:
                 raise ValueError(part)
             ids.append(int(part))
         except ValueError:
-            raise InvalidInput({field: [f"must be comma-separated integer ids, got {part[:40]!r}"]}) from None
+            raise InvalidInput({field: [f"must be comma-separated integer ids, got {query_text(part)}"]}) from None
     return ids
 
 

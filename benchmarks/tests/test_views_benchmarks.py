@@ -364,7 +364,7 @@ def test_it_refuses_numbers_a_browser_would_silently_drop_with_a_message(operato
     assert "&#x27;1e400&#x27; is not a finite number (too large, or not a number at all)." in html
     assert "&#x27;nan&#x27; is not a finite number" in html
     assert "&#x27;-5&#x27; must be more than 0 ms." in html
-    assert escape("must be a finite number, got inf (too large for a 64-bit float)") in html  # rates, as the API
+    assert escape("must be a finite number, got Infinity (too large for a 64-bit float)") in html  # rates, as the API
     assert "must be at least 1 s and at most 86400 s (24 h), got &#x27;90000&#x27;." in html
     assert 'value="1e400"' in html  # the form comes back with what was typed
     assert not BenchmarkSweep.objects.exists()

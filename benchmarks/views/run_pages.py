@@ -30,6 +30,7 @@ from benchmarks.views.common import (
 )
 from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import query_text
 from deployments.views import role_page
 
 
@@ -333,7 +334,7 @@ def compare(request: HttpRequest) -> HttpResponse:
     if "format" not in repeated and fmt not in ("", "csv"):
         # The API's refusal of an unknown format, naming what this page serves: the page itself
         # (no format) and csv; json is the API's (/api/runs/compare/).
-        problems.append(f"format must be csv, or absent for this page (json: /api/runs/compare/); got {fmt[:40]!r}")
+        problems.append(f"format must be csv, or absent for this page (json: /api/runs/compare/); got {query_text(fmt)}")
     if problems:
         return form_again(problems)
     if not run_ids and not sweep_ids:
@@ -399,7 +400,7 @@ def _baseline_param(text: str, problems: list[str]) -> list[int]:
     if not text:
         return []
     if not DIGITS_RE.fullmatch(text):
-        problems.append(f"baseline takes one run id (e.g. 3), got {text[:40]!r}")
+        problems.append(f"baseline takes one run id (e.g. 3), got {query_text(text)}")
         return []
     return [PK_MAX + 1 if len(text.lstrip("0")) > len(str(PK_MAX)) else int(text)]
 

@@ -30,6 +30,7 @@ from benchmarks.views.common import (
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import Conflict, InvalidInput
 from controlplane.forms import repeated_field_errors
+from controlplane.jsonsafe import json_spelled, query_text
 from controlplane.paging import page_of
 from controlplane.permissions import has_role
 from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
@@ -356,7 +357,7 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
                           .order_by("-created_at", "-id")[:PICKER_MAX])
         shown = raw_id if len(raw_id) <= 40 else raw_id[:39] + "…"
         return render(request, "benchmarks/sweep_pick.html", {"deployments": candidates, "errors": [
-            f"deployment: {shown!r} is not a deployment id (a whole number, e.g. 3); choose one below."]},
+            f"deployment: {json_spelled(shown)} is not a deployment id (a whole number, e.g. 3); choose one below."]},
             status=400)
     raw_id = raw_id.strip()
     deployment = (Deployment.objects.select_related("recipe", "node").filter(pk=int(raw_id)).first()
@@ -407,7 +408,7 @@ def _sweep_form_without_deployment(request: HttpRequest, raw_id: str, defaults: 
     for field, msgs in _grid_rule_errors(grid, engine=None).items():
         errors.setdefault(field, msgs)
     shown = raw_id.strip()
-    errors["deployment"] = ([f"no deployment with id {shown if DIGITS_RE.fullmatch(shown) else repr(shown[:40])}"]
+    errors["deployment"] = ([f"no deployment with id {shown if DIGITS_RE.fullmatch(shown) else query_text(shown)}"]
                             if shown else ["choose a deployment"])
     return render(request, "benchmarks/sweep_form.html", {
         "deployment": None, "deployment_value": shown, "values": values, "errors": errors,

@@ -48,7 +48,7 @@ from benchmarks.services.sweeps import SHARED_RECHECK_S
 from benchmarks.sweeps import DEFAULT_LENGTHS, DEFAULT_REQUESTS_PER_CONCURRENCY, WAIT_READY_MARGIN_S, grid_validate
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import CeilingError, InvalidInput
-from controlplane.jsonsafe import js_number
+from controlplane.jsonsafe import js_number, json_spelled
 from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.management.command_user import command_user
 from deployments.models import Deployment
@@ -163,11 +163,11 @@ def no_deployment_text(target: str) -> str:
         if latest is not None:
             why = (latest.reason or "").split("\n", 1)[0].strip()
             why = why if len(why) <= 200 else why[:199] + "…"
-            return (f"recipe {target!r}: its latest deployment #{latest.pk} is {latest.status}"
+            return (f"recipe {json_spelled(target)}: its latest deployment #{latest.pk} is {latest.status}"
                     + (f" ({why})" if why else "") + "; deploy it again to sweep it")
         if Recipe.objects.filter(name=target).exists():
-            return f"recipe {target!r} has no deployment; deploy it first to sweep it"
-    return f"no deployment {target!r} (give an id, or the name of a recipe that is deployed)"
+            return f"recipe {json_spelled(target)} has no deployment; deploy it first to sweep it"
+    return f"no deployment {json_spelled(target)} (give an id, or the name of a recipe that is deployed)"
 
 
 class Command(CeilingCommand):
