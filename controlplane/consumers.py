@@ -99,6 +99,7 @@ from django.db import DatabaseError
 from django.utils.crypto import constant_time_compare
 
 from controlplane.drf_defaults import json_loads, repeated_key_errors
+from controlplane.jsonsafe import json_spelled
 from controlplane.permissions import has_role
 from controlplane.realtime import current_seq, group_kind, latest_messages, live_user_group
 
@@ -167,27 +168,27 @@ def subscription_refusal(user, group: str) -> str | None:
         return "your account has no role that may read live data (viewer or above)"
     parsed = group_kind(group)
     if parsed is None:
-        return (f"{group!r} is not a live group: use node-<name>, deployment-<id>, sweep-<id> "
+        return (f"{json_spelled(group)} is not a live group: use node-<name>, deployment-<id>, sweep-<id> "
                 "or kernel-job-<id>")
     kind, key = parsed
     if kind == "node":
         model = apps.get_model("deployments", "Node")
-        return None if model.objects.filter(name=key).exists() else f"no node named {key!r}"
+        return None if model.objects.filter(name=key).exists() else f"no node named {json_spelled(key)}"
     app_label, model_name = _ID_KINDS[kind]
     try:
         model = apps.get_model(app_label, model_name)
     except LookupError:
-        return f"live data of kind {kind!r} is not available on this server"
+        return f"live data of kind {json_spelled(kind)} is not available on this server"
     if not (key.isascii() and key.isdigit()) or len(key) > 18:
-        return f"{kind} ids are numbers, not {key!r}"
+        return f"{kind} ids are numbers, not {json_spelled(key)}"
     if str(int(key)) != key:
         # Broadcasts go to the canonical name (deployment-4), never to deployment-0004.
-        return f"write {kind} ids without leading zeros: {kind}-{int(key)}, not {group!r}"
+        return f"write {kind} ids without leading zeros: {kind}-{int(key)}, not {json_spelled(group)}"
     try:
         exists = model.objects.filter(pk=int(key)).exists()
     except DatabaseError:
         # The model is there but its table is not (a migration not applied yet).
-        return f"live data of kind {kind!r} is not available on this server"
+        return f"live data of kind {json_spelled(kind)} is not available on this server"
     return None if exists else f"no {kind} with id {key}"
 
 
@@ -654,7 +655,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         repeated = repeated_key_errors(content, values_shown=False)
         if repeated:
             await self._fail(CLOSE_BAD_REQUEST, "; ".join(
-                f"key {path!r} {message}" for path, messages in repeated.items() for message in messages))
+                f"key {json_spelled(path)} {message}" for path, messages in repeated.items() for message in messages))
             return
         action = content.get("action") if isinstance(content, dict) else None
         handler = {
@@ -663,7 +664,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         }.get(action) if isinstance(action, str) else None
         if handler is None:
             await self._fail(CLOSE_BAD_REQUEST,
-                             f"unknown action {action!r}: use ack, ping, subscribe, unsubscribe or resync")
+                             f"unknown action {json_spelled(action)}: use ack, ping, subscribe, unsubscribe or resync")
             return
         await handler(content)
 
