@@ -14,6 +14,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 
 from controlplane.commands import refused
+from controlplane.jsonsafe import json_spelled
 from controlplane.permissions import ROLE_ORDER, has_role, user_role
 
 
@@ -33,12 +34,12 @@ def command_user(username: str | None, *, role: str, what: str):
         raise ValueError(f"role must be one of {', '.join(ROLE_ORDER)}, got {role!r}")
     user = get_user_model().objects.filter(username=username).first()
     if user is None:
-        raise refused(f"--user {username!r}: no such user")
+        raise refused(f"--user {json_spelled(username, 160)}: no such user")
     if not user.is_active:
-        raise refused(f"--user {username!r}: the user is inactive; creating {what} needs an active user")
+        raise refused(f"--user {json_spelled(username, 160)}: the user is inactive; creating {what} needs an active user")
     if not has_role(user, role):
         enough = " or ".join(name for name, rank in ROLE_ORDER.items() if rank >= ROLE_ORDER[role])
         held = user_role(user)
         has = f"has the {held} role" if held else f"has no role (is in none of the groups {', '.join(ROLE_ORDER)})"
-        raise refused(f"--user {username!r}: {has}; creating {what} needs {enough}")
+        raise refused(f"--user {json_spelled(username, 160)}: {has}; creating {what} needs {enough}")
     return user
