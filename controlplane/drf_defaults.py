@@ -302,7 +302,7 @@ def json_loads_body(body: bytes, encoding: str) -> Any:
         raise ParseError(f"the request body is not valid {name} text: byte 0x{exc.object[exc.start]:02x} at offset "
                          f"{exc.start} ({exc.reason})") from exc
     except LookupError as exc:
-        raise ParseError(f"the request body's encoding {encoding!r} is not one this server knows") from exc
+        raise ParseError(f"the request body's encoding {json_spelled(encoding)} is not one this server knows") from exc
     text = text.removeprefix(BOM)
     try:
         return json_loads(text)

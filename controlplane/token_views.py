@@ -35,6 +35,7 @@ from controlplane.api import (
     unknown_field_errors,
     unknown_query_errors,
 )
+from controlplane.jsonsafe import json_spelled
 from controlplane.permissions import user_role
 
 
@@ -112,7 +113,7 @@ class TokenObtainView(ObtainAuthToken):
         user = serializer.validated_data["user"]
         if user_role(user) is None:
             return Response(
-                {"detail": f"User {user.get_username()!r} has no role: ask an admin to add them to "
+                {"detail": f"User {json_spelled(user.get_username(), 160)} has no role: ask an admin to add them to "
                  "the viewer, operator or admin group.", "code": "no_role"},
                 status=status.HTTP_403_FORBIDDEN,
             )
