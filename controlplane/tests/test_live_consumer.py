@@ -209,6 +209,9 @@ def test_it_explains_each_refusal(viewer, outsider, node):
     assert subscription_refusal(viewer, "sweep-x1") == "sweep ids are numbers, not 'x1'"
     # '²' passes str.isdigit() but is no number int() reads: a refusal, not an error
     assert subscription_refusal(viewer, "sweep-\u00b2")
+    # the name as messages quote input: a hidden character as its code point, a quote kept readable
+    assert subscription_refusal(viewer, "node-h6\u202etest").startswith("'node-h6<U+202E>test' is not a live group")
+    assert subscription_refusal(viewer, "node-it's").startswith("\"node-it's\" is not a live group")
     assert "is not a live group" in subscription_refusal(viewer, "metrics-1")
     assert "no role" in subscription_refusal(outsider, node_group(node.name))
     # Kernel jobs are refused as unknown until the kernels app has its KernelJob table.
