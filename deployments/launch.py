@@ -38,6 +38,7 @@ from typing import Any
 from django.conf import settings
 
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import json_spelled
 from controlplane.redaction import REDACTED
 from deployments.engines import engine_get
 from deployments.engines.base import RenderContext, http_url
@@ -234,7 +235,7 @@ def launch_plan_render(
     if secret_values is not None:
         missing = {env: name for env, name in secret_env.items() if name not in secret_values}
         if missing:
-            raise InvalidInput({f"spec.secrets.{env}": [f"secret {name!r} has no value"] for env, name in missing.items()})
+            raise InvalidInput({f"spec.secrets.{env}": [f"secret {json_spelled(name)} has no value"] for env, name in missing.items()})
 
     processes: list[ProcessSpec] = []
     for role_name in START_ORDER:

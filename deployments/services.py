@@ -370,7 +370,7 @@ def _check_name_free(name: str, *, exclude_pk: int | None = None) -> None:
     if exclude_pk is not None:
         qs = qs.exclude(pk=exclude_pk)
     if qs.exists():
-        raise InvalidInput({"name": [f"A recipe named {name!r} already exists."]})
+        raise InvalidInput({"name": [f"A recipe named {json_spelled(name)} already exists."]})
 
 
 def _save_with_history(recipe: Recipe, *, user, change_reason: str) -> None:
@@ -474,7 +474,7 @@ def recipe_update(
             raise NotFound(f"Recipe {recipe.pk} no longer exists.") from exc
         if expected_version is not None and locked.version != expected_version:
             raise Conflict(
-                f"Recipe {locked.name!r} is at version {locked.version}, not {expected_version}; "
+                f"Recipe {json_spelled(locked.name)} is at version {locked.version}, not {expected_version}; "
                 "reload it and apply the change again."
             )
         current = _content_of(locked)
@@ -503,7 +503,7 @@ def recipe_stale_message(*, recipe: Recipe, expected_version: int) -> str | None
     Reads the row as stored now, not ``recipe``'s in-memory fields."""
     current = Recipe.objects.filter(pk=recipe.pk).values_list("name", "version").first()
     if current is None:
-        return f"Recipe {recipe.name!r} no longer exists: it was deleted since you opened this page."
+        return f"Recipe {json_spelled(recipe.name)} no longer exists: it was deleted since you opened this page."
     name, version = current
     if version == expected_version:
         return None
@@ -513,7 +513,7 @@ def recipe_stale_message(*, recipe: Recipe, expected_version: int) -> str | None
         who = f"by {latest.history_user.username} " if latest.history_user_id else ""
         by = f" ({who}at {latest.history_date.astimezone(dt_timezone.utc):%Y-%m-%d %H:%M:%S} UTC)"
     return (
-        f"Recipe {name!r} is at version {version}, not {expected_version}: it was changed since you "
+        f"Recipe {json_spelled(name)} is at version {version}, not {expected_version}: it was changed since you "
         f"opened this page{by}; reload it to edit the current version."
     )
 
@@ -593,7 +593,7 @@ def recipe_delete_refusal(*, recipe: Recipe, kept: list[Deployment]) -> str:
         f"change the recipe with PATCH /api/recipes/{recipe.pk}/ (each save is a new version; deployments keep "
         f"the version they ran), or create a new recipe under another name."
     )
-    head = f"Recipe {recipe.name!r} cannot be deleted: {noun} {named} {verb} to it. {rule}"
+    head = f"Recipe {json_spelled(recipe.name)} cannot be deleted: {noun} {named} {verb} to it. {rule}"
     if kept and all(deployment_goes_once_ended(d) for d in kept):
         one = len(kept) == 1
         statuses = {d.status for d in kept}
@@ -656,7 +656,7 @@ def _history_row(recipe: Recipe, version: int):
         raise InvalidInput({"version": ["Must be a positive integer."]})
     if version > MAX_VERSION:
         # Beyond any stored version; also keeps the query inside the database's integer range.
-        raise NotFound(f"Recipe {recipe.name!r} has no version {version}.")
+        raise NotFound(f"Recipe {json_spelled(recipe.name)} has no version {version}.")
     row = (
         recipe.history.filter(version=version)
         .exclude(history_type="-")
@@ -664,7 +664,7 @@ def _history_row(recipe: Recipe, version: int):
         .first()
     )
     if row is None:
-        raise NotFound(f"Recipe {recipe.name!r} has no version {version}.")
+        raise NotFound(f"Recipe {json_spelled(recipe.name)} has no version {version}.")
     return row
 
 
@@ -764,7 +764,7 @@ def recipe_revert(
     fields = {k: content[k] for k in RECIPE_CONTENT_FIELDS if k != "node" and not (keep_name and k == "name")}
     reason = f"Reverted to version {version}"
     if keep_name and content["name"] != recipe.name:
-        reason += f" keeping the name {recipe.name!r}"
+        reason += f" keeping the name {json_spelled(recipe.name)}"
     try:
         return recipe_update(
             recipe=recipe,
@@ -780,8 +780,8 @@ def recipe_revert(
         current = Recipe.objects.filter(pk=recipe.pk).values_list("name", flat=True).first() or recipe.name
         if not Recipe.objects.filter(name=content["name"]).exclude(pk=recipe.pk).exists():
             raise
-        taken = (f"A recipe named {content['name']!r} already exists; restore it with the current name "
-                 f"{current!r} instead (keep_name).")
+        taken = (f"A recipe named {json_spelled(content['name'])} already exists; restore it with the current name "
+                 f"{json_spelled(current)} instead (keep_name).")
         raise InvalidInput({**exc.errors, "name": [taken]}) from None
 
 
@@ -819,7 +819,7 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
                 other, role = taken[int(port)]
                 plan.warnings.append(
                     f"port {port} ({spec.role} {kind} port) is in use by the {role} of deployment #{other.pk} "
-                    f"(recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}: a deploy now "
+                    f"(recipe {json_spelled(other.recipe.name)}, {other.status}) on node {json_spelled(recipe.node.name)}: a deploy now "
                     "would be refused")
     if warn_ports:
         plan.warnings.extend(f"{line}: a deploy now would be refused" for line in gpu_conflicts(plan=plan, recipe=recipe))
@@ -845,7 +845,7 @@ def model_path_warnings(*, spec: dict, node_name: str, engine: str) -> list[str]
     path = (spec.get("model") or {}).get("path")
     if not path or node_name != settings.CEILING_NODE_NAME or os.path.exists(path):
         return []
-    return [f"model path {path} does not exist on node {node_name!r} (this host): the engine would fail at "
+    return [f"model path {path} does not exist on node {json_spelled(node_name)} (this host): the engine would fail at "
             "start; put the file there before a deploy"]
 
 
@@ -879,7 +879,7 @@ def port_holder_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
             if not reason:
                 continue
             busy = "already in use" in reason
-            lines.append(f"{spec.role} {kind} {reason} on node {recipe.node.name!r} (this host)"
+            lines.append(f"{spec.role} {kind} {reason} on node {json_spelled(recipe.node.name)} (this host)"
                          f"{', and no active deployment books it' if busy else ''}: a launch now would fail at "
                          f"start; {'stop that process or choose another port' if busy else 'choose another host or port'}")
     return lines
@@ -899,7 +899,7 @@ def node_delete(*, node: Node, user) -> None:
         with transaction.atomic():
             node.delete()
     except ProtectedError as exc:
-        raise Conflict(f"Node {node.name!r} is used by recipes or deployments; it cannot be removed.") from exc
+        raise Conflict(f"Node {json_spelled(node.name)} is used by recipes or deployments; it cannot be removed.") from exc
 
 
 # --- secrets -------------------------------------------------------------------------------
@@ -963,7 +963,7 @@ def secret_name_errors(name: str) -> list[str]:
     except DjangoValidationError as exc:
         return list(exc.messages)
     if Secret.objects.filter(name=name).exists():
-        return [f"A secret named {name!r} already exists."]
+        return [f"A secret named {json_spelled(name)} already exists."]
     return []
 
 
@@ -975,7 +975,7 @@ def secret_create(*, user, name: str, value: str, description: str = "") -> Secr
     _validate_secret_fields(name=name, value=value, description=description or "")
     with transaction.atomic():
         if Secret.objects.filter(name=name).exists():
-            raise InvalidInput({"name": [f"A secret named {name!r} already exists."]})
+            raise InvalidInput({"name": [f"A secret named {json_spelled(name)} already exists."]})
         try:
             secret = Secret.objects.create(name=name, value=value, description=description or "")
         except IntegrityError as exc:
@@ -1008,7 +1008,7 @@ def secret_delete(*, secret: Secret, user) -> None:
     """
     users = [r.name for r in Recipe.objects.only("name", "spec") if secret.name in _secret_refs(r.spec)]
     if users:
-        raise Conflict(f"Secret {secret.name!r} is used by recipe(s): {', '.join(sorted(users))}.")
+        raise Conflict(f"Secret {json_spelled(secret.name)} is used by recipe(s): {', '.join(sorted(users))}.")
     secret.delete()
 
 
@@ -1140,7 +1140,7 @@ def _gpu_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deploym
             lines.append((
                 f"{spec.role} GPU{'s' if len(gpus) > 1 else ''} {format_cpulist(gpus)} "
                 f"{'are' if len(gpus) > 1 else 'is'} booked by the {role} of deployment #{other.pk} "
-                f"(recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}", other))
+                f"(recipe {json_spelled(other.recipe.name)}, {other.status}) on node {json_spelled(recipe.node.name)}", other))
     return lines
 
 
@@ -1191,7 +1191,7 @@ def cpu_sharing_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
             lines.append(
                 f"{spec.role} CPU{'s' if len(cpus) > 1 else ''} {format_cpulist(cpus)} "
                 f"{'are' if len(cpus) > 1 else 'is'} also pinned by the {role} of deployment #{other.pk} "
-                f"(recipe {other.recipe.name!r}, {other.status}): the two share {'them' if len(cpus) > 1 else 'it'}, "
+                f"(recipe {json_spelled(other.recipe.name)}, {other.status}): the two share {'them' if len(cpus) > 1 else 'it'}, "
                 "which skews either one's benchmark numbers while both serve")
     return lines
 
@@ -1209,7 +1209,7 @@ def _port_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deploy
                 other, role = taken[int(port)]
                 clashes.append((
                     f"port {port} ({spec.role} {kind} port) is already used by the {role} of deployment "
-                    f"#{other.pk} (recipe {other.recipe.name!r}, {other.status}) on node {recipe.node.name!r}",
+                    f"#{other.pk} (recipe {json_spelled(other.recipe.name)}, {other.status}) on node {json_spelled(recipe.node.name)}",
                     other))
     return clashes
 
@@ -1284,7 +1284,7 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
         )
         where = f" (#{active[0]}, {active[1]})" if active else ""
         raise Conflict(
-            f"Recipe {recipe.name!r} already has an active deployment on node {recipe.node.name!r}{where}; "
+            f"Recipe {json_spelled(recipe.name)} already has an active deployment on node {json_spelled(recipe.node.name)}{where}; "
             "stop it first."
         ) from exc
     with transaction.atomic():

@@ -31,6 +31,7 @@ from controlplane.api import (
 from controlplane.api import AnyJSONField, BlankAsNullCharField, LimitedTextField, OptionalTextField, StrictBooleanField
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import json_spelled
 from controlplane.redaction import credential_mask_json, redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
 from deployments.models import (
@@ -325,7 +326,7 @@ class RecipeWriteSerializer(serializers.Serializer):
             if recipe is not None:
                 taken = taken.exclude(pk=recipe.pk)
             if taken.exists():
-                errors["name"] = [f"A recipe named {name!r} already exists."]
+                errors["name"] = [f"A recipe named {json_spelled(name)} already exists."]
         content: dict[str, Any] = {}
         if recipe is not None:
             content = {"engine": recipe.engine, "topology": recipe.topology, "node": recipe.node, "spec": recipe.spec}

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_http_methods
 
 from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import BadQuery, CeilingError, Conflict, InvalidInput, NotFound
+from controlplane.jsonsafe import json_spelled
 from controlplane.redaction import credential_mask_json, redact_text
 from deployments import selectors, services
 from deployments.api.serializers import version_number
@@ -72,7 +73,7 @@ def _refused_form_errors(form: RecipeForm, recipe: Recipe | None = None) -> dict
         if recipe is not None:
             taken = taken.exclude(pk=recipe.pk)
         if taken.exists():
-            form.add_error("name", f"A recipe named {name!r} already exists.")
+            form.add_error("name", f"A recipe named {json_spelled(name)} already exists.")
     return _refused_spec_errors(form)
 
 
@@ -409,7 +410,7 @@ def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
     # would refuse, so Validate says it too (an edit keeps its own recipe's name).
     name = data.get("name")
     if name and not request.POST.get("expected_version") and Recipe.objects.filter(name=name).exists():
-        form.add_error("name", f"A recipe named {name!r} already exists.")
+        form.add_error("name", f"A recipe named {json_spelled(name)} already exists.")
     # The spec is judged whenever the fields it depends on are good, so every problem shows at once,
     # by the same check Save applies (services.recipe_content_validate): what Validate calls valid
     # saves. A field the form already refused keeps the form's message alone.
