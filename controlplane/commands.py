@@ -12,6 +12,8 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.jsonsafe import json_spelled
+
 #: The exit status of input a command refuses (argparse's, for a bad option); 1 stays for work that
 #: was started and failed (a sweep that ran and failed).
 REFUSED_STATUS = 2
@@ -48,8 +50,9 @@ class _StoreOnce(argparse._StoreAction):
 
 
 def _quoted(value) -> str:
-    """An option's value as typed, in quotes (``'1'``, ``'a b'``)."""
-    return repr(str(value))
+    """An option's value as typed, in quotes as messages quote input (``'1'``, ``'a b'``:
+    :func:`controlplane.jsonsafe.json_spelled`)."""
+    return json_spelled(str(value))
 
 
 def _remembering(action: _StoreOnce, convert):

@@ -53,6 +53,7 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import json_spelled
 from controlplane.redaction import redact_text, register_secret_value
 from deployments.choices import (
     DEPLOYMENT_TERMINAL,
@@ -1496,7 +1497,7 @@ def agent_lock_acquire(name: str) -> int:
         node = Node.objects.filter(name=name).only("agent_heartbeat_at", "agent_pid").first()
         who = f"pid {holder[0]} on {holder[1]}" if len(holder) >= 2 else "another process on this host"
         raise AgentAlreadyRunning(
-            f"node agent {name!r} is already running: {who} holds {path}"
+            f"node agent {json_spelled(name)} is already running: {who} holds {path}"
             f"{_heartbeat_text(node)}; stop it first (a second agent would consume the same queue"
             f" and adopt its engines)"
         ) from None
@@ -1533,8 +1534,8 @@ def agent_other_running(name: str) -> str:
         return ""
     here = socket.gethostname()
     if node.hostname and node.hostname != here:
-        return (f"node {name!r} is served by an agent on host {node.hostname!r}{_heartbeat_text(node)};"
-                f" this is {here!r}. Stop that agent, or wait {settings.CEILING_HEARTBEAT_TIMEOUT_S:g} s"
+        return (f"node {json_spelled(name)} is served by an agent on host {json_spelled(node.hostname)}{_heartbeat_text(node)};"
+                f" this is {json_spelled(here)}. Stop that agent, or wait {settings.CEILING_HEARTBEAT_TIMEOUT_S:g} s"
                 f" after its last heartbeat")
     pid = node.agent_pid
     if not pid or pid == os.getpid():
@@ -1545,7 +1546,7 @@ def agent_other_running(name: str) -> str:
         return ""  # that agent is gone; its heartbeat is simply recent
     if b"node_agent" not in cmdline:
         return ""  # the pid now belongs to something else
-    return (f"node agent {name!r} is already running on this host as pid {pid}{_heartbeat_text(node)}"
+    return (f"node agent {json_spelled(name)} is already running on this host as pid {pid}{_heartbeat_text(node)}"
             f" (another CEILING_VAR_DIR, so its lock file is elsewhere); stop it first")
 
 

@@ -21,6 +21,7 @@ from django.core.management.base import CommandParser
 
 from controlplane.commands import CeilingCommand, refused, refused_list
 from controlplane.errors import CeilingError, InvalidInput
+from controlplane.jsonsafe import json_spelled
 from deployments.api.serializers import version_number
 from deployments.models import Recipe
 from deployments.services import recipe_plan
@@ -45,7 +46,7 @@ class Command(CeilingCommand):
     def handle(self, *args, **options) -> None:
         recipe = Recipe.objects.select_related("node").filter(name=options["recipe"]).first()
         if recipe is None:
-            raise refused(f"no recipe named {options['recipe']!r}")
+            raise refused(f"no recipe named {json_spelled(options['recipe'])}")
         version = None
         if options["version"] is not None:
             try:

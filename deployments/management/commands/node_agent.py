@@ -17,6 +17,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from controlplane.commands import CeilingCommand
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import json_spelled
 from deployments.agent import AgentAlreadyRunning, NodeAgent
 
 
@@ -38,6 +39,6 @@ class Command(CeilingCommand):
         except AgentAlreadyRunning as exc:
             raise CommandError(str(exc)) from exc
         except InvalidInput as exc:
-            raise CommandError(f"cannot register node {name!r}: {exc}") from exc
+            raise CommandError(f"cannot register node {json_spelled(name)}: {exc}") from exc
         if code:
             raise SystemExit(code)
