@@ -44,6 +44,7 @@ import time
 import urllib.parse
 
 from controlplane.errors import CeilingError
+from controlplane.jsonsafe import json_spelled
 
 REDACTED = "***redacted***"
 
@@ -198,7 +199,7 @@ class SecretsUnmaskable(CeilingError):
     def __init__(self, names: list[str]):
         self.names = sorted(set(names))
         super().__init__(
-            "not shown: the stored value of secret(s) " + ", ".join(repr(n) for n in self.names)
+            "not shown: the stored value of secret(s) " + ", ".join(json_spelled(n) for n in self.names)
             + " cannot be decrypted with this server's secrets key (CEILING_SECRETS_KEY or its key file), "
             "so it could not be masked; run the server with the key the secrets were stored with"
         )
