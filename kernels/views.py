@@ -176,7 +176,7 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
         try:
             data = json_loads(text)
         except (ValueError, RecursionError) as exc:
-            errors.setdefault("params", []).append(f"'{_short(text)}' is not valid JSON ({exc}); accepted: {SUBSET_FORMS}")
+            errors.setdefault("params", []).append(f"{json_spelled(_short(text))} is not valid JSON ({exc}); accepted: {SUBSET_FORMS}")
             return out
         if not isinstance(data, dict):
             errors.setdefault("params", []).append(f"the JSON must be an object of parameter lists; accepted: {SUBSET_FORMS}")
@@ -192,7 +192,7 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
                 continue
             if not isinstance(values, list):   # the API's rule (kernels.manifest.grid_subset_validate)
                 errors.setdefault("params", []).append(
-                    f"'{_short(str(name))}' must be a list of grid values in the JSON form "
+                    f"{json_spelled(_short(str(name)))} must be a list of grid values in the JSON form "
                     f"({{\"{_short(str(name))}\": [{_short(json.dumps(values))}]}}), or write {_short(str(name))}={_short(str(values))}")
                 continue
             out[str(name)] = list(values)
@@ -204,7 +204,7 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
             continue
         name, sep, values = part.partition("=")
         if not sep or not name.strip():
-            errors.setdefault("params", []).append(f"'{_short(part)}' is neither of the accepted forms: {SUBSET_FORMS}")
+            errors.setdefault("params", []).append(f"{json_spelled(_short(part))} is neither of the accepted forms: {SUBSET_FORMS}")
             continue
         name = name.strip()
         given.setdefault(name, []).append(values.strip())
@@ -219,7 +219,7 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
     for name, times in given.items():
         if len(times) > 1:
             errors.setdefault("params", []).append(
-                f"'{_short(name)}' is named {len(times)} times: name it once, with its values comma-separated "
+                f"{json_spelled(_short(name))} is named {len(times)} times: name it once, with its values comma-separated "
                 f"({_short(name + '=' + ','.join(v for v in times if v))})")
     return out
 
@@ -258,7 +258,7 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
     # its last value taken silently), and each shape and batch once, as the API's body
     errors: dict[str, list[str]] = repeated_field_errors(request, ("node", "cc", "params", "batches"))
     for shape in {s for s in form["shapes"] if form["shapes"].count(s) > 1}:
-        errors.setdefault("shapes", []).append(f"Shape '{_short(shape)}' is chosen twice: choose each once.")
+        errors.setdefault("shapes", []).append(f"Shape {json_spelled(_short(shape))} is chosen twice: choose each once.")
     node = Node.objects.filter(name=form["node"]).first()
     if node is None:
         errors["node"] = ["Choose a registered node."]
@@ -272,7 +272,7 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
         if not part:
             continue
         if not DIGITS_RE.fullmatch(part):
-            errors.setdefault("batches", []).append(f"'{_short(part)}' is not a positive whole number.")
+            errors.setdefault("batches", []).append(f"{json_spelled(_short(part))} is not a positive whole number.")
         elif int(part) in batches:
             errors.setdefault("batches", []).append(f"Batch {int(part)} is given twice: give each once.")
         else:
@@ -357,10 +357,10 @@ def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None
     batch_raw = one("batch").strip()
     batch = int(batch_raw) if DIGITS_RE.fullmatch(batch_raw) and int(batch_raw) > 0 else None
     if batch_raw and batch is None:
-        problems.append(f"batch: '{_short(batch_raw)}' is not a positive whole number.")
+        problems.append(f"batch: {json_spelled(_short(batch_raw))} is not a positive whole number.")
     state = one("state", "all") or "all"
     if state not in selectors.STATES:
-        problems.append(f"state: '{_short(state)}' is not one of {', '.join(selectors.STATES)}.")
+        problems.append(f"state: {json_spelled(_short(state))} is not one of {', '.join(selectors.STATES)}.")
         state = "all"
     # one value per parameter; one given twice is reported and not filtered on (selectors.variant_filters)
     params, repeated = selectors.variant_filters(request.GET)
@@ -370,10 +370,10 @@ def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None
     offset_raw = one("offset").strip()
     offset = int(offset_raw) if DIGITS_RE.fullmatch(offset_raw) and len(offset_raw) <= 18 else 0
     if offset_raw and not DIGITS_RE.fullmatch(offset_raw):
-        problems.append(f"offset: '{_short(offset_raw)}' is not a whole number >= 0.")
+        problems.append(f"offset: {json_spelled(_short(offset_raw))} is not a whole number >= 0.")
     elif offset > selectors.MAX_TABLE_OFFSET or len(offset_raw) > 18:
         # the API's bound (VariantTableQuerySerializer.offset): no job holds that many rows
-        problems.append(f"offset: '{_short(offset_raw)}' is above {selectors.MAX_TABLE_OFFSET}; the first page is shown.")
+        problems.append(f"offset: {json_spelled(_short(offset_raw))} is above {selectors.MAX_TABLE_OFFSET}; the first page is shown.")
         offset = 0
     return batch, state, params, sort, offset
 
