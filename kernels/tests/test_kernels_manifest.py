@@ -101,6 +101,9 @@ def test_the_flagship_grid_counts_add_up():
     ({"sources": ["kernel.py", "../../etc/passwd"]}, "sources.1", "must be a relative path inside the package"),
     ({"entry": "kernel.cu"}, "entry", "a triton package's entry must be a .py file"),
     ({"cuda": {"kernel": "k"}}, "cuda", "only applies to language 'cuda'"),
+    # a refused value is quoted as every message quotes input: hidden characters as code points
+    ({"dtype": "bf\u202e16"}, "dtype", "'bf<U+202E>16' must be a short lowercase name"),
+    ({"engine__flag": "--it's"}, "engine.flag", "\"--it's\" must look like --some-option"),
 ])
 def test_it_reports_each_problem_at_its_field_path(changes, path, message):
     errors = _errors(_raw(**changes))
