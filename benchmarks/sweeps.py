@@ -112,9 +112,10 @@ def json_shown(value: Any) -> str:
     integer of more than 40 digits as ``1.00e+50``), anything else as
     :func:`controlplane.api.shown_value` names it (``the boolean true``, ``the string "8"``,
     ``null``, ``the list [8, 8, 8]``, ``the object {"in": 8}``); texts cut to 40 characters. A
-    float that is not finite, which JSON cannot write, is shown as ``inf`` or ``nan``."""
+    float that is not finite, which strict JSON cannot write, is shown as Python's ``json`` module
+    writes it (``Infinity``, ``-Infinity``, ``NaN``), as every other refusal quotes one."""
     if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
+        return json.dumps(value)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return shown_value(value)
     text = json_number(value) if isinstance(value, float) else json.dumps(value)
