@@ -23,7 +23,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from deployments.choices import DeploymentStatus, ProcessStatus, Role
-from deployments.models import Node, ServerProcess
+from deployments.models import Node, Recipe, ServerProcess
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create, seed_node_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
@@ -69,7 +69,32 @@ def _assert_one_line(page, seed) -> None:
     assert seed.bounding_box()["height"] < 60, seed.bounding_box()
 
 
-def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_like, viewer, browser):
+#: A recipe name of 30 characters that starts like the demo's own ones (``local-sim-single``).
+THIRTY_NAME = "local-sim-single-ctx32k-fp8-b2"
+#: Where the checks' screenshots are kept to be looked at by eye, outside the repository.
+EYE_SHOTS = Path("/tmp/h7-shots")
+
+
+def _name_whole(page, pk: int, name: str) -> None:
+    """The deployment tile's header shows ``#pk name`` whole: nothing of it is cut, and its title says the same."""
+    head = page.locator(f'.deployment-tile[data-deployment="{pk}"] header h3')
+    assert head.inner_text() == f"#{pk} {name}"
+    assert head.evaluate("el => el.scrollWidth <= el.clientWidth"), \
+        ("the name is cut", head.evaluate("el => [el.scrollWidth, el.clientWidth]"))
+    assert head.get_attribute("title") == f"#{pk} {name}"
+
+
+@pytest.fixture
+def demo_thirty(demo_like) -> dict:
+    """The demo's data with the newest live deployment's recipe renamed to ``THIRTY_NAME``."""
+    Recipe.objects.filter(deployments__pk=demo_like["live"][0]).update(name=THIRTY_NAME)
+    return demo_like
+
+
+def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_thirty, viewer, browser):
+    # One of the three live recipes has a 30-character name: the wall's few tiles share the screen's
+    # width, so it is shown whole at 1920x1080 and at 1400x900.
+    demo_like = demo_thirty
     base = live_server.url
     context = browser.new_context(viewport={"width": 1920, "height": 1080})
     page = context.new_page()
@@ -109,6 +134,13 @@ def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_l
     # Six columns at 1920 px: the three live tiles share one row.
     tops = {round(page.locator(f'.deployment-tile[data-deployment="{pk}"]').bounding_box()["y"]) for pk in demo_like["live"]}
     assert len(tops) == 1, tops
+    _name_whole(page, demo_like["live"][0], THIRTY_NAME)
+    EYE_SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(EYE_SHOTS / "wall-1920x1080-thirty-name.png"))
+    page.set_viewport_size({"width": 1400, "height": 900})
+    _name_whole(page, demo_like["live"][0], THIRTY_NAME)
+    page.screenshot(path=str(EYE_SHOTS / "wall-1400x900-thirty-name.png"))
+    page.set_viewport_size({"width": 1920, "height": 1080})
     # The offline seed node that never sent a sample is one line, not eight empty bars.
     seed = page.locator(f'.node-tile[data-node="{demo_like["seed"]}"]')
     assert seed.locator(".wall-gpu").count() == 0
