@@ -609,8 +609,11 @@ class DeploymentSerializer(serializers.ModelSerializer):
                                          '127.0.0.1 is already in use by pid 812 (python3)"; secrets masked; '
                                          'null when there is nothing to say')
     live = serializers.SerializerMethodField(
-        help_text="false while the node agent is offline or was never seen, for a deployment that has not ended: "
-                  "status and processes are as it last saw them")
+        help_text="whether the status and processes shown are current, not whether the deployment is running "
+                  "(that is `status`: `ready` serves requests): true for a stopped or failed deployment, whose "
+                  "rows are final, and for any other while its node agent is online; false for one that has not "
+                  "ended (pending included) while its node agent is offline or was never seen: status and "
+                  "processes are then as the agent last saw them (`state_as_of`, `state_note`)")
     state_as_of = serializers.SerializerMethodField(
         help_text="the agent's last heartbeat (UTC) while it is offline, else null")
     state_note = serializers.SerializerMethodField(

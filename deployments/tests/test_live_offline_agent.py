@@ -64,3 +64,12 @@ def test_an_ended_deployment_is_final_whatever_the_agent(viewer_api, status):
     deployment = _deployment(status, heartbeat_age_s=None)
 
     assert _shown(viewer_api, deployment) == (True, None, None)
+
+
+def test_the_schema_says_live_is_about_the_state_shown_not_about_running():
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    live = schema["components"]["schemas"]["Deployment"]["properties"]["live"]["description"]
+    assert live.startswith("whether the status and processes shown are current, not whether the deployment is running")
+    assert "true for a stopped or failed deployment" in live
