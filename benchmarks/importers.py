@@ -578,11 +578,60 @@ def _format_of(obj: dict[str, Any]) -> SourceFormat | None:
 _FORMAT_NAME = {SGLANG_BENCH_SERVING: "SGLang bench_serving", VLLM_BENCH_SERVE: "vLLM bench serve"}
 
 
+# Keys both harnesses write (besides the ``<stat>_<metric>_ms`` statistics of TTFT, TPOT and ITL),
+# and keys one of them writes that do not tell it apart for sure (other tools write them too):
+# a record with only these is a result of one of them, short of the keys that say which.
+_SHARED_KEYS = {"backend", "request_rate", "max_concurrency", "duration", "completed", "total_input_tokens",
+                "total_output_tokens", "request_throughput", "input_throughput", "output_throughput"} | _PER_REQUEST_KEYS
+_SGLANG_ONLY_KEYS = {"tag", "dataset_name", "concurrency", "random_output_len", "fixed_output_len"}
+_VLLM_ONLY_KEYS = {"date", "label", "num_prompts", "failed", "max_output_tokens_per_s"}
+# What each harness writes in every result that says it wrote it (:func:`_format_of` reads them).
+_ALWAYS_MARKERS = {SGLANG_BENCH_SERVING: ("mean_e2e_latency_ms", "median_e2e_latency_ms"),
+                   VLLM_BENCH_SERVE: ("model_id", "tokenizer_id")}
+_RUN_NEEDS = ("completed", "duration")
+
+
+def _shared_stat_key(key: str) -> bool:
+    match = _STAT_KEY.match(key)
+    return match is not None and match.group(2) in ("ttft", "tpot", "itl")
+
+
+def _unknown_format(obj: dict[str, Any]) -> str:
+    """Why a record with no key only one harness writes (:func:`_format_of`) is refused: with
+    none of their keys at all, that it is no result of either; else the keys it lacks, for the
+    harness its keys point to (by keys only that one writes), or for each when they fit both."""
+    keys = sorted(obj)
+    sglang = [k for k in keys if k in _SGLANG_ONLY_KEYS]
+    vllm = [k for k in keys if k in _VLLM_ONLY_KEYS]
+    theirs = [k for k in keys if k in _SHARED_KEYS or _shared_stat_key(k) or k in _SGLANG_ONLY_KEYS
+              or k in _VLLM_ONLY_KEYS]
+    if not theirs:
+        return "not a SGLang bench_serving or vLLM bench serve result (no key either writes)"
+    needs = [k for k in _RUN_NEEDS if obj.get(k) is None]
+    shown = ", ".join(theirs)
+
+    def lacks(fmt: str) -> str:
+        return " and ".join(_ALWAYS_MARKERS[fmt])
+
+    if sglang and not vllm or vllm and not sglang:
+        fmt = SGLANG_BENCH_SERVING if sglang else VLLM_BENCH_SERVE
+        missing = [*_ALWAYS_MARKERS[fmt], *needs]
+        missing = f"{', '.join(missing[:-1])} and {missing[-1]}"
+        return (f"an incomplete {_FORMAT_NAME[fmt]} result: it has keys {_FORMAT_NAME[fmt]} writes ({shown}) but "
+                f"lacks {missing}, which every {_FORMAT_NAME[fmt]} result has")
+    also = f"; either needs {' and '.join(needs)} too" if needs else ""
+    return (f"an incomplete result: its keys ({shown}) are ones both SGLang bench_serving and vLLM bench serve "
+            f"write, and none tells which wrote it: it lacks {lacks(SGLANG_BENCH_SERVING)}, which every "
+            f"SGLang bench_serving result has, or {lacks(VLLM_BENCH_SERVE)}, which every vLLM bench serve "
+            f"result has{also}")
+
+
 def _detect(record: Record, problems: _Problems) -> SourceFormat | None:
-    """The format of one record by its keys; None, with the problem added, when neither matches."""
+    """The format of one record by its keys; None, with the problem added (:func:`_unknown_format`),
+    when neither matches."""
     fmt = _format_of(record[1])
     if fmt is None:
-        problems.add("not a SGLang bench_serving or vLLM bench serve result (no key either writes)", line=record[0])
+        problems.add(_unknown_format(record[1]), line=record[0])
     return fmt
 
 

@@ -304,3 +304,34 @@ def test_it_says_which_key_is_nan_when_a_run_cannot_do_without_it() -> None:
     assert run.range_ratio is None and run.nan_keys == ["random_range_ratio"]
     assert run.length_distribution_note.startswith("random_range_ratio is NaN in the file, so the length distribution "
                                                    "is unknown")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"backend":"sglang","completed":10,"output_throughput":50.0,"mean_ttft_ms":12.0,"total_output_tokens":500}',
+     "file: an incomplete result: its keys (backend, completed, mean_ttft_ms, output_throughput, total_output_tokens) "
+     "are ones both SGLang bench_serving and vLLM bench serve write, and none tells which wrote it: it lacks "
+     "mean_e2e_latency_ms and median_e2e_latency_ms, which every SGLang bench_serving result has, or model_id and "
+     "tokenizer_id, which every vLLM bench serve result has; either needs duration too"),
+    ('{"backend":"sglang","completed":10,"output_throughput":50.0,"mean_ttft_ms":12.0,"total_output_tokens":500,'
+     '"duration":10,"request_rate":1,"max_concurrency":4}\n',
+     "file: an incomplete result: its keys (backend, completed, duration, max_concurrency, mean_ttft_ms, "
+     "output_throughput, request_rate, total_output_tokens) are ones both SGLang bench_serving and vLLM bench serve "
+     "write, and none tells which wrote it: it lacks mean_e2e_latency_ms and median_e2e_latency_ms, which every "
+     "SGLang bench_serving result has, or model_id and tokenizer_id, which every vLLM bench serve result has"),
+    ('{"backend":"sglang","completed":10,"concurrency":3.2,"duration":10}',
+     "file: an incomplete SGLang bench_serving result: it has keys SGLang bench_serving writes (backend, completed, "
+     "concurrency, duration) but lacks mean_e2e_latency_ms and median_e2e_latency_ms, which every SGLang "
+     "bench_serving result has"),
+    ('{"num_prompts":5,"mean_ttft_ms":1.0}',
+     "file: an incomplete vLLM bench serve result: it has keys vLLM bench serve writes (mean_ttft_ms, num_prompts) "
+     "but lacks model_id, tokenizer_id, completed and duration, which every vLLM bench serve result has"),
+])
+def test_a_result_short_of_the_keys_that_name_its_harness_is_told_which_it_lacks(text: str, message: str) -> None:
+    with pytest.raises(ResultImportError) as exc:
+        import_results(text)
+    assert str(exc.value) == message
+    assert "no key either writes" not in str(exc.value)
+    with_marker = json.loads(text) | {"median_e2e_latency_ms": 20.0, "mean_e2e_latency_ms": 20.0, "duration": 10,
+                                      "completed": 10}
+    [run] = import_results(json.dumps(with_marker))
+    assert run.source_format == SGLANG_BENCH_SERVING
