@@ -556,3 +556,33 @@ def test_serving_counts_from_ready_and_a_deployment_still_starting_says_so(viewe
     assert "Serving for" not in html and "Startup</dt>" not in html
     listing = _html(viewer_client.get(reverse("deployments:deployment-list")))
     assert re.search(r"not ready yet; starting for 1 min 3\d s since created</td>", listing)
+
+
+@pytest.mark.parametrize(("status", "ready", "limits", "pinning", "sweeps"), [
+    (DeploymentStatus.STARTING, False,
+     "Not read yet: each server is asked about its capacity once the deployment is ready.",
+     "not checked yet", "None yet."),
+    (DeploymentStatus.FAILED, False, "Not read: the deployment failed before it was ready.",
+     "not checked: the process ended before it was", "None."),
+    (DeploymentStatus.STOPPED, False, "Not read: the deployment was stopped before it was ready.",
+     "not checked: the process ended before it was", "None."),
+    (DeploymentStatus.STOPPED, True, "Not read: no server reported its capacity before the deployment was stopped.",
+     "not checked: the process ended before it was", "None."),
+])
+def test_an_ended_deployment_says_what_it_never_got_without_yet(viewer_client, seed_pd, status, ready, limits,
+                                                                pinning, sweeps):
+    ended = status in (DeploymentStatus.FAILED, DeploymentStatus.STOPPED)
+    deployment, process = _ready_deployment(
+        seed_pd, pinning_verified=None, status=ProcessStatus.FAILED if ended else ProcessStatus.SPAWNED,
+        ended_at=timezone.now() if ended else None)
+    Deployment.objects.filter(pk=deployment.pk).update(
+        status=status, ready_at=deployment.ready_at if ready else None, engine_limits=None,
+        ended_at=timezone.now() if ended else None)
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    assert limits in html
+    assert pinning in _process_cell(html, process)
+    sweeps_panel = html[html.index('id="deployment-sweeps"'):]
+    assert f'<p class="muted">{sweeps}</p>' in sweeps_panel
+    if ended:
+        assert " yet" not in html[html.index("Engine-reported limits"):html.index("Engine-reported limits") + 400]
+        assert "None yet." not in sweeps_panel and "not checked yet" not in html

@@ -248,7 +248,19 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "events": [{"row": e, "at": _when(e.at, now), "message": redact_text(e.message)} for e in events],
         "events_hidden": max(0, event_total - len(events)),
         "limits": limits_view(deployment.engine_limits),
+        "limits_missing": _limits_missing(deployment),
     }
+
+
+def _limits_missing(deployment: Deployment) -> str:
+    """What the page says where no engine-reported limits are stored: they are read once the
+    deployment is ready, so "yet" only while it may still become ready."""
+    if deployment.status not in DEPLOYMENT_TERMINAL:
+        return "Not read yet: each server is asked about its capacity once the deployment is ready."
+    ended = "failed" if deployment.status == DeploymentStatus.FAILED else "was stopped"
+    if deployment.ready_at is None:
+        return f"Not read: the deployment {ended} before it was ready."
+    return f"Not read: no server reported its capacity before the deployment {ended}."
 
 
 def _startup_text(seconds: float) -> str:
