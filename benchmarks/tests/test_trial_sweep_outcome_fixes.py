@@ -131,7 +131,7 @@ def test_a_sweep_stopped_in_its_first_point_names_that_point_in_its_analysis(sim
     assert _stop_deployment_during_point(sweep, deployment, ordinal=0)["status"] == SweepStatus.FAILED
     stopped = sweep.runs.get()
     analysis = sweep_analysis(sweep=BenchmarkSweep.objects.get(pk=sweep.pk))
-    assert analysis["lengths"] == {} and analysis["notes"] == ["no finished run yet"]
+    assert analysis["lengths"] == {} and analysis["notes"] == ["no run finished"]
     assert analysis["errors"] == {
         "16/256": f"no finished point with output; left out: c=2 (stopped partway, failed: {stopped.reason})"}
 

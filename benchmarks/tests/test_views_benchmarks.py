@@ -859,3 +859,29 @@ def test_the_live_panel_names_both_output_rates_with_the_window_length(viewer_cl
     assert 'data-tok-window-s="0.5"' in panel
     assert '<dt data-f="tok_s-label">Output tok/s, last 0.5 s window</dt>' in panel
     assert "<dt>Output tok/s, mean since start</dt>" in panel and 'data-f="tok_s_mean"' in panel
+
+
+@pytest.mark.parametrize(("status", "note", "per_gpu", "nothing"), [
+    (SweepStatus.RUNNING, None, "No finished point with output tok/s yet.", "No finished points yet."),
+    (SweepStatus.CANCELLED, "No run finished.", "No point finished with output tok/s.", "No point finished."),
+    (SweepStatus.FAILED, "No run finished.", "No point finished with output tok/s.", "No point finished."),
+    (SweepStatus.DONE, None, "No point finished with output tok/s.", "No point finished."),
+])
+def test_an_ended_sweep_says_no_point_finished_without_yet(viewer_client, sweep, status, note, per_gpu, nothing):
+    from benchmarks.services import sweep_analysis
+
+    sweep.runs.update(status=RunStatus.FAILED, output_tok_s=None, summary={})
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=status, points_done=0, analysis={})
+    html = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+    assert _json_script(html, "chart-sweep-tok-s-per-gpu")["empty"] == per_gpu
+    if note:
+        assert note in html
+    assert "No finished run yet" not in html
+    if status != SweepStatus.DONE:
+        expected = "no finished run yet" if status == SweepStatus.RUNNING else "no run finished"
+        assert sweep_analysis(sweep=BenchmarkSweep.objects.get(pk=sweep.pk))["notes"] == [expected]
+    sweep.runs.all().delete()
+    html = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+    assert f'<div class="empty">{nothing}</div>' in html
+    if status != SweepStatus.RUNNING:
+        assert " yet." not in html.split('id="sweep-results"')[1]

@@ -277,7 +277,7 @@ def _load_value(run: BenchmarkRun) -> float | None:
 
 
 def _load_charts(rows: Sequence[dict[str, Any]], *, axis: tuple[str, str], prefix: str, gpus_known: bool,
-                 title_tail: str) -> dict[str, Any]:
+                 title_tail: str, ended: bool = False) -> dict[str, Any]:
     """The five charts of :func:`sweep_charts` for rows of one load kind, on ``axis``."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
@@ -298,7 +298,8 @@ def _load_charts(rows: Sequence[dict[str, Any]], *, axis: tuple[str, str], prefi
                      series=series("output_tok_s"), x_log=positive)
     per_gpu = chart_spec(title=f"Output throughput per GPU vs {title_tail}", x=axis, y=("output per GPU", "tok/s"),
                          series=series("tok_s_per_gpu"), x_log=positive,
-                         empty=("No finished point with output tok/s yet." if gpus_known else "GPU count unknown."))
+                         empty=(("No point finished with output tok/s." if ended else "No finished point with output tok/s yet.")
+                                if gpus_known else "GPU count unknown."))
     if not any(p[1] is not None for s in per_gpu["series"] for p in s["points"]):
         per_gpu["series"] = []
     lat = {}
@@ -310,12 +311,14 @@ def _load_charts(rows: Sequence[dict[str, Any]], *, axis: tuple[str, str], prefi
     return {"tok_s": tok, "tok_s_per_gpu": per_gpu, "ttft": lat["ttft"], "tpot": lat["tpot"], "e2e": lat["e2e"]}
 
 
-def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: int | None = None) -> dict[str, Any]:
+def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: int | None = None,
+                 ended: bool = False) -> dict[str, Any]:
     """Charts of a set of result rows (:func:`run_row`) against load: output tok/s (total and per
     GPU), TTFT, TPOT and E2E percentiles. One series per input/output length pair (and per
     ``prefix`` group on the comparison page). Load axis is logarithmic: grids double (1, 2, 4, ...).
     ``num_gpus`` is the sweep's GPU count: an empty per-GPU chart then says there is no finished
-    point yet rather than that the count is unknown (the page's facts show the same count).
+    point yet rather than that the count is unknown (the page's facts show the same count);
+    ``ended`` (the sweep is done, failed or cancelled) says no point finished, without "yet".
 
     Closed-loop points are drawn against concurrency (requests) and open-loop points against
     request rate (req/s): ``tok_s``, ``tok_s_per_gpu``, ``ttft``, ``tpot``, ``e2e`` hold the
@@ -335,7 +338,7 @@ def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: 
     main_kind = "closed" if by_kind["closed"] or not by_kind["open"] else "open"
     axes = dict(LOADS)
     charts = _load_charts(by_kind[main_kind], axis=axes[main_kind], prefix=prefix, gpus_known=gpus_known,
-                          title_tail="concurrency" if main_kind == "closed" else "request rate")
+                          title_tail="concurrency" if main_kind == "closed" else "request rate", ended=ended)
     charts["rate"] = None
     if both:
         n = len(by_kind["open"])
@@ -345,5 +348,5 @@ def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: 
                                  f"{'are' if n != 1 else 'is'} drawn on the request-rate charts: a rate in req/s is "
                                  "not a concurrency, so the two are not drawn on one axis.")
         charts["rate"] = _load_charts(by_kind["open"], axis=axes["open"], prefix=prefix, gpus_known=gpus_known,
-                                      title_tail="request rate")
+                                      title_tail="request rate", ended=ended)
     return charts

@@ -543,7 +543,7 @@ def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:
     errors = analysis.get("errors") if isinstance(analysis, Mapping) else None
     return {
         "sweep": sweep, "rows": rows, "charts": sweep_charts([r for r in rows if r["run"].status == RunStatus.DONE],
-                                                     num_gpus=sweep.num_gpus),
+                                                     num_gpus=sweep.num_gpus, ended=sweep.status in SWEEP_TERMINAL),
         "findings": [str(f) for f in findings or []],
         "analysis_errors": [f"{k}: {v}" for k, v in errors.items()] if isinstance(errors, Mapping) else [],
         "analysis_notes": [str(n) for n in (analysis.get("notes") or [])] if isinstance(analysis, Mapping) else [],
