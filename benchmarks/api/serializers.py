@@ -68,9 +68,10 @@ class SweepSerializer(serializers.ModelSerializer):
     requests that finished (succeeded, or failed with an answer); ``requests_total``: the requests
     the sweep sends in all, null while that is not known (a grid with points limited by time
     alone, until the sweep has ended, done, failed or cancelled, when each point that ran counts what it sent and one that never ran adds 0: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
-    never below ``requests_done``; ``requests_cancelled``: those a cancel ended in flight, null
-    when no point was cut by a cancel; ``requests_aborted``: those any stop ended in flight (a
-    cancel, or the deployment going down under a point), null when none; ``held_at``: when its task last found it held back by a
+    never below ``requests_done``; ``requests_aborted``: those a stop ended in flight, the cancel
+    or the deployment going down under a point (the pages say "aborted in flight by the cancel" or
+    "when the deployment went down"), null when none; ``requests_cancelled``: the aborted ones the
+    cancel ended, also in ``requests_aborted``, null when no point was cut by a cancel; ``held_at``: when its task last found it held back by a
     sweep of a deployment sharing a CPU or GPU with its own (pending), null when it never was or
     once it runs; ``progress``: the running point's last progress report as its rows hold it, the
     same data the sweep page embeds and its last ``sweep.progress`` websocket message carried
@@ -90,10 +91,11 @@ class SweepSerializer(serializers.ModelSerializer):
                   "points has a total only once it has ended (done, failed or cancelled): then each point that ran "
                   "counts what it sent, one limited by time alone that never ran 0. Never below requests_done.")
     requests_cancelled = serializers.SerializerMethodField(
-        help_text="requests a cancel ended in flight (not in requests_done); null when none was")
+        help_text="requests aborted in flight by the cancel, the sweep page's \"aborted in flight by the cancel\" "
+                  "(also counted in requests_aborted; not in requests_done); null when none was")
     requests_aborted = serializers.SerializerMethodField(
-        help_text="requests a stop ended in flight, a cancel or the deployment going down under a point (not in "
-                  "requests_done); null when none was")
+        help_text="requests aborted in flight by a stop: the cancel (those are requests_cancelled too) or the "
+                  "deployment going down under a point; not failures and not in requests_done; null when none was")
     queue_note = serializers.SerializerMethodField(
         help_text="why an active sweep is not measuring yet; null once it runs or is over")
     reason = BlankAsNullCharField(allow_null=True, read_only=True,

@@ -77,8 +77,14 @@ def test_requests_aborted_in_flight_are_never_counted_done(sim_url: str, operato
     cell = page.split('class="requests-done"')[1].split("</dd>")[0]
     assert f"{s['successes']} finished of 10 planned" in cell
     if cancelled:
-        assert f"{s['aborted']} cancelled in flight (not counted as done)" in cell
+        assert f"{s['aborted']} aborted in flight by the cancel (not counted as done)" in cell
         assert "when the deployment went down" not in cell
     else:
         assert f"{s['aborted']} aborted in flight when the deployment went down (not counted as done)" in cell
-        assert "cancelled in flight" not in cell
+        assert "by the cancel" not in cell
+    # The run's row counts the same requests in the same words as the progress line and the API.
+    detail = client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
+    row = detail.split('<td class="num failures">')[1].split("</td>")[0]
+    stopped_by = "by the cancel" if cancelled else "when the deployment went down"
+    assert f"{s['aborted']} of {s['requests']} aborted in flight {stopped_by}" in row
+    assert "cancelled in flight" not in detail

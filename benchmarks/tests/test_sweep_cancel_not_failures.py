@@ -1,5 +1,5 @@
 """Requests a cancel ends in flight are aborted, not failed: the sweep page's outcome line says they
-were cancelled, the results table counts them apart ("1 aborted of 1", not "1 failed of 1"), the
+were cancelled, the results table counts them apart ("1 of 1 aborted in flight by the cancel", not "1 failed of 1"), the
 run metrics (API) and the CSV give ``failures`` (the server's) and ``aborted`` apart, and the ceiling
 analysis does not leave a point out "for failures" that only a stop cut. Neither is ever a success.
 
@@ -72,11 +72,11 @@ def test_a_point_cancelled_with_its_only_request_in_flight_reads_cancelled_not_f
     page = client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
     outcome = page.split('class="requests-failed"')[1].split("</dd>")[0]
     assert "0 of 1 requests succeeded" in outcome and '<span class="tag warn">' in outcome
-    assert "1 cancelled in flight (not failures of the server)" in outcome
+    assert "1 aborted in flight by the cancel (not failures of the server)" in outcome
     assert "no request finished: the sweep was cancelled with every one in flight" in outcome
     assert "every request failed" not in page and "failed of" not in page
     cell = page.split('<td class="num failures">')[1].split("</td>")[0]
-    assert '<span class="warn">1 aborted of 1, 1 not sent</span>' in cell
+    assert '<span class="warn">1 of 1 aborted in flight by the cancel, 1 not sent</span>' in cell
     assert "1 × aborted: the sweep was cancelled" in cell
 
     metrics = operator_api.get(f"/api/runs/{run.pk}/").json()["metrics"]
@@ -109,7 +109,8 @@ def test_a_point_with_successes_and_aborted_requests_is_not_left_out_for_failure
     page = client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
     outcome = page.split('class="requests-failed"')[1].split("</dd>")[0]
     assert f"{s['successes']} of {s['requests']} requests succeeded" in outcome
-    assert f"{s['aborted']} cancelled in flight (not failures of the server)" in outcome
+    assert f"{s['aborted']} aborted in flight by the cancel (not failures of the server)" in outcome
     assert "failed" not in outcome.replace('class="requests-failed"', "")
     cell = page.split('<td class="num failures">')[1].split("</td>")[0]
-    assert f'<span class="warn">{s["aborted"]} aborted of {s["requests"]}, {s["not_sent"]} not sent</span>' in cell
+    assert (f'<span class="warn">{s["aborted"]} of {s["requests"]} aborted in flight by the cancel, '
+            f'{s["not_sent"]} not sent</span>') in cell

@@ -168,7 +168,7 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     ``length_mismatch`` (None, or ``{"requested", "measured_mean", "count"}`` in tokens and
     requests), ``num_gpus``, ``duration_s``, ``not_sent`` (planned requests never sent because the
     target stopped answering; None when none or unknown), ``failures_text`` (``"3,512 failed of
-    4,000"``, ``"1 aborted of 1"`` when only a stop's requests did not finish, ``""`` when no
+    4,000"``, ``"1 of 1 aborted in flight by the cancel"`` when only a stop's requests did not finish, ``""`` when no
     request failed or was aborted, or the count is unknown) and ``failures_live`` (True when
     the counts come from the load generator's live progress because the point stopped before its
     summary was stored: a cancelled point, or one stopped before it sent anything),
@@ -239,7 +239,8 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         "successes": successes,
         "failures": failures,
         "aborted": aborted,
-        "failures_text": _failures_text(failures, requests, not_sent=not_sent, live=live, aborted=aborted),
+        "failures_text": _failures_text(failures, requests, not_sent=not_sent, live=live, aborted=aborted,
+                                        aborted_by=_aborted_by(run)),
         "failures_live": live,
         "failures_unknown": failures_unknown,
         "not_sent": not_sent,
@@ -269,18 +270,37 @@ def _error_lines(rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
     return [{"text": d["text"], "count": d["count"], "title": "\n".join(d["reasons"])} for d in lines]
 
 
+def _aborted_by(run: BenchmarkRun) -> str:
+    """What aborted a run's requests in flight, in the words the sweep page and the API
+    (``requests_cancelled``, ``requests_aborted``) use: ``" by the cancel"``, ``" when the
+    deployment went down"``, else ``""``."""
+    ended_by = run.summary.get("ended_by") if isinstance(run.summary, Mapping) else None
+    if ended_by == "cancelled" or run.status == RunStatus.CANCELLED:
+        return " by the cancel"
+    if ended_by == "deployment_down":
+        return " when the deployment went down"
+    return ""
+
+
 def _failures_text(failures: Any, requests: Any, *, not_sent: int | None, live: bool,
-                   aborted: int | None = None) -> str:
+                   aborted: int | None = None, aborted_by: str = "") -> str:
     """``"3,512 failed of 4,000"`` (``requests`` sent; ``"of 3,600 finished"`` for a live count,
-    ``", 2 aborted"`` for requests a stop ended in flight, never counted as failed: ``"1 aborted
-    of 1"`` when those are all, ``", 3,904 not sent"`` when the load generator stopped early),
-    ``""`` when nothing failed or was aborted, or the count is unknown."""
+    ``", 2 aborted in flight by the cancel"`` for requests a stop ended in flight (``aborted_by``
+    names the stop, :func:`_aborted_by`), never counted as failed: ``"1 of 1 aborted in flight by
+    the cancel"`` when those are all, ``", 3,904 not sent"`` when the load generator stopped
+    early), ``""`` when nothing failed or was aborted, or the count is unknown. Aborted is the API's
+    word for these requests (``requests_aborted``; ``requests_cancelled`` those a cancel ended)."""
     failed = isinstance(failures, int) and not isinstance(failures, bool) and failures > 0
     if not failed and not aborted:
         return ""
-    parts = ([f"{failures:,} failed"] if failed else []) + ([f"{aborted:,} aborted"] if aborted else [])
+    counted = isinstance(requests, int) and not isinstance(requests, bool)
+    if not failed and counted and not live:
+        text = f"{aborted:,} of {requests:,} aborted in flight{aborted_by}"
+        return text + (f", {not_sent:,} not sent" if not_sent else "")
+    parts = ([f"{failures:,} failed"] if failed else []) + (
+        [f"{aborted:,} aborted in flight{aborted_by}"] if aborted else [])
     text = parts[0]
-    if isinstance(requests, int) and not isinstance(requests, bool):
+    if counted:
         text += f" of {requests:,}" + (" finished" if live else "")
     text += "".join(f", {part}" for part in parts[1:])
     if not_sent:
