@@ -99,8 +99,10 @@ COMPARE_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("goodput_req_s", "goodput", "req/s"),
     ("ttft_ms.mean", "TTFT mean", "ms"), ("ttft_ms.p50", "TTFT p50", "ms"), ("ttft_ms.p90", "TTFT p90", "ms"),
     ("ttft_ms.p99", "TTFT p99", "ms"),
-    ("tpot_ms.mean", "TPOT mean", "ms"), ("tpot_ms.p90", "TPOT p90", "ms"), ("tpot_ms.p99", "TPOT p99", "ms"),
-    ("itl_ms.mean", "ITL mean", "ms"), ("itl_ms.p99", "ITL p99", "ms"),
+    ("tpot_ms.mean", "TPOT mean", "ms"), ("tpot_ms.p50", "TPOT p50", "ms"), ("tpot_ms.p90", "TPOT p90", "ms"),
+    ("tpot_ms.p99", "TPOT p99", "ms"),
+    ("itl_ms.mean", "ITL mean", "ms"), ("itl_ms.p50", "ITL p50", "ms"), ("itl_ms.p90", "ITL p90", "ms"),
+    ("itl_ms.p99", "ITL p99", "ms"),
     ("e2e_ms.mean", "E2E mean", "ms"), ("e2e_ms.p50", "E2E p50", "ms"), ("e2e_ms.p90", "E2E p90", "ms"),
     ("e2e_ms.p99", "E2E p99", "ms"),
     ("failures", "failures", "requests"),
@@ -113,8 +115,8 @@ BEST_METRICS: tuple[tuple[str, bool], ...] = (
     ("output_throughput_tok_s", True), ("tok_s_per_gpu", True), ("request_throughput_req_s", True),
     ("goodput_req_s", True),
     ("ttft_ms.mean", False), ("ttft_ms.p50", False), ("ttft_ms.p90", False), ("ttft_ms.p99", False),
-    ("tpot_ms.mean", False), ("tpot_ms.p90", False), ("tpot_ms.p99", False),
-    ("itl_ms.mean", False), ("itl_ms.p99", False),
+    ("tpot_ms.mean", False), ("tpot_ms.p50", False), ("tpot_ms.p90", False), ("tpot_ms.p99", False),
+    ("itl_ms.mean", False), ("itl_ms.p50", False), ("itl_ms.p90", False), ("itl_ms.p99", False),
     ("e2e_ms.mean", False), ("e2e_ms.p50", False), ("e2e_ms.p90", False), ("e2e_ms.p99", False))
 # A latency's name in notes, by the stem of its keys.
 LATENCY_NAMES = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "itl_ms": "ITL", "e2e_ms": "E2E"}

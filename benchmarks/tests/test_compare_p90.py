@@ -54,3 +54,33 @@ def test_it_ranks_and_shows_the_p90_of_each_latency(viewer_api, client, viewer) 
     page = client.get(f"/benchmarks/compare/?runs={slow.pk},{fast.pk}").content.decode()
     for label in ("TTFT p90 (ms)", "TPOT p90 (ms)", "E2E p90 (ms)"):
         assert f"<td>{label}</td>" in page, label
+
+
+def test_the_page_shows_tpot_p50_and_itl_p50_p90_and_request_rates_as_the_sweep_pages_do(
+        viewer_api, client, viewer) -> None:
+    sweep = BenchmarkSweep.objects.create(name="rows", status=SweepStatus.DONE)
+    slow = _run(sweep, 0, p90_s=2.0)
+    fast = _run(sweep, 1, p90_s=1.5)
+    for run, rate in ((slow, 0.04), (fast, 0.0412)):
+        run.summary["request_throughput_req_s"] = rate
+        run.summary["tpot_s"]["p50"] = 0.0125 if run is slow else 0.011
+        run.summary["itl_s"]["p50"] = 0.0091 if run is slow else 0.0081
+        run.save(update_fields=["summary"])
+    body = viewer_api.get(f"/api/runs/compare/?ids={slow.pk},{fast.pk}").json()
+    fields = {f["key"]: f for f in body["fields"]}
+    assert (fields["tpot_ms.p50"]["label"], fields["tpot_ms.p50"]["unit"]) == ("TPOT p50", "ms")
+    assert fields["itl_ms.p50"]["values"] == [pytest.approx(9.1), pytest.approx(8.1)]
+    assert fields["itl_ms.p90"]["values"] == [pytest.approx(20.0), pytest.approx(15.0)]
+    assert body["best"]["tpot_ms.p50"] == fast.pk and body["best"]["itl_ms.p90"] == fast.pk
+
+    client.force_login(viewer)
+    for query in (f"runs={slow.pk},{fast.pk}", f"sweeps={sweep.pk}"):
+        page = client.get(f"/benchmarks/compare/?{query}").content.decode()
+        for label, texts in (("TPOT p50 (ms)", ("12.5", "11")), ("ITL p50 (ms)", ("9.1", "8.1")),
+                             ("ITL p90 (ms)", ("20", "15")), ("TTFT p50 (ms)", ("100", "100")),
+                             ("request throughput (req/s)", ("0.040", "0.041"))):
+            row = page.split(f"<td>{label}</td>", 1)[1].split("</tr>", 1)[0]
+            cells = [c.split(">", 1)[1] for c in row.split("</td>") if "<td" in c]
+            assert cells == list(texts), (label, cells)
+        sweep_page = client.get(f"/benchmarks/sweeps/{sweep.pk}/").content.decode()
+        assert ">0.040</td>" in sweep_page and ">0.041</td>" in sweep_page

@@ -416,6 +416,7 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     for every config field, in the service's order), ``metric_rows`` (``{"label", "unit",
     "values", "texts", "best"}``; ``texts`` are the values as the table prints them, three significant
     figures or as many more as tell the run's values apart (:func:`benchmarks.services.runs.plain_figures`),
+    request rates (req/s) with three decimals as the sweep pages print them (:func:`_decimal_figures`),
     so that a best in bold is never shown equal to another value; ``best`` is the column index of the run the service ranked best, None
     when it ranked none), ``refusals`` (the service's notes: runs that hold no measurement and
     length-mismatched runs, not ranked; mixed lengths), ``unranked_ids`` (run ids left out of
@@ -437,7 +438,8 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         winner = best.get(f["key"])
         deltas = f.get("deltas_pct") or [None] * len(f["values"])
         metric_rows.append({"key": f["key"], "label": f["label"], "unit": f["unit"], "values": f["values"],
-                            "texts": plain_figures(f["values"]),
+                            "texts": (_decimal_figures(f["values"]) if f["unit"] == "req/s"
+                                      else plain_figures(f["values"])),
                             "best": index_of.get(winner) if winner is not None else None,
                             "tied": {index_of[i] for i in ties.get(f["key"], []) if i in index_of},
                             "deltas": [_delta_text(d) for d in deltas]})
@@ -459,6 +461,18 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         "charts": _compare_charts([r for r in runs if r.pk not in unmeasured],
                                   [r for r in rows if r["run"].pk not in unmeasured]),
     }
+
+
+def _decimal_figures(values: Sequence[float | int | None], *, decimals: int = 3) -> list[str | None]:
+    """Request rates (req/s) as the sweep and run pages print them, ``decimals`` places kept
+    (``0.040``, ``12.500``), with one more place for all where two different values would print
+    the same (the best in bold is never shown equal to another). None stays None."""
+    numbers = {float(v) for v in values if v is not None and not isinstance(v, bool)}
+    for places in range(decimals, 16):
+        shown = {v: f"{v:,.{places}f}" for v in numbers}
+        if len(set(shown.values())) == len(numbers):
+            break
+    return [None if v is None else shown[float(v)] for v in values]
 
 
 def _workload_cell(differs: Sequence[Mapping[str, Any]]) -> str:
