@@ -582,7 +582,8 @@ _FORMAT_NAME = {SGLANG_BENCH_SERVING: "SGLang bench_serving", VLLM_BENCH_SERVE: 
 # and keys one of them writes that do not tell it apart for sure (other tools write them too):
 # a record with only these is a result of one of them, short of the keys that say which.
 _SHARED_KEYS = {"backend", "request_rate", "max_concurrency", "duration", "completed", "total_input_tokens",
-                "total_output_tokens", "request_throughput", "input_throughput", "output_throughput"} | _PER_REQUEST_KEYS
+                "total_output_tokens", "request_throughput", "input_throughput",
+                "output_throughput"} | _PER_REQUEST_KEYS
 _SGLANG_ONLY_KEYS = {"tag", "dataset_name", "concurrency", "random_output_len", "fixed_output_len"}
 _VLLM_ONLY_KEYS = {"date", "label", "num_prompts", "failed", "max_output_tokens_per_s"}
 # What each harness writes in every result that says it wrote it (:func:`_format_of` reads them).

@@ -2076,7 +2076,8 @@ def sweep_analysis(*, sweep: BenchmarkSweep) -> dict[str, Any]:
         errors = {key: _no_output_error(left_out)
                   for key, group in by_len.items() if (left_out := _partial_exclusions(group))}
         return {"lengths": {}, "findings": [], "compared_with": None, "errors": errors,
-                "notes": ["no run finished" if sweep.status in SWEEP_TERMINAL else "no finished run yet"], "provisional": True, "version": ANALYSIS_VERSION}
+                "notes": ["no run finished" if sweep.status in SWEEP_TERMINAL else "no finished run yet"],
+                "provisional": True, "version": ANALYSIS_VERSION}
     out = {**sweep_analyse(sweep=sweep), "provisional": True}
     note = provisional_note(sweep)
     if note:

@@ -298,8 +298,9 @@ def _load_charts(rows: Sequence[dict[str, Any]], *, axis: tuple[str, str], prefi
                      series=series("output_tok_s"), x_log=positive)
     per_gpu = chart_spec(title=f"Output throughput per GPU vs {title_tail}", x=axis, y=("output per GPU", "tok/s"),
                          series=series("tok_s_per_gpu"), x_log=positive,
-                         empty=(("No point finished with output tok/s." if ended else "No finished point with output tok/s yet.")
-                                if gpus_known else "GPU count unknown."))
+                         empty=(("No point finished with output tok/s." if ended
+                                 else "No finished point with output tok/s yet.") if gpus_known
+                                else "GPU count unknown."))
     if not any(p[1] is not None for s in per_gpu["series"] for p in s["points"]):
         per_gpu["series"] = []
     lat = {}
