@@ -311,11 +311,12 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
 def _not_benchmarked(job: KernelJob) -> str:
     """Why a job holds no measurement, for the progress panel: not yet (active), no GPU of the
     target on its node (the job's "builds only" note), or the job ended before benchmarking."""
-    if job.status in JOB_ACTIVE:
-        return "none yet"
-    if services.NO_GPU_NOTE.split("{", 1)[0] in (job.note or ""):
+    if services.NO_GPU_PREFIX in (job.note or ""):
+        # said from the start: a job created for a node without such a GPU builds only
         node = job.node.name if job.node else "its node"
         return f"none: not benchmarked, no GPU of compute capability {job.target_cc} on node {node} (builds only)"
+    if job.status in JOB_ACTIVE:
+        return "none yet"
     if job.status == "cancelled":
         return "none: the job was cancelled before any measurement was stored"
     if job.status == "failed":

@@ -97,6 +97,39 @@ DEFAULT_STEP_TIMEOUT_S = 3600.0
 
 
 NO_GPU_NOTE = "no GPU on node {node}: builds only"
+# What every "builds only" note starts with (the note written when the job is created and the one
+# it ends with): a job whose note starts so is dispatched to its node like one without a note.
+NO_GPU_PREFIX = NO_GPU_NOTE.split("{", 1)[0]
+
+
+def no_gpu_note(*, node, cc: str) -> str | None:
+    """:data:`NO_GPU_NOTE` for a job of target ``cc`` on ``node`` when the node has no GPU of that
+    compute capability (the benchmark cannot run there), naming the GPUs it has when they are of
+    another one; None when it has one (or ``node`` is None)."""
+    if node is None or node_gpu_names(node=node, cc=cc):
+        return None
+    note = NO_GPU_NOTE.format(node=node.name)
+    ccs = sorted(set(node.gpus.values_list("compute_capability", flat=True)) - {""})
+    if node.gpus.exists():
+        note += f" (its GPUs are compute capability {', '.join(ccs) or 'unknown'}, the target is {cc})"
+    return note
+
+
+def builds_only_plan_note(*, node, cc: str, variants: int) -> str | None:
+    """The note a job gets when it is created for ``node`` without a GPU of compute capability
+    ``cc``, so the API's answer and the job page say up front what the job will do: build its
+    ``variants`` and record their build facts, check and time none of them, end done. It names the
+    limit the builds run under (the step timeout) and how to build fewer. None when the node has
+    such a GPU. Holds no ``"; "``: notes added later are joined with it."""
+    head = no_gpu_note(node=node, cc=cc)
+    if head is None:
+        return None
+    timeout = f"{_step_timeout():.0f}"
+    return (f"{head}: {variants} variant{'s are' if variants != 1 else ' is'} built for compute capability {cc} "
+            "and the build facts recorded (registers, spills, shared memory, tensor-core use), but none is "
+            "checked against the reference or timed, and the job ends done after the builds. The builds run "
+            f"one after another and the compile step is stopped after {timeout} s "
+            "(CEILING_KERNEL_STEP_TIMEOUT_S): restrict the grid with params to build fewer")
 
 
 def packages_dir() -> Path:

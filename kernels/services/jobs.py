@@ -34,13 +34,14 @@ from kernels.services.common import (
     CC_RE,
     KNOWN_CCS,
     MAX_JOB_VARIANTS,
-    NO_GPU_NOTE,
+    NO_GPU_PREFIX,
     PROGRESS_PERIOD_S,
     _step_timeout,
     _write_json,
+    builds_only_plan_note,
     jobs_dir,
     log,
-    node_gpu_names,
+    no_gpu_note,
     package_dir_of,
     package_manifest,
     variants_payload,
@@ -71,6 +72,15 @@ _CLAIM_ATTEMPTS = 3
 # The note of a job waiting for its node is dropped when it starts or is cancelled; other notes stay.
 _NOTE_WITHOUT_WAIT = Case(When(note__startswith=NODE_BUSY_PREFIX, then=Value("")), default=F("note"),
                           output_field=TextField())
+# A job cancelled before it started also drops the "builds only" note it was created with: nothing
+# will be built.
+_NOTE_NOT_STARTED = Case(When(note__startswith=NODE_BUSY_PREFIX, then=Value("")),
+                         When(note__startswith=NO_GPU_PREFIX, then=Value("")), default=F("note"),
+                         output_field=TextField())
+# A job dispatched to its node, to be run there when the node is free: its note is empty, says it
+# waits for the node, or says the node has no GPU for it (builds only). A job waiting for builds and
+# results measured elsewhere has another note.
+_DISPATCHED = Q(note="") | Q(note__startswith=NODE_BUSY_PREFIX) | Q(note__startswith=NO_GPU_PREFIX)
 
 
 def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, params_subset: dict | None = None,
@@ -79,7 +89,11 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
     """Create a job of ``package`` for compute capability ``cc`` on ``node`` and enqueue it.
 
     ``cc`` defaults to the compute capability of the node's first GPU; a node without GPUs needs
-    it given (builds for a named target need no GPU). ``params_subset`` restricts the grid
+    it given (builds for a named target need no GPU). A job dispatched to a node without a GPU of
+    ``cc`` is created with the note that says so (:func:`~kernels.services.common.builds_only_plan_note`:
+    "no GPU on node <name>: builds only: N variants are built ... but none is checked against the
+    reference or timed, and the job ends done after the builds ..."), so the answer that created it
+    already tells what it will do. ``params_subset`` restricts the grid
     (``{"impl": ["split_k"]}``), ``shapes`` and ``batches`` the benchmark (default: all the
     manifest declares; a name or size given twice is kept once, shapes in the order first given,
     batches sorted). The grid is expanded now: one :class:`KernelVariant` per surviving
@@ -115,7 +129,8 @@ def kernel_job_create(*, package: KernelPackage, node, cc: str | None = None, pa
             target_cc=cc, params_subset=expansion.subset or {}, shapes=shapes, batches=batches,
             grid_summary=expansion.as_dict(), variants_total=len(expansion.variants),
             created_by=user if getattr(user, "pk", None) else None,
-            note="" if dispatch and node is not None else
+            note=(builds_only_plan_note(node=node, cc=cc, variants=len(expansion.variants)) or "")
+            if dispatch and node is not None else
             "waiting for builds and results measured elsewhere (manage.py kernel_job_export / kernel_job_ingest)",
         )
         KernelVariant.objects.bulk_create([
@@ -277,7 +292,8 @@ def _send(job: KernelJob, *, countdown_s: float | None = None, retry_when_busy: 
 def _start_next_on_node(node_id: int | None) -> int | None:
     """When node ``node_id`` runs no kernel job, send the task of its oldest pending job that
     waits for it (a dispatched job: its note is empty or says it waits for the node) at once, so
-    waiting jobs start in the order they were created, without waiting for their resend. Returns
+    waiting jobs start in the order they were created, without waiting for their resend (a
+    "builds only" note counts as empty). Returns
     that job's id, None when nothing was sent. Never raises (called once a job ended)."""
     if node_id is None:
         return None
@@ -286,7 +302,7 @@ def _start_next_on_node(node_id: int | None) -> int | None:
             return None
         nxt = (KernelJob.objects.select_related("node")
                .filter(node_id=node_id, status=KernelJobStatus.PENDING, cancel_requested=False)
-               .filter(Q(note="") | Q(note__startswith=NODE_BUSY_PREFIX))
+               .filter(_DISPATCHED)
                .order_by("created_at", "id").first())
         if nxt is None or not _send(nxt, retry_when_busy=False):
             return None
@@ -310,7 +326,7 @@ def kernel_job_cancel(*, job: KernelJob, user=None) -> KernelJob:
     KernelJob.objects.filter(pk=job.pk).update(cancel_requested=True, cancelled_by=name)
     KernelJob.objects.filter(pk=job.pk, status=KernelJobStatus.PENDING).update(
         status=KernelJobStatus.CANCELLED, reason=_cancel_reason(job.pk, "before it started"),
-        ended_at=timezone.now(), note=_NOTE_WITHOUT_WAIT)
+        ended_at=timezone.now(), note=_NOTE_NOT_STARTED)
     job.refresh_from_db()
     _broadcast(job.pk, force=True)
     return job
@@ -343,7 +359,10 @@ def kernel_job_execute(*, job_id: int) -> str:
     compile keeps the builds done so far) and then from the whole ``builds.json``. Then, when the node has a GPU of the target compute capability,
     building → benchmarking, runs ``bench`` over the variants that built and were not discarded,
     and stores the results (:func:`kernel_results_store`: best variants and exported configs);
-    otherwise it ends done with the note "no GPU on node <name>: builds only". Ends done, failed
+    otherwise it ends done with the note "no GPU on node <name>: builds only" (the longer note the
+    job was created with, which said so up front, is replaced by it; notes the builds added stay).
+    A job created as builds only whose node has a GPU of the target by now is benchmarked, its
+    "builds only" note dropped. Ends done, failed
     (``reason``: the runner's error and last lines) or cancelled. Returns the final status.
     """
     now = timezone.now()
@@ -353,7 +372,7 @@ def kernel_job_execute(*, job_id: int) -> str:
             _note_waiting(job_id, running)
         KernelJob.objects.filter(pk=job_id, status=KernelJobStatus.PENDING, cancel_requested=True).update(
             status=KernelJobStatus.CANCELLED, reason=_cancel_reason(job_id, "before it started"), ended_at=now,
-            note=_NOTE_WITHOUT_WAIT)
+            note=_NOTE_NOT_STARTED)
         return KernelJob.objects.filter(pk=job_id).values_list("status", flat=True).first() or "missing"
     _broadcast(job_id, force=True)
     job = KernelJob.objects.select_related("package", "node").get(pk=job_id)
@@ -390,7 +409,7 @@ def _claim(job_id: int, now) -> tuple[bool, int | None]:
 def _note_waiting(job_id: int, running: int) -> None:
     """Write on pending job ``job_id`` that it waits for job ``running`` on its node
     (:data:`NODE_BUSY_NOTE`) and broadcast it; another note (e.g. waiting for results measured
-    elsewhere) is kept."""
+    elsewhere, or builds only: the job's ``waiting_reason`` still says what it waits for) is kept."""
     node = KernelJob.objects.filter(pk=job_id).values_list("node__name", flat=True).first()
     text = NODE_BUSY_NOTE.format(running=running, node=node)
     changed = (KernelJob.objects.filter(pk=job_id, status=KernelJobStatus.PENDING)
@@ -434,13 +453,14 @@ def _execute_claimed(job: KernelJob) -> str:
         counts = kernel_builds_store(job_id=job.pk, payload=outcome.payload)
         _progress(job.pk, "compile", total, total, force=True)
         _check_cancel(job.pk)
-        if not node_gpu_names(node=job.node, cc=job.target_cc):
-            note = NO_GPU_NOTE.format(node=job.node.name)
-            if job.node.gpus.exists():
-                ccs = sorted(set(job.node.gpus.values_list("compute_capability", flat=True)))
-                note += f" (its GPUs are compute capability {', '.join(ccs)}, the target is {job.target_cc})"
-            _finish(job.pk, KernelJobStatus.DONE, "", note=note)
+        no_gpu = no_gpu_note(node=job.node, cc=job.target_cc)
+        # the notes the builds added, without the "builds only" one the job was created with
+        others = [n for n in (KernelJob.objects.filter(pk=job.pk).values_list("note", flat=True).first() or "").split("; ")
+                  if n and not n.startswith(NO_GPU_PREFIX)]
+        if no_gpu is not None:
+            _finish(job.pk, KernelJobStatus.DONE, "", note="; ".join([no_gpu, *others]))
             return _status(job.pk)
+        KernelJob.objects.filter(pk=job.pk, note__startswith=NO_GPU_PREFIX).update(note="; ".join(others))
         if counts["ok"] - counts["discarded"] <= 0:
             _finish(job.pk, KernelJobStatus.FAILED,
                     f"no variant is left to benchmark: {counts['failed']} failed to build, "

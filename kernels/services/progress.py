@@ -17,7 +17,7 @@ from django.utils import timezone
 from controlplane.realtime import broadcast, kernel_job_group
 from kernels.choices import JOB_ACTIVE, JOB_RUNNING, KernelJobStatus
 from kernels.models import KernelJob
-from kernels.services.common import PROGRESS_PERIOD_S
+from kernels.services.common import NO_GPU_PREFIX, PROGRESS_PERIOD_S
 
 
 _progress_lock = threading.Lock()
@@ -66,13 +66,15 @@ def kernel_job_waiting_reason(*, job: KernelJob) -> str:
       per node at a time: ...)". Only one kernel job runs per node: a build uses every core and a
       benchmark needs the GPU alone, so two at once would skew each other's timings.
 
-    A job waiting for builds and results measured elsewhere (its ``note`` says so) reads "".
+    A job waiting for builds and results measured elsewhere (its ``note`` says so) reads "". A job
+    on a node without a GPU of its target keeps its "builds only" note while it waits: the reason
+    is said here alone.
     Costs one query for a pending job on a node whose agent is online.
     """
     node = job.node
     if job.status != KernelJobStatus.PENDING or node is None:
         return ""
-    if job.note and not job.note.startswith(NODE_BUSY_PREFIX):
+    if job.note and not job.note.startswith((NODE_BUSY_PREFIX, NO_GPU_PREFIX)):
         return ""
     if not node.agent_online:
         seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"

@@ -81,9 +81,24 @@ def online(cpu_node):
     return cpu_node
 
 
+@pytest.fixture
+def gpu_online(h200_node):
+    """h200-box (GPUs of compute capability 9.0) with a fresh agent heartbeat: its jobs are created
+    without a note, so the note of one that waits for the node says so."""
+    h200_node.agent_heartbeat_at = timezone.now()
+    h200_node.save(update_fields=["agent_heartbeat_at"])
+    return h200_node
+
+
+def _builds_only(node: str = "cpu-box") -> str:
+    """What the note of a job created for a node without a GPU of its target starts with."""
+    return f"no GPU on node {node}: builds only: 7 variants are built for compute capability 9.0 "
+
+
 def _job(package, node, **kw) -> KernelJob:
-    # dispatch=True: the note stays empty, as for a job started from the UI, API or command (the
-    # test's transaction never commits, so nothing is sent by the create itself)
+    # dispatch=True, as for a job started from the UI, API or command (the test's transaction never
+    # commits, so nothing is sent by the create itself); its note says up front that the node (a
+    # CPU box) has no GPU for it: builds only. Its waiting shows in waiting_reason.
     return kernel_job_create(package=package, node=node, cc="9.0", **kw)
 
 
@@ -114,10 +129,11 @@ def test_a_second_job_on_a_busy_node_waits_with_the_reason_and_starts_when_the_f
 
     assert seen["first"] == "building"
     assert seen["second"] == "pending" and seen["third"] == "pending"
-    assert seen["row"] == ("pending", None, "", _waiting(first.pk))  # not claimed
-    assert seen["reason"] == _waiting(first.pk)
+    assert seen["row"][:3] == ("pending", None, "")  # not claimed
+    assert seen["row"][3].startswith(_builds_only())  # the "builds only" note stays while it waits ...
+    assert seen["reason"] == _waiting(first.pk)  # ... and the waiting is said here
     assert seen["api"]["status"] == "pending" and seen["api"]["waiting_reason"] == _waiting(first.pk)
-    assert seen["api"]["note"] == _waiting(first.pk)
+    assert seen["api"]["note"] == seen["row"][3]
     # each waiting task sends itself again to the node's queue, later
     assert seen["resent"] == [
         {"args": [second.pk], "kwargs": {}, "queue": "node.cpu-box", "countdown": NODE_BUSY_RETRY_S},
@@ -134,13 +150,15 @@ def test_a_second_job_on_a_busy_node_waits_with_the_reason_and_starts_when_the_f
         second.refresh_from_db()
         seen["second_running"] = (second.status, second.note)
         seen["third_now"] = kernel_job_execute(job_id=third.pk)
+        seen["third_reason"] = kernel_job_waiting_reason(job=KernelJob.objects.select_related("node").get(pk=third.pk))
 
     runner.during[second.pk] = while_second_builds
     assert _deliver({"args": [second.pk], "kwargs": {"retry_when_busy": False}}) == "done"
-    assert seen["second_running"] == ("building", "")  # the waiting note is gone once it runs
+    assert seen["second_running"][0] == "building" and seen["second_running"][1].startswith(_builds_only())
     assert seen["third_now"] == "pending"
     third.refresh_from_db()
-    assert third.note == _waiting(second.pk)  # now held by the second
+    assert third.note.startswith(_builds_only())
+    assert seen["third_reason"] == _waiting(second.pk)  # now held by the second
     second.refresh_from_db()
     assert second.status == "done" and second.note == "no GPU on node cpu-box: builds only" and second.builds_ok
     # the late resend of the second finds it done and does nothing
@@ -153,13 +171,14 @@ def test_a_second_job_on_a_busy_node_waits_with_the_reason_and_starts_when_the_f
 
 
 def test_a_message_that_starts_the_next_job_sends_nothing_more_when_the_node_is_busy_again(
-        toy_package, online, runner, sent):
-    running, waiting = _job(toy_package, online), _job(toy_package, online)
+        toy_package, gpu_online, runner, sent):
+    running, waiting = _job(toy_package, gpu_online), _job(toy_package, gpu_online)
+    assert waiting.note == ""  # the node has a GPU of the target
     KernelJob.objects.filter(pk=running.pk).update(status="benchmarking")
     assert kernel_job_run_task(waiting.pk, retry_when_busy=False) == "pending"
     assert sent == []  # the waiting job's own resend is already on its way
     waiting.refresh_from_db()
-    assert waiting.status == "pending" and waiting.note == _waiting(running.pk)
+    assert waiting.status == "pending" and waiting.note == _waiting(running.pk, node="h200-box")
 
 
 def test_the_database_refuses_a_second_running_job_on_a_node(toy_package, cpu_node):
@@ -181,12 +200,12 @@ def test_the_database_refuses_a_second_running_job_on_a_node(toy_package, cpu_no
 
 
 def test_a_claim_refused_by_the_constraint_leaves_the_job_pending_and_waiting(
-        toy_package, online, runner, sent, monkeypatch):
+        toy_package, gpu_online, runner, sent, monkeypatch):
     """Two claims race: this one's check saw a free node, the other's UPDATE won. The
     IntegrityError is the answer "busy": the job stays pending, unclaimed, with the reason."""
     import kernels.services.jobs as jobs
 
-    winner, loser = _job(toy_package, online), _job(toy_package, online)
+    winner, loser = _job(toy_package, gpu_online), _job(toy_package, gpu_online)
     KernelJob.objects.filter(pk=winner.pk).update(status="building")
     real = jobs.running_job_on_node
     checks = {"n": 0}
@@ -198,7 +217,7 @@ def test_a_claim_refused_by_the_constraint_leaves_the_job_pending_and_waiting(
     monkeypatch.setattr(jobs, "running_job_on_node", stale_first_check)
     assert kernel_job_run_task(loser.pk) == "pending"
     loser.refresh_from_db()
-    assert (loser.status, loser.started_at, loser.note) == ("pending", None, _waiting(winner.pk))
+    assert (loser.status, loser.started_at, loser.note) == ("pending", None, _waiting(winner.pk, node="h200-box"))
     assert runner.ran == [] and [m["args"] for m in sent] == [[loser.pk]]
     assert KernelJob.objects.get(pk=winner.pk).status == "building"
 
@@ -212,7 +231,7 @@ def test_cancelling_a_waiting_job_ends_it_and_the_next_job_gets_the_node(toy_pac
     assert kernel_job_execute(job_id=nxt.pk) == "pending"
     job = kernel_job_cancel(job=KernelJob.objects.get(pk=cancelled.pk))
     assert job.status == "cancelled" and job.reason == "cancelled before it started" and job.cancel_requested
-    assert job.note == "" and job.ended_at is not None
+    assert job.note == "" and job.ended_at is not None  # nothing was built: the "builds only" note is dropped
     assert kernel_job_waiting_reason(job=job) == ""
     # its pending resend arrives later: nothing runs, nothing is sent again
     assert kernel_job_run_task(cancelled.pk) == "cancelled" and sent == [] and runner.ran == []

@@ -192,7 +192,8 @@ class Command(CeilingCommand):
         except InvalidInput as exc:
             raise not_created(exc.errors) from None
         self.stdout.write(f"kernel job #{job.pk}: {pkg.name}, {job.variants_total} variants, cc {job.target_cc}, "
-                          + (f"queued on node.{node.name}" if node else "waiting for external builds and results"))
+                          + (f"queued on node.{node.name}" if node else "waiting for external builds and results")
+                          + (f"; {job.note}" if node and job.note else ""))
         deadline = time.monotonic() + options["wait"]
         last = None
         while options["wait"] and time.monotonic() < deadline:
