@@ -312,10 +312,10 @@ def recipe_validate(
     return result
 
 
-def _credential_paths(value: Any, path: str, parent: str = "") -> list[tuple[str, str, str]]:
+def _credential_paths(value: Any, path: str) -> list[tuple[str, str, str]]:
     """``(path, format name, shortened form)`` of each plain string in ``value`` (keys included)
     that looks like a well-known credential; ``spec.secrets`` (secret names) is skipped. A flag's
-    path is its name without dashes, as the flag checks spell it."""
+    path is its key as written (``flags.--api-key``), as the flag checks spell it."""
     found: list[tuple[str, str, str]] = []
     if isinstance(value, str):
         hit = credential_find(value)
@@ -325,14 +325,13 @@ def _credential_paths(value: Any, path: str, parent: str = "") -> list[tuple[str
         for key, item in value.items():
             if path == "spec" and key == "secrets":
                 continue
-            name = key.lstrip("-") if parent == "flags" and isinstance(key, str) and key.strip("-") else key
-            sub = f"{path}.{name}"
+            sub = f"{path}.{key}"
             if isinstance(key, str) and (hit := credential_find(key)):
                 found.append((path, *hit))
-            found += _credential_paths(item, sub, key if isinstance(key, str) else "")
+            found += _credential_paths(item, sub)
     elif isinstance(value, list):
         for item in value:
-            found += _credential_paths(item, path, parent)
+            found += _credential_paths(item, path)
     return found
 
 
@@ -944,9 +943,10 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
         if not isinstance(raw, str) or not raw.strip("-"):
             errs.add(path, f"flag names must be non-empty strings, got {json_spelled(raw)}")
             continue
-        # "--mem-fraction-static" and "mem-fraction-static" name the same flag.
+        # "--mem-fraction-static" and "mem-fraction-static" name the same flag; its problems sit at
+        # the key as written (flags.--mem-fraction-static), as every other key's path spells it.
         name = raw.lstrip("-")
-        fpath = f"{path}.{name}"
+        fpath = f"{path}.{raw}"
         if name in spelled:
             errs.add(fpath, f"--{name} is given twice ({json_spelled(spelled[name])} and {json_spelled(raw)}); give it once")
             out.pop(name, None)
@@ -961,7 +961,7 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
             continue
         spec = allow.get(name)
         if spec is None:
-            errs.add(fpath, unknown_flag_message(name, allow, what))
+            errs.add(fpath, unknown_flag_message(name, allow, what, spelled=raw))
             continue
         if spec.roles is not None and role_name not in spec.roles:
             errs.add(fpath, f"--{name} only applies to role {', '.join(sorted(spec.roles))}")
@@ -976,21 +976,25 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
     return dict(sorted(out.items()))
 
 
-def unknown_flag_message(name: str, allow: dict[str, FlagSpec], what: str) -> str:
+def unknown_flag_message(name: str, allow: dict[str, FlagSpec], what: str, spelled: str | None = None) -> str:
     """The error for a flag outside ``allow``: the closest allowed spellings when there are
     some (``difflib`` ratio >= 0.6), else every allowed flag, and where the types are listed.
 
     ``what`` names the allowlist (``"sglang"``, ``"sglang router"``), as in the reference's
-    section titles of :data:`RECIPE_DOC_PATH`.
+    section titles of :data:`RECIPE_DOC_PATH`. ``spelled`` is the key as the recipe wrote it
+    (``"--evil"`` for the flag ``evil``): the message quotes it so, and writes the closest
+    spellings with the same dashes (``did you mean '--mem-fraction-static'?``).
     """
+    spelled = name if spelled is None else spelled
+    dashes = spelled[:len(spelled) - len(name)] if spelled.endswith(name) else ""
     close = difflib.get_close_matches(name, list(allow), n=3)
     where = f"see {RECIPE_DOC_PATH}, section '{what} flags', for every allowed flag and its type"
     if close:
-        options = " or ".join(json_spelled(c) for c in close)
-        return f"unknown {what} flag {json_spelled(name)}: not in the allowlist; did you mean {options}? ({where})"
+        options = " or ".join(json_spelled(dashes + c) for c in close)
+        return f"unknown {what} flag {json_spelled(spelled)}: not in the allowlist; did you mean {options}? ({where})"
     if not allow:
-        return f"unknown {what} flag {json_spelled(name)}: {what} takes no flags"
-    return (f"unknown {what} flag {json_spelled(name)}: not in the allowlist; allowed: {', '.join(sorted(allow))} "
+        return f"unknown {what} flag {json_spelled(spelled)}: {what} takes no flags"
+    return (f"unknown {what} flag {json_spelled(spelled)}: not in the allowlist; allowed: {', '.join(sorted(allow))} "
             f"({where})")
 
 

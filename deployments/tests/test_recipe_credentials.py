@@ -61,9 +61,10 @@ def test_it_refuses_a_credential_in_a_flag_value_and_in_a_role_env_at_their_path
     spec["roles"]["prefill"].setdefault("flags", {})["--reasoning-parser"] = HF
     spec["roles"]["decode"]["env"] = {"VLLM_BAR": f"key={SK}"}
     errors = errors_of(spec)
-    assert set(errors) == {"spec.roles.prefill.flags.reasoning-parser", "spec.roles.decode.env.VLLM_BAR"}
-    assert errors["spec.roles.prefill.flags.reasoning-parser"] == [
-        "spec.roles.prefill.flags.reasoning-parser looks like a Hugging Face token (hf_…(39 chars)): store it as a "
+    # the flag's path is its key as written
+    assert set(errors) == {"spec.roles.prefill.flags.--reasoning-parser", "spec.roles.decode.env.VLLM_BAR"}
+    assert errors["spec.roles.prefill.flags.--reasoning-parser"] == [
+        "spec.roles.prefill.flags.--reasoning-parser looks like a Hugging Face token (hf_…(39 chars)): store it as a "
         "secret (admin → Secrets, or POST /api/secrets/) and reference it from spec.secrets (an environment variable "
         'named like a credential, e.g. {"HF_TOKEN": "<secret name>"}); a plain value is stored and shown in clear'
     ]
@@ -77,8 +78,8 @@ def test_it_refuses_a_flag_named_like_a_secret_whatever_its_value(flag):
     spec["roles"]["prefill"].setdefault("flags", {})[flag] = "plain-looking-value"
     errors = errors_of(spec)
     name = flag.lstrip("-")
-    [message] = errors[f"spec.roles.prefill.flags.{name}"]
-    assert message.startswith(f"spec.roles.prefill.flags.{name}: --{name} carries a secret, so its value is not taken here")
+    [message] = errors[f"spec.roles.prefill.flags.{flag}"]  # at the key as written
+    assert message.startswith(f"spec.roles.prefill.flags.{flag}: --{name} carries a secret, so its value is not taken here")
     assert "spec.secrets" in message and "plain-looking-value" not in message
 
 
@@ -86,8 +87,8 @@ def test_the_engines_api_key_flag_still_points_at_spec_secrets():
     spec = seed_pd_spec()
     spec["roles"]["prefill"].setdefault("flags", {})["--api-key"] = HF
     errors = errors_of(spec)
-    assert errors == {"spec.roles.prefill.flags.api-key": [
-        "spec.roles.prefill.flags.api-key looks like a Hugging Face token (hf_…(39 chars)): store it as a secret "
+    assert errors == {"spec.roles.prefill.flags.--api-key": [
+        "spec.roles.prefill.flags.--api-key looks like a Hugging Face token (hf_…(39 chars)): store it as a secret "
         "(admin → Secrets, or POST /api/secrets/) and reference it from spec.secrets (an environment variable named "
         'like a credential, e.g. {"HF_TOKEN": "<secret name>"}); a plain value is stored and shown in clear'
     ]}

@@ -454,7 +454,7 @@ def test_it_refuses_a_flag_given_twice_under_two_spellings():
     # Both spellings name one flag; keeping either value silently would drop the other.
     spec = seed_pd_spec()
     spec["roles"]["prefill"]["flags"] = {"mem-fraction-static": 0.5, "--mem-fraction-static": 0.6}
-    assert errors_of(spec) == {"spec.roles.prefill.flags.mem-fraction-static": [
+    assert errors_of(spec) == {"spec.roles.prefill.flags.--mem-fraction-static": [
         "--mem-fraction-static is given twice ('mem-fraction-static' and '--mem-fraction-static'); give it once"]}
 
 
@@ -489,7 +489,7 @@ def test_it_points_renderer_owned_flags_at_their_recipe_field():
     spec["roles"]["router"]["flags"] = {"prefill": "http://x"}
     errs = errors_of(spec)
     assert errs["spec.roles.prefill.flags.port"] == ["--port is set by Ceiling from spec.roles.prefill.port; set that instead"]
-    assert errs["spec.roles.prefill.flags.tp-size"] == ["--tp-size is set by Ceiling from spec.roles.prefill.tp; set that instead"]
+    assert errs["spec.roles.prefill.flags.--tp-size"] == ["--tp-size is set by Ceiling from spec.roles.prefill.tp; set that instead"]
     assert errs["spec.roles.prefill.flags.base-gpu-id"] == [
         "--base-gpu-id is set by Ceiling from spec.roles.prefill.gpus; set that instead"]
     assert errs["spec.roles.prefill.flags.model-path"] == ["--model-path is set by Ceiling from spec.model; set that instead"]
@@ -875,3 +875,25 @@ def test_a_number_given_as_null_is_refused_not_read_as_its_default():
         spec.pop(key)
     del spec["roles"]["decode"]["tp"]
     assert validate(spec)["stop_grace_s"] == 30
+
+
+def test_an_unknown_flag_is_named_at_its_key_as_written():
+    # llama.cpp's flags are written without dashes; one written "--evil" is named so, path and message
+    spec = {"model": {"path": "/models/tiny.gguf"},
+            "roles": {"single": {"cpus": "0", "port": 31090, "flags": {"--evil": 1, "n_ctxx": 512}}}}
+    errs = errors_of(spec, engine="llamacpp", topology="single", node=example_node_facts("local"))
+    assert set(errs) == {"spec.roles.single.flags.--evil", "spec.roles.single.flags.n_ctxx"}
+    assert errs["spec.roles.single.flags.--evil"] == [
+        "unknown llamacpp flag '--evil': not in the allowlist; allowed: " + ", ".join(sorted(ENGINES["llamacpp"].worker_flags))
+        + " (see docs/recipes.md, section 'llamacpp flags', for every allowed flag and its type)"]
+    assert errs["spec.roles.single.flags.n_ctxx"][0].startswith(
+        "unknown llamacpp flag 'n_ctxx': not in the allowlist; did you mean 'n_ctx'")
+
+
+def test_the_closest_flags_are_offered_with_the_dashes_the_recipe_wrote():
+    spec = seed_pd_spec()
+    spec["roles"]["prefill"]["flags"] = {"--mem-fraction-statik": 0.8}
+    errs = errors_of(spec)
+    assert errs == {"spec.roles.prefill.flags.--mem-fraction-statik": [
+        "unknown sglang flag '--mem-fraction-statik': not in the allowlist; did you mean '--mem-fraction-static'? "
+        "(see docs/recipes.md, section 'sglang flags', for every allowed flag and its type)"]}
