@@ -831,15 +831,21 @@ class IdField(serializers.IntegerField):
 class FilterChoiceField(serializers.ChoiceField):
     """A choice given as a query parameter (a list filter's ``status``, ``role``...) or a body field
     (a recipe's ``engine``): a value outside the choices is a 400 naming the field and every
-    allowed value (``{"status": ["must be one of pending, running, done; got 'bogus'"]}``)."""
+    allowed value (``{"status": ["must be one of pending, running, done; got 'bogus'"]}``). A body's
+    value that is no string is named by its JSON type and spelling, as every wrong-type refusal
+    names it (``"engine": ["sim"]`` is ``must be one of ...; got the list ["sim"]``), never as
+    Python writes it."""
 
     def to_internal_value(self, data):
         try:
             return super().to_internal_value(data)
         except serializers.ValidationError:
-            shown = str(data) if len(str(data)) <= 40 else str(data)[:40] + "..."
+            if isinstance(data, str):
+                shown = json_spelled(data if len(data) <= 40 else data[:40] + "...")
+            else:
+                shown = shown_value(data)
             raise serializers.ValidationError(
-                f"must be one of {', '.join(self.choice_strings_to_values)}; got {json_spelled(shown)}",
+                f"must be one of {', '.join(self.choice_strings_to_values)}; got {shown}",
                 code="invalid_choice") from None
 
 

@@ -201,3 +201,15 @@ def test_an_unknown_engine_and_topology_leave_the_roles_unjudged_but_not_the_res
     assert body["spec.stop_grace_s"] == ["must be an integer, got '30'"]
     assert body["spec.model"] == ['is required: {"path": "/models/X"} or {"name": "org/Model"}']
     assert set(body) == {"engine", "topology", "spec.stop_grace_s", "spec.model"}  # no role, sim or kernel rule
+
+
+@pytest.mark.parametrize("engine,shown", [(["sim"], 'the list ["sim"]'), (7, "the number 7"), (True, "the boolean true"),
+                                          ({"name": "sim"}, 'the object {"name": "sim"}')])
+def test_an_engine_that_is_no_string_is_named_by_its_json_type_and_spelling(operator_api, engine, shown):
+    response = operator_api.post("/api/recipes/", payload(engine=engine), format="json")
+    assert response.status_code == 400
+    body = response.json()
+    assert body["engine"][0] == f"must be one of sglang, vllm, llamacpp, sim; got {shown}"
+    # the note on what could not be checked without an engine stays with the engine it depends on
+    assert body["engine"][1].startswith("spec.roles, spec.transfer_backend, spec.kernels, spec.sim were not checked")
+
