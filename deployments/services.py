@@ -239,6 +239,52 @@ def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node | 
     raise InvalidInput(errors)
 
 
+def spec_errors_beside_refused_text(*, engine: Any, topology: Any, spec: Any, node: Node | None,
+                                    stored: dict[str, list[str]]) -> dict[str, list[str]]:
+    """What else is wrong at the paths whose text :func:`check_json_tree` refused for its
+    characters (``stored``: a NUL, a control character, a lone surrogate, a text too long), so
+    that every problem is reported at once: ``spec.env`` ``{"FOO": "\\u0000bar"}`` is refused for
+    its NUL and for ``FOO`` being outside the allowlist.
+
+    The rules (:func:`recipe_spec_validate`) judge such a text once its refused characters are
+    taken out (and it is cut to :data:`SPEC_MAX_STRING`): what they say about the characters
+    themselves ("must not contain NUL ...") would repeat ``stored``'s message and is not said; what
+    they say about anything else there is. Other paths are not looked at (the callers report the
+    rules' errors there already). Returns ``{path: [messages]}``, ``{}`` when nothing more is wrong."""
+    cleaned_paths: set[str] = set()
+    cleaned = _refused_text_removed(spec, "spec", cleaned_paths)
+    cleaned_paths &= stored.keys()
+    if not cleaned_paths:
+        return {}
+    try:
+        recipe_spec_validate(engine=engine, topology=topology, spec=cleaned, node=node)
+    except InvalidInput as exc:
+        return {path: list(exc.errors[path]) for path in sorted(cleaned_paths) if exc.errors.get(path)}
+    return {}
+
+
+def _refused_text_removed(value: Any, path: str, cleaned: set[str], depth: int = 0) -> Any:
+    """``value`` with each text :func:`check_json_tree` refuses for its characters made one it
+    takes (NUL, text-direction and control characters and lone surrogates taken out, cut to
+    :data:`SPEC_MAX_STRING`); the path of each such text is added to ``cleaned``. Keys are kept as
+    they are, and so is what lies deeper than :data:`SPEC_MAX_DEPTH` (the check stops there)."""
+    if depth > SPEC_MAX_DEPTH:
+        return value
+    if isinstance(value, str):
+        if not (_string_problem(value) or text_control_problem(value)):
+            return value
+        cleaned.add(path)
+        text = "".join(c for c in value if c != "\x00" and ord(c) not in DIRECTION_CONTROLS
+                       and ord(c) not in CONTROL_CHARACTERS)
+        return text.encode("utf-8", "ignore").decode("utf-8")[:SPEC_MAX_STRING]
+    if isinstance(value, dict):
+        return {key: _refused_text_removed(item, f"{path}.{key}", cleaned, depth + 1)
+                if isinstance(key, str) and not _string_problem(key) else item for key, item in value.items()}
+    if isinstance(value, list):
+        return [_refused_text_removed(item, f"{path}.{i}", cleaned, depth + 1) for i, item in enumerate(value)]
+    return value
+
+
 #: Engine used to check what of a spec does not depend on the engine, when the engine given is unknown.
 STAND_IN_ENGINE = "sim"
 
@@ -350,16 +396,24 @@ def recipe_content_validate(content: dict[str, Any]) -> dict[str, Any]:
     else:
         check_json_tree(spec, "spec", errors)
     if errors:
-        # Spec rules need a known engine and topology and a storable spec; without a node the
-        # spec is checked all the same, but for its hardware references (recipe_spec_validate).
-        if {"engine", "topology"} & errors.keys() or any(p == "spec" or p.startswith("spec.") for p in errors):
+        # Spec rules need a known engine and topology and a spec object; without a node the spec
+        # is checked all the same, but for its hardware references (recipe_spec_validate). Where
+        # a value no column can hold sits, its message stands for the rules' about its characters;
+        # what else is wrong there is said beside it (spec_errors_beside_refused_text).
+        if {"engine", "topology"} & errors.keys() or not isinstance(spec, dict):
             raise InvalidInput(errors)
+        stored = {p: list(m) for p, m in errors.items() if p == "spec" or p.startswith("spec.")}
+        node_row = node if isinstance(node, Node) else None
         try:
-            recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec,
-                                 node=node if isinstance(node, Node) else None)
+            recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec, node=node_row)
         except InvalidInput as exc:
             for path, messages in exc.errors.items():
-                errors.setdefault(path, []).extend(messages)
+                if path not in stored:
+                    errors.setdefault(path, []).extend(messages)
+        beside = spec_errors_beside_refused_text(engine=content["engine"], topology=content["topology"], spec=spec,
+                                                 node=node_row, stored=stored)
+        for path, messages in beside.items():
+            errors[path] = list(errors.get(path, [])) + [m for m in messages if m not in errors.get(path, [])]
         raise InvalidInput(errors)
     normalised = recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec, node=node)
     return {**content, "spec": normalised}

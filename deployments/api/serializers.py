@@ -43,6 +43,7 @@ from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
     deployment_state_note, deployment_waiting_reason, text_control_validator, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem,
+    spec_errors_beside_refused_text,
 )
 
 
@@ -358,10 +359,17 @@ class RecipeWriteSerializer(serializers.Serializer):
                     messages = [m for m in messages if m not in said.get(path, [])]
                 if path in stored:
                     # a value no column can hold has its one message already (a NUL in a path
-                    # would otherwise also read "model path must not contain NUL ...")
+                    # would otherwise also read "model path must not contain NUL ..."); what else
+                    # is wrong there is added below
                     continue
                 if messages:
                     errors.setdefault(path, []).extend(messages)
+        # ... and what else is wrong where a text was refused for its characters (an env name
+        # outside the allowlist beside its value's NUL): every problem at once
+        beside = spec_errors_beside_refused_text(engine=engine, topology=topology, spec=content["spec"],
+                                                 node=content.get("node"), stored=stored)
+        for path, messages in beside.items():
+            errors[path] = list(errors.get(path, [])) + [m for m in messages if m not in errors.get(path, [])]
         return errors
 
 

@@ -213,3 +213,22 @@ def test_an_engine_that_is_no_string_is_named_by_its_json_type_and_spelling(oper
     # the note on what could not be checked without an engine stays with the engine it depends on
     assert body["engine"][1].startswith("spec.roles, spec.transfer_backend, spec.kernels, spec.sim were not checked")
 
+
+def test_an_env_value_no_column_can_hold_does_not_hide_what_else_is_wrong_with_it(operator_api):
+    spec = payload()["spec"]
+    spec["env"] = {"FOO": "\u0000bar", "BAR": "x", "SGLANG_OK": "a\u0000b", "SGLANG_FOO": "/etc/\u0000x"}
+    response = operator_api.post("/api/recipes/", payload(spec=spec), format="json")
+    assert response.status_code == 400
+    body = response.json()
+    nul, allowlist = body["spec.env.FOO"]
+    assert nul == "Must not contain NUL characters."
+    assert allowlist.startswith("FOO is not in the allowlist (names ")
+    assert body["spec.env.BAR"][0].startswith("BAR is not in the allowlist (names ")
+    # a value whose one problem is its NUL is told that once, not again in the env rule's words
+    assert body["spec.env.SGLANG_OK"] == ["Must not contain NUL characters."]
+    # what is wrong with the rest of the value is told beside it
+    assert body["spec.env.SGLANG_FOO"] == [
+        "Must not contain NUL characters.",
+        "SGLANG_FOO's value contains '/': a value may not name a file or folder (only HF_HOME takes a path, "
+        "under the model roots)"]
+    assert Recipe.objects.count() == 0

@@ -71,3 +71,12 @@ def test_a_number_that_is_not_finite_does_not_hide_the_rest_of_the_spec(operator
     page = _form_html(operator_client, "/recipes/new/", node, "fine-name", text)
     _assert_all_shown(errors, page)
     assert page.count("1e400 is not a finite number") == 1
+
+
+def test_an_env_value_with_a_nul_does_not_hide_its_name_outside_the_allowlist(operator_api, operator_client, node):
+    text = BAD_SPEC.replace('"stop_grace_s":true', '"env":{"FOO":"\\u0000bar","BAR":"x"}')
+    errors = _api_errors(operator_api, node, "fine-name", text)
+    assert errors["spec.env.FOO"][0] == "Must not contain NUL characters."
+    assert errors["spec.env.FOO"][1].startswith("FOO is not in the allowlist (names ")
+    assert errors["spec.env.BAR"][0].startswith("BAR is not in the allowlist (names ")
+    _assert_all_shown(errors, _form_html(operator_client, "/recipes/new/", node, "fine-name", text))

@@ -90,7 +90,10 @@ def _refused_spec_errors(form: RecipeForm) -> dict[str, list[str]]:
             services.recipe_spec_validate(engine=data["engine"], topology=data["topology"], spec=spec,
                                           node=data.get("node"))
         except InvalidInput as exc:
-            for path, msgs in {**exc.errors, **stored}.items():
+            # what else is wrong where a text was refused for its characters is said beside it
+            beside = services.spec_errors_beside_refused_text(
+                engine=data["engine"], topology=data["topology"], spec=spec, node=data.get("node"), stored=stored)
+            for path, msgs in {**exc.errors, **{p: [*m, *beside.get(p, [])] for p, m in stored.items()}}.items():
                 if not any(path == p or path.startswith(p + ".") for p in marked):
                     errors.setdefault(path, []).extend(msgs)
         except CeilingError as exc:
