@@ -86,7 +86,7 @@ BYTES = 'bytes = "batch * topk * d_qk * 2 + batch * heads * (d_qk + d_v) * 2"'
     # 8 heads x 1e29 is inside the bound at batch 1; batch 4 crosses it.
     (FLOPS, 'flops = "batch * heads * 1e29"', "cost.flops",
      "shape small batch 4: 'batch * heads * 1e29': batch * heads * 1e29 gives 3.2"),
-    ("heads = 8", "heads = inf", "shapes.0.heads", "inf is not a finite number"),
+    ("heads = 8", "heads = inf", "shapes.0.heads", "Infinity is not a finite number"),
 ])
 def test_a_cost_formula_out_of_range_is_refused_at_its_field_path(tmp_path, old, new, path, message):
     with pytest.raises(ManifestError) as err:
