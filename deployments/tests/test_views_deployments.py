@@ -563,11 +563,11 @@ def test_serving_counts_from_ready_and_a_deployment_still_starting_says_so(viewe
      "Not read yet: each server is asked about its capacity once the deployment is ready.",
      "not checked yet", "None yet."),
     (DeploymentStatus.FAILED, False, "Not read: the deployment failed before it was ready.",
-     "not checked: the process ended before it was", "None."),
+     "not checked: the process ended before it was checked", "None."),
     (DeploymentStatus.STOPPED, False, "Not read: the deployment was stopped before it was ready.",
-     "not checked: the process ended before it was", "None."),
+     "not checked: the process ended before it was checked", "None."),
     (DeploymentStatus.STOPPED, True, "Not read: no server reported its capacity before the deployment was stopped.",
-     "not checked: the process ended before it was", "None."),
+     "not checked: the process ended before it was checked", "None."),
 ])
 def test_an_ended_deployment_says_what_it_never_got_without_yet(viewer_client, seed_pd, status, ready, limits,
                                                                 pinning, sweeps):
@@ -586,3 +586,35 @@ def test_an_ended_deployment_says_what_it_never_got_without_yet(viewer_client, s
     if ended:
         assert " yet" not in html[html.index("Engine-reported limits"):html.index("Engine-reported limits") + 400]
         assert "None yet." not in sweeps_panel and "not checked yet" not in html
+
+
+def test_a_deployment_that_failed_before_any_process_started_says_so_on_every_line(viewer_client, seed_pd):
+    # a port clash caught before spawning: the agent took the deployment (started_at) but the
+    # process row failed with no pid and no start
+    deployment, process = _ready_deployment(
+        seed_pd, status=ProcessStatus.FAILED, pid=None, pgid=None, started_at=None, ready_at=None,
+        pinning_verified=None, restart_count=0, ended_at=timezone.now(),
+        reason="port 8000 on 127.0.0.1 is already in use by pid 4121 (python3)")
+    now = timezone.now()
+    Deployment.objects.filter(pk=deployment.pk).update(
+        status=DeploymentStatus.FAILED, created_at=now, started_at=now, ready_at=None, ended_at=now)
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    started = re.search(r"<dt>Started</dt><dd>(.*?)</dd>", html, re.S).group(1)
+    assert started.startswith("never") and "started no process" in started
+    assert "never started; ended" in html
+    cell = _process_cell(html, process)
+    assert "not checked: the process never started" in cell
+    assert "ended before it was" not in cell
+    assert "http://127.0.0.1:30001/health" not in cell
+
+
+def test_a_process_that_ran_and_ended_unchecked_finishes_the_sentence(viewer_client, seed_pd):
+    deployment, process = _ready_deployment(seed_pd, status=ProcessStatus.FAILED, pinning_verified=None,
+                                            ended_at=timezone.now())
+    Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.FAILED, ended_at=timezone.now())
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    cell = _process_cell(html, process)
+    assert "not checked: the process ended before it was checked" in cell
+    assert "http://127.0.0.1:30001/health" in cell
+    started = re.search(r"<dt>Started</dt><dd>(.*?)</dd>", html, re.S).group(1)
+    assert not started.startswith("never")

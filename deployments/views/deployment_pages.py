@@ -183,6 +183,10 @@ def _server_process_view(process: ServerProcess, now: datetime, as_of: datetime 
         "status_class": _status_class(process.status),
         "uptime": uptime,
         "ended": process.status in PROCESS_TERMINAL,
+        # ended without ever being spawned (a port in use, a sibling that failed first): no pid,
+        # no start, nothing ever answered at its health URL
+        "never_started": (process.status in PROCESS_TERMINAL and process.pid is None
+                          and process.started_at is None),
         "started": _when(process.started_at, now),
         "ready": _when(process.ready_at, now),
         "pinning": _pinning_view(process),
@@ -223,7 +227,8 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
     event_total = events_qs.count()
     events = list(events_qs.order_by("-at", "-id")[:TIMELINE_MAX_EVENTS])[::-1]
     as_of = services.deployment_as_last_seen(deployment=deployment)
-    duration = _deployment_duration(deployment, as_of or now, spawned=any(p.started_at for p in processes))
+    spawned = any(p.started_at or p.pid is not None for p in processes)
+    duration = _deployment_duration(deployment, as_of or now, spawned=spawned)
     if as_of is not None:
         duration["text"] += f" as of {as_of:%H:%M:%S} UTC (agent offline)"
     return {
@@ -238,6 +243,8 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "entry_url": _entry_url(deployment, processes),
         "created": _when(deployment.created_at, now),
         "started": _when(deployment.started_at, now),
+        # ended before any process was spawned: the agent took it (started_at) but started nothing
+        "never_spawned": terminal and not spawned,
         "ready": _when(deployment.ready_at, now),
         "ended": _when(deployment.ended_at, now),
         "duration": duration,
