@@ -1503,8 +1503,9 @@ def deployment_cancel(*, deployment: Deployment, user) -> Deployment:
     return _deployment_reloaded(deployment)
 
 
-def deployment_waiting_reason(*, deployment: Deployment) -> str:
+def deployment_waiting_reason(*, deployment: Deployment, readable: bool = False) -> str:
     """Why a deployment is not moving, for pages and the API; "" when it is not waiting.
+    ``readable``: times as the pages show them (``2026-12-06 18:00:44 UTC``) instead of ISO.
 
     A pending (or stop-requested) deployment whose node agent has not heartbeated within
     ``CEILING_HEARTBEAT_TIMEOUT_S``, or whose agent shut down cleanly since, reads ``"waiting for
@@ -1516,8 +1517,12 @@ def deployment_waiting_reason(*, deployment: Deployment) -> str:
     ``waiting for a streamed request through the router to yield a token ...``).
     """
     node = deployment.node
+
+    def iso(value: datetime) -> str:
+        return _utc_readable(value) if readable else value.isoformat(timespec="seconds")
+
     if deployment.status == DeploymentStatus.STARTING and not deployment.stop_requested and not node.agent_online:
-        seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"
+        seen = iso(node.agent_heartbeat_at) if node.agent_heartbeat_at else "never"
         timeout = (deployment.spec_snapshot or {}).get("startup_timeout_s")
         limit = f" or enforces its {timeout}s startup timeout" if timeout else ""
         return (f"waiting for node agent {node.name} (last heartbeat {seen}): nobody watches the startup{limit} "
@@ -1529,10 +1534,10 @@ def deployment_waiting_reason(*, deployment: Deployment) -> str:
     )
     if not waiting or node.agent_online:
         return ""
-    seen = node.agent_heartbeat_at.isoformat(timespec="seconds") if node.agent_heartbeat_at else "never"
+    seen = iso(node.agent_heartbeat_at) if node.agent_heartbeat_at else "never"
     if node.agent_stopped_cleanly:
         return (f"waiting for node agent {node.name} (stopped at "
-                f"{node.agent_stopped_at.isoformat(timespec='seconds')}; last heartbeat {seen})")
+                f"{iso(node.agent_stopped_at)}; last heartbeat {seen})")
     return f"waiting for node agent {node.name} (last heartbeat {seen})"
 
 
@@ -1564,12 +1569,19 @@ def _iso_z(value: datetime) -> str:
     return value.astimezone(dt_timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def deployment_state_note(*, deployment: Deployment) -> str:
+def _utc_readable(value: datetime) -> str:
+    """``2026-12-06 18:00:44 UTC``: the form the pages show a time in."""
+    return value.astimezone(dt_timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def deployment_state_note(*, deployment: Deployment, readable: bool = False) -> str:
     """Why ``deployment`` is not live (:func:`deployment_live`), ``""`` when it is: ``"as last
     seen by node agent <name> at <ISO time>; not live: the agent is offline"`` for one the agent
     had taken (:func:`deployment_as_last_seen`); ``"not live: node agent <name> is offline (never
     seen)"`` when that agent never heartbeated, or ``(last heartbeat <ISO time>)`` for a pending
-    deployment of an agent seen before."""
+    deployment of an agent seen before. ``readable``: times as the pages show them
+    (``2026-12-06 18:00:44 UTC``) instead of ISO."""
+    when = _utc_readable if readable else _iso_z
     if deployment_live(deployment=deployment):
         return ""
     node = deployment.node
@@ -1578,8 +1590,8 @@ def deployment_state_note(*, deployment: Deployment) -> str:
         return f"not live: node agent {node.name} is offline (never seen)"
     if at is None:
         return (f"not live: node agent {node.name} is offline "
-                f"(last heartbeat {_iso_z(node.agent_heartbeat_at)})")
-    return f"as last seen by node agent {node.name} at {_iso_z(at)}; not live: the agent is offline"
+                f"(last heartbeat {when(node.agent_heartbeat_at)})")
+    return f"as last seen by node agent {node.name} at {when(at)}; not live: the agent is offline"
 
 
 def process_log_tail(*, process: ServerProcess, lines: int = 100) -> str:

@@ -73,3 +73,38 @@ def test_the_schema_says_live_is_about_the_state_shown_not_about_running():
     live = schema["components"]["schemas"]["Deployment"]["properties"]["live"]["description"]
     assert live.startswith("whether the status and processes shown are current, not whether the deployment is running")
     assert "true for a stopped or failed deployment" in live
+
+
+def test_a_ready_deployment_of_an_offline_agent_says_its_page_is_not_updating(operator):
+    deployment = _deployment(DeploymentStatus.READY, heartbeat_age_s=300)
+    Deployment.objects.filter(pk=deployment.pk).update(entry_url="http://127.0.0.1:30000",
+                                                       started_at=timezone.now() - dt.timedelta(seconds=400),
+                                                       ready_at=timezone.now() - dt.timedelta(seconds=390))
+    seen = Node.objects.get(name="gpu-a").agent_heartbeat_at
+    page = logged_in_client(operator).get(f"/deployments/{deployment.pk}/").content.decode()
+
+    assert "updates every 2 s" not in page
+    assert "not updating while node agent gpu-a is offline" in page
+    # the note's time reads as the rest of the page does
+    assert f"As last seen by node agent gpu-a at {seen:%Y-%m-%d %H:%M:%S} UTC; not live" in page
+    assert f"{seen:%Y-%m-%dT%H:%M:%S}Z;" not in page
+    # a sweep would not wait for the agent: not offered; a stop is queued for the agent: offered
+    assert "Run a sweep" not in page and "No sweep while the node agent is offline" in page
+    assert "Stop deployment</button>" in page
+
+    Node.objects.filter(pk=deployment.node_id).update(agent_heartbeat_at=timezone.now())
+    page = logged_in_client(operator).get(f"/deployments/{deployment.pk}/").content.decode()
+    assert "updates every 2 s" in page and "not updating" not in page
+    assert "Run a sweep" in page and "No sweep while" not in page
+
+
+def test_a_stop_requested_while_the_agent_is_offline_waits_for_it_in_page_time_format(operator):
+    deployment = _deployment(DeploymentStatus.READY, heartbeat_age_s=300)
+    seen = Node.objects.get(name="gpu-a").agent_heartbeat_at
+    client = logged_in_client(operator)
+    client.post(f"/deployments/{deployment.pk}/stop/")
+    deployment.refresh_from_db()
+    assert deployment.stop_requested and deployment.status == DeploymentStatus.READY
+    page = client.get(f"/deployments/{deployment.pk}/").content.decode()
+    assert f"(last heartbeat {seen:%Y-%m-%d %H:%M:%S} UTC)" in page
+    assert "the stop runs when the agent is back" in page
