@@ -618,3 +618,24 @@ def test_a_process_that_ran_and_ended_unchecked_finishes_the_sentence(viewer_cli
     assert "http://127.0.0.1:30001/health" in cell
     started = re.search(r"<dt>Started</dt><dd>(.*?)</dd>", html, re.S).group(1)
     assert not started.startswith("never")
+
+
+@pytest.mark.parametrize(("status", "stop_requested", "shown"), [
+    (DeploymentStatus.READY, False, True),
+    (DeploymentStatus.STARTING, False, True),
+    (DeploymentStatus.READY, True, False),
+    (DeploymentStatus.STOPPED, False, False),
+    (DeploymentStatus.FAILED, False, False),
+])
+def test_the_sweep_refusal_rule_is_told_only_where_a_sweep_can_be_made(viewer_client, seed_pd, status,
+                                                                      stop_requested, shown):
+    deployment, _ = _ready_deployment(seed_pd)
+    Deployment.objects.filter(pk=deployment.pk).update(
+        status=status, stop_requested=stop_requested,
+        ended_at=timezone.now() if status in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED) else None,
+        engine_limits={"read_at": "2026-12-06T17:00:00Z", "topology": "pd", "error": None,
+                       "servers": {"decode0": {"max_total_num_tokens": 65536, "context_length": 8192,
+                                               "read_from": ["http://127.0.0.1:30001/get_server_info"]}}})
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    assert "65536" in html  # the limits table is there either way
+    assert ("Sweep creation refuses a length pair" in html) is shown
