@@ -1,7 +1,8 @@
 """A deployment ended while starting (never ready) says which request ended it and who asked:
 ``cancelled by <user> before it became ready`` for a cancel, ``stopped by <user> before it became
 ready`` for a stop, as a sweep says ``cancelled by admin``; a teardown nobody asked for (the
-undeploy command) says ``stopped before it became ready``. Real sim engines, stopped by the agent."""
+agent's teardown called directly, with no request on the timeline) says ``stopped before it became
+ready``. Real sim engines, stopped by the agent."""
 from __future__ import annotations
 
 import io
