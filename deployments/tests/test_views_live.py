@@ -206,3 +206,16 @@ def test_the_walls_ended_strip_shows_times_as_the_deployment_pages_do(viewer_cli
             in html), html
     assert (f'<span class="wall-ended"><time datetime="{before}T23:58:10Z" title="{before}T23:58:10Z">'
             f"{before} 23:58:10 UTC</time>" in html), html
+
+
+def test_a_node_never_sampled_names_no_live_memory_figure(viewer_client, db):
+    from deployments.tests.factories import seed_node_create
+
+    seed_node_create()
+    node = viewer_client.get(reverse("deployments:node-detail", args=["seed-8gpu"])).content.decode()
+    assert "the live figure below" not in node
+    assert "sum of the NUMA nodes' MemTotal at discovery; never sampled, so there is no live figure" in node
+
+    Node.objects.filter(name="seed-8gpu").update(agent_heartbeat_at=timezone.now())  # sampling now
+    node = viewer_client.get(reverse("deployments:node-detail", args=["seed-8gpu"])).content.decode()
+    assert "the live figure below is the kernel's total" in node

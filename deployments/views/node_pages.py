@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from controlplane.realtime import node_group
 from deployments import selectors
-from deployments.models import Gpu, Node, NumaNode
+from deployments.models import Gpu, Node, NodeTelemetry, NumaNode
 from deployments.nodes import node_gpu_status
 from deployments.topology import parse_cpulist
 from deployments.views.common import _agent_view, _gib, role_page
@@ -75,6 +75,9 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
             "numa": numa,
             "tools": tools,
             "memory_gib": _gib(node.memory_total_bytes),
+            # a live memory figure exists once the agent samples (online) or ever did (stored
+            # telemetry); the wall draws a node by the same rule
+            "sampled": node.agent_online or NodeTelemetry.objects.filter(node_id=node.pk).exists(),
             "agent": _agent_view(node, timezone.now()),
             "recipes": node.recipes.order_by("name"),
             "live_group": node_group(node.name),
