@@ -23,8 +23,11 @@ The decode step model comes from the sweep's deployment:
   (:func:`prefill_bound_tok_s`; the asymptotic bound of operational analysis: a closed system's
   throughput is at most its busiest station's service rate, Lazowska et al., "Quantitative System
   Performance", 1984, ch. 5). The kernel does not speed the prefill up, so a point whose Little's-law
-  rate exceeds that bound is ``prefill_bound`` and its model tok/s is the bound; the projection is
-  capped there too. Prefill queueing below the bound is not modelled (the sim profile's own
+  rate exceeds that bound is ``prefill_bound`` and its model tok/s is the bound. The projection of
+  such a point is calibrated like any other (measured × bound / model as is, below), so it lies
+  below the bound by the ratio its measurement lies below the model as is, and a higher concurrency
+  that measured further below the model projects lower; a projection that would pass the bound (a
+  measurement above the model) is held at it. Prefill queueing below the bound is not modelled (the sim profile's own
   derivation explains where it matters).
 * any other engine: the ceiling analysis' fit of the sweep (:func:`benchmarks.services.sweep_analysis`),
   ``TPOT(b) = fixed_ms + per_seq_ms * b`` with the running batch ``b`` the analysis gives each point
@@ -201,7 +204,8 @@ class WhatIfRow:
     ceiling analysis' running batch of the point and ``running_batch_source`` where that came from
     (``decode_events``, ``littles_law``; None when the analysis has no figure for the point).
     ``prefill_bound_tok_s``: the sim profile's prefill bound on output tok/s (None for the
-    ceiling-fit model); ``prefill_bound``: the projection with the faster kernel is held at it."""
+    ceiling-fit model); ``prefill_bound``: the model with the faster kernel is held at it (its
+    ``model_fast_tok_s`` is the bound; the calibrated ``projected_tok_s`` is at most the bound)."""
 
     run_id: int
     concurrency: int
@@ -628,17 +632,26 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
             measured.get(key, {}).get(f"c={run.concurrency}") or (None, None)
         row.prefill_bound_tok_s, row.prefill_bound = fast.prefill_bound_tok_s, held
         if held:
-            bound_at.append(f"c={run.concurrency} {key}")
+            bound_at.append((f"c={run.concurrency} {key}", fast.prefill_bound_tok_s,
+                             (tok / base.tok_s) if tok is not None and base.tok_s else None))
         out["lengths"].setdefault(key, []).append(asdict(row))
     if medians:
         notes.append(f"no mean in the summary of {', '.join(medians)}: the p50 stands in the mean column there, and "
                      "the projection is calibrated on it")
     if bound_at:
         pf = profile.prefill
-        notes.append(f"prefill-bound at {', '.join(bound_at)}: the kernel does not speed up the prefill, whose "
-                     f"batches of at most {pf.max_batch_tokens} prompt tokens ({pf.fixed_s * 1e3:.0f} ms + "
-                     f"{pf.per_token_s * 1e3:.3f} ms per token each, in sim profile {profile.name}) cap output "
-                     "tok/s at the prefill_bound_tok_s of each row, so the projection stops there")
+        bounds = ", ".join(f"{label} {bound:.2f}" for label, bound, _ in bound_at)
+        ratios = ", ".join(f"{label} {ratio:.3f}" for label, _, ratio in bound_at if ratio is not None)
+        notes.append(f"prefill-bound at {', '.join(label for label, _, _ in bound_at)}: the kernel does not speed up "
+                     f"the prefill, whose batches of at most {pf.max_batch_tokens} prompt tokens "
+                     f"({pf.fixed_s * 1e3:.0f} ms + {pf.per_token_s * 1e3:.3f} ms per token each, in sim profile "
+                     f"{profile.name}) cap the model's output tok/s with the faster kernel at the row's "
+                     f"prefill_bound_tok_s ({bounds} tok/s). The projection is calibrated on the measurement like "
+                     "every other row: measured tok/s x that bound / the model's tok/s as is, so it stays below the "
+                     "bound by the ratio the point measured below the model as is"
+                     + (f" ({ratios})" if ratios else "")
+                     + ", and a higher concurrency projects lower where its measurement falls further short of the "
+                     "model; a projection that would pass the bound is held at it")
     if best is not None:
         notes += best_speedup_notes(best=best, sweep=sweep)
     if profile is not None:

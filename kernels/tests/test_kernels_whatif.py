@@ -251,7 +251,8 @@ def test_the_table_names_the_statistic_and_unit_of_every_measured_column(viewer,
     assert [h.split("</th>", 1)[0] for h in heads] == [
         "Concurrency", "Measured output (tok/s)", "Projected output (tok/s)", "Gain in output tok/s (×)",
         "Measured TPOT, mean (ms)", "Projected TPOT, mean (ms)", "Measured TTFT, mean (ms)",
-        "Model as is, output (tok/s)", "Model faster, output (tok/s)", "Model TPOT as is → faster (ms)",
+        "Model as is, output (tok/s)", "Model faster, output (tok/s)",
+        "Prefill bound, output (tok/s)", "Model TPOT as is → faster (ms)",
         "Running batch, model (sequences)", "Running batch, ceiling analysis (sequences)"]
     assert '<td class="num">2400</td>' in body and "2348" not in body
     assert not any(n.startswith("no mean") for n in whatif_compute(sweep=sweep, speedup=2.0)["notes"])

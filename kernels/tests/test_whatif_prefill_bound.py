@@ -1,8 +1,11 @@
 """The sim-profile what-if is bounded by the profile's prefill, which no decode kernel speeds up: a
 demo-like sweep of the seed profile (PD, 256/256, c = 1, 8, 16 as the seed measured them) projected
-with the kernel 1000 times faster stops at the prefill's 1064 tok/s instead of reaching thousands,
+with the kernel 1000 times faster models the prefill's 1064 tok/s instead of thousands, projects
+below it by each point's measured / model ratio,
 says so per row and in a note, and keeps its numbers at the seed's share and a 44x speedup."""
 from __future__ import annotations
+
+import re
 
 import pytest
 from django.test import Client
@@ -62,6 +65,44 @@ def test_a_thousandfold_kernel_stops_at_the_prefill_bound(viewer_api, viewer, de
     page.force_login(viewer)
     html = page.get(f"/kernels/whatif/?sweep={demo_sweep.pk}&share=1&speedup=1000").content.decode()
     assert html.count("data-prefill-bound") == 2 and "<strong>945.99</strong>" in html
+    # the bound stands in its own column of every row
+    assert html.count('<td class="num" data-bound-tok-s>1064.09</td>') == 2
+    assert '<td class="num" data-bound-tok-s>367.90</td>' in html
+
+
+def test_the_note_says_the_projection_is_calibrated_below_the_bound(viewer_api, demo_sweep) -> None:
+    body = viewer_api.get("/api/kernel-whatif/", {"sweep": demo_sweep.pk, "share": 1, "speedup": 1000}).json()
+    note = next(n for n in body["notes"] if n.startswith("prefill-bound at "))
+    assert "stops there" not in note
+    assert "cap the model's output tok/s with the faster kernel at the row's prefill_bound_tok_s " \
+           "(c=8 256/256 1064.09, c=16 256/256 1064.09 tok/s)" in note
+    # measured / model as is: 24.5 / 25.54 and 25.0 / 28.12, hence c=16 below c=8
+    assert "measured tok/s x that bound / the model's tok/s as is" in note
+    assert "(c=8 256/256 0.959, c=16 256/256 0.889)" in note
+    assert "a higher concurrency projects lower where its measurement falls further short" in note
+    rows = {r["concurrency"]: r for r in body["lengths"]["256/256"]}
+    for c in (8, 16):
+        r = rows[c]
+        assert r["projected_tok_s"] == pytest.approx(
+            r["measured_tok_s"] * r["prefill_bound_tok_s"] / r["model_tok_s"])
+
+
+def test_a_small_projected_tpot_keeps_three_significant_figures(viewer, demo_sweep) -> None:
+    page = Client()
+    page.force_login(viewer)
+    html = page.get(f"/kernels/whatif/?sweep={demo_sweep.pk}&share=1&speedup=1000").content.decode()
+    tpots = re.findall(r"<strong>([0-9.]+)</strong></td>\s*<td class=\"num\">[0-9]+</td>", html)
+    assert len(tpots) == 3 and all(len(t.replace(".", "").lstrip("0")) >= 3 for t in tpots), tpots
+    assert "<strong>0.1</strong>" not in html
+
+
+@pytest.mark.parametrize("value, shown", [(510.0, "510.0"), (24.5, "24.5"), (9.95, "9.95"), (0.3124, "0.312"),
+                                          (0.000512, "0.000512"), (9.996, "10.0"), (0.0, "0.0"), (None, "—"),
+                                          (float("nan"), "—")])
+def test_sig3(value, shown) -> None:
+    from kernels.templatetags.kernel_numbers import sig3
+
+    assert sig3(value) == shown
 
 
 def test_the_seeds_share_and_a_44x_kernel_are_nowhere_near_the_bound(viewer_api, demo_sweep) -> None:

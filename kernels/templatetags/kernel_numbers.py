@@ -1,0 +1,21 @@
+"""Number formats for the kernels pages."""
+from __future__ import annotations
+
+import math
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def sig3(value, empty: str = "—"):
+    """``value`` with at least 3 significant figures and at least one decimal: 510.0, 24.5, 0.312,
+    0.000512 (a figure of 10 or more keeps one decimal, as ``floatformat:1`` shows it); ``empty``
+    for None or a value that is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return empty
+    if value == 0:
+        return "0.0"
+    rounded = float(f"{value:.3g}")   # 9.996 -> 10.0: its figures count from the rounded value
+    return f"{value:.{max(1, 2 - math.floor(math.log10(abs(rounded))))}f}"
