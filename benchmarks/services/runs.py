@@ -682,7 +682,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     one run is rankable, with a note saying so); null, with a note saying why, when no run is
     rankable or the rankable runs have different lengths (one note for every metric), when none
     has that metric (a goodput needs an SLO), for goodput when the rankable runs' SLOs differ or
-    are not known, or when the two best are within ``tie_pct`` percent of the larger of
+    are not known or when the best goodput is 0 (no run met its SLO: no request within it), or when the two best are within ``tie_pct`` percent of the larger of
     their values (a tie: :data:`COMPARE_TIE_PCT` by default; ``ties`` lists the runs within it of
     the best, and the note gives the values and the spread). So every metric of ``best`` that is
     null has a note that names it, or a note on the whole comparison.
@@ -893,6 +893,13 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         # Best first; on equal values the earlier run (lower id) first, as before.
         ranked = sorted(vals, key=lambda v: (-v[0] if higher_better else v[0], v[1]))
         top = ranked[0][0]
+        if key == "goodput_req_s" and top <= 0:
+            # a goodput of 0 is no request within the SLO: nothing to name best
+            best[key] = None
+            zero = [rid for _, rid in ranked]
+            notes.append(f"no best run for goodput: no run met its SLO ({_runs_named(zero)} "
+                         f"{'has' if len(zero) == 1 else 'have'} a goodput of 0 req/s, no request within the SLO)")
+            continue
         close = [rid for value, rid in ranked if _spread_pct(value, top) < tie_pct]
         if len(close) > 1:
             best[key] = None
