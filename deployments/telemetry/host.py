@@ -6,7 +6,9 @@ Plain Python over Linux ``/proc`` (``proc(5)``) and ``psutil``; no Django. Sourc
 * ``/proc/stat`` ``cpuN`` lines: cumulative clock ticks (``USER_HZ``) per CPU in user, nice,
   system, idle, iowait, irq, softirq, steal (guest time is already inside user/nice, so it is
   not added again). Busy = all of them minus idle and iowait; utilisation of a CPU set over a
-  window = Σ busy delta / Σ total delta × 100, in percent of the set (0-100).
+  window = Σ busy delta / Σ total delta × 100, in percent of the set (0-100). The host's figure
+  is that of the set of every ``cpuN`` line of the reading (the aggregate ``cpu`` line only where
+  there are none), so a NUMA node holding every CPU shows exactly the host's figure.
 * ``/proc/<pid>/stat`` fields 14-15 (utime, stime, ticks), 22 (start time) and 24 (RSS, pages):
   a process tree's CPU is Σ over its pids of the tick delta / ``SC_CLK_TCK`` / seconds × 100, in
   percent of **one** core (200 = two cores busy), as ``top`` shows a process.
@@ -117,8 +119,13 @@ class HostSampler:
         ticks = read_cpu_ticks(self._stat_path)
         ref_item = self._window.push(t, ticks)
         ref = ref_item[1] if ref_item else ticks
-        cpu_pct = None
-        if "all" in ticks and "all" in ref:
+        # The host figure is summed from the same per-CPU lines as each NUMA node's, not read
+        # from the aggregate ``cpu`` line: that line is the kernel's sum over every possible CPU,
+        # each CPU's idle time taken a moment apart from its own line, so a NUMA node holding
+        # every CPU would show another figure than the host in the same sample.
+        cpus = [c for c in ticks if c != "all"]
+        cpu_pct = self._set_pct(ticks, ref, cpus) if cpus else None
+        if cpu_pct is None and "all" in ticks and "all" in ref:
             cpu_pct = _pct(ticks["all"][0] - ref["all"][0], ticks["all"][1] - ref["all"][1])
         per_numa = {k: self._set_pct(ticks, ref, cpus) for k, cpus in self.numa_cpus.items()}
         pinned = {k: (self._set_pct(ticks, ref, cpus) if cpus else None) for k, cpus in (pinned_sets or {}).items()}

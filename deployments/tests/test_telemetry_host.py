@@ -83,6 +83,34 @@ def test_it_reads_the_real_host():
     assert len(reading["loadavg"]) == 3 and all(x >= 0 for x in reading["loadavg"])
 
 
+def test_the_host_figure_is_the_sum_of_the_same_per_cpu_lines_as_the_numa_nodes(tmp_path: Path):
+    # An aggregate ``cpu`` line that is not the sum of the ``cpuN`` lines (the kernel reads each
+    # CPU's idle time for it a moment apart, and sums every possible CPU): the host's figure
+    # comes from the per-CPU lines, as a NUMA node's does.
+    path = tmp_path / "stat"
+    path.write_text(stat_text({0: (0, 100), 1: (0, 100)}))
+    now = [0.0]
+    host = HostSampler(numa_cpus={"0": [0, 1]}, stat_path=str(path), clock=lambda: now[0])
+    text = stat_text({0: (10, 190), 1: (30, 170)})
+    path.write_text(text.replace(text.splitlines()[0], "cpu  40 0 0 404 6 0 0 0 5 0"))   # 50 more idle
+    now[0] += 1.0
+    reading, _ = host.sample()
+    assert reading["cpu_pct"] == reading["cpu_pct_per_numa"]["0"] == 20.0
+
+
+def test_on_the_real_host_one_numa_node_of_every_cpu_reads_the_hosts_figure():
+    # the real /proc/stat, with the CPUs busy now and then between readings
+    cpus = sorted(c for c in read_cpu_ticks() if c != "all")
+    host = HostSampler(numa_cpus={"0": cpus}, min_window_s=0.05)
+    for _ in range(5):
+        end = time.monotonic() + 0.06
+        while time.monotonic() < end:
+            pass
+        reading, pinned = host.sample(pinned_sets={"all": cpus})
+        assert reading["cpu_pct"] is not None
+        assert reading["cpu_pct"] == reading["cpu_pct_per_numa"]["0"] == pinned["all"], reading
+
+
 BUSY_TREE = (
     "import subprocess, sys, time\n"
     "child = subprocess.Popen([sys.executable, '-c', 'import time\\nend = time.monotonic() + 60\\n"
