@@ -649,7 +649,7 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
                      f"prefill_bound_tok_s ({bounds} tok/s). The projection is calibrated on the measurement like "
                      "every other row: measured tok/s x that bound / the model's tok/s as is, so it stays below the "
                      "bound by the ratio the point measured below the model as is"
-                     + (f" ({ratios})" if ratios else "")
+                     + (f" (measured / model as is: {ratios})" if ratios else "")
                      + ", and a higher concurrency projects lower where its measurement falls further short of the "
                      "model; a projection that would pass the bound is held at it")
     if best is not None:
