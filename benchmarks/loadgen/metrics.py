@@ -7,7 +7,7 @@ and per token (gap / k repeated k times) when every event's token count k is kno
 cumulative usage. Per run: duration = first start → last end of the measured requests (warmup and
 dataset generation are outside, case C11); throughputs over that duration; percentiles p50/p90/p99
 with linear interpolation over successes plus mean and std (population); an error-adjusted view
-with failures as +inf and the nearest-rank method; goodput and SLO attainment (over all requests
+with the server's failures as +inf (requests aborted by a stop left out) and the nearest-rank method; goodput and SLO attainment (over all requests
 sent); achieved concurrency (time-weighted mean requests in flight at the server side, i.e. after
 any connection-pool wait, and the maximum) and achieved rate; flags.
 
@@ -17,7 +17,7 @@ Infinity in stored JSON: the error-adjusted percentiles are +inf where failures 
 (metrics.md), and JSON has no infinity, so :func:`controlplane.jsonsafe.json_safe` stores them as
 null. ``error_adjusted["infinite"]`` lists those percentiles by name (``"ttft_s.p99"``), so a
 reader tells "infinite because of failures" (listed) from "no data" (null, not listed: no request
-was sent). A sentinel in the number's place (a string ``"inf"``, a huge float) was not chosen: a
+was sent, or every one was aborted by a stop). A sentinel in the number's place (a string ``"inf"``, a huge float) was not chosen: a
 numeric reader would sort, chart or average it as a measurement.
 """
 from __future__ import annotations
@@ -151,15 +151,21 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     ``tokens_estimated``, ``server_token_mismatch``, ``client_cpu_bound``, ``itl_coalesced``
     (at least :data:`COALESCED_GAP_FRACTION` of the gaps between output events are zero, i.e. the
     events came in one network read; ``itl_zero_gap_fraction`` is the fraction),
-    ``no_successful_requests`` (requests were sent and every one failed: the latencies and
-    throughputs are null, not zero; ``errors`` says why), and
+    ``no_successful_requests`` (requests were sent, none succeeded and at least one failed at the
+    server, the others aborted by a stop: the latencies and throughputs are null, not zero;
+    ``errors`` says why), ``all_requests_aborted`` (requests were sent and a stop aborted every
+    one in flight: none completed, none failed at the server; latencies and throughputs are null),
+    and
     ``tpot_slo_not_applicable`` (a TPOT SLO was given and some successful requests produced one
     output token, for which TPOT is undefined; ``slo_tpot_not_applicable`` counts them).
 
     ``error_adjusted``: ``{"ttft_s": {"p50", "p90", "p99"}, "e2e_s": {...}, "failures": int,
-    "infinite": ["ttft_s.p99", ...]}``: failures count as +inf (nearest rank, metrics.md);
+    "aborted": int, "infinite": ["ttft_s.p99", ...]}``: the server's failures count as +inf
+    (nearest rank, metrics.md); requests a stop aborted in flight are neither successes nor
+    failures and are left out (``failures`` there is the summary's ``failures`` less ``aborted``);
     ``infinite`` names every percentile that is +inf because of them (stored as null, see the
-    module docstring). A percentile that is null and not listed had no request at all.
+    module docstring). A percentile that is null and not listed had no request to rank: none was
+    sent, or every one sent was aborted.
 
     TPOT SLO rule: TPOT is undefined for a one-token output (metrics.md), so a TPOT SLO does not
     apply to such a request and it counts as meeting it (vLLM's ``bench serve`` goodput takes TPOT
@@ -241,15 +247,19 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     s["queue_s"] = distribution(_ns(start - sched))
     s["pool_wait_s"] = distribution(_ns(pool))
 
-    # error-adjusted view: failures as +inf, nearest rank (never interpolate with inf)
+    # error-adjusted view: the server's failures as +inf, nearest rank (never interpolate with
+    # inf). A request a stop aborted in flight is neither a success nor a failure of the server:
+    # it is left out, so a run whose every request was aborted has no error-adjusted percentile.
+    server_failures = int(n - ok.sum()) - s["aborted"]
+
     def adjusted(values: np.ndarray) -> dict[str, float]:
-        fails = int(n - ok.sum())
-        allv = np.concatenate([values, np.full(fails, np.inf)])
+        allv = np.concatenate([values, np.full(server_failures, np.inf)])
         return {f"p{p}": nearest_rank(allv, p) for p in PERCENTILES}
 
     adj: dict[str, Any] = {"ttft_s": adjusted(ttft), "e2e_s": adjusted(e2e)}
     adj["infinite"] = sorted(path for path, kind in nonfinite_paths(adj).items() if kind == "inf")
-    adj["failures"] = int(n - ok.sum())
+    adj["failures"] = server_failures
+    adj["aborted"] = s["aborted"]
     s["error_adjusted"] = adj
     zero_fraction, gaps_total = _zero_gap_fraction(rec, np.flatnonzero(ok))
     s["itl_zero_gap_fraction"] = zero_fraction
@@ -325,7 +335,10 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     flags["input_length_mismatch"] = bool(s["input_length_check"] is not None
                                           and s["input_length_check"]["mismatch"])
     flags["itl_coalesced"] = bool(coalesced)
-    flags["no_successful_requests"] = bool(n > 0 and not ok.any())
+    # No success: every request failed at the server (aborted ones aside), or, with no failure of
+    # the server at all, every request was aborted in flight by a stop (nothing completed).
+    flags["no_successful_requests"] = bool(n > 0 and not ok.any() and server_failures > 0)
+    flags["all_requests_aborted"] = bool(n > 0 and not ok.any() and server_failures == 0)
     flags["tpot_slo_not_applicable"] = bool(s.get("slo_tpot_not_applicable"))
 
     # ---------------------------------------------------------------- output length

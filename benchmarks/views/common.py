@@ -65,8 +65,12 @@ FLAG_TEXT: dict[str, str] = {
                               "per request and the prompts could not be counted again after the point, so the "
                               "prompts may be much longer or shorter than the label says; it is not ranked "
                               "in a comparison.",
-    "no_successful_requests": "every request of this run failed: it measured nothing (its latencies and "
-                              "throughputs are unknown, not zero); the failure reasons say why.",
+    "no_successful_requests": "no request of this run succeeded: every one failed at the server (or was aborted "
+                              "by a stop): it measured nothing (its latencies and throughputs are unknown, not "
+                              "zero); the failure reasons say why.",
+    "all_requests_aborted": "no request of this run completed: a stop (the cancel, or the deployment going down) "
+                            "aborted every one in flight; none failed at the server; it measured nothing (its "
+                            "latencies and throughputs are unknown, not zero).",
     "itl_coalesced": "10 % or more of the gaps between output events are zero (events came in one network "
                      "read): ITL shows how the server's writes were grouped, not the token cadence.",
     "rate_off_target": "the open-loop sending rate differs from the target by more than 3 standard deviations "

@@ -62,7 +62,8 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "extra": _extra_facts(summary), "ended_by": summary.get("ended_by"),
         "error_adjusted": _error_adjusted_rows(summary),
         "ci_rows": _ci_rows(run),
-        "error_adjusted_failures": (summary.get("error_adjusted") or {}).get("failures"),
+        "error_adjusted_failures": _error_adjusted_counts(summary)[0],
+        "error_adjusted_aborted": _error_adjusted_counts(summary)[1],
         "stopped_early": summary.get("stopped_early") or "", "halted": summary.get("halted") or "",
         "cap_not_applied": summary.get("request_cap_applied") is False,
         "latencies": LATENCIES, "lengths_text": run_lengths_text(run), "slo": slo_text(run_slo(run=run)),
@@ -218,13 +219,33 @@ ERROR_ADJUSTED = (("ttft_s", "TTFT"), ("e2e_s", "E2E"))
 PERCENTILES = ("p50", "p90", "p99")
 
 
-def _error_adjusted_rows(s: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
-    """TTFT and E2E percentiles with failures counted as +∞ (nearest rank, metrics.md) for a run
-    with failures: ``[(label, [p50, p90, p99 as text in ms])]``; a percentile the failures made
-    infinite reads "∞ (failures)" (listed in ``error_adjusted.infinite``; stored as null), one
-    that is null and not listed "—". Empty when the run had no failures."""
+def _error_adjusted_counts(s: Mapping[str, Any]) -> tuple[int, int]:
+    """``(failures, aborted)`` of the error-adjusted view: the requests the server failed (counted
+    as +∞) and those a stop aborted in flight (left out: neither successes nor failures). A
+    summary stored before the view left aborted requests out counted them among its
+    ``failures``; they are taken out of that count here."""
     adjusted = s.get("error_adjusted")
-    if not isinstance(adjusted, Mapping) or not adjusted.get("failures"):
+    if not isinstance(adjusted, Mapping):
+        return 0, 0
+    failures = adjusted.get("failures")
+    failures = failures if isinstance(failures, int) and not isinstance(failures, bool) else 0
+    aborted = adjusted.get("aborted")
+    if isinstance(aborted, int) and not isinstance(aborted, bool):
+        return max(0, failures), max(0, aborted)
+    aborted = s.get("aborted")
+    aborted = aborted if isinstance(aborted, int) and not isinstance(aborted, bool) and aborted > 0 else 0
+    return max(0, failures - aborted), min(aborted, max(0, failures))
+
+
+def _error_adjusted_rows(s: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    """TTFT and E2E percentiles with the server's failures counted as +∞ (nearest rank,
+    metrics.md) for a run with such failures: ``[(label, [p50, p90, p99 as text in ms])]``; a
+    percentile the failures made infinite reads "∞ (failures)" (listed in
+    ``error_adjusted.infinite``; stored as null), one that is null and not listed "—". Requests a
+    stop aborted in flight are no failures: empty when the run had no failure of the server
+    (every unfinished request aborted, or none)."""
+    adjusted = s.get("error_adjusted")
+    if not isinstance(adjusted, Mapping) or not _error_adjusted_counts(s)[0]:
         return []
     infinite = set(adjusted.get("infinite") or [])
     rows = []

@@ -1,0 +1,107 @@
+"""Requests a stop aborted in flight are neither successes nor failures of the server: the
+error-adjusted percentiles leave them out (only the server's failures count as +inf), and a run
+whose every request was aborted is flagged ``all_requests_aborted`` (none completed), never
+``no_successful_requests`` ("every request failed"). Summaries built from hand-made records."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+from benchmarks.choices import RunStatus, SweepStatus
+from benchmarks.loadgen import run_summary
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.tests.page_support import logged_in_client
+from benchmarks.tests.sweep_support import sim_deployment_create
+from benchmarks.tests.test_loadgen_metrics import req, result_of
+from controlplane.jsonsafe import json_safe
+from deployments.choices import DeploymentStatus
+
+ABORT = "aborted: the sweep was cancelled"
+
+
+def aborted(start_ms: int, end_ms: int):
+    return replace(req(start_ms, [], end_ms, 0, ok=False), error=ABORT)
+
+
+def test_aborted_requests_are_left_out_of_the_error_adjusted_percentiles() -> None:
+    s = run_summary(result_of([req(0, [100, 200], 300, 2), req(0, [200, 300], 400, 2),
+                               aborted(0, 8000), aborted(0, 8000)]))
+    assert (s["failures"], s["aborted"]) == (2, 2)  # the loadgen counts: requests = successes + failures
+    adj = s["error_adjusted"]
+    assert (adj["failures"], adj["aborted"], adj["infinite"]) == (0, 2, [])
+    assert adj["ttft_s"]["p99"] == pytest.approx(0.2) and adj["e2e_s"]["p50"] == pytest.approx(0.2) and adj["e2e_s"]["p99"] == pytest.approx(0.3)
+    assert s["flags"]["no_successful_requests"] is False and s["flags"]["all_requests_aborted"] is False
+
+
+def test_only_the_server_failures_count_as_infinite_beside_aborted_ones() -> None:
+    s = run_summary(result_of([req(0, [100, 200], 300, 2), req(0, [], 50, 0, ok=False),
+                               aborted(0, 8000), aborted(0, 8000)]))
+    adj = s["error_adjusted"]
+    assert (adj["failures"], adj["aborted"]) == (1, 2)
+    # two ranked values (0.1, +inf): p50 is the success, p90 and p99 the failure
+    assert adj["ttft_s"]["p50"] == pytest.approx(0.1) and adj["ttft_s"]["p90"] == math.inf
+    assert adj["infinite"] == ["e2e_s.p90", "e2e_s.p99", "ttft_s.p90", "ttft_s.p99"]
+
+
+def test_a_run_whose_every_request_was_aborted_is_not_said_to_have_failed() -> None:
+    s = run_summary(result_of([aborted(0, 8000), aborted(0, 8000)]))
+    assert s["flags"]["no_successful_requests"] is False and s["flags"]["all_requests_aborted"] is True
+    adj = s["error_adjusted"]
+    assert (adj["failures"], adj["aborted"], adj["infinite"]) == (0, 2, [])
+    stored = json_safe(s)["error_adjusted"]
+    assert stored["ttft_s"] == {"p50": None, "p90": None, "p99": None}  # nothing to rank, not infinite
+    assert stored["e2e_s"] == {"p50": None, "p90": None, "p99": None}
+
+
+def test_no_success_with_a_server_failure_beside_aborted_ones_is_no_successful_requests() -> None:
+    s = run_summary(result_of([req(0, [], 50, 0, ok=False), aborted(0, 8000)]))
+    assert s["flags"]["no_successful_requests"] is True and s["flags"]["all_requests_aborted"] is False
+    assert s["error_adjusted"]["failures"] == 1 and s["error_adjusted"]["infinite"] == [
+        f"{m}.p{p}" for m in ("e2e_s", "ttft_s") for p in (50, 90, 99)]
+
+
+@pytest.fixture
+def _var_dir(settings, tmp_path: Path) -> None:
+    settings.VAR_DIR = tmp_path
+
+
+def _run(summary: dict, flags: list[str]) -> BenchmarkRun:
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STOPPED)
+    sweep = BenchmarkSweep.objects.create(deployment=deployment, status=SweepStatus.CANCELLED, num_gpus=1)
+    return BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status=RunStatus.CANCELLED, concurrency=2,
+                                       input_len=16, output_len=16, num_gpus=1, flags=flags, summary=summary)
+
+
+@pytest.mark.django_db
+def test_the_run_page_of_an_all_aborted_run_shows_no_infinite_latency(_var_dir, viewer) -> None:
+    s = json_safe(run_summary(result_of([aborted(0, 8000), aborted(0, 8000)])))
+    run = _run(s, sorted(k for k, v in s["flags"].items() if v))
+    assert run.flags == ["all_requests_aborted"]
+    html = logged_in_client(viewer).get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
+    assert "∞ (failures)" not in html and "counted as ∞" not in html
+    assert "no request of this run succeeded" not in html
+    assert "no request of this run completed" in html
+
+
+@pytest.mark.django_db
+def test_the_run_page_leaves_aborted_requests_out_of_a_summary_stored_with_them_as_failures(
+        _var_dir, viewer) -> None:
+    # Stored before the error-adjusted view left aborted requests out: its count included them.
+    s = json_safe(run_summary(result_of([aborted(0, 8000), aborted(0, 8000)])))
+    s["error_adjusted"] = {"ttft_s": {"p50": None, "p90": None, "p99": None},
+                           "e2e_s": {"p50": None, "p90": None, "p99": None}, "failures": 2,
+                           "infinite": [f"{m}.p{p}" for m in ("e2e_s", "ttft_s") for p in (50, 90, 99)]}
+    html = logged_in_client(viewer).get(reverse("benchmarks:run-detail", args=[_run(s, []).pk])).content.decode()
+    assert "∞ (failures)" not in html and "counted as ∞" not in html
+
+
+@pytest.mark.django_db
+def test_the_run_page_says_how_many_aborted_requests_the_error_adjusted_view_left_out(_var_dir, viewer) -> None:
+    s = json_safe(run_summary(result_of([req(0, [100, 200], 300, 2), req(0, [], 50, 0, ok=False),
+                                         aborted(0, 8000)])))
+    html = logged_in_client(viewer).get(reverse("benchmarks:run-detail", args=[_run(s, []).pk])).content.decode()
+    assert "1 failed request counted as ∞, nearest rank; 1 aborted in flight by a stop left out (not failures)" in html
