@@ -88,23 +88,23 @@ def sweep_latest_for_recipe(*, recipe_name: str) -> BenchmarkSweep | None:
 QUEUE_STALL_S = 15.0
 
 
-def sweep_requests_cancelled(*, sweep: BenchmarkSweep) -> int | None:
+def sweep_requests_cancelled(*, sweep: BenchmarkSweep) -> int:
     """Requests of ``sweep`` that a cancel ended in flight (the ``aborted`` count of each point
     stored cancelled partway, :func:`benchmarks.sweeps.summary_mark_partial`); not among its
-    ``requests_done``. None when no point was cut by a cancel."""
-    total, seen = 0, False
+    ``requests_done``. 0 when no point was cut by a cancel."""
+    total = 0
     for summary in sweep.runs.filter(status="cancelled").values_list("summary", flat=True):
         part = summary.get("partial") if isinstance(summary, dict) else None
         aborted = part.get("aborted") if isinstance(part, dict) else None
         if isinstance(aborted, int) and not isinstance(aborted, bool):
-            total, seen = total + aborted, True
-    return total if seen else None
+            total += aborted
+    return total
 
 
-def sweep_requests_aborted(*, sweep: BenchmarkSweep) -> int | None:
+def sweep_requests_aborted(*, sweep: BenchmarkSweep) -> int:
     """Requests of ``sweep`` that a stop ended in flight: a cancel (as
     :func:`sweep_requests_cancelled` counts them) or its deployment going down under a point (the
-    ``aborted`` count of each point stored failed); never among its ``requests_done``. None when
+    ``aborted`` count of each point stored failed); never among its ``requests_done``. 0 when
     no point had any."""
     total = 0
     for status, summary in sweep.runs.filter(status__in=("cancelled", "failed")).values_list("status", "summary"):
@@ -114,7 +114,7 @@ def sweep_requests_aborted(*, sweep: BenchmarkSweep) -> int | None:
         aborted = part.get("aborted") if isinstance(part, dict) else summary.get("aborted")
         if isinstance(aborted, int) and not isinstance(aborted, bool):
             total += aborted
-    return total or None
+    return total
 
 
 def deployment_bindings(*, deployment) -> tuple[set[int], set[int]]:

@@ -70,8 +70,8 @@ class SweepSerializer(serializers.ModelSerializer):
     alone, until the sweep has ended, done, failed or cancelled, when each point that ran counts what it sent and one that never ran adds 0: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     never below ``requests_done``; ``requests_aborted``: those a stop ended in flight, the cancel
     or the deployment going down under a point (the pages say "aborted in flight by the cancel" or
-    "when the deployment went down"), null when none; ``requests_cancelled``: the aborted ones the
-    cancel ended, also in ``requests_aborted``, null when no point was cut by a cancel; ``held_at``: when its task last found it held back by a
+    "when the deployment went down"), 0 when none; ``requests_cancelled``: the aborted ones the
+    cancel ended, also in ``requests_aborted``, 0 when no point was cut by a cancel; ``held_at``: when its task last found it held back by a
     sweep of a deployment sharing a CPU or GPU with its own (pending), null when it never was or
     once it runs; ``progress``: the running point's last progress report as its rows hold it, the
     same data the sweep page embeds and its last ``sweep.progress`` websocket message carried
@@ -92,10 +92,11 @@ class SweepSerializer(serializers.ModelSerializer):
                   "counts what it sent, one limited by time alone that never ran 0. Never below requests_done.")
     requests_cancelled = serializers.SerializerMethodField(
         help_text="requests aborted in flight by the cancel, the sweep page's \"aborted in flight by the cancel\" "
-                  "(also counted in requests_aborted; not in requests_done); null when none was")
+                  "(also counted in requests_aborted; not in requests_done); 0 when none was, never null")
     requests_aborted = serializers.SerializerMethodField(
         help_text="requests aborted in flight by a stop: the cancel (those are requests_cancelled too) or the "
-                  "deployment going down under a point; not failures and not in requests_done; null when none was")
+                  "deployment going down under a point; not failures and not in requests_done; 0 when none was, "
+                  "never null")
     queue_note = serializers.SerializerMethodField(
         help_text="why an active sweep is not measuring yet; null once it runs or is over")
     reason = BlankAsNullCharField(allow_null=True, read_only=True,
@@ -148,14 +149,14 @@ class SweepSerializer(serializers.ModelSerializer):
 
         return sweep_queue_note(sweep=obj) or None
 
-    @extend_schema_field(serializers.IntegerField(allow_null=True))
-    def get_requests_cancelled(self, obj: BenchmarkSweep) -> int | None:
+    @extend_schema_field(serializers.IntegerField())
+    def get_requests_cancelled(self, obj: BenchmarkSweep) -> int:
         from benchmarks.selectors import sweep_requests_cancelled
 
         return sweep_requests_cancelled(sweep=obj)
 
-    @extend_schema_field(serializers.IntegerField(allow_null=True))
-    def get_requests_aborted(self, obj: BenchmarkSweep) -> int | None:
+    @extend_schema_field(serializers.IntegerField())
+    def get_requests_aborted(self, obj: BenchmarkSweep) -> int:
         from benchmarks.selectors import sweep_requests_aborted
 
         return sweep_requests_aborted(sweep=obj)

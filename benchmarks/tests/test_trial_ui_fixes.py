@@ -92,7 +92,8 @@ def test_the_sweep_api_says_how_many_requests_the_cancel_ended(deployment, viewe
     assert (body["requests_done"], body["requests_total"], body["requests_cancelled"]) == (0, 4, 4)
     other = BenchmarkSweep.objects.create(deployment=deployment, status=SweepStatus.DONE, points_total=1,
                                           requests_total=4, requests_done=4)
-    assert viewer_api.get(f"/api/sweeps/{other.pk}/").json()["requests_cancelled"] is None
+    body = viewer_api.get(f"/api/sweeps/{other.pk}/").json()
+    assert (body["requests_cancelled"], body["requests_aborted"]) == (0, 0)
 
 
 # --- comparison baseline -------------------------------------------------------------------------
@@ -292,3 +293,17 @@ def test_live_times_are_utc_whatever_the_browser_zone() -> None:
     for text in ('"sample at " + CeilingLive.clockUtc(', '"no sample since " + CeilingLive.clockUtc(',
                  "clockEl.textContent = CeilingLive.clockUtc(new Date())"):
         assert text in dashboards, text
+
+
+@pytest.mark.django_db
+def test_a_done_sweep_with_runs_and_nothing_aborted_reports_zero_aborted_and_cancelled(deployment, viewer_api):
+    sweep = BenchmarkSweep.objects.create(deployment=deployment, status=SweepStatus.DONE, points_total=2,
+                                          requests_total=8, requests_done=8, num_gpus=4)
+    for ordinal in (0, 1):
+        BenchmarkRun.objects.create(sweep=sweep, ordinal=ordinal, status=RunStatus.DONE, concurrency=2, input_len=16,
+                                    output_len=64, num_requests=4,
+                                    summary={"requests": 4, "successes": 4, "failures": 0, "aborted": 0})
+    body = viewer_api.get(f"/api/sweeps/{sweep.pk}/").json()
+    assert (body["requests_done"], body["requests_cancelled"], body["requests_aborted"]) == (8, 0, 0)
+    listed = next(s for s in viewer_api.get("/api/sweeps/").json()["results"] if s["id"] == sweep.pk)
+    assert (listed["requests_cancelled"], listed["requests_aborted"]) == (0, 0)

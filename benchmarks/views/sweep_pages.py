@@ -431,9 +431,9 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     ``requests_done``/``requests_total`` (counts; done are the requests that finished; the total
     None while points limited by time alone may still run (then, once ended, what the points sent),
     :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
-    ``requests_cancelled`` (requests a cancel ended in flight, None when none or not cancelled),
-    ``requests_aborted`` (requests ended in flight when the deployment went down, None when none or
-    not failed), ``percent`` (0-100), ``current_tok_s`` (output tok/s
+    ``requests_cancelled`` (requests a cancel ended in flight, 0 when none, None when not cancelled),
+    ``requests_aborted`` (requests ended in flight when the deployment went down, 0 when none, None
+    when not failed), ``percent`` (0-100), ``current_tok_s`` (output tok/s
     of the running point over the last report window, None when none), ``tok_s_window_s`` (that
     window's length, seconds: :data:`benchmarks.services.sweeps.TOK_S_WINDOW_S`), ``active`` (still
     moving), ``current_point`` (e.g. ``c=8 256/256``) and ``run`` (:func:`run_progress` of the
