@@ -105,3 +105,22 @@ def test_the_run_page_says_how_many_aborted_requests_the_error_adjusted_view_lef
                                          aborted(0, 8000)])))
     html = logged_in_client(viewer).get(reverse("benchmarks:run-detail", args=[_run(s, []).pk])).content.decode()
     assert "1 failed request counted as ∞, nearest rank; 1 aborted in flight by a stop left out (not failures)" in html
+
+
+@pytest.mark.django_db
+def test_the_run_page_shows_when_the_run_started_and_ended_in_utc(_var_dir, viewer) -> None:
+    from datetime import datetime, timezone
+
+    run = _run({"requests": 1, "successes": 1, "failures": 0}, [])
+    run.started_at = datetime(2026, 12, 6, 13, 32, 24, tzinfo=timezone.utc)
+    run.ended_at = datetime(2026, 12, 6, 13, 33, 5, tzinfo=timezone.utc)
+    run.save(update_fields=["started_at", "ended_at"])
+    html = logged_in_client(viewer).get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
+    assert ('<dt>Started</dt><dd class="run-started"><time datetime="2026-12-06T13:32:24Z" '
+            'title="2026-12-06T13:32:24Z">2026-12-06 13:32:24 UTC</time></dd>') in html
+    assert ('<dt>Ended</dt><dd class="run-ended"><time datetime="2026-12-06T13:33:05Z" '
+            'title="2026-12-06T13:33:05Z">2026-12-06 13:33:05 UTC</time></dd>') in html
+    run.ended_at = None
+    run.save(update_fields=["ended_at"])
+    html = logged_in_client(viewer).get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
+    assert "<dt>Ended</dt>" not in html
