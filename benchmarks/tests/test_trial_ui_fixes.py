@@ -307,3 +307,10 @@ def test_a_done_sweep_with_runs_and_nothing_aborted_reports_zero_aborted_and_can
     assert (body["requests_done"], body["requests_cancelled"], body["requests_aborted"]) == (8, 0, 0)
     listed = next(s for s in viewer_api.get("/api/sweeps/").json()["results"] if s["id"] == sweep.pk)
     assert (listed["requests_cancelled"], listed["requests_aborted"]) == (0, 0)
+
+
+@pytest.mark.django_db
+def test_the_sweep_form_deployment_picker_labels_its_links_with_the_deployment(deployment, operator):
+    html = logged_in_client(operator).get(reverse("benchmarks:sweep-create")).content.decode()
+    assert f">Sweep deployment #{deployment.pk}</a>" in html
+    assert f">Sweep #{deployment.pk}</a>" not in html  # not to be read as a sweep's id
