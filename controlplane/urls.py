@@ -8,9 +8,12 @@ showing why.
 """
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import URLPattern, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.renderers import JSONRenderer
+from rest_framework.urlpatterns import format_suffix_patterns
+
+from controlplane.api_urls import suffix_as_format_query
 
 from controlplane import views
 from controlplane.login_throttle import throttled_login
@@ -31,6 +34,17 @@ class SchemaView(SpectacularAPIView):
         return response
 
 
+def with_format_suffix(patterns: list) -> list:
+    """``patterns`` and, beside each, its format-suffixed route (``/api/schema.json``,
+    ``/api/auth/token.json``) whose suffix is the request's ``?format=``, as on every route of
+    :class:`controlplane.api_urls.ApiRouter`."""
+    return [
+        URLPattern(url.pattern, suffix_as_format_query(url.callback), url.default_args, url.name)
+        if url not in patterns else url
+        for url in format_suffix_patterns(patterns)
+    ]
+
+
 handler400 = "controlplane.views.bad_request"
 handler404 = "controlplane.notfound_views.page_not_found"
 
@@ -40,13 +54,15 @@ urlpatterns = [
          name="login"),
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/schema/", SchemaView.as_view(permission_classes=[RolePermission, SingleValuedQuery]), name="api-schema"),
+    *with_format_suffix([
+        path("api/schema/", SchemaView.as_view(permission_classes=[RolePermission, SingleValuedQuery]), name="api-schema"),
+        path("api/auth/token/", TokenObtainView.as_view(), name="api-token"),
+    ]),
     path(
         "api/docs/",
         role_page(read="viewer")(SpectacularSwaggerView.as_view(url_name="api-schema", permission_classes=[RolePermission])),
         name="api-docs",
     ),
-    path("api/auth/token/", TokenObtainView.as_view(), name="api-token"),
     path("api/", include("controlplane.api_urls")),
     path("", include("deployments.urls")),
     path("", include("benchmarks.urls")),

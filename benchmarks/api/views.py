@@ -19,6 +19,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from benchmarks import selectors, services
 from benchmarks.api import serializers as s
@@ -30,6 +31,7 @@ from controlplane.api import (
     flatten_errors, merge_body_errors, no_body, query_validated, request_body,
 )
 from controlplane.errors import InvalidInput, NotFound
+from controlplane.jsonsafe import query_text
 
 PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
 
@@ -204,6 +206,14 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     query_keys = {"list": s.RunFilterSerializer, "records": s.RecordsQuerySerializer, "export": ExportQuerySerializer,
                   "compare": s.CompareQuerySerializer}
 
+    def judges_own_format(self) -> bool:
+        """True for the original file too, which refuses any ``?format=`` with its own message."""
+        return self.action == "original" or super().judges_own_format()
+
+    def perform_content_negotiation(self, request, force=False):
+        # The original is served as stored whatever the client accepts; its errors are JSON.
+        return super().perform_content_negotiation(request, force=force or self.action == "original")
+
     def get_queryset(self):
         if self.action != "list":
             return selectors.run_list()
@@ -246,9 +256,16 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                            "or its own line of a file of several runs",
                    responses={(200, "application/octet-stream"): OpenApiResponse(
                        OpenApiTypes.BINARY, description="the file's bytes, as an attachment under its name"),
-                       404: ERROR_404})
+                       400: ERRORS_400, 404: ERROR_404},
+                   description="Served as stored, in one format: any `?format=` (or a format suffix) is a 400.")
     @action(detail=True, methods=["get"])
     def original(self, request: Request, pk: str | None = None) -> HttpResponse:
+        """The stored original; it answers in one format, so any ``?format=`` is a 400 naming it
+        rather than ignored."""
+        fmt = request.query_params.get(api_settings.URL_FORMAT_OVERRIDE)
+        if fmt is not None:
+            raise ValidationError({api_settings.URL_FORMAT_OVERRIDE: [
+                f"the original file is served as stored only: leave format out; got {query_text(fmt)}"]})
         run: BenchmarkRun = self.get_object()
         if not run.original_text:
             raise NotFound(f"run #{run.pk} was not imported; it has no original file")

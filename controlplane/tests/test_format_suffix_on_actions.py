@@ -113,8 +113,9 @@ def test_every_suffixed_route_answers_as_its_plain_url_with_that_format(admin_ap
                 suffixed = send(f"{suffixed_url}?{query}", body, **extra) if body is not None else send(
                     f"{suffixed_url}?{query}")
                 _same(plain, suffixed, f"{method.upper()} {suffixed_url}?{query}")
-                # (the log download refuses any format, a suffix too, before it looks the process up)
-                if method == "get" and not existing and groups and name != "process-log-download":
+                # (the log download and a run's original refuse any format, a suffix too, before the lookup)
+                if method == "get" and not existing and groups and name not in ("process-log-download",
+                                                                                "run-original"):
                     assert suffixed.status_code == 404 and "detail" in suffixed.json(), suffixed_url
                 walked.add(name)
     # every action the new user tried is among those walked
@@ -184,3 +185,29 @@ def test_a_suffix_and_a_format_query_together_are_the_format_given_twice(viewer_
 def test_the_browsable_suffix_of_an_action_is_its_page(viewer_api, objects):
     answer = viewer_api.get(f"/api/deployments/{objects['deployment']}/telemetry.api")
     assert answer.status_code == 200 and answer["Content-Type"].startswith("text/html")
+
+
+def test_the_schema_and_the_token_take_a_suffix_too(viewer_api, viewer):
+    for fmt in ("json", "yaml"):
+        plain = viewer_api.get(f"/api/schema/?format={fmt}")
+        suffixed = viewer_api.get(f"/api/schema.{fmt}")
+        assert plain.status_code == 200 and suffixed.status_code == 200, fmt
+        assert suffixed["Content-Type"] == plain["Content-Type"] and suffixed.content == plain.content, fmt
+    assert viewer_api.get("/api/schema.xml").json() == viewer_api.get("/api/schema/?format=xml").json()
+    assert viewer_api.get("/api/schema.xml").status_code != 404
+    from rest_framework.test import APIClient
+    body = {"username": "vera-viewer", "password": "correct-horse-battery"}
+    answer = APIClient().post("/api/auth/token.json", body, format="json")
+    assert answer.status_code == 200 and len(answer.json()["token"]) == 40
+
+
+def test_a_runs_original_takes_no_format_and_is_served_as_stored(viewer_api, objects):
+    run = objects["run"]
+    plain = viewer_api.get(f"/api/runs/{run}/original/")
+    assert plain.status_code == 200 and plain["Content-Type"] == "application/octet-stream"
+    for url, fmt in ((f"/api/runs/{run}/original.csv", "csv"), (f"/api/runs/{run}/original/?format=json", "json"),
+                     (f"/api/runs/{run}/original/?format=api", "api"), (f"/api/runs/{run}/original.json", "json")):
+        answer = viewer_api.get(url)
+        assert answer.status_code == 400 and answer["Content-Type"] == "application/json", url
+        assert answer.json() == {"format": [
+            f"the original file is served as stored only: leave format out; got '{fmt}'"]}, url
