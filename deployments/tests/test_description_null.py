@@ -103,3 +103,19 @@ def test_the_description_limit_is_documented_in_the_schema_and_enforced(admin_ap
     refused = admin_api.post("/api/recipes/", payload, format="json")
     assert refused.status_code == 400
     assert "description" in refused.json()
+
+
+def test_the_diff_page_shows_no_description_as_absent_not_as_empty_text(admin_api, admin_user, client):
+    cpu_node_create(name="cpu-box")
+    pk = admin_api.post("/api/recipes/", {"name": "plain", "engine": "sim", "topology": "single", "node": "cpu-box",
+                                          "spec": SPEC}, format="json").json()["id"]
+    admin_api.patch(f"/api/recipes/{pk}/", {"description": "now"}, format="json")
+    assert [c for c in admin_api.get(f"/api/recipes/{pk}/diff/?a=1&b=2").json()["changes"]
+            if c["path"] == "description"] == [{"path": "description", "change": "changed", "old": None, "new": "now"}]
+    client.force_login(admin_user)
+    page = client.get(f"/recipes/{pk}/diff/?a=1&b=2", HTTP_HX_REQUEST="true").content.decode()
+    row = page[page.index('<td class="mono">description</td>'):]
+    row = row[:row.index("</tr>")]
+    assert "&quot;&quot;" not in row and '""' not in row
+    assert '<td class="old"><span class="muted">—</span></td>' in row
+    assert "&quot;now&quot;" in row

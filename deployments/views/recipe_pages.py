@@ -173,16 +173,20 @@ def _json_text(value: Any) -> str:
 
 def _diff_rows(recipe: Recipe, a: int, b: int) -> list[dict[str, Any]]:
     """Rows of :func:`deployments.services.recipe_diff` with old/new as JSON text; an added
-    key has no old text and a removed key no new text."""
+    key has no old text and a removed key no new text, and no description (stored as ``""``, null in
+    the API's diff) has none either: the table shows each as ``—``."""
     out = []
     for row in services.recipe_diff(recipe=recipe, a=a, b=b):
         change = row.get("change", "changed")
+        old, new = row.get("old"), row.get("new")
+        absent_old = change == "added" or (row["path"] == "description" and not old)
+        absent_new = change == "removed" or (row["path"] == "description" and not new)
         out.append(
             {
                 "path": row["path"],
                 "change": change,
-                "old": "" if change == "added" else _json_text(row.get("old")),
-                "new": "" if change == "removed" else _json_text(row.get("new")),
+                "old": "" if absent_old else _json_text(old),
+                "new": "" if absent_new else _json_text(new),
             }
         )
     return out
