@@ -1,5 +1,6 @@
 """REST API router: every app registers its viewsets here. The last route answers every other
-path under ``/api/`` with a JSON 404 (:class:`controlplane.notfound_views.ApiNotFoundView`).
+path under ``/api/`` with a JSON 404 (:class:`controlplane.notfound_views.ApiNotFoundView`, which is no breadcrumb
+of the browsable pages).
 
 Every route also answers with a format suffix (``/api/recipes/3.json``,
 ``/api/sweeps/2/export.csv``, ``/api/nodes/local/telemetry.json``): the suffix is the request's
@@ -12,7 +13,7 @@ from rest_framework.routers import DefaultRouter
 from rest_framework.settings import api_settings
 
 from benchmarks.api.urls import register as register_benchmarks
-from controlplane.notfound_views import ApiNotFoundView
+from controlplane.notfound_views import api_not_found
 from deployments.api.urls import register as register_deployments
 from kernels.api.urls import register as register_kernels
 
@@ -59,5 +60,5 @@ register_benchmarks(router)
 register_kernels(router)
 
 urlpatterns = router.urls + [
-    re_path(r"^.*$", ApiNotFoundView.as_view(), name="api-not-found"),
+    re_path(r"^.*$", api_not_found, name="api-not-found"),
 ]

@@ -47,3 +47,17 @@ def test_the_listed_exceptions_refuse_api_like_any_format_they_do_not_offer(view
         assert answer.json() == {"format": [message]}, url
         xml = viewer_api.get(url, {"format": "xml"})
         assert xml.status_code == 400 and xml.json() == {"format": [message.replace("'api'", "'xml'")]}, url
+
+
+@pytest.mark.parametrize(("path", "crumbs"), [
+    ("/api/recipes/", [("Api Root", "/api/"), ("Recipe List", "/api/recipes/")]),
+    ("/api/runs/{run}/", [("Api Root", "/api/"), ("Run List", "/api/runs/"), ("Run Instance", "/api/runs/{run}/")]),
+])
+def test_the_breadcrumbs_name_no_api_not_found_between_the_pages(viewer_api, run, path, crumbs):
+    import re
+    page = viewer_api.get(path.format(run=run.pk), {"format": "api"}).content.decode()
+    trail = page[page.index('class="breadcrumb"'):]
+    trail = trail[:trail.index("</ul>")]
+    assert "Not Found" not in trail
+    found = [(name.strip(), href.split("?")[0]) for href, name in re.findall(r'<a href="([^"]*)"[^>]*>([^<]*)</a>', trail)]
+    assert found == [(name, href.format(run=run.pk)) for name, href in crumbs]
