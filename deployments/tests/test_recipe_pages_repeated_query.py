@@ -114,3 +114,16 @@ def test_a_revert_with_a_malformed_expected_version_restores_nothing_and_says_wh
                        "and 2147483647, got 'abc'") in response.content.decode()
     recipe_v3.refresh_from_db()
     assert recipe_v3.version == 3
+
+
+def test_the_page_the_api_and_the_docs_say_the_same_of_a_version_that_is_no_number(client, viewer, viewer_api,
+                                                                                    recipe_v3):
+    from pathlib import Path
+    client.force_login(viewer)
+    said = "must be a whole number between 1 and 2147483647, got 'x'"
+    page = client.get(reverse("deployments:recipe-detail", args=[recipe_v3.pk]), {"version": "x"})
+    assert page.status_code == 400 and html.escape(f"version {said}") in page.content.decode()
+    api = viewer_api.get(f"/api/recipes/{recipe_v3.pk}/dry-run/?version=x")
+    assert api.status_code == 400 and api.json() == {"version": [said]}
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text().split())
+    assert f"`version {said}`" in docs and "a version number (a whole number of at least 1)" not in docs
