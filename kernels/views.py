@@ -694,7 +694,9 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     if sweep_raw:
         sweep = (BenchmarkSweep.objects.filter(pk=int(sweep_raw)).first()
                  if DIGITS_RE.fullmatch(sweep_raw) and len(sweep_raw) <= 18 else None)
-        if sweep is None:
+        if sweep is None and not DIGITS_RE.fullmatch(sweep_raw):
+            errors["sweep"] = [f"{json_spelled(_short(sweep_raw))} is not a sweep id (a whole number)."]
+        elif sweep is None:
             errors["sweep"] = [f"No sweep with id {json_spelled(_short(sweep_raw))}."]
         elif sweep not in sweeps and sweep.status in SWEEP_TERMINAL:
             sweep.whatif_refusal = sweep_refusals([sweep]).get(sweep.pk)

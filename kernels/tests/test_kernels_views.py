@@ -204,7 +204,7 @@ def test_non_ascii_digits_in_the_query_or_the_form_are_refused_like_any_malforme
         assert resp.status_code == 200
         assert "batch: &#x27;\u00b2&#x27; is not a positive whole number." in resp.content.decode()
     html = c.get("/kernels/whatif/?sweep=%C2%B2&speedup=3").content.decode()
-    assert "No sweep with id &#x27;\u00b2&#x27;." in html and "Projected output (tok/s)" not in html
+    assert "&#x27;\u00b2&#x27; is not a sweep id (a whole number)." in html and "Projected output (tok/s)" not in html
     html = c.get(f"/kernels/whatif/?sweep={seed_pd_sweep.pk}&best=%C2%B2").content.decode()
     assert "Choose a best variant with a measured speedup over its baseline." in html
     resp = _client(operator).post("/kernels/packages/toy_attn/jobs/new/", {

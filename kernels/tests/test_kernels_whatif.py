@@ -267,3 +267,12 @@ def test_a_point_without_a_mean_is_named_where_its_p50_stands_in(db):
     assert out["lengths"]["256/256"][1]["measured_ttft_ms"] == 940.0
     assert ("no mean in the summary of c=4 256/256 (TTFT): the p50 stands in the mean column there, and the "
             "projection is calibrated on it") in out["notes"]
+
+
+def test_a_sweep_that_is_no_id_is_named_so_on_the_page(viewer, seed_pd_sweep):
+    page = Client()
+    page.force_login(viewer)
+    body = page.get("/kernels/whatif/?sweep=abc&speedup=2").content.decode()
+    assert html.escape("'abc' is not a sweep id (a whole number).") in body and "No sweep with id" not in body
+    body = page.get("/kernels/whatif/?sweep=999999&speedup=2").content.decode()
+    assert "No sweep with id" in body
