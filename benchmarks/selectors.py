@@ -5,6 +5,7 @@ from django.db.models import QuerySet
 
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import query_text
 
 # The largest primary key a row can have (``BigAutoField``: a signed 64-bit integer). A larger
 # id names no row, and the database cannot even compare with it (SQLite raises OverflowError).
@@ -52,7 +53,7 @@ def run_list(*, sweep_id: int | None = None, source: str | None = None, status: 
     if order:
         allowed = {"output_tok_s", "-output_tok_s", "ttft_p99_ms", "-ttft_p99_ms", "-created_at", "created_at"}
         if order not in allowed:
-            raise InvalidInput({"order": [f"must be one of {', '.join(sorted(allowed))}"]})
+            raise InvalidInput({"order": [f"must be one of {', '.join(sorted(allowed))}; got {query_text(order)}"]})
     order = order or RUN_LIST_DEFAULT_ORDER
     return qs.order_by(order, "-id" if order.startswith("-") else "id")
 

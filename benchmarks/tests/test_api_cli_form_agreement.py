@@ -207,3 +207,10 @@ def test_the_command_names_the_options_typed_not_the_api_fields(starting) -> Non
         '''  --lengths (grid.lengths.0): must be [input_len, output_len] or 'in:out' with 1..1000000 tokens, '''
         '''got the string "8-8"''')
     assert not starting.sweeps.exists()
+
+
+def test_an_order_the_runs_list_does_not_take_is_quoted(viewer_api) -> None:
+    answer = viewer_api.get("/api/runs/?order=bogus")
+    assert answer.status_code == 400
+    [said] = answer.json()["order"]
+    assert said.startswith("must be one of ") and said.endswith("; got 'bogus'")
