@@ -76,11 +76,21 @@ def test_the_page_shows_tpot_p50_and_itl_p50_p90_and_request_rates_as_the_sweep_
     client.force_login(viewer)
     for query in (f"runs={slow.pk},{fast.pk}", f"sweeps={sweep.pk}"):
         page = client.get(f"/benchmarks/compare/?{query}").content.decode()
-        for label, texts in (("TPOT p50 (ms)", ("12.5", "11")), ("ITL p50 (ms)", ("9.1", "8.1")),
-                             ("ITL p90 (ms)", ("20", "15")), ("TTFT p50 (ms)", ("100", "100")),
+        for label, texts in (("TPOT p50 (ms)", ("12.50", "11.00")), ("ITL p50 (ms)", ("9.10", "8.10")),
+                             ("ITL p90 (ms)", ("20.00", "15.00")), ("TTFT p50 (ms)", ("100.0", "100.0")),
                              ("request throughput (req/s)", ("0.040", "0.041"))):
             row = page.split(f"<td>{label}</td>", 1)[1].split("</tr>", 1)[0]
             cells = [c.split(">", 1)[1] for c in row.split("</td>") if "<td" in c]
             assert cells == list(texts), (label, cells)
         sweep_page = client.get(f"/benchmarks/sweeps/{sweep.pk}/").content.decode()
         assert ">0.040</td>" in sweep_page and ">0.041</td>" in sweep_page
+
+
+def test_every_value_of_a_row_has_the_places_the_sweep_pages_give_that_metric():
+    from benchmarks.views.run_pages import _row_texts
+    assert _row_texts("tok_s_per_gpu", [3.3, 3.15]) == ["3.30", "3.15"]
+    assert _row_texts("itl_ms.p99", [95.8, 97.2, 316, 559]) == ["95.80", "97.20", "316.00", "559.00"]
+    assert _row_texts("ttft_ms.p99", [100, 297.6, None]) == ["100.0", "297.6", None]
+    assert _row_texts("e2e_ms.mean", [1234.4, 99.0]) == ["1,234", "99"]
+    assert _row_texts("itl_ms.mean", [1.001, 1.004]) == ["1.001", "1.004"]   # one more place for all to tell apart
+    assert _row_texts("failures", [1, 0]) == ["1", "0"]

@@ -50,7 +50,7 @@ def test_two_runs_of_the_same_random_lengths_are_ranked(operator, viewer_api, vi
     html = page.content.decode()
     assert page.status_code == 200 and "not ranked" not in html
     row = html.split("<td>output throughput (tok/s)</td>")[1].split("</tr>")[0]
-    assert row == '<td class="num">538</td><td class="num best">1,076</td>'   # 160347 tokens / 298 s, / 149 s
+    assert row == '<td class="num">538.1</td><td class="num best">1,076.2</td>'   # 160347 tokens / 298 s, / 149 s
     assert '<tr class="delta">' in html and "+100" in html
 
 

@@ -69,7 +69,7 @@ def test_the_page_and_the_csv_say_the_unchecked_run_is_not_ranked(viewer, runs) 
     assert f"Run #{unchecked.pk} is not ranked: input length unchecked" in html.replace("&#x27;", "'")
     assert html.count('tag warn small') == 1 and "not ranked</div>" in html
     row = html.split("<td>output throughput (tok/s)</td>")[1].split("</tr>")[0]
-    assert 'class="num best">120<' in row and "best" not in row.split("120")[1]
+    assert 'class="num best">120.0<' in row and "best" not in row.split("120.0")[1]
     rows = {int(r["run_id"]): r for r in csv.DictReader(io.StringIO(client.get(url + "&format=csv").content.decode()))}
     assert rows[unchecked.pk]["rankable"] == "false"
     assert rows[unchecked.pk]["not_ranked_reason"] == f"run #{unchecked.pk} is not ranked: {REASON}"

@@ -466,8 +466,8 @@ def test_it_compares_runs_highlighting_differences_and_refusing_to_rank_a_mismat
     assert f"Run #{short.pk} is not ranked: output_length_mismatch" in html
     assert "not ranked</div>" in html
     # the mismatched run has 4x the tok/s but is not crowned; the only rankable run is, and the page says so
-    assert re.search(r'<td>output throughput \(tok/s\)</td><td class="num best">100</td>'
-                     r'<td class="num">400</td>', html)
+    assert re.search(r'<td>output throughput \(tok/s\)</td><td class="num best">100.0</td>'
+                     r'<td class="num">400.0</td>', html)
     assert f"Run #{clean.pk} is the only rankable run: it is named best with no other run to rank it against" in html
     assert "measured mean 241.5 tokens" in html
     tok = _json_script(html, "chart-compare-tok-s")
@@ -480,7 +480,7 @@ def test_it_ranks_comparable_runs_and_overlays_cdfs_of_a_sweep(viewer_client, sw
     html = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": str(clean.pk), "sweeps": str(sweep.pk)}))
     # output tok/s: 123.4 (sweep run) beats 100.0
     assert re.search(r'<td>output throughput \(tok/s\)</td>'
-                     r'<td class="num">100</td><td class="num best">123</td>', html)
+                     r'<td class="num">100.0</td><td class="num best">123.4</td>', html)
     cdf = _json_script(html, "chart-compare-ttft-cdf")
     assert cdf["series"] == [{"label": f"run #{run.pk} {run.label}", "step": True,
                               "points": [[100.0, 0.333333], [200.0, 0.666667], [300.0, 1.0]]}]
@@ -827,9 +827,9 @@ def test_it_leaves_failed_and_metricless_runs_out_of_the_comparison_ranking(view
     # A failed point whose few successes look excellent must not be crowned.
     BenchmarkRun.objects.filter(pk=crashed.pk).update(summary=_summary(tok_s=900.0, ttft_p99_s=0.001))
     html = _html(viewer_client.get(reverse("benchmarks:compare"), {"runs": f"{clean.pk},{done.pk},{crashed.pk}"}))
-    assert re.search(r'<td>output throughput \(tok/s\)</td><td class="num">100</td>'
-                     r'<td class="num best">123</td><td class="num">—</td>', html)
-    assert re.search(r'<td>TTFT p99 \(ms\)</td><td class="num best">100</td><td class="num">298</td>'
+    assert re.search(r'<td>output throughput \(tok/s\)</td><td class="num">100.0</td>'
+                     r'<td class="num best">123.4</td><td class="num">—</td>', html)
+    assert re.search(r'<td>TTFT p99 \(ms\)</td><td class="num best">100\.0</td><td class="num">29\d\.\d</td>'
                      r'<td class="num">—</td>', html)
     assert re.search(r'<td>failures \(requests\)</td><td class="num">1</td><td class="num">1</td>'
                      r'<td class="num">1</td>', html)

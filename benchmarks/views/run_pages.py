@@ -19,7 +19,7 @@ from benchmarks.models import BenchmarkRun
 from benchmarks.selectors import PK_MAX, runs_by_ids
 from benchmarks.sweeps import DIGITS_RE
 from benchmarks.loadgen.uncertainty import min_samples_for_interval
-from benchmarks.services.runs import (plain_figures, run_ci95_ms, run_records_csv, run_slo, runs_compare_csv,
+from benchmarks.services.runs import (PLAIN_FIGURES_MAX, plain_figures, run_ci95_ms, run_records_csv, run_slo, runs_compare_csv,
                                      slo_text, unquoted, workload_phrases)
 from benchmarks.views.charts import (
     cdf_points, chart_spec, record_arrays, run_charts, run_lengths_text, sweep_charts,
@@ -435,9 +435,10 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
 
     Returns ``rows`` (:func:`run_row` per run), ``config_rows`` (``{"field", "values", "differs"}``
     for every config field, in the service's order), ``metric_rows`` (``{"label", "unit",
-    "values", "texts", "best"}``; ``texts`` are the values as the table prints them, three significant
-    figures or as many more as tell the run's values apart (:func:`benchmarks.services.runs.plain_figures`),
-    request rates (req/s) with three decimals as the sweep pages print them (:func:`_decimal_figures`),
+    "values", "texts", "best"}``; ``texts`` are the values as the table prints them, with the decimal
+    places the sweep pages print that metric with (:data:`ROW_DECIMALS`, :func:`_decimal_figures`: the
+    same for every value of a row, one more where two values would read alike), other counts in three
+    significant figures or as many more as tell them apart (:func:`benchmarks.services.runs.plain_figures`),
     so that a best in bold is never shown equal to another value; ``best`` is the column index of the run the service ranked best, None
     when it ranked none), ``refusals`` (the service's notes: runs that hold no measurement and
     length-mismatched runs, not ranked; mixed lengths), ``unranked_ids`` (run ids left out of
@@ -459,8 +460,7 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         winner = best.get(f["key"])
         deltas = f.get("deltas_pct") or [None] * len(f["values"])
         metric_rows.append({"key": f["key"], "label": f["label"], "unit": f["unit"], "values": f["values"],
-                            "texts": (_decimal_figures(f["values"]) if f["unit"] == "req/s"
-                                      else plain_figures(f["values"])),
+                            "texts": _row_texts(f["key"], f["values"]),
                             "best": index_of.get(winner) if winner is not None else None,
                             "tied": {index_of[i] for i in ties.get(f["key"], []) if i in index_of},
                             "deltas": [_delta_text(d) for d in deltas]})
@@ -482,6 +482,25 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         "charts": _compare_charts([r for r in runs if r.pk not in unmeasured],
                                   [r for r in rows if r["run"].pk not in unmeasured]),
     }
+
+
+#: Decimal places of a compared metric (by its stem) as the sweep and run pages' results table
+#: prints it (``benchmarks/_results_table.html``): every value of a row with the same places.
+ROW_DECIMALS: dict[str, int] = {
+    "output_throughput_tok_s": 1, "tok_s_per_gpu": 2, "request_throughput_req_s": 3, "goodput_req_s": 3,
+    "ttft_ms": 1, "tpot_ms": 2, "itl_ms": 2, "e2e_ms": 0,
+}
+
+
+def _row_texts(key: str, values: Sequence[float | int | None]) -> list[str | None]:
+    """A compared metric's values as its row prints them: :data:`ROW_DECIMALS` places for a metric
+    the sweep pages print, else (a count, or a value too large or not finite for fixed places)
+    :func:`benchmarks.services.runs.plain_figures`."""
+    decimals = ROW_DECIMALS.get(key.split(".")[0])
+    numbers = [float(v) for v in values if v is not None and not isinstance(v, bool)]
+    if decimals is None or not all(math.isfinite(v) and abs(v) < PLAIN_FIGURES_MAX for v in numbers):
+        return plain_figures(values)
+    return _decimal_figures(values, decimals=decimals)
 
 
 def _decimal_figures(values: Sequence[float | int | None], *, decimals: int = 3) -> list[str | None]:
