@@ -29,7 +29,7 @@ from controlplane.drf_defaults import (
     RepeatedKeys, empty_list_item, given_more_than_once, json_loads, repeated_key_errors,
 )
 from controlplane.forms import repeated_field_errors
-from controlplane.errors import Conflict, InvalidInput, NotFound
+from controlplane.errors import BadQuery, Conflict, InvalidInput, NotFound
 from controlplane.paging import page_of
 from controlplane.permissions import has_role
 from deployments.models import Node
@@ -572,14 +572,15 @@ def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 @role_page()
 def job_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
-    """Download every measurement of the job as ``csv`` or ``json``."""
+    """Download every measurement of the job as ``csv`` or ``json``; another format is a 400 naming
+    those offered, as the API's export answers it (before the job is looked up)."""
+    if fmt not in ("csv", "json"):
+        raise BadQuery(f"format must be one of csv, json; got {query_text(fmt)}")
     job = get_object_or_404(KernelJob.objects.select_related("package", "node"), pk=pk)
     if fmt == "csv":
         body, ctype = services.kernel_job_export_csv(job=job), "text/csv"
-    elif fmt == "json":
-        body, ctype = services.kernel_job_export_json(job=job), "application/json"
     else:
-        raise Http404("export format must be csv or json")
+        body, ctype = services.kernel_job_export_json(job=job), "application/json"
     response = HttpResponse(body, content_type=ctype)
     response["Content-Disposition"] = attachment_header(f"kernel-job-{job.pk}.{fmt}")
     return response

@@ -173,17 +173,17 @@ def test_it_sends_anonymous_visitors_to_login(client, sweep):
     assert response["Location"].startswith(reverse("login"))
 
 
-def test_it_answers_404_for_unknown_ids_and_formats(viewer_client, operator_client, sweep):
+def test_it_answers_404_for_unknown_ids_and_400_for_unknown_formats(viewer_client, operator_client, sweep):
     run = sweep.runs.get()
     for url in (
         reverse("benchmarks:sweep-detail", args=[9999]),
         reverse("benchmarks:sweep-progress", args=[9999]),
         reverse("benchmarks:run-detail", args=[9999]),
         reverse("benchmarks:run-export", args=[9999, "csv"]),
-        reverse("benchmarks:run-export", args=[run.pk, "xml"]),
         reverse("benchmarks:run-original", args=[run.pk]),  # measured, nothing was imported
     ):
         assert viewer_client.get(url).status_code == 404, url
+    assert viewer_client.get(reverse("benchmarks:run-export", args=[run.pk, "xml"])).status_code == 400
     # a comparison's ids are input, not a page: one that names no row is a 400 with the form
     for query, said in ((f"?runs={run.pk},9999", "No run with id 9999."), ("?sweeps=4242", "No sweep with id 4242."),
                         ("?runs=1;drop", "Runs must be comma-separated integer ids")):
@@ -885,3 +885,16 @@ def test_an_ended_sweep_says_no_point_finished_without_yet(viewer_client, sweep,
     assert f'<div class="empty">{nothing}</div>' in html
     if status != SweepStatus.RUNNING:
         assert " yet." not in html.split('id="sweep-results"')[1]
+
+
+def test_an_export_page_of_a_format_it_does_not_offer_is_a_400_naming_those_it_does(viewer_client):
+    sweep = BenchmarkSweep.objects.create(name="fmt", status=SweepStatus.DONE)
+    run = BenchmarkRun.objects.create(sweep=sweep, status="done", concurrency=1, input_len=8, output_len=8, summary={})
+    for url, offered in ((f"/benchmarks/sweeps/{sweep.pk}/export.xml", "csv, json"),
+                         (f"/benchmarks/runs/{run.pk}/export.xml", "csv, json, records.csv"),
+                         ("/benchmarks/sweeps/999999/export.xml", "csv, json")):
+        answer = viewer_client.get(url)
+        assert answer.status_code == 400, url
+        assert f"format must be one of {offered}; got &#x27;xml&#x27;" in answer.content.decode(), url
+    assert viewer_client.get(f"/benchmarks/sweeps/{sweep.pk}/export.csv").status_code == 200
+    assert viewer_client.get(f"/benchmarks/runs/{run.pk}/export.json").status_code == 200

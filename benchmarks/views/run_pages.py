@@ -29,7 +29,7 @@ from benchmarks.views.common import (
     _json_text, _load_records, _opt_float, _status_class,
 )
 from controlplane.drf_defaults import given_more_than_once
-from controlplane.errors import InvalidInput
+from controlplane.errors import BadQuery, InvalidInput
 from controlplane.jsonsafe import query_text
 from deployments.views import role_page
 
@@ -265,9 +265,10 @@ def run_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     """Download one run as :mod:`benchmarks.services` writes it: ``csv`` (the summary row, units
     in the column names), ``json`` (summary, point, snapshot and every request's record with its
     output-event times) or ``records.csv`` (one flat line per request, no event times: those are
-    in the JSON). 404 for another format, and for ``records.csv`` of a run without records."""
+    in the JSON). Another format is a 400 naming those offered, as the API's export answers it
+    (before the run is looked up); ``records.csv`` of a run without records is a 404."""
     if fmt not in (*_EXPORT_TYPES, "records.csv"):
-        raise Http404("export format is csv, json or records.csv")
+        raise BadQuery(f"format must be one of csv, json, records.csv; got {query_text(fmt)}")
     run = _get_run(pk)
     if fmt == "records.csv":
         if _load_records(run) is None:

@@ -28,7 +28,7 @@ from benchmarks.views.common import (
     _opt_float, _status_class, _sweep_runs, post_or_redirect,
 )
 from controlplane.drf_defaults import empty_list_item
-from controlplane.errors import Conflict, InvalidInput
+from controlplane.errors import BadQuery, Conflict, InvalidInput
 from controlplane.forms import repeated_field_errors
 from controlplane.jsonsafe import json_spelled, query_text
 from controlplane.paging import page_of
@@ -617,9 +617,11 @@ def sweep_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 @role_page()
 def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
-    """Download the sweep's runs as CSV (one row per run) or JSON (sweep, grid, runs, analysis)."""
+    """Download the sweep's runs as CSV (one row per run) or JSON (sweep, grid, runs, analysis).
+    Another format is a 400 naming those offered, as the API's export answers it (before the sweep
+    is looked up)."""
     if fmt not in _EXPORT_TYPES:
-        raise Http404("export format is csv or json")
+        raise BadQuery(f"format must be one of csv, json; got {query_text(fmt)}")
     sweep = _get_sweep(pk)
     body = services.sweep_export_csv(sweep=sweep) if fmt == "csv" else services.sweep_export_json(sweep=sweep)
     return _download(_export_body(body), content_type=_EXPORT_TYPES[fmt], filename=f"sweep-{sweep.pk}.{fmt}")

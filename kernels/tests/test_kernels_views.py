@@ -153,7 +153,8 @@ def test_exports_and_config_downloads(viewer, measured_job):
     c = _client(viewer)
     csv_resp = c.get(f"/kernels/jobs/{measured_job.pk}/export.csv")
     assert csv_resp.status_code == 200 and b"median_us" in csv_resp.content
-    assert c.get(f"/kernels/jobs/{measured_job.pk}/export.xml").status_code == 404
+    refused = c.get(f"/kernels/jobs/{measured_job.pk}/export.xml")
+    assert refused.status_code == 400 and "format must be one of csv, json; got &#x27;xml&#x27;" in refused.content.decode()
     best = measured_job.best.filter(shape="small", batch=1).get()
     cfg = c.get(f"/kernels/best/{best.pk}/config.json")
     assert cfg.status_code == 200 and b'"BLOCK": 32' in cfg.content
