@@ -407,8 +407,16 @@ def test_it_refuses_to_sweep_a_stopped_deployment(operator_client, deployment):
 
 
 def test_it_offers_a_sweep_on_a_ready_deployment_page_to_operators_only(operator_client, viewer_client, deployment):
+    from django.utils import timezone
+
+    from deployments.models import Node
+
     url = reverse("deployments:deployment-detail", args=[deployment.pk])
     button = reverse("benchmarks:sweep-create") + f"?deployment={deployment.pk}"
+    # Not while the node agent is offline (ready is then only as last seen) ...
+    assert button not in _html(operator_client.get(url))
+    # ... and once it heartbeats, to operators only.
+    Node.objects.filter(pk=deployment.node_id).update(agent_heartbeat_at=timezone.now())
     assert button in _html(operator_client.get(url))
     assert button not in _html(viewer_client.get(url))
     assert 'href="/benchmarks/"' in _html(viewer_client.get(url))  # the nav item
