@@ -4,6 +4,7 @@ written per test, nodes with and without a GPU, and JSON payloads shaped like th
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,65 @@ def build_fact(variant_id, *, ok=True, registers=128, spills=0, shared=32768, ev
             "spills_bytes": spills if ok else None, "shared_bytes": shared if ok else None,
             "tensor_core": (evidence != "none") if ok else None, "tensor_core_evidence": evidence,
             "build_s": 1.25, "compiler": "triton 3.6.0", "log": "ptxas info: ..."}
+
+
+class StandInRunner:
+    """``runner_run`` for the job tests: every variant of the job builds (its build facts are the
+    payload, whatever the step). It records the runner step of each call (``steps``: "compile",
+    "bench") and the job each call was for (``ran``); a callable in ``during[job_id]`` runs once,
+    inside the next call for that job, i.e. while the job is "building" and holds its node."""
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+        self.ran: list[int] = []
+        self.during: dict[int, Callable[[], object]] = {}
+
+    def __call__(self, argv, *, out, **_kw):
+        from kernels.models import KernelVariant
+        from kernels.runnercall import RunnerOutcome
+
+        job_id = int(Path(out).parent.name)
+        self.steps.append(argv[argv.index("kernels.runner") + 1])
+        self.ran.append(job_id)
+        hook = self.during.pop(job_id, None)
+        if hook is not None:
+            hook()
+        facts = [build_fact(pk) for pk in KernelVariant.objects.filter(job_id=job_id).values_list("pk", flat=True)]
+        return RunnerOutcome(payload=facts, wall_s=0.25)
+
+
+@pytest.fixture
+def runner(monkeypatch) -> StandInRunner:
+    """:class:`StandInRunner` in place of the jobs' ``runner_run``."""
+    fake = StandInRunner()
+    monkeypatch.setattr("kernels.services.jobs.runner_run", fake)
+    return fake
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[dict]:
+    """Messages of ``kernel_job_run_task`` captured instead of published, as they would be sent:
+    args, kwargs, queue, countdown."""
+    from kernels.tasks import kernel_job_run_task
+
+    calls: list[dict] = []
+
+    def capture(args=None, kwargs=None, **options):
+        calls.append({"args": list(args or []), "kwargs": dict(kwargs or {}), "queue": options.get("queue"),
+                      "countdown": options.get("countdown")})
+
+    monkeypatch.setattr(kernel_job_run_task, "apply_async", capture)
+    return calls
+
+
+@pytest.fixture
+def online(cpu_node):
+    """cpu-box with a fresh agent heartbeat (a waiting reason about the agent would hide the rest)."""
+    from django.utils import timezone
+
+    cpu_node.agent_heartbeat_at = timezone.now()
+    cpu_node.save(update_fields=["agent_heartbeat_at"])
+    return cpu_node
 
 
 def result_row(variant_id, shape, batch, *, median_us, correct=True, **extra):

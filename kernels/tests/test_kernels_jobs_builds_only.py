@@ -3,64 +3,21 @@ built (compile-only, as CI does) and their build facts recorded, none is checked
 answer that creates the job already says so (its ``note``), the job page says so, and the job ends
 done with the "builds only" note, never benchmarking and never waiting for a GPU.
 
-The runner is replaced by a stand-in (``runner_run``) that returns build facts for every variant;
-task messages are captured instead of published (``apply_async``)."""
+The runner is replaced by the stand-in of conftest (``runner``: build facts for every variant, the
+steps it was asked for); task messages are captured instead of published (``sent``)."""
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from django.test import Client
-from django.utils import timezone
 
-from kernels.models import KernelJob, KernelVariant
-from kernels.runnercall import RunnerOutcome
+from kernels.models import KernelJob
 from kernels.services import kernel_job_cancel, kernel_job_create, kernel_job_waiting_reason
 from kernels.tasks import kernel_job_run_task
-from kernels.tests.conftest import build_fact
 
 BUILDS_ONLY = ("no GPU on node cpu-box: builds only: 7 variants are built for compute capability 9.0 and the "
                "build facts recorded (registers, spills, shared memory, tensor-core use), but none is checked "
                "against the reference or timed, and the job ends done after the builds. The builds run one after "
                "another and the compile step is stopped after 3600 s (CEILING_KERNEL_STEP_TIMEOUT_S): restrict "
                "the grid with params to build fewer")
-
-
-class FakeRunner:
-    """``runner_run`` for tests: every variant of the job builds; records each step it was asked for."""
-
-    def __init__(self) -> None:
-        self.steps: list[str] = []
-        self.during = None
-
-    def __call__(self, argv, *, out, **_kw) -> RunnerOutcome:
-        self.steps.append(argv[argv.index("kernels.runner") + 1])
-        if self.during is not None:
-            self.during()
-        job_id = int(Path(out).parent.name)
-        facts = [build_fact(pk) for pk in KernelVariant.objects.filter(job_id=job_id).values_list("pk", flat=True)]
-        return RunnerOutcome(payload=facts, wall_s=0.25)
-
-
-@pytest.fixture
-def runner(monkeypatch) -> FakeRunner:
-    fake = FakeRunner()
-    monkeypatch.setattr("kernels.services.jobs.runner_run", fake)
-    return fake
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list:
-    calls: list = []
-    monkeypatch.setattr(kernel_job_run_task, "apply_async", lambda args=None, kwargs=None, **o: calls.append(args))
-    return calls
-
-
-@pytest.fixture
-def online(cpu_node):
-    cpu_node.agent_heartbeat_at = timezone.now()
-    cpu_node.save(update_fields=["agent_heartbeat_at"])
-    return cpu_node
 
 
 def test_the_answer_that_creates_it_says_the_node_has_no_gpu_and_what_the_job_will_do(
@@ -112,7 +69,7 @@ def test_it_builds_records_the_builds_and_ends_done_without_benchmarking(toy_pac
         # a note the builds add (e.g. a limit not checked) is kept when the job ends
         KernelJob.objects.filter(pk=job.pk).update(note=row.note + "; shared memory was not checked")
 
-    runner.during = while_building
+    runner.during[job.pk] = while_building
     assert kernel_job_run_task(job.pk) == "done"
     assert runner.steps == ["compile"]  # never bench
     assert seen["building"] == ("building", BUILDS_ONLY)

@@ -3,20 +3,18 @@ starts when the running one ends (done, failed, cancelled or reaped); the databa
 running row of a node; a waiting job can be cancelled; other nodes are not held back; the migration
 that added the rule fails all but one running job of a node.
 
-The runner is replaced by a stand-in (``runner_run``) that returns build facts for every variant
-and can run code while its job is "building", so a second delivery lands while the first job
-really holds the node. Task messages are captured instead of published (``apply_async``)."""
+The runner is replaced by the stand-in of conftest (``runner``) that returns build facts for every
+variant and can run code while its job is "building", so a second delivery lands while the first
+job really holds the node. Task messages are captured instead of published (``sent``)."""
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from kernels.models import KernelJob, KernelVariant
-from kernels.runnercall import RunnerOutcome
+from kernels.models import KernelJob
 from kernels.services import (
     kernel_job_cancel,
     kernel_job_create,
@@ -27,58 +25,11 @@ from kernels.services import (
 from kernels.services.jobs import NODE_BUSY_RETRY_S
 from kernels.services.progress import _transition
 from kernels.tasks import kernel_job_run_task
-from kernels.tests.conftest import build_fact
 
 
 def _waiting(running: int, node: str = "cpu-box") -> str:
     return (f"waiting for kernel job #{running} on node {node} to finish (one kernel job per node at a time: "
             "builds use every core and timings need the GPU alone)")
-
-
-class FakeRunner:
-    """``runner_run`` for tests: every variant of the job builds; ``during[job_id]`` (a callable)
-    runs while that job is building, i.e. while it holds its node."""
-
-    def __init__(self) -> None:
-        self.during: dict[int, object] = {}
-        self.ran: list[int] = []
-
-    def __call__(self, argv, *, out, **_kw) -> RunnerOutcome:
-        job_id = int(Path(out).parent.name)
-        self.ran.append(job_id)
-        hook = self.during.pop(job_id, None)
-        if hook is not None:
-            hook()
-        facts = [build_fact(pk) for pk in KernelVariant.objects.filter(job_id=job_id).values_list("pk", flat=True)]
-        return RunnerOutcome(payload=facts, wall_s=0.25)
-
-
-@pytest.fixture
-def runner(monkeypatch) -> FakeRunner:
-    fake = FakeRunner()
-    monkeypatch.setattr("kernels.services.jobs.runner_run", fake)
-    return fake
-
-
-@pytest.fixture
-def sent(monkeypatch) -> list[dict]:
-    """Messages of ``kernel_job_run_task`` as they would be published: args, kwargs, queue, countdown."""
-    calls: list[dict] = []
-
-    def capture(args=None, kwargs=None, **options):
-        calls.append({"args": list(args or []), "kwargs": dict(kwargs or {}), "queue": options.get("queue"),
-                      "countdown": options.get("countdown")})
-
-    monkeypatch.setattr(kernel_job_run_task, "apply_async", capture)
-    return calls
-
-
-@pytest.fixture
-def online(cpu_node):
-    """cpu-box with a fresh agent heartbeat (a waiting reason about the agent would hide the rest)."""
-    cpu_node.agent_heartbeat_at = timezone.now()
-    cpu_node.save(update_fields=["agent_heartbeat_at"])
-    return cpu_node
 
 
 @pytest.fixture
