@@ -91,20 +91,31 @@ def demo_thirty(demo_like) -> dict:
     return demo_like
 
 
-def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_thirty, viewer, browser):
-    # One of the three live recipes has a 30-character name: the wall's few tiles share the screen's
-    # width, so it is shown whole at 1920x1080 and at 1400x900.
-    demo_like = demo_thirty
-    base = live_server.url
-    context = browser.new_context(viewport={"width": 1920, "height": 1080})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+def _wall_login(page, base, viewer) -> None:
     page.goto(f"{base}/login/?next=/wall/", wait_until="domcontentloaded")
     page.fill("#id_username", viewer.username)
     page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(f"{base}/wall/", wait_until="load")
+
+
+def _open_wall(browser, base, viewer):
+    """A new 1920x1080 browser context with the wall open, signed in as ``viewer``; the page's
+    uncaught errors are collected in the list returned with the context and page."""
+    context = browser.new_context(viewport={"width": 1920, "height": 1080})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    _wall_login(page, base, viewer)
+    return context, page, errors
+
+
+def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_thirty, viewer, browser):
+    # One of the three live recipes has a 30-character name: the wall's few tiles share the screen's
+    # width, so it is shown whole at 1920x1080 and at 1400x900.
+    demo_like = demo_thirty
+    base = live_server.url
+    context, page, errors = _open_wall(browser, base, viewer)
 
     # The PD tile gets a sample through the page's own renderer: its output figure is one line.
     page.evaluate(
@@ -197,15 +208,7 @@ def _tiles_inside(page, pks, width, height) -> None:
 
 def test_six_live_deployments_nodes_and_the_ended_strip_fit_1920x1080(live_server, six_live, viewer, browser):
     base = live_server.url
-    context = browser.new_context(viewport={"width": 1920, "height": 1080})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.goto(f"{base}/login/?next=/wall/", wait_until="domcontentloaded")
-    page.fill("#id_username", viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/wall/", wait_until="load")
+    context, page, errors = _open_wall(browser, base, viewer)
     assert page.locator(".wall-grid .deployment-tile").count() == 6
     # every tile with figures drawn by the page's own renderer, as under live samples
     for pk in six_live["live"]:
@@ -244,11 +247,7 @@ def test_six_live_deployments_nodes_and_the_ended_strip_fit_1920x1080(live_serve
 def test_a_wall_tile_ignores_a_message_older_than_its_object(live_server, demo_like, viewer, browser):
     context = browser.new_context(viewport={"width": 1920, "height": 1080})
     page = context.new_page()
-    page.goto(f"{live_server.url}/login/?next=/wall/", wait_until="domcontentloaded")
-    page.fill("#id_username", viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/wall/", wait_until="load")
+    _wall_login(page, live_server.url, viewer)
     accepts = page.evaluate("""id => { const t = document.querySelector(`.deployment-tile[data-deployment="${id}"]`);
         const created = +t.dataset.created;
         return [window.CeilingDashboards.wallAccepts(t, {ts: created - 1800}),
@@ -258,14 +257,6 @@ def test_a_wall_tile_ignores_a_message_older_than_its_object(live_server, demo_l
 
 
 LONG_NAME = "local-sim-pd-with-a-long-recipe-name-for-the-wall"
-
-
-def _wall_login(page, base, viewer) -> None:
-    page.goto(f"{base}/login/?next=/wall/", wait_until="domcontentloaded")
-    page.fill("#id_username", viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/wall/", wait_until="load")
 
 
 @pytest.fixture
@@ -297,11 +288,7 @@ def _lines(locator) -> float:
 
 
 def test_the_cpu_only_node_tiles_host_memory_label_stays_short(live_server, demo_like, viewer, browser):
-    context = browser.new_context(viewport={"width": 1920, "height": 1080})
-    page = context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    _wall_login(page, live_server.url, viewer)
+    context, page, errors = _open_wall(browser, live_server.url, viewer)
     tile = page.locator('.node-tile[data-node="local"]')
     assert tile.locator(".wall-gpu").count() == 0 and tile.locator(".wall-no-gpu").count() == 1
     page.evaluate(
