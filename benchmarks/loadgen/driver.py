@@ -105,7 +105,7 @@ MEASURED_GC_GEN0 = 10_000
 # byte of a response (RequestOutcome.connect_error: connection refused, or reset/closed before any
 # response byte), with no answered request in between: its target is gone (the process died, the
 # port is closed). Why 32: a refused connect fails in tens of microseconds, so a closed loop whose
-# target died spins through thousands of them a second (3,500 in about 2 s in a trial where the
+# target died spins through thousands of them a second (3,500 in about 2 s in a run where the
 # router was killed mid-point), every one a "failed request" of the point; 32 in a row is reached
 # within milliseconds of the target going away, and it covers the in-flight requests a dying
 # server resets at once for concurrencies up to 32. A transient blip (a reused keep-alive socket

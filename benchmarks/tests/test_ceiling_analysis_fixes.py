@@ -38,11 +38,11 @@ def _var_dir(settings, tmp_path: Path) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_recovers_demo_fasts_decode_cost_and_ceiling_from_the_trials_sweep(sim_url: str, operator,
+def test_it_recovers_demo_fasts_decode_cost_and_ceiling_from_a_first_sweep(sim_url: str, operator,
                                                                               _var_dir) -> None:
     decode = _decode("demo-fast")
     fixed_ms, per_seq_ms, cap = decode["fixed_s"] * 1000, decode["per_seq_s"] * 1000, decode["max_running_requests"]
-    deployment = sim_deployment_create(base_url=sim_url, recipe_name="trial")
+    deployment = sim_deployment_create(base_url=sim_url, recipe_name="first-use")
     # A busy 2-core host can deliver a point's output events in grouped network reads; the load
     # generator flags that point ``itl_coalesced`` and the analysis rightly fits it by Little's law
     # instead. Such a sweep says nothing about the step recovery under test, so it is run again

@@ -26,7 +26,7 @@ def _run(sweep: BenchmarkSweep, ordinal: int, *, tok_s: float = 25.0, **fields) 
 
 
 def _sweep() -> BenchmarkSweep:
-    return BenchmarkSweep.objects.create(name="trial", status=SweepStatus.DONE)
+    return BenchmarkSweep.objects.create(name="first-use", status=SweepStatus.DONE)
 
 
 def test_runs_of_unlike_workloads_are_labelled_and_still_compared(viewer_api) -> None:

@@ -81,7 +81,7 @@ def test_it_stops_sending_once_its_target_died_and_counts_only_what_it_sent(tmp_
 
     def progress(report: dict) -> None:
         if report["done"] >= 8 and not killed:
-            proc.kill()  # the engine dies mid-run, as a router did in the trial
+            proc.kill()  # the engine dies mid-run, as a router did in a real run
             killed.append(time.monotonic())
 
     try:

@@ -124,7 +124,7 @@ def test_it_keeps_the_records_of_an_open_loop_point_whose_engine_was_killed(sing
                                                                            viewer_api, viewer) -> None:
     engine = ServerProcess.objects.get(deployment=single_deployment, role="single")
     # 5 req/s: the load generator's own stop needs 32 refusals in a row (6.4 s), so the agent's
-    # mark reaches the sweep's watch first, the order the user trial hit.
+    # mark reaches the sweep's watch first, the order a real run hit.
     sweep = sweep_create(deployment=single_deployment, user=operator,
                          grid={"request_rates": [5], "lengths": "64:32", "requests": 300})
     thread, result = _run_in_thread(sweep.pk)

@@ -62,7 +62,7 @@ def test_it_refuses_grids_past_the_documented_limits() -> None:
 
 
 @pytest.mark.django_db
-def test_it_answers_the_trial_s_huge_grid_with_a_400_naming_the_limit(operator_api) -> None:
+def test_it_answers_a_huge_grid_with_a_400_naming_the_limit(operator_api) -> None:
     deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING)
     response = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
         "concurrency": [4096], "lengths": [[100000, 100000]], "requests_per_concurrency": 1000}}, format="json")

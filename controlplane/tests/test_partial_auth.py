@@ -93,10 +93,10 @@ def test_it_leaves_out_next_when_the_page_is_unknown_or_on_another_host(current)
 
 
 def test_it_answers_401_to_the_polls_of_a_page_once_its_session_logged_out(viewer):
-    """The trial: a viewer's deployment page, then a logout from another tab of the same
+    """As a user met it: a viewer's deployment page, then a logout from another tab of the same
     browser (the same session cookie); the page's polls get 401, its reload the login page."""
-    node = cpu_node_create(name="trial-box")
-    deployment = deployment_row_create(recipe=recipe_row_create(node=node, name="trial-recipe"))
+    node = cpu_node_create(name="edge-box")
+    deployment = deployment_row_create(recipe=recipe_row_create(node=node, name="edge-recipe"))
     process = deployment.processes.get()
     browser = _client(viewer)
     page = reverse("deployments:deployment-detail", args=[deployment.pk])

@@ -37,7 +37,7 @@ from deployments.topology import NodeFacts, node_facts_from_row
 
 SIM = [sys.executable, "-m", "deployments.engines.sim_server", "--model-name", "tiny", "--profile", "demo-fast"]
 # Seconds a plain connect loop may take to hit a self-connection; on the development host it
-# took 3,038 attempts (well under a second), in the user trial 5,614.
+# took 3,038 attempts (well under a second), in a user's run 5,614.
 SELF_CONNECT_WITHIN_S = 60.0
 
 

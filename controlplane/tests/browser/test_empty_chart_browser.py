@@ -32,7 +32,7 @@ NO_TOK_S_ENDED = "no tok/s recorded while it ran"
 def _deployment_without_tok_s(status: str) -> tuple[int, int]:
     """A deployment in ``status`` with 5 stored seconds of telemetry (starting 10 s ago): CPU %
     of its one process each second, tok/s never; (deployment id, process id)."""
-    recipe = recipe_row_create(node=cpu_node_create(name="trial-box"), name="no-metrics")
+    recipe = recipe_row_create(node=cpu_node_create(name="edge-box"), name="no-metrics")
     deployment = deployment_row_create(recipe=recipe, status=status)
     began = timezone.now() - timedelta(seconds=10)
     ended = began + timedelta(seconds=6) if status in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED) else None

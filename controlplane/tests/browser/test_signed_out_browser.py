@@ -7,7 +7,7 @@ the live status says so too, and the polls pause instead of asking every 2 s.
 
 No engines, agent or websocket server: the rows are written directly and the live client finds
 no ``/ws/live/`` (the WSGI test server has none); its session probe is held back, so the page
-learns of the logout from its polls, as in the trial.
+learns of the logout from its polls, as a user met it.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ LOGIN_FIELD_COUNT = "() => document.querySelectorAll('#id_username').length"
 @pytest.fixture
 def ready_pd(transactional_db, viewer) -> int:
     """A ready PD deployment with prefill, decode and router processes; its id."""
-    recipe = recipe_row_create(node=cpu_node_create(name="trial-box"), name="trial-pd", topology="pd")
+    recipe = recipe_row_create(node=cpu_node_create(name="edge-box"), name="edge-pd", topology="pd")
     deployment = deployment_row_create(recipe=recipe)
     deployment.processes.all().delete()
     now = timezone.now()
@@ -53,7 +53,7 @@ def test_it_never_swaps_the_login_page_into_a_page_signed_out_in_another_tab(liv
     page.on("response", lambda r: polls.append((time.monotonic(), r.status, r.url)) if POLLED.search(r.url) else None)
 
     # The live client's own session probe (a HEAD of the page) is held back, so that the
-    # page's polls are what finds the session ended, as in the trial.
+    # page's polls are what finds the session ended, as a user met it.
     page.route(f"{base}{page_path}",
                lambda route: route.abort() if route.request.method == "HEAD" else route.continue_())
 

@@ -1,4 +1,4 @@
-"""What a user trial of the pages found, fixed: a point cancelled with nothing finished shows "—"
+"""What a new user of the pages found, fixed: a point cancelled with nothing finished shows "—"
 for its rates, never 0; a comparison's changes are against a run that is comparable (none when no
 run is); an imported run's page agrees with itself on failed requests the file does not record;
 the sweep form says up front that a stopped deployment cannot be swept, and without a deployment

@@ -1,4 +1,4 @@
-"""What a new user's trial found in comparison, analysis, charts and the sweep command:
+"""What a new user's first runs found in comparison, analysis, charts and the sweep command:
 
 * a run whose output events came in batches (``itl_coalesced``) is named in the comparison's notes
   and not crowned for the TTFT and TPOT its client could not time;
@@ -9,7 +9,7 @@
 
 The coalesced run is measured by the real load generator against a real HTTP server
 (:mod:`benchmarks.tests.replay_server`) that writes the first 9 of 32 tokens in one write, as the
-sglang-router relayed a sim PD deployment's output in the trial (whether the router batches
+sglang-router relayed a sim PD deployment's output in a first run (whether the router batches
 depends on its timing, so the pattern is scripted); the run it is compared with is a real sweep
 of a real ``sim`` server. The analysis runs on stored run summaries through
 :func:`benchmarks.services.sweep_analyse`; the charts through the run page and the real
@@ -109,7 +109,7 @@ def test_compare_names_a_run_with_coalesced_events_and_does_not_crown_its_tpot_o
     [steady] = sweep.runs.all()
     batched = _coalesced_run(tmp_path, num_gpus=steady.num_gpus)
 
-    # The trial's run: 8 of every 31 gaps are zero, flagged; its mean TPOT (23 steps spread over 31
+    # The first run's: 8 of every 31 gaps are zero, flagged; its mean TPOT (23 steps spread over 31
     # tokens, about 3.7 ms) is below the 5 ms step the sim's own run shows.
     assert "itl_coalesced" in batched.flags and "itl_coalesced" not in steady.flags
     assert "tokens_estimated" not in batched.flags and "output_length_mismatch" not in batched.flags
@@ -207,7 +207,7 @@ def _llamacpp_summary(*, c: int, tok_s: float, tpot_ms: float, ttft_ms: float, s
 
 @pytest.mark.django_db
 def test_a_pause_finding_quotes_the_measured_step_and_only_coalesced_points_fall_back_to_tpot() -> None:
-    # The trial's llama.cpp sweep: at c=1 the client saw a 1.5 ms step with pauses adding 35 % of
+    # A first llama.cpp sweep: at c=1 the client saw a 1.5 ms step with pauses adding 35 % of
     # decode time (mean TPOT 2.3 ms = 1.5 / (1 - 0.35)); at c=4 and c=8 the events came in network
     # reads, so those two points, and only they, fall back to Little's law on TPOT.
     sweep = BenchmarkSweep.objects.create(name="llama", status=SweepStatus.DONE, topology="single", num_gpus=1,

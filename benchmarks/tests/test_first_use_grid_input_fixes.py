@@ -1,4 +1,4 @@
-"""Grid and body input as a new user's trial met it: a request rate past what the load generator
+"""Grid and body input as a new user met it: a request rate past what the load generator
 can send is a 400 naming the bound (the API and ``manage.py sweep`` alike), and a huge number reads
 as such in the analysis; a refusal quotes the value in JSON spelling (``got the boolean true``,
 never ``True``) and a JSON boolean is only ``true`` or ``false``; ``manage.py sweep`` of a recipe
@@ -33,7 +33,7 @@ def _var_dir(settings, tmp_path: Path) -> None:
 def starting(db):
     """A deployment still starting: a sweep of it is created and waits (nothing runs here)."""
     return sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING,
-                                 recipe_name="trial-sim")
+                                 recipe_name="first-use-sim")
 
 
 def _sweep_post(client, deployment, **grid):
@@ -85,7 +85,7 @@ def _open_point(rate: float, tok_s: float, tpot_ms: float) -> SweepPoint:
 
 
 def test_the_analysis_writes_huge_numbers_in_a_few_characters() -> None:
-    # A sweep stored before the bound (the trial's 1e308 req/s), and factors between rates far apart.
+    # A sweep stored before the bound (a first run's 1e308 req/s), and factors between rates far apart.
     assert _open_point(1e308, 40.0, 5.0).label == "1e+308 req/s"
     report = ceiling_analyse([_open_point(1e-9, 0.5, 5.0), _open_point(5e3, 40.0, 6.0),
                               _open_point(1e308, 3e7, 7.0)], num_gpus=1, topology="single")

@@ -1,4 +1,4 @@
-"""How a sweep's outcome reads, as a new user's trial met it: a sweep of points limited by time
+"""How a sweep's outcome reads, as a new user met it: a sweep of points limited by time
 gives no request total until it knows one, never one behind the requests done (API and
 ``manage.py sweep``); a point stopped partway is listed with its reason in the failed sweep's
 analysis; a failure the sweep expects (its deployment went down) is one warning line with the
@@ -50,7 +50,7 @@ def test_a_time_limited_sweep_shows_no_request_total_until_it_knows_one(sim_url:
         time.sleep(0.05)
     thread.join()
     assert result["status"] == SweepStatus.DONE
-    # The stored column grows behind the count while the points run (the trial's "265/224"); the
+    # The stored column grows behind the count while the points run (a first run's "265/224"); the
     # API gives no total until the sweep is done, then the requests it sent.
     assert all(total is None for status, _, total in seen if status != SweepStatus.DONE), seen
     assert any(done > 0 for status, done, _ in seen if status == SweepStatus.RUNNING), seen

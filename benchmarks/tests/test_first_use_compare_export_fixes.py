@@ -1,4 +1,4 @@
-"""Comparison and export as a new user's trial met them: the run comparison names a best run, or
+"""Comparison and export as a new user met them: the run comparison names a best run, or
 says why not, for every metric it compares; the CSV and JSON exports name the request rate with
 its unit (``request_rate_req_s``), as every other figure."""
 from __future__ import annotations
@@ -39,8 +39,8 @@ def _reasons(body: dict) -> dict[str, list[str]]:
 
 
 def test_the_comparison_names_a_best_run_or_says_why_not_for_every_metric(viewer_api) -> None:
-    sweep = BenchmarkSweep.objects.create(name="trial", status=SweepStatus.DONE)
-    # The trial's request throughput: 0.098 vs 0.103 req/s, 5 % apart; TTFT and E2E far apart too.
+    sweep = BenchmarkSweep.objects.create(name="first-use", status=SweepStatus.DONE)
+    # A first run's request throughput: 0.098 vs 0.103 req/s, 5 % apart; TTFT and E2E far apart too.
     a = _compared(sweep, 0, req_s=0.098, tok_s=25.0, ttft_s=0.90, itl_p99_s=0.30, e2e_s=25.0)
     b = _compared(sweep, 1, req_s=0.103, tok_s=26.3, ttft_s=0.60, itl_p99_s=0.20, e2e_s=24.0)
     c = _compared(sweep, 2, req_s=0.0985, tok_s=25.2, ttft_s=0.95, itl_p99_s=0.302, e2e_s=26.0)
