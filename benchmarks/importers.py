@@ -46,7 +46,9 @@ Mapping, by formula (``/work/shared/design/metrics.md``):
   they differ the run is flagged ``variable_lengths`` with their shortest and longest
   (``input_lens_min_max``, ``output_lens_min_max``), which are observed, not a range the lengths
   were drawn from; without the arrays the lengths are unknown (``lengths_unknown``). An array
-  that disagrees with the file's totals is not used (:func:`_vllm_lengths`).
+  that disagrees with the file's totals is not used (:func:`_vllm_lengths`). An SGLang random run
+  without a usable ``random_range_ratio`` reads its arrays (``--output-details``) the same way;
+  without them it is flagged ``range_ratio_unknown``: its lengths L are recorded, the range is not.
 * Absent or null values stay None, never 0 (vLLM's ``"request_goodput": null``). vLLM's older key
   ``"request_goodput:"`` (trailing colon) is read as ``request_goodput``. Keys not mapped are listed
   in ``unmapped_keys`` and stay in the kept original text.
@@ -514,7 +516,8 @@ class ImportedRun:
 
         Lengths are set only when every request had exactly that length; otherwise they are None
         with the flag ``variable_lengths`` (drawn from a range, or per-request lengths that differ)
-        or ``lengths_unknown`` (not recorded), so the run is never grouped with fixed-length runs. Raises
+        or ``lengths_unknown`` (not recorded; ``range_ratio_unknown`` for an SGLang random run that records
+        its lengths but no usable ``random_range_ratio``), so the run is never grouped with fixed-length runs. Raises
         :class:`ResultImportError` naming the run's line when the file had no output throughput
         (absent, NaN or infinite) and none could be computed from ``total_output_tokens`` /
         ``duration``.
@@ -533,7 +536,12 @@ class ImportedRun:
         known_in = self.input_len_range is not None or self.input_lens_min_max is not None
         known_out = self.output_len_range is not None or self.output_lens_min_max is not None
         if not (known_in and known_out):
-            flags.append("lengths_unknown")
+            # An SGLang random run records its lengths L but not always the r of [L*r, L] they were
+            # drawn from: only the range is unknown, and the flag says so.
+            ratio_unknown = (self.source_format == SGLANG_BENCH_SERVING and self.requested_input_len is not None
+                             and self.requested_output_len is not None
+                             and (self.range_ratio is None or not 0 <= self.range_ratio <= 1))
+            flags.append("range_ratio_unknown" if ratio_unknown else "lengths_unknown")
         elif in_len is None or out_len is None:
             flags.append("variable_lengths")
 
@@ -1227,7 +1235,7 @@ def _sglang_run(obj: dict[str, Any], raw: str, line: int | None, text: str, prob
     dataset = (run.dataset_name or "").lower()
     if dataset.startswith("random"):
         run.requested_input_len, run.requested_output_len, run.range_ratio = random_in, random_out, ratio
-        _sglang_lengths(run)
+        _sglang_lengths(run, r.obj)
     elif run.dataset_name is None:
         run.notes.append(
             "dataset_name is not recorded; random_input_len / random_output_len apply only to SGLang's random "
@@ -1241,22 +1249,27 @@ def _sglang_run(obj: dict[str, Any], raw: str, line: int | None, text: str, prob
     return _finish(r, run)
 
 
-def _sglang_lengths(run: ImportedRun) -> None:
-    """Ranges and the note for SGLang's random dataset: lengths uniform in [max(int(L*r), 1), L]."""
+def _sglang_lengths(run: ImportedRun, obj: dict[str, Any]) -> None:
+    """Ranges and the note for SGLang's random dataset: lengths uniform in [max(int(L*r), 1), L].
+    Without a usable ``random_range_ratio`` the range is unknown; the per-request ``input_lens`` and
+    ``output_lens`` (``--output-details``), where the file has them, still give the lengths, read
+    as vLLM's are (:func:`_vllm_lengths`)."""
     r = run.range_ratio
-    if r is None:
-        said = ("NaN in the file" if "random_range_ratio" in run.nan_keys else
-                f"{run.inf_keys['random_range_ratio']} in the file" if "random_range_ratio" in run.inf_keys else
-                "not recorded")
-        run.length_distribution_note = (
-            f"random_range_ratio is {said}, "
-            "so the length distribution is unknown: SGLang draws lengths from [L*r, L] for its "
-            "--random-range-ratio r.")
-        run.notes.append(run.length_distribution_note)
-        return
-    if not 0 <= r <= 1:
-        run.length_distribution_note = f"random_range_ratio {r} is outside [0, 1]; the length range is unknown."
-        run.notes.append(run.length_distribution_note)
+    if r is None or not 0 <= r <= 1:
+        if r is None:
+            said = ("NaN in the file" if "random_range_ratio" in run.nan_keys else
+                    f"{run.inf_keys['random_range_ratio']} in the file" if "random_range_ratio" in run.inf_keys else
+                    "not recorded")
+            ratio_note = (f"random_range_ratio is {said}, "
+                          "so the length distribution is unknown: SGLang draws lengths from [L*r, L] for its "
+                          "--random-range-ratio r.")
+        else:
+            ratio_note = f"random_range_ratio {r} is outside [0, 1]; the length range is unknown."
+        run.notes.append(ratio_note)
+        run.length_distribution_note = ratio_note
+        if "input_lens" in obj or "output_lens" in obj:
+            _vllm_lengths(run, obj, harness="SGLang", option="--output-details")
+            run.length_distribution_note = f"{ratio_note} {run.length_distribution_note}"
         return
     parts = []
     for which, length, attr in (("Input", run.requested_input_len, "input_len_range"),
@@ -1315,8 +1328,11 @@ def _per_request_lengths(value: Any) -> list[int] | None:
     return value
 
 
-def _vllm_lengths(run: ImportedRun, obj: dict[str, Any]) -> None:
-    """The lengths of a vLLM run from its per-request arrays (``--save-detailed``; module docstring):
+def _vllm_lengths(run: ImportedRun, obj: dict[str, Any], *, harness: str = "vLLM",
+                  option: str = "--save-detailed") -> None:
+    """The lengths of a vLLM run from its per-request arrays (``--save-detailed``; module docstring),
+    or of an SGLang run's (``--output-details``, ``harness`` and ``option`` name them in the notes;
+    SGLang fills the arrays alike, a 0 output length for a failed request):
     ``input_lens`` are the prompt lengths of every request sent (the benchmark's tokenizer count
     of each prompt it built, failed requests included), ``output_lens`` the tokens each completed
     request produced (a failed one's entry is 0). The file does not record the requested output
@@ -1365,7 +1381,9 @@ def _vllm_lengths(run: ImportedRun, obj: dict[str, Any]) -> None:
         lo, hi = min(inputs), max(inputs)
         run.input_lens_min_max = (lo, hi)
         if lo == hi:
-            run.requested_input_len, run.input_len_range = lo, (lo, lo)
+            run.input_len_range = (lo, lo)
+            if run.requested_input_len is None:  # SGLang's random_input_len, where given, stays what was asked
+                run.requested_input_len = lo
             parts.append(f"Input length {lo} tokens for every request (input_lens).")
         else:
             parts.append(f"Input lengths varied from {lo} to {hi} tokens (input_lens), so this is not a fixed-length "
@@ -1375,17 +1393,19 @@ def _vllm_lengths(run: ImportedRun, obj: dict[str, Any]) -> None:
         run.output_lens_min_max = (lo, hi)
         if lo == hi:
             run.output_len_range = (lo, lo)
+            unasked = (f"{harness}'s file does not record the requested one, and "
+                       if run.requested_output_len is None else "")
             parts.append(f"Every completed request produced {lo} output tokens (output_lens: produced, not requested, "
-                         "lengths; vLLM's file does not record the requested one, and equal produced lengths are "
-                         "what --ignore-eos with a fixed output length gives).")
+                         f"lengths; {unasked}equal produced lengths are what --ignore-eos with a fixed output length "
+                         "gives).")
         else:
             parts.append(f"Output lengths varied from {lo} to {hi} tokens (output_lens, produced), so this is not a "
                          "fixed-length run.")
     missing = [k for k, v in (("input", inputs), ("output", outputs)) if v is None]
     if missing:
-        parts.append(f"The {' and '.join(missing)} lengths per request are not in the file (vLLM writes input_lens "
-                     "and output_lens with --save-detailed), so they are unknown; the measured means are total tokens / "
-                     "completed requests.")
+        parts.append(f"The {' and '.join(missing)} lengths per request are not in the file ({harness} writes "
+                     f"input_lens and output_lens with {option}), so they are unknown; the measured means are total "
+                     "tokens / completed requests.")
     run.length_distribution_note = " ".join(parts)
     run.notes.extend(said)
 

@@ -90,7 +90,8 @@ def _plain(value: float, sig: int) -> str:
 
 
 # Flags that make a run's numbers not comparable with a fixed-length run (metrics.md).
-LENGTH_FLAGS = ("output_length_mismatch", "input_length_mismatch", "variable_lengths", "lengths_unknown")
+LENGTH_FLAGS = ("output_length_mismatch", "input_length_mismatch", "variable_lengths", "lengths_unknown",
+                "range_ratio_unknown")
 # Summary keys compared side by side (key path, label, unit).
 COMPARE_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("output_throughput_tok_s", "output throughput", "tok/s"),
@@ -751,9 +752,11 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
             unranked_why[run.pk] = "not comparable with fixed-length runs"
         elif kind == "unknown":
             refusal = (f"run #{run.pk} is not ranked: lengths unknown — "
-                       + ("the result file does not record" if run.source == RunSource.IMPORTED else "the run has no")
-                       + " requested input/output lengths, so its tok/s and latencies cannot be compared with any "
-                         "other run's")
+                       + ("the result file records the requested lengths but not SGLang's random_range_ratio (the "
+                          "range [L*r, L] they were drawn from is unknown)" if "range_ratio_unknown" in (run.flags or []) else
+                          ("the result file does not record" if run.source == RunSource.IMPORTED else "the run has no")
+                          + " requested input/output lengths")
+                       + ", so its tok/s and latencies cannot be compared with any other run's")
             unranked_why[run.pk] = "its lengths are unknown"
         elif kind == "random" and with_fixed:
             refusal = (f"run #{run.pk} is not ranked: variable lengths — its request lengths were drawn at random "
@@ -1020,7 +1023,7 @@ def run_length_setting(*, run: BenchmarkRun) -> tuple[str, str | None]:
     128]")`` (per-request lengths that differ, flag ``variable_lengths``: the shortest and longest
     input and output length the file records per request, as vLLM's ``input_lens`` and
     ``output_lens``; observed, not a range they were drawn from) or ``("unknown", None)`` (flag
-    ``lengths_unknown``, or no lengths and no ranges recorded). Two runs with the same ``fixed`` or
+    ``lengths_unknown`` or ``range_ratio_unknown``, or no lengths and no ranges recorded). Two runs with the same ``fixed`` or
     ``random`` words had the same length distribution; ``varied`` words say nothing of one."""
     flags = set(run.flags or [])
     if run.input_len and run.output_len:

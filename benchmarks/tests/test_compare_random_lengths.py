@@ -96,3 +96,15 @@ def test_unknown_lengths_are_not_called_a_mismatch(operator, viewer_api) -> None
     assert body["runs"][1]["rankable"] and body["best"]["output_throughput_tok_s"] == random_run.pk
     assert (f"the baseline run #{vllm.pk} is not ranked (its lengths are unknown), so no delta is given; choose a "
             "ranked run as the baseline") in body["notes"]
+
+
+def test_a_run_without_the_range_ratio_is_refused_for_the_range_not_the_lengths(operator) -> None:
+    line = {k: v for k, v in SGLANG.items() if k != "random_range_ratio"}
+    [unranged] = run_import(text=json.dumps(line) + "\n", filename="noratio.jsonl", user=operator)
+    assert unranged.flags == ["range_ratio_unknown"] and unranged.label == "1 req/s lengths unknown"
+    assert run_length_setting(run=unranged) == ("unknown", None)
+    ranged = _sglang(operator, duration=298.0)
+    entry = runs_compare(runs=[unranged, ranged])["runs"][0]
+    assert entry["refusal"] == (f"run #{unranged.pk} is not ranked: lengths unknown — the result file records the "
+                                "requested lengths but not SGLang's random_range_ratio (the range [L*r, L] they "
+                                "were drawn from is unknown), so its tok/s and latencies cannot be compared with any other run's")

@@ -16,6 +16,7 @@ from benchmarks.importers import (
     import_sglang_bench_serving,
     import_vllm_bench_serve,
 )
+from benchmarks.views import FLAG_TEXT
 from controlplane.errors import InvalidInput
 
 DATA = Path(__file__).parent / "data"
@@ -335,3 +336,47 @@ def test_a_result_short_of_the_keys_that_name_its_harness_is_told_which_it_lacks
                                       "completed": 10}
     [run] = import_results(json.dumps(with_marker))
     assert run.source_format == SGLANG_BENCH_SERVING
+
+
+def test_an_sglang_run_without_the_range_ratio_says_only_the_range_is_unknown() -> None:
+    # The fixture's line without random_range_ratio: random_input_len / random_output_len (1024)
+    # are recorded, the r of SGLang's [L*r, L] is not.
+    [run] = import_sglang_bench_serving(sglang_line(random_range_ratio=...))
+    assert (run.requested_input_len, run.requested_output_len, run.range_ratio) == (1024, 1024, None)
+    assert run.input_len_range is None and run.input_lens_min_max is None
+    point = run.as_sweep_point()
+    assert (point.input_len, point.output_len, point.flags) == (None, None, ("range_ratio_unknown",))
+    assert FLAG_TEXT["range_ratio_unknown"].startswith(
+        "the result file records SGLang's requested lengths L (random_input_len, random_output_len) but no usable "
+        "random_range_ratio r")
+    [nan] = import_sglang_bench_serving(sglang_line(random_range_ratio=float("nan")))
+    assert nan.as_sweep_point().flags == ("range_ratio_unknown",)
+    # Without the lengths themselves the flag stays lengths_unknown.
+    [bare] = import_sglang_bench_serving(sglang_line(random_range_ratio=..., random_input_len=...,
+                                                     random_output_len=...))
+    assert bare.as_sweep_point().flags == ("lengths_unknown",)
+
+
+def test_an_sglang_run_without_the_range_ratio_reads_its_per_request_lengths() -> None:
+    # --output-details writes input_lens and output_lens; 152612 and 160347 tokens over 300 requests.
+    ins = [509] * 212 + [508] * 88
+    outs = [535] * 147 + [534] * 153
+    assert (sum(ins), sum(outs)) == (152612, 160347)
+    [varied] = import_sglang_bench_serving(sglang_line(random_range_ratio=..., input_lens=ins, output_lens=outs))
+    point = varied.as_sweep_point()
+    assert (point.input_len, point.output_len, point.flags) == (None, None, ("variable_lengths",))
+    assert varied.input_lens_min_max == (508, 509) and varied.output_lens_min_max == (534, 535)
+    assert varied.length_distribution_note == (
+        "random_range_ratio is not recorded, so the length distribution is unknown: SGLang draws lengths from "
+        "[L*r, L] for its --random-range-ratio r. Input lengths varied from 508 to 509 tokens (input_lens), so this "
+        "is not a fixed-length run. Output lengths varied from 534 to 535 tokens (output_lens, produced), so this "
+        "is not a fixed-length run.")
+    # Every request 1024 in and 1024 out: a fixed-length run, ranked as one.
+    duration = 298.3675805060193
+    [fixed] = import_sglang_bench_serving(sglang_line(
+        random_range_ratio=..., input_lens=[1024] * 300, output_lens=[1024] * 300, total_input_tokens=307200,
+        total_output_tokens=307200, output_throughput=307200 / duration))
+    point = fixed.as_sweep_point()
+    assert (point.input_len, point.output_len, point.flags) == (1024, 1024, ())
+    assert "Every completed request produced 1024 output tokens (output_lens: produced, not requested, lengths; " \
+           "equal produced lengths are what --ignore-eos" in fixed.length_distribution_note

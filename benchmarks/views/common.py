@@ -58,6 +58,9 @@ FLAG_TEXT: dict[str, str] = {
                         "client time.",
     "variable_lengths": "request lengths were drawn from a range, so this is not a fixed-length run.",
     "lengths_unknown": "the result file does not record the request lengths.",
+    "range_ratio_unknown": "the result file records SGLang's requested lengths L (random_input_len, "
+                           "random_output_len) but no usable random_range_ratio r, so the range [L*r, L] the "
+                           "lengths were drawn from is unknown; it is not ranked against fixed-length runs.",
     "input_length_mismatch": "prompts were not the requested length: the server's mean prompt tokens differ "
                              "from the requested length by more than 2 % (or 1 token); it is not ranked "
                              "against exact-length runs.",
