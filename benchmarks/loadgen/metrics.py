@@ -61,8 +61,13 @@ INPUT_LENGTH_TOLERANCE_TOKENS = 1.0
 # parsed would only space them by the parser's microseconds).
 ZERO_GAP_NS = 1_000
 # ``itl_coalesced`` is raised when at least this fraction of the gaps are zero: the ITL percentiles
-# then describe how the server's writes were grouped into reads, not the token cadence (from the
-# tenth percentile up at this fraction), and the decode-step estimate is not made.
+# then describe how the server's writes were grouped into reads, not the token cadence, and the
+# decode-step estimate is not made. The fraction is over all gaps of all successful requests, the
+# samples the ITL statistics are taken over, so it is the share of those samples that are zero. No
+# harness defines such a bound (SGLang, vLLM, AIPerf and GuideLLM report ITL without one); this one
+# is the product's: at 10 % the ITL's lowest decile is zero and, where reads pair two events (each
+# zero gap leaves the gap before it two steps long), its top decile is two-step gaps, so p90 no
+# longer describes one step. A run just under it is not flagged; its fraction is on the run page.
 COALESCED_GAP_FRACTION = 0.10
 # A gap between output events longer than this many typical (median) steps is a pause in decode
 # (the engine ran another request's prefill, or the sequence was retracted), not a step.
@@ -167,6 +172,12 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     module docstring). A percentile that is null and not listed had no request to rank: none was
     sent, or every one sent was aborted.
 
+    ``tpot_s`` leaves out the successful requests of two or more output tokens whose output all came
+    in one network read (first and last output event under :data:`ZERO_GAP_NS` apart):
+    their E2E - TTFT is 0 from the client's side, which is not the time the server took for the
+    tokens, and a TPOT of 0 ms would pull every statistic down. ``tpot_unmeasured`` counts them
+    (SGLang's and vLLM's benches keep them in, near 0).
+
     TPOT SLO rule: TPOT is undefined for a one-token output (metrics.md), so a TPOT SLO does not
     apply to such a request and it counts as meeting it (vLLM's ``bench serve`` goodput takes TPOT
     as 0 for outputs of at most one token; SGLang's ``bench_serving`` likewise leaves them out of
@@ -237,9 +248,13 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     out_ok = out_tok[ok]
     multi = out_ok >= 2
     tpot = (e2e[multi] - ttft[multi]) / (out_ok[multi] - 1)
+    # All of a request's output in one network read: E2E - TTFT is 0 (the client stamps reads), not
+    # its decode time, so its TPOT is not measured and stays out of the statistics (docstring).
+    one_read = (last[ok] - first[ok])[multi] < ZERO_GAP_NS
     itl_event, itl_token, per_token_known = _itls(rec, np.flatnonzero(ok))
     s["ttft_s"] = distribution(ttft, ci=True)
-    s["tpot_s"] = distribution(tpot, ci=True)
+    s["tpot_s"] = distribution(tpot[~one_read], ci=True)
+    s["tpot_unmeasured"] = int(one_read.sum())
     s["e2e_s"] = distribution(e2e, ci=True)
     s["itl_s"] = distribution(itl_event)
     s["itl_kind"] = "per_event"

@@ -11,6 +11,8 @@ from benchmarks.loadgen import (
     Api, LoadConfig, RecordStore, RequestOutcome, RunResult, Slo, WorkerStats, distribution, in_flight,
     nearest_rank, run_summary,
 )
+from benchmarks.views import record_arrays
+from benchmarks.views.run_pages import _check_facts
 
 MS = 1_000_000
 
@@ -101,3 +103,32 @@ def test_it_gives_no_cpu_per_event_over_too_few_events_and_no_cpu_flag_without_o
     failed = result_of([req(0, [], 30, 0, ok=False)])
     failed.workers = [WorkerStats(0, cpu_ns=99 * MS, wall_ns=100 * MS, events=5000, requests=500)]
     assert run_summary(failed)["flags"]["client_cpu_bound"] is False
+
+
+def test_a_request_whose_output_came_in_one_read_is_left_out_of_tpot() -> None:
+    # Three tokens 100 ms apart (TPOT 100 ms), and three tokens in one read at 100 ms (E2E - TTFT = 0).
+    r = result_of([req(0, [100, 200, 300], 310, 3), req(0, [100, 100, 100], 110, 3), req(0, [100], 110, 1)])
+    s = run_summary(r, slo=Slo(tpot_s=0.05))
+    assert s["tpot_s"]["count"] == 1 and s["tpot_s"]["mean"] == pytest.approx(0.1)
+    assert s["tpot_s"]["p50"] == pytest.approx(0.1)
+    assert s["tpot_unmeasured"] == 1
+    # The TPOT SLO is unchanged: the one-token request and the one-read request meet it.
+    assert s["goodput_req_s"] == pytest.approx(2 / 0.31)
+    assert s["slo_tpot_not_applicable"] == 1
+    # The run page's TPOT CDF, from the same records, leaves it out too.
+    assert record_arrays(r.records)["tpot"].tolist() == pytest.approx([100.0])
+    assert ("Requests left out of TPOT", 1, "requests",
+            "all their output came in one network read, so E2E − TTFT is 0 from the client's side: their TPOT was "
+            "not measured") in _check_facts(s)
+
+
+def test_itl_coalesced_is_raised_from_one_zero_gap_in_ten() -> None:
+    # 10 gaps of 20 ms, one of them zero: 10 % of the gaps, flagged; 9 of 91 gaps zero (9.9 %), not.
+    ten = [0, 20, 40, 60, 80, 100, 120, 140, 160, 180, 180]
+    s = run_summary(result_of([req(0, ten, 190, 11)]))
+    assert s["itl_zero_gap_fraction"] == pytest.approx(0.1) and s["flags"]["itl_coalesced"] is True
+    events = sorted([20 * i for i in range(83)] + [20 * i for i in range(9)])
+    assert len(events) - 1 == 91
+    s = run_summary(result_of([req(0, events, 1700, 92)]))
+    assert s["itl_zero_gap_fraction"] == pytest.approx(9 / 91) and round(100 * 9 / 91, 1) == 9.9
+    assert s["flags"]["itl_coalesced"] is False

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.loadgen.metrics import ZERO_GAP_NS
 from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import BenchmarkRun
 from benchmarks.views.common import LATENCIES, _opt_float
@@ -157,14 +158,15 @@ def _fmt_ms(value: float) -> str:
 
 def record_arrays(records: RecordStore) -> dict[str, np.ndarray]:
     """Per-request latencies (ms, successful requests only; metrics.md formulas) from raw records:
-    ``ttft``, ``e2e``, ``tpot`` (requests with ≥ 2 output tokens), ``itl`` (per-event gaps of all
-    successful requests)."""
+    ``ttft``, ``e2e``, ``tpot`` (requests with ≥ 2 output tokens, less those whose output all came
+    in one network read, whose TPOT is not measured: as the run summary's ``tpot_s``), ``itl``
+    (per-event gaps of all successful requests)."""
     ok = records.column("ok").astype(bool)
     start, first, last = (records.column(c).astype(np.int64) for c in ("start", "first", "last"))
     out_tok = records.column("output_tokens").astype(np.int64)
     ttft = (first[ok] - start[ok]) / 1e6
     e2e = (last[ok] - start[ok]) / 1e6
-    multi = out_tok[ok] >= 2
+    multi = (out_tok[ok] >= 2) & (last[ok] - first[ok] >= ZERO_GAP_NS)
     tpot = (e2e[multi] - ttft[multi]) / (out_tok[ok][multi] - 1)
     ev = records.column("ev_time").astype(np.int64)
     off, ln = records.column("ev_off"), records.column("ev_len")
@@ -229,7 +231,7 @@ def run_charts(records: RecordStore | None) -> dict[str, Any]:
     charts: dict[str, Any] = {}
     for stem, label in LATENCIES:
         why = empty or ("no request produced 2 output events, so there is no gap to draw." if stem == "itl"
-                        else "no request with 2 or more output tokens." if stem == "tpot"
+                        else "no request with 2 or more output tokens over more than one network read." if stem == "tpot"
                         else "no successful requests.")
         charts[f"cdf_{stem}"] = cdf_chart(arrays.get(stem), label=label, empty=why, sample=CDF_SAMPLES[stem])
     points, estimated = timeline_points(records) if records is not None else ([], False)

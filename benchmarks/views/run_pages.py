@@ -198,6 +198,11 @@ def _check_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
         facts.append(("Zero gaps between output events", 100.0 * zero, "% of gaps",
                       "gaps under 1 µs: events that reached the client in one network read; at 10 % or more ITL "
                       "shows how the server's writes were grouped, not the token cadence"))
+    unmeasured = s.get("tpot_unmeasured")
+    if isinstance(unmeasured, int) and unmeasured > 0:
+        facts.append(("Requests left out of TPOT", unmeasured, "requests",
+                      "all their output came in one network read, so E2E − TTFT is 0 from the client's side: "
+                      "their TPOT was not measured"))
     not_applicable = s.get("slo_tpot_not_applicable")
     if isinstance(not_applicable, int) and not_applicable > 0:
         facts.append(("Requests the TPOT SLO did not apply to", not_applicable, "requests",
