@@ -606,6 +606,28 @@ def test_a_deployment_that_failed_before_any_process_started_says_so_on_every_li
     assert "not checked: the process never started" in cell
     assert "ended before it was" not in cell
     assert "http://127.0.0.1:30001/health" not in cell
+    entry = re.search(r"<dt>([^<]*entry URL)</dt><dd[^>]*>(.*?)</dd>", html, re.S | re.I)
+    assert entry.group(1) == "Planned entry URL"
+    assert entry.group(2) == 'http://127.0.0.1:8000 <span class="muted small">(never served)</span>'
+
+
+@pytest.mark.parametrize(("status", "ready", "label", "suffix"), [
+    (DeploymentStatus.READY, True, "Entry URL", ""),
+    (DeploymentStatus.STARTING, False, "Entry URL", ""),
+    (DeploymentStatus.STOPPED, True, "Entry URL", ""),
+    (DeploymentStatus.STOPPED, False, "Planned entry URL", ' <span class="muted small">(never served)</span>'),
+    (DeploymentStatus.FAILED, False, "Planned entry URL", ' <span class="muted small">(never served)</span>'),
+])
+def test_the_entry_url_is_called_planned_only_for_a_deployment_that_ended_without_being_ready(
+        viewer_client, seed_pd, status, ready, label, suffix):
+    deployment, _ = _ready_deployment(seed_pd)
+    ended = status in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED)
+    Deployment.objects.filter(pk=deployment.pk).update(
+        status=status, ready_at=deployment.ready_at if ready else None,
+        ended_at=timezone.now() if ended else None)
+    html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
+    entry = re.search(r"<dt>([^<]*entry URL)</dt><dd[^>]*>(.*?)</dd>", html, re.S | re.I)
+    assert (entry.group(1), entry.group(2)) == (label, "http://127.0.0.1:8000" + suffix)
 
 
 def test_a_process_that_ran_and_ended_unchecked_finishes_the_sentence(viewer_client, seed_pd):

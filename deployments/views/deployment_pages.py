@@ -241,6 +241,8 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "waiting_reason": redact_text(services.deployment_waiting_reason(deployment=deployment, readable=True)),
         "reason": redact_text(deployment.reason),
         "entry_url": _entry_url(deployment, processes),
+        # ended without ever being ready: nothing ever answered there, so the URL is only the plan's
+        "entry_never_served": terminal and deployment.ready_at is None,
         "created": _when(deployment.created_at, now),
         "started": _when(deployment.started_at, now),
         # ended before any process was spawned: the agent took it (started_at) but started nothing
