@@ -224,13 +224,17 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     @extend_schema(summary="Per-request records (paginated: offset, limit <= 5000)",
                    description="400 for a bad offset/limit. 404 for a run without records (imported, or its file "
                                "is missing), naming the run: `{\"detail\": \"run #12 has no per-request records "
-                               "(imported: see its original file)\"}`.",
+                               "(imported: see its original file)\"}`. 409 for a run still running: its records "
+                               "are written when it ends.",
                    parameters=[s.RecordsQuerySerializer],
-                   responses={200: s.RunRecordsPageSerializer, 400: ERRORS_400, 404: ERROR_404})
+                   responses={200: s.RunRecordsPageSerializer, 400: ERRORS_400, 404: ERROR_404,
+                              409: OpenApiResponse(DetailSerializer, description="The run is still running; its "
+                                                   "records are written when it ends.")})
     @action(detail=True, methods=["get"])
     def records(self, request: Request, pk: str | None = None) -> Response:
         """A page of the run's records (:func:`benchmarks.services.run_records_rows`); a run that has
-        none is a 404 whose ``detail`` gives the reason, as the page's ``export.records.csv``."""
+        none is a 404 whose ``detail`` gives the reason, one still running a 409 (its records are
+        written when it ends), as the page's ``export.records.csv``."""
         q = query_validated(s.RecordsQuerySerializer, request)
         run = self.get_object()
         try:

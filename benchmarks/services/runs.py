@@ -183,7 +183,10 @@ def run_records(*, run: BenchmarkRun) -> RecordStore:
     """The per-request records of a measured run, loaded from its ``.npz`` file.
 
     Raises :class:`InvalidInput` for an imported run (its per-request data, if any, is only in the
-    kept original file) or a run whose file is missing."""
+    kept original file) or a run whose file is missing, and :class:`Conflict` (HTTP 409) for a run
+    still running: its file is written when it ends."""
+    if not run.records_path and run.status == RunStatus.RUNNING:
+        raise Conflict(f"run #{run.pk} is still running; its per-request records are written when it ends")
     if not run.records_path:
         raise InvalidInput({"records": [f"run #{run.pk} has no per-request records"
                                         + (" (imported: see its original file)" if run.source == RunSource.IMPORTED else "")]})
@@ -218,8 +221,8 @@ def run_records_rows(*, run: BenchmarkRun, offset: int = 0, limit: int = 1000,
     From these every headline number can be recomputed: duration = max ``end_ms`` (the first
     request starts at 0), output tok/s = Σ ``output_tokens`` of successes / duration, ITL = the
     differences of consecutive ``event_ms``. Times are exact to the nanosecond the records hold.
-    Returns ``{"count", "offset", "limit", "rows"}``. Raises :class:`InvalidInput` as
-    :func:`run_records`.
+    Returns ``{"count", "offset", "limit", "rows"}``. Raises :class:`InvalidInput` and
+    :class:`Conflict` as :func:`run_records`.
     """
     rec = run_records(run=run)
     n = len(rec)
@@ -1270,8 +1273,8 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
 
     With ``records``, also ``records``: every request as :func:`run_records_rows` writes it, each
     output event's time included (``event_ms``, ms from the request's start), or null when the
-    run has no per-request records (imported, never measured, or its file is missing), with
-    ``records_note`` saying which."""
+    run has no per-request records (imported, never measured, still running, or its file is
+    missing), with ``records_note`` saying which."""
     out = {
         "id": run.pk, "sweep_id": run.sweep_id, "ordinal": run.ordinal, "status": run.status,
         "reason": run.reason or None,
@@ -1287,6 +1290,9 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
         try:
             out["records"] = run_records_rows(run=run, offset=0, limit=ALL_RECORDS)["rows"]
             out["records_note"] = None
+        except Conflict as exc:
+            out["records"] = None
+            out["records_note"] = str(exc)
         except (InvalidInput, OSError, ValueError, KeyError) as exc:
             out["records"] = None
             detail = exc.errors.get("records") if isinstance(exc, InvalidInput) else None
@@ -1322,7 +1328,7 @@ def run_records_csv(*, run: BenchmarkRun) -> str:
     as :func:`run_records_rows` names them; times in ms from the run's first request start;
     empty cells for null). The per-event output times do not fit a flat row: they are in the JSON
     export (:func:`run_export_json`) and ``/api/runs/<id>/records/``. Raises :class:`InvalidInput`
-    as :func:`run_records`."""
+    and :class:`Conflict` as :func:`run_records`."""
     rows = run_records_rows(run=run, offset=0, limit=ALL_RECORDS, events=False)["rows"]
     return csv_text(rows, RECORDS_CSV_COLUMNS)
 

@@ -1,6 +1,7 @@
 """An export's format outside csv and json is a 400 in the wording of every other format refusal;
 the comparison downloads as CSV with ?format=csv, the CSV the comparison page gives; a run without
-per-request records is a 404 in the API as on its page, with the same reason."""
+per-request records is a 404 in the API as on its page, with the same reason, and one still running
+a 409 saying they are written when it ends."""
 from __future__ import annotations
 
 import csv
@@ -61,3 +62,29 @@ def test_a_run_without_records_is_a_404_with_the_reason_the_page_gives(viewer_ap
     assert answer.status_code == 404 and answer.json() == {"detail": f"run #{measured.pk} has no per-request records"}
     # a bad page is still a 400 naming the parameter
     assert viewer_api.get(f"/api/runs/{imported.pk}/records/?limit=0").status_code == 400
+
+
+def test_a_running_run_says_its_records_come_when_it_ends_rather_than_that_it_has_none(viewer_api, viewer, runs):
+    sweep, _, _ = runs
+    running = BenchmarkRun.objects.create(sweep=sweep, status="running", concurrency=4, input_len=8, output_len=8)
+    reason = f"run #{running.pk} is still running; its per-request records are written when it ends"
+    for url in (f"/api/runs/{running.pk}/records/", f"/api/runs/{running.pk}/records.json"):
+        answer = viewer_api.get(url)
+        assert answer.status_code == 409, url
+        assert answer.json() == {"detail": reason, "code": "conflict"}, url
+    exported = viewer_api.get(f"/api/runs/{running.pk}/export/?format=json").json()
+    assert (exported["records"], exported["records_note"]) == (None, reason)
+    page = Client()
+    page.force_login(viewer)
+    refused = page.get(f"/benchmarks/runs/{running.pk}/export.records.csv")
+    assert refused.status_code == 409
+    assert f"<p>Run #{running.pk} is still running; its per-request records are written when it ends.</p>" \
+        in refused.content.decode()
+    detail = page.get(f"/benchmarks/runs/{running.pk}/").content.decode()
+    assert "export.records.csv" not in detail
+    assert '<span class="muted small records-pending">Per-request records are written when the run ends</span>' in detail
+    # once it ended without records, the answer is the lasting 404 again
+    BenchmarkRun.objects.filter(pk=running.pk).update(status="failed")
+    answer = viewer_api.get(f"/api/runs/{running.pk}/records/")
+    assert answer.status_code == 404 and answer.json() == {"detail": f"run #{running.pk} has no per-request records"}
+    assert "records-pending" not in page.get(f"/benchmarks/runs/{running.pk}/").content.decode()

@@ -138,7 +138,7 @@ def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
         ("/api/sweeps/{id}/cancel/", "post"): ["200", "400", "401", "403", "404", "409"],
         ("/api/sweeps/{id}/analysis/", "get"): ["200", "400", "401", "403", "404"],   # an unknown query key
         ("/api/sweeps/{id}/export/", "get"): ["200", "400", "401", "403", "404"],
-        ("/api/runs/{id}/records/", "get"): ["200", "400", "401", "403", "404"],
+        ("/api/runs/{id}/records/", "get"): ["200", "400", "401", "403", "404", "409"],
         ("/api/runs/{id}/export/", "get"): ["200", "400", "401", "403", "404"],
         ("/api/runs/{id}/original/", "get"): ["200", "400", "401", "403", "404"],
         ("/api/runs/import/", "post"): ["201", "400", "401", "403", "409"],

@@ -29,7 +29,7 @@ from benchmarks.views.common import (
     _json_text, _load_records, _opt_float, _status_class,
 )
 from controlplane.drf_defaults import given_more_than_once
-from controlplane.errors import BadQuery, InvalidInput
+from controlplane.errors import BadQuery, Conflict, InvalidInput
 from controlplane.jsonsafe import query_text
 from deployments.views import role_page
 
@@ -271,15 +271,19 @@ def run_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     in the column names), ``json`` (summary, point, snapshot and every request's record with its
     output-event times) or ``records.csv`` (one flat line per request, no event times: those are
     in the JSON). Another format is a 400 naming those offered, as the API's export answers it
-    (before the run is looked up); ``records.csv`` of a run without records is a 404."""
+    (before the run is looked up); ``records.csv`` of a run without records is a 404, of a run
+    still running a 409 saying they are written when it ends."""
     if fmt not in (*_EXPORT_TYPES, "records.csv"):
         raise BadQuery(f"format must be one of csv, json, records.csv; got {query_text(fmt)}")
     run = _get_run(pk)
     if fmt == "records.csv":
-        if _load_records(run) is None:
-            raise Http404(f"run #{run.pk} has no per-request records")
-        return _download(run_records_csv(run=run), content_type=_EXPORT_TYPES["csv"],
-                         filename=f"run-{run.pk}-records.csv")
+        try:
+            body = run_records_csv(run=run)
+        except Conflict as exc:
+            return render(request, "409.html", {"reason": str(exc)}, status=409)
+        except (InvalidInput, OSError, ValueError, KeyError):
+            raise Http404(f"run #{run.pk} has no per-request records") from None
+        return _download(body, content_type=_EXPORT_TYPES["csv"], filename=f"run-{run.pk}-records.csv")
     body = services.run_export_csv(run=run) if fmt == "csv" else services.run_export_json(run=run)
     return _download(_export_body(body), content_type=_EXPORT_TYPES[fmt], filename=f"run-{run.pk}.{fmt}")
 
