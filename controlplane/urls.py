@@ -8,12 +8,11 @@ showing why.
 """
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import URLPattern, include, path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.renderers import JSONRenderer
-from rest_framework.urlpatterns import format_suffix_patterns
 
-from controlplane.api_urls import suffix_as_format_query
+from controlplane.api_urls import with_format_suffix
 
 from controlplane import views
 from controlplane.login_throttle import throttled_login
@@ -32,17 +31,6 @@ class SchemaView(SpectacularAPIView):
         self.request.accepted_renderer = JSONRenderer()
         self.request.accepted_media_type = JSONRenderer.media_type
         return response
-
-
-def with_format_suffix(patterns: list) -> list:
-    """``patterns`` and, beside each, its format-suffixed route (``/api/schema.json``,
-    ``/api/auth/token.json``) whose suffix is the request's ``?format=``, as on every route of
-    :class:`controlplane.api_urls.ApiRouter`."""
-    return [
-        URLPattern(url.pattern, suffix_as_format_query(url.callback), url.default_args, url.name)
-        if url not in patterns else url
-        for url in format_suffix_patterns(patterns)
-    ]
 
 
 handler400 = "controlplane.views.bad_request"

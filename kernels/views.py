@@ -573,7 +573,9 @@ def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
 @role_page()
 def job_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     """Download every measurement of the job as ``csv`` or ``json``; another format is a 400 naming
-    those offered, as the API's export answers it (before the job is looked up)."""
+    those offered, as the API's export answers it (before the job is looked up). The format is read
+    in any case (``export.CSV``), as the API reads it."""
+    fmt = fmt.lower()
     if fmt not in ("csv", "json"):
         raise BadQuery(f"format must be one of csv, json; got {query_text(fmt)}")
     job = get_object_or_404(KernelJob.objects.select_related("package", "node"), pk=pk)

@@ -43,6 +43,10 @@ def test_the_comparison_downloads_the_csv_of_its_page(viewer_api, viewer, runs):
     page.force_login(viewer)
     same = page.get(f"/benchmarks/compare/?ids={a.pk},{b.pk}&format=csv")
     assert same.status_code == 200 and same.content == answer.content
+    # a format name in any case, on the page as in the API
+    for upper in (page.get(f"/benchmarks/compare/?ids={a.pk},{b.pk}&format=CSV"),
+                  viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}&format=Csv")):
+        assert upper.status_code == 200 and upper.content == answer.content
     # json stays the default; any other format is named with those served
     assert viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}").json()["baseline"] == a.pk
     refused = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}&format=xml")

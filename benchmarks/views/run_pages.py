@@ -272,7 +272,9 @@ def run_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     output-event times) or ``records.csv`` (one flat line per request, no event times: those are
     in the JSON). Another format is a 400 naming those offered, as the API's export answers it
     (before the run is looked up); ``records.csv`` of a run without records is a 404, of a run
-    still running a 409 saying they are written when it ends."""
+    still running a 409 saying they are written when it ends. The format is read in any case
+    (``export.CSV``), as the API reads it."""
+    fmt = fmt.lower()
     if fmt not in (*_EXPORT_TYPES, "records.csv"):
         raise BadQuery(f"format must be one of csv, json, records.csv; got {query_text(fmt)}")
     run = _get_run(pk)
@@ -361,7 +363,7 @@ def compare(request: HttpRequest) -> HttpResponse:
             "runs": [], "problems": problems, "run_ids": typed_runs,
             "sweep_ids": request.GET.get("sweeps", "")[:200]}, status=400)
 
-    fmt = request.GET.get("format", "")
+    fmt = request.GET.get("format", "").lower()   # in any case, as the API reads it
     if "format" not in repeated and fmt not in ("", "csv"):
         # The API's refusal of an unknown format, naming what this page serves: the page itself
         # (no format) and csv; json is the API's (/api/runs/compare/).

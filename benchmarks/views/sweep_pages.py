@@ -619,7 +619,8 @@ def sweep_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
 def sweep_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     """Download the sweep's runs as CSV (one row per run) or JSON (sweep, grid, runs, analysis).
     Another format is a 400 naming those offered, as the API's export answers it (before the sweep
-    is looked up)."""
+    is looked up). The format is read in any case (``export.CSV``), as the API reads it."""
+    fmt = fmt.lower()
     if fmt not in _EXPORT_TYPES:
         raise BadQuery(f"format must be one of csv, json; got {query_text(fmt)}")
     sweep = _get_sweep(pk)

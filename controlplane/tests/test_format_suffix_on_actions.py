@@ -211,3 +211,37 @@ def test_a_runs_original_takes_no_format_and_is_served_as_stored(viewer_api, obj
         assert answer.status_code == 400 and answer["Content-Type"] == "application/json", url
         assert answer.json() == {"format": [
             f"the original file is served as stored only: leave format out; got '{fmt}'"]}, url
+
+
+@pytest.mark.parametrize("route", ["sweep", "run", "kernel-job"])
+@pytest.mark.parametrize("fmt", ["CSV", "Json"])
+def test_a_format_is_read_in_any_case_as_a_suffix_a_query_and_a_page_export(viewer_api, viewer, objects, route, fmt):
+    from django.test import Client
+    pk = objects[route] if route != "run" else objects["runs"][0].pk
+    lower = fmt.lower()
+    plain = viewer_api.get(f"/api/{route}s/{pk}/export/?format={lower}")
+    assert plain.status_code == 200 and f'{route}-{pk}.{lower}"' in plain["Content-Disposition"]
+    _same(plain, viewer_api.get(f"/api/{route}s/{pk}/export.{fmt}"), f"{route} export.{fmt}")
+    _same(plain, viewer_api.get(f"/api/{route}s/{pk}/export/?format={fmt}"), f"{route} export/?format={fmt}")
+    page = Client()
+    page.force_login(viewer)
+    prefix = "kernels/jobs" if route == "kernel-job" else f"benchmarks/{route}s"
+    answer = page.get(f"/{prefix}/{pk}/export.{fmt}")
+    assert answer.status_code == 200 and answer["Content-Type"] == page.get(f"/{prefix}/{pk}/export.{lower}")["Content-Type"]
+    assert answer["Content-Disposition"].endswith(f'-{pk}.{lower}"')
+
+
+def test_a_json_suffix_and_format_query_in_upper_case_answer_as_in_lower_case(viewer_api, objects):
+    recipe, run = objects["recipe"], objects["runs"][0].pk
+    for url, same in ((f"/api/recipes/{recipe}.JSON", f"/api/recipes/{recipe}.json"),
+                      (f"/api/recipes/{recipe}/?format=JSON", f"/api/recipes/{recipe}/?format=json"),
+                      ("/api/nodes/local/telemetry.JSON", "/api/nodes/local/telemetry.json"),
+                      (f"/api/runs/compare.CSV?ids={run},{objects['runs'][1].pk}",
+                       f"/api/runs/compare.csv?ids={run},{objects['runs'][1].pk}"),
+                      ("/api/schema.JSON", "/api/schema.json")):
+        answer, expected = viewer_api.get(url), viewer_api.get(same)
+        assert expected.status_code == 200, same
+        _same(expected, answer, url)
+    # a format offered by none is still the 400 naming those offered, whatever its case
+    assert viewer_api.get(f"/api/sweeps/{objects['sweep']}/export.XML").json() == {
+        "format": ["must be one of csv, json; got 'xml'"]}
