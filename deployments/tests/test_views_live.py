@@ -73,6 +73,35 @@ def test_it_shows_every_node_and_running_deployment_on_the_wall(viewer_client, g
     assert 'data-live-status' in html and "static/ceiling/live.js" in html
 
 
+@pytest.mark.parametrize("name", ["deployments:wall", "deployments:wall-tiles"])
+def test_it_shows_a_deployment_of_an_offline_agent_on_the_wall_as_last_seen(viewer_client, gpu_node, pd_deployment, name):
+    seen = (timezone.now() - timedelta(minutes=5)).replace(microsecond=0)
+    Node.objects.filter(pk=gpu_node.pk).update(agent_heartbeat_at=seen)  # stale: the agent is offline
+    pending = deployment_row_create(recipe=recipe_row_create(node=gpu_node, name="later"), status=DeploymentStatus.PENDING)
+    html = viewer_client.get(reverse(name)).content.decode()
+    tile = html[html.index(f'data-group="deployment-{pd_deployment.pk}"'):].split("</article>")[0]
+    # the same wording as the deployment page's note, and the status says it is not live
+    assert ' data-as-last-seen>' in tile
+    assert '<span class="tag ok" data-f="status">ready (as last seen)</span>' in tile
+    assert ('<p class="wall-as-last-seen"><span class="tag bad">agent offline</span> As last seen by node agent '
+            f'gpu-box at {seen:%Y-%m-%d %H:%M:%S} UTC; not live: the agent is offline</p>') in tile
+    roles = re.findall(r'<span class="role">(\w+)</span> <span class="tag ?(\w*)" data-f="health">([^<]+)<', tile)
+    assert roles == [("decode", "warn", f"last seen degraded at {seen:%H:%M:%S} UTC (agent offline)"),
+                     ("prefill", "warn", f"last seen healthy at {seen:%H:%M:%S} UTC (agent offline)"),
+                     ("router", "warn", f"last seen healthy at {seen:%H:%M:%S} UTC (agent offline)")]
+    # a pending one was never taken by the agent: its status is its own, the note says why it waits
+    waiting = html[html.index(f'data-group="deployment-{pending.pk}"'):].split("</article>")[0]
+    assert "data-as-last-seen" not in waiting and '<span class="tag warn" data-f="status">pending</span>' in waiting
+    assert (f'<span class="tag bad">agent offline</span> Not live: node agent gpu-box is offline (last heartbeat '
+            f'{seen:%Y-%m-%d %H:%M:%S} UTC)</p>') in waiting
+
+    Node.objects.filter(pk=gpu_node.pk).update(agent_heartbeat_at=timezone.now())  # back online
+    html = viewer_client.get(reverse(name)).content.decode()
+    tile = html[html.index(f'data-group="deployment-{pd_deployment.pk}"'):].split("</article>")[0]
+    assert "data-as-last-seen" not in tile and "wall-as-last-seen" not in tile and "agent offline" not in tile
+    assert '<span class="tag ok" data-f="status">ready</span>' in tile
+
+
 def test_it_keeps_an_ended_deployment_on_the_wall_for_a_while_then_drops_it(viewer_client, gpu_node):
     recipe = recipe_row_create(node=gpu_node, name="ended-recipe")
     recent = deployment_row_create(recipe=recipe, status=DeploymentStatus.FAILED)

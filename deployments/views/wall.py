@@ -79,6 +79,10 @@ def _deployment_tiles(now) -> list[dict[str, Any]]:
             "status_class": _status_class(d.status),
             "reason": redact_text(d.reason),
             "processes": [{"row": p, "health": _health_view(p, now, as_of)} for p in shown],
+            # Offline agent: the status reads "ready (as last seen)" and the tile carries the
+            # deployment page's note, so a replayed sample cannot pass for a live one.
+            "as_of": as_of,
+            "state_note": "" if ended else services.deployment_state_note(deployment=d, readable=True),
         })
     return tiles
 

@@ -81,6 +81,14 @@
     return "";
   }
 
+  // A wall tile marked data-as-last-seen (its node agent is offline, the server said so) shows
+  // the stored status as last seen, and keeps the server's "last seen healthy at ..." badges: a
+  // sample replayed from before the agent went away is no live fact.
+  function asLastSeen(root) { return !!(root && root.hasAttribute("data-as-last-seen")); }
+  function statusText(root, status) {
+    return asLastSeen(root) && !TERMINAL.test(status || "") ? status + " (as last seen)" : status;
+  }
+
   function setBadge(el, text, cls) {
     if (!el) return;
     el.textContent = text;
@@ -454,7 +462,7 @@
     var totals = deploymentTotals(data);
     set(root, "total_running", isNum(totals.running) ? Math.round(totals.running) : null, "");
     set(root, "total_queued", isNum(totals.queued) ? Math.round(totals.queued) : null, "");
-    if (data.status) setBadge(field(root, "status"), data.status, statusClass(data.status));
+    if (data.status) setBadge(field(root, "status"), statusText(root, data.status), statusClass(data.status));
     if (sparks) {
       var s = outputSpark(root);
       if (s) s.push(t, data.tok_s);
@@ -473,7 +481,7 @@
       var routerWhy = p.role === "router" && !reason ? "a router forwards its workers' tokens; see its line below" : "";
       // A health change is newer news than a sample taken from rows read up to 1 s earlier.
       var changed = row._healthChangeTs;
-      if (!(typeof changed === "number" && t <= changed + 2)) {
+      if (!(typeof changed === "number" && t <= changed + 2) && !asLastSeen(root)) {
         setBadge(field(row, "health"), p.health || p.status || "unknown", healthClass(p.health || p.status));
       }
       set(row, "status", p.status || null, "");
@@ -497,7 +505,7 @@
 
   function applyHealthChange(root, data, ts) {
     var item = root.querySelector('[data-process-id="' + data.process_id + '"]');
-    if (!item) return;
+    if (!item || asLastSeen(root)) return;
     if (typeof ts === "number") item._healthChangeTs = ts;
     setBadge(field(item, "health"), data.to, healthClass(data.to));
     var detail = field(item, "health-detail");
@@ -849,7 +857,7 @@
       });
       if (seen["node.sample"]) renderNode(tile, seen["node.sample"], false);
       if (seen["deployment.sample"]) renderDeployment(tile, seen["deployment.sample"], false);
-      if (seen["deployment.status"]) setBadge(field(tile, "status"), seen["deployment.status"].status, statusClass(seen["deployment.status"].status));
+      if (seen["deployment.status"]) setBadge(field(tile, "status"), statusText(tile, seen["deployment.status"].status), statusClass(seen["deployment.status"].status));
       (seen["health.change"] ? [seen["health.change"]] : []).forEach(function (d) { applyHealthChange(tile, d); });
     }
     var live = CeilingLive.open({

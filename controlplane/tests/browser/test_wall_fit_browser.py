@@ -6,14 +6,17 @@ prefill, decode and router) and two that ended after them (a stop and a cancel b
 Every live tile lies inside the screen, the page does not scroll, the ended deployments come
 after the live ones in one strip, and the PD tile's output figure ("32.2 tok/s", drawn by the
 page's own renderer) stays on one line. Then the viewer logs out in another tab and the wall's
-status line says its updates stopped.
+status line says its updates stopped. When node ``local``'s agent goes offline, its deployment
+tiles say their state is as last seen, as the deployment page does, until it is back.
 
 No engines, agent or websocket server: the rows are written directly (the WSGI test server has
 no ``/ws/live/``), which is what the layout depends on.
 """
 from __future__ import annotations
 
+import json
 import re
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -307,5 +310,74 @@ def test_the_cpu_only_node_tiles_host_memory_label_stays_short(live_server, demo
     assert _lines(value) < 1.5, _lines(value)
     # the row says what it measures in full on hover
     assert tile.locator(".wall-host-mem").get_attribute("title").startswith("Host memory used. Used on the host by every process")
+    context.close()
+    assert errors == [], errors
+
+
+
+def _tile_text(page, pk: int, what: str) -> str:
+    return page.locator(f'.deployment-tile[data-deployment="{pk}"] {what}').first.inner_text()
+
+
+def _in_thread(query):
+    # Playwright's sync API runs an event loop in this thread: the database is used from another.
+    result = []
+    thread = threading.Thread(target=lambda: result.append(query()))
+    thread.start()
+    thread.join()
+    return result[0]
+
+
+def _agent_heartbeat(at) -> None:
+    _in_thread(lambda: Node.objects.filter(name="local").update(agent_heartbeat_at=at))
+
+
+def test_a_deployment_tile_says_as_last_seen_while_its_agent_is_offline(live_server, demo_like, viewer, browser):
+    # The node agent goes offline, then comes back: the tiles' re-fetch (every 10 s) follows, and
+    # the socket's last sample and health change, drawn again on the fresh tile, do not make it
+    # read live while the agent is away.
+    single = demo_like["live"][0]
+    process = _in_thread(lambda: ServerProcess.objects.get(deployment_id=single))
+    group = f"deployment-{single}"
+    sockets: list = []
+    context = browser.new_context(viewport={"width": 1920, "height": 1080})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
+    _wall_login(page, live_server.url, viewer)
+    page.wait_for_function("() => document.querySelector('[data-wall]') !== null")
+    assert sockets, "the wall opened no live socket"
+    sample = {"type": "deployment.sample", "seq": 1, "group": group, "ts": time.time(),
+              "data": {"t": time.time(), "interval_s": 0.5, "status": "ready", "tok_s": 12.5,
+                       "processes": [{"id": process.pk, "role": "single", "health": "healthy", "status": "ready",
+                                      "engine": {"running": 1, "queued": 0}}]}}
+    sockets[-1].send(json.dumps({"type": "live.subscribed", "groups": {group: {"seq": 1, "latest": {"deployment.sample": sample}}}}))
+    status = f'.deployment-tile[data-deployment="{single}"] [data-f="status"]'
+    page.wait_for_function("s => document.querySelector(s).textContent === 'ready'", arg=status, timeout=10_000)
+    assert _tile_text(page, single, '[data-f="tok_s"]') == "12.5 tok/s"
+    assert _tile_text(page, single, '[data-f="health"]') == "healthy"
+    assert page.locator(f'.deployment-tile[data-deployment="{single}"] .wall-as-last-seen').count() == 0
+
+    seen = (timezone.now() - timedelta(minutes=5)).replace(microsecond=0)
+    _agent_heartbeat(seen)
+    page.wait_for_function("s => document.querySelector(s).textContent === 'ready (as last seen)'", arg=status,
+                           timeout=20_000, polling=200)
+    assert _tile_text(page, single, ".wall-as-last-seen") == (
+        f"agent offline As last seen by node agent local at {seen:%Y-%m-%d %H:%M:%S} UTC; not live: the agent is offline")
+    assert _tile_text(page, single, '[data-f="tok_s"]') == "12.5 tok/s"  # the kept sample, drawn on the fresh tile
+    assert _tile_text(page, single, '[data-f="health"]') == f"last seen healthy at {seen:%H:%M:%S} UTC (agent offline)"
+    # a health change from before, re-sent, changes neither
+    sockets[-1].send(json.dumps({"type": "health.change", "seq": 2, "group": group, "ts": time.time(),
+                                 "data": {"process_id": process.pk, "role": "single", "from": "starting", "to": "healthy"}}))
+    page.wait_for_timeout(300)
+    assert _tile_text(page, single, '[data-f="status"]') == "ready (as last seen)"
+    assert _tile_text(page, single, '[data-f="health"]') == f"last seen healthy at {seen:%H:%M:%S} UTC (agent offline)"
+
+    _agent_heartbeat(timezone.now())
+    page.wait_for_function("s => document.querySelector(s).textContent === 'ready'", arg=status,
+                           timeout=20_000, polling=200)
+    assert page.locator(f'.deployment-tile[data-deployment="{single}"] .wall-as-last-seen').count() == 0
+    assert _tile_text(page, single, '[data-f="health"]') == "healthy"
     context.close()
     assert errors == [], errors
