@@ -1163,7 +1163,8 @@ def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
     (``slo_ttft_s``, ``slo_tpot_s``, ``slo_e2e_s``; empty when none or not known), then for every
     compared field its value under the run export's column name (:func:`_compare_column`; the
     unit in the name) and ``<column>_delta_pct`` (against the baseline, percent), and ``best_for``
-    (the metrics this run is named best for, ``;``-separated), ``workload_differs_from_baseline``
+    (the metrics this run is named best for, ``;``-separated, by this CSV's own column names:
+    ``ttft_ms_p50;itl_per_gap_ms_p99``), ``workload_differs_from_baseline``
     (the columns of :data:`WORKLOAD_PARAMS` whose value is not the baseline run's, ``;``-separated,
     such as ``input_len;concurrency``: its deltas compare unlike workloads; empty for the baseline
     and a run of its workload) and ``notes``: every note of the comparison (the API's ``notes``,
@@ -1189,7 +1190,7 @@ def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
             "rankable": "true" if e["rankable"] else "false", "not_ranked_reason": e["refusal"],
             **{col: e["sweep_id"] if key is None else e["config"].get(key) for col, key in COMPARE_CSV_CONFIG},
             **{f"slo_{k}": slo.get(k) for k in SLO_KEYS},
-            "best_for": ";".join(k for k, rid in comparison["best"].items() if rid == e["id"]),
+            "best_for": ";".join(_compare_column(k) for k, rid in comparison["best"].items() if rid == e["id"]),
             "workload_differs_from_baseline": ";".join(d["field"] for d in e.get("workload_differs") or []),
             "notes": notes,
         }

@@ -1,0 +1,46 @@
+"""The comparison and the sweep export say things the way the rest of their output does: the
+compare CSV's ``best_for`` names the CSV's own columns."""
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+
+from benchmarks.choices import RunStatus, SweepStatus
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
+
+pytestmark = pytest.mark.django_db
+
+
+def _run(sweep: BenchmarkSweep, ordinal: int, *, scale: float) -> BenchmarkRun:
+    # Every latency of the second run is half the first's, so it is named best for each.
+    def dist(seconds: float) -> dict[str, float]:
+        return {"mean": seconds * scale, "p50": seconds * scale, "p90": 2 * seconds * scale,
+                "p99": 3 * seconds * scale}
+
+    summary = {"requests": 100, "successes": 100, "failures": 0, "duration_s": 10.0,
+               "output_throughput_tok_s": 500.0 / scale, "request_throughput_req_s": 10.0 / scale,
+               "ttft_s": dist(0.1), "tpot_s": dist(0.01), "itl_s": dist(0.01), "e2e_s": dist(1.0)}
+    return BenchmarkRun.objects.create(sweep=sweep, ordinal=ordinal, status=RunStatus.DONE, concurrency=4,
+                                       input_len=128, output_len=64, num_gpus=2, summary=summary)
+
+
+@pytest.fixture
+def pair(db) -> tuple[BenchmarkRun, BenchmarkRun]:
+    sweep = BenchmarkSweep.objects.create(name="pair", status=SweepStatus.DONE)
+    return _run(sweep, 0, scale=1.0), _run(sweep, 1, scale=0.5)
+
+
+def test_best_for_names_the_csv_columns_of_the_metrics(viewer_api, pair) -> None:
+    slow, fast = pair
+    response = viewer_api.get(f"/api/runs/compare/?ids={slow.pk},{fast.pk}&format=csv")
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    best_for = rows[1]["best_for"].split(";")
+    assert best_for == [
+        "output_throughput_tok_s", "tok_s_per_gpu", "request_throughput_req_s",
+        "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99",
+        "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p90", "tpot_ms_p99",
+        "itl_per_gap_ms_mean", "itl_per_gap_ms_p50", "itl_per_gap_ms_p90", "itl_per_gap_ms_p99",
+        "e2e_ms_mean", "e2e_ms_p50", "e2e_ms_p90", "e2e_ms_p99"]
+    assert set(best_for) <= set(rows[1]) and rows[0]["best_for"] == ""
