@@ -614,7 +614,8 @@ class RunCompareFieldSerializer(serializers.Serializer):
     unit = serializers.CharField()
     values = serializers.ListField(child=serializers.FloatField(allow_null=True), help_text="one per run, in order")
     deltas_pct = serializers.ListField(child=serializers.FloatField(allow_null=True),
-                                       help_text="each run's value vs the baseline's, % of the baseline's")
+                                       help_text="each run's value vs the baseline's, % of the baseline's; 0 for 0 "
+                                                 "against 0, null for another value against 0")
 
 
 class RunCompareDifferenceSerializer(serializers.Serializer):

@@ -410,10 +410,13 @@ def _and(words: list[str]) -> str:
 
 def _delta_pct(value: Any, base: Any) -> float | None:
     """``value`` against ``base`` in percent of ``base`` (``+12.5`` = 12.5 % higher); None when
-    either is missing or ``base`` is 0 (no percentage of nothing). A change that rounds to zero is
-    ``0.0``, never ``-0.0`` (a value a hair below the base)."""
-    if not isinstance(value, (int, float)) or not isinstance(base, (int, float)) or base == 0:
+    either is missing or ``base`` is 0 and ``value`` is not (no percentage of nothing); ``0.0`` for
+    0 against 0 (no failures against none is no change). A change that rounds to zero is ``0.0``,
+    never ``-0.0`` (a value a hair below the base)."""
+    if not isinstance(value, (int, float)) or not isinstance(base, (int, float)):
         return None
+    if base == 0:
+        return 0.0 if value == 0 else None
     return round((value - base) / abs(base) * 100.0, 3) + 0.0   # -0.0 + 0.0 is 0.0
 
 

@@ -1,11 +1,13 @@
 """The comparison and the sweep export say things the way the rest of their output does: the
-compare CSV's ``best_for`` names the CSV's own columns."""
+compare CSV's ``best_for`` names the CSV's own columns, and no failures against none reads as no
+change."""
 from __future__ import annotations
 
 import csv
 import io
 
 import pytest
+from django.urls import reverse
 
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
@@ -44,3 +46,28 @@ def test_best_for_names_the_csv_columns_of_the_metrics(viewer_api, pair) -> None
         "itl_per_gap_ms_mean", "itl_per_gap_ms_p50", "itl_per_gap_ms_p90", "itl_per_gap_ms_p99",
         "e2e_ms_mean", "e2e_ms_p50", "e2e_ms_p90", "e2e_ms_p99"]
     assert set(best_for) <= set(rows[1]) and rows[0]["best_for"] == ""
+
+
+def test_no_failures_against_none_is_no_change(viewer_api, client, viewer, pair) -> None:
+    slow, fast = pair
+    body = viewer_api.get(f"/api/runs/compare/?ids={slow.pk},{fast.pk}").json()
+    failures = next(f for f in body["fields"] if f["key"] == "failures")
+    assert failures["values"] == [0, 0] and failures["deltas_pct"] == [0.0, 0.0]
+    rows = list(csv.DictReader(io.StringIO(
+        viewer_api.get(f"/api/runs/compare/?ids={slow.pk},{fast.pk}&format=csv").content.decode())))
+    assert [r["failures_delta_pct"] for r in rows] == ["0.0", "0.0"]
+
+    client.force_login(viewer)
+    page = client.get(reverse("benchmarks:compare"), {"runs": f"{slow.pk},{fast.pk}"}).content.decode()
+    row = page.split('<tr class="delta"><td>failures</td>')[1].split("</tr>")[0]
+    # as an unchanged throughput reads
+    assert row == '<td class="num small">baseline</td><td class="num small">0 %</td>'
+
+
+def test_failures_against_no_failures_have_no_percentage(viewer_api, pair) -> None:
+    slow, fast = pair
+    fast.summary = {**fast.summary, "requests": 102, "failures": 2}
+    fast.save(update_fields=["summary"])
+    body = viewer_api.get(f"/api/runs/compare/?ids={slow.pk},{fast.pk}").json()
+    failures = next(f for f in body["fields"] if f["key"] == "failures")
+    assert failures["values"] == [0, 2] and failures["deltas_pct"] == [0.0, None]

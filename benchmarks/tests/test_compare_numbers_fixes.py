@@ -56,7 +56,8 @@ def test_it_lists_the_slo_as_a_difference_and_refuses_to_compare_goodput_across_
             "delta is given") in body["notes"]
     fields = {f["key"]: f for f in body["fields"]}
     assert fields["goodput_req_s"]["values"] == [0.0, loose.summary["goodput_req_s"]]
-    assert fields["goodput_req_s"]["deltas_pct"] == [None, None]  # 0 is no base, and the SLOs differ
+    # the baseline's 0 against itself is no change; 0 is no base for another value, and the SLOs differ
+    assert fields["goodput_req_s"]["deltas_pct"] == [0.0, None]
 
     # Deltas against the first run by default, in percent of its value.
     assert body["baseline"] == strict.pk
@@ -106,7 +107,7 @@ def test_it_lists_the_slo_as_a_difference_and_refuses_to_compare_goodput_across_
     rows = list(csv.DictReader(io.StringIO(export.content.decode())))
     assert [(r["run_id"], r["baseline"], r["slo_ttft_s"], r["slo_tpot_s"]) for r in rows] == [
         (str(strict.pk), "true", "1e-06", ""), (str(loose.pk), "false", "10.0", "")]
-    assert [r["goodput_req_s_delta_pct"] for r in rows] == ["", ""]
+    assert [r["goodput_req_s_delta_pct"] for r in rows] == ["0.0", ""]
     assert rows[0]["output_throughput_tok_s_delta_pct"] == "0.0"
     assert float(rows[1]["output_throughput_tok_s_delta_pct"]) == pytest.approx(tok["deltas_pct"][1])
     assert float(rows[1]["ttft_ms_p99"]) == pytest.approx(ttft["values"][1])
