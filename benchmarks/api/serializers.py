@@ -711,6 +711,13 @@ class SweepExportSweepSerializer(serializers.Serializer):
     engine = serializers.CharField(allow_null=True, help_text="null when not known")
     points_total = serializers.IntegerField()
     points_done = serializers.IntegerField()
+    requests_total = serializers.IntegerField(allow_null=True, help_text="as GET /api/sweeps/<id>/ gives it: requests "
+                                                                          "sent in all, null while not known")
+    requests_done = serializers.IntegerField(help_text="as GET /api/sweeps/<id>/ gives it: requests that finished")
+    requests_cancelled = serializers.IntegerField(help_text="as GET /api/sweeps/<id>/ gives it: requests aborted in "
+                                                            "flight by the cancel")
+    requests_aborted = serializers.IntegerField(help_text="as GET /api/sweeps/<id>/ gives it: requests aborted in "
+                                                          "flight by a stop, the cancel's among them")
     snapshot = serializers.JSONField()
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)

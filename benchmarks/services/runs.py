@@ -1344,12 +1344,16 @@ def sweep_export_csv(*, sweep: BenchmarkSweep) -> str:
 
 def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
     """The sweep as indented JSON: ``{"sweep": {...grid, status, progress, snapshot, num_gpus},
-    "analysis": {...}, "runs": [run_export_dict, ...]}``; the analysis is the object
+    "analysis": {...}, "runs": [run_export_dict, ...]}``; the sweep's request counts under the keys
+    ``GET /api/sweeps/<id>/`` gives them (``requests_total``, null while not known,
+    ``requests_done``, ``requests_cancelled``, ``requests_aborted``:
+    :class:`benchmarks.api.serializers.SweepSerializer` says what each counts); the analysis is the object
     ``GET /api/sweeps/<id>/analysis/`` answers (:func:`benchmarks.services.sweep_analysis`): the
     stored one, computed again first when an older analysis made it, with ``provisional`` false,
     else the one computed from the runs so far with ``provisional`` true; a text
     the sweep does not have (``reason``, ``served_model_name``, ``topology``, ``engine``) is null,
     never ``""``."""
+    from benchmarks.selectors import sweep_requests_aborted, sweep_requests_cancelled
     from benchmarks.services.sweeps import sweep_analysis
 
     body = {
@@ -1358,6 +1362,9 @@ def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
                   "served_model_name": sweep.served_model_name or None, "topology": sweep.topology or None,
                   "engine": sweep.engine or None,
                   "points_total": sweep.points_total, "points_done": sweep.points_done,
+                  "requests_total": sweep.requests_total_known, "requests_done": sweep.requests_done,
+                  "requests_cancelled": sweep_requests_cancelled(sweep=sweep),
+                  "requests_aborted": sweep_requests_aborted(sweep=sweep),
                   "snapshot": sweep.snapshot, "started_at": _iso(sweep.started_at), "ended_at": _iso(sweep.ended_at)},
         "analysis": sweep_analysis(sweep=sweep),
         "runs": [run_export_dict(run=r) for r in sweep.runs.all()],

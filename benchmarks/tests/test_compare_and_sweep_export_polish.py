@@ -1,16 +1,19 @@
 """The comparison and the sweep export say things the way the rest of their output does: the
-compare CSV's ``best_for`` names the CSV's own columns, and no failures against none reads as no
-change."""
+compare CSV's ``best_for`` names the CSV's own columns, no failures against none reads as no
+change, and the sweep's JSON export carries the request counts the sweep API gives, under the
+same keys."""
 from __future__ import annotations
 
 import csv
 import io
+import json
 
 import pytest
 from django.urls import reverse
 
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.services import sweep_export_json
 
 pytestmark = pytest.mark.django_db
 
@@ -71,3 +74,24 @@ def test_failures_against_no_failures_have_no_percentage(viewer_api, pair) -> No
     body = viewer_api.get(f"/api/runs/compare/?ids={slow.pk},{fast.pk}").json()
     failures = next(f for f in body["fields"] if f["key"] == "failures")
     assert failures["values"] == [0, 2] and failures["deltas_pct"] == [0.0, None]
+
+
+def test_the_sweep_json_export_has_the_request_counts_of_the_sweep_api(viewer_api, client, viewer) -> None:
+    sweep = BenchmarkSweep.objects.create(name="stopped", status=SweepStatus.CANCELLED, grid={"concurrency": [1, 2]},
+                                          requests_total=40, requests_done=23)
+    BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status=RunStatus.FAILED, concurrency=1,
+                                summary={"requests": 12, "successes": 10, "failures": 2, "aborted": 1})
+    BenchmarkRun.objects.create(sweep=sweep, ordinal=1, status=RunStatus.CANCELLED, concurrency=2,
+                                summary={"requests": 15, "successes": 13, "failures": 2,
+                                         "partial": {"aborted": 2}})
+    api = viewer_api.get(f"/api/sweeps/{sweep.pk}/").json()
+    exported = json.loads(sweep_export_json(sweep=sweep))["sweep"]
+    keys = ("requests_total", "requests_done", "requests_cancelled", "requests_aborted")
+    assert {k: exported[k] for k in keys} == {k: api[k] for k in keys} == {
+        "requests_total": 40, "requests_done": 23, "requests_cancelled": 2, "requests_aborted": 3}
+    # the sweep page's download and the API's export are that JSON
+    client.force_login(viewer)
+    for response in (client.get(reverse("benchmarks:sweep-export", args=[sweep.pk, "json"])),
+                     viewer_api.get(f"/api/sweeps/{sweep.pk}/export/?format=json")):
+        assert response.status_code == 200
+        assert {k: json.loads(response.content)["sweep"][k] for k in keys} == {k: api[k] for k in keys}
