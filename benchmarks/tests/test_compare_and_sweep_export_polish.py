@@ -95,3 +95,20 @@ def test_the_sweep_json_export_has_the_request_counts_of_the_sweep_api(viewer_ap
                      viewer_api.get(f"/api/sweeps/{sweep.pk}/export/?format=json")):
         assert response.status_code == 200
         assert {k: json.loads(response.content)["sweep"][k] for k in keys} == {k: api[k] for k in keys}
+
+
+def test_the_page_shows_each_runs_roles_one_line_per_role(client, viewer, pair) -> None:
+    slow, fast = pair
+    roles = {"prefill": {"gpus": [0, 1], "tp": 2, "port": 30000}, "decode": {"gpus": [2, 3], "tp": 2, "port": 30001},
+             "router": {"host": "0.0.0.0", "port": 30080, "flags": {"prometheus-port": 29000}}}
+    for run, spec in ((slow, {"roles": roles}), (fast, {"roles": {"single": {"cpus": "0-1", "port": 8080}}})):
+        run.snapshot = {"topology": "pd" if "router" in spec["roles"] else "single", "spec": spec}
+        run.save(update_fields=["snapshot"])
+    client.force_login(viewer)
+    page = client.get(reverse("benchmarks:compare"), {"runs": f"{slow.pk},{fast.pk}"}).content.decode()
+    row = page.split("<td>roles <span")[1].split("</tr>")[0]
+    assert row.split('<td class="num mono small">')[1:] == [
+        "decode: gpus=[2,3] port=30001 tp=2\n"
+        "prefill: gpus=[0,1] port=30000 tp=2\n"
+        "router: flags={&quot;prometheus-port&quot;:29000} host=0.0.0.0 port=30080</td>",
+        "single: cpus=0-1 port=8080</td>"]

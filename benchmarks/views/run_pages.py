@@ -546,12 +546,35 @@ def _delta_text(value: float | None) -> str | None:
 
 def _config_text(value: Any, *, key: str = "") -> Any:
     """A config value as the comparison table shows it: the SLO in words (``TTFT ≤ 0.05 s``,
-    ``none``), objects (``roles``, ``env``) as JSON text with sorted keys, anything else as it is."""
+    ``none``), ``roles`` one line per role (:func:`_roles_text`), other objects (``env``) as JSON
+    text with sorted keys, anything else as it is."""
     if key == "slo":
         return slo_text(value)
+    if key == "roles" and isinstance(value, Mapping):
+        return _roles_text(value)
     if isinstance(value, (Mapping, list)):
         return json.dumps(value, sort_keys=True, separators=(", ", ": "))
     return value
+
+
+def _roles_text(roles: Mapping[str, Any]) -> str:
+    """A recipe's ``roles`` one line per role, by name, with every setting as ``key=value`` (a
+    list or object as compact JSON), so four runs' roles fit side by side yet two that differ in
+    any setting read differently::
+
+        decode: gpus=[4,5,6,7] numa_node=1 port=30001 tp=4
+        prefill: bootstrap_port=8998 gpus=[0,1,2,3] numa_node=0 port=30000 tp=4
+    """
+    lines = []
+    for name in sorted(roles):
+        role = roles[name]
+        if not isinstance(role, Mapping):
+            lines.append(f"{name}: {json.dumps(role, separators=(',', ':'))}")
+            continue
+        settings = " ".join(f"{k}={v if isinstance(v, str) else json.dumps(v, sort_keys=True, separators=(',', ':'))}"
+                            for k, v in sorted(role.items()))
+        lines.append(f"{name}: {settings}".rstrip())
+    return "\n".join(lines)
 
 
 def _compare_charts(runs: Sequence[BenchmarkRun], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
