@@ -14,6 +14,7 @@ from django.urls import reverse
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import sweep_export_json
+from benchmarks.views.common import ROW_DECIMALS
 
 pytestmark = pytest.mark.django_db
 
@@ -112,3 +113,20 @@ def test_the_page_shows_each_runs_roles_one_line_per_role(client, viewer, pair) 
         "prefill: gpus=[0,1] port=30000 tp=2\n"
         "router: flags={&quot;prometheus-port&quot;:29000} host=0.0.0.0 port=30080</td>",
         "single: cpus=0-1 port=8080</td>"]
+
+
+def test_the_results_table_and_the_comparison_take_their_decimal_places_from_one_mapping(
+        client, viewer, pair, monkeypatch) -> None:
+    slow, fast = pair
+    client.force_login(viewer)
+
+    def ttft_p99_texts() -> tuple[str, str]:
+        table = client.get(reverse("benchmarks:sweep-results", args=[slow.sweep_id])).content.decode()
+        cell = table.split(f'id="run-{slow.pk}"')[1].split("</tr>")[0].split('<td class="num">')[9].split("<")[0]
+        page = client.get(reverse("benchmarks:compare"), {"runs": f"{slow.pk},{fast.pk}"}).content.decode()
+        compared = page.split("<td>TTFT p99 (ms)</td>")[1].split("</td>")[0].rsplit(">", 1)[1]
+        return cell, compared
+
+    assert ttft_p99_texts() == ("300.0", "300.0")
+    monkeypatch.setitem(ROW_DECIMALS, "ttft_ms", 3)
+    assert ttft_p99_texts() == ("300.000", "300.000")

@@ -30,6 +30,13 @@ STATS = ("mean", "p50", "p90", "p99")
 # Latency metrics in table order: summary key stem -> label. ITL is the per-event gap
 # (metrics.md); the per-token variant is named separately where it exists.
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+#: Decimal places of a metric (by its stem) in the sweep pages' results table
+#: (``benchmarks/_results_table.html``, through the ``metric_places`` filter of
+#: ``{% load benchmark_numbers %}``) and in the comparison's rows: every value of a row with the same places.
+ROW_DECIMALS: dict[str, int] = {
+    "output_throughput_tok_s": 1, "tok_s_per_gpu": 2, "request_throughput_req_s": 3, "goodput_req_s": 3,
+    "ttft_ms": 1, "tpot_ms": 2, "itl_ms": 2, "e2e_ms": 0,
+}
 # Runs whose records are drawn as overlaid CDFs on the comparison page: more lines than the
 # palette has colours are unreadable.
 COMPARE_MAX_CDF_RUNS = 8

@@ -25,7 +25,7 @@ from benchmarks.views.charts import (
     cdf_points, chart_spec, record_arrays, run_charts, run_lengths_text, sweep_charts,
 )
 from benchmarks.views.common import (
-    COMPARE_MAX_CDF_RUNS, LATENCIES, run_row, _EXPORT_TYPES, _download, _export_body, _first, _ids_param, MalformedIds,
+    COMPARE_MAX_CDF_RUNS, LATENCIES, ROW_DECIMALS, run_row, _EXPORT_TYPES, _download, _export_body, _first, _ids_param, MalformedIds,
     _json_text, _load_records, _opt_float, _status_class,
 )
 from controlplane.drf_defaults import given_more_than_once
@@ -494,14 +494,6 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         "charts": _compare_charts([r for r in runs if r.pk not in unmeasured],
                                   [r for r in rows if r["run"].pk not in unmeasured]),
     }
-
-
-#: Decimal places of a compared metric (by its stem) as the sweep and run pages' results table
-#: prints it (``benchmarks/_results_table.html``): every value of a row with the same places.
-ROW_DECIMALS: dict[str, int] = {
-    "output_throughput_tok_s": 1, "tok_s_per_gpu": 2, "request_throughput_req_s": 3, "goodput_req_s": 3,
-    "ttft_ms": 1, "tpot_ms": 2, "itl_ms": 2, "e2e_ms": 0,
-}
 
 
 def _row_texts(key: str, values: Sequence[float | int | None]) -> list[str | None]:
