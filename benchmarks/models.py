@@ -152,8 +152,10 @@ class BenchmarkRun(models.Model):
 
     ``duration_s`` is the point's time limit in seconds (null: it ends when its requests are
     done; with both, whichever comes first). ``progress`` is the live state of a running point as
-    the load generator reports it: ``{"done", "total", "failed", "output_tokens", "elapsed_s",
-    "tok_s", "tok_s_mean", "duration_s", "updated_at"}`` (counts of measured requests, seconds,
+    the load generator reports it: ``{"done", "total", "failed", "aborted", "output_tokens", "elapsed_s",
+    "tok_s", "tok_s_mean", "duration_s", "updated_at"}`` (counts of measured requests: ``done`` those
+    that finished, ``failed`` those of them that failed, ``aborted`` those a stop ended in flight,
+    in neither; seconds,
     output tok/s over the last report window of about 0.5 s, output tok/s since the point's first
     request (null before any token), ISO time of the write), written at most once per second.
     Before that, while the point's prompts are built, it is ``{"phase": "preparing prompts",

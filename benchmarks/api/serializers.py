@@ -43,7 +43,11 @@ SWEEP_PROGRESS_SCHEMA = {
         "done": _nullable("integer", "requests of the point that finished (succeeded, or failed with an answer)"),
         "total": _nullable("integer", "requests of the point to send; for a closed loop limited by time "
                                       "(total_sent_so_far) those sent so far; prompts to build while preparing"),
-        "failed": _nullable("integer", "requests of the point that failed"),
+        "failed": _nullable("integer", "requests of the point that failed (an error answer, a timeout, a broken "
+                                       "stream), counted among done; never one a stop aborted"),
+        "aborted": _nullable("integer", "requests of the point a stop (the cancel, the deployment going down) "
+                                        "ended in flight: neither done nor failed; absent from a report made "
+                                        "before it was counted apart"),
         "output_tokens": _nullable("integer", "output tokens of the point so far, tokens"),
         "elapsed_s": _nullable("number", "seconds since the point's first request"),
         "tok_s": _nullable("number", "output tok/s of the point over its last report window (about 0.5 s)"),
@@ -327,6 +331,11 @@ class RunSerializer(serializers.ModelSerializer):
                   "output_tok_s", "ttft_p99_ms", "tpot_mean_ms", "metrics", "summary", "snapshot", "progress",
                   "has_records", "created_at", "started_at", "ended_at"]
         read_only_fields = fields
+        extra_kwargs = {"progress": {"help_text": (
+            "the point's live counts as the load generator last reported them: done (requests that finished, "
+            "succeeded or failed), failed (those of them that failed), aborted (requests a stop, the cancel or "
+            "the deployment going down, ended in flight: neither done nor failed), total, output_tokens, "
+            "elapsed_s (seconds), tok_s and tok_s_mean (output tok/s); {} before its first report")}}
 
     @extend_schema_field(RunMetricsSerializer)
     def get_metrics(self, obj: BenchmarkRun) -> dict:

@@ -342,13 +342,14 @@ class _Tally:
     phase has a start instant. :meth:`stop` (from the loop's thread) ends the measured phase early.
     """
 
-    __slots__ = ("t0", "done", "failed", "total", "client", "tokens0", "stop_reason", "on_stop", "stop_ns", "ledger",
-                 "spool", "before")
+    __slots__ = ("t0", "done", "failed", "aborted", "total", "client", "tokens0", "stop_reason", "on_stop", "stop_ns",
+                 "ledger", "spool", "before")
 
     def __init__(self, total: int) -> None:
         self.t0 = 0
         self.done = 0
         self.failed = 0
+        self.aborted = 0
         self.total = total
         self.client: StreamingClient | None = None
         self.tokens0 = 0  # the client's counter at t0 (warmup tokens are not progress)
@@ -394,7 +395,12 @@ class _Tally:
         return self.client.tokens_seen - self.tokens0 if self.client is not None and self.t0 else 0
 
     def add(self, outcome: RequestOutcome) -> None:
-        """Count one finished request."""
+        """Count one request that came back: ``done`` (and ``failed`` when it failed) if it
+        finished, ``aborted`` alone if a stop ended it in flight (neither done nor failed, as the
+        sweep's ``requests_done`` and the summary's failures of the server count it)."""
+        if not outcome.ok and outcome.error is not None and outcome.error.startswith(ABORTED_PREFIX):
+            self.aborted += 1
+            return
         self.done += 1
         if not outcome.ok:
             self.failed += 1
@@ -531,7 +537,8 @@ class _Reporter:
         self.marks: list[tuple[int, int]] = []
         self.calls = 0
 
-    def report(self, *, t0: int, done: int, total: int, failed: int, tokens: int, final: bool = False) -> None:
+    def report(self, *, t0: int, done: int, total: int, failed: int, tokens: int, aborted: int = 0,
+               final: bool = False) -> None:
         """Call the callback if a period has passed since the last call (always when ``final``)."""
         if self.callback is None or t0 <= 0:
             return
@@ -548,7 +555,8 @@ class _Reporter:
             if now - mark_t >= PROGRESS_PERIOD_S * 1e9:
                 from_t, from_tokens = mark_t, mark_tokens
         window, elapsed = (now - from_t) / 1e9, (now - t0) / 1e9
-        info = {"done": done, "total": max(total, done), "failed": failed, "output_tokens": tokens,
+        info = {"done": done, "total": max(total, done + aborted), "failed": failed, "aborted": aborted,
+                "output_tokens": tokens,
                 "elapsed_s": elapsed, "tok_s": (tokens - from_tokens) / window if window > 0 else 0.0,
                 "tok_s_mean": tokens / elapsed if tokens > 0 and elapsed > 0 else None}
         self.last_t = now
@@ -803,7 +811,7 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
 
     Every measured request is appended to the spool file ``spool`` as it is sent and again when
     it comes back (:class:`_Ledger`): that file, not the pipe, is how the records reach the
-    parent. While measuring it sends ``("progress", (done, failed, output_tokens, total))`` every
+    parent. While measuring it sends ``("progress", (done, failed, output_tokens, total, aborted))`` every
     :data:`WORKER_REPORT_S`; at the end ``("done", stats)`` or ``("error", text)``. A
     ``("stop", reason)`` from the parent during the measured phase ends it early
     (``_Tally.stop``: nothing new sent, in-flight requests aborted) and it reports ``"done"``.
@@ -812,7 +820,7 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
     async def report(tally: _Tally) -> None:
         while True:
             await asyncio.sleep(WORKER_REPORT_S)
-            conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total)))
+            conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total, tally.aborted)))
 
     async def main() -> None:
         async with _client(cfg) as client:
@@ -845,7 +853,7 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
                 finally:
                     reporter.cancel()
                     loop.remove_reader(conn.fileno())
-        conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total)))
+        conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total, tally.aborted)))
         conn.send(("done", stats))
 
     spool_fd = os.open(spool, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -966,9 +974,9 @@ def _drive_processes(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[fl
         t0 = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
         for c in conns:
             c.send(t0)
-        # Latest counts per worker: done, failed, output tokens, total.
+        # Latest counts per worker: done, failed, output tokens, total, aborted.
         counts = {i: (0, 0, 0, len(offsets[i::n]) if offsets is not None else
-                      (0 if cfg.duration_s is not None else len(specs[i::n]))) for i in range(n)}
+                      (0 if cfg.duration_s is not None else len(specs[i::n])), 0) for i in range(n)}
         pending = dict(enumerate(conns))
         while pending:
             if check_stop():  # stopped, and some worker never answered: its records come from its spool
@@ -995,13 +1003,14 @@ def _drive_processes(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[fl
                     results[i] = payload
                     del pending[i]
             if reporter is not None:
-                sums = [sum(c[k] for c in counts.values()) for k in range(4)]
-                reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3],
+                sums = [sum(c[k] for c in counts.values()) for k in range(5)]
+                reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3], aborted=sums[4],
                                 final=not pending or stopped)
     except LoadgenStopped:
         if reporter is not None and counts:  # the counts up to the stop, for whoever shows them
-            sums = [sum(c[k] for c in counts.values()) for k in range(4)]
-            reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3], final=True)
+            sums = [sum(c[k] for c in counts.values()) for k in range(5)]
+            reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3], aborted=sums[4],
+                            final=True)
         raise
     finally:
         for p in procs:
@@ -1124,7 +1133,7 @@ def _result(config: LoadConfig, store: RecordStore, stats: list[WorkerStats], t0
 def _report_final(reporter: _Reporter | None, tally: _Tally) -> None:
     if reporter is not None:
         reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
-                        final=True)
+                        aborted=tally.aborted, final=True)
 
 
 async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
@@ -1135,9 +1144,10 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
     ``warmup_specs`` default to the first ``config.warmup`` specs (reused, not consumed). Scrapes
     ``metrics_urls`` from a thread so the loop keeps running. ``progress`` (optional) is called
     from this event loop at most every :data:`PROGRESS_PERIOD_S` during the measured phase and
-    once at its end with ``{"done", "total", "failed", "output_tokens", "elapsed_s", "tok_s",
-    "tok_s_mean"}``: requests finished / to send (for a duration-limited closed loop, which cannot
-    know, the number started so far) / failed, output tokens streamed so far (in-flight requests
+    once at its end with ``{"done", "total", "failed", "aborted", "output_tokens", "elapsed_s", "tok_s",
+    "tok_s_mean"}``: requests finished (succeeded or failed) / to send (for a duration-limited closed
+    loop, which cannot know, the number started so far) / failed (of those finished) / aborted in
+    flight by a stop (neither finished nor failed), output tokens streamed so far (in-flight requests
     included: the server's per-event count when it sends one, else one per output event), seconds
     since ``t0``, output tokens/s over the window since the latest call at least
     :data:`PROGRESS_PERIOD_S` back (or ``t0``; see :class:`_Reporter`) and output tokens/s since
@@ -1155,7 +1165,8 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
         assert reporter is not None
         while True:
             await asyncio.sleep(PROGRESS_PERIOD_S / 2)
-            reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens)
+            reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
+                            aborted=tally.aborted)
 
     task = asyncio.ensure_future(report()) if reporter is not None else None
     try:
@@ -1253,7 +1264,8 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
             left_behind.partial = tally.partial(stop.reason, stop.at_ns)
             break
         if reporter is not None:
-            reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens)
+            reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
+                            aborted=tally.aborted)
     if left_behind is not None:
         box = {"error": left_behind}
     if "error" in box:

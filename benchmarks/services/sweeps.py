@@ -994,9 +994,10 @@ def _point_label(point: Mapping[str, Any]) -> str:
 
 
 # Keys of the load generator's progress report (``loadgen_run(progress=...)``), kept on the run row.
-# ``tok_s`` is the output rate over the last report window (:data:`TOK_S_WINDOW_S`); ``tok_s_mean``
+# ``done`` counts the requests that finished (succeeded or failed), ``failed`` those of them that
+# failed, ``aborted`` those a stop ended in flight (in neither). ``tok_s`` is the output rate over the last report window (:data:`TOK_S_WINDOW_S`); ``tok_s_mean``
 # the output tokens so far over the seconds since the point's first request (null before any token).
-PROGRESS_KEYS = ("done", "total", "failed", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean")
+PROGRESS_KEYS = ("done", "total", "failed", "aborted", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean")
 
 #: The ``phase`` of a running point's progress while its prompts are built (before the load
 #: generator's first report, whose progress has no ``phase``).
@@ -1035,7 +1036,7 @@ class _PointProgress:
         self._unwritten: dict[str, Any] | None = None   # the last message broadcast and not yet stored
 
     def report(self, snapshot: Mapping[str, Any]) -> None:
-        """The load generator's callback: keep the newest ``{"done", "total", "failed",
+        """The load generator's callback: keep the newest ``{"done", "total", "failed", "aborted",
         "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}`` (counts, seconds, output tok/s over
         its last window of about :data:`TOK_S_WINDOW_S` s, output tok/s since the first request)."""
         clean = {k: snapshot.get(k) for k in PROGRESS_KEYS}
@@ -2141,8 +2142,9 @@ def sweep_follow_line(*, sweep: BenchmarkSweep, elapsed_s: float) -> str:
                 point = f"point {done} done of {prog.get('total') or 0} sent so far, time-limited"
             else:
                 point = f"point {done}" + (f"/{total}" if total else " sent")
-            failed = int(prog.get("failed") or 0)
-            point = f" ({point}" + (f", {failed} failed" if failed else "") + ")"
+            failed, aborted = int(prog.get("failed") or 0), int(prog.get("aborted") or 0)
+            point = (f" ({point}" + (f", {failed} failed" if failed else "")
+                     + (f", {aborted} aborted in flight" if aborted else "") + ")")
     total = sweep.requests_total_known
     if total is not None:
         requests = f"requests {sweep.requests_done}/{total} done{point}"

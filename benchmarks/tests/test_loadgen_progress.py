@@ -18,7 +18,7 @@ from benchmarks.tests.replay_server import ReplayProcess, sse
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-KEYS = {"done", "total", "failed", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}
+KEYS = {"done", "total", "failed", "aborted", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}
 GAP = 0.05
 TOKENS = 4
 
@@ -73,6 +73,7 @@ def assert_well_formed(seen: Calls, *, total: int, failed: int, tokens: int) -> 
         assert 0 <= info["failed"] <= info["done"] <= info["total"]
     last = seen.calls[-1]
     assert (last["done"], last["total"], last["failed"], last["output_tokens"]) == (total, total, failed, tokens)
+    assert last["aborted"] == 0  # no stop: nothing was aborted in flight
     # The mean since the first request: the tokens so far over the seconds since then, null before any token;
     # the window's tok_s is another figure (the last ~0.5 s only).
     for info in seen.calls:

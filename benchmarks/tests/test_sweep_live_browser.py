@@ -339,3 +339,44 @@ def test_a_time_limited_point_reads_as_the_terminal_says_it(live_server, time_li
     assert shown["requests"] == "42 done of 44 sent so far, time-limited", shown
     assert "c=4 8/8: 42 done of 44 sent so far, time-limited (the point sends what fits in its time)" in shown["block"]
     assert "(point 42 done of 44 sent so far, time-limited)" in time_limited["line"], time_limited["line"]
+
+
+@pytest.fixture
+def stopping(running) -> dict:
+    """The running point's last report after a stop: 7 finished (1 failed) and 2 aborted in flight."""
+    from benchmarks.services.sweeps import sweep_follow_line
+
+    run = BenchmarkRun.objects.get(pk=running["run_id"])
+    run.progress = {**run.progress, "aborted": 2}
+    run.save(update_fields=["progress"])
+    return {**running, "line": sweep_follow_line(sweep=run.sweep, elapsed_s=7.0)}
+
+
+def test_requests_a_stop_aborted_show_apart_from_the_failed_ones_and_only_when_there_are_some(
+        live_server, stopping, admin_user, browser) -> None:  # noqa: F811
+    page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    sockets: list = []
+    page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
+    page.goto(live_server.url + "/login/")
+    page.fill("input[name=username]", admin_user.username)
+    page.fill("input[name=password]", "correct-horse-battery")
+    page.click("button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    page.goto(f"{live_server.url}/benchmarks/sweeps/{stopping['sweep_id']}/", wait_until="load")
+    read = f"""() => {{
+      const panel = document.querySelector('{PANEL}'), el = n => panel.querySelector('[data-f="' + n + '"]');
+      return {{requests: el('requests').textContent, failed: el('failed').textContent,
+              aborted: el('aborted').textContent, hidden: el('aborted').hidden || el('aborted-label').hidden,
+              block: document.querySelector('#sweep-progress .run-progress').textContent}};
+    }}"""
+    shown = page.evaluate(read)
+    assert "7 / 10" in shown["requests"] and shown["failed"] == "1 failed", shown
+    assert not shown["hidden"] and shown["aborted"] == "2 aborted", shown
+    assert "7 / 10 requests done, 1 failed, 2 aborted in flight" in " ".join(shown["block"].split()), shown
+    assert "(point 7/10, 1 failed, 2 aborted in flight)" in stopping["line"], stopping["line"]
+    # A report without any aborted request hides the field again.
+    assert sockets, "the page opened no live socket"
+    sockets[0].send(_report(stopping, done=8, updated_at=timezone.now(), seq=1))
+    page.wait_for_function(f"""() => document.querySelector('{PANEL} [data-f="requests"]')
+                                      .textContent.includes('8 / 10')""")
+    assert page.evaluate(read)["hidden"]

@@ -243,7 +243,8 @@ def test_it_names_the_process_that_ended_during_a_point_and_the_point(sim_url: s
     # The sim still answers here: the two requests in flight were aborted, and they say why.
     assert s["failures"] == 2 and s["halted"] == "single #0 killed by signal 9 (SIGKILL); restart policy is 'never'"
     assert set(s["errors"]) == {"aborted: " + s["halted"]}
-    assert run.progress["output_tokens"] > 0 and run.progress["failed"] == 2
+    # The live counts say the same: aborted in flight, neither done nor failed.
+    assert run.progress["output_tokens"] > 0 and (run.progress["failed"], run.progress["aborted"]) == (0, 2)
 
 
 def _dead_pid() -> int:

@@ -495,7 +495,8 @@ def progress_message(sweep: BenchmarkSweep, run: BenchmarkRun) -> dict[str, Any]
 
 def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
     """The running point's live progress from its row (the load generator's reports, written at
-    most once a second): ``run`` (the row), ``done``/``total``/``failed`` (requests), ``tok_s``
+    most once a second): ``run`` (the row), ``done``/``total``/``failed``/``aborted`` (requests: done
+    those that finished, failed those of them that failed, aborted those a stop ended in flight), ``tok_s``
     (output tok/s over the last report window of :data:`benchmarks.services.sweeps.TOK_S_WINDOW_S`
     s, None before the first report), ``tok_s_mean`` (output tok/s since the point's first request,
     None before any token), ``elapsed_s`` and ``duration_s`` (seconds, None
@@ -511,7 +512,7 @@ def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
         return None
     if p.get("phase"):
         return {"run": run, "phase": p["phase"], "prepared": p.get("prepared"), "total": p.get("total"),
-                "done": None, "failed": None, "tok_s": None, "tok_s_mean": None, "elapsed_s": None,
+                "done": None, "failed": None, "aborted": None, "tok_s": None, "tok_s_mean": None, "elapsed_s": None,
                 "duration_s": _opt_float(run.duration_s), "fraction": 0.0, "source": "client",
                 "total_sent_so_far": False}
     elapsed, duration = _opt_float(p.get("elapsed_s")), _opt_float(p.get("duration_s") or run.duration_s)
@@ -523,7 +524,8 @@ def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
         fractions.append(done / total)
     if elapsed is not None and duration:
         fractions.append(elapsed / duration)
-    return {"run": run, "done": done, "total": total, "failed": p.get("failed"), "tok_s": _opt_float(p.get("tok_s")),
+    return {"run": run, "done": done, "total": total, "failed": p.get("failed"), "aborted": p.get("aborted"),
+            "tok_s": _opt_float(p.get("tok_s")),
             "tok_s_mean": _opt_float(p.get("tok_s_mean")),
             "elapsed_s": elapsed, "duration_s": duration, "fraction": min(1.0, max(fractions)),
             "source": p.get("source", "client"), "total_sent_so_far": sent_so_far, "phase": None, "prepared": None}

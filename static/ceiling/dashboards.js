@@ -604,6 +604,16 @@
 
   // --- sweep --------------------------------------------------------------------------------
 
+  // Requests a stop (the cancel, the deployment going down) ended in flight: neither done nor
+  // failed, shown apart and only when there are some.
+  function showAborted(root, aborted) {
+    var some = isNum(aborted) && aborted > 0;
+    var label = field(root, "aborted-label"), value = field(root, "aborted");
+    if (label) label.hidden = !some;
+    if (value) value.hidden = !some;
+    if (some) set(root, "aborted", aborted, "aborted");
+  }
+
   function renderSweepProgress(root, data) {
     root.hidden = false;
     var total = data.total, done = data.done;
@@ -624,6 +634,7 @@
       bar(field(root, "fill"), isNum(data.prepared) && isNum(total) && total > 0 ? data.prepared / total : null);
       // No request was sent yet: a rate, failure count or elapsed time shown is an earlier point's.
       ["failed", "tok_s", "tok_s_mean", "elapsed"].forEach(function (name) { set(root, name, "—", ""); });
+      showAborted(root, null);
       var phaseLabel = field(root, "tok_s-label");
       if (phaseLabel) phaseLabel.textContent = "Output tok/s, last " + (root.getAttribute("data-tok-window-s") || "0.5") + " s window";
       var ageP = field(root, "sample-age");
@@ -634,6 +645,7 @@
       ? (sentSoFar ? done + " done of " + total + " sent so far, time-limited" : done + " / " + total) : null,
       sentSoFar ? "" : "requests");
     set(root, "failed", isNum(data.failed) ? data.failed : null, "failed");
+    showAborted(root, data.aborted);
     // Two output rates, each named: the last report window's (tok_s; its length in seconds is the
     // section's data-tok-window-s) and the mean since the point's first request (tok_s_mean, null
     // before any token), which the point's stored output throughput approaches.
