@@ -864,9 +864,10 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
     ``concurrency``, ``request_rate``, ``num_requests``, ``summary``, ``flags`` and optionally
     ``progress``); per-GPU column is ``-`` when ``num_gpus`` is unknown. Latencies read from the
     seconds-based summary. A point stopped before its summary was stored shows the load
-    generator's last count of failures (``3512 (live)``) rather than ``-``. A partial point (a
-    cancelled one that kept what completed, :func:`summary_mark_partial`) shows completed vs
-    planned requests in the requests column (``37/400 completed, cancelled``) and its flag. The
+    generator's last count of failures (``3512 (live)``, ``0 (live) (+2 aborted)``) rather than
+    ``-``. A partial point (a cancelled one that kept what completed, :func:`summary_mark_partial`)
+    shows completed vs planned requests in the requests column (``37/400 completed, cancelled``)
+    and its flag. The
     failures column counts the requests the server failed; those a stop ended in flight are
     written apart (``0 (+2 aborted)``)."""
     rows = []
@@ -877,7 +878,9 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
             failures = f"{failures} (+{aborted} aborted)"
         progress = getattr(run, "progress", None) or {}
         if failures is None and not s and isinstance(progress, Mapping) and isinstance(progress.get("failed"), int):
-            failures = f"{progress['failed']} (live)"
+            live_aborted = progress.get("aborted")
+            failures = f"{progress['failed']} (live)" + (
+                f" (+{live_aborted} aborted)" if isinstance(live_aborted, int) and live_aborted > 0 else "")
         p = summary_point(summary=s, concurrency=run.concurrency, request_rate=run.request_rate,
                           input_len=run.input_len, output_len=run.output_len, num_gpus=num_gpus, flags=run.flags)
         tok = p["output_throughput_tok_s"]

@@ -269,7 +269,9 @@ class RunMetricsSerializer(serializers.Serializer):
     duration_s = serializers.FloatField(allow_null=True, help_text=(
         "measured duration of the run in seconds (first request sent to last response), the summary's "
         "duration_s; the run's own duration_s is the point's time limit"))
-    errors = serializers.DictField(child=serializers.IntegerField(), help_text="error text -> count")
+    errors = serializers.DictField(child=serializers.IntegerField(), help_text=(
+        "error text -> count of every request that did not succeed: the failures' reasons and, for the aborted "
+        "ones, 'aborted: <what stopped them>'"))
 
 
 class _BlankAsNullChoiceField(serializers.ChoiceField):

@@ -274,7 +274,8 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     :data:`COMPARE_FIELDS` plus ``successes``, ``requests``, ``aborted`` (requests a stop ended
     in flight: neither successes nor ``failures``, which counts those the server failed; None
     where the source does not say), ``input_tokens_mean``,
-    ``output_tokens_mean``, ``duration_s``, ``slo_attainment``, ``errors`` (reason → count),
+    ``output_tokens_mean``, ``duration_s``, ``slo_attainment``, ``errors`` (reason → count, the
+    aborted requests' ``aborted: <the stop>`` among them),
     ``total_token_throughput_tok_s``. A throughput is None (unknown) for a run without a successful
     request, and the total also where the server did not report every success's input tokens."""
     s = run.summary or {}

@@ -82,9 +82,25 @@ def test_requests_aborted_in_flight_are_never_counted_done(sim_url: str, operato
     else:
         assert f"{s['aborted']} aborted in flight when the deployment went down (not counted as done)" in cell
         assert "by the cancel" not in cell
-    # The run's row counts the same requests in the same words as the progress line and the API.
+    # The run's live counts (the API's progress) count the aborted requests apart, as the summary
+    # and the sweep's requests_done do: done are those that finished, failed none of them.
+    progress = operator_api.get(f"/api/runs/{run.pk}/").json()["progress"]
+    assert (progress["done"], progress["failed"], progress["aborted"]) == (s["successes"], 0, s["aborted"])
+    # The run's row counts the same requests in the same words as the progress line and the API:
+    # under its own heading, none under the failures'.
     detail = client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
-    row = detail.split('<td class="num failures">')[1].split("</td>")[0]
+    assert ">Failures (requests)</th>" in detail and ">Aborted (requests)</th>" in detail
+    assert detail.split('<td class="num failures">')[1].split("</td>")[0] == "0"
+    row = detail.split('<td class="num aborted">')[1].split("</td>")[0]
     stopped_by = "by the cancel" if cancelled else "when the deployment went down"
     assert f"{s['aborted']} of {s['requests']} aborted in flight {stopped_by}" in row
+    # The run page: no failed request, the aborted ones in their own row and section.
+    page = client.get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
+    failed = page.split("<td>Failed requests")[1].split("</tr>")[0]
+    assert '<td class="num failures">0</td>' in failed
+    aborted = page.split("<td>Aborted requests")[1].split("</tr>")[0]
+    assert f"{s['aborted']} of {s['requests']} aborted in flight {stopped_by}" in aborted
+    failures = page.split("<h2>Failures</h2>")[1].split("<h2>Aborted requests</h2>")[0]
+    assert "No failed requests." in failures and "aborted:" not in failures
+    assert '<td class="mono small">aborted: ' in page.split("<h2>Aborted requests</h2>")[1].split("<h2>")[0]
     assert "cancelled in flight" not in detail

@@ -75,7 +75,9 @@ def test_a_point_cancelled_with_its_only_request_in_flight_reads_cancelled_not_f
     assert "1 aborted in flight by the cancel (not failures of the server)" in outcome
     assert "no request finished: the sweep was cancelled with every one in flight" in outcome
     assert "every request failed" not in page and "failed of" not in page
-    cell = page.split('<td class="num failures">')[1].split("</td>")[0]
+    # the results table: no failure, the aborted request under its own heading with its reason
+    assert page.split('<td class="num failures">')[1].split("</td>")[0] == "0"
+    cell = page.split('<td class="num aborted">')[1].split("</td>")[0]
     assert '<span class="warn">1 of 1 aborted in flight by the cancel, 1 not sent</span>' in cell
     assert "1 × aborted: the sweep was cancelled" in cell
 
@@ -111,6 +113,7 @@ def test_a_point_with_successes_and_aborted_requests_is_not_left_out_for_failure
     assert f"{s['successes']} of {s['requests']} requests succeeded" in outcome
     assert f"{s['aborted']} aborted in flight by the cancel (not failures of the server)" in outcome
     assert "failed" not in outcome.replace('class="requests-failed"', "")
-    cell = page.split('<td class="num failures">')[1].split("</td>")[0]
+    assert page.split('<td class="num failures">')[1].split("</td>")[0] == "0"
+    cell = page.split('<td class="num aborted">')[1].split("</td>")[0]
     assert (f'<span class="warn">{s["aborted"]} of {s["requests"]} aborted in flight by the cancel, '
             f'{s["not_sent"]} not sent</span>') in cell

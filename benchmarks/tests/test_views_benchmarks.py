@@ -22,6 +22,7 @@ from benchmarks.analysis import ANALYSIS_VERSION
 from benchmarks.choices import RunSource, RunStatus, SweepStatus
 from benchmarks.loadgen.records import RecordStore, RequestOutcome
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.sweeps import results_table_rows
 from deployments.choices import DeploymentStatus
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
 from benchmarks.tests.page_support import logged_in_client as _client, json_script as _json_script
@@ -814,6 +815,31 @@ def test_it_shows_the_failed_count_of_a_point_stopped_before_its_summary(viewer_
     assert "counted by the load generator while the point ran" in page
     index = _html(viewer_client.get(reverse("benchmarks:index")))
     assert "3,512 failed of 3,600 finished" in index
+    # nothing was aborted in flight: no column for it
+    assert "Aborted (requests)" not in html and "Aborted (requests)" not in index
+
+
+def test_it_counts_requests_a_cancel_aborted_before_the_summary_apart_from_failures(viewer_client, crashed_sweep):
+    sweep, _, stopped = crashed_sweep
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.CANCELLED, reason="")
+    BenchmarkRun.objects.filter(pk=stopped.pk).update(status=RunStatus.CANCELLED, reason="", progress={
+        "done": 3, "total": 4000, "failed": 1, "aborted": 2, "output_tokens": 96, "elapsed_s": 0.4, "tok_s": 0.0})
+    html = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+    assert ">Failures (requests)</th>" in html and ">Aborted (requests)</th>" in html
+    row = html.split(f'id="run-{stopped.pk}"')[1].split("</tr>")[0]
+    assert ('<td class="num failures"><span class="bad">1 failed of 3 finished</span>'
+            '<div class="muted small">counted while the point ran</div></td>') in row
+    assert '<td class="num aborted"><span class="warn">2 aborted in flight by the cancel</span>' in row
+
+    page = _html(viewer_client.get(reverse("benchmarks:run-detail", args=[stopped.pk])))
+    assert "1 failed of 3 finished" in page.split("<td>Failed requests")[1].split("</tr>")[0]
+    assert ('<td class="num aborted">2 aborted in flight by the cancel</td>'
+            in page.split("<td>Aborted requests")[1].split("</tr>")[0])
+    assert "2 aborted in flight by the cancel: ended in flight by a stop" in page
+    index = _html(viewer_client.get(reverse("benchmarks:index")))
+    assert '<td class="num aborted">2 aborted in flight by the cancel</td>' in index
+    # the text report's failures column
+    assert results_table_rows([BenchmarkRun.objects.get(pk=stopped.pk)], num_gpus=4)[0][9] == "1 (live) (+2 aborted)"
 
 
 def test_it_shows_what_a_point_stopped_early_never_sent(viewer_client, crashed_sweep, var_dir):

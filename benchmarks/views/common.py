@@ -14,6 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 
 from benchmarks import services
 from benchmarks.choices import RunSource, RunStatus
+from benchmarks.loadgen.driver import ABORTED_PREFIX
 from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import unquoted
@@ -177,21 +178,24 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     uses the run's GPU count, else its sweep's), ``request_s`` and ``goodput_req_s``
     (requests/s), ``slo_attainment`` (fraction 0-1), ``ttft``/``tpot``/``itl``/``e2e`` (dicts of
     mean/p50/p90/p99 in ms), ``requests``, ``successes``, ``failures`` (counts), ``errors``
-    (``[(reason, count)]``, most frequent first), ``aborted`` (requests a stop ended in flight,
-    counted in neither ``successes`` nor ``failures``; None when none or unknown), ``flags`` (``[(flag, explanation)]``),
+    (``[(reason, count)]`` of the failures, most frequent first), ``aborted`` (requests a stop ended
+    in flight, counted in neither ``successes`` nor ``failures``; None when none or unknown),
+    ``aborted_errors`` (their ``[(reason, count)]``, each ``aborted: <the stop>``), ``flags``
+    (``[(flag, explanation)]``),
     ``length_mismatch`` (None, or ``{"requested", "measured_mean", "count"}`` in tokens and
     requests), ``num_gpus``, ``duration_s``, ``not_sent`` (planned requests never sent because the
     target stopped answering; None when none or unknown), ``failures_text`` (``"3,512 failed of
-    4,000"``, ``"1 of 1 aborted in flight by the cancel"`` when only a stop's requests did not finish, ``""`` when no
-    request failed or was aborted, or the count is unknown) and ``failures_live`` (True when
+    4,000"``, ``""`` when no request failed or the count is unknown), ``aborted_text`` (``"1 of 1
+    aborted in flight by the cancel"``, ``""`` when none was) and ``failures_live`` (True when
     the counts come from the load generator's live progress because the point stopped before its
     summary was stored: a cancelled point, or one stopped before it sent anything),
     ``planned`` (the point's planned request count; None for a time-limited point, whose count is
     what fitted in its time), ``requests_text`` (``"63 sent of 400 planned"`` for a failed or
-    cancelled point that sent fewer than planned, else ``""``) and ``error_lines`` (the
+    cancelled point that sent fewer than planned, else ``""``), ``error_lines`` (the
     commonest :data:`TABLE_ERRORS` failure reasons cut to :data:`TABLE_ERROR_CHARS` characters
     for a table cell, reasons that read the same once cut merged into one line: ``[{"text",
-    "count", "title"}]``, ``title`` the full reasons). Absent values are None; so are the rates
+    "count", "title"}]``, ``title`` the full reasons) and ``aborted_lines`` (the same of
+    ``aborted_errors``). Absent values are None; so are the rates
     (``output_tok_s``, ``tok_s_per_gpu``, ``request_s``, ``goodput_req_s``) of a run in which no
     request succeeded, which measured none. ``requests`` is ``successes + failures`` when the
     summary gives both but no total (an imported file), and ``failures_unknown`` is True when the
@@ -210,6 +214,9 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         done = progress.get("done")
         if isinstance(done, int):
             requests, successes = done, max(0, done - failures)
+        # Counted apart since the load generator reports them (an older row has them among failed).
+        live_aborted = progress.get("aborted")
+        aborted = live_aborted if isinstance(live_aborted, int) and live_aborted > 0 else None
     if requests is None and _is_count(successes) and _is_count(failures):
         requests = successes + failures
     failures_unknown = failures is None and _is_count(successes) and run.source == RunSource.IMPORTED
@@ -232,6 +239,10 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     errors = m.get("errors") or {}
     error_rows = sorted(((str(k), int(v)) for k, v in errors.items()), key=lambda kv: (-kv[1], kv[0])) \
         if isinstance(errors, Mapping) else []
+    # The reasons of requests a stop aborted in flight are no failures: listed apart (where the
+    # run counts such requests; an imported file's reasons are all failures).
+    aborted_rows = [(reason, count) for reason, count in error_rows if aborted and reason.startswith(ABORTED_PREFIX)]
+    error_rows = [row for row in error_rows if row not in aborted_rows]
     flags = _flags(run)
     mismatch = None
     if "output_length_mismatch" in flags:
@@ -253,8 +264,9 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         "successes": successes,
         "failures": failures,
         "aborted": aborted,
-        "failures_text": _failures_text(failures, requests, not_sent=not_sent, live=live, aborted=aborted,
-                                        aborted_by=_aborted_by(run)),
+        "failures_text": _failures_text(failures, requests, not_sent=not_sent, live=live),
+        "aborted_text": _aborted_text(aborted, requests, not_sent=not_sent, live=live, aborted_by=_aborted_by(run),
+                                      failures=failures),
         "failures_live": live,
         "failures_unknown": failures_unknown,
         "not_sent": not_sent,
@@ -262,6 +274,8 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         "requests_text": requests_text,
         "errors": error_rows,
         "error_lines": _error_lines(error_rows),
+        "aborted_errors": aborted_rows,
+        "aborted_lines": _error_lines(aborted_rows),
         "flags": [(f, FLAG_TEXT.get(f, f.replace("_", " "))) for f in flags],
         "length_mismatch": mismatch,
         "num_gpus": num_gpus,
@@ -296,30 +310,35 @@ def _aborted_by(run: BenchmarkRun) -> str:
     return ""
 
 
-def _failures_text(failures: Any, requests: Any, *, not_sent: int | None, live: bool,
-                   aborted: int | None = None, aborted_by: str = "") -> str:
+def _failures_text(failures: Any, requests: Any, *, not_sent: int | None, live: bool) -> str:
     """``"3,512 failed of 4,000"`` (``requests`` sent; ``"of 3,600 finished"`` for a live count,
-    ``", 2 aborted in flight by the cancel"`` for requests a stop ended in flight (``aborted_by``
-    names the stop, :func:`_aborted_by`), never counted as failed: ``"1 of 1 aborted in flight by
-    the cancel"`` when those are all, ``", 3,904 not sent"`` when the load generator stopped
-    early), ``""`` when nothing failed or was aborted, or the count is unknown. Aborted is the API's
-    word for these requests (``requests_aborted``; ``requests_cancelled`` those a cancel ended)."""
-    failed = isinstance(failures, int) and not isinstance(failures, bool) and failures > 0
-    if not failed and not aborted:
+    ``", 3,904 not sent"`` when the load generator stopped early), ``""`` when nothing failed or
+    the count is unknown. Requests a stop aborted in flight are no failures: see
+    :func:`_aborted_text`."""
+    if not (isinstance(failures, int) and not isinstance(failures, bool) and failures > 0):
         return ""
-    counted = isinstance(requests, int) and not isinstance(requests, bool)
-    if not failed and counted and not live:
-        text = f"{aborted:,} of {requests:,} aborted in flight{aborted_by}"
-        return text + (f", {not_sent:,} not sent" if not_sent else "")
-    parts = ([f"{failures:,} failed"] if failed else []) + (
-        [f"{aborted:,} aborted in flight{aborted_by}"] if aborted else [])
-    text = parts[0]
-    if counted:
+    text = f"{failures:,} failed"
+    if isinstance(requests, int) and not isinstance(requests, bool):
         text += f" of {requests:,}" + (" finished" if live else "")
-    text += "".join(f", {part}" for part in parts[1:])
-    if not_sent:
-        text += f", {not_sent:,} not sent"
-    return text
+    return text + (f", {not_sent:,} not sent" if not_sent else "")
+
+
+def _aborted_text(aborted: int | None, requests: Any, *, not_sent: int | None, live: bool, aborted_by: str = "",
+                  failures: Any = None) -> str:
+    """``"2 aborted in flight by the cancel"`` for requests a stop ended in flight (``aborted_by``
+    names the stop, :func:`_aborted_by`), never counted as failed: ``"1 of 1 aborted in flight by
+    the cancel"`` out of the stored requests sent (a live count's ``requests`` are those finished,
+    which these are not among), ``", 3 not sent"`` when nothing failed (the failures' text says it
+    otherwise); ``""`` when none was aborted or the count is unknown. Aborted is the API's word
+    for these requests (``requests_aborted``; ``requests_cancelled`` those a cancel ended)."""
+    if not aborted:
+        return ""
+    text = f"{aborted:,}"
+    if isinstance(requests, int) and not isinstance(requests, bool) and not live:
+        text += f" of {requests:,}"
+    text += f" aborted in flight{aborted_by}"
+    failed = isinstance(failures, int) and not isinstance(failures, bool) and failures > 0
+    return text + (f", {not_sent:,} not sent" if not_sent and not failed else "")
 
 
 def _json_text(value: Any) -> str:

@@ -94,7 +94,8 @@ def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
         sweep.outcome = outcomes.get(sweep.pk)
     page = page if page is not None else _runs_page([])
     ready = Deployment.objects.filter(status=DeploymentStatus.READY, stop_requested=False).select_related("recipe")[:20]
-    return {"sweeps": sweeps, "runs": [run_row(r) for r in page.object_list], "runs_page": page,
+    runs = [run_row(r) for r in page.object_list]
+    return {"sweeps": sweeps, "runs": runs, "runs_aborted": any(r["aborted"] for r in runs), "runs_page": page,
             "ready_deployments": list(ready), "can_write": _can_write(request), "import_errors": import_errors,
             "duplicate_of": list(duplicate_of)}
 
@@ -544,7 +545,8 @@ def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:
     findings = analysis.get("findings") if isinstance(analysis, Mapping) else None
     errors = analysis.get("errors") if isinstance(analysis, Mapping) else None
     return {
-        "sweep": sweep, "rows": rows, "charts": sweep_charts([r for r in rows if r["run"].status == RunStatus.DONE],
+        "sweep": sweep, "rows": rows, "rows_aborted": any(r["aborted"] for r in rows),
+        "charts": sweep_charts([r for r in rows if r["run"].status == RunStatus.DONE],
                                                      num_gpus=sweep.num_gpus, ended=sweep.status in SWEEP_TERMINAL),
         "findings": [str(f) for f in findings or []],
         "analysis_errors": [f"{k}: {v}" for k, v in errors.items()] if isinstance(errors, Mapping) else [],
