@@ -35,6 +35,9 @@ Points where more than ``MAX_FAILED_FRACTION`` of the requests failed are left o
 above (their latency and throughput describe the failures, not the engine) and named in a finding;
 so are points flagged ``PARTIAL_FLAG`` (stopped partway by a cancel: what completed before the stop,
 kept for the record but no measurement of the point's load).
+Points that completed fewer than ``MIN_COMPARED_REQUESTS`` requests stay in, measured as they are,
+but are named in ``too_few_requests`` (``TOO_FEW_FLAG``), and every finding that names one says it
+is too small to conclude from (so few requests are no basis for comparison).
 A fit whose per-sequence or fixed cost comes out negative is not a decode cost
 (:attr:`DecodeFit.is_decode_cost`): it is reported as "the step time does not grow with the running
 batch", and it neither bounds the ceiling nor makes decode the bottleneck. Throughput that falls as
@@ -60,7 +63,8 @@ from benchmarks.analysis.compute import ceiling_analyse, point_running_batch
 from benchmarks.analysis.model import (
     ANALYSIS_VERSION, BatchSource, Bottleneck, Ceiling, CeilingReport, DecodeFit, FitSource, LatencyStats, LoadGroup, LoadKind, MatchedPair, PointAnalysis,
     QueueingStep, Stat, SweepPoint, Topology, TopologyComparison, CEILING_REACHED_FRACTION,
-    FALL_FRACTION, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS, PARTIAL_FLAG,
+    FALL_FRACTION, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_COMPARED_REQUESTS, MIN_FIT_POINTS,
+    PARTIAL_FLAG, TOO_FEW_FLAG,
     PLATEAU_FRACTION, PLATEAU_MIN_LOAD_GROWTH, QUEUEING_MAX_THROUGHPUT_SHARE, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH,
 )
 
@@ -80,6 +84,7 @@ __all__ = [
     "LoadGroup",
     "LoadKind",
     "MAX_FAILED_FRACTION",
+    "MIN_COMPARED_REQUESTS",
     "MIN_FIT_POINTS",
     "MatchedPair",
     "PARTIAL_FLAG",
@@ -90,6 +95,7 @@ __all__ = [
     "SAME_PER_GPU",
     "Stat",
     "SweepPoint",
+    "TOO_FEW_FLAG",
     "TPOT_GROWTH",
     "QUEUEING_MAX_THROUGHPUT_SHARE",
     "TTFT_GROWTH",

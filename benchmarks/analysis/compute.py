@@ -10,6 +10,7 @@ from benchmarks.analysis.findings import _findings
 from benchmarks.analysis.model import (
     queueing_ttft_needed,
     CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, MAX_FAILED_FRACTION, MIN_FIT_POINTS,
+    MIN_COMPARED_REQUESTS,
     PARTIAL_FLAG, PLATEAU_FRACTION, SHARED_LOAD_FLAG,
     PLATEAU_MIN_LOAD_GROWTH, SAME_PER_GPU, TPOT_GROWTH, TTFT_GROWTH, BatchSource, Bottleneck, Ceiling,
     CeilingReport, DecodeFit, FitSource, LoadGroup, MatchedPair, PointAnalysis, QueueingStep, Stat, SweepPoint, Topology,
@@ -37,7 +38,9 @@ def ceiling_analyse(
 
     ``points``: the sweep's runs in any order; runs without successful output (``completed`` 0,
     or zero tok/s) and runs where more than ``MAX_FAILED_FRACTION`` of the requests failed are left
-    out of every conclusion and listed in ``excluded``. ``num_gpus``: GPUs the deployment used
+    out of every conclusion and listed in ``excluded``; runs that completed fewer than
+    ``MIN_COMPARED_REQUESTS`` requests are analysed but named in ``too_few_requests``, and every
+    finding that names one says it is too small to conclude from. ``num_gpus``: GPUs the deployment used
     (all roles together for PD). ``compare_with`` / ``compare_num_gpus`` / ``compare_topology``: an
     optional second sweep of the same model on another topology; all three are needed for the
     per-GPU comparison. ``max_running_batch``: the engine's cap on running sequences
@@ -117,6 +120,7 @@ def ceiling_analyse(
         queueing_detected=any(s.queueing for s in steps), bottleneck=bottleneck, bottleneck_reason=reason,
         comparison=comparison, findings=[], failed_excluded=[p.label for p in failed],
         failed_requests=failed_requests, gpus_known=gpus_known, groups=groups,
+        too_few_requests=[p.label for p in usable if p.completed is not None and p.completed < MIN_COMPARED_REQUESTS],
     )
     report.findings = _findings(report, usable, failed)
     return report

@@ -3,11 +3,12 @@ of every latency they quote."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 
 from benchmarks.analysis.model import (
     CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, PLATEAU_FRACTION,
-    PLATEAU_MIN_LOAD_GROWTH, MAX_FAILED_FRACTION, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
+    PLATEAU_MIN_LOAD_GROWTH, MAX_FAILED_FRACTION, MIN_COMPARED_REQUESTS, TOO_FEW_FLAG, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
     CeilingReport, DecodeFit, LoadGroup, PointAnalysis, SweepPoint, TopologyComparison, _fixed, _num,
     QUEUEING_MAX_THROUGHPUT_SHARE, queueing_ttft_needed,
 )
@@ -45,6 +46,10 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
         out.extend(_kind_prefixed(g, prefix, s) for s in _queueing_sentences(g, g_analysed))
     if r.comparison is not None:
         out.extend(_comparison_sentences(r.comparison, lengths))
+    small = [p for p in points if p.label in set(r.too_few_requests)]
+    if small:
+        out = [_too_few_caveat(s, small) for s in out]
+        out.append(_too_few_sentence(small))
     # Points with the same flags and no failures share one sentence ("c=1, c=8 and c=16 are
     # flagged (tokens_estimated); ..."): a llama.cpp sweep flags every point alike, and one line a
     # point said the same thing three times.
@@ -76,6 +81,36 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
     if others:
         out.append(f"Left out: {', '.join(others)}.")
     return [s for s in out if s]
+
+
+def _too_few_caveat(sentence: str, small: list[SweepPoint]) -> str:
+    """``sentence`` as it stands when it names none of ``small`` (points that completed fewer than
+    :data:`MIN_COMPARED_REQUESTS` requests); else with the caveat that those it names are too small
+    to conclude from: ``...; but c=1 completed only 2 requests, too few to conclude from
+    (too_few_requests).`` A label is matched whole, so ``c=1`` is not found in ``c=16``."""
+    named = [p for p in small if re.search(rf"(?<![\w.]){re.escape(p.label)}(?!\w|\.\d)", sentence)]
+    if not sentence or not named:
+        return sentence
+    return (f"{sentence.rstrip('.')}; but {_and(p.label for p in named)} completed only "
+            f"{_and(str(p.completed) for p in named)} request{'s' if named[-1].completed != 1 else ''}, too few to "
+            f"conclude from ({TOO_FEW_FLAG}).")
+
+
+def _too_few_sentence(small: list[SweepPoint]) -> str:
+    """The note that names the points that completed fewer than :data:`MIN_COMPARED_REQUESTS`
+    requests, with their counts and why they are not compared."""
+    each = ", ".join(f"{p.completed} at {p.label}" for p in small)
+    it = "it" if len(small) == 1 else "them"
+    return (f"{_and(p.label for p in small)} completed fewer than {MIN_COMPARED_REQUESTS} requests ({each}; "
+            f"{TOO_FEW_FLAG}): the percentiles and mean throughput of so few requests are no basis for comparison, "
+            f"so every finding that uses {it} says so; send more requests per point (requests or "
+            f"requests_per_concurrency) to compare {it}.")
+
+
+def _and(items: Iterable[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    xs = list(items)
+    return xs[0] if len(xs) == 1 else f"{', '.join(xs[:-1])} and {xs[-1]}"
 
 
 def _flag_group_sentence(labels: list[str], flags: list[str]) -> str:

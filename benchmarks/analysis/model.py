@@ -25,7 +25,7 @@ MIN_FIT_POINTS = 3
 # points) would give a stored report other numbers, sentences or keys: a sweep's report stored
 # under another version, or under none, is computed again when it is next read
 # (:func:`benchmarks.services.sweep_stored_analysis`).
-ANALYSIS_VERSION = 7
+ANALYSIS_VERSION = 8
 # Throughput within this fraction of the best point counts as "on the plateau" (10 %: larger than
 # the run-to-run noise of a closed-loop sweep, smaller than one doubling of load on a rising curve).
 PLATEAU_FRACTION = 0.90
@@ -76,6 +76,14 @@ COALESCED_FLAG = "itl_coalesced"
 # step, over all decode time) are named in the findings from this share up: below it they move
 # mean TPOT by less than the run-to-run noise of a point.
 STALL_SHARE_NOTED = 0.05
+# A point that completed fewer requests than this is flagged with TOO_FEW_FLAG: the percentiles and
+# mean of so few samples, and a throughput over so short a run, move with one request's luck, so
+# they are no basis for comparison (2 requests in 77 ms at c=1 on llama.cpp read 1669 tok/s against
+# 566 tok/s at c=8). It stays in the report, measured as it is; every finding that leans on it says
+# it is too small to conclude from. 10 is a judgement call, like the thresholds above: enough for a
+# mean and a p50 to stop hanging on one request, still reached by a short sweep's heavier points.
+MIN_COMPARED_REQUESTS = 10
+TOO_FEW_FLAG = "too_few_requests"
 
 
 def queueing_ttft_needed(load_growth: float, throughput_growth: float) -> float | None:
@@ -445,7 +453,10 @@ class CeilingReport:
     (``c=32 (no successful output)``, ``c=8 (15 of 16 requests failed)``); ``failed_excluded`` is
     the labels of those left out for more than ``MAX_FAILED_FRACTION`` failed requests;
     ``failed_requests`` the failed requests over every point given (analysed or not), which decides
-    whether falling throughput is put down to failures or to overload. ``gpus_known`` is False
+    whether falling throughput is put down to failures or to overload. ``too_few_requests`` names the
+    analysed points that completed fewer than :data:`MIN_COMPARED_REQUESTS` requests
+    (:data:`TOO_FEW_FLAG`): kept, but every finding that names one says it is too small to conclude
+    from. ``gpus_known`` is False
     when ``num_gpus`` was a stand-in (no per-GPU figure is quoted). ``groups`` holds one
     :class:`LoadGroup` per load kind present (closed loop first): the trend, queueing and bottleneck
     of each kind on its own; ``ceiling``, ``bottleneck`` and ``bottleneck_reason`` are those of the
@@ -470,6 +481,7 @@ class CeilingReport:
     failed_requests: int = 0
     gpus_known: bool = True
     groups: list[LoadGroup] = field(default_factory=list)
+    too_few_requests: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (floats stay floats; no infinities are produced). ``num_gpus`` is

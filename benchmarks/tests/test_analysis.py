@@ -410,7 +410,7 @@ def test_it_says_throughput_falls_instead_of_growing_below_one() -> None:
 
 
 def test_it_puts_falling_throughput_down_to_failures_only_when_requests_failed() -> None:
-    sweep = [point(1, 40.0, 24.0, 80.0, completed=8, failed=0), point(2, 42.0, 24.5, 85.0, completed=8, failed=0),
+    sweep = [point(1, 40.0, 24.0, 80.0, completed=16, failed=0), point(2, 42.0, 24.5, 85.0, completed=16, failed=0),
              point(4, 30.0, 25.0, 90.0, completed=16, failed=1), point(8, 12.0, 25.0, 95.0, completed=31, failed=1)]
     r = ceiling_analyse(sweep, num_gpus=1, topology="single")
     assert r.failed_requests == 2 and r.ceiling.falls

@@ -185,20 +185,22 @@ def test_compare_leaves_a_cpu_bound_client_out_of_the_latency_ranking_only() -> 
 
 def _llamacpp_summary(*, c: int, tok_s: float, tpot_ms: float, ttft_ms: float, steps: dict | None,
                       zero_gaps: float) -> dict:
-    """A llama.cpp point at 64/64 as :func:`benchmarks.loadgen.run_summary` stores it (seconds)."""
+    """A llama.cpp point at 64/64 as :func:`benchmarks.loadgen.run_summary` stores it (seconds), of
+    16 x c requests (enough to compare: MIN_COMPARED_REQUESTS)."""
+    n = 16 * c
     e2e_s = (ttft_ms + 63 * tpot_ms) / 1000
 
     def dist(mean_s: float) -> dict:
         return {"mean": mean_s, "std": mean_s * 0.05, "p50": mean_s, "p90": mean_s * 1.1, "p99": mean_s * 1.2,
-                "count": 4 * c}
+                "count": n}
 
     coalesced = steps is None
-    return {"requests": 4 * c, "successes": 4 * c, "failures": 0, "duration_s": 4 * c * 64 / tok_s,
+    return {"requests": n, "successes": n, "failures": 0, "duration_s": n * 64 / tok_s,
             "output_throughput_tok_s": tok_s, "request_throughput_req_s": tok_s / 64,
             "ttft_s": dist(ttft_ms / 1000), "tpot_s": dist(tpot_ms / 1000), "e2e_s": dist(e2e_s),
             "itl_s": dist(tpot_ms / 1000), "itl_kind": "per_event", "itl_zero_gap_fraction": zero_gaps,
             "decode_steps": steps,
-            "decode_steps_note": (f"{zero_gaps:.0%} of {4 * c * 63:,} gaps between output events are zero (events "
+            "decode_steps_note": (f"{zero_gaps:.0%} of {n * 63:,} gaps between output events are zero (events "
                                   "that came in one network read): the client did not see the token cadence"
                                   if coalesced else None),
             "input_tokens_actual_mean": 64.0, "output_tokens_mean": 64.0,
@@ -218,7 +220,7 @@ def test_a_pause_finding_quotes_the_measured_step_and_only_coalesced_points_fall
               (8, 900.0, 6.8, 210.0, None, 0.55)]
     for ordinal, (c, tok_s, tpot, ttft, steps, zero) in enumerate(points):
         run = BenchmarkRun(sweep=sweep, ordinal=ordinal, status=RunStatus.DONE, concurrency=c, input_len=64,
-                           output_len=64, num_requests=4 * c, num_gpus=1)
+                           output_len=64, num_requests=16 * c, num_gpus=1)
         _store_summary(run, _llamacpp_summary(c=c, tok_s=tok_s, tpot_ms=tpot, ttft_ms=ttft, steps=steps,
                                               zero_gaps=zero))
         run.save()
