@@ -162,7 +162,9 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     one in flight: none completed, none failed at the server; latencies and throughputs are null),
     and
     ``tpot_slo_not_applicable`` (a TPOT SLO was given and some successful requests produced one
-    output token, for which TPOT is undefined; ``slo_tpot_not_applicable`` counts them).
+    output token, for which TPOT is undefined; ``slo_tpot_not_applicable`` counts them),
+    ``tpot_slo_unmeasured`` (a TPOT SLO was given and some successful requests had their TPOT
+    left unmeasured, output all in one network read; ``slo_tpot_unmeasured`` counts them).
 
     ``error_adjusted``: ``{"ttft_s": {"p50", "p90", "p99"}, "e2e_s": {...}, "failures": int,
     "aborted": int, "infinite": ["ttft_s.p99", ...]}``: the server's failures count as +inf
@@ -182,7 +184,11 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     apply to such a request and it counts as meeting it (vLLM's ``bench serve`` goodput takes TPOT
     as 0 for outputs of at most one token; SGLang's ``bench_serving`` likewise leaves them out of
     TPOT). ``slo_tpot_not_applicable`` counts them, so a run of one-token outputs whose TPOT SLO
-    therefore tested nothing says so.
+    therefore tested nothing says so. A request of two or more tokens whose TPOT was not measured
+    (counted in ``tpot_unmeasured``) has a TPOT that is unknown, not 0: it is not counted as meeting
+    a TPOT SLO, so goodput and ``slo_attainment`` count only requests known to meet every SLO (a
+    lower bound by up to that many requests); ``slo_tpot_unmeasured`` counts them (0 without a
+    TPOT SLO).
 
     ``decode_steps`` (None when it cannot be estimated, ``decode_steps_note`` says why): the
     decode step seen from the client, for the ceiling analysis. Every gap between consecutive
@@ -310,15 +316,17 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
         if slo.e2e_s is not None:
             met &= e2e <= slo.e2e_s
         if slo.tpot_s is not None:
-            # The TPOT SLO rule (docstring): not applicable to one-token outputs, counted as met.
+            # The TPOT SLO rule (docstring): not applicable to one-token outputs, counted as met; an
+            # unmeasured TPOT (output in one read) is unknown, so its request is not known to meet it.
             tp = np.zeros(out_ok.size)
-            tp[multi] = tpot
+            tp[multi] = np.where(one_read, np.inf, tpot)
             met &= tp <= slo.tpot_s
         good = int(met.sum())
         s["goodput_req_s"] = good / duration if duration > 0 else None
         s["slo_attainment"] = good / n if n else None
         s["slo"] = {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}
         s["slo_tpot_not_applicable"] = int((~multi).sum()) if slo.tpot_s is not None else 0
+        s["slo_tpot_unmeasured"] = int(one_read.sum()) if slo.tpot_s is not None else 0
 
     # ---------------------------------------------------------------- achieved load
     sent = start + pool
@@ -355,6 +363,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     flags["no_successful_requests"] = bool(n > 0 and not ok.any() and server_failures > 0)
     flags["all_requests_aborted"] = bool(n > 0 and not ok.any() and server_failures == 0)
     flags["tpot_slo_not_applicable"] = bool(s.get("slo_tpot_not_applicable"))
+    flags["tpot_slo_unmeasured"] = bool(s.get("slo_tpot_unmeasured"))
 
     # ---------------------------------------------------------------- output length
     if cfg.fixed_output:

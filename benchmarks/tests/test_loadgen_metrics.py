@@ -112,9 +112,10 @@ def test_a_request_whose_output_came_in_one_read_is_left_out_of_tpot() -> None:
     assert s["tpot_s"]["count"] == 1 and s["tpot_s"]["mean"] == pytest.approx(0.1)
     assert s["tpot_s"]["p50"] == pytest.approx(0.1)
     assert s["tpot_unmeasured"] == 1
-    # The TPOT SLO is unchanged: the one-token request and the one-read request meet it.
-    assert s["goodput_req_s"] == pytest.approx(2 / 0.31)
-    assert s["slo_tpot_not_applicable"] == 1
+    # The one-token request meets the TPOT SLO (not applicable); the one-read request's TPOT is
+    # unknown, so it is not known to meet it (test_goodput_does_not_count_an_unmeasured_tpot_as_met).
+    assert s["goodput_req_s"] == pytest.approx(1 / 0.31)
+    assert s["slo_tpot_not_applicable"] == 1 and s["slo_tpot_unmeasured"] == 1
     # The run page's TPOT CDF, from the same records, leaves it out too.
     assert record_arrays(r.records)["tpot"].tolist() == pytest.approx([100.0])
     assert ("Requests left out of TPOT", 1, "requests",
@@ -132,3 +133,22 @@ def test_itl_coalesced_is_raised_from_one_zero_gap_in_ten() -> None:
     s = run_summary(result_of([req(0, events, 1700, 92)]))
     assert s["itl_zero_gap_fraction"] == pytest.approx(9 / 91) and round(100 * 9 / 91, 1) == 9.9
     assert s["flags"]["itl_coalesced"] is False
+
+
+def test_goodput_does_not_count_an_unmeasured_tpot_as_met() -> None:
+    # TPOT 100 ms measured; three tokens in one read (TPOT unknown, not 0); one token (no TPOT).
+    r = result_of([req(0, [100, 200, 300], 310, 3), req(0, [100, 100, 100], 110, 3), req(0, [100], 110, 1)])
+    s = run_summary(r, slo=Slo(tpot_s=0.2))
+    # The measured request meets 200 ms, the one-token one is not applicable (met), the one-read
+    # one is not known to meet it: 2 of 3, over 310 ms.
+    assert s["slo_attainment"] == pytest.approx(2 / 3) and s["goodput_req_s"] == pytest.approx(2 / 0.31)
+    assert s["slo_tpot_unmeasured"] == 1 and s["flags"]["tpot_slo_unmeasured"] is True
+    assert s["slo_tpot_not_applicable"] == 1 and s["flags"]["tpot_slo_not_applicable"] is True
+    assert ("Requests the TPOT SLO could not judge", 1, "requests",
+            "output all in one network read, so their TPOT was not measured: not counted as meeting the TPOT SLO, "
+            "so goodput may leave out up to this many requests that met it") in _check_facts(s)
+    # Without a TPOT SLO there is nothing to judge: every request meets a TTFT SLO of 150 ms.
+    ttft_only = run_summary(r, slo=Slo(ttft_s=0.15))
+    assert ttft_only["slo_attainment"] == 1.0 and ttft_only["goodput_req_s"] == pytest.approx(3 / 0.31)
+    assert ttft_only["slo_tpot_unmeasured"] == 0 and ttft_only["flags"]["tpot_slo_unmeasured"] is False
+    assert not any(f[0] == "Requests the TPOT SLO could not judge" for f in _check_facts(ttft_only))

@@ -59,8 +59,8 @@ def test_it_runs_exact_lengths_against_sim_and_agrees_with_its_metrics(sim: str,
     assert s["flags"] == {"concurrency_shortfall": False, "rate_shortfall": False, "output_length_mismatch": False,
                           "tokens_estimated": False, "server_token_mismatch": False, "client_cpu_bound": False,
                           "rate_off_target": False, "input_length_mismatch": False, "itl_coalesced": False,
-                          "tpot_slo_not_applicable": False, "no_successful_requests": False,
-                          "all_requests_aborted": False}
+                          "tpot_slo_not_applicable": False, "tpot_slo_unmeasured": False,
+                          "no_successful_requests": False, "all_requests_aborted": False}
     if api is Api.GENERATE:  # /generate reports cumulative completion_tokens: per-token ITL is known
         assert s["itl_per_token_s"] is not None and s["itl_per_token_s"]["count"] == 16 * 31
 

@@ -89,6 +89,9 @@ FLAG_TEXT: dict[str, str] = {
                        "asymmetric (-50 % / +99 % for 20 requests).",
     "tpot_slo_not_applicable": "some requests produced one output token; TPOT is undefined for them, so the "
                                "TPOT SLO counted them as met (as vLLM's bench does).",
+    "tpot_slo_unmeasured": "some requests' output all came in one network read, so their TPOT was not measured; "
+                           "goodput did not count them as meeting the TPOT SLO, so it may leave out up to that "
+                           "many requests that met it.",
     "shared_load": "while this point ran, a sweep of another deployment sharing its CPUs or GPUs on the same node "
                    "ran too (the run's summary names it): its figures include that load; the point is not analysed "
                    "or ranked.",

@@ -207,6 +207,11 @@ def _check_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
     if isinstance(not_applicable, int) and not_applicable > 0:
         facts.append(("Requests the TPOT SLO did not apply to", not_applicable, "requests",
                       "one output token: TPOT is undefined, so they counted as meeting the TPOT SLO"))
+    unjudged = s.get("slo_tpot_unmeasured")
+    if isinstance(unjudged, int) and unjudged > 0:
+        facts.append(("Requests the TPOT SLO could not judge", unjudged, "requests",
+                      "output all in one network read, so their TPOT was not measured: not counted as meeting "
+                      "the TPOT SLO, so goodput may leave out up to this many requests that met it"))
     steps = s.get("decode_steps")
     if isinstance(steps, Mapping):
         step_ms = _opt_float(steps.get("step_s"))
