@@ -747,7 +747,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
             except InvalidInput as exc:
                 errors = exc.errors
             else:
-                source = source or f"{speedup:g}× given"
+                source = source or "given"   # as the API's speedup_source says it
                 charts = _whatif_charts(result)
     if errors:
         # The form again as it was typed: a refused value stays in its field to be corrected.

@@ -59,6 +59,7 @@ from benchmarks.analysis.model import MAX_FAILED_FRACTION
 from benchmarks.choices import SWEEP_TERMINAL
 from benchmarks.sweeps import failure_counts
 from controlplane.errors import InvalidInput
+from controlplane.jsonsafe import json_number
 
 # The seed's measured share of decode step time spent in the sparse-attention kernel.
 DEFAULT_SHARE = 0.63
@@ -92,12 +93,12 @@ NUMBER_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+
 
 def number_text(value: float) -> str:
     """``value`` as a refusal quotes it, the way JSON writes a number: ``0``, ``20000``, ``2.5``,
-    ``1e-300`` (a whole number without ``.0``)."""
+    ``1e-300``, ``1e-7`` (a whole number without ``.0``; :func:`controlplane.jsonsafe.json_number`);
+    one that is not finite as every other refusal quotes it (:func:`controlplane.jsonsafe.json_spelled`):
+    ``Infinity``, ``-Infinity``, ``NaN``, never Python's ``inf`` / ``nan``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return repr(value)
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 1e16:
-        return str(int(value))
-    return repr(value) if isinstance(value, float) and math.isfinite(value) else str(value)
+    return str(value) if isinstance(value, int) else json_number(value)
 
 
 def range_refusal(name: str, shown: str) -> str:
@@ -464,7 +465,7 @@ def speedup_basis(best) -> str:
     what = baseline_described(best.package)
     gpu = best.device_name or "an unrecorded GPU"
     cc = f" (sm_{best.cc.replace('.', '')})" if best.cc else ""
-    return (f"the speedup {best.speedup:.2f}x is over package {best.package.name}'s own baseline implementation"
+    return (f"the speedup {best.speedup:.2f}× is over package {best.package.name}'s own baseline implementation"
             + (f" ({what}, as its manifest describes it)" if what else " (its variants with impl = 'baseline')")
             + f", both measured on {gpu}{cc}; it is not a speedup over the kernel a deployment serves with now, "
             "which may already be faster than that baseline")
@@ -473,7 +474,7 @@ def speedup_basis(best) -> str:
 def best_speedup_notes(*, best, sweep) -> list[str]:
     """What a projection with best variant ``best`` (a :class:`kernels.models.KernelBest` with a
     ``speedup``) should say about where its speedup comes from. Always first: the shape and batch
-    it was measured at ("the speedup 4.0x was measured at batch 16 of shape v32; ..."), followed
+    it was measured at ("the speedup 4.00× was measured at batch 16 of shape v32; ..."), followed
     by the same job's best speedups at the other batches of that shape when it holds any (a decode
     step's batch decides which applies), or by saying that it holds none. Then what it is measured
     against and on which GPU (:func:`speedup_basis`). Then a note when it was
@@ -485,9 +486,9 @@ def best_speedup_notes(*, best, sweep) -> list[str]:
     same = list(KernelBest.objects.filter(job_id=best.job_id, package_id=best.package_id, shape=best.shape,
                                           device_name=best.device_name, compiler=best.compiler,
                                           speedup__isnull=False).order_by("batch").values_list("batch", "speedup"))
-    measured_at = f"the speedup {best.speedup:.1f}x was measured at batch {best.batch} of shape {best.shape}"
+    measured_at = f"the speedup {best.speedup:.2f}× was measured at batch {best.batch} of shape {best.shape}"
     if len(same) > 1:
-        spread = ", ".join(f"{sp:.1f}x at batch {b}" for b, sp in same)
+        spread = ", ".join(f"{sp:.2f}× at batch {b}" for b, sp in same)
         notes.append(f"{measured_at}; the same job's best variants give {spread}: the decode batch of a point "
                      "decides which applies, so pick the best variant of the batch you care about")
     else:
@@ -647,7 +648,7 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
                      f"({pf.fixed_s * 1e3:.0f} ms + {pf.per_token_s * 1e3:.3f} ms per token each, in sim profile "
                      f"{profile.name}) cap the model's output tok/s with the faster kernel at the row's "
                      f"prefill_bound_tok_s ({bounds} tok/s). The projection is calibrated on the measurement like "
-                     "every other row: measured tok/s x that bound / the model's tok/s as is, so it stays below the "
+                     "every other row: measured tok/s × that bound / the model's tok/s as is, so it stays below the "
                      "bound by the ratio the point measured below the model as is"
                      + (f" (measured / model as is: {ratios})" if ratios else "")
                      + ", and a higher concurrency projects lower where its measurement falls further short of the "
@@ -662,7 +663,7 @@ def whatif_compute(*, sweep, share: float = DEFAULT_SHARE, speedup: float, best=
         if differs:
             notes.append("the running batch of the sim-profile model is not the ceiling analysis' ("
                          + "; ".join(differs) + "): the model's is the sequences decoding at once when every request "
-                         "of the point is in decode, capped by the engine and the KV cache, and its TPOT (step x c / "
+                         "of the point is in decode, capped by the engine and the KV cache, and its TPOT (step × c / "
                          "running batch) needs that figure; the analysis' is a time average over the run, lower "
                          "because requests also spend time in prefill and queueing, which the model counts in its "
                          "TTFT instead, so using it there would count that time twice")

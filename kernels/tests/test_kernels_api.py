@@ -246,10 +246,10 @@ def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_
     assert body["notes"][-1].startswith("the running batch of the sim-profile model is not the ceiling analysis' "
                                         "(256/256 c=1: model 1.0, analysis 0.94)")
     assert body["notes"][:-1] == [
-        "the speedup 4.0x was measured at batch 1 of shape small; the same job's best variants give 4.0x at "
-        "batch 1, 4.0x at batch 4: the decode batch of a point decides which applies, so pick the best variant "
+        "the speedup 4.00× was measured at batch 1 of shape small; the same job's best variants give 4.00× at "
+        "batch 1, 4.00× at batch 4: the decode batch of a point decides which applies, so pick the best variant "
         "of the batch you care about",
-        "the speedup 4.00x is over package toy_attn's own baseline implementation (its variants with impl = "
+        "the speedup 4.00× is over package toy_attn's own baseline implementation (its variants with impl = "
         "'baseline'), both measured on NVIDIA H200 (sm_90); it is not a speedup over the kernel a deployment serves "
         "with now, which may already be faster than that baseline",
         "the speedup was measured on NVIDIA H200 (sm_90); the sweep's sim profile models 8x sm_120 GPUs, TP4 per role: a "

@@ -42,14 +42,14 @@ def test_the_whatif_says_where_a_best_variants_speedup_was_measured_when_its_job
     best = batch4_best
     body = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "best": best.pk}).json()
     assert body["speedup"] == pytest.approx(6.0)
-    assert body["notes"][0].startswith("the speedup 6.0x was measured at batch 4 of shape small; ")
+    assert body["notes"][0].startswith("the speedup 6.00× was measured at batch 4 of shape small; ")
     assert body["speedup_measured_at"] == {
         "best": best.pk, "job": best.job_id, "package": "toy_attn", "shape": "small", "batch": 4,
         "device_name": "NVIDIA H200", "cc": "9.0", "compiler": "triton 3.6.0"}
     c = Client()
     c.force_login(viewer)
     html = c.get(f"/kernels/whatif/?sweep={seed_pd_sweep.pk}&best={best.pk}").content.decode()
-    assert '<p class="notice">the speedup 6.0x was measured at batch 4 of shape small; ' in html
+    assert '<p class="notice">the speedup 6.00× was measured at batch 4 of shape small; ' in html
 
 
 def test_the_whatif_notes_the_batch_of_every_stored_speedup_and_of_no_given_one(viewer_api, measured_job,

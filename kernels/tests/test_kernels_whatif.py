@@ -37,7 +37,7 @@ def test_the_decode_factor_is_amdahls_law_on_one_step():
 BAD_SPEEDUPS = ("-3", "0", "-0.0", "1001", "nan", "inf", "1e-320", "1e-300", "0.0009")
 BAD_SHARES = ("-1", "0", "1.5", "nan")
 # how a refusal writes the number float(raw) when no query text is at hand (as JSON writes it)
-SHOWN = {"-0.0": "0", "1e-320": "1e-320", "1001": "1001", "nan": "nan", "inf": "inf"}
+SHOWN = {"-0.0": "0", "1e-320": "1e-320", "1001": "1001", "nan": "NaN", "inf": "Infinity"}
 
 
 def test_an_out_of_range_share_or_speedup_gets_one_message_whatever_the_value():

@@ -48,7 +48,7 @@ def test_the_whatif_says_what_a_best_variants_speedup_is_over_and_where(flagship
                                                                         seed_pd_sweep):
     best = KernelBest.objects.filter(package__name=FLAGSHIP, speedup__isnull=False).order_by("-speedup").first()
     body = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "best": best.pk}).json()
-    said = (f"the speedup {best.speedup:.2f}x is over package sparse_mla_decode's own baseline implementation (one "
+    said = (f"the speedup {best.speedup:.2f}× is over package sparse_mla_decode's own baseline implementation (one "
             "program per request and head, CUDA cores, as its manifest describes it), both measured on NVIDIA H200 "
             "(sm_90); it is not a speedup over the kernel a deployment serves with now")
     assert any(note.startswith(said) for note in body["notes"]), body["notes"]

@@ -77,7 +77,7 @@ def test_the_note_says_the_projection_is_calibrated_below_the_bound(viewer_api, 
     assert "cap the model's output tok/s with the faster kernel at the row's prefill_bound_tok_s " \
            "(c=8 256/256 1064.09, c=16 256/256 1064.09 tok/s)" in note
     # measured / model as is: 24.5 / 25.54 and 25.0 / 28.12, hence c=16 below c=8
-    assert "measured tok/s x that bound / the model's tok/s as is" in note
+    assert "measured tok/s × that bound / the model's tok/s as is" in note
     assert "(measured / model as is: c=8 256/256 0.959, c=16 256/256 0.889)" in note
     assert "a higher concurrency projects lower where its measurement falls further short" in note
     rows = {r["concurrency"]: r for r in body["lengths"]["256/256"]}
