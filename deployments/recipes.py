@@ -243,13 +243,21 @@ ROUTER_KEYS = ("gpus", "numa_node", "cpus", "membind", "host", "port", "flags", 
 
 
 class _Errors:
-    """Collects ``path → [messages]`` so every problem is reported at once."""
+    """Collects ``path → [messages]`` so every problem is reported at once. A flag's path is
+    its key as the recipe wrote it (``spec.roles.decode.flags.--mem-fraction-static``), also for
+    a problem found once the flags are normalised (a port clash, a kernel reference's flag):
+    ``written`` maps the normalised path to that one (:func:`_flags_check` fills it)."""
 
     def __init__(self) -> None:
         self.errors: dict[str, list[str]] = {}
+        self.written: dict[str, str] = {}
 
     def add(self, path: str, message: str) -> None:
-        self.errors.setdefault(path, []).append(message)
+        self.errors.setdefault(self.as_written(path), []).append(message)
+
+    def as_written(self, path: str) -> str:
+        """``path`` with a normalised flag's key as the recipe wrote it (unchanged otherwise)."""
+        return self.written.get(path, path)
 
     def has_under(self, prefix: str) -> bool:
         return any(p == prefix or p.startswith(prefix + ".") for p in self.errors)
@@ -973,6 +981,7 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
             errs.add(fpath, f"--{name} {message}")
             continue
         out[name] = clean
+        errs.written[f"{path}.{name}"] = fpath
     return dict(sorted(out.items()))
 
 
@@ -1301,7 +1310,8 @@ def _router_metrics_port_fill(roles: Any, adapter: EngineAdapter) -> None:
 
 
 def _ports_unique(errs: _Errors, roles: dict, adapter: EngineAdapter) -> None:
-    blocks = [b for name, role in roles.items() for b in role_port_blocks(name, role, adapter)]
+    blocks = [(errs.as_written(path), start, count)
+              for name, role in roles.items() for path, start, count in role_port_blocks(name, role, adapter)]
     for path, start, count in blocks:
         if start + count - 1 > 65535:
             errs.add(path, f"ports {start}-{start + count - 1} (tp × dp = {count}) run past 65535")

@@ -219,6 +219,17 @@ def test_it_counts_port_typed_flags_in_uniqueness():
     assert errs["spec.roles.router.flags.prometheus-port"] == ["port 30001 also used by spec.roles.decode.port"]
 
 
+def test_a_port_clash_names_a_flag_as_the_recipe_wrote_it():
+    spec = seed_pd_spec()
+    spec["roles"]["router"]["flags"] = {"--prometheus-port": 30001}
+    errs = errors_of(spec)
+    assert errs["spec.roles.router.flags.--prometheus-port"] == ["port 30001 also used by spec.roles.decode.port"]
+    assert errs["spec.roles.decode.port"] == ["port 30001 also used by spec.roles.router.flags.--prometheus-port"]
+    assert "spec.roles.router.flags.prometheus-port" not in errs
+    spec["roles"]["router"]["flags"] = {"-prometheus-port": 31081}
+    assert validate(spec)["roles"]["router"]["flags"] == {"prometheus-port": 31081}   # the spec keeps it normalised
+
+
 @pytest.mark.parametrize("port, message", [
     (80, "must be between 1024 and 65535, got 80"),
     (70000, "must be between 1024 and 65535, got 70000"),

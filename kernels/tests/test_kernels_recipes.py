@@ -195,3 +195,17 @@ def test_a_config_file_of_another_package_is_refused(toy_package, settings):
         recipe_validate(engine="sglang", topology="pd", spec=spec, node=seed_node_facts_example())
     assert err.value.errors["spec.kernels.0.config"] == [
         f"{other!r} is in the config directory of package 'sparse_mla_decode', not 'toy_attn'"]
+
+
+def test_a_flag_a_kernel_reference_hands_over_is_named_as_the_recipe_wrote_it(measured_job):
+    best = KernelBest.objects.get(job=measured_job, shape="small", batch=1)
+    package = best.package
+    package.manifest = {**package.manifest, "engine": {**package.manifest["engine"], "flag": "--mem-fraction-static"}}
+    package.save(update_fields=["manifest"])
+    spec = _seed_pd()["spec"]
+    spec["roles"]["decode"]["flags"] = {"--mem-fraction-static": 0.8}
+    spec["kernels"] = [{"package": "toy_attn", "config": best.pk, "roles": ["decode"]}]
+    with pytest.raises(InvalidInput) as err:
+        recipe_validate(engine="sglang", topology="pd", spec=spec, node=_seed_layout_with("NVIDIA H200", "9.0"))
+    assert err.value.errors == {"spec.roles.decode.flags.--mem-fraction-static": [
+        "is set by the kernel reference spec.kernels.0; remove it"]}
