@@ -158,7 +158,7 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     context length or KV cache the engine servers reported once ready, else above the context
     length the recipe's engine flags or sim profile set, or the sim profile's KV cache,
     :func:`benchmarks.sweeps.grid_context_problems`) and :class:`Conflict` for a stopped, failed or stopping deployment (a stop
-    requested counts) or one that already
+    requested counts), one whose node agent is offline (:func:`_agent_offline_refusal`) or one that already
     has an active sweep, also when two creates race: the database allows one active sweep per
     deployment (:data:`benchmarks.models.ONE_ACTIVE_SWEEP_CONSTRAINT`).
     """
@@ -178,6 +178,11 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     # would be gone before the sweep's first request.
     if deployment.status == DeploymentStatus.STOPPING or deployment.stop_requested:
         raise Conflict(f"deployment #{deployment.pk} is being stopped; deploy it again to sweep it")
+    # The load goes out from the control plane's worker, but only the node agent watches the
+    # processes: without it "ready" is as last seen and a server ending mid-point goes unnoticed.
+    offline = _agent_offline_refusal(deployment)
+    if offline:
+        raise Conflict(offline)
     # Two sweeps against one deployment at once would each measure the other's load.
     _refuse_if_busy(deployment)
     points = grid_points(norm)
@@ -207,6 +212,27 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
                 raise
     sweep_enqueue(sweep=sweep)
     return sweep
+
+
+def _agent_offline_refusal(deployment) -> str:
+    """Why a sweep of ``deployment`` is refused because its node agent is offline (no heartbeat
+    within ``CEILING_HEARTBEAT_TIMEOUT_S``, or shut down since: ``Node.agent_online``), "" when
+    the agent is online. Names the node, the last heartbeat (UTC, or never) and, after a clean
+    shutdown, when it stopped."""
+    node = deployment.node
+    if node.agent_online:
+        return ""
+
+    def utc(value) -> str:
+        return value.astimezone(dt_timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    seen = f"last heartbeat {utc(node.agent_heartbeat_at)}" if node.agent_heartbeat_at else "last heartbeat never"
+    if node.agent_stopped_cleanly:
+        seen = f"stopped at {utc(node.agent_stopped_at)}; {seen}"
+    return (f"node agent {node.name} of deployment #{deployment.pk} is offline ({seen}): the sweep sends its "
+            "load from the control plane's worker, but only the agent watches the deployment's processes, so "
+            "its state is only as last seen and a server that ended would go unnoticed while the points are "
+            f"measured; start the agent on {node.name} (manage.py node_agent), then sweep again")
 
 
 def _refuse_if_busy(deployment) -> None:

@@ -1,5 +1,6 @@
 """Test support for sweep tests: a real ``sim`` server process and a ready deployment row that
-points at it (no node agent involved: the tests own the process)."""
+points at it (no node agent runs: the tests own the process, and write the node's heartbeat as
+an online agent would)."""
 from __future__ import annotations
 
 import contextlib
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+from django.utils import timezone
 
 from deployments.choices import DeploymentStatus, ProcessStatus, Role
 from deployments.models import Deployment, Node, Recipe, ServerProcess
@@ -52,8 +54,11 @@ def sim_start(log: Path, *, profile: str = "demo-fast", model: str = "sim-model"
 def sim_deployment_create(*, base_url: str, status: str = DeploymentStatus.READY, model: str = "sim-model",
                           recipe_name: str = "sim-single", gpus_modelled: int | None = 4,
                           topology: str = "single") -> Deployment:
-    """A deployment row of a sim single-server recipe whose process row points at ``base_url``."""
+    """A deployment row of a sim single-server recipe whose process row points at ``base_url``, on
+    node ``local`` with its agent online (a heartbeat now), as a ready deployment's node is."""
     node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2})
+    node.agent_heartbeat_at = timezone.now()
+    node.save(update_fields=["agent_heartbeat_at"])
     sim: dict = {"profile": "demo-fast"}
     if gpus_modelled is not None:
         sim["gpus_modelled"] = gpus_modelled
@@ -73,7 +78,7 @@ def sim_deployment_create(*, base_url: str, status: str = DeploymentStatus.READY
 def agent_watched_deployment(*, recipe: Recipe, user, tmp_path: Path, tick_s: float, what: str):
     """A deployment of ``recipe`` launched by the node side's own code and watched by the agent's
     monitor pass (:func:`deployments.agent.deployment_check`, every ``tick_s`` seconds in a thread,
-    as the agent's tick would); yields it once ready (30 s at most), then stops the watch, tears
+    with the node's heartbeat, as the agent's tick would); yields it once ready (30 s at most), then stops the watch, tears
     the deployment down and kills every engine tree that logged under ``tmp_path``."""
     from deployments import services as deployment_services
     from deployments.agent import deployment_check, deployment_launch, deployment_teardown
@@ -84,6 +89,7 @@ def agent_watched_deployment(*, recipe: Recipe, user, tmp_path: Path, tick_s: fl
 
     def monitor() -> None:
         while not stop.is_set():
+            Node.objects.filter(pk=recipe.node_id).update(agent_heartbeat_at=timezone.now())
             deployment_check(deployment_id=deployment.pk)
             stop.wait(tick_s)
 

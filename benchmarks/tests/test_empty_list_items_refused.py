@@ -10,6 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
+from django.utils import timezone
 
 from benchmarks.models import BenchmarkSweep
 from benchmarks.tests.page_support import logged_in_client
@@ -23,6 +24,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def deployment(db):
     node = cpu_node_create()
+    node.agent_heartbeat_at = timezone.now()  # its agent online, as a ready deployment's is
+    node.save(update_fields=["agent_heartbeat_at"])
     recipe = recipe_row_create(node=node, name="local-sim-single", spec={"sim": {"gpus_modelled": 4}})
     return deployment_row_create(recipe=recipe, status=DeploymentStatus.READY)
 

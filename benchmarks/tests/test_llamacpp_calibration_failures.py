@@ -7,6 +7,7 @@ sweep longer than the recipe's context refused."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from benchmarks.choices import SweepStatus
 from benchmarks.services import run_metrics, sweep_create, sweep_execute
@@ -21,7 +22,8 @@ def _llama_deployment(url: str, flags: dict | None = None):
     from deployments.choices import ProcessStatus, Role
     from deployments.models import Deployment, Node, Recipe, ServerProcess
 
-    node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2})
+    node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2,
+                                                                 "agent_heartbeat_at": timezone.now()})
     role = {"cpus": "0-1", "port": int(url.rsplit(":", 1)[1])}
     if flags:
         role["flags"] = flags

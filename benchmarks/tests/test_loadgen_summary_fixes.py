@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from benchmarks.choices import SweepStatus
 from benchmarks.loadgen import Api, LoadConfig, RequestSpec, Slo, loadgen_run, random_dataset, run_summary
@@ -84,7 +85,8 @@ def test_a_chat_sweep_on_a_server_that_streams_no_usage_calibrates_without_strea
     from deployments.choices import ProcessStatus, Role
     from deployments.models import Deployment, Node, Recipe, ServerProcess
 
-    node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2})
+    node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2,
+                                                                 "agent_heartbeat_at": timezone.now()})
     spec = {"served_model_name": "tiny", "roles": {"single": {"cpus": "0-1", "port": int(llama_url.rsplit(":", 1)[1])}}}
     recipe = Recipe.objects.create(name="llama-chat", engine="llamacpp", topology="single", node=node, spec=spec)
     deployment = Deployment.objects.create(recipe=recipe, recipe_version=1, spec_snapshot=spec, node=node,

@@ -17,6 +17,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
@@ -265,7 +266,8 @@ def test_it_shows_live_progress_for_llamacpp_which_exposes_no_counters(tmp_path:
                  f"http://127.0.0.1:{port}")
     try:
         srv.wait_ready()
-        node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2})
+        node, _ = Node.objects.get_or_create(name="local", defaults={"hostname": "localhost", "cpu_count": 2,
+                                                                     "agent_heartbeat_at": timezone.now()})
         spec = {"served_model_name": "tiny", "roles": {"single": {"cpus": "0-1", "port": port}}}
         recipe = Recipe.objects.create(name="llama", engine="llamacpp", topology="single", node=node, spec=spec)
         deployment = Deployment.objects.create(recipe=recipe, recipe_version=1, spec_snapshot=spec, node=node,

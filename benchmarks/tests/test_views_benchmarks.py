@@ -16,6 +16,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import escape
 
 from benchmarks.analysis import ANALYSIS_VERSION
@@ -56,6 +57,8 @@ def var_dir(settings, tmp_path) -> Path:
 @pytest.fixture
 def deployment(db):
     node = cpu_node_create()
+    node.agent_heartbeat_at = timezone.now()  # its agent online, as a ready deployment's is
+    node.save(update_fields=["agent_heartbeat_at"])
     recipe = recipe_row_create(node=node, name="local-sim-single", spec={"sim": {"gpus_modelled": 4}})
     return deployment_row_create(recipe=recipe, status=DeploymentStatus.READY)
 
@@ -408,13 +411,12 @@ def test_it_refuses_to_sweep_a_stopped_deployment(operator_client, deployment):
 
 
 def test_it_offers_a_sweep_on_a_ready_deployment_page_to_operators_only(operator_client, viewer_client, deployment):
-    from django.utils import timezone
-
     from deployments.models import Node
 
     url = reverse("deployments:deployment-detail", args=[deployment.pk])
     button = reverse("benchmarks:sweep-create") + f"?deployment={deployment.pk}"
     # Not while the node agent is offline (ready is then only as last seen) ...
+    Node.objects.filter(pk=deployment.node_id).update(agent_heartbeat_at=None)
     assert button not in _html(operator_client.get(url))
     # ... and once it heartbeats, to operators only.
     Node.objects.filter(pk=deployment.node_id).update(agent_heartbeat_at=timezone.now())
