@@ -604,11 +604,27 @@ def test_a_deployment_that_failed_before_any_process_started_says_so_on_every_li
     assert "never started; ended" in html
     cell = _process_cell(html, process)
     assert "not checked: the process never started" in cell
+    assert '<span class="tag bad">never started</span>' in cell
+    assert "down (" not in cell
     assert "ended before it was" not in cell
     assert "http://127.0.0.1:30001/health" not in cell
     entry = re.search(r"<dt>([^<]*entry URL)</dt><dd[^>]*>(.*?)</dd>", html, re.S | re.I)
     assert entry.group(1) == "Planned entry URL"
     assert entry.group(2) == 'http://127.0.0.1:8000 <span class="muted small">(never served)</span>'
+
+
+def test_a_process_stopped_before_it_started_says_it_never_started(viewer_client, seed_pd):
+    # a deployment stopped while its processes were still waiting to be spawned: the agent's stop
+    # finds nothing running and ends the row as exited, "not running"
+    deployment, process = _ready_deployment(
+        seed_pd, status=ProcessStatus.EXITED, end_reason="not running", pid=None, pgid=None, started_at=None,
+        ready_at=None, pinning_verified=None, restart_count=0, ended_at=timezone.now())
+    Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STOPPED, ready_at=None,
+                                                       ended_at=timezone.now())
+    cell = _process_cell(_html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))),
+                         process)
+    assert '<span class="tag">never started</span>' in cell
+    assert "down (" not in cell
 
 
 @pytest.mark.parametrize(("status", "ready", "label", "suffix"), [

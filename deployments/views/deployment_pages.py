@@ -103,6 +103,12 @@ def _pinning_view(process: ServerProcess) -> dict[str, Any]:
 
 
 
+def _never_started(process: ServerProcess) -> bool:
+    """Whether ``process`` ended without ever being spawned (a port in use, a sibling that failed
+    first, a stop before its start): no pid, no start, nothing ever answered at its health URL."""
+    return process.status in PROCESS_TERMINAL and process.pid is None and process.started_at is None
+
+
 def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None = None) -> dict[str, Any]:
     """What the supervisor's probes last concluded: a badge (``class``, ``text``) from the
     process status (a process is ``ready`` only after every readiness check of its launch plan
@@ -113,7 +119,7 @@ def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None =
     probes, so an old answer means nobody is watching. With ``as_of`` (the offline agent's last
     heartbeat, :func:`deployments.services.deployment_as_last_seen`) a running process reads
     ``last seen healthy at 01:49:30 (agent offline)``: nobody probes it, it may be gone. An ended
-    process shows its terminal state alone."""
+    process shows its terminal state alone, ``never started`` for one that was never spawned."""
     status = process.status
     stale = False
     if status in (ProcessStatus.READY, ProcessStatus.SPAWNED) and process.last_probe_at is not None:
@@ -135,6 +141,11 @@ def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None =
         # never spawned: the launch failed before it (its reason says why, "not started: ...")
         return {"class": "", "text": redact_text(process.reason) or NOT_STARTED, "detail": "", "probed": None,
                 "failures": 0, "restart_at": None, "stale": False}
+    elif _never_started(process):
+        # ended without being spawned (its deployment failed or was stopped first): it was never
+        # up, so it did not go "down"
+        return {"class": "bad" if status == ProcessStatus.FAILED else "", "text": "never started", "detail": "",
+                "probed": None, "failures": 0, "restart_at": None, "stale": False}
     else:
         # Stored codes follow subprocess: -N means signal N ended it, which is no exit code.
         code = process.exit_code
@@ -183,10 +194,7 @@ def _server_process_view(process: ServerProcess, now: datetime, as_of: datetime 
         "status_class": _status_class(process.status),
         "uptime": uptime,
         "ended": process.status in PROCESS_TERMINAL,
-        # ended without ever being spawned (a port in use, a sibling that failed first): no pid,
-        # no start, nothing ever answered at its health URL
-        "never_started": (process.status in PROCESS_TERMINAL and process.pid is None
-                          and process.started_at is None),
+        "never_started": _never_started(process),
         "started": _when(process.started_at, now),
         "ready": _when(process.ready_at, now),
         "pinning": _pinning_view(process),
