@@ -46,16 +46,18 @@ def suffix_as_format_query(view):
 
 
 class FormatSuffixConverter:
-    """A ``path()`` route's format suffix in any case (``.json``, ``.JSON``): REST framework's own
-    converter, like its suffix regex, takes lower case only, which made ``.JSON`` a 404."""
+    """A ``path()`` route's format suffix after its dot, in any case (``json``, ``JSON``): REST
+    framework's own converter, like its suffix regex, takes lower case only, which made ``.JSON`` a
+    404. The dot stays in the route, so the schema leaves the suffixed route out (``.{format}``)
+    as it does the router's."""
 
-    regex = r"\.[A-Za-z0-9]+/?"
+    regex = r"[A-Za-z0-9]+/?"
 
     def to_python(self, value: str) -> str:
-        return value.strip("./")
+        return value.strip("/")
 
     def to_url(self, value: str) -> str:
-        return f".{value}/"
+        return value
 
 
 register_converter(FormatSuffixConverter, "format_suffix_any_case")
@@ -67,7 +69,7 @@ def with_format_suffix(patterns: list) -> list:
     suffix becomes ``?format=``; every format is read in lower case)."""
     suffix_kwarg = api_settings.FORMAT_SUFFIX_KWARG
     suffixed = apply_suffix_patterns(patterns, rf"\.(?P<{suffix_kwarg}>[A-Za-z0-9]+)/?$", False,
-                                     f"<format_suffix_any_case:{suffix_kwarg}>")
+                                     f".<format_suffix_any_case:{suffix_kwarg}>")
     return [
         URLPattern(url.pattern, suffix_as_format_query(url.callback), url.default_args, url.name)
         if isinstance(url, URLPattern) else url
