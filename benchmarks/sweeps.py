@@ -56,6 +56,11 @@ MAX_LEN = 1_000_000
 # Extra seconds on top of the deployment's startup timeout before a sweep gives up waiting for
 # ready (the sweep may be created while the processes are still loading).
 WAIT_READY_MARGIN_S = 60
+#: Warm-up requests per point at most (default 0): the API's, ``manage.py sweep --warmup``'s and
+#: the sweep form's bound.
+MAX_WARMUP = 10_000
+#: The largest dataset seed (default 0): a 31-bit non-negative integer, written ``2^31-1`` in refusals.
+MAX_SEED = 2**31 - 1
 
 #: Requests per concurrency slot of a grid that gives neither a request count nor a duration.
 DEFAULT_REQUESTS_PER_CONCURRENCY = 4
@@ -303,8 +308,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
                 err(f"grid.request_rates.{i}", f"{js_number(r)} req/s for {js_number(duration)} s is about {r * duration:,.0f} requests; "
                     f"at most {MAX_REQUESTS_PER_POINT:,} per point: lower the rate or duration_s, or give requests")
     warmup = raw.get("warmup", 0)
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= 10_000:
-        err("grid.warmup", int_refusal(warmup, lo=0, hi=10_000))
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or not 0 <= warmup <= MAX_WARMUP:
+        err("grid.warmup", int_refusal(warmup, lo=0, hi=MAX_WARMUP))
     slo = raw.get("slo") or {}
     norm_slo: dict[str, float] = {}
     if not isinstance(slo, Mapping):
@@ -327,8 +332,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 86_400:
         err("grid.wait_ready_s", f"must be seconds 0..86400, got {grid_number(wait)}")
     seed = raw.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
-        err("grid.seed", int_refusal(seed, lo=0, hi=2**31 - 1).replace(f"..{2**31 - 1}", "..2^31-1"))
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        err("grid.seed", int_refusal(seed, lo=0, hi=MAX_SEED).replace(f"..{MAX_SEED}", "..2^31-1"))
     grid = {"concurrency": conc, "lengths": lengths, "request_rates": rates, "requests": requests,
             "requests_per_concurrency": per_c if requests is None else None, "duration_s": duration,
             "warmup": warmup, "slo": norm_slo, "api": api,

@@ -1,18 +1,21 @@
 """The API, the sweep form and ``manage.py sweep`` agree: the run list is newest first as the runs
 page is; a change that rounds to zero is 0, never -0, in the comparison's CSV and JSON; a grid
 without lengths gets the same 256:256 everywhere (and the schema says so); the bound of a point's
-time limit is checked and worded alike; and the command's refusals name its options."""
+time limit is checked and worded alike; the command's refusals name its options; and the sweep
+form takes the API's name, api, warmup and seed with their defaults, bounds and refusals."""
 from __future__ import annotations
 
 import csv
 import datetime as dt
 import io
 import math
+import re
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
+from django.utils.html import escape
 from django.utils import timezone
 
 from benchmarks.choices import RunSource, RunStatus, SweepStatus
@@ -22,6 +25,7 @@ from benchmarks.tests.page_support import logged_in_client
 from benchmarks.tests.sweep_support import sim_deployment_create
 from controlplane.csvsafe import csv_cell
 from deployments.choices import DeploymentStatus
+from deployments.models import Recipe
 
 pytestmark = pytest.mark.django_db
 
@@ -214,3 +218,106 @@ def test_an_order_the_runs_list_does_not_take_is_quoted(viewer_api) -> None:
     assert answer.status_code == 400
     [said] = answer.json()["order"]
     assert said.startswith("must be one of ") and said.endswith("; got 'bogus'")
+
+
+# --- the sweep form has the API's name, api, warmup and seed -------------------------------------
+
+
+def test_the_form_shows_the_apis_defaults_for_name_api_warmup_and_seed(operator, starting) -> None:
+    html = logged_in_client(operator).get(
+        reverse("benchmarks:sweep-create") + f"?deployment={starting.pk}").content.decode()
+    assert '<input type="text" autocomplete="off" maxlength="200" id="id_name" name="name" value="">' in html
+    assert '<details class="advanced">' in html   # folded: nothing in it is refused
+    assert 'id="id_warmup" name="warmup" value="0"' in html and "0 to 10000, default 0" in html
+    assert 'id="id_seed" name="seed" value="0"' in html and "0 to 2147483647 (2^31-1), default 0" in html
+    # the sim engine serves all three APIs; its default, sglang-generate, is chosen
+    options = re.findall(r'<option value="([^"]*)"( selected)?>([^<]*)</option>', html)
+    assert options == [("sglang-generate", " selected", "sglang-generate (/generate)"),
+                       ("openai-completions", "", "openai-completions (/v1/completions)"),
+                       ("openai-chat", "", "openai-chat (/v1/chat/completions)")]
+
+
+def test_a_form_sweep_gets_the_name_and_grid_the_api_gives_for_the_same_values(
+        operator_api, operator, starting, django_capture_on_commit_callbacks) -> None:
+    with django_capture_on_commit_callbacks(execute=False):
+        form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
+            "deployment": starting.pk, "name": "  warm chat  ", "concurrency": "1,8", "lengths": "64:64",
+            "requests": "8", "api": "openai-chat", "warmup": "2", "seed": "7"})
+    assert form.status_code == 302
+    from_form = BenchmarkSweep.objects.get()
+    assert from_form.name == "warm chat"   # trimmed, as the API trims it
+    assert (from_form.grid["api"], from_form.grid["warmup"], from_form.grid["seed"]) == ("openai-chat", 2, 7)
+    from_form.status = SweepStatus.CANCELLED
+    from_form.save(update_fields=["status"])
+
+    with django_capture_on_commit_callbacks(execute=False):
+        api = operator_api.post("/api/sweeps/", {"deployment": starting.pk, "name": "  warm chat  ", "grid": {
+            "concurrency": [1, 8], "lengths": "64:64", "requests": 8, "api": "openai-chat", "warmup": 2,
+            "seed": 7}}, format="json")
+    assert api.status_code == 201, api.json()
+    assert api.json()["name"] == from_form.name
+    assert api.json()["grid"] == from_form.grid
+
+
+def test_a_form_sweep_left_at_the_defaults_gets_the_apis_defaults(
+        operator_api, operator, starting, django_capture_on_commit_callbacks) -> None:
+    with django_capture_on_commit_callbacks(execute=False):
+        form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
+            "deployment": starting.pk, "name": "", "concurrency": "1", "lengths": "8:8", "requests": "4",
+            "api": "sglang-generate", "warmup": "0", "seed": "0"})
+    assert form.status_code == 302
+    sweep = BenchmarkSweep.objects.get()
+    assert sweep.name == "agree-sim c=1 8/8"   # a blank name is made up as the API makes it up
+    assert (sweep.grid["api"], sweep.grid["warmup"], sweep.grid["seed"]) == ("sglang-generate", 0, 0)
+
+
+@pytest.mark.parametrize("field,typed,body", [
+    ("warmup", "-1", {"grid": {**GRID, "warmup": -1}}),
+    ("warmup", "10001", {"grid": {**GRID, "warmup": 10001}}),
+    ("warmup", "abc", {"grid": {**GRID, "warmup": "abc"}}),
+    ("warmup", "2.5", {"grid": {**GRID, "warmup": 2.5}}),
+    ("seed", "2147483648", {"grid": {**GRID, "seed": 2147483648}}),
+    ("seed", "1e3", {"grid": {**GRID, "seed": 1e3}}),
+    ("api", "openai-responses", {"grid": {**GRID, "api": "openai-responses"}}),
+    ("name", "n" * 201, {"grid": GRID, "name": "n" * 201}),
+    ("name", "bad\x1b[31m", {"grid": GRID, "name": "bad\x1b[31m"}),
+])
+def test_the_form_refuses_what_the_api_refuses_in_its_words(operator_api, operator, starting, field, typed,
+                                                            body) -> None:
+    api = operator_api.post("/api/sweeps/", {"deployment": starting.pk, **body}, format="json")
+    assert api.status_code == 400
+    [(key, said)] = api.json().items()
+    assert key == (field if field == "name" else f"grid.{field}")
+
+    form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
+        "deployment": starting.pk, "concurrency": "1", "lengths": "8:8", "requests": "4", field: typed})
+    assert form.status_code == 400
+    html = form.content.decode()
+    shown = re.search(rf'<div class="field has-error">\s*<label for="id_{field}">.*?<ul class="errorlist">(.*?)</ul>',
+                      html, re.S)
+    assert shown is not None, html
+    assert re.findall(r"<li>(.*?)</li>", shown.group(1)) == [escape(m) for m in said]
+    if field != "name":
+        assert '<details class="advanced" open>' in html   # a refused advanced field is in view
+    assert not BenchmarkSweep.objects.exists()
+
+
+def test_the_form_offers_only_the_apis_the_engine_serves_and_refuses_another_as_the_api_does(
+        operator_api, operator, starting) -> None:
+    Recipe.objects.filter(pk=starting.recipe_id).update(engine="llamacpp")
+    client = logged_in_client(operator)
+    html = client.get(reverse("benchmarks:sweep-create") + f"?deployment={starting.pk}").content.decode()
+    assert re.findall(r'<option value="([^"]*)"( selected)?>', html) == [
+        ("openai-completions", " selected"), ("openai-chat", "")]
+    assert "those this deployment's engine (llamacpp) serves; default openai-completions" in html
+
+    api = operator_api.post("/api/sweeps/", {"deployment": starting.pk, "grid": {**GRID, "api": "sglang-generate"}},
+                            format="json")
+    said = ["sglang-generate is not served by this deployment's engine (llamacpp); it serves "
+            "openai-completions, openai-chat"]
+    assert api.status_code == 400 and api.json() == {"grid.api": said}
+    form = client.post(reverse("benchmarks:sweep-create"), {
+        "deployment": starting.pk, "concurrency": "1", "lengths": "8:8", "requests": "4", "api": "sglang-generate"})
+    assert form.status_code == 400
+    assert escape(said[0]) in form.content.decode()
+    assert not BenchmarkSweep.objects.exists()

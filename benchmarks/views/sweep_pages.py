@@ -235,8 +235,10 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
     24 h; with requests, whichever ends first), ``rates`` (optional requests/s list, open loop),
     ``slo_ttft_ms`` / ``slo_tpot_ms`` / ``slo_e2e_ms`` (optional, ms in the form, seconds in the
     grid as the summary uses, moved three decimal places by :func:`benchmarks.sweeps.ms_to_s`
-    so that no binary rounding is stored). Every field is text. The concurrency, lengths, rates and
-    requests are passed on as typed (:func:`benchmarks.forms.grid_value`), for the grid's validation
+    so that no binary rounding is stored), ``warmup`` (requests per point before measuring) and
+    ``seed`` (the dataset's; both blank for the API's default of 0), ``api`` (the endpoint the
+    requests use; blank for the engine's default). Every field is text. The concurrency, lengths,
+    rates, requests, warm-up, seed and API are passed on as typed (:func:`benchmarks.forms.grid_value`), for the grid's validation
     (:func:`benchmarks.sweeps.grid_validate`, the API's) to judge and to refuse in the API's words,
     each bad item of a list field on its own (``must be an integer 1..4096, got the string "abc"``);
     the duration and SLOs are judged here. Returns ``(grid, errors)``; the service validates the
@@ -256,6 +258,11 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
     requests = data.get("requests", "").strip()
     if requests:
         grid["requests"] = grid_value(requests)
+    for key in ("warmup", "seed"):
+        if text := data.get(key, "").strip():
+            grid[key] = grid_value(text)
+    if api := data.get("api", "").strip():
+        grid["api"] = api
     duration_text = data.get("duration", "").strip()
     duration = _positive(duration_text, "duration", errors, unit="s", lowest=False)
     if duration is not None and not duration_valid(duration):
@@ -275,7 +282,7 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
 # Service error paths that name a grid key, mapped to the form field showing them.
 _GRID_FIELD = {"concurrency": "concurrency", "concurrencies": "concurrency", "lengths": "lengths",
                "request_rates": "rates", "rates": "rates", "requests_per_concurrency": "requests",
-               "requests": "requests", "duration_s": "duration",
+               "requests": "requests", "duration_s": "duration", "warmup": "warmup", "seed": "seed", "api": "api",
                "slo.ttft_s": "slo_ttft_ms", "slo.tpot_s": "slo_tpot_ms", "slo.e2e_s": "slo_e2e_ms"}
 
 
@@ -288,6 +295,43 @@ def _field_errors(errors: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
             msgs = [f"{key}: {m}" for m in msgs]
         out.setdefault(field, []).extend(str(m) for m in msgs)
     return out
+
+
+def _sweep_name(text: str, errors: dict[str, list[str]]) -> str:
+    """The sweep's name as typed, judged by the API's own ``name`` field
+    (:class:`benchmarks.api.serializers.SweepCreateSerializer`: at most 200 characters, no control
+    or text-direction characters, spaces around it trimmed); its refusal goes to ``errors["name"]``
+    in the API's words and the name is then ``""``."""
+    from rest_framework.exceptions import ValidationError
+
+    from benchmarks.api.serializers import SweepCreateSerializer
+
+    try:
+        return SweepCreateSerializer().fields["name"].run_validation(text)
+    except ValidationError as exc:
+        errors["name"] = [str(m) for m in exc.detail]
+        return ""
+
+
+def _api_choices(engine: str | None) -> list[tuple[str, str]]:
+    """``(value, label)`` of each API the sweep form offers: those ``engine`` serves
+    (:data:`benchmarks.sweeps.ENGINE_APIS`), every one when the engine is not known; the label
+    names the route the requests go to."""
+    from benchmarks.loadgen.protocol import Api, request_path
+    from benchmarks.sweeps import ENGINE_APIS
+
+    values = ENGINE_APIS.get(engine or "", tuple(a.value for a in Api))
+    return [(v, f"{v} ({request_path(Api(v))})") for v in values]
+
+
+def _api_context(engine: str | None) -> dict[str, Any]:
+    """What the sweep form's API field and its bounds need: the choices, the engine's default API
+    (:data:`benchmarks.sweeps.DEFAULT_API`; None when no engine is known) and the warm-up and
+    seed limits the API applies."""
+    from benchmarks.sweeps import DEFAULT_API, MAX_SEED, MAX_WARMUP
+
+    return {"api_choices": _api_choices(engine), "api_default": DEFAULT_API.get(engine or ""),
+            "engine": engine, "max_warmup": MAX_WARMUP, "max_seed": MAX_SEED}
 
 
 def _grid_rule_errors(grid: Mapping[str, Any], *, engine: str | None,
@@ -314,8 +358,11 @@ PICKER_MAX = 100
 
 @role_page(read="operator")
 def sweep_create_view(request: HttpRequest) -> HttpResponse:
-    """Operator form for a new sweep of one deployment (``?deployment=<id>``): concurrency list,
-    length pairs, requests and/or a duration per point, optional rates and SLOs. POST calls
+    """Operator form for a new sweep of one deployment (``?deployment=<id>``): an optional name,
+    concurrency list, length pairs, requests and/or a duration per point, optional rates and SLOs,
+    and under "Advanced" the API the requests use (those the deployment's engine serves, its
+    default chosen), warm-up requests per point and the dataset seed (both 0 by default, as the
+    API's). Every field is judged by the API's own rules and refused in its words. POST calls
     :func:`benchmarks.services.sweep_create` and redirects to the sweep page.
 
     Without ``?deployment=`` the page lists the deployments a sweep can run on (ready, starting or
@@ -331,8 +378,9 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     one deployment was chosen. A POST whose ``deployment`` names none (``999``, blank, not a
     number) is the form again, status 400, with the API's ``no deployment with id 999`` under
     the deployment field, the typed values kept and judged too."""
-    defaults = {"concurrency": "1,8,16", "lengths": DEFAULT_LENGTHS, "requests": "", "duration": "", "rates": "",
-                "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": ""}
+    defaults = {"name": "", "concurrency": "1,8,16", "lengths": DEFAULT_LENGTHS, "requests": "", "duration": "",
+                "rates": "", "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": "", "api": "", "warmup": "0",
+                "seed": "0"}
     repeated = repeated_field_errors(request, ("deployment", *defaults)) if request.method == "POST" else {}
     if "deployment" in repeated:
         candidates = list(Deployment.objects.filter(status__in=SWEEPABLE, stop_requested=False)
@@ -372,6 +420,7 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         values = {k: request.POST.get(k, "").strip() for k in defaults}
         grid, errors = sweep_grid_from_form(values)
+        name = _sweep_name(values["name"], errors)
         for field, msgs in repeated.items():
             errors[field] = msgs   # no one value was chosen: whatever was read of it is moot
         if errors:
@@ -384,7 +433,7 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
                 errors.setdefault(field, msgs)
         else:
             try:
-                sweep = services.sweep_create(deployment=deployment, user=request.user, grid=grid)
+                sweep = services.sweep_create(deployment=deployment, user=request.user, grid=grid, name=name)
             except InvalidInput as exc:
                 errors = _field_errors(exc.errors)
             except Conflict as exc:
@@ -396,6 +445,7 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     return render(request, "benchmarks/sweep_form.html", {
         "deployment": deployment, "values": values, "errors": errors,
         "ready": deployment.status == DeploymentStatus.READY, "ended": ended,
+        **_api_context(deployment.recipe.engine),
     }, status=status)
 
 
@@ -406,6 +456,7 @@ def _sweep_form_without_deployment(request: HttpRequest, raw_id: str, defaults: 
     judges a grid whose deployment is not found)."""
     values = {k: request.POST.get(k, "").strip() for k in defaults}
     grid, errors = sweep_grid_from_form(values)
+    _sweep_name(values["name"], errors)
     for field, msgs in _grid_rule_errors(grid, engine=None).items():
         errors.setdefault(field, msgs)
     shown = raw_id.strip()
@@ -413,7 +464,7 @@ def _sweep_form_without_deployment(request: HttpRequest, raw_id: str, defaults: 
                             if shown else ["choose a deployment"])
     return render(request, "benchmarks/sweep_form.html", {
         "deployment": None, "deployment_value": shown, "values": values, "errors": errors,
-        "ready": False, "ended": False,
+        "ready": False, "ended": False, **_api_context(None),
     }, status=400)
 
 
