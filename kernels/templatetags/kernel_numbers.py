@@ -1,9 +1,11 @@
-"""Number formats for the kernels pages."""
+"""Number formats, and the wrapping of a variant's key, for the kernels pages."""
 from __future__ import annotations
 
 import math
 
 from django import template
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
 
 register = template.Library()
 
@@ -19,3 +21,12 @@ def sig3(value, empty: str = "—"):
         return "0.0"
     rounded = float(f"{value:.3g}")   # 9.996 -> 10.0: its figures count from the rounded value
     return f"{value:.{max(1, 2 - math.floor(math.log10(abs(rounded))))}f}"
+
+
+@register.filter
+def wrap_at_commas(value) -> str:
+    """``value`` (a variant's key, ``impl=split_k,BLOCK_H=32,...``) escaped, with a line-break
+    opportunity (``<wbr>``, which copies as nothing) after each comma: a table cell wraps the key
+    between its parameters, never inside one, where the unbroken string (80 characters and more)
+    ran the best-variants table off a 1400 px page."""
+    return mark_safe(",<wbr>".join(escape(part) for part in str(value).split(",")))
