@@ -321,3 +321,19 @@ def test_the_form_offers_only_the_apis_the_engine_serves_and_refuses_another_as_
     assert form.status_code == 400
     assert escape(said[0]) in form.content.decode()
     assert not BenchmarkSweep.objects.exists()
+
+
+def test_the_form_posted_for_no_deployment_keeps_the_new_fields_and_judges_them(operator, starting) -> None:
+    form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
+        "deployment": "999", "name": "n" * 201, "concurrency": "1", "lengths": "8:8", "requests": "4",
+        "warmup": "3", "seed": "-1"})
+    assert form.status_code == 400
+    html = form.content.decode()
+    assert "no deployment with id 999" in html
+    assert "Use at most 200 characters; got 201." in html
+    assert 'id="id_warmup" name="warmup" value="3"' in html
+    assert "must be an integer 0..2^31-1, got -1" in html
+    # no engine known: every API offered, the engine's default chosen
+    assert re.findall(r'<option value="([^"]*)"( selected)?>', html) == [
+        ("", " selected"), ("openai-completions", ""), ("openai-chat", ""), ("sglang-generate", "")]
+    assert not BenchmarkSweep.objects.exists()
