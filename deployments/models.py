@@ -263,10 +263,14 @@ class Deployment(models.Model):
     At most one deployment per (recipe, node) is active (pending, starting, ready or stopping);
     the partial unique index ``uniq_active_deployment_per_recipe_node`` enforces it, so two
     concurrent deploy requests cannot both insert.
+    ``recipe_name`` is the recipe's name at ``recipe_version``, kept because a later rename
+    changes ``recipe.name`` but not what ran (rows made before it was kept were filled from the
+    recipe's history at that version by migration 0010).
     """
 
     recipe = models.ForeignKey(Recipe, on_delete=models.PROTECT, related_name="deployments")
     recipe_version = models.PositiveIntegerField()
+    recipe_name = models.CharField(max_length=63, blank=True, help_text="the recipe's name at the deployed version")
     spec_snapshot = models.JSONField(default=dict, help_text="the recipe spec at deploy time")
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="deployments")
     status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.PENDING)
@@ -299,7 +303,13 @@ class Deployment(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.recipe.name}#{self.pk}"
+        return f"{self.deployed_recipe_name}#{self.pk}"
+
+    @property
+    def deployed_recipe_name(self) -> str:
+        """The recipe's name at the deployed version; its current name only where that was
+        never recorded (a row written without going through a deploy)."""
+        return self.recipe_name or self.recipe.name
 
 
 class ServerProcess(models.Model):

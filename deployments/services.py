@@ -1294,7 +1294,8 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
 
     The recipe is re-validated and its launch plan rendered first (without secret values), so
     a recipe that no longer fits its node fails here with :class:`InvalidInput` instead of on
-    the node. ``spec_snapshot`` keeps the normalised spec of this version; ``entry_url`` the URL
+    the node. ``spec_snapshot`` keeps the normalised spec of this version and ``recipe_name`` its
+    name (what pages and the API show after a rename); ``entry_url`` the URL
     clients use. Works whether or not the node's agent is running: the row waits as pending
     (pages show "waiting for node agent") and can be cancelled with :func:`deployment_stop`.
 
@@ -1324,6 +1325,7 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
             deployment = Deployment.objects.create(
                 recipe=recipe,
                 recipe_version=recipe.version,
+                recipe_name=recipe.name,
                 spec_snapshot=normalised,
                 node=recipe.node,
                 status=DeploymentStatus.PENDING,

@@ -607,7 +607,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
     ready → stopping → stopped, or failed with ``reason``. A text it does not have (``reason``,
     ``waiting_reason``, ``state_note``, ``entry_url``) is null, never ``""``."""
 
-    recipe_name = serializers.CharField(source="recipe.name", read_only=True)
+    recipe_name = serializers.CharField(
+        source="deployed_recipe_name", read_only=True,
+        help_text="the recipe's name at recipe_version (what it ran as), not its current name after a rename")
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     waiting_reason = serializers.SerializerMethodField(
