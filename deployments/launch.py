@@ -39,7 +39,7 @@ from django.conf import settings
 
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled
-from controlplane.redaction import REDACTED
+from controlplane.redaction import REDACTED, redact_text
 from deployments.engines import engine_get
 from deployments.engines.base import RenderContext, http_url
 from deployments.recipes import recipe_validate, recipe_warnings
@@ -88,14 +88,16 @@ class ProcessSpec:
     stop_grace_s: int
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view for pages, the API and logs: ``env`` is the redacted env; a text the
-        process does not have (``cpus``, ``mem_nodes``, ``generate_url`` ``""`` here) is null."""
+        """JSON-ready view for pages, the API and logs: ``env`` is the redacted env, passed through
+        the log redactor once more (a stored secret's value pasted as a plain value is masked
+        there too); a text the process does not have (``cpus``, ``mem_nodes``, ``generate_url``
+        ``""`` here) is null."""
         return {
             "role": self.role,
             "ordinal": self.ordinal,
             "argv": list(self.argv),
             "argv_shell": shlex.join(self.argv),
-            "env": dict(self.env_redacted),
+            "env": {k: redact_text(v) for k, v in self.env_redacted.items()},
             "secret_env": dict(self.secret_env),
             "wrapper": list(self.wrapper),
             "cpus": self.cpus or None,  # null when unpinned or without a memory policy, as /api/processes/

@@ -81,6 +81,9 @@ Rules, with where they come from:
   secret (:data:`SECRET_FLAG_RE`: ``--token``, ``--password``, ``--hf-token``…) is taken: each is
   refused at its path pointing at ``spec.secrets``, and no message of the answer holds the value
   (only a shortened form such as ``hf_…(37 chars)``, :func:`controlplane.redaction.credential_mask`).
+* Nor may a plain value hold the value of a stored secret (``secret_values`` of
+  :func:`recipe_validate`, at least :data:`SECRET_VALUE_MIN_LENGTH` characters): it is refused at
+  its path naming the secret to reference instead, and never repeated in any message.
 """
 from __future__ import annotations
 
@@ -96,7 +99,7 @@ from django.conf import settings
 
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled, not_integer
-from controlplane.redaction import credential_find, credential_mask
+from controlplane.redaction import REDACTED, credential_find, credential_mask, value_forms
 from deployments.engines import ENGINES
 from deployments.engines.base import (
     REPO_ID_RE,
@@ -210,6 +213,9 @@ SECRET_FLAG_RE = re.compile(
 SECRET_INSTEAD = ("store it as a secret (admin → Secrets, or POST /api/secrets/) and reference it from "
                   "spec.secrets (an environment variable named like a credential, e.g. "
                   '{"HF_TOKEN": "<secret name>"}); a plain value is stored and shown in clear')
+#: A stored secret value shorter than this (once stripped) is not looked for in a recipe's plain
+#: values: so short a value ("1234", "admin") is too likely to be ordinary text there.
+SECRET_VALUE_MIN_LENGTH = 8
 # Set by the renderer from recipe fields; a recipe naming them is pointed at the field.
 ENV_RENDERER_OWNED = {
     "CUDA_VISIBLE_DEVICES": "spec.roles.<role>.gpus",
@@ -289,12 +295,16 @@ def recipe_validate(
     spec: Any,
     node: NodeFacts,
     secret_names: set[str] | None = None,
+    secret_values: dict[str, str] | None = None,
 ) -> dict:
     """Validate a recipe spec for ``engine`` / ``topology`` on ``node``; return it normalised.
 
     ``node`` gives the GPUs, NUMA nodes and CPUs that may be referenced. ``secret_names``,
     when given, is the set of existing :class:`deployments.models.Secret` names every
     ``spec.secrets`` reference must be in (pass None to skip that check, e.g. for a preview).
+    ``secret_values``, when given, maps the plain-text value of each stored secret to its name:
+    a plain value of the spec (an env value, a flag, a key) holding one is refused, naming the
+    secret; values shorter than :data:`SECRET_VALUE_MIN_LENGTH` are not looked for.
     The result has every default filled (see the module docstring) and is what the launch
     plan renderer consumes. Raises :class:`InvalidInput` with all problems found, keyed by
     dotted field path; never raises anything else, whatever ``spec`` holds.
@@ -314,49 +324,80 @@ def recipe_validate(
     except Exception as exc:  # noqa: BLE001 - the contract is InvalidInput for any input
         errs.add("spec", f"could not be validated ({type(exc).__name__})")
         result = None
-    _credentials_refuse(errs, spec)
+    _credentials_refuse(errs, spec, secret_values or {})
     errs.raise_if_any()
     assert result is not None
     return result
 
 
-def _credential_paths(value: Any, path: str) -> list[tuple[str, str, str]]:
-    """``(path, format name, shortened form)`` of each plain string in ``value`` (keys included)
-    that looks like a well-known credential; ``spec.secrets`` (secret names) is skipped. A flag's
-    path is its key as written (``flags.--api-key``), as the flag checks spell it."""
-    found: list[tuple[str, str, str]] = []
+def _plain_texts(value: Any, path: str) -> list[tuple[str, str]]:
+    """``(path, text)`` of each plain string in ``value``, keys included (at the path of the
+    object holding them); ``spec.secrets`` (secret names) is skipped. A flag's path is its key as
+    written (``flags.--api-key``), as the flag checks spell it."""
+    found: list[tuple[str, str]] = []
     if isinstance(value, str):
-        hit = credential_find(value)
-        if hit:
-            found.append((path, *hit))
+        found.append((path, value))
     elif isinstance(value, dict):
         for key, item in value.items():
             if path == "spec" and key == "secrets":
                 continue
-            sub = f"{path}.{key}"
-            if isinstance(key, str) and (hit := credential_find(key)):
-                found.append((path, *hit))
-            found += _credential_paths(item, sub)
+            if isinstance(key, str):
+                found.append((path, key))
+            found += _plain_texts(item, f"{path}.{key}")
     elif isinstance(value, list):
         for item in value:
-            found += _credential_paths(item, path)
+            found += _plain_texts(item, path)
     return found
 
 
-def _credentials_refuse(errs: _Errors, spec: Any) -> None:
-    """Refuse each plain value of ``spec`` that looks like a credential, at its path (replacing
-    whatever else was said there), and mask any credential left in the other messages, so the
-    answer never holds one."""
+def _credential_paths(value: Any, path: str) -> list[tuple[str, str, str]]:
+    """``(path, format name, shortened form)`` of each plain string in ``value`` (keys included)
+    that looks like a well-known credential (:func:`_plain_texts`)."""
+    return [(at, *hit) for at, text in _plain_texts(value, path) if (hit := credential_find(text))]
+
+
+def _stored_secret_paths(spec: Any, secret_values: dict[str, str]) -> list[tuple[str, str]]:
+    """``(path, secret name)`` of each plain string in ``spec`` (keys included) that holds the
+    value of a stored secret (``secret_values``: value → name) of at least
+    :data:`SECRET_VALUE_MIN_LENGTH` characters, once per path and secret."""
+    values = {v.strip(): name for v, name in secret_values.items() if len(v.strip()) >= SECRET_VALUE_MIN_LENGTH}
+    found: list[tuple[str, str]] = []
+    for at, text in _plain_texts(spec, "spec"):
+        for value, name in values.items():
+            if value in text and (at, name) not in found:
+                found.append((at, name))
+    return found
+
+
+def _credentials_refuse(errs: _Errors, spec: Any, secret_values: dict[str, str]) -> None:
+    """Refuse each plain value of ``spec`` that looks like a credential or holds the value of a
+    stored secret, at its path (replacing whatever else was said there), and mask any credential
+    or stored value left in the other messages, so the answer never holds one."""
     try:
         found = _credential_paths(spec, "spec")
+        held = _stored_secret_paths(spec, secret_values)
     except Exception:  # noqa: BLE001 - the contract is InvalidInput for any input
-        found = []
-    for path, name, short in found:
+        found, held = [], []
+    for path in [p for p, *_ in found] + [p for p, _ in held]:
         errs.errors[path] = [m for m in errs.errors.get(path, []) if "looks like a " in m]
     for path, name, short in found:
         errs.add(path, f"{path} looks like a {name} ({short}): {SECRET_INSTEAD}")
+    for path, name in held:
+        errs.add(path, f"{path} holds the value of secret {json_spelled(name)}: reference that secret from "
+                       f"spec.secrets instead (an environment variable named like a credential, e.g. "
+                       f'{{"HF_TOKEN": "{name}"}}); a plain value is stored and shown in clear')
+    forms = sorted({f for v in secret_values if len(v.strip()) >= SECRET_VALUE_MIN_LENGTH for f in value_forms(v)},
+                   key=len, reverse=True)
     for path, messages in errs.errors.items():
-        errs.errors[path] = [credential_mask(m) for m in messages]
+        errs.errors[path] = [_values_masked(credential_mask(m), forms) for m in messages]
+
+
+def _values_masked(text: str, forms: list[str]) -> str:
+    """``text`` with each of ``forms`` (spellings of stored secret values, longest first)
+    replaced by :data:`REDACTED`."""
+    for form in forms:
+        text = text.replace(form, REDACTED)
+    return text
 
 
 def engine_topology_errors(*, engine: Any, topology: Any) -> dict[str, list[str]]:

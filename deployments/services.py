@@ -46,6 +46,7 @@ from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_spelled
 from controlplane.lengths import length_message
 from controlplane.redaction import MIN_VALUE_LENGTH, redact_text, register_secret_value, stored_secret_values_load
+from controlplane.secretbox import SecretUnreadable
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
 from deployments.launch import LaunchPlan, launch_plan_render
 from deployments.logfiles import RedactedLogReader, log_file, log_parts
@@ -198,14 +199,31 @@ def secret_names() -> set[str]:
     return set(Secret.objects.values_list("name", flat=True))
 
 
+def secret_values() -> dict[str, str]:
+    """The plain-text value of every stored secret, mapped to the secret's name: what recipe
+    validation refuses to find in a recipe's plain values (env, flags), so a pasted value is never
+    stored in clear. Decrypts every secret (there are few). A secret this server cannot decrypt
+    (:class:`controlplane.secretbox.SecretUnreadable`) is left out: there is nothing to compare.
+    Values shorter than :data:`deployments.recipes.SECRET_VALUE_MIN_LENGTH` are returned but not
+    looked for (too likely to be ordinary text)."""
+    values: dict[str, str] = {}
+    for secret in Secret.objects.all():
+        try:
+            values[secret.plaintext()] = secret.name
+        except SecretUnreadable:
+            continue
+    return values
+
+
 #: Spec paths whose rules depend on the topology: which roles there are, and what refers to them.
 TOPOLOGY_SPEC_PATHS = ("spec.roles", "spec.transfer_backend", "spec.kernels", "spec.sim")
 
 
 def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node | None) -> dict:
     """:func:`deployments.recipes.recipe_validate` of ``spec`` against the facts of the node row
-    ``node`` and the stored secret names: the one spec check of the service, the API and the
-    form. Returns the normalised spec.
+    ``node`` and the stored secret names and values (:func:`secret_values`: a plain value holding
+    one is refused): the one spec check of the service, the API and the form. Returns the
+    normalised spec.
 
     Every problem that can be found is reported, also where a part the rules need is missing:
 
@@ -221,17 +239,21 @@ def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node | 
     """
     facts = node_facts_from_row(node) if node is not None else _facts_of_references(spec)
     names = secret_names()
+    values = secret_values()
     rule = engine_topology_errors(engine=engine, topology=topology)
     adapter = ENGINES.get(engine) if isinstance(engine, str) else None
     if adapter is None and isinstance(spec, dict):
-        return _spec_validate_without_engine(rule=rule, topology=topology, spec=spec, facts=facts, names=names)
+        return _spec_validate_without_engine(rule=rule, topology=topology, spec=spec, facts=facts, names=names,
+                                             values=values)
     if adapter is None or not rule:
-        return recipe_validate(engine=engine, topology=topology, spec=spec, node=facts, secret_names=names)
+        return recipe_validate(engine=engine, topology=topology, spec=spec, node=facts, secret_names=names,
+                               secret_values=values)
     errors = {path: list(messages) for path, messages in rule.items()}
     errors["topology"].append(f"{', '.join(TOPOLOGY_SPEC_PATHS)} were not checked: what they may hold depends on "
                               f"the topology; the rest of the spec was checked for engine {engine}")
     try:
-        recipe_validate(engine=engine, topology=adapter.topologies[0], spec=spec, node=facts, secret_names=names)
+        recipe_validate(engine=engine, topology=adapter.topologies[0], spec=spec, node=facts, secret_names=names,
+                        secret_values=values)
     except InvalidInput as exc:
         for path, messages in exc.errors.items():
             if not any(path == p or path.startswith(p + ".") for p in TOPOLOGY_SPEC_PATHS):
@@ -300,7 +322,7 @@ def _engine_independent(path: str, *, topology_known: bool) -> bool:
 
 
 def _spec_validate_without_engine(*, rule: dict[str, list[str]], topology: Any, spec: dict, facts: NodeFacts,
-                                  names: set[str]) -> dict:
+                                  names: set[str], values: dict[str, str]) -> dict:
     """Every problem of ``spec`` that can be judged without a known engine, with the engine's (and
     the topology's) error: the spec is checked for :data:`STAND_IN_ENGINE` and only the errors
     whose rule holds whatever the engine (:func:`_engine_independent`) are kept; ``engine`` says
@@ -312,7 +334,7 @@ def _spec_validate_without_engine(*, rule: dict[str, list[str]], topology: Any, 
                             "the engine; the rest of the spec was checked")
     try:
         recipe_validate(engine=STAND_IN_ENGINE, topology=topology if topology_known else "single", spec=spec,
-                        node=facts, secret_names=names)
+                        node=facts, secret_names=names, secret_values=values)
     except InvalidInput as exc:
         for path, messages in exc.errors.items():
             if _engine_independent(path, topology_known=topology_known):
