@@ -373,15 +373,3 @@ def redact_text(text: str) -> str:
         at, lo, hi = hi, begin, end
     out += [text[at:lo], REDACTED, text[hi:]]
     return "".join(out)
-    _stored_values_refresh()
-    with _lock:
-        values = sorted(_known_values, key=len, reverse=True)
-    for value in values:
-        if value in text:
-            text = text.replace(value, REDACTED)
-    for pattern in _PATTERNS:
-        if pattern.groups:
-            text = pattern.sub(lambda m: m.group(1) + REDACTED, text)
-        else:
-            text = pattern.sub(REDACTED, text)
-    return text
