@@ -16,6 +16,13 @@ from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, ImportFormat, RunSo
 ONE_ACTIVE_SWEEP_CONSTRAINT = "benchmarks_one_active_sweep_per_deployment"
 
 
+def gpus_are_modelled(*, engine: str | None, num_gpus: int | None) -> bool:
+    """Whether ``num_gpus`` of a sweep or run of ``engine`` are GPUs a sim profile models
+    (``spec.sim.gpus_modelled``, :func:`benchmarks.sweeps.recipe_gpu_count`), not GPUs it ran on:
+    the sim takes none, so its count is only what tok/s per GPU divides by. False without a count."""
+    return bool(num_gpus) and engine == "sim"
+
+
 class BenchmarkSweep(models.Model):
     """A benchmark sweep: one deployment driven through a grid of points, point by point.
 
@@ -95,6 +102,11 @@ class BenchmarkSweep(models.Model):
 
     def __str__(self) -> str:
         return self.name or f"sweep #{self.pk}"
+
+    @property
+    def gpus_modelled(self) -> bool:
+        """Whether :attr:`num_gpus` are modelled by a sim profile (:func:`gpus_are_modelled`)."""
+        return gpus_are_modelled(engine=self.engine, num_gpus=self.num_gpus)
 
     @property
     def has_open_ended_points(self) -> bool:

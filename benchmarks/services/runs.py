@@ -45,7 +45,7 @@ from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
 from benchmarks.loadgen.uncertainty import clip_low, contain_estimate, min_samples_for_interval
-from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
+from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep, gpus_are_modelled
 from benchmarks.sweeps import DIGITS_RE, repeats_text, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.drf_defaults import empty_list_item
@@ -965,16 +965,19 @@ WORKLOAD_PARAMS = (
 )
 
 
-def _workload_text(value: Any, key: str, unit: str) -> str:
+def _workload_text(value: Any, key: str, unit: str, *, engine: str | None = None) -> str:
     """A workload value in a note: ``1024 tokens``, ``2 req/s``, ``closed loop``, ``vllm``,
-    ``#3`` (a deployment)."""
+    ``#3`` (a deployment), ``8`` or ``8 modelled`` (GPUs, whose label names the unit; modelled when
+    a run of ``engine`` ran on none, :func:`benchmarks.models.gpus_are_modelled`)."""
     if key == "request_rate" and value is None:
         return "closed loop"
     if key == "deployment_id":
         return f"#{value}"
+    if key == "num_gpus":
+        return f"{value}" + (" modelled" if gpus_are_modelled(engine=engine, num_gpus=value) else "")
     text = plain_figures([value])[0] if isinstance(value, float) else str(value)
     if unit and value == 1:
-        unit = {"tokens": "token", "requests in flight": "request in flight", "GPUs": "GPU"}.get(unit, unit)
+        unit = {"tokens": "token", "requests in flight": "request in flight"}.get(unit, unit)
     return f"{text} {unit}" if unit else text
 
 
@@ -994,13 +997,16 @@ def _workload_differs(entry: Mapping[str, Any], baseline: Mapping[str, Any]) -> 
     return out
 
 
-def workload_phrases(differs: Sequence[Mapping[str, Any]]) -> list[str]:
+def workload_phrases(differs: Sequence[Mapping[str, Any]], *, engine: str | None = None,
+                     baseline_engine: str | None = None) -> list[str]:
     """A run's ``workload_differs`` in words, one phrase a parameter: ``input length 1024 tokens
     (baseline 256 tokens)``, ``request rate 2 req/s (baseline closed loop)``, ``deployment #4
-    (baseline #3)``."""
-    def text(value: Any, d: Mapping[str, Any]) -> str:
-        return _workload_text(value, _WORKLOAD_KEY[d["field"]], d["unit"])
-    return [f"{d['label']} {text(d['value'], d)} (baseline {text(d['baseline_value'], d)})" for d in differs]
+    (baseline #3)``, ``GPUs 4 modelled (baseline 8)`` (``engine`` and ``baseline_engine``, the
+    run's and the baseline's, tell a sim's modelled GPUs)."""
+    def text(value: Any, d: Mapping[str, Any], engine: str | None) -> str:
+        return _workload_text(value, _WORKLOAD_KEY[d["field"]], d["unit"], engine=engine)
+    return [f"{d['label']} {text(d['value'], d, engine)} (baseline {text(d['baseline_value'], d, baseline_engine)})"
+            for d in differs]
 
 
 def _workload_note(entries: Sequence[Mapping[str, Any]], baseline_id: int, *, with_deltas: bool) -> str | None:
@@ -1008,7 +1014,9 @@ def _workload_note(entries: Sequence[Mapping[str, Any]], baseline_id: int, *, wi
     (``deltas compare unlike workloads, ...: against the baseline run #1, run #2 has input length
     1024 tokens (baseline 256 tokens) and concurrency 4 requests in flight (baseline 1 requests in
     flight)``), or None when every run measured the baseline's workload."""
-    parts = [f"run #{e['id']} has {_and(workload_phrases(e['workload_differs']))}"
+    baseline_engine = next(e["config"].get("engine") for e in entries if e["id"] == baseline_id)
+    parts = [f"run #{e['id']} has " + _and(workload_phrases(e["workload_differs"], engine=e["config"].get("engine"),
+                                                            baseline_engine=baseline_engine))
              for e in entries if e.get("workload_differs")]
     if not parts:
         return None

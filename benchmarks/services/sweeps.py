@@ -2243,7 +2243,7 @@ def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
         return textwrap.wrap(text, width=REPORT_WIDTH, initial_indent=first, subsequent_indent=rest,
                              break_on_hyphens=False) or [first.rstrip()]
 
-    gpus = f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.engine == "sim" else "") if sweep.num_gpus else "GPUs: none"
+    gpus = f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.gpus_modelled else "") if sweep.num_gpus else "GPUs: none"
     from deployments.services import controls_visible
 
     lines = [f"Sweep #{sweep.pk} {controls_visible(sweep.name)} — {sweep.status}"]  # stored before controls were refused

@@ -4,6 +4,7 @@ and run ids in quotes name the same runs as without them."""
 from __future__ import annotations
 
 import csv
+import re
 import io
 
 import pytest
@@ -75,7 +76,7 @@ def test_engine_gpus_and_deployment_are_workload_differences_and_alike_runs_have
     assert [d["field"] for d in body["runs"][1]["workload_differs"]] == ["engine", "num_gpus", "deployment_id"]
     assert body["workload_note"] == (
         "deltas compare unlike workloads, so they measure the workload change as well as any other: against the "
-        f"baseline run #{a.pk}, run #{b.pk} has engine sglang (baseline vllm), GPUs 4 GPUs (baseline 8 GPUs) and "
+        f"baseline run #{a.pk}, run #{b.pk} has engine sglang (baseline vllm), GPUs 4 (baseline 8) and "
         "deployment #4 (baseline #3)")
     same = runs_compare(runs=[a, _run(sweep, 2, snapshot={"engine": "vllm", "topology": "pd", "deployment_id": 3})])
     assert same["workload_note"] is None
@@ -168,3 +169,20 @@ def test_one_run_is_named_and_quoted_ids_are_the_same_ids(viewer, viewer_api) ->
     response = viewer_api.get(f'/api/runs/compare/?ids="{a.pk},{b.pk}')
     assert response.status_code == 400
     assert response.json() == {"ids": [f"must be comma-separated integer ids, got '\"{a.pk}'"]}
+
+
+def test_a_sims_gpus_are_said_to_be_modelled_in_the_note_and_the_configuration_table(viewer) -> None:
+    sweep = _sweep()
+    a = _run(sweep, 0, snapshot={"engine": "sim", "topology": "pd"})
+    b = _run(sweep, 1, num_gpus=4, snapshot={"engine": "sim", "topology": "pd"})
+    c = _run(sweep, 2, num_gpus=2, snapshot={"engine": "sglang", "topology": "pd"})
+    body = runs_compare(runs=[a, b, c])
+    assert body["workload_note"].endswith(
+        f"run #{b.pk} has GPUs 4 modelled (baseline 8 modelled); run #{c.pk} has engine sglang (baseline sim) "
+        "and GPUs 2 (baseline 8 modelled)")
+    page = logged_in_client(viewer).get(f"/benchmarks/compare/?runs={a.pk},{b.pk},{c.pk}").content.decode()
+    row = re.search(r'<tr class="config differs"><td>num_gpus.*?</tr>', page).group(0)
+    cells = [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+    assert cells == ["num_gpus (modelled: by the sim profile, not GPUs it ran on; used for tok/s per GPU) differs",
+                     "8 modelled", "4 modelled", "2"]
+    assert f"GPUs 4 modelled (baseline 8 modelled)</td>" in page

@@ -1,21 +1,26 @@
 """A sim deployment takes no GPUs: its sweep's GPU count is the one its sim profile models
-(``spec.sim.gpus_modelled``), and the sweep page and the API's field help say so, as the command
-line does ("8 GPUs modelled"); a sweep of a GPU engine shows its count as the GPUs it used."""
+(``spec.sim.gpus_modelled``), and the sweep page, its runs' pages and the API's field help say so,
+as the command line does ("8 GPUs modelled"); a sweep of a GPU engine shows its count as the GPUs
+it used."""
 import re
 
 import pytest
 from django.test import Client
 
-from benchmarks.models import BenchmarkSweep
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
 
 pytestmark = pytest.mark.django_db
 
 
-def _gpus_fact(viewer, sweep) -> str:
+def _fact(viewer, url: str, name: str = "GPUs") -> str:
     page = Client()
     page.force_login(viewer)
-    body = page.get(f"/benchmarks/sweeps/{sweep.pk}/").content.decode()
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", re.search(r"<dt>GPUs</dt><dd>(.*?)</dd>", body).group(1)))
+    body = page.get(url).content.decode()
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", re.search(rf"<dt>{name}</dt><dd>(.*?)</dd>", body).group(1)))
+
+
+def _gpus_fact(viewer, sweep) -> str:
+    return _fact(viewer, f"/benchmarks/sweeps/{sweep.pk}/")
 
 
 def test_a_sim_sweeps_gpus_are_said_to_be_modelled_by_its_sim_profile(viewer):
@@ -33,3 +38,15 @@ def test_the_api_field_help_says_a_sim_deployments_gpus_are_modelled(viewer_api)
     text = schema.content.decode()
     assert "for a sim deployment (engine sim) the GPUs its sim profile models (spec.sim.gpus_modelled), not GPUs it " \
            "ran on" in text
+
+
+def test_a_sim_runs_page_says_its_gpus_are_modelled_as_its_sweep_page_does(viewer):
+    sim = BenchmarkSweep.objects.create(name="sim", engine="sim", topology="pd", status="done", num_gpus=8)
+    run = BenchmarkRun.objects.create(sweep=sim, status="done", concurrency=1, input_len=64, output_len=64,
+                                      num_gpus=8, snapshot={"engine": "sim"})
+    assert _fact(viewer, f"/benchmarks/runs/{run.pk}/") == \
+        "8 modelled (by the sim profile, not GPUs it ran on; used for tok/s per GPU)"
+    gpu = BenchmarkSweep.objects.create(name="gpu", engine="sglang", topology="single", status="done", num_gpus=2)
+    run = BenchmarkRun.objects.create(sweep=gpu, status="done", concurrency=4, input_len=64, output_len=64,
+                                      num_gpus=2, snapshot={"engine": "sglang"})
+    assert _fact(viewer, f"/benchmarks/runs/{run.pk}/") == "2 (used for tok/s per GPU)"

@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, render
 
 from benchmarks import services
 from benchmarks.choices import RunSource
-from benchmarks.models import BenchmarkRun
+from benchmarks.models import BenchmarkRun, gpus_are_modelled
 from benchmarks.selectors import PK_MAX, runs_by_ids
 from benchmarks.sweeps import DIGITS_RE
 from benchmarks.loadgen.uncertainty import min_samples_for_interval
@@ -67,6 +67,8 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "stopped_early": summary.get("stopped_early") or "", "halted": summary.get("halted") or "",
         "cap_not_applied": summary.get("request_cap_applied") is False,
         "latencies": LATENCIES, "lengths_text": run_lengths_text(run), "slo": slo_text(run_slo(run=run)),
+        "gpus_modelled": gpus_are_modelled(engine=(run.snapshot or {}).get("engine") or (run.sweep and run.sweep.engine),
+                                           num_gpus=row["num_gpus"]),
     })
 
 
@@ -451,7 +453,8 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     """Shape :func:`benchmarks.services.runs_compare` output for the comparison template.
 
     Returns ``rows`` (:func:`run_row` per run), ``config_rows`` (``{"field", "values", "differs"}``
-    for every config field, in the service's order), ``metric_rows`` (``{"label", "unit",
+    for every config field, in the service's order; ``num_gpus`` values a sim profile models read
+    ``8 modelled``, with a ``note`` saying so), ``metric_rows`` (``{"label", "unit",
     "values", "texts", "best"}``; ``texts`` are the values as the table prints them, with the decimal
     places the sweep pages print that metric with (:data:`ROW_DECIMALS`, :func:`_decimal_figures`: the
     same for every value of a row, one more where two values would read alike), other counts in three
@@ -469,6 +472,12 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     config_keys = list(entries[0]["config"].keys()) if entries else []
     config_rows = [{"field": key, "values": [_config_text(e["config"].get(key), key=key) for e in entries],
                     "differs": key in differing} for key in config_keys]
+    for c in config_rows:
+        modelled = [c["field"] == "num_gpus" and gpus_are_modelled(engine=e["config"].get("engine"), num_gpus=v)
+                    for e, v in zip(entries, c["values"])]
+        if any(modelled):
+            c["values"] = [f"{v} modelled" if m else v for v, m in zip(c["values"], modelled)]
+            c["note"] = "modelled: by the sim profile, not GPUs it ran on; used for tok/s per GPU"
     index_of = {e["id"]: i for i, e in enumerate(entries)}
     best = comparison.get("best") or {}
     ties = comparison.get("ties") or {}
@@ -483,6 +492,7 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
                             "deltas": [_delta_text(d) for d in deltas]})
     unmeasured = {e["id"] for e in entries if e.get("measured") is False}
     baseline = comparison.get("baseline")
+    baseline_engine = next((e["config"].get("engine") for e in entries if e["id"] == baseline), None)
     notes = [str(n) for n in comparison.get("notes") or []]
     return {
         "baseline_id": baseline, "baseline_index": index_of.get(baseline),
@@ -490,7 +500,7 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         "tie_threshold_pct": comparison.get("tie_threshold_pct"),
         # The workload parameters where a run is not the baseline's (its deltas compare unlike workloads).
         "workload_note": comparison.get("workload_note") or "",
-        "workload_texts": [_workload_cell(e.get("workload_differs") or []) for e in entries],
+        "workload_texts": [_workload_cell(e, baseline_engine) for e in entries],
         "slo_texts": [slo_text(e["config"].get("slo")) for e in entries],
         "rows": rows, "config_rows": config_rows, "metric_rows": metric_rows,
         "refusals": notes,
@@ -524,11 +534,12 @@ def _decimal_figures(values: Sequence[float | int | None], *, decimals: int = 3)
     return [None if v is None else shown[float(v)] for v in values]
 
 
-def _workload_cell(differs: Sequence[Mapping[str, Any]]) -> str:
-    """A run's ``workload_differs`` as its cell in the change table: ``input length 1024 tokens
-    (baseline 256 tokens); concurrency 4 requests in flight (baseline 1 requests in flight)``; ``""``
-    for none."""
-    return "; ".join(workload_phrases(differs))
+def _workload_cell(entry: Mapping[str, Any], baseline_engine: str | None) -> str:
+    """A compared run's ``workload_differs`` as its cell in the change table: ``input length 1024
+    tokens (baseline 256 tokens); concurrency 4 requests in flight (baseline 1 request in flight)``,
+    ``GPUs 4 modelled (baseline 8 modelled)``; ``""`` for none."""
+    return "; ".join(workload_phrases(entry.get("workload_differs") or [], engine=entry["config"].get("engine"),
+                                      baseline_engine=baseline_engine))
 
 
 def _delta_text(value: float | None) -> str | None:
