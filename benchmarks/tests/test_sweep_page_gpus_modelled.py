@@ -1,7 +1,7 @@
 """A sim deployment takes no GPUs: its sweep's GPU count is the one its sim profile models
 (``spec.sim.gpus_modelled``), and the sweep page, its runs' pages and the API's field help say so,
 as the command line does ("8 GPUs modelled"); a sweep of a GPU engine shows its count as the GPUs
-it used."""
+it used. A run page's load reads "concurrency 4 (closed loop)", no unit to get wrong for one."""
 import re
 
 import pytest
@@ -50,3 +50,9 @@ def test_a_sim_runs_page_says_its_gpus_are_modelled_as_its_sweep_page_does(viewe
     run = BenchmarkRun.objects.create(sweep=gpu, status="done", concurrency=4, input_len=64, output_len=64,
                                       num_gpus=2, snapshot={"engine": "sglang"})
     assert _fact(viewer, f"/benchmarks/runs/{run.pk}/") == "2 (used for tok/s per GPU)"
+
+
+def test_a_runs_load_names_its_concurrency_without_a_unit_that_disagrees_in_number(viewer):
+    for concurrency in (1, 4):
+        run = BenchmarkRun.objects.create(status="done", concurrency=concurrency, input_len=64, output_len=64)
+        assert _fact(viewer, f"/benchmarks/runs/{run.pk}/", "Load") == f"concurrency {concurrency} (closed loop)"
