@@ -165,7 +165,8 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
 
     if deployment.status in DEPLOYMENT_TERMINAL:
-        raise Conflict(f"deployment #{deployment.pk} is {deployment.status}; deploy it again to sweep it")
+        raise Conflict(f"deployment #{deployment.pk} is {deployment.status}; "
+                       "deploy its recipe again and sweep the new deployment")
     spec = deployment.spec_snapshot or {}
     engine = deployment.recipe.engine
     startup = int(spec.get("startup_timeout_s") or 1800)
@@ -177,7 +178,8 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     # A deployment being stopped (a stop requested, perhaps not yet seen by its node's agent)
     # would be gone before the sweep's first request.
     if deployment.status == DeploymentStatus.STOPPING or deployment.stop_requested:
-        raise Conflict(f"deployment #{deployment.pk} is being stopped; deploy it again to sweep it")
+        raise Conflict(f"deployment #{deployment.pk} is being stopped; "
+                       "deploy its recipe again and sweep the new deployment")
     # The load goes out from the control plane's worker, but only the node agent watches the
     # processes: without it "ready" is as last seen and a server ending mid-point goes unnoticed.
     offline = _agent_offline_refusal(deployment)

@@ -33,7 +33,8 @@ def test_it_answers_a_bad_grid_with_400_before_the_deployment_is_found_over(oper
     assert bad.status_code == 400
     assert bad.json() == BAD_GRID_ERRORS
     assert valid.status_code == 409
-    assert valid.json() == {"detail": f"deployment #{deployment.pk} is {status}; deploy it again to sweep it",
+    assert valid.json() == {"detail": f"deployment #{deployment.pk} is {status}; deploy its recipe again and sweep "
+                                      "the new deployment",
                             "code": "conflict"}
     assert not BenchmarkSweep.objects.exists()
 

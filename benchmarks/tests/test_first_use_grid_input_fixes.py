@@ -180,11 +180,12 @@ def test_the_sweep_command_says_a_recipes_latest_deployment_ended() -> None:
         call_command("sweep", "local-sim-single", "--concurrency", "1", stdout=io.StringIO())
     assert str(exc.value) == (
         f"recipe 'local-sim-single': its latest deployment #{failed.pk} is failed (single #0 exited with code 1 "
-        "(ModuleNotFoundError: no module named x)); deploy it again to sweep it")
+        "(ModuleNotFoundError: no module named x)); deploy it again and sweep the new deployment")
     # Refused input, each on one line: argparse's exit status for a bad option, 2.
     assert exc.value.returncode == 2
     # By its id, the service's own refusal, as the API's 409 says it.
-    with pytest.raises(CommandError, match=rf"deployment #{failed.pk} is failed; deploy it again to sweep it") as exc:
+    with pytest.raises(CommandError, match=rf"deployment #{failed.pk} is failed; deploy its recipe again and sweep "
+                                           "the new deployment") as exc:
         call_command("sweep", str(failed.pk), "--concurrency", "1", stdout=io.StringIO())
     assert exc.value.returncode == 2 and "\n" not in str(exc.value)
     Recipe.objects.create(name="never-deployed", engine="sim", topology="single", node=Node.objects.get(name="local"),

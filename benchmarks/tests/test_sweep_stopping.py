@@ -25,7 +25,8 @@ def test_a_ready_deployment_with_a_stop_pending_is_not_swept(operator, operator_
 
     answer = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json")
     assert answer.status_code == 409, answer.content
-    assert answer.json() == {"detail": f"deployment #{deployment.pk} is being stopped; deploy it again to sweep it",
+    assert answer.json() == {"detail": f"deployment #{deployment.pk} is being stopped; deploy its recipe again and "
+                                       "sweep the new deployment",
                              "code": "conflict"}
     assert not BenchmarkSweep.objects.filter(deployment=deployment).exists()
 

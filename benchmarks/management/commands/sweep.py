@@ -154,8 +154,9 @@ def grid_error_lines(exc: InvalidInput) -> list[str]:
 def no_deployment_text(target: str) -> str:
     """Why ``target`` (a recipe name, or an id) names no deployment to sweep: a recipe whose latest
     deployment ended says so as the API's 409 does (``recipe 'local-sim-single': its latest
-    deployment #4 is failed (first line of its reason); deploy it again to sweep it``); a recipe
-    never deployed says that; anything else is not a deployment or recipe Ceiling knows."""
+    deployment #4 is failed (first line of its reason); deploy it again and sweep the new
+    deployment``); a recipe never deployed says that; anything else is not a deployment or recipe
+    Ceiling knows."""
     from deployments.models import Recipe
 
     if not (target.isascii() and target.isdigit()):
@@ -164,7 +165,7 @@ def no_deployment_text(target: str) -> str:
             why = (latest.reason or "").split("\n", 1)[0].strip()
             why = why if len(why) <= 200 else why[:199] + "…"
             return (f"recipe {json_spelled(target)}: its latest deployment #{latest.pk} is {latest.status}"
-                    + (f" ({why})" if why else "") + "; deploy it again to sweep it")
+                    + (f" ({why})" if why else "") + "; deploy it again and sweep the new deployment")
         if Recipe.objects.filter(name=target).exists():
             return f"recipe {json_spelled(target)} has no deployment; deploy it first to sweep it"
     return f"no deployment {json_spelled(target)} (give an id, or the name of a recipe that is deployed)"
