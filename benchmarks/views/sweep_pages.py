@@ -20,7 +20,7 @@ from benchmarks.forms import grid_value
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_aborted, sweep_requests_cancelled
-from benchmarks.services.sweeps import TOK_S_WINDOW_S
+from benchmarks.services.sweeps import SHARED_RECHECK_S, TOK_S_WINDOW_S
 from benchmarks.sweeps import DEFAULT_LENGTHS, failure_counts
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
@@ -493,7 +493,9 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     point, None when none runs or it has not reported yet) and ``as_of`` (its ``updated_at`` as a
     datetime: when the running point's counts, ``requests_done`` and ``current_tok_s`` were last
     stored; None when unknown), ``held_at`` (when its task last found the pending sweep
-    held back by a sweep sharing a CPU or GPU with it; None when not pending or never held).
+    held back by a sweep sharing a CPU or GPU with it, the API's ``held_at``; None when not pending
+    or never held) and ``held_recheck_s`` (seconds between its looks, each renewing ``held_at``:
+    :data:`benchmarks.services.sweeps.SHARED_RECHECK_S`).
 
     ``percent`` counts requests, or, when the grid limits points by time (``duration_s``, where the
     request total is only a budget), finished points plus the running point's share: the larger
@@ -526,6 +528,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
         "current_point": sweep.current_point if sweep.status == SweepStatus.RUNNING else "",
         "active": active, "run": live, "queue_note": sweep_queue_note(sweep=sweep) if active else "",
         "held_at": sweep.held_at if sweep.status == SweepStatus.PENDING else None,
+        "held_recheck_s": SHARED_RECHECK_S,
         "message": message, "as_of": parse_datetime((message or {}).get("updated_at") or ""),
     }
 
