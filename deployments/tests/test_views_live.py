@@ -5,6 +5,7 @@ browser then does with them is covered by the browser tests."""
 from __future__ import annotations
 
 import re
+from html import unescape
 from datetime import timedelta
 from datetime import timezone as dt_timezone
 
@@ -188,6 +189,24 @@ def test_it_shows_the_stored_telemetry_and_sweeps_of_an_ended_deployment(viewer_
     assert "data-live-deployment" not in html
     assert f'href="{reverse("benchmarks:sweep-detail", args=[sweep.pk])}">#{sweep.pk} c-scan</a>' in html
     assert "3 / 3" in html
+
+
+NO_TOK_S_LLAMACPP = ("llama-cpp-python's server exposes no /metrics, so there is no live tok/s; sweeps measure it "
+                     "(see the benchmark sweeps below)")
+
+
+@pytest.mark.parametrize("status", [DeploymentStatus.READY, DeploymentStatus.STOPPED])
+def test_it_says_an_engine_without_metrics_will_never_chart_tok_s_not_yet(viewer_client, cpu_node, pd_deployment,
+                                                                          status):
+    llamacpp = deployment_row_create(recipe=recipe_row_create(node=cpu_node, name="gguf", engine="llamacpp"),
+                                     status=status)
+    html = viewer_client.get(reverse("deployments:deployment-detail", args=[llamacpp.pk])).content.decode()
+    said = re.findall(r'data-no-tok-s="([^"]*)"', html)
+    assert [unescape(t) for t in said] == [NO_TOK_S_LLAMACPP]
+    assert ('data-live-deployment' in html) is (status == DeploymentStatus.READY)
+    # An engine with /metrics: the chart's own "no tok/s recorded yet" stands.
+    html = viewer_client.get(reverse("deployments:deployment-detail", args=[pd_deployment.pk])).content.decode()
+    assert "data-no-tok-s" not in html
 
 
 # --- sweep page -------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from deployments.choices import (
 )
 from deployments.models import Deployment, ServerProcess
 from deployments.supervisor import signal_text
+from deployments.telemetry.engine import NO_METRICS
 from deployments.topology import parse_cpulist, same_cpulist
 from deployments.views.common import (
     _agent_view, _can_write, _duration_text, _status_class, _when, post_or_redirect, role_page,
@@ -389,11 +390,14 @@ def _telemetry_context(deployment: Deployment, processes: list[ServerProcess]) -
     """What the telemetry panel needs: the live group (``deployment-<id>``) while the
     deployment runs, or, once it ended, the window of its stored telemetry in unix seconds
     (``since``/``until``, from the REST history endpoint) and its benchmark sweeps; plus one row
-    per process (id, role, label) for the live table."""
+    per process (id, role, label) for the live table, and ``no_tok_s``: for an engine that exposes
+    no ``/metrics`` (:data:`deployments.telemetry.engine.NO_METRICS`) what its output chart says
+    instead of "no tok/s recorded yet" (none will ever be: only sweeps measure it), else ``""``."""
     began = deployment.started_at or deployment.created_at
     from benchmarks.selectors import sweep_list  # the benchmarks app builds on this one: import late
 
     sweeps = list(sweep_list(deployment_id=deployment.pk)[:SWEEPS_SHOWN])
+    no_metrics = NO_METRICS.get(deployment.recipe.engine)
     return {
         "group": deployment_group(deployment.pk),
         "live": deployment.status not in DEPLOYMENT_TERMINAL,
@@ -404,6 +408,8 @@ def _telemetry_context(deployment: Deployment, processes: list[ServerProcess]) -
             for p in processes if p.status not in PROCESS_TERMINAL or deployment.status in DEPLOYMENT_TERMINAL
         ],
         "sweeps": sweeps,
+        "no_tok_s": (f"{no_metrics}, so there is no live tok/s; sweeps measure it (see the benchmark sweeps below)"
+                     if no_metrics else ""),
     }
 
 

@@ -439,11 +439,15 @@
 
   var TERMINAL = /^(stopped|failed|killed)$/;
 
-  // The deployment's output chart on its page; with no tok/s figure yet it says so in words.
+  // The deployment's output chart on its page; with no tok/s figure yet it says so in words. An
+  // engine without /metrics never gives one: the page says why (data-no-tok-s), never "yet".
   function outputSpark(root) {
     return sparkOf(root, "tok_s", {
       unit: "tok/s", axes: true, label: "output tok/s", height: 170,
-      empty: function () { return root._ended ? "no tok/s recorded while it ran" : "no tok/s recorded yet"; }
+      empty: function () {
+        return root.getAttribute("data-no-tok-s") ||
+          (root._ended ? "no tok/s recorded while it ran" : "no tok/s recorded yet");
+      }
     });
   }
 
@@ -566,7 +570,8 @@
                                 empty: empty });
       s.load(ts, vs || []);
     }
-    chart("Output (tok/s)", h.t, h.tok_s, "tok/s", undefined, "no tok/s recorded while it ran");
+    chart("Output (tok/s)", h.t, h.tok_s, "tok/s", undefined,
+          root.getAttribute("data-no-tok-s") || "no tok/s recorded while it ran");
     var labels = {};
     Array.prototype.forEach.call(root.querySelectorAll("[data-process-label]"), function (el) {
       labels[el.getAttribute("data-process-label")] = el.textContent;

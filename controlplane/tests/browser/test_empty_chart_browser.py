@@ -2,7 +2,8 @@
 the first one), in a real browser (the Debian ``chromium`` package driven by Playwright) against
 Django's live test server: its output chart is a short muted line, "no tok/s recorded yet" while
 it runs and "no tok/s recorded while it ran" once it ended, never bare axes over 0-1; a chart
-with values on the same page is still drawn.
+with values on the same page is still drawn. An engine that exposes no ``/metrics`` (llama.cpp)
+never gives one: its chart says so, live or stored, and points to the sweeps, never "yet".
 
 No engines, agent or websocket server: the rows and their stored telemetry are written
 directly, and the live page's ``/ws/live/`` is answered by Playwright (a subscription
@@ -27,12 +28,15 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 PASSWORD = "correct-horse-battery"  # the personas' password (conftest.py)
 NO_TOK_S_YET = "no tok/s recorded yet"
 NO_TOK_S_ENDED = "no tok/s recorded while it ran"
+NO_METRICS = ("llama-cpp-python's server exposes no /metrics, so there is no live tok/s; sweeps measure it (see the "
+              "benchmark sweeps below)")
 
 
-def _deployment_without_tok_s(status: str) -> tuple[int, int]:
-    """A deployment in ``status`` with 5 stored seconds of telemetry (starting 10 s ago): CPU %
-    of its one process each second, tok/s never; (deployment id, process id)."""
-    recipe = recipe_row_create(node=cpu_node_create(name="edge-box"), name="no-metrics")
+def _deployment_without_tok_s(status: str, engine: str = "sim") -> tuple[int, int]:
+    """A deployment of ``engine`` in ``status`` with 5 stored seconds of telemetry (starting 10 s
+    ago): CPU % of its one process each second, tok/s never; (deployment id, process id)."""
+    recipe = recipe_row_create(node=cpu_node_create(name=f"edge-box-{status}"), name=f"no-metrics-{status}",
+                               engine=engine)
     deployment = deployment_row_create(recipe=recipe, status=status)
     began = timezone.now() - timedelta(seconds=10)
     ended = began + timedelta(seconds=6) if status in (DeploymentStatus.STOPPED, DeploymentStatus.FAILED) else None
@@ -57,6 +61,18 @@ def ended_without_tok_s(transactional_db) -> int:
 def starting_without_tok_s(transactional_db) -> int:
     """A starting deployment whose stored telemetry has no tok/s yet; its id."""
     return _deployment_without_tok_s(DeploymentStatus.STARTING)[0]
+
+
+@pytest.fixture
+def llamacpp_starting(transactional_db) -> int:
+    """A starting llama.cpp deployment (no /metrics); its id."""
+    return _deployment_without_tok_s(DeploymentStatus.STARTING, "llamacpp")[0]
+
+
+@pytest.fixture
+def llamacpp_ended(transactional_db) -> int:
+    """A stopped llama.cpp deployment (no /metrics); its id."""
+    return _deployment_without_tok_s(DeploymentStatus.STOPPED, "llamacpp")[0]
 
 
 def _new_page(browser):
@@ -124,6 +140,32 @@ def test_it_says_no_tok_s_was_recorded_on_the_live_chart_and_again_once_the_depl
                                  "data": {"status": "failed"}}))
     chart.locator("[data-chart-empty]").filter(has_text=NO_TOK_S_ENDED).wait_for(timeout=5_000)
     assert chart.locator(".uplot").count() == 0
+
+    context.close()
+    assert errors == [], errors
+
+
+def test_it_says_an_engine_without_metrics_charts_no_tok_s_live_or_stored(
+        live_server, llamacpp_starting, llamacpp_ended, viewer, browser):
+    context, page, errors = _new_page(browser)
+
+    def answer(ws) -> None:  # the subscription acknowledged: the page then fetches the stored history
+        groups = parse_qs(urlsplit(ws.url).query).get("sub", [])
+        ws.on_message(lambda text: None)
+        ws.send(json.dumps({"type": "live.subscribed", "ack_every": 50,
+                            "groups": {g: {"seq": 0, "latest": {}} for g in groups}}))
+
+    page.route_web_socket("**/ws/live/**", answer)
+    _log_in(page, live_server.url, viewer, f"/deployments/{llamacpp_starting}/")
+    chart = page.locator("#deployment-telemetry [data-spark='tok_s']")
+    chart.locator("[data-chart-empty]").filter(has_text=NO_METRICS).wait_for(timeout=10_000)
+    assert chart.locator("[data-chart-empty]").inner_text() == NO_METRICS
+
+    page.goto(f"{live_server.url}/deployments/{llamacpp_ended}/", wait_until="domcontentloaded")
+    history = page.locator("#deployment-telemetry-history")
+    history.locator("[data-f='history-note']").filter(has_text="5 stored samples").wait_for(timeout=10_000)
+    output = history.locator(".history-chart").filter(has=page.locator("h3", has_text="Output (tok/s)"))
+    assert output.locator("[data-chart-empty]").inner_text() == NO_METRICS
 
     context.close()
     assert errors == [], errors
