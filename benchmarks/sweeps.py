@@ -728,15 +728,20 @@ def failure_counts(summary: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """``(failed, aborted)`` of a stored summary: ``failed`` the requests that failed at the
     server (an error answer, a timeout, a broken stream), ``aborted`` those a stop (a cancel, or
     the deployment going down under the point) ended in flight, which are no failure of the
-    server. A measured summary's ``failures`` counts every request that did not succeed, the
-    aborted ones included, and its ``aborted`` says how many of them those are; an imported one
-    has no ``aborted`` (None: its harness was not stopped by this control plane). Neither is
-    ever a success."""
+    server. A measured summary's ``failures`` counts the server's and its ``aborted`` the stop's
+    (``requests`` = ``successes`` + ``failures`` + ``aborted``); one stored before that rule
+    counted the aborted ones among ``failures`` too (``requests`` = ``successes`` + ``failures``,
+    with ``aborted`` > 0), which is read here as the server's ``failures`` - ``aborted``. An imported
+    summary has no ``aborted`` (None: its harness was not stopped by this control plane). Neither
+    is ever a success."""
     failures = summary.get("failures", summary.get("failed"))
     aborted = summary.get("aborted")
     if not isinstance(aborted, int) or isinstance(aborted, bool) or aborted < 0:
         return failures, None
-    if isinstance(failures, int) and not isinstance(failures, bool):
+    requests, successes = summary.get("requests"), summary.get("successes")
+    if (isinstance(failures, int) and not isinstance(failures, bool) and aborted
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in (requests, successes))
+            and requests - successes == failures):
         return max(0, failures - aborted), min(aborted, max(0, failures))
     return failures, aborted
 

@@ -169,7 +169,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     ``error_adjusted``: ``{"ttft_s": {"p50", "p90", "p99"}, "e2e_s": {...}, "failures": int,
     "aborted": int, "infinite": ["ttft_s.p99", ...]}``: the server's failures count as +inf
     (nearest rank, metrics.md); requests a stop aborted in flight are neither successes nor
-    failures and are left out (``failures`` there is the summary's ``failures`` less ``aborted``);
+    failures and are left out (``failures`` there is the summary's ``failures``);
     ``infinite`` names every percentile that is +inf because of them (stored as null, see the
     module docstring). A percentile that is null and not listed had no request to rank: none was
     sent, or every one sent was aborted.
@@ -202,14 +202,16 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     ``stall_share`` (the pauses' excess over a median step, as a fraction of all decode time
     Σ(E2E − TTFT)), ``basis`` (``per_token`` or ``per_event``).
 
-    ``requests`` counts the requests sent (``successes`` + ``failures``). A run the driver stopped
+    ``requests`` counts the requests sent (``successes`` + ``failures`` + ``aborted``). A run the driver stopped
     early because its target was gone has ``stopped_early`` (the reason; None otherwise) and
     ``not_sent`` (planned requests never sent: not failures, in no other count; None when the plan
     had no count, a time-limited closed loop); concurrency shortfall is not flagged for it (the
     client did not fall short, the target went away). A run its caller stopped has ``halted``
     (the caller's reason, also ``stopped_early``; None otherwise): a partial run, whose in-flight
-    requests were aborted and count as failures; ``aborted`` says how many of the failures those
-    are (0 for a run nobody stopped) and ``unanswered_workers`` lists the workers that did not
+    requests were aborted: ``aborted`` counts them (0 for a run nobody stopped), neither successes
+    nor ``failures`` (the requests the server failed: an error answer, a timeout, a broken stream;
+    summaries stored before this rule counted the aborted ones among ``failures`` too), and
+    ``unanswered_workers`` lists the workers that did not
     answer the stop in time (their requests then in flight are among the aborted ones).
 
     ``server_token_mismatch``: the server's ``generation_tokens_total`` delta against the client's
@@ -232,14 +234,15 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     out_tok = rec.column("output_tokens").astype(np.int64)
     in_tok = rec.column("input_tokens").astype(np.int64)
     req_in, req_out = rec.column("requested_input"), rec.column("requested_output")
-    s: dict[str, Any] = {"requests": n, "successes": int(ok.sum()), "failures": int(n - ok.sum())}
+    # Requests a stop ended in flight: not successes (no tokens, no latency) and no failures of the
+    # server either, counted apart so a partial run says how many the stop ended.
+    aborted = sum(1 for message in rec.errors.values() if message.startswith(ABORTED_PREFIX))
+    s: dict[str, Any] = {"requests": n, "successes": int(ok.sum()), "failures": int(n - ok.sum()) - aborted}
     stopped = getattr(result, "stopped_early", None)
     s["stopped_early"] = stopped
     s["not_sent"] = getattr(result, "not_sent", 0)
     s["halted"] = getattr(result, "halted", None)
-    # Requests a stop ended in flight: failed (no tokens, no latency), counted apart so a partial
-    # run says how many of its failures are the stop's and how many the server's.
-    s["aborted"] = sum(1 for message in rec.errors.values() if message.startswith(ABORTED_PREFIX))
+    s["aborted"] = aborted
     s["unanswered_workers"] = list(getattr(result, "unanswered_workers", None) or [])
     lo = int(start.min()) if n else 0
     hi = int(end.max()) if n else 0
@@ -271,7 +274,7 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     # error-adjusted view: the server's failures as +inf, nearest rank (never interpolate with
     # inf). A request a stop aborted in flight is neither a success nor a failure of the server:
     # it is left out, so a run whose every request was aborted has no error-adjusted percentile.
-    server_failures = int(n - ok.sum()) - s["aborted"]
+    server_failures = s["failures"]
 
     def adjusted(values: np.ndarray) -> dict[str, float]:
         allv = np.concatenate([values, np.full(server_failures, np.inf)])

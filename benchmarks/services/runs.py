@@ -46,7 +46,7 @@ from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
 from benchmarks.loadgen.uncertainty import clip_low, contain_estimate, min_samples_for_interval
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep, gpus_are_modelled
-from benchmarks.sweeps import DIGITS_RE, repeats_text, summary_point
+from benchmarks.sweeps import DIGITS_RE, failure_counts, repeats_text, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import Conflict, InvalidInput
@@ -318,11 +318,19 @@ def run_input_tokens_source(*, run: BenchmarkRun) -> str | None:
 
 def run_summary_read(*, run: BenchmarkRun) -> dict[str, Any] | None:
     """``run.summary`` as the API and the exports give it: a measured run's with
-    ``input_tokens_source`` (:func:`run_input_tokens_source`) where it was stored without it."""
+    ``input_tokens_source`` (:func:`run_input_tokens_source`) where it was stored without it, and
+    with ``failures`` the requests the server failed where it was stored counting those a stop
+    aborted in flight too (:func:`benchmarks.sweeps.failure_counts`), so it agrees with
+    ``metrics.failures`` beside ``aborted``."""
     s = run.summary
-    if not isinstance(s, dict) or "input_tokens_source" in s or run.source != RunSource.MEASURED or not s:
+    if not isinstance(s, dict) or run.source != RunSource.MEASURED or not s:
         return s
-    return {**s, "input_tokens_source": run_input_tokens_source(run=run)}
+    failed = failure_counts(s)[0]
+    if "input_tokens_source" not in s:
+        s = {**s, "input_tokens_source": run_input_tokens_source(run=run)}
+    if "failures" in s and failed != s["failures"]:
+        s = {**s, "failures": failed}
+    return s
 
 
 def run_slo(*, run: BenchmarkRun) -> dict[str, float | None] | None:

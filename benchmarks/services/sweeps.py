@@ -1893,7 +1893,8 @@ def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, *, dow
     Redacted."""
     errors = summary.get("errors") or {}
     n = int(summary.get("requests") or 0)
-    failed = int(summary.get("failures") or 0)
+    # The requests the stop aborted in flight failed with the point here: what leads ended them.
+    failed = int(summary.get("failures") or 0) + int(summary.get("aborted") or 0)
     stopped = summary.get("stopped_early")
     not_sent = summary.get("not_sent")
     top = max(errors.items(), key=lambda kv: kv[1]) if isinstance(errors, Mapping) and errors else None

@@ -1,7 +1,8 @@
 """Requests a cancel ends in flight are aborted, not failed: the sweep page's outcome line says they
 were cancelled, the results table counts them apart ("1 of 1 aborted in flight by the cancel", not "1 failed of 1"), the
-run metrics (API) and the CSV give ``failures`` (the server's) and ``aborted`` apart, and the ceiling
-analysis does not leave a point out "for failures" that only a stop cut. Neither is ever a success.
+run metrics (API), the run's stored summary (API and Export JSON) and the CSV give ``failures`` (the
+server's) and ``aborted`` apart, and the ceiling analysis does not leave a point out "for failures"
+that only a stop cut. Neither is ever a success.
 
 Against a real ``sim`` engine process (``sim_url``, the shared module fixture); the sweep runs in a
 thread of the test as the Celery task would run it."""
@@ -19,7 +20,7 @@ from django.urls import reverse
 
 from benchmarks.analysis import SweepPoint, ceiling_analyse
 from benchmarks.choices import RunStatus, SweepStatus
-from benchmarks.models import BenchmarkSweep
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import sweep_cancel, sweep_create, sweep_execute, sweep_export_csv
 from benchmarks.sweeps import failure_counts, results_table_rows, summary_point
 from benchmarks.tests.sweep_support import sim_deployment_create
@@ -62,8 +63,8 @@ def test_a_point_cancelled_with_its_only_request_in_flight_reads_cancelled_not_f
     [run] = sweep.runs.all()
     assert run.status == RunStatus.CANCELLED
     s = run.summary
-    # the loadgen's counts as stored: the aborted request is among `failures`, `aborted` says so
-    assert (s["requests"], s["successes"], s["failures"], s["aborted"]) == (1, 0, 1, 1)
+    # as stored: the aborted request is no failure of the server (requests = successes + failures + aborted)
+    assert (s["requests"], s["successes"], s["failures"], s["aborted"]) == (1, 0, 0, 1)
     assert failure_counts(s) == (0, 1)
 
     assert request_outcomes([sweep.pk])[sweep.pk] == {"successes": 0, "failures": 0, "aborted": 1, "requests": 1}
@@ -81,8 +82,10 @@ def test_a_point_cancelled_with_its_only_request_in_flight_reads_cancelled_not_f
     assert '<span class="warn">1 of 1 aborted in flight by the cancel, 1 not sent</span>' in cell
     assert "1 × aborted: the sweep was cancelled" in cell
 
-    metrics = operator_api.get(f"/api/runs/{run.pk}/").json()["metrics"]
-    assert (metrics["requests"], metrics["successes"], metrics["failures"], metrics["aborted"]) == (1, 0, 0, 1)
+    body = operator_api.get(f"/api/runs/{run.pk}/").json()
+    for counts in (body["metrics"], body["summary"], operator_api.get(f"/api/runs/{run.pk}/export/?format=json").json()[
+            "summary"]):
+        assert (counts["requests"], counts["successes"], counts["failures"], counts["aborted"]) == (1, 0, 0, 1)
     [row] = csv.DictReader(io.StringIO(sweep_export_csv(sweep=sweep)))
     assert (row["requests"], row["successes"], row["failures"], row["aborted"]) == ("1", "0", "0", "1")
     # the text report's failures column
@@ -96,7 +99,7 @@ def test_a_point_with_successes_and_aborted_requests_is_not_left_out_for_failure
                             lambda p: int(p.get("done") or 0) >= 2)
     [run] = sweep.runs.all()
     s = run.summary
-    assert s["successes"] >= 2 and s["aborted"] >= 1 and s["failures"] == s["aborted"]
+    assert s["successes"] >= 2 and s["aborted"] >= 1 and s["failures"] == 0
     p = summary_point(summary=s, concurrency=2, request_rate=None, input_len=16, output_len=256, num_gpus=4,
                       flags=[])
     assert (p["completed"], p["failed"], p["aborted"]) == (s["successes"], 0, s["aborted"])
@@ -117,3 +120,22 @@ def test_a_point_with_successes_and_aborted_requests_is_not_left_out_for_failure
     cell = page.split('<td class="num aborted">')[1].split("</td>")[0]
     assert (f'<span class="warn">{s["aborted"]} of {s["requests"]} aborted in flight by the cancel, '
             f'{s["not_sent"]} not sent</span>') in cell
+
+
+def test_a_summary_stored_with_its_aborted_requests_among_failures_reads_them_apart(operator_api) -> None:
+    # Stored before `failures` left the aborted requests out: requests = successes + failures.
+    sweep = BenchmarkSweep.objects.create(name="old", status=SweepStatus.CANCELLED, grid={"concurrency": [2]})
+    run = BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status=RunStatus.CANCELLED, concurrency=2,
+                                      summary={"requests": 5, "successes": 2, "failures": 3, "aborted": 2})
+    assert failure_counts(run.summary) == (1, 2)
+    body = operator_api.get(f"/api/runs/{run.pk}/").json()
+    exported = operator_api.get(f"/api/runs/{run.pk}/export/?format=json").json()
+    for counts in (body["metrics"], body["summary"], exported["metrics"], exported["summary"]):
+        assert (counts["requests"], counts["successes"], counts["failures"], counts["aborted"]) == (5, 2, 1, 2)
+    assert request_outcomes([sweep.pk])[sweep.pk] == {"successes": 2, "failures": 1, "aborted": 2, "requests": 5}
+    # one stored since: the same counts as they are
+    run.summary = {"requests": 5, "successes": 2, "failures": 1, "aborted": 2}
+    run.save(update_fields=["summary"])
+    assert failure_counts(run.summary) == (1, 2)
+    assert operator_api.get(f"/api/runs/{run.pk}/").json()["summary"]["failures"] == 1
+    assert request_outcomes([sweep.pk])[sweep.pk] == {"successes": 2, "failures": 1, "aborted": 2, "requests": 5}

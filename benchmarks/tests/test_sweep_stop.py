@@ -168,7 +168,7 @@ def test_it_stops_a_sweep_whose_deployment_stops_with_that_reason(sim_url: str, 
     assert run.status == RunStatus.FAILED
     # The point keeps what was sent; the two requests in flight were aborted.
     s = run.summary
-    assert s["ended_by"] == "deployment_down" and s["failures"] == 2
+    assert s["ended_by"] == "deployment_down" and (s["failures"], s["aborted"]) == (0, 2)
     assert s["requests"] + s["not_sent"] == 400
     assert sweep.reason == (f"deployment #{deployment.pk} is stopping during point c=2 16/512: 2 of {s['requests']} "
                             f"requests sent failed (commonest: 2 x aborted in flight when the point was stopped), "
@@ -241,7 +241,7 @@ def test_it_names_the_process_that_ended_during_a_point_and_the_point(sim_url: s
                             "measurement and the later points were not run")
     assert run.status == RunStatus.FAILED and run.reason in sweep.reason
     # The sim still answers here: the two requests in flight were aborted, and they say why.
-    assert s["failures"] == 2 and s["halted"] == "single #0 killed by signal 9 (SIGKILL); restart policy is 'never'"
+    assert (s["failures"], s["aborted"]) == (0, 2) and s["halted"] == "single #0 killed by signal 9 (SIGKILL); restart policy is 'never'"
     assert set(s["errors"]) == {"aborted: " + s["halted"]}
     # The live counts say the same: aborted in flight, neither done nor failed.
     assert run.progress["output_tokens"] > 0 and (run.progress["failed"], run.progress["aborted"]) == (0, 2)

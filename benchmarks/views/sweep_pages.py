@@ -72,16 +72,17 @@ def request_outcomes(sweep_ids: Sequence[int]) -> dict[int, dict[str, int]]:
     as failed by its server."""
     out: dict[int, dict[str, int]] = {}
     rows = BenchmarkRun.objects.filter(sweep_id__in=list(sweep_ids)).values_list(
-        "sweep_id", "summary__successes", "summary__failures", "summary__aborted")
-    for sweep_id, ok, failures, aborted in rows:
+        "sweep_id", "summary__successes", "summary__failures", "summary__aborted", "summary__requests")
+    for sweep_id, ok, failures, aborted, requests in rows:
         if not isinstance(ok, int) or not isinstance(failures, int):
             continue
-        failed, aborted = failure_counts({"failures": failures, "aborted": aborted})
+        failed, aborted = failure_counts({"requests": requests, "successes": ok, "failures": failures,
+                                          "aborted": aborted})
         tally = out.setdefault(sweep_id, {"successes": 0, "failures": 0, "aborted": 0, "requests": 0})
         tally["successes"] += ok
         tally["failures"] += failed or 0
         tally["aborted"] += aborted or 0
-        tally["requests"] += ok + failures
+        tally["requests"] += ok + (failed or 0) + (aborted or 0)
     return out
 
 
