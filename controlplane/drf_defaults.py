@@ -425,16 +425,24 @@ class SingleValuedQuery(BasePermission):
     ``QueryDict`` would otherwise hand each view the last one silently, answering a question the
     client did not ask. The ``?format=`` (or ``.<format>`` suffix) no renderer of the endpoint
     answers in, which :class:`FormatNegotiation` set aside, is named in the same 400
-    (:func:`refused_format`). A permission class after
+    (:func:`refused_format`). A key the action of a viewset does not take is named as unknown,
+    however often it is given (``?run=2&run=10`` on ``/api/runs/compare/``: ``{"run": ["unknown
+    field 'run'; allowed: ids, ..."]}``, :func:`unknown_query_errors`), never as given twice, which
+    giving it once would only swap for that refusal: in the same 400 when another key is given twice,
+    else by :class:`KnownQueryKeys` (or the action that reports its keys itself, as
+    ``query_keys_reported_by_action`` names it). A permission class after
     :class:`~controlplane.permissions.RolePermission`, so an unauthenticated or role-less request
     still gets its 401/403 first, whatever format it asked for."""
 
     def has_permission(self, request, view) -> bool:
+        unknown = unknown_query_errors(request, view) if hasattr(view, "action") else {}
         errors = {name: [message] for name, values in request.query_params.lists()
-                  if (message := given_more_than_once(values))}
+                  if name not in unknown and (message := given_more_than_once(values))}
         for name, messages in (refused_format(request) or {}).items():
             errors.setdefault(name, messages)
         if errors:
+            if unknown and view.action not in getattr(view, "query_keys_reported_by_action", ()):
+                errors = {**unknown, **errors}
             raise ValidationError(errors)
         return True
 
@@ -626,11 +634,16 @@ def unknown_query_errors(request, view) -> dict[str, list[str]]:
     """``{key: ["unknown field 'key'; allowed: <keys>"]}`` for each key of ``request``'s query that
     the action of ``view`` does not take (:func:`query_keys_taken`, the message of
     :func:`unknown_field_errors`: ``{"compiler": ["unknown field 'compiler'; allowed: package,
-    device, shape, batch, limit, offset, format"]}``); empty when it takes every one."""
+    device, shape, batch, limit, offset, format"]}``); empty when it takes every one. A key the
+    viewset's ``query_key_hints`` (action name → {key: hint}) names for the action has the hint
+    added: ``"unknown field 'run'; allowed: ids, ...; the comparison page's run= is ids= here"``."""
     taken = query_keys_taken(view)
     prefixes = tuple(key[:key.index("<")] for key in taken if "<" in key[1:])
     given = {key: None for key in request.query_params if not (prefixes and key.startswith(prefixes))}
-    return unknown_field_errors(given, taken)
+    errors = unknown_field_errors(given, taken)
+    hints = (getattr(view, "query_key_hints", None) or {}).get(getattr(view, "action", None), {})
+    return {key: [f"{message}; {hints[key]}" if key in hints else message for message in messages]
+            for key, messages in errors.items()}
 
 
 class KnownQueryKeys(BasePermission):
@@ -643,8 +656,8 @@ class KnownQueryKeys(BasePermission):
     name, as every write (create, update, destroy, a stop, a cancel, an import), takes ``format``
     alone. An action named in its ``query_keys_reported_by_action`` reports them itself, with every
     other problem of the query, through :func:`unknown_query_errors`. A permission class after
-    :class:`SingleValuedQuery`, so a key given twice is named as such first, and the 401/403 of the
-    role come before either."""
+    :class:`SingleValuedQuery`, which names a key the action takes given twice (with the unknown
+    keys, in one 400); the 401/403 of the role come before either."""
 
     def has_permission(self, request, view) -> bool:
         if not hasattr(view, "action"):

@@ -205,6 +205,8 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     format_actions = ("export", "compare")   # ?format=csv is a download there, not a renderer
     query_keys = {"list": s.RunFilterSerializer, "records": s.RecordsQuerySerializer, "export": ExportQuerySerializer,
                   "compare": s.CompareQuerySerializer}
+    # The comparison page takes the runs as runs=1,2 or its checkboxes' run=1&run=2; the API as ids=.
+    query_key_hints = {"compare": {key: f"the comparison page's {key}= is ids= here" for key in ("run", "runs")}}
 
     def judges_own_format(self) -> bool:
         """True for the original file too, which refuses any ``?format=`` with its own message."""

@@ -100,6 +100,25 @@ def test_it_names_a_misspelt_sweeps_key_as_unknown(viewer_api) -> None:
     assert response.json() == {"sweep": ["unknown field 'sweep'; allowed: ids, sweeps, baseline, format"]}
 
 
+def test_it_names_the_comparison_pages_run_key_as_unknown_however_often_it_is_given(viewer, viewer_api) -> None:
+    a, b = _sweep(2).runs.order_by("ordinal")
+    # the page's URL (its checkboxes send run=, links runs=) compares the two runs
+    status, html = _page(viewer, f"run={a.pk}&run={b.pk}")
+    assert status == 200 and f"#{a.pk}" in html and f"#{b.pk}" in html
+    hint = "unknown field '{key}'; allowed: ids, sweeps, baseline, format; the comparison page's {key}= is ids= here"
+    for query in (f"run={a.pk}", f"run={a.pk}&run={b.pk}", f"run={a.pk}&run={b.pk}&ids={a.pk}&ids={b.pk}"):
+        response = viewer_api.get(f"/api/runs/compare/?{query}")
+        assert response.status_code == 400, query
+        assert response.json()["run"] == [hint.format(key="run")], query
+    # with ids given twice beside it: both in one 400
+    assert viewer_api.get(f"/api/runs/compare/?run={a.pk}&run={b.pk}&ids={a.pk}&ids={b.pk}").json()["ids"] == [
+        f"is given 2 times ({a.pk}, {b.pk}): give it once"]
+    assert viewer_api.get(f"/api/runs/compare/?runs={a.pk},{b.pk}").json() == {"runs": [hint.format(key="runs")]}
+    # what the hint says works
+    compared = viewer_api.get(f"/api/runs/compare/?ids={a.pk},{b.pk}")
+    assert compared.status_code == 200 and [r["id"] for r in compared.json()["runs"]] == [a.pk, b.pk]
+
+
 def _page(viewer, query: str):
     """The comparison page for ``query``: (status code, HTML)."""
     response = logged_in_client(viewer).get(f"/benchmarks/compare/?{query}")
