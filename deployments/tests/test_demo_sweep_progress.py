@@ -119,3 +119,75 @@ def test_sweep_wait_prints_the_same_progress_while_its_one_request_runs(sim_url:
     # then the narrow table, as the demo prints it
     [units] = [line for line in lines if line.split()[:3] == ["c", "requests", "tok/s"]]
     assert len(units) <= 88
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_skips_a_sweep_another_sweep_holds_past_its_wait_and_goes_on(sim_url: str, operator, viewer,
+                                                                               control_worker, monkeypatch) -> None:
+    held = sim_deployment_create(base_url=sim_url, recipe_name="demo-held")
+    sim_deployment_create(base_url=sim_url, recipe_name="demo-free")
+    # started from the UI meanwhile and queued (no worker has taken it): one sweep per deployment at a time
+    theirs = BenchmarkSweep.objects.create(deployment=held, status="pending", name="theirs", created_by=viewer,
+                                           grid={"concurrency": [1], "lengths": [[16, 64]]})
+    monkeypatch.setattr(demo, "DEMO_SWEEPS", (("demo-held", "16:64", [1], 1, 0, "held"),
+                                             ("demo-free", "16:64", [1], 1, 0, "free")))
+    command = demo.Command(stdout=io.StringIO())
+    failed = command._sweeps(user=operator, base="http://testserver", timeout_s=30, sweep_timeout_s=3)
+    assert failed == []   # not a failure of the demo: the deployment was someone else's to sweep
+    lines = command.stdout._out.getvalue().splitlines()
+    assert (f"    sweep #{theirs.pk} by vera-viewer is already pending on deployment #{held.pk} (one sweep per "
+            f"deployment at a time): waiting up to 3 s for it to end, then the demo sweeps; cancel it at "
+            f"http://testserver/benchmarks/sweeps/{theirs.pk}/ or with "
+            f"POST http://testserver/api/sweeps/{theirs.pk}/cancel/") in lines
+    assert lines[-1] == (f"Not swept by the demo, so no results: demo-held: sweep #{theirs.pk} (theirs, pending) "
+                         f"still held deployment #{held.pk} after 3 s of waiting; see "
+                         f"http://testserver/benchmarks/sweeps/{theirs.pk}/")
+    # the demo created no sweep of the held deployment, measured it not at all, and went on to the next
+    assert list(BenchmarkSweep.objects.filter(deployment=held).values_list("pk", "status")) == [(theirs.pk, "pending")]
+    [ours] = BenchmarkSweep.objects.exclude(deployment=held)
+    assert ours.status == "done" and ours.deployment.recipe.name == "demo-free"
+    units = [line for line in lines if line.split()[:3] == ["c", "requests", "tok/s"]]
+    assert len(units) == 1   # one table: the sweep it ran
+    # what it printed of theirs while it waited is their progress (still pending), no result
+    followed = [line for line in lines if line.startswith(f"  sweep #{theirs.pk} ")]
+    assert followed and all(re.match(rf"  sweep #{theirs.pk} \d+ s: pending", line) for line in followed), followed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_waits_for_another_sweep_of_its_deployment_then_runs_its_own(sim_url: str, operator, viewer,
+                                                                              control_worker, monkeypatch) -> None:
+    from benchmarks.services import sweep_create
+
+    deployment = sim_deployment_create(base_url=sim_url, recipe_name="demo-busy")
+    # one long request (seconds), so it still runs when the demo reaches this deployment
+    theirs = sweep_create(deployment=deployment, user=viewer, grid={"concurrency": [1], "lengths": "16:256"})
+    monkeypatch.setattr(demo, "DEMO_SWEEPS", (("demo-busy", "16:64", [1], 1, 0, "busy"),))
+    command = demo.Command(stdout=io.StringIO())
+    failed = command._sweeps(user=operator, base="http://testserver", timeout_s=30, sweep_timeout_s=60)
+    assert failed == []
+    lines = command.stdout._out.getvalue().splitlines()
+    assert any(line.startswith(f"    sweep #{theirs.pk} by vera-viewer is already ") for line in lines), lines
+    theirs.refresh_from_db()
+    ours = BenchmarkSweep.objects.exclude(pk=theirs.pk).get()
+    assert (theirs.status, ours.status) == ("done", "done")
+    assert ours.started_at >= theirs.ended_at   # after theirs, never alongside
+    [note] = [line for line in lines if "the demo waited" in line]
+    assert re.fullmatch(rf"  \(the demo waited \d+ s for sweep #{theirs.pk} on deployment #{deployment.pk} to end "
+                        r"before starting this one\)", note), note
+    assert len([line for line in lines if line.split()[:3] == ["c", "requests", "tok/s"]]) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_the_product_refuses_is_one_line_and_a_failure_not_a_traceback(sim_url: str, operator,
+                                                                               monkeypatch) -> None:
+    from deployments.models import Deployment
+
+    deployment = sim_deployment_create(base_url=sim_url, recipe_name="demo-stopping")
+    Deployment.objects.filter(pk=deployment.pk).update(stop_requested=True)
+    monkeypatch.setattr(demo, "DEMO_SWEEPS", (("demo-stopping", "16:64", [1], 1, 0, "stopping"),))
+    command = demo.Command(stdout=io.StringIO())
+    failed = command._sweeps(user=operator, base="http://testserver", timeout_s=30, sweep_timeout_s=5)
+    reason = f"deployment #{deployment.pk} is being stopped; deploy it again to sweep it"
+    assert failed == [f"demo-stopping sweep (refused: {reason})"]
+    assert f"  demo-stopping: sweep refused: {reason}" in command.stdout._out.getvalue().splitlines()
+    assert not BenchmarkSweep.objects.exists()

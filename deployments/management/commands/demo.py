@@ -12,11 +12,18 @@ c requests per point (one request per slot: the seed profile's TPOT is 94-510 ms
 request takes 24-130 s), time-scale 1.0 (the profile's real-time numbers). llama.cpp: 64 in /
 64 out, 2 x c requests per point, because the tiny model on 2 CPU cores makes 256/256 at c = 16
 take minutes.
-Exit status 1 when a deployment did not become ready, its request failed, or a sweep failed.
+A deployment that already has a sweep (one started from the UI or API while the demo runs: one
+sweep per deployment at a time) is swept once that sweep ends: the demo names it and how to cancel
+it, and waits up to ``--sweep-timeout`` seconds; if it still holds the deployment then, that sweep
+of the demo is skipped, said in one line after the tables (no numbers), and the demo goes on.
+Exit status 1 when a deployment did not become ready, its request failed, or a sweep failed or was
+refused (said in one line).
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -24,9 +31,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand
+from controlplane.errors import CeilingError, Conflict
 from deployments.demo import DeployProof, demo_cpu_sharing, demo_deploy_and_prove
 from deployments.management.commands.seed import DEMO_USERNAME, demo_login_ensure
 from deployments.models import Recipe
+
+if TYPE_CHECKING:
+    from benchmarks.models import BenchmarkSweep
 
 DEMO_RECIPES = ("local-sim-pd", "local-llamacpp")
 # (recipe, lengths, concurrencies, requests per concurrency, warmup requests per point, why): the
@@ -73,7 +84,8 @@ class Command(CeilingCommand):
         parser.add_argument("--no-deploy", action="store_true", help="only print the URL, login and recipes")
         parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each deployment")
         parser.add_argument("--no-sweep", action="store_true", help="deploy and prove only; skip the sweeps")
-        parser.add_argument("--sweep-timeout", type=float, default=600.0, help="seconds to follow each sweep")
+        parser.add_argument("--sweep-timeout", type=float, default=600.0,
+                            help="seconds to follow each sweep, and to wait for another sweep of its deployment")
 
     def handle(self, *args, **options):
         base = settings.CEILING_UI_URL.rstrip("/")
@@ -142,13 +154,17 @@ class Command(CeilingCommand):
 
     def _sweeps(self, *, user, base: str, timeout_s: float, sweep_timeout_s: float) -> list[str]:
         """Sweep each demo recipe (deploying ``local-sim-single`` first), print the tables and
-        findings; returns the names of recipes whose sweep did not finish."""
-        from benchmarks.services import sweep_create, sweep_report_text, sweep_wait
+        findings; returns the names of recipes whose sweep did not finish or was refused. A recipe
+        whose deployment another sweep held for longer than ``sweep_timeout_s``
+        (:meth:`_sweep_create_or_wait`) is not swept, says so after the tables and is not a failure."""
+        from benchmarks.services import sweep_report_text, sweep_wait
         from deployments.choices import DeploymentStatus
         from deployments.models import Deployment
 
         out = self.stdout
         failed: list[str] = []
+        skipped: list[str] = []
+        notes: dict[int, str] = {}
         out.write("")
         out.write("Benchmark sweeps (run by the control worker; live progress on the sweep pages):")
         sweeps = []
@@ -172,9 +188,20 @@ class Command(CeilingCommand):
             sharing = demo_cpu_sharing(recipe=recipe)
             if sharing:
                 out.write(f"    {sharing}")
-            sweep = sweep_create(deployment=deployment, user=user,
-                                 grid={"concurrency": concurrency, "lengths": [lengths],
-                                       "requests_per_concurrency": per_c, "warmup": warmup})
+            grid = {"concurrency": concurrency, "lengths": [lengths], "requests_per_concurrency": per_c,
+                    "warmup": warmup}
+            try:
+                sweep, note = self._sweep_create_or_wait(deployment=deployment, user=user, grid=grid, base=base,
+                                                         wait_s=sweep_timeout_s)
+            except CeilingError as exc:  # a refusal other than another sweep (a stop, an offline agent)
+                out.write(f"  {name}: sweep refused: {exc}")
+                failed.append(f"{name} sweep (refused: {exc})")
+                continue
+            if sweep is None:
+                skipped.append(f"{name}: {note}")
+                continue
+            if note:
+                notes[sweep.pk] = note
             # One at a time: concurrent sweeps on a 2-core host would measure each other.
             sweep = sweep_wait(sweep=sweep, timeout_s=sweep_timeout_s, progress=out.write, poll_s=2.0)
             sweeps.append(sweep)
@@ -184,7 +211,54 @@ class Command(CeilingCommand):
             out.write("")
             out.write(sweep_report_text(sweep=sweep))
             out.write(f"  {base}/api/sweeps/{sweep.pk}/   {base}/api/sweeps/{sweep.pk}/analysis/")
+            if sweep.pk in notes:
+                out.write(f"  ({notes[sweep.pk]})")
+        for line in skipped:
+            out.write("")
+            out.write(f"Not swept by the demo, so no results: {line}")
         return failed
+
+    def _sweep_create_or_wait(self, *, deployment, user, grid: dict, base: str,
+                              wait_s: float) -> tuple[BenchmarkSweep | None, str]:
+        """Create the demo's sweep of ``deployment``; while another sweep is active on it (one
+        started from the UI or API meanwhile: one active sweep per deployment, so the create is
+        refused), say which and how to cancel it, follow it for up to ``wait_s`` seconds in all,
+        then create. Returns ``(sweep, note)``, the note saying how long the demo waited for
+        which sweep ("" when it did not), or ``(None, why)`` when the other sweep still held the
+        deployment after ``wait_s``: the demo skips that sweep rather than measure alongside it.
+        Any other refusal (:class:`controlplane.errors.CeilingError`) is raised."""
+        from benchmarks.choices import SWEEP_ACTIVE
+        from benchmarks.models import BenchmarkSweep
+        from benchmarks.services import sweep_create, sweep_wait
+
+        out = self.stdout
+        start = time.monotonic()
+        waited_for: list[int] = []
+        while True:
+            busy = (BenchmarkSweep.objects.filter(deployment=deployment, status__in=SWEEP_ACTIVE)
+                    .order_by("pk").first())
+            if busy is None:
+                try:
+                    sweep = sweep_create(deployment=deployment, user=user, grid=grid)
+                except Conflict:
+                    if not BenchmarkSweep.objects.filter(deployment=deployment, status__in=SWEEP_ACTIVE).exists():
+                        raise
+                    continue  # another sweep was created meanwhile: wait for it as above
+                waited = ", ".join(f"#{pk}" for pk in waited_for)
+                return sweep, (f"the demo waited {time.monotonic() - start:.0f} s for sweep {waited} on deployment "
+                               f"#{deployment.pk} to end before starting this one" if waited_for else "")
+            left = wait_s - (time.monotonic() - start)
+            if left <= 0:
+                return None, (f"sweep #{busy.pk} ({busy.name + ', ' if busy.name else ''}{busy.status}) still held deployment #{deployment.pk} "
+                              f"after {wait_s:.0f} s of waiting; see {base}/benchmarks/sweeps/{busy.pk}/")
+            if busy.pk not in waited_for:
+                waited_for.append(busy.pk)
+                who = f" by {busy.created_by.get_username()}" if busy.created_by_id else ""
+                out.write(f"    sweep #{busy.pk}{who} is already {busy.status} on deployment #{deployment.pk} "
+                          f"(one sweep per deployment at a time): waiting up to {left:.0f} s for it to end, then "
+                          f"the demo sweeps; cancel it at {base}/benchmarks/sweeps/{busy.pk}/ or with "
+                          f"POST {base}/api/sweeps/{busy.pk}/cancel/")
+            sweep_wait(sweep=busy, timeout_s=left, progress=out.write, poll_s=2.0)
 
     def _report(self, proof: DeployProof, base: str) -> None:
         out = self.stdout
