@@ -70,3 +70,37 @@ def test_the_demo_prints_the_password_on_a_terminal_only(db, var_dir):
     out = _run("demo", "--no-deploy")
     assert "s3cret-Pass-word" not in out and f"the password in {path} (mode 0600" in out
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.timeout(120)
+def test_a_deploy_the_product_refuses_is_one_line_and_the_demo_goes_on_to_its_kernel_step(db, var_dir):
+    from django.core.management.base import CommandError
+
+    from deployments.choices import DeploymentStatus, ProcessStatus, Role
+    from deployments.models import Deployment, ServerProcess
+    from deployments.services import recipe_plan
+    from deployments.tests.factories import recipe_row_create
+
+    _run("seed")
+    local = Node.objects.get(name="local")
+    # another recipe's active deployment on this node holds every port the demo's recipes need
+    squatter = recipe_row_create(node=local, name="squatter")
+    held = Deployment.objects.create(recipe=squatter, recipe_version=1, spec_snapshot={}, node=local,
+                                     status=DeploymentStatus.READY)
+    for ordinal, name in enumerate(("local-sim-pd", "local-llamacpp")):
+        ports = [port for p in recipe_plan(recipe=Recipe.objects.get(name=name)).processes for port in p.ports.values()]
+        ServerProcess.objects.create(deployment=held, role=Role.SINGLE, ordinal=ordinal, status=ProcessStatus.READY,
+                                     ports={str(i): port for i, port in enumerate(ports)})
+    out = io.StringIO()
+    with pytest.raises(CommandError) as failed:
+        call_command("demo", "--no-sweep", "--timeout", "1", stdout=out)
+    lines = out.getvalue().splitlines()
+    refused = [line for line in lines if ": deploy refused: " in line]
+    assert [line.split(":")[0] for line in refused] == ["  local-sim-pd", "  local-llamacpp"], lines
+    assert all("squatter" in line for line in refused), refused
+    # the steps after the deploys still ran: the kernel step and the closing lines
+    assert any(line.startswith("  what-if: ") and line.endswith("/kernels/whatif/") for line in lines), lines
+    assert lines[-1] == "Stop everything with: make stop"
+    assert str(failed.value).startswith("not proven: local-sim-pd (deploy refused: ")
+    assert "\n" not in str(failed.value)
+    assert not Deployment.objects.exclude(pk=held.pk).exists()

@@ -16,8 +16,8 @@ A deployment that already has a sweep (one started from the UI or API while the 
 sweep per deployment at a time) is swept once that sweep ends: the demo names it and how to cancel
 it, and waits up to ``--sweep-timeout`` seconds; if it still holds the deployment then, that sweep
 of the demo is skipped, said in one line after the tables (no numbers), and the demo goes on.
-Exit status 1 when a deployment did not become ready, its request failed, or a sweep failed or was
-refused (said in one line).
+Exit status 1 when a deployment did not become ready or was refused, its request failed, or a sweep
+failed or was refused (said in one line, as any other refusal of the product is, never a traceback).
 """
 from __future__ import annotations
 
@@ -88,6 +88,13 @@ class Command(CeilingCommand):
                             help="seconds to follow each sweep, and to wait for another sweep of its deployment")
 
     def handle(self, *args, **options):
+        try:
+            self._demo(**options)
+        except CeilingError as exc:
+            # A refusal no step expected: its reason on one line (exit status 1), not a traceback.
+            raise CommandError(f"refused: {exc}") from exc
+
+    def _demo(self, **options) -> None:
         base = settings.CEILING_UI_URL.rstrip("/")
         username, password = demo_login_ensure()
         out = self.stdout
@@ -104,6 +111,7 @@ class Command(CeilingCommand):
             return
         user = User.objects.get(username=DEMO_USERNAME)
         proofs: list[DeployProof] = []
+        refused: list[str] = []
         out.write("")
         out.write("Deploying (the node agent starts, pins and probes each process):")
         for name in DEMO_RECIPES:
@@ -111,10 +119,15 @@ class Command(CeilingCommand):
             if recipe is None:
                 out.write(f"  {name}: not found (run `manage.py seed`)")
                 continue
-            proofs.append(demo_deploy_and_prove(recipe=recipe, user=user, timeout_s=options["timeout"], progress=out.write))
+            try:
+                proofs.append(demo_deploy_and_prove(recipe=recipe, user=user, timeout_s=options["timeout"],
+                                                    progress=out.write))
+            except CeilingError as exc:  # refused (a port or GPU held by another deployment): said, not raised
+                out.write(f"  {name}: deploy refused: {exc}")
+                refused.append(f"{name} (deploy refused: {exc})")
         for proof in proofs:
             self._report(proof, base)
-        failed = [p.recipe for p in proofs if not p.ok]
+        failed = refused + [p.recipe for p in proofs if not p.ok]
         if not options["no_sweep"] and not failed:
             failed += self._sweeps(user=user, base=base, timeout_s=options["timeout"],
                                    sweep_timeout_s=options["sweep_timeout"])
@@ -176,7 +189,12 @@ class Command(CeilingCommand):
                 continue
             deployment = Deployment.objects.filter(recipe=recipe, status=DeploymentStatus.READY).first()
             if deployment is None:
-                proof = demo_deploy_and_prove(recipe=recipe, user=user, timeout_s=timeout_s, progress=out.write)
+                try:
+                    proof = demo_deploy_and_prove(recipe=recipe, user=user, timeout_s=timeout_s, progress=out.write)
+                except CeilingError as exc:
+                    out.write(f"  {name}: deploy refused: {exc}")
+                    failed.append(f"{name} (deploy refused: {exc})")
+                    continue
                 if not proof.ok:
                     self._report(proof, base)
                     failed.append(name)
