@@ -162,3 +162,14 @@ def test_the_migration_fails_every_active_sweep_of_a_deployment_but_its_oldest()
     assert BenchmarkRun.objects.get(pk=point.pk).status == RunStatus.FAILED
     assert BenchmarkRun.objects.get(pk=point.pk).reason == reason
     assert BenchmarkRun.objects.get(pk=kept_point.pk).status == RunStatus.RUNNING
+
+
+@pytest.mark.django_db
+def test_the_refusal_names_the_active_sweep_s_own_state_pending_waiting_or_running(operator) -> None:
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING)
+    busy = BenchmarkSweep.objects.create(deployment=deployment, status=SweepStatus.PENDING)
+    for status in (SweepStatus.PENDING, SweepStatus.WAITING, SweepStatus.RUNNING):
+        BenchmarkSweep.objects.filter(pk=busy.pk).update(status=status)
+        with pytest.raises(Conflict) as refused:
+            sweep_create(deployment=deployment, user=operator, grid=GRID)
+        assert str(refused.value).startswith(f"sweep #{busy.pk} is already {status} on deployment #{deployment.pk}; ")
