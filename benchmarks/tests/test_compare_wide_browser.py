@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from controlplane.tests.browser.conftest import browser  # noqa: F401 - the fixture
+from controlplane.tests.browser.conftest import browser, sign_in  # noqa: F401 - the fixture
 from deployments.examples import SEED_ENV
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -51,11 +51,7 @@ def test_four_runs_with_their_roles_fit_a_1280_px_window(live_server, ids, admin
                                                          browser) -> None:  # noqa: F811
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    page.goto(live_server.url + "/login/")
-    page.fill("input[name=username]", admin_user.username)
-    page.fill("input[name=password]", "correct-horse-battery")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")
+    sign_in(page, live_server.url, admin_user)
     page.goto(f"{live_server.url}/benchmarks/compare/?runs={ids}")
     page.wait_for_selector("table.compare")
     seen = page.evaluate(MEASURE)

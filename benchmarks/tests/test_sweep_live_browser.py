@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from controlplane.tests.browser.conftest import browser  # noqa: F401 - the fixture
+from controlplane.tests.browser.conftest import browser, sign_in  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(120),
               pytest.mark.django_db(transaction=True)]
@@ -63,11 +63,7 @@ def test_the_live_panel_draws_the_embedded_progress_at_load_and_keeps_it_over_an
     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
     # The page's socket reaches the test, not a server: nothing is sent on it until said below.
     page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
-    page.goto(live_server.url + "/login/")
-    page.fill("input[name=username]", admin_user.username)
-    page.fill("input[name=password]", "correct-horse-battery")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")
+    sign_in(page, live_server.url, admin_user)
     page.goto(f"{live_server.url}/benchmarks/sweeps/{running['sweep_id']}/", wait_until="load")
 
     # At load, with no message yet: shown, and the status block's point and counts.
@@ -120,11 +116,7 @@ def test_a_reconnect_draws_the_rows_newer_counts_from_the_api(live_server, runni
     api_calls: list = []
     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
     page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
-    page.goto(live_server.url + "/login/")
-    page.fill("input[name=username]", admin_user.username)
-    page.fill("input[name=password]", "correct-horse-battery")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")
+    sign_in(page, live_server.url, admin_user)
     page.route(re.compile(rf".*/benchmarks/sweeps/{running['sweep_id']}/progress/.*"),
                lambda route: route.fulfill(status=204, body=""))
     api_path = f"/api/sweeps/{running['sweep_id']}/"
@@ -205,11 +197,7 @@ def _open_sweep_page(live_server, admin_user, browser, sweep_id: int):  # noqa: 
     sockets: list = []
     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
     page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
-    page.goto(live_server.url + "/login/")
-    page.fill("input[name=username]", admin_user.username)
-    page.fill("input[name=password]", "correct-horse-battery")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")
+    sign_in(page, live_server.url, admin_user)
     page.goto(f"{live_server.url}/benchmarks/sweeps/{sweep_id}/", wait_until="load")
     assert sockets, "the page opened no live socket"
     sockets[0].send(json.dumps({"type": "live.subscribed", "groups": {f"sweep-{sweep_id}": {"seq": 0, "latest": {}}}}))
@@ -327,11 +315,7 @@ def test_a_time_limited_point_reads_as_the_terminal_says_it(live_server, time_li
                                                             browser) -> None:  # noqa: F811
     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
     page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: None)
-    page.goto(live_server.url + "/login/")
-    page.fill("input[name=username]", admin_user.username)
-    page.fill("input[name=password]", "correct-horse-battery")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")
+    sign_in(page, live_server.url, admin_user)
     page.goto(f"{live_server.url}/benchmarks/sweeps/{time_limited['sweep_id']}/", wait_until="load")
     shown = page.evaluate(f"""() => ({{
       requests: document.querySelector('{PANEL} [data-f="requests"]').textContent,
@@ -357,11 +341,7 @@ def test_requests_a_stop_aborted_show_apart_from_the_failed_ones_and_only_when_t
     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
     sockets: list = []
     page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
-    page.goto(live_server.url + "/login/")
-    page.fill("input[name=username]", admin_user.username)
-    page.fill("input[name=password]", "correct-horse-battery")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")
+    sign_in(page, live_server.url, admin_user)
     page.goto(f"{live_server.url}/benchmarks/sweeps/{stopping['sweep_id']}/", wait_until="load")
     read = f"""() => {{
       const panel = document.querySelector('{PANEL}'), el = n => panel.querySelector('[data-f="' + n + '"]');

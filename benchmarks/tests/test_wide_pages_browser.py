@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.services import sweep_create, sweep_execute
 from benchmarks.tests.sweep_support import sim_deployment_create
-from controlplane.tests.browser.conftest import browser  # noqa: F401 - the fixture
+from controlplane.tests.browser.conftest import browser, sign_in  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -57,11 +57,7 @@ def test_wide_tables_use_the_window_and_say_when_they_scroll(live_server, swept,
         page = context.new_page()
         missing: list[str] = []
         page.on("response", lambda r, missing=missing: missing.append(r.url) if r.status == 404 else None)
-        page.goto(live_server.url + "/login/")
-        page.fill("input[name=username]", admin_user.username)
-        page.fill("input[name=password]", "correct-horse-battery")
-        page.click("button[type=submit]")
-        page.wait_for_load_state("networkidle")
+        sign_in(page, live_server.url, admin_user)
         page.goto(f"{live_server.url}/benchmarks/sweeps/{swept}/")
         page.wait_for_selector(".chart .u-legend")
         seen[width] = page.evaluate(MEASURE)
@@ -100,11 +96,7 @@ def test_wide_tables_use_the_window_and_say_when_they_scroll(live_server, swept,
 def _signed_in_page(browser, live_server, user, width: int):  # noqa: F811
     context = browser.new_context(viewport={"width": width, "height": 900})
     page = context.new_page()
-    page.goto(live_server.url + "/login/")
-    page.fill("input[name=username]", user.username)
-    page.fill("input[name=password]", "correct-horse-battery")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")
+    sign_in(page, live_server.url, user)
     return context, page
 
 

@@ -8,7 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from controlplane.tests.browser.conftest import browser  # noqa: F401 - the fixture
+from controlplane.tests.browser.conftest import browser, sign_in  # noqa: F401 - the fixture
 from kernels.models import KernelBest
 from kernels.services import kernel_package_register
 from kernels.tests.conftest import REAL_PACKAGES
@@ -47,11 +47,7 @@ def test_the_best_variants_table_fits_the_kernels_page_at_1400_px(live_server, s
                                                                     browser) -> None:  # noqa: F811
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
-    page.goto(live_server.url + "/login/")
-    page.fill("input[name=username]", admin_user.username)
-    page.fill("input[name=password]", "correct-horse-battery")
-    page.click("button[type=submit]")
-    page.wait_for_load_state("networkidle")
+    sign_in(page, live_server.url, admin_user)
     page.goto(f"{live_server.url}/kernels/")
     page.wait_for_selector("table.kernel-best")
     seen = page.evaluate(MEASURE)

@@ -40,3 +40,17 @@ def browser():
             yield browser
         finally:
             browser.close()
+
+
+#: The personas' password (the root conftest's user fixtures).
+PASSWORD = "correct-horse-battery"
+
+
+def sign_in(page, base_url: str, user) -> None:
+    """Sign ``user`` in on ``page`` through the login form at ``base_url`` and wait for the
+    page it lands on to settle."""
+    page.goto(base_url + "/login/")
+    page.fill("input[name=username]", user.username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_load_state("networkidle")
