@@ -187,7 +187,7 @@ def test_a_sweep_the_product_refuses_is_one_line_and_a_failure_not_a_traceback(s
     monkeypatch.setattr(demo, "DEMO_SWEEPS", (("demo-stopping", "16:64", [1], 1, 0, "stopping"),))
     command = demo.Command(stdout=io.StringIO())
     failed = command._sweeps(user=operator, base="http://testserver", timeout_s=30, sweep_timeout_s=5)
-    reason = f"deployment #{deployment.pk} is being stopped; deploy it again to sweep it"
+    reason = f"deployment #{deployment.pk} is being stopped; deploy its recipe again and sweep the new deployment"
     assert failed == [f"demo-stopping sweep (refused: {reason})"]
     assert f"  demo-stopping: sweep refused: {reason}" in command.stdout._out.getvalue().splitlines()
     assert not BenchmarkSweep.objects.exists()
