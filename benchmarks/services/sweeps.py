@@ -193,12 +193,12 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
         load = " ".join(x for x in (load, f"{','.join(f'{r:g}' for r in norm['request_rates'])} req/s") if x)
     fields = dict(
         deployment=deployment, grid=norm, created_by=user if getattr(user, "pk", None) else None,
-        name=name or f"{deployment.recipe.name} {load} "
+        name=name or f"{deployment.deployed_recipe_name} {load} "
                      f"{' '.join(f'{a}/{b}' for a, b in norm['lengths'])}"
                      + (f" {norm['duration_s']:g} s/point" if norm.get("duration_s") else ""),
         points_total=len(points), requests_total=grid_requests_total(points),
         num_gpus=recipe_gpu_count(spec=spec, engine=engine),
-        served_model_name=spec.get("served_model_name") or deployment.recipe.name,
+        served_model_name=spec.get("served_model_name") or deployment.deployed_recipe_name,
         topology=deployment.recipe.topology, engine=engine,
     )
     # The check above is for the message; the partial unique index (ONE_ACTIVE_SWEEP_CONSTRAINT)
@@ -867,7 +867,7 @@ def sweep_snapshot(*, sweep: BenchmarkSweep, deployment) -> dict[str, Any]:
     versions["entry"] = server_info_fetch(base_url=deployment.entry_url)
     topology = deployment.recipe.topology
     return {
-        "deployment_id": deployment.pk, "recipe": deployment.recipe.name, "recipe_id": deployment.recipe_id,
+        "deployment_id": deployment.pk, "recipe": deployment.deployed_recipe_name, "recipe_id": deployment.recipe_id,
         "recipe_version": deployment.recipe_version, "engine": deployment.recipe.engine,
         "topology": topology, "spec": deployment.spec_snapshot, "entry_url": deployment.entry_url,
         "processes": processes, "server_info": versions, **snapshot_versions(server_info=versions, topology=topology),
