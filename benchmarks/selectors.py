@@ -228,7 +228,9 @@ def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
       ``settings.CEILING_CONTROL_CONCURRENCY`` sweeps at once. When that many are waiting or
       running, it names them (it starts when one ends); otherwise it names the pending sweeps
       created before it, if any. A sweep nobody took for more than :data:`QUEUE_STALL_S` seconds
-      while a slot is free says the control worker may be down (``make status``).
+      while a slot is free says the control worker may be down (``make status``); those seconds
+      count from its creation or, for a sweep that was held back for sharing a CPU or GPU, from the
+      last look that found it held (``held_at``), never the time it was held.
     * ``waiting``: names the deployment, its status and how long the sweep waits for it
       (``grid.wait_ready_s``, seconds) before failing with the reason.
     * either, while a sweep runs on a deployment sharing a CPU or GPU with this one's on the same
@@ -272,8 +274,13 @@ def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
         return (f"queued for a benchmark worker: its {slots} slot{'s' if slots != 1 else ''} "
                 f"{'are' if slots != 1 else 'is'} busy ({named([f'#{pk} {st}' for pk, st in busy])}){queue}; "
                 "it starts when one ends")
-    age = ((now or timezone.now()) - sweep.created_at).total_seconds() if sweep.created_at else 0.0
+    # Time held back for a sweep sharing a CPU or GPU is no time waiting for a worker: a held sweep's
+    # task looks again every SHARED_RECHECK_S and marks held_at, so its wait for a worker starts at
+    # the last mark (the look before the one that finds it free), not at its creation.
+    queued_since = max((t for t in (sweep.created_at, sweep.held_at) if t is not None), default=None)
+    age = ((now or timezone.now()) - queued_since).total_seconds() if queued_since else 0.0
     if age > QUEUE_STALL_S:
-        return (f"queued for a benchmark worker for {age:.0f} s while a worker slot is free{queue}: the control "
-                "worker may not be running (see `make status`)")
+        since = " since it was last held back" if sweep.held_at is not None and queued_since == sweep.held_at else ""
+        return (f"queued for a benchmark worker for {age:.0f} s{since} while a worker slot is free{queue}: the "
+                "control worker may not be running (see `make status`)")
     return "queued for a benchmark worker" + queue
