@@ -29,7 +29,7 @@ from benchmarks.views.common import (
 )
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import BadQuery, Conflict, InvalidInput
-from controlplane.forms import repeated_field_errors
+from controlplane.forms import repeated_field_errors, repeated_message
 from controlplane.jsonsafe import json_spelled, query_text
 from controlplane.paging import page_of
 from controlplane.permissions import has_role
@@ -375,7 +375,8 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
 
     A POST that gives a field more than once (``concurrency=1&concurrency=2``) starts nothing: the
     form comes back with status 400 and the field's ``is given 2 times (1, 2): give it once``,
-    as the API answers; a repeated ``deployment`` gets the picker with that message, since no
+    as the API answers; a repeated ``deployment``, in the body or the query
+    (``?deployment=1&deployment=2``), gets the picker with that message and status 400, since no
     one deployment was chosen. A POST whose ``deployment`` names none (``999``, blank, not a
     number) is the form again, status 400, with the API's ``no deployment with id 999`` under
     the deployment field, the typed values kept and judged too."""
@@ -383,6 +384,10 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
                 "rates": "", "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": "", "api": "", "warmup": "0",
                 "seed": "0"}
     repeated = repeated_field_errors(request, ("deployment", *defaults)) if request.method == "POST" else {}
+    # The link's ?deployment= given twice chose no one deployment either: the picker with the
+    # message, never the form for the last one.
+    if "deployment" not in repeated and (message := repeated_message("deployment", request.GET.getlist("deployment"))):
+        repeated["deployment"] = [message]
     if "deployment" in repeated:
         candidates = list(Deployment.objects.filter(status__in=SWEEPABLE, stop_requested=False)
                           .select_related("recipe", "node")

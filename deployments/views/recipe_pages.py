@@ -288,7 +288,8 @@ def _form_context(form: RecipeForm, spec_errors: dict[str, list[str]] | None, **
 
 @role_page(read="operator")
 def recipe_create(request: HttpRequest) -> HttpResponse:
-    """Create a recipe. GET shows the form (optionally pre-filled from ``?from=<recipe id>``);
+    """Create a recipe. GET shows the form (optionally pre-filled from ``?from=<recipe id>``; a
+    ``from`` given twice is a 400, ``from is given 2 times (1, 2): give it once``);
     POST calls :func:`deployments.services.recipe_create` and redirects to the new recipe, or
     re-renders the form with errors (HTTP 400)."""
     if request.method == "POST":
@@ -324,6 +325,9 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
             status=400,
         )
     initial: dict[str, Any] = {"spec": spec_pretty({})}
+    # ?from=1&from=2: taking the last would copy a recipe the link did not name.
+    if repeated := given_more_than_once(request.GET.getlist("from")):
+        raise BadQuery(f"from {repeated}")
     source_id = request.GET.get("from")
     if source_id and re.fullmatch(r"[0-9]+", source_id):
         source = Recipe.objects.filter(pk=int(source_id)).first()
