@@ -689,8 +689,8 @@ def _check_cancel(sweep_id: int) -> None:
 class _Watch:
     """What stops a running sweep, read from its thread: :meth:`check` writes the heartbeat
     (every :data:`HEARTBEAT_S`), then raises :class:`_Cancelled` when ``cancel_requested`` is set
-    and, with ``deployment=True``, :class:`_SweepFailed` when the deployment is no longer ready or
-    one of its processes ended (naming the process, how it ended and ``point``, the label of the
+    and, with ``deployment=True``, :class:`_SweepFailed` when the deployment is no longer ready, its
+    stop was asked for, or one of its processes ended (naming the process, how it ended and ``point``, the label of the
     point running, when one is). Reads at most once per :data:`STOP_CHECK_S` unless ``force``."""
 
     def __init__(self, sweep_id: int, deployment_id: int | None) -> None:
@@ -717,18 +717,21 @@ class _Watch:
             from deployments.choices import DeploymentStatus
             from deployments.models import Deployment
 
-            row = Deployment.objects.filter(pk=self.deployment_id).values_list("status", "reason").first()
+            row = Deployment.objects.filter(pk=self.deployment_id).values_list(
+                "status", "reason", "stop_requested").first()
             if row is None:
                 raise _SweepFailed(f"deployment #{self.deployment_id} was deleted; the sweep stopped",
                                    cause=f"deployment #{self.deployment_id} was deleted")
             down = process_down(deployment_id=self.deployment_id)
             during = f" during point {self.point}" if self.point else ""
-            if row[0] != DeploymentStatus.READY or down:
+            if row[0] != DeploymentStatus.READY or down or row[2]:
                 # A stop someone asked for leads: the processes it ends and the state it moves the
-                # deployment to are its consequences, not why the sweep stopped.
+                # deployment to are its consequences, not why the sweep stopped. It counts from the
+                # moment it is asked for, before the agent marks the deployment stopping.
                 stop = stop_request(deployment_id=self.deployment_id)
                 if stop:
-                    raise _SweepFailed(f"{stop}{during}; deployment #{self.deployment_id} is {row[0]}; "
+                    state = "still marked ready" if row[0] == DeploymentStatus.READY else row[0]
+                    raise _SweepFailed(f"{stop}{during}; deployment #{self.deployment_id} is {state}; "
                                        "the sweep stopped", cause=stop)
             if row[0] != DeploymentStatus.READY:
                 if down:  # a crash: the process and how it ended lead, the deployment's state follows
@@ -749,17 +752,46 @@ def stop_request(*, deployment_id: int) -> str:
     ``"oscar requested a stop of deployment #7 at 2026-12-05 01:58:03 UTC"`` (the event's message
     leads; a stop from the command line, which has no user, reads ``someone requested a stop``).
     The latest such event counts; times in UTC to the second. Redacted."""
-    from deployments.models import Deployment, ProcessEvent
-
-    if not Deployment.objects.filter(pk=deployment_id, stop_requested=True).exists():
-        return ""
-    event = (ProcessEvent.objects.filter(deployment_id=deployment_id, kind="stop-requested")
-             .order_by("-at", "-id").values_list("message", "at").first())
+    event = _stop_event(deployment_id=deployment_id)
     if event is None:
         return ""
     message = (event[0] or "").split("\n", 1)[0].strip()[:200] or "a stop was requested"
     at = timezone.localtime(event[1], dt_timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     return redact_text(f"{message} of deployment #{deployment_id} at {at} UTC")
+
+
+def _stop_event(*, deployment_id: int) -> tuple[str, Any] | None:
+    """``(message, at)`` of the deployment's latest ``stop-requested`` event while its stop is
+    requested, else None."""
+    from deployments.models import Deployment, ProcessEvent
+
+    if not Deployment.objects.filter(pk=deployment_id, stop_requested=True).exists():
+        return None
+    return (ProcessEvent.objects.filter(deployment_id=deployment_id, kind="stop-requested")
+            .order_by("-at", "-id").values_list("message", "at").first())
+
+
+#: The start of a request's error when its connection was refused, reset or closed before any
+#: byte of an answer (:mod:`benchmarks.loadgen.client`).
+CONNECT_ERROR_PREFIX = "cannot connect to "
+
+
+def _refused_after_stop(result, *, deployment_id: int, reason: str) -> int:
+    """Mark the requests of ``result`` that could not connect once the deployment's stop had been
+    asked for (ended at or after its ``stop-requested`` event) as aborted by that stop
+    (``aborted: <reason>``): the server was going away on request, not failing. Returns how many."""
+    event = _stop_event(deployment_id=deployment_id)
+    if event is None:
+        return 0
+    # The records' times are CLOCK_MONOTONIC nanoseconds: the event's wall-clock time, moved there.
+    at_ns = int(event[1].timestamp() * 1e9) - (time.time_ns() - time.perf_counter_ns())
+    rec = result.records
+    marked = 0
+    for i, message in list(rec.errors.items()):
+        if message.startswith(CONNECT_ERROR_PREFIX) and rec.end[i] >= at_ns:
+            rec.errors[i] = ABORTED_PREFIX + reason
+            marked += 1
+    return marked
 
 
 def process_down(*, deployment_id: int) -> str:
@@ -1071,6 +1103,15 @@ class _PointProgress:
         with self._lock:
             self._latest, self._new = clean, True
 
+    def aborted_not_failed(self, n: int) -> None:
+        """Count ``n`` of the last report's failed requests as aborted by a stop instead."""
+        with self._lock:
+            if self._latest is not None and "failed" in self._latest:
+                failed = int(self._latest.get("failed") or 0)
+                self._latest = {**self._latest, "failed": max(0, failed - n),
+                                "aborted": int(self._latest.get("aborted") or 0) + min(n, failed)}
+                self._new = True
+
     def preparing(self, prepared: int, total: int) -> None:
         """Called while the point's prompts are built, before any request (from the thread that
         builds them, after each prompt): keep ``{"phase": "preparing prompts", "prepared", "total"}``
@@ -1366,8 +1407,10 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     ended it (``ended_by``: ``duration``, ``requests``, ``target_unreachable`` or
     ``deployment_down``). The prompts are built and the load generator run in a helper thread;
     this thread ticks the progress and asks ``watch`` (cancel, deployment no longer ready,
-    heartbeat): when it raises, the helper is told to stop (prompt building and sending end within
-    about a second, in-flight requests are aborted). A cancel stores the point cancelled with
+    heartbeat), and once more, at once, between the prompts built and the first request sent:
+    when it raises, the helper is told to stop (prompt building and sending end within
+    about a second, in-flight requests are aborted). Requests refused once the deployment's stop
+    was asked for are aborted by that stop (:func:`_refused_after_stop`), not failed. A cancel stores the point cancelled with
     what was sent (records and a summary marked partial: completed vs planned requests, flag
     ``cancelled_partial``, ``ended_by`` ``cancelled``) and propagates; cancelled before anything
     was sent, it keeps only its progress counts. A deployment that went down
@@ -1443,6 +1486,14 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                                         token_ids=token_ids, chat=api is Api.CHAT, calibration=calibration,
                                         should_stop=stop.is_set,
                                         progress=lambda k: progress.preparing(limits["specs"] + k, prep_total))
+            # The sweep's thread looks at the deployment once more right before the first request:
+            # one stopped while the prompts were built gets none.
+            built.set()
+            while not send.wait(0.05):
+                if stop.is_set():
+                    return
+            if stop.is_set():
+                return
             outcome["result"] = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=progress.report,
                                             should_stop=stop)
             if not token_ids and not _stream_counted_prompts(outcome["result"]):
@@ -1453,19 +1504,26 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         except BaseException as exc:  # re-raised in the sweep's thread below
             outcome["error"] = exc
 
+    built, send = threading.Event(), threading.Event()
     thread = threading.Thread(target=work, name=f"sweep-{sweep.pk}-point-{ordinal}", daemon=True)
     thread.start()
     went_down: _SweepFailed | None = None
     cancelled_here = False
     while thread.is_alive():
-        thread.join(PROGRESS_PERIOD_S)
+        if send.is_set():
+            thread.join(PROGRESS_PERIOD_S)
+        else:
+            built.wait(PROGRESS_PERIOD_S)
         if not thread.is_alive():
             break
         try:
+            before_send = built.is_set() and not send.is_set()
             if watch is not None:
-                watch.check()
+                watch.check(force=before_send)
             else:
                 _check_cancel(sweep.pk)
+            if before_send:
+                send.set()
         except _Cancelled:
             stop.set("the sweep was cancelled")  # no new request, in-flight ones aborted
             thread.join(STOP_JOIN_S)
@@ -1495,6 +1553,19 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         raise err
     else:
         result = outcome["result"]
+    if (not cancelled_here and watch is not None
+            and any(m.startswith(CONNECT_ERROR_PREFIX) for m in result.records.errors.values())):
+        # Requests refused once the deployment's stop was asked for (the load generator ends on its
+        # own when its target refuses it, often before the watch has looked again): the stop
+        # aborted them, the server did not fail them.
+        stop_reason = stop_request(deployment_id=deployment.pk)
+        if stop_reason and (went_down is None or went_down.cause == stop_reason):
+            refused = _refused_after_stop(result, deployment_id=deployment.pk, reason=stop_reason)
+            if refused:
+                progress.aborted_not_failed(refused)
+                if went_down is None:
+                    went_down = _SweepFailed(f"{stop_reason} during point {label}; the sweep stopped",
+                                             cause=stop_reason)
     slo = Slo(**grid["slo"]) if grid.get("slo") else None
     summary = run_summary(result, slo=slo)
     if "calibration" in outcome:
