@@ -19,8 +19,10 @@ Three layers, applied by :func:`redact_text`:
 such a value in a recipe (:mod:`deployments.recipes`) and to show a stored one only in a
 shortened form (``hf_…(37 chars)``) that never holds the value.
 
-A value is masked in every spelling :func:`value_forms` lists, not only as typed: percent-encoded
-in a URL, JSON-escaped, base64, and line by line for a multi-line value.
+A value is masked in every spelling :func:`value_forms` lists, not only as typed: JSON-escaped,
+base64, and line by line for a multi-line value; and each of those spellings in every valid
+percent-encoding (:func:`form_pattern`: any character as typed or as ``%XX`` in either hex case, a
+space also as ``+``), as in a URL's query or a form body.
 
 A value once seen stays masked for the life of the process, also after its secret was
 rotated or deleted: old logs may still hold it. Earlier values are also kept in the database
@@ -150,7 +152,9 @@ def value_forms(value: str) -> set[str]:
     * the value itself, and stripped of surrounding whitespace (a log shows it without the pasted
       newline);
     * percent-encoded (``urllib.parse.quote`` with nothing safe, and ``quote_plus``), as in a URL's
-      query (``?token=a%2Fb``) or a form body;
+      query (``?token=a%2Fb``) or a form body; :func:`redact_text` also masks every other
+      percent-encoding of each form (:func:`form_pattern`), these two are listed for callers that
+      replace forms literally;
     * JSON-escaped (the inside of ``json.dumps(value)``), as in a JSON log line or an API dump;
     * base64 (standard and URL-safe alphabet, with and without ``=`` padding), as in a
       ``Basic`` header or a Kubernetes secret;
@@ -186,6 +190,56 @@ def register_secret_value(value: str) -> None:
         return
     with _lock:
         _known_values.update(forms)
+
+
+def _char_pattern(char: str) -> str:
+    """The regex for one character of a form: as typed, or each of its UTF-8 bytes as ``%XX`` with
+    either hex case (browsers and curl differ: ``%2f`` and ``%2F`` are the same byte), and a space
+    also as ``+`` (a form body)."""
+    hexed = "".join(f"%{b >> 4:X}{b & 15:X}" for b in char.encode("utf-8", "surrogatepass"))
+    encoded = re.sub(r"[A-F]", lambda m: f"[{m.group(0)}{m.group(0).lower()}]", hexed)
+    alternatives = [re.escape(char), encoded] + ([r"\+"] if char == " " else [])
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+def form_pattern(form: str, *, padded: bool = False) -> re.Pattern[str]:
+    """A compiled regex matching ``form`` in every valid percent-encoding: each character as typed
+    or as its percent-encoded UTF-8 bytes (either hex case), a space also as ``+``. So ``a b/c``
+    matches ``a b/c``, ``a%20b%2Fc``, ``a+b%2fc`` and ``a%20b/c`` (only the space encoded, as curl
+    and browsers send it). With ``padded`` the match also takes up to two ``=`` after the form
+    (base64 padding), so one pattern serves a base64 form with and without its padding."""
+    padding = _char_pattern("=") + "{0,2}" if padded else ""
+    return re.compile("".join(_char_pattern(char) for char in form) + padding)
+
+
+def _patterns_for(forms: frozenset[str]) -> list[re.Pattern[str]]:
+    """The :func:`form_pattern` of each of ``forms``, longest first. A form is left out when
+    another form's pattern matches it already: a percent-encoding of another form
+    (``quote(value)``), or a padded base64 form whose unpadded one is also known (that one's
+    pattern takes the padding). Each pattern costs a scan of the text, so fewer is faster."""
+    def covered(form: str) -> bool:
+        decoded = urllib.parse.unquote_plus(form)
+        return (decoded != form and decoded in forms) or (form.endswith("=") and form.rstrip("=") in forms)
+
+    kept = sorted((f for f in forms if f and not covered(f)), key=lambda f: (-len(f), f))
+    return [form_pattern(f, padded=any(f + pad in forms for pad in ("=", "=="))) for f in kept]
+
+
+# (the forms, their patterns) of the last redaction: compiled again only when the forms change.
+_patterns_cache: tuple[frozenset[str], list[re.Pattern[str]]] = (frozenset(), [])
+
+
+def _known_patterns() -> list[re.Pattern[str]]:
+    """The patterns of every known form (:data:`_known_values`), from the cache when the forms
+    are those it was built for."""
+    global _patterns_cache
+    with _lock:
+        forms = frozenset(_known_values)
+    cached_forms, patterns = _patterns_cache
+    if cached_forms != forms:
+        patterns = _patterns_for(forms)
+        _patterns_cache = (forms, patterns)
+    return patterns
 
 
 class SecretsUnmaskable(CeilingError):
@@ -338,7 +392,8 @@ except Exception:  # noqa: BLE001 - used without Django: the max-age re-read sti
 
 def redact_text(text: str) -> str:
     """Return ``text`` with stored and registered secret values and token-shaped substrings
-    masked as :data:`REDACTED`. Every match is found in the text as given, and overlapping or
+    masked as :data:`REDACTED`. A value is found in each of its :func:`value_forms`, each in any
+    percent-encoding (:func:`form_pattern`). Every match is found in the text as given, and overlapping or
     touching matches are masked as one: a stored value that is part of a longer token-shaped
     string (``hf_…2345`` inside ``hf_…23456789``) masks the whole token, never leaving its tail
     shown, and a token-shaped part of a stored value masks the whole value. A pattern with a group
@@ -346,16 +401,14 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     _stored_values_refresh()
-    with _lock:
-        values = sorted(_known_values, key=len, reverse=True)
     spans: list[tuple[int, int]] = []
-    for value in values:
-        if not value:
-            continue
-        start = text.find(value)
-        while start != -1:
-            spans.append((start, start + len(value)))
-            start = text.find(value, start + 1)
+    for pattern in _known_patterns():
+        # search from the character after each match, not after its end: overlapping occurrences
+        # (``aaaa`` twice in ``aaaaa``) are all masked
+        m = pattern.search(text)
+        while m:
+            spans.append(m.span())
+            m = pattern.search(text, m.start() + 1)
     for pattern in _PATTERNS:
         for m in pattern.finditer(text):
             begin = m.end(1) if pattern.groups else m.start()

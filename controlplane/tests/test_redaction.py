@@ -83,3 +83,51 @@ def test_a_registered_value_inside_a_longer_token_masks_the_whole_token_and_neve
     # two secrets side by side with nothing between them are one mask
     assert redact_text("x hf_Zyxwvutsrqponmlkjihgfedcba012345prefix-of-AKIAIOSFODNN7EXAMPLE-suffix y") == (
         f"x {REDACTED} y")
+
+
+@pytest.mark.parametrize("spelling", [
+    "Pa%20ss%40w%2Frd%2BLong99",   # every reserved character encoded, upper-case hex
+    "Pa%20ss%40w%2frd%2bLong99",   # lower-case hex
+    "Pa%20ss@w/rd+Long99",         # only the space encoded, as curl and browsers send it
+    "Pa+ss%40w%2Frd%2BLong99",     # a form body: the space as '+'
+    "%50a%20ss%40w%2Frd%2BLong%39%39",  # characters that need no encoding encoded all the same
+])
+def test_it_masks_a_registered_value_in_any_percent_encoding(spelling):
+    import urllib.parse
+
+    value = "Pa ss@w/rd+Long99"
+    # Each spelling is the value percent-encoded, not a hand-made string that merely looks so.
+    assert urllib.parse.unquote(spelling.replace("+ss", "%20ss")) == value
+    register_secret_value(value)
+    assert redact_text(f"POST /login a={spelling}&b=1") == f"POST /login a={REDACTED}&b=1"
+
+
+def test_it_masks_every_percent_encoding_of_a_value_on_one_line():
+    register_secret_value("Pa ss@w/rd+Long99")
+    line = "a=Pa%20ss%40w%2Frd%2BLong99&c=Pa%20ss%40w%2frd%2bLong99&d=Pa%20ss@w/rd+Long99"
+    assert redact_text(line) == f"a={REDACTED}&c={REDACTED}&d={REDACTED}"
+
+
+@pytest.mark.parametrize("spelling", ["sk%2DZZTOPSECRETzz9876", "sk%2dZZTOPSECRETzz9876"])
+def test_it_masks_a_key_whose_dash_is_percent_encoded(spelling):
+    # The token-shaped pattern for ``sk-`` keys does not see ``sk%2D``: only the stored value does.
+    register_secret_value("sk-ZZTOPSECRETzz9876")
+    assert redact_text(f"GET /v1/models?key={spelling}&x=1") == f"GET /v1/models?key={REDACTED}&x=1"
+
+
+def test_it_masks_a_non_ascii_value_by_its_utf8_bytes_and_a_base64_form_percent_encoded():
+    import base64
+
+    register_secret_value("mot-de-passe-été!")
+    assert redact_text("p=mot-de-passe-%C3%A9t%c3%a9%21 end") == f"p={REDACTED} end"
+    padded = base64.b64encode("mot-de-passe-été!".encode()).decode()
+    assert padded.endswith("=")
+    encoded = padded.replace("=", "%3D").replace("+", "%2B").replace("/", "%2F")
+    assert redact_text(f"auth={encoded}&x=1") == f"auth={REDACTED}&x=1"
+
+
+def test_it_leaves_a_near_miss_of_a_registered_value_alone():
+    register_secret_value("Pa ss@w/rd+Long99")
+    # one character different, or a byte that decodes to another character, is not the value
+    for text in ("a=Pa%20ss%40w%2Frd%2BLong98", "a=Pa%21ss%40w%2Frd%2BLong99", "a=pa%20ss%40w%2Frd%2BLong99"):
+        assert redact_text(text) == text
