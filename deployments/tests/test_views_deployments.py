@@ -487,6 +487,22 @@ def test_it_marks_health_stale_when_the_last_probe_is_older_than_three_periods(v
     assert "healthy" in cell and "stale" not in cell
 
 
+def test_it_names_the_probed_url_once_in_the_health_cell(viewer_client, seed_pd):
+    url = "http://127.0.0.1:30001/health"
+    deployment, process = _ready_deployment(
+        seed_pd, health_url=url, last_probe_at=timezone.now() - timedelta(seconds=6),
+        probe_detail=f"{url} answered 200",
+    )
+    page = reverse("deployments:deployment-detail", args=[deployment.pk])
+    cell = _process_cell(_html(viewer_client.get(page)), process)
+    assert f"{url} answered 200" in cell and cell.count(url) == 1
+
+    # a detail that does not name it leaves the URL on its own line
+    ServerProcess.objects.filter(pk=process.pk).update(probe_detail="GET /health: connection refused")
+    cell = _process_cell(_html(viewer_client.get(page)), process)
+    assert f'<div class="mono small">{url}</div>' in cell and cell.count(url) == 1
+
+
 def test_it_shows_only_the_terminal_state_of_a_stopped_process(viewer_client, seed_pd):
     deployment, process = _ready_deployment(
         seed_pd, status=ProcessStatus.EXITED, end_reason="terminated", exit_code=0,

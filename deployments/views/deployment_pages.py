@@ -182,13 +182,19 @@ def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None =
 def _server_process_view(process: ServerProcess, now: datetime, as_of: datetime | None = None) -> dict[str, Any]:
     """One row of the process table: role, status, pid, uptime (from ``started_at`` to now,
     to ``as_of`` while the agent is offline, or to ``ended_at`` once it ended), restarts,
-    pinning, GPU ids, ports and health (``as_of``: see :func:`_health_view`)."""
+    pinning, GPU ids, ports and health (``as_of``: see :func:`_health_view`), and the health URL
+    (``health_url``) where the last probe's detail does not already name it ("" for a process
+    never started)."""
     uptime = None
     if process.started_at is not None:
         until = process.ended_at if process.status in PROCESS_TERMINAL and process.ended_at else (as_of or now)
         uptime = _duration_text((until - process.started_at).total_seconds())
     ports = sorted(process.ports.items()) if isinstance(process.ports, dict) else []
     env = process.env_redacted if isinstance(process.env_redacted, dict) else {}
+    health = _health_view(process, now, as_of)
+    # The probe's own detail names the URL it probed ("http://…/health answered 200"): the URL
+    # line under it is for a process whose detail does not say it.
+    health_url = "" if _never_started(process) or process.health_url in (health["detail"] or "") else process.health_url
     return {
         "row": process,
         "label": f"{process.role} #{process.ordinal}",
@@ -203,7 +209,8 @@ def _server_process_view(process: ServerProcess, now: datetime, as_of: datetime 
         "cuda_visible_devices": redact_text(str(env["CUDA_VISIBLE_DEVICES"])) if "CUDA_VISIBLE_DEVICES" in env else None,
         "ports": ports,
         "gpu_verified": process.gpu_verified,
-        "health": _health_view(process, now, as_of),
+        "health": health,
+        "health_url": health_url,
         "as_of": _when(as_of, now) if as_of is not None and process.status not in PROCESS_TERMINAL else None,
         "has_log": _log_file(process) is not None,
     }
