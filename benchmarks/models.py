@@ -109,6 +109,18 @@ class BenchmarkSweep(models.Model):
         return gpus_are_modelled(engine=self.engine, num_gpus=self.num_gpus)
 
     @property
+    def ending_text(self) -> str:
+        """How the sweep ended, as a clause for a note on a cancelled or failed one: "the sweep
+        was cancelled", "the sweep failed (<reason>)" ("the sweep failed" with no reason recorded);
+        "the sweep is <status>" for any other status. ``failed`` is what happened to it, not
+        something done to it, so it never reads "was failed"."""
+        if self.status == SweepStatus.CANCELLED:
+            return "the sweep was cancelled"
+        if self.status == SweepStatus.FAILED:
+            return f"the sweep failed ({self.reason})" if self.reason else "the sweep failed"
+        return f"the sweep is {self.get_status_display()}"
+
+    @property
     def has_open_ended_points(self) -> bool:
         """Whether a point of the grid is limited by time alone (``duration_s`` and no request
         count: a closed-loop point without ``requests`` or ``requests_per_concurrency``, an

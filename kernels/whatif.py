@@ -335,7 +335,7 @@ def _unfinished_note(sweep) -> str | None:
              for p in never]
     if not planned and sweep.points_total > len(runs):
         left.append(f"{sweep.points_total - len(runs)} point(s) that never ran")
-    return (f"provisional: the sweep was {sweep.status}; this projection covers only its finished points"
+    return (f"provisional: {sweep.ending_text}; this projection covers only its finished points"
             + (f", leaving out {', '.join(left)}" if left else ""))
 
 

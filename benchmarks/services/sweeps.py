@@ -2124,7 +2124,7 @@ def provisional_note(sweep: BenchmarkSweep) -> str | None:
     (cancelled or failed partway); None for any other sweep."""
     if sweep.analysis or sweep.status not in (SweepStatus.CANCELLED, SweepStatus.FAILED):
         return None
-    return (f"provisional: the sweep was {sweep.status}; these findings cover only the finished points, "
+    return (f"provisional: {sweep.ending_text}; these findings cover only the finished points, "
             "not the ones it never ran or stopped partway")
 
 

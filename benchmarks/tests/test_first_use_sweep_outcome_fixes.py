@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils.html import escape
 
 from benchmarks.api.serializers import SweepSerializer
 from benchmarks.choices import RunStatus, SweepStatus
@@ -115,6 +118,15 @@ def test_a_failed_sweep_lists_the_point_stopped_partway_and_logs_a_warning_witho
     analysis = sweep_analysis(sweep=sweep)
     assert analysis["provisional"] is True
     assert analysis["lengths"]["16/128"]["excluded"] == [f"c=4 (stopped partway, failed: {stopped.reason})"]
+    # "the sweep failed (why)", never "the sweep was failed"
+    assert analysis["notes"][0] == (f"provisional: the sweep failed ({sweep.reason}); these findings cover only the "
+                                    "finished points, not the ones it never ran or stopped partway")
+    client = Client()
+    client.force_login(operator)
+    page = client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
+    assert (f"Provisional: the sweep failed ({escape(sweep.reason)}); these findings cover only the finished "
+            "points.") in page
+    assert "was failed" not in page
 
     records = [r for r in caplog.records if r.name == "benchmarks.services.sweeps" and "failed" in r.getMessage()]
     assert [(r.levelno, r.getMessage(), r.exc_info) for r in records] == [

@@ -11,6 +11,7 @@ SEED = "seed-sm120-fallback"
 def _ended_sweep(status):
     sweep = BenchmarkSweep.objects.create(
         name="t", engine="sim", topology="pd", status=status, points_total=4,
+        reason="deployment stopped" if status == "failed" else "",
         snapshot={"spec": {"sim": {"profile": SEED}}},
         grid={"lengths": [[256, 256]], "concurrency": [1, 2, 4, 8], "request_rates": [], "requests": 8})
     for i, (c, run_status) in enumerate([(1, "done"), (2, "done"), (4, run_status_for(status))]):
@@ -35,7 +36,8 @@ def test_a_failed_or_cancelled_sweep_is_projected_with_a_note_naming_its_status_
         assert resp.status_code == 200
         out = resp.json()
         assert [r["concurrency"] for r in out["lengths"]["256/256"]] == [1, 2]
-        note = (f"provisional: the sweep was {status}; this projection covers only its finished points, leaving "
+        ended = {"cancelled": "the sweep was cancelled", "failed": "the sweep failed (deployment stopped)"}[status]
+        note = (f"provisional: {ended}; this projection covers only its finished points, leaving "
                 f"out c=4 256/256 ({status}), c=8 256/256 (never ran)")
         assert out["notes"][0] == note
         # and, after it, only why the sim profile's running batch is not the ceiling analysis'
