@@ -129,9 +129,10 @@ def test_a_variants_files_ids_keep_their_json_type_in_the_api_and_the_json_expor
     text = viewer_api.get(f"/api/kernel-jobs/{job.pk}/export/?format=csv").content.decode()
     cells = {r["source_variant_id"] for r in csv.DictReader(io.StringIO(text))}
     assert cells == {str(i) for i in file_ids}
-    # the job page's variant table names the file's id next to the job's
+    # the job page's variant table names the file's id next to the job's, saying which file it is from
     c = Client()
     c.force_login(viewer)
     html = c.get(f"/kernels/jobs/{job.pk}/").content.decode()
     for r in rows:
-        assert f'{r["id"]} <span class="muted small">file {r["source_variant_id"]}</span>' in html
+        assert (f'{r["id"]} <span class="muted small">(id {r["source_variant_id"]} in variants.json)</span>'
+                in html)
