@@ -284,7 +284,7 @@ class _BlankAsNullChoiceField(serializers.ChoiceField):
 class RunSerializer(serializers.ModelSerializer):
     """A run: point parameters (``duration_s``: the point's time limit, seconds, null for a point
     limited by its request count alone; ``measured_duration_s``: how long it ran, seconds, the
-    summary's ``duration_s`` and the CSV export's), status, source,
+    summary's ``duration_s`` and the CSV export's ``measured_duration_s``), status, source,
     summary (seconds for measured runs, the importer's ms fields for imported ones), flags,
     ``metrics`` (one vocabulary, ms), snapshot, ``progress`` (the running point's live counts, see
     :class:`benchmarks.models.BenchmarkRun`). The original imported file is served by
@@ -297,13 +297,13 @@ class RunSerializer(serializers.ModelSerializer):
 
     metrics = serializers.SerializerMethodField()
     # Two durations: the grid's limit (``duration_s``, the field kept under its name) and the
-    # measured one, which the summary and the exports also call duration_s.
+    # measured one, which the summary and the JSON export also call duration_s.
     duration_s = serializers.FloatField(read_only=True, allow_null=True, help_text=(
         "the point's time limit in seconds, as the sweep's grid set it (grid.duration_s); null for a "
         "point limited by its request count alone. Not how long the run took: see measured_duration_s"))
     measured_duration_s = serializers.SerializerMethodField(help_text=(
         "how long the run took in seconds, first request sent to last response (summary.duration_s, the "
-        "duration_s column of the CSV export); null while it runs or when an imported file gave none"))
+        "measured_duration_s column of the CSV export); null while it runs or when an imported file gave none"))
     label = serializers.CharField(read_only=True)
     has_records = serializers.SerializerMethodField()
     # Null rather than "" for a run that was not imported, as the run's JSON export and the

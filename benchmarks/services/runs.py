@@ -1230,8 +1230,8 @@ EXPORT_STATS = ("mean", "std", "p50", "p90", "p99")
 EXPORT_LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_per_gap_ms"), ("e2e", "e2e_ms"))
 EXPORT_COLUMNS = (
     "run_id", "sweep_id", "source", "status", "served_model_name", "concurrency", "request_rate_req_s", "input_len",
-    "output_len", "num_requests", "num_gpus", "requests", "successes", "failures", "aborted", "duration_s",
-    "output_throughput_tok_s", "tok_s_per_gpu", "total_token_throughput_tok_s", "request_throughput_req_s",
+    "output_len", "num_requests", "num_gpus", "requests", "successes", "failures", "aborted",
+    "measured_duration_s", "output_throughput_tok_s", "tok_s_per_gpu", "total_token_throughput_tok_s", "request_throughput_req_s",
     "goodput_req_s", "slo_ttft_s", "slo_tpot_s", "slo_e2e_s", "slo_attainment_fraction",
     "achieved_concurrency_mean_requests", "achieved_concurrency_max_requests",
     *(f"{stem}_{stat}" for _, stem in EXPORT_LATENCIES for stat in EXPORT_STATS),
@@ -1252,7 +1252,9 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
     the point) and ``input_tokens_recount_sample_mean`` the mean of a recount that covered only a
     sample of them (``input_tokens_mean`` then empty), ``failures`` the requests the server
     failed and ``aborted`` those a stop (a cancel, the deployment going down) ended in flight,
-    neither counted in ``successes`` (empty for an imported run). Imported runs fill what their file
+    neither counted in ``successes`` (empty for an imported run), ``measured_duration_s`` how long
+    the run took, seconds (the summary's ``duration_s``; not the grid's time limit, which the API
+    calls the run's ``duration_s``). Imported runs fill what their file
     gave (SGLang's ``concurrency`` is its mean in flight, vLLM's ``max_concurrent_requests`` its
     max); anything else is an empty cell."""
     m = run_metrics(run=run)
@@ -1272,9 +1274,12 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
         "achieved_concurrency_max_requests": _number(s.get("achieved_concurrency_max",
                                                            s.get("max_concurrent_requests"))),
     }
-    for key in ("requests", "successes", "failures", "aborted", "duration_s", "output_throughput_tok_s",
+    for key in ("requests", "successes", "failures", "aborted", "output_throughput_tok_s",
                 "tok_s_per_gpu", "request_throughput_req_s", "goodput_req_s", "input_tokens_mean", "output_tokens_mean"):
         row[key] = m[key]
+    # The summary's duration_s is how long the run took; the API's run duration_s is the grid's
+    # time limit. The column says which one it is.
+    row["measured_duration_s"] = m["duration_s"]
     for metric, stem in EXPORT_LATENCIES:
         for stat in EXPORT_STATS:
             row[f"{stem}_{stat}"] = (m[f"{metric}_ms"] or {}).get(stat)

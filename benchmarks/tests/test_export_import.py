@@ -89,6 +89,8 @@ def test_it_exports_a_run_as_csv_with_ms_latencies_and_empty_cells_for_absent_va
     assert row["output_throughput_tok_s"] == "24.5" and row["tok_s_per_gpu"] == "3.0625"
     assert row["ttft_ms_p99"] == "900.0" and row["tpot_ms_mean"] == "94.0" and row["e2e_ms_p50"] == "24400.0"
     assert row["goodput_req_s"] == "" and row["request_rate_req_s"] == ""
+    # how long it ran, named apart from the API's duration_s (the grid's time limit)
+    assert row["measured_duration_s"] == "10.0" and "duration_s" not in row
 
 
 def test_it_exports_a_sweep_as_json_and_csv_in_grid_order() -> None:
