@@ -1231,8 +1231,8 @@ EXPORT_LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_per_g
 EXPORT_COLUMNS = (
     "run_id", "sweep_id", "source", "status", "served_model_name", "concurrency", "request_rate_req_s", "input_len",
     "output_len", "num_requests", "num_gpus", "requests", "successes", "failures", "aborted",
-    "measured_duration_s", "output_throughput_tok_s", "tok_s_per_gpu", "total_token_throughput_tok_s", "request_throughput_req_s",
-    "goodput_req_s", "slo_ttft_s", "slo_tpot_s", "slo_e2e_s", "slo_attainment_fraction",
+    "measured_duration_s", "output_throughput_tok_s", "tok_s_per_gpu", "total_token_throughput_tok_s",
+    "request_throughput_req_s", "goodput_req_s", "slo_ttft_s", "slo_tpot_s", "slo_e2e_s", "slo_attainment_fraction",
     "achieved_concurrency_mean_requests", "achieved_concurrency_max_requests",
     *(f"{stem}_{stat}" for _, stem in EXPORT_LATENCIES for stat in EXPORT_STATS),
     "input_tokens_mean", "input_tokens_source", "input_tokens_recount_sample_mean", "output_tokens_mean", "flags",
