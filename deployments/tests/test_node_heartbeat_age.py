@@ -42,6 +42,6 @@ def test_the_last_heartbeat_reads_its_age_in_the_pages_words(viewer, age, shown)
     late = int(time.monotonic() - started) + 1
     words = [_duration_text(age.total_seconds() + extra) + " ago" for extra in range(late + 1)]
     assert shown == words[0]
-    assert any(f" UTC</time> ({w})" in detail for w in words), re.search(r"last heartbeat.{0,160}", detail).group(0)
+    assert any(f" UTC</time> (<span data-age>{w}</span>)" in detail for w in words), re.search(r"last heartbeat.{0,160}", detail).group(0)
     assert any(f"last seen {w}</span>" in listed for w in words), words
     assert "minutes ago" not in detail + listed and "minute ago" not in detail + listed

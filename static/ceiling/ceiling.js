@@ -217,11 +217,16 @@
 
   // A page's "updates every N s" line ([data-live-cadence]) says the updates stopped while the
   // session is gone, and gets its words back when it returns (a swap re-renders it too).
+  // A line inside a stale part of the page (see "status that stops updating" below) says since
+  // when instead; the session's words win, as they say why.
   function paintCadence(root) {
-    var stopped = session.state === "ok" ? null
+    var signedOut = session.state === "ok" ? null
       : "updates stopped (" + (session.state === "forbidden" ? "no access" : "signed out") + ")";
     var els = (root || document).querySelectorAll ? (root || document).querySelectorAll("[data-live-cadence]") : [];
     Array.prototype.forEach.call(els, function (el) {
+      var scope = el.closest("[data-stale-since]");
+      var stopped = signedOut
+        || (scope ? "not updating: stale since " + clockUtc(new Date(+scope.getAttribute("data-stale-since"))) : null);
       if (stopped) {
         if (!el.hasAttribute("data-cadence-text")) el.setAttribute("data-cadence-text", el.textContent);
         el.textContent = stopped;
@@ -295,6 +300,81 @@
     } else if (xhr.status >= 200 && xhr.status < 300) {
       sessionBack();
     }
+  });
+
+  // --- status that stops updating -----------------------------------------------------
+  // What a polled part of a page shows (a deployment's Status panel: [hx-trigger] "every 2s")
+  // is as old as its last answer, and what a page rendered once beside a live socket shows (the
+  // node page's agent line, [data-follows-live]) is as old as the page. When the poll fails
+  // (the web server is down: htmx:sendError; it answered 5xx: htmx:responseError; no answer in
+  // time: htmx:timeout), or the page's live socket is down (live.js: "ceiling:live-state"), the
+  // part gets data-stale-since (ms since the epoch of its last fresh content), its
+  // "updates every N s" line reads "not updating: stale since hh:mm:ss UTC" and each age in it
+  // ([data-age], "4 s ago", counted when it was rendered) reads "4 s ago as of hh:mm:ss UTC", so
+  // old numbers are never shown as live. The next answered poll swaps in fresh content; a
+  // socket that is live again clears the mark of what follows it.
+  var pageLoadedAt = Date.now();
+
+  function clockUtc(date) {
+    function pad2(n) { return (n < 10 ? "0" : "") + n; }
+    return pad2(date.getUTCHours()) + ":" + pad2(date.getUTCMinutes()) + ":" + pad2(date.getUTCSeconds()) + " UTC";
+  }
+
+  function freshAt(el) {
+    var at = +el.getAttribute("data-fresh-at");
+    return at || pageLoadedAt;
+  }
+
+  function paintAges(scope) {
+    var stale = scope.hasAttribute("data-stale-since");
+    var asOf = stale ? " as of " + clockUtc(new Date(+scope.getAttribute("data-stale-since"))) : "";
+    Array.prototype.forEach.call(scope.querySelectorAll("[data-age]"), function (el) {
+      if (stale) {
+        if (!el.hasAttribute("data-age-text")) el.setAttribute("data-age-text", el.textContent);
+        el.textContent = el.getAttribute("data-age-text") + asOf;
+      } else if (el.hasAttribute("data-age-text")) {
+        el.textContent = el.getAttribute("data-age-text");
+        el.removeAttribute("data-age-text");
+      }
+    });
+  }
+
+  function markStale(scope, stale) {
+    if (!scope || !scope.setAttribute) return;
+    if (stale === scope.hasAttribute("data-stale-since")) return;
+    if (stale) scope.setAttribute("data-stale-since", String(freshAt(scope)));
+    else scope.removeAttribute("data-stale-since");
+    paintCadence(scope);
+    paintAges(scope);
+  }
+
+  // Swapped-in content is fresh as of now (the first content is as of the page's load).
+  document.addEventListener("htmx:load", function (event) {
+    var elt = event.detail.elt;
+    if (elt && elt.setAttribute && elt.hasAttribute("hx-trigger") && elt !== document.body) {
+      elt.setAttribute("data-fresh-at", String(Date.now()));
+    }
+  });
+
+  function pollFailed(event) {
+    var elt = event.detail.elt;
+    var xhr = event.detail.xhr;
+    // 401 and 403 are the session's to show (above); another 4xx is no outage.
+    if (xhr && xhr.status > 0 && xhr.status < 500) return;
+    if (elt && elt.getAttribute && /\bevery\b/.test(elt.getAttribute("hx-trigger") || "")) markStale(elt, true);
+  }
+  document.addEventListener("htmx:sendError", pollFailed);
+  document.addEventListener("htmx:responseError", pollFailed);
+  document.addEventListener("htmx:timeout", pollFailed);
+
+  document.addEventListener("ceiling:live-state", function (event) {
+    var state = (event.detail || {}).state;
+    // "connecting" is the first state of every page: what it rendered is still as of now.
+    if (state === "connecting") return;
+    var live = state === "live";
+    Array.prototype.forEach.call(document.querySelectorAll("[data-follows-live]"), function (el) {
+      markStale(el, !live);
+    });
   });
 
   window.CeilingSession = { ended: sessionEnded, isLoginPage: isLoginPage };

@@ -149,6 +149,8 @@
     this.state = state;
     document.documentElement.setAttribute("data-live-state", state);
     paintStatus(this);
+    // ceiling.js marks what the page rendered once beside the socket ([data-follows-live]) stale.
+    document.dispatchEvent(new CustomEvent("ceiling:live-state", { detail: { state: state } }));
     if (this.options.onState) this.options.onState(state, this);
   };
 
