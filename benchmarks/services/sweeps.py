@@ -1104,12 +1104,15 @@ class _PointProgress:
             self._latest, self._new = clean, True
 
     def aborted_not_failed(self, n: int) -> None:
-        """Count ``n`` of the last report's failed requests as aborted by a stop instead."""
+        """Count ``n`` of the last report's failed requests as aborted by a stop instead: out of
+        ``failed`` and out of ``done`` (an aborted request is neither), into ``aborted``."""
         with self._lock:
             if self._latest is not None and "failed" in self._latest:
                 failed = int(self._latest.get("failed") or 0)
-                self._latest = {**self._latest, "failed": max(0, failed - n),
-                                "aborted": int(self._latest.get("aborted") or 0) + min(n, failed)}
+                moved = min(n, failed)
+                self._latest = {**self._latest, "failed": failed - moved,
+                                "done": max(0, int(self._latest.get("done") or 0) - moved),
+                                "aborted": int(self._latest.get("aborted") or 0) + moved}
                 self._new = True
 
     def preparing(self, prepared: int, total: int) -> None:

@@ -116,5 +116,5 @@ def test_requests_refused_after_the_stop_was_asked_for_are_aborted_not_failed(mo
                                    "stopped)")
     # Neither finished nor failed: the live counts and the sweep's done count say the same.
     assert sweep.requests_done == 0
-    assert (run.progress["failed"], run.progress["aborted"]) == (0, s["requests"])
+    assert (run.progress["done"], run.progress["failed"], run.progress["aborted"]) == (0, 0, s["requests"])
     assert not BenchmarkSweep.objects.filter(pk=sweep.pk, status=SweepStatus.RUNNING).exists()
