@@ -259,6 +259,32 @@ def test_a_form_sweep_gets_the_name_and_grid_the_api_gives_for_the_same_values(
     assert api.json()["grid"] == from_form.grid
 
 
+@pytest.mark.parametrize("typed", [" 2 ", "2", "+2", "02", "\t2\n"])
+def test_the_form_reads_a_warmup_count_with_spaces_or_a_sign_as_the_api_takes_2(
+        operator_api, operator, starting, django_capture_on_commit_callbacks, typed) -> None:
+    with django_capture_on_commit_callbacks(execute=False):
+        form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
+            "deployment": starting.pk, "concurrency": "1", "lengths": "8:8", "requests": "4", "warmup": typed})
+    assert form.status_code == 302, form.content.decode()
+    from_form = BenchmarkSweep.objects.get()
+    assert from_form.grid["warmup"] == 2 and type(from_form.grid["warmup"]) is int
+    from_form.status = SweepStatus.CANCELLED
+    from_form.save(update_fields=["status"])
+    with django_capture_on_commit_callbacks(execute=False):
+        api = operator_api.post("/api/sweeps/", {"deployment": starting.pk, "grid": {
+            "concurrency": [1], "lengths": "8:8", "requests": 4, "warmup": 2}}, format="json")
+    assert api.status_code == 201, api.json()
+    assert api.json()["grid"] == from_form.grid
+
+
+def test_the_api_refuses_a_warmup_count_written_as_text_that_the_form_would_read(operator_api, starting) -> None:
+    api = operator_api.post("/api/sweeps/", {"deployment": starting.pk, "grid": {**GRID, "warmup": " 2 "}},
+                            format="json")
+    assert api.status_code == 400
+    assert api.json() == {"grid.warmup": ['must be an integer 0..10000, got the string " 2 "']}
+    assert not BenchmarkSweep.objects.exists()
+
+
 def test_a_form_sweep_left_at_the_defaults_gets_the_apis_defaults(
         operator_api, operator, starting, django_capture_on_commit_callbacks) -> None:
     with django_capture_on_commit_callbacks(execute=False):
@@ -276,6 +302,10 @@ def test_a_form_sweep_left_at_the_defaults_gets_the_apis_defaults(
     ("warmup", "10001", {"grid": {**GRID, "warmup": 10001}}),
     ("warmup", "abc", {"grid": {**GRID, "warmup": "abc"}}),
     ("warmup", "2.5", {"grid": {**GRID, "warmup": 2.5}}),
+    ("warmup", "2.0", {"grid": {**GRID, "warmup": 2.0}}),       # told to be written without its point
+    ("warmup", "2e0", {"grid": {**GRID, "warmup": 2.0}}),
+    ("warmup", "99999999999999999999", {"grid": {**GRID, "warmup": 99999999999999999999}}),
+    ("warmup", "2 3", {"grid": {**GRID, "warmup": "2 3"}}),
     ("seed", "2147483648", {"grid": {**GRID, "seed": 2147483648}}),
     ("seed", "1e3", {"grid": {**GRID, "seed": 1e3}}),
     ("api", "openai-responses", {"grid": {**GRID, "api": "openai-responses"}}),
