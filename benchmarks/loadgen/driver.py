@@ -47,6 +47,12 @@ open-loop arrivals dealt round-robin from one global schedule, and every process
 ``t0`` (perf_counter is CLOCK_MONOTONIC, shared by all processes of the host). Their records are
 merged. Workers report their running counts to the parent through their pipe every
 :data:`WORKER_REPORT_S`, which feeds the optional ``progress`` callback.
+
+The ``progress`` callback hears of the warm-up too (``"phase": "warming up"``, :data:`WARMUP_PHASE`,
+with the warm-up requests ended / to send and the seconds since it began), so a caller can show
+that requests are going out before the measured phase's first report; the warm-up's requests are
+never in the measured counts. The warm-up a run without a set worker count sends only to measure
+the client's CPU use (``workers`` None) is not reported; the one that follows it is.
 """
 from __future__ import annotations
 
@@ -77,7 +83,7 @@ from .datasets import RequestSpec
 from .protocol import Api
 from .records import RecordStore, RequestOutcome
 
-__all__ = ["LoadConfig", "Progress", "RunResult", "WorkerStats", "loadgen_run", "loadgen_run_async",
+__all__ = ["WARMUP_PHASE", "LoadConfig", "Progress", "RunResult", "WorkerStats", "loadgen_run", "loadgen_run_async",
            "server_generation_tokens"]
 
 logger = logging.getLogger("benchmarks.loadgen")
@@ -117,6 +123,10 @@ MEASURED_GC_GEN0 = 10_000
 UNREACHABLE_FAILURES = 32
 
 Progress = Callable[[dict[str, Any]], None]
+#: The ``phase`` of a progress report made while the warm-up requests run (before the measured
+#: phase, whose reports have no ``phase``): ``{"phase": "warming up", "warmup_done",
+#: "warmup_total", "warmup_elapsed_s"}``.
+WARMUP_PHASE = "warming up"
 # How often a run's ``should_stop`` callback is asked, and how often the measuring event loop
 # looks at the stop flag it sets (seconds): a stop takes effect within about a quarter second,
 # the same period as the progress polling it rides along with.
@@ -343,7 +353,7 @@ class _Tally:
     """
 
     __slots__ = ("t0", "done", "failed", "aborted", "total", "client", "tokens0", "stop_reason", "on_stop", "stop_ns",
-                 "ledger", "spool", "before")
+                 "ledger", "spool", "before", "warm_t0", "warm_done", "warm_total")
 
     def __init__(self, total: int) -> None:
         self.t0 = 0
@@ -359,6 +369,11 @@ class _Tally:
         self.ledger: _Ledger | None = None  # set by _measured while it runs
         self.spool: int | None = None  # a worker process's spool file descriptor (see _Ledger)
         self.before: tuple[float | None, list[str]] = (None, [])  # the first scrape
+        # The warm-up, apart from the counts above (it never counts toward them): its start
+        # (perf_counter ns, 0 until it starts), the warm-up requests that ended and to send.
+        self.warm_t0 = 0
+        self.warm_done = 0
+        self.warm_total = 0
 
     @property
     def measuring(self) -> bool:
@@ -536,6 +551,37 @@ class _Reporter:
         # (perf_counter ns, output tokens) of the latest calls, oldest first: the windows' starts.
         self.marks: list[tuple[int, int]] = []
         self.calls = 0
+        self.warm_last = 0  # perf_counter ns of the latest warm-up report (0: none yet)
+        self.warm_ended = False  # the report of the warm-up's last request was made
+
+    def warming(self, *, started: int, done: int, total: int) -> None:
+        """Call the callback with ``{"phase": WARMUP_PHASE, "warmup_done", "warmup_total",
+        "warmup_elapsed_s"}`` (warm-up requests that ended, to send, seconds since the warm-up
+        began at ``started``, perf_counter ns): at once for the first, then at most every
+        :data:`PROGRESS_PERIOD_S`, and at once when the last warm-up request has ended. Never once
+        the measured phase has reported. Nothing before the warm-up starts (``started`` 0) or
+        without warm-up requests."""
+        if self.callback is None or started <= 0 or total <= 0 or self.calls or self.warm_ended:
+            return
+        now = time.perf_counter_ns()
+        ended = done >= total
+        if not ended and self.warm_last and now - self.warm_last < PROGRESS_PERIOD_S * 1e9:
+            return
+        self.warm_last, self.warm_ended = now, ended
+        self._call({"phase": WARMUP_PHASE, "warmup_done": min(done, total), "warmup_total": total,
+                    "warmup_elapsed_s": max(0.0, (now - started) / 1e9)})
+
+    def warming_from(self, tally: _Tally) -> None:
+        """:meth:`warming` with ``tally``'s warm-up counts while its measured phase has not begun."""
+        if not tally.t0:
+            self.warming(started=tally.warm_t0, done=tally.warm_done, total=tally.warm_total)
+
+    def _call(self, info: dict[str, Any]) -> None:
+        try:
+            self.callback(info)  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - see the class docstring
+            logger.exception("load generator progress callback failed; no further progress calls for this run")
+            self.callback = None
 
     def report(self, *, t0: int, done: int, total: int, failed: int, tokens: int, aborted: int = 0,
                final: bool = False) -> None:
@@ -564,21 +610,25 @@ class _Reporter:
         # always hold the latest one at least a period back (a third covers a repeated final call).
         self.marks = [*self.marks[-2:], (now, tokens)]
         self.calls += 1
-        try:
-            self.callback(info)
-        except Exception:  # noqa: BLE001 - see the class docstring
-            logger.exception("load generator progress callback failed; no further progress calls for this run")
-            self.callback = None
+        self._call(info)
 
 
 # ---------------------------------------------------------------------- one event loop
-async def _warmup(client: StreamingClient, cfg: LoadConfig, specs: list[RequestSpec], conc: int) -> None:
+async def _warmup(client: StreamingClient, cfg: LoadConfig, specs: list[RequestSpec], conc: int,
+                  tally: _Tally | None = None) -> None:
+    """Send the warm-up ``specs`` over ``conc`` slots; their outcomes are dropped. With ``tally``
+    its ``warm_t0`` is set as the warm-up starts and ``warm_done`` counts each request that ended
+    (succeeded or failed), for the progress reports; its measured counts are never touched."""
     queue = list(reversed(specs))
+    if tally is not None:
+        tally.warm_total, tally.warm_done, tally.warm_t0 = len(specs), 0, time.perf_counter_ns()
 
     async def slot() -> None:
         while queue:
             spec = queue.pop()
             await client.send(spec, scheduled=time.perf_counter_ns(), ignore_eos=cfg.ignore_eos)
+            if tally is not None:
+                tally.warm_done += 1
 
     await asyncio.gather(*(slot() for _ in range(max(1, min(conc, len(specs))))))
 
@@ -811,7 +861,9 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
 
     Every measured request is appended to the spool file ``spool`` as it is sent and again when
     it comes back (:class:`_Ledger`): that file, not the pipe, is how the records reach the
-    parent. While measuring it sends ``("progress", (done, failed, output_tokens, total, aborted))`` every
+    parent. While warming up it sends ``("warmup", (warm-up requests ended, warm-up start in
+    perf_counter ns))`` every :data:`WORKER_REPORT_S` and once more when the warm-up has ended,
+    then ``("ready", None)``. While measuring it sends ``("progress", (done, failed, output_tokens, total, aborted))`` every
     :data:`WORKER_REPORT_S`; at the end ``("done", stats)`` or ``("error", text)``. A
     ``("stop", reason)`` from the parent during the measured phase ends it early
     (``_Tally.stop``: nothing new sent, in-flight requests aborted) and it reports ``"done"``.
@@ -822,10 +874,22 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
             await asyncio.sleep(WORKER_REPORT_S)
             conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total, tally.aborted)))
 
+    async def warm_report(warm: _Tally) -> None:
+        while True:
+            conn.send(("warmup", (warm.warm_done, warm.warm_t0)))
+            await asyncio.sleep(WORKER_REPORT_S)
+
     async def main() -> None:
         async with _client(cfg) as client:
             if warmup_specs:
-                await _warmup(client, cfg, warmup_specs, slots or cfg.concurrency or 1)
+                warm = _Tally(0)
+                warm.warm_t0 = time.perf_counter_ns()
+                warm_reporter = asyncio.ensure_future(warm_report(warm))
+                try:
+                    await _warmup(client, cfg, warmup_specs, slots or cfg.concurrency or 1, warm)
+                finally:
+                    warm_reporter.cancel()
+                conn.send(("warmup", (warm.warm_done, warm.warm_t0)))
             # Collect and freeze before "ready", so that pass never eats into t0's lead time.
             with _quiet_gc():
                 conn.send(("ready", None))
@@ -905,7 +969,7 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
             procs.append(p)
             conns.append(parent)
         stats, t0, before, halted, halted_ns, missing = _drive_processes(cfg, specs, offsets, n, procs, conns,
-                                                                         progress, should_stop)
+                                                                         progress, should_stop, warm_parts)
         stores = []
         for i in range(n):
             if i in missing:
@@ -922,16 +986,18 @@ def _run_processes(cfg: LoadConfig, specs: list[RequestSpec], warmup: list[Reque
 
 def _drive_processes(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[float] | None, n: int,
                      procs: list[Any], conns: list[Any], progress: Progress | None,
-                     should_stop: Callable[[], bool | str | None] | None,
+                     should_stop: Callable[[], bool | str | None] | None, warm_parts: list[int] | None = None,
                      ) -> tuple[dict[int, WorkerStats], int, tuple[float | None, list[str]], str | None, int,
                                 list[int]]:
     """The parent's side of :func:`_run_processes` once the workers are started: wait for their
-    warmups, hand out ``t0``, relay their progress, pass a stop on, collect their stats. Returns
+    warmups (relaying their warm-up counts, ``warm_parts`` requests each), hand out ``t0``, relay
+    their progress, pass a stop on, collect their stats. Returns
     ``(stats by worker, t0, first scrape, stop reason, stop instant in perf_counter ns, workers
     that did not answer the stop)``; every worker process has ended (or been killed) when it
     returns. Raises :class:`LoadgenStopped` for a stop before ``t0`` and ``RuntimeError`` for a
     worker that failed (or ended without reporting while not stopped)."""
     reporter = _Reporter(progress) if progress is not None else None
+    warm_parts = warm_parts if warm_parts is not None else [0] * n
     stopped = False  # kill the workers on the way out
     halted: str | None = None
     halted_at = 0.0
@@ -963,13 +1029,28 @@ def _drive_processes(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[fl
 
     pending: dict[int, Any] = {}
     results: dict[int, WorkerStats] = {}
+    warm_total = sum(warm_parts)
+    warm: dict[int, tuple[int, int]] = {}  # per worker: warm-up requests ended, its warm-up start
     try:
-        for c in conns:
-            while not c.poll(STOP_POLL_S):
-                check_stop()
-            kind, payload = c.recv()
-            if kind == "error":
-                raise RuntimeError(f"load worker failed during warmup: {payload}")
+        unready = dict(enumerate(conns))
+        while unready:
+            check_stop()
+            for c in multiprocessing.connection.wait(list(unready.values()), timeout=STOP_POLL_S):
+                i = next(k for k, v in unready.items() if v is c)
+                try:
+                    kind, payload = c.recv()
+                except EOFError:
+                    raise RuntimeError(f"load worker {i} exited during warmup "
+                                       f"(exit code {procs[i].exitcode})") from None
+                if kind == "error":
+                    raise RuntimeError(f"load worker failed during warmup: {payload}")
+                if kind == "warmup":
+                    warm[i] = payload
+                elif kind == "ready":
+                    del unready[i]
+            if reporter is not None and warm:
+                reporter.warming(started=min(w[1] for w in warm.values()), done=sum(w[0] for w in warm.values()),
+                                 total=warm_total)
         before = server_generation_tokens(cfg.metrics_urls) if cfg.metrics_urls else (None, [])
         t0 = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
         for c in conns:
@@ -1099,7 +1180,7 @@ async def _one_loop(config: LoadConfig, specs: list[RequestSpec], warmup: list[R
     async with _client(config) as client:
         tally.client = client
         if warmup:
-            await _warmup(client, config, warmup, config.concurrency or 1)
+            await _warmup(client, config, warmup, config.concurrency or 1, tally)
         before = (await asyncio.to_thread(server_generation_tokens, config.metrics_urls)
                   if config.metrics_urls else (None, []))
         tally.before = before
@@ -1151,8 +1232,12 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
     included: the server's per-event count when it sends one, else one per output event), seconds
     since ``t0``, output tokens/s over the window since the latest call at least
     :data:`PROGRESS_PERIOD_S` back (or ``t0``; see :class:`_Reporter`) and output tokens/s since
-    ``t0`` (None before any token). Keep it quick: it runs between the network reads it is
-    reporting on.
+    ``t0`` (None before any token). Before that, while the warm-up requests run, it is called
+    with ``{"phase": WARMUP_PHASE, "warmup_done", "warmup_total", "warmup_elapsed_s"}`` (warm-up
+    requests that ended, succeeded or failed, / to send, seconds since the warm-up began): once as
+    it starts, then at most every :data:`PROGRESS_PERIOD_S`, and once as its last request ends
+    (:meth:`_Reporter.warming`); warm-up requests never count in the measured reports. Keep it
+    quick: it runs between the network reads it is reporting on.
     """
     config.validate()
     warmup = warmup_specs if warmup_specs is not None else specs[:config.warmup]
@@ -1165,6 +1250,7 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
         assert reporter is not None
         while True:
             await asyncio.sleep(PROGRESS_PERIOD_S / 2)
+            reporter.warming_from(tally)
             reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
                             aborted=tally.aborted)
 
@@ -1264,6 +1350,7 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
             left_behind.partial = tally.partial(stop.reason, stop.at_ns)
             break
         if reporter is not None:
+            reporter.warming_from(tally)
             reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
                             aborted=tally.aborted)
     if left_behind is not None:

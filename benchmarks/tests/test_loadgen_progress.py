@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from benchmarks.loadgen import Api, LoadConfig, RequestSpec, loadgen_run, loadgen_run_async, run_summary
-from benchmarks.loadgen.driver import MEASURED_GC_GEN0
+from benchmarks.loadgen.driver import MEASURED_GC_GEN0, WARMUP_PHASE
 from benchmarks.tests.replay_server import ReplayProcess, sse
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -113,6 +113,11 @@ def test_it_reports_progress_from_worker_processes_through_their_pipes(server: R
     cfg = LoadConfig(base_url=server.url, api=Api.COMPLETIONS, model="m", concurrency=4, workers=2, warmup=2)
     result = loadgen_run(config=cfg, specs=specs(24), progress=seen)
     assert run_summary(result)["successes"] == 24
+    # The warm-up's reports come first, each with its phase, and end with both warm-up requests ended.
+    warm = [i for i, c in enumerate(seen.calls) if c.get("phase") == WARMUP_PHASE]
+    assert warm == list(range(len(warm))) and warm, seen.calls
+    assert seen.calls[warm[-1]]["warmup_done"] == seen.calls[warm[-1]]["warmup_total"] == 2
+    seen.calls, seen.times = seen.calls[len(warm):], seen.times[len(warm):]
     assert_well_formed(seen, total=24, failed=0, tokens=24 * TOKENS)
     assert seen.threads == {threading.get_ident()}
     assert any(0 < c["done"] < 24 for c in seen.calls[:-1])
