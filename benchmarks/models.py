@@ -184,7 +184,10 @@ class BenchmarkRun(models.Model):
     request (null before any token), ISO time of the write), written at most once per second.
     Before that, while the point's prompts are built, it is ``{"phase": "preparing prompts",
     "prepared", "total", "duration_s", "total_sent_so_far", "updated_at"}`` (prompts built so far
-    and to build, warmup prompts included), written as often.
+    and to build, warmup prompts included), written as often; then, while its warm-up requests
+    run, ``{"phase": "warming up", "warmup_done", "warmup_total", "warmup_elapsed_s", "duration_s",
+    "total_sent_so_far", "updated_at"}`` (warm-up requests that ended and to send, seconds since
+    the warm-up began; never counted in ``done`` or the sweep's ``requests_done``), written as often.
     """
 
     sweep = models.ForeignKey(BenchmarkSweep, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")

@@ -38,8 +38,14 @@ SWEEP_PROGRESS_SCHEMA = {
         "points_total": {"type": "integer", "description": "points in the sweep"},
         "point": {"type": "string", "description": "the point, e.g. c=8 256/256"},
         "phase": _nullable("string", "'preparing prompts' while the point builds its prompts before any "
-                                     "request; absent once it sends"),
+                                     "request, then 'warming up' while its warm-up requests run (before the "
+                                     "measured ones); absent once it sends the measured requests"),
         "prepared": _nullable("integer", "prompts built so far (while preparing), warmup prompts included"),
+        "warmup_done": _nullable("integer", "warm-up requests that ended, succeeded or failed (while warming up "
+                                            "only); never counted in done, failed, aborted or requests_done"),
+        "warmup_total": _nullable("integer", "warm-up requests the point sends before its measured ones (while "
+                                             "warming up only)"),
+        "warmup_elapsed_s": _nullable("number", "seconds since the point's warm-up began (while warming up only)"),
         "done": _nullable("integer", "requests of the point that finished (succeeded, or failed with an answer)"),
         "total": _nullable("integer", "requests of the point to send; for a closed loop limited by time "
                                       "(total_sent_so_far) those sent so far; prompts to build while preparing"),
@@ -119,8 +125,10 @@ class SweepSerializer(serializers.ModelSerializer):
         help_text="the running point's last progress report, the data of the sweep.progress websocket message "
                   "(the sweep page embeds the same): request counts of the point, seconds, output tok/s, and "
                   "updated_at, when it was made; a page re-syncing after a lost socket draws it unless it shows a "
-                  "newer report. While the point builds its prompts (phase set), total and prepared count prompts and "
-                  "the request counts are absent. Null when no point is running or the running one has not reported "
+                  "newer report. While the point builds its prompts (phase 'preparing prompts'), total and prepared count "
+                  "prompts and the request counts are absent; while it sends its warm-up requests (phase 'warming "
+                  "up'), warmup_done, warmup_total and warmup_elapsed_s count those and the request counts are "
+                  "absent (warm-up requests are never counted as done). Null when no point is running or the running one has not reported "
                   "yet.")
 
     class Meta:

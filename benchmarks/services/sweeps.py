@@ -86,7 +86,7 @@ from benchmarks.loadgen import (
     Api, LoadConfig, LoadgenStopped, RequestSpec, RunResult, Slo, TextCalibration, arrival_offsets,
     dataset_calibrate_text_at, loadgen_run, prompts_token_counts, random_dataset, run_summary,
 )
-from benchmarks.loadgen.driver import ABORTED_PREFIX
+from benchmarks.loadgen.driver import ABORTED_PREFIX, WARMUP_PHASE
 from benchmarks.loadgen.driver import PROGRESS_PERIOD_S as LOADGEN_PROGRESS_PERIOD_S
 from benchmarks.loadgen.metrics import input_length_check
 from benchmarks.loadgen.tokenized import tokenized_text_dataset
@@ -1060,8 +1060,14 @@ def _point_label(point: Mapping[str, Any]) -> str:
 PROGRESS_KEYS = ("done", "total", "failed", "aborted", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean")
 
 #: The ``phase`` of a running point's progress while its prompts are built (before the load
-#: generator's first report, whose progress has no ``phase``).
+#: generator's first report; its measured-phase reports have no ``phase``).
 PREPARING_PHASE = "preparing prompts"
+
+#: Keys of the load generator's reports while the point's warm-up requests run, phase
+#: :data:`WARMUP_PHASE` (``"warming up"``): warm-up requests that ended (succeeded or failed) and
+#: to send, and seconds since the warm-up began. They are never the point's ``done``/``failed``/
+#: ``aborted`` nor in the sweep's ``requests_done``.
+WARMUP_PROGRESS_KEYS = ("phase", "warmup_done", "warmup_total", "warmup_elapsed_s")
 
 #: Seconds of the load generator's report window, over which ``tok_s`` is measured: at least this
 #: (:data:`benchmarks.loadgen.driver.PROGRESS_PERIOD_S`), usually no more than half as long again.
@@ -1098,8 +1104,11 @@ class _PointProgress:
     def report(self, snapshot: Mapping[str, Any]) -> None:
         """The load generator's callback: keep the newest ``{"done", "total", "failed", "aborted",
         "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}`` (counts, seconds, output tok/s over
-        its last window of about :data:`TOK_S_WINDOW_S` s, output tok/s since the first request)."""
-        clean = {k: snapshot.get(k) for k in PROGRESS_KEYS}
+        its last window of about :data:`TOK_S_WINDOW_S` s, output tok/s since the first request),
+        or while the warm-up runs ``{"phase": "warming up", "warmup_done", "warmup_total",
+        "warmup_elapsed_s"}`` (:data:`WARMUP_PROGRESS_KEYS`; no request count of the point)."""
+        keys = WARMUP_PROGRESS_KEYS if snapshot.get("phase") == WARMUP_PHASE else PROGRESS_KEYS
+        clean = {k: snapshot.get(k) for k in keys}
         with self._lock:
             self._latest, self._new = clean, True
 
@@ -1132,7 +1141,8 @@ class _PointProgress:
         return {"sweep_id": self.sweep_id, "run_id": self.run_id, "point_index": self.ordinal,
                 "points_total": self.points_total, **latest, "point": self.label, "duration_s": self.duration_s,
                 "total_sent_so_far": self.total_sent_so_far,
-                "requests_done": self.done_before + int(latest.get("done") or 0),  # 0 while preparing prompts
+                # 0 while preparing prompts or warming up: warm-up requests are never counted
+                "requests_done": self.done_before + int(latest.get("done") or 0),
                 "updated_at": timezone.now().isoformat().replace("+00:00", "Z")}
 
     def tick(self, *, final: bool = False) -> None:
@@ -2206,8 +2216,10 @@ def sweep_follow_line(*, sweep: BenchmarkSweep, elapsed_s: float) -> str:
 
     The phase is the sweep's status until it runs (with its queue note while pending or waiting);
     then ``starting`` (before its first point; ``starting <point>`` once the next point is named
-    and before its run row runs), ``preparing prompts for <point>, N/M prompts built`` or
-    ``sending <point>`` as the running point's own progress says, and ``analysing the results``
+    and before its run row runs), ``preparing prompts for <point>, N/M prompts built``,
+    ``warming up for <point>, N/M warm-up requests`` (warm-up requests that ended, of those sent
+    before the measured ones; never in the request counts) or ``sending <point>`` as the running
+    point's own progress says, and ``analysing the results``
     once every point is done. The sweep's request total is the one the API gives
     (:attr:`benchmarks.models.BenchmarkSweep.requests_total_known`): a sweep with points limited by
     time alone has none until it is done and says so (``requests 142 done, total not known:
@@ -2234,6 +2246,9 @@ def sweep_follow_line(*, sweep: BenchmarkSweep, elapsed_s: float) -> str:
             phase = "running, analysing the results"
         elif run is None:
             phase = "running, starting"
+        elif prog.get("phase") == WARMUP_PHASE:
+            phase = (f"running, {WARMUP_PHASE} for {sweep.current_point}, "
+                     f"{int(prog.get('warmup_done') or 0)}/{prog.get('warmup_total') or 0} warm-up requests")
         elif prog.get("phase"):
             phase = (f"running, {prog['phase']} for {sweep.current_point}, "
                      f"{int(prog.get('prepared') or 0)}/{prog.get('total') or 0} prompts built")

@@ -20,7 +20,7 @@ from benchmarks.forms import grid_value
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_aborted, sweep_requests_cancelled
-from benchmarks.services.sweeps import SHARED_RECHECK_S, TOK_S_WINDOW_S
+from benchmarks.services.sweeps import SHARED_RECHECK_S, TOK_S_WINDOW_S, WARMUP_PHASE
 from benchmarks.sweeps import DEFAULT_LENGTHS, failure_counts
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
@@ -565,17 +565,29 @@ def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
     duration), ``source`` (``client`` or ``server_counters``), ``total_sent_so_far`` (True for a
     closed loop limited by time: its ``total`` is the requests sent so far, not a planned count,
     so the page says ``42 done of 44 sent so far`` and the fraction is elapsed / duration alone),
-    ``phase`` (None, or ``"preparing prompts"`` while the point's prompts are built before any
-    request: then ``prepared`` / ``total`` are prompts, warmup ones included, and ``fraction`` 0).
-    None when nothing was reported yet."""
+    ``phase`` (None; ``"preparing prompts"`` while the point's prompts are built before any
+    request: then ``prepared`` / ``total`` are prompts, warmup ones included, and ``fraction`` 0;
+    ``"warming up"`` while its warm-up requests run, before the measured ones: then
+    ``warmup_done`` / ``warmup_total`` are those warm-up requests, ``warmup_elapsed_s`` the seconds
+    since the warm-up began, the request counts None and ``fraction`` 0). ``warmup_done``,
+    ``warmup_total`` and ``warmup_elapsed_s`` are None in any other phase. None when nothing was
+    reported yet."""
     p = run.progress or {}
     if not p:
         return None
+    no_warmup = {"warmup_done": None, "warmup_total": None, "warmup_elapsed_s": None}
+    if p.get("phase") == WARMUP_PHASE:
+        return {"run": run, "phase": p["phase"], "prepared": None, "total": None,
+                "warmup_done": p.get("warmup_done"), "warmup_total": p.get("warmup_total"),
+                "warmup_elapsed_s": _opt_float(p.get("warmup_elapsed_s")),
+                "done": None, "failed": None, "aborted": None, "tok_s": None, "tok_s_mean": None, "elapsed_s": None,
+                "duration_s": _opt_float(run.duration_s), "fraction": 0.0, "source": "client",
+                "total_sent_so_far": False}
     if p.get("phase"):
         return {"run": run, "phase": p["phase"], "prepared": p.get("prepared"), "total": p.get("total"),
                 "done": None, "failed": None, "aborted": None, "tok_s": None, "tok_s_mean": None, "elapsed_s": None,
                 "duration_s": _opt_float(run.duration_s), "fraction": 0.0, "source": "client",
-                "total_sent_so_far": False}
+                "total_sent_so_far": False, **no_warmup}
     elapsed, duration = _opt_float(p.get("elapsed_s")), _opt_float(p.get("duration_s") or run.duration_s)
     sent_so_far = (bool(p["total_sent_so_far"]) if "total_sent_so_far" in p
                    else bool(duration) and run.request_rate is None)
@@ -589,7 +601,8 @@ def run_progress(run: BenchmarkRun) -> dict[str, Any] | None:
             "tok_s": _opt_float(p.get("tok_s")),
             "tok_s_mean": _opt_float(p.get("tok_s_mean")),
             "elapsed_s": elapsed, "duration_s": duration, "fraction": min(1.0, max(fractions)),
-            "source": p.get("source", "client"), "total_sent_so_far": sent_so_far, "phase": None, "prepared": None}
+            "source": p.get("source", "client"), "total_sent_so_far": sent_so_far, "phase": None, "prepared": None,
+            **no_warmup}
 
 
 def _sweep_results_context(sweep: BenchmarkSweep) -> dict[str, Any]:

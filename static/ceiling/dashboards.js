@@ -632,11 +632,20 @@
     }
     // A closed loop limited by time cannot know its total: "total" is the requests sent so far.
     var sentSoFar = data.total_sent_so_far === true;
-    // While the point's prompts are built (before any request) "total" counts prompts, not requests.
+    // While the point's prompts are built (before any request) "total" counts prompts, not requests;
+    // while its warm-up requests run (phase "warming up") warmup_done / warmup_total count those,
+    // which are never the point's requests done.
     if (data.phase) {
-      set(root, "requests", data.phase + ": " + (isNum(data.prepared) ? data.prepared : 0) + " / "
-        + (isNum(total) ? total : "—"), "prompts");
-      bar(field(root, "fill"), isNum(data.prepared) && isNum(total) && total > 0 ? data.prepared / total : null);
+      if (isNum(data.warmup_total)) {
+        var warmDone = isNum(data.warmup_done) ? data.warmup_done : 0;
+        set(root, "requests", data.phase + ": " + warmDone + " / " + data.warmup_total + " warm-up requests"
+          + (isNum(data.warmup_elapsed_s) ? ", " + data.warmup_elapsed_s.toFixed(1) + " s elapsed" : ""), "");
+        bar(field(root, "fill"), data.warmup_total > 0 ? warmDone / data.warmup_total : null);
+      } else {
+        set(root, "requests", data.phase + ": " + (isNum(data.prepared) ? data.prepared : 0) + " / "
+          + (isNum(total) ? total : "—"), "prompts");
+        bar(field(root, "fill"), isNum(data.prepared) && isNum(total) && total > 0 ? data.prepared / total : null);
+      }
       // No request was sent yet: a rate, failure count or elapsed time shown is an earlier point's.
       ["failed", "tok_s", "tok_s_mean", "elapsed"].forEach(function (name) { set(root, name, "—", ""); });
       showAborted(root, null);
