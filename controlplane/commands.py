@@ -72,6 +72,16 @@ class CeilingCommand(BaseCommand):
 
     def create_parser(self, prog_name, subcommand, **kwargs):
         parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parse_error = parser.error
+
+        def error(message):
+            # From call_command, a refused option (a bad value, one given twice) exits as it does
+            # from the command line: status 2, not the 1 of work that failed.
+            if parser.called_from_command_line:
+                parse_error(message)
+            raise CommandError(f"Error: {message}", returncode=REFUSED_STATUS)
+
+        parser.error = error
         for action in parser._actions:
             if type(action) is argparse._StoreAction and action.option_strings:
                 action.__class__ = _StoreOnce
