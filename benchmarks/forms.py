@@ -31,3 +31,19 @@ def grid_value(text: str) -> int | float | str:
     if _DECIMAL_RE.fullmatch(text) or text.lower().lstrip("+-") in ("inf", "infinity", "nan"):
         return float(text)  # inf and nan too: the grid's validation names a number that is not finite
     return text
+
+
+def sweep_name_read(text: str) -> tuple[str, list[str]]:
+    """A sweep's name as typed into the sweep form or given to ``manage.py sweep --name``, judged
+    by the API's own ``name`` field (:class:`benchmarks.api.serializers.SweepCreateSerializer`: at
+    most 200 characters, no control or text-direction characters, spaces around it trimmed).
+    Returns ``(name, [])``, or ``("", messages)`` in the API's words when it is refused; a blank
+    name is ``""``, which :func:`benchmarks.services.sweep_create` makes up from the grid."""
+    from rest_framework.exceptions import ValidationError
+
+    from benchmarks.api.serializers import SweepCreateSerializer
+
+    try:
+        return SweepCreateSerializer().fields["name"].run_validation(text), []
+    except ValidationError as exc:
+        return "", [str(m) for m in exc.detail]

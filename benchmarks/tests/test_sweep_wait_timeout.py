@@ -1,7 +1,8 @@
 """``manage.py sweep --wait --timeout S``: a sweep still going when the S seconds run out is left
 running, not cancelled; the command says so on one line with the sweep's id, its page and API
 paths and how to cancel it, and exits with status 3, neither success (0) nor a failed sweep (1)
-nor a refusal (2). A ``--timeout`` that is no finite number of seconds >= 0 is refused (2)."""
+nor a refusal (2). A ``--timeout`` that is no finite number of seconds > 0 is refused by the option's
+parser (2), naming the option and its unit."""
 from __future__ import annotations
 
 import io
@@ -52,9 +53,9 @@ def test_a_sweep_still_running_when_the_timeout_ends_is_left_running_and_exits_3
 
 
 def test_a_sweep_not_yet_started_says_its_own_status(starting, client, viewer):
-    err, _ = sweep_wait_for("--timeout", "0")
+    err, _ = sweep_wait_for("--timeout", "0.01")
     sweep = BenchmarkSweep.objects.get()
-    assert str(err).startswith(f"sweep #{sweep.pk} is still {SweepStatus(sweep.status).label} after --timeout 0 s "
+    assert str(err).startswith(f"sweep #{sweep.pk} is still {SweepStatus(sweep.status).label} after --timeout 0.01 s "
                                "and was not cancelled: ")
     assert err.returncode == 3 and sweep.status not in (SweepStatus.CANCELLED, SweepStatus.FAILED)
     client.force_login(viewer)
@@ -62,8 +63,22 @@ def test_a_sweep_not_yet_started_says_its_own_status(starting, client, viewer):
     assert client.get(f"/api/sweeps/{sweep.pk}/").status_code == 200
 
 
-@pytest.mark.parametrize("value,shown", [("-1", "-1"), ("-0.5", "-0.5"), ("nan", "NaN"), ("inf", "Infinity")])
-def test_a_timeout_that_is_no_finite_number_of_seconds_is_refused_before_a_sweep_is_made(starting, value, shown):
+@pytest.mark.parametrize("value,why", [
+    ("-1", "must be a finite number of seconds > 0, got -1"),
+    ("-0.5", "must be a finite number of seconds > 0, got -0.5"),
+    ("0", "must be a finite number of seconds > 0, got 0"),
+    ("nan", "must be a finite number of seconds > 0, got NaN"),
+    ("inf", "must be a finite number of seconds > 0, got Infinity"),
+    ("abc", "must be a finite number of seconds > 0 (e.g. 3600), got 'abc'"),
+    ("", "must be a finite number of seconds > 0 (e.g. 3600), got ''"),
+])
+def test_a_timeout_that_is_no_finite_number_of_seconds_is_refused_before_a_sweep_is_made(starting, value, why):
     err, _ = sweep_wait_for("--timeout", value)
-    assert str(err) == f"--timeout must be a finite number of seconds >= 0, got {shown}"
+    assert str(err) == f"Error: argument --timeout: {why}"
     assert err.returncode == 2 and not BenchmarkSweep.objects.exists()
+
+
+def test_a_timeout_is_taken_as_seconds_written_as_a_decimal():
+    from benchmarks.management.commands.sweep import seconds_option
+
+    assert [seconds_option(t) for t in ("60", "2.5", "1e3", " 7 ")] == [60.0, 2.5, 1000.0, 7.0]

@@ -16,7 +16,7 @@ from django.utils.dateparse import parse_datetime
 
 from benchmarks import services
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
-from benchmarks.forms import grid_value
+from benchmarks.forms import grid_value, sweep_name_read
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_aborted, sweep_requests_cancelled
@@ -300,18 +300,12 @@ def _field_errors(errors: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
 
 def _sweep_name(text: str, errors: dict[str, list[str]]) -> str:
     """The sweep's name as typed, judged by the API's own ``name`` field
-    (:class:`benchmarks.api.serializers.SweepCreateSerializer`: at most 200 characters, no control
-    or text-direction characters, spaces around it trimmed); its refusal goes to ``errors["name"]``
-    in the API's words and the name is then ``""``."""
-    from rest_framework.exceptions import ValidationError
-
-    from benchmarks.api.serializers import SweepCreateSerializer
-
-    try:
-        return SweepCreateSerializer().fields["name"].run_validation(text)
-    except ValidationError as exc:
-        errors["name"] = [str(m) for m in exc.detail]
-        return ""
+    (:func:`benchmarks.forms.sweep_name_read`); its refusal goes to ``errors["name"]`` in the
+    API's words and the name is then ``""``."""
+    name, refusals = sweep_name_read(text)
+    if refusals:
+        errors["name"] = refusals
+    return name
 
 
 def _api_choices(engine: str | None) -> list[tuple[str, str]]:

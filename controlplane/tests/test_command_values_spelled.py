@@ -33,7 +33,8 @@ def test_an_option_given_twice_is_quoted_as_typed(args, line):
 def test_a_refused_number_is_spelled_as_json_does():
     with pytest.raises(CommandError) as err:
         call_command("sweep", "x", "--timeout", "-1", stdout=io.StringIO())
-    assert str(err.value) == "--timeout must be a finite number of seconds >= 0, got -1" and err.value.returncode == 2
+    assert str(err.value) == "Error: argument --timeout: must be a finite number of seconds > 0, got -1"
+    assert err.value.returncode == 2
     with pytest.raises(CommandError) as err:
         call_command("kernel_job", "toy", "--external", "--wait", "-5", stdout=io.StringIO())
     # every problem of the input on one line (the package is unknown too), the number spelled as JSON does

@@ -5,6 +5,11 @@ UI). The sweep runs on the ``control`` worker; ``--wait`` follows it and prints 
 and the ceiling findings; ``--here`` runs it in this process instead (no worker needed; a sweep held
 back by another on a deployment sharing its CPUs or GPUs waits here, pending, and then runs here).
 ``--duration S`` limits each point to S seconds (with ``--requests``, whichever ends first).
+``--name NAME`` names the sweep, as the API's and the form's ``name`` do (judged by the API's own
+field, :func:`benchmarks.forms.sweep_name_read`: at most 200 characters, no control or
+text-direction characters, spaces around it trimmed; refused as ``--name (name): <the API's
+message>`` beside any problem of the grid); without it, or blank, the sweep is named from its
+recipe and grid, as the API names it. The line printed on creation quotes a name given.
 ``--user USERNAME`` records the sweep's creator (an active operator or admin, as the API requires;
 :func:`deployments.management.command_user.command_user`); without it the sweep has none and its
 pages say "command line".
@@ -19,7 +24,8 @@ with its grid path and the API's message, one per line, and the command exits wi
 it does for every other refusal of its input, each on one line (no such deployment or recipe, a
 ``--user`` that may not create a sweep, a sweep the service refuses). A sweep that was created and
 then failed or was cancelled (``--wait``, ``--here``) exits with status 1. ``--wait`` follows the
-sweep for ``--timeout`` seconds at most (a finite number >= 0, else refused with status 2); a sweep
+sweep for ``--timeout`` seconds at most (a finite number > 0, read by :func:`seconds_option`;
+anything else is refused by the option's parser, naming the option and its unit, status 2); a sweep
 not yet ended by then is left running, not cancelled: the command says so on one line with the
 sweep's id, its page and API paths and how to cancel it, and exits with status 3
 (:data:`STILL_RUNNING_STATUS`). While it follows the sweep (``--wait``, or ``--here`` when a
@@ -34,6 +40,8 @@ one per number, wrapped to :data:`benchmarks.sweeps.REPORT_WIDTH` columns.
 """
 from __future__ import annotations
 
+import argparse
+import math
 import re
 import time
 
@@ -41,7 +49,7 @@ from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand, refused, refused_list
 from benchmarks.choices import SWEEP_TERMINAL, SweepStatus
-from benchmarks.forms import grid_value
+from benchmarks.forms import grid_value, sweep_name_read
 from benchmarks.selectors import sweep_queue_note
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
 from benchmarks.services.sweeps import SHARED_RECHECK_S
@@ -78,6 +86,21 @@ def still_running_text(*, sweep, timeout_s: float) -> str:
     return (f"sweep #{sweep.pk} is still {SweepStatus(sweep.status).label} after --timeout {js_number(timeout_s)} s and was "
             f"not cancelled: follow it at /benchmarks/sweeps/{sweep.pk}/ or GET /api/sweeps/{sweep.pk}/; cancel it "
             f"with POST /api/sweeps/{sweep.pk}/cancel/")
+
+
+def seconds_option(text: str) -> float:
+    """The value of ``--timeout``: a finite number of seconds > 0, written as a decimal (``60``,
+    ``2.5``, ``1e3``). Anything else is refused by the option's parser, which names the option
+    before the reason (``argument --timeout: must be a finite number of seconds > 0, got 0``;
+    ``... got 'abc'`` for a text that is no number), with exit status 2."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds > 0 (e.g. 3600), got {json_spelled(text)}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {js_number(value)}")
+    return value
 
 
 # The example each list option's refusal of an empty item shows.
@@ -211,8 +234,12 @@ class Command(CeilingCommand):
                                  "default its startup timeout + 60)")
         parser.add_argument("--wait", action="store_true", help="follow the sweep and print its results")
         parser.add_argument("--here", action="store_true", help="run the sweep in this process")
-        parser.add_argument("--timeout", type=float, default=3600.0, help="seconds --wait follows the sweep (default 3600); a sweep still going then is "
-                                 "left running, not cancelled, and the command exits with status 3")
+        parser.add_argument("--timeout", type=seconds_option, default=3600.0, metavar="S",
+                            help="seconds --wait follows the sweep, a number > 0 (default 3600); a sweep still "
+                                 "going then is left running, not cancelled, and the command exits with status 3")
+        parser.add_argument("--name", default=None,
+                            help="the sweep's name, at most 200 characters, as the API's name (default: made up "
+                                 "from the recipe and the grid)")
         parser.add_argument("--user", default=None, metavar="USERNAME",
                             help="record this user as the sweep's creator: an active user with the operator or "
                                  "admin role, as the API requires (default: none, shown as 'command line')")
@@ -243,8 +270,6 @@ class Command(CeilingCommand):
 
     def handle(self, *args, **o):
         user = command_user(o["user"], role="operator", what="a sweep")
-        if not 0 <= o["timeout"] < float("inf"):  # also NaN, which no elapsed time would pass
-            raise refused(f"--timeout must be a finite number of seconds >= 0, got {js_number(o['timeout'])}")
         target = o["target"]
         if target.isascii() and target.isdigit():
             deployment = Deployment.objects.select_related("recipe").filter(pk=int(target)).first()
@@ -280,7 +305,8 @@ class Command(CeilingCommand):
                 grid[key] = typed[option]
         if o["api"]:
             grid["api"] = o["api"]
-        if empties:
+        name, name_refusals = sweep_name_read(o["name"]) if o["name"] is not None else ("", [])
+        if empties or name_refusals:
             # refused, with every other problem of the grid as the API would name it
             spec = deployment.spec_snapshot or {}
             try:
@@ -292,9 +318,12 @@ class Command(CeilingCommand):
             errors = {path: [*messages] for path, messages in empties.items()}
             for path, messages in others.items():
                 errors.setdefault(path, []).extend(messages)
-            raise refused_list("the sweep grid is refused:", grid_error_lines(InvalidInput(errors)))
+            lines = grid_error_lines(InvalidInput(errors)) if errors else []
+            if name_refusals:
+                raise refused_list("the sweep is refused:", [f"  --name (name): {m}" for m in name_refusals] + lines)
+            raise refused_list("the sweep grid is refused:", lines)
         try:
-            sweep = sweep_create(deployment=deployment, user=user, grid=grid)
+            sweep = sweep_create(deployment=deployment, user=user, grid=grid, name=name)
         except InvalidInput as exc:
             raise refused_list("the sweep grid is refused:", grid_error_lines(exc)) from None
         except CeilingError as exc:
@@ -308,7 +337,8 @@ class Command(CeilingCommand):
              "requests per point)"]
             if o["requests"] is None and o["requests_per_concurrency"] is None and o["duration"] is None else [])
         points = f"{sweep.points_total} point{'s' if sweep.points_total != 1 else ''}"
-        self.stdout.write(f"sweep #{sweep.pk} created: {points}, {requests}"
+        named = f" {json_spelled(sweep.name)}" if name else ""
+        self.stdout.write(f"sweep #{sweep.pk}{named} created: {points}, {requests}"
                           + (f"; defaults taken: {', '.join(defaults)}" if defaults else ""))
         if o["here"]:
             self._run_here(sweep, timeout_s=o["timeout"])
