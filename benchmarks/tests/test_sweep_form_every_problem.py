@@ -39,7 +39,8 @@ def test_repeats_and_a_bad_slo_are_all_named(operator_api, operator_client, depl
         "rates": "", "slo_ttft_ms": "-5", "slo_tpot_ms": "", "slo_e2e_ms": ""})
     assert response.status_code == 400
     page = html_lib.unescape(response.content.decode())
-    assert "'-5' must be more than 0 ms." in page
+    assert api.json()["grid.slo.ttft_s"] == ["must be seconds > 0, got -0.005"]
+    assert "must be seconds > 0, got -0.005" in page   # -5 ms is the API's -0.005 s, refused in its words
     assert api.json()["grid.concurrency"][0] in page
     assert api.json()["grid.lengths"][0] in page
     assert not BenchmarkSweep.objects.exists()

@@ -365,11 +365,13 @@ def test_it_refuses_numbers_a_browser_would_silently_drop_with_a_message(operato
     })
     assert response.status_code == 400
     html = _html(response)
-    assert "&#x27;1e400&#x27; is not a finite number (too large, or not a number at all)." in html
-    assert "&#x27;nan&#x27; is not a finite number" in html
-    assert "&#x27;-5&#x27; must be more than 0 ms." in html
-    assert escape("must be a finite number, got Infinity (too large for a 64-bit float)") in html  # rates, as the API
-    assert "must be at least 1 s and at most 86400 s (24 h), got &#x27;90000&#x27;." in html
+    errors = response.context["errors"]
+    # each refused in the API's words, as it refuses the same values in a JSON body
+    assert errors["slo_ttft_ms"] == ["must be a finite number, got Infinity (too large for a 64-bit float)"]
+    assert errors["slo_tpot_ms"] == ["must be a finite number, got NaN (not a number)"]
+    assert errors["slo_e2e_ms"] == ["must be seconds > 0, got -0.005"]
+    assert errors["rates"] == ["must be a finite number, got Infinity (too large for a 64-bit float)"]
+    assert errors["duration"] == ["must be at least 1 s and at most 86400 s (24 h), got 90000"]
     assert 'value="1e400"' in html  # the form comes back with what was typed
     assert not BenchmarkSweep.objects.exists()
 

@@ -159,17 +159,6 @@ def run_import_view(request: HttpRequest) -> HttpResponse:
 # judged here, with a message that quotes it.
 
 
-def _number(raw: str) -> tuple[float | None, str | None]:
-    """``(value, None)`` for a finite decimal number, else ``(None, why)`` quoting ``raw``."""
-    try:
-        value = float(raw)
-    except ValueError:
-        return None, f"'{raw}' is not a number."
-    if not math.isfinite(value):
-        return None, f"'{raw}' is not a finite number (too large, or not a number at all)."
-    return value, None
-
-
 # List fields take items separated by commas, spaces or both ("1, 8, 16", "1 8 16"); each item is
 # judged on its own, so every bad one is named. Spaces are separators, never dropped: "1 8" is two
 # concurrencies, not 18.
@@ -206,27 +195,6 @@ def _typed_items(raw: str, field: str, errors: dict[str, list[str]]) -> list[int
     return [grid_value(part) for part in _items(raw, field, errors)]
 
 
-def _positive(raw: str, field: str, errors: dict[str, list[str]], *, unit: str,
-              maximum: float | None = None, lowest: bool = True) -> float | None:
-    """An optional positive number typed in ``unit``: None when blank; an error quoting the text
-    when it is not a finite number, not above 0 (unless ``lowest`` is False: the caller judges
-    the bounds), or above ``maximum``."""
-    raw = raw.strip()
-    if not raw:
-        return None
-    value, why = _number(raw)
-    if why or value is None:
-        errors.setdefault(field, []).append(why or f"'{raw}' is not a number.")
-        return None
-    if lowest and value <= 0:
-        errors.setdefault(field, []).append(f"'{raw}' must be more than 0 {unit}.")
-        return None
-    if maximum is not None and value > maximum:
-        errors.setdefault(field, []).append(f"'{raw}' is more than the limit of {maximum:g} {unit}.")
-        return None
-    return value
-
-
 def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The grid dict :func:`benchmarks.services.sweep_create` takes, from the form's text fields.
 
@@ -238,14 +206,18 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
     grid as the summary uses, moved three decimal places by :func:`benchmarks.sweeps.ms_to_s`
     so that no binary rounding is stored), ``warmup`` (requests per point before measuring) and
     ``seed`` (the dataset's; both blank for the API's default of 0), ``api`` (the endpoint the
-    requests use; blank for the engine's default). Every field is text. The concurrency, lengths,
-    rates, requests, warm-up, seed and API are passed on as typed (:func:`benchmarks.forms.grid_value`), for the grid's validation
+    requests use; blank for the engine's default). Every field is text, and a blank one is not
+    given, as a key left out of (or null in) the API's grid. Every field is passed on as typed
+    (:func:`benchmarks.forms.grid_value`), for the grid's validation
     (:func:`benchmarks.sweeps.grid_validate`, the API's) to judge and to refuse in the API's words,
-    each bad item of a list field on its own (``must be an integer 1..4096, got the string "abc"``);
-    the duration and SLOs are judged here. Returns ``(grid, errors)``; the service validates the
-    grid again and its errors win.
+    each bad item of a list field on its own (``must be an integer 1..4096, got the string "abc"``),
+    a duration as the API refuses its ``duration_s`` (``must be at least 1 s and at most 86400 s
+    (24 h), got 0``) and an SLO as it refuses the same SLO in seconds (``-5`` ms is the API's
+    ``-0.005``: ``must be seconds > 0, got -0.005``; ``abc`` is ``got the string "abc"``). Only an
+    empty item of a list field is refused here, in the API's words too. Returns ``(grid,
+    errors)``; the service validates the grid and its errors are shown by field.
     """
-    from benchmarks.sweeps import duration_refusal, duration_valid, ms_to_s
+    from benchmarks.sweeps import ms_to_s
 
     errors: dict[str, list[str]] = {}
     grid: dict[str, Any] = {
@@ -264,15 +236,19 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
             grid[key] = grid_value(text)
     if api := data.get("api", "").strip():
         grid["api"] = api
-    duration_text = data.get("duration", "").strip()
-    duration = _positive(duration_text, "duration", errors, unit="s", lowest=False)
-    if duration is not None and not duration_valid(duration):
-        errors.setdefault("duration", []).append(duration_refusal(f"'{duration_text}'") + ".")
-    elif duration is not None:
-        grid["duration_s"] = duration
-    slo = {k: _positive(data.get(f"slo_{k}_ms", ""), f"slo_{k}_ms", errors, unit="ms") for k in ("ttft", "tpot", "e2e")}
-    if any(v is not None for v in slo.values()):
-        grid["slo"] = {f"{k}_s": ms_to_s(v) for k, v in slo.items() if v is not None}
+    if duration := data.get("duration", "").strip():
+        grid["duration_s"] = grid_value(duration)
+    slo: dict[str, Any] = {}
+    for key in ("ttft", "tpot", "e2e"):
+        if text := data.get(f"slo_{key}_ms", "").strip():
+            value = grid_value(text)
+            # ms in the form, seconds in the grid; a text that is no number goes on as typed
+            try:
+                slo[f"{key}_s"] = value if isinstance(value, str) else ms_to_s(value)
+            except OverflowError:   # an integer of hundreds of digits: too large for a float, as 1e400 is
+                slo[f"{key}_s"] = math.inf
+    if slo:
+        grid["slo"] = slo
     if not grid["concurrency"] and not rates and "concurrency" not in errors:
         errors["concurrency"] = ["Give at least one concurrency (or a request rate)."]
     if not grid["lengths"] and "lengths" not in errors:

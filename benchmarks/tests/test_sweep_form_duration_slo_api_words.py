@@ -1,0 +1,91 @@
+"""The sweep form refuses a bad time limit or SLO with the API's reason for the same input, word
+for word: the form hands them to the API's grid validation (an SLO typed in ms as the same SLO in
+seconds), and a blank field is not given, as a key left out of the API's grid. A refused form
+comes back with what was typed, not a value read from it."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from django.urls import reverse
+from django.utils.html import escape
+
+from benchmarks.models import BenchmarkSweep
+from benchmarks.tests.page_support import logged_in_client
+from benchmarks.tests.sweep_support import sim_deployment_create
+from deployments.choices import DeploymentStatus
+
+pytestmark = pytest.mark.django_db
+
+GRID = {"concurrency": [1], "lengths": "8:8", "requests": 4}
+FORM = {"concurrency": "1", "lengths": "8:8", "requests": "4"}
+
+
+@pytest.fixture
+def starting():
+    return sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING,
+                                 recipe_name="words-sim")
+
+
+# (form field, text typed, the API's grid key, the same value in a JSON body)
+CASES = [
+    ("duration", "0", "duration_s", 0),
+    ("duration", "-3", "duration_s", -3),
+    ("duration", "0.5", "duration_s", 0.5),
+    ("duration", "90000", "duration_s", 90000),
+    ("duration", "abc", "duration_s", "abc"),
+    ("slo_ttft_ms", "0", "slo.ttft_s", 0),
+    ("slo_ttft_ms", "-5", "slo.ttft_s", -0.005),
+    ("slo_tpot_ms", "abc", "slo.tpot_s", "abc"),
+    ("slo_e2e_ms", "-250", "slo.e2e_s", -0.25),
+]
+
+
+def _body_with(key: str, value) -> dict:
+    if key.startswith("slo."):
+        return {**GRID, "slo": {key.split(".", 1)[1]: value}}
+    return {**GRID, key: value}
+
+
+@pytest.mark.parametrize("field,typed,key,value", CASES)
+def test_the_form_gives_the_apis_reason_for_the_same_bad_input(operator_api, operator, starting,
+                                                              field, typed, key, value) -> None:
+    body = json.dumps({"deployment": starting.pk, "grid": _body_with(key, value)})
+    api = operator_api.post("/api/sweeps/", body, content_type="application/json")
+    assert api.status_code == 400, api.content
+    said = api.json()[f"grid.{key}"]
+
+    form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"),
+                                           {"deployment": starting.pk, **FORM, field: typed})
+    assert form.status_code == 400
+    assert form.context["errors"] == {field: said}
+    html = form.content.decode()
+    shown = re.search(rf'<label for="id_{field}">.*?<ul class="errorlist">(.*?)</ul>', html, re.S)
+    assert shown is not None and re.findall(r"<li>(.*?)</li>", shown.group(1)) == [escape(m) for m in said]
+    assert f'id="id_{field}" name="{field}" value="{escape(typed)}"' in html   # what was typed, as typed
+    assert not BenchmarkSweep.objects.exists()
+
+
+def test_blank_fields_are_not_given_in_the_form_as_in_the_api(operator_api, operator, starting,
+                                                              django_capture_on_commit_callbacks) -> None:
+    with django_capture_on_commit_callbacks(execute=False):
+        form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
+            "deployment": starting.pk, **FORM, "duration": "  ", "slo_ttft_ms": "", "slo_tpot_ms": " ",
+            "slo_e2e_ms": ""})
+    assert form.status_code == 302
+    sweep = BenchmarkSweep.objects.get()
+    assert sweep.grid["duration_s"] is None and sweep.grid["slo"] == {}
+
+
+def test_a_refused_form_comes_back_with_the_text_typed_not_a_value_read_from_it(operator, starting) -> None:
+    typed = {"name": "run  one", "concurrency": "1, 2 4", "lengths": "64 : 64, 32:8", "requests": "16",
+             "duration": "1e1", "rates": "2.50", "slo_ttft_ms": "250.0", "slo_tpot_ms": "1e400",
+             "slo_e2e_ms": "", "warmup": "007", "seed": "x"}
+    form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {"deployment": starting.pk, **typed})
+    assert form.status_code == 400
+    assert set(form.context["errors"]) == {"slo_tpot_ms", "seed"}, form.context["errors"]
+    html = form.content.decode()
+    for field, text in typed.items():
+        assert f'id="id_{field}" name="{field}" value="{escape(text)}"' in html, field
+    assert not BenchmarkSweep.objects.exists()
