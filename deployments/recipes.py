@@ -386,10 +386,25 @@ def _credentials_refuse(errs: _Errors, spec: Any, secret_values: dict[str, str])
         errs.add(path, f"{path} holds the value of secret {json_spelled(name)}: reference that secret from "
                        f"spec.secrets instead (an environment variable named like a credential, e.g. "
                        f'{{"HF_TOKEN": "{name}"}}); a plain value is stored and shown in clear')
-    forms = sorted({f for v in secret_values if len(v.strip()) >= SECRET_VALUE_MIN_LENGTH for f in value_forms(v)},
-                   key=len, reverse=True)
+    forms = _stored_value_forms(secret_values)
     for path, messages in errs.errors.items():
         errs.errors[path] = [_values_masked(credential_mask(m), forms) for m in messages]
+
+
+def _stored_value_forms(secret_values: dict[str, str]) -> list[str]:
+    """Every spelling (:func:`controlplane.redaction.value_forms`) of each stored secret value
+    looked for in a recipe (at least :data:`SECRET_VALUE_MIN_LENGTH` characters), longest first."""
+    return sorted({f for v in secret_values if len(v.strip()) >= SECRET_VALUE_MIN_LENGTH for f in value_forms(v)},
+                  key=len, reverse=True)
+
+
+def secret_text_masked(text: str, secret_values: dict[str, str]) -> str:
+    """``text`` (a recipe's spec as typed) with what its validation refuses to store in clear
+    masked, as its messages mask it: each well-known credential shortened
+    (:func:`controlplane.redaction.credential_mask`, ``hf_…(37 chars)``) and each spelling of a
+    stored secret value (``secret_values``: value → name) replaced by :data:`REDACTED`. What a
+    refused recipe form shows again in place of what was typed."""
+    return _values_masked(credential_mask(text), _stored_value_forms(secret_values))
 
 
 def _values_masked(text: str, forms: list[str]) -> str:

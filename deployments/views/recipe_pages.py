@@ -101,6 +101,22 @@ def _refused_spec_errors(form: RecipeForm) -> dict[str, list[str]]:
     return _apply_domain_errors(form, errors)
 
 
+def _refused_form_masked(form: RecipeForm) -> RecipeForm:
+    """``form``, refused, made to show its spec as typed except for what may not be stored in
+    clear (:func:`deployments.recipes.secret_text_masked`: a well-known credential shortened, a
+    stored secret's value masked), which its errors already refused naming the secret to
+    reference: the page that names the secret never repeats its value, in the spec box or
+    anywhere else."""
+    from deployments.recipes import secret_text_masked
+
+    if form.is_bound and "spec" in form.data:
+        data = form.data.copy()
+        values = services.secret_values()
+        data.setlist("spec", [secret_text_masked(text, values) for text in form.data.getlist("spec")])
+        form.data = data
+    return form
+
+
 def _django_errors(exc: DjangoValidationError) -> dict[str, list[str]]:
     if hasattr(exc, "error_dict"):
         return {k: list(v) for k, v in exc.message_dict.items()}
@@ -321,7 +337,7 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
         return render(
             request,
             "deployments/recipe_form.html",
-            _form_context(form, spec_errors, creating=True),
+            _form_context(_refused_form_masked(form), spec_errors, creating=True),
             status=400,
         )
     initial: dict[str, Any] = {"spec": spec_pretty({})}
@@ -386,7 +402,7 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
         return render(
             request,
             "deployments/recipe_form.html",
-            _form_context(form, spec_errors, recipe=recipe, creating=False),
+            _form_context(_refused_form_masked(form), spec_errors, recipe=recipe, creating=False),
             status=status,
         )
     form = RecipeForm(
