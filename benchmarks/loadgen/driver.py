@@ -142,6 +142,9 @@ STOP_RESULTS_S = 10.0
 STOP_LOOP_GRACE_S = 2.0
 # The text before the caller's reason on every request a stop aborted in flight.
 ABORTED_PREFIX = "aborted: "
+# The start of ``stopped_early`` when the run stopped because its target refused it
+# (:class:`_Reach`); the caller may know better who ended the target (a stop it asked for).
+UNREACHABLE_PREFIX = "target unreachable: "
 
 
 class LoadgenStopped(RuntimeError):
@@ -654,7 +657,7 @@ class _Reach:
             return
         self.streak += 1
         if self.reason is None and self.limit is not None and self.streak >= self.limit:
-            self.reason = (f"target unreachable: {self.streak} consecutive connection failures "
+            self.reason = (f"{UNREACHABLE_PREFIX}{self.streak} consecutive connection failures "
                            f"({outcome.connect_error})")
             self.gone.set()
 

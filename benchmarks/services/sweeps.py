@@ -86,7 +86,7 @@ from benchmarks.loadgen import (
     Api, LoadConfig, LoadgenStopped, RequestSpec, RunResult, Slo, TextCalibration, arrival_offsets,
     dataset_calibrate_text_at, loadgen_run, prompts_token_counts, random_dataset, run_summary,
 )
-from benchmarks.loadgen.driver import ABORTED_PREFIX, WARMUP_PHASE
+from benchmarks.loadgen.driver import ABORTED_PREFIX, UNREACHABLE_PREFIX, WARMUP_PHASE
 from benchmarks.loadgen.driver import PROGRESS_PERIOD_S as LOADGEN_PROGRESS_PERIOD_S
 from benchmarks.loadgen.metrics import input_length_check
 from benchmarks.loadgen.tokenized import tokenized_text_dataset
@@ -776,10 +776,13 @@ def _stop_event(*, deployment_id: int) -> tuple[str, Any] | None:
 CONNECT_ERROR_PREFIX = "cannot connect to "
 
 
-def _refused_after_stop(result, *, deployment_id: int, reason: str) -> int:
-    """Mark the requests of ``result`` that could not connect once the deployment's stop had been
+def _ended_by_stop(result, *, deployment_id: int, reason: str) -> int:
+    """Mark the requests of ``result`` that ended unsuccessfully once the deployment's stop had been
     asked for (ended at or after its ``stop-requested`` event) as aborted by that stop
-    (``aborted: <reason>``): the server was going away on request, not failing. Returns how many."""
+    (``aborted: <reason>``), whatever their error: a refused connection, a reset, an empty answer
+    or a stream cut short, the server was going away on request, not failing. Errors that ended
+    before the event stay failures, and requests already aborted are left as they are. Returns how
+    many were marked."""
     event = _stop_event(deployment_id=deployment_id)
     if event is None:
         return 0
@@ -788,10 +791,15 @@ def _refused_after_stop(result, *, deployment_id: int, reason: str) -> int:
     rec = result.records
     marked = 0
     for i, message in list(rec.errors.items()):
-        if message.startswith(CONNECT_ERROR_PREFIX) and rec.end[i] >= at_ns:
+        if not message.startswith(ABORTED_PREFIX) and rec.end[i] >= at_ns:
             rec.errors[i] = ABORTED_PREFIX + reason
             marked += 1
     return marked
+
+
+#: ``stopped_early`` of a point whose load generator stopped at the refusals of a server its
+#: deployment's stop was ending, after the stop's own text: the stop ended the point, not its target.
+REFUSED_AFTER_STOP_TEXT = ": its server refused connections after the stop was asked for"
 
 
 def process_down(*, deployment_id: int) -> str:
@@ -1423,7 +1431,9 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     heartbeat), and once more, at once, between the prompts built and the first request sent:
     when it raises, the helper is told to stop (prompt building and sending end within
     about a second, in-flight requests are aborted). Requests refused once the deployment's stop
-    was asked for are aborted by that stop (:func:`_refused_after_stop`), not failed. A cancel stores the point cancelled with
+    was asked for, and every other request that ended unsuccessfully after it, are aborted by that stop
+    (:func:`_ended_by_stop`), not failed; when the load generator stopped at such refusals, its
+    ``stopped_early`` names the stop, not the target. A cancel stores the point cancelled with
     what was sent (records and a summary marked partial: completed vs planned requests, flag
     ``cancelled_partial``, ``ended_by`` ``cancelled``) and propagates; cancelled before anything
     was sent, it keeps only its progress counts. A deployment that went down
@@ -1566,21 +1576,30 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         raise err
     else:
         result = outcome["result"]
+    stop_reason = ""
+    ended_by_stop = 0
     if (not cancelled_here and watch is not None
-            and any(m.startswith(CONNECT_ERROR_PREFIX) for m in result.records.errors.values())):
-        # Requests refused once the deployment's stop was asked for (the load generator ends on its
-        # own when its target refuses it, often before the watch has looked again): the stop
-        # aborted them, the server did not fail them.
+            and any(not m.startswith(ABORTED_PREFIX) for m in result.records.errors.values())):
+        # Once the deployment's stop was asked for, every request that ended unsuccessfully was
+        # ended by it, whatever its error (refused, reset, an empty answer, a stream cut short; the
+        # load generator ends on its own when its target refuses it, often before the watch has
+        # looked again): the stop aborted them, the server did not fail them.
         stop_reason = stop_request(deployment_id=deployment.pk)
         if stop_reason and (went_down is None or went_down.cause == stop_reason):
-            refused = _refused_after_stop(result, deployment_id=deployment.pk, reason=stop_reason)
-            if refused:
-                progress.aborted_not_failed(refused)
+            ended_by_stop = _ended_by_stop(result, deployment_id=deployment.pk, reason=stop_reason)
+            if ended_by_stop:
+                progress.aborted_not_failed(ended_by_stop)
                 if went_down is None:
                     went_down = _SweepFailed(f"{stop_reason} during point {label}; the sweep stopped",
                                              cause=stop_reason)
     slo = Slo(**grid["slo"]) if grid.get("slo") else None
     summary = run_summary(result, slo=slo)
+    unreachable = summary.get("stopped_early")
+    if (ended_by_stop and isinstance(unreachable, str) and unreachable.startswith(UNREACHABLE_PREFIX)
+            and not any(m.startswith(CONNECT_ERROR_PREFIX) for m in result.records.errors.values())):
+        # Every refusal that stopped the load generator came after the stop was asked for (none is
+        # left a failure): the stop ended the point, its target did not fail.
+        summary["stopped_early"] = stop_reason + REFUSED_AFTER_STOP_TEXT
     if "calibration" in outcome:
         summary["input_calibration"] = outcome["calibration"]
         # Calibration sets the prompts' mean only (each prompt's random words vary): where the stream
