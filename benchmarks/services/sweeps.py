@@ -1665,6 +1665,8 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     had_failures = not cancelled and went_down is None and sent > 0 and failures > 0
     many = had_failures and failures / sent > MAX_FAILED_FRACTION
     down, healthy, health = (went_down.cause or str(went_down)) if went_down is not None else "", None, ""
+    # What leads is a stop someone asked for (the watch names it so, as the requests it ended do).
+    by_stop = bool(down) and down == (stop_reason or (stop_request(deployment_id=deployment.pk) if watch else ""))
     if had_failures:
         down, healthy, health = _point_down(deployment, check_health=many or bool(stopped))
     failed = went_down is not None or (not cancelled and (bool(stopped) or (had_failures and (bool(down)
@@ -1680,7 +1682,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                                                             "record, not analysed or ranked)" if cancelled_here else "")
                   if cancelled
                   else _went_down_reason(summary, label, deployment, down=down, healthy=healthy,
-                                         health=health) if failed
+                                         health=health, by_stop=by_stop) if failed
                   else _all_failed_reason(summary, label) if refused else "")
     run.ended_at = timezone.now()
     retry_locked(run.save, what=f"storing point {label}")
@@ -1980,7 +1982,7 @@ NOTHING_MEASURED_SHOWN = 3
 
 
 def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, *, down: str, healthy: bool | None,
-                      health: str) -> str:
+                      health: str, by_stop: bool = False) -> str:
     """Why a point is not kept as a measurement, leading with what ended: ``router #0 exited with
     code -9 (killed by signal 9; restart policy is 'never') during point c=64 256/256: 96 of 96
     requests sent failed (commonest: 64 x cannot connect to ...), 3,904 not sent (target
@@ -1993,30 +1995,46 @@ def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, *, dow
     (with why, unless that is what leads), and the deployment's status as its row said then
     (:func:`_deployment_then`; read again for up to :data:`REASON_STATUS_WAIT_S` while it still
     says ready after a process ended; left out when what leads is the deployment's status).
-    Redacted."""
+
+    Requests a stop aborted are counted apart from the server's failures, as the sweep page's
+    outcome counts them, and the commonest error is taken among the failures alone: ``oscar
+    requested a stop of deployment #7 at ... UTC during point c=4 64/64: 55 requests sent: 3 failed
+    (commonest: 2 x cannot connect to ...), 31 aborted by the stop, 1,945 not sent (its server
+    refused connections after the stop was asked for)`` (``by_stop``: what leads is a stop someone
+    asked for; otherwise they are ``aborted in flight when the point was stopped``, ``none failed``
+    when every unfinished request was aborted). Redacted."""
     errors = summary.get("errors") or {}
     n = int(summary.get("requests") or 0)
-    # The requests the stop aborted in flight failed with the point here: what leads ended them.
-    failed = int(summary.get("failures") or 0) + int(summary.get("aborted") or 0)
+    failed = int(summary.get("failures") or 0)
+    aborted = int(summary.get("aborted") or 0)
     stopped = summary.get("stopped_early")
     not_sent = summary.get("not_sent")
-    top = max(errors.items(), key=lambda kv: kv[1]) if isinstance(errors, Mapping) and errors else None
+    failures = {k: v for k, v in errors.items() if not str(k).startswith(ABORTED_PREFIX)} \
+        if isinstance(errors, Mapping) else {}
+    top = max(failures.items(), key=lambda kv: kv[1]) if failures else None
     if down:
         lead = down
     elif healthy is False:
         lead = f"{_entry_name(deployment)} stopped answering ({health})"
     else:
         lead = f"the load generator stopped sending ({stopped}" + (f"; {health}" if health else "") + ")"
-    what = "no error text"
-    if top:
-        # Requests the sweep aborted because of what leads need not repeat it.
-        what = f"{top[1]} x " + ("aborted in flight when the point was stopped" if top[0] == ABORTED_PREFIX + lead
-                                 else top[0])
-    counts = (f"{failed:,} of {n:,} requests{' sent' if stopped else ''} failed (commonest: {what})" if failed
-              else f"none of {n:,} requests{' sent' if stopped else ''} failed")
+    what = f"{top[1]} x {top[0]}" if top else "no error text"
+    sent = " sent" if stopped else ""
+    if aborted:
+        counts = (f"{n:,} requests{sent}: " + (f"{failed:,} failed (commonest: {what})" if failed else "none failed")
+                  + f", {aborted:,} " + ("aborted by the stop" if by_stop
+                                        else "aborted in flight when the point was stopped"))
+    elif failed:
+        counts = f"{failed:,} of {n:,} requests{sent} failed (commonest: {what})"
+    else:
+        counts = f"none of {n:,} requests{sent} failed"
     if stopped:
         rest = f"{not_sent:,} not sent" if isinstance(not_sent, int) else "the rest of its time not used"
-        counts += f", {rest}" + (f" ({stopped})" if (down or healthy is False) and stopped != lead else "")
+        if (down or healthy is False) and stopped != lead:
+            # A reason that leads with what leads (the stop) says only the rest.
+            why = stopped[len(lead) + 2:] if stopped.startswith(lead + ": ") else stopped
+            rest += f" ({why})"
+        counts += f", {rest}"
     text = f"{lead} during point {label}: {counts}"
     if not lead.startswith(f"deployment #{deployment.pk} "):
         text += "; " + _deployment_then(deployment, wait_s=REASON_STATUS_WAIT_S if down else 0.0)

@@ -170,8 +170,8 @@ def test_it_stops_a_sweep_whose_deployment_stops_with_that_reason(sim_url: str, 
     s = run.summary
     assert s["ended_by"] == "deployment_down" and (s["failures"], s["aborted"]) == (0, 2)
     assert s["requests"] + s["not_sent"] == 400
-    assert sweep.reason == (f"deployment #{deployment.pk} is stopping during point c=2 16/512: 2 of {s['requests']} "
-                            f"requests sent failed (commonest: 2 x aborted in flight when the point was stopped), "
+    assert sweep.reason == (f"deployment #{deployment.pk} is stopping during point c=2 16/512: {s['requests']} "
+                            f"requests sent: none failed, 2 aborted in flight when the point was stopped, "
                             f"{s['not_sent']:,} not sent; its numbers are not kept as a measurement and the later "
                             "points were not run")
 
@@ -203,8 +203,8 @@ def test_it_leads_the_reason_with_who_stopped_the_deployment(sim_url: str, opera
     s = run.summary
     at = event.at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
     assert sweep.reason == (f"oscar-operator requested a stop of deployment #{deployment.pk} at {at} UTC during "
-                            f"point c=2 16/512: 2 of {s['requests']} requests sent failed (commonest: 2 x aborted in "
-                            f"flight when the point was stopped), {s['not_sent']:,} not sent; deployment "
+                            f"point c=2 16/512: {s['requests']} requests sent: none failed, 2 aborted by the stop, "
+                            f"{s['not_sent']:,} not sent; deployment "
                             f"#{deployment.pk} was marked stopping at that moment; its numbers are not kept as a "
                             "measurement and the later points were not run")
     assert run.status == RunStatus.FAILED and run.reason in sweep.reason
@@ -235,8 +235,8 @@ def test_it_names_the_process_that_ended_during_a_point_and_the_point(sim_url: s
     run = sweep.runs.get()
     s = run.summary
     assert sweep.reason == (f"single #0 killed by signal 9 (SIGKILL); restart policy is 'never' during "
-                            f"point c=2 16/512: 2 of {s['requests']} requests sent failed (commonest: 2 x aborted in "
-                            f"flight when the point was stopped), {s['not_sent']:,} not sent; deployment "
+                            f"point c=2 16/512: {s['requests']} requests sent: none failed, 2 aborted in flight "
+                            f"when the point was stopped, {s['not_sent']:,} not sent; deployment "
                             f"#{deployment.pk} was marked failed at that moment; its numbers are not kept as a "
                             "measurement and the later points were not run")
     assert run.status == RunStatus.FAILED and run.reason in sweep.reason
