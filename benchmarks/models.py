@@ -139,10 +139,11 @@ class BenchmarkSweep(models.Model):
         follows what it sent), but None while a point limited by time alone
         (:attr:`has_open_ended_points`) may still run, i.e. until such a sweep has ended (done,
         failed or cancelled): its count is what fits in its time, and a total that grows behind
-        the requests done would read ``265/224``. Once it has ended the total is known: each point
-        that ran counts what it sent and one that never ran adds 0 (limited by time alone or with a
-        request count alike), so a sweep of points limited by time alone that failed or was
-        cancelled gives the requests it sent."""
+        the requests done would read ``265/224``. Once it has ended the total is known: a done
+        sweep's is its planned count (each point sent it, a time-limited one what fitted in its
+        time); a sweep that failed, was stopped with its deployment or was cancelled counts for each
+        point that ran what it sent and 0 for one that never ran (limited by time alone or with a
+        request count alike), so it gives the requests it sent, aborted ones included."""
         if self.has_open_ended_points and self.status not in SWEEP_TERMINAL:
             return None
         return self.requests_total

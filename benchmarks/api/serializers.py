@@ -77,7 +77,7 @@ class SweepSerializer(serializers.ModelSerializer):
     (:func:`benchmarks.selectors.sweep_queue_note`, null once it runs); ``requests_done``: the
     requests that finished (succeeded, or failed with an answer); ``requests_total``: the requests
     the sweep sends in all, null while that is not known (a grid with points limited by time
-    alone, until the sweep has ended, done, failed or cancelled, when each point that ran counts what it sent and one that never ran adds 0: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
+    alone, until the sweep has ended, done, failed or cancelled; a failed or cancelled sweep counts for each point that ran what it sent and 0 for one that never ran: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     never below ``requests_done``; ``requests_aborted``: those a stop ended in flight, the cancel
     or the deployment going down under a point (the pages say "aborted in flight by the cancel" or
     "when the deployment went down"), 0 when none; ``requests_cancelled``: the aborted ones the
@@ -98,8 +98,10 @@ class SweepSerializer(serializers.ModelSerializer):
         help_text="requests the sweep sends in all (a point with a time limit as well as a request count may end "
                   "sooner: the total then follows what it sent); null while not known: points limited by time "
                   "alone (duration_s without a request count) send what fits in their time, so a sweep with such "
-                  "points has a total only once it has ended (done, failed or cancelled): then each point that ran "
-                  "counts what it sent, one limited by time alone that never ran 0. Never below requests_done.")
+                  "points has a total only once it has ended (done, failed or cancelled). A sweep that failed (its "
+                  "deployment stopped or went down included) or was cancelled counts for each point that ran what it "
+                  "sent, aborted requests included, and 0 for one that never ran, whatever limits its points. Never "
+                  "below requests_done.")
     requests_cancelled = serializers.SerializerMethodField(
         help_text="requests aborted in flight by the cancel, the sweep page's \"aborted in flight by the cancel\" "
                   "(also counted in requests_aborted; not in requests_done); 0 when none was, never null")

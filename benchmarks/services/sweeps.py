@@ -267,7 +267,8 @@ def sweep_cancel(*, sweep: BenchmarkSweep, user) -> BenchmarkSweep:
     BenchmarkSweep.objects.filter(pk=sweep.pk).update(
         cancel_requested=True, cancelled_by=user.get_username() if getattr(user, "pk", None) else "")
     BenchmarkSweep.objects.filter(pk=sweep.pk, status=SweepStatus.PENDING).update(
-        status=SweepStatus.CANCELLED, reason=_by("cancelled", user), ended_at=timezone.now())
+        status=SweepStatus.CANCELLED, reason=_by("cancelled", user), ended_at=timezone.now(),
+        requests_total=0)  # nothing was sent
     sweep.refresh_from_db()
     lost = sweep_worker_lost(sweep=sweep)
     if lost:  # nobody is left to see the flag: end it here
@@ -403,7 +404,7 @@ def sweep_execute(*, sweep_id: int, requeue: bool = True) -> str:
     if not claimed:
         BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=True).update(
             status=SweepStatus.CANCELLED, reason=_cancel_reason(sweep_id, "cancelled before it started"),
-            ended_at=now)
+            ended_at=now, requests_total=0)
         row = BenchmarkSweep.objects.filter(pk=sweep_id).first()
         lost = sweep_worker_lost(sweep=row) if row is not None else None
         if lost:  # a redelivery after the worker running it died (WorkerLostError)
@@ -577,7 +578,7 @@ def _hold(sweep_id: int, why: str, *, requeue: bool = True) -> str:
     log.info("sweep %s: %s", sweep_id, why)
     if BenchmarkSweep.objects.filter(pk=sweep_id, status=SweepStatus.PENDING, cancel_requested=True).update(
             status=SweepStatus.CANCELLED, reason=_cancel_reason(sweep_id, "cancelled before it started"),
-            ended_at=timezone.now()):
+            ended_at=timezone.now(), requests_total=0):
         return SweepStatus.CANCELLED
     row = BenchmarkSweep.objects.select_related("deployment").filter(pk=sweep_id, status=SweepStatus.PENDING).first()
     gone = _nothing_to_benchmark(row.deployment) if row is not None else ""
@@ -613,14 +614,15 @@ def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = 
     outlasts a transiently locked database (:func:`controlplane.dbbusy.retry_locked`). Returns
     whether the sweep was ended here.
 
-    A sweep with points limited by time alone (:attr:`BenchmarkSweep.has_open_ended_points`)
-    gives, once ended, what its points sent: the planned counts of the points with a request count
-    that never ran (no run row) are taken off ``requests_total`` here, so such a point adds 0."""
+    A sweep that ended otherwise than done (failed, stopped by its deployment, cancelled) gives what
+    its points sent: ``requests_total`` becomes the sum over the points that ran of the requests
+    each sent (:func:`_requests_sent`), one that never ran adding 0, whether limited by a request
+    count or by time alone. A done sweep ran every point: its total stays as its points left it
+    (the planned counts, a time-limited point's what fitted in its time)."""
     fields: dict[str, Any] = {"status": status, "reason": reason, "ended_at": timezone.now(), "current_point": "",
                               "current_tok_s": None}
-    unrun = _unrun_planned_requests(sweep_id)
-    if unrun:
-        fields["requests_total"] = F("requests_total") - unrun
+    if status != SweepStatus.DONE:
+        fields["requests_total"] = _requests_sent(sweep_id)
     if analysis is not None:
         fields["analysis"] = json_safe(analysis)
     rows = BenchmarkSweep.objects.filter(pk=sweep_id, status__in=SWEEP_ACTIVE)
@@ -637,19 +639,19 @@ def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = 
     return True
 
 
-def _unrun_planned_requests(sweep_id: int) -> int:
-    """The planned request counts of the points of sweep ``sweep_id`` that never ran (no run row
-    of their ordinal), when its grid has points limited by time alone (whose ended total is what
-    was sent); 0 otherwise, where the total stays the planned one."""
-    grid = BenchmarkSweep.objects.filter(pk=sweep_id).values_list("grid", flat=True).first()
-    if not grid or not BenchmarkSweep(grid=grid).has_open_ended_points:
-        return 0
-    try:
-        points = grid_points(grid)
-    except (KeyError, TypeError, ValueError):  # a grid stored before a rule changed: keep the total
-        return 0
-    ran = set(BenchmarkRun.objects.filter(sweep_id=sweep_id).values_list("ordinal", flat=True))
-    return sum(p.get("max_requests") or 0 for i, p in enumerate(points) if i not in ran)
+def _requests_sent(sweep_id: int) -> int:
+    """The requests the points of sweep ``sweep_id`` sent: each run's ``summary.requests`` (aborted
+    ones included), or for a point stored without a summary the requests its live counts saw come
+    back (``done`` + ``aborted``: a point stopped before it sent anything adds 0); a point that never
+    ran (no run row) adds 0. Never below the sweep's ``requests_done``."""
+    total = 0
+    for summary, progress in BenchmarkRun.objects.filter(sweep_id=sweep_id).values_list("summary", "progress"):
+        if isinstance(summary, Mapping) and isinstance(summary.get("requests"), int):
+            total += summary["requests"]
+        elif isinstance(progress, Mapping):
+            total += int(progress.get("done") or 0) + int(progress.get("aborted") or 0)
+    done = BenchmarkSweep.objects.filter(pk=sweep_id).values_list("requests_done", flat=True).first() or 0
+    return max(total, done)
 
 
 def _broadcast(sweep_id: int, type_: str, data: dict[str, Any], *, force: bool = False) -> None:
@@ -1695,8 +1697,9 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     fields: dict[str, Any] = {"requests_done": done_before + max(0, finished),
                               "current_tok_s": summary.get("output_throughput_tok_s")}
     if timed:
-        # The sweep's total follows what was sent only for a time-limited point (what fitted in its
-        # time); a point with a request count keeps its planned count, sent or not.
+        # While the sweep runs its total follows what was sent only for a time-limited point (what
+        # fitted in its time); a point with a request count keeps its planned count until the sweep
+        # ends, when one that ended otherwise than done counts what each point sent (_finish).
         fields["requests_total"] = F("requests_total") + sent - (point.get("max_requests") or 0)
     retry_locked(lambda: BenchmarkSweep.objects.filter(pk=sweep.pk).update(**fields),
                  what=f"storing point {label}")

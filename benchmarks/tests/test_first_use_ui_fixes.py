@@ -76,7 +76,7 @@ def test_a_cancelled_point_with_no_success_shows_dashes_for_its_rates(deployment
 
     # The progress line counts finished requests and says how many the cancel ended in flight.
     progress = html.split('class="requests-done"')[1].split("</dd>")[0]
-    assert "8 finished of 12 planned" in progress
+    assert "8 finished of 12 sent" in progress
     assert "4 aborted in flight by the cancel (not counted as done)" in progress
 
 

@@ -261,13 +261,13 @@ def test_an_ended_sweep_mixing_time_limited_and_capped_points_adds_0_for_a_cappe
 
 
 @pytest.mark.django_db
-def test_an_ended_sweep_of_capped_points_alone_keeps_its_planned_total(operator) -> None:
-    """Without points limited by time alone the total stays the planned one ("61 finished of 400
-    planned"): nothing is taken off for the points that never ran."""
+def test_an_ended_sweep_of_capped_points_alone_counts_what_it_sent(operator) -> None:
+    """Points with a request count alike: a sweep that failed before its points ran counts 0 for
+    each of them, not their planned counts."""
     from benchmarks.services.sweeps import _finish
 
     sweep = BenchmarkSweep.objects.create(status=SweepStatus.RUNNING, requests_total=40,
                                           grid={"concurrency": [2, 4], "lengths": [[16, 8]], "requests": 20})
     assert _finish(sweep.pk, SweepStatus.FAILED, "deployment #1 is stopped")
     sweep.refresh_from_db()
-    assert (sweep.status, sweep.requests_total, sweep.requests_total_known) == (SweepStatus.FAILED, 40, 40)
+    assert (sweep.status, sweep.requests_total, sweep.requests_total_known) == (SweepStatus.FAILED, 0, 0)

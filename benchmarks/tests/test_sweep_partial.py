@@ -6,7 +6,8 @@
 * A sweep whose engine is killed (kill -9, the node agent's own monitor pass marking it) while an
   open-loop point runs stores that point failed with its records, summary and ``not_sent``, and
   fails with the counts and the commonest error.
-* A closed-loop point whose engine dies keeps its planned request count (sweep, run, pages).
+* A closed-loop point whose engine dies keeps its planned request count (run, pages); the failed
+  sweep counts what it sent.
 * The reason's words about the deployment's status are true when they are written.
 * No token-accuracy flag for a run without one successful request (real sim, cut-off streams).
 * A failures cell never shows the same text twice.
@@ -153,9 +154,10 @@ def test_it_keeps_the_records_of_an_open_loop_point_whose_engine_was_killed(sing
         f"{s['not_sent']:,} not sent; deployment #{single_deployment.pk} was marked failed at that moment; its "
         "numbers are not kept as a measurement and the later points were not run")
     assert run.reason in sweep.reason
-    # The planned count stays; what was sent and what was not is in the summary.
-    # Done are the requests that finished: those the stop aborted in flight are not among them.
-    assert run.num_requests == 300 and sweep.requests_total == 300
+    # The run's planned count stays; what was sent and what was not is in the summary, and the
+    # failed sweep counts what it sent. Done are the requests that finished: those the stop
+    # aborted in flight are not among them.
+    assert run.num_requests == 300 and sweep.requests_total == s["requests"]
     assert sweep.requests_done == s["requests"] - s["aborted"]
 
     records = viewer_api.get(f"/api/runs/{run.pk}/records/")
@@ -169,7 +171,7 @@ def test_it_keeps_the_records_of_an_open_loop_point_whose_engine_was_killed(sing
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_keeps_the_planned_total_of_a_closed_loop_point_whose_engine_died(tmp_path: Path, settings, operator,
+def test_it_keeps_the_planned_count_of_a_closed_loop_point_whose_engine_died(tmp_path: Path, settings, operator,
                                                                             viewer_api, viewer,
                                                                             monkeypatch) -> None:
     from benchmarks.services import sweeps as sweep_services
@@ -197,13 +199,15 @@ def test_it_keeps_the_planned_total_of_a_closed_loop_point_whose_engine_died(tmp
     assert s["ended_by"] == "target_unreachable" and s["requests"] + s["not_sent"] == 400
     sent = s["requests"]
     finished = sent - s["aborted"]
-    assert (sweep.requests_total, sweep.requests_done, run.num_requests) == (400, finished, 400)
+    # The run keeps its planned count; the failed sweep counts what its point sent.
+    assert (sweep.requests_total, sweep.requests_done, run.num_requests) == (sent, finished, 400)
     api = viewer_api.get(f"/api/sweeps/{sweep.pk}/").json()
-    assert (api["requests_total"], api["requests_done"]) == (400, finished)
+    assert (api["requests_total"], api["requests_done"]) == (sent, finished)
     assert viewer_api.get(f"/api/runs/{run.pk}/").json()["num_requests"] == 400
 
     html = _client(viewer).get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
-    assert f"{finished} finished of 400 planned" in html.split('class="requests-done"')[1].split("</dd>")[0]
+    progress = html.split('class="requests-done"')[1].split("</dd>")[0]
+    assert (f"{finished} finished of {sent} sent" if finished < sent else f"{finished} / {sent} requests") in progress
     row = html.split(f'id="run-{run.pk}"')[1].split("</tr>")[0]
     assert f"{sent:,} sent of 400 planned" in row
     cell = row.split('class="small failure-reasons"')[1]
