@@ -412,7 +412,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 def _active_deployment_blockers(deployments: Any) -> list[str]:
-    return [f"deployment #{d.pk} ({d.recipe.name}) is {d.status}: stop it first (its page's Stop, or "
+    return [f"deployment #{d.pk} ({d.deployed_recipe_label()}) is {d.status}: stop it first (its page's Stop, or "
             f"POST /api/deployments/{d.pk}/stop/), then delete it once it is stopped"
             for d in deployments if d.status not in DEPLOYMENT_TERMINAL]
 

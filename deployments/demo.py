@@ -197,7 +197,7 @@ def demo_cpu_sharing(*, recipe: Recipe) -> str | None:
             if cpus & mine:
                 parts.append(f"{process.role} on CPU{'s' if len(cpus) > 1 else ''} {format_cpulist(cpus)}")
         if parts:
-            sharers.append(f"{other.recipe.name} ({', '.join(parts)})")
+            sharers.append(f"{other.deployed_recipe_label()} ({', '.join(parts)})")
     label = f"{recipe.name} ({'sim' if recipe.engine == 'sim' else recipe.get_engine_display()})"
     if not sharers:
         return f"{label} is pinned to CPUs {format_cpulist(mine)}, which no other deployment on {node.name} uses."

@@ -311,6 +311,20 @@ class Deployment(models.Model):
         never recorded (a row written without going through a deploy)."""
         return self.recipe_name or self.recipe.name
 
+    @property
+    def recipe_renamed_to(self) -> str:
+        """The recipe's current name where it was renamed since this version was deployed, else
+        ``""``: what pages and messages add as "(now ...)" after :attr:`deployed_recipe_name`."""
+        current = self.recipe.name
+        return current if self.recipe_name and current != self.recipe_name else ""
+
+    def deployed_recipe_label(self, *, version: bool = False) -> str:
+        """How a deployment's recipe is named for people: the deployed name, ``vN`` with
+        ``version``, then the current name where it differs: ``probe-sim-b v3 (now probe-renamed)``."""
+        text = f"{self.deployed_recipe_name} v{self.recipe_version}" if version else self.deployed_recipe_name
+        renamed = self.recipe_renamed_to
+        return f"{text} (now {renamed})" if renamed else text
+
 
 class ServerProcess(models.Model):
     """One engine process (prefill, decode, router or single server) of a deployment.

@@ -726,6 +726,14 @@ def recipe_delete(*, recipe: Recipe, user) -> None:
         raise refused() from exc
 
 
+def deployed_recipe_spelled(deployment: Deployment) -> str:
+    """``deployment``'s recipe as messages name it: its name at the deployed version, quoted,
+    then the current one where it was renamed since: ``'probe-sim-b' (now 'probe-renamed')``."""
+    text = json_spelled(deployment.deployed_recipe_name)
+    renamed = deployment.recipe_renamed_to
+    return f"{text} (now {json_spelled(renamed)})" if renamed else text
+
+
 def _history_row(recipe: Recipe, version: int):
     """Latest history row of ``recipe`` carrying ``version`` (ignoring the deletion row)."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
@@ -742,6 +750,15 @@ def _history_row(recipe: Recipe, version: int):
     if row is None:
         raise NotFound(f"Recipe {json_spelled(recipe.name)} has no version {version}.")
     return row
+
+
+def recipe_name_at(*, recipe: Recipe, version: int | None = None) -> str:
+    """``recipe``'s name at ``version`` (its current name for the current version or None): what
+    a dry-run of an older version names, as a deployment of it would (``Deployment.recipe_name``).
+    Raises as :func:`recipe_version_get` for a version the recipe does not have."""
+    if version is None or version == recipe.version:
+        return recipe.name
+    return _history_row(recipe, version).name
 
 
 def recipe_version_get(*, recipe: Recipe, version: int) -> dict[str, Any]:
@@ -895,7 +912,7 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
                 other, role = taken[int(port)]
                 plan.warnings.append(
                     f"port {port} ({spec.role} {kind} port) is in use by the {role} of deployment #{other.pk} "
-                    f"(recipe {json_spelled(other.recipe.name)}, {other.status}) on node {json_spelled(recipe.node.name)}: a deploy now "
+                    f"(recipe {deployed_recipe_spelled(other)}, {other.status}) on node {json_spelled(recipe.node.name)}: a deploy now "
                     "would be refused")
     if warn_ports:
         plan.warnings.extend(f"{line}: a deploy now would be refused" for line in gpu_conflicts(plan=plan, recipe=recipe))
@@ -1216,7 +1233,7 @@ def _gpu_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deploym
             lines.append((
                 f"{spec.role} GPU{'s' if len(gpus) > 1 else ''} {format_cpulist(gpus)} "
                 f"{'are' if len(gpus) > 1 else 'is'} booked by the {role} of deployment #{other.pk} "
-                f"(recipe {json_spelled(other.recipe.name)}, {other.status}) on node {json_spelled(recipe.node.name)}", other))
+                f"(recipe {deployed_recipe_spelled(other)}, {other.status}) on node {json_spelled(recipe.node.name)}", other))
     return lines
 
 
@@ -1267,7 +1284,7 @@ def cpu_sharing_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
             lines.append(
                 f"{spec.role} CPU{'s' if len(cpus) > 1 else ''} {format_cpulist(cpus)} "
                 f"{'are' if len(cpus) > 1 else 'is'} also pinned by the {role} of deployment #{other.pk} "
-                f"(recipe {json_spelled(other.recipe.name)}, {other.status}): the two share {'them' if len(cpus) > 1 else 'it'}, "
+                f"(recipe {deployed_recipe_spelled(other)}, {other.status}): the two share {'them' if len(cpus) > 1 else 'it'}, "
                 "which skews either one's benchmark numbers while both serve")
     return lines
 
@@ -1285,7 +1302,7 @@ def _port_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deploy
                 other, role = taken[int(port)]
                 clashes.append((
                     f"port {port} ({spec.role} {kind} port) is already used by the {role} of deployment "
-                    f"#{other.pk} (recipe {json_spelled(other.recipe.name)}, {other.status}) on node {json_spelled(recipe.node.name)}",
+                    f"#{other.pk} (recipe {deployed_recipe_spelled(other)}, {other.status}) on node {json_spelled(recipe.node.name)}",
                     other))
     return clashes
 
@@ -1369,7 +1386,7 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
         who = getattr(user, "username", "") or "someone"
         deployment_event_add(
             deployment=deployment, kind="created",
-            message=f"{who} deployed {recipe.name} v{recipe.version} on node {recipe.node.name}",
+            message=f"{who} deployed {deployment.deployed_recipe_label(version=True)} on node {recipe.node.name}",
         )
         # What the dry-run would have warned about, on the record for whoever deployed without
         # looking (a port in the ephemeral range, GPUs across NUMA nodes, CPUs another deployment

@@ -1,6 +1,6 @@
 """Benchmark pages name a sweep's deployment by the name its recipe had when it was deployed, as
-the deployment list, the wall and the API do, not by a name the recipe was given later; the
-snapshot taken at a sweep's start keeps that name too."""
+the deployment list, the wall and the API do, with the name the recipe was given later after it
+("(now ...)"); the snapshot taken at a sweep's start keeps the deployed name."""
 from __future__ import annotations
 
 import pytest
@@ -40,24 +40,22 @@ def _page(user, url: str) -> str:
 
 def test_the_sweep_page_and_the_sweep_list_name_the_deployment_as_deployed(viewer, operator, deployment, sweep):
     link = f'<a href="{reverse("deployments:deployment-detail", args=[deployment.pk])}">#{deployment.pk} probe-sim-b</a>'
+    hint = ' <span class="muted small recipe-renamed">(now probe-renamed)</span>'
     detail = _page(viewer, reverse("benchmarks:sweep-detail", args=[sweep.pk]))
-    assert link in detail
-    assert "probe-renamed" not in detail
+    assert link + hint in detail
     index = _page(viewer, reverse("benchmarks:index"))
-    assert link in index
-    assert "probe-renamed" not in index
+    assert link + hint in index
     buttons = _page(operator, reverse("benchmarks:index"))
-    assert f'?deployment={deployment.pk}">#{deployment.pk} probe-sim-b</a>' in buttons
-    assert "probe-renamed" not in buttons
+    assert f'?deployment={deployment.pk}">#{deployment.pk} probe-sim-b (now probe-renamed)</a>' in buttons
 
 
 def test_the_sweep_form_and_the_deployment_pick_name_it_as_deployed(operator, deployment):
     form = _page(operator, f'{reverse("benchmarks:sweep-create")}?deployment={deployment.pk}')
-    assert f'deployment #{deployment.pk} probe-sim-b</h1>' in form
+    assert f'deployment #{deployment.pk} probe-sim-b <span class="muted small recipe-renamed">(now probe-renamed)</span></h1>' in form
     assert "(e.g. probe-sim-b c=1,8,16 256/256)" in form
     pick = _page(operator, reverse("benchmarks:sweep-create"))
-    assert '<td>probe-sim-b <span class="muted small">v1</span></td>' in pick
-    assert "probe-renamed" not in pick
+    assert ('<td>probe-sim-b <span class="muted small">v1</span> <span class="muted small recipe-renamed">'
+            '(now probe-renamed)</span></td>') in pick
 
 
 def test_the_snapshot_at_sweep_start_keeps_the_deployed_name(deployment, sweep, monkeypatch):

@@ -468,7 +468,7 @@ class LaunchPlanSerializer(serializers.Serializer):
     (``manage.py dryrun --json`` prints the same keys)."""
 
     recipe = serializers.IntegerField()
-    recipe_name = serializers.CharField()
+    recipe_name = serializers.CharField(help_text="the recipe's name at `version` (a deployment of it is named so)")
     version = serializers.IntegerField()
     plan = serializers.JSONField()
 

@@ -358,7 +358,8 @@ class RecipeViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
         recipe = self.get_object()
         version = _query(s.VersionQuerySerializer, request).get("version")
         plan = services.recipe_plan(recipe=recipe, version=version, warn_ports=True)
-        return Response({"recipe": recipe.pk, "recipe_name": recipe.name, "version": version or recipe.version,
+        return Response({"recipe": recipe.pk, "recipe_name": services.recipe_name_at(recipe=recipe, version=version),
+                         "version": version or recipe.version,
                          "plan": plan.to_dict()})
 
 

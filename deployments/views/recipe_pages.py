@@ -601,7 +601,9 @@ def recipe_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
     errors: dict[str, list[str]] = {}
     processes: list[dict[str, Any]] = []
     summary: dict[str, Any] | None = None
+    version_name = recipe.name
     try:
+        version_name = services.recipe_name_at(recipe=recipe, version=version)
         plan = services.recipe_plan(recipe=recipe, version=version, warn_ports=True)
         processes = _plan_view(plan)
         summary = _plan_summary(plan)
@@ -617,6 +619,7 @@ def recipe_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
         {
             "recipe": recipe,
             "version": version or recipe.version,
+            "version_name": version_name,
             "versions": _versions(recipe),
             "processes": processes,
             "summary": summary,
@@ -651,5 +654,5 @@ def recipe_deploy(request: HttpRequest, pk: int) -> HttpResponse:
     except CeilingError as exc:   # Conflict: an active deployment, a port or GPU another one holds
         messages.error(request, f"Not deployed. {exc}")
         return redirect("deployments:recipe-detail", pk=recipe.pk)
-    messages.success(request, f"Deployment #{deployment.pk} of {recipe.name} v{deployment.recipe_version} created.")
+    messages.success(request, f"Deployment #{deployment.pk} of {deployment.deployed_recipe_label(version=True)} created.")
     return redirect("deployments:deployment-detail", pk=deployment.pk)

@@ -24,7 +24,7 @@ from controlplane.errors import CeilingError, InvalidInput
 from controlplane.jsonsafe import json_spelled
 from deployments.api.serializers import version_number
 from deployments.models import Recipe
-from deployments.services import recipe_plan
+from deployments.services import recipe_name_at, recipe_plan
 
 
 class Command(CeilingCommand):
@@ -61,13 +61,16 @@ class Command(CeilingCommand):
         except CeilingError as exc:
             raise refused(str(exc)) from None
         shown_version = version or recipe.version
+        # The name the recipe had at that version (what a deployment of it would be named), as the API says.
+        shown_name = recipe_name_at(recipe=recipe, version=version)
         if options["json"]:
             # The API's dry-run body (deployments.api.views.RecipeViewSet.dry_run), key for key.
-            data = {"recipe": recipe.pk, "recipe_name": recipe.name, "version": shown_version, "plan": plan.to_dict()}
+            data = {"recipe": recipe.pk, "recipe_name": shown_name, "version": shown_version, "plan": plan.to_dict()}
             self.stdout.write(json.dumps(data, indent=2))
             return
         out = self.stdout
-        out.write(f"recipe {recipe.name} v{shown_version}: engine {plan.engine}, topology {plan.topology}, "
+        renamed = f" (now {recipe.name})" if shown_name != recipe.name else ""
+        out.write(f"recipe {shown_name} v{shown_version}{renamed}: engine {plan.engine}, topology {plan.topology}, "
                   f"node {plan.node}, model {plan.served_model_name}")
         out.write(f"entry {plan.entry_url}; startup timeout {plan.startup_timeout_s} s; "
                   f"stop grace {plan.stop_grace_s} s; restart {plan.restart['policy']}")

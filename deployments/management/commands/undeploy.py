@@ -44,6 +44,6 @@ class Command(CeilingCommand):
         for deployment in Deployment.objects.filter(pk__in=ids, status__in=DEPLOYMENT_ACTIVE):
             if node == settings.CEILING_NODE_NAME:
                 deployment_teardown(deployment_id=deployment.pk)
-        for deployment in Deployment.objects.filter(pk__in=ids):
-            self.stdout.write(f"deployment #{deployment.pk} ({deployment.recipe.name}): {deployment.status}"
+        for deployment in Deployment.objects.filter(pk__in=ids).select_related("recipe"):
+            self.stdout.write(f"deployment #{deployment.pk} ({deployment.deployed_recipe_label(version=True)}): {deployment.status}"
                               + (f" — {deployment.reason}" if deployment.reason else ""))
