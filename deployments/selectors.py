@@ -5,7 +5,7 @@ so a list page or API list costs a fixed number of queries however many rows it 
 """
 from __future__ import annotations
 
-from django.db.models import Case, IntegerField, OuterRef, QuerySet, Subquery, Value, When
+from django.db.models import Case, IntegerField, OuterRef, Q, QuerySet, Subquery, Value, When
 
 from deployments.models import Deployment, Node, ProcessEvent, Recipe, ServerProcess
 
@@ -66,11 +66,16 @@ def recipe_version_meta(row) -> dict:
     }
 
 
-def deployment_list(*, recipe_id: int | None = None, status: str | None = None) -> QuerySet[Deployment]:
-    """Deployments, newest first, optionally of one recipe or in one status."""
+def deployment_list(*, recipe_id: int | None = None, recipe_name: str | None = None,
+                    status: str | None = None) -> QuerySet[Deployment]:
+    """Deployments, newest first, optionally of one recipe, of one recipe name as deployed
+    (:attr:`Deployment.deployed_recipe_name`: the kept name, else the current one for a row
+    that never kept it) or in one status."""
     qs = Deployment.objects.select_related("recipe", "node", "created_by").order_by("-created_at", "-id")
     if recipe_id is not None:
         qs = qs.filter(recipe_id=recipe_id)
+    if recipe_name is not None:
+        qs = qs.filter(Q(recipe_name=recipe_name) | Q(recipe_name="", recipe__name=recipe_name))
     if status:
         qs = qs.filter(status=status)
     return qs

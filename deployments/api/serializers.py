@@ -812,6 +812,8 @@ class DeploymentFilterSerializer(serializers.Serializer):
     """Optional filters of ``GET /api/deployments/``."""
 
     recipe = IdField(required=False)
+    # The name as deployed (``Deployment.recipe_name``), not the recipe's current one.
+    recipe_name = serializers.CharField(required=False, allow_blank=False, max_length=63, trim_whitespace=False)
     status = FilterChoiceField(choices=DeploymentStatus.choices, required=False)
 
 

@@ -424,6 +424,10 @@ class SecretViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
         summary="List deployments, newest first",
         parameters=[
             OpenApiParameter("recipe", OpenApiTypes.INT, description="only this recipe id"),
+            OpenApiParameter("recipe_name", OpenApiTypes.STR,
+                             description="only deployments whose `recipe_name` is exactly this: the recipe's name at "
+                             "the deployed version, so a deployment made before a rename is found by its old name "
+                             "and not by the new one (case-sensitive, no partial match)"),
             OpenApiParameter("status", OpenApiTypes.STR, description="only this status"),
         ],
         responses={200: s.DeploymentSerializer(many=True), 400: ERRORS_400},
@@ -452,7 +456,8 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         if self.action != "list":
             return selectors.deployment_list()
         q = _query(s.DeploymentFilterSerializer, self.request)
-        return selectors.deployment_list(recipe_id=q.get("recipe"), status=q.get("status"))
+        return selectors.deployment_list(recipe_id=q.get("recipe"), recipe_name=q.get("recipe_name"),
+                                         status=q.get("status"))
 
     def get_serializer_class(self):
         return s.DeploymentCreateSerializer if self.action == "create" else s.DeploymentSerializer

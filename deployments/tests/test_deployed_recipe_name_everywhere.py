@@ -97,3 +97,26 @@ def test_a_dry_run_of_an_older_version_names_the_recipe_as_it_was_then(viewer_ap
     page = _page(viewer, f'{reverse("deployments:recipe-dry-run", args=[recipe.pk])}?version=1')
     assert '>probe-sim-b</a> <span class="tag">v1</span> <span class="muted small">(now probe-renamed)</span></h1>' in page
 
+
+def test_the_api_lists_deployments_by_their_name_as_deployed(viewer_api, operator, renamed,
+                                                             django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        services.deployment_stop(deployment=renamed, user=operator)
+        again = services.deployment_create(recipe=renamed.recipe, user=operator)  # v2, as probe-renamed
+
+    def ids(query: str) -> list[int]:
+        response = viewer_api.get(f"/api/deployments/?{query}")
+        assert response.status_code == 200, response.json()
+        return [row["id"] for row in response.json()["results"]]
+
+    assert ids("recipe_name=probe-sim-b") == [renamed.pk]
+    assert ids("recipe_name=probe-renamed") == [again.pk]
+    assert ids("recipe_name=probe-renamed&status=stopped") == []
+    assert ids("recipe_name=probe") == [] and ids("recipe_name=PROBE-SIM-B") == []  # exact, not a search
+    # A row that never kept its name goes by the recipe's current one, as its pages show it.
+    Deployment.objects.filter(pk=renamed.pk).update(recipe_name="")
+    assert ids("recipe_name=probe-renamed") == [again.pk, renamed.pk]
+    # A misspelt key is still refused, naming the keys the list takes.
+    refused = viewer_api.get("/api/deployments/?recipename=probe-sim-b")
+    assert refused.status_code == 400
+    assert "recipe_name" in refused.json()["recipename"][0], refused.json()
