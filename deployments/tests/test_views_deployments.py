@@ -331,7 +331,7 @@ def test_it_shows_the_agent_online_once_it_heartbeats(viewer_client, seed_pd):
     seed_pd.node.save(update_fields=["agent_heartbeat_at"])
     deployment, _ = _ready_deployment(seed_pd)
     html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
-    assert '<span class="tag ok">agent online</span>' in html
+    assert '<span class="tag ok" data-stale-label="agent online (as last seen {at})">agent online</span>' in html
     assert "Waiting for node agent" not in html
 
 
@@ -562,7 +562,9 @@ def test_serving_counts_from_ready_and_a_deployment_still_starting_says_so(viewe
     # started 1 h 02 min 05 s ago, ready 1 h ago: serving for 1 h 00 min, not the 1 h 02 min since the start
     deployment, _ = _ready_deployment(seed_pd)
     html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
-    assert re.search(r">Serving for</dt><dd>1 h 00 min</dd>", html), re.findall(r">Serv[a-z ]+</dt><dd>[^<]*", html)
+    # (an age: "as of" its time once the panel stops updating)
+    assert re.search(r">Serving for</dt><dd><span data-age>1 h 00 min</span></dd>", html), re.findall(
+        r">Serv[a-z ]+</dt><dd>.{0,40}", html)
     # never ready yet: how long it has been starting since it was created, not "serving"
     Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STARTING, ready_at=None,
                                                        created_at=timezone.now() - timedelta(seconds=95),

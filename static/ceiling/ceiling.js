@@ -310,8 +310,9 @@
   // time: htmx:timeout), or the page's live socket is down (live.js: "ceiling:live-state"), the
   // part gets data-stale-since (ms since the epoch of its last fresh content), its
   // "updates every N s" line reads "not updating: stale since hh:mm:ss UTC" and each age in it
-  // ([data-age], "4 s ago", counted when it was rendered) reads "4 s ago as of hh:mm:ss UTC", so
-  // old numbers are never shown as live. The next answered poll swaps in fresh content; a
+  // ([data-age], "4 s ago", counted when it was rendered; also a "Serving for" time) reads "4 s ago
+  // as of hh:mm:ss UTC", and a live state ([data-stale-label]: "agent online") reads as its label
+  // says, "agent online (as last seen hh:mm:ss UTC)", so old numbers are never shown as live. The next answered poll swaps in fresh content; a
   // socket that is live again clears the mark of what follows it.
   var pageLoadedAt = Date.now();
 
@@ -335,6 +336,17 @@
       } else if (el.hasAttribute("data-age-text")) {
         el.textContent = el.getAttribute("data-age-text");
         el.removeAttribute("data-age-text");
+      }
+    });
+    // A state that holds only while updates come ("agent online") reads as last seen once they stop.
+    var at = stale ? clockUtc(new Date(+scope.getAttribute("data-stale-since"))) : "";
+    Array.prototype.forEach.call(scope.querySelectorAll("[data-stale-label]"), function (el) {
+      if (stale) {
+        if (!el.hasAttribute("data-live-text")) el.setAttribute("data-live-text", el.textContent);
+        el.textContent = el.getAttribute("data-stale-label").replace("{at}", at);
+      } else if (el.hasAttribute("data-live-text")) {
+        el.textContent = el.getAttribute("data-live-text");
+        el.removeAttribute("data-live-text");
       }
     });
   }

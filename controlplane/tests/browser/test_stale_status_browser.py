@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from controlplane.tests.browser.conftest import sign_in
-from deployments.models import Node
+from deployments.models import Deployment, Node
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
@@ -38,7 +38,9 @@ def ready_deployment(transactional_db) -> int:
     node = cpu_node_create(name="edge-box")
     Node.objects.filter(pk=node.pk).update(agent_heartbeat_at=timezone.now())
     node.refresh_from_db()  # the recipe's node, with the heartbeat
-    return deployment_row_create(recipe=recipe_row_create(node=node, name="edge-single")).pk
+    pk = deployment_row_create(recipe=recipe_row_create(node=node, name="edge-single")).pk
+    Deployment.objects.filter(pk=pk).update(ready_at=timezone.now())  # serving since now
+    return pk
 
 
 def test_it_marks_the_status_panel_stale_while_its_poll_fails(live_server, ready_deployment, viewer, browser):
@@ -71,10 +73,17 @@ def test_it_marks_the_status_panel_stale_while_its_poll_fails(live_server, ready
     assert since.group(1) in _clocks_around(last_answer), (since.group(1), last_answer)
     assert page.locator("#deployment-live[data-stale-since]").count() == 1
     assert re.fullmatch(rf"\d+ s ago as of {since.group(1)} UTC", heartbeat.inner_text()), heartbeat.inner_text()
-    # Every age the panel gives is as of that time (the heartbeat's and the creation's), none is
+    # Every age the panel gives is as of that time (the heartbeat's, the creation's and the ready's), none is
     # left bare.
     ages = page.locator("#deployment-live [data-age]").all_inner_texts()
-    assert len(ages) == 2 and all(a.endswith(f" ago as of {since.group(1)} UTC") for a in ages), ages
+    assert ages and all(a.endswith(f" as of {since.group(1)} UTC") for a in ages), ages
+    assert len([a for a in ages if a.endswith(f" ago as of {since.group(1)} UTC")]) == 3, ages  # heartbeat, created, ready
+    # A ready deployment's "Serving for" stops counting and says as of when, and the agent is
+    # online only as last seen then.
+    serving = page.locator("#deployment-live .facts dt:text-is('Serving for') + dd")
+    assert serving.inner_text().endswith(f" as of {since.group(1)} UTC"), serving.inner_text()
+    agent = page.locator("#deployment-live .facts [data-stale-label]")
+    assert agent.inner_text() == f"agent online (as last seen {since.group(1)} UTC)"
     # The marks stay while the polls keep failing, and are not added twice.
     page.wait_for_timeout(2500)
     assert cadence.inner_text() == since.group(0)
@@ -87,6 +96,7 @@ def test_it_marks_the_status_panel_stale_while_its_poll_fails(live_server, ready
         timeout=6000)
     assert page.locator("#deployment-live[data-stale-since]").count() == 0
     assert re.fullmatch(r"\d+ s ago", heartbeat.inner_text()), heartbeat.inner_text()
+    assert agent.inner_text() == "agent online"
     assert errors == [], errors
 
 
