@@ -24,6 +24,13 @@ base64, and line by line for a multi-line value; and each of those spellings in 
 percent-encoding (:func:`form_pattern`: any character as typed or as ``%XX`` in either hex case, a
 space also as ``+``), as in a URL's query or a form body.
 
+Redaction runs on every log tail served, so it avoids scanning the text once per pattern: a value's
+patterns run only around ``%XX`` (and ``+``) in the text, all at once, its spelling as typed is
+found by substring search, and the token-shaped patterns that name a word start only where the
+word is (:func:`_token_matches`). What is masked is exactly what scanning the whole text with
+every pattern masks; ``controlplane/scripts/redaction_bench.py`` (``make bench-redaction``) times
+both.
+
 A value once seen stays masked for the life of the process, also after its secret was
 rotated or deleted: old logs may still hold it. Earlier values are also kept in the database
 (:data:`RETIRED_MODEL`, written when a secret is changed or deleted) and read like the current
@@ -75,12 +82,15 @@ _local = threading.local()
 #: Well-known credential formats, as ``(name, pattern)``. A match is refused in a recipe's plain
 #: fields and masked wherever text is shown.
 CREDENTIAL_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("Hugging Face token", re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}")),
-    ("GitHub token", re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{20,}")),
-    ("GitHub token", re.compile(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{20,}")),
-    ("OpenAI-style API key", re.compile(r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{20,}")),
-    ("AWS access key id", re.compile(r"(?<![A-Za-z0-9])AKIA[0-9A-Z]{16}(?![A-Za-z0-9])")),
-    ("Slack token", re.compile(r"(?<![A-Za-z0-9])xox[baprs]-[A-Za-z0-9-]{10,}")),
+    # Each starts with its fixed prefix and only then looks behind it (the same condition as a
+    # look-behind in front), so the regex engine skips ahead to the prefix instead of trying every
+    # position of the text.
+    ("Hugging Face token", re.compile(r"hf_(?<![A-Za-z0-9]hf_)[A-Za-z0-9]{30,}")),
+    ("GitHub token", re.compile(r"github_pat_(?<![A-Za-z0-9_]github_pat_)[A-Za-z0-9_]{20,}")),
+    ("GitHub token", re.compile(r"gh[pousr]_(?<![A-Za-z0-9_]gh[pousr]_)[A-Za-z0-9]{20,}")),
+    ("OpenAI-style API key", re.compile(r"sk-(?<![A-Za-z0-9_-]sk-)[A-Za-z0-9_-]{20,}")),
+    ("AWS access key id", re.compile(r"AKIA(?<![A-Za-z0-9]AKIA)[0-9A-Z]{16}(?![A-Za-z0-9])")),
+    ("Slack token", re.compile(r"xox[baprs]-(?<![A-Za-z0-9]xox[baprs]-)[A-Za-z0-9-]{10,}")),
     # The whole block when its end is in the text, else the BEGIN line and the base64 lines after it.
     ("PEM private key", re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----"
                                    r"(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY-----|[^\n]*(?:\r?\n[A-Za-z0-9+/=]{16,})*)")),
@@ -130,20 +140,118 @@ def credential_mask_json(value):
     return value
 
 
+# Hugging Face access tokens: ``hf_`` and a run of letters and digits, or a run that also holds
+# ``_`` or ``-`` and then must hold an upper-case letter or a digit, so snake_case vocabulary such
+# as ``hf_quantization_config`` in an engine's argument dump is left alone. ``(?<!\whf_)`` after
+# the prefix is ``\b`` before it.
+_HF_TOKEN_PATTERNS = [
+    re.compile(r"hf_(?<!\whf_)(?=[A-Za-z0-9_-]*[A-Z0-9])[A-Za-z0-9_-]{16,}"),
+    re.compile(r"hf_(?<!\whf_)[A-Za-z0-9]{16,}\b"),
+]
+_BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
+# A key name standing alone (``token=...``, ``HF_TOKEN: ...``, ``api-key ...``), not the tail of a
+# longer identifier: ``eos_token: <|endoftext|>`` in an engine log is vocabulary, not a secret.
+# Environment-style names (upper case) ending in a secret word: HF_TOKEN=, DB_PASSWORD=.
+_ENV_KEY = re.compile(r"(\b[A-Z0-9_]*(?:TOKEN|PASSWORD|SECRET|API_KEY)\s*[=:]\s*)[^\s,;'\"]{4,}")
+_ENV_KEY_WORDS = ("TOKEN", "PASSWORD", "SECRET", "API_KEY")
+_ENV_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_ANY_KEY = re.compile(r"(?i)(\b(?:(?:hf|access|auth|api)[_-])?(?:api[_-]?key|token|password|secret)\s*[=:]\s*)[^\s,;'\"]{4,}")
+# Lower-case words one of which every match of _ANY_KEY holds, at most _ANY_KEY_REACH characters
+# after the match's start (``access_`` and ``api_`` before ``key``).
+_ANY_KEY_WORDS = ("key", "token", "password", "secret")
+_ANY_KEY_REACH = 11
+_ASCII_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+#: Every token-shaped pattern :func:`redact_text` masks. The last three are case-insensitive or
+#: start with a word boundary, which the regex engine can only try at every position of the text:
+#: :func:`_token_matches` finds their matches from the positions of the words they hold instead.
 _PATTERNS = [
     *(pattern for _name, pattern in CREDENTIAL_PATTERNS),
-    # Hugging Face access tokens: ``hf_`` and a run of letters and digits, or a run that also
-    # holds ``_`` or ``-`` and then must hold an upper-case letter or a digit, so snake_case
-    # vocabulary such as ``hf_quantization_config`` in an engine's argument dump is left alone.
-    re.compile(r"\bhf_(?=[A-Za-z0-9_-]*[A-Z0-9])[A-Za-z0-9_-]{16,}"),
-    re.compile(r"\bhf_[A-Za-z0-9]{16,}\b"),
-    re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
-    # A key name standing alone (``token=...``, ``HF_TOKEN: ...``, ``api-key ...``), not the tail of a
-    # longer identifier: ``eos_token: <|endoftext|>`` in an engine log is vocabulary, not a secret.
-    # Environment-style names (upper case) ending in a secret word: HF_TOKEN=, DB_PASSWORD=.
-    re.compile(r"(\b[A-Z0-9_]*(?:TOKEN|PASSWORD|SECRET|API_KEY)\s*[=:]\s*)[^\s,;'\"]{4,}"),
-    re.compile(r"(?i)(\b(?:(?:hf|access|auth|api)[_-])?(?:api[_-]?key|token|password|secret)\s*[=:]\s*)[^\s,;'\"]{4,}"),
+    *_HF_TOKEN_PATTERNS,
+    _BEARER,
+    _ENV_KEY,
+    _ANY_KEY,
 ]
+
+
+def _finds(text: str, word: str):
+    """Every start of ``word`` in ``text``, overlapping ones included."""
+    at = text.find(word)
+    while at != -1:
+        yield at
+        at = text.find(word, at + 1)
+
+
+def _lowered(text: str) -> str | None:
+    """``text`` lower-cased character by character, for finding ASCII words as a case-insensitive
+    pattern would; None when that cannot be done position for position (a character that
+    lower-cases to two) or would miss a match (``ſ`` and ``ı`` match ``s`` and ``i`` under
+    ``(?i)`` but stay as they are)."""
+    lowered = text.lower()
+    if len(lowered) != len(text) or (not text.isascii() and ("\u017f" in text or "\u0131" in text)):
+        return None
+    return lowered
+
+
+def _matches_from(pattern: re.Pattern[str], text: str, starts) -> list[re.Match[str]]:
+    """What ``pattern.finditer(text)`` yields, given (sorted) every position a match can start at
+    and possibly more: the first match at or after the end of the previous one, in turn."""
+    found, pos = [], 0
+    for start in starts:
+        if start < pos:
+            continue
+        m = pattern.match(text, start)
+        if m:
+            found.append(m)
+            pos = max(m.end(), start + 1)
+    return found
+
+
+def _env_key_starts(text: str) -> list[int]:
+    """Every position a match of :data:`_ENV_KEY` can start at: for each secret word, the start of
+    the run of upper-case letters, digits and ``_`` it ends (one position per run), where a word
+    boundary can be."""
+    words = sorted({at for word in _ENV_KEY_WORDS for at in _finds(text, word)})
+    starts: set[int] = set()
+    prev_at, prev_start = -1, -1
+    for at in words:
+        begin = at
+        while begin > 0 and begin != prev_at and text[begin - 1] in _ENV_NAME_CHARS:
+            begin -= 1
+        start = prev_start if begin == prev_at else begin
+        prev_at, prev_start = at, start
+        if start == 0 or text[start - 1] not in _ASCII_WORD_CHARS:
+            starts.add(start)
+    return sorted(starts)
+
+
+def _any_key_starts(text: str, lowered: str) -> list[int]:
+    """Every position a match of :data:`_ANY_KEY` can start at: the word-boundary positions at
+    most :data:`_ANY_KEY_REACH` characters before one of :data:`_ANY_KEY_WORDS`."""
+    starts: set[int] = set()
+    for word in _ANY_KEY_WORDS:
+        for at in _finds(lowered, word):
+            for start in range(max(0, at - _ANY_KEY_REACH), at + 1):
+                if lowered[start] in "hatps" and (start == 0 or text[start - 1] not in _ASCII_WORD_CHARS):
+                    starts.add(start)
+    return sorted(starts)
+
+
+def _token_matches(text: str) -> list[re.Match[str]]:
+    """The matches of every pattern of :data:`_PATTERNS` in ``text``: exactly those of each
+    pattern's ``finditer``, found faster for the patterns that name a word."""
+    found: list[re.Match[str]] = []
+    for pattern in (*(pattern for _name, pattern in CREDENTIAL_PATTERNS), *_HF_TOKEN_PATTERNS):
+        found += pattern.finditer(text)
+    found += _matches_from(_ENV_KEY, text, _env_key_starts(text))
+    lowered = _lowered(text)
+    if lowered is None:
+        found += _BEARER.finditer(text)
+        found += _ANY_KEY.finditer(text)
+    else:
+        found += _matches_from(_BEARER, text, _finds(lowered, "bearer"))
+        found += _matches_from(_ANY_KEY, text, _any_key_starts(text, lowered))
+    return found
 
 
 def value_forms(value: str) -> set[str]:
@@ -196,10 +304,15 @@ def _char_pattern(char: str) -> str:
     """The regex for one character of a form: as typed, or each of its UTF-8 bytes as ``%XX`` with
     either hex case (browsers and curl differ: ``%2f`` and ``%2F`` are the same byte), and a space
     also as ``+`` (a form body)."""
+    return "(?:" + "|".join(_char_alternatives(char)) + ")"
+
+
+def _char_alternatives(char: str) -> list[str]:
+    """The regexes of :func:`_char_pattern`, one per spelling; each starts with a literal
+    character."""
     hexed = "".join(f"%{b >> 4:X}{b & 15:X}" for b in char.encode("utf-8", "surrogatepass"))
     encoded = re.sub(r"[A-F]", lambda m: f"[{m.group(0)}{m.group(0).lower()}]", hexed)
-    alternatives = [re.escape(char), encoded] + ([r"\+"] if char == " " else [])
-    return "(?:" + "|".join(alternatives) + ")"
+    return [re.escape(char), encoded] + ([r"\+"] if char == " " else [])
 
 
 def form_pattern(form: str, *, padded: bool = False) -> re.Pattern[str]:
@@ -212,34 +325,109 @@ def form_pattern(form: str, *, padded: bool = False) -> re.Pattern[str]:
     return re.compile("".join(_char_pattern(char) for char in form) + padding)
 
 
-def _patterns_for(forms: frozenset[str]) -> list[re.Pattern[str]]:
-    """The :func:`form_pattern` of each of ``forms``, longest first. A form is left out when
-    another form's pattern matches it already: a percent-encoding of another form
-    (``quote(value)``), or a padded base64 form whose unpadded one is also known (that one's
-    pattern takes the padding). Each pattern costs a scan of the text, so fewer is faster."""
+def _forms_kept(forms: frozenset[str]) -> list[tuple[str, bool]]:
+    """The forms that need a pattern of their own, longest first, each with whether its pattern
+    takes base64 padding. A form is left out when another form's pattern matches it already: a
+    percent-encoding of another form (``quote(value)``), or a padded base64 form whose unpadded one
+    is also known (that one's pattern takes the padding). Each pattern costs a scan, so fewer is
+    faster."""
     def covered(form: str) -> bool:
         decoded = urllib.parse.unquote_plus(form)
         return (decoded != form and decoded in forms) or (form.endswith("=") and form.rstrip("=") in forms)
 
     kept = sorted((f for f in forms if f and not covered(f)), key=lambda f: (-len(f), f))
-    return [form_pattern(f, padded=any(f + pad in forms for pad in ("=", "=="))) for f in kept]
+    return [(f, any(f + pad in forms for pad in ("=", "=="))) for f in kept]
 
 
-# (the forms, their patterns) of the last redaction: compiled again only when the forms change.
-_patterns_cache: tuple[frozenset[str], list[re.Pattern[str]]] = (frozenset(), [])
+def _patterns_for(forms: frozenset[str]) -> list[re.Pattern[str]]:
+    """The :func:`form_pattern` of each of ``forms`` that needs one (:func:`_forms_kept`)."""
+    return [form_pattern(f, padded=padded) for f, padded in _forms_kept(forms)]
 
 
-def _known_patterns() -> list[re.Pattern[str]]:
+# Where a spelling of a form other than the form itself can differ from it: a percent-encoded
+# byte, and ``+`` for a space.
+_PERCENT_BYTE = re.compile(r"%[0-9A-Fa-f]{2}")
+_PERCENT_BYTE_OR_PLUS = re.compile(r"%[0-9A-Fa-f]{2}|\+")
+
+
+class _KnownPatterns:
+    """The compiled patterns of a set of forms, and what :func:`_value_spans` needs to run them
+    only where they can match.
+
+    A match of a form's pattern is either the form as typed (with any padding), found by a plain
+    substring search, or holds at least one percent-encoded byte (or ``+`` for a space): it then
+    lies within :attr:`reach` characters of that spot, and the pattern runs only on the text
+    around such spots (:attr:`spots`). Log text seldom holds them, so most text is never scanned
+    by a pattern at all."""
+
+    def __init__(self, forms: frozenset[str]):
+        self.forms = forms
+        kept = _forms_kept(forms)
+        self.kept = [(f, form_pattern(f, padded=padded)) for f, padded in kept]
+        # One pattern finding where any of them matches, written as one alternative per spelling
+        # of each form's first character so that every alternative starts with a literal: the
+        # regex engine then rejects most alternatives at a position by that character alone, and
+        # one scan costs a fraction of one scan per form.
+        self.any = re.compile("|".join(
+            first + "".join(_char_pattern(c) for c in f[1:]) + (_char_pattern("=") + "{0,2}" if padded else "")
+            for f, padded in kept for first in _char_alternatives(f[0])
+        )) if kept else None
+        self.spots = _PERCENT_BYTE_OR_PLUS if any(" " in f for f, _p in self.kept) else _PERCENT_BYTE
+        # The longest text one pattern can match: each character as its percent-encoded bytes,
+        # and two ``%3D`` of padding.
+        self.reach = max((sum(3 * len(c.encode("utf-8", "surrogatepass")) for c in f) + 6 for f, _p in self.kept),
+                         default=0)
+
+
+# The patterns of the last redaction: compiled again only when the forms change.
+_patterns_cache = _KnownPatterns(frozenset())
+
+
+def _known_patterns() -> _KnownPatterns:
     """The patterns of every known form (:data:`_known_values`), from the cache when the forms
     are those it was built for."""
     global _patterns_cache
     with _lock:
         forms = frozenset(_known_values)
-    cached_forms, patterns = _patterns_cache
-    if cached_forms != forms:
-        patterns = _patterns_for(forms)
-        _patterns_cache = (forms, patterns)
-    return patterns
+    known = _patterns_cache
+    if known.forms != forms:
+        known = _KnownPatterns(forms)
+        _patterns_cache = known
+    return known
+
+
+def _value_spans(text: str, known: _KnownPatterns) -> list[tuple[int, int]]:
+    """The span of every match of every pattern of ``known`` in ``text``, at every position one
+    starts at (overlapping occurrences, ``aaaa`` twice in ``aaaaa``, are all found): the same
+    spans as searching the whole text with each pattern, found as :class:`_KnownPatterns` says."""
+    spans: list[tuple[int, int]] = []
+    if not known.kept:
+        return spans
+    for form, pattern in known.kept:
+        for at in _finds(text, form):
+            m = pattern.match(text, at)
+            if m:
+                spans.append(m.span())
+    windows: list[list[int]] = []
+    for spot in known.spots.finditer(text):
+        lo, hi = max(0, spot.start() - known.reach), min(len(text), spot.end() + known.reach)
+        if windows and lo <= windows[-1][1]:
+            windows[-1][1] = hi
+        else:
+            windows.append([lo, hi])
+    for lo, hi in windows:
+        # every position where some pattern matches, then each pattern's match there; search on
+        # from the character after that position, not after the match's end: overlapping
+        # occurrences (``aaaa`` twice in ``aaaaa``) are all masked
+        found = known.any.search(text, lo, hi)
+        while found:
+            at = found.start()
+            for _form, pattern in known.kept:
+                m = pattern.match(text, at, hi)
+                if m:
+                    spans.append(m.span())
+            found = known.any.search(text, at + 1, hi)
+    return spans
 
 
 class SecretsUnmaskable(CeilingError):
@@ -401,19 +589,11 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     _stored_values_refresh()
-    spans: list[tuple[int, int]] = []
-    for pattern in _known_patterns():
-        # search from the character after each match, not after its end: overlapping occurrences
-        # (``aaaa`` twice in ``aaaaa``) are all masked
-        m = pattern.search(text)
-        while m:
-            spans.append(m.span())
-            m = pattern.search(text, m.start() + 1)
-    for pattern in _PATTERNS:
-        for m in pattern.finditer(text):
-            begin = m.end(1) if pattern.groups else m.start()
-            if m.end() > begin:
-                spans.append((begin, m.end()))
+    spans = _value_spans(text, _known_patterns())
+    for m in _token_matches(text):
+        begin = m.end(1) if m.re.groups else m.start()
+        if m.end() > begin:
+            spans.append((begin, m.end()))
     if not spans:
         return text
     spans.sort()
