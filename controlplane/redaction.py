@@ -129,10 +129,12 @@ def credential_mask(text: str) -> str:
 
 
 def credential_mask_json(value):
-    """A copy of the JSON ``value`` (a recipe spec) with :func:`credential_mask` applied to
-    every string, keys included: how a stored spec holding a pasted credential is shown."""
+    """A copy of the JSON ``value`` (a recipe spec) with :func:`credential_mask` and
+    :func:`secret_values_mask` applied to every string, keys included: how a stored spec holding
+    a pasted credential or a stored secret's value (saved before such values were refused) is
+    shown."""
     if isinstance(value, str):
-        return credential_mask(value)
+        return secret_values_mask(credential_mask(value))
     if isinstance(value, dict):
         return {credential_mask(k) if isinstance(k, str) else k: credential_mask_json(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -383,16 +385,23 @@ class _KnownPatterns:
 _patterns_cache = _KnownPatterns(frozenset())
 
 
-def _known_patterns() -> _KnownPatterns:
-    """The patterns of every known form (:data:`_known_values`), from the cache when the forms
-    are those it was built for."""
+# The same for the forms of at least a given length (:func:`secret_values_mask`), by that length.
+_long_patterns_cache: dict[int, _KnownPatterns] = {}
+
+
+def _known_patterns(min_length: int = 0) -> _KnownPatterns:
+    """The patterns of every known form (:data:`_known_values`) of at least ``min_length``
+    characters, from the cache when the forms are those it was built for."""
     global _patterns_cache
     with _lock:
-        forms = frozenset(_known_values)
-    known = _patterns_cache
+        forms = frozenset(f for f in _known_values if len(f) >= min_length)
+    known = _patterns_cache if not min_length else _long_patterns_cache.get(min_length, _KnownPatterns(frozenset()))
     if known.forms != forms:
         known = _KnownPatterns(forms)
-        _patterns_cache = known
+        if min_length:
+            _long_patterns_cache[min_length] = known
+        else:
+            _patterns_cache = known
     return known
 
 
@@ -578,6 +587,40 @@ except Exception:  # noqa: BLE001 - used without Django: the max-age re-read sti
     pass
 
 
+def _spans_masked(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each of ``spans`` replaced by :data:`REDACTED`, overlapping or touching spans
+    as one."""
+    if not spans:
+        return text
+    spans.sort()
+    out, at, (lo, hi) = [], 0, spans[0]
+    for begin, end in spans[1:]:
+        if begin <= hi:
+            hi = max(hi, end)
+            continue
+        out += [text[at:lo], REDACTED]
+        at, lo, hi = hi, begin, end
+    out += [text[at:lo], REDACTED, text[hi:]]
+    return "".join(out)
+
+
+#: The shortest spelling of a secret value :func:`secret_values_mask` masks: what a recipe's plain
+#: values are checked against (``deployments.recipes.SECRET_VALUE_MIN_LENGTH``), so a short value
+#: a recipe may hold (``TZ=EST5EDT`` while a secret is ``EST5EDT``) is shown as saved.
+PLAIN_VALUE_MIN_LENGTH = 8
+
+
+def secret_values_mask(text: str) -> str:
+    """``text`` with stored and registered secret values masked as :data:`REDACTED`, in every
+    spelling :func:`redact_text` finds them in of at least :data:`PLAIN_VALUE_MIN_LENGTH`
+    characters, and nothing else changed (no token-shaped pattern): for text a person wrote, such
+    as a recipe's plain values."""
+    if not isinstance(text, str) or not text:
+        return text
+    _stored_values_refresh()
+    return _spans_masked(text, _value_spans(text, _known_patterns(PLAIN_VALUE_MIN_LENGTH)))
+
+
 def redact_text(text: str) -> str:
     """Return ``text`` with stored and registered secret values and token-shaped substrings
     masked as :data:`REDACTED`. A value is found in each of its :func:`value_forms`, each in any
@@ -594,15 +637,4 @@ def redact_text(text: str) -> str:
         begin = m.end(1) if m.re.groups else m.start()
         if m.end() > begin:
             spans.append((begin, m.end()))
-    if not spans:
-        return text
-    spans.sort()
-    out, at, (lo, hi) = [], 0, spans[0]
-    for begin, end in spans[1:]:
-        if begin <= hi:
-            hi = max(hi, end)
-            continue
-        out += [text[at:lo], REDACTED]
-        at, lo, hi = hi, begin, end
-    out += [text[at:lo], REDACTED, text[hi:]]
-    return "".join(out)
+    return _spans_masked(text, spans)

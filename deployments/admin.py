@@ -31,6 +31,7 @@ from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.errors import CeilingError, InvalidInput
 from controlplane.permissions import refusal_message
+from controlplane.redaction import credential_mask_json
 from deployments import services
 from deployments.choices import DEPLOYMENT_TERMINAL
 from deployments.forms import RecipeAdminForm, RecipeRevertAdminForm, SecretAdminForm
@@ -51,7 +52,9 @@ def _history_content(record, node_names: dict[int, str]) -> dict[str, Any]:
     """A historical recipe row's content in :data:`deployments.services.RECIPE_CONTENT_FIELDS`
     form (``node`` by name; ``None`` for a node row that is gone)."""
     return {"name": record.name, "description": record.description, "engine": record.engine,
-            "topology": record.topology, "node": node_names.get(record.node_id), "spec": record.spec}
+            "topology": record.topology, "node": node_names.get(record.node_id),
+            # a credential or stored secret's value saved before such values were refused shows masked
+            "spec": credential_mask_json(record.spec)}
 
 
 def _json_text(value: Any, absent: bool) -> str:

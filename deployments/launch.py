@@ -39,7 +39,7 @@ from django.conf import settings
 
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled
-from controlplane.redaction import REDACTED, redact_text
+from controlplane.redaction import REDACTED, redact_text, secret_values_mask
 from deployments.engines import engine_get
 from deployments.engines.base import RenderContext, http_url
 from deployments.recipes import recipe_validate, recipe_warnings
@@ -87,6 +87,10 @@ class ProcessSpec:
     startup_timeout_s: int
     stop_grace_s: int
 
+    def argv_shown(self) -> list[str]:
+        """``argv`` as pages, the API and the dry-run show it: any stored secret's value masked."""
+        return [secret_values_mask(a) for a in self.argv]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view for pages, the API and logs: ``env`` is the redacted env, passed through
         the log redactor once more (a stored secret's value pasted as a plain value is masked
@@ -95,8 +99,10 @@ class ProcessSpec:
         return {
             "role": self.role,
             "ordinal": self.ordinal,
-            "argv": list(self.argv),
-            "argv_shell": shlex.join(self.argv),
+            # a stored secret's value in a plain flag (a recipe saved before such values were
+            # refused) is masked
+            "argv": self.argv_shown(),
+            "argv_shell": shlex.join(self.argv_shown()),
             "env": {k: redact_text(v) for k, v in self.env_redacted.items()},
             "secret_env": dict(self.secret_env),
             "wrapper": list(self.wrapper),

@@ -99,7 +99,7 @@ from django.conf import settings
 
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled, not_integer
-from controlplane.redaction import REDACTED, credential_find, credential_mask, value_forms
+from controlplane.redaction import PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_mask, value_forms
 from deployments.engines import ENGINES
 from deployments.engines.base import (
     REPO_ID_RE,
@@ -215,7 +215,7 @@ SECRET_INSTEAD = ("store it as a secret (admin → Secrets, or POST /api/secrets
                   '{"HF_TOKEN": "<secret name>"}); a plain value is stored and shown in clear')
 #: A stored secret value shorter than this (once stripped) is not looked for in a recipe's plain
 #: values: so short a value ("1234", "admin") is too likely to be ordinary text there.
-SECRET_VALUE_MIN_LENGTH = 8
+SECRET_VALUE_MIN_LENGTH = PLAIN_VALUE_MIN_LENGTH
 # Set by the renderer from recipe fields; a recipe naming them is pointed at the field.
 ENV_RENDERER_OWNED = {
     "CUDA_VISIBLE_DEVICES": "spec.roles.<role>.gpus",

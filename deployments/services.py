@@ -54,7 +54,7 @@ from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, S
 from deployments.supervisor import log_tail
 from deployments.supervisor.procfs import port_busy_reason
 from deployments.engines import ENGINES
-from deployments.recipes import CPU_ID_MAX, CPULIST_RE, engine_topology_errors, recipe_validate
+from deployments.recipes import CPU_ID_MAX, CPULIST_RE, _stored_secret_paths, engine_topology_errors, recipe_validate
 from deployments.topology import GpuFacts, NodeFacts, NumaFacts, format_cpulist, node_facts_from_row, parse_cpulist
 
 # The fields that make up a recipe version; everything else (ids, timestamps, author) is
@@ -197,6 +197,22 @@ def secret_names() -> set[str]:
     """Names of all stored secrets (never their values); what recipe validation checks
     ``secret`` references against."""
     return set(Secret.objects.values_list("name", flat=True))
+
+
+def recipe_secret_values_held(spec: Any, values: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """Where a stored recipe ``spec`` holds the value of a stored secret in a plain value (env,
+    flags, any string): saved before such values were refused, it is masked wherever the spec is
+    shown, and its owner should reference the secret instead. Each entry is ``{"path", "secret",
+    "message"}`` (``path`` without the leading ``spec.``), once per path and secret; empty for a
+    clean spec. ``values`` is :func:`secret_values`, read here when not given."""
+    held = _stored_secret_paths(spec, secret_values() if values is None else values)
+    out = []
+    for path, name in held:
+        short = path.removeprefix("spec.")
+        out.append({"path": short, "secret": name,
+                    "message": f"holds the value of secret {json_spelled(name)} in {short}; reference it "
+                               f"from spec.secrets instead"})
+    return out
 
 
 def secret_values() -> dict[str, str]:

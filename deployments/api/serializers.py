@@ -43,7 +43,7 @@ from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
     deployment_state_note, deployment_waiting_reason, text_control_validator, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem,
-    spec_errors_beside_refused_text,
+    recipe_secret_values_held, secret_values, spec_errors_beside_refused_text,
 )
 
 
@@ -170,13 +170,25 @@ class NodeSerializer(serializers.ModelSerializer):
 # --- recipes -------------------------------------------------------------------------------
 
 
+class SecretValueHeldSerializer(serializers.Serializer):
+    """A stored secret's value found in a recipe's plain value (saved before such values were
+    refused): masked in ``spec``; the owner should reference the secret instead."""
+
+    path = serializers.CharField(help_text="Where in the spec, e.g. env.HF_TOKEN or flags.--api-key.")
+    secret = serializers.CharField(help_text="The name of the secret whose value it holds.")
+    message = serializers.CharField()
+
+
 class RecipeSerializer(serializers.ModelSerializer):
     """A recipe as the API shows it; ``node`` is the node's name, ``version`` its current
-    version (1 on creation, +1 on every change); ``description`` is null when it has none."""
+    version (1 on creation, +1 on every change); ``description`` is null when it has none.
+    ``spec`` shows a well-known credential shortened and a stored secret's value masked;
+    ``secret_values_held`` lists where such a value is (empty for a clean recipe)."""
 
     description = BlankAsNullCharField(allow_null=True, read_only=True)
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    secret_values_held = serializers.SerializerMethodField()
 
     class Meta:
         model = Recipe
@@ -188,6 +200,7 @@ class RecipeSerializer(serializers.ModelSerializer):
             "topology",
             "node",
             "spec",
+            "secret_values_held",
             "version",
             "created_by",
             "created_at",
@@ -195,9 +208,16 @@ class RecipeSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    @extend_schema_field(SecretValueHeldSerializer(many=True))
+    def get_secret_values_held(self, recipe: Recipe) -> list[dict[str, str]]:
+        # read once per serializer (a list shows many recipes), not once per recipe
+        if not hasattr(self, "_secret_values"):
+            self._secret_values = secret_values()
+        return recipe_secret_values_held(recipe.spec, self._secret_values)
+
     def to_representation(self, instance):
         data = super().to_representation(instance)
-        # A stored spec from before credentials were refused shows them shortened only.
+        # A stored spec from before credentials or secret values were refused shows them masked.
         data["spec"] = credential_mask_json(data.get("spec"))
         return data
 
@@ -683,6 +703,13 @@ class DeploymentSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_state_note(self, deployment: Deployment) -> str | None:
         return deployment_state_note(deployment=deployment) or None
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        # A recipe saved before credentials or secret values were refused left them in the snapshot.
+        if "spec_snapshot" in data:
+            data["spec_snapshot"] = credential_mask_json(data["spec_snapshot"])
+        return data
 
 
 class WholePrimaryKeyField(StrictIntegerMixin, serializers.PrimaryKeyRelatedField):

@@ -125,7 +125,8 @@ def _django_errors(exc: DjangoValidationError) -> dict[str, list[str]]:
 
 def _process_view(process: ProcessSpec) -> dict[str, Any]:
     """Flatten one launch-plan process for the template. ``argv`` is the plan's own list and
-    ``argv_line`` its ``shlex.join``: the page shows exactly what would be executed."""
+    ``argv_line`` its ``shlex.join``: the page shows exactly what would be executed, a stored
+    secret's value in a plain flag masked."""
     # The plan already redacts; this second pass only guards against a token pasted into an
     # env value the plan did not know was secret.
     env = {k: redact_text(v) for k, v in process.env_redacted.items()}
@@ -147,8 +148,8 @@ def _process_view(process: ProcessSpec) -> dict[str, Any]:
         "numa_node": process.numa_node,
         "mem_nodes": process.mem_nodes,
         "pin_method": process.pin_method,
-        "argv": list(process.argv),
-        "argv_line": shlex.join(process.argv),
+        "argv": process.argv_shown(),
+        "argv_line": shlex.join(process.argv_shown()),
         "env": sorted(env.items()),
         "secret_env": dict(process.secret_env),
         "wrapper": list(process.wrapper),
@@ -288,6 +289,7 @@ def _recipe_detail_response(
             "recipe": recipe,
             "shown": shown,
             "spec_json": spec_pretty(shown["spec"]),
+            "secret_values_held": services.recipe_secret_values_held(shown["spec"]),
             "is_current": shown["version"] == recipe.version,
             "deployments": deployments,
             "active_deployment": _active_deployment(recipe),

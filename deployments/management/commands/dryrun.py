@@ -79,8 +79,8 @@ class Command(CeilingCommand):
         for proc in plan.processes:
             out.write("")
             out.write(f"[{proc.role} #{proc.ordinal}]")
-            out.write(f"  $ {shlex.join(proc.argv)}")
-            out.write(f"  argv: {json.dumps(proc.argv)}")
+            out.write(f"  $ {shlex.join(proc.argv_shown())}")
+            out.write(f"  argv: {json.dumps(proc.argv_shown())}")
             for name, value in proc.env_redacted.items():
                 out.write(f"  env {name}={value}")
             numa = proc.numa_node if proc.numa_node is not None else "-"
