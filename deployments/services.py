@@ -56,6 +56,7 @@ from deployments.supervisor.procfs import port_busy_reason
 from deployments.engines import ENGINES
 from deployments.recipes import CPU_ID_MAX, CPULIST_RE, _stored_secret_paths, engine_topology_errors, recipe_validate
 from deployments.topology import GpuFacts, NodeFacts, NumaFacts, format_cpulist, node_facts_from_row, parse_cpulist
+from deployments.telemetry.events import deployment_roster_broadcast
 
 # The fields that make up a recipe version; everything else (ids, timestamps, author) is
 # bookkeeping and neither diffed nor reverted.
@@ -1414,6 +1415,7 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
         from deployments.tasks import deployment_start_task
 
         _send_to_node(deployment_start_task, deployment)
+        deployment_roster_broadcast(deployment_id=deployment.pk, status=deployment.status, node_name=recipe.node.name)
     return deployment
 
 
@@ -1431,6 +1433,7 @@ def _cancel_pending(*, deployment: Deployment, who: str, now, cancel: bool = Fal
     )
     if cancelled:
         deployment_event_add(deployment=deployment, kind="cancelled", message=f"{who} cancelled before start")
+        deployment_roster_broadcast(deployment_id=deployment.pk, status=DeploymentStatus.STOPPED)
     return bool(cancelled)
 
 

@@ -1,6 +1,11 @@
 """State-change messages: a process's health and a deployment's status, broadcast at once
 (``force=True``: never dropped by the rate bound) on the deployment's group.
 
+A deployment that is created or changes status is also announced on its node's group
+(``deployment.roster`` ``{"deployment_id", "status"}``, once the transaction commits): the wall
+subscribes to every node's group, so it redraws its tiles at once instead of at its next 10 s
+re-fetch (which stays as the fallback for a lost message).
+
 ``health`` is derived from a :class:`~deployments.models.ServerProcess` row, since the row keeps
 status and probe results rather than one health word:
 
@@ -19,7 +24,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from controlplane.realtime import broadcast, deployment_group
+from django.db import transaction
+
+from controlplane.realtime import broadcast, deployment_group, node_group
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +71,31 @@ def deployment_status_broadcast(*, deployment_id: int, status: str, reason: str 
     """Send ``deployment.status`` ``{"deployment_id", "status", "reason"}`` to
     ``deployment-<id>`` (forced). Never raises for a transport problem."""
     data = {"deployment_id": int(deployment_id), "status": status, "reason": reason}
+    deployment_roster_broadcast(deployment_id=deployment_id, status=status)
     try:
         return broadcast(deployment_group(deployment_id), "deployment.status", data, force=True)
     except Exception:  # noqa: BLE001
         log.warning("deployment.status broadcast failed", exc_info=True)
         return False
+
+
+def deployment_roster_broadcast(*, deployment_id: int, status: str, node_name: str | None = None) -> None:
+    """Send ``deployment.roster`` ``{"deployment_id", "status"}`` (forced) to the group of the
+    deployment's node (``node_name``, read from the row when not given) once the current
+    transaction commits (at once outside one), so a page that re-fetches on it reads the new
+    row. Never raises for a transport or database problem."""
+    data = {"deployment_id": int(deployment_id), "status": status}
+
+    def send() -> None:
+        try:
+            name = node_name
+            if name is None:
+                from deployments.models import Deployment
+
+                name = Deployment.objects.filter(pk=deployment_id).values_list("node__name", flat=True).first()
+            if name:
+                broadcast(node_group(name), "deployment.roster", data, force=True)
+        except Exception:  # noqa: BLE001 - a broadcast must never break a deploy or supervision
+            log.warning("deployment.roster broadcast failed", exc_info=True)
+
+    transaction.on_commit(send)

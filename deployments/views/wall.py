@@ -3,8 +3,10 @@ screen across the room.
 
 The page is a dark, full-screen skeleton of tiles (one per node with a bar per GPU, one per
 deployment with its status, health per role, tok/s and running requests) that
-``static/ceiling/dashboards.js`` fills from the live websocket. Every 10 s the page re-fetches
-:func:`wall_tiles_partial`; when its ``data-roster`` (the nodes, the deployments with their
+``static/ceiling/dashboards.js`` fills from the live websocket. The page re-fetches
+:func:`wall_tiles_partial` at once when a node's group carries ``deployment.roster`` (a
+deployment was created or changed status, :func:`deployments.telemetry.events.deployment_roster_broadcast`)
+and every 10 s in any case; when its ``data-roster`` (the nodes, the deployments with their
 status and processes, the agents' state) changed, the tiles are swapped and the socket's
 subscriptions follow, so a new deployment appears without a reload.
 """

@@ -889,6 +889,9 @@
     var live = CeilingLive.open({
       groups: groupsOnWall(),
       onMessage: function (msg) {
+        // A deployment on a node of the wall was created or changed status: redraw the tiles
+        // now rather than at the next 10 s re-fetch.
+        if (msg.type === "deployment.roster") { refreshSoon(); return; }
         if (!wallAccepts(tileOf(msg.group), msg)) return;
         (latest[msg.group] = latest[msg.group] || {})[msg.type] = msg.data;
         (latestTs[msg.group] = latestTs[msg.group] || {})[msg.type] = msg.ts;
@@ -900,8 +903,9 @@
       }
     });
     // New deployments and nodes appear (and ended ones go) without a reload: the tiles are
-    // re-fetched every 10 s, swapped in when the roster changed, and the socket's
-    // subscriptions follow. It is a partial request (HX-Request): signed out, the server
+    // re-fetched at once on a deployment.roster message of a node's group and every 10 s
+    // whatever comes (the fallback for a lost message or a new node), swapped in when the
+    // roster changed, and the socket's subscriptions follow. It is a partial request (HX-Request): signed out, the server
     // answers 401 instead of the login page, and the wall says "signed out".
     var url = root.getAttribute("data-tiles-url");
     function refreshRoster() {
@@ -927,6 +931,13 @@
           after.forEach(render);
         })
         .catch(function () { /* server away: the status line already says so */ });
+    }
+    // Roster messages arriving together (a deploy's created and starting, one per node after a
+    // reconnect) cost one re-fetch.
+    var refreshTimer = null;
+    function refreshSoon() {
+      if (refreshTimer) return;
+      refreshTimer = setTimeout(function () { refreshTimer = null; refreshRoster(); }, 200);
     }
     setInterval(refreshRoster, 10000);
     var clockEl = root.querySelector("[data-wall-clock]");

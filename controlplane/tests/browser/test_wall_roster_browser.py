@@ -1,0 +1,84 @@
+"""The wall draws a new deployment's tile, and drops an ended one, as soon as its node's group
+carries ``deployment.roster``, not at its next 10 s re-fetch, in a real browser (the Debian
+``chromium`` package driven by Playwright) against Django's live test server.
+
+No websocket server: the page's ``/ws/live/`` is routed to the test, which speaks for it.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+
+import pytest
+
+from deployments.choices import DeploymentStatus
+from deployments.models import Deployment
+from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
+
+from .conftest import sign_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def node(transactional_db) -> str:
+    return cpu_node_create(name="roster-box").name
+
+
+def _in_thread(query):
+    # Playwright's sync API runs an event loop in this thread: the database is used from another.
+    result = []
+    thread = threading.Thread(target=lambda: result.append(query()))
+    thread.start()
+    thread.join()
+    return result[0]
+
+
+def _deploy(node_name: str) -> int:
+    from deployments.models import Node
+
+    return deployment_row_create(recipe=recipe_row_create(node=Node.objects.get(name=node_name), name="roster-sim")).pk
+
+
+def _end(pk: int) -> None:
+    Deployment.objects.filter(pk=pk).update(status=DeploymentStatus.STOPPED, ended_at=None)
+
+
+def test_the_wall_redraws_its_tiles_on_a_roster_message(live_server, node, viewer, browser):
+    sockets: list = []
+    page = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
+    sign_in(page, live_server.url, viewer)
+    page.goto(f"{live_server.url}/wall/", wait_until="load")
+    for _ in range(100):
+        if sockets:
+            break
+        page.wait_for_timeout(100)
+    assert sockets, "the wall opened no live socket"
+    ws = sockets[0]
+    group = f"node-{node}"
+    ws.send(json.dumps({"type": "live.subscribed", "groups": {group: {"seq": 0, "latest": {}}}}))
+    page.wait_for_timeout(300)  # past the page's first re-fetch, if it makes one
+    started = time.monotonic()
+    pk = _in_thread(lambda: _deploy(node))
+    tile = f'.wall-tile[data-group="deployment-{pk}"]'
+    page.wait_for_timeout(1000)
+    assert page.locator(tile).count() == 0, "drawn without a message: the test would not show the message's effect"
+
+    ws.send(json.dumps({"type": "deployment.roster", "seq": 1, "group": group, "ts": time.time(),
+                        "data": {"deployment_id": pk, "status": "ready"}}))
+    page.wait_for_selector(tile, timeout=3_000)
+    assert time.monotonic() - started < 8, "drawn by the 10 s re-fetch, not by the message"
+
+    # Ended with no end time: it leaves the live tiles (and, undated, the ended strip too).
+    _in_thread(lambda: _end(pk))
+    started = time.monotonic()
+    ws.send(json.dumps({"type": "deployment.roster", "seq": 2, "group": group, "ts": time.time(),
+                        "data": {"deployment_id": pk, "status": "stopped"}}))
+    page.wait_for_selector(tile, state="detached", timeout=3_000)
+    assert time.monotonic() - started < 8
+    assert not errors, errors
