@@ -114,6 +114,6 @@ def test_the_whatif_of_a_sim_sweep_says_why_its_running_batch_differs(viewer, vi
     client = Client()
     client.force_login(viewer)
     html = client.get(f"/kernels/whatif/?sweep={sweep.pk}&speedup=2").content.decode()
-    assert "Running batch, ceiling analysis (sequences)" in html
+    assert "Running batch, model / ceiling analysis (sequences)" in html
     assert "3.90 <span class=\"muted small\">(decode events)</span>" in html
     assert "the running batch of the sim-profile model is not the ceiling analysis&#x27;" in html

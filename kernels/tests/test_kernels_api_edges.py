@@ -39,7 +39,7 @@ def test_a_speedup_below_a_thousandth_is_refused_by_the_api_and_the_page(viewer_
     assert resp.status_code == 400 and resp.json() == {"speedup": [range_refusal("speedup", speedup)]}
     body = _page(viewer).get("/kernels/whatif/", {"sweep": seed_pd_sweep.pk, "share": share,
                                                   "speedup": speedup}).content.decode()
-    assert html.escape(f"{SPEEDUP_RANGE}, got {speedup}") in body and "Projected output (tok/s)" not in body
+    assert html.escape(f"{SPEEDUP_RANGE}, got {speedup}") in body and "Output, measured → projected (tok/s)" not in body
     assert "Decode step factor" not in body
 
 
@@ -62,7 +62,7 @@ def test_a_sweep_still_running_is_refused_with_how_far_it_got(viewer_api, viewer
     resp = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2})
     assert resp.status_code == 400 and resp.json() == {"sweep": [message]}
     body = _page(viewer).get("/kernels/whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2}).content.decode()
-    assert html.escape(message) in body and "Projected output (tok/s)" not in body
+    assert html.escape(message) in body and "Output, measured → projected (tok/s)" not in body
     # once it is done, the same query projects it
     BenchmarkSweep.objects.filter(pk=seed_pd_sweep.pk).update(status="done", points_done=5)
     assert viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2}).status_code == 200

@@ -171,7 +171,7 @@ def test_the_whatif_page_refuses_both_sources_and_says_why_a_speedup_is_refused(
     c = _client(viewer)
     both = c.get(f"/kernels/whatif/?sweep={sweep.pk}&speedup=3&best={best.pk}").content.decode()
     assert "Give speedup (a number) or best (a best-variant id), exactly one: both were given." in both
-    assert "Projected output (tok/s)" not in both
+    assert "Output, measured → projected (tok/s)" not in both
     for raw in ("nan", "inf"):
         html = c.get(f"/kernels/whatif/?sweep={sweep.pk}&speedup={raw}").content.decode()
         assert f"&#x27;{raw}&#x27; is not a finite number." in html and "Give a speedup" not in html

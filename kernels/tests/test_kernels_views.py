@@ -167,7 +167,7 @@ def test_the_whatif_page_shows_measured_and_projected_numbers(viewer, seed_pd_sw
     form = c.get("/kernels/whatif/").content.decode()
     assert f'<option value="{sweep.pk}"' in form
     html = c.get(f"/kernels/whatif/?sweep={sweep.pk}&share=0.63&speedup=3").content.decode()
-    assert "Projected output (tok/s)" in html and "Projected TPOT, mean (ms)" in html
+    assert "Output, measured → projected (tok/s)" in html and "TPOT mean, measured → projected (ms)" in html
     assert "<strong>16.77</strong>" in html and "<strong>54.5</strong>" in html   # 94 ms x 0.58
     assert 'data-chart="whatif-tok-256-256"' in html and "0.5800" in html
     refused = c.get(f"/kernels/whatif/?sweep={sweep.pk}&share=2&speedup=3")
@@ -205,7 +205,7 @@ def test_non_ascii_digits_in_the_query_or_the_form_are_refused_like_any_malforme
         assert resp.status_code == 200
         assert "batch: &#x27;\u00b2&#x27; is not a positive whole number." in resp.content.decode()
     html = c.get("/kernels/whatif/?sweep=%C2%B2&speedup=3").content.decode()
-    assert "&#x27;\u00b2&#x27; is not a sweep id (a whole number)." in html and "Projected output (tok/s)" not in html
+    assert "&#x27;\u00b2&#x27; is not a sweep id (a whole number)." in html and "Output, measured → projected (tok/s)" not in html
     html = c.get(f"/kernels/whatif/?sweep={seed_pd_sweep.pk}&best=%C2%B2").content.decode()
     assert "Choose a best variant with a measured speedup over its baseline." in html
     resp = _client(operator).post("/kernels/packages/toy_attn/jobs/new/", {

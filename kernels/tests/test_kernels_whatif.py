@@ -65,14 +65,14 @@ def test_the_api_and_the_page_refuse_an_out_of_range_value_with_that_message(vie
         assert resp.status_code == 400 and resp.json() == {"speedup": [said]}, raw
         if raw not in ("nan", "inf"):  # the page says those are not finite numbers before any range
             body = page.get(f"/kernels/whatif/?sweep={sweep.pk}&speedup={raw}").content.decode()
-            assert html.escape(range_refusal("speedup", raw)) in body and "Projected output (tok/s)" not in body, raw
+            assert html.escape(range_refusal("speedup", raw)) in body and "Output, measured → projected (tok/s)" not in body, raw
     for raw in BAD_SHARES:
         resp = viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": raw, "speedup": 2})
         said = f"'{raw}' is not a finite number" if raw == "nan" else range_refusal("share", raw)
         assert resp.status_code == 400 and resp.json() == {"share": [said]}, raw
         if raw != "nan":
             body = page.get(f"/kernels/whatif/?sweep={sweep.pk}&share={raw}&speedup=2").content.decode()
-            assert html.escape(range_refusal("share", raw)) in body and "Projected output (tok/s)" not in body, raw
+            assert html.escape(range_refusal("share", raw)) in body and "Output, measured → projected (tok/s)" not in body, raw
     # both at once, and next to another problem of the form
     body = page.get("/kernels/whatif/?sweep=999999&share=0&speedup=-3").content.decode()
     assert html.escape(f"{SHARE_RANGE}, got 0") in body and html.escape(f"{SPEEDUP_RANGE}, got -3") in body
@@ -102,7 +102,7 @@ def test_the_api_and_the_page_refuse_an_unknown_key_instead_of_projecting_with_t
     answer = page.get("/kernels/whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2, "shares": 0.5})
     body = answer.content.decode()
     assert answer.status_code == 400
-    assert html.escape(unknown) in body and "Projected output (tok/s)" not in body
+    assert html.escape(unknown) in body and "Output, measured → projected (tok/s)" not in body
     # spelt as the form spells it, the share is taken; DRF's format key is one the API takes
     resp = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": 2, "share": 0.5,
                                                   "format": "json"})
@@ -207,7 +207,7 @@ def test_a_number_float_alone_would_read_is_refused_as_not_a_number(viewer_api, 
         resp = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": raw})
         assert resp.status_code == 400 and resp.json() == {"speedup": [f"'{raw}' is not a number"]}, raw
         body = page.get("/kernels/whatif/", {"sweep": seed_pd_sweep.pk, "speedup": raw}).content.decode()
-        assert html.escape(f"'{raw}' is not a number.") in body and "Projected output (tok/s)" not in body, raw
+        assert html.escape(f"'{raw}' is not a number.") in body and "Output, measured → projected (tok/s)" not in body, raw
     resp = viewer_api.get("/api/kernel-whatif/", {"sweep": "1_0", "speedup": 2})
     assert resp.status_code == 400 and resp.json() == {"sweep": ["must be a whole number between 1 and 2147483647, got '1_0'"]}
     assert viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "speedup": "2.5e0"}).status_code == 200
@@ -249,11 +249,10 @@ def test_the_table_names_the_statistic_and_unit_of_every_measured_column(viewer,
     body = page.get("/kernels/whatif/", {"sweep": sweep.pk, "speedup": 2}).content.decode()
     heads = [h for h in body.split("<thead>", 1)[1].split("</thead>", 1)[0].split("<th class=\"num\">")[1:]]
     assert [h.split("</th>", 1)[0] for h in heads] == [
-        "Concurrency", "Measured output (tok/s)", "Projected output (tok/s)", "Gain in output tok/s (×)",
-        "Measured TPOT, mean (ms)", "Projected TPOT, mean (ms)", "Measured TTFT, mean (ms)",
-        "Model as is, output (tok/s)", "Model faster, output (tok/s)",
-        "Prefill bound, output (tok/s)", "Model TPOT as is → faster (ms)",
-        "Running batch, model (sequences)", "Running batch, ceiling analysis (sequences)"]
+        "Concurrency", "Output, measured → projected (tok/s)", "Gain in output (×)",
+        "TPOT mean, measured → projected (ms)", "TTFT mean, measured (ms)",
+        "Model output, as is → faster (tok/s)", "Prefill bound, output (tok/s)", "Model TPOT, as is → faster (ms)",
+        "Running batch, model / ceiling analysis (sequences)"]
     assert '<td class="num">2400</td>' in body and "2348" not in body
     assert not any(n.startswith("no mean") for n in whatif_compute(sweep=sweep, speedup=2.0)["notes"])
 

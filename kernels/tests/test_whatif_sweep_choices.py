@@ -114,7 +114,7 @@ def test_an_unknown_best_is_named_as_the_api_names_it(viewer, viewer_api, seed_p
     body = answer.content.decode()
     assert answer.status_code == 400
     assert re.findall(r"<li><code>(\w+)</code>: ([^<]*)</li>", body) == [("best", "no best kernel variant with id 999")]
-    assert "Projected output (tok/s)" not in body
+    assert "Output, measured → projected (tok/s)" not in body
 
 
 def test_a_best_without_a_speedup_is_named_as_the_api_names_it(viewer, viewer_api, seed_pd_sweep, measured_job):
@@ -132,7 +132,7 @@ def test_a_best_without_a_speedup_is_named_as_the_api_names_it(viewer, viewer_ap
 def test_a_known_best_with_a_speedup_still_projects(viewer, seed_pd_sweep, measured_job):
     best = KernelBest.objects.filter(job=measured_job, speedup__isnull=False).order_by("pk").first()
     answer = _page(viewer, sweep=seed_pd_sweep.pk, best=best.pk)
-    assert answer.status_code == 200 and "Projected output (tok/s)" in answer.content.decode()
+    assert answer.status_code == 200 and "Output, measured → projected (tok/s)" in answer.content.decode()
 
 
 def test_the_sweep_list_limit_counts_usable_sweeps_so_refused_newer_ones_do_not_push_them_off(
