@@ -11,7 +11,8 @@ from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import BEST_METRICS, runs_compare_ids, runs_compare_too_many, unquoted
-from benchmarks.selectors import PK_MAX
+from benchmarks.selectors import HELD_STALE_S, PK_MAX
+from benchmarks.services.sweeps import SHARED_RECHECK_S
 from benchmarks.sweeps import DEFAULT_LENGTHS, DIGITS_RE, DURATION_RULE, MAX_DURATION_S, MIN_DURATION_S
 from controlplane.api import (
     AnyJSONField, BlankAsNullCharField, MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField,
@@ -68,6 +69,17 @@ SWEEP_PROGRESS_SCHEMA = {
 }
 
 
+#: The API's help text of a sweep's ``held_at``, with the intervals it depends on taken from their
+#: constants: its task looks again every :data:`benchmarks.services.sweeps.SHARED_RECHECK_S` and
+#: renews the mark each time; a mark older than :data:`benchmarks.selectors.HELD_STALE_S` no
+#: longer keeps newer sweeps in line.
+HELD_AT_HELP = (
+    "when its task last found it held back by a sweep of a deployment sharing a CPU or GPU with its own (it "
+    f"stays pending); renewed every {SHARED_RECHECK_S:g} s (SHARED_RECHECK_S) while it stays held; newer sweeps "
+    f"sharing with it queue behind it while the mark is less than {HELD_STALE_S:g} s old (HELD_STALE_S); null when it never was held or "
+    "once it runs")
+
+
 class SweepSerializer(serializers.ModelSerializer):
     """A sweep with its grid, status, progress columns (``current_tok_s``: the running point's
     output tok/s over the last report window of about 0.5 s, null unless the sweep is running; the
@@ -81,9 +93,11 @@ class SweepSerializer(serializers.ModelSerializer):
     never below ``requests_done``; ``requests_aborted``: those a stop ended in flight, the cancel
     or the deployment going down under a point (the pages say "aborted in flight by the cancel" or
     "when the deployment went down"), 0 when none; ``requests_cancelled``: the aborted ones the
-    cancel ended, also in ``requests_aborted``, 0 when no point was cut by a cancel; ``held_at``: when its task last found it held back by a
-    sweep of a deployment sharing a CPU or GPU with its own (pending), null when it never was or
-    once it runs; ``progress``: the running point's last progress report as its rows hold it, the
+    cancel ended, also in ``requests_aborted``, 0 when no point was cut by a cancel; ``held_at``:
+    when its task last found it held back by a sweep of a deployment sharing a CPU or GPU with its
+    own (pending), renewed every :data:`benchmarks.services.sweeps.SHARED_RECHECK_S` (5 s) while
+    it stays held, null when it never was or once it runs (:data:`HELD_AT_HELP`); ``progress``: the
+    running point's last progress report as its rows hold it, the
     same data the sweep page embeds and its last ``sweep.progress`` websocket message carried
     (:func:`benchmarks.views.sweep_pages.progress_message`), null when no point is running or it
     has not reported yet. The analysis is served by ``/api/sweeps/<id>/analysis/``.
@@ -142,7 +156,7 @@ class SweepSerializer(serializers.ModelSerializer):
                   "created_at", "started_at", "ended_at", "worker", "heartbeat_at", "held_at", "run_ids",
                   "queue_note", "progress"]
         read_only_fields = fields
-        extra_kwargs = {"num_gpus": {"help_text": (
+        extra_kwargs = {"held_at": {"help_text": HELD_AT_HELP}, "num_gpus": {"help_text": (
             "GPUs the per-GPU figures (tok/s per GPU) divide by: the deployment's, all roles together; for a sim "
             "deployment (engine sim) the GPUs its sim profile models (spec.sim.gpus_modelled), not GPUs it ran on; "
             "null when unknown")}}
