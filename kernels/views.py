@@ -40,6 +40,7 @@ from kernels.choices import JOB_ACTIVE, JOB_TERMINAL, KernelJobStatus
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
 from kernels.manifest import grid_summary_read
 from kernels.runner.build import arch_name
+from kernels.templatetags.kernel_numbers import speedup_text
 from kernels.whatif import (
     DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, WHATIF_KEYS, sweep_refusals, whatif_compute, whatif_input_errors,
 )
@@ -734,7 +735,7 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
             else:
                 speedup = best.speedup
                 source = (f"best variant #{best.pk}: {best.package.name} {best.shape_bucket} on {best.device_name}, "
-                          f"{best.speedup:.2f}× over the package's own baseline implementation on {best.device_name}")
+                          f"{speedup_text(best.speedup)} over the package's own baseline implementation on {best.device_name}")
         elif speedup is None and "speedup" not in errors:
             if "speedup" in request.GET or "best" in request.GET:
                 errors["speedup"] = ["Give a speedup (×) or choose a best variant."]

@@ -60,6 +60,7 @@ from benchmarks.choices import SWEEP_TERMINAL
 from benchmarks.sweeps import failure_counts
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_number
+from kernels.templatetags.kernel_numbers import speedup_text
 
 # The seed's measured share of decode step time spent in the sparse-attention kernel.
 DEFAULT_SHARE = 0.63
@@ -465,7 +466,7 @@ def speedup_basis(best) -> str:
     what = baseline_described(best.package)
     gpu = best.device_name or "an unrecorded GPU"
     cc = f" (sm_{best.cc.replace('.', '')})" if best.cc else ""
-    return (f"the speedup {best.speedup:.2f}× is over package {best.package.name}'s own baseline implementation"
+    return (f"the speedup {speedup_text(best.speedup)} is over package {best.package.name}'s own baseline implementation"
             + (f" ({what}, as its manifest describes it)" if what else " (its variants with impl = 'baseline')")
             + f", both measured on {gpu}{cc}; it is not a speedup over the kernel a deployment serves with now, "
             "which may already be faster than that baseline")
@@ -486,9 +487,9 @@ def best_speedup_notes(*, best, sweep) -> list[str]:
     same = list(KernelBest.objects.filter(job_id=best.job_id, package_id=best.package_id, shape=best.shape,
                                           device_name=best.device_name, compiler=best.compiler,
                                           speedup__isnull=False).order_by("batch").values_list("batch", "speedup"))
-    measured_at = f"the speedup {best.speedup:.2f}× was measured at batch {best.batch} of shape {best.shape}"
+    measured_at = f"the speedup {speedup_text(best.speedup)} was measured at batch {best.batch} of shape {best.shape}"
     if len(same) > 1:
-        spread = ", ".join(f"{sp:.2f}× at batch {b}" for b, sp in same)
+        spread = ", ".join(f"{speedup_text(sp)} at batch {b}" for b, sp in same)
         notes.append(f"{measured_at}; the same job's best variants give {spread}: the decode batch of a point "
                      "decides which applies, so pick the best variant of the batch you care about")
     else:

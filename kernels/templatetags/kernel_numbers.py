@@ -24,6 +24,16 @@ def sig3(value, empty: str = "—"):
 
 
 @register.filter
+def speedup_text(value, empty: str = "—") -> str:
+    """A speedup as the kernels pages, the what-if and the ``kernel_job_ingest`` command write it:
+    two decimals and the times sign, ``44.24×``; ``empty`` for None or a value that is not a
+    finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return empty
+    return f"{value:.2f}×"
+
+
+@register.filter
 def wrap_at_commas(value) -> str:
     """``value`` (a variant's key, ``impl=split_k,BLOCK_H=32,...``) escaped, with a line-break
     opportunity (``<wbr>``, which copies as nothing) after each comma: a table cell wraps the key

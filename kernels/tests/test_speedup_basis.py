@@ -1,6 +1,7 @@
 """A stored speedup says what it is measured against and where: the what-if (API and page) and
 ``kernel_job_ingest``'s printed best lines name the package's own ``baseline`` implementation, as
 its manifest describes it, and the GPU both were measured on."""
+import re
 from io import StringIO
 
 import pytest
@@ -9,6 +10,7 @@ from django.test import Client
 
 from kernels.models import KernelBest
 from kernels.services import kernel_package_register
+from kernels.templatetags.kernel_numbers import speedup_text
 from kernels.tests.conftest import REAL_PACKAGES
 from kernels.whatif import baseline_described
 
@@ -41,7 +43,18 @@ def test_the_ingest_command_says_what_its_speedups_are_over(flagship_job):
     lines = flagship_job.splitlines()
     said = next(i for i, line in enumerate(lines) if line.startswith("  speedups below"))
     assert all(not line.startswith("  best ") for line in lines[:said])
-    assert any(line.startswith("  best ") and "x over baseline" in line for line in lines[said:])
+    assert any(line.startswith("  best ") and re.search(r"\d\.\d\d× over baseline", line)
+               for line in lines[said:])
+    assert not any("x over baseline" in line for line in lines)
+    # The same writing as the pages' (kernel_numbers.speedup_text), best by best.
+    for best in KernelBest.objects.filter(package__name=FLAGSHIP, speedup__isnull=False):
+        assert any(f"best {best.shape} batch {best.batch}: " in line and f"{speedup_text(best.speedup)} over baseline"
+                   in line for line in lines), best
+
+
+def test_a_speedup_is_written_with_two_decimals_and_the_times_sign():
+    assert [speedup_text(v) for v in (44.2449, 1, 0.5, None, float("nan"), True)] == [
+        "44.24×", "1.00×", "0.50×", "—", "—", "—"]
 
 
 def test_the_whatif_says_what_a_best_variants_speedup_is_over_and_where(flagship_job, viewer, viewer_api,

@@ -41,6 +41,7 @@ from controlplane.jsonsafe import json_spelled
 from deployments.management.command_user import command_user
 from kernels.models import KernelBest, KernelJob, KernelPackage
 from kernels.services import kernel_job_from_measurement, kernel_job_ingest
+from kernels.templatetags.kernel_numbers import speedup_text
 
 #: Where a results file may hold a number that is not finite: a row's two errors (see ``_read``).
 RUNNER_NONFINITE_RE = re.compile(r"results\.[0-9]+\.(max_abs_err|max_rel_err)")
@@ -175,7 +176,7 @@ class Command(CeilingCommand):
                               + (f" ({what})" if what else "") + f", both measured on {gpu}; not over the kernel "
                               "a deployment serves with now")
         for best in bests:
-            speed = f", {best.speedup:.2f}x over baseline" if best.speedup else ""
+            speed = f", {speedup_text(best.speedup)} over baseline" if best.speedup else ""
             roof = f", {100 * best.roofline_fraction:.0f}% of roofline" if best.roofline_fraction else ""
             self.stdout.write(f"  best {best.shape} batch {best.batch}: {best.median_us:.2f} us{speed}{roof}")
         for path in job.config_paths or []:
