@@ -897,3 +897,20 @@ def attachment(body: str | bytes, *, content_type: str, filename: str) -> HttpRe
     response = HttpResponse(body, content_type=content_type)
     response["Content-Disposition"] = attachment_header(filename)
     return response
+
+
+#: The formats the API answers in, one or another per route (``?format=`` and the path's suffix):
+#: what a route whose key may hold dots (a node's name) reads as a format suffix.
+API_FORMATS = frozenset({"json", "csv", "api"})
+
+
+def format_suffix_into_query(request, suffix: str | None) -> None:
+    """Put a path's format ``suffix`` (None for none) into ``request.GET`` (a Django request) as
+    ``?format=`` before any given there, every format in lower case
+    (:func:`controlplane.api_urls.suffix_as_format_query`)."""
+    query_key = api_settings.URL_FORMAT_OVERRIDE
+    given = request.GET.getlist(query_key)
+    if suffix is not None or any(value != value.lower() for value in given):
+        query = request.GET.copy()
+        query.setlist(query_key, [value.lower() for value in ([suffix] if suffix is not None else []) + given])
+        request.GET = query

@@ -15,6 +15,7 @@ from rest_framework.settings import api_settings
 from rest_framework.urlpatterns import apply_suffix_patterns
 
 from benchmarks.api.urls import register as register_benchmarks
+from controlplane.api import format_suffix_into_query
 from controlplane.notfound_views import api_not_found
 from deployments.api.urls import register as register_deployments
 from kernels.api.urls import register as register_kernels
@@ -30,16 +31,10 @@ def suffix_as_format_query(view):
     given twice, a 400 as for ``?format=`` given twice. Every format, suffix or query, is handed on
     in lower case: every format name is (``csv``, ``json``, ``api``), so ``.JSON`` names no other."""
     suffix_kwarg = api_settings.FORMAT_SUFFIX_KWARG
-    query_key = api_settings.URL_FORMAT_OVERRIDE
 
     @functools.wraps(view)
     def view_with_suffix(request, *args, **kwargs):
-        suffix = kwargs.pop(suffix_kwarg, None)
-        given = request.GET.getlist(query_key)
-        if suffix is not None or any(value != value.lower() for value in given):
-            query = request.GET.copy()
-            query.setlist(query_key, [value.lower() for value in ([suffix] if suffix is not None else []) + given])
-            request.GET = query
+        format_suffix_into_query(request, kwargs.pop(suffix_kwarg, None))
         return view(request, *args, **kwargs)
 
     return view_with_suffix

@@ -25,7 +25,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api import (
-    ERROR_404, ERROR_409, ERRORS_400, PAGE_KEYS, SafeJSONParser, no_body, request_body,
+    API_FORMATS, ERROR_404, ERROR_409, ERRORS_400, PAGE_KEYS, SafeJSONParser, format_suffix_into_query, no_body,
+    request_body,
 )
 from controlplane.errors import NotFound
 from controlplane.jsonsafe import json_spelled, query_text
@@ -107,7 +108,14 @@ NODE_KEY = OpenApiParameter(
 class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
     """Nodes are registered by their agents' discovery; through the API they are read by
     everyone with a role and removed only by an admin. A node is named in the path by its name
-    (``/api/nodes/local/``) or its numeric id (digits alone, which no node name is)."""
+    (``/api/nodes/local/``) or its numeric id (digits alone, which no node name is).
+
+    A node name may hold dots, so a key with a format suffix is read by one rule
+    (:meth:`initial`): a node whose name (or id) is the whole key wins (``/api/nodes/a.json/`` is
+    node ``a.json`` when there is one); otherwise a trailing ``.json``, ``.csv`` or ``.api``, in any
+    case (:data:`controlplane.api.API_FORMATS`), is the format, as on every other route:
+    ``/api/nodes/local.json/`` is node ``local`` with ``?format=json``. Any other ending is part
+    of the name (``/api/nodes/gpu.box/`` with no such node is the 404 naming ``gpu.box``)."""
 
     serializer_class = s.NodeSerializer
     write_role = "admin"
@@ -118,6 +126,22 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
 
     def get_queryset(self):
         return selectors.node_list()
+
+    def initial(self, request, *args, **kwargs) -> None:
+        """Split a format suffix off the node key by the class's rule before the format is
+        negotiated: ``local.json`` names node ``local`` with ``?format=json`` unless a node is
+        named ``local.json``."""
+        kwarg = self.lookup_url_kwarg or self.lookup_field
+        key = self.kwargs.get(kwarg)
+        stem, dot, suffix = (key or "").rpartition(".")
+        if (dot and stem and api_settings.FORMAT_SUFFIX_KWARG not in self.kwargs and suffix.lower() in API_FORMATS
+                and not self._node_filter(key).exists()):
+            self.kwargs[kwarg] = stem
+            format_suffix_into_query(request._request, suffix)
+        super().initial(request, *args, **kwargs)
+
+    def _node_filter(self, key: str):
+        return self.get_queryset().filter(**({"pk": int(key)} if key.isdigit() else {"name": key}))
 
     def get_object(self) -> Node:
         """The node the path names: by id when the key is digits alone, else by name; 404
