@@ -989,9 +989,11 @@ def port_holder_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
             if not reason:
                 continue
             busy = "already in use" in reason
+            flag = PORT_KIND_FLAGS.get(kind)
             lines.append(f"{spec.role} {kind} {reason} on node {json_spelled(recipe.node.name)} (this host)"
                          f"{', and no active deployment books it' if busy else ''}: a launch now would fail at "
-                         f"start; {'stop that process or choose another port' if busy else 'choose another host or port'}")
+                         f"start; {'stop that process or choose another port' if busy else 'choose another host or port'}"
+                         + (f" (set it with {spec.role} flag {flag})" if flag else ""))
     return lines
 
 
@@ -1306,11 +1308,26 @@ def cpu_sharing_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
     return lines
 
 
+#: The recipe flag that sets a port kind of a launch plan which the recipe need not give (Ceiling
+#: fills in a PD router's ``prometheus-port``: :func:`deployments.recipes._router_metrics_port_fill`),
+#: spelled as the user writes it, so a message about that port says what to change.
+PORT_KIND_FLAGS = {"metrics": "--prometheus-port"}
+
+
+def port_kind_text(role: str, kind: str) -> str:
+    """How a message names port ``kind`` of a ``role`` process: ``router http port``,
+    ``router metrics port, --prometheus-port`` (the flag that sets it, :data:`PORT_KIND_FLAGS`)."""
+    flag = PORT_KIND_FLAGS.get(kind)
+    return f"{role} {kind} port" + (f", {flag}" if flag else "")
+
+
 def _port_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deployment]]:
     """Every port of ``plan`` that an active deployment of another recipe on the same node
     already uses (:func:`deployment_ports_in_use`), in process then port-kind order: (line,
     holder), the line as ``port 31080 (single http port) is already used by the router of
-    deployment #7 (recipe 'local-sim-pd', pending) on node 'local'``; empty when all are free."""
+    deployment #7 (recipe 'local-sim-pd', pending) on node 'local'``, a port a flag sets named with
+    that flag (``port 31081 (router metrics port, --prometheus-port) ...``, :func:`port_kind_text`);
+    empty when all are free."""
     taken = deployment_ports_in_use(node=recipe.node, exclude_recipe=recipe)
     clashes: list[tuple[str, Deployment]] = []
     for spec in plan.processes:
@@ -1318,7 +1335,7 @@ def _port_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deploy
             if int(port) in taken:
                 other, role = taken[int(port)]
                 clashes.append((
-                    f"port {port} ({spec.role} {kind} port) is already used by the {role} of deployment "
+                    f"port {port} ({port_kind_text(spec.role, kind)}) is already used by the {role} of deployment "
                     f"#{other.pk} (recipe {deployed_recipe_spelled(other)}, {other.status}) on node {json_spelled(recipe.node.name)}",
                     other))
     return clashes
