@@ -2,6 +2,10 @@
 with its live GPU tiles and host panel (websocket)."""
 from __future__ import annotations
 
+from datetime import datetime
+from datetime import timezone as dt_timezone
+
+from django.conf import settings
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -65,6 +69,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
             }
         )
     tools = sorted((node.tools or {}).items())
+    now = timezone.now()
     return render(
         request,
         "deployments/node_detail.html",
@@ -78,8 +83,28 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
             # a live memory figure exists once the agent samples (online) or ever did (stored
             # telemetry); the wall draws a node by the same rule
             "sampled": node.agent_online or NodeTelemetry.objects.filter(node_id=node.pk).exists(),
-            "agent": _agent_view(node, timezone.now()),
+            "agent": _agent_view(node, now),
+            "heartbeat": _heartbeat_clock(node, now),
             "recipes": node.recipes.order_by("name"),
             "live_group": node_group(node.name),
         },
     )
+
+
+def _iso_ms(value: datetime) -> str:
+    """``2025-06-01T12:00:05.123Z``: UTC with milliseconds, for the page's scripts."""
+    return value.astimezone(dt_timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _heartbeat_clock(node: Node, now: datetime) -> dict[str, str]:
+    """What the node page's script counts the agent's heartbeat age from: the last heartbeat and
+    the server's time of rendering (ISO, milliseconds; the second corrects the browser's clock),
+    the age past which the server calls the agent offline (``CEILING_HEARTBEAT_TIMEOUT_S``) and
+    how often the agent heartbeats (``CEILING_AGENT_HEARTBEAT_S``, the page re-reads the node as
+    often), in seconds."""
+    return {
+        "at": _iso_ms(node.agent_heartbeat_at) if node.agent_heartbeat_at else "",
+        "now": _iso_ms(now),
+        "offline_after_s": f"{settings.CEILING_HEARTBEAT_TIMEOUT_S:g}",
+        "every_s": f"{settings.CEILING_AGENT_HEARTBEAT_S:g}",
+    }

@@ -354,6 +354,8 @@
   function markStale(scope, stale) {
     if (!scope || !scope.setAttribute) return;
     if (stale === scope.hasAttribute("data-stale-since")) return;
+    // The heartbeat's age (below) is counted on every second: it is given as of that time.
+    if (stale) paintHeartbeats(freshAt(scope));
     if (stale) scope.setAttribute("data-stale-since", String(freshAt(scope)));
     else scope.removeAttribute("data-stale-since");
     paintCadence(scope);
@@ -385,9 +387,161 @@
     if (state === "connecting") return;
     var live = state === "live";
     Array.prototype.forEach.call(document.querySelectorAll("[data-follows-live]"), function (el) {
-      markStale(el, !live);
+      // a part whose own reads fail (the heartbeat's, below) stays stale until one is answered
+      markStale(el, !live || !!el._readFailed);
     });
   });
+
+  // --- the node agent's heartbeat ---------------------------------------------------------
+  // The node page's agent line ([data-heartbeat-of]: the node's name) gives the age of the last
+  // heartbeat (data-heartbeat-at, ISO) counted every second, in the pages' words ("4 s ago"), and
+  // the badge in the page head ([data-agent-badge]) judges the agent as the server does
+  // (Node.agent_online): online while that age is within data-offline-after seconds (the server's
+  // CEILING_HEARTBEAT_TIMEOUT_S) and the agent did not stop cleanly since (data-agent-stopped),
+  // else "agent offline (no heartbeat for 42 s)". Heartbeats are not sent on the live socket: the
+  // line re-reads the node (GET /api/nodes/<name>/) as often as the agent heartbeats
+  // (data-heartbeat-every s). The browser's clock is corrected by the server's time of rendering
+  // (data-server-now). While the line is stale (its socket is down, or a read failed: it is
+  // then marked like a failed poll, as of the last answered read) it keeps its age as of then.
+  var HEARTBEAT_TICK_MS = 1000;
+  var HEARTBEAT_READ_MIN_S = 1;
+
+  function durationText(seconds) {
+    // deployments.views.common._duration_text: "42 s", "3 min 05 s", "2 h 07 min", "3 d 04 h"
+    function pad2(n) { return (n < 10 ? "0" : "") + n; }
+    var total = Math.max(0, Math.floor(seconds));
+    var days = Math.floor(total / 86400), hours = Math.floor(total % 86400 / 3600);
+    var minutes = Math.floor(total % 3600 / 60), secs = total % 60;
+    if (days) return days + " d " + pad2(hours) + " h";
+    if (hours) return hours + " h " + pad2(minutes) + " min";
+    if (minutes) return minutes + " min " + pad2(secs) + " s";
+    return secs + " s";
+  }
+
+  function agoText(seconds) {
+    // deployments.views.common._when's "ago"
+    if (Math.abs(seconds) < 1) return "just now";
+    return seconds > 0 ? durationText(seconds) + " ago" : "in " + durationText(-seconds);
+  }
+
+  function isoMs(text) {
+    // ms since the epoch of an ISO time; fractions past milliseconds (the API's microseconds) cut
+    if (!text) return null;
+    var ms = Date.parse(String(text).replace(/(\.\d{3})\d+/, "$1"));
+    return isFinite(ms) ? ms : null;
+  }
+
+  function utcText(ms) {
+    // deployments.views.common._utc_text: "2026-12-06 13:32:24 UTC"
+    return new Date(ms).toISOString().slice(0, 19).replace("T", " ") + " UTC";
+  }
+
+  function heartbeatLines() {
+    return Array.prototype.slice.call(document.querySelectorAll("[data-heartbeat-of]"));
+  }
+
+  // The line's age and the badge as of `now` (ms, the browser's clock; default: now); a part
+  // already marked stale is left as it is.
+  function paintHeartbeat(line, now) {
+    var at = isoMs(line.getAttribute("data-heartbeat-at"));
+    var age = at === null ? null : ((now || Date.now()) + (line._clockOffset || 0) - at) / 1000;
+    if (!line.hasAttribute("data-stale-since") && age !== null) {
+      var ageEl = line.querySelector("[data-age]");
+      if (ageEl) ageEl.textContent = agoText(age);
+    }
+    var badge = document.querySelector("[data-agent-badge]");
+    if (!badge || badge.closest("[data-stale-since]")) return;
+    var limit = parseFloat(line.getAttribute("data-offline-after"));
+    var stopped = line.hasAttribute("data-agent-stopped");
+    var online = age !== null && !stopped && !(age > limit);
+    var text = online ? "agent online"
+      : age === null || stopped ? "agent offline" : "agent offline (no heartbeat for " + durationText(age) + ")";
+    if (badge.textContent !== text) badge.textContent = text;
+    badge.classList.toggle("ok", online);
+    badge.classList.toggle("bad", !online);
+  }
+
+  function paintHeartbeats(now) {
+    heartbeatLines().forEach(function (line) { paintHeartbeat(line, now); });
+  }
+
+  // A node read from the API: its last heartbeat (a new one is written into the line's text
+  // too: "last heartbeat <time> (<age>)") and whether its agent stopped cleanly since.
+  function takeHeartbeat(line, node) {
+    var at = isoMs(node.agent_heartbeat_at);
+    var stoppedAt = isoMs(node.agent_stopped_at);
+    line.toggleAttribute("data-agent-stopped", at !== null && stoppedAt !== null && stoppedAt >= at);
+    if (at === null || at === isoMs(line.getAttribute("data-heartbeat-at"))) return;
+    line.setAttribute("data-heartbeat-at", new Date(at).toISOString());
+    var time = line.querySelector("time");
+    if (!time || !line.querySelector("[data-age]")) {  // "never seen" until now
+      line.textContent = "last heartbeat ";
+      time = line.appendChild(document.createElement("time"));
+      line.appendChild(document.createTextNode(" ("));
+      line.appendChild(document.createElement("span")).setAttribute("data-age", "");
+      line.appendChild(document.createTextNode(")"));
+    }
+    var iso = new Date(at).toISOString().slice(0, 19) + "Z";
+    time.setAttribute("datetime", iso);
+    time.title = iso;
+    time.textContent = utcText(at);
+  }
+
+  function readHeartbeat(line) {
+    if (session.state !== "ok") {  // signed out: a read is a probe, as the polls' (above)
+      if (Date.now() - session.lastProbe < SESSION_PROBE_MS) return;
+      session.lastProbe = Date.now();
+    }
+    var scopes = [line, line.ownerDocument.querySelector(".page-head[data-follows-live]")].filter(Boolean);
+    function failed() {
+      line._readFailed = true;
+      scopes.forEach(function (scope) { markStale(scope, true); });
+    }
+    fetch("/api/nodes/" + encodeURIComponent(line.getAttribute("data-heartbeat-of")) + "/",
+          { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (response.status === 401 || response.status === 403) {
+          sessionEnded(response.status, response.headers.get("Ceiling-Login-URL"));
+          return null;
+        }
+        if (!response.ok || isLoginPage(response.url)) {
+          if (isLoginPage(response.url)) sessionEnded(401, null);
+          else failed();
+          return null;
+        }
+        return response.json();
+      })
+      .then(function (node) {
+        if (!node) return;
+        sessionBack();
+        var answered = Date.now();
+        takeHeartbeat(line, node);
+        line._readFailed = false;
+        var live = document.documentElement.getAttribute("data-live-state") === "live";
+        scopes.forEach(function (scope) {
+          scope.setAttribute("data-fresh-at", String(answered));
+          if (live) markStale(scope, false);
+        });
+        paintHeartbeat(line);
+      })
+      .catch(failed);
+  }
+
+  function followHeartbeat(line) {
+    var rendered = isoMs(line.getAttribute("data-server-now"));
+    line._clockOffset = rendered === null ? 0 : rendered - Date.now();
+    paintHeartbeat(line);
+    setInterval(function () { paintHeartbeat(line); }, HEARTBEAT_TICK_MS);
+    var every = parseFloat(line.getAttribute("data-heartbeat-every"));
+    every = Math.max(HEARTBEAT_READ_MIN_S, isFinite(every) ? every : 5);
+    setInterval(function () { readHeartbeat(line); }, every * 1000);
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", function () { heartbeatLines().forEach(followHeartbeat); });
+  } else {
+    heartbeatLines().forEach(followHeartbeat);
+  }
 
   window.CeilingSession = { ended: sessionEnded, isLoginPage: isLoginPage };
 })();
