@@ -95,8 +95,14 @@ CREDENTIAL_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("PEM private key", re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----"
                                    r"(?:[\s\S]*?-----END[A-Z0-9 ]*PRIVATE KEY-----|[^\n]*(?:\r?\n[A-Za-z0-9+/=]{16,})*)")),
 ]
-# The visible head of a shortened credential: its format's fixed prefix.
-_CREDENTIAL_HEAD = re.compile(r"^(?:hf_|github_pat_|gh[pousr]_|sk-|AKIA|xox[baprs]-|-----BEGIN)")
+# The fixed prefixes of the credential formats, the visible head of a shortened credential.
+_CREDENTIAL_HEADS = r"hf_|github_pat_|gh[pousr]_|sk-|AKIA|xox[baprs]-|-----BEGIN"
+_CREDENTIAL_HEAD = re.compile(rf"^(?:{_CREDENTIAL_HEADS})")
+#: What is shown in place of a secret: :data:`REDACTED` for a stored secret's value, or a
+#: shortened credential (:func:`credential_shortened`, ``hf_…(37 chars)``). A recipe form or an
+#: API read sent back unchanged carries it; recipe validation refuses it in a plain value, so it
+#: never becomes what an engine is given.
+PLACEHOLDER_RE = re.compile(rf"{re.escape(REDACTED)}|(?:{_CREDENTIAL_HEADS})?…\(\d+ chars\)")
 
 
 def credential_shortened(token: str) -> str:

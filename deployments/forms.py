@@ -301,8 +301,9 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
         if self.errors or not all(data.get(k) for k in ("engine", "topology", "node")) or "spec" not in data:
             return data
         try:
+            stored = self.instance.spec if self.instance is not None and self.instance.pk else None
             data["spec"] = recipe_spec_validate(engine=data["engine"], topology=data["topology"], spec=data["spec"],
-                                                node=data["node"])
+                                                node=data["node"], stored_spec=stored)
         except InvalidInput as exc:
             for path, msgs in exc.errors.items():
                 field = path if path in self.fields and path != "spec" else "spec"

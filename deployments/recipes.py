@@ -84,6 +84,12 @@ Rules, with where they come from:
 * Nor may a plain value hold the value of a stored secret (``secret_values`` of
   :func:`recipe_validate`, at least :data:`SECRET_VALUE_MIN_LENGTH` characters): it is refused at
   its path naming the secret to reference instead, and never repeated in any message.
+* Nor, when saved (``secret_values`` given), may a plain value hold a placeholder shown in place
+  of a secret (:data:`controlplane.redaction.PLACEHOLDER_RE`: ``***redacted***`` for a stored
+  secret's value, ``hf_…(37 chars)`` for a credential), as an edit form or an API read of a recipe
+  saved before such values were refused shows it: sent back unchanged, the engine would be given
+  the placeholder. It is refused at its path, naming the secret whose value the stored spec held
+  there (``stored_spec`` of :func:`recipe_validate`) where that is known.
 """
 from __future__ import annotations
 
@@ -99,7 +105,9 @@ from django.conf import settings
 
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled, not_integer
-from controlplane.redaction import PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_mask, value_forms
+from controlplane.redaction import (
+    PLACEHOLDER_RE, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_mask, value_forms,
+)
 from deployments.engines import ENGINES
 from deployments.engines.base import (
     REPO_ID_RE,
@@ -296,6 +304,7 @@ def recipe_validate(
     node: NodeFacts,
     secret_names: set[str] | None = None,
     secret_values: dict[str, str] | None = None,
+    stored_spec: Any = None,
 ) -> dict:
     """Validate a recipe spec for ``engine`` / ``topology`` on ``node``; return it normalised.
 
@@ -304,7 +313,11 @@ def recipe_validate(
     ``spec.secrets`` reference must be in (pass None to skip that check, e.g. for a preview).
     ``secret_values``, when given, maps the plain-text value of each stored secret to its name:
     a plain value of the spec (an env value, a flag, a key) holding one is refused, naming the
-    secret; values shorter than :data:`SECRET_VALUE_MIN_LENGTH` are not looked for.
+    secret; values shorter than :data:`SECRET_VALUE_MIN_LENGTH` are not looked for. With
+    ``secret_values`` given (a save, not a launch of what is stored), a plain value holding a
+    placeholder shown in place of a secret (:data:`controlplane.redaction.PLACEHOLDER_RE`) is
+    refused too; ``stored_spec``, the spec as stored before this edit, names the secret whose
+    value it stood for at that path.
     The result has every default filled (see the module docstring) and is what the launch
     plan renderer consumes. Raises :class:`InvalidInput` with all problems found, keyed by
     dotted field path; never raises anything else, whatever ``spec`` holds.
@@ -324,7 +337,9 @@ def recipe_validate(
     except Exception as exc:  # noqa: BLE001 - the contract is InvalidInput for any input
         errs.add("spec", f"could not be validated ({type(exc).__name__})")
         result = None
-    _credentials_refuse(errs, spec, secret_values or {})
+    _credentials_refuse(errs, spec, secret_values or {},
+                        placeholders=_placeholder_paths(spec, secret_values, stored_spec)
+                        if secret_values is not None else [])
     errs.raise_if_any()
     assert result is not None
     return result
@@ -369,17 +384,54 @@ def _stored_secret_paths(spec: Any, secret_values: dict[str, str]) -> list[tuple
     return found
 
 
-def _credentials_refuse(errs: _Errors, spec: Any, secret_values: dict[str, str]) -> None:
-    """Refuse each plain value of ``spec`` that looks like a credential or holds the value of a
-    stored secret, at its path (replacing whatever else was said there), and mask any credential
-    or stored value left in the other messages, so the answer never holds one."""
+def _placeholder_paths(spec: Any, secret_values: dict[str, str],
+                       stored_spec: Any) -> list[tuple[str, str, list[str]]]:
+    """``(path, placeholder, secret names)`` of each plain string in ``spec`` (keys included) that
+    holds a placeholder shown in place of a secret (:data:`controlplane.redaction.PLACEHOLDER_RE`),
+    once per path and placeholder. ``secret names`` are those whose value ``stored_spec`` (the spec
+    as stored, from before such values were refused) holds at the same path, for
+    :data:`REDACTED`; empty where none is known."""
+    try:
+        held_before: dict[str, list[str]] = {}
+        if stored_spec is not None:
+            for at, name in _stored_secret_paths(stored_spec, secret_values):
+                held_before.setdefault(at, []).append(name)
+        found: list[tuple[str, str, list[str]]] = []
+        for at, text in _plain_texts(spec, "spec"):
+            for placeholder in dict.fromkeys(m.group(0) for m in PLACEHOLDER_RE.finditer(text)):
+                names = held_before.get(at, []) if placeholder == REDACTED else []
+                if not any(at == p and placeholder == h for p, h, _ in found):
+                    found.append((at, placeholder, names))
+        return found
+    except Exception:  # noqa: BLE001 - the contract is InvalidInput for any input
+        return []
+
+
+def _placeholder_message(path: str, placeholder: str, names: list[str]) -> str:
+    """Why a placeholder shown in place of a secret may not be saved at ``path``."""
+    if placeholder != REDACTED:
+        return (f"{path} holds the placeholder {placeholder} shown in place of a credential: {SECRET_INSTEAD}; "
+                f"or type the value it should have")
+    which = f" (secret {' or '.join(json_spelled(n) for n in names)})" if names else ""
+    return (f"{path} holds the placeholder {REDACTED} shown in place of a secret's value: reference the secret "
+            f"from spec.secrets{which} or type the value")
+
+
+def _credentials_refuse(errs: _Errors, spec: Any, secret_values: dict[str, str],
+                        placeholders: list[tuple[str, str, list[str]]] = ()) -> None:
+    """Refuse each plain value of ``spec`` that looks like a credential, holds the value of a
+    stored secret or holds a placeholder shown in place of one (``placeholders``,
+    :func:`_placeholder_paths`), at its path (replacing whatever else was said there), and mask
+    any credential or stored value left in the other messages, so the answer never holds one."""
     try:
         found = _credential_paths(spec, "spec")
         held = _stored_secret_paths(spec, secret_values)
     except Exception:  # noqa: BLE001 - the contract is InvalidInput for any input
         found, held = [], []
-    for path in [p for p, *_ in found] + [p for p, _ in held]:
+    for path in [p for p, *_ in found] + [p for p, _ in held] + [p for p, *_ in placeholders]:
         errs.errors[path] = [m for m in errs.errors.get(path, []) if "looks like a " in m]
+    for path, placeholder, names in placeholders:
+        errs.add(path, _placeholder_message(path, placeholder, names))
     for path, name, short in found:
         errs.add(path, f"{path} looks like a {name} ({short}): {SECRET_INSTEAD}")
     for path, name in held:

@@ -236,11 +236,14 @@ def secret_values() -> dict[str, str]:
 TOPOLOGY_SPEC_PATHS = ("spec.roles", "spec.transfer_backend", "spec.kernels", "spec.sim")
 
 
-def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node | None) -> dict:
+def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node | None,
+                         stored_spec: Any = None) -> dict:
     """:func:`deployments.recipes.recipe_validate` of ``spec`` against the facts of the node row
     ``node`` and the stored secret names and values (:func:`secret_values`: a plain value holding
     one is refused): the one spec check of the service, the API and the form. Returns the
-    normalised spec.
+    normalised spec. A placeholder shown in place of a secret (``***redacted***``, ``hf_…(37
+    chars)``) is refused in a plain value; ``stored_spec``, the spec as stored when an existing
+    recipe is edited, names the secret whose value it stood for.
 
     Every problem that can be found is reported, also where a part the rules need is missing:
 
@@ -261,16 +264,16 @@ def recipe_spec_validate(*, engine: str, topology: str, spec: Any, node: Node | 
     adapter = ENGINES.get(engine) if isinstance(engine, str) else None
     if adapter is None and isinstance(spec, dict):
         return _spec_validate_without_engine(rule=rule, topology=topology, spec=spec, facts=facts, names=names,
-                                             values=values)
+                                             values=values, stored_spec=stored_spec)
     if adapter is None or not rule:
         return recipe_validate(engine=engine, topology=topology, spec=spec, node=facts, secret_names=names,
-                               secret_values=values)
+                               secret_values=values, stored_spec=stored_spec)
     errors = {path: list(messages) for path, messages in rule.items()}
     errors["topology"].append(f"{', '.join(TOPOLOGY_SPEC_PATHS)} were not checked: what they may hold depends on "
                               f"the topology; the rest of the spec was checked for engine {engine}")
     try:
         recipe_validate(engine=engine, topology=adapter.topologies[0], spec=spec, node=facts, secret_names=names,
-                        secret_values=values)
+                        secret_values=values, stored_spec=stored_spec)
     except InvalidInput as exc:
         for path, messages in exc.errors.items():
             if not any(path == p or path.startswith(p + ".") for p in TOPOLOGY_SPEC_PATHS):
@@ -339,7 +342,7 @@ def _engine_independent(path: str, *, topology_known: bool) -> bool:
 
 
 def _spec_validate_without_engine(*, rule: dict[str, list[str]], topology: Any, spec: dict, facts: NodeFacts,
-                                  names: set[str], values: dict[str, str]) -> dict:
+                                  names: set[str], values: dict[str, str], stored_spec: Any = None) -> dict:
     """Every problem of ``spec`` that can be judged without a known engine, with the engine's (and
     the topology's) error: the spec is checked for :data:`STAND_IN_ENGINE` and only the errors
     whose rule holds whatever the engine (:func:`_engine_independent`) are kept; ``engine`` says
@@ -351,7 +354,7 @@ def _spec_validate_without_engine(*, rule: dict[str, list[str]], topology: Any, 
                             "the engine; the rest of the spec was checked")
     try:
         recipe_validate(engine=STAND_IN_ENGINE, topology=topology if topology_known else "single", spec=spec,
-                        node=facts, secret_names=names, secret_values=values)
+                        node=facts, secret_names=names, secret_values=values, stored_spec=stored_spec)
     except InvalidInput as exc:
         for path, messages in exc.errors.items():
             if _engine_independent(path, topology_known=topology_known):
@@ -395,7 +398,7 @@ def _facts_of_references(spec: Any) -> NodeFacts:
                      numa_nodes=[NumaFacts(index=n, cpus=every_cpu) for n in sorted(numas or {0})])
 
 
-def recipe_content_validate(content: dict[str, Any]) -> dict[str, Any]:
+def recipe_content_validate(content: dict[str, Any], *, stored_spec: Any = None) -> dict[str, Any]:
     """Validate a full recipe content dict (see :data:`RECIPE_CONTENT_FIELDS`): every check
     Save (create, update, the API) applies, and what the form's Validate button runs.
 
@@ -405,6 +408,7 @@ def recipe_content_validate(content: dict[str, Any]) -> dict[str, Any]:
     and are checked against the node's facts and the existing secret names; with a bad name,
     description or node, the spec rules are reported with those errors, checked against the node
     when it is known (without a node, all but the hardware references: :func:`recipe_spec_validate`).
+    ``stored_spec`` (an update's spec as stored) names the secret a placeholder stands for.
     """
     errors: dict[str, list[str]] = {}
     name = content.get("name")
@@ -444,7 +448,8 @@ def recipe_content_validate(content: dict[str, Any]) -> dict[str, Any]:
         stored = {p: list(m) for p, m in errors.items() if p == "spec" or p.startswith("spec.")}
         node_row = node if isinstance(node, Node) else None
         try:
-            recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec, node=node_row)
+            recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec, node=node_row,
+                                 stored_spec=stored_spec)
         except InvalidInput as exc:
             for path, messages in exc.errors.items():
                 if path not in stored:
@@ -454,7 +459,8 @@ def recipe_content_validate(content: dict[str, Any]) -> dict[str, Any]:
         for path, messages in beside.items():
             errors[path] = list(errors.get(path, [])) + [m for m in messages if m not in errors.get(path, [])]
         raise InvalidInput(errors)
-    normalised = recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec, node=node)
+    normalised = recipe_spec_validate(engine=content["engine"], topology=content["topology"], spec=spec, node=node,
+                                      stored_spec=stored_spec)
     return {**content, "spec": normalised}
 
 
@@ -576,7 +582,7 @@ def recipe_update(
         merged = {**current, **fields}
         if merged.get("description") is None:
             merged["description"] = ""
-        content = recipe_content_validate(merged)
+        content = recipe_content_validate(merged, stored_spec=current["spec"])
         if _same_content(current, content):
             return locked
         if content["name"] != locked.name:

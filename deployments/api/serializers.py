@@ -370,7 +370,8 @@ class RecipeWriteSerializer(serializers.Serializer):
         # the service checks what does not depend on it and says what it could not check.
         engine, topology = content.get("engine"), content.get("topology")
         try:
-            recipe_spec_validate(engine=engine, topology=topology, spec=content["spec"], node=content.get("node"))
+            recipe_spec_validate(engine=engine, topology=topology, spec=content["spec"], node=content.get("node"),
+                                 stored_spec=recipe.spec if recipe is not None else None)
         except InvalidInput as exc:
             said = engine_topology_errors(engine=engine, topology=topology)
             for path, messages in exc.errors.items():
