@@ -100,7 +100,7 @@ def test_the_api_keeps_its_codes_for_the_same_values(viewer_api, recipe_v3):
         400, {"version": ["must be a whole number between 1 and 2147483647, got 'abc'"]})
     assert (missing.status_code, missing.json()) == (404, {"detail": "Recipe 'local-sim-single' has no version 99."})
     assert (page.status_code, page.json()) == (
-        400, {"page": ["unknown field 'page'; allowed: recipe, status, limit, offset, format"]})
+        400, {"page": ["unknown field 'page'; allowed: recipe, recipe_name, status, limit, offset, format"]})
 
 
 def test_a_revert_with_a_malformed_expected_version_restores_nothing_and_says_why(client, operator, recipe_v3):
