@@ -189,6 +189,9 @@ class BenchmarkRun(models.Model):
     run, ``{"phase": "warming up", "warmup_done", "warmup_total", "warmup_elapsed_s", "duration_s",
     "total_sent_so_far", "updated_at"}`` (warm-up requests that ended and to send, seconds since
     the warm-up began; never counted in ``done`` or the sweep's ``requests_done``), written as often.
+    A point stopped (a cancel, its deployment going down) in either phase, before its first measured
+    request, keeps that phase's last counts with ``phase`` replaced by ``"ended_during": <the phase>``
+    and ``"requests_sent": 0``, so a stopped point never reads as still in it.
     """
 
     sweep = models.ForeignKey(BenchmarkSweep, null=True, blank=True, on_delete=models.CASCADE, related_name="runs")

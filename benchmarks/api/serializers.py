@@ -361,7 +361,11 @@ class RunSerializer(serializers.ModelSerializer):
             "the point's live counts as the load generator last reported them: done (requests that finished, "
             "succeeded or failed), failed (those of them that failed), aborted (requests a stop, the cancel or "
             "the deployment going down, ended in flight: neither done nor failed), total, output_tokens, "
-            "elapsed_s (seconds), tok_s and tok_s_mean (output tok/s); {} before its first report")}}
+            "elapsed_s (seconds), tok_s and tok_s_mean (output tok/s); {} before its first report. While the "
+            "point builds its prompts or sends its warm-up requests, its phase and those counts (see the sweep's "
+            "progress). A point stopped (the sweep cancelled, its deployment going down) before its first measured "
+            "request keeps that phase's last counts without phase, with ended_during ('preparing prompts' or "
+            "'warming up') and requests_sent 0")}}
 
     @extend_schema_field(RunMetricsSerializer)
     def get_metrics(self, obj: BenchmarkRun) -> dict:

@@ -1142,6 +1142,27 @@ class _PointProgress:
         with self._lock:
             self._latest, self._new = {"phase": PREPARING_PHASE, "prepared": prepared, "total": total}, True
 
+    def ended_before_sending(self) -> None:
+        """The point stopped (a cancel, its deployment going down) before its first measured
+        request: while its prompts were built or its warm-up requests ran. Its last report is
+        broadcast and written as any (:meth:`tick`), then the row's progress is written once more
+        as what it ended as: that report's counts without ``phase`` (which says the point still
+        runs), with ``ended_during`` (``"preparing prompts"`` or ``"warming up"``) and
+        ``requests_sent`` 0 (no measured request went out; warm-up requests are never counted),
+        so the run's page and the API never show a stopped point as still in that phase. Not
+        broadcast: the sweep's own status message ends its live panel."""
+        self.tick(final=True)
+        with self._lock:
+            latest = dict(self._latest or {})
+        phase = latest.pop("phase", None)
+        if phase not in (PREPARING_PHASE, WARMUP_PHASE):
+            return
+        ended = json_safe({**latest, "ended_during": phase, "requests_sent": 0, "duration_s": self.duration_s,
+                           "total_sent_so_far": self.total_sent_so_far,
+                           "updated_at": timezone.now().isoformat().replace("+00:00", "Z")})
+        retry_locked(lambda: BenchmarkRun.objects.filter(pk=self.run_id).update(progress=ended),
+                     what=f"storing how point {self.label} ended")
+
     def message(self, latest: Mapping[str, Any]) -> dict[str, Any]:
         """The ``sweep.progress`` data of report ``latest``: ``{"sweep_id", "run_id",
         "point_index", "points_total", <the report's keys>, "point", "duration_s",
@@ -1554,7 +1575,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
             thread.join(STOP_JOIN_S)
             err = outcome.get("error")
             if outcome.get("result") is None and getattr(err, "result", None) is None:
-                progress.tick(final=True)  # nothing was sent yet (or it never came back): the counts only
+                progress.ended_before_sending()  # nothing was sent yet (or it never came back): the counts only
                 raise
             cancelled_here = True  # what completed is kept, marked partial
             break
@@ -1563,7 +1584,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
             thread.join(STOP_JOIN_S)
             err = outcome.get("error")
             if outcome.get("result") is None and getattr(err, "result", None) is None:
-                progress.tick(final=True)  # nothing was sent yet (or it never came back): the counts only
+                progress.ended_before_sending()  # nothing was sent yet (or it never came back): the counts only
                 raise
             went_down = exc
             break
