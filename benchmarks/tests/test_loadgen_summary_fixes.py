@@ -16,7 +16,7 @@ from benchmarks.choices import SweepStatus
 from benchmarks.loadgen import Api, LoadConfig, RequestSpec, Slo, loadgen_run, random_dataset, run_summary
 from benchmarks.loadgen.metrics import RATE_TARGET_SIGMAS
 from benchmarks.services import sweep_create, sweep_execute
-from benchmarks.tests.sweep_support import sim_deployment_create
+from benchmarks.tests.sweep_support import sim_deployment_create, sim_start
 from controlplane.jsonsafe import json_safe
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -180,10 +180,27 @@ def test_it_flags_llamacpp_runs_whose_events_came_in_one_read(llama_url: str) ->
     assert (s["decode_steps"] is None) is s["flags"]["itl_coalesced"]
 
 
-def test_it_does_not_flag_a_sim_run_whose_events_each_came_alone(sim_url: str) -> None:
-    specs = random_dataset(num=4, input_len=32, output_len=32, seed=4)
-    cfg = LoadConfig(base_url=sim_url, api=Api.GENERATE, model="sim-model", concurrency=2, ignore_eos=True)
-    s = run_summary(loadgen_run(config=cfg, specs=specs))
+# The sim's modelled times stretched so that one decode step at batch 2 is 60 ms: demo-fast's 6 ms
+# is shorter than a busy 2-core host keeps a woken process waiting, so two steps' events would
+# often be in the socket when the client reads. From 50 ms on the sim cannot run a late step back
+# to back with the next either (it only catches up a lag under _MAX_CATCH_UP_S, 50 ms).
+SEPARATE_EVENTS_TIME_SCALE = 10.0
+
+
+def test_it_does_not_flag_a_sim_run_whose_events_each_came_alone(tmp_path: Path) -> None:
+    from deployments.engines.simcore.engine import _MAX_CATCH_UP_S
+    from deployments.engines.simcore.profile import profile_load
+
+    decode = profile_load("demo-fast").decode
+    assert decode.step_time_s(2, 0) * SEPARATE_EVENTS_TIME_SCALE > _MAX_CATCH_UP_S
+    base, proc = sim_start(tmp_path / "sim.log", time_scale=SEPARATE_EVENTS_TIME_SCALE)
+    try:
+        specs = random_dataset(num=4, input_len=32, output_len=32, seed=4)
+        cfg = LoadConfig(base_url=base, api=Api.GENERATE, model="sim-model", concurrency=2, ignore_eos=True)
+        s = run_summary(loadgen_run(config=cfg, specs=specs))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
     assert s["itl_zero_gap_fraction"] < 0.10 and s["flags"]["itl_coalesced"] is False
     assert s["decode_steps"]["batch_mean"] == pytest.approx(2.0, abs=0.3)
 
