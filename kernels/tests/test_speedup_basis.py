@@ -86,3 +86,21 @@ def test_a_package_whose_manifest_does_not_describe_its_baseline_names_the_varia
     body = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "best": best.pk}).json()
     assert any("own baseline implementation (its variants with impl = 'baseline'), both measured on NVIDIA H200"
                in note for note in body["notes"]), body["notes"]
+
+
+def test_the_best_variants_tables_write_each_speedup_as_the_other_kernel_pages_do(flagship_job, viewer):
+    """The best-variants table (index, package and job pages) writes a speedup with the times sign,
+    as the what-if and ``kernel_job_ingest`` do, not as a bare number under a "(×)" heading."""
+    bests = list(KernelBest.objects.filter(package__name=FLAGSHIP).select_related("job"))
+    assert any(best.speedup for best in bests)
+    c = Client()
+    c.force_login(viewer)
+    for url in ("/kernels/", f"/kernels/packages/{FLAGSHIP}/", f"/kernels/jobs/{bests[0].job_id}/"):
+        html = c.get(url).content.decode()
+        table = html[html.index('<table class="kernel-best">'):]
+        table = table[:table.index("</table>")]
+        assert "Speedup (×)" not in table, url
+        cells = re.findall(r'<td class="num">([^<]*)</td>', table)
+        for best in bests:
+            if best.speedup:
+                assert speedup_text(best.speedup) in cells, (url, best.pk)
