@@ -115,7 +115,8 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
     node ``a.json`` when there is one); otherwise a trailing ``.json``, ``.csv`` or ``.api``, in any
     case (:data:`controlplane.api.API_FORMATS`), is the format, as on every other route:
     ``/api/nodes/local.json/`` is node ``local`` with ``?format=json``. Any other ending is part
-    of the name (``/api/nodes/gpu.box/`` with no such node is the 404 naming ``gpu.box``)."""
+    of the name (``/api/nodes/gpu.box/`` with no such node is the 404 naming ``gpu.box``). A 404
+    for a key read with a suffix names both: ``no node with name 'nosuch.json' (nor 'nosuch')``."""
 
     serializer_class = s.NodeSerializer
     write_role = "admin"
@@ -137,6 +138,7 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         if (dot and stem and api_settings.FORMAT_SUFFIX_KWARG not in self.kwargs and suffix.lower() in API_FORMATS
                 and not self._node_filter(key).exists()):
             self.kwargs[kwarg] = stem
+            self.asked_key = key   # what the path said, for the 404 (get_object)
             format_suffix_into_query(request._request, suffix)
         super().initial(request, *args, **kwargs)
 
@@ -145,13 +147,26 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
 
     def get_object(self) -> Node:
         """The node the path names: by id when the key is digits alone, else by name; 404
-        (``{"detail": ...}``) when none matches."""
+        (``{"detail": ...}``) when none matches. A key whose format suffix was split off
+        (:meth:`initial`) is named as it was asked and as it was read: ``/api/nodes/nosuch.json/``
+        is ``no node with name 'nosuch.json' (nor 'nosuch')``."""
         key = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
         lookup = {"pk": int(key)} if key.isdigit() else {"name": key}
         node = self.get_queryset().filter(**lookup).first()
         if node is None:
             # an id as every id route names it (``no recipe with id 999``), a name quoted
-            raise NotFound(f"no node with id {lookup['pk']}" if "pk" in lookup else f"no node with name {json_spelled(key)}")
+            read = f"id {lookup['pk']}" if "pk" in lookup else f"name {json_spelled(key)}"
+            asked = getattr(self, "asked_key", None)
+            route = getattr(self.request._request.resolver_match, "kwargs", None) or {}
+            suffix = route.get(api_settings.FORMAT_SUFFIX_KWARG)
+            if asked is None and suffix and self.action in ("retrieve", "destroy"):
+                # the suffixed route took the suffix off the key itself (``nosuch.JSON``, ``nosuch.json``
+                # with no slash): the key the path gave ends with it
+                asked = f"{key}.{suffix.strip('/')}"
+            if asked and asked != key:
+                raise NotFound(f"no node with name {json_spelled(asked)} (nor "
+                               + (read if "pk" in lookup else json_spelled(key)) + ")")
+            raise NotFound(f"no node with {read}")
         self.check_object_permissions(self.request, node)
         return node
 

@@ -48,5 +48,17 @@ def test_a_suffix_is_judged_as_its_format_query(viewer_api, anon_api, nodes):
 def test_another_ending_is_part_of_the_name(viewer_api, nodes):
     answer = viewer_api.get("/api/nodes/local.box/")
     assert (answer.status_code, answer.json()) == (404, {"detail": "no node with name 'local.box'"})
-    answer = viewer_api.get("/api/nodes/nosuch.json/")
+
+
+def test_a_404_for_a_key_read_with_a_suffix_names_what_was_asked(viewer_api, nodes):
+    for url, said in (("/api/nodes/nosuch.json/", "no node with name 'nosuch.json' (nor 'nosuch')"),
+                      ("/api/nodes/nosuch.JSON/", "no node with name 'nosuch.JSON' (nor 'nosuch')"),
+                      ("/api/nodes/nosuch.json", "no node with name 'nosuch.json' (nor 'nosuch')"),
+                      ("/api/nodes/nosuch.json/telemetry/", "no node with name 'nosuch.json' (nor 'nosuch')"),
+                      ("/api/nodes/nosuch/telemetry.json", "no node with name 'nosuch'"),
+                      ("/api/nodes/999.json/", "no node with name '999.json' (nor id 999)")):
+        answer = viewer_api.get(url)
+        assert (answer.status_code, answer.json()) == (404, {"detail": said}), url
+    # a key with no suffix split off is named as it is
+    answer = viewer_api.get("/api/nodes/nosuch/")
     assert (answer.status_code, answer.json()) == (404, {"detail": "no node with name 'nosuch'"})
