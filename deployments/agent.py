@@ -71,6 +71,7 @@ from deployments.launch import (
     agent_executables,
     launch_plan_render,
     paths_escaping_roots,
+    port_reason_named,
 )
 from deployments.models import Deployment, Node, ProcessEvent, Secret, ServerProcess
 from deployments.pinning import (
@@ -306,11 +307,13 @@ def _deployment_event(deployment: Deployment, kind: str, message: str) -> None:
 
 def _ports_busy(spec: ProcessSpec) -> str:
     """The first of ``spec``'s ports (http, bootstrap, side channel, metrics) that cannot be
-    bound on its host, as :func:`port_busy_reason` words it; ``""`` when all are free."""
+    bound on its host, as :func:`port_busy_reason` words it, with the port's kind and the flag
+    that sets it (:func:`deployments.launch.port_reason_named`: ``metrics port 31081
+    (--prometheus-port) on 127.0.0.1 is already in use by ...``); ``""`` when all are free."""
     for name, port in sorted(spec.ports.items(), key=lambda item: (item[0] != "http", item[0])):
         reason = port_busy_reason(host=spec.host, port=int(port))
         if reason:
-            return reason if name == "http" else f"{name} {reason}"
+            return port_reason_named(name, int(port), reason)
     return ""
 
 
@@ -469,8 +472,8 @@ def _ports_busy_before_spawning(deployment: Deployment, plan: LaunchPlan) -> boo
 def _not_started_mark(deployment: Deployment, plan: LaunchPlan, *, besides: ServerProcess, reason: str) -> None:
     """End, as never started, the row of every process of ``plan`` but ``besides`` that was not
     started (created here when missing): status ``exited`` with no pid, ``end_reason`` ``not
-    started`` and ``reason`` (``not started: router metrics port 31481 on 127.0.0.1 is already in
-    use by pid 4121 (python3)``), and a ``not-started`` event saying so. A row with a pid, a
+    started`` and ``reason`` (``not started: router metrics port 31481 (--prometheus-port) on
+    127.0.0.1 is already in use by pid 4121 (python3)``), and a ``not-started`` event saying so. A row with a pid, a
     restart pending, or an engine carrying its tag is left for the stop that follows."""
     for spec in plan.processes:
         if (spec.role, spec.ordinal) == (besides.role, besides.ordinal):
@@ -766,7 +769,10 @@ def _cause_text(line: str, row: ServerProcess | None = None) -> str:
     if "address already in use" in line.lower():
         match = _BIND_TUPLE.search(line) or _BIND_HOSTPORT.search(line)
         if match:
-            return f"port {match.group(2)} on {match.group(1)} already in use"
+            said = f"port {match.group(2)} on {match.group(1)} already in use"
+            ports = row.ports if row is not None and isinstance(row.ports, dict) else {}
+            kind = next((k for k, p in sorted(ports.items()) if str(p) == match.group(2)), None)
+            return port_reason_named(kind, int(match.group(2)), said) if kind else said
         if row is not None and isinstance(row.ports, dict):
             host = urlsplit(row.health_url or "").hostname or "127.0.0.1"
             for name, port in sorted(row.ports.items(), key=lambda item: (item[0] != "http", item[0])):
@@ -775,7 +781,7 @@ def _cause_text(line: str, row: ServerProcess | None = None) -> str:
                 except (TypeError, ValueError):
                     continue
                 if reason:
-                    return f"address already in use: {reason if name == 'http' else f'{name} {reason}'}"
+                    return f"address already in use: {port_reason_named(name, int(port), reason)}"
         return "address already in use"
     return line
 

@@ -48,6 +48,40 @@ from kernels.references import kernel_refs_apply
 
 START_ORDER = ("prefill", "decode", "router", "single")
 
+#: The recipe flag that sets a port kind of a launch plan which the recipe need not give (Ceiling
+#: fills in a PD router's ``prometheus-port``: :func:`deployments.recipes._router_metrics_port_fill`),
+#: spelled as the user writes it, so a message about that port says what to change.
+PORT_KIND_FLAGS = {"metrics": "--prometheus-port"}
+
+
+def port_kind_words(kind: str) -> str:
+    """A port kind of :attr:`ProcessSpec.ports` as pages and messages write it, in words:
+    ``http``, ``bootstrap``, ``side channel`` (the key ``side_channel``), ``metrics``."""
+    return kind.replace("_", " ")
+
+
+def port_kind_text(role: str, kind: str) -> str:
+    """How a message names port ``kind`` of a ``role`` process: ``router http port``,
+    ``prefill side channel port``, ``router metrics port, --prometheus-port`` (the flag that sets
+    it, :data:`PORT_KIND_FLAGS`)."""
+    flag = PORT_KIND_FLAGS.get(kind)
+    return f"{role} {port_kind_words(kind)} port" + (f", {flag}" if flag else "")
+
+
+def port_reason_named(kind: str, port: int, reason: str) -> str:
+    """``reason`` (``port 31081 on 127.0.0.1 is already in use by pid 4121 (python3)``, as
+    :func:`deployments.supervisor.procfs.port_busy_reason` words it) naming the port's kind, and
+    the flag that sets it as the API's 409 and the dry-run name it (:data:`PORT_KIND_FLAGS`):
+    ``metrics port 31081 (--prometheus-port) on 127.0.0.1 is already in use by ...``,
+    ``side channel port 5600 on ...``. The http port, the one every process has, is named
+    as ``reason`` names it."""
+    if kind == "http":
+        return reason
+    head = f"port {port}"
+    flag = PORT_KIND_FLAGS.get(kind)
+    named = f"{port_kind_words(kind)} {head}" + (f" ({flag})" if flag else "")
+    return named + reason[len(head):] if reason.startswith(head) else f"{port_kind_words(kind)} {reason}"
+
 
 @dataclass
 class ProcessSpec:

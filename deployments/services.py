@@ -48,7 +48,8 @@ from controlplane.lengths import length_message
 from controlplane.redaction import MIN_VALUE_LENGTH, redact_text, register_secret_value, stored_secret_values_load
 from controlplane.secretbox import SecretUnreadable
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
-from deployments.launch import LaunchPlan, launch_plan_render
+from deployments.launch import (  # noqa: F401  (PORT_KIND_FLAGS, port_kind_text: read from here too)
+    PORT_KIND_FLAGS, LaunchPlan, launch_plan_render, port_kind_text, port_kind_words)
 from deployments.logfiles import RedactedLogReader, log_file, log_parts
 from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, name_validator
 from deployments.supervisor import log_tail
@@ -934,7 +935,7 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
             if int(port) in taken:
                 other, role = taken[int(port)]
                 plan.warnings.append(
-                    f"port {port} ({spec.role} {kind} port) is in use by the {role} of deployment #{other.pk} "
+                    f"port {port} ({port_kind_text(spec.role, kind)}) is in use by the {role} of deployment #{other.pk} "
                     f"(recipe {deployed_recipe_spelled(other)}, {other.status}) on node {json_spelled(recipe.node.name)}: a deploy now "
                     "would be refused")
     if warn_ports:
@@ -996,7 +997,7 @@ def port_holder_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
                 continue
             busy = "already in use" in reason
             flag = PORT_KIND_FLAGS.get(kind)
-            lines.append(f"{spec.role} {kind} {reason} on node {json_spelled(recipe.node.name)} (this host)"
+            lines.append(f"{spec.role} {port_kind_words(kind)} {reason} on node {json_spelled(recipe.node.name)} (this host)"
                          f"{', and no active deployment books it' if busy else ''}: a launch now would fail at "
                          f"start; {'stop that process or choose another port' if busy else 'choose another host or port'}"
                          + (f" (set it with {spec.role} flag {flag})" if flag else ""))
@@ -1312,19 +1313,6 @@ def cpu_sharing_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
                 f"(recipe {deployed_recipe_spelled(other)}, {other.status}): the two share {'them' if len(cpus) > 1 else 'it'}, "
                 "which skews either one's benchmark numbers while both serve")
     return lines
-
-
-#: The recipe flag that sets a port kind of a launch plan which the recipe need not give (Ceiling
-#: fills in a PD router's ``prometheus-port``: :func:`deployments.recipes._router_metrics_port_fill`),
-#: spelled as the user writes it, so a message about that port says what to change.
-PORT_KIND_FLAGS = {"metrics": "--prometheus-port"}
-
-
-def port_kind_text(role: str, kind: str) -> str:
-    """How a message names port ``kind`` of a ``role`` process: ``router http port``,
-    ``router metrics port, --prometheus-port`` (the flag that sets it, :data:`PORT_KIND_FLAGS`)."""
-    flag = PORT_KIND_FLAGS.get(kind)
-    return f"{role} {kind} port" + (f", {flag}" if flag else "")
 
 
 def _port_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deployment]]:

@@ -186,7 +186,7 @@ def test_a_held_router_metrics_port_lists_every_process_with_the_unstarted_ones_
         deployment = wait_status(services.deployment_create(recipe=recipe, user=deployer), "failed")
         assert engines_under(tmp_path) == []
 
-    busy = f"metrics port {port} on 127.0.0.1 is already in use by {_me()}"
+    busy = f"metrics port {port} (--prometheus-port) on 127.0.0.1 is already in use by {_me()}"
     assert deployment.reason == f"router failed: {busy}"
     api = APIClient()
     api.force_authenticate(viewer)
@@ -205,6 +205,6 @@ def test_a_held_router_metrics_port_lists_every_process_with_the_unstarted_ones_
     for label in ("prefill #0", "decode #0", "router #0"):
         assert label in page
     # Each unstarted process's health cell says why, and the timeline has its not-started event.
-    badge = f'<span class="tag">not started: router metrics port {port} on 127.0.0.1 is already in use by pid'
+    badge = f'<span class="tag">not started: router metrics port {port} (--prometheus-port) on 127.0.0.1 is already in use by pid'
     assert page.count(badge) == 2
-    assert page.count(f"not started: router metrics port {port} on 127.0.0.1 is already in use by pid") == 4
+    assert page.count(f"not started: router metrics port {port} (--prometheus-port) on 127.0.0.1 is already in use by pid") == 4

@@ -179,7 +179,7 @@ def test_a_bind_failure_that_names_no_port_is_explained_with_the_port_held():
 
         text = _cause_text("RuntimeError: Address already in use (os error 98)", row)
 
-    assert text.startswith(f"address already in use: metrics port {held} on 127.0.0.1 is already in use")
+    assert text.startswith(f"address already in use: metrics port {held} (--prometheus-port) on 127.0.0.1 is already in use")
     assert f"pid {os.getpid()}" in text
     assert _cause_text("RuntimeError: Address already in use (os error 98)") == "address already in use"
 

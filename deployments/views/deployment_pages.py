@@ -36,6 +36,7 @@ from deployments.choices import (
     ProcessStatus,
     Role,
 )
+from deployments.launch import port_kind_words
 from deployments.models import Deployment, ServerProcess
 from deployments.supervisor import signal_text
 from deployments.telemetry.engine import NO_METRICS
@@ -189,7 +190,9 @@ def _server_process_view(process: ServerProcess, now: datetime, as_of: datetime 
     if process.started_at is not None:
         until = process.ended_at if process.status in PROCESS_TERMINAL and process.ended_at else (as_of or now)
         uptime = _duration_text((until - process.started_at).total_seconds())
-    ports = sorted(process.ports.items()) if isinstance(process.ports, dict) else []
+    # a port's kind in words, as messages name it (``side channel 5600``, not ``side_channel``)
+    ports = ([(port_kind_words(kind), port) for kind, port in sorted(process.ports.items())]
+             if isinstance(process.ports, dict) else [])
     env = process.env_redacted if isinstance(process.env_redacted, dict) else {}
     health = _health_view(process, now, as_of)
     # The probe's own detail names the URL it probed ("http://…/health answered 200"): the URL

@@ -29,7 +29,7 @@ from deployments import selectors, services
 from deployments.api.serializers import version_number
 from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.forms import RecipeForm, spec_pretty
-from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render
+from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render, port_kind_words
 from deployments.models import Deployment, Node, Recipe
 from deployments.topology import node_facts_from_row, parse_cpulist
 from deployments.views.common import _can_write, _is_htmx, post_or_redirect, role_page
@@ -130,7 +130,7 @@ def _process_view(process: ProcessSpec) -> dict[str, Any]:
     # The plan already redacts; this second pass only guards against a token pasted into an
     # env value the plan did not know was secret.
     env = {k: redact_text(v) for k, v in process.env_redacted.items()}
-    ports = list(process.ports.items())
+    ports = [(port_kind_words(kind), port) for kind, port in process.ports.items()]   # side channel, in words
     try:
         cpu_count: int | None = len(parse_cpulist(process.cpus))
     except ValueError:
