@@ -7,7 +7,10 @@ as the API refuses ``"abc"`` (``must be an integer 1..4096, got the string "abc"
 into a number first."""
 from __future__ import annotations
 
+import math
 import re
+
+from controlplane.drf_defaults import NonFiniteNumber
 
 # A number as typed: ASCII digits with an optional sign (``int()`` also takes ``1_000``, ``١``
 # and surrounding spaces), or a decimal with a point and/or an exponent (``2.5``, ``1e3``, ``.5``).
@@ -18,7 +21,8 @@ _DECIMAL_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 def grid_value(text: str) -> int | float | str:
     """``text`` as the JSON value a grid field would hold: a whole number written without a point
     or exponent as an integer (``8``, ``-1``), another number as a float (``2.5``, ``1e3``;
-    ``1e400``, ``inf`` as infinity and ``nan``, named as not finite by the grid's validation),
+    ``1e400``, ``inf`` as infinity and ``nan``, each keeping how it was typed for the grid's
+    validation to name it as not finite: :class:`controlplane.drf_defaults.NonFiniteNumber`),
     anything else as the text itself
     (``abc``, ``64-32``, ``256:256``), for the grid's validation to take or quote. A number keeps
     the spelling the user chose: ``10001`` is quoted ``got 10001``, ``1e3`` is told to be written
@@ -29,7 +33,10 @@ def grid_value(text: str) -> int | float | str:
         except ValueError:  # more digits than int() reads from text: quoted as typed
             return text
     if _DECIMAL_RE.fullmatch(text) or text.lower().lstrip("+-") in ("inf", "infinity", "nan"):
-        return float(text)  # inf and nan too: the grid's validation names a number that is not finite
+        number = float(text)
+        # inf and nan too, and 1e400 (infinity): the grid's validation names a number that is not
+        # finite as it was typed (benchmarks.sweeps.non_finite_text), as the API names 1e400 in a body
+        return number if math.isfinite(number) else NonFiniteNumber(number, text)
     return text
 
 

@@ -203,7 +203,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     decimal point or an exponent where an integer is asked for is told so, :func:`int_refusal`,
     as the API's integer fields refuse it too): each field is judged
     on its own, a number that is not finite (``1e400`` parses as infinity) is named once at its path
-    (``must be a finite number, got Infinity (too large for a 64-bit float)``), and the size bounds
+    as it was written (``must be a finite number, got 1e400 (too large for a 64-bit float)``,
+    :func:`non_finite_text`), and the size bounds
     (points, requests and prompt tokens per point and per sweep) are checked over the fields that
     are valid whenever the fields they depend on are. With the deployment's ``spec``, each valid
     length pair is also judged against what one request of it needs alone and the capacity the
@@ -217,8 +218,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         raise InvalidInput({"grid": ["must be an object"]})
     non_finite = non_finite_numbers(raw, "grid")
     for path, number in non_finite:
-        why = "not a number" if math.isnan(number) else "too large for a 64-bit float"
-        errors[path] = [f"must be a finite number, got {json_spelled(number)} ({why})"]
+        errors[path] = [non_finite_text(number)]
     named = {path for path, _ in non_finite}
 
     def err(path: str, msg: str) -> None:
@@ -378,11 +378,34 @@ def _counts_known(grid: Mapping[str, Any], errors: Mapping[str, list[str]]) -> b
         or grid["duration_s"] is not None
 
 
+_INFINITY_WORDS = ("inf", "infinity")
+
+
+def non_finite_text(number: float) -> str:
+    """The one refusal of a grid number that is not finite, from the API, the sweep form and
+    ``manage.py sweep`` alike, naming the value as it was written (the ``literal`` of a
+    :class:`controlplane.drf_defaults.NonFiniteNumber`, which the API's JSON parser and
+    :func:`benchmarks.forms.grid_value` keep) and why it is refused: ``must be a finite number,
+    got 1e400 (too large for a 64-bit float)``, ``got nan (not a number)``, ``got inf
+    (infinite)``. A float that kept no spelling is written as JSON's decoders write it
+    (``Infinity``, ``NaN``)."""
+    literal = getattr(number, "literal", None)
+    shown = literal or json_spelled(float(number))
+    if math.isnan(number):
+        why = "not a number"
+    elif literal and literal.lstrip("+-").lower() in _INFINITY_WORDS:
+        why = "infinite"
+    else:
+        why = "too large for a 64-bit float"
+    return f"must be a finite number, got {shown} ({why})"
+
+
 def non_finite_numbers(value: Any, path: str) -> list[tuple[str, float]]:
     """Every float in ``value`` (dicts and lists walked in order) that is not finite, as
     ``(dotted path, value)`` under ``path`` (``grid.request_rates.1``). A JSON number too large
-    for a double (``1e400``) parses as infinity; the ``NaN``/``Infinity`` literals are refused by
-    the API's JSON parser before this."""
+    for a double (``1e400``) parses as infinity (the API's parser and the form keep how it was
+    written, :func:`non_finite_text`); so do the ``NaN``/``Infinity`` literals, which the API's
+    JSON parser also refuses on their own."""
     if isinstance(value, float):
         return [] if math.isfinite(value) else [(path, value)]
     if isinstance(value, Mapping):

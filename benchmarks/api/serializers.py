@@ -224,10 +224,10 @@ class GridField(AnyJSONField):
     A JSON number too large for a double (``1e400``) parses as ``inf``, which DRF's ``JSONField``
     refuses only as "Value must be valid JSON."; here it passes through to
     :func:`benchmarks.sweeps.grid_validate`, which names it at its path
-    (``{"grid.duration_s": ["must be a finite number, got Infinity (too large for a 64-bit float)"]}``)
-    together with every other error of the grid. (``NaN`` and ``Infinity`` literals never get
-    here: the JSON parser refuses them with 400, named at their path:
-    ``{"grid.duration_s": ["NaN is not a finite number"]}``.)
+    as it was written (``{"grid.duration_s": ["must be a finite number, got 1e400 (too large for a
+    64-bit float)"]}``, as the sweep form and ``manage.py sweep`` name it) together with every
+    other error of the grid; so are ``NaN`` and ``Infinity`` literals, which are not JSON
+    (``{"grid.duration_s": ["must be a finite number, got NaN (not a number)"]}``).
     """
 
 

@@ -379,7 +379,7 @@ def test_the_sweep_command_refuses_a_bad_grid_value_naming_the_option() -> None:
     cases = [
         (["--seed", "-1"], "  --seed (grid.seed): must be an integer 0..2^31-1, got -1"),
         (["--slo-ttft", "0"], "  --slo-ttft (grid.slo.ttft_s): must be seconds > 0, got 0"),
-        (["--slo-e2e", "nan"], "  --slo-e2e (grid.slo.e2e_s): must be a finite number, got NaN (not a number)"),
+        (["--slo-e2e", "nan"], "  --slo-e2e (grid.slo.e2e_s): must be a finite number, got nan (not a number)"),
         (["--wait-ready", "90000"], "  --wait-ready (grid.wait_ready_s): must be seconds 0..86400, got 90000"),
         (["--request-rates", "2,-1", "--requests", "8"],
          "  --request-rates (grid.request_rates.1): must be a number of requests/s > 0, got -1"),

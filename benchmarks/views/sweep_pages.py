@@ -17,6 +17,7 @@ from django.utils.dateparse import parse_datetime
 from benchmarks import services
 from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepStatus
 from benchmarks.forms import grid_value, sweep_name_read
+from controlplane.drf_defaults import NonFiniteNumber
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import sweep_queue_note, sweep_requests_aborted, sweep_requests_cancelled
@@ -244,9 +245,10 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
             value = grid_value(text)
             # ms in the form, seconds in the grid; a text that is no number goes on as typed
             try:
-                slo[f"{key}_s"] = value if isinstance(value, str) else ms_to_s(value)
+                # a number that is not finite stays as typed, for the grid's validation to name it so
+                slo[f"{key}_s"] = value if isinstance(value, str) or not math.isfinite(value) else ms_to_s(value)
             except OverflowError:   # an integer of hundreds of digits: too large for a float, as 1e400 is
-                slo[f"{key}_s"] = math.inf
+                slo[f"{key}_s"] = NonFiniteNumber(math.inf, text)
     if slo:
         grid["slo"] = slo
     if not grid["concurrency"] and not rates and "concurrency" not in errors:
