@@ -2,7 +2,6 @@
 :mod:`benchmarks.services`)."""
 from __future__ import annotations
 
-import math
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -290,9 +289,13 @@ class RunMetricsSerializer(serializers.Serializer):
         "and no success; null where the source does not say (an imported file)"))
     input_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
     output_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
+    measured_duration_s = serializers.FloatField(allow_null=True, help_text=(
+        "how long the run took in seconds, first request sent to last response: the run's "
+        "measured_duration_s, the summary's duration_s and measured_duration_s, the CSV export's "
+        "measured_duration_s; null while it runs or when an imported file gave none"))
     duration_s = serializers.FloatField(allow_null=True, help_text=(
-        "measured duration of the run in seconds (first request sent to last response), the summary's "
-        "duration_s; the run's own duration_s is the point's time limit"))
+        "the same measured seconds as measured_duration_s, under the summary's name, kept for readers of it; "
+        "not the point's time limit, which is the run's own duration_s"))
     errors = serializers.DictField(child=serializers.IntegerField(), help_text=(
         "error text -> count of every request that did not succeed: the failures' reasons and, for the aborted "
         "ones, 'aborted: <what stopped them>'"))
@@ -308,7 +311,8 @@ class _BlankAsNullChoiceField(serializers.ChoiceField):
 class RunSerializer(serializers.ModelSerializer):
     """A run: point parameters (``duration_s``: the point's time limit, seconds, null for a point
     limited by its request count alone; ``measured_duration_s``: how long it ran, seconds, the
-    summary's ``duration_s`` and the CSV export's ``measured_duration_s``), status, source,
+    summary's ``duration_s`` (and ``measured_duration_s``), the metrics' and the exports'
+    ``measured_duration_s``), status, source,
     summary (seconds for measured runs, the importer's ms fields for imported ones), flags,
     ``metrics`` (one vocabulary, ms), snapshot, ``progress`` (the running point's live counts, see
     :class:`benchmarks.models.BenchmarkRun`). The original imported file is served by
@@ -321,13 +325,14 @@ class RunSerializer(serializers.ModelSerializer):
 
     metrics = serializers.SerializerMethodField()
     # Two durations: the grid's limit (``duration_s``, the field kept under its name) and the
-    # measured one, which the summary and the JSON export also call duration_s.
+    # measured one, which the summary and the metrics also give under their older name duration_s.
     duration_s = serializers.FloatField(read_only=True, allow_null=True, help_text=(
         "the point's time limit in seconds, as the sweep's grid set it (grid.duration_s); null for a "
         "point limited by its request count alone. Not how long the run took: see measured_duration_s"))
     measured_duration_s = serializers.SerializerMethodField(help_text=(
-        "how long the run took in seconds, first request sent to last response (summary.duration_s, the "
-        "measured_duration_s column of the CSV export); null while it runs or when an imported file gave none"))
+        "how long the run took in seconds, first request sent to last response (summary.duration_s and "
+        "summary.measured_duration_s, metrics.measured_duration_s, the measured_duration_s column of the CSV "
+        "export, the same keys of the JSON exports); null while it runs or when an imported file gave none"))
     label = serializers.CharField(read_only=True)
     has_records = serializers.SerializerMethodField()
     # Null rather than "" for a run that was not imported, as the run's JSON export and the
@@ -376,10 +381,9 @@ class RunSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.FloatField(allow_null=True))
     def get_measured_duration_s(self, obj: BenchmarkRun) -> float | None:
         """Seconds the run took (its summary's ``duration_s``); None when not a finite number."""
-        value = (obj.summary or {}).get("duration_s")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return None
-        return float(value)
+        from benchmarks.services.runs import run_measured_duration_s
+
+        return run_measured_duration_s(run=obj)
 
     def get_has_records(self, obj: BenchmarkRun) -> bool:
         return bool(obj.records_path)
@@ -721,6 +725,13 @@ class RunExportSerializer(serializers.Serializer):
     input_len = serializers.IntegerField(allow_null=True, help_text="tokens")
     output_len = serializers.IntegerField(allow_null=True, help_text="tokens")
     num_requests = serializers.IntegerField(allow_null=True)
+    duration_s = serializers.FloatField(allow_null=True, help_text=(
+        "the point's time limit in seconds, as the sweep's grid set it (grid.duration_s), as the run's own "
+        "duration_s; null for a point limited by its request count alone. Not how long the run took: see "
+        "measured_duration_s"))
+    measured_duration_s = serializers.FloatField(allow_null=True, help_text=(
+        "how long the run took in seconds, first request sent to last response, as the run's own "
+        "measured_duration_s (the summary's duration_s); null while it runs or when an imported file gave none"))
     api = serializers.CharField(allow_null=True, help_text="null when not known")
     served_model_name = serializers.CharField(allow_null=True, help_text="null when not known")
     num_gpus = serializers.IntegerField(allow_null=True)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -274,7 +275,9 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     :data:`COMPARE_FIELDS` plus ``successes``, ``requests``, ``aborted`` (requests a stop ended
     in flight: neither successes nor ``failures``, which counts those the server failed; None
     where the source does not say), ``input_tokens_mean``,
-    ``output_tokens_mean``, ``duration_s``, ``slo_attainment``, ``errors`` (reason → count, the
+    ``output_tokens_mean``, ``measured_duration_s`` (how long the run took, first request sent to
+    last response, seconds; also under ``duration_s``, its name in the summary, kept for readers of
+    it: not the point's time limit, the run's own ``duration_s``), ``slo_attainment``, ``errors`` (reason → count, the
     aborted requests' ``aborted: <the stop>`` among them),
     ``total_token_throughput_tok_s``. A throughput is None (unknown) for a run without a successful
     request, and the total also where the server did not report every success's input tokens."""
@@ -292,7 +295,8 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
         "requests": s.get("requests"), "successes": p["completed"], "failures": p["failed"], "aborted": p["aborted"],
         "input_tokens_mean": s.get("input_tokens_actual_mean", s.get("mean_input_tokens")),
         "output_tokens_mean": s.get("output_tokens_mean", s.get("mean_output_tokens")),
-        "duration_s": s.get("duration_s"), "errors": s.get("errors") or {},
+        # the measured time under its unambiguous name, and under the name readers already take
+        "measured_duration_s": s.get("duration_s"), "duration_s": s.get("duration_s"), "errors": s.get("errors") or {},
         "total_token_throughput_tok_s": None if p["completed"] == 0 else s.get("total_token_throughput_tok_s"),
     }
 
@@ -316,15 +320,29 @@ def run_input_tokens_source(*, run: BenchmarkRun) -> str | None:
     return "stream" if isinstance(mean, (int, float)) and not isinstance(mean, bool) else None
 
 
+def run_measured_duration_s(*, run: BenchmarkRun) -> float | None:
+    """How long ``run`` took in seconds, first request sent to last response (its summary's
+    ``duration_s``); None while it runs, when an imported file gave none, or when the stored value
+    is not a finite number."""
+    value = (run.summary or {}).get("duration_s") if isinstance(run.summary, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def run_summary_read(*, run: BenchmarkRun) -> dict[str, Any] | None:
     """``run.summary`` as the API and the exports give it: a measured run's with
     ``input_tokens_source`` (:func:`run_input_tokens_source`) where it was stored without it, and
     with ``failures`` the requests the server failed where it was stored counting those a stop
     aborted in flight too (:func:`benchmarks.sweeps.failure_counts`), so it agrees with
-    ``metrics.failures`` beside ``aborted``."""
+    ``metrics.failures`` beside ``aborted``; and with ``measured_duration_s`` beside the stored
+    ``duration_s`` (the same measured seconds, first request sent to last response, under the name
+    the run, the metrics and the CSV export give them; the stored key stays for its readers)."""
     s = run.summary
     if not isinstance(s, dict) or run.source != RunSource.MEASURED or not s:
         return s
+    if "duration_s" in s and "measured_duration_s" not in s:
+        s = {**s, "measured_duration_s": s["duration_s"]}
     failed = failure_counts(s)[0]
     if "input_tokens_source" not in s:
         s = {**s, "input_tokens_source": run_input_tokens_source(run=run)}
@@ -1307,7 +1325,10 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
         "source": run.source, "import_format": run.import_format or None,
         "original_filename": run.original_filename or None, "concurrency": run.concurrency,
         "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
-        "num_requests": run.num_requests, "api": run.api or None, "served_model_name": run.served_model_name or None,
+        "num_requests": run.num_requests,
+        # two durations, as GET /api/runs/<id>/ gives them: the point's time limit and the time it took
+        "duration_s": run.duration_s, "measured_duration_s": run_measured_duration_s(run=run),
+        "api": run.api or None, "served_model_name": run.served_model_name or None,
         "num_gpus": run.num_gpus, "flags": list(run.flags), "metrics": run_metrics(run=run),
         "summary": run_summary_read(run=run),
         "snapshot": run.snapshot, "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),

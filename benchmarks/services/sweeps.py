@@ -668,8 +668,9 @@ def _broadcast(sweep_id: int, type_: str, data: dict[str, Any], *, force: bool =
 def _broadcast_point(sweep_id: int, run: BenchmarkRun) -> None:
     """``sweep.point`` (forced: a state change) once a point is stored: ``{"sweep_id", "run_id",
     "point_index", "points_done", "points_total", "summary"}``, the summary being the run's label,
-    status, request counts, headline numbers (tok/s; TTFT p99 and TPOT mean in ms) and, for a
-    time-limited point, what ended it."""
+    status, request counts, headline numbers (tok/s; TTFT p99 and TPOT mean in ms), how long it
+    took (``measured_duration_s``, seconds; also ``duration_s``, its name in the summary) and, for
+    a time-limited point, what ended it."""
     row = BenchmarkSweep.objects.filter(pk=sweep_id).values_list("points_done", "points_total").first()
     done, total = row or (0, 0)
     s = run.summary or {}
@@ -679,7 +680,8 @@ def _broadcast_point(sweep_id: int, run: BenchmarkRun) -> None:
                     "request_rate": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
                     "requests": s.get("requests"), "successes": s.get("successes"), "failures": s.get("failures"),
                     "output_tok_s": run.output_tok_s, "ttft_p99_ms": run.ttft_p99_ms, "tpot_mean_ms": run.tpot_mean_ms,
-                    "duration_s": s.get("duration_s"), "ended_by": s.get("ended_by"), "flags": list(run.flags)},
+                    "duration_s": s.get("duration_s"), "measured_duration_s": s.get("duration_s"),
+                    "ended_by": s.get("ended_by"), "flags": list(run.flags)},
     }, force=True)
 
 
