@@ -91,6 +91,10 @@ class NodeSerializer(serializers.ModelSerializer):
     gpus = GpuSerializer(many=True, read_only=True)
     numa_nodes = NumaNodeSerializer(many=True, read_only=True)
     agent_online = serializers.BooleanField(read_only=True)
+    agent_pid = serializers.IntegerField(
+        read_only=True, allow_null=True,
+        help_text="process id of the node agent that sent the last heartbeat, on the node's host (a restarted "
+                  "agent has a new one); null when no agent ever heartbeated")
     queue_name = serializers.CharField(read_only=True)
     local_port_range = serializers.ListField(
         child=serializers.IntegerField(), read_only=True, allow_null=True, min_length=2, max_length=2,
@@ -157,6 +161,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "discovered_at",
             "agent_heartbeat_at",
             "agent_stopped_at",
+            "agent_pid",
             "agent_online",
             "queue_name",
             "local_port_range",
