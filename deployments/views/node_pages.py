@@ -23,7 +23,8 @@ from deployments.views.common import _agent_view, _gib, role_page
 def node_list(request: HttpRequest) -> HttpResponse:
     """Registered nodes with GPU and NUMA counts (the GPU count with why it is 0 or unknown:
     :func:`deployments.nodes.node_gpu_status`), queue name and agent status (the last heartbeat
-    ``12 s ago``, as every page gives a time's age)."""
+    ``12 s ago``, as every page gives a time's age, counted on by the page's script as on the
+    node page: :func:`_heartbeat_clock`)."""
     now = timezone.now()
     rows = [
         {
@@ -33,6 +34,7 @@ def node_list(request: HttpRequest) -> HttpResponse:
             "gpu_names": sorted({g.name for g in n.gpus.all() if g.name}),
             "memory_gib": _gib(n.memory_total_bytes),
             "agent": _agent_view(n, now),
+            "heartbeat": _heartbeat_clock(n, now),
         }
         for n in selectors.node_list()
     ]
@@ -97,7 +99,7 @@ def _iso_ms(value: datetime) -> str:
 
 
 def _heartbeat_clock(node: Node, now: datetime) -> dict[str, str]:
-    """What the node page's script counts the agent's heartbeat age from: the last heartbeat and
+    """What the node pages' script (the node page, each row of the nodes list) counts the agent's heartbeat age from: the last heartbeat and
     the server's time of rendering (ISO, milliseconds; the second corrects the browser's clock),
     the age past which the server calls the agent offline (``CEILING_HEARTBEAT_TIMEOUT_S``) and
     how often the agent heartbeats (``CEILING_AGENT_HEARTBEAT_S``, the page re-reads the node as

@@ -393,18 +393,25 @@
   });
 
   // --- the node agent's heartbeat ---------------------------------------------------------
-  // The node page's agent line ([data-heartbeat-of]: the node's name) gives the age of the last
-  // heartbeat (data-heartbeat-at, ISO) counted every second, in the pages' words ("4 s ago"), and
-  // the badge in the page head ([data-agent-badge]) judges the agent as the server does
-  // (Node.agent_online): online while that age is within data-offline-after seconds (the server's
-  // CEILING_HEARTBEAT_TIMEOUT_S) and the agent did not stop cleanly since (data-agent-stopped),
-  // else "agent offline (no heartbeat for 42 s)". Heartbeats are not sent on the live socket: the
-  // line re-reads the node (GET /api/nodes/<name>/) as often as the agent heartbeats
-  // (data-heartbeat-every s). The browser's clock is corrected by the server's time of rendering
-  // (data-server-now). While the line is stale (its socket is down, or a read failed: it is
-  // then marked like a failed poll, as of the last answered read) it keeps its age as of then.
+  // An agent line ([data-heartbeat-of]: the node's name; the node page's "Agent" line, and one
+  // per row of the nodes list) gives the age of the last heartbeat (data-heartbeat-at, ISO)
+  // counted every second, in the pages' words ("4 s ago"), and the node's badge
+  // ([data-agent-badge] naming the same node: the node page's head, the row's Agent cell) judges
+  // the agent as the server does (Node.agent_online): online while that age is within
+  // data-offline-after seconds (the server's CEILING_HEARTBEAT_TIMEOUT_S) and the agent did not
+  // stop cleanly since (data-agent-stopped), else "agent offline (no heartbeat for 42 s)". A brief
+  // line (data-heartbeat-brief, the list's) reads "last seen 4 s ago" and its badge "online",
+  // "offline (no heartbeat for 42 s)". Heartbeats are not sent on the live socket: the page
+  // re-reads its nodes as often as the agents heartbeat (data-heartbeat-every s), one read for
+  // all its lines: GET /api/nodes/<name>/ for a page of one line, else GET /api/nodes/. A read
+  // also brings the agent's pid ([data-agent-pid], ", pid 4321"), which a restarted agent
+  // changes. The browser's clock is corrected by the server's time of rendering
+  // (data-server-now). While a line is stale (its socket is down, or a read failed: it is then
+  // marked like a failed poll, as of the last answered read) it keeps its age as of then.
   var HEARTBEAT_TICK_MS = 1000;
   var HEARTBEAT_READ_MIN_S = 1;
+  // The most nodes one read of the list brings (the API's largest page).
+  var HEARTBEAT_LIST_LIMIT = 500;
 
   function durationText(seconds) {
     // deployments.views.common._duration_text: "42 s", "3 min 05 s", "2 h 07 min", "3 d 04 h"
@@ -440,7 +447,16 @@
     return Array.prototype.slice.call(document.querySelectorAll("[data-heartbeat-of]"));
   }
 
-  // The line's age and the badge as of `now` (ms, the browser's clock; default: now); a part
+  function agentBadge(line) {
+    var name = line.getAttribute("data-heartbeat-of");
+    var badges = document.querySelectorAll("[data-agent-badge]");
+    for (var i = 0; i < badges.length; i++) {
+      if (badges[i].getAttribute("data-agent-badge") === name) return badges[i];
+    }
+    return null;
+  }
+
+  // The line's age and its badge as of `now` (ms, the browser's clock; default: now); a part
   // already marked stale is left as it is.
   function paintHeartbeat(line, now) {
     var at = isoMs(line.getAttribute("data-heartbeat-at"));
@@ -449,13 +465,14 @@
       var ageEl = line.querySelector("[data-age]");
       if (ageEl) ageEl.textContent = agoText(age);
     }
-    var badge = document.querySelector("[data-agent-badge]");
-    if (!badge || badge.closest("[data-stale-since]")) return;
+    var badge = agentBadge(line);
+    if (!badge || badge.closest("[data-stale-since]") || line.hasAttribute("data-stale-since")) return;
     var limit = parseFloat(line.getAttribute("data-offline-after"));
     var stopped = line.hasAttribute("data-agent-stopped");
     var online = age !== null && !stopped && !(age > limit);
-    var text = online ? "agent online"
-      : age === null || stopped ? "agent offline" : "agent offline (no heartbeat for " + durationText(age) + ")";
+    var text = online ? "online"
+      : age === null || stopped ? "offline" : "offline (no heartbeat for " + durationText(age) + ")";
+    if (!line.hasAttribute("data-heartbeat-brief")) text = "agent " + text;
     if (badge.textContent !== text) badge.textContent = text;
     badge.classList.toggle("ok", online);
     badge.classList.toggle("bad", !online);
@@ -466,39 +483,54 @@
   }
 
   // A node read from the API: its last heartbeat (a new one is written into the line's text
-  // too: "last heartbeat <time> (<age>)") and whether its agent stopped cleanly since.
+  // too: "last heartbeat <time> (<age>)", a brief line's "last seen <age>"), its agent's pid
+  // and whether its agent stopped cleanly since.
   function takeHeartbeat(line, node) {
     var at = isoMs(node.agent_heartbeat_at);
     var stoppedAt = isoMs(node.agent_stopped_at);
     line.toggleAttribute("data-agent-stopped", at !== null && stoppedAt !== null && stoppedAt >= at);
+    var pid = line.querySelector("[data-agent-pid]");
+    if (pid && "agent_pid" in node) {
+      var pidText = node.agent_pid === null ? "" : ", pid " + node.agent_pid;
+      if (pid.textContent !== pidText) pid.textContent = pidText;
+    }
     if (at === null || at === isoMs(line.getAttribute("data-heartbeat-at"))) return;
     line.setAttribute("data-heartbeat-at", new Date(at).toISOString());
+    var brief = line.hasAttribute("data-heartbeat-brief");
     var time = line.querySelector("time");
-    if (!time || !line.querySelector("[data-age]")) {  // "never seen" until now
-      line.textContent = "last heartbeat ";
-      time = line.appendChild(document.createElement("time"));
-      line.appendChild(document.createTextNode(" ("));
+    if (!line.querySelector("[data-age]") || (!brief && !time)) {  // "never seen" until now
+      line.textContent = brief ? "last seen " : "last heartbeat ";
+      if (!brief) {
+        time = line.appendChild(document.createElement("time"));
+        line.appendChild(document.createTextNode(" ("));
+      }
       line.appendChild(document.createElement("span")).setAttribute("data-age", "");
-      line.appendChild(document.createTextNode(")"));
+      if (!brief) line.appendChild(document.createTextNode(")"));
+      if (pid) line.appendChild(pid);
     }
+    if (!time) return;
     var iso = new Date(at).toISOString().slice(0, 19) + "Z";
     time.setAttribute("datetime", iso);
     time.title = iso;
     time.textContent = utcText(at);
   }
 
-  function readHeartbeat(line) {
+  function readHeartbeats() {
+    var lines = heartbeatLines();
+    if (!lines.length) return;
     if (session.state !== "ok") {  // signed out: a read is a probe, as the polls' (above)
       if (Date.now() - session.lastProbe < SESSION_PROBE_MS) return;
       session.lastProbe = Date.now();
     }
-    var scopes = [line, line.ownerDocument.querySelector(".page-head[data-follows-live]")].filter(Boolean);
+    var one = lines.length === 1;
+    var url = one ? "/api/nodes/" + encodeURIComponent(lines[0].getAttribute("data-heartbeat-of")) + "/"
+      : "/api/nodes/?limit=" + HEARTBEAT_LIST_LIMIT;
+    var scopes = lines.concat([document.querySelector(".page-head[data-follows-live]")].filter(Boolean));
     function failed() {
-      line._readFailed = true;
+      lines.forEach(function (line) { line._readFailed = true; });
       scopes.forEach(function (scope) { markStale(scope, true); });
     }
-    fetch("/api/nodes/" + encodeURIComponent(line.getAttribute("data-heartbeat-of")) + "/",
-          { credentials: "same-origin", headers: { Accept: "application/json" } })
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
       .then(function (response) {
         if (response.status === 401 || response.status === 403) {
           sessionEnded(response.status, response.headers.get("Ceiling-Login-URL"));
@@ -511,36 +543,48 @@
         }
         return response.json();
       })
-      .then(function (node) {
-        if (!node) return;
+      .then(function (body) {
+        if (!body) return;
         sessionBack();
         var answered = Date.now();
-        takeHeartbeat(line, node);
-        line._readFailed = false;
+        var byName = {};
+        (one ? [body] : body.results || []).forEach(function (node) { byName[node.name] = node; });
+        lines.forEach(function (line) {
+          var node = byName[line.getAttribute("data-heartbeat-of")];
+          if (node) takeHeartbeat(line, node);
+          line._readFailed = false;
+        });
+        // A line on a page with a live socket is fresh only while the socket is live too.
         var live = document.documentElement.getAttribute("data-live-state") === "live";
         scopes.forEach(function (scope) {
           scope.setAttribute("data-fresh-at", String(answered));
-          if (live) markStale(scope, false);
+          if (live || !scope.hasAttribute("data-follows-live")) markStale(scope, false);
         });
-        paintHeartbeat(line);
+        paintHeartbeats();
       })
       .catch(failed);
   }
 
-  function followHeartbeat(line) {
-    var rendered = isoMs(line.getAttribute("data-server-now"));
-    line._clockOffset = rendered === null ? 0 : rendered - Date.now();
-    paintHeartbeat(line);
-    setInterval(function () { paintHeartbeat(line); }, HEARTBEAT_TICK_MS);
-    var every = parseFloat(line.getAttribute("data-heartbeat-every"));
+  function followHeartbeats() {
+    var lines = heartbeatLines();
+    if (!lines.length) return;
+    var every = Infinity;
+    lines.forEach(function (line) {
+      var rendered = isoMs(line.getAttribute("data-server-now"));
+      line._clockOffset = rendered === null ? 0 : rendered - Date.now();
+      var own = parseFloat(line.getAttribute("data-heartbeat-every"));
+      if (isFinite(own)) every = Math.min(every, own);
+    });
+    paintHeartbeats();
+    setInterval(function () { paintHeartbeats(); }, HEARTBEAT_TICK_MS);
     every = Math.max(HEARTBEAT_READ_MIN_S, isFinite(every) ? every : 5);
-    setInterval(function () { readHeartbeat(line); }, every * 1000);
+    setInterval(readHeartbeats, every * 1000);
   }
 
   if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", function () { heartbeatLines().forEach(followHeartbeat); });
+    document.addEventListener("DOMContentLoaded", followHeartbeats);
   } else {
-    heartbeatLines().forEach(followHeartbeat);
+    followHeartbeats();
   }
 
   window.CeilingSession = { ended: sessionEnded, isLoginPage: isLoginPage };
