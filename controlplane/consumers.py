@@ -8,7 +8,8 @@ is decided in :meth:`LiveConsumer.connect`, *before* the handshake is accepted:
 * a signed-in user without at least the ``viewer`` role is refused (``CLOSE_FORBIDDEN``);
 * every ``sub`` must name a group of :mod:`controlplane.realtime` whose object exists (node by
   name, deployment / sweep / kernel job by id; kernel jobs only once ``kernels.models`` has a
-  ``KernelJob``) and that the user may see; one refused subscription refuses the socket.
+  ``KernelJob``) or one of its rosters (``roster-nodes``: the set of nodes, whatever they are)
+  and that the user may see; one refused subscription refuses the socket.
 
 A refusal before ``accept()`` is an HTTP 403 to the browser; the reason is logged on the server.
 After accepting, the consumer sends ``live.subscribed`` with, per group, the current sequence
@@ -101,7 +102,7 @@ from django.utils.crypto import constant_time_compare
 from controlplane.drf_defaults import json_loads, repeated_key_errors
 from controlplane.jsonsafe import json_spelled
 from controlplane.permissions import has_role
-from controlplane.realtime import current_seq, group_kind, latest_messages, live_user_group
+from controlplane.realtime import ROSTERS, current_seq, group_kind, latest_messages, live_user_group
 
 log = logging.getLogger(__name__)
 
@@ -161,16 +162,20 @@ def subscription_refusal(user, group: str) -> str | None:
 
     The rule: the user needs the ``viewer`` role (every role can read every live object in
     Ceiling, as on the pages and the API) and the object must exist: a node by name, a
-    deployment, sweep or kernel job by id. A kind whose model does not exist yet (kernel jobs
-    before ``kernels.models.KernelJob``) is refused as unknown. Reads the database.
+    deployment, sweep or kernel job by id; a roster must be one of
+    :data:`controlplane.realtime.ROSTERS` (``roster-nodes``, which a viewer reads as the node
+    list). A kind whose model does not exist yet (kernel jobs before
+    ``kernels.models.KernelJob``) is refused as unknown. Reads the database.
     """
     if not has_role(user, "viewer"):
         return "your account has no role that may read live data (viewer or above)"
     parsed = group_kind(group)
     if parsed is None:
-        return (f"{json_spelled(group)} is not a live group: use node-<name>, deployment-<id>, sweep-<id> "
-                "or kernel-job-<id>")
+        return (f"{json_spelled(group)} is not a live group: use node-<name>, deployment-<id>, sweep-<id>, "
+                "kernel-job-<id> or roster-nodes")
     kind, key = parsed
+    if kind == "roster":
+        return None if key in ROSTERS else f"no roster named {json_spelled(key)}: roster-nodes is the one there is"
     if kind == "node":
         model = apps.get_model("deployments", "Node")
         return None if model.objects.filter(name=key).exists() else f"no node named {json_spelled(key)}"

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "node_group", "deployment_group", "sweep_group", "kernel_job_group", "group_kind", "live_user_group",
+    "node_roster_group", "ROSTERS",
     "broadcast", "abroadcast", "message_build", "CONSUMER_EVENT", "current_seq", "latest_messages",
     "group_created_at", "realtime_namespace", "NamespacedRedisChannelLayer", "namespace_setting_changed",
 ]
@@ -53,7 +54,10 @@ __all__ = [
 _GROUP_RE = re.compile(r"^[A-Za-z0-9._-]{1,90}$")
 #: The consumer method the channel layer calls for every broadcast (``{"type": "realtime.message"}``).
 CONSUMER_EVENT = "realtime.message"
-_KINDS = ("node", "deployment", "sweep", "kernel-job")
+_KINDS = ("node", "deployment", "sweep", "kernel-job", "roster")
+#: The keys of the ``roster`` kind: groups about a set of objects rather than one, which a page
+#: subscribes to without knowing the objects in advance (``roster-nodes``: every node).
+ROSTERS = ("nodes",)
 
 _last_sent: dict[tuple[str, str], float] = {}
 _last_lock = threading.Lock()
@@ -149,6 +153,13 @@ def sweep_group(sweep_id: int) -> str:
 def kernel_job_group(job_id: int) -> str:
     """Group for a kernel job's build and benchmark progress (``kernel-job-<id>``)."""
     return _checked(f"kernel-job-{int(job_id)}")
+
+
+def node_roster_group() -> str:
+    """Group of the set of nodes (``roster-nodes``): a node was registered or removed, or its
+    agent came online (:func:`deployments.telemetry.events.node_roster_broadcast`). It names no
+    node, so a page (the wall) follows nodes that did not exist when it subscribed."""
+    return _checked("roster-nodes")
 
 
 def live_user_group(user_id: int) -> str:
@@ -274,6 +285,8 @@ def group_created_at(group: str) -> float | None:
     if parsed is None:
         return None
     kind, key = parsed
+    if kind not in _KIND_OBJECTS:  # a roster: about no one object
+        return None
     try:
         from django.apps import apps
 

@@ -9,12 +9,13 @@ discovery result is kept in ``Node.topology`` for audit.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from controlplane.errors import InvalidInput, NotFound
@@ -179,21 +180,32 @@ def node_gpu_status(node: Node) -> dict:
 def node_heartbeat(*, name: str, pid: int) -> None:
     """Record that the agent of node ``name`` (process ``pid``) is alive now.
 
-    One conditional UPDATE: it never moves ``agent_heartbeat_at`` backwards, so a delayed
+    A conditional UPDATE: it never moves ``agent_heartbeat_at`` backwards, so a delayed
     heartbeat message arriving after a newer one changes nothing; it clears ``agent_stopped_at``
     (the agent is back). ``updated_at`` is left alone
-    (a heartbeat is not an edit of the node).
+    (a heartbeat is not an edit of the node). A heartbeat that brings the agent online (its
+    first, or the first after a clean stop or a silence past ``CEILING_HEARTBEAT_TIMEOUT_S``:
+    :attr:`Node.agent_online` turns true) is announced on the nodes' roster group
+    (:func:`deployments.telemetry.events.node_roster_broadcast`, ``online``), so the wall
+    redraws its tiles at once; the first UPDATE takes only such a row, the second any other,
+    so a heartbeat costs one or two statements.
 
     Raises:
         NotFound: no node has that name.
     """
+    from deployments.telemetry.events import node_roster_broadcast
+
     now = timezone.now()
-    updated = (
-        Node.objects.filter(name=name)
-        .filter(Q(agent_heartbeat_at__isnull=True) | Q(agent_heartbeat_at__lte=now))
-        .update(agent_heartbeat_at=now, agent_pid=pid, agent_stopped_at=None)
-    )
-    if not updated and not Node.objects.filter(name=name).exists():
+    rows = Node.objects.filter(name=name)
+    beat = {"agent_heartbeat_at": now, "agent_pid": pid, "agent_stopped_at": None}
+    silent_since = now - timedelta(seconds=settings.CEILING_HEARTBEAT_TIMEOUT_S)
+    offline = (Q(agent_heartbeat_at__isnull=True) | Q(agent_heartbeat_at__lt=silent_since)
+               | Q(agent_stopped_at__gte=F("agent_heartbeat_at"), agent_heartbeat_at__lte=now))
+    if rows.filter(offline).update(**beat):
+        node_roster_broadcast(node_name=name, event="online")
+        return
+    updated = rows.filter(agent_heartbeat_at__lte=now).update(**beat)
+    if not updated and not rows.exists():
         raise NotFound(f"no node named {json_spelled(name)}")
 
 

@@ -4,10 +4,15 @@ redaction still masks it in logs written while it was in use (see :mod:`controlp
 
 The earlier value is copied as stored (sealed, :mod:`controlplane.secretbox`), so retiring needs
 no key; only deciding whether a value changed compares plaintexts, through
-:func:`controlplane.secretbox.secret_plaintext`."""
+:func:`controlplane.secretbox.secret_plaintext`.
+
+A node row that is created or deleted, by whatever path (an agent's registration, ``manage.py
+seed``, the admin, the API's delete), is announced on the nodes' roster group once the
+transaction commits (:func:`deployments.telemetry.events.node_roster_broadcast`), so the wall
+redraws its tiles at once."""
 from __future__ import annotations
 
-from django.db.models.signals import post_delete, pre_save
+from django.db.models.signals import post_delete, post_save, pre_save
 
 from controlplane.secretbox import SealedValue, SecretUnreadable, secret_plaintext
 
@@ -41,8 +46,23 @@ def _retire_deleted_value(sender, instance, **kwargs) -> None:
         RetiredSecretValue.objects.create(name=instance.name, value=instance.value)
 
 
+def _announce_node_registered(sender, instance, created=False, raw=False, **kwargs) -> None:
+    from deployments.telemetry.events import node_roster_broadcast
+
+    if created and not raw:
+        node_roster_broadcast(node_name=instance.name, event="registered")
+
+
+def _announce_node_removed(sender, instance, **kwargs) -> None:
+    from deployments.telemetry.events import node_roster_broadcast
+
+    node_roster_broadcast(node_name=instance.name, event="removed")
+
+
 def connect() -> None:
     """Connect the handlers (called once from :meth:`DeploymentsConfig.ready`)."""
     pre_save.connect(_retire_changed_value, sender="deployments.Secret", dispatch_uid="deployments.secret.retire-changed")
     post_delete.connect(_retire_deleted_value, sender="deployments.Secret",
                         dispatch_uid="deployments.secret.retire-deleted")
+    post_save.connect(_announce_node_registered, sender="deployments.Node", dispatch_uid="deployments.node.roster-registered")
+    post_delete.connect(_announce_node_removed, sender="deployments.Node", dispatch_uid="deployments.node.roster-removed")

@@ -6,6 +6,12 @@ A deployment that is created or changes status is also announced on its node's g
 subscribes to every node's group, so it redraws its tiles at once instead of at its next 10 s
 re-fetch (which stays as the fallback for a lost message).
 
+A node that is registered or removed, or whose agent comes online (its first heartbeat, or the
+first after a clean stop or a silence past ``CEILING_HEARTBEAT_TIMEOUT_S``), is announced on the
+nodes' roster group (``roster-nodes``, ``node.roster`` ``{"node", "event"}``, once the
+transaction commits): the wall subscribes to it without knowing the nodes, so a node that did
+not exist when it subscribed appears at once too.
+
 ``health`` is derived from a :class:`~deployments.models.ServerProcess` row, since the row keeps
 status and probe results rather than one health word:
 
@@ -26,7 +32,7 @@ from typing import Any
 
 from django.db import transaction
 
-from controlplane.realtime import broadcast, deployment_group, node_group
+from controlplane.realtime import broadcast, deployment_group, node_group, node_roster_group
 
 log = logging.getLogger(__name__)
 
@@ -97,5 +103,27 @@ def deployment_roster_broadcast(*, deployment_id: int, status: str, node_name: s
                 broadcast(node_group(name), "deployment.roster", data, force=True)
         except Exception:  # noqa: BLE001 - a broadcast must never break a deploy or supervision
             log.warning("deployment.roster broadcast failed", exc_info=True)
+
+    transaction.on_commit(send)
+
+
+#: ``event`` values of ``node.roster``.
+NODE_ROSTER_EVENTS = ("registered", "removed", "online")
+
+
+def node_roster_broadcast(*, node_name: str, event: str) -> None:
+    """Send ``node.roster`` ``{"node": node_name, "event": event}`` (forced; ``event`` one of
+    :data:`NODE_ROSTER_EVENTS`) to ``roster-nodes`` once the current transaction commits (at
+    once outside one), so a page that re-fetches on it reads the new row. Never raises for a
+    transport problem."""
+    if event not in NODE_ROSTER_EVENTS:
+        raise ValueError(f"node.roster event {event!r}: one of {', '.join(NODE_ROSTER_EVENTS)}")
+    data = {"node": node_name, "event": event}
+
+    def send() -> None:
+        try:
+            broadcast(node_roster_group(), "node.roster", data, force=True)
+        except Exception:  # noqa: BLE001 - a broadcast must never break a registration or a heartbeat
+            log.warning("node.roster broadcast failed", exc_info=True)
 
     transaction.on_commit(send)

@@ -6,7 +6,9 @@ deployment with its status, health per role, tok/s and running requests) that
 ``static/ceiling/dashboards.js`` fills from the live websocket. The page re-fetches
 :func:`wall_tiles_partial` at once when a node's group carries ``deployment.roster`` (a
 deployment was created or changed status, :func:`deployments.telemetry.events.deployment_roster_broadcast`)
-and every 10 s in any case; when its ``data-roster`` (the nodes, the deployments with their
+or the nodes' roster group (``roster-nodes``, always subscribed: it names no node) carries
+``node.roster`` (a node was registered or removed, or its agent came online,
+:func:`deployments.telemetry.events.node_roster_broadcast`), and every 10 s in any case; when its ``data-roster`` (the nodes, the deployments with their
 status and processes, the agents' state) changed, the tiles are swapped and the socket's
 subscriptions follow, so a new deployment appears without a reload.
 """
@@ -20,7 +22,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from controlplane.realtime import deployment_group, node_group
+from controlplane.realtime import deployment_group, node_group, node_roster_group
 from controlplane.redaction import redact_text
 from deployments import selectors, services
 from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL
@@ -111,7 +113,7 @@ def _wall_context() -> dict[str, Any]:
 def wall(request: HttpRequest) -> HttpResponse:
     """The wall display: a full-screen dark page of node and deployment tiles, live over the
     websocket, recovering by itself after a network drop or a server restart."""
-    return render(request, "deployments/wall.html", _wall_context())
+    return render(request, "deployments/wall.html", {**_wall_context(), "roster_group": node_roster_group()})
 
 
 @role_page()

@@ -886,12 +886,16 @@
       if (seen["deployment.status"]) setBadge(field(tile, "status"), statusText(tile, seen["deployment.status"].status), statusClass(seen["deployment.status"].status));
       (seen["health.change"] ? [seen["health.change"]] : []).forEach(function (d) { applyHealthChange(tile, d); });
     }
+    // The nodes' roster group names no node: subscribed for as long as the wall is open, it
+    // tells of a node registered or removed, or whose agent came online, even one that did not
+    // exist when the wall subscribed.
+    var rosterGroup = root.getAttribute("data-roster-group");
     var live = CeilingLive.open({
-      groups: groupsOnWall(),
+      groups: groupsOnWall().concat(rosterGroup ? [rosterGroup] : []),
       onMessage: function (msg) {
-        // A deployment on a node of the wall was created or changed status: redraw the tiles
-        // now rather than at the next 10 s re-fetch.
-        if (msg.type === "deployment.roster") { refreshSoon(); return; }
+        // A deployment on a node of the wall was created or changed status, or the set of nodes
+        // or an agent's state changed: redraw the tiles now rather than at the next 10 s re-fetch.
+        if (msg.type === "deployment.roster" || msg.type === "node.roster") { refreshSoon(); return; }
         if (!wallAccepts(tileOf(msg.group), msg)) return;
         (latest[msg.group] = latest[msg.group] || {})[msg.type] = msg.data;
         (latestTs[msg.group] = latestTs[msg.group] || {})[msg.type] = msg.ts;
@@ -903,8 +907,9 @@
       }
     });
     // New deployments and nodes appear (and ended ones go) without a reload: the tiles are
-    // re-fetched at once on a deployment.roster message of a node's group and every 10 s
-    // whatever comes (the fallback for a lost message or a new node), swapped in when the
+    // re-fetched at once on a deployment.roster message of a node's group or a node.roster one
+    // of the nodes' roster group, and every 10 s whatever comes (the fallback for a lost
+    // message), swapped in when the
     // roster changed, and the socket's subscriptions follow. It is a partial request (HX-Request): signed out, the server
     // answers 401 instead of the login page, and the wall says "signed out".
     var url = root.getAttribute("data-tiles-url");
