@@ -1,5 +1,6 @@
 """The wall draws a new deployment's tile, and drops an ended one, as soon as its node's group
-carries ``deployment.roster``, not at its next 10 s re-fetch, in a real browser (the Debian
+carries ``deployment.roster``, and a node it did not know as soon as the nodes' roster group
+carries ``node.roster``, not at its next 10 s re-fetch, in a real browser (the Debian
 ``chromium`` package driven by Playwright) against Django's live test server.
 
 No websocket server: the page's ``/ws/live/`` is routed to the test, which speaks for it.
@@ -81,4 +82,35 @@ def test_the_wall_redraws_its_tiles_on_a_roster_message(live_server, node, viewe
                         "data": {"deployment_id": pk, "status": "stopped"}}))
     page.wait_for_selector(tile, state="detached", timeout=3_000)
     assert time.monotonic() - started < 8
+    assert not errors, errors
+
+
+def test_the_wall_draws_a_node_it_did_not_know_on_a_node_roster_message(live_server, transactional_db, viewer, browser):
+    sockets: list = []
+    page = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
+    sign_in(page, live_server.url, viewer)
+    page.goto(f"{live_server.url}/wall/", wait_until="load")
+    for _ in range(100):
+        if sockets:
+            break
+        page.wait_for_timeout(100)
+    assert sockets, "the wall opened no live socket"
+    ws = sockets[0]
+    # No node yet: the wall follows the nodes' roster group, which names none.
+    assert "sub=roster-nodes" in ws.url, ws.url
+    ws.send(json.dumps({"type": "live.subscribed", "groups": {"roster-nodes": {"seq": 0, "latest": {}}}}))
+    page.wait_for_timeout(300)
+    started = time.monotonic()
+    _in_thread(lambda: cpu_node_create(name="brand-new-box"))
+    tile = '.wall-tile[data-group="node-brand-new-box"]'
+    page.wait_for_timeout(1000)
+    assert page.locator(tile).count() == 0, "drawn without a message: the test would not show the message's effect"
+
+    ws.send(json.dumps({"type": "node.roster", "seq": 1, "group": "roster-nodes", "ts": time.time(),
+                        "data": {"node": "brand-new-box", "event": "registered"}}))
+    page.wait_for_selector(tile, timeout=3_000)
+    assert time.monotonic() - started < 8, "drawn by the 10 s re-fetch, not by the message"
     assert not errors, errors
