@@ -44,11 +44,13 @@ def beating_node(transactional_db, settings) -> str:
 
 
 class Heartbeats:
-    """The agent's heartbeat of node ``name`` every half second, from a thread (Playwright's sync
-    API runs an event loop in the test's thread, where Django refuses database calls)."""
+    """The agent's heartbeat of node ``name`` (process ``pid``) every half second, from a thread
+    (Playwright's sync API runs an event loop in the test's thread, where Django refuses database
+    calls)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, pid: int = 4321) -> None:
         self.name = name
+        self.pid = pid
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.last = None
@@ -56,7 +58,7 @@ class Heartbeats:
     def _run(self) -> None:
         try:
             while not self.stopping.is_set():
-                node_heartbeat(name=self.name, pid=4321)
+                node_heartbeat(name=self.name, pid=self.pid)
                 self.last = time.time()
                 self.stopping.wait(0.5)
         finally:
