@@ -644,3 +644,41 @@ def redact_text(text: str) -> str:
         if m.end() > begin:
             spans.append((begin, m.end()))
     return _spans_masked(text, spans)
+
+
+# The patterns of each given value's spellings (:func:`secret_value_found`), by those spellings.
+_given_patterns_cache: dict[frozenset[str], _KnownPatterns] = {}
+
+
+def _given_patterns(value: str) -> _KnownPatterns:
+    """The patterns of the spellings of ``value`` that :func:`secret_values_mask` masks: each of
+    its :func:`value_forms` of at least :data:`PLAIN_VALUE_MIN_LENGTH` characters."""
+    forms = frozenset(f for f in value_forms(value) if len(f) >= PLAIN_VALUE_MIN_LENGTH)
+    known = _given_patterns_cache.get(forms)
+    if known is None:
+        if len(_given_patterns_cache) > 256:
+            _given_patterns_cache.clear()
+        known = _given_patterns_cache[forms] = _KnownPatterns(forms)
+    return known
+
+
+def secret_value_found(text: str, value: str) -> bool:
+    """Whether ``text`` holds ``value`` (a secret's value) in a spelling :func:`secret_values_mask`
+    masks: the value as typed, base64, JSON-escaped, any percent-encoding of these, ... (each of at
+    least :data:`PLAIN_VALUE_MIN_LENGTH` characters). What a write refuses, so that text a page
+    would show masked is never accepted."""
+    if not isinstance(text, str) or not text or not isinstance(value, str):
+        return False
+    return bool(_value_spans(text, _given_patterns(value)))
+
+
+def secret_value_masked(text: str, values) -> str:
+    """``text`` with every spelling :func:`secret_value_found` finds of each of ``values``
+    replaced by :data:`REDACTED`: what a refusal message shows in place of what was typed."""
+    if not isinstance(text, str) or not text:
+        return text
+    spans: list[tuple[int, int]] = []
+    for value in values:
+        if isinstance(value, str):
+            spans += _value_spans(text, _given_patterns(value))
+    return _spans_masked(text, spans)

@@ -82,8 +82,9 @@ Rules, with where they come from:
   refused at its path pointing at ``spec.secrets``, and no message of the answer holds the value
   (only a shortened form such as ``hf_…(37 chars)``, :func:`controlplane.redaction.credential_mask`).
 * Nor may a plain value hold the value of a stored secret (``secret_values`` of
-  :func:`recipe_validate`, at least :data:`SECRET_VALUE_MIN_LENGTH` characters): it is refused at
-  its path naming the secret to reference instead, and never repeated in any message.
+  :func:`recipe_validate`) in any spelling a page masks it in (as typed, base64, JSON-escaped, any
+  percent-encoding, ...: :func:`controlplane.redaction.secret_value_found`, each spelling at least
+  :data:`SECRET_VALUE_MIN_LENGTH` characters): it is refused at its path naming the secret to reference instead, and never repeated in any message.
 * Nor, when saved (``secret_values`` given), may a plain value hold a placeholder shown in place
   of a secret (:data:`controlplane.redaction.PLACEHOLDER_RE`: ``***redacted***`` for a stored
   secret's value, ``hf_…(37 chars)`` for a credential), as an edit form or an API read of a recipe
@@ -106,7 +107,8 @@ from django.conf import settings
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled, not_integer
 from controlplane.redaction import (
-    PLACEHOLDER_RE, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_mask, value_forms,
+    MIN_VALUE_LENGTH, PLACEHOLDER_RE, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_mask,
+    secret_value_found, secret_value_masked,
 )
 from deployments.engines import ENGINES
 from deployments.engines.base import (
@@ -373,13 +375,14 @@ def _credential_paths(value: Any, path: str) -> list[tuple[str, str, str]]:
 
 def _stored_secret_paths(spec: Any, secret_values: dict[str, str]) -> list[tuple[str, str]]:
     """``(path, secret name)`` of each plain string in ``spec`` (keys included) that holds the
-    value of a stored secret (``secret_values``: value → name) of at least
-    :data:`SECRET_VALUE_MIN_LENGTH` characters, once per path and secret."""
-    values = {v.strip(): name for v, name in secret_values.items() if len(v.strip()) >= SECRET_VALUE_MIN_LENGTH}
+    value of a stored secret (``secret_values``: value → name) in any spelling the pages mask it
+    in (:func:`controlplane.redaction.secret_value_found`: as typed, base64, percent-encoded, ...,
+    each of at least :data:`SECRET_VALUE_MIN_LENGTH` characters), once per path and secret."""
+    values = {v: name for v, name in secret_values.items() if len(v.strip()) >= MIN_VALUE_LENGTH}
     found: list[tuple[str, str]] = []
     for at, text in _plain_texts(spec, "spec"):
         for value, name in values.items():
-            if value in text and (at, name) not in found:
+            if (at, name) not in found and secret_value_found(text, value):
                 found.append((at, name))
     return found
 
@@ -444,10 +447,9 @@ def _credentials_refuse(errs: _Errors, spec: Any, secret_values: dict[str, str],
 
 
 def _stored_value_forms(secret_values: dict[str, str]) -> list[str]:
-    """Every spelling (:func:`controlplane.redaction.value_forms`) of each stored secret value
-    looked for in a recipe (at least :data:`SECRET_VALUE_MIN_LENGTH` characters), longest first."""
-    return sorted({f for v in secret_values if len(v.strip()) >= SECRET_VALUE_MIN_LENGTH for f in value_forms(v)},
-                  key=len, reverse=True)
+    """The stored secret values looked for in a recipe; each is masked in every spelling
+    :func:`_stored_secret_paths` finds it in (:func:`_values_masked`)."""
+    return [v for v in secret_values if isinstance(v, str) and len(v.strip()) >= MIN_VALUE_LENGTH]
 
 
 def secret_text_masked(text: str, secret_values: dict[str, str]) -> str:
@@ -459,12 +461,10 @@ def secret_text_masked(text: str, secret_values: dict[str, str]) -> str:
     return _values_masked(credential_mask(text), _stored_value_forms(secret_values))
 
 
-def _values_masked(text: str, forms: list[str]) -> str:
-    """``text`` with each of ``forms`` (spellings of stored secret values, longest first)
-    replaced by :data:`REDACTED`."""
-    for form in forms:
-        text = text.replace(form, REDACTED)
-    return text
+def _values_masked(text: str, values: list[str]) -> str:
+    """``text`` with each spelling of each of ``values`` (stored secret values) that a page masks
+    (:func:`controlplane.redaction.secret_value_masked`) replaced by :data:`REDACTED`."""
+    return secret_value_masked(text, values)
 
 
 def engine_topology_errors(*, engine: Any, topology: Any) -> dict[str, list[str]]:
