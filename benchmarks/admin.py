@@ -26,12 +26,19 @@ class BenchmarkSweepAdmin(_SystemWritten):
     A sweep keeps its deployment (``PROTECT``): deleting the deployment in admin lists its sweeps
     as protected and is refused until they are deleted here."""
 
-    list_display = ("id", "name", "deployment", "status", "points_done", "points_total", "served_model_name",
+    list_display = ("id", "name_shown", "deployment", "status", "points_done", "points_total", "served_model_name",
                     "topology", "created_at")
     list_select_related = ("deployment__recipe",)
     list_filter = ("status", "topology", "engine")
     search_fields = ("name", "served_model_name")
-    readonly_fields = [f.name for f in BenchmarkSweep._meta.fields]
+    readonly_fields = [f.name if f.name != "name" else "name_shown" for f in BenchmarkSweep._meta.fields]
+
+    @admin.display(description="name", ordering="name")
+    def name_shown(self, obj: BenchmarkSweep) -> str:
+        """The name, a stored secret's value in it (saved before it was refused there) masked."""
+        from deployments.services import free_text_shown
+
+        return free_text_shown(obj.name)
 
 
 @admin.register(BenchmarkRun)

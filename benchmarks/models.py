@@ -101,7 +101,10 @@ class BenchmarkSweep(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.name or f"sweep #{self.pk}"
+        # a stored secret's value in the name (saved before it was refused there) shows masked
+        from deployments.services import free_text_shown
+
+        return free_text_shown(self.name) or f"sweep #{self.pk}"
 
     @property
     def gpus_modelled(self) -> bool:

@@ -51,7 +51,7 @@ def _gib(value: int | None) -> str:
 def _history_content(record, node_names: dict[int, str]) -> dict[str, Any]:
     """A historical recipe row's content in :data:`deployments.services.RECIPE_CONTENT_FIELDS`
     form (``node`` by name; ``None`` for a node row that is gone)."""
-    return {"name": record.name, "description": record.description, "engine": record.engine,
+    return {"name": record.name, "description": services.free_text_shown(record.description), "engine": record.engine,
             "topology": record.topology, "node": node_names.get(record.node_id),
             # a credential or stored secret's value saved before such values were refused shows masked
             "spec": credential_mask_json(record.spec)}
@@ -345,6 +345,9 @@ class RecipeAdmin(SimpleHistoryAdmin):
         as ``spec.roles.decode.port``, values in JSON, ``—`` for an absent key), instead of the
         whole spec before and after as Python text."""
         records = list(historical_records)
+        for record in records:
+            # a change reason saved before a stored secret's value was refused in it shows masked
+            record.history_change_reason = services.free_text_shown(record.history_change_reason)
         node_names = dict(Node.objects.filter(pk__in={r.node_id for r in records}).values_list("pk", "name"))
         for newer, older in zip(records, records[1:]):
             newer.history_delta_changes = [

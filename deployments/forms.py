@@ -28,7 +28,7 @@ from deployments.models import (
     name_validator,
 )
 from deployments.recipes import RECIPE_DOC_PATH
-from deployments.services import text_control_validator
+from deployments.services import free_text_shown, secret_value_validator, text_control_validator
 
 
 def spec_parse(text: str) -> dict:
@@ -170,7 +170,8 @@ class RecipeForm(SpecTextMixin, SingleValuedForm):
             # The length is judged by change_reason_validator (the product's wording); the browser
             # still stops typing at the limit.
             self.fields["change_reason"] = forms.CharField(
-                required=False, validators=[change_reason_validator, text_control_validator],
+                required=False, validators=[change_reason_validator, text_control_validator,
+                            secret_value_validator("change_reason")],
                 help_text="shown in the version history",
                 widget=forms.TextInput(attrs={"maxlength": CHANGE_REASON_MAX_LENGTH}),
             )
@@ -273,6 +274,7 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
         name_judged_once(self)
         if self.instance is not None and self.instance.pk:
             self.initial["spec"] = spec_pretty(self.instance.spec)
+            self.initial["description"] = free_text_shown(self.instance.description)
             self.initial["expected_version"] = (
                 Recipe.objects.filter(pk=self.instance.pk).values_list("version", flat=True).first()
             )

@@ -45,7 +45,10 @@ from django.utils import timezone
 from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_spelled
 from controlplane.lengths import length_message
-from controlplane.redaction import MIN_VALUE_LENGTH, redact_text, register_secret_value, stored_secret_values_load
+from controlplane.redaction import (
+    MIN_VALUE_LENGTH, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_mask_json, redact_text, register_secret_value, secret_value_found,
+    secret_values_mask, stored_secret_values_load,
+)
 from controlplane.secretbox import SecretUnreadable
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
 from deployments.launch import (  # noqa: F401  (PORT_KIND_FLAGS, port_kind_text: read from here too)
@@ -172,6 +175,51 @@ def text_control_validator(value: object) -> None:
     problem = text_control_problem(value) if isinstance(value, str) else None
     if problem:
         raise DjangoValidationError(problem, code="text_control")
+
+
+def secret_value_in_text(field: str, text: Any, values: dict[str, str] | None = None) -> str | None:
+    """Why ``text``, free text stored in ``field`` (a recipe's description, a history's change
+    reason, a sweep's name) and shown in clear, cannot hold what it holds: the value of a stored
+    secret in any spelling a page masks it in (:func:`controlplane.redaction.secret_value_found`:
+    as typed, base64, percent-encoded, ..., each spelling at least
+    :data:`controlplane.redaction.PLAIN_VALUE_MIN_LENGTH` characters), naming the field and the
+    secret, never the value; or None. ``values`` is :func:`secret_values`, read here when not given."""
+    if not isinstance(text, str) or len(text) < PLAIN_VALUE_MIN_LENGTH:
+        return None
+    for value, name in (secret_values() if values is None else values).items():
+        if len(value.strip()) >= MIN_VALUE_LENGTH and secret_value_found(text, value):
+            return (f"{field} holds the value of secret {json_spelled(name)}: refer to the secret by its name "
+                    f"{json_spelled(name)} instead; {field} is stored and shown in clear")
+    return None
+
+
+def secret_value_validator(field: str):
+    """A field validator (Django forms, models and DRF serializers alike) refusing a free text
+    ``field`` that holds a stored secret's value, with :func:`secret_value_in_text`'s message."""
+    def validate(value: object) -> None:
+        problem = secret_value_in_text(field, value)
+        if problem:
+            raise DjangoValidationError(problem, code="secret_value")
+    return validate
+
+
+def _description_placeholder(description: str) -> str | None:
+    """Why a recipe's ``description`` holding :data:`controlplane.redaction.REDACTED` cannot be
+    saved: it is what the edit form and the API show in place of a stored secret's value saved
+    before such values were refused, so saving it unchanged would store the placeholder as text
+    nobody wrote."""
+    if REDACTED not in description:
+        return None
+    return (f"description holds the placeholder {REDACTED} shown in place of a secret's value: remove it, "
+            f"or refer to the secret by its name")
+
+
+def free_text_shown(text: Any) -> Any:
+    """Free text one user wrote (a recipe's description, a change reason, a sweep's name) as
+    pages, the API, exports and CLI output show it: a stored secret's value in it, saved before
+    such values were refused (:func:`secret_value_in_text`), masked as every other read masks it
+    (:func:`controlplane.redaction.secret_values_mask`). Anything but text is returned as it is."""
+    return secret_values_mask(text) if isinstance(text, str) and text else text
 
 
 def controls_visible(text: str) -> str:
@@ -427,6 +475,8 @@ def recipe_content_validate(content: dict[str, Any], *, stored_spec: Any = None)
         errors["description"] = [length_message(DESCRIPTION_MAX_LENGTH, len(description))]
     elif _string_problem(description) or text_control_problem(description):
         errors["description"] = [_string_problem(description) or text_control_problem(description)]
+    elif problem := secret_value_in_text("description", description) or _description_placeholder(description):
+        errors["description"] = [problem]
     if content.get("engine") not in Engine.values:
         errors["engine"] = [f"Unknown engine; one of {', '.join(Engine.values)}."]
     if content.get("topology") not in Topology.values:
@@ -471,6 +521,15 @@ def _check_name_free(name: str, *, exclude_pk: int | None = None) -> None:
         qs = qs.exclude(pk=exclude_pk)
     if qs.exists():
         raise InvalidInput({"name": [f"A recipe named {json_spelled(name)} already exists."]})
+
+
+def _change_reason_check(change_reason: str | None) -> None:
+    """Refuse a change reason holding a stored secret's value (:func:`secret_value_in_text`): the
+    history shows it to everyone who may read the recipe. Raises :class:`InvalidInput` under
+    ``change_reason``."""
+    problem = secret_value_in_text("change_reason", change_reason)
+    if problem:
+        raise InvalidInput({"change_reason": [problem]})
 
 
 def _save_with_history(recipe: Recipe, *, user, change_reason: str) -> None:
@@ -523,6 +582,7 @@ def recipe_create(
     Raises :class:`InvalidInput` (keys ``name``, ``engine``, ``topology``, ``node``, ``spec.…``)
     when anything is invalid or the name is taken.
     """
+    _change_reason_check(change_reason)
     content = recipe_content_validate(
         {"name": name, "description": description or "", "engine": engine, "topology": topology, "node": node, "spec": spec}
     )
@@ -565,6 +625,7 @@ def recipe_update(
     unknown = sorted(set(fields) - set(RECIPE_CONTENT_FIELDS))
     if unknown:
         raise InvalidInput({key: ["Not a recipe field."] for key in unknown})
+    _change_reason_check(change_reason)
     if spec_patch is not None and "spec" in fields:
         raise InvalidInput({"spec": ["Give spec (the whole spec) or spec_patch (a merge patch), not both."]})
     with transaction.atomic():
@@ -845,10 +906,18 @@ def recipe_diff(*, recipe: Recipe, a: int, b: int) -> list[dict[str, Any]]:
 
 def content_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[dict[str, Any]]:
     """:func:`recipe_diff` of two recipe contents (mappings holding every field of
-    :data:`RECIPE_CONTENT_FIELDS`, ``node`` by name): the same rows in the same order."""
+    :data:`RECIPE_CONTENT_FIELDS`, ``node`` by name): the same rows in the same order.
+
+    The contents are compared as stored, then each row's ``old`` and ``new`` (and ``path``, which
+    holds spec keys) are shown as every other read of a recipe shows them
+    (:func:`controlplane.redaction.credential_mask_json`): a stored secret's value in any spelling
+    and a well-known credential, saved before such values were refused, are masked on both sides."""
     out: list[dict[str, Any]] = []
     for field in RECIPE_CONTENT_FIELDS:
         _diff_values(field, old[field], new[field], out)
+    for row in out:
+        row.update(path=credential_mask_json(row["path"]), old=credential_mask_json(row["old"]),
+                   new=credential_mask_json(row["new"]))
     return out
 
 

@@ -20,7 +20,7 @@ from controlplane.api import (
 )
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import query_text
-from deployments.services import text_control_validator
+from deployments.services import free_text_shown, secret_value_validator, text_control_validator
 
 
 def _nullable(kind: str, description: str) -> dict:
@@ -168,6 +168,8 @@ class SweepSerializer(serializers.ModelSerializer):
         data = super().to_representation(instance)
         if instance.status != SweepStatus.RUNNING:
             data["current_tok_s"] = None  # a rate "now" only while a point runs, as on the sweep's page
+        # a name saved before a stored secret's value was refused in it shows the value masked
+        data["name"] = free_text_shown(data.get("name"))
         return data
 
     @extend_schema_field(serializers.CharField(allow_null=True))
@@ -243,7 +245,8 @@ class SweepCreateSerializer(StrictInputMixin, serializers.Serializer):
 
     deployment = StrictIntegerField(min_value=1)
     grid = GridField()
-    name = LimitedTextField(max_length=200, required=False, allow_blank=True, validators=[text_control_validator])
+    name = LimitedTextField(max_length=200, required=False, allow_blank=True,
+                            validators=[text_control_validator, secret_value_validator("name")])
 
 
 class SweepFilterSerializer(serializers.Serializer):

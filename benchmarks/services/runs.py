@@ -1399,8 +1399,10 @@ def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
     from benchmarks.selectors import sweep_requests_aborted, sweep_requests_cancelled
     from benchmarks.services.sweeps import sweep_analysis
 
+    from deployments.services import free_text_shown
+
     body = {
-        "sweep": {"id": sweep.pk, "name": sweep.name, "deployment_id": sweep.deployment_id,
+        "sweep": {"id": sweep.pk, "name": free_text_shown(sweep.name), "deployment_id": sweep.deployment_id,
                   "status": sweep.status, "reason": sweep.reason or None, "grid": sweep.grid, "num_gpus": sweep.num_gpus,
                   "served_model_name": sweep.served_model_name or None, "topology": sweep.topology or None,
                   "engine": sweep.engine or None,

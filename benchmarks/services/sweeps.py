@@ -163,7 +163,11 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     deployment (:data:`benchmarks.models.ONE_ACTIVE_SWEEP_CONSTRAINT`).
     """
     from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
+    from deployments.services import secret_value_in_text
 
+    # The name is shown in clear on every page, export and CLI line naming the sweep.
+    if problem := secret_value_in_text("name", name):
+        raise InvalidInput({"name": [problem]})
     if deployment.status in DEPLOYMENT_TERMINAL:
         raise Conflict(f"deployment #{deployment.pk} is {deployment.status}; "
                        "deploy its recipe again and sweep the new deployment")
@@ -2399,9 +2403,9 @@ def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
                              break_on_hyphens=False) or [first.rstrip()]
 
     gpus = f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.gpus_modelled else "") if sweep.num_gpus else "GPUs: none"
-    from deployments.services import controls_visible
+    from deployments.services import controls_visible, free_text_shown
 
-    lines = [f"Sweep #{sweep.pk} {controls_visible(sweep.name)} — {sweep.status}"]  # stored before controls were refused
+    lines = [f"Sweep #{sweep.pk} {controls_visible(free_text_shown(sweep.name))} — {sweep.status}"]  # stored before refused
     if sweep.reason:
         lines += wrapped(sweep.reason, "  reason: ", "    ")
     lines += wrapped(f"model {sweep.served_model_name}, {sweep.engine} {sweep.topology}, {gpus}; "

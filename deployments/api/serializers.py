@@ -42,7 +42,7 @@ from deployments.nodes import GPU_STATUSES, node_gpu_status
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
-    deployment_state_note, deployment_waiting_reason, text_control_validator, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem,
+    deployment_state_note, deployment_waiting_reason, text_control_validator, secret_value_validator, free_text_shown, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem,
     recipe_secret_values_held, secret_values, spec_errors_beside_refused_text,
 )
 
@@ -222,8 +222,10 @@ class RecipeSerializer(serializers.ModelSerializer):
 
     def to_representation(self, instance):
         data = super().to_representation(instance)
-        # A stored spec from before credentials or secret values were refused shows them masked.
+        # A stored spec or description from before credentials or secret values were refused
+        # shows them masked.
         data["spec"] = credential_mask_json(data.get("spec"))
+        data["description"] = free_text_shown(data.get("description"))
         return data
 
 
@@ -284,7 +286,8 @@ class RecipeWriteSerializer(serializers.Serializer):
         "`{\"spec\": {\"restart\": {\"policy\": \"never\"}}}` changes that one key and keeps the rest. "
         "The merged spec is validated as a whole."))
     change_reason = LimitedTextField(max_length=CHANGE_REASON_MAX_LENGTH, required=False, allow_blank=True,
-                                     write_only=True, validators=[text_control_validator])
+                                     write_only=True, validators=[text_control_validator,
+                                                                  secret_value_validator("change_reason")])
     expected_version = StrictIntegerField(min_value=1, max_value=MAX_INT, required=False, write_only=True)
 
     def validate_spec(self, value: Any) -> dict:
@@ -413,6 +416,14 @@ class RecipeVersionSerializer(serializers.Serializer):
     user = serializers.CharField(allow_null=True)
     change_reason = serializers.CharField(allow_null=True)
     change = serializers.CharField(help_text="created or changed")
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        # Free text saved before a stored secret's value was refused in it shows the value masked.
+        for key in ("change_reason", "description"):
+            if key in data:
+                data[key] = free_text_shown(data[key])
+        return data
 
 
 class RecipeVersionDetailSerializer(RecipeVersionSerializer):

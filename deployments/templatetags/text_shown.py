@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django import template
 
-from deployments.services import controls_visible
+from deployments.services import controls_visible, free_text_shown
 
 register = template.Library()
 
@@ -12,5 +12,6 @@ register = template.Library()
 def shown_controls(text):
     """Text-direction controls and control characters in ``text`` written as their code points
     (``<U+202E>``, ``<U+001B>``), so stored text cannot display differently from what it says
-    (:func:`deployments.services.controls_visible`)."""
-    return controls_visible(str(text)) if text else text
+    (:func:`deployments.services.controls_visible`); and a stored secret's value in it, saved
+    before such values were refused in free text, masked (:func:`deployments.services.free_text_shown`)."""
+    return controls_visible(free_text_shown(str(text))) if text else text

@@ -352,7 +352,7 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
         if source is not None:
             initial = {
                 "name": f"{source.name}-copy"[:63],
-                "description": source.description,
+                "description": services.free_text_shown(source.description),
                 "engine": source.engine,
                 "topology": source.topology,
                 "node": source.node_id,
@@ -411,7 +411,9 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
         editing=True,
         initial={
             "name": recipe.name,
-            "description": recipe.description,
+            # a stored secret's value saved before it was refused here shows masked; saved
+            # unchanged, the placeholder is refused (services.recipe_content_validate)
+            "description": services.free_text_shown(recipe.description),
             "engine": recipe.engine,
             "topology": recipe.topology,
             "node": recipe.node_id,
