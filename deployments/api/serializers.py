@@ -25,8 +25,8 @@ from rest_framework.fields import SkipField, get_error_detail
 # The API's shared error bodies (schema components ValidationError and Detail), importable from here too.
 from controlplane.api import ERROR_SHAPE_HELP, DetailSerializer, ValidationErrorSerializer  # noqa: F401
 from controlplane.api import (
-    MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictIntegerMixin,
-    StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
+    MAX_INT, FilterChoiceField, IdField, NonEmptyFilterField, StrictCharField, StrictInputMixin, StrictIntegerField,
+    StrictIntegerMixin, StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
 )
 from controlplane.api import AnyJSONField, BlankAsNullCharField, LimitedTextField, OptionalTextField, StrictBooleanField
 from controlplane.drf_defaults import empty_list_item
@@ -647,6 +647,10 @@ class DeploymentSerializer(serializers.ModelSerializer):
     recipe_name = serializers.CharField(
         source="deployed_recipe_name", read_only=True,
         help_text="the recipe's name at recipe_version (what it ran as), not its current name after a rename")
+    recipe_current_name = serializers.CharField(
+        source="recipe.name", read_only=True,
+        help_text="the recipe's name now: the same as recipe_name unless the recipe was renamed since this "
+                  "version was deployed (pages then show recipe_name followed by \"(now recipe_current_name)\")")
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     waiting_reason = serializers.SerializerMethodField(
@@ -680,6 +684,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "id",
             "recipe",
             "recipe_name",
+            "recipe_current_name",
             "recipe_version",
             "node",
             "status",
@@ -857,7 +862,9 @@ class DeploymentFilterSerializer(serializers.Serializer):
 
     recipe = IdField(required=False)
     # The name as deployed (``Deployment.recipe_name``), not the recipe's current one.
-    recipe_name = serializers.CharField(required=False, allow_blank=False, max_length=63, trim_whitespace=False)
+    recipe_name = NonEmptyFilterField(required=False, max_length=63, trim_whitespace=False,
+                                      refused_empty="leave recipe_name out to list every deployment, or give a "
+                                                    "recipe's name as deployed")
     status = FilterChoiceField(choices=DeploymentStatus.choices, required=False)
 
 
