@@ -107,6 +107,26 @@ class BenchmarkSweep(models.Model):
         return free_text_shown(self.name) or f"sweep #{self.pk}"
 
     @property
+    def name_renamed_parts(self) -> tuple[str, str, str]:
+        """The name split where its deployment's recipe was renamed since it was deployed and the
+        name leads with the name as deployed (as one made up from the recipe and grid does):
+        ``("t1b", "t1b-renamed", " c=1 16/16")``, so the heading reads ``t1b (now t1b-renamed) c=1
+        16/16`` as every other place naming the deployment does; else ``(name, "", "")``."""
+        deployment = self.deployment
+        renamed = deployment.recipe_renamed_to if deployment is not None else ""
+        lead = deployment.deployed_recipe_name if renamed else ""
+        if renamed and (self.name == lead or self.name.startswith(lead + " ")):
+            return lead, renamed, self.name[len(lead):]
+        return self.name, "", ""
+
+    @property
+    def name_label(self) -> str:
+        """The name as the terminal heads the sweep: ``t1b (now t1b-renamed) c=1 16/16`` after a
+        rename (:attr:`name_renamed_parts`), else the name."""
+        lead, renamed, rest = self.name_renamed_parts
+        return f"{lead} (now {renamed}){rest}" if renamed else lead
+
+    @property
     def gpus_modelled(self) -> bool:
         """Whether :attr:`num_gpus` are modelled by a sim profile (:func:`gpus_are_modelled`)."""
         return gpus_are_modelled(engine=self.engine, num_gpus=self.num_gpus)

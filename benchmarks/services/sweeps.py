@@ -2405,7 +2405,7 @@ def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
     gpus = f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.gpus_modelled else "") if sweep.num_gpus else "GPUs: none"
     from deployments.services import controls_visible, free_text_shown
 
-    lines = [f"Sweep #{sweep.pk} {controls_visible(free_text_shown(sweep.name))} — {sweep.status}"]  # stored before refused
+    lines = [f"Sweep #{sweep.pk} {controls_visible(free_text_shown(sweep.name_label))} — {sweep.status}"]  # stored before refused
     if sweep.reason:
         lines += wrapped(sweep.reason, "  reason: ", "    ")
     lines += wrapped(f"model {sweep.served_model_name}, {sweep.engine} {sweep.topology}, {gpus}; "
