@@ -112,3 +112,31 @@ def deployment_events(*, deployment: Deployment, process: ServerProcess | None =
     if process is not None:
         qs = qs.filter(process=process)
     return qs
+
+
+def recipe_renamed_text(name: str) -> str | None:
+    """Where ``name`` is no recipe's current name but was an earlier name of recipes that still
+    exist (their history, which also holds every deployment's name as deployed), the line a
+    command answers instead of "no such recipe": ``recipe 't1b' was renamed 't1b-renamed' (at v3);
+    use that name``, every such recipe named where several were (``recipe 'a' was renamed: 'b' (at
+    v2), 'c' (at v5); use one of those names``). None when ``name`` is a current name or never was
+    one. Commands take current names only: an old name may be taken by another recipe later, so it
+    is told, never followed."""
+    from controlplane.jsonsafe import json_spelled
+
+    if Recipe.objects.filter(name=name).exists():
+        return None
+    ids = list(Recipe.history.filter(name=name).exclude(history_type="-")
+               .values_list("id", flat=True).distinct())
+    renamed = []
+    for recipe in Recipe.objects.filter(pk__in=ids).order_by("name"):
+        last_old = (recipe.history.filter(name=name).exclude(history_type="-")
+                    .order_by("-version").values_list("version", flat=True).first())
+        at = (recipe.history.filter(version__gt=last_old).exclude(name=name).exclude(history_type="-")
+              .order_by("version").values_list("version", flat=True).first())
+        renamed.append(f"{json_spelled(recipe.name)}" + (f" (at v{at})" if at else ""))
+    if not renamed:
+        return None
+    if len(renamed) == 1:
+        return f"recipe {json_spelled(name)} was renamed {renamed[0]}; use that name"
+    return f"recipe {json_spelled(name)} was renamed: {', '.join(renamed)}; use one of those names"

@@ -178,9 +178,13 @@ def no_deployment_text(target: str) -> str:
     """Why ``target`` (a recipe name, or an id) names no deployment to sweep: a recipe whose latest
     deployment ended says so as the API's 409 does (``recipe 'local-sim-single': its latest
     deployment #4 is failed (first line of its reason); deploy it again and sweep the new
-    deployment``); a recipe never deployed says that; anything else is not a deployment or recipe
+    deployment``); a recipe never deployed says that; an earlier name of a recipe (a deployment's
+    name as deployed, before a rename) names the recipe's current name to give instead
+    (:func:`deployments.selectors.recipe_renamed_text`: ``recipe 't1b' was renamed 't1b-renamed'
+    (at v3); use that name``), never sweeping by it; anything else is not a deployment or recipe
     Ceiling knows."""
     from deployments.models import Recipe
+    from deployments.selectors import recipe_renamed_text
 
     if not (target.isascii() and target.isdigit()):
         latest = Deployment.objects.filter(recipe__name=target).order_by("-created_at", "-id").first()
@@ -191,6 +195,9 @@ def no_deployment_text(target: str) -> str:
                     + (f" ({why})" if why else "") + "; deploy it again and sweep the new deployment")
         if Recipe.objects.filter(name=target).exists():
             return f"recipe {json_spelled(target)} has no deployment; deploy it first to sweep it"
+        renamed = recipe_renamed_text(target)
+        if renamed:
+            return renamed
     return f"no deployment {json_spelled(target)} (give an id, or the name of a recipe that is deployed)"
 
 
@@ -201,7 +208,8 @@ class Command(CeilingCommand):
             "requests; the line printed on creation names the defaults taken.")
 
     def add_arguments(self, parser):
-        parser.add_argument("target", help="deployment id, or a recipe name (its active deployment)")
+        parser.add_argument("target", help="deployment id, or a recipe's current name (its active deployment); "
+                                              "an earlier name of a renamed recipe is refused, naming the current one")
         parser.add_argument("--concurrency", default=None,
                             help=f"closed-loop points, comma-separated, e.g. 1,8,16 (default {DEFAULT_CONCURRENCY}; "
                                  "none when --request-rates is given)")

@@ -6,7 +6,9 @@ shell-quoted line (for reading) and as a JSON list (exact), env, pinning, GPUs, 
 health URL; ``--json`` prints what the API's dry-run answers, with the same keys: ``{"recipe":
 id, "recipe_name": name, "version": n, "plan": the plan's to_dict()}``.
 
-Refused input exits with status 2, as argparse's refusal of a bad option: no recipe by that name,
+Refused input exits with status 2, as argparse's refusal of a bad option: no recipe by that name
+(an earlier name of a renamed recipe is told as such, naming the name to give: ``recipe 't1b' was
+renamed 't1b-renamed' (at v3); use that name``),
 a ``--version`` that is not a version number (the API's message for ``?version=``: ``--version must be
 a whole number between 1 and 2147483647, got 'abc'``) or one the recipe does not have, on one line; a spec that does not render
 on its node, every problem at its path on its own line under ``recipe NAME does not render on node
@@ -24,6 +26,7 @@ from controlplane.errors import CeilingError, InvalidInput
 from controlplane.jsonsafe import json_spelled
 from deployments.api.serializers import version_number
 from deployments.models import Recipe
+from deployments.selectors import recipe_renamed_text
 from deployments.services import recipe_name_at, recipe_plan
 
 
@@ -46,7 +49,8 @@ class Command(CeilingCommand):
     def handle(self, *args, **options) -> None:
         recipe = Recipe.objects.select_related("node").filter(name=options["recipe"]).first()
         if recipe is None:
-            raise refused(f"no recipe named {json_spelled(options['recipe'])}")
+            name = options["recipe"]
+            raise refused(recipe_renamed_text(name) or f"no recipe named {json_spelled(name)}")
         version = None
         if options["version"] is not None:
             try:
