@@ -67,8 +67,12 @@ def test_a_sweep_not_yet_started_says_its_own_status(starting, client, viewer):
     ("-1", "must be a finite number of seconds > 0, got -1"),
     ("-0.5", "must be a finite number of seconds > 0, got -0.5"),
     ("0", "must be a finite number of seconds > 0, got 0"),
-    ("nan", "must be a finite number of seconds > 0, got NaN"),
-    ("inf", "must be a finite number of seconds > 0, got Infinity"),
+    ("nan", "must be a finite number of seconds > 0 (e.g. 3600), got 'nan'"),
+    ("inf", "must be a finite number of seconds > 0 (e.g. 3600), got 'inf'"),
+    ("-inf", "must be a finite number of seconds > 0 (e.g. 3600), got '-inf'"),
+    ("1_000", "must be a finite number of seconds > 0 (e.g. 3600), got '1_000'"),
+    ("1e400", "must be a finite number of seconds > 0, got 1e400"),
+    ("1e-400", "must be a finite number of seconds > 0, got 1e-400"),
     ("abc", "must be a finite number of seconds > 0 (e.g. 3600), got 'abc'"),
     ("", "must be a finite number of seconds > 0 (e.g. 3600), got ''"),
 ])
@@ -82,3 +86,13 @@ def test_a_timeout_is_taken_as_seconds_written_as_a_decimal():
     from benchmarks.management.commands.sweep import seconds_option
 
     assert [seconds_option(t) for t in ("60", "2.5", "1e3", " 7 ")] == [60.0, 2.5, 1000.0, 7.0]
+
+
+@pytest.mark.parametrize("args", [("--timeout", "-inf"), ("--timeout=-inf",), ("--timeout", "-1e400")])
+def test_a_timeout_starting_with_a_dash_is_judged_as_the_option_s_value(starting, args):
+    err, _ = sweep_wait_for(*args)
+    typed = args[-1].split("=")[-1]
+    expected = ("must be a finite number of seconds > 0, got -1e400" if typed == "-1e400" else
+                "must be a finite number of seconds > 0 (e.g. 3600), got '-inf'")
+    assert str(err) == f"Error: argument --timeout: {expected}"
+    assert err.returncode == 2 and not BenchmarkSweep.objects.exists()

@@ -24,8 +24,10 @@ with its grid path and the API's message, one per line, and the command exits wi
 it does for every other refusal of its input, each on one line (no such deployment or recipe, a
 ``--user`` that may not create a sweep, a sweep the service refuses). A sweep that was created and
 then failed or was cancelled (``--wait``, ``--here``) exits with status 1. ``--wait`` follows the
-sweep for ``--timeout`` seconds at most (a finite number > 0, read by :func:`seconds_option`;
-anything else is refused by the option's parser, naming the option and its unit, status 2); a sweep
+sweep for ``--timeout`` seconds at most (a finite number > 0 written as the API writes one, read
+by :func:`seconds_option`; anything else is refused by the option's parser, naming the option and
+its unit and quoting what was typed, status 2; a value starting with ``-``, ``--timeout -inf``, is
+the option's value, :func:`dash_values_joined`); a sweep
 not yet ended by then is left running, not cancelled: the command says so on one line with the
 sweep's id, its page and API paths and how to cancel it, and exits with status 3
 (:data:`STILL_RUNNING_STATUS`). While it follows the sweep (``--wait``, or ``--here`` when a
@@ -88,19 +90,46 @@ def still_running_text(*, sweep, timeout_s: float) -> str:
             f"with POST /api/sweeps/{sweep.pk}/cancel/")
 
 
+# A number as the API reads one (``deployments.api.serializers._DECIMAL_RE``): ASCII digits with an
+# optional sign, point and exponent. ``float()`` alone also takes "1_000", "١", "nan" and "inf".
+_DECIMAL_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def seconds_option(text: str) -> float:
-    """The value of ``--timeout``: a finite number of seconds > 0, written as a decimal (``60``,
-    ``2.5``, ``1e3``). Anything else is refused by the option's parser, which names the option
-    before the reason (``argument --timeout: must be a finite number of seconds > 0, got 0``;
-    ``... got 'abc'`` for a text that is no number), with exit status 2."""
-    try:
-        value = float(text)
-    except ValueError:
+    """The value of ``--timeout``: a finite number of seconds > 0, written as a decimal as the API
+    reads a number (``60``, ``2.5``, ``1e3``; spaces around it taken; no ``1_000``, ``inf`` or
+    ``nan``). Anything else is refused by the option's parser, which names the option before the
+    reason and quotes what was typed, never the number it parsed to (``argument --timeout: must be
+    a finite number of seconds > 0, got 1e400``, not ``Infinity``; ``got 1e-400``, not ``0``;
+    ``... (e.g. 3600), got 'abc'`` for a text that is no number), with exit status 2."""
+    typed = text.strip()
+    if not _DECIMAL_RE.fullmatch(typed):
         raise argparse.ArgumentTypeError(
-            f"must be a finite number of seconds > 0 (e.g. 3600), got {json_spelled(text)}") from None
+            f"must be a finite number of seconds > 0 (e.g. 3600), got {json_spelled(text)}")
+    value = float(typed)
     if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {js_number(value)}")
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {typed}")
     return value
+
+
+def dash_values_joined(args: list[str], value_options: set[str], known: set[str]) -> list[str]:
+    """``args`` with a value that starts with ``-`` but is no option of the command joined to the
+    option before it (``--timeout -inf`` -> ``--timeout=-inf``), which argparse would otherwise read
+    as an unknown option and refuse as ``expected one argument``: the value is judged, and refused
+    in its option's words, as it is when written ``--timeout=-inf``. A known option in its place
+    (``--name --wait``) is left for argparse to refuse as before."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if (arg in value_options and i + 1 < len(args) and args[i + 1].startswith("-") and args[i + 1] != "-"
+                and args[i + 1].split("=", 1)[0] not in known):
+            out.append(f"{arg}={args[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
 
 
 # The example each list option's refusal of an empty item shows.
@@ -206,6 +235,22 @@ class Command(CeilingCommand):
             f"Without --concurrency or --request-rates the points are c={DEFAULT_CONCURRENCY}, and without "
             f"--requests, --requests-per-concurrency or --duration each sends {DEFAULT_REQUESTS_PER_CONCURRENCY} x c "
             "requests; the line printed on creation names the defaults taken.")
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parse_known_args = parser.parse_known_args
+        known = set(parser._option_string_actions)
+        value_options = {name for action in parser._actions if action.nargs is None and action.option_strings
+                         and not isinstance(action, (argparse._StoreTrueAction, argparse._StoreConstAction))
+                         for name in action.option_strings}
+
+        def parse_known_args_joined(args=None, namespace=None):
+            if args is not None:
+                args = dash_values_joined([str(a) for a in args], value_options, known)
+            return parse_known_args(args, namespace)
+
+        parser.parse_known_args = parse_known_args_joined
+        return parser
 
     def add_arguments(self, parser):
         parser.add_argument("target", help="deployment id, or a recipe's current name (its active deployment); "
