@@ -43,7 +43,8 @@ def grid_value(text: str) -> int | float | str:
 def sweep_name_read(text: str) -> tuple[str, list[str]]:
     """A sweep's name as typed into the sweep form or given to ``manage.py sweep --name``, judged
     by the API's own ``name`` field (:class:`benchmarks.api.serializers.SweepCreateSerializer`: at
-    most 200 characters, no control or text-direction characters, spaces around it trimmed).
+    most 200 characters, no control or text-direction characters, tab and newline included
+    (:func:`deployments.services.one_line_text_validator`), spaces around it trimmed).
     Returns ``(name, [])``, or ``("", messages)`` in the API's words when it is refused; a blank
     name is ``""``, which :func:`benchmarks.services.sweep_create` makes up from the grid."""
     from rest_framework.exceptions import ValidationError

@@ -222,6 +222,29 @@ def free_text_shown(text: Any) -> Any:
     return secret_values_mask(text) if isinstance(text, str) and text else text
 
 
+#: Tab, newline and carriage return: taken in free text of several lines (a description), but not in
+#: a name shown on one line (a sweep's name, in a heading, a table cell and a terminal's line).
+LINE_BREAKS_AND_TAB = frozenset([0x09, 0x0A, 0x0D])
+
+
+def one_line_text_validator(value: object) -> None:
+    """:func:`text_control_validator` for a text shown on one line (a sweep's name, read by the API,
+    the sweep form and ``manage.py sweep --name`` through one field), refusing tab, newline and
+    carriage return too, in the same words: ``Must not contain control characters: U+0009 (HT) at
+    character 5; a name is one line of text.``, the same for every control character (ESC
+    included); a text-direction control gets :func:`text_control_problem`'s message."""
+    if not isinstance(value, str):
+        return
+    for i, c in enumerate(value):
+        if ord(c) in LINE_BREAKS_AND_TAB or ord(c) in CONTROL_CHARACTERS:
+            raise DjangoValidationError(
+                f"Must not contain control characters: U+{ord(c):04X} ({_CONTROL_NAMES[ord(c)]}) at character "
+                f"{i + 1}; a name is one line of text.", code="text_control")
+        if ord(c) in DIRECTION_CONTROLS:
+            break
+    text_control_validator(value)
+
+
 def controls_visible(text: str) -> str:
     """``text`` with each text-direction control (:data:`DIRECTION_CONTROLS`) and control
     character (:data:`CONTROL_CHARACTERS`) written as its code point (``<U+202E>``,

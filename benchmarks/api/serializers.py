@@ -20,7 +20,7 @@ from controlplane.api import (
 )
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import query_text
-from deployments.services import free_text_shown, secret_value_validator, text_control_validator
+from deployments.services import free_text_shown, one_line_text_validator, secret_value_validator
 
 
 def _nullable(kind: str, description: str) -> dict:
@@ -246,7 +246,7 @@ class SweepCreateSerializer(StrictInputMixin, serializers.Serializer):
     deployment = StrictIntegerField(min_value=1)
     grid = GridField()
     name = LimitedTextField(max_length=200, required=False, allow_blank=True,
-                            validators=[text_control_validator, secret_value_validator("name")])
+                            validators=[one_line_text_validator, secret_value_validator("name")])
 
 
 class SweepFilterSerializer(serializers.Serializer):

@@ -265,13 +265,23 @@ _GRID_FIELD = {"concurrency": "concurrency", "concurrencies": "concurrency", "le
                "slo.ttft_s": "slo_ttft_ms", "slo.tpot_s": "slo_tpot_ms", "slo.e2e_s": "slo_e2e_ms"}
 
 
+# Grid list fields whose items the API names by index (``grid.concurrency.1``).
+_LIST_KEYS = ("concurrency", "lengths", "request_rates")
+
+
 def _field_errors(errors: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """The grid's errors by form field. A message about one item of a list field names the item
+    by its position as typed, 1-based, as the API names it by index (``grid.concurrency.1``): ``item
+    2: must be an integer 1..4096, got -3``, so a field with several bad items says which is which."""
     out: dict[str, list[str]] = {}
     for path, msgs in errors.items():
         key = str(path).removeprefix("grid.")
         field = _GRID_FIELD.get(key) or _GRID_FIELD.get(key.split(".")[0]) or "detail"
         if field == "detail" and key not in ("detail", "__all__", "non_field_errors"):
             msgs = [f"{key}: {m}" for m in msgs]
+        parts = key.split(".")
+        if len(parts) > 1 and parts[0] in _LIST_KEYS and parts[1].isascii() and parts[1].isdigit():
+            msgs = [f"item {int(parts[1]) + 1}: {m}" for m in msgs]
         out.setdefault(field, []).extend(str(m) for m in msgs)
     return out
 
