@@ -377,6 +377,16 @@
     if (xhr && xhr.status > 0 && xhr.status < 500) return;
     if (elt && elt.getAttribute && /\bevery\b/.test(elt.getAttribute("hx-trigger") || "")) markStale(elt, true);
   }
+  // A request the server answered (2xx, not the login page) tells live.js the server is there:
+  // a socket waiting out its back-off after the server went away reconnects now.
+  function serverAnswered() {
+    document.dispatchEvent(new CustomEvent("ceiling:server-answered"));
+  }
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var xhr = event.detail.xhr;
+    if (xhr && xhr.status >= 200 && xhr.status < 300 && !isLoginPage(xhr.responseURL)) serverAnswered();
+  });
+
   document.addEventListener("htmx:sendError", pollFailed);
   document.addEventListener("htmx:responseError", pollFailed);
   document.addEventListener("htmx:timeout", pollFailed);
@@ -546,6 +556,7 @@
       .then(function (body) {
         if (!body) return;
         sessionBack();
+        serverAnswered();
         var answered = Date.now();
         var byName = {};
         (one ? [body] : body.results || []).forEach(function (node) { byName[node.name] = node; });

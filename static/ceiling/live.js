@@ -24,7 +24,11 @@
 //   message of each type, sent with "live.subscribed"/"live.snapshot") and the REST endpoint of
 //   the group (history for charts, via onHistory).
 // * It reconnects by itself with capped exponential back-off and jitter (0.5 s doubling to
-//   15 s), also when the connection is silently dead (no frame for PING + PONG_WAIT).
+//   15 s), also when the connection is silently dead (no frame for PING + PONG_WAIT). A request
+//   of the page that the same server answered (a poll, a read: "ceiling:server-answered" on
+//   document, see ceiling.js) means the server is back: a retry still far off is made at once,
+//   at most once per EARLY_RETRY_MIN_MS, so the page is live again within a poll of the server's
+//   return; a server that is down answers nothing and keeps the back-off.
 // * While not live, the page is told (onState, and <html data-live-state="...">, and every
 //   [data-live-status] element says "reconnecting… stale since hh:mm:ss UTC"), so numbers on screen
 //   are never presented as live when they are not.
@@ -46,6 +50,7 @@
   var PING_EVERY_MS = 10000;
   var PONG_WAIT_MS = 8000;
   var ACK_IDLE_MS = 1000;
+  var EARLY_RETRY_MIN_MS = 3000;
 
   function pad2(n) { return (n < 10 ? "0" : "") + n; }
 
@@ -115,12 +120,15 @@
     this.lastFrameAt = 0;
     this.closedByUs = false;
     this.retryTimer = null;
+    this.retryDueAt = 0;        // Date.now() of the retry retryTimer makes
+    this.earlyRetryAt = 0;      // Date.now() of the last retry made early (serverAnswered)
     var self = this;
     this.pingTimer = setInterval(function () { self._ping(); }, PING_EVERY_MS);
     window.addEventListener("pagehide", function () { self.close(); });
     document.addEventListener("ceiling:session-ended", function (event) {
       if ((event.detail || {}).status === 401) self.sessionEnded();
     });
+    document.addEventListener("ceiling:server-answered", function () { self.serverAnswered(); });
     this._connect();
   }
 
@@ -150,7 +158,10 @@
     document.documentElement.setAttribute("data-live-state", state);
     paintStatus(this);
     // ceiling.js marks what the page rendered once beside the socket ([data-follows-live]) stale.
-    document.dispatchEvent(new CustomEvent("ceiling:live-state", { detail: { state: state } }));
+    // since: ms since the epoch the data on screen stopped being live (null while live).
+    document.dispatchEvent(new CustomEvent("ceiling:live-state", {
+      detail: { state: state, since: this.staleSince ? this.staleSince.getTime() : null }
+    }));
     if (this.options.onState) this.options.onState(state, this);
   };
 
@@ -235,7 +246,22 @@
     this.attempt += 1;
     var delay = base * (0.75 + Math.random() * 0.5);
     var self = this;
+    this.retryDueAt = Date.now() + delay;
     this.retryTimer = setTimeout(function () { self._connect(); }, delay);
+  };
+
+  // The page's server answered a request: while reconnecting, a retry due later than
+  // EARLY_RETRY_MIN_MS from now is made now instead. The back-off count is kept, so a server
+  // that answers requests but refuses the socket is still tried no more often than that, and one
+  // that goes down again is waited for as long as before.
+  Live.prototype.serverAnswered = function () {
+    if (this.closedByUs || this.state !== "reconnecting" || !this.retryTimer) return;
+    var now = Date.now();
+    if (this.retryDueAt - now < EARLY_RETRY_MIN_MS || now - this.earlyRetryAt < EARLY_RETRY_MIN_MS) return;
+    clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    this.earlyRetryAt = now;
+    this._connect();
   };
 
   Live.prototype._send = function (obj) {
