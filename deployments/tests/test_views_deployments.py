@@ -132,7 +132,8 @@ def test_it_deploys_for_an_operator_and_redirects_to_the_deployment(operator_cli
     assert "Waiting for node agent seed-8gpu (last heartbeat never)" in page
     assert "node.seed-8gpu" in page
     assert "Cancel deployment" in page
-    assert '<span class="tag bad">agent offline</span>' in page
+    # Updated by the page's poll: it reads as last seen while the poll fails (ceiling.js).
+    assert '<span class="tag bad" data-stale-label="{text} (as last seen {at})">agent offline</span>' in page
     assert "created" in page and "oscar-operator deployed seed-v4-flash-pd v1 on node seed-8gpu" in page
 
 
@@ -219,7 +220,7 @@ def test_it_shows_each_process_with_pid_pinning_ports_and_the_timeline(viewer_cl
 
     assert response.status_code == 200
     html = _html(response)
-    assert '<span class="tag ok">ready</span>' in html
+    assert '<span class="tag ok" data-stale-label="{text} (as last seen {at})">ready</span>' in html
     assert '<td class="num mono">31337</td>' in html
     assert "CPUs 32-63" in html and "(32 CPUs)" in html
     assert "mem 1" in html and "(NUMA node 1)" in html
@@ -484,7 +485,7 @@ def test_it_marks_health_stale_when_the_last_probe_is_older_than_three_periods(v
 
     ServerProcess.objects.filter(pk=process.pk).update(last_probe_at=timezone.now() - timedelta(seconds=5))
     cell = _process_cell(_html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))), process)
-    assert "healthy" in cell and "stale" not in cell
+    assert "healthy" in cell and "stale" not in cell.replace('data-stale-label="{text} (as last seen {at})"', "")
 
 
 def test_it_names_the_probed_url_once_in_the_health_cell(viewer_client, seed_pd):

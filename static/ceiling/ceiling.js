@@ -314,7 +314,16 @@
   // as of hh:mm:ss UTC", and a live state ([data-stale-label]: "agent online") reads as its label
   // says, "agent online (as last seen hh:mm:ss UTC)", so old numbers are never shown as live. The next answered poll swaps in fresh content; a
   // socket that is live again clears the mark of what follows it.
+  //
+  // The rule for badges is the same on every page: each badge a poll or the socket keeps up to
+  // date (a deployment's or sweep's status, an agent's, a process's health, the sampled status)
+  // carries data-stale-label, "{text} (as last seen {at})", where {text} is what it said and {at}
+  // the time its part went stale; a panel drawn from the socket is [data-follows-live], stale as
+  // of when the socket stopped being live (the "since" of ceiling:live-state). A script that
+  // writes a badge while it is marked (the socket's re-sync, before it is live) writes through
+  // CeilingStale.write, so the mark keeps the new text and gives it back once the part is fresh.
   var pageLoadedAt = Date.now();
+  var liveStaleSince = null;  // ms since the epoch the page's socket stopped being live
 
   function clockUtc(date) {
     function pad2(n) { return (n < 10 ? "0" : "") + n; }
@@ -323,7 +332,32 @@
 
   function freshAt(el) {
     var at = +el.getAttribute("data-fresh-at");
-    return at || pageLoadedAt;
+    return at || liveStaleSince || pageLoadedAt;
+  }
+
+  // A badge's stale words: its data-stale-label with {text} (its live text) and {at} filled in.
+  function staleText(el) {
+    return el.getAttribute("data-stale-label")
+      .replace("{text}", el.getAttribute("data-live-text") || "")
+      .replace("{at}", el.getAttribute("data-stale-at") || "");
+  }
+
+  // Write a badge's text: a badge marked stale keeps it for when its part is fresh again, and
+  // reads as last seen with it meanwhile.
+  function writeBadge(el, text) {
+    if (!el) return;
+    if (el.hasAttribute("data-live-text")) {
+      el.setAttribute("data-live-text", text);
+      el.textContent = staleText(el);
+    } else {
+      el.textContent = text;
+    }
+  }
+
+  // A badge's own text, marked stale or not.
+  function badgeText(el) {
+    if (!el) return "";
+    return el.hasAttribute("data-live-text") ? el.getAttribute("data-live-text") : el.textContent;
   }
 
   function paintAges(scope) {
@@ -343,10 +377,12 @@
     Array.prototype.forEach.call(scope.querySelectorAll("[data-stale-label]"), function (el) {
       if (stale) {
         if (!el.hasAttribute("data-live-text")) el.setAttribute("data-live-text", el.textContent);
-        el.textContent = el.getAttribute("data-stale-label").replace("{at}", at);
+        el.setAttribute("data-stale-at", at);
+        el.textContent = staleText(el);
       } else if (el.hasAttribute("data-live-text")) {
         el.textContent = el.getAttribute("data-live-text");
         el.removeAttribute("data-live-text");
+        el.removeAttribute("data-stale-at");
       }
     });
   }
@@ -396,6 +432,7 @@
     // "connecting" is the first state of every page: what it rendered is still as of now.
     if (state === "connecting") return;
     var live = state === "live";
+    liveStaleSince = live ? null : (event.detail || {}).since || liveStaleSince || Date.now();
     Array.prototype.forEach.call(document.querySelectorAll("[data-follows-live]"), function (el) {
       // a part whose own reads fail (the heartbeat's, below) stays stale until one is answered
       markStale(el, !live || !!el._readFailed);
@@ -599,4 +636,5 @@
   }
 
   window.CeilingSession = { ended: sessionEnded, isLoginPage: isLoginPage };
+  window.CeilingStale = { write: writeBadge, text: badgeText };
 })();

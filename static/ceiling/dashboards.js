@@ -40,6 +40,8 @@
   }
 
   function field(root, name) { return root ? root.querySelector('[data-f="' + name + '"]') : null; }
+  // A badge's own text, not its stale words (see setBadge).
+  function badgeText(el) { return window.CeilingStale ? window.CeilingStale.text(el) : (el ? el.textContent : ""); }
 
   // Write a value with its unit, or "unavailable" (with the reason as tooltip) when unknown.
   function show(el, text, unit, reason) {
@@ -89,9 +91,12 @@
     return asLastSeen(root) && !TERMINAL.test(status || "") ? status + " (as last seen)" : status;
   }
 
+  // A badge marked stale (ceiling.js: data-stale-label, while its panel is not live) keeps the
+  // new text for when it is live again and reads as last seen meanwhile.
   function setBadge(el, text, cls) {
     if (!el) return;
-    el.textContent = text;
+    if (window.CeilingStale) window.CeilingStale.write(el, text);
+    else el.textContent = text;
     el.className = el.className.replace(/\b(ok|warn|bad)\b/g, "").trim();
     if (cls) el.classList.add(cls);
   }
@@ -763,7 +768,7 @@
         var badge = field(root, "status");
         if (msg.type === "sweep.progress") {
           if (!meta.replayed || msg.data.done !== msg.data.total) showSweepProgress(root, msg.data);
-          if (badge && !/^(done|failed|cancelled)$/.test(badge.textContent)) setBadge(badge, "running", "warn");
+          if (badge && !/^(done|failed|cancelled)$/.test(badgeText(badge))) setBadge(badge, "running", "warn");
         } else if (msg.type === "sweep.point" && msg.data.summary) {
           // The point is stored: its measured result replaces the windowed live rate.
           set(root, "tok_s", fixed(msg.data.summary.output_tok_s, 1), "tok/s");
@@ -839,7 +844,7 @@
             // Nothing runs any more: say so on every row until the final sample fills in the rest.
             Array.prototype.forEach.call(root.querySelectorAll("tbody[data-processes] [data-process-id]"), function (row) {
               var h = field(row, "health");
-              if (h && !/^(failed|stopped)$/.test(h.textContent)) setBadge(h, "stopped", "");
+              if (h && !/^(failed|stopped)$/.test(badgeText(h))) setBadge(h, "stopped", "");
             });
             set(root, "tok_s", null, "", "the deployment is " + st);
             set(root, "total_running", null, "", "the deployment is " + st);

@@ -125,10 +125,12 @@ def test_the_node_pages_heartbeat_is_as_of_its_load_while_the_socket_is_down(liv
                      agent.inner_text())
     assert m, agent.inner_text()
     assert m.group(3) in _clocks_around(loaded_at), (m.group(3), loaded_at)
-    assert page.locator(".page-head[data-follows-live][data-stale-since] .tag").inner_text() == "agent online"
+    assert page.locator(".page-head[data-follows-live][data-stale-since] .tag").inner_text() == \
+        f"agent online (as last seen {m.group(3)} UTC)"
 
     # The socket is live again: the marks go, and the age counts on from the same heartbeat.
     page.evaluate("() => document.dispatchEvent(new CustomEvent('ceiling:live-state', {detail: {state: 'live'}}))")
     assert page.locator("[data-stale-since]").count() == 0
+    assert page.locator("[data-agent-badge]").inner_text() == "agent online"
     assert re.fullmatch(rf"last heartbeat {m.group(1)} UTC \((just now|\d+ s ago)\), pid 4321", agent.inner_text()), agent.inner_text()
     assert errors == [], errors
