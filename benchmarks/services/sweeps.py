@@ -2282,11 +2282,12 @@ def sweep_follow_line(*, sweep: BenchmarkSweep, elapsed_s: float) -> str:
     output tok/s (mean since start)``.
 
     The phase is the sweep's status until it runs (with its queue note while pending or waiting);
-    then ``starting`` (before its first point; ``starting <point>`` once the next point is named
-    and before its run row runs), ``preparing prompts for <point>, N/M prompts built``,
+    then ``starting`` (before its first point; ``starting <point>`` once the next point is named,
+    before its run row runs and while that row's progress has neither a phase nor a measured
+    report with ``done`` and ``total``), ``preparing prompts for <point>, N/M prompts built``,
     ``warming up for <point>, N/M warm-up requests`` (warm-up requests that ended, of those sent
-    before the measured ones; never in the request counts) or ``sending <point>`` as the running
-    point's own progress says, and ``analysing the results``
+    before the measured ones; never in the request counts) or ``sending <point>`` once the running
+    point's progress is a measured report (``done`` and ``total``), and ``analysing the results``
     once every point is done. The sweep's request total is the one the API gives
     (:attr:`benchmarks.models.BenchmarkSweep.requests_total_known`): a sweep with points limited by
     time alone has none until it is done and says so (``requests 142 done, total not known:
@@ -2319,6 +2320,11 @@ def sweep_follow_line(*, sweep: BenchmarkSweep, elapsed_s: float) -> str:
         elif prog.get("phase"):
             phase = (f"running, {prog['phase']} for {sweep.current_point}, "
                      f"{int(prog.get('prepared') or 0)}/{prog.get('total') or 0} prompts built")
+        elif "done" not in prog or "total" not in prog:
+            # The run row exists but no report of its measured requests has come yet (no phase,
+            # no counts: its prompts are not being built yet, or the row was just reset): only a
+            # report with done/total says requests are being sent.
+            phase = f"running, starting {sweep.current_point}" if sweep.current_point else "running, starting"
         else:
             phase = f"running, sending {sweep.current_point}"
             done = int(prog.get("done") or 0)
