@@ -882,6 +882,33 @@ def partial_text(summary: Mapping[str, Any]) -> str | None:
     return f"{requests}, {why}"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` with ``noun`` in the number it takes, thousands separated: ``1 request``, ``0
+    requests``, ``4,000 requests`` (``plural`` where adding ``s`` is wrong)."""
+    return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def requests_sent(summary: Mapping[str, Any] | None, progress: Mapping[str, Any] | None) -> int | None:
+    """The measured requests a point sent: its summary's ``requests`` (aborted ones included), else
+    ``requests_sent`` of its progress (0 for a point stopped while it built its prompts or warmed
+    up, whose progress has ``ended_during``: warm-up requests are never counted), else None (not
+    known: still running, or stopped with only its live counts)."""
+    if isinstance(summary, Mapping) and isinstance(summary.get("requests"), int):
+        return summary["requests"]
+    if isinstance(progress, Mapping) and isinstance(progress.get("requests_sent"), int) \
+            and not isinstance(progress.get("requests_sent"), bool):
+        return progress["requests_sent"]
+    return None
+
+
+def sent_of_planned_text(sent: int, planned: int | None) -> str:
+    """A stopped point's requests, what it sent first: ``0 sent of 4 planned``, or ``55`` where no
+    count was planned or it sent them all."""
+    if planned is not None and planned > sent:
+        return f"{sent:,} sent of {planned:,} planned"
+    return f"{sent:,}"
+
+
 def _fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
     if v is None:
         return "-"
@@ -900,7 +927,8 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
     generator's last count of failures (``3512 (live)``, ``0 (live) (+2 aborted)``) rather than
     ``-``. A partial point (a cancelled one that kept what completed, :func:`summary_mark_partial`)
     shows completed vs planned requests in the requests column (``37/400 completed, cancelled``)
-    and its flag. The
+    and its flag; any other failed or cancelled point what it sent, with its plan where it sent
+    less (``0 sent of 4 planned`` for one stopped while it warmed up, :func:`requests_sent`). The
     failures column counts the requests the server failed; those a stop ended in flight are
     written apart (``0 (+2 aborted)``)."""
     rows = []
@@ -918,7 +946,16 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
                           input_len=run.input_len, output_len=run.output_len, num_gpus=num_gpus, flags=run.flags)
         tok = p["output_throughput_tok_s"]
         load = str(run.concurrency) if run.concurrency is not None else f"{run.request_rate:g}/s"
-        requests = partial_text(s) or str(s.get("requests", run.num_requests or "-"))
+        sent = requests_sent(s, progress)
+        planned = run.num_requests if not getattr(run, "duration_s", None) else None
+        if partial_text(s):
+            requests = partial_text(s)
+        elif sent is not None and getattr(run, "status", None) in ("failed", "cancelled"):
+            requests = sent_of_planned_text(sent, planned)   # what it sent, never its plan
+        elif sent is not None:
+            requests = f"{sent}"
+        else:
+            requests = str(run.num_requests or "-")
         rows.append([
             load, requests, _fmt(tok),
             _fmt(tok / num_gpus if tok is not None and num_gpus else None, digits=2),

@@ -47,7 +47,7 @@ from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
 from benchmarks.loadgen.uncertainty import clip_low, contain_estimate, min_samples_for_interval
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep, gpus_are_modelled
-from benchmarks.sweeps import DIGITS_RE, failure_counts, repeats_text, summary_point
+from benchmarks.sweeps import DIGITS_RE, failure_counts, repeats_text, requests_sent, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import Conflict, InvalidInput
@@ -272,7 +272,9 @@ def _path(d: Mapping[str, Any], key: str) -> Any:
 def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     """The run's headline numbers in one vocabulary (latencies ms, throughputs per second) for
     tables, comparison and export, whether measured or imported: the keys of
-    :data:`COMPARE_FIELDS` plus ``successes``, ``requests``, ``aborted`` (requests a stop ended
+    :data:`COMPARE_FIELDS` plus ``successes``, ``requests`` (the measured requests it sent,
+    :func:`benchmarks.sweeps.requests_sent`: 0 for a point stopped while it built its prompts or
+    warmed up), ``aborted`` (requests a stop ended
     in flight: neither successes nor ``failures``, which counts those the server failed; None
     where the source does not say), ``input_tokens_mean``,
     ``output_tokens_mean``, ``measured_duration_s`` (how long the run took, first request sent to
@@ -292,7 +294,7 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
         "goodput_req_s": s.get("goodput_req_s"),
         "slo_attainment": s.get("slo_attainment"),
         "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"], "itl_ms": p["itl_ms"], "e2e_ms": p["e2e_ms"],
-        "requests": s.get("requests"), "successes": p["completed"], "failures": p["failed"], "aborted": p["aborted"],
+        "requests": requests_sent(s, run.progress), "successes": p["completed"], "failures": p["failed"], "aborted": p["aborted"],
         "input_tokens_mean": s.get("input_tokens_actual_mean", s.get("mean_input_tokens")),
         "output_tokens_mean": s.get("output_tokens_mean", s.get("mean_output_tokens")),
         # the measured time under its unambiguous name, and under the name readers already take

@@ -622,7 +622,10 @@ def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = 
     its points sent: ``requests_total`` becomes the sum over the points that ran of the requests
     each sent (:func:`_requests_sent`), one that never ran adding 0, whether limited by a request
     count or by time alone. A done sweep ran every point: its total stays as its points left it
-    (the planned counts, a time-limited point's what fitted in its time)."""
+    (the planned counts, a time-limited point's what fitted in its time).
+
+    A running point is ended with the sweep's status and reason, led, for one stopped before its
+    first measured request, by when it stopped (:func:`ended_before_sending_text`)."""
     fields: dict[str, Any] = {"status": status, "reason": reason, "ended_at": timezone.now(), "current_point": "",
                               "current_tok_s": None}
     if status != SweepStatus.DONE:
@@ -636,11 +639,34 @@ def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = 
     what = f"ending sweep #{sweep_id} {status}"
     if not retry_locked(lambda: rows.update(**fields), what=what):
         return False
-    retry_locked(lambda: BenchmarkRun.objects.filter(sweep_id=sweep_id, status=RunStatus.RUNNING).update(
-        status=RunStatus.CANCELLED if status == SweepStatus.CANCELLED else RunStatus.FAILED,
-        reason=reason or status, ended_at=timezone.now()), what=what)
+    run_status = RunStatus.CANCELLED if status == SweepStatus.CANCELLED else RunStatus.FAILED
+    for run_id, num_requests, progress in BenchmarkRun.objects.filter(
+            sweep_id=sweep_id, status=RunStatus.RUNNING).values_list("id", "num_requests", "progress"):
+        run_reason = ended_before_sending_text(progress, num_requests) + (reason or status)
+        retry_locked(lambda run_id=run_id, run_reason=run_reason: BenchmarkRun.objects.filter(
+            pk=run_id, status=RunStatus.RUNNING).update(status=run_status, reason=run_reason,
+                                                        ended_at=timezone.now()), what=what)
     _broadcast(sweep_id, "sweep.status", {"sweep_id": sweep_id, "status": status, "reason": reason}, force=True)
     return True
+
+
+def ended_before_sending_text(progress: Mapping[str, Any] | None, planned: int | None) -> str:
+    """The start of the reason of a point stopped before its first measured request (its progress
+    has ``ended_during``, :meth:`_PointProgress.ended_before_sending`): ``stopped while warming up
+    (2/2 warm-up requests ended), before its first measured request (0 of 4 planned requests
+    sent): `` or ``stopped while preparing prompts (3/11 prompts built), ...``; ``""`` for any
+    other point."""
+    if not isinstance(progress, Mapping) or progress.get("ended_during") not in (PREPARING_PHASE, WARMUP_PHASE):
+        return ""
+    phase = progress["ended_during"]
+    if phase == WARMUP_PHASE:
+        counts = (f"{int(progress.get('warmup_done') or 0)}/{progress.get('warmup_total') or 0} warm-up "
+                  "requests ended")
+    else:
+        counts = f"{int(progress.get('prepared') or 0)}/{progress.get('total') or 0} prompts built"
+    sent = (f"0 of {planned:,} planned requests sent" if isinstance(planned, int) and not progress.get("duration_s")
+            else "no measured request sent")
+    return f"stopped while {phase} ({counts}), before its first measured request ({sent}): "
 
 
 def _requests_sent(sweep_id: int) -> int:

@@ -48,3 +48,38 @@ def test_a_run_row_with_no_report_yet_reads_starting_not_sending(operator) -> No
     BenchmarkRun.objects.filter(pk=run.pk).update(progress={"done": 5, "total": 64, "failed": 0, "aborted": 0})
     assert "running, sending c=4 64/64, points 0/1 done, requests 0/64 done (point 5/64)" in sweep_follow_line(
         sweep=BenchmarkSweep.objects.get(pk=sweep.pk), elapsed_s=1)
+
+
+WARMED = {"ended_during": "warming up", "warmup_done": 1, "warmup_total": 2, "warmup_elapsed_s": 0.4,
+          "requests_sent": 0, "duration_s": None, "total_sent_so_far": False, "updated_at": "2026-01-01T00:00:00Z"}
+
+
+def test_a_point_stopped_while_warming_up_counts_what_it_sent_not_its_plan(operator, viewer, viewer_api,
+                                                                           client) -> None:
+    from benchmarks.services import sweeps as sweep_services
+    from benchmarks.sweeps import results_table_lines
+
+    sweep = _sweep(operator, requests=4, warmup=2)
+    run = _running(sweep, WARMED)
+    BenchmarkRun.objects.filter(pk=run.pk).update(num_requests=4)
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(requests_total=4)
+    stop = f"oscar-operator requested a stop of deployment #{sweep.deployment_id} at 2026-01-01 00:00:00 UTC"
+    assert sweep_services._finish(sweep.pk, SweepStatus.FAILED, f"{stop} during point c=4 64/64; the sweep stopped")
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert run.reason.startswith("stopped while warming up (1/2 warm-up requests ended), before its first measured "
+                                 f"request (0 of 4 planned requests sent): {stop}"), run.reason
+    # The API, the page's results table, the terminal's and the CSV all say 0 sent, its plan apart.
+    api = viewer_api.get(f"/api/sweeps/{sweep.pk}/").json()
+    assert (api["requests_done"], api["requests_total"]) == (0, 0)
+    client.force_login(viewer)
+    table = client.get(reverse("benchmarks:sweep-results", args=[sweep.pk])).content.decode()
+    assert '<td class="num">0 sent of 4 planned</td>' in table
+    lines = results_table_lines([run], num_gpus=4)
+    row = lines[2].split()
+    assert row[:4] == ["4", "!", "0", "[1]"], lines
+    assert any("[1] requests: 0 sent of 4 planned" in line for line in lines), lines
+    body = client.get(reverse("benchmarks:sweep-export", args=[sweep.pk, "csv"])).content.decode()
+    (exported,) = list(csv.DictReader(io.StringIO(body)))
+    assert (exported["requests"], exported["num_requests"]) == ("0", "4")
+    assert viewer_api.get(f"/api/runs/{run.pk}/").json()["metrics"]["requests"] == 0

@@ -19,6 +19,7 @@ from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import unquoted
 from benchmarks.sweeps import DIGITS_RE  # noqa: F401 - the pages import it from here
+from benchmarks.sweeps import sent_of_planned_text
 from controlplane.api import attachment
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
@@ -228,7 +229,7 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     requests_text = ""
     if (not live and run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and isinstance(requests, int)
             and not isinstance(requests, bool) and planned is not None and planned > requests):
-        requests_text = f"{requests:,} sent of {planned:,} planned"
+        requests_text = sent_of_planned_text(requests, planned)
     num_gpus = run.num_gpus or (run.sweep.num_gpus if run.sweep_id and run.sweep else None)
     out_tok_s = _opt_float(m.get("output_throughput_tok_s"))
     if out_tok_s is None:
