@@ -118,6 +118,31 @@ def sweep_requests_aborted(*, sweep: BenchmarkSweep) -> int:
     return total
 
 
+#: What an aborted request's error says after ``aborted: `` when a stop someone asked for ended it
+#: (:func:`benchmarks.services.sweeps.stop_request`: ``oscar requested a stop of deployment #7 at ...``).
+STOP_ABORT_MARK = " requested a stop of deployment #"
+
+
+def aborted_by_stop(errors) -> bool:
+    """Whether any request of ``errors`` (a summary's reason → count) was aborted in flight by a stop
+    someone asked for, rather than by the sweep once its watch saw the deployment go down."""
+    return isinstance(errors, dict) and any(
+        str(k).startswith("aborted: ") and STOP_ABORT_MARK in str(k) for k in errors)
+
+
+def sweep_aborted_by(*, sweep: BenchmarkSweep) -> str:
+    """What ended ``sweep``'s aborted requests in flight, in the words its page uses for both its
+    outcome and its requests: ``by the cancel`` (a cancelled sweep), ``by a stop`` (a stop someone
+    asked for of its deployment: a point's aborted requests name it) or ``when the deployment went
+    down`` (a crash, or the deployment leaving ready: the sweep aborted them once it saw it)."""
+    if sweep.status == "cancelled":
+        return "by the cancel"
+    for summary in sweep.runs.filter(status="failed").values_list("summary", flat=True):
+        if isinstance(summary, dict) and aborted_by_stop(summary.get("errors")):
+            return "by a stop"
+    return "when the deployment went down"
+
+
 def deployment_bindings(*, deployment) -> tuple[set[int], set[int]]:
     """The CPUs and GPUs (NVML indices) ``deployment``'s processes hold on its node, as ``(cpus,
     gpus)``. A process counts with what it was pinned to (``effective_cpus`` read back from

@@ -72,7 +72,7 @@ def test_a_point_cancelled_with_its_only_request_in_flight_reads_cancelled_not_f
     client.force_login(operator)
     page = client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
     outcome = page.split('class="requests-failed"')[1].split("</dd>")[0]
-    assert "0 of 1 requests succeeded" in outcome and '<span class="tag warn">' in outcome
+    assert "0 of 1 request succeeded" in outcome and '<span class="tag warn">' in outcome
     assert "1 aborted in flight by the cancel (not failures of the server)" in outcome
     assert "no request finished: the sweep was cancelled with every one in flight" in outcome
     assert "every request failed" not in page and "failed of" not in page

@@ -17,6 +17,7 @@ from benchmarks.choices import RunSource, RunStatus
 from benchmarks.loadgen.driver import ABORTED_PREFIX
 from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
+from benchmarks.selectors import aborted_by_stop
 from benchmarks.services.runs import unquoted
 from benchmarks.sweeps import DIGITS_RE  # noqa: F401 - the pages import it from here
 from benchmarks.sweeps import sent_of_planned_text
@@ -304,13 +305,14 @@ def _error_lines(rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
 
 def _aborted_by(run: BenchmarkRun) -> str:
     """What aborted a run's requests in flight, in the words the sweep page and the API
-    (``requests_cancelled``, ``requests_aborted``) use: ``" by the cancel"``, ``" when the
-    deployment went down"``, else ``""``."""
+    (``requests_cancelled``, ``requests_aborted``) use: ``" by the cancel"``, ``" by a stop"`` (a
+    stop someone asked for of its deployment), ``" when the deployment went down"`` (a crash, the
+    deployment leaving ready), else ``""``."""
     ended_by = run.summary.get("ended_by") if isinstance(run.summary, Mapping) else None
     if ended_by == "cancelled" or run.status == RunStatus.CANCELLED:
         return " by the cancel"
     if ended_by == "deployment_down":
-        return " when the deployment went down"
+        return " by a stop" if aborted_by_stop(run.summary.get("errors")) else " when the deployment went down"
     return ""
 
 

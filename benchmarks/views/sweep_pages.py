@@ -20,7 +20,7 @@ from benchmarks.forms import grid_value, sweep_name_read
 from controlplane.drf_defaults import NonFiniteNumber
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
-from benchmarks.selectors import sweep_queue_note, sweep_requests_aborted, sweep_requests_cancelled
+from benchmarks.selectors import sweep_aborted_by, sweep_queue_note, sweep_requests_aborted, sweep_requests_cancelled
 from benchmarks.services.sweeps import SHARED_RECHECK_S, TOK_S_WINDOW_S, WARMUP_PHASE
 from benchmarks.sweeps import DEFAULT_LENGTHS, failure_counts
 from benchmarks.views.charts import sweep_charts
@@ -472,8 +472,9 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     None while points limited by time alone may still run (then, once ended, what the points sent),
     :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     ``requests_cancelled`` (requests a cancel ended in flight, 0 when none, None when not cancelled),
-    ``requests_aborted`` (requests ended in flight when the deployment went down, 0 when none, None
-    when not failed), ``percent`` (0-100), ``current_tok_s`` (output tok/s
+    ``requests_aborted`` (requests a stop ended in flight under a failed sweep, 0 when none, None
+    when not failed), ``aborted_by`` (what ended them, :func:`benchmarks.selectors.sweep_aborted_by`:
+    ``by a stop`` someone asked for, or ``when the deployment went down``; ``""`` while active), ``percent`` (0-100), ``current_tok_s`` (output tok/s
     of the running point over the last report window, None when none), ``tok_s_window_s`` (that
     window's length, seconds: :data:`benchmarks.services.sweeps.TOK_S_WINDOW_S`), ``active`` (still
     moving), ``current_point`` (e.g. ``c=8 256/256``) and ``run`` (:func:`run_progress` of the
@@ -510,6 +511,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
         "open_ended": sweep.has_open_ended_points,
         "requests_cancelled": sweep_requests_cancelled(sweep=sweep) if sweep.status == SweepStatus.CANCELLED else None,
         "requests_aborted": sweep_requests_aborted(sweep=sweep) if sweep.status == SweepStatus.FAILED else None,
+        "aborted_by": sweep_aborted_by(sweep=sweep) if sweep.status in SWEEP_TERMINAL else "",
         "percent": round(min(percent, 100.0), 1),
         "current_tok_s": sweep.current_tok_s if sweep.status == SweepStatus.RUNNING else None,
         "tok_s_window_s": TOK_S_WINDOW_S,
