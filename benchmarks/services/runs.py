@@ -426,6 +426,8 @@ def run_not_measured(*, run: BenchmarkRun, metrics: Mapping[str, Any] | None = N
     m = metrics if metrics is not None else run_metrics(run=run)
     if m.get("successes") == 0:
         n = m.get("requests")
+        if n == 1:
+            return "its 1 request did not succeed"
         return f"none of its {n} requests succeeded" if isinstance(n, int) else "none of its requests succeeded"
     if m.get("output_throughput_tok_s") is None:
         return "it has no measured output throughput"

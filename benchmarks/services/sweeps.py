@@ -93,7 +93,7 @@ from benchmarks.loadgen.tokenized import tokenized_text_dataset
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
-    WAIT_READY_MARGIN_S, duration_prompt_pool, failure_counts, grid_points, grid_requests_total, grid_validate,
+    WAIT_READY_MARGIN_S, counted, duration_prompt_pool, failure_counts, grid_points, grid_requests_total, grid_validate,
     partial_text,
     recipe_gpu_count, summary_mark_partial, summary_point,
 )
@@ -1761,9 +1761,17 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
         raise _Cancelled()
     if failed:
         _broadcast_point(sweep.pk, run)
-        raise _SweepFailed(run.reason + "; its numbers are not kept as a measurement and the later points were "
-                           "not run")
+        raise _SweepFailed(run.reason + "; its numbers are not kept as a measurement" + _later_points_text(
+            sweep.points_total - ordinal - 1))
     return run
+
+
+def _later_points_text(later: int) -> str:
+    """What a failed point's reason adds about the points after it: ``" and the 3 later points were
+    not run"`` (``" and the later point was not run"`` for one), ``""`` when it was the last."""
+    if later <= 0:
+        return ""
+    return " and the later point was not run" if later == 1 else f" and the {later:,} later points were not run"
 
 
 def _run_bindings(run: BenchmarkRun) -> tuple[str, set[int], set[int]] | None:
@@ -2077,13 +2085,16 @@ def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, *, dow
     what = f"{top[1]} x {top[0]}" if top else "no error text"
     sent = " sent" if stopped else ""
     if aborted:
-        counts = (f"{n:,} requests{sent}: " + (f"{failed:,} failed (commonest: {what})" if failed else "none failed")
+        counts = (f"{counted(n, 'request')}{sent}: " + (f"{failed:,} failed (commonest: {what})" if failed
+                                                          else "none failed")
                   + f", {aborted:,} " + ("aborted by the stop" if by_stop
                                         else "aborted in flight when the point was stopped"))
     elif failed:
-        counts = f"{failed:,} of {n:,} requests{sent} failed (commonest: {what})"
+        counts = f"{failed:,} of {counted(n, 'request')}{sent} failed (commonest: {what})"
+    elif n == 1:
+        counts = f"the 1 request{sent} did not fail"
     else:
-        counts = f"none of {n:,} requests{sent} failed"
+        counts = f"none of {counted(n, 'request')}{sent} failed"
     if stopped:
         rest = f"{not_sent:,} not sent" if isinstance(not_sent, int) else "the rest of its time not used"
         if (down or healthy is False) and stopped != lead:

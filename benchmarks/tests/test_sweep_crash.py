@@ -75,7 +75,7 @@ def test_it_names_the_router_killed_under_a_point_and_how_it_ended(pd_deployment
 
     s = run.summary
     # Either order keeps what was sent: the records, a summary and what was not sent.
-    assert sweep.reason.endswith("; its numbers are not kept as a measurement and the later points were not run")
+    assert sweep.reason.endswith("; its numbers are not kept as a measurement and the later point was not run")
     assert s["requests"] + s["not_sent"] == 4000 and s["not_sent"] > 3000
     assert f"{s['failures'] + s['aborted']:,} of {s['requests']:,} requests sent failed" in sweep.reason
     assert (f'<span class="bad">{s["failures"]:,} failed of {s["requests"]:,}, {s["not_sent"]:,} not sent</span>'

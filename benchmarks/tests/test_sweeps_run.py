@@ -78,7 +78,7 @@ def test_it_fails_the_sweep_when_its_engine_stops_answering_and_runs_no_later_po
     assert "(3 checks 2 s apart)) during point c=1 16/8: 2 of 2 requests failed (commonest: 2 x cannot connect" \
         in sweep.reason
     assert sweep.reason.endswith(f"; deployment #{deployment.pk} was still marked ready at that moment; its numbers "
-                                 "are not kept as a measurement and the later points were not run")
+                                 "are not kept as a measurement and the later point was not run")
     assert run.reason in sweep.reason and sweep.points_done == 0
 
 

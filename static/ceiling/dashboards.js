@@ -657,7 +657,7 @@
       var phaseLabel = field(root, "tok_s-label");
       if (phaseLabel) phaseLabel.textContent = "Output tok/s, last " + (root.getAttribute("data-tok-window-s") || "0.5") + " s window";
       var ageP = field(root, "sample-age");
-      if (ageP) ageP.textContent = "updated " + CeilingLive.clockUtc(progressTime(data) || new Date());
+      if (ageP) ageP.textContent = CeilingLive.clockUtc(progressTime(data) || new Date());
       return;
     }
     set(root, "requests", isNum(done) && isNum(total)
@@ -680,7 +680,7 @@
       : (isNum(done) && isNum(total) && total > 0 ? done / total : null));
     root._sample = { t: Date.now() / 1000, interval: 1 };
     var age = field(root, "sample-age");
-    if (age) age.textContent = "updated " + CeilingLive.clockUtc(progressTime(data) || new Date())
+    if (age) age.textContent = CeilingLive.clockUtc(progressTime(data) || new Date())
       + (data.source === "server_counters" ? " (from the servers' counters)" : " (counted by the load generator)");
   }
 

@@ -55,7 +55,7 @@ from benchmarks.forms import grid_value, sweep_name_read
 from benchmarks.selectors import sweep_queue_note
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
 from benchmarks.services.sweeps import SHARED_RECHECK_S
-from benchmarks.sweeps import DEFAULT_LENGTHS, DEFAULT_REQUESTS_PER_CONCURRENCY, WAIT_READY_MARGIN_S, grid_validate
+from benchmarks.sweeps import DEFAULT_LENGTHS, DEFAULT_REQUESTS_PER_CONCURRENCY, WAIT_READY_MARGIN_S, counted, grid_validate
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import CeilingError, InvalidInput
 from controlplane.jsonsafe import js_number, json_spelled
@@ -381,7 +381,7 @@ class Command(CeilingCommand):
             raise refused_list("the sweep grid is refused:", grid_error_lines(exc)) from None
         except CeilingError as exc:
             raise refused(str(exc)) from None
-        requests = (f"{sweep.requests_total} requests" if not sweep.has_open_ended_points
+        requests = (counted(sweep.requests_total, "request") if not sweep.has_open_ended_points
                     else f"as many requests as fit in {js_number(sweep.grid['duration_s'])} s per point"
                     + (f" ({sweep.requests_total} for the points with a request count)" if sweep.requests_total
                        else ""))
@@ -389,7 +389,7 @@ class Command(CeilingCommand):
             [f"--requests-per-concurrency {DEFAULT_REQUESTS_PER_CONCURRENCY} ({DEFAULT_REQUESTS_PER_CONCURRENCY} x c "
              "requests per point)"]
             if o["requests"] is None and o["requests_per_concurrency"] is None and o["duration"] is None else [])
-        points = f"{sweep.points_total} point{'s' if sweep.points_total != 1 else ''}"
+        points = counted(sweep.points_total, "point")
         named = f" {json_spelled(sweep.name)}" if name else ""
         self.stdout.write(f"sweep #{sweep.pk}{named} created: {points}, {requests}"
                           + (f"; defaults taken: {', '.join(defaults)}" if defaults else ""))
