@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
@@ -19,7 +20,8 @@ pytestmark = pytest.mark.django_db
 
 
 def _sweep(operator, **grid) -> BenchmarkSweep:
-    deployment = sim_deployment_create(base_url="http://127.0.0.1:9")
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9",
+                                       recipe_name=f"sim-single-{BenchmarkSweep.objects.count()}")
     return sweep_create(deployment=deployment, user=operator,
                         grid={"concurrency": [4], "lengths": "64:64", "requests": 64, **grid})
 
@@ -83,3 +85,70 @@ def test_a_point_stopped_while_warming_up_counts_what_it_sent_not_its_plan(opera
     (exported,) = list(csv.DictReader(io.StringIO(body)))
     assert (exported["requests"], exported["num_requests"]) == ("0", "4")
     assert viewer_api.get(f"/api/runs/{run.pk}/").json()["metrics"]["requests"] == 0
+
+
+def _failed_point(sweep: BenchmarkSweep, errors: dict, *, aborted: int, requests: int, reason: str) -> BenchmarkRun:
+    BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.FAILED, reason=reason,
+                                                      requests_total=requests, ended_at=timezone.now())
+    return BenchmarkRun.objects.create(
+        sweep=sweep, ordinal=0, status=RunStatus.FAILED, concurrency=4, input_len=64, output_len=64,
+        num_requests=64, reason=reason, output_tok_s=5222.25,
+        summary={"requests": requests, "successes": requests - aborted, "failures": 0, "aborted": aborted,
+                 "errors": errors, "ended_by": "deployment_down", "output_throughput_tok_s": 5222.25,
+                 "request_throughput_req_s": 1.0, "duration_s": 1.0})
+
+
+def test_requests_a_stop_aborted_read_as_the_stop_on_both_lines_and_a_crash_as_the_deployment_going_down(
+        operator, viewer, client) -> None:
+    client.force_login(viewer)
+    sweep = _sweep(operator)
+    stop = f"oscar-operator requested a stop of deployment #{sweep.deployment_id} at 2026-01-01 00:00:00 UTC"
+    _failed_point(sweep, {f"aborted: {stop}": 4}, aborted=4, requests=6, reason=f"{stop} during point c=4 64/64")
+    page = client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()
+    assert "4 aborted in flight by a stop (not failures of the server)" in page
+    assert "4 aborted in flight by a stop (not counted as done)" in page
+    assert "went down" not in page
+    crashed = _sweep(operator)
+    down = "single #0 killed by signal 9 (SIGKILL); restart policy is 'never'"
+    _failed_point(crashed, {f"aborted: {down}": 2}, aborted=2, requests=6, reason=f"{down} during point c=4 64/64")
+    page = client.get(reverse("benchmarks:sweep-progress", args=[crashed.pk])).content.decode()
+    assert "2 aborted in flight when the deployment went down (not failures of the server)" in page
+    assert "2 aborted in flight when the deployment went down (not counted as done)" in page
+
+
+def test_counts_take_their_noun_in_number_and_later_points_are_named_only_when_there_were_some() -> None:
+    from benchmarks.services.sweeps import _later_points_text
+    from benchmarks.sweeps import counted
+
+    assert (counted(1, "point"), counted(1, "request"), counted(0, "request"), counted(4000, "request")) == (
+        "1 point", "1 request", "0 requests", "4,000 requests")
+    assert _later_points_text(0) == ""
+    assert _later_points_text(1) == " and the later point was not run"
+    assert _later_points_text(7) == " and the 7 later points were not run"
+    js = (Path(__file__).resolve().parents[2] / "static" / "ceiling" / "dashboards.js").read_text()
+    assert '"updated " + CeilingLive.clockUtc' not in js   # under "Last update": the time alone
+
+
+def test_the_sweep_list_says_none_sent_and_the_runs_list_marks_failed_runs_and_separates_thousands(
+        operator, viewer, client) -> None:
+    client.force_login(viewer)
+    never = _sweep(operator)
+    BenchmarkSweep.objects.filter(pk=never.pk).update(status=SweepStatus.FAILED, requests_total=0, requests_done=0,
+                                                      reason="deployment #1 is stopping; the sweep stopped")
+    failed = _sweep(operator)
+    _failed_point(failed, {}, aborted=0, requests=6, reason="single #0 killed by signal 9 during point c=4 64/64")
+    done = _sweep(operator)
+    BenchmarkSweep.objects.filter(pk=done.pk).update(status=SweepStatus.DONE)
+    BenchmarkRun.objects.create(sweep=done, ordinal=0, status=RunStatus.DONE, concurrency=4, input_len=64,
+                                output_len=64, num_requests=64, output_tok_s=5222.25,
+                                summary={"requests": 64, "successes": 64, "failures": 0,
+                                         "output_throughput_tok_s": 5222.25, "request_throughput_req_s": 1.0})
+    page = client.get(reverse("benchmarks:index")).content.decode()
+    row = page.split(f'href="/benchmarks/sweeps/{never.pk}/"')[1].split("</tr>")[0]
+    assert "none sent" in row and "before its first request" in row and "0 / 0" not in row
+    runs = page.split('<table class="runs">')[1].split("</table>")[0]
+    failed_row = runs.split(f"#{failed.runs.get().pk} ")[1].split("</tr>")[0]
+    assert 'class="num muted not-measured" title="not a measurement: single #0 killed by signal 9' in failed_row
+    assert "5,222.2<div class=\"small\">not a measurement</div>" in failed_row
+    done_row = runs.split(f"#{done.runs.get().pk} ")[1].split("</tr>")[0]
+    assert '<td class="num">5,222.2</td>' in done_row and "not-measured" not in done_row
