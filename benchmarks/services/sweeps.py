@@ -1743,9 +1743,11 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
     retry_locked(run.save, what=f"storing point {label}")
     if shared:
         _shared_load_mark_back(run=run, shared=shared)
-    # Requests done are the ones that finished (a success, or a failure the server answered): a
-    # request a stop ended in flight (a cancel, or the deployment going down under the point) did
-    # not, and is counted apart (the summary's ``aborted``), the same way whichever stop it was.
+    # Requests done are the ones that finished (a success, or a failure the server answered or cut
+    # off: an error status, a connection it closed, reset or refused, a crashing server's too): a
+    # request a stop ended in flight (a cancel, a stop someone asked for, or the sweep once its
+    # watch saw the deployment go down) did not, and is counted apart (the summary's ``aborted``),
+    # the same way whichever stop it was.
     finished = sent - int(summary.get("aborted") or 0)
     fields: dict[str, Any] = {"requests_done": done_before + max(0, finished),
                               "current_tok_s": summary.get("output_throughput_tok_s")}
