@@ -152,3 +152,25 @@ def test_the_sweep_list_says_none_sent_and_the_runs_list_marks_failed_runs_and_s
     assert "5,222.2<div class=\"small\">not a measurement</div>" in failed_row
     done_row = runs.split(f"#{done.runs.get().pk} ")[1].split("</tr>")[0]
     assert '<td class="num">5,222.2</td>' in done_row and "not-measured" not in done_row
+
+
+def test_the_docs_crash_example_is_what_a_crash_whose_requests_the_server_cut_off_reads(operator) -> None:
+    """Requests a dying server cut off are its failures and done (none aborted): the reason the docs
+    quote is the one the code writes for them."""
+    from benchmarks.services import sweeps as sweep_services
+
+    sweep = _sweep(operator)
+    deployment = sweep.deployment
+    type(deployment).objects.filter(pk=deployment.pk).update(status="failed")
+    summary = {"requests": 6, "successes": 0, "failures": 6, "aborted": 0,
+               "errors": {"cannot connect to 127.0.0.1:9 (connection reset)": 3,
+                          "cannot connect to 127.0.0.1:9 (server closed the connection)": 2,
+                          "cannot connect to 127.0.0.1:9 (connection refused)": 1}}
+    down = "single #0 killed by signal 9 (SIGKILL); restart policy is 'never'"
+    reason = sweep_services._went_down_reason(summary, "c=6 64/64", deployment, down=down, healthy=None, health="")
+    assert reason == (f"{down} during point c=6 64/64: 6 of 6 requests failed (commonest: 3 x cannot connect to "
+                      f"127.0.0.1:9 (connection reset)); deployment #{deployment.pk} was marked failed at that moment")
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text().split())
+    assert (f"{down} during point c=6 64/64: 6 of 6 requests failed (commonest: 3 x cannot connect to …); "
+            "deployment #4 was marked failed at that moment`, 6/6 done and `requests_aborted` 0") in docs
+    assert "a crash's reason says `2 aborted in flight" not in docs
