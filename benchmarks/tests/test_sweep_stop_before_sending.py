@@ -154,14 +154,18 @@ def test_errors_at_or_after_the_stop_are_aborted_by_it_whatever_they_are(tmp_pat
     errors = dict(rec.errors)
     assert len(errors) >= 4 and any(not m.startswith("cannot connect to ") for m in errors.values()), errors
     order = sorted(errors, key=lambda i: int(rec.end[i]))
-    cut = order[len(order) // 2]
-    before = {i for i in order if int(rec.end[i]) < int(rec.end[cut])}
-    after = set(order) - before
+    # The event goes in the widest gap between two errors' ends (not on one end): the event's time
+    # is stored in microseconds and moved between clocks, so a time on an end could fall either side.
+    gaps = [(int(rec.end[order[k]]) - int(rec.end[order[k - 1]]), k) for k in range(1, len(order))]
+    gap, k = max(gaps)
+    assert gap > 200_000, f"no two errors ended 0.2 ms apart: {gaps}"
+    event_ns = int(rec.end[order[k - 1]]) + gap // 2
+    before, after = set(order[:k]), set(order[k:])
     Deployment.objects.filter(pk=deployment.pk).update(stop_requested=True)
     event = deployment_event_add(deployment=deployment, kind="stop-requested",
                                  message=f"{operator.get_username()}{STOP_REQUESTED_TEXT}")
-    # The event's wall-clock time, at the cut request's end (the records' clock is monotonic).
-    at = dt.datetime.fromtimestamp((int(rec.end[cut]) + time.time_ns() - time.perf_counter_ns()) / 1e9,
+    # The event's wall-clock time, in that gap (the records' clock is monotonic).
+    at = dt.datetime.fromtimestamp((event_ns + time.time_ns() - time.perf_counter_ns()) / 1e9,
                                    tz=dt.timezone.utc)
     ProcessEvent.objects.filter(pk=event.pk).update(at=at)
 

@@ -7,7 +7,7 @@ import pytest
 
 
 @pytest.mark.parametrize("url, key, allowed", [
-    ("/api/deployments/?node=nope", "node", "recipe, status, limit, offset, format"),
+    ("/api/deployments/?node=nope", "node", "recipe, recipe_name, status, limit, offset, format"),
     ("/api/deployments/{deployment}/?bogus=1", "bogus", "format"),
     ("/api/deployments/{deployment}/events/?since=1", "since", "limit, offset, format"),
     ("/api/deployments/{deployment}/telemetry/?fields=power_w", "fields", "since, until, format"),
@@ -77,7 +77,7 @@ def test_the_role_is_checked_first(anon_api, outsider_api, operator_api, rows):
     assert outsider_api.get("/api/deployments/?node=nope").status_code == 403
     # a key the read does not take is named as unknown however often it is given (giving it once
     # would only meet that refusal); a key it takes given twice, as such, in the same 400
-    unknown = ["unknown field 'node'; allowed: recipe, status, limit, offset, format"]
+    unknown = ["unknown field 'node'; allowed: recipe, recipe_name, status, limit, offset, format"]
     answer = operator_api.get("/api/deployments/?node=a&node=b")
     assert answer.status_code == 400 and answer.json() == {"node": unknown}
     answer = operator_api.get("/api/deployments/?status=a&status=b&node=a&node=b")
