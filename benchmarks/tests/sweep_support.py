@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -105,3 +106,27 @@ def agent_watched_deployment(*, recipe: Recipe, user, tmp_path: Path, tick_s: fl
         watcher.join(15)
         deployment_teardown(deployment_id=deployment.pk)
         kill_trees_logging_under(tmp_path)
+
+
+@contextlib.contextmanager
+def sweep_executing(*, sweep_id: int, release: threading.Event) -> Iterator[tuple[dict, threading.Thread]]:
+    """Run ``sweep_execute(sweep_id=...)`` on a thread; yields (a dict whose ``status`` is its
+    result once it returns, the thread). ``release`` is set when the sweep ends and on leaving
+    the block, which waits for the thread: a point the test holds on ``release`` never outlives it."""
+    from benchmarks.services import sweep_execute
+
+    result: dict = {}
+
+    def execute() -> None:
+        try:
+            result["status"] = sweep_execute(sweep_id=sweep_id)
+        finally:
+            release.set()
+
+    thread = threading.Thread(target=execute)
+    thread.start()
+    try:
+        yield result, thread
+    finally:
+        release.set()
+        thread.join()

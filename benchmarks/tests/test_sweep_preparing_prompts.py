@@ -14,7 +14,7 @@ from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import point_limits, sweep_create, sweep_execute
 from benchmarks.services.sweeps import PREPARING_PHASE, _PointProgress, PROMPT_POOL_REQ_S_PER_SLOT, sweep_follow_line
-from benchmarks.tests.sweep_support import sim_deployment_create
+from benchmarks.tests.sweep_support import sim_deployment_create, sweep_executing
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
 
@@ -44,21 +44,11 @@ def test_a_running_point_says_it_is_preparing_prompts_on_its_row_page_and_progre
             assert release.wait(60), "the test never released the prompt build"
 
     monkeypatch.setattr(_PointProgress, "preparing", preparing)
-    result: dict = {}
-
-    def execute() -> None:
-        try:
-            result["status"] = sweep_execute(sweep_id=sweep.pk)
-        finally:
-            release.set()
-
-    thread = threading.Thread(target=execute)
-    thread.start()
     client = Client()
     client.force_login(viewer)
     seen: list[dict] = []
     line = page = ""
-    try:
+    with sweep_executing(sweep_id=sweep.pk, release=release) as (result, thread):
         while thread.is_alive():
             run = BenchmarkRun.objects.filter(sweep=sweep).first()
             if run is not None and run.status == RunStatus.RUNNING and (run.progress or {}).get("phase"):
@@ -68,9 +58,6 @@ def test_a_running_point_says_it_is_preparing_prompts_on_its_row_page_and_progre
                     page = client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()
                     release.set()
             time.sleep(0.05)
-    finally:
-        release.set()
-        thread.join()
     assert result["status"] == SweepStatus.DONE
     assert seen, "the run's progress never said it was preparing prompts"
     total = seen[0]["total"]

@@ -18,10 +18,10 @@ from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.loadgen import Api, LoadConfig, loadgen_run, loadgen_run_async, random_dataset
 from benchmarks.loadgen.driver import PROGRESS_PERIOD_S, WARMUP_PHASE
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
-from benchmarks.services import sweep_create, sweep_execute
+from benchmarks.services import sweep_create
 from benchmarks.services import sweeps as sweep_service
 from benchmarks.services.sweeps import _PointProgress, sweep_follow_line
-from benchmarks.tests.sweep_support import sim_deployment_create, sim_start
+from benchmarks.tests.sweep_support import sim_deployment_create, sim_start, sweep_executing
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -140,22 +140,12 @@ def test_a_running_point_shows_its_warmup_on_its_row_messages_api_page_and_line(
         broadcast(sweep_id, kind, data, **kwargs)
 
     monkeypatch.setattr(sweep_service, "_broadcast", keep)
-    result: dict = {}
-
-    def execute() -> None:
-        try:
-            result["status"] = sweep_execute(sweep_id=sweep.pk)
-        finally:
-            release.set()
-
-    thread = threading.Thread(target=execute)
-    thread.start()
     client = Client()
     client.force_login(viewer)
     seen: list[dict] = []
     line = page = ""
     api: dict = {}
-    try:
+    with sweep_executing(sweep_id=sweep.pk, release=release) as (result, thread):
         while thread.is_alive():
             run = BenchmarkRun.objects.filter(sweep=sweep).first()
             if run is not None and run.status == RunStatus.RUNNING \
@@ -169,9 +159,6 @@ def test_a_running_point_shows_its_warmup_on_its_row_messages_api_page_and_line(
                     api = viewer_api.get(f"/api/sweeps/{sweep.pk}/").json()
                     release.set()
             time.sleep(0.05)
-    finally:
-        release.set()
-        thread.join()
     assert result["status"] == SweepStatus.DONE
     assert seen, "the run's progress never said it was warming up"
     for p in seen:
