@@ -1,9 +1,14 @@
 """What every browser test shares: the Debian ``chromium`` package driven by Playwright
 (:func:`browser`), and, when either is missing, a failure with how to install them in CI and as
-root (where ``scripts/system-deps.sh`` installs chromium), a skip with that reason elsewhere."""
+root (where ``scripts/system-deps.sh`` installs chromium), a skip with that reason elsewhere;
+signing in, database calls off the page's thread, and a page's live socket routed to the test."""
 from __future__ import annotations
 
+import json
 import os
+import re
+import threading
+import time
 
 import pytest
 
@@ -54,3 +59,45 @@ def sign_in(page, base_url: str, user) -> None:
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_load_state("networkidle")
+
+
+def in_thread(query):
+    """What ``query()`` returns, called on another thread: Playwright's sync API runs an event loop
+    in the test's thread, where Django refuses database calls."""
+    result = []
+    thread = threading.Thread(target=lambda: result.append(query()))
+    thread.start()
+    thread.join()
+    return result[0]
+
+
+def live_route(page, *, pong: bool = False) -> list:
+    """Route the page's ``/ws/live/`` to the test (no websocket server); the list each socket the
+    page opens is appended to. With ``pong`` every socket answers each ping as the server does,
+    so the page stays live."""
+    sockets: list = []
+
+    def opened(ws) -> None:
+        if pong:
+            def answer(message) -> None:
+                if json.loads(message).get("action") == "ping":
+                    ws.send(json.dumps({"type": "live.pong", "t": time.time()}))
+            ws.on_message(answer)
+        sockets.append(ws)
+
+    page.route_web_socket(re.compile(r".*/ws/live/.*"), opened)
+    return sockets
+
+
+def live_socket_wait(page, sockets: list, *, what: str = "the page", tries: int = 100) -> None:
+    """Wait until the page has opened a live socket (``tries`` waits of 0.1 s at most)."""
+    for _ in range(tries):
+        if sockets:
+            break
+        page.wait_for_timeout(100)
+    assert sockets, f"{what} opened no live socket"
+
+
+def live_subscribed(ws, group: str) -> None:
+    """Answer the socket's subscription: ``group`` subscribed, nothing sent on it yet."""
+    ws.send(json.dumps({"type": "live.subscribed", "groups": {group: {"seq": 0, "latest": {}}}}))

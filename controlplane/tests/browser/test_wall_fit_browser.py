@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +24,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from controlplane.tests.browser.conftest import in_thread
 from deployments.choices import DeploymentStatus, ProcessStatus, Role
 from deployments.models import Node, Recipe, ServerProcess
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create, seed_node_create
@@ -322,17 +322,8 @@ def _tile_text(page, pk: int, what: str) -> str:
     return page.locator(f'.deployment-tile[data-deployment="{pk}"] {what}').first.inner_text()
 
 
-def _in_thread(query):
-    # Playwright's sync API runs an event loop in this thread: the database is used from another.
-    result = []
-    thread = threading.Thread(target=lambda: result.append(query()))
-    thread.start()
-    thread.join()
-    return result[0]
-
-
 def _agent_heartbeat(at) -> None:
-    _in_thread(lambda: Node.objects.filter(name="local").update(agent_heartbeat_at=at))
+    in_thread(lambda: Node.objects.filter(name="local").update(agent_heartbeat_at=at))
 
 
 def test_a_deployment_tile_says_as_last_seen_while_its_agent_is_offline(live_server, demo_like, viewer, browser):
@@ -340,7 +331,7 @@ def test_a_deployment_tile_says_as_last_seen_while_its_agent_is_offline(live_ser
     # the socket's last sample and health change, drawn again on the fresh tile, do not make it
     # read live while the agent is away.
     single = demo_like["live"][0]
-    process = _in_thread(lambda: ServerProcess.objects.get(deployment_id=single))
+    process = in_thread(lambda: ServerProcess.objects.get(deployment_id=single))
     group = f"deployment-{single}"
     sockets: list = []
     context = browser.new_context(viewport={"width": 1920, "height": 1080})

@@ -8,8 +8,6 @@ No websocket server: the page's ``/ws/live/`` is routed to the test, which speak
 from __future__ import annotations
 
 import json
-import re
-import threading
 import time
 
 import pytest
@@ -18,7 +16,7 @@ from deployments.choices import DeploymentStatus
 from deployments.models import Deployment
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
 
-from .conftest import sign_in
+from .conftest import in_thread, live_route, live_socket_wait, live_subscribed, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
@@ -28,13 +26,16 @@ def node(transactional_db) -> str:
     return cpu_node_create(name="roster-box").name
 
 
-def _in_thread(query):
-    # Playwright's sync API runs an event loop in this thread: the database is used from another.
-    result = []
-    thread = threading.Thread(target=lambda: result.append(query()))
-    thread.start()
-    thread.join()
-    return result[0]
+def _open_wall(browser, live_server, viewer):
+    """The wall, signed in as the viewer, its live socket (routed to the test) and its page errors."""
+    page = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    sockets = live_route(page)
+    sign_in(page, live_server.url, viewer)
+    page.goto(f"{live_server.url}/wall/", wait_until="load")
+    live_socket_wait(page, sockets, what="the wall")
+    return page, sockets[0], errors
 
 
 def _deploy(node_name: str) -> int:
@@ -48,24 +49,12 @@ def _end(pk: int) -> None:
 
 
 def test_the_wall_redraws_its_tiles_on_a_roster_message(live_server, node, viewer, browser):
-    sockets: list = []
-    page = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
-    sign_in(page, live_server.url, viewer)
-    page.goto(f"{live_server.url}/wall/", wait_until="load")
-    for _ in range(100):
-        if sockets:
-            break
-        page.wait_for_timeout(100)
-    assert sockets, "the wall opened no live socket"
-    ws = sockets[0]
+    page, ws, errors = _open_wall(browser, live_server, viewer)
     group = f"node-{node}"
-    ws.send(json.dumps({"type": "live.subscribed", "groups": {group: {"seq": 0, "latest": {}}}}))
+    live_subscribed(ws, group)
     page.wait_for_timeout(300)  # past the page's first re-fetch, if it makes one
     started = time.monotonic()
-    pk = _in_thread(lambda: _deploy(node))
+    pk = in_thread(lambda: _deploy(node))
     tile = f'.wall-tile[data-group="deployment-{pk}"]'
     page.wait_for_timeout(1000)
     assert page.locator(tile).count() == 0, "drawn without a message: the test would not show the message's effect"
@@ -76,7 +65,7 @@ def test_the_wall_redraws_its_tiles_on_a_roster_message(live_server, node, viewe
     assert time.monotonic() - started < 8, "drawn by the 10 s re-fetch, not by the message"
 
     # Ended with no end time: it leaves the live tiles (and, undated, the ended strip too).
-    _in_thread(lambda: _end(pk))
+    in_thread(lambda: _end(pk))
     started = time.monotonic()
     ws.send(json.dumps({"type": "deployment.roster", "seq": 2, "group": group, "ts": time.time(),
                         "data": {"deployment_id": pk, "status": "stopped"}}))
@@ -86,25 +75,13 @@ def test_the_wall_redraws_its_tiles_on_a_roster_message(live_server, node, viewe
 
 
 def test_the_wall_draws_a_node_it_did_not_know_on_a_node_roster_message(live_server, transactional_db, viewer, browser):
-    sockets: list = []
-    page = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.route_web_socket(re.compile(r".*/ws/live/.*"), lambda ws: sockets.append(ws))
-    sign_in(page, live_server.url, viewer)
-    page.goto(f"{live_server.url}/wall/", wait_until="load")
-    for _ in range(100):
-        if sockets:
-            break
-        page.wait_for_timeout(100)
-    assert sockets, "the wall opened no live socket"
-    ws = sockets[0]
+    page, ws, errors = _open_wall(browser, live_server, viewer)
     # No node yet: the wall follows the nodes' roster group, which names none.
     assert "sub=roster-nodes" in ws.url, ws.url
-    ws.send(json.dumps({"type": "live.subscribed", "groups": {"roster-nodes": {"seq": 0, "latest": {}}}}))
+    live_subscribed(ws, "roster-nodes")
     page.wait_for_timeout(300)
     started = time.monotonic()
-    _in_thread(lambda: cpu_node_create(name="brand-new-box"))
+    in_thread(lambda: cpu_node_create(name="brand-new-box"))
     tile = '.wall-tile[data-group="node-brand-new-box"]'
     page.wait_for_timeout(1000)
     assert page.locator(tile).count() == 0, "drawn without a message: the test would not show the message's effect"
