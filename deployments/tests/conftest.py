@@ -7,6 +7,7 @@ import signal
 import pytest
 
 from deployments.supervisor import new_tag, process_find_by_tag
+from deployments.telemetry import events
 
 
 @pytest.fixture
@@ -20,3 +21,19 @@ def tag():
             os.kill(found.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[tuple[str, str, dict]]:
+    """The (group, type, data) of every broadcast, none sent; each must be forced past the rate
+    bound, as a roster change is a state change."""
+    calls: list[tuple[str, str, dict]] = []
+
+    def fake_broadcast(group, type_, data, *, force=False):
+        assert force, "a roster change is a state change: never dropped by the rate bound"
+        calls.append((group, type_, data))
+        return True
+
+    monkeypatch.setattr(events, "broadcast", fake_broadcast)
+    return calls
+

@@ -19,19 +19,6 @@ from deployments.tests.factories import cpu_node_create
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def sent(monkeypatch) -> list[tuple[str, str, dict]]:
-    calls: list[tuple[str, str, dict]] = []
-
-    def fake_broadcast(group, type_, data, *, force=False):
-        assert force, "a roster change is a state change: never dropped by the rate bound"
-        calls.append((group, type_, data))
-        return True
-
-    monkeypatch.setattr(events, "broadcast", fake_broadcast)
-    return calls
-
-
 def _roster(sent) -> list[dict]:
     return [data for group, type_, data in sent if type_ == "node.roster" and group == "roster-nodes"]
 

@@ -12,19 +12,6 @@ from deployments.telemetry import events
 
 
 @pytest.fixture
-def sent(monkeypatch) -> list[tuple[str, str, dict]]:
-    calls: list[tuple[str, str, dict]] = []
-
-    def fake_broadcast(group, type_, data, *, force=False):
-        assert force, "a roster change is a state change: never dropped by the rate bound"
-        calls.append((group, type_, data))
-        return True
-
-    monkeypatch.setattr(events, "broadcast", fake_broadcast)
-    return calls
-
-
-@pytest.fixture
 def seed_pd(db, operator):
     node = node_register(facts=seed_node_facts())
     ex = example_recipe("seed-v4-flash-pd")
