@@ -5,6 +5,7 @@ import os
 import signal
 
 import pytest
+from django.test import Client
 
 from deployments.supervisor import new_tag, process_find_by_tag
 from deployments.telemetry import events
@@ -37,3 +38,16 @@ def sent(monkeypatch) -> list[tuple[str, str, dict]]:
     monkeypatch.setattr(events, "broadcast", fake_broadcast)
     return calls
 
+
+@pytest.fixture
+def model_roots(settings):
+    """Model paths under /models are the ones a recipe may name."""
+    settings.CEILING_MODEL_ROOTS = ["/models"]
+
+
+@pytest.fixture
+def operator_client(operator) -> Client:
+    """A page client signed in as the operator."""
+    client = Client()
+    client.force_login(operator)
+    return client

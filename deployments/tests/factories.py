@@ -87,3 +87,26 @@ def deployment_row_create(*, recipe: Recipe, status: str = DeploymentStatus.READ
         numa_node=0,
     )
     return deployment
+
+
+def secret_api_store(api, *, name: str, value: str) -> None:
+    """Store secret ``name`` with ``value`` through the API as ``api``'s user (an admin)."""
+    made = api.post("/api/secrets/", {"name": name, "value": value}, format="json")
+    assert made.status_code == 201, made.json()
+
+
+#: The value of secret ``db-pass`` that :func:`recipe_stored_before_create` holds in plain values.
+STORED_BEFORE_VALUE = "plain-Stored-Value-0042"
+
+
+def recipe_stored_before_create(admin_api) -> Recipe:
+    """Recipe ``stored-before`` (the seed pd example on the seed node) whose env holds secret
+    ``db-pass``'s value in plain values (``TZ``, and within ``NOTE``), written straight to the table
+    as a save from before the check left it; the secret is stored through the API."""
+    from deployments.examples import example_recipe
+
+    node = seed_node_create()
+    secret_api_store(admin_api, name="db-pass", value=STORED_BEFORE_VALUE)
+    spec = example_recipe("seed-v4-flash-pd")["spec"]
+    return recipe_row_create(node=node, name="stored-before", topology="pd", engine="sglang",
+                             spec={**spec, "env": {"TZ": STORED_BEFORE_VALUE, "NOTE": f"pass={STORED_BEFORE_VALUE};"}})

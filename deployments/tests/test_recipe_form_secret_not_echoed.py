@@ -7,34 +7,20 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from deployments.examples import example_recipe
 from deployments.models import Recipe
-from deployments.tests.factories import seed_node_create
+from deployments.tests.factories import secret_api_store, seed_node_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("model_roots")]
 
 VALUE = "hf_SUPERSECRETVALUE123456"
 
 
-@pytest.fixture(autouse=True)
-def model_roots(settings):
-    settings.CEILING_MODEL_ROOTS = ["/models"]
-
-
-@pytest.fixture
-def operator_client(operator) -> Client:
-    client = Client()
-    client.force_login(operator)
-    return client
-
-
 @pytest.fixture
 def node(admin_api):
-    stored = admin_api.post("/api/secrets/", {"name": "hf-token", "value": VALUE}, format="json")
-    assert stored.status_code == 201, stored.json()
+    secret_api_store(admin_api, name="hf-token", value=VALUE)
     return seed_node_create()
 
 

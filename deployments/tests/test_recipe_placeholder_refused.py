@@ -9,41 +9,22 @@ import copy
 import json
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from controlplane.redaction import REDACTED
 from deployments.examples import example_recipe
 from deployments.models import Recipe
-from deployments.tests.factories import recipe_row_create, seed_node_create
+from deployments.tests.factories import STORED_BEFORE_VALUE, recipe_stored_before_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("model_roots")]
 
-VALUE = "plain-Stored-Value-0042"
+VALUE = STORED_BEFORE_VALUE
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
-
-
-@pytest.fixture(autouse=True)
-def model_roots(settings):
-    settings.CEILING_MODEL_ROOTS = ["/models"]
 
 
 @pytest.fixture
 def stored(admin_api):
-    node = seed_node_create()
-    made = admin_api.post("/api/secrets/", {"name": "db-pass", "value": VALUE}, format="json")
-    assert made.status_code == 201, made.json()
-    spec = example_recipe("seed-v4-flash-pd")["spec"]
-    # written straight to the table, as a save from before the check left it
-    return recipe_row_create(node=node, name="stored-before", topology="pd", engine="sglang",
-                             spec={**spec, "env": {"TZ": VALUE, "NOTE": f"pass={VALUE};"}})
-
-
-@pytest.fixture
-def operator_client(operator) -> Client:
-    client = Client()
-    client.force_login(operator)
-    return client
+    return recipe_stored_before_create(admin_api)
 
 
 def _snapshot(recipe: Recipe):

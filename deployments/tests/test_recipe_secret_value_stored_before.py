@@ -8,29 +8,18 @@ from django.test import Client
 from django.urls import reverse
 
 from controlplane.redaction import REDACTED
-from deployments.examples import example_recipe, seed_node_facts_example
+from deployments.examples import seed_node_facts_example
 from deployments.launch import launch_plan_render
-from deployments.tests.factories import deployment_row_create, recipe_row_create, seed_node_create
+from deployments.tests.factories import STORED_BEFORE_VALUE, deployment_row_create, recipe_stored_before_create
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("model_roots")]
 
-VALUE = "plain-Stored-Value-0042"
-
-
-@pytest.fixture(autouse=True)
-def model_roots(settings):
-    settings.CEILING_MODEL_ROOTS = ["/models"]
+VALUE = STORED_BEFORE_VALUE
 
 
 @pytest.fixture
 def stored(admin_api):
-    node = seed_node_create()
-    made = admin_api.post("/api/secrets/", {"name": "db-pass", "value": VALUE}, format="json")
-    assert made.status_code == 201, made.json()
-    spec = example_recipe("seed-v4-flash-pd")["spec"]
-    # written straight to the table, as a save from before the check left it
-    return recipe_row_create(node=node, name="stored-before", topology="pd", engine="sglang",
-                             spec={**spec, "env": {"TZ": VALUE, "NOTE": f"pass={VALUE};"}})
+    return recipe_stored_before_create(admin_api)
 
 
 def test_the_api_masks_the_value_and_names_where_it_is(viewer_api, stored):
