@@ -1,4 +1,4 @@
-"""Helpers for the benchmark page tests: a logged-in test client and a page's ``json_script`` data."""
+"""What the page tests share: a logged-in test client, a page's text, and its ``json_script`` data."""
 from __future__ import annotations
 
 import json
@@ -12,6 +12,13 @@ def logged_in_client(user) -> Client:
     client = Client()
     client.force_login(user)
     return client
+
+
+def page_text(user, url: str) -> str:
+    """The page at ``url`` as ``user`` sees it; fails the test unless it answers 200."""
+    response = logged_in_client(user).get(url)
+    assert response.status_code == 200, response.content.decode()[:500]
+    return response.content.decode()
 
 
 def json_script(html: str, element_id: str) -> dict:

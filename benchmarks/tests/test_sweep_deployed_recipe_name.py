@@ -4,11 +4,11 @@ the deployment list, the wall and the API do, with the name the recipe was given
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from benchmarks.models import BenchmarkSweep
 from benchmarks.services import sweeps as sweep_services
+from benchmarks.tests.page_support import page_text as _page
 from benchmarks.tests.sweep_support import sim_deployment_create
 from deployments.models import Deployment, Recipe
 
@@ -28,14 +28,6 @@ def deployment() -> Deployment:
 def sweep(deployment) -> BenchmarkSweep:
     return BenchmarkSweep.objects.create(deployment=deployment, grid={"concurrency": [1]}, name="probe sweep",
                                          topology="single", engine="sim")
-
-
-def _page(user, url: str) -> str:
-    client = Client()
-    client.force_login(user)
-    response = client.get(url)
-    assert response.status_code == 200, response.content.decode()[:500]
-    return response.content.decode()
 
 
 def test_the_sweep_page_and_the_sweep_list_name_the_deployment_as_deployed(viewer, operator, deployment, sweep):

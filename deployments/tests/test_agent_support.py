@@ -213,6 +213,19 @@ def sim_single_recipe(*, node: Node, user: User, name: str = "sim-single", env: 
     return services.recipe_create(user=user, name=name, engine="sim", topology="single", node=node, spec=spec)
 
 
+def renamed_pending_deployment(*, user: User, name: str, renamed_to: str, on_commit) -> Deployment:
+    """A pending deployment of sim recipe ``name`` v1 (on a CPU node, with no agent to launch it),
+    the recipe renamed ``renamed_to`` (v2) since; ``on_commit`` is pytest-django's
+    ``django_capture_on_commit_callbacks``, which keeps the deploy's launch from running."""
+    from deployments.tests.factories import cpu_node_create
+
+    recipe = sim_single_recipe(node=cpu_node_create(), user=user, name=name)
+    with on_commit(execute=False):  # no agent: it stays pending
+        deployment = services.deployment_create(recipe=recipe, user=user)
+    services.recipe_update(recipe=recipe, user=user, name=renamed_to)
+    return Deployment.objects.select_related("recipe", "node").get(pk=deployment.pk)
+
+
 def sim_pd_recipe(*, node: Node, user: User, name: str = "sim-pd", prefill_time_scale: float = 0.05,
                   decode_time_scale: float = 0.05, stop_grace_s: int = 5, startup_timeout_s: int = 60,
                   restart: dict | None = None) -> Recipe:

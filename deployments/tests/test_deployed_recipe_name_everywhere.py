@@ -12,30 +12,20 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
+from benchmarks.tests.page_support import page_text as _page
 from deployments import services
 from deployments.models import Deployment, ProcessEvent
 from deployments.tests.factories import cpu_node_create
-from deployments.tests.test_agent_support import sim_single_recipe
+from deployments.tests.test_agent_support import renamed_pending_deployment, sim_single_recipe
 
 pytestmark = pytest.mark.django_db
-
-
-def _page(user, url: str) -> str:
-    client = Client()
-    client.force_login(user)
-    response = client.get(url)
-    assert response.status_code == 200, response.content.decode()[:500]
-    return response.content.decode()
 
 
 @pytest.fixture
 def renamed(operator, django_capture_on_commit_callbacks) -> Deployment:
     """A pending deployment of probe-sim-b v1; the recipe renamed probe-renamed (v2) since."""
-    recipe = sim_single_recipe(node=cpu_node_create(), user=operator, name="probe-sim-b")
-    with django_capture_on_commit_callbacks(execute=False):  # no agent: it stays pending
-        deployment = services.deployment_create(recipe=recipe, user=operator)
-    services.recipe_update(recipe=recipe, user=operator, name="probe-renamed")
-    return Deployment.objects.select_related("recipe", "node").get(pk=deployment.pk)
+    return renamed_pending_deployment(user=operator, name="probe-sim-b", renamed_to="probe-renamed",
+                                      on_commit=django_capture_on_commit_callbacks)
 
 
 def test_the_model_names_it_as_deployed_with_the_current_name_after(renamed):

@@ -16,8 +16,7 @@ from benchmarks.models import BenchmarkSweep
 from benchmarks.services import sweep_report_text
 from deployments import services
 from deployments.models import Deployment
-from deployments.tests.factories import cpu_node_create
-from deployments.tests.test_agent_support import sim_single_recipe
+from deployments.tests.test_agent_support import renamed_pending_deployment, sim_single_recipe
 
 pytestmark = pytest.mark.django_db
 
@@ -25,11 +24,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def renamed(operator, django_capture_on_commit_callbacks) -> Deployment:
     """A pending deployment of t1b v1; the recipe renamed t1b-renamed (v2) since."""
-    recipe = sim_single_recipe(node=cpu_node_create(), user=operator, name="t1b")
-    with django_capture_on_commit_callbacks(execute=False):  # no agent: it stays pending
-        deployment = services.deployment_create(recipe=recipe, user=operator)
-    services.recipe_update(recipe=recipe, user=operator, name="t1b-renamed")
-    return Deployment.objects.select_related("recipe", "node").get(pk=deployment.pk)
+    return renamed_pending_deployment(user=operator, name="t1b", renamed_to="t1b-renamed",
+                                      on_commit=django_capture_on_commit_callbacks)
 
 
 def test_a_deployment_in_the_api_names_its_recipe_as_deployed_and_as_named_now(viewer_api, renamed):
