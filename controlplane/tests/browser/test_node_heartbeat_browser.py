@@ -11,7 +11,6 @@ answers the subscription and every ping). The server's limit is lowered to
 """
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -20,7 +19,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from controlplane.tests.browser.conftest import sign_in
+from controlplane.tests.browser.conftest import live_route, live_socket_wait, live_subscribed, sign_in
 from deployments.models import Node
 from deployments.nodes import node_heartbeat
 from deployments.tests.factories import cpu_node_create
@@ -73,6 +72,22 @@ class Heartbeats:
         self.thread.join(timeout=30)
         return self.last
 
+    def __enter__(self) -> Heartbeats:
+        """Beating until the block is left (or :meth:`stop` is called in it)."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def node_page_live(page, sockets: list, url: str) -> None:
+    """Open the node page at ``url`` and answer its live socket's subscription (``sockets`` from
+    :func:`live_route`, with pongs, so the page stays live)."""
+    page.goto(url, wait_until="domcontentloaded")
+    live_socket_wait(page, sockets, tries=200)
+    live_subscribed(sockets[-1], page.get_attribute("#node-live", "data-group"))
+
 
 def _age_s(text: str) -> int:
     m = AGE.match(text)
@@ -83,31 +98,13 @@ def _age_s(text: str) -> int:
 def test_the_heartbeat_age_stays_small_while_it_beats_and_the_badge_turns_offline_when_it_stops(
         live_server, beating_node, viewer, browser):
     base = live_server.url
-    heartbeats = Heartbeats(beating_node)
-    heartbeats.start()
-    try:
+    with Heartbeats(beating_node) as heartbeats:
         page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-        sockets: list = []
-
-        def socket(ws) -> None:
-            def answer(message) -> None:
-                if json.loads(message).get("action") == "ping":
-                    ws.send(json.dumps({"type": "live.pong", "t": time.time()}))
-            ws.on_message(answer)
-            sockets.append(ws)
-
-        page.route_web_socket(re.compile(r".*/ws/live/.*"), socket)
+        sockets = live_route(page, pong=True)
         sign_in(page, base, viewer)
-        page.goto(f"{base}/nodes/{beating_node}/", wait_until="domcontentloaded")
-        for _ in range(200):
-            if sockets:
-                break
-            page.wait_for_timeout(100)
-        assert sockets, "the page opened no live socket"
-        group = page.get_attribute("#node-live", "data-group")
-        sockets[-1].send(json.dumps({"type": "live.subscribed", "groups": {group: {"seq": 0, "latest": {}}}}))
+        node_page_live(page, sockets, f"{base}/nodes/{beating_node}/")
         page.wait_for_function("() => document.documentElement.getAttribute('data-live-state') === 'live'",
                                timeout=20_000)
         line = page.locator("dd[data-heartbeat-of]")
@@ -151,5 +148,3 @@ def test_the_heartbeat_age_stays_small_while_it_beats_and_the_badge_turns_offlin
         assert page.locator("[data-stale-since]").count() == 0
         assert errors == [], errors
         page.context.close()
-    finally:
-        heartbeats.stop()

@@ -11,15 +11,14 @@ server, not from the test.
 """
 from __future__ import annotations
 
-import json
 import re
 import time
 
 import pytest
 from django.utils import timezone
 
-from controlplane.tests.browser.conftest import sign_in
-from controlplane.tests.browser.test_node_heartbeat_browser import Heartbeats, _age_s
+from controlplane.tests.browser.conftest import live_route, sign_in
+from controlplane.tests.browser.test_node_heartbeat_browser import Heartbeats, _age_s, node_page_live
 from deployments.models import Node
 from deployments.tests.factories import cpu_node_create
 
@@ -53,9 +52,7 @@ def _page(browser, live_server, viewer):
 
 def test_each_rows_age_counts_and_its_badge_turns_offline_past_the_limit(live_server, two_nodes, viewer, browser):
     beating, silent = two_nodes
-    heartbeats = Heartbeats(beating)
-    heartbeats.start()
-    try:
+    with Heartbeats(beating) as heartbeats:
         page, errors, reads = _page(browser, live_server, viewer)
         page.goto(f"{live_server.url}/nodes/", wait_until="domcontentloaded")
         line = {name: page.locator(f'[data-heartbeat-of="{name}"]') for name in two_nodes}
@@ -98,42 +95,19 @@ def test_each_rows_age_counts_and_its_badge_turns_offline_past_the_limit(live_se
         assert page.locator("[data-stale-since]").count() == 0
         assert errors == [], errors
         page.context.close()
-    finally:
-        heartbeats.stop()
 
 
 def test_the_node_page_shows_a_restarted_agents_pid(live_server, two_nodes, viewer, browser):
     beating, _ = two_nodes
     page, errors, _reads = _page(browser, live_server, viewer)
-    sockets: list = []
-
-    def socket(ws) -> None:
-        def answer(message) -> None:
-            if json.loads(message).get("action") == "ping":
-                ws.send(json.dumps({"type": "live.pong", "t": time.time()}))
-        ws.on_message(answer)
-        sockets.append(ws)
-
-    page.route_web_socket(re.compile(r".*/ws/live/.*"), socket)
-    page.goto(f"{live_server.url}/nodes/{beating}/", wait_until="domcontentloaded")
-    for _ in range(200):
-        if sockets:
-            break
-        page.wait_for_timeout(100)
-    assert sockets, "the page opened no live socket"
-    group = page.get_attribute("#node-live", "data-group")
-    sockets[-1].send(json.dumps({"type": "live.subscribed", "groups": {group: {"seq": 0, "latest": {}}}}))
+    node_page_live(page, live_route(page, pong=True), f"{live_server.url}/nodes/{beating}/")
     line = page.locator("dd[data-heartbeat-of]")
     assert line.inner_text().endswith(", pid 4321"), line.inner_text()
 
     # The agent restarts: a new process heartbeats.
-    restarted = Heartbeats(beating, pid=5678)
-    restarted.start()
-    try:
+    with Heartbeats(beating, pid=5678):
         page.wait_for_function("() => document.querySelector('dd[data-heartbeat-of]').textContent.endsWith(', pid 5678')",
                                timeout=15_000)
         assert re.fullmatch(r"last heartbeat \S+ \S+ UTC \((just now|\d+ s ago)\), pid 5678", line.inner_text()), line.inner_text()
-    finally:
-        restarted.stop()
     assert errors == [], errors
     page.context.close()
