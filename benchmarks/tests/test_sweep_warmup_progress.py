@@ -71,12 +71,18 @@ def _check(seen: Calls, *, warm_total: int, measured: int) -> None:
     assert max(c["done"] for c in rest) == measured
 
 
+def _load(base_url: str, *, requests: int, warmup: int, **config) -> tuple[LoadConfig, list, list]:
+    """A completions load of ``requests`` 32/8 prompts after ``warmup`` others on the sim at
+    ``base_url``: (its config, the measured specs, the warm-up specs)."""
+    specs = random_dataset(num=requests, input_len=32, output_len=8, seed=1)
+    warm = random_dataset(num=warmup, input_len=32, output_len=8, seed=2)
+    return (LoadConfig(base_url=base_url, api=Api.COMPLETIONS, model="sim-model", ignore_eos=True, fixed_output=True,
+                       **config), specs, warm)
+
+
 def test_the_load_generator_reports_the_warmup_before_the_measured_phase(slow_sim: str) -> None:
     seen = Calls()
-    specs = random_dataset(num=2, input_len=32, output_len=8, seed=1)
-    warmup = random_dataset(num=3, input_len=32, output_len=8, seed=2)
-    cfg = LoadConfig(base_url=slow_sim, api=Api.COMPLETIONS, model="sim-model", concurrency=1, ignore_eos=True,
-                     fixed_output=True)
+    cfg, specs, warmup = _load(slow_sim, requests=2, warmup=3, concurrency=1)
     result = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=seen)
     assert len(result.records) == 2
     _check(seen, warm_total=3, measured=2)
@@ -87,10 +93,7 @@ def test_the_load_generator_reports_the_warmup_before_the_measured_phase(slow_si
 
 def test_the_async_entry_point_reports_the_warmup_too(slow_sim: str) -> None:
     seen = Calls()
-    specs = random_dataset(num=2, input_len=32, output_len=8, seed=1)
-    warmup = random_dataset(num=2, input_len=32, output_len=8, seed=2)
-    cfg = LoadConfig(base_url=slow_sim, api=Api.COMPLETIONS, model="sim-model", concurrency=1, ignore_eos=True,
-                     fixed_output=True)
+    cfg, specs, warmup = _load(slow_sim, requests=2, warmup=2, concurrency=1)
     result = asyncio.run(loadgen_run_async(config=cfg, specs=specs, warmup_specs=warmup, progress=seen))
     assert len(result.records) == 2
     _check(seen, warm_total=2, measured=2)
@@ -98,10 +101,7 @@ def test_the_async_entry_point_reports_the_warmup_too(slow_sim: str) -> None:
 
 def test_worker_processes_report_their_warmups_summed(slow_sim: str) -> None:
     seen = Calls()
-    specs = random_dataset(num=4, input_len=32, output_len=8, seed=1)
-    warmup = random_dataset(num=4, input_len=32, output_len=8, seed=2)
-    cfg = LoadConfig(base_url=slow_sim, api=Api.COMPLETIONS, model="sim-model", concurrency=2, workers=2,
-                     ignore_eos=True, fixed_output=True)
+    cfg, specs, warmup = _load(slow_sim, requests=4, warmup=4, concurrency=2, workers=2)
     result = loadgen_run(config=cfg, specs=specs, warmup_specs=warmup, progress=seen)
     assert len(result.records) == 4
     _check(seen, warm_total=4, measured=4)
