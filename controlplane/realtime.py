@@ -48,7 +48,8 @@ __all__ = [
     "node_group", "deployment_group", "sweep_group", "kernel_job_group", "group_kind", "live_user_group",
     "node_roster_group", "ROSTERS",
     "broadcast", "abroadcast", "message_build", "CONSUMER_EVENT", "current_seq", "latest_messages",
-    "group_created_at", "realtime_namespace", "NamespacedRedisChannelLayer", "namespace_setting_changed",
+    "group_created_at", "realtime_namespace", "NamespacedRedisChannelLayer", "CancelSafeChannelLock",
+    "namespace_setting_changed",
 ]
 
 _GROUP_RE = re.compile(r"^[A-Za-z0-9._-]{1,90}$")
@@ -94,9 +95,37 @@ def _key(kind: str, group: str) -> str:
 
 
 try:
+    from channels_redis.core import ChannelLock as _ChannelLock
     from channels_redis.core import RedisChannelLayer as _RedisChannelLayer
 except ImportError:  # pragma: no cover - channels_redis is a requirement; keeps the module importable
-    _RedisChannelLayer = object  # type: ignore[assignment,misc]
+    _RedisChannelLayer = _ChannelLock = object  # type: ignore[assignment,misc]
+
+
+class CancelSafeChannelLock(_ChannelLock):  # type: ignore[misc,valid-type]
+    """channels_redis's per-channel lock table, with a waiter that is cancelled (or fails) while
+    waiting no longer counted.
+
+    The layer's ``receive_single`` takes this lock for the process-local channel key (one key
+    for every ``!`` channel of the process) and its backup cleaner task gives it back. Upstream
+    ``acquire`` counts the waiter before awaiting and never uncounts it when the wait is
+    cancelled, so a receive cancelled during the cleaner's Redis round trip (a socket closing,
+    or its event loop ending, right after a message) leaves the count above zero for good: the
+    ``asyncio.Lock`` is then never dropped and stays bound to that loop. The next receive on
+    another loop that has to wait for it raises ``RuntimeError: <Lock [locked]> is bound to a
+    different event loop``. One server process has one loop, so there it only keeps an idle
+    lock; a test process runs a loop per test and meets the error."""
+
+    async def acquire(self, channel: str) -> bool:
+        self.wait_counts[channel] += 1
+        try:
+            return await self.locks[channel].acquire()
+        except BaseException:
+            # asyncio.Lock.acquire that raises never holds the lock: uncount this waiter only.
+            self.wait_counts[channel] -= 1
+            if self.wait_counts[channel] < 1:
+                self.locks.pop(channel, None)
+                del self.wait_counts[channel]
+            raise
 
 
 class NamespacedRedisChannelLayer(_RedisChannelLayer):  # type: ignore[misc,valid-type]
@@ -104,10 +133,12 @@ class NamespacedRedisChannelLayer(_RedisChannelLayer):  # type: ignore[misc,vali
     namespace (``ceiling:<realtime_namespace()>:asgi``), so groups and channels of two
     installations sharing a Redis never meet. An explicit ``prefix`` in ``CHANNEL_LAYERS``
     CONFIG wins. The namespace is read when the layer is created (first ``get_channel_layer()``),
-    i.e. after a test run has switched to its test database."""
+    i.e. after a test run has switched to its test database. Its receive cleanup locks are a
+    :class:`CancelSafeChannelLock`, so a cancelled receive leaves no lock bound to its loop."""
 
     def __init__(self, *args: Any, prefix: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, prefix=prefix or f"ceiling:{realtime_namespace()}:asgi", **kwargs)
+        self.receive_clean_locks = CancelSafeChannelLock()
 
 
 #: Settings that decide a layer's namespace; a layer made under other values is dropped when one changes.
