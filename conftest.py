@@ -101,3 +101,44 @@ def viewer_api(viewer) -> APIClient:
 @pytest.fixture
 def outsider_api(outsider) -> APIClient:
     return _token_client(outsider)
+
+
+def channel_layer_leftovers(layer) -> str:
+    """What a Redis channel layer still holds for receives that no longer run: receivers counted
+    (``receive_count``), backup cleaners not finished, per-channel cleanup locks still counted.
+    Empty when there is none. A layer without these attributes (the in-memory one) holds none."""
+    found = []
+    count = getattr(layer, "receive_count", 0)
+    if count:
+        found.append(f"receive_count={count} (a receive() still pending, its event loop gone)")
+    cleaners = getattr(layer, "receive_cleaners", None) or []
+    if cleaners:
+        found.append(f"{len(cleaners)} backup cleaner task(s) unfinished")
+    waits = dict(getattr(getattr(layer, "receive_clean_locks", None), "wait_counts", None) or {})
+    if waits:
+        found.append(f"cleanup locks still counted {waits} (bound to the loop that took them)")
+    return "; ".join(found)
+
+
+@pytest.fixture(autouse=True)
+def _channel_layer_left_clean():
+    """After each test, the process's channel layers hold nothing for a receive of that test: a
+    receive left pending, or a cleanup lock left counted, on an event loop that then ended makes
+    a later test's receive on its own loop fail with ``RuntimeError: ... is bound to a different
+    event loop`` (or "Two event loops are trying to receive()"). Such a leak fails the test that
+    made it, and its layer is dropped so the tests after it start from a fresh one. Only layers
+    already built are looked at; none is created here."""
+    yield
+    from channels.layers import channel_layers
+
+    leaks = {}
+    for alias, layer in list(channel_layers.backends.items()):
+        found = channel_layer_leftovers(layer)
+        if found:
+            leaks[alias] = found
+            channel_layers.backends.pop(alias, None)
+    if leaks:
+        pytest.fail("this test left channel-layer receive state behind its event loop: "
+                    + "; ".join(f"{alias}: {found}" for alias, found in leaks.items())
+                    + ". Disconnect every communicator and let its loop end normally "
+                    "(cancel and await a receive task before the loop closes).", pytrace=False)
