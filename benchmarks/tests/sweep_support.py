@@ -130,3 +130,13 @@ def sweep_executing(*, sweep_id: int, release: threading.Event) -> Iterator[tupl
     finally:
         release.set()
         thread.join()
+
+
+def form_words(path: str, message: str) -> str:
+    """The sweep form's words for the API's ``message`` at grid ``path``: an item of a list field
+    (``grid.concurrency.1``) is named by its position as typed, 1-based (``item 2: ...``); any other
+    path's message is the API's as it is."""
+    parts = path.removeprefix("grid.").split(".")
+    if len(parts) > 1 and parts[1].isdigit():
+        return f"item {int(parts[1]) + 1}: {message}"
+    return message

@@ -14,7 +14,7 @@ from django.urls import reverse
 from benchmarks.models import BenchmarkSweep
 from benchmarks.sweeps import non_finite_text
 from benchmarks.tests.page_support import logged_in_client
-from benchmarks.tests.sweep_support import sim_deployment_create
+from benchmarks.tests.sweep_support import form_words, sim_deployment_create
 from controlplane.drf_defaults import NonFiniteNumber
 from deployments.choices import DeploymentStatus
 
@@ -53,7 +53,7 @@ def test_the_api_the_form_and_the_command_refuse_it_in_the_same_words(operator_a
     form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
         "deployment": starting.pk, "concurrency": "1", "lengths": "8:8", "requests": "4", **form_fields(typed)})
     assert form.status_code == 400
-    assert form.context["errors"] == {field: [said]}
+    assert form.context["errors"] == {field: [form_words(path, said)]}
 
     with pytest.raises(CommandError) as exc:
         call_command("sweep", "finite-sim", "--concurrency", "1", "--lengths", "8:8", "--requests", "4",

@@ -14,7 +14,7 @@ from django.urls import reverse
 from benchmarks.forms import grid_value
 from benchmarks.models import BenchmarkSweep
 from benchmarks.tests.page_support import logged_in_client
-from benchmarks.tests.sweep_support import sim_deployment_create
+from benchmarks.tests.sweep_support import form_words, sim_deployment_create
 from deployments.choices import DeploymentStatus
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +53,7 @@ def test_form_api_and_command_refuse_a_value_with_one_message(operator, operator
     form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"),
                                            {"deployment": starting.pk, **base, field: typed})
     assert form.status_code == 400
-    assert form.context["errors"] == {field: [message]}
+    assert form.context["errors"] == {field: [form_words(path, message)]}
 
     args = [arg for name, value in {**base, field: typed}.items() for arg in (f"--{name}", value)]
     with pytest.raises(CommandError) as exc:

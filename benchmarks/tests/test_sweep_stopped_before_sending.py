@@ -81,7 +81,9 @@ def _check_warmup_ended(run: BenchmarkRun, operator, viewer_api) -> None:
     # The sweep's own page and API no longer carry a live report of it.
     assert viewer_api.get(f"/api/sweeps/{run.sweep_id}/").json()["progress"] is None
     sweep_page = logged_in_client(operator).get(reverse("benchmarks:sweep-detail", args=[run.sweep_id]))
-    assert "warm-up requests" not in sweep_page.content.decode()
+    # (its point's reason says where it stopped; no running point's phase is drawn)
+    assert 'class="run-phase"' not in sweep_page.content.decode() and "warm-up requests, " not in \
+        sweep_page.content.decode()
 
 
 def test_a_point_cancelled_while_warming_up_says_it_ended_then(slow_sim: str, operator, viewer_api) -> None:

@@ -370,7 +370,7 @@ def test_it_refuses_numbers_a_browser_would_silently_drop_with_a_message(operato
     assert errors["slo_ttft_ms"] == ["must be a finite number, got 1e400 (too large for a 64-bit float)"]
     assert errors["slo_tpot_ms"] == ["must be a finite number, got nan (not a number)"]
     assert errors["slo_e2e_ms"] == ["must be seconds > 0, got -0.005"]
-    assert errors["rates"] == ["must be a finite number, got inf (infinite)"]
+    assert errors["rates"] == ["item 1: must be a finite number, got inf (infinite)"]
     assert errors["duration"] == ["must be at least 1 s and at most 86400 s (24 h), got 90000"]
     assert 'value="1e400"' in html  # the form comes back with what was typed
     assert not BenchmarkSweep.objects.exists()

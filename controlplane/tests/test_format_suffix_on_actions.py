@@ -82,6 +82,11 @@ def _same(plain, suffixed, where: str) -> None:
     assert suffixed.status_code != 500, where
     assert (suffixed.status_code, suffixed["Content-Type"], suffixed.get("Content-Disposition")) == (
         plain.status_code, plain["Content-Type"], plain.get("Content-Disposition")), where
+    if plain.status_code == 404 and plain.wsgi_request.path.startswith("/api/nodes/"):
+        # A node's key may hold a dot: its 404 names the key as asked and as read ("no node with
+        # name '999999.json' (nor id 999999)"), so only the detail's presence is compared.
+        assert "detail" in suffixed.json() and "detail" in plain.json(), where
+        return
     asked = suffixed.wsgi_request.path.encode()
     assert _body(suffixed).replace(asked, plain.wsgi_request.path.encode()) == _body(plain), where
 

@@ -43,5 +43,5 @@ def test_the_last_heartbeat_reads_its_age_in_the_pages_words(viewer, age, shown)
     words = [_duration_text(age.total_seconds() + extra) + " ago" for extra in range(late + 1)]
     assert shown == words[0]
     assert any(f" UTC</time> (<span data-age>{w}</span>)" in detail for w in words), re.search(r"last heartbeat.{0,160}", detail).group(0)
-    assert any(f"last seen {w}</span>" in listed for w in words), words
+    assert any(f"last seen <span data-age>{w}</span>" in listed for w in words), words
     assert "minutes ago" not in detail + listed and "minute ago" not in detail + listed
