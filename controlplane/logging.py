@@ -15,9 +15,21 @@ class RedactSecretsFilter(logging.Filter):
         except Exception:  # a malformed record is logged as is, never dropped
             return True
         redacted = redact_text(message)
-        if redacted != message:
-            record.msg = redacted
-            record.args = None
+        if redacted == message:
+            return True
+        # Arguments masked one by one where that masks the whole message: a formatter that reads
+        # record.args (uvicorn's access formatter unpacks them) keeps working.
+        if isinstance(record.args, tuple) and record.args:
+            args = tuple(redact_text(a) if isinstance(a, str) else a for a in record.args)
+            try:
+                kept = str(record.msg) % args
+            except Exception:  # noqa: BLE001 - falls back to the masked message below
+                kept = None
+            if kept is not None and redact_text(kept) == kept:
+                record.args = args
+                return True
+        record.msg = redacted
+        record.args = None
         return True
 
 
