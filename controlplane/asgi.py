@@ -10,7 +10,9 @@ subscription before accepting (:mod:`controlplane.consumers`).
 
 Importing this module also gives daphne the reason phrases Twisted lacks (``429 Too Many
 Requests`` rather than ``429 Unknown Status``: :mod:`controlplane.reason_phrases`), and leaves
-a form body for Django to read rather than Twisted (:mod:`controlplane.daphne_bodies`).
+a form body for Django to read rather than Twisted (:mod:`controlplane.daphne_bodies`), and
+sends daphne's access lines through the ``daphne.access`` logger, secret values masked
+(:mod:`controlplane.access_log`).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from controlplane.access_log import access_log_through_logging  # noqa: E402
 from controlplane.consumers import SameOriginValidator  # noqa: E402
 from controlplane.daphne_bodies import twisted_form_parsing_off  # noqa: E402
 from controlplane.reason_phrases import reason_phrases_fill  # noqa: E402
@@ -30,6 +33,7 @@ from controlplane.routing import websocket_urlpatterns  # noqa: E402
 
 reason_phrases_fill()
 twisted_form_parsing_off()
+access_log_through_logging()
 
 application = ProtocolTypeRouter(
     {

@@ -289,7 +289,17 @@ LOGGING = {
         # A 403/404 raised as an exception is logged with its traceback by Django; for 4xx
         # that is noise (web.log filled with PermissionDenied stacks). One line for 4xx,
         # tracebacks kept for 5xx.
-        "django.request": {"level": "INFO", "filters": ["client_errors_one_line"], "propagate": True},
+        # redact on the loggers that carry a request's path too (not only on the handler): a
+        # secret value typed into a URL, plain or percent-encoded, is masked before any handler
+        # sees the record. daphne.access: the web server's access lines (controlplane.access_log);
+        # uvicorn's, for a server run under uvicorn.
+        "django.request": {"level": "INFO", "filters": ["client_errors_one_line", "redact"], "propagate": True},
+        "django.server": {"filters": ["redact"], "propagate": True},
+        "daphne.access": {"level": "INFO", "filters": ["redact"], "propagate": True},
+        "daphne.server": {"filters": ["redact"], "propagate": True},
+        "daphne.http_protocol": {"filters": ["redact"], "propagate": True},
+        "uvicorn.access": {"filters": ["redact"], "propagate": True},
+        "uvicorn.error": {"filters": ["redact"], "propagate": True},
     },
 }
 
