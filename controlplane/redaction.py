@@ -272,6 +272,8 @@ def value_forms(value: str) -> set[str]:
       percent-encoding of each form (:func:`form_pattern`), these two are listed for callers that
       replace forms literally;
     * JSON-escaped (the inside of ``json.dumps(value)``), as in a JSON log line or an API dump;
+      :func:`redact_text` also masks each slash of a form written ``\\/`` (:func:`form_pattern`),
+      as encoders other than Python's escape it;
     * base64 (standard and URL-safe alphabet, with and without ``=`` padding), as in a
       ``Basic`` header or a Kubernetes secret;
     * each line of a multi-line value (a PEM key) of at least :data:`MIN_LINE_LENGTH` characters,
@@ -317,15 +319,21 @@ def _char_pattern(char: str) -> str:
 
 def _char_alternatives(char: str) -> list[str]:
     """The regexes of :func:`_char_pattern`, one per spelling; each starts with a literal
-    character."""
+    character. A slash is also matched as ``\\/`` (its JSON escape), in any percent-encoding."""
     hexed = "".join(f"%{b >> 4:X}{b & 15:X}" for b in char.encode("utf-8", "surrogatepass"))
     encoded = re.sub(r"[A-F]", lambda m: f"[{m.group(0)}{m.group(0).lower()}]", hexed)
+    # ``\/`` is how JSON may escape a slash (``json.dumps`` does not, other encoders do): the
+    # JSON-escaped spelling of a value holding one.
+    if char == "/":
+        # either character of the escape may itself be percent-encoded (``%5C%2F``)
+        return [re.escape(char), encoded, r"\\(?:/|%2[Ff])", r"%5[Cc](?:/|%2[Ff])"]
     return [re.escape(char), encoded] + ([r"\+"] if char == " " else [])
 
 
 def form_pattern(form: str, *, padded: bool = False) -> re.Pattern[str]:
     """A compiled regex matching ``form`` in every valid percent-encoding: each character as typed
-    or as its percent-encoded UTF-8 bytes (either hex case), a space also as ``+``. So ``a b/c``
+    or as its percent-encoded UTF-8 bytes (either hex case), a space also as ``+``, a slash also
+    as its JSON escape ``\\/``. So ``a b/c``
     matches ``a b/c``, ``a%20b%2Fc``, ``a+b%2fc`` and ``a%20b/c`` (only the space encoded, as curl
     and browsers send it). With ``padded`` the match also takes up to two ``=`` after the form
     (base64 padding), so one pattern serves a base64 form with and without its padding."""
@@ -353,7 +361,7 @@ def _patterns_for(forms: frozenset[str]) -> list[re.Pattern[str]]:
 
 
 # Where a spelling of a form other than the form itself can differ from it: a percent-encoded
-# byte, and ``+`` for a space.
+# byte, ``+`` for a space, and ``\/`` for a slash (added where a form holds one).
 _PERCENT_BYTE = re.compile(r"%[0-9A-Fa-f]{2}")
 _PERCENT_BYTE_OR_PLUS = re.compile(r"%[0-9A-Fa-f]{2}|\+")
 
@@ -381,9 +389,12 @@ class _KnownPatterns:
             for f, padded in kept for first in _char_alternatives(f[0])
         )) if kept else None
         self.spots = _PERCENT_BYTE_OR_PLUS if any(" " in f for f, _p in self.kept) else _PERCENT_BYTE
-        # The longest text one pattern can match: each character as its percent-encoded bytes,
-        # and two ``%3D`` of padding.
-        self.reach = max((sum(3 * len(c.encode("utf-8", "surrogatepass")) for c in f) + 6 for f, _p in self.kept),
+        if any("/" in f for f, _p in self.kept):
+            self.spots = re.compile(self.spots.pattern + r"|\\/")
+        # The longest text one pattern can match: each character as its percent-encoded bytes (a
+        # slash as ``%5C%2F``), and two ``%3D`` of padding.
+        self.reach = max((sum(6 if c == "/" else 3 * len(c.encode("utf-8", "surrogatepass")) for c in f) + 6
+                          for f, _p in self.kept),
                          default=0)
 
 
