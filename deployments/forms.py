@@ -28,7 +28,7 @@ from deployments.models import (
     name_validator,
 )
 from deployments.recipes import RECIPE_DOC_PATH
-from deployments.services import free_text_shown, secret_value_validator, text_control_validator
+from deployments.services import free_text_shown, recipe_name_validator, secret_value_validator, text_control_validator
 
 
 def spec_parse(text: str) -> dict:
@@ -150,7 +150,7 @@ class RecipeForm(SpecTextMixin, SingleValuedForm):
 
     # The length is judged by name_validator (one message per problem); the browser still stops
     # typing at the limit.
-    name = forms.CharField(validators=[name_validator], widget=forms.TextInput(attrs={"maxlength": NAME_MAX_LENGTH}),
+    name = forms.CharField(validators=[recipe_name_validator], widget=forms.TextInput(attrs={"maxlength": NAME_MAX_LENGTH}),
                            help_text="lowercase letters, digits, '.', '_' or '-'")
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     engine = forms.ChoiceField(choices=Engine.choices)
@@ -238,16 +238,18 @@ def recipe_examples_for_form() -> list[dict]:
     ]
 
 
-def name_judged_once(form: forms.ModelForm) -> None:
+def name_judged_once(form: forms.ModelForm, validator=name_validator) -> None:
     """Make ``form``'s model-made ``name`` field judge a name by :func:`name_validator` alone, as
     the API and the recipe form do: an 80-character name gets one message (``Use at most 63
     characters; got 80.``), not the model field's length message beside (or instead of) it. The
     model's own check of the field is skipped once the field has an error; a name that passes
     :func:`name_validator` passes the model's slug rule too. The browser still stops typing at the
-    limit (the widget keeps ``maxlength``)."""
+    limit (the widget keeps ``maxlength``). A recipe's form passes
+    :func:`deployments.services.recipe_name_validator` as ``validator``, which also refuses a
+    stored secret's value."""
     field = form.fields.get("name")
     if field is not None:
-        field.validators = [name_validator]
+        field.validators = [validator]
 
 
 class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
@@ -271,7 +273,7 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        name_judged_once(self)
+        name_judged_once(self, recipe_name_validator)
         if self.instance is not None and self.instance.pk:
             self.initial["spec"] = spec_pretty(self.instance.spec)
             self.initial["description"] = free_text_shown(self.instance.description)

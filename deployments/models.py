@@ -44,14 +44,19 @@ def name_validator(value: object) -> None:
     characters; got 80.``: the character rule is judged once the length is fine), any other for
     the character rule, quoting the name as every refusal quotes a value
     (:func:`controlplane.jsonsafe.json_spelled`), cut to 40 characters (``Use 1-63 …, starting
-    with a letter or digit; got 'Bad Name!'.``; a text-direction control as ``<U+202E>``). Input fields use it instead of a
+    with a letter or digit; got 'Bad Name!'.``; a text-direction control as ``<U+202E>``; a stored
+    secret's value in any spelling a page masks it in as ``***redacted***``). Input fields use it instead of a
     ``max_length`` check of their own, so a long name gets one message. The model fields keep
     :data:`slug_validator` itself (its message is part of their migrations)."""
     LengthLimit(NAME_MAX_LENGTH)(value)
     try:
         slug_validator(value)
     except ValidationError:
-        text = json_spelled(value if isinstance(value, str) else str(value), limit=NAME_MAX_LENGTH * 10)
+        from controlplane.redaction import secret_values_mask
+
+        # A stored secret's value typed into a name is shown masked, never echoed back.
+        shown = secret_values_mask(value if isinstance(value, str) else str(value))
+        text = json_spelled(shown, limit=NAME_MAX_LENGTH * 10)
         text = text if len(text) <= 40 else text[:39] + "…"
         raise ValidationError(f"{SLUG_RULE[:-1]}; got {text}.", code="invalid") from None
 

@@ -203,6 +203,17 @@ def secret_value_validator(field: str):
     return validate
 
 
+def recipe_name_validator(value: object) -> None:
+    """A recipe's name judged for input (Django forms, models and DRF serializers alike): one
+    holding a stored secret's value is refused first, with :func:`secret_value_in_text`'s message
+    (naming the field ``name`` and the secret, never the value), since a name is shown in clear on
+    every page, export and log; any other by :func:`deployments.models.name_validator`."""
+    problem = secret_value_in_text("name", value)
+    if problem:
+        raise DjangoValidationError(problem, code="secret_value")
+    name_validator(value)
+
+
 def _description_placeholder(description: str) -> str | None:
     """Why a recipe's ``description`` holding :data:`controlplane.redaction.REDACTED` cannot be
     saved: it is what the edit form and the API show in place of a stored secret's value saved
@@ -488,7 +499,7 @@ def recipe_content_validate(content: dict[str, Any], *, stored_spec: Any = None)
         errors["name"] = ["A name is required."]
     else:
         try:
-            name_validator(name)
+            recipe_name_validator(name)
         except DjangoValidationError as exc:
             errors["name"] = list(exc.messages)
     description = content.get("description", "")

@@ -36,13 +36,13 @@ from controlplane.redaction import credential_mask_json, redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
 from deployments.models import (
     CHANGE_REASON_MAX_LENGTH, NAME_MAX_LENGTH, Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret,
-    ServerProcess, name_validator,
+    ServerProcess,
 )
 from deployments.nodes import GPU_STATUSES, node_gpu_status
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
-    deployment_state_note, deployment_waiting_reason, text_control_validator, secret_value_validator, free_text_shown, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem,
+    deployment_state_note, deployment_waiting_reason, text_control_validator, secret_value_validator, recipe_name_validator, free_text_shown, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem,
     recipe_secret_values_held, secret_values, spec_errors_beside_refused_text,
 )
 
@@ -245,12 +245,13 @@ class _SchemaMaxLength(MaxLengthValidator):
 
 
 class NameField(StrictCharField):
-    """A recipe's name in a body: :func:`deployments.models.name_validator` judges it, length
+    """A recipe's name in a body: :func:`deployments.services.recipe_name_validator` judges it (a
+    stored secret's value refused first, then :func:`deployments.models.name_validator`), length
     included, so a long name gets one message (``Use at most 63 characters; got 80.``), not that
     and the character rule; the schema still says ``maxLength``."""
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(max_length=NAME_MAX_LENGTH, validators=[name_validator], **kwargs)
+        super().__init__(max_length=NAME_MAX_LENGTH, validators=[recipe_name_validator], **kwargs)
         self.validators = [_SchemaMaxLength(NAME_MAX_LENGTH) if isinstance(v, MaxLengthValidator) else v
                            for v in self.validators]
 
