@@ -171,9 +171,9 @@ async def test_it_refuses_an_unknown_websocket_path_without_a_routing_error(view
 async def test_it_refuses_an_id_with_leading_zeros_before_accepting(viewer, node):
     recipe = await sync_to_async(recipe_row_create)(node=node, name=f"z-{node.name}")
     deployment = await sync_to_async(deployment_row_create)(recipe=recipe)
-    ws = await _socket(viewer, [f"deployment-{deployment.pk:04d}"])
+    ws = await _socket(viewer, [f"deployment-00{deployment.pk}"])
     assert await ws.connect(timeout=5) == (False, CLOSE_FORBIDDEN)
-    reason = await sync_to_async(subscription_refusal)(viewer, f"deployment-{deployment.pk:04d}")
+    reason = await sync_to_async(subscription_refusal)(viewer, f"deployment-00{deployment.pk}")
     assert reason and f"deployment-{deployment.pk}" in reason and "leading zeros" in reason
 
 

@@ -47,13 +47,22 @@ def test_a_clash_on_the_filled_in_metrics_port_names_the_flag(node, operator):
 
 def test_a_held_metrics_port_warning_says_which_flag_sets_it(node, operator, settings):
     settings.CEILING_NODE_NAME = node.name
-    router, prefill, decode, bootstrap = free_ports(4)
-    recipe = services.recipe_create(user=operator, name="held", engine="sim", topology="pd", node=node,
-                                    spec=_spec(router, prefill, decode, bootstrap))
-    metrics = recipe.spec["roles"]["router"]["flags"]["prometheus-port"]
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        sock.bind(("127.0.0.1", metrics))
+        # The filled-in port is the first one above the router's that the recipe does not use, which
+        # another process on the host may hold: new ports until the test can hold it itself.
+        for attempt in range(20):
+            router, prefill, decode, bootstrap = free_ports(4)
+            recipe = services.recipe_create(user=operator, name=f"held-{attempt}", engine="sim", topology="pd",
+                                            node=node, spec=_spec(router, prefill, decode, bootstrap))
+            metrics = recipe.spec["roles"]["router"]["flags"]["prometheus-port"]
+            try:
+                sock.bind(("127.0.0.1", metrics))
+                break
+            except OSError:
+                continue
+        else:
+            pytest.fail("no filled-in metrics port was free in 20 tries")
         sock.listen()
         lines = services.port_holder_warnings(plan=services.recipe_plan(recipe=recipe), recipe=recipe)
     finally:
