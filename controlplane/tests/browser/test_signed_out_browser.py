@@ -3,7 +3,8 @@ driven by Playwright) against Django's live test server: a viewer has a ready de
 open (its live panel and three process log tails poll every 2 s) and logs out in another tab
 of the same browser. The page's polls are answered 401 and nothing of the login page is ever
 swapped in; the page says it is signed out with a link back to itself through the login page,
-the live status says so too, and the polls pause instead of asking every 2 s.
+the live status, the live panel's cadence and each log tail's "refreshed every 2 s" say so too,
+and the polls pause instead of asking every 2 s.
 
 No engines, agent or websocket server: the rows are written directly and the live client finds
 no ``/ws/live/`` (the WSGI test server has none); its session probe is held back, so the page
@@ -82,6 +83,9 @@ def test_it_never_swaps_the_login_page_into_a_page_signed_out_in_another_tab(liv
     assert page.locator("[data-live-status]").first.inner_text().startswith("updates stopped (signed out): log in again")
     # The header's "updates every 2 s" no longer promises updates.
     assert page.locator("#deployment-live [data-live-cadence]").inner_text() == "updates stopped (signed out)"
+    # Nor do the log tails' "refreshed every 2 s".
+    heads = page.locator(".log-panel h3 .muted").all_inner_texts()
+    assert len(heads) == 3 and all(h.endswith(", secrets redacted, updates stopped (signed out)") for h in heads), heads
 
     # Longer than a poll period (2 s): every poll of the page has come round since.
     page.wait_for_timeout(2500)
