@@ -38,7 +38,9 @@ def node_list(request: HttpRequest) -> HttpResponse:
         }
         for n in selectors.node_list()
     ]
-    return render(request, "deployments/node_list.html", {"rows": rows})
+    # The page re-reads the nodes as often as the agents heartbeat, at most once a second (ceiling.js).
+    read_every_s = f"{max(1.0, settings.CEILING_AGENT_HEARTBEAT_S):g}"
+    return render(request, "deployments/node_list.html", {"rows": rows, "read_every_s": read_every_s})
 
 
 @role_page()

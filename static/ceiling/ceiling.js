@@ -454,7 +454,10 @@
   // also brings the agent's pid ([data-agent-pid], ", pid 4321"), which a restarted agent
   // changes. The browser's clock is corrected by the server's time of rendering
   // (data-server-now). While a line is stale (its socket is down, or a read failed: it is then
-  // marked like a failed poll, as of the last answered read) it keeps its age as of then.
+  // marked like a failed poll, as of the last answered read) it keeps its age as of then. A page
+  // without a socket (the nodes list) holds its badges in a [data-heartbeat-scope]: a failed read
+  // marks it stale too, so its "re-read every N s" line says since when it is not updating and
+  // each badge reads "online (as last seen hh:mm:ss UTC)", until a read is answered.
   var HEARTBEAT_TICK_MS = 1000;
   var HEARTBEAT_READ_MIN_S = 1;
   // The most nodes one read of the list brings (the API's largest page).
@@ -572,7 +575,8 @@
     var one = lines.length === 1;
     var url = one ? "/api/nodes/" + encodeURIComponent(lines[0].getAttribute("data-heartbeat-of")) + "/"
       : "/api/nodes/?limit=" + HEARTBEAT_LIST_LIMIT;
-    var scopes = lines.concat([document.querySelector(".page-head[data-follows-live]")].filter(Boolean));
+    var scopes = lines.concat([document.querySelector(".page-head[data-follows-live]")].filter(Boolean),
+                              Array.prototype.slice.call(document.querySelectorAll("[data-heartbeat-scope]")));
     function failed() {
       lines.forEach(function (line) { line._readFailed = true; });
       scopes.forEach(function (scope) { markStale(scope, true); });
