@@ -957,15 +957,14 @@
       Array.prototype.forEach.call(tiles().querySelectorAll("[data-group]"), function (tile) {
         var s = tile._sample;
         freshness(tile, s && s.t, s && s.interval);
-        // No recent sample (the agent died): the status badge greys out like the health badges,
-        // and says since when it has not been confirmed.
+        // No recent sample (the agent died, or the socket is down): the status badge greys out
+        // like the health badges, and says since when it has not been confirmed.
         var stale = tile.classList.contains("sample-stale");
         var since = stale ? (s && isNum(s.t) ? "no sample since " + CeilingLive.clockUtc(s.t) : "no sample yet") : "";
-        // The process health badges too: a green "healthy" the agent can no longer confirm would
-        // read as a live fact on a wall seen from across the room.
+        // The process health badges too, and a node's "agent online": a green badge the agent can
+        // no longer confirm would read as a live fact on a wall seen from across the room.
         var badges = Array.prototype.slice.call(tile.querySelectorAll('[data-f="health"]'));
-        var badge = field(tile, "status");
-        if (badge) badges.push(badge);
+        ["status", "agent"].forEach(function (name) { var badge = field(tile, name); if (badge) badges.push(badge); });
         badges.forEach(function (b) {
           b.classList.toggle("unconfirmed", stale);
           b.title = since;

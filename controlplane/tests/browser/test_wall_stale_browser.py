@@ -1,0 +1,99 @@
+"""The wall while its data is not live, in a real browser (the Debian ``chromium`` package driven
+by Playwright) against Django's live test server. The page's ``/ws/live/`` is routed to the test,
+which speaks for the server (:class:`Server` of the stale badges test: up, it answers the
+subscription with the latest sample of each node and pongs; down, every HTTP request of the page
+is refused and every socket closed as it opens).
+
+* A node whose samples stop (its agent died, the socket still up) has its green "agent online"
+  badge greyed out ("unconfirmed") with the time of its last sample, like a deployment's status and
+  health badges, and confirmed again by the next sample.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.utils import timezone
+
+from controlplane.tests.browser.conftest import sign_in
+from controlplane.tests.browser.test_stale_badges_browser import Server
+from deployments.models import Node
+from deployments.tests.factories import cpu_node_create
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(180)]
+
+NODE = "wall-box"
+BADGE = f'.node-tile[data-node="{NODE}"] [data-f="agent"]'
+STATUS = ".wall-head [data-live-status]"
+NO_SAMPLE_SINCE = r"^no sample since \d\d:\d\d:\d\d UTC$"
+
+
+@pytest.fixture
+def online_node(transactional_db) -> str:
+    """A node whose agent heartbeated just now: its wall tile says "agent online"."""
+    node = cpu_node_create(name=NODE)
+    Node.objects.filter(pk=node.pk).update(agent_heartbeat_at=timezone.now(), agent_pid=4321)
+    return node.name
+
+
+def _sample(t: float) -> dict:
+    return {"node": NODE, "t": t, "interval_s": 0.5, "gpus": [], "nvml": "ok",
+            "host": {"cpu_pct": 12.0, "cpu_pct_per_numa": {"0": 12.0},
+                     "memory": {"total_bytes": 16 * 2**30, "used_bytes": 2**30}}}
+
+
+def _latest(group: str) -> dict:
+    if group != f"node-{NODE}":
+        return {}
+    now = time.time()
+    return {"node.sample": {"type": "node.sample", "seq": 1, "group": group, "ts": now, "data": _sample(now)}}
+
+
+def _open_wall(browser, base: str, viewer):
+    page = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    server = Server(page, _latest)
+    sign_in(page, base, viewer)
+    page.goto(base + "/wall/", wait_until="domcontentloaded")
+    page.wait_for_function("sel => document.querySelector(sel).textContent === 'updates connected'",
+                           arg=STATUS, timeout=20_000)
+    return page, server, errors
+
+
+def _confirmed(page) -> bool:
+    return page.evaluate("sel => { const b = document.querySelector(sel);"
+                         " return b.textContent === 'agent online' && b.classList.contains('ok')"
+                         " && !b.classList.contains('unconfirmed') && b.title === ''; }", BADGE)
+
+
+def _wait_unconfirmed(page, timeout_s: float) -> None:
+    page.wait_for_function(
+        "([sel, re]) => { const b = document.querySelector(sel);"
+        " return b.classList.contains('unconfirmed') && new RegExp(re).test(b.title); }",
+        arg=[BADGE, NO_SAMPLE_SINCE], timeout=timeout_s * 1000, polling=200)
+
+
+def test_the_walls_node_badge_greys_out_while_its_samples_stop(live_server, online_node, viewer, browser):
+    page, server, errors = _open_wall(browser, live_server.url, viewer)
+    page.wait_for_function("sel => /^sample at /.test(document.querySelector(sel).textContent)",
+                           arg=f'.node-tile[data-node="{NODE}"] [data-f="sample-age"]', timeout=5_000)
+    assert _confirmed(page)
+
+    # No sample for 3 intervals (at least 5 s), the socket still live: the badge is no live fact.
+    _wait_unconfirmed(page, timeout_s=10)
+    assert page.locator(STATUS).inner_text() == "updates connected"
+    assert page.locator(BADGE).inner_text() == "agent online"
+
+    # The next sample confirms it again.
+    now = time.time()
+    server.socket.send(json.dumps({"type": "node.sample", "seq": 2, "group": f"node-{NODE}", "ts": now,
+                                   "data": _sample(now)}))
+    page.wait_for_function(
+        "sel => { const b = document.querySelector(sel); return !b.classList.contains('unconfirmed') && b.title === ''; }",
+        arg=BADGE, timeout=3_000, polling=200)
+    assert _confirmed(page)
+    assert errors == [], errors
+    page.context.close()
+
