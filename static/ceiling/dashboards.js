@@ -16,6 +16,7 @@
   var HISTORY_WINDOW_S = 600;       // sparklines keep the last 10 minutes
   var STALE_MIN_S = 5;
   var TICK_MS = 1000;
+  var SERVER_PROBE_MS = 2000;     // the wall's question to its server while not live
 
   // --- formatting ---------------------------------------------------------------------------
 
@@ -925,6 +926,7 @@
             CeilingLive.sessionEnded(401, r.headers.get("Ceiling-Login-URL"));
             return null;
           }
+          if (r.ok && !r.redirected) serverAnswered();
           return r.ok && !r.redirected ? r.text() : null;
         })
         .then(function (html) {
@@ -950,6 +952,26 @@
       refreshTimer = setTimeout(function () { refreshTimer = null; refreshRoster(); }, 200);
     }
     setInterval(refreshRoster, 10000);
+    // The wall has no poll of its own that a restarted server answers within seconds (the re-fetch
+    // above comes every 10 s): while it is not live, it asks the server a light question every
+    // SERVER_PROBE_MS (one node of GET /api/nodes/, as the signed-in viewer), and the first 2xx
+    // answer tells live.js that the server is back ("ceiling:server-answered"), which retries a
+    // socket waiting out its back-off at once, as the other pages' polls do. A server still away
+    // answers nothing; signed out, the answer is a 401 and the wall says "signed out".
+    function serverAnswered() { document.dispatchEvent(new CustomEvent("ceiling:server-answered")); }
+    function probeServer() {
+      if (live.state !== "reconnecting") return;
+      fetch("/api/nodes/?limit=1", { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
+        .then(function (r) {
+          if (r.status === 401 || CeilingLive.isLoginRedirect(r)) {
+            CeilingLive.sessionEnded(401, r.headers.get("Ceiling-Login-URL"));
+          } else if (r.ok && !r.redirected) {
+            serverAnswered();
+          }
+        })
+        .catch(function () { /* still away: the status line says so */ });
+    }
+    setInterval(probeServer, SERVER_PROBE_MS);
     var clockEl = root.querySelector("[data-wall-clock]");
     if (clockEl) clockEl.textContent = CeilingLive.clockUtc(new Date());
     setInterval(function () {

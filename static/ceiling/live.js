@@ -25,8 +25,8 @@
 //   the group (history for charts, via onHistory).
 // * It reconnects by itself with capped exponential back-off and jitter (0.5 s doubling to
 //   15 s), also when the connection is silently dead (no frame for PING + PONG_WAIT). A request
-//   of the page that the same server answered (a poll, a read: "ceiling:server-answered" on
-//   document, see ceiling.js) means the server is back: a retry still far off is made at once,
+//   of the page that the same server answered (a poll, a read, the wall's question while not
+//   live: "ceiling:server-answered" on document, see ceiling.js and dashboards.js) means the server is back: a retry still far off is made at once,
 //   at most once per EARLY_RETRY_MIN_MS, so the page is live again within a poll of the server's
 //   return; a server that is down answers nothing and keeps the back-off.
 // * While not live, the page is told (onState, and <html data-live-state="...">, and every

@@ -7,17 +7,21 @@ is refused and every socket closed as it opens).
 * A node whose samples stop (its agent died, the socket still up) has its green "agent online"
   badge greyed out ("unconfirmed") with the time of its last sample, like a deployment's status and
   health badges, and confirmed again by the next sample.
+* After the server restarts, the wall is live again within seconds, long before its socket's
+  back-off would try again (at least 11 s after the fifth refused socket): while it is not live it
+  asks the server a light question every 2 s, and the first answer has the socket retried at once.
 """
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
 from django.utils import timezone
 
 from controlplane.tests.browser.conftest import sign_in
-from controlplane.tests.browser.test_stale_badges_browser import Server
+from controlplane.tests.browser.test_stale_badges_browser import BACK_WITHIN_S, REFUSALS, Server
 from deployments.models import Node
 from deployments.tests.factories import cpu_node_create
 
@@ -97,3 +101,37 @@ def test_the_walls_node_badge_greys_out_while_its_samples_stop(live_server, onli
     assert errors == [], errors
     page.context.close()
 
+
+def test_the_wall_is_live_again_within_seconds_of_its_server_coming_back(live_server, online_node, viewer, browser):
+    page, server, errors = _open_wall(browser, live_server.url, viewer)
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/" in r.url else None)
+
+    server.stop()
+    page.wait_for_function("sel => document.querySelector(sel).textContent.startsWith('reconnecting… stale since ')",
+                           arg=STATUS, timeout=10_000)
+    assert page.locator(".wall-stale-banner").is_visible()
+    _wait_unconfirmed(page, timeout_s=10)  # the node badge too, as the deployments' badges
+
+    # Down for a while: the socket backs off; the light question is asked meanwhile, unanswered.
+    deadline = time.monotonic() + 60
+    while len(server.refused) < REFUSALS and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert len(server.refused) >= REFUSALS, server.refused
+    gaps = [b - a for a, b in zip(server.refused, server.refused[1:])]
+    assert gaps[-1] > 4, gaps  # the fifth waited out a back-off of 8 s +- 25 %
+    assert any(re.search(r"/api/nodes/\?limit=1$", url) for url in asked), asked
+
+    server.start()
+    back = time.monotonic()
+    page.wait_for_function("sel => document.querySelector(sel).textContent === 'updates connected'",
+                           arg=STATUS, timeout=BACK_WITHIN_S * 1000, polling=200)
+    assert time.monotonic() - back < BACK_WITHIN_S
+    assert not page.locator(".wall-stale-banner").is_visible()
+    # Live again, it stops asking.
+    page.wait_for_timeout(500)
+    count = len(asked)
+    page.wait_for_timeout(4500)
+    assert [url for url in asked[count:] if "limit=1" in url] == [], asked[count:]
+    assert errors == [], errors
+    page.context.close()
