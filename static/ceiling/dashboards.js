@@ -984,9 +984,13 @@
         var stale = tile.classList.contains("sample-stale");
         var since = stale ? (s && isNum(s.t) ? "no sample since " + CeilingLive.clockUtc(s.t) : "no sample yet") : "";
         // The process health badges too, and a node's "agent online": a green badge the agent can
-        // no longer confirm would read as a live fact on a wall seen from across the room.
+        // no longer confirm would read as a live fact on a wall seen from across the room (a red
+        // "agent offline" stays red: no sample is what it says).
         var badges = Array.prototype.slice.call(tile.querySelectorAll('[data-f="health"]'));
-        ["status", "agent"].forEach(function (name) { var badge = field(tile, name); if (badge) badges.push(badge); });
+        var badge = field(tile, "status");
+        if (badge) badges.push(badge);
+        var agent = field(tile, "agent");
+        if (agent && agent.classList.contains("ok")) badges.push(agent);
         badges.forEach(function (b) {
           b.classList.toggle("unconfirmed", stale);
           b.title = since;
