@@ -41,7 +41,7 @@ from django.utils import timezone
 
 from benchmarks.analysis.model import SHARED_LOAD_FLAG
 from benchmarks.choices import RunSource, RunStatus
-from benchmarks.importers import ImportedRun, import_results
+from benchmarks.importers import ImportedRun, ImportProblem, import_results
 from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
@@ -51,7 +51,7 @@ from benchmarks.sweeps import DIGITS_RE, failure_counts, repeats_text, requests_
 from controlplane.csvsafe import csv_text
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import Conflict, InvalidInput
-from controlplane.jsonsafe import js_number, json_safe, query_text
+from controlplane.jsonsafe import js_number, json_safe, json_spelled, query_text
 
 # From this magnitude on a compared number is written with an exponent: every digit of a value
 # such as 1e300 (an imported file's) would be a 301-digit cell that widens the page.
@@ -1450,6 +1450,7 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
         if existing:
             raise Conflict(import_duplicate_message(runs=existing, digest=digest))
     imported = import_results(text)
+    _import_secret_values_refuse(imported, filename=filename)
     single = len(imported) == 1
     created = []
     with transaction.atomic():
@@ -1487,6 +1488,46 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
             run.save()
             created.append(run)
     return created
+
+
+#: The text fields of an imported run that pages, exports and the API show in clear.
+IMPORT_SHOWN_FIELDS = ("model_id", "tokenizer_id", "label")
+
+
+def _import_secret_values_refuse(imported: list[ImportedRun], *, filename: str) -> None:
+    """Refuse a result file whose name or whose runs' ``model_id``, ``tokenizer_id`` or ``label``
+    holds a stored secret's value in any spelling a page masks it in
+    (:func:`controlplane.redaction.secret_value_found`): each is stored and shown in clear (the
+    run list, its page, exports). The problem names the field (``filename``, or the line and key:
+    ``line 2.model_id``) and the secret, never the value; every such field of the file at once."""
+    from controlplane.redaction import MIN_VALUE_LENGTH, PLAIN_VALUE_MIN_LENGTH, secret_value_found
+    from deployments.services import secret_values
+
+    values = {v: n for v, n in secret_values().items() if len(v.strip()) >= MIN_VALUE_LENGTH}
+    if not values:
+        return
+
+    def holder(text: Any) -> str | None:
+        if not isinstance(text, str) or len(text) < PLAIN_VALUE_MIN_LENGTH:
+            return None
+        return next((name for value, name in values.items() if secret_value_found(text, value)), None)
+
+    def message(field: str, name: str) -> str:
+        return (f"{field} holds the value of secret {json_spelled(name)}; it would be stored and shown in clear: "
+                f"remove the value from the {'file name' if field == 'filename' else 'file'} and import again")
+
+    errors: dict[str, list[str]] = {}
+    name = holder(filename)
+    if name:
+        errors["filename"] = [message("filename", name)]
+    for item in imported:
+        for key in IMPORT_SHOWN_FIELDS:
+            name = holder(getattr(item, key, None))
+            if name:
+                path = ImportProblem(message="", line=item.source_line, key=key).path
+                errors.setdefault(path, []).append(message(key, name))
+    if errors:
+        raise InvalidInput(errors)
 
 
 def run_original_text(*, item: ImportedRun, single: bool) -> str:

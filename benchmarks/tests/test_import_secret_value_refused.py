@@ -1,0 +1,93 @@
+"""A result file whose name, ``model_id``, ``tokenizer_id`` or ``label`` holds a stored secret's
+value is refused at import (each is stored and shown in clear): the problem names the field and
+the secret, never the value, on the API, the import form and ``manage.py import_results``.
+Nothing is stored."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from benchmarks.models import BenchmarkRun
+
+pytestmark = pytest.mark.django_db
+
+DATA = Path(__file__).parent / "data"
+VALUE = "tok-9f8e7d6c5b4a"
+
+
+@pytest.fixture
+def secret(admin_api):
+    made = admin_api.post("/api/secrets/", {"name": "hub-token", "value": VALUE}, format="json")
+    assert made.status_code == 201, made.json()
+
+
+def _file(**changes) -> str:
+    obj = json.loads((DATA / "vllm-bench-serve.json").read_text())
+    obj.update(changes)
+    return json.dumps(obj)
+
+
+MESSAGE = ("{field} holds the value of secret 'hub-token'; it would be stored and shown in clear: "
+           "remove the value from the {where} and import again")
+
+
+@pytest.mark.parametrize(("changes", "filename", "path", "field"), [
+    ({"model_id": f"/models/{VALUE}"}, "bench.json", "text.model_id", "model_id"),
+    ({"model_id": base64.b64encode(VALUE.encode()).decode()}, "bench.json", "text.model_id", "model_id"),
+    ({"tokenizer_id": f"org/{VALUE}"}, "bench.json", "text.tokenizer_id", "tokenizer_id"),
+    ({"label": f"run {VALUE}"}, "bench.json", "text.label", "label"),
+    ({}, f"bench-{VALUE}.json", "filename", "filename"),
+], ids=["model_id", "model_id base64", "tokenizer_id", "label", "file name"])
+def test_the_api_refuses_it_naming_the_field_not_the_value(secret, operator_api, changes, filename, path, field):
+    answer = operator_api.post("/api/runs/import/", {"text": _file(**changes), "filename": filename}, format="json")
+
+    assert answer.status_code == 400, answer.content
+    where = "file name" if field == "filename" else "file"
+    assert answer.json() == {path: [MESSAGE.format(field=field, where=where)]}
+    assert VALUE not in answer.content.decode()
+    assert not BenchmarkRun.objects.exists()
+
+
+def test_every_field_holding_it_is_named_at_once_by_line(secret, operator_api):
+    text = _file() + "\n" + _file(model_id=f"m-{VALUE}") + "\n"
+
+    answer = operator_api.post("/api/runs/import/", {"text": text, "filename": f"{VALUE}.jsonl"}, format="json")
+
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == {
+        "filename": [MESSAGE.format(field="filename", where="file name")],
+        "line 2.model_id": [MESSAGE.format(field="model_id", where="file")],
+    }
+    assert not BenchmarkRun.objects.exists()
+
+
+def test_the_import_form_and_the_command_refuse_it_too(secret, operator, tmp_path):
+    client = Client()
+    client.force_login(operator)
+    upload = io.BytesIO(_file(model_id=VALUE).encode())
+    upload.name = "bench.json"
+
+    page = client.post("/benchmarks/import/", {"file": upload})
+
+    body = page.content.decode()
+    assert "model_id holds the value of secret &#x27;hub-token&#x27;" in body
+    assert VALUE not in body
+    path = tmp_path / "bench.json"
+    path.write_text(_file(model_id=VALUE))
+    with pytest.raises(CommandError) as err:
+        call_command("import_results", str(path), stdout=io.StringIO())
+    assert "model_id holds the value of secret 'hub-token'" in str(err.value) and VALUE not in str(err.value)
+    assert not BenchmarkRun.objects.exists()
+
+
+def test_a_file_without_it_is_imported(secret, operator_api):
+    answer = operator_api.post("/api/runs/import/", {"text": _file(), "filename": "bench.json"}, format="json")
+
+    assert answer.status_code == 201, answer.content
+    assert BenchmarkRun.objects.count() == 1
