@@ -20,18 +20,32 @@ class _SystemWritten(admin.ModelAdmin):
         return False
 
 
+# A sweep's fields shown as every read shows them (a stored secret's value masked), each by the
+# admin's method in place of the field itself, which is left out of the form so it is neither
+# shown nor editable.
+_SWEEP_SHOWN = {"name": "name_shown", "served_model_name": "served_model_shown", "snapshot": "snapshot_shown"}
+
+
 @admin.register(BenchmarkSweep)
 class BenchmarkSweepAdmin(_SystemWritten):
     """Sweeps with status and progress; rows are written by services, so fields are read-only.
     A sweep keeps its deployment (``PROTECT``): deleting the deployment in admin lists its sweeps
     as protected and is refused until they are deleted here."""
 
-    list_display = ("id", "name_shown", "deployment", "status", "points_done", "points_total", "served_model_name",
+    list_display = ("id", "name_shown", "deployment", "status", "points_done", "points_total", "served_model_shown",
                     "topology", "created_at")
     list_select_related = ("deployment__recipe",)
     list_filter = ("status", "topology", "engine")
     search_fields = ("name", "served_model_name")
-    readonly_fields = [f.name if f.name != "name" else "name_shown" for f in BenchmarkSweep._meta.fields]
+    exclude = tuple(_SWEEP_SHOWN)
+    readonly_fields = [_SWEEP_SHOWN.get(f.name, f.name) for f in BenchmarkSweep._meta.fields]
+
+    @admin.display(description="snapshot")
+    def snapshot_shown(self, obj: BenchmarkSweep):
+        """The snapshot, the recipe's name in it masked as every read shows it."""
+        from benchmarks.models import snapshot_shown
+
+        return snapshot_shown(obj.snapshot)
 
     @admin.display(description="name", ordering="name")
     def name_shown(self, obj: BenchmarkSweep) -> str:
@@ -39,6 +53,14 @@ class BenchmarkSweepAdmin(_SystemWritten):
         from deployments.services import free_text_shown
 
         return free_text_shown(obj.name)
+
+    @admin.display(description="served model name", ordering="served_model_name")
+    def served_model_shown(self, obj: BenchmarkSweep) -> str:
+        """The served model name, made of the recipe's name where the spec gives none: a stored
+        secret's value in it masked."""
+        from benchmarks.models import served_model_name_shown
+
+        return served_model_name_shown(obj.served_model_name)
 
 
 @admin.register(BenchmarkRun)

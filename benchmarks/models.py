@@ -23,6 +23,28 @@ def gpus_are_modelled(*, engine: str | None, num_gpus: int | None) -> bool:
     return bool(num_gpus) and engine == "sim"
 
 
+def snapshot_shown(snapshot):
+    """A sweep's or run's ``snapshot`` as the API, exports and comparisons show it: its
+    ``recipe`` (the recipe's name as deployed) with a stored secret's value in it masked, as
+    every read of a recipe name shows it (a name saved before such values were refused there;
+    snapshots taken since store it masked). Anything else is returned as it is."""
+    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("recipe"), str):
+        return snapshot
+    from deployments.models import recipe_name_shown
+
+    shown = recipe_name_shown(snapshot["recipe"])
+    return snapshot if shown == snapshot["recipe"] else {**snapshot, "recipe": shown}
+
+
+def served_model_name_shown(name):
+    """A ``served_model_name`` as it is shown: made of the recipe's name where the spec gives
+    none, so a stored secret's value in that name (saved before it was refused there) is masked
+    here too (:func:`deployments.models.recipe_name_shown`)."""
+    from deployments.models import recipe_name_shown
+
+    return recipe_name_shown(name)
+
+
 class BenchmarkSweep(models.Model):
     """A benchmark sweep: one deployment driven through a grid of points, point by point.
 

@@ -35,7 +35,7 @@ from controlplane.redaction import credential_mask_json
 from deployments import services
 from deployments.choices import DEPLOYMENT_TERMINAL
 from deployments.forms import RecipeAdminForm, RecipeRevertAdminForm, SecretAdminForm
-from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess
+from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, recipe_name_shown
 
 GIB = 1024**3
 
@@ -51,7 +51,8 @@ def _gib(value: int | None) -> str:
 def _history_content(record, node_names: dict[int, str]) -> dict[str, Any]:
     """A historical recipe row's content in :data:`deployments.services.RECIPE_CONTENT_FIELDS`
     form (``node`` by name; ``None`` for a node row that is gone)."""
-    return {"name": record.name, "description": services.free_text_shown(record.description), "engine": record.engine,
+    return {"name": recipe_name_shown(record.name), "description": services.free_text_shown(record.description),
+            "engine": record.engine,
             "topology": record.topology, "node": node_names.get(record.node_id),
             # a credential or stored secret's value saved before such values were refused shows masked
             "spec": credential_mask_json(record.spec)}
@@ -214,12 +215,17 @@ class RecipeAdmin(SimpleHistoryAdmin):
     version with user and change reason)."""
 
     form = RecipeAdminForm
-    list_display = ["name", "engine", "topology", "node", "version", "updated_at"]
+    list_display = ["name_shown", "engine", "topology", "node", "version", "updated_at"]
     list_filter = ["engine", "topology", "node"]
     search_fields = ["name", "description"]
     list_select_related = ["node"]
     readonly_fields = ["version", "created_by", "created_at", "updated_at"]
     history_list_display = ["version", "engine", "topology"]
+
+    @admin.display(description="name", ordering="name")
+    def name_shown(self, obj: Recipe) -> str:
+        """The name, a stored secret's value in it (saved before it was refused there) masked."""
+        return obj.name_shown
 
     def get_deleted_objects(self, objs, request):
         """The delete page by :func:`deployments.services.recipe_delete`'s rule: deployments that never
@@ -430,6 +436,18 @@ class DeploymentAdmin(ReadOnlyAdmin):
     list_select_related = ["recipe", "node"]
     search_fields = ["recipe__name", "reason"]
     inlines = [ServerProcessInline]
+    readonly_fields = ["recipe_name_shown"]
+
+    def get_fields(self, request: HttpRequest, obj: Deployment | None = None) -> list[str]:
+        # The recipe's name as deployed is shown as every other read shows it (masked).
+        return [f for f in super().get_fields(request, obj) if f not in ("recipe_name", "recipe_name_shown")] + [
+            "recipe_name_shown"]
+
+    @admin.display(description="recipe name")
+    def recipe_name_shown(self, obj: Deployment) -> str:
+        """The recipe's name as deployed, a stored secret's value in it (saved before it was
+        refused there) masked."""
+        return obj.deployed_recipe_name
 
     def deletion_blockers(self, objs: Any) -> list[str]:
         return _active_deployment_blockers(objs)

@@ -277,6 +277,9 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
         if self.instance is not None and self.instance.pk:
             self.initial["spec"] = spec_pretty(self.instance.spec)
             self.initial["description"] = free_text_shown(self.instance.description)
+            # a stored secret's value in a name saved before it was refused there shows masked;
+            # saved unchanged, the placeholder is refused by the name's character rule
+            self.initial["name"] = self.instance.name_shown
             self.initial["expected_version"] = (
                 Recipe.objects.filter(pk=self.instance.pk).values_list("version", flat=True).first()
             )

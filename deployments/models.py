@@ -229,6 +229,16 @@ class RetiredSecretValue(models.Model):
         return secret_plaintext(self.value, name=self.name)
 
 
+def recipe_name_shown(name: str) -> str:
+    """A recipe's ``name`` as it is shown: a stored secret's value in it, in any spelling a page
+    masks it in, replaced by ``***redacted***``
+    (:func:`controlplane.redaction.secret_values_mask`). Names holding one are refused on every
+    write; a row saved before that still holds it, and every read shows it so."""
+    from controlplane.redaction import secret_values_mask
+
+    return secret_values_mask(name) if isinstance(name, str) and name else name
+
+
 class Recipe(models.Model):
     """A deployment recipe: engine, topology, target node and a typed ``spec`` (see
     :mod:`deployments.recipes` for its schema). Every save is a new version in history;
@@ -253,7 +263,14 @@ class Recipe(models.Model):
         ordering = ["name"]
 
     def __str__(self) -> str:
-        return self.name
+        return self.name_shown
+
+    @property
+    def name_shown(self) -> str:
+        """The name as pages, the API, the admin and messages show it: a stored secret's value in
+        it (a name saved before such a value was refused there) masked
+        (:func:`recipe_name_shown`)."""
+        return recipe_name_shown(self.name)
 
 
 class Deployment(models.Model):
@@ -311,17 +328,26 @@ class Deployment(models.Model):
         return f"{self.deployed_recipe_name}#{self.pk}"
 
     @property
-    def deployed_recipe_name(self) -> str:
-        """The recipe's name at the deployed version; its current name only where that was
-        never recorded (a row written without going through a deploy)."""
+    def deployed_recipe_name_stored(self) -> str:
+        """The recipe's name at the deployed version as stored; its current name only where
+        that was never recorded (a row written without going through a deploy). What an engine
+        is given (a served model name); people are shown :attr:`deployed_recipe_name`."""
         return self.recipe_name or self.recipe.name
 
     @property
+    def deployed_recipe_name(self) -> str:
+        """:attr:`deployed_recipe_name_stored` as pages, the API, messages and sweep names show
+        it: a stored secret's value in it (a name saved before such a value was refused there)
+        masked (:func:`recipe_name_shown`)."""
+        return recipe_name_shown(self.deployed_recipe_name_stored)
+
+    @property
     def recipe_renamed_to(self) -> str:
-        """The recipe's current name where it was renamed since this version was deployed, else
-        ``""``: what pages and messages add as "(now ...)" after :attr:`deployed_recipe_name`."""
+        """The recipe's current name (shown as :attr:`Recipe.name_shown`) where it was renamed
+        since this version was deployed, else ``""``: what pages and messages add as "(now ...)"
+        after :attr:`deployed_recipe_name`."""
         current = self.recipe.name
-        return current if self.recipe_name and current != self.recipe_name else ""
+        return recipe_name_shown(current) if self.recipe_name and current != self.recipe_name else ""
 
     def deployed_recipe_label(self, *, version: bool = False) -> str:
         """How a deployment's recipe is named for people: the deployed name, ``vN`` with

@@ -134,7 +134,7 @@ def recipe_renamed_text(name: str) -> str | None:
                     .order_by("-version").values_list("version", flat=True).first())
         at = (recipe.history.filter(version__gt=last_old).exclude(name=name).exclude(history_type="-")
               .order_by("version").values_list("version", flat=True).first())
-        renamed.append(f"{json_spelled(recipe.name)}" + (f" (at v{at})" if at else ""))
+        renamed.append(f"{json_spelled(recipe.name_shown)}" + (f" (at v{at})" if at else ""))
     if not renamed:
         return None
     if len(renamed) == 1:

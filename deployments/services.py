@@ -698,7 +698,7 @@ def recipe_stale_message(*, recipe: Recipe, expected_version: int) -> str | None
     Reads the row as stored now, not ``recipe``'s in-memory fields."""
     current = Recipe.objects.filter(pk=recipe.pk).values_list("name", "version").first()
     if current is None:
-        return f"Recipe {json_spelled(recipe.name)} no longer exists: it was deleted since you opened this page."
+        return f"Recipe {json_spelled(recipe.name_shown)} no longer exists: it was deleted since you opened this page."
     name, version = current
     if version == expected_version:
         return None
@@ -788,7 +788,7 @@ def recipe_delete_refusal(*, recipe: Recipe, kept: list[Deployment]) -> str:
         f"change the recipe with PATCH /api/recipes/{recipe.pk}/ (each save is a new version; deployments keep "
         f"the version they ran), or create a new recipe under another name."
     )
-    head = f"Recipe {json_spelled(recipe.name)} cannot be deleted: {noun} {named} {verb} to it. {rule}"
+    head = f"Recipe {json_spelled(recipe.name_shown)} cannot be deleted: {noun} {named} {verb} to it. {rule}"
     if kept and all(deployment_goes_once_ended(d) for d in kept):
         one = len(kept) == 1
         statuses = {d.status for d in kept}
@@ -859,7 +859,7 @@ def _history_row(recipe: Recipe, version: int):
         raise InvalidInput({"version": ["Must be a positive integer."]})
     if version > MAX_VERSION:
         # Beyond any stored version; also keeps the query inside the database's integer range.
-        raise NotFound(f"Recipe {json_spelled(recipe.name)} has no version {version}.")
+        raise NotFound(f"Recipe {json_spelled(recipe.name_shown)} has no version {version}.")
     row = (
         recipe.history.filter(version=version)
         .exclude(history_type="-")
@@ -867,7 +867,7 @@ def _history_row(recipe: Recipe, version: int):
         .first()
     )
     if row is None:
-        raise NotFound(f"Recipe {json_spelled(recipe.name)} has no version {version}.")
+        raise NotFound(f"Recipe {json_spelled(recipe.name_shown)} has no version {version}.")
     return row
 
 
@@ -984,7 +984,7 @@ def recipe_revert(
     fields = {k: content[k] for k in RECIPE_CONTENT_FIELDS if k != "node" and not (keep_name and k == "name")}
     reason = f"Reverted to version {version}"
     if keep_name and content["name"] != recipe.name:
-        reason += f" keeping the name {json_spelled(recipe.name)}"
+        reason += f" keeping the name {json_spelled(recipe.name_shown)}"
     try:
         return recipe_update(
             recipe=recipe,
@@ -1510,7 +1510,7 @@ def deployment_create(*, recipe: Recipe, user) -> Deployment:
         )
         where = f" (#{active[0]}, {active[1]})" if active else ""
         raise Conflict(
-            f"Recipe {json_spelled(recipe.name)} already has an active deployment on node {json_spelled(recipe.node.name)}{where}; "
+            f"Recipe {json_spelled(recipe.name_shown)} already has an active deployment on node {json_spelled(recipe.node.name)}{where}; "
             "stop it first."
         ) from exc
     with transaction.atomic():

@@ -512,11 +512,13 @@ def best_speedup_notes(*, best, sweep) -> list[str]:
             notes.append(f"the speedup was measured on {best.device_name} (sm_{sm}); {ran}: "
                          f"a kernel's speedup on another GPU differs, so read the projection as what sm_{sm}'s "
                          "speedup would give there")
+    from benchmarks.models import served_model_name_shown
+
     flat = re.sub(r"[^a-z0-9]", "", (best.shape or "").lower())
     model = re.sub(r"[^a-z0-9]", "", (sweep.served_model_name or "").lower())
     if flat and model and flat not in model:
         notes.append(f"the kernel's shape '{best.shape}' is not named in the sweep's model "
-                     f"'{sweep.served_model_name}': check that this model runs that shape")
+                     f"'{served_model_name_shown(sweep.served_model_name)}': check that this model runs that shape")
     return notes
 
 

@@ -8,7 +8,7 @@ from rest_framework import serializers
 
 from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.importers import empty_upload_message
-from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.models import BenchmarkRun, BenchmarkSweep, served_model_name_shown, snapshot_shown
 from benchmarks.services.runs import BEST_METRICS, runs_compare_ids, runs_compare_too_many, unquoted
 from benchmarks.selectors import HELD_STALE_S, PK_MAX
 from benchmarks.services.sweeps import SHARED_RECHECK_S
@@ -168,8 +168,12 @@ class SweepSerializer(serializers.ModelSerializer):
         data = super().to_representation(instance)
         if instance.status != SweepStatus.RUNNING:
             data["current_tok_s"] = None  # a rate "now" only while a point runs, as on the sweep's page
-        # a name saved before a stored secret's value was refused in it shows the value masked
+        # a name saved before a stored secret's value was refused in it shows the value masked, and
+        # so do the recipe's name in the snapshot and a served model name made of it
         data["name"] = free_text_shown(data.get("name"))
+        for key, shown in (("snapshot", snapshot_shown), ("served_model_name", served_model_name_shown)):
+            if key in data:
+                data[key] = shown(data[key])
         return data
 
     @extend_schema_field(serializers.CharField(allow_null=True))
@@ -396,6 +400,9 @@ class RunSerializer(serializers.ModelSerializer):
 
         data = super().to_representation(instance)
         data["summary"] = run_summary_read(run=instance)  # input_tokens_source read for older runs too
+        for key, shown in (("snapshot", snapshot_shown), ("served_model_name", served_model_name_shown)):
+            if key in data:
+                data[key] = shown(data[key])
         return data
 
 

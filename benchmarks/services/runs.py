@@ -46,7 +46,9 @@ from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
 from benchmarks.loadgen.uncertainty import clip_low, contain_estimate, min_samples_for_interval
-from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep, gpus_are_modelled
+from benchmarks.models import (
+    RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep, gpus_are_modelled, served_model_name_shown, snapshot_shown,
+)
 from benchmarks.sweeps import DIGITS_RE, failure_counts, repeats_text, requests_sent, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.drf_defaults import empty_list_item
@@ -397,8 +399,9 @@ def _config_fields(run: BenchmarkRun) -> dict[str, Any]:
     spec = snap.get("spec") or {}
     return {
         "source": run.source, "import_format": run.import_format or None,
-        "served_model_name": run.served_model_name or None, "engine": snap.get("engine"),
-        "topology": snap.get("topology"), "deployment_id": snap.get("deployment_id"), "recipe": snap.get("recipe"),
+        "served_model_name": served_model_name_shown(run.served_model_name) or None, "engine": snap.get("engine"),
+        "topology": snap.get("topology"), "deployment_id": snap.get("deployment_id"),
+        "recipe": snapshot_shown(snap).get("recipe"),
         "recipe_id": snap.get("recipe_id"), "recipe_version": snap.get("recipe_version"),
         "node": (snap.get("node") or {}).get("name"), "num_gpus": run.num_gpus, "concurrency": run.concurrency,
         "request_rate": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
@@ -1332,10 +1335,10 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
         "num_requests": run.num_requests,
         # two durations, as GET /api/runs/<id>/ gives them: the point's time limit and the time it took
         "duration_s": run.duration_s, "measured_duration_s": run_measured_duration_s(run=run),
-        "api": run.api or None, "served_model_name": run.served_model_name or None,
+        "api": run.api or None, "served_model_name": served_model_name_shown(run.served_model_name) or None,
         "num_gpus": run.num_gpus, "flags": list(run.flags), "metrics": run_metrics(run=run),
         "summary": run_summary_read(run=run),
-        "snapshot": run.snapshot, "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),
+        "snapshot": snapshot_shown(run.snapshot), "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),
     }
     if records:
         try:
@@ -1408,13 +1411,15 @@ def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
     body = {
         "sweep": {"id": sweep.pk, "name": free_text_shown(sweep.name), "deployment_id": sweep.deployment_id,
                   "status": sweep.status, "reason": sweep.reason or None, "grid": sweep.grid, "num_gpus": sweep.num_gpus,
-                  "served_model_name": sweep.served_model_name or None, "topology": sweep.topology or None,
+                  "served_model_name": served_model_name_shown(sweep.served_model_name) or None,
+                  "topology": sweep.topology or None,
                   "engine": sweep.engine or None,
                   "points_total": sweep.points_total, "points_done": sweep.points_done,
                   "requests_total": sweep.requests_total_known, "requests_done": sweep.requests_done,
                   "requests_cancelled": sweep_requests_cancelled(sweep=sweep),
                   "requests_aborted": sweep_requests_aborted(sweep=sweep),
-                  "snapshot": sweep.snapshot, "started_at": _iso(sweep.started_at), "ended_at": _iso(sweep.ended_at)},
+                  "snapshot": snapshot_shown(sweep.snapshot), "started_at": _iso(sweep.started_at),
+                  "ended_at": _iso(sweep.ended_at)},
         "analysis": sweep_analysis(sweep=sweep),
         "runs": [run_export_dict(run=r) for r in sweep.runs.all()],
     }

@@ -195,6 +195,9 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     load = (f"c={','.join(map(str, norm['concurrency']))}" if norm["concurrency"] else "")
     if norm.get("request_rates"):
         load = " ".join(x for x in (load, f"{','.join(f'{r:g}' for r in norm['request_rates'])} req/s") if x)
+    # A name made up here starts with the recipe's name as shown (a stored secret's value in a
+    # name saved before such values were refused is masked), so it is never stored in clear; the
+    # engine still serves the model under the name as stored.
     fields = dict(
         deployment=deployment, grid=norm, created_by=user if getattr(user, "pk", None) else None,
         name=name or f"{deployment.deployed_recipe_name} {load} "
@@ -202,7 +205,7 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
                      + (f" {norm['duration_s']:g} s/point" if norm.get("duration_s") else ""),
         points_total=len(points), requests_total=grid_requests_total(points),
         num_gpus=recipe_gpu_count(spec=spec, engine=engine),
-        served_model_name=spec.get("served_model_name") or deployment.deployed_recipe_name,
+        served_model_name=spec.get("served_model_name") or deployment.deployed_recipe_name_stored,
         topology=deployment.recipe.topology, engine=engine,
     )
     # The check above is for the message; the partial unique index (ONE_ACTIVE_SWEEP_CONSTRAINT)

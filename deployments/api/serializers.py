@@ -36,7 +36,7 @@ from controlplane.redaction import credential_mask_json, redact_text
 from deployments.choices import DeploymentStatus, Engine, Role, Topology
 from deployments.models import (
     CHANGE_REASON_MAX_LENGTH, NAME_MAX_LENGTH, Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret,
-    ServerProcess,
+    ServerProcess, recipe_name_shown,
 )
 from deployments.nodes import GPU_STATUSES, node_gpu_status
 from deployments.recipes import engine_topology_errors
@@ -226,6 +226,8 @@ class RecipeSerializer(serializers.ModelSerializer):
         # shows them masked.
         data["spec"] = credential_mask_json(data.get("spec"))
         data["description"] = free_text_shown(data.get("description"))
+        if "name" in data:
+            data["name"] = recipe_name_shown(data["name"])
         return data
 
 
@@ -421,7 +423,7 @@ class RecipeVersionSerializer(serializers.Serializer):
     def to_representation(self, instance):
         data = super().to_representation(instance)
         # Free text saved before a stored secret's value was refused in it shows the value masked.
-        for key in ("change_reason", "description"):
+        for key in ("change_reason", "description", "name"):
             if key in data:
                 data[key] = free_text_shown(data[key])
         return data
@@ -649,7 +651,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         source="deployed_recipe_name", read_only=True,
         help_text="the recipe's name at recipe_version (what it ran as), not its current name after a rename")
     recipe_current_name = serializers.CharField(
-        source="recipe.name", read_only=True,
+        source="recipe.name_shown", read_only=True,
         help_text="the recipe's name now: the same as recipe_name unless the recipe was renamed since this "
                   "version was deployed (pages then show recipe_name followed by \"(now recipe_current_name)\")")
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)

@@ -33,7 +33,7 @@ from controlplane.jsonsafe import json_spelled, query_text
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
 from deployments.api import serializers as s
-from deployments.models import Node, Recipe, Secret
+from deployments.models import Node, Recipe, Secret, recipe_name_shown
 from deployments.telemetry import selectors as telemetry_selectors
 
 PARSERS = [SafeJSONParser, FormParser, MultiPartParser]
@@ -397,7 +397,8 @@ class RecipeViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
         recipe = self.get_object()
         version = _query(s.VersionQuerySerializer, request).get("version")
         plan = services.recipe_plan(recipe=recipe, version=version, warn_ports=True)
-        return Response({"recipe": recipe.pk, "recipe_name": services.recipe_name_at(recipe=recipe, version=version),
+        name = recipe_name_shown(services.recipe_name_at(recipe=recipe, version=version))
+        return Response({"recipe": recipe.pk, "recipe_name": name,
                          "version": version or recipe.version,
                          "plan": plan.to_dict()})
 

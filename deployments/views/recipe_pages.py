@@ -30,7 +30,7 @@ from deployments.api.serializers import version_number
 from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.forms import RecipeForm, spec_pretty
 from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render, port_kind_words
-from deployments.models import Deployment, Node, Recipe
+from deployments.models import Deployment, Node, Recipe, recipe_name_shown
 from deployments.topology import node_facts_from_row, parse_cpulist
 from deployments.views.common import _can_write, _is_htmx, post_or_redirect, role_page
 
@@ -281,6 +281,8 @@ def _recipe_detail_response(
         shown.update({k: data[k] for k in ("name", "description", "engine", "topology", "spec")})
         shown["node"] = data["node"] or "(node deleted)"
         shown["version"] = version
+    # a stored secret's value in a name saved before it was refused there shows masked
+    shown["name"] = recipe_name_shown(shown["name"])
     deployments = selectors.deployment_list(recipe_id=recipe.pk)[:50]
     return render(
         request,
@@ -351,7 +353,7 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
         source = Recipe.objects.filter(pk=int(source_id)).first()
         if source is not None:
             initial = {
-                "name": f"{source.name}-copy"[:63],
+                "name": f"{source.name_shown}-copy"[:63],
                 "description": services.free_text_shown(source.description),
                 "engine": source.engine,
                 "topology": source.topology,
@@ -410,9 +412,9 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
     form = RecipeForm(
         editing=True,
         initial={
-            "name": recipe.name,
             # a stored secret's value saved before it was refused here shows masked; saved
             # unchanged, the placeholder is refused (services.recipe_content_validate)
+            "name": recipe.name_shown,
             "description": services.free_text_shown(recipe.description),
             "engine": recipe.engine,
             "topology": recipe.topology,
@@ -575,11 +577,11 @@ def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
         except CeilingError as exc:
             messages.error(request, f"Version {version} cannot be restored: {exc}")
             return redirect("deployments:recipe-history", pk=pk)
-        messages.success(request, f"Recipe {recipe.name} reverted to version {version} (now version {recipe.version}).")
+        messages.success(request, f"Recipe {recipe.name_shown} reverted to version {version} (now version {recipe.version}).")
         return redirect("deployments:recipe-history", pk=pk)
     try:
         rows = _diff_rows(recipe, recipe.version, version)
-        version_name = services.recipe_version_get(recipe=recipe, version=version)["name"]
+        version_name = recipe_name_shown(services.recipe_version_get(recipe=recipe, version=version)["name"])
     except NotFound as exc:
         raise Http404(str(exc)) from None
     except InvalidInput:   # version 0 (the URL takes any digits): no such version, as for 999
@@ -605,9 +607,9 @@ def recipe_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
     errors: dict[str, list[str]] = {}
     processes: list[dict[str, Any]] = []
     summary: dict[str, Any] | None = None
-    version_name = recipe.name
+    version_name = recipe.name_shown
     try:
-        version_name = services.recipe_name_at(recipe=recipe, version=version)
+        version_name = recipe_name_shown(services.recipe_name_at(recipe=recipe, version=version))
         plan = services.recipe_plan(recipe=recipe, version=version, warn_ports=True)
         processes = _plan_view(plan)
         summary = _plan_summary(plan)
