@@ -51,10 +51,12 @@ def stored(admin_api) -> dict[str, int]:
         deployment=deployment, name=f"{OLD_NAME} c=1 16/16", served_model_name=OLD_NAME, snapshot=snapshot,
         status="done", grid={"concurrency": [1], "lengths": [[16, 16]]}, points_total=1, points_done=1,
         engine="sglang", topology="pd")
-    run = BenchmarkRun.objects.create(sweep=sweep, status="done", source="measured", concurrency=1, input_len=16,
-                                      output_len=16, served_model_name=OLD_NAME, snapshot=snapshot)
+    run, other = (BenchmarkRun.objects.create(sweep=sweep, status="done", source="measured", concurrency=c,
+                                              input_len=16, output_len=16, served_model_name=OLD_NAME,
+                                              snapshot=snapshot) for c in (1, 2))
     secret_api_store(admin_api, name="stored-key", value=VALUE)
-    return {"recipe": recipe.pk, "deployment": deployment.pk, "sweep": sweep.pk, "run": run.pk, "node": node.name}
+    return {"recipe": recipe.pk, "deployment": deployment.pk, "sweep": sweep.pk, "run": run.pk, "other": other.pk,
+            "node": node.name}
 
 
 #: (name, URL, who reads it: "viewer" or "admin"), every read that names a stored recipe.
@@ -75,6 +77,8 @@ READS = [
     ("API sweep export", "/api/sweeps/{sweep}/export/", "viewer"),
     ("API run detail", "/api/runs/{run}/", "viewer"),
     ("API run export", "/api/runs/{run}/export/", "viewer"),
+    ("API run comparison", "/api/runs/compare/?ids={run},{other}", "viewer"),
+    ("API run comparison CSV", "/api/runs/compare/?ids={run},{other}&format=csv", "viewer"),
     ("recipe list page", "/recipes/", "viewer"),
     ("recipe page", "/recipes/{recipe}/", "viewer"),
     ("recipe page of version 1", "/recipes/{recipe}/?version=1", "viewer"),
@@ -97,6 +101,7 @@ READS = [
     ("new sweep page of the deployment", "/benchmarks/sweeps/new/?deployment={deployment}", "admin"),
     ("run page", "/benchmarks/runs/{run}/", "viewer"),
     ("run export", "/benchmarks/runs/{run}/export.json", "viewer"),
+    ("comparison page", "/benchmarks/compare/?runs={run},{other}", "viewer"),
     ("what-if sweep picker", "/kernels/whatif/", "viewer"),
     ("what-if of the sweep", "/kernels/whatif/?sweep={sweep}", "viewer"),
     ("admin recipe list", "/admin/deployments/recipe/", "admin"),
