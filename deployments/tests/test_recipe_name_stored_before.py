@@ -6,8 +6,10 @@ is added there. A sweep named after such a recipe is stored with the value maske
 from __future__ import annotations
 
 import html
+import io
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
@@ -184,3 +186,13 @@ def test_the_edit_forms_show_the_name_masked(stored, admin_user):
 
     assert f'value="llm2-{REDACTED}"' in page.content.decode()
     assert f'value="llm2-{REDACTED}"' in admin_page.content.decode()
+
+
+def test_the_dryrun_command_names_the_recipe_masked(stored):
+    with pytest.raises(CommandError) as refused:
+        call_command("dryrun", NEW_NAME, stdout=io.StringIO())
+
+    text = str(refused.value)
+    assert text.startswith(f"recipe llm2-{REDACTED} does not render on node seed-8gpu:\n")
+    assert "name: name holds the value of secret 'stored-key'" in text
+    assert VALUE not in text

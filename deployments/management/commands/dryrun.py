@@ -25,7 +25,7 @@ from controlplane.commands import CeilingCommand, refused, refused_list
 from controlplane.errors import CeilingError, InvalidInput
 from controlplane.jsonsafe import json_spelled
 from deployments.api.serializers import version_number
-from deployments.models import Recipe
+from deployments.models import Recipe, recipe_name_shown
 from deployments.selectors import recipe_renamed_text
 from deployments.services import recipe_name_at, recipe_plan
 
@@ -61,19 +61,20 @@ class Command(CeilingCommand):
             plan = recipe_plan(recipe=recipe, version=version, warn_ports=True)
         except InvalidInput as exc:
             lines = [f"{path}: {msg}" for path, msgs in exc.errors.items() for msg in msgs]
-            raise refused_list(f"recipe {recipe.name} does not render on node {recipe.node.name}:", lines) from None
+            raise refused_list(f"recipe {recipe.name_shown} does not render on node {recipe.node.name}:", lines) from None
         except CeilingError as exc:
             raise refused(str(exc)) from None
         shown_version = version or recipe.version
-        # The name the recipe had at that version (what a deployment of it would be named), as the API says.
-        shown_name = recipe_name_at(recipe=recipe, version=version)
+        # The name the recipe had at that version (what a deployment of it would be named), as the API
+        # says it: a stored secret's value in it masked.
+        shown_name = recipe_name_shown(recipe_name_at(recipe=recipe, version=version))
         if options["json"]:
             # The API's dry-run body (deployments.api.views.RecipeViewSet.dry_run), key for key.
             data = {"recipe": recipe.pk, "recipe_name": shown_name, "version": shown_version, "plan": plan.to_dict()}
             self.stdout.write(json.dumps(data, indent=2))
             return
         out = self.stdout
-        renamed = f" (now {recipe.name})" if shown_name != recipe.name else ""
+        renamed = f" (now {recipe.name_shown})" if shown_name != recipe.name_shown else ""
         out.write(f"recipe {shown_name} v{shown_version}{renamed}: engine {plan.engine}, topology {plan.topology}, "
                   f"node {plan.node}, model {plan.served_model_name}")
         out.write(f"entry {plan.entry_url}; startup timeout {plan.startup_timeout_s} s; "
