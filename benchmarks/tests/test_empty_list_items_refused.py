@@ -56,7 +56,7 @@ def test_the_sweep_form_names_an_empty_item_beside_the_other_problems(operator, 
     response, _ = _form(operator, deployment, concurrency="1,,x", slo_ttft_ms="-5")
     errors = response.context["errors"]
     assert errors["concurrency"] == ["item 2 is empty: give concurrency as 1,8,16"]
-    assert errors["slo_ttft_ms"] == ["must be seconds > 0, got -0.005"]
+    assert errors["slo_ttft_ms"] == ["must be more than 0 ms, got -5 ms"]
 
 
 def test_the_sweep_form_still_takes_spaces_and_commas(operator, deployment, django_capture_on_commit_callbacks):

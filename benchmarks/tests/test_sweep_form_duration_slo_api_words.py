@@ -1,6 +1,7 @@
 """The sweep form refuses a bad time limit or SLO with the API's reason for the same input, word
 for word: the form hands them to the API's grid validation (an SLO typed in ms as the same SLO in
-seconds), and a blank field is not given, as a key left out of the API's grid. A refused form
+seconds), and a blank field is not given, as a key left out of the API's grid. An SLO number at or
+below zero is said in the ms the field takes (``got -5 ms``), not in the grid's seconds. A refused form
 comes back with what was typed, not a value read from it."""
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ CASES = [
     ("slo_e2e_ms", "-250", "slo.e2e_s", -0.25),
 ]
 
+# The form's own words where they differ from the API's: an SLO number in the field's ms.
+FORM_SAID = {("slo_ttft_ms", "0"): ["must be more than 0 ms, got 0 ms"],
+             ("slo_ttft_ms", "-5"): ["must be more than 0 ms, got -5 ms"],
+             ("slo_e2e_ms", "-250"): ["must be more than 0 ms, got -250 ms"]}
+
 
 def _body_with(key: str, value) -> dict:
     if key.startswith("slo."):
@@ -54,7 +60,7 @@ def test_the_form_gives_the_apis_reason_for_the_same_bad_input(operator_api, ope
     body = json.dumps({"deployment": starting.pk, "grid": _body_with(key, value)})
     api = operator_api.post("/api/sweeps/", body, content_type="application/json")
     assert api.status_code == 400, api.content
-    said = api.json()[f"grid.{key}"]
+    said = FORM_SAID.get((field, typed), api.json()[f"grid.{key}"])
 
     form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"),
                                            {"deployment": starting.pk, **FORM, field: typed})
@@ -88,4 +94,20 @@ def test_a_refused_form_comes_back_with_the_text_typed_not_a_value_read_from_it(
     html = form.content.decode()
     for field, text in typed.items():
         assert f'id="id_{field}" name="{field}" value="{escape(text)}"' in html, field
+    assert not BenchmarkSweep.objects.exists()
+
+
+def test_an_slo_refused_in_the_form_is_said_in_ms_as_typed(operator_api, operator, starting) -> None:
+    api = operator_api.post("/api/sweeps/", json.dumps({"deployment": starting.pk, "grid": _body_with(
+        "slo.ttft_s", -0.001)}), content_type="application/json")
+    assert api.json()["grid.slo.ttft_s"] == ["must be seconds > 0, got -0.001"]   # the API's seconds
+
+    form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
+        "deployment": starting.pk, **FORM, "slo_ttft_ms": "-1", "slo_tpot_ms": "-0.5"})
+    assert form.status_code == 400
+    assert form.context["errors"] == {"slo_ttft_ms": ["must be more than 0 ms, got -1 ms"],
+                                      "slo_tpot_ms": ["must be more than 0 ms, got -0.5 ms"]}
+    html = form.content.decode()
+    assert "got -1 ms" in html and "got -0.5 ms" in html
+    assert "-0.001" not in html and "-0.0005" not in html
     assert not BenchmarkSweep.objects.exists()

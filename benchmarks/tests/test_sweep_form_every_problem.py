@@ -40,7 +40,8 @@ def test_repeats_and_a_bad_slo_are_all_named(operator_api, operator_client, depl
     assert response.status_code == 400
     page = html_lib.unescape(response.content.decode())
     assert api.json()["grid.slo.ttft_s"] == ["must be seconds > 0, got -0.005"]
-    assert "must be seconds > 0, got -0.005" in page   # -5 ms is the API's -0.005 s, refused in its words
+    assert "must be more than 0 ms, got -5 ms" in page   # the API's -0.005 s, said in the field's ms
+    assert "-0.005" not in page
     assert api.json()["grid.concurrency"][0] in page
     assert api.json()["grid.lengths"][0] in page
     assert not BenchmarkSweep.objects.exists()

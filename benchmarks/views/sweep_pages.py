@@ -213,8 +213,9 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
     (:func:`benchmarks.sweeps.grid_validate`, the API's) to judge and to refuse in the API's words,
     each bad item of a list field on its own (``must be an integer 1..4096, got the string "abc"``),
     a duration as the API refuses its ``duration_s`` (``must be at least 1 s and at most 86400 s
-    (24 h), got 0``) and an SLO as it refuses the same SLO in seconds (``-5`` ms is the API's
-    ``-0.005``: ``must be seconds > 0, got -0.005``; ``abc`` is ``got the string "abc"``). Only an
+    (24 h), got 0``) and an SLO as it refuses the same SLO in seconds (``abc`` is ``got the
+    string "abc"``), a number at or below zero then said in the field's ms by the form
+    (``-5`` is ``must be more than 0 ms, got -5 ms``, not the API's ``got -0.005``). Only an
     empty item of a list field is refused here, in the API's words too. Returns ``(grid,
     errors)``; the service validates the grid and its errors are shown by field.
     """
@@ -284,6 +285,24 @@ def _field_errors(errors: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
             msgs = [f"item {int(parts[1]) + 1}: {m}" for m in msgs]
         out.setdefault(field, []).extend(str(m) for m in msgs)
     return out
+
+
+# The SLO fields of the form, in ms; the grid holds them in seconds.
+_SLO_FIELDS = ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms")
+
+
+def _slo_errors_in_ms(errors: dict[str, list[str]], values: Mapping[str, str]) -> None:
+    """Say a refused SLO in the unit its form field takes: the grid's ``must be seconds > 0, got
+    -0.001`` for ``-1`` typed in ms is ``must be more than 0 ms, got -1 ms``, quoting the number as
+    typed. A text that is no number, or one that is not finite, keeps the grid's words, which
+    quote it as typed already."""
+    for field in _SLO_FIELDS:
+        typed = values.get(field, "").strip()
+        value = grid_value(typed) if typed else None
+        if field not in errors or value is None or isinstance(value, (str, NonFiniteNumber)) or value > 0:
+            continue
+        errors[field] = [f"must be more than 0 ms, got {typed} ms" if m.startswith("must be seconds > 0") else m
+                         for m in errors[field]]
 
 
 def _sweep_name(text: str, errors: dict[str, list[str]]) -> str:
@@ -429,6 +448,7 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
             else:
                 messages.success(request, f"Sweep #{sweep.pk} queued.")
                 return redirect("benchmarks:sweep-detail", pk=sweep.pk)
+        _slo_errors_in_ms(errors, values)
         status = 400
     return render(request, "benchmarks/sweep_form.html", {
         "deployment": deployment, "values": values, "errors": errors,
@@ -447,6 +467,7 @@ def _sweep_form_without_deployment(request: HttpRequest, raw_id: str, defaults: 
     _sweep_name(values["name"], errors)
     for field, msgs in _grid_rule_errors(grid, engine=None).items():
         errors.setdefault(field, msgs)
+    _slo_errors_in_ms(errors, values)
     shown = raw_id.strip()
     errors["deployment"] = ([f"no deployment with id {shown if DIGITS_RE.fullmatch(shown) else query_text(shown)}"]
                             if shown else ["choose a deployment"])
