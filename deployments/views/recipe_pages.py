@@ -367,7 +367,8 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
 @role_page(read="operator")
 def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
     """Edit a recipe. POST calls :func:`deployments.services.recipe_update`, which records a
-    new version; errors re-render the form (HTTP 400, or 409 when the recipe moved on since
+    new version; a form saved with nothing changed writes none and says so (``nothing was saved
+    and no new version was made``); errors re-render the form (HTTP 400, or 409 when the recipe moved on since
     the form was loaded)."""
     recipe = get_object_or_404(Recipe.objects.select_related("node"), pk=pk)
     if request.method == "POST":
@@ -376,6 +377,7 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
         status = 400
         if form.is_valid():
             data = form.cleaned_data
+            version_before = recipe.version
             try:
                 recipe = services.recipe_update(
                     recipe=recipe,
@@ -399,7 +401,12 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
             except CeilingError as exc:
                 form.add_error(None, str(exc))
             else:
-                messages.success(request, f"Recipe {recipe.name} saved as version {recipe.version}.")
+                if recipe.version == version_before:
+                    # recipe_update writes no version for content equal to the stored one
+                    messages.info(request, f"Recipe {recipe.name} is unchanged: nothing was saved and no new "
+                                           f"version was made (still version {recipe.version}).")
+                else:
+                    messages.success(request, f"Recipe {recipe.name} saved as version {recipe.version}.")
                 return redirect("deployments:recipe-detail", pk=recipe.pk)
         else:
             spec_errors = _refused_form_errors(form, recipe)
