@@ -15,3 +15,14 @@ def shown_controls(text):
     (:func:`deployments.services.controls_visible`); and a stored secret's value in it, saved
     before such values were refused in free text, masked (:func:`deployments.services.free_text_shown`)."""
     return controls_visible(free_text_shown(str(text))) if text else text
+
+
+@register.filter
+def after_path(message, path):
+    """What follows a spec path shown as code before ``message``: a message that begins with that
+    path (``spec.env.TZ holds the placeholder ...``) continues it (`` holds the placeholder ...``),
+    so the path is given once; any other message follows a colon (``: must be an integer``)."""
+    text, path = str(message), str(path)
+    if path and text.startswith(path + " "):
+        return text[len(path):]
+    return f": {text}"

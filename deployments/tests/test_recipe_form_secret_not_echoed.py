@@ -42,7 +42,7 @@ def test_the_refused_page_names_the_secret_and_never_shows_its_value(operator_cl
     response = _post(operator_client, spec)
     assert response.status_code == 400
     page = response.content.decode()
-    assert "spec.env.TZ holds the value of secret &#x27;hf-token&#x27;" in page
+    assert "<code>spec.env.TZ</code> holds the value of secret &#x27;hf-token&#x27;" in page
     assert VALUE not in page
     assert not Recipe.objects.filter(name="pasted").exists()
 
@@ -64,7 +64,7 @@ def test_a_credential_typed_into_the_spec_is_shortened_on_the_refused_page(opera
     response = _post(operator_client, spec)
     assert response.status_code == 400
     page = response.content.decode()
-    assert "spec.env.TZ looks like a" in page
+    assert "<code>spec.env.TZ</code> looks like a" in page
     assert token not in page
 
 

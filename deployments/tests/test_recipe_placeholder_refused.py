@@ -42,6 +42,12 @@ def _expected_tz(names: str = " (secret 'db-pass')") -> str:
             f"secret from spec.secrets{names} or type the value")
 
 
+def _shown(message: str) -> str:
+    """``message`` as a form page lists it: its path as code, given once, the rest continuing it."""
+    path, rest = message.split(" ", 1)
+    return f"<code>{path}</code> {rest}".replace("'", "&#x27;")
+
+
 def test_the_edit_form_saved_as_opened_is_refused_and_changes_nothing(operator_client, stored):
     before = _snapshot(stored)
     url = reverse("deployments:recipe-edit", args=[stored.pk])
@@ -55,8 +61,8 @@ def test_the_edit_form_saved_as_opened_is_refused_and_changes_nothing(operator_c
     assert response.status_code == 400
     page = response.content.decode()
     assert VALUE not in page
-    assert _expected_tz().replace("'", "&#x27;") in page
-    assert "spec.env.NOTE holds the placeholder" in page
+    assert _shown(_expected_tz()) in page
+    assert "<code>spec.env.NOTE</code> holds the placeholder" in page
     assert _snapshot(stored) == before
 
 
@@ -73,7 +79,7 @@ def test_a_refused_form_resubmitted_as_shown_is_refused_again(operator_client, s
     second = operator_client.post(reverse("deployments:recipe-create"), again)
 
     assert second.status_code == 400
-    assert _expected_tz("").replace("'", "&#x27;") in second.content.decode()
+    assert _shown(_expected_tz("")) in second.content.decode()
     assert not Recipe.objects.filter(name="pasted").exists()
 
 

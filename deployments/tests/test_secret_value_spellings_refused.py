@@ -118,7 +118,7 @@ def test_the_edit_form_changing_only_the_description_is_refused_at_the_path(admi
 
     assert response.status_code == 400
     page = response.content.decode()
-    assert "spec.env.SGLANG_X holds the placeholder" in page
+    assert "<code>spec.env.SGLANG_X</code> holds the placeholder" in page
     assert all(form not in page for form in SPELLED.values())
     row = Recipe.objects.get(pk=stored.pk)
     assert (row.version, row.spec, row.history.count()) == before and row.description == ""

@@ -438,7 +438,9 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
 def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
     """htmx partial behind the form's Validate button: field errors per dotted path, or, when
     the recipe is valid, the dry-run preview of every process. Always HTTP 200 so htmx swaps
-    the result in; ``valid`` in the context says which it was."""
+    the result in; ``valid`` in the context says which it was. The edit form names its recipe
+    (``?recipe=<id>``): a ``***redacted***`` placeholder left where the stored spec holds a
+    secret's value is then refused naming that secret, as Save refuses it."""
     form = RecipeForm(request.POST)
     spec_errors: dict[str, list[str]] = {}
     processes: list[dict[str, Any]] = []
@@ -464,8 +466,12 @@ def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
             "node": node,
             "spec": data["spec"],
         }
+        raw_recipe = request.GET.get("recipe", "")
+        edited = (Recipe.objects.filter(pk=int(raw_recipe)).only("spec").first()
+                  if re.fullmatch(r"[0-9]{1,18}", raw_recipe) else None)
         try:
-            spec = services.recipe_content_validate(content)["spec"]
+            spec = services.recipe_content_validate(
+                content, stored_spec=edited.spec if edited is not None else None)["spec"]
             facts = node_facts_from_row(node)
             # Secret values are never resolved for a preview; the plan shows references only.
             plan = launch_plan_render(
