@@ -178,7 +178,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     """Validate and normalise a sweep grid.
 
     Input keys (others are refused): ``concurrency`` list of ints >= 1 (closed-loop points);
-    ``lengths`` list of ``[input_len, output_len]`` pairs or ``"in:out"`` strings (tokens; absent, :data:`DEFAULT_LENGTHS`);
+    ``lengths`` list of ``[input_len, output_len]`` pairs or ``"in:out"`` strings, or one text of
+    such pairs separated by commas or spaces as the form takes it (``"16:16,8:8"``; tokens; absent, :data:`DEFAULT_LENGTHS`);
     ``request_rates`` optional list of requests/s > 0 and at most :data:`MAX_REQUEST_RATE`
     (open-loop points, in addition to the concurrency points; limited by time alone, rate x
     ``duration_s`` at most :data:`MAX_REQUESTS_PER_POINT`); a value given twice in any of these
@@ -248,11 +249,19 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
     if not raw.get("concurrency") and not raw.get("request_rates"):
         err("grid.concurrency", "give at least one concurrency (or a request rate)")
     lengths: list[list[int]] = []
+    lengths_refused = False  # an empty item of a lengths text, already named
     length_paths: list[str] = []  # each valid pair's own path: an invalid pair before it keeps its index
     raw_lengths = raw.get("lengths") if "lengths" in raw else DEFAULT_LENGTHS
     if isinstance(raw_lengths, str) and raw_lengths.strip():
-        raw_lengths = [raw_lengths]  # one "in:out" pair given on its own
-    if not isinstance(raw_lengths, list) or not raw_lengths:
+        # "256:256" on its own, or the sweep form's comma list "16:16, 8:8" (spaces separate
+        # pairs too, and may stand around a colon): one pair per item, an empty item refused
+        raw_lengths = lengths_text_items(raw_lengths, err)
+        if raw_lengths is None:
+            raw_lengths = []
+            lengths_refused = True
+    if lengths_refused:
+        pass
+    elif not isinstance(raw_lengths, list) or not raw_lengths:
         got = f", got {shown_value(raw_lengths)}" if raw_lengths not in (None, []) else ""
         err("grid.lengths", f"give at least one [input_len, output_len] pair, e.g. [[256, 256]]{got}")
     else:
@@ -514,6 +523,27 @@ def _grid_size_errors(grid: Mapping[str, Any], points: list[dict[str, Any]], *,
         errors.setdefault("grid", []).append(
             f"the sweep would send {total:,} requests; at most {MAX_REQUESTS_PER_SWEEP:,} per sweep")
     return errors
+
+
+_LENGTHS_SEP = re.compile(r"[\s,]+")
+_LENGTHS_COLON = re.compile(r"\s*:\s*")
+
+
+def lengths_text_items(text: str, err) -> list[str] | None:
+    """The ``"in:out"`` items of a grid's ``lengths`` given as one text, as the sweep form takes it:
+    ``"16:16,8:8"`` and ``"16:16 8:8"`` are two pairs, ``"256 : 256"`` one. An empty item between
+    commas (``"16:16,,8:8"``, a trailing comma) is refused at ``grid.lengths`` in the words of
+    every comma list (:func:`controlplane.drf_defaults.empty_list_item`) and None returned."""
+    from controlplane.drf_defaults import empty_list_item
+
+    items: list[str] = []
+    for chunk in _LENGTHS_COLON.sub(":", text).split(","):
+        words = [w for w in _LENGTHS_SEP.split(chunk) if w]
+        if not words:
+            err("grid.lengths", empty_list_item(len(items) + 1, "lengths", "256:256,1024:128"))
+            return None
+        items.extend(words)
+    return items
 
 
 def length_pair_parse(pair: Any) -> tuple[int, int] | None:

@@ -217,7 +217,8 @@ class SweepSerializer(serializers.ModelSerializer):
                 {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
                 {"type": "string"}]}}, {"type": "string"}],
             "default": DEFAULT_LENGTHS,
-            "description": "[input_len, output_len] pairs or 'in:out' strings, tokens; absent: "
+            "description": "[input_len, output_len] pairs or 'in:out' strings, or one text of 'in:out' pairs "
+                           "separated by commas as the sweep form takes it ('16:16,8:8'), tokens; absent: "
                            f"{DEFAULT_LENGTHS}, as the sweep form and manage.py sweep --lengths default to"},
         "duration_s": {"type": "number", "minimum": MIN_DURATION_S, "maximum": MAX_DURATION_S,
                        "description": f"time limit per point: {DURATION_RULE}"},
