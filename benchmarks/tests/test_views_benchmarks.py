@@ -366,10 +366,11 @@ def test_it_refuses_numbers_a_browser_would_silently_drop_with_a_message(operato
     assert response.status_code == 400
     html = _html(response)
     errors = response.context["errors"]
-    # each refused in the API's words, as it refuses the same values in a JSON body
+    # each refused in the API's words, as it refuses the same values in a JSON body; an SLO number
+    # at or below zero in the ms its field takes
     assert errors["slo_ttft_ms"] == ["must be a finite number, got 1e400 (too large for a 64-bit float)"]
     assert errors["slo_tpot_ms"] == ["must be a finite number, got nan (not a number)"]
-    assert errors["slo_e2e_ms"] == ["must be seconds > 0, got -0.005"]
+    assert errors["slo_e2e_ms"] == ["must be more than 0 ms, got -5 ms"]
     assert errors["rates"] == ["item 1: must be a finite number, got inf (infinite)"]
     assert errors["duration"] == ["must be at least 1 s and at most 86400 s (24 h), got 90000"]
     assert 'value="1e400"' in html  # the form comes back with what was typed
@@ -391,7 +392,8 @@ def test_it_creates_a_time_limited_sweep_from_the_form(operator_client, deployme
     both = operator_client.post(reverse("benchmarks:sweep-create"), {
         "deployment": deployment.pk, "concurrency": "1", "lengths": "16:8", "requests": "3", "duration": "60",
     })
-    assert both.status_code == 400  # one sweep at a time on a deployment
+    assert both.status_code == 409  # one sweep at a time on a deployment, as the API answers it
+    assert f"sweep #{sweep.pk} is already" in _html(both)
     sweep.status = SweepStatus.DONE
     sweep.save()
     both = operator_client.post(reverse("benchmarks:sweep-create"), {
@@ -408,7 +410,7 @@ def test_it_refuses_to_sweep_a_stopped_deployment(operator_client, deployment):
     deployment.save()
     response = operator_client.post(reverse("benchmarks:sweep-create"),
                                     {"deployment": deployment.pk, "concurrency": "1", "lengths": "8:8"})
-    assert response.status_code == 400
+    assert response.status_code == 409   # the deployment's state, as the API answers it
     assert f"deployment #{deployment.pk} is stopped" in _html(response)
 
 

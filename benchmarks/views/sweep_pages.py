@@ -380,7 +380,10 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
     (``?deployment=1&deployment=2``), gets the picker with that message and status 400, since no
     one deployment was chosen. A POST whose ``deployment`` names none (``999``, blank, not a
     number) is the form again, status 400, with the API's ``no deployment with id 999`` under
-    the deployment field, the typed values kept and judged too."""
+    the deployment field, the typed values kept and judged too. A grid the service refuses for the
+    deployment's state (another sweep active on it, the deployment stopped, its node agent
+    offline) is the form again with the reason and status 409, as the API answers it; a form
+    with input errors gets the 400 first, as the API's body is judged first."""
     defaults = {"name": "", "concurrency": "1,8,16", "lengths": DEFAULT_LENGTHS, "requests": "", "duration": "",
                 "rates": "", "slo_ttft_ms": "", "slo_tpot_ms": "", "slo_e2e_ms": "", "api": "", "warmup": "0",
                 "seed": "0"}
@@ -444,12 +447,14 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
             except InvalidInput as exc:
                 errors = _field_errors(exc.errors)
             except Conflict as exc:
+                # the state conflicts, not the input: 409 as the API answers it, the form kept
                 errors = {"detail": [str(exc)]}
+                status = 409
             else:
                 messages.success(request, f"Sweep #{sweep.pk} queued.")
                 return redirect("benchmarks:sweep-detail", pk=sweep.pk)
         _slo_errors_in_ms(errors, values)
-        status = 400
+        status = 409 if status == 409 else 400
     return render(request, "benchmarks/sweep_form.html", {
         "deployment": deployment, "values": values, "errors": errors,
         "ready": deployment.status == DeploymentStatus.READY, "ended": ended,
