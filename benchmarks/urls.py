@@ -20,6 +20,7 @@ urlpatterns = [
     path("benchmarks/sweeps/<int:pk>/results/", views.sweep_results_partial, name="sweep-results"),
     path("benchmarks/sweeps/<int:pk>/cancel/", views.sweep_cancel_view, name="sweep-cancel"),
     path("benchmarks/sweeps/<int:pk>/export.<str:fmt>", views.sweep_export, name="sweep-export"),
+    path("benchmarks/runs/", views.run_list, name="run-list"),
     path("benchmarks/runs/<int:pk>/", views.run_detail, name="run-detail"),
     path("benchmarks/runs/<int:pk>/export.<str:fmt>", views.run_export, name="run-export"),
     path("benchmarks/runs/<int:pk>/original/", views.run_original, name="run-original"),

@@ -11,7 +11,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 
 from benchmarks import services
 from benchmarks.choices import RunSource
@@ -39,6 +40,15 @@ from deployments.views import role_page
 
 def _get_run(pk: int) -> BenchmarkRun:
     return get_object_or_404(BenchmarkRun.objects.select_related("sweep", "sweep__deployment", "created_by"), pk=pk)
+
+
+@role_page()
+def run_list(request: HttpRequest) -> HttpResponse:
+    """``/benchmarks/runs/``: the runs are listed on the benchmarks index (newest first, paged,
+    each linking to its run page, units in the headers), so this redirects to that list, keeping
+    the query (``?page=2``, judged there) and landing on the list (``#runs``)."""
+    query = request.GET.urlencode()
+    return redirect(f"{reverse('benchmarks:index')}{'?' + query if query else ''}#runs")
 
 
 @role_page()
