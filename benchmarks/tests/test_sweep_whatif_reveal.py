@@ -1,5 +1,7 @@
-"""A sweep page watched live until the sweep ends shows its what-if link without a reload: the
-page renders it hidden while the sweep runs, and the live progress reveals it on the final status."""
+"""A sweep page watched live until the sweep is done shows its what-if link without a reload: the
+page renders it hidden while the sweep runs, and the live progress reveals it on the final status.
+A cancelled or failed sweep's link is not revealed by the script: such a sweep may have no point to
+project, and the progress partial reloaded as it ends brings its link or the reason why not."""
 from __future__ import annotations
 
 import json
@@ -29,7 +31,7 @@ const sandbox = {window: {}, document, setInterval() { return 0; }, Date, Math, 
 vm.createContext(sandbox);
 vm.runInContext(fs.readFileSync(process.argv[1] + "/static/ceiling/dashboards.js", "utf8"), sandbox);
 const seen = [];
-for (const status of ["running", "done"]) {
+for (const status of ["running", "cancelled", "failed", "done"]) {
   handler({type: "sweep.status", data: {status}}, {replayed: false});
   seen.push([status, link.hidden]);
 }
@@ -37,8 +39,8 @@ process.stdout.write(JSON.stringify(seen));
 """
 
 
-def test_the_live_progress_reveals_the_what_if_link_when_the_sweep_ends() -> None:
+def test_the_live_progress_reveals_the_what_if_link_when_the_sweep_is_done() -> None:
     assert NODE, "Node.js is needed: make setup installs the page scripts with npm, which runs on it"
     done = subprocess.run([NODE, "-e", HARNESS, str(REPO)], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == [["running", True], ["done", False]]
+    assert json.loads(done.stdout) == [["running", True], ["cancelled", True], ["failed", True], ["done", False]]

@@ -212,21 +212,28 @@ def test_it_answers_400_for_ids_too_large_for_the_database(viewer_client, sweep)
 # --- sweep page -------------------------------------------------------------------------------
 
 
-def test_it_links_a_done_sweep_to_its_what_if_projection(viewer_client, sweep):
+def test_it_links_an_ended_sweep_to_its_what_if_projection_only_where_it_can_be_made(viewer_client, sweep):
     whatif = f'href="{reverse("kernels:whatif")}?sweep={sweep.pk}"'
     # Running: the link is rendered hidden, for the live progress to reveal when the sweep ends.
     assert f"{whatif} data-whatif-link hidden>" in _html(viewer_client.get(reverse("benchmarks:sweep-detail",
                                                                                     args=[sweep.pk])))
-    BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.DONE)
-    page = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
-    assert f"{whatif} data-whatif-link>" in page and "What-if: a faster kernel" in page
-    # This sweep's one point has no successful request: the what-if page says at once why it
-    # cannot project it, before any speedup is given.
+    # This sweep's one point has no successful request: the what-if page refuses it at once...
     answer = viewer_client.get(f"{reverse('kernels:whatif')}?sweep={sweep.pk}")
     assert answer.status_code == 400
-    assert re.findall(r"<li><code>.*?</li>", _html(answer)) == [
-        f"<li><code>sweep</code>: sweep #{sweep.pk} has no finished closed-loop run with fixed lengths and a "
-        "successful request</li>"]
+    why = f"sweep #{sweep.pk} has no finished closed-loop run with fixed lengths and a successful request"
+    for status in (SweepStatus.DONE, SweepStatus.CANCELLED, SweepStatus.FAILED):
+        BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=status)
+        answer = viewer_client.get(f"{reverse('kernels:whatif')}?sweep={sweep.pk}")
+        assert answer.status_code == 400
+        assert re.findall(r"<li><code>.*?</li>", _html(answer)) == [f"<li><code>sweep</code>: {why}</li>"]
+        # ...so the sweep page offers no link to that refusal, and says why instead
+        page = _html(viewer_client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])))
+        assert whatif not in page and "data-whatif-link" not in page, status
+        assert f"What-if not available: {why}" in page
+        # and the progress partial, reloaded when the sweep ends, sends the same out of band
+        partial = _html(viewer_client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])))
+        assert '<span id="sweep-whatif" hx-swap-oob="true">' in partial
+        assert f"What-if not available: {why}" in partial and whatif not in partial
 
 
 def test_it_shows_live_progress_and_polls_every_second_while_running(viewer_client, sweep):

@@ -644,20 +644,37 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
     charts, ceiling findings, the snapshot (collapsed), export links, the cancel button and, once
     the sweep has ended (done, or failed or cancelled: projected from its finished points with a
     note), a link to the what-if projection of it (``/kernels/whatif/?sweep=<id>``, which needs
-    the viewer role like this page); while the sweep runs the link is rendered hidden, and the
-    live progress reveals it when the sweep ends."""
+    the viewer role like this page), or, where the projection would refuse the ended sweep (no
+    finished closed-loop point, no decode step model: :func:`kernels.whatif.sweep_refusals`),
+    its reason in place of a link to that refusal; while the sweep runs the link is rendered
+    hidden, the live progress reveals it when the sweep is done, and the progress partial sends
+    the ended sweep's link or reason out of band."""
     sweep = _get_sweep(pk)
     context = _sweep_results_context(sweep)
-    whatif = has_role(request.user, "viewer")
     context.update({
         "progress": sweep_progress(sweep), "status_class": _status_class(sweep.status),
         "outcome": request_outcomes([sweep.pk]).get(sweep.pk),
         "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL,
-        "whatif_url": f"{reverse('kernels:whatif')}?sweep={sweep.pk}" if whatif else "",
+        **_whatif_context(request, sweep),
         "snapshot_text": _json_text(sweep.snapshot) if sweep.snapshot else "",
         "grid_text": _json_text(sweep.grid) if sweep.grid else "",
     })
     return render(request, "benchmarks/sweep_detail.html", context)
+
+
+def _whatif_context(request: HttpRequest, sweep: BenchmarkSweep) -> dict[str, Any]:
+    """``whatif_url`` (the what-if page of ``sweep``, for a role that may open it; ``""`` else)
+    and ``whatif_refusal``: why the projection cannot be made of the ended sweep
+    (:func:`kernels.whatif.sweep_refusals`, the what-if page's own words), or None where it can,
+    or while the sweep has not ended (its link is rendered hidden until then)."""
+    if not has_role(request.user, "viewer"):
+        return {"whatif_url": "", "whatif_refusal": None}
+    refusal = None
+    if sweep.status in SWEEP_TERMINAL:
+        from kernels.whatif import sweep_refusals
+
+        refusal = sweep_refusals([sweep]).get(sweep.pk)
+    return {"whatif_url": f"{reverse('kernels:whatif')}?sweep={sweep.pk}", "whatif_refusal": refusal}
 
 
 @role_page()
@@ -671,7 +688,8 @@ def sweep_progress_partial(request: HttpRequest, pk: int) -> HttpResponse:
     context = {"sweep": sweep, "progress": sweep_progress(sweep), "status_class": _status_class(sweep.status),
                "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL,
                "outcome": request_outcomes([sweep.pk]).get(sweep.pk),
-               "oob": True}  # Started and Ended at the top of the page follow (out of band)
+               **_whatif_context(request, sweep),
+               "oob": True}  # Started and Ended, and the what-if link, at the top of the page follow (out of band)
     response = render(request, "benchmarks/_sweep_progress.html", context)
     known = request.GET.get("points", "")
     if known != str(sweep.points_done) or sweep.status in SWEEP_TERMINAL:

@@ -780,9 +780,10 @@
           // Ended: the status panel above (reloaded next) holds the final counts; a second,
           // frozen copy of them here would only repeat it.
           if (/^(done|failed|cancelled)$/.test(msg.data.status) && !meta.replayed) { root.hidden = true; root._ended = true; }
-          // Ended: its what-if projection (rendered hidden while it ran, for a role that may use
-          // it) can be opened now, without a reload.
-          if (/^(done|failed|cancelled)$/.test(msg.data.status)) {
+          // Done: its what-if projection (rendered hidden while it ran, for a role that may use
+          // it) can be opened now, without a reload. A failed or cancelled sweep may have no
+          // point to project: the progress partial, reloaded below, sends its link or the reason.
+          if (msg.data.status === "done") {
             Array.prototype.forEach.call(document.querySelectorAll("[data-whatif-link]"), function (a) {
               a.hidden = false;
             });
