@@ -13,7 +13,9 @@ def test_one_cpu_reads_in_the_singular():
     templates = Path(__file__).resolve().parents[1] / "templates" / "deployments"
     assert "({{ p.pinning.cpu_count }} CPU{{ p.pinning.cpu_count|pluralize }}" in (
         templates / "_deployment_live.html").read_text()
-    assert "{{ t.node.cpu_count }} CPU{{ t.node.cpu_count|pluralize }}" in (templates / "_wall_tiles.html").read_text()
+    assert '{% include "deployments/_cpu_count.html" with node=t.node %}' in (templates / "_wall_tiles.html").read_text()
+    assert render_to_string("deployments/_cpu_count.html", {"node": {"cpu_count": 1}}) == "1 CPU"
+    assert render_to_string("deployments/_cpu_count.html", {"node": {"cpu_count": 8}}) == "8 CPUs"
 
 
 def test_one_variant_one_combination_and_one_build_read_in_the_singular():
