@@ -955,10 +955,11 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
     ``progress``); per-GPU column is ``-`` when ``num_gpus`` is unknown. Latencies read from the
     seconds-based summary. A point stopped before its summary was stored shows the load
     generator's last count of failures (``3512 (live)``, ``0 (live) (+2 aborted)``) rather than
-    ``-``. A partial point (a cancelled one that kept what completed, :func:`summary_mark_partial`)
-    shows completed vs planned requests in the requests column (``37/400 completed, cancelled``)
-    and its flag; any other failed or cancelled point what it sent, with its plan where it sent
-    less (``0 sent of 4 planned`` for one stopped while it warmed up, :func:`requests_sent`). The
+    ``-``. A failed or cancelled point shows what it sent, with its plan where it sent less
+    (``63 sent of 400 planned``; ``0 sent of 4 planned`` for one stopped while it warmed up,
+    :func:`requests_sent`), as the page, the API and the CSV count it: a partial point (a cancelled
+    one that kept what completed, :func:`summary_mark_partial`) counts the requests it sent, those
+    the cancel aborted in flight included, and shows its flag (its reason says what completed). The
     failures column counts the requests the server failed; those a stop ended in flight are
     written apart (``0 (+2 aborted)``)."""
     rows = []
@@ -978,10 +979,12 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
         load = str(run.concurrency) if run.concurrency is not None else f"{run.request_rate:g}/s"
         sent = requests_sent(s, progress)
         planned = run.num_requests if not getattr(run, "duration_s", None) else None
-        if partial_text(s):
+        if sent is not None and getattr(run, "status", None) in ("failed", "cancelled"):
+            # What it sent, never its plan nor only what completed: a partial point's aborted
+            # requests were sent too (as the page, the API and the CSV count them).
+            requests = sent_of_planned_text(sent, planned)
+        elif partial_text(s):
             requests = partial_text(s)
-        elif sent is not None and getattr(run, "status", None) in ("failed", "cancelled"):
-            requests = sent_of_planned_text(sent, planned)   # what it sent, never its plan
         elif sent is not None:
             requests = f"{sent}"
         else:

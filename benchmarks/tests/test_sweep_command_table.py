@@ -1,5 +1,5 @@
 """``manage.py sweep``'s results table stays narrow and aligned on an 80-120 column terminal: units
-sit in a second header line, and a long cell (a cancelled point's ``3/10 completed, cancelled``,
+sit in a second header line, and a long cell (a cancelled point's ``4 sent of 10 planned``,
 ``0 (+2 aborted)``, flag names) keeps its leading count and a numbered reference, its text going
 below the table as a note.
 
@@ -7,6 +7,7 @@ Against a real ``sim`` engine process (``sim_url``); the sweep runs in the comma
 while a thread of the test cancels it partway through its second point."""
 from __future__ import annotations
 
+import csv
 import io
 import re
 import threading
@@ -17,6 +18,7 @@ from types import SimpleNamespace
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.urls import reverse
 
 from benchmarks.analysis import PARTIAL_FLAG
 from benchmarks.models import BenchmarkSweep
@@ -67,7 +69,7 @@ def _assert_aligned(header: str, rows: list[str]) -> None:
 
 
 def _notes(lines: list[str]) -> dict[str, str]:
-    """``{"[1]": "requests: 3/10 completed, cancelled", ...}`` from the notes below the table,
+    """``{"[1]": "requests: 4 sent of 10 planned", ...}`` from the notes below the table,
     their wrapped lines joined."""
     notes: dict[str, str] = {}
     ref = None
@@ -86,7 +88,8 @@ def _notes(lines: list[str]) -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.django_db(transaction=True)
-def test_a_cancelled_points_long_cells_go_below_the_table_as_numbered_notes(sim_url: str, operator) -> None:
+def test_a_cancelled_points_long_cells_go_below_the_table_as_numbered_notes(sim_url: str, operator, operator_api,
+                                                                                        client) -> None:
     sim_deployment_create(base_url=sim_url, recipe_name="table-sim")
 
     def cancel_once_point_two_has_two_done() -> None:
@@ -125,10 +128,20 @@ def test_a_cancelled_points_long_cells_go_below_the_table_as_numbered_notes(sim_
     assert all(len(cell) <= CELL_MAX for cell in cells), cells
     notes = _notes(lines)
 
-    # The cut point's requests keep their count; the rest of the text is its note.
+    # The cut point's requests are what it sent, the aborted ones included, as the page, the API and
+    # the CSV count them; the rest of the text is its note.
+    sent = s["successes"] + s["aborted"]
+    assert s["requests"] == sent < 10
     count, ref = cells[1].split()
-    assert count == f"{s['successes']}/10"
-    assert notes[ref] == f"requests: {s['successes']}/10 completed, cancelled"
+    assert count == str(sent)
+    assert notes[ref] == f"requests: {sent} sent of 10 planned"
+    client.force_login(operator)
+    page = client.get(reverse("benchmarks:sweep-results", args=[sweep.pk])).content.decode()
+    assert f'<td class="num">{sent} sent of 10 planned</td>' in page
+    assert operator_api.get(f"/api/runs/{cut.pk}/").json()["metrics"]["requests"] == sent
+    (exported,) = [r for r in csv.DictReader(io.StringIO(client.get(
+        reverse("benchmarks:sweep-export", args=[sweep.pk, "csv"])).content.decode())) if r["run_id"] == str(cut.pk)]
+    assert (exported["requests"], exported["num_requests"]) == (str(sent), "10")
     count, ref = cells[9].split()
     assert (count, notes[ref]) == ("0", f"failures: 0 (+{s['aborted']} aborted)")
     assert notes[cells[10]] == "flags: " + ", ".join(cut.flags) and PARTIAL_FLAG in notes[cells[10]]

@@ -36,8 +36,8 @@ changes and every 10 s meanwhile (:func:`benchmarks.services.sweep_wait`).
 
 The report printed at the end (:func:`benchmarks.services.sweep_report_text`) stays narrow enough
 for an 80-120 column terminal: units sit in a second header line, and a cell's long text (a
-cancelled point's ``37/400 completed, cancelled``, ``0 (+2 aborted)``, flag names) is cut to its
-leading number with a numbered reference (``37/400 [1]``); the notes themselves follow the table,
+cancelled point's ``63 sent of 400 planned``, ``0 (+2 aborted)``, flag names) is cut to its
+leading number with a numbered reference (``63 [1]``); the notes themselves follow the table,
 one per number, wrapped to :data:`benchmarks.sweeps.REPORT_WIDTH` columns.
 """
 from __future__ import annotations
