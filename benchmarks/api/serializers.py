@@ -54,10 +54,14 @@ SWEEP_PROGRESS_SCHEMA = {
         "aborted": _nullable("integer", "requests of the point a stop (the cancel, the deployment going down) "
                                         "ended in flight: neither done nor failed; absent from a report made "
                                         "before it was counted apart"),
-        "output_tokens": _nullable("integer", "output tokens of the point so far, tokens"),
+        "output_tokens": _nullable("integer", "output tokens of the point so far of the requests that "
+                                              "succeeded or are in flight (never a failed or aborted one's), "
+                                              "tokens"),
         "elapsed_s": _nullable("number", "seconds since the point's first request"),
         "tok_s": _nullable("number", "output tok/s of the point over its last report window (about 0.5 s)"),
-        "tok_s_mean": _nullable("number", "output tok/s of the point since its first request"),
+        "tok_s_mean": _nullable("number", "output tok/s of the point since its first request, over the "
+                                          "output_tokens counted; the point's last report gives its stored "
+                                          "output_throughput_tok_s"),
         "duration_s": _nullable("number", "the point's time limit, seconds; null when it has none"),
         "total_sent_so_far": {"type": "boolean", "description": "true for a closed loop limited by time: total "
                                                                  "is the requests sent so far, not a planned count"},

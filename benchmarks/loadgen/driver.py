@@ -355,8 +355,8 @@ class _Tally:
     phase has a start instant. :meth:`stop` (from the loop's thread) ends the measured phase early.
     """
 
-    __slots__ = ("t0", "done", "failed", "aborted", "total", "client", "tokens0", "stop_reason", "on_stop", "stop_ns",
-                 "ledger", "spool", "before", "warm_t0", "warm_done", "warm_total")
+    __slots__ = ("t0", "done", "failed", "aborted", "total", "client", "tokens0", "tokens_unsuccessful", "stop_reason",
+                 "on_stop", "stop_ns", "ledger", "spool", "before", "warm_t0", "warm_done", "warm_total")
 
     def __init__(self, total: int) -> None:
         self.t0 = 0
@@ -366,6 +366,9 @@ class _Tally:
         self.total = total
         self.client: StreamingClient | None = None
         self.tokens0 = 0  # the client's counter at t0 (warmup tokens are not progress)
+        # Output tokens streamed by measured requests that came back unsuccessful (failed, or
+        # aborted by a stop): the run's output throughput never counts them, nor does ``tokens``.
+        self.tokens_unsuccessful = 0
         self.stop_reason: str | None = None
         self.on_stop: Callable[[str], None] | None = None  # set by _measured while it runs
         self.stop_ns = 0  # perf_counter_ns of the first stop
@@ -409,13 +412,29 @@ class _Tally:
 
     @property
     def tokens(self) -> int:
-        """Output tokens streamed in the measured phase so far (in-flight requests included)."""
+        """Output tokens streamed in the measured phase so far by the requests that succeeded or
+        are still in flight: those of a request that came back failed or aborted are taken out as
+        it comes back, so once every request is back this is what the run's output throughput
+        counts (:func:`benchmarks.loadgen.run_summary`'s ``output_tokens``, successes only)."""
+        if self.client is None or not self.t0:
+            return 0
+        return self.client.tokens_seen - self.tokens0 - self.tokens_unsuccessful
+
+    @property
+    def streamed(self) -> int:
+        """Output tokens streamed in the measured phase so far by every request, whatever it came
+        back as: the window rate's count (what the servers produce now), never a measured total."""
         return self.client.tokens_seen - self.tokens0 if self.client is not None and self.t0 else 0
 
     def add(self, outcome: RequestOutcome) -> None:
         """Count one request that came back: ``done`` (and ``failed`` when it failed) if it
         finished, ``aborted`` alone if a stop ended it in flight (neither done nor failed, as the
-        sweep's ``requests_done`` and the summary's failures of the server count it)."""
+        sweep's ``requests_done`` and the summary's failures of the server count it). The output
+        tokens an unsuccessful one streamed leave :attr:`tokens`."""
+        if not outcome.ok:
+            # As the client counted them as they streamed: each output event's tokens, 1 where unknown.
+            self.tokens_unsuccessful += sum(k or 1 for k in outcome.event_tokens) \
+                if len(outcome.event_tokens) == len(outcome.events) else len(outcome.events)
         if not outcome.ok and outcome.error is not None and outcome.error.startswith(ABORTED_PREFIX):
             self.aborted += 1
             return
@@ -542,16 +561,19 @@ class _Reporter:
     0.75 s); the final call may come just after a periodic one, so its window reaches back past
     it (up to about 1.25 s) rather than measuring a few milliseconds, and is never 0.0 when tokens
     arrived in it.
-    ``tok_s_mean`` is the output tokens so far divided by the seconds since ``t0``, when the first
-    request was sent (the mean rate since the start, which the run's output throughput
-    approaches); None before any token. A callback that raises is logged once and not called
+    ``tok_s`` counts every token streamed, whatever its request came back as.
+    ``tok_s_mean`` is the output tokens so far of the requests that succeeded or are still in
+    flight (never those of a request that came back failed or aborted, which the run's output
+    throughput does not count either) divided by the seconds since ``t0``, when the first request
+    was sent (the mean rate since the start, which the run's output throughput approaches); None
+    before any token. A callback that raises is logged once and not called
     again: the measurement goes on (a broken display must not cost the run).
     """
 
     def __init__(self, callback: Progress) -> None:
         self.callback: Progress | None = callback
         self.last_t = 0
-        # (perf_counter ns, output tokens) of the latest calls, oldest first: the windows' starts.
+        # (perf_counter ns, output tokens streamed) of the latest calls, oldest first: the windows' starts.
         self.marks: list[tuple[int, int]] = []
         self.calls = 0
         self.warm_last = 0  # perf_counter ns of the latest warm-up report (0: none yet)
@@ -587,8 +609,12 @@ class _Reporter:
             self.callback = None
 
     def report(self, *, t0: int, done: int, total: int, failed: int, tokens: int, aborted: int = 0,
-               final: bool = False) -> None:
-        """Call the callback if a period has passed since the last call (always when ``final``)."""
+               streamed: int | None = None, final: bool = False) -> None:
+        """Call the callback if a period has passed since the last call (always when ``final``).
+        ``tokens``: output tokens of the requests that succeeded or are in flight (``output_tokens``
+        and ``tok_s_mean``); ``streamed``: those of every request, failed and aborted ones included
+        (the window's ``tok_s``; ``tokens`` when not given)."""
+        streamed = tokens if streamed is None else streamed
         if self.callback is None or t0 <= 0:
             return
         now = time.perf_counter_ns()
@@ -606,12 +632,12 @@ class _Reporter:
         window, elapsed = (now - from_t) / 1e9, (now - t0) / 1e9
         info = {"done": done, "total": max(total, done + aborted), "failed": failed, "aborted": aborted,
                 "output_tokens": tokens,
-                "elapsed_s": elapsed, "tok_s": (tokens - from_tokens) / window if window > 0 else 0.0,
+                "elapsed_s": elapsed, "tok_s": (streamed - from_tokens) / window if window > 0 else 0.0,
                 "tok_s_mean": tokens / elapsed if tokens > 0 and elapsed > 0 else None}
         self.last_t = now
         # Calls are at least a period apart (all but the final one), so the two latest marks
         # always hold the latest one at least a period back (a third covers a repeated final call).
-        self.marks = [*self.marks[-2:], (now, tokens)]
+        self.marks = [*self.marks[-2:], (now, streamed)]
         self.calls += 1
         self._call(info)
 
@@ -866,7 +892,8 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
     it comes back (:class:`_Ledger`): that file, not the pipe, is how the records reach the
     parent. While warming up it sends ``("warmup", (warm-up requests ended, warm-up start in
     perf_counter ns))`` every :data:`WORKER_REPORT_S` and once more when the warm-up has ended,
-    then ``("ready", None)``. While measuring it sends ``("progress", (done, failed, output_tokens, total, aborted))`` every
+    then ``("ready", None)``. While measuring it sends ``("progress", (done, failed, output_tokens, total, aborted,
+    streamed))`` every
     :data:`WORKER_REPORT_S`; at the end ``("done", stats)`` or ``("error", text)``. A
     ``("stop", reason)`` from the parent during the measured phase ends it early
     (``_Tally.stop``: nothing new sent, in-flight requests aborted) and it reports ``"done"``.
@@ -875,7 +902,8 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
     async def report(tally: _Tally) -> None:
         while True:
             await asyncio.sleep(WORKER_REPORT_S)
-            conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total, tally.aborted)))
+            conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total, tally.aborted,
+                                    tally.streamed)))
 
     async def warm_report(warm: _Tally) -> None:
         while True:
@@ -920,7 +948,7 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
                 finally:
                     reporter.cancel()
                     loop.remove_reader(conn.fileno())
-        conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total, tally.aborted)))
+        conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total, tally.aborted, tally.streamed)))
         conn.send(("done", stats))
 
     spool_fd = os.open(spool, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -1058,9 +1086,10 @@ def _drive_processes(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[fl
         t0 = time.perf_counter_ns() + int(START_DELAY_S * 1e9)
         for c in conns:
             c.send(t0)
-        # Latest counts per worker: done, failed, output tokens, total, aborted.
+        # Latest counts per worker: done, failed, output tokens (of successes and requests in
+        # flight), total, aborted, output tokens streamed by every request (_Tally.streamed).
         counts = {i: (0, 0, 0, len(offsets[i::n]) if offsets is not None else
-                      (0 if cfg.duration_s is not None else len(specs[i::n])), 0) for i in range(n)}
+                      (0 if cfg.duration_s is not None else len(specs[i::n])), 0, 0) for i in range(n)}
         pending = dict(enumerate(conns))
         while pending:
             if check_stop():  # stopped, and some worker never answered: its records come from its spool
@@ -1087,14 +1116,14 @@ def _drive_processes(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[fl
                     results[i] = payload
                     del pending[i]
             if reporter is not None:
-                sums = [sum(c[k] for c in counts.values()) for k in range(5)]
+                sums = [sum(c[k] for c in counts.values()) for k in range(6)]
                 reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3], aborted=sums[4],
-                                final=not pending or stopped)
+                                streamed=sums[5], final=not pending or stopped)
     except LoadgenStopped:
         if reporter is not None and counts:  # the counts up to the stop, for whoever shows them
-            sums = [sum(c[k] for c in counts.values()) for k in range(5)]
+            sums = [sum(c[k] for c in counts.values()) for k in range(6)]
             reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3], aborted=sums[4],
-                            final=True)
+                            streamed=sums[5], final=True)
         raise
     finally:
         for p in procs:
@@ -1217,7 +1246,7 @@ def _result(config: LoadConfig, store: RecordStore, stats: list[WorkerStats], t0
 def _report_final(reporter: _Reporter | None, tally: _Tally) -> None:
     if reporter is not None:
         reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
-                        aborted=tally.aborted, final=True)
+                        aborted=tally.aborted, streamed=tally.streamed, final=True)
 
 
 async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
@@ -1231,8 +1260,10 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
     once at its end with ``{"done", "total", "failed", "aborted", "output_tokens", "elapsed_s", "tok_s",
     "tok_s_mean"}``: requests finished (succeeded or failed) / to send (for a duration-limited closed
     loop, which cannot know, the number started so far) / failed (of those finished) / aborted in
-    flight by a stop (neither finished nor failed), output tokens streamed so far (in-flight requests
-    included: the server's per-event count when it sends one, else one per output event), seconds
+    flight by a stop (neither finished nor failed), output tokens streamed so far by the requests that
+    succeeded or are still in flight (the server's per-event count when it sends one, else one per
+    output event; a request that comes back failed or aborted takes its tokens out, as the run's
+    output throughput never counts them), seconds
     since ``t0``, output tokens/s over the window since the latest call at least
     :data:`PROGRESS_PERIOD_S` back (or ``t0``; see :class:`_Reporter`) and output tokens/s since
     ``t0`` (None before any token). Before that, while the warm-up requests run, it is called
@@ -1255,7 +1286,7 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
             await asyncio.sleep(PROGRESS_PERIOD_S / 2)
             reporter.warming_from(tally)
             reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
-                            aborted=tally.aborted)
+                            aborted=tally.aborted, streamed=tally.streamed)
 
     task = asyncio.ensure_future(report()) if reporter is not None else None
     try:
@@ -1355,7 +1386,7 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
         if reporter is not None:
             reporter.warming_from(tally)
             reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
-                            aborted=tally.aborted)
+                            aborted=tally.aborted, streamed=tally.streamed)
     if left_behind is not None:
         box = {"error": left_behind}
     if "error" in box:

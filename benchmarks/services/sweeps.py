@@ -1169,6 +1169,23 @@ class _PointProgress:
                                 "aborted": int(self._latest.get("aborted") or 0) + moved}
                 self._new = True
 
+    def measured(self, summary: Mapping[str, Any]) -> None:
+        """The point's summary is made (:func:`benchmarks.loadgen.run_summary`): its last report
+        takes the stored figures, ``output_tokens`` (of the successful requests), ``elapsed_s``
+        (the summary's ``duration_s``, first request sent to last one back) and ``tok_s_mean``
+        (its ``output_throughput_tok_s``, null when none succeeded), so the mean since start a
+        page or the API last shows is the point's output throughput, also for a point a stop cut
+        short. While it runs the load generator's mean counts the same tokens (never those of a
+        failed or aborted request) over the seconds since its first request."""
+        with self._lock:
+            if self._latest is None or "done" not in self._latest:
+                return
+            rate = summary.get("output_throughput_tok_s")
+            self._latest = {**self._latest, "output_tokens": summary.get("output_tokens"),
+                            "elapsed_s": summary.get("duration_s"),
+                            "tok_s_mean": rate if isinstance(rate, (int, float)) and rate > 0 else None}
+            self._new = True
+
     def preparing(self, prepared: int, total: int) -> None:
         """Called while the point's prompts are built, before any request (from the thread that
         builds them, after each prompt): keep ``{"phase": "preparing prompts", "prepared", "total"}``
@@ -1697,6 +1714,7 @@ def _run_point(sweep: BenchmarkSweep, deployment, ordinal: int, point: dict, sna
                              planned_duration_s=point.get("duration_s"))
     path = records_dir() / f"run-{run.pk}.npz"
     result.records.save(path)
+    progress.measured(summary)   # its last report says what is stored
     progress.tick(final=True)
     run.refresh_from_db(fields=["progress"])
     # Belt and braces beside the one-at-a-time rule: a run of another sweep on a deployment sharing

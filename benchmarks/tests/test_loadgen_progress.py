@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.loadgen import Api, LoadConfig, RequestSpec, loadgen_run, loadgen_run_async, run_summary
+from benchmarks.loadgen import (
+    Api, LoadConfig, LoadgenStopped, RequestSpec, loadgen_run, loadgen_run_async, run_summary,
+)
 from benchmarks.loadgen.driver import MEASURED_GC_GEN0, WARMUP_PHASE
 from benchmarks.tests.replay_server import ReplayProcess, sse
 
@@ -150,6 +152,42 @@ def test_it_keeps_measuring_when_the_progress_callback_raises(server: ReplayProc
     assert run_summary(result)["successes"] == 5
     assert len(calls) == 1
     assert "progress callback failed" in caplog.text
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_mean_since_start_leaves_out_what_the_stop_aborted_as_the_summary_does(tmp_path: Path,
+                                                                                    workers: int) -> None:
+    # Requests of 20 tokens, one per 50 ms (~1 s each), two at a time; the stop comes ~0.5 s after
+    # the first two finished, with the next two halfway through their streams: their tokens were
+    # streamed, and aborted.
+    routes = {"/v1/completions": [stream(gap=0.05, tokens=20)]}
+    seen = Calls()
+
+    def should_stop() -> str | None:
+        done_at = [at for info, at in zip(seen.calls, seen.times) if info.get("done", 0) >= 2]
+        return "the sweep was cancelled" if done_at and time.monotonic() - done_at[0] > 0.4 else None
+
+    with ReplayProcess({"routes": routes}, tmp_path) as proc:
+        cfg = LoadConfig(base_url=proc.url, api=Api.COMPLETIONS, model="m", concurrency=2, workers=workers)
+        with pytest.raises(LoadgenStopped) as stopped:
+            loadgen_run(config=cfg, specs=[RequestSpec(prompt=f"p{i}", input_len=-1, output_len=20) for i in range(8)],
+                        progress=seen, should_stop=should_stop)
+    s = run_summary(stopped.value.result)
+    assert s["successes"] >= 2 and s["aborted"] >= 1 and s["failures"] == 0
+    streamed_by_aborted = sum(len(stopped.value.result.records.events_of(i))
+                              for i, error in stopped.value.result.records.errors.items() if error.startswith("aborted"))
+    assert streamed_by_aborted > 0   # the aborted requests had streamed tokens
+    last = seen.calls[-1]
+    # The live counts end where the stored ones are: the successes' 20 tokens each, never the
+    # aborted requests' tokens; the mean since start is over those tokens alone.
+    assert last["aborted"] == s["aborted"] and last["done"] == s["successes"]
+    assert last["output_tokens"] == s["output_tokens"] == 20 * s["successes"]
+    assert last["tok_s_mean"] == pytest.approx(s["output_tokens"] / last["elapsed_s"])
+    assert last["tok_s_mean"] == pytest.approx(s["output_throughput_tok_s"], rel=0.15)
+    # Every report's mean counts tokens of successes and requests in flight only: never above
+    # what the successes and the two slots could have streamed by then.
+    for info in seen.calls:
+        assert info["output_tokens"] <= 20 * (info["done"] + 2)
 
 
 # ---------------------------------------------------------------------- duration-limited points

@@ -46,7 +46,7 @@ def _wait_for_done(sweep: BenchmarkSweep, ordinal: int, done: int) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_keeps_a_partial_summary_of_the_point_a_cancel_stopped(sim_url: str, operator) -> None:
+def test_it_keeps_a_partial_summary_of_the_point_a_cancel_stopped(sim_url: str, operator, operator_api) -> None:
     deployment = sim_deployment_create(base_url=sim_url)
     # c=1 runs 5 requests to the end; c=2 (10 requests of ~1.3 s, two at a time) is cancelled
     # once 2 of them have completed, with 2 in flight.
@@ -79,6 +79,12 @@ def test_it_keeps_a_partial_summary_of_the_point_a_cancel_stopped(sim_url: str, 
     assert PARTIAL_FLAG in cut.flags
     assert cut.reason == (f"sweep cancelled while this point ran; partial: {s['successes']}/10 completed, cancelled "
                           "(kept for the record, not analysed or ranked)")
+    # The point's last live report says what is stored: the mean since start is its output
+    # throughput (the successes' tokens, never the aborted requests'), on the row and in the API.
+    assert (cut.progress["output_tokens"], cut.progress["elapsed_s"]) == (s["output_tokens"], s["duration_s"])
+    assert cut.progress["tok_s_mean"] == s["output_throughput_tok_s"]
+    api = operator_api.get(f"/api/runs/{cut.pk}/").json()
+    assert api["progress"]["tok_s_mean"] == api["metrics"]["output_throughput_tok_s"] == s["output_throughput_tok_s"]
     records = RecordStore.load(cut.records_path)
     assert len(records) == s["requests"] and int(records.column("ok").sum()) == s["successes"]
     # Requests done are the ones that finished: the whole point's 5 and the cut point's successes;
