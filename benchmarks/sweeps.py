@@ -973,11 +973,13 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
             live_aborted = progress.get("aborted")
             failures = f"{progress['failed']} (live)" + (
                 f" (+{live_aborted} aborted)" if isinstance(live_aborted, int) and live_aborted > 0 else "")
+        sent = requests_sent(s, progress)
+        if failures is None and sent == 0:
+            failures = 0   # it ended having sent nothing: none failed (as the page and the API say)
         p = summary_point(summary=s, concurrency=run.concurrency, request_rate=run.request_rate,
                           input_len=run.input_len, output_len=run.output_len, num_gpus=num_gpus, flags=run.flags)
         tok = p["output_throughput_tok_s"]
         load = str(run.concurrency) if run.concurrency is not None else f"{run.request_rate:g}/s"
-        sent = requests_sent(s, progress)
         planned = run.num_requests if not getattr(run, "duration_s", None) else None
         if sent is not None and getattr(run, "status", None) in ("failed", "cancelled"):
             # What it sent, never its plan nor only what completed: a partial point's aborted

@@ -291,14 +291,18 @@ class RunMetricsSerializer(serializers.Serializer):
                                    help_text=_LATENCY_HELP)
     e2e_ms = serializers.DictField(child=serializers.FloatField(allow_null=True), allow_null=True,
                                    help_text=_LATENCY_HELP)
-    requests = serializers.IntegerField(allow_null=True)
-    successes = serializers.IntegerField(allow_null=True)
+    requests = serializers.IntegerField(allow_null=True, help_text=(
+        "measured requests sent, aborted ones included; 0 for a point that ended before its first measured "
+        "request (stopped while it built its prompts or warmed up)"))
+    successes = serializers.IntegerField(allow_null=True, help_text=(
+        "requests that succeeded; 0 for a point that ended having sent nothing"))
     failures = serializers.IntegerField(allow_null=True, help_text=(
         "requests the server failed (an error answer, a timeout, a broken stream); requests a stop ended "
-        "in flight are counted in aborted instead"))
+        "in flight are counted in aborted instead; 0 for a point that ended having sent nothing"))
     aborted = serializers.IntegerField(allow_null=True, help_text=(
         "requests a stop (a cancel, or the deployment going down) ended in flight: no failure of the server "
-        "and no success; null where the source does not say (an imported file)"))
+        "and no success; 0 for a point that ended having sent nothing; null where the source does not say "
+        "(an imported file)"))
     input_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
     output_tokens_mean = serializers.FloatField(allow_null=True, help_text="tokens")
     measured_duration_s = serializers.FloatField(allow_null=True, help_text=(

@@ -276,7 +276,8 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     tables, comparison and export, whether measured or imported: the keys of
     :data:`COMPARE_FIELDS` plus ``successes``, ``requests`` (the measured requests it sent,
     :func:`benchmarks.sweeps.requests_sent`: 0 for a point stopped while it built its prompts or
-    warmed up), ``aborted`` (requests a stop ended
+    warmed up, whose ``successes``, ``failures`` and ``aborted`` are 0 too; all None for a point that
+    has not run), ``aborted`` (requests a stop ended
     in flight: neither successes nor ``failures``, which counts those the server failed; None
     where the source does not say), ``input_tokens_mean``,
     ``output_tokens_mean``, ``measured_duration_s`` (how long the run took, first request sent to
@@ -289,6 +290,12 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     p = summary_point(summary=s, concurrency=run.concurrency, request_rate=run.request_rate, input_len=run.input_len,
                       output_len=run.output_len, num_gpus=run.num_gpus, flags=run.flags)
     tok = p["output_throughput_tok_s"]
+    sent = requests_sent(s, run.progress)
+    counts = {"successes": p["completed"], "failures": p["failed"], "aborted": p["aborted"]}
+    if sent == 0:
+        # A point that ended having sent nothing (stopped while it built its prompts or warmed up):
+        # none succeeded, failed or was aborted, 0 each, not unknown.
+        counts = {key: 0 if value is None else value for key, value in counts.items()}
     return {
         "output_throughput_tok_s": tok,
         "tok_s_per_gpu": tok / run.num_gpus if tok is not None and run.num_gpus else None,
@@ -296,7 +303,7 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
         "goodput_req_s": s.get("goodput_req_s"),
         "slo_attainment": s.get("slo_attainment"),
         "ttft_ms": p["ttft_ms"], "tpot_ms": p["tpot_ms"], "itl_ms": p["itl_ms"], "e2e_ms": p["e2e_ms"],
-        "requests": requests_sent(s, run.progress), "successes": p["completed"], "failures": p["failed"], "aborted": p["aborted"],
+        "requests": sent, **counts,
         "input_tokens_mean": s.get("input_tokens_actual_mean", s.get("mean_input_tokens")),
         "output_tokens_mean": s.get("output_tokens_mean", s.get("mean_output_tokens")),
         # the measured time under its unambiguous name, and under the name readers already take

@@ -84,7 +84,16 @@ def test_a_point_stopped_while_warming_up_counts_what_it_sent_not_its_plan(opera
     body = client.get(reverse("benchmarks:sweep-export", args=[sweep.pk, "csv"])).content.decode()
     (exported,) = list(csv.DictReader(io.StringIO(body)))
     assert (exported["requests"], exported["num_requests"]) == ("0", "4")
-    assert viewer_api.get(f"/api/runs/{run.pk}/").json()["metrics"]["requests"] == 0
+    metrics = viewer_api.get(f"/api/runs/{run.pk}/").json()["metrics"]
+    assert metrics["requests"] == 0
+    # Having sent nothing, none succeeded, failed or was aborted: 0 each, not unknown, in the API,
+    # the CSV, the run page and the terminal's failures column.
+    assert (metrics["successes"], metrics["failures"], metrics["aborted"]) == (0, 0, 0)
+    assert (exported["successes"], exported["failures"], exported["aborted"]) == ("0", "0", "0")
+    assert row[-2:] == ["0", "-"], lines
+    page = client.get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
+    assert '<tr><td>Successful requests</td><td class="num">0</td></tr>' in page
+    assert '<td class="num failures">0</td>' in page
 
 
 def _failed_point(sweep: BenchmarkSweep, errors: dict, *, aborted: int, requests: int, reason: str) -> BenchmarkRun:
