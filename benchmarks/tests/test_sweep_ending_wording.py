@@ -40,6 +40,6 @@ def test_a_sweep_cancelled_before_its_first_request_says_none_was_sent(operator,
     client.force_login(operator)
     page = client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
     cell = page.split('class="requests-done"')[1].split("</dd>")[0]
-    assert cell == ('>none sent <span class="muted small">(the sweep was cancelled before its first request)'
-                    '</span>')
+    assert cell == ('>none sent <span class="muted small">(the sweep was cancelled before its first measured '
+                    'request)</span>')
     assert "0 / 0" not in page

@@ -96,6 +96,28 @@ def test_a_point_stopped_while_warming_up_counts_what_it_sent_not_its_plan(opera
     assert '<td class="num failures">0</td>' in page
 
 
+@pytest.mark.parametrize("status", [SweepStatus.FAILED, SweepStatus.CANCELLED])
+def test_a_sweep_stopped_while_warming_up_says_so_on_its_page_and_the_list_as_its_run_page_does(
+        operator, viewer, client, status) -> None:
+    from benchmarks.services import sweeps as sweep_services
+
+    sweep = _sweep(operator, requests=4, warmup=2)
+    run = _running(sweep, WARMED)
+    assert sweep_services._finish(sweep.pk, status, "cancelled by oscar" if status == SweepStatus.CANCELLED
+                                  else "deployment #1 is stopping; the sweep stopped")
+    client.force_login(viewer)
+    how = "was cancelled" if status == SweepStatus.CANCELLED else "failed"
+    why = f"(the sweep {how} while warming up, before its first measured request)"
+    page = client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
+    cell = page.split('class="requests-done"')[1].split("</dd>")[0]
+    assert cell == f'>none sent <span class="muted small">{why}</span>'
+    index = client.get(reverse("benchmarks:index")).content.decode()
+    row = index.split(f'href="/benchmarks/sweeps/{sweep.pk}/"')[1].split("</tr>")[0]
+    assert f'none sent <span class="muted small">{why}</span>' in row
+    run_page = client.get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
+    assert "before its first measured request" in run_page and "The point stopped while warming up" in run_page
+
+
 def _failed_point(sweep: BenchmarkSweep, errors: dict, *, aborted: int, requests: int, reason: str) -> BenchmarkRun:
     BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.FAILED, reason=reason,
                                                       requests_total=requests, ended_at=timezone.now())
@@ -154,7 +176,9 @@ def test_the_sweep_list_says_none_sent_and_the_runs_list_marks_failed_runs_and_s
                                          "output_throughput_tok_s": 5222.25, "request_throughput_req_s": 1.0})
     page = client.get(reverse("benchmarks:index")).content.decode()
     row = page.split(f'href="/benchmarks/sweeps/{never.pk}/"')[1].split("</tr>")[0]
-    assert "none sent" in row and "before its first request" in row and "0 / 0" not in row
+    # no point had started: no phase, in the run page's words
+    assert "none sent" in row and "0 / 0" not in row
+    assert "(the sweep failed before its first measured request)" in row
     runs = page.split('<table class="runs">')[1].split("</table>")[0]
     failed_row = runs.split(f"#{failed.runs.get().pk} ")[1].split("</tr>")[0]
     assert 'class="num muted not-measured" title="not a measurement: single #0 killed by signal 9' in failed_row

@@ -87,13 +87,38 @@ def request_outcomes(sweep_ids: Sequence[int]) -> dict[int, dict[str, int]]:
     return out
 
 
+def none_sent_texts(sweeps: Sequence[BenchmarkSweep]) -> dict[int, str]:
+    """Why each of ``sweeps`` that ended failed or cancelled without sending a measured request
+    reads "none sent", as the sweep page and the sweep list both say it, in the run page's words:
+    ``the sweep was cancelled while warming up, before its first measured request`` (``failed``
+    for a failed one; ``while preparing prompts`` where its point stopped building its prompts,
+    the phase its run's progress keeps as ``ended_during``; no phase where no point had started).
+    ``{sweep_id: text}``; any other sweep is left out."""
+    ended = [s for s in sweeps if s.status in (SweepStatus.FAILED, SweepStatus.CANCELLED)
+             and not s.requests_total_known and not s.requests_done]
+    phases: dict[int, str] = {}
+    rows = BenchmarkRun.objects.filter(sweep_id__in=[s.pk for s in ended]).order_by("ordinal").values_list(
+        "sweep_id", "progress__ended_during")
+    for sweep_id, phase in rows:
+        if isinstance(phase, str) and phase:
+            phases[sweep_id] = phase
+    out = {}
+    for sweep in ended:
+        how = "was cancelled" if sweep.status == SweepStatus.CANCELLED else "failed"
+        during = f" while {phases[sweep.pk]}," if sweep.pk in phases else ""
+        out[sweep.pk] = f"the sweep {how}{during} before its first measured request"
+    return out
+
+
 def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
                    duplicate_of: Sequence[BenchmarkRun] = (), page: Page | None = None) -> dict[str, Any]:
     """The index page's context; ``page`` is the run list's page (default the first)."""
     sweeps = list(BenchmarkSweep.objects.select_related("deployment", "deployment__recipe", "created_by")[:100])
     outcomes = request_outcomes([s.pk for s in sweeps])
+    none_sent = none_sent_texts(sweeps)
     for sweep in sweeps:
         sweep.outcome = outcomes.get(sweep.pk)
+        sweep.none_sent_why = none_sent.get(sweep.pk, "")
     page = page if page is not None else _runs_page([])
     ready = Deployment.objects.filter(status=DeploymentStatus.READY, stop_requested=False).select_related("recipe")[:20]
     runs = [run_row(r) for r in page.object_list]
@@ -510,7 +535,8 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     stored; None when unknown), ``held_at`` (when its task last found the pending sweep
     held back by a sweep sharing a CPU or GPU with it, the API's ``held_at``; None when not pending
     or never held) and ``held_recheck_s`` (seconds between its looks, each renewing ``held_at``:
-    :data:`benchmarks.services.sweeps.SHARED_RECHECK_S`).
+    :data:`benchmarks.services.sweeps.SHARED_RECHECK_S`), ``none_sent_why`` (why a failed or
+    cancelled sweep sent no measured request, :func:`none_sent_texts`; ``""`` for any other).
 
     ``percent`` counts requests, or, when the grid limits points by time (``duration_s``, where the
     request total is only a budget), finished points plus the running point's share: the larger
@@ -546,6 +572,7 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
         "held_at": sweep.held_at if sweep.status == SweepStatus.PENDING else None,
         "held_recheck_s": SHARED_RECHECK_S,
         "message": message, "as_of": parse_datetime((message or {}).get("updated_at") or ""),
+        "none_sent_why": none_sent_texts([sweep]).get(sweep.pk, "") if sweep.status in SWEEP_TERMINAL else "",
     }
 
 
