@@ -207,3 +207,33 @@ def test_the_docs_crash_example_is_what_a_crash_whose_requests_the_server_cut_of
     assert (f"{down} during point c=6 64/64: 6 of 6 requests failed (commonest: 3 x cannot connect to …); "
             "deployment #4 was marked failed at that moment`, 6/6 done and `requests_aborted` 0") in docs
     assert "a crash's reason says `2 aborted in flight" not in docs
+
+
+def _chart_empty(page: str, chart_id: str) -> str:
+    import json
+
+    block = page.split(f'<script id="{chart_id}" type="application/json">')[1].split("</script>")[0]
+    return json.loads(block)["empty"]
+
+
+def test_a_measured_run_without_records_says_why_not_that_it_was_imported(operator, viewer, client,
+                                                                           tmp_path) -> None:
+    client.force_login(viewer)
+
+    def empties(run: BenchmarkRun) -> set[str]:
+        page = client.get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
+        return {_chart_empty(page, c) for c in ("chart-cdf-ttft", "chart-cdf-e2e", "chart-timeline")}
+
+    sweep = _sweep(operator, requests=4, warmup=2)
+    run = _running(sweep, WARMED)
+    assert empties(run) == {"no per-request records yet (they are stored when the point ends)."}
+    BenchmarkRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    assert empties(run) == {"no per-request records (the point stopped while warming up, before its first measured "
+                            "request)."}
+    BenchmarkRun.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, progress={"done": 2, "failed": 0})
+    assert empties(run) == {"no per-request records (the point was cancelled before they were stored)."}
+    BenchmarkRun.objects.filter(pk=run.pk).update(status=RunStatus.DONE, records_path=str(tmp_path / "gone.npz"))
+    assert empties(run) == {"no per-request records (this run's records file is missing or unreadable)."}
+    imported = BenchmarkRun.objects.create(source="imported", status=RunStatus.DONE, concurrency=4, input_len=64,
+                                           output_len=64, summary={"successes": 4, "output_throughput_tok_s": 1.0})
+    assert empties(imported) == {"no per-request records (imported runs keep the source's summary only)."}

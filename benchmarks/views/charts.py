@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.choices import RunSource, RunStatus
 from benchmarks.loadgen.metrics import ZERO_GAP_NS
 from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import BenchmarkRun
@@ -223,11 +224,31 @@ def timeline_points(records: RecordStore, *, bucket_s: float = TIMELINE_BUCKET_S
     return [[round(float(bounds[i]), 3), float(sums[i]) / float(widths[i])] for i in range(len(widths))], estimated
 
 
-def run_charts(records: RecordStore | None) -> dict[str, Any]:
+def no_records_text(run: BenchmarkRun | None) -> str:
+    """Why ``run`` has no per-request records to draw, for its charts' empty text: an imported run
+    keeps the source's summary only; a measured one is still running (they are stored when it
+    ends), has a records file that is missing or unreadable, stopped while it built its prompts or
+    warmed up (its progress's ``ended_during``: nothing measured was sent), or was cancelled or
+    failed before they were stored."""
+    if run is None or run.source == RunSource.IMPORTED:
+        return "no per-request records (imported runs keep the source's summary only)."
+    if run.status == RunStatus.RUNNING and not run.records_path:
+        return "no per-request records yet (they are stored when the point ends)."
+    if run.records_path:
+        return "no per-request records (this run's records file is missing or unreadable)."
+    phase = run.progress.get("ended_during") if isinstance(run.progress, dict) else None
+    if isinstance(phase, str) and phase:
+        return f"no per-request records (the point stopped while {phase}, before its first measured request)."
+    ended = {RunStatus.CANCELLED: "was cancelled", RunStatus.FAILED: "failed"}.get(run.status, "ended")
+    return f"no per-request records (the point {ended} before they were stored)."
+
+
+def run_charts(records: RecordStore | None, run: BenchmarkRun | None = None) -> dict[str, Any]:
     """The run page's charts: ``cdf_ttft``, ``cdf_tpot``, ``cdf_itl``, ``cdf_e2e`` (one series
-    each) and ``timeline`` (tok/s per second). Empty series when there are no records."""
+    each) and ``timeline`` (tok/s per second). Empty series when there are no records, saying why
+    (:func:`no_records_text` of ``run``)."""
     arrays = record_arrays(records) if records is not None else {}
-    empty = "no per-request records (imported runs keep the source's summary only)." if records is None else None
+    empty = no_records_text(run) if records is None else None
     charts: dict[str, Any] = {}
     for stem, label in LATENCIES:
         why = empty or ("no request produced 2 output events, so there is no gap to draw." if stem == "itl"

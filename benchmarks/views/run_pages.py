@@ -62,7 +62,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     summary = run.summary or {}
     imported = run.source == RunSource.IMPORTED
     return render(request, "benchmarks/run_detail.html", {
-        "run": run, "row": row, "charts": run_charts(records), "has_records": records is not None,
+        "run": run, "row": row, "charts": run_charts(records, run), "has_records": records is not None,
         "records_missing": run.source == RunSource.MEASURED and bool(run.records_path) and records is None,
         "imported": imported, "notes": summary.get("notes") or [],
         "length_note": summary.get("length_distribution_note"),
