@@ -147,6 +147,46 @@ def test_requests_a_stop_aborted_read_as_the_stop_on_both_lines_and_a_crash_as_t
     assert "2 aborted in flight when the deployment went down (not counted as done)" in page
 
 
+def _aborted_lines(page: str) -> tuple[str, str, str]:
+    """The run page's aborted row (label and cell), its note under the failures and the
+    error-adjusted table's heading, each as one line of text."""
+    row = page.split("<td>Aborted requests")[1].split("</tr>")[0]
+    note = page.split('<p class="aborted-note">')[1].split("</p>")[0]
+    head = page.split("<th>Error-adjusted (ms)")[1].split("</th>")[0]
+    return row, note, head
+
+
+@pytest.mark.parametrize("cause", ["stop", "crash", "cancel"])
+def test_the_run_pages_aborted_requests_name_what_ended_them_as_the_sweeps_outcome_does(
+        operator, viewer, client, cause) -> None:
+    client.force_login(viewer)
+    sweep = _sweep(operator)
+    stop = f"oscar-operator requested a stop of deployment #{sweep.deployment_id} at 2026-01-01 00:00:00 UTC"
+    down = "single #0 killed by signal 9 (SIGKILL); restart policy is 'never'"
+    why = {"stop": stop, "crash": down, "cancel": "the sweep was cancelled"}[cause]
+    run = _failed_point(sweep, {f"aborted: {why}": 2, "HTTP 500: boom": 1}, aborted=2, requests=6,
+                        reason=f"{why} during point c=4 64/64")
+    BenchmarkRun.objects.filter(pk=run.pk).update(summary={
+        **run.summary, "failures": 1, "successes": 3,
+        "error_adjusted": {"ttft_s": {"p50": 0.1, "p90": 0.2, "p99": None},
+                           "e2e_s": {"p50": 0.3, "p90": 0.4, "p99": None}, "failures": 1, "aborted": 2}})
+    if cause == "cancel":
+        BenchmarkSweep.objects.filter(pk=sweep.pk).update(status=SweepStatus.CANCELLED, reason="cancelled by oscar")
+        BenchmarkRun.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, summary={
+            **BenchmarkRun.objects.get(pk=run.pk).summary, "ended_by": "cancelled"})
+    words = {"stop": "by a stop", "crash": "when the deployment went down", "cancel": "by the cancel"}[cause]
+    outcome = client.get(reverse("benchmarks:sweep-progress", args=[sweep.pk])).content.decode()
+    assert f"2 aborted in flight {words} (not failures of the server)" in outcome
+    page = client.get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
+    row, note, head = _aborted_lines(page)
+    assert f'ended in flight {words}: neither successes nor failures</div>' in row
+    assert f'<td class="num aborted">2 of 6 aborted in flight {words}</td>' in row
+    assert note == f"2 of 6 aborted in flight {words}: neither successes nor failures of the server."
+    assert f"2 aborted in flight {words} left out (not failures)" in head
+    others = {"by a stop", "when the deployment went down", "by the cancel"} - {words}
+    assert not any(other in text for other in others for text in (row, note, head))
+
+
 def test_counts_take_their_noun_in_number_and_later_points_are_named_only_when_there_were_some() -> None:
     from benchmarks.services.sweeps import _later_points_text
     from benchmarks.sweeps import counted

@@ -185,6 +185,8 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     mean/p50/p90/p99 in ms), ``requests``, ``successes``, ``failures`` (counts), ``errors``
     (``[(reason, count)]`` of the failures, most frequent first), ``aborted`` (requests a stop ended
     in flight, counted in neither ``successes`` nor ``failures``; None when none or unknown),
+    ``aborted_by`` (what ended them: ``by the cancel``, ``by a stop``, ``when the deployment went
+    down``, :func:`_aborted_by`),
     ``aborted_errors`` (their ``[(reason, count)]``, each ``aborted: <the stop>``), ``flags``
     (``[(flag, explanation)]``),
     ``length_mismatch`` (None, or ``{"requested", "measured_mean", "count"}`` in tokens and
@@ -270,6 +272,7 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         "failures": failures,
         "aborted": aborted,
         "failures_text": _failures_text(failures, requests, not_sent=not_sent, live=live),
+        "aborted_by": _aborted_by(run).strip(),
         "aborted_text": _aborted_text(aborted, requests, not_sent=not_sent, live=live, aborted_by=_aborted_by(run),
                                       failures=failures),
         "failures_live": live,
@@ -304,16 +307,17 @@ def _error_lines(rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
 
 
 def _aborted_by(run: BenchmarkRun) -> str:
-    """What aborted a run's requests in flight, in the words the sweep page and the API
+    """What aborted a run's requests in flight, in the words the sweep page's outcome and the API
     (``requests_cancelled``, ``requests_aborted``) use: ``" by the cancel"``, ``" by a stop"`` (a
     stop someone asked for of its deployment), ``" when the deployment went down"`` (a crash, the
-    deployment leaving ready), else ``""``."""
+    deployment leaving ready), else ``" by a stop"`` (a stop the run does not name, as the sweep
+    page's outcome says it)."""
     ended_by = run.summary.get("ended_by") if isinstance(run.summary, Mapping) else None
     if ended_by == "cancelled" or run.status == RunStatus.CANCELLED:
         return " by the cancel"
     if ended_by == "deployment_down":
         return " by a stop" if aborted_by_stop(run.summary.get("errors")) else " when the deployment went down"
-    return ""
+    return " by a stop"
 
 
 def _failures_text(failures: Any, requests: Any, *, not_sent: int | None, live: bool) -> str:
