@@ -33,8 +33,10 @@
 //   [data-live-status] element says "reconnecting… stale since hh:mm:ss UTC"), so numbers on screen
 //   are never presented as live when they are not.
 // * A socket the server closes because the account may no longer read live data is not
-//   retried in a loop: 4401 (signed out, session ended, deactivated, password changed) probes the
-//   page's session first (a new session cookie reconnects at once, none shows "signed out");
+//   retried in a loop: 4401 (signed out, session ended, deactivated, password changed) and a
+//   refused handshake check the session first with one light API read (SESSION_CHECK_URL, one
+//   node, as the signed-in viewer; never the page itself, which renders all it shows): a new
+//   session cookie reconnects at once, a 401 shows "signed out", a 403 "no access";
 //   4403 (role removed) shows it and retries only every 30 s.
 // * A page request that finds the session ended (an htmx partial answered 401, a fetch sent to
 //   the login page: the "ceiling:session-ended" event on document, see ceiling.js) shows
@@ -51,6 +53,10 @@
   var PONG_WAIT_MS = 8000;
   var ACK_IDLE_MS = 1000;
   var EARLY_RETRY_MIN_MS = 3000;
+  // The session check after a refused handshake or a 4401: the cheapest read that needs the
+  // viewer role (the wall asks the same while not live). Signed out it answers 401, without the
+  // role 403; the page's own URL would render the whole page (every tile of the wall) to say so.
+  var SESSION_CHECK_URL = "/api/nodes/?limit=1";
 
   function pad2(n) { return (n < 10 ? "0" : "") + n; }
 
@@ -203,20 +209,29 @@
     };
   };
 
-  // After a refused handshake or a 4401 close: a page request answered with the login page means
-  // the session ended (retry slowly, say so); after a 4403 the account still has no role (the
-  // same); anything else is a server that is away or a new session (back off and retry).
+  // After a refused handshake or a 4401 close: the session check (SESSION_CHECK_URL) answered 401,
+  // or sent to the login page, means the session ended (retry slowly, say so); 403 that the
+  // account has no role any more, and after a 4403 it still has none (the same, as "no access");
+  // anything else is a server that is away or a new session (back off and retry).
   Live.prototype._probeSession = function () {
     var self = this;
-    fetch(window.location.pathname, { method: "HEAD", credentials: "same-origin", cache: "no-store" })
+    function stopped() {
+      self._setState("signed-out");
+      self.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);
+    }
+    fetch(SESSION_CHECK_URL, { credentials: "same-origin", cache: "no-store", headers: { Accept: "application/json" } })
       .then(function (response) {
-        if (isLoginRedirect(response)) {
-          self._setState("signed-out");
-          self.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);
-          reportSessionEnded(401, null);
+        if (self.closedByUs || self.retryTimer || self.ws) return;  // the page went on meanwhile
+        if (response.status === 401 || isLoginRedirect(response)) {
+          self.forbidden = false;
+          stopped();
+          reportSessionEnded(401, response.headers.get("Ceiling-Login-URL"));
+        } else if (response.status === 403) {
+          self.forbidden = true;
+          stopped();
+          reportSessionEnded(403, null);
         } else if (self.forbidden) {
-          self._setState("signed-out");
-          self.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);
+          stopped();
         } else {
           self._setState("reconnecting");
           self._scheduleRetry();

@@ -7,8 +7,12 @@ the live status, the live panel's cadence and each log tail's "refreshed every 2
 and the polls pause instead of asking every 2 s.
 
 No engines, agent or websocket server: the rows are written directly and the live client finds
-no ``/ws/live/`` (the WSGI test server has none); its session probe is held back, so the page
+no ``/ws/live/`` (the WSGI test server has none); its session check is held back, so the page
 learns of the logout from its polls, as a user met it.
+
+Then the other way round: the polls are held back and the live client's own session check after
+each refused handshake (one node of ``GET /api/nodes/``, never a request of the page itself) finds
+the logout, or the role taken away, and the page says so.
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from urllib.parse import quote
 import pytest
 from django.utils import timezone
 
+from controlplane.tests.browser.conftest import in_thread
+
 from deployments.choices import ProcessStatus, Role
 from deployments.models import ServerProcess
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
@@ -27,6 +33,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
 PASSWORD = "correct-horse-battery"  # the personas' password (conftest.py)
 POLLED = re.compile(r"/deployments/\d+/(live|logs|processes/\d+/log)/")
+#: The live client's session check after a refused handshake (static/ceiling/live.js).
+SESSION_CHECK = re.compile(r"/api/nodes/\?limit=1$")
 LOGIN_FIELD_COUNT = "() => document.querySelectorAll('#id_username').length"
 
 
@@ -53,10 +61,9 @@ def test_it_never_swaps_the_login_page_into_a_page_signed_out_in_another_tab(liv
     polls: list[tuple[float, int, str]] = []
     page.on("response", lambda r: polls.append((time.monotonic(), r.status, r.url)) if POLLED.search(r.url) else None)
 
-    # The live client's own session probe (a HEAD of the page) is held back, so that the
-    # page's polls are what finds the session ended, as a user met it.
-    page.route(f"{base}{page_path}",
-               lambda route: route.abort() if route.request.method == "HEAD" else route.continue_())
+    # The live client's own session check is held back, so that the page's polls are what finds
+    # the session ended, as a user met it.
+    page.route(SESSION_CHECK, lambda route: route.abort())
 
     page.goto(f"{base}/login/?next={page_path}", wait_until="domcontentloaded")
     page.fill("#id_username", viewer.username)
@@ -97,6 +104,68 @@ def test_it_never_swaps_the_login_page_into_a_page_signed_out_in_another_tab(liv
     assert {status for _, status, _ in after} == {401}, after
     # Paused: what was already in flight when the first 401 came back, then nothing.
     assert [poll for poll in after if poll[0] > min(refused) + 1.0] == [], after
+
+    context.close()
+    assert errors == [], errors
+
+
+@pytest.mark.parametrize("how, status, line, notice", [
+    ("logged out", 401, "updates stopped (signed out): log in again to see live data",
+     "Signed out (in another tab, or the session expired)"),
+    ("role removed", 403, "no access: your account may no longer read live data",
+     "No access: your role no longer allows this page's updates"),
+])
+def test_the_live_clients_session_check_reads_one_node_and_finds_the_session_gone(
+        live_server, ready_pd, viewer, browser, how, status, line, notice):
+    base = live_server.url
+    page_path = f"/deployments/{ready_pd}/"
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    requests: list[tuple[str, str]] = []
+    page.on("request", lambda r: requests.append((r.method, r.url)))
+    checks: list[tuple[float, int]] = []
+    page.on("response", lambda r: checks.append((time.monotonic(), r.status)) if SESSION_CHECK.search(r.url) else None)
+    # The page's polls are held back: only the live client's check can find the session gone.
+    page.route(POLLED, lambda route: route.abort())
+
+    page.goto(f"{base}/login/?next={page_path}", wait_until="domcontentloaded")
+    page.fill("#id_username", viewer.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}{page_path}", wait_until="domcontentloaded")
+    # No /ws/live/ here: every handshake is refused, and each refusal is followed by the check,
+    # answered 200 while the viewer is signed in (the page keeps reconnecting).
+    deadline = time.monotonic() + 10
+    while not checks and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert checks and {s for _, s in checks} == {200}, checks
+    page.wait_for_function("() => document.querySelector('[data-live-status]').textContent.startsWith('reconnecting')",
+                           timeout=5_000, polling=100)
+
+    if how == "logged out":
+        other = context.new_page()
+        other.goto(f"{base}/deployments/", wait_until="domcontentloaded")
+        other.click("nav button:has-text('Log out')")
+        other.wait_for_url(re.compile(r"/login/"), wait_until="domcontentloaded")
+        other.close()
+    else:
+        in_thread(lambda: viewer.groups.clear())
+    gone_at = time.monotonic()
+
+    page.wait_for_function(
+        "text => document.querySelector('[data-live-status]').textContent.startsWith(text)", arg=line,
+        timeout=25_000, polling=200)
+    assert page.locator("[data-live-status]").first.get_attribute("data-state") == "signed-out"
+    assert page.locator("[data-session-state]").inner_text().startswith(notice)
+    assert page.locator("#deployment-live [data-live-cadence]").inner_text() == (
+        "updates stopped (signed out)" if status == 401 else "updates stopped (no access)")
+    after = [s for at, s in checks if at > gone_at]
+    assert after and after[-1] == status, checks
+    # The check is a GET of one node as JSON; the page itself is never asked again.
+    assert [m for m, _ in requests if m == "HEAD"] == [], requests
+    assert [u for m, u in requests if u == f"{base}{page_path}"] == [f"{base}{page_path}"], requests
 
     context.close()
     assert errors == [], errors

@@ -170,7 +170,10 @@ def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_t
     page.screenshot(path=str(SCREENSHOTS / "wall-1920x1080.png"))
 
     # Logged out in another tab: the wall's status line says its updates stopped (the tiles'
-    # re-fetch, every 10 s, is answered 401).
+    # re-fetch, every 10 s, is answered 401). Nothing asks for the whole wall again to find that out
+    # (the live client's session check reads one node).
+    heads: list[str] = []
+    page.on("request", lambda r: heads.append(r.url) if r.method == "HEAD" or r.url == f"{base}/wall/" else None)
     other = context.new_page()
     other.goto(f"{base}/deployments/", wait_until="domcontentloaded")
     other.click("nav button:has-text('Log out')")
@@ -178,6 +181,7 @@ def test_the_wall_fits_1920x1080_with_live_deployments_first(live_server, demo_t
     page.wait_for_function(
         "() => document.querySelector('.wall-head [data-live-status]').textContent.startsWith('updates stopped (signed out)')",
         timeout=20_000, polling=200)
+    assert heads == [], heads
     context.close()
     assert errors == [], errors
 
