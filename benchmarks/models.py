@@ -178,6 +178,17 @@ class BenchmarkSweep(models.Model):
                                                    and grid.get("requests_per_concurrency") is None)
 
     @property
+    def warmup_requests(self) -> int | None:
+        """Warm-up requests each point sends at its load before it is measured (the grid's
+        ``warmup``; 0 when the grid leaves it out), never counted in any figure of the point; None
+        for a sweep without a grid (imported runs)."""
+        grid = self.grid if isinstance(self.grid, dict) else None
+        if not grid:
+            return None
+        warmup = grid.get("warmup")
+        return warmup if isinstance(warmup, int) and not isinstance(warmup, bool) and warmup > 0 else 0
+
+    @property
     def requests_total_known(self) -> int | None:
         """The requests the sweep sends in all, as far as it is known: ``requests_total`` (the
         planned count; a point that also has a time limit may end sooner, and then the total

@@ -93,7 +93,8 @@ class SweepSerializer(serializers.ModelSerializer):
     requests that finished (succeeded, or failed with an answer); ``requests_total``: the requests
     the sweep sends in all, null while that is not known (a grid with points limited by time
     alone, until the sweep has ended, done, failed or cancelled; a failed or cancelled sweep counts for each point that ran what it sent and 0 for one that never ran: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
-    never below ``requests_done``; ``requests_aborted``: those a stop ended in flight, the cancel
+    never below ``requests_done``; ``warmup_requests``: the grid's warm-up requests per point
+    (never counted; null without a grid); ``requests_aborted``: those a stop ended in flight, the cancel
     or the deployment going down under a point (the pages say "aborted in flight by the cancel" or
     "when the deployment went down"), 0 when none; ``requests_cancelled``: the aborted ones the
     cancel ended, also in ``requests_aborted``, 0 when no point was cut by a cancel; ``held_at``:
@@ -119,6 +120,11 @@ class SweepSerializer(serializers.ModelSerializer):
                   "deployment stopped or went down included) or was cancelled counts for each point that ran what it "
                   "sent, aborted requests included, and 0 for one that never ran, whatever limits its points. Never "
                   "below requests_done.")
+    warmup_requests = serializers.IntegerField(
+        read_only=True, allow_null=True,
+        help_text="warm-up requests each point sends at its load before it is measured (the grid's warmup; 0 when "
+                  "it has none): never counted in requests_total, requests_done or any figure of the point; null for "
+                  "a sweep without a grid (imported runs)")
     requests_cancelled = serializers.SerializerMethodField(
         help_text="requests aborted in flight by the cancel, the sweep page's \"aborted in flight by the cancel\" "
                   "(also counted in requests_aborted; not in requests_done); 0 when none was, never null")
@@ -154,7 +160,7 @@ class SweepSerializer(serializers.ModelSerializer):
         model = BenchmarkSweep
         fields = ["id", "name", "deployment", "grid", "status", "reason", "cancel_requested", "points_total",
                   "points_done", "requests_total", "requests_done", "requests_cancelled", "requests_aborted",
-                  "current_tok_s",
+                  "warmup_requests", "current_tok_s",
                   "current_point", "num_gpus", "served_model_name", "topology", "engine", "snapshot", "created_by",
                   "created_at", "started_at", "ended_at", "worker", "heartbeat_at", "held_at", "run_ids",
                   "queue_note", "progress"]
