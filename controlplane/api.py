@@ -849,24 +849,6 @@ class FilterChoiceField(serializers.ChoiceField):
                 code="invalid_choice") from None
 
 
-class NonEmptyFilterField(serializers.CharField):
-    """A text filter given as a query parameter whose empty value is refused, not read as left out:
-    DRF takes ``?recipe_name=`` on a field that is not required as absent, so a filter given empty
-    (a script whose variable was unset) would answer with every row. It is a 400 naming the
-    parameter instead: ``{"recipe_name": ["must not be empty: <refused_empty>"]}``, where
-    ``refused_empty`` says what to do (leave the key out, or give a value)."""
-
-    def __init__(self, *, refused_empty: str, **kwargs) -> None:
-        kwargs["allow_blank"] = False
-        super().__init__(**kwargs)
-        self.error_messages["blank"] = f"must not be empty: {refused_empty}"
-
-    def get_value(self, dictionary):
-        if hasattr(dictionary, "getlist") and dictionary.get(self.field_name, None) == "":
-            return ""   # judged (and refused) as blank, not taken as not given
-        return super().get_value(dictionary)
-
-
 class ExportQuerySerializer(serializers.Serializer):
     """``?format=csv|json`` of an export action (default json); another format is a 400 naming the
     two (``{"format": ["must be one of csv, json; got 'xml'"]}``), the wording of a format no

@@ -443,6 +443,8 @@ class SingleValuedQuery(BasePermission):
         if errors:
             if unknown and view.action not in getattr(view, "query_keys_reported_by_action", ()):
                 errors = {**unknown, **errors}
+            if hasattr(view, "action"):
+                errors = {**empty_filter_errors(request, view), **errors}
             raise ValidationError(errors)
         return True
 
@@ -646,6 +648,32 @@ def unknown_query_errors(request, view) -> dict[str, list[str]]:
             for key, messages in errors.items()}
 
 
+#: Query keys of a list that order its rows rather than filter them: given empty they keep the
+#: list's default order, as an empty ``?limit=`` or ``?offset=`` keeps the default page.
+ORDER_KEYS = ("order", "ordering", "sort")
+
+
+def empty_filter(name: str) -> str:
+    """The refusal of a list filter given empty, one wording for every list:
+    ``filter 'status' is empty: give a value or leave it out``."""
+    return f"filter '{name}' is empty: give a value or leave it out"
+
+
+def empty_filter_errors(request, view) -> dict[str, list[str]]:
+    """``{key: [empty_filter(key)]}`` for each filter of a viewset's ``list`` given with an empty
+    value (``?status=``, ``?recipe_name=``): a filter its ``query_keys`` declare for ``list``, not
+    paging's ``limit`` and ``offset``, ``format`` or an order key (:data:`ORDER_KEYS`), whose empty
+    value keeps the default. REST framework reads an empty value of a field that is not required as
+    not given, so a script whose variable was unset would otherwise be answered with every row.
+    Empty for another action, and for a list that reports its query's problems itself."""
+    if getattr(view, "action", None) != "list" or "list" in getattr(view, "query_keys_reported_by_action", ()):
+        return {}
+    skipped = {*PAGE_KEYS, api_settings.URL_FORMAT_OVERRIDE, *ORDER_KEYS}
+    filters = [key for key in declared_query_keys(view) if key not in skipped and "<" not in key]
+    return {key: [empty_filter(key)] for key in filters
+            if key in request.query_params and request.query_params.get(key) == ""}
+
+
 class KnownQueryKeys(BasePermission):
     """Every API request of a viewset, a read or a write: a query key its action does not take
     (``?compiler=nvcc`` on ``/api/kernel-best/``, ``?bogus=1`` on a detail, ``?dry=1`` on ``POST
@@ -657,14 +685,15 @@ class KnownQueryKeys(BasePermission):
     alone. An action named in its ``query_keys_reported_by_action`` reports them itself, with every
     other problem of the query, through :func:`unknown_query_errors`. A permission class after
     :class:`SingleValuedQuery`, which names a key the action takes given twice (with the unknown
-    keys, in one 400); the 401/403 of the role come before either."""
+    keys, in one 400); the 401/403 of the role come before either. A list's filter given empty is
+    named in the same 400 (:func:`empty_filter_errors`)."""
 
     def has_permission(self, request, view) -> bool:
         if not hasattr(view, "action"):
             return True
         if view.action in getattr(view, "query_keys_reported_by_action", ()):
             return True
-        unknown = unknown_query_errors(request, view)
-        if unknown:
-            raise ValidationError(unknown)
+        errors = {**unknown_query_errors(request, view), **empty_filter_errors(request, view)}
+        if errors:
+            raise ValidationError(errors)
         return True

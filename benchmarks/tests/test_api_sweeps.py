@@ -342,10 +342,13 @@ def test_it_refuses_a_list_filter_that_can_match_nothing_naming_what_is_allowed(
         response = viewer_api.get(url)
         assert response.status_code == 400, url
         assert response.json() == {field: [message]}, url
-    # valid filters still filter, and an empty one is no filter
+    # valid filters still filter, and an empty one is refused naming it, never read as no filter
     assert [s["id"] for s in viewer_api.get("/api/sweeps/?status=done").json()["results"]] == [done.pk]
     assert viewer_api.get("/api/sweeps/?status=running").json()["count"] == 0
-    assert viewer_api.get("/api/sweeps/?deployment=&status=").json()["count"] == 1
+    empty = viewer_api.get("/api/sweeps/?deployment=&status=")
+    assert empty.status_code == 400
+    assert empty.json() == {key: [f"filter '{key}' is empty: give a value or leave it out"]
+                            for key in ("deployment", "status")}
     assert [r["id"] for r in viewer_api.get(f"/api/runs/?sweep={done.pk}&source=measured").json()["results"]] == [
         run.pk]
     assert viewer_api.get(f"/api/runs/?sweep={done.pk + 1}").json()["count"] == 0

@@ -25,7 +25,7 @@ from rest_framework.fields import SkipField, get_error_detail
 # The API's shared error bodies (schema components ValidationError and Detail), importable from here too.
 from controlplane.api import ERROR_SHAPE_HELP, DetailSerializer, ValidationErrorSerializer  # noqa: F401
 from controlplane.api import (
-    MAX_INT, FilterChoiceField, IdField, NonEmptyFilterField, StrictCharField, StrictInputMixin, StrictIntegerField,
+    MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField,
     StrictIntegerMixin, StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
 )
 from controlplane.api import AnyJSONField, BlankAsNullCharField, LimitedTextField, OptionalTextField, StrictBooleanField
@@ -865,9 +865,9 @@ class DeploymentFilterSerializer(serializers.Serializer):
 
     recipe = IdField(required=False)
     # The name as deployed (``Deployment.recipe_name``), not the recipe's current one.
-    recipe_name = NonEmptyFilterField(required=False, max_length=63, trim_whitespace=False,
-                                      refused_empty="leave recipe_name out to list every deployment, or give a "
-                                                    "recipe's name as deployed")
+    # Given empty it is refused before this reads it, as every list filter is
+    # (controlplane.drf_defaults.empty_filter_errors).
+    recipe_name = serializers.CharField(required=False, max_length=63, trim_whitespace=False)
     status = FilterChoiceField(choices=DeploymentStatus.choices, required=False)
 
 

@@ -468,7 +468,7 @@ class SecretViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
                              description="only deployments whose `recipe_name` is exactly this: the recipe's name at "
                              "the deployed version, so a deployment made before a rename is found by its old name "
                              "and not by the new one (case-sensitive, no partial match); given empty (`?recipe_name=`) it is "
-                             "a 400 naming it, never read as left out"),
+                             "a 400 naming it, never read as left out, as every list filter is"),
             OpenApiParameter("status", OpenApiTypes.STR, description="only this status"),
         ],
         responses={200: s.DeploymentSerializer(many=True), 400: ERRORS_400},
