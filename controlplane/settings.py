@@ -220,7 +220,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     # the role first (401/403), then the rules on every request's query: a repeated parameter is a
-    # 400, and so is a key a viewset's action does not take
+    # 400, and so is a key a viewset's action does not take, and a list's filter given empty
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.RolePermission", "controlplane.drf_defaults.SingleValuedQuery",
                                    "controlplane.drf_defaults.KnownQueryKeys"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
