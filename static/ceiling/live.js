@@ -237,7 +237,11 @@
           self._scheduleRetry();
         }
       })
-      .catch(function () { self._setState("reconnecting"); self._scheduleRetry(); });
+      .catch(function () {
+        if (self.closedByUs || self.retryTimer || self.ws) return;
+        self._setState("reconnecting");
+        self._scheduleRetry();
+      });
   };
 
   // The session ended, as a page request found out: say so now rather than when the server's
