@@ -332,7 +332,7 @@ def test_the_wall_tile_states_the_gpu_count_and_why_once(nodes, viewer):
             " · 2 CPUs · 4.0 GiB host memory</span>") in html
     assert '<span class="wall-node-summary">0 GPUs (NVML found none) · 2 CPUs · 4.0 GiB host memory</span>' in html
     assert '<span class="wall-node-summary">8 GPUs · 95.6 GiB each · 64 CPUs · 503.3 GiB host memory</span>' in html
-    assert '<span class="wall-node-summary">unknown (not reported yet) · 8 CPUs · 16.0 GiB host memory</span>' in html
+    assert '<span class="wall-node-summary">GPUs unknown (not reported yet) · 8 CPUs · 16.0 GiB host memory</span>' in html
     assert '<span class="wall-node-summary">0 GPUs (no NVML status recorded) · 2 CPUs · 4.0 GiB host memory</span>' in html
     # NVML's reason is said once per tile: a tile without GPUs has no live NVML notice line beside
     # its summary; a tile with GPUs keeps it (the summary then carries no NVML reason).

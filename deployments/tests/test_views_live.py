@@ -66,7 +66,7 @@ def test_it_shows_every_node_and_running_deployment_on_the_wall(viewer_client, g
     assert 'data-group="node-gpu-box"' in html and 'data-group="node-cpu-box"' in html
     assert html.count('class="wall-gpu"') == 8
     assert "— / 95.6 GiB" in html                       # 102641958912 bytes, before the first sample
-    assert "unknown (not reported yet) · 8 CPUs" in html  # the factory's row was never discovered
+    assert "GPUs unknown (not reported yet) · 8 CPUs" in html  # the factory's row was never discovered
     tile = html[html.index(f'data-group="deployment-{pd_deployment.pk}"'):]
     assert f"#{pd_deployment.pk} pd-recipe" in tile
     roles = re.findall(r'<li data-process-id="\d+"><span class="role">(\w+)</span> <span class="tag ?(\w*)" data-f="health">([^<]+)<', tile)

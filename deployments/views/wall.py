@@ -27,7 +27,7 @@ from controlplane.redaction import redact_text
 from deployments import selectors, services
 from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL
 from deployments.models import NodeTelemetry, ServerProcess
-from deployments.nodes import node_gpu_status
+from deployments.nodes import GPU_STATUS_NOT_REPORTED, node_gpu_status
 from deployments.views.common import _gib, _status_class, role_page
 from deployments.views.deployment_pages import _health_view
 
@@ -40,6 +40,15 @@ WALL_MAX_DEPLOYMENTS = 24
 WALL_MAX_ENDED = 6
 
 
+def _gpu_text(status: dict) -> str:
+    """A node's GPU status as its wall line begins: the status's text, which for a node not
+    reported yet names what is unknown (``GPUs unknown (not reported yet) · 8 CPUs``), since the
+    line holds its CPUs and host memory too."""
+    if status["status"] == GPU_STATUS_NOT_REPORTED:
+        return f"GPUs {status['text']}"
+    return status["text"]
+
+
 def _node_tiles() -> list[dict[str, Any]]:
     """A tile per node; an offline node that never sent a sample is ``compact`` (its GPUs in one
     line, not a bar each: there is nothing to draw in them)."""
@@ -48,13 +57,15 @@ def _node_tiles() -> list[dict[str, Any]]:
     for node in selectors.node_list():
         gpus = sorted(node.gpus.all(), key=lambda g: g.index)
         gib_each = sorted({_gib(g.memory_total_bytes) for g in gpus})
+        status = node_gpu_status(node)
         tiles.append({
             "compact": not node.agent_online and node.pk not in sampled,
             "gpu_gib_each": gib_each[0] if len(gib_each) == 1 else None,
             "node": node,
             "group": node_group(node.name),
             "gpus": [{"gpu": g, "memory_gib": _gib(g.memory_total_bytes)} for g in gpus],
-            "gpu_status": node_gpu_status(node),
+            "gpu_status": status,
+            "gpu_text": _gpu_text(status),
             "numa": sorted(n.index for n in node.numa_nodes.all()),
             "memory_gib": _gib(node.memory_total_bytes),
         })
