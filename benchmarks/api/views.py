@@ -269,7 +269,9 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                    responses={(200, "application/octet-stream"): OpenApiResponse(
                        OpenApiTypes.BINARY, description="the file's bytes, as an attachment under its name"),
                        400: ERRORS_400, 404: ERROR_404},
-                   description="Served as stored, in one format: any `?format=` (or a format suffix) is a 400.")
+                   description="Served as stored, in one format: any `?format=` (or a format suffix) is a 400. "
+                               "A stored secret's value in it (a file imported before such files were refused) "
+                               "is masked as `***redacted***`.")
     @action(detail=True, methods=["get"])
     def original(self, request: Request, pk: str | None = None) -> HttpResponse:
         """The stored original; it answers in one format, so any ``?format=`` is a 400 naming it
@@ -281,8 +283,8 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         run: BenchmarkRun = self.get_object()
         if not run.original_text:
             raise NotFound(f"run #{run.pk} was not imported; it has no original file")
-        return attachment(run.original_text, content_type="application/octet-stream",
-                         filename=(run.original_filename or f"run-{run.pk}.json").replace('"', "_"))
+        body, name = services.run_original_download(run=run, default_name=f"run-{run.pk}.json")
+        return attachment(body, content_type="application/octet-stream", filename=name.replace('"', "_"))
 
     @extend_schema(summary="Import SGLang bench_serving JSONL or vLLM bench serve JSON (operator); "
                            "400 lists every problem of the file by path; "

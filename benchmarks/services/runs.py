@@ -1462,7 +1462,7 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
         if existing:
             raise Conflict(import_duplicate_message(runs=existing, digest=digest))
     imported = import_results(text)
-    _import_secret_values_refuse(imported, filename=filename)
+    _import_secret_values_refuse(imported, filename=filename, text=text)
     single = len(imported) == 1
     created = []
     with transaction.atomic():
@@ -1506,12 +1506,14 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
 IMPORT_SHOWN_FIELDS = ("model_id", "tokenizer_id", "label")
 
 
-def _import_secret_values_refuse(imported: list[ImportedRun], *, filename: str) -> None:
+def _import_secret_values_refuse(imported: list[ImportedRun], *, filename: str, text: str = "") -> None:
     """Refuse a result file whose name or whose runs' ``model_id``, ``tokenizer_id`` or ``label``
     holds a stored secret's value in any spelling a page masks it in
     (:func:`controlplane.redaction.secret_value_found`): each is stored and shown in clear (the
     run list, its page, exports). The problem names the field (``filename``, or the line and key:
-    ``line 2.model_id``) and the secret, never the value; every such field of the file at once."""
+    ``line 2.model_id``) and the secret, never the value; every such field of the file at once.
+    A value anywhere else in ``text`` (the file's text) is refused too, by its place
+    (:func:`_import_text_secret_values`): the file is kept and served by the run's download."""
     from controlplane.redaction import MIN_VALUE_LENGTH, PLAIN_VALUE_MIN_LENGTH, secret_value_found
     from deployments.services import secret_values
 
@@ -1538,8 +1540,116 @@ def _import_secret_values_refuse(imported: list[ImportedRun], *, filename: str) 
             if name:
                 path = ImportProblem(message="", line=item.source_line, key=key).path
                 errors.setdefault(path, []).append(message(key, name))
+    _import_text_secret_values(imported, text=text, values=values, errors=errors)
     if errors:
         raise InvalidInput(errors)
+
+
+def _import_text_secret_values(imported: list[ImportedRun], *, text: str, values: dict[str, str],
+                               errors: dict[str, list[str]]) -> None:
+    """Add to ``errors`` a problem for each place of the result file ``text`` that holds a stored
+    secret's value (``values``: value to secret name) outside the fields
+    :func:`_import_secret_values_refuse` names: the file is kept whole (or each run's own line) as
+    the run's original and served by its download, so a value anywhere in it would be stored and
+    served in clear. Each is named by its run's line and key (``line 2.server_info.api_key``; in a
+    file that is one object, ``file.server_info.api_key`` and the line it is on), by the object
+    whose key name holds it, or, where no run's record holds it, by ``file``; at most
+    :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS` places, then how many more. Never the
+    value."""
+    from benchmarks.importers import MAX_REPORTED_PROBLEMS, _dotted, _key_lines
+    from controlplane.redaction import PLAIN_VALUE_MIN_LENGTH, secret_value_found
+
+    in_text = {value: name for value, name in values.items() if secret_value_found(text, value)}
+    if not in_text:
+        return
+
+    def held(piece: str) -> str | None:
+        if len(piece) < PLAIN_VALUE_MIN_LENGTH:
+            return None
+        return next((name for value, name in in_text.items() if secret_value_found(piece, value)), None)
+
+    def message(what: str, name: str) -> str:
+        return (f"{what} holds the value of secret {json_spelled(name)}; the file is kept as the run's original "
+                "and its download would serve it in clear: remove the value from the file and import again")
+
+    places: list[tuple[str, str]] = []
+    for item in imported:
+        record = item.original_record or ""
+        if not any(secret_value_found(record, value) for value in in_text):
+            continue
+        found_here = False
+        try:
+            obj = json.loads(record)
+        except ValueError:
+            obj = None
+        stack: list[tuple[tuple, Any]] = [((), obj)]
+        while stack:
+            path, value = stack.pop()
+            if isinstance(value, dict):
+                for key, child in reversed(list(value.items())):
+                    name = held(key)
+                    if name:
+                        found_here = True
+                        where = f"a key name of {_dotted(path)}" if path else "a key name"
+                        places.append((ImportProblem(message="", line=item.source_line,
+                                                     key=_dotted(path) if path else None).path, message(where, name)))
+                    else:
+                        stack.append((path + (key,), child))
+                continue
+            if isinstance(value, list):
+                stack.extend(reversed([(path + (i,), v) for i, v in enumerate(value)]))
+                continue
+            if path == () or value is None:
+                continue
+            name = held(value if isinstance(value, str) else json.dumps(value))
+            if not name:
+                continue
+            found_here = True
+            if len(path) == 1 and path[0] in IMPORT_SHOWN_FIELDS:
+                continue   # named with its own message
+            key = _dotted(path)
+            where = key
+            if item.source_line is None:
+                lines = _key_lines(text, path)
+                where += f" (line {lines[0]})" if lines else ""
+            places.append((ImportProblem(message="", line=item.source_line, key=key).path, message(where, name)))
+        if not found_here:
+            places.append((ImportProblem(message="", line=item.source_line).path,
+                           message(_where_words(item.source_line), next(iter(in_text.values())))))
+    if not places and not any(p != "filename" for p in errors):
+        places.append(("file", message("the file", next(iter(in_text.values())))))
+    for path, words in places[:MAX_REPORTED_PROBLEMS]:
+        errors.setdefault(path, []).append(words)
+    if len(places) > MAX_REPORTED_PROBLEMS:
+        more = len(places) - MAX_REPORTED_PROBLEMS
+        errors.setdefault("file", []).append(
+            f"… and {more:,} more place{'s' if more != 1 else ''} in this file holding a stored secret's value")
+
+
+def _where_words(line) -> str:
+    """A run's record in words, as a problem's message begins: ``line 3``, ``the file``."""
+    where = ImportProblem(message="", line=line).path
+    return "the file" if where == "file" else where
+
+
+def run_original_download(*, run: BenchmarkRun, default_name: str) -> tuple[str, str]:
+    """What the download of an imported run's original serves: ``(text, file name)``, the text
+    as stored with a stored secret's value in it masked as every read masks one
+    (:func:`controlplane.redaction.secret_values_mask`), and the file name (``default_name`` when
+    none was kept) likewise. Files holding such a value are refused at import
+    (:func:`_import_secret_values_refuse`); one stored before that still holds it, and its
+    download never serves it. Anything else is served byte for byte. The stored values are read
+    from the database first, so a secret stored since this process last read them is masked too.
+
+    Raises:
+        django.db.DatabaseError: the stored secrets could not be read (nothing is served then).
+        controlplane.redaction.SecretsUnmaskable: a stored secret cannot be decrypted with this
+            process's key, so the file could not be masked (nothing is served then).
+    """
+    from controlplane.redaction import secret_values_mask, stored_secret_values_load
+
+    stored_secret_values_load(strict=True)
+    return secret_values_mask(run.original_text), secret_values_mask(run.original_filename or default_name)
 
 
 def run_original_text(*, item: ImportedRun, single: bool) -> str:

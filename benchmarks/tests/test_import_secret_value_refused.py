@@ -91,3 +91,91 @@ def test_a_file_without_it_is_imported(secret, operator_api):
 
     assert answer.status_code == 201, answer.content
     assert BenchmarkRun.objects.count() == 1
+
+
+# --- anywhere else in the file: it is kept whole and served by the run's original download ---
+
+ELSEWHERE = ("{what} holds the value of secret 'hub-token'; the file is kept as the run's original and its "
+             "download would serve it in clear: remove the value from the file and import again")
+
+
+def _sglang_line(**changes) -> str:
+    first = (DATA / "sglang-bench-serving-h200.jsonl").read_text().splitlines()[0]
+    return json.dumps({**json.loads(first), **changes})
+
+
+def test_a_value_in_any_other_key_is_refused_by_its_line_and_key(secret, operator_api):
+    spread = json.loads(_file())
+    spread["server_info"] = {"args": ["--port", "30000"], "headers": {"authorization": f"Bearer {VALUE}"}}
+    text = json.dumps(spread, indent=2)
+    line = text.splitlines().index(f'      "authorization": "Bearer {VALUE}"') + 1
+
+    answer = operator_api.post("/api/runs/import/", {"text": text, "filename": "bench.json"}, format="json")
+
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == {"text.server_info.headers.authorization": [
+        ELSEWHERE.format(what=f"server_info.headers.authorization (line {line})")]}
+    assert VALUE not in answer.content.decode()
+    assert not BenchmarkRun.objects.exists()
+
+
+@pytest.mark.parametrize(("spelled", "path"), [
+    (f"https://hub.example/?token={VALUE.replace('-', '%2D')}", "line 2.extra[1]"),
+    (base64.b64encode(VALUE.encode()).decode(), "line 2.extra[1]"),
+], ids=["percent-encoded", "base64"])
+def test_each_line_of_several_runs_names_its_own_place(secret, operator_api, spelled, path):
+    text = "\n".join([_sglang_line(max_concurrency=1), _sglang_line(max_concurrency=2, extra=["x", spelled]),
+                      _sglang_line(max_concurrency=4, **{f"k-{VALUE}": 1})]) + "\n"
+
+    answer = operator_api.post("/api/runs/import/", {"text": text, "filename": "bench.jsonl"}, format="json")
+
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == {path: [ELSEWHERE.format(what="extra[1]")],
+                             "line 3": [ELSEWHERE.format(what="a key name")]}
+    assert VALUE not in answer.content.decode()
+    assert not BenchmarkRun.objects.exists()
+
+
+def test_the_form_and_the_command_refuse_a_value_elsewhere_too(secret, operator, tmp_path):
+    client = Client()
+    client.force_login(operator)
+    upload = io.BytesIO(_file(note=f"token {VALUE}").encode())
+    upload.name = "bench.json"
+
+    body = client.post("/benchmarks/import/", {"file": upload}).content.decode()
+
+    assert "note (line 1) holds the value of secret &#x27;hub-token&#x27;" in body and VALUE not in body
+    path = tmp_path / "bench.json"
+    path.write_text(_file(note=f"token {VALUE}"))
+    with pytest.raises(CommandError) as err:
+        call_command("import_results", str(path), stdout=io.StringIO())
+    assert "note (line 1) holds the value of secret 'hub-token'" in str(err.value) and VALUE not in str(err.value)
+    assert not BenchmarkRun.objects.exists()
+
+
+def test_the_download_of_a_file_stored_before_masks_the_value(admin_api, operator_api, viewer):
+    text = _file(note=f"token {VALUE}", label=f"run {VALUE}")
+    made = operator_api.post("/api/runs/import/", {"text": text, "filename": f"bench-{VALUE}.json"}, format="json")
+    assert made.status_code == 201, made.content   # no secret holds it yet: stored as given
+    run = BenchmarkRun.objects.get()
+    assert VALUE in run.original_text
+    stored = admin_api.post("/api/secrets/", {"name": "hub-token", "value": VALUE}, format="json")
+    assert stored.status_code == 201, stored.json()
+    page = Client()
+    page.force_login(viewer)
+
+    for answer in (page.get(f"/benchmarks/runs/{run.pk}/original/"), operator_api.get(f"/api/runs/{run.pk}/original/")):
+        assert answer.status_code == 200
+        assert answer.content.decode() == text.replace(VALUE, "***redacted***")
+        assert VALUE not in answer["Content-Disposition"]
+        assert "bench-***redacted***.json" in answer["Content-Disposition"]
+
+
+def test_a_download_without_a_value_is_the_file_byte_for_byte(secret, operator_api):
+    text = _file() + "\n"
+    made = operator_api.post("/api/runs/import/", {"text": text, "filename": "bench.json"}, format="json")
+    assert made.status_code == 201, made.content
+
+    answer = operator_api.get(f"/api/runs/{made.json()[0]['id']}/original/")
+
+    assert answer.content.decode() == text

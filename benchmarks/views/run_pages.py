@@ -32,6 +32,7 @@ from benchmarks.views.common import (
 from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import BadQuery, Conflict, InvalidInput
 from controlplane.jsonsafe import query_text
+from controlplane.redaction import SecretsUnmaskable
 from deployments.views import role_page
 
 
@@ -310,12 +311,16 @@ def run_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
 @role_page()
 def run_original(request: HttpRequest, pk: int) -> HttpResponse:
     """Download what an imported run kept of its file, byte for byte as stored: the whole file,
-    or the run's own line of a file of several runs."""
+    or the run's own line of a file of several runs; a stored secret's value in it (a file
+    imported before such files were refused) masked (:func:`benchmarks.services.run_original_download`)."""
     run = _get_run(pk)
     if run.source != RunSource.IMPORTED or not run.original_text:
         raise Http404("this run was not imported from a file")
-    name = (run.original_filename or f"run-{run.pk}-original.txt").replace('"', "")
-    return _download(run.original_text, content_type="text/plain; charset=utf-8", filename=name)
+    try:
+        body, name = services.run_original_download(run=run, default_name=f"run-{run.pk}-original.txt")
+    except SecretsUnmaskable as exc:
+        return HttpResponse(f"The file is {exc}.\n", status=503, content_type="text/plain; charset=utf-8")
+    return _download(body, content_type="text/plain; charset=utf-8", filename=name.replace('"', ""))
 
 
 # --- comparison -------------------------------------------------------------------------------
