@@ -14,6 +14,7 @@ urlpatterns = [
     path("benchmarks/", views.benchmark_index, name="index"),
     path("benchmarks/import/", views.run_import_view, name="run-import"),
     path("benchmarks/compare/", views.compare, name="compare"),
+    path("benchmarks/sweeps/", views.sweep_list, name="sweep-list"),
     path("benchmarks/sweeps/new/", views.sweep_create_view, name="sweep-create"),
     path("benchmarks/sweeps/<int:pk>/", views.sweep_detail, name="sweep-detail"),
     path("benchmarks/sweeps/<int:pk>/progress/", views.sweep_progress_partial, name="sweep-progress"),

@@ -22,13 +22,13 @@ from benchmarks.views.common import FLAG_TEXT, run_row
 from benchmarks.views.run_pages import compare, compare_context, run_detail, run_export, run_list, run_original
 from benchmarks.views.sweep_pages import (
     benchmark_index, run_import_view, run_progress, sweep_cancel_view, sweep_create_view, sweep_detail,
-    sweep_export, sweep_grid_from_form, sweep_progress, sweep_progress_partial, sweep_results_partial,
+    sweep_export, sweep_grid_from_form, sweep_list, sweep_progress, sweep_progress_partial, sweep_results_partial,
 )
 
 __all__ = [
     "FLAG_TEXT", "benchmark_index", "cdf_axis_cap", "cdf_chart", "cdf_points", "chart_spec", "compare",
     "compare_context", "record_arrays", "run_charts", "run_detail", "run_export", "run_list", "run_import_view", "run_original",
     "run_progress", "run_row", "sweep_cancel_view", "sweep_charts", "sweep_create_view", "sweep_detail",
-    "sweep_export", "sweep_grid_from_form", "sweep_progress", "sweep_progress_partial", "sweep_results_partial",
+    "sweep_export", "sweep_grid_from_form", "sweep_list", "sweep_progress", "sweep_progress_partial", "sweep_results_partial",
     "timeline_points",
 ]

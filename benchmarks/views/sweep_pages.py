@@ -54,6 +54,14 @@ def benchmark_index(request: HttpRequest) -> HttpResponse:
                   _index_context(request, import_errors={}, page=_runs_page(request.GET.getlist("page"))))
 
 
+@role_page()
+def sweep_list(request: HttpRequest) -> HttpResponse:
+    """``/benchmarks/sweeps/``: the sweeps are listed on the benchmarks index (newest first, each
+    linking to its sweep page), so this redirects to that list (``#sweeps``). The index's
+    ``?page=`` pages its runs, not its sweeps, so no query is carried over."""
+    return redirect(f"{reverse('benchmarks:index')}#sweeps")
+
+
 def _runs_page(values: list[str]) -> Page:
     """The page of the run list that ``?page=`` (its values as given) asks for: every run, newest
     first, :data:`INDEX_RUNS_PER_PAGE` a page (:func:`controlplane.paging.page_of`). Raises
