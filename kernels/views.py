@@ -97,6 +97,23 @@ def kernel_index(request: HttpRequest) -> HttpResponse:
                                                   "best": best, "can_write": _can_write(request)})
 
 
+@role_page()
+def job_list(request: HttpRequest) -> HttpResponse:
+    """``/kernels/jobs/``: the jobs are listed on the kernels index (newest first, paged, each
+    linking to its job page), so this redirects to that list, keeping the query (``?page=2``,
+    judged there) and landing on the list (``#jobs``)."""
+    query = request.GET.urlencode()
+    return redirect(f"{reverse('kernels:index')}{'?' + query if query else ''}#jobs")
+
+
+@role_page()
+def package_list(request: HttpRequest) -> HttpResponse:
+    """``/kernels/packages/``: the packages are listed on the kernels index (each linking to its
+    package page), so this redirects to that list (``#packages``). The index's ``?page=`` pages
+    its jobs, not its packages, so no query is carried over."""
+    return redirect(f"{reverse('kernels:index')}#packages")
+
+
 def _builds_kept(job: KernelJob) -> int:
     """The builds a job kept: ``builds_ok`` counts every variant that built, the discarded ones
     (never benchmarked) included."""
