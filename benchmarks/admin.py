@@ -63,6 +63,10 @@ class BenchmarkSweepAdmin(_SystemWritten):
         return served_model_name_shown(obj.served_model_name)
 
 
+# A run's fields shown as every read shows them, as :data:`_SWEEP_SHOWN` for a sweep.
+_RUN_SHOWN = {"served_model_name": "served_model_shown", "snapshot": "snapshot_shown"}
+
+
 @admin.register(BenchmarkRun)
 class BenchmarkRunAdmin(_SystemWritten):
     """Runs (measured and imported); read-only: numbers come from the load generator or a file."""
@@ -71,9 +75,26 @@ class BenchmarkRunAdmin(_SystemWritten):
                     "ttft_p99_ms")
     list_filter = ("source", "status")
     # ``exclude`` alone does not hide a read-only field: the change page showed the imported text,
-    # up to the 16 MB import cap (it downloads from the run page instead).
-    readonly_fields = [f.name for f in BenchmarkRun._meta.fields if f.name != "original_text"]
-    exclude = ("original_text",)
+    # up to the 16 MB import cap (it downloads from the run page instead). The snapshot and the
+    # served model name are shown as every read shows them (:data:`_RUN_SHOWN`), by the admin's
+    # methods in place of the fields.
+    readonly_fields = [_RUN_SHOWN.get(f.name, f.name) for f in BenchmarkRun._meta.fields if f.name != "original_text"]
+    exclude = ("original_text", *_RUN_SHOWN)
+
+    @admin.display(description="snapshot")
+    def snapshot_shown(self, obj: BenchmarkRun):
+        """The snapshot, the recipe's name in it masked as every read shows it."""
+        from benchmarks.models import snapshot_shown
+
+        return snapshot_shown(obj.snapshot)
+
+    @admin.display(description="served model name")
+    def served_model_shown(self, obj: BenchmarkRun) -> str:
+        """The served model name (the recipe's name where the spec gives none; an imported file's
+        ``model_id``): a stored secret's value in it masked."""
+        from benchmarks.models import served_model_name_shown
+
+        return served_model_name_shown(obj.served_model_name)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[BenchmarkRun]:
         """Runs without their large fields (:data:`benchmarks.models.RUN_ADMIN_DEFERRED`): the

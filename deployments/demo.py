@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus
-from deployments.models import Deployment, Recipe
+from deployments.models import Deployment, Recipe, recipe_name_shown
 from deployments.selectors import deployment_processes
 from deployments.services import deployment_create
 from deployments.topology import format_cpulist, parse_cpulist
@@ -43,7 +43,7 @@ class DeployProof:
     """What the demo saw for one recipe: the deployment row, seconds to ready, the processes'
     pinning as verified by the agent, and the streamed request through the entry URL."""
 
-    recipe: str
+    recipe: str   # its name as shown (:func:`deployments.models.recipe_name_shown`)
     deployment_id: int | None = None
     status: str = ""
     reason: str = ""
@@ -109,10 +109,19 @@ def stream_chat(*, url: str, model: str, max_tokens: int = 16, timeout_s: float 
     return proof
 
 
+def demo_recipe_lines(*, base: str) -> list[str]:
+    """The demo's list of recipes, one line each, by name: name (a stored secret's value in it,
+    from a name saved before such values were refused there, masked as every read shows it),
+    engine, topology, node, version and the recipe's dry-run page under ``base`` (the UI's URL)."""
+    return [f"  {recipe_name_shown(recipe.name):20s} {recipe.engine:8s} {recipe.topology:6s} node={recipe.node.name:10s} "
+            f"v{recipe.version}  {base}/recipes/{recipe.pk}/dry-run/"
+            for recipe in Recipe.objects.select_related("node").order_by("name")]
+
+
 def demo_deploy_and_prove(*, recipe: Recipe, user, timeout_s: float, progress=None) -> DeployProof:
     """Deploy ``recipe`` (or reuse its active deployment), wait up to ``timeout_s`` for ready,
     then stream one request through its entry URL. ``progress(text)`` gets status changes."""
-    proof = DeployProof(recipe=recipe.name)
+    proof = DeployProof(recipe=recipe_name_shown(recipe.name))
     active = Deployment.objects.filter(recipe=recipe, node=recipe.node, status__in=DEPLOYMENT_ACTIVE).first()
     deployment = active or deployment_create(recipe=recipe, user=user)
     proof.deployment_id = deployment.pk
@@ -121,7 +130,7 @@ def demo_deploy_and_prove(*, recipe: Recipe, user, timeout_s: float, progress=No
     while True:
         deployment.refresh_from_db()
         if deployment.status != last and progress:
-            progress(f"  {recipe.name}: {deployment.status}" + (f" ({deployment.reason})" if deployment.reason else ""))
+            progress(f"  {proof.recipe}: {deployment.status}" + (f" ({deployment.reason})" if deployment.reason else ""))
         last = deployment.status
         if deployment.status not in (DeploymentStatus.PENDING, DeploymentStatus.STARTING):
             break
@@ -198,7 +207,7 @@ def demo_cpu_sharing(*, recipe: Recipe) -> str | None:
                 parts.append(f"{process.role} on CPU{'s' if len(cpus) > 1 else ''} {format_cpulist(cpus)}")
         if parts:
             sharers.append(f"{other.deployed_recipe_label()} ({', '.join(parts)})")
-    label = f"{recipe.name} ({'sim' if recipe.engine == 'sim' else recipe.get_engine_display()})"
+    label = f"{recipe_name_shown(recipe.name)} ({'sim' if recipe.engine == 'sim' else recipe.get_engine_display()})"
     if not sharers:
         return f"{label} is pinned to CPUs {format_cpulist(mine)}, which no other deployment on {node.name} uses."
     shared = format_cpulist(mine & held)

@@ -1,8 +1,9 @@
 """A recipe name saved before a stored secret's value was refused in names still holds it: every
 read that names the recipe shows the value masked, on the recipe's own reads, its deployments',
 its sweeps' and runs' (name, snapshot, served model name made of it) and the wall, in the API, the
-pages and the admin, for viewers as for admins. Each read is one row of :data:`READS`; a new one
-is added there. A sweep named after such a recipe is stored with the value masked."""
+pages, the admin (a run's page included) and the demo's recipe list, for viewers as for admins.
+Each read is one row of :data:`READS`; a new one is added there. A sweep named after such a recipe
+is stored with the value masked, and the dry-run card's served model name masks a value too."""
 from __future__ import annotations
 
 import html
@@ -17,7 +18,8 @@ from benchmarks.services import sweep_create
 from benchmarks.tests.sweep_support import sim_deployment_create
 from controlplane.redaction import REDACTED
 from deployments.examples import example_recipe
-from deployments.models import Deployment, Recipe
+from deployments.models import Deployment, Recipe, Secret
+from deployments.services import secret_update
 from deployments.tests.factories import deployment_row_create, recipe_row_create, secret_api_store, seed_node_create
 
 pytestmark = pytest.mark.django_db
@@ -114,6 +116,7 @@ READS = [
     ("admin sweep list", "/admin/benchmarks/benchmarksweep/", "admin"),
     ("admin sweep page", "/admin/benchmarks/benchmarksweep/{sweep}/change/", "admin"),
     ("admin run list", "/admin/benchmarks/benchmarkrun/", "admin"),
+    ("admin run page", "/admin/benchmarks/benchmarkrun/{run}/change/", "admin"),
 ]
 
 
@@ -196,3 +199,44 @@ def test_the_dryrun_command_names_the_recipe_masked(stored):
     assert text.startswith(f"recipe llm2-{REDACTED} does not render on node seed-8gpu:\n")
     assert "name: name holds the value of secret 'stored-key'" in text
     assert VALUE not in text
+
+
+def test_the_admin_run_page_shows_the_snapshot_and_served_model_name_read_only_and_masked(stored, admin_user):
+    admin_user.is_staff = admin_user.is_superuser = True
+    admin_user.save()
+
+    text = html.unescape(_browser(admin_user).get(f"/admin/benchmarks/benchmarkrun/{stored['run']}/change/")
+                         .content.decode())
+
+    assert VALUE not in text
+    assert f"<div class=\"readonly\">llm-{REDACTED}</div>" in text            # the served model name
+    assert f"'recipe': 'llm-{REDACTED}'" in text or f'"recipe": "llm-{REDACTED}"' in text   # the snapshot
+    assert 'name="served_model_name"' not in text and 'name="snapshot"' not in text
+
+
+def test_the_demo_lists_the_recipe_masked(stored):
+    from deployments.demo import demo_recipe_lines
+
+    lines = demo_recipe_lines(base="http://ui")
+
+    assert lines == [f"  llm2-{REDACTED}  sglang   pd     node=seed-8gpu  v2  "
+                     f"http://ui/recipes/{stored['recipe']}/dry-run/"]
+
+
+def test_the_dry_run_card_shows_a_served_model_name_holding_a_rotated_value_masked(admin_api, admin_user, viewer):
+    """A spec whose ``served_model_name`` holds a secret's earlier value (rotated since: no write
+    refuses it, but every read masks it): the dry-run page renders the plan, and its card names the
+    served model with the value masked (the value is what the engine is given)."""
+    node = seed_node_create()
+    spec = example_recipe("seed-v4-flash-pd")["spec"]
+    recipe = recipe_row_create(node=node, name="clean-name", topology="pd", engine="sglang",
+                               spec={**spec, "served_model_name": f"served-{VALUE}"})
+    secret_api_store(admin_api, name="stored-key", value=VALUE)
+    secret_update(secret=Secret.objects.get(name="stored-key"), user=admin_user, value="rotated-value-0451")
+
+    page = _browser(viewer).get(f"/recipes/{recipe.pk}/dry-run/")
+
+    text = html.unescape(page.content.decode())
+    assert page.status_code == 200
+    assert VALUE not in text
+    assert f'<dt>Served model name</dt><dd class="mono">served-{REDACTED}</dd>' in text

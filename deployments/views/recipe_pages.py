@@ -163,10 +163,11 @@ def _plan_view(plan: LaunchPlan) -> list[dict[str, Any]]:
 
 def _plan_summary(plan: LaunchPlan) -> dict[str, Any]:
     """Plan-wide facts shown above the process cards: the URL clients use, the served model
-    name, timeouts in seconds, restart policy and renderer warnings."""
+    name (a stored secret's value in it, from a spec saved before such values were refused, masked
+    as every read of a name masks it), timeouts in seconds, restart policy and renderer warnings."""
     return {
         "entry_url": plan.entry_url,
-        "served_model_name": plan.served_model_name,
+        "served_model_name": recipe_name_shown(plan.served_model_name),
         "startup_timeout_s": plan.startup_timeout_s,
         "stop_grace_s": plan.stop_grace_s,
         "restart_policy": (plan.restart or {}).get("policy", ""),

@@ -32,7 +32,7 @@ from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand
 from controlplane.errors import CeilingError, Conflict
-from deployments.demo import DeployProof, demo_cpu_sharing, demo_deploy_and_prove
+from deployments.demo import DeployProof, demo_cpu_sharing, demo_deploy_and_prove, demo_recipe_lines
 from deployments.management.commands.seed import DEMO_USERNAME, demo_login_ensure
 from deployments.models import Recipe
 
@@ -104,9 +104,8 @@ class Command(CeilingCommand):
         out.write(f"  API docs:  {base}/api/docs/     admin: {base}/admin/")
         out.write("")
         out.write("Recipes:")
-        for recipe in Recipe.objects.select_related("node").order_by("name"):
-            out.write(f"  {recipe.name:20s} {recipe.engine:8s} {recipe.topology:6s} node={recipe.node.name:10s} "
-                      f"v{recipe.version}  {base}/recipes/{recipe.pk}/dry-run/")
+        for line in demo_recipe_lines(base=base):
+            out.write(line)
         if options["no_deploy"]:
             return
         user = User.objects.get(username=DEMO_USERNAME)
