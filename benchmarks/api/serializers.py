@@ -411,10 +411,12 @@ class RunSerializer(serializers.ModelSerializer):
         return bool(obj.records_path)
 
     def to_representation(self, instance: BenchmarkRun) -> dict:
-        from benchmarks.services.runs import run_summary_read
+        from benchmarks.services.runs import run_filename_shown, run_summary_read
 
         data = super().to_representation(instance)
         data["summary"] = run_summary_read(run=instance)  # input_tokens_source read for older runs too
+        if data.get("original_filename"):
+            data["original_filename"] = run_filename_shown(data["original_filename"])
         for key, shown in (("snapshot", snapshot_shown), ("served_model_name", served_model_name_shown)):
             if key in data:
                 data[key] = shown(data[key])

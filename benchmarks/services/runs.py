@@ -341,6 +341,31 @@ def run_measured_duration_s(*, run: BenchmarkRun) -> float | None:
     return float(value)
 
 
+def imported_summary_shown(value: Any) -> Any:
+    """An imported run's summary (or any JSON value of it) as every read shows it: each string,
+    keys included, with a stored secret's value masked
+    (:func:`controlplane.redaction.secret_values_mask`). Its ``model_id``, ``tokenizer_id``,
+    ``label`` and notes come from the file, which is refused at import when it holds such a value
+    (:func:`_import_secret_values_refuse`); a run imported before that still holds it."""
+    from controlplane.redaction import secret_values_mask
+
+    if isinstance(value, str):
+        return secret_values_mask(value)
+    if isinstance(value, dict):
+        return {secret_values_mask(k) if isinstance(k, str) else k: imported_summary_shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [imported_summary_shown(v) for v in value]
+    return value
+
+
+def run_filename_shown(name: str) -> str:
+    """An imported run's ``original_filename`` as every read shows it: a stored secret's value in
+    it (a file imported before such names were refused) masked."""
+    from controlplane.redaction import secret_values_mask
+
+    return secret_values_mask(name) if isinstance(name, str) and name else name
+
+
 def run_summary_read(*, run: BenchmarkRun) -> dict[str, Any] | None:
     """``run.summary`` as the API and the exports give it: a measured run's with
     ``input_tokens_source`` (:func:`run_input_tokens_source`) where it was stored without it, and
@@ -350,6 +375,8 @@ def run_summary_read(*, run: BenchmarkRun) -> dict[str, Any] | None:
     ``duration_s`` (the same measured seconds, first request sent to last response, under the name
     the run, the metrics and the CSV export give them; the stored key stays for its readers)."""
     s = run.summary
+    if run.source == RunSource.IMPORTED:
+        return imported_summary_shown(s)
     if not isinstance(s, dict) or run.source != RunSource.MEASURED or not s:
         return s
     if "duration_s" in s and "measured_duration_s" not in s:
@@ -1294,7 +1321,7 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
     slo = run_slo(run=run) or {}
     row: dict[str, Any] = {
         "run_id": run.pk, "sweep_id": run.sweep_id, "source": run.source, "status": run.status,
-        "served_model_name": run.served_model_name or None, "concurrency": run.concurrency,
+        "served_model_name": served_model_name_shown(run.served_model_name) or None, "concurrency": run.concurrency,
         "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "num_gpus": run.num_gpus, "flags": ";".join(run.flags),
         "total_token_throughput_tok_s": _number(m["total_token_throughput_tok_s"]),
@@ -1337,7 +1364,7 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
         "id": run.pk, "sweep_id": run.sweep_id, "ordinal": run.ordinal, "status": run.status,
         "reason": run.reason or None,
         "source": run.source, "import_format": run.import_format or None,
-        "original_filename": run.original_filename or None, "concurrency": run.concurrency,
+        "original_filename": run_filename_shown(run.original_filename) or None, "concurrency": run.concurrency,
         "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests,
         # two durations, as GET /api/runs/<id>/ gives them: the point's time limit and the time it took

@@ -179,3 +179,49 @@ def test_a_download_without_a_value_is_the_file_byte_for_byte(secret, operator_a
     answer = operator_api.get(f"/api/runs/{made.json()[0]['id']}/original/")
 
     assert answer.content.decode() == text
+
+
+@pytest.fixture
+def imported_before(admin_api, operator_api) -> int:
+    """A run imported from a file whose name, model_id, tokenizer_id and label hold a value that a
+    secret stored afterwards holds; the run's id."""
+    text = _file(model_id=f"m/{VALUE}", tokenizer_id=f"t/{VALUE}", label=f"run {VALUE}")
+    made = operator_api.post("/api/runs/import/", {"text": text, "filename": f"bench-{VALUE}.json"}, format="json")
+    assert made.status_code == 201, made.content
+    stored = admin_api.post("/api/secrets/", {"name": "hub-token", "value": VALUE}, format="json")
+    assert stored.status_code == 201, stored.json()
+    return made.json()[0]["id"]
+
+
+#: Every read of an imported run that shows its file's name or fields: (name, URL).
+IMPORTED_READS = [
+    ("API run detail", "/api/runs/{run}/"),
+    ("API run list", "/api/runs/"),
+    ("API run export", "/api/runs/{run}/export/"),
+    ("API run export CSV", "/api/runs/{run}/export/?format=csv"),
+    ("run page", "/benchmarks/runs/{run}/"),
+    ("run export JSON", "/benchmarks/runs/{run}/export.json"),
+    ("run export CSV", "/benchmarks/runs/{run}/export.csv"),
+    ("benchmarks page", "/benchmarks/"),
+]
+
+
+@pytest.mark.parametrize(("name", "url"), IMPORTED_READS, ids=[r[0] for r in IMPORTED_READS])
+def test_no_read_of_a_run_imported_before_shows_the_value(imported_before, viewer, name, url):
+    client = Client()
+    client.force_login(viewer)
+
+    response = client.get(url.format(run=imported_before))
+
+    assert response.status_code == 200, (name, response.status_code)
+    text = response.content.decode()
+    assert VALUE not in text, f"{name} shows the secret's value"
+
+
+def test_the_api_shows_the_file_name_and_fields_masked(imported_before, viewer_api):
+    run = viewer_api.get(f"/api/runs/{imported_before}/").json()
+
+    assert run["original_filename"] == "bench-***redacted***.json"
+    assert run["served_model_name"] == "m/***redacted***"
+    assert (run["summary"]["model_id"], run["summary"]["tokenizer_id"], run["summary"]["label"]) == (
+        "m/***redacted***", "t/***redacted***", "run ***redacted***")

@@ -60,8 +60,9 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = _get_run(pk)
     records = _load_records(run)
     row = run_row(run)
-    summary = run.summary or {}
     imported = run.source == RunSource.IMPORTED
+    # An imported file's fields (model_id, label, notes) with a stored secret's value masked.
+    summary = services.imported_summary_shown(run.summary or {}) if imported else run.summary or {}
     return render(request, "benchmarks/run_detail.html", {
         "run": run, "row": row, "charts": run_charts(records, run), "has_records": records is not None,
         "records_missing": run.source == RunSource.MEASURED and bool(run.records_path) and records is None,
