@@ -1704,12 +1704,12 @@ def run_import_duplicates(*, digest: str) -> list[BenchmarkRun]:
 
 
 def import_duplicate_message(*, runs: list[BenchmarkRun], digest: str) -> str:
-    """The refusal of a duplicate import, naming the runs the file became (ids, file name, when),
-    the hash, and how to import it anyway."""
+    """The refusal of a duplicate import, naming the runs the file became (ids, file name as every
+    read shows it: :func:`run_filename_shown`, when), the hash, and how to import it anyway."""
     first = runs[0]
     ids = ", ".join(f"#{r.pk}" for r in runs[:10]) + (f" and {len(runs) - 10} more" if len(runs) > 10 else "")
     when = first.created_at.strftime("%Y-%m-%d %H:%M UTC") if first.created_at else "earlier"
-    name = f" ({first.original_filename})" if first.original_filename else ""
+    name = f" ({run_filename_shown(first.original_filename)})" if first.original_filename else ""
     return (f"this file was already imported as run{'s' if len(runs) > 1 else ''} {ids}{name} on {when} "
             f"(same content, SHA-256 {digest[:12]}…); set allow_duplicate to import it again")
 

@@ -225,3 +225,14 @@ def test_the_api_shows_the_file_name_and_fields_masked(imported_before, viewer_a
     assert run["served_model_name"] == "m/***redacted***"
     assert (run["summary"]["model_id"], run["summary"]["tokenizer_id"], run["summary"]["label"]) == (
         "m/***redacted***", "t/***redacted***", "run ***redacted***")
+
+
+def test_importing_the_file_again_names_the_earlier_run_s_file_masked(imported_before, operator_api):
+    text = _file(model_id=f"m/{VALUE}", tokenizer_id=f"t/{VALUE}", label=f"run {VALUE}")
+
+    again = operator_api.post("/api/runs/import/", {"text": text, "filename": "again.json"}, format="json")
+
+    assert again.status_code == 409, again.content
+    detail = again.json()["detail"]
+    assert detail.startswith(f"this file was already imported as run #{imported_before} (bench-***redacted***.json) on ")
+    assert VALUE not in detail
