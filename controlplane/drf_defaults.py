@@ -659,18 +659,41 @@ def empty_filter(name: str) -> str:
     return f"filter '{name}' is empty: give a value or leave it out"
 
 
+def empty_query_value(name: str) -> str:
+    """The refusal of a query parameter of an action other than a list given empty, one wording
+    for every such action: ``query parameter 'since' is empty: give a value or leave it out``."""
+    return f"query parameter '{name}' is empty: give a value or leave it out"
+
+
+def _blank_taking_keys(view) -> set[str]:
+    """The query keys ``view.query_keys`` declares for its action through a serializer field that
+    takes a blank value on purpose (``allow_blank=True``: the comparison's ``ids=``, the node
+    telemetry's ``fields=``, read as none given)."""
+    declared = (getattr(view, "query_keys", None) or {}).get(getattr(view, "action", None), ())
+    items = declared if isinstance(declared, (tuple, list)) else (declared,)
+    return {name for item in items if isinstance(item, type)
+            for name, field in item().fields.items() if getattr(field, "allow_blank", False)}
+
+
 def empty_filter_errors(request, view) -> dict[str, list[str]]:
-    """``{key: [empty_filter(key)]}`` for each filter of a viewset's ``list`` given with an empty
-    value (``?status=``, ``?recipe_name=``): a filter its ``query_keys`` declare for ``list``, not
-    paging's ``limit`` and ``offset``, ``format`` or an order key (:data:`ORDER_KEYS`), whose empty
-    value keeps the default. REST framework reads an empty value of a field that is not required as
-    not given, so a script whose variable was unset would otherwise be answered with every row.
-    Empty for another action, and for a list that reports its query's problems itself."""
-    if getattr(view, "action", None) != "list" or "list" in getattr(view, "query_keys_reported_by_action", ()):
+    """``{key: [message]}`` for each query key the action of a viewset declares given with an empty
+    value: a list's filter (``?status=``, ``?recipe_name=``: :func:`empty_filter`'s words) or a
+    query parameter of another read (``GET /api/deployments/7/telemetry/?since=``, ``?lines=`` of a
+    process log, ``?version=`` of a dry run: :func:`empty_query_value`'s words). Paging's ``limit``
+    and ``offset``, ``format`` and an order key (:data:`ORDER_KEYS`) keep their default when given
+    empty, and so does a parameter of another read whose serializer field takes a blank on purpose
+    (:func:`_blank_taking_keys`). REST framework reads an empty value of a field that is not
+    required as not given, so a script whose variable was unset would otherwise be answered as if
+    it had asked for nothing. Empty for an action that reports its query's problems itself."""
+    action = getattr(view, "action", None)
+    if action is None or action in getattr(view, "query_keys_reported_by_action", ()):
         return {}
     skipped = {*PAGE_KEYS, api_settings.URL_FORMAT_OVERRIDE, *ORDER_KEYS}
-    filters = [key for key in declared_query_keys(view) if key not in skipped and "<" not in key]
-    return {key: [empty_filter(key)] for key in filters
+    if action != "list":
+        skipped |= _blank_taking_keys(view)
+    message = empty_filter if action == "list" else empty_query_value
+    keys = [key for key in declared_query_keys(view) if key not in skipped and "<" not in key]
+    return {key: [message(key)] for key in keys
             if key in request.query_params and request.query_params.get(key) == ""}
 
 
@@ -685,8 +708,8 @@ class KnownQueryKeys(BasePermission):
     alone. An action named in its ``query_keys_reported_by_action`` reports them itself, with every
     other problem of the query, through :func:`unknown_query_errors`. A permission class after
     :class:`SingleValuedQuery`, which names a key the action takes given twice (with the unknown
-    keys, in one 400); the 401/403 of the role come before either. A list's filter given empty is
-    named in the same 400 (:func:`empty_filter_errors`)."""
+    keys, in one 400); the 401/403 of the role come before either. A list's filter, or another
+    read's query parameter, given empty is named in the same 400 (:func:`empty_filter_errors`)."""
 
     def has_permission(self, request, view) -> bool:
         if not hasattr(view, "action"):
