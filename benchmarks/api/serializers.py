@@ -795,6 +795,9 @@ class SweepExportSweepSerializer(serializers.Serializer):
                                                             "flight by the cancel")
     requests_aborted = serializers.IntegerField(help_text="as GET /api/sweeps/<id>/ gives it: requests aborted in "
                                                           "flight by a stop, the cancel's among them")
+    warmup_requests = serializers.IntegerField(
+        allow_null=True, help_text="as GET /api/sweeps/<id>/ gives it: warm-up requests each point sends before it is "
+                                   "measured (0 when the grid has none), null for a sweep without a grid")
     snapshot = serializers.JSONField()
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)

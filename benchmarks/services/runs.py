@@ -1430,7 +1430,8 @@ def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
     """The sweep as indented JSON: ``{"sweep": {...grid, status, progress, snapshot, num_gpus},
     "analysis": {...}, "runs": [run_export_dict, ...]}``; the sweep's request counts under the keys
     ``GET /api/sweeps/<id>/`` gives them (``requests_total``, null while not known,
-    ``requests_done``, ``requests_cancelled``, ``requests_aborted``:
+    ``requests_done``, ``requests_cancelled``, ``requests_aborted``, and ``warmup_requests``, the
+    warm-up requests each point sends before it is measured:
     :class:`benchmarks.api.serializers.SweepSerializer` says what each counts); the analysis is the object
     ``GET /api/sweeps/<id>/analysis/`` answers (:func:`benchmarks.services.sweep_analysis`): the
     stored one, computed again first when an older analysis made it, with ``provisional`` false,
@@ -1452,6 +1453,7 @@ def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
                   "requests_total": sweep.requests_total_known, "requests_done": sweep.requests_done,
                   "requests_cancelled": sweep_requests_cancelled(sweep=sweep),
                   "requests_aborted": sweep_requests_aborted(sweep=sweep),
+                  "warmup_requests": sweep.warmup_requests,
                   "snapshot": snapshot_shown(sweep.snapshot), "started_at": _iso(sweep.started_at),
                   "ended_at": _iso(sweep.ended_at)},
         "analysis": sweep_analysis(sweep=sweep),

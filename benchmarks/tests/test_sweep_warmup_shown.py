@@ -1,7 +1,8 @@
 """A sweep's warm-up requests per point (its grid's ``warmup``) are on its page beside the time
-limit and a top-level field of the API's sweep, not only inside the grid's JSON: "3 requests a
+limit and a top-level field of the API's sweep and of its JSON export, not only inside the grid's JSON: "3 requests a
 point, not counted", "none" for a grid without warm-up, nothing (null) for a sweep of imported
 runs, which has no grid."""
+import json
 import re
 
 import pytest
@@ -45,6 +46,14 @@ def test_the_warmup_is_on_the_sweep_page_and_a_field_of_the_api(viewer, viewer_a
     assert detail.json()["grid"] == grid
     listed = viewer_api.get("/api/sweeps/")
     assert [s["warmup_requests"] for s in listed.json()["results"] if s["id"] == sweep.pk] == [field]
+    exported = viewer_api.get(f"/api/sweeps/{sweep.pk}/export/")
+    assert exported.status_code == 200
+    assert exported.json()["sweep"]["warmup_requests"] == field
+    page = Client()
+    page.force_login(viewer)
+    download = page.get(f"/benchmarks/sweeps/{sweep.pk}/export.json")
+    assert download.status_code == 200
+    assert json.loads(download.content)["sweep"]["warmup_requests"] == field
 
 
 def test_the_warmup_fact_follows_the_time_limit(viewer):
