@@ -958,7 +958,8 @@
     // SERVER_PROBE_MS (one node of GET /api/nodes/, as the signed-in viewer), and the first 2xx
     // answer tells live.js that the server is back ("ceiling:server-answered"), which retries a
     // socket waiting out its back-off at once, as the other pages' polls do. A server still away
-    // answers nothing; signed out, the answer is a 401 and the wall says "signed out".
+    // answers nothing; signed out, the answer is a 401 and the wall says "signed out"; without the
+    // viewer role any more, a 403 and it says "no access", as the live client's session check does.
     function serverAnswered() { document.dispatchEvent(new CustomEvent("ceiling:server-answered")); }
     function probeServer() {
       if (live.state !== "reconnecting") return;
@@ -966,6 +967,9 @@
         .then(function (r) {
           if (r.status === 401 || CeilingLive.isLoginRedirect(r)) {
             CeilingLive.sessionEnded(401, r.headers.get("Ceiling-Login-URL"));
+          } else if (r.status === 403) {
+            live.sessionEnded(true);
+            CeilingLive.sessionEnded(403, null);
           } else if (r.ok && !r.redirected) {
             serverAnswered();
           }

@@ -246,14 +246,15 @@
 
   // The session ended, as a page request found out: say so now rather than when the server's
   // re-check closes the socket, and reconnect only every SIGNED_OUT_RETRY_MS (a new session
-  // cookie then goes live again).
-  Live.prototype.sessionEnded = function () {
+  // cookie then goes live again). forbidden: the request was answered 403, the account has no
+  // role any more ("no access", as after the session check's 403).
+  Live.prototype.sessionEnded = function (forbidden) {
     if (this.closedByUs || this.state === "signed-out") return;
     if (this.retryTimer) { clearTimeout(this.retryTimer); this.retryTimer = null; }
     var ws = this.ws;
     this.ws = null;
     if (ws) { try { ws.close(1000); } catch (err) { /* closing anyway */ } }
-    this.forbidden = false;
+    this.forbidden = !!forbidden;
     this._setState("signed-out");
     var self = this;
     this.retryTimer = setTimeout(function () { self._connect(); }, SIGNED_OUT_RETRY_MS);

@@ -10,6 +10,8 @@ is refused and every socket closed as it opens).
 * After the server restarts, the wall is live again within seconds, long before its socket's
   back-off would try again (at least 11 s after the fifth refused socket): while it is not live it
   asks the server a light question every 2 s, and the first answer has the socket retried at once.
+  Answered 403 (the account lost its viewer role meanwhile), the wall says "no access" at once,
+  as the live client's own session check does, rather than reconnecting.
 """
 from __future__ import annotations
 
@@ -133,5 +135,29 @@ def test_the_wall_is_live_again_within_seconds_of_its_server_coming_back(live_se
     count = len(asked)
     page.wait_for_timeout(4500)
     assert [url for url in asked[count:] if "limit=1" in url] == [], asked[count:]
+    assert errors == [], errors
+    page.context.close()
+
+
+def test_the_walls_question_answered_403_says_no_access(live_server, online_node, viewer, browser):
+    page, server, errors = _open_wall(browser, live_server.url, viewer)
+    server.stop()
+    page.wait_for_function("sel => document.querySelector(sel).textContent.startsWith('reconnecting… stale since ')",
+                           arg=STATUS, timeout=10_000)
+    # Down long enough that the socket waits out a back-off of seconds between tries.
+    deadline = time.monotonic() + 60
+    while len(server.refused) < REFUSALS and time.monotonic() < deadline:
+        page.wait_for_timeout(100)
+    assert len(server.refused) >= REFUSALS, server.refused
+
+    # Back, but the account has no role any more: the light question is answered 403.
+    page.route(re.compile(r".*/api/nodes/\?limit=1$"),
+               lambda route: route.fulfill(status=403, content_type="application/json",
+                                           body=json.dumps({"detail": "You do not have permission to perform this action."})))
+    asked = time.monotonic()
+    page.wait_for_function("sel => document.querySelector(sel).textContent.startsWith('no access: ')",
+                           arg=STATUS, timeout=4_000, polling=200)
+    assert time.monotonic() - asked < 4
+    assert page.locator(STATUS).get_attribute("data-state") == "signed-out"
     assert errors == [], errors
     page.context.close()
