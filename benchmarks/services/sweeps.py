@@ -628,7 +628,12 @@ def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = 
     (the planned counts, a time-limited point's what fitted in its time).
 
     A running point is ended with the sweep's status and reason, led, for one stopped before its
-    first measured request, by when it stopped (:func:`ended_before_sending_text`)."""
+    first measured request, by when it stopped (:func:`ended_before_sending_text`); the sweep's own
+    reason then ends with the phase it stopped in (:func:`_stopped_phase_reason`: ``cancelled by
+    oscar while warming up``)."""
+    point_reason = reason   # a point's own reason says its phase already
+    if status != SweepStatus.DONE:
+        reason = _stopped_phase_reason(sweep_id, reason)
     fields: dict[str, Any] = {"status": status, "reason": reason, "ended_at": timezone.now(), "current_point": "",
                               "current_tok_s": None}
     if status != SweepStatus.DONE:
@@ -645,12 +650,24 @@ def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = 
     run_status = RunStatus.CANCELLED if status == SweepStatus.CANCELLED else RunStatus.FAILED
     for run_id, num_requests, progress in BenchmarkRun.objects.filter(
             sweep_id=sweep_id, status=RunStatus.RUNNING).values_list("id", "num_requests", "progress"):
-        run_reason = ended_before_sending_text(progress, num_requests) + (reason or status)
+        run_reason = ended_before_sending_text(progress, num_requests) + (point_reason or status)
         retry_locked(lambda run_id=run_id, run_reason=run_reason: BenchmarkRun.objects.filter(
             pk=run_id, status=RunStatus.RUNNING).update(status=run_status, reason=run_reason,
                                                         ended_at=timezone.now()), what=what)
     _broadcast(sweep_id, "sweep.status", {"sweep_id": sweep_id, "status": status, "reason": reason}, force=True)
     return True
+
+
+def _stopped_phase_reason(sweep_id: int, reason: str) -> str:
+    """``reason`` of sweep ``sweep_id`` ending otherwise than done, with `` while warming up`` or
+    `` while preparing prompts`` added where its running point stopped in that phase, before its
+    first measured request (its progress's ``ended_during``): ``cancelled by oscar while warming
+    up``, ``...during point c=4 64/64; the sweep stopped while preparing prompts``. ``reason``
+    itself otherwise."""
+    phases = BenchmarkRun.objects.filter(sweep_id=sweep_id, status=RunStatus.RUNNING).values_list(
+        "progress__ended_during", flat=True)
+    phase = next((p for p in phases if p in (PREPARING_PHASE, WARMUP_PHASE)), None)
+    return f"{reason} while {phase}" if phase and reason and not reason.endswith(f" while {phase}") else reason
 
 
 def ended_before_sending_text(progress: Mapping[str, Any] | None, planned: int | None) -> str:

@@ -71,6 +71,10 @@ def test_a_point_stopped_while_warming_up_counts_what_it_sent_not_its_plan(opera
     assert run.status == RunStatus.FAILED
     assert run.reason.startswith("stopped while warming up (1/2 warm-up requests ended), before its first measured "
                                  f"request (0 of 4 planned requests sent): {stop}"), run.reason
+    assert run.reason.endswith(f"{stop} during point c=4 64/64; the sweep stopped"), run.reason
+    # The sweep's own reason says the phase too.
+    assert BenchmarkSweep.objects.get(pk=sweep.pk).reason == (
+        f"{stop} during point c=4 64/64; the sweep stopped while warming up")
     # The API, the page's results table, the terminal's and the CSV all say 0 sent, its plan apart.
     api = viewer_api.get(f"/api/sweeps/{sweep.pk}/").json()
     assert (api["requests_done"], api["requests_total"]) == (0, 0)
@@ -105,6 +109,8 @@ def test_a_sweep_stopped_while_warming_up_says_so_on_its_page_and_the_list_as_it
     run = _running(sweep, WARMED)
     assert sweep_services._finish(sweep.pk, status, "cancelled by oscar" if status == SweepStatus.CANCELLED
                                   else "deployment #1 is stopping; the sweep stopped")
+    assert viewer_api_reason(viewer, sweep) == ("cancelled by oscar while warming up" if status == SweepStatus.CANCELLED
+                                                else "deployment #1 is stopping; the sweep stopped while warming up")
     client.force_login(viewer)
     how = "was cancelled" if status == SweepStatus.CANCELLED else "failed"
     why = f"(the sweep {how} while warming up, before its first measured request)"
@@ -116,6 +122,31 @@ def test_a_sweep_stopped_while_warming_up_says_so_on_its_page_and_the_list_as_it
     assert f'none sent <span class="muted small">{why}</span>' in row
     run_page = client.get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
     assert "before its first measured request" in run_page and "The point stopped while warming up" in run_page
+
+
+def viewer_api_reason(viewer, sweep: BenchmarkSweep) -> str:
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(viewer)
+    return api.get(f"/api/sweeps/{sweep.pk}/").json()["reason"]
+
+
+@pytest.mark.parametrize(("progress", "reason"), [
+    ({"ended_during": "preparing prompts", "prepared": 3, "total": 11, "requests_sent": 0},
+     "cancelled by oscar while preparing prompts"),
+    ({"done": 5, "total": 64, "failed": 0, "aborted": 0}, "cancelled by oscar"),
+])
+def test_the_sweeps_reason_names_the_phase_only_where_its_point_stopped_in_one(operator, progress, reason) -> None:
+    from benchmarks.services import sweeps as sweep_services
+
+    sweep = _sweep(operator)
+    run = _running(sweep, progress)
+    assert sweep_services._finish(sweep.pk, SweepStatus.CANCELLED, "cancelled by oscar")
+    assert BenchmarkSweep.objects.get(pk=sweep.pk).reason == reason
+    run.refresh_from_db()
+    assert run.reason.endswith(": cancelled by oscar" if "ended_during" in progress else "cancelled by oscar")
+    assert "while preparing prompts" not in run.reason.split(": ", 1)[-1]
 
 
 def _failed_point(sweep: BenchmarkSweep, errors: dict, *, aborted: int, requests: int, reason: str) -> BenchmarkRun:
