@@ -167,9 +167,15 @@ class SecretAdmin(admin.ModelAdmin):
     """Secrets by name. The value column is never listed, searched or rendered."""
 
     form = SecretAdminForm
-    list_display = ["name", "description", "updated_at"]
+    list_display = ["name", "description_shown", "updated_at"]
     search_fields = ["name", "description"]
     readonly_fields = ["created_at", "updated_at"]
+
+    @admin.display(description="description", ordering="description")
+    def description_shown(self, obj: Secret) -> str:
+        """The description, a secret's value or a credential in it (saved before such text was
+        refused there) masked."""
+        return services.free_text_shown(obj.description)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Secret | None = None) -> list[str]:
         # Recipes reference secrets by name, so a stored secret keeps its name.

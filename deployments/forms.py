@@ -28,7 +28,9 @@ from deployments.models import (
     name_validator,
 )
 from deployments.recipes import RECIPE_DOC_PATH
-from deployments.services import free_text_shown, recipe_name_validator, secret_value_validator, text_control_validator
+from deployments.services import (
+    free_text_shown, recipe_name_validator, secret_description_validator, secret_value_validator, text_control_validator,
+)
 
 
 def spec_parse(text: str) -> dict:
@@ -372,7 +374,7 @@ class SecretAdminForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         name_judged_once(self)
         # Everyone who lists the secrets reads the description: refused as the API refuses it.
-        self.fields["description"].validators.append(text_control_validator)
+        self.fields["description"].validators += [text_control_validator, secret_description_validator]
 
     def clean_value(self) -> str:
         value = self.cleaned_data.get("value") or ""
@@ -384,6 +386,28 @@ class SecretAdminForm(forms.ModelForm):
         if problem:
             raise forms.ValidationError(problem)
         return value
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        from deployments.services import secret_description_problem
+
+        # The description may not hold the value this same form gives the secret.
+        if cleaned.get("value") and "description" in cleaned:
+            problem = secret_description_problem(cleaned["description"], value=cleaned["value"])
+            if problem:
+                self.add_error("description", problem)
+        if self.has_error("description") and "description" in self.data:
+            # shown again as the refusal says it: a secret's value or a credential never repeated
+            from controlplane.redaction import secret_value_masked
+            from deployments.recipes import secret_text_masked
+            from deployments.services import secret_values
+
+            values = secret_values()
+            data = self.data.copy()
+            data["description"] = secret_value_masked(secret_text_masked(self.data["description"], values),
+                                                      [cleaned.get("value") or ""])
+            self.data = data
+        return cleaned
 
     def _post_clean(self) -> None:
         super()._post_clean()

@@ -232,11 +232,12 @@ class RetiredSecretValue(models.Model):
 def recipe_name_shown(name: str) -> str:
     """A recipe's ``name`` as it is shown: a stored secret's value in it, in any spelling a page
     masks it in, replaced by ``***redacted***``
-    (:func:`controlplane.redaction.secret_values_mask`). Names holding one are refused on every
+    (:func:`controlplane.redaction.secret_values_mask`), and a well-known credential shortened
+    (``hf_…(37 chars)``). Names holding one are refused on every
     write; a row saved before that still holds it, and every read shows it so."""
-    from controlplane.redaction import secret_values_mask
+    from controlplane.redaction import credential_mask, secret_values_mask
 
-    return secret_values_mask(name) if isinstance(name, str) and name else name
+    return secret_values_mask(credential_mask(name)) if isinstance(name, str) and name else name
 
 
 class Recipe(models.Model):

@@ -46,7 +46,7 @@ from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_spelled
 from controlplane.lengths import length_message
 from controlplane.redaction import (
-    MIN_VALUE_LENGTH, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_mask_json, redact_text, register_secret_value, secret_value_found,
+    MIN_VALUE_LENGTH, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_mask, credential_mask_json, redact_text, register_secret_value, secret_value_found,
     secret_values_mask, stored_secret_values_load,
 )
 from controlplane.secretbox import SecretUnreadable
@@ -183,14 +183,30 @@ def secret_value_in_text(field: str, text: Any, values: dict[str, str] | None = 
     secret in any spelling a page masks it in (:func:`controlplane.redaction.secret_value_found`:
     as typed, base64, percent-encoded, ..., each spelling at least
     :data:`controlplane.redaction.PLAIN_VALUE_MIN_LENGTH` characters), naming the field and the
-    secret, never the value; or None. ``values`` is :func:`secret_values`, read here when not given."""
+    secret, never the value; or a well-known credential format in it (:func:`credential_in_text`),
+    naming its kind; or None. ``values`` is :func:`secret_values`, read here when not given."""
     if not isinstance(text, str) or len(text) < PLAIN_VALUE_MIN_LENGTH:
         return None
     for value, name in (secret_values() if values is None else values).items():
         if len(value.strip()) >= MIN_VALUE_LENGTH and secret_value_found(text, value):
             return (f"{field} holds the value of secret {json_spelled(name)}: refer to the secret by its name "
                     f"{json_spelled(name)} instead; {field} is stored and shown in clear")
-    return None
+    return credential_in_text(field, text)
+
+
+def credential_in_text(field: str, text: Any) -> str | None:
+    """Why ``text``, free text stored in ``field`` and shown in clear, cannot hold what it holds: a
+    well-known credential format (:func:`controlplane.redaction.credential_find`: a Hugging Face
+    token, a GitHub token, ...), named by its kind and its prefix only, never quoted
+    (``description holds what looks like a Hugging Face token (hf_…): store it as a secret and
+    reference it``); or None."""
+    found = credential_find(text) if isinstance(text, str) else None
+    if found is None:
+        return None
+    kind, shortened = found
+    head = shortened.split("(", 1)[0]
+    return (f"{field} holds what looks like a {kind} ({head}): store it as a secret and reference it; "
+            f"{field} is stored and shown in clear")
 
 
 def secret_value_validator(field: str):
@@ -229,8 +245,9 @@ def free_text_shown(text: Any) -> Any:
     """Free text one user wrote (a recipe's description, a change reason, a sweep's name) as
     pages, the API, exports and CLI output show it: a stored secret's value in it, saved before
     such values were refused (:func:`secret_value_in_text`), masked as every other read masks it
-    (:func:`controlplane.redaction.secret_values_mask`). Anything but text is returned as it is."""
-    return secret_values_mask(text) if isinstance(text, str) and text else text
+    (:func:`controlplane.redaction.secret_values_mask`), and a well-known credential shortened
+    (:func:`controlplane.redaction.credential_mask`, ``hf_…(37 chars)``). Anything but text is returned as it is."""
+    return secret_values_mask(credential_mask(text)) if isinstance(text, str) and text else text
 
 
 #: Tab, newline and carriage return: taken in free text of several lines (a description), but not in
@@ -558,9 +575,9 @@ def _check_name_free(name: str, *, exclude_pk: int | None = None) -> None:
 
 
 def _change_reason_check(change_reason: str | None) -> None:
-    """Refuse a change reason holding a stored secret's value (:func:`secret_value_in_text`): the
-    history shows it to everyone who may read the recipe. Raises :class:`InvalidInput` under
-    ``change_reason``."""
+    """Refuse a change reason holding a stored secret's value or a credential
+    (:func:`secret_value_in_text`): the history shows it to everyone who may read the recipe.
+    Raises :class:`InvalidInput` under ``change_reason``."""
     problem = secret_value_in_text("change_reason", change_reason)
     if problem:
         raise InvalidInput({"change_reason": [problem]})
@@ -1173,8 +1190,31 @@ def _validate_secret_fields(*, name: str | None = None, value: str | None = None
             errors["description"] = [length_message(255, len(description))]
         elif _string_problem(description) or text_control_problem(description):
             errors["description"] = [_string_problem(description) or text_control_problem(description)]
+        elif problem := secret_description_problem(description, value=value):
+            errors["description"] = [problem]
     if errors:
         raise InvalidInput(errors)
+
+
+def secret_description_problem(description: Any, *, value: Any = None) -> str | None:
+    """Why a secret's ``description``, listed in clear to everyone who may list the secrets, cannot
+    hold what it holds: ``value``, the value the same write gives the secret, or any stored
+    secret's value (the secret's own current one included), in any spelling a page masks it in, or
+    a well-known credential (:func:`secret_value_in_text`); never quoting it. None when clean."""
+    if (isinstance(description, str) and isinstance(value, str) and len(value.strip()) >= MIN_VALUE_LENGTH
+            and secret_value_found(description, value)):
+        return ("description holds the value of this secret: the value is write-only and never shown, while "
+                "description is stored and shown in clear")
+    return secret_value_in_text("description", description)
+
+
+def secret_description_validator(value: object) -> None:
+    """A field validator (Django forms and DRF serializers alike) refusing a secret's description
+    that holds a stored secret's value or a credential (:func:`secret_description_problem`); the
+    value given in the same write is checked where the whole write is known."""
+    problem = secret_description_problem(value)
+    if problem:
+        raise DjangoValidationError(problem, code="secret_value")
 
 
 def secret_name_errors(name: str) -> list[str]:

@@ -344,15 +344,17 @@ def run_measured_duration_s(*, run: BenchmarkRun) -> float | None:
 def imported_summary_shown(value: Any) -> Any:
     """An imported run's summary (or any JSON value of it) as every read shows it: each string,
     keys included, with a stored secret's value masked
-    (:func:`controlplane.redaction.secret_values_mask`). Its ``model_id``, ``tokenizer_id``,
+    (:func:`controlplane.redaction.secret_values_mask`) and a well-known credential shortened
+    (:func:`controlplane.redaction.credential_mask`, ``hf_…(37 chars)``). Its ``model_id``, ``tokenizer_id``,
     ``label`` and notes come from the file, which is refused at import when it holds such a value
     (:func:`_import_secret_values_refuse`); a run imported before that still holds it."""
-    from controlplane.redaction import secret_values_mask
+    from controlplane.redaction import credential_mask, secret_values_mask
 
     if isinstance(value, str):
-        return secret_values_mask(value)
+        return secret_values_mask(credential_mask(value))
     if isinstance(value, dict):
-        return {secret_values_mask(k) if isinstance(k, str) else k: imported_summary_shown(v) for k, v in value.items()}
+        return {secret_values_mask(credential_mask(k)) if isinstance(k, str) else k: imported_summary_shown(v)
+                for k, v in value.items()}
     if isinstance(value, list):
         return [imported_summary_shown(v) for v in value]
     return value
@@ -360,10 +362,11 @@ def imported_summary_shown(value: Any) -> Any:
 
 def run_filename_shown(name: str) -> str:
     """An imported run's ``original_filename`` as every read shows it: a stored secret's value in
-    it (a file imported before such names were refused) masked."""
-    from controlplane.redaction import secret_values_mask
+    it (a file imported before such names were refused) masked, and a well-known credential
+    shortened."""
+    from controlplane.redaction import credential_mask, secret_values_mask
 
-    return secret_values_mask(name) if isinstance(name, str) and name else name
+    return secret_values_mask(credential_mask(name)) if isinstance(name, str) and name else name
 
 
 def run_summary_read(*, run: BenchmarkRun) -> dict[str, Any] | None:
@@ -1542,13 +1545,13 @@ def _import_secret_values_refuse(imported: list[ImportedRun], *, filename: str, 
     run list, its page, exports). The problem names the field (``filename``, or the line and key:
     ``line 2.model_id``) and the secret, never the value; every such field of the file at once.
     A value anywhere else in ``text`` (the file's text) is refused too, by its place
-    (:func:`_import_text_secret_values`): the file is kept and served by the run's download."""
+    (:func:`_import_text_secret_values`): the file is kept and served by the run's download.
+    A well-known credential (:func:`deployments.services.credential_in_text`, a Hugging Face token
+    ...) in the file name or one of those fields is refused the same way, named by its kind."""
     from controlplane.redaction import MIN_VALUE_LENGTH, PLAIN_VALUE_MIN_LENGTH, secret_value_found
-    from deployments.services import secret_values
+    from deployments.services import credential_in_text, secret_values
 
     values = {v: n for v, n in secret_values().items() if len(v.strip()) >= MIN_VALUE_LENGTH}
-    if not values:
-        return
 
     def holder(text: Any) -> str | None:
         if not isinstance(text, str) or len(text) < PLAIN_VALUE_MIN_LENGTH:
@@ -1559,17 +1562,20 @@ def _import_secret_values_refuse(imported: list[ImportedRun], *, filename: str, 
         return (f"{field} holds the value of secret {json_spelled(name)}; it would be stored and shown in clear: "
                 f"remove the value from the {'file name' if field == 'filename' else 'file'} and import again")
 
+    def problem(field: str, text: Any) -> str | None:
+        name = holder(text)
+        return message(field, name) if name else credential_in_text(field, text)
+
     errors: dict[str, list[str]] = {}
-    name = holder(filename)
-    if name:
-        errors["filename"] = [message("filename", name)]
+    if said := problem("filename", filename):
+        errors["filename"] = [said]
     for item in imported:
         for key in IMPORT_SHOWN_FIELDS:
-            name = holder(getattr(item, key, None))
-            if name:
+            if said := problem(key, getattr(item, key, None)):
                 path = ImportProblem(message="", line=item.source_line, key=key).path
-                errors.setdefault(path, []).append(message(key, name))
-    _import_text_secret_values(imported, text=text, values=values, errors=errors)
+                errors.setdefault(path, []).append(said)
+    if values:
+        _import_text_secret_values(imported, text=text, values=values, errors=errors)
     if errors:
         raise InvalidInput(errors)
 

@@ -42,7 +42,7 @@ from deployments.nodes import GPU_STATUSES, node_gpu_status
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
-    deployment_state_note, deployment_waiting_reason, text_control_validator, secret_value_validator, recipe_name_validator, free_text_shown, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem,
+    deployment_state_note, deployment_waiting_reason, text_control_validator, secret_value_validator, recipe_name_validator, free_text_shown, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem, secret_description_problem, secret_description_validator,
     recipe_secret_values_held, secret_values, spec_errors_beside_refused_text,
 )
 
@@ -545,7 +545,7 @@ class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
                                 models.CharField: StrictCharField}
     value = LimitedTextField(write_only=True, trim_whitespace=False, max_length=8192, conceal=True)
     description = OptionalTextField(max_length=255, required=False, help_text='"" or null for none',
-                                    validators=[text_control_validator])
+                                    validators=[text_control_validator, secret_description_validator])
     read_only_reasons = _SECRET_READ_ONLY
 
     class Meta:
@@ -569,6 +569,20 @@ class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
             raise serializers.ValidationError(problem)
         return value
 
+    def validate(self, attrs: dict) -> dict:
+        # The description may not hold the value this same body gives the secret.
+        problem = secret_description_problem(attrs.get("description"), value=attrs.get("value"))
+        if problem:
+            raise serializers.ValidationError({"description": [problem]})
+        return attrs
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        # A description saved before secret values and credentials were refused in it shows them masked.
+        if "description" in data:
+            data["description"] = free_text_shown(data["description"])
+        return data
+
 
 class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
     """PATCH/PUT body for a secret: a new value and/or description, each a JSON string. The name
@@ -578,7 +592,7 @@ class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
     value = LimitedTextField(write_only=True, trim_whitespace=False, max_length=8192, required=False,
                             conceal=True)
     description = OptionalTextField(max_length=255, required=False, help_text='"" or null for none',
-                                    validators=[text_control_validator])
+                                    validators=[text_control_validator, secret_description_validator])
     read_only_reasons = {"name": SECRET_RENAME_REFUSED, **_SECRET_READ_ONLY}
 
     def validate_value(self, value: str) -> str:
@@ -586,6 +600,20 @@ class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
         if problem:
             raise serializers.ValidationError(problem)
         return value
+
+    def validate(self, attrs: dict) -> dict:
+        # The description may not hold the value this same body gives the secret.
+        problem = secret_description_problem(attrs.get("description"), value=attrs.get("value"))
+        if problem:
+            raise serializers.ValidationError({"description": [problem]})
+        return attrs
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        # A description saved before secret values and credentials were refused in it shows them masked.
+        if "description" in data:
+            data["description"] = free_text_shown(data["description"])
+        return data
 
 
 # --- deployments and processes -------------------------------------------------------------

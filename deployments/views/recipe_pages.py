@@ -106,13 +106,15 @@ def _refused_form_masked(form: RecipeForm) -> RecipeForm:
     clear (:func:`deployments.recipes.secret_text_masked`: a well-known credential shortened, a
     stored secret's value masked), which its errors already refused naming the secret to
     reference: the page that names the secret never repeats its value, in the spec box or
-    anywhere else."""
+    anywhere else. Its name, description and change reason are shown so too."""
     from deployments.recipes import secret_text_masked
 
-    if form.is_bound and "spec" in form.data:
+    shown = [key for key in ("spec", "name", "description", "change_reason") if key in form.data]
+    if form.is_bound and shown:
         data = form.data.copy()
         values = services.secret_values()
-        data.setlist("spec", [secret_text_masked(text, values) for text in form.data.getlist("spec")])
+        for key in shown:
+            data.setlist(key, [secret_text_masked(text, values) for text in form.data.getlist(key)])
         form.data = data
     return form
 
