@@ -29,7 +29,7 @@ from deployments.models import (
 )
 from deployments.recipes import RECIPE_DOC_PATH
 from deployments.services import (
-    free_text_shown, recipe_name_validator, secret_description_validator, secret_value_validator, text_control_validator,
+    free_text_shown, recipe_description_validator, recipe_name_validator, secret_description_validator, secret_value_validator, text_control_validator,
 )
 
 
@@ -154,7 +154,8 @@ class RecipeForm(SpecTextMixin, SingleValuedForm):
     # typing at the limit.
     name = forms.CharField(validators=[recipe_name_validator], widget=forms.TextInput(attrs={"maxlength": NAME_MAX_LENGTH}),
                            help_text="lowercase letters, digits, '.', '_' or '-'")
-    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                                  validators=[recipe_description_validator])
     engine = forms.ChoiceField(choices=Engine.choices)
     topology = forms.ChoiceField(choices=Topology.choices)
     node = forms.ModelChoiceField(queryset=Node.objects.all(), empty_label=None)

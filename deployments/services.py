@@ -241,6 +241,23 @@ def _description_placeholder(description: str) -> str | None:
             f"or refer to the secret by its name")
 
 
+def recipe_description_problem(description: str) -> str | None:
+    """Why a recipe's ``description`` (text within its length) cannot be saved, or None: a
+    character no column or page may hold, a stored secret's value or a credential
+    (:func:`secret_value_in_text`), or the placeholder shown in place of a secret's value."""
+    return (_string_problem(description) or text_control_problem(description)
+            or secret_value_in_text("description", description) or _description_placeholder(description))
+
+
+def recipe_description_validator(value: object) -> None:
+    """A field validator (Django forms and DRF serializers alike) refusing a recipe's description
+    with :func:`recipe_description_problem`'s message, so a form or body refused for another field
+    names the description's problem in the same answer."""
+    problem = recipe_description_problem(value) if isinstance(value, str) else None
+    if problem:
+        raise DjangoValidationError(problem, code="description")
+
+
 def free_text_shown(text: Any) -> Any:
     """Free text one user wrote (a recipe's description, a change reason, a sweep's name) as
     pages, the API, exports and CLI output show it: a stored secret's value in it, saved before
@@ -524,9 +541,7 @@ def recipe_content_validate(content: dict[str, Any], *, stored_spec: Any = None)
         errors["description"] = ["Must be text."]
     elif len(description) > DESCRIPTION_MAX_LENGTH:
         errors["description"] = [length_message(DESCRIPTION_MAX_LENGTH, len(description))]
-    elif _string_problem(description) or text_control_problem(description):
-        errors["description"] = [_string_problem(description) or text_control_problem(description)]
-    elif problem := secret_value_in_text("description", description) or _description_placeholder(description):
+    elif problem := recipe_description_problem(description):
         errors["description"] = [problem]
     if content.get("engine") not in Engine.values:
         errors["engine"] = [f"Unknown engine; one of {', '.join(Engine.values)}."]
@@ -574,13 +589,24 @@ def _check_name_free(name: str, *, exclude_pk: int | None = None) -> None:
         raise InvalidInput({"name": [f"A recipe named {json_spelled(name)} already exists."]})
 
 
-def _change_reason_check(change_reason: str | None) -> None:
-    """Refuse a change reason holding a stored secret's value or a credential
-    (:func:`secret_value_in_text`): the history shows it to everyone who may read the recipe.
-    Raises :class:`InvalidInput` under ``change_reason``."""
+def _change_reason_errors(change_reason: str | None) -> dict[str, list[str]]:
+    """A change reason holding a stored secret's value or a credential (:func:`secret_value_in_text`),
+    which the history shows to everyone who may read the recipe, as ``{"change_reason": [why]}``;
+    empty when it may be stored."""
     problem = secret_value_in_text("change_reason", change_reason)
-    if problem:
-        raise InvalidInput({"change_reason": [problem]})
+    return {"change_reason": [problem]} if problem else {}
+
+
+def _content_validate_with(reason_errors: dict[str, list[str]], content: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """:func:`recipe_content_validate`, raising :class:`InvalidInput` with ``reason_errors`` (the
+    change reason's) beside the content's own, so every problem is reported at once."""
+    try:
+        validated = recipe_content_validate(content, **kwargs)
+    except InvalidInput as exc:
+        raise InvalidInput({**reason_errors, **exc.errors}) from exc
+    if reason_errors:
+        raise InvalidInput(reason_errors)
+    return validated
 
 
 def _save_with_history(recipe: Recipe, *, user, change_reason: str) -> None:
@@ -633,9 +659,9 @@ def recipe_create(
     Raises :class:`InvalidInput` (keys ``name``, ``engine``, ``topology``, ``node``, ``spec.…``)
     when anything is invalid or the name is taken.
     """
-    _change_reason_check(change_reason)
-    content = recipe_content_validate(
-        {"name": name, "description": description or "", "engine": engine, "topology": topology, "node": node, "spec": spec}
+    content = _content_validate_with(
+        _change_reason_errors(change_reason),
+        {"name": name, "description": description or "", "engine": engine, "topology": topology, "node": node, "spec": spec},
     )
     with transaction.atomic():
         _check_name_free(content["name"])
@@ -676,7 +702,7 @@ def recipe_update(
     unknown = sorted(set(fields) - set(RECIPE_CONTENT_FIELDS))
     if unknown:
         raise InvalidInput({key: ["Not a recipe field."] for key in unknown})
-    _change_reason_check(change_reason)
+    reason_errors = _change_reason_errors(change_reason)
     if spec_patch is not None and "spec" in fields:
         raise InvalidInput({"spec": ["Give spec (the whole spec) or spec_patch (a merge patch), not both."]})
     with transaction.atomic():
@@ -695,7 +721,7 @@ def recipe_update(
         merged = {**current, **fields}
         if merged.get("description") is None:
             merged["description"] = ""
-        content = recipe_content_validate(merged, stored_spec=current["spec"])
+        content = _content_validate_with(reason_errors, merged, stored_spec=current["spec"])
         if _same_content(current, content):
             return locked
         if content["name"] != locked.name:

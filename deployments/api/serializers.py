@@ -42,7 +42,7 @@ from deployments.nodes import GPU_STATUSES, node_gpu_status
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
-    deployment_state_note, deployment_waiting_reason, text_control_validator, secret_value_validator, recipe_name_validator, free_text_shown, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem, secret_description_problem, secret_description_validator,
+    deployment_state_note, deployment_waiting_reason, text_control_validator, secret_value_validator, recipe_name_validator, free_text_shown, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem, secret_description_problem, secret_description_validator, recipe_description_validator,
     recipe_secret_values_held, secret_values, spec_errors_beside_refused_text,
 )
 
@@ -277,6 +277,7 @@ class RecipeWriteSerializer(serializers.Serializer):
 
     name = NameField(example="seed-v4-flash-pd")
     description = OptionalTextField(max_length=DESCRIPTION_MAX_LENGTH, required=False,
+                                    validators=[recipe_description_validator],
                                     help_text=f'free text of at most {DESCRIPTION_MAX_LENGTH} characters; "" or null for none')
     engine = FilterChoiceField(choices=Engine.choices)
     topology = FilterChoiceField(choices=Topology.choices)

@@ -172,6 +172,65 @@ def test_rows_stored_before_show_the_credential_shortened(admin_api, viewer_api,
     assert admin_api.get(f"/api/secrets/{secret.pk}/").json()["description"] == f"token {shortened}"
 
 
+# --- every problem of a recipe write at once ---------------------------------------------------
+
+VALUE = "pw-Value-0123456"
+
+
+@pytest.mark.parametrize(("body", "keys"), [
+    ({"description": f"pw {VALUE} here", "change_reason": f"reason {VALUE}"}, {"description", "change_reason"}),
+    ({"description": f"pw {VALUE} here", "spec": {"stop_grace_s": 0}}, {"description", "spec.stop_grace_s"}),
+    ({"description": f"token {HF}", "change_reason": f"reason {VALUE}", "spec": {"stop_grace_s": 0}},
+     {"description", "change_reason", "spec.stop_grace_s"}),
+], ids=["description and change reason", "description and spec", "all three"])
+def test_a_recipe_patch_reports_every_problem_in_one_answer(admin_api, body, keys):
+    pk = _recipe(admin_api)
+    secret_api_store(admin_api, name="pw", value=VALUE)
+    version = Recipe.objects.get(pk=pk).version
+
+    answer = admin_api.patch(f"/api/recipes/{pk}/", body, format="json")
+
+    assert answer.status_code == 400, answer.content
+    assert set(answer.json()) == keys
+    for key in keys - {"spec.stop_grace_s"}:
+        assert answer.json()[key][0].startswith(f"{key} holds ")
+    assert VALUE not in answer.content.decode() and HF not in answer.content.decode()
+    assert Recipe.objects.get(pk=pk).version == version
+
+
+def test_the_service_reports_the_change_reason_beside_the_content(admin_api, operator):
+    from controlplane.errors import InvalidInput
+    from deployments.services import recipe_update
+
+    pk = _recipe(admin_api)
+    secret_api_store(admin_api, name="pw", value=VALUE)
+
+    with pytest.raises(InvalidInput) as refused:
+        recipe_update(recipe=Recipe.objects.get(pk=pk), user=operator, change_reason=f"reason {VALUE}",
+                      description=f"pw {VALUE}")
+
+    assert set(refused.value.errors) == {"description", "change_reason"}
+
+
+def test_the_recipe_edit_form_reports_the_description_and_change_reason_at_once(admin_api, operator):
+    pk = _recipe(admin_api)
+    secret_api_store(admin_api, name="pw", value=VALUE)
+    client = Client()
+    client.force_login(operator)
+    url = reverse("deployments:recipe-edit", args=[pk])
+    form = client.get(url).context["form"]
+    values = {bf.html_name: bf.value() for bf in form if bf.value() is not None}
+    values.update(description=f"pw {VALUE} here", change_reason=f"reason {VALUE}")
+
+    page = client.post(url, values)
+
+    body = page.content.decode()
+    assert page.status_code == 400
+    assert "description holds the value of secret &#x27;pw&#x27;" in body
+    assert "change_reason holds the value of secret &#x27;pw&#x27;" in body
+    assert VALUE not in body and Recipe.objects.get(pk=pk).version == 1
+
+
 # --- a secret's description and secret values ----------------------------------------------------
 
 OWN = "own-Value-0123456"
