@@ -5,7 +5,6 @@ it; text stored before that shows it shortened on every read. Every problem of a
 comes back in one 400, and a secret's description refuses its own value and any other secret's."""
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
