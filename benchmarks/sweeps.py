@@ -1034,6 +1034,15 @@ def _short_cell(text: str, ref: str) -> str:
     return ref
 
 
+def _lengths_cell(run: Any) -> str:
+    """A run's input/output lengths for the results table: ``32/32``, ``var`` when drawn from a
+    range, ``-`` when not known (as :attr:`benchmarks.models.BenchmarkRun.label` words them)."""
+    flags = getattr(run, "flags", None) or []
+    if getattr(run, "input_len", None) and getattr(run, "output_len", None):
+        return f"{run.input_len}/{run.output_len}"
+    return "var" if "variable_lengths" in flags and "lengths_unknown" not in flags else "-"
+
+
 def results_table_lines(runs: Iterable[Any], *, num_gpus: int | None) -> list[str]:
     """The results table for a terminal, narrow enough for 80-120 columns: a two-line header
     (units below the quantities, :data:`TABLE_HEADERS`), one aligned row per run, then the notes
@@ -1041,7 +1050,9 @@ def results_table_lines(runs: Iterable[Any], *, num_gpus: int | None) -> list[st
     column shares its number; each led by its column's full name, ``[2] failures: 0 (+2
     aborted)``), each wrapped to :data:`REPORT_WIDTH`, after :data:`NOT_KEPT_LEGEND` when a point
     failed (its load cell ends in :data:`NOT_KEPT_MARK`). The cells are those of
-    :func:`results_table_rows`; the flags are written apart by ``, ``."""
+    :func:`results_table_rows`; the flags are written apart by ``, ``. When the runs have more
+    than one input/output length pair, an ``in/out tokens`` column follows the load
+    (:func:`_lengths_cell`), so each row says which pair it measured."""
     runs = list(runs)
     body = results_table_rows(runs, num_gpus=num_gpus)
     failed = [getattr(run, "status", None) == "failed" for run in runs]
@@ -1058,6 +1069,12 @@ def results_table_lines(runs: Iterable[Any], *, num_gpus: int | None) -> list[st
     headers = [list(pair) for pair in TABLE_HEADERS]
     if any(getattr(run, "concurrency", None) is None for run in runs):
         headers[0] = ["", "load"]   # a request rate's cell says its unit: 2.5/s
+    lengths = [_lengths_cell(run) for run in runs]
+    if len(set(lengths)) > 1:
+        # More than one length pair: each row says its own, as the page's point label and the CSV do.
+        headers.insert(1, ["in/out", "tokens"])
+        for row, cell in zip(body, lengths, strict=True):
+            row.insert(1, cell)
     rows = [[h[0] for h in headers], [h[1] for h in headers], *body]
     widths = [max(len(r[i]) for r in rows) for i in range(len(headers))]
     lines = ["  ".join(cell.rjust(w) if i < len(widths) - 1 else cell

@@ -152,9 +152,23 @@ def test_a_cancelled_points_long_cells_go_below_the_table_as_numbered_notes(sim_
     assert any(line.startswith("  reason: ") for line in lines)
 
 
-def _run(concurrency, rate, summary, flags=(), status="done"):
+def _run(concurrency, rate, summary, flags=(), status="done", lengths=(256, 256)):
     return SimpleNamespace(concurrency=concurrency, request_rate=rate, num_requests=10, summary=summary,
-                           flags=list(flags), progress={}, input_len=256, output_len=256, status=status)
+                           flags=list(flags), progress={}, input_len=lengths[0], output_len=lengths[1],
+                           status=status)
+
+
+def test_a_sweep_of_two_length_pairs_says_each_rows_lengths() -> None:
+    done = {"requests": 2, "successes": 2, "failures": 0, "output_throughput_tok_s": 50.0}
+    runs = [_run(1, None, done, lengths=(32, 32)), _run(4, None, done, lengths=(32, 32)),
+            _run(1, None, done, lengths=(64, 32)), _run(4, None, done, lengths=(64, 32))]
+    lines = results_table_lines(runs, num_gpus=1)
+    assert lines[0].split()[0] == "in/out" and lines[1].split()[:3] == ["c", "tokens", "requests"]
+    assert [line.split()[:3] for line in lines[2:6]] == [["1", "32/32", "2"], ["4", "32/32", "2"],
+                                                         ["1", "64/32", "2"], ["4", "64/32", "2"]]
+    # one pair: no lengths column (the heading says the pair)
+    one = results_table_lines(runs[:2], num_gpus=1)
+    assert "in/out" not in one[0] and one[1].split()[:2] == ["c", "requests"]
 
 
 def test_a_time_limited_partial_point_and_a_failed_one_keep_the_table_narrow() -> None:
