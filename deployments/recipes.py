@@ -1160,10 +1160,36 @@ def env_value_problem(name: str, value: str) -> str | None:
         if problem:
             return f"{name} {problem}"
         return path_under_roots_problem(value, settings.CEILING_MODEL_ROOTS)
+    if name == "TZ":
+        return tz_value_problem(value)
     if "/" in value:
         return (f"{name}'s value contains '/': a value may not name a file or folder "
                 f"(only {', '.join(sorted(ENV_PATH_NAMES))} takes a path, under the model roots)")
     return None
+
+
+def tz_value_problem(value: str) -> str | None:
+    """Why ``value`` may not be ``TZ``, or None when it may. A value holding ``/`` must be a zone
+    of the IANA tz database this control plane knows (``zoneinfo.available_timezones()``, such
+    as ``Europe/Paris``); a value without one is a zone such as ``UTC`` or a POSIX rule such as
+    ``CET-1CEST``, taken as given. A ``:``-led value (the C library reads the file it names), an
+    absolute path or one holding ``..`` is refused: TZ never names a file."""
+    import zoneinfo
+
+    if value.startswith(":"):
+        return (f"TZ's value {json_spelled(value)} starts with ':', the form that names a zone file to read; "
+                "give the zone's name instead, such as Europe/Paris or UTC")
+    if value.startswith("/") or ".." in value.split("/"):
+        return (f"TZ's value {json_spelled(value)} is a path: TZ takes a time zone name such as Europe/Paris, "
+                "never a file or folder")
+    if "/" not in value:
+        return None
+    zones = zoneinfo.available_timezones()
+    if value in zones:
+        return None
+    close = difflib.get_close_matches(value, sorted(zones), n=2, cutoff=0.8)
+    hint = f"; did you mean {' or '.join(close)}?" if close else " (such as Europe/Paris or America/New_York)"
+    return f"TZ's value {json_spelled(value)} is not a time zone of the IANA tz database{hint}"
 
 
 def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:

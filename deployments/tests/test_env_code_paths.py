@@ -82,3 +82,46 @@ def test_hf_home_takes_a_path_inside_a_model_root_only(settings):
 @pytest.mark.parametrize("value", ["cuda_ipc,cuda_copy,tcp", "1", "FLASHINFER", "mlx5_0:1", "9.0"])
 def test_ordinary_values_stay_allowed(value):
     assert env_value_problem("UCX_TLS", value) is None
+
+
+@pytest.mark.parametrize("value", ["Europe/Paris", "America/Argentina/Buenos_Aires", "UTC", "EST5EDT", "CET-1CEST"])
+def test_tz_takes_a_zone_name_of_the_tz_database_or_a_rule_without_a_slash(value):
+    assert env_value_problem("TZ", value) is None
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("Europe/Pariss", "TZ's value 'Europe/Pariss' is not a time zone of the IANA tz database; did you mean "
+                      "Europe/Paris?"),
+    ("Nowhere/Atlantis", "TZ's value 'Nowhere/Atlantis' is not a time zone of the IANA tz database (such as "
+                         "Europe/Paris or America/New_York)"),
+    (":/etc/localtime", "TZ's value ':/etc/localtime' starts with ':', the form that names a zone file to read; "
+                        "give the zone's name instead, such as Europe/Paris or UTC"),
+    (":UTC", "TZ's value ':UTC' starts with ':', the form that names a zone file to read; give the zone's name "
+             "instead, such as Europe/Paris or UTC"),
+    ("/usr/share/zoneinfo/UTC", "TZ's value '/usr/share/zoneinfo/UTC' is a path: TZ takes a time zone name such "
+                                "as Europe/Paris, never a file or folder"),
+    ("Europe/../../etc/passwd", "TZ's value 'Europe/../../etc/passwd' is a path: TZ takes a time zone name such "
+                                "as Europe/Paris, never a file or folder"),
+    ("..", "TZ's value '..' is a path: TZ takes a time zone name such as Europe/Paris, never a file or folder"),
+])
+def test_tz_refuses_an_unknown_zone_and_any_file_form(value, problem):
+    assert env_value_problem("TZ", value) == problem
+
+
+def test_a_recipe_with_a_zone_name_for_tz_is_saved(operator_api, db, settings):
+    from deployments.examples import example_recipe
+    from deployments.tests.factories import seed_node_create
+
+    settings.CEILING_MODEL_ROOTS = ["/models"]
+    seed_node_create()
+    payload = example_recipe("seed-v4-flash-pd")
+    payload["spec"]["env"] = {"TZ": "Europe/Paris"}
+    response = operator_api.post("/api/recipes/", payload, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["spec"]["env"] == {"TZ": "Europe/Paris"}
+    payload["name"] += "-b"
+    payload["spec"]["env"] = {"TZ": "Europe/Pariss"}
+    response = operator_api.post("/api/recipes/", payload, format="json")
+    assert response.status_code == 400
+    assert response.json()["spec.env.TZ"] == [
+        "TZ's value 'Europe/Pariss' is not a time zone of the IANA tz database; did you mean Europe/Paris?"]
