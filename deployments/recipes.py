@@ -939,9 +939,19 @@ def _cpu_out_of_range(errs: _Errors, path: str, ids: list[int], node: NodeFacts)
     bad = [c for c in ids if not 0 <= c <= CPU_ID_MAX]
     if not bad:
         return False
-    errs.add(path, f"CPU {bad[0]} is out of range: CPU ids are 0-{CPU_ID_MAX}, and node {node.name} "
-                   f"has CPUs {format_cpulist(node.all_cpus()) or 'none'}")
+    known = node.all_cpus()
+    has = (f"has CPUs {format_cpulist(known)}" if known
+           else "has not reported its CPUs yet (its node agent has not discovered it)")
+    errs.add(path, f"CPU {bad[0]} is out of range: CPU ids are 0-{CPU_ID_MAX}, and node {node.name} {has}")
     return True
+
+
+def _cpus_not_reported(node: NodeFacts, cpus: list[int]) -> str:
+    """The refusal of pinning ``cpus`` on ``node`` whose agent has reported no CPU (a node added
+    by hand before its agent's first discovery): nothing to check them against."""
+    return (f"node {node.name}'s agent has not reported its CPUs yet, so CPUs {format_cpulist(cpus)} cannot be "
+            "checked: a recipe pinning CPUs on it can be saved and launched once the agent has reported "
+            "(or leave cpus out)")
 
 
 def _cpulist_check(errs: _Errors, path: str, value: Any, node: NodeFacts) -> list[int] | None:
@@ -985,6 +995,9 @@ def _cpulist_check(errs: _Errors, path: str, value: Any, node: NodeFacts) -> lis
         errs.add(path, "must name at least one CPU")
         return None
     known = node.all_cpus()
+    if not known:
+        errs.add(path, _cpus_not_reported(node, cpus))
+        return None
     missing = sorted(set(cpus) - known)
     if missing:
         errs.add(path, f"CPUs {format_cpulist(missing)} do not exist on node {node.name} (it has {format_cpulist(known) or 'none'})")

@@ -82,9 +82,25 @@ class NumaNodeSerializer(serializers.ModelSerializer):
 class NodeSerializer(serializers.ModelSerializer):
     """A GPU (or CPU-only) host: its GPUs (NVML index, NUMA affinity), NUMA nodes (CPU lists
     in kernel cpulist syntax), tools and agent liveness. Memory in bytes. A text the node agent did
-    not report (``hostname``, ``driver_version``, ``cuda_version``) is null."""
+    not report (``hostname``, ``driver_version``, ``cuda_version``) is null, and so are
+    ``cpu_count`` and ``memory_total_bytes`` until the node agent reports them (a node added by
+    hand before its agent's first discovery is stored with 0)."""
 
     hostname = BlankAsNullCharField(allow_null=True, read_only=True)
+    cpu_count = serializers.SerializerMethodField(
+        help_text="online CPUs of the host; null while the node agent has not reported them (a node added by "
+                  "hand before its agent's first discovery), never 0")
+    memory_total_bytes = serializers.SerializerMethodField(
+        help_text="the sum of the NUMA nodes' MemTotal at discovery, in bytes; null while the node agent has "
+                  "not reported it (a node added by hand before its agent's first discovery), never 0")
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True, min_value=1))
+    def get_cpu_count(self, obj: Node) -> int | None:
+        return obj.cpu_count or None
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True, min_value=1))
+    def get_memory_total_bytes(self, obj: Node) -> int | None:
+        return obj.memory_total_bytes or None
     driver_version = BlankAsNullCharField(allow_null=True, read_only=True)
     cuda_version = BlankAsNullCharField(allow_null=True, read_only=True)
 

@@ -259,17 +259,18 @@ def test_a_registered_node_keeps_the_pci_count_and_its_source(nodes):
     assert (facts.gpus, facts.pci_gpu_count, facts.gpu_count_source) == ([], 2, GPU_COUNT_FROM_SYSFS_PCI)
 
 
-#: The node page's empty-GPU lines: the GPUs section's, then the live panel's. Where NVML gave a
-#: reason, only the facts' GPUs line says it; these lines refer to it.
+#: The node page's empty-GPU lines: the GPUs section's, then the live panel's (no agent of these
+#: nodes was ever seen, so it says nothing is sampled yet). Where NVML gave a reason, only the
+#: facts' GPUs line says it; these lines refer to it.
 EMPTY_LINES = {
     "nodriver": ("No usable GPU: NVML is not available (the GPUs line above says why). CPU-only engines",
-                 "No GPU on this node. The host's CPU"),
+                 "No GPU on this node. Nothing is sampled yet"),
     "brokendriver": ("No usable GPU: NVML is not available (the GPUs line above says why). CPU-only engines",
-                     "No usable GPU: NVML is not available. The host's CPU"),
+                     "No usable GPU: NVML is not available. Nothing is sampled yet"),
     "unknown": ("No usable GPU: NVML is not available (the GPUs line above says why). CPU-only engines",
-                "GPU count unknown. The host's CPU"),
-    "nonefound": ("0 GPUs (NVML found none). CPU-only engines", "No GPU on this node. The host's CPU"),
-    "fresh": ("unknown (not reported yet). CPU-only engines", "No GPU reported yet. The host's CPU"),
+                "GPU count unknown. Nothing is sampled yet"),
+    "nonefound": ("0 GPUs (NVML found none). CPU-only engines", "No GPU on this node. Nothing is sampled yet"),
+    "fresh": ("unknown (not reported yet). CPU-only engines", "No GPU reported yet. Nothing is sampled yet"),
 }
 
 

@@ -54,3 +54,67 @@ def test_a_reported_count_shows_as_before(viewer_client, added_by_hand):
     assert "· 1 CPU ·" in tile and "8.0 GiB host memory" in tile and "data-cpus-unknown" not in tile
     detail = viewer_client.get(reverse("deployments:node-detail", args=["new-box"])).content.decode()
     assert "<dt>CPUs</dt><dd>1</dd>" in detail
+
+
+def test_the_node_list_says_numa_nodes_and_memory_are_unknown(viewer_client, added_by_hand):
+    listed = viewer_client.get(reverse("deployments:node-list")).content.decode()
+    row = listed[listed.index('>new-box</a>'):]
+    row = row[:row.index("</tr>")]
+    assert ('<td class="num"><span data-numa-unknown title="the node agent has not reported this node&#x27;s '
+            'NUMA nodes yet">—</span></td>') in row
+    assert ('<td class="num"><span data-memory-unknown title="the node agent has not reported this node&#x27;s '
+            'memory yet">—</span></td>') in row
+    assert '<td class="num">0</td>' not in row
+
+
+def test_the_node_page_says_memory_is_unknown_and_nothing_is_sampled(viewer_client, added_by_hand):
+    detail = viewer_client.get(reverse("deployments:node-detail", args=["new-box"])).content.decode()
+    assert ('<dt>Memory</dt><dd><span data-memory-unknown title="the node agent has not reported this node&#x27;s '
+            'memory yet">unknown (not reported yet)</span></dd>') in detail
+    assert "— GiB" not in detail[:detail.index('id="node-live"')]
+    assert ("No GPU reported yet. Nothing is sampled yet: the node agent has not been seen, so the host's CPU "
+            "and memory below stay empty until it reports.") in detail
+    assert "still sampled below" not in detail
+
+
+def test_a_reported_node_keeps_its_numa_count_memory_and_sampling_line(viewer_client, added_by_hand):
+    from django.utils import timezone
+
+    Node.objects.filter(pk=added_by_hand.pk).update(cpu_count=2, memory_total_bytes=8 * 1024 ** 3,
+                                                    discovered_at=timezone.now(), agent_heartbeat_at=timezone.now())
+    listed = viewer_client.get(reverse("deployments:node-list")).content.decode()
+    row = listed[listed.index('>new-box</a>'):]
+    row = row[:row.index("</tr>")]
+    assert '<td class="num">0</td>' in row and '<td class="num">8.0</td>' in row and "-unknown" not in row
+    detail = viewer_client.get(reverse("deployments:node-detail", args=["new-box"])).content.decode()
+    assert "<dt>Memory</dt><dd>8.0 GiB " in detail
+    assert "The host's CPU per NUMA node and its memory are still sampled below." in detail
+
+
+def test_the_api_gives_null_for_what_was_not_reported(viewer_api, added_by_hand):
+    body = viewer_api.get("/api/nodes/new-box/").json()
+    assert (body["cpu_count"], body["memory_total_bytes"], body["gpu_count"]) == (None, None, None)
+    Node.objects.filter(pk=added_by_hand.pk).update(cpu_count=4, memory_total_bytes=1024)
+    body = viewer_api.get("/api/nodes/new-box/").json()
+    assert (body["cpu_count"], body["memory_total_bytes"]) == (4, 1024)
+
+
+def test_pinning_cpus_on_a_node_not_reported_says_the_agent_has_not_reported(added_by_hand):
+    from controlplane.errors import InvalidInput
+    from deployments.examples import example_recipe
+    from deployments.recipes import recipe_validate
+    from deployments.topology import node_facts_from_row
+
+    recipe = example_recipe("local-sim-single")
+    facts = node_facts_from_row(added_by_hand)
+    with pytest.raises(InvalidInput) as info:
+        recipe_validate(engine=recipe["engine"], topology=recipe["topology"], spec=recipe["spec"], node=facts)
+    assert info.value.errors["spec.roles.single.cpus"] == [
+        "node new-box's agent has not reported its CPUs yet, so CPUs 0 cannot be checked: a recipe pinning CPUs on "
+        "it can be saved and launched once the agent has reported (or leave cpus out)"]
+    recipe["spec"]["roles"]["single"]["cpus"] = "70000"
+    with pytest.raises(InvalidInput) as info:
+        recipe_validate(engine=recipe["engine"], topology=recipe["topology"], spec=recipe["spec"], node=facts)
+    assert info.value.errors["spec.roles.single.cpus"] == [
+        "CPU 70000 is out of range: CPU ids are 0-65535, and node new-box has not reported its CPUs yet (its node "
+        "agent has not discovered it)"]
