@@ -67,6 +67,11 @@ DEFAULT_REQUESTS_PER_CONCURRENCY = 4
 #: The length pair of a grid without ``lengths`` ("input:output" tokens): the API's default, the sweep
 #: form's initial value and ``manage.py sweep --lengths``'s default.
 DEFAULT_LENGTHS = "256:256"
+#: The largest SLO the grid takes, in seconds, per key: no engine's first token, gap between tokens
+#: or whole request is held to more than this, so a larger number is most likely milliseconds given
+#: as seconds (``"ttft_s": 800``), refused with the seconds it would be (``did you mean 800 ms =
+#: 0.8 s?``) rather than kept as an SLO every request meets.
+MAX_SLO_S = {"ttft_s": 600, "tpot_s": 600, "e2e_s": 3600}
 # The longest time limit of one point: a day. Longer is a soak test, not a sweep point.
 MAX_DURATION_S = 86_400
 # The shortest time limit of one point: a second. A point's clock starts when its prompts are ready
@@ -134,6 +139,16 @@ def ms_to_s(value: float) -> float:
     ``1e-7``, ``250`` → ``0.25``), not a binary division: ``0.0001 / 1e3`` is
     ``1.0000000000000001e-07``, which a stored SLO would keep and every export would show."""
     return float(Decimal(repr(float(value))).scaleb(-3))
+
+
+def slo_too_large(key: str, value: float) -> str:
+    """The refusal of an SLO over :data:`MAX_SLO_S` seconds, with the seconds it would be had it
+    been given in ms where those fit (``must be at most 600 s, got 800; did you mean 800 ms =
+    0.8 s?``)."""
+    text = f"must be at most {MAX_SLO_S[key]} s, got {grid_number(value)}"
+    if math.isfinite(value) and ms_to_s(value) <= MAX_SLO_S[key]:
+        text += f"; did you mean {grid_number(value)} ms = {grid_number(ms_to_s(value))} s?"
+    return text
 
 
 def grid_number(value: Any) -> str:
@@ -329,6 +344,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
                 err(f"grid.slo.{key}", "unknown SLO; allowed: ttft_s, tpot_s, e2e_s (seconds)")
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 err(f"grid.slo.{key}", f"must be seconds > 0, got {grid_number(value)}")
+            elif value > MAX_SLO_S[key]:
+                err(f"grid.slo.{key}", slo_too_large(key, value))
             else:
                 norm_slo[key] = float(value)
     api = raw.get("api") or DEFAULT_API.get(engine, Api.COMPLETIONS.value)

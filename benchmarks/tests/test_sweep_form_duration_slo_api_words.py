@@ -1,7 +1,8 @@
 """The sweep form refuses a bad time limit or SLO with the API's reason for the same input, word
 for word: the form hands them to the API's grid validation (an SLO typed in ms as the same SLO in
-seconds), and a blank field is not given, as a key left out of the API's grid. An SLO number at or
-below zero is said in the ms the field takes (``got -5 ms``), not in the grid's seconds. A refused form
+seconds), and a blank field is not given, as a key left out of the API's grid. A refused SLO is said
+in the ms the field takes (``got -5 ms``, ``must be a number of ms > 0``), never in the grid's
+seconds. An SLO over its bound is refused by the API with the seconds it would be in ms. A refused form
 comes back with what was typed, not a value read from it."""
 from __future__ import annotations
 
@@ -40,12 +41,19 @@ CASES = [
     ("slo_ttft_ms", "-5", "slo.ttft_s", -0.005),
     ("slo_tpot_ms", "abc", "slo.tpot_s", "abc"),
     ("slo_e2e_ms", "-250", "slo.e2e_s", -0.25),
+    ("slo_ttft_ms", "1s", "slo.ttft_s", "1s"),
+    ("slo_ttft_ms", "900000", "slo.ttft_s", 900),
+    ("slo_e2e_ms", "3600001", "slo.e2e_s", 3600.001),
 ]
 
-# The form's own words where they differ from the API's: an SLO number in the field's ms.
+# The form's own words where they differ from the API's: every SLO refusal in the field's ms.
 FORM_SAID = {("slo_ttft_ms", "0"): ["must be more than 0 ms, got 0 ms"],
              ("slo_ttft_ms", "-5"): ["must be more than 0 ms, got -5 ms"],
-             ("slo_e2e_ms", "-250"): ["must be more than 0 ms, got -250 ms"]}
+             ("slo_e2e_ms", "-250"): ["must be more than 0 ms, got -250 ms"],
+             ("slo_tpot_ms", "abc"): ['must be a number of ms > 0, got the string "abc"'],
+             ("slo_ttft_ms", "1s"): ['must be a number of ms > 0, got the string "1s"'],
+             ("slo_ttft_ms", "900000"): ["must be at most 600000 ms (600 s), got 900000 ms"],
+             ("slo_e2e_ms", "3600001"): ["must be at most 3600000 ms (3600 s), got 3600001 ms"]}
 
 
 def _body_with(key: str, value) -> dict:
@@ -110,4 +118,18 @@ def test_an_slo_refused_in_the_form_is_said_in_ms_as_typed(operator_api, operato
     html = form.content.decode()
     assert "got -1 ms" in html and "got -0.5 ms" in html
     assert "-0.001" not in html and "-0.0005" not in html
+    assert not BenchmarkSweep.objects.exists()
+
+
+@pytest.mark.parametrize(("slo", "said"), [
+    ({"ttft_s": 800}, "must be at most 600 s, got 800; did you mean 800 ms = 0.8 s?"),
+    ({"tpot_s": 601.5}, "must be at most 600 s, got 601.5; did you mean 601.5 ms = 0.6015 s?"),
+    ({"e2e_s": 30000}, "must be at most 3600 s, got 30000; did you mean 30000 ms = 30 s?"),
+    ({"e2e_s": 1e9}, "must be at most 3600 s, got 1000000000"),
+])
+def test_the_api_refuses_an_slo_of_seconds_that_look_like_ms(operator_api, starting, slo, said) -> None:
+    body = json.dumps({"deployment": starting.pk, "grid": {**GRID, "slo": slo}})
+    api = operator_api.post("/api/sweeps/", body, content_type="application/json")
+    assert api.status_code == 400, api.content
+    assert api.json() == {f"grid.slo.{next(iter(slo))}": [said]}
     assert not BenchmarkSweep.objects.exists()

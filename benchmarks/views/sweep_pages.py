@@ -247,8 +247,9 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
     each bad item of a list field on its own (``must be an integer 1..4096, got the string "abc"``),
     a duration as the API refuses its ``duration_s`` (``must be at least 1 s and at most 86400 s
     (24 h), got 0``) and an SLO as it refuses the same SLO in seconds (``abc`` is ``got the
-    string "abc"``), a number at or below zero then said in the field's ms by the form
-    (``-5`` is ``must be more than 0 ms, got -5 ms``, not the API's ``got -0.005``). Only an
+    string "abc"``), every such refusal then said in the field's ms by the form
+    (:func:`_slo_errors_in_ms`: ``-5`` is ``must be more than 0 ms, got -5 ms``, not the API's
+    ``got -0.005``). Only an
     empty item of a list field is refused here, in the API's words too. Returns ``(grid,
     errors)``; the service validates the grid and its errors are shown by field.
     """
@@ -325,17 +326,30 @@ _SLO_FIELDS = ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms")
 
 
 def _slo_errors_in_ms(errors: dict[str, list[str]], values: Mapping[str, str]) -> None:
-    """Say a refused SLO in the unit its form field takes: the grid's ``must be seconds > 0, got
-    -0.001`` for ``-1`` typed in ms is ``must be more than 0 ms, got -1 ms``, quoting the number as
-    typed. A text that is no number, or one that is not finite, keeps the grid's words, which
-    quote it as typed already."""
+    """Say every refused SLO in the unit its form field takes, never the grid's seconds: a number
+    at or below zero (the grid's ``must be seconds > 0, got -0.001`` for ``-1`` typed) is ``must be
+    more than 0 ms, got -1 ms``, quoting the number as typed; a text that is no number (``1s``) or
+    one that is not finite is ``must be a number of ms > 0, got the string "1s"``, quoted as the
+    grid quotes it; one over the grid's bound (:data:`benchmarks.sweeps.MAX_SLO_S`) is ``must be
+    at most 600000 ms (600 s), got 900000 ms``."""
+    from benchmarks.sweeps import MAX_SLO_S
+
     for field in _SLO_FIELDS:
+        if field not in errors:
+            continue
         typed = values.get(field, "").strip()
         value = grid_value(typed) if typed else None
-        if field not in errors or value is None or isinstance(value, (str, NonFiniteNumber)) or value > 0:
-            continue
-        errors[field] = [f"must be more than 0 ms, got {typed} ms" if m.startswith("must be seconds > 0") else m
-                         for m in errors[field]]
+        number = value is not None and not isinstance(value, (str, NonFiniteNumber))
+        bound = MAX_SLO_S[field.removeprefix("slo_").removesuffix("_ms") + "_s"]
+        said = []
+        for m in errors[field]:
+            if m.startswith("must be seconds > 0, got "):
+                m = (f"must be more than 0 ms, got {typed} ms" if number and value <= 0
+                     else "must be a number of ms > 0, got " + m.removeprefix("must be seconds > 0, got "))
+            elif m.startswith(f"must be at most {bound} s, got "):
+                m = f"must be at most {bound * 1000} ms ({bound} s), got {typed} ms"
+            said.append(m)
+        errors[field] = said
 
 
 def _sweep_name(text: str, errors: dict[str, list[str]]) -> str:

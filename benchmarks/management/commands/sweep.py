@@ -275,11 +275,11 @@ class Command(CeilingCommand):
                             help="open-loop points, requests/s, comma-separated, e.g. 2,4.5 (grid request_rates; "
                                  "needs --requests or --duration)")
         parser.add_argument("--slo-ttft", default=None, metavar="S",
-                            help="TTFT SLO for goodput, seconds (grid slo.ttft_s)")
+                            help="TTFT SLO for goodput, seconds, at most 600 (grid slo.ttft_s)")
         parser.add_argument("--slo-tpot", default=None, metavar="S",
-                            help="TPOT SLO for goodput, seconds (grid slo.tpot_s)")
+                            help="TPOT SLO for goodput, seconds, at most 600 (grid slo.tpot_s)")
         parser.add_argument("--slo-e2e", default=None, metavar="S",
-                            help="E2E SLO for goodput, seconds (grid slo.e2e_s)")
+                            help="E2E SLO for goodput, seconds, at most 3600 (grid slo.e2e_s)")
         parser.add_argument("--seed", default=None, metavar="N",
                             help="dataset seed, 0..2^31-1 (grid seed; default 0)")
         parser.add_argument("--wait-ready", default=None, metavar="S",
