@@ -15,6 +15,13 @@ pytestmark = pytest.mark.django_db
 @pytest.mark.parametrize(("path", "detail"), [
     ("/api/nodes/nosuch/", "no node with name 'nosuch'"),
     ("/api/nodes/nosuch/telemetry/", "no node with name 'nosuch'"),
+    # a key no node could be named is still a node key: the 404 names it, not the endpoint
+    ("/api/nodes/l%C3%B6cal/", "no node with name 'löcal'"),
+    ("/api/nodes/l%C3%B6cal/telemetry/", "no node with name 'löcal'"),
+    ("/api/nodes/Local/", "no node with name 'Local'"),
+    ("/api/nodes/%C2%B2/", "no node with name '²'"),
+    ("/api/nodes/a%00b/", "no node with name 'a<U+0000>b'"),
+    ("/api/nodes/l%C3%B6cal.json/", "no node with name 'löcal.json' (nor 'löcal')"),
     ("/api/kernel-packages/nosuch/", "no kernel package with name 'nosuch'"),
     ("/api/runs/999/", "no benchmark run with id 999"),
     ("/api/deployments/999/telemetry/", "no deployment with id 999"),

@@ -10,6 +10,7 @@ reads need ``viewer``, recipe writes ``operator``, node writes and anything abou
 """
 from __future__ import annotations
 
+import re
 import time
 
 from django.http import FileResponse
@@ -93,6 +94,10 @@ NODE_KEY = OpenApiParameter(
                 "digits alone are the id (a node name is never digits alone)")
 
 
+# What a node key in a path can be: a node name (deployments.models.slug_validator) or an id.
+_NODE_KEY_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+
+
 @extend_schema_view(
     list=extend_schema(summary="List nodes with their GPUs and NUMA nodes"),
     retrieve=extend_schema(summary="One node, by name or id", parameters=[NODE_KEY],
@@ -122,8 +127,10 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
     write_role = "admin"
     parser_classes = PARSERS
     query_keys = {"telemetry": s.TelemetryQuerySerializer}
-    # A node name (deployments.models.slug_validator) or an id: dots are part of a name here.
-    lookup_value_regex = r"[a-z0-9][a-z0-9._-]{0,62}"
+    # Any key up to a slash: a node name (deployments.models.slug_validator) or an id, dots part of
+    # a name here; a key no node could be named (``löcal``, ``Local``) is the 404 naming it
+    # (get_object), not "no API endpoint".
+    lookup_value_regex = r"[^/]+"
 
     def get_queryset(self):
         return selectors.node_list()
@@ -143,6 +150,8 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         super().initial(request, *args, **kwargs)
 
     def _node_filter(self, key: str):
+        if not _NODE_KEY_RE.fullmatch(key):
+            return self.get_queryset().none()   # no node is named so: not asked of the database
         return self.get_queryset().filter(**({"pk": int(key)} if key.isdigit() else {"name": key}))
 
     def get_object(self) -> Node:
@@ -151,8 +160,8 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         (:meth:`initial`) is named as it was asked and as it was read: ``/api/nodes/nosuch.json/``
         is ``no node with name 'nosuch.json' (nor 'nosuch')``."""
         key = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
-        lookup = {"pk": int(key)} if key.isdigit() else {"name": key}
-        node = self.get_queryset().filter(**lookup).first()
+        lookup = {"pk": int(key)} if key.isascii() and key.isdigit() else {"name": key}
+        node = self._node_filter(key).first()
         if node is None:
             # an id as every id route names it (``no recipe with id 999``), a name quoted
             read = f"id {lookup['pk']}" if "pk" in lookup else f"name {json_spelled(key)}"
