@@ -321,8 +321,8 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         # duration, so a rate such as 1e-9 req/s cannot hold a worker for decades.
         for i, r in enumerate(rates):
             if requests / r > MAX_DURATION_S:
-                err(f"grid.request_rates.{i}", f"{requests} requests at {js_number(r)} req/s take about "
-                    f"{_seconds_text(requests, r)} s; at most {MAX_DURATION_S} s (24 h) per point: raise the rate "
+                err(f"grid.request_rates.{i}", f"{requests} request{'' if requests == 1 else 's'} at {js_number(r)} req/s "
+                    f"take{'s' if requests == 1 else ''} about {_seconds_text(requests, r)} s; at most {MAX_DURATION_S} s (24 h) per point: raise the rate "
                     "or give duration_s")
     elif rates and duration is not None and requests is None:
         # Limited by time alone, an open-loop point sends about rate x duration requests, drawn in

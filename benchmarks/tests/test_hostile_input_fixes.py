@@ -240,3 +240,12 @@ def test_a_rate_whose_point_time_overflows_gets_a_finite_time_in_the_message(
                        "raise the rate or give duration_s")
     assert "inf" not in message
     assert not BenchmarkSweep.objects.exists()
+
+
+def test_one_request_at_a_tiny_rate_is_said_in_the_singular(operator_api, deployment) -> None:
+    response = _sweep(operator_api, deployment, concurrency=[], request_rates=[1e-300], requests=1)
+    assert response.status_code == 400
+    assert response.json()["grid.request_rates.0"] == [
+        "1 request at 1e-300 req/s takes about 1e+300 s; at most 86400 s (24 h) per point: raise the rate or give "
+        "duration_s"]
+    assert not BenchmarkSweep.objects.exists()
