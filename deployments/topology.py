@@ -123,8 +123,8 @@ class NodeFacts:
         return cls(
             name=data["name"],
             hostname=data.get("hostname", ""),
-            cpu_count=int(data.get("cpu_count", 0)),
-            memory_total_bytes=int(data.get("memory_total_bytes", 0)),
+            cpu_count=int(data.get("cpu_count") or 0),   # null: not reported (the API's spelling)
+            memory_total_bytes=int(data.get("memory_total_bytes") or 0),
             gpus=gpus,
             numa_nodes=numa,
             tools=dict(data.get("tools", {})),

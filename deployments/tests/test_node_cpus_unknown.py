@@ -94,6 +94,10 @@ def test_a_reported_node_keeps_its_numa_count_memory_and_sampling_line(viewer_cl
 def test_the_api_gives_null_for_what_was_not_reported(viewer_api, added_by_hand):
     body = viewer_api.get("/api/nodes/new-box/").json()
     assert (body["cpu_count"], body["memory_total_bytes"], body["gpu_count"]) == (None, None, None)
+    from deployments.topology import NodeFacts
+
+    facts = NodeFacts.from_dict(body)   # the API's nulls read back as facts not reported
+    assert (facts.cpu_count, facts.memory_total_bytes, facts.all_cpus()) == (0, 0, set())
     Node.objects.filter(pk=added_by_hand.pk).update(cpu_count=4, memory_total_bytes=1024)
     body = viewer_api.get("/api/nodes/new-box/").json()
     assert (body["cpu_count"], body["memory_total_bytes"]) == (4, 1024)
