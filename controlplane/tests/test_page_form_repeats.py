@@ -77,7 +77,8 @@ def test_it_refuses_a_recipe_form_giving_the_name_twice(operator_client, seed_no
     assert not Recipe.objects.exists()
     validate = operator_client.post(reverse("deployments:recipe-validate"), body,
                                     content_type="application/x-www-form-urlencoded")
-    assert escape("name is given 2 times (alpha, beta): give it once.") in _html(validate)
+    # Validate lists each problem under its path, written once: "<code>name</code> is given …".
+    assert "<code>name</code> " + escape("is given 2 times (alpha, beta): give it once.") in _html(validate)
 
 
 def test_it_refuses_a_recipe_edit_giving_the_expected_version_twice(operator_client, operator, seed_node):
