@@ -548,7 +548,33 @@ SECRET_RENAME_REFUSED = ("a secret cannot be renamed: recipes reference it by na
                          "name, point the recipes at it, then delete this one)")
 
 
-class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
+class _SecretBodyChecks:
+    """The checks a secret's create and update bodies share: the value's own rules, a description
+    that may not hold the value the same body gives the secret, and a description stored before
+    those refusals shown masked on reads."""
+
+    def validate_value(self, value: str) -> str:
+        problem = secret_value_problem(value)
+        if problem:
+            raise serializers.ValidationError(problem)
+        return value
+
+    def validate(self, attrs: dict) -> dict:
+        # The description may not hold the value this same body gives the secret.
+        problem = secret_description_problem(attrs.get("description"), value=attrs.get("value"))
+        if problem:
+            raise serializers.ValidationError({"description": [problem]})
+        return attrs
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        # A description saved before secret values and credentials were refused in it shows them masked.
+        if "description" in data:
+            data["description"] = free_text_shown(data["description"])
+        return data
+
+
+class SecretSerializer(_SecretBodyChecks, StrictInputMixin, serializers.ModelSerializer):
     """A named secret. ``value`` is write-only: required on create, optional on update, never
     returned by any endpoint. As input (create), any key but ``name``, ``description`` and
     ``value`` is refused at its name, and each of the three is a JSON string (``"value": 5`` is a
@@ -580,28 +606,8 @@ class SecretSerializer(StrictInputMixin, serializers.ModelSerializer):
             raise serializers.ValidationError(errors)
         return name
 
-    def validate_value(self, value: str) -> str:
-        problem = secret_value_problem(value)
-        if problem:
-            raise serializers.ValidationError(problem)
-        return value
 
-    def validate(self, attrs: dict) -> dict:
-        # The description may not hold the value this same body gives the secret.
-        problem = secret_description_problem(attrs.get("description"), value=attrs.get("value"))
-        if problem:
-            raise serializers.ValidationError({"description": [problem]})
-        return attrs
-
-    def to_representation(self, instance):
-        data = super().to_representation(instance)
-        # A description saved before secret values and credentials were refused in it shows them masked.
-        if "description" in data:
-            data["description"] = free_text_shown(data["description"])
-        return data
-
-
-class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
+class SecretUpdateSerializer(_SecretBodyChecks, StrictInputMixin, serializers.Serializer):
     """PATCH/PUT body for a secret: a new value and/or description, each a JSON string. The name
     is fixed (recipes reference secrets by name): a ``name`` key is refused with that reason, as
     any other key is refused at its name; the value is checked as on create."""
@@ -611,26 +617,6 @@ class SecretUpdateSerializer(StrictInputMixin, serializers.Serializer):
     description = OptionalTextField(max_length=255, required=False, help_text='"" or null for none',
                                     validators=[text_control_validator, secret_description_validator])
     read_only_reasons = {"name": SECRET_RENAME_REFUSED, **_SECRET_READ_ONLY}
-
-    def validate_value(self, value: str) -> str:
-        problem = secret_value_problem(value)
-        if problem:
-            raise serializers.ValidationError(problem)
-        return value
-
-    def validate(self, attrs: dict) -> dict:
-        # The description may not hold the value this same body gives the secret.
-        problem = secret_description_problem(attrs.get("description"), value=attrs.get("value"))
-        if problem:
-            raise serializers.ValidationError({"description": [problem]})
-        return attrs
-
-    def to_representation(self, instance):
-        data = super().to_representation(instance)
-        # A description saved before secret values and credentials were refused in it shows them masked.
-        if "description" in data:
-            data["description"] = free_text_shown(data["description"])
-        return data
 
 
 # --- deployments and processes -------------------------------------------------------------
