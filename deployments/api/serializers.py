@@ -350,6 +350,8 @@ class RecipeWriteSerializer(serializers.Serializer):
                 errors[field.field_name] = get_error_detail(exc)
                 continue
             values[field.field_name] = value
+        if self.instance is not None and not self.partial:
+            self._hint_put_replaces_whole(data, errors)
         self.spec_patch = None
         if self.partial and isinstance(self.instance, Recipe) and isinstance(values.get("spec"), dict):
             # A PATCH's spec is a merge patch of the stored one; the rules judge the merged spec.
@@ -361,6 +363,19 @@ class RecipeWriteSerializer(serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors)
         return values
+
+    def _hint_put_replaces_whole(self, data: Mapping[str, Any], errors: dict[str, Any]) -> None:
+        """A PUT that leaves out a required field is told why it is required, and what to send
+        instead: ``This field is required. A PUT replaces the whole recipe; use PATCH to change
+        only spec.`` (naming the fields the body gave)."""
+        given = [f.field_name for f in self._writable_fields
+                 if f.field_name in data and f.field_name not in {"change_reason", "expected_version"}]
+        hint = (f"A PUT replaces the whole recipe; use PATCH to change only {', '.join(given)}." if given
+                else "A PUT replaces the whole recipe; use PATCH to change only some fields.")
+        for name, messages in errors.items():
+            if isinstance(messages, list) and any(getattr(m, "code", None) == "required" for m in messages):
+                errors[name] = [serializers.ErrorDetail(f"{m} {hint}", code=m.code)
+                                if getattr(m, "code", None) == "required" else m for m in messages]
 
     def _rule_errors(self, values: dict[str, Any], *, failed: Mapping[str, Any]) -> dict[str, list[str]]:
         """Name uniqueness and the recipe rules on the content ``values`` would give, merged

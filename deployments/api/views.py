@@ -235,7 +235,9 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
     ),
     update=extend_schema(
         summary="Replace a recipe's content as a new version (operator)",
-        description="Every change bumps `version` and is kept in history; 409 when `expected_version` is "
+        description="Replaces the whole recipe: name, engine, topology, node and spec are all required (a "
+        "PATCH changes only the fields it gives; a PUT missing one is a 400 saying so), and the spec given "
+        "replaces the stored one whole. Every change bumps `version` and is kept in history; 409 when `expected_version` is "
         "not the current version. " + RECIPE_ERRORS_HELP,
         request=s.RecipeWriteSerializer,
         responses={200: s.RecipeSerializer, 400: ERRORS_400, 409: ERROR_409},
@@ -246,7 +248,8 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         "the stored spec: objects merge key by key, recursively, so `{\"spec\": {\"restart\": {\"policy\": "
         "\"never\"}}}` changes that key alone; `null` removes a key (its default then applies, or it is refused "
         "where required); arrays and other values replace. The merged spec is validated as a whole, and the "
-        "version's diff shows only what changed. A PUT replaces the whole spec. "
+        "version's diff shows only what changed. A PUT replaces the whole recipe: name, engine, topology, node "
+        "and spec are all required there. "
         "Every change bumps `version` and is kept in history; 409 when `expected_version` is "
         "not the current version. " + RECIPE_ERRORS_HELP,
         request=s.RecipeWriteSerializer,

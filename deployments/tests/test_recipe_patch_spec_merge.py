@@ -158,9 +158,44 @@ def test_the_schema_and_the_docs_say_a_patched_spec_is_merged(operator_api) -> N
     schema = operator_api.get("/api/schema/?format=json").json()
     patch = schema["paths"]["/api/recipes/{id}/"]["patch"]
     assert "`spec` is a JSON Merge Patch (RFC 7396) of the stored spec" in patch["description"]
-    assert "A PUT replaces the whole spec." in patch["description"]
+    assert "A PUT replaces the whole recipe: name, engine, topology, node and spec are all required there." \
+        in patch["description"]
     spec = schema["components"]["schemas"]["PatchedRecipeWriteRequest"]["properties"]["spec"]
     assert "A PATCH merges it into the stored spec as a JSON Merge Patch (RFC 7396)" in spec["description"]
     docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
     assert "its `spec` is a JSON Merge Patch\n(RFC 7396) of the stored spec" in docs
-    assert "A `PUT` replaces the whole spec" in docs
+    assert "A `PUT` replaces the whole recipe: `name`, `engine`, `topology`, `node` and\n`spec` are all required" in docs
+
+
+def test_a_put_of_spec_alone_is_told_a_put_replaces_the_whole_recipe(operator_api, node) -> None:
+    created = _created(operator_api)
+    spec = dict(created["spec"], stop_grace_s=30)
+    hint = "A PUT replaces the whole recipe; use PATCH to change only spec."
+
+    put = operator_api.put(f"/api/recipes/{created['id']}/", {"spec": spec}, format="json")
+
+    assert put.status_code == 400
+    body = put.json()
+    assert body["name"] == [f"This field is required. {hint}"]
+    for field in ("engine", "topology", "node"):  # notes on what could not be checked follow
+        assert body[field][0] == f"This field is required. {hint}"
+    assert Recipe.objects.get(pk=created["id"]).version == 1
+
+    described = operator_api.put(f"/api/recipes/{created['id']}/", {"spec": spec, "description": "x"},
+                                 format="json").json()
+    assert described["name"] == [
+        "This field is required. A PUT replaces the whole recipe; use PATCH to change only description, spec."]
+
+    patch = operator_api.patch(f"/api/recipes/{created['id']}/", {"spec": spec}, format="json")
+    assert patch.status_code == 200 and patch.json()["spec"]["stop_grace_s"] == 30
+    whole = dict(_payload(), spec=spec, name=created["name"])
+    assert operator_api.put(f"/api/recipes/{created['id']}/", whole, format="json").status_code == 200
+
+
+def test_a_create_missing_a_field_gets_no_put_hint(operator_api, node) -> None:
+    payload = _payload()
+    del payload["name"]
+
+    response = operator_api.post("/api/recipes/", payload, format="json")
+
+    assert response.status_code == 400 and response.json()["name"] == ["This field is required."]
