@@ -219,25 +219,48 @@ def _versions(recipe: Recipe) -> list[int]:
     return sorted(versions)
 
 
-def _version_param(request: HttpRequest, name: str) -> int | None:
+def _version_param(request: HttpRequest, name: str, recipe: Recipe | None = None) -> int | None:
     """The version number ``name`` of the query (or, without it there, of the form), None when not
     given. A value that is not a version number (judged, and refused in the API's words, by
     :func:`deployments.api.serializers.version_number`: ``version must be a whole number between
     1 and 2147483647, got 'x'``), or a number given more than
     once (``?a=1&a=2``: taking the last would show versions nobody asked for), is the client's
     error: a 400 (:class:`controlplane.errors.BadQuery`) whose page says why (``a is given 2 times
-    (1, 2): give it once``). A well-formed number the recipe has no version of is the caller's
-    404."""
+    (1, 2): give it once``). With ``recipe``, a parameter given empty (``?b=``, which the API
+    refuses too) is such a 400 naming the versions there are (``b is empty: give a version number
+    1–3 or leave it out``) rather than taken as left out. A well-formed number the recipe has no
+    version of is the caller's 404."""
     values = request.GET.getlist(name) or request.POST.getlist(name)
     if repeated := given_more_than_once(values):
         raise BadQuery(f"{name} {repeated}")
     raw = values[0] if values else None
+    if raw == "" and recipe is not None:
+        raise BadQuery(_empty_version(name, _versions(recipe)))
     if raw in (None, ""):
         return None
     try:
         return version_number(raw)
     except ValueError as exc:
         raise BadQuery(f"{name} {exc}") from None
+
+
+def _empty_version(name: str, versions: list[int]) -> str:
+    """The refusal of a version parameter given empty: ``b is empty: give a version number 1–3 or
+    leave it out`` (``give version number 1`` for a recipe with one version)."""
+    lo, hi = versions[0], versions[-1]
+    allowed = f"version number {lo}" if lo == hi else f"a version number {lo}–{hi}"
+    return f"{name} is empty: give {allowed} or leave it out"
+
+
+def _existing_version(recipe: Recipe, version: int | None, versions: list[int]) -> int | None:
+    """``version`` when the recipe has it (or None); a version it lacks is a 404 in the API's words
+    (``Recipe 'x' has no version 44.``), never a picker set to a version that is not there."""
+    if version is not None and version not in versions:
+        try:
+            services.recipe_version_get(recipe=recipe, version=version)
+        except NotFound as exc:
+            raise Http404(str(exc)) from None
+    return version
 
 
 # --- recipes ----------------------------------------------------------------------------------
@@ -256,7 +279,7 @@ def recipe_detail(request: HttpRequest, pk: int) -> HttpResponse:
     operators. ``?version=N`` shows version N's stored fields (from
     :func:`deployments.services.recipe_version_get`)."""
     recipe = get_object_or_404(Recipe.objects.select_related("node", "created_by"), pk=pk)
-    return _recipe_detail_response(request, recipe, version=_version_param(request, "version"))
+    return _recipe_detail_response(request, recipe, version=_version_param(request, "version", recipe))
 
 
 def _recipe_detail_response(
@@ -513,8 +536,8 @@ def recipe_history(request: HttpRequest, pk: int) -> HttpResponse:
     recipe = get_object_or_404(Recipe, pk=pk)
     records = selectors.recipe_versions_list(recipe=recipe)
     versions = _versions(recipe)
-    a = _version_param(request, "a")
-    b = _version_param(request, "b")
+    a = _existing_version(recipe, _version_param(request, "a", recipe), versions)
+    b = _existing_version(recipe, _version_param(request, "b", recipe), versions)
     diff_rows = None
     if a is not None and b is not None:
         try:
@@ -545,8 +568,8 @@ def recipe_diff_partial(request: HttpRequest, pk: int) -> HttpResponse:
     """The diff table between versions ``?a=`` and ``?b=`` (rows of path, old, new from
     :func:`deployments.services.recipe_diff`). A full page when not requested by htmx."""
     recipe = get_object_or_404(Recipe, pk=pk)
-    a = _version_param(request, "a")
-    b = _version_param(request, "b")
+    a = _version_param(request, "a", recipe)
+    b = _version_param(request, "b", recipe)
     if a is None or b is None:
         raise Http404("pick two versions")
     if not _is_htmx(request):
@@ -619,7 +642,7 @@ def recipe_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
     ``?version=N`` renders version N. A recipe no longer valid for its node shows its errors
     (HTTP 200)."""
     recipe = get_object_or_404(Recipe.objects.select_related("node"), pk=pk)
-    version = _version_param(request, "version")
+    version = _version_param(request, "version", recipe)
     errors: dict[str, list[str]] = {}
     processes: list[dict[str, Any]] = []
     summary: dict[str, Any] | None = None
