@@ -1,6 +1,8 @@
 """A recipe page that reads a query parameter refuses it given empty, as the API does, rather
 than taking it as left out: ``?b=`` on the history page is a 400 that names the parameter and the
-versions there are (``b is empty: give a version number 1–3 or leave it out``)."""
+versions there are (``b is empty: give a version number 1–3 or leave it out``). The copy link
+``/recipes/new/?from=<id>`` names a recipe that exists: an empty or malformed id is a 400, one no
+recipe has a 404 (``no recipe #999 to copy from``), never a blank form."""
 from __future__ import annotations
 
 import html
@@ -87,3 +89,29 @@ def test_versions_given_or_left_out_still_show_the_history(client, viewer, recip
     diffed = client.get(url + "?a=1&b=3")
     assert diffed.status_code == 200 and "spec.stop_grace_s" in diffed.content.decode()
     assert client.get(reverse("deployments:recipe-detail", args=[recipe_v3.pk]) + "?version=2").status_code == 200
+
+
+@pytest.mark.parametrize("value, code, message", [
+    ("999", 404, "no recipe #999 to copy from"),
+    ("", 400, "from is empty: give the id of the recipe to copy or leave it out"),
+    ("abc", 400, "from must be a whole number between 1 and 2147483647, got 'abc'"),
+    ("0", 400, "from must be a whole number between 1 and 2147483647, got '0'"),
+])
+def test_a_copy_from_a_recipe_that_is_not_there_says_so(client, operator, recipe_v3, value, code, message):
+    client.force_login(operator)
+
+    response = client.get(reverse("deployments:recipe-create") + "?from=" + value)
+
+    assert response.status_code == code, response.status_code
+    assert html.escape(message) in response.content.decode()
+    assert 'name="spec"' not in response.content.decode()
+
+
+def test_a_copy_from_a_recipe_that_is_there_fills_the_form(client, operator, recipe_v3):
+    client.force_login(operator)
+
+    copied = client.get(reverse("deployments:recipe-create") + f"?from={recipe_v3.pk}")
+    blank = client.get(reverse("deployments:recipe-create"))
+
+    assert copied.status_code == 200 and 'value="local-sim-single-copy"' in copied.content.decode()
+    assert blank.status_code == 200 and "local-sim-single-copy" not in blank.content.decode()

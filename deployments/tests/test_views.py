@@ -223,14 +223,16 @@ def test_it_lets_an_operator_create_and_edit_a_recipe(operator_client, operator,
     assert "v2" in detail and "2400" in detail
 
 
-def test_it_prefills_the_new_recipe_form_from_a_copy_and_ignores_a_malformed_source(operator_client, seed_pd):
+def test_it_prefills_the_new_recipe_form_from_a_copy_and_refuses_a_malformed_source(operator_client, seed_pd):
     url = reverse("deployments:recipe-create")
     copy = _html(operator_client.get(url, {"from": seed_pd.pk}))
     assert f'value="{seed_pd.name}-copy"' in copy
-    # "²".isdigit() is true, but int("²") raises: ignored like any other malformed id, never a 500
-    for raw in ("\u00b2", "x"):
+    # "²".isdigit() is true, but int("²") raises: refused like any other malformed id, never a 500
+    for raw, quoted in (("\u00b2", "'²'"), ("x", "'x'")):
         response = operator_client.get(url, {"from": raw})
-        assert response.status_code == 200 and "-copy" not in _html(response), raw
+        assert response.status_code == 400, raw
+        assert escape(f"from must be a whole number between 1 and 2147483647, got {quoted}") in _html(response)
+        assert "-copy" not in _html(response)
 
 
 def test_it_reports_bad_json_with_line_and_column(operator_client, seed_node):

@@ -20,7 +20,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.http import require_http_methods
+from rest_framework import serializers
 
+from controlplane.api import IdField
 from controlplane.drf_defaults import given_more_than_once
 from controlplane.errors import BadQuery, CeilingError, Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_spelled
@@ -335,7 +337,8 @@ def _form_context(form: RecipeForm, spec_errors: dict[str, list[str]] | None, **
 @role_page(read="operator")
 def recipe_create(request: HttpRequest) -> HttpResponse:
     """Create a recipe. GET shows the form (optionally pre-filled from ``?from=<recipe id>``; a
-    ``from`` given twice is a 400, ``from is given 2 times (1, 2): give it once``);
+    ``from`` given twice, empty or not an id is a 400, ``from is given 2 times (1, 2): give it
+    once``, and an id no recipe has is a 404, ``no recipe #999 to copy from``);
     POST calls :func:`deployments.services.recipe_create` and redirects to the new recipe, or
     re-renders the form with errors (HTTP 400)."""
     if request.method == "POST":
@@ -375,17 +378,24 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
     if repeated := given_more_than_once(request.GET.getlist("from")):
         raise BadQuery(f"from {repeated}")
     source_id = request.GET.get("from")
-    if source_id and re.fullmatch(r"[0-9]+", source_id):
-        source = Recipe.objects.filter(pk=int(source_id)).first()
-        if source is not None:
-            initial = {
-                "name": f"{source.name_shown}-copy"[:63],
-                "description": services.free_text_shown(source.description),
-                "engine": source.engine,
-                "topology": source.topology,
-                "node": source.node_id,
-                "spec": spec_pretty(source.spec),
-            }
+    if source_id is not None:
+        if source_id == "":
+            raise BadQuery("from is empty: give the id of the recipe to copy or leave it out")
+        try:
+            source_pk = IdField().to_internal_value(source_id)
+        except serializers.ValidationError as exc:
+            raise BadQuery(f"from {exc.detail[0]}") from None
+        source = Recipe.objects.filter(pk=source_pk).first()
+        if source is None:
+            raise Http404(f"no recipe #{source_pk} to copy from")
+        initial = {
+            "name": f"{source.name_shown}-copy"[:63],
+            "description": services.free_text_shown(source.description),
+            "engine": source.engine,
+            "topology": source.topology,
+            "node": source.node_id,
+            "spec": spec_pretty(source.spec),
+        }
     form = RecipeForm(initial=initial)
     return render(request, "deployments/recipe_form.html", _form_context(form, None, creating=True))
 
