@@ -687,7 +687,9 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     keeps what was typed (``speedup=abc`` stays ``abc``). A ``sweep`` the projection would refuse
     (:func:`kernels.whatif.sweep_refusals`: not finished, no finished closed-loop point with fixed
     lengths, no decode step model) is refused at once with that reason (status 400), before a
-    speedup is given."""
+    speedup is given. A form sent without a sweep (``?sweep=&speedup=3``, or a speedup or best
+    variant and no ``sweep``) is refused too (status 400, ``sweep is empty: choose a finished
+    sweep to project.``), never shown back as if nothing had been asked."""
     from benchmarks.models import BenchmarkSweep
 
     errors: dict[str, list[str]] = unknown_field_errors(request.GET, WHATIF_KEYS)
@@ -712,6 +714,13 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     charts: list[dict[str, Any]] = []
     source = hint = ""
     sweep = None
+    if not sweep_raw and "sweep" not in errors:
+        # No sweep to project, yet the form was sent or a speedup given: say so rather than show
+        # the bare form again as if nothing had been asked.
+        if "sweep" in request.GET:
+            errors["sweep"] = ["sweep is empty: choose a finished sweep to project."]
+        elif request.GET.get("speedup", "").strip() or best_raw:
+            errors["sweep"] = ["Choose a finished sweep to project."]
     if sweep_raw:
         sweep = (BenchmarkSweep.objects.filter(pk=int(sweep_raw)).first()
                  if DIGITS_RE.fullmatch(sweep_raw) and len(sweep_raw) <= 18 else None)

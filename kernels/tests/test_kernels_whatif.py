@@ -224,6 +224,32 @@ def test_arriving_from_a_sweep_page_preselects_the_sweep_without_an_error(viewer
     assert "path-errors" in body and "Give a speedup (×) or choose a best variant." in body
 
 
+
+@pytest.mark.parametrize("query, message", [
+    ("sweep=&share=0.63&speedup=3&best=", "sweep is empty: choose a finished sweep to project."),
+    ("sweep=", "sweep is empty: choose a finished sweep to project."),
+    ("speedup=3", "Choose a finished sweep to project."),
+])
+def test_a_whatif_without_a_sweep_says_to_choose_one(viewer, seed_pd_sweep, query, message):
+    page = Client()
+    page.force_login(viewer)
+
+    response = page.get(f"/kernels/whatif/?{query}")
+
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert f"<li><code>sweep</code>: {html.escape(message)}</li>" in body
+    assert "3.000×" not in body
+
+
+def test_the_bare_whatif_page_asks_for_nothing(viewer, seed_pd_sweep):
+    page = Client()
+    page.force_login(viewer)
+
+    response = page.get("/kernels/whatif/")
+
+    assert response.status_code == 200 and "path-errors" not in response.content.decode()
+
 def test_the_kernel_jobs_list_refuses_a_status_that_can_match_nothing(viewer_api):
     resp = viewer_api.get("/api/kernel-jobs/", {"status": "bogus"})
     assert resp.status_code == 400
