@@ -271,7 +271,8 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                        400: ERRORS_400, 404: ERROR_404},
                    description="Served as stored, in one format: any `?format=` (or a format suffix) is a 400. "
                                "A stored secret's value in it (a file imported before such files were refused) "
-                               "is masked as `***redacted***`.")
+                               "is masked as `***redacted***`, and a well-known credential shortened to its "
+                               "prefix and length (`hf_…(37 chars)`).")
     @action(detail=True, methods=["get"])
     def original(self, request: Request, pk: str | None = None) -> HttpResponse:
         """The stored original; it answers in one format, so any ``?format=`` is a 400 naming it

@@ -1544,10 +1544,10 @@ def _import_secret_values_refuse(imported: list[ImportedRun], *, filename: str, 
     (:func:`controlplane.redaction.secret_value_found`): each is stored and shown in clear (the
     run list, its page, exports). The problem names the field (``filename``, or the line and key:
     ``line 2.model_id``) and the secret, never the value; every such field of the file at once.
-    A value anywhere else in ``text`` (the file's text) is refused too, by its place
-    (:func:`_import_text_secret_values`): the file is kept and served by the run's download.
     A well-known credential (:func:`deployments.services.credential_in_text`, a Hugging Face token
-    ...) in the file name or one of those fields is refused the same way, named by its kind."""
+    ...) in the file name or one of those fields is refused the same way, named by its kind.
+    Either anywhere else in ``text`` (the file's text) is refused too, by its place
+    (:func:`_import_text_secret_values`): the file is kept and served by the run's download."""
     from controlplane.redaction import MIN_VALUE_LENGTH, PLAIN_VALUE_MIN_LENGTH, secret_value_found
     from deployments.services import credential_in_text, secret_values
 
@@ -1574,8 +1574,7 @@ def _import_secret_values_refuse(imported: list[ImportedRun], *, filename: str, 
             if said := problem(key, getattr(item, key, None)):
                 path = ImportProblem(message="", line=item.source_line, key=key).path
                 errors.setdefault(path, []).append(said)
-    if values:
-        _import_text_secret_values(imported, text=text, values=values, errors=errors)
+    _import_text_secret_values(imported, text=text, values=values, errors=errors)
     if errors:
         raise InvalidInput(errors)
 
@@ -1583,34 +1582,44 @@ def _import_secret_values_refuse(imported: list[ImportedRun], *, filename: str, 
 def _import_text_secret_values(imported: list[ImportedRun], *, text: str, values: dict[str, str],
                                errors: dict[str, list[str]]) -> None:
     """Add to ``errors`` a problem for each place of the result file ``text`` that holds a stored
-    secret's value (``values``: value to secret name) outside the fields
-    :func:`_import_secret_values_refuse` names: the file is kept whole (or each run's own line) as
-    the run's original and served by its download, so a value anywhere in it would be stored and
-    served in clear. Each is named by its run's line and key (``line 2.server_info.api_key``; in a
-    file that is one object, ``file.server_info.api_key`` and the line it is on), by the object
-    whose key name holds it, or, where no run's record holds it, by ``file``; at most
-    :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS` places, then how many more. Never the
-    value."""
+    secret's value (``values``: value to secret name) or a well-known credential
+    (:func:`controlplane.redaction.credential_find`: a Hugging Face token, a GitHub token, ...)
+    outside the fields :func:`_import_secret_values_refuse` names: the file is kept whole (or each
+    run's own line) as the run's original and served by its download, so either anywhere in it
+    would be stored and served in clear. Each is named by its run's line and key
+    (``line 2.server_info.api_key``; in a file that is one object, ``file.server_info.api_key``
+    and the line it is on), by the object whose key name holds it, or, where no run's record holds
+    it, by ``file``; at most :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS` places, then how
+    many more. Never the value: a secret by its name, a credential by its kind and prefix."""
     from benchmarks.importers import MAX_REPORTED_PROBLEMS, _dotted, _key_lines
-    from controlplane.redaction import PLAIN_VALUE_MIN_LENGTH, secret_value_found
+    from controlplane.redaction import PLAIN_VALUE_MIN_LENGTH, credential_find, secret_value_found
 
     in_text = {value: name for value, name in values.items() if secret_value_found(text, value)}
-    if not in_text:
+    if not in_text and credential_find(text) is None:
         return
 
     def held(piece: str) -> str | None:
-        if len(piece) < PLAIN_VALUE_MIN_LENGTH:
-            return None
-        return next((name for value, name in in_text.items() if secret_value_found(piece, value)), None)
+        """What ``piece`` holds, in words (``the value of secret 'hub-token'``, ``what looks like a
+        Hugging Face token (hf_…)``), or None."""
+        if len(piece) >= PLAIN_VALUE_MIN_LENGTH:
+            name = next((name for value, name in in_text.items() if secret_value_found(piece, value)), None)
+            if name:
+                return f"the value of secret {json_spelled(name)}"
+        found = credential_find(piece)
+        if found:
+            kind, shortened = found
+            return f"what looks like a {kind} ({shortened.split('(', 1)[0]})"
+        return None
 
-    def message(what: str, name: str) -> str:
-        return (f"{what} holds the value of secret {json_spelled(name)}; the file is kept as the run's original "
+    def message(what: str, holds: str) -> str:
+        return (f"{what} holds {holds}; the file is kept as the run's original "
                 "and its download would serve it in clear: remove the value from the file and import again")
 
     places: list[tuple[str, str]] = []
     for item in imported:
         record = item.original_record or ""
-        if not any(secret_value_found(record, value) for value in in_text):
+        record_holds = held(record)
+        if not record_holds:
             continue
         found_here = False
         try:
@@ -1622,12 +1631,12 @@ def _import_text_secret_values(imported: list[ImportedRun], *, text: str, values
             path, value = stack.pop()
             if isinstance(value, dict):
                 for key, child in reversed(list(value.items())):
-                    name = held(key)
-                    if name:
+                    holds = held(key)
+                    if holds:
                         found_here = True
                         where = f"a key name of {_dotted(path)}" if path else "a key name"
                         places.append((ImportProblem(message="", line=item.source_line,
-                                                     key=_dotted(path) if path else None).path, message(where, name)))
+                                                     key=_dotted(path) if path else None).path, message(where, holds)))
                     else:
                         stack.append((path + (key,), child))
                 continue
@@ -1636,8 +1645,8 @@ def _import_text_secret_values(imported: list[ImportedRun], *, text: str, values
                 continue
             if path == () or value is None:
                 continue
-            name = held(value if isinstance(value, str) else json.dumps(value))
-            if not name:
+            holds = held(value if isinstance(value, str) else json.dumps(value))
+            if not holds:
                 continue
             found_here = True
             if len(path) == 1 and path[0] in IMPORT_SHOWN_FIELDS:
@@ -1647,18 +1656,19 @@ def _import_text_secret_values(imported: list[ImportedRun], *, text: str, values
             if item.source_line is None:
                 lines = _key_lines(text, path)
                 where += f" (line {lines[0]})" if lines else ""
-            places.append((ImportProblem(message="", line=item.source_line, key=key).path, message(where, name)))
+            places.append((ImportProblem(message="", line=item.source_line, key=key).path, message(where, holds)))
         if not found_here:
             places.append((ImportProblem(message="", line=item.source_line).path,
-                           message(_where_words(item.source_line), next(iter(in_text.values())))))
+                           message(_where_words(item.source_line), record_holds)))
     if not places and not any(p != "filename" for p in errors):
-        places.append(("file", message("the file", next(iter(in_text.values())))))
+        places.append(("file", message("the file", held(text) or "a stored secret's value")))
     for path, words in places[:MAX_REPORTED_PROBLEMS]:
         errors.setdefault(path, []).append(words)
     if len(places) > MAX_REPORTED_PROBLEMS:
         more = len(places) - MAX_REPORTED_PROBLEMS
         errors.setdefault("file", []).append(
-            f"… and {more:,} more place{'s' if more != 1 else ''} in this file holding a stored secret's value")
+            f"… and {more:,} more place{'s' if more != 1 else ''} in this file holding a stored secret's value "
+            "or a credential")
 
 
 def _where_words(line) -> str:
@@ -1670,8 +1680,9 @@ def _where_words(line) -> str:
 def run_original_download(*, run: BenchmarkRun, default_name: str) -> tuple[str, str]:
     """What the download of an imported run's original serves: ``(text, file name)``, the text
     as stored with a stored secret's value in it masked as every read masks one
-    (:func:`controlplane.redaction.secret_values_mask`), and the file name (``default_name`` when
-    none was kept) likewise. Files holding such a value are refused at import
+    (:func:`controlplane.redaction.secret_values_mask`) and a well-known credential shortened
+    (:func:`controlplane.redaction.credential_mask`, ``hf_…(37 chars)``), and the file name
+    (``default_name`` when none was kept) likewise. Files holding either are refused at import
     (:func:`_import_secret_values_refuse`); one stored before that still holds it, and its
     download never serves it. Anything else is served byte for byte. The stored values are read
     from the database first, so a secret stored since this process last read them is masked too.
@@ -1681,10 +1692,11 @@ def run_original_download(*, run: BenchmarkRun, default_name: str) -> tuple[str,
         controlplane.redaction.SecretsUnmaskable: a stored secret cannot be decrypted with this
             process's key, so the file could not be masked (nothing is served then).
     """
-    from controlplane.redaction import secret_values_mask, stored_secret_values_load
+    from controlplane.redaction import credential_mask, secret_values_mask, stored_secret_values_load
 
     stored_secret_values_load(strict=True)
-    return secret_values_mask(run.original_text), secret_values_mask(run.original_filename or default_name)
+    return (secret_values_mask(credential_mask(run.original_text)),
+            secret_values_mask(credential_mask(run.original_filename or default_name)))
 
 
 def run_original_text(*, item: ImportedRun, single: bool) -> str:

@@ -236,3 +236,53 @@ def test_importing_the_file_again_names_the_earlier_run_s_file_masked(imported_b
     detail = again.json()["detail"]
     assert detail.startswith(f"this file was already imported as run #{imported_before} (bench-***redacted***.json) on ")
     assert VALUE not in detail
+
+
+# --- a well-known credential anywhere in the file, and in the download of a file stored before ---
+
+HF_TOKEN = "hf_" + "Ab3" * 12
+CREDENTIAL_ELSEWHERE = ("{what} holds what looks like a Hugging Face token (hf_…); the file is kept as the run's "
+                        "original and its download would serve it in clear: remove the value from the file and "
+                        "import again")
+
+
+def test_a_credential_in_any_other_key_is_refused_by_its_line_and_key(operator_api):
+    spread = json.loads(_file())
+    spread["server_info"] = {"env": {"HUB": HF_TOKEN}}
+    text = json.dumps(spread, indent=2)
+    line = text.splitlines().index(f'      "HUB": "{HF_TOKEN}"') + 1
+
+    answer = operator_api.post("/api/runs/import/", {"text": text, "filename": "bench.json"}, format="json")
+
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == {"text.server_info.env.HUB": [
+        CREDENTIAL_ELSEWHERE.format(what=f"server_info.env.HUB (line {line})")]}
+    assert HF_TOKEN not in answer.content.decode()
+    assert not BenchmarkRun.objects.exists()
+
+
+def test_a_credential_in_a_line_s_value_or_key_name_is_named_by_its_line(operator_api):
+    text = "\n".join([_sglang_line(max_concurrency=1), _sglang_line(max_concurrency=2, extra=["x", HF_TOKEN]),
+                      _sglang_line(max_concurrency=4, **{HF_TOKEN: 1})]) + "\n"
+
+    answer = operator_api.post("/api/runs/import/", {"text": text, "filename": "bench.jsonl"}, format="json")
+
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == {"line 2.extra[1]": [CREDENTIAL_ELSEWHERE.format(what="extra[1]")],
+                             "line 3": [CREDENTIAL_ELSEWHERE.format(what="a key name")]}
+    assert HF_TOKEN not in answer.content.decode()
+    assert not BenchmarkRun.objects.exists()
+
+
+def test_the_download_of_a_file_stored_before_shortens_a_credential(operator_api, viewer):
+    text = _file(note=f"token {HF_TOKEN}")
+    run = BenchmarkRun.objects.create(source="imported", status="done", original_text=text,
+                                      original_filename=f"bench-{HF_TOKEN}.json")
+    page = Client()
+    page.force_login(viewer)
+
+    for answer in (page.get(f"/benchmarks/runs/{run.pk}/original/"), operator_api.get(f"/api/runs/{run.pk}/original/")):
+        assert answer.status_code == 200
+        assert answer.content.decode() == text.replace(HF_TOKEN, "hf_…(39 chars)")
+        assert HF_TOKEN not in answer["Content-Disposition"]
+        assert "bench-hf_%E2%80%A6%2839%20chars%29.json" in answer["Content-Disposition"]

@@ -312,8 +312,9 @@ def run_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
 @role_page()
 def run_original(request: HttpRequest, pk: int) -> HttpResponse:
     """Download what an imported run kept of its file, byte for byte as stored: the whole file,
-    or the run's own line of a file of several runs; a stored secret's value in it (a file
-    imported before such files were refused) masked (:func:`benchmarks.services.run_original_download`)."""
+    or the run's own line of a file of several runs; a stored secret's value in it masked and a
+    credential shortened (a file imported before such files were refused)
+    (:func:`benchmarks.services.run_original_download`)."""
     run = _get_run(pk)
     if run.source != RunSource.IMPORTED or not run.original_text:
         raise Http404("this run was not imported from a file")
