@@ -376,6 +376,10 @@ class SecretAdminForm(forms.ModelForm):
         name_judged_once(self)
         # Everyone who lists the secrets reads the description: refused as the API refuses it.
         self.fields["description"].validators += [text_control_validator, secret_description_validator]
+        if self.instance is not None and self.instance.pk:
+            # a stored secret's value or a credential in a description saved before it was refused
+            # there shows masked, as the list shows it; saved unchanged, the placeholder is refused
+            self.initial["description"] = free_text_shown(self.instance.description)
 
     def clean_value(self) -> str:
         value = self.cleaned_data.get("value") or ""

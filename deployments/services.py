@@ -1226,12 +1226,17 @@ def secret_description_problem(description: Any, *, value: Any = None) -> str | 
     """Why a secret's ``description``, listed in clear to everyone who may list the secrets, cannot
     hold what it holds: ``value``, the value the same write gives the secret, or any stored
     secret's value (the secret's own current one included), in any spelling a page masks it in, or
-    a well-known credential (:func:`secret_value_in_text`); never quoting it. None when clean."""
+    a well-known credential (:func:`secret_value_in_text`); never quoting it. The placeholder
+    :data:`controlplane.redaction.REDACTED` is refused too (:func:`_description_placeholder`): the
+    admin's edit form and the API show it in place of a stored secret's value in a description saved
+    before such values were refused, so saving it unchanged would store the placeholder as text
+    nobody wrote. None when clean."""
     if (isinstance(description, str) and isinstance(value, str) and len(value.strip()) >= MIN_VALUE_LENGTH
             and secret_value_found(description, value)):
         return ("description holds the value of this secret: the value is write-only and never shown, while "
                 "description is stored and shown in clear")
-    return secret_value_in_text("description", description)
+    return secret_value_in_text("description", description) or (
+        _description_placeholder(description) if isinstance(description, str) else None)
 
 
 def secret_description_validator(value: object) -> None:

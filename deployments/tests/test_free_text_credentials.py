@@ -5,6 +5,7 @@ it; text stored before that shows it shortened on every read. Every problem of a
 comes back in one 400, and a secret's description refuses its own value and any other secret's."""
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -310,3 +311,44 @@ def test_a_run_imported_before_shows_the_credential_shortened(operator_api, view
         data = answer.json()
         assert (data["original_filename"], data["served_model_name"], data["summary"]["label"]) == (
             "bench-hf_…(41 chars).json", "m/hf_…(41 chars)", "run hf_…(41 chars)")
+
+
+PLACEHOLDER_REFUSED = ("description holds the placeholder ***redacted*** shown in place of a secret's value: "
+                       "remove it, or refer to the secret by its name")
+
+
+def test_the_secret_admin_edit_form_shows_a_description_stored_before_masked(admin_api, admin_user):
+    secret_api_store(admin_api, name="other", value=OTHER)
+    secret = Secret.objects.create(name="before", value=OWN, description=f"theirs {OTHER} and {HF}")
+    admin = Client()
+    admin.force_login(admin_user)
+    url = reverse("admin:deployments_secret_change", args=[secret.pk])
+
+    form = admin.get(url)
+
+    body = form.content.decode()
+    assert form.status_code == 200
+    assert OTHER not in body and HF not in body
+    assert f'value="theirs {REDACTED} and hf_…(41 chars)"' in body
+
+    unchanged = admin.post(url, {"description": f"theirs {REDACTED} and hf_…(41 chars)", "value": ""})
+
+    assert unchanged.status_code == 200
+    assert html.escape(PLACEHOLDER_REFUSED) in unchanged.content.decode()
+    assert Secret.objects.get(pk=secret.pk).description == f"theirs {OTHER} and {HF}"
+
+    edited = admin.post(url, {"description": "theirs and hf_…(41 chars)", "value": ""})
+
+    assert edited.status_code == 302
+    assert Secret.objects.get(pk=secret.pk).description == "theirs and hf_…(41 chars)"
+
+
+def test_the_api_refuses_the_placeholder_in_a_secret_description(admin_api):
+    secret_api_store(admin_api, name="own", value=OWN)
+    pk = Secret.objects.get(name="own").pk
+
+    answer = admin_api.patch(f"/api/secrets/{pk}/", {"description": f"was {REDACTED}"}, format="json")
+
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == {"description": [PLACEHOLDER_REFUSED]}
+    assert Secret.objects.get(pk=pk).description == ""
