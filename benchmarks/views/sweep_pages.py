@@ -362,6 +362,17 @@ def _sweep_name(text: str, errors: dict[str, list[str]]) -> str:
     return name
 
 
+def _refused_name_masked(values: dict[str, str], errors: Mapping[str, list[str]]) -> None:
+    """Put into ``values`` the sweep's name as a refused form shows it again: a stored secret's
+    value masked and a well-known credential shortened (:func:`deployments.recipes.secret_text_masked`),
+    as its refusal names them, so the page that refuses the name never repeats the value."""
+    if errors.get("name") and values.get("name"):
+        from deployments.recipes import secret_text_masked
+        from deployments.services import secret_values
+
+        values["name"] = secret_text_masked(values["name"], secret_values())
+
+
 def _api_choices(engine: str | None) -> list[tuple[str, str]]:
     """``(value, label)`` of each API the sweep form offers: those ``engine`` serves
     (:data:`benchmarks.sweeps.ENGINE_APIS`), every one when the engine is not known; the label
@@ -501,6 +512,7 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"Sweep #{sweep.pk} queued.")
                 return redirect("benchmarks:sweep-detail", pk=sweep.pk)
         _slo_errors_in_ms(errors, values)
+        _refused_name_masked(values, errors)
         status = 409 if status == 409 else 400
     return render(request, "benchmarks/sweep_form.html", {
         "deployment": deployment, "values": values, "errors": errors,
@@ -520,6 +532,7 @@ def _sweep_form_without_deployment(request: HttpRequest, raw_id: str, defaults: 
     for field, msgs in _grid_rule_errors(grid, engine=None).items():
         errors.setdefault(field, msgs)
     _slo_errors_in_ms(errors, values)
+    _refused_name_masked(values, errors)
     shown = raw_id.strip()
     errors["deployment"] = ([f"no deployment with id {shown if DIGITS_RE.fullmatch(shown) else query_text(shown)}"]
                             if shown else ["choose a deployment"])
