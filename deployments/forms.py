@@ -277,6 +277,8 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         name_judged_once(self, recipe_name_validator)
+        # judged on the form as the recipe pages judge it, so a refusal is shown beside the field
+        self.fields["description"].validators += [recipe_description_validator]
         if self.instance is not None and self.instance.pk:
             self.initial["spec"] = spec_pretty(self.instance.spec)
             self.initial["description"] = free_text_shown(self.instance.description)
@@ -320,6 +322,30 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
                 for msg in msgs:
                     self.add_error(field, msg if field == path else f"{path}: {msg}")
         return data
+
+    def _post_clean(self) -> None:
+        super()._post_clean()
+        self._refused_masked()
+
+    def _refused_masked(self) -> None:
+        """Show a refused form's name, description and spec as typed except for what may not be
+        stored in clear (:func:`deployments.recipes.secret_text_masked`: a well-known credential
+        shortened, a stored secret's value masked), as the recipe pages show them: the page naming
+        the refusal never repeats the value."""
+        from deployments.recipes import secret_text_masked
+        from deployments.services import secret_values
+
+        shown = [key for key in ("name", "description", "spec") if key in self.data]
+        if not (self.is_bound and self.errors and shown):
+            return
+        data = self.data.copy()
+        values = secret_values()
+        for key in shown:
+            if hasattr(data, "setlist"):
+                data.setlist(key, [secret_text_masked(text, values) for text in self.data.getlist(key)])
+            elif isinstance(data[key], str):
+                data[key] = secret_text_masked(data[key], values)
+        self.data = data
 
 
 class RecipeRevertAdminForm(RecipeAdminForm):

@@ -352,3 +352,31 @@ def test_the_api_refuses_the_placeholder_in_a_secret_description(admin_api):
     assert answer.status_code == 400, answer.content
     assert answer.json() == {"description": [PLACEHOLDER_REFUSED]}
     assert Secret.objects.get(pk=pk).description == ""
+
+
+
+@pytest.mark.parametrize(("field", "refusal"), [
+    ("name", _message("name", "Hugging Face token", "hf_…")),
+    ("description", _message("description", "Hugging Face token", "hf_…")),
+    ("spec", "spec.env.HUB: spec.env.HUB looks like a Hugging Face token (hf_…(41 chars)): store it as a secret"),
+])
+def test_the_recipe_admin_form_refuses_a_credential_and_shows_it_shortened(admin_user, operator_api, field, refusal):
+    pk = _recipe(operator_api)
+    recipe = Recipe.objects.get(pk=pk)
+    admin = Client()
+    admin.force_login(admin_user)
+    sent = {"name": "r1", "description": recipe.description, "spec": json.dumps(recipe.spec)}
+    sent[field] = {"name": f"r-{HF}", "description": f"token {HF}",
+                   "spec": json.dumps(dict(recipe.spec, env={**recipe.spec["env"], "HUB": HF}))}[field]
+
+    page = admin.post(reverse("admin:deployments_recipe_change", args=[pk]), {
+        **sent, "engine": recipe.engine, "topology": recipe.topology, "node": recipe.node_id,
+        "expected_version": str(recipe.version)})
+
+    body = html.unescape(page.content.decode())
+    assert page.status_code == 200
+    assert refusal in body
+    assert HF not in body
+    assert "hf_…(41 chars)" in body   # what was typed, shown again shortened
+    stored = Recipe.objects.get(pk=pk)
+    assert (stored.name, stored.description, stored.version, stored.spec) == ("r1", recipe.description, 1, recipe.spec)
