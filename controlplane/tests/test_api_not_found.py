@@ -5,7 +5,7 @@ import pytest
 UNMATCHED = [
     "/api/nothing/",
     "/api/nothing",
-    "/api/kernel-packages/NOPE/",  # the lookup pattern takes lowercase names only
+    "/api/kernel-packages/toy_attn/nothing/",  # a package has no such action
     "/api/recipes/3/versions/abc/",  # the version pattern takes digits only
     "/api/runs/1/nothing/",
 ]

@@ -39,6 +39,7 @@ from controlplane.jsonsafe import json_spelled
 from kernels import selectors, services
 from kernels.api import serializers as s
 from kernels.models import KernelBest, KernelJob, KernelPackage
+from kernels.manifest import PACKAGE_NAME_RE
 
 
 def _blank_texts_as_null(table: dict) -> dict:
@@ -64,10 +65,16 @@ class PackageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 
     serializer_class = s.PackageSerializer
     lookup_field = "name"
-    lookup_value_regex = r"[a-z0-9][a-z0-9_]{0,62}"
+    # Any key up to a slash or a format suffix's dot: a key no package could be named (``löcal``,
+    # ``Local``) is the 404 naming it, ``no kernel package with name 'löcal'``, not "no API endpoint".
+    lookup_value_regex = r"[^/.]+"
 
     def get_queryset(self):
-        return KernelPackage.objects.order_by("name")
+        queryset = KernelPackage.objects.order_by("name")
+        key = self.kwargs.get(self.lookup_url_kwarg or self.lookup_field)
+        if key is not None and not PACKAGE_NAME_RE.fullmatch(key):
+            return queryset.none()   # no package is named so: not asked of the database
+        return queryset
 
 
 @extend_schema_view(
