@@ -94,7 +94,7 @@ def test_a_deployment_stopped_while_prompts_are_built_gets_no_request(monkeypatc
     sweep, status, asked = _run_with_stop(monkeypatch, tmp_path, operator, at="preparing", wrap_method=True)
     assert status == SweepStatus.FAILED
     assert sweep.reason == (f"{asked} during point c=4 64/64; deployment #{sweep.deployment_id} is still marked "
-                            "ready; the sweep stopped")
+                            "ready; the sweep stopped while preparing prompts")
     assert sweep.requests_done == 0
     run = sweep.runs.get()
     assert run.progress.get("done", 0) == 0 and run.progress.get("failed", 0) == 0
