@@ -3,6 +3,7 @@ written per test, nodes with and without a GPU, and JSON payloads shaped like th
 ``builds.json`` / ``results.json`` (the runner's own contract)."""
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -275,3 +276,17 @@ def seed_pd_sweep(db):
                                 summary={"output_throughput_tok_s": 9.95, "ttft_ms": {"mean": 893.0},
                                          "tpot_ms": {"mean": 94.0}})
     return sweep
+
+
+@pytest.fixture
+def jobs(toy_package) -> list[int]:
+    """25 done jobs of toy_attn; their ids, newest first."""
+    from kernels.models import KernelJob
+
+    made = [KernelJob.objects.create(package=toy_package, target_cc="9.0", status="done") for _ in range(25)]
+    return [j.pk for j in reversed(made)]
+
+
+def listed(html: str) -> list[int]:
+    """The job ids a kernels page links to (``href="/kernels/jobs/<id>/">#``), in page order."""
+    return [int(x) for x in re.findall(r'href="/kernels/jobs/(\d+)/">#', html)]

@@ -8,20 +8,10 @@ import re
 import pytest
 
 from benchmarks.tests.page_support import logged_in_client
+from kernels.tests.conftest import listed
 from kernels.models import KernelJob
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def jobs(toy_package) -> list[int]:
-    """25 done jobs of toy_attn; their ids, newest first."""
-    made = [KernelJob.objects.create(package=toy_package, target_cc="9.0", status="done") for _ in range(25)]
-    return [j.pk for j in reversed(made)]
-
-
-def listed(html: str) -> list[int]:
-    return [int(x) for x in re.findall(r'href="/kernels/jobs/(\d+)/">#', html)]
 
 
 def test_the_jobs_are_paged_20_at_a_time_newest_first(viewer, jobs):

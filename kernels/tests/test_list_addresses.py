@@ -3,26 +3,13 @@
 on the kernels index; a visitor who is not signed in goes to the login page."""
 from __future__ import annotations
 
-import re
-
 import pytest
 from django.test import Client
 
 from benchmarks.tests.page_support import logged_in_client
-from kernels.models import KernelJob
+from kernels.tests.conftest import listed
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def jobs(toy_package) -> list[int]:
-    """25 done jobs of toy_attn; their ids, newest first."""
-    made = [KernelJob.objects.create(package=toy_package, target_cc="9.0", status="done") for _ in range(25)]
-    return [j.pk for j in reversed(made)]
-
-
-def listed(html: str) -> list[int]:
-    return [int(x) for x in re.findall(r'href="/kernels/jobs/(\d+)/">#', html)]
 
 
 def test_jobs_lead_to_the_job_list_keeping_the_page_asked_for(viewer, jobs):
