@@ -61,6 +61,16 @@ def sign_in(page, base_url: str, user) -> None:
     page.wait_for_load_state("networkidle")
 
 
+def sign_in_to(page, base_url: str, user, path: str) -> None:
+    """Sign ``user`` in through the login page's ``?next=`` and wait until ``path`` has loaded
+    (its DOM, not every poll: live pages never go quiet)."""
+    page.goto(f"{base_url}/login/?next={path}", wait_until="domcontentloaded")
+    page.fill("#id_username", user.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base_url}{path}", wait_until="domcontentloaded")
+
+
 def in_thread(query):
     """What ``query()`` returns, called on another thread: Playwright's sync API runs an event loop
     in the test's thread, where Django refuses database calls."""

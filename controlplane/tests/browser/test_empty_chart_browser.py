@@ -19,13 +19,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from django.utils import timezone
 
+from controlplane.tests.browser.conftest import sign_in_to
 from deployments.choices import DeploymentStatus
 from deployments.models import DeploymentTelemetry
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
-PASSWORD = "correct-horse-battery"  # the personas' password (conftest.py)
 NO_TOK_S_YET = "no tok/s recorded yet"
 NO_TOK_S_ENDED = "no tok/s recorded while it ran"
 NO_METRICS = ("llama-cpp-python's server exposes no /metrics, so there is no live tok/s; sweeps measure it (see the "
@@ -84,20 +84,11 @@ def _new_page(browser):
     return context, page, errors
 
 
-def _log_in(page, base: str, user, path: str) -> None:
-    """Sign ``user`` in on the login page and land on ``path``."""
-    page.goto(f"{base}/login/?next={path}", wait_until="domcontentloaded")
-    page.fill("#id_username", user.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}{path}", wait_until="domcontentloaded")
-
-
 def test_it_says_no_tok_s_was_recorded_on_an_ended_deployments_stored_telemetry(
         live_server, ended_without_tok_s, viewer, browser):
     path = f"/deployments/{ended_without_tok_s}/"
     context, page, errors = _new_page(browser)
-    _log_in(page, live_server.url, viewer, path)
+    sign_in_to(page, live_server.url, viewer, path)
 
     history = page.locator("#deployment-telemetry-history")
     history.locator("[data-f='history-note']").filter(has_text="5 stored samples").wait_for(timeout=10_000)
@@ -129,7 +120,7 @@ def test_it_says_no_tok_s_was_recorded_on_the_live_chart_and_again_once_the_depl
         sockets.append(ws)
 
     page.route_web_socket("**/ws/live/**", answer)
-    _log_in(page, live_server.url, viewer, path)
+    sign_in_to(page, live_server.url, viewer, path)
 
     chart = page.locator("#deployment-telemetry [data-spark='tok_s']")
     chart.locator("[data-chart-empty]").filter(has_text=NO_TOK_S_YET).wait_for(timeout=10_000)
@@ -156,7 +147,7 @@ def test_it_says_an_engine_without_metrics_charts_no_tok_s_live_or_stored(
                             "groups": {g: {"seq": 0, "latest": {}} for g in groups}}))
 
     page.route_web_socket("**/ws/live/**", answer)
-    _log_in(page, live_server.url, viewer, f"/deployments/{llamacpp_starting}/")
+    sign_in_to(page, live_server.url, viewer, f"/deployments/{llamacpp_starting}/")
     chart = page.locator("#deployment-telemetry [data-spark='tok_s']")
     chart.locator("[data-chart-empty]").filter(has_text=NO_METRICS).wait_for(timeout=10_000)
     assert chart.locator("[data-chart-empty]").inner_text() == NO_METRICS

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import pytest
 from django.utils import timezone
 
-from controlplane.tests.browser.conftest import in_thread
+from controlplane.tests.browser.conftest import in_thread, sign_in_to
 
 from deployments.choices import ProcessStatus, Role
 from deployments.models import ServerProcess
@@ -31,7 +31,6 @@ from deployments.tests.factories import cpu_node_create, deployment_row_create, 
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
 
-PASSWORD = "correct-horse-battery"  # the personas' password (conftest.py)
 POLLED = re.compile(r"/deployments/\d+/(live|logs|processes/\d+/log)/")
 #: The live client's session check after a refused handshake (static/ceiling/live.js).
 SESSION_CHECK = re.compile(r"/api/nodes/\?limit=1$")
@@ -65,11 +64,7 @@ def test_it_never_swaps_the_login_page_into_a_page_signed_out_in_another_tab(liv
     # the session ended, as a user met it.
     page.route(SESSION_CHECK, lambda route: route.abort())
 
-    page.goto(f"{base}/login/?next={page_path}", wait_until="domcontentloaded")
-    page.fill("#id_username", viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}{page_path}", wait_until="domcontentloaded")
+    sign_in_to(page, base, viewer, page_path)
     assert page.locator(".log-panel").count() == 3
     deadline = time.monotonic() + 6
     while not any(status == 200 and "/live/" in url for _, status, url in polls) and time.monotonic() < deadline:
@@ -130,11 +125,7 @@ def test_the_live_clients_session_check_reads_one_node_and_finds_the_session_gon
     # The page's polls are held back: only the live client's check can find the session gone.
     page.route(POLLED, lambda route: route.abort())
 
-    page.goto(f"{base}/login/?next={page_path}", wait_until="domcontentloaded")
-    page.fill("#id_username", viewer.username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}{page_path}", wait_until="domcontentloaded")
+    sign_in_to(page, base, viewer, page_path)
     # No /ws/live/ here: every handshake is refused, and each refusal is followed by the check,
     # answered 200 while the viewer is signed in (the page keeps reconnecting).
     deadline = time.monotonic() + 10
