@@ -18,7 +18,7 @@ from benchmarks.analysis.model import PARTIAL_FLAG
 from benchmarks.loadgen import Api
 from controlplane.api import shown_key, shown_value
 from controlplane.errors import InvalidInput
-from controlplane.jsonsafe import js_number, json_number, json_spelled, not_integer, whole_float
+from controlplane.jsonsafe import finite_number, js_number, json_number, json_spelled, not_integer, whole_float
 
 # Bounds that keep one sweep a sweep and not a denial of service on the client or the database.
 # Every point's prompts are built in the control worker's memory before it starts (case C11), and
@@ -146,7 +146,7 @@ def slo_too_large(key: str, value: float) -> str:
     been given in ms where those fit (``must be at most 600 s, got 800; did you mean 800 ms =
     0.8 s?``)."""
     text = f"must be at most {MAX_SLO_S[key]} s, got {grid_number(value)}"
-    if math.isfinite(value) and ms_to_s(value) <= MAX_SLO_S[key]:
+    if finite_number(value) and ms_to_s(value) <= MAX_SLO_S[key]:
         text += f"; did you mean {grid_number(value)} ms = {grid_number(ms_to_s(value))} s?"
     return text
 
@@ -177,8 +177,7 @@ def int_refusal(value: Any, *, lo: int, hi: int) -> str:
 def duration_valid(value: Any) -> bool:
     """Whether ``value`` is a point's time limit the grid takes: a finite JSON number of seconds
     from :data:`MIN_DURATION_S` to :data:`MAX_DURATION_S`."""
-    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-            and MIN_DURATION_S <= value <= MAX_DURATION_S)
+    return finite_number(value) and MIN_DURATION_S <= value <= MAX_DURATION_S
 
 
 def duration_refusal(shown: str) -> str:
@@ -253,7 +252,7 @@ def grid_validate(raw: Any, *, engine: str = "sim", default_wait_ready_s: int = 
         err("grid.request_rates", f"must be a list of requests/s > 0, got {shown_value(raw_rates)}")
         raw_rates = []
     for i, r in enumerate(raw_rates):
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+        if not finite_number(r) or r <= 0:
             err(f"grid.request_rates.{i}", f"must be a number of requests/s > 0, got {grid_number(r)}")
         elif r > MAX_REQUEST_RATE:
             err(f"grid.request_rates.{i}", f"must be at most {MAX_REQUEST_RATE:,} requests/s (what one load-generator "

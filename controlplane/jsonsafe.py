@@ -193,6 +193,18 @@ def json_spelled(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def finite_number(value: Any) -> bool:
+    """Whether ``value`` is an int or a float (not a bool) that a float holds as a finite number:
+    False for NaN and ±infinity, and for an integer too large for a double (about 1.8e308), which
+    JSON parsers keep exact and :func:`math.isfinite` cannot convert (it raises ``OverflowError``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def whole_float(value: Any) -> bool:
     """Whether ``value`` is a finite float with a whole value (``1e3``, ``16.0``): a JSON number
     written with a decimal point or an exponent, which the API's integer fields refuse as the wrong

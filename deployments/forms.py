@@ -26,6 +26,7 @@ from deployments.models import (
     Secret,
     change_reason_validator,
     name_validator,
+    recipe_name_shown,
 )
 from deployments.recipes import RECIPE_DOC_PATH
 from deployments.services import (
@@ -376,8 +377,9 @@ class RecipeRevertAdminForm(RecipeAdminForm):
         current = Recipe.objects.filter(pk=recipe.pk).values_list("name", flat=True).first()
         url = reverse("deployments:recipe-revert", args=[recipe.pk, recipe.version])
         self.errors["name"] = self.error_class([
-            f"A recipe named '{recipe.name}' already exists, so version {recipe.version} cannot be restored under "
-            f"its name here. Restore it with the current name '{current}' on the recipe's revert page, {url} "
+            f"A recipe named '{recipe.name_shown}' already exists, so version {recipe.version} cannot be restored "
+            f"under its name here. Restore it with the current name '{recipe_name_shown(current or '')}' on the "
+            f"recipe's revert page, {url} "
             "(tick \"keep the current name\"), or with keep_name in the API."])
 
 

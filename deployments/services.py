@@ -46,7 +46,7 @@ from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_spelled
 from controlplane.lengths import length_message
 from controlplane.redaction import (
-    MIN_VALUE_LENGTH, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_mask, credential_mask_json, redact_text, register_secret_value, secret_value_found,
+    MIN_VALUE_LENGTH, PLACEHOLDER_RE, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_mask, credential_mask_json, redact_text, register_secret_value, secret_value_found,
     secret_values_mask, stored_secret_values_load,
 )
 from controlplane.secretbox import SecretUnreadable
@@ -54,7 +54,10 @@ from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Top
 from deployments.launch import (  # noqa: F401  (PORT_KIND_FLAGS, port_kind_text: read from here too)
     PORT_KIND_FLAGS, LaunchPlan, launch_plan_render, port_kind_text, port_kind_words)
 from deployments.logfiles import RedactedLogReader, log_file, log_parts
-from deployments.models import Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, name_validator
+from deployments.models import (
+    Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, name_validator,
+    recipe_name_shown,
+)
 from deployments.supervisor import log_tail
 from deployments.supervisor.procfs import port_busy_reason
 from deployments.engines import ENGINES
@@ -231,14 +234,19 @@ def recipe_name_validator(value: object) -> None:
 
 
 def _description_placeholder(description: str) -> str | None:
-    """Why a recipe's ``description`` holding :data:`controlplane.redaction.REDACTED` cannot be
-    saved: it is what the edit form and the API show in place of a stored secret's value saved
-    before such values were refused, so saving it unchanged would store the placeholder as text
-    nobody wrote."""
-    if REDACTED not in description:
+    """Why a ``description`` holding a placeholder shown in place of a secret
+    (:data:`controlplane.redaction.PLACEHOLDER_RE`: :data:`controlplane.redaction.REDACTED` for a
+    stored secret's value, ``hf_…(37 chars)`` for a credential) cannot be saved: the edit forms
+    and the API show it in place of what a description saved before such text was refused holds,
+    so saving it unchanged would store the placeholder as text nobody wrote."""
+    match = PLACEHOLDER_RE.search(description)
+    if match is None:
         return None
-    return (f"description holds the placeholder {REDACTED} shown in place of a secret's value: remove it, "
-            f"or refer to the secret by its name")
+    if match.group(0) == REDACTED:
+        return (f"description holds the placeholder {REDACTED} shown in place of a secret's value: remove it, "
+                f"or refer to the secret by its name")
+    return (f"description holds {match.group(0)}, shown in place of a credential: remove it, or store the "
+            f"credential as a secret and refer to it by its name")
 
 
 def recipe_description_problem(description: str) -> str | None:
@@ -712,7 +720,7 @@ def recipe_update(
             raise NotFound(f"Recipe {recipe.pk} no longer exists.") from exc
         if expected_version is not None and locked.version != expected_version:
             raise Conflict(
-                f"Recipe {json_spelled(locked.name)} is at version {locked.version}, not {expected_version}; "
+                f"Recipe {json_spelled(locked.name_shown)} is at version {locked.version}, not {expected_version}; "
                 "reload it and apply the change again."
             )
         current = _content_of(locked)
@@ -751,7 +759,7 @@ def recipe_stale_message(*, recipe: Recipe, expected_version: int) -> str | None
         who = f"by {latest.history_user.username} " if latest.history_user_id else ""
         by = f" ({who}at {latest.history_date.astimezone(dt_timezone.utc):%Y-%m-%d %H:%M:%S} UTC)"
     return (
-        f"Recipe {json_spelled(name)} is at version {version}, not {expected_version}: it was changed since you "
+        f"Recipe {json_spelled(recipe_name_shown(name))} is at version {version}, not {expected_version}: it was changed since you "
         f"opened this page{by}; reload it to edit the current version."
     )
 
@@ -1043,8 +1051,8 @@ def recipe_revert(
         current = Recipe.objects.filter(pk=recipe.pk).values_list("name", flat=True).first() or recipe.name
         if not Recipe.objects.filter(name=content["name"]).exclude(pk=recipe.pk).exists():
             raise
-        taken = (f"A recipe named {json_spelled(content['name'])} already exists; restore it with the current name "
-                 f"{json_spelled(current)} instead (keep_name).")
+        taken = (f"A recipe named {json_spelled(recipe_name_shown(content['name']))} already exists; restore it with "
+                 f"the current name {json_spelled(recipe_name_shown(current))} instead (keep_name).")
         raise InvalidInput({**exc.errors, "name": [taken]}) from None
 
 
@@ -1226,11 +1234,11 @@ def secret_description_problem(description: Any, *, value: Any = None) -> str | 
     """Why a secret's ``description``, listed in clear to everyone who may list the secrets, cannot
     hold what it holds: ``value``, the value the same write gives the secret, or any stored
     secret's value (the secret's own current one included), in any spelling a page masks it in, or
-    a well-known credential (:func:`secret_value_in_text`); never quoting it. The placeholder
-    :data:`controlplane.redaction.REDACTED` is refused too (:func:`_description_placeholder`): the
-    admin's edit form and the API show it in place of a stored secret's value in a description saved
-    before such values were refused, so saving it unchanged would store the placeholder as text
-    nobody wrote. None when clean."""
+    a well-known credential (:func:`secret_value_in_text`); never quoting it. A placeholder
+    (:data:`controlplane.redaction.REDACTED`, or a shortened credential such as ``hf_…(37 chars)``)
+    is refused too (:func:`_description_placeholder`): the admin's edit form and the API show it in
+    place of what a description saved before such text was refused holds, so saving it unchanged
+    would store the placeholder as text nobody wrote. None when clean."""
     if (isinstance(description, str) and isinstance(value, str) and len(value.strip()) >= MIN_VALUE_LENGTH
             and secret_value_found(description, value)):
         return ("description holds the value of this secret: the value is write-only and never shown, while "
@@ -1299,7 +1307,7 @@ def secret_delete(*, secret: Secret, user) -> None:
     Raises :class:`Conflict` naming the referencing recipes (a recipe whose secret vanished
     could no longer be validated or deployed).
     """
-    users = [r.name for r in Recipe.objects.only("name", "spec") if secret.name in _secret_refs(r.spec)]
+    users = [r.name_shown for r in Recipe.objects.only("name", "spec") if secret.name in _secret_refs(r.spec)]
     if users:
         raise Conflict(f"Secret {json_spelled(secret.name)} is used by recipe(s): {', '.join(sorted(users))}.")
     secret.delete()

@@ -337,10 +337,16 @@ def test_the_secret_admin_edit_form_shows_a_description_stored_before_masked(adm
     assert html.escape(PLACEHOLDER_REFUSED) in unchanged.content.decode()
     assert Secret.objects.get(pk=secret.pk).description == f"theirs {OTHER} and {HF}"
 
-    edited = admin.post(url, {"description": "theirs and hf_…(41 chars)", "value": ""})
+    shortened = admin.post(url, {"description": "theirs and hf_…(41 chars)", "value": ""})
+
+    assert shortened.status_code == 200
+    assert "description holds hf_…(41 chars), shown in place of a credential" in shortened.content.decode()
+    assert Secret.objects.get(pk=secret.pk).description == f"theirs {OTHER} and {HF}"
+
+    edited = admin.post(url, {"description": "theirs, rotated", "value": ""})
 
     assert edited.status_code == 302
-    assert Secret.objects.get(pk=secret.pk).description == "theirs and hf_…(41 chars)"
+    assert Secret.objects.get(pk=secret.pk).description == "theirs, rotated"
 
 
 def test_the_api_refuses_the_placeholder_in_a_secret_description(admin_api):
