@@ -520,7 +520,11 @@ class StrictIntegerMixin(FormTextMixin):
         (``got '0'``)."""
         codes = exc.get_codes()
         code = codes[0] if isinstance(codes, list) and codes and isinstance(codes[0], str) else "invalid"
-        shown = query_text(data) if isinstance(data, FormText) else json_text(data)
+        if isinstance(data, FormText):
+            shown = query_text(data)
+        else:  # cut as shown_value cuts: an integer of 400 digits is quoted by its first 39
+            text = json_text(data, 40)
+            shown = text if len(text) <= 40 else text[:39] + "…"
         if code in ("min_value", "max_value"):
             return serializers.ValidationError(f"must be {whole_bounds(self)}, got {shown}", code=code)
         if code == "does_not_exist":

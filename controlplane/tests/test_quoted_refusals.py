@@ -46,3 +46,12 @@ def test_body_integers_quote_the_value_out_of_range_or_naming_no_row(operator_ap
         deploy = operator_api.post("/api/deployments/", {"recipe": pk}, format="json")
         assert deploy.status_code == 400
         assert deploy.json() == {"recipe": [f"must be the id of an existing recipe, got {pk}"]}
+
+
+def test_a_body_integer_of_hundreds_of_digits_is_quoted_by_its_first_39(operator_api, rows):
+    huge = 10 ** 400
+    revert = operator_api.post(f"/api/recipes/{rows['recipe']}/revert/", {"version": huge}, format="json")
+    assert revert.status_code == 400
+    assert revert.json() == {"version": [f"must be between 1 and 2147483647, got {str(huge)[:39]}…"]}
+    deploy = operator_api.post("/api/deployments/", {"recipe": huge}, format="json")
+    assert deploy.json() == {"recipe": [f"must be the id of an existing recipe, got {str(huge)[:39]}…"]}
