@@ -36,7 +36,8 @@ Fan-out: the sockets of one server process share one channel-layer membership pe
 (:class:`LiveHub`): a broadcast costs one Redis message per server process, not one per open
 socket, and the hub hands it to every local socket of the group without waiting on any of them.
 The hub re-joins its groups after a Redis error (a restarted Redis forgets memberships) and
-renews them hourly (channels_redis forgets a member after ``group_expiry``).
+renews them every minute (channels_redis forgets a member after ``group_expiry``, 5 minutes here, so
+the members of a web process that was killed or restarted are dropped soon).
 
 Flow control (a client that does not read must not slow the others): the producers never wait
 on a socket (``channel_layer.group_send`` skips a channel that is full instead of blocking,
@@ -121,9 +122,10 @@ CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_READING = 4408
 CLOSE_TOO_MANY = 4413
 
-# channels_redis forgets a group member after its ``group_expiry`` (one day by default); a wall
-# stays open for weeks, so the hub renews its memberships this often (seconds).
-GROUP_RENEW_S = 3600.0
+# channels_redis forgets a group member after its ``group_expiry`` (300 s in settings.CHANNEL_LAYERS,
+# so a dead web process's members go soon); a wall stays open for weeks, so the hub renews its
+# memberships this often (seconds), well inside the expiry.
+GROUP_RENEW_S = 60.0
 # Seconds the hub waits before retrying after a channel-layer (Redis) error.
 HUB_RETRY_S = 1.0
 # A client frame larger than this is not one of ours.

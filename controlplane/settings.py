@@ -168,7 +168,11 @@ CEILING_WS_ALLOWED_ORIGINS = [o.strip() for o in env_str("CEILING_WS_ALLOWED_ORI
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "controlplane.realtime.NamespacedRedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 200, "expiry": 30},
+        # group_expiry: a group member not renewed for 5 minutes is dropped. The live hub of each
+        # web process renews its memberships every minute (controlplane.consumers.GROUP_RENEW_S),
+        # so only the members of a web process that was killed or restarted go: channels_redis's
+        # default (one day) kept every broadcast to them failing "over capacity" until then.
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 200, "expiry": 30, "group_expiry": 300},
     }
 }
 
@@ -282,6 +286,9 @@ LOGGING = {
         # One INFO line per probe or request would drown the agent's and the demo's output.
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
+        # Its INFO line repeats on every broadcast to a full channel (a dead web process's, until
+        # group_expiry drops it): a slow live client is closed and logged by the consumer itself.
+        "channels_redis": {"level": "WARNING"},
         # Django's default config gives "django" its own DEBUG-only console handler without the
         # redaction filter, and the record then reaches the root handler too: every line twice.
         # No handlers here: records go to the root console, once, redacted.
