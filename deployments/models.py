@@ -6,6 +6,7 @@ state is never consulted.
 """
 from __future__ import annotations
 
+from datetime import timezone as dt_timezone
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -436,6 +437,13 @@ class ProcessEvent(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        """``deployment 7 decode0 started at 2026-12-07 07:33:25 UTC`` (the process where the event
+        is one of a process's), as the admin lists the events a delete would remove; never the
+        message, which may name a recipe as it was then."""
+        who = f" {self.process.role}{self.process.ordinal}" if self.process_id else ""
+        return f"deployment {self.deployment_id}{who} {self.kind} at {self.at.astimezone(dt_timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
 
 
 class NodeTelemetry(models.Model):

@@ -36,3 +36,23 @@ def test_an_ended_deployment_can_be_deleted_in_admin(admin_client, status):
     assert response.status_code == 302
     assert not Deployment.objects.filter(pk=deployment.pk).exists()
     assert not ServerProcess.objects.filter(deployment_id=deployment.pk).exists()
+
+
+@pytest.mark.django_db
+def test_the_delete_page_names_each_event_it_would_remove_by_deployment_process_kind_and_time(admin_client):
+    from datetime import datetime, timezone
+
+    from deployments.models import ProcessEvent
+
+    deployment = deployment_row_create(recipe=recipe_row_create(node=cpu_node_create(name="adm")),
+                                       status=DeploymentStatus.STOPPED)
+    process = deployment.processes.get()
+    at = datetime(2026, 12, 7, 7, 33, 25, tzinfo=timezone.utc)
+    ProcessEvent.objects.create(deployment=deployment, process=process, kind="started", at=at, message="pid 42")
+    ProcessEvent.objects.create(deployment=deployment, kind="stopped", at=at, message="by a stop")
+
+    page = admin_client.get(f"/admin/deployments/deployment/{deployment.pk}/delete/").content.decode()
+
+    assert f"deployment {deployment.pk} single0 started at 2026-12-07 07:33:25 UTC" in page
+    assert f"deployment {deployment.pk} stopped at 2026-12-07 07:33:25 UTC" in page
+    assert "ProcessEvent object" not in page
