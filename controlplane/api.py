@@ -553,6 +553,11 @@ class StrictIntegerField(StrictIntegerMixin, serializers.IntegerField):
     instead of being coerced as DRF's :class:`~rest_framework.fields.IntegerField` does."""
 
 
+#: Codes of the text refusals Django and DRF add to every text field (a NUL, a lone surrogate),
+#: dropped where a check of the product's own refused the same text (:class:`StrictTextMixin`).
+GENERIC_TEXT_REFUSALS = frozenset({"null_characters_not_allowed", "surrogate_characters_not_allowed"})
+
+
 class StrictTextMixin:
     """For a text or name field of an input serializer (put it before the field class): a JSON
     body's value is taken only as a JSON string; a number, a boolean, a list or an object is
@@ -581,6 +586,20 @@ class StrictTextMixin:
         if not isinstance(data, str):
             raise serializers.ValidationError(self._wrong_type(data), code="invalid")
         return super().to_internal_value(data)
+
+    def run_validators(self, value):
+        """The field's validators, with the generic refusals of a NUL or a lone surrogate ("Null
+        characters are not allowed.", "Surrogate characters are not allowed: U+D800.") left out
+        where another of them refused the text too: the product's own checks say what and where
+        (``U+0000 (NUL) at character 2``), and one problem is said once."""
+        try:
+            super().run_validators(value)
+        except serializers.ValidationError as exc:
+            said = exc.detail if isinstance(exc.detail, list) else None
+            specific = [d for d in said or [] if getattr(d, "code", None) not in GENERIC_TEXT_REFUSALS]
+            if said and specific and len(specific) < len(said):
+                raise serializers.ValidationError(specific) from None
+            raise
 
 
 class JSONTypeWordingMixin:

@@ -261,7 +261,9 @@ def recipe_description_validator(value: object) -> None:
     """A field validator (Django forms and DRF serializers alike) refusing a recipe's description
     with :func:`recipe_description_problem`'s message, so a form or body refused for another field
     names the description's problem in the same answer."""
-    problem = recipe_description_problem(value) if isinstance(value, str) else None
+    # Over its length the field's own limit speaks ("Use at most 4000 characters; got 9000."), once.
+    problem = (recipe_description_problem(value)
+               if isinstance(value, str) and len(value) <= DESCRIPTION_MAX_LENGTH else None)
     if problem:
         raise DjangoValidationError(problem, code="description")
 
