@@ -113,6 +113,7 @@ def test_the_wall_is_live_again_within_seconds_of_its_server_coming_back(live_se
     page.wait_for_function("sel => document.querySelector(sel).textContent.startsWith('reconnecting… stale since ')",
                            arg=STATUS, timeout=10_000)
     assert page.locator(".wall-stale-banner").is_visible()
+    assert page.locator(".wall-stale-banner").inner_text().endswith("greyed out. Reconnecting by itself.")
     _wait_unconfirmed(page, timeout_s=10)  # the node badge too, as the deployments' badges
 
     # Down for a while: the socket backs off; the light question is asked meanwhile, unanswered.
@@ -159,5 +160,8 @@ def test_the_walls_question_answered_403_says_no_access(live_server, online_node
                            arg=STATUS, timeout=4_000, polling=200)
     assert time.monotonic() - asked < 4
     assert page.locator(STATUS).get_attribute("data-state") == "signed-out"
+    # The banner no longer promises to reconnect: nothing will until the user acts.
+    assert page.locator(".wall-stale-banner").inner_text().endswith(
+        "greyed out. Updates stopped: the status above says why and what to do.")
     assert errors == [], errors
     page.context.close()
