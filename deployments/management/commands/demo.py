@@ -145,6 +145,7 @@ class Command(CeilingCommand):
         best configs are in the UI; a host with a GPU can run its own."""
         from django.conf import settings as dj_settings
 
+        from kernels.management.commands.kernel_job_ingest import job_result_lines
         from kernels.models import KernelJob
 
         out = self.stdout
@@ -154,7 +155,14 @@ class Command(CeilingCommand):
             results = Path(dj_settings.BASE_DIR) / "kernels" / "packages" / name / "results"
             job = KernelJob.objects.filter(package__name=name, device_name="NVIDIA H200",
                                            status="done").order_by("-pk").first()
-            if job is None and (results / "h200-results.json").exists():
+            if job is not None:
+                # Stored by an earlier run: its results again, as the ingest printed them then.
+                out.write(f"Kernel results: the {name} job ({what}) measured on an NVIDIA H200, stored earlier "
+                          f"(kernel job #{job.pk}: {job.benchmarks_correct} of {job.benchmarks_total} measurements "
+                          "correct):")
+                for line in job_result_lines(job):
+                    out.write(line)
+            elif (results / "h200-results.json").exists():
                 out.write(f"Kernel results: the {name} job ({what}) measured on an NVIDIA H200 (stored files):")
                 call_command("kernel_job_ingest", str(results / "h200-results.json"), new=name,
                              variants=str(results / "h200-variants.json"), builds=str(results / "sm90a-builds.json"),
