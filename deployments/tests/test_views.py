@@ -2,6 +2,8 @@
 revert, dry-run), deployments and nodes, seen by each persona."""
 from __future__ import annotations
 
+import re
+
 import json
 import shlex
 
@@ -293,9 +295,17 @@ def test_it_refuses_an_edit_based_on_a_stale_version(operator_client, operator, 
     data = _form_data(example_recipe("seed-v4-flash-pd"), seed_node, description="mine", expected_version="1")
     response = operator_client.post(reverse("deployments:recipe-edit", args=[seed_pd.pk]), data)
     assert response.status_code == 409
-    assert "is at version 2, not 1" in _html(response)
+    page = _html(response)
+    assert "is at version 2, not 1" in page
     seed_pd.refresh_from_db()
     assert (seed_pd.version, seed_pd.description) == (2, "someone else's edit")
+    # The refused form keeps what was typed but offers no save that would be refused again: the diff
+    # from the version it holds to the current one, and a fresh edit of the current one.
+    assert re.search(r'id="id_description">\s*mine</textarea>', page)
+    assert re.search(r'<button type="submit" disabled[^>]*>Save as v3</button>', page), page
+    history = reverse("deployments:recipe-history", args=[seed_pd.pk])
+    assert f'href="{history}?a=1&amp;b=2">See what changed (v1 → v2)</a>' in page
+    assert f'href="{reverse("deployments:recipe-edit", args=[seed_pd.pk])}">edit version 2</a>' in page
 
 
 @pytest.mark.parametrize("sent,shown", [

@@ -411,6 +411,7 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
         form = RecipeForm(request.POST, editing=True)
         spec_errors: dict[str, list[str]] = {}
         status = 400
+        stale_from = None
         if form.is_valid():
             data = form.cleaned_data
             version_before = recipe.version
@@ -434,6 +435,10 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
             except Conflict as exc:
                 form.add_error(None, str(exc))
                 status = 409
+                # The version this form was opened at: saving it again would be refused again, so
+                # the page offers the diff to the current version and a fresh edit instead.
+                stale_from = data.get("expected_version")
+                recipe.refresh_from_db()
             except CeilingError as exc:
                 form.add_error(None, str(exc))
             else:
@@ -449,7 +454,8 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
         return render(
             request,
             "deployments/recipe_form.html",
-            _form_context(_refused_form_masked(form), spec_errors, recipe=recipe, creating=False),
+            _form_context(_refused_form_masked(form), spec_errors, recipe=recipe, creating=False,
+                          stale_from=stale_from),
             status=status,
         )
     form = RecipeForm(
