@@ -703,3 +703,11 @@ def test_it_keeps_the_traceback_of_a_server_error(rf, caplog):
     assert record.exc_info is not None and record.exc_info[0] is RuntimeError
     formatted = _console_handler().format(record)
     assert "Traceback (most recent call last)" in formatted and "RuntimeError: engine table corrupt" in formatted
+
+
+def test_the_name_box_says_how_long_a_name_may_be(operator_client):
+    # The box stops taking characters at 63 (its maxlength); its help says so, so nothing is cut unseen.
+    page = _html(operator_client.get(reverse("deployments:recipe-create")))
+    assert 'maxlength="63"' in page
+    assert ("1–63 lowercase letters, digits, &#x27;.&#x27;, &#x27;_&#x27; or &#x27;-&#x27;, starting with a letter "
+            "or digit (the box takes no more than 63)") in page
