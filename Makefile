@@ -46,9 +46,11 @@ demo: setup
 	$(PY) manage.py demo
 
 # Two pytest-xdist workers: the suite waits on real processes and sockets as much as it computes, so
-# two workers finish it in about a third of the time on a 2-core machine. `make test PYTEST_ARGS=` runs
-# it in one process; other pytest options go there too (`PYTEST_ARGS="-n 2 -k sweep"`).
-PYTEST_ARGS ?= -n 2
+# two workers finish it in about a third of the time on a 2-core machine; worksteal lets a worker that
+# ran out take tests queued on the other (with the default scheduling one sat idle for the last minutes).
+# `make test PYTEST_ARGS=` runs it in one process; other pytest options go there too
+# (`PYTEST_ARGS="-n 2 -k sweep"`).
+PYTEST_ARGS ?= -n 2 --dist worksteal
 
 test: setup
 	@bash scripts/ensure-redis.sh
