@@ -155,7 +155,7 @@ class RecipeForm(SpecTextMixin, SingleValuedForm):
     # typing at the limit.
     name = forms.CharField(validators=[recipe_name_validator], widget=forms.TextInput(attrs={"maxlength": NAME_MAX_LENGTH}),
                            help_text=f"1–{NAME_MAX_LENGTH} lowercase letters, digits, '.', '_' or '-', starting with a "
-                                     f"letter or digit (the box takes no more than {NAME_MAX_LENGTH})")
+                                     f"letter or digit (the box stops at {NAME_MAX_LENGTH})")
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                                   validators=[recipe_description_validator])
     engine = forms.ChoiceField(choices=Engine.choices)

@@ -710,4 +710,4 @@ def test_the_name_box_says_how_long_a_name_may_be(operator_client):
     page = _html(operator_client.get(reverse("deployments:recipe-create")))
     assert 'maxlength="63"' in page
     assert ("1–63 lowercase letters, digits, &#x27;.&#x27;, &#x27;_&#x27; or &#x27;-&#x27;, starting with a letter "
-            "or digit (the box takes no more than 63)") in page
+            "or digit (the box stops at 63)") in page
