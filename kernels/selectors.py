@@ -322,3 +322,35 @@ def job_time_chart(*, job: KernelJob, shape: str) -> dict[str, Any]:
         if us is not None:
             roof.append([bb, us])
     return {"batches": batches, "series": series, "roofline": roof}
+
+
+def job_result_lines(job) -> list[str]:
+    """What a stored kernel job measured, as the ingest and ``make demo`` print it (each line
+    indented two spaces): the device and its measured ceilings, why there is no best variant where
+    there is none, what the speedups are over, each shape and batch's best variant (µs, speedup
+    over the baseline, % of roofline) and the config files written."""
+    lines = []
+    if job.device_name:
+        lines.append(f"  device {job.device_name} (cc {job.device_cc}): HBM {job.hbm_gbps or 0:.0f} GB/s, "
+                     f"bf16 {job.bf16_tflops or 0:.1f} TFLOP/s (measured)")
+    if job.benchmarks_correct and not job.builds_ok:
+        lines.append("  no best variant: the job holds no build facts (give --builds builds.json); a measured "
+                     "variant qualifies only once its build is known not to spill or exceed shared memory")
+    from kernels.templatetags.kernel_numbers import speedup_text
+
+    bests = list(KernelBest.objects.filter(job=job).order_by("shape", "batch").select_related("package"))
+    if any(best.speedup for best in bests):
+        from kernels.whatif import baseline_described
+
+        what = baseline_described(job.package)
+        gpu = job.device_name or "an unrecorded GPU"
+        lines.append(f"  speedups below are over package {job.package.name}'s own baseline implementation"
+                     + (f" ({what})" if what else "") + f", both measured on {gpu}; not over the kernel "
+                     "a deployment serves with now")
+    for best in bests:
+        speed = f", {speedup_text(best.speedup)} over baseline" if best.speedup else ""
+        roof = f", {100 * best.roofline_fraction:.0f}% of roofline" if best.roofline_fraction else ""
+        lines.append(f"  best {best.shape} batch {best.batch}: {best.median_us:.2f} us{speed}{roof}")
+    for path in job.config_paths or []:
+        lines.append(f"  config: {path}")
+    return lines

@@ -145,7 +145,7 @@ class Command(CeilingCommand):
         best configs are in the UI; a host with a GPU can run its own."""
         from django.conf import settings as dj_settings
 
-        from kernels.management.commands.kernel_job_ingest import job_result_lines
+        from kernels.selectors import job_result_lines
         from kernels.models import KernelJob
 
         out = self.stdout
