@@ -52,7 +52,7 @@ from controlplane.drf_defaults import (  # noqa: F401 - part of this module's in
     query_keys_taken, repeated_key_errors, shown_key, unknown_field_errors, unknown_query_errors,
 )
 from controlplane.errors import CeilingError, Conflict, InvalidInput, NotFound
-from controlplane.jsonsafe import not_integer, json_spelled, json_text, query_text, shown_value  # noqa: F401 - part of this module's interface
+from controlplane.jsonsafe import not_integer, json_spelled, json_text, json_text_cut, query_text, shown_value  # noqa: F401 - part of this module's interface
 from controlplane.lengths import LengthLimit
 from controlplane.notfound_views import api_lookup_refused_text, api_not_found_text
 
@@ -520,11 +520,7 @@ class StrictIntegerMixin(FormTextMixin):
         (``got '0'``)."""
         codes = exc.get_codes()
         code = codes[0] if isinstance(codes, list) and codes and isinstance(codes[0], str) else "invalid"
-        if isinstance(data, FormText):
-            shown = query_text(data)
-        else:  # cut as shown_value cuts: an integer of 400 digits is quoted by its first 39
-            text = json_text(data, 40)
-            shown = text if len(text) <= 40 else text[:39] + "…"
+        shown = query_text(data) if isinstance(data, FormText) else json_text_cut(data)
         if code in ("min_value", "max_value"):
             return serializers.ValidationError(f"must be {whole_bounds(self)}, got {shown}", code=code)
         if code == "does_not_exist":

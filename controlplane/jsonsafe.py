@@ -232,7 +232,15 @@ def shown_value(value: Any) -> str:
             else "boolean" if isinstance(value, bool) else "number" if isinstance(value, (int, float))
             else "string" if isinstance(value, str) else type(value).__name__)
     try:
-        text = json_text(value, 40)
+        text = json_text_cut(value)
     except (ValueError, TypeError, RecursionError):   # nested deeper than the stack left here allows
         text = "[…" if kind == "list" else "{…" if kind == "object" else "…"
-    return f"the {kind} {text if len(text) <= 40 else text[:39] + '…'}"
+    return f"the {kind} {text}"
+
+
+def json_text_cut(value: Any, limit: int = 40) -> str:
+    """``value``'s JSON text (:func:`json_text`) as a refusal quotes it: at most ``limit``
+    characters, a longer one cut to ``limit - 1`` and ``…`` (an integer of 400 digits, a long
+    list). Raises as :func:`json_text` does."""
+    text = json_text(value, limit)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
