@@ -2,7 +2,7 @@
 
     python3 kernels/packages/sparse_mla_decode/probe.py --variants candidates.json \\
         --points v4-flash:8,v4-flash:32,v32:64 --out probe.json [--seconds 0.02] [--jobs 16] \\
-        [--package kernels/packages/sparse_mla_decode_cuda]
+        [--package kernels/packages/sparse_mla_decode_cuda] [--define SIBLING_COMBINE ...]
 
 ``candidates.json`` is a runner variants file (``[{"variant_id", "params"}]``). For each point
 (``shape:batch``) the probe builds the same rotated input sets as ``python -m kernels.runner
@@ -13,7 +13,9 @@ the final job would add. It writes every row (the bench's result fields) to ``--
 point and prints, per point, the fastest correct variants with their median in microseconds.
 Compiles are spread over ``--jobs`` processes first (the runner's ``prepare_builds``: Triton
 kernels and a CUDA package's cubins alike). ``--package`` probes another
-package with the same shapes (default: this one).
+package with the same shapes (default: this one). ``--define NAME`` (repeatable; a CUDA package
+only) adds ``-DNAME`` to every nvcc build of the run, to set a candidate compile-time switch of the
+source against a run without it.
 
 The probe exists to choose the variants of the final job cheaply; its numbers are not stored
 results (use the runner's ``bench`` for those).
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -33,6 +36,8 @@ from kernels.runner import bench  # noqa: E402
 from kernels.runner.package import load_package, load_variants  # noqa: E402
 
 PACKAGE = Path(__file__).resolve().parent
+# One -D define as nvcc takes it: a C identifier, optionally = a plain token.
+DEFINE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.]+)?")
 
 
 def parse_points(text: str) -> list[tuple[str, int]]:
@@ -58,13 +63,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=8, help="compile processes before timing")
     ap.add_argument("--top", type=int, default=12, help="rows printed per point")
     ap.add_argument("--package", default=str(PACKAGE), help="package directory (default: this one)")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME",
+                    help="add -DNAME (NAME or NAME=VALUE, letters, digits, '_') to every nvcc build")
     args = ap.parse_args(argv)
+    for name in args.define:
+        if not DEFINE_RE.fullmatch(name):
+            sys.stderr.write(f"probe: --define {name!r} must be NAME or NAME=VALUE (letters, digits, '_')\n")
+            return 2
     import torch
 
     if not torch.cuda.is_available():
         sys.stderr.write("probe: no CUDA GPU is visible to PyTorch\n")
         return 2
     package = load_package(args.package)
+    if args.define:
+        if package.language != "cuda":
+            sys.stderr.write("probe: --define applies to a CUDA package's nvcc builds only\n")
+            return 2
+        package.cuda["nvcc_flags"] = [*package.cuda.get("nvcc_flags", []), *(f"-D{d}" for d in args.define)]
+        print(f"probe: every build with {' '.join('-D' + d for d in args.define)}", flush=True)
     variants = load_variants(args.variants)
     try:
         points = parse_points(args.points)

@@ -152,7 +152,8 @@ def _function(cubin: str, name: str, shared_bytes: int):
 
 
 def _has_function(cubin: str, name: str) -> bool:
-    """Whether ``cubin`` holds the kernel ``name`` (a ``-DFUSED_COMBINE`` build holds no combine)."""
+    """Whether ``cubin`` holds the kernel ``name`` (a ``-DFUSED_COMBINE`` or ``-DSIBLING_COMBINE`` build
+    holds no combine)."""
     key = (cubin, name)
     if key not in _FOUND:
         lib = _driver()

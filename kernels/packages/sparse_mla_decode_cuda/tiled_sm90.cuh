@@ -26,6 +26,9 @@
 // Compile-time switches for measuring the loop (tuning/ablate.py; results are wrong with them):
 // ABL_NO_LOAD (no gather after the prologue), ABL_NO_QK / ABL_NO_PV (one wgmma instead of the
 // product's chain), ABL_TIMING (block (0, 0)'s SM clocks per phase written over its output).
+// Candidate combines, measured and not kept (package README): FUSED_COMBINE (the last split block
+// combines) and SIBLING_COMBINE (every split block combines a share of the rows); either build
+// holds no sparse_mla_combine_splits.
 #pragma once
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #error "the tiled kernels use wgmma, which only sm_90a has: build them for cc 9.0 (-gencode arch=compute_90a,code=sm_90a)"
@@ -136,7 +139,81 @@ __device__ __forceinline__ void store_output_tile(const float (&o)[128], int row
         *reinterpret_cast<uint4*>(dst + row * TILED_DV + c * 8) =
             *reinterpret_cast<const uint4*>(stage + row * OUT_STAGE_ROW + c * 16);
     }
-#ifdef FUSED_COMBINE
+#if defined(SIBLING_COMBINE)
+    // Every split block of (b, head tile) combines a share of the 64 rows once all of them have
+    // stored their partials (no second kernel, no block combining alone). The blocks wait for each
+    // other, which is safe only when the whole grid is resident at once: one block an SM (the
+    // shared memory allows no second), so the grid must not exceed %nsmid; otherwise the last split
+    // block to finish combines all rows, as FUSED_COMBINE does. split_done[b * head_tiles + tile]
+    // counts arrivals in its low 16 bits and departures in its high 16; the last to leave zeroes it.
+    if (num_splits == 1) return;
+    int* mode = reinterpret_cast<int*>(stage + OUT_STAGE_BYTES);
+    float* w = reinterpret_cast<float*>(stage + OUT_STAGE_BYTES + 16);   // [num_splits][64] weights
+    __threadfence();
+    asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
+    int* counter = split_done + static_cast<size_t>(b) * (heads / HEAD_TILE) + h0 / HEAD_TILE;
+    if (tid == 0) {
+        unsigned nsm;
+        asm volatile("mov.u32 %0, %%nsmid;\n" : "=r"(nsm));
+        const bool resident = gridDim.x * gridDim.y * gridDim.z <= nsm;
+        const int arrived = atomicAdd(counter, 1) & 0xFFFF;
+        if (resident) {
+            int seen;
+            do {
+                asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+            } while ((seen & 0xFFFF) < num_splits);
+            if ((atomicAdd(counter, 1 << 16) >> 16) == num_splits - 1) atomicExch(counter, 0);
+            *mode = 1;
+        } else {
+            *mode = arrived == num_splits - 1 ? 2 : 0;
+            if (*mode) *counter = 0;
+        }
+    }
+    asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
+    if (*mode == 0) return;
+    __threadfence();
+    const int r_lo = *mode == 1 ? HEAD_TILE * split / num_splits : 0;
+    const int r_hi = *mode == 1 ? HEAD_TILE * (split + 1) / num_splits : HEAD_TILE;
+    const float* lse_b = lse + static_cast<size_t>(b) * num_splits * heads + h0;
+    if (tid >= r_lo && tid < r_hi) {   // per head: the largest lse, then each split's weight
+        float mx = -INFINITY;
+        for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, __ldcg(lse_b + static_cast<size_t>(s) * heads + tid));
+        float sum = 0.0f;
+        for (int s = 0; s < num_splits; ++s) {
+            const float e = mx == -INFINITY ? 0.0f : exp2f(__ldcg(lse_b + static_cast<size_t>(s) * heads + tid) - mx);
+            w[s * HEAD_TILE + tid] = e;
+            sum += e;
+        }
+        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int s = 0; s < num_splits; ++s) w[s * HEAD_TILE + tid] *= inv;
+    }
+    asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
+    const __nv_bfloat16* part_b = o_part + (static_cast<size_t>(b) * num_splits * heads + h0) * TILED_DV;
+    __nv_bfloat16* out_b = out + (static_cast<size_t>(b) * heads + h0) * TILED_DV;
+#pragma unroll 1
+    for (int chunk = r_lo * 64 + tid; chunk < r_hi * 64; chunk += 256) {
+        const int row = chunk >> 6, c = chunk & 63;
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (int s = 0; s < num_splits; ++s) {
+            const float ws = w[s * HEAD_TILE + row];
+            const uint4 v = s == split ? *reinterpret_cast<const uint4*>(stage + row * OUT_STAGE_ROW + c * 16)
+                                       : __ldcg(reinterpret_cast<const uint4*>(
+                                             part_b + (static_cast<size_t>(s) * heads + row) * TILED_DV + c * 8));
+            const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 f = __bfloat1622float2(h2[j]);
+                acc[2 * j] += ws * f.x;
+                acc[2 * j + 1] += ws * f.y;
+            }
+        }
+        uint4 o4;
+        __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o4);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o2[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
+        *reinterpret_cast<uint4*>(out_b + row * TILED_DV + c * 8) = o4;
+    }
+#elif defined(FUSED_COMBINE)
     if (num_splits == 1) return;
     // The last split block of (b, head tile) to finish combines all splits (no second kernel): each
     // block's partial and lse are made visible device-wide before it counts itself done
@@ -451,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(TILED_THREADS, 1) sparse_mla_decode
 }
 #endif
 
-#ifndef FUSED_COMBINE   // else the last split block of each head tile combines (store_output_tile)
+#if !defined(FUSED_COMBINE) && !defined(SIBLING_COMBINE)   // else the split blocks combine (store_output_tile)
 // Split-K combine: out[b, h, :] = sum_s 2^(lse_s - M) o_part[b, s, h, :] / sum_s 2^(lse_s - M), M the
 // largest lse (zeros when no split saw a valid row). Grid (heads, batch), 128 threads x 4 columns.
 extern "C" __global__ void __launch_bounds__(128, 8) sparse_mla_combine_splits(const __nv_bfloat16* __restrict__ o_part,
