@@ -10,6 +10,7 @@ Command-line contract of the simulator (the server module implements exactly the
                                      modelled duration, <1 runs faster than the profile)
         [--startup-delay-s X]       (wall seconds before the server answers; overrides the
                                      profile's start-up delay)
+        [--stream-coalesce N]       (the stream events of N output tokens go out in one write)
 
 It speaks SGLang's HTTP API (``/health``, ``/generate``, OpenAI routes, ``/metrics``), so PD
 deployments use the real ``sglang_router.launch_router`` in front of it. It takes no GPUs.
@@ -26,6 +27,8 @@ WORKER_FLAGS: dict[str, FlagSpec] = {
     "seed": FlagSpec("int", "RNG seed for service-time jitter", 0, 2**31 - 1),
     "time-scale": FlagSpec("float", "multiplier on every modelled duration", 0.001, 1000.0),
     "startup-delay-s": FlagSpec("float", "wall seconds before the server answers (overrides the profile)", 0.0, 3600.0),
+    "stream-coalesce": FlagSpec("int", "output tokens whose stream events go out in one network write, as a buffering "
+                                "proxy delivers them (default 1: each event at once)", 1, 1_000_000),
 }
 
 _ROLE_FIELD = "spec.roles.<role>"

@@ -8,6 +8,10 @@ Run::
         [--startup-delay-s X] (wall seconds; overrides the profile's startup_delay_s)
         [--time-scale F]      (multiplies every modelled duration; 0.1 runs ten times faster)
         [--seed S]            (seeds the pseudo-EOS positions and the profile's service-time jitter)
+        [--stream-coalesce N] (the stream events of N output tokens go out in one network write, as
+                              a buffering proxy in front of an engine delivers them; default 1:
+                              each event is written as it is made. A client then reads N events at
+                              once, which Ceiling's load generator reports as ``itl_coalesced``)
         [--context-length-unset] (``/get_server_info`` reports ``context_length`` null, as SGLang
                               does when ``--context-length`` was not on its command line; the
                               profile's context is still ``/v1/models``' ``max_model_len``)
@@ -110,8 +114,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--startup-delay-s", type=float, default=None)
     p.add_argument("--time-scale", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stream-coalesce", type=int, default=1, metavar="N")
     p.add_argument("--context-length-unset", action="store_true")
     args = p.parse_args(argv)
+    if not 1 <= args.stream_coalesce <= 1_000_000:
+        p.error("--stream-coalesce must be a whole number of tokens from 1 to 1000000")
     if args.role == "prefill" and args.bootstrap_port is None:
         p.error("--bootstrap-port is required for --role prefill")
     if args.role != "prefill" and args.bootstrap_port is not None:
@@ -161,7 +168,7 @@ async def serve(args: argparse.Namespace, profile: SimProfile) -> int | None:
     state = ServerState(
         engine=engine, model_name=args.model_name, role=args.role, version=sim_version(), started_at=started,
         ready_at=started + delay, fail_generate=fail_generate, server_args=server_args(args, profile),
-        seed=args.seed, started_at_wall=time.time(),
+        seed=args.seed, started_at_wall=time.time(), stream_coalesce=args.stream_coalesce,
     )
     engine.start()
     # handler_cancellation: a client (or the router) that hangs up aborts its request, as in SGLang.

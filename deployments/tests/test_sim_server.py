@@ -60,11 +60,12 @@ def procs(tmp_path: Path) -> Iterator[list[Proc]]:
 
 
 def start_sim(procs: list[Proc], tmp_path: Path, role: str, *, profile: str = "demo-fast", delay: float = 0.0,
-              scale: float = 1.0, env: dict[str, str] | None = None, bootstrap: int | None = None) -> tuple[str, Proc]:
+              scale: float = 1.0, env: dict[str, str] | None = None, bootstrap: int | None = None,
+              extra: tuple[str, ...] = ()) -> tuple[str, Proc]:
     port = free_port()
     argv = [sys.executable, "-m", "deployments.engines.sim_server", "--role", role, "--host", "127.0.0.1",
             "--port", str(port), "--model-name", "sim-model", "--profile", profile,
-            "--startup-delay-s", str(delay), "--time-scale", str(scale)]
+            "--startup-delay-s", str(delay), "--time-scale", str(scale), *extra]
     if bootstrap is not None:
         argv += ["--bootstrap-port", str(bootstrap)]
     proc = Proc(argv, tmp_path / f"{role}-{port}.log", env)
@@ -203,6 +204,33 @@ def test_it_streams_completions_chat_and_generate_with_exact_usage(procs: list[P
         assert info["sim"]["profile"]["name"] == "demo-fast" and info["disaggregation_mode"] == "null"
     assert metric(base, "sglang:generation_tokens_total") >= 7 + 5 + 4 + 6 + 3
     assert metric(base, "sglang:time_to_first_token_seconds_count") >= 6
+
+
+def test_stream_coalesce_writes_the_events_of_n_tokens_at_once(procs: list[Proc], tmp_path: Path) -> None:
+    # demo-fast at 5x: a decode step of one request is (4 + 1) ms x 5 = 25 ms, so four tokens'
+    # events are written 100 ms apart and each network read holds whole groups of four.
+    base, _ = start_sim(procs, tmp_path, "single", scale=5.0, extra=("--stream-coalesce", "4"))
+    reads: list[list[str]] = []
+    with httpx.Client(timeout=30) as client, client.stream("POST", f"{base}/v1/completions", json={
+            "model": "sim-model", "prompt": "abcd", "max_tokens": 8, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}) as resp:
+        assert resp.status_code == 200
+        for raw in resp.iter_raw():
+            reads.append([e for e in raw.decode().split("\n\n") if e])
+    events = [e[len("data: "):] for r in reads for e in r]
+    assert events[-1] == "[DONE]" and len(events) == 8 + 2 + 1      # 8 tokens, finish, usage, [DONE]
+    per_read = [sum('"text":" ' in e for e in r) for r in reads]    # token events (their text starts " ")
+    assert sum(per_read) == 8 and all(n % 4 == 0 for n in per_read), reads
+    assert json.loads(events[-2])["usage"]["completion_tokens"] == 8
+
+
+def test_a_stream_coalesce_below_one_token_is_refused() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "deployments.engines.sim_server", "--role", "single", "--port", "1",
+         "--model-name", "m", "--profile", "demo-fast", "--stream-coalesce", "0"],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--stream-coalesce must be a whole number of tokens from 1 to 1000000" in proc.stderr
 
 
 def test_it_answers_503_on_health_while_starting_but_lists_models(procs: list[Proc], tmp_path: Path) -> None:

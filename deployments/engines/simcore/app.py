@@ -49,6 +49,9 @@ class ServerState:
     server_args: dict[str, Any]
     seed: int = 0
     started_at_wall: float = 0.0
+    # Output tokens whose stream events go out in one network write (``--stream-coalesce``); 1
+    # writes each event as it is made.
+    stream_coalesce: int = 1
 
     def ready(self) -> bool:
         """True once the startup delay has passed."""
@@ -170,10 +173,38 @@ def _sse(payload: dict[str, Any] | str) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-async def _open_stream(request: web.Request) -> web.StreamResponse:
+class _StreamWriter:
+    """An SSE response whose events are written ``every`` output tokens at a time: the events of
+    ``every`` token events (and whatever came between them) go out in one ``write``, as a buffering
+    proxy in front of an engine delivers them; ``every`` 1 writes each event at once. ``close``
+    writes what is held, then ``[DONE]`` and the end of the body."""
+
+    def __init__(self, resp: web.StreamResponse, every: int) -> None:
+        self.resp, self.every, self.held, self.tokens = resp, max(1, every), bytearray(), 0
+
+    async def event(self, payload: dict[str, Any] | str, *, token: bool = False) -> None:
+        self.held += _sse(payload)
+        self.tokens += token
+        if self.every == 1 or self.tokens >= self.every:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        if self.held:
+            await self.resp.write(bytes(self.held))
+        self.held.clear()
+        self.tokens = 0
+
+    async def close(self) -> web.StreamResponse:
+        self.held += _sse("[DONE]")
+        await self._flush()
+        await self.resp.write_eof()
+        return self.resp
+
+
+async def _open_stream(request: web.Request) -> _StreamWriter:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
-    return resp
+    return _StreamWriter(resp, request.app[STATE_KEY].stream_coalesce)
 
 
 # ---------------------------------------------------------------------- info routes
@@ -314,13 +345,13 @@ async def generate(request: web.Request) -> web.StreamResponse:
             },
         }
 
-    resp: web.StreamResponse | None = None
+    resp: _StreamWriter | None = None
     sent = 0
     async for event in _events(state, req):
         if event[0] == "error":
             if resp is None:
                 return _error(event[1], event[2])
-            await resp.write(_sse({"error": {"message": event[1], "code": event[2]}}))
+            await resp.event({"error": {"message": event[1], "code": event[2]}})
             break
         if not stream:
             if event[0] == "done":
@@ -329,14 +360,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
         if resp is None:
             resp = await _open_stream(request)
         if event[0] == "token":
-            await resp.write(_sse(payload(sent, event[1], None)))
+            await resp.event(payload(sent, event[1], None), token=True)
             sent = event[1]
         else:
-            await resp.write(_sse(payload(sent, req.generated, event[1])))
+            await resp.event(payload(sent, req.generated, event[1]))
     assert resp is not None
-    await resp.write(_sse("[DONE]"))
-    await resp.write_eof()
-    return resp
+    return await resp.close()
 
 
 async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -394,13 +423,13 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
             return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
 
-    resp: web.StreamResponse | None = None
+    resp: _StreamWriter | None = None
     sent = 0
     async for event in _events(state, req):
         if event[0] == "error":
             if resp is None:
                 return _error(event[1], event[2])
-            await resp.write(_sse({"error": {"message": event[1], "type": "InternalServerError", "code": event[2]}}))
+            await resp.event({"error": {"message": event[1], "type": "InternalServerError", "code": event[2]}})
             break
         if not stream:
             if event[0] != "done":
@@ -418,18 +447,16 @@ async def _openai(request: web.Request, chat: bool) -> web.StreamResponse:
         if resp is None:
             resp = await _open_stream(request)
             if chat:
-                await resp.write(_sse(chunk([choice(None, None, role=True)])))
+                await resp.event(chunk([choice(None, None, role=True)]))
         if event[0] == "token":
-            await resp.write(_sse(chunk([choice(_tokens_text(req, sent, event[1]), None)])))
+            await resp.event(chunk([choice(_tokens_text(req, sent, event[1]), None)]), token=True)
             sent = event[1]
         else:
-            await resp.write(_sse(chunk([choice(None, event[1])])))
+            await resp.event(chunk([choice(None, event[1])]))
             if include_usage:
-                await resp.write(_sse(chunk([], usage=usage())))
+                await resp.event(chunk([], usage=usage()))
     assert resp is not None
-    await resp.write(_sse("[DONE]"))
-    await resp.write_eof()
-    return resp
+    return await resp.close()
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
