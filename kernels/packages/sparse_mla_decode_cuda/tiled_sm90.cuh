@@ -139,24 +139,29 @@ __device__ __forceinline__ void store_output_tile(const float (&o)[128], int row
         *reinterpret_cast<uint4*>(dst + row * TILED_DV + c * 8) =
             *reinterpret_cast<const uint4*>(stage + row * OUT_STAGE_ROW + c * 16);
     }
-#if defined(SIBLING_COMBINE)
-    // Every split block of (b, head tile) combines a share of the 64 rows once all of them have
-    // stored their partials (no second kernel, no block combining alone). The blocks wait for each
-    // other, which is safe only when the whole grid is resident at once: one block an SM (the
-    // shared memory allows no second), so the grid must not exceed %nsmid; otherwise the last split
-    // block to finish combines all rows, as FUSED_COMBINE does. split_done[b * head_tiles + tile]
-    // counts arrivals in its low 16 bits and departures in its high 16; the last to leave zeroes it.
+#if defined(SIBLING_COMBINE) || defined(FUSED_COMBINE)
+    // The split blocks of (b, head tile) combine their partials themselves (no second kernel);
+    // split_done[b * head_tiles + tile] is zero before the launch and zero again after it.
+    // SIBLING_COMBINE: every split block combines a share of the 64 rows once all of them have
+    // stored their partials. They wait for each other, which is safe only when the whole grid is
+    // resident at once: one block an SM (the shared memory allows no second), so the grid must not
+    // exceed %nsmid; otherwise the last split block to finish combines all rows. The counter holds
+    // arrivals in its low 16 bits and departures in its high 16; the last to leave zeroes it.
+    // FUSED_COMBINE: the last split block to finish combines all rows.
     if (num_splits == 1) return;
-    int* mode = reinterpret_cast<int*>(stage + OUT_STAGE_BYTES);
+    int* mode = reinterpret_cast<int*>(stage + OUT_STAGE_BYTES);         // 0 leave, 1 a share, 2 all rows
     float* w = reinterpret_cast<float*>(stage + OUT_STAGE_BYTES + 16);   // [num_splits][64] weights
-    __threadfence();
+    __threadfence();   // this block's partial and lse, device-wide, before it counts itself done
     asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
     int* counter = split_done + static_cast<size_t>(b) * (heads / HEAD_TILE) + h0 / HEAD_TILE;
     if (tid == 0) {
+        const bool last = (atomicAdd(counter, 1) & 0xFFFF) == num_splits - 1;
+        bool resident = false;
+#if defined(SIBLING_COMBINE)
         unsigned nsm;
         asm volatile("mov.u32 %0, %%nsmid;\n" : "=r"(nsm));
-        const bool resident = gridDim.x * gridDim.y * gridDim.z <= nsm;
-        const int arrived = atomicAdd(counter, 1) & 0xFFFF;
+        resident = gridDim.x * gridDim.y * gridDim.z <= nsm;
+#endif
         if (resident) {
             int seen;
             do {
@@ -165,8 +170,8 @@ __device__ __forceinline__ void store_output_tile(const float (&o)[128], int row
             if ((atomicAdd(counter, 1 << 16) >> 16) == num_splits - 1) atomicExch(counter, 0);
             *mode = 1;
         } else {
-            *mode = arrived == num_splits - 1 ? 2 : 0;
-            if (*mode) *counter = 0;
+            *mode = last ? 2 : 0;
+            if (last) *counter = 0;   // every split has arrived
         }
     }
     asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
@@ -175,7 +180,7 @@ __device__ __forceinline__ void store_output_tile(const float (&o)[128], int row
     const int r_lo = *mode == 1 ? HEAD_TILE * split / num_splits : 0;
     const int r_hi = *mode == 1 ? HEAD_TILE * (split + 1) / num_splits : HEAD_TILE;
     const float* lse_b = lse + static_cast<size_t>(b) * num_splits * heads + h0;
-    if (tid >= r_lo && tid < r_hi) {   // per head: the largest lse, then each split's weight
+    if (tid >= r_lo && tid < r_hi) {   // per head: the largest lse, then each split's weight 2^(lse_s - M) / sum
         float mx = -INFINITY;
         for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, __ldcg(lse_b + static_cast<size_t>(s) * heads + tid));
         float sum = 0.0f;
@@ -191,62 +196,8 @@ __device__ __forceinline__ void store_output_tile(const float (&o)[128], int row
     const __nv_bfloat16* part_b = o_part + (static_cast<size_t>(b) * num_splits * heads + h0) * TILED_DV;
     __nv_bfloat16* out_b = out + (static_cast<size_t>(b) * heads + h0) * TILED_DV;
 #pragma unroll 1
-    for (int chunk = r_lo * 64 + tid; chunk < r_hi * 64; chunk += 256) {
+    for (int chunk = r_lo * 64 + tid; chunk < r_hi * 64; chunk += 256) {   // 64 chunks of 16 bytes a row
         const int row = chunk >> 6, c = chunk & 63;
-        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        for (int s = 0; s < num_splits; ++s) {
-            const float ws = w[s * HEAD_TILE + row];
-            const uint4 v = s == split ? *reinterpret_cast<const uint4*>(stage + row * OUT_STAGE_ROW + c * 16)
-                                       : __ldcg(reinterpret_cast<const uint4*>(
-                                             part_b + (static_cast<size_t>(s) * heads + row) * TILED_DV + c * 8));
-            const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float2 f = __bfloat1622float2(h2[j]);
-                acc[2 * j] += ws * f.x;
-                acc[2 * j + 1] += ws * f.y;
-            }
-        }
-        uint4 o4;
-        __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&o4);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) o2[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
-        *reinterpret_cast<uint4*>(out_b + row * TILED_DV + c * 8) = o4;
-    }
-#elif defined(FUSED_COMBINE)
-    if (num_splits == 1) return;
-    // The last split block of (b, head tile) to finish combines all splits (no second kernel): each
-    // block's partial and lse are made visible device-wide before it counts itself done
-    // (split_done[b * head_tiles + tile], zero before the launch and zero again after it).
-    int* last = reinterpret_cast<int*>(stage + OUT_STAGE_BYTES);
-    float* w = reinterpret_cast<float*>(stage + OUT_STAGE_BYTES + 16);   // [num_splits][64] weights
-    __threadfence();
-    asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
-    int* counter = split_done + static_cast<size_t>(b) * (heads / HEAD_TILE) + h0 / HEAD_TILE;
-    if (tid == 0) *last = atomicAdd(counter, 1) == num_splits - 1;
-    asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
-    if (!*last) return;
-    __threadfence();
-    const float* lse_b = lse + static_cast<size_t>(b) * num_splits * heads + h0;
-    if (tid < HEAD_TILE) {   // per head: the largest lse, then each split's weight 2^(lse_s - M) / sum
-        float mx = -INFINITY;
-        for (int s = 0; s < num_splits; ++s) mx = fmaxf(mx, __ldcg(lse_b + static_cast<size_t>(s) * heads + tid));
-        float sum = 0.0f;
-        for (int s = 0; s < num_splits; ++s) {
-            const float e = mx == -INFINITY ? 0.0f : exp2f(__ldcg(lse_b + static_cast<size_t>(s) * heads + tid) - mx);
-            w[s * HEAD_TILE + tid] = e;
-            sum += e;
-        }
-        const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int s = 0; s < num_splits; ++s) w[s * HEAD_TILE + tid] *= inv;
-        if (tid == 0) *counter = 0;
-    }
-    asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory");
-    const __nv_bfloat16* part_b = o_part + (static_cast<size_t>(b) * num_splits * heads + h0) * TILED_DV;
-    __nv_bfloat16* out_b = out + (static_cast<size_t>(b) * heads + h0) * TILED_DV;
-#pragma unroll 1
-    for (int k = 0; k < HEAD_TILE * 64 / 256; ++k) {
-        const int chunk = tid + 256 * k, row = chunk >> 6, c = chunk & 63;
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         for (int s = 0; s < num_splits; ++s) {
             const float ws = w[s * HEAD_TILE + row];
