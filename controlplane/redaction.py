@@ -112,6 +112,14 @@ def credential_shortened(token: str) -> str:
     return f"{head.group(0) if head else ''}…({len(token)} chars)"
 
 
+def credential_kind_said(kind: str) -> str:
+    """``kind`` (a format name of :data:`CREDENTIAL_PATTERNS`) with its indefinite article, as the
+    messages say it: ``a Hugging Face token``, ``an OpenAI-style API key``, ``an AWS access key id``.
+    Every name there starts with a consonant sound unless its first letter is a vowel (AWS is said
+    letter by letter, "ay"), so the first letter decides."""
+    return f"{'an' if kind[:1] in 'AEIOU' else 'a'} {kind}"
+
+
 def credential_find(text: str) -> tuple[str, str] | None:
     """The first well-known credential format (:data:`CREDENTIAL_PATTERNS`) in ``text``, as
     ``(format name, shortened form)``, or None."""

@@ -107,7 +107,7 @@ from django.conf import settings
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled, not_integer
 from controlplane.redaction import (
-    MIN_VALUE_LENGTH, PLACEHOLDER_RE, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_mask,
+    MIN_VALUE_LENGTH, PLACEHOLDER_RE, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_kind_said, credential_mask,
     secret_value_found, secret_value_masked,
 )
 from deployments.engines import ENGINES
@@ -432,11 +432,11 @@ def _credentials_refuse(errs: _Errors, spec: Any, secret_values: dict[str, str],
     except Exception:  # noqa: BLE001 - the contract is InvalidInput for any input
         found, held = [], []
     for path in [p for p, *_ in found] + [p for p, _ in held] + [p for p, *_ in placeholders]:
-        errs.errors[path] = [m for m in errs.errors.get(path, []) if "looks like a " in m]
+        errs.errors[path] = [m for m in errs.errors.get(path, []) if " looks like a" in m]   # a / an
     for path, placeholder, names in placeholders:
         errs.add(path, _placeholder_message(path, placeholder, names))
     for path, name, short in found:
-        errs.add(path, f"{path} looks like a {name} ({short}): {SECRET_INSTEAD}")
+        errs.add(path, f"{path} looks like {credential_kind_said(name)} ({short}): {SECRET_INSTEAD}")
     for path, name in held:
         errs.add(path, f"{path} holds the value of secret {json_spelled(name)}: reference that secret from "
                        f"spec.secrets instead (an environment variable named like a credential, e.g. "

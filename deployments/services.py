@@ -46,7 +46,7 @@ from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_spelled
 from controlplane.lengths import length_message
 from controlplane.redaction import (
-    MIN_VALUE_LENGTH, PLACEHOLDER_RE, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_mask, credential_mask_json, redact_text, register_secret_value, secret_value_found,
+    MIN_VALUE_LENGTH, PLACEHOLDER_RE, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_kind_said, credential_mask, credential_mask_json, redact_text, register_secret_value, secret_value_found,
     secret_values_mask, stored_secret_values_load,
 )
 from controlplane.secretbox import SecretUnreadable
@@ -208,7 +208,7 @@ def credential_in_text(field: str, text: Any) -> str | None:
         return None
     kind, shortened = found
     head = shortened.split("(", 1)[0]
-    return (f"{field} holds what looks like a {kind} ({head}): store it as a secret and reference it; "
+    return (f"{field} holds what looks like {credential_kind_said(kind)} ({head}): store it as a secret and reference it; "
             f"{field} is stored and shown in clear")
 
 

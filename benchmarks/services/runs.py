@@ -1592,7 +1592,7 @@ def _import_text_secret_values(imported: list[ImportedRun], *, text: str, values
     it, by ``file``; at most :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS` places, then how
     many more. Never the value: a secret by its name, a credential by its kind and prefix."""
     from benchmarks.importers import MAX_REPORTED_PROBLEMS, _dotted, _key_lines
-    from controlplane.redaction import PLAIN_VALUE_MIN_LENGTH, credential_find, secret_value_found
+    from controlplane.redaction import PLAIN_VALUE_MIN_LENGTH, credential_find, credential_kind_said, secret_value_found
 
     in_text = {value: name for value, name in values.items() if secret_value_found(text, value)}
     if not in_text and credential_find(text) is None:
@@ -1608,7 +1608,7 @@ def _import_text_secret_values(imported: list[ImportedRun], *, text: str, values
         found = credential_find(piece)
         if found:
             kind, shortened = found
-            return f"what looks like a {kind} ({shortened.split('(', 1)[0]})"
+            return f"what looks like {credential_kind_said(kind)} ({shortened.split('(', 1)[0]})"
         return None
 
     def message(what: str, holds: str) -> str:

@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.tests.sweep_support import sim_deployment_create
-from controlplane.redaction import REDACTED
+from controlplane.redaction import REDACTED, credential_kind_said
 from deployments.examples import example_recipe
 from deployments.models import Recipe, Secret
 from deployments.tests.factories import recipe_row_create, secret_api_store, seed_node_create
@@ -55,7 +55,7 @@ def _recipe(operator_api) -> int:
 
 
 def _message(field: str, kind: str, head: str) -> str:
-    return (f"{field} holds what looks like a {kind} ({head}): store it as a secret and reference it; "
+    return (f"{field} holds what looks like {credential_kind_said(kind)} ({head}): store it as a secret and reference it; "
             f"{field} is stored and shown in clear")
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from controlplane.errors import InvalidInput
-from controlplane.redaction import REDACTED, credential_find, credential_mask, redact_text
+from controlplane.redaction import REDACTED, credential_find, credential_kind_said, credential_mask, redact_text
 from deployments.examples import example_recipe, seed_node_facts_example
 from deployments.forms import spec_pretty
 from deployments.recipes import recipe_validate
@@ -51,7 +51,8 @@ def test_it_refuses_each_credential_format_in_an_env_value_without_echoing_it(va
     errors = errors_of(spec)
     assert list(errors) == ["spec.env.SGLANG_FOO"]
     [message] = errors["spec.env.SGLANG_FOO"]
-    assert message.startswith(f"spec.env.SGLANG_FOO looks like a {credential_find(value)[0]} ({short}): ")
+    assert message.startswith(f"spec.env.SGLANG_FOO looks like {credential_kind_said(credential_find(value)[0])} "
+                              f"({short}): ")
     assert "reference it from spec.secrets" in message
     assert value not in message
 
@@ -133,3 +134,15 @@ def test_a_stored_recipe_holding_one_is_shown_shortened_by_the_api_and_pages(ope
     assert dry.status_code == 400
     assert HF not in dry.content.decode()
     assert "hf_…(39 chars)" in json.dumps(dry.json(), ensure_ascii=False)
+
+
+@pytest.mark.parametrize("value,said", [
+    ("sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2", "looks like an OpenAI-style API key (sk-…(27 chars))"),
+    ("AKIA" + "ABCDEFGHIJKLMNOP", "looks like an AWS access key id (AKIA…(20 chars))"),
+    ("hf_" + "abcdefghijklmnopqrstuvwxyz0123456789", "looks like a Hugging Face token (hf_…(39 chars))"),
+])
+def test_the_credential_kind_is_said_with_its_article(value, said):
+    spec = seed_pd_spec()
+    spec["env"] = {"SGLANG_FOO": value}
+    [message] = errors_of(spec)["spec.env.SGLANG_FOO"]
+    assert message.startswith(f"spec.env.SGLANG_FOO {said}: "), message
