@@ -13,7 +13,10 @@ Usage: ``services.py status``, ``services.py start [<name>...]``, ``services.py 
 server, ``stop agent`` stops only the agent, ``start beat`` starts only beat). A name that is not
 one of the services above is refused with exit status 2 and nothing is started or stopped.
 ``stop`` without names stops every service (beat, agent, worker, then web). ``start`` without
-names restarts what is already running so code changes are picked up; ``start <name>...``
+names restarts what is already running so code changes are picked up, except a service with work
+in flight that a restart would cut off (``manage.py work_in_flight``: a sweep the control worker is
+running, a kernel job the agent is building or benchmarking): that one is left running and named
+with its work; ``restart <name>`` restarts it anyway. ``start <name>...``
 starts only the named services that are not running and leaves a running one as it is (it says
 so; ``restart`` restarts it). Whenever the web server was started, the command waits until it
 answers. After starting, each service must still be running :data:`SETTLE_S` seconds later; one
@@ -209,6 +212,23 @@ def refused(action: str, names: list[str], cmds: dict[str, list[str]], otherwise
     return bool(unknown)
 
 
+def work_in_flight() -> dict[str, list[str]]:
+    """``{"worker": [...], "agent": [...]}`` from ``manage.py work_in_flight``: the work each running
+    service holds that a restart would cut off. A failed read (say, a database not migrated yet)
+    is said on stderr and counts as none, so start does what it did before it asked."""
+    try:
+        proc = subprocess.run([str(BIN / "python"), str(ROOT / "manage.py"), "work_in_flight", "--node", NODE],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        if proc.returncode == 0:
+            found = json.loads(proc.stdout)
+            return {name: [str(w) for w in work] for name, work in found.items() if isinstance(work, list)}
+        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+    except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError) as exc:
+        why = str(exc)
+    sys.stderr.write(f"warning: could not tell what work the services hold ({why}); restarting them\n")
+    return {}
+
+
 def main(argv: list[str]) -> int:
     action = argv[1] if len(argv) > 1 else "status"
     cmds = commands()
@@ -250,8 +270,14 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"error: restart needs service names out of {', '.join(cmds)}"
                              + (f"; unknown: {', '.join(unknown)}" if unknown else "") + "\n")
             return 2
+        busy = work_in_flight() if action == "start" and any(alive(n) for n in names) else {}
         procs = {}
         for name in names:
+            pid = alive(name)
+            if pid is not None and busy.get(name):
+                print(f"{name} left running (pid {pid}): {', '.join(busy[name])} runs on it and a restart would "
+                      f"cut it off; `scripts/services.py restart {name}` restarts it anyway")
+                continue
             stop(name)
             procs[name] = start(name, cmds[name])
     if action in ("start", "restart"):

@@ -128,6 +128,9 @@ def script(tmp_path, monkeypatch):
     monkeypatch.setattr(module, "commands", lambda: {name: ["sleep", str(60 + i)] for i, name in enumerate(SERVICES)})
     monkeypatch.setattr(module, "wait_web", lambda timeout=60.0: True)
     monkeypatch.setattr(module, "wait_celery_ready", lambda procs, timeout=0.0: [])
+    # No sweep or kernel job in flight unless a test says so (the real answer comes from
+    # manage.py work_in_flight, tested on its own in controlplane/tests/test_work_in_flight.py).
+    monkeypatch.setattr(module, "work_in_flight", lambda: {})
     before = {name: module.read_pidfile(name) for name in SERVICES}
     yield module
     for name in SERVICES:
@@ -206,6 +209,41 @@ def test_it_restarts_every_service_when_start_has_no_names(script, services, tmp
     for name, old in services.items():
         assert ended(old) and old.returncode == -signal.SIGTERM
         assert script.alive(name) == pid_of(tmp_path, name) != old.pid
+
+
+def test_start_without_names_leaves_a_service_with_work_in_flight_running_and_says_why(script, services, tmp_path,
+                                                                                     capsys, monkeypatch):
+    monkeypatch.setattr(script, "work_in_flight", lambda: {"worker": ["sweep #9 (running)"], "agent": []})
+
+    assert script.main(["services.py", "start"]) == 0
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == (f"worker left running (pid {services['worker'].pid}): sweep #9 (running) runs on it and a "
+                        "restart would cut it off; `scripts/services.py restart worker` restarts it anyway")
+    assert [" ".join(line.split()[:2]) for line in lines[:2] + lines[3:]] == [
+        "stopped web", "started web", "stopped agent", "started agent", "stopped beat", "started beat"]
+    assert services["worker"].poll() is None and pid_of(tmp_path, "worker") == services["worker"].pid
+    for name in ("web", "agent", "beat"):
+        assert ended(services[name]) and script.alive(name) == pid_of(tmp_path, name) != services[name].pid
+
+
+def test_restart_names_restart_a_service_even_with_work_in_flight(script, services, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(script, "work_in_flight", lambda: {"worker": ["sweep #9 (running)"], "agent": []})
+
+    assert script.main(["services.py", "restart", "worker"]) == 0
+
+    assert [" ".join(line.split()[:2]) for line in capsys.readouterr().out.splitlines()] == [
+        "stopped worker", "started worker"]
+    assert ended(services["worker"]) and script.alive("worker") == pid_of(tmp_path, "worker") != services["worker"].pid
+
+
+def test_a_failed_read_of_the_work_in_flight_is_said_and_counts_as_none(tmp_path, monkeypatch, capsys):
+    module = _script_module(tmp_path, monkeypatch)
+    monkeypatch.setattr(module, "ROOT", tmp_path)   # no manage.py there: the read fails
+    assert module.work_in_flight() == {}
+    err = capsys.readouterr().err
+    assert err.startswith("warning: could not tell what work the services hold (") and err.endswith(
+        "); restarting them\n")
 
 
 def test_a_celery_service_counts_as_started_only_once_its_log_says_ready(tmp_path, monkeypatch, capsys):
