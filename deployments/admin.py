@@ -27,6 +27,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.html import format_html
 from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.errors import CeilingError, InvalidInput
@@ -34,7 +35,7 @@ from controlplane.permissions import refusal_message
 from controlplane.redaction import credential_mask_json
 from deployments import services
 from deployments.choices import DEPLOYMENT_TERMINAL
-from deployments.forms import RecipeAdminForm, RecipeRevertAdminForm, SecretAdminForm
+from deployments.forms import RecipeAdminForm, RecipeRevertAdminForm, SecretAdminForm, spec_pretty
 from deployments.models import Deployment, Gpu, Node, NumaNode, ProcessEvent, Recipe, Secret, ServerProcess, recipe_name_shown
 
 GIB = 1024**3
@@ -232,6 +233,29 @@ class RecipeAdmin(SimpleHistoryAdmin):
     def name_shown(self, obj: Recipe) -> str:
         """The name, a stored secret's value in it (saved before it was refused there) masked."""
         return obj.name_shown
+
+    @admin.display(description="description")
+    def description_shown(self, obj: Recipe) -> str:
+        """The description as the edit form shows it (:func:`deployments.services.free_text_shown`)."""
+        return services.free_text_shown(obj.description)
+
+    @admin.display(description="spec")
+    def spec_shown(self, obj: Recipe) -> str:
+        """The spec as the edit form shows it: pretty JSON, a credential or stored secret's value in it
+        masked (:func:`deployments.forms.spec_pretty`)."""
+        return format_html("<pre>{}</pre>", spec_pretty(obj.spec))
+
+    def get_fields(self, request: HttpRequest, obj: Recipe | None = None) -> list[str]:
+        """For a user who may view recipes but not change them (the viewer role), the change page
+        shows every field read-only: the name, description and spec as the edit form shows them
+        (masked where a stored secret's value or a credential was saved before such text was
+        refused), and without the edit's hidden ``expected_version``, which is no field of the
+        recipe. A version's page keeps simple-history's own form (its fields shown disabled)."""
+        fields = list(super().get_fields(request, obj))
+        if obj is None or self._reverting(request) or self.has_change_permission(request, obj):
+            return fields
+        shown = {"name": "name_shown", "description": "description_shown", "spec": "spec_shown"}
+        return [shown.get(f, f) for f in fields if f != "expected_version"]
 
     def get_deleted_objects(self, objs, request):
         """The delete page by :func:`deployments.services.recipe_delete`'s rule: deployments that never

@@ -279,8 +279,10 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         name_judged_once(self, recipe_name_validator)
-        # judged on the form as the recipe pages judge it, so a refusal is shown beside the field
-        self.fields["description"].validators += [recipe_description_validator]
+        # Judged on the form as the recipe pages judge it, so a refusal is shown beside the field. A
+        # user who may only view recipes gets a form without the field (the page shows it read-only).
+        if "description" in self.fields:
+            self.fields["description"].validators += [recipe_description_validator]
         if self.instance is not None and self.instance.pk:
             self.initial["spec"] = spec_pretty(self.instance.spec)
             self.initial["description"] = free_text_shown(self.instance.description)
