@@ -15,6 +15,7 @@ from django.utils.functional import cached_property
 from controlplane.drf_defaults import BOM, json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import InvalidInput
 from controlplane.forms import SingleValuedForm
+from controlplane.lengths import LengthLimit
 from controlplane.redaction import credential_mask_json
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
@@ -30,7 +31,7 @@ from deployments.models import (
 )
 from deployments.recipes import RECIPE_DOC_PATH
 from deployments.services import (
-    free_text_shown, recipe_description_validator, recipe_name_validator, secret_description_validator, secret_value_validator, text_control_validator,
+    DESCRIPTION_MAX_LENGTH, free_text_shown, recipe_description_validator, recipe_name_validator, secret_description_validator, secret_value_validator, text_control_validator,
 )
 
 
@@ -156,8 +157,10 @@ class RecipeForm(SpecTextMixin, SingleValuedForm):
     name = forms.CharField(validators=[recipe_name_validator], widget=forms.TextInput(attrs={"maxlength": NAME_MAX_LENGTH}),
                            help_text=f"1–{NAME_MAX_LENGTH} lowercase letters, digits, '.', '_' or '-', starting with a "
                                      f"letter or digit (the box stops at {NAME_MAX_LENGTH})")
+    # The length is judged here as the save judges it (one message, the product's wording), so a
+    # form refused for its spec names a description too long in the same answer.
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
-                                  validators=[recipe_description_validator])
+                                  validators=[LengthLimit(DESCRIPTION_MAX_LENGTH), recipe_description_validator])
     engine = forms.ChoiceField(choices=Engine.choices)
     topology = forms.ChoiceField(choices=Topology.choices)
     node = forms.ModelChoiceField(queryset=Node.objects.all(), empty_label=None)
@@ -279,10 +282,12 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         name_judged_once(self, recipe_name_validator)
-        # Judged on the form as the recipe pages judge it, so a refusal is shown beside the field. A
-        # user who may only view recipes gets a form without the field (the page shows it read-only).
+        # Judged on the form as the recipe pages judge it (its length too: the model's text field
+        # has no limit), so a refusal is shown beside the field with every other one. A user who
+        # may only view recipes gets a form without the field (Django shows it read-only).
         if "description" in self.fields:
-            self.fields["description"].validators += [recipe_description_validator]
+            self.fields["description"].validators += [LengthLimit(DESCRIPTION_MAX_LENGTH),
+                                                      recipe_description_validator]
         if self.instance is not None and self.instance.pk:
             self.initial["spec"] = spec_pretty(self.instance.spec)
             self.initial["description"] = free_text_shown(self.instance.description)
@@ -296,11 +301,16 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
             self.initial["spec"] = spec_pretty(self.initial.get("spec") or {})
 
     def clean(self) -> dict:
-        """Refuse a stale ``expected_version`` (a form error, nothing else judged), then check the
-        spec against the chosen node with :func:`deployments.services.recipe_spec_validate`
-        (the rule the services apply on save), so problems appear on the form, each prefixed
-        with its dotted path."""
-        from deployments.services import recipe_spec_validate
+        """Refuse a stale ``expected_version`` (a form error, nothing else judged), then judge the
+        content by :func:`deployments.services.recipe_content_validate`, the rule the services
+        apply on save, so that every problem appears on the form at once, beside the field it
+        names (a spec path's under the spec, prefixed with its dotted path), and Django's admin
+        re-renders the form with what was typed instead of saving. The spec is judged also when
+        another field is refused (a description too long, a node not chosen: then all but its
+        hardware references), and so is one the spec box refused for a key given twice or a
+        number that is not finite, less those paths (:attr:`spec_marked_paths`). A field already
+        refused by its own check keeps that message alone."""
+        from deployments.services import recipe_content_validate
 
         data = super().clean()
         data.pop("expected_version", None)
@@ -314,17 +324,26 @@ class RecipeAdminForm(SpecTextMixin, forms.ModelForm):
             if stale:
                 # Nothing else is worth judging: the fields show a version that is no longer current.
                 raise forms.ValidationError(stale, code="stale_version")
-        if self.errors or not all(data.get(k) for k in ("engine", "topology", "node")) or "spec" not in data:
+        spec = data.get("spec", self.spec_refused)
+        if not (data.get("engine") and data.get("topology") and isinstance(spec, dict)):
             return data
+        content = {"name": data.get("name", ""), "description": data.get("description", ""),
+                   "engine": data["engine"], "topology": data["topology"], "node": data.get("node"), "spec": spec}
         try:
             stored = self.instance.spec if self.instance is not None and self.instance.pk else None
-            data["spec"] = recipe_spec_validate(engine=data["engine"], topology=data["topology"], spec=data["spec"],
-                                                node=data["node"], stored_spec=stored)
+            validated = recipe_content_validate(content, stored_spec=stored)
         except InvalidInput as exc:
             for path, msgs in exc.errors.items():
+                if any(path == p or path.startswith(p + ".") for p in self.spec_marked_paths):
+                    continue
                 field = path if path in self.fields and path != "spec" else "spec"
+                if field != "spec" and field in self.errors:
+                    continue  # refused by the field's own check already, in the same words or its own
                 for msg in msgs:
                     self.add_error(field, msg if field == path else f"{path}: {msg}")
+        else:
+            if "spec" in data:
+                data["spec"] = validated["spec"]
         return data
 
     def _post_clean(self) -> None:
