@@ -12,6 +12,10 @@ hood. Changes that carry domain rules go through :mod:`deployments.services` her
 * Secret: the value is write-only; no admin page ever renders it (see
   :class:`deployments.forms.SecretAdminForm`), and saving goes through ``secret_create`` /
   ``secret_update`` so the redactor learns the value.
+* Recipe and Secret forms judge every rule their save applies, so a refusal comes back on the form
+  with every problem at once and what was typed kept; a save the services still refuse (a change
+  that landed after the form's checks) says "Not saved" and reopens the page, never beside
+  Django's "... changed successfully" (:class:`SavedThroughServices`).
 * Gpu / NumaNode: rows the node agent discovers on its host; shown read-only, no Add.
 * Deployment / ServerProcess / ProcessEvent: rows written by the node agent; shown read-only.
 """
@@ -62,6 +66,42 @@ def _history_content(record, node_names: dict[int, str]) -> dict[str, Any]:
 def _json_text(value: Any, absent: bool) -> str:
     """A diff value as JSON text, or ``—`` for a key the version did not have."""
     return "—" if absent else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+class SavedThroughServices:
+    """A model admin whose ``save_model`` saves through :mod:`deployments.services`. Its form
+    judges everything the service does, so a refusal is shown on the form with every problem at
+    once and what was typed kept (Django's admin re-renders an invalid form and saves nothing).
+    The service's own checks stay the last line: one that refuses only at save time (a change
+    that landed between the form's checks and the save) is reported by :meth:`save_refused` as
+    ``Not saved: ...`` and the page the form was sent from opens again, showing what is stored
+    now; Django's "... was changed successfully" and its log entry, which would say the opposite
+    beside it, are left out."""
+
+    def save_refused(self, request: HttpRequest, obj: Any, problem: Exception) -> None:
+        """Report that ``obj`` was not saved, and why, and mark it so for :meth:`response_change`."""
+        self.message_user(request, f"Not saved: {problem}", level=messages.ERROR)
+        obj._save_refused = True
+
+    @staticmethod
+    def _refused(obj: Any) -> bool:
+        return bool(getattr(obj, "_save_refused", False))
+
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any):
+        return None if self._refused(obj) else super().log_addition(request, obj, message)
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any):
+        return None if self._refused(obj) else super().log_change(request, obj, message)
+
+    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: str | None = None):
+        if self._refused(obj):
+            return HttpResponseRedirect(request.get_full_path())
+        return super().response_add(request, obj, post_url_continue)
+
+    def response_change(self, request: HttpRequest, obj: Any):
+        if self._refused(obj):
+            return HttpResponseRedirect(request.get_full_path())
+        return super().response_change(request, obj)
 
 
 # --- nodes ----------------------------------------------------------------------------------
@@ -164,7 +204,7 @@ class NumaNodeAdmin(DiscoveredAdmin):
 
 
 @admin.register(Secret)
-class SecretAdmin(admin.ModelAdmin):
+class SecretAdmin(SavedThroughServices, admin.ModelAdmin):
     """Secrets by name. The value column is never listed, searched or rendered."""
 
     form = SecretAdminForm
@@ -188,7 +228,7 @@ class SecretAdmin(admin.ModelAdmin):
         try:
             saved = self._save_secret(request, obj, form, change, value)
         except InvalidInput as exc:
-            self.message_user(request, f"Not saved: {exc}", level=messages.ERROR)
+            self.save_refused(request, obj, exc)
             return
         obj.pk = saved.pk
         obj.refresh_from_db()
@@ -217,7 +257,7 @@ class SecretAdmin(admin.ModelAdmin):
 
 
 @admin.register(Recipe)
-class RecipeAdmin(SimpleHistoryAdmin):
+class RecipeAdmin(SavedThroughServices, SimpleHistoryAdmin):
     """Recipes with their version history (simple-history's History page lists every
     version with user and change reason)."""
 
@@ -343,7 +383,8 @@ class RecipeAdmin(SimpleHistoryAdmin):
         """Save through the services so the spec is validated and a version recorded.
         :class:`RecipeAdminForm` already showed domain errors and a stale ``expected_version``
         on the form; one that appears only now (an edit saved between the form's check and this
-        save) is reported as a message and nothing is saved.
+        save) is reported as a message, nothing is saved and the page opens again showing the
+        recipe as stored (:class:`SavedThroughServices`).
 
         Saving from a history entry (simple-history's "Revert", a read-only
         :class:`RecipeRevertAdminForm`) calls ``recipe_revert`` with the entry's version
@@ -363,7 +404,7 @@ class RecipeAdmin(SimpleHistoryAdmin):
             else:
                 saved = services.recipe_create(user=request.user, change_reason="Created in admin", **content)
         except (CeilingError, DjangoValidationError) as exc:
-            self.message_user(request, f"Not saved: {exc}", level=messages.ERROR)
+            self.save_refused(request, obj, exc)
             if obj.pk:
                 obj.refresh_from_db()
             return
