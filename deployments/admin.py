@@ -68,6 +68,15 @@ def _json_text(value: Any, absent: bool) -> str:
     return "—" if absent else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def _diff_side_absent(row: dict[str, Any], side: str) -> bool:
+    """Whether ``side`` (``"old"`` or ``"new"``) of a :func:`deployments.services.content_diff` row
+    has no value: a key added has no old one and a key removed no new one, and no description
+    (stored as ``""``) has none either, as the recipe pages' diff shows it (``—``) and the API's
+    gives it (null); never ``""``."""
+    gone = "added" if side == "old" else "removed"
+    return row["change"] == gone or (row["path"] == "description" and not row[side])
+
+
 class SavedThroughServices:
     """A model admin whose ``save_model`` saves through :mod:`deployments.services`. Its form
     judges everything the service does, so a refusal is shown on the form with every problem at
@@ -419,8 +428,8 @@ class RecipeAdmin(SavedThroughServices, SimpleHistoryAdmin):
     def set_history_delta_changes(self, request: HttpRequest, historical_records, foreign_keys_are_objs=True) -> None:
         """The History page's "Changes" column: what each version changed from the one before, as
         the recipe pages and ``GET /api/recipes/ID/diff/`` show it (one line per dotted path such
-        as ``spec.roles.decode.port``, values in JSON, ``—`` for an absent key), instead of the
-        whole spec before and after as Python text."""
+        as ``spec.roles.decode.port``, values in JSON, ``—`` for an absent key or no description),
+        instead of the whole spec before and after as Python text."""
         records = list(historical_records)
         for record in records:
             # a change reason saved before a stored secret's value was refused in it shows masked
@@ -428,8 +437,8 @@ class RecipeAdmin(SavedThroughServices, SimpleHistoryAdmin):
         node_names = dict(Node.objects.filter(pk__in={r.node_id for r in records}).values_list("pk", "name"))
         for newer, older in zip(records, records[1:]):
             newer.history_delta_changes = [
-                {"field": row["path"], "old": _json_text(row["old"], row["change"] == "added"),
-                 "new": _json_text(row["new"], row["change"] == "removed")}
+                {"field": row["path"], "old": _json_text(row["old"], _diff_side_absent(row, "old")),
+                 "new": _json_text(row["new"], _diff_side_absent(row, "new"))}
                 for row in services.content_diff(_history_content(older, node_names), _history_content(newer, node_names))
             ]
 

@@ -119,3 +119,25 @@ def test_the_diff_page_shows_no_description_as_absent_not_as_empty_text(admin_ap
     assert "&quot;&quot;" not in row and '""' not in row
     assert '<td class="old"><span class="muted">—</span></td>' in row
     assert "&quot;now&quot;" in row
+
+
+def test_the_admin_history_shows_no_description_as_the_diff_page_does(admin_api, admin_user, client):
+    """Admin's History lists a description set where there was none, and one cleared, with ``—`` on
+    the side that has none, as the recipe pages' diff shows it, never ``""``."""
+    import html as html_lib
+    import re
+
+    cpu_node_create(name="cpu-box")
+    pk = admin_api.post("/api/recipes/", {"name": "plain", "engine": "sim", "topology": "single", "node": "cpu-box",
+                                          "spec": SPEC}, format="json").json()["id"]
+    admin_api.patch(f"/api/recipes/{pk}/", {"description": "form edit"}, format="json")
+    admin_api.patch(f"/api/recipes/{pk}/", {"description": None}, format="json")
+    assert Recipe.objects.get(pk=pk).version == 3
+    client.force_login(admin_user)
+    page = client.get(f"/admin/deployments/recipe/{pk}/history/").content.decode()
+    changes = [re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", "", item))).strip()
+               for item in re.findall(r"<li>\s*<strong>.*?</li>", page, flags=re.S)]
+    assert changes == ['description: "form edit" → —', 'description: — → "form edit"']
+    for a, b in ((1, 2), (2, 3)):
+        diff = client.get(f"/recipes/{pk}/diff/?a={a}&b={b}", HTTP_HX_REQUEST="true").content.decode()
+        assert '<span class="muted">—</span>' in diff and "&quot;form edit&quot;" in diff
