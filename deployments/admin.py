@@ -251,6 +251,15 @@ class SecretAdmin(SavedThroughServices, admin.ModelAdmin):
             user=request.user, name=obj.name, value=value or "", description=form.cleaned_data.get("description", "")
         )
 
+    def get_deleted_objects(self, objs, request):
+        """The delete page by :func:`deployments.services.secret_delete`'s rule: a secret a recipe
+        references is listed as protected, with the recipes and what to do, so Django refuses the
+        delete before anything is sent (rather than reporting the refusal beside its "deleted
+        successfully")."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        refusals = [r for r in (services.secret_delete_refusal(secret=s) for s in objs) if r]
+        return deleted, counts, perms_needed, list(protected) + refusals
+
     def delete_model(self, request: HttpRequest, obj: Secret) -> None:
         try:
             services.secret_delete(secret=obj, user=request.user)

@@ -1303,15 +1303,26 @@ def secret_update(*, secret: Secret, user, value: str | None = None, description
     return locked
 
 
+def secret_delete_refusal(*, secret: Secret) -> str | None:
+    """Why ``secret`` may not be deleted, or None when it may: the recipes that reference it by
+    name (a recipe whose secret vanished could no longer be validated or deployed), each as reads
+    show its name, and the way out. What :func:`secret_delete` refuses, and what admin's delete page
+    lists as protected before anything is sent."""
+    users = [r.name_shown for r in Recipe.objects.only("name", "spec") if secret.name in _secret_refs(r.spec)]
+    if not users:
+        return None
+    return (f"Secret {json_spelled(secret.name)} is used by recipe(s): {', '.join(sorted(users))}. Remove it from "
+            "their spec.secrets (each edit is a new version), then delete it.")
+
+
 def secret_delete(*, secret: Secret, user) -> None:
     """Delete a secret unless a recipe still references it by name.
 
-    Raises :class:`Conflict` naming the referencing recipes (a recipe whose secret vanished
-    could no longer be validated or deployed).
+    Raises :class:`Conflict` with :func:`secret_delete_refusal`'s message.
     """
-    users = [r.name_shown for r in Recipe.objects.only("name", "spec") if secret.name in _secret_refs(r.spec)]
-    if users:
-        raise Conflict(f"Secret {json_spelled(secret.name)} is used by recipe(s): {', '.join(sorted(users))}.")
+    refusal = secret_delete_refusal(secret=secret)
+    if refusal:
+        raise Conflict(refusal)
     secret.delete()
 
 
