@@ -10,6 +10,7 @@ import re
 
 from django import forms
 from django.conf import settings
+from django.core.validators import MaxLengthValidator
 from django.utils.functional import cached_property
 
 from controlplane.drf_defaults import BOM, json_loads, nonfinite_number_errors, repeated_key_errors
@@ -424,6 +425,11 @@ class SecretAdminForm(forms.ModelForm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         name_judged_once(self)
+        # A text over its limit is refused in the product's one wording, as the API refuses it
+        # (controlplane.lengths), not Django's "Ensure this value has at most ...".
+        for field in self.fields.values():
+            field.validators = [LengthLimit(v.limit_value) if type(v) is MaxLengthValidator else v
+                                for v in field.validators]
         # Everyone who lists the secrets reads the description: refused as the API refuses it.
         self.fields["description"].validators += [text_control_validator, secret_description_validator]
         if self.instance is not None and self.instance.pk:

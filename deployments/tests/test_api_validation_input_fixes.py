@@ -345,3 +345,15 @@ def test_the_admin_refuses_a_secret_value_with_a_line_break(admin_user, client):
 
     assert not Secret.objects.exists()
     assert "Must not contain NUL, line breaks" in response.content.decode()
+
+
+def test_the_admin_refuses_a_long_secret_description_in_the_products_wording(admin_user, client):
+    client.force_login(admin_user)
+
+    response = client.post("/admin/deployments/secret/add/", {"name": "hf-token", "description": "d" * 300,
+                                                               "value": "hf_abcdefgh"})
+
+    page = response.content.decode()
+    assert response.status_code == 200 and not Secret.objects.exists()
+    assert "Use at most 255 characters; got 300." in page
+    assert "Ensure this value" not in page
