@@ -27,7 +27,7 @@ import json
 import logging
 import re
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -876,12 +876,18 @@ class ExportQuerySerializer(serializers.Serializer):
     format = FilterChoiceField(choices=["csv", "json"], default="json")
 
 
-def query_validated(serializer_class, request) -> dict:
+def query_validated(serializer_class, request, *, left_out: Iterable[str] = ()) -> dict:
     """Validate ``request.query_params`` with ``serializer_class``; a bad value is a 400 through
     the API's one exception handler (dotted field paths). A field that takes one value given more
     than once (``speedup=3&speedup=4``) is a 400 naming it: taking the last one silently would
-    answer a question the client did not ask."""
-    ser = serializer_class(data=request.query_params)
+    answer a question the client did not ask. The keys ``left_out`` are judged as not given (a
+    caller that refuses them itself, given empty, with every other problem of the query)."""
+    params = request.query_params
+    if left_out:
+        params = params.copy()
+        for key in left_out:
+            params.pop(key, None)
+    ser = serializer_class(data=params)
     repeated = {
         name: [message] for name, field in ser.fields.items()
         if not isinstance(field, (serializers.ListField, serializers.MultipleChoiceField))

@@ -91,10 +91,14 @@ def test_an_empty_value_of_a_key_the_list_does_not_take_is_named_as_unknown(view
 
 
 def test_a_list_that_judges_its_whole_query_keeps_its_own_words(viewer_api, rows):
-    # the what-if projection reports every problem of its query itself
-    answer = viewer_api.get("/api/kernel-whatif/?sweep=")
+    # the what-if projection reports every problem of its query itself: a value it cannot read in
+    # its own words, a parameter given empty in the words every other read uses
+    answer = viewer_api.get("/api/kernel-whatif/?sweep=x&speedup=2")
     assert answer.status_code == 400
-    assert answer.json() == {"sweep": ["must be a whole number between 1 and 2147483647, got ''"]}
+    assert answer.json() == {"sweep": ["must be a whole number between 1 and 2147483647, got 'x'"]}
+    answer = viewer_api.get("/api/kernel-whatif/?sweep=&speedup=2")
+    assert answer.status_code == 400
+    assert answer.json() == {"sweep": ["query parameter 'sweep' is empty: give a value or leave it out"]}
 
 
 def test_the_role_is_checked_first(anon_api, outsider_api, rows):

@@ -34,6 +34,7 @@ from controlplane.api import (
     request_body,
     unknown_query_errors,
 )
+from controlplane.drf_defaults import empty_query_value
 from controlplane.errors import InvalidInput, NotFound
 from controlplane.jsonsafe import json_spelled
 from kernels import selectors, services
@@ -277,7 +278,8 @@ class WhatIfViewSet(viewsets.ViewSet):
     sweep's projected tok/s and TPOT per concurrency with a faster kernel
     (:func:`kernels.whatif.whatif_compute`). Any other query key (``shares``) is a 400 naming it
     and the keys taken (:data:`kernels.whatif.WHATIF_KEYS`; ``format``, DRF's, as well), never
-    ignored; a ``format`` other than ``json`` or ``api`` (the browsable page) is a 400 naming
+    ignored; one of those keys given empty (``share=``) is a 400 naming it
+    (:func:`controlplane.drf_defaults.empty_query_value`), never read as left out; a ``format`` other than ``json`` or ``api`` (the browsable page) is a 400 naming
     those two (:class:`controlplane.drf_defaults.FormatNegotiation`, as on every endpoint)."""
 
     query_keys = {"list": WHATIF_KEYS}
@@ -290,19 +292,23 @@ class WhatIfViewSet(viewsets.ViewSet):
                                 "summary has no mean, named in notes); projected_tpot_ms is the measured mean TPOT "
                                 "scaled by the model; model_tpot_ms and model_fast_tpot_ms are the model's TPOT in ms; "
                                 "running_batch and measured_running_batch are sequences. 400 for an unknown query key, "
-                                "naming it and the keys taken."),
+                                "naming it and the keys taken, and for a parameter given empty (share=), naming it."),
                    parameters=[s.WhatIfQuerySerializer], responses={200: OpenApiTypes.OBJECT, 400: ERRORS_400})
     def list(self, request: Request) -> Response:
         from benchmarks.models import BenchmarkSweep
         from kernels.whatif import DEFAULT_SHARE, whatif_compute
 
         unknown = unknown_query_errors(request, self)
+        # A parameter given empty (``share=``, a script whose variable was unset) is refused under
+        # its name, as every other read's is, never read as left out: an empty share would
+        # otherwise silently be the seed's 0.63.
+        empty = {key: [empty_query_value(key)] for key in WHATIF_KEYS if request.query_params.getlist(key) == [""]}
         try:
-            q = query_validated(s.WhatIfQuerySerializer, request)
+            q = query_validated(s.WhatIfQuerySerializer, request, left_out=empty)
         except ValidationError as exc:
-            raise ValidationError({**exc.detail, **unknown}) from None   # every problem at once
-        if unknown:
-            raise ValidationError(unknown)
+            raise ValidationError({**exc.detail, **empty, **unknown}) from None   # every problem at once
+        if unknown or empty:
+            raise ValidationError({**empty, **unknown})
         sweep = BenchmarkSweep.objects.filter(pk=q["sweep"]).first()
         if sweep is None:
             raise NotFound(f"no sweep with id {q['sweep']}")
@@ -315,8 +321,8 @@ class WhatIfViewSet(viewsets.ViewSet):
                                             f"{best.device_name}, over the package's own baseline implementation)"
         result = whatif_compute(sweep=sweep, share=q["share"], speedup=speedup, best=best)
         result["speedup_source"] = source
-        # an omitted (or empty) share is the seed's measurement, said so rather than silently assumed
-        result["share_source"] = "given" if request.query_params.get("share", "").strip() else (
+        # an omitted share is the seed's measurement, said so rather than silently assumed
+        result["share_source"] = "given" if "share" in request.query_params else (
             f"default: {DEFAULT_SHARE:g}, the seed deployment's measured share of decode step time spent in its "
             "sparse-attention decode kernel")
         return Response(json.loads(json.dumps(result, default=str)))

@@ -234,9 +234,10 @@ def test_the_whatif_api_takes_a_speedup_or_a_best_variants(viewer_api, measured_
     assert body["share"] == pytest.approx(0.63) and body["share_source"].startswith("default: 0.63, the seed")
     assert viewer_api.get("/api/kernel-whatif/", {"sweep": sweep.pk, "share": 0.5, "speedup": 2}).json()[
         "share_source"] == "given"
-    # an empty share is the default, and said so
-    empty = viewer_api.get(f"/api/kernel-whatif/?sweep={sweep.pk}&speedup=2&share=").json()
-    assert empty["share"] == pytest.approx(0.63) and empty["share_source"].startswith("default: 0.63, the seed")
+    # an empty share is refused, naming it, never silently the default (test_whatif_empty_parameters.py)
+    empty = viewer_api.get(f"/api/kernel-whatif/?sweep={sweep.pk}&speedup=2&share=")
+    assert (empty.status_code, empty.json()) == (
+        400, {"share": ["query parameter 'share' is empty: give a value or leave it out"]})
     resp = viewer_api.get(f"/api/kernel-whatif/?sweep={sweep.pk}&speedup=3&speedup=4")
     assert resp.status_code == 400 and resp.json() == {"speedup": ["is given 2 times (3, 4): give it once"]}
     assert body["factor"] == pytest.approx(0.37 + 0.63 / 4)
