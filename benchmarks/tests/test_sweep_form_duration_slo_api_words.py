@@ -1,6 +1,7 @@
 """The sweep form refuses a bad time limit or SLO with the API's reason for the same input, word
 for word: the form hands them to the API's grid validation (an SLO typed in ms as the same SLO in
-seconds), and a blank field is not given, as a key left out of the API's grid. A refused SLO is said
+seconds), and a blank field is not given, as a key left out of the API's grid (blank lengths are
+the grid's default, 256:256, as in the API). A refused SLO is said
 in the ms the field takes (``got -5 ms``, ``must be a number of ms > 0``), never in the grid's
 seconds. An SLO over its bound is refused by the API with the seconds it would be in ms. A refused form
 comes back with what was typed, not a value read from it."""
@@ -90,6 +91,35 @@ def test_blank_fields_are_not_given_in_the_form_as_in_the_api(operator_api, oper
     assert form.status_code == 302
     sweep = BenchmarkSweep.objects.get()
     assert sweep.grid["duration_s"] is None and sweep.grid["slo"] == {}
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_blank_lengths_take_the_documented_default_in_the_form_as_in_the_api(operator_api, operator, starting,
+                                                                              django_capture_on_commit_callbacks,
+                                                                              blank) -> None:
+    with django_capture_on_commit_callbacks(execute=False):
+        api = operator_api.post("/api/sweeps/", {"deployment": starting.pk, "grid": {"concurrency": [1], "requests": 4}},
+                                format="json")
+    assert api.status_code == 201, api.content
+    assert api.json()["grid"]["lengths"] == [[256, 256]]
+    BenchmarkSweep.objects.all().delete()   # one active sweep per deployment: make room for the form's
+
+    with django_capture_on_commit_callbacks(execute=False):
+        form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
+            "deployment": starting.pk, **FORM, "lengths": blank})
+    assert form.status_code == 302, form.context["errors"]
+    sweep = BenchmarkSweep.objects.get()
+    assert sweep.grid["lengths"] == [[256, 256]]   # 256 input, 256 output tokens
+    assert sweep.name == "words-sim c=1 256/256" and sweep.requests_total == 4
+
+
+def test_blank_lengths_beside_a_refused_field_name_only_that_field(operator, starting) -> None:
+    form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {
+        "deployment": starting.pk, **FORM, "lengths": "", "duration": "0"})
+    assert form.status_code == 400
+    assert form.context["errors"] == {"duration": ["must be at least 1 s and at most 86400 s (24 h), got 0"]}
+    assert 'id="id_lengths" name="lengths" value=""' in form.content.decode()   # left blank, as typed
+    assert not BenchmarkSweep.objects.exists()
 
 
 def test_a_refused_form_comes_back_with_the_text_typed_not_a_value_read_from_it(operator, starting) -> None:

@@ -232,7 +232,8 @@ def _typed_items(raw: str, field: str, errors: dict[str, list[str]]) -> list[int
 def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """The grid dict :func:`benchmarks.services.sweep_create` takes, from the form's text fields.
 
-    Fields: ``concurrency`` ("1,8,16" or "1 8 16"), ``lengths`` ("256:256, 1024:128"), ``requests`` (per point;
+    Fields: ``concurrency`` ("1,8,16" or "1 8 16"), ``lengths`` ("256:256, 1024:128"; blank for the
+    API's default, :data:`benchmarks.sweeps.DEFAULT_LENGTHS`, 256:256), ``requests`` (per point;
     blank leaves the service's default of a few requests per concurrency slot, or, with a
     duration, only the duration), ``duration`` (optional time limit per point, seconds, at most
     24 h; with requests, whichever ends first), ``rates`` (optional requests/s list, open loop),
@@ -289,7 +290,9 @@ def sweep_grid_from_form(data: Mapping[str, str]) -> tuple[dict[str, Any], dict[
     if not grid["concurrency"] and not rates and "concurrency" not in errors:
         errors["concurrency"] = ["Give at least one concurrency (or a request rate)."]
     if not grid["lengths"] and "lengths" not in errors:
-        errors["lengths"] = ["Give at least one input:output length pair."]
+        # Blank: not given, as the API's grid leaves the key out, so the grid's default applies
+        # (DEFAULT_LENGTHS, 256:256, one default for the API, the form and manage.py sweep).
+        del grid["lengths"]
     return grid, errors
 
 
