@@ -41,11 +41,14 @@ TIMELINE_MIN_LAST_FRACTION = 0.5
 
 
 def chart_spec(*, title: str, x: tuple[str, str], y: tuple[str, str], series: list[dict[str, Any]],
-               x_log: bool = False, empty: str | None = None, note: str | None = None) -> dict[str, Any]:
+               x_log: bool = False, empty: str | None = None, note: str | None = None,
+               y_title: str | None = None) -> dict[str, Any]:
     """A chart for :file:`static/ceiling/charts.js`: ``x``/``y`` are ``(label, unit)``; each
     series is ``{"label": str, "points": [[x, y], ...]}`` (``"step": True`` for a CDF). ``empty``
     is shown instead of a chart without points; ``note`` is printed under a drawn chart (what is
-    not drawn, and why).
+    not drawn, and why). ``y_title`` is the y axis's title where ``label (unit)`` would be long
+    for the plot's height (``tok/s per GPU`` rather than ``output per GPU (tok/s)``, which was
+    cut to ``output per GPU (to``); the unit stays the one the legend's values carry.
 
     A chart whose series are all CDFs (``step``) has its y-axis fixed to 0-1 (``"min": 0.0,
     "max": 1.0``): a fraction of samples spans that range whatever the samples, so a CDF of two
@@ -57,6 +60,8 @@ def chart_spec(*, title: str, x: tuple[str, str], y: tuple[str, str], series: li
         "y": {"label": y[0], "unit": y[1], "log": False},
         "series": series,
     }
+    if y_title:
+        spec["y"]["title"] = y_title
     if series and all(s.get("step") for s in series):
         spec["y"].update({"min": 0.0, "max": 1.0})
     if empty:
@@ -320,7 +325,7 @@ def _load_charts(rows: Sequence[dict[str, Any]], *, axis: tuple[str, str], prefi
     tok = chart_spec(title=f"Output throughput vs {title_tail}", x=axis, y=("output", "tok/s"),
                      series=series("output_tok_s"), x_log=positive)
     per_gpu = chart_spec(title=f"Output throughput per GPU vs {title_tail}", x=axis, y=("output per GPU", "tok/s"),
-                         series=series("tok_s_per_gpu"), x_log=positive,
+                         y_title="tok/s per GPU", series=series("tok_s_per_gpu"), x_log=positive,
                          empty=(("No point finished with output tok/s." if ended
                                  else "No finished point with output tok/s yet.") if gpus_known
                                 else "GPU count unknown."))

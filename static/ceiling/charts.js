@@ -9,7 +9,9 @@
 //   { "title": str,
 //     "x": {"label": str, "unit": str, "log": bool, "max": number (optional: where the axis ends)},
 //     "y": {"label": str, "unit": str, "log": bool,
-//           "min": number, "max": number (optional, both: a fixed range, e.g. 0-1 for a CDF)},
+//           "min": number, "max": number (optional, both: a fixed range, e.g. 0-1 for a CDF),
+//           "title": str (optional: the axis title drawn, where "label (unit)" would be long, e.g.
+//           "tok/s per GPU")},
 //     "series": [{"label": str, "points": [[x, y], ...], "step": bool}],
 //     "empty": str (optional: shown instead of a chart without points),
 //     "note": str (optional: printed under the chart, e.g. what lies beyond a capped axis) }
@@ -28,6 +30,10 @@
 // step needs; log ticks follow one rule for the whole axis, with no trailing zeros (0.5, 4, 32).
 // A series of one point is drawn as a marked point. A rate's y axis (unit tok/s, req/s: any
 // "/s") starts at 0; other linear y axes span the data.
+//
+// An axis title is drawn whole: the y axis's title is centred on the plot's height, so a title
+// longer than that height (PLOT_PX) would run off the chart's top and bottom; such a title is
+// drawn in a smaller font that fits (labelFontFitting).
 (function () {
   "use strict";
 
@@ -40,9 +46,36 @@
   // Most decimals a tick label gets; finer steps are printed in exponent form.
   var MAX_DECIMALS = 6;
 
+  // uPlot's axis title font (its default: bold 12 px in these families).
+  var LABEL_PX = 12;
+  var LABEL_FAMILY = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "Noto Sans", sans-serif';
+  // The plot's height in a chart of HEIGHT_PX: less the x axis (ticks 50 px and its title 30 px,
+  // uPlot's sizes) and the 17 px above the plot, less 8 px to spare.
+  var PLOT_PX = HEIGHT_PX - 50 - 30 - 17 - 8;
+
   function axisTitle(axis) {
     if (!axis) return "";
+    if (typeof axis.title === "string" && axis.title) return axis.title;
     return axis.unit ? axis.label + " (" + axis.unit + ")" : axis.label;
+  }
+
+  // The font to draw a y-axis title of text in: uPlot's, or where the text would be longer than
+  // the plot is high, the same font made small enough to fit (at least 8 px). Measured on a
+  // canvas of its own; where none can be made (no DOM), uPlot's.
+  var measuring = null;
+  function labelFontFitting(text) {
+    var px = LABEL_PX;
+    try {
+      if (!measuring && typeof document !== "undefined" && typeof document.createElement === "function") {
+        measuring = document.createElement("canvas").getContext("2d");
+      }
+    } catch (err) { measuring = null; }
+    if (measuring && text) {
+      measuring.font = "bold " + LABEL_PX + "px " + LABEL_FAMILY;
+      var wide = measuring.measureText(text).width;
+      if (wide > PLOT_PX) px = Math.max(8, Math.floor(LABEL_PX * PLOT_PX / wide));
+    }
+    return "bold " + px + "px " + LABEL_FAMILY;
   }
 
   function formatNumber(v) {
@@ -264,7 +297,8 @@
       },
       axes: [
         { label: axisTitle(spec.x), values: xLog ? logTickLabels : linearTickLabels },
-        { label: axisTitle(spec.y), size: 64, values: yLog ? logTickLabels : linearTickLabels }
+        { label: axisTitle(spec.y), labelFont: labelFontFitting(axisTitle(spec.y)), size: 64,
+          values: yLog ? logTickLabels : linearTickLabels }
       ],
       legend: { live: true },
       hooks: { setLegend: [markLegendIdle] },
@@ -340,7 +374,7 @@
 
   window.CeilingCharts = {
     drawAll: drawAll, alignedData: alignedData, formatNumber: formatNumber, buildOptions: buildOptions,
-    decimalsFor: decimalsFor, legendValue: legendValue, linearTickLabels: linearTickLabels, logTickLabels: logTickLabels, flatRange: flatRange,
+    decimalsFor: decimalsFor, legendValue: legendValue, axisTitle: axisTitle, labelFontFitting: labelFontFitting, linearTickLabels: linearTickLabels, logTickLabels: logTickLabels, flatRange: flatRange,
     xRangeFor: xRangeFor,
     yRangeFor: yRangeFor
   };
