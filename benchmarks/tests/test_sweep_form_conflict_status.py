@@ -53,3 +53,19 @@ def test_input_errors_still_get_the_400_first(operator_api, operator, busy) -> N
     assert (api.status_code, form.status_code) == (400, 400)
     assert form.context["errors"]["concurrency"] == [f"item 1: {m}" for m in api.json()["grid.concurrency.0"]]
     assert BenchmarkSweep.objects.count() == 1
+
+
+@pytest.mark.parametrize("status", [SweepStatus.PENDING, SweepStatus.WAITING, SweepStatus.RUNNING])
+def test_the_conflict_states_the_active_sweeps_own_status(operator_api, operator, busy, status) -> None:
+    """A second sweep created right after the first, still pending, is told it is pending, not
+    running: the API's 409 and the form name the active sweep's status as stored."""
+    BenchmarkSweep.objects.filter(pk=busy.pk).update(status=status)
+    deployment = busy.deployment
+    said = (f"sweep #{busy.pk} is already {status} on deployment #{deployment.pk}; wait for it or cancel it first "
+            "(concurrent sweeps would skew each other)")
+    api = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
+        "concurrency": [1, 8], "lengths": "16:8", "requests": 8}}, format="json")
+    assert (api.status_code, api.json()) == (409, {"detail": said, "code": "conflict"})
+    form = logged_in_client(operator).post(reverse("benchmarks:sweep-create"), {"deployment": deployment.pk, **FORM})
+    assert (form.status_code, form.context["errors"]) == (409, {"detail": [said]})
+    assert BenchmarkSweep.objects.count() == 1
