@@ -199,10 +199,29 @@ class BenchmarkSweep(models.Model):
         sweep's is its planned count (each point sent it, a time-limited one what fitted in its
         time); a sweep that failed, was stopped with its deployment or was cancelled counts for each
         point that ran what it sent and 0 for one that never ran (limited by time alone or with a
-        request count alike), so it gives the requests it sent, aborted ones included."""
+        request count alike), so it gives the requests it sent, aborted ones included. None too
+        when that is not known (:attr:`requests_sent_unknown`: a point's worker was lost before
+        any report counted what it sent), rather than a total that reads as complete."""
         if self.has_open_ended_points and self.status not in SWEEP_TERMINAL:
             return None
+        if self.requests_sent_unknown:
+            return None
         return self.requests_total
+
+    @property
+    def requests_sent_unknown(self) -> bool:
+        """Whether the ended sweep's requests sent are unknown: a point was running when the
+        worker running the sweep was lost, and its last progress report did not count the requests
+        it had sent (written before that count was kept, or none came), so the process took how
+        many it had in flight with it (its progress's ``requests_sent`` is null,
+        :func:`benchmarks.services.sweeps.lost_point_progress`). ``requests_total`` then counts
+        only what is known to have been sent. Reads the runs only for a failed or cancelled sweep
+        whose reason names a lost worker."""
+        from benchmarks.sweeps import WORKER_LOST
+
+        if self.status not in (SweepStatus.FAILED, SweepStatus.CANCELLED) or "worker lost" not in (self.reason or ""):
+            return False
+        return self.runs.filter(progress__ended_by=WORKER_LOST, progress__requests_sent=None).exists()
 
 
 # Fields of a run a list never shows and that can be large: an imported run's text (up to the

@@ -4,6 +4,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
+from benchmarks.sweeps import counted
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import query_text
 
@@ -104,18 +105,90 @@ def sweep_requests_cancelled(*, sweep: BenchmarkSweep) -> int:
 
 def sweep_requests_aborted(*, sweep: BenchmarkSweep) -> int:
     """Requests of ``sweep`` that a stop ended in flight: a cancel (as
-    :func:`sweep_requests_cancelled` counts them) or its deployment going down under a point (the
-    ``aborted`` count of each point stored failed); never among its ``requests_done``. 0 when
-    no point had any."""
+    :func:`sweep_requests_cancelled` counts them), its deployment going down under a point (the
+    ``aborted`` count of each point stored failed) or the loss of the worker running it (those a
+    point had in flight when its process was lost, as its last progress report counted them,
+    :func:`sweep_requests_lost`); never among its ``requests_done``. 0 when no point had any."""
+    from benchmarks.sweeps import lost_point
+
     total = 0
-    for status, summary in sweep.runs.filter(status__in=("cancelled", "failed")).values_list("status", "summary"):
-        if not isinstance(summary, dict):
-            continue
-        part = summary.get("partial") if status == "cancelled" else None
-        aborted = part.get("aborted") if isinstance(part, dict) else summary.get("aborted")
+    for status, summary, progress in sweep.runs.filter(status__in=("cancelled", "failed")).values_list(
+            "status", "summary", "progress"):
+        if not isinstance(summary, dict) or not summary:
+            aborted = progress.get("aborted") if lost_point(progress) else None
+        else:
+            part = summary.get("partial") if status == "cancelled" else None
+            aborted = part.get("aborted") if isinstance(part, dict) else summary.get("aborted")
         if isinstance(aborted, int) and not isinstance(aborted, bool):
             total += aborted
     return total
+
+
+def sweep_requests_lost(*, sweep: BenchmarkSweep) -> int | None:
+    """Requests of ``sweep`` that a point had in flight when the worker running the sweep was lost
+    (its progress's ``lost_in_flight``, :func:`benchmarks.services.sweeps.lost_point_progress`),
+    also in :func:`sweep_requests_aborted`; 0 when no point's worker was lost, None when a lost
+    point's last report did not count the requests it had sent (unknown)."""
+    from benchmarks.sweeps import WORKER_LOST
+
+    if "worker lost" not in (sweep.reason or ""):
+        return 0
+    total = 0
+    for lost in sweep.runs.filter(progress__ended_by=WORKER_LOST).values_list("progress__lost_in_flight", flat=True):
+        if not isinstance(lost, int) or isinstance(lost, bool):
+            return None
+        total += lost
+    return total
+
+
+#: Said beside the requests of a sweep whose worker was lost mid-point (the sweep page, the
+#: terminal report): the point's counts are its last progress report's, whose time the reason gives
+#: (:func:`benchmarks.sweeps.lost_point_text`).
+LOST_COUNTS_NOTE = ("the point the worker was running is counted as its last progress report counted it: the "
+                    "process took its per-request records with it")
+
+
+def sweep_requests_aborted_apart(*, sweep: BenchmarkSweep) -> int | None:
+    """The requests aborted in flight that the sweep page and the terminal report name apart from
+    a cancel's: under a failed sweep every request a stop ended in flight
+    (:func:`sweep_requests_aborted`); under a cancelled one those its lost worker had in flight
+    (the cancel found no process to abort them; :func:`sweep_requests_cancelled` counts the
+    cancel's own); None for any other sweep, or none."""
+    if sweep.status == "failed":
+        return sweep_requests_aborted(sweep=sweep)
+    if sweep.status == "cancelled":
+        return (sweep_requests_aborted(sweep=sweep) - sweep_requests_cancelled(sweep=sweep)) or None
+    return None
+
+
+def sweep_requests_text(*, sweep: BenchmarkSweep) -> str:
+    """The requests of an ended ``sweep`` in the words of its page's Requests line, for a terminal:
+    ``24 / 24 requests``, ``61 finished of 63 sent, 2 aborted in flight when the deployment went
+    down (not counted as done)``, ``14 finished of 25 sent, 11 aborted in flight when the worker was
+    lost (not counted as done; <LOST_COUNTS_NOTE>)``, ``14 finished; how many were sent is unknown
+    (...)`` (:attr:`BenchmarkSweep.requests_sent_unknown`) or ``none sent``."""
+    done, total = sweep.requests_done, sweep.requests_total_known
+    ended_short = sweep.status in ("failed", "cancelled")
+    if sweep.requests_sent_unknown:
+        text = (f"{done:,} finished; how many were sent is unknown (the worker running the sweep was lost before "
+                "the point it ran counted the requests it had sent)")
+    elif total is None:
+        text = f"{counted(done, 'request')} done, total not known: points limited by time"
+    elif ended_short and not total and not done:
+        text = "none sent"
+    elif ended_short and done < total:
+        text = f"{done:,} finished of {total:,} sent"
+    else:
+        text = f"{done:,} / {counted(total, 'request')}"
+    cancelled = sweep_requests_cancelled(sweep=sweep) if sweep.status == "cancelled" else 0
+    if cancelled:
+        text += f", {cancelled:,} aborted in flight by the cancel (not counted as done)"
+    apart = sweep_requests_aborted_apart(sweep=sweep)
+    if apart:
+        text += f", {apart:,} aborted in flight {sweep_aborted_by(sweep=sweep)} (not counted as done)"
+    if sweep_requests_lost(sweep=sweep) != 0:
+        text += f"; {LOST_COUNTS_NOTE}"
+    return text
 
 
 #: What an aborted request's error says after ``aborted: `` when a stop someone asked for ended it
@@ -134,7 +207,11 @@ def sweep_aborted_by(*, sweep: BenchmarkSweep) -> str:
     """What ended ``sweep``'s aborted requests in flight, in the words its page uses for both its
     outcome and its requests: ``by the cancel`` (a cancelled sweep), ``by a stop`` (a stop someone
     asked for of its deployment: a point's aborted requests name it) or ``when the deployment went
-    down`` (a crash, or the deployment leaving ready: the sweep aborted them once it saw it)."""
+    down`` (a crash, or the deployment leaving ready: the sweep aborted them once it saw it) or
+    ``when the worker was lost`` (the process running the sweep ended with requests in flight,
+    :func:`sweep_requests_lost`; a cancel of such a sweep found no process left to abort them)."""
+    if sweep_requests_lost(sweep=sweep) != 0:
+        return "when the worker was lost"
     if sweep.status == "cancelled":
         return "by the cancel"
     for summary in sweep.runs.filter(status="failed").values_list("summary", flat=True):

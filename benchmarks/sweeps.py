@@ -947,6 +947,46 @@ def requests_sent(summary: Mapping[str, Any] | None, progress: Mapping[str, Any]
     return None
 
 
+#: ``ended_by`` in the progress of a point whose worker was lost while it ran (the process running
+#: the sweep ended, or wrote no heartbeat: :func:`benchmarks.services.sweeps.lost_point_progress`).
+WORKER_LOST = "worker_lost"
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def lost_point(progress: Mapping[str, Any] | None) -> bool:
+    """Whether ``progress`` is that of a point whose worker was lost while it ran."""
+    return isinstance(progress, Mapping) and progress.get("ended_by") == WORKER_LOST
+
+
+def lost_point_text(progress: Mapping[str, Any] | None) -> str:
+    """What a point whose worker was lost had sent, as its last progress report counted them:
+    ``32 requests sent: 16 finished, 16 in flight when the worker was lost (as its last progress
+    report counted them, 2026-12-07 10:24:08 UTC)``, or, where that report did not count the
+    requests sent (written before they were counted, or none came), ``16 finished; how many more
+    were sent is unknown: ...``. The process that ran the point took its per-request records with
+    it, so a last report is all that is left, and a request may have ended after it: the counts
+    are said to be as of that report. ``""`` for any other point, and for one lost before its first
+    measured request (its progress has ``ended_during``: the run's reason says that phase)."""
+    if not lost_point(progress) or progress.get("ended_during"):
+        return ""
+    assert progress is not None
+    done, failed = _count(progress.get("done")) or 0, _count(progress.get("failed")) or 0
+    finished = f"{done:,} finished" + (f" ({failed:,} failed)" if failed else "")
+    stamp = str(progress.get("counts_as_of") or "")
+    when = f", {stamp[:19].replace('T', ' ')} UTC" if len(stamp) >= 19 else ""
+    as_of = f"as its last progress report counted them{when}"
+    sent, lost = _count(progress.get("requests_sent")), _count(progress.get("lost_in_flight"))
+    if sent is None or lost is None:
+        return (f"{finished} ({as_of}); how many more were sent and were in flight is unknown: that report did "
+                "not count the requests sent, and the process took the point's records with it")
+    before = (_count(progress.get("aborted")) or 0) - lost
+    return (f"{counted(sent, 'request')} sent: {finished}, {lost:,} in flight when the worker was lost"
+            + (f", {before:,} aborted in flight before" if before > 0 else "") + f" ({as_of})")
+
+
 def sent_of_planned_text(sent: int, planned: int | None) -> str:
     """A stopped point's requests, what it sent first: ``0 sent of 4 planned``, or ``55`` where no
     count was planned or it sent them all."""
@@ -977,7 +1017,10 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
     one that kept what completed, :func:`summary_mark_partial`) counts the requests it sent, those
     the cancel aborted in flight included, and shows its flag (its reason says what completed). The
     failures column counts the requests the server failed; those a stop ended in flight are
-    written apart (``0 (+2 aborted)``)."""
+    written apart (``0 (+2 aborted)``). A point whose worker was lost shows its last report's
+    counts, never ``(live)``: what it sent, those it had in flight then among the aborted
+    (``0 (+16 aborted)``), or ``16 finished, sent unknown`` where that report did not count them
+    (:func:`lost_point_text`)."""
     rows = []
     for run in runs:
         s = run.summary or {}
@@ -985,9 +1028,12 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
         if failures is not None and aborted:
             failures = f"{failures} (+{aborted} aborted)"
         progress = getattr(run, "progress", None) or {}
+        lost = lost_point(progress) and not s
         if failures is None and not s and isinstance(progress, Mapping) and isinstance(progress.get("failed"), int):
             live_aborted = progress.get("aborted")
-            failures = f"{progress['failed']} (live)" + (
+            # A point whose worker was lost is no live count: its last report's, the requests in
+            # flight then among the aborted (the report text below the table says as of when).
+            failures = f"{progress['failed']}" + ("" if lost else " (live)") + (
                 f" (+{live_aborted} aborted)" if isinstance(live_aborted, int) and live_aborted > 0 else "")
         sent = requests_sent(s, progress)
         if failures is None and sent == 0:
@@ -997,7 +1043,10 @@ def results_table_rows(runs: Iterable[Any], *, num_gpus: int | None) -> list[lis
         tok = p["output_throughput_tok_s"]
         load = str(run.concurrency) if run.concurrency is not None else f"{run.request_rate:g}/s"
         planned = run.num_requests if not getattr(run, "duration_s", None) else None
-        if sent is not None and getattr(run, "status", None) in ("failed", "cancelled"):
+        if lost and sent is None:
+            # Its worker was lost before a report counted what it sent: never its plan.
+            requests = f"{_count(progress.get('done')) or 0} finished, sent unknown"
+        elif sent is not None and getattr(run, "status", None) in ("failed", "cancelled"):
             # What it sent, never its plan nor only what completed: a partial point's aborted
             # requests were sent too (as the page, the API and the CSV count them).
             requests = sent_of_planned_text(sent, planned)

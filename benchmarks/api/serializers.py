@@ -94,9 +94,10 @@ class SweepSerializer(serializers.ModelSerializer):
     the sweep sends in all, null while that is not known (a grid with points limited by time
     alone, until the sweep has ended, done, failed or cancelled; a failed or cancelled sweep counts for each point that ran what it sent and 0 for one that never ran: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     never below ``requests_done``; ``warmup_requests``: the grid's warm-up requests per point
-    (never counted; null without a grid); ``requests_aborted``: those a stop ended in flight, the cancel
-    or the deployment going down under a point (the pages say "aborted in flight by the cancel" or
-    "when the deployment went down"), 0 when none; ``requests_cancelled``: the aborted ones the
+    (never counted; null without a grid); ``requests_aborted``: those a stop ended in flight, the cancel,
+    the deployment going down under a point or the loss of the worker running the sweep (the pages say
+    "aborted in flight by the cancel", "when the deployment went down" or "when the worker was lost"),
+    0 when none; ``requests_cancelled``: the aborted ones the
     cancel ended, also in ``requests_aborted``, 0 when no point was cut by a cancel; ``held_at``:
     when its task last found it held back by a sweep of a deployment sharing a CPU or GPU with its
     own (pending), renewed every :data:`benchmarks.services.sweeps.SHARED_RECHECK_S` (5 s) while
@@ -118,8 +119,10 @@ class SweepSerializer(serializers.ModelSerializer):
                   "alone (duration_s without a request count) send what fits in their time, so a sweep with such "
                   "points has a total only once it has ended (done, failed or cancelled). A sweep that failed (its "
                   "deployment stopped or went down included) or was cancelled counts for each point that ran what it "
-                  "sent, aborted requests included, and 0 for one that never ran, whatever limits its points. Never "
-                  "below requests_done.")
+                  "sent, aborted requests included, and 0 for one that never ran, whatever limits its points; a "
+                  "point whose worker was lost counts what its last progress report counted as sent, those in "
+                  "flight then included, and the total is null when that report did not count them (unknown, "
+                  "never the plan). Never below requests_done.")
     warmup_requests = serializers.IntegerField(
         read_only=True, allow_null=True,
         help_text="warm-up requests each point sends at its load before it is measured (the grid's warmup; 0 when "
@@ -129,9 +132,10 @@ class SweepSerializer(serializers.ModelSerializer):
         help_text="requests aborted in flight by the cancel, the sweep page's \"aborted in flight by the cancel\" "
                   "(also counted in requests_aborted; not in requests_done); 0 when none was, never null")
     requests_aborted = serializers.SerializerMethodField(
-        help_text="requests aborted in flight by a stop: the cancel (those are requests_cancelled too) or the "
-                  "deployment going down under a point; not failures and not in requests_done; 0 when none was, "
-                  "never null")
+        help_text="requests aborted in flight by a stop: the cancel (those are requests_cancelled too), the "
+                  "deployment going down under a point, or the loss of the worker running the sweep (the requests "
+                  "the point had in flight as its last progress report counted them); not failures and not in "
+                  "requests_done; 0 when none was, never null")
     queue_note = serializers.SerializerMethodField(
         help_text="why an active sweep is not measuring yet; null once it runs or is over")
     reason = BlankAsNullCharField(allow_null=True, read_only=True,

@@ -421,6 +421,13 @@ class _Tally:
         return self.client.tokens_seen - self.tokens0 - self.tokens_unsuccessful
 
     @property
+    def sent(self) -> int:
+        """Measured requests sent so far: those that came back (finished or aborted) and those still
+        in flight (:class:`_Ledger` enters each as it is sent). A report carries it, so a point
+        whose process is lost mid-run still says how many it had in flight."""
+        return self.ledger.sent if self.ledger is not None else 0
+
+    @property
     def streamed(self) -> int:
         """Output tokens streamed in the measured phase so far by every request, whatever it came
         back as: the window rate's count (what the servers produce now), never a measured total."""
@@ -519,6 +526,11 @@ class _Ledger:
         self.lock = threading.Lock()  # against snapshot() from another thread; never contended otherwise
         self._next = 0
 
+    @property
+    def sent(self) -> int:
+        """Requests entered so far (:meth:`begin`): every measured request this loop sent."""
+        return self._next
+
     def begin(self, spec: RequestSpec, index: int, scheduled: int) -> int:
         """Enter a request about to be sent; returns its token for :meth:`end`."""
         token = self._next
@@ -609,11 +621,12 @@ class _Reporter:
             self.callback = None
 
     def report(self, *, t0: int, done: int, total: int, failed: int, tokens: int, aborted: int = 0,
-               streamed: int | None = None, final: bool = False) -> None:
+               streamed: int | None = None, sent: int | None = None, final: bool = False) -> None:
         """Call the callback if a period has passed since the last call (always when ``final``).
         ``tokens``: output tokens of the requests that succeeded or are in flight (``output_tokens``
         and ``tok_s_mean``); ``streamed``: those of every request, failed and aborted ones included
-        (the window's ``tok_s``; ``tokens`` when not given)."""
+        (the window's ``tok_s``; ``tokens`` when not given); ``sent``: measured requests sent so far,
+        in flight included (``sent``; None when not counted)."""
         streamed = tokens if streamed is None else streamed
         if self.callback is None or t0 <= 0:
             return
@@ -631,7 +644,7 @@ class _Reporter:
                 from_t, from_tokens = mark_t, mark_tokens
         window, elapsed = (now - from_t) / 1e9, (now - t0) / 1e9
         info = {"done": done, "total": max(total, done + aborted), "failed": failed, "aborted": aborted,
-                "output_tokens": tokens,
+                "sent": sent, "output_tokens": tokens,
                 "elapsed_s": elapsed, "tok_s": (streamed - from_tokens) / window if window > 0 else 0.0,
                 "tok_s_mean": tokens / elapsed if tokens > 0 and elapsed > 0 else None}
         self.last_t = now
@@ -893,7 +906,7 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
     parent. While warming up it sends ``("warmup", (warm-up requests ended, warm-up start in
     perf_counter ns))`` every :data:`WORKER_REPORT_S` and once more when the warm-up has ended,
     then ``("ready", None)``. While measuring it sends ``("progress", (done, failed, output_tokens, total, aborted,
-    streamed))`` every
+    streamed, sent))`` every
     :data:`WORKER_REPORT_S`; at the end ``("done", stats)`` or ``("error", text)``. A
     ``("stop", reason)`` from the parent during the measured phase ends it early
     (``_Tally.stop``: nothing new sent, in-flight requests aborted) and it reports ``"done"``.
@@ -903,7 +916,7 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
         while True:
             await asyncio.sleep(WORKER_REPORT_S)
             conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total, tally.aborted,
-                                    tally.streamed)))
+                                    tally.streamed, tally.sent)))
 
     async def warm_report(warm: _Tally) -> None:
         while True:
@@ -948,7 +961,8 @@ def _worker_main(conn: Any, cfg: LoadConfig, specs: list[RequestSpec], due_offse
                 finally:
                     reporter.cancel()
                     loop.remove_reader(conn.fileno())
-        conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total, tally.aborted, tally.streamed)))
+        conn.send(("progress", (tally.done, tally.failed, tally.tokens, tally.total, tally.aborted, tally.streamed,
+                                tally.sent)))
         conn.send(("done", stats))
 
     spool_fd = os.open(spool, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -1087,9 +1101,9 @@ def _drive_processes(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[fl
         for c in conns:
             c.send(t0)
         # Latest counts per worker: done, failed, output tokens (of successes and requests in
-        # flight), total, aborted, output tokens streamed by every request (_Tally.streamed).
+        # flight), total, aborted, output tokens streamed by every request (_Tally.streamed), sent.
         counts = {i: (0, 0, 0, len(offsets[i::n]) if offsets is not None else
-                      (0 if cfg.duration_s is not None else len(specs[i::n])), 0, 0) for i in range(n)}
+                      (0 if cfg.duration_s is not None else len(specs[i::n])), 0, 0, 0) for i in range(n)}
         pending = dict(enumerate(conns))
         while pending:
             if check_stop():  # stopped, and some worker never answered: its records come from its spool
@@ -1116,14 +1130,14 @@ def _drive_processes(cfg: LoadConfig, specs: list[RequestSpec], offsets: list[fl
                     results[i] = payload
                     del pending[i]
             if reporter is not None:
-                sums = [sum(c[k] for c in counts.values()) for k in range(6)]
+                sums = [sum(c[k] for c in counts.values()) for k in range(7)]
                 reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3], aborted=sums[4],
-                                streamed=sums[5], final=not pending or stopped)
+                                streamed=sums[5], sent=sums[6], final=not pending or stopped)
     except LoadgenStopped:
         if reporter is not None and counts:  # the counts up to the stop, for whoever shows them
-            sums = [sum(c[k] for c in counts.values()) for k in range(6)]
+            sums = [sum(c[k] for c in counts.values()) for k in range(7)]
             reporter.report(t0=t0, done=sums[0], failed=sums[1], tokens=sums[2], total=sums[3], aborted=sums[4],
-                            streamed=sums[5], final=True)
+                            streamed=sums[5], sent=sums[6], final=True)
         raise
     finally:
         for p in procs:
@@ -1246,7 +1260,7 @@ def _result(config: LoadConfig, store: RecordStore, stats: list[WorkerStats], t0
 def _report_final(reporter: _Reporter | None, tally: _Tally) -> None:
     if reporter is not None:
         reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
-                        aborted=tally.aborted, streamed=tally.streamed, final=True)
+                        aborted=tally.aborted, streamed=tally.streamed, sent=tally.sent, final=True)
 
 
 async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
@@ -1257,10 +1271,11 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
     ``warmup_specs`` default to the first ``config.warmup`` specs (reused, not consumed). Scrapes
     ``metrics_urls`` from a thread so the loop keeps running. ``progress`` (optional) is called
     from this event loop at most every :data:`PROGRESS_PERIOD_S` during the measured phase and
-    once at its end with ``{"done", "total", "failed", "aborted", "output_tokens", "elapsed_s", "tok_s",
-    "tok_s_mean"}``: requests finished (succeeded or failed) / to send (for a duration-limited closed
-    loop, which cannot know, the number started so far) / failed (of those finished) / aborted in
-    flight by a stop (neither finished nor failed), output tokens streamed so far by the requests that
+    once at its end with ``{"done", "total", "failed", "aborted", "sent", "output_tokens", "elapsed_s",
+    "tok_s", "tok_s_mean"}``: requests finished (succeeded or failed) / to send (for a duration-limited
+    closed loop, which cannot know, the number started so far) / failed (of those finished) / aborted in
+    flight by a stop (neither finished nor failed) / sent so far (finished, aborted and still in flight:
+    ``sent - done - aborted`` are in flight), output tokens streamed so far by the requests that
     succeeded or are still in flight (the server's per-event count when it sends one, else one per
     output event; a request that comes back failed or aborted takes its tokens out, as the run's
     output throughput never counts them), seconds
@@ -1286,7 +1301,7 @@ async def loadgen_run_async(*, config: LoadConfig, specs: list[RequestSpec],
             await asyncio.sleep(PROGRESS_PERIOD_S / 2)
             reporter.warming_from(tally)
             reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
-                            aborted=tally.aborted, streamed=tally.streamed)
+                            aborted=tally.aborted, streamed=tally.streamed, sent=tally.sent)
 
     task = asyncio.ensure_future(report()) if reporter is not None else None
     try:
@@ -1386,7 +1401,7 @@ def loadgen_run(*, config: LoadConfig, specs: list[RequestSpec], warmup_specs: l
         if reporter is not None:
             reporter.warming_from(tally)
             reporter.report(t0=tally.t0, done=tally.done, total=tally.total, failed=tally.failed, tokens=tally.tokens,
-                            aborted=tally.aborted, streamed=tally.streamed)
+                            aborted=tally.aborted, streamed=tally.streamed, sent=tally.sent)
     if left_behind is not None:
         box = {"error": left_behind}
     if "error" in box:

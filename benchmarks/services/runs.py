@@ -49,7 +49,7 @@ from benchmarks.loadgen.uncertainty import clip_low, contain_estimate, min_sampl
 from benchmarks.models import (
     RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep, gpus_are_modelled, served_model_name_shown, snapshot_shown,
 )
-from benchmarks.sweeps import DIGITS_RE, failure_counts, repeats_text, requests_sent, summary_point
+from benchmarks.sweeps import DIGITS_RE, failure_counts, lost_point, repeats_text, requests_sent, summary_point
 from controlplane.csvsafe import csv_text
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import Conflict, InvalidInput
@@ -277,7 +277,9 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     :data:`COMPARE_FIELDS` plus ``successes``, ``requests`` (the measured requests it sent,
     :func:`benchmarks.sweeps.requests_sent`: 0 for a point stopped while it built its prompts or
     warmed up, whose ``successes``, ``failures`` and ``aborted`` are 0 too; all None for a point that
-    has not run), ``aborted`` (requests a stop ended
+    has not run; for a point whose worker was lost, its last progress report's counts, the requests
+    it had in flight then among ``aborted``, ``requests`` None where that report did not count the
+    requests sent), ``aborted`` (requests a stop ended
     in flight: neither successes nor ``failures``, which counts those the server failed; None
     where the source does not say), ``input_tokens_mean``,
     ``output_tokens_mean``, ``measured_duration_s`` (how long the run took, first request sent to
@@ -296,6 +298,12 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
         # A point that ended having sent nothing (stopped while it built its prompts or warmed up):
         # none succeeded, failed or was aborted, 0 each, not unknown.
         counts = {key: 0 if value is None else value for key, value in counts.items()}
+    elif lost_point(run.progress) and not s:
+        # Its worker was lost: its last report's counts, the requests in flight then among the
+        # aborted (benchmarks.services.sweeps.lost_point_progress); ``requests`` None if unknown.
+        done, failed, aborted = (run.progress.get(k) for k in ("done", "failed", "aborted"))
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in (done, failed, aborted)):
+            counts = {"successes": max(0, done - failed), "failures": failed, "aborted": aborted}
     return {
         "output_throughput_tok_s": tok,
         "tok_s_per_gpu": tok / run.num_gpus if tok is not None and run.num_gpus else None,

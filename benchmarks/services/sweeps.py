@@ -25,7 +25,10 @@ Rules and where they come from:
   :data:`HEARTBEAT_S`. A sweep whose worker is gone (the pid no longer exists on this host, or no
   heartbeat for :data:`HEARTBEAT_STALE_S`) is failed "worker lost: ..." by the redelivered task or
   by :func:`sweeps_reconcile` (celery beat, every minute), unless a heartbeat came after the row
-  was read; cancelling it ends it at once.
+  was read; cancelling it ends it at once. The point it was running keeps what its last progress
+  report counted (:func:`lost_point_progress`): the requests it had in flight were sent and are
+  counted aborted, so the sweep's total says what was sent, finished and aborted, as of that
+  report, or that the total is unknown where the report did not count what was sent.
 * A write that meets a locked database (SQLite's one writer at a time) is tried again with backoff
   (:func:`controlplane.dbbusy.retry_locked`); a heartbeat or progress write that still fails is
   skipped with a warning, and a sweep that must fail on it says so in plain words ("the database
@@ -279,7 +282,7 @@ def sweep_cancel(*, sweep: BenchmarkSweep, user) -> BenchmarkSweep:
     sweep.refresh_from_db()
     lost = sweep_worker_lost(sweep=sweep)
     if lost:  # nobody is left to see the flag: end it here
-        _finish(sweep.pk, SweepStatus.CANCELLED, f"{_by('cancelled', user)} ({lost})")
+        _finish(sweep.pk, SweepStatus.CANCELLED, f"{_by('cancelled', user)} ({lost})", worker_lost=True)
         sweep.refresh_from_db()
     return sweep
 
@@ -320,7 +323,8 @@ def sweep_worker_lost(*, sweep: BenchmarkSweep) -> str | None:
 
 def sweeps_reconcile() -> int:
     """Fail every waiting/running sweep whose worker is gone (:func:`sweep_worker_lost`), with
-    that reason; its running point is failed too and the end is broadcast. Then send the task
+    that reason; its running point is failed too, keeping what its last progress report counted
+    (:func:`_finish` with ``worker_lost``), and the end is broadcast. Then send the task
     again for every pending sweep whose task seems lost (:func:`sweeps_pending_resend`). The body
     of the periodic ``sweeps_reconcile_task`` (every 60 s, ``CELERY_BEAT_SCHEDULE``). Returns how
     many were failed."""
@@ -329,7 +333,7 @@ def sweeps_reconcile() -> int:
         lost = sweep_worker_lost(sweep=sweep)
         # Only if no heartbeat came since the row was read: a worker that was kept from writing
         # (a locked database) and wrote meanwhile is alive.
-        if lost and _finish(sweep.pk, SweepStatus.FAILED, lost, heartbeat_at=sweep.heartbeat_at):
+        if lost and _finish(sweep.pk, SweepStatus.FAILED, lost, heartbeat_at=sweep.heartbeat_at, worker_lost=True):
             log.warning("sweep %s: %s", sweep.pk, lost)
             failed += 1
     sweeps_pending_resend()
@@ -416,7 +420,7 @@ def sweep_execute(*, sweep_id: int, requeue: bool = True) -> str:
         lost = sweep_worker_lost(sweep=row) if row is not None else None
         if lost:  # a redelivery after the worker running it died (WorkerLostError)
             log.warning("sweep %s: %s", sweep_id, lost)
-            _finish(sweep_id, SweepStatus.FAILED, lost)
+            _finish(sweep_id, SweepStatus.FAILED, lost, worker_lost=True)
         return BenchmarkSweep.objects.filter(pk=sweep_id).values_list("status", flat=True).first() or "missing"
     sweep = BenchmarkSweep.objects.select_related("deployment__recipe", "deployment__node").get(pk=sweep_id)
     watch = _Watch(sweep.pk, sweep.deployment_id)
@@ -615,7 +619,7 @@ _UNSET: Any = object()
 
 
 def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = None,
-            heartbeat_at: Any = _UNSET) -> bool:
+            heartbeat_at: Any = _UNSET, worker_lost: bool = False) -> bool:
     """End the active sweep ``sweep_id`` (and its running point) with ``status`` and ``reason``,
     and broadcast it; with ``heartbeat_at``, only while its heartbeat is still that one. Each write
     outlasts a transiently locked database (:func:`controlplane.dbbusy.retry_locked`). Returns
@@ -630,14 +634,28 @@ def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = 
     A running point is ended with the sweep's status and reason, led, for one stopped before its
     first measured request, by when it stopped (:func:`ended_before_sending_text`); the sweep's own
     reason then ends with the phase it stopped in (:func:`_stopped_phase_reason`: ``cancelled by
-    oscar while warming up``)."""
+    oscar while warming up``).
+
+    With ``worker_lost`` (the process running the sweep is gone, :func:`sweep_worker_lost`) nobody
+    is left to store the running point: its progress becomes what its last report counted
+    (:func:`lost_point_progress`: the requests it had in flight were cut off with the process and
+    count as aborted, never as done), and its reason and the sweep's say what it had sent, finished
+    and had in flight, as of that report (``worker lost: process 24824 on vm is gone during point
+    c=16 256/256; 16 requests sent: 5 finished, 11 in flight when the worker was lost (...)``,
+    :func:`benchmarks.sweeps.lost_point_text`), so no total reads as complete."""
+    from benchmarks.sweeps import lost_point_text
+
     point_reason = reason   # a point's own reason says its phase already
+    running = list(BenchmarkRun.objects.filter(sweep_id=sweep_id, status=RunStatus.RUNNING).order_by("ordinal"))
+    lost = {run.pk: lost_point_progress(run.progress) for run in running} if worker_lost else {}
     if status != SweepStatus.DONE:
-        reason = _stopped_phase_reason(sweep_id, reason)
+        reason = _stopped_phase_reason(sweep_id, reason, progress=lost)
+        reason += "".join(f" during point {run.label}; {text}" for run in running
+                          if (text := lost_point_text(lost.get(run.pk))))
     fields: dict[str, Any] = {"status": status, "reason": reason, "ended_at": timezone.now(), "current_point": "",
                               "current_tok_s": None}
     if status != SweepStatus.DONE:
-        fields["requests_total"] = _requests_sent(sweep_id)
+        fields["requests_total"] = _requests_sent(sweep_id, progress=lost)
     if analysis is not None:
         fields["analysis"] = json_safe(analysis)
     rows = BenchmarkSweep.objects.filter(pk=sweep_id, status__in=SWEEP_ACTIVE)
@@ -648,24 +666,68 @@ def _finish(sweep_id: int, status: str, reason: str, *, analysis: dict | None = 
     if not retry_locked(lambda: rows.update(**fields), what=what):
         return False
     run_status = RunStatus.CANCELLED if status == SweepStatus.CANCELLED else RunStatus.FAILED
-    for run_id, num_requests, progress in BenchmarkRun.objects.filter(
-            sweep_id=sweep_id, status=RunStatus.RUNNING).values_list("id", "num_requests", "progress"):
-        run_reason = ended_before_sending_text(progress, num_requests) + (point_reason or status)
-        retry_locked(lambda run_id=run_id, run_reason=run_reason: BenchmarkRun.objects.filter(
-            pk=run_id, status=RunStatus.RUNNING).update(status=run_status, reason=run_reason,
-                                                        ended_at=timezone.now()), what=what)
+    for run in running:
+        progress = lost.get(run.pk, run.progress)
+        run_reason = ended_before_sending_text(progress, run.num_requests) + (point_reason or status)
+        if text := lost_point_text(progress):
+            run_reason += f"; {text}"
+        update: dict[str, Any] = {"status": run_status, "reason": run_reason, "ended_at": timezone.now()}
+        if run.pk in lost:
+            update["progress"] = json_safe(progress)
+        retry_locked(lambda run_id=run.pk, update=update: BenchmarkRun.objects.filter(
+            pk=run_id, status=RunStatus.RUNNING).update(**update), what=what)
     _broadcast(sweep_id, "sweep.status", {"sweep_id": sweep_id, "status": status, "reason": reason}, force=True)
     return True
 
 
-def _stopped_phase_reason(sweep_id: int, reason: str) -> str:
+def lost_point_progress(progress: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The progress a running point keeps when the worker running its sweep is lost: its last
+    report as the worker wrote it (at most :data:`RUN_PROGRESS_WRITE_S` before a crash; its
+    ``updated_at`` kept as ``counts_as_of``), with ``ended_by`` ``"worker_lost"``
+    (:data:`benchmarks.sweeps.WORKER_LOST`). The process took the point's per-request records
+    and their outcomes with it, so that report is all there is.
+
+    * In its measured phase: the requests it had in flight then (``sent - done - aborted``) were
+      cut off with the process. They count as aborted (never done, never failures of the
+      server), and apart in ``lost_in_flight``; ``requests_sent`` is its ``sent``, so the sweep's
+      total counts them.
+    * A report that does not count the requests sent (written before ``sent`` was counted), or no
+      report at all: ``requests_sent`` and ``lost_in_flight`` are None, unknown, never guessed
+      from the plan.
+    * Building its prompts or warming up: as :meth:`_PointProgress.ended_before_sending` writes
+      a point stopped then (``ended_during``, ``requests_sent`` 0, ``lost_in_flight`` 0)."""
+    from benchmarks.sweeps import WORKER_LOST
+
+    p = dict(progress) if isinstance(progress, Mapping) else {}
+    phase = p.pop("phase", None)
+    out = {**p, "ended_by": WORKER_LOST, "counts_as_of": p.get("updated_at")}
+    if phase in (PREPARING_PHASE, WARMUP_PHASE):
+        return {**out, "ended_during": phase, "requests_sent": 0, "lost_in_flight": 0}
+
+    def count(key: str) -> int | None:
+        value = p.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    sent, done, aborted = count("sent"), count("done"), count("aborted") or 0
+    if sent is None or done is None:
+        return {**out, "requests_sent": None, "lost_in_flight": None}
+    in_flight = max(0, sent - done - aborted)
+    return {**out, "requests_sent": max(sent, done + aborted), "lost_in_flight": in_flight,
+            "aborted": aborted + in_flight}
+
+
+def _stopped_phase_reason(sweep_id: int, reason: str, *,
+                          progress: Mapping[int, Mapping[str, Any]] | None = None) -> str:
     """``reason`` of sweep ``sweep_id`` ending otherwise than done, with `` while warming up`` or
     `` while preparing prompts`` added where its running point stopped in that phase, before its
     first measured request (its progress's ``ended_during``): ``cancelled by oscar while warming
     up``, ``...during point c=4 64/64; the sweep stopped while preparing prompts``. ``reason``
-    itself otherwise."""
-    phases = BenchmarkRun.objects.filter(sweep_id=sweep_id, status=RunStatus.RUNNING).values_list(
-        "progress__ended_during", flat=True)
+    itself otherwise. ``progress``: run id → the progress a running point is about to be stored
+    with (one whose worker was lost), read in place of its row's."""
+    progress = progress or {}
+    phases = [progress[run_id].get("ended_during") if run_id in progress else phase
+              for run_id, phase in BenchmarkRun.objects.filter(sweep_id=sweep_id, status=RunStatus.RUNNING)
+              .values_list("id", "progress__ended_during")]
     phase = next((p for p in phases if p in (PREPARING_PHASE, WARMUP_PHASE)), None)
     return f"{reason} while {phase}" if phase and reason and not reason.endswith(f" while {phase}") else reason
 
@@ -689,17 +751,28 @@ def ended_before_sending_text(progress: Mapping[str, Any] | None, planned: int |
     return f"stopped while {phase} ({counts}), before its first measured request ({sent}): "
 
 
-def _requests_sent(sweep_id: int) -> int:
+def _requests_sent(sweep_id: int, *, progress: Mapping[int, Mapping[str, Any]] | None = None) -> int:
     """The requests the points of sweep ``sweep_id`` sent: each run's ``summary.requests`` (aborted
-    ones included), or for a point stored without a summary the requests its live counts saw come
-    back (``done`` + ``aborted``: a point stopped before it sent anything adds 0); a point that never
-    ran (no run row) adds 0. Never below the sweep's ``requests_done``."""
+    ones included), or for a point stored without a summary its progress's ``requests_sent`` where
+    known (a point whose worker was lost: what its last report counted as sent, those it had in
+    flight included, :func:`lost_point_progress`), else the requests its live counts saw come back
+    (``done`` + ``aborted``: a point stopped before it sent anything adds 0; a lost point whose
+    requests sent are unknown adds those, and the sweep's total is then unknown,
+    :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`); a point that never ran (no run
+    row) adds 0. Never below the sweep's ``requests_done``. ``progress``: run id → the progress a
+    running point is about to be stored with, read in place of its row's."""
+    progress = progress or {}
     total = 0
-    for summary, progress in BenchmarkRun.objects.filter(sweep_id=sweep_id).values_list("summary", "progress"):
+    for run_id, summary, stored in BenchmarkRun.objects.filter(sweep_id=sweep_id).values_list(
+            "id", "summary", "progress"):
+        p = progress.get(run_id, stored)
+        sent = p.get("requests_sent") if isinstance(p, Mapping) else None
         if isinstance(summary, Mapping) and isinstance(summary.get("requests"), int):
             total += summary["requests"]
-        elif isinstance(progress, Mapping):
-            total += int(progress.get("done") or 0) + int(progress.get("aborted") or 0)
+        elif isinstance(sent, int) and not isinstance(sent, bool):
+            total += sent
+        elif isinstance(p, Mapping):
+            total += int(p.get("done") or 0) + int(p.get("aborted") or 0)
     done = BenchmarkSweep.objects.filter(pk=sweep_id).values_list("requests_done", flat=True).first() or 0
     return max(total, done)
 
@@ -1117,9 +1190,11 @@ def _point_label(point: Mapping[str, Any]) -> str:
 
 # Keys of the load generator's progress report (``loadgen_run(progress=...)``), kept on the run row.
 # ``done`` counts the requests that finished (succeeded or failed), ``failed`` those of them that
-# failed, ``aborted`` those a stop ended in flight (in neither). ``tok_s`` is the output rate over the last report window (:data:`TOK_S_WINDOW_S`); ``tok_s_mean``
+# failed, ``aborted`` those a stop ended in flight (in neither), ``sent`` the requests sent so far
+# (``sent - done - aborted`` are in flight: what a point whose worker is lost had out, :func:`lost_point_progress`).
+# ``tok_s`` is the output rate over the last report window (:data:`TOK_S_WINDOW_S`); ``tok_s_mean``
 # the output tokens so far over the seconds since the point's first request (null before any token).
-PROGRESS_KEYS = ("done", "total", "failed", "aborted", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean")
+PROGRESS_KEYS = ("done", "total", "failed", "aborted", "sent", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean")
 
 #: The ``phase`` of a running point's progress while its prompts are built (before the load
 #: generator's first report; its measured-phase reports have no ``phase``).
@@ -1165,7 +1240,7 @@ class _PointProgress:
 
     def report(self, snapshot: Mapping[str, Any]) -> None:
         """The load generator's callback: keep the newest ``{"done", "total", "failed", "aborted",
-        "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}`` (counts, seconds, output tok/s over
+        "sent", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}`` (counts, seconds, output tok/s over
         its last window of about :data:`TOK_S_WINDOW_S` s, output tok/s since the first request),
         or while the warm-up runs ``{"phase": "warming up", "warmup_done", "warmup_total",
         "warmup_elapsed_s"}`` (:data:`WARMUP_PROGRESS_KEYS`; no request count of the point)."""
@@ -2373,8 +2448,11 @@ def sweep_follow_line(*, sweep: BenchmarkSweep, elapsed_s: float) -> str:
     sent so far, time-limited``). The running point's output tok/s is given twice, each named:
     over the last report window (:data:`TOK_S_WINDOW_S`; the sweep's ``current_tok_s``) and the
     mean since its first request (its progress ``tok_s_mean``, left out before any token),
-    neither a stored result."""
-    from benchmarks.selectors import sweep_queue_note
+    neither a stored result. An ended sweep whose requests a stop or the loss of its worker ended
+    in flight says how many and what ended them (``requests 14/25 done, 11 aborted in flight when
+    the worker was lost``), and one whose requests sent are unknown says so rather than give a
+    total (:attr:`benchmarks.models.BenchmarkSweep.requests_sent_unknown`)."""
+    from benchmarks.selectors import sweep_aborted_by, sweep_queue_note, sweep_requests_aborted_apart
 
     phase = str(sweep.status)
     point = ""
@@ -2414,10 +2492,15 @@ def sweep_follow_line(*, sweep: BenchmarkSweep, elapsed_s: float) -> str:
             point = (f" ({point}" + (f", {failed} failed" if failed else "")
                      + (f", {aborted} aborted in flight" if aborted else "") + ")")
     total = sweep.requests_total_known
-    if total is not None:
+    if sweep.requests_sent_unknown:
+        requests = f"requests {sweep.requests_done} finished, how many were sent is unknown (the worker was lost)"
+    elif total is not None:
         requests = f"requests {sweep.requests_done}/{total} done{point}"
     else:
         requests = f"requests {sweep.requests_done} done{point}, total not known: points limited by time"
+    aborted = sweep_requests_aborted_apart(sweep=sweep) if sweep.status in SWEEP_TERMINAL else None
+    if aborted:
+        requests += f", {aborted} aborted in flight {sweep_aborted_by(sweep=sweep)}"
     line = (f"  sweep #{sweep.pk} {elapsed_s:.0f} s: {phase}, points {sweep.points_done}/{sweep.points_total} done, "
             f"{requests}")
     if sweep.status == SweepStatus.RUNNING:
@@ -2474,9 +2557,14 @@ def _total_sent_so_far(run: BenchmarkRun) -> bool:
 
 def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
     """The sweep as plain text for a terminal: a heading (its reason wrapped below it), the results
-    table (:func:`benchmarks.sweeps.results_table_lines`: narrow, its long cells' notes below it)
-    and the ceiling findings (or the analysis' errors and notes), every line of text wrapped to
-    :data:`benchmarks.sweeps.REPORT_WIDTH` columns."""
+    table (:func:`benchmarks.sweeps.results_table_lines`: narrow, its long cells' notes below it),
+    an ended sweep's requests in its page's words (:func:`benchmarks.selectors.sweep_requests_text`:
+    what was sent, finished and aborted, or that the sent count is unknown) and the ceiling findings
+    as its page shows them: the stored analysis, or for a sweep that ended failed or cancelled the
+    provisional one of its finished points (:func:`sweep_analysis`, its note first among the
+    notes), or a line saying why there are none; then the analysis' errors and notes. Every line
+    of text is wrapped to :data:`benchmarks.sweeps.REPORT_WIDTH` columns."""
+    from benchmarks.selectors import sweep_requests_text
     from benchmarks.sweeps import REPORT_WIDTH, results_table_lines
 
     sweep.refresh_from_db()
@@ -2496,11 +2584,25 @@ def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
     runs = list(sweep.runs.order_by("ordinal"))
     if runs:
         lines += ["  " + row for row in results_table_lines(runs, num_gpus=sweep.num_gpus)]
+    if sweep.status in SWEEP_TERMINAL:
+        lines += wrapped(sweep_requests_text(sweep=sweep), "  requests: ", "    ")
     analysis = sweep_stored_analysis(sweep=sweep)
+    if not analysis and sweep.status in (SweepStatus.CANCELLED, SweepStatus.FAILED):
+        # The provisional analysis its page shows, led by its note on what it covers.
+        analysis = sweep_analysis(sweep=sweep)
     if analysis.get("findings"):
-        lines.append("  Ceiling findings:")
+        lines.append("  Ceiling findings (provisional: see the first note below):" if analysis.get("provisional")
+                     else "  Ceiling findings:")
         for finding in analysis["findings"]:
             lines += wrapped(finding, "   - ", "     ")
+    elif sweep.status in SWEEP_TERMINAL:
+        why = ("see the analysis errors below" if analysis.get("errors")
+               else f"{sweep.ending_text} before any point finished" if sweep.status != SweepStatus.DONE
+               else "the analysis found none")
+        lines += wrapped(f"none ({why})", "  Ceiling findings: ", "    ")
+    else:
+        lines.append(f"  Ceiling findings: none yet (the ceiling analysis is written when the sweep finishes; "
+                     f"it is {sweep.status})")
     for key, err in (analysis.get("errors") or {}).items():
         lines += wrapped(f"{err}", f"  analysis {key}: ", "    ")
     for note in analysis.get("notes") or []:

@@ -20,7 +20,7 @@ from benchmarks.tests.replay_server import ReplayProcess, sse
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-KEYS = {"done", "total", "failed", "aborted", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}
+KEYS = {"done", "total", "failed", "aborted", "sent", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}
 GAP = 0.05
 TOKENS = 4
 
@@ -73,8 +73,13 @@ def assert_well_formed(seen: Calls, *, total: int, failed: int, tokens: int) -> 
         assert set(info) == KEYS
         assert isinstance(info["done"], int) and isinstance(info["total"], int)
         assert 0 <= info["failed"] <= info["done"] <= info["total"]
+        # sent so far: those that came back and those in flight, never more than planned
+        assert info["done"] + info["aborted"] <= info["sent"] <= info["total"]
+    sent = [info["sent"] for info in seen.calls]
+    assert sent == sorted(sent)
     last = seen.calls[-1]
     assert (last["done"], last["total"], last["failed"], last["output_tokens"]) == (total, total, failed, tokens)
+    assert last["sent"] == total   # every planned request went out
     assert last["aborted"] == 0  # no stop: nothing was aborted in flight
     # The mean since the first request: the tokens so far over the seconds since then, null before any token;
     # the window's tok_s is another figure (the last ~0.5 s only).

@@ -26,7 +26,7 @@ from benchmarks.tests.sweep_support import sim_deployment_create, sim_start, swe
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 WARM_KEYS = {"phase", "warmup_done", "warmup_total", "warmup_elapsed_s"}
-MEASURED_KEYS = {"done", "total", "failed", "aborted", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}
+MEASURED_KEYS = {"done", "total", "failed", "aborted", "sent", "output_tokens", "elapsed_s", "tok_s", "tok_s_mean"}
 
 
 @pytest.fixture(scope="module")

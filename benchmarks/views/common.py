@@ -20,7 +20,7 @@ from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import aborted_by_stop
 from benchmarks.services.runs import unquoted
 from benchmarks.sweeps import DIGITS_RE  # noqa: F401 - the pages import it from here
-from benchmarks.sweeps import sent_of_planned_text
+from benchmarks.sweeps import lost_point, lost_point_text, sent_of_planned_text
 from controlplane.api import attachment
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
@@ -195,10 +195,16 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     4,000"``, ``""`` when no request failed or the count is unknown), ``aborted_text`` (``"1 of 1
     aborted in flight by the cancel"``, ``""`` when none was) and ``failures_live`` (True when
     the counts come from the load generator's live progress because the point stopped before its
-    summary was stored: a cancelled point, or one stopped before it sent anything),
+    summary was stored: a cancelled point, or one stopped before it sent anything), ``lost`` (True
+    for such a point whose worker was lost: its counts are its last progress report's, no live
+    count) and ``lost_cell_note`` (what a results table says under such a point's requests:
+    ``"sent, as last reported before its worker was lost"``; ``""`` for any other),
     ``planned`` (the point's planned request count; None for a time-limited point, whose count is
     what fitted in its time), ``requests_text`` (``"63 sent of 400 planned"`` for a failed or
-    cancelled point that sent fewer than planned, else ``""``), ``error_lines`` (the
+    cancelled point that sent fewer than planned; for a point whose worker was lost what its last
+    report counted, ``"32 requests sent: 16 finished, 16 in flight when the worker was lost (...)"``,
+    :func:`benchmarks.sweeps.lost_point_text`, ``requests`` then being those it sent; else
+    ``""``), ``error_lines`` (the
     commonest :data:`TABLE_ERRORS` failure reasons cut to :data:`TABLE_ERROR_CHARS` characters
     for a table cell, reasons that read the same once cut merged into one line: ``[{"text",
     "count", "title"}]``, ``title`` the full reasons) and ``aborted_lines`` (the same of
@@ -214,7 +220,7 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     aborted = m.get("aborted") if isinstance(m.get("aborted"), int) and m.get("aborted") else None
     live = False
     progress = run.progress if isinstance(run.progress, Mapping) else {}
-    if failures is None and not s and isinstance(progress.get("failed"), int):
+    if (failures is None or lost_point(progress)) and not s and isinstance(progress.get("failed"), int):
         # No summary (the point was stopped): the load generator's last count is all there is.
         live = True
         failures = progress["failed"]
@@ -224,14 +230,23 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         # Counted apart since the load generator reports them (an older row has them among failed).
         live_aborted = progress.get("aborted")
         aborted = live_aborted if isinstance(live_aborted, int) and live_aborted > 0 else None
+        if lost_point(progress) and _is_count(progress.get("requests_sent")):
+            # Its worker was lost: what it sent, the requests in flight then among the aborted.
+            requests = progress["requests_sent"]
     if requests is None and _is_count(successes) and _is_count(failures):
         requests = successes + failures
     failures_unknown = failures is None and _is_count(successes) and run.source == RunSource.IMPORTED
     not_sent = s.get("not_sent") if isinstance(s.get("not_sent"), int) and s.get("not_sent") else None
     planned = run.num_requests if run.num_requests is not None and not run.duration_s else None
-    requests_text = ""
-    if (not live and run.status in (RunStatus.FAILED, RunStatus.CANCELLED) and isinstance(requests, int)
-            and not isinstance(requests, bool) and planned is not None and planned > requests):
+    lost = live and lost_point(progress)
+    requests_text = lost_point_text(progress) if not s else ""   # its worker was lost: its last report's counts
+    lost_cell_note = ""
+    if lost:
+        lost_cell_note = ("sent, as last reported before its worker was lost" if _is_count(progress.get("requests_sent"))
+                          else "finished as last reported; how many were sent is unknown: its worker was lost")
+    if (not requests_text and not live and run.status in (RunStatus.FAILED, RunStatus.CANCELLED)
+            and isinstance(requests, int) and not isinstance(requests, bool) and planned is not None
+            and planned > requests):
         requests_text = sent_of_planned_text(requests, planned)
     num_gpus = run.num_gpus or (run.sweep.num_gpus if run.sweep_id and run.sweep else None)
     out_tok_s = _opt_float(m.get("output_throughput_tok_s"))
@@ -276,6 +291,8 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
         "aborted_text": _aborted_text(aborted, requests, not_sent=not_sent, live=live, aborted_by=_aborted_by(run),
                                       failures=failures),
         "failures_live": live,
+        "lost": lost,
+        "lost_cell_note": lost_cell_note,
         "failures_unknown": failures_unknown,
         "not_sent": not_sent,
         "planned": planned,
@@ -310,9 +327,12 @@ def _aborted_by(run: BenchmarkRun) -> str:
     """What aborted a run's requests in flight, in the words the sweep page's outcome and the API
     (``requests_cancelled``, ``requests_aborted``) use: ``" by the cancel"``, ``" by a stop"`` (a
     stop someone asked for of its deployment), ``" when the deployment went down"`` (a crash, the
-    deployment leaving ready), else ``" by a stop"`` (a stop the run does not name, as the sweep
-    page's outcome says it)."""
+    deployment leaving ready), ``" when the worker was lost"`` (the process running the sweep ended
+    with the point's requests in flight), else ``" by a stop"`` (a stop the run does not name, as
+    the sweep page's outcome says it)."""
     ended_by = run.summary.get("ended_by") if isinstance(run.summary, Mapping) else None
+    if lost_point(run.progress):
+        return " when the worker was lost"
     if ended_by == "cancelled" or run.status == RunStatus.CANCELLED:
         return " by the cancel"
     if ended_by == "deployment_down":

@@ -20,9 +20,12 @@ from benchmarks.forms import grid_value, sweep_name_read
 from controlplane.drf_defaults import NonFiniteNumber
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
-from benchmarks.selectors import sweep_aborted_by, sweep_queue_note, sweep_requests_aborted, sweep_requests_cancelled
+from benchmarks.selectors import (
+    LOST_COUNTS_NOTE, sweep_aborted_by, sweep_queue_note, sweep_requests_aborted_apart, sweep_requests_cancelled,
+    sweep_requests_lost,
+)
 from benchmarks.services.sweeps import SHARED_RECHECK_S, TOK_S_WINDOW_S, WARMUP_PHASE
-from benchmarks.sweeps import DEFAULT_LENGTHS, failure_counts
+from benchmarks.sweeps import DEFAULT_LENGTHS, WORKER_LOST, failure_counts
 from benchmarks.views.charts import sweep_charts
 from benchmarks.views.common import (
     DIGITS_RE, IMPORT_MAX_BYTES, INDEX_RUNS_PER_PAGE, run_row, _EXPORT_TYPES, _can_write, _download, _export_body, _json_text,
@@ -73,7 +76,9 @@ def _runs_page(values: list[str]) -> Page:
 
 def request_outcomes(sweep_ids: Sequence[int]) -> dict[int, dict[str, int]]:
     """Requests of each sweep's stored runs that succeeded, failed at the server and were aborted
-    in flight by a stop (a cancel, or the deployment going down), from their summaries:
+    in flight by a stop (a cancel, the deployment going down, or the loss of the worker running the
+    sweep), from their summaries (a point whose worker was lost, which has none, from its last
+    progress report, its requests in flight then among the aborted):
     ``{sweep_id: {"successes", "failures", "aborted", "requests"}}`` (``requests`` all three);
     a sweep whose runs record no counts is left out. The sweep list and page show ``0 of 2
     requests succeeded`` from it where any request failed or was aborted, so a sweep whose every
@@ -81,8 +86,14 @@ def request_outcomes(sweep_ids: Sequence[int]) -> dict[int, dict[str, int]]:
     as failed by its server."""
     out: dict[int, dict[str, int]] = {}
     rows = BenchmarkRun.objects.filter(sweep_id__in=list(sweep_ids)).values_list(
-        "sweep_id", "summary__successes", "summary__failures", "summary__aborted", "summary__requests")
-    for sweep_id, ok, failures, aborted, requests in rows:
+        "sweep_id", "summary__successes", "summary__failures", "summary__aborted", "summary__requests",
+        "progress__ended_by", "progress__done", "progress__failed", "progress__aborted")
+    for sweep_id, ok, failures, aborted, requests, ended_by, done, failed, lost_aborted in rows:
+        if ended_by == WORKER_LOST and not isinstance(ok, int) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in (done, failed, lost_aborted)):
+            # A point whose worker was lost has no summary: its last report's counts, the requests
+            # it had in flight among the aborted (benchmarks.services.sweeps.lost_point_progress).
+            ok, failures, aborted, requests = max(0, done - failed), failed, lost_aborted, done + lost_aborted
         if not isinstance(ok, int) or not isinstance(failures, int):
             continue
         failed, aborted = failure_counts({"requests": requests, "successes": ok, "failures": failures,
@@ -562,8 +573,13 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
     :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
     ``requests_cancelled`` (requests a cancel ended in flight, 0 when none, None when not cancelled),
     ``requests_aborted`` (requests a stop ended in flight under a failed sweep, 0 when none, None
-    when not failed), ``aborted_by`` (what ended them, :func:`benchmarks.selectors.sweep_aborted_by`:
-    ``by a stop`` someone asked for, or ``when the deployment went down``; ``""`` while active), ``percent`` (0-100), ``current_tok_s`` (output tok/s
+    when not failed; under a cancelled sweep those its lost worker had in flight, None when none,
+    :func:`benchmarks.selectors.sweep_requests_aborted_apart`), ``requests_sent_unknown`` (a point's worker was lost before
+    its progress counted the requests it sent: the total is None and the page says why,
+    :attr:`benchmarks.models.BenchmarkSweep.requests_sent_unknown`), ``lost_counts_note``
+    (:data:`LOST_COUNTS_NOTE` where a point's worker was lost, else ``""``), ``aborted_by`` (what ended them, :func:`benchmarks.selectors.sweep_aborted_by`:
+    ``by a stop`` someone asked for, ``when the deployment went down`` or ``when the worker was
+    lost``; ``""`` while active), ``percent`` (0-100), ``current_tok_s`` (output tok/s
     of the running point over the last report window, None when none), ``tok_s_window_s`` (that
     window's length, seconds: :data:`benchmarks.services.sweeps.TOK_S_WINDOW_S`), ``active`` (still
     moving), ``current_point`` (e.g. ``c=8 256/256``) and ``run`` (:func:`run_progress` of the
@@ -600,7 +616,10 @@ def sweep_progress(sweep: BenchmarkSweep) -> dict[str, Any]:
         "requests_done": sweep.requests_done, "requests_total": sweep.requests_total_known, "timed": timed,
         "open_ended": sweep.has_open_ended_points,
         "requests_cancelled": sweep_requests_cancelled(sweep=sweep) if sweep.status == SweepStatus.CANCELLED else None,
-        "requests_aborted": sweep_requests_aborted(sweep=sweep) if sweep.status == SweepStatus.FAILED else None,
+        "requests_aborted": sweep_requests_aborted_apart(sweep=sweep),
+        "requests_sent_unknown": sweep.requests_sent_unknown,
+        "lost_counts_note": (LOST_COUNTS_NOTE if sweep.status in SWEEP_TERMINAL and sweep_requests_lost(sweep=sweep) != 0
+                             else ""),
         "aborted_by": sweep_aborted_by(sweep=sweep) if sweep.status in SWEEP_TERMINAL else "",
         "percent": round(min(percent, 100.0), 1),
         "current_tok_s": sweep.current_tok_s if sweep.status == SweepStatus.RUNNING else None,
