@@ -11,7 +11,8 @@ Spec shape (JSON; keys not listed here are rejected)::
 
     model:              {"path": "/models/X"} or {"name": "org/Model"}   (exactly one; llama.cpp
                         needs a .gguf path; a path must lie under settings.CEILING_MODEL_ROOTS)
-    served_model_name:  str, default: the model name, or the path's last segment
+    served_model_name:  str, default: the model name, or the path's last segment (not stored
+                        when left out, so it follows the model: :func:`spec_as_stored`)
     roles:              topology "single": {"single": Role}
                         topology "pd":     {"prefill": Role, "decode": Role, "router": RouterRole}
     transfer_backend:   "nixl" | "mooncake"  (pd only; default "nixl"; vLLM supports nixl)
@@ -550,6 +551,10 @@ def _spec_validate(
 
 # --- model -------------------------------------------------------------------------------
 
+#: The refusal of a ``model`` with both ``path`` and ``name``, or neither.
+MODEL_ONE_OF = "give exactly one of path or name"
+
+
 def _model_check(errs: _Errors, adapter: EngineAdapter, model: Any) -> dict:
     norm: dict[str, str | None] = {"path": None, "name": None}
     model = _object_check(errs, "spec.model", model, ' ({"path": ...} or {"name": ...})',
@@ -561,7 +566,7 @@ def _model_check(errs: _Errors, adapter: EngineAdapter, model: Any) -> dict:
             errs.add(f"spec.model.{key}", f"unknown field {json_spelled(key)}; use path or name")
     path, name = model.get("path"), model.get("name")
     if (path is None) == (name is None):
-        errs.add("spec.model", "give exactly one of path or name")
+        errs.add("spec.model", MODEL_ONE_OF)
         return norm
     if path is not None:
         problem = path_problem(path)
@@ -590,14 +595,37 @@ def _model_check(errs: _Errors, adapter: EngineAdapter, model: Any) -> dict:
     return norm
 
 
+def served_name_default(model: Any) -> str:
+    """The ``served_model_name`` a spec without one serves under: the model's name, or the last
+    segment of its path without ``.gguf``; "" for a model that gives neither (a normalised
+    ``model`` object, ``{"path": ..., "name": ...}``, one of them null)."""
+    if not isinstance(model, dict):
+        return ""
+    if isinstance(model.get("name"), str) and model["name"]:
+        return model["name"]
+    if isinstance(model.get("path"), str) and model["path"]:
+        base = posixpath.basename(model["path"])
+        return base[:-5] if base.endswith(".gguf") else base
+    return ""
+
+
+def spec_as_stored(normalised: dict, given: Any) -> dict:
+    """The spec a recipe stores: ``normalised`` (:func:`recipe_validate`'s result for ``given``,
+    the spec as sent) without ``served_model_name`` where ``given`` has none (left out or null).
+
+    Every other default is stored filled in, but the served model name's default is the model's
+    own name (:func:`served_name_default`): stored, it would stay the old model's name after the
+    model changes (``--served-model-name a/b`` for a recipe now serving ``/models/x``). Left out,
+    it is filled again at every validation (the dry-run, a deploy's ``spec_snapshot``), so it
+    follows the model; one the recipe gives is kept as given."""
+    if isinstance(given, dict) and given.get("served_model_name") is not None:
+        return normalised
+    return {key: value for key, value in normalised.items() if key != "served_model_name"}
+
+
 def _served_name_check(errs: _Errors, served: Any, model: dict) -> str:
     if served is None:
-        if model["name"]:
-            return model["name"]
-        if model["path"]:
-            base = posixpath.basename(model["path"])
-            return base[:-5] if base.endswith(".gguf") else base
-        return ""
+        return served_name_default(model)
     if not isinstance(served, str):
         errs.add("spec.served_model_name", f"must be a string, got {json_spelled(served)}")
     elif served.startswith("-"):

@@ -61,7 +61,9 @@ from deployments.models import (
 from deployments.supervisor import log_tail
 from deployments.supervisor.procfs import port_busy_reason
 from deployments.engines import ENGINES
-from deployments.recipes import CPU_ID_MAX, CPULIST_RE, _stored_secret_paths, engine_topology_errors, recipe_validate
+from deployments.recipes import (
+    CPU_ID_MAX, CPULIST_RE, MODEL_ONE_OF, _stored_secret_paths, engine_topology_errors, recipe_validate, spec_as_stored,
+)
 from deployments.topology import GpuFacts, NodeFacts, NumaFacts, format_cpulist, node_facts_from_row, parse_cpulist
 from deployments.telemetry.events import deployment_roster_broadcast
 
@@ -663,8 +665,10 @@ def recipe_create(
     """Validate and store a new recipe as version 1.
 
     ``spec`` is validated (and normalised) by :func:`deployments.recipes.recipe_validate`
-    against ``node``'s facts and the stored secret names. The history row records ``user``
-    and ``change_reason`` (default ``"Created"``).
+    against ``node``'s facts and the stored secret names, and stored with its defaults filled in
+    but for a ``served_model_name`` it leaves out (:func:`deployments.recipes.spec_as_stored`: that
+    one follows the model). The history row records ``user`` and ``change_reason`` (default
+    ``"Created"``).
 
     Raises :class:`InvalidInput` (keys ``name``, ``engine``, ``topology``, ``node``, ``spec.…``)
     when anything is invalid or the name is taken.
@@ -673,6 +677,7 @@ def recipe_create(
         _change_reason_errors(change_reason),
         {"name": name, "description": description or "", "engine": engine, "topology": topology, "node": node, "spec": spec},
     )
+    content["spec"] = spec_as_stored(content["spec"], spec)
     with transaction.atomic():
         _check_name_free(content["name"])
         recipe = Recipe(
@@ -701,7 +706,11 @@ def recipe_update(
     and other values replace. ``spec`` itself replaces the stored spec whole.
 
     The merged content is validated as a whole (a new ``node`` re-checks the spec against
-    that node's GPUs and NUMA nodes). The row is locked for the read-modify-write, so
+    that node's GPUs and NUMA nodes) and stored as :func:`recipe_create` stores it: a
+    ``served_model_name`` the spec does not give is not stored, so it keeps following the model.
+    A patch that gives one of the model's ``path`` and ``name`` while the stored spec has the other
+    is refused saying that the stored one is merged in and how to clear it
+    (:func:`spec_patch_errors_noted`). The row is locked for the read-modify-write, so
     concurrent edits serialise; with ``expected_version`` set, an edit based on a stale
     version raises :class:`Conflict` (HTTP 409) instead of silently overwriting.
 
@@ -731,7 +740,13 @@ def recipe_update(
         merged = {**current, **fields}
         if merged.get("description") is None:
             merged["description"] = ""
-        content = _content_validate_with(reason_errors, merged, stored_spec=current["spec"])
+        try:
+            content = _content_validate_with(reason_errors, merged, stored_spec=current["spec"])
+        except InvalidInput as exc:
+            if spec_patch is not None:
+                spec_patch_errors_noted(exc.errors, stored_spec=current["spec"], spec_patch=spec_patch)
+            raise
+        content["spec"] = spec_as_stored(content["spec"], merged["spec"])
         if _same_content(current, content):
             return locked
         if content["name"] != locked.name:
@@ -741,6 +756,28 @@ def recipe_update(
         locked.version = locked.version + 1
         _save_with_history(locked, user=user, change_reason=change_reason or "Edited")
     return locked
+
+
+def spec_patch_errors_noted(errors: dict[str, list[str]], *, stored_spec: Any, spec_patch: Any) -> None:
+    """Make the refusals of a merge-patched spec (``errors``, path → messages, changed in place)
+    say what the merge added: a patch that gives one of ``model.path`` and ``model.name``
+    (``{"model": {"path": "/models/x"}}``) while the stored spec has the other gets both, and
+    "give exactly one of path or name" alone reads as if the patch had sent both. The message
+    then names the stored value that was merged in and how to clear it (``send "name": null
+    beside the path``). The API's check of a PATCH body and :func:`recipe_update` both use it."""
+    if MODEL_ONE_OF not in errors.get("spec.model", []):
+        return
+    patch_model = spec_patch.get("model") if isinstance(spec_patch, dict) else None
+    stored_model = stored_spec.get("model") if isinstance(stored_spec, dict) else None
+    if not isinstance(patch_model, dict) or not isinstance(stored_model, dict):
+        return
+    for given, kept in (("path", "name"), ("name", "path")):
+        if patch_model.get(given) is not None and kept not in patch_model and stored_model.get(kept) is not None:
+            note = (f"{MODEL_ONE_OF}: this patch gives {given}, and the stored {kept} "
+                    f"{json_spelled(stored_model[kept])} is merged in (a merge patch keeps every key it leaves "
+                    f'out); send "{kept}": null beside the {given} to clear it, or send the whole spec with PUT')
+            errors["spec.model"] = [note if m == MODEL_ONE_OF else m for m in errors["spec.model"]]
+            return
 
 
 def recipe_stale_message(*, recipe: Recipe, expected_version: int) -> str | None:

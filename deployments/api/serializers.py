@@ -42,7 +42,7 @@ from deployments.nodes import GPU_STATUSES, node_gpu_status
 from deployments.recipes import engine_topology_errors
 from deployments.services import (
     DESCRIPTION_MAX_LENGTH, LOG_TAIL_MAX_LINES, check_json_tree, deployment_as_last_seen, deployment_live,
-    deployment_state_note, deployment_waiting_reason, text_control_validator, secret_value_validator, recipe_name_validator, free_text_shown, json_merge_patch, recipe_spec_validate, secret_name_errors, secret_value_problem, secret_description_problem, secret_description_validator, recipe_description_validator,
+    deployment_state_note, deployment_waiting_reason, text_control_validator, secret_value_validator, recipe_name_validator, free_text_shown, json_merge_patch, recipe_spec_validate, spec_patch_errors_noted, secret_name_errors, secret_value_problem, secret_description_problem, secret_description_validator, recipe_description_validator,
     recipe_secret_values_held, secret_values, spec_errors_beside_refused_text,
 )
 
@@ -357,7 +357,11 @@ class RecipeWriteSerializer(serializers.Serializer):
             # A PATCH's spec is a merge patch of the stored one; the rules judge the merged spec.
             self.spec_patch = values["spec"]
             values["spec"] = json_merge_patch(self.instance.spec, self.spec_patch)
-        for path, messages in self._rule_errors(values, failed=errors).items():
+        rule_errors = self._rule_errors(values, failed=errors)
+        if self.spec_patch is not None:
+            # "give exactly one of path or name" says which of the two the merge kept from the stored spec
+            spec_patch_errors_noted(rule_errors, stored_spec=self.instance.spec, spec_patch=self.spec_patch)
+        for path, messages in rule_errors.items():
             errors.setdefault(path, []).extend(messages)
         errors = merge_body_errors(errors, self.context.get("body_errors") or {})
         if errors:
