@@ -1120,24 +1120,42 @@ def recipe_plan(*, recipe: Recipe, version: int | None = None, warn_ports: bool 
         node=node_facts_from_row(validated["node"]),
         secret_values=None,
     )
-    # What a deploy would refuse now (409) is worth saying before: ports an active deployment of
-    # another recipe on the node holds (a warning here; the deploy checks again at its time).
-    taken = deployment_ports_in_use(node=recipe.node, exclude_recipe=recipe) if warn_ports else {}
-    for spec in plan.processes:
-        for kind, port in sorted(spec.ports.items()):
+    if warn_ports:
+        plan.warnings.extend(plan_warnings_now(plan=plan, node=recipe.node, spec=validated["spec"],
+                                               engine=validated["engine"], recipe=recipe))
+    return plan
+
+
+def plan_warnings_now(*, plan: LaunchPlan, node: Node, spec: dict, engine: str,
+                      recipe: Recipe | None = None) -> list[str]:
+    """What a deploy of ``plan`` on ``node`` now would meet, as the dry-run's warnings after the
+    plan's own: each port an active deployment of another recipe on the node holds and each GPU
+    such a one books (what a deploy now would refuse with 409, :func:`deployment_ports_in_use`,
+    :func:`gpu_conflicts`), CPUs such a one pins too (:func:`cpu_sharing_warnings`), a model path
+    missing on this host (:func:`model_path_warnings`) and ports a process outside the active
+    deployments holds on this host (:func:`port_holder_warnings`). ``spec`` is the normalised
+    spec of the plan and ``engine`` its engine.
+
+    ``recipe`` is the saved recipe the plan is of, whose own deployments are not another's; None
+    for one not saved yet (the new-recipe form's Validate), for which every active deployment on
+    the node counts. One function for the saved recipe's dry-run (page, API, ``manage.py
+    dryrun``) and the form's preview, so the form says before Save what Deploy would refuse."""
+    # ports an active deployment of another recipe on the node holds (the deploy checks again at its time)
+    taken = deployment_ports_in_use(node=node, exclude_recipe=recipe)
+    lines: list[str] = []
+    for process in plan.processes:
+        for kind, port in sorted(process.ports.items()):
             if int(port) in taken:
                 other, role = taken[int(port)]
-                plan.warnings.append(
-                    f"port {port} ({port_kind_text(spec.role, kind)}) is in use by the {role} of deployment #{other.pk} "
-                    f"(recipe {deployed_recipe_spelled(other)}, {other.status}) on node {json_spelled(recipe.node.name)}: a deploy now "
+                lines.append(
+                    f"port {port} ({port_kind_text(process.role, kind)}) is in use by the {role} of deployment #{other.pk} "
+                    f"(recipe {deployed_recipe_spelled(other)}, {other.status}) on node {json_spelled(node.name)}: a deploy now "
                     "would be refused")
-    if warn_ports:
-        plan.warnings.extend(f"{line}: a deploy now would be refused" for line in gpu_conflicts(plan=plan, recipe=recipe))
-        plan.warnings.extend(cpu_sharing_warnings(plan=plan, recipe=recipe))
-        plan.warnings.extend(model_path_warnings(spec=validated["spec"], node_name=recipe.node.name,
-                                                 engine=validated["engine"]))
-        plan.warnings.extend(port_holder_warnings(plan=plan, recipe=recipe))
-    return plan
+    lines.extend(f"{line}: a deploy now would be refused" for line in gpu_conflicts(plan=plan, recipe=recipe, node=node))
+    lines.extend(cpu_sharing_warnings(plan=plan, recipe=recipe, node=node))
+    lines.extend(model_path_warnings(spec=spec, node_name=node.name, engine=engine))
+    lines.extend(port_holder_warnings(plan=plan, recipe=recipe, node=node))
+    return lines
 
 
 def model_path_warnings(*, spec: dict, node_name: str, engine: str) -> list[str]:
@@ -1159,7 +1177,7 @@ def model_path_warnings(*, spec: dict, node_name: str, engine: str) -> list[str]
             "start; put the file there before a deploy"]
 
 
-def port_holder_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
+def port_holder_warnings(*, plan: LaunchPlan, recipe: Recipe | None = None, node: Node | None = None) -> list[str]:
     """One line per port of ``plan`` (http, bootstrap, side channel, metrics) that cannot be
     bound now on the address its engine binds, when the recipe's node is this host
     (``settings.CEILING_NODE_NAME``) and no active deployment on the node books the port (those
@@ -1174,12 +1192,14 @@ def port_holder_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
     the one the node agent makes before each spawn). A warning, not a refusal, as with a missing
     model file: the holder may be gone by the time the node agent launches, and the agent checks
     every port again before it spawns anything. Another node's ports are not visible here, so
-    nothing is said for them."""
+    nothing is said for them. ``node`` is the recipe's node (``recipe.node`` when left out; given
+    alone for a recipe not saved yet)."""
     from django.conf import settings
 
-    if recipe.node.name != settings.CEILING_NODE_NAME:
+    node = node if node is not None else recipe.node
+    if node.name != settings.CEILING_NODE_NAME:
         return []
-    booked = deployment_ports_in_use(node=recipe.node)
+    booked = deployment_ports_in_use(node=node)
     lines: list[str] = []
     for spec in plan.processes:
         for kind, port in sorted(spec.ports.items(), key=lambda item: (item[0] != "http", item[0])):
@@ -1190,7 +1210,7 @@ def port_holder_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
                 continue
             busy = "already in use" in reason
             flag = PORT_KIND_FLAGS.get(kind)
-            lines.append(f"{spec.role} {port_kind_words(kind)} {reason} on node {json_spelled(recipe.node.name)} (this host)"
+            lines.append(f"{spec.role} {port_kind_words(kind)} {reason} on node {json_spelled(node.name)} (this host)"
                          f"{', and no active deployment books it' if busy else ''}: a launch now would fail at "
                          f"start; {'stop that process or choose another port' if busy else 'choose another host or port'}"
                          + (f" (set it with {spec.role} flag {flag})" if flag else ""))
@@ -1470,16 +1490,20 @@ def deployment_gpus_in_use(*, node: Node, exclude_recipe: Recipe | None = None) 
                           row_field="gpu_ids", of_process=lambda spec: spec.gpu_ids)
 
 
-def gpu_conflicts(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
+def gpu_conflicts(*, plan: LaunchPlan, recipe: Recipe | None = None, node: Node | None = None) -> list[str]:
     """One line per (process of ``plan``, deployment holding some of its GPUs): ``single GPUs
     0-3 are booked by the single of deployment #7 (recipe 'seed-v4-flash-tp4', pending) on node
-    'seed-8gpu'`` (:func:`deployment_gpus_in_use`); empty when every GPU of the plan is free."""
-    return [line for line, _ in _gpu_clashes(plan=plan, recipe=recipe)]
+    'seed-8gpu'`` (:func:`deployment_gpus_in_use`); empty when every GPU of the plan is free.
+    ``recipe``'s own deployments are left out; ``node`` is its node (``recipe.node`` when left
+    out; given alone for a recipe not saved yet, for which every deployment counts)."""
+    return [line for line, _ in _gpu_clashes(plan=plan, recipe=recipe, node=node)]
 
 
-def _gpu_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deployment]]:
+def _gpu_clashes(*, plan: LaunchPlan, recipe: Recipe | None = None,
+                 node: Node | None = None) -> list[tuple[str, Deployment]]:
     """:func:`gpu_conflicts`'s lines, each with the deployment that holds those GPUs."""
-    booked = deployment_gpus_in_use(node=recipe.node, exclude_recipe=recipe)
+    node = node if node is not None else recipe.node
+    booked = deployment_gpus_in_use(node=node, exclude_recipe=recipe)
     lines: list[tuple[str, Deployment]] = []
     for spec in plan.processes:
         holders: dict[tuple[int, str], tuple[Deployment, str, list[int]]] = {}
@@ -1491,7 +1515,7 @@ def _gpu_clashes(*, plan: LaunchPlan, recipe: Recipe) -> list[tuple[str, Deploym
             lines.append((
                 f"{spec.role} GPU{'s' if len(gpus) > 1 else ''} {format_cpulist(gpus)} "
                 f"{'are' if len(gpus) > 1 else 'is'} booked by the {role} of deployment #{other.pk} "
-                f"(recipe {deployed_recipe_spelled(other)}, {other.status}) on node {json_spelled(recipe.node.name)}", other))
+                f"(recipe {deployed_recipe_spelled(other)}, {other.status}) on node {json_spelled(node.name)}", other))
     return lines
 
 
@@ -1523,11 +1547,13 @@ def deployment_cpus_in_use(*, node: Node, exclude_recipe: Recipe | None = None) 
     return held
 
 
-def cpu_sharing_warnings(*, plan: LaunchPlan, recipe: Recipe) -> list[str]:
+def cpu_sharing_warnings(*, plan: LaunchPlan, recipe: Recipe | None = None, node: Node | None = None) -> list[str]:
     """One line per process of ``plan`` pinned to CPUs that an active deployment of another
     recipe on the node also pins (:func:`deployment_cpus_in_use`): sharing is allowed (a small
-    host has no other choice) but skews both deployments' benchmark numbers while both serve."""
-    held = deployment_cpus_in_use(node=recipe.node, exclude_recipe=recipe)
+    host has no other choice) but skews both deployments' benchmark numbers while both serve.
+    ``node`` is ``recipe``'s node (``recipe.node`` when left out; given alone for a recipe not
+    saved yet, for which every deployment counts)."""
+    held = deployment_cpus_in_use(node=node if node is not None else recipe.node, exclude_recipe=recipe)
     lines: list[str] = []
     for spec in plan.processes:
         try:

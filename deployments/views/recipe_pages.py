@@ -479,10 +479,13 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @role_page(write="operator")
 def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
     """htmx partial behind the form's Validate button: field errors per dotted path, or, when
-    the recipe is valid, the dry-run preview of every process. Always HTTP 200 so htmx swaps
+    the recipe is valid, the dry-run preview of every process with the warnings a saved recipe's
+    dry-run shows (:func:`deployments.services.plan_warnings_now`: a port or GPU an active
+    deployment holds, CPUs one pins, ...). Always HTTP 200 so htmx swaps
     the result in; ``valid`` in the context says which it was. The edit form names its recipe
     (``?recipe=<id>``): a ``***redacted***`` placeholder left where the stored spec holds a
-    secret's value is then refused naming that secret, as Save refuses it."""
+    secret's value is then refused naming that secret, as Save refuses it, and that recipe's own
+    deployments are not counted as holding its ports."""
     form = RecipeForm(request.POST)
     spec_errors: dict[str, list[str]] = {}
     processes: list[dict[str, Any]] = []
@@ -519,6 +522,11 @@ def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
             plan = launch_plan_render(
                 engine=data["engine"], topology=data["topology"], spec=spec, node=facts, secret_values=None
             )
+            # What the saved recipe's dry-run warns of (ports and GPUs a deployment holds, which
+            # Deploy would refuse with 409, shared CPUs, ...), by the same function: the edited
+            # recipe's own deployments are not another's; a new one's every deployment is.
+            plan.warnings.extend(services.plan_warnings_now(plan=plan, node=node, spec=spec, engine=data["engine"],
+                                                            recipe=edited))
             processes = _plan_view(plan)
             summary = _plan_summary(plan)
         except InvalidInput as exc:
