@@ -27,6 +27,7 @@ secrets); ``env_redacted`` and :meth:`ProcessSpec.to_dict` always mask secrets.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import posixpath
 import shlex
@@ -34,6 +35,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -41,7 +43,7 @@ from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled
 from controlplane.redaction import REDACTED, redact_text, secret_values_mask
 from deployments.engines import engine_get
-from deployments.engines.base import RenderContext, http_url
+from deployments.engines.base import RenderContext, http_url, url_host
 from deployments.recipes import recipe_validate, recipe_warnings
 from deployments.topology import NodeFacts, format_cpulist, parse_cpulist
 from kernels.references import kernel_refs_apply
@@ -52,6 +54,60 @@ START_ORDER = ("prefill", "decode", "router", "single")
 #: fills in a PD router's ``prometheus-port``: :func:`deployments.recipes._router_metrics_port_fill`),
 #: spelled as the user writes it, so a message about that port says what to change.
 PORT_KIND_FLAGS = {"metrics": "--prometheus-port"}
+
+
+#: Bind addresses that listen on every interface: a client on the same host reaches such a server
+#: through loopback, one elsewhere through the host's own address.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def client_host(bind_host: str, *, node_name: str, address: str) -> tuple[str, str]:
+    """The host a client of this host (a user's ``curl``, the control plane's benchmark worker)
+    connects to for a server bound to ``bind_host`` on node ``node_name``, whose recorded address
+    is ``address`` (``Node.hostname``: the host name its agent reported at registration), spelled
+    for a URL; and ``""``, or ``("", why)`` when there is none to give.
+
+    A wildcard bind (:data:`WILDCARD_HOSTS`) is reached through loopback on its own host, so on
+    this host (``settings.CEILING_NODE_NAME``, the node its local agent registers) it is
+    ``127.0.0.1`` (``[::1]`` for ``::``); on another node loopback would be this host, not that
+    node, so it is the node's address, and a node that recorded none has no URL to give (``why``
+    says so and what to do). Any other bind address is connected to as given (an IPv6 literal
+    bracketed, :func:`deployments.engines.base.url_host`): a server bound to ``127.0.0.1``
+    on another node answers only there. Entry URLs (the plan's, a deployment's) and the URLs the
+    benchmark worker sends to a node's processes (:func:`url_from_here`) all follow this rule; a
+    node agent probes its own processes through loopback, as the plan's health URLs read."""
+    if bind_host not in WILDCARD_HOSTS or node_name == settings.CEILING_NODE_NAME:
+        return url_host(bind_host), ""
+    if address:
+        return url_host(address), ""
+    return "", (f"node {json_spelled(node_name)} has no recorded address (the host name its node agent reports "
+                f"when it registers), so a server bound to {bind_host or '0.0.0.0'} there has no URL from this host "
+                "(127.0.0.1 here is this host, not that node): start the node's agent there (manage.py node_agent "
+                f"--name {node_name}) or bind the role's host to the node's own address")
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address) is this machine's loopback: ``localhost``, 127.0.0.0/8, ``::1``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def url_from_here(url: str, *, bind_host: str, node_name: str, address: str) -> tuple[str, str]:
+    """``url``, a URL of a server on node ``node_name`` as the node itself reaches it (a plan's
+    health URL, a process row's: loopback for a wildcard bind), as this host reaches it: its host
+    replaced by :func:`client_host` of the server's ``bind_host``; ``("", why)`` when there is
+    none; ``url`` unchanged when it has no host."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return url, ""
+    host, why = client_host(bind_host, node_name=node_name, address=address)
+    if why:
+        return "", why
+    return parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host).geturl(), ""
 
 
 def port_kind_words(kind: str) -> str:
@@ -158,11 +214,13 @@ class ProcessSpec:
 @dataclass
 class LaunchPlan:
     """Everything needed to start a recipe on a node: processes in start order, the URL
-    clients use (router or single server), restart policy, timeouts and warnings: settings
+    clients use (router or single server) as this host reaches it (:func:`client_host`: a
+    wildcard bind on another node through that node's address; the processes' health URLs are
+    as the node agent probes them, on the node), restart policy, timeouts and warnings: settings
     the recipe opted into that cost something (GPUs on another NUMA node under
     ``allow_cross_numa``, ``trust-remote-code``; see
     :func:`deployments.recipes.recipe_warnings`), then a memory binding that cannot be applied
-    without numactl."""
+    without numactl, and an entry URL that cannot be given."""
 
     engine: str
     topology: str
@@ -174,6 +232,31 @@ class LaunchPlan:
     startup_timeout_s: int
     stop_grace_s: int
     warnings: list[str] = field(default_factory=list)
+    #: why ``entry_url`` is "" (:func:`client_host`: a node without a recorded address), also in ``warnings``
+    entry_url_problem: str = ""
+    #: the node's recorded address (``Node.hostname``) when the plan was rendered
+    node_address: str = ""
+
+    def health_url_from_here(self, process: ProcessSpec, url: str | None = None) -> tuple[str, str]:
+        """``process``'s health URL (or ``url``, another of its URLs, such as its generate URL) as
+        a dry-run shows it, and a note: as this host reaches it (:func:`url_from_here`) with the
+        URL its node agent probes on the node beside it where the two differ (a wildcard bind on
+        another node), or the probed URL with a note saying where it answers (a loopback bind on
+        another node: there only; no URL from here: why). No note on this host, where the two are
+        the same."""
+        probed = process.health_url if url is None else url
+        if not probed or self.node == settings.CEILING_NODE_NAME:
+            return probed, ""
+        here, why = url_from_here(probed, bind_host=process.host, node_name=self.node, address=self.node_address)
+        if why:
+            return probed, (f"answers on node {self.node}, where its node agent probes it; this host has no URL "
+                            "for it: the node has no recorded address (see the warnings)")
+        if here != probed:
+            return here, f"its node agent probes {probed} on node {self.node}"
+        if process.host not in WILDCARD_HOSTS and _is_loopback(process.host):
+            return probed, (f"bound to {process.host}: it answers on node {self.node} only, where its node agent "
+                            "probes it")
+        return probed, ""
 
     def process(self, role: str) -> ProcessSpec:
         """The (first) process of ``role``; ``KeyError`` when the plan has none."""
@@ -189,7 +272,7 @@ class LaunchPlan:
             "topology": self.topology,
             "node": self.node,
             "served_model_name": self.served_model_name,
-            "entry_url": self.entry_url,
+            "entry_url": self.entry_url or None,  # null when this host has no URL for it (see warnings)
             "processes": [p.to_dict() for p in self.processes],
             "restart": dict(self.restart),
             "startup_timeout_s": self.startup_timeout_s,
@@ -369,12 +452,18 @@ def launch_plan_render(
 
     warnings += shared_cpu_warnings(processes)
     entry_role = norm["roles"]["router"] if topology == "pd" else norm["roles"]["single"]
+    # Where clients connect from this host: a wildcard bind on another node is that node's address.
+    entry_host, entry_problem = client_host(entry_role["host"], node_name=node.name, address=node.hostname)
+    if entry_problem:
+        warnings.append(entry_problem)
     return LaunchPlan(
         engine=engine,
         topology=topology,
         node=node.name,
         served_model_name=norm["served_model_name"],
-        entry_url=http_url(entry_role["host"], entry_role["port"]),
+        entry_url=f"http://{entry_host}:{entry_role['port']}" if entry_host else "",
+        entry_url_problem=entry_problem,
+        node_address=node.hostname,
         processes=processes,
         restart=dict(norm["restart"]),
         startup_timeout_s=norm["startup_timeout_s"],

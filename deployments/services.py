@@ -1434,6 +1434,40 @@ def _send_to_node(task, deployment: Deployment) -> None:
     transaction.on_commit(send)
 
 
+def deployment_url_from_here(*, deployment: Deployment, role: str, url: str) -> tuple[str, str]:
+    """``url``, a URL of ``deployment``'s ``role`` process as its node agent probes it on the node
+    (a process row's health URL: loopback for a wildcard bind), as this host reaches it
+    (:func:`deployments.launch.url_from_here` of the bind host the role has in the deployment's
+    ``spec_snapshot``, on the deployment's node); ``("", why)`` when this host has none (a node
+    without a recorded address). What the benchmark worker sends to a deployment's processes
+    (the entry server's health, each server's info and ``/metrics``) goes through it, as the
+    deployment's ``entry_url`` follows the same rule (:func:`deployments.launch.client_host`): a
+    process of another node is asked there, not on this host's loopback."""
+    from deployments.launch import url_from_here
+    from deployments.recipes import DEFAULT_HOST
+
+    roles = (deployment.spec_snapshot or {}).get("roles") if isinstance(deployment.spec_snapshot, dict) else None
+    spec = roles.get(role) if isinstance(roles, dict) else None
+    bind = spec.get("host") if isinstance(spec, dict) and isinstance(spec.get("host"), str) else DEFAULT_HOST
+    node = deployment.node
+    return url_from_here(url, bind_host=bind, node_name=node.name, address=node.hostname)
+
+
+def deployment_entry_url_problem(deployment: Deployment) -> str:
+    """Why ``deployment`` has no entry URL this host reaches (its entry server, the router of a
+    PD deployment or the single server, binds every interface on another node that recorded no
+    address: :func:`deployments.launch.client_host`), ``""`` when nothing stands in the way.
+    What a sweep of it is refused with: its load would have nowhere to go."""
+    from deployments.launch import client_host
+    from deployments.recipes import DEFAULT_HOST
+
+    role = "router" if deployment.recipe.topology == "pd" else "single"
+    roles = (deployment.spec_snapshot or {}).get("roles") if isinstance(deployment.spec_snapshot, dict) else None
+    spec = roles.get(role) if isinstance(roles, dict) else None
+    bind = spec.get("host") if isinstance(spec, dict) and isinstance(spec.get("host"), str) else DEFAULT_HOST
+    return client_host(bind, node_name=deployment.node.name, address=deployment.node.hostname)[1]
+
+
 def deployment_ports_in_use(*, node: Node, exclude_recipe: Recipe | None = None) -> dict[int, tuple[Deployment, str]]:
     """TCP ports taken on ``node`` by its active (pending, starting, ready, stopping)
     deployments: port → (deployment, role). A deployment's ports are those its process rows

@@ -161,12 +161,13 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     context length or KV cache the engine servers reported once ready, else above the context
     length the recipe's engine flags or sim profile set, or the sim profile's KV cache,
     :func:`benchmarks.sweeps.grid_context_problems`) and :class:`Conflict` for a stopped, failed or stopping deployment (a stop
-    requested counts), one whose node agent is offline (:func:`_agent_offline_refusal`) or one that already
+    requested counts), one whose node agent is offline (:func:`_agent_offline_refusal`), one this host has
+    no entry URL for (:func:`deployments.services.deployment_entry_url_problem`) or one that already
     has an active sweep, also when two creates race: the database allows one active sweep per
     deployment (:data:`benchmarks.models.ONE_ACTIVE_SWEEP_CONSTRAINT`).
     """
     from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
-    from deployments.services import secret_value_in_text
+    from deployments.services import deployment_entry_url_problem, secret_value_in_text
 
     # The name is shown in clear on every page, export and CLI line naming the sweep.
     if problem := secret_value_in_text("name", name):
@@ -192,6 +193,9 @@ def sweep_create(*, deployment, user, grid: dict, name: str = "") -> BenchmarkSw
     offline = _agent_offline_refusal(deployment)
     if offline:
         raise Conflict(offline)
+    # The load goes to the entry URL: a deployment this host has none for cannot be measured from here.
+    if not deployment.entry_url and (no_url := deployment_entry_url_problem(deployment)):
+        raise Conflict(f"deployment #{deployment.pk} has no entry URL for the benchmark worker: {no_url}")
     # Two sweeps against one deployment at once would each measure the other's load.
     _refuse_if_busy(deployment)
     points = grid_points(norm)
@@ -1015,7 +1019,10 @@ def sweep_snapshot(*, sweep: BenchmarkSweep, deployment) -> dict[str, Any]:
     URL and of each worker, under ``server_info``); ``engine_version`` and ``router_version`` with
     where each came from (:func:`snapshot_versions`: for PD the router reports no engine version,
     so it comes from the workers); the node; the client host (this worker's
-    ``socket.gethostname()``) and Ceiling's version."""
+    ``socket.gethostname()``) and Ceiling's version. Each server is asked where this worker
+    reaches it (:func:`deployments.services.deployment_url_from_here`)."""
+    from deployments.services import deployment_url_from_here
+
     processes = []
     versions: dict[str, Any] = {}
     for p in deployment.processes.order_by("role", "ordinal"):
@@ -1028,9 +1035,12 @@ def sweep_snapshot(*, sweep: BenchmarkSweep, deployment) -> dict[str, Any]:
             "pinning_verified": p.pinning_verified, "ports": dict(p.ports),
         })
         if p.health_url and p.role != "router":
-            # The server's origin, not the health route's folder: llama.cpp's health route is /v1/models.
+            # The server's origin, not the health route's folder: llama.cpp's health route is /v1/models;
+            # asked where this worker reaches it (a process of another node there, not on loopback here).
             base = urlsplit(p.health_url)._replace(path="", query="", fragment="").geturl()
-            versions[f"{p.role}{p.ordinal}"] = server_info_fetch(base_url=base)
+            here, why = deployment_url_from_here(deployment=deployment, role=p.role, url=base)
+            versions[f"{p.role}{p.ordinal}"] = (server_info_fetch(base_url=here) if here
+                                                else {"version": None, "error": why})
     versions["entry"] = server_info_fetch(base_url=deployment.entry_url)
     topology = deployment.recipe.topology
     return {
@@ -1175,12 +1185,22 @@ def _running_cap(snapshot: Mapping[str, Any] | None, topology: str) -> int | Non
 
 def _metrics_urls(deployment) -> list[str]:
     """Prometheus endpoints whose generation counters cover the run: decode servers for PD,
-    the single server otherwise (the router would double count). llama.cpp exposes none."""
+    the single server otherwise (the router would double count), where this worker reaches them
+    (:func:`deployments.services.deployment_url_from_here`). llama.cpp exposes none."""
+    from deployments.services import deployment_url_from_here
+
     if deployment.recipe.engine == "llamacpp":
         return []
     roles = ("decode",) if deployment.recipe.topology == "pd" else ("single",)
-    return [p.health_url.rsplit("/", 1)[0] + "/metrics"
-            for p in deployment.processes.filter(role__in=roles) if p.health_url]
+    urls = []
+    for p in deployment.processes.filter(role__in=roles):
+        if p.health_url:
+            # where this worker reaches the server (deployment_url_from_here), none when it cannot
+            here, _ = deployment_url_from_here(deployment=deployment, role=p.role,
+                                               url=p.health_url.rsplit("/", 1)[0] + "/metrics")
+            if here:
+                urls.append(here)
+    return urls
 
 
 def _point_label(point: Mapping[str, Any]) -> str:
@@ -2026,13 +2046,19 @@ def entry_health(*, deployment, attempts: int = 1) -> tuple[bool | None, str]:
     for its health: ``(True, detail)`` as soon as one of ``attempts`` checks (each at most
     :data:`ENTRY_HEALTH_TIMEOUT_S` s, :data:`ENTRY_HEALTH_GAP_S` s apart) answers HTTP 200,
     ``(False, detail of the last)`` when none does, ``(None, why)`` when the entry process has no
-    health URL recorded."""
+    health URL recorded or this worker has no URL for it. The URL is the one the node agent probes,
+    as this worker reaches it (:func:`deployments.services.deployment_url_from_here`)."""
     from deployments.models import ServerProcess
+    from deployments.services import deployment_url_from_here
 
-    row = (ServerProcess.objects.filter(deployment=deployment, role__in=("router", "single"))
-           .exclude(health_url="").order_by("ordinal").values_list("health_url", flat=True).first())
-    if not row:
+    entry = (ServerProcess.objects.filter(deployment=deployment, role__in=("router", "single"))
+             .exclude(health_url="").order_by("ordinal").values_list("role", "health_url").first())
+    if not entry:
         return None, "no health URL recorded for the entry process"
+    # the URL the agent probes on the node, as this worker reaches it (another node's, not loopback here)
+    row, why = deployment_url_from_here(deployment=deployment, role=entry[0], url=entry[1])
+    if not row:
+        return None, why
     detail = ""
     for attempt in range(max(1, attempts)):
         if attempt:

@@ -79,7 +79,9 @@ def test_it_renders_the_seed_sglang_pd_plan():
     assert (router.cpus, router.pin_method, router.gpu_ids) == ("", "none", [])
     assert (prefill.gpu_ids, decode.gpu_ids) == ([0, 1, 2, 3], [4, 5, 6, 7])
     assert (prefill.ports, decode.ports, router.ports) == ({"http": 30000, "bootstrap": 8998}, {"http": 30001}, {"http": 30080, "metrics": 30081})
-    assert plan.entry_url == "http://127.0.0.1:30080"
+    # clients reach the router (bound to 0.0.0.0 on seed-8gpu, not this host) at the node's address;
+    # the node agent probes it on the node, through loopback
+    assert plan.entry_url == "http://seed-8gpu:30080"
     assert [c["kind"] for c in router.readiness] == ["process_alive", "http", "router_workers", "generate"]
     assert router.readiness[2]["url"] == "http://127.0.0.1:30080/workers"
     assert router.readiness[2]["expect"] == {"prefill": 1, "decode": 1}

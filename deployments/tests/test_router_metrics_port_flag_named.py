@@ -129,4 +129,4 @@ def test_the_plan_pages_name_a_side_channel_port_in_words(settings):
                               node=seed_node_facts_example())
     prefill = next(p for p in plan.processes if p.role == "prefill")
     assert prefill.ports == {"http": 8100, "side_channel": 5600}   # the plan's key is unchanged
-    assert _process_view(prefill)["ports"] == [("http", 8100), ("side channel", 5600)]
+    assert _process_view(prefill, plan)["ports"] == [("http", 8100), ("side channel", 5600)]

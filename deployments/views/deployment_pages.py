@@ -222,7 +222,8 @@ def _server_process_view(process: ServerProcess, now: datetime, as_of: datetime 
 def _entry_url(deployment: Deployment, processes: list[ServerProcess]) -> str:
     """Where clients connect: the URL recorded at deploy time (the router for PD, the single
     server otherwise); for a row without one, the scheme and host:port of that process's
-    health URL; "" when neither is known."""
+    health URL as this host reaches it (:func:`deployments.services.deployment_url_from_here`:
+    another node's process there, not on this host's loopback); "" when neither is known."""
     if deployment.entry_url:
         return deployment.entry_url
     for role in (Role.ROUTER, Role.SINGLE):
@@ -230,7 +231,8 @@ def _entry_url(deployment: Deployment, processes: list[ServerProcess]) -> str:
             if p.role == role and p.health_url:
                 parts = urlsplit(p.health_url)
                 if parts.scheme and parts.netloc:
-                    return f"{parts.scheme}://{parts.netloc}"
+                    return services.deployment_url_from_here(deployment=deployment, role=p.role,
+                                                              url=f"{parts.scheme}://{parts.netloc}")[0]
     return ""
 
 
@@ -260,6 +262,8 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "waiting_reason": redact_text(services.deployment_waiting_reason(deployment=deployment, readable=True)),
         "reason": redact_text(deployment.reason),
         "entry_url": _entry_url(deployment, processes),
+        # why there is none from this host (another node that recorded no address), said in its place
+        "entry_url_problem": services.deployment_entry_url_problem(deployment),
         # ended without ever being ready: nothing ever answered there, so the URL is only the plan's
         "entry_never_served": terminal and deployment.ready_at is None,
         "created": _when(deployment.created_at, now),

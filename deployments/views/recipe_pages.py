@@ -127,10 +127,13 @@ def _django_errors(exc: DjangoValidationError) -> dict[str, list[str]]:
     return {"detail": list(exc.messages)}
 
 
-def _process_view(process: ProcessSpec) -> dict[str, Any]:
+def _process_view(process: ProcessSpec, plan: LaunchPlan) -> dict[str, Any]:
     """Flatten one launch-plan process for the template. ``argv`` is the plan's own list and
     ``argv_line`` its ``shlex.join``: the page shows exactly what would be executed, a stored
-    secret's value in a plain flag masked."""
+    secret's value in a plain flag masked. The health URL is as this host reaches it, with where
+    the node agent probes it when that differs (:meth:`deployments.launch.LaunchPlan.health_url_from_here`):
+    ``127.0.0.1`` of a process on another node is that node's loopback, not this host's."""
+    health_url, health_note = plan.health_url_from_here(process)
     # The plan already redacts; this second pass only guards against a token pasted into an
     # env value the plan did not know was secret.
     env = {k: redact_text(v) for k, v in process.env_redacted.items()}
@@ -157,25 +160,29 @@ def _process_view(process: ProcessSpec) -> dict[str, Any]:
         "env": sorted(env.items()),
         "secret_env": dict(process.secret_env),
         "wrapper": list(process.wrapper),
-        "health_url": process.health_url,
+        "health_url": health_url,
+        "health_note": health_note,
     }
 
 
 def _plan_view(plan: LaunchPlan) -> list[dict[str, Any]]:
-    return [_process_view(p) for p in plan.processes]
+    return [_process_view(p, plan) for p in plan.processes]
 
 
 def _plan_summary(plan: LaunchPlan) -> dict[str, Any]:
-    """Plan-wide facts shown above the process cards: the URL clients use, the served model
+    """Plan-wide facts shown above the process cards: the URL clients use (or why there is none), the served model
     name (a stored secret's value in it, from a spec saved before such values were refused, masked
     as every read of a name masks it), timeouts in seconds, restart policy and renderer warnings."""
     return {
         "entry_url": plan.entry_url,
+        # no URL from this host (another node without a recorded address): why, in its place
+        "entry_url_problem": plan.entry_url_problem,
         "served_model_name": recipe_name_shown(plan.served_model_name),
         "startup_timeout_s": plan.startup_timeout_s,
         "stop_grace_s": plan.stop_grace_s,
         "restart_policy": (plan.restart or {}).get("policy", ""),
-        "warnings": list(plan.warnings),
+        # the entry URL's problem is said where the URL would be
+        "warnings": [w for w in plan.warnings if w != plan.entry_url_problem],
     }
 
 

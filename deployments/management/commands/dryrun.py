@@ -77,7 +77,7 @@ class Command(CeilingCommand):
         renamed = f" (now {recipe.name_shown})" if shown_name != recipe.name_shown else ""
         out.write(f"recipe {shown_name} v{shown_version}{renamed}: engine {plan.engine}, topology {plan.topology}, "
                   f"node {plan.node}, model {plan.served_model_name}")
-        out.write(f"entry {plan.entry_url}; startup timeout {plan.startup_timeout_s} s; "
+        out.write(f"entry {plan.entry_url or 'none from this host (see the warnings)'}; startup timeout {plan.startup_timeout_s} s; "
                   f"stop grace {plan.stop_grace_s} s; restart {plan.restart['policy']}")
         for warning in plan.warnings:
             out.write(f"warning: {warning}")
@@ -93,4 +93,8 @@ class Command(CeilingCommand):
                       f"memory nodes {proc.mem_nodes or '-'}")
             out.write(f"  gpus: {','.join(str(g) for g in proc.gpu_ids) or '-'}")
             out.write(f"  ports: {', '.join(f'{k}={v}' for k, v in proc.ports.items())}")
-            out.write(f"  health: {proc.health_url}" + (f"; generate: {proc.generate_url}" if proc.generate_url else ""))
+            # as this host reaches them; the note says what the node agent probes on its node
+            health, note = plan.health_url_from_here(proc)
+            generate = plan.health_url_from_here(proc, proc.generate_url)[0]
+            out.write(f"  health: {health}" + (f"; generate: {generate}" if generate else "")
+                      + (f" ({note})" if note else ""))
