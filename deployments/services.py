@@ -39,7 +39,7 @@ from pathlib import Path
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, models, transaction
-from django.db.models import ProtectedError
+from django.db.models import Max, ProtectedError
 from django.utils import timezone
 
 from controlplane.errors import Conflict, InvalidInput, NotFound
@@ -1906,17 +1906,28 @@ def deployment_waiting_reason(*, deployment: Deployment, readable: bool = False)
 
 def deployment_as_last_seen(*, deployment: Deployment) -> datetime | None:
     """When the stored state of ``deployment`` (its status and its processes' rows) was last
-    confirmed: the node agent's last heartbeat while that agent is offline (no heartbeat within
-    ``CEILING_HEARTBEAT_TIMEOUT_S``, or shut down), for a deployment the agent had taken
-    (starting, ready, stopping). None when the state is live (the agent watches) or there is
-    nothing an agent observed (pending, ended). The rows are left as they are: the agent
-    adopts or judges its engines when it comes back."""
+    confirmed, while its node agent is offline (no heartbeat within ``CEILING_HEARTBEAT_TIMEOUT_S``,
+    or shut down), for a deployment the agent had taken (starting, ready, stopping): the latest of
+    the agent's last heartbeat, its clean shutdown (it watched until then) and the times it wrote
+    on this deployment and its processes (taken, ready, spawned, last probed). None when the state
+    is live (the agent watches) or there is nothing an agent observed (pending, ended). The rows
+    are left as they are: the agent adopts or judges its engines when it comes back.
+
+    The heartbeat alone is not that time: it is written every ``CEILING_AGENT_HEARTBEAT_S``, so
+    an agent that takes a deployment a second after its last heartbeat and then stops would
+    date the state before the deployment existed ("starting ... as of 10:09:20" for one created
+    at 10:09:21). It is never earlier than ``created_at`` either: the agent took the deployment
+    after it was created, whatever the agent's host clock says."""
     if deployment.status not in (DeploymentStatus.STARTING, DeploymentStatus.READY, DeploymentStatus.STOPPING):
         return None
     node = deployment.node
     if node.agent_online:
         return None
-    return node.agent_heartbeat_at or deployment.started_at or deployment.created_at
+    written = ServerProcess.objects.filter(deployment=deployment).aggregate(
+        probed=Max("last_probe_at"), spawned=Max("started_at"), ready=Max("ready_at"))
+    seen = [node.agent_heartbeat_at, node.agent_stopped_at if node.agent_stopped_cleanly else None,
+            deployment.started_at, deployment.ready_at, *written.values(), deployment.created_at]
+    return max(at for at in seen if at is not None)
 
 
 def deployment_live(*, deployment: Deployment) -> bool:

@@ -719,7 +719,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
                   "ended (pending included) while its node agent is offline or was never seen: status and "
                   "processes are then as the agent last saw them (`state_as_of`, `state_note`)")
     state_as_of = serializers.SerializerMethodField(
-        help_text="the agent's last heartbeat (UTC) while it is offline, else null")
+        help_text="while the node agent is offline, when it last confirmed the state (UTC): the latest of its last "
+                  "heartbeat, its clean shutdown and what it wrote on the deployment and its processes, never "
+                  "before the deployment was created; else null")
     state_note = serializers.SerializerMethodField(
         help_text='e.g. "as last seen by node agent local at 2026-12-05T01:49:30Z; not live: the agent '
                   'is offline", or "not live: node agent local is offline (never seen)"; null when live')

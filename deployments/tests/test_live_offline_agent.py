@@ -78,6 +78,7 @@ def test_the_schema_says_live_is_about_the_state_shown_not_about_running():
 def test_a_ready_deployment_of_an_offline_agent_says_its_page_is_not_updating(operator):
     deployment = _deployment(DeploymentStatus.READY, heartbeat_age_s=300)
     Deployment.objects.filter(pk=deployment.pk).update(entry_url="http://127.0.0.1:30000",
+                                                       created_at=timezone.now() - dt.timedelta(seconds=410),
                                                        started_at=timezone.now() - dt.timedelta(seconds=400),
                                                        ready_at=timezone.now() - dt.timedelta(seconds=390))
     seen = Node.objects.get(name="gpu-a").agent_heartbeat_at

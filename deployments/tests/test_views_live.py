@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from benchmarks.models import BenchmarkSweep
 from deployments.choices import DeploymentStatus, ProcessStatus, Role
-from deployments.models import Node, ServerProcess
+from deployments.models import Deployment, Node, ServerProcess
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create, seed_node_create
 
 POLL = 'hx-trigger="every 2s"'
@@ -78,6 +78,10 @@ def test_it_shows_every_node_and_running_deployment_on_the_wall(viewer_client, g
 def test_it_shows_a_deployment_of_an_offline_agent_on_the_wall_as_last_seen(viewer_client, gpu_node, pd_deployment, name):
     seen = (timezone.now() - timedelta(minutes=5)).replace(microsecond=0)
     Node.objects.filter(pk=gpu_node.pk).update(agent_heartbeat_at=seen)  # stale: the agent is offline
+    # created, taken and last probed before that last heartbeat, as an agent that went away then left it
+    before = seen - timedelta(minutes=1)
+    Deployment.objects.filter(pk=pd_deployment.pk).update(created_at=before)
+    ServerProcess.objects.filter(deployment=pd_deployment).update(started_at=before, last_probe_at=before)
     pending = deployment_row_create(recipe=recipe_row_create(node=gpu_node, name="later"), status=DeploymentStatus.PENDING)
     html = viewer_client.get(reverse(name)).content.decode()
     tile = html[html.index(f'data-group="deployment-{pd_deployment.pk}"'):].split("</article>")[0]
@@ -97,6 +101,7 @@ def test_it_shows_a_deployment_of_an_offline_agent_on_the_wall_as_last_seen(view
             f'{seen:%Y-%m-%d %H:%M:%S} UTC)</p>') in waiting
 
     Node.objects.filter(pk=gpu_node.pk).update(agent_heartbeat_at=timezone.now())  # back online
+    ServerProcess.objects.filter(deployment=pd_deployment).update(last_probe_at=timezone.now())  # and probing
     html = viewer_client.get(reverse(name)).content.decode()
     tile = html[html.index(f'data-group="deployment-{pd_deployment.pk}"'):].split("</article>")[0]
     assert "data-as-last-seen" not in tile and "wall-as-last-seen" not in tile and "agent offline" not in tile

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from controlplane.tests.browser.conftest import in_thread
 from deployments.choices import DeploymentStatus, ProcessStatus, Role
-from deployments.models import Node, Recipe, ServerProcess
+from deployments.models import Deployment, Node, Recipe, ServerProcess
 from deployments.tests.factories import cpu_node_create, deployment_row_create, recipe_row_create, seed_node_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(120)]
@@ -358,6 +358,8 @@ def test_a_deployment_tile_says_as_last_seen_while_its_agent_is_offline(live_ser
     assert page.locator(f'.deployment-tile[data-deployment="{single}"] .wall-as-last-seen').count() == 0
 
     seen = (timezone.now() - timedelta(minutes=20)).replace(microsecond=0)
+    # created before that last heartbeat, as a deployment the agent took and then left
+    in_thread(lambda: Deployment.objects.filter(pk=single).update(created_at=seen - timedelta(minutes=1)))
     _agent_heartbeat(seen)
     page.wait_for_function("s => document.querySelector(s).textContent === 'ready (as last seen)'", arg=status,
                            timeout=20_000, polling=200)
