@@ -41,19 +41,22 @@ Rules, with where they come from:
 
 * GPU engines (sglang, vllm): every worker role needs GPUs that exist on the node, no GPU in
   two roles, and exactly the count its parallelism implies (tp × dp; SGLang with
-  ``enable-dp-attention``: tp). ``tp`` defaults to ``len(gpus) // dp``. llama.cpp and sim take
-  no GPUs and run with tp = dp = ep = 1.
+  ``enable-dp-attention``: tp). ``tp`` defaults to ``len(gpus) // dp`` (not stored when left
+  out, so it follows ``gpus``: :func:`spec_as_stored`). llama.cpp and sim take no GPUs and run
+  with tp = dp = ep = 1.
 * Ports are 1024-65535 (no privileged ports) and unique across all roles, including bootstrap,
   side-channel (a block of tp × dp ports, see :mod:`deployments.engines.vllm`) and
   port-typed flags. Defaults are the engine's own (SGLang 30000/8998, vLLM 8000); a PD router
   without ``prometheus-port`` gets the first port above its own that the recipe leaves free
-  (:func:`_router_metrics_port_fill`). Ports inside the ephemeral range are allowed with a plan
+  (:func:`_router_metrics_port_fill`; not stored when left out, so it follows the router's
+  port). Ports inside the ephemeral range are allowed with a plan
   warning (:func:`ephemeral_port_warnings`).
 * ``numa_node`` must exist; ``cpus`` is kernel cpulist syntax (ids 0-:data:`CPU_ID_MAX`) of
   CPUs that exist and, when ``numa_node`` is also given, lie in that node. Only null or a
   missing key leaves a role unpinned: ``""`` (or blanks, or ``[]``) is refused (:data:`CPUS_EMPTY_MESSAGE`), as is an
   empty ``membind``. ``membind`` defaults to ``numa`` (bind memory
-  to ``numa_node``) when a node is given, ``local`` when only CPUs are, else ``none``.
+  to ``numa_node``) when a node is given, ``local`` when only CPUs are, else ``none`` (not
+  stored when left out, so it follows ``numa_node`` and ``cpus``).
 * A worker's GPUs must sit on the NUMA node it is bound to (``numa_node``, else the nodes of
   its ``cpus``, else a ``membind`` list), as discovery reports them (GPUs of unknown NUMA node
   are not checked); ``allow_cross_numa: true`` turns the error into a plan warning
@@ -609,18 +612,60 @@ def served_name_default(model: Any) -> str:
     return ""
 
 
+def _given(container: Any, key: str) -> bool:
+    """Whether the spec as sent gives ``key`` in ``container`` (present and not null: a null
+    or a missing key takes the default alike)."""
+    return isinstance(container, dict) and container.get(key) is not None
+
+
+def _flag_given(flags: Any, name: str) -> bool:
+    """Whether ``flags`` as sent give flag ``name``, spelled with or without leading dashes."""
+    return isinstance(flags, dict) and any(isinstance(raw, str) and raw.lstrip("-") == name and value is not None
+                                           for raw, value in flags.items())
+
+
 def spec_as_stored(normalised: dict, given: Any) -> dict:
     """The spec a recipe stores: ``normalised`` (:func:`recipe_validate`'s result for ``given``,
-    the spec as sent) without ``served_model_name`` where ``given`` has none (left out or null).
+    the spec as sent) without each default derived from another field that ``given`` leaves out
+    (or sets to null). The derived defaults, by path, and what each is computed from:
 
-    Every other default is stored filled in, but the served model name's default is the model's
-    own name (:func:`served_name_default`): stored, it would stay the old model's name after the
-    model changes (``--served-model-name a/b`` for a recipe now serving ``/models/x``). Left out,
-    it is filled again at every validation (the dry-run, a deploy's ``spec_snapshot``), so it
-    follows the model; one the recipe gives is kept as given."""
-    if isinstance(given, dict) and given.get("served_model_name") is not None:
-        return normalised
-    return {key: value for key, value in normalised.items() if key != "served_model_name"}
+    * ``served_model_name``: ``model``, its name or the path's last segment (:func:`served_name_default`);
+    * ``roles.<worker>.tp``: the role's ``gpus`` and ``dp``, ``len(gpus) // dp``;
+    * ``roles.<role>.membind`` (the router's too): the role's ``numa_node`` and ``cpus``,
+      ``numa``, ``local`` or ``none``;
+    * ``roles.router.flags.prometheus-port``: the router's ``port`` and the recipe's other ports
+      (:func:`_router_metrics_port_fill`).
+
+    Stored, each would stay what the old field gave after that field changes
+    (``--served-model-name a/b`` for a recipe now serving ``/models/x``; ``tp`` 2 refused beside
+    ``gpus`` grown to four; a metrics port one above the router's old port; ``membind`` ``none``
+    for a role bound to a NUMA node since). Left out, each is filled again at every validation
+    (the dry-run, a deploy's ``spec_snapshot``), so it follows its field; a value the recipe gives
+    is kept as given. Every other default is a constant and is stored filled in. Migrations 0011
+    and 0012 took such stored defaults out of the recipes saved before."""
+    stored = {key: value for key, value in normalised.items()
+              if key != "served_model_name" or _given(given, "served_model_name")}
+    given_roles = given.get("roles") if isinstance(given, dict) else None
+    roles = stored.get("roles")
+    if not isinstance(roles, dict):
+        return stored
+    stored["roles"] = {}
+    for name, role in roles.items():
+        given_role = given_roles.get(name) if isinstance(given_roles, dict) else None
+        if not isinstance(role, dict):
+            stored["roles"][name] = role
+            continue
+        role = dict(role)
+        if name != "router" and not _given(given_role, "tp"):
+            role.pop("tp", None)
+        if not _given(given_role, "membind"):
+            role.pop("membind", None)
+        if name == "router" and isinstance(role.get("flags"), dict) and "prometheus-port" in role["flags"] \
+                and not _flag_given(given_role.get("flags") if isinstance(given_role, dict) else None,
+                                    "prometheus-port"):
+            role["flags"] = {flag: value for flag, value in role["flags"].items() if flag != "prometheus-port"}
+        stored["roles"][name] = role
+    return stored
 
 
 def _served_name_check(errs: _Errors, served: Any, model: dict) -> str:

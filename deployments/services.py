@@ -666,9 +666,10 @@ def recipe_create(
 
     ``spec`` is validated (and normalised) by :func:`deployments.recipes.recipe_validate`
     against ``node``'s facts and the stored secret names, and stored with its defaults filled in
-    but for a ``served_model_name`` it leaves out (:func:`deployments.recipes.spec_as_stored`: that
-    one follows the model). The history row records ``user`` and ``change_reason`` (default
-    ``"Created"``).
+    but for those derived from another field that it leaves out (the served model name, a
+    worker's ``tp``, a role's ``membind``, the router's ``prometheus-port``:
+    :func:`deployments.recipes.spec_as_stored`), which follow their field when it changes. The
+    history row records ``user`` and ``change_reason`` (default ``"Created"``).
 
     Raises :class:`InvalidInput` (keys ``name``, ``engine``, ``topology``, ``node``, ``spec.…``)
     when anything is invalid or the name is taken.
@@ -706,8 +707,9 @@ def recipe_update(
     and other values replace. ``spec`` itself replaces the stored spec whole.
 
     The merged content is validated as a whole (a new ``node`` re-checks the spec against
-    that node's GPUs and NUMA nodes) and stored as :func:`recipe_create` stores it: a
-    ``served_model_name`` the spec does not give is not stored, so it keeps following the model.
+    that node's GPUs and NUMA nodes) and stored as :func:`recipe_create` stores it: a derived
+    default the merged spec does not give (``served_model_name``, a worker's ``tp``, a role's
+    ``membind``, the router's ``prometheus-port``) is not stored, so it keeps following its field.
     A patch that gives one of the model's ``path`` and ``name`` while the stored spec has the other
     is refused saying that the stored one is merged in and how to clear it
     (:func:`spec_patch_errors_noted`). The row is locked for the read-modify-write, so

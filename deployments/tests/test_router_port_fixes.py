@@ -114,6 +114,12 @@ def _pd_recipe(node: Node, user: Any, name: str) -> Recipe:
     return services.recipe_create(user=user, name=name, engine="sim", topology="pd", node=node, spec=spec)
 
 
+def _validated(recipe: Recipe) -> dict:
+    """``recipe``'s spec as every validation fills it (what a deploy runs)."""
+    return services.recipe_spec_validate(engine=recipe.engine, topology=recipe.topology, spec=recipe.spec,
+                                         node=recipe.node)
+
+
 def _router_row(deployment) -> ServerProcess:
     return ServerProcess.objects.get(deployment=deployment, role="router")
 
@@ -126,7 +132,8 @@ def test_two_pd_deployments_without_prometheus_port_run_side_by_side(agents, dep
     first_recipe = _pd_recipe(node, deployer, "pd-one")
     second_recipe = _pd_recipe(node, deployer, "pd-two")
     for recipe in (first_recipe, second_recipe):
-        router = recipe.spec["roles"]["router"]
+        assert "prometheus-port" not in recipe.spec["roles"]["router"]["flags"]   # derived: not stored
+        router = _validated(recipe)["roles"]["router"]
         assert router["flags"]["prometheus-port"] == router["port"] + 1
 
     first = wait_status(services.deployment_create(recipe=first_recipe, user=deployer), "ready", timeout_s=90)
@@ -135,7 +142,7 @@ def test_two_pd_deployments_without_prometheus_port_run_side_by_side(agents, dep
     metrics_ports = []
     for deployment, recipe in ((first, first_recipe), (second, second_recipe)):
         row = _router_row(deployment)
-        expected = recipe.spec["roles"]["router"]["flags"]["prometheus-port"]
+        expected = _validated(recipe)["roles"]["router"]["flags"]["prometheus-port"]
         assert row.ports == {"http": recipe.spec["roles"]["router"]["port"], "metrics": expected}
         # The real router serves its exposition on that port, and not on sglang-router's default.
         answer = httpx.get(f"http://127.0.0.1:{expected}/metrics", timeout=5)
