@@ -173,7 +173,11 @@ def test_it_cancels_between_points_and_a_second_run_does_nothing(sim_url: str, o
     thread.join(60)
     assert result["status"] == SweepStatus.CANCELLED
     sweep.refresh_from_db()
-    assert sweep.reason == "cancelled by oscar-operator" and sweep.cancel_requested
+    # The cancel lands in whichever phase the first point is in by then; the reason names a phase
+    # before the measured one (a busy host can still be building the prompts).
+    assert sweep.reason in ("cancelled by oscar-operator", "cancelled by oscar-operator while preparing prompts",
+                            "cancelled by oscar-operator while warming up"), sweep.reason
+    assert sweep.cancel_requested
     assert sweep.runs.count() == 1 and sweep.runs.get().status == RunStatus.CANCELLED
     # a second delivery of the task finds a terminal row and leaves it alone
     assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.CANCELLED
