@@ -51,3 +51,11 @@ def operator_client(operator) -> Client:
     client = Client()
     client.force_login(operator)
     return client
+
+
+@pytest.fixture
+def local_node(db):
+    """A CPU node named ``local``, as this host's node is named."""
+    from deployments.tests.factories import cpu_node_create
+
+    return cpu_node_create(name="local")

@@ -52,6 +52,20 @@ def cpu_node_create(*, name: str = "cpu-box") -> Node:
     return node
 
 
+#: A valid single-server sim spec with an explicit served_model_name, for form and admin tests.
+SIM_TINY_SPEC = {"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
+                 "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31234}}, "sim": {"profile": "demo-fast"}}
+
+
+def signed_in_client(user):
+    """A page client (django.test.Client) signed in as ``user``."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 def recipe_row_create(*, node: Node, name: str = "stored-recipe", spec: dict | None = None, **extra) -> Recipe:
     """A recipe row written straight to the database (no validation, no service), for tests
     that only read or that check refusals before any validation happens."""

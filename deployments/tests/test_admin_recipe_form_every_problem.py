@@ -8,33 +8,20 @@ import json
 import re
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from deployments.models import Recipe
-from deployments.tests.factories import cpu_node_create
+from deployments.tests.factories import SIM_TINY_SPEC, signed_in_client
 
 pytestmark = pytest.mark.django_db
 
-SPEC = {"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
-        "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31234}}, "sim": {"profile": "demo-fast"}}
+SPEC = SIM_TINY_SPEC
 LONG = "d" * 4100
 
 
-def _client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 @pytest.fixture
-def node(db):
-    return cpu_node_create(name="local")
-
-
-@pytest.fixture
-def recipe(node) -> Recipe:
-    return Recipe.objects.create(name="t1a", description="first", engine="sim", topology="single", node=node,
+def recipe(local_node) -> Recipe:
+    return Recipe.objects.create(name="t1a", description="first", engine="sim", topology="single", node=local_node,
                                  spec=SPEC, version=1)
 
 
@@ -59,7 +46,7 @@ def _unchanged(recipe: Recipe) -> None:
 def test_a_description_over_the_limit_comes_back_on_the_form_with_no_success(admin_user, recipe):
     admin_user.is_staff = True
     admin_user.save(update_fields=["is_staff"])
-    response = _client(admin_user).post(reverse("admin:deployments_recipe_change", args=[recipe.pk]),
+    response = signed_in_client(admin_user).post(reverse("admin:deployments_recipe_change", args=[recipe.pk]),
                                         _post(recipe, description=LONG, spec=SPEC), follow=True)
     assert response.redirect_chain == []
     assert response.status_code == 200
@@ -75,7 +62,7 @@ def test_a_long_description_and_a_bad_spec_value_are_both_named(admin_user, reci
     admin_user.is_staff = True
     admin_user.save(update_fields=["is_staff"])
     spec = dict(SPEC, stop_grace_s="abc")
-    response = _client(admin_user).post(reverse("admin:deployments_recipe_change", args=[recipe.pk]),
+    response = signed_in_client(admin_user).post(reverse("admin:deployments_recipe_change", args=[recipe.pk]),
                                         _post(recipe, description=LONG, spec=spec))
     assert response.status_code == 200
     page = html_lib.unescape(response.content.decode())
@@ -91,7 +78,7 @@ def test_a_long_description_beside_a_number_that_is_not_finite_is_named_too(admi
     admin_user.is_staff = True
     admin_user.save(update_fields=["is_staff"])
     spec_text = json.dumps(SPEC)[:-1] + ', "stop_grace_s": 1e400, "startup_timeout_s": "x"}'
-    response = _client(admin_user).post(reverse("admin:deployments_recipe_change", args=[recipe.pk]),
+    response = signed_in_client(admin_user).post(reverse("admin:deployments_recipe_change", args=[recipe.pk]),
                                         _post(recipe, description=LONG, spec=spec_text))
     assert response.status_code == 200
     page = html_lib.unescape(response.content.decode())

@@ -9,24 +9,18 @@ import json
 import re
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from deployments.forms import spec_pretty
 from deployments.models import Recipe
-from deployments.tests.factories import STORED_BEFORE_VALUE, cpu_node_create, recipe_stored_before_create
+from deployments.tests.factories import (
+    SIM_TINY_SPEC, STORED_BEFORE_VALUE, cpu_node_create, recipe_stored_before_create, signed_in_client,
+)
 
 pytestmark = pytest.mark.django_db
 
-SPEC = {"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
-        "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31234}}, "sim": {"profile": "demo-fast"}}
+SPEC = SIM_TINY_SPEC
 HF_TOKEN = "hf_abcdefghijklmnopqrstuvwxyz0123"
-
-
-def _client(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _shown(page: str) -> dict[str, str]:
@@ -38,7 +32,7 @@ def _shown(page: str) -> dict[str, str]:
 def test_a_viewer_reads_a_recipe_s_change_page_and_cannot_send_it(viewer, db):
     recipe = Recipe.objects.create(name="t1a", description="first", engine="sim", topology="single",
                                    node=cpu_node_create(name="local"), spec=SPEC, version=1)
-    client = _client(viewer)
+    client = signed_in_client(viewer)
     url = reverse("admin:deployments_recipe_change", args=[recipe.pk])
     response = client.get(url)
     assert response.status_code == 200
@@ -61,7 +55,7 @@ def test_a_viewer_reads_a_recipe_s_change_page_and_cannot_send_it(viewer, db):
 def test_a_viewer_s_page_masks_what_the_edit_form_masks(viewer, admin_api):
     recipe = recipe_stored_before_create(admin_api)
     Recipe.objects.filter(pk=recipe.pk).update(description=f"pass {STORED_BEFORE_VALUE}, hub {HF_TOKEN}")
-    response = _client(viewer).get(reverse("admin:deployments_recipe_change", args=[recipe.pk]))
+    response = signed_in_client(viewer).get(reverse("admin:deployments_recipe_change", args=[recipe.pk]))
     assert response.status_code == 200
     page = html_lib.unescape(response.content.decode())
     assert STORED_BEFORE_VALUE not in page and HF_TOKEN not in page

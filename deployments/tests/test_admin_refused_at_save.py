@@ -13,37 +13,23 @@ import re
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.test import Client
 from django.urls import reverse
 
 from deployments import services
 from deployments.forms import RecipeAdminForm, SecretAdminForm
 from deployments.models import Recipe, Secret
-from deployments.tests.factories import cpu_node_create
+from deployments.tests.factories import SIM_TINY_SPEC
 
 pytestmark = pytest.mark.django_db
 
-SPEC = {"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
-        "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31234}}, "sim": {"profile": "demo-fast"}}
+SPEC = SIM_TINY_SPEC
 VALUE = "hf_AdminRaceSecretValue0123456789"
 
 
 @pytest.fixture
-def signed_in(admin_user) -> Client:
-    client = Client()
-    client.force_login(admin_user)
-    return client
-
-
-@pytest.fixture
-def node(db):
-    return cpu_node_create(name="local")
-
-
-@pytest.fixture
-def recipe(node, operator) -> Recipe:
+def recipe(local_node, operator) -> Recipe:
     return services.recipe_create(user=operator, name="t1a", description="first", engine="sim", topology="single",
-                                  node=node, spec=SPEC)
+                                  node=local_node, spec=SPEC)
 
 
 @pytest.fixture
@@ -76,9 +62,9 @@ def _textarea(page: str, name: str) -> str:
     return html_lib.unescape(match.group(1)).strip("\r\n")
 
 
-def test_an_edit_refused_only_at_save_says_not_saved_and_nothing_else(signed_in, recipe, recipe_edited_meanwhile):
+def test_an_edit_refused_only_at_save_says_not_saved_and_nothing_else(admin_client, recipe, recipe_edited_meanwhile):
     url = reverse("admin:deployments_recipe_change", args=[recipe.pk])
-    response = signed_in.post(url, {"name": "t1a", "description": "mine", "engine": "sim", "topology": "single",
+    response = admin_client.post(url, {"name": "t1a", "description": "mine", "engine": "sim", "topology": "single",
                                  "node": recipe.node_id, "spec": json.dumps(SPEC), "expected_version": 1},
                            follow=True)
     assert response.redirect_chain == [(url, 302)]
@@ -93,10 +79,11 @@ def test_an_edit_refused_only_at_save_says_not_saved_and_nothing_else(signed_in,
     assert not LogEntry.objects.exists()
 
 
-def test_a_new_recipe_refused_only_at_save_says_not_saved_and_nothing_else(signed_in, node, recipe_edited_meanwhile):
+def test_a_new_recipe_refused_only_at_save_says_not_saved_and_nothing_else(admin_client, local_node,
+                                                                          recipe_edited_meanwhile):
     url = reverse("admin:deployments_recipe_add")
-    response = signed_in.post(url, {"name": "fresh", "description": "mine", "engine": "sim", "topology": "single",
-                                 "node": node.pk, "spec": json.dumps(SPEC)}, follow=True)
+    response = admin_client.post(url, {"name": "fresh", "description": "mine", "engine": "sim", "topology": "single",
+                                 "node": local_node.pk, "spec": json.dumps(SPEC)}, follow=True)
     assert response.redirect_chain == [(url, 302)]
     assert _messages(response) == ["Not saved: name: A recipe named 'fresh' already exists."]
     assert "successfully" not in response.content.decode()
@@ -104,12 +91,12 @@ def test_a_new_recipe_refused_only_at_save_says_not_saved_and_nothing_else(signe
     assert not LogEntry.objects.exists()
 
 
-def test_a_revert_refused_only_at_save_says_not_saved_and_nothing_else(signed_in, recipe, operator,
+def test_a_revert_refused_only_at_save_says_not_saved_and_nothing_else(admin_client, recipe, operator,
                                                                        recipe_edited_meanwhile):
     services.recipe_update(recipe=recipe, user=operator, description="second")
     first = recipe.history.get(version=1)
     url = reverse("admin:deployments_recipe_simple_history", args=[recipe.pk, first.history_id])
-    response = signed_in.post(url, {"expected_version": 2}, follow=True)
+    response = admin_client.post(url, {"expected_version": 2}, follow=True)
     assert response.redirect_chain == [(url, 302)]
     assert _messages(response) == [
         "Not saved: Recipe 't1a' is at version 3, not 2; reload it and apply the change again."]
@@ -119,7 +106,7 @@ def test_a_revert_refused_only_at_save_says_not_saved_and_nothing_else(signed_in
     assert not LogEntry.objects.exists()
 
 
-def test_a_new_secret_refused_only_at_save_says_not_saved_and_nothing_else(signed_in, monkeypatch, admin_user):
+def test_a_new_secret_refused_only_at_save_says_not_saved_and_nothing_else(admin_client, monkeypatch, admin_user):
     real_post_clean = SecretAdminForm._post_clean
 
     def checked_then_taken(form):
@@ -130,7 +117,7 @@ def test_a_new_secret_refused_only_at_save_says_not_saved_and_nothing_else(signe
 
     monkeypatch.setattr(SecretAdminForm, "_post_clean", checked_then_taken)
     url = reverse("admin:deployments_secret_add")
-    response = signed_in.post(url, {"name": "hf-token", "description": "mine", "value": VALUE}, follow=True)
+    response = admin_client.post(url, {"name": "hf-token", "description": "mine", "value": VALUE}, follow=True)
     assert response.redirect_chain == [(url, 302)]
     assert _messages(response) == ["Not saved: name: A secret named 'hf-token' already exists."]
     assert "successfully" not in response.content.decode()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import html as html_lib
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from deployments.models import Secret
@@ -16,13 +15,6 @@ pytestmark = pytest.mark.django_db
 
 REFUSAL = ("Secret 'hf-token' is used by recipe(s): uses-token. Remove it from their spec.secrets (each edit is a "
            "new version), then delete it.")
-
-
-@pytest.fixture
-def signed_in(admin_user) -> Client:
-    client = Client()
-    client.force_login(admin_user)
-    return client
 
 
 @pytest.fixture
@@ -38,20 +30,20 @@ def _messages(response) -> list[str]:
     return [str(m) for m in response.context["messages"]]
 
 
-def test_the_delete_page_lists_the_recipes_and_refuses(signed_in, secret):
+def test_the_delete_page_lists_the_recipes_and_refuses(admin_client, secret):
     url = reverse("admin:deployments_secret_delete", args=[secret.pk])
-    page = html_lib.unescape(signed_in.get(url).content.decode())
+    page = html_lib.unescape(admin_client.get(url).content.decode())
     assert "Cannot delete secret" in page and REFUSAL in page
-    response = signed_in.post(url, {"post": "yes"}, follow=True)
+    response = admin_client.post(url, {"post": "yes"}, follow=True)
     assert response.status_code == 200 and response.redirect_chain == []
     assert REFUSAL in html_lib.unescape(response.content.decode())
     assert _messages(response) == []
     assert Secret.objects.filter(pk=secret.pk).exists()
 
 
-def test_the_list_s_delete_action_refuses_too(signed_in, secret):
+def test_the_list_s_delete_action_refuses_too(admin_client, secret):
     other = secret_row_create(name="unused", value="hf_unusedValue0123456789abcdefgh")
-    response = signed_in.post(reverse("admin:deployments_secret_changelist"),
+    response = admin_client.post(reverse("admin:deployments_secret_changelist"),
                               {"action": "delete_selected", "_selected_action": [secret.pk, other.pk], "post": "yes"},
                               follow=True)
     assert REFUSAL in html_lib.unescape(response.content.decode())
@@ -65,9 +57,9 @@ def test_the_api_refuses_in_the_same_words(admin_api, secret):
     assert response.json()["detail"] == REFUSAL
 
 
-def test_a_secret_no_recipe_references_is_deleted(signed_in, db):
+def test_a_secret_no_recipe_references_is_deleted(admin_client, db):
     secret = secret_row_create(name="unused")
-    response = signed_in.post(reverse("admin:deployments_secret_delete", args=[secret.pk]), {"post": "yes"},
+    response = admin_client.post(reverse("admin:deployments_secret_delete", args=[secret.pk]), {"post": "yes"},
                               follow=True)
     assert _messages(response) == ["The secret “unused” was deleted successfully."]
     assert not Secret.objects.filter(pk=secret.pk).exists()

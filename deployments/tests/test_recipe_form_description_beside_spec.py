@@ -9,7 +9,7 @@ import re
 import pytest
 
 from deployments.models import Recipe
-from deployments.tests.factories import cpu_node_create
+
 
 pytestmark = pytest.mark.django_db
 
@@ -25,13 +25,8 @@ REFUSED_SPECS = {
 
 
 @pytest.fixture
-def node(db):
-    return cpu_node_create(name="local")
-
-
-@pytest.fixture
-def recipe(node) -> Recipe:
-    return Recipe.objects.create(name="kept", description="first", engine="sim", topology="single", node=node,
+def recipe(local_node) -> Recipe:
+    return Recipe.objects.create(name="kept", description="first", engine="sim", topology="single", node=local_node,
                                  spec={"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
                                        "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31234}},
                                        "sim": {"profile": "demo-fast"}}, version=1)
@@ -73,9 +68,9 @@ def test_the_api_names_both_as_the_page_does(operator_api, recipe):
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED_SPECS))
-def test_the_new_recipe_page_names_the_description_beside_a_refused_spec(operator_client, node, case):
+def test_the_new_recipe_page_names_the_description_beside_a_refused_spec(operator_client, local_node, case):
     spec_text, spec_error = REFUSED_SPECS[case]
-    response = operator_client.post("/recipes/new/", dict(_sent(node, spec_text), name="fresh"))
+    response = operator_client.post("/recipes/new/", dict(_sent(local_node, spec_text), name="fresh"))
     assert response.status_code == 400
     page = response.content.decode()
     shown = html_lib.unescape(page)
