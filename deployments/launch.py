@@ -456,6 +456,12 @@ def launch_plan_render(
     entry_host, entry_problem = client_host(entry_role["host"], node_name=node.name, address=node.hostname)
     if entry_problem:
         warnings.append(entry_problem)
+    elif node.name != settings.CEILING_NODE_NAME and _is_loopback(entry_role["host"]):
+        # Used as given (the docs say so), but loopback there is not this host: said before a deploy.
+        warnings.append(f"the entry URL http://{entry_host}:{entry_role['port']} is loopback on node "
+                        f"{json_spelled(node.name)}: it answers only there, so clients on this host, a sweep "
+                        f"included, cannot reach it; bind the {'router' if topology == 'pd' else 'single'} role's "
+                        "host to 0.0.0.0 or to the node's own address")
     return LaunchPlan(
         engine=engine,
         topology=topology,

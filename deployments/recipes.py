@@ -901,7 +901,8 @@ def _parallel_check(errs: _Errors, adapter: EngineAdapter, path: str, role: dict
     expected, rule = adapter.expected_gpu_count(role)
     have = len(role["gpus"])
     if have and have != expected:
-        errs.add(f"{path}.tp", f"{rule} GPUs expected, but {path}.gpus lists {have} ({_ids(role['gpus'])})")
+        errs.add(f"{path}.tp", f"{rule} GPUs expected, but {path}.gpus lists {have} ({_ids(role['gpus'])}): "
+                               "give a tp that fits, or leave tp out (\"tp\": null in a PATCH) to have it follow gpus")
     for key, message in adapter.parallel_problems(role).items():
         errs.add(f"{path}.{key}", message)
 

@@ -123,7 +123,7 @@ def test_a_tp_the_recipe_gives_is_kept_and_judged_against_new_gpus(operator_api)
 
     assert refused.status_code == 400
     assert refused.json()["spec.roles.single.tp"] == [
-        "tp × dp = 2 × 1 = 2 GPUs expected, but spec.roles.single.gpus lists 4 (0,1,2,3)"]
+        "tp × dp = 2 × 1 = 2 GPUs expected, but spec.roles.single.gpus lists 4 (0,1,2,3): give a tp that fits, or leave tp out (\"tp\": null in a PATCH) to have it follow gpus"]
     # null takes it out: the default applies and follows the gpus
     _patched(operator_api, created["id"], {"roles": {"single": {"gpus": [0, 1, 2, 3], "tp": None}}})
     assert _arg(_process(operator_api, created["id"], "single")["argv"], "--tp-size") == "4"

@@ -161,3 +161,28 @@ def test_a_loopback_bound_process_of_another_node_is_said_to_answer_there_only(o
             "on node seed-8gpu only, where its node agent probes it)</span>") in page
     assert ("http://seed-8gpu:30080/health <span class=\"muted small health-note\">(its node agent probes "
             "http://127.0.0.1:30080/health on node seed-8gpu)</span>") in page
+
+
+def test_an_entry_role_bound_to_loopback_on_another_node_is_warned_before_a_deploy(operator_client, operator):
+    example = example_recipe("seed-v4-flash-tp4")
+    spec = dict(example["spec"], roles={"single": dict(example["spec"]["roles"]["single"], host="127.0.0.1")})
+    recipe = services.recipe_create(user=operator, name="tp4-loopback", engine="sglang", topology="single",
+                                    node=seed_node_create(), spec=spec)
+
+    page = _page(operator_client, recipe)
+
+    warning = ("the entry URL http://127.0.0.1:30000 is loopback on node 'seed-8gpu': it answers only there, so "
+               "clients on this host, a sweep included, cannot reach it; bind the single role's host to 0.0.0.0 or "
+               "to the node's own address")
+    assert warning in page
+    assert '<dt>Clients connect to</dt><dd class="mono">http://127.0.0.1:30000</dd>' in page   # used as given
+
+
+def test_this_hosts_own_loopback_entry_gets_no_such_warning(operator_client, operator, settings):
+    settings.CEILING_NODE_NAME = "seed-8gpu"   # the recipe's node is this host's
+    example = example_recipe("seed-v4-flash-tp4")
+    spec = dict(example["spec"], roles={"single": dict(example["spec"]["roles"]["single"], host="127.0.0.1")})
+    recipe = services.recipe_create(user=operator, name="tp4-here", engine="sglang", topology="single",
+                                    node=seed_node_create(), spec=spec)
+
+    assert "is loopback on node" not in _page(operator_client, recipe)

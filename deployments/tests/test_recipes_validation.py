@@ -137,7 +137,7 @@ def test_it_rejects_tp_not_matching_the_gpu_count():
     spec["roles"]["prefill"]["tp"] = 2
     errs = errors_of(spec)
     assert errs == {"spec.roles.prefill.tp": [
-        "tp × dp = 2 × 1 = 2 GPUs expected, but spec.roles.prefill.gpus lists 4 (0,1,2,3)"]}
+        "tp × dp = 2 × 1 = 2 GPUs expected, but spec.roles.prefill.gpus lists 4 (0,1,2,3): give a tp that fits, or leave tp out (\"tp\": null in a PATCH) to have it follow gpus"]}
 
 
 def test_it_counts_gpus_as_tp_with_sglang_dp_attention():
