@@ -19,6 +19,13 @@ from deployments.tests.factories import cpu_node_create
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("model_roots")]
 
 
+@pytest.fixture(autouse=True)
+def cpu_box_is_this_host(settings):
+    """The node the recipes are on (``cpu-box``) is this host, as local-sim-pd's is: its routers bind
+    127.0.0.1, which on another node would add the plan's loopback warning to those compared here."""
+    settings.CEILING_NODE_NAME = "cpu-box"
+
+
 @pytest.fixture
 def source(operator, django_capture_on_commit_callbacks) -> Recipe:
     """``local-sim-pd`` (ports 31000, 31001, 31080, 31081 and 31998; CPUs 0 and 1) on a CPU node,
@@ -86,4 +93,8 @@ def test_a_preview_on_a_free_node_has_no_such_warning(operator_client, source):
     preview = operator_client.post(reverse("deployments:recipe-validate"), values)
 
     assert 'id="validate-ok"' in preview.content.decode()
-    assert _warnings(preview) == []
+    # No port or CPU held there; other-box is not this host, so its loopback router is said to be out of reach.
+    assert _warnings(preview) == [
+        "the entry URL http://127.0.0.1:31080 is loopback on node 'other-box': it answers only there, so clients on "
+        "this host, a sweep included, cannot reach it; bind the router role's host to 0.0.0.0 or to the node's own "
+        "address"]
