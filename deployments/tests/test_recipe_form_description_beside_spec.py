@@ -43,16 +43,21 @@ def _sent(node, spec_text: str, **extra) -> dict:
             "spec": spec_text, **extra}
 
 
-@pytest.mark.parametrize("case", sorted(REFUSED_SPECS))
-def test_the_edit_page_names_the_description_beside_a_refused_spec(operator_client, operator_api, recipe, case):
-    spec_text, spec_error = REFUSED_SPECS[case]
-    response = operator_client.post(f"/recipes/{recipe.pk}/edit/", _sent(recipe.node, spec_text, expected_version=1))
+def _refused_with_both(response, spec_error: str) -> str:
+    """The refused page (400) naming the description too long and ``spec_error``, the description kept."""
     assert response.status_code == 400
     page = response.content.decode()
     shown = html_lib.unescape(page)
-    assert TOO_LONG in shown
-    assert spec_error in shown
+    assert TOO_LONG in shown and spec_error in shown
     assert _textarea(page, "description") == LONG
+    return page
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_SPECS))
+def test_the_edit_page_names_the_description_beside_a_refused_spec(operator_client, recipe, case):
+    spec_text, spec_error = REFUSED_SPECS[case]
+    response = operator_client.post(f"/recipes/{recipe.pk}/edit/", _sent(recipe.node, spec_text, expected_version=1))
+    page = _refused_with_both(response, spec_error)
     assert _textarea(page, "spec") == spec_text
     row = Recipe.objects.get(pk=recipe.pk)
     assert (row.version, row.description) == (1, "first")
@@ -71,12 +76,7 @@ def test_the_api_names_both_as_the_page_does(operator_api, recipe):
 def test_the_new_recipe_page_names_the_description_beside_a_refused_spec(operator_client, local_node, case):
     spec_text, spec_error = REFUSED_SPECS[case]
     response = operator_client.post("/recipes/new/", dict(_sent(local_node, spec_text), name="fresh"))
-    assert response.status_code == 400
-    page = response.content.decode()
-    shown = html_lib.unescape(page)
-    assert TOO_LONG in shown
-    assert spec_error in shown
-    assert _textarea(page, "description") == LONG
+    _refused_with_both(response, spec_error)
     assert not Recipe.objects.filter(name="fresh").exists()
 
 
