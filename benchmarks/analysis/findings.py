@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from benchmarks.analysis.model import (
     CEILING_REACHED_FRACTION, COALESCED_FLAG, FLAT_MIN_LOAD_GROWTH, FLAT_THROUGHPUT_GROWTH, PLATEAU_FRACTION,
     PLATEAU_MIN_LOAD_GROWTH, MAX_FAILED_FRACTION, MIN_COMPARED_REQUESTS, TOO_FEW_FLAG, STALL_SHARE_NOTED, TTFT_GROWTH, Ceiling,
-    CeilingReport, DecodeFit, LoadGroup, PointAnalysis, SweepPoint, TopologyComparison, _fixed, _num,
+    CeilingReport, DecodeFit, LoadGroup, PointAnalysis, QueueingStep, SweepPoint, TopologyComparison, _fixed, _num,
     QUEUEING_MAX_THROUGHPUT_SHARE, queueing_ttft_needed,
 )
 from benchmarks.analysis.wording import (
@@ -276,6 +276,23 @@ def _bottleneck_sentence(r: CeilingReport, g: LoadGroup, analysed: list[PointAna
     return _bottleneck_judged(r, g, analysed, points, quote_fit=quote_fit) + left_out
 
 
+def _queueing_steps_said(steps: list[QueueingStep], ttft: str) -> str:
+    """The steps between neighbouring points that queued (:class:`QueueingStep`), each with its
+    own load, TTFT and throughput growth, so the sentence never sets the growth of the whole sweep
+    (which may outgrow its load at light points) against the word "only": ``from c=8 to c=16
+    (x2.0 load) mean TTFT grows x2.10 while throughput stays flat (x0.98)``. Throughput "falls"
+    below x0.95, "stays flat" below ``FLAT_THROUGHPUT_GROWTH`` and otherwise "grows only": a step
+    that queued by the rule grew by at most ``QUEUEING_MAX_THROUGHPUT_SHARE`` of its load's growth."""
+    said = []
+    for s in (s for s in steps if s.queueing):
+        t = s.throughput_growth
+        tput = ("falls" if t < 0.95 else "stays flat" if t < FLAT_THROUGHPUT_GROWTH else "grows only")
+        grows = f" grows x{_fixed(s.ttft_growth, 2)}" if s.ttft_growth is not None else " grows"
+        said.append(f"from {s.from_label} to {s.to_label} (x{_fixed(s.load_growth, 1)} load) {ttft}{grows} "
+                    f"while throughput {tput} (x{_fixed(t, 2)})")
+    return "; ".join(said) if said else f"{ttft} grows while throughput does not keep up with load"
+
+
 def _bottleneck_judged(r: CeilingReport, g: LoadGroup, analysed: list[PointAnalysis],
                        points: list[SweepPoint], *, quote_fit: bool) -> str:
     """:func:`_bottleneck_sentence` over the points whose per-token timings are used."""
@@ -297,12 +314,8 @@ def _bottleneck_judged(r: CeilingReport, g: LoadGroup, analysed: list[PointAnaly
                 f"({1 - (hi.decode_share or 0):.0%}), growing from {_ms(lo.ttft_ms)} at {lo.label} while "
                 f"throughput still grows; {tpot} {_span_ms(lo.tpot_ms, hi.tpot_ms, moving='goes')}.")
     if g.bottleneck == "queueing":
-        tput = hi.output_throughput_tok_s / lo.output_throughput_tok_s if lo.output_throughput_tok_s else None
-        how = ("stays flat" if tput is None or abs(tput - 1) < 0.05 else
-               f"{'falls' if tput < 1 else 'grows only'} x{_fixed(tput, 2)}")
         return (f"Requests queue for admission: {ttft} is {_ms(hi.ttft_ms)} of {_ms(hi.e2e_ms)} {e2e} at "
-                f"{hi.label} and grows while throughput {how} from {lo.label}; more concurrency only adds "
-                "waiting.")
+                f"{hi.label}, and {_queueing_steps_said(g.queueing, ttft)}; more load there only adds waiting.")
     if g.bottleneck == "none":
         tpots = [a.tpot_ms for a in analysed if a.tpot_ms is not None]
         return (f"No bottleneck is reached: {tpot} {_span_ms(min(tpots), max(tpots), moving='stays')} from "
