@@ -651,7 +651,8 @@ def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
         return redirect("deployments:recipe-history", pk=pk)
     try:
         rows = _diff_rows(recipe, recipe.version, version)
-        version_name = recipe_name_shown(services.recipe_version_get(recipe=recipe, version=version)["name"])
+        content = services.recipe_version_get(recipe=recipe, version=version)
+        version_name = recipe_name_shown(content["name"])
     except NotFound as exc:
         raise Http404(str(exc)) from None
     except InvalidInput:   # version 0 (the URL takes any digits): no such version, as for 999
@@ -660,7 +661,8 @@ def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
         request,
         "deployments/recipe_revert.html",
         {"recipe": recipe, "version": version, "diff_rows": rows, "a": recipe.version, "b": version,
-         "version_name": version_name},
+         "version_name": version_name, "version_node": content["node"] or "",
+         "version_node_exists": bool(content["node"]) and Node.objects.filter(name=content["node"]).exists()},
     )
 
 
