@@ -228,11 +228,17 @@ def recipe_name_validator(value: object) -> None:
     """A recipe's name judged for input (Django forms, models and DRF serializers alike): one
     holding a stored secret's value is refused first, with :func:`secret_value_in_text`'s message
     (naming the field ``name`` and the secret, never the value), since a name is shown in clear on
-    every page, export and log; any other by :func:`deployments.models.name_validator`."""
+    every page, export and log; any other by :func:`deployments.models.name_validator`. A name of
+    digits alone is refused as a node's is: ``manage.py sweep`` reads digits alone as a
+    deployment's id, so such a recipe could not be swept by its name."""
     problem = secret_value_in_text("name", value)
     if problem:
         raise DjangoValidationError(problem, code="secret_value")
     name_validator(value)
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        raise DjangoValidationError(
+            f"must not be digits alone, got {json_spelled(value)}: `manage.py sweep` reads digits alone as a "
+            f"deployment's id; add a letter, e.g. 'recipe-{value}'", code="digits")
 
 
 def _description_placeholder(description: str) -> str | None:

@@ -326,6 +326,14 @@ class Command(CeilingCommand):
         target = o["target"]
         if target.isascii() and target.isdigit():
             deployment = Deployment.objects.select_related("recipe").filter(pk=int(target)).first()
+            by_name = (Deployment.objects.filter(recipe__name=target, status__in=DEPLOYMENT_ACTIVE)
+                       .exclude(pk=int(target)).first())
+            if by_name is not None:
+                # A recipe named with digits alone, saved before such names were refused.
+                raise refused(f"{json_spelled(target)} is deployment #{target}"
+                              + ("" if deployment else " (there is none)")
+                              + f" and also the name of recipe {json_spelled(target)}, deployed as #{by_name.pk}; "
+                              f"give that id ({by_name.pk}) to sweep it, and rename the recipe to end the ambiguity")
         else:
             deployment = (Deployment.objects.select_related("recipe")
                           .filter(recipe__name=target, status__in=DEPLOYMENT_ACTIVE).first())
