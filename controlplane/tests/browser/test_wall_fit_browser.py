@@ -381,3 +381,30 @@ def test_a_deployment_tile_says_as_last_seen_while_its_agent_is_offline(live_ser
     assert _tile_text(page, single, '[data-f="health"]') == "healthy"
     context.close()
     assert errors == [], errors
+
+
+def test_long_health_badges_of_an_offline_agent_wrap_inside_their_tiles_at_1400(live_server, six_live, viewer,
+                                                                                 browser):
+    # Node local's agent last seen 20 minutes ago: every process's badge reads "last seen healthy at
+    # HH:MM:SS UTC (agent offline)", longer than a quarter of a 1400 px screen holds on one line.
+    seen = (timezone.now() - timedelta(minutes=20)).replace(microsecond=0)
+    live = six_live["live"]
+    in_thread(lambda: Deployment.objects.filter(pk__in=live).update(created_at=seen - timedelta(minutes=1)))
+    in_thread(lambda: ServerProcess.objects.filter(deployment_id__in=live).update(
+        status=ProcessStatus.READY, last_probe_at=seen, started_at=seen))
+    _agent_heartbeat(seen)
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    _wall_login(page, live_server.url, viewer)
+    badges = page.locator('.deployment-tile [data-f="health"]')
+    assert badges.count() >= 6
+    assert all(t == f"last seen healthy at {seen:%H:%M:%S} UTC (agent offline)" for t in badges.all_inner_texts()), \
+        badges.all_inner_texts()
+    outside = page.evaluate("""() => [...document.querySelectorAll('.deployment-tile [data-f="health"]')].flatMap(b => {
+        const t = b.closest('.deployment-tile').getBoundingClientRect(), r = b.getBoundingClientRect();
+        return r.right > t.right + 0.5 || r.left < t.left - 0.5 ? [[b.textContent, r.right, t.right]] : []; })""")
+    EYE_SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(EYE_SHOTS / "wall-1400x1000-agent-offline.png"))
+    assert outside == [], outside
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 1400
+    context.close()
