@@ -766,7 +766,9 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     of :data:`BEST_METRICS` (every compared field but the failure count: throughputs, goodput and
     each latency statistic), the best of the rankable runs with a value for it (the only one, when
     one run is rankable, with a note saying so); null, with a note saying why, when no run is
-    rankable or the rankable runs have different lengths (one note for every metric), when none
+    rankable or the rankable runs have different lengths or ran at different loads (concurrency or
+    request rate: a best would set one operating point's latency against another's throughput; one
+    note for every metric), when none
     has that metric (a goodput needs an SLO), for goodput when the rankable runs' SLOs differ or
     are not known or when the best goodput is 0 (no run met its SLO: no request within it), or when the two best are within ``tie_pct`` percent of the larger of
     their values (a tie: :data:`COMPARE_TIE_PCT` by default; ``ties`` lists the runs within it of
@@ -939,6 +941,10 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                if len({json.dumps(e["config"][k], sort_keys=True) for e in entries}) > 1]
     rankable = [e for e in entries if e["rankable"]]
     lengths = {e["lengths"] for e in rankable}
+    # A closed loop's concurrency or an open loop's request rate: a best across loads would set one
+    # run's latency against another's throughput at a different operating point.
+    loads = {(e["config"].get("concurrency"), e["config"].get("request_rate")) for e in rankable}
+    one_workload = len(lengths) == 1 and len(loads) == 1
     best: dict[str, int | None] = {}
     ties: dict[str, list[int]] = {}
     uncertain: dict[str, list[int]] = {}
@@ -947,6 +953,11 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     elif len(lengths) > 1:
         notes.append("the rankable runs have different input/output lengths "
                      f"({', '.join(sorted(lengths))}); no best run is named")
+    elif len(loads) > 1:
+        said = ", ".join(sorted({_load_said(c, r) for c, r in loads}))
+        notes.append(f"the rankable runs ran at different loads ({said}): a best across loads would set one operating "
+                     "point's latency against another's throughput; no best run is named (compare runs of one load, "
+                     "or read a sweep's ceiling analysis across its loads)")
     elif len(rankable) == 1:
         notes.append(f"run #{rankable[0]['id']} is the only rankable run: it is named best with no other "
                      "run to rank it against")
@@ -956,7 +967,7 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     for key, higher_better in BEST_METRICS:
         with_value = [e for e in rankable if _path(e["metrics"], key) is not None]
         vals = [(_path(e["metrics"], key), e["id"]) for e in with_value if key not in unreliable.get(e["id"], ())]
-        if key == "goodput_req_s" and len(vals) > 1 and len(lengths) == 1:
+        if key == "goodput_req_s" and len(vals) > 1 and one_workload:
             slos = {e["id"]: e["config"]["slo"] for e in with_value}
             if any(slos[rid] is None for _, rid in vals) or len({slo_key(e) for e in with_value}) > 1:
                 said = _slo_groups([(rid, slos[rid]) for _, rid in vals], prefix="")
@@ -964,8 +975,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                              f"rankable runs' SLOs differ or are not known ({said})")
                 best[key] = None
                 continue
-        if len(lengths) > 1 or not vals:
-            if rankable and len(lengths) == 1:
+        if not one_workload or not vals:
+            if rankable and one_workload:
                 if with_value:
                     shown = ", ".join("#" + str(e["id"]) for e in with_value)
                     notes.append(f"no best run for {labels.get(key, key)}: every rankable run with a value for it "
@@ -1024,6 +1035,13 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
             "uncertain": uncertain, "baseline": baseline_id, "baseline_note": baseline_note,
             "workload_note": workload_note, "tie_threshold_pct": tie_pct, "excluded": excluded,
             "notes": notes}
+
+
+def _load_said(concurrency: Any, request_rate: Any) -> str:
+    """A run's load in a note: ``c=16`` (closed loop), ``2 req/s`` (open loop), ``load unknown``."""
+    if request_rate is not None:
+        return f"{plain_figures([float(request_rate)])[0]} req/s"
+    return f"c={concurrency}" if concurrency is not None else "load unknown"
 
 
 #: What a run's workload is, as a comparison tells runs of unlike workloads apart: (CSV column,

@@ -127,7 +127,7 @@ def test_the_sweep_json_exports_analysis_is_the_object_the_analysis_endpoint_ans
 def test_it_refuses_to_rank_a_length_mismatched_run_and_says_so() -> None:
     ok = _measured_run(None, c=8, tok_s=24.5)
     short = _measured_run(None, c=8, tok_s=80.0, flags=["output_length_mismatch"])
-    other = _measured_run(None, c=16, tok_s=25.0)
+    other = _measured_run(None, c=8, tok_s=25.0)
     result = runs_compare(runs=[ok, short, other])
     entries = {e["id"]: e for e in result["runs"]}
     assert entries[short.pk]["rankable"] is False
@@ -140,9 +140,22 @@ def test_it_refuses_to_rank_a_length_mismatched_run_and_says_so() -> None:
             "threshold (run-to-run noise)") in result["notes"]
     # the mismatched run has the highest tok/s but is not named best
     assert result["best"]["output_throughput_tok_s"] == other.pk
-    assert {"field": "concurrency", "values": [8, 8, 16]} in result["config_differs"]
     tok = next(f for f in result["fields"] if f["key"] == "output_throughput_tok_s")
     assert tok["values"] == [24.5, 80.0, 25.0]
+
+
+def test_it_names_no_best_run_across_different_loads_and_says_why() -> None:
+    light = _measured_run(None, c=1, tok_s=10.0)
+    heavy = _measured_run(None, c=16, tok_s=25.0)
+    result = runs_compare(runs=[light, heavy])
+    assert all(v is None for v in result["best"].values()), result["best"]
+    assert ("the rankable runs ran at different loads (c=1, c=16): a best across loads would set one operating "
+            "point's latency against another's throughput; no best run is named (compare runs of one load, or read "
+            "a sweep's ceiling analysis across its loads)") in result["notes"]
+    assert {"field": "concurrency", "values": [1, 16]} in result["config_differs"]
+    # the deltas against the baseline are still given
+    tok = next(f for f in result["fields"] if f["key"] == "output_throughput_tok_s")
+    assert tok["deltas_pct"] == [0, 150.0]
 
 
 def test_it_imports_through_the_management_command() -> None:

@@ -84,7 +84,9 @@ def test_a_sweep_of_both_load_kinds_is_analysed_within_each_kind(sim_url: str, o
              if not f.startswith(("Decode step time", "The decode step-time fit", "Decode pauses",
                                   # the one fitted ceiling of the server, each kind's best against it
                                   "The fit puts the ceiling", "90% of the ceiling needs", "The fit's asymptote"))]
-    assert all(_no_cross_kind(f) for f in trend), trend
+    # A note listing the points flagged itl_coalesced (a busy host coalesces the sim's events) names
+    # points of both kinds and compares none of them.
+    assert all(_no_cross_kind(f) for f in trend if " flagged (itl_coalesced)" not in f), trend
     assert any(f.startswith("Closed loop (points by concurrency): ") for f in trend), trend
     assert any(f.startswith("Open loop (points by request rate): ") for f in trend), trend
     # Every factor in a finding has at most three significant figures.
