@@ -69,6 +69,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # A body sent with Transfer-Encoding (chunked) is refused 411 before anything reads it: Django
+    # reads a body only as far as its Content-Length, and would take it for an empty one.
+    "controlplane.body_length.LengthRequiredMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
