@@ -82,6 +82,10 @@ class BenchmarkSweep(models.Model):
     cancel_requested = models.BooleanField(default=False)
     cancelled_by = models.CharField(max_length=150, blank=True,
                                     help_text="the name of the user who asked for the cancel, for the reason it records")
+    cancel_requested_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="when the cancel was first asked for (null before one was, and on rows older than this column): "
+                  "a new sweep of the deployment refused meanwhile is told the running one is being cancelled")
     points_total = models.PositiveIntegerField(default=0)
     points_done = models.PositiveIntegerField(default=0)
     requests_total = models.PositiveIntegerField(default=0)

@@ -79,7 +79,8 @@ import httpx
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from benchmarks.analysis import ANALYSIS_VERSION, LatencyStats, SweepPoint, ceiling_analyse
@@ -251,13 +252,44 @@ def _agent_offline_refusal(deployment) -> str:
             f"measured; start the agent on {node.name} (manage.py node_agent), then sweep again")
 
 
+#: How long after its cancel was asked for a sweep still active is said to stop "in a few seconds"
+#: (a cancel stops a running point within about a second, :data:`STOP_CHECK_S`).
+CANCEL_STOPS_WITHIN_S = 60.0
+
+
 def _refuse_if_busy(deployment) -> None:
     """Raise :class:`Conflict` naming the active (pending, waiting or running) sweep of
-    ``deployment``, if it has one."""
+    ``deployment``, if it has one: its status as stored (``sweep #15 is already running on
+    deployment #2; wait for it or cancel it first ...``), or, once its cancel was asked for, that
+    it is being cancelled and when that was asked (:func:`_being_cancelled_text`): it still holds
+    the deployment until its task sees the flag, and telling the caller to cancel it would read
+    as if the cancel had not been taken."""
     busy = BenchmarkSweep.objects.filter(deployment=deployment, status__in=SWEEP_ACTIVE).order_by("pk").first()
-    if busy is not None:
-        raise Conflict(f"sweep #{busy.pk} is already {busy.status} on deployment #{deployment.pk}; "
-                       "wait for it or cancel it first (concurrent sweeps would skew each other)")
+    if busy is None:
+        return
+    if busy.cancel_requested:
+        raise Conflict(_being_cancelled_text(busy, deployment))
+    raise Conflict(f"sweep #{busy.pk} is already {busy.status} on deployment #{deployment.pk}; "
+                   "wait for it or cancel it first (concurrent sweeps would skew each other)")
+
+
+def _being_cancelled_text(busy: BenchmarkSweep, deployment) -> str:
+    """Why a new sweep of ``deployment`` is refused while ``busy``, whose cancel was asked for,
+    has not stopped yet: ``sweep #15 on deployment #2 is being cancelled (cancel requested at
+    14:03:07 UTC); start the new sweep once it has stopped, in a few seconds``. The time is UTC,
+    with its date when that is not today's; a cancel asked for more than
+    :data:`CANCEL_STOPS_WITHIN_S` ago is not promised to end in seconds, and one of a row older
+    than ``cancel_requested_at`` has no time to name."""
+    at = busy.cancel_requested_at
+    when, soon = "", True
+    if at is not None:
+        now = timezone.now()
+        at_utc = at.astimezone(dt_timezone.utc)
+        today = at_utc.date() == now.astimezone(dt_timezone.utc).date()
+        when = f" (cancel requested at {at_utc.strftime('%H:%M:%S' if today else '%Y-%m-%d %H:%M:%S')} UTC)"
+        soon = (now - at).total_seconds() <= CANCEL_STOPS_WITHIN_S
+    return (f"sweep #{busy.pk} on deployment #{deployment.pk} is being cancelled{when}; start the new sweep "
+            f"once it has stopped{', in a few seconds' if soon else ''}")
 
 
 def sweep_enqueue(*, sweep: BenchmarkSweep) -> None:
@@ -279,7 +311,8 @@ def sweep_cancel(*, sweep: BenchmarkSweep, user) -> BenchmarkSweep:
                        "pending, waiting or running. There is nothing to cancel.")
     # Who asked goes with the flag, so the running task's reason names them as a pending one does.
     BenchmarkSweep.objects.filter(pk=sweep.pk).update(
-        cancel_requested=True, cancelled_by=user.get_username() if getattr(user, "pk", None) else "")
+        cancel_requested=True, cancelled_by=user.get_username() if getattr(user, "pk", None) else "",
+        cancel_requested_at=Coalesce(F("cancel_requested_at"), Value(timezone.now())))  # the first ask's time
     BenchmarkSweep.objects.filter(pk=sweep.pk, status=SweepStatus.PENDING).update(
         status=SweepStatus.CANCELLED, reason=_by("cancelled", user), ended_at=timezone.now(),
         requests_total=0)  # nothing was sent
