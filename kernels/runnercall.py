@@ -10,6 +10,11 @@ process group), reads stdout line by line, hands each progress line to a callbac
 ``should_stop`` callback every :data:`POLL_S` seconds. A non-zero exit, a missing or unreadable
 output file, a timeout or a stop request raise :class:`RunnerError` / :class:`RunnerStopped` with
 the reason and the last lines the runner wrote.
+
+The runner gets an environment built from an allowlist (:func:`runner_env`), never this
+process's whole environment: the control plane's own secrets (``SECRET_KEY``,
+``CEILING_SECRETS_KEY``, ``DATABASE_URL`` with its password, API tokens) must not reach the runner,
+nvcc or a package's code, whose last output lines become the job's reason that viewers read.
 """
 from __future__ import annotations
 
@@ -35,6 +40,25 @@ KILL_GRACE_S = 5.0
 LOG_LINES = 40
 # Largest result file read back (bytes): thousands of variants x shapes stay far below it.
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+# Variables copied from this process's environment into the runner's, by exact name: where
+# programs are found and the user's home and locale, the temporary folder, the library path the
+# CUDA driver may only be found through, the C and C++ compilers Triton's launcher and nvcc's host
+# code are built with, the runner's own tool overrides (CEILING_NVCC, CEILING_PTXAS,
+# CEILING_CUOBJDUMP: kernels.runner.build.find_tool), the GPUs the container exposes, and the
+# thread counts of the CPU math libraries.
+RUNNER_ENV_KEYS = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
+    "LD_LIBRARY_PATH", "CC", "CXX", "CEILING_NVCC", "CEILING_PTXAS", "CEILING_CUOBJDUMP",
+    "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+})
+# ... and by prefix: the locale (LC_ALL, LC_CTYPE, ...), the CUDA runtime (CUDA_HOME,
+# CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, CUDA_CACHE_PATH, ...), nvcc (NVCC_CCBIN,
+# NVCC_APPEND_FLAGS, ...), Triton (TRITON_CACHE_DIR, TRITON_PTXAS_PATH, ...) and PyTorch
+# (TORCH_HOME, TORCH_CUDA_ARCH_LIST, PYTORCH_CUDA_ALLOC_CONF, ...).
+RUNNER_ENV_PREFIXES = ("LC_", "CUDA_", "NVCC_", "TRITON_", "TORCH_", "PYTORCH_")
+# A prefixed name holding one of these words is left out all the same: a credential that happens
+# to start like a tool's settings (TORCH_HUB_TOKEN, TRITON_SERVER_API_KEY) is not the runner's.
+RUNNER_ENV_SECRET_WORDS = ("SECRET", "TOKEN", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL", "AUTH")
 
 
 class RunnerError(RuntimeError):
@@ -65,6 +89,27 @@ def kernel_python() -> str:
     if not os.path.isabs(path) or not os.access(path, os.X_OK):
         raise RunnerError(f"CEILING_KERNEL_PYTHON {path!r} is not an absolute path to an executable")
     return path
+
+
+def runner_env(root: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The runner's environment: the variables of ``environ`` (default ``os.environ``) named in
+    :data:`RUNNER_ENV_KEYS`, or starting with one of :data:`RUNNER_ENV_PREFIXES` and holding none
+    of :data:`RUNNER_ENV_SECRET_WORDS`; ``PYTHONPATH`` with ``root`` first (so ``kernels.runner``
+    imports) followed by this process's own ``PYTHONPATH``; and ``PYTHONUNBUFFERED=1`` (progress
+    lines arrive as they are printed). Nothing else is passed: not ``SECRET_KEY``,
+    ``CEILING_SECRETS_KEY``, ``DATABASE_URL``, ``REDIS_URL``, ``HF_TOKEN``, nor ``LD_PRELOAD`` or
+    any other ``LD_`` variable but ``LD_LIBRARY_PATH``."""
+    source = os.environ if environ is None else environ
+    env = {}
+    for name, value in source.items():
+        if name in RUNNER_ENV_KEYS or (
+                name.startswith(RUNNER_ENV_PREFIXES)
+                and not any(word in name.upper() for word in RUNNER_ENV_SECRET_WORDS)):
+            env[name] = value
+    inherited = source.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(root) + (os.pathsep + inherited if inherited else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
 
 def runner_argv(command: str, *, package_dir: Path, variants: Path, out: Path, target: str | None = None,
@@ -128,23 +173,26 @@ def runner_run(argv: list[str], *, out: Path, timeout_s: float, on_progress: Cal
     """Run ``argv`` (from :func:`runner_argv`) and return its ``--out`` JSON.
 
     ``cwd`` defaults to the repository root so ``kernels.runner`` imports; ``PYTHONPATH`` gets it
-    too. Every stdout/stderr line is appended to ``log_path`` when given. ``on_progress(done,
+    too. The runner's environment is :func:`runner_env` (an allowlist), not this process's. Every stdout/stderr line is appended to ``log_path`` when given. ``on_progress(done,
     total)`` is called for each progress line, from this thread. Raises :class:`RunnerStopped`
     when ``should_stop()`` turned True, :class:`RunnerError` on a non-zero exit, after
     ``timeout_s`` seconds, or when ``out`` is missing, too large or not JSON.
     """
     root = Path(cwd or settings.BASE_DIR)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(root) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONUNBUFFERED"] = "1"
+    env = runner_env(root)
     if out.exists():
         out.unlink()
     tail: deque[str] = deque(maxlen=LOG_LINES)
     tail_lock = threading.Lock()
     log_file = open(log_path, "a", encoding="utf-8", errors="replace") if log_path else None  # noqa: SIM115
     started = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+    try:
+        proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
+    except BaseException:
+        if log_file is not None:
+            log_file.close()
+        raise
 
     def keep(line: str) -> None:
         with tail_lock:
