@@ -19,6 +19,7 @@ from benchmarks.loadgen import Api
 from controlplane.api import shown_key, shown_value
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import finite_number, js_number, json_number, json_spelled, not_integer, whole_float
+from controlplane.numbers import whole_number
 
 # Bounds that keep one sweep a sweep and not a denial of service on the client or the database.
 # Every point's prompts are built in the control worker's memory before it starts (case C11), and
@@ -568,7 +569,8 @@ def length_pair_parse(pair: Any) -> tuple[int, int] | None:
         parts = pair.split(":")
         if len(parts) != 2 or not all(DIGITS_RE.fullmatch(p.strip()) for p in parts):
             return None
-        pair = [int(p) for p in parts]
+        # a length of more digits than any bound is out of range, never read (int() refuses more than 4300)
+        pair = [whole_number(p.strip()) for p in parts]
     if not isinstance(pair, (list, tuple)) or len(pair) != 2:
         return None
     if not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= MAX_LEN for x in pair):

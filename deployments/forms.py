@@ -6,7 +6,6 @@ rule lives in :mod:`deployments.recipes` and :mod:`deployments.services`, which 
 from __future__ import annotations
 
 import json
-import re
 
 from django import forms
 from django.conf import settings
@@ -17,6 +16,7 @@ from controlplane.drf_defaults import BOM, json_loads, nonfinite_number_errors, 
 from controlplane.errors import InvalidInput
 from controlplane.forms import SingleValuedForm
 from controlplane.lengths import LengthLimit
+from controlplane.numbers import whole_number
 from controlplane.redaction import credential_mask_json
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
@@ -112,20 +112,22 @@ def judge_expected_version(form: forms.Form, data: dict, values: list[str]) -> N
     """Put the edit's ``expected_version`` in ``data`` as an int, from ``values`` (what the
     request sent for it). The edit forms always send it, so none, a blank or anything but a whole
     number from 1 means a broken form: it is refused among ``form``'s own errors (a hidden field
-    has no place for them), quoting what came in JSON's spelling, and nothing is saved."""
+    has no place for them), quoting what came in JSON's spelling, and nothing is saved; so is a
+    number of more digits than any version has (:func:`controlplane.numbers.whole_number`: never
+    read, ``int()`` refuses more than 4300)."""
     reload = "reload the page to edit the current version; nothing was saved."
     data.pop("expected_version", None)
     if not values:
         form.add_error(None, forms.ValidationError(
             "expected_version is missing: the edit form sends the version it was opened at; " + reload,
             code="expected_version"))
-    elif not re.fullmatch(r"[0-9]+", values[-1]) or int(values[-1]) < 1:
+    elif (version := whole_number(values[-1])) is None or version < 1:
         shown = json.dumps(str(values[-1])[:40], ensure_ascii=False)
         form.add_error(None, forms.ValidationError(
             f"expected_version {shown} is not a version number (a whole number from 1): " + reload,
             code="expected_version"))
     else:
-        data["expected_version"] = int(values[-1])
+        data["expected_version"] = version
 
 
 class SpecTextMixin:

@@ -9,6 +9,7 @@ driven by :mod:`kernels.services`; Celery state is never consulted. Units are in
 from __future__ import annotations
 
 import re
+import sys
 
 from django.conf import settings
 from django.db import models
@@ -157,7 +158,10 @@ class KernelJob(models.Model):
         ``"2"``), are text, as the file wrote them or as the stored map holds them."""
         ids = {str(file_id): int(pk) for file_id, pk in (self.source_variant_ids or {}).items()}
         typed: dict[int, int | str] = {pk: file_id for file_id, pk in ids.items()}
-        numbers = {file_id: int(file_id) for file_id in ids if _WHOLE_NUMBER.fullmatch(file_id)}
+        # an id of more digits than int() reads (4300; 0 is no limit) was text: no JSON number is that long
+        limit = sys.get_int_max_str_digits()
+        numbers = {file_id: int(file_id) for file_id in ids if _WHOLE_NUMBER.fullmatch(file_id)
+                   and (not limit or len(file_id.removeprefix("-")) <= limit)}
         if numbers and self.source_variants_sha256:
             from kernels.runner.package import variants_sha256
 

@@ -43,6 +43,7 @@ from typing import Any
 from django.conf import settings
 
 from controlplane.jsonsafe import json_spelled
+from controlplane.numbers import number_shown, whole_number
 
 MAX_REFS = 8
 REF_KEYS = ("package", "config", "best", "roles", "env", "flag")
@@ -192,7 +193,12 @@ def _config_resolved(ref: dict, pkg, path: str, add) -> tuple[str | None, int | 
         if not BEST_ID_RE.fullmatch(config[5:]):
             add(path, f"{json_spelled(config)}: 'best:<id>' needs a best-variant id, an integer")
             return None, None
-        best_id, config = int(config[5:]), None
+        best_id = whole_number(config[5:])
+        if best_id is None:
+            # more digits than any id has (and int() refuses more than 4300): no row's, never read
+            add(path, f"no best kernel variant with id {number_shown(config[5:])}")
+            return None, None
+        config = None
     elif isinstance(config, int) and not isinstance(config, bool):
         best_id, config = config, None
     if config is None and best_id is not None:

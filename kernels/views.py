@@ -29,6 +29,7 @@ from controlplane.drf_defaults import (
     RepeatedKeys, empty_list_item, given_more_than_once, json_loads, repeated_key_errors,
 )
 from controlplane.forms import repeated_field_errors
+from controlplane.numbers import number_shown, too_many_digits, whole_number
 from controlplane.errors import BadQuery, Conflict, InvalidInput, NotFound
 from controlplane.paging import page_of
 from controlplane.permissions import has_role
@@ -233,7 +234,9 @@ def _parse_subset(text: str, errors: dict[str, list[str]]) -> dict[str, list]:
                 example = ",".join(v for v in items if v) or "v1,v2"
                 errors.setdefault("params", []).append(
                     empty_list_item(items.index("") + 1, _short(name), _short(example)))
-            out[name] = [int(v) if INT_RE.fullmatch(v) else v for v in items if v]
+            # a number of more digits than any grid value has stays text, refused as one (int() would
+            # refuse a text of more than 4300 digits)
+            out[name] = [n if (n := whole_number(v, signed=True)) is not None else v for v in items if v]
     for name, times in given.items():
         if len(times) > 1:
             errors.setdefault("params", []).append(
@@ -286,15 +289,27 @@ def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
     if "" in parts:
         # refused, as the API refuses an empty item of a comma-separated list (1,,8 or 1,8,), never skipped
         errors.setdefault("batches", []).append(empty_list_item(parts.index("") + 1, "batches", "1,8,64"))
+    too_long: list[str] = []
     for part in parts:
         if not part:
             continue
         if not DIGITS_RE.fullmatch(part):
             errors.setdefault("batches", []).append(f"{json_spelled(_short(part))} is not a positive whole number.")
-        elif int(part) in batches:
-            errors.setdefault("batches", []).append(f"Batch {int(part)} is given twice: give each once.")
+        elif too_many_digits(part):
+            # no batch has that many digits (and int() refuses more than 4300): refused as any other
+            # number the manifest does not declare
+            if part.lstrip("0") in too_long:
+                errors.setdefault("batches", []).append(f"Batch {number_shown(part)} is given twice: give each once.")
+            else:
+                too_long.append(part.lstrip("0"))
+        elif (number := whole_number(part)) in batches:
+            errors.setdefault("batches", []).append(f"Batch {number} is given twice: give each once.")
         else:
-            batches.append(int(part))
+            batches.append(number)
+    if too_long:
+        declared = sorted({b for s in services.package_manifest(pkg).shapes for b in s.batches})
+        errors.setdefault("batches", []).extend(
+            f"{number_shown(digits)} is not a batch size of the manifest ({declared})" for digits in too_long)
     if errors:
         # What could be read is checked too, so that every field's problems come in this response;
         # without a node there is no GPU to take the target from, and without a readable subset
@@ -363,19 +378,27 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None, str, dict[str, str], str]:
-    """Batch, state, parameter filters and sort from the query string; what cannot be read is
+def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None, str, dict[str, str], str, int,
+                                                                   int | None]:
+    """Batch, state, parameter filters, sort and offset from the query string; what cannot be read is
     appended to ``problems`` (shown above the table) and left at its default, and so is a key of
     :data:`kernels.selectors.SINGLE_KEYS` given more than once (``batch=1&batch=2``: the smallest
-    batch, as for ``batch=abc``; never the last value, which the message says was not taken)."""
+    batch, as for ``batch=abc``; never the last value, which the message says was not taken).
+    The last item is the index in ``problems`` of a batch of more digits than any batch has (never
+    read as a number), whose message the caller ends with the job's batches, as for any other
+    batch that is not the job's; None when there is none."""
     twice = {key for key in selectors.SINGLE_KEYS if len(request.GET.getlist(key)) > 1}
 
     def one(key: str, default: str = "") -> str:
         return default if key in twice else request.GET.get(key, default)
 
     batch_raw = one("batch").strip()
-    batch = int(batch_raw) if DIGITS_RE.fullmatch(batch_raw) and int(batch_raw) > 0 else None
-    if batch_raw and batch is None:
+    batch = whole_number(batch_raw) or None
+    long_batch_at = None
+    if too_many_digits(batch_raw):
+        long_batch_at = len(problems)
+        problems.append(f"batch: {number_shown(batch_raw)} is not a batch of this job")
+    elif batch_raw and batch is None:
         problems.append(f"batch: {json_spelled(_short(batch_raw))} is not a positive whole number.")
     state = one("state", "all") or "all"
     if state not in selectors.STATES:
@@ -394,7 +417,7 @@ def _table_params(request: HttpRequest, problems: list[str]) -> tuple[int | None
         # the API's bound (VariantTableQuerySerializer.offset): no job holds that many rows
         problems.append(f"offset: {json_spelled(_short(offset_raw))} is above {selectors.MAX_TABLE_OFFSET}; the first page is shown.")
         offset = 0
-    return batch, state, params, sort, offset
+    return batch, state, params, sort, offset, long_batch_at
 
 
 #: Rows of the variant table one page shows; ``?offset=`` pages through the rest.
@@ -407,7 +430,7 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
     could not read (parameter filters it can read are kept). ``csv_url`` downloads the view shown
     (batch, state, filters and sort; every row) from the API as CSV."""
     problems: list[str] = []
-    batch, state, params, sort, offset = _table_params(request, problems)
+    batch, state, params, sort, offset, long_batch_at = _table_params(request, problems)
     try:
         table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort,
                                         limit=PAGE_ROWS, offset=offset)
@@ -423,6 +446,9 @@ def _table_context(request: HttpRequest, job: KernelJob) -> dict[str, Any]:
             sort = "ordinal"
         table = selectors.variant_table(job=job, batch=batch, state=state, params=params, sort=sort,
                                         limit=PAGE_ROWS, offset=offset)
+    if long_batch_at is not None:
+        # worded as the table words any batch that is not the job's
+        problems[long_batch_at] += f"; batches: {', '.join(str(b) for b in table.batches) or 'none'}"
     base_query = {"batch": table.batch or "", "state": state, **{f"p.{k}": v for k, v in params.items()}}
     shown_to = table.offset + len(table.rows)
     # An offset past the last row shows nothing: "previous" goes to the last page that has rows.

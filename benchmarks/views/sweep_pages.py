@@ -35,6 +35,7 @@ from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import BadQuery, Conflict, InvalidInput
 from controlplane.forms import repeated_field_errors, repeated_message
 from controlplane.jsonsafe import json_spelled, query_text
+from controlplane.numbers import number_shown, whole_number
 from controlplane.paging import page_of
 from controlplane.permissions import has_role
 from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
@@ -477,8 +478,8 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
                           .order_by("-created_at", "-id")[:PICKER_MAX])
         return render(request, "benchmarks/sweep_pick.html", {"deployments": candidates})
     if request.method == "POST":
-        found = (Deployment.objects.select_related("recipe", "node").filter(pk=int(raw_id)).first()
-                 if DIGITS_RE.fullmatch(raw_id) and len(raw_id) <= 18 else None)
+        found = (Deployment.objects.select_related("recipe", "node").filter(pk=posted_id).first()
+                 if (posted_id := whole_number(raw_id)) is not None else None)
         if found is None:
             return _sweep_form_without_deployment(request, raw_id, defaults)
     if not DIGITS_RE.fullmatch(raw_id.strip()):
@@ -491,10 +492,12 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
             f"deployment: {json_spelled(shown)} is not a deployment id (a whole number, e.g. 3); choose one below."]},
             status=400)
     raw_id = raw_id.strip()
-    deployment = (Deployment.objects.select_related("recipe", "node").filter(pk=int(raw_id)).first()
-                  if len(raw_id) <= 18 else None)
+    # an id of more digits than any row's is no deployment's (and int() refuses more than 4300)
+    deployment_id = whole_number(raw_id)
+    deployment = (Deployment.objects.select_related("recipe", "node").filter(pk=deployment_id).first()
+                  if deployment_id is not None else None)
     if deployment is None:
-        raise Http404(f"No deployment #{int(raw_id)}")
+        raise Http404(f"No deployment #{number_shown(raw_id)}")
     ended = deployment.status in DEPLOYMENT_TERMINAL
     errors: dict[str, list[str]] = {}
     values = dict(defaults)

@@ -31,6 +31,7 @@ from controlplane.api import (
 )
 from controlplane.errors import NotFound
 from controlplane.jsonsafe import json_spelled, query_text
+from controlplane.numbers import DIGITS_RE, whole_number
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
 from deployments.api import serializers as s
@@ -160,11 +161,15 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         (:meth:`initial`) is named as it was asked and as it was read: ``/api/nodes/nosuch.json/``
         is ``no node with name 'nosuch.json' (nor 'nosuch')``."""
         key = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
-        lookup = {"pk": int(key)} if key.isascii() and key.isdigit() else {"name": key}
+        # digits alone are an id; one of more digits than any id has is named as given, never read
+        # (int() refuses more than 4300 digits)
+        lookup = {"pk": key} if DIGITS_RE.fullmatch(key) else {"name": key}
         node = self._node_filter(key).first()
         if node is None:
             # an id as every id route names it (``no recipe with id 999``), a name quoted
-            read = f"id {lookup['pk']}" if "pk" in lookup else f"name {json_spelled(key)}"
+            number = whole_number(key)
+            read = (f"id {key if number is None else number}" if "pk" in lookup
+                    else f"name {json_spelled(key)}")
             asked = getattr(self, "asked_key", None)
             route = getattr(self.request._request.resolver_match, "kwargs", None) or {}
             suffix = route.get(api_settings.FORMAT_SUFFIX_KWARG)

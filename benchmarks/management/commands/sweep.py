@@ -59,6 +59,7 @@ from benchmarks.sweeps import DEFAULT_LENGTHS, DEFAULT_REQUESTS_PER_CONCURRENCY,
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import CeilingError, InvalidInput
 from controlplane.jsonsafe import js_number, json_spelled
+from controlplane.numbers import whole_number
 from deployments.choices import DEPLOYMENT_ACTIVE
 from deployments.management.command_user import command_user
 from deployments.models import Deployment
@@ -325,9 +326,12 @@ class Command(CeilingCommand):
         user = command_user(o["user"], role="operator", what="a sweep")
         target = o["target"]
         if target.isascii() and target.isdigit():
-            deployment = Deployment.objects.select_related("recipe").filter(pk=int(target)).first()
-            by_name = (Deployment.objects.filter(recipe__name=target, status__in=DEPLOYMENT_ACTIVE)
-                       .exclude(pk=int(target)).first())
+            # an id of more digits than any row's is no deployment's (int() refuses more than 4300)
+            deployment_id = whole_number(target)
+            deployment = (Deployment.objects.select_related("recipe").filter(pk=deployment_id).first()
+                          if deployment_id is not None else None)
+            named = Deployment.objects.filter(recipe__name=target, status__in=DEPLOYMENT_ACTIVE)
+            by_name = (named.exclude(pk=deployment_id) if deployment_id is not None else named).first()
             if by_name is not None:
                 # A recipe named with digits alone, saved before such names were refused.
                 raise refused(f"{json_spelled(target)} is deployment #{target}"

@@ -37,11 +37,12 @@ from controlplane.commands import CeilingCommand, refused
 from controlplane.drf_defaults import empty_list_item, json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import js_number, json_spelled
+from controlplane.numbers import number_shown, whole_number
 from deployments.management.command_user import command_user
 from deployments.models import Node
 from kernels.choices import JOB_TERMINAL, KernelJobStatus
 from kernels.models import KernelPackage
-from kernels.services import cc_problem, job_progress_total, kernel_job_check, kernel_job_create
+from kernels.services import cc_problem, job_progress_total, kernel_job_check, kernel_job_create, package_manifest
 
 
 #: The exit status of ``--wait`` that ran out while the job was still going (queued, building or
@@ -157,8 +158,15 @@ class Command(CeilingCommand):
         if options["batches"]:
             batches = []
             for item in list_items(options["batches"], "batches", "1,8,64", unread):
-                if _INTEGER_RE.fullmatch(item):
-                    batches.append(int(item))
+                number = whole_number(item.removeprefix("+"), signed=True) if _INTEGER_RE.fullmatch(item) else None
+                if number is not None:
+                    batches.append(number)
+                elif _INTEGER_RE.fullmatch(item):
+                    # more digits than any batch has (and int() refuses more than 4300): not read
+                    declared = sorted({b for s in package_manifest(pkg).shapes for b in s.batches}) if pkg else None
+                    unread.setdefault("batches", []).append(
+                        f"{number_shown(item.removeprefix('+'))} is not a batch size"
+                        + (f" of the manifest ({declared})" if declared is not None else ""))
                 else:
                     unread.setdefault("batches", []).append(
                         f"{json_spelled(item)} is not an integer: give batches as 1,8,64")

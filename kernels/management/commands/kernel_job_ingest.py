@@ -38,6 +38,7 @@ from controlplane.commands import CeilingCommand, refused
 from controlplane.drf_defaults import BOM, json_loads, nonfinite_number_errors, repeated_key_errors
 from controlplane.errors import CeilingError, InvalidInput
 from controlplane.jsonsafe import json_spelled
+from controlplane.numbers import number_shown, whole_number
 from deployments.management.command_user import command_user
 from kernels.models import KernelJob, KernelPackage
 from kernels.selectors import job_result_lines
@@ -112,9 +113,12 @@ class Command(CeilingCommand):
             return
         if not options["job_id"] or not re.fullmatch(r"[0-9]+", str(options["job_id"])):
             raise refused("give a job id (or --new PACKAGE --variants variants.json results.json)")
-        job = KernelJob.objects.filter(pk=int(options["job_id"])).first()
+        # an id of more digits than any row's is no job's (int() refuses more than 4300)
+        job_id = whole_number(str(options["job_id"]))
+        job = KernelJob.objects.filter(pk=job_id).first() if job_id is not None else None
         if job is None:
-            raise refused(f"no kernel job with id {options['job_id']}")
+            shown = options["job_id"] if job_id is not None else number_shown(str(options["job_id"]))
+            raise refused(f"no kernel job with id {shown}")
         if not options["results"] and not options["builds"]:
             raise refused("give results.json and/or --builds builds.json")
         results = self._read(options["results"], errors_may_be_infinite=True) if options["results"] else None
