@@ -1,6 +1,5 @@
 """Project-level pages, and the answer to a request Django refuses before any view runs."""
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_required
 from django.core.exceptions import BadRequest, DisallowedHost
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
@@ -9,11 +8,14 @@ from django.template import loader
 
 from controlplane.api import multipart_error_text
 from controlplane.errors import BadQuery
+from deployments.views.common import role_page
 
 
-@login_required
+@role_page()
 def home(request: HttpRequest) -> HttpResponse:
-    """The landing page is the recipe list (anonymous visitors go to the login page first)."""
+    """The landing page is the recipe list: anonymous visitors go to the login page first, and a
+    signed-in user in no role group is refused (403) as on every page, not sent to a page that
+    refuses them."""
     return redirect("deployments:recipe-list")
 
 
