@@ -41,11 +41,14 @@ class BenchmarkSweepAdmin(_SystemWritten):
     readonly_fields = [_SWEEP_SHOWN.get(f.name, f.name) for f in BenchmarkSweep._meta.fields]
 
     @admin.display(description="snapshot")
-    def snapshot_shown(self, obj: BenchmarkSweep):
-        """The snapshot, the recipe's name in it masked as every read shows it."""
+    def snapshot_shown(self, obj: BenchmarkSweep) -> str:
+        """The snapshot as every read shows it (:func:`benchmarks.models.snapshot_shown`): a stored
+        secret's value masked in all of it (the recipe's name, the spec, each process's argv and
+        env), indented."""
         from benchmarks.models import snapshot_shown
+        from deployments.admin import json_shown
 
-        return snapshot_shown(obj.snapshot)
+        return json_shown(snapshot_shown(obj.snapshot))
 
     @admin.display(description="name", ordering="name")
     def name_shown(self, obj: BenchmarkSweep) -> str:
@@ -82,11 +85,14 @@ class BenchmarkRunAdmin(_SystemWritten):
     exclude = ("original_text", *_RUN_SHOWN)
 
     @admin.display(description="snapshot")
-    def snapshot_shown(self, obj: BenchmarkRun):
-        """The snapshot, the recipe's name in it masked as every read shows it."""
+    def snapshot_shown(self, obj: BenchmarkRun) -> str:
+        """The snapshot as every read shows it (:func:`benchmarks.models.snapshot_shown`): a stored
+        secret's value masked in all of it (the recipe's name, the spec, each process's argv and
+        env), indented."""
         from benchmarks.models import snapshot_shown
+        from deployments.admin import json_shown
 
-        return snapshot_shown(obj.snapshot)
+        return json_shown(snapshot_shown(obj.snapshot))
 
     @admin.display(description="served model name")
     def served_model_shown(self, obj: BenchmarkRun) -> str:

@@ -24,16 +24,32 @@ def gpus_are_modelled(*, engine: str | None, num_gpus: int | None) -> bool:
 
 
 def snapshot_shown(snapshot):
-    """A sweep's or run's ``snapshot`` as the API, exports and comparisons show it: its
-    ``recipe`` (the recipe's name as deployed) with a stored secret's value in it masked, as
-    every read of a recipe name shows it (a name saved before such values were refused there;
-    snapshots taken since store it masked). Anything else is returned as it is."""
-    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("recipe"), str):
-        return snapshot
-    from deployments.models import recipe_name_shown
+    """A sweep's or run's ``snapshot`` as every read shows it (the API, the exports, the pages,
+    the admin and comparisons): a copy with a stored secret's value masked and a well-known
+    credential shortened in every string of it, keys included
+    (:func:`controlplane.redaction.credential_mask_json`, as ``GET /api/deployments/<id>/`` shows
+    the deployment's ``spec_snapshot``): the recipe's name, the ``spec``, what the servers said
+    about themselves. Each process's ``argv`` items and ``env_redacted`` values go through
+    :func:`controlplane.redaction.redact_text` besides, as ``GET /api/processes/<id>/`` shows them.
+    A snapshot stores what ran as it was then, so a value stored as a secret only later (or a
+    recipe saved before such values were refused) is masked here, at read time. Anything that is
+    not JSON text (numbers, null) is returned as it is."""
+    from controlplane.redaction import credential_mask_json, redact_text
 
-    shown = recipe_name_shown(snapshot["recipe"])
-    return snapshot if shown == snapshot["recipe"] else {**snapshot, "recipe": shown}
+    shown = credential_mask_json(snapshot)
+    if not isinstance(shown, dict) or not isinstance(shown.get("processes"), list):
+        return shown
+    processes = []
+    for process in shown["processes"]:
+        if isinstance(process, dict):
+            process = dict(process)
+            if isinstance(process.get("argv"), list):
+                process["argv"] = [redact_text(a) if isinstance(a, str) else a for a in process["argv"]]
+            if isinstance(process.get("env_redacted"), dict):
+                process["env_redacted"] = {k: redact_text(v) if isinstance(v, str) else v
+                                           for k, v in process["env_redacted"].items()}
+        processes.append(process)
+    return {**shown, "processes": processes}
 
 
 def served_model_name_shown(name):

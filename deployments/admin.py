@@ -17,7 +17,10 @@ hood. Changes that carry domain rules go through :mod:`deployments.services` her
   that landed after the form's checks) says "Not saved" and reopens the page, never beside
   Django's "... changed successfully" (:class:`SavedThroughServices`).
 * Gpu / NumaNode: rows the node agent discovers on its host; shown read-only, no Add.
-* Deployment / ServerProcess / ProcessEvent: rows written by the node agent; shown read-only.
+* Deployment / ServerProcess / ProcessEvent: rows written by the node agent; shown read-only,
+  each text or JSON field that can hold a secret's value (a deployment's spec snapshot and
+  reason, a process's argv, env, reason and probe detail, an event's message) masked as the API
+  shows it, in place of the raw field (:class:`ShownInPlace`).
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from simple_history.admin import SimpleHistoryAdmin
 
 from controlplane.errors import CeilingError, InvalidInput
 from controlplane.permissions import refusal_message
-from controlplane.redaction import credential_mask_json
+from controlplane.redaction import credential_mask_json, redact_text
 from deployments import services
 from deployments.choices import DEPLOYMENT_TERMINAL
 from deployments.forms import RecipeAdminForm, RecipeRevertAdminForm, SecretAdminForm, spec_pretty
@@ -61,6 +64,11 @@ def _history_content(record, node_names: dict[int, str]) -> dict[str, Any]:
             "topology": record.topology, "node": node_names.get(record.node_id),
             # a credential or stored secret's value saved before such values were refused shows masked
             "spec": credential_mask_json(record.spec)}
+
+
+def json_shown(value: Any) -> str:
+    """JSON ``value`` (already masked) as a read-only admin field shows it: indented, in ``<pre>``."""
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str))
 
 
 def _json_text(value: Any, absent: bool) -> str:
@@ -512,6 +520,31 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return deleted, counts, perms_needed, list(protected) + self.deletion_blockers(objs)
 
 
+class ShownInPlace(ReadOnlyAdmin):
+    """A read-only admin whose change page shows each field of :attr:`shown_fields` through the
+    admin's method of that name, in the field's place: the raw field (which may hold a secret's
+    value: a spec snapshot, an argv, an engine's log lines in a reason) is neither shown nor in
+    the form."""
+
+    #: model field -> the admin method that shows it masked, as the API shows it.
+    shown_fields: dict[str, str] = {}
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*super().get_readonly_fields(request, obj), *self.shown_fields.values()]
+
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*(super().get_exclude(request, obj) or ()), *self.shown_fields]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = [f for f in super().get_fields(request, obj) if f not in self.shown_fields.values()]
+        order = [f.name for f in self.model._meta.fields]
+        # each method where its raw field stands among the model's fields: before the next field shown
+        for raw in sorted(self.shown_fields, key=order.index):
+            after = [f for f in fields if f in order and order.index(f) > order.index(raw)]
+            fields.insert(fields.index(after[0]) if after else len(fields), self.shown_fields[raw])
+        return fields
+
+
 def _active_deployment_blockers(deployments: Any) -> list[str]:
     return [f"deployment #{d.pk} ({d.deployed_recipe_label()}) is {d.status}: stop it first (its page's Stop, or "
             f"POST /api/deployments/{d.pk}/stop/), then delete it once it is stopped"
@@ -519,18 +552,15 @@ def _active_deployment_blockers(deployments: Any) -> list[str]:
 
 
 @admin.register(Deployment)
-class DeploymentAdmin(ReadOnlyAdmin):
+class DeploymentAdmin(ShownInPlace):
     list_display = ["__str__", "recipe", "recipe_version", "node", "status", "created_at", "ready_at", "ended_at"]
     list_filter = ["status", "node"]
     list_select_related = ["recipe", "node"]
     search_fields = ["recipe__name", "reason"]
     inlines = [ServerProcessInline]
-    readonly_fields = ["recipe_name_shown"]
-
-    def get_fields(self, request: HttpRequest, obj: Deployment | None = None) -> list[str]:
-        # The recipe's name as deployed is shown as every other read shows it (masked).
-        return [f for f in super().get_fields(request, obj) if f not in ("recipe_name", "recipe_name_shown")] + [
-            "recipe_name_shown"]
+    # The recipe's name as deployed, the spec snapshot and the reason as every other read shows them (masked).
+    shown_fields = {"recipe_name": "recipe_name_shown", "spec_snapshot": "spec_snapshot_shown",
+                    "reason": "reason_shown"}
 
     @admin.display(description="recipe name")
     def recipe_name_shown(self, obj: Deployment) -> str:
@@ -538,23 +568,73 @@ class DeploymentAdmin(ReadOnlyAdmin):
         refused there) masked."""
         return obj.deployed_recipe_name
 
+    @admin.display(description="spec snapshot")
+    def spec_snapshot_shown(self, obj: Deployment) -> str:
+        """The recipe spec at deploy time as ``GET /api/deployments/<id>/`` shows it: a stored
+        secret's value (a value stored as a secret after the deploy, or saved before such values
+        were refused) masked and a credential shortened
+        (:func:`controlplane.redaction.credential_mask_json`)."""
+        return json_shown(credential_mask_json(obj.spec_snapshot))
+
+    @admin.display(description="reason")
+    def reason_shown(self, obj: Deployment) -> str:
+        """Why it failed or stopped, secrets masked (:func:`controlplane.redaction.redact_text`)."""
+        return redact_text(obj.reason)
+
     def deletion_blockers(self, objs: Any) -> list[str]:
         return _active_deployment_blockers(objs)
 
 
 @admin.register(ServerProcess)
-class ServerProcessAdmin(ReadOnlyAdmin):
+class ServerProcessAdmin(ShownInPlace):
     list_display = ["__str__", "deployment", "role", "ordinal", "status", "pid", "numa_node", "cpus", "pin_method", "restart_count"]
     list_filter = ["role", "status"]
     list_select_related = ["deployment", "deployment__recipe"]
+    # argv, env and the texts that carry engine output, as GET /api/processes/<id>/ shows them (masked)
+    shown_fields = {"reason": "reason_shown", "argv": "argv_shown", "env_redacted": "env_shown",
+                    "probe_detail": "probe_detail_shown", "end_reason": "end_reason_shown"}
+
+    @admin.display(description="argv")
+    def argv_shown(self, obj: ServerProcess) -> str:
+        """The argv, each item through :func:`controlplane.redaction.redact_text`."""
+        return json_shown([redact_text(str(a)) for a in (obj.argv or [])])
+
+    @admin.display(description="env (redacted)")
+    def env_shown(self, obj: ServerProcess) -> str:
+        """The environment as recorded (secrets already masked), each value through
+        :func:`controlplane.redaction.redact_text` once more: a value stored as a secret only
+        later is masked too."""
+        env = obj.env_redacted if isinstance(obj.env_redacted, dict) else {}
+        return json_shown({str(k): redact_text(str(v)) for k, v in env.items()})
+
+    @admin.display(description="reason")
+    def reason_shown(self, obj: ServerProcess) -> str:
+        """Why it is not running (with its last log lines when it failed), secrets masked."""
+        return redact_text(obj.reason)
+
+    @admin.display(description="probe detail")
+    def probe_detail_shown(self, obj: ServerProcess) -> str:
+        """What the last probe saw, secrets masked."""
+        return redact_text(obj.probe_detail)
+
+    @admin.display(description="end reason")
+    def end_reason_shown(self, obj: ServerProcess) -> str:
+        """How it ended, secrets masked."""
+        return redact_text(obj.end_reason)
 
     def deletion_blockers(self, objs: Any) -> list[str]:
         return _active_deployment_blockers({p.deployment for p in objs})
 
 
 @admin.register(ProcessEvent)
-class ProcessEventAdmin(ReadOnlyAdmin):
-    list_display = ["at", "deployment", "process", "kind", "message"]
+class ProcessEventAdmin(ShownInPlace):
+    list_display = ["at", "deployment", "process", "kind", "message_shown"]
     list_filter = ["kind"]
     list_select_related = ["deployment", "deployment__recipe", "process"]
     search_fields = ["message"]
+    shown_fields = {"message": "message_shown"}
+
+    @admin.display(description="message")
+    def message_shown(self, obj: ProcessEvent) -> str:
+        """The message, secrets masked, as the deployment's timeline in the API shows it."""
+        return redact_text(obj.message)

@@ -440,13 +440,16 @@ def _runs_named(ids: list[int], *, prefix: str = "run ") -> str:
 
 
 def _config_fields(run: BenchmarkRun) -> dict[str, Any]:
-    snap = run.snapshot or {}
+    # as every read shows the snapshot: a stored secret's value in the spec's env or roles masked
+    snap = snapshot_shown(run.snapshot or {})
+    if not isinstance(snap, dict):
+        snap = {}
     spec = snap.get("spec") or {}
     return {
         "source": run.source, "import_format": run.import_format or None,
         "served_model_name": served_model_name_shown(run.served_model_name) or None, "engine": snap.get("engine"),
         "topology": snap.get("topology"), "deployment_id": snap.get("deployment_id"),
-        "recipe": snapshot_shown(snap).get("recipe"),
+        "recipe": snap.get("recipe"),
         "recipe_id": snap.get("recipe_id"), "recipe_version": snap.get("recipe_version"),
         "node": (snap.get("node") or {}).get("name"), "num_gpus": run.num_gpus, "concurrency": run.concurrency,
         "request_rate": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,

@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from benchmarks import services
 from benchmarks.choices import RunSource
-from benchmarks.models import BenchmarkRun, gpus_are_modelled
+from benchmarks.models import BenchmarkRun, gpus_are_modelled, snapshot_shown
 from benchmarks.selectors import PK_MAX, runs_by_ids
 from benchmarks.sweeps import DIGITS_RE
 from benchmarks.loadgen.uncertainty import min_samples_for_interval
@@ -69,7 +69,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "imported": imported, "notes": summary.get("notes") or [],
         "length_note": summary.get("length_distribution_note"),
         "status_class": _status_class(run.status),
-        "snapshot_text": _json_text(run.snapshot) if run.snapshot else "",
+        "snapshot_text": _json_text(snapshot_shown(run.snapshot)) if run.snapshot else "",
         "summary_text": _json_text(summary),
         "extra": _extra_facts(summary), "ended_by": summary.get("ended_by"),
         "error_adjusted": _error_adjusted_rows(summary),

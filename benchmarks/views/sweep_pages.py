@@ -19,7 +19,7 @@ from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, RunStatus, SweepSta
 from benchmarks.forms import grid_value, sweep_name_read
 from controlplane.drf_defaults import NonFiniteNumber
 from benchmarks.importers import empty_upload_message
-from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
+from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep, snapshot_shown
 from benchmarks.selectors import (
     LOST_COUNTS_NOTE, sweep_aborted_by, sweep_queue_note, sweep_requests_aborted_apart, sweep_requests_cancelled,
     sweep_requests_lost,
@@ -743,7 +743,7 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "outcome": request_outcomes([sweep.pk]).get(sweep.pk),
         "can_write": _can_write(request), "terminal": sweep.status in SWEEP_TERMINAL,
         **_whatif_context(request, sweep),
-        "snapshot_text": _json_text(sweep.snapshot) if sweep.snapshot else "",
+        "snapshot_text": _json_text(snapshot_shown(sweep.snapshot)) if sweep.snapshot else "",
         "grid_text": _json_text(sweep.grid) if sweep.grid else "",
     })
     return render(request, "benchmarks/sweep_detail.html", context)
