@@ -656,13 +656,84 @@ def redact_text(text: str) -> str:
     keeps that group (``Bearer ``) and masks what follows it."""
     if not text:
         return text
+    return _spans_masked(text, _redaction_spans(text)[0])
+
+
+def _redaction_spans(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """What :func:`redact_text` masks in ``text``: the spans it replaces, and the span of each
+    whole match they come from (a pattern's kept group, ``Bearer `` or ``TOKEN=``, included),
+    which a text cut in pieces must not be cut inside (:class:`RedactingStream`)."""
     _stored_values_refresh()
     spans = _value_spans(text, _known_patterns())
+    matches = list(spans)
     for m in _token_matches(text):
         begin = m.end(1) if m.re.groups else m.start()
         if m.end() > begin:
             spans.append((begin, m.end()))
-    return _spans_masked(text, spans)
+            matches.append((m.start(), m.end()))
+    return spans, matches
+
+
+#: Characters a :class:`RedactingStream` holds back after the place it cuts its text at, at least:
+#: enough for every token-shaped pattern to see a token that starts before the cut (the longest
+#: prefix any needs is far shorter) and for a PEM key's block to be found from its BEGIN line.
+STREAM_LOOKAHEAD = 4096
+#: The most text a :class:`RedactingStream` holds while one match runs on past it (a token
+#: longer than this, with no end in sight, is masked as far as seen and the stream moves on).
+STREAM_HOLD_MAX = 1024 * 1024
+
+
+class RedactingStream:
+    """:func:`redact_text` of a text that arrives in pieces (a log file read chunk by chunk, its
+    rotated part and then the current one), masking what masking the whole text at once masks,
+    whichever way the pieces cut it: a secret split between two reads or two files is masked.
+
+    :meth:`feed` takes the next piece and returns the masked text that can be given out now,
+    :meth:`end` the rest once there is no more. What is given out ends at a line end where there
+    is one (lines are masked whole), never inside a match, and at least :data:`STREAM_LOOKAHEAD`
+    characters (or the reach of the longest spelling of a stored value, when longer) before the
+    end of what has arrived, so a secret that starts before the cut is seen whole before anything
+    of it is given out. At most about :data:`STREAM_HOLD_MAX` characters are held."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        """Take ``text`` (the next piece) and return what can be given out, masked (maybe "")."""
+        self._held += text
+        held = self._held
+        limit = len(held) - max(STREAM_LOOKAHEAD, _known_patterns().reach)
+        if limit <= 0:
+            return ""
+        line_end = held.rfind("\n", 0, limit)
+        cut = line_end + 1 if line_end >= 0 else limit
+        masked, matches = _redaction_spans(held)
+        for begin, end in _spans_merged(matches):
+            if begin < cut < end:
+                # the whole match waits for the next round; one that started at the front and
+                # still runs on past what may be held is given out masked as far as it goes
+                cut = begin if begin > 0 or len(held) <= STREAM_HOLD_MAX else end
+                break
+        if cut == 0:
+            return ""
+        self._held = held[cut:]
+        return _spans_masked(held[:cut], [(b, e) for b, e in masked if e <= cut])
+
+    def end(self) -> str:
+        """Everything still held, masked: the text is over."""
+        held, self._held = self._held, ""
+        return redact_text(held)
+
+
+def _spans_merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` sorted, overlapping or touching ones joined."""
+    merged: list[list[int]] = []
+    for begin, end in sorted(spans):
+        if merged and begin <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([begin, end])
+    return [(b, e) for b, e in merged]
 
 
 # The patterns of each given value's spellings (:func:`secret_value_found`), by those spellings.

@@ -8,18 +8,17 @@ written into the row.
 """
 from __future__ import annotations
 
+import codecs
 import os
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
-from controlplane.redaction import redact_text
+from controlplane.redaction import RedactingStream
 
-# A download is redacted in pieces of about 64 KiB, each extended to the end of its line; a
-# line longer than 1 MiB is cut there (only such a pathological line could split a secret).
+# A download reads its log in pieces of 64 KiB.
 DOWNLOAD_CHUNK_BYTES = 64 * 1024
-DOWNLOAD_LINE_MAX_BYTES = 1024 * 1024
 
 
 def log_file(log_path: str) -> Path | None:
@@ -58,19 +57,28 @@ class RedactedLogReader:
     """A read-only file-like view of a log's parts (rotated then current) that passes the text
     through :func:`controlplane.redaction.redact_text` before it leaves the server.
 
-    Each read returns about :data:`DOWNLOAD_CHUNK_BYTES`, extended to the end of the line so a
-    secret (one token, never spanning a newline) is always redacted whole; ``size`` is only a
-    hint, which suits :class:`~django.http.FileResponse`'s read loop. Bytes round-trip through
-    ``surrogateescape`` so non-UTF-8 output reaches the download unchanged except where a
-    secret was masked. There is no ``seek``/``tell``, so no Content-Length is sent (redaction
-    changes the length).
+    The parts are one text, masked as one (:class:`controlplane.redaction.RedactingStream`): the
+    shim rotates between two reads of the engine's output, which can fall inside a line (an engine
+    whose stdout is block-buffered writes 8 KiB at a time, whatever its lines), so a secret may
+    begin at the end of ``<log>.1`` and end at the start of ``<log>``; it is masked whole, as the
+    tail masks it, and so is one that a read of :data:`DOWNLOAD_CHUNK_BYTES` cuts, however long
+    its line. Each read returns what the stream gives out for the next pieces read (so a read
+    returns ``b""`` only at the end); ``size`` is only a hint, which suits
+    :class:`~django.http.FileResponse`'s read loop. Bytes round-trip through ``surrogateescape``
+    (decoded incrementally, so a character split between two reads is read whole) and non-UTF-8
+    output reaches the download unchanged except where a secret was masked. There is no
+    ``seek``/``tell``, so no Content-Length is sent (redaction changes the length).
     """
 
     def __init__(self, parts: list[Path]):
         self._parts = list(parts)
         self._fh: Any = None
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+        self._stream = RedactingStream()
+        self._ended = False
 
-    def read(self, size: int = -1) -> bytes:
+    def _next_chunk(self) -> bytes:
+        """The next bytes of the parts read one after the other, ``b""`` once all are read."""
         while self._fh is not None or self._parts:
             if self._fh is None:
                 try:
@@ -78,14 +86,22 @@ class RedactedLogReader:
                 except OSError:
                     continue
             chunk = self._fh.read(DOWNLOAD_CHUNK_BYTES)
-            if not chunk:
-                self._fh.close()
-                self._fh = None
-                continue
-            if not chunk.endswith(b"\n"):
-                chunk += self._fh.readline(DOWNLOAD_LINE_MAX_BYTES)
-            text = chunk.decode("utf-8", errors="surrogateescape")
-            return redact_text(text).encode("utf-8", errors="surrogateescape")
+            if chunk:
+                return chunk
+            self._fh.close()
+            self._fh = None
+        return b""
+
+    def read(self, size: int = -1) -> bytes:
+        while not self._ended:
+            chunk = self._next_chunk()
+            if chunk:
+                text = self._stream.feed(self._decoder.decode(chunk))
+            else:
+                self._ended = True
+                text = self._stream.feed(self._decoder.decode(b"", final=True)) + self._stream.end()
+            if text:
+                return text.encode("utf-8", errors="surrogateescape")
         return b""
 
     def close(self) -> None:
@@ -93,3 +109,4 @@ class RedactedLogReader:
             self._fh.close()
             self._fh = None
         self._parts = []
+        self._ended = True

@@ -18,6 +18,8 @@ What it does, in order:
    has happened: the classic close-on-exec error pipe tells success (EOF, no data) from failure.
 4. Copies the pipe into ``LOG``, rotating to ``LOG.1`` before a write would push ``LOG`` past
    ``--max-bytes``: each file stays at or below the cap, so at most twice the cap is on disk.
+   The rotation falls on a line end of the read being written where one fits under the cap, so
+   a line is seldom split between the two files (readers join them either way).
    The shim lives in the engine's session, so the cap holds whoever started it and whether or
    not that process still runs.
 5. On the first stop signal while the engine runs, writes ``<exit-file>.stop`` (pid,
@@ -64,6 +66,8 @@ class CappedLog:
         self.max_bytes = max_bytes
         self.fd = -1
         self.size = 0
+        # whether the engine's output is inside a line whose start was left out (see write)
+        self._line_cut = False
         self._open()
 
     def _open(self) -> None:
@@ -76,12 +80,35 @@ class CappedLog:
         self._open()
 
     def write(self, data: bytes) -> None:
-        # A single chunk larger than the cap only keeps its newest bytes; writing the older
-        # part would be rotated away at once anyway.
+        """Append ``data`` (one read of the engine's output, which may end inside a line),
+        rotating first when it would push the file past the cap. The rotation falls on a line
+        end where one is near: the lines of ``data`` that still fit go to the file first, so
+        the rotated file ends with a whole line and the new one starts with one (an engine that
+        writes its output in blocks, not lines, would otherwise have a line, and a secret in
+        it, split between the two files). The cap always holds: with no line end that fits, the
+        rotation falls where the read did."""
+        if self._line_cut:
+            # the rest of a line whose start was not written: left out up to its end
+            end = data.find(b"\n")
+            if end < 0:
+                return
+            data, self._line_cut = data[end + 1:], False
+        # A single chunk larger than the cap only keeps its newest bytes, from the first line
+        # start among them: writing the older part would be rotated away at once anyway, and a
+        # line's end without its start is not written (nor, with no line start among them, the
+        # rest of that line in the reads that follow).
         if len(data) > self.max_bytes:
-            data = data[-self.max_bytes:]
+            start = data.find(b"\n", len(data) - self.max_bytes - 1) + 1
+            data, self._line_cut = (data[start:], False) if start else (b"", True)
         if self.size and self.size + len(data) > self.max_bytes:
+            fits = data.rfind(b"\n", 0, self.max_bytes - self.size) + 1
+            if fits:
+                self._append(data[:fits])
+                data = data[fits:]
             self._rotate()
+        self._append(data)
+
+    def _append(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             try:
@@ -95,6 +122,7 @@ class CappedLog:
 
     def note(self, text: str) -> None:
         """Write one line of the shim's own, marked so readers can tell it from the engine's."""
+        self._line_cut = False
         self.write(f"[ceiling-shim {time.strftime('%Y-%m-%dT%H:%M:%S%z')}] {text}\n".encode())
 
 
