@@ -9,7 +9,8 @@ Three layers, applied by :func:`redact_text`:
   is seen within :data:`STORED_VALUES_MAX_AGE_S`. Places that serve process log text call
   :func:`stored_secret_values_load` first, so they never rely on a stale cache;
 * values registered at run time (:func:`register_secret_value`, e.g. a secret the node agent
-  has just resolved for a launch);
+  has just resolved for a launch), and values this process has just stored, changed or deleted
+  (:func:`note_stored_secret_value`), masked before the write commits;
 * patterns for well-known token shapes (Hugging Face ``hf_...``, ``Bearer ...``,
   ``token=...``, and the credential formats of :data:`CREDENTIAL_PATTERNS`: OpenAI-style
   ``sk-...``, GitHub ``ghp_...`` / ``github_pat_...``, AWS access key ids ``AKIA...``, Slack
@@ -31,10 +32,20 @@ word is (:func:`_token_matches`). What is masked is exactly what scanning the wh
 every pattern masks; ``controlplane/scripts/redaction_bench.py`` (``make bench-redaction``) times
 both.
 
-A value once seen stays masked for the life of the process, also after its secret was
-rotated or deleted: old logs may still hold it. Earlier values are also kept in the database
-(:data:`RETIRED_MODEL`, written when a secret is changed or deleted) and read like the current
-ones, so a process started after the rotation masks them too.
+A value stays masked after its secret was rotated or deleted: old logs may still hold it. Earlier
+values are kept in the database (:data:`RETIRED_MODEL`, written when a secret is changed or
+deleted) and read like the current ones, so a process started after the rotation masks them too.
+An operator who no longer wants an earlier value masked forgets it (``manage.py
+forget_retired_secret_values``, which deletes its row): every process stops masking it at its next
+read of the stored values, within :data:`STORED_VALUES_MAX_AGE_S`, except a process that
+registered the value itself (:func:`register_secret_value`: a node agent that launched an engine
+with it masks it until it restarts) or stored, changed or deleted it in the last
+:data:`NOTED_VALUE_KEEP_S` seconds.
+
+Only a value of at least :data:`MIN_VALUE_LENGTH` characters (once stripped) is masked, in any
+spelling: a shorter one is too likely to be ordinary text. No secret is stored with a shorter
+value any more; one stored before that minimum is still given to its engines, unmasked, and a
+warning in the log names its secret.
 
 Stored values are encrypted at rest (:mod:`controlplane.secretbox`) and decrypted here through
 :func:`controlplane.secretbox.secret_plaintext`. A value this process cannot decrypt (its key
@@ -63,8 +74,25 @@ SECRET_MODEL = "deployments.Secret"
 RETIRED_MODEL = "deployments.RetiredSecretValue"
 #: Seconds a read of the stored values is reused before :func:`redact_text` reads them again.
 STORED_VALUES_MAX_AGE_S = 2.0
-# Values shorter than this are too likely to occur as ordinary text to be masked.
-MIN_VALUE_LENGTH = 4
+#: Seconds a value this process has just stored, changed or deleted is masked whatever the database
+#: read says (:func:`note_stored_secret_value`), longer than the transaction that writes it.
+NOTED_VALUE_KEEP_S = 60.0
+#: The shortest secret value, in characters once leading and trailing whitespace is left out: the
+#: one rule of every place that judges a secret's value. A secret is stored only with at least
+#: this many (``deployments.services.secret_value_problem``: the API, the admin form, the
+#: services); only a value this long is masked (:func:`value_forms`, :func:`redact_text`) and
+#: refused where it is found in free text or a recipe's plain values (:func:`secret_value_found`).
+#:
+#: Why 8: a shorter value is too likely to be an ordinary word of the text it would be masked in
+#: (the log levels ``INFO``, ``DEBUG``, ``ERROR``, ``WARNING``, a TZ rule such as ``EST5EDT``):
+#: masking it hides every such word of every log line, and refusing it in a recipe's description
+#: refuses ordinary sentences. 8 is what the free-text refusal already used, and the shortest
+#: secret a person may choose under NIST SP 800-63B (section 5.1.1.2: "at least 8 characters in
+#: length"); the tokens and keys secrets hold are far longer. A value stored before this minimum
+#: (it was 4) is still given to the engines that reference it, but neither masked nor looked for:
+#: the first read of the stored values in a process logs a warning naming each such secret
+#: (:func:`stored_secret_values_load`); give it a new value of this length to have it masked.
+MIN_VALUE_LENGTH = 8
 # A line of a multi-line value is masked on its own only from this length: a PEM key's base64
 # lines are 64 characters, while short lines ("-----END-----", blank) are too common.
 MIN_LINE_LENGTH = 16
@@ -72,7 +100,20 @@ MIN_LINE_LENGTH = 16
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
+# Every form masked now: the union of the three below, kept as one set for the patterns.
 _known_values: set[str] = set()
+# The forms of values registered at run time (:func:`register_secret_value`): masked for the life
+# of the process.
+_registered_forms: set[str] = set()
+# The forms of the values the last complete read of the database found (:func:`stored_secret_values_load`):
+# a form that a later read no longer finds (its retired value was forgotten) stops being masked.
+_stored_forms: set[str] = set()
+# The forms of values this process has just written or deleted (:func:`note_stored_secret_value`), to
+# time.monotonic() until which they are kept whatever the database holds: a read from another
+# thread before the write commits must not drop them.
+_noted_forms: dict[str, float] = {}
+# Names of stored secrets whose value is shorter than MIN_VALUE_LENGTH, already warned about.
+_short_reported: set[str] = set()
 # Tokens of stored values this process could not decrypt and has already logged an error for.
 _unreadable_reported: set[str] = set()
 # time.monotonic() of the last read (or failed attempt) of the stored values; None = read next time.
@@ -309,13 +350,47 @@ def value_forms(value: str) -> set[str]:
 
 def register_secret_value(value: str) -> None:
     """Remember ``value`` so every later :func:`redact_text` in this process masks it, in every
-    spelling :func:`value_forms` lists (values shorter than :data:`MIN_VALUE_LENGTH` characters
-    are ignored)."""
+    spelling :func:`value_forms` lists, for the life of the process (values shorter than
+    :data:`MIN_VALUE_LENGTH` characters are ignored): for a value this process uses, such as a
+    secret the node agent has just resolved for a launch."""
     forms = value_forms(value)
     if not forms:
         return
     with _lock:
+        _registered_forms.update(forms)
         _known_values.update(forms)
+
+
+def note_stored_secret_value(value: str) -> None:
+    """Mask ``value``, a secret value this process has just stored, changed or deleted, at once
+    and for :data:`NOTED_VALUE_KEEP_S` seconds whatever the database says; after that it is masked
+    as long as the database holds it (a secret's value, or a retired value until
+    ``manage.py forget_retired_secret_values`` forgets it), as every other process masks it."""
+    forms = value_forms(value)
+    if not forms:
+        return
+    until = time.monotonic() + NOTED_VALUE_KEEP_S
+    with _lock:
+        for form in forms:
+            _noted_forms[form] = until
+        _known_values.update(forms)
+
+
+def _stored_forms_replace(forms: set[str]) -> None:
+    """Make ``forms`` (every form of every value a complete read of the database found) the
+    stored ones: each form an earlier read found, or noted longer ago than
+    :data:`NOTED_VALUE_KEEP_S` (:func:`note_stored_secret_value`), that this read does not find
+    stops being masked, unless it was registered (:func:`register_secret_value`) or noted since."""
+    global _stored_forms
+    now = time.monotonic()
+    with _lock:
+        expired = {f for f, until in _noted_forms.items() if until <= now}
+        for form in expired:
+            del _noted_forms[form]
+        gone = (_stored_forms | expired) - forms - _registered_forms - _noted_forms.keys()
+        _known_values.difference_update(gone)
+        _known_values.update(forms)
+        _stored_forms = set(forms)
 
 
 def _char_pattern(char: str) -> str:
@@ -410,23 +485,16 @@ class _KnownPatterns:
 _patterns_cache = _KnownPatterns(frozenset())
 
 
-# The same for the forms of at least a given length (:func:`secret_values_mask`), by that length.
-_long_patterns_cache: dict[int, _KnownPatterns] = {}
-
-
-def _known_patterns(min_length: int = 0) -> _KnownPatterns:
-    """The patterns of every known form (:data:`_known_values`) of at least ``min_length``
-    characters, from the cache when the forms are those it was built for."""
+def _known_patterns() -> _KnownPatterns:
+    """The patterns of every known form (:data:`_known_values`), from the cache when the forms are
+    those it was built for. Every form is at least :data:`MIN_VALUE_LENGTH` characters
+    (:func:`value_forms`), so log redaction and the refusals of free text look for the same."""
     global _patterns_cache
     with _lock:
-        forms = frozenset(f for f in _known_values if len(f) >= min_length)
-    known = _patterns_cache if not min_length else _long_patterns_cache.get(min_length, _KnownPatterns(frozenset()))
+        forms = frozenset(_known_values)
+    known = _patterns_cache
     if known.forms != forms:
-        known = _KnownPatterns(forms)
-        if min_length:
-            _long_patterns_cache[min_length] = known
-        else:
-            _patterns_cache = known
+        known = _patterns_cache = _KnownPatterns(forms)
     return known
 
 
@@ -484,8 +552,12 @@ class SecretsUnmaskable(CeilingError):
 def stored_secret_values_load(*, strict: bool = False) -> int:
     """Read every stored secret value (``value`` of :data:`SECRET_MODEL` and of
     :data:`RETIRED_MODEL`) from the database, decrypt it
-    (:func:`controlplane.secretbox.secret_plaintext`) and remember it
-    (:func:`register_secret_value`). Returns how many values were read and decrypted.
+    (:func:`controlplane.secretbox.secret_plaintext`) and mask it from now on. A value an earlier read
+    found and this one does not (a retired value forgotten since) stops being masked, unless it was
+    registered (:func:`register_secret_value`) or noted a moment ago (:func:`note_stored_secret_value`);
+    nothing stops being masked after a read that met a value it could not decrypt. A secret whose
+    value is shorter than :data:`MIN_VALUE_LENGTH` (stored before that minimum) is not masked, and
+    a warning naming it is logged once per process. Returns how many values were read and decrypted.
 
     Inside a transaction the read runs in a savepoint, so a failed read leaves the caller's
     transaction usable. A value that cannot be decrypted is skipped (nothing could mask it) and
@@ -506,24 +578,27 @@ def stored_secret_values_load(*, strict: bool = False) -> int:
 
     from controlplane.secretbox import SecretUnreadable, secret_plaintext
 
-    rows: list[tuple[str, object]] = []
+    rows: list[tuple[str, object, bool]] = []
     for label in (SECRET_MODEL, RETIRED_MODEL):
         model = apps.get_model(label)
         alias = router.db_for_read(model)
         query = model._default_manager.using(alias).values_list("name", "value")
         if connections[alias].in_atomic_block:
             with transaction.atomic(using=alias):
-                rows += list(query)
+                found = list(query)
         else:
             # No transaction of our own outside one: with SQLite's IMMEDIATE mode it would take
             # the write lock for a read.
-            rows += list(query)
+            found = list(query)
+        rows += [(name, value, label == SECRET_MODEL) for name, value in found]
     read = 0
+    forms: set[str] = set()
+    short: list[str] = []
     unreadable: list[SecretUnreadable] = []
     unreadable_names: list[str] = []
-    for name, value in rows:
+    for name, value, current in rows:
         try:
-            register_secret_value(secret_plaintext(value, name=name))
+            plain = secret_plaintext(value, name=name)
             read += 1
         except SecretUnreadable as exc:
             unreadable_names.append(name)
@@ -533,11 +608,29 @@ def stored_secret_values_load(*, strict: bool = False) -> int:
                     continue
                 _unreadable_reported.add(token)
             unreadable.append(exc)
+            continue
+        forms |= value_forms(plain)
+        if current and isinstance(plain, str) and plain and len(plain.strip()) < MIN_VALUE_LENGTH:
+            with _lock:
+                if name not in _short_reported:
+                    _short_reported.add(name)
+                    short.append(name)
+    if unreadable_names:
+        # A value this process cannot open is not known to be gone: forget nothing this time.
+        with _lock:
+            _known_values.update(forms)
+            _stored_forms.update(forms)
+    else:
+        _stored_forms_replace(forms)
     with _lock:
         _stored_read_at = time.monotonic()
     # Logged only once the read is recorded: the log filter redacts, and must not read again.
     for exc in unreadable:
         log.error("redaction cannot mask a stored value: %s", exc.errors["secrets"][0])
+    for name in short:
+        log.warning("secret %s has a value shorter than %d characters, stored before that minimum: engines are "
+                    "still given it, but it is not masked in logs nor refused in recipes; give the secret a new "
+                    "value of at least %d characters", json_spelled(name), MIN_VALUE_LENGTH, MIN_VALUE_LENGTH)
     if strict and unreadable_names:
         raise SecretsUnmaskable(unreadable_names)
     return read
@@ -588,12 +681,12 @@ def _stored_values_refresh() -> None:
 
 
 def _on_secret_change(sender, instance, **kwargs) -> None:
-    # The value of a saved or deleted secret is remembered at once (a deleted secret's value may
-    # still be in old logs); the cache is re-read on the next redaction.
+    # The value of a saved or deleted secret is masked at once (a deleted secret's value may still
+    # be in old logs, and is kept as a retired value); the cache is re-read on the next redaction.
     from controlplane.secretbox import SecretUnreadable, secret_plaintext
 
     try:
-        register_secret_value(secret_plaintext(getattr(instance, "value", None), name=getattr(instance, "name", "")))
+        note_stored_secret_value(secret_plaintext(getattr(instance, "value", None), name=getattr(instance, "name", "")))
     except SecretUnreadable:
         pass  # the re-read below logs it; a save or delete must not fail on it
     stored_secret_values_invalidate()
@@ -629,21 +722,14 @@ def _spans_masked(text: str, spans: list[tuple[int, int]]) -> str:
     return "".join(out)
 
 
-#: The shortest spelling of a secret value :func:`secret_values_mask` masks: what a recipe's plain
-#: values are checked against (``deployments.recipes.SECRET_VALUE_MIN_LENGTH``), so a short value
-#: a recipe may hold (``TZ=EST5EDT`` while a secret is ``EST5EDT``) is shown as saved.
-PLAIN_VALUE_MIN_LENGTH = 8
-
-
 def secret_values_mask(text: str) -> str:
     """``text`` with stored and registered secret values masked as :data:`REDACTED`, in every
-    spelling :func:`redact_text` finds them in of at least :data:`PLAIN_VALUE_MIN_LENGTH`
-    characters, and nothing else changed (no token-shaped pattern): for text a person wrote, such
-    as a recipe's plain values."""
+    spelling :func:`redact_text` finds them in, and nothing else changed (no token-shaped
+    pattern): for text a person wrote, such as a recipe's plain values."""
     if not isinstance(text, str) or not text:
         return text
     _stored_values_refresh()
-    return _spans_masked(text, _value_spans(text, _known_patterns(PLAIN_VALUE_MIN_LENGTH)))
+    return _spans_masked(text, _value_spans(text, _known_patterns()))
 
 
 def redact_text(text: str) -> str:
@@ -741,9 +827,9 @@ _given_patterns_cache: dict[frozenset[str], _KnownPatterns] = {}
 
 
 def _given_patterns(value: str) -> _KnownPatterns:
-    """The patterns of the spellings of ``value`` that :func:`secret_values_mask` masks: each of
-    its :func:`value_forms` of at least :data:`PLAIN_VALUE_MIN_LENGTH` characters."""
-    forms = frozenset(f for f in value_forms(value) if len(f) >= PLAIN_VALUE_MIN_LENGTH)
+    """The patterns of the spellings of ``value`` that :func:`secret_values_mask` masks: its
+    :func:`value_forms` (none for a value shorter than :data:`MIN_VALUE_LENGTH`)."""
+    forms = frozenset(value_forms(value))
     known = _given_patterns_cache.get(forms)
     if known is None:
         if len(_given_patterns_cache) > 256:
@@ -754,9 +840,9 @@ def _given_patterns(value: str) -> _KnownPatterns:
 
 def secret_value_found(text: str, value: str) -> bool:
     """Whether ``text`` holds ``value`` (a secret's value) in a spelling :func:`secret_values_mask`
-    masks: the value as typed, base64, JSON-escaped, any percent-encoding of these, ... (each of at
-    least :data:`PLAIN_VALUE_MIN_LENGTH` characters). What a write refuses, so that text a page
-    would show masked is never accepted."""
+    masks: the value as typed, base64, JSON-escaped, any percent-encoding of these, ...; never for a
+    value shorter than :data:`MIN_VALUE_LENGTH` characters, which is not masked either. What a
+    write refuses, so that text a page would show masked is never accepted."""
     if not isinstance(text, str) or not text or not isinstance(value, str):
         return False
     return bool(_value_spans(text, _given_patterns(value)))

@@ -17,7 +17,7 @@ from controlplane.errors import InvalidInput
 from controlplane.forms import SingleValuedForm
 from controlplane.lengths import LengthLimit
 from controlplane.numbers import whole_number
-from controlplane.redaction import credential_mask_json
+from controlplane.redaction import MIN_VALUE_LENGTH, credential_mask_json
 from deployments.choices import Engine, Topology
 from deployments.examples import example_recipes
 from deployments.models import (
@@ -417,7 +417,8 @@ class SecretAdminForm(forms.ModelForm):
         required=False,
         strip=False,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
-        help_text="Write-only: the stored value is never shown. Leave blank to keep it.",
+        help_text=f"Write-only: the stored value is never shown. At least {MIN_VALUE_LENGTH} characters. "
+                  "Leave blank to keep it.",
     )
 
     class Meta:

@@ -111,7 +111,7 @@ from django.conf import settings
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled, not_integer
 from controlplane.redaction import (
-    MIN_VALUE_LENGTH, PLACEHOLDER_RE, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_kind_said, credential_mask,
+    MIN_VALUE_LENGTH, PLACEHOLDER_RE, REDACTED, credential_find, credential_kind_said, credential_mask,
     secret_value_found, secret_value_masked,
 )
 from deployments.engines import ENGINES
@@ -228,8 +228,10 @@ SECRET_INSTEAD = ("store it as a secret (admin → Secrets, or POST /api/secrets
                   "spec.secrets (an environment variable named like a credential, e.g. "
                   '{"HF_TOKEN": "<secret name>"}); a plain value is stored and shown in clear')
 #: A stored secret value shorter than this (once stripped) is not looked for in a recipe's plain
-#: values: so short a value ("1234", "admin") is too likely to be ordinary text there.
-SECRET_VALUE_MIN_LENGTH = PLAIN_VALUE_MIN_LENGTH
+#: values: so short a value ("1234", "admin") is too likely to be ordinary text there. The one
+#: minimum of secret values (:data:`controlplane.redaction.MIN_VALUE_LENGTH`): no shorter value is
+#: stored, nor masked.
+SECRET_VALUE_MIN_LENGTH = MIN_VALUE_LENGTH
 # Set by the renderer from recipe fields; a recipe naming them is pointed at the field.
 ENV_RENDERER_OWNED = {
     "CUDA_VISIBLE_DEVICES": "spec.roles.<role>.gpus",

@@ -46,8 +46,8 @@ from controlplane.errors import Conflict, InvalidInput, NotFound
 from controlplane.jsonsafe import json_spelled
 from controlplane.lengths import length_message
 from controlplane.redaction import (
-    MIN_VALUE_LENGTH, PLACEHOLDER_RE, PLAIN_VALUE_MIN_LENGTH, REDACTED, credential_find, credential_kind_said, credential_mask, credential_mask_json, redact_text, register_secret_value, secret_value_found,
-    secret_values_mask, stored_secret_values_load,
+    MIN_VALUE_LENGTH, PLACEHOLDER_RE, REDACTED, credential_find, credential_kind_said, credential_mask, credential_mask_json, note_stored_secret_value, redact_text, secret_value_found,
+    secret_values_mask, stored_secret_values_invalidate, stored_secret_values_load,
 )
 from controlplane.secretbox import SecretUnreadable
 from deployments.choices import DEPLOYMENT_ACTIVE, DeploymentStatus, Engine, Topology
@@ -55,7 +55,7 @@ from deployments.launch import (  # noqa: F401  (PORT_KIND_FLAGS, port_kind_text
     PORT_KIND_FLAGS, LaunchPlan, launch_plan_render, port_kind_text, port_kind_words)
 from deployments.logfiles import RedactedLogReader, log_file, log_parts
 from deployments.models import (
-    Deployment, Node, ProcessEvent, Recipe, Secret, ServerProcess, name_validator,
+    Deployment, Node, ProcessEvent, Recipe, RetiredSecretValue, Secret, ServerProcess, name_validator,
     recipe_name_shown,
 )
 from deployments.supervisor import log_tail
@@ -187,10 +187,10 @@ def secret_value_in_text(field: str, text: Any, values: dict[str, str] | None = 
     reason, a sweep's name) and shown in clear, cannot hold what it holds: the value of a stored
     secret in any spelling a page masks it in (:func:`controlplane.redaction.secret_value_found`:
     as typed, base64, percent-encoded, ..., each spelling at least
-    :data:`controlplane.redaction.PLAIN_VALUE_MIN_LENGTH` characters), naming the field and the
+    :data:`controlplane.redaction.MIN_VALUE_LENGTH` characters), naming the field and the
     secret, never the value; or a well-known credential format in it (:func:`credential_in_text`),
     naming its kind; or None. ``values`` is :func:`secret_values`, read here when not given."""
-    if not isinstance(text, str) or len(text) < PLAIN_VALUE_MIN_LENGTH:
+    if not isinstance(text, str) or len(text) < MIN_VALUE_LENGTH:
         return None
     for value, name in (secret_values() if values is None else values).items():
         if len(value.strip()) >= MIN_VALUE_LENGTH and secret_value_found(text, value):
@@ -356,8 +356,8 @@ def secret_values() -> dict[str, str]:
     validation refuses to find in a recipe's plain values (env, flags), so a pasted value is never
     stored in clear. Decrypts every secret (there are few). A secret this server cannot decrypt
     (:class:`controlplane.secretbox.SecretUnreadable`) is left out: there is nothing to compare.
-    Values shorter than :data:`deployments.recipes.SECRET_VALUE_MIN_LENGTH` are returned but not
-    looked for (too likely to be ordinary text)."""
+    Values shorter than :data:`controlplane.redaction.MIN_VALUE_LENGTH` (stored before that minimum)
+    are returned but not looked for (too likely to be ordinary text)."""
     values: dict[str, str] = {}
     for secret in Secret.objects.all():
         try:
@@ -1252,25 +1252,37 @@ SECRET_VALUE_REFUSED_CHARS = "\x85\u2028\u2029\x7f"
 
 def secret_value_problem(value: Any) -> str | None:
     """Why ``value`` cannot be a secret's value, or None when it can: the one check of the API,
-    the admin and the services. Refused: no text or empty; shorter than ``MIN_VALUE_LENGTH``
-    (not masked in logs, too likely to be ordinary text); a control character other than tab
-    (NUL, ESC, DEL), or any line break :meth:`str.splitlines` knows (``\\n``, ``\\r``, ``\\v``,
-    ``\\f``, ``\\x1c``-``\\x1e``, NEL, U+2028, U+2029): a secret reaches its engine as an
-    environment variable, which cannot hold a NUL and whose line breaks split it for whatever
-    reads the environment line by line, and the log tail splits lines and strips colour codes
-    before masking, which would change such a value past redaction; longer than 8192
-    characters, or not valid Unicode."""
+    the admin and the services. Refused, the first that applies: no text or empty; a control
+    character other than tab (NUL, ESC, DEL), or any line break :meth:`str.splitlines` knows
+    (``\\n``, ``\\r``, ``\\v``, ``\\f``, ``\\x1c``-``\\x1e``, NEL, U+2028, U+2029): a secret reaches its
+    engine as an environment variable, which cannot hold a NUL and whose line breaks split it for
+    whatever reads the environment line by line, and the log tail splits lines and strips colour
+    codes before masking, which would change such a value past redaction; shorter than
+    :data:`controlplane.redaction.MIN_VALUE_LENGTH` characters (8) once leading and trailing
+    whitespace is left out (:func:`secret_value_length_problem`: too likely to be ordinary text to
+    be masked in logs or looked for in free text); longer than 8192 characters, or not valid
+    Unicode."""
     if not isinstance(value, str) or not value:
         return "A non-empty value is required."
-    if len(value.strip()) < MIN_VALUE_LENGTH:
-        return f"At least {MIN_VALUE_LENGTH} characters: shorter values cannot be masked in logs."
     if any(c in value for c in SECRET_VALUE_REFUSED_CHARS) or any(ord(c) < 0x20 and c != "\t" for c in value):
         return ("Must not contain NUL, line breaks (any that Python's str.splitlines() splits at: \\n, \\r, "
                 "\\v, \\f, \\x1c-\\x1e, \\x85, U+2028, U+2029), an escape (ESC) or another control character: "
                 "a secret reaches the engine as an environment variable, which cannot carry them faithfully, and "
                 "a log tail splits lines and removes terminal colour codes at them, which would change the value "
                 "past masking.")
+    if len(value.strip()) < MIN_VALUE_LENGTH:
+        return secret_value_length_problem(value)
     return _string_problem(value)
+
+
+def secret_value_length_problem(value: str) -> str:
+    """The refusal of ``value``, a secret value shorter than
+    :data:`controlplane.redaction.MIN_VALUE_LENGTH` once stripped: the minimum, the length it has
+    (never the value) and why."""
+    length = len(value.strip())
+    counted = " (leading and trailing whitespace not counted)" if length != len(value) else ""
+    return (f"A secret value needs at least {MIN_VALUE_LENGTH} characters; got {length}{counted}: a shorter "
+            "value is too likely to be ordinary text, such as the log level INFO, to be masked in logs.")
 
 
 def _validate_secret_fields(*, name: str | None = None, value: str | None = None, description: str | None = None) -> None:
@@ -1336,10 +1348,11 @@ def secret_name_errors(name: str) -> list[str]:
 
 
 def secret_create(*, user, name: str, value: str, description: str = "") -> Secret:
-    """Store a new secret. ``value`` is registered with the redactor at once, so it is
-    masked in every later log line of this process; other processes read it from the database
-    (:mod:`controlplane.redaction`). Raises :class:`InvalidInput` on a bad or taken name or an
-    empty value. ``user`` is accepted for audit symmetry with recipes."""
+    """Store a new secret. ``value`` is given to the redactor at once
+    (:func:`controlplane.redaction.note_stored_secret_value`), so it is masked in every later log
+    line of this process; other processes read it from the database (:mod:`controlplane.redaction`).
+    Raises :class:`InvalidInput` on a bad or taken name or a value :func:`secret_value_problem`
+    refuses (shorter than 8 characters, ...). ``user`` is accepted for audit symmetry with recipes."""
     _validate_secret_fields(name=name, value=value, description=description or "")
     with transaction.atomic():
         if Secret.objects.filter(name=name).exists():
@@ -1348,7 +1361,7 @@ def secret_create(*, user, name: str, value: str, description: str = "") -> Secr
             secret = Secret.objects.create(name=name, value=value, description=description or "")
         except IntegrityError as exc:
             raise InvalidInput({"name": ["A secret with this name already exists."]}) from exc
-    register_secret_value(value)
+    note_stored_secret_value(value)
     return secret
 
 
@@ -1364,7 +1377,7 @@ def secret_update(*, secret: Secret, user, value: str | None = None, description
             locked.description = description
         locked.save()
     if value is not None:
-        register_secret_value(value)
+        note_stored_secret_value(value)
     return locked
 
 
@@ -1389,6 +1402,44 @@ def secret_delete(*, secret: Secret, user) -> None:
     if refusal:
         raise Conflict(refusal)
     secret.delete()
+
+
+def retired_secret_values_forget(*, names: list[str] | None = None, before: datetime | None = None,
+                                 dry_run: bool = False) -> list[tuple[str, datetime, bool]]:
+    """Forget the kept earlier values (:class:`RetiredSecretValue`) of secrets since changed or
+    deleted, so that redaction stops masking them: those of the secrets named ``names`` (every
+    name when None), retired before ``before`` (any time when None). Returns ``(secret name,
+    retired at, whether a secret of that name still exists)`` of each, oldest first; with
+    ``dry_run`` nothing is deleted. Needs no key: a value is forgotten without being decrypted.
+
+    Every process masks the stored values it read last (:mod:`controlplane.redaction`), so each
+    stops masking a forgotten value at its next read, within
+    :data:`controlplane.redaction.STORED_VALUES_MAX_AGE_S`; a node agent that launched an engine
+    with the value masks it until it restarts. A value that is also a secret's current value stays
+    masked as that.
+
+    Raises :class:`InvalidInput` (``name``) naming each of ``names`` that no kept value belongs
+    to, with the names that have some."""
+    rows = RetiredSecretValue.objects.all()
+    if names:
+        kept = set(RetiredSecretValue.objects.values_list("name", flat=True))
+        unknown = [name for name in dict.fromkeys(names) if name not in kept]
+        if unknown:
+            said = ", ".join(json_spelled(name) for name in sorted(kept)) or "none"
+            raise InvalidInput({"name": [
+                f"no earlier value of a secret named {json_spelled(name)} is kept (kept for: {said})"
+                for name in unknown]})
+        rows = rows.filter(name__in=names)
+    if before is not None:
+        rows = rows.filter(retired_at__lt=before)
+    with transaction.atomic():
+        found = list(rows.order_by("retired_at", "pk").values_list("pk", "name", "retired_at"))
+        existing = set(Secret.objects.filter(name__in={name for _pk, name, _at in found}).values_list("name", flat=True))
+        if not dry_run:
+            RetiredSecretValue.objects.filter(pk__in=[pk for pk, _name, _at in found]).delete()
+    if found and not dry_run:
+        stored_secret_values_invalidate()
+    return [(name, at, name in existing) for _pk, name, at in found]
 
 
 def _secret_refs(spec: Any) -> set[str]:

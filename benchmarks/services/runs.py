@@ -1577,13 +1577,13 @@ def _import_secret_values_refuse(imported: list[ImportedRun], *, filename: str, 
     ...) in the file name or one of those fields is refused the same way, named by its kind.
     Either anywhere else in ``text`` (the file's text) is refused too, by its place
     (:func:`_import_text_secret_values`): the file is kept and served by the run's download."""
-    from controlplane.redaction import MIN_VALUE_LENGTH, PLAIN_VALUE_MIN_LENGTH, secret_value_found
+    from controlplane.redaction import MIN_VALUE_LENGTH, secret_value_found
     from deployments.services import credential_in_text, secret_values
 
     values = {v: n for v, n in secret_values().items() if len(v.strip()) >= MIN_VALUE_LENGTH}
 
     def holder(text: Any) -> str | None:
-        if not isinstance(text, str) or len(text) < PLAIN_VALUE_MIN_LENGTH:
+        if not isinstance(text, str) or len(text) < MIN_VALUE_LENGTH:
             return None
         return next((name for value, name in values.items() if secret_value_found(text, value)), None)
 
@@ -1621,7 +1621,7 @@ def _import_text_secret_values(imported: list[ImportedRun], *, text: str, values
     it, by ``file``; at most :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS` places, then how
     many more. Never the value: a secret by its name, a credential by its kind and prefix."""
     from benchmarks.importers import MAX_REPORTED_PROBLEMS, _dotted, _key_lines
-    from controlplane.redaction import PLAIN_VALUE_MIN_LENGTH, credential_find, credential_kind_said, secret_value_found
+    from controlplane.redaction import MIN_VALUE_LENGTH, credential_find, credential_kind_said, secret_value_found
 
     in_text = {value: name for value, name in values.items() if secret_value_found(text, value)}
     if not in_text and credential_find(text) is None:
@@ -1630,7 +1630,7 @@ def _import_text_secret_values(imported: list[ImportedRun], *, text: str, values
     def held(piece: str) -> str | None:
         """What ``piece`` holds, in words (``the value of secret 'hub-token'``, ``what looks like a
         Hugging Face token (hf_…)``), or None."""
-        if len(piece) >= PLAIN_VALUE_MIN_LENGTH:
+        if len(piece) >= MIN_VALUE_LENGTH:
             name = next((name for value, name in in_text.items() if secret_value_found(piece, value)), None)
             if name:
                 return f"the value of secret {json_spelled(name)}"

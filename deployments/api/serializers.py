@@ -599,8 +599,8 @@ class SecretSerializer(_SecretBodyChecks, StrictInputMixin, serializers.ModelSer
     ``value`` is refused at its name, and each of the three is a JSON string (``"value": 5`` is a
     400 naming the field and the type, never the text ``"5"``; ``description`` may be null, no
     description as ``""``, and an answer gives null for none); a value that
-    :func:`deployments.services.secret_value_problem` refuses (too short to mask, NUL or a line
-    break) is a 400 on ``value`` with the reason."""
+    :func:`deployments.services.secret_value_problem` refuses (shorter than 8 characters, NUL or a
+    line break) is a 400 on ``value`` with the reason."""
 
     # The model's text columns (name, description) as JSON strings only, as ``value``.
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,

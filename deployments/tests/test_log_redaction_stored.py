@@ -172,11 +172,14 @@ def test_redaction_in_an_event_loop_does_not_touch_the_database(db, fresh_proces
     assert redact_text("copper kettle 5512") == REDACTED  # outside the loop it is read
 
 
-@pytest.mark.parametrize("value", ["e", "abc", "  ab \n"])
-def test_a_secret_value_too_short_to_mask_is_refused(db, admin_user, value):
+@pytest.mark.parametrize(("value", "said"), [("e", "got 1"), ("abc", "got 3"), ("1234567", "got 7"),
+                                             ("  ab\t ", "got 2 (leading and trailing whitespace not counted)")])
+def test_a_secret_value_too_short_to_mask_is_refused(db, admin_user, value, said):
     from controlplane.errors import InvalidInput
 
     with pytest.raises(InvalidInput) as exc:
         secret_create(user=admin_user, name="short", value=value)
-    assert exc.value.errors == {"value": ["At least 4 characters: shorter values cannot be masked in logs."]}
+    assert exc.value.errors == {"value": [f"A secret value needs at least 8 characters; {said}: a shorter value is "
+                                          "too likely to be ordinary text, such as the log level INFO, to be masked "
+                                          "in logs."]}
     assert not Secret.objects.filter(name="short").exists()
