@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import collections
 import difflib
+import functools
 import ipaddress
 import posixpath
 import re
@@ -1257,28 +1258,203 @@ def env_value_problem(name: str, value: str) -> str | None:
     return None
 
 
-def tz_value_problem(value: str) -> str | None:
-    """Why ``value`` may not be ``TZ``, or None when it may. A value holding ``/`` must be a zone
-    of the IANA tz database this control plane knows (``zoneinfo.available_timezones()``, such
-    as ``Europe/Paris``); a value without one is a zone such as ``UTC`` or a POSIX rule such as
-    ``CET-1CEST``, taken as given. A ``:``-led value (the C library reads the file it names), an
-    absolute path or one holding ``..`` is refused: TZ never names a file."""
-    import zoneinfo
+#: Examples of a ``TZ`` value, as refusals name them.
+TZ_EXAMPLES = "such as Europe/Paris, UTC or CET-1CEST,M3.5.0,M10.5.0/3"
+#: What a refusal of a value that is neither says ``TZ`` takes.
+TZ_NEITHER = ("neither a time zone of the IANA tz database (Europe/Paris, UTC) nor a POSIX TZ rule "
+              "(CET-1CEST,M3.5.0,M10.5.0/3)")
+# The shape of a zone name of the tz database: components of letters, digits, '_', '+' and '-'.
+_TZ_ZONE_SHAPE = re.compile(r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*")
+# The parts of a POSIX TZ rule (posix_tz_problem): an unquoted zone abbreviation, what a quoted one
+# holds between '<' and '>', an offset or time of day, and a day of the summer time rule.
+_TZ_LETTERS = re.compile(r"[A-Za-z]*")
+_TZ_QUOTED = re.compile(r"[A-Za-z0-9+-]{3,}")
+_TZ_CLOCK = re.compile(r"[+-]?(\d{1,3})(?::(\d{1,2})(?::(\d{1,2}))?)?")
+_TZ_DAY = re.compile(r"J(\d{1,3})|(\d{1,3})|M(\d{1,2})\.(\d)\.(\d)")
 
-    if value.startswith(":"):
-        return (f"TZ's value {json_spelled(value)} starts with ':', the form that names a zone file to read; "
-                "give the zone's name instead, such as Europe/Paris or UTC")
-    if value.startswith("/") or ".." in value.split("/"):
+
+def tz_value_problem(value: str) -> str | None:
+    """Why ``value`` may not be ``TZ``, or None when it may. glibc takes any text and silently
+    keeps UTC for what it cannot read, so only these are taken:
+
+    * a zone of the IANA tz database this control plane knows (``zoneinfo.available_timezones()``,
+      such as ``Europe/Paris``, ``UTC``, ``EST5EDT``), ``UTC`` always;
+    * the same name after ``:`` (``:Europe/Paris``), the form that names a zone file of the tz
+      database: checked as the name is, and never a path;
+    * a POSIX TZ rule (:func:`posix_tz_problem`: POSIX.1-2024 XBD 8.3 ``TZ``, tzset(3)), such as
+      ``EST5``, ``EST5EDT,M3.2.0,M11.1.0``, ``CET-1CEST,M3.5.0,M10.5.0/3`` or ``<+0330>-3:30``.
+
+    Anything else is refused with the reason: empty, white space, an absolute path or one holding
+    ``..`` (TZ never names a file), a zone name the tz database lacks (with the close names, when
+    there are any), or text that is neither (with what makes it no POSIX rule)."""
+    if value == "":
+        return f"TZ's value is empty: give a time zone {TZ_EXAMPLES}, or leave TZ out for the host's zone"
+    zones = tz_zones()
+    if any(c.isspace() for c in value):
+        close = _tz_close_zones("".join(value.split()), zones)
+        hint = f"; did you mean {' or '.join(close)}?" if close else f" (give one {TZ_EXAMPLES})"
+        return f"TZ's value {json_spelled(value)} holds white space, which no zone name or POSIX TZ rule has{hint}"
+    name = value[1:] if value.startswith(":") else value
+    if name.startswith("/") or ".." in name.split("/"):
         return (f"TZ's value {json_spelled(value)} is a path: TZ takes a time zone name such as Europe/Paris, "
                 "never a file or folder")
-    if "/" not in value:
-        return None
-    zones = zoneinfo.available_timezones()
+    if value.startswith(":"):
+        if not name:
+            return "TZ's value ':' names no zone: give one after the ':' (:Europe/Paris), or leave the ':' out"
+        if name in zones:
+            return None
+        close = [f":{zone}" for zone in _tz_close_zones(name, zones)]
+        hint = f"; did you mean {' or '.join(close)}?" if close else " (such as :Europe/Paris or :UTC)"
+        return (f"TZ's value {json_spelled(value)} names a zone file of the tz database, and {json_spelled(name)} "
+                f"is not a time zone of the IANA tz database{hint}")
     if value in zones:
         return None
-    close = difflib.get_close_matches(value, sorted(zones), n=2, cutoff=0.8)
-    hint = f"; did you mean {' or '.join(close)}?" if close else " (such as Europe/Paris or America/New_York)"
-    return f"TZ's value {json_spelled(value)} is not a time zone of the IANA tz database{hint}"
+    problem = posix_tz_problem(value)
+    if problem is None:
+        return None
+    close = _tz_close_zones(value, zones)
+    if "/" in value and _TZ_ZONE_SHAPE.fullmatch(value):
+        hint = f"; did you mean {' or '.join(close)}?" if close else " (such as Europe/Paris or America/New_York)"
+        return f"TZ's value {json_spelled(value)} is not a time zone of the IANA tz database{hint}"
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"TZ's value {json_spelled(value)} is {TZ_NEITHER}: {problem}{hint}"
+
+
+@functools.lru_cache(maxsize=1)
+def tz_zones() -> frozenset[str]:
+    """The zone names ``TZ`` takes: ``zoneinfo.available_timezones()`` (the tz database of the
+    system or the ``tzdata`` package, read once per process: it walks the database's folders) and
+    ``UTC``."""
+    import zoneinfo
+
+    return frozenset(zoneinfo.available_timezones() | {"UTC"})
+
+
+def _tz_close_zones(value: str, zones: frozenset[str]) -> list[str]:
+    """At most two zone names close to ``value``: the zone spelt so in another case (``utc``), else
+    names close to it ignoring case (``Europe/Pariss``), else, for a value without ``/``, zones
+    whose last part is close to it (``Pariss`` → ``Europe/Paris``)."""
+    by_lower: dict[str, list[str]] = {}
+    for zone in sorted(zones):
+        by_lower.setdefault(zone.lower(), []).append(zone)
+    lowered = value.lower()
+    if lowered in by_lower:
+        return by_lower[lowered][:2]
+    close = difflib.get_close_matches(lowered, list(by_lower), n=2, cutoff=0.8)
+    if close:
+        return [by_lower[c][0] for c in close]
+    if "/" in value or not value:
+        return []
+    by_last: dict[str, list[str]] = {}
+    for zone in sorted(zones):
+        if "/" in zone:
+            by_last.setdefault(zone.rsplit("/", 1)[1].lower(), []).append(zone)
+    close = difflib.get_close_matches(lowered, list(by_last), n=2, cutoff=0.8)
+    return [zone for c in close for zone in by_last[c]][:2]
+
+
+def posix_tz_problem(value: str) -> str | None:
+    """What makes ``value`` no POSIX TZ rule, in words, or None when it is one. The format is
+    POSIX.1-2024's (XBD 8.3, the ``TZ`` variable; glibc's tzset(3) reads the same), as
+    ``std offset [dst [offset] [,start[/time],end[/time]]]``:
+
+    * ``std`` and ``dst``: a zone abbreviation, 3 or more letters (``EST``), or 3 or more letters,
+      digits, ``+`` and ``-`` in angle brackets (``<+0330>``);
+    * ``offset``: what is added to local time to get UTC, ``[+|-]hh[:mm[:ss]]``, hours 0 to 24
+      (``5`` is 5 hours west of Greenwich, ``-1`` one hour east); ``dst``'s defaults to one hour
+      less than ``std``'s;
+    * ``start`` and ``end``: the day summer time starts and ends, ``Jn`` (day 1 to 365, February 29
+      never counted), ``n`` (day 0 to 365) or ``Mm.w.d`` (month 1 to 12, week 1 to 5, day of the week
+      0 (Sunday) to 6); each with an optional ``/time``, ``[+|-]hh[:mm[:ss]]``, hours -167 to 167
+      (2:00 when left out). Without them the C library takes the US rules (``M3.2.0,M11.1.0``)."""
+    pos = 0
+
+    def abbreviation(which: str) -> str | None:
+        nonlocal pos
+        if value.startswith("<", pos):
+            end = value.find(">", pos + 1)
+            if end == -1:
+                return f"the {which} zone abbreviation {json_spelled(value[pos:])} has no closing '>'"
+            inner = value[pos + 1:end]
+            if not _TZ_QUOTED.fullmatch(inner):
+                return (f"the {which} zone abbreviation {json_spelled(value[pos:end + 1])} needs 3 or more letters, "
+                        "digits, '+' or '-' between '<' and '>'")
+            pos = end + 1
+            return None
+        match = _TZ_LETTERS.match(value, pos)
+        letters = match.group(0)
+        if len(letters) < 3:
+            got = json_spelled(letters or value[pos:])
+            return (f"the {which} zone abbreviation needs 3 or more letters (EST) or angle brackets (<+0330>), "
+                    f"got {got}")
+        pos = match.end()
+        return None
+
+    def clock(what: str, max_hours: int) -> str | None:
+        nonlocal pos
+        match = _TZ_CLOCK.match(value, pos)
+        if not match:
+            return f"{what} is missing: got {json_spelled(value[pos:]) if pos < len(value) else 'nothing'}"
+        hours, minutes, seconds = (int(g) if g is not None else 0 for g in match.groups())
+        if hours > max_hours or minutes > 59 or seconds > 59:
+            return (f"{what} {json_spelled(match.group(0))} is out of range (hours 0 to {max_hours}, minutes and "
+                    "seconds 0 to 59)")
+        pos = match.end()
+        return None
+
+    def date(which: str) -> str | None:
+        nonlocal pos
+        match = _TZ_DAY.match(value, pos)
+        rest = json_spelled(value[pos:]) if pos < len(value) else "nothing"
+        if not match:
+            return (f"the summer time {which} needs a day, Jn (1 to 365), n (0 to 365) or Mm.w.d (month 1 to 12, "
+                    f"week 1 to 5, weekday 0 to 6), got {rest}")
+        julian, day, month, week, weekday = match.groups()
+        if (julian is not None and not 1 <= int(julian) <= 365) or (day is not None and int(day) > 365) or (
+                month is not None and not (1 <= int(month) <= 12 and 1 <= int(week) <= 5 and int(weekday) <= 6)):
+            return (f"the day {json_spelled(match.group(0))} is out of range (Jn: 1 to 365, n: 0 to 365, Mm.w.d: "
+                    "month 1 to 12, week 1 to 5, weekday 0 to 6)")
+        pos = match.end()
+        if value.startswith("/", pos):
+            pos += 1
+            return clock(f"the time of day of the summer time {which}", 167)
+        return None
+
+    problem = abbreviation("standard time")
+    if problem:
+        return problem
+    if pos == len(value):
+        return (f"{json_spelled(value)} has no offset from UTC after its zone abbreviation (EST5: 5 hours west of "
+                "Greenwich; CET-1: 1 hour east)")
+    problem = clock("the offset from UTC after the standard time abbreviation", 24)
+    if problem:
+        return problem
+    if pos == len(value):
+        return None
+    if value[pos] == ",":
+        return "a summer time rule (,start,end) needs the summer time abbreviation before it (CET-1CEST,M3.5.0,M10.5.0/3)"
+    problem = abbreviation("summer time")
+    if problem:
+        return problem
+    if pos < len(value) and value[pos] != ",":
+        problem = clock("the summer time offset from UTC", 24)
+        if problem:
+            return problem
+    if pos == len(value):
+        return None
+    if value[pos] != ",":
+        return f"{json_spelled(value[pos:])} follows where only the summer time rule (,start,end) may"
+    for which in ("start", "end"):
+        if not value.startswith(",", pos):
+            return (f"the summer time rule needs its {which} after a ',' (,start,end), got "
+                    f"{json_spelled(value[pos:]) if pos < len(value) else 'nothing'}")
+        pos += 1
+        problem = date(which)
+        if problem:
+            return problem
+    if pos != len(value):
+        return f"{json_spelled(value[pos:])} follows the end of the summer time rule"
+    return None
 
 
 def _env_check(errs: _Errors, path: str, env: Any) -> dict[str, str]:

@@ -84,8 +84,9 @@ def test_ordinary_values_stay_allowed(value):
     assert env_value_problem("UCX_TLS", value) is None
 
 
-@pytest.mark.parametrize("value", ["Europe/Paris", "America/Argentina/Buenos_Aires", "UTC", "EST5EDT", "CET-1CEST"])
-def test_tz_takes_a_zone_name_of_the_tz_database_or_a_rule_without_a_slash(value):
+@pytest.mark.parametrize("value", ["Europe/Paris", "America/Argentina/Buenos_Aires", "UTC", "EST5EDT", "CET-1CEST",
+                                   ":UTC", "CET-1CEST,M3.5.0,M10.5.0/3"])
+def test_tz_takes_a_zone_name_of_the_tz_database_or_a_posix_rule(value):
     assert env_value_problem("TZ", value) is None
 
 
@@ -94,10 +95,10 @@ def test_tz_takes_a_zone_name_of_the_tz_database_or_a_rule_without_a_slash(value
                       "Europe/Paris?"),
     ("Nowhere/Atlantis", "TZ's value 'Nowhere/Atlantis' is not a time zone of the IANA tz database (such as "
                          "Europe/Paris or America/New_York)"),
-    (":/etc/localtime", "TZ's value ':/etc/localtime' starts with ':', the form that names a zone file to read; "
-                        "give the zone's name instead, such as Europe/Paris or UTC"),
-    (":UTC", "TZ's value ':UTC' starts with ':', the form that names a zone file to read; give the zone's name "
-             "instead, such as Europe/Paris or UTC"),
+    (":/etc/localtime", "TZ's value ':/etc/localtime' is a path: TZ takes a time zone name such as Europe/Paris, "
+                        "never a file or folder"),
+    (":../../etc/passwd", "TZ's value ':../../etc/passwd' is a path: TZ takes a time zone name such as "
+                          "Europe/Paris, never a file or folder"),
     ("/usr/share/zoneinfo/UTC", "TZ's value '/usr/share/zoneinfo/UTC' is a path: TZ takes a time zone name such "
                                 "as Europe/Paris, never a file or folder"),
     ("Europe/../../etc/passwd", "TZ's value 'Europe/../../etc/passwd' is a path: TZ takes a time zone name such "

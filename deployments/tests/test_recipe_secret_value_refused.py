@@ -92,9 +92,9 @@ def test_a_recipe_stored_with_the_value_before_is_refused_by_the_dry_run_without
 def test_the_plans_env_passes_through_the_redactor_once_more():
     register_secret_value("plain-pasted-value-4711")
     spec = copy.deepcopy(example_recipe("seed-v4-flash-pd")["spec"])
-    spec["env"] = {"TZ": "plain-pasted-value-4711"}
+    spec["env"] = {"NCCL_DEBUG": "plain-pasted-value-4711"}
     plan = launch_plan_render(engine="sglang", topology="pd", spec=spec, node=seed_node_facts_example(),
                               secret_values=None)
 
-    assert plan.processes[0].env_redacted["TZ"] == "plain-pasted-value-4711"
-    assert plan.to_dict()["processes"][0]["env"]["TZ"] == REDACTED
+    assert plan.processes[0].env_redacted["NCCL_DEBUG"] == "plain-pasted-value-4711"
+    assert plan.to_dict()["processes"][0]["env"]["NCCL_DEBUG"] == REDACTED
