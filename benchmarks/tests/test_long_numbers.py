@@ -15,17 +15,15 @@ from django.test import Client
 from benchmarks.models import BenchmarkSweep
 from benchmarks.tests.sweep_support import sim_deployment_create
 from deployments.choices import DeploymentStatus
+from deployments.tests.factories import LONG_DIGITS, LONG_DIGITS_SHOWN, signed_in_client
 
 pytestmark = pytest.mark.django_db
 
-LONG = "9" * 5000
-SHOWN = "9" * 39 + "…"   # how a message names it: cut to 40 characters
+LONG, SHOWN = LONG_DIGITS, LONG_DIGITS_SHOWN
 
 
-def _client(user) -> Client:
-    client = Client(raise_request_exception=False)
-    client.force_login(user)
-    return client
+def _client(user=None) -> Client:
+    return signed_in_client(user, raise_request_exception=False)
 
 
 @pytest.fixture

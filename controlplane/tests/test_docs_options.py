@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from deployments.tests.factories import signed_in_client
 
 pytestmark = pytest.mark.django_db
 
 
 def _client(user=None) -> Client:
-    client = Client(raise_request_exception=False)
-    if user is not None:
-        client.force_login(user)
-    return client
+    return signed_in_client(user, raise_request_exception=False)
 
 
 @pytest.mark.parametrize("who", ["viewer", "operator", "admin_user"])

@@ -8,15 +8,13 @@ import html
 
 import pytest
 from django.test import Client
+from deployments.tests.factories import signed_in_client
 
 pytestmark = pytest.mark.django_db
 
 
 def _client(user=None) -> Client:
-    client = Client(raise_request_exception=False)
-    if user is not None:
-        client.force_login(user)
-    return client
+    return signed_in_client(user, raise_request_exception=False)
 
 
 def test_a_user_in_no_role_is_refused_at_home_as_on_the_recipe_list(outsider):

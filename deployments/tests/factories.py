@@ -57,13 +57,21 @@ SIM_TINY_SPEC = {"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
                  "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31234}}, "sim": {"profile": "demo-fast"}}
 
 
-def signed_in_client(user):
-    """A page client (django.test.Client) signed in as ``user``."""
+def signed_in_client(user=None, *, raise_request_exception: bool = True):
+    """A page client (django.test.Client) signed in as ``user`` (anonymous when None); with
+    ``raise_request_exception`` False a view's exception comes back as the 500 a browser gets."""
     from django.test import Client
 
-    client = Client()
-    client.force_login(user)
+    client = Client(raise_request_exception=raise_request_exception)
+    if user is not None:
+        client.force_login(user)
     return client
+
+
+#: A number of thousands of digits (Python's int() refuses more than 4300) and how a message names
+#: it, cut to 40 characters.
+LONG_DIGITS = "9" * 5000
+LONG_DIGITS_SHOWN = "9" * 39 + "…"
 
 
 def recipe_row_create(*, node: Node, name: str = "stored-recipe", spec: dict | None = None, **extra) -> Recipe:

@@ -4,6 +4,7 @@ in the API's path."""
 from __future__ import annotations
 
 import html as html_lib
+import json
 
 import pytest
 from django.test import Client
@@ -12,32 +13,34 @@ from django.urls import reverse
 from deployments.examples import example_recipe
 from deployments.models import Recipe
 from deployments.services import recipe_create
-from deployments.tests.factories import cpu_node_create
 from deployments.tests.test_admin import admin_client, seed_node, superuser  # noqa: F401 - fixtures
 from deployments.tests.test_admin_recipe_conflicts import _errors, _page_form
+from deployments.tests.factories import LONG_DIGITS, cpu_node_create, signed_in_client
 
 pytestmark = pytest.mark.django_db
 
-LONG = "9" * 5000
+LONG = LONG_DIGITS
 SPEC = {"model": {"name": "sim/tiny"}, "served_model_name": "tiny",
         "roles": {"single": {"cpus": "0", "host": "127.0.0.1", "port": 31234}}, "sim": {"profile": "demo-fast"}}
 
 
-def _client(user) -> Client:
-    client = Client(raise_request_exception=False)
-    client.force_login(user)
-    return client
+def _client(user=None) -> Client:
+    return signed_in_client(user, raise_request_exception=False)
 
 
-@pytest.mark.parametrize("sent", [LONG, "0" * 5000 + "1" * 19, "1" * 19], ids=["5000-digits", "zeros-then-19", "19-digits"])
-def test_the_edit_form_refuses_an_expected_version_of_too_many_digits(operator, sent):
+def _edit_posted(operator, expected_version: str):
+    """A stored sim recipe (v1) and the answer to its edit form posted with ``expected_version``."""
     node = cpu_node_create(name="local")
     recipe = Recipe.objects.create(name="kept", engine="sim", topology="single", node=node, spec=SPEC, version=1)
     response = _client(operator).post(f"/recipes/{recipe.pk}/edit/", {
         "name": "kept", "description": "typed", "engine": "sim", "topology": "single", "node": node.pk,
-        "spec": '{"model": {"name": "sim/tiny"}, "served_model_name": "tiny", "roles": {"single": '
-                '{"cpus": "0", "host": "127.0.0.1", "port": 31234}}, "sim": {"profile": "demo-fast"}}',
-        "expected_version": sent})
+        "spec": json.dumps(SPEC), "expected_version": expected_version})
+    return recipe, response
+
+
+@pytest.mark.parametrize("sent", [LONG, "0" * 5000 + "1" * 19, "1" * 19], ids=["5000-digits", "zeros-then-19", "19-digits"])
+def test_the_edit_form_refuses_an_expected_version_of_too_many_digits(operator, sent):
+    recipe, response = _edit_posted(operator, sent)
     assert response.status_code == 400
     page = html_lib.unescape(response.content.decode())
     assert f'expected_version "{sent[:40]}" is not a version number (a whole number from 1)' in page
@@ -47,13 +50,7 @@ def test_the_edit_form_refuses_an_expected_version_of_too_many_digits(operator, 
 
 
 def test_an_expected_version_of_eighteen_digits_is_read_as_a_stale_version(operator):
-    node = cpu_node_create(name="local")
-    recipe = Recipe.objects.create(name="kept", engine="sim", topology="single", node=node, spec=SPEC, version=1)
-    response = _client(operator).post(f"/recipes/{recipe.pk}/edit/", {
-        "name": "kept", "description": "typed", "engine": "sim", "topology": "single", "node": node.pk,
-        "spec": '{"model": {"name": "sim/tiny"}, "roles": {"single": {"cpus": "0", "host": "127.0.0.1", '
-                '"port": 31234}}, "sim": {"profile": "demo-fast"}}',
-        "expected_version": "9" * 18})
+    _, response = _edit_posted(operator, "9" * 18)
     assert response.status_code in (400, 409)
     assert f"is at version 1, not {'9' * 18}" in html_lib.unescape(response.content.decode())
 

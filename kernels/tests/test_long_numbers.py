@@ -18,17 +18,15 @@ from deployments.examples import seed_node_facts_example
 from deployments.recipes import recipe_validate
 from kernels.models import KernelJob
 from kernels.tests.test_kernels_recipes import _seed_pd
+from deployments.tests.factories import LONG_DIGITS, LONG_DIGITS_SHOWN, signed_in_client
 
 pytestmark = pytest.mark.django_db
 
-LONG = "9" * 5000
-SHOWN = "9" * 39 + "…"   # how a message names it: cut to 40 characters
+LONG, SHOWN = LONG_DIGITS, LONG_DIGITS_SHOWN
 
 
-def _client(user) -> Client:
-    client = Client(raise_request_exception=False)
-    client.force_login(user)
-    return client
+def _client(user=None) -> Client:
+    return signed_in_client(user, raise_request_exception=False)
 
 
 @pytest.mark.parametrize("path", ["", "variants/"], ids=["job-page", "variant-table"])
