@@ -472,14 +472,10 @@ class RunImportSerializer(StrictInputMixin, serializers.Serializer):
 
 
 def _empty_body_message(request) -> str:
-    """Why a multipart import brought no file, where the request says: a body sent in chunks
-    (``Transfer-Encoding: chunked``, as curl sends ``-F file=@/dev/null`` or a pipe, whose size it
-    does not know), which arrives here empty, or a multipart body of 0 bytes; ``""`` otherwise."""
+    """Why a multipart import brought no file, where the request says: a multipart body of 0
+    bytes; ``""`` otherwise. (A body sent in chunks never gets here: it is refused with 411 before
+    any view reads it, :mod:`controlplane.body_length`.)"""
     meta = getattr(request, "META", None) or {}
-    if "chunked" in str(meta.get("HTTP_TRANSFER_ENCODING", "")).lower():
-        return ("the request body arrived empty: it was sent in chunks (Transfer-Encoding: chunked, as curl does for "
-                "-F file=@/dev/null or a pipe), so no file was read; an empty file has nothing to import, and a "
-                "file with results must be sent with its size (a regular file, -F file=@bench.json)")
     if str(meta.get("CONTENT_TYPE", "")).startswith("multipart/form-data") and str(meta.get("CONTENT_LENGTH") or "0") == "0":
         return "the request body is empty (0 bytes): no file arrived; an empty file has nothing to import"
     return ""

@@ -47,10 +47,10 @@ def test_the_import_form_names_an_empty_upload(operator):
     assert not BenchmarkRun.objects.exists()
 
 
-def test_a_chunked_upload_that_arrived_empty_says_so(operator_api):
-    # curl -F file=@/dev/null sends its body in chunks; it arrives here as no body at all.
+def test_a_chunked_upload_is_refused_with_411_before_it_is_read(operator_api):
+    # curl -F file=@/dev/null sends its body in chunks; no body sent so is read (411 Length Required).
     answer = operator_api.generic("POST", "/api/runs/import/", b"", content_type="multipart/form-data; boundary=B",
                                   HTTP_TRANSFER_ENCODING="chunked")
-    assert answer.status_code == 400
-    assert answer.json()["file"][0].startswith("the request body arrived empty: it was sent in chunks")
+    assert answer.status_code == 411
+    assert answer.json()["detail"].startswith("The request body must be sent with a Content-Length header")
     assert not BenchmarkRun.objects.exists()
