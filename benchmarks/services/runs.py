@@ -957,7 +957,10 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         notes.append("the rankable runs have different input/output lengths "
                      f"({', '.join(sorted(lengths))}); no best run is named")
     elif len(loads) > 1:
-        said = ", ".join(sorted({_load_said(c, r) for c, r in loads}))
+        # closed loops by concurrency, then open loops by rate; an unknown load last
+        order = sorted(loads, key=lambda cr: (cr[1] is not None, cr[0] is None and cr[1] is None,
+                                               cr[1] if cr[1] is not None else (cr[0] or 0)))
+        said = ", ".join(_load_said(c, r) for c, r in order)
         notes.append(f"the rankable runs ran at different loads ({said}): a best across loads would set one operating "
                      "point's latency against another's throughput; no best run is named (compare runs of one load, "
                      "or read a sweep's ceiling analysis across its loads)")

@@ -147,15 +147,16 @@ def test_it_refuses_to_rank_a_length_mismatched_run_and_says_so() -> None:
 def test_it_names_no_best_run_across_different_loads_and_says_why() -> None:
     light = _measured_run(None, c=1, tok_s=10.0)
     heavy = _measured_run(None, c=16, tok_s=25.0)
-    result = runs_compare(runs=[light, heavy])
+    middle = _measured_run(None, c=8, tok_s=20.0)
+    result = runs_compare(runs=[light, heavy, middle])
     assert all(v is None for v in result["best"].values()), result["best"]
-    assert ("the rankable runs ran at different loads (c=1, c=16): a best across loads would set one operating "
+    assert ("the rankable runs ran at different loads (c=1, c=8, c=16): a best across loads would set one operating "
             "point's latency against another's throughput; no best run is named (compare runs of one load, or read "
             "a sweep's ceiling analysis across its loads)") in result["notes"]
-    assert {"field": "concurrency", "values": [1, 16]} in result["config_differs"]
+    assert {"field": "concurrency", "values": [1, 16, 8]} in result["config_differs"]
     # the deltas against the baseline are still given
     tok = next(f for f in result["fields"] if f["key"] == "output_throughput_tok_s")
-    assert tok["deltas_pct"] == [0, 150.0]
+    assert tok["deltas_pct"] == [0, 150.0, 100.0]
 
 
 def test_it_imports_through_the_management_command() -> None:
