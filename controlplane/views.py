@@ -7,6 +7,7 @@ from django.shortcuts import redirect, render
 from django.template import loader
 
 from controlplane.api import multipart_error_text
+from controlplane.body_length import is_api_path
 from controlplane.errors import BadQuery
 from deployments.views.common import role_page
 
@@ -45,7 +46,7 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
     of a malformed query value (:class:`controlplane.errors.BadQuery`, ``?page=abc``) is the
     site's page (``400_query.html``) with the view's reason; a view's own
     :class:`~django.core.exceptions.BadRequest` says what its message says."""
-    api = request.path == "/api" or request.path.startswith("/api/")
+    api = is_api_path(request.path)
     if isinstance(exception, BadQuery) and not api:
         # Raised by a page's view, so the host was accepted: the page is the site's own, with the
         # view's reason (a malformed query value, quoted).

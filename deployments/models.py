@@ -39,6 +39,17 @@ def change_reason_validator(value: object) -> None:
     every other length limit: ``Use at most 100 characters; got 200.``"""
     LengthLimit(CHANGE_REASON_MAX_LENGTH)(value)
 
+def digits_alone_problem(name: object, *, read_as: str, example_prefix: str) -> str | None:
+    """Why ``name`` (a node's or a recipe's) cannot be digits alone, or None: where a name and an
+    id share one argument, digits are read as the id (``read_as`` says where), so such a name could
+    never be reached by it. ``must not be digits alone, got '1': <read_as>; add a letter, e.g.
+    '<example_prefix>-1'``."""
+    if not (isinstance(name, str) and name.isascii() and name.isdigit()):
+        return None
+    return (f"must not be digits alone, got {json_spelled(name)}: {read_as}; add a letter, "
+            f"e.g. '{example_prefix}-{name}'")
+
+
 def name_validator(value: object) -> None:
     """:data:`slug_validator` for input, one message per problem: a name over
     :data:`NAME_MAX_LENGTH` characters is refused for its length alone (``Use at most 63

@@ -21,7 +21,7 @@ from django.utils import timezone
 from controlplane.errors import InvalidInput, NotFound
 from controlplane.jsonsafe import json_spelled
 from deployments.discovery import NVML_OK, discover_node
-from deployments.models import Gpu, Node, NumaNode, slug_validator
+from deployments.models import Gpu, Node, NumaNode, digits_alone_problem, slug_validator
 from deployments.topology import NodeFacts, format_cpulist, gpu_count_from_dict, nvml_status_from_dict
 
 #: The seed machine (the project's motivating 8-GPU host), as discovery would report it.
@@ -35,9 +35,9 @@ def _facts_errors(facts: NodeFacts) -> dict[str, list[str]]:
     except ValidationError as exc:
         errors["name"] = list(exc.messages)
     else:
-        if facts.name.isdigit():
-            errors["name"] = [f"must not be digits alone, got {json_spelled(facts.name)}: /api/nodes/<digits>/ reads digits "
-                              f"as a node's id; add a letter, e.g. 'node-{facts.name}'"]
+        if problem := digits_alone_problem(facts.name, read_as="/api/nodes/<digits>/ reads digits as a node's id",
+                                           example_prefix="node"):
+            errors["name"] = [problem]
     gpu_indices = [g.index for g in facts.gpus]
     if len(set(gpu_indices)) != len(gpu_indices):
         errors["gpus"] = [f"duplicate GPU indices in {sorted(gpu_indices)}"]

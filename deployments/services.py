@@ -55,7 +55,7 @@ from deployments.launch import (  # noqa: F401  (PORT_KIND_FLAGS, port_kind_text
     PORT_KIND_FLAGS, LaunchPlan, launch_plan_render, port_kind_text, port_kind_words)
 from deployments.logfiles import RedactedLogReader, log_file, log_parts
 from deployments.models import (
-    Deployment, Node, ProcessEvent, Recipe, RetiredSecretValue, Secret, ServerProcess, name_validator,
+    Deployment, Node, ProcessEvent, Recipe, RetiredSecretValue, Secret, ServerProcess, digits_alone_problem, name_validator,
     recipe_name_shown,
 )
 from deployments.supervisor import log_tail
@@ -235,10 +235,9 @@ def recipe_name_validator(value: object) -> None:
     if problem:
         raise DjangoValidationError(problem, code="secret_value")
     name_validator(value)
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        raise DjangoValidationError(
-            f"must not be digits alone, got {json_spelled(value)}: `manage.py sweep` reads digits alone as a "
-            f"deployment's id; add a letter, e.g. 'recipe-{value}'", code="digits")
+    if problem := digits_alone_problem(value, read_as="`manage.py sweep` reads digits alone as a deployment's id",
+                                       example_prefix="recipe"):
+        raise DjangoValidationError(problem, code="digits")
 
 
 def _description_placeholder(description: str) -> str | None:
