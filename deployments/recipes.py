@@ -1324,10 +1324,11 @@ def tz_value_problem(value: str) -> str | None:
 def tz_zones() -> frozenset[str]:
     """The zone names ``TZ`` takes: ``zoneinfo.available_timezones()`` (the tz database of the
     system or the ``tzdata`` package, read once per process: it walks the database's folders) and
-    ``UTC``."""
+    ``UTC``, less ``localtime``: on Debian that file is a link to the host's ``/etc/localtime``, so
+    the name would give an engine the host's zone, a file in disguise, not a zone."""
     import zoneinfo
 
-    return frozenset(zoneinfo.available_timezones() | {"UTC"})
+    return frozenset((zoneinfo.available_timezones() | {"UTC"}) - {"localtime"})
 
 
 def _tz_close_zones(value: str, zones: frozenset[str]) -> list[str]:

@@ -90,7 +90,7 @@ def _recipe_posted(operator_api, settings, tz):
     return operator_api.post("/api/recipes/", payload, format="json")
 
 
-@pytest.mark.parametrize("value", ["garbage", "x", "   ", "", "$(reboot)", "`id`", 0])
+@pytest.mark.parametrize("value", ["garbage", "x", "   ", "", "$(reboot)", "`id`", 0, "localtime"])
 def test_a_role_s_tz_is_refused_in_the_api(operator_api, db, settings, value):
     response = _recipe_posted(operator_api, settings, value)
 
