@@ -1,25 +1,40 @@
-// Memory floor of sparse MLA decode: read every selected latent row once, no arithmetic on it.
+// Memory floors of sparse MLA decode: move the bytes a decode step must move, no arithmetic on them.
 // Grid (splits, batch): block (s, b) reads rows tokens [s * per_block, (s + 1) * per_block) of
-// request b's selection, a warp per row, 16 bytes a lane (ld.global.nc, four rows in flight per
-// warp). The XOR of the data keeps the loads; out is written only if it equals a magic value.
-// Launched like the tiled kernels (programmatic dependent launch allowed), timed by floor.py.
+// request b's selection, a warp per row, 16 bytes a lane (ld.global.nc, U rows in flight per
+// warp). `gather_floor*`: the rows only; the XOR of the data keeps the loads and out is written only
+// if it equals a magic value. `step_floor*`: also every byte the manifest's [cost] counts besides
+// the rows: block (s, b) reads its 1/splits share of request b's q (heads x d_qk bf16) and writes its
+// share of request b's output (heads x d_v bf16, values derived from what it read, so the stores
+// wait for the loads, as a kernel's output does). Launched like the tiled kernels (programmatic
+// dependent launch allowed), timed by floor.py.
 #include <stdint.h>
 
-extern "C" __global__ void __launch_bounds__(512) gather_floor(const uint4* __restrict__ kv, const int* __restrict__ idx,
-                                                              unsigned* __restrict__ out, int topk, int chunks,
-                                                              int per_block) {
+template <int U, bool STEP>
+__device__ __forceinline__ void floor_body(const uint4* __restrict__ kv, const int* __restrict__ idx,
+                                           const uint4* __restrict__ q, uint4* __restrict__ o,
+                                           unsigned* __restrict__ out, int topk, int chunks, int per_block,
+                                           int q_chunks, int o_chunks) {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
     const int b = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const int t0 = blockIdx.x * per_block, t1 = min(topk, t0 + per_block);
     const int* sel = idx + static_cast<size_t>(b) * topk;
     uint32_t acc = 0;
-    for (int t = t0 + warp; t < t1; t += 4 * warps) {
-        int row[4];
+    if (STEP) {  // this block's share of q, read first (a kernel needs q before its first product)
+        const int share = (q_chunks + gridDim.x - 1) / gridDim.x, c0 = blockIdx.x * share;
+        const int c1 = min(q_chunks, c0 + share);
+        const uint4* qb = q + static_cast<size_t>(b) * q_chunks;
+        for (int c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+            const uint4 v = __ldg(qb + c);
+            acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+    }
+    for (int t = t0 + warp; t < t1; t += U * warps) {
+        int row[U];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) row[u] = t + u * warps < t1 ? __ldg(sel + t + u * warps) : -1;
-        uint4 v[4][3];
+        for (int u = 0; u < U; ++u) row[u] = t + u * warps < t1 ? __ldg(sel + t + u * warps) : -1;
+        uint4 v[U][3];
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
+        for (int u = 0; u < U; ++u)
 #pragma unroll
             for (int k = 0; k < 3; ++k) {
                 const int c = lane + 32 * k;
@@ -27,10 +42,44 @@ extern "C" __global__ void __launch_bounds__(512) gather_floor(const uint4* __re
                                                     : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
+        for (int u = 0; u < U; ++u)
 #pragma unroll
             for (int k = 0; k < 3; ++k) acc ^= v[u][k].x ^ v[u][k].y ^ v[u][k].z ^ v[u][k].w;
     }
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-    if (acc == 0x9E3779B9u) out[0] = acc;
+    if (STEP) {  // this block's share of the output, whole 16-byte chunks
+        acc = __reduce_xor_sync(0xffffffffu, acc);
+        const int share = (o_chunks + gridDim.x - 1) / gridDim.x, c0 = blockIdx.x * share;
+        const int c1 = min(o_chunks, c0 + share);
+        uint4* ob = o + static_cast<size_t>(b) * o_chunks;
+        for (int c = c0 + threadIdx.x; c < c1; c += blockDim.x) ob[c] = make_uint4(acc, acc ^ c, acc, c);
+    } else if (acc == 0x9E3779B9u) {
+        out[0] = acc;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(512) gather_floor(const uint4* __restrict__ kv, const int* __restrict__ idx,
+                                                              unsigned* __restrict__ out, int topk, int chunks,
+                                                              int per_block) {
+    floor_body<4, false>(kv, idx, nullptr, nullptr, out, topk, chunks, per_block, 0, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(512) gather_floor8(const uint4* __restrict__ kv, const int* __restrict__ idx,
+                                                               unsigned* __restrict__ out, int topk, int chunks,
+                                                               int per_block) {
+    floor_body<8, false>(kv, idx, nullptr, nullptr, out, topk, chunks, per_block, 0, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(512) step_floor(const uint4* __restrict__ kv, const int* __restrict__ idx,
+                                                            const uint4* __restrict__ q, uint4* __restrict__ o,
+                                                            int topk, int chunks, int per_block, int q_chunks,
+                                                            int o_chunks) {
+    floor_body<4, true>(kv, idx, q, o, nullptr, topk, chunks, per_block, q_chunks, o_chunks);
+}
+
+extern "C" __global__ void __launch_bounds__(512) step_floor8(const uint4* __restrict__ kv, const int* __restrict__ idx,
+                                                             const uint4* __restrict__ q, uint4* __restrict__ o,
+                                                             int topk, int chunks, int per_block, int q_chunks,
+                                                             int o_chunks) {
+    floor_body<8, true>(kv, idx, q, o, nullptr, topk, chunks, per_block, q_chunks, o_chunks);
 }

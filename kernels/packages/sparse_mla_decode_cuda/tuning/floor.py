@@ -1,14 +1,17 @@
-"""How close to the roofline can any sparse MLA decode kernel get? Times a kernel that only reads
-the selected rows (``floor.cu``: no q, no arithmetic, no output) on the bench's inputs, on one GPU.
+"""How close to the roofline can any sparse MLA decode kernel get? Times kernels that only move
+bytes (``floor.cu``, no arithmetic) on the bench's inputs, on one GPU.
 
-    python3 kernels/packages/sparse_mla_decode_cuda/tuning/floor.py [v4-flash:32 v32:64 ...]
+    python3 kernels/packages/sparse_mla_decode_cuda/tuning/floor.py [--step] [v4-flash:32 v32:64 ...]
 
 For each point (default: both shapes at batch 8, 32 and 64) it builds the same rotated input sets
-as ``python -m kernels.runner bench`` (cold L2), times the row-only kernel with the bench's
-CUDA-graph loop over 8 block sizes x 2 block widths x PDL on/off and prints the fastest, its
-effective bandwidth over the rows' bytes, and the roofline time (manifest cost formulas, the
-H200 job's ceilings 4274 GB/s and 789 TFLOP/s) over that floor: no kernel that reads every row
-can exceed that fraction of the roofline. Needs nvcc and a CUDA GPU of cc 9.0 or later.
+as ``python -m kernels.runner bench`` (cold L2), times the row-only kernel (``gather_floor``, 4 or
+8 rows in flight a warp; with ``--step`` also ``step_floor``, which moves every byte the manifest's
+``[cost]`` counts: the rows, q in and the output out) with the bench's CUDA-graph loop over 8 block
+sizes x 2 block widths x PDL on/off, and prints the fastest of each, its effective bandwidth over
+the bytes it moves, and the roofline time (manifest cost formulas, the H200 job's ceilings 4274
+GB/s and 789 TFLOP/s) over that floor: no kernel that moves those bytes can exceed that fraction
+of the roofline, and a kernel that reaches a given fraction must finish within the printed time.
+Needs nvcc and a CUDA GPU of cc 9.0 or later.
 """
 import ctypes
 import math
@@ -37,8 +40,11 @@ subprocess.run([find_tool("nvcc"), "-cubin", "-O3", "-gencode", f"arch=compute_{
 device = bench.device_facts(torch, 0)
 bench.time_launches.__defaults__ = (0.02,)
 sink = torch.zeros(4, dtype=torch.int32, device="cuda")
-fn = harness._function(str(cubin), "gather_floor", 0)
-points = [(p.rpartition(":")[0], int(p.rpartition(":")[2])) for p in sys.argv[1:]] or \
+args = [a for a in sys.argv[1:] if a != "--step"]
+kernels = {"rows only": ("gather_floor", "gather_floor8")}
+if "--step" in sys.argv[1:]:
+    kernels["rows, q and out"] = ("step_floor", "step_floor8")
+points = [(p.rpartition(":")[0], int(p.rpartition(":")[2])) for p in args] or \
     [(s, b) for s in ("v4-flash", "v32") for b in (8, 32, 64)]
 for name, batch in points:
     shape = pkg.shape(name)
@@ -46,23 +52,32 @@ for name, batch in points:
     roofline_us = max(nbytes / (HBM_GBPS * 1e3), flops / (BF16_TFLOPS * 1e6))
     sets = bench.make_sets(harness, shape, batch, bench.rotation_copies(nbytes, device["l2_bytes"]), 0)
     topk, chunks = int(shape["topk"]), int(shape["d_qk"]) * 2 // 16
-    best = None
-    for per_block in (32, 64, 80, 160, 320, 640, 1024, 2048):
-        if per_block > topk:
-            continue
-        for threads in (256, 512):
-            for pdl in (False, True):
-                def run_one(inputs, per_block=per_block, threads=threads, pdl=pdl):
-                    harness._launch(fn, (math.ceil(topk / per_block), batch), threads, 0,
-                                    torch.cuda.current_stream().cuda_stream,
-                                    [inputs["kv"], inputs["indices"], sink, ctypes.c_int(topk), ctypes.c_int(chunks),
-                                     ctypes.c_int(per_block)], pdl=pdl)
-                us = statistics.median(bench.time_launches(torch, run_one, sets)["samples_us"])
-                if best is None or us < best[0]:
-                    best = (us, per_block, threads, pdl)
-    rows_bytes = batch * topk * int(shape["d_qk"]) * 2
-    print(f"{name} b{batch}: rows only {best[0]:.2f} us ({rows_bytes / best[0] / 1e3:.0f} GB/s; {best[1]} rows a "
-          f"block, {best[2]} threads, PDL {best[3]}); roofline {roofline_us:.2f} us -> at most "
-          f"{roofline_us / best[0] * 100:.0f}% of the roofline", flush=True)
+    heads, d_qk, d_v = int(shape["heads"]), int(shape["d_qk"]), int(shape["d_v"])
+    q_chunks, o_chunks = heads * d_qk * 2 // 16, heads * d_v * 2 // 16
+    for label, names in kernels.items():
+        step = label != "rows only"
+        best = None
+        for fname in names:
+            fn = harness._function(str(cubin), fname, 0)
+            for per_block in (32, 64, 80, 160, 320, 640, 1024, 2048):
+                if per_block > topk:
+                    continue
+                for threads in (256, 512):
+                    for pdl in (False, True):
+                        def run_one(inputs, fn=fn, per_block=per_block, threads=threads, pdl=pdl, step=step):
+                            tail = [ctypes.c_int(topk), ctypes.c_int(chunks), ctypes.c_int(per_block)]
+                            ptrs = [inputs["kv"], inputs["indices"]] + (
+                                [inputs["q"], inputs["out"]] if step else [sink])
+                            harness._launch(fn, (math.ceil(topk / per_block), batch), threads, 0,
+                                            torch.cuda.current_stream().cuda_stream,
+                                            ptrs + tail + ([ctypes.c_int(q_chunks), ctypes.c_int(o_chunks)]
+                                                           if step else []), pdl=pdl)
+                        us = statistics.median(bench.time_launches(torch, run_one, sets)["samples_us"])
+                        if best is None or us < best[0]:
+                            best = (us, per_block, threads, pdl, fname)
+        moved = batch * topk * d_qk * 2 + (batch * heads * (d_qk + d_v) * 2 if step else 0)
+        print(f"{name} b{batch}: {label} {best[0]:.2f} us ({moved / best[0] / 1e3:.0f} GB/s; {best[4]}, {best[1]} "
+              f"rows a block, {best[2]} threads, PDL {best[3]}); roofline {roofline_us:.2f} us -> at most "
+              f"{roofline_us / best[0] * 100:.0f}% of the roofline (70% needs {roofline_us / 0.7:.2f} us)", flush=True)
     del sets
     torch.cuda.empty_cache()
