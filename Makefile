@@ -60,10 +60,11 @@ check: setup
 	$(PY) manage.py check
 	$(PY) manage.py makemigrations --check --dry-run
 
-# The deployments first, whether or not the agent runs: undeploy asks the agent, and where none is
-# running (stopped, or crashed) it stops this host's engines itself. Skipped only where the
-# services were never started here (no var/run).
+# A running `make demo` first (it would go on deploying), then the deployments, whether or not the
+# agent runs: undeploy asks the agent, and where none is running (stopped, or crashed) it stops this
+# host's engines itself. Skipped only where the services were never started here (no var/run).
 stop:
+	@if [ -d "$${CEILING_VAR_DIR:-var}/run" ] && [ -x $(PY) ]; then $(PY) scripts/services.py stop-demo; fi
 	@if [ -d "$${CEILING_VAR_DIR:-var}/run" ] && [ -x $(PY) ]; then $(PY) manage.py undeploy --wait 30; fi
 	@$(PY) scripts/services.py stop
 

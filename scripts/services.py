@@ -9,8 +9,9 @@ with its output in ``var/logs/<name>.log``; ``var/run/<name>.pid`` records the p
 start time (field 22 of ``/proc/<pid>/stat``) so a reused pid is never signalled.
 
 Usage: ``services.py status``, ``services.py start [<name>...]``, ``services.py stop
-[<name>...]`` or ``services.py restart <name>...`` (e.g. ``restart web`` restarts only the web
-server, ``stop agent`` stops only the agent, ``start beat`` starts only beat). A name that is not
+[<name>...]``, ``services.py stop-demo`` or ``services.py restart <name>...`` (e.g. ``restart
+web`` restarts only the web server, ``stop agent`` stops only the agent, ``start beat`` starts
+only beat). A name that is not
 one of the services above is refused with exit status 2 and nothing is started or stopped.
 ``stop`` without names stops every service (beat, agent, worker, then web). ``start`` without
 names restarts what is already running so code changes are picked up, except a service with work
@@ -125,6 +126,30 @@ def stop(name: str, grace: float = 10.0) -> None:
     print(f"stopped {name} (pid {pid})")
 
 
+#: Seconds the demo gets to end after SIGTERM (it raises at once; a blocking read is interrupted).
+DEMO_GRACE_S = 15.0
+
+
+def stop_demo(grace: float = DEMO_GRACE_S) -> None:
+    """End the running ``manage.py demo`` that ``var/run/demo.pid`` names, if any: SIGTERM to that
+    pid only, SIGKILL after ``grace`` seconds, then remove the file. A stale file (the pid gone or
+    reused) is removed without signalling anyone."""
+    pid = alive("demo")
+    if pid is None:
+        (RUN / "demo.pid").unlink(missing_ok=True)
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and alive("demo"):
+        time.sleep(0.1)
+    if alive("demo"):
+        os.kill(pid, signal.SIGKILL)
+        while alive("demo") and time.monotonic() < deadline + 5:
+            time.sleep(0.1)
+    (RUN / "demo.pid").unlink(missing_ok=True)
+    print(f"stopped the running demo (pid {pid})")
+
+
 def start(name: str, argv: list[str]) -> subprocess.Popen:
     """Start ``name`` detached with ``argv``, record its pid file; return the process."""
     RUN.mkdir(parents=True, exist_ok=True)
@@ -232,10 +257,18 @@ def work_in_flight() -> dict[str, list[str]]:
 def main(argv: list[str]) -> int:
     action = argv[1] if len(argv) > 1 else "status"
     cmds = commands()
+    if action == "stop-demo":
+        if argv[2:]:
+            sys.stderr.write("error: stop-demo takes no names\n")
+            return 2
+        stop_demo()
+        return 0
     if action == "stop":
         names = argv[2:]
         if refused(action, names, cmds, "or none to stop them all"):
             return 2
+        if not names:
+            stop_demo()
         # Reverse start order whichever names were given: beat and the agent go before the
         # worker and the web server they send work to.
         for name in reversed(list(cmds)):

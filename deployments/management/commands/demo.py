@@ -32,6 +32,7 @@ from django.core.management.base import CommandError
 
 from controlplane.commands import CeilingCommand
 from controlplane.errors import CeilingError, Conflict
+from deployments.demo_run import DemoAlreadyRunning, DemoRun, DemoStopped
 from deployments.demo import DeployProof, demo_cpu_sharing, demo_deploy_and_prove, demo_recipe_lines
 from deployments.management.commands.seed import DEMO_USERNAME, demo_login_ensure
 from deployments.models import Recipe
@@ -90,6 +91,11 @@ class Command(CeilingCommand):
     def handle(self, *args, **options):
         try:
             self._demo(**options)
+        except DemoStopped as exc:
+            # `make stop` in another terminal: it stops the deployments and services once this ends.
+            raise CommandError(str(exc), returncode=143) from exc
+        except DemoAlreadyRunning as exc:
+            raise CommandError(f"refused: {exc}") from exc
         except CeilingError as exc:
             # A refusal no step expected: its reason on one line (exit status 1), not a traceback.
             raise CommandError(f"refused: {exc}") from exc
@@ -108,6 +114,11 @@ class Command(CeilingCommand):
             out.write(line)
         if options["no_deploy"]:
             return
+        # While it deploys and sweeps, `make stop` (services.py stop-demo) can find and end it.
+        with DemoRun(Path(settings.VAR_DIR) / "run"):
+            self._deploy_and_sweep(base=base, out=out, **options)
+
+    def _deploy_and_sweep(self, *, base: str, out, **options) -> None:
         user = User.objects.get(username=DEMO_USERNAME)
         proofs: list[DeployProof] = []
         refused: list[str] = []
