@@ -83,3 +83,76 @@ extern "C" __global__ void __launch_bounds__(512) step_floor8(const uint4* __res
                                                              int o_chunks) {
     floor_body<8, true>(kv, idx, q, o, nullptr, topk, chunks, per_block, q_chunks, o_chunks);
 }
+
+// The same floors through the path the tiled kernels take: 16-byte cp.async copies into shared memory,
+// S groups of `group_rows` rows in flight a block (no registers hold the data, so as many bytes are
+// in flight as the ring holds: up to S * group_rows * 16 * chunks bytes). The block first copies its
+// row ids into shared memory (one read of up to 8 KiB), then walks its rows a group at a time; with
+// STEP its share of q comes in with the first group and its share of the output goes out at the end.
+// Dynamic shared memory: per_block * 4 (ids, rounded up to 16 B) + S * group_rows * chunks * 16, and
+// with STEP 16 B for each chunk of the block's q share.
+template <int S, bool STEP>
+__device__ __forceinline__ void async_body(const uint4* __restrict__ kv, const int* __restrict__ idx,
+                                           const uint4* __restrict__ q, uint4* __restrict__ o, int topk,
+                                           int chunks, int per_block, int group_rows, int q_chunks,
+                                           int o_chunks) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    const int b = blockIdx.y, t0 = blockIdx.x * per_block, n = min(topk, t0 + per_block) - t0;
+    int* ids = reinterpret_cast<int*>(smem);
+    uint4* ring = reinterpret_cast<uint4*>(smem + ((per_block * 4 + 15) / 16) * 16);
+    const int* sel = idx + static_cast<size_t>(b) * topk + t0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ids[i] = __ldg(sel + i);
+    __syncthreads();
+    const int per_group = group_rows * chunks, groups = (n + group_rows - 1) / group_rows;
+    int q_share = 0, q_c0 = 0;
+    if (STEP) {
+        q_share = (q_chunks + gridDim.x - 1) / gridDim.x;
+        q_c0 = blockIdx.x * q_share;
+        q_share = max(0, min(q_chunks, q_c0 + q_share) - q_c0);
+    }
+    for (int g = 0; g < groups; ++g) {
+        uint4* slot = ring + static_cast<size_t>(g % S) * per_group;
+        const int rows = min(group_rows, n - g * group_rows);
+        for (int c = threadIdx.x; c < rows * chunks; c += blockDim.x) {
+            const int r = ids[g * group_rows + c / chunks];
+            const uint4* src = kv + static_cast<size_t>(r < 0 ? 0 : r) * chunks + c % chunks;
+            const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(slot + c));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+        }
+        if (STEP && g == 0) {  // q's share, behind the ring, in the first group (a kernel needs q first)
+            const uint4* qb = q + static_cast<size_t>(b) * q_chunks + q_c0;
+            uint4* qslot = ring + static_cast<size_t>(S) * per_group;
+            for (int c = threadIdx.x; c < q_share; c += blockDim.x) {
+                const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(qslot + c));
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(qb + c) : "memory");
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(S - 1) : "memory");
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+    if (STEP) {
+        __syncthreads();
+        const int share = (o_chunks + gridDim.x - 1) / gridDim.x, c0 = blockIdx.x * share;
+        const int c1 = min(o_chunks, c0 + share);
+        uint4* ob = o + static_cast<size_t>(b) * o_chunks;
+        for (int c = c0 + threadIdx.x; c < c1; c += blockDim.x) ob[c] = ring[(c - c0) % per_group];
+    }
+}
+
+#define FLOOR_ASYNC(S)                                                                                              \
+    extern "C" __global__ void __launch_bounds__(512) gather_floor_async##S(                                       \
+        const uint4* __restrict__ kv, const int* __restrict__ idx, int topk, int chunks, int per_block,           \
+        int group_rows) {                                                                                          \
+        async_body<S, false>(kv, idx, nullptr, nullptr, topk, chunks, per_block, group_rows, 0, 0);               \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(512) step_floor_async##S(                                         \
+        const uint4* __restrict__ kv, const int* __restrict__ idx, const uint4* __restrict__ q,                   \
+        uint4* __restrict__ o, int topk, int chunks, int per_block, int group_rows, int q_chunks, int o_chunks) { \
+        async_body<S, true>(kv, idx, q, o, topk, chunks, per_block, group_rows, q_chunks, o_chunks);              \
+    }
+FLOOR_ASYNC(4)
+FLOOR_ASYNC(8)
+FLOOR_ASYNC(12)
