@@ -55,6 +55,16 @@ def query_text(value: Any) -> str:
     return quoted_text(str(value)[:40])
 
 
+def id_text(value: Any) -> str:
+    """An id as a message shows it: digits bare, cut to 40 with the count of digits said when longer
+    (``1234… (5000 digits)``, so a message never echoes a whole 5000-digit path segment); anything
+    else as :func:`query_text` quotes it."""
+    text = str(value)
+    if not (text.isascii() and text.isdigit()):
+        return query_text(text)
+    return text if len(text) <= 40 else f"{text[:40]}… ({len(text)} digits)"
+
+
 def json_safe(value: Any) -> Any:
     """Return ``value`` with NaN/±inf floats replaced by None, numpy scalars and arrays turned
     into Python numbers and lists, tuples into lists; dict keys become strings."""

@@ -21,7 +21,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
-from controlplane.jsonsafe import query_text
+from controlplane.jsonsafe import id_text
 
 
 class ApiNotFoundView(APIView):
@@ -109,11 +109,11 @@ def not_found_text(request, exception) -> str:
                     match[1])
         kwargs = getattr(getattr(request, "resolver_match", None), "kwargs", None) or {}
         if "pk" in kwargs:
-            return f"No {noun} #{kwargs['pk']}."
+            return f"No {noun} #{id_text(kwargs['pk'])}."
         if len(kwargs) != 1:
             return f"No {noun} at {request.path}."
         value = next(iter(kwargs.values()))
-        return f"No {noun} #{value}." if isinstance(value, int) else f"No {noun} '{value}'."
+        return f"No {noun} #{id_text(value)}." if isinstance(value, int) else f"No {noun} '{value}'."
     return f"{message.strip().rstrip('.').rstrip()}."
 
 
@@ -130,8 +130,7 @@ def api_not_found_text(message: str, route_kwargs: dict, path: str) -> str:
     if len(route_kwargs) != 1:
         return f"no {noun} at {path}"
     (key, value), = route_kwargs.items()
-    value = str(value)
-    shown = value if value.isascii() and value.isdigit() else query_text(value)
+    shown = id_text(value)
     return f"no {noun} with {'id' if key == 'pk' else key} {shown}"
 
 

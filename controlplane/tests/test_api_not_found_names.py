@@ -90,3 +90,13 @@ def test_it_cuts_and_quotes_a_long_id_that_is_not_a_number(viewer_api):
     answer = viewer_api.get("/api/runs/" + "x" * 100 + "/")
     assert answer.status_code == 404
     assert answer.json() == {"detail": f"no benchmark run with id {'x' * 40!r}"}
+
+
+@pytest.mark.parametrize("path", ["/api/runs/{}/", "/api/recipes/{}/", "/api/deployments/{}/", "/api/nodes/{}/"])
+def test_an_id_of_thousands_of_digits_is_cut_to_forty_and_its_length_said(viewer_api, path):
+    response = viewer_api.get(path.format("7" * 5000))
+
+    assert response.status_code == 404
+    detail = response.json()["detail"]
+    assert detail.endswith(f"with id {'7' * 40}… (5000 digits)")   # never the 5000 digits back
+    assert len(detail) < 120

@@ -30,7 +30,7 @@ from controlplane.api import (
     request_body,
 )
 from controlplane.errors import NotFound
-from controlplane.jsonsafe import json_spelled, query_text
+from controlplane.jsonsafe import id_text, json_spelled, query_text
 from controlplane.numbers import DIGITS_RE, whole_number
 from controlplane.realtime import current_seq, deployment_group, latest_messages, node_group
 from deployments import selectors, services
@@ -168,7 +168,7 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
         if node is None:
             # an id as every id route names it (``no recipe with id 999``), a name quoted
             number = whole_number(key)
-            read = (f"id {key if number is None else number}" if "pk" in lookup
+            read = (f"id {id_text(key if number is None else number)}" if "pk" in lookup
                     else f"name {json_spelled(key)}")
             asked = getattr(self, "asked_key", None)
             route = getattr(self.request._request.resolver_match, "kwargs", None) or {}
