@@ -1399,10 +1399,14 @@ class _PointProgress:
                 fields["current_tok_s"] = latest["tok_s"]
 
             def write() -> None:
-                BenchmarkRun.objects.filter(pk=self.run_id).update(progress=json_safe(
-                    {**report, "duration_s": self.duration_s, "total_sent_so_far": self.total_sent_so_far,
-                     "updated_at": message["updated_at"]}))
-                BenchmarkSweep.objects.filter(pk=self.sweep_id).update(**fields)
+                # One transaction: a worker killed between the two writes must not leave the run's
+                # counts ahead of the sweep's requests_done (the API and the lost-worker reason
+                # read both).
+                with transaction.atomic():
+                    BenchmarkRun.objects.filter(pk=self.run_id).update(progress=json_safe(
+                        {**report, "duration_s": self.duration_s, "total_sent_so_far": self.total_sent_so_far,
+                         "updated_at": message["updated_at"]}))
+                    BenchmarkSweep.objects.filter(pk=self.sweep_id).update(**fields)
 
             what = f"writing the progress of point {self.label}"
             if final:  # the point's last counts: worth the full wait, and a failure fails the sweep
