@@ -11,8 +11,8 @@ start time (field 22 of ``/proc/<pid>/stat``) so a reused pid is never signalled
 Usage: ``services.py status``, ``services.py start [<name>...]``, ``services.py stop
 [<name>...]``, ``services.py stop-demo`` or ``services.py restart <name>...`` (e.g. ``restart
 web`` restarts only the web server, ``stop agent`` stops only the agent, ``start beat`` starts
-only beat). A name that is not
-one of the services above is refused with exit status 2 and nothing is started or stopped.
+only beat). A name that is not one of the services above is refused with exit status 2 and
+nothing is started or stopped.
 ``stop`` without names stops every service (beat, agent, worker, then web). ``start`` without
 names restarts what is already running so code changes are picked up, except a service with work
 in flight that a restart would cut off (``manage.py work_in_flight``: a sweep the control worker is
