@@ -12,8 +12,12 @@ Usage: ``services.py status``, ``services.py start [<name>...]``, ``services.py 
 [<name>...]``, ``services.py stop-demo`` or ``services.py restart <name>...`` (e.g. ``restart
 web`` restarts only the web server, ``stop agent`` stops only the agent, ``start beat`` starts
 only beat). A name that is not one of the services above is refused with exit status 2 and
-nothing is started or stopped.
-``stop`` without names stops every service (beat, agent, worker, then web). ``start`` without
+nothing is started or stopped. ``stop`` without names first ends a running ``manage.py demo``
+(``stop-demo``), then stops every service (beat, agent, worker, then web). ``stop-demo`` ends only
+the demo that ``var/run/demo.pid`` names (``deployments/demo_run.py``; same pid and start ticks):
+SIGTERM to that process alone (it runs in the foreground of a terminal, whose process group it
+shares), SIGKILL after :data:`DEMO_GRACE_S`; ``make stop`` runs it before stopping the
+deployments, so the demo cannot launch an engine after they were stopped. ``start`` without
 names restarts what is already running so code changes are picked up, except a service with work
 in flight that a restart would cut off (``manage.py work_in_flight``: a sweep the control worker is
 running, a kernel job the agent is building or benchmarking): that one is left running and named
