@@ -283,6 +283,9 @@ def main(argv: list[str]) -> int:
         for name in cmds:
             pid = alive(name)
             print(f"{name:7s} {'running (pid %d)' % pid if pid else 'stopped'}")
+        demo = alive("demo")
+        if demo:
+            print(f"demo    running (pid {demo}; make stop ends it first)")
         return 0
     if action == "start" and argv[2:]:
         names = argv[2:]

@@ -102,6 +102,18 @@ def test_a_stale_demo_pid_file_is_removed_without_signalling_anyone(tmp_path):
         bystander.wait(timeout=10)
 
 
+def test_status_names_a_running_demo(tmp_path):
+    demo = start_demo(tmp_path / "run")
+    try:
+        done = run_script(tmp_path, "status")
+        assert done.returncode == 0
+        assert done.stdout.splitlines()[-1] == f"demo    running (pid {demo.pid}; make stop ends it first)"
+    finally:
+        demo.kill()
+        demo.wait(timeout=10)
+    assert "demo" not in run_script(tmp_path, "status").stdout   # an ended demo is not listed
+
+
 def test_stop_demo_takes_no_names(tmp_path):
     done = run_script(tmp_path, "stop-demo", "web")
 
