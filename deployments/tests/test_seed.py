@@ -104,3 +104,38 @@ def test_a_deploy_the_product_refuses_is_one_line_and_the_demo_goes_on_to_its_ke
     assert str(failed.value).startswith("not proven: local-sim-pd (deploy refused: ")
     assert "\n" not in str(failed.value)
     assert not Deployment.objects.exclude(pk=held.pk).exists()
+
+
+def test_the_demo_says_the_product_is_up_only_when_its_web_server_answers(db, var_dir, settings):
+    """``demo --no-deploy`` is run to see the login again, also while the services are stopped: then
+    it must not say "Ceiling is up". A real HTTP server on a free port stands for the web server."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Login(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/login/" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Login)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        settings.CEILING_UI_URL = f"http://127.0.0.1:{server.server_address[1]}/"
+        out = _run("demo", "--no-deploy")
+        assert f"Ceiling is up: http://127.0.0.1:{server.server_address[1]}/\n" in out
+    finally:
+        server.shutdown()
+        server.server_close()
+    with socket.socket() as probe:   # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    settings.CEILING_UI_URL = f"http://127.0.0.1:{closed}/"
+    out = _run("demo", "--no-deploy")
+    assert "Ceiling is up" not in out
+    assert (f"Ceiling's web server is not answering at http://127.0.0.1:{closed}/ (`make demo` starts it, "
+            "`make status` shows the services)") in out
+    assert "login:" in out   # the login is still shown

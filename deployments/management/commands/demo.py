@@ -78,6 +78,18 @@ PINNING_READ_NOTE = ("(CPUs: Cpus_allowed_list of /proc/<pid>/status; mem nodes:
                      "in /proc/<pid>/numa_maps, else Mems_allowed_list)")
 
 
+def web_answers(base: str, timeout_s: float = 2.0) -> bool:
+    """Whether the web server answers ``GET <base>/login/`` (any HTTP status below 500) within
+    ``timeout_s`` seconds: the demo says "Ceiling is up" only then (``--no-deploy`` is also run
+    while the services are stopped, to see the login again)."""
+    import httpx
+
+    try:
+        return httpx.get(f"{base}/login/", timeout=timeout_s).status_code < 500
+    except httpx.HTTPError:
+        return False
+
+
 class Command(CeilingCommand):
     help = "Deploy the local demo recipes, prove them ready with a streamed request, and print the results."
 
@@ -105,7 +117,11 @@ class Command(CeilingCommand):
         username, password = demo_login_ensure()
         out = self.stdout
         out.write("")
-        out.write(f"Ceiling is up: {base}/")
+        if web_answers(base):
+            out.write(f"Ceiling is up: {base}/")
+        else:
+            out.write(f"Ceiling's web server is not answering at {base}/ (`make demo` starts it, "
+                      "`make status` shows the services)")
         out.write(demo_login_line(username, password, terminal=out.isatty()))
         out.write(f"  API docs:  {base}/api/docs/     admin: {base}/admin/")
         out.write("")
