@@ -1163,7 +1163,7 @@ def _flags_check(errs: _Errors, path: str, flags: Any, allow: dict[str, FlagSpec
             errs.add(fpath, f"--{name} is set by Ceiling from {field}; set that instead")
             continue
         if SECRET_FLAG_RE.search(name):
-            errs.add(fpath, f"{fpath}: --{name} carries a secret, so its value is not taken here: {SECRET_INSTEAD}")
+            errs.add(fpath, f"--{name} carries a secret, so its value is not taken here: {SECRET_INSTEAD}")
             continue
         spec = allow.get(name)
         if spec is None:
