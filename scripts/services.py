@@ -282,7 +282,15 @@ def main(argv: list[str]) -> int:
     if action == "status":
         for name in cmds:
             pid = alive(name)
-            print(f"{name:7s} {'running (pid %d)' % pid if pid else 'stopped'}")
+            rec = read_pidfile(name) if pid is None else None
+            if pid:
+                print(f"{name:7s} running (pid {pid})")
+            elif rec and isinstance(rec.get("pid"), int):
+                # a clean stop removes the pid file: one left behind names a process that ended on its own
+                print(f"{name:7s} not running: pid {rec['pid']} ended without a stop (crashed or killed; see "
+                      f"{LOGS / (name + '.log')}; `scripts/services.py start {name}` starts it)")
+            else:
+                print(f"{name:7s} stopped")
         demo = alive("demo")
         if demo:
             print(f"demo    running (pid {demo}; make stop ends it first)")

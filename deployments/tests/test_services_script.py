@@ -266,3 +266,16 @@ def test_a_celery_service_counts_as_started_only_once_its_log_says_ready(tmp_pat
         if rec and module.alive("agent"):
             os.killpg(rec["pid"], signal.SIGKILL)
             os.waitpid(rec["pid"], 0)
+
+
+def test_status_tells_a_service_that_died_from_one_that_was_stopped(services, tmp_path):
+    services["agent"].kill()                 # as a crash or `kill -9` leaves it: the pid file stays
+    services["agent"].wait(timeout=10)
+    run_script(tmp_path, "stop", "beat")     # a clean stop removes its pid file
+
+    lines = dict(line.split(None, 1) for line in run_script(tmp_path, "status").stdout.splitlines())
+
+    assert lines["agent"] == (f"not running: pid {services['agent'].pid} ended without a stop (crashed or killed; "
+                              f"see {tmp_path / 'logs' / 'agent.log'}; `scripts/services.py start agent` starts it)")
+    assert lines["beat"] == "stopped"
+    assert lines["web"] == f"running (pid {services['web'].pid})"
