@@ -280,14 +280,15 @@ def _queueing_steps_said(steps: list[QueueingStep], ttft: str) -> str:
     """The steps between neighbouring points that queued (:class:`QueueingStep`), each with its
     own load, TTFT and throughput growth, so the sentence never sets the growth of the whole sweep
     (which may outgrow its load at light points) against the word "only": ``from c=8 to c=16
-    (x2.0 load) mean TTFT grows x2.10 while throughput stays flat (x0.98)``. Throughput "falls"
+    (x2.0 load) mean TTFT grows x2.1 while throughput stays flat (x0.98)``. Throughput "falls"
     below x0.95, "stays flat" below ``FLAT_THROUGHPUT_GROWTH`` and otherwise "grows only": a step
     that queued by the rule grew by at most ``QUEUEING_MAX_THROUGHPUT_SHARE`` of its load's growth."""
     said = []
     for s in (s for s in steps if s.queueing):
         t = s.throughput_growth
         tput = ("falls" if t < 0.95 else "stays flat" if t < FLAT_THROUGHPUT_GROWTH else "grows only")
-        grows = f" grows x{_fixed(s.ttft_growth, 2)}" if s.ttft_growth is not None else " grows"
+        # one decimal, as the "Queueing from" finding quotes the same step's TTFT growth
+        grows = f" grows x{_fixed(s.ttft_growth, 1)}" if s.ttft_growth is not None else " grows"
         said.append(f"from {s.from_label} to {s.to_label} (x{_fixed(s.load_growth, 1)} load) {ttft}{grows} "
                     f"while throughput {tput} (x{_fixed(t, 2)})")
     return "; ".join(said) if said else f"{ttft} grows while throughput does not keep up with load"

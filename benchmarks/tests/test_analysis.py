@@ -211,8 +211,8 @@ def test_it_says_throughput_falls_when_requests_queue_and_it_falls() -> None:
     r = ceiling_analyse(sweep, num_gpus=1, topology="single")
     queue = [f for f in r.findings if f.startswith("Requests queue for admission")]
     assert queue == ["Requests queue for admission: mean TTFT is 2.4 s of 2.6 s mean E2E at c=16, and from c=1 "
-                     "to c=8 (x8.0 load) mean TTFT grows x141.11 while throughput falls (x0.88); from c=8 to c=16 "
-                     "(x2.0 load) mean TTFT grows x1.90 while throughput falls (x0.93); more load there only adds "
+                     "to c=8 (x8.0 load) mean TTFT grows x141.1 while throughput falls (x0.88); from c=8 to c=16 "
+                     "(x2.0 load) mean TTFT grows x1.9 while throughput falls (x0.93); more load there only adds "
                      "waiting."], r.findings
 
 

@@ -25,7 +25,7 @@ def test_a_flat_sweep_reaches_its_ceiling_at_the_lowest_load_and_its_dip_is_a_fa
     assert c.falls
     assert r.bottleneck == "queueing"
     assert not any("No ceiling is reached" in f for f in r.findings), r.findings
-    assert any(f.startswith("Requests queue for admission") and "from c=1 to c=4 (x4.0 load) mean TTFT grows x26.67 "
+    assert any(f.startswith("Requests queue for admission") and "from c=1 to c=4 (x4.0 load) mean TTFT grows x26.7 "
                "while throughput stays flat (x0.97); from c=4 to c=8" in f for f in r.findings), r.findings
     assert any(f.startswith("The ceiling is about 636 tok/s (observed at c=16") and f.endswith("reached by c=1.")
                for f in r.findings), r.findings
@@ -77,6 +77,6 @@ def test_a_queueing_sweep_whose_throughput_outgrew_its_load_early_never_says_it_
     assert r.bottleneck == "queueing"
     queue = [f for f in r.findings if f.startswith("Requests queue for admission")]
     assert queue == ["Requests queue for admission: mean TTFT is 1.3 s of 1.4 s mean E2E at c=16, and from c=8 to "
-                     "c=16 (x2.0 load) mean TTFT grows x4.33 while throughput stays flat (x0.98); more load there "
+                     "c=16 (x2.0 load) mean TTFT grows x4.3 while throughput stays flat (x0.98); more load there "
                      "only adds waiting."], r.findings
     assert not any("x19.9" in f and "only" in f for f in r.findings)
