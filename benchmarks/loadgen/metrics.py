@@ -35,7 +35,7 @@ from .driver import ABORTED_PREFIX, CPU_BOUND_FRACTION, RunResult
 from .records import RecordStore
 from .uncertainty import ci95, contain_estimate
 
-__all__ = ["Slo", "run_summary", "distribution", "error_kind", "nearest_rank", "in_flight", "input_length_check"]
+__all__ = ["Slo", "run_summary", "distribution", "error_kind", "error_text", "nearest_rank", "in_flight", "input_length_check"]
 
 PERCENTILES = (50, 90, 99)
 # Shortfall tolerances. Concurrency: the target must be reached at least once (max in flight);
@@ -221,9 +221,10 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     each failed request's requested output (no upper bound when a requested length is unknown).
     With no successful request nothing is compared (``server_token_note`` says why).
 
-    ``errors``: failure reason -> count, one entry per kind of failure: a per-request byte count in
-    the message (``after 4,312 body bytes``, ``10 bytes unterminated``) is written ``N``
-    (:func:`error_kind`); each request's own message stays in the records.
+    ``errors``: failure reason -> count, one entry per kind of failure: messages that differ only in
+    a per-request byte count (``after 4312 body bytes``, ``10 bytes unterminated``) are one kind
+    (:func:`error_kind`), said with the count they share or the range of their counts (``after
+    87–4,312 body bytes``, :func:`error_text`); each request's own message stays in the records.
     """
     rec: RecordStore = result.records
     cfg = result.config
@@ -593,22 +594,80 @@ def _itls(rec: RecordStore, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, bo
 
 # Per-request byte counts in the client's failure messages (``after 4312 body bytes``, ``(inside
 # an event: 10 bytes unterminated)``): the same failure with another count is the same kind.
-_BYTE_COUNT = re.compile(r"\b\d[\d,]*( body)? bytes\b")
+_BYTE_COUNT = re.compile(r"\b(\d[\d,]*)(?= (?:body )?bytes\b)")
 # Longest failure reason kept as a key (a server's error body can be long; the records keep it all).
 ERROR_KEY_CHARS = 200
 
 
+def _byte_counts(message: str) -> tuple[list[str], list[int]]:
+    """``message`` split at its byte counts: the texts around them (one more than the counts) and
+    the counts, in order."""
+    texts, counts, at = [], [], 0
+    for m in _BYTE_COUNT.finditer(message):
+        texts.append(message[at:m.start()])
+        counts.append(int(m.group(1).replace(",", "")))
+        at = m.end()
+    texts.append(message[at:])
+    return texts, counts
+
+
+def _cut(pieces: list[tuple[str, int]]) -> str:
+    """The text of ``pieces`` (``(text, length in the grouping key)``) cut as :func:`error_kind`
+    cuts the key: when the key runs over :data:`ERROR_KEY_CHARS` characters, no more than its
+    first ``ERROR_KEY_CHARS - 1`` key characters and no more than that many characters in all,
+    ending ``…``; a byte count that does not fit whole is left out."""
+    if sum(n for _, n in pieces) <= ERROR_KEY_CHARS:
+        return "".join(text for text, _ in pieces)
+    room = ERROR_KEY_CHARS - 1
+    out: list[str] = []
+    used = shown = 0
+    for text, n in pieces:
+        take = min(room - used, room - shown)
+        if take <= 0:
+            break
+        if n == len(text) and take < n:       # plain text: cut where the key is cut
+            out.append(text[:take])
+            break
+        if take < max(n, len(text)):          # a byte count that does not fit whole
+            break
+        out.append(text)
+        used, shown = used + n, shown + len(text)
+    return "".join(out) + "…"
+
+
 def error_kind(message: str) -> str:
-    """The kind of failure ``message`` is, as the summary groups it: per-request byte counts
-    written ``N`` (``server closed the connection inside the response body after N body
-    bytes``), at most :data:`ERROR_KEY_CHARS` characters (longer ones end with ``…``)."""
-    key = _BYTE_COUNT.sub(lambda m: "N" + (m.group(1) or "") + " bytes", message)
-    return key if len(key) <= ERROR_KEY_CHARS else key[:ERROR_KEY_CHARS - 1] + "…"
+    """The kind of failure ``message`` is, as the summary groups it (a key, never shown): each
+    per-request byte count written ``N`` (``server closed the connection inside the response body
+    after N body bytes``), at most :data:`ERROR_KEY_CHARS` characters (longer ones end with ``…``).
+    :func:`error_text` says a group of them in words with its real counts."""
+    texts, counts = _byte_counts(message)
+    return _cut([(t, len(t)) for t in texts[:1]] + [p for t in texts[1:] for p in (("N", 1), (t, len(t)))])
+
+
+def error_text(messages: list[str]) -> str:
+    """The failure reason shown for ``messages``, failures of one kind (:func:`error_kind`): the
+    first message with each byte count the one value the messages share at that place (``after
+    4,312 body bytes``) or the range of them (``after 87–4,312 body bytes``), cut as the kind is
+    (a count the cut leaves out is not shown)."""
+    texts, first = _byte_counts(messages[0])
+    spans: list[list[int]] = [[c, c] for c in first]
+    for message in messages[1:]:
+        for i, c in enumerate(_byte_counts(message)[1][:len(spans)]):
+            spans[i][0], spans[i][1] = min(spans[i][0], c), max(spans[i][1], c)
+    pieces = [(texts[0], len(texts[0]))]
+    for (lo, hi), text in zip(spans, texts[1:]):
+        pieces += [(f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}", 1), (text, len(text))]
+    return _cut(pieces)
 
 
 def _error_counts(rec: RecordStore) -> dict[str, int]:
-    counts: dict[str, int] = {}
+    """Failure reason -> count, one entry per kind of failure (:func:`error_kind`), each said by
+    :func:`error_text` with the real byte counts of its messages."""
+    kinds: dict[str, list[str]] = {}
     for msg in rec.errors.values():
-        key = error_kind(msg)
-        counts[key] = counts.get(key, 0) + 1
+        kinds.setdefault(error_kind(msg), []).append(msg)
+    counts: dict[str, int] = {}
+    for messages in kinds.values():
+        text = error_text(messages)
+        counts[text] = counts.get(text, 0) + len(messages)
     return counts

@@ -320,8 +320,9 @@ def test_it_never_lists_the_same_failure_text_twice(settings, tmp_path: Path, vi
                 _outcome(3, 0, ok=False, error=http.format("its KV cache is full")),
                 _outcome(4, 0, ok=False, error=http.format("the queue is full"))]
     s = run_summary(_result(outcomes, 0.0, 0.0))
-    # One kind of failure is one entry, whatever its byte count; the records keep each message.
-    assert s["errors"] == {body.format("N"): 2, http.format("its KV cache is full"): 1,
+    # One kind of failure is one entry, whatever its byte count, said with the range of its
+    # counts; the records keep each message.
+    assert s["errors"] == {body.format("87–4,312"): 2, http.format("its KV cache is full"): 1,
                            http.format("the queue is full"): 1}
 
     from benchmarks.services.runs import _store_summary
