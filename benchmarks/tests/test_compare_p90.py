@@ -94,5 +94,6 @@ def test_every_value_of_a_row_has_the_places_the_sweep_pages_give_that_metric():
     assert _row_texts("itl_ms.p99", [95.8, 97.2, 316, 559]) == ["95.80", "97.20", "316.00", "559.00"]
     assert _row_texts("ttft_ms.p99", [100, 297.6, None]) == ["100.0", "297.6", None]
     assert _row_texts("e2e_ms.mean", [1234.4, 99.0]) == ["1,234", "99"]
-    assert _row_texts("itl_ms.mean", [1.001, 1.004]) == ["1.001", "1.004"]   # one more place for all to tell apart
+    assert _row_texts("itl_ms.mean", [1.001, 1.004]) == ["1.00", "1.00"]   # a tie: the places the other pages print
+    assert _row_texts("goodput_req_s", [0.0011, 0.0014], best=0) == ["0.0011", "0.0014"]   # the best reads apart
     assert _row_texts("failures", [1, 0]) == ["1", "0"]

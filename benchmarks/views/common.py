@@ -33,13 +33,36 @@ STATS = ("mean", "p50", "p90", "p99")
 # Latency metrics in table order: summary key stem -> label. ITL is the per-event gap
 # (metrics.md); the per-token variant is named separately where it exists.
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
-#: Decimal places of a metric (by its stem) in the sweep pages' results table
-#: (``benchmarks/_results_table.html``, through the ``metric_places`` filter of
-#: ``{% load benchmark_numbers %}``) and in the comparison's rows: every value of a row with the same places.
+#: Decimal places of a metric (by its stem) wherever a page prints it: the sweep pages' results
+#: table and the runs list (``benchmarks/_results_table.html``, ``benchmarks/index.html``, through
+#: the ``metric_places`` filter of ``{% load benchmark_numbers %}``), the run page's summary and
+#: latency tables, and the comparison's rows, runs or sweeps: all through :func:`metric_text`.
 ROW_DECIMALS: dict[str, int] = {
     "output_throughput_tok_s": 1, "tok_s_per_gpu": 2, "request_throughput_req_s": 3, "goodput_req_s": 3,
     "ttft_ms": 1, "tpot_ms": 2, "itl_ms": 2, "e2e_ms": 0,
 }
+
+
+def metric_text(value: Any, stem: str | int, *, places: int | None = None) -> str:
+    """The one way an HTML page prints a metric's value: the decimal places
+    :data:`ROW_DECIMALS` gives its ``stem`` (``"ttft_ms"``; a bare count of places for a fact no
+    table shares, ``2``), or ``places`` where given, and thousands separated: ``5,222.3``,
+    ``3,596.8``, ``94.07``. ``""`` for None, a bool or a value that is no number (as
+    ``floatformat`` gives it, so a template's ``|default:"—"`` shows "—"); ``inf``/``nan`` as
+    Python writes them; never ``-0.0``. Exports (CSV, JSON) keep the full value and never pass
+    through here."""
+    if value is None or isinstance(value, bool):
+        return ""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return ""
+    if not math.isfinite(number):
+        return str(number)
+    if places is None:
+        places = stem if isinstance(stem, int) else ROW_DECIMALS[stem]
+    text = f"{number:,.{places}f}"
+    return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
 # Runs whose records are drawn as overlaid CDFs on the comparison page: more lines than the
 # palette has colours are unreadable.
 COMPARE_MAX_CDF_RUNS = 8

@@ -26,7 +26,7 @@ from benchmarks.views.charts import (
     cdf_points, chart_spec, record_arrays, run_charts, run_lengths_text, sweep_charts,
 )
 from benchmarks.views.common import (
-    COMPARE_MAX_CDF_RUNS, LATENCIES, ROW_DECIMALS, run_row, _EXPORT_TYPES, _download, _export_body, _first, _ids_param, MalformedIds,
+    COMPARE_MAX_CDF_RUNS, LATENCIES, ROW_DECIMALS, metric_text, run_row, _EXPORT_TYPES, _download, _export_body, _first, _ids_param, MalformedIds,
     _json_text, _load_records, _opt_float, _status_class,
 )
 from controlplane.drf_defaults import given_more_than_once
@@ -279,7 +279,7 @@ def _error_adjusted_rows(s: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
         for p in PERCENTILES:
             value = _opt_float(values.get(p))
             cells.append("∞ (failures)" if f"{key}.{p}" in infinite else "—" if value is None
-                         else f"{1000.0 * value:.2f}")
+                         else metric_text(1000.0 * value, key.removesuffix("_s") + "_ms"))
         rows.append((label, cells))
     return rows
 
@@ -472,11 +472,11 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     Returns ``rows`` (:func:`run_row` per run), ``config_rows`` (``{"field", "values", "differs"}``
     for every config field, in the service's order; ``num_gpus`` values a sim profile models read
     ``8 modelled``, with a ``note`` saying so), ``metric_rows`` (``{"label", "unit",
-    "values", "texts", "best"}``; ``texts`` are the values as the table prints them, with the decimal
-    places the sweep pages print that metric with (:data:`ROW_DECIMALS`, :func:`_decimal_figures`: the
-    same for every value of a row, one more where two values would read alike), other counts in three
-    significant figures or as many more as tell them apart (:func:`benchmarks.services.runs.plain_figures`),
-    so that a best in bold is never shown equal to another value; ``best`` is the column index of the run the service ranked best, None
+    "values", "texts", "best"}``; ``texts`` are the values as the run, sweep and runs-list pages print
+    them (:func:`_row_texts`: :func:`benchmarks.views.common.metric_text` with :data:`ROW_DECIMALS`
+    places, the same for every value of a row, one more only where the best in bold would read as
+    another value), other counts in three significant figures or as many more as tell them apart
+    (:func:`benchmarks.services.runs.plain_figures`); ``best`` is the column index of the run the service ranked best, None
     when it ranked none), ``refusals`` (the service's notes: runs that hold no measurement and
     length-mismatched runs, not ranked; mixed lengths), ``unranked_ids`` (run ids left out of
     ranking), ``unranked_reasons`` (run id -> why), ``no_deltas_why`` (the service's note on why no
@@ -501,10 +501,11 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     metric_rows = []
     for f in comparison.get("fields") or []:
         winner = best.get(f["key"])
+        best_index = index_of.get(winner) if winner is not None else None
         deltas = f.get("deltas_pct") or [None] * len(f["values"])
         metric_rows.append({"key": f["key"], "label": f["label"], "unit": f["unit"], "values": f["values"],
-                            "texts": _row_texts(f["key"], f["values"]),
-                            "best": index_of.get(winner) if winner is not None else None,
+                            "texts": _row_texts(f["key"], f["values"], best_index),
+                            "best": best_index,
                             "tied": {index_of[i] for i in ties.get(f["key"], []) if i in index_of},
                             "deltas": [_delta_text(d) for d in deltas]})
     unmeasured = {e["id"] for e in entries if e.get("measured") is False}
@@ -528,27 +529,26 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     }
 
 
-def _row_texts(key: str, values: Sequence[float | int | None]) -> list[str | None]:
-    """A compared metric's values as its row prints them: :data:`ROW_DECIMALS` places for a metric
-    the sweep pages print, else (a count, or a value too large or not finite for fixed places)
-    :func:`benchmarks.services.runs.plain_figures`."""
+def _row_texts(key: str, values: Sequence[float | int | None], best: int | None = None) -> list[str | None]:
+    """A compared metric's values as its row prints them: for a metric the other pages print, as
+    they print it (:func:`benchmarks.views.common.metric_text`, :data:`ROW_DECIMALS` places,
+    thousands separated), else (a count, or a value too large or not finite for fixed places)
+    :func:`benchmarks.services.runs.plain_figures`. Only where the run in bold (``best``, a column
+    index) would read the same as another run's value (possible only for values so small that
+    the 2 % tie rule still names a best) does the row get one more place, for all its values,
+    until the best reads apart. None stays None."""
     decimals = ROW_DECIMALS.get(key.split(".")[0])
     numbers = [float(v) for v in values if v is not None and not isinstance(v, bool)]
     if decimals is None or not all(math.isfinite(v) and abs(v) < PLAIN_FIGURES_MAX for v in numbers):
         return plain_figures(values)
-    return _decimal_figures(values, decimals=decimals)
-
-
-def _decimal_figures(values: Sequence[float | int | None], *, decimals: int = 3) -> list[str | None]:
-    """Request rates (req/s) as the sweep and run pages print them, ``decimals`` places kept
-    (``0.040``, ``12.500``), with one more place for all where two different values would print
-    the same (the best in bold is never shown equal to another). None stays None."""
-    numbers = {float(v) for v in values if v is not None and not isinstance(v, bool)}
     for places in range(decimals, 16):
-        shown = {v: f"{v:,.{places}f}" for v in numbers}
-        if len(set(shown.values())) == len(numbers):
+        texts = [None if v is None else metric_text(v, key.split(".")[0], places=places) for v in values]
+        if best is None or best >= len(texts) or texts[best] is None:
             break
-    return [None if v is None else shown[float(v)] for v in values]
+        if not any(t == texts[best] and float(v) != float(values[best])
+                   for i, (t, v) in enumerate(zip(texts, values)) if i != best and v is not None):
+            break
+    return texts
 
 
 def _workload_cell(entry: Mapping[str, Any], baseline_engine: str | None) -> str:
