@@ -63,6 +63,8 @@ def metric_text(value: Any, stem: str | int, *, places: int | None = None) -> st
         places = stem if isinstance(stem, int) else ROW_DECIMALS[stem]
     text = f"{number:,.{places}f}"
     return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
+
+
 # Runs whose records are drawn as overlaid CDFs on the comparison page: more lines than the
 # palette has colours are unreadable.
 COMPARE_MAX_CDF_RUNS = 8
