@@ -55,6 +55,9 @@ import time
 
 PR_SET_CHILD_SUBREAPER = 36  # include/uapi/linux/prctl.h
 READ_CHUNK = 65536
+# Reads at most made, once the process has ended, of what it left in the pipe before its end is noted:
+# 16 x 64 KiB covers a pipe resized to 1 MiB (F_SETPIPE_SZ's default limit, /proc/sys/fs/pipe-max-size).
+DRAIN_READS = 16
 _IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -295,6 +298,18 @@ def main(args: list[str] | None = None) -> int:
             if got == pid and not main_done:
                 main_done = True
                 _write_exit_file(opts.exit_file, pid, ticks, status)
+                # Everything the process wrote is in the pipe by now (its writes completed before it
+                # ended): log what is waiting there before the note, so the note follows its last line
+                # (reaped within a read's time, it would otherwise come before that line).
+                for _ in range(DRAIN_READS):   # bounded: a descendant may keep the pipe busy
+                    if eof or not select.select([out_r], [], [], 0)[0]:
+                        break
+                    chunk = os.read(out_r, READ_CHUNK)
+                    if chunk:
+                        log.write(chunk)
+                    else:
+                        eof = True
+                        os.close(out_r)
                 how = (
                     f"exit code {os.WEXITSTATUS(status)}" if os.WIFEXITED(status)
                     else _signal_text(os.WTERMSIG(status))

@@ -375,3 +375,29 @@ def test_it_strips_terminal_colours_from_a_log_tail(tmp_path):
     log = tmp_path / "router0.log"
     log.write_bytes(b"\x1b[2m2026-11-30\x1b[0m \x1b[32m INFO\x1b[0m \x1b[1mhttp_request\x1b[0m method=POST\n")
     assert log_tail(log, lines=5) == "2026-11-30  INFO http_request method=POST"
+
+
+def test_the_end_note_follows_the_last_line_the_process_wrote(tag, tmp_path):
+    """The process grows its pipe to 512 KiB, fills it and ends while its shim is stopped, so the
+    shim reaps it with most of its output still in the pipe (one read takes 64 KiB): the shim must
+    log all of it before its "ended with" note, so a tail that ends with the note shows the
+    process's real last line above it (the note used to come after the first 64 KiB)."""
+    log, go = tmp_path / "burst.log", tmp_path / "go"
+    spec = {"argv": [sys.executable, SLEEPER, "--bytes", str(400 * 1024), "--pipe-bytes", str(512 * 1024),
+                     "--after", str(go), "--exit-code", "0"], "env": {}}
+    handle = process_spawn(spec=spec, log_path=log, log_max_bytes=8 * 1024 * 1024, tag=tag)
+    wait_for(lambda: "ready" in log_tail(log), what="ready")
+    shim = proc_stat(handle.pid).ppid
+    os.kill(shim, signal.SIGSTOP)
+    try:
+        go.touch()
+        # the process ends while the shim cannot read: a zombie until the shim reaps it
+        wait_for(lambda: proc_stat(handle.pid) is not None and proc_stat(handle.pid).state == "Z", what="the end")
+    finally:
+        os.kill(shim, signal.SIGCONT)
+    wait_for(lambda: process_exit_info(handle, log_path=log), what="exit record")
+    wait_for(lambda: not process_find_by_tag(tag), what="shim exit")
+
+    tail = log_tail(log, lines=2).splitlines()
+    assert tail[0] == "last line", tail
+    assert tail[1].endswith(f"process {handle.pid} ended with exit code 0")
