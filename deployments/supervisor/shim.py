@@ -216,6 +216,20 @@ def _child(argv: list[str], out_fd: int, err_w: int, cpus: str | None, close: li
             os._exit(127)
 
 
+def _read_pipe(fd: int, log: CappedLog, timeout_s: float) -> str:
+    """One read of the engine's output pipe ``fd`` into ``log`` if it is readable within
+    ``timeout_s`` seconds: ``"data"`` (logged), ``"eof"`` (every writer has closed it; ``fd`` is
+    closed here) or ``"idle"`` (nothing to read yet)."""
+    if not select.select([fd], [], [], timeout_s)[0]:
+        return "idle"
+    chunk = os.read(fd, READ_CHUNK)
+    if not chunk:
+        os.close(fd)
+        return "eof"
+    log.write(chunk)
+    return "data"
+
+
 def main(args: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ceiling-shim")
     parser.add_argument("--log", required=True)
@@ -277,14 +291,7 @@ def main(args: list[str] | None = None) -> int:
             stop_published = True
             _write_stop_file(opts.exit_file + ".stop", pid, ticks)
         if not eof:
-            ready, _, _ = select.select([out_r], [], [], 0.25)
-            if ready:
-                chunk = os.read(out_r, READ_CHUNK)
-                if chunk:
-                    log.write(chunk)
-                else:
-                    eof = True
-                    os.close(out_r)
+            eof = _read_pipe(out_r, log, 0.25) == "eof"
         while True:
             try:
                 # Blocking once the pipe is closed: only reparented descendants remain.
@@ -302,14 +309,10 @@ def main(args: list[str] | None = None) -> int:
                 # ended): log what is waiting there before the note, so the note follows its last line
                 # (reaped within a read's time, it would otherwise come before that line).
                 for _ in range(DRAIN_READS):   # bounded: a descendant may keep the pipe busy
-                    if eof or not select.select([out_r], [], [], 0)[0]:
+                    read = "idle" if eof else _read_pipe(out_r, log, 0)
+                    eof = eof or read == "eof"
+                    if read != "data":
                         break
-                    chunk = os.read(out_r, READ_CHUNK)
-                    if chunk:
-                        log.write(chunk)
-                    else:
-                        eof = True
-                        os.close(out_r)
                 how = (
                     f"exit code {os.WEXITSTATUS(status)}" if os.WIFEXITED(status)
                     else _signal_text(os.WTERMSIG(status))
