@@ -10,7 +10,7 @@ for its services (``{"pid", "start_ticks", "argv"}``, start ticks from field 22 
 is stopped. SIGTERM makes the demo raise :class:`DemoStopped` wherever it is, so it ends with one
 line saying why instead of being cut off mid-sentence.
 
-No Django import: ``services.py`` and the tests use this module in plain processes.
+No Django import (``deployments.supervisor.procfs`` has none): the tests use this module in plain processes.
 """
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import os
 import signal
 import sys
 from pathlib import Path
+
+from deployments.supervisor.procfs import proc_stat
 
 PID_NAME = "demo.pid"
 
@@ -36,16 +38,10 @@ class DemoAlreadyRunning(Exception):
 
 
 def _start_ticks(pid: int) -> int | None:
-    """Field 22 of ``/proc/<pid>/stat`` (clock ticks after boot), None if the process is gone or
-    has ended (zombie)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()
-    if len(fields) < 20 or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
+    """Start ticks of ``pid`` (:func:`deployments.supervisor.procfs.proc_stat`), None if the
+    process is gone or has ended (zombie)."""
+    info = proc_stat(pid)
+    return info.start_ticks if info is not None and info.running else None
 
 
 def live_demo_pid(run_dir: Path) -> int | None:
