@@ -82,6 +82,14 @@ has:
 * an ``output_throughput`` (tokens/s) off ``total_output_tokens`` / ``duration`` by more than 1 %
   of it plus 0.01 tokens/s (:data:`THROUGHPUT_TOLERANCE`, :data:`THROUGHPUT_ROUNDING_TOK_S`),
   where all three are finite numbers: both harnesses compute it as exactly that quotient;
+* a mean E2E (``mean_e2e_latency_ms``, ``mean_e2el_ms``; ms) that puts more requests in flight than
+  ``max_concurrency`` c allows: by Little's law (L = lambda W, mean in flight = throughput x mean
+  E2E) the mean in flight is ``completed`` x mean E2E / ``duration``, and a run held to c requests
+  at once averages at most c, so ``completed`` x mean E2E / 1000 <= c x ``duration`` (in
+  request-seconds; failed requests held slots too, so the bound is exact), allowed 1 % of c over
+  it (:data:`LITTLES_LAW_TOLERANCE`); refused at the mean E2E key, and skipped where the run had
+  no bound (``max_concurrency`` null, absent or 0, which both harnesses read as none) or one of
+  the four values is missing, not finite or refused;
 * in :func:`import_results`, a later line whose keys say the other harness wrote it (it would be
   read in the first line's format), at the first such line.
 
@@ -144,6 +152,13 @@ _MAX_LATENCY = (MAX_LATENCY_MS, f"{MAX_LATENCY_MS} (30 days)")
 # refused as disagreeing with itself; both harnesses compute it as exactly that quotient.
 THROUGHPUT_TOLERANCE = 0.01
 THROUGHPUT_ROUNDING_TOK_S = 0.01
+# A closed-loop run bounded at ``max_concurrency`` c never has more than c requests in flight, so
+# the in-flight count integrated over the run, completed x mean E2E (request-seconds; failed
+# requests only add to it), is at most c x duration. That is Little's law, L = lambda W: mean in
+# flight = throughput (completed / duration) x mean E2E <= c. The mean may exceed c by this
+# fraction of c before the file is refused, for float rounding and the per-request clocks (both
+# harnesses time each request and the run with separate perf_counter() readings).
+LITTLES_LAW_TOLERANCE = 0.01
 
 # At most this many problems of one file are listed; the rest are counted (a file of a million bad
 # lines must give a readable answer, not a million messages).
@@ -1104,6 +1119,7 @@ def _common(r: _Reader, run: ImportedRun) -> None:
     _percentiles_check(run, sources, r)
     _output_needs_completions(run, r)
     _output_throughput_check(run, r)
+    _littles_law_check(run, sources, r)
     _derive(run)
 
 
@@ -1165,6 +1181,42 @@ def _output_throughput_check(run: ImportedRun, r: _Reader) -> None:
                  f"{duration:g} s = {expected:g} tokens/s; they differ by {off}, more than the "
                  f"{THROUGHPUT_TOLERANCE * 100:g} % (plus {THROUGHPUT_ROUNDING_TOK_S:g} tokens/s for rounding) "
                  "allowed, so the file disagrees with itself")
+
+
+def _littles_law_check(run: ImportedRun, sources: dict[tuple[str, str], str], r: _Reader) -> None:
+    """Refuse a mean E2E (ms) that puts more requests in flight than ``max_concurrency`` allows, at
+    the mean E2E key (``mean_e2e_latency_ms``, ``mean_e2el_ms``): by Little's law the mean number in
+    flight is ``completed`` x mean E2E / ``duration`` (requests x s / s), and a run whose harness
+    holds at most c requests at once (an ``asyncio.Semaphore(c)`` in both harnesses; the E2E clock
+    starts after a request gets its slot) cannot average more than c; allowed
+    :data:`LITTLES_LAW_TOLERANCE` of c above it. Failed requests also held slots, so counting the
+    completed ones alone keeps the bound exact. The request-rate form, ``request_throughput`` x mean
+    E2E, is the same rule, as both harnesses write ``request_throughput`` = ``completed`` /
+    ``duration``. Skipped where one of the four is absent, null, not finite or refused, and where
+    the run had no bound: ``max_concurrency`` null, absent or 0 (both harnesses take 0 as none)."""
+    key = sources.get(("e2e_ms", "mean"))
+    if key is None or r.refused & {key, "completed", "duration", "max_concurrency"}:
+        return
+    bound, completed, duration, e2e_ms = run.concurrency, run.completed, run.duration_s, run.e2e_ms.get("mean")
+    if not bound or completed is None or not duration or e2e_ms is None:
+        return
+    held_s = completed * e2e_ms / 1000
+    in_flight = held_s / duration
+    if in_flight > bound * (1 + LITTLES_LAW_TOLERANCE):
+        r.refuse(key, f"completed {completed:,} requests × mean E2E {_about(e2e_ms)} ms = {_about(held_s)} "
+                      f"request-seconds in flight over a {_about(duration)} s run: a mean of {_about(in_flight)} in "
+                      f"flight, more than max_concurrency {bound:,} allows (Little's law: mean in flight = completed "
+                      f"/ duration × mean E2E; {LITTLES_LAW_TOLERANCE * 100:g} % over is allowed for rounding), so "
+                      "the file disagrees with itself")
+
+
+def _about(value: float) -> str:
+    """A finite number >= 0 to 4 significant digits, thousands separated, never in exponent form:
+    ``7,841``, ``298.4``, ``7.884``, ``0.05123``."""
+    if value == 0:
+        return "0"
+    places = max(0, 3 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{places}f}"
 
 
 def _counts_check(run: ImportedRun, r: _Reader) -> None:

@@ -115,7 +115,7 @@ BOM = b"\xef\xbb\xbf"
 @pytest.mark.django_db
 def test_a_file_starting_with_a_byte_order_mark_imports_and_downloads_byte_for_byte(operator, operator_api,
                                                                                   viewer_api) -> None:
-    second = json.dumps({**json.loads(SGLANG_TEXT), "max_concurrency": 2})
+    second = json.dumps({**json.loads(SGLANG_TEXT), "max_concurrency": 16})
     body = BOM + (SGLANG_TEXT + "\n" + second + "\n").encode()
     answer = operator_api.post("/api/runs/import/", {"file": SimpleUploadedFile("bench.jsonl", body)},
                                format="multipart")

@@ -31,12 +31,12 @@ def _line(**changes: object) -> str:
 def test_a_line_holding_line_separators_in_a_string_stays_one_run() -> None:
     label = f"run a{SEPARATORS}b"
     escaped = "f\x0cv\x0bfs\x1cgs\x1drs\x1e"
-    text = "\n".join((_line(backend=label, max_concurrency=1), _line(max_concurrency=2, backend=escaped),
-                      _line(max_concurrency=3, label=SEPARATORS * 2))) + "\n"
+    text = "\n".join((_line(backend=label, max_concurrency=8), _line(max_concurrency=16, backend=escaped),
+                      _line(max_concurrency=32, label=SEPARATORS * 2))) + "\n"
     assert len(text.splitlines()) == 3 + 3 * len(SEPARATORS)   # what the import used to cut it into
     runs = import_results(text)
     assert [r.source_line for r in runs] == [1, 2, 3]
-    assert [r.concurrency for r in runs] == [1, 2, 3]
+    assert [r.concurrency for r in runs] == [8, 16, 32]
     assert runs[0].backend == label and runs[1].backend == escaped
     assert [r.original_record for r in runs] == [line + "\n" for line in text.split("\n")[:3]]
     assert "".join(r.original_record for r in runs) == text
@@ -57,20 +57,20 @@ def test_error_lines_count_newlines_only() -> None:
 
 def test_a_line_of_a_form_feed_is_not_blank() -> None:
     with pytest.raises(ResultImportError) as caught:
-        import_results(_line() + "\n\x0c\n" + _line(max_concurrency=2) + "\n")
+        import_results(_line() + "\n\x0c\n" + _line(max_concurrency=16) + "\n")
     assert caught.value.errors == {"line 2": ["not valid JSON (Expecting value at column 1)"]}
 
 
 @pytest.mark.django_db
 def test_a_crlf_file_keeps_each_line_byte_for_byte(operator, operator_api, viewer_api) -> None:
-    lines = [_line(max_concurrency=c, backend=f"c{c}\u2028") for c in (1, 2, 3)]
+    lines = [_line(max_concurrency=c, backend=f"c{c}\u2028") for c in (8, 16, 32)]
     body = (lines[0] + "\r\n" + lines[1] + "\r\n\r\n" + lines[2]).encode()   # the last line has no ending
     upload = SimpleUploadedFile("crlf.jsonl", body, content_type="application/jsonl")
     response = operator_api.post("/api/runs/import/", {"file": upload}, format="multipart")
     assert response.status_code == 201, response.json()
     runs = list(BenchmarkRun.objects.order_by("source_line"))
     assert [r.source_line for r in runs] == [1, 2, 4]
-    assert [r.concurrency for r in runs] == [1, 2, 3]
+    assert [r.concurrency for r in runs] == [8, 16, 32]
     assert [r.original_text for r in runs] == [lines[0] + "\r\n", lines[1] + "\r\n", lines[2]]
     assert {r.original_sha256 for r in runs} == {hashlib.sha256(body).hexdigest()}
     for run, expected in zip(runs, (lines[0] + "\r\n", lines[1] + "\r\n", lines[2])):
@@ -131,7 +131,7 @@ def test_a_pretty_printed_file_names_the_lines_of_a_nested_repeated_key() -> Non
 
 @pytest.mark.django_db
 def test_a_refused_nested_repeat_stores_nothing(operator_api) -> None:
-    text = _line() + "\n" + _line(max_concurrency=2)[:-1] + ', "extra": {"k": 1, "k": 1}}\n'
+    text = _line() + "\n" + _line(max_concurrency=16)[:-1] + ', "extra": {"k": 1, "k": 1}}\n'
     response = operator_api.post("/api/runs/import/", {"text": text, "filename": "r.jsonl"}, format="json")
     assert response.status_code == 400
     assert response.json() == {

@@ -45,12 +45,12 @@ def test_a_pretty_printed_sglang_result_is_one_run_like_its_line(operator_api, v
 
 @pytest.mark.django_db
 def test_a_json_array_of_results_is_one_run_per_object_in_order(operator_api, viewer_api) -> None:
-    results = [{**SGLANG, "max_concurrency": c} for c in (1, 8, 16)]
+    results = [{**SGLANG, "max_concurrency": c} for c in (8, 16, 32)]
     body = json.dumps(results, indent=2).encode()
     answer = _upload(operator_api, body, "sweep.json")
     assert answer.status_code == 201, answer.json()
     runs = [BenchmarkRun.objects.get(pk=r["id"]) for r in answer.json()]
-    assert [r.concurrency for r in runs] == [1, 8, 16]
+    assert [r.concurrency for r in runs] == [8, 16, 32]
     # Each run is at the line its object starts on and keeps that object as the file writes it.
     text = body.decode()
     starts = [i + 1 for i, line in enumerate(text.split("\n")) if line == "  {"]
@@ -92,7 +92,7 @@ def test_every_check_applies_to_a_pretty_printed_result_and_to_each_object_of_an
 
 @pytest.mark.django_db
 def test_a_file_that_is_neither_json_lines_nor_one_json_value_names_its_first_bad_line(operator_api) -> None:
-    body = SGLANG_LINE + json.dumps({**SGLANG, "max_concurrency": 2}) + "\n" + '{"backend": "sglang",\n'
+    body = SGLANG_LINE + json.dumps({**SGLANG, "max_concurrency": 16}) + "\n" + '{"backend": "sglang",\n'
     answer = _upload(operator_api, body.encode(), "out.jsonl")
     assert answer.status_code == 400
     assert list(answer.json()) == ["line 3"] and answer.json()["line 3"][0].startswith("not valid JSON")

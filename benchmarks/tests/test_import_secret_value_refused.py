@@ -124,8 +124,8 @@ def test_a_value_in_any_other_key_is_refused_by_its_line_and_key(secret, operato
     (base64.b64encode(VALUE.encode()).decode(), "line 2.extra[1]"),
 ], ids=["percent-encoded", "base64"])
 def test_each_line_of_several_runs_names_its_own_place(secret, operator_api, spelled, path):
-    text = "\n".join([_sglang_line(max_concurrency=1), _sglang_line(max_concurrency=2, extra=["x", spelled]),
-                      _sglang_line(max_concurrency=4, **{f"k-{VALUE}": 1})]) + "\n"
+    text = "\n".join([_sglang_line(max_concurrency=8), _sglang_line(max_concurrency=16, extra=["x", spelled]),
+                      _sglang_line(max_concurrency=32, **{f"k-{VALUE}": 1})]) + "\n"
 
     answer = operator_api.post("/api/runs/import/", {"text": text, "filename": "bench.jsonl"}, format="json")
 
@@ -262,8 +262,8 @@ def test_a_credential_in_any_other_key_is_refused_by_its_line_and_key(operator_a
 
 
 def test_a_credential_in_a_line_s_value_or_key_name_is_named_by_its_line(operator_api):
-    text = "\n".join([_sglang_line(max_concurrency=1), _sglang_line(max_concurrency=2, extra=["x", HF_TOKEN]),
-                      _sglang_line(max_concurrency=4, **{HF_TOKEN: 1})]) + "\n"
+    text = "\n".join([_sglang_line(max_concurrency=8), _sglang_line(max_concurrency=16, extra=["x", HF_TOKEN]),
+                      _sglang_line(max_concurrency=32, **{HF_TOKEN: 1})]) + "\n"
 
     answer = operator_api.post("/api/runs/import/", {"text": text, "filename": "bench.jsonl"}, format="json")
 

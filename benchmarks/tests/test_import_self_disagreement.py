@@ -1,7 +1,7 @@
 """Result files that disagree with themselves are refused, naming the line and key, and nothing is
 stored: a key given twice in one object, a value no real run has (a duration of 1e308 s, a count
-past 2^53), an output_throughput that is not total_output_tokens / duration, and a later line
-another harness wrote."""
+past 2^53), an output_throughput that is not total_output_tokens / duration, a mean E2E that puts
+more requests in flight than max_concurrency allows, and a later line another harness wrote."""
 from __future__ import annotations
 
 import json
@@ -169,8 +169,10 @@ def test_lines_of_one_harness_are_still_read_alike():
     (SGLANG_TEXT[:-1] + ', "duration": 1.5}', "line 3.duration"),
     (json.dumps({**SGLANG, "duration": 1e308}), "line 3.duration"),
     (json.dumps({**SGLANG, "output_throughput": 900.0}), "line 3.output_throughput"),
+    (json.dumps({**SGLANG, "max_concurrency": 7}), "line 3.mean_e2e_latency_ms"),
     (json.dumps(VLLM), "line 3"),
-], ids=["repeated key", "duration of 1e308 s", "throughput not tokens over duration", "another harness"])
+], ids=["repeated key", "duration of 1e308 s", "throughput not tokens over duration",
+        "7.9 in flight at max_concurrency 7", "another harness"])
 def test_the_api_stores_no_run_of_a_file_with_one_bad_line(operator_api, bad_line, path):
     text = "\n".join([SGLANG_TEXT, json.dumps({**SGLANG, "completed": 299}), bad_line])
     answer = operator_api.post("/api/runs/import/", {"text": text}, format="json")
