@@ -83,13 +83,20 @@ def _findings(r: CeilingReport, points: list[SweepPoint], failed: list[SweepPoin
     return [s for s in out if s]
 
 
+#: The end of the sentence a ceiling of one point gets: it concludes nothing, so it takes no
+#: too-few-requests caveat ("cannot show a ceiling; but c=1 completed only 1 request" read as if the
+#: point could have shown one with more requests).
+ONE_POINT_TAIL = "cannot show a ceiling."
+
+
 def _too_few_caveat(sentence: str, small: list[SweepPoint]) -> str:
     """``sentence`` as it stands when it names none of ``small`` (points that completed fewer than
-    :data:`MIN_COMPARED_REQUESTS` requests); else with the caveat that those it names are too small
-    to conclude from: ``...; but c=1 completed only 2 requests, too few to conclude from
-    (too_few_requests).`` A label is matched whole, so ``c=1`` is not found in ``c=16``."""
+    :data:`MIN_COMPARED_REQUESTS` requests) or concludes nothing (:data:`ONE_POINT_TAIL`); else
+    with the caveat that those it names are too small to conclude from: ``...; but c=1 completed
+    only 2 requests, too few to conclude from (too_few_requests).`` A label is matched whole, so
+    ``c=1`` is not found in ``c=16``."""
     named = [p for p in small if re.search(rf"(?<![\w.]){re.escape(p.label)}(?!\w|\.\d)", sentence)]
-    if not sentence or not named:
+    if not sentence or not named or sentence.endswith(ONE_POINT_TAIL):
         return sentence
     return (f"{sentence.rstrip('.')}; but {_and(p.label for p in named)} completed only "
             f"{_and(str(p.completed) for p in named)} request{'s' if named[-1].completed != 1 else ''}, too few to "
@@ -432,7 +439,7 @@ def _ceiling_sentences(r: CeilingReport, c: Ceiling, points: list[SweepPoint], *
                        f"not at a ceiling "
                        f"above the best point ({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}).")
     else:
-        out.append(f"One point ({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}) cannot show a ceiling.")
+        out.append(f"One point ({_num(c.observed_max_tok_s)} tok/s at {c.observed_max_label}) {ONE_POINT_TAIL}")
     return out
 
 

@@ -73,3 +73,14 @@ def test_the_sweep_report_its_api_and_its_page_carry_the_note(viewer, viewer_api
     assert body["lengths"]["256/256"]["too_few_requests"] == ["c=1"] and NOTE in body["findings"]
     page = logged_in_client(viewer).get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
     assert "c=1 completed fewer than 10 requests (2 at c=1; too_few_requests)" in page
+
+
+def test_the_one_point_sentence_concludes_nothing_and_takes_no_caveat() -> None:
+    # A sweep of one point too small to compare (the demo's single-node baseline: 1 request at c=1):
+    # "cannot show a ceiling; but c=1 completed only 1 request" read as if more requests could
+    # have shown one. The note naming the small point is still there.
+    r = ceiling_analyse([_point(1, 10.4, 94.0, 700.0, 1)], num_gpus=4, topology="single")
+    assert r.too_few_requests == ["c=1"]
+    assert "One point (10.4 tok/s at c=1) cannot show a ceiling." in r.findings
+    assert not [f for f in r.findings if "cannot show a ceiling;" in f], r.findings
+    assert any(f.startswith("c=1 completed fewer than 10 requests (1 at c=1; too_few_requests)") for f in r.findings)
