@@ -1,8 +1,9 @@
 """Non-trivial reads of the benchmarks app (lists with filters, related rows prefetched)."""
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.db.models import Case, IntegerField, QuerySet, Value, When
 
+from benchmarks.choices import RunStatus
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.sweeps import counted
 from controlplane.errors import InvalidInput
@@ -35,13 +36,18 @@ def sweep_runs(*, sweep: BenchmarkSweep) -> QuerySet[BenchmarkRun]:
 #: order of the runs page.
 RUN_LIST_DEFAULT_ORDER = "-created_at"
 
+#: The orders of ``GET /api/runs/`` that rank runs by a metric: done runs come first.
+RUN_LIST_METRIC_ORDERS = ("output_tok_s", "ttft_p99_ms")
+
 
 def run_list(*, sweep_id: int | None = None, source: str | None = None, status: str | None = None,
              order: str | None = None) -> QuerySet[BenchmarkRun]:
     """Runs, filtered by sweep, source (measured, imported) or status; ``order`` one of
     ``output_tok_s``, ``-output_tok_s``, ``ttft_p99_ms``, ``-ttft_p99_ms``, ``created_at``,
     ``-created_at`` (default :data:`RUN_LIST_DEFAULT_ORDER`: newest first, as the runs page lists
-    them, measured and imported runs together); ties are broken by id in the order's direction, so
+    them, measured and imported runs together); a sort by a metric (:data:`RUN_LIST_METRIC_ORDERS`)
+    lists the done runs first and every other (failed, cancelled, running: no measurement to rank,
+    e.g. a point a stop cut short) after them, each group in that order; ties are broken by id in the order's direction, so
     the default's by id descending. Raises :class:`InvalidInput` for another order. The imported
     text is deferred (:data:`RUN_LIST_DEFERRED`): one access reads it for one row."""
     qs = BenchmarkRun.objects.select_related("sweep").defer(*RUN_LIST_DEFERRED)
@@ -56,7 +62,14 @@ def run_list(*, sweep_id: int | None = None, source: str | None = None, status: 
         if order not in allowed:
             raise InvalidInput({"order": [f"must be one of {', '.join(sorted(allowed))}; got {query_text(order)}"]})
     order = order or RUN_LIST_DEFAULT_ORDER
-    return qs.order_by(order, "-id" if order.startswith("-") else "id")
+    tiebreak = "-id" if order.startswith("-") else "id"
+    if order.lstrip("-") in RUN_LIST_METRIC_ORDERS:
+        # A run that is not done (failed, cancelled, still running) is no measurement to rank: its
+        # figure is kept for the record, but a sort by a metric lists it after every done run.
+        qs = qs.annotate(not_measured_rank=Case(When(status=RunStatus.DONE, then=Value(0)), default=Value(1),
+                                            output_field=IntegerField()))
+        return qs.order_by("not_measured_rank", order, tiebreak)
+    return qs.order_by(order, tiebreak)
 
 
 def runs_by_ids(*, ids: list[int], field: str = "ids") -> list[BenchmarkRun]:
@@ -386,3 +399,22 @@ def sweep_queue_note(*, sweep: BenchmarkSweep, now=None) -> str:
         return (f"queued for a benchmark worker for {age:.0f} s{since} while a worker slot is free{queue}: the "
                 "control worker may not be running (see `make status`)")
     return "queued for a benchmark worker" + queue
+
+
+def sweep_load_notes(*, sweep: BenchmarkSweep) -> list[str]:
+    """What the sweep's closed-loop loads ask of its engine beyond what it runs at once, one
+    sentence per length pair (:func:`benchmarks.sweeps.grid_engine_queue_notes`): from the
+    deployment's recipe snapshot and what its servers reported once ready. Such points are
+    measured (the engine queues the rest), but their TTFT includes that wait. Empty for a sweep
+    without a grid or deployment, or when every point fits or nothing is known."""
+    from benchmarks.sweeps import grid_engine_queue_notes
+
+    deployment = sweep.deployment
+    if not sweep.grid or deployment is None:
+        return []
+    try:
+        return grid_engine_queue_notes(sweep.grid, spec=deployment.spec_snapshot or {},
+                                       engine=sweep.engine or deployment.recipe.engine,
+                                       reported=deployment.engine_limits)
+    except (KeyError, TypeError, ValueError):  # a grid stored before a key was kept: nothing to say
+        return []

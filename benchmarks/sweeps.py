@@ -788,6 +788,90 @@ def grid_context_problems(grid: Mapping[str, Any], *, spec: Mapping[str, Any], e
     return out
 
 
+def engine_batch_limits(*, spec: Mapping[str, Any], engine: str,
+                        reported: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """How many requests the deployment of recipe ``spec`` runs at once, as far as it is known:
+    what its servers reported once ready (``reported``, :func:`deployments.engine_limits.reported_batch_limits`),
+    else for ``sim`` its profile's ``decode.max_running_requests`` and ``decode.kv_capacity_tokens``
+    (per decode server; one server assumed). ``{"running", "running_where", "kv_tokens",
+    "kv_where", "reserve", "servers"}``, absent values None; None when nothing is known (SGLang or
+    vLLM not yet ready, llama.cpp)."""
+    from deployments.engine_limits import reported_batch_limits
+
+    told = reported_batch_limits(reported)
+    profile = _sim_profile(spec) if engine == "sim" else None
+    if told is None and profile is None:
+        return None
+    out = dict(told) if told is not None else {"running": None, "running_where": None, "kv_tokens": None,
+                                              "kv_where": None, "reserve": None, "servers": 1}
+    if profile is not None:
+        where = f"sim profile {profile.name}"
+        if out["running"] is None:
+            n = profile.decode.max_running_requests
+            out["running"], out["running_where"] = n, f"{where}: decode.max_running_requests {n}"
+        if out["kv_tokens"] is None:
+            n = profile.decode.kv_capacity_tokens
+            out["kv_tokens"], out["kv_where"] = n, f"{where}: decode.kv_capacity_tokens {n}"
+        if out["reserve"] is None:
+            out["reserve"] = profile.decode.admission_reserve_tokens
+    return out
+
+
+def grid_engine_queue_notes(grid: Mapping[str, Any], *, spec: Mapping[str, Any], engine: str,
+                            reported: Mapping[str, Any] | None = None) -> list[str]:
+    """One sentence per length pair of a validated ``grid`` whose closed-loop points keep more
+    requests in flight than the deployment runs at once (:func:`engine_batch_limits`): its
+    running-request cap (``max_running_requests``, per server times the servers that run the
+    batch) or how many requests of that pair's input + output tokens (at least input + the
+    admission reserve) its KV cache holds together, whichever is smaller. Such a point is a
+    legitimate measurement (the engine queues the rest and admits them as the batch frees: see
+    :func:`grid_context_problems` for the pairs that never fit and are refused), but its TTFT then
+    includes that wait, which the note says, so a long TTFT there is not read as slow prefill:
+    ``c=4096 with 2000:2000: the engine runs at most 32 requests at once (reported by the single
+    server's /get_server_info at ...: max_running_requests 32) and its KV cache holds 1 request of
+    4,000 tokens at once, 2 as they start with 2,016 tokens each (reported ...: max_total_num_tokens
+    5376); the other requests in flight wait in its queue, so TTFT includes that wait``. A point's load in flight is its concurrency, or its request
+    count when that is smaller. Open-loop points (request rates) are not judged: how many are in
+    flight depends on the engine's own speed. Empty when every point fits or nothing is known."""
+    limits = engine_batch_limits(spec=spec, engine=engine, reported=reported)
+    if limits is None:
+        return []
+    servers = limits["servers"] or 1
+    notes = []
+    for in_len, out_len in grid.get("lengths") or []:
+        per_request = in_len + max(out_len, limits["reserve"] or 0)
+        admitted = in_len + (limits["reserve"] or 0)
+        kv_fit = (limits["kv_tokens"] // per_request) * servers if limits["kv_tokens"] else None
+        kv_admit = (limits["kv_tokens"] // admitted) * servers if limits["kv_tokens"] else None
+        running = limits["running"] * servers if limits["running"] else None
+        at_once = min(x for x in (running, kv_fit) if x is not None) if (running or kv_fit is not None) else None
+        if at_once is None:
+            continue
+        over = []
+        for c in sorted(set(grid.get("concurrency") or [])):
+            points = grid_points({**grid, "lengths": [[in_len, out_len]], "concurrency": [c], "request_rates": []})
+            cap = points[0]["max_requests"] if points else None
+            in_flight = min(c, cap) if cap else c
+            if in_flight > at_once:
+                over.append(c)
+        if not over:
+            continue
+        each = f"; {servers} servers run the batch, each with that" if servers > 1 else ""
+        parts = []
+        if running is not None:
+            parts.append(f"the engine runs at most {running:,} request{'s' if running != 1 else ''} at once "
+                         f"({limits['running_where']}{each})")
+        if kv_fit is not None:
+            owner = "its" if parts else "the engine's"
+            start = (f", {kv_admit:,} as they start with {admitted:,} tokens each" if kv_admit and kv_admit > kv_fit
+                     else "")
+            parts.append(f"{owner} KV cache holds {kv_fit:,} request{'s' if kv_fit != 1 else ''} of "
+                         f"{per_request:,} tokens at once{start} ({limits['kv_where']}{each})")
+        notes.append(f"c={','.join(map(str, over))} with {in_len}:{out_len}: " + " and ".join(parts)
+                     + "; the other requests in flight wait in its queue, so TTFT includes that wait")
+    return notes
+
+
 def _ms(dist: Mapping[str, Any] | None) -> dict[str, float | None] | None:
     if not dist:
         return None

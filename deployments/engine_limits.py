@@ -234,3 +234,25 @@ def limits_view(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
                      "read_from": ", ".join(u for u in server.get("read_from") or [] if isinstance(u, str)),
                      "error": server.get("error") or ""})
     return {"read_at": _read_time(record), "error": record.get("error") or "", "rows": rows}
+
+
+def reported_batch_limits(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What bounds how many requests the deployment runs at once according to its servers' own
+    reports in ``record`` (:attr:`Deployment.engine_limits`), for the notes a sweep gets when its
+    load exceeds it (:func:`benchmarks.sweeps.grid_engine_queue_notes`): ``{"running",
+    "running_where", "kv_tokens", "kv_where", "reserve", "servers"}``. The batch runs on the decode
+    servers for PD and on the single server otherwise; each runs its own, so ``running`` (the
+    smallest ``max_running_requests`` reported) and ``kv_tokens`` (the smallest
+    ``max_total_num_tokens``) are per server and ``servers`` counts them. Absent values are None;
+    None when ``record`` is None or reported neither."""
+    if not isinstance(record, Mapping) or not isinstance(record.get("servers"), Mapping):
+        return None
+    roles = ("decode",) if record.get("topology") == "pd" else ("single",)
+    running = _smallest(record, roles, "max_running_requests")
+    capacity = reported_capacity(record) or {}
+    if running is None and capacity.get("tokens") is None:
+        return None
+    servers = sum(1 for key in record["servers"] if key.rstrip("0123456789") in roles)
+    return {"running": running[0] if running else None, "running_where": running[1] if running else None,
+            "kv_tokens": capacity.get("tokens"), "kv_where": capacity.get("where"),
+            "reserve": capacity.get("reserve"), "servers": max(1, servers)}

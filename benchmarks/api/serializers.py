@@ -55,8 +55,8 @@ SWEEP_PROGRESS_SCHEMA = {
                                         "ended in flight: neither done nor failed; absent from a report made "
                                         "before it was counted apart"),
         "output_tokens": _nullable("integer", "output tokens of the point so far of the requests that "
-                                              "succeeded or are in flight (never a failed or aborted one's), "
-                                              "tokens"),
+                                              "succeeded, are in flight or were aborted in flight by a stop "
+                                              "(never a failed one's), tokens"),
         "elapsed_s": _nullable("number", "seconds since the point's first request"),
         "tok_s": _nullable("number", "output tok/s of the point over its last report window (about 0.5 s)"),
         "tok_s_mean": _nullable("number", "output tok/s of the point since its first request, over the "
@@ -89,7 +89,9 @@ class SweepSerializer(serializers.ModelSerializer):
     mean since the point's first request is its run's ``progress.tok_s_mean``), GPU count and snapshot; ``worker``
     (``host:pid`` running it) and ``heartbeat_at`` (its last sign of life); ``run_ids`` in
     grid order; ``queue_note``: why an active sweep is not measuring yet
-    (:func:`benchmarks.selectors.sweep_queue_note`, null once it runs); ``requests_done``: the
+    (:func:`benchmarks.selectors.sweep_queue_note`, null once it runs); ``load_notes``: where
+    its closed-loop loads exceed what the engine runs at once, so the rest wait in its queue
+    (:func:`benchmarks.selectors.sweep_load_notes`; in the create response too); ``requests_done``: the
     requests that finished (succeeded, or failed with an answer); ``requests_total``: the requests
     the sweep sends in all, null while that is not known (a grid with points limited by time
     alone, until the sweep has ended, done, failed or cancelled; a failed or cancelled sweep counts for each point that ran what it sent and 0 for one that never ran: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
@@ -138,6 +140,12 @@ class SweepSerializer(serializers.ModelSerializer):
                   "requests_done; 0 when none was, never null")
     queue_note = serializers.SerializerMethodField(
         help_text="why an active sweep is not measuring yet; null once it runs or is over")
+    load_notes = serializers.SerializerMethodField(
+        help_text="one sentence per length pair whose closed-loop points keep more requests in flight than the "
+                  "deployment's engine runs at once (its max_running_requests, or the requests of that length its "
+                  "KV cache holds together, as its servers reported once ready, else as its sim profile states): "
+                  "such points are measured, the engine queueing the rest, but their TTFT includes that wait; "
+                  "empty when every point fits or nothing is known")
     reason = BlankAsNullCharField(allow_null=True, read_only=True,
                                   help_text="why the sweep failed or was cancelled; null when there is nothing to say")
     current_point = BlankAsNullCharField(allow_null=True, read_only=True,
@@ -167,7 +175,7 @@ class SweepSerializer(serializers.ModelSerializer):
                   "warmup_requests", "current_tok_s",
                   "current_point", "num_gpus", "served_model_name", "topology", "engine", "snapshot", "created_by",
                   "created_at", "started_at", "ended_at", "worker", "heartbeat_at", "held_at", "run_ids",
-                  "queue_note", "progress"]
+                  "queue_note", "load_notes", "progress"]
         read_only_fields = fields
         extra_kwargs = {"held_at": {"help_text": HELD_AT_HELP}, "num_gpus": {"help_text": (
             "GPUs the per-GPU figures (tok/s per GPU) divide by: the deployment's, all roles together; for a sim "
@@ -195,6 +203,12 @@ class SweepSerializer(serializers.ModelSerializer):
         from benchmarks.selectors import sweep_queue_note
 
         return sweep_queue_note(sweep=obj) or None
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_load_notes(self, obj: BenchmarkSweep) -> list[str]:
+        from benchmarks.selectors import sweep_load_notes
+
+        return sweep_load_notes(sweep=obj)
 
     @extend_schema_field(serializers.IntegerField())
     def get_requests_cancelled(self, obj: BenchmarkSweep) -> int:
@@ -284,8 +298,21 @@ _LATENCY_HELP = "ms by statistic (mean, p50, p90, p99, ...); null when no reques
 class RunMetricsSerializer(serializers.Serializer):
     """:func:`benchmarks.services.run_metrics`: one vocabulary for measured and imported runs."""
 
-    output_throughput_tok_s = serializers.FloatField(allow_null=True, help_text="output tok/s; null when no request "
-                                                                                "succeeded")
+    output_throughput_tok_s = serializers.FloatField(allow_null=True, help_text=(
+        "output tok/s over the measured duration: the successful requests' output tokens, plus, for a run a stop "
+        "cut short, those the requests it aborted in flight had streamed (output_throughput_basis says which); "
+        "the run's output_tok_s, the pages and the exports give the same figure; null when no request succeeded"))
+    output_throughput_basis = serializers.ChoiceField(
+        choices=["completed", "completed_and_aborted", "completed_only"], help_text=(
+            "which tokens output_throughput_tok_s counts: completed (no request was aborted), completed_and_aborted "
+            "(the aborted requests' streamed tokens too: what the server delivered), completed_only (a run with "
+            "aborted requests stored before their tokens were counted: below what the server delivered)"))
+    output_throughput_completed_tok_s = serializers.FloatField(allow_null=True, help_text=(
+        "output tok/s of the successful requests' tokens alone over the measured duration; equal to "
+        "output_throughput_tok_s when no request was aborted in flight"))
+    output_tokens_aborted = serializers.IntegerField(allow_null=True, help_text=(
+        "output tokens the requests a stop aborted in flight had streamed, tokens; null where the summary does "
+        "not say (stored before it was counted, or imported)"))
     tok_s_per_gpu = serializers.FloatField(allow_null=True, help_text="output tok/s per GPU; null without a GPU count")
     request_throughput_req_s = serializers.FloatField(allow_null=True, help_text="successful requests/s")
     total_token_throughput_tok_s = serializers.FloatField(
@@ -388,7 +415,10 @@ class RunSerializer(serializers.ModelSerializer):
                   "output_tok_s", "ttft_p99_ms", "tpot_mean_ms", "metrics", "summary", "snapshot", "progress",
                   "has_records", "created_at", "started_at", "ended_at"]
         read_only_fields = fields
-        extra_kwargs = {"progress": {"help_text": (
+        extra_kwargs = {"output_tok_s": {"help_text": (
+            "output tok/s, the same figure as metrics.output_throughput_tok_s (for a run a stop cut short, the "
+            "aborted requests' streamed tokens counted too: metrics.output_throughput_basis)")},
+            "progress": {"help_text": (
             "the point's live counts as the load generator last reported them: done (requests that finished, "
             "succeeded or failed), failed (those of them that failed), aborted (requests a stop, the cancel or "
             "the deployment going down, ended in flight: neither done nor failed), total, output_tokens, "
@@ -492,7 +522,9 @@ class RunFilterSerializer(serializers.Serializer):
     order = serializers.CharField(max_length=50, required=False,
                                   help_text="output_tok_s, ttft_p99_ms or created_at, '-' first for descending; "
                                             "default -created_at (newest first, as the runs page); ties by id in "
-                                            "the same direction (by id descending for the default)")
+                                            "the same direction (by id descending for the default); by "
+                                            "output_tok_s or ttft_p99_ms the done runs come first and the others "
+                                            "(failed, cancelled, running: not a measurement to rank) after them")
 
 
 class RecordsQuerySerializer(serializers.Serializer):

@@ -35,13 +35,14 @@ from .driver import (
     UNREACHABLE_FAILURES, LoadConfig, LoadgenStopped, Progress, RunResult, WorkerStats, loadgen_run, loadgen_run_async,
     server_generation_tokens,
 )
-from .metrics import Slo, distribution, in_flight, nearest_rank, run_summary
+from .metrics import OUTPUT_BASIS_COMPLETED, OUTPUT_BASIS_WITH_ABORTED, Slo, distribution, in_flight, nearest_rank, run_summary
 from .protocol import Api, EventInfo, event_inspect, request_body
 from .records import RecordStore, RequestOutcome
 from .sse import SseParser
 from .tokenized import tokenized_text_dataset
 
 __all__ = [
+    "OUTPUT_BASIS_COMPLETED", "OUTPUT_BASIS_WITH_ABORTED",
     "TRANSPORTS", "UNREACHABLE_FAILURES", "Api", "EventInfo", "LoadConfig", "LoadgenStopped", "Progress", "RecordStore", "RequestOutcome", "RequestSpec", "RunResult", "Slo",
     "SseParser", "StreamingClient", "TextCalibration", "WorkerStats", "arrival_offsets", "dataset_calibrate_text",
     "dataset_calibrate_text_at", "prompts_token_counts",

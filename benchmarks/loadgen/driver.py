@@ -412,10 +412,11 @@ class _Tally:
 
     @property
     def tokens(self) -> int:
-        """Output tokens streamed in the measured phase so far by the requests that succeeded or
-        are still in flight: those of a request that came back failed or aborted are taken out as
-        it comes back, so once every request is back this is what the run's output throughput
-        counts (:func:`benchmarks.loadgen.run_summary`'s ``output_tokens``, successes only)."""
+        """Output tokens streamed in the measured phase so far by the requests that succeeded, are
+        still in flight or were aborted in flight by a stop: those of a request the server failed
+        are taken out as it comes back, so once every request is back this is what the run's
+        output throughput counts (:func:`benchmarks.loadgen.run_summary`: ``output_tokens`` of
+        the successes plus ``output_tokens_aborted``)."""
         if self.client is None or not self.t0:
             return 0
         return self.client.tokens_seen - self.tokens0 - self.tokens_unsuccessful
@@ -437,12 +438,14 @@ class _Tally:
         """Count one request that came back: ``done`` (and ``failed`` when it failed) if it
         finished, ``aborted`` alone if a stop ended it in flight (neither done nor failed, as the
         sweep's ``requests_done`` and the summary's failures of the server count it). The output
-        tokens an unsuccessful one streamed leave :attr:`tokens`."""
-        if not outcome.ok:
+        tokens a failed one streamed leave :attr:`tokens`; an aborted one's stay, as the run's
+        output throughput counts them."""
+        aborted = not outcome.ok and outcome.error is not None and outcome.error.startswith(ABORTED_PREFIX)
+        if not outcome.ok and not aborted:
             # As the client counted them as they streamed: each output event's tokens, 1 where unknown.
             self.tokens_unsuccessful += sum(k or 1 for k in outcome.event_tokens) \
                 if len(outcome.event_tokens) == len(outcome.events) else len(outcome.events)
-        if not outcome.ok and outcome.error is not None and outcome.error.startswith(ABORTED_PREFIX):
+        if aborted:
             self.aborted += 1
             return
         self.done += 1
@@ -623,8 +626,9 @@ class _Reporter:
     def report(self, *, t0: int, done: int, total: int, failed: int, tokens: int, aborted: int = 0,
                streamed: int | None = None, sent: int | None = None, final: bool = False) -> None:
         """Call the callback if a period has passed since the last call (always when ``final``).
-        ``tokens``: output tokens of the requests that succeeded or are in flight (``output_tokens``
-        and ``tok_s_mean``); ``streamed``: those of every request, failed and aborted ones included
+        ``tokens``: output tokens of the requests that succeeded, are in flight or were aborted in
+        flight by a stop (``output_tokens`` and ``tok_s_mean``, :attr:`_Tally.tokens`); ``streamed``:
+        those of every request, failed and aborted ones included
         (the window's ``tok_s``; ``tokens`` when not given); ``sent``: measured requests sent so far,
         in flight included (``sent``; None when not counted)."""
         streamed = tokens if streamed is None else streamed

@@ -35,9 +35,16 @@ from .driver import ABORTED_PREFIX, CPU_BOUND_FRACTION, RunResult
 from .records import RecordStore
 from .uncertainty import ci95, contain_estimate
 
-__all__ = ["Slo", "run_summary", "distribution", "error_kind", "error_text", "nearest_rank", "in_flight", "input_length_check"]
+__all__ = ["OUTPUT_BASIS_COMPLETED", "OUTPUT_BASIS_WITH_ABORTED", "Slo", "run_summary", "distribution", "error_kind", "error_text", "nearest_rank", "in_flight", "input_length_check"]
 
 PERCENTILES = (50, 90, 99)
+#: ``output_throughput_basis`` of a run in which no request was aborted in flight: the output
+#: throughput counts the successful requests' tokens (metrics.md).
+OUTPUT_BASIS_COMPLETED = "completed"
+#: ``output_throughput_basis`` of a run a stop cut short with requests in flight: the output
+#: throughput counts the successful requests' tokens and those the aborted ones had streamed
+#: (:func:`run_summary`'s docstring says why).
+OUTPUT_BASIS_WITH_ABORTED = "completed_and_aborted"
 # Shortfall tolerances. Concurrency: the target must be reached at least once (max in flight);
 # the time-weighted mean always falls below it by ramp-up and tail. Rate: a realised rate 5% below
 # the schedule's own rate is beyond timer jitter on a busy host.
@@ -221,6 +228,23 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     each failed request's requested output (no upper bound when a requested length is unknown).
     With no successful request nothing is compared (``server_token_note`` says why).
 
+    Output throughput (``output_throughput_tok_s``) = (Σ output tokens of the successful requests
+    + ``output_tokens_aborted``) / ``duration_s``, where ``output_tokens_aborted`` is Σ of the output
+    tokens the client received from the requests a stop aborted in flight (0 when none was:
+    then it is metrics.md's Σ output tokens of successes / duration). Why: a run a stop cut short
+    ends with its slots still decoding, and its duration runs to the moment they were aborted; the
+    completed requests' tokens alone over that duration leave out everything those slots
+    delivered in it, so the figure fell far below what the latencies say the server ran at (a sim
+    run of 4 slots stopped after 14 s: 146 tok/s completed-only, against 4 in flight / 18.7 ms TPOT
+    ≈ 214 tok/s by Little's law; counting what the client received, it agrees). A request the
+    server failed still contributes no tokens (metrics.md). The completed-only figure is kept as
+    ``output_throughput_completed_tok_s`` (equal to the other when nothing was aborted) and
+    ``output_throughput_basis`` says which tokens the headline figure counts:
+    :data:`OUTPUT_BASIS_COMPLETED` or :data:`OUTPUT_BASIS_WITH_ABORTED`. The total token throughput
+    adds the successful requests' input tokens to the same output tokens; ``request_throughput_req_s``
+    counts completed requests only (an aborted one is no request served). Both are null without a
+    success, as before.
+
     ``errors``: failure reason -> count, one entry per kind of failure: messages that differ only in
     a per-request byte count (``after 4312 body bytes``, ``10 bytes unterminated``) are one kind
     (:func:`error_kind`), said with the count they share or the range of their counts (``after
@@ -303,9 +327,16 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     # Unknown stays unknown (null): no success means no measured throughput (not 0), and a total
     # that would count unknown input tokens as zero is no total.
     measured = duration > 0 and bool(ok.any())
-    s["output_throughput_tok_s"] = total_out / duration if measured else None
+    # The output tokens the requests a stop aborted in flight had streamed (the docstring says why
+    # the output throughput counts them).
+    aborted_rows = np.array([i for i, m in rec.errors.items() if m.startswith(ABORTED_PREFIX)], dtype=np.int64)
+    aborted_tokens = int(np.maximum(out_tok[aborted_rows], 0).sum()) if aborted_rows.size else 0
+    s["output_tokens_aborted"] = aborted_tokens
+    s["output_throughput_basis"] = OUTPUT_BASIS_WITH_ABORTED if aborted else OUTPUT_BASIS_COMPLETED
+    s["output_throughput_completed_tok_s"] = total_out / duration if measured else None
+    s["output_throughput_tok_s"] = (total_out + aborted_tokens) / duration if measured else None
     s["request_throughput_req_s"] = int(ok.sum()) / duration if measured else None
-    s["total_token_throughput_tok_s"] = ((total_out + total_in) / duration
+    s["total_token_throughput_tok_s"] = ((total_out + aborted_tokens + total_in) / duration
                                          if measured and bool((known_in >= 0).all()) else None)
     s["input_tokens_requested_mean"] = float(req_in[req_in >= 0].mean()) if (req_in >= 0).any() else None
     s["input_tokens_actual_mean"] = float(known_in[known_in >= 0].mean()) if (known_in >= 0).any() else None

@@ -44,7 +44,7 @@ from benchmarks.choices import RunSource, RunStatus
 from benchmarks.importers import ImportedRun, ImportProblem, import_results
 from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
-from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION
+from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION, OUTPUT_BASIS_COMPLETED, OUTPUT_BASIS_WITH_ABORTED
 from benchmarks.loadgen.uncertainty import clip_low, contain_estimate, min_samples_for_interval
 from benchmarks.models import (
     RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep, gpus_are_modelled, served_model_name_shown, snapshot_shown,
@@ -271,6 +271,38 @@ def _path(d: Mapping[str, Any], key: str) -> Any:
     return cur
 
 
+#: ``output_throughput_basis`` of a measured run with requests aborted in flight whose summary was
+#: stored before the output throughput counted their streamed tokens: its figure counts the
+#: completed requests' tokens alone over a duration in which the aborted ones were decoding too,
+#: so it falls short of what the server delivered; shown marked, never as a plain measurement.
+OUTPUT_BASIS_COMPLETED_ONLY = "completed_only"
+
+#: What each ``output_throughput_basis`` says, for the pages, the CSV note and the API's help.
+OUTPUT_BASIS_TEXT = {
+    OUTPUT_BASIS_COMPLETED: "the successful requests' output tokens over the measured duration",
+    OUTPUT_BASIS_WITH_ABORTED: ("the successful requests' output tokens and those the requests a stop aborted in "
+                                "flight had streamed, over the measured duration (which runs to the abort): what "
+                                "the server delivered, in agreement with concurrency / TPOT"),
+    OUTPUT_BASIS_COMPLETED_ONLY: ("the successful requests' output tokens only, although requests a stop aborted in "
+                                  "flight were decoding during the measured duration (stored before their tokens "
+                                  "were counted): below what the server delivered"),
+}
+
+
+def output_throughput_basis(summary: Mapping[str, Any], *, aborted: Any) -> str:
+    """Which tokens a stored summary's ``output_throughput_tok_s`` counts: its own
+    ``output_throughput_basis`` (:func:`benchmarks.loadgen.run_summary`), else, for a summary
+    stored before it was kept, :data:`OUTPUT_BASIS_COMPLETED_ONLY` where requests were aborted in
+    flight (``aborted`` > 0) and :data:`OUTPUT_BASIS_COMPLETED` otherwise (an imported file counts
+    completed requests; a run nobody stopped has nothing else to count)."""
+    basis = summary.get("output_throughput_basis")
+    if basis in (OUTPUT_BASIS_COMPLETED, OUTPUT_BASIS_WITH_ABORTED):
+        return basis
+    if isinstance(aborted, int) and not isinstance(aborted, bool) and aborted > 0:
+        return OUTPUT_BASIS_COMPLETED_ONLY
+    return OUTPUT_BASIS_COMPLETED
+
+
 def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     """The run's headline numbers in one vocabulary (latencies ms, throughputs per second) for
     tables, comparison and export, whether measured or imported: the keys of
@@ -287,7 +319,17 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     it: not the point's time limit, the run's own ``duration_s``), ``slo_attainment``, ``errors`` (reason → count, the
     aborted requests' ``aborted: <the stop>`` among them),
     ``total_token_throughput_tok_s``. A throughput is None (unknown) for a run without a successful
-    request, and the total also where the server did not report every success's input tokens."""
+    request, and the total also where the server did not report every success's input tokens.
+
+    ``output_throughput_tok_s`` is the summary's (the page, the API's ``output_tok_s`` and
+    ``metrics``, the CSV and the JSON export all give this one figure): for a run a stop cut
+    short with requests in flight, the successful requests' output tokens plus those the aborted
+    ones had streamed, over the measured duration (:func:`benchmarks.loadgen.run_summary` says
+    why). ``output_throughput_completed_tok_s`` counts the successful requests' tokens alone
+    (the same figure where nothing was aborted), ``output_tokens_aborted`` what the aborted ones
+    streamed (None where the summary does not say), and ``output_throughput_basis``
+    (:func:`output_throughput_basis`, :data:`OUTPUT_BASIS_TEXT`) which of them the headline
+    counts."""
     s = run.summary or {}
     p = summary_point(summary=s, concurrency=run.concurrency, request_rate=run.request_rate, input_len=run.input_len,
                       output_len=run.output_len, num_gpus=run.num_gpus, flags=run.flags)
@@ -304,8 +346,14 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
         done, failed, aborted = (run.progress.get(k) for k in ("done", "failed", "aborted"))
         if all(isinstance(v, int) and not isinstance(v, bool) for v in (done, failed, aborted)):
             counts = {"successes": max(0, done - failed), "failures": failed, "aborted": aborted}
+    basis = output_throughput_basis(s, aborted=counts["aborted"])
+    completed_tok = s.get("output_throughput_completed_tok_s", tok) if tok is not None else None
+    aborted_tokens = s.get("output_tokens_aborted")
     return {
         "output_throughput_tok_s": tok,
+        "output_throughput_completed_tok_s": completed_tok if isinstance(completed_tok, (int, float)) else tok,
+        "output_tokens_aborted": aborted_tokens if isinstance(aborted_tokens, int) else None,
+        "output_throughput_basis": basis,
         "tok_s_per_gpu": tok / run.num_gpus if tok is not None and run.num_gpus else None,
         "request_throughput_req_s": p["request_throughput"],
         "goodput_req_s": s.get("goodput_req_s"),
@@ -1325,7 +1373,8 @@ EXPORT_LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_per_g
 EXPORT_COLUMNS = (
     "run_id", "sweep_id", "source", "status", "served_model_name", "concurrency", "request_rate_req_s", "input_len",
     "output_len", "num_requests", "num_gpus", "requests", "successes", "failures", "aborted",
-    "measured_duration_s", "output_throughput_tok_s", "tok_s_per_gpu", "total_token_throughput_tok_s",
+    "measured_duration_s", "output_throughput_tok_s", "output_throughput_basis", "output_throughput_completed_tok_s",
+    "output_tokens_aborted", "tok_s_per_gpu", "total_token_throughput_tok_s",
     "request_throughput_req_s", "goodput_req_s", "slo_ttft_s", "slo_tpot_s", "slo_e2e_s", "slo_attainment_fraction",
     "achieved_concurrency_mean_requests", "achieved_concurrency_max_requests",
     *(f"{stem}_{stat}" for _, stem in EXPORT_LATENCIES for stat in EXPORT_STATS),
@@ -1348,7 +1397,13 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
     failed and ``aborted`` those a stop (a cancel, the deployment going down) ended in flight,
     neither counted in ``successes`` (empty for an imported run), ``measured_duration_s`` how long
     the run took, seconds (the summary's ``duration_s``; not the grid's time limit, which the API
-    calls the run's ``duration_s``). Imported runs fill what their file
+    calls the run's ``duration_s``), ``output_throughput_tok_s`` the figure the page and the API
+    show, with ``output_throughput_basis`` saying which tokens it counts (``completed``,
+    ``completed_and_aborted`` for a run a stop cut short with requests in flight: their streamed
+    tokens too; ``completed_only`` for such a run stored before those were counted, a figure below
+    what the server delivered: :data:`OUTPUT_BASIS_TEXT`), ``output_throughput_completed_tok_s``
+    the successful requests' tokens alone and ``output_tokens_aborted`` what the aborted ones
+    streamed. Imported runs fill what their file
     gave (SGLang's ``concurrency`` is its mean in flight, vLLM's ``max_concurrent_requests`` its
     max); anything else is an empty cell."""
     m = run_metrics(run=run)
@@ -1368,8 +1423,8 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
         "achieved_concurrency_max_requests": _number(s.get("achieved_concurrency_max",
                                                            s.get("max_concurrent_requests"))),
     }
-    for key in ("requests", "successes", "failures", "aborted", "output_throughput_tok_s",
-                "tok_s_per_gpu", "request_throughput_req_s", "goodput_req_s", "input_tokens_mean", "output_tokens_mean"):
+    for key in ("requests", "successes", "failures", "aborted", "output_throughput_tok_s", "output_throughput_basis",
+                "output_throughput_completed_tok_s", "output_tokens_aborted", "tok_s_per_gpu", "request_throughput_req_s", "goodput_req_s", "input_tokens_mean", "output_tokens_mean"):
         row[key] = m[key]
     # The summary's duration_s is how long the run took; the API's run duration_s is the grid's
     # time limit. The column says which one it is.

@@ -1316,17 +1316,23 @@ class _PointProgress:
 
     def measured(self, summary: Mapping[str, Any]) -> None:
         """The point's summary is made (:func:`benchmarks.loadgen.run_summary`): its last report
-        takes the stored figures, ``output_tokens`` (of the successful requests), ``elapsed_s``
-        (the summary's ``duration_s``, first request sent to last one back) and ``tok_s_mean``
-        (its ``output_throughput_tok_s``, null when none succeeded), so the mean since start a
-        page or the API last shows is the point's output throughput, also for a point a stop cut
-        short. While it runs the load generator's mean counts the same tokens (never those of a
-        failed or aborted request) over the seconds since its first request."""
+        takes the stored figures, ``output_tokens`` (the tokens its output throughput counts: the
+        successful requests' ``output_tokens`` plus ``output_tokens_aborted``, what the requests a
+        stop aborted in flight had streamed), ``elapsed_s`` (the summary's ``duration_s``, first
+        request sent to last one back) and ``tok_s_mean`` (its ``output_throughput_tok_s``, null
+        when none succeeded, and then ``output_tokens`` the successes' alone, 0), so the mean since start a page or the API last shows is the point's
+        output throughput, also for a point a stop cut short. While it runs the load generator's
+        mean counts the same tokens (never those of a request the server failed) over the seconds
+        since its first request."""
         with self._lock:
             if self._latest is None or "done" not in self._latest:
                 return
             rate = summary.get("output_throughput_tok_s")
-            self._latest = {**self._latest, "output_tokens": summary.get("output_tokens"),
+            counted = summary.get("output_tokens")
+            if (isinstance(rate, (int, float)) and isinstance(counted, int)
+                    and isinstance(summary.get("output_tokens_aborted"), int)):
+                counted += summary["output_tokens_aborted"]
+            self._latest = {**self._latest, "output_tokens": counted,
                             "elapsed_s": summary.get("duration_s"),
                             "tok_s_mean": rate if isinstance(rate, (int, float)) and rate > 0 else None}
             self._new = True
@@ -1640,7 +1646,9 @@ def _input_tokens_from_recount(summary: dict[str, Any]) -> None:
     summary["input_tokens_source"] = "recount"
     req_s = summary.get("request_throughput_req_s")
     if isinstance(req_s, (int, float)) and req_s > 0:
+        # The output tokens the output throughput counts (those the aborted requests streamed too).
         summary["total_token_throughput_tok_s"] = (int(summary.get("output_tokens") or 0)
+                                                   + int(summary.get("output_tokens_aborted") or 0)
                                                    + summary["input_tokens"]) * req_s / successes
 
 

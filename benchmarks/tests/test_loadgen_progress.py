@@ -160,8 +160,8 @@ def test_it_keeps_measuring_when_the_progress_callback_raises(server: ReplayProc
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_the_mean_since_start_leaves_out_what_the_stop_aborted_as_the_summary_does(tmp_path: Path,
-                                                                                    workers: int) -> None:
+def test_the_mean_since_start_counts_what_the_stop_aborted_as_the_summary_does(tmp_path: Path,
+                                                                                workers: int) -> None:
     # Requests of 20 tokens, one per 50 ms (~1 s each), two at a time; the stop comes ~0.5 s after
     # the first two finished, with the next two halfway through their streams: their tokens were
     # streamed, and aborted.
@@ -183,14 +183,16 @@ def test_the_mean_since_start_leaves_out_what_the_stop_aborted_as_the_summary_do
                               for i, error in stopped.value.result.records.errors.items() if error.startswith("aborted"))
     assert streamed_by_aborted > 0   # the aborted requests had streamed tokens
     last = seen.calls[-1]
-    # The live counts end where the stored ones are: the successes' 20 tokens each, never the
-    # aborted requests' tokens; the mean since start is over those tokens alone.
+    # The live counts end where the stored ones are: the successes' 20 tokens each and what the
+    # aborted requests had streamed (the output throughput counts both); the mean since start is
+    # over those tokens.
     assert last["aborted"] == s["aborted"] and last["done"] == s["successes"]
-    assert last["output_tokens"] == s["output_tokens"] == 20 * s["successes"]
-    assert last["tok_s_mean"] == pytest.approx(s["output_tokens"] / last["elapsed_s"])
+    assert s["output_tokens"] == 20 * s["successes"] and s["output_tokens_aborted"] == streamed_by_aborted
+    assert last["output_tokens"] == s["output_tokens"] + s["output_tokens_aborted"]
+    assert last["tok_s_mean"] == pytest.approx(last["output_tokens"] / last["elapsed_s"])
     assert last["tok_s_mean"] == pytest.approx(s["output_throughput_tok_s"], rel=0.15)
-    # Every report's mean counts tokens of successes and requests in flight only: never above
-    # what the successes and the two slots could have streamed by then.
+    # Every report's mean counts tokens of successes, requests in flight and aborted ones only:
+    # never above what the successes and the two slots could have streamed by then.
     for info in seen.calls:
         assert info["output_tokens"] <= 20 * (info["done"] + 2)
 

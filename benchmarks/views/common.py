@@ -15,6 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from benchmarks import services
 from benchmarks.choices import RunSource, RunStatus
 from benchmarks.loadgen.driver import ABORTED_PREFIX
+from benchmarks.loadgen.metrics import OUTPUT_BASIS_WITH_ABORTED
 from benchmarks.loadgen.records import RecordStore
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep
 from benchmarks.selectors import aborted_by_stop
@@ -205,7 +206,12 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     :func:`benchmarks.services.run_metrics` (one vocabulary for measured and imported runs).
 
     Keys: ``run`` (the row), ``label``, ``output_tok_s`` and ``tok_s_per_gpu`` (tok/s; per GPU
-    uses the run's GPU count, else its sweep's), ``request_s`` and ``goodput_req_s``
+    uses the run's GPU count, else its sweep's), ``output_basis`` (which tokens ``output_tok_s``
+    counts, :func:`benchmarks.services.output_throughput_basis`), ``output_basis_note`` (what a
+    table writes under the figure of a run with requests aborted in flight: ``incl. 476 tok
+    streamed by the aborted requests``, or for one stored before those were counted ``completed
+    requests only: below what was delivered``; ``""`` otherwise) and ``output_basis_title`` (the
+    formula in words, :data:`benchmarks.services.OUTPUT_BASIS_TEXT`, where there is a note), ``request_s`` and ``goodput_req_s``
     (requests/s), ``slo_attainment`` (fraction 0-1), ``ttft``/``tpot``/``itl``/``e2e`` (dicts of
     mean/p50/p90/p99 in ms), ``requests``, ``successes``, ``failures`` (counts), ``errors``
     (``[(reason, count)]`` of the failures, most frequent first), ``aborted`` (requests a stop ended
@@ -298,10 +304,21 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
             "measured_mean": _opt_float(m.get("output_tokens_mean")),
             "count": s.get("output_length_mismatch_count"),
         }
+    basis = m.get("output_throughput_basis")
+    basis_note = ""
+    if out_tok_s is not None and basis == OUTPUT_BASIS_WITH_ABORTED:
+        streamed = m.get("output_tokens_aborted")
+        basis_note = (f"incl. {streamed:,} tok streamed by the aborted requests" if isinstance(streamed, int)
+                      else "incl. the aborted requests' streamed tokens")
+    elif out_tok_s is not None and basis == services.OUTPUT_BASIS_COMPLETED_ONLY:
+        basis_note = "completed requests only: below what was delivered"
     return {
         "run": run,
         "label": run.label,
         "output_tok_s": out_tok_s,
+        "output_basis": basis,
+        "output_basis_note": basis_note,
+        "output_basis_title": services.OUTPUT_BASIS_TEXT.get(basis, "") if basis_note else "",
         "tok_s_per_gpu": out_tok_s / num_gpus if out_tok_s is not None and num_gpus else None,
         "request_s": request_s,
         "goodput_req_s": goodput,

@@ -21,7 +21,7 @@ from controlplane.drf_defaults import NonFiniteNumber
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import RUN_LIST_DEFERRED, BenchmarkRun, BenchmarkSweep, snapshot_shown
 from benchmarks.selectors import (
-    LOST_COUNTS_NOTE, sweep_aborted_by, sweep_queue_note, sweep_requests_aborted_apart, sweep_requests_cancelled,
+    LOST_COUNTS_NOTE, sweep_aborted_by, sweep_load_notes, sweep_queue_note, sweep_requests_aborted_apart, sweep_requests_cancelled,
     sweep_requests_lost,
 )
 from benchmarks.services.sweeps import SHARED_RECHECK_S, TOK_S_WINDOW_S, WARMUP_PHASE
@@ -745,6 +745,7 @@ def sweep_detail(request: HttpRequest, pk: int) -> HttpResponse:
         **_whatif_context(request, sweep),
         "snapshot_text": _json_text(snapshot_shown(sweep.snapshot)) if sweep.snapshot else "",
         "grid_text": _json_text(sweep.grid) if sweep.grid else "",
+        "load_notes": sweep_load_notes(sweep=sweep),
     })
     return render(request, "benchmarks/sweep_detail.html", context)
 

@@ -52,7 +52,7 @@ from django.core.management.base import CommandError
 from controlplane.commands import CeilingCommand, refused, refused_list
 from benchmarks.choices import SWEEP_TERMINAL, SweepStatus
 from benchmarks.forms import grid_value, sweep_name_read
-from benchmarks.selectors import sweep_queue_note
+from benchmarks.selectors import sweep_load_notes, sweep_queue_note
 from benchmarks.services import sweep_create, sweep_execute, sweep_report_text, sweep_wait
 from benchmarks.services.sweeps import SHARED_RECHECK_S
 from benchmarks.sweeps import DEFAULT_LENGTHS, DEFAULT_REQUESTS_PER_CONCURRENCY, WAIT_READY_MARGIN_S, counted, grid_validate
@@ -405,6 +405,8 @@ class Command(CeilingCommand):
         named = f" {json_spelled(sweep.name)}" if name else ""
         self.stdout.write(f"sweep #{sweep.pk}{named} created: {points}, {requests}"
                           + (f"; defaults taken: {', '.join(defaults)}" if defaults else ""))
+        for note in sweep_load_notes(sweep=sweep):  # loads the engine queues: TTFT includes the wait
+            self.stdout.write(f"note: {note}")
         if o["here"]:
             self._run_here(sweep, timeout_s=o["timeout"])
         elif o["wait"]:
