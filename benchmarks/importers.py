@@ -15,6 +15,19 @@ line of nothing but JSON white space (space, tab, ``"\r"``) is blank and skipped
 its line as the file has it, its line ending included (``original_record``). A UTF-8 byte order
 mark at the start of the file (:data:`BOM`) is skipped when reading and kept in the original text.
 
+One run's record is its JSON object (its line, its item of a JSON array, or the file that is one
+object); :func:`record_digest` fingerprints it as canonical JSON (keys sorted, no white space,
+numbers as Python reads them, every non-ASCII character escaped), so the same result has one
+digest whatever file it is in, at whatever line, with whatever white space, line endings, key
+order or byte order mark: SGLang appends each run to its output file, and the grown file is
+imported again. The caller refuses or skips a record whose digest an imported run already has.
+
+Times: neither harness records when a run started or ended. vLLM writes ``date``, the moment it
+saved the result, as ``%Y%m%d-%H%M%S`` (``datetime.now().strftime(...)`` in ``vllm bench serve``):
+the benchmarking host's local time, without a zone. :func:`result_date` reads it as that, an ISO
+8601 local time with no offset (``2026-07-22T04:18:43``), never as UTC; a ``date`` in another form
+gets a note and is not read. SGLang's ``bench_serving`` writes no date.
+
 Mapping, by formula (``/work/shared/design/metrics.md``):
 
 * **TPOT**: SGLang's and vLLM's ``*_tpot_ms`` are per request (E2E - TTFT) / (output tokens - 1),
@@ -104,6 +117,8 @@ at column 101)``).
 """
 from __future__ import annotations
 
+import datetime
+import hashlib
 import json
 import math
 import re
@@ -570,6 +585,45 @@ class ImportedRun:
             request_throughput=self.request_throughput_req_s, num_gpus=num_gpus, completed=self.completed,
             failed=self.failed, flags=tuple(flags),
         )
+
+
+def record_digest(record: str) -> str:
+    """SHA-256 (hex) of one run's record (its JSON object as the file has it: a line, with its line
+    ending and a byte order mark if any, an array's item, a file that is one object) read as JSON
+    and written canonically: keys sorted, no white space, ASCII only (``json.dumps(...,
+    sort_keys=True, separators=(",", ":"))``), numbers as Python reads them (``1.50`` and ``1.5``
+    alike; ``NaN``, ``Infinity`` and ``1e400``, which reads as infinity, as ``NaN`` and
+    ``Infinity``). A text that is an array of exactly one object is that object (a run imported
+    from such a file kept the whole file). "" for a text that is not such JSON."""
+    try:
+        value = json.loads(record.removeprefix(BOM))
+    except (ValueError, RecursionError):
+        return ""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, dict):
+        return ""
+    try:
+        canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    except (ValueError, RecursionError):
+        return ""
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+_VLLM_DATE = re.compile(r"(\d{4})(\d{2})(\d{2})-(\d{2})(\d{2})(\d{2})")
+
+
+def result_date(date: Any) -> str | None:
+    """vLLM's ``date`` (``20260722-041843``: ``%Y%m%d-%H%M%S``, the benchmarking host's local time,
+    no zone) as an ISO 8601 local time without an offset (``2026-07-22T04:18:43``), since the zone
+    is not recorded; None for anything else (absent, another form, no such day or time)."""
+    match = _VLLM_DATE.fullmatch(date) if isinstance(date, str) else None
+    if match is None:
+        return None
+    try:
+        return datetime.datetime(*(int(g) for g in match.groups())).isoformat()
+    except ValueError:
+        return None
 
 
 def detect_format(text: str) -> SourceFormat:
@@ -1351,6 +1405,8 @@ def _vllm_run(obj: dict[str, Any], raw: str, line: int | None, text: str, proble
     run.tokenizer_id = r.text("tokenizer_id")
     run.label = r.text("label")
     run.date = r.text("date")
+    if run.date is not None and result_date(run.date) is None:
+        run.notes.append(f"date {query_text(run.date)} is not in vLLM's %Y%m%d-%H%M%S form; not read as a time.")
     run.num_prompts = r.count("num_prompts")
     run.burstiness = r.number("burstiness")
     run.failed = r.count("failed")

@@ -14,6 +14,9 @@ from benchmarks.choices import SWEEP_ACTIVE, SWEEP_TERMINAL, ImportFormat, RunSo
 
 # Name of the partial unique index that allows one pending, waiting or running sweep per deployment.
 ONE_ACTIVE_SWEEP_CONSTRAINT = "benchmarks_one_active_sweep_per_deployment"
+# Name of the partial unique index that allows one imported run per result record (its
+# ``record_sha256``), copies imported on purpose (``allowed_duplicate``) aside.
+ONE_IMPORT_PER_RECORD_CONSTRAINT = "benchmarks_one_imported_run_per_record"
 
 
 def gpus_are_modelled(*, engine: str | None, num_gpus: int | None) -> bool:
@@ -259,16 +262,27 @@ class BenchmarkRun(models.Model):
     (requests/s, null for closed loop), ``input_len`` / ``output_len`` (requested tokens; null when
     an imported run's lengths varied), ``num_requests`` (requests sent, once the run is done),
     ``api`` (``generate``, ``completions``,
-    ``chat``). ``summary`` is :func:`benchmarks.loadgen.run_summary` (seconds) for measured runs
-    and :meth:`benchmarks.importers.ImportedRun.as_dict` mapped to the same keys for imported ones.
+    ``chat``). ``summary`` is :func:`benchmarks.loadgen.run_summary` for measured runs (latencies in
+    seconds, ``ttft_s``) and :meth:`benchmarks.importers.ImportedRun.as_dict` with the measured-run
+    keys added for imported ones (latencies in ms, ``ttft_ms``): each value in the unit its key names.
     ``flags`` lists the raised flags (``output_length_mismatch`` ...). Indexed scalars copy the
     summary for sorting: ``output_tok_s`` (tok/s), ``ttft_p99_ms`` / ``tpot_mean_ms`` (ms).
     ``records_path`` is the ``.npz`` of per-request records (measured runs only). Imported runs
     keep their part of the original file in ``original_text`` (the whole file when it held one run,
     else the run's own line: :func:`benchmarks.services.runs.run_original_text`), the file's name in
     ``original_filename`` and the SHA-256 of the whole file's UTF-8 bytes in ``original_sha256``
-    (hex; how a second import of the same file is recognised, :func:`benchmarks.services.run_import`).
+    (hex), and in ``record_sha256`` the SHA-256 of the run's own record read as JSON and written
+    canonically (:func:`benchmarks.importers.record_digest`; "" where it could not be read): how a
+    second import of the same result is recognised, whatever file holds it
+    (:func:`benchmarks.services.run_import`). The database holds one imported run per record
+    (:data:`ONE_IMPORT_PER_RECORD_CONSTRAINT`) besides those imported again on purpose
+    (``allowed_duplicate``: an import with ``allow_duplicate`` of a record an earlier run held).
     Lists defer ``original_text`` (:data:`RUN_LIST_DEFERRED`).
+
+    ``started_at`` / ``ended_at`` are when a measured run ran. An imported run has neither (null):
+    the import is not when the benchmark ran, and its file gives at most a local time without a
+    zone (vLLM's ``date``, kept in the summary and read by
+    :func:`benchmarks.importers.result_date`); ``created_at`` is when it was imported.
 
     ``duration_s`` is the point's time limit in seconds (null: it ends when its requests are
     done; with both, whichever comes first). ``progress`` is the live state of a running point as
@@ -299,6 +313,12 @@ class BenchmarkRun(models.Model):
     original_text = models.TextField(blank=True)
     original_sha256 = models.CharField(max_length=64, blank=True, db_index=True,
                                        help_text="SHA-256 (hex) of the imported file's UTF-8 bytes")
+    record_sha256 = models.CharField(
+        max_length=64, blank=True, db_index=True,
+        help_text="SHA-256 (hex) of an imported run's own record as canonical JSON; how a result imported again is "
+                  "recognised")
+    allowed_duplicate = models.BooleanField(
+        default=False, help_text="imported with allow_duplicate while an earlier run held the same record")
     source_line = models.PositiveIntegerField(null=True, blank=True)
     concurrency = models.PositiveIntegerField(null=True, blank=True)
     request_rate = models.FloatField(null=True, blank=True, help_text="requests/s; null = closed loop")
@@ -328,6 +348,18 @@ class BenchmarkRun(models.Model):
     class Meta:
         ordering = ["sweep_id", "ordinal", "id"]
         indexes = [models.Index(fields=["source", "status"])]
+        constraints = [
+            # One imported run per result record: two copies of one result would count twice in
+            # every comparison. A partial unique index, so the database refuses the second of two
+            # concurrent imports of one record (SQLite and PostgreSQL alike); run_import skips it
+            # then as it skips a record found imported before.
+            models.UniqueConstraint(
+                fields=["record_sha256"],
+                condition=models.Q(source=RunSource.IMPORTED, allowed_duplicate=False) & ~models.Q(record_sha256=""),
+                name=ONE_IMPORT_PER_RECORD_CONSTRAINT,
+                violation_error_message="this result record was already imported",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"run #{self.pk}"

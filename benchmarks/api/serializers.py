@@ -366,10 +366,13 @@ class RunSerializer(serializers.ModelSerializer):
     limited by its request count alone; ``measured_duration_s``: how long it ran, seconds, the
     summary's ``duration_s`` (and ``measured_duration_s``), the metrics' and the exports'
     ``measured_duration_s``), status, source,
-    summary (seconds for measured runs, the importer's ms fields for imported ones), flags,
+    summary (each value in the unit its key names: ``_s`` seconds, ``_ms`` milliseconds), flags,
     ``metrics`` (one vocabulary, ms), snapshot, ``progress`` (the running point's live counts, see
     :class:`benchmarks.models.BenchmarkRun`). The original imported file is served by
-    ``/api/runs/<id>/original/``; ``original_sha256`` is its hash.
+    ``/api/runs/<id>/original/``; ``original_sha256`` is its hash, ``record_sha256`` that of the
+    run's own record as canonical JSON. ``started_at`` / ``ended_at`` are when a measured run ran;
+    an imported run has neither (null), ``imported_at`` when it was imported and ``result_date``
+    the local time its file states, zone not recorded.
 
     A text the run does not have or that is not known is null, never ``""``: ``reason`` (nothing to
     explain), ``import_format``, ``original_filename`` and ``original_sha256`` (a measured run),
@@ -399,6 +402,25 @@ class RunSerializer(serializers.ModelSerializer):
     original_sha256 = BlankAsNullCharField(
         allow_null=True, read_only=True,
         help_text="SHA-256 (hex) of the imported file's UTF-8 bytes; null for a run measured by a sweep.")
+    record_sha256 = BlankAsNullCharField(
+        allow_null=True, read_only=True,
+        help_text="SHA-256 (hex) of the imported run's own record (its line or object of the file) read as JSON and "
+                  "written canonically (keys sorted, no white space): an import skips a run whose record an imported "
+                  "run already has. Null for a run measured by a sweep.")
+    imported_at = serializers.SerializerMethodField(help_text=(
+        "when an imported run was imported (its created_at), ISO 8601 UTC; null for a run measured by a sweep. "
+        "Not when the benchmark ran: see result_date"))
+    result_date = serializers.SerializerMethodField(help_text=(
+        "when the harness saved an imported run's result, as its file states it: vLLM's date "
+        "(%Y%m%d-%H%M%S, the benchmarking host's local time) as ISO 8601 without an offset, since the zone is "
+        "not recorded (2026-07-22T04:18:43); null when the file has none (SGLang bench_serving writes none) "
+        "and for a measured run. The summary's date keeps the text as the file has it"))
+    started_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=(
+        "when a measured run started, UTC; null before it starts and for an imported run (its file does not "
+        "record it)"))
+    ended_at = serializers.DateTimeField(read_only=True, allow_null=True, help_text=(
+        "when a measured run ended, UTC; null while it runs and for an imported run (its file does not record "
+        "it; imported_at is when it was imported)"))
     reason = BlankAsNullCharField(allow_null=True, read_only=True,
                                    help_text="Why the run failed or was cut short; null when there is nothing to say.")
     api = BlankAsNullCharField(allow_null=True, read_only=True,
@@ -413,7 +435,7 @@ class RunSerializer(serializers.ModelSerializer):
                   "original_filename", "original_sha256", "source_line", "concurrency", "request_rate", "input_len",
                   "output_len", "num_requests", "duration_s", "measured_duration_s", "api", "served_model_name", "num_gpus", "flags",
                   "output_tok_s", "ttft_p99_ms", "tpot_mean_ms", "metrics", "summary", "snapshot", "progress",
-                  "has_records", "created_at", "started_at", "ended_at"]
+                  "has_records", "created_at", "started_at", "ended_at", "imported_at", "result_date", "record_sha256"]
         read_only_fields = fields
         extra_kwargs = {"output_tok_s": {"help_text": (
             "output tok/s, the same figure as metrics.output_throughput_tok_s (for a run a stop cut short, the "
@@ -444,6 +466,17 @@ class RunSerializer(serializers.ModelSerializer):
     def get_has_records(self, obj: BenchmarkRun) -> bool:
         return bool(obj.records_path)
 
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_imported_at(self, obj: BenchmarkRun):
+        """An imported run's ``created_at`` (written as ``created_at`` is), None for a measured run."""
+        return obj.created_at if obj.source == RunSource.IMPORTED else None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_result_date(self, obj: BenchmarkRun) -> str | None:
+        from benchmarks.services.runs import run_result_date
+
+        return run_result_date(run=obj)
+
     def to_representation(self, instance: BenchmarkRun) -> dict:
         from benchmarks.services.runs import run_filename_shown, run_summary_read
 
@@ -457,10 +490,46 @@ class RunSerializer(serializers.ModelSerializer):
         return data
 
 
+class ImportSkippedSerializer(serializers.Serializer):
+    """A run of an imported file that was not stored: a run already holds its result
+    (:class:`benchmarks.services.SkippedRecord`)."""
+
+    line = serializers.IntegerField(allow_null=True, help_text="its line of the file, from 1; null for a file that "
+                                                                "is one object")
+    item = serializers.IntegerField(allow_null=True, help_text="its place in a file that is a JSON array, from 1; "
+                                                                "else null")
+    where = serializers.CharField(help_text="where it is, in words: 'line 2', 'item 2 (line 14)', 'the file' (a file "
+                                            "that is one object)")
+    run = serializers.IntegerField(help_text="the run that already holds this result")
+    in_this_file = serializers.BooleanField(help_text="true when that run was created by this import, from an "
+                                                      "earlier record of this file with the same result")
+
+
+class RunImportResultSerializer(serializers.Serializer):
+    """What an import did: the runs it created and the runs of the file it skipped."""
+
+    created = RunSerializer(many=True, help_text="the runs created, in file order")
+    skipped = ImportSkippedSerializer(many=True, help_text="the runs of the file already imported (from this or "
+                                                           "another file: the same record read as JSON), not stored "
+                                                           "again; empty when every run was new or allow_duplicate "
+                                                           "was set")
+
+
+class RunImportConflictSerializer(serializers.Serializer):
+    """The 409 of an import none of whose runs is new."""
+
+    detail = serializers.CharField(help_text="the refusal in words, naming the runs and how to import anyway")
+    code = serializers.CharField(help_text="'conflict'")
+    runs = serializers.ListField(child=serializers.IntegerField(), help_text="the runs that hold the file's results, "
+                                                                              "by id")
+    skipped = ImportSkippedSerializer(many=True, help_text="each run of the file and the run holding its result")
+
+
 class RunImportSerializer(StrictInputMixin, serializers.Serializer):
     """Either a multipart ``file`` or JSON ``{"text": ..., "filename": ...}``; ``allow_duplicate``
     (default false; in a JSON body only ``true`` or ``false``, :class:`StrictBooleanField`)
-    imports a file whose content was imported before instead of answering 409.
+    stores every run of the file, also those already imported, instead of skipping them (and
+    answering 409 when none is new).
     ``text`` and ``filename`` are JSON strings: ``{"text": 5}`` is a 400 under ``text`` naming the
     type, not a file holding ``5``. ``filename`` (at most 255 characters) may not hold a control
     character, a line break or a Unicode line or paragraph separator
@@ -474,7 +543,9 @@ class RunImportSerializer(StrictInputMixin, serializers.Serializer):
     file = serializers.FileField(required=False, allow_empty_file=True)
     text = StrictCharField(required=False, trim_whitespace=False, allow_blank=False)
     filename = StrictCharField(required=False, max_length=255, allow_blank=True)
-    allow_duplicate = StrictBooleanField(required=False, default=False)
+    allow_duplicate = StrictBooleanField(required=False, default=False, help_text=(
+        "store every run of the file, also those already imported; by default they are skipped (listed in the "
+        "answer's skipped) and a file with no new run is refused (409)"))
 
     def validate_file(self, value):
         """Refuse an upload of 0 bytes naming it (``{"file": ["the file 'bench.json' is empty (0
@@ -796,10 +867,20 @@ class RunExportSerializer(serializers.Serializer):
     num_gpus = serializers.IntegerField(allow_null=True)
     flags = serializers.ListField(child=serializers.CharField())
     metrics = RunMetricsSerializer()
-    summary = serializers.JSONField(help_text="seconds for measured runs, the importer's fields for imported ones")
+    summary = serializers.JSONField(help_text="each value in the unit its key names (_s seconds, _ms milliseconds, "
+                                              "_tok_s tokens/s, _req_s requests/s): the load generator's for measured "
+                                              "runs, the importer's fields for imported ones")
     snapshot = serializers.JSONField()
-    started_at = serializers.DateTimeField(allow_null=True)
-    ended_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True, help_text="when a measured run started, UTC; null for an "
+                                                                      "imported run")
+    ended_at = serializers.DateTimeField(allow_null=True, help_text="when a measured run ended, UTC; null for an "
+                                                                    "imported run")
+    imported_at = serializers.DateTimeField(allow_null=True, help_text="when an imported run was imported, UTC, as "
+                                                                       "the run's imported_at; null for a measured run")
+    result_date = serializers.CharField(allow_null=True, help_text="as the run's result_date: the local time the "
+                                                                   "file states, zone not recorded; null without one")
+    record_sha256 = serializers.CharField(allow_null=True, help_text="as the run's record_sha256; null for a measured "
+                                                                     "run")
     records = RunRecordSerializer(many=True, allow_null=True, required=False,
                                   help_text="every request (run export only); null without records")
     records_note = serializers.CharField(allow_null=True, required=False, help_text="why records is null")

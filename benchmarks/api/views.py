@@ -187,6 +187,13 @@ def _text_problems(text: str) -> dict[str, list[str]]:
     return {}
 
 
+def _skipped_data(skipped) -> list[dict[str, Any]]:
+    """The skipped runs of an import (:class:`benchmarks.services.SkippedRecord`) as the API gives
+    them (:class:`benchmarks.api.serializers.ImportSkippedSerializer`)."""
+    return [{"line": k.line, "item": k.item, "where": k.where, "run": k.run.pk, "in_this_file": k.in_this_file}
+            for k in skipped]
+
+
 def _under_text(errors: dict[str, list[str]]) -> dict[str, list[str]]:
     """An import's errors with the whole file's (``file``, ``file.duration``) moved to ``text``
     (``text``, ``text.duration``): the field a pasted result was sent in. Lines keep theirs."""
@@ -288,15 +295,24 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return attachment(body, content_type="application/octet-stream", filename=name.replace('"', "_"))
 
     @extend_schema(summary="Import SGLang bench_serving JSONL or vLLM bench serve JSON (operator); "
+                           "runs already imported are skipped and listed; "
                            "400 lists every problem of the file by path; "
-                           "409 names the runs of an earlier import of the same content unless allow_duplicate",
+                           "409 when no run of the file is new, naming the runs holding them, unless allow_duplicate",
+                   description="201: `{\"created\": [run, ...], \"skipped\": [{\"line\": 1, \"item\": null, "
+                               "\"where\": \"line 1\", \"run\": 5, \"in_this_file\": false}, ...]}`. A run is "
+                               "recognised by its record (its line, or its object) read as JSON, whatever white "
+                               "space, line endings or key order: importing a grown SGLang output file stores its "
+                               "new lines and skips the others. `allow_duplicate` stores them all.",
                    request=s.RunImportSerializer,
-                   responses={201: s.RunSerializer(many=True), 400: ERRORS_400,
-                              409: OpenApiResponse(DetailSerializer, description="The same content was imported "
-                                                   "before (the runs it became are named).")})
+                   responses={201: s.RunImportResultSerializer, 400: ERRORS_400,
+                              409: OpenApiResponse(s.RunImportConflictSerializer, description=(
+                                  "Every run of the file was imported before: the runs holding them are named "
+                                  "(runs), and each run of the file with the run holding it (skipped)."))})
     @action(detail=False, methods=["post"], url_path="import", pagination_class=None)
     def import_results(self, request: Request) -> Response:
-        """Runs created from the file (201). A file that cannot be imported answers 400 with every
+        """Runs created from the file and runs of it skipped as already imported (201); 409 when
+        none is new (:class:`benchmarks.services.AlreadyImported`), with the runs holding them.
+        A file that cannot be imported answers 400 with every
         problem found, ``{"line 3.duration": [...], "file.output_throughput": [...]}`` (at most
         :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS`, then a count under ``file``). The
         whole file's problems are under the field sent: ``file`` for an upload, ``text``
@@ -322,14 +338,18 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             text = ser.validated_data["text"]
             filename = ser.validated_data.get("filename") or "pasted.json"
         try:
-            runs = services.run_import(text=text, filename=filename, user=request.user,
-                                       allow_duplicate=ser.validated_data["allow_duplicate"])
+            outcome = services.run_import(text=text, filename=filename, user=request.user,
+                                          allow_duplicate=ser.validated_data["allow_duplicate"])
         except InvalidInput as exc:
             if upload is not None:
                 raise
             # Pasted text: its problems are the text's, under the field that was sent.
             raise InvalidInput(_under_text(exc.errors)) from None
-        return Response(s.RunSerializer(runs, many=True).data, status=status.HTTP_201_CREATED)
+        except services.AlreadyImported as exc:
+            return Response({"detail": str(exc), "code": "conflict", "runs": [r.pk for r in exc.runs],
+                             "skipped": _skipped_data(exc.skipped)}, status=status.HTTP_409_CONFLICT)
+        return Response({"created": s.RunSerializer(outcome, many=True).data,
+                         "skipped": _skipped_data(outcome.skipped)}, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Compare runs side by side: ?ids=1,2,3 and/or ?sweeps=4,5 (?format=csv: as CSV)",
                    description="400: ids that are not comma-separated integers, an id given twice (named), ids "

@@ -21,9 +21,14 @@ Rules and where they come from:
 * A run whose TTFT/TPOT/ITL the client could not time (output events that came in batches,
   ``itl_coalesced``; a load generator busy on CPU, ``client_cpu_bound``) is named in a note and left
   out of the best for those metrics (:data:`METRIC_CAVEAT_FLAGS`, :func:`runs_compare`).
-* An imported file is kept byte for byte with its SHA-256; importing the same content again is
-  refused (409) unless asked for, because two copies of one result would count twice in every
-  comparison (:func:`run_import`).
+* An imported file is kept byte for byte with its SHA-256. Each of its runs is recognised by its
+  record read as JSON (:func:`benchmarks.importers.record_digest`): a run already imported, from
+  this file or any other, is skipped and named, and a file with no new run is refused (409),
+  unless asked for, because two copies of one result would count twice in every comparison; a
+  partial unique index holds it when imports race (:func:`run_import`).
+* An imported run has no start or end time: the import is not when the benchmark ran, and vLLM's
+  ``date`` is a local time without a zone, kept as the file gives it (:func:`run_import`,
+  :func:`benchmarks.importers.result_date`).
 """
 from __future__ import annotations
 
@@ -31,17 +36,17 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
+from django.db import IntegrityError, transaction
 
 from benchmarks.analysis.model import SHARED_LOAD_FLAG
 from benchmarks.choices import RunSource, RunStatus
-from benchmarks.importers import ImportedRun, ImportProblem, import_results
+from benchmarks.importers import ImportedRun, ImportProblem, import_results, record_digest, result_date
 from benchmarks.loadgen import RecordStore
 from benchmarks.loadgen.driver import CPU_BOUND_FRACTION
 from benchmarks.loadgen.metrics import COALESCED_GAP_FRACTION, OUTPUT_BASIS_COMPLETED, OUTPUT_BASIS_WITH_ABORTED
@@ -1444,7 +1449,10 @@ def _csv(runs: Iterable[BenchmarkRun]) -> str:
 def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, Any]:
     """One run as a JSON-ready dict: point parameters (named as the CSV export names them, the
     unit in the name where there is one: ``request_rate_req_s``), the full summary, flags, metrics
-    (:func:`run_metrics`), snapshot, source and timestamps (not the original imported file).
+    (:func:`run_metrics`), snapshot, source and timestamps (``started_at`` / ``ended_at`` of a
+    measured run; of an imported one ``imported_at``, :func:`run_imported_at`, and the
+    ``result_date`` its file states, :func:`run_result_date`), ``record_sha256`` (not the
+    original imported file).
 
     With ``records``, also ``records``: every request as :func:`run_records_rows` writes it, each
     output event's time included (``event_ms``, ms from the request's start), or null when the
@@ -1463,6 +1471,8 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
         "num_gpus": run.num_gpus, "flags": list(run.flags), "metrics": run_metrics(run=run),
         "summary": run_summary_read(run=run),
         "snapshot": snapshot_shown(run.snapshot), "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),
+        "imported_at": run_imported_at(run=run), "result_date": run_result_date(run=run),
+        "record_sha256": run.record_sha256 or None,
     }
     if records:
         try:
@@ -1480,6 +1490,21 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
 
 def _iso(dt) -> str | None:
     return dt.isoformat() if dt else None
+
+
+def run_imported_at(*, run: BenchmarkRun) -> str | None:
+    """When an imported run was imported (its ``created_at``), ISO 8601 UTC; None for a measured
+    run. Not when the benchmark ran: an imported run has no ``started_at`` or ``ended_at``."""
+    return _iso(run.created_at) if run.source == RunSource.IMPORTED else None
+
+
+def run_result_date(*, run: BenchmarkRun) -> str | None:
+    """The time an imported run's file states for its result (vLLM's ``date``), as an ISO 8601
+    local time without an offset, the zone not being recorded
+    (:func:`benchmarks.importers.result_date`); None without one and for a measured run."""
+    if run.source != RunSource.IMPORTED or not isinstance(run.summary, dict):
+        return None
+    return result_date(run.summary.get("date"))
 
 
 def run_export_csv(*, run: BenchmarkRun) -> str:
@@ -1557,68 +1582,196 @@ def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
 MAX_IMPORT_BYTES = 16 * 1024 * 1024
 
 
-def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False) -> list[BenchmarkRun]:
+@dataclass(frozen=True)
+class SkippedRecord:
+    """A run of an imported file that was not stored because a run already holds its result (the
+    same record, :func:`benchmarks.importers.record_digest`): ``line`` (1-based; None for a file
+    that is one object) and ``item`` (its place in a JSON array, else None) as the file has it,
+    ``where`` in words (``line 2``, ``item 2 (line 14)``, ``the file``), ``run`` the run holding the
+    result, and ``in_this_file``: that run was created by this import, from an earlier record of
+    the same file that holds the result twice."""
+
+    line: int | None
+    item: int | None
+    where: str
+    run: BenchmarkRun
+    in_this_file: bool
+
+    @property
+    def said(self) -> str:
+        """``line 1: already imported as run #5``; ``line 3: the same result as line 1 of this
+        file (run #12)``."""
+        if self.in_this_file:
+            earlier = _where_words(self.run.source_line)
+            return f"{self.where}: the same result as {earlier} of this file (run #{self.run.pk})"
+        return f"{self.where}: already imported as run #{self.run.pk}"
+
+
+class ImportOutcome(list):
+    """What :func:`run_import` did: the runs it created, in file order (the list itself), and
+    ``skipped``, the :class:`SkippedRecord` of each run of the file it did not store."""
+
+    def __init__(self, created: Iterable[BenchmarkRun] = (), skipped: Iterable[SkippedRecord] = ()) -> None:
+        super().__init__(created)
+        self.skipped: list[SkippedRecord] = list(skipped)
+
+    @property
+    def skipped_said(self) -> str:
+        """The skipped records in words, for a page's message or the command's output: ``skipped
+        2 runs already imported: line 1: already imported as run #5; line 2: ...`` (the first
+        :data:`SKIPPED_NAMED` named, then how many more); "" when none was skipped."""
+        if not self.skipped:
+            return ""
+        n = len(self.skipped)
+        named = "; ".join(s.said for s in self.skipped[:SKIPPED_NAMED])
+        more = f"; and {n - SKIPPED_NAMED:,} more" if n > SKIPPED_NAMED else ""
+        return f"skipped {n:,} run{'s' if n != 1 else ''} already imported: {named}{more}"
+
+
+#: How many skipped or duplicate records a message names before it counts the rest.
+SKIPPED_NAMED = 10
+
+
+class AlreadyImported(Conflict):
+    """Every run of a file was imported before (HTTP 409): ``skipped`` says, per record, which run
+    holds its result; ``runs`` are those runs (distinct, by id)."""
+
+    def __init__(self, message: str, *, skipped: list[SkippedRecord]) -> None:
+        super().__init__(message)
+        self.skipped = skipped
+        self.runs = sorted({s.run.pk: s.run for s in skipped}.values(), key=lambda r: r.pk)
+
+
+# An import whose insert a concurrent import of the same records beat is read again this often.
+IMPORT_ATTEMPTS = 3
+
+
+def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False) -> ImportOutcome:
     """Import a SGLang ``bench_serving`` JSONL or vLLM ``bench serve`` JSON file as runs.
 
     One :class:`BenchmarkRun` per run in the file (``source`` imported, status done), each keeping
     its own part of the file in ``original_text`` (:func:`run_original_text`: the whole file when
-    it holds one run, else the run's own line), ``filename`` and the SHA-256 of the whole file's
-    UTF-8 bytes (``original_sha256``); the summary holds the importer's fields
-    (:class:`benchmarks.importers.ImportedRun`) plus the measured-run keys (``successes``,
-    ``failures``, ``output_throughput_tok_s``, ``goodput_req_s``, ``input_tokens_actual_mean`` ...);
-    values absent from the file stay null (``requests`` and ``failures`` too when the file gives
-    no failure count, as SGLang's does not: only ``successes`` is known, and a note says so).
-    Lengths are set only when every request had the same length. Raises :class:`InvalidInput`
-    naming the line and key for a malformed file, and :class:`Conflict` (HTTP 409) naming the runs already imported from a file with the same
-    content (:func:`run_import_duplicates`) unless ``allow_duplicate``: two copies of one result
-    would count twice in every comparison. Nothing is stored when it raises.
+    it holds one run, else the run's own line), ``filename``, the SHA-256 of the whole file's
+    UTF-8 bytes (``original_sha256``) and that of its own record as canonical JSON
+    (``record_sha256``, :func:`benchmarks.importers.record_digest`); the summary holds the
+    importer's fields (:class:`benchmarks.importers.ImportedRun`) plus the measured-run keys
+    (``successes``, ``failures``, ``output_throughput_tok_s``, ``goodput_req_s``,
+    ``input_tokens_actual_mean`` ...); values absent from the file stay null (``requests`` and
+    ``failures`` too when the file gives no failure count, as SGLang's does not: only
+    ``successes`` is known, and a note says so). Lengths are set only when every request had the
+    same length. ``started_at`` and ``ended_at`` stay null: neither harness records when its run
+    ran (vLLM's ``date`` is a local time without a zone; the summary keeps it), and the import is
+    not when it ended; ``created_at`` says when it was imported.
+
+    Duplicates, per run: a run whose record an imported run already holds (the same JSON, whatever
+    its white space, line endings or key order, in whatever file) is not stored again, since two
+    copies of one result would count twice in every comparison; nor is a second copy of one
+    record within the file. SGLang appends each run to its output file, so importing the grown
+    file stores its new runs and skips the rest, each named in the outcome's ``skipped``
+    (:class:`SkippedRecord`). A file none of whose runs is new is refused with
+    :class:`AlreadyImported` (HTTP 409) naming the runs holding them. ``allow_duplicate`` stores
+    every run of the file anyway, marking each copy ``allowed_duplicate``. The database holds one
+    imported run per record besides such copies
+    (:data:`benchmarks.models.ONE_IMPORT_PER_RECORD_CONSTRAINT`): when two imports of one record
+    race, the second insert fails and the import is read again, skipping that record.
+
+    Raises :class:`InvalidInput` naming the line and key for a malformed file. Nothing is stored
+    when it raises. Returns the :class:`ImportOutcome`: the created runs in file order (a list)
+    and the skipped records.
     """
     if len(text.encode()) > MAX_IMPORT_BYTES:
         raise InvalidInput({"file": [f"larger than {MAX_IMPORT_BYTES} bytes"]})
     digest = import_digest(text=text)
-    if not allow_duplicate:
-        existing = run_import_duplicates(digest=digest)
-        if existing:
-            raise Conflict(import_duplicate_message(runs=existing, digest=digest))
     imported = import_results(text)
+    records = [record_digest(item.original_record) for item in imported]
+    if not allow_duplicate:
+        # A file with nothing new is named as such first, as before its fields were judged: its
+        # runs are stored already (the transaction below reads again before storing anything).
+        held = imported_record_runs(digests=[d for d in records if d])
+        if all(d and d in held for d in records):
+            skipped = [_skipped(item, held[d], in_this_file=False) for item, d in zip(imported, records, strict=True)]
+            raise AlreadyImported(import_duplicate_message(skipped=skipped, digest=digest), skipped=skipped)
     _import_secret_values_refuse(imported, filename=filename, text=text)
     single = len(imported) == 1
-    created = []
-    with transaction.atomic():
-        for item in imported:
-            point = item.as_sweep_point()
-            d = item.as_dict()
-            # Requests sent = completed + failed, known only when the file gives both: SGLang's
-            # bench_serving writes no failure count, so its runs say how many completed and leave
-            # the failures and the total unknown rather than implying that none failed.
-            known = item.completed is not None and item.failed is not None
-            notes = list(d.get("notes") or [])
-            if not known and item.completed is not None:
-                notes.append(f"The file gives no failure count: {item.completed} requests completed; how many were "
-                             "sent and how many failed is not recorded, so both are unknown (null), not 0.")
-            summary = {
-                **d, "notes": notes,
-                "requests": item.completed + item.failed if known else None,
-                "successes": item.completed, "failures": item.failed, "duration_s": item.duration_s,
-                "request_throughput_req_s": item.request_throughput_req_s,
-                "goodput_req_s": item.request_goodput_req_s,
-                "input_tokens_actual_mean": item.mean_input_tokens, "output_tokens_mean": item.mean_output_tokens,
-                "flags": {f: True for f in point.flags},
-            }
-            run = BenchmarkRun(
-                status=RunStatus.DONE, source=RunSource.IMPORTED, import_format=item.source_format,
-                original_filename=(filename or "")[:255], original_sha256=digest,
-                original_text=run_original_text(item=item, single=single),
-                source_line=item.source_line,
-                concurrency=item.concurrency, request_rate=item.request_rate_req_s,
-                input_len=point.input_len, output_len=point.output_len, num_requests=item.num_prompts,
-                api=item.backend or "", served_model_name=item.model_id or "",
-                created_by=user if getattr(user, "pk", None) else None, ended_at=timezone.now(),
-            )
-            _store_summary(run, summary)
-            run.save()
-            created.append(run)
-    return created
+    for attempt in range(IMPORT_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                outcome = _import_store(imported, records=records, single=single, digest=digest, filename=filename,
+                                        user=user, allow_duplicate=allow_duplicate)
+            break
+        except IntegrityError:
+            # A concurrent import stored one of these records first (the partial unique index):
+            # read again, and it is skipped as found; a third loss is not that race.
+            if attempt == IMPORT_ATTEMPTS - 1:
+                raise
+    if imported and not outcome:
+        raise AlreadyImported(import_duplicate_message(skipped=outcome.skipped, digest=digest),
+                              skipped=outcome.skipped)
+    return outcome
+
+
+def _import_store(imported: list[ImportedRun], *, records: list[str], single: bool, digest: str, filename: str,
+                  user, allow_duplicate: bool) -> ImportOutcome:
+    """Store the runs of :func:`run_import` whose record no imported run holds (every run with
+    ``allow_duplicate``), in one transaction the caller opens; the :class:`ImportOutcome`. Stores
+    nothing when every record is held."""
+    held = imported_record_runs(digests=[d for d in records if d])
+    outcome = ImportOutcome()
+    this_file: dict[str, BenchmarkRun] = {}
+    for item, record in zip(imported, records, strict=True):
+        earlier = (held.get(record) or this_file.get(record)) if record else None
+        if earlier is not None and not allow_duplicate:
+            outcome.skipped.append(_skipped(item, earlier, in_this_file=record not in held))
+            continue
+        run = _imported_run(item, single=single, digest=digest, filename=filename, user=user)
+        run.record_sha256 = record
+        run.allowed_duplicate = earlier is not None
+        run.save()
+        this_file.setdefault(record, run)
+        outcome.append(run)
+    return outcome
+
+
+def _skipped(item: ImportedRun, run: BenchmarkRun, *, in_this_file: bool) -> SkippedRecord:
+    line = item.source_line
+    return SkippedRecord(line=None if line is None else int(line), item=getattr(line, "item", None),
+                         where=_where_words(line), run=run, in_this_file=in_this_file)
+
+
+def _imported_run(item: ImportedRun, *, single: bool, digest: str, filename: str, user) -> BenchmarkRun:
+    """The (unsaved) run of one imported ``item``: its summary, point and original."""
+    point = item.as_sweep_point()
+    d = item.as_dict()
+    # Requests sent = completed + failed, known only when the file gives both: SGLang's
+    # bench_serving writes no failure count, so its runs say how many completed and leave
+    # the failures and the total unknown rather than implying that none failed.
+    known = item.completed is not None and item.failed is not None
+    notes = list(d.get("notes") or [])
+    if not known and item.completed is not None:
+        notes.append(f"The file gives no failure count: {item.completed} requests completed; how many were "
+                     "sent and how many failed is not recorded, so both are unknown (null), not 0.")
+    summary = {
+        **d, "notes": notes,
+        "requests": item.completed + item.failed if known else None,
+        "successes": item.completed, "failures": item.failed, "duration_s": item.duration_s,
+        "request_throughput_req_s": item.request_throughput_req_s,
+        "goodput_req_s": item.request_goodput_req_s,
+        "input_tokens_actual_mean": item.mean_input_tokens, "output_tokens_mean": item.mean_output_tokens,
+        "flags": {f: True for f in point.flags},
+    }
+    # No started_at or ended_at: the file does not say when the run ran (run_import).
+    run = BenchmarkRun(
+        status=RunStatus.DONE, source=RunSource.IMPORTED, import_format=item.source_format,
+        original_filename=(filename or "")[:255], original_sha256=digest,
+        original_text=run_original_text(item=item, single=single),
+        source_line=item.source_line,
+        concurrency=item.concurrency, request_rate=item.request_rate_req_s,
+        input_len=point.input_len, output_len=point.output_len, num_requests=item.num_prompts,
+        api=item.backend or "", served_model_name=item.model_id or "",
+        created_by=user if getattr(user, "pk", None) else None,
+    )
+    _store_summary(run, summary)
+    return run
 
 
 #: The text fields of an imported run that pages, exports and the API show in clear.
@@ -1804,20 +1957,50 @@ def import_digest(*, text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def run_import_duplicates(*, digest: str) -> list[BenchmarkRun]:
-    """Imported runs whose original file has SHA-256 ``digest``, oldest first (empty if none)."""
-    return list(BenchmarkRun.objects.filter(source=RunSource.IMPORTED, original_sha256=digest)
-                .defer(*RUN_LIST_DEFERRED).order_by("id"))
+def imported_record_runs(*, digests: Sequence[str]) -> dict[str, BenchmarkRun]:
+    """The imported run holding each record of ``digests`` (``record_sha256``), the oldest where
+    several do (copies imported with ``allow_duplicate``); a digest no run holds is left out.
+    Read in chunks of 500, as a file may hold thousands of runs."""
+    out: dict[str, BenchmarkRun] = {}
+    wanted = sorted(set(digests))
+    for start in range(0, len(wanted), 500):
+        rows = (BenchmarkRun.objects.filter(source=RunSource.IMPORTED, record_sha256__in=wanted[start:start + 500])
+                .defer(*RUN_LIST_DEFERRED).order_by("-id"))
+        for run in rows:
+            out[run.record_sha256] = run   # oldest last, so it wins
+    return out
 
 
-def import_duplicate_message(*, runs: list[BenchmarkRun], digest: str) -> str:
-    """The refusal of a duplicate import, naming the runs the file became (ids, file name as every
-    read shows it: :func:`run_filename_shown`, when), the hash, and how to import it anyway."""
-    first = runs[0]
-    ids = ", ".join(f"#{r.pk}" for r in runs[:10]) + (f" and {len(runs) - 10} more" if len(runs) > 10 else "")
-    when = first.created_at.strftime("%Y-%m-%d %H:%M UTC") if first.created_at else "earlier"
-    name = f" ({run_filename_shown(first.original_filename)})" if first.original_filename else ""
-    return (f"this file was already imported as run{'s' if len(runs) > 1 else ''} {ids}{name} on {when} "
-            f"(same content, SHA-256 {digest[:12]}…); set allow_duplicate to import it again")
+def import_duplicate_message(*, skipped: list[SkippedRecord], digest: str) -> str:
+    """The refusal of a file none of whose runs is new (:class:`AlreadyImported`). A file with the
+    same bytes as the one the runs came from (``digest`` their ``original_sha256``) is named as
+    such: ``this file was already imported as runs #4, #5 (bench.jsonl) on 2026-12-07 19:56 UTC
+    (same content, SHA-256 0123456789ab…)``. Else each run by its place: ``every run of this file
+    was already imported: line 1 as run #4 (bench.jsonl, 2026-12-07 19:56 UTC); line 2 as run #5
+    (...)``, the first :data:`SKIPPED_NAMED`, then how many more. Both end with how to import it
+    anyway. File names as every read shows them (:func:`run_filename_shown`)."""
+    hint = "set allow_duplicate to import it again"
+    runs = sorted({s.run.pk: s.run for s in skipped}.values(), key=lambda r: r.pk)
+    if all(r.original_sha256 == digest for r in runs):
+        first = runs[0]
+        ids = ", ".join(f"#{r.pk}" for r in runs[:SKIPPED_NAMED]) + (
+            f" and {len(runs) - SKIPPED_NAMED} more" if len(runs) > SKIPPED_NAMED else "")
+        name = f" ({run_filename_shown(first.original_filename)})" if first.original_filename else ""
+        return (f"this file was already imported as run{'s' if len(runs) > 1 else ''} {ids}{name} on {_when(first)} "
+                f"(same content, SHA-256 {digest[:12]}…); {hint}")
+
+    def origin(run: BenchmarkRun) -> str:
+        name = f"{run_filename_shown(run.original_filename)}, " if run.original_filename else ""
+        return f"{name}{_when(run)}"
+
+    if len(skipped) == 1:
+        run = skipped[0].run
+        return f"the result in this file was already imported as run #{run.pk} ({origin(run)}); {hint}"
+    named = "; ".join(f"{s.where} as run #{s.run.pk} ({origin(s.run)})" for s in skipped[:SKIPPED_NAMED])
+    more = f"; and {len(skipped) - SKIPPED_NAMED:,} more" if len(skipped) > SKIPPED_NAMED else ""
+    return f"every run of this file was already imported: {named}{more}; {hint}"
 
 
+def _when(run: BenchmarkRun) -> str:
+    """When ``run`` was imported, as a refusal names it: ``2026-12-07 19:56 UTC``."""
+    return run.created_at.strftime("%Y-%m-%d %H:%M UTC") if run.created_at else "earlier"

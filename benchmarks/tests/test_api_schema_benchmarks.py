@@ -156,8 +156,11 @@ def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
     for path, method in (("/api/sweeps/", "post"), ("/api/sweeps/{id}/cancel/", "post"), ("/api/runs/import/", "post"),
                          ("/api/runs/compare/", "get")):
         assert _body(schema, path, method, 400) == {"$ref": ref + "ValidationError"}
-    for path, method in (("/api/sweeps/", "post"), ("/api/sweeps/{id}/cancel/", "post"), ("/api/runs/import/", "post")):
+    for path, method in (("/api/sweeps/", "post"), ("/api/sweeps/{id}/cancel/", "post")):
         assert _body(schema, path, method, 409) == {"$ref": ref + "Detail"}
+    # an import's 409 names the runs holding the file's results; its 201 lists created and skipped
+    assert _body(schema, "/api/runs/import/", "post", 409) == {"$ref": ref + "RunImportConflict"}
+    assert _body(schema, "/api/runs/import/", "post", 201) == {"$ref": ref + "RunImportResult"}
     # exports: JSON of their own shape (not a Run) and CSV
     for path, component in (("/api/sweeps/{id}/export/", "SweepExport"), ("/api/runs/{id}/export/", "RunExport")):
         content = _operation(schema, path, "get")["responses"]["200"]["content"]
@@ -180,10 +183,12 @@ def test_the_schema_lists_the_real_status_codes(viewer_api) -> None:
     assert list(components["RunRecordsPage"]["properties"]) == ["count", "offset", "limit", "rows"]
     assert list(components["SweepExport"]["properties"]) == ["sweep", "runs", "analysis"]
     assert _body(schema, "/api/sweeps/{id}/analysis/", "get", 200) == {"$ref": ref + "SweepAnalysis"}
-    # the import answers a plain list of runs: no pagination parameters, no paginated envelope
+    # the import answers the runs it created and those it skipped: no pagination parameters, no
+    # paginated envelope
     imported = _operation(schema, "/api/runs/import/", "post")
     assert [p["name"] for p in imported.get("parameters", [])] == []
-    assert _body(schema, "/api/runs/import/", "post", 201) == {"type": "array", "items": {"$ref": ref + "Run"}}
+    assert list(components["RunImportResult"]["properties"]) == ["created", "skipped"]
+    assert components["RunImportResult"]["properties"]["created"]["items"] == {"$ref": ref + "Run"}
 
 
 def test_real_answers_match_the_documented_bodies(steady_sim: str, operator_api, viewer_api) -> None:

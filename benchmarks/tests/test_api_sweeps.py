@@ -157,11 +157,11 @@ def test_it_imports_both_fixtures_and_serves_the_original_file(operator_api, vie
     upload = SimpleUploadedFile("h200.jsonl", SGLANG.encode(), content_type="application/jsonl")
     response = operator_api.post("/api/runs/import/", {"file": upload}, format="multipart")
     assert response.status_code == 201, response.json()
-    [sg] = response.json()
+    [sg] = response.json()["created"]
     assert round(sg["metrics"]["input_tokens_mean"], 1) == 508.7 and sg["source"] == "imported"
     response = operator_api.post("/api/runs/import/", {"text": VLLM, "filename": "vllm.json"}, format="json")
     assert response.status_code == 201
-    [vl] = response.json()
+    [vl] = response.json()["created"]
     assert vl["metrics"]["goodput_req_s"] is None and vl["original_filename"] == "vllm.json"
     original = viewer_api.get(f"/api/runs/{sg['id']}/original/")
     assert original.status_code == 200 and original.content.decode() == SGLANG
@@ -179,8 +179,8 @@ def test_it_names_the_line_of_a_malformed_import(operator_api) -> None:
 
 
 def test_it_exports_and_compares_through_the_api(operator_api, viewer_api) -> None:
-    a = operator_api.post("/api/runs/import/", {"text": VLLM}, format="json").json()[0]
-    b = operator_api.post("/api/runs/import/", {"text": SGLANG}, format="json").json()[0]
+    a = operator_api.post("/api/runs/import/", {"text": VLLM}, format="json").json()["created"][0]
+    b = operator_api.post("/api/runs/import/", {"text": SGLANG}, format="json").json()["created"][0]
     csv_response = viewer_api.get(f"/api/runs/{a['id']}/export/?format=csv")
     assert csv_response.status_code == 200 and csv_response["Content-Type"] == "text/csv"
     [row] = list(csv.DictReader(io.StringIO(csv_response.content.decode())))
@@ -203,7 +203,8 @@ def test_it_exports_a_sweep_and_serves_its_analysis(viewer_api) -> None:
 
 
 def test_it_refuses_a_duplicate_import_with_409_naming_the_run(operator_api) -> None:
-    [first] = operator_api.post("/api/runs/import/", {"text": VLLM, "filename": "vllm.json"}, format="json").json()
+    [first] = operator_api.post("/api/runs/import/", {"text": VLLM, "filename": "vllm.json"},
+                                format="json").json()["created"]
     again = operator_api.post("/api/runs/import/", {"text": VLLM, "filename": "copy.json"}, format="json")
     assert again.status_code == 409
     body = again.json()
@@ -219,8 +220,8 @@ def test_it_refuses_a_duplicate_import_with_409_naming_the_run(operator_api) -> 
     kept = operator_api.post("/api/runs/import/", {"text": VLLM, "allow_duplicate": True}, format="json")
     assert kept.status_code == 201 and BenchmarkRun.objects.count() == 2
     # every line of a multi-run file is named
-    many = "\n".join([SGLANG.strip(), SGLANG.strip()]) + "\n"
-    runs = operator_api.post("/api/runs/import/", {"text": many}, format="json").json()
+    many = "\n".join([SGLANG.strip(), SGLANG.strip().replace('"max_concurrency": null', '"max_concurrency": 16')]) + "\n"
+    runs = operator_api.post("/api/runs/import/", {"text": many}, format="json").json()["created"]
     refused = operator_api.post("/api/runs/import/", {"text": many}, format="json").json()["detail"]
     assert f"runs #{runs[0]['id']}, #{runs[1]['id']} (pasted.json)" in refused
 

@@ -103,7 +103,7 @@ def test_an_import_filename_with_a_control_character_is_refused(operator_api, fi
 def test_a_stored_filename_with_line_breaks_still_downloads_with_them_replaced(operator_api, viewer) -> None:
     created = _import(operator_api, VLLM, filename="kept.json")
     assert created.status_code == 201
-    run_id = created.json()[0]["id"]
+    run_id = created.json()["created"][0]["id"]
     # A name stored before such names were refused (or by manage.py import_results).
     BenchmarkRun.objects.filter(pk=run_id).update(original_filename="a\r\nSet-Cookie: x=y\u2028.json")
     api = operator_api.get(f"/api/runs/{run_id}/original/")
@@ -122,7 +122,7 @@ def test_a_stored_filename_with_line_breaks_still_downloads_with_them_replaced(o
 def test_a_non_ascii_filename_downloads_as_an_rfc_5987_filename(operator_api, viewer) -> None:
     created = _import(operator_api, VLLM, filename="é€😀.jsonl")
     assert created.status_code == 201, created.json()
-    [run] = created.json()
+    [run] = created.json()["created"]
     assert run["original_filename"] == "é€😀.jsonl"
     expected = "attachment; filename*=utf-8''%C3%A9%E2%82%AC%F0%9F%98%80.jsonl"
     api = operator_api.get(f"/api/runs/{run['id']}/original/")
@@ -169,7 +169,7 @@ def test_an_import_text_or_filename_that_is_not_a_string_is_refused_under_its_na
     upload = SimpleUploadedFile("vllm.json", VLLM.encode())
     multipart = operator_api.post("/api/runs/import/", {"file": upload, "filename": "7"}, format="multipart")
     assert multipart.status_code == 201, multipart.json()
-    assert multipart.json()[0]["original_filename"] == "7"
+    assert multipart.json()["created"][0]["original_filename"] == "7"
 
 
 # --- 5. sweep grids ---------------------------------------------------------------------------------

@@ -248,7 +248,7 @@ def test_it_prints_every_problem_one_per_line_in_the_command(tmp_path) -> None:
 def test_it_names_lines_only_where_the_file_has_them_and_the_commands_own_flag(tmp_path) -> None:
     out = io.StringIO()
     jsonl = tmp_path / "two.jsonl"
-    jsonl.write_text(SGLANG + SGLANG)
+    jsonl.write_text(SGLANG + SGLANG.replace('"max_concurrency": null', '"max_concurrency": 16'))
     call_command("import_results", str(jsonl), stdout=out)
     first, second = BenchmarkRun.objects.order_by("id")
     assert out.getvalue().splitlines()[1].startswith(f"run #{second.pk} (sglang-bench-serving, line 2): ")

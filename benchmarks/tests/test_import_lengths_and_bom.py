@@ -74,7 +74,7 @@ def test_an_imported_vllm_run_with_equal_lengths_is_ranked(operator_api, viewer_
     text = "\n".join(json.dumps(_vllm(max_concurrency=c)) for c in (4, 8)) + "\n"
     answer = operator_api.post("/api/runs/import/", {"text": text}, format="json")
     assert answer.status_code == 201, answer.json()
-    ids = [r["id"] for r in answer.json()]
+    ids = [r["id"] for r in answer.json()["created"]]
     runs = {r.pk: r for r in BenchmarkRun.objects.all()}
     assert [(runs[i].input_len, runs[i].output_len) for i in ids] == [(1024, 128), (1024, 128)]
     compared = viewer_api.get(f"/api/runs/compare/?ids={ids[0]},{ids[1]}").json()
@@ -92,7 +92,7 @@ def test_every_unranked_run_is_listed_in_excluded_with_its_reason(operator_api, 
     for text in texts:
         answer = operator_api.post("/api/runs/import/", {"text": text}, format="json")
         assert answer.status_code == 201, answer.json()
-        ids.append(answer.json()[0]["id"])
+        ids.append(answer.json()["created"][0]["id"])
     failed = BenchmarkRun.objects.create(status="failed", concurrency=8, input_len=1024, output_len=128,
                                          num_requests=8)
     compared = viewer_api.get(f"/api/runs/compare/?ids={','.join(map(str, [*ids, failed.pk]))}").json()

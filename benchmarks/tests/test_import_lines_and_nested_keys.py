@@ -78,14 +78,20 @@ def test_a_crlf_file_keeps_each_line_byte_for_byte(operator, operator_api, viewe
         assert api.status_code == 200 and api.content == expected.encode()
         page = logged_in_client(operator).get(reverse("benchmarks:run-original", args=[run.pk]))
         assert page.status_code == 200 and page.content == expected.encode()
-    # The same bytes again are a duplicate; the same lines with "\n" endings are another file.
+    # The same bytes again are a duplicate, and so are the same lines with "\n" endings: each run is
+    # recognised by its record read as JSON, not by the file's bytes.
     again = operator_api.post("/api/runs/import/", {"file": SimpleUploadedFile("again.jsonl", body)},
                               format="multipart")
     assert again.status_code == 409 and "already imported as runs" in again.json()["detail"]
     lf = body.replace(b"\r\n", b"\n")
     other = operator_api.post("/api/runs/import/", {"file": SimpleUploadedFile("lf.jsonl", lf)}, format="multipart")
-    assert other.status_code == 201 and len(other.json()) == 3
-    assert BenchmarkRun.objects.get(pk=other.json()[0]["id"]).original_text == lines[0] + "\n"
+    assert other.status_code == 409, other.json()
+    assert other.json()["runs"] == [r.pk for r in runs]
+    assert [(k["line"], k["run"]) for k in other.json()["skipped"]] == [(r.source_line, r.pk) for r in runs]
+    kept = operator_api.post("/api/runs/import/", {"file": SimpleUploadedFile("lf.jsonl", lf), "allow_duplicate": "true"},
+                             format="multipart")
+    assert kept.status_code == 201 and len(kept.json()["created"]) == 3 and kept.json()["skipped"] == []
+    assert BenchmarkRun.objects.get(pk=kept.json()["created"][0]["id"]).original_text == lines[0] + "\n"
 
 
 @pytest.mark.parametrize("ending", ["\n", "\r\n"])

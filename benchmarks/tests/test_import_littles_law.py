@@ -159,7 +159,7 @@ def test_the_api_refuses_such_a_file_and_stores_nothing(operator_api):
     kept = operator_api.post("/api/runs/import/", {"text": json.dumps({**SGLANG, "max_concurrency": 8})},
                              format="json")
     assert kept.status_code == 201, kept.json()
-    assert kept.json()[0]["concurrency"] == 8
+    assert kept.json()["created"][0]["concurrency"] == 8
 
 
 @pytest.mark.django_db

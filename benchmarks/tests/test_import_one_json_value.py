@@ -20,8 +20,8 @@ VLLM = json.loads((DATA / "vllm-bench-serve.json").read_text())
 BOM = b"\xef\xbb\xbf"
 
 
-def _upload(api, body: bytes, name: str = "pretty.json"):
-    return api.post("/api/runs/import/", {"file": SimpleUploadedFile(name, body)}, format="multipart")
+def _upload(api, body: bytes, name: str = "pretty.json", **data):
+    return api.post("/api/runs/import/", {"file": SimpleUploadedFile(name, body), **data}, format="multipart")
 
 
 @pytest.mark.django_db
@@ -31,10 +31,13 @@ def test_a_pretty_printed_sglang_result_is_one_run_like_its_line(operator_api, v
     assert as_line.status_code == 201, as_line.json()
     # What json.tool writes: the object, indented by 4, over many lines.
     body = mark + (json.dumps(SGLANG, indent=4) + "\n").encode()
-    answer = _upload(operator_api, body)
+    # The same result as the line: skipped as already imported, unless asked for.
+    refused = _upload(operator_api, body)
+    assert refused.status_code == 409 and refused.json()["runs"] == [as_line.json()["created"][0]["id"]]
+    answer = _upload(operator_api, body, allow_duplicate="true")
     assert answer.status_code == 201, answer.json()
-    [created] = answer.json()
-    run, line_run = BenchmarkRun.objects.get(pk=created["id"]), BenchmarkRun.objects.get(pk=as_line.json()[0]["id"])
+    [created] = answer.json()["created"]
+    run, line_run = BenchmarkRun.objects.get(pk=created["id"]), BenchmarkRun.objects.get(pk=as_line.json()["created"][0]["id"])
     assert run.import_format == "sglang-bench-serving" and run.source_line is None
     measured = ("successes", "duration_s", "output_throughput_tok_s", "mean_input_tokens", "ttft_ms", "e2e_ms",
                 "input_len_range", "output_len_range", "notes")
@@ -49,7 +52,7 @@ def test_a_json_array_of_results_is_one_run_per_object_in_order(operator_api, vi
     body = json.dumps(results, indent=2).encode()
     answer = _upload(operator_api, body, "sweep.json")
     assert answer.status_code == 201, answer.json()
-    runs = [BenchmarkRun.objects.get(pk=r["id"]) for r in answer.json()]
+    runs = [BenchmarkRun.objects.get(pk=r["id"]) for r in answer.json()["created"]]
     assert [r.concurrency for r in runs] == [8, 16, 32]
     # Each run is at the line its object starts on and keeps that object as the file writes it.
     text = body.decode()
@@ -60,7 +63,7 @@ def test_a_json_array_of_results_is_one_run_per_object_in_order(operator_api, vi
     # vLLM results in an array import too, on one line.
     vllm = _upload(operator_api, json.dumps([VLLM, {**VLLM, "max_concurrency": 4}]).encode(), "v.json")
     assert vllm.status_code == 201, vllm.json()
-    assert [r["concurrency"] for r in vllm.json()] == [VLLM.get("max_concurrency"), 4]
+    assert [r["concurrency"] for r in vllm.json()["created"]] == [VLLM.get("max_concurrency"), 4]
 
 
 @pytest.mark.django_db

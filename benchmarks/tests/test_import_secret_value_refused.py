@@ -176,7 +176,7 @@ def test_a_download_without_a_value_is_the_file_byte_for_byte(secret, operator_a
     made = operator_api.post("/api/runs/import/", {"text": text, "filename": "bench.json"}, format="json")
     assert made.status_code == 201, made.content
 
-    answer = operator_api.get(f"/api/runs/{made.json()[0]['id']}/original/")
+    answer = operator_api.get(f"/api/runs/{made.json()['created'][0]['id']}/original/")
 
     assert answer.content.decode() == text
 
@@ -190,7 +190,7 @@ def imported_before(admin_api, operator_api) -> int:
     assert made.status_code == 201, made.content
     stored = admin_api.post("/api/secrets/", {"name": "hub-token", "value": VALUE}, format="json")
     assert stored.status_code == 201, stored.json()
-    return made.json()[0]["id"]
+    return made.json()["created"][0]["id"]
 
 
 #: Every read of an imported run that shows its file's name or fields: (name, URL).

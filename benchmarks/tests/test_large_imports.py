@@ -42,7 +42,7 @@ def test_it_stores_each_run_of_a_multi_run_file_as_its_own_line(operator_api, vi
     upload = SimpleUploadedFile("many.jsonl", text.encode(), content_type="application/jsonl")
     response = operator_api.post("/api/runs/import/", {"file": upload}, format="multipart")
     assert response.status_code == 201, response.json()
-    assert len(response.json()) == 40
+    assert len(response.json()["created"]) == 40 and response.json()["skipped"] == []
     runs = list(BenchmarkRun.objects.order_by("source_line"))
     lines = text.split("\n")
     assert [r.original_text for r in runs] == [lines[r.source_line - 1] + "\n" for r in runs]
@@ -65,8 +65,8 @@ def test_it_keeps_the_whole_file_of_a_single_run(operator_api) -> None:
 
 def test_the_migration_cuts_runs_that_kept_the_whole_file_down_to_their_line(operator_api) -> None:
     text, single = _jsonl(5), SGLANG_LINE + "\n"
-    many = [r["id"] for r in operator_api.post("/api/runs/import/", {"text": text}, format="json").json()]
-    [one] = [r["id"] for r in operator_api.post("/api/runs/import/", {"text": single}, format="json").json()]
+    many = [r["id"] for r in operator_api.post("/api/runs/import/", {"text": text}, format="json").json()["created"]]
+    [one] = [r["id"] for r in operator_api.post("/api/runs/import/", {"text": single}, format="json").json()["created"]]
     BenchmarkRun.objects.filter(pk__in=many).update(original_text=text)   # as an import stored them before
     migration = importlib.import_module("benchmarks.migrations.0006_imported_run_keeps_its_own_record")
     migration.keep_own_records(apps, None)

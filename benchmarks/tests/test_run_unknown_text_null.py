@@ -42,7 +42,7 @@ def test_a_measured_runs_absent_texts_are_null(viewer_api):
 def test_an_imported_run_that_named_no_api_or_model_gives_null_and_keeps_its_hash(operator_api):
     answer = operator_api.post("/api/runs/import/", {"text": json.dumps(VLLM), "filename": "b.json"}, format="json")
     assert answer.status_code == 201, answer.content
-    run = answer.json()[0] if isinstance(answer.json(), list) else answer.json()["runs"][0]
+    run = answer.json()["created"][0]
     detail = operator_api.get(f"/api/runs/{run['id']}/").json()
     assert detail["api"] is None and detail["served_model_name"] is None and detail["reason"] is None
     assert len(detail["original_sha256"]) == 64

@@ -765,9 +765,14 @@ def test_it_refuses_a_duplicate_import_naming_the_run_unless_asked_to_keep_both(
     kept = operator_client.post(reverse("benchmarks:run-import"),
                                 {"file": SimpleUploadedFile("renamed.json", original), "allow_duplicate": "1"})
     assert kept.status_code == 302 and BenchmarkRun.objects.count() == 2
-    # one changed byte is another file
-    changed = operator_client.post(reverse("benchmarks:run-import"),
-                                   {"file": SimpleUploadedFile("v2.json", original.replace(b"}", b"}\n", 1))})
+    # other white space around the same result is the same result: refused, naming both runs
+    spaced = operator_client.post(reverse("benchmarks:run-import"),
+                                  {"file": SimpleUploadedFile("v2.json", original.replace(b"}", b"}\n", 1))})
+    assert spaced.status_code == 409 and BenchmarkRun.objects.count() == 2
+    assert f"already imported as run #{run.pk} (vllm-bench-serve.json, " in _html(spaced)
+    # one changed value is another result
+    changed = operator_client.post(reverse("benchmarks:run-import"), {"file": SimpleUploadedFile(
+        "v3.json", original.replace(b'"max_concurrency": null', b'"max_concurrency": 16'))})
     assert changed.status_code == 302 and BenchmarkRun.objects.count() == 3
 
 

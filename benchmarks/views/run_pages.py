@@ -20,7 +20,8 @@ from benchmarks.models import BenchmarkRun, gpus_are_modelled, snapshot_shown
 from benchmarks.selectors import PK_MAX, runs_by_ids
 from benchmarks.sweeps import DIGITS_RE
 from benchmarks.loadgen.uncertainty import min_samples_for_interval
-from benchmarks.services.runs import (PLAIN_FIGURES_MAX, plain_figures, run_ci95_ms, run_records_csv, run_slo, runs_compare_csv,
+from benchmarks.services.runs import (PLAIN_FIGURES_MAX, plain_figures, run_ci95_ms, run_records_csv, run_result_date,
+                                     run_slo, runs_compare_csv,
                                      slo_text, unquoted, workload_phrases)
 from benchmarks.views.charts import (
     cdf_points, chart_spec, record_arrays, run_charts, run_lengths_text, sweep_charts,
@@ -56,17 +57,21 @@ def run_list(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """One run: summary table with units, CDFs of TTFT/TPOT/ITL/E2E and the tok/s timeline from
     the raw records, flags with explanations, failures with reasons, snapshot, and for imported
-    runs the source format, notes and the original file download."""
+    runs the source format, notes and the original file download. An imported run's start and end
+    are "—" (its file does not record them); the page shows when it was imported and, where the
+    file states one, the result's local date with its zone not recorded."""
     run = _get_run(pk)
     records = _load_records(run)
     row = run_row(run)
     imported = run.source == RunSource.IMPORTED
     # An imported file's fields (model_id, label, notes) with a stored secret's value masked.
     summary = services.imported_summary_shown(run.summary or {}) if imported else run.summary or {}
+    result_date = run_result_date(run=run)
     return render(request, "benchmarks/run_detail.html", {
         "run": run, "row": row, "charts": run_charts(records, run), "has_records": records is not None,
         "records_missing": run.source == RunSource.MEASURED and bool(run.records_path) and records is None,
         "imported": imported, "notes": summary.get("notes") or [],
+        "result_date": result_date, "result_date_text": (result_date or "").replace("T", " "),
         "length_note": summary.get("length_distribution_note"),
         "status_class": _status_class(run.status),
         "snapshot_text": _json_text(snapshot_shown(run.snapshot)) if run.snapshot else "",

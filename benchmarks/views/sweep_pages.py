@@ -152,8 +152,10 @@ def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
 def run_import_view(request: HttpRequest) -> HttpResponse:
     """Import an uploaded result file (field ``file``) as runs that keep the original; redirect
     to the single run, or to the index listing them. Errors name the line and key and are shown
-    on the index page with status 400. A file whose content was imported before is refused with
-    status 409 and links to the runs it became, unless ``allow_duplicate`` is ticked. A GET (the
+    on the index page with status 400. Runs of the file imported before (the same record, from
+    this or another file: :func:`benchmarks.services.run_import`) are skipped, and a message
+    names each with the run holding it; a file none of whose runs is new is refused with status
+    409 and links to the runs holding them. With ``allow_duplicate`` ticked every run is stored. A GET (the
     address left in the browser after a failed import, reloaded) is redirected to the import form
     on the index page. A ``file`` or ``allow_duplicate`` given more than once imports nothing
     (status 400, ``file is given 2 times (a.jsonl, b.jsonl): give it once.``)."""
@@ -183,10 +185,13 @@ def run_import_view(request: HttpRequest) -> HttpResponse:
                 errors = exc.errors
             except Conflict as exc:
                 errors = {"file": [str(exc)[:1].upper() + str(exc)[1:] + "."]}
-                duplicate_of = services.run_import_duplicates(digest=services.import_digest(text=text))
+                duplicate_of = list(getattr(exc, "runs", []))
             else:
-                messages.success(request, f"Imported {len(runs)} run{'s' if len(runs) != 1 else ''} "
-                                          f"from {upload.name}.")
+                messages.success(request, f"Imported {len(runs)} {'new ' if runs.skipped else ''}"
+                                          f"run{'s' if len(runs) != 1 else ''} from {upload.name}.")
+                if runs.skipped:
+                    said = runs.skipped_said
+                    messages.warning(request, f"{said[:1].upper()}{said[1:]} (not stored again).")
                 if len(runs) == 1:
                     return redirect("benchmarks:run-detail", pk=runs[0].pk)
                 ids = ",".join(str(r.pk) for r in runs)

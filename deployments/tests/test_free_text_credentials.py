@@ -295,7 +295,7 @@ def test_a_run_imported_before_shows_the_credential_shortened(operator_api, view
     made = operator_api.post("/api/runs/import/", {"text": RUN_DATA.read_text(), "filename": "bench.json"},
                              format="json")
     assert made.status_code == 201, made.content
-    run = BenchmarkRun.objects.get(pk=made.json()[0]["id"])
+    run = BenchmarkRun.objects.get(pk=made.json()["created"][0]["id"])
     run.original_filename = f"bench-{HF}.json"
     run.served_model_name = f"m/{HF}"
     run.summary = {**run.summary, "model_id": f"m/{HF}", "tokenizer_id": f"t/{HF}", "label": f"run {HF}"}

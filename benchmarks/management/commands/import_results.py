@@ -2,16 +2,19 @@
 JSON file as runs (each keeping its own line, or the whole file when it holds one run), through
 :func:`benchmarks.services.run_import`.
 
-Prints one line per run (``run #8 (vllm-bench-serve): ...``; a JSON-lines file also names the line).
-A file that cannot be imported fails with every problem found, one per line, each at its path
-(``line 3.duration: ...``), as the API's 400 body has them; a file imported before fails naming
-the runs it became, unless ``--allow-duplicate``. ``--user USERNAME`` records the importer, held to
+Prints one line per run stored (``run #8 (vllm-bench-serve): ...``; a JSON-lines file also names the
+line), then one per run of the file skipped because a run already holds its result (``skipped
+line 1: already imported as run #5``: the same record read as JSON, from this or another file, so
+a grown SGLang output file stores only its new lines). A file that cannot be imported fails with
+every problem found, one per line, each at its path (``line 3.duration: ...``), as the API's 400
+body has them; a file none of whose runs is new fails naming the runs holding them. With
+``--allow-duplicate`` every run is stored. ``--user USERNAME`` records the importer, held to
 what the API's import requires (an active operator or admin), else a one-line error naming the user
 and what is missing.
 
 Every refusal exits with status 2 (:func:`controlplane.commands.refused`, as argparse's refusal of a
 bad option does): a ``--user`` that may not import, a file that is missing or cannot be read as
-UTF-8 text (one line naming the file and why), a file imported before (one line), and a file whose
+UTF-8 text (one line naming the file and why), a file with no new run (one line), and a file whose
 contents are refused (the list above). Nothing is stored on a refusal.
 """
 from __future__ import annotations
@@ -48,7 +51,8 @@ class Command(CeilingCommand):
                             help="record this user as the importer: an active user with the operator or admin role, "
                                  "as the API's import requires (default: none)")
         parser.add_argument("--allow-duplicate", action="store_true",
-                            help="import even if a file with the same content was imported before")
+                            help="store every run of the file, also those imported before (by default they are "
+                                 "skipped, and a file with no new run is refused)")
 
     def handle(self, *args, **o):
         user = command_user(o["user"], role="operator", what="runs by import")
@@ -73,3 +77,5 @@ class Command(CeilingCommand):
                               f"{m['successes']} requests ok, "
                               + (f"{tok:.1f} output tok/s" if tok is not None else "no output tok/s")
                               + (f", flags {','.join(run.flags)}" if run.flags else ""))
+        for skipped in runs.skipped:
+            self.stdout.write(f"skipped {skipped.said}")
