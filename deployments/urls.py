@@ -22,9 +22,11 @@ urlpatterns = [
     path("recipes/<int:pk>/dry-run/", views.recipe_dry_run, name="recipe-dry-run"),
     path("recipes/<int:pk>/deploy/", views.recipe_deploy, name="recipe-deploy"),
     path("deployments/", views.deployment_list, name="deployment-list"),
+    path("deployments/rows/", views.deployment_list_rows_partial, name="deployment-list-rows"),
     path("deployments/<int:pk>/", views.deployment_detail, name="deployment-detail"),
     path("deployments/<int:pk>/live/", views.deployment_live_partial, name="deployment-live"),
     path("deployments/<int:pk>/logs/", views.deployment_logs_partial, name="deployment-logs"),
+    path("deployments/<int:pk>/sweeps/", views.deployment_sweeps_partial, name="deployment-sweeps"),
     path("deployments/<int:pk>/stop/", views.deployment_stop, name="deployment-stop"),
     path(
         "deployments/<int:pk>/processes/<int:process_pk>/log/",

@@ -30,6 +30,8 @@ PAGE_URL = f"http://testserver{PAGE}"
 PARTIALS = [
     ("deployments:deployment-live", [7], "get"),
     ("deployments:deployment-logs", [7], "get"),
+    ("deployments:deployment-sweeps", [7], "get"),
+    ("deployments:deployment-list-rows", [], "get"),
     ("deployments:process-log", [7, 21], "get"),
     ("deployments:recipe-validate", [], "post"),
     ("deployments:recipe-diff", [3], "get"),

@@ -60,7 +60,7 @@ def test_a_running_and_then_stopped_deployment_shows_the_same_time_serving_and_i
     assert '<th title="Time serving, from Ready to Ended (or now); the startup, from Created to Ready, under it">Serving</th>' in listed
     live = _get(viewer, "deployments:deployment-live", deployment.pk)
     # (the running time is wrapped so that a stale panel can freeze it)
-    assert re.search(r">Serving for</dt><dd><span data-age>(8 min 5[89]|9 min 0\d) s</span></dd>", live), \
+    assert re.search(r'>Serving for</dt><dd><span data-age data-duration-from="[^"]+">(8 min 5[89]|9 min 0\d) s</span></dd>', live), \
         re.findall(r"<dt[^>]*>[^<]*</dt><dd>.{0,60}", live)
     assert '>Startup</dt><dd>13.2 s (created → ready)</dd>' in live
 

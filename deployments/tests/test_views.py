@@ -579,7 +579,7 @@ def test_it_lists_deployment_rows(viewer_client, seed_pd):
     html = _html(viewer_client.get(reverse("deployments:deployment-list")))
     assert "seed-v4-flash-pd" in html
     assert f"<td>{deployment.pk}</td>" in html
-    assert '<span class="tag ok">ready</span>' in html
+    assert '<span class="tag ok" data-status data-stale-label="{text} (as last seen {at})">ready</span>' in html
 
 
 def test_it_lists_nodes_with_queue_and_agent_status(viewer_client, seed_node):

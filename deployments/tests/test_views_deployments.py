@@ -132,8 +132,10 @@ def test_it_deploys_for_an_operator_and_redirects_to_the_deployment(operator_cli
     assert "Waiting for node agent seed-8gpu (last heartbeat never)" in page
     assert "node.seed-8gpu" in page
     assert "Cancel deployment" in page
-    # Updated by the page's poll: it reads as last seen while the poll fails (ceiling.js).
-    assert '<span class="tag bad" data-stale-label="{text} (as last seen {at})">agent offline</span>' in page
+    # Updated by the page's poll and judged by the heartbeat's age (ceiling.js, as on the node
+    # page): it reads as last seen while the poll fails.
+    assert ('<span class="tag bad" data-agent-badge="seed-8gpu" data-stale-label="{text} (as last seen {at})">'
+            'agent offline</span>') in page
     assert "created" in page and "oscar-operator deployed seed-v4-flash-pd v1 on node seed-8gpu" in page
 
 
@@ -259,7 +261,7 @@ def test_it_shows_a_pending_restart_and_a_crash(viewer_client, seed_pd):
     assert "restart pending" in html
     # 30 s ahead, minus the render; shown in UTC to the second, the ISO value in the attribute
     assert re.search(r'restart due <time datetime="\d{4}-\d\d-\d\dT[\d:]{8}Z" title="[^"]+">\d{4}-\d\d-\d\d [\d:]{8} UTC</time> '
-                     r"\(<span data-age>in 2\d s</span>\)", html)
+                     r'\(<span data-age data-age-of="[^"]+">in 2\d s</span>\)', html)
     assert "GET /health: connection refused" in html
 
 
@@ -305,9 +307,9 @@ def test_it_lists_deployments_with_badges_agent_state_and_duration(viewer_client
     Node.objects.filter(pk=seed_pd.node_id).update(agent_heartbeat_at=None)  # no agent ever ran
     html = _html(viewer_client.get(reverse("deployments:deployment-list")))
     assert f"<td>{deployment.pk}</td>" in html
-    assert '<span class="tag ok">ready</span>' in html
+    assert '<span class="tag ok" data-status data-stale-label="{text} (as last seen {at})">ready</span>' in html
     assert f'{reverse("deployments:recipe-detail", args=[seed_pd.pk])}?version=1">v1</a>' in html
-    assert '<span class="tag bad">offline</span>' in html
+    assert '<span class="tag bad" data-stale-label="{text} (as last seen {at})">offline</span>' in html
     assert "1 h 00 min" in html and "(running)" in html  # up since it became ready, 1 h ago
     assert reverse("deployments:deployment-detail", args=[deployment.pk]) in html
 
@@ -332,7 +334,9 @@ def test_it_shows_the_agent_online_once_it_heartbeats(viewer_client, seed_pd):
     seed_pd.node.save(update_fields=["agent_heartbeat_at"])
     deployment, _ = _ready_deployment(seed_pd)
     html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
-    assert '<span class="tag ok" data-stale-label="agent online (as last seen {at})">agent online</span>' in html
+    name = seed_pd.node.name
+    assert (f'<span class="tag ok" data-agent-badge="{name}" data-stale-label="{{text}} (as last seen {{at}})">'
+            'agent online</span>') in html
     assert "Waiting for node agent" not in html
 
 
@@ -481,7 +485,7 @@ def test_it_marks_health_stale_when_the_last_probe_is_older_than_three_periods(v
     cell = _process_cell(_html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))), process)
     assert "stale (agent offline?)" in cell
     assert "healthy" not in cell
-    assert re.search(r"last probed <span data-age>5\d s ago</span>", cell)
+    assert re.search(r'last probed <span data-age data-age-of="[^"]+">5\d s ago</span>', cell)
 
     ServerProcess.objects.filter(pk=process.pk).update(last_probe_at=timezone.now() - timedelta(seconds=5))
     cell = _process_cell(_html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk]))), process)
@@ -564,7 +568,7 @@ def test_serving_counts_from_ready_and_a_deployment_still_starting_says_so(viewe
     deployment, _ = _ready_deployment(seed_pd)
     html = _html(viewer_client.get(reverse("deployments:deployment-detail", args=[deployment.pk])))
     # (an age: "as of" its time once the panel stops updating)
-    assert re.search(r">Serving for</dt><dd><span data-age>1 h 00 min</span></dd>", html), re.findall(
+    assert re.search(r'>Serving for</dt><dd><span data-age data-duration-from="[^"]+">1 h 00 min</span></dd>', html), re.findall(
         r">Serv[a-z ]+</dt><dd>.{0,40}", html)
     # never ready yet: how long it has been starting since it was created, not "serving"
     Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STARTING, ready_at=None,

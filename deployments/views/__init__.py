@@ -15,9 +15,11 @@ from deployments.views.common import role_page
 from deployments.views.deployment_pages import (
     deployment_detail,
     deployment_list,
+    deployment_list_rows_partial,
     deployment_live_partial,
     deployment_logs_partial,
     deployment_stop,
+    deployment_sweeps_partial,
     process_log_download,
     process_log_partial,
 )
@@ -40,8 +42,8 @@ __all__ = [
     "role_page",
     "recipe_list", "recipe_create", "recipe_validate_partial", "recipe_detail", "recipe_edit", "recipe_history",
     "recipe_diff_partial", "recipe_revert", "recipe_dry_run", "recipe_deploy",
-    "deployment_list", "deployment_detail", "deployment_live_partial", "deployment_logs_partial",
-    "deployment_stop", "process_log_partial", "process_log_download",
+    "deployment_list", "deployment_list_rows_partial", "deployment_detail", "deployment_live_partial",
+    "deployment_logs_partial", "deployment_sweeps_partial", "deployment_stop", "process_log_partial", "process_log_download",
     "node_list", "node_detail",
     "wall", "wall_tiles_partial",
 ]

@@ -13,6 +13,7 @@ from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
@@ -135,6 +136,25 @@ def _agent_view(node: Node, now: datetime) -> dict[str, Any]:
     """Whether the node agent answers (heartbeat within ``CEILING_HEARTBEAT_TIMEOUT_S``) and
     when it last did."""
     return {"online": node.agent_online, "heartbeat": _when(node.agent_heartbeat_at, now)}
+
+
+def _iso_ms(value: datetime) -> str:
+    """``2025-06-01T12:00:05.123Z``: UTC with milliseconds, for the page's scripts."""
+    return value.astimezone(dt_timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _heartbeat_clock(node: Node, now: datetime) -> dict[str, str]:
+    """What the pages' script (the node page, each row of the nodes list, a deployment page's
+    Node line) counts the agent's heartbeat age from: the last heartbeat and the server's time of rendering (ISO, milliseconds; the second corrects the browser's clock),
+    the age past which the server calls the agent offline (``CEILING_HEARTBEAT_TIMEOUT_S``) and
+    how often the agent heartbeats (``CEILING_AGENT_HEARTBEAT_S``, the page re-reads the node as
+    often), in seconds."""
+    return {
+        "at": _iso_ms(node.agent_heartbeat_at) if node.agent_heartbeat_at else "",
+        "now": _iso_ms(now),
+        "offline_after_s": f"{settings.CEILING_HEARTBEAT_TIMEOUT_S:g}",
+        "every_s": f"{settings.CEILING_AGENT_HEARTBEAT_S:g}",
+    }
 
 
 def _gib(value: int | None) -> str:

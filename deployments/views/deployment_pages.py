@@ -42,7 +42,7 @@ from deployments.supervisor import signal_text
 from deployments.telemetry.engine import NO_METRICS
 from deployments.topology import parse_cpulist, same_cpulist
 from deployments.views.common import (
-    _agent_view, _can_write, _duration_text, _status_class, _when, post_or_redirect, role_page,
+    _agent_view, _can_write, _duration_text, _heartbeat_clock, _status_class, _when, post_or_redirect, role_page,
 )
 
 # --- deployments ------------------------------------------------------------------------------
@@ -52,6 +52,9 @@ LOG_TAIL_LINES = 200
 # Timeline rows shown on the page; a process that restarts in a loop can write thousands.
 TIMELINE_MAX_EVENTS = 500
 POLL_TRIGGER = "every 2s"
+#: How often the deployments list and a deployment page's sweep list re-read themselves (htmx), s.
+LIST_POLL_S = 5
+LIST_POLL_TRIGGER = f"every {LIST_POLL_S}s"
 # A running process's health is "stale" once its last probe is older than this many liveness
 # periods: the agent probes every period, so missing two in a row means it is not probing.
 STALE_PROBE_FACTOR = 3
@@ -259,6 +262,8 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "live": not terminal,
         "poll_trigger": POLL_TRIGGER,
         "agent": agent,
+        # what the page counts the heartbeat's age from and judges the agent's badge by, as the node page
+        "heartbeat": _heartbeat_clock(deployment.node, now),
         "waiting_reason": redact_text(services.deployment_waiting_reason(deployment=deployment, readable=True)),
         "reason": redact_text(deployment.reason),
         "entry_url": _entry_url(deployment, processes),
@@ -351,13 +356,11 @@ def _get_process(deployment_pk: int, process_pk: int) -> ServerProcess:
     raise Http404(f"Process #{process_pk} is not part of deployment #{deployment_pk}.")
 
 
-@role_page()
-def deployment_list(request: HttpRequest) -> HttpResponse:
-    """Deployment rows, newest first, :data:`controlplane.paging.PER_PAGE` a page (``?page=N``,
-    1-based; empty or absent: the first page): status badge, recipe and version, node with agent
-    state, created/ready times (UTC and relative), time serving and startup. A page number that is not a
-    whole number from 1 to the last page, or ``page`` given more than once, is a 404 saying why
-    and how many pages there are (:func:`controlplane.paging.page_of`)."""
+def _deployment_list_context(request: HttpRequest) -> dict[str, Any]:
+    """The rows of the deployments list for ``?page=N`` (:func:`controlplane.paging.page_of`'s
+    refusals apply), each with its status badge, agent state, created/ready times (UTC and
+    relative; the page counts the ages on) and time serving, when they were read (``as_of``) and
+    how often the rows re-read themselves (``poll_s``, seconds)."""
     now = timezone.now()
     spawned = ServerProcess.objects.filter(deployment=OuterRef("pk"), started_at__isnull=False)
     page = page_of(selectors.deployment_list().annotate(process_count=Count("processes"), spawned=Exists(spawned)),
@@ -377,8 +380,29 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
                 "duration": _deployment_duration(d, now, spawned=d.spawned),
             }
         )
-    return render(request, "deployments/deployment_list.html", {"deployments": rows, "page": page,
-                                                                 "can_write": _can_write(request)})
+    return {"deployments": rows, "page": page, "can_write": _can_write(request),
+            "rows_url": reverse("deployments:deployment-list-rows") + (f"?page={page.number}" if page.number > 1 else ""),
+            "poll_trigger": LIST_POLL_TRIGGER, "poll_s": LIST_POLL_S, "as_of": _when(now, now)}
+
+
+@role_page()
+def deployment_list(request: HttpRequest) -> HttpResponse:
+    """Deployment rows, newest first, :data:`controlplane.paging.PER_PAGE` a page (``?page=N``,
+    1-based; empty or absent: the first page): status badge, recipe and version, node with agent
+    state, created/ready times (UTC and relative), time serving and startup. The rows re-read
+    themselves every :data:`LIST_POLL_S` s (:func:`deployment_list_rows_partial`), so states and
+    new deployments show without a reload; between reads the page counts the ages and a running
+    deployment's time serving on. A page number that is not a whole number from 1 to the last
+    page, or ``page`` given more than once, is a 404 saying why and how many pages there are
+    (:func:`controlplane.paging.page_of`)."""
+    return render(request, "deployments/deployment_list.html", _deployment_list_context(request))
+
+
+@role_page()
+def deployment_list_rows_partial(request: HttpRequest) -> HttpResponse:
+    """htmx partial: the deployments list's rows and pager for ``?page=N`` (as
+    :func:`deployment_list`), polled by that page every :data:`LIST_POLL_S` s."""
+    return render(request, "deployments/_deployment_rows.html", _deployment_list_context(request))
 
 
 @role_page()
@@ -393,6 +417,10 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
     context["logs_live"] = deployment.status not in DEPLOYMENT_TERMINAL
     context["ended_phrase"] = ended_phrase(deployment)
     context["telemetry"] = _telemetry_context(deployment, [p["row"] for p in context["processes"]])
+    context.update(_sweeps_context(deployment))
+    # The page opens the live socket while the deployment runs (its telemetry panel); what it
+    # rendered beside it reads as last seen while the socket is down.
+    context["page_has_socket"] = context["telemetry"]["live"]
     return render(request, "deployments/deployment_detail.html", context)
 
 
@@ -403,14 +431,11 @@ SWEEPS_SHOWN = 20
 def _telemetry_context(deployment: Deployment, processes: list[ServerProcess]) -> dict[str, Any]:
     """What the telemetry panel needs: the live group (``deployment-<id>``) while the
     deployment runs, or, once it ended, the window of its stored telemetry in unix seconds
-    (``since``/``until``, from the REST history endpoint) and its benchmark sweeps; plus one row
+    (``since``/``until``, from the REST history endpoint); plus one row
     per process (id, role, label) for the live table, and ``no_tok_s``: for an engine that exposes
     no ``/metrics`` (:data:`deployments.telemetry.engine.NO_METRICS`) what its output chart says
     instead of "no tok/s recorded yet" (none will ever be: only sweeps measure it), else ``""``."""
     began = deployment.started_at or deployment.created_at
-    from benchmarks.selectors import sweep_list  # the benchmarks app builds on this one: import late
-
-    sweeps = list(sweep_list(deployment_id=deployment.pk)[:SWEEPS_SHOWN])
     no_metrics = NO_METRICS.get(deployment.recipe.engine)
     return {
         "group": deployment_group(deployment.pk),
@@ -421,10 +446,40 @@ def _telemetry_context(deployment: Deployment, processes: list[ServerProcess]) -
             {"id": p.pk, "role": p.role, "label": f"{p.role} #{p.ordinal}"}
             for p in processes if p.status not in PROCESS_TERMINAL or deployment.status in DEPLOYMENT_TERMINAL
         ],
-        "sweeps": sweeps,
         "no_tok_s": (f"{no_metrics}, so there is no live tok/s; sweeps measure it (see the benchmark sweeps below)"
                      if no_metrics else ""),
     }
+
+
+def _sweeps_context(deployment: Deployment) -> dict[str, Any]:
+    """The benchmark sweeps run against ``deployment`` (newest first, at most
+    :data:`SWEEPS_SHOWN`), when they were read (``sweeps_as_of``, :func:`deployments.views.common._when`),
+    and whether the list re-reads itself every :data:`LIST_POLL_S` s (``sweeps_live``): while the
+    deployment may still get a sweep (not ended) or one of its sweeps is still active."""
+    from benchmarks.choices import SWEEP_ACTIVE  # the benchmarks app builds on this one: import late
+    from benchmarks.selectors import sweep_list
+
+    now = timezone.now()
+    sweeps = list(sweep_list(deployment_id=deployment.pk)[:SWEEPS_SHOWN])
+    live = (deployment.status not in DEPLOYMENT_TERMINAL
+            or sweep_list(deployment_id=deployment.pk).filter(status__in=SWEEP_ACTIVE).exists())
+    return {
+        "sweeps": [{"row": s, "created": _when(s.created_at, now)} for s in sweeps],
+        "sweeps_live": live,
+        "sweeps_as_of": _when(now, now),
+        "sweeps_poll_trigger": LIST_POLL_TRIGGER,
+        "sweeps_poll_s": LIST_POLL_S,
+    }
+
+
+@role_page()
+def deployment_sweeps_partial(request: HttpRequest, pk: int) -> HttpResponse:
+    """htmx partial: the list of benchmark sweeps on one deployment (:func:`_sweeps_context`),
+    polled by its page every :data:`LIST_POLL_S` s while the list can still change; the answer
+    without a trigger ends the polling."""
+    deployment = _get_deployment(pk)
+    context = {"deployment": deployment, **_sweeps_context(deployment)}
+    return render(request, "deployments/_deployment_sweeps.html", context)
 
 
 @role_page()
@@ -435,6 +490,10 @@ def deployment_live_partial(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = _get_deployment(pk)
     context = _deployment_context(deployment, timezone.now())
     context["can_write"] = _can_write(request)
+    # Only a page that was opened while the deployment ran polls this, and that page has the live
+    # socket; the header's actions come along out of band, so "Run a sweep" goes once it ended.
+    context["page_has_socket"] = True
+    context["actions_oob"] = True
     response = render(request, "deployments/_deployment_live.html", context)
     if request.GET.get("known", "") != context["process_ids"]:
         response["HX-Trigger"] = "processes-changed"

@@ -2,9 +2,6 @@
 with its live GPU tiles and host panel (websocket)."""
 from __future__ import annotations
 
-from datetime import datetime
-from datetime import timezone as dt_timezone
-
 from django.conf import settings
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
@@ -16,7 +13,7 @@ from deployments import selectors
 from deployments.models import Gpu, Node, NodeTelemetry, NumaNode
 from deployments.nodes import node_gpu_status
 from deployments.topology import parse_cpulist
-from deployments.views.common import _agent_view, _gib, role_page
+from deployments.views.common import _agent_view, _gib, _heartbeat_clock, role_page
 
 
 @role_page()
@@ -93,22 +90,3 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
             "live_group": node_group(node.name),
         },
     )
-
-
-def _iso_ms(value: datetime) -> str:
-    """``2025-06-01T12:00:05.123Z``: UTC with milliseconds, for the page's scripts."""
-    return value.astimezone(dt_timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _heartbeat_clock(node: Node, now: datetime) -> dict[str, str]:
-    """What the node pages' script (the node page, each row of the nodes list) counts the agent's heartbeat age from: the last heartbeat and
-    the server's time of rendering (ISO, milliseconds; the second corrects the browser's clock),
-    the age past which the server calls the agent offline (``CEILING_HEARTBEAT_TIMEOUT_S``) and
-    how often the agent heartbeats (``CEILING_AGENT_HEARTBEAT_S``, the page re-reads the node as
-    often), in seconds."""
-    return {
-        "at": _iso_ms(node.agent_heartbeat_at) if node.agent_heartbeat_at else "",
-        "now": _iso_ms(now),
-        "offline_after_s": f"{settings.CEILING_HEARTBEAT_TIMEOUT_S:g}",
-        "every_s": f"{settings.CEILING_AGENT_HEARTBEAT_S:g}",
-    }

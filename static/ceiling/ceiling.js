@@ -324,6 +324,13 @@
   // CeilingStale.write, so the mark keeps the new text and gives it back once the part is fresh.
   var pageLoadedAt = Date.now();
   var liveStaleSince = null;  // ms since the epoch the page's socket stopped being live
+  // The server's clock minus the browser's (ms) from <meta name="server-now">, the time the page
+  // was rendered; null on a page without it. The counted ages and heartbeats below use it.
+  var pageClockOffset = (function () {
+    var meta = document.querySelector('meta[name="server-now"]');
+    var rendered = meta ? isoMs(meta.getAttribute("content")) : null;
+    return rendered === null ? null : rendered - pageLoadedAt;
+  })();
 
   function clockUtc(date) {
     function pad2(n) { return (n < 10 ? "0" : "") + n; }
@@ -390,8 +397,10 @@
   function markStale(scope, stale) {
     if (!scope || !scope.setAttribute) return;
     if (stale === scope.hasAttribute("data-stale-since")) return;
-    // The heartbeat's age (below) is counted on every second: it is given as of that time.
-    if (stale) paintHeartbeats(freshAt(scope));
+    // The heartbeat's age and the other counted ages (below) are counted on every second: they
+    // are given as of that time.
+    if (stale) paintHeartbeats(freshAt(scope), scope);
+    if (stale) paintClocks(scope, freshAt(scope));
     if (stale) scope.setAttribute("data-stale-since", String(freshAt(scope)));
     else scope.removeAttribute("data-stale-since");
     paintCadence(scope);
@@ -509,14 +518,18 @@
   // The line's age and its badge as of `now` (ms, the browser's clock; default: now); a part
   // already marked stale is left as it is.
   function paintHeartbeat(line, now) {
+    if (line._clockOffset === undefined) line._clockOffset = lineClockOffset(line);
     var at = isoMs(line.getAttribute("data-heartbeat-at"));
-    var age = at === null ? null : ((now || Date.now()) + (line._clockOffset || 0) - at) / 1000;
-    if (!line.hasAttribute("data-stale-since") && age !== null) {
+    var age = at === null ? null : ((now || Date.now()) + line._clockOffset - at) / 1000;
+    // a line inside a stale part (its own mark, or the part around it: a deployment page's
+    // Node line in its polled panel) keeps its age as of then
+    var lineStale = !!line.closest("[data-stale-since]");
+    if (!lineStale && age !== null) {
       var ageEl = line.querySelector("[data-age]");
       if (ageEl) ageEl.textContent = agoText(age);
     }
     var badge = agentBadge(line);
-    if (!badge || badge.closest("[data-stale-since]") || line.hasAttribute("data-stale-since")) return;
+    if (!badge || badge.closest("[data-stale-since]") || lineStale) return;
     var limit = parseFloat(line.getAttribute("data-offline-after"));
     var stopped = line.hasAttribute("data-agent-stopped");
     var online = age !== null && !stopped && !(age > limit);
@@ -528,8 +541,21 @@
     badge.classList.toggle("bad", !online);
   }
 
-  function paintHeartbeats(now) {
-    heartbeatLines().forEach(function (line) { paintHeartbeat(line, now); });
+  // Every line's age and badge as of `now`; with `scope`, only the lines in or around it and
+  // those whose badge is in it (a part about to be marked stale).
+  function paintHeartbeats(now, scope) {
+    heartbeatLines().forEach(function (line) {
+      if (scope && !(scope.contains(line) || line.contains(scope) || scope.contains(agentBadge(line)))) return;
+      paintHeartbeat(line, now);
+    });
+  }
+
+  // The server's clock minus the browser's, in ms, for a line: the page's (see "relative times"
+  // below), else from the line's own data-server-now; 0 when neither is known.
+  function lineClockOffset(line) {
+    if (pageClockOffset !== null) return pageClockOffset;
+    var rendered = isoMs(line.getAttribute("data-server-now"));
+    return rendered === null ? 0 : rendered - Date.now();
   }
 
   // A node read from the API: its last heartbeat (a new one is written into the line's text
@@ -622,8 +648,7 @@
     if (!lines.length) return;
     var every = Infinity;
     lines.forEach(function (line) {
-      var rendered = isoMs(line.getAttribute("data-server-now"));
-      line._clockOffset = rendered === null ? 0 : rendered - Date.now();
+      line._clockOffset = lineClockOffset(line);
       var own = parseFloat(line.getAttribute("data-heartbeat-every"));
       if (isFinite(own)) every = Math.min(every, own);
     });
@@ -637,6 +662,45 @@
     document.addEventListener("DOMContentLoaded", followHeartbeats);
   } else {
     followHeartbeats();
+  }
+
+  // --- relative times that keep counting -----------------------------------------------------
+  // An age the server rendered beside an absolute time ([data-age-of]: the UTC ISO time it counts
+  // from; "3 min 05 s ago", "in 20 s" for a time to come, "just now") and a running duration
+  // ([data-duration-from]: the ISO time it runs from; "8 min 58 s", a deployment's time serving)
+  // are counted on every second from that time, so a page left open never shows "just now" for
+  // something a minute old. The browser's clock is corrected by the server's time of rendering
+  // (<meta name="server-now">). Inside a stale part ([data-stale-since], see "status that stops
+  // updating" above) they stop at the time it went stale and read "... as of hh:mm:ss UTC".
+  var CLOCK_TICK_MS = 1000;
+
+  // The counted times in or around `root` as of `now` (ms, the browser's clock; default: now).
+  // Without `now`, one in a stale part or already frozen (data-age-text) is left as it is.
+  function paintClocks(root, now) {
+    if (!root || !root.querySelectorAll) return;
+    var clocks = Array.prototype.slice.call(root.querySelectorAll("[data-age-of], [data-duration-from]"));
+    if (root.matches && root.matches("[data-age-of], [data-duration-from]")) clocks.push(root);
+    var serverNow = (now || Date.now()) + (pageClockOffset || 0);
+    clocks.forEach(function (el) {
+      if (el.hasAttribute("data-age-text") || (!now && el.closest("[data-stale-since]"))) return;
+      var ago = el.hasAttribute("data-age-of");
+      var from = isoMs(el.getAttribute(ago ? "data-age-of" : "data-duration-from"));
+      if (from === null) return;
+      var seconds = (serverNow - from) / 1000;
+      var text = ago ? agoText(seconds) : durationText(seconds);
+      if (el.textContent !== text) el.textContent = text;
+    });
+  }
+
+  function followClocks() {
+    paintClocks(document);
+    setInterval(function () { paintClocks(document); }, CLOCK_TICK_MS);
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", followClocks);
+  } else {
+    followClocks();
   }
 
   window.CeilingSession = { ended: sessionEnded, isLoginPage: isLoginPage };
