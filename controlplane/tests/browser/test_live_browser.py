@@ -6,7 +6,8 @@ One walk through, as an operator would do it: log in on the login page, deploy t
 ``local-sim-pd`` recipe from its page, watch the deployment's live telemetry tick, run a short
 sweep and watch its progress while the deployment page shows the load, open the wall display,
 restart the web server under it and see the wall say so and recover by itself, then look at the
-node page; finally stop the deployment and find its stored telemetry on its page. Screenshots
+node page; finally stop the deployment, see its page stop offering a sweep, and find its stored
+telemetry on its page. Screenshots
 go to ``var/artifacts/screenshots/``.
 
 Chromium missing: the test fails with the way to install it in CI and as root (where
@@ -206,6 +207,10 @@ def test_it_shows_live_data_a_sweep_and_the_wall_and_recovers_after_a_server_res
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("button:has-text('Stop deployment')")
     _wait_text(page, "#deployment-live .status-line .tag", "^stopped$", timeout_s=30)
+    # Without a reload the header no longer offers a sweep and says why.
+    page.wait_for_function("() => !document.querySelector('#deployment-actions a.button:not(.secondary)')",
+                           timeout=5_000)
+    assert page.locator("#deployment-actions").inner_text().startswith("No sweep: the deployment was stopped")
     page.reload()
     _wait_text(page, '#deployment-telemetry-history [data-f="history-note"]', r"^\d+ stored samples, ", timeout_s=15)
     titles = page.locator("#deployment-telemetry-history .history-chart h3").all_text_contents()
