@@ -64,6 +64,99 @@ def best_list(*, package: str | None = None, device: str | None = None, shape: s
     return qs.order_by("package__name", "device_name", "shape", "batch")
 
 
+def _us(value: float) -> str:
+    """A time in µs as the best-variant tables write it: two decimals (``15.08``)."""
+    return f"{value:.2f}"
+
+
+def best_time_comparison(bests: list[KernelBest]) -> list[str]:
+    """Compare the best variants of different packages listed together by time, not by speedup.
+
+    Each best variant's speedup is over its own package's baseline implementation, and those
+    baselines differ (v32 batch 1 on an H200: the Triton package's 460.66 µs, the CUDA package's
+    578.66 µs), so two speedups side by side do not say which kernel is faster: their times do.
+    ``bests`` are grouped by entry, the same (device, compute capability, shape, batch); in an entry
+    that several packages share, each row gets ``time_fastest`` (the fastest row of the entry, by
+    median µs, itself when it is) and ``time_ratio`` (its median over that one's, 1.0 for the
+    fastest); a row of an entry no other package has gets neither (None). A package's rows of
+    other compilers in one entry count as one, its fastest.
+
+    Returns plain sentences for the page (empty when no entry is shared): that the speedups are
+    over different baselines, with one entry's baselines in µs; which package is fastest by time
+    in how many shared entries; and for each pair of packages, which is slower in how many of the
+    entries they share, by how much, with the largest batch of each shape as the example
+    (``sparse_mla_decode_fp8 takes longer than sparse_mla_decode in all 14 entries they share on
+    NVIDIA H200 (1.36× to 1.98× its time; v32 batch 64: 249.26 µs vs 176.42 µs; ...)``)."""
+    entries: dict[tuple, dict[str, KernelBest]] = {}
+    for best in bests:
+        best.time_fastest, best.time_ratio = None, None
+        per_package = entries.setdefault((best.device_name, best.cc, best.shape, best.batch), {})
+        kept = per_package.get(best.package.name)
+        if kept is None or best.median_us < kept.median_us:
+            per_package[best.package.name] = best
+    shared = {key: rows for key, rows in entries.items() if len(rows) > 1}
+    if not shared:
+        return []
+    for best in bests:
+        rows = shared.get((best.device_name, best.cc, best.shape, best.batch))
+        if rows:
+            fastest = min(rows.values(), key=lambda row: (row.median_us, row.package.name))
+            best.time_fastest = fastest
+            best.time_ratio = best.median_us / fastest.median_us if fastest.median_us > 0 else None
+
+    def where(key: tuple, devices: set) -> str:
+        device, _cc, shape, batch = key
+        return f"{shape} batch {batch}" + ("" if len(devices) == 1 else f" on {device}")
+
+    notes = []
+    with_baselines = next(((key, rows) for key, rows in sorted(shared.items())
+                           if sum(row.baseline_us is not None for row in rows.values()) > 1), None)
+    if with_baselines is not None:
+        (device, _cc, shape, batch), rows = with_baselines
+        listed = ", ".join(f"{name} {_us(row.baseline_us)} µs" for name, row in sorted(rows.items())
+                           if row.baseline_us is not None)
+        notes.append(f"Each speedup is over its own package's baseline implementation, and the baselines differ "
+                     f"({shape} batch {batch} on {device}: {listed}): compare packages by their time (µs), not "
+                     "by their speedups.")
+    wins: dict[str, int] = {}
+    for rows in shared.values():
+        fastest = min(rows.values(), key=lambda row: (row.median_us, row.package.name))
+        wins[fastest.package.name] = wins.get(fastest.package.name, 0) + 1
+    counted = ", ".join(f"{name} in {count}" for name, count in sorted(wins.items(), key=lambda item: (-item[1], item[0])))
+    if len(wins) == 1:
+        counted = f"{next(iter(wins))} in {'all ' if len(shared) > 1 else ''}{len(shared)}"
+    notes.append(f"Fastest by time in the {len(shared)} {'entry' if len(shared) == 1 else 'entries'} that several "
+                 f"packages share (the same device, compute capability, shape and batch): {counted}.")
+    names = sorted({name for rows in shared.values() for name in rows})
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pairs = {key: (rows[a], rows[b]) for key, rows in shared.items() if a in rows and b in rows}
+            if not pairs:
+                continue
+            a_slower = sum(ra.median_us > rb.median_us for ra, rb in pairs.values())
+            b_slower = sum(rb.median_us > ra.median_us for ra, rb in pairs.values())
+            slow, fast, count = (a, b, a_slower) if (a_slower, b) >= (b_slower, a) else (b, a, b_slower)
+            times = {key: (ra, rb) if slow == a else (rb, ra) for key, (ra, rb) in pairs.items()}
+            devices = {(key[0], key[1]) for key in times}
+            on = f" on {next(iter(devices))[0]}" if len(devices) == 1 else ""
+            if count == 0:
+                notes.append(f"{a} and {b} take the same time in the {len(times)} entries they share{on}.")
+                continue
+            ratios = [rs.median_us / rf.median_us for rs, rf in times.values() if rf.median_us > 0]
+            last = {}
+            for key in sorted(times):
+                last[(key[0], key[1], key[2])] = key   # the largest batch of each device and shape
+            examples = "; ".join(f"{where(key, devices)}: {_us(times[key][0].median_us)} µs vs "
+                                 f"{_us(times[key][1].median_us)} µs" for key in sorted(last.values()))
+            share = (f"all {len(times)} entries" if count == len(times) and len(times) > 1
+                     else f"{count} of the {len(times)} {'entry' if len(times) == 1 else 'entries'}")
+            span = (f"{min(ratios):.2f}× to {max(ratios):.2f}× its time" if len(ratios) > 1 and count == len(times)
+                    else "")
+            notes.append(f"{slow} takes longer than {fast} in {share} they share{on} "
+                         f"({'; '.join(part for part in (span, examples) if part)}).")
+    return notes
+
+
 @dataclass
 class VariantTable:
     """One page of a job's variant table: ``rows`` (dicts, see :func:`variant_table`), the

@@ -83,7 +83,8 @@ def kernel_index(request: HttpRequest) -> HttpResponse:
     """Registered packages (grid size after constraints), jobs with status and progress (newest
     first, :data:`controlplane.paging.PER_PAGE` a page, ``?page=N``; a page number that names no
     page is a 404 saying why, :func:`controlplane.paging.page_of`), and the best variants per
-    device."""
+    device, those of packages that share a device, shape and batch compared by time
+    (:func:`kernels.selectors.best_time_comparison`)."""
     packages = []
     for pkg in selectors.package_list():
         try:
@@ -94,8 +95,12 @@ def kernel_index(request: HttpRequest) -> HttpResponse:
     page = page_of(selectors.job_list(), request.GET.getlist("page"), noun="job")
     jobs = _with_builds_kept(page.object_list)
     best = list(selectors.best_list()[:PACKAGE_BEST])
+    # Several packages' best variants side by side: compared by time, their speedups being over
+    # different baselines (kernels.selectors.best_time_comparison).
+    best_notes = selectors.best_time_comparison(best)
     return render(request, "kernels/index.html", {"packages": packages, "jobs": jobs, "jobs_page": page,
-                                                  "best": best, "can_write": _can_write(request)})
+                                                  "best": best, "best_notes": best_notes,
+                                                  "can_write": _can_write(request)})
 
 
 @role_page()
@@ -727,6 +732,9 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     sweeps = whatif_sweeps()
     bests = list(KernelBest.objects.filter(speedup__isnull=False).select_related("package")
                  .order_by("package__name", "device_name", "shape", "batch")[:300])
+    # Each speedup is over its own package's baseline: the picker shows each one's time, and the
+    # packages sharing a device, shape and batch are compared by time beside it.
+    best_notes = selectors.best_time_comparison(bests)
     share = _float_param(request, "share", errors)
     speedup = _float_param(request, "speedup", errors)
     # Out of range: the same message as the API's, naming the value as given (kernels.whatif.range_refusal).
@@ -786,8 +794,10 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
                 errors["best"] = [f"best variant #{best.pk} has no measured speedup over a baseline"]
             else:
                 speedup = best.speedup
+                baseline = f" ({best.baseline_us:.2f} µs)" if best.baseline_us is not None else ""
                 source = (f"best variant #{best.pk}: {best.package.name} {best.shape_bucket} on {best.device_name}, "
-                          f"{speedup_text(best.speedup)} over the package's own baseline implementation on {best.device_name}")
+                          f"{best.median_us:.2f} µs, {speedup_text(best.speedup)} over the package's own baseline "
+                          f"implementation on {best.device_name}{baseline}")
         elif speedup is None and "speedup" not in errors:
             if "speedup" in request.GET or "best" in request.GET:
                 errors["speedup"] = ["Give a speedup (×) or choose a best variant."]
@@ -805,7 +815,8 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     if errors:
         # The form again as it was typed: a refused value stays in its field to be corrected.
         form.update({k: request.GET.get(k, "") for k in ("share", "speedup") if request.GET.get(k, "").strip()})
-    return render(request, "kernels/whatif.html", {"sweeps": sweeps, "bests": bests, "form": form, "errors": errors,
+    return render(request, "kernels/whatif.html", {"sweeps": sweeps, "bests": bests, "best_notes": best_notes,
+                                                   "form": form, "errors": errors,
                                                    "result": result, "charts": charts, "source": source,
                                                    "hint": hint, "speedup_range": f"{MIN_SPEEDUP:g}–{MAX_SPEEDUP:g}×"},
                   status=400 if errors else 200)  # the form again with what to fix, as the API's 400

@@ -313,7 +313,9 @@ class BestFilterSerializer(serializers.Serializer):
 
 class BestSerializer(serializers.ModelSerializer):
     """The best variant of one bucket (device, cc, shape, batch, compiler): its parameters, median
-    (µs), roofline fraction, the baseline's median and the speedup over it, the exported file."""
+    (µs), roofline fraction, the baseline's median and the speedup over it, the exported file.
+    Each package has its own baseline implementation, and their times differ: compare the best
+    variants of different packages by ``median_us``, not by ``speedup``."""
 
     package = serializers.SlugRelatedField(slug_field="name", read_only=True)
     params = serializers.JSONField(source="variant.params", read_only=True)
@@ -328,6 +330,13 @@ class BestSerializer(serializers.ModelSerializer):
                   "variant", "key", "params", "median_us", "roofline_fraction", "baseline_us", "speedup",
                   "config_path", "package_hash", "selected_at"]
         read_only_fields = fields
+        extra_kwargs = {
+            "median_us": {"help_text": "the variant's median time in µs: what compares packages with each other"},
+            "baseline_us": {"help_text": "the median time in µs of this package's own baseline implementation for "
+                                         "the same bucket; null when its grid has none"},
+            "speedup": {"help_text": "baseline_us / median_us (×): over this package's own baseline, which differs "
+                                     "from another package's; null without a baseline"},
+        }
 
 
 class _DecimalTextFloatField(serializers.FloatField):

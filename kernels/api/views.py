@@ -317,8 +317,11 @@ class WhatIfViewSet(viewsets.ViewSet):
             best = services.kernel_best_for(best_id=q["best"])
             if not best.speedup:
                 raise InvalidInput({"best": [f"best variant #{best.pk} has no measured speedup over a baseline"]})
+            # the times too: a speedup is over its own package's baseline, which differs between packages
+            baseline = f" ({best.baseline_us:.2f} µs)" if best.baseline_us is not None else ""
             speedup, source = best.speedup, f"best variant #{best.pk} ({best.package.name} {best.shape_bucket} on "\
-                                            f"{best.device_name}, over the package's own baseline implementation)"
+                                            f"{best.device_name}, {best.median_us:.2f} µs, over the package's own "\
+                                            f"baseline implementation{baseline})"
         result = whatif_compute(sweep=sweep, share=q["share"], speedup=speedup, best=best)
         result["speedup_source"] = source
         # an omitted share is the seed's measurement, said so rather than silently assumed

@@ -41,3 +41,8 @@ def test_a_second_run_prints_the_stored_jobs_best_variants_as_the_first_did(sett
     cuda = KernelJob.objects.get(package__name="sparse_mla_decode_cuda")
     assert f"(kernel job #{cuda.pk}: 378 of 378 measurements correct)" in again
     assert "results: stored" not in again  # nothing ingested twice
+    # the packages compared by time, their speedups being over different baselines
+    for said in (first, again):
+        assert "Kernel results compared by time (median µs on the same device, shape and batch):" in said
+        assert "  Fastest by time in the 14 entries that several packages share" in said
+        assert "  sparse_mla_decode_fp8 takes longer than sparse_mla_decode in all 14 entries they share" in said

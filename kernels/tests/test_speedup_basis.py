@@ -67,7 +67,8 @@ def test_the_whatif_says_what_a_best_variants_speedup_is_over_and_where(flagship
     assert any(note.startswith(said) for note in body["notes"]), body["notes"]
     assert body["speedup"] == pytest.approx(best.speedup) and body["speedup_measured_at"]["best"] == best.pk
     assert body["speedup_source"] == (f"best variant #{best.pk} (sparse_mla_decode {best.shape_bucket} on NVIDIA "
-                                      "H200, over the package's own baseline implementation)")
+                                      f"H200, {best.median_us:.2f} µs, over the package's own baseline implementation "
+                                      f"({best.baseline_us:.2f} µs))")
     c = Client()
     c.force_login(viewer)
     html = c.get(f"/kernels/whatif/?sweep={seed_pd_sweep.pk}&best={best.pk}").content.decode()

@@ -37,8 +37,10 @@ def test_it_writes_a_speedup_with_two_decimals_and_a_times_sign_everywhere(viewe
     html = c.get(f"/kernels/whatif/?sweep={seed_pd_sweep.pk}&best={odd_best.pk}").content.decode()
     assert "<dt>Speedup</dt><dd>44.24× <span" in html
     assert " / 44.24</dd>" in html                                       # the decode step factor's formula
-    assert f"best variant #{odd_best.pk}: toy_attn small/batch=1 on NVIDIA H200, 44.24× over" in html
-    assert f"batch 1 on NVIDIA H200: 44.24×</option>" in html
+    odd_best.refresh_from_db()
+    us, base = f"{odd_best.median_us:.2f} µs", f"{odd_best.baseline_us:.2f} µs"
+    assert f"best variant #{odd_best.pk}: toy_attn small/batch=1 on NVIDIA H200, {us}, 44.24× over" in html
+    assert f"batch 1 on NVIDIA H200: {us}, 44.24× over its own baseline ({base})</option>" in html
     assert "the speedup 44.24× was measured at batch 1" in html
     assert set(re.findall(r"44\.2\d*", html)) == {"44.24"}
     # the one "<n>x" left is the sim profile's own hardware text, a count of GPUs

@@ -177,7 +177,7 @@ class Command(CeilingCommand):
         best configs are in the UI; a host with a GPU can run its own."""
         from django.conf import settings as dj_settings
 
-        from kernels.selectors import job_result_lines
+        from kernels.selectors import best_list, best_time_comparison, job_result_lines
         from kernels.models import KernelJob
 
         out = self.stdout
@@ -202,6 +202,12 @@ class Command(CeilingCommand):
                 job = KernelJob.objects.filter(package__name=name).order_by("-pk").first()
             if job is not None:
                 out.write(f"  kernel job #{job.pk} ({name}): {base}/kernels/jobs/{job.pk}/")
+        # Their speedups are each over the package's own baseline: the packages compared by time.
+        notes = best_time_comparison(list(best_list()))
+        if notes:
+            out.write("Kernel results compared by time (median µs on the same device, shape and batch):")
+            for note in notes:
+                out.write(f"  {note}")
         out.write(f"  what-if: {base}/kernels/whatif/")
 
     def _sweeps(self, *, user, base: str, timeout_s: float, sweep_timeout_s: float) -> list[str]:
