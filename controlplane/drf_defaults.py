@@ -428,23 +428,15 @@ class SingleValuedQuery(BasePermission):
     (:func:`refused_format`). A key the action of a viewset does not take is named as unknown,
     however often it is given (``?run=2&run=10`` on ``/api/runs/compare/``: ``{"run": ["unknown
     field 'run'; allowed: ids, ..."]}``, :func:`unknown_query_errors`), never as given twice, which
-    giving it once would only swap for that refusal: in the same 400 when another key is given twice,
-    else by :class:`KnownQueryKeys` (or the action that reports its keys itself, as
-    ``query_keys_reported_by_action`` names it). A permission class after
+    giving it once would only swap for that refusal. Every other problem of the query is named in
+    the same 400 (:func:`query_problems`): a key not taken, a filter given empty, a value refused,
+    a bad ``limit`` or ``offset``. A permission class after
     :class:`~controlplane.permissions.RolePermission`, so an unauthenticated or role-less request
     still gets its 401/403 first, whatever format it asked for."""
 
     def has_permission(self, request, view) -> bool:
-        unknown = unknown_query_errors(request, view) if hasattr(view, "action") else {}
-        errors = {name: [message] for name, values in request.query_params.lists()
-                  if name not in unknown and (message := given_more_than_once(values))}
-        for name, messages in (refused_format(request) or {}).items():
-            errors.setdefault(name, messages)
+        errors = query_problems(request, view)
         if errors:
-            if unknown and view.action not in getattr(view, "query_keys_reported_by_action", ()):
-                errors = {**unknown, **errors}
-            if hasattr(view, "action"):
-                errors = {**empty_filter_errors(request, view), **errors}
             raise ValidationError(errors)
         return True
 
@@ -707,16 +699,112 @@ class KnownQueryKeys(BasePermission):
     name, as every write (create, update, destroy, a stop, a cancel, an import), takes ``format``
     alone. An action named in its ``query_keys_reported_by_action`` reports them itself, with every
     other problem of the query, through :func:`unknown_query_errors`. A permission class after
-    :class:`SingleValuedQuery`, which names a key the action takes given twice (with the unknown
-    keys, in one 400); the 401/403 of the role come before either. A list's filter, or another
-    read's query parameter, given empty is named in the same 400 (:func:`empty_filter_errors`)."""
+    :class:`SingleValuedQuery`, which already names every problem of the query in one 400
+    (:func:`query_problems`: a key given twice, a key not taken, a filter given empty, a value
+    refused, a bad ``limit``); this class asks the same for a view that lists it alone. The 401/403
+    of the role come before either."""
 
     def has_permission(self, request, view) -> bool:
-        if not hasattr(view, "action"):
-            return True
-        if view.action in getattr(view, "query_keys_reported_by_action", ()):
-            return True
-        errors = {**unknown_query_errors(request, view), **empty_filter_errors(request, view)}
+        errors = query_problems(request, view)
         if errors:
             raise ValidationError(errors)
         return True
+
+
+def _declared_serializers(view) -> list[type]:
+    """The serializer classes that judge the query values of the action of ``view`` (a viewset):
+    those ``view.query_keys`` names for it, then the one ``view.query_serializers`` (action name →
+    serializer class) names, for an action whose ``query_keys`` name its keys one by one (a
+    deployment's telemetry takes ``since`` and ``until`` of the serializer that also has a node's
+    ``fields``)."""
+    action = getattr(view, "action", None)
+    declared = (getattr(view, "query_keys", None) or {}).get(action, ())
+    items = [*(declared if isinstance(declared, (tuple, list)) else (declared,)),
+             (getattr(view, "query_serializers", None) or {}).get(action)]
+    return list(dict.fromkeys(item for item in items if isinstance(item, type)))
+
+
+def _pages(view) -> bool:
+    """True when the action of ``view`` (a viewset) pages with :class:`Pagination`: a ``list``, or
+    an action whose ``query_keys`` name :data:`PAGE_KEYS` as keys (a recipe's versions, a
+    deployment's events), not through a serializer of its own (a run's records)."""
+    if not isinstance(getattr(view, "paginator", None), Pagination):
+        return False
+    declared = (getattr(view, "query_keys", None) or {}).get(getattr(view, "action", None), ())
+    items = declared if isinstance(declared, (tuple, list)) else (declared,)
+    return getattr(view, "action", None) == "list" or all(key in items for key in PAGE_KEYS)
+
+
+def query_value_errors(request, view, *, left_out: Iterable[str] = ()) -> dict[str, Any]:
+    """``{key: [message]}`` for each value of the query of ``request`` that the action of ``view``
+    (a viewset) refuses: those its ``query_keys`` serializers refuse (``?sweep=abc``: ``must be a
+    whole number >= 1, got 'abc'``, in the words each field gives) and, for an action that pages
+    (:func:`_pages`), a bad ``limit`` or ``offset`` (:class:`Pagination`). Only keys given are
+    named: a key left out that the action needs (a diff's ``b``) is the action's to name, once the
+    query's own problems are gone. The keys ``left_out`` (given twice, empty, unknown: already
+    named) are judged as not given."""
+    params = request.query_params
+    left_out = set(left_out)
+    if left_out:
+        params = params.copy()
+        for key in left_out:
+            params.pop(key, None)
+    errors: dict[str, Any] = {}
+    for serializer_class in _declared_serializers(view):
+        ser = serializer_class(data=params)
+        if not ser.is_valid():
+            for key, messages in ser.errors.items():
+                if key in params:   # a key not given (one required, or one of two) is the action's to name
+                    errors.setdefault(key, messages)
+    if _pages(view):
+        try:
+            Pagination._page(view.paginator, _QueryOnly(params))
+        except ValidationError as exc:
+            for key, messages in exc.detail.items():
+                errors.setdefault(key, messages)
+    return errors
+
+
+class _QueryOnly:
+    """A stand-in request holding ``query_params`` alone, for :meth:`Pagination._page`."""
+
+    def __init__(self, query_params) -> None:
+        self.query_params = query_params
+
+
+def query_problems(request, view) -> dict[str, Any]:
+    """Every problem of the query of ``request`` to ``view``, in one ``{key: [message]}`` (empty
+    when there is none), so that one 400 names them all, never the first alone: a key given twice
+    (:func:`given_more_than_once`), a ``?format=`` no renderer answers in (:func:`refused_format`)
+    and, for an action of a viewset, a key it does not take (:func:`unknown_query_errors`), a
+    filter given empty (:func:`empty_filter_errors`) and a value it refuses
+    (:func:`query_value_errors`: a wrong type or choice, a bad ``limit``). ``?status=&sweep=abc`` is
+    both ``status`` (empty) and ``sweep`` (not a whole number); ``?sweep=abc&limit=0&foo=1`` names
+    all three keys.
+
+    The values an action that is not a ``list`` refuses are named here only beside another
+    problem: alone, the action judges them itself (after its 404 for an object that does not
+    exist). An action named in the viewset's ``query_keys_reported_by_action`` reports its query's
+    problems itself, every one at once; it never sees a query with a key given twice or a refused
+    format, so those are named here with the unknown keys and the values refused beside them."""
+    viewset = hasattr(view, "action")
+    unknown = unknown_query_errors(request, view) if viewset else {}
+    repeated = {name: [message] for name, values in request.query_params.lists()
+                if name not in unknown and (message := given_more_than_once(values))}
+    for name, messages in (refused_format(request) or {}).items():
+        repeated.setdefault(name, messages)
+    if not viewset:
+        return repeated
+    if view.action in getattr(view, "query_keys_reported_by_action", ()):
+        if not repeated:
+            return {}
+        errors = {**unknown, **repeated}
+        empty = [key for key, values in request.query_params.lists() if values == [""]]
+        for key, messages in query_value_errors(request, view, left_out=[*errors, *empty]).items():
+            errors.setdefault(key, messages)
+        return errors
+    errors: dict[str, Any] = {**empty_filter_errors(request, view), **unknown, **repeated}
+    if errors or view.action == "list":
+        for key, messages in query_value_errors(request, view, left_out=errors).items():
+            errors.setdefault(key, messages)
+    return errors

@@ -509,6 +509,7 @@ class DeploymentViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     parser_classes = PARSERS
     # the telemetry's fields= picks a node's series: a deployment's history has no choice of them
     query_keys = {"list": s.DeploymentFilterSerializer, "telemetry": ("since", "until"), "events": PAGE_KEYS}
+    query_serializers = {"telemetry": s.TelemetryQuerySerializer}   # judges since and until
 
     def get_queryset(self):
         if self.action != "list":

@@ -283,6 +283,7 @@ class WhatIfViewSet(viewsets.ViewSet):
     those two (:class:`controlplane.drf_defaults.FormatNegotiation`, as on every endpoint)."""
 
     query_keys = {"list": WHATIF_KEYS}
+    query_serializers = {"list": s.WhatIfQuerySerializer}   # judges their values
     query_keys_reported_by_action = ("list",)   # with every other problem of the query
 
     @extend_schema(summary="Project a sweep with a faster kernel (decode step × ((1 − share) + share / speedup))",
