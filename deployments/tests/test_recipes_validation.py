@@ -837,15 +837,42 @@ def test_it_keeps_the_generated_flag_tables_in_sync_with_the_allowlists():
         f"{RECIPE_DOC_PATH} is out of date; regenerate it with the command at the end of the document")
 
 
+def _doc_recipe_examples() -> list[dict]:
+    """Every recipe example of the reference: each ```json block, and each ```yaml (or ```yml)
+    block, that holds an object with an ``engine`` and a ``spec``."""
+    text = DOC.read_text()
+    blocks = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", text, re.DOTALL)]
+    yaml_blocks = re.findall(r"```ya?ml\n(.*?)```", text, re.DOTALL)
+    if yaml_blocks:
+        import yaml
+        blocks += [yaml.safe_load(block) for block in yaml_blocks]
+    return [block for block in blocks if isinstance(block, dict) and "engine" in block and "spec" in block]
+
+
 def test_it_validates_every_example_in_the_reference():
-    examples = [json.loads(block) for block in re.findall(r"```json\n(.*?)```", DOC.read_text(), re.DOTALL)]
     combos = set()
-    for recipe in examples:
+    for recipe in _doc_recipe_examples():
         out = recipe_validate(engine=recipe["engine"], topology=recipe["topology"], spec=recipe["spec"],
                               node=example_node_facts(recipe["node"]))
         assert out["roles"], recipe["name"]
         combos.add((recipe["engine"], recipe["topology"]))
     assert combos == {(name, topology) for name, adapter in ENGINES.items() for topology in adapter.topologies}
+
+
+def test_every_sim_example_in_the_reference_counts_its_gpus_as_the_seeded_one_does():
+    # Without gpus_modelled a recipe made from the example gives its sweeps no GPU count (num_gpus
+    # null, "GPUs —", no per-GPU figures), unlike the seeded recipe of the same profile.
+    seeded = {(r["topology"], r["spec"]["sim"]["profile"]): r["spec"]["sim"].get("gpus_modelled")
+              for r in example_recipes() if r["engine"] == "sim"}
+    sims = [recipe for recipe in _doc_recipe_examples() if recipe["engine"] == "sim"]
+    assert {recipe["topology"] for recipe in sims} == {"single", "pd"}
+    for recipe in sims:
+        out = recipe_validate(engine="sim", topology=recipe["topology"], spec=recipe["spec"],
+                              node=example_node_facts(recipe["node"]))
+        assert out["sim"].get("gpus_modelled"), f"{recipe['name']}: spec.sim.gpus_modelled is left out"
+        key = (recipe["topology"], out["sim"]["profile"])
+        if key in seeded:
+            assert out["sim"]["gpus_modelled"] == seeded[key], recipe["name"]
 
 
 def test_it_renders_a_flag_table_per_allowlist():
