@@ -696,6 +696,16 @@ class StrictSlugRelatedField(StrictTextMixin, serializers.SlugRelatedField):
         return super().fail(key, **kwargs)
 
 
+def created_by_field(what: str) -> serializers.SlugRelatedField:
+    """The read-only ``created_by`` of an answer: the username of the user who did ``what`` (``"started
+    the sweep"``), described in its own words, not the help text of the user model's ``username``
+    (its rules for a new name, which an answer does not take)."""
+    return serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text=f"username of the user who {what}; null when no user is recorded (done from the command "
+                  "line) or that user has since been deleted")
+
+
 class JSONTextField(serializers.JSONField):
     """DRF's :class:`~rest_framework.fields.JSONField` whose JSON text from a form-encoded or
     multipart body (a recipe's ``spec`` sent as a form field) is read as a JSON body is

@@ -14,7 +14,7 @@ from benchmarks.selectors import HELD_STALE_S, PK_MAX
 from benchmarks.services.sweeps import SHARED_RECHECK_S
 from benchmarks.sweeps import DEFAULT_LENGTHS, DIGITS_RE, DURATION_RULE, MAX_DURATION_S, MIN_DURATION_S
 from controlplane.api import (
-    AnyJSONField, BlankAsNullCharField, MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField,
+    AnyJSONField, BlankAsNullCharField, created_by_field, MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField,
     LimitedTextField, StrictBooleanField, StrictCharField, StrictInputMixin,
     StrictIntegerField,
 )
@@ -77,24 +77,26 @@ SWEEP_PROGRESS_SCHEMA = {
 #: renews the mark each time; a mark older than :data:`benchmarks.selectors.HELD_STALE_S` no
 #: longer keeps newer sweeps in line.
 HELD_AT_HELP = (
-    "when its task last found it held back by a sweep of a deployment sharing a CPU or GPU with its own (it "
-    f"stays pending); renewed every {SHARED_RECHECK_S:g} s (SHARED_RECHECK_S) while it stays held; newer sweeps "
-    f"sharing with it queue behind it while the mark is less than {HELD_STALE_S:g} s old (HELD_STALE_S); null when it never was held or "
+    "when (date-time) its task last found it held back by a sweep of a deployment sharing a CPU or GPU with its "
+    f"own (it stays pending); renewed every {SHARED_RECHECK_S:g} s while it stays held; newer sweeps sharing with "
+    f"it queue behind it while the mark is less than {HELD_STALE_S:g} s old; null when it never was held or "
     "once it runs")
 
 
+# The texts of the description below come from: queue_note, benchmarks.selectors.sweep_queue_note;
+# requests_total, BenchmarkSweep.requests_total_known; held_at, HELD_AT_HELP and
+# benchmarks.services.sweeps.SHARED_RECHECK_S; progress, benchmarks.views.sweep_pages.progress_message.
 class SweepSerializer(serializers.ModelSerializer):
     """A sweep with its grid, status, progress columns (``current_tok_s``: the running point's
     output tok/s over the last report window of about 0.5 s, null unless the sweep is running; the
     mean since the point's first request is its run's ``progress.tok_s_mean``), GPU count and snapshot; ``worker``
     (``host:pid`` running it) and ``heartbeat_at`` (its last sign of life); ``run_ids`` in
     grid order; ``queue_note``: why an active sweep is not measuring yet
-    (:func:`benchmarks.selectors.sweep_queue_note`, null once it runs); ``load_notes``: where
-    its closed-loop loads exceed what the engine runs at once, so the rest wait in its queue
-    (:func:`benchmarks.selectors.sweep_load_notes`; in the create response too); ``requests_done``: the
+    (null once it runs); ``load_notes``: where its closed-loop loads exceed what the engine runs at
+    once, so the rest wait in its queue (in the create response too); ``requests_done``: the
     requests that finished (succeeded, or failed with an answer); ``requests_total``: the requests
     the sweep sends in all, null while that is not known (a grid with points limited by time
-    alone, until the sweep has ended, done, failed or cancelled; a failed or cancelled sweep counts for each point that ran what it sent and 0 for one that never ran: :attr:`benchmarks.models.BenchmarkSweep.requests_total_known`),
+    alone, until the sweep has ended, done, failed or cancelled; a failed or cancelled sweep counts for each point that ran what it sent and 0 for one that never ran),
     never below ``requests_done``; ``warmup_requests``: the grid's warm-up requests per point
     (never counted; null without a grid); ``requests_aborted``: those a stop ended in flight, the cancel,
     the deployment going down under a point or the loss of the worker running the sweep (the pages say
@@ -102,12 +104,10 @@ class SweepSerializer(serializers.ModelSerializer):
     0 when none; ``requests_cancelled``: the aborted ones the
     cancel ended, also in ``requests_aborted``, 0 when no point was cut by a cancel; ``held_at``:
     when its task last found it held back by a sweep of a deployment sharing a CPU or GPU with its
-    own (pending), renewed every :data:`benchmarks.services.sweeps.SHARED_RECHECK_S` (5 s) while
-    it stays held, null when it never was or once it runs (:data:`HELD_AT_HELP`); ``progress``: the
-    running point's last progress report as its rows hold it, the
-    same data the sweep page embeds and its last ``sweep.progress`` websocket message carried
-    (:func:`benchmarks.views.sweep_pages.progress_message`), null when no point is running or it
-    has not reported yet. The analysis is served by ``/api/sweeps/<id>/analysis/``.
+    own (pending), renewed every 5 s while it stays held, null when it never was or once it runs;
+    ``progress``: the running point's last progress report as its rows hold it, the
+    same data the sweep page embeds and its last ``sweep.progress`` websocket message carried,
+    null when no point is running or it has not reported yet. The analysis is served by ``/api/sweeps/<id>/analysis/``.
 
     A text the sweep does not have is null, never ``""`` (``reason``, ``current_point``,
     ``served_model_name``, ``topology``, ``engine``, ``worker``, ``queue_note``), as the sweep's
@@ -157,7 +157,7 @@ class SweepSerializer(serializers.ModelSerializer):
     engine = BlankAsNullCharField(allow_null=True, read_only=True, help_text="the deployment's engine; null until known")
     worker = BlankAsNullCharField(allow_null=True, read_only=True,
                                   help_text="host:pid of the process running it; null when none has taken it")
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = created_by_field("started the sweep")
     progress = serializers.SerializerMethodField(
         help_text="the running point's last progress report, the data of the sweep.progress websocket message "
                   "(the sweep page embeds the same): request counts of the point, seconds, output tok/s, and "
@@ -271,9 +271,8 @@ class SweepCreateSerializer(StrictInputMixin, serializers.Serializer):
     400 naming ``deployment`` and the type, judged with the rest of the body before the
     deployment's state; the name a JSON string: ``5`` is a 400, never the name ``"5"``); any other
     key is refused at its name (``{"extra": ["unknown field 'extra'; allowed: deployment, grid,
-    name"]}``, the shared :func:`controlplane.api.unknown_field_errors`), as unknown grid keys are.
-    The grid's own rules are checked by :func:`benchmarks.sweeps.grid_validate`, which reports
-    every bad grid field at once (errors name ``grid.<field>``, a number that is not finite such as
+    name"]}``, the wording of every body), as unknown grid keys are.
+    The grid's own rules are checked with the body, and every bad grid field is reported at once (errors name ``grid.<field>``, a number that is not finite such as
     ``1e400`` included)."""
 
     deployment = StrictIntegerField(min_value=1)
@@ -295,8 +294,9 @@ class SweepFilterSerializer(serializers.Serializer):
 _LATENCY_HELP = "ms by statistic (mean, p50, p90, p99, ...); null when no request succeeded"
 
 
+# benchmarks.services.run_metrics
 class RunMetricsSerializer(serializers.Serializer):
-    """:func:`benchmarks.services.run_metrics`: one vocabulary for measured and imported runs."""
+    """A run's metrics: one vocabulary for measured and imported runs (latencies in ms)."""
 
     output_throughput_tok_s = serializers.FloatField(allow_null=True, help_text=(
         "output tok/s over the measured duration: the successful requests' output tokens, plus, for a run a stop "
@@ -367,12 +367,12 @@ class RunSerializer(serializers.ModelSerializer):
     summary's ``duration_s`` (and ``measured_duration_s``), the metrics' and the exports'
     ``measured_duration_s``), status, source,
     summary (each value in the unit its key names: ``_s`` seconds, ``_ms`` milliseconds), flags,
-    ``metrics`` (one vocabulary, ms), snapshot, ``progress`` (the running point's live counts, see
-    :class:`benchmarks.models.BenchmarkRun`). The original imported file is served by
-    ``/api/runs/<id>/original/``; ``original_sha256`` is its hash, ``record_sha256`` that of the
-    run's own record as canonical JSON. ``started_at`` / ``ended_at`` are when a measured run ran;
-    an imported run has neither (null), ``imported_at`` when it was imported and ``result_date``
-    the local time its file states, zone not recorded.
+    ``metrics`` (one vocabulary, ms), snapshot, ``progress`` (the point's live counts as the load
+    generator last reported them: requests done, failed and aborted, seconds, output tok/s). The
+    original imported file is served by ``/api/runs/<id>/original/``; ``original_sha256`` is its
+    hash, ``record_sha256`` that of the run's own record as canonical JSON. ``started_at`` /
+    ``ended_at`` are when a measured run ran; an imported run has neither (null), ``imported_at``
+    when it was imported and ``result_date`` the local time its file states, zone not recorded.
 
     A text the run does not have or that is not known is null, never ``""``: ``reason`` (nothing to
     explain), ``import_format``, ``original_filename`` and ``original_sha256`` (a measured run),
@@ -491,8 +491,7 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class ImportSkippedSerializer(serializers.Serializer):
-    """A run of an imported file that was not stored: a run already holds its result
-    (:class:`benchmarks.services.SkippedRecord`)."""
+    """A run of an imported file that was not stored: a run already holds its result."""
 
     line = serializers.IntegerField(allow_null=True, help_text="its line of the file, from 1; null for a file that "
                                                                 "is one object")
@@ -527,16 +526,16 @@ class RunImportConflictSerializer(serializers.Serializer):
 
 class RunImportSerializer(StrictInputMixin, serializers.Serializer):
     """Either a multipart ``file`` or JSON ``{"text": ..., "filename": ...}``; ``allow_duplicate``
-    (default false; in a JSON body only ``true`` or ``false``, :class:`StrictBooleanField`)
+    (default false; in a JSON body only ``true`` or ``false``)
     stores every run of the file, also those already imported, instead of skipping them (and
     answering 409 when none is new).
     ``text`` and ``filename`` are JSON strings: ``{"text": 5}`` is a 400 under ``text`` naming the
     type, not a file holding ``5``. ``filename`` (at most 255 characters) may not hold a control
     character, a line break or a Unicode line or paragraph separator
-    (:data:`controlplane.api.CONTROL_CHARACTERS_RE`): it is sent back in the
+    (U+2028, U+2029): it is sent back in the
     ``Content-Disposition`` header of every download of the file. Any other key is refused at its
     name (``{"zzz": ["unknown field 'zzz'; allowed: file, text, filename,
-    allow_duplicate"]}``, the shared :func:`controlplane.api.unknown_field_errors`), before the
+    allow_duplicate"]}``, the wording of every body), before the
     file is read. An uploaded file of 0 bytes is refused under ``file`` naming it."""
 
     # allow_empty_file: an empty upload is named by validate_file, not DRF's "The submitted file is empty."
@@ -662,8 +661,9 @@ _SWEEP_STATUS_HELP = f"one of {', '.join(SweepStatus.values)}"
 _RUN_SOURCE_HELP = f"one of {', '.join(RunSource.values)}"
 
 
+# benchmarks.services.run_records_rows
 class RunRecordSerializer(serializers.Serializer):
-    """One request of a measured run (:func:`benchmarks.services.run_records_rows`)."""
+    """One request of a measured run (times in ms from the run's first request start)."""
 
     index = serializers.IntegerField(help_text="position in the point's dataset")
     ok = serializers.BooleanField()
@@ -697,8 +697,10 @@ class RunRecordsPageSerializer(serializers.Serializer):
     rows = RunRecordSerializer(many=True)
 
 
+# benchmarks.services.runs_compare's config
 class RunCompareConfigSerializer(serializers.Serializer):
-    """What a run measured (:func:`benchmarks.services.runs_compare`'s ``config``)."""
+    """What a compared run measured: its source, the deployment, recipe and node it ran against, its
+    GPU count, its point (concurrency, request rate, lengths, requests) and the SLO it is judged by."""
 
     source = serializers.CharField()
     import_format = serializers.CharField(allow_null=True)
@@ -742,9 +744,9 @@ class RunCiStatsSerializer(serializers.Serializer):
                                 max_length=2, help_text="order-statistic interval, ms")
 
 
+# benchmarks.services.runs.run_ci95_ms
 class RunCiSerializer(serializers.Serializer):
-    """A run's 95 % confidence intervals of its per-request latencies
-    (:func:`benchmarks.services.runs.run_ci95_ms`); ITL has none."""
+    """A run's 95 % confidence intervals of its per-request latencies (ms); ITL has none."""
 
     ttft_ms = RunCiStatsSerializer(required=False)
     tpot_ms = RunCiStatsSerializer(required=False)
@@ -809,8 +811,9 @@ RunCompareBestSerializer = type("RunCompareBestSerializer", (serializers.Seriali
 })
 
 
+# benchmarks.services.runs_compare
 class RunCompareSerializer(serializers.Serializer):
-    """``GET /api/runs/compare/`` (:func:`benchmarks.services.runs_compare`)."""
+    """The comparison of runs ``GET /api/runs/compare/`` answers: each run with its metrics, and notes."""
 
     runs = RunCompareEntrySerializer(many=True)
     fields = RunCompareFieldSerializer(many=True)
@@ -837,9 +840,10 @@ class RunCompareSerializer(serializers.Serializer):
     notes = serializers.ListField(child=serializers.CharField())
 
 
+# benchmarks.services.run_export_dict
 class RunExportSerializer(serializers.Serializer):
-    """One run as exported (:func:`benchmarks.services.run_export_dict`); a text the run does not have
-    or that is not known is null, as in :class:`RunSerializer`."""
+    """One run as exported; a text the run does not have or that is not known is null, as in a
+    run's JSON from ``GET /api/runs/<id>/``."""
 
     id = serializers.IntegerField()
     sweep_id = serializers.IntegerField(allow_null=True)
@@ -887,7 +891,8 @@ class RunExportSerializer(serializers.Serializer):
 
 
 class SweepExportSweepSerializer(serializers.Serializer):
-    """The sweep of its JSON export; a text it does not have is null, as in :class:`SweepSerializer`."""
+    """The sweep of its JSON export; a text it does not have is null, as in a sweep's JSON from
+    ``GET /api/sweeps/<id>/``."""
 
     id = serializers.IntegerField()
     name = serializers.CharField()
@@ -916,8 +921,9 @@ class SweepExportSweepSerializer(serializers.Serializer):
     ended_at = serializers.DateTimeField(allow_null=True)
 
 
+# benchmarks.services.sweep_analysis
 class SweepAnalysisSerializer(serializers.Serializer):
-    """The ceiling report (:func:`benchmarks.services.sweep_analysis`)."""
+    """The ceiling report of a sweep: one report per length pair, the findings and the notes."""
 
     lengths = serializers.DictField(child=serializers.JSONField(),
                                     help_text='one report per "input/output" length pair')
@@ -926,13 +932,15 @@ class SweepAnalysisSerializer(serializers.Serializer):
     errors = serializers.DictField(child=serializers.CharField(), help_text="length pair -> why it has no report")
     notes = serializers.ListField(child=serializers.CharField())
     provisional = serializers.BooleanField(help_text="computed from the runs so far: the sweep has not finished")
-    version = serializers.IntegerField(help_text="the analysis that made the report (benchmarks.analysis."
-                                                 "ANALYSIS_VERSION); a stored report of an older one is computed "
-                                                 "again when it is read")
+    # benchmarks.analysis.ANALYSIS_VERSION
+    version = serializers.IntegerField(help_text="the version of the analysis that made the report (a whole "
+                                                 "number, raised when the analysis changes); a stored report of "
+                                                 "an older version is computed again when it is read")
 
 
+# benchmarks.services.sweep_export_json
 class SweepExportSerializer(serializers.Serializer):
-    """``GET /api/sweeps/<id>/export/?format=json`` (:func:`benchmarks.services.sweep_export_json`)."""
+    """``GET /api/sweeps/<id>/export/?format=json``: the sweep and each of its runs."""
 
     sweep = SweepExportSweepSerializer()
     runs = RunExportSerializer(many=True)

@@ -314,9 +314,10 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         none is new (:class:`benchmarks.services.AlreadyImported`), with the runs holding them.
         A file that cannot be imported answers 400 with every
         problem found, ``{"line 3.duration": [...], "file.output_throughput": [...]}`` (at most
-        :data:`benchmarks.importers.MAX_REPORTED_PROBLEMS`, then a count under ``file``). The
+        50 places, then a count under ``file``). The
         whole file's problems are under the field sent: ``file`` for an upload, ``text``
         (``text.duration``) for pasted text."""
+        # at most benchmarks.importers.MAX_REPORTED_PROBLEMS places, the 50 the description says
         data, found = request_body(request)
         ser = s.RunImportSerializer(data=data, context={"body_errors": found, "request": request})
         if not ser.is_valid():

@@ -28,7 +28,7 @@ from controlplane.api import (
     MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField,
     StrictIntegerMixin, StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
 )
-from controlplane.api import AnyJSONField, BlankAsNullCharField, LimitedTextField, OptionalTextField, StrictBooleanField
+from controlplane.api import AnyJSONField, BlankAsNullCharField, created_by_field, LimitedTextField, OptionalTextField, StrictBooleanField
 from controlplane.drf_defaults import empty_list_item
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import json_spelled
@@ -208,7 +208,7 @@ class RecipeSerializer(serializers.ModelSerializer):
 
     description = BlankAsNullCharField(allow_null=True, read_only=True)
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = created_by_field("created the recipe")
     secret_values_held = serializers.SerializerMethodField()
 
     class Meta:
@@ -277,7 +277,7 @@ class NameField(StrictCharField):
 class RecipeWriteSerializer(serializers.Serializer):
     """Input for creating (all of ``name``, ``engine``, ``topology``, ``node``, ``spec``) or
     updating (any subset with PATCH) a recipe. A PUT's ``spec`` replaces the stored one whole; a
-    PATCH's is a JSON Merge Patch (RFC 7396, :func:`deployments.services.json_merge_patch`) of the
+    PATCH's is a JSON Merge Patch (RFC 7396) of the
     stored spec: objects merge recursively, null removes a key, arrays and other values replace;
     the merged spec is validated whole. ``node`` is a node name. ``change_reason`` is
     stored in the version history; ``expected_version`` (a JSON integer: ``"3"`` is refused as the
@@ -287,9 +287,10 @@ class RecipeWriteSerializer(serializers.Serializer):
     ``"node": 1`` is a 400 naming the field and the type (``must be a node name (a string), got
     the number 1``), never the text ``"5"``. Any other top-level key is refused.
 
-    Pass the recipe being updated as ``instance``: a PATCH's spec rules are then checked on
-    the merged content (the recipe's stored engine, topology, node and spec where the body
-    leaves them out). Every problem comes back at once, see :meth:`to_internal_value`."""
+    An update's spec rules are checked on the merged content (the recipe's stored engine,
+    topology, node and spec where the body leaves them out). Every problem comes back at once."""
+
+    # The recipe being updated is passed as ``instance``; every problem at once: to_internal_value.
 
     name = NameField(example="seed-v4-flash-pd")
     description = OptionalTextField(max_length=DESCRIPTION_MAX_LENGTH, required=False,
@@ -299,7 +300,7 @@ class RecipeWriteSerializer(serializers.Serializer):
     topology = FilterChoiceField(choices=Topology.choices)
     node = StrictSlugRelatedField(slug_field="name", queryset=Node.objects.all(), what="a node name (a string)")
     spec = SpecField(help_text=(
-        "The typed recipe spec; see deployments.recipes for its schema. A create or a PUT takes it "
+        "The typed recipe spec; docs/recipes.md describes every field. A create or a PUT takes it "
         "whole: a spec sent replaces the stored one. A PATCH merges it into the stored spec as a JSON "
         "Merge Patch (RFC 7396): objects merge key by key, recursively; null removes a key (a default "
         "then applies, or it is refused where required); arrays and other values replace. "
@@ -598,9 +599,10 @@ class SecretSerializer(_SecretBodyChecks, StrictInputMixin, serializers.ModelSer
     returned by any endpoint. As input (create), any key but ``name``, ``description`` and
     ``value`` is refused at its name, and each of the three is a JSON string (``"value": 5`` is a
     400 naming the field and the type, never the text ``"5"``; ``description`` may be null, no
-    description as ``""``, and an answer gives null for none); a value that
-    :func:`deployments.services.secret_value_problem` refuses (shorter than 8 characters, NUL or a
-    line break) is a 400 on ``value`` with the reason."""
+    description as ``""``, and an answer gives null for none); a value that is refused (shorter
+    than 8 characters, or holding a NUL or a line break) is a 400 on ``value`` with the reason."""
+
+    # The value's refusal: deployments.services.secret_value_problem.
 
     # The model's text columns (name, description) as JSON strings only, as ``value``.
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
@@ -705,7 +707,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         help_text="the recipe's name now: the same as recipe_name unless the recipe was renamed since this "
                   "version was deployed (pages then show recipe_name followed by \"(now recipe_current_name)\")")
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = created_by_field("started the deployment")
     waiting_reason = serializers.SerializerMethodField(
         help_text='e.g. "waiting for node agent local (last heartbeat never)"; null when not waiting'
     )

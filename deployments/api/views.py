@@ -116,13 +116,15 @@ class NodeViewSet(NoBodyDestroyMixin, mixins.ListModelMixin, mixins.RetrieveMode
     everyone with a role and removed only by an admin. A node is named in the path by its name
     (``/api/nodes/local/``) or its numeric id (digits alone, which no node name is).
 
-    A node name may hold dots, so a key with a format suffix is read by one rule
-    (:meth:`initial`): a node whose name (or id) is the whole key wins (``/api/nodes/a.json/`` is
+    A node name may hold dots, so a key with a format suffix is read by one rule: a node whose
+    name (or id) is the whole key wins (``/api/nodes/a.json/`` is
     node ``a.json`` when there is one); otherwise a trailing ``.json``, ``.csv`` or ``.api``, in any
-    case (:data:`controlplane.api.API_FORMATS`), is the format, as on every other route:
+    case, is the format, as on every other route:
     ``/api/nodes/local.json/`` is node ``local`` with ``?format=json``. Any other ending is part
     of the name (``/api/nodes/gpu.box/`` with no such node is the 404 naming ``gpu.box``). A 404
     for a key read with a suffix names both: ``no node with name 'nosuch.json' (nor 'nosuch')``."""
+
+    # The rule: initial; the formats: controlplane.api.API_FORMATS.
 
     serializer_class = s.NodeSerializer
     write_role = "admin"
@@ -348,9 +350,10 @@ class RecipeViewSet(NoBodyDestroyMixin, viewsets.ModelViewSet):
     )
     @action(detail=True, methods=["get"], url_path=r"versions/(?P<version>[0-9]+)")
     def version_detail(self, request: Request, pk=None, version: str = "") -> Response:
-        """One version by number. Any run of digits reaches :class:`controlplane.api.IdField`, so a
+        """One version by number. Any run of digits is judged as a version number, so a
         number out of range, 0 as ``99999999999999``, is the same 400 naming ``version`` that
         ``?version=`` of the dry-run gives, never a 404 for a path the route would not take."""
+        # judged by controlplane.api.IdField, the field of VersionQuerySerializer
         recipe = self.get_object()
         number = s.VersionQuerySerializer(data={"version": version})
         number.is_valid(raise_exception=True)

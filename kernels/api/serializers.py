@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api import (
-    MAX_INT, AnyJSONField, BlankAsNullCharField, FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictListField,
+    MAX_INT, AnyJSONField, BlankAsNullCharField, created_by_field, FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictListField,
     flatten_errors,
 )
 from controlplane.jsonsafe import json_spelled
@@ -83,7 +83,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     package = serializers.SlugRelatedField(slug_field="name", read_only=True)
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = created_by_field("started the job")
     waiting_reason = serializers.SerializerMethodField(
         help_text='e.g. "waiting for node agent local (last heartbeat never)"; null when not waiting')
     phase = serializers.SerializerMethodField(
@@ -164,11 +164,13 @@ class JobCreateSerializer(StrictInputMixin, serializers.Serializer):
     any other key is refused at its name. Texts must be JSON strings and batches JSON integers
     (``"cc": 9.0``, ``"batches": ["1"]`` or ``[true]`` are a 400 naming the field and the type
     expected, never coerced); ``cc`` is taken as written, never trimmed (``" 9.0"`` is a 400 naming
-    it, as :func:`kernels.services.kernel_job_check` judges it); ``shapes`` and ``batches``, when
+    it, as the job's own checks judge it); ``shapes`` and ``batches``, when
     given, hold at least one value and each value once (``[]`` or ``[1, 1]`` is a 400; a batch is
     1..2147483647, refused at its item, ``batches.0``, outside it; leave the
     key out for the package's list). Every value given more than once is named beside the list's
-    other problems (an item of the wrong type, at ``batches.2``), see :meth:`to_internal_value`."""
+    other problems (an item of the wrong type, at ``batches.2``)."""
+
+    # cc's checks: kernels.services.kernel_job_check; every repeat named: to_internal_value.
 
     package = StrictCharField(max_length=63, example="sparse_mla_decode")
     node = StrictCharField(max_length=63, example="local")

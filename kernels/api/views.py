@@ -62,7 +62,10 @@ from kernels.whatif import WHATIF_KEYS
     retrieve=extend_schema(summary="One kernel package by name"),
 )
 class PackageViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """Kernel packages registered from ``kernels/packages/`` (``manage.py kernel_register``)."""
+    """Kernel packages registered from the ``kernels/packages/`` folder of the checkout, one per
+    package folder with its manifest."""
+
+    # registered by manage.py kernel_register
 
     serializer_class = s.PackageSerializer
     lookup_field = "name"
