@@ -302,7 +302,9 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                                "\"where\": \"line 1\", \"run\": 5, \"in_this_file\": false}, ...]}`. A run is "
                                "recognised by its record (its line, or its object) read as JSON, whatever white "
                                "space, line endings or key order: importing a grown SGLang output file stores its "
-                               "new lines and skips the others. `allow_duplicate` stores them all.",
+                               "new lines and skips the others. `allow_duplicate` stores them all. A file that cannot be "
+                               "imported answers 400 with every problem found, at most 50 places, then a count "
+                               "under `file`.",
                    request=s.RunImportSerializer,
                    responses={201: s.RunImportResultSerializer, 400: ERRORS_400,
                               409: OpenApiResponse(s.RunImportConflictSerializer, description=(
@@ -311,7 +313,7 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     @action(detail=False, methods=["post"], url_path="import", pagination_class=None)
     def import_results(self, request: Request) -> Response:
         """Runs created from the file and runs of it skipped as already imported (201); 409 when
-        none is new (:class:`benchmarks.services.AlreadyImported`), with the runs holding them.
+        none is new, with the runs holding them.
         A file that cannot be imported answers 400 with every
         problem found, ``{"line 3.duration": [...], "file.output_throughput": [...]}`` (at most
         50 places, then a count under ``file``). The
