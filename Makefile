@@ -50,7 +50,9 @@ demo: setup
 # ran out take tests queued on the other (with the default scheduling one sat idle for the last minutes).
 # `make test PYTEST_ARGS=` runs it in one process; other pytest options go there too
 # (`PYTEST_ARGS="-n 2 -k sweep"`).
-PYTEST_ARGS ?= -n 2 --dist worksteal
+# --durations=30: the slowest tests are listed at the end of every run, so a suite that grows slower
+# says where.
+PYTEST_ARGS ?= -n 2 --dist worksteal --durations=30
 
 test: setup
 	@bash scripts/ensure-redis.sh
