@@ -13,6 +13,25 @@ from django.conf import settings
 
 REPO = Path(settings.BASE_DIR)
 REAL_PACKAGES = REPO / "kernels" / "packages"
+#: The packages whose jobs were measured on an H200 and are stored under ``results/``.
+STORED_H200_PACKAGES = ("sparse_mla_decode", "sparse_mla_decode_cuda", "sparse_mla_decode_fp8")
+
+
+def stored_jobs_ingest() -> None:
+    """Register :data:`STORED_H200_PACKAGES` and ingest their stored H200 jobs (results, variants
+    and build facts) as ``make demo`` does, through ``manage.py kernel_job_ingest --new``."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from kernels.services import kernel_package_register
+
+    for name in STORED_H200_PACKAGES:
+        kernel_package_register(path=REAL_PACKAGES / name)
+        results = REAL_PACKAGES / name / "results"
+        call_command("kernel_job_ingest", str(results / "h200-results.json"), new=name,
+                     variants=str(results / "h200-variants.json"), builds=str(results / "sm90a-builds.json"),
+                     stdout=StringIO())
 
 TEST_MANIFEST = '''
 name = "toy_attn"

@@ -9,30 +9,21 @@ from __future__ import annotations
 
 import html
 import re
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 from django.test import Client
 
 from kernels import selectors
 from kernels.models import KernelBest
-from kernels.services import kernel_package_register
-from kernels.tests.conftest import REAL_PACKAGES
+from kernels.tests.conftest import STORED_H200_PACKAGES as PACKAGES, stored_jobs_ingest
 
-PACKAGES = ("sparse_mla_decode", "sparse_mla_decode_cuda", "sparse_mla_decode_fp8")
 
 
 @pytest.fixture
 def stored_jobs(db, settings, tmp_path):
     """The three packages' stored H200 jobs, ingested as ``make demo`` does."""
     settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
-    for name in PACKAGES:
-        kernel_package_register(path=REAL_PACKAGES / name)
-        results = REAL_PACKAGES / name / "results"
-        call_command("kernel_job_ingest", str(results / "h200-results.json"), new=name,
-                     variants=str(results / "h200-variants.json"), builds=str(results / "sm90a-builds.json"),
-                     stdout=StringIO())
+    stored_jobs_ingest()
 
 
 def _best(package: str, shape: str, batch: int) -> KernelBest:

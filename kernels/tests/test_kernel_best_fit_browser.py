@@ -3,19 +3,14 @@ Playwright): the "Best variants" table of the packages' stored H200 jobs fits it
 variant strings wrapped at their commas instead of running off the page behind a scroll bar."""
 from __future__ import annotations
 
-from io import StringIO
-
 import pytest
-from django.core.management import call_command
 
 from controlplane.tests.browser.conftest import browser, sign_in  # noqa: F401 - the fixture
 from kernels.models import KernelBest
-from kernels.services import kernel_package_register
-from kernels.tests.conftest import REAL_PACKAGES
+from kernels.tests.conftest import stored_jobs_ingest
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(180)]
 
-PACKAGES = ["sparse_mla_decode", "sparse_mla_decode_cuda", "sparse_mla_decode_fp8"]
 
 MEASURE = """() => {
   const table = document.querySelector('table.kernel-best'), box = table.parentElement;
@@ -33,12 +28,7 @@ def stored_best(db, settings, tmp_path) -> list[str]:
     starts (Playwright's sync API runs an event loop in this thread, where Django refuses database
     calls). Returns their variants' keys."""
     settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
-    for name in PACKAGES:
-        kernel_package_register(path=REAL_PACKAGES / name)
-        results = REAL_PACKAGES / name / "results"
-        call_command("kernel_job_ingest", str(results / "h200-results.json"), new=name,
-                     variants=str(results / "h200-variants.json"), builds=str(results / "sm90a-builds.json"),
-                     stdout=StringIO())
+    stored_jobs_ingest()
     return list(KernelBest.objects.values_list("variant__key", flat=True))
 
 
