@@ -132,6 +132,18 @@ def sweep_executing(*, sweep_id: int, release: threading.Event) -> Iterator[tupl
         thread.join()
 
 
+def first_run_done_wait(sweep, done: int, *, timeout_s: float = 60.0) -> None:
+    """Wait until ``sweep``'s first run reports at least ``done`` requests finished in its live
+    progress (the point is running and that far in); AssertionError after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = sweep.runs.first()
+        if run is not None and int((run.progress or {}).get("done") or 0) >= done:
+            return
+        assert time.monotonic() < deadline, f"the point never finished {done} requests"
+        time.sleep(0.05)
+
+
 def form_words(path: str, message: str) -> str:
     """The sweep form's words for the API's ``message`` at grid ``path``: an item of a list field
     (``grid.concurrency.1``) is named by its position as typed, 1-based (``item 2: ...``); any other

@@ -12,7 +12,7 @@ import pytest
 from benchmarks.choices import RunSource, RunStatus, SweepStatus
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import sweep_create, sweep_execute
-from benchmarks.tests.sweep_support import sim_deployment_create
+from benchmarks.tests.sweep_support import first_run_done_wait, sim_deployment_create
 from deployments.choices import DeploymentStatus
 
 
@@ -172,7 +172,6 @@ def test_a_first_run_that_is_not_rankable_is_named_when_another_becomes_the_base
 def test_a_time_limited_sweep_that_ended_early_gives_the_requests_it_sent(sim_url: str, operator, operator_api,
                                                                          stop: str) -> None:
     import threading
-    import time
 
     from django.test import Client
     from django.urls import reverse
@@ -188,13 +187,7 @@ def test_a_time_limited_sweep_that_ended_early_gives_the_requests_it_sent(sim_ur
     result: dict = {}
     thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=sweep.pk)))
     thread.start()
-    deadline = time.monotonic() + 60
-    while True:
-        run = sweep.runs.first()
-        if run is not None and int((run.progress or {}).get("done") or 0) >= 2:
-            break
-        assert time.monotonic() < deadline, "the point never finished 2 requests"
-        time.sleep(0.05)
+    first_run_done_wait(sweep, 2)
     # Running: the total is not known yet.
     assert operator_api.get(f"/api/sweeps/{sweep.pk}/").json()["requests_total"] is None
     if stop == "cancel":
@@ -227,7 +220,6 @@ def test_an_ended_sweep_mixing_time_limited_and_capped_points_adds_0_for_a_cappe
     """Points c=2 (20 requests) and 1 req/s (time alone) for 16/256, then the same for 16/8: a
     cancel in the first point leaves the third (20 requests planned) unrun, and it adds 0."""
     import threading
-    import time
 
     from benchmarks.services import sweep_cancel
 
@@ -240,13 +232,7 @@ def test_an_ended_sweep_mixing_time_limited_and_capped_points_adds_0_for_a_cappe
     result: dict = {}
     thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=sweep.pk)))
     thread.start()
-    deadline = time.monotonic() + 60
-    while True:
-        run = sweep.runs.first()
-        if run is not None and int((run.progress or {}).get("done") or 0) >= 2:
-            break
-        assert time.monotonic() < deadline, "the point never finished 2 requests"
-        time.sleep(0.05)
+    first_run_done_wait(sweep, 2)
     sweep_cancel(sweep=BenchmarkSweep.objects.get(pk=sweep.pk), user=operator)
     thread.join(60)
     assert result["status"] == SweepStatus.CANCELLED

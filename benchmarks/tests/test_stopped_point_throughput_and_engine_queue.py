@@ -35,7 +35,7 @@ from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import run_metrics, sweep_create, sweep_execute, sweep_export_csv, sweep_export_json
 from benchmarks.sweeps import MAX_CONCURRENCY, grid_engine_queue_notes, grid_validate
 from benchmarks.tests.page_support import logged_in_client
-from benchmarks.tests.sweep_support import sim_deployment_create
+from benchmarks.tests.sweep_support import first_run_done_wait, sim_deployment_create
 from deployments.choices import DeploymentStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -113,13 +113,7 @@ def test_a_point_stopped_mid_flight_states_one_throughput_that_agrees_with_its_l
     result: dict = {}
     thread = threading.Thread(target=lambda: result.setdefault("status", sweep_execute(sweep_id=sweep.pk)))
     thread.start()
-    deadline = time.monotonic() + 60
-    while True:
-        run = sweep.runs.first()
-        if run is not None and int((run.progress or {}).get("done") or 0) >= 4:
-            break
-        assert time.monotonic() < deadline, "the point never finished 4 requests"
-        time.sleep(0.05)
+    first_run_done_wait(sweep, 4)
     time.sleep(1.0)   # the next four halfway through their 256 tokens
     Deployment.objects.filter(pk=deployment.pk).update(stop_requested=True)
     deployment_event_add(deployment=deployment, kind="stop-requested", message=f"{operator.username} requested a stop")
