@@ -348,13 +348,16 @@ CEILING_UI_URL = env_str("CEILING_UI_URL", f"http://127.0.0.1:{CEILING_PORT}/")
 # Node agent (manage.py node_agent): seconds between monitor ticks and heartbeats, worker
 # threads for deploy/stop tasks, how long a pending deployment waits for its task message
 # before the agent takes it from the row (a message lost with a Redis restart), liveness
-# period and the consecutive /health failures that count as a crash.
+# period and the consecutive /health failures that count as a crash. A /health that times out
+# while the process computes is "busy", not a failure, until /health has not answered for
+# CEILING_LIVENESS_BUSY_GRACE_S seconds (counted from its last answer).
 CEILING_AGENT_TICK_S = env_float("CEILING_AGENT_TICK_S", 0.5)
 CEILING_AGENT_HEARTBEAT_S = env_float("CEILING_AGENT_HEARTBEAT_S", 5.0)
 CEILING_AGENT_CONCURRENCY = env_int("CEILING_AGENT_CONCURRENCY", 4)
 CEILING_AGENT_PENDING_GRACE_S = env_float("CEILING_AGENT_PENDING_GRACE_S", 5.0)
 CEILING_LIVENESS_PERIOD_S = env_float("CEILING_LIVENESS_PERIOD_S", 10.0)
 CEILING_LIVENESS_FAILURES = env_int("CEILING_LIVENESS_FAILURES", 3)
+CEILING_LIVENESS_BUSY_GRACE_S = env_float("CEILING_LIVENESS_BUSY_GRACE_S", 600.0)
 # Per-process log cap (bytes); one rotated ".1" file is kept next to it.
 CEILING_PROCESS_LOG_MAX_BYTES = env_int("CEILING_PROCESS_LOG_MAX_BYTES", 64 * 1024 * 1024)
 # Fault injection for the recovery tests: seconds the agent sleeps after an engine was spawned

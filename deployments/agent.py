@@ -11,7 +11,8 @@ return. The monitor thread (:func:`agent_tick`, every ``CEILING_AGENT_TICK_S``) 
 * per non-terminal process: identity check (pid + start ticks), crash detection from the
   shim's exit record, restart per the recipe's policy with capped exponential back-off
   (:class:`deployments.supervisor.RestartPolicy`), readiness probing until the recipe's startup
-  timeout, liveness of ready processes every ``CEILING_LIVENESS_PERIOD_S``;
+  timeout, liveness of ready processes every ``CEILING_LIVENESS_PERIOD_S`` (a health URL that
+  times out while the process computes is "busy", not a failure: :func:`liveness_timeout_verdict`);
 * per running process, every tick and on adoption (:func:`_supervision_check`): the CPU and
   memory binding re-read from ``/proc``, every thread's included (a ``taskset -p`` of the
   process or of one of its threads after launch is recorded as drift,
@@ -108,6 +109,7 @@ from deployments.supervisor.procfs import (
     proc_socket_inodes,
     proc_stat,
     proc_subtree,
+    proc_tree_cpu_s,
 )
 from deployments.telemetry.events import deployment_status_broadcast, health_change_broadcast, row_health
 from deployments.topology import format_cpulist, node_facts_from_row, parse_cpulist, same_cpulist
@@ -521,6 +523,7 @@ def _process_start(row: ServerProcess, spec: ProcessSpec, *, verify: bool = True
     row.end_reason = ""
     row.probe_failures = 0
     row.probe_detail = ""
+    row.health_answered_at = None
     row.save()
     if adopted is None:
         _event(row, "spawned", f"pid {handle.pid} (group {handle.pgid}), log {row.log_path}")
@@ -899,7 +902,8 @@ def _observe(row: ServerProcess) -> tuple[str, str, int | None, datetime | None]
     """Probe one row without holding any lock. Returns ``(verdict, detail, exit_code, ended_at)``
     (the last two from the shim's exit record of a ``dead`` process, else None) with
     verdict ``ok`` (nothing to record), ``ready``, ``not_ready``, ``timeout``, ``dead``,
-    ``reused``, ``unhealthy``, ``restart_due``."""
+    ``reused``, ``unhealthy``, ``busy`` (a ready process's health URL timed out while it
+    computed: :func:`liveness_timeout_verdict`), ``restart_due``."""
     now = timezone.now()
     if row.status == ProcessStatus.PENDING:
         due = row.next_restart_at is not None and row.next_restart_at <= now
@@ -929,9 +933,78 @@ def _observe(row: ServerProcess) -> tuple[str, str, int | None, datetime | None]
         last = row.last_probe_at
         if last is not None and (now - last).total_seconds() < settings.CEILING_LIVENESS_PERIOD_S:
             return "ok", "", None, None
-        result = process_liveness(checks=row.readiness, alive=True)
-        return ("ready" if result.ok else "unhealthy"), result.detail, None, None
+        verdict, detail = _liveness(row, handle)
+        return verdict, detail, None, None
     return "ok", "", None, None
+
+
+#: CPU seconds the process tree must use during a liveness probe whose health URL timed out for
+#: the process to count as busy (computing) rather than hung. An idle engine's event loop uses
+#: well under a millisecond in 2 s; one busy serving requests uses about a second or more.
+LIVENESS_BUSY_CPU_S = 0.05
+
+
+def _liveness(row: ServerProcess, handle: ProcessHandle) -> tuple[str, str]:
+    """One liveness probe of the ready process ``row`` (identity ``handle``, checked running):
+    ``("ready", detail)`` when it answered, ``("unhealthy", detail)`` for a failure that counts,
+    ``("busy", detail)`` for a timeout of a computing process that does not.
+
+    The CPU time of the process and its descendants (:func:`proc_tree_cpu_s`, read from
+    ``/proc`` by pid and start ticks, so a reused pid is never read) is taken right before the
+    probe and, when the probe timed out, again after it; their difference is the CPU the tree
+    used while its health URL did not answer, which :func:`liveness_timeout_verdict` judges.
+    The window is the probe itself rather than the time since the previous probe: it is
+    evidence about the very seconds the server did not answer (a process that computed until
+    just after the last probe and then hung is not taken for busy), and it needs no state that
+    an agent restart or a fresh ready would lose. The probe keeps its 2 s timeout
+    (``HTTP_TIMEOUT_S``), so a slow server never stalls the monitor for the other processes.
+    """
+    started = time.monotonic()
+    before = proc_tree_cpu_s(handle.pid, handle.start_ticks)
+    result = process_liveness(checks=row.readiness, alive=True)
+    if result.ok:
+        return "ready", result.detail
+    if not result.timed_out:
+        return "unhealthy", result.detail
+    after = proc_tree_cpu_s(handle.pid, handle.start_ticks)
+    waited = time.monotonic() - started
+    cpu = None if before is None or after is None else max(0.0, after - before)
+    answered = row.health_answered_at or row.ready_at
+    unanswered = (timezone.now() - answered).total_seconds() if answered else waited
+    return liveness_timeout_verdict(detail=result.detail, cpu_s=cpu, waited_s=waited, unanswered_s=unanswered,
+                                    grace_s=settings.CEILING_LIVENESS_BUSY_GRACE_S)
+
+
+def liveness_timeout_verdict(*, detail: str, cpu_s: float | None, waited_s: float, unanswered_s: float,
+                             grace_s: float) -> tuple[str, str]:
+    """Judge a liveness probe whose health URL timed out (``detail``: what the probe saw).
+
+    ``cpu_s``: CPU seconds the process and its descendants used during the probe (None when the
+    process was gone by its end); ``waited_s``: the probe's length in seconds; ``unanswered_s``:
+    seconds since the health URL last answered (``ServerProcess.health_answered_at``, else
+    since the process became ready); ``grace_s``: ``CEILING_LIVENESS_BUSY_GRACE_S``.
+
+    Returns ``("busy", text)`` when the process used more than :data:`LIVENESS_BUSY_CPU_S` of
+    CPU and the health URL has not been silent for more than ``grace_s``: a server that serves
+    one request at a time (llama-cpp-python's) answers its health check only between requests,
+    and a benchmark must not get it killed. Otherwise ``("unhealthy", text)``, a failure that
+    counts towards ``CEILING_LIVENESS_FAILURES``: a process that made no CPU progress is hung
+    (a stopped or deadlocked one), and a process busy for longer than the grace may be spinning
+    forever. Every text gives its numbers in seconds, e.g. ``http://127.0.0.1:31000/health did
+    not answer within 2.0 s (ReadTimeout) while the process used 1.93 s of CPU in the 2.0 s
+    probe: busy, not counted as a failure (no answer for 34.1 s; a busy process is given 600 s)``.
+    """
+    if cpu_s is None:
+        return "unhealthy", f"{detail}, and the process ended meanwhile"
+    used = f"{cpu_s:.2f} s of CPU in the {waited_s:.1f} s probe"
+    if cpu_s <= LIVENESS_BUSY_CPU_S:
+        return "unhealthy", f"{detail} and the process used {used}: no progress (hung?), counted as a failure"
+    if unanswered_s > grace_s:
+        return "unhealthy", (f"{detail}; the process is busy ({used}) but has not answered for {unanswered_s:.1f} s, "
+                             f"longer than the {grace_s:g} s a busy process is given "
+                             "(CEILING_LIVENESS_BUSY_GRACE_S): counted as a failure")
+    return "busy", (f"{detail} while the process used {used}: busy, not counted as a failure "
+                    f"(no answer for {unanswered_s:.1f} s; a busy process is given {grace_s:g} s)")
 
 
 def deployment_check(*, deployment_id: int) -> None:
@@ -1031,8 +1104,12 @@ def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None,
     now = timezone.now()
     if verdict == "ready":
         was_spawned = row.status == ProcessStatus.SPAWNED
+        # The previous liveness probe got no answer (busy or failed): say when it answers again.
+        silent_since = (row.health_answered_at if not was_spawned and row.health_answered_at and row.last_probe_at
+                        and row.last_probe_at > row.health_answered_at else None)
         row.status = ProcessStatus.READY
         row.last_probe_at, row.probe_detail, row.probe_failures = now, detail, 0
+        row.health_answered_at = now
         if was_spawned:
             row.ready_at = now
             # The crash that led to this (re)start stays in the timeline; a ready process
@@ -1043,6 +1120,9 @@ def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None,
             _event(row, "ready", f"{_ready_text(row, now)} ({detail})")
             _check_gpus(row)
         else:
+            if silent_since is not None:
+                _event(row, "liveness", f"answered again, {(now - silent_since).total_seconds():.1f} s after its "
+                                        f"last answer ({detail})")
             _health_note(row, detail)  # back to healthy after failed liveness checks
     elif verdict == "not_ready":
         if detail != row.probe_detail:
@@ -1068,6 +1148,15 @@ def _apply(row: ServerProcess, verdict: str, detail: str, exit_code: int | None,
         _event(row, "liveness", f"failed ({row.probe_failures}/{settings.CEILING_LIVENESS_FAILURES}): {detail}")
         if row.probe_failures >= settings.CEILING_LIVENESS_FAILURES:
             _process_failed(row, f"liveness failed {row.probe_failures} times: {detail}")
+    elif verdict == "busy":
+        # Not a failure: probe_failures stays as it is and the process stays ready. The timeline
+        # gets the first busy probe after an answer; the later ones update probe_detail only.
+        first = (row.health_answered_at is None or row.last_probe_at is None
+                 or row.last_probe_at <= row.health_answered_at)
+        row.last_probe_at, row.probe_detail = now, detail
+        row.save(update_fields=["last_probe_at", "probe_detail", "updated_at"])
+        if first:
+            _event(row, "liveness", detail)
     elif verdict == "restart_due":
         plan = _plan_for(row.deployment, with_secrets=True)
         spec = next((p for p in plan.processes if (p.role, p.ordinal) == (row.role, row.ordinal)), None)
@@ -1180,7 +1269,7 @@ def _deployment_maybe_ready(deployment: Deployment, gate: ProbeResult | None = N
 # --- supervision of running processes ------------------------------------------------------
 
 #: :func:`_observe` verdicts after which the process is known to be running.
-_RUNNING_VERDICTS = ("ok", "ready", "not_ready", "unhealthy")
+_RUNNING_VERDICTS = ("ok", "ready", "not_ready", "unhealthy", "busy")
 
 # Per process row: (pid, start ticks, Cpus_allowed_list, Mems_allowed_list, strayed threads) as
 # last read, so a tick re-reads the whole binding (numa_maps included) only when one changed.

@@ -382,7 +382,10 @@ class ServerProcess(models.Model):
     ``CEILING_PROC_ID``, so an engine spawned by an agent that died before recording its pid is
     found and adopted instead of being started twice. ``readiness`` holds the ordered checks of
     the launch plan (see :class:`deployments.launch.ProcessSpec`); ``probe_detail`` the outcome of
-    the last readiness or liveness probe and ``probe_failures`` consecutive liveness failures.
+    the last readiness or liveness probe, ``probe_failures`` consecutive liveness failures and
+    ``health_answered_at`` when the health URL last answered as expected (at ready, then at every
+    liveness probe that passed): a busy process whose health URL times out is tolerated for
+    ``CEILING_LIVENESS_BUSY_GRACE_S`` seconds from then (see :mod:`deployments.agent`).
     """
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="processes")
@@ -414,6 +417,8 @@ class ServerProcess(models.Model):
     last_probe_at = models.DateTimeField(null=True, blank=True)
     probe_detail = models.TextField(blank=True)
     probe_failures = models.PositiveIntegerField(default=0)
+    health_answered_at = models.DateTimeField(null=True, blank=True,
+                                              help_text="when the health URL last answered as expected")
     failure_times = models.JSONField(default=list, blank=True, help_text="epoch seconds of failures")
     next_restart_at = models.DateTimeField(null=True, blank=True)
     log_path = models.CharField(max_length=1024, blank=True)

@@ -15,7 +15,11 @@ Readiness per role runs the ordered checks a launch plan puts on each process
 
 ``/v1/models`` answering is never readiness: engines serve it while the weights still load (the
 simulator does so during its startup delay too). Liveness of a ready process is the
-``process_alive`` and ``http`` (``/health``) checks alone, repeated periodically by the agent.
+``process_alive`` and ``http`` (``/health``) checks alone, repeated periodically by the agent. A
+check that failed only because the server did not answer in time (no connection accepted within
+``CONNECT_TIMEOUT_S``, no answer within ``HTTP_TIMEOUT_S``) says so in
+:attr:`ProbeResult.timed_out`: the agent does not count such a timeout of a process that is
+computing as a failure (:func:`deployments.agent.liveness_timeout_verdict`).
 
 A probe never takes the port it probes. A connection to a port inside the kernel's ephemeral
 range (``/proc/sys/net/ipv4/ip_local_port_range``, 32768-60999 by default) made before the
@@ -57,11 +61,14 @@ EPHEMERAL_RANGE_PATH = "/proc/sys/net/ipv4/ip_local_port_range"
 @dataclass(frozen=True)
 class ProbeResult:
     """Outcome of a probe: ``ok``; ``kind`` of the check that failed (or of the last one run
-    when all passed); ``detail``, one line of human text naming what was seen."""
+    when all passed); ``detail``, one line of human text naming what was seen; ``timed_out``,
+    True only when the failure was a timeout of the ``http`` check or of the connection before
+    it (a refused connection, a wrong status or a bad body is not a timeout)."""
 
     ok: bool
     kind: str
     detail: str
+    timed_out: bool = False
 
 
 def ephemeral_port_range(path: str = EPHEMERAL_RANGE_PATH) -> tuple[int, int] | None:
@@ -142,15 +149,23 @@ def tcp_listening(host: str, port: int, *, timeout_s: float = CONNECT_TIMEOUT_S,
     connection that ends up connected to itself (``getsockname() == getpeername()``: the kernel
     picked ``port`` as the source port while nothing listened) is closed with an immediate
     reset (``SO_LINGER`` 0, so no ``TIME_WAIT`` remnant either) and reported as not listening.
-    Never raises for network errors.
+    A connection not accepted within ``timeout_s`` seconds (a full listen backlog) is reported
+    as such. Never raises for network errors.
     """
+    listening, why, _timed_out = _tcp_listening(host, port, timeout_s=timeout_s, options=options)
+    return listening, why
+
+
+def _tcp_listening(host: str, port: int, *, timeout_s: float = CONNECT_TIMEOUT_S,
+                   options: list[tuple[int, int, bytes]] | None = None) -> tuple[bool, str, bool]:
+    """:func:`tcp_listening` plus whether the last failed connection timed out."""
     if options is None:
         options = source_port_options(host, port)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
-        return False, f"{host}:{port}: cannot resolve the host: {exc}"
-    why = f"nothing listens on {host}:{port} yet"
+        return False, f"{host}:{port}: cannot resolve the host: {exc}", False
+    why, timed_out = f"nothing listens on {host}:{port} yet", False
     for family, kind, proto, _name, address in infos:
         sock = socket.socket(family, kind, proto)
         try:
@@ -159,17 +174,20 @@ def tcp_listening(host: str, port: int, *, timeout_s: float = CONNECT_TIMEOUT_S,
             sock.settimeout(timeout_s)
             try:
                 sock.connect(address)
+            except TimeoutError:
+                why, timed_out = f"{host}:{port} accepted no connection within {timeout_s:.1f} s", True
+                continue
             except OSError as exc:
-                why = f"nothing listens on {host}:{port} yet ({exc.strerror or type(exc).__name__})"
+                why, timed_out = f"nothing listens on {host}:{port} yet ({exc.strerror or type(exc).__name__})", False
                 continue
             if sock.getsockname()[:2] == sock.getpeername()[:2]:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 return False, (f"nothing listens on {host}:{port} yet (the probe's connection got port {port} "
-                               "as its own source port and was reset at once)")
-            return True, ""
+                               "as its own source port and was reset at once)"), False
+            return True, "", False
         finally:
             sock.close()
-    return False, why
+    return False, why, timed_out
 
 
 def _excerpt(text: str) -> str:
@@ -185,6 +203,10 @@ def _http_check(check: dict, client: httpx.Client) -> ProbeResult:
     url = check["url"]
     try:
         response = client.request(check.get("method", "GET"), url, timeout=HTTP_TIMEOUT_S)
+    except httpx.TimeoutException as exc:
+        # The request's timeout (connect included) is HTTP_TIMEOUT_S; the exception names the phase.
+        return ProbeResult(False, "http", f"{url} did not answer within {HTTP_TIMEOUT_S:.1f} s "
+                                          f"({type(exc).__name__})", timed_out=True)
     except httpx.HTTPError as exc:
         return ProbeResult(False, "http", f"{url}: {type(exc).__name__}: {_excerpt(str(exc))}")
     want = _expected_status(check)
@@ -336,9 +358,9 @@ def process_readiness(*, checks: list[dict], alive: bool, role: str) -> ProbeRes
         for check in checks:
             target = _url_host_port(check["url"]) if check.get("url") else None
             if target is not None and target not in clients:
-                listening, why = tcp_listening(*target)
+                listening, why, timed_out = _tcp_listening(*target)
                 if not listening:
-                    return ProbeResult(False, str(check.get("kind")), f"{check['url']}: {why}")
+                    return ProbeResult(False, str(check.get("kind")), f"{check['url']}: {why}", timed_out=timed_out)
             client = None
             if target is not None:
                 client = clients.get(target) or clients.setdefault(target, probe_client(*target))
@@ -364,6 +386,9 @@ def probe_client(host: str = "", port: int = 0) -> httpx.Client:
 
 def process_liveness(*, checks: list[dict], alive: bool) -> ProbeResult:
     """Liveness of a ready process: only its ``process_alive`` and ``http`` checks (no
-    generation, which would add load to a serving engine every period)."""
+    generation, which would add load to a serving engine every period). The ``http`` check
+    waits at most ``HTTP_TIMEOUT_S`` (2 s), so one probe never stalls the agent's monitor loop
+    for long; a timeout comes back with ``timed_out`` set, for the agent to tell a busy
+    process from a hung one."""
     cheap = [c for c in checks if c.get("kind") in ("process_alive", "http")]
     return process_readiness(checks=cheap, alive=alive, role="liveness")

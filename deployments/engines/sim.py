@@ -11,6 +11,8 @@ Command-line contract of the simulator (the server module implements exactly the
         [--startup-delay-s X]       (wall seconds before the server answers; overrides the
                                      profile's start-up delay)
         [--stream-coalesce N]       (the stream events of N output tokens go out in one write)
+        [--health-busy-s X]         (wall seconds /health computes, blocking the server, before
+                                     it answers while a generation is in flight; default 0)
 
 It speaks SGLang's HTTP API (``/health``, ``/generate``, OpenAI routes, ``/metrics``), so PD
 deployments use the real ``sglang_router.launch_router`` in front of it. It takes no GPUs.
@@ -29,6 +31,9 @@ WORKER_FLAGS: dict[str, FlagSpec] = {
     "startup-delay-s": FlagSpec("float", "wall seconds before the server answers (overrides the profile)", 0.0, 3600.0),
     "stream-coalesce": FlagSpec("int", "output tokens whose stream events go out in one network write, as a buffering "
                                 "proxy delivers them (default 1: each event at once)", 1, 1_000_000),
+    "health-busy-s": FlagSpec("float", "wall seconds /health computes before it answers while a generation is in "
+                              "flight, serving nothing else meanwhile, as a server that serves one request at a "
+                              "time (default 0: it answers at once)", 0.0, 3600.0),
 }
 
 _ROLE_FIELD = "spec.roles.<role>"

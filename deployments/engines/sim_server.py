@@ -15,6 +15,11 @@ Run::
         [--context-length-unset] (``/get_server_info`` reports ``context_length`` null, as SGLang
                               does when ``--context-length`` was not on its command line; the
                               profile's context is still ``/v1/models``' ``max_model_len``)
+        [--health-busy-s X]   (wall seconds ``/health`` computes on the serving loop before it
+                              answers while a generation is in flight, blocking every other
+                              request meanwhile, as a server that serves one request at a time
+                              (llama-cpp-python's) answers its health check only between
+                              requests; default 0: ``/health`` answers at once)
 
 Environment: ``CEILING_SIM_FAIL_GENERATE=1`` keeps ``/health`` and ``/v1/models`` answering but
 fails every generation with 500; ``CEILING_SIM_IGNORE_SIGTERM=1`` ignores SIGTERM (stop tests need
@@ -116,6 +121,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stream-coalesce", type=int, default=1, metavar="N")
     p.add_argument("--context-length-unset", action="store_true")
+    p.add_argument("--health-busy-s", type=float, default=0.0, metavar="SECONDS")
     args = p.parse_args(argv)
     if not 1 <= args.stream_coalesce <= 1_000_000:
         p.error("--stream-coalesce must be a whole number of tokens from 1 to 1000000")
@@ -127,6 +133,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--time-scale must be > 0")
     if args.startup_delay_s is not None and args.startup_delay_s < 0:
         p.error("--startup-delay-s must be >= 0")
+    if not 0 <= args.health_busy_s <= 3600:
+        p.error("--health-busy-s must be a number of seconds from 0 to 3600")
     return args
 
 
@@ -169,6 +177,7 @@ async def serve(args: argparse.Namespace, profile: SimProfile) -> int | None:
         engine=engine, model_name=args.model_name, role=args.role, version=sim_version(), started_at=started,
         ready_at=started + delay, fail_generate=fail_generate, server_args=server_args(args, profile),
         seed=args.seed, started_at_wall=time.time(), stream_coalesce=args.stream_coalesce,
+        health_busy_s=args.health_busy_s,
     )
     engine.start()
     # handler_cancellation: a client (or the router) that hangs up aborts its request, as in SGLang.

@@ -14,11 +14,17 @@ from dataclasses import dataclass
 TAG_ENV = "CEILING_PROC_ID"
 """Environment variable set on every spawned process; descendants inherit it through exec."""
 
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+"""Clock ticks per second of the CPU times in ``/proc/<pid>/stat`` (``USER_HZ``, 100 on Linux)."""
+
 
 @dataclass(frozen=True)
 class ProcInfo:
-    """One row of ``/proc/<pid>/stat``: ids, state letter (``R``, ``S``, ``Z``...), and
-    ``start_ticks`` (field 22, clock ticks after boot; with the pid it identifies a process)."""
+    """One row of ``/proc/<pid>/stat``: ids, state letter (``R``, ``S``, ``Z``...),
+    ``start_ticks`` (field 22, clock ticks after boot; with the pid it identifies a process) and
+    ``cpu_ticks``, the CPU time in clock ticks (:data:`CLK_TCK` a second) the process used in
+    user and system mode plus that of the children it has waited for (fields 14 to 17:
+    ``utime + stime + cutime + cstime``)."""
 
     pid: int
     ppid: int
@@ -27,6 +33,7 @@ class ProcInfo:
     state: str
     start_ticks: int
     comm: str
+    cpu_ticks: int = 0
 
     @property
     def running(self) -> bool:
@@ -59,6 +66,8 @@ def proc_stat(pid: int) -> ProcInfo | None:
         state=rest[0].decode(),
         start_ticks=int(rest[19]),
         comm=raw[raw.find(b"(") + 1:close].decode(errors="replace"),
+        # rest[0] is field 3 (state): fields 14-17 are rest[11:15].
+        cpu_ticks=sum(int(v) for v in rest[11:15]),
     )
 
 
@@ -122,6 +131,25 @@ def proc_subtree(root: int, table: dict[int, ProcInfo]) -> set[int]:
         found.add(pid)
         stack.extend(children.get(pid, ()))
     return found
+
+
+def proc_tree_cpu_s(pid: int, start_ticks: int, table: dict[int, ProcInfo] | None = None) -> float | None:
+    """CPU seconds (user + system) used so far by the process ``pid`` and every descendant it has
+    now, with the time of the children each of them has waited for (:attr:`ProcInfo.cpu_ticks`),
+    from ``table`` (default: a fresh :func:`proc_scan`). None when ``pid`` is gone, a zombie, or
+    another process than the one started at ``start_ticks`` (a reused pid is never read).
+
+    Two readings give the CPU the tree used in between: a child that ended and was reaped
+    meanwhile moves its time into its parent's ``cutime``, so it still counts; only a descendant
+    that left the tree (reparented to a subreaper or init) takes its time away, which is why a
+    difference should be clamped at zero.
+    """
+    table = proc_scan() if table is None else table
+    root = table.get(pid)
+    if root is None or root.start_ticks != start_ticks or not root.running:
+        return None
+    members = {pid} | proc_subtree(pid, table)
+    return sum(table[member].cpu_ticks for member in members) / CLK_TCK
 
 
 def proc_exe_name(pid: int) -> str:

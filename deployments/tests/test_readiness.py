@@ -2,6 +2,8 @@
 generation) and the real sglang-router in front of sim prefill and decode workers."""
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -121,3 +123,23 @@ def test_it_counts_only_healthy_router_workers():
 
     assert router_worker_counts(payload) == {"prefill": 0, "decode": 1, "regular": 0}
     assert router_worker_counts({"unexpected": True}) == {"prefill": 0, "decode": 0, "regular": 0}
+
+
+def test_it_tells_a_timeout_from_a_refused_connection(spawn):
+    (port,) = free_ports(1)
+    proc = spawn([*SIM, "--role", "single", "--port", str(port), "--startup-delay-s", "0"])
+    checks = _single_checks(port)
+    wait_for(lambda: process_liveness(checks=checks, alive=True).ok, timeout_s=10, what="/health")
+    os.kill(proc.pid, signal.SIGSTOP)  # the kernel still accepts connections; nobody answers
+    try:
+        stopped = process_liveness(checks=checks, alive=True)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    proc.kill()
+    proc.wait(timeout=10)
+    refused = process_liveness(checks=checks, alive=True)
+
+    assert (stopped.ok, stopped.kind, stopped.timed_out) == (False, "http", True)
+    assert stopped.detail == f"http://127.0.0.1:{port}/health did not answer within 2.0 s (ReadTimeout)"
+    assert (refused.ok, refused.kind, refused.timed_out) == (False, "http", False)
+    assert refused.detail == f"http://127.0.0.1:{port}/health: nothing listens on 127.0.0.1:{port} yet (Connection refused)"

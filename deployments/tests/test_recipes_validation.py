@@ -880,8 +880,11 @@ def test_it_renders_a_flag_table_per_allowlist():
     assert table.splitlines()[:3] == [
         "| Flag | Type | Roles | What it sets |",
         "|---|---|---|---|",
-        "| `--seed` | int in [0, 2147483647] | all | RNG seed for service-time jitter |",
+        "| `--health-busy-s` | float in [0, 3600] | all | wall seconds /health computes before it answers while a "
+        "generation is in flight, serving nothing else meanwhile, as a server that serves one request at a time "
+        "(default 0: it answers at once) |",
     ]
+    assert "| `--seed` | int in [0, 2147483647] | all | RNG seed for service-time jitter |" in table
     assert "| `--profile` | `spec.sim.profile` |" in table
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deployments.supervisor.procfs import CLK_TCK, proc_stat
+
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "deployments" / "data" / "sim_profiles"
 
@@ -231,6 +233,40 @@ def test_a_stream_coalesce_below_one_token_is_refused() -> None:
         cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--stream-coalesce must be a whole number of tokens from 1 to 1000000" in proc.stderr
+
+
+def test_health_busy_s_makes_health_compute_only_while_a_generation_is_in_flight(procs: list[Proc],
+                                                                                 tmp_path: Path) -> None:
+    # demo-fast at 10x: 50 ms per output token, so 200 tokens keep a request in flight for 10 s.
+    base, proc = start_sim(procs, tmp_path, "single", scale=10.0, extra=("--health-busy-s", "2"))
+
+    def cpu_s() -> float:
+        return proc_stat(proc.popen.pid).cpu_ticks / CLK_TCK  # the sim's user + system seconds
+
+    with httpx.Client(timeout=30) as client:
+        began = time.monotonic()
+        assert client.get(f"{base}/health").status_code == 200
+        assert time.monotonic() - began < 1.0  # idle: at once
+        body = {"text": "Hello", "stream": True, "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
+        with client.stream("POST", f"{base}/generate", json=body) as resp:
+            lines = resp.iter_lines()
+            assert next(line for line in lines if line.startswith("data:"))
+            cpu_before, began = cpu_s(), time.monotonic()
+            with httpx.Client(timeout=30) as other:
+                assert other.get(f"{base}/health").status_code == 200
+            took, used = time.monotonic() - began, cpu_s() - cpu_before
+    assert took >= 2.0, took
+    # It computed all along (on a loaded host it shares the core, so only part of the 2 s is its own).
+    assert 0.1 < used <= took + 0.1, (used, took)
+
+
+def test_a_negative_health_busy_s_is_refused() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "deployments.engines.sim_server", "--role", "single", "--port", "1",
+         "--model-name", "m", "--profile", "demo-fast", "--health-busy-s", "-1"],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--health-busy-s must be a number of seconds from 0 to 3600" in proc.stderr
 
 
 def test_it_answers_503_on_health_while_starting_but_lists_models(procs: list[Proc], tmp_path: Path) -> None:

@@ -52,6 +52,9 @@ class ServerState:
     # Output tokens whose stream events go out in one network write (``--stream-coalesce``); 1
     # writes each event as it is made.
     stream_coalesce: int = 1
+    # Wall seconds /health computes on the serving loop before answering while a generation is
+    # in flight (``--health-busy-s``); 0 answers at once.
+    health_busy_s: float = 0.0
 
     def ready(self) -> bool:
         """True once the startup delay has passed."""
@@ -209,8 +212,17 @@ async def _open_stream(request: web.Request) -> _StreamWriter:
 
 # ---------------------------------------------------------------------- info routes
 async def health(request: web.Request) -> web.Response:
-    """200 (empty body) once started, 503 during the startup delay."""
+    """200 (empty body) once started, 503 during the startup delay.
+
+    With ``health_busy_s`` > 0 and a generation in flight, the handler first computes for that
+    many wall seconds without yielding the event loop (no other request is served meanwhile,
+    and the process uses CPU all along), then answers: a server busy serving requests one at a
+    time, whose health check waits for its turn."""
     state = request.app[STATE_KEY]
+    if state.health_busy_s > 0 and state.engine.in_flight() > 0:
+        end = time.monotonic() + state.health_busy_s
+        while time.monotonic() < end:
+            pass
     return web.Response(status=200 if state.ready() else 503)
 
 

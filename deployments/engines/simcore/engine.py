@@ -172,6 +172,12 @@ class SimEngine:
         self._gauges()
         self._wake.set()
 
+    def in_flight(self) -> int:
+        """Requests submitted and neither finished nor cancelled: queued, being fetched, ready
+        to decode or running."""
+        queued = (*self.waiting, *self.resume, *self.fetching, *self.ready, *self.running)
+        return sum(1 for req in queued if not req.cancelled and req.finished_at is None)
+
     def cancel(self, req: SimRequest) -> None:
         """Mark ``req`` abandoned (client went away); the loop frees its KV at the next boundary."""
         if req.finished_at is not None or req.cancelled:
