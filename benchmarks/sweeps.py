@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from benchmarks.analysis.model import PARTIAL_FLAG
-from benchmarks.loadgen import Api
+from benchmarks.loadgen import OUTPUT_BASIS_WITH_ABORTED, Api
 from controlplane.api import shown_key, shown_value
 from controlplane.errors import InvalidInput
 from controlplane.jsonsafe import finite_number, js_number, json_number, json_spelled, not_integer, whole_float
@@ -901,6 +901,30 @@ def failure_counts(summary: Mapping[str, Any]) -> tuple[int | None, int | None]:
     return failures, aborted
 
 
+def aborted_only_throughput(summary: Mapping[str, Any]) -> float | None:
+    """The output throughput (tok/s) of a stored measured summary whose every request a stop
+    aborted in flight, none completed and none failed at the server, after they had streamed
+    output tokens over a measured duration: ``output_tokens_aborted`` / ``duration_s``, what the
+    server delivered (:func:`benchmarks.loadgen.run_summary`'s rule, basis
+    ``completed_and_aborted``). The stored figure where there is one; a summary stored before that
+    rule kept null for it and gets the same quotient. None for any other summary: one with a
+    success (its own figure applies), a failure at the server, nothing streamed, no measured
+    duration, or no ``output_tokens_aborted`` (imported, or stored before it was counted)."""
+    successes, tokens, duration = (summary.get(k) for k in ("successes", "output_tokens_aborted", "duration_s"))
+    failed, aborted = failure_counts(summary)
+    counts_ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (successes, tokens, failed, aborted))
+    if (not counts_ok or successes != 0 or failed != 0 or aborted <= 0 or tokens <= 0
+            or summary.get("output_throughput_basis") != OUTPUT_BASIS_WITH_ABORTED):
+        return None
+    stored = summary.get("output_throughput_tok_s")
+    if isinstance(stored, (int, float)) and not isinstance(stored, bool) and math.isfinite(stored) and stored > 0:
+        return float(stored)
+    if isinstance(duration, (int, float)) and not isinstance(duration, bool) and math.isfinite(duration) \
+            and duration > 0:
+        return tokens / duration
+    return None
+
+
 def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, request_rate: float | None,
                   input_len: int | None, output_len: int | None, num_gpus: int | None,
                   flags: Iterable[str]) -> dict[str, Any]:
@@ -915,6 +939,9 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     ``decode_stall_share`` (``stall_share``, 0..1); all None without one. ``failed`` counts the
     requests that failed at the server and ``aborted`` those a stop ended in flight
     (:func:`failure_counts`), so a point cut by a cancel is not read as one the server failed.
+    Without a success ``output_throughput_tok_s`` and ``request_throughput`` are None, except for
+    a point whose every request a stop aborted after they streamed tokens
+    (:func:`aborted_only_throughput`: that figure, and 0.0 requests/s).
 
     ``achieved_concurrency`` (requests, closed loop only; None when unknown): the most requests the
     run had in flight at once, its summary's ``achieved_concurrency_max``, else for an imported
@@ -944,8 +971,12 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     out["request_throughput"] = summary.get("request_throughput_req_s")
     out["failed"], out["aborted"] = failure_counts(summary)
     if out["completed"] == 0:
-        # No success, no measured throughput (summaries stored before this rule held 0.0).
-        out["output_throughput_tok_s"] = out["request_throughput"] = None
+        # No success, no measured throughput (summaries stored before this rule held 0.0), except
+        # the tokens a point's aborted requests streamed when a stop aborted every one of them
+        # (aborted_only_throughput): what the server delivered, with 0.0 requests completed per second.
+        streamed = aborted_only_throughput(summary)
+        out["output_throughput_tok_s"] = streamed
+        out["request_throughput"] = 0.0 if streamed is not None else None
     steps = summary.get("decode_steps")
     steps = steps if isinstance(steps, Mapping) else {}
     step_s = steps.get("step_s")

@@ -61,9 +61,10 @@ SAME_PER_GPU = 0.05
 # decode batch and ends fast, so the survivors' tok/s, TPOT and TTFT describe a lighter load than the
 # point's concurrency; a few percent of failures barely moves them, a tenth or more does.
 MAX_FAILED_FRACTION = 0.10
-# The flag of a point stopped partway (a sweep cancelled while it ran): its summary covers only the
-# requests that completed before the stop, at a load that was ending, so it is shown and exported
-# but never analysed or ranked (the sweep service also stores it cancelled, not done).
+# The flag of a point stopped partway (a sweep cancelled while it ran): its latencies cover only the
+# requests that completed before the stop (its output throughput also counts the tokens the aborted
+# ones had streamed), at a load that was ending, so it is shown and exported but never analysed or
+# ranked (the sweep service also stores it cancelled, not done).
 PARTIAL_FLAG = "cancelled_partial"
 # The flag of a point whose time overlapped a run of another sweep on a deployment sharing a CPU or
 # GPU with its own on the same node: it measured that load as well as its own, so it is shown and

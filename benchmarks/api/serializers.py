@@ -301,7 +301,9 @@ class RunMetricsSerializer(serializers.Serializer):
     output_throughput_tok_s = serializers.FloatField(allow_null=True, help_text=(
         "output tok/s over the measured duration: the successful requests' output tokens, plus, for a run a stop "
         "cut short, those the requests it aborted in flight had streamed (output_throughput_basis says which); "
-        "the run's output_tok_s, the pages and the exports give the same figure; null when no request succeeded"))
+        "the run's output_tok_s, the pages and the exports give the same figure; null when no request succeeded, "
+        "except a run a stop aborted with every request in flight after they had streamed tokens, which counts "
+        "those tokens"))
     output_throughput_basis = serializers.ChoiceField(
         choices=["completed", "completed_and_aborted", "completed_only"], help_text=(
             "which tokens output_throughput_tok_s counts: completed (no request was aborted), completed_and_aborted "
@@ -309,12 +311,15 @@ class RunMetricsSerializer(serializers.Serializer):
             "aborted requests stored before their tokens were counted: below what the server delivered)"))
     output_throughput_completed_tok_s = serializers.FloatField(allow_null=True, help_text=(
         "output tok/s of the successful requests' tokens alone over the measured duration; equal to "
-        "output_throughput_tok_s when no request was aborted in flight"))
+        "output_throughput_tok_s when no request was aborted in flight; 0 when a stop aborted every request "
+        "after they had streamed tokens"))
     output_tokens_aborted = serializers.IntegerField(allow_null=True, help_text=(
         "output tokens the requests a stop aborted in flight had streamed, tokens; null where the summary does "
         "not say (stored before it was counted, or imported)"))
     tok_s_per_gpu = serializers.FloatField(allow_null=True, help_text="output tok/s per GPU; null without a GPU count")
-    request_throughput_req_s = serializers.FloatField(allow_null=True, help_text="successful requests/s")
+    request_throughput_req_s = serializers.FloatField(allow_null=True, help_text=(
+        "successful requests/s; null when no request succeeded, 0 when a stop aborted every request after they "
+        "had streamed tokens"))
     total_token_throughput_tok_s = serializers.FloatField(
         allow_null=True, help_text="input + output tok/s; null when no request succeeded or the server did not "
                                    "report every success's input tokens")

@@ -166,7 +166,8 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     ``no_successful_requests`` (requests were sent, none succeeded and at least one failed at the
     server, the others aborted by a stop: the latencies and throughputs are null, not zero;
     ``errors`` says why), ``all_requests_aborted`` (requests were sent and a stop aborted every
-    one in flight: none completed, none failed at the server; latencies and throughputs are null),
+    one in flight: none completed, none failed at the server; the latencies are null, the output
+    throughput counts what the aborted requests had streamed, see below),
     and
     ``tpot_slo_not_applicable`` (a TPOT SLO was given and some successful requests produced one
     output token, for which TPOT is undefined; ``slo_tpot_not_applicable`` counts them),
@@ -244,6 +245,16 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     adds the successful requests' input tokens to the same output tokens; ``request_throughput_req_s``
     counts completed requests only (an aborted one is no request served). Both are null without a
     success, as before.
+
+    A run whose every request a stop aborted in flight (``all_requests_aborted``) has no
+    successful request, but when those requests had streamed output tokens
+    (``output_tokens_aborted`` > 0) over a measured duration, its output throughput is what the
+    server delivered over it, like any other run a stop cut short: ``output_tokens_aborted`` /
+    ``duration_s``, basis :data:`OUTPUT_BASIS_WITH_ABORTED`; ``output_throughput_completed_tok_s``
+    and ``request_throughput_req_s`` are then 0.0 (no request completed in a measured duration),
+    ``total_token_throughput_tok_s`` null (no success reported its input tokens). When they streamed
+    nothing, or a request failed at the server (``no_successful_requests``), every throughput
+    stays null: nothing was measured.
 
     ``errors``: failure reason -> count, one entry per kind of failure: messages that differ only in
     a per-request byte count (``after 4312 body bytes``, ``10 bytes unterminated``) are one kind
@@ -333,9 +344,14 @@ def run_summary(result: RunResult, *, slo: Slo | None = None) -> dict[str, Any]:
     aborted_tokens = int(np.maximum(out_tok[aborted_rows], 0).sum()) if aborted_rows.size else 0
     s["output_tokens_aborted"] = aborted_tokens
     s["output_throughput_basis"] = OUTPUT_BASIS_WITH_ABORTED if aborted else OUTPUT_BASIS_COMPLETED
-    s["output_throughput_completed_tok_s"] = total_out / duration if measured else None
-    s["output_throughput_tok_s"] = (total_out + aborted_tokens) / duration if measured else None
-    s["request_throughput_req_s"] = int(ok.sum()) / duration if measured else None
+    # Every request aborted in flight (none failed at the server) after streaming tokens over a
+    # measured duration: the server delivered those tokens, a real throughput; nothing completed
+    # (0.0 completed tok/s and req/s), no latency (the docstring's rule).
+    streamed_only = (duration > 0 and not ok.any() and aborted == n and aborted_tokens > 0)
+    counted = measured or streamed_only
+    s["output_throughput_completed_tok_s"] = total_out / duration if counted else None
+    s["output_throughput_tok_s"] = (total_out + aborted_tokens) / duration if counted else None
+    s["request_throughput_req_s"] = int(ok.sum()) / duration if counted else None
     s["total_token_throughput_tok_s"] = ((total_out + aborted_tokens + total_in) / duration
                                          if measured and bool((known_in >= 0).all()) else None)
     s["input_tokens_requested_mean"] = float(req_in[req_in >= 0].mean()) if (req_in >= 0).any() else None

@@ -324,7 +324,10 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
     it: not the point's time limit, the run's own ``duration_s``), ``slo_attainment``, ``errors`` (reason → count, the
     aborted requests' ``aborted: <the stop>`` among them),
     ``total_token_throughput_tok_s``. A throughput is None (unknown) for a run without a successful
-    request, and the total also where the server did not report every success's input tokens.
+    request, and the total also where the server did not report every success's input tokens;
+    except that a run whose every request a stop aborted after they had streamed tokens
+    (:func:`benchmarks.sweeps.aborted_only_throughput`) has the output throughput of those tokens,
+    ``output_throughput_completed_tok_s`` and ``request_throughput_req_s`` 0.0.
 
     ``output_throughput_tok_s`` is the summary's (the page, the API's ``output_tok_s`` and
     ``metrics``, the CSV and the JSON export all give this one figure): for a run a stop cut
@@ -353,6 +356,10 @@ def run_metrics(*, run: BenchmarkRun) -> dict[str, Any]:
             counts = {"successes": max(0, done - failed), "failures": failed, "aborted": aborted}
     basis = output_throughput_basis(s, aborted=counts["aborted"])
     completed_tok = s.get("output_throughput_completed_tok_s", tok) if tok is not None else None
+    if tok is not None and p["completed"] == 0:
+        # Every request aborted after streaming tokens (summary_point kept what they streamed):
+        # the completed requests delivered nothing over the measured duration.
+        completed_tok = 0.0
     aborted_tokens = s.get("output_tokens_aborted")
     return {
         "output_throughput_tok_s": tok,

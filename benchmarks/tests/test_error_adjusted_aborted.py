@@ -4,16 +4,21 @@ whose every request was aborted is flagged ``all_requests_aborted`` (none comple
 ``no_successful_requests`` ("every request failed"). Summaries built from hand-made records."""
 from __future__ import annotations
 
+import csv
+import importlib
+import io
 import math
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from django.apps import apps
 from django.urls import reverse
 
 from benchmarks.choices import RunStatus, SweepStatus
 from benchmarks.loadgen import run_summary
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
+from benchmarks.services import run_export_csv, run_metrics
 from benchmarks.tests.page_support import logged_in_client
 from benchmarks.tests.sweep_support import sim_deployment_create
 from benchmarks.tests.test_loadgen_metrics import req, result_of
@@ -127,3 +132,72 @@ def test_the_run_page_shows_when_the_run_started_and_ended_in_utc(_var_dir, view
     run.save(update_fields=["ended_at"])
     html = logged_in_client(viewer).get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
     assert "<dt>Ended</dt>" not in html
+
+
+def streamed(start_ms: int, end_ms: int, tokens: int):
+    """A request a stop aborted in flight after it had streamed ``tokens`` output tokens."""
+    return replace(req(start_ms, [start_ms + 100, start_ms + 200], end_ms, tokens, ok=False), error=ABORT)
+
+
+def test_a_run_whose_every_request_was_aborted_counts_what_they_streamed() -> None:
+    # 2 requests aborted at 8 s after streaming 60 and 40 tokens: 100 tokens over 8 s.
+    s = run_summary(result_of([streamed(0, 8000, 60), streamed(0, 8000, 40)]))
+    assert s["flags"]["all_requests_aborted"] is True and (s["successes"], s["aborted"]) == (0, 2)
+    assert (s["output_tokens"], s["output_tokens_aborted"], s["duration_s"]) == (0, 100, 8.0)
+    assert s["output_throughput_basis"] == "completed_and_aborted"
+    assert s["output_throughput_tok_s"] == pytest.approx(12.5)
+    assert (s["output_throughput_completed_tok_s"], s["request_throughput_req_s"]) == (0.0, 0.0)
+    assert s["total_token_throughput_tok_s"] is None
+    assert s["ttft_s"]["p50"] is None and s["tpot_s"]["mean"] is None and s["e2e_s"]["p99"] is None
+
+
+def test_no_throughput_without_streamed_tokens_or_beside_a_server_failure() -> None:
+    nothing = run_summary(result_of([aborted(0, 8000), aborted(0, 8000)]))
+    assert nothing["output_tokens_aborted"] == 0
+    assert nothing["output_throughput_tok_s"] is None and nothing["output_throughput_completed_tok_s"] is None
+    assert nothing["request_throughput_req_s"] is None
+    failed = run_summary(result_of([req(0, [], 50, 0, ok=False), streamed(0, 8000, 60)]))
+    assert failed["flags"]["no_successful_requests"] is True and failed["output_tokens_aborted"] == 60
+    assert failed["output_throughput_tok_s"] is None and failed["request_throughput_req_s"] is None
+
+
+@pytest.mark.django_db
+def test_an_all_aborted_run_shows_what_its_requests_streamed_on_the_page_and_in_the_api(
+        _var_dir, viewer, viewer_api) -> None:
+    s = json_safe(run_summary(result_of([streamed(0, 8000, 60), streamed(0, 8000, 40)])))
+    run = _run(s, sorted(k for k, v in s["flags"].items() if v))
+    m = run_metrics(run=run)
+    assert m["output_throughput_tok_s"] == pytest.approx(12.5) and m["output_tokens_aborted"] == 100
+    assert m["output_throughput_basis"] == "completed_and_aborted"
+    assert (m["output_throughput_completed_tok_s"], m["request_throughput_req_s"]) == (0.0, 0.0)
+    assert m["total_token_throughput_tok_s"] is None and m["ttft_ms"]["p50"] is None
+    body = viewer_api.get(f"/api/runs/{run.pk}/").json()["metrics"]
+    assert body["output_throughput_tok_s"] == pytest.approx(12.5)
+    assert (body["output_throughput_completed_tok_s"], body["request_throughput_req_s"]) == (0.0, 0.0)
+    row = next(csv.DictReader(io.StringIO(run_export_csv(run=run))))
+    assert (row["output_throughput_tok_s"], row["output_throughput_basis"]) == ("12.5", "completed_and_aborted")
+    assert (row["output_throughput_completed_tok_s"], row["output_tokens_aborted"]) == ("0.0", "100")
+    html = logged_in_client(viewer).get(reverse("benchmarks:run-detail", args=[run.pk])).content.decode()
+    assert "incl. 100 tok streamed by the aborted requests" in html
+    assert "its output throughput counts the tokens the aborted requests had streamed" in html
+
+
+@pytest.mark.django_db
+def test_an_all_aborted_run_stored_with_no_throughput_gets_what_its_requests_streamed(_var_dir) -> None:
+    # Stored while such a point showed none: its summary kept null beside the streamed tokens.
+    s = json_safe(run_summary(result_of([streamed(0, 8000, 60), streamed(0, 4000, 40)])))
+    s.update(output_throughput_tok_s=None, output_throughput_completed_tok_s=None, request_throughput_req_s=None)
+    run = _run(s, ["all_requests_aborted"])
+    m = run_metrics(run=run)
+    assert m["output_throughput_tok_s"] == pytest.approx(100 / 8.0)
+    assert (m["output_throughput_completed_tok_s"], m["request_throughput_req_s"]) == (0.0, 0.0)
+    # The sortable column the API gives as output_tok_s is filled in from the stored summary.
+    assert run.output_tok_s is None
+    importlib.import_module("benchmarks.migrations.0013_all_aborted_point_throughput").fill_in(apps, None)
+    run.refresh_from_db()
+    assert (run.output_tok_s, run.request_rate_achieved) == (pytest.approx(100 / 8.0), 0.0)
+    # Without streamed tokens (or their count) nothing was measured: null, as before.
+    run.summary = {**s, "output_tokens_aborted": 0}
+    assert run_metrics(run=run)["output_throughput_tok_s"] is None
+    run.summary = {k: v for k, v in s.items() if k != "output_tokens_aborted"}
+    assert run_metrics(run=run)["output_throughput_tok_s"] is None

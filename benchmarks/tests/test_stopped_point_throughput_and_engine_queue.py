@@ -91,6 +91,35 @@ def test_the_load_generator_counts_what_the_aborted_requests_streamed(sim_url: s
     assert last["tok_s_mean"] == pytest.approx(tok, rel=0.05)
 
 
+def test_a_point_stopped_with_every_request_in_flight_counts_what_they_streamed(sim_url: str) -> None:
+    # 4 slots of 256 tokens (about 2 s each on the sim), stopped once they have streamed some
+    # tokens and before any finished: no success, yet the server delivered those tokens.
+    specs = random_dataset(num=400, input_len=64, output_len=256, seed=7, token_ids=True)
+    cfg = LoadConfig(base_url=sim_url, api=Api.GENERATE, model="sim-model", concurrency=4, ignore_eos=True,
+                     fixed_output=True, duration_s=40.0)
+    seen: list[dict] = []
+
+    def should_stop() -> str | None:
+        return "the sweep was cancelled" if seen and seen[-1].get("output_tokens", 0) >= 40 else None
+
+    with pytest.raises(LoadgenStopped) as stopped:
+        loadgen_run(config=cfg, specs=specs, progress=seen.append, should_stop=should_stop)
+    s = run_summary(stopped.value.result)
+    assert (s["successes"], s["failures"], s["aborted"]) == (0, 0, 4)
+    assert s["flags"]["all_requests_aborted"] is True and s["flags"]["no_successful_requests"] is False
+    assert s["output_tokens"] == 0 and 40 <= s["output_tokens_aborted"] < 4 * 256
+    assert s["output_throughput_basis"] == OUTPUT_BASIS_WITH_ABORTED
+    assert s["duration_s"] > 0
+    tok = s["output_throughput_tok_s"]
+    assert tok == pytest.approx(s["output_tokens_aborted"] / s["duration_s"]) and tok > 0
+    assert (s["output_throughput_completed_tok_s"], s["request_throughput_req_s"]) == (0.0, 0.0)
+    assert s["total_token_throughput_tok_s"] is None and s["input_tokens"] is None
+    assert s["ttft_s"]["p50"] is None and s["e2e_s"]["mean"] is None  # nothing completed: no latency
+    # The live mean since start ends on the same tokens the stored figure counts.
+    assert seen[-1]["output_tokens"] == s["output_tokens_aborted"]
+    assert seen[-1]["tok_s_mean"] == pytest.approx(tok, rel=0.05)
+
+
 def test_a_run_nobody_stopped_counts_its_successes_alone(sim_url: str) -> None:
     specs = random_dataset(num=8, input_len=16, output_len=32, seed=6, token_ids=True)
     cfg = LoadConfig(base_url=sim_url, api=Api.GENERATE, model="sim-model", concurrency=2, ignore_eos=True,

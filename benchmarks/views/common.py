@@ -108,8 +108,10 @@ FLAG_TEXT: dict[str, str] = {
                               "by a stop): it measured nothing (its latencies and throughputs are unknown, not "
                               "zero); the failure reasons say why.",
     "all_requests_aborted": "no request of this run completed: a stop (the cancel, or the deployment going down) "
-                            "aborted every one in flight; none failed at the server; it measured nothing (its "
-                            "latencies and throughputs are unknown, not zero).",
+                            "aborted every one in flight; none failed at the server. Its latencies are unknown "
+                            "(not zero); its output throughput counts the tokens the aborted requests had "
+                            "streamed over the measured time (unknown when they streamed none), and its "
+                            "completed requests per second are 0.",
     "itl_coalesced": "10 % or more of the gaps between output events are zero (events came in one network "
                      "read): ITL shows how the server's writes were grouped, not the token cadence.",
     "rate_off_target": "the open-loop sending rate differs from the target by more than 3 standard deviations "
@@ -123,8 +125,9 @@ FLAG_TEXT: dict[str, str] = {
     "shared_load": "while this point ran, a sweep of another deployment sharing its CPUs or GPUs on the same node "
                    "ran too (the run's summary names it): its figures include that load; the point is not analysed "
                    "or ranked.",
-    "cancelled_partial": "the sweep was cancelled while this point ran: the figures cover only the requests "
-                         "that completed; the point is not analysed or ranked.",
+    "cancelled_partial": "the sweep was cancelled while this point ran: its latencies cover only the requests "
+                         "that completed, while its output throughput also counts the tokens the requests "
+                         "the cancel aborted in flight had streamed; the point is not analysed or ranked.",
 }
 
 
@@ -241,7 +244,9 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     "count", "title"}]``, ``title`` the full reasons) and ``aborted_lines`` (the same of
     ``aborted_errors``). Absent values are None; so are the rates
     (``output_tok_s``, ``tok_s_per_gpu``, ``request_s``, ``goodput_req_s``) of a run in which no
-    request succeeded, which measured none. ``requests`` is ``successes + failures`` when the
+    request succeeded, which measured none, except a run whose every request a stop aborted after
+    they had streamed tokens: ``output_tok_s`` counts those tokens, ``request_s`` (and
+    ``goodput_req_s`` where an SLO was set) are 0. ``requests`` is ``successes + failures`` when the
     summary gives both but no total (an imported file), and ``failures_unknown`` is True when the
     source does not record failed requests (SGLang's ``bench_serving`` writes only completed ones).
     """
@@ -286,9 +291,14 @@ def run_row(run: BenchmarkRun) -> dict[str, Any]:
     request_s = _opt_float(m.get("request_throughput_req_s"))
     goodput = _first(s, "goodput_req_s", "request_goodput_req_s")
     if successes == 0 and not isinstance(successes, bool):
-        # No request finished successfully (e.g. a point cancelled with every request in flight):
-        # a rate over nothing measured is unknown, not 0.
-        out_tok_s = request_s = goodput = None
+        # No request finished successfully: a rate over nothing measured is unknown, not 0; except
+        # a point whose every request a stop aborted after they had streamed tokens (the cancel
+        # came with every request in flight): the output throughput of those tokens, and 0 of
+        # requests completed (run_metrics, benchmarks.sweeps.aborted_only_throughput).
+        if m.get("output_throughput_tok_s") is None:
+            out_tok_s = request_s = goodput = None
+        elif goodput is not None:
+            goodput = 0.0
     errors = m.get("errors") or {}
     error_rows = sorted(((str(k), int(v)) for k, v in errors.items()), key=lambda kv: (-kv[1], kv[0])) \
         if isinstance(errors, Mapping) else []
