@@ -880,6 +880,8 @@ class RunExportSerializer(serializers.Serializer):
                                               "_tok_s tokens/s, _req_s requests/s): the load generator's for measured "
                                               "runs, the importer's fields for imported ones")
     snapshot = serializers.JSONField()
+    created_at = serializers.DateTimeField(help_text="when the run was made, UTC, as the run's created_at: a measured "
+                                                     "point as it started, an imported run when it was imported")
     started_at = serializers.DateTimeField(allow_null=True, help_text="when a measured run started, UTC; null for an "
                                                                       "imported run")
     ended_at = serializers.DateTimeField(allow_null=True, help_text="when a measured run ended, UTC; null for an "
@@ -922,6 +924,7 @@ class SweepExportSweepSerializer(serializers.Serializer):
         allow_null=True, help_text="as GET /api/sweeps/<id>/ gives it: warm-up requests each point sends before it is "
                                    "measured (0 when the grid has none), null for a sweep without a grid")
     snapshot = serializers.JSONField()
+    created_at = serializers.DateTimeField(help_text="when the sweep was created, UTC")
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)
 

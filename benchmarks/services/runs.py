@@ -32,6 +32,7 @@ Rules and where they come from:
 """
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import math
@@ -1383,7 +1384,8 @@ def runs_compare_csv(*, comparison: Mapping[str, Any]) -> str:
 EXPORT_STATS = ("mean", "std", "p50", "p90", "p99")
 EXPORT_LATENCIES = (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", "itl_per_gap_ms"), ("e2e", "e2e_ms"))
 EXPORT_COLUMNS = (
-    "run_id", "sweep_id", "source", "status", "served_model_name", "concurrency", "request_rate_req_s", "input_len",
+    "run_id", "sweep_id", "source", "status", "started_at", "ended_at", "imported_at", "result_date",
+    "served_model_name", "concurrency", "request_rate_req_s", "input_len",
     "output_len", "num_requests", "num_gpus", "requests", "successes", "failures", "aborted",
     "measured_duration_s", "output_throughput_tok_s", "output_throughput_basis", "output_throughput_completed_tok_s",
     "output_tokens_aborted", "tok_s_per_gpu", "total_token_throughput_tok_s",
@@ -1415,7 +1417,12 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
     tokens too; ``completed_only`` for such a run stored before those were counted, a figure below
     what the server delivered: :data:`OUTPUT_BASIS_TEXT`), ``output_throughput_completed_tok_s``
     the successful requests' tokens alone and ``output_tokens_aborted`` what the aborted ones
-    streamed. Imported runs fill what their file
+    streamed. Times: ``started_at`` and ``ended_at`` when a measured run started and ended, ISO
+    8601 UTC (``2026-12-06T13:32:24.512301+00:00``; ``ended_at`` empty while it runs), empty for
+    an imported run, whose harness did not record when it ran; ``imported_at`` when an imported run
+    was imported, ISO 8601 UTC (:func:`run_imported_at`), and ``result_date`` the local time its
+    file states, without an offset (:func:`run_result_date`), both empty for a measured run.
+    Imported runs fill what their file
     gave (SGLang's ``concurrency`` is its mean in flight, vLLM's ``max_concurrent_requests`` its
     max); anything else is an empty cell."""
     m = run_metrics(run=run)
@@ -1423,6 +1430,8 @@ def _export_row(run: BenchmarkRun) -> dict[str, Any]:
     slo = run_slo(run=run) or {}
     row: dict[str, Any] = {
         "run_id": run.pk, "sweep_id": run.sweep_id, "source": run.source, "status": run.status,
+        "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),
+        "imported_at": run_imported_at(run=run), "result_date": run_result_date(run=run),
         "served_model_name": served_model_name_shown(run.served_model_name) or None, "concurrency": run.concurrency,
         "request_rate_req_s": run.request_rate, "input_len": run.input_len, "output_len": run.output_len,
         "num_requests": run.num_requests, "num_gpus": run.num_gpus, "flags": ";".join(run.flags),
@@ -1456,10 +1465,12 @@ def _csv(runs: Iterable[BenchmarkRun]) -> str:
 def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, Any]:
     """One run as a JSON-ready dict: point parameters (named as the CSV export names them, the
     unit in the name where there is one: ``request_rate_req_s``), the full summary, flags, metrics
-    (:func:`run_metrics`), snapshot, source and timestamps (``started_at`` / ``ended_at`` of a
-    measured run; of an imported one ``imported_at``, :func:`run_imported_at`, and the
-    ``result_date`` its file states, :func:`run_result_date`), ``record_sha256`` (not the
-    original imported file).
+    (:func:`run_metrics`), snapshot, source and timestamps, ISO 8601 UTC (``created_at``, when the
+    run was made: a measured point as it started, an imported run when it was imported;
+    ``started_at`` / ``ended_at`` of a measured run, null for an imported one; of an imported one
+    ``imported_at``, :func:`run_imported_at`, and the ``result_date`` its file states,
+    :func:`run_result_date`, a local time without an offset), ``record_sha256`` (not the original
+    imported file).
 
     With ``records``, also ``records``: every request as :func:`run_records_rows` writes it, each
     output event's time included (``event_ms``, ms from the request's start), or null when the
@@ -1477,7 +1488,8 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
         "api": run.api or None, "served_model_name": served_model_name_shown(run.served_model_name) or None,
         "num_gpus": run.num_gpus, "flags": list(run.flags), "metrics": run_metrics(run=run),
         "summary": run_summary_read(run=run),
-        "snapshot": snapshot_shown(run.snapshot), "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),
+        "snapshot": snapshot_shown(run.snapshot), "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at), "ended_at": _iso(run.ended_at),
         "imported_at": run_imported_at(run=run), "result_date": run_result_date(run=run),
         "record_sha256": run.record_sha256 or None,
     }
@@ -1495,8 +1507,9 @@ def run_export_dict(*, run: BenchmarkRun, records: bool = False) -> dict[str, An
     return out
 
 
-def _iso(dt) -> str | None:
-    return dt.isoformat() if dt else None
+def _iso(dt: datetime.datetime | None) -> str | None:
+    """``dt`` as ISO 8601 in UTC (``2026-12-06T13:32:24.512301+00:00``); None for None."""
+    return dt.astimezone(datetime.timezone.utc).isoformat() if dt else None
 
 
 def run_imported_at(*, run: BenchmarkRun) -> str | None:
@@ -1576,7 +1589,8 @@ def sweep_export_json(*, sweep: BenchmarkSweep) -> str:
                   "requests_cancelled": sweep_requests_cancelled(sweep=sweep),
                   "requests_aborted": sweep_requests_aborted(sweep=sweep),
                   "warmup_requests": sweep.warmup_requests,
-                  "snapshot": snapshot_shown(sweep.snapshot), "started_at": _iso(sweep.started_at),
+                  "snapshot": snapshot_shown(sweep.snapshot), "created_at": _iso(sweep.created_at),
+                  "started_at": _iso(sweep.started_at),
                   "ended_at": _iso(sweep.ended_at)},
         "analysis": sweep_analysis(sweep=sweep),
         "runs": [run_export_dict(run=r) for r in sweep.runs.all()],

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import csv
 import importlib
 import io
 import json
@@ -26,7 +27,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from benchmarks.importers import record_digest, result_date
-from benchmarks.models import BenchmarkRun
+from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import AlreadyImported, run_import
 from benchmarks.services import runs as run_services
 from benchmarks.tests.page_support import logged_in_client
@@ -272,6 +273,49 @@ def test_an_sglang_run_has_no_date_and_a_measured_run_keeps_its_times(operator, 
     assert api["ended_at"] == "2026-12-07T10:05:00Z"
     html = logged_in_client(operator).get(reverse("benchmarks:run-detail", args=[measured.pk])).content.decode()
     assert "2026-12-07 10:05:00" in html and "run-imported-at" not in html
+
+
+def _csv_row(api, run_id: int) -> dict[str, str]:
+    response = api.get(f"/api/runs/{run_id}/export/?format=csv")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    [row] = list(csv.DictReader(io.StringIO(response.content.decode())))
+    return row
+
+
+def test_the_exports_give_a_measured_runs_times_in_utc(viewer_api) -> None:
+    sweep = BenchmarkSweep.objects.create(status="done", num_gpus=1)
+    measured = BenchmarkRun.objects.create(sweep=sweep, ordinal=0, status="done",
+                                           started_at="2026-12-07T10:00:00.250000Z",
+                                           ended_at="2026-12-07T10:05:00Z")
+    measured.refresh_from_db()
+    row = _csv_row(viewer_api, measured.pk)
+    assert (row["started_at"], row["ended_at"]) == ("2026-12-07T10:00:00.250000+00:00", "2026-12-07T10:05:00+00:00")
+    assert (row["imported_at"], row["result_date"]) == ("", "")
+    exported = json.loads(viewer_api.get(f"/api/runs/{measured.pk}/export/?format=json").content)
+    assert exported["created_at"] == measured.created_at.isoformat() and exported["created_at"].endswith("+00:00")
+    assert (exported["started_at"], exported["ended_at"]) == ("2026-12-07T10:00:00.250000+00:00",
+                                                              "2026-12-07T10:05:00+00:00")
+    # The sweep export gives the same cells for its runs, and when the sweep was created.
+    swept = json.loads(viewer_api.get(f"/api/sweeps/{sweep.pk}/export/?format=json").content)
+    assert swept["sweep"]["created_at"] == sweep.created_at.isoformat()
+    assert swept["runs"][0]["created_at"] == exported["created_at"]
+    response = viewer_api.get(f"/api/sweeps/{sweep.pk}/export/?format=csv")
+    [swept_row] = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert swept_row["started_at"] == row["started_at"] and swept_row["ended_at"] == row["ended_at"]
+    # Still running: no end yet.
+    BenchmarkRun.objects.filter(pk=measured.pk).update(ended_at=None, status="running")
+    assert _csv_row(viewer_api, measured.pk)["ended_at"] == ""
+
+
+def test_the_csv_export_gives_an_imported_runs_import_time_and_its_files_date(operator_api, viewer_api) -> None:
+    [made] = _post(operator_api, VLLM, "vllm.json").json()["created"]
+    run = BenchmarkRun.objects.get(pk=made["id"])
+    row = _csv_row(viewer_api, run.pk)
+    assert (row["started_at"], row["ended_at"]) == ("", "")   # its harness did not record when it ran
+    assert row["imported_at"] == run.created_at.isoformat()
+    assert row["result_date"] == "2026-07-22T04:18:43"
+    exported = json.loads(viewer_api.get(f"/api/runs/{run.pk}/export/?format=json").content)
+    assert exported["created_at"] == exported["imported_at"] == row["imported_at"]
 
 
 def test_a_date_in_another_form_is_noted_and_not_read() -> None:
