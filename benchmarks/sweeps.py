@@ -93,12 +93,18 @@ DIGITS_RE = re.compile(r"[0-9]+")
 # prompt is a prefix-cache hit on SGLang and vLLM (faster than a new one), so the pool is made as
 # large as is cheap: the smallest of MAX_REQUESTS_PER_POINT; prompts worth
 # DURATION_POOL_PROMPT_TOKENS input tokens (about 70 MB of token ids and 1-2 s of generation on
-# one core); for closed loop, one request per DURATION_MIN_REQUEST_S per slot (a streamed request
-# with output over loopback takes longer than 1 ms on every engine Ceiling drives); for open loop,
-# the Poisson arrivals of the duration plus four standard deviations (short with probability
-# < 1e-4). A run that had to reuse prompts says so (``prompts_reused``).
+# one core); for closed loop, as many requests as each slot could send back to back if each took
+# DURATION_MIN_REQUEST_S plus DURATION_MIN_TOKEN_S per output token (a sweep's outputs have their
+# fixed length: the load generator asks the engine to ignore EOS): a streamed request over
+# loopback takes longer than 1 ms on every engine Ceiling drives, and no engine streams one
+# request's tokens faster than 10,000 tokens/s (single-request decode runs at hundreds to a few
+# thousand tokens/s, speculative decoding included); for open loop, the Poisson arrivals of the
+# duration plus four standard deviations (short with probability < 1e-4). A run that had to reuse
+# prompts says so (``prompts_reused``). Without the output term a 30 s point at c=4 of 64:256
+# built 31,250 prompts (about 3 s of the point's preparation) to send about 60.
 DURATION_POOL_PROMPT_TOKENS = 2_000_000
 DURATION_MIN_REQUEST_S = 0.001
+DURATION_MIN_TOKEN_S = 0.0001
 DEFAULT_API = {"sim": Api.GENERATE.value, "sglang": Api.GENERATE.value, "vllm": Api.COMPLETIONS.value,
                "llamacpp": Api.COMPLETIONS.value}
 # The load generator's APIs each engine's server answers (the routes of :func:`benchmarks.loadgen.
@@ -591,23 +597,28 @@ def _int_list(value: Any, path: str, err, *, lo: int, hi: int) -> list[int]:
     return out
 
 
-def duration_prompt_pool(*, duration_s: float, input_len: int, concurrency: int | None = None,
+def duration_prompt_pool(*, duration_s: float, input_len: int, output_len: int = 0, concurrency: int | None = None,
                          request_rate: float | None = None) -> int:
     """Distinct prompts generated in advance for a point limited only by ``duration_s`` (seconds);
     the load generator cycles through them if the time outlasts them.
 
     The smallest of :data:`MAX_REQUESTS_PER_POINT`, ``DURATION_POOL_PROMPT_TOKENS // input_len``
-    and, for closed loop, ``concurrency * duration_s / DURATION_MIN_REQUEST_S``; for open loop at
-    ``request_rate`` (req/s), ``ceil(r*d + 4*sqrt(r*d)) + 1`` (Poisson arrivals of the duration and
-    four standard deviations). Never fewer than ``concurrency`` (every slot gets a prompt) nor 1.
-    Why these bounds: see the constants' comment.
+    and, for closed loop, ``ceil(concurrency * duration_s / (DURATION_MIN_REQUEST_S + output_len *
+    DURATION_MIN_TOKEN_S))`` (the most requests its slots could send, each taking at least 1 ms
+    plus 0.1 ms per output token, ``output_len`` tokens); for open loop at ``request_rate``
+    (req/s), ``ceil(r*d + 4*sqrt(r*d)) + 1`` (Poisson arrivals of the duration and four standard
+    deviations). Never fewer than ``concurrency`` (every slot gets a prompt) nor 1. Why these
+    bounds: see the constants' comment. Pure arithmetic: the same point always gets the same
+    count, so with the same seed the same prompts in the same order.
     """
     by_tokens = max(1, DURATION_POOL_PROMPT_TOKENS // max(1, input_len))
     if request_rate is not None:
         mean = request_rate * duration_s
         by_load = math.ceil(mean + 4 * math.sqrt(mean)) + 1
     else:
-        by_load = math.ceil((concurrency or 1) * duration_s / DURATION_MIN_REQUEST_S)
+        request_s = DURATION_MIN_REQUEST_S + max(0, output_len) * DURATION_MIN_TOKEN_S
+        # rounded to 6 decimals first, so that a float error (1112.0000000000002) adds no prompt
+        by_load = math.ceil(round((concurrency or 1) * duration_s / request_s, 6))
     return max(concurrency or 1, min(MAX_REQUESTS_PER_POINT, by_tokens, by_load))
 
 
@@ -624,7 +635,8 @@ def grid_points(grid: Mapping[str, Any]) -> list[dict[str, Any]]:
     for in_len, out_len in grid["lengths"]:
         for c in sorted(set(grid["concurrency"])):
             cap = grid["requests"] or (max(1, math.ceil(per_c * c)) if per_c else None)
-            n = cap or duration_prompt_pool(duration_s=duration, input_len=in_len, concurrency=c)
+            n = cap or duration_prompt_pool(duration_s=duration, input_len=in_len, output_len=out_len,
+                                            concurrency=c)
             points.append({"concurrency": c, "request_rate": None, "input_len": in_len, "output_len": out_len,
                            "num_requests": n, "max_requests": cap, "duration_s": duration})
         for r in sorted(set(grid["request_rates"])):

@@ -1453,8 +1453,8 @@ def point_limits(*, point: Mapping[str, Any], seed: int, text_prompts: bool = Fa
     Prompts are all built before the point starts, so a point with both limits builds only what
     its time can use: an open loop that ends by time the arrivals that fall inside it (exactly
     those it sends, none reused); a closed loop at most the pool of a point limited by time alone
-    (:func:`benchmarks.sweeps.duration_prompt_pool`, 1 ms a request per slot: token ids are
-    cheap), and for ``text_prompts`` (here and for a closed loop limited by time alone) (sized with the server's tokenizer or calibrated: a llama.cpp
+    (:func:`benchmarks.sweeps.duration_prompt_pool`, 1 ms plus 0.1 ms per output token a
+    request per slot: token ids are cheap), and for ``text_prompts`` (here and for a closed loop limited by time alone) (sized with the server's tokenizer or calibrated: a llama.cpp
     prompt costs about three tokenize calls) at most ``ceil(duration_s * concurrency *
     PROMPT_POOL_REQ_S_PER_SLOT)`` (:data:`PROMPT_POOL_REQ_S_PER_SLOT` requests/s per slot, a
     generous rate), never fewer than one prompt per slot. A closed loop faster than that cycles
@@ -1476,7 +1476,8 @@ def point_limits(*, point: Mapping[str, Any], seed: int, text_prompts: bool = Fa
         inside = sum(1 for o in offsets if o < duration)
         return {"duration_s": duration, "max_requests": None, "specs": max(1, inside), "ends_by": "duration"}
     c = int(point["concurrency"])
-    pool = duration_prompt_pool(duration_s=duration, input_len=point.get("input_len") or 1, concurrency=c)
+    pool = duration_prompt_pool(duration_s=duration, input_len=point.get("input_len") or 1,
+                                output_len=point.get("output_len") or 0, concurrency=c)
     if text_prompts:
         pool = min(pool, max(c, math.ceil(duration * c * PROMPT_POOL_REQ_S_PER_SLOT)))
     return {"duration_s": duration, "max_requests": cap, "specs": min(cap, pool), "ends_by": "first"}

@@ -1,5 +1,5 @@
-"""A point's prompt building is visible while it lasts, and a point limited by a request count and
-a duration builds only the prompts its time can use; against a real sim engine."""
+"""A point's prompt building is visible while it lasts, and a point limited by a duration (alone, or
+with a request count) builds only the prompts its time can use; against a real sim engine."""
 from __future__ import annotations
 
 import threading
@@ -11,9 +11,11 @@ from django.test import Client
 from django.urls import reverse
 
 from benchmarks.choices import RunStatus, SweepStatus
+from benchmarks.loadgen import random_dataset
 from benchmarks.models import BenchmarkRun, BenchmarkSweep
 from benchmarks.services import point_limits, sweep_create, sweep_execute
 from benchmarks.services.sweeps import PREPARING_PHASE, _PointProgress, PROMPT_POOL_REQ_S_PER_SLOT, sweep_follow_line
+from benchmarks.sweeps import grid_points, grid_validate
 from benchmarks.tests.sweep_support import sim_deployment_create, sweep_executing
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
@@ -77,7 +79,8 @@ def test_a_text_point_with_a_count_and_a_duration_builds_only_what_its_time_can_
              "duration_s": 1.0, "num_requests": 5000}
     pool = 2 * 1 * PROMPT_POOL_REQ_S_PER_SLOT
     assert point_limits(point=point, seed=0, text_prompts=True)["specs"] == pool
-    assert point_limits(point=point, seed=0)["specs"] == 2000  # token ids: the time-only pool, 1 ms a request
+    # token ids: the time-only pool, 2 slots x 1 s at 1 ms + 8 x 0.1 ms a request (1.8 ms): 1,112
+    assert point_limits(point=point, seed=0)["specs"] == 1112
     # open loop ending by time: exactly the arrivals inside it
     # a closed-loop text point limited by time alone is capped the same way
     timed = {**point, "max_requests": None, "duration_s": 60.0, "num_requests": 31250}
@@ -98,3 +101,39 @@ def test_a_text_point_with_a_count_and_a_duration_builds_only_what_its_time_can_
     assert s["prompt_pool"] == pool and s["ended_by"] in ("duration", "requests")
     assert 1 <= s["requests"] and s["prompts_reused"] == (s["requests"] > pool)
     assert time.monotonic() - started < 30
+
+
+def test_a_time_only_point_builds_no_more_prompts_than_its_slots_could_send(sim_url: str, operator,
+                                                                            monkeypatch) -> None:
+    # The pool counts each request's output tokens (at least 1 ms + 0.1 ms per token): a 30 s point
+    # at c=4 of 64:256 builds 120 / 26.6 ms = 4,512 prompts, where 1 ms a request and the 2,000,000
+    # prompt tokens' bound alone made it 31,250 (about 3 s of building).
+    [long_point] = grid_points(grid_validate({"concurrency": [4], "lengths": ["64:256"], "duration_s": 30}))
+    assert long_point["num_requests"] == 4512 and long_point["max_requests"] is None
+    assert point_limits(point=long_point, seed=0)["specs"] == 4512
+    # Short outputs keep the other bounds: 60 s at c=2 of 64:8 stays at 2,000,000 / 64 tokens.
+    [short_out] = grid_points(grid_validate({"concurrency": [2], "lengths": ["64:8"], "duration_s": 60}))
+    assert short_out["num_requests"] == 31250
+    # The same point, the same seed: the same prompts in the same order.
+    first = random_dataset(num=50, input_len=64, output_len=256, seed=3)
+    assert [s.prompt for s in first] == [s.prompt for s in random_dataset(num=50, input_len=64, output_len=256,
+                                                                          seed=3)]
+
+    # On the sim: 2 slots for 2 s at 16:64 could send at most 4 s / 7.4 ms = 541 requests (4 s / 1 ms
+    # = 4,000 before this bound counted output tokens); it builds that many and sends far fewer.
+    built: list[tuple[int, int]] = []
+    preparing = _PointProgress.preparing
+
+    def counted(self, prepared: int, total: int) -> None:
+        built.append((prepared, total))
+        preparing(self, prepared, total)
+
+    monkeypatch.setattr(_PointProgress, "preparing", counted)
+    deployment = sim_deployment_create(base_url=sim_url)
+    sweep = sweep_create(deployment=deployment, user=operator,
+                         grid={"concurrency": [2], "lengths": ["16:64"], "duration_s": 2.0})
+    assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
+    s = BenchmarkRun.objects.get(sweep=sweep).summary
+    assert max(prepared for prepared, _ in built) == 541 and {total for _, total in built} == {541}
+    assert s["prompt_pool"] == 541 and s["ended_by"] == "duration"
+    assert 1 <= s["requests"] < 541 and s["prompts_reused"] is False
