@@ -103,6 +103,11 @@ has:
   it (:data:`LITTLES_LAW_TOLERANCE`); refused at the mean E2E key, and skipped where the run had
   no bound (``max_concurrency`` null, absent or 0, which both harnesses read as none) or one of
   the four values is missing, not finite or refused;
+* vLLM's ``max_concurrent_requests`` above ``completed``: vLLM counts the successful requests
+  active within each one-second bucket of the run and writes the largest count, so it cannot
+  exceed the requests that completed (:func:`_max_concurrent_check`). Above ``max_concurrency``
+  it is kept, with a note: requests that end and start within one second add up in a bucket, so
+  the count is not the most in flight at one instant and may exceed the cap;
 * in :func:`import_results`, a later line whose keys say the other harness wrote it (it would be
   read in the first line's format), at the first such line.
 
@@ -1412,6 +1417,7 @@ def _vllm_run(obj: dict[str, Any], raw: str, line: int | None, text: str, proble
     run.failed = r.count("failed")
     run.peak_output_throughput_tok_s = r.number("max_output_tokens_per_s", minimum=0, unit="a rate in tokens/s")
     run.max_concurrent_requests = r.count("max_concurrent_requests")
+    _max_concurrent_check(run, r)
     # Older vLLM wrote the key with a trailing colon; the newer name wins when both are present.
     goodput = r.number("request_goodput", minimum=0, unit="a rate in requests/s")
     old_goodput = r.number("request_goodput:", minimum=0, unit="a rate in requests/s")
@@ -1424,6 +1430,34 @@ def _vllm_run(obj: dict[str, Any], raw: str, line: int | None, text: str, proble
         run.notes.append("failed is not in the file; computed as num_prompts - completed.")
     _vllm_lengths(run, r.obj)
     return _finish(r, run)
+
+
+def _max_concurrent_check(run: ImportedRun, r: _Reader) -> None:
+    """Judge vLLM's ``max_concurrent_requests`` (requests) against the file's other counts.
+
+    vLLM counts it in one-second buckets of the run: each successful request adds 1 to every
+    whole second it overlaps, and the count is the largest bucket. So it is at most ``completed``
+    (it counts successful requests only; more is refused at ``max_concurrent_requests``, naming
+    both numbers, as a file that disagrees with itself), and it is not an instantaneous peak:
+    under a ``max_concurrency`` cap c, requests that end and start within one second add up,
+    and the count may exceed c. Such a count is kept, with a note saying why it is above the cap.
+    Skipped when one of the numbers is absent or refused."""
+    peak, completed, cap = run.max_concurrent_requests, run.completed, run.concurrency
+    if peak is None or r.refused & {"max_concurrent_requests"}:
+        return
+    if completed is not None and "completed" not in r.refused and peak > completed:
+        r.refuse("max_concurrent_requests",
+                 f"max_concurrent_requests {peak:,} is more than completed {completed:,}: vLLM counts only "
+                 "successful requests in it (the most active within one second), so it cannot exceed the "
+                 "requests that completed; the file disagrees with itself")
+        run.max_concurrent_requests = None
+        return
+    if cap and "max_concurrency" not in r.refused and peak > cap:
+        run.notes.append(
+            f"max_concurrent_requests {peak:,} is above max_concurrency {cap:,}: vLLM counts every successful "
+            "request active at any time within a one-second bucket, so requests that ended and started within "
+            "one second add up; it is not the most in flight at one instant, which the cap held to "
+            f"{cap:,}.")
 
 
 def _per_request_lengths(value: Any) -> list[int] | None:

@@ -366,12 +366,18 @@ class BenchmarkRun(models.Model):
 
     @property
     def label(self) -> str:
-        """``c=8 256/256`` or ``2 req/s 256/256``: the point in words. Without fixed lengths it
-        says why: ``variable lengths`` when the lengths were drawn from a range (flag
-        ``variable_lengths``), ``lengths unknown`` when the source did not record them (flag
-        ``lengths_unknown``, or no flag saying they varied)."""
-        load = f"c={self.concurrency}" if self.concurrency is not None else (
-            f"{self.request_rate:g} req/s" if self.request_rate is not None else "unbounded")
+        """``c=8 256/256`` or ``2 req/s 256/256``: the point in words. A run with a request rate
+        and a concurrency cap (an imported file's ``request_rate`` and ``max_concurrency``: an open
+        loop sending at that rate, a request due while the cap is in flight waiting for one to end)
+        is ``4 req/s (at most 8 in flight) 256/256``, never ``c=8``: it was not a closed loop.
+        Without fixed lengths it says why: ``variable lengths`` when the lengths were drawn from a
+        range (flag ``variable_lengths``), ``lengths unknown`` when the source did not record them
+        (flag ``lengths_unknown``, or no flag saying they varied)."""
+        if self.request_rate is not None:
+            load = f"{self.request_rate:g} req/s" + (
+                f" (at most {self.concurrency} in flight)" if self.concurrency is not None else "")
+        else:
+            load = f"c={self.concurrency}" if self.concurrency is not None else "unbounded"
         if self.input_len and self.output_len:
             lengths = f"{self.input_len}/{self.output_len}"
         elif "variable_lengths" in (self.flags or []) and "lengths_unknown" not in (self.flags or []):

@@ -213,25 +213,36 @@ class SweepPoint:
         )
 
     @property
+    def _rate_driven(self) -> bool:
+        """Whether the point sent at a finite request rate (an open loop), with or without a cap
+        on requests in flight."""
+        return self.request_rate is not None and math.isfinite(self.request_rate)
+
+    @property
     def label(self) -> str:
-        """``c=8`` for a closed-loop point, ``2 req/s`` for an open-loop one."""
+        """``c=8`` for a closed-loop point, ``2 req/s`` for an open-loop one, ``2 req/s (at most
+        8 in flight)`` for an open loop capped at a concurrency (an imported run with both)."""
+        if self._rate_driven:
+            cap = f" (at most {self.concurrency} in flight)" if self.concurrency is not None else ""
+            return f"{_num(self.request_rate)} req/s{cap}"  # type: ignore[arg-type]
         if self.concurrency is not None:
             return f"c={self.concurrency}"
-        if self.request_rate is not None and math.isfinite(self.request_rate):
-            return f"{_num(self.request_rate)} req/s"
         return "unbounded rate"
 
     @property
     def load_kind(self) -> LoadKind:
         """``closed`` (a closed loop, its load the concurrency) or ``open`` (an open loop, its load
-        the request rate): two scales that are never compared with each other."""
-        return "closed" if self.concurrency is not None else "open"
+        the request rate, also when a concurrency caps it): two scales that are never compared
+        with each other."""
+        return "open" if self._rate_driven or self.concurrency is None else "closed"
 
     @property
     def load(self) -> float:
         """The load axis used for ordering and growth ratios: the concurrency, or the achieved
         concurrency where the run reached less (``achieved_concurrency``: c=3 that sent one request
-        is a load of 1, not 3), else the request rate."""
+        is a load of 1, not 3), else the request rate (an open loop's, capped or not)."""
+        if self._rate_driven:
+            return self.request_rate  # type: ignore[return-value]
         if self.concurrency is not None:
             if self.achieved_concurrency is not None and 0 < self.achieved_concurrency < self.concurrency:
                 return float(self.achieved_concurrency)

@@ -1105,9 +1105,11 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
 
 
 def _load_said(concurrency: Any, request_rate: Any) -> str:
-    """A run's load in a note: ``c=16`` (closed loop), ``2 req/s`` (open loop), ``load unknown``."""
+    """A run's load in a note: ``c=16`` (closed loop), ``2 req/s`` (open loop), ``2 req/s (at
+    most 8 in flight)`` (an open loop capped at a concurrency), ``load unknown``."""
     if request_rate is not None:
-        return f"{plain_figures([float(request_rate)])[0]} req/s"
+        cap = f" (at most {concurrency} in flight)" if concurrency is not None else ""
+        return f"{plain_figures([float(request_rate)])[0]} req/s{cap}"
     return f"c={concurrency}" if concurrency is not None else "load unknown"
 
 

@@ -241,7 +241,8 @@ def test_it_keeps_nan_as_null_with_a_note() -> None:
 def test_it_analyses_imported_runs_of_one_sweep() -> None:
     lines = []
     for c, tok_s, tpot in ((1, 40.0, 24.0), (4, 130.0, 29.0), (16, 330.0, 45.0), (64, 360.0, 160.0)):
-        lines.append(sglang_line(max_concurrency=c, random_range_ratio=1.0, random_input_len=512, random_output_len=512,
+        # request_rate Infinity: every request due at once, c in flight (a closed loop)
+        lines.append(sglang_line(max_concurrency=c, request_rate=float("inf"), random_range_ratio=1.0, random_input_len=512, random_output_len=512,
                                  output_throughput=tok_s, mean_tpot_ms=tpot, mean_ttft_ms=80.0 * c, completed=4 * c,
                                  total_input_tokens=512 * 4 * c, total_output_tokens=512 * 4 * c,
                                  duration=512 * 4 * c / tok_s))  # output_throughput = tokens / duration

@@ -20,8 +20,10 @@ SGLANG_TEXT = (DATA / "sglang-bench-serving-h200.jsonl").read_text().splitlines(
 
 
 def _vllm(**changes: object) -> dict:
-    # 8 requests at c=4, 1024 in / 128 out: totals as vLLM writes them (completed requests only).
-    base = {**VLLM, "max_concurrency": 4, "num_prompts": 8, "completed": 8, "failed": 0,
+    # 8 requests at c=4 (all due at once, a closed loop), 1024 in / 128 out: totals as vLLM writes them
+    # (completed requests only); at most 7 of them active within one second (max_concurrent_requests).
+    base = {**VLLM, "request_rate": "inf", "max_concurrency": 4, "max_concurrent_requests": 7,
+            "num_prompts": 8, "completed": 8, "failed": 0,
             "total_input_tokens": 8 * 1024, "total_output_tokens": 8 * 128, "duration": 10.0,
             "output_throughput": 8 * 128 / 10.0, "input_lens": [1024] * 8, "output_lens": [128] * 8}
     return {**base, **changes}

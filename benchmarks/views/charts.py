@@ -295,13 +295,18 @@ LOADS = (("closed", ("concurrency", "requests")), ("open", ("request rate", "req
 
 
 def _load_kind(run: BenchmarkRun) -> str | None:
-    if run.concurrency is not None:
-        return "closed"
-    return "open" if _opt_float(run.request_rate) is not None else None
+    """``open`` for a run sent at a request rate (capped at a concurrency or not: an imported
+    file may give both), ``closed`` for one held at a concurrency alone, None for neither."""
+    if _opt_float(run.request_rate) is not None:
+        return "open"
+    return "closed" if run.concurrency is not None else None
 
 
 def _load_value(run: BenchmarkRun) -> float | None:
-    return float(run.concurrency) if run.concurrency is not None else _opt_float(run.request_rate)
+    rate = _opt_float(run.request_rate)
+    if rate is not None:
+        return rate
+    return float(run.concurrency) if run.concurrency is not None else None
 
 
 def _load_charts(rows: Sequence[dict[str, Any]], *, axis: tuple[str, str], prefix: str, gpus_known: bool,

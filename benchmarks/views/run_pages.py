@@ -155,6 +155,16 @@ def _extra_facts(s: Mapping[str, Any]) -> list[tuple[str, Any, str, str]]:
          else f"{s['client_cpu_note']}. {CLIENT_CPU_HELP}"),
     ]
     facts += _check_facts(s)
+    peak = _count(_opt_float(s.get("max_concurrent_requests")))
+    if peak is not None:
+        # vLLM's count from an imported file (importers._max_concurrent_check): per second, not at one instant
+        cap = _opt_float(s.get("concurrency"))
+        facts.append(("Max concurrent requests (vLLM's count)", peak, "requests",
+                      "the file's max_concurrent_requests: the most successful requests active at some time within "
+                      "one second of the run (vLLM counts a request in every whole second it overlaps), so requests "
+                      "that ended and started within one second all count; at least the most successful requests in "
+                      "flight at one instant" + (f", and it may exceed the max_concurrency cap of {round(cap)}, which "
+                                                 "held the requests in flight at any instant" if cap else "")))
     if ended_by and s.get("prompt_pool") is not None:  # only a time-limited point has a pool
         facts.append(("Distinct prompts of the time-limited point", _count(_first(s, "prompt_pool")), "prompts",
                       "made before the measured window; the point cycles through them when its time outlasts "
