@@ -522,8 +522,12 @@ class RunImportResultSerializer(serializers.Serializer):
 class RunImportConflictSerializer(serializers.Serializer):
     """The 409 of an import none of whose runs is new."""
 
-    detail = serializers.CharField(help_text="the refusal in words, naming the runs and how to import anyway")
+    detail = serializers.CharField(help_text="the refusal in words, naming the runs and how to import anyway (set "
+                                             "allow_duplicate to true); a file with the same bytes as the one the "
+                                             "runs came from is named with its SHA-256 in full")
     code = serializers.CharField(help_text="'conflict'")
+    sha256 = serializers.CharField(help_text="the SHA-256 of the refused file's bytes (64 hexadecimal digits), as the "
+                                             "runs' original_sha256 gives the file each came from")
     runs = serializers.ListField(child=serializers.IntegerField(), help_text="the runs that hold the file's results, "
                                                                               "by id")
     skipped = ImportSkippedSerializer(many=True, help_text="each run of the file and the run holding its result")

@@ -309,7 +309,9 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                    responses={201: s.RunImportResultSerializer, 400: ERRORS_400,
                               409: OpenApiResponse(s.RunImportConflictSerializer, description=(
                                   "Every run of the file was imported before: the runs holding them are named "
-                                  "(runs), and each run of the file with the run holding it (skipped)."))})
+                                  "(runs), and each run of the file with the run holding it (skipped); sha256 is "
+                                  "the refused file's SHA-256, which the message gives too where the file has the "
+                                  "same bytes as the one the runs came from."))})
     @action(detail=False, methods=["post"], url_path="import", pagination_class=None)
     def import_results(self, request: Request) -> Response:
         """Runs created from the file and runs of it skipped as already imported (201); 409 when
@@ -350,7 +352,8 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
             raise InvalidInput(_under_text(exc.errors)) from None
         except services.AlreadyImported as exc:
             return Response({"detail": str(exc), "code": "conflict", "runs": [r.pk for r in exc.runs],
-                             "skipped": _skipped_data(exc.skipped)}, status=status.HTTP_409_CONFLICT)
+                             "skipped": _skipped_data(exc.skipped), "sha256": exc.sha256},
+                            status=status.HTTP_409_CONFLICT)
         return Response({"created": s.RunSerializer(outcome, many=True).data,
                          "skipped": _skipped_data(outcome.skipped)}, status=status.HTTP_201_CREATED)
 

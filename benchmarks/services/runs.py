@@ -1655,14 +1655,29 @@ class ImportOutcome(list):
 SKIPPED_NAMED = 10
 
 
+#: How the API's refusal of a file with no new run says to import it anyway: by its field.
+API_DUPLICATE_HINT = "set allow_duplicate to true to import it again"
+
+
 class AlreadyImported(Conflict):
     """Every run of a file was imported before (HTTP 409): ``skipped`` says, per record, which run
-    holds its result; ``runs`` are those runs (distinct, by id)."""
+    holds its result; ``runs`` are those runs (distinct, by id); ``sha256`` is the SHA-256 (hex)
+    of the refused file's UTF-8 bytes. ``reason`` is the refusal without a way out
+    (:func:`import_duplicate_message`); ``str()`` adds the API's (:data:`API_DUPLICATE_HINT`,
+    naming its ``allow_duplicate`` field), and :meth:`said` another's (the form's checkbox, the
+    command's option)."""
 
-    def __init__(self, message: str, *, skipped: list[SkippedRecord]) -> None:
-        super().__init__(message)
+    def __init__(self, reason: str, *, skipped: list[SkippedRecord], sha256: str = "") -> None:
+        super().__init__(f"{reason}; {API_DUPLICATE_HINT}")
+        self.reason = reason
+        self.sha256 = sha256
         self.skipped = skipped
         self.runs = sorted({s.run.pk: s.run for s in skipped}.values(), key=lambda r: r.pk)
+
+    def said(self, hint: str) -> str:
+        """The refusal ending with ``hint``, how to import the file anyway where it is read:
+        ``...; pass --allow-duplicate to import it again``."""
+        return f"{self.reason}; {hint}"
 
 
 # An import whose insert a concurrent import of the same records beat is read again this often.
@@ -1713,7 +1728,8 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
         held = imported_record_runs(digests=[d for d in records if d])
         if all(d and d in held for d in records):
             skipped = [_skipped(item, held[d], in_this_file=False) for item, d in zip(imported, records, strict=True)]
-            raise AlreadyImported(import_duplicate_message(skipped=skipped, digest=digest), skipped=skipped)
+            raise AlreadyImported(import_duplicate_message(skipped=skipped, digest=digest), skipped=skipped,
+                                  sha256=digest)
     _import_secret_values_refuse(imported, filename=filename, text=text)
     single = len(imported) == 1
     for attempt in range(IMPORT_ATTEMPTS):
@@ -1729,7 +1745,7 @@ def run_import(*, text: str, filename: str, user, allow_duplicate: bool = False)
                 raise
     if imported and not outcome:
         raise AlreadyImported(import_duplicate_message(skipped=outcome.skipped, digest=digest),
-                              skipped=outcome.skipped)
+                              skipped=outcome.skipped, sha256=digest)
     return outcome
 
 
@@ -1995,14 +2011,15 @@ def imported_record_runs(*, digests: Sequence[str]) -> dict[str, BenchmarkRun]:
 
 
 def import_duplicate_message(*, skipped: list[SkippedRecord], digest: str) -> str:
-    """The refusal of a file none of whose runs is new (:class:`AlreadyImported`). A file with the
-    same bytes as the one the runs came from (``digest`` their ``original_sha256``) is named as
-    such: ``this file was already imported as runs #4, #5 (bench.jsonl) on 2026-12-07 19:56 UTC
-    (same content, SHA-256 0123456789ab…)``. Else each run by its place: ``every run of this file
+    """Why a file none of whose runs is new is refused (:class:`AlreadyImported`), without the
+    way out (each reader adds its own: the API's field, the form's checkbox, the command's
+    option). A file with the same bytes as the one the runs came from (``digest``, the SHA-256 of
+    the file's UTF-8 bytes, their ``original_sha256``) is named as such, with that SHA-256 in
+    full: ``this file was already imported as runs #4, #5 (bench.jsonl) on 2026-12-07 19:56 UTC
+    (same content, SHA-256 0123…cdef)``. Else each run by its place: ``every run of this file
     was already imported: line 1 as run #4 (bench.jsonl, 2026-12-07 19:56 UTC); line 2 as run #5
-    (...)``, the first :data:`SKIPPED_NAMED`, then how many more. Both end with how to import it
-    anyway. File names as every read shows them (:func:`run_filename_shown`)."""
-    hint = "set allow_duplicate to import it again"
+    (...)``, the first :data:`SKIPPED_NAMED`, then how many more. File names as every read shows
+    them (:func:`run_filename_shown`)."""
     runs = sorted({s.run.pk: s.run for s in skipped}.values(), key=lambda r: r.pk)
     if all(r.original_sha256 == digest for r in runs):
         first = runs[0]
@@ -2010,7 +2027,7 @@ def import_duplicate_message(*, skipped: list[SkippedRecord], digest: str) -> st
             f" and {len(runs) - SKIPPED_NAMED} more" if len(runs) > SKIPPED_NAMED else "")
         name = f" ({run_filename_shown(first.original_filename)})" if first.original_filename else ""
         return (f"this file was already imported as run{'s' if len(runs) > 1 else ''} {ids}{name} on {_when(first)} "
-                f"(same content, SHA-256 {digest[:12]}…); {hint}")
+                f"(same content, SHA-256 {digest})")
 
     def origin(run: BenchmarkRun) -> str:
         name = f"{run_filename_shown(run.original_filename)}, " if run.original_filename else ""
@@ -2018,10 +2035,10 @@ def import_duplicate_message(*, skipped: list[SkippedRecord], digest: str) -> st
 
     if len(skipped) == 1:
         run = skipped[0].run
-        return f"the result in this file was already imported as run #{run.pk} ({origin(run)}); {hint}"
+        return f"the result in this file was already imported as run #{run.pk} ({origin(run)})"
     named = "; ".join(f"{s.where} as run #{s.run.pk} ({origin(s.run)})" for s in skipped[:SKIPPED_NAMED])
     more = f"; and {len(skipped) - SKIPPED_NAMED:,} more" if len(skipped) > SKIPPED_NAMED else ""
-    return f"every run of this file was already imported: {named}{more}; {hint}"
+    return f"every run of this file was already imported: {named}{more}"
 
 
 def _when(run: BenchmarkRun) -> str:

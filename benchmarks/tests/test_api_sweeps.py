@@ -210,9 +210,12 @@ def test_it_refuses_a_duplicate_import_with_409_naming_the_run(operator_api) -> 
     body = again.json()
     assert body["code"] == "conflict"
     assert body["detail"].startswith(f"this file was already imported as run #{first['id']} (vllm.json) on ")
-    assert body["detail"].endswith("set allow_duplicate to import it again")
-    assert first["original_sha256"] in {hashlib.sha256(VLLM.encode()).hexdigest()}
-    assert first["original_sha256"][:12] in body["detail"]
+    assert first["original_sha256"] == hashlib.sha256(VLLM.encode()).hexdigest()
+    # the same bytes: the file's SHA-256 in full, and the API's own field as the way out
+    assert body["detail"].endswith(f"(same content, SHA-256 {first['original_sha256']}); set allow_duplicate to "
+                                   "true to import it again")
+    assert body["sha256"] == first["original_sha256"]
+    assert "Tick" not in body["detail"] and "Import again" not in body["detail"]
     # the same bytes as a multipart upload are the same file
     upload = SimpleUploadedFile("vllm.json", VLLM.encode(), content_type="application/json")
     assert operator_api.post("/api/runs/import/", {"file": upload}, format="multipart").status_code == 409

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import importlib
 import io
 import json
@@ -98,7 +99,10 @@ def test_a_grown_sglang_file_imports_its_new_line_and_names_the_one_skipped(oper
     assert body["detail"].startswith(f"every run of this file was already imported: line 1 as run #{one['id']} "
                                      "(h200.jsonl, ")
     assert f"; line 2 as run #{two['id']} (h200.jsonl, " in body["detail"]
-    assert body["detail"].endswith("; set allow_duplicate to import it again")
+    assert body["detail"].endswith("; set allow_duplicate to true to import it again")
+    # other bytes than the runs' files: their SHA-256 is in the body, not named as the same file
+    assert body["sha256"] == hashlib.sha256((SGLANG_LINE + "\r\n" + NEXT_LINE + "\r\n").encode()).hexdigest()
+    assert body["sha256"] not in body["detail"]
     assert BenchmarkRun.objects.count() == 2
 
 
@@ -342,3 +346,25 @@ def test_the_stored_summary_is_labelled_with_the_units_its_keys_name(operator) -
             "<code>_ms</code> milliseconds, <code>_tok_s</code> tokens/s, <code>_req_s</code> requests/s)"
             "</summary>") in html
     assert '"ttft_ms"' in html or "&quot;ttft_ms&quot;" in html
+
+
+def test_a_refused_form_import_keeps_the_choices_and_shows_the_problems_first(operator) -> None:
+    client = logged_in_client(operator)
+    url = reverse("benchmarks:run-import")
+    bad = SGLANG_LINE.replace('"completed": 300', '"completed": -3')
+    refused = client.post(url, {"file": SimpleUploadedFile("bad.jsonl", bad.encode()), "allow_duplicate": "1"})
+    assert refused.status_code == 400
+    html = refused.content.decode()
+    form = html.split('<form method="post" enctype="multipart/form-data"')[1].split("</form>")[0]
+    # the problems come first in the form, focused on load; the tick is kept, the file named
+    summary = form.split('<div class="notice bad error-summary import-errors" id="import-errors" role="alert" '
+                         'tabindex="-1" autofocus>')[1].split("</div>")[0]
+    assert form.index('id="import-errors"') < form.index('id="id_file"')
+    assert summary.startswith("\n    <strong><code>bad.jsonl</code> was not imported</strong>")
+    assert "<code>line 1.completed</code>: expected a whole number &gt;= 0, got -3" in summary
+    assert 'id="id_allow_duplicate" checked>' in form
+    # without the tick, none is shown; a page with no refusal has no problem block
+    plain = client.post(url, {"file": SimpleUploadedFile("bad.jsonl", bad.encode())}).content.decode()
+    assert 'id="id_allow_duplicate">' in plain and 'id="id_allow_duplicate" checked' not in plain
+    assert 'id="import-errors"' not in client.get(reverse("benchmarks:index")).content.decode()
+    assert not BenchmarkRun.objects.exists()

@@ -4,6 +4,7 @@ import, a missing or unreadable file and a file imported before on one line nami
 whose contents are refused with one line per problem. Nothing is stored on a refusal."""
 from __future__ import annotations
 
+import hashlib
 import io
 import subprocess
 import sys
@@ -64,7 +65,9 @@ def test_a_file_imported_before_is_refused_on_one_line_with_status_2(tmp_path):
     call_command("import_results", str(path), stdout=io.StringIO())
     err = refusal(str(path))
     assert str(err).startswith("vllm.json: this file was already imported as run #")
-    assert "pass --allow-duplicate to import it again" in str(err)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert str(err).endswith(f"(same content, SHA-256 {digest}); pass --allow-duplicate to import it again")
+    assert "allow_duplicate" not in str(err)
     assert err.returncode == 2 and "\n" not in str(err)
     assert BenchmarkRun.objects.count() == 1
 

@@ -7,6 +7,7 @@ Rows are written directly; the records file is a real :class:`RecordStore` saved
 temporary ``VAR_DIR``."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from array import array
@@ -758,7 +759,11 @@ def test_it_refuses_a_duplicate_import_naming_the_run_unless_asked_to_keep_both(
     assert again.status_code == 409
     html = _html(again)
     assert f"This file was already imported as run #{run.pk} (vllm-bench-serve.json) on" in html
-    assert "set allow_duplicate to import it again" in html
+    # the form names its checkbox, never the API's field, and gives the file's SHA-256 in full
+    digest = hashlib.sha256(original).hexdigest()
+    assert (f"(same content, SHA-256 {digest}); tick “Import again runs that were imported before” below and "
+            "import the file again to keep a second copy.") in html
+    assert "allow_duplicate to" not in html
     assert f'<a href="{reverse("benchmarks:run-detail", args=[run.pk])}">run #{run.pk}</a>' in html
     assert 'name="allow_duplicate"' in html
     assert BenchmarkRun.objects.count() == 1

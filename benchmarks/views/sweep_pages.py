@@ -144,7 +144,13 @@ def _index_context(request: HttpRequest, *, import_errors: dict[str, list[str]],
     runs = [run_row(r) for r in page.object_list]
     return {"sweeps": sweeps, "runs": runs, "runs_aborted": any(r["aborted"] for r in runs), "runs_page": page,
             "ready_deployments": list(ready), "can_write": _can_write(request), "import_errors": import_errors,
-            "duplicate_of": list(duplicate_of)}
+            "duplicate_of": list(duplicate_of), "import_again_label": IMPORT_AGAIN_LABEL}
+
+
+#: The import form's checkbox, by its label: what the form's refusal of a file with no new run
+#: tells the user to tick (the API names its field instead).
+IMPORT_AGAIN_LABEL = "Import again runs that were imported before"
+IMPORT_AGAIN_HINT = f"tick “{IMPORT_AGAIN_LABEL}” below and import the file again to keep a second copy"
 
 
 @role_page()
@@ -155,7 +161,11 @@ def run_import_view(request: HttpRequest) -> HttpResponse:
     on the index page with status 400. Runs of the file imported before (the same record, from
     this or another file: :func:`benchmarks.services.run_import`) are skipped, and a message
     names each with the run holding it; a file none of whose runs is new is refused with status
-    409 and links to the runs holding them. With ``allow_duplicate`` ticked every run is stored. A GET (the
+    409 and links to the runs holding them, telling the user to tick the checkbox
+    (:data:`IMPORT_AGAIN_LABEL`). With ``allow_duplicate`` ticked every run is stored. A refused
+    file's page shows the problems at the top of the import form, which the browser focuses and
+    scrolls to (``autofocus``; the run list above it is long), with the checkbox as the user
+    left it and the refused file named, to be chosen again. A GET (the
     address left in the browser after a failed import, reloaded) is redirected to the import form
     on the index page. A ``file`` or ``allow_duplicate`` given more than once imports nothing
     (status 400, ``file is given 2 times (a.jsonl, b.jsonl): give it once.``)."""
@@ -183,9 +193,12 @@ def run_import_view(request: HttpRequest) -> HttpResponse:
                                            allow_duplicate=allow_duplicate)
             except InvalidInput as exc:
                 errors = exc.errors
+            except services.AlreadyImported as exc:
+                said = exc.said(IMPORT_AGAIN_HINT)
+                errors = {"file": [said[:1].upper() + said[1:] + "."]}
+                duplicate_of = list(exc.runs)
             except Conflict as exc:
                 errors = {"file": [str(exc)[:1].upper() + str(exc)[1:] + "."]}
-                duplicate_of = list(getattr(exc, "runs", []))
             else:
                 messages.success(request, f"Imported {len(runs)} {'new ' if runs.skipped else ''}"
                                           f"run{'s' if len(runs) != 1 else ''} from {upload.name}.")
@@ -196,9 +209,12 @@ def run_import_view(request: HttpRequest) -> HttpResponse:
                     return redirect("benchmarks:run-detail", pk=runs[0].pk)
                 ids = ",".join(str(r.pk) for r in runs)
                 return redirect(reverse("benchmarks:compare") + f"?runs={ids}")
-    return render(request, "benchmarks/index.html",
-                  _index_context(request, import_errors=errors, duplicate_of=duplicate_of),
-                  status=409 if duplicate_of else 400)
+    context = _index_context(request, import_errors=errors, duplicate_of=duplicate_of)
+    # What the user chose, kept for the next try: the checkbox, and the file's name (a browser
+    # keeps no chosen file across pages, so the form asks for it again by name).
+    context.update(import_allow_duplicate=allow_duplicate,
+                   import_filename=services.run_filename_shown(getattr(upload, "name", "") or ""))
+    return render(request, "benchmarks/index.html", context, status=409 if duplicate_of else 400)
 
 
 # --- sweep form -------------------------------------------------------------------------------

@@ -24,12 +24,11 @@ from pathlib import Path
 from django.core.management.base import CommandError
 
 from controlplane.commands import REFUSED_STATUS, CeilingCommand, refused
-from benchmarks.services import run_import, run_metrics
+from benchmarks.services import AlreadyImported, run_import, run_metrics
 from controlplane.errors import CeilingError, Conflict, InvalidInput
 from deployments.management.command_user import command_user
 
-# The service's duplicate refusal names the API's flag; this command's flag is spelled differently.
-_API_FLAG_HINT = "set allow_duplicate to import it again"
+# How this command's refusal of a file with no new run says to import it anyway: by its option.
 _CLI_FLAG_HINT = "pass --allow-duplicate to import it again"
 
 
@@ -65,8 +64,10 @@ class Command(CeilingCommand):
             runs = run_import(text=text, filename=path.name, user=user, allow_duplicate=o["allow_duplicate"])
         except InvalidInput as exc:
             raise CommandError(invalid_file_message(path.name, exc), returncode=REFUSED_STATUS) from None
+        except AlreadyImported as exc:
+            raise refused(f"{path.name}: {exc.said(_CLI_FLAG_HINT)}") from None
         except Conflict as exc:
-            raise refused(f"{path.name}: {str(exc).replace(_API_FLAG_HINT, _CLI_FLAG_HINT)}") from None
+            raise refused(f"{path.name}: {exc}") from None
         except CeilingError as exc:
             raise refused(f"{path.name}: {exc}") from None
         for run in runs:
