@@ -816,10 +816,16 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     ``input_length_mismatch``, one whose lengths are unknown (``lengths unknown``, not a mismatch:
     the file does not say what was requested), and one whose lengths were drawn at random
     (``variable_lengths``) when the comparison holds a measured fixed-length run. Random-length
-    runs among themselves are ranked like fixed-length runs: those with the same ranges had the
-    same length distribution, and runs with different ranges are runs of different lengths (no
-    best, as below); a run whose per-request lengths varied without a recorded range (``varied``)
-    is never ranked. A run flagged ``input_length_unchecked`` (the server reported no prompt
+    runs among themselves are ranked: those with the same ranges had the same length distribution,
+    and runs with different ranges are runs of different lengths (no best, as below); runs of the
+    same ranges whose measured mean input or output tokens per request are more than ``tie_pct``
+    percent apart (or not known) drew different lengths from it, so no best is named either, with
+    a note giving the means (:func:`_random_lengths_apart`). A run whose per-request lengths
+    varied without a recorded range (``varied``) is never ranked. An imported run holding the
+    same result as an older run of the comparison (:func:`imported_copies`: a copy imported with
+    ``allow_duplicate``, the same ``record_sha256``) is not ranked either: it is the same
+    measurement, not a repeat, and its refusal names the run it copies and the SHA-256, so equal
+    values are never read as run-to-run noise. A run flagged ``input_length_unchecked`` (the server reported no prompt
     tokens per request for its text prompts and they could not be counted again after it, so their
     real length is not known) is never ranked either, nor is one flagged ``shared_load``
     (a run of another sweep on a deployment sharing its CPUs or GPUs ran meanwhile:
@@ -890,12 +896,16 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
                      and not {"input_length_unchecked", SHARED_LOAD_FLAG} & set(run.flags or [])
                      for run, (kind, _), why in zip(runs, settings, not_measured))
     unranked_why: dict[int, str] = {}
+    copies = imported_copies(runs=runs)
     for run, (kind, lengths), metrics, unmeasured in zip(runs, settings, all_metrics, not_measured):
         refusal = None
         if unmeasured:
             refusal = f"run #{run.pk} is not ranked: {unmeasured}"
             excluded.append({"id": run.pk, "reason": unmeasured})
             notes.append(refusal)
+        elif run.pk in copies:
+            refusal = f"run #{run.pk} is not ranked: {copies[run.pk]}"
+            unranked_why[run.pk] = f"a copy of run #{copies[run.pk].held.pk}"
         elif kind == "mismatch":
             length_flags = [f for f in run.flags if f in LENGTH_FLAGS and f.endswith("_mismatch")]
             refusal = (f"run #{run.pk} is not ranked: {', '.join(length_flags)} — its requests did not all have the "
@@ -1008,7 +1018,10 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     # A closed loop's concurrency or an open loop's request rate: a best across loads would set one
     # run's latency against another's throughput at a different operating point.
     loads = {(e["config"].get("concurrency"), e["config"].get("request_rate")) for e in rankable}
-    one_workload = len(lengths) == 1 and len(loads) == 1
+    # Random-length runs of one setting drew their own lengths: ranked only where they drew alike.
+    drawn_apart = _random_lengths_apart(rankable, settings={r.pk: kind for r, (kind, _) in zip(runs, settings)},
+                                        tie_pct=tie_pct) if len(lengths) == 1 and len(rankable) > 1 else None
+    one_workload = len(lengths) == 1 and len(loads) == 1 and drawn_apart is None
     best: dict[str, int | None] = {}
     ties: dict[str, list[int]] = {}
     uncertain: dict[str, list[int]] = {}
@@ -1017,6 +1030,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     elif len(lengths) > 1:
         notes.append("the rankable runs have different input/output lengths "
                      f"({', '.join(sorted(lengths))}); no best run is named")
+    elif drawn_apart is not None:
+        notes.append(drawn_apart)
     elif len(loads) > 1:
         # closed loops by concurrency, then open loops by rate; an unknown load last
         order = sorted(loads, key=lambda cr: (cr[1] is not None, cr[0] is None and cr[1] is None,
@@ -1102,6 +1117,73 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
             "uncertain": uncertain, "baseline": baseline_id, "baseline_note": baseline_note,
             "workload_note": workload_note, "tie_threshold_pct": tie_pct, "excluded": excluded,
             "notes": notes}
+
+
+class CopyOf(str):
+    """Why a run of a comparison is a copy of another (:func:`imported_copies`), in words, with
+    ``held``, the run holding the result first."""
+
+    held: BenchmarkRun
+
+    def __new__(cls, text: str, held: BenchmarkRun) -> CopyOf:
+        obj = super().__new__(cls, text)
+        obj.held = held
+        return obj
+
+
+def imported_copies(*, runs: Sequence[BenchmarkRun]) -> dict[int, CopyOf]:
+    """The runs of ``runs`` that hold the same result as an earlier one of them, by id: imported
+    runs with one ``record_sha256`` (the same record read as JSON, a copy kept with
+    ``allow_duplicate``), each but the oldest (lowest id). One measurement imported twice is not
+    two runs: equal numbers between copies are the same numbers, not run-to-run noise, so a
+    comparison ranks the oldest alone. Each copy's words name the run it copies and the SHA-256:
+    the file's (``original_sha256``) where both came from one file, byte for byte (``the same
+    result file as run #5, imported twice (SHA-256 …): one measurement, not an independent
+    repeat``), else the result record's."""
+    first: dict[str, BenchmarkRun] = {}
+    for run in sorted(runs, key=lambda r: r.pk):
+        if run.source == RunSource.IMPORTED and run.record_sha256:
+            first.setdefault(run.record_sha256, run)
+    out: dict[int, CopyOf] = {}
+    for run in runs:
+        held = first.get(run.record_sha256) if run.source == RunSource.IMPORTED and run.record_sha256 else None
+        if held is None or held.pk == run.pk:
+            continue
+        if run.original_sha256 and run.original_sha256 == held.original_sha256:
+            what = f"the same result file as run #{held.pk}, imported twice (SHA-256 {run.original_sha256})"
+        else:
+            what = (f"the same result as run #{held.pk}, imported twice (the result's record read as JSON has SHA-256 "
+                    f"{run.record_sha256})")
+        out[run.pk] = CopyOf(f"{what}: one measurement, not an independent repeat, so it is not ranked beside it and "
+                             "their equal values are not run-to-run noise", held)
+    return out
+
+
+def _random_lengths_apart(rankable: Sequence[dict[str, Any]], *, settings: Mapping[int, str],
+                          tie_pct: float) -> str | None:
+    """Why no best is named among ``rankable`` comparison entries of one random-length setting
+    (``settings``: each run's kind, :func:`run_length_setting`) whose requests drew different
+    lengths: their measured mean input or output tokens per request (``metrics``
+    ``input_tokens_mean``, ``output_tokens_mean``) more than ``tie_pct`` percent apart, or not
+    known. The same ranges give the same distribution, not the same requests; a mean a few
+    percent longer is a heavier workload, and a best would rank the draw. None when they drew
+    alike, or the runs are not random-length ones."""
+    if not rankable or any(settings.get(e["id"]) != "random" for e in rankable):
+        return None
+    apart: list[str] = []
+    for key, words in (("input_tokens_mean", "input"), ("output_tokens_mean", "output")):
+        values = [e["metrics"].get(key) for e in rankable]
+        if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in values):
+            apart.append(f"mean {words} tokens per request not known for every run")
+            continue
+        if _spread_pct(min(values), max(values)) > tie_pct:
+            shown = ", ".join(f"#{e['id']} {text}" for e, text in zip(rankable, plain_figures(values, digits=4)))
+            apart.append(f"mean {words} tokens per request {shown}")
+    if not apart:
+        return None
+    return (f"the rankable runs' lengths were drawn at random from the same ranges ({rankable[0]['lengths']}) but "
+            f"came out differently ({'; '.join(apart)}: more than {tie_pct:g} % apart): a best would rank the "
+            "draw of lengths, not the server; no best run is named")
 
 
 def _load_said(concurrency: Any, request_rate: Any) -> str:

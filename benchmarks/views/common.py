@@ -92,7 +92,10 @@ FLAG_TEXT: dict[str, str] = {
                              "differ by more than 2 %.",
     "client_cpu_bound": "a load-generator worker was busy on CPU most of the run; latencies may include "
                         "client time.",
-    "variable_lengths": "request lengths were drawn from a range, so this is not a fixed-length run.",
+    "variable_lengths": "request lengths differed (drawn from a range, or varied per request as the file "
+                        "records them), so this is not a fixed-length run; a comparison ranks it only against "
+                        "runs drawn from the same ranges whose lengths came out alike, never one whose lengths "
+                        "varied without a recorded range.",
     "lengths_unknown": "the result file does not record the request lengths.",
     "range_ratio_unknown": "the result file records SGLang's requested lengths L (random_input_len, "
                            "random_output_len) but no usable random_range_ratio r, so the range [L*r, L] the "
