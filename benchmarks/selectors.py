@@ -39,6 +39,17 @@ RUN_LIST_DEFAULT_ORDER = "-created_at"
 #: The orders of ``GET /api/runs/`` that rank runs by a metric: done runs come first.
 RUN_LIST_METRIC_ORDERS = ("output_tok_s", "ttft_p99_ms")
 
+#: Every order ``GET /api/runs/`` takes, ``-`` first for descending.
+RUN_LIST_ORDERS = tuple(sorted(f"{sign}{key}" for key in ("created_at", *RUN_LIST_METRIC_ORDERS) for sign in ("", "-")))
+
+
+def run_order_problem(order: str) -> str | None:
+    """The refusal of ``order``, the runs' ``?order=`` (``must be one of -created_at, ...; got
+    'zzz'``), None for one of :data:`RUN_LIST_ORDERS`."""
+    if order in RUN_LIST_ORDERS:
+        return None
+    return f"must be one of {', '.join(RUN_LIST_ORDERS)}; got {query_text(order)}"
+
 
 def run_list(*, sweep_id: int | None = None, source: str | None = None, status: str | None = None,
              order: str | None = None) -> QuerySet[BenchmarkRun]:
@@ -57,10 +68,8 @@ def run_list(*, sweep_id: int | None = None, source: str | None = None, status: 
         qs = qs.filter(source=source)
     if status:
         qs = qs.filter(status=status)
-    if order:
-        allowed = {"output_tok_s", "-output_tok_s", "ttft_p99_ms", "-ttft_p99_ms", "-created_at", "created_at"}
-        if order not in allowed:
-            raise InvalidInput({"order": [f"must be one of {', '.join(sorted(allowed))}; got {query_text(order)}"]})
+    if order and (problem := run_order_problem(order)):
+        raise InvalidInput({"order": [problem]})
     order = order or RUN_LIST_DEFAULT_ORDER
     tiebreak = "-id" if order.startswith("-") else "id"
     if order.lstrip("-") in RUN_LIST_METRIC_ORDERS:

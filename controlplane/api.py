@@ -886,6 +886,46 @@ class ExportQuerySerializer(serializers.Serializer):
     format = FilterChoiceField(choices=["csv", "json"], default="json")
 
 
+class QueryProblemsTogetherSerializer(serializers.Serializer):
+    """A query's serializer whose 400 names every problem at once: each value's own (a field, its
+    ``validate_<field>``) and those between values (:meth:`together_errors`: ``since`` after
+    ``until``, neither ``ids`` nor ``sweeps`` given). REST framework's own serializer judges the
+    values together only once every value is good, so ``?since=10&until=5&fields=a,,b`` would name
+    ``fields`` alone, and the client would fix it, resend and meet ``since``."""
+
+    def together_errors(self, attrs: dict, refused: set[str]) -> dict[str, list[str]]:
+        """``{key: [message]}`` for the problems between the values of ``attrs`` (the fields read
+        well, validated) that no single value shows; ``refused`` holds the keys already refused on
+        their own, whose values ``attrs`` lacks (a check that needs one of them is left out: the
+        value given is wrong, not missing). None here; a subclass names its own."""
+        return {}
+
+    def validate(self, attrs: dict) -> dict:
+        if errors := self.together_errors(attrs, set()):
+            raise serializers.ValidationError(errors)
+        return attrs
+
+    def to_internal_value(self, data):
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            errors = dict(exc.detail)
+        attrs: dict[str, Any] = {}
+        for name, field in self.fields.items():
+            if field.read_only or name in errors:
+                continue
+            try:
+                value = field.run_validation(field.get_value(data))
+                if (validate_field := getattr(self, f"validate_{name}", None)) is not None:
+                    value = validate_field(value)
+            except (serializers.SkipField, serializers.ValidationError):
+                continue
+            attrs[field.source] = value
+        for key, messages in self.together_errors(attrs, set(errors)).items():
+            errors.setdefault(key, messages)
+        raise serializers.ValidationError(errors)
+
+
 def query_validated(serializer_class, request, *, left_out: Iterable[str] = ()) -> dict:
     """Validate ``request.query_params`` with ``serializer_class``; a bad value is a 400 through
     the API's one exception handler (dotted field paths). A field that takes one value given more

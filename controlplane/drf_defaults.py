@@ -446,9 +446,9 @@ class Pagination(LimitOffsetPagination):
     :data:`MAX_PAGE_LIMIT`, a larger value of any size is cut to it) and ``?offset=`` (at most
     :data:`MAX_PAGE_OFFSET`); the body is ``{"count", "next", "previous", "results"}``. An empty
     ``?limit=`` or ``?offset=`` is taken as not given (the default page). A ``limit`` that is not a
-    whole number >= 1, an ``offset`` that is not a whole number >= 0 or is over
-    :data:`MAX_PAGE_OFFSET` (``must be at most 999999999999999``), or either given twice, is a 400
-    naming it (DRF's own class answers such a value with the default page, or takes the last,
+    whole number >= 1, an ``offset`` that is not a whole number from 0 to :data:`MAX_PAGE_OFFSET`
+    (``must be a whole number between 0 and 999999999999999, got '-1'``, as a run's records word
+    it), or either given twice, is a 400 naming it (DRF's own class answers such a value with the default page, or takes the last,
     silently)."""
 
     max_limit = MAX_PAGE_LIMIT
@@ -462,10 +462,13 @@ class Pagination(LimitOffsetPagination):
     )
 
     @staticmethod
-    def _whole(request, name: str, least: int) -> int | None:
-        """``?<name>=`` as a whole number >= ``least``, None when not given or empty. A number of more
-        than 18 digits reads as 10**18: past every bound here, and ``int()`` refuses a text of more
-        than 4300 digits."""
+    def _whole(request, name: str, least: int, most: int | None = None) -> int | None:
+        """``?<name>=`` as a whole number >= ``least`` (and <= ``most`` when given), None when not
+        given or empty. A number of more than 18 digits reads as 10**18: past every bound here, and
+        ``int()`` refuses a text of more than 4300 digits. The refusal gives the range: ``must be a
+        whole number >= 1, got 'abc'`` (a limit: a larger one is cut, never refused), ``must be a
+        whole number between 0 and 999999999999999, got '-1'`` (an offset, in the words of every
+        other offset of the API: a run's records, a kernel job's variant table)."""
         repeated = given_more_than_once(request.query_params.getlist(name))
         if repeated:
             raise ValidationError({name: [repeated]})
@@ -473,27 +476,25 @@ class Pagination(LimitOffsetPagination):
         if raw is None or raw == "":
             return None
         digits = raw.lstrip("0") or "0"
-        if not re.fullmatch(r"[0-9]+", raw) or (len(digits) <= 18 and int(digits) < least):
-            raise ValidationError({name: [f"must be a whole number >= {least}, got {query_text(raw)}"]})
-        return int(digits) if len(digits) <= 18 else 10**18
+        value = int(digits) if re.fullmatch(r"[0-9]+", raw) and len(digits) <= 18 else 10**18
+        if not re.fullmatch(r"[0-9]+", raw) or value < least or (most is not None and value > most):
+            bounds = f">= {least}" if most is None else f"between {least} and {most}"
+            raise ValidationError({name: [f"must be a whole number {bounds}, got {query_text(raw)}"]})
+        return value
 
     def _page(self, request) -> tuple[int | None, int]:
         """``(limit, offset)`` as given (``None``, ``0`` when not); a 400 naming every one of the
         two that is wrong at once (``?limit=abc&offset=-1``: both), not the first alone."""
         errors: dict[str, Any] = {}
         values: dict[str, int | None] = {}
-        for name, least in ((self.limit_query_param, 1), (self.offset_query_param, 0)):
+        for name, least, most in ((self.limit_query_param, 1, None), (self.offset_query_param, 0, MAX_PAGE_OFFSET)):
             try:
-                values[name] = self._whole(request, name, least)
+                values[name] = self._whole(request, name, least, most)
             except ValidationError as exc:
                 errors.update(exc.detail)
-        offset = values.get(self.offset_query_param) or 0
-        if offset > MAX_PAGE_OFFSET:
-            raw = request.query_params.get(self.offset_query_param)
-            errors[self.offset_query_param] = [f"must be at most {MAX_PAGE_OFFSET}, got {query_text(raw)}"]
         if errors:
             raise ValidationError(errors)
-        return values.get(self.limit_query_param), offset
+        return values.get(self.limit_query_param), values.get(self.offset_query_param) or 0
 
     def get_limit(self, request):
         limit, _offset = self._page(request)

@@ -269,40 +269,15 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
     ``p.<parameter>`` (``{"p.BLOCK_N": ["'48' is not one of BLOCK_N's values in this job's grid:
     16, 32, 64"]}``), or an unknown ``sort`` key (``batch`` None means the smallest batch).
     """
-    from kernels.services import job_manifest
-
     from controlplane.errors import InvalidInput
 
-    manifest = job_manifest(job)
-    shapes = job_shapes(job)
-    measured = sorted(set(KernelBenchmark.objects.filter(variant__job=job).values_list("batch", flat=True)))
-    declared = sorted({b for s in manifest.shapes if s.name in shapes for b in s.batches
-                       if not job.batches or b in job.batches})
-    batches = measured or declared
-    errors: dict[str, list[str]] = {}
-    if batch is not None and batch not in batches:
-        errors["batch"] = [f"{_short(batch)} is not a batch of this job; batches: "
-                           f"{', '.join(str(b) for b in batches) or 'none'}"]
-    if batch is None or batch not in batches:
-        batch = batches[0] if batches else None
-    for k, v in (params or {}).items():
-        if k not in manifest.grid:
-            errors[f"p.{k}"] = [f"not a parameter of this job; parameters: {', '.join(manifest.grid)} "
-                                "(filter as p.<parameter>=<value>)"]
-            continue
-        allowed = [str(x) for x in manifest.grid[k]]
-        if v not in (None, "") and str(v) not in allowed:
-            errors[f"p.{k}"] = [f"{_short(str(v))} is not one of {k}'s values in this job's grid: {', '.join(allowed)}"]
-    desc = sort.startswith("-")
-    key = sort[1:] if desc else sort
-    valid = (key in BUILD_SORTS or (key.startswith("param:") and key[6:] in manifest.grid)
-             or (key.split(":", 1)[0] in ("us", "roof") and key.split(":", 1)[-1] in shapes))
-    if not valid:
-        errors["sort"] = [f"{_short(sort)} is not a sort key; keys: {', '.join(BUILD_SORTS)}, "
-                          f"{', '.join('param:' + p for p in manifest.grid)}, "
-                          f"{', '.join('us:' + sh + ', roof:' + sh for sh in shapes)} ('-' in front: descending)"]
+    manifest, shapes, batches, errors = _variant_table_query(job=job, batch=batch, params=params, sort=sort)
     if errors:
         raise InvalidInput(errors)
+    if batch is None or batch not in batches:
+        batch = batches[0] if batches else None
+    desc = sort.startswith("-")
+    key = sort[1:] if desc else sort
     benches: dict[int, dict[str, KernelBenchmark]] = {}
     if batch is not None:
         for b in KernelBenchmark.objects.filter(variant__job=job, batch=batch):
@@ -365,6 +340,49 @@ def variant_table(*, job: KernelJob, batch: int | None = None, state: str = "all
         filters={"state": state, **{f"p.{k}": v for k, v in params.items()}},
         sort=("-" if desc else "") + key, total=total,
     )
+
+
+def variant_table_query_errors(*, job: KernelJob, batch: int | None = None, params: dict[str, str] | None = None,
+                               sort: str = "ordinal") -> dict[str, list[str]]:
+    """``{key: [message]}`` for what :func:`variant_table` refuses of ``batch``, ``params`` and
+    ``sort`` for ``job``, in its words (empty when it takes them): for a query whose other values
+    are refused already, so that one 400 names them all."""
+    return _variant_table_query(job=job, batch=batch, params=params, sort=sort)[3]
+
+
+def _variant_table_query(*, job: KernelJob, batch: int | None, params: dict[str, str] | None,
+                         sort: str) -> tuple[Any, list[str], list[int], dict[str, list[str]]]:
+    """``(manifest, shapes, batches, errors)`` of :func:`variant_table` for ``job``: its manifest,
+    shapes and batch menu, and every problem of ``batch``, ``params`` and ``sort`` under its query key."""
+    from kernels.services import job_manifest
+
+    manifest = job_manifest(job)
+    shapes = job_shapes(job)
+    measured = sorted(set(KernelBenchmark.objects.filter(variant__job=job).values_list("batch", flat=True)))
+    declared = sorted({b for s in manifest.shapes if s.name in shapes for b in s.batches
+                       if not job.batches or b in job.batches})
+    batches = measured or declared
+    errors: dict[str, list[str]] = {}
+    if batch is not None and batch not in batches:
+        errors["batch"] = [f"{_short(batch)} is not a batch of this job; batches: "
+                           f"{', '.join(str(b) for b in batches) or 'none'}"]
+    for k, v in (params or {}).items():
+        if k not in manifest.grid:
+            errors[f"p.{k}"] = [f"not a parameter of this job; parameters: {', '.join(manifest.grid)} "
+                                "(filter as p.<parameter>=<value>)"]
+            continue
+        allowed = [str(x) for x in manifest.grid[k]]
+        if v not in (None, "") and str(v) not in allowed:
+            errors[f"p.{k}"] = [f"{_short(str(v))} is not one of {k}'s values in this job's grid: {', '.join(allowed)}"]
+    desc = sort.startswith("-")
+    key = sort[1:] if desc else sort
+    valid = (key in BUILD_SORTS or (key.startswith("param:") and key[6:] in manifest.grid)
+             or (key.split(":", 1)[0] in ("us", "roof") and key.split(":", 1)[-1] in shapes))
+    if not valid:
+        errors["sort"] = [f"{_short(sort)} is not a sort key; keys: {', '.join(BUILD_SORTS)}, "
+                          f"{', '.join('param:' + p for p in manifest.grid)}, "
+                          f"{', '.join('us:' + sh + ', roof:' + sh for sh in shapes)} ('-' in front: descending)"]
+    return manifest, shapes, batches, errors
 
 
 def job_shapes(job: KernelJob) -> list[str]:

@@ -10,12 +10,12 @@ from benchmarks.choices import ImportFormat, RunSource, RunStatus, SweepStatus
 from benchmarks.importers import empty_upload_message
 from benchmarks.models import BenchmarkRun, BenchmarkSweep, served_model_name_shown, snapshot_shown
 from benchmarks.services.runs import BEST_METRICS, runs_compare_ids, runs_compare_too_many, unquoted
-from benchmarks.selectors import HELD_STALE_S, PK_MAX
+from benchmarks.selectors import HELD_STALE_S, PK_MAX, run_order_problem
 from benchmarks.services.sweeps import SHARED_RECHECK_S
-from benchmarks.sweeps import DEFAULT_LENGTHS, DIGITS_RE, DURATION_RULE, MAX_DURATION_S, MIN_DURATION_S
+from benchmarks.sweeps import DEFAULT_LENGTHS, DIGITS_RE, repeats_text, DURATION_RULE, MAX_DURATION_S, MIN_DURATION_S
 from controlplane.api import (
     AnyJSONField, BlankAsNullCharField, created_by_field, MAX_PAGE_OFFSET, CONTROL_CHARACTERS_RE, FilterChoiceField, IdField,
-    LimitedTextField, StrictBooleanField, StrictCharField, StrictInputMixin,
+    LimitedTextField, QueryProblemsTogetherSerializer, StrictBooleanField, StrictCharField, StrictInputMixin,
     StrictIntegerField,
 )
 from controlplane.errors import InvalidInput
@@ -591,19 +591,24 @@ def _empty_body_message(request) -> str:
 
 
 class RunFilterSerializer(serializers.Serializer):
-    """Optional filters of ``GET /api/runs/`` (``order`` is checked by
-    :func:`benchmarks.selectors.run_list`): a value that cannot match is a 400 naming the
-    parameter, never a filter left out."""
+    """Optional filters of ``GET /api/runs/`` and its ``order``: a value that cannot match, or an
+    order it does not sort by (:func:`benchmarks.selectors.run_order_problem`), is a 400 naming the
+    parameter, never a filter left out, every one at once (``?order=zzz&status=bogus``: both)."""
 
     sweep = IdField(required=False, help_text="only the runs of this sweep id")
     source = FilterChoiceField(choices=RunSource.choices, required=False, help_text="measured or imported")
     status = FilterChoiceField(choices=RunStatus.choices, required=False, help_text="only this status")
-    order = serializers.CharField(max_length=50, required=False,
+    order = serializers.CharField(required=False,
                                   help_text="output_tok_s, ttft_p99_ms or created_at, '-' first for descending; "
                                             "default -created_at (newest first, as the runs page); ties by id in "
                                             "the same direction (by id descending for the default); by "
                                             "output_tok_s or ttft_p99_ms the done runs come first and the others "
                                             "(failed, cancelled, running: not a measurement to rank) after them")
+
+    def validate_order(self, value: str) -> str:
+        if value and (problem := run_order_problem(value)):
+            raise serializers.ValidationError([problem])
+        return value
 
 
 class RecordsQuerySerializer(serializers.Serializer):
@@ -618,13 +623,14 @@ class RecordsQuerySerializer(serializers.Serializer):
                     help_text="records to return, 1 to 5000 (default 1000)")
 
 
-class CompareQuerySerializer(serializers.Serializer):
+class CompareQuerySerializer(QueryProblemsTogetherSerializer):
     """``ids=1,2,3`` (runs) and/or ``sweeps=4,5`` (all runs of those sweeps), ids in ASCII digits,
-    each given once (``ids=1,1`` is refused by :func:`benchmarks.services.runs_compare_pick`, which
-    the comparison page shares: ``repeated run id: 1 (2 times); give each once``), and
+    each given once (``ids=1,1``: ``repeated run id: 1 (2 times); give each once``, the words of
+    :func:`benchmarks.services.runs_compare_pick`, which the comparison page shares), and
     ``format`` json (the default), csv (a download) or api (the browsable page of the JSON, as every
-    endpoint offers). An id no row can have (however large) is not found like
-    any other unknown id: the view's 404."""
+    endpoint offers). Every problem of the four is named in one 400
+    (``?ids=1,2&baseline=x&sweeps=abc``: ``baseline`` and ``sweeps``). An id no row can have
+    (however large) is not found like any other unknown id: the view's 400 naming it."""
 
     ids = serializers.CharField(required=False, allow_blank=True)
     sweeps = serializers.CharField(required=False, allow_blank=True)
@@ -634,28 +640,51 @@ class CompareQuerySerializer(serializers.Serializer):
                                help_text="json, csv: the comparison as a CSV download, one row per run, or api: "
                                          "the JSON on the browsable page")
 
-    def _ints(self, value: str, field: str) -> list[int]:
+    @staticmethod
+    def _ints(value: str, field: str, noun: str) -> list[int]:
         """The ids of ``value``; a refusal naming the first part that is not one (``got 'abc'``), in
-        the comparison page's words (:func:`benchmarks.services.runs_compare_ids`)."""
+        the comparison page's words (:func:`benchmarks.services.runs_compare_ids`), or every id
+        given more than once (``repeated sweep id: 4 (2 times); give each once``)."""
         try:
-            return runs_compare_ids(value, field=field)
+            ids = runs_compare_ids(value, field=field)
         except InvalidInput as exc:
-            raise serializers.ValidationError(exc.errors) from None
+            raise serializers.ValidationError(exc.errors[field]) from None
+        if repeated := repeats_text(ids, noun):
+            raise serializers.ValidationError([repeated])
+        return ids
+
+    def validate_ids(self, value: str) -> list[int]:
+        return self._ints(value, "ids", "run id")
+
+    def validate_sweeps(self, value: str) -> list[int]:
+        return self._ints(value, "sweeps", "sweep id")
+
+    def validate_baseline(self, value: str) -> int | None:
+        # As an id of ids: "3" in quotes is run 3.
+        baseline = unquoted(value or "")
+        if baseline and not DIGITS_RE.fullmatch(baseline):
+            raise serializers.ValidationError([f"takes one run id (e.g. 3), got {query_text(baseline)}"])
+        # An id longer than any row's is kept as one no compared run has (the view says so).
+        return (None if not baseline else
+                PK_MAX + 1 if len(baseline.lstrip("0")) > len(str(PK_MAX)) else int(baseline))
+
+    def together_errors(self, attrs: dict, refused: set[str]) -> dict[str, list[str]]:
+        """More runs and sweeps than a comparison takes, or none (named once the query has no other
+        problem, as a key a read needs that is not given is), under ``ids``."""
+        if refused & {"ids", "sweeps"}:
+            return {}
+        run_ids, sweep_ids = attrs.get("ids") or [], attrs.get("sweeps") or []
+        if len(run_ids) + len(sweep_ids) == 0:
+            return {} if refused else {"ids": ["give run ids (ids=1,2) or sweep ids (sweeps=3,4)"]}
+        if too_many := runs_compare_too_many(run_ids=run_ids, sweep_ids=sweep_ids):
+            return {"ids": [too_many]}
+        return {}
 
     def validate(self, attrs: dict) -> dict:
-        attrs["ids"] = self._ints(attrs.get("ids") or "", "ids")
-        attrs["sweeps"] = self._ints(attrs.get("sweeps") or "", "sweeps")
-        # As an id of ids: "3" in quotes is run 3.
-        baseline = unquoted(attrs.get("baseline") or "")
-        if baseline and not DIGITS_RE.fullmatch(baseline):
-            raise serializers.ValidationError({"baseline": [f"takes one run id (e.g. 3), got {query_text(baseline)}"]})
-        # An id longer than any row's is kept as one no compared run has (the view says so).
-        attrs["baseline"] = (None if not baseline else
-                             PK_MAX + 1 if len(baseline.lstrip("0")) > len(str(PK_MAX)) else int(baseline))
-        if len(attrs["ids"]) + len(attrs["sweeps"]) == 0:
-            raise serializers.ValidationError({"ids": ["give run ids (ids=1,2) or sweep ids (sweeps=3,4)"]})
-        if too_many := runs_compare_too_many(run_ids=attrs["ids"], sweep_ids=attrs["sweeps"]):
-            raise serializers.ValidationError({"ids": [too_many]})
+        attrs = super().validate(attrs)
+        attrs.setdefault("ids", [])
+        attrs.setdefault("sweeps", [])
+        attrs.setdefault("baseline", None)
         return attrs
 
 

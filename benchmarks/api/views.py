@@ -365,7 +365,11 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
                                "sweep 1; give at least two runs to compare`), or a format "
                                "other than json, csv or api (the browsable page). A run given by id that a "
                                "given sweep also holds, with another run besides, is compared once, and `notes` "
-                               "says so: `run 2 is also in sweep 2; compared once`.",
+                               "says so: `run 2 is also in sweep 2; compared once`. The problems of the "
+                               "values given are named together (`ids=1,2&baseline=x&sweeps=abc`: both "
+                               "`sweeps` and `baseline`), and so are run ids that name no run and a baseline "
+                               "that is none of the runs asked for; ids and sweeps that exist are looked up "
+                               "once the values given have no other problem.",
                    parameters=[s.CompareQuerySerializer],
                    responses={(200, "application/json"): s.RunCompareSerializer, (200, "text/csv"): OpenApiResponse(
                        OpenApiTypes.STR, description="?format=csv: one row per run (values with their units in "
@@ -378,8 +382,16 @@ class RunViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     def compare(self, request: Request) -> HttpResponse:
         q = query_validated(s.CompareQuerySerializer, request)
         ids = services.runs_compare_pick(run_ids=q["ids"], sweep_ids=q["sweeps"])
+        try:
+            runs = selectors.runs_by_ids(ids=ids)
+        except InvalidInput as exc:
+            # ids that name no run do not hide a baseline that is none of the runs asked for
+            if q["baseline"] is not None and q["baseline"] not in ids:
+                raise InvalidInput({**exc.errors, "baseline": [
+                    services.compare_baseline_not_among(q["baseline"], ids)]}) from None
+            raise
         comparison = services.runs_compare(
-            runs=selectors.runs_by_ids(ids=ids), baseline_id=q["baseline"],
+            runs=runs, baseline_id=q["baseline"],
             leading_notes=services.runs_compare_overlap_notes(run_ids=q["ids"], sweep_ids=q["sweeps"]))
         if q["format"] == "csv":
             return attachment(runs_compare_csv(comparison=comparison), content_type="text/csv",

@@ -653,6 +653,12 @@ def compare_too_few_text(run_ids: Sequence[int]) -> str:
     return COMPARE_TOO_FEW
 
 
+def compare_baseline_not_among(baseline_id: int, run_ids: Sequence[int]) -> str:
+    """Why ``baseline_id`` cannot be the baseline of a comparison of ``run_ids``: ``run #5 is not
+    one of the compared runs (#1, #2)``."""
+    return f"run #{baseline_id} is not one of the compared runs ({', '.join(f'#{i}' for i in run_ids)})"
+
+
 class CompareTooFew(InvalidInput):
     """:func:`runs_compare_pick`'s refusal of a query whose run ids and sweeps together name fewer
     than two distinct runs (a 400 like any :class:`InvalidInput`), told apart so that the
@@ -877,13 +883,15 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     why the first run is not, where that is not the first run), else (no run is
     rankable: no delta at all, with a note) the first run. Raises
     :class:`InvalidInput` for fewer than 2 runs (``ids``) and a ``baseline_id`` that is not one of
-    ``runs`` (``baseline``).
+    ``runs`` (``baseline``), both in one when both are wrong.
     """
+    problems: dict[str, list[str]] = {}
     if len(runs) < 2:
-        raise InvalidInput({"ids": [compare_too_few_text([r.pk for r in runs])]})
+        problems["ids"] = [compare_too_few_text([r.pk for r in runs])]
     if baseline_id is not None and baseline_id not in {r.pk for r in runs}:
-        raise InvalidInput({"baseline": [f"run #{baseline_id} is not one of the compared runs "
-                                         f"({', '.join(f'#{r.pk}' for r in runs)})"]})
+        problems["baseline"] = [compare_baseline_not_among(baseline_id, [r.pk for r in runs])]
+    if problems:
+        raise InvalidInput(problems)   # both at once
     entries = []
     notes: list[str] = list(leading_notes)
     excluded: list[dict[str, Any]] = []

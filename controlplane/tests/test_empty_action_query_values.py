@@ -50,7 +50,12 @@ def test_the_table_holds_every_such_parameter_of_every_viewset():
             view.action = action
             skipped = {*PAGE_KEYS, "format", *ORDER_KEYS, *_blank_taking_keys(view)}
             found |= {(prefix, action, key) for key in declared_query_keys(view) if key not in skipped and "<" not in key}
-    assert found == {(url.split("/")[2], url.split("/")[4].replace("-", "_"), key) for url, key, _ in CASES}
+    # an action that reports its query's problems itself (a kernel job's chart) refuses its empty
+    # parameters itself: in CASES too, checked below, but not found here
+    reported = {(prefix, action) for prefix, viewset, _basename in router.registry
+                for action in getattr(viewset, "query_keys_reported_by_action", ())}
+    cases = {(url.split("/")[2], url.split("/")[4].replace("-", "_"), key) for url, key, _ in CASES}
+    assert found == {case for case in cases if case[:2] not in reported}
 
 
 @pytest.mark.parametrize("url, key, value", CASES)

@@ -25,7 +25,7 @@ from rest_framework.fields import SkipField, get_error_detail
 # The API's shared error bodies (schema components ValidationError and Detail), importable from here too.
 from controlplane.api import ERROR_SHAPE_HELP, DetailSerializer, ValidationErrorSerializer  # noqa: F401
 from controlplane.api import (
-    MAX_INT, FilterChoiceField, IdField, StrictCharField, StrictInputMixin, StrictIntegerField,
+    MAX_INT, FilterChoiceField, IdField, QueryProblemsTogetherSerializer, StrictCharField, StrictInputMixin, StrictIntegerField,
     StrictIntegerMixin, StrictSlugRelatedField, merge_body_errors, query_text, unknown_field_errors,
 )
 from controlplane.api import AnyJSONField, BlankAsNullCharField, created_by_field, LimitedTextField, OptionalTextField, StrictBooleanField
@@ -965,26 +965,35 @@ class UnixSecondsField(serializers.FloatField):
         return value
 
 
-class TelemetryQuerySerializer(serializers.Serializer):
+class TelemetryQuerySerializer(QueryProblemsTogetherSerializer):
     """``?since=<unix s>&until=<unix s>&fields=a,b`` of the telemetry re-sync endpoints; a time that
-    is not a number of unix seconds in range is refused by :class:`UnixSecondsField`; a blank ``fields`` is none
-    given, an empty item of it (``fields=a,,b``) a 400 (:func:`controlplane.drf_defaults.empty_list_item`)."""
+    is not a number of unix seconds in range is refused by :class:`UnixSecondsField`, a ``since``
+    after ``until`` under ``since``; a blank ``fields`` is none given, an empty item of it
+    (``fields=a,,b``) a 400 (:func:`controlplane.drf_defaults.empty_list_item`). Every problem of the
+    three is named in one 400 (``?since=10&until=5&fields=a,,b``: ``since`` and ``fields``)."""
 
     since = UnixSecondsField(required=False, help_text="unix seconds; default: 10 minutes ago")
     until = UnixSecondsField(required=False, help_text="unix seconds; default: now")
     fields = serializers.CharField(required=False, allow_blank=True, max_length=500,
                                    help_text="comma-separated series names (node history only)")
 
-    def validate(self, attrs: dict) -> dict:
+    def validate_fields(self, value: str) -> list[str]:
+        """The series names of ``value``; none for a blank one."""
+        if not (value or "").strip():
+            return []
+        fields = [f.strip() for f in value.split(",")]
+        if empty := [i for i, f in enumerate(fields, start=1) if not f]:
+            raise serializers.ValidationError([empty_list_item(empty[0], "fields", "power_w,host_cpu_pct")])
+        return fields
+
+    def together_errors(self, attrs: dict, refused: set[str]) -> dict[str, list[str]]:
         if "since" in attrs and "until" in attrs and attrs["since"] > attrs["until"]:
-            raise serializers.ValidationError({"since": ["must not be after until"]})
-        if (attrs.get("fields") or "").strip():
-            fields = [f.strip() for f in attrs["fields"].split(",")]
-            if empty := [i for i, f in enumerate(fields, start=1) if not f]:
-                raise serializers.ValidationError({"fields": [
-                    empty_list_item(empty[0], "fields", "power_w,host_cpu_pct")]})
-            attrs["fields"] = fields
-        else:
+            return {"since": ["must not be after until"]}
+        return {}
+
+    def validate(self, attrs: dict) -> dict:
+        attrs = super().validate(attrs)
+        if not attrs.get("fields"):
             attrs.pop("fields", None)
         return attrs
 

@@ -10,7 +10,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from controlplane.api import (
-    MAX_INT, AnyJSONField, BlankAsNullCharField, created_by_field, FilterChoiceField, IdField, query_text, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictListField,
+    MAX_INT, AnyJSONField, BlankAsNullCharField, created_by_field, FilterChoiceField, IdField, query_text,
+    QueryProblemsTogetherSerializer, JSONTextDictField, StrictCharField, StrictInputMixin, StrictIntegerField, StrictListField,
     flatten_errors,
 )
 from controlplane.jsonsafe import json_spelled
@@ -359,7 +360,7 @@ class _DecimalTextFloatField(serializers.FloatField):
         return number
 
 
-class WhatIfQuerySerializer(serializers.Serializer):
+class WhatIfQuerySerializer(QueryProblemsTogetherSerializer):
     """``sweep`` id, ``share`` of the decode step time the kernel takes (0 < share <= 1, default
     0.63, the seed's), and either ``speedup`` (×, 0.001 <= speedup <= 1000) or ``best`` (a best-variant
     id whose speedup over the baseline is used). A share or speedup out of range gets the one
@@ -377,11 +378,14 @@ class WhatIfQuerySerializer(serializers.Serializer):
     def validate_speedup(self, value: float) -> float:
         return _in_range("speedup", value, self.initial_data)
 
-    def validate(self, attrs: dict) -> dict:
-        if ("speedup" in attrs) == ("best" in attrs):
-            raise serializers.ValidationError({"speedup": ["give speedup (a number) or best (a best-variant id), "
-                                                           "exactly one"]})
-        return attrs
+    def together_errors(self, attrs: dict, refused: set[str]) -> dict[str, list[str]]:
+        """Both ``speedup`` and ``best`` given, or neither (named once the query has no other
+        problem, as a key a read needs that is not given is), under ``speedup``."""
+        both = "speedup" in attrs and "best" in attrs
+        neither = not refused and "speedup" not in attrs and "best" not in attrs
+        if both or neither:
+            return {"speedup": ["give speedup (a number) or best (a best-variant id), exactly one"]}
+        return {}
 
 
 def _in_range(name: str, value: float, given: Mapping | None) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -96,7 +96,7 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
     format_actions = ("export", "variants")   # ?format=csv is a download there, not a renderer
     query_keys = {"list": s.JobFilterSerializer, "variants": (s.VariantTableQuerySerializer, "p.<parameter>"),
                   "chart": "shape", "best": PAGE_KEYS, "export": ExportQuerySerializer}
-    query_keys_reported_by_action = ("variants",)   # with every other problem of the query
+    query_keys_reported_by_action = ("variants", "chart")   # with every other problem of the query
 
     def get_queryset(self):
         if self.action != "list":
@@ -193,12 +193,24 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         # Any other key (sortt=) is a 400 naming it and the keys taken, with every other problem;
         # a p.<name> key is judged by the table (not a parameter of this job: 400 under p.<name>).
         unknown = unknown_query_errors(request, self)
+        # a parameter given twice never reaches here (controlplane.drf_defaults.SingleValuedQuery)
+        params, _ = selectors.variant_filters(request.query_params)
         try:
             q = query_validated(s.VariantTableQuerySerializer, request)
         except ValidationError as exc:
-            raise ValidationError({**exc.detail, **unknown}) from None
-        # a parameter given twice never reaches here (controlplane.drf_defaults.SingleValuedQuery)
-        params, _ = selectors.variant_filters(request.query_params)
+            errors = {**exc.detail, **unknown}
+            # the job's own refusals (a sort key, a parameter, a batch it does not hold) beside them
+            try:
+                job = self.get_object()
+            except Http404:
+                job = None   # the query's 400 first, as for a job that exists
+            if job is not None:
+                given = s.fields_that_parse(s.VariantTableQuerySerializer(), request.query_params.dict(), skip=errors)
+                table_errors = selectors.variant_table_query_errors(
+                    job=job, batch=given.get("batch"), params=params, sort=given.get("sort", "ordinal"))
+                for key, messages in table_errors.items():
+                    errors.setdefault(key, messages)
+            raise ValidationError(errors) from None
         as_csv = q["format"] == "csv"
         limit = None if as_csv and "limit" not in request.query_params else q["limit"]
         job: KernelJob = self.get_object()
@@ -215,12 +227,28 @@ class JobViewSet(ExportFormatMixin, mixins.ListModelMixin, mixins.RetrieveModelM
         return Response(_blank_texts_as_null(asdict(table)))
 
     @extend_schema(summary="Time (µs) vs batch per implementation and the roofline, for one shape",
+                   description="400 naming every problem of the query at once: a shape the job does not "
+                               "benchmark or one given empty, and a query key the chart does not take.",
                    parameters=[OpenApiParameter("shape", str, required=True,
                                                 description="one of the shapes the job benchmarks (400 otherwise)")])
     @action(detail=True, methods=["get"])
     def chart(self, request: Request, pk: str | None = None) -> Response:
+        """The chart of ``?shape=`` (:func:`kernels.selectors.job_time_chart`). A shape the job does
+        not benchmark, one given empty (``query parameter 'shape' is empty: ...``) and a query key
+        the chart does not take are named in one 400."""
+        problems = unknown_query_errors(request, self)
+        if request.query_params.getlist("shape") == [""]:
+            problems = {"shape": [empty_query_value("shape")], **problems}
         job: KernelJob = self.get_object()
-        return Response(selectors.job_time_chart(job=job, shape=request.query_params.get("shape") or ""))
+        if "shape" in problems:
+            raise ValidationError(problems)
+        try:
+            chart = selectors.job_time_chart(job=job, shape=request.query_params.get("shape") or "")
+        except InvalidInput as exc:
+            raise InvalidInput({**exc.errors, **problems}) from None
+        if problems:
+            raise ValidationError(problems)
+        return Response(chart)
 
     @extend_schema(summary="The best variants this job holds, paged as every list (limit, offset)",
                    responses={200: s.BestSerializer(many=True)})

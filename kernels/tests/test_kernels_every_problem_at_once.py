@@ -90,3 +90,34 @@ def test_a_bad_best_id_does_not_hide_the_references_roles(toy_package):
         "spec.kernels.0.config": ["'best:abc': 'best:<id>' needs a best-variant id, an integer"],
         "spec.kernels.0.roles": ["must be a non-empty list of worker roles (prefill, decode)"],
     }
+
+
+SORT_KEYS = ("ordinal, key, registers, spills_bytes, shared_bytes, build_s, tensor_core, param:impl, param:BLOCK, "
+             "param:num_warps, us:small, roof:small, us:wide, roof:wide ('-' in front: descending)")
+
+
+@pytest.mark.parametrize("query, body", [
+    ("state=zz&sort=bad", {"state": ["must be one of all, built, failed, discarded, correct, wrong, timed; got 'zz'"],
+                           "sort": [f"'bad' is not a sort key; keys: {SORT_KEYS}"]}),
+    ("limit=0&p.x=1", {"limit": ["must be a whole number between 1 and 2000, got '0'"],
+                       "p.x": ["not a parameter of this job; parameters: impl, BLOCK, num_warps "
+                               "(filter as p.<parameter>=<value>)"]}),
+    ("format=xml&batch=99", {"format": ["must be one of json, csv; got 'xml'"],
+                             "batch": ["99 is not a batch of this job; batches: 1, 4"]}),
+])
+def test_the_variant_table_names_the_jobs_refusals_beside_the_querys_own(viewer_api, measured_job, query, body):
+    # the table's sort keys, parameters and batches depend on the job: judged with the query's values
+    answer = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/variants/?{query}")
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == body
+
+
+def test_the_chart_names_a_shape_of_another_job_and_an_unknown_key_together(viewer_api, measured_job):
+    answer = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/chart/?shape=huge&batch=1")
+    assert answer.status_code == 400, answer.content
+    assert answer.json() == {"shape": ["'huge' is not a shape of this job (its shapes: small, wide)"],
+                             "batch": ["unknown field 'batch'; allowed: shape, format"]}
+    empty = viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/chart/?shape=&batch=1").json()
+    assert empty == {"shape": ["query parameter 'shape' is empty: give a value or leave it out"],
+                     "batch": ["unknown field 'batch'; allowed: shape, format"]}
+    assert viewer_api.get(f"/api/kernel-jobs/{measured_job.pk}/chart/?shape=small").status_code == 200
