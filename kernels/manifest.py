@@ -5,6 +5,9 @@ standard library's :mod:`tomllib`) and the sources it lists. The manifest's stru
 the control plane and the standalone runner::
 
     name, title, language ("triton" | "cuda"), description, dtype (optional, default "bf16"),
+    baseline (optional: what the grid's ``impl = "baseline"`` variants are, in one line of at most
+              200 characters without parentheses; the pages say what a speedup is over in these
+              words, else in the parenthesis after "baseline" in the description),
     sources = [relative paths], reference = "file.py:function", entry = "kernel.py" | "kernel.cu"
     [grid]       PARAM = [int | str, ...] for every parameter; constraints = ["expr", ...]
     [[shapes]]   name = "...", batches = [int, ...], and numeric fields (heads, d_qk, ...)
@@ -134,6 +137,7 @@ class _Manifest(_Strict):
     language: Literal["triton", "cuda"]
     description: StrictStr = ""
     dtype: StrictStr = "bf16"
+    baseline: StrictStr | None = None
     sources: list[StrictStr] = Field(min_length=1)
     reference: StrictStr
     entry: StrictStr
@@ -189,6 +193,8 @@ class Manifest:
     engine_flag: str
     cuda: dict[str, Any] | None
     path: Path | None = None
+    #: What the ``impl = "baseline"`` variants are (the manifest's ``baseline``), None when not said.
+    baseline: str | None = None
 
     @property
     def params(self) -> list[str]:
@@ -214,6 +220,8 @@ class Manifest:
             "cost": {"bytes": self.cost_bytes.text, "flops": self.cost_flops.text},
             "engine": {"env": self.engine_env, "flag": self.engine_flag},
         }
+        if self.baseline is not None:
+            out["baseline"] = self.baseline
         if self.cuda is not None:
             out["cuda"] = dict(self.cuda)
         return out
@@ -278,6 +286,8 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
         errs.add("name", f"{json_spelled(name)} must equal the package directory name {json_spelled(expected)}")
     if not DTYPE_RE.match(typed.dtype):
         errs.add("dtype", f"{json_spelled(typed.dtype)} must be a short lowercase name such as bf16")
+    if typed.baseline is not None and (problem := _baseline_problem(typed.baseline)):
+        errs.add("baseline", problem)
 
     # Files.
     for i, src in enumerate(typed.sources):
@@ -444,6 +454,8 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
                 cuda["requires"] = typed.cuda.requires
     elif typed.cuda is not None:
         errs.add("cuda", "only applies to language 'cuda'")
+    if typed.baseline is not None and "grid.impl" not in errs.errors and "baseline" not in grid.get("impl", []):
+        errs.add("baseline", "describes the impl = 'baseline' variants, but the grid's impl has no 'baseline'")
 
     errs.raise_if_any()
     return Manifest(
@@ -452,7 +464,26 @@ def manifest_validate(raw: Any, *, package_dir: Path | None = None, dir_name: st
         constraints=tuple(constraints), shapes=tuple(shapes), atol=float(typed.tolerance.atol),
         rtol=float(typed.tolerance.rtol), cost_bytes=cost_exprs["bytes"], cost_flops=cost_exprs["flops"],
         engine_env=env, engine_flag=flag, cuda=cuda, path=package_dir,
+        baseline=" ".join(typed.baseline.split()) if typed.baseline is not None else None,
     )
+
+
+#: Most characters of a manifest's ``baseline``: a phrase the pages put in parentheses.
+MAX_BASELINE_CHARS = 200
+
+
+def _baseline_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a manifest's ``baseline`` (empty, more than one line, longer than
+    :data:`MAX_BASELINE_CHARS`, holding a parenthesis), None when it can."""
+    if not text.strip():
+        return "is empty: say what the impl = 'baseline' variants are, or leave it out"
+    if "\n" in text.strip() or "\r" in text:
+        return "must be one line: the pages show it in parentheses after 'baseline implementation'"
+    if len(text.strip()) > MAX_BASELINE_CHARS:
+        return f"has {len(text.strip())} characters; at most {MAX_BASELINE_CHARS}"
+    if "(" in text or ")" in text:
+        return "may not hold parentheses: the pages show it in parentheses after 'baseline implementation'"
+    return None
 
 
 def engine_env_problem(name: str) -> str | None:

@@ -82,7 +82,8 @@ def best_time_comparison(bests: list[KernelBest]) -> list[str]:
     other compilers in one entry count as one, its fastest.
 
     Returns plain sentences for the page (empty when no entry is shared): that the speedups are
-    over different baselines, with one entry's baselines in µs; which package is fastest by time
+    over different baselines, with one entry's baselines in µs and what each of them is, as its
+    package's manifest describes it (:func:`kernels.whatif.baseline_described`); which package is fastest by time
     in how many shared entries; and for each pair of packages, which is slower in how many of the
     entries they share, by how much, with the largest batch of each shape as the example
     (``sparse_mla_decode_fp8 takes longer than sparse_mla_decode in all 14 entries they share on
@@ -115,9 +116,13 @@ def best_time_comparison(bests: list[KernelBest]) -> list[str]:
         (device, _cc, shape, batch), rows = with_baselines
         listed = ", ".join(f"{name} {_us(row.baseline_us)} µs" for name, row in sorted(rows.items())
                            if row.baseline_us is not None)
+        from kernels.whatif import baseline_described
+
+        described = "".join(f" {name}'s baseline is {what}." for name, row in sorted(rows.items())
+                            if row.baseline_us is not None and (what := baseline_described(row.package)))
         notes.append(f"Each speedup is over its own package's baseline implementation, and the baselines differ "
                      f"({shape} batch {batch} on {device}: {listed}): compare packages by their time (µs), not "
-                     "by their speedups.")
+                     f"by their speedups.{described}")
     wins: dict[str, int] = {}
     for rows in shared.values():
         fastest = min(rows.values(), key=lambda row: (row.median_us, row.package.name))

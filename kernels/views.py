@@ -43,7 +43,8 @@ from kernels.manifest import grid_summary_read
 from kernels.runner.build import arch_name
 from kernels.templatetags.kernel_numbers import speedup_text
 from kernels.whatif import (
-    DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, WHATIF_KEYS, sweep_refusals, whatif_compute, whatif_input_errors,
+    DEFAULT_SHARE, MAX_SPEEDUP, MIN_SPEEDUP, WHATIF_KEYS, baseline_described, sweep_refusals, whatif_compute,
+    whatif_input_errors,
 )
 
 # A whole number as the query string and forms take it: ASCII digits only (``str.isdigit`` also
@@ -157,6 +158,7 @@ def _package_context(request: HttpRequest, pkg: KernelPackage, *, form: dict | N
     node_ccs = {n.name: sorted({g.compute_capability for g in n.gpus.all() if g.compute_capability}) for n in nodes}
     return {
         "pkg": pkg, "manifest": manifest, "manifest_text": json.dumps(pkg.manifest, indent=2), "grid": grid,
+        "baseline": baseline_described(pkg),
         "shape_costs": _shape_costs(manifest), "jobs": _with_builds_kept(jobs_page.object_list),
         "jobs_page": jobs_page,
         "best": list(selectors.best_list(package=pkg.name)[:PACKAGE_BEST]), "nodes": nodes, "node_ccs": node_ccs,
@@ -815,8 +817,12 @@ def whatif_view(request: HttpRequest) -> HttpResponse:
     if errors:
         # The form again as it was typed: a refused value stays in its field to be corrected.
         form.update({k: request.GET.get(k, "") for k in ("share", "speedup") if request.GET.get(k, "").strip()})
+    # what each listed package's baseline is, as its manifest says: they are not one kernel
+    packages = {best.package.name: best.package for best in bests}
+    baselines = [(name, baseline_described(package) or "its variants with impl = 'baseline'")
+                 for name, package in sorted(packages.items())]
     return render(request, "kernels/whatif.html", {"sweeps": sweeps, "bests": bests, "best_notes": best_notes,
-                                                   "form": form, "errors": errors,
+                                                   "baselines": baselines, "form": form, "errors": errors,
                                                    "result": result, "charts": charts, "source": source,
                                                    "hint": hint, "speedup_range": f"{MIN_SPEEDUP:g}–{MAX_SPEEDUP:g}×"},
                   status=400 if errors else 200)  # the form again with what to fix, as the API's 400

@@ -443,8 +443,13 @@ def _point_label(concurrency, request_rate, input_len, output_len) -> str:
 
 def baseline_described(package) -> str | None:
     """What ``package`` (a :class:`kernels.models.KernelPackage`) says its ``baseline``
-    implementation is: the parenthesis after "baseline" in its manifest description ("one program
-    per request and head, CUDA cores"), whitespace collapsed; None when the description has none."""
+    implementation is: its manifest's ``baseline`` (``one program per (request, head) on the CUDA
+    cores: the seed deployment's fallback kernel``), else the parenthesis after "baseline" in its
+    manifest description, whitespace collapsed; None when it says neither."""
+    manifest = getattr(package, "manifest", None)
+    said = manifest.get("baseline") if isinstance(manifest, dict) else None
+    if isinstance(said, str) and said.strip():
+        return " ".join(said.split())
     text = " ".join((getattr(package, "description", "") or "").split())
     m = re.search(r"\bbaseline \(", text)
     if not m:

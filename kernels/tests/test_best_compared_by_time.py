@@ -51,7 +51,15 @@ def test_the_packages_best_variants_are_compared_by_time_not_by_speedup(stored_j
     notes = selectors.best_time_comparison(bests)
     assert notes[0] == ("Each speedup is over its own package's baseline implementation, and the baselines differ "
                         "(v32 batch 1 on NVIDIA H200: sparse_mla_decode 460.66 µs, sparse_mla_decode_cuda 578.66 µs, "
-                        "sparse_mla_decode_fp8 524.26 µs): compare packages by their time (µs), not by their speedups.")
+                        "sparse_mla_decode_fp8 524.26 µs): compare packages by their time (µs), not by their speedups. "
+                        "sparse_mla_decode's baseline is one program per request and head on the CUDA cores, every "
+                        "head re-reading every selected row: the seed deployment's fallback. "
+                        "sparse_mla_decode_cuda's baseline is one thread block per request and head on the CUDA "
+                        "cores, every head re-reading every selected row: the Triton flagship's baseline shape, "
+                        "written in CUDA C++. "
+                        "sparse_mla_decode_fp8's baseline is one program per request and head on the CUDA cores "
+                        "over the FP8 cache, dequantizing each selected row as it reads it, every head re-reading "
+                        "every row.")
     assert notes[1] == ("Fastest by time in the 14 entries that several packages share (the same device, compute "
                         "capability, shape and batch): sparse_mla_decode_cuda in all 14.")
     fp8 = next(note for note in notes if note.startswith("sparse_mla_decode_fp8 takes longer than sparse_mla_decode "))

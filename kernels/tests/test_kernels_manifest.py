@@ -104,11 +104,28 @@ def test_the_flagship_grid_counts_add_up():
     # a refused value is quoted as every message quotes input: hidden characters as code points
     ({"dtype": "bf\u202e16"}, "dtype", "'bf<U+202E>16' must be a short lowercase name"),
     ({"engine__flag": "--it's"}, "engine.flag", "\"--it's\" must look like --some-option"),
+    # the baseline's words: one line, short, no parentheses (the pages put them in some), and of a
+    # grid that has baseline variants
+    ({"baseline": " "}, "baseline", "is empty: say what the impl = 'baseline' variants are, or leave it out"),
+    ({"baseline": "one block\nper head"}, "baseline", "must be one line"),
+    ({"baseline": "x" * 201}, "baseline", "has 201 characters; at most 200"),
+    ({"baseline": "one program per (request, head)"}, "baseline", "may not hold parentheses"),
+    ({"baseline": 5}, "baseline", "Input should be a valid string"),
+    ({"baseline": "one block per head", "grid__impl": ["tiled"], "grid__constraints": []}, "baseline",
+     "describes the impl = 'baseline' variants, but the grid's impl has no 'baseline'"),
 ])
 def test_it_reports_each_problem_at_its_field_path(changes, path, message):
     errors = _errors(_raw(**changes))
     assert path in errors, errors
     assert any(message in m for m in errors[path]), errors[path]
+
+
+def test_a_baseline_is_kept_in_one_line_and_stored_with_the_manifest():
+    manifest = manifest_validate(_raw(baseline="one block  per request\tand head"))
+    assert manifest.baseline == "one block per request and head"
+    assert manifest.as_dict()["baseline"] == "one block per request and head"
+    assert manifest_validate(manifest.as_dict()).baseline == manifest.baseline   # a stored copy reads back
+    assert "baseline" not in manifest_validate(_raw()).as_dict()
 
 
 def test_it_reports_every_problem_at_once():

@@ -1,6 +1,7 @@
 """A stored speedup says what it is measured against and where: the what-if (API and page) and
 ``kernel_job_ingest``'s printed best lines name the package's own ``baseline`` implementation, as
 its manifest describes it, and the GPU both were measured on."""
+import html
 import re
 from io import StringIO
 
@@ -8,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from kernels.models import KernelBest
+from kernels.models import KernelBest, KernelPackage
 from kernels.services import kernel_package_register
 from kernels.templatetags.kernel_numbers import speedup_text
 from kernels.tests.conftest import REAL_PACKAGES
@@ -38,8 +39,8 @@ def test_it_reads_every_real_packages_baseline_from_its_manifest(db, settings, t
 
 def test_the_ingest_command_says_what_its_speedups_are_over(flagship_job):
     assert ("  speedups below are over package sparse_mla_decode's own baseline implementation (one program per "
-            "request and head, CUDA cores), both measured on NVIDIA H200; not over the kernel a deployment serves "
-            "with now") in flagship_job
+            "request and head on the CUDA cores, every head re-reading every selected row: the seed deployment's "
+            "fallback), both measured on NVIDIA H200; not over the kernel a deployment serves with now") in flagship_job
     lines = flagship_job.splitlines()
     said = next(i for i, line in enumerate(lines) if line.startswith("  speedups below"))
     assert all(not line.startswith("  best ") for line in lines[:said])
@@ -62,7 +63,8 @@ def test_the_whatif_says_what_a_best_variants_speedup_is_over_and_where(flagship
     best = KernelBest.objects.filter(package__name=FLAGSHIP, speedup__isnull=False).order_by("-speedup").first()
     body = viewer_api.get("/api/kernel-whatif/", {"sweep": seed_pd_sweep.pk, "best": best.pk}).json()
     said = (f"the speedup {best.speedup:.2f}× is over package sparse_mla_decode's own baseline implementation (one "
-            "program per request and head, CUDA cores, as its manifest describes it), both measured on NVIDIA H200 "
+            "program per request and head on the CUDA cores, every head re-reading every selected row: the seed "
+            "deployment's fallback, as its manifest describes it), both measured on NVIDIA H200 "
             "(sm_90); it is not a speedup over the kernel a deployment serves with now")
     assert any(note.startswith(said) for note in body["notes"]), body["notes"]
     assert body["speedup"] == pytest.approx(best.speedup) and body["speedup_measured_at"]["best"] == best.pk
@@ -105,3 +107,41 @@ def test_the_best_variants_tables_write_each_speedup_as_the_other_kernel_pages_d
         for best in bests:
             if best.speedup:
                 assert speedup_text(best.speedup) in cells, (url, best.pk)
+
+
+def test_only_the_flagships_baseline_is_called_the_seeds_fallback(db, settings, tmp_path):
+    """Each package's baseline is named for what it is, from its manifest: the flagship's is the seed
+    deployment's fallback; the CUDA package's is that shape written in CUDA C++, the FP8 package's
+    that shape over the FP8 cache. None of the others calls itself the seed's fallback, in its
+    baseline or its description (which the package page shows)."""
+    settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
+    said = {name: baseline_described(kernel_package_register(path=REAL_PACKAGES / name))
+            for name in ("sparse_mla_decode", "sparse_mla_decode_cuda", "sparse_mla_decode_fp8")}
+    assert said["sparse_mla_decode"].endswith(": the seed deployment's fallback")
+    assert said["sparse_mla_decode_cuda"].startswith("one thread block per request and head on the CUDA cores")
+    assert said["sparse_mla_decode_cuda"].endswith("the Triton flagship's baseline shape, written in CUDA C++")
+    assert "over the FP8 cache, dequantizing each selected row" in said["sparse_mla_decode_fp8"]
+    for name in ("sparse_mla_decode_cuda", "sparse_mla_decode_fp8"):
+        package = KernelPackage.objects.get(name=name)
+        assert "fallback" not in said[name] and "fallback" not in package.description, name
+        assert "seed" not in said[name] and "seed" not in package.description, name
+
+
+def test_the_package_page_and_the_whatif_say_what_each_packages_baseline_is(db, settings, tmp_path, viewer):
+    from kernels.tests.conftest import stored_jobs_ingest
+
+    settings.CEILING_KERNEL_CONFIG_DIR = tmp_path / "configs"
+    stored_jobs_ingest()
+    c = Client()
+    c.force_login(viewer)
+    page = html.unescape(c.get("/kernels/packages/sparse_mla_decode_fp8/").content.decode())
+    baseline = re.search(r"<dt>Baseline</dt><dd>(.*?)</dd>", page, re.DOTALL).group(1)
+    assert baseline.startswith("one program per request and head on the CUDA cores over the FP8 cache")
+    assert "fallback" not in baseline
+    page = html.unescape(c.get("/kernels/whatif/").content.decode())
+    assert ("<code>sparse_mla_decode</code>'s baseline is one program per request and head on the CUDA cores, "
+            "every head re-reading every selected row: the seed deployment's fallback.") in page
+    assert ("<code>sparse_mla_decode_cuda</code>'s baseline is one thread block per request and head on the CUDA "
+            "cores") in page
+    assert "<code>sparse_mla_decode_fp8</code>'s baseline is one program per request and head on the CUDA cores over" in page
+    assert "the seed's fallback" not in page

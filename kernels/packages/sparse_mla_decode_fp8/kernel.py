@@ -11,7 +11,7 @@ every 64-head variant spilled, most likely because a converted q becomes a regis
 ``p . v``, as in the bf16 package.
 
 * ``baseline``: one program per (request, head) on the CUDA cores (no ``tl.dot``); every head
-  re-reads every selected row. The seed deployment's fallback shape.
+  re-reads every selected row. The flagship's baseline shape over the FP8 cache.
 * ``head_tiled``: one program per (request, ``BLOCK_H`` heads, ``BLOCK_DV`` output columns): each
   ``BLOCK_N`` tile of selected rows is gathered once for the heads of the tile (indices a tile
   ahead, pipelined copies) and dequantized once; ``QK^T`` and ``PV`` are ``tl.dot`` (tensor cores)
