@@ -43,6 +43,7 @@ class ApiNotFoundView(APIView):
     renderer_classes = [JSONRenderer]
     read_role = "viewer"
     write_role = "viewer"
+    answers_any_method = True   # the 404, never a 405 (controlplane.permissions.method_allowed)
     slashed_endpoint = False
 
     def dispatch(self, request, *args, **kwargs):

@@ -10,6 +10,7 @@ A signed-in user in no group has no role and is refused (403) everywhere.
 """
 from __future__ import annotations
 
+from rest_framework.exceptions import MethodNotAllowed
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 ROLE_ORDER = {"viewer": 1, "operator": 2, "admin": 3}
@@ -51,11 +52,28 @@ def refusal_message(user, needed: str) -> str:
     return f"This needs the {needed} role; you are {article} {role}."
 
 
+def method_allowed(request, view) -> bool:
+    """True when ``view`` (an API view, for this request) answers ``request.method`` at all: a
+    method it takes (``http_method_names``) that it has a handler for, or any method for a view
+    whose ``answers_any_method`` is set (the 404 of a path that is no endpoint). A viewset's route
+    maps only its actions' methods (``POST /api/nodes/`` has none: the nodes list is read-only)."""
+    if getattr(view, "answers_any_method", False):
+        return True
+    method = (request.method or "").lower()
+    return method in getattr(view, "http_method_names", ()) and callable(getattr(view, method, None))
+
+
 class RolePermission(BasePermission):
     """Reads need ``viewer``; writes need the view's ``write_role`` (default ``operator``).
 
     Views may set ``read_role`` / ``write_role`` or map actions in ``action_roles``
     (e.g. ``{"revert": "operator"}``).
+
+    A method the endpoint never answers is a 405 with its ``Allow`` header for every signed-in
+    user, whatever the role (:func:`method_allowed`): ``POST /api/nodes/`` is 405 to a viewer as to
+    an admin, since no role could make it. A 403 is only for a method the endpoint has that the
+    role may not use (``DELETE /api/nodes/<name>/`` for a viewer). A request with no user is
+    answered 401 first, as everywhere.
     """
 
     # Replaced per request by :func:`refusal_message` (the instance lives for one request) before
@@ -67,6 +85,9 @@ class RolePermission(BasePermission):
     def has_permission(self, request, view) -> bool:
         if not request.user or not request.user.is_authenticated:
             return False
+        if not method_allowed(request, view):
+            raise MethodNotAllowed(request.method, detail=(
+                f'Method "{request.method}" not allowed; this endpoint takes {", ".join(view.allowed_methods)}.'))
         action_roles = getattr(view, "action_roles", {}) or {}
         action = getattr(view, "action", None)
         if action in action_roles:

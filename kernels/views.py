@@ -35,7 +35,7 @@ from controlplane.paging import page_of
 from controlplane.permissions import has_role
 from deployments.models import Node
 from deployments.views import role_page
-from deployments.views.common import post_or_redirect
+from deployments.views.common import FORM_METHODS, post_or_redirect
 from kernels import selectors, services
 from kernels.choices import JOB_ACTIVE, JOB_TERMINAL, KernelJobStatus
 from kernels.models import KernelBest, KernelBuild, KernelJob, KernelPackage
@@ -268,7 +268,7 @@ def _merge_errors(errors: dict[str, list[str]], checked: dict[str, list[str]], s
         have += [m for m in msgs if m not in have]
 
 
-@role_page()
+@role_page(methods=FORM_METHODS)
 @post_or_redirect(lambda request, name: reverse("kernels:package-detail", args=[name]))
 def job_create_view(request: HttpRequest, name: str) -> HttpResponse:
     """Start a job of the package (operator): node, target compute capability (default: the
@@ -608,7 +608,7 @@ def job_variants_partial(request: HttpRequest, pk: int) -> HttpResponse:
     return response
 
 
-@role_page()
+@role_page(methods=FORM_METHODS)
 @post_or_redirect(lambda request, pk: reverse("kernels:job-detail", args=[pk]))
 def job_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     """Cancel the job (operator); redirect back to its page with what happened."""

@@ -41,6 +41,7 @@ from controlplane.permissions import has_role
 from deployments.choices import DEPLOYMENT_TERMINAL, DeploymentStatus
 from deployments.models import Deployment
 from deployments.views import role_page
+from deployments.views.common import FORM_METHODS
 
 
 # --- index and import -------------------------------------------------------------------------
@@ -153,7 +154,7 @@ IMPORT_AGAIN_LABEL = "Import again runs that were imported before"
 IMPORT_AGAIN_HINT = f"tick “{IMPORT_AGAIN_LABEL}” below and import the file again to keep a second copy"
 
 
-@role_page()
+@role_page(methods=FORM_METHODS)
 @post_or_redirect(lambda request: reverse("benchmarks:index") + "#import")
 def run_import_view(request: HttpRequest) -> HttpResponse:
     """Import an uploaded result file (field ``file``) as runs that keep the original; redirect
@@ -452,7 +453,7 @@ SWEEPABLE = (DeploymentStatus.READY, DeploymentStatus.STARTING, DeploymentStatus
 PICKER_MAX = 100
 
 
-@role_page(read="operator")
+@role_page(read="operator", methods=FORM_METHODS)
 def sweep_create_view(request: HttpRequest) -> HttpResponse:
     """Operator form for a new sweep of one deployment (``?deployment=<id>``): an optional name,
     concurrency list, length pairs, requests and/or a duration per point, optional rates and SLOs,
@@ -813,7 +814,7 @@ def sweep_results_partial(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "benchmarks/_sweep_results.html", _sweep_results_context(sweep))
 
 
-@role_page()
+@role_page(methods=FORM_METHODS)
 @post_or_redirect(lambda request, pk: reverse("benchmarks:sweep-detail", args=[pk]))
 def sweep_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     """Request cancellation (operator); the worker stops between points or at the next progress

@@ -32,7 +32,8 @@ def post_or_redirect(target: Callable[..., str]) -> Callable[[Callable[..., Http
     """For a page address that only acts on POST (a form's action): a GET or HEAD, e.g. the address
     a failed form left in the browser and the user reloaded, is redirected (302) to the page with
     the form, ``target(request, *args, **kwargs)``, instead of answering a bare 405; any other
-    method is 405 naming POST."""
+    method is 405 naming POST. Under ``role_page(methods=FORM_METHODS)``, as every such address
+    is, that decorator answers any other method first, for every role alike."""
     def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @functools.wraps(view)
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -47,18 +48,40 @@ def post_or_redirect(target: Callable[..., str]) -> Callable[[Callable[..., Http
 
 
 
-def role_page(read: str = "viewer", write: str = "operator") -> Callable:
+#: The methods a page answers unless its :func:`role_page` names others: a page to read.
+READ_METHODS = ("GET", "HEAD")
+#: The methods of a form's page (GET shows it, POST sends it) and of a form's action
+#: (:func:`post_or_redirect`: GET goes back to the form).
+FORM_METHODS = ("GET", "HEAD", "POST")
+
+
+def role_page(read: str = "viewer", write: str = "operator", methods: tuple[str, ...] = READ_METHODS) -> Callable:
     """Decorate a page view: anonymous users go to the login page; a signed-in user needs
     role ``read`` for GET/HEAD and ``write`` for any other method, else 403 (the same rule as
-    :class:`controlplane.permissions.RolePermission`)."""
+    :class:`controlplane.permissions.RolePermission`).
+
+    ``methods`` are the methods the page answers at all (a form's page and action add POST; an
+    action's GET is its redirect to the form, :func:`post_or_redirect`): any other is a 405 with
+    ``Allow`` for every signed-in user, whatever the role, before the role is judged (``POST
+    /nodes/`` is 405 to a viewer as to an admin: no role could make it). A 403 is only for a
+    method the page takes that the role may not use (a viewer's POST of a form). OPTIONS, a read,
+    answers 200 with ``Allow`` and no body."""
+    allowed = tuple(dict.fromkeys((*methods, "OPTIONS")))
 
     def decorator(view: Callable) -> Callable:
         @functools.wraps(view)
         @login_required
         def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method not in allowed:
+                return HttpResponseNotAllowed(allowed)
             needed = read if request.method in ("GET", "HEAD", "OPTIONS") else write
             if not has_role(request.user, needed):
                 raise PermissionDenied(refusal_message(request.user, needed))
+            if request.method == "OPTIONS":
+                # the methods the page answers, no page (as the API docs page answers it)
+                response = HttpResponse(status=200, content_type="text/plain; charset=utf-8")
+                response["Allow"] = ", ".join(allowed)
+                return response
             return view(request, *args, **kwargs)
 
         return wrapped

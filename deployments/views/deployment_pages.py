@@ -42,7 +42,8 @@ from deployments.supervisor import signal_text
 from deployments.telemetry.engine import NO_METRICS
 from deployments.topology import parse_cpulist, same_cpulist
 from deployments.views.common import (
-    _agent_view, _can_write, _duration_text, _heartbeat_clock, _status_class, _when, post_or_redirect, role_page,
+    FORM_METHODS, _agent_view, _can_write, _duration_text, _heartbeat_clock, _status_class, _when, post_or_redirect,
+    role_page,
 )
 
 # --- deployments ------------------------------------------------------------------------------
@@ -592,8 +593,8 @@ def process_log_download(request: HttpRequest, pk: int, process_pk: int) -> Http
     )
 
 
+@role_page(write="operator", methods=FORM_METHODS)
 @post_or_redirect(lambda request, pk: reverse("deployments:deployment-detail", args=[pk]))
-@role_page(write="operator")
 def deployment_stop(request: HttpRequest, pk: int) -> HttpResponse:
     """Stop (or, while it still waits for its node agent, cancel) a deployment through
     :func:`deployments.services.deployment_stop`, then back to its page. A deployment that

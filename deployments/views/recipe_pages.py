@@ -19,7 +19,6 @@ from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
-from django.views.decorators.http import require_http_methods
 from rest_framework import serializers
 
 from controlplane.api import IdField
@@ -34,7 +33,7 @@ from deployments.forms import RecipeForm, spec_pretty
 from deployments.launch import LaunchPlan, ProcessSpec, launch_plan_render, port_kind_words
 from deployments.models import Deployment, Node, Recipe, recipe_name_shown
 from deployments.topology import node_facts_from_row, parse_cpulist
-from deployments.views.common import _can_write, _is_htmx, post_or_redirect, role_page
+from deployments.views.common import FORM_METHODS, _can_write, _is_htmx, post_or_redirect, role_page
 
 # Form fields a domain error path can name directly; any other path (``spec.roles...``) is
 # listed under the spec textarea.
@@ -341,7 +340,7 @@ def _form_context(form: RecipeForm, spec_errors: dict[str, list[str]] | None, **
     return {"form": form, "spec_errors": spec_errors or {}, **extra}
 
 
-@role_page(read="operator")
+@role_page(read="operator", methods=FORM_METHODS)
 def recipe_create(request: HttpRequest) -> HttpResponse:
     """Create a recipe. GET shows the form (optionally pre-filled from ``?from=<recipe id>``; a
     ``from`` given twice, empty or not an id is a 400, ``from is given 2 times (1, 2): give it
@@ -407,7 +406,7 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
     return render(request, "deployments/recipe_form.html", _form_context(form, None, creating=True))
 
 
-@role_page(read="operator")
+@role_page(read="operator", methods=FORM_METHODS)
 def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
     """Edit a recipe. POST calls :func:`deployments.services.recipe_update`, which records a
     new version; a form saved with nothing changed writes none and says so (``nothing was saved
@@ -482,8 +481,8 @@ def recipe_edit(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "deployments/recipe_form.html", _form_context(form, None, recipe=recipe, creating=False))
 
 
+@role_page(write="operator", methods=FORM_METHODS)
 @post_or_redirect(lambda request: reverse("deployments:recipe-create"))
-@role_page(write="operator")
 def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
     """htmx partial behind the form's Validate button: field errors per dotted path, or, when
     the recipe is valid, the dry-run preview of every process with the warnings a saved recipe's
@@ -612,8 +611,7 @@ def recipe_diff_partial(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "deployments/_recipe_diff.html", {"recipe": recipe, "a": a, "b": b, "diff_rows": rows})
 
 
-@require_http_methods(["GET", "POST"])
-@role_page(read="operator")
+@role_page(read="operator", methods=FORM_METHODS)
 def recipe_revert(request: HttpRequest, pk: int, version: int) -> HttpResponse:
     """Revert a recipe to ``version``. GET asks for confirmation and shows what changes
     (current → target); POST calls :func:`deployments.services.recipe_revert`, which records
@@ -713,8 +711,8 @@ def _active_deployment(recipe: Recipe) -> Deployment | None:
     return selectors.deployment_list(recipe_id=recipe.pk).filter(status__in=DEPLOYMENT_ACTIVE).first()
 
 
+@role_page(write="operator", methods=FORM_METHODS)
 @post_or_redirect(lambda request, pk: reverse("deployments:recipe-detail", args=[pk]))
-@role_page(write="operator")
 def recipe_deploy(request: HttpRequest, pk: int) -> HttpResponse:
     """Deploy the recipe's current version: :func:`deployments.services.deployment_create`,
     then redirect to the new deployment's page. A refused deploy (the recipe has an active
