@@ -658,7 +658,8 @@ def recipe_gpu_count(*, spec: Mapping[str, Any], engine: str) -> int | None:
 
     For ``sim`` (which takes no GPUs) it is ``spec.sim.gpus_modelled``: an int, or a per-role
     dict summed over roles; None when the recipe does not say. For other engines: the length of
-    each worker role's ``gpus`` list, None when no role lists GPUs (llama.cpp on CPUs).
+    each worker role's ``gpus`` list summed, 0 when no role lists GPUs (llama.cpp on CPUs: the
+    count is known to be zero, so there is no per-GPU figure); None when the spec has no roles.
     """
     if engine == "sim":
         modelled = (spec.get("sim") or {}).get("gpus_modelled")
@@ -668,8 +669,9 @@ def recipe_gpu_count(*, spec: Mapping[str, Any], engine: str) -> int | None:
             return sum(int(v) for v in modelled.values()) or None
         return None
     roles = spec.get("roles") or {}
-    total = sum(len((roles.get(r) or {}).get("gpus") or []) for r in WORKER_ROLES)
-    return total or None
+    if not roles:
+        return None
+    return sum(len((roles.get(r) or {}).get("gpus") or []) for r in WORKER_ROLES)
 
 
 #: The engine flag that caps a request's prompt + output tokens, per engine (a recipe role's

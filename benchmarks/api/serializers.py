@@ -180,7 +180,7 @@ class SweepSerializer(serializers.ModelSerializer):
         extra_kwargs = {"held_at": {"help_text": HELD_AT_HELP}, "num_gpus": {"help_text": (
             "GPUs the per-GPU figures (tok/s per GPU) divide by: the deployment's, all roles together; for a sim "
             "deployment (engine sim) the GPUs its sim profile models (spec.sim.gpus_modelled), not GPUs it ran on; "
-            "null when unknown")}}
+            "0 for a deployment that runs on CPUs only, which has no per-GPU figures; null when unknown")}}
 
     def to_representation(self, instance: BenchmarkSweep):
         # A worker may have taken a pending sweep since this row was read (a create's response is

@@ -2322,7 +2322,8 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
     comparison sweep is the latest done sweep of the same served model on the other topology
     (PD vs single) with a report for the same lengths, when both GPU counts are known; a
     comparison whose other side has no usable point is left out with a note and this sweep's own
-    report stands. GPU count: ``sweep.num_gpus``; without one, no per-GPU figure (a note says so).
+    report stands. GPU count: ``sweep.num_gpus``; with none (0: a deployment on CPUs only) or
+    without one (None: unknown), no per-GPU figure, and a note says which.
     The engine's cap on running sequences, when its servers reported one (:func:`_running_cap`),
     bounds the fitted ceiling (``max_running_batch``).
     """
@@ -2341,7 +2342,9 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
     out: dict[str, Any] = {"lengths": {}, "findings": [], "compared_with": None, "errors": {}, "notes": [],
                            "version": ANALYSIS_VERSION}
     cap = _running_cap(sweep.snapshot, sweep.topology)
-    if not sweep.num_gpus:
+    if sweep.num_gpus == 0:
+        out["notes"].append("no GPUs (CPU-only): no per-GPU figure is given and no per-GPU comparison made")
+    elif not sweep.num_gpus:
         out["notes"].append("the GPU count is unknown: no per-GPU figure is given and no per-GPU comparison made")
     for (in_len, out_len), group in sorted(by_len.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
         key = f"{in_len}/{out_len}"
@@ -2645,7 +2648,8 @@ def sweep_report_text(*, sweep: BenchmarkSweep) -> str:
         return textwrap.wrap(text, width=REPORT_WIDTH, initial_indent=first, subsequent_indent=rest,
                              break_on_hyphens=False) or [first.rstrip()]
 
-    gpus = f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.gpus_modelled else "") if sweep.num_gpus else "GPUs: none"
+    gpus = (f"{sweep.num_gpus} GPUs" + (" modelled" if sweep.gpus_modelled else "") if sweep.num_gpus
+            else "no GPUs (CPU-only)" if sweep.num_gpus == 0 else "GPU count unknown")
     from deployments.services import controls_visible, free_text_shown
 
     lines = [f"Sweep #{sweep.pk} {controls_visible(free_text_shown(sweep.name_label))} — {sweep.status}"]  # stored before refused

@@ -457,6 +457,7 @@ def test_it_refuses_an_api_the_deployments_engine_does_not_serve(operator_api, d
         operator_api.post(f"/api/sweeps/{chat.json()['id']}/cancel/")
         default = operator_api.post("/api/sweeps/", {"deployment": llama.pk, "grid": grid}, format="json")
         assert default.status_code == 201 and default.json()["grid"]["api"] == "openai-completions"
+        assert default.json()["num_gpus"] == 0   # CPU-only: a known zero, not an unknown count
         # the sim speaks SGLang's API: /generate is fine there
         sim = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {**grid, "api": "sglang-generate"}},
                                 format="json")

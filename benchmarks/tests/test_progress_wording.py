@@ -72,3 +72,4 @@ def test_it_does_not_call_a_known_gpu_count_unknown_before_any_point_finished() 
     assert sweep_charts([], num_gpus=8)["tok_s_per_gpu"]["empty"] == "No finished point with output tok/s yet."
     assert sweep_charts([], num_gpus=8, ended=True)["tok_s_per_gpu"]["empty"] == "No point finished with output tok/s."
     assert sweep_charts([])["tok_s_per_gpu"]["empty"] == "GPU count unknown."
+    assert sweep_charts([], num_gpus=0)["tok_s_per_gpu"]["empty"] == "No GPUs (CPU-only): no per-GPU figure."

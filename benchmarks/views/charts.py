@@ -310,8 +310,9 @@ def _load_value(run: BenchmarkRun) -> float | None:
 
 
 def _load_charts(rows: Sequence[dict[str, Any]], *, axis: tuple[str, str], prefix: str, gpus_known: bool,
-                 title_tail: str, ended: bool = False) -> dict[str, Any]:
-    """The five charts of :func:`sweep_charts` for rows of one load kind, on ``axis``."""
+                 title_tail: str, ended: bool = False, no_gpus: bool = False) -> dict[str, Any]:
+    """The five charts of :func:`sweep_charts` for rows of one load kind, on ``axis``; ``no_gpus``:
+    the GPU count is known to be zero (CPU-only), which the empty per-GPU chart says."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(f"{prefix}{run_lengths_text(r['run'])}", []).append(r)
@@ -333,6 +334,7 @@ def _load_charts(rows: Sequence[dict[str, Any]], *, axis: tuple[str, str], prefi
                          y_title="tok/s per GPU", series=series("tok_s_per_gpu"), x_log=positive,
                          empty=(("No point finished with output tok/s." if ended
                                  else "No finished point with output tok/s yet.") if gpus_known
+                                else "No GPUs (CPU-only): no per-GPU figure." if no_gpus
                                 else "GPU count unknown."))
     if not any(p[1] is not None for s in per_gpu["series"] for p in s["points"]):
         per_gpu["series"] = []
@@ -351,7 +353,9 @@ def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: 
     GPU), TTFT, TPOT and E2E percentiles. One series per input/output length pair (and per
     ``prefix`` group on the comparison page). Load axis is logarithmic: grids double (1, 2, 4, ...).
     ``num_gpus`` is the sweep's GPU count: an empty per-GPU chart then says there is no finished
-    point yet rather than that the count is unknown (the page's facts show the same count);
+    point yet rather than that the count is unknown (the page's facts show the same count), and a
+    count of 0 (a deployment on CPUs only, or rows that all say 0) that there are no GPUs, hence no
+    per-GPU figure;
     ``ended`` (the sweep is done, failed or cancelled) says no point finished, without "yet".
 
     Closed-loop points are drawn against concurrency (requests) and open-loop points against
@@ -368,11 +372,14 @@ def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: 
         if kind is not None:
             by_kind[kind].append(r)
     gpus_known = bool(num_gpus) or any(r.get("num_gpus") for r in rows)
+    no_gpus = not gpus_known and (num_gpus == 0 or (num_gpus is None and bool(rows)
+                                                    and all(r.get("num_gpus") == 0 for r in rows)))
     both = bool(by_kind["closed"]) and bool(by_kind["open"])
     main_kind = "closed" if by_kind["closed"] or not by_kind["open"] else "open"
     axes = dict(LOADS)
     charts = _load_charts(by_kind[main_kind], axis=axes[main_kind], prefix=prefix, gpus_known=gpus_known,
-                          title_tail="concurrency" if main_kind == "closed" else "request rate", ended=ended)
+                          title_tail="concurrency" if main_kind == "closed" else "request rate", ended=ended,
+                          no_gpus=no_gpus)
     charts["rate"] = None
     if both:
         n = len(by_kind["open"])
@@ -382,5 +389,5 @@ def sweep_charts(rows: Sequence[dict[str, Any]], *, prefix: str = "", num_gpus: 
                                  f"{'are' if n != 1 else 'is'} drawn on the request-rate charts: a rate in req/s is "
                                  "not a concurrency, so the two are not drawn on one axis.")
         charts["rate"] = _load_charts(by_kind["open"], axis=axes["open"], prefix=prefix, gpus_known=gpus_known,
-                                      title_tail="request rate", ended=ended)
+                                      title_tail="request rate", ended=ended, no_gpus=no_gpus)
     return charts
