@@ -939,9 +939,21 @@ def aborted_only_throughput(summary: Mapping[str, Any]) -> float | None:
     return None
 
 
+def point_limited_by(*, grid: Any, request_rate: float | None, duration_s: float | None) -> str | None:
+    """What ended a point of a sweep with normalised ``grid`` as planned (the analysis'
+    ``limited_by``): ``"requests"`` for a request cap alone (``requests``, or for a closed-loop
+    point ``requests_per_concurrency``), ``"duration"`` for a time limit alone (the point's
+    ``duration_s`` in seconds, else the grid's), ``"both"`` for a cap and a time limit (whichever
+    came first); None when neither is known (an imported run, no grid)."""
+    grid = grid if isinstance(grid, Mapping) else {}
+    capped = bool(grid.get("requests") or (request_rate is None and grid.get("requests_per_concurrency")))
+    timed = (duration_s if duration_s is not None else grid.get("duration_s")) is not None
+    return "both" if capped and timed else "requests" if capped else "duration" if timed else None
+
+
 def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, request_rate: float | None,
                   input_len: int | None, output_len: int | None, num_gpus: int | None,
-                  flags: Iterable[str]) -> dict[str, Any]:
+                  flags: Iterable[str], limited_by: str | None = None) -> dict[str, Any]:
     """One stored run as the dict :meth:`benchmarks.analysis.SweepPoint.from_summary` reads.
 
     Measured summaries hold latencies in seconds (``ttft_s``); the analysis wants ms (``ttft_ms``).
@@ -964,10 +976,11 @@ def summary_point(*, summary: Mapping[str, Any], concurrency: int | None, reques
     reached less than its ``concurrency`` and was not stopped early gets the flag
     ``concurrency_shortfall`` here too, so a run stored before that flag compared against the
     target itself (it compared against min(c, n)) or an imported one is analysed at the load it
-    reached, not the one it is labelled with.
+    reached, not the one it is labelled with. ``limited_by`` (:func:`point_limited_by`) passes
+    through.
     """
     out: dict[str, Any] = {"concurrency": concurrency, "request_rate": request_rate, "input_len": input_len,
-                           "output_len": output_len, "num_gpus": num_gpus, "flags": list(flags),
+                           "output_len": output_len, "num_gpus": num_gpus, "flags": list(flags), "limited_by": limited_by,
                            "output_throughput_tok_s": summary.get("output_throughput_tok_s")}
     out["completed"] = summary.get("successes", summary.get("completed"))
     for metric in ("ttft", "tpot", "itl", "e2e"):

@@ -103,15 +103,33 @@ def _too_few_caveat(sentence: str, small: list[SweepPoint]) -> str:
             f"conclude from ({TOO_FEW_FLAG}).")
 
 
+def _more_requests_advice(small: list[SweepPoint], it: str) -> str:
+    """How to get more requests out of ``small``, by what ended them (:attr:`SweepPoint.limited_by`):
+    a request cap wants more requests; a time limit alone wants a longer ``duration_s`` (a request
+    cap could only end such a point sooner); a cap and a time limit want both raised; points whose
+    limit is unknown (imported) get the request advice."""
+    limits = {p.limited_by or "requests" for p in small}
+    capped = bool(limits & {"requests", "both"})
+    timed = bool(limits & {"duration", "both"})
+    if timed and not capped:
+        return (f"give each point a longer time limit (duration_s, in seconds) to compare {it}: "
+                f"{'it was' if it == 'it' else 'they were'} limited by time alone, and a request cap (requests) "
+                "could only end a point sooner")
+    if timed:
+        return (f"raise both the request cap (requests or requests_per_concurrency) and the time limit "
+                f"(duration_s, in seconds) to compare {it}: a point ends at whichever it reaches first")
+    return f"send more requests per point (requests or requests_per_concurrency) to compare {it}"
+
+
 def _too_few_sentence(small: list[SweepPoint]) -> str:
     """The note that names the points that completed fewer than :data:`MIN_COMPARED_REQUESTS`
-    requests, with their counts and why they are not compared."""
+    requests, with their counts, why they are not compared and how to get more requests out of
+    them (:func:`_more_requests_advice`)."""
     each = ", ".join(f"{p.completed} at {p.label}" for p in small)
     it = "it" if len(small) == 1 else "them"
     return (f"{_and(p.label for p in small)} completed fewer than {MIN_COMPARED_REQUESTS} requests ({each}; "
             f"{TOO_FEW_FLAG}): the percentiles and mean throughput of so few requests are no basis for comparison, "
-            f"so every finding that uses {it} says so; send more requests per point (requests or "
-            f"requests_per_concurrency) to compare {it}.")
+            f"so every finding that uses {it} says so; {_more_requests_advice(small, it)}.")
 
 
 def _and(items: Iterable[str]) -> str:

@@ -25,7 +25,11 @@ MIN_FIT_POINTS = 3
 # points) would give a stored report other numbers, sentences or keys: a sweep's report stored
 # under another version, or under none, is computed again when it is next read
 # (:func:`benchmarks.services.sweep_stored_analysis`).
-ANALYSIS_VERSION = 8
+ANALYSIS_VERSION = 9
+#: What ended a sweep point as planned (:attr:`SweepPoint.limited_by`): a request cap alone, a time
+#: limit alone, or both (whichever came first).
+PointLimit = Literal["requests", "duration", "both"]
+POINT_LIMITS = ("requests", "duration", "both")
 # Throughput within this fraction of the best point counts as "on the plateau" (10 %: larger than
 # the run-to-run noise of a closed-loop sweep, smaller than one doubling of load on a rising curve).
 PLATEAU_FRACTION = 0.90
@@ -157,6 +161,11 @@ class SweepPoint:
     ``achieved_concurrency``: the most requests a closed-loop run had in flight at once (None when
     unknown); below ``concurrency`` (a run that sent fewer requests than its slots, flagged
     ``concurrency_shortfall``) it, not the label, is the point's :attr:`load`.
+
+    ``limited_by``: what ended the point as its sweep planned it: ``"requests"`` (a request cap
+    alone), ``"duration"`` (a time limit alone, ``duration_s``), ``"both"`` (a cap and a time
+    limit, whichever came first), or None when unknown (an imported run). It picks the advice a
+    point that completed too few requests gets.
     """
 
     concurrency: int | None
@@ -177,6 +186,7 @@ class SweepPoint:
     decode_batch: float | None = None
     decode_stall_share: float | None = None
     achieved_concurrency: float | None = None
+    limited_by: PointLimit | None = None
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any]) -> SweepPoint:
@@ -210,6 +220,7 @@ class SweepPoint:
             decode_batch=_opt_float(summary.get("decode_batch")),
             decode_stall_share=_opt_float(summary.get("decode_stall_share")),
             achieved_concurrency=_opt_float(summary.get("achieved_concurrency")),
+            limited_by=summary.get("limited_by") if summary.get("limited_by") in POINT_LIMITS else None,
         )
 
     @property

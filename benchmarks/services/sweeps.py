@@ -99,7 +99,7 @@ from benchmarks.services.runs import _store_summary, records_dir
 from benchmarks.sweeps import (
     WAIT_READY_MARGIN_S, counted, duration_prompt_pool, failure_counts, grid_points, grid_requests_total, grid_validate,
     partial_text,
-    recipe_gpu_count, summary_mark_partial, summary_point,
+    point_limited_by, recipe_gpu_count, summary_mark_partial, summary_point,
 )
 from controlplane.dbbusy import DatabaseBusy, busy_text, is_locked, retry_locked
 from controlplane.errors import Conflict, InvalidInput
@@ -2298,13 +2298,15 @@ def _went_down_reason(summary: Mapping[str, Any], label: str, deployment, *, dow
 # ---------------------------------------------------------------------------------------- analysis
 
 
-def _points_of(runs: Iterable[BenchmarkRun], num_gpus: int | None) -> list[SweepPoint]:
+def _points_of(runs: Iterable[BenchmarkRun], num_gpus: int | None, grid: Any = None) -> list[SweepPoint]:
     out = []
     for run in runs:
         if run.status != RunStatus.DONE or not run.summary:
             continue
+        limited_by = point_limited_by(grid=grid, request_rate=run.request_rate, duration_s=run.duration_s)
         d = summary_point(summary=run.summary, concurrency=run.concurrency, request_rate=run.request_rate,
-                          input_len=run.input_len, output_len=run.output_len, num_gpus=num_gpus, flags=run.flags)
+                          input_len=run.input_len, output_len=run.output_len, num_gpus=num_gpus, flags=run.flags,
+                          limited_by=limited_by)
         if d["output_throughput_tok_s"] is None:
             continue
         out.append(SweepPoint.from_summary(d))
@@ -2348,14 +2350,14 @@ def sweep_analyse(*, sweep: BenchmarkSweep) -> dict[str, Any]:
         out["notes"].append("the GPU count is unknown: no per-GPU figure is given and no per-GPU comparison made")
     for (in_len, out_len), group in sorted(by_len.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)):
         key = f"{in_len}/{out_len}"
-        points = _points_of(group, sweep.num_gpus)
+        points = _points_of(group, sweep.num_gpus, sweep.grid)
         if not points:
             out["errors"][key] = _no_output_error(_partial_exclusions(group))
             continue
         kwargs: dict[str, Any] = {}
         if other is not None:
             other_runs = list(other.runs.filter(input_len=in_len, output_len=out_len))
-            other_points = _points_of(other_runs, other.num_gpus)
+            other_points = _points_of(other_runs, other.num_gpus, other.grid)
             if other_points:
                 kwargs = {"compare_with": other_points, "compare_num_gpus": other.num_gpus or 1,
                           "compare_topology": other.topology}

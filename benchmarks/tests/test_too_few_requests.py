@@ -13,7 +13,9 @@ from benchmarks.choices import SweepStatus
 from benchmarks.models import BenchmarkSweep
 from benchmarks.services import sweep_analyse
 from benchmarks.tests.page_support import logged_in_client
+from benchmarks.tests.sweep_support import sim_deployment_create
 from benchmarks.tests.test_export_import import _measured_run
+from deployments.choices import DeploymentStatus
 
 CAVEAT = "; but c=1 completed only 2 requests, too few to conclude from (too_few_requests)."
 NOTE = ("c=1 completed fewer than 10 requests (2 at c=1; too_few_requests): the percentiles and mean throughput of "
@@ -84,3 +86,50 @@ def test_the_one_point_sentence_concludes_nothing_and_takes_no_caveat() -> None:
     assert "One point (10.4 tok/s at c=1) cannot show a ceiling." in r.findings
     assert not [f for f in r.findings if "cannot show a ceiling;" in f], r.findings
     assert any(f.startswith("c=1 completed fewer than 10 requests (1 at c=1; too_few_requests)") for f in r.findings)
+
+
+def _sweep_of_grid(operator_api, grid: dict, django_capture_on_commit_callbacks) -> BenchmarkSweep:
+    """A sweep made through the API with ``grid`` (normalised as the API stores it), its task not
+    sent, then given one measured point at c=2 that completed 2 requests."""
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING)
+    with django_capture_on_commit_callbacks(execute=False):
+        made = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": grid}, format="json")
+    assert made.status_code == 201, made.json()
+    sweep = BenchmarkSweep.objects.get(pk=made.json()["id"])
+    run = _measured_run(sweep, c=1, tok_s=9.95)   # 2 requests completed
+    run.duration_s = sweep.grid["duration_s"]
+    run.save(update_fields=["duration_s"])
+    return sweep
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("limits", "advice"), [
+    ({"duration_s": 6}, "give each point a longer time limit (duration_s, in seconds) to compare it: it was limited "
+                        "by time alone, and a request cap (requests) could only end a point sooner."),
+    ({"duration_s": 6, "requests": 4}, "raise both the request cap (requests or requests_per_concurrency) and the "
+                                       "time limit (duration_s, in seconds) to compare it: a point ends at whichever "
+                                       "it reaches first."),
+    ({"requests_per_concurrency": 2}, "send more requests per point (requests or requests_per_concurrency) to "
+                                      "compare it."),
+])
+def test_the_advice_for_too_few_requests_follows_what_limited_the_point(
+        operator_api, django_capture_on_commit_callbacks, limits, advice) -> None:
+    sweep = _sweep_of_grid(operator_api, {"concurrency": [1], "lengths": "16:16", **limits},
+                           django_capture_on_commit_callbacks)
+    note = sweep_analyse(sweep=sweep)["findings"][-1]
+    assert note == ("c=1 completed fewer than 10 requests (2 at c=1; too_few_requests): the percentiles and mean "
+                    "throughput of so few requests are no basis for comparison, so every finding that uses it says "
+                    "so; " + advice)
+    if "requests" not in limits and "requests_per_concurrency" not in limits:
+        assert "send more requests" not in note
+
+
+def test_an_imported_point_whose_limit_is_unknown_gets_the_request_advice() -> None:
+    points = [_point(1, 100.0, 10.0, 20.0, 2), _point(2, 190.0, 10.5, 21.0, 20), _point(4, 360.0, 11.0, 22.0, 40)]
+    assert points[0].limited_by is None
+    assert ceiling_analyse(points, num_gpus=1, topology="single").findings[-1].endswith(
+        "send more requests per point (requests or requests_per_concurrency) to compare it.")
+    timed = SweepPoint.from_summary({"concurrency": 1, "output_throughput_tok_s": 1.0, "limited_by": "duration"})
+    assert timed.limited_by == "duration"
+    assert SweepPoint.from_summary({"concurrency": 1, "output_throughput_tok_s": 1.0,
+                                    "limited_by": "tokens"}).limited_by is None
