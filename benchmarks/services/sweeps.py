@@ -259,18 +259,27 @@ CANCEL_STOPS_WITHIN_S = 60.0
 
 def _refuse_if_busy(deployment) -> None:
     """Raise :class:`Conflict` naming the active (pending, waiting or running) sweep of
-    ``deployment``, if it has one: its status as stored (``sweep #15 is already running on
-    deployment #2; wait for it or cancel it first ...``), or, once its cancel was asked for, that
+    ``deployment``, if it has one: its status as stored, read now, and for a sweep not started yet
+    what it waits for (:func:`benchmarks.selectors.sweep_queue_note`): ``sweep #15 is already
+    running on deployment #2; wait for it or cancel it first ...``, ``sweep #16 is already pending
+    on deployment #2 (queued for a benchmark worker); ...``; or, once its cancel was asked for, that
     it is being cancelled and when that was asked (:func:`_being_cancelled_text`): it still holds
     the deployment until its task sees the flag, and telling the caller to cancel it would read
     as if the cancel had not been taken."""
+    from benchmarks.selectors import sweep_queue_note
+
     busy = BenchmarkSweep.objects.filter(deployment=deployment, status__in=SWEEP_ACTIVE).order_by("pk").first()
     if busy is None:
         return
     if busy.cancel_requested:
         raise Conflict(_being_cancelled_text(busy, deployment))
-    raise Conflict(f"sweep #{busy.pk} is already {busy.status} on deployment #{deployment.pk}; "
-                   "wait for it or cancel it first (concurrent sweeps would skew each other)")
+    # Its status as stored now, with what it waits for while it has not started (the queue note
+    # its page and the API show): "pending (queued for a benchmark worker)", "waiting (waiting for
+    # the deployment to be ready: ...)", or plain "running".
+    note = sweep_queue_note(sweep=busy) if busy.status != SweepStatus.RUNNING else ""
+    raise Conflict(f"sweep #{busy.pk} is already {busy.status} on deployment #{deployment.pk}"
+                   + (f" ({note})" if note else "")
+                   + "; wait for it or cancel it first (concurrent sweeps would skew each other)")
 
 
 def _being_cancelled_text(busy: BenchmarkSweep, deployment) -> str:

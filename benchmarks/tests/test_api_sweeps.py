@@ -63,7 +63,25 @@ def test_it_refuses_a_second_sweep_while_one_is_active_on_the_deployment(
         second = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json")
     assert first.status_code == 201
     assert second.status_code == 409
-    assert f"sweep #{first.json()['id']} is already pending" in second.json()["detail"]
+    assert first.json()["queue_note"] == "queued for a benchmark worker"
+    assert second.json()["detail"] == (f"sweep #{first.json()['id']} is already pending on deployment "
+                                       f"#{deployment.pk} (queued for a benchmark worker); wait for it or cancel it "
+                                       "first (concurrent sweeps would skew each other)")
+    # Its status as it is when the second create comes: claimed by a worker, waiting for the
+    # deployment (starting) to be ready; then running.
+    BenchmarkSweep.objects.filter(pk=first.json()["id"]).update(status=SweepStatus.WAITING)
+    waiting = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json")
+    assert waiting.status_code == 409
+    assert waiting.json()["detail"] == (f"sweep #{first.json()['id']} is already waiting on deployment "
+                                        f"#{deployment.pk} (waiting for the deployment to be ready: deployment "
+                                        f"#{deployment.pk} is starting; the sweep fails after "
+                                        f"{first.json()['grid']['wait_ready_s']:.0f} s of waiting); wait for it or "
+                                        "cancel it first (concurrent sweeps would skew each other)")
+    BenchmarkSweep.objects.filter(pk=first.json()["id"]).update(status=SweepStatus.RUNNING)
+    running = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": GRID}, format="json")
+    assert running.json()["detail"] == (f"sweep #{first.json()['id']} is already running on deployment "
+                                        f"#{deployment.pk}; wait for it or cancel it first (concurrent sweeps would "
+                                        "skew each other)")
 
 
 def test_it_says_why_a_pending_sweep_has_not_started(operator_api, deployment, settings,

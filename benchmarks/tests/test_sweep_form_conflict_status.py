@@ -65,8 +65,12 @@ def test_the_conflict_states_the_active_sweeps_own_status(operator_api, operator
     running: the API's 409 and the form name the active sweep's status as stored."""
     BenchmarkSweep.objects.filter(pk=busy.pk).update(status=status)
     deployment = busy.deployment
-    said = (f"sweep #{busy.pk} is already {status} on deployment #{deployment.pk}; wait for it or cancel it first "
-            "(concurrent sweeps would skew each other)")
+    # what a sweep not started yet waits for, as its page and the API's queue_note say it
+    note = {SweepStatus.PENDING: " (queued for a benchmark worker)",
+            SweepStatus.WAITING: f" (waiting for the deployment to be ready: deployment #{deployment.pk} is starting)",
+            SweepStatus.RUNNING: ""}[status]
+    said = (f"sweep #{busy.pk} is already {status} on deployment #{deployment.pk}{note}; wait for it or cancel it "
+            "first (concurrent sweeps would skew each other)")
     api = operator_api.post("/api/sweeps/", {"deployment": deployment.pk, "grid": {
         "concurrency": [1, 8], "lengths": "16:8", "requests": 8}}, format="json")
     assert (api.status_code, api.json()) == (409, {"detail": said, "code": "conflict"})

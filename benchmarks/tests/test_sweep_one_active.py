@@ -24,8 +24,8 @@ GRID = {"concurrency": [1], "lengths": "64:16", "requests": 4}
 
 
 def _busy_message(sweep_id: int, deployment_id: int) -> str:
-    return (f"sweep #{sweep_id} is already pending on deployment #{deployment_id}; wait for it or cancel it "
-            "first (concurrent sweeps would skew each other)")
+    return (f"sweep #{sweep_id} is already pending on deployment #{deployment_id} (queued for a benchmark worker); "
+            "wait for it or cancel it first (concurrent sweeps would skew each other)")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -172,4 +172,9 @@ def test_the_refusal_names_the_active_sweep_s_own_state_pending_waiting_or_runni
         BenchmarkSweep.objects.filter(pk=busy.pk).update(status=status)
         with pytest.raises(Conflict) as refused:
             sweep_create(deployment=deployment, user=operator, grid=GRID)
-        assert str(refused.value).startswith(f"sweep #{busy.pk} is already {status} on deployment #{deployment.pk}; ")
+        note = {SweepStatus.PENDING: " (queued for a benchmark worker)",
+                SweepStatus.WAITING: " (waiting for the deployment to be ready: "
+                                     f"deployment #{deployment.pk} is starting)",
+                SweepStatus.RUNNING: ""}[status]
+        assert str(refused.value).startswith(f"sweep #{busy.pk} is already {status} on deployment #{deployment.pk}"
+                                             f"{note}; ")
