@@ -119,3 +119,17 @@ def test_the_readme_recipe_table_lists_the_examples_in_the_order_the_seed_create
     names = re.findall(r"^\| `([a-z0-9-]+)` \|", text, flags=re.M)
     assert names == [recipe["name"] for recipe in example_recipes()]
     assert names[2] == "local-sim-pd"
+
+
+def test_the_readme_demo_steps_name_every_recipe_the_demo_deploys_and_proves():
+    """Step 7 of the README's demo steps names each recipe the demo deploys and proves (pids,
+    pinning read back, a streamed request), and those are every recipe it sweeps in step 8: no
+    deployment shows on the wall that the demo did not prove."""
+    from deployments.management.commands.demo import DEMO_RECIPES, DEMO_SWEEPS
+
+    text = README.read_text()
+    step7 = text.split("\n7. deploys ", 1)[1].split("\n8. ", 1)[0]
+    assert [n for n in re.findall(r"`(local-[a-z-]+)`", step7)] == list(DEMO_RECIPES)
+    assert "the wall shows three live deployments" in " ".join(step7.split())
+    assert {name for name, *_ in DEMO_SWEEPS} == set(DEMO_RECIPES) == {
+        "local-sim-pd", "local-llamacpp", "local-sim-single"}

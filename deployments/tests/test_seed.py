@@ -87,7 +87,7 @@ def test_a_deploy_the_product_refuses_is_one_line_and_the_demo_goes_on_to_its_ke
     squatter = recipe_row_create(node=local, name="squatter")
     held = Deployment.objects.create(recipe=squatter, recipe_version=1, spec_snapshot={}, node=local,
                                      status=DeploymentStatus.READY)
-    for ordinal, name in enumerate(("local-sim-pd", "local-llamacpp")):
+    for ordinal, name in enumerate(("local-sim-pd", "local-llamacpp", "local-sim-single")):
         ports = [port for p in recipe_plan(recipe=Recipe.objects.get(name=name)).processes for port in p.ports.values()]
         ServerProcess.objects.create(deployment=held, role=Role.SINGLE, ordinal=ordinal, status=ProcessStatus.READY,
                                      ports={str(i): port for i, port in enumerate(ports)})
@@ -96,7 +96,9 @@ def test_a_deploy_the_product_refuses_is_one_line_and_the_demo_goes_on_to_its_ke
         call_command("demo", "--no-sweep", "--timeout", "1", stdout=out)
     lines = out.getvalue().splitlines()
     refused = [line for line in lines if ": deploy refused: " in line]
-    assert [line.split(":")[0] for line in refused] == ["  local-sim-pd", "  local-llamacpp"], lines
+    # every recipe the demo deploys is deployed (and proven) before the sweeps, the single-node
+    # baseline too: the README's step 7 names the same three
+    assert [line.split(":")[0] for line in refused] == ["  local-sim-pd", "  local-llamacpp", "  local-sim-single"], lines
     assert all("squatter" in line for line in refused), refused
     # the steps after the deploys still ran: the kernel step and the closing lines
     assert any(line.startswith("  what-if: ") and line.endswith("/kernels/whatif/") for line in lines), lines

@@ -1,9 +1,11 @@
 """``manage.py demo``: the main job on the embedded default, printed as it happens.
 
 Run by ``make demo`` once the services (web, worker, beat, node agent) are up. It prints the
-URL and login, deploys the local PD recipe (sim prefill + sim decode + the real sglang-router)
-and the llama.cpp recipe through the same service as the UI, waits for the node agent to prove
-them ready, sends one streamed request through each entry URL, and prints what it observed.
+URL and login, deploys the local PD recipe (sim prefill + sim decode + the real sglang-router),
+the llama.cpp recipe and the single-node sim recipe (the baseline its sweeps compare PD with)
+through the same service as the UI, waits for the node agent to prove them ready, sends one
+streamed request through each entry URL, and prints what it observed (pids, the pinning read
+back from ``/proc``, TTFT, tokens) for each of the three.
 Then it sweeps: ``local-sim-single`` at c = 1 (the single-node baseline; the seed measured its
 single-node run at bs = 1 only), ``local-sim-pd`` at c = 1, 8, 16 (its analysis then compares PD
 with that baseline per GPU) and ``local-llamacpp`` at c = 1, 8, 16, printing one results table per
@@ -40,7 +42,10 @@ from deployments.models import Recipe
 if TYPE_CHECKING:
     from benchmarks.models import BenchmarkSweep
 
-DEMO_RECIPES = ("local-sim-pd", "local-llamacpp")
+#: The recipes the demo deploys and proves first, in order (pids, pinning read back, a streamed
+#: request): every recipe :data:`DEMO_SWEEPS` sweeps, so each deployment the wall then shows live
+#: was proven the same way.
+DEMO_RECIPES = ("local-sim-pd", "local-llamacpp", "local-sim-single")
 # (recipe, lengths, concurrencies, requests per concurrency, warmup requests per point, why): the
 # demo's sweeps, in order. llama.cpp gets 2 warm-up requests per point: its first requests after a
 # start (or after the previous point's load) were several times slower than the rest on a busy
@@ -211,7 +216,7 @@ class Command(CeilingCommand):
         out.write(f"  what-if: {base}/kernels/whatif/")
 
     def _sweeps(self, *, user, base: str, timeout_s: float, sweep_timeout_s: float) -> list[str]:
-        """Sweep each demo recipe (deploying ``local-sim-single`` first), print the tables and
+        """Sweep each demo recipe (deploying one not ready yet), print the tables and
         findings; returns the names of recipes whose sweep did not finish or was refused. A recipe
         whose deployment another sweep held for longer than ``sweep_timeout_s``
         (:meth:`_sweep_create_or_wait`) is not swept, says so after the tables and is not a failure."""
