@@ -843,7 +843,9 @@ class RunCompareExcludedSerializer(serializers.Serializer):
 
 # One property per ranked metric, named as the answer keys it (dotted: a statistic of a latency).
 RunCompareBestSerializer = type("RunCompareBestSerializer", (serializers.Serializer,), {
-    "__doc__": "The id of the best rankable run for each metric; null when none is named (``notes`` says why).",
+    "__doc__": ("The id of the best rankable run for each metric; null when none is named (``notes`` says why: "
+                "among others a tie, or a best or runner-up that completed fewer than 10 requests, too few to judge "
+                "the difference)."),
     **{key: serializers.IntegerField(allow_null=True, help_text=f"{'highest' if higher else 'lowest'} wins")
        for key, higher in BEST_METRICS},
 })
@@ -861,9 +863,10 @@ class RunCompareSerializer(serializers.Serializer):
                                  help_text="metric -> run ids within tie_threshold_pct of the best (no best named)")
     uncertain = serializers.DictField(
         child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
-        help_text="latency metric -> [best run id, runner-up id] whose 95 % confidence intervals overlap, or "
-                  "either of which has none: the best is named, but the difference may be sampling noise (a note gives "
-                  "both intervals)")
+        help_text="latency metric -> [best run id, runner-up id] whose 95 % confidence intervals overlap: the best "
+                  "is named, but the difference may be sampling noise (a note gives both intervals); where either "
+                  "run has no interval, or completed fewer than 10 requests, no best is named and the metric is "
+                  "not listed here")
     baseline = serializers.IntegerField(help_text="the run deltas_pct are against: baseline=ID, else the first id, "
                                                   "else (the first run not rankable) the first ranked run")
     baseline_note = serializers.CharField(allow_null=True, help_text=(

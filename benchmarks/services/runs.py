@@ -45,7 +45,7 @@ import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from benchmarks.analysis.model import SHARED_LOAD_FLAG
+from benchmarks.analysis.model import MIN_COMPARED_REQUESTS, SHARED_LOAD_FLAG
 from benchmarks.choices import RunSource, RunStatus
 from benchmarks.importers import ImportedRun, ImportProblem, import_results, record_digest, result_date
 from benchmarks.loadgen import RecordStore
@@ -809,8 +809,16 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     ``ci95_ms`` is each run's 95 % confidence intervals of TTFT, TPOT and E2E (:func:`run_ci95_ms`).
     Where a latency statistic's best run and the runner-up both have one and they overlap, the best
     is still named (the tie rule alone decides that) and ``uncertain`` lists the two, with a note
-    giving both intervals: the difference may be sampling noise at those request counts (or, where
-    either run's requests give no interval at all, cannot be judged from so few requests).
+    giving both intervals: the difference may be sampling noise at those request counts. Where
+    either run's requests give no interval at all for it, no best is named for it (null, not in
+    ``uncertain``) and the note says the difference cannot be judged from so few requests.
+
+    No best is named either, for any metric, where its best run or the runner-up completed fewer
+    than :data:`benchmarks.analysis.model.MIN_COMPARED_REQUESTS` requests (10): the mean,
+    percentiles and throughput of so few requests move with one request's luck, as the ceiling
+    analysis says of such a point. One note names those runs with their counts and every metric
+    left without a best for them (:func:`_too_few_note`). The tie rule is applied first: runs
+    within ``tie_pct`` are a tie whatever their counts.
 
     Two kinds of run are shown but never ranked, each with ``rankable`` false and its
     ``refusal`` (also in ``notes``): a run that holds no measurement (:func:`run_not_measured`:
@@ -846,7 +854,8 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
     request rate: a best would set one operating point's latency against another's throughput; one
     note for every metric), when none
     has that metric (a goodput needs an SLO), for goodput when the rankable runs' SLOs differ or
-    are not known or when the best goodput is 0 (no run met its SLO: no request within it), or when the two best are within ``tie_pct`` percent of the larger of
+    are not known or when the best goodput is 0 (no run met its SLO: no request within it), when
+    the best or the runner-up completed too few requests (above), or when the two best are within ``tie_pct`` percent of the larger of
     their values (a tie: :data:`COMPARE_TIE_PCT` by default; ``ties`` lists the runs within it of
     the best, and the note gives the values and the spread). So every metric of ``best`` that is
     null has a note that names it, or a note on the whole comparison.
@@ -1052,6 +1061,9 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
         notes.append(f"run #{rankable[0]['id']} is the only rankable run: it is named best with no other "
                      "run to rank it against")
     units = {key: unit for key, _, unit in COMPARE_FIELDS}
+    by_id = {e["id"]: e for e in entries}
+    # Metrics whose best or runner-up completed too few requests, by those runs (one note each).
+    too_few: dict[tuple[int, ...], list[str]] = {}
     # Notes name a metric as the side-by-side table does (``TPOT mean``), not by its key.
     labels = {key: label for key, label, _ in COMPARE_FIELDS}
     for key, higher_better in BEST_METRICS:
@@ -1102,11 +1114,22 @@ def runs_compare(*, runs: list[BenchmarkRun], baseline_id: int | None = None,
             notes.append(f"no best run for {labels.get(key, key)}: runs {shown} {units.get(key, '')} {how}, under the "
                          f"{tie_pct:g} % tie threshold (run-to-run noise)")
             continue
+        if len(ranked) > 1 and (small := _too_few_compared(ranked[:2], by_id)):
+            # The best or the runner-up completed too few requests to tell them apart: no best.
+            best[key] = None
+            too_few.setdefault(tuple(small), []).append(key)
+            continue
+        overlap = _ci_overlap(key, ranked, by_id, higher_better)
+        if overlap and overlap[2]:
+            best[key] = None
+            notes.append(overlap[1])
+            continue
         best[key] = ranked[0][1]
-        overlap = _ci_overlap(key, ranked, {e["id"]: e for e in entries}, higher_better)
         if overlap:
             uncertain[key] = overlap[0]
             notes.append(overlap[1])
+    for small, keys in too_few.items():
+        notes.append(_too_few_note(small, [labels.get(k, k) for k in keys], by_id))
     if goodput_note_at is not None:
         goodput = next(f for f in fields if f["key"] == "goodput_req_s")
         given = [e["id"] for e, d in zip(entries, goodput["deltas_pct"]) if d is not None]
@@ -1359,14 +1382,45 @@ def _ci_text(bounds: list[float | None] | None, stat: str, count: int | None) ->
     return f"at most {high_text} ms, not bounded below by {requests} ({need})"
 
 
+def _too_few_compared(pair: list[tuple[float, int]], entries: Mapping[int, Mapping[str, Any]]) -> list[int]:
+    """The ids of the runs of ``pair`` (a metric's best and runner-up, ``(value, run id)``) that
+    completed fewer than :data:`benchmarks.analysis.model.MIN_COMPARED_REQUESTS` requests, in
+    ``pair``'s order: the mean, percentiles and throughput of so few requests move with one
+    request's luck, so the difference between the two cannot be judged. A run whose count is not
+    known is not counted among them."""
+    small = []
+    for _, rid in pair:
+        count = _number(entries[rid]["metrics"].get("successes"))
+        if count is not None and count < MIN_COMPARED_REQUESTS:
+            small.append(rid)
+    return small
+
+
+def _too_few_note(small: Sequence[int], labels: list[str], entries: Mapping[int, Mapping[str, Any]]) -> str:
+    """The note for the metrics (``labels``, as the table names them) that name no best because
+    the runs ``small`` completed too few requests: ``no best run for TTFT mean and TTFT p50: run
+    #1 completed only 1 request and run #2 only 1 request, fewer than the 10 each run needs to be
+    compared, so the difference cannot be judged from so few requests; measure at least 10
+    requests per run to rank them``."""
+    def count(rid: int) -> str:
+        n = entries[rid]["metrics"].get("successes")
+        return f"{n} request{'' if n == 1 else 's'}"
+    said = " and ".join(f"run #{rid} completed only {count(rid)}" if i == 0 else f"run #{rid} only {count(rid)}"
+                        for i, rid in enumerate(small))
+    return (f"no best run for {_and(labels)}: {said}, fewer than the {MIN_COMPARED_REQUESTS} each run needs to be "
+            "compared, so the difference cannot be judged from so few requests; measure at least "
+            f"{MIN_COMPARED_REQUESTS} requests per run to rank them")
+
+
 def _ci_overlap(key: str, ranked: list[tuple[float, int]], entries: Mapping[int, Mapping[str, Any]],
-                higher_better: bool) -> tuple[list[int], str] | None:
+                higher_better: bool) -> tuple[list[int], str, bool] | None:
     """For a latency statistic whose best run is ``ranked[0]``: ``([best id, runner-up id],
-    note)`` when the two runs' 95 % confidence intervals overlap (the difference between them may
-    be sampling noise at their request counts), else None (no overlap, no runner-up, or a run
-    without intervals). Lower is better for every latency; an unbounded side overlaps. Where
-    either run's requests bound the statistic on neither side (the mean of one request), the note
-    says the difference cannot be judged from so few requests instead: nothing overlaps there."""
+    note, unjudged)`` when the two runs' 95 % confidence intervals overlap (the difference between
+    them may be sampling noise at their request counts; ``unjudged`` false: the best is still
+    named), else None (no overlap, no runner-up, or a run without intervals). Lower is better for
+    every latency; an unbounded side overlaps. Where either run's requests bound the statistic on
+    neither side (the mean of one request), ``unjudged`` is true and the note says no best is named:
+    the difference cannot be judged from so few requests (nothing overlaps there)."""
     stem, _, stat = key.partition(".")
     if higher_better or stem not in CI_STEMS or len(ranked) < 2:
         return None
@@ -1384,16 +1438,16 @@ def _ci_overlap(key: str, ranked: list[tuple[float, int]], entries: Mapping[int,
     label = dict((k, lab) for k, lab, _ in COMPARE_FIELDS).get(key, key)
     counts = [entries[rid]["metrics"].get("successes") for rid in (best_id, next_id)]
     best_text, next_text = plain_figures([best_value, next_value], digits=4)
-    named = f"{label}: run #{best_id} is named best ({best_text} ms against #{next_id}'s {next_text} ms), but "
     both = f"(#{best_id}: {_ci_text(cis[0], stat, counts[0])}; #{next_id}: {_ci_text(cis[1], stat, counts[1])})"
     if any(all(b is None for b in ci) for ci in cis):
         # No interval on one side is no evidence of overlap: too few requests to say anything.
         return [best_id, next_id], (
-            f"{named}the difference cannot be judged from so few requests {both}; measure more requests to "
-            "separate them")
+            f"no best run for {label}: run #{best_id}'s {best_text} ms against #{next_id}'s {next_text} ms, but the "
+            f"difference cannot be judged from so few requests {both}; measure more requests to separate them"), True
+    named = f"{label}: run #{best_id} is named best ({best_text} ms against #{next_id}'s {next_text} ms), but "
     return [best_id, next_id], (
         f"{named}their 95 % confidence intervals overlap {both}: with these requests the difference may be "
-        "sampling noise; measure more requests to separate them")
+        "sampling noise; measure more requests to separate them"), False
 
 
 COMPARE_CSV_SLO = tuple(f"slo_{k}" for k in SLO_KEYS)

@@ -56,15 +56,27 @@ def _summary_run(ttft: np.ndarray) -> BenchmarkRun:
 
 @pytest.mark.django_db
 def test_the_comparison_of_runs_without_intervals_says_it_cannot_judge_not_that_they_overlap():
-    from benchmarks.services.runs import runs_compare
+    from benchmarks.services.runs import _ci_overlap, runs_compare
 
     a, b = _summary_run(np.array([0.05])), _summary_run(np.array([0.06]))
     result = runs_compare(runs=[a, b])
-    assert result["uncertain"]["ttft_ms.mean"] == [a.pk, b.pk]
-    note = next(n for n in result["notes"] if n.startswith("TTFT mean:"))
+    # a's 50 ms mean is lower, but one request each cannot say so: no best, nothing "uncertain"
+    assert result["best"]["ttft_ms.mean"] is None and "ttft_ms.mean" not in result["uncertain"]
+    note = next(n for n in result["notes"] if "TTFT mean" in n)
     assert "cannot be judged from so few requests" in note and "overlap" not in note
-    assert f"#{a.pk}: no interval from its 1 request (a mean needs 2)" in note
-    # one side with an interval and the other without: still not an overlap
+    assert f"run #{a.pk} completed only 1 request and run #{b.pk} only 1 request" in note
+    # one side with an interval and the other without: still not an overlap, and no best
     c = _summary_run(np.array([0.07, 0.08, 0.09]))
-    note = next(n for n in runs_compare(runs=[a, c])["notes"] if n.startswith("TTFT mean:"))
+    result = runs_compare(runs=[a, c])
+    assert result["best"]["ttft_ms.mean"] is None
+    note = next(n for n in result["notes"] if "TTFT mean" in n)
     assert "cannot be judged from so few requests" in note and "overlap" not in note
+    assert f"run #{a.pk} completed only 1 request and run #{c.pk} only 3 requests" in note
+    # The interval rule alone (a run whose request count is not known): no interval on one side
+    # names no best either, and its note gives both runs' intervals.
+    entries = {e["id"]: {**e, "metrics": {**e["metrics"], "successes": None}} for e in result["runs"]}
+    ids, text, unjudged = _ci_overlap("ttft_ms.mean", [(50.0, a.pk), (80.0, c.pk)], entries, False)
+    assert ids == [a.pk, c.pk] and unjudged
+    assert text.startswith(f"no best run for TTFT mean: run #{a.pk}'s 50 ms against #{c.pk}'s 80 ms, but the "
+                           "difference cannot be judged from so few requests")
+    assert "no interval from its requests (a mean needs 2)" in text and "overlap" not in text

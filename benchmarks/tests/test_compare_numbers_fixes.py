@@ -21,7 +21,8 @@ from benchmarks.services import runs_compare, sweep_create, sweep_execute
 from benchmarks.services.runs import COMPARE_TIE_PCT
 from benchmarks.tests.sweep_support import sim_deployment_create
 
-GRID = {"concurrency": [2], "lengths": "32:16", "requests": 8}
+# 10 requests: the fewest a comparison names a best from (MIN_COMPARED_REQUESTS).
+GRID = {"concurrency": [2], "lengths": "32:16", "requests": 10}
 
 
 @pytest.fixture(autouse=True)

@@ -89,13 +89,14 @@ def _coalesced_script() -> dict:
 
 
 def _coalesced_run(tmp_path: Path, *, num_gpus: int) -> BenchmarkRun:
-    """8 requests at c=1 against the batching server, stored as a sweep stores a point (the same
-    :func:`_store_summary`, the records in ``VAR_DIR/benchmarks/``)."""
+    """10 requests at c=1 against the batching server (the fewest a comparison names a best from:
+    MIN_COMPARED_REQUESTS), stored as a sweep stores a point (the same :func:`_store_summary`, the
+    records in ``VAR_DIR/benchmarks/``)."""
     with ReplayProcess(_coalesced_script(), tmp_path) as server:
         cfg = LoadConfig(base_url=server.url, api=Api.COMPLETIONS, model="m", concurrency=1, ignore_eos=True,
                          fixed_output=True)
-        result = loadgen_run(config=cfg, specs=[RequestSpec(prompt="hi", input_len=IN_LEN, output_len=OUT_LEN)] * 8)
-    run = BenchmarkRun(status=RunStatus.DONE, concurrency=1, input_len=IN_LEN, output_len=OUT_LEN, num_requests=8,
+        result = loadgen_run(config=cfg, specs=[RequestSpec(prompt="hi", input_len=IN_LEN, output_len=OUT_LEN)] * 10)
+    run = BenchmarkRun(status=RunStatus.DONE, concurrency=1, input_len=IN_LEN, output_len=OUT_LEN, num_requests=10,
                        num_gpus=num_gpus, served_model_name="sim-model")
     _store_summary(run, run_summary(result))
     run.save()
@@ -120,7 +121,7 @@ def test_compare_names_a_run_with_coalesced_events_and_does_not_crown_its_tpot_o
         steady_sim_url: str, operator, viewer, viewer_api, tmp_path: Path) -> None:
     deployment = sim_deployment_create(base_url=steady_sim_url)
     sweep = sweep_create(deployment=deployment, user=operator,
-                         grid={"concurrency": [1], "lengths": f"{IN_LEN}:{OUT_LEN}", "requests": 4})
+                         grid={"concurrency": [1], "lengths": f"{IN_LEN}:{OUT_LEN}", "requests": 10})
     assert sweep_execute(sweep_id=sweep.pk) == SweepStatus.DONE
     [steady] = sweep.runs.all()
     batched = _coalesced_run(tmp_path, num_gpus=steady.num_gpus)

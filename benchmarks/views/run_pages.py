@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from benchmarks import services
+from benchmarks.analysis.model import MIN_COMPARED_REQUESTS
 from benchmarks.choices import RunSource
 from benchmarks.models import BenchmarkRun, gpus_are_modelled, snapshot_shown
 from benchmarks.selectors import PK_MAX, runs_by_ids
@@ -492,7 +493,8 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
     places, the same for every value of a row, one more only where the best in bold would read as
     another value), other counts in three significant figures or as many more as tell them apart
     (:func:`benchmarks.services.runs.plain_figures`); ``best`` is the column index of the run the service ranked best, None
-    when it ranked none), ``refusals`` (the service's notes: runs that hold no measurement and
+    when it ranked none), ``min_compared_requests`` (the fewest requests a run needs for a best to be
+    named over it, said in the table's heading), ``refusals`` (the service's notes: runs that hold no measurement and
     length-mismatched runs, not ranked; mixed lengths), ``unranked_ids`` (run ids left out of
     ranking), ``unranked_reasons`` (run id -> why), ``no_deltas_why`` (the service's note on why no
     change against the baseline is given, ``""`` when changes are given) and the overlay ``charts``, which draw only runs
@@ -531,6 +533,7 @@ def compare_context(runs: Sequence[BenchmarkRun], comparison: Mapping[str, Any])
         "baseline_id": baseline, "baseline_index": index_of.get(baseline),
         "no_deltas_why": next((n for n in notes if n.endswith(DELTA_REFUSED) or DELTA_REFUSED + ";" in n), ""),
         "tie_threshold_pct": comparison.get("tie_threshold_pct"),
+        "min_compared_requests": MIN_COMPARED_REQUESTS,
         # The workload parameters where a run is not the baseline's (its deltas compare unlike workloads).
         "workload_note": comparison.get("workload_note") or "",
         "workload_texts": [_workload_cell(e, baseline_engine) for e in entries],
