@@ -307,4 +307,8 @@ def test_a_measured_run_without_records_says_why_not_that_it_was_imported(operat
     assert empties(run) == {"no per-request records (this run's records file is missing or unreadable)."}
     imported = BenchmarkRun.objects.create(source="imported", status=RunStatus.DONE, concurrency=4, input_len=64,
                                            output_len=64, summary={"successes": 4, "output_throughput_tok_s": 1.0})
-    assert empties(imported) == {"no per-request records (imported runs keep the source's summary only)."}
+    # an imported run draws no empty charts: one line says its file held only aggregate figures
+    page = client.get(reverse("benchmarks:run-detail", args=[imported.pk])).content.decode()
+    assert 'id="chart-cdf-ttft"' not in page
+    assert ("The imported file held only aggregate figures, not per-request records: output throughput, shown in "
+            "the summary above.") in page

@@ -598,7 +598,7 @@ def test_it_imports_a_vllm_file_that_keeps_its_original(operator_client, viewer_
     assert "125.79" in html  # output tok/s from the file
     goodput = html.split("Goodput (req/s)</td>")[1][:40]
     assert "—" in goodput  # "request_goodput": null stays unavailable
-    assert "no per-request records" in html
+    assert "The imported file held only aggregate figures, not per-request records: output throughput" in html
     download = viewer_client.get(reverse("benchmarks:run-original", args=[run.pk]))
     assert download.content == original
     assert download["Content-Disposition"] == 'attachment; filename="vllm-bench-serve.json"'

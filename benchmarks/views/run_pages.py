@@ -21,7 +21,7 @@ from benchmarks.models import BenchmarkRun, gpus_are_modelled, snapshot_shown
 from benchmarks.selectors import PK_MAX, runs_by_ids
 from benchmarks.sweeps import DIGITS_RE
 from benchmarks.loadgen.uncertainty import min_samples_for_interval
-from benchmarks.services.runs import (PLAIN_FIGURES_MAX, plain_figures, run_ci95_ms, run_records_csv, run_result_date,
+from benchmarks.services.runs import (COMPARE_FIELDS, PLAIN_FIGURES_MAX, plain_figures, run_ci95_ms, run_records_csv, run_result_date,
                                      run_slo, runs_compare_csv,
                                      slo_text, unquoted, workload_phrases)
 from benchmarks.views.charts import (
@@ -70,6 +70,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     result_date = run_result_date(run=run)
     return render(request, "benchmarks/run_detail.html", {
         "run": run, "row": row, "charts": run_charts(records, run), "has_records": records is not None,
+        "no_records_line": _no_records_line(run) if imported and records is None else "",
         "records_missing": run.source == RunSource.MEASURED and bool(run.records_path) and records is None,
         "imported": imported, "notes": summary.get("notes") or [],
         "result_date": result_date, "result_date_text": (result_date or "").replace("T", " "),
@@ -88,6 +89,26 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "gpus_modelled": gpus_are_modelled(engine=(run.snapshot or {}).get("engine") or (run.sweep and run.sweep.engine),
                                            num_gpus=row["num_gpus"]),
     })
+
+
+def _no_records_line(run: BenchmarkRun) -> str:
+    """The one line the run page shows instead of its distributions and throughput over time for an
+    imported run (its file holds no per-request records): that the file held only aggregate
+    figures and which of them the summary shows, those the file gave (``output throughput, request
+    throughput, TTFT p50, ITL p50 and E2E mean/p50 (ms)``)."""
+    metrics = services.run_metrics(run=run)
+    figures = [label for key, label, _ in COMPARE_FIELDS[:4] if metrics.get(key) is not None]
+    latencies = []
+    for stem, name in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")):
+        given = [stat for stat in ("mean", "p50", "p90", "p99") if (metrics.get(stem) or {}).get(stat) is not None]
+        if given:
+            latencies.append(f"{name} {'/'.join(given)}")
+    if latencies:
+        said = latencies[0] if len(latencies) == 1 else f"{', '.join(latencies[:-1])} and {latencies[-1]}"
+        figures.append(f"{said} (ms)")
+    shown = ", ".join(figures) if figures else "no throughput or latency figure"
+    return (f"The imported file held only aggregate figures, not per-request records: {shown}, shown in the summary "
+            "above. No distributions or throughput over time can be drawn from it.")
 
 
 #: The statistics of the run page's confidence-interval rows, in the latency table's column order.
