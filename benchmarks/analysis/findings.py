@@ -481,10 +481,16 @@ def _falls_sentence(c: Ceiling, points: list[SweepPoint], failed_requests: int) 
 
 
 def _queueing_sentences(g: LoadGroup, analysed: list[PointAnalysis]) -> list[str]:
-    """Queueing between neighbouring points of one load kind."""
+    """Queueing between neighbouring points of one load kind. Where the bottleneck sentence already
+    names queueing (:func:`_bottleneck_judged`, which quotes every queueing step with its load, TTFT
+    and throughput growth), the steps are not said a second time: only the note on points whose
+    TTFT is the time to the first read (:func:`_grouped_ttft`) remains, if any."""
     out = []
     ttft = _metric("TTFT", [a.ttft_stat for a in analysed])
     grouped = _grouped_ttft(g, analysed)
+    skipped = set(g.timings_skipped)
+    if g.bottleneck == "queueing" and any(a.label not in skipped for a in analysed):
+        return [grouped.strip()] if grouped else []
     for s in g.queueing:
         if s.queueing and s.ttft_growth is not None:
             out.append(f"Queueing from {s.from_label} to {s.to_label}: {ttft} grows x{_fixed(s.ttft_growth, 1)} while "

@@ -166,8 +166,11 @@ def test_it_calls_queueing_relative_to_load_when_throughput_grows_far_less_than_
     r = ceiling_analyse(sweep, num_gpus=1, topology="single")
     assert [s.queueing for s in r.queueing] == [True, True]
     assert r.queueing[0].ttft_growth == pytest.approx(56.8) and r.queueing[0].load_growth == 8
-    assert ("Queueing from c=1 to c=8: mean TTFT grows x56.8 while throughput changes x1.46 (x8.0 load)."
-            in r.findings)
+    assert ("Requests queue for admission: mean TTFT is 2.5 s of 2.8 s mean E2E at c=16, and from c=1 to c=8 "
+            "(x8.0 load) mean TTFT grows x56.8 while throughput grows only (x1.46); from c=8 to c=16 (x2.0 load) "
+            "mean TTFT grows x2.2 while throughput falls (x0.94); more load there only adds waiting.") in r.findings
+    # The bottleneck sentence quotes every queueing step: they are not said a second time.
+    assert not any(f.startswith("Queueing from") for f in r.findings), r.findings
     # TTFT growing less than x1.5 the load's growth is not queueing however little throughput grew,
     # and neither is throughput growing by more than half the load's growth however much TTFT grew.
     short = [point(1, 200.0, 5.0, 20.0, output_len=64), point(8, 292.0, 5.2, 230.0, output_len=64)]
