@@ -122,7 +122,7 @@ def test_it_labels_every_tick_of_a_log_axis_by_one_rule_without_trailing_zeros()
               other: C.logTickLabels(null, [null, 0.0001, 0.0625, 1.5, 0.333333, 2500000])};
     """)
     assert result["y"] == ["0.125", "0.25", "0.5", "1", "2", "4", "8", "16", "32"]
-    assert result["x"] == ["1", "2", "4", "8", "16", "32", "64", "1024", "131072", "2.097e+6"]
+    assert result["x"] == ["1", "2", "4", "8", "16", "32", "64", "1,024", "131,072", "2.097e+6"]
     assert result["other"] == ["", "1e-4", "0.0625", "1.5", "0.3333", "2.5e+6"]
 
 
@@ -160,3 +160,54 @@ def test_it_shows_series_names_not_dashes_in_a_legend_with_nothing_hovered() -> 
     """)
     assert result == {"idle": ["", "", ""], "hovered": ["8 requests", "80 tok/s", "—"],
                       "labels": ["concurrency (requests)", "256/256"], "hooks": ["setLegend"]}
+
+
+def test_ticks_and_legend_values_separate_thousands() -> None:
+    # The E2E chart's ms axis printed "150000" and "100000" beside a table reading "24,890".
+    result = _node("""
+      return {linear: C.linearTickLabels(null, [0, 50000, 100000, 150000], 1, 50, 50000),
+              decimals: C.linearTickLabels(null, [1000, 1002.5, 1005], 1, 50, 2.5),
+              negative: C.linearTickLabels(null, [-2000, 0, 2000], 1, 50, 2000),
+              small: C.linearTickLabels(null, [0, 250, 500], 1, 50, 250),
+              legend: [C.formatNumber(24890), C.formatNumber(24890.4), C.formatNumber(999), C.formatNumber(2.5e6)]};
+    """)
+    assert result["linear"] == ["0", "50,000", "100,000", "150,000"]
+    assert result["decimals"] == ["1,000.0", "1,002.5", "1,005.0"]
+    assert result["negative"] == ["-2,000", "0", "2,000"]
+    assert result["small"] == ["0", "250", "500"]
+    assert result["legend"] == ["24,890", "24,890", "999", "2.50e+6"]
+
+
+def test_a_ms_axis_past_ten_seconds_is_drawn_in_seconds() -> None:
+    # E2E of a long run (ms values up to 150,000) is drawn in s, its title saying so; an axis that
+    # stays under 10,000 ms, and any axis not in ms, are kept as they are.
+    result = _node("""
+      const e2e = {title: "E2E vs concurrency", x: {label: "concurrency", unit: "requests", log: true},
+                   y: {label: "E2E mean", unit: "ms", log: false},
+                   series: [{label: "256/256", points: [[1, 24890], [64, 150000]]}]};
+      const short = {title: "TTFT vs concurrency", x: {label: "concurrency", unit: "requests", log: true},
+                     y: {label: "TTFT mean", unit: "ms", log: false},
+                     series: [{label: "256/256", points: [[1, 120], [64, 9000]]}]};
+      // A CDF capped at 9,500 ms: what lies beyond the cap is not drawn, so it stays in ms.
+      const capped = {title: "E2E CDF", x: {label: "E2E", unit: "ms", log: false, max: 9500},
+                      y: {label: "fraction", unit: "", log: false, min: 0, max: 1},
+                      series: [{label: "E2E", points: [[8000, 0.5], [9500, 0.999], [40000, 1]], step: true}]};
+      const cdf = {title: "E2E CDF", x: {label: "E2E", unit: "ms", log: false, max: 30000},
+                   y: {label: "fraction", unit: "", log: false, min: 0, max: 1},
+                   series: [{label: "E2E", points: [[12000, 0.5], [30000, 1]], step: true}]};
+      const s = C.inSeconds(e2e), opts = C.buildOptions(s, 600);
+      return {points: s.series[0].points, title: C.axisTitle(s.y), x: C.axisTitle(s.x),
+              original: e2e.series[0].points[1][1], short: C.axisTitle(C.inSeconds(short).y),
+              shortPoints: C.inSeconds(short).series[0].points, capped: C.axisTitle(C.inSeconds(capped).x),
+              cdf: {title: C.axisTitle(C.inSeconds(cdf).x), max: C.inSeconds(cdf).x.max,
+                    points: C.inSeconds(cdf).series[0].points, y: C.inSeconds(cdf).y},
+              hovered: opts.series[1].value(null, 24.89, 1, 0),
+              ticks: opts.axes[1].values(null, [0, 50, 100, 150], 1, 50, 50)};
+    """)
+    assert result["points"] == [[1, 24.89], [64, 150]] and result["original"] == 150000
+    assert result["title"] == "E2E mean (s)" and result["x"] == "concurrency (requests)"
+    assert result["short"] == "TTFT mean (ms)" and result["shortPoints"] == [[1, 120], [64, 9000]]
+    assert result["capped"] == "E2E (ms)"
+    assert result["cdf"]["title"] == "E2E (s)" and result["cdf"]["max"] == 30
+    assert result["cdf"]["points"] == [[12, 0.5], [30, 1]] and result["cdf"]["y"]["max"] == 1
+    assert result["hovered"] == "24.9 s" and result["ticks"] == ["0", "50", "100", "150"]

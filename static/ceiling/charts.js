@@ -31,6 +31,11 @@
 // A series of one point is drawn as a marked point. A rate's y axis (unit tok/s, req/s: any
 // "/s") starts at 0; other linear y axes span the data.
 //
+// Numbers print with thousands separated (150,000; 1,024; 24,890.5), as the tables print them.
+// A ms axis whose drawn values reach past 10,000 ms is drawn in seconds (inSeconds): its values
+// divided by 1000 and its title's unit "s", so that E2E reads 24.9 s as the CLI prints it, not
+// 24890 ms; the legend then gives the hovered values in s too.
+//
 // An axis title is drawn whole: the y axis's title is centred on the plot's height, so a title
 // longer than that height (PLOT_PX) would run off the chart's top and bottom; such a title is
 // drawn in a smaller font that fits (labelFontFitting).
@@ -78,14 +83,56 @@
     return "bold " + px + "px " + LABEL_FAMILY;
   }
 
+  // A number printed in plain digits ("150000", "-24890.5") with its whole part's thousands
+  // separated ("150,000", "-24,890.5"); exponent forms and shorter numbers are left as they are.
+  function grouped(text) {
+    if (/e/i.test(text)) return text;
+    return text.replace(/^(-?)(\d+)/, function (m, sign, whole) {
+      return sign + whole.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+    });
+  }
+
   function formatNumber(v) {
     if (v === null || v === undefined || !isFinite(v)) return "—";
-    if (Number.isInteger(v) && Math.abs(v) < 1e6) return String(v);
+    if (Number.isInteger(v) && Math.abs(v) < 1e6) return grouped(String(v));
     var a = Math.abs(v);
     if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(2);
-    if (a >= 100) return v.toFixed(0);
+    if (a >= 100) return grouped(v.toFixed(0));
     if (a >= 10) return v.toFixed(1);
     return v.toFixed(a >= 1 ? 2 : 3);
+  }
+
+  // A ms axis is drawn in seconds once its largest drawn value is above this (ms).
+  var SECONDS_ABOVE_MS = 10000;
+
+  // The chart spec as drawn: a copy in which each ms axis ("unit": "ms") whose largest value
+  // (up to the axis's cap, spec.x.max, where it has one) is above SECONDS_ABOVE_MS is in seconds:
+  // its points' values, its min and max divided by 1000, its unit "s" (and "(ms)" in an own
+  // title "(s)"). Other axes, and a spec with no such axis, are returned as they were.
+  function inSeconds(spec) {
+    var out = JSON.parse(JSON.stringify(spec || {}));
+    ["x", "y"].forEach(function (key, k) {
+      var axis = out[key];
+      if (!axis || axis.unit !== "ms") return;
+      var cap = typeof axis.max === "number" ? axis.max : Infinity;
+      var largest = 0;
+      (out.series || []).forEach(function (s) {
+        (s.points || []).forEach(function (p) {
+          var v = p[k];
+          if (typeof v === "number" && isFinite(v) && Math.abs(v) <= cap) largest = Math.max(largest, Math.abs(v));
+        });
+      });
+      if (!(largest > SECONDS_ABOVE_MS)) return;
+      (out.series || []).forEach(function (s) {
+        (s.points || []).forEach(function (p) {
+          if (typeof p[k] === "number") p[k] = p[k] / 1000;
+        });
+      });
+      ["min", "max"].forEach(function (f) { if (typeof axis[f] === "number") axis[f] = axis[f] / 1000; });
+      axis.unit = "s";
+      if (typeof axis.title === "string") axis.title = axis.title.replace(/\(ms\)/g, "(s)");
+    });
+    return out;
   }
 
   // Decimals needed to print multiples of a tick step exactly (0.25 -> 2, 5 -> 0, 2e-4 -> 4).
@@ -109,20 +156,21 @@
     return ticks.map(function (v) {
       if (v === null || v === undefined) return "";
       if (d > MAX_DECIMALS || big) return v.toExponential(Math.min(MAX_DECIMALS, Math.max(2, d - 1)));
-      return (Math.abs(v) < Math.pow(10, -d) / 2 ? 0 : v).toFixed(d);
+      return grouped((Math.abs(v) < Math.pow(10, -d) / 2 ? 0 : v).toFixed(d));
     });
   }
 
-  // A log axis's tick: a whole number below a million as it is (4, 32, 1024, 131072), any other
+  // A log axis's tick: a whole number below a million as it is, thousands separated (4, 32, 1,024,
+  // 131,072), any other
   // to four significant figures without trailing zeros (0.5, 0.25, 0.0625, 1.5), exponent form
   // below 0.001 and from a million (1e-4, 1.049e+6). One rule for every tick of the axis: a base-2
   // log axis mixes fractions and whole numbers (0.5 next to 4 and 32), and a fixed number of
   // decimals per magnitude printed them as "0.500", "4", "32".
   function logTickNumber(v) {
     var a = Math.abs(v);
-    if (Number.isInteger(v) && a < 1e6) return String(v);
+    if (Number.isInteger(v) && a < 1e6) return grouped(String(v));
     if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(3).replace(/\.?0+e/, "e");
-    return String(Number(v.toPrecision(4)));
+    return grouped(String(Number(v.toPrecision(4))));
   }
 
   // uPlot leaves the minor ticks of a log axis unlabelled (null): an empty label, not a dash.
@@ -343,7 +391,7 @@
     if (container.getAttribute("data-drawn") === "1") return;
     var source = document.getElementById(container.getAttribute("data-chart"));
     if (!source || typeof uPlot === "undefined") return;
-    var spec = JSON.parse(source.textContent);
+    var spec = inSeconds(JSON.parse(source.textContent));
     var hasPoints = (spec.series || []).some(function (s) { return (s.points || []).length > 0; });
     container.setAttribute("data-drawn", "1");
     if (!hasPoints) {
@@ -374,7 +422,7 @@
 
   window.CeilingCharts = {
     drawAll: drawAll, alignedData: alignedData, formatNumber: formatNumber, buildOptions: buildOptions,
-    decimalsFor: decimalsFor, legendValue: legendValue, axisTitle: axisTitle, labelFontFitting: labelFontFitting, linearTickLabels: linearTickLabels, logTickLabels: logTickLabels, flatRange: flatRange,
+    decimalsFor: decimalsFor, grouped: grouped, inSeconds: inSeconds, legendValue: legendValue, axisTitle: axisTitle, labelFontFitting: labelFontFitting, linearTickLabels: linearTickLabels, logTickLabels: logTickLabels, flatRange: flatRange,
     xRangeFor: xRangeFor,
     yRangeFor: yRangeFor
   };

@@ -28,6 +28,13 @@
     if (!isNum(bytes)) return null;
     return bytes >= GIB ? (bytes / GIB).toFixed(1) + " GiB" : Math.round(bytes / (1024 * 1024)) + " MiB";
   }
+  // A number's whole part with its thousands separated, as the benchmark charts and tables print
+  // it (12000 -> "12,000", 1234.5 -> "1,234.5"); exponent forms are left as they are.
+  function grouped(v) {
+    var text = String(v);
+    if (/e/i.test(text)) return text;
+    return text.replace(/^(-?)(\d+)/, function (m, sign, whole) { return sign + whole.replace(/\B(?=(\d{3})+(?!\d))/g, ","); });
+  }
   function sum(values) {
     var known = values.filter(isNum);
     if (!known.length) return null;
@@ -175,7 +182,7 @@
       // repeat or touch; hh:mm:ss shows the seconds a short window needs.
       axes: big ? [{ space: 80, incrs: TIME_INCRS_S,
                      values: function (u, ticks) { return ticks.map(function (t) { return CeilingLive.clock(t); }); } },
-                   { size: 70, values: function (u, ticks) { return ticks.map(function (v) { return v + (unit ? " " + unit : ""); }); } }]
+                   { size: 70, values: function (u, ticks) { return ticks.map(function (v) { return grouped(v) + (unit ? " " + unit : ""); }); } }]
                 : [{ show: false }, { show: false }],
       series: [{}, {
         label: this.options.label || "",
