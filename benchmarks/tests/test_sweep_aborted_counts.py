@@ -89,7 +89,8 @@ def test_requests_aborted_in_flight_are_never_counted_done(sim_url: str, operato
     # The run's row counts the same requests in the same words as the progress line and the API:
     # under its own heading, none under the failures'.
     detail = client.get(reverse("benchmarks:sweep-detail", args=[sweep.pk])).content.decode()
-    assert ">Failures (requests)</th>" in detail and ">Aborted (requests)</th>" in detail
+    assert '>Failures <span class="unit">(requests)</span></th>' in detail
+    assert '>Aborted <span class="unit">(requests)</span></th>' in detail
     assert detail.split('<td class="num failures">')[1].split("</td>")[0] == "0"
     row = detail.split('<td class="num aborted">')[1].split("</td>")[0]
     stopped_by = "by the cancel" if cancelled else "when the deployment went down"
