@@ -548,7 +548,8 @@ def sweep_create_view(request: HttpRequest) -> HttpResponse:
                 errors = {"detail": [str(exc)]}
                 status = 409
             else:
-                messages.success(request, f"Sweep #{sweep.pk} queued.")
+                # tagged so that the sweep page drops it once the sweep's live status leaves the queue
+                messages.success(request, f"Sweep #{sweep.pk} queued.", extra_tags="queued-notice")
                 return redirect("benchmarks:sweep-detail", pk=sweep.pk)
         _slo_errors_in_ms(errors, values)
         _refused_name_masked(values, errors)

@@ -703,6 +703,30 @@
     followClocks();
   }
 
+  // --- a flash message the live status outdates ----------------------------------------------
+  // "Sweep #4 queued." (li.queued-notice) says what the sweep was when its form sent the page
+  // here. The page's status ([data-queue-status], the stored status, re-rendered by its poll)
+  // moves on: once it is neither pending nor waiting the message is removed, and its list with it
+  // when nothing else is left in it.
+  var QUEUED = /^(pending|waiting)$/;
+
+  function dropOutdatedQueuedNotices() {
+    var status = document.querySelector("[data-queue-status]");
+    if (!status || QUEUED.test(status.getAttribute("data-queue-status"))) return;
+    Array.prototype.forEach.call(document.querySelectorAll(".messages > li.queued-notice"), function (li) {
+      var list = li.parentNode;
+      list.removeChild(li);
+      if (!list.children.length) list.parentNode.removeChild(list);
+    });
+  }
+
+  document.addEventListener("htmx:afterSwap", dropOutdatedQueuedNotices);
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", dropOutdatedQueuedNotices);
+  } else {
+    dropOutdatedQueuedNotices();
+  }
+
   window.CeilingSession = { ended: sessionEnded, isLoginPage: isLoginPage };
   window.CeilingStale = { write: writeBadge, text: badgeText };
 })();

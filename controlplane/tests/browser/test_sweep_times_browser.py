@@ -46,7 +46,11 @@ def test_a_sweep_page_left_open_fills_started_and_ended(stack, local_pd, browser
     assert page.locator("[data-sweep-started]").inner_text() == "not yet"
     assert page.locator("[data-sweep-ended]").inner_text() == "not yet"
     buttons = page.locator(".page-head .actions").first
+    head = page.locator("main .page-head").first
+    # where the buttons sit in the header: the page above it moves up once the sweep leaves the
+    # queue and its "Sweep #N queued." message goes
     before = buttons.bounding_box()
+    before["y"] -= head.bounding_box()["y"]
 
     stack.start("worker")
     _wait_text(page, "#sweep-progress .status-line .tag", "^done$", timeout_s=120)
@@ -63,6 +67,8 @@ def test_a_sweep_page_left_open_fills_started_and_ended(stack, local_pd, browser
     assert page.locator("[data-sweep-started]").inner_text() == utc(body["started_at"])
     assert page.locator("[data-sweep-ended]").inner_text() == utc(body["ended_at"])
     after = buttons.bounding_box()
+    after["y"] -= head.bounding_box()["y"]
+    assert page.locator("main .messages").count() == 0   # the queued message went with the queue
     assert (after["x"], after["y"], after["height"]) == (before["x"], before["y"], before["height"]), (before, after)
     assert page.locator("[data-whatif-link]").is_visible()
     context.close()
