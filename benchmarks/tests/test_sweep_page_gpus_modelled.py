@@ -16,7 +16,7 @@ def _fact(viewer, url: str, name: str = "GPUs") -> str:
     page = Client()
     page.force_login(viewer)
     body = page.get(url).content.decode()
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", re.search(rf"<dt>{name}</dt><dd>(.*?)</dd>", body).group(1)))
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", re.search(rf"<dt>{name}</dt><dd[^>]*>(.*?)</dd>", body).group(1)))
 
 
 def _gpus_fact(viewer, sweep) -> str:
