@@ -86,6 +86,7 @@ from deployments.pinning import (
 from deployments.readiness import ProbeResult, process_liveness, process_readiness
 from deployments.services import deployment_event_add
 from deployments.supervisor import (
+    LOG_DIR_MODE,
     ProcessHandle,
     RestartPolicy,
     SpawnError,
@@ -180,6 +181,22 @@ def _plan_for(deployment: Deployment, *, with_secrets: bool) -> LaunchPlan:
 
 def _log_path(deployment: Deployment, spec: ProcessSpec) -> Path:
     return Path(settings.CEILING_LOG_DIR) / f"deployment-{deployment.pk}" / f"{spec.role}{spec.ordinal}.log"
+
+
+def _private_log_dir(log_path: Path) -> None:
+    """Make the deployment's log directory owner-only (0700), also one left wider by an earlier
+    version: the engine log files in it hold the engine's output unmasked. Only a directory
+    inside ``settings.CEILING_LOG_DIR`` is touched; a failure to change it is left to the spawn."""
+    directory = log_path.parent
+    root = Path(settings.CEILING_LOG_DIR)
+    if directory.resolve().parent != root.resolve():
+        return
+    try:
+        directory.mkdir(mode=LOG_DIR_MODE, parents=True, exist_ok=True)
+        if directory.stat().st_mode & 0o777 != LOG_DIR_MODE:
+            directory.chmod(LOG_DIR_MODE)
+    except OSError:
+        pass
 
 
 def _process_row(deployment: Deployment, spec: ProcessSpec) -> ServerProcess:
@@ -505,6 +522,7 @@ def _process_start(row: ServerProcess, spec: ProcessSpec, *, verify: bool = True
             _process_give_up(row, busy)
             return False
         try:
+            _private_log_dir(Path(row.log_path))
             handle = process_spawn(spec=spec, log_path=Path(row.log_path),
                                    log_max_bytes=settings.CEILING_PROCESS_LOG_MAX_BYTES, tag=row.tag,
                                    allowed_executables=agent_executable_allowlist())

@@ -15,6 +15,7 @@ lets the file grow without bound while the agent is down, which is when logs mat
 from deployments.supervisor.logs import log_tail
 from deployments.supervisor.procfs import TAG_ENV, proc_start_ticks
 from deployments.supervisor.process import (
+    LOG_DIR_MODE,
     ExitInfo,
     ProcessHandle,
     SpawnError,
@@ -38,6 +39,7 @@ from deployments.supervisor.process import (
 from deployments.supervisor.restart import RestartPolicy
 
 __all__ = [
+    "LOG_DIR_MODE",
     "TAG_ENV",
     "ExitInfo",
     "ProcessHandle",

@@ -52,6 +52,8 @@ SHIM_PATH = Path(__file__).with_name("shim.py")
 BASE_ENV_KEYS = ("PATH", "HOME", "LANG", "TMPDIR")
 """Variables copied from the agent's own environment; everything else comes from the spec."""
 MIN_LOG_BYTES = 1024
+# Mode of a log directory this module creates: owner only, like the log files the shim writes (0600).
+LOG_DIR_MODE = 0o700
 POLL_S = 0.05
 # A stop signal the shim recorded more than this before this call's own SIGTERM was sent by an
 # earlier stop; the shim notes ours within milliseconds (its signal handler runs at once).
@@ -244,7 +246,8 @@ def process_spawn(
     included), ``pin_method`` (``numactl`` | ``sched_setaffinity`` | ``none``) and ``cpus``
     (kernel cpulist). The process runs under the shim (own session and process group, so it
     outlives the caller), stdin from ``/dev/null``, stdout and stderr into ``log_path`` capped
-    at ``log_max_bytes`` bytes per file (one ``.1`` predecessor kept), exit recorded in
+    at ``log_max_bytes`` bytes per file (one ``.1`` predecessor kept; files mode 0600, and a
+    directory created for them 0700: they hold the output unmasked), exit recorded in
     :func:`exit_file_for`. Its environment is ``PATH``, ``HOME``, ``LANG``, ``TMPDIR`` from the
     caller, then ``spec.env``, then ``extra_env``, then ``CEILING_PROC_ID=tag``.
 
@@ -299,7 +302,7 @@ def process_spawn(
     if pin_method == "sched_setaffinity" and cpus:
         shim_args += ["--cpus", cpus]
 
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.parent.mkdir(mode=LOG_DIR_MODE, parents=True, exist_ok=True)
     exit_file_for(log_path).unlink(missing_ok=True)
     _reap_shims()
     report_r, report_w = os.pipe()

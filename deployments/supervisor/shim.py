@@ -59,6 +59,8 @@ READ_CHUNK = 65536
 # 16 x 64 KiB covers a pipe resized to 1 MiB (F_SETPIPE_SZ's default limit, /proc/sys/fs/pipe-max-size).
 DRAIN_READS = 16
 _IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Mode of the engine log files: owner read and write only.
+LOG_FILE_MODE = 0o600
 
 
 class CappedLog:
@@ -74,8 +76,16 @@ class CappedLog:
         self._open()
 
     def _open(self) -> None:
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
-        self.size = os.fstat(self.fd).st_size
+        # Owner-only (0600): the file holds what the engine printed, which may include a
+        # secret's value in clear (masking happens when Ceiling reads it, not here).
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, LOG_FILE_MODE)
+        st = os.fstat(self.fd)
+        if st.st_mode & 0o777 != LOG_FILE_MODE:
+            try:
+                os.fchmod(self.fd, LOG_FILE_MODE)  # a file left by an older version, or a wider umask's
+            except OSError:
+                pass  # not ours to change; the engine's output still goes to it
+        self.size = st.st_size
 
     def _rotate(self) -> None:
         os.close(self.fd)

@@ -299,6 +299,37 @@ def test_it_keeps_the_log_under_its_cap_after_ten_times_the_cap(tag, tmp_path):
     assert process_stop(handle, grace_s=1, log_path=log).outcome == "exited"
 
 
+def test_the_log_files_and_a_directory_made_for_them_are_owner_only(tag, tmp_path):
+    """The log holds the engine's output as written (a printed secret in clear): 0600 files in a
+    0700 directory, the rotated ``.1`` included, whatever the umask."""
+    log = tmp_path / "engine" / "proc.log"
+    spec = {"argv": [sys.executable, SLEEPER, "--bytes", str(4 * 1024), "--exit-code", "0"], "env": {}}
+    old_umask = os.umask(0o002)
+    try:
+        handle = process_spawn(spec=spec, log_path=log, log_max_bytes=1024, tag=tag)
+    finally:
+        os.umask(old_umask)
+    wait_for(lambda: process_exit_info(handle, log_path=log), what="exit record")
+    wait_for(lambda: not process_find_by_tag(tag), what="shim exit")
+
+    assert oct(log.parent.stat().st_mode & 0o777) == "0o700"
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
+    assert oct(Path(f"{log}.1").stat().st_mode & 0o777) == "0o600"
+    assert "line 000000" in Path(f"{log}.1").read_text()
+    assert log.read_text().endswith(f"process {handle.pid} ended with exit code 0\n")
+
+
+def test_a_log_file_left_readable_by_others_is_narrowed_to_owner_only(tag, tmp_path):
+    log = tmp_path / "proc.log"
+    log.write_text("from an earlier run\n")
+    log.chmod(0o644)
+    handle = spawn(tag, tmp_path, [sys.executable, SLEEPER, "--exit-code", "0"])
+    wait_for(lambda: process_exit_info(handle, log_path=log), what="exit record")
+
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
+    assert log.read_text().startswith("from an earlier run\nready\n")
+
+
 def test_it_records_the_exit_code_of_a_crashed_process(tag, tmp_path):
     log = tmp_path / "proc.log"
     spec = {"argv": [sys.executable, SLEEPER, "--exit-code", "3"], "env": {}}
