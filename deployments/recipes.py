@@ -961,7 +961,8 @@ def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dic
             errs.add(f"{path}.numa_node", f"must be an integer NUMA node id, got {not_integer(numa, json_spelled(numa))}")
         elif numa not in node.numa_indices():
             errs.add(f"{path}.numa_node",
-                     f"NUMA node {numa} does not exist on node {node.name} (it has {_ids(sorted(node.numa_indices())) or 'none'})")
+                     f"NUMA node {json_spelled(numa)} does not exist on node {node.name} "
+                     f"(it has {_ids(sorted(node.numa_indices())) or 'none'})")
         else:
             out["numa_node"] = numa
     cpus_raw = role.get("cpus")
@@ -998,7 +999,8 @@ def _pinning_check(errs: _Errors, path: str, role: dict, node: NodeFacts) -> dic
             if isinstance(n, bool) or not isinstance(n, int):
                 errs.add(f"{path}.membind", f"item {i} must be a NUMA node id, got {json_spelled(n)}")
             elif n not in node.numa_indices():
-                errs.add(f"{path}.membind", f"NUMA node {n} does not exist on node {node.name}")
+                errs.add(f"{path}.membind", f"NUMA node {json_spelled(n)} does not exist on node {node.name} "
+                                            f"(it has {_ids(sorted(node.numa_indices())) or 'none'})")
             elif n not in nodes:
                 nodes.append(n)
         if not membind:

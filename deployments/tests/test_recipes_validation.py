@@ -322,6 +322,16 @@ def test_it_leaves_a_role_unpinned_only_for_null_or_no_cpus_key():
     assert (without_key["cpus"], without_key["numa_node"], without_key["membind"]) == (None, None, "none")
 
 
+def test_a_missing_numa_node_reads_the_same_in_numa_node_and_membind():
+    spec = seed_pd_spec()
+    spec["roles"]["decode"]["numa_node"] = 3
+    spec["roles"]["prefill"]["membind"] = [0, 3]
+    errs = errors_of(spec)
+    said = "NUMA node 3 does not exist on node seed-8gpu (it has 0,1)"
+    assert errs["spec.roles.decode.numa_node"] == [said]
+    assert errs["spec.roles.prefill.membind"] == [said]
+
+
 @pytest.mark.parametrize("membind", ["", []])
 def test_it_refuses_an_empty_membind(membind):
     spec = seed_pd_spec()
@@ -337,7 +347,7 @@ def test_it_checks_membind_modes():
     errs = errors_of(spec)
     assert errs["spec.roles.router.membind"] == [
         "'numa' binds memory to the role's NUMA node: set numa_node, or cpus within one NUMA node"]
-    assert errs["spec.roles.decode.membind"] == ["NUMA node 5 does not exist on node seed-8gpu"]
+    assert errs["spec.roles.decode.membind"] == ["NUMA node 5 does not exist on node seed-8gpu (it has 0,1)"]
     assert errs["spec.roles.prefill.membind"][0].startswith("must be one of numa, local, none")
     spec = seed_pd_spec()
     spec["roles"]["router"].update({"cpus": "40-41", "membind": "numa"})
