@@ -28,6 +28,7 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import display_for_value
 from django.contrib.admin.widgets import RelatedFieldWidgetWrapper
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -294,6 +295,7 @@ class RecipeAdmin(SavedThroughServices, SimpleHistoryAdmin):
     list_select_related = ["node"]
     readonly_fields = ["version", "created_by", "created_at", "updated_at"]
     history_list_display = ["version", "engine", "topology"]
+    object_history_form_template = "admin/deployments/recipe/object_history_form.html"
 
     @admin.display(description="name", ordering="name")
     def name_shown(self, obj: Recipe) -> str:
@@ -368,10 +370,11 @@ class RecipeAdmin(SavedThroughServices, SimpleHistoryAdmin):
         return fields
 
     @admin.display(description="Version saved at")
-    def version_saved_at(self, obj: Recipe):
-        """The time the version shown was saved (its history row's date)."""
+    def version_saved_at(self, obj: Recipe) -> str:
+        """The time the version shown was saved (its history row's date), formatted as the page's
+        other times are ("Dec. 8, 2026, 12:24 a.m.", in ``TIME_ZONE``), not as Python prints it."""
         row = Recipe.history.filter(id=obj.pk, version=obj.version).order_by("-history_date").first()
-        return row.history_date if row is not None else None
+        return display_for_value(row.history_date if row is not None else None, self.get_empty_value_display())
 
     def formfield_for_dbfield(self, db_field, request: HttpRequest, **kwargs):
         """The node's select without its add, change and delete links on a version's page: its

@@ -386,6 +386,11 @@ class RecipeRevertAdminForm(RecipeAdminForm):
         for name in RecipeAdminForm.Meta.fields:
             if name in self.fields:
                 self.fields[name].disabled = True
+                # drawn as a read-only value (static/ceiling/admin-version.css), not as an input
+                widget = self.fields[name].widget
+                widget = getattr(widget, "widget", widget)  # the select inside the admin's related-object wrapper
+                widget.attrs["class"] = " ".join(filter(None, [widget.attrs.get("class"), "version-value"]))
+                widget.attrs["title"] = "This version's value; Revert saves it as a new version"
 
     def validate_unique(self) -> None:
         """A version whose name another recipe holds now cannot be restored here (its fields

@@ -117,10 +117,19 @@ def test_a_history_entry_shows_its_fields_disabled_and_the_current_version(admin
     for name in ("name", "description", "spec"):
         tag = re.search(rf'<(?:input|textarea)[^>]*name="{name}"[^>]*>', page).group(0)
         assert " disabled" in tag, tag
+        assert re.search(r'class="[^"]*\bversion-value\b', tag), tag  # drawn as a read-only value
     for name in ("engine", "topology", "node"):
         tag = re.search(rf'<select[^>]*name="{name}"[^>]*>', page).group(0)
         assert " disabled" in tag, tag
+        assert re.search(r'class="[^"]*\bversion-value\b', tag), tag
     assert _page_form(page)["expected_version"] == "2"
+    assert ("The fields below are this version's values, shown read-only: Revert saves them as a new "
+            "version of the recipe.") in _errors(page)
+    css = re.search(r'<link rel="stylesheet" href="([^"]*admin-version\.css)"', page).group(1)
+    assert "textarea.version-value:disabled" in b"".join(admin_client.get(css).streaming_content).decode()
+    # the recipe's own change page keeps ordinary inputs
+    change = admin_client.get(_change_url(two_versions)).content.decode()
+    assert "version-value" not in change and "admin-version.css" not in change
 
 
 def test_a_revert_in_admin_restores_exactly_the_version_whatever_fields_are_sent(admin_client, recipe, two_versions):
@@ -182,9 +191,15 @@ def test_a_version_page_shows_when_that_version_was_saved(admin_client, two_vers
 
     v1 = two_versions.history.get(version=1)
     type(two_versions).objects.filter(pk=two_versions.pk).update(updated_at=v1.history_date.replace(year=2031))
-    text = _errors(admin_client.get(_history_url(two_versions, 1)).content.decode())
+    page = admin_client.get(_history_url(two_versions, 1)).content.decode()
+    text = _errors(page)
     assert "Version saved at" in text and "Updated at" not in text
-    assert formats.localize(timezone.template_localtime(v1.history_date)) in text
+    saved = re.search(r'Version saved at:</label>\s*<div class="readonly">([^<]*)</div>', page).group(1)
+    assert saved == formats.localize(timezone.template_localtime(v1.history_date))  # "Dec. 8, 2026, 12:24 a.m."
+    assert re.fullmatch(r"[A-Z][a-z]+\.? \d{1,2}, \d{4}, \d{1,2}(:\d\d)? [ap]\.m\.|[A-Z][a-z]+\.? \d{1,2}, \d{4}, (noon|midnight)",
+                        saved), saved
+    created = re.search(r'Created at:</label>\s*<div class="readonly">([^<]*)</div>', page).group(1)
+    assert created == formats.localize(timezone.template_localtime(two_versions.created_at))  # the same style
     assert "2031" not in text
     # the recipe's own change page keeps its "Updated at"
     assert "Updated at" in _errors(admin_client.get(_change_url(two_versions)).content.decode())
