@@ -491,7 +491,10 @@ def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
     the result in; ``valid`` in the context says which it was. The edit form names its recipe
     (``?recipe=<id>``): a ``***redacted***`` placeholder left where the stored spec holds a
     secret's value is then refused naming that secret, as Save refuses it, and that recipe's own
-    deployments are not counted as holding its ports."""
+    deployments are not counted as holding its ports. The partial also carries, out of band, the
+    form's error boxes (each field's and the form's own) with this validation's errors, so that an
+    error an earlier Create, Save or Validate put under a field never stays beside a value that
+    is now good."""
     form = RecipeForm(request.POST)
     spec_errors: dict[str, list[str]] = {}
     processes: list[dict[str, Any]] = []
@@ -554,6 +557,8 @@ def recipe_validate_partial(request: HttpRequest) -> HttpResponse:
             "spec_errors": spec_errors,
             "processes": processes,
             "summary": summary,
+            # each field's error box on the form is replaced by this validation's (none when valid)
+            "form": form,
         },
     )
 
