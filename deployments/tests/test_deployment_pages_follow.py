@@ -23,8 +23,9 @@ from django.utils import timezone
 from benchmarks.choices import SweepStatus
 from benchmarks.models import BenchmarkSweep
 from benchmarks.tests.sweep_support import sim_deployment_create
-from deployments.choices import DeploymentStatus
+from deployments.choices import DeploymentStatus, ProcessStatus
 from deployments.models import Deployment
+from deployments.services import deployment_cancel
 from deployments.tests.factories import signed_in_client
 
 pytestmark = pytest.mark.django_db
@@ -185,3 +186,52 @@ def test_a_later_page_of_the_list_re_reads_that_page(viewer):
     rows = _page(viewer, "deployments:deployment-list-rows", page="2")
     assert f"<td>{first.pk}</td>" in rows and "page 2 of 2" in rows
     assert signed_in_client(viewer).get(reverse("deployments:deployment-list-rows"), {"page": "3"}).status_code == 404
+
+
+def _starting_with_a_process_not_yet_healthy() -> Deployment:
+    """A deployment starting for 3 s whose one process is spawned and not yet healthy."""
+    deployment = sim_deployment_create(base_url="http://127.0.0.1:9", status=DeploymentStatus.STARTING)
+    now = timezone.now()
+    Deployment.objects.filter(pk=deployment.pk).update(created_at=now - timedelta(seconds=3), started_at=now)
+    deployment.processes.update(status=ProcessStatus.SPAWNED, started_at=now, pid=4242)
+    return Deployment.objects.get(pk=deployment.pk)
+
+
+def test_a_starting_deployment_asked_to_stop_reads_stopping_everywhere_on_its_page(operator):
+    deployment = _starting_with_a_process_not_yet_healthy()
+    live = _page(operator, "deployments:deployment-live", deployment.pk)
+    assert re.search(r">Serving</dt><dd>not ready yet; starting for \d s since created</dd>", live)
+    assert "starting: not yet healthy" in live
+    assert re.search(r'<button type="submit" class="danger">Stop deployment</button>', live)
+
+    stopped = signed_in_client(operator).post(reverse("deployments:deployment-stop", args=[deployment.pk]))
+    assert stopped.status_code == 302
+    deployment.refresh_from_db()
+    assert (deployment.status, deployment.stop_requested) == (DeploymentStatus.STARTING, True)
+
+    for page in (_page(operator, "deployments:deployment-live", deployment.pk),
+                 _page(operator, "deployments:deployment-detail", deployment.pk)):
+        assert '<span class="tag warn">stop requested</span>' in page
+        assert re.search(r">Serving</dt><dd>stopping: stop requested [0-2] s ago; not serving</dd>", page), re.findall(
+            r">Serving</dt><dd>[^<]*", page)
+        assert "not ready yet" not in page and "starting for" not in page
+        assert "starting: not yet healthy" not in page and ">stopping: not healthy</span>" in page
+        assert "Stop deployment" not in page
+        assert re.search(r'<button type="button" class="danger" disabled title="A stop was requested: the node agent '
+                         r'is stopping every process">Stop requested</button>', page)
+    rows = _page(operator, "deployments:deployment-list")
+    assert re.search(r"stopping: stop requested [0-2] s ago; not serving</td>", rows)
+
+    # Once the agent has begun (status stopping), the page reads the same.
+    Deployment.objects.filter(pk=deployment.pk).update(status=DeploymentStatus.STOPPING)
+    live = _page(operator, "deployments:deployment-live", deployment.pk)
+    assert re.search(r">Serving</dt><dd>stopping: stop requested [0-2] s ago; not serving</dd>", live)
+    assert ">stopping: not healthy</span>" in live and "Stop deployment" not in live
+
+
+def test_a_starting_deployment_cancelled_says_a_cancel_was_requested(operator):
+    deployment = _starting_with_a_process_not_yet_healthy()
+    deployment_cancel(deployment=deployment, user=operator)
+    live = _page(operator, "deployments:deployment-live", deployment.pk)
+    assert re.search(r">Serving</dt><dd>stopping: cancel requested [0-2] s ago; not serving</dd>", live)
+    assert ">Cancel requested</button>" in live and "Stop deployment" not in live

@@ -37,7 +37,7 @@ from deployments.choices import (
     Role,
 )
 from deployments.launch import port_kind_words
-from deployments.models import Deployment, ServerProcess
+from deployments.models import Deployment, ProcessEvent, ServerProcess
 from deployments.supervisor import signal_text
 from deployments.telemetry.engine import NO_METRICS
 from deployments.topology import parse_cpulist, same_cpulist
@@ -115,7 +115,31 @@ def _never_started(process: ServerProcess) -> bool:
     return process.status in PROCESS_TERMINAL and process.pid is None and process.started_at is None
 
 
-def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None = None) -> dict[str, Any]:
+def _being_stopped(deployment: Deployment) -> bool:
+    """Whether a stop (or cancel) of ``deployment`` was asked for or is under way and it has not
+    ended yet: nothing of it is starting any more, whatever its processes last reported."""
+    return deployment.status not in DEPLOYMENT_TERMINAL and (
+        deployment.stop_requested or deployment.status == DeploymentStatus.STOPPING)
+
+
+def _stop_request(deployment: Deployment, now: datetime) -> dict[str, str] | None:
+    """The latest stop or cancel request on the timeline of ``deployment`` being stopped
+    (:func:`_being_stopped`): ``{"what": "stop" or "cancel", "ago": "2 s"}``, the age counted to
+    ``now``; None when it is not being stopped or no request is on its timeline (a stop the agent
+    began itself)."""
+    if not _being_stopped(deployment):
+        return None
+    row = (ProcessEvent.objects.filter(deployment=deployment, process=None, kind__in=("stop-requested", "cancel-requested"))
+           .order_by("-at", "-id").values_list("kind", "at").first())
+    if row is None:
+        return None
+    kind, at = row
+    return {"what": "cancel" if kind == "cancel-requested" else "stop",
+            "ago": _duration_text(max(0.0, (now - at).total_seconds()))}
+
+
+def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None = None, *,
+                 stopping: bool = False) -> dict[str, Any]:
     """What the supervisor's probes last concluded: a badge (``class``, ``text``) from the
     process status (a process is ``ready`` only after every readiness check of its launch plan
     passed), the last probe's outcome and time, consecutive liveness failures and, for a
@@ -125,7 +149,10 @@ def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None =
     probes, so an old answer means nobody is watching. With ``as_of`` (the offline agent's last
     heartbeat, :func:`deployments.services.deployment_as_last_seen`) a running process reads
     ``last seen healthy at 01:49:30 (agent offline)``: nobody probes it, it may be gone. An ended
-    process shows its terminal state alone, ``never started`` for one that was never spawned."""
+    process shows its terminal state alone, ``never started`` for one that was never spawned. With
+    ``stopping`` (its deployment is being stopped, :func:`_being_stopped`) a process not yet healthy
+    reads ``stopping: not healthy`` and one waiting to be restarted ``stopping: not restarted``:
+    neither is starting any more."""
     status = process.status
     stale = False
     if status in (ProcessStatus.READY, ProcessStatus.SPAWNED) and process.last_probe_at is not None:
@@ -139,8 +166,12 @@ def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None =
         badge = ("warn", "stale (agent offline?)")
     elif status == ProcessStatus.READY:
         badge = ("warn", "degraded") if process.probe_failures else ("ok", "healthy")
+    elif status == ProcessStatus.SPAWNED and stopping:
+        badge = ("warn", "stopping: not healthy")
     elif status == ProcessStatus.SPAWNED:
         badge = ("warn", "starting: not yet healthy")
+    elif status == ProcessStatus.PENDING and stopping:
+        badge = ("", "stopping: not restarted" if process.next_restart_at else "stopping: not started")
     elif status == ProcessStatus.PENDING:
         badge = ("warn", "restart pending") if process.next_restart_at else ("", "not started")
     elif process.end_reason == NOT_STARTED:
@@ -179,15 +210,16 @@ def _health_view(process: ServerProcess, now: datetime, as_of: datetime | None =
         "detail": redact_text(process.probe_detail),
         "probed": _when(process.last_probe_at, now),
         "failures": process.probe_failures,
-        "restart_at": _when(process.next_restart_at, now) if status == ProcessStatus.PENDING else None,
+        "restart_at": _when(process.next_restart_at, now) if status == ProcessStatus.PENDING and not stopping else None,
         "stale": stale,
     }
 
 
-def _server_process_view(process: ServerProcess, now: datetime, as_of: datetime | None = None) -> dict[str, Any]:
+def _server_process_view(process: ServerProcess, now: datetime, as_of: datetime | None = None, *,
+                         stopping: bool = False) -> dict[str, Any]:
     """One row of the process table: role, status, pid, uptime (from ``started_at`` to now,
     to ``as_of`` while the agent is offline, or to ``ended_at`` once it ended), restarts,
-    pinning, GPU ids, ports and health (``as_of``: see :func:`_health_view`), and the health URL
+    pinning, GPU ids, ports and health (``as_of``, ``stopping``: see :func:`_health_view`), and the health URL
     (``health_url``) where the last probe's detail does not already name it ("" for a process
     never started)."""
     uptime = None
@@ -198,7 +230,7 @@ def _server_process_view(process: ServerProcess, now: datetime, as_of: datetime 
     ports = ([(port_kind_words(kind), port) for kind, port in sorted(process.ports.items())]
              if isinstance(process.ports, dict) else [])
     env = process.env_redacted if isinstance(process.env_redacted, dict) else {}
-    health = _health_view(process, now, as_of)
+    health = _health_view(process, now, as_of, stopping=stopping)
     # The probe's own detail names the URL it probed ("http://…/health answered 200"): the URL
     # line under it is for a process whose detail does not say it.
     health_url = "" if _never_started(process) or process.health_url in (health["detail"] or "") else process.health_url
@@ -253,7 +285,8 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
     events = list(events_qs.order_by("-at", "-id")[:TIMELINE_MAX_EVENTS])[::-1]
     as_of = services.deployment_as_last_seen(deployment=deployment)
     spawned = any(p.started_at or p.pid is not None for p in processes)
-    duration = _deployment_duration(deployment, as_of or now, spawned=spawned)
+    duration = _deployment_duration(deployment, as_of or now, spawned=spawned,
+                                    stop_request=_stop_request(deployment, now))
     if as_of is not None:
         duration["text"] += f" as of {as_of:%H:%M:%S} UTC (agent offline)"
     return {
@@ -279,7 +312,9 @@ def _deployment_context(deployment: Deployment, now: datetime) -> dict[str, Any]
         "ready": _when(deployment.ready_at, now),
         "ended": _when(deployment.ended_at, now),
         "duration": duration,
-        "processes": [_server_process_view(p, now, as_of) for p in processes],
+        "processes": [_server_process_view(p, now, as_of, stopping=_being_stopped(deployment)) for p in processes],
+        # a stop or cancel asked for or under way: the Stop button is shown disabled
+        "being_stopped": _being_stopped(deployment),
         "as_of": _when(as_of, now),
         "state_note": services.deployment_state_note(deployment=deployment, readable=True),
         "process_ids": ",".join(str(p.pk) for p in processes),
@@ -307,7 +342,8 @@ def _startup_text(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 60 else _duration_text(seconds)
 
 
-def _deployment_duration(deployment: Deployment, now: datetime, *, spawned: bool) -> dict[str, Any]:
+def _deployment_duration(deployment: Deployment, now: datetime, *, spawned: bool,
+                         stop_request: dict[str, str] | None = None) -> dict[str, Any]:
     """How long ``deployment`` served, by one rule for every page: time serving runs from Ready to
     Ended (or ``now`` while it runs), and the startup (Created to Ready) is told apart, so the
     number does not jump when it is stopped. ``{"label", "text", "startup", "serving"}``:
@@ -316,6 +352,9 @@ def _deployment_duration(deployment: Deployment, now: datetime, *, spawned: bool
     * ended after it was ready: ``("Served for", "8 min 58 s")``, startup as above;
     * pending: ``("Serving", "not started yet; waiting 42 s since created")``;
     * started, not ready yet: ``("Serving", "not ready yet; starting for 1 min 03 s since created")``;
+    * being stopped before it was ready (:func:`_being_stopped`): ``("Serving", "stopping: stop
+      requested 2 s ago; not serving")`` with ``stop_request`` (:func:`_stop_request`; a cancel says
+      ``cancel requested``), ``"stopping; not serving"`` without;
     * ended without being ready: ``("Serving", "never ready; ran 11 min 24 s from created")``, or,
       when no process of it was ever spawned (``spawned``; cancelled while pending, a port in use,
       a recipe that no longer renders), ``"never started; ended 5 s after created"``."""
@@ -328,6 +367,9 @@ def _deployment_duration(deployment: Deployment, now: datetime, *, spawned: bool
         out["text"] = _duration_text((until - deployment.ready_at).total_seconds())
         out["label"] = "Served for" if terminal else "Serving for"
         out["serving"] = not terminal
+    elif _being_stopped(deployment):
+        asked = f": {stop_request['what']} requested {stop_request['ago']} ago" if stop_request else ""
+        out["text"] = f"stopping{asked}; not serving"
     elif deployment.status == DeploymentStatus.PENDING:
         out["text"] = f"not started yet; waiting {since_created} since created"
     elif not terminal:
@@ -378,7 +420,7 @@ def _deployment_list_context(request: HttpRequest) -> dict[str, Any]:
                 "created": _when(d.created_at, now),
                 "ready": _when(d.ready_at, now),
                 # time serving (Ready to Ended or now), the startup apart: as the deployment page
-                "duration": _deployment_duration(d, now, spawned=d.spawned),
+                "duration": _deployment_duration(d, now, spawned=d.spawned, stop_request=_stop_request(d, now)),
             }
         )
     return {"deployments": rows, "page": page, "can_write": _can_write(request),

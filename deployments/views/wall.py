@@ -29,7 +29,7 @@ from deployments.choices import DEPLOYMENT_TERMINAL, PROCESS_TERMINAL
 from deployments.models import NodeTelemetry, ServerProcess
 from deployments.nodes import GPU_STATUS_NOT_REPORTED, node_gpu_status
 from deployments.views.common import _gib, _status_class, role_page
-from deployments.views.deployment_pages import _health_view
+from deployments.views.deployment_pages import _being_stopped, _health_view
 
 # An ended deployment stays on the wall this long (a failure should be seen, then go).
 WALL_ENDED_VISIBLE = timedelta(minutes=15)
@@ -93,7 +93,7 @@ def _deployment_tiles(now) -> list[dict[str, Any]]:
             "ended": ended,
             "status_class": _status_class(d.status),
             "reason": redact_text(d.reason),
-            "processes": [{"row": p, "health": _health_view(p, now, as_of)} for p in shown],
+            "processes": [{"row": p, "health": _health_view(p, now, as_of, stopping=_being_stopped(d))} for p in shown],
             # Offline agent: the status reads "ready (as last seen)" and the tile carries the
             # deployment page's note, so a replayed sample cannot pass for a live one.
             "as_of": as_of,
