@@ -242,10 +242,17 @@ def test_it_names_the_process_that_ended_during_a_point_and_the_point(sim_url: s
     # The sim still answers here: the two requests in flight were aborted, and they say why.
     assert (s["failures"], s["aborted"]) == (0, 2) and s["halted"] == "single #0 killed by signal 9 (SIGKILL); restart policy is 'never'"
     assert set(s["errors"]) == {"aborted: " + s["halted"]}
-    # The live counts say the same: aborted in flight, neither done nor failed, and the tokens they
-    # streamed are not counted, as the stored output throughput does not count them.
+    # The live counts say the same: aborted in flight, neither done nor failed. No request completed,
+    # so the completed requests' tokens are 0; the stored output throughput is what the two aborted
+    # requests had streamed over the point's duration (basis completed_and_aborted), and the live
+    # counts end on those very figures.
     assert (run.progress["failed"], run.progress["aborted"]) == (0, 2)
-    assert run.progress["output_tokens"] == s["output_tokens"] == 0 and run.progress["tok_s_mean"] is None
+    assert s["output_tokens"] == 0 and s["output_tokens_aborted"] > 0
+    assert s["output_throughput_basis"] == "completed_and_aborted"
+    assert s["output_throughput_tok_s"] == pytest.approx(s["output_tokens_aborted"] / s["duration_s"])
+    assert s["output_throughput_completed_tok_s"] == 0.0
+    assert run.progress["output_tokens"] == s["output_tokens_aborted"]
+    assert run.progress["tok_s_mean"] == pytest.approx(s["output_throughput_tok_s"])
 
 
 def _dead_pid() -> int:
