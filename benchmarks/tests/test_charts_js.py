@@ -85,6 +85,19 @@ def test_it_gives_an_exactly_flat_series_a_band_around_its_value() -> None:
     assert result["labels"] == ["115", "120", "125", "130", "135"]
 
 
+def test_it_draws_a_series_within_a_thousandth_of_its_size_as_flat() -> None:
+    # 14.57820 to 14.57835 (a spread of 0.001 %) stretched over the plot gave ticks such as 14.57828.
+    result = _node(TICKS + """
+      const near = C.flatRange(14.5782, 14.57835);
+      return {near, edge: C.flatRange(1000, 1001), past: C.flatRange(1000, 1001.5),
+              labels: C.linearTickLabels(null, ticks(near[0], near[1], 0.5), 1, 50, 0.5)};
+    """)
+    assert result["near"] == [pytest.approx(13.12038), pytest.approx(16.036185)]
+    assert result["labels"] == ["13.5", "14.0", "14.5", "15.0", "15.5", "16.0"], result["labels"]
+    assert result["edge"] == [pytest.approx(900.0), pytest.approx(1101.0)]  # a spread of exactly 0.1 % is flat
+    assert result["past"] is None  # more than 0.1 %: uPlot's own range
+
+
 def test_it_chooses_decimals_from_the_tick_step() -> None:
     result = _node("return [5, 0.5, 0.25, 0.02, 0.0002, 2.5e-9].map(C.decimalsFor);")
     assert result == [0, 1, 2, 2, 4, 7]

@@ -25,7 +25,8 @@
 // a single step from 0.5). Where several values are equal, the fraction at that value is the
 // largest of theirs (the points' last).
 //
-// Axes never repeat a tick label: a flat series (every value equal) gets a range around its value
+// Axes never repeat a tick label: a flat series (every value equal, or within 0.1 % of each
+// other) gets a range around its value
 // instead of a zero-height one, and linear ticks are printed with as many decimals as the tick
 // step needs; log ticks follow one rule for the whole axis, with no trailing zeros (0.5, 4, 32).
 // A series of one point is drawn as a marked point. A rate's y axis (unit tok/s, req/s: any
@@ -48,6 +49,8 @@
   var HEIGHT_PX = 280;
   // A flat series is drawn in a band of +/- this share of its value (or +/- 1 around zero).
   var FLAT_PAD = 0.1;
+  // A series whose spread is under this share of its largest absolute value counts as flat.
+  var NEAR_FLAT_SHARE = 1e-3;
   // Most decimals a tick label gets; finer steps are printed in exponent form.
   var MAX_DECIMALS = 6;
 
@@ -186,7 +189,10 @@
   // Data that is all >= 0 keeps a range that starts at >= 0.
   function flatRange(min, max) {
     if (min === null || max === null || !isFinite(min) || !isFinite(max)) return [0, 1];
-    if (max > min) return null;
+    // A series that varies by less than NEAR_FLAT_SHARE of its size is drawn as flat: a span of
+    // 14.57820 to 14.57835 would otherwise be stretched over the whole plot, with ticks such as
+    // 14.57828 that show nothing a reader can use (the legend still gives each value).
+    if (max > min && max - min > NEAR_FLAT_SHARE * Math.max(Math.abs(min), Math.abs(max))) return null;
     var pad = min === 0 ? 1 : Math.abs(min) * FLAT_PAD;
     var lo = min - pad;
     if (min >= 0 && lo < 0) lo = 0;
