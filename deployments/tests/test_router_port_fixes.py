@@ -93,9 +93,12 @@ def test_a_spec_stored_without_the_flag_renders_the_same_default():
     assert rendered.argv[rendered.argv.index("--prometheus-port") + 1] == "31081"
 
 
-def _ports_with_free_neighbour(count: int) -> list[int]:
+def _ports_with_free_neighbour(count: int, taken: set[int] | None = None) -> list[int]:
     """``count`` free ports for workers plus, last, a router port whose next port is free too
-    (the router's default metrics port)."""
+    (the router's default metrics port), none of them (nor that neighbour) in ``taken``, which
+    gets them all: the kernel may hand out a port it just released again, so two recipes made
+    one after the other before either deploys could otherwise share one."""
+    taken = set() if taken is None else taken
     for _ in range(50):
         *workers, router = free_ports(count + 1)
         with socket.socket() as probe:
@@ -103,13 +106,15 @@ def _ports_with_free_neighbour(count: int) -> list[int]:
                 probe.bind(("127.0.0.1", router + 1))
             except OSError:
                 continue
-        if router + 1 not in workers:
+        chosen = {*workers, router, router + 1}
+        if router + 1 not in workers and len(chosen) == count + 2 and not chosen & taken:
+            taken |= chosen
             return [*workers, router]
     raise AssertionError("no free port with a free neighbour")
 
 
-def _pd_recipe(node: Node, user: Any, name: str) -> Recipe:
-    prefill, decode, boot, router = _ports_with_free_neighbour(3)
+def _pd_recipe(node: Node, user: Any, name: str, taken: set[int] | None = None) -> Recipe:
+    prefill, decode, boot, router = _ports_with_free_neighbour(3, taken)
     spec = _pd_spec(prefill, decode, boot, router)
     return services.recipe_create(user=user, name=name, engine="sim", topology="pd", node=node, spec=spec)
 
@@ -129,8 +134,9 @@ def _router_row(deployment) -> ServerProcess:
 def test_two_pd_deployments_without_prometheus_port_run_side_by_side(agents, deployer):
     agent = agents()
     node = node_of(agent)
-    first_recipe = _pd_recipe(node, deployer, "pd-one")
-    second_recipe = _pd_recipe(node, deployer, "pd-two")
+    taken: set[int] = set()
+    first_recipe = _pd_recipe(node, deployer, "pd-one", taken)
+    second_recipe = _pd_recipe(node, deployer, "pd-two", taken)
     for recipe in (first_recipe, second_recipe):
         assert "prometheus-port" not in recipe.spec["roles"]["router"]["flags"]   # derived: not stored
         router = _validated(recipe)["roles"]["router"]
